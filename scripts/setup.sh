@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs everything shrink needs on a fresh Debian machine: the Debian packages
+# of the reference server and the test oracles (when run as root), then the
+# Python package with its dev extras. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEBS=(lighttpd php-cgi tshark tcpdump wrk)
+missing=()
+for pkg in "${DEBS[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -eq 0 ]; then
+    echo "setup: installing Debian packages: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    # tshark asks whether non-root users may capture; answer before installing.
+    echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
+    apt-get update -q
+    apt-get install -y -q --no-install-recommends "${missing[@]}"
+  else
+    echo "setup: missing Debian packages: ${missing[*]}" >&2
+    echo "setup: run 'sudo apt-get install ${missing[*]}' (or run make setup as root)." >&2
+    echo "setup: continuing; tests that need them will be skipped with that reason." >&2
+  fi
+fi
+# Debian starts lighttpd as a service on install; shrink runs its own instances.
+if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet lighttpd 2>/dev/null; then
+  systemctl stop lighttpd || true
+fi
+
+PY=${PYTHON:-python3}
+"$PY" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+"$PY" -m pip install -q -e ".[dev]"
+echo "setup: done ($("$PY" -c 'import shrink; print("shrink", shrink.__version__)'))"

@@ -1,0 +1,38 @@
+"""shrink: predict the capacity of multi-core, multi-socket web servers from
+scaled-down (SHRiNK) experiments.
+
+The public surface is listed in ``__all__``; everything else is internal.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from shrink.errors import (
+    CaptureFormatError,
+    ExtrapolationError,
+    MeasurementError,
+    ParameterError,
+    ReplayError,
+    ShrinkError,
+    TestbedError,
+    TopologyError,
+    TraceFormatError,
+)
+from shrink.trace import COLUMNS, Trace, TraceInfo
+
+__all__ = [
+    "COLUMNS",
+    "CaptureFormatError",
+    "ExtrapolationError",
+    "MeasurementError",
+    "ParameterError",
+    "ReplayError",
+    "ShrinkError",
+    "TestbedError",
+    "TopologyError",
+    "Trace",
+    "TraceFormatError",
+    "TraceInfo",
+    "__version__",
+]

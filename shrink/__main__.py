@@ -1,0 +1,3 @@
+from shrink.cli import main
+
+main()

@@ -1,0 +1,52 @@
+"""``shrink trace info``: summary statistics of a trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from shrink.cli._common import cli_errors, echo_json
+from shrink.trace import Trace
+
+trace_app = typer.Typer(help="Look at traces.", no_args_is_help=True)
+
+
+@trace_app.command("info")
+def info(
+    trace: Annotated[Path, typer.Argument(help="Trace Parquet file.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Sessions, requests, duration, rate, static/dynamic mix, reply sizes, think times."""
+    with cli_errors():
+        inf = Trace.read_parquet(trace).info()
+    if as_json:
+        echo_json(inf.to_dict())
+        return
+    from rich.console import Console
+
+    t = Table(title=str(trace), show_header=False)
+    t.add_row("sessions", f"{inf.sessions:,}")
+    t.add_row("requests", f"{inf.requests:,}")
+    t.add_row("bursts", f"{inf.bursts:,}")
+    t.add_row("duration", f"{inf.duration:,.3f} s")
+    t.add_row("request rate", f"{inf.request_rate:,.2f} req/s")
+    t.add_row("dynamic fraction", f"{100 * inf.dynamic_fraction:.2f} %")
+    t.add_row("unknown reply sizes", f"{inf.unknown_bytes:,}")
+    for label, q in (
+        ("reply bytes", inf.bytes_quantiles),
+        ("think time (s)", inf.think_quantiles),
+        ("requests/session", inf.requests_per_session),
+    ):
+        if q:
+            t.add_row(label, "  ".join(f"{k} {v:,.4g}" for k, v in q.items()))
+    for k in ("reader", "source", "sampler", "alpha", "seed", "parent", "skipped"):
+        if k in inf.meta:
+            t.add_row(k, str(inf.meta[k]))
+    Console().print(t)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(trace_app, name="trace")

@@ -1,0 +1,108 @@
+"""Every error shrink raises on purpose.
+
+Hierarchy::
+
+    ShrinkError                      root: catch this to catch everything of ours
+    ├── ParameterError (ValueError)  a bad argument: alpha, rate, percentile, duration
+    ├── TraceFormatError             bad input file: names the file and the line/packet/offset
+    │   └── CaptureFormatError       a damaged pcap/pcapng: byte offset or record number
+    ├── TopologyError                a machine spec, share or mapping the machine cannot give
+    ├── TestbedError                 lighttpd/php-cgi missing, port in use, a replica died (PID)
+    ├── ReplayError                  the load generator could not run the schedule
+    ├── MeasurementError             a load curve or MAT that cannot be computed
+    └── ExtrapolationError           a model asked to predict outside what it was fitted on
+
+Errors carry what a person needs to act: the file and line, the packet number,
+the PID. ``str(err)`` is the whole message; the attributes are for programs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = [
+    "CaptureFormatError",
+    "ExtrapolationError",
+    "MeasurementError",
+    "ParameterError",
+    "ReplayError",
+    "ShrinkError",
+    "TestbedError",
+    "TopologyError",
+    "TraceFormatError",
+]
+
+
+class ShrinkError(Exception):
+    """Root of every error shrink raises deliberately."""
+
+
+class ParameterError(ShrinkError, ValueError):
+    """A parameter outside its allowed range, e.g. ``alpha == 1.7, must be in (0, 1].``"""
+
+
+class TraceFormatError(ShrinkError):
+    """A trace file that cannot be read as the format it claims.
+
+    ``path`` and ``line`` (1-based) or ``record`` (packet number, 1-based) or
+    ``offset`` (byte offset) locate the problem.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | Path | None = None,
+        line: int | None = None,
+        record: int | None = None,
+        offset: int | None = None,
+    ) -> None:
+        self.path = None if path is None else str(path)
+        self.line = line
+        self.record = record
+        self.offset = offset
+        where = []
+        if self.path is not None:
+            where.append(self.path)
+        if line is not None:
+            where.append(f"line {line}")
+        if record is not None:
+            where.append(f"record {record}")
+        if offset is not None:
+            where.append(f"byte offset {offset}")
+        prefix = ", ".join(where)
+        super().__init__(f"{prefix}: {message}" if prefix else message)
+        self.reason = message
+
+
+class CaptureFormatError(TraceFormatError):
+    """A packet capture that is damaged: bad magic, truncated record, garbage."""
+
+
+class TopologyError(ShrinkError):
+    """A machine spec, share or mapping that this (or the described) machine cannot give."""
+
+
+class TestbedError(ShrinkError):
+    """The real server could not be started, checked or stopped.
+
+    ``pid`` names the process concerned where there is one.
+    """
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    def __init__(self, message: str, *, pid: int | None = None) -> None:
+        self.pid = pid
+        super().__init__(f"{message} (PID {pid})" if pid is not None else message)
+
+
+class ReplayError(ShrinkError):
+    """The load generator could not run (bad target, no addresses, refused CPUs)."""
+
+
+class MeasurementError(ShrinkError):
+    """A load curve, percentile or MAT that cannot be computed from what was measured."""
+
+
+class ExtrapolationError(ShrinkError):
+    """A model that is not fitted, or asked to predict where it has no basis."""

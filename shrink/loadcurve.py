@@ -1,0 +1,295 @@
+"""The LoadCurve: latency and throughput across load levels, with repetitions.
+
+A curve is what ``shrink sweep`` (live testbed) and the simulator produce and what
+``shrink mat`` and ``extrapolate/`` consume. JSON, ``schema: shrink.loadcurve/1``.
+
+Each :class:`Level` holds one :class:`LevelStats` per repetition; aggregate values
+and confidence intervals across repetitions come from :meth:`Level.stat`.
+Latencies are seconds, throughputs requests/s of completed requests inside the
+measurement window. ``dist`` holds the latency quantile function at the fixed
+probability grid :data:`QGRID` (per class and ``all``) so that CDFs and
+Wasserstein distances can be computed without the per-request arrays.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shrink.errors import MeasurementError, TraceFormatError
+
+__all__ = [
+    "QGRID",
+    "STATS",
+    "ClassStats",
+    "Level",
+    "LevelStats",
+    "LoadCurve",
+    "latency_stats",
+]
+
+SCHEMA_ID = "shrink.loadcurve/1"
+STATS = ("mean", "p50", "p90", "p99", "p999")
+# Quantile grid: fine in the tail, where SLAs live.
+QGRID: tuple[float, ...] = tuple(
+    float(q)
+    for q in np.unique(
+        np.r_[np.linspace(0.0, 0.9, 91), np.linspace(0.9, 0.99, 46), np.linspace(0.99, 1.0, 51)]
+    ).round(6)
+)
+
+
+@dataclass
+class ClassStats:
+    """Latency statistics of one request class (or all) at one level, one repetition."""
+
+    n: int
+    throughput: float
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+    p999: float
+    dist: list[float] | None = None  # latency quantiles at QGRID
+
+    def get(self, stat: str) -> float:
+        return float(getattr(self, stat))
+
+
+def latency_stats(latencies: np.ndarray, window: float, *, with_dist: bool = True) -> ClassStats:
+    """Exact statistics from the per-request latency array (seconds) over ``window`` seconds."""
+    lat = np.asarray(latencies, dtype=np.float64)
+    n = int(lat.size)
+    if n == 0:
+        nan = float("nan")
+        return ClassStats(0, 0.0, nan, nan, nan, nan, nan, None)
+    # "linear" is the exact empirical percentile between order statistics.
+    q = np.quantile(lat, [0.5, 0.9, 0.99, 0.999])
+    dist = np.quantile(lat, QGRID).tolist() if with_dist else None
+    return ClassStats(
+        n=n,
+        throughput=n / window if window > 0 else float("nan"),
+        mean=float(lat.mean()),
+        p50=float(q[0]),
+        p90=float(q[1]),
+        p99=float(q[2]),
+        p999=float(q[3]),
+        dist=dist,
+    )
+
+
+@dataclass
+class LevelStats:
+    """One repetition at one load level."""
+
+    throughput: float
+    overall: ClassStats
+    per_class: dict[str, ClassStats] = field(default_factory=dict)
+    offered: float = float("nan")  # intended request rate in the window
+    utilization: float | None = None  # mean busy fraction of the share's cores, 0..1
+    errors: int = 0
+    generator_behind: bool = False
+    send_lag_p99: float | None = None
+    generator_cpu: float | None = None  # generator CPU seconds / wall seconds
+
+    def get(self, stat: str, cls: str | None = None) -> float:
+        if stat == "throughput":
+            return self.throughput if cls is None else self.per_class[cls].throughput
+        src = self.overall if cls is None else self.per_class[cls]
+        return src.get(stat)
+
+
+@dataclass
+class Level:
+    """A load level (the knob's value) with its repetitions."""
+
+    level: float
+    reps: list[LevelStats]
+
+    def values(self, stat: str, cls: str | None = None) -> np.ndarray:
+        return np.array([r.get(stat, cls) for r in self.reps if _has(r, cls)], dtype=np.float64)
+
+    def stat(
+        self, stat: str, cls: str | None = None, conf: float = 0.95
+    ) -> tuple[float, float, float]:
+        """(mean over repetitions, CI low, CI high); a t-interval, degenerate for one rep."""
+        v = self.values(stat, cls)
+        v = v[np.isfinite(v)]
+        if v.size == 0:
+            nan = float("nan")
+            return nan, nan, nan
+        m = float(v.mean())
+        if v.size == 1:
+            return m, m, m
+        from scipy import stats as st
+
+        half = float(st.t.ppf(0.5 + conf / 2, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size))
+        return m, m - half, m + half
+
+    @property
+    def throughput(self) -> float:
+        return self.stat("throughput")[0]
+
+    @property
+    def generator_behind(self) -> bool:
+        return any(r.generator_behind for r in self.reps)
+
+    @property
+    def utilization(self) -> float | None:
+        u = [r.utilization for r in self.reps if r.utilization is not None]
+        return float(np.mean(u)) if u else None
+
+
+def _has(rep: LevelStats, cls: str | None) -> bool:
+    return cls is None or cls in rep.per_class
+
+
+@dataclass
+class LoadCurve:
+    """Latency against load for one target (machine x mapping x share) and one sample.
+
+    ``knob`` names what ``Level.level`` is: ``rate_factor``, ``users`` or ``rate``.
+    ``alpha`` is the sample fraction of the trace, ``share`` describes the part of
+    the machine (``{"kind": "cores"|"cpu_time"|"all", "cpus": [...], "fraction": f}``).
+    """
+
+    levels: list[Level]
+    knob: str = "rate_factor"
+    alpha: float = 1.0
+    share: dict[str, Any] = field(default_factory=lambda: {"kind": "all", "fraction": 1.0})
+    mapping: str = "1-replica"
+    machine: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.levels = sorted(self.levels, key=lambda lv: lv.level)
+
+    # views ------------------------------------------------------------------
+    def usable(self) -> list[Level]:
+        """Levels fit for a MAT: the generator kept up."""
+        return [lv for lv in self.levels if not lv.generator_behind]
+
+    def series(
+        self, stat: str, cls: str | None = None, *, usable_only: bool = True
+    ) -> dict[str, np.ndarray]:
+        """Arrays over levels: level, throughput (+CI) and the statistic (+CI)."""
+        lv = self.usable() if usable_only else self.levels
+        thr = np.array([x.stat("throughput", cls) for x in lv]).reshape(-1, 3)
+        val = np.array([x.stat(stat, cls) for x in lv]).reshape(-1, 3)
+        return {
+            "level": np.array([x.level for x in lv], dtype=np.float64),
+            "throughput": thr[:, 0],
+            "throughput_lo": thr[:, 1],
+            "throughput_hi": thr[:, 2],
+            "value": val[:, 0],
+            "lo": val[:, 1],
+            "hi": val[:, 2],
+        }
+
+    def normalized(self) -> LoadCurve:
+        """The same curve with throughputs divided by alpha * share fraction (SHRiNK)."""
+        scale = self.alpha
+        out = LoadCurve.from_dict(self.to_dict())
+        for lv in out.levels:
+            for r in lv.reps:
+                r.throughput /= scale
+                r.offered /= scale
+                r.overall.throughput /= scale
+                for c in r.per_class.values():
+                    c.throughput /= scale
+        out.meta = {**out.meta, "normalized_by_alpha": scale}
+        return out
+
+    # I/O ---------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA_ID,
+            "knob": self.knob,
+            "alpha": self.alpha,
+            "share": self.share,
+            "mapping": self.mapping,
+            "machine": self.machine,
+            "meta": self.meta,
+            "levels": [
+                {"level": lv.level, "reps": [_clean(asdict(r)) for r in lv.reps]}
+                for lv in self.levels
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], *, source: str | None = None) -> LoadCurve:
+        if d.get("schema") != SCHEMA_ID:
+            raise TraceFormatError(
+                f"schema == {d.get('schema')!r}, expected {SCHEMA_ID!r}", path=source
+            )
+        levels = []
+        for lv in d["levels"]:
+            reps = []
+            for r in lv["reps"]:
+                r = dict(r)
+                r["overall"] = ClassStats(**_unclean(r["overall"]))
+                r["per_class"] = {k: ClassStats(**_unclean(v)) for k, v in r["per_class"].items()}
+                reps.append(LevelStats(**_unclean(r)))
+            levels.append(Level(level=float(lv["level"]), reps=reps))
+        return cls(
+            levels=levels,
+            knob=d.get("knob", "rate_factor"),
+            alpha=float(d.get("alpha", 1.0)),
+            share=d.get("share", {}),
+            mapping=d.get("mapping", ""),
+            machine=d.get("machine", {}),
+            meta=d.get("meta", {}),
+        )
+
+    def write_json(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
+        return path
+
+    @classmethod
+    def read_json(cls, path: str | Path) -> LoadCurve:
+        path = Path(path)
+        try:
+            d = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise TraceFormatError("no such file", path=path) from None
+        except json.JSONDecodeError as exc:
+            raise TraceFormatError(f"not JSON: {exc.msg}", path=path, line=exc.lineno) from exc
+        return cls.from_dict(d, source=str(path))
+
+    @classmethod
+    def from_levels(
+        cls, pairs: Iterable[tuple[float, Sequence[LevelStats]]], **kw: Any
+    ) -> LoadCurve:
+        return cls(levels=[Level(float(k), list(v)) for k, v in pairs], **kw)
+
+    def require_levels(self, n: int = 2) -> None:
+        if len(self.usable()) < n:
+            raise MeasurementError(
+                f"load curve has {len(self.usable())} usable levels, need at least {n}"
+            )
+
+
+def _clean(obj: Any) -> Any:
+    """JSON has no NaN: write null."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+_FLOAT_FIELDS = {"throughput", "mean", "p50", "p90", "p99", "p999", "offered"}
+
+
+def _unclean(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: (float("nan") if v is None and k in _FLOAT_FIELDS else v) for k, v in d.items()}

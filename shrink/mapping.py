@@ -1,0 +1,172 @@
+"""Replica mappings: which server instances run on which CPUs, fed by which NIC.
+
+The papers' three layouts on a two-socket machine:
+
+* ``1-replica``: one instance over every core of the share; RSS spreads the
+  NIC queues over all of its sockets, so about half the connections have their
+  network processing on the other socket than the worker that serves them.
+* ``2-replica-direct``: one instance per socket, each bound to the NIC port whose
+  queues run on its own socket.
+* ``2-replica-indirect``: one instance per socket, each bound to the NIC port
+  whose queues run on the *other* socket.
+
+``k-replica`` (e.g. ``4-replica``) splits the share's CPUs into k equal,
+socket-compact groups, each fed on its own socket. On loopback each replica's
+"NIC" is its own address (127.0.0.1, 127.0.0.2, ...).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from shrink.errors import TopologyError
+from shrink.machine import Machine
+
+__all__ = ["BUILTIN_MAPPINGS", "Mapping", "Replica", "build_mapping", "remote_nic_probability"]
+
+BUILTIN_MAPPINGS = ("1-replica", "2-replica-direct", "2-replica-indirect")
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One server instance: its CPUs, its address, and the socket of the NIC queues feeding it.
+
+    ``nic_socket`` is None when RSS spreads the replica's connections over the
+    queues of all the sockets its CPUs are on.
+    """
+
+    name: str
+    cpus: tuple[int, ...]
+    address: str
+    port: int
+    sockets: tuple[int, ...]
+    nic_socket: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "cpus": list(self.cpus),
+            "address": self.address,
+            "port": self.port,
+            "sockets": list(self.sockets),
+            "nic_socket": self.nic_socket,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Replica:
+        return cls(
+            name=d["name"],
+            cpus=tuple(d["cpus"]),
+            address=d["address"],
+            port=int(d["port"]),
+            sockets=tuple(d["sockets"]),
+            nic_socket=d.get("nic_socket"),
+        )
+
+
+@dataclass(frozen=True)
+class Mapping:
+    name: str
+    replicas: tuple[Replica, ...]
+
+    @property
+    def cpus(self) -> tuple[int, ...]:
+        return tuple(c for r in self.replicas for c in r.cpus)
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        return [(r.address, r.port) for r in self.replicas]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "replicas": [r.to_dict() for r in self.replicas]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Mapping:
+        return cls(d["name"], tuple(Replica.from_dict(r) for r in d["replicas"]))
+
+
+def remote_nic_probability(replica: Replica) -> float:
+    """Probability that a connection's network processing runs on another socket
+    than the worker serving it.
+
+    RSS spreads connections uniformly over the queues of the replica's sockets and
+    the worker is uniform over its CPUs, so with the replica on S sockets the
+    chance they differ is 1 - 1/S (1/2 for one replica over two sockets). A
+    replica fed on a fixed socket has 0 (direct) or 1 (indirect) when all its
+    CPUs are on one socket.
+    """
+    if replica.nic_socket is None:
+        s = len(set(replica.sockets))
+        return 1.0 - 1.0 / s
+    remote = sum(1 for s in replica.sockets if s != replica.nic_socket)
+    return remote / len(replica.sockets)
+
+
+_K_REPLICA = re.compile(r"^(\d+)-replica(?:-(direct|indirect))?$")
+
+
+def build_mapping(
+    name: str,
+    machine: Machine,
+    cpus: tuple[int, ...] | None = None,
+    *,
+    addresses: list[str] | None = None,
+    base_port: int = 8080,
+) -> Mapping:
+    """Build a named mapping over ``cpus`` (default: all of ``machine``).
+
+    ``replica.sockets`` lists, for each of the replica's CPUs, its socket.
+    """
+    cpus = tuple(cpus) if cpus is not None else machine.all_cpus
+    if not cpus:
+        raise TopologyError("a mapping needs at least one CPU")
+    m = _K_REPLICA.match(name)
+    if not m:
+        raise TopologyError(
+            f"mapping == {name!r}, must be one of {', '.join(BUILTIN_MAPPINGS)} or K-replica"
+        )
+    k = int(m.group(1))
+    feed = m.group(2) or ("spread" if k == 1 else "direct")
+    if k < 1 or k > len(cpus):
+        raise TopologyError(f"mapping {name!r}: {k} replicas cannot share {len(cpus)} CPUs")
+    if len(cpus) % k:
+        raise TopologyError(f"mapping {name!r}: {len(cpus)} CPUs do not split into {k} replicas")
+    # Socket-compact: sort by socket so each group stays on as few sockets as possible.
+    ordered = sorted(cpus, key=lambda c: (machine.socket_of(c), c))
+    size = len(ordered) // k
+    addrs = addresses or [f"127.0.0.{i + 1}" for i in range(k)]
+    if len(addrs) < k:
+        raise TopologyError(f"mapping {name!r} needs {k} addresses, got {len(addrs)}")
+    replicas = []
+    used_sockets = sorted({machine.socket_of(c) for c in cpus})
+    for i in range(k):
+        group = tuple(ordered[i * size : (i + 1) * size])
+        sockets = tuple(machine.socket_of(c) for c in group)
+        home = max(set(sockets), key=sockets.count)
+        if feed == "spread":
+            nic = None
+        elif feed == "direct":
+            nic = home
+        else:
+            others = [s for s in used_sockets if s != home] or [
+                s for s in range(machine.sockets) if s != home
+            ]
+            if not others:
+                raise TopologyError(
+                    f"mapping {name!r}: an indirect feed needs a second socket; "
+                    f"machine {machine.name!r} has {machine.sockets}"
+                )
+            nic = others[0]
+        replicas.append(
+            Replica(
+                name=f"r{i}",
+                cpus=group,
+                address=addrs[i],
+                port=base_port,
+                sockets=sockets,
+                nic_socket=nic,
+            )
+        )
+    return Mapping(name, tuple(replicas))

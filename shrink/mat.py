@@ -1,0 +1,113 @@
+"""Maximum achievable throughput (MAT): the highest throughput at which a latency
+statistic (mean or p99.9) stays under a threshold.
+
+The crossing is interpolated linearly in throughput between the last level under
+the threshold and the first level over it. Its confidence interval comes from the
+same interpolation on the statistic's CI band: where the upper band crosses gives
+the low end, where the lower band crosses the high end. Levels where the
+generator fell behind its schedule are never used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from shrink.errors import MeasurementError
+from shrink.loadcurve import LoadCurve
+
+__all__ = ["MATResult", "crossing", "mat"]
+
+
+@dataclass(frozen=True)
+class MATResult:
+    """A MAT with its interval.
+
+    ``status`` is ``ok`` (crossing bracketed by two levels), ``not_reached``
+    (the statistic stayed under the threshold at every level: ``mat`` is a lower
+    bound, the highest throughput measured) or ``below_range`` (already over the
+    threshold at the lowest level: ``mat`` is an upper bound).
+    """
+
+    mat: float
+    ci: tuple[float, float]
+    stat: str
+    threshold: float
+    status: str = "ok"
+    bracket: tuple[float, float] | None = None  # the two levels' knob values
+    cls: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": "shrink.mat/1",
+            "mat": self.mat,
+            "ci": list(self.ci),
+            "stat": self.stat,
+            "threshold": self.threshold,
+            "status": self.status,
+            "bracket": None if self.bracket is None else list(self.bracket),
+            "cls": self.cls,
+        }
+
+    def scaled(self, factor: float) -> MATResult:
+        """The MAT with throughputs multiplied by ``factor`` (e.g. 1/alpha)."""
+        return MATResult(
+            self.mat * factor,
+            (self.ci[0] * factor, self.ci[1] * factor),
+            self.stat,
+            self.threshold,
+            self.status,
+            self.bracket,
+            self.cls,
+        )
+
+
+def crossing(x: np.ndarray, y: np.ndarray, threshold: float) -> tuple[float, str, int]:
+    """First upward crossing of ``threshold`` by y(x), x sorted ascending.
+
+    Returns (x at crossing, status, index of the first level over).
+    """
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y = x[ok], y[ok]
+    if x.size == 0:
+        raise MeasurementError("no level has a finite throughput and statistic")
+    over = np.flatnonzero(y > threshold)
+    if over.size == 0:
+        return float(x.max()), "not_reached", -1
+    i = int(over[0])
+    if i == 0:
+        return float(x[0]), "below_range", 0
+    x0, x1, y0, y1 = x[i - 1], x[i], y[i - 1], y[i]
+    # Interpolate in log(latency): latency grows roughly geometrically near the knee.
+    if y0 > 0 and y1 > 0 and threshold > 0:
+        f = (np.log(threshold) - np.log(y0)) / (np.log(y1) - np.log(y0))
+    else:
+        f = (threshold - y0) / (y1 - y0)
+    return float(x0 + f * (x1 - x0)), "ok", i
+
+
+def mat(curve: LoadCurve, stat: str, threshold: float, *, cls: str | None = None) -> MATResult:
+    """MAT of ``curve`` for ``stat`` (mean, p50, p90, p99, p999) under ``threshold`` seconds."""
+    s = curve.series(stat, cls)
+    if s["level"].size == 0:
+        raise MeasurementError("load curve has no usable level (generator behind at all levels?)")
+    order = np.argsort(s["level"])
+    x = s["throughput"][order]
+    value, status, i = crossing(x, s["value"][order], threshold)
+    lo, _, _ = crossing(x, s["hi"][order], threshold)
+    hi, _, _ = crossing(x, s["lo"][order], threshold)
+    levels = s["level"][order]
+    bracket = (float(levels[i - 1]), float(levels[i])) if status == "ok" else None
+    return MATResult(
+        mat=value,
+        ci=(min(lo, value), max(hi, value)),
+        stat=stat,
+        threshold=threshold,
+        status=status,
+        bracket=bracket,
+        cls=cls,
+    )

@@ -1,0 +1,168 @@
+"""The RunLog: one row per request sent by the replay engine (or the simulator).
+
+=============  =======  ======================================================
+column         type     meaning
+=============  =======  ======================================================
+intended       float64  when the schedule said to send it (monotonic seconds)
+sent           float64  when the first byte went out (NaN: never sent)
+first_byte     float64  first response byte (NaN: none)
+done           float64  last response byte (NaN: not completed)
+status         int32    HTTP status, 0 when there was no response
+bytes          int64    reply bytes received (body), -1 unknown
+cls            string   ``static`` or ``dynamic`` (from the trace)
+session        int64    session id (from the trace)
+target         string   replica address:port the request went to
+error          string   "" when fine, else a short reason (timeout, reset, refused)
+=============  =======  ======================================================
+
+Latency is ``done - intended``: counted from the intended send time, never from
+when the client got round to sending (coordinated omission).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from shrink.errors import TraceFormatError
+
+__all__ = ["RUNLOG_SCHEMA", "RunLog"]
+
+RUNLOG_SCHEMA = pa.schema(
+    [
+        pa.field("intended", pa.float64()),
+        pa.field("sent", pa.float64()),
+        pa.field("first_byte", pa.float64()),
+        pa.field("done", pa.float64()),
+        pa.field("status", pa.int32()),
+        pa.field("bytes", pa.int64()),
+        pa.field("cls", pa.string()),
+        pa.field("session", pa.int64()),
+        pa.field("target", pa.string()),
+        pa.field("error", pa.string()),
+    ]
+)
+RUNLOG_COLUMNS: tuple[str, ...] = tuple(RUNLOG_SCHEMA.names)
+META_KEY = b"shrink"
+
+
+class RunLog:
+    """Per-request measurements of one run, with provenance in ``meta``."""
+
+    __slots__ = ("_table", "meta")
+
+    def __init__(self, table: pa.Table, meta: Mapping[str, Any] | None = None) -> None:
+        missing = [c for c in RUNLOG_COLUMNS if c not in table.column_names]
+        if missing:
+            raise ValueError(f"RunLog table lacks columns {missing}")
+        extra = [c for c in table.column_names if c not in RUNLOG_COLUMNS]
+        self._table = table.select([*RUNLOG_COLUMNS, *extra]).cast(
+            pa.schema([*RUNLOG_SCHEMA, *(table.schema.field(c) for c in extra)])
+        )
+        self.meta: dict[str, Any] = dict(meta or {})
+
+    @classmethod
+    def from_columns(
+        cls, columns: Mapping[str, Iterable[Any]], meta: Mapping[str, Any] | None = None
+    ) -> RunLog:
+        n = len(np.asarray(columns["intended"]))
+        defaults: dict[str, Any] = {
+            "sent": np.full(n, np.nan),
+            "first_byte": np.full(n, np.nan),
+            "done": np.full(n, np.nan),
+            "status": np.zeros(n, np.int32),
+            "bytes": np.full(n, -1, np.int64),
+            "cls": ["static"] * n,
+            "session": np.zeros(n, np.int64),
+            "target": [""] * n,
+            "error": [""] * n,
+        }
+        arrays = {}
+        for f in RUNLOG_SCHEMA:
+            vals = columns.get(f.name, defaults.get(f.name))
+            arrays[f.name] = pa.array(
+                vals if not isinstance(vals, np.ndarray) or vals.dtype != object else vals.tolist(),
+                type=f.type,
+            )
+        extra = {k: pa.array(v) for k, v in columns.items() if k not in RUNLOG_COLUMNS}
+        return cls(pa.table({**arrays, **extra}), meta)
+
+    @classmethod
+    def concat(cls, logs: Iterable[RunLog], meta: Mapping[str, Any] | None = None) -> RunLog:
+        logs = list(logs)
+        if not logs:
+            return cls(RUNLOG_SCHEMA.empty_table(), meta)
+        table = pa.concat_tables([lg.table for lg in logs], promote_options="default")
+        return cls(table, meta if meta is not None else logs[0].meta)
+
+    @property
+    def table(self) -> pa.Table:
+        return self._table
+
+    def __len__(self) -> int:
+        return self._table.num_rows
+
+    def __repr__(self) -> str:
+        return f"RunLog({len(self)} requests)"
+
+    def column(self, name: str) -> np.ndarray:
+        col = self._table.column(name)
+        if pa.types.is_string(col.type):
+            return np.asarray(col.to_pylist(), dtype=object)
+        return col.to_numpy(zero_copy_only=False)
+
+    def ok_mask(self) -> np.ndarray:
+        """Requests that completed with a response and no error."""
+        done = self._table.column("done").to_numpy(zero_copy_only=False)
+        err = pc.equal(self._table.column("error"), "").to_numpy(zero_copy_only=False)
+        return np.isfinite(done) & err
+
+    def latencies(self, cls: str | None = None) -> np.ndarray:
+        """Response times (done - intended, seconds) of completed requests, optionally one class."""
+        mask = self.ok_mask()
+        if cls is not None:
+            mask &= pc.equal(self._table.column("cls"), cls).to_numpy(zero_copy_only=False)
+        done = self._table.column("done").to_numpy(zero_copy_only=False)
+        intended = self._table.column("intended").to_numpy(zero_copy_only=False)
+        return (done - intended)[mask]
+
+    def send_lag(self) -> np.ndarray:
+        """How late each request went out against its schedule (sent - intended)."""
+        sent = self._table.column("sent").to_numpy(zero_copy_only=False)
+        intended = self._table.column("intended").to_numpy(zero_copy_only=False)
+        lag = sent - intended
+        return lag[np.isfinite(lag)]
+
+    def window(self, start: float, end: float) -> RunLog:
+        """Requests whose intended time falls in [start, end) (a measurement window)."""
+        intended = self._table.column("intended").to_numpy(zero_copy_only=False)
+        mask = (intended >= start) & (intended < end)
+        return RunLog(self._table.filter(pa.array(mask)), self.meta)
+
+    def write_parquet(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        table = self._table.replace_schema_metadata(
+            {META_KEY: json.dumps(self.meta, sort_keys=True, default=str).encode()}
+        )
+        pq.write_table(table, path, compression="zstd")
+        return path
+
+    @classmethod
+    def read_parquet(cls, path: str | Path) -> RunLog:
+        path = Path(path)
+        try:
+            table = pq.read_table(path)
+        except FileNotFoundError:
+            raise TraceFormatError("no such file", path=path) from None
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise TraceFormatError(f"not a readable Parquet run log ({exc})", path=path) from exc
+        raw = (table.schema.metadata or {}).get(META_KEY)
+        return cls(table.replace_schema_metadata(None), json.loads(raw) if raw else {})

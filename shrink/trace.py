@@ -1,0 +1,395 @@
+"""The Trace: sessions -> bursts -> requests, columnar, with its provenance.
+
+One row per request, in session order then burst order then the order of the
+requests inside the burst. The columns are fixed by DESIGN.md:
+
+=========  ========  =========================================================
+column     type      meaning
+=========  ========  =========================================================
+session    int64     session (user equivalent) id; load is balanced by session
+burst      int32     burst index inside the session (0, 1, ...); a burst is a
+                     page request and its embedded requests
+t          float64   intended send time of the burst's first request, seconds
+                     from trace start (same value on every row of the burst)
+think      float64   think time after the burst, seconds (same on every row)
+method     string    HTTP method
+path       string    request target (path and query)
+cls        string    ``static`` or ``dynamic``
+bytes      int64     reply size in bytes, -1 unknown
+status     int32     recorded HTTP status, 0 unknown
+rt         float64   recorded response time in seconds, NaN unknown
+client     string    client identity (address, user id), "" unknown
+=========  ========  =========================================================
+
+Optional columns a reader may add (kept through sampling and Parquet):
+``body`` (request body, for wsesslog ``contents=``), ``server``, ``conn``
+(connection id), ``ttfb`` (recorded time to first response byte, seconds),
+``answered`` (bool: a response was seen).
+
+Provenance (source file, reader, sampler, alpha, seed, parent id ...) lives in
+``Trace.meta`` and is written to the Parquet schema metadata under ``shrink``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from shrink.errors import TraceFormatError
+
+__all__ = [
+    "COLUMNS",
+    "EXTRA_COLUMNS",
+    "SCHEMA",
+    "Trace",
+    "TraceInfo",
+]
+
+SCHEMA = pa.schema(
+    [
+        pa.field("session", pa.int64(), nullable=False),
+        pa.field("burst", pa.int32(), nullable=False),
+        pa.field("t", pa.float64(), nullable=False),
+        pa.field("think", pa.float64(), nullable=False),
+        pa.field("method", pa.string(), nullable=False),
+        pa.field("path", pa.string(), nullable=False),
+        pa.field("cls", pa.string(), nullable=False),
+        pa.field("bytes", pa.int64(), nullable=False),
+        pa.field("status", pa.int32(), nullable=False),
+        pa.field("rt", pa.float64(), nullable=False),
+        pa.field("client", pa.string(), nullable=False),
+    ]
+)
+COLUMNS: tuple[str, ...] = tuple(SCHEMA.names)
+
+EXTRA_COLUMNS: dict[str, pa.DataType] = {
+    "body": pa.string(),
+    "server": pa.string(),
+    "conn": pa.int64(),
+    "ttfb": pa.float64(),
+    "answered": pa.bool_(),
+}
+
+_DEFAULTS: dict[str, Any] = {
+    "burst": 0,
+    "think": 0.0,
+    "method": "GET",
+    "cls": "static",
+    "bytes": -1,
+    "status": 0,
+    "rt": float("nan"),
+    "client": "",
+}
+
+META_KEY = b"shrink"
+
+
+def _shrink_version() -> str:
+    from shrink import __version__
+
+    return __version__
+
+
+@dataclass(frozen=True)
+class TraceInfo:
+    """Summary statistics of a trace (``shrink trace info``)."""
+
+    sessions: int
+    requests: int
+    bursts: int
+    duration: float
+    request_rate: float
+    dynamic_fraction: float
+    static_fraction: float
+    bytes_quantiles: dict[str, float]
+    think_quantiles: dict[str, float]
+    requests_per_session: dict[str, float]
+    unknown_bytes: int
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": "shrink.trace-info/1",
+            "sessions": self.sessions,
+            "requests": self.requests,
+            "bursts": self.bursts,
+            "duration": self.duration,
+            "request_rate": self.request_rate,
+            "dynamic_fraction": self.dynamic_fraction,
+            "static_fraction": self.static_fraction,
+            "bytes_quantiles": self.bytes_quantiles,
+            "think_quantiles": self.think_quantiles,
+            "requests_per_session": self.requests_per_session,
+            "unknown_bytes": self.unknown_bytes,
+            "meta": self.meta,
+        }
+
+
+_QUANTILES = (0.0, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0)
+
+
+def _quantiles(values: np.ndarray) -> dict[str, float]:
+    if values.size == 0:
+        return {}
+    qs = np.quantile(values, _QUANTILES)
+    names = ("min", "p25", "p50", "p75", "p90", "p99", "max")
+    out = {n: float(q) for n, q in zip(names, qs, strict=True)}
+    out["mean"] = float(values.mean())
+    return out
+
+
+class Trace:
+    """An immutable, columnar trace backed by a :class:`pyarrow.Table`.
+
+    Build one with :meth:`from_columns` (plain Python/numpy columns; missing
+    optional columns get their defaults) or :meth:`from_table`; read one with
+    :meth:`read_parquet`. Selections (:meth:`take`, :meth:`filter`) return new
+    traces that keep the provenance.
+    """
+
+    __slots__ = ("_table", "meta")
+
+    def __init__(self, table: pa.Table, meta: Mapping[str, Any] | None = None) -> None:
+        self._table = _conform(table)
+        self.meta: dict[str, Any] = dict(meta or {})
+
+    # construction -------------------------------------------------------
+    @classmethod
+    def from_columns(
+        cls, columns: Mapping[str, Iterable[Any]], meta: Mapping[str, Any] | None = None
+    ) -> Trace:
+        """Build a trace from columns; ``session``, ``t`` and ``path`` are required."""
+        missing = {"session", "t", "path"} - set(columns)
+        if missing:
+            raise ValueError(f"Trace.from_columns: missing required columns {sorted(missing)}")
+        n = len(np.asarray(columns["session"]))
+        arrays: dict[str, pa.Array] = {}
+        for name in COLUMNS:
+            typ = SCHEMA.field(name).type
+            if name in columns:
+                arrays[name] = pa.array(_as_list_or_np(columns[name]), type=typ)
+            else:
+                arrays[name] = (
+                    pa.array(np.full(n, _DEFAULTS[name]).tolist(), type=typ)
+                    if (isinstance(_DEFAULTS[name], str))
+                    else pa.array(np.full(n, _DEFAULTS[name]), type=typ)
+                )
+        for name, typ in EXTRA_COLUMNS.items():
+            if name in columns:
+                arrays[name] = pa.array(_as_list_or_np(columns[name]), type=typ)
+        unknown = set(columns) - set(COLUMNS) - set(EXTRA_COLUMNS)
+        if unknown:
+            raise ValueError(f"Trace.from_columns: unknown columns {sorted(unknown)}")
+        return cls(pa.table(arrays), meta)
+
+    @classmethod
+    def from_table(cls, table: pa.Table, meta: Mapping[str, Any] | None = None) -> Trace:
+        return cls(table, meta)
+
+    @classmethod
+    def empty(cls, meta: Mapping[str, Any] | None = None) -> Trace:
+        return cls(SCHEMA.empty_table(), meta)
+
+    # access ----------------------------------------------------------------
+    @property
+    def table(self) -> pa.Table:
+        """The Arrow table (immutable; share freely)."""
+        return self._table
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self._table.column_names)
+
+    def __len__(self) -> int:
+        return self._table.num_rows
+
+    def __repr__(self) -> str:
+        return f"Trace({len(self)} requests, {self.n_sessions} sessions)"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Trace):
+            return NotImplemented
+        return self.same_rows(other) and self.meta == other.meta
+
+    def same_rows(self, other: Trace) -> bool:
+        """Same columns and values (NaN equal to NaN), whatever the provenance."""
+        return (
+            self._table.schema.equals(other._table.schema)
+            and len(self) == len(other)
+            and self.fingerprint() == other.fingerprint()
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def column(self, name: str) -> np.ndarray:
+        """One column as a numpy array (strings come back as an object array)."""
+        col = self._table.column(name)
+        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            return np.asarray(col.to_pylist(), dtype=object)
+        return col.to_numpy()
+
+    def has(self, name: str) -> bool:
+        return name in self._table.column_names
+
+    @property
+    def n_sessions(self) -> int:
+        if len(self) == 0:
+            return 0
+        return int(np.unique(self._table.column("session").to_numpy()).size)
+
+    def session_starts(self) -> tuple[np.ndarray, np.ndarray]:
+        """(session ids, start time) in order of first appearance."""
+        s = self._table.column("session").to_numpy()
+        t = self._table.column("t").to_numpy()
+        if s.size == 0:
+            return s, t
+        first = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
+        return s[first], t[first]
+
+    # selection ---------------------------------------------------------------
+    def take(self, indices: np.ndarray | Iterable[int], **meta: Any) -> Trace:
+        """Rows at ``indices`` (in that order); ``meta`` updates the provenance."""
+        idx = pa.array(np.asarray(indices, dtype=np.int64))
+        return Trace(self._table.take(idx), {**self.meta, **meta})
+
+    def filter(self, mask: np.ndarray, **meta: Any) -> Trace:
+        """Rows where ``mask`` is true; ``meta`` updates the provenance."""
+        return Trace(
+            self._table.filter(pa.array(np.asarray(mask, dtype=bool))), {**self.meta, **meta}
+        )
+
+    def with_column(self, name: str, values: Iterable[Any]) -> Trace:
+        """A copy with one column replaced (or an optional column added)."""
+        typ = SCHEMA.field(name).type if name in COLUMNS else EXTRA_COLUMNS[name]
+        arr = pa.array(_as_list_or_np(values), type=typ)
+        if name in self._table.column_names:
+            i = self._table.column_names.index(name)
+            table = self._table.set_column(i, name, arr)
+        else:
+            table = self._table.append_column(name, arr)
+        return Trace(table, self.meta)
+
+    def with_meta(self, **meta: Any) -> Trace:
+        return Trace(self._table, {**self.meta, **meta})
+
+    # identity ---------------------------------------------------------------
+    def fingerprint(self) -> str:
+        """A short content hash of the rows (not the metadata): a parent's identity."""
+        h = hashlib.sha256()
+        for name in self._table.column_names:
+            col = self._table.column(name).combine_chunks()
+            for buf in col.buffers():
+                if buf is not None:
+                    h.update(buf.to_pybytes())
+            h.update(name.encode())
+        h.update(str(len(self)).encode())
+        return h.hexdigest()[:16]
+
+    # I/O ---------------------------------------------------------------------
+    def write_parquet(self, path: str | Path) -> Path:
+        """Write Parquet with provenance in the schema metadata; same inputs give same bytes."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        meta = {"shrink_version": _shrink_version(), **self.meta}
+        table = self._table.replace_schema_metadata(
+            {META_KEY: json.dumps(meta, sort_keys=True, default=str).encode()}
+        )
+        pq.write_table(table, path, compression="zstd")
+        return path
+
+    @classmethod
+    def read_parquet(cls, path: str | Path) -> Trace:
+        path = Path(path)
+        try:
+            table = pq.read_table(path)
+        except FileNotFoundError:
+            raise TraceFormatError("no such file", path=path) from None
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise TraceFormatError(f"not a readable Parquet trace ({exc})", path=path) from exc
+        raw = (table.schema.metadata or {}).get(META_KEY)
+        meta: dict[str, Any] = json.loads(raw) if raw else {}
+        missing = [c for c in COLUMNS if c not in table.column_names]
+        if missing:
+            raise TraceFormatError(f"Parquet file lacks trace columns {missing}", path=path)
+        return cls(table.replace_schema_metadata(None), meta)
+
+    def write_jsonl(self, path: str | Path) -> Path:
+        """JSON Lines, one request per line (NaN rt written as null)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rows = self._table.to_pylist()
+        with path.open("w", encoding="utf-8") as fh:
+            for row in rows:
+                rt = row.get("rt")
+                if rt is not None and rt != rt:  # NaN
+                    row["rt"] = None
+                fh.write(json.dumps(row, separators=(",", ":")) + "\n")
+        return path
+
+    # statistics ----------------------------------------------------------------
+    def info(self) -> TraceInfo:
+        n = len(self)
+        if n == 0:
+            return TraceInfo(0, 0, 0, 0.0, 0.0, 0.0, 0.0, {}, {}, {}, 0, dict(self.meta))
+        s = self._table.column("session").to_numpy()
+        b = self._table.column("burst").to_numpy()
+        t = self._table.column("t").to_numpy()
+        think = self._table.column("think").to_numpy()
+        cls_col = self._table.column("cls")
+        dynamic = int(pc.sum(pc.equal(cls_col, "dynamic")).as_py() or 0)
+        nbytes = self._table.column("bytes").to_numpy()
+        burst_start = np.r_[True, (s[1:] != s[:-1]) | (b[1:] != b[:-1])]
+        _, per_session = np.unique(s, return_counts=True)
+        duration = float(t.max() - t.min()) if n else 0.0
+        known = nbytes[nbytes >= 0]
+        return TraceInfo(
+            sessions=int(per_session.size),
+            requests=n,
+            bursts=int(burst_start.sum()),
+            duration=duration,
+            request_rate=n / duration if duration > 0 else float("nan"),
+            dynamic_fraction=dynamic / n,
+            static_fraction=1.0 - dynamic / n,
+            bytes_quantiles=_quantiles(known.astype(np.float64)),
+            think_quantiles=_quantiles(think[burst_start]),
+            requests_per_session=_quantiles(per_session.astype(np.float64)),
+            unknown_bytes=int(n - known.size),
+            meta=dict(self.meta),
+        )
+
+
+def _as_list_or_np(values: Iterable[Any]) -> Any:
+    if isinstance(values, (np.ndarray, pa.Array, pa.ChunkedArray, list)):
+        return values
+    return list(values)
+
+
+def _conform(table: pa.Table) -> pa.Table:
+    """Cast to the trace schema (plus known optional columns), in canonical column order."""
+    names = table.column_names
+    missing = [c for c in COLUMNS if c not in names]
+    if missing:
+        raise ValueError(f"table lacks trace columns {missing}")
+    arrays = []
+    fields = []
+    for f in SCHEMA:
+        col = table.column(f.name)
+        if col.type != f.type:
+            col = col.cast(f.type)
+        arrays.append(col)
+        fields.append(f)
+    for name, typ in EXTRA_COLUMNS.items():
+        if name in names:
+            col = table.column(name)
+            arrays.append(col if col.type == typ else col.cast(typ))
+            fields.append(pa.field(name, typ))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))

@@ -1,0 +1,120 @@
+"""Uniform checks and parsers for parameters (rates, fractions, percentiles, durations).
+
+Messages follow one form, after scikit-learn's ``check_scalar``:
+``alpha == 1.7, must be in (0, 1].`` so a user sees the name, the value and the rule.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from numbers import Real
+
+from shrink.errors import ParameterError
+
+__all__ = [
+    "check_alpha",
+    "check_fraction",
+    "check_int",
+    "check_percentile",
+    "check_positive",
+    "check_rate",
+    "parse_duration",
+    "parse_thresholds",
+]
+
+
+def _interval(low: float | None, high: float | None, closed: str) -> str:
+    lo = "-inf" if low is None else f"{low:g}"
+    hi = "inf" if high is None else f"{high:g}"
+    left = "[" if closed in ("both", "left") else "("
+    right = "]" if closed in ("both", "right") else ")"
+    return f"{left}{lo}, {hi}{right}"
+
+
+def check_scalar(
+    value: object,
+    name: str,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    closed: str = "both",
+) -> float:
+    """Return ``value`` as a float if it is a finite real inside the interval, else raise."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise ParameterError(f"{name} == {value!r}, must be a real number.")
+    v = float(value)
+    if math.isnan(v) or math.isinf(v):
+        raise ParameterError(f"{name} == {v}, must be finite.")
+    below = low is not None and (v < low or (v == low and closed in ("neither", "right")))
+    above = high is not None and (v > high or (v == high and closed in ("neither", "left")))
+    if below or above:
+        raise ParameterError(f"{name} == {v:g}, must be in {_interval(low, high, closed)}.")
+    return v
+
+
+def check_alpha(alpha: object, name: str = "alpha") -> float:
+    """The SHRiNK sample fraction: in (0, 1]."""
+    return check_scalar(alpha, name, low=0.0, high=1.0, closed="right")
+
+
+def check_fraction(value: object, name: str) -> float:
+    """A fraction in [0, 1]."""
+    return check_scalar(value, name, low=0.0, high=1.0, closed="both")
+
+
+def check_positive(value: object, name: str) -> float:
+    """A strictly positive finite number."""
+    return check_scalar(value, name, low=0.0, closed="neither")
+
+
+def check_rate(value: object, name: str = "rate") -> float:
+    """A request rate in requests/s: strictly positive."""
+    return check_positive(value, name)
+
+
+def check_percentile(value: object, name: str = "percentile") -> float:
+    """A percentile in (0, 100]."""
+    return check_scalar(value, name, low=0.0, high=100.0, closed="right")
+
+
+def check_int(value: object, name: str, *, low: int | None = None, high: int | None = None) -> int:
+    """An integer inside [low, high]."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ParameterError(f"{name} == {value!r}, must be an integer.")
+    check_scalar(value, name, low=low, high=high, closed="both")
+    return int(value)
+
+
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(us|µs|ms|s|m|min|h)?\s*$")
+_UNIT_SECONDS = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str | float | int, name: str = "duration") -> float:
+    """Parse ``"5ms"``, ``"0.5 s"``, ``"2m"`` or a bare number of seconds into seconds (> 0)."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return check_scalar(float(text), name, low=0.0, closed="neither")
+    m = _DURATION.match(str(text))
+    if not m:
+        raise ParameterError(
+            f"{name} == {text!r}, must be a duration such as 500us, 5ms, 2s or 1m."
+        )
+    seconds = float(m.group(1)) * _UNIT_SECONDS[m.group(2) or "s"]
+    return check_scalar(seconds, name, low=0.0, closed="neither")
+
+
+def parse_thresholds(text: str) -> dict[str, float]:
+    """Parse ``"mean=5ms,p999=500ms"`` into ``{"mean": 0.005, "p999": 0.5}`` (seconds)."""
+    out: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        if "=" not in part:
+            raise ParameterError(f"thresholds == {text!r}, each item must be STAT=DURATION.")
+        stat, value = (s.strip() for s in part.split("=", 1))
+        if stat not in ("mean", "p50", "p90", "p99", "p999"):
+            raise ParameterError(
+                f"threshold statistic == {stat!r}, must be one of mean, p50, p90, p99, p999."
+            )
+        out[stat] = parse_duration(value, f"threshold {stat}")
+    if not out:
+        raise ParameterError(f"thresholds == {text!r}, must name at least one STAT=DURATION.")
+    return out

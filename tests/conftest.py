@@ -1,0 +1,41 @@
+"""Shared fixtures: where the real traces are, and skips with a reason."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# The real traces live outside the project, in ../shared (never copied in).
+SHARED = Path(os.environ.get("SHRINK_SHARED", ROOT.parent / "shared"))
+REAL = SHARED / "data" / "real"
+PUBLISHED = SHARED / "data" / "published"
+
+
+@pytest.fixture(scope="session")
+def real_dir() -> Path:
+    if not REAL.is_dir():
+        pytest.skip(f"real traces not found at {REAL} (set SHRINK_SHARED to the shared/ folder)")
+    return REAL
+
+
+@pytest.fixture(scope="session")
+def published_dir() -> Path:
+    if not PUBLISHED.is_dir():
+        pytest.skip(f"published figures not found at {PUBLISHED}")
+    return PUBLISHED
+
+
+def require_tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.skip(f"{name} is not installed (make setup installs it as root)")
+    return path
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root (cgroups, tcpdump); CI runs as root")
