@@ -1,0 +1,154 @@
+"""From runs to a LoadCurve: per-level statistics and the load sweep.
+
+Throughput counts requests *completed* inside the measurement window (so an
+overloaded server shows its real rate, not the offered one); latency statistics
+cover requests *intended* inside the window that completed (coordinated
+omission: counted from the intended time). Requests intended in the window that
+never completed are errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from shrink.errors import ParameterError
+from shrink.loadcurve import Level, LevelStats, LoadCurve, latency_stats
+from shrink.target import RunResult, Target
+from shrink.trace import Trace
+from shrink.validation import check_int, check_positive
+
+__all__ = ["level_stats", "rate_factor_for", "sweep"]
+
+CLASSES = ("static", "dynamic")
+
+
+def level_stats(result: RunResult) -> LevelStats:
+    """Exact statistics of one run's measurement window."""
+    log = result.runlog
+    start, end = result.window
+    width = end - start
+    intended = log.column("intended")
+    done = log.column("done")
+    cls = log.column("cls")
+    ok = log.ok_mask()
+    in_win = (intended >= start) & (intended < end)
+    finished_in_win = ok & (done >= start) & (done < end)
+    lat = done - intended
+    measured = in_win & ok
+    per_class = {}
+    for c in CLASSES:
+        m = cls == c
+        if np.any(in_win & m):
+            st = latency_stats(lat[measured & m], width)
+            st.throughput = float(np.sum(finished_in_win & m)) / width
+            per_class[c] = st
+    overall = latency_stats(lat[measured], width)
+    overall.throughput = float(np.sum(finished_in_win)) / width
+    g = result.generator
+    return LevelStats(
+        throughput=overall.throughput,
+        overall=overall,
+        per_class=per_class,
+        offered=float(np.sum(in_win)) / width,
+        utilization=result.utilization,
+        errors=int(np.sum(in_win & ~ok)),
+        generator_behind=g.behind,
+        send_lag_p99=g.send_lag_p99,
+        generator_cpu=g.cpu,
+    )
+
+
+def rate_factor_for(trace: Trace, level: float, knob: str) -> float:
+    """The rate factor that realises ``level`` of ``knob`` on ``trace``.
+
+    ``rate_factor``: the level itself. ``users``: level / the users the trace
+    models (meta ``users``). ``rate``: level / the trace's mean request rate.
+    """
+    if knob == "rate_factor":
+        return check_positive(level, "rate factor")
+    if knob == "users":
+        users = trace.meta.get("users")
+        if not users:
+            raise ParameterError(
+                "levels in users need a trace that records how many users it models "
+                "(meta 'users', written by shrink synth support); use rate factors instead."
+            )
+        return check_positive(level, "users") / float(users)
+    if knob == "rate":
+        rate = trace.info().request_rate
+        if not np.isfinite(rate) or rate <= 0:
+            raise ParameterError("levels as a request rate need a trace with a duration")
+        return check_positive(level, "rate") / rate
+    raise ParameterError(f"knob == {knob!r}, must be one of rate_factor, users, rate.")
+
+
+def sweep(
+    target: Target,
+    trace: Trace,
+    levels: Sequence[float],
+    *,
+    knob: str = "rate_factor",
+    reps: int = 1,
+    warmup: float = 2.0,
+    duration: float = 10.0,
+    seed: int = 0,
+    alpha: float | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> LoadCurve:
+    """Run ``trace`` on ``target`` at each level ``reps`` times; return the LoadCurve.
+
+    Each repetition gets its own seed (``seed + 1000 * level_index + rep``) so runs
+    are independent yet the whole sweep is reproducible.
+    """
+    check_int(reps, "reps", low=1)
+    check_positive(duration, "duration")
+    if warmup < 0:
+        raise ParameterError(f"warmup == {warmup:g}, must be in [0, inf).")
+    if not levels:
+        raise ParameterError("levels is empty, must name at least one load level.")
+    out: list[Level] = []
+    total = len(levels) * reps
+    step = 0
+    desc: dict[str, Any] = {}
+    for i, level in enumerate(levels):
+        factor = rate_factor_for(trace, level, knob)
+        stats = []
+        for r in range(reps):
+            if progress is not None:
+                progress(f"{knob} {level:g} rep {r + 1}/{reps}", step, total)
+            res = target.run(
+                trace,
+                rate_factor=factor,
+                warmup=warmup,
+                duration=duration,
+                seed=seed + 1000 * i + r,
+            )
+            desc = res.describe or desc
+            stats.append(level_stats(res))
+            step += 1
+        out.append(Level(float(level), stats))
+    if progress is not None:
+        progress("done", total, total)
+    describe = target.describe()
+    return LoadCurve(
+        levels=out,
+        knob=knob,
+        alpha=float(alpha if alpha is not None else trace.meta.get("alpha", 1.0)),
+        share=describe.get("share", {"kind": "all", "fraction": 1.0}),
+        mapping=describe.get("mapping", {}).get("name", "")
+        if isinstance(describe.get("mapping"), dict)
+        else str(describe.get("mapping", "")),
+        machine=describe.get("machine", {}),
+        meta={
+            "target": describe,
+            "trace": {k: trace.meta.get(k) for k in ("source", "workload", "users", "sampler")},
+            "seed": seed,
+            "warmup": warmup,
+            "duration": duration,
+            "reps": reps,
+            "last_run": desc,
+        },
+    )

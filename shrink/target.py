@@ -1,0 +1,162 @@
+"""The Target protocol: something that runs a trace at a load level and measures it.
+
+Three kinds implement it: the live testbed driven by the replay engine
+(:mod:`shrink.replay`), the simulator (:mod:`shrink.sim`), and :class:`FakeTarget`
+below, a tiny in-process queue for unit tests of later stages.
+
+A run replays ``trace`` with session start times divided by ``rate_factor``; what
+is measured are the requests whose *intended* send time falls in the measurement
+window ``[warmup, warmup + duration)`` seconds after the run's start (the first
+``warmup`` seconds fill the system).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from shrink.runlog import RunLog
+from shrink.trace import Trace
+
+__all__ = ["FakeTarget", "GeneratorCheck", "RunResult", "Target", "open_loop_schedule"]
+
+
+@dataclass(frozen=True)
+class GeneratorCheck:
+    """The load generator's self-check: did it keep to its schedule?"""
+
+    intended_rate: float
+    achieved_rate: float
+    send_lag_p50: float
+    send_lag_p99: float
+    send_lag_max: float
+    cpu: float | None = None  # generator CPU seconds per wall second, summed over its cores
+    behind: bool = False
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class RunResult:
+    """One run at one load level."""
+
+    runlog: RunLog
+    window: tuple[float, float]
+    generator: GeneratorCheck
+    utilization: float | None = None  # mean busy fraction of the share's CPUs in the window
+    per_cpu_utilization: dict[int, float] = field(default_factory=dict)
+    describe: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Target(Protocol):
+    """Runs a trace at a load level (live testbed, simulator, fake)."""
+
+    def describe(self) -> dict[str, Any]:
+        """Machine, mapping, share and versions: recorded in every result file."""
+        ...
+
+    def run(
+        self,
+        trace: Trace,
+        *,
+        rate_factor: float,
+        warmup: float,
+        duration: float,
+        seed: int,
+    ) -> RunResult:
+        """Replay ``trace`` sped up by ``rate_factor``; measure ``[warmup, warmup+duration)``."""
+        ...
+
+
+def open_loop_schedule(trace: Trace, rate_factor: float, horizon: float) -> np.ndarray:
+    """Row indices of requests whose scaled time ``t / rate_factor`` is below ``horizon``,
+    and their intended times, treating every request as sent at its burst's ``t``.
+
+    Returns an (n, 2) float array: index, intended time.
+    """
+    t = trace.table.column("t").to_numpy() / rate_factor
+    t = t - (t.min() if t.size else 0.0)
+    keep = np.flatnonzero(t < horizon)
+    return np.column_stack([keep.astype(np.float64), t[keep]])
+
+
+class FakeTarget:
+    """An in-process FIFO multi-server queue with exponential per-class demands.
+
+    For unit tests only: deterministic for a seed, instant, no sockets. Every
+    request is sent at its burst's scaled ``t`` (pure open loop).
+    """
+
+    def __init__(
+        self,
+        *,
+        servers: int = 1,
+        demand: dict[str, float] | None = None,
+        generator_capacity: float = float("inf"),
+    ) -> None:
+        self.servers = servers
+        self.demand = demand or {"static": 0.001, "dynamic": 0.005}
+        self.generator_capacity = generator_capacity
+
+    def describe(self) -> dict[str, Any]:
+        return {"target": "fake", "servers": self.servers, "demand": self.demand}
+
+    def run(
+        self, trace: Trace, *, rate_factor: float, warmup: float, duration: float, seed: int
+    ) -> RunResult:
+        rng = np.random.default_rng(seed)
+        sched = open_loop_schedule(trace, rate_factor, warmup + duration)
+        idx = sched[:, 0].astype(np.int64)
+        intended = sched[:, 1]
+        order = np.argsort(intended, kind="stable")
+        idx, intended = idx[order], intended[order]
+        cls = np.asarray(trace.table.column("cls").take(idx).to_pylist(), dtype=object)
+        means = np.array([self.demand.get(c, self.demand["static"]) for c in cls])
+        service = rng.exponential(means)
+        rate = len(intended) / (warmup + duration) if len(intended) else 0.0
+        behind = rate > self.generator_capacity
+        sent = intended.copy()
+        if behind:  # a generator that cannot keep up sends late, evenly spaced
+            sent = np.maximum(intended, np.arange(len(intended)) / self.generator_capacity)
+        free = np.zeros(self.servers)
+        done = np.empty_like(sent)
+        for i, (s, d) in enumerate(zip(sent, service, strict=True)):
+            k = int(np.argmin(free))
+            start = max(s, free[k])
+            free[k] = start + d
+            done[i] = free[k]
+        sessions = trace.table.column("session").take(idx).to_numpy()
+        log = RunLog.from_columns(
+            {
+                "intended": intended,
+                "sent": sent,
+                "first_byte": done,
+                "done": done,
+                "status": np.full(len(idx), 200, np.int32),
+                "bytes": np.full(len(idx), 1024, np.int64),
+                "cls": cls,
+                "session": sessions,
+                "target": ["fake:0"] * len(idx),
+                "error": [""] * len(idx),
+            },
+            meta={"target": "fake", "rate_factor": rate_factor, "seed": seed},
+        )
+        lag = sent - intended
+        window = (warmup, warmup + duration)
+        in_win = (intended >= window[0]) & (intended < window[1])
+        busy = float(np.sum(service[in_win])) / (duration * self.servers) if duration else 0.0
+        gen = GeneratorCheck(
+            intended_rate=float(in_win.sum() / duration) if duration else 0.0,
+            achieved_rate=float(((sent >= window[0]) & (sent < window[1])).sum() / duration),
+            send_lag_p50=float(np.quantile(lag, 0.5)) if lag.size else 0.0,
+            send_lag_p99=float(np.quantile(lag, 0.99)) if lag.size else 0.0,
+            send_lag_max=float(lag.max()) if lag.size else 0.0,
+            behind=bool(behind),
+            reason="offered rate above generator capacity" if behind else "",
+        )
+        return RunResult(log, window, gen, utilization=min(1.0, busy), describe=self.describe())

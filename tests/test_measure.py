@@ -1,0 +1,57 @@
+"""Sweep + MAT on the fake target: the plumbing later stages rely on."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shrink.errors import ParameterError
+from shrink.mat import mat
+from shrink.measure import rate_factor_for, sweep
+from shrink.target import FakeTarget, Target
+from shrink.trace import Trace
+
+
+def _open_trace(rate: float, duration: float, seed: int = 0) -> Trace:
+    rng = np.random.default_rng(seed)
+    t = np.cumsum(rng.exponential(1 / rate, int(rate * duration * 1.2)))
+    t = t[t < duration]
+    return Trace.from_columns(
+        {"session": np.arange(t.size), "t": t, "path": ["/static/file1k.bin"] * t.size},
+        meta={"mode": "open"},
+    )
+
+
+def test_fake_is_a_target():
+    assert isinstance(FakeTarget(), Target)
+
+
+def test_sweep_on_mm1_fake_finds_the_mat():
+    # Base trace 100 req/s; rate factors 3..9.5 give 300..950 req/s on a 1 ms server.
+    trace = _open_trace(100.0, 200.0)
+    target = FakeTarget(servers=1, demand={"static": 0.001})
+    curve = sweep(target, trace, [3, 5, 7, 8.5, 9.5], reps=3, warmup=2, duration=20, seed=1)
+    thr = [lv.throughput for lv in curve.levels]
+    assert thr == sorted(thr)
+    assert thr[0] == pytest.approx(300, rel=0.1)
+    # M/M/1: mean = 1/(1000 - lam) = 5 ms at 800 req/s.
+    res = mat(curve, "mean", 0.005)
+    assert res.status == "ok"
+    assert res.mat == pytest.approx(800, rel=0.08)
+    util = curve.levels[0].utilization
+    assert util == pytest.approx(0.3, abs=0.05)
+
+
+def test_levels_where_the_generator_fell_behind_are_flagged_and_excluded():
+    trace = _open_trace(100.0, 200.0)
+    target = FakeTarget(servers=1, demand={"static": 0.001}, generator_capacity=600.0)
+    curve = sweep(target, trace, [3, 5, 8], warmup=1, duration=10)
+    assert [lv.generator_behind for lv in curve.levels] == [False, False, True]
+    assert len(curve.usable()) == 2
+
+
+def test_users_knob_needs_users_in_meta():
+    trace = _open_trace(10.0, 5.0)
+    with pytest.raises(ParameterError, match="users"):
+        rate_factor_for(trace, 100, "users")
+    assert rate_factor_for(trace.with_meta(users=50), 100, "users") == 2.0
