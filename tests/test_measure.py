@@ -55,3 +55,18 @@ def test_users_knob_needs_users_in_meta():
     with pytest.raises(ParameterError, match="users"):
         rate_factor_for(trace, 100, "users")
     assert rate_factor_for(trace.with_meta(users=50), 100, "users") == 2.0
+
+
+def test_auto_sweep_places_levels_around_the_knee():
+    from shrink.autolevels import AutoPlan, auto_sweep
+
+    trace = _open_trace(100.0, 200.0)
+    target = FakeTarget(servers=1, demand={"static": 0.001})
+    plan = AutoPlan(warmup=1, duration=10, reps=2, max_levels=10)
+    curve = auto_sweep(target, trace, {"mean": 0.005, "p999": 0.030}, plan=plan, seed=3)
+    assert 4 <= len(curve.levels) <= 10
+    res = mat(curve, "mean", 0.005)
+    assert res.status == "ok"
+    assert res.mat == pytest.approx(800, rel=0.08)
+    # Most levels sit near the knee (over half the capacity), not at light load.
+    assert sum(lv.throughput > 500 for lv in curve.levels) >= len(curve.levels) - 2

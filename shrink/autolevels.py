@@ -1,0 +1,179 @@
+"""Choosing load levels automatically around the knee.
+
+A quick probe at a light load measures throughput and utilization of the share,
+which estimates the capacity (throughput / utilization). Levels are then placed
+densely where the thresholds are crossed (60-105% of that capacity), a coarse
+pass confirms where each statistic crosses its threshold, and a refinement pass
+adds levels inside each crossing's bracket until the MAT interval is narrow or the
+level budget is spent. Without a utilization reading, a geometric pass finds the
+knee instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from shrink.errors import MeasurementError
+from shrink.loadcurve import Level, LoadCurve
+from shrink.mat import mat
+from shrink.measure import level_stats, rate_factor_for
+from shrink.target import Target
+from shrink.trace import Trace
+
+__all__ = ["AutoPlan", "auto_sweep"]
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class AutoPlan:
+    """How an automatic sweep spends its time."""
+
+    warmup: float = 2.0
+    duration: float = 8.0
+    reps: int = 2
+    probe_level: float | None = None  # knob value of the probe; default: 10% of the trace's rate
+    coarse: tuple[float, ...] = (0.3, 0.6, 0.75, 0.85, 0.92, 1.0, 1.1)
+    max_levels: int = 12
+    refine_rel_width: float = 0.05  # stop refining when the bracket is this narrow (relative)
+    util_target: float = 0.8  # a level near this utilization is kept for the CDF figures
+
+
+def _run_level(
+    target: Target, trace: Trace, level: float, knob: str, plan: AutoPlan, seed: int
+) -> Level:
+    factor = rate_factor_for(trace, level, knob)
+    reps = []
+    for r in range(plan.reps):
+        res = target.run(
+            trace, rate_factor=factor, warmup=plan.warmup, duration=plan.duration, seed=seed + r
+        )
+        reps.append(level_stats(res))
+    return Level(float(level), reps)
+
+
+def _share_fraction(target: Target) -> tuple[str, float]:
+    share = target.describe().get("share", {}) or {}
+    return str(share.get("kind", "all")), float(share.get("fraction", 1.0) or 1.0)
+
+
+def _normalized_util(u: float | None, kind: str, fraction: float) -> float | None:
+    """Utilization as a fraction of what the share may use (a 25% quota is full at 0.25)."""
+    if u is None or not np.isfinite(u):
+        return None
+    if kind == "cpu_time" and fraction < 1.0:
+        return min(1.0, u / fraction) if u <= fraction * 1.05 else min(1.0, u)
+    return u
+
+
+def auto_sweep(
+    target: Target,
+    trace: Trace,
+    thresholds: Mapping[str, float],
+    *,
+    knob: str = "rate_factor",
+    plan: AutoPlan | None = None,
+    seed: int = 0,
+    alpha: float | None = None,
+    progress: Progress | None = None,
+) -> LoadCurve:
+    """Sweep ``trace`` on ``target`` with levels chosen around the thresholds' crossings."""
+    plan = plan or AutoPlan()
+    kind, fraction = _share_fraction(target)
+    base_rate = trace.info().request_rate
+    unit = {"rate_factor": 1.0, "users": float(trace.meta.get("users") or 1.0)}.get(knob, 1.0)
+    probe = plan.probe_level if plan.probe_level is not None else 0.1 * unit
+    levels: dict[float, Level] = {}
+    budget = plan.max_levels
+    step = 0
+
+    def run(level: float, what: str) -> Level:
+        nonlocal step
+        level = float(round(level, 6))
+        if level not in levels:
+            if progress is not None:
+                progress(f"{what}: {knob} {level:g}", step, plan.max_levels)
+            levels[level] = _run_level(target, trace, level, knob, plan, seed + 1000 * step)
+            step += 1
+        return levels[level]
+
+    first = run(probe, "probe")
+    budget -= 1
+    util = _normalized_util(first.utilization, kind, fraction)
+    thr = first.throughput
+    if util and util > 0.001 and thr > 0:
+        capacity_level = probe * min(1000.0, 1.0 / util)
+        coarse = [capacity_level * f for f in plan.coarse]
+    else:  # no utilization: geometric pass until a threshold is crossed
+        coarse = []
+        lvl = probe
+        while len(coarse) < budget // 2:
+            lvl *= 2.0
+            coarse.append(lvl)
+    for lvl in coarse:
+        if budget <= 0:
+            break
+        lv = run(lvl, "coarse")
+        budget -= 1
+        if lv.generator_behind or _all_over(lv, thresholds):
+            break
+    # Refinement: split the bracket of each statistic's crossing.
+    while budget > 0:
+        curve = _curve(levels, knob, target, trace, alpha)
+        gaps = []
+        for stat, limit in thresholds.items():
+            try:
+                res = mat(curve, stat, limit)
+            except MeasurementError:  # no usable level yet: nothing to refine
+                continue
+            if res.status == "ok" and res.bracket is not None:
+                a, b = res.bracket
+                if (b - a) / b > plan.refine_rel_width:
+                    gaps.append((b - a, (a + b) / 2))
+        if not gaps:
+            break
+        gaps.sort(reverse=True)
+        run(gaps[0][1], "refine")
+        budget -= 1
+    if progress is not None:
+        progress("done", plan.max_levels, plan.max_levels)
+    return _curve(levels, knob, target, trace, alpha, base_rate=base_rate, plan=plan)
+
+
+def _all_over(level: Level, thresholds: Mapping[str, float]) -> bool:
+    return all(level.stat(stat)[0] > limit for stat, limit in thresholds.items())
+
+
+def _curve(
+    levels: dict[float, Level],
+    knob: str,
+    target: Target,
+    trace: Trace,
+    alpha: float | None,
+    *,
+    base_rate: float | None = None,
+    plan: AutoPlan | None = None,
+) -> LoadCurve:
+    desc = target.describe()
+    mapping = desc.get("mapping", "")
+    meta = {
+        "target": desc,
+        "trace": {k: trace.meta.get(k) for k in ("source", "workload", "users", "sampler", "seed")},
+        "auto_levels": True,
+    }
+    if plan is not None:
+        meta.update(warmup=plan.warmup, duration=plan.duration, reps=plan.reps)
+    if base_rate is not None:
+        meta["trace_rate"] = base_rate
+    return LoadCurve(
+        levels=list(levels.values()),
+        knob=knob,
+        alpha=float(alpha if alpha is not None else trace.meta.get("alpha", 1.0)),
+        share=desc.get("share", {"kind": "all", "fraction": 1.0}),
+        mapping=mapping.get("name", "") if isinstance(mapping, dict) else str(mapping),
+        machine=desc.get("machine", {}),
+        meta=meta,
+    )
