@@ -1,0 +1,115 @@
+"""A report as a list of blocks, rendered to Markdown and to standalone HTML.
+
+Keeping one structure for both formats means the two never disagree.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+
+__all__ = ["Doc", "render_html", "render_markdown"]
+
+
+@dataclass
+class Doc:
+    title: str
+    blocks: list[tuple] = field(default_factory=list)
+
+    def h(self, level: int, text: str) -> None:
+        self.blocks.append(("h", level, text))
+
+    def p(self, text: str) -> None:
+        self.blocks.append(("p", text))
+
+    def ul(self, items: list[str]) -> None:
+        self.blocks.append(("ul", items))
+
+    def table(self, headers: list[str], rows: list[list[str]]) -> None:
+        self.blocks.append(("table", headers, rows))
+
+    def img(self, path: str, caption: str) -> None:
+        self.blocks.append(("img", path, caption))
+
+    def note(self, text: str) -> None:
+        self.blocks.append(("note", text))
+
+
+def render_markdown(doc: Doc) -> str:
+    out = [f"# {doc.title}", ""]
+    for b in doc.blocks:
+        kind = b[0]
+        if kind == "h":
+            out += ["#" * (b[1] + 1) + " " + b[2], ""]
+        elif kind == "p":
+            out += [b[1], ""]
+        elif kind == "note":
+            out += ["> " + b[1], ""]
+        elif kind == "ul":
+            out += [f"- {item}" for item in b[1]] + [""]
+        elif kind == "table":
+            headers, rows = b[1], b[2]
+            out.append("| " + " | ".join(headers) + " |")
+            out.append("|" + "|".join("---" for _ in headers) + "|")
+            out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+            out.append("")
+        elif kind == "img":
+            out += [f"![{b[2]}]({b[1]})", "", f"*{b[2]}*", ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1000px;
+margin:2em auto;padding:0 1em;color:#1d2330;line-height:1.5}
+h1{border-bottom:2px solid #2b6cb0;padding-bottom:.2em}h2{margin-top:1.8em;color:#2b4c7e}
+table{border-collapse:collapse;margin:1em 0;font-size:.92em}
+th,td{border:1px solid #cbd5e0;padding:.35em .7em;text-align:right}
+th{background:#edf2f7}td:first-child,th:first-child{text-align:left}
+figure{margin:1.5em 0}figure img{max-width:100%;border:1px solid #e2e8f0}
+figcaption{font-size:.9em;color:#4a5568}
+blockquote{background:#f0f5ff;border-left:4px solid #2b6cb0;margin:1em 0;padding:.6em 1em}
+code{background:#edf2f7;padding:0 .2em}
+"""
+
+
+def _inline(text: str) -> str:
+    """Escape, then render **bold** and `code` (the only inline marks the report uses)."""
+    import re
+
+    t = html.escape(text)
+    t = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", t)
+    return re.sub(r"`(.+?)`", r"<code>\1</code>", t)
+
+
+def render_html(doc: Doc) -> str:
+    out = [
+        "<!doctype html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(doc.title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{_inline(doc.title)}</h1>",
+    ]
+    for b in doc.blocks:
+        kind = b[0]
+        if kind == "h":
+            n = min(6, b[1] + 1)
+            out.append(f"<h{n}>{_inline(b[2])}</h{n}>")
+        elif kind == "p":
+            out.append(f"<p>{_inline(b[1])}</p>")
+        elif kind == "note":
+            out.append(f"<blockquote>{_inline(b[1])}</blockquote>")
+        elif kind == "ul":
+            out.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in b[1]) + "</ul>")
+        elif kind == "table":
+            head = "".join(f"<th>{_inline(h)}</th>" for h in b[1])
+            body = "".join(
+                "<tr>" + "".join(f"<td>{_inline(str(c))}</td>" for c in row) + "</tr>"
+                for row in b[2]
+            )
+            out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+        elif kind == "img":
+            out.append(
+                f'<figure><img src="{html.escape(b[1])}" alt="{html.escape(b[2])}">'
+                f"<figcaption>{_inline(b[2])}</figcaption></figure>"
+            )
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"

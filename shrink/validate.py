@@ -1,0 +1,144 @@
+"""Validation: a predicted load curve against a full-scale measurement.
+
+For each statistic the MAT error is ``(predicted - measured) / measured``. The
+latency distributions are compared at matched normalized loads: for every
+usable level of the measured curve, the predicted latency quantile function at
+the same throughput (interpolated between the two nearest predicted levels) is
+compared by the Wasserstein-1 distance, the area between the two quantile
+functions, W1 = integral over p of |F^-1(p) - G^-1(p)| dp.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shrink.errors import MeasurementError
+from shrink.loadcurve import QGRID, Level, LoadCurve
+from shrink.mat import MATResult, mat
+
+__all__ = ["Validation", "quantiles_at", "validate", "wasserstein1"]
+
+_P = np.asarray(QGRID)
+
+
+def wasserstein1(q_a: np.ndarray, q_b: np.ndarray) -> float:
+    """W1 between two distributions given by their quantiles at :data:`QGRID`."""
+    diff = np.abs(np.asarray(q_a, float) - np.asarray(q_b, float))
+    return float(np.trapezoid(diff, _P))
+
+
+def _level_dist(level: Level, cls: str | None) -> np.ndarray | None:
+    dists = []
+    for r in level.reps:
+        src = r.overall if cls is None else r.per_class.get(cls)
+        if src is not None and src.dist:
+            dists.append(np.asarray(src.dist, float))
+    if not dists:
+        return None
+    # Average quantile functions: the W1 barycentre of the repetitions.
+    return np.mean(dists, axis=0)
+
+
+def quantiles_at(curve: LoadCurve, throughput: float, cls: str | None = None) -> np.ndarray | None:
+    """The curve's latency quantile function at ``throughput``, interpolated between levels.
+
+    None when ``throughput`` lies outside the curve's usable levels.
+    """
+    pts = []
+    for lv in curve.usable():
+        d = _level_dist(lv, cls)
+        if d is not None:
+            pts.append((lv.throughput, d))
+    pts.sort(key=lambda p: p[0])
+    if not pts or throughput < pts[0][0] * 0.98 or throughput > pts[-1][0] * 1.02:
+        return None
+    xs = np.array([p[0] for p in pts])
+    j = int(np.searchsorted(xs, throughput))
+    if j <= 0:
+        return pts[0][1]
+    if j >= len(pts):
+        return pts[-1][1]
+    (x0, d0), (x1, d1) = pts[j - 1], pts[j]
+    f = 0.0 if x1 == x0 else (throughput - x0) / (x1 - x0)
+    return (1 - f) * d0 + f * d1
+
+
+@dataclass
+class Validation:
+    """A prediction checked against a full-scale run."""
+
+    mats: dict[str, dict[str, Any]]
+    wasserstein: list[dict[str, float]] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def mat_error(self) -> dict[str, float]:
+        return {s: v["error"] for s, v in self.mats.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"schema": "shrink.validation/1", "mats": self.mats}
+        for stat, err in self.mat_error.items():
+            d[f"mat_error_{stat}"] = err
+        w = [x["w1"] for x in self.wasserstein]
+        d["wasserstein"] = self.wasserstein
+        d["wasserstein_median"] = float(np.median(w)) if w else None
+        d["meta"] = self.meta
+        return d
+
+    def write_json(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True, default=str) + "\n")
+        return path
+
+
+def validate(
+    predicted: LoadCurve,
+    measured: LoadCurve,
+    thresholds: Mapping[str, float],
+    *,
+    predicted_mats: Mapping[str, MATResult] | None = None,
+) -> Validation:
+    """Compare ``predicted`` (a full-machine curve) with ``measured`` (a full-scale run)."""
+    if not measured.usable():
+        raise MeasurementError("the full-scale run has no usable level to validate against")
+    mats: dict[str, dict[str, Any]] = {}
+    for stat, limit in thresholds.items():
+        p = predicted_mats[stat] if predicted_mats and stat in predicted_mats else None
+        p = p or mat(predicted, stat, limit)
+        m = mat(measured, stat, limit)
+        mats[stat] = {
+            "threshold": limit,
+            "predicted": p.mat,
+            "predicted_ci": list(p.ci),
+            "predicted_status": p.status,
+            "measured": m.mat,
+            "measured_ci": list(m.ci),
+            "measured_status": m.status,
+            "error": (p.mat - m.mat) / m.mat if m.mat else float("nan"),
+        }
+    rows = []
+    for lv in measured.usable():
+        q_meas = _level_dist(lv, None)
+        q_pred = quantiles_at(predicted, lv.throughput)
+        if q_meas is None or q_pred is None:
+            continue
+        w1 = wasserstein1(q_pred, q_meas)
+        mean = float(lv.stat("mean")[0])
+        rows.append(
+            {
+                "throughput": lv.throughput,
+                "utilization": lv.utilization if lv.utilization is not None else float("nan"),
+                "w1": w1,
+                "w1_relative_to_mean": w1 / mean if mean > 0 else float("nan"),
+                "measured_mean": mean,
+                "predicted_mean": float(np.trapezoid(q_pred, _P)),
+            }
+        )
+    return Validation(mats=mats, wasserstein=rows)
