@@ -1,0 +1,201 @@
+r"""Common and Combined Log Format access logs (Apache, NCSA, lighttpd, nginx).
+
+A line is ``host ident user [dd/Mon/yyyy:HH:MM:SS +zzzz] "request" status bytes``,
+followed in the Combined format by ``"referer" "user-agent"``. What the reader
+accepts and how it maps lines to the Trace:
+
+* **Quoted fields** may hold escaped quotes and backslashes (``\"``, ``\\``), as
+  Apache writes them; they are unescaped. Other backslash sequences (Apache's
+  ``\xhh`` for odd bytes) are kept as written.
+* **Request line** ``METHOD URL [HTTP/x.y]``: the version may be missing
+  (HTTP/0.9-style lines, common in 1995 logs); a URL with blanks in it is kept
+  whole. A request field that is not a request (``"-"``, one word, garbage)
+  makes the line skipped.
+* **Time** with its zone offset is converted to UTC epoch seconds; ``t`` counts
+  from the earliest request (meta ``origin_epoch`` is that instant).
+* **bytes** ``-`` means the server sent no body, so it becomes 0; **status**
+  ``-`` becomes 0 (unknown). ``rt`` is NaN: access logs in these formats do not
+  record response times. ``client`` is the host field.
+* **Sessions** are the requests of one client (host, and user agent when the line
+  has one) with no silence longer than ``idle_gap`` (default 30 min) between
+  consecutive requests. **Bursts**: a request within ``burst_gap`` (default 1 s)
+  of its burst's first request joins the burst. With timestamps of 1-s
+  resolution this puts a page and the embedded objects fetched in the same or
+  the next second together (the NASA log shows ``GET /`` at :07 and its three
+  images at :08). Think time = gap to the next burst. Rows are sorted by time
+  inside a session, because servers log a request when it completes, so file
+  order is not send order. See :mod:`shrink.ingest.sessionize`.
+* **Request class** by :class:`shrink.classify.Classifier` (configurable rules).
+* **Lines that are not log lines** (blank, truncated, another format) are
+  skipped and counted, with their line numbers, in the meta (``skipped``,
+  ``skipped_lines``: first 100). With ``strict=True`` the first one raises
+  :class:`TraceFormatError` with its line number. A line whose last quoted field
+  (the user agent) lacks its closing quote at the end of the line is accepted
+  in lenient mode and listed under ``repaired_lines``; strict mode rejects it.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shrink.classify import Classifier
+from shrink.errors import TraceFormatError
+from shrink.ingest._io import decode_line, read_bytes, split_lines
+from shrink.ingest.sessionize import non_negative_duration, sessionize
+from shrink.trace import Trace
+from shrink.validation import parse_duration
+
+__all__ = ["CLF_LINE", "parse_clf_time", "read_clf"]
+
+_QUOTED = r'(?:[^"\\]|\\.)*'
+CLF_LINE = re.compile(
+    r"^(?P<host>\S+) (?P<ident>\S+) (?P<user>\S+) \[(?P<time>[^\]]+)\] "
+    rf'"(?P<request>{_QUOTED})" (?P<status>\d{{3}}|-) (?P<bytes>\d+|-)'
+    rf'(?: "(?P<referer>{_QUOTED})" "(?P<agent>{_QUOTED})(?P<closed>"?))?'
+    r"[ \t]*$"
+)
+_TIME = re.compile(
+    r"^(\d{1,2})/([A-Za-z]{3})/(\d{4}):(\d{2}):(\d{2}):(\d{2})(?: ([+-])(\d{2}):?(\d{2}))?$"
+)
+_MONTHS = {m.lower(): i for i, m in enumerate(calendar.month_abbr) if m}
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 token: a method name
+_UNESCAPE = re.compile(r"\\([\"\\])")
+_MAX_LISTED = 100
+
+
+def parse_clf_time(text: str) -> float:
+    """``01/Aug/1995:00:00:01 -0400`` -> UTC epoch seconds; ValueError if malformed.
+
+    A missing zone is taken as UTC.
+    """
+    m = _TIME.match(text)
+    if not m:
+        raise ValueError(f"bad time {text!r}")
+    day, mon, year, hh, mm, ss, sign, zh, zm = m.groups()
+    month = _MONTHS.get(mon.lower())
+    if month is None:
+        raise ValueError(f"bad month {mon!r}")
+    epoch = calendar.timegm((int(year), month, int(day), int(hh), int(mm), int(ss), 0, 0, 0))
+    if sign:
+        offset = int(zh) * 3600 + int(zm) * 60
+        epoch -= offset if sign == "+" else -offset
+    return float(epoch)
+
+
+def _split_request(request: str) -> tuple[str, str] | None:
+    """(method, url) of a request line, or None when it is not one."""
+    words = _UNESCAPE.sub(r"\1", request).split()
+    if len(words) < 2 or not _TOKEN.match(words[0]):
+        return None
+    if len(words) >= 3 and words[-1].upper().startswith("HTTP/"):
+        words = words[:-1]
+    return words[0], " ".join(words[1:])
+
+
+def read_clf(
+    path: str | Path,
+    *,
+    strict: bool = False,
+    idle_gap: float | str = 1800.0,
+    burst_gap: float | str = 1.0,
+    classifier: Classifier | None = None,
+) -> Trace:
+    """Read a Common or Combined Log Format access log into a Trace (see the module docstring).
+
+    ``idle_gap`` and ``burst_gap`` are seconds or durations such as ``"30m"``;
+    ``burst_gap`` may be 0 (only requests in the same second share a burst).
+    """
+    path = Path(path)
+    idle = parse_duration(idle_gap, "idle_gap")
+    bgap = non_negative_duration(burst_gap, "burst_gap")
+    lines = split_lines(read_bytes(path))
+
+    keys: dict[tuple[str, str], int] = {}
+    cols: dict[str, list[Any]] = {k: [] for k in ("key", "time", "method", "path")}
+    cols.update({k: [] for k in ("bytes", "status", "client")})
+    skipped: list[int] = []
+    repaired: list[int] = []
+    combined = 0
+    time_cache: dict[str, float] = {}
+    for number, raw in enumerate(lines, start=1):
+        text = decode_line(raw).rstrip("\r")
+        m = CLF_LINE.match(text)
+        why = ""
+        req = None
+        epoch = 0.0
+        if m is None:
+            why = "not a Common/Combined Log Format line"
+        elif m["agent"] is not None and not m["closed"] and strict:
+            why = "user-agent field has no closing quote"
+        else:
+            req = _split_request(m["request"])
+            if req is None:
+                why = f"request field {m['request']!r} is not METHOD URL [VERSION]"
+            else:
+                stamp = m["time"]
+                cached = time_cache.get(stamp)
+                if cached is None:
+                    try:
+                        cached = time_cache[stamp] = parse_clf_time(stamp)
+                    except ValueError:
+                        why = f"bad time [{stamp}]"
+                epoch = cached or 0.0
+        if why:
+            if strict:
+                raise TraceFormatError(why, path=path, line=number)
+            skipped.append(number)
+            continue
+        assert m is not None and req is not None
+        agent = m["agent"]
+        if agent is not None:
+            combined += 1
+            if not m["closed"]:
+                repaired.append(number)
+            agent = _UNESCAPE.sub(r"\1", agent)
+        host = m["host"]
+        k = (host, agent or "")
+        cols["key"].append(keys.setdefault(k, len(keys)))
+        cols["time"].append(epoch)
+        cols["method"].append(req[0])
+        cols["path"].append(req[1])
+        cols["bytes"].append(0 if m["bytes"] == "-" else int(m["bytes"]))
+        cols["status"].append(0 if m["status"] == "-" else int(m["status"]))
+        cols["client"].append(host)
+
+    n = len(cols["key"])
+    meta: dict[str, Any] = {
+        "reader": "clf",
+        "source": str(path),
+        "flavor": "combined" if combined == n and n else ("common" if combined == 0 else "mixed"),
+        "lines": len(lines),
+        "skipped": len(skipped),
+        "skipped_lines": skipped[:_MAX_LISTED],
+        "repaired": len(repaired),
+        "repaired_lines": repaired[:_MAX_LISTED],
+        "mode": "session",
+        "idle_gap": idle,
+        "burst_gap": bgap,
+    }
+    if n == 0:
+        return Trace.empty({**meta, "origin_epoch": None})
+    s = sessionize(np.asarray(cols["key"]), np.asarray(cols["time"]), burst_gap=bgap, idle_gap=idle)
+    o = s.order
+    paths = [cols["path"][i] for i in o]
+    out = {
+        "session": s.session,
+        "burst": s.burst,
+        "t": s.t,
+        "think": s.think,
+        "method": [cols["method"][i] for i in o],
+        "path": paths,
+        "cls": (classifier or Classifier()).classify_many(paths),
+        "bytes": np.asarray(cols["bytes"], dtype=np.int64)[o],
+        "status": np.asarray(cols["status"], dtype=np.int32)[o],
+        "client": [cols["client"][i] for i in o],
+    }
+    return Trace.from_columns(out, {**meta, "origin_epoch": s.origin})

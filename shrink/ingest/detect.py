@@ -1,0 +1,92 @@
+"""Tell a trace file's format from its content (``--format auto``).
+
+Binary: pcap (either byte order, micro- or nanosecond) and pcapng by their
+magic numbers, also inside gzip. Text (plain or gzip), from its first lines:
+
+* ``#shrink-sessions`` on line 1, or a ``# fields:`` line: ``specweb``;
+* most of the first 20 data lines are Common/Combined Log Format lines: ``clf``;
+* the first data line has 3 or more TAB- or comma-separated columns and the
+  first is a number: ``specweb``;
+* the first data line's first word starts with ``/`` or ``http`` or the line
+  carries ``think=``, ``method=`` or ``contents=``: ``wsesslog``.
+
+Anything else is a TraceFormatError asking for an explicit format.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+from shrink.errors import TraceFormatError
+from shrink.ingest._io import GZIP_MAGIC, decode_line, head_bytes, split_lines
+from shrink.ingest.clf import CLF_LINE
+from shrink.ingest.specweb import MAGIC
+
+__all__ = ["PCAP_MAGICS", "detect_format", "is_capture"]
+
+PCAP_MAGICS: tuple[bytes, ...] = (
+    b"\xd4\xc3\xb2\xa1",  # pcap, little-endian, microseconds
+    b"\xa1\xb2\xc3\xd4",  # pcap, big-endian, microseconds
+    b"\x4d\x3c\xb2\xa1",  # pcap, little-endian, nanoseconds
+    b"\xa1\xb2\x3c\x4d",  # pcap, big-endian, nanoseconds
+    b"\x0a\x0d\x0d\x0a",  # pcapng section header block
+)
+_WSESSLOG_ARG = re.compile(r"(^|\s)(think|method|contents)=")
+_SAMPLE = 20
+
+
+def is_capture(head: bytes) -> bool:
+    """Whether these first bytes are a pcap or pcapng file."""
+    return head[:4] in PCAP_MAGICS
+
+
+def detect_format(path: str | Path) -> str:
+    """``wsesslog``, ``specweb``, ``clf`` or ``pcap`` from the file's content."""
+    path = Path(path)
+    head = head_bytes(path)
+    if is_capture(head):
+        return "pcap"
+    lines = split_lines(head)
+    if len(head) == 65536 and lines:
+        lines.pop()  # the last line may be cut
+    texts = [decode_line(raw).rstrip("\r") for raw in lines]
+    if not any(t.strip() for t in texts):
+        raise TraceFormatError("the file is empty: cannot tell its format", path=path)
+    if texts[0].startswith(MAGIC) or any(t.lower().startswith("# fields:") for t in texts):
+        return "specweb"
+    data = [t for t in texts if t.strip() and not t.startswith("#")]
+    if not data:
+        # Only comments: httperf reads that as a session log with no sessions.
+        return "wsesslog"
+    sample = data[:_SAMPLE]
+    if sum(1 for t in sample if CLF_LINE.match(t)) * 2 >= len(sample):
+        return "clf"
+    first = data[0]
+    for delimiter in ("\t", ","):
+        if delimiter in first:
+            try:
+                cols = next(csv.reader([first])) if delimiter == "," else first.split("\t")
+            except csv.Error:
+                continue
+            if len(cols) >= 3 and _is_number(cols[0]):
+                return "specweb"
+    word = first.split()[0]
+    if word.startswith("/") or word.lower().startswith("http") or _WSESSLOG_ARG.search(first):
+        return "wsesslog"
+    with path.open("rb") as fh:
+        what = "gzip-compressed text" if fh.read(2) == GZIP_MAGIC else "text"
+    raise TraceFormatError(
+        f"cannot tell the format of this {what} (first data line {first[:80]!r}); "
+        "pass --format wsesslog|specweb|clf|pcap",
+        path=path,
+    )
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,139 @@
+"""From timestamped requests to sessions, bursts and think times (shared by the log readers).
+
+The rules, applied by :func:`sessionize`:
+
+* **Sessions.** Requests with the same key (a session id, or a client address and
+  user agent) belong to one session, in send-time order (file order breaks ties).
+  With ``idle_gap`` set, a silence longer than ``idle_gap`` between two
+  consecutive requests of a key starts a new session (the usual 30-minute rule
+  of web-log analysis).
+* **Bursts.** A request whose send time is within ``burst_gap`` of the *first*
+  request of the current burst joins that burst (a page and its embedded
+  objects); otherwise it starts a new burst. Anchoring on the first request
+  keeps a steady trickle of requests from chaining into one endless burst.
+* **Think time** after a burst is the gap from the end of the burst to the
+  next burst's first send time, never negative. The end of a burst is the
+  latest of its requests' send time plus response time (response time counted
+  as 0 where unknown). The last burst of a session has think time 0.
+* **t** of a burst is its first send time minus the earliest send time of the
+  whole trace. Sessions are numbered 0, 1, ... in order of their start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from shrink.validation import check_scalar, parse_duration
+
+__all__ = ["Sessions", "non_negative_duration", "sessionize"]
+
+
+@dataclass(frozen=True)
+class Sessions:
+    """Row order and the session/burst columns that :func:`sessionize` computed.
+
+    ``order`` indexes the input requests; the other arrays are in that order.
+    """
+
+    order: np.ndarray
+    session: np.ndarray
+    burst: np.ndarray
+    t: np.ndarray
+    think: np.ndarray
+    origin: float
+
+
+def sessionize(
+    key: np.ndarray,
+    time: np.ndarray,
+    rt: np.ndarray | None = None,
+    *,
+    burst_gap: float,
+    idle_gap: float | None = None,
+) -> Sessions:
+    """Group requests into sessions and bursts; see the module docstring for the rules.
+
+    ``key`` holds integer session keys, ``time`` absolute send times in seconds,
+    ``rt`` response times in seconds (NaN unknown).
+    """
+    key = np.asarray(key, dtype=np.int64)
+    time = np.asarray(time, dtype=np.float64)
+    n = key.size
+    if rt is None:
+        rt = np.full(n, np.nan)
+    rt = np.asarray(rt, dtype=np.float64)
+    if n == 0:
+        empty_f = np.empty(0, dtype=np.float64)
+        empty_i = np.empty(0, dtype=np.int64)
+        return Sessions(empty_i, empty_i, empty_i.astype(np.int32), empty_f, empty_f, 0.0)
+
+    # lexsort is stable: ties in (key, time) keep file order.
+    order = np.lexsort((np.arange(n), time, key))
+    k = key[order]
+    tm = time[order]
+    new_session = np.r_[True, k[1:] != k[:-1]]
+    if idle_gap is not None:
+        new_session[1:] |= (tm[1:] - tm[:-1]) > idle_gap
+    raw_session = np.cumsum(new_session) - 1
+
+    burst, burst_start = _bursts(tm, new_session, burst_gap)
+
+    # End of each burst: latest send + rt; think = next burst start - end, same session only.
+    end = tm + np.nan_to_num(rt[order], nan=0.0)
+    starts = np.flatnonzero(burst_start)
+    burst_end = np.maximum.reduceat(end, starts)
+    burst_t0 = tm[starts]
+    think_b = np.zeros(starts.size)
+    same = ~new_session[starts[1:]]
+    gaps = burst_t0[1:] - burst_end[:-1]
+    think_b[:-1] = np.where(same, np.maximum(gaps, 0.0), 0.0)
+    burst_of_row = np.cumsum(burst_start) - 1
+
+    # Number sessions by start time; the stable sort keeps each session's rows together.
+    session_first = np.flatnonzero(new_session)
+    session_t0 = tm[session_first]
+    rank = np.empty(session_first.size, dtype=np.int64)
+    rank[np.lexsort((np.arange(session_first.size), session_t0))] = np.arange(session_first.size)
+    session = rank[raw_session]
+    regroup = np.argsort(session, kind="stable")
+
+    origin = float(tm.min())
+    t = burst_t0[burst_of_row] - origin
+    think = think_b[burst_of_row]
+    return Sessions(
+        order=order[regroup],
+        session=session[regroup],
+        burst=burst[regroup].astype(np.int32),
+        t=t[regroup],
+        think=think[regroup],
+        origin=origin,
+    )
+
+
+def _bursts(tm: np.ndarray, new_session: np.ndarray, burst_gap: float) -> tuple[np.ndarray, ...]:
+    """Burst index inside the session and burst-start flags, anchored on each burst's first send."""
+    burst: list[int] = []
+    start: list[bool] = []
+    b = -1
+    anchor = 0.0
+    for ti, first in zip(tm.tolist(), new_session.tolist(), strict=True):
+        if first or ti - anchor > burst_gap:
+            b = 0 if first else b + 1
+            anchor = ti
+            start.append(True)
+        else:
+            start.append(False)
+        burst.append(b)
+    return np.asarray(burst, dtype=np.int64), np.asarray(start, dtype=bool)
+
+
+def non_negative_duration(value: float | str, name: str) -> float:
+    """Seconds from a number or a duration such as ``"500ms"``; unlike parse_duration, 0 is ok."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return check_scalar(value, name, low=0.0)
+    text = str(value).strip()
+    if text.rstrip("smhinu").strip() in ("0", "0.0", ".0"):
+        return 0.0
+    return parse_duration(text, name)

@@ -1,0 +1,198 @@
+"""Recorded-session logs ("specweb" format): each request's send time, session and URL.
+
+SPECweb-style workloads and the SHRiNK and Hashemian et al. papers replay logs
+that record, per request, when it was sent, which user session sent it and what
+it asked for. shrink reads them in this layout (``shrink-sessions v1``)::
+
+    #shrink-sessions v1
+    # fields: time session url method status bytes rt
+    0.000<TAB>u17<TAB>/index.php?id=3<TAB>GET<TAB>200<TAB>5120<TAB>0.0042
+    0.013<TAB>u17<TAB>/img/logo.gif<TAB>GET<TAB>200<TAB>812<TAB>0.0007
+
+* Line 1 may be ``#shrink-sessions v1`` (optional; another version is an error).
+* ``# fields: NAME ...`` (names separated by blanks or commas) gives the column
+  order; it must name ``time``, ``session`` and ``url`` and may add ``method``,
+  ``status``, ``bytes``, ``rt``. Without it the columns are, in this order,
+  ``time session url`` and optionally ``method status bytes rt`` (3 to 7 per
+  line). Any other ``#`` line is a comment; blank lines are ignored.
+* Columns are separated by TABs, or by commas (CSV, with CSV quoting): the
+  first data line decides; a line with a TAB makes the file TSV.
+* ``time``: seconds (a float; absolute such as epoch, or relative). ``session``:
+  any non-empty text (a user or session id); it becomes the ``client`` column.
+  ``url``: the request target. ``method``: default GET. ``status``: an integer,
+  ``-`` or empty for unknown (0). ``bytes``: reply bytes, ``-`` or empty for
+  unknown (-1). ``rt``: response time in seconds, ``-`` or empty for unknown.
+* A line that does not fit (wrong number of columns, a time that is not a
+  number, an empty session or URL, a negative rt) is skipped and counted with
+  its line number (meta ``skipped``, ``skipped_lines``); ``strict=True`` raises
+  :class:`TraceFormatError` at the first one instead.
+
+Mapping to the Trace (rules in :mod:`shrink.ingest.sessionize`): requests of one
+session whose send times lie within ``burst_gap`` (default 0.5 s) of the burst's
+first request form one burst (a page and its embedded objects: a browser
+fetches those within a few hundred milliseconds, while human think times are
+seconds); think time is the gap from the end of the burst (its latest send time
+plus rt where known) to the next burst's first send time, never negative; ``t``
+of a burst is its first send time minus the earliest time in the file (meta
+``origin``). Sessions are not split by idle time: the log says which session a
+request belongs to.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shrink.classify import Classifier
+from shrink.errors import TraceFormatError
+from shrink.ingest._io import decode_line, read_bytes, split_lines
+from shrink.ingest.sessionize import non_negative_duration, sessionize
+from shrink.trace import Trace
+
+__all__ = ["FIELDS", "MAGIC", "read_specweb"]
+
+MAGIC = "#shrink-sessions"
+FIELDS: tuple[str, ...] = ("time", "session", "url", "method", "status", "bytes", "rt")
+_REQUIRED = ("time", "session", "url")
+_FIELDS_LINE = re.compile(r"^#\s*fields\s*:\s*(.*)$", re.IGNORECASE)
+_METHOD = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_UNKNOWN = ("", "-")
+_MAX_LISTED = 100
+
+
+class _BadLine(ValueError):
+    """One data line that does not fit; the reader skips or raises."""
+
+
+def _parse_fields(spec: str, path: Path, line: int) -> tuple[str, ...]:
+    names = tuple(n.lower() for n in re.split(r"[\s,]+", spec.strip()) if n)
+    unknown = [n for n in names if n not in FIELDS]
+    if unknown:
+        raise TraceFormatError(
+            f"unknown field(s) {unknown} in '# fields:' (known: {' '.join(FIELDS)})",
+            path=path,
+            line=line,
+        )
+    if len(set(names)) != len(names):
+        raise TraceFormatError(
+            f"a field is named twice in '# fields: {spec}'", path=path, line=line
+        )
+    missing = [n for n in _REQUIRED if n not in names]
+    if missing:
+        raise TraceFormatError(f"'# fields:' lacks {missing}", path=path, line=line)
+    return names
+
+
+def _row(values: list[str], names: tuple[str, ...]) -> tuple[Any, ...]:
+    """(time, session, url, method, status, bytes, rt) of one line, or _BadLine."""
+    rec = dict(zip(names, (v.strip() for v in values), strict=True))
+    try:
+        time = float(rec["time"])
+    except ValueError:
+        raise _BadLine(f"time {rec['time']!r} is not a number of seconds") from None
+    if not math.isfinite(time):
+        raise _BadLine(f"time {rec['time']!r} is not finite")
+    session, url = rec["session"], rec["url"]
+    if not session or not url:
+        raise _BadLine("empty session or url")
+    method = rec.get("method") or "GET"
+    if not _METHOD.match(method):
+        raise _BadLine(f"method {method!r} is not an HTTP method name")
+    try:
+        status = 0 if rec.get("status", "") in _UNKNOWN else int(rec["status"])
+        nbytes = -1 if rec.get("bytes", "") in _UNKNOWN else int(rec["bytes"])
+        rt = math.nan if rec.get("rt", "") in _UNKNOWN else float(rec["rt"])
+    except ValueError as exc:
+        raise _BadLine(f"bad number ({exc})") from None
+    if not (math.isnan(rt) or (math.isfinite(rt) and rt >= 0)) or nbytes < -1:
+        raise _BadLine("rt must be >= 0 and bytes >= 0 (or - for unknown)")
+    return time, session, url, method, status, nbytes, rt
+
+
+def read_specweb(
+    path: str | Path,
+    *,
+    strict: bool = False,
+    burst_gap: float | str = 0.5,
+    classifier: Classifier | None = None,
+) -> Trace:
+    """Read a recorded-session log (TSV or CSV) into a Trace (see the module docstring)."""
+    path = Path(path)
+    bgap = non_negative_duration(burst_gap, "burst_gap")
+    lines = split_lines(read_bytes(path))
+    names: tuple[str, ...] | None = None
+    delimiter: str | None = None
+    rows: list[tuple[Any, ...]] = []
+    row_lines: list[int] = []
+    skipped: list[int] = []
+    for number, raw in enumerate(lines, start=1):
+        text = decode_line(raw).rstrip("\r")
+        if not text.strip():
+            continue
+        if text.startswith("#"):
+            if number == 1 and text.startswith(MAGIC):
+                version = text[len(MAGIC) :].strip()
+                if version != "v1":
+                    raise TraceFormatError(
+                        f"{MAGIC} version {version!r}, this reader knows v1", path=path, line=1
+                    )
+                continue
+            m = _FIELDS_LINE.match(text)
+            if m and not rows and not skipped:
+                names = _parse_fields(m.group(1), path, number)
+            continue
+        if delimiter is None:
+            delimiter = "\t" if "\t" in text else ","
+        values = next(csv.reader([text])) if delimiter == "," else text.split("\t")
+        try:
+            want = names or FIELDS[: len(values)]
+            if len(values) != len(want) or len(values) < len(_REQUIRED):
+                raise _BadLine(f"{len(values)} columns, expected {len(names or _REQUIRED)}")
+            rows.append(_row(values, want))
+            row_lines.append(number)
+        except _BadLine as exc:
+            if strict:
+                raise TraceFormatError(str(exc), path=path, line=number) from None
+            skipped.append(number)
+        except csv.Error as exc:
+            if strict:
+                raise TraceFormatError(f"bad CSV ({exc})", path=path, line=number) from None
+            skipped.append(number)
+
+    meta: dict[str, Any] = {
+        "reader": "specweb",
+        "source": str(path),
+        "delimiter": {"\t": "tab", ",": "comma", None: None}[delimiter],
+        "fields": list(names or FIELDS),
+        "skipped": len(skipped),
+        "skipped_lines": skipped[:_MAX_LISTED],
+        "mode": "session",
+        "burst_gap": bgap,
+    }
+    if not rows:
+        return Trace.empty({**meta, "origin": None})
+    time, session, url, method, status, nbytes, rt = (list(c) for c in zip(*rows, strict=True))
+    ids: dict[str, int] = {}
+    key = np.asarray([ids.setdefault(s, len(ids)) for s in session], dtype=np.int64)
+    s = sessionize(key, np.asarray(time), np.asarray(rt, dtype=np.float64), burst_gap=bgap)
+    o = s.order
+    paths = [url[i] for i in o]
+    out = {
+        "session": s.session,
+        "burst": s.burst,
+        "t": s.t,
+        "think": s.think,
+        "method": [method[i] for i in o],
+        "path": paths,
+        "cls": (classifier or Classifier()).classify_many(paths),
+        "bytes": np.asarray(nbytes, dtype=np.int64)[o],
+        "status": np.asarray(status, dtype=np.int32)[o],
+        "rt": np.asarray(rt, dtype=np.float64)[o],
+        "client": [session[i] for i in o],
+    }
+    return Trace.from_columns(out, {**meta, "origin": s.origin})

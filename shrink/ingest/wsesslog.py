@@ -1,0 +1,380 @@
+"""httperf ``--wsesslog`` session logs: reader and writer.
+
+The syntax is httperf's (man page, option ``--wsesslog``; parser in
+``src/gen/wsesslog.c``), reproduced here rule by rule:
+
+* A line whose first character is ``#`` is a comment. Only column 1 counts: an
+  indented ``#x`` is a request for the URI ``#x``, as in httperf.
+* A line with no non-blank character ends the current session. Repeated blank
+  lines make no empty session.
+* Otherwise the first whitespace-delimited word is the URI. A line that starts
+  with whitespace (space or tab) is an embedded request: it joins the current
+  burst. A line that starts in column 1 starts a new burst. The first request of
+  a session starts its first burst even when indented.
+* Further words are arguments:
+
+  - ``think=X``: think time in seconds after the burst this line belongs to (an
+    embedded line sets its burst's think time; the last one given wins).
+    Without it a burst gets ``think_default`` (httperf's ``--wsesslog N,X,F``).
+  - ``method=M``: httperf compares the *start* of M with DELETE, GET, HEAD,
+    OPTIONS, POST, PUT, TRACE in that order (``strncmp`` with the length of the
+    known name), so ``method=POSTED`` means POST; reproduced. Case matters.
+  - ``contents=...``: the request body. ``'...'`` and ``"..."`` quote (the
+    other quote is literal inside), ``\\n``, ``\\r``, ``\\t`` are escapes, a
+    backslash before any other character keeps that character, and a backslash
+    at the end of a line puts a newline in the body and continues the body on
+    the next line. Unquoted blanks end the value. An empty body (``contents=''``)
+    means no body, as in httperf.
+
+  Any other argument is an error (``TraceFormatError`` naming the file and line),
+  as httperf panics on it too.
+
+Where shrink is stricter than httperf (each an error with the line): a think time
+that is not a whole finite number >= 0 (httperf's ``sscanf`` would take
+``think=2s`` as 2), a quote left open at the end of a line (httperf would take
+the newline into the body and go on), a backslash-newline at the end of the
+file. A CR before the LF is dropped, so CRLF files read like LF files.
+
+**Mapping to the Trace.** A session log records no times. Session ``i`` (0, 1,
+... in file order) starts at ``i / session_rate`` seconds (default 1 session/s:
+httperf's ``--rate``); a burst's ``t`` is its session's start plus the think times
+of the bursts before it (response times are unknown and counted as 0). ``rt`` is
+NaN, ``bytes`` -1, ``status`` 0, ``client`` "". The ``body`` column is present
+when any request has a body ("" for those without).
+
+**Canonical form** (what :func:`write_wsesslog` writes): sessions separated by
+one blank line, no comments; a burst's first request in column 1, its embedded
+requests indented by one tab; on each line the URI, then ``think=`` (first line
+of a burst only, when the think time differs from ``think_default``; Python's
+shortest round-trip float text), ``method=`` (when not GET), ``contents='...'``
+(when the body is not empty; ``\\`` ``'`` newline CR tab written as ``\\\\``
+``\\'`` ``\\n`` ``\\r`` ``\\t``), separated by one space; a final LF. This is the
+layout httperf itself prints with ``--debug 4``. Reading a canonical file and
+writing it again gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shrink.classify import Classifier
+from shrink.errors import TraceFormatError
+from shrink.ingest._io import decode_line, read_bytes, split_lines
+from shrink.trace import Trace
+from shrink.validation import check_rate, check_scalar
+
+__all__ = ["METHODS", "read_wsesslog", "write_wsesslog"]
+
+# httperf's call_method_name[], in its order: the order decides prefix matches.
+METHODS: tuple[str, ...] = ("DELETE", "GET", "HEAD", "OPTIONS", "POST", "PUT", "TRACE")
+_BLANK = " \t\n\v\f\r"  # C isspace() in the C locale: what sscanf("%s") skips
+_ESCAPES = {"n": "\n", "r": "\r", "t": "\t"}
+
+
+@dataclass
+class _Request:
+    path: str
+    method: str = "GET"
+    body: str = ""
+
+
+@dataclass
+class _Burst:
+    think: float
+    requests: list[_Request] = field(default_factory=list)
+
+
+class _Lines:
+    """The file's lines with 1-based numbers; the contents parser may pull the next one."""
+
+    def __init__(self, path: Path, data: bytes) -> None:
+        self.path = path
+        self.raw = split_lines(data)
+        self.ends_with_lf = data.endswith(b"\n")
+        self.index = 0
+
+    def __iter__(self) -> Iterator[tuple[int, str, bool]]:
+        return self
+
+    def __next__(self) -> tuple[int, str, bool]:
+        """(line number, text without LF and its CR, whether an LF followed)."""
+        if self.index >= len(self.raw):
+            raise StopIteration
+        i = self.index
+        self.index += 1
+        text = decode_line(self.raw[i])
+        if text.endswith("\r"):
+            text = text[:-1]
+        has_lf = i < len(self.raw) - 1 or self.ends_with_lf
+        return i + 1, text, has_lf
+
+    def error(self, message: str, line: int) -> TraceFormatError:
+        return TraceFormatError(message, path=self.path, line=line)
+
+
+def _skip_blank(s: str, pos: int) -> int:
+    while pos < len(s) and s[pos] in _BLANK:
+        pos += 1
+    return pos
+
+
+def _word_end(s: str, pos: int) -> int:
+    while pos < len(s) and s[pos] not in _BLANK:
+        pos += 1
+    return pos
+
+
+def _match_method(word: str) -> str | None:
+    for name in METHODS:
+        if word.startswith(name):
+            return name
+    return None
+
+
+def _parse_contents(
+    lines: _Lines, lineno: int, text: str, has_lf: bool, pos: int
+) -> tuple[str, int, str, bool, int]:
+    """Parse a contents value starting at ``pos``; returns (body, lineno, text, has_lf, pos).
+
+    The returned position is just past the blank that ended the value; the
+    line may have changed through backslash-newline continuations.
+    """
+    out: list[str] = []
+    quote = ""  # "'" or '"' while inside quotes
+    escaped = False
+    while True:
+        if pos < len(text):
+            ch = text[pos]
+            pos += 1
+        elif pos == len(text) and has_lf:
+            ch = "\n"
+            pos += 1
+        else:  # end of the line's text with no LF: end of file
+            if escaped:
+                raise lines.error("backslash at the end of the file in contents=", lineno)
+            if quote:
+                raise lines.error(f"contents= quote {quote} is never closed", lineno)
+            return "".join(out), lineno, text, has_lf, pos
+        if escaped:
+            escaped = False
+            if ch == "\n":
+                out.append("\n")
+                try:
+                    lineno, text, has_lf = next(lines)
+                except StopIteration:
+                    raise lines.error(
+                        "backslash-newline in contents= at the end of the file", lineno
+                    ) from None
+                pos = 0
+            else:
+                out.append(_ESCAPES.get(ch, ch))
+        elif quote and ch == quote:
+            quote = ""
+        elif ch == "\n" and quote:
+            raise lines.error(f"contents= quote {quote} is never closed on this line", lineno)
+        elif ch in " \t\n" and not quote:
+            return "".join(out), lineno, text, has_lf, pos
+        elif ch == "\\":
+            escaped = True
+        elif ch in "'\"" and not quote:
+            quote = ch
+        else:
+            out.append(ch)
+
+
+def _parse_think(word: str, lines: _Lines, lineno: int) -> float:
+    value = word[len("think=") :]
+    try:
+        think = float(value)
+    except ValueError:
+        raise lines.error(f"think={value!r} is not a number of seconds", lineno) from None
+    if not math.isfinite(think) or think < 0:
+        raise lines.error(f"think={value} must be a finite number of seconds >= 0", lineno)
+    return think
+
+
+def parse_sessions(path: Path, data: bytes, think_default: float) -> list[list[_Burst]]:
+    """The sessions of a wsesslog file, as httperf would build them."""
+    lines = _Lines(path, data)
+    sessions: list[list[_Burst]] = []
+    current: list[_Burst] = []
+    for lineno, text, has_lf in lines:
+        if text.startswith("#"):
+            continue
+        start = _skip_blank(text, 0)
+        if start == len(text):
+            if current:
+                sessions.append(current)
+                current = []
+            continue
+        pos = _word_end(text, start)
+        req = _Request(path=text[start:pos])
+        if not current or start == 0:
+            current.append(_Burst(think=think_default))
+        burst = current[-1]
+        burst.requests.append(req)
+        while True:
+            pos = _skip_blank(text, pos)
+            if pos >= len(text):
+                break
+            end = _word_end(text, pos)
+            word = text[pos:end]
+            if word.startswith("method=") and len(word) > len("method="):
+                method = _match_method(word[len("method=") :])
+                if method is None:
+                    raise lines.error(
+                        f"unknown method in {word!r} (httperf knows {', '.join(METHODS)})",
+                        lineno,
+                    )
+                req.method = method
+                pos = end
+            elif word.startswith("think=") and len(word) > len("think="):
+                burst.think = _parse_think(word, lines, lineno)
+                pos = end
+            elif word.startswith("contents=") and len(word) > len("contents="):
+                req.body, lineno, text, has_lf, pos = _parse_contents(
+                    lines, lineno, text, has_lf, pos + len("contents=")
+                )
+            else:
+                raise lines.error(
+                    f"unknown argument {word!r} (httperf knows think=, method=, contents=)",
+                    lineno,
+                )
+    if current:
+        sessions.append(current)
+    return sessions
+
+
+def read_wsesslog(
+    path: str | Path,
+    *,
+    strict: bool = False,
+    session_rate: float = 1.0,
+    think_default: float = 0.0,
+    classifier: Classifier | None = None,
+) -> Trace:
+    """Read an httperf ``--wsesslog`` file into a Trace (see the module docstring).
+
+    ``session_rate`` (sessions/s) spaces the session start times; ``think_default``
+    is the think time of bursts without ``think=``. The syntax has no lenient
+    mode: any error raises (``strict`` is accepted for a uniform reader API).
+    """
+    del strict  # every syntax error is fatal, as in httperf
+    path = Path(path)
+    rate = check_rate(session_rate, "session_rate")
+    think_default = check_scalar(think_default, "think_default", low=0.0)
+    sessions = parse_sessions(path, read_bytes(path), think_default)
+    cols: dict[str, list[Any]] = {
+        k: [] for k in ("session", "burst", "t", "think", "method", "path", "body")
+    }
+    for sid, bursts in enumerate(sessions):
+        t = sid / rate
+        for bid, burst in enumerate(bursts):
+            for req in burst.requests:
+                cols["session"].append(sid)
+                cols["burst"].append(bid)
+                cols["t"].append(t)
+                cols["think"].append(burst.think)
+                cols["method"].append(req.method)
+                cols["path"].append(req.path)
+                cols["body"].append(req.body)
+            t += burst.think
+    if not any(cols["body"]):
+        del cols["body"]
+    cols["cls"] = list((classifier or Classifier()).classify_many(cols["path"]))
+    meta = {
+        "reader": "wsesslog",
+        "source": str(path),
+        "skipped": 0,
+        "skipped_lines": [],
+        "mode": "session",
+        "session_rate": rate,
+        "think_default": think_default,
+    }
+    if not cols["session"]:
+        return Trace.empty(meta)
+    return Trace.from_columns(cols, meta)
+
+
+def _quote_body(body: str) -> str:
+    out = ["'"]
+    for ch in body:
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch == "'":
+            out.append("\\'")
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        else:
+            out.append(ch)
+    out.append("'")
+    return "".join(out)
+
+
+def format_wsesslog(trace: Trace, *, think_default: float = 0.0, source: str = "") -> str:
+    """The canonical wsesslog text of ``trace`` (see the module docstring)."""
+    n = len(trace)
+    if n == 0:
+        return ""
+    session = trace.table.column("session").to_numpy()
+    burst = trace.table.column("burst").to_numpy()
+    think = trace.table.column("think").to_numpy()
+    methods = trace.table.column("method").to_pylist()
+    paths = trace.table.column("path").to_pylist()
+    bodies = trace.table.column("body").to_pylist() if trace.has("body") else [None] * n
+    new_session = np.r_[True, session[1:] != session[:-1]]
+    new_burst = new_session | np.r_[True, burst[1:] != burst[:-1]]
+    where = source or "trace"
+    out: list[str] = []
+    for i in range(n):
+        path, method, body = paths[i], methods[i], bodies[i] or ""
+        row = f"{where} row {i} (session {session[i]}, burst {burst[i]})"
+        if not path or any(c in _BLANK for c in path):
+            raise TraceFormatError(f"{row}: path {path!r} is empty or has blanks")
+        if method not in METHODS:
+            raise TraceFormatError(
+                f"{row}: httperf cannot send method {method!r} (it knows {', '.join(METHODS)})"
+            )
+        if "\0" in body:
+            raise TraceFormatError(f"{row}: a body with a NUL byte cannot be written")
+        if new_session[i] and i > 0:
+            out.append("\n")
+        parts = [path]
+        if new_burst[i]:
+            if path.startswith("#"):
+                raise TraceFormatError(f"{row}: a burst cannot start with {path!r} (a comment)")
+            th = float(think[i])
+            if not math.isfinite(th) or th < 0:
+                raise TraceFormatError(f"{row}: think time {th} must be finite and >= 0")
+            if th != think_default:
+                parts.append(f"think={th!r}")
+        if method != "GET":
+            parts.append(f"method={method}")
+        if body:
+            parts.append(f"contents={_quote_body(body)}")
+        out.append(("" if new_burst[i] else "\t") + " ".join(parts) + "\n")
+    return "".join(out)
+
+
+def write_wsesslog(trace: Trace, path: str | Path, *, think_default: float = 0.0) -> Path:
+    """Write ``trace`` as a canonical httperf session log; returns the path.
+
+    Raises TraceFormatError for what httperf cannot express: a method it does
+    not know, a path with blanks, a burst starting with ``#``, a NUL in a body.
+    Times, sizes, statuses and response times are not part of the format.
+    """
+    path = Path(path)
+    text = format_wsesslog(trace, think_default=think_default, source=str(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(text.encode("utf-8"))
+    return path
