@@ -1,9 +1,145 @@
-"""Command group placeholder: filled in by its issue."""
+"""``shrink sample`` and ``shrink split``: keep a fraction alpha of a trace, or partition it."""
 
 from __future__ import annotations
 
+import warnings
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+
+from shrink.cli._common import cli_errors, console, echo_json
+from shrink.trace import Trace
+
+
+class Level(StrEnum):
+    session = "session"
+    object = "object"
+    request = "request"
+    stratified = "stratified"
+
+
+class Balance(StrEnum):
+    session = "session"
+    connection = "connection"
+    request = "request"
+
+
+def sample(
+    trace: Annotated[Path, typer.Argument(help="Trace Parquet file to sample.")],
+    alpha: Annotated[float, typer.Option(help="Fraction to keep, in (0, 1].")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Output trace Parquet file.")],
+    level: Annotated[
+        Level, typer.Option(help="Unit sampled: session, object, request or stratified.")
+    ] = Level.session,
+    seed: Annotated[int, typer.Option(help="Seed of the keyed hash (same seed, same rows).")] = 0,
+    balance: Annotated[
+        Balance, typer.Option(help="Where the real system balances load.")
+    ] = Balance.session,
+    keepalive: Annotated[
+        bool, typer.Option("--keepalive/--no-keepalive", help="Clients use HTTP/1.1 keep-alive.")
+    ] = True,
+    force: Annotated[
+        bool, typer.Option(help="Sample even where the level contradicts --balance.")
+    ] = False,
+    column: Annotated[
+        str, typer.Option(help="Column whose mix --level stratified keeps exact.")
+    ] = "cls",
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
+) -> None:
+    """Keep a fraction alpha of TRACE's sessions (or objects, requests, strata), SHRiNK-style.
+
+    Sampling at another level than the load balancing with keep-alive is refused
+    (the scaled server would see the wrong number of connections) unless --force.
+    Example: shrink sample t.parquet --alpha 0.25 --level session --seed 7 -o s.parquet
+    """
+    import samplers
+    from samplers import SamplerWarning
+
+    with cli_errors(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SamplerWarning)
+        parent = Trace.read_parquet(trace)
+        why = samplers.check_consistency(
+            level.value,
+            balance.value,
+            keepalive,
+            force,
+            open_loop=samplers.is_open_loop(parent),
+        )
+        options: dict[str, Any] = {"column": column} if level is Level.stratified else {}
+        result = samplers.sample(parent, alpha, seed=seed, level=level.value, **options)
+        extra: dict[str, Any] = {"balance": balance.value, "keepalive": keepalive}
+        if why is not None:
+            extra["forced"] = why
+        result = result.with_meta(**extra)
+        result.write_parquet(out)
+    for w in caught:
+        if issubclass(w.category, SamplerWarning):
+            console.print(f"[yellow]warning:[/] {w.message}", highlight=False, soft_wrap=True)
+    summary = {
+        "out": str(out),
+        **{
+            k: result.meta.get(k)
+            for k in (
+                "sampler",
+                "alpha",
+                "seed",
+                "parent",
+                "parent_sessions",
+                "kept_sessions",
+                "parent_requests",
+                "kept_requests",
+            )
+        },
+        "warnings": result.meta.get("warnings", []),
+    }
+    if as_json:
+        echo_json(summary)
+        return
+    typer.echo(
+        f"{out}: kept {summary['kept_sessions']:,} of {summary['parent_sessions']:,} sessions, "
+        f"{summary['kept_requests']:,} of {summary['parent_requests']:,} requests "
+        f"({level.value} sampling, alpha {alpha:g}, seed {seed})"
+    )
+
+
+def split(
+    trace: Annotated[Path, typer.Argument(help="Trace Parquet file to partition.")],
+    parts: Annotated[int, typer.Option(help="Number of disjoint parts (>= 1).")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Output directory.")],
+    seed: Annotated[int, typer.Option(help="Seed of the session hash.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
+) -> None:
+    """Partition TRACE into K disjoint parts by session hash: DIR/part-000.parquet, ...
+
+    Each session lands in exactly one part; the generator's processes and the
+    replica addresses each replay one part.
+    """
+    import samplers
+
+    with cli_errors():
+        pieces = samplers.split(Trace.read_parquet(trace), parts, seed=seed)
+        files = [
+            piece.write_parquet(out / f"part-{i:03d}.parquet") for i, piece in enumerate(pieces)
+        ]
+    rows = [
+        {
+            "file": str(f),
+            "part": p.meta["part"],
+            "sessions": p.meta["kept_sessions"],
+            "requests": p.meta["kept_requests"],
+        }
+        for f, p in zip(files, pieces, strict=True)
+    ]
+    if as_json:
+        echo_json({"parts": parts, "seed": seed, "files": rows})
+        return
+    for r in rows:
+        typer.echo(f"{r['file']}: {r['sessions']:,} sessions, {r['requests']:,} requests")
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to ``app``."""
+    """Add ``sample`` and ``split`` to ``app``."""
+    app.command("sample")(sample)
+    app.command("split")(split)

@@ -1,0 +1,51 @@
+"""Partition a trace into k disjoint parts by session hash.
+
+Part i holds the sessions whose draw u(seed, session) (the session sampler's
+draw) lies in [i/k, (i+1)/k). The parts are disjoint, their union is the
+parent, each is an i.i.d. session sample of fraction about 1/k, and part 0
+is exactly ``SessionSampler().sample(trace, 1/k, seed=seed)``'s sessions.
+The load generator gives one part to each of its processes, or to each
+replica address, so every session stays on one connection path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from samplers._protocol import check_seed, provenance
+from samplers.session import session_u
+from shrink.trace import Trace
+from shrink.validation import check_int
+
+__all__ = ["split", "split_index"]
+
+
+def split_index(sessions: np.ndarray, k: int, *, seed: int = 0) -> np.ndarray:
+    """Per row (or per session id): the part 0 .. k-1 its session goes to."""
+    u = session_u(np.asarray(sessions), seed)
+    return np.minimum((u * k).astype(np.int64), k - 1)
+
+
+def split(trace: Trace, k: int, *, seed: int = 0) -> list[Trace]:
+    """The k parts, rows in the parent's order; meta ``part``, ``parts`` and ``parent``."""
+    k = check_int(k, "parts", low=1)
+    seed = check_seed(seed)
+    sessions = trace.table.column("session").to_numpy()
+    part_of = split_index(sessions, k, seed=seed)
+    parts = []
+    for i in range(k):
+        mask = part_of == i
+        kept = trace.table.filter(mask)
+        meta = provenance(
+            trace,
+            sampler="split",
+            alpha=1.0 / k,
+            seed=seed,
+            kept_rows=kept.num_rows,
+            kept_sessions=int(np.unique(sessions[mask]).size),
+            scales_users=True,
+            part=i,
+            parts=k,
+        )
+        parts.append(Trace(kept, meta))
+    return parts
