@@ -1,9 +1,140 @@
-"""Command group placeholder: filled in by its issue."""
+"""``shrink ingest`` (trace file -> Parquet Trace) and ``shrink export`` (-> wsesslog, JSONL)."""
 
 from __future__ import annotations
 
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+
+from shrink.cli._common import cli_errors, console, echo_json
+
+_SHOWN_SKIPS = 20
+
+
+class ReadFormat(StrEnum):
+    auto = "auto"
+    wsesslog = "wsesslog"
+    specweb = "specweb"
+    clf = "clf"
+    pcap = "pcap"
+
+
+class WriteFormat(StrEnum):
+    wsesslog = "wsesslog"
+    jsonl = "jsonl"
+
+
+def ingest(
+    input: Annotated[
+        Path, typer.Argument(help="Trace file: wsesslog, session log, access log, pcap.")
+    ],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Trace Parquet file to write.")],
+    format: Annotated[
+        ReadFormat, typer.Option("--format", "-f", help="Input format; auto reads the content.")
+    ] = ReadFormat.auto,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Stop at the first bad line instead of skipping it.")
+    ] = False,
+    idle_gap: Annotated[
+        str | None,
+        typer.Option(help="clf: silence that ends a client's session (e.g. 30m). Default 30m."),
+    ] = None,
+    burst_gap: Annotated[
+        str | None,
+        typer.Option(
+            help="clf/specweb: requests this close to a burst's first request join it "
+            "(e.g. 500ms). Defaults: clf 1s, specweb 0.5s."
+        ),
+    ] = None,
+    session_rate: Annotated[
+        float | None,
+        typer.Option(help="wsesslog: sessions start at i / rate seconds. Default 1 per second."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Read a trace file (format told from its content) and write it as a Parquet Trace.
+
+    Prints requests, sessions, bursts and the lines skipped as unreadable (their
+    numbers, the first 20).
+    """
+    from shrink.ingest import detect_format, read_trace
+
+    opts: dict[str, Any] = {}
+    if idle_gap is not None:
+        opts["idle_gap"] = idle_gap
+    if burst_gap is not None:
+        opts["burst_gap"] = burst_gap
+    if session_rate is not None:
+        opts["session_rate"] = session_rate
+    with cli_errors():
+        fmt = detect_format(input) if format is ReadFormat.auto else format.value
+        trace = read_trace(input, format=fmt, strict=strict, **opts)
+        trace.write_parquet(out)
+    info = trace.info()
+    skipped_lines = list(trace.meta.get("skipped_lines", []))
+    summary = {
+        "schema": "shrink.ingest/1",
+        "input": str(input),
+        "format": fmt,
+        "output": str(out),
+        "requests": info.requests,
+        "sessions": info.sessions,
+        "bursts": info.bursts,
+        "duration": info.duration,
+        "skipped": int(trace.meta.get("skipped", 0)),
+        "skipped_lines": skipped_lines[:_SHOWN_SKIPS],
+    }
+    if as_json:
+        echo_json(summary)
+        return
+    typer.echo(
+        f"{input} ({fmt}): {info.requests:,} requests, {info.sessions:,} sessions, "
+        f"{info.bursts:,} bursts, {info.duration:,.3f} s -> {out}"
+    )
+    if summary["skipped"]:
+        more = " ..." if summary["skipped"] > len(summary["skipped_lines"]) else ""
+        numbers = ", ".join(str(n) for n in summary["skipped_lines"])
+        typer.echo(f"skipped {summary['skipped']:,} unreadable lines: {numbers}{more}")
+    else:
+        typer.echo("skipped 0 lines")
+    repaired = trace.meta.get("repaired_lines") or []
+    if repaired:
+        console.print(
+            f"note: accepted {trace.meta.get('repaired')} line(s) whose last quote is missing: "
+            + ", ".join(str(n) for n in repaired[:_SHOWN_SKIPS]),
+            highlight=False,
+        )
+
+
+def export(
+    trace: Annotated[Path, typer.Argument(help="Trace Parquet file.")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="File to write.")],
+    format: Annotated[
+        WriteFormat, typer.Option("--format", "-f", help="wsesslog (httperf) or jsonl.")
+    ] = WriteFormat.wsesslog,
+    think_default: Annotated[
+        float,
+        typer.Option(help="wsesslog: think time left out of the file (httperf --wsesslog N,X,F)."),
+    ] = 0.0,
+) -> None:
+    """Write a Parquet Trace as an httperf --wsesslog session log or as JSON Lines."""
+    from shrink.ingest import write_trace
+    from shrink.trace import Trace
+
+    opts: dict[str, Any] = (
+        {"think_default": think_default} if format is WriteFormat.wsesslog else {}
+    )
+    with cli_errors():
+        tr = Trace.read_parquet(trace)
+        write_trace(tr, out, format.value, **opts)
+    typer.echo(
+        f"{trace}: {len(tr):,} requests, {tr.n_sessions:,} sessions -> {out} ({format.value})"
+    )
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to ``app``."""
+    """Add ``ingest`` and ``export`` to ``app``."""
+    app.command("ingest")(ingest)
+    app.command("export")(export)
