@@ -1,9 +1,169 @@
-"""Command group placeholder: filled in by its issue."""
+"""``shrink testbed up|status|down``: the real lighttpd + php-cgi server, per replica."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+from shrink.cli._common import cli_errors, echo_json
+from shrink.errors import TestbedError
+from shrink.irq import apply_plan, format_plan, plan_irq_affinity
+from shrink.machine import Machine
+from shrink.mapping import Mapping
+from shrink.share import Share
+from shrink.testbed import lifecycle
+from shrink.testbed.state import TestbedState
+from shrink.topology import format_cpulist, load_machine
+
+testbed_app = typer.Typer(help="Start, check and stop the real testbed.", no_args_is_help=True)
+
+StateOpt = Annotated[Path, typer.Option("--state", help="Testbed state JSON file.")]
+
+
+@testbed_app.command("up")
+def up(
+    docroot: Annotated[Path, typer.Option("--docroot", help="Document root (shrink synth).")],
+    state: StateOpt,
+    share: Annotated[
+        str,
+        typer.Option(
+            "--share", help="all | FRACTION (0.5) | CPULIST (0-1) | CPULIST@QUOTA (0@50%)."
+        ),
+    ] = "all",
+    mapping: Annotated[
+        str,
+        typer.Option(
+            "--mapping", help="1-replica | 2-replica-direct | 2-replica-indirect | K-replica."
+        ),
+    ] = "1-replica",
+    machine: Annotated[
+        str, typer.Option("--machine", help="'this' or a TOML spec naming this machine's CPUs.")
+    ] = "this",
+    port: Annotated[
+        int, typer.Option("--port", help="Listen port of every replica; 0 picks a free one.")
+    ] = 8080,
+    php_children: Annotated[
+        int, typer.Option("--php-children-per-core", help="php-cgi children per core.")
+    ] = 2,
+    period: Annotated[
+        int | None,
+        typer.Option(
+            "--period-us",
+            help="CFS period for a CPU-time share (default: shortest with a 1 ms quota).",
+        ),
+    ] = None,
+    cgroups: Annotated[str, typer.Option("--cgroups", help="auto | yes | no.")] = "auto",
+    nic: Annotated[
+        list[str] | None,
+        typer.Option("--nic", help="Real NIC interface feeding the replicas (repeat per replica)."),
+    ] = None,
+    apply_irq: Annotated[
+        bool,
+        typer.Option(
+            "--apply-irq", help="Write the RSS IRQ affinity plan (root, real NIC); else print it."
+        ),
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the state as JSON.")] = False,
+) -> None:
+    """Start one lighttpd + php-cgi pool per replica, pinned to its cores, capped by the share."""
+    with cli_errors():
+        m = load_machine(machine)
+        sh = Share.parse(share, m, period_us=period)
+        if nic:
+            _irq(lifecycle.mapping_for(mapping, m, sh, port)[0], m, nic, apply_irq)
+        st = lifecycle.up(
+            docroot,
+            m,
+            sh,
+            mapping,
+            state_path=state,
+            port=port,
+            php_children_per_core=php_children,
+            cgroups=cgroups,
+        )
+    if as_json:
+        echo_json(st.to_dict())
+        return
+    typer.echo(
+        f"testbed up: {st.mapping['name']} on {m.name}, share {sh.text} "
+        f"({sh.fraction:g} of the machine); {st.versions['lighttpd']}, {st.versions['php']}"
+    )
+    for r in st.replicas:
+        typer.echo(
+            f"  {r.name}  http://{r.address}:{r.port}/  CPUs {format_cpulist(r.cpus)}  "
+            f"lighttpd {r.lighttpd_pids}  php-cgi {r.php_pids}"
+        )
+    for note in st.notes:
+        typer.echo(f"note: {note}")
+    typer.echo(f"state: {state}   stop with: shrink testbed down --state {state}")
+
+
+def _irq(mapping: Mapping, machine: Machine, nic: list[str], apply: bool) -> None:
+    plan = plan_irq_affinity(mapping, machine, nic, Path("/proc/interrupts").read_text())
+    typer.echo(format_plan(plan))
+    if apply:
+        apply_plan(plan)
+        typer.echo(f"applied {len(plan)} IRQ affinities (stop irqbalance, or it will undo them)")
+    else:
+        typer.echo("(dry run: pass --apply-irq as root to write them)")
+
+
+@testbed_app.command("status")
+def status(
+    state: StateOpt,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Which replicas run and answer; a crashed replica is named with its PIDs (exit code 1)."""
+    with cli_errors():
+        st = TestbedState.read(state)
+        reps = lifecycle.status(state)
+    ok = all(r.ok for r in reps) and st.stopped is None
+    if as_json:
+        echo_json(
+            {
+                "schema": "shrink.testbed-status/1",
+                "ok": ok,
+                "stopped": st.stopped,
+                "mapping": st.mapping["name"],
+                "share": st.share,
+                "notes": st.notes,
+                "versions": st.versions,
+                "replicas": [r.to_dict() for r in reps],
+            }
+        )
+    else:
+        if st.stopped:
+            typer.echo(f"testbed stopped at {st.stopped}")
+        for r in reps:
+            flag = "ok" if r.ok else "PROBLEM"
+            typer.echo(
+                f"{r.name}  {r.address}:{r.port}  CPUs {format_cpulist(r.cpus)}  "
+                f"{len(r.alive)}/{len(r.pids)} processes  {flag}"
+                + (f": {r.problem}" if r.problem else "")
+            )
+        for note in st.notes:
+            typer.echo(f"note: {note}")
+    if not ok:
+        raise typer.Exit(code=1)
+
+
+@testbed_app.command("down")
+def down(state: StateOpt) -> None:
+    """Stop exactly the processes `up` started (and anything they forked); leave none."""
+    with cli_errors():
+        stopped = lifecycle.down(state)
+    for name, pids in stopped.items():
+        typer.echo(
+            f"{name}: stopped {len(pids)} process(es) {pids}"
+            if pids
+            else f"{name}: nothing was running"
+        )
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to ``app``."""
+    app.add_typer(testbed_app, name="testbed")
+
+
+__all__ = ["TestbedError", "register"]

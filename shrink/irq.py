@@ -1,0 +1,127 @@
+"""RSS interrupt affinity for a real multi-queue NIC: which queue's IRQ goes to which core.
+
+The papers bound queue i of port p to core i of socket p, so that a replica fed
+"directly" has its packets processed on its own socket and one fed "indirectly"
+on the other. This module reads ``/proc/interrupts`` for the interfaces' queue
+IRQs and plans, for each replica of a mapping, the cores its NIC queues should
+interrupt: the cores of the replica's NIC socket (``nic_socket``), or, for a
+replica fed by RSS over all its sockets (``nic_socket`` None), its own cores.
+
+``apply_plan`` writes ``/proc/irq/N/smp_affinity_list`` (root, real hardware;
+stop irqbalance first or it will undo the plan). On loopback there are no queue
+interrupts: a replica's "NIC" is its address, and the plan is empty.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from shrink.errors import TopologyError
+from shrink.machine import Machine
+from shrink.mapping import Mapping
+from shrink.topology import format_cpulist
+
+__all__ = ["IrqAssignment", "apply_plan", "format_plan", "nic_queue_irqs", "plan_irq_affinity"]
+
+
+@dataclass(frozen=True)
+class IrqAssignment:
+    """One queue interrupt and the CPUs it should be delivered to."""
+
+    irq: int
+    queue: str
+    replica: str
+    cpus: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "irq": self.irq,
+            "queue": self.queue,
+            "replica": self.replica,
+            "cpus": list(self.cpus),
+        }
+
+
+def nic_queue_irqs(interface: str, interrupts_text: str) -> list[tuple[int, str]]:
+    """(IRQ, queue name) of ``interface``'s receive/combined queues, in queue order.
+
+    Matches descriptions that start with the interface and end in a queue number
+    (``eth0-TxRx-3``, ``eth0-rx-3``, ``ens1f0-3``); transmit-only queues
+    (``eth0-tx-0``) and the link interrupt (``eth0``) are left out.
+    """
+    found: list[tuple[int, int, str]] = []
+    for line in interrupts_text.splitlines():
+        head, _, rest = line.partition(":")
+        if not head.strip().isdigit():
+            continue
+        name = rest.split()[-1] if rest.split() else ""
+        if not name.startswith(interface) or re.search(r"-tx-\d+$", name, re.I):
+            continue
+        m = re.search(r"(\d+)$", name[len(interface) :])
+        if m is None:
+            continue
+        found.append((int(m.group(1)), int(head), name))
+    return [(irq, name) for _, irq, name in sorted(found)]
+
+
+def plan_irq_affinity(
+    mapping: Mapping, machine: Machine, interfaces: list[str], interrupts_text: str
+) -> list[IrqAssignment]:
+    """Spread each interface's queue IRQs over the cores of the socket feeding its replica.
+
+    With one interface per replica, interface i feeds replica i. With a single
+    interface for several replicas its queues are split into equal consecutive
+    groups, one per replica (RSS indirection then decides which flows land where).
+    """
+    if not interfaces:
+        return []
+    k = len(mapping.replicas)
+    if len(interfaces) not in (1, k):
+        raise TopologyError(
+            f"mapping {mapping.name!r} has {k} replicas; give one interface or {k}, "
+            f"not {len(interfaces)}"
+        )
+    groups: list[list[tuple[int, str]]] = []
+    if len(interfaces) == 1:
+        queues = nic_queue_irqs(interfaces[0], interrupts_text)
+        if not queues:
+            raise TopologyError(f"no queue interrupts for {interfaces[0]!r} in /proc/interrupts")
+        size = max(1, len(queues) // k)
+        groups = [queues[i * size : (i + 1) * size] for i in range(k)]
+        groups[-1].extend(queues[k * size :])
+    else:
+        for iface in interfaces:
+            queues = nic_queue_irqs(iface, interrupts_text)
+            if not queues:
+                raise TopologyError(f"no queue interrupts for {iface!r} in /proc/interrupts")
+            groups.append(queues)
+    plan = []
+    for replica, queues in zip(mapping.replicas, groups, strict=True):
+        cores = replica.cpus if replica.nic_socket is None else machine.cpus[replica.nic_socket]
+        for j, (irq, name) in enumerate(queues):
+            plan.append(IrqAssignment(irq, name, replica.name, (cores[j % len(cores)],)))
+    return plan
+
+
+def format_plan(plan: list[IrqAssignment]) -> str:
+    """One line per IRQ, as the dry run prints it."""
+    if not plan:
+        return "no NIC queue interrupts to place (loopback: each replica's NIC is its address)"
+    return "\n".join(
+        f"IRQ {a.irq:>4} ({a.queue}) -> CPU {format_cpulist(a.cpus)}  [replica {a.replica}]"
+        for a in plan
+    )
+
+
+def apply_plan(plan: list[IrqAssignment], proc_root: str | Path = "/proc") -> None:
+    """Write each IRQ's ``smp_affinity_list``. Needs root on real hardware."""
+    for a in plan:
+        path = Path(proc_root) / "irq" / str(a.irq) / "smp_affinity_list"
+        try:
+            path.write_text(format_cpulist(a.cpus))
+        except PermissionError:
+            raise TopologyError(f"no permission to write {path}: --apply-irq needs root") from None
+        except OSError as exc:
+            raise TopologyError(f"the kernel refused {path}: {exc.strerror}") from None

@@ -1,0 +1,98 @@
+"""A fake in-process target: a tiny HTTP/1.1 keep-alive server on loopback.
+
+For unit tests of later stages (replay engine, measurement) that need something
+to send requests to without lighttpd. It answers every request with 200 and a
+body of ``bytes=N`` bytes (from the query string; default 100), after an
+optional service time, and counts what it served::
+
+    with FakeServer(service_time_s=0.001) as fake:
+        httpx.get(f"http://{fake.address}:{fake.port}/app/x.php?bytes=512")
+        assert fake.requests == 1
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+from typing import Any
+
+__all__ = ["FakeServer"]
+
+_BYTES = re.compile(rb"[?&]bytes=(\d+)")
+
+
+class FakeServer:
+    """An asyncio HTTP server in a background thread; a context manager."""
+
+    def __init__(self, *, address: str = "127.0.0.1", port: int = 0, service_time_s: float = 0.0):
+        self.address = address
+        self.port = port
+        self.service_time_s = service_time_s
+        self.requests = 0
+        self.paths: list[str] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._server: asyncio.Server | None = None
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                target = head.split(b" ", 2)[1] if head.count(b" ") >= 2 else b"/"
+                m = _BYTES.search(target)
+                size = int(m.group(1)) if m else 100
+                if self.service_time_s:
+                    await asyncio.sleep(self.service_time_s)
+                self.requests += 1
+                self.paths.append(target.decode("latin-1"))
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                    + f"Content-Length: {size}\r\n\r\n".encode()
+                    + b"x" * size
+                )
+                await writer.drain()
+                if b"connection: close" in head.lower():
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            writer.close()
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._server = loop.run_until_complete(
+            asyncio.start_server(self._handle, self.address, self.port)
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._ready.set()
+        loop.run_forever()
+        self._server.close()
+        loop.run_until_complete(self._server.wait_closed())
+        loop.close()
+
+    def start(self) -> FakeServer:
+        """Start serving; ``port`` then holds the bound port."""
+        self._thread = threading.Thread(target=self._run, name="shrink-fake-target", daemon=True)
+        self._thread.start()
+        self._ready.wait(5)
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and join the thread."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(5)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}:{self.port}"
+
+    def __enter__(self) -> FakeServer:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

@@ -1,0 +1,52 @@
+"""Is a replica answering? A static file and a PHP page, each within a timeout."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+
+from shrink.errors import TestbedError
+from shrink.testbed.config import HEALTH_BODY, HEALTH_PHP, HEALTH_STATIC
+
+__all__ = ["check", "wait_healthy"]
+
+
+def _url(address: str, port: int, path: str) -> str:
+    host = f"[{address}]" if ":" in address else address
+    return f"http://{host}:{port}{path}"
+
+
+def check(address: str, port: int, *, timeout_s: float = 2.0) -> str | None:
+    """None if both probes answer ``shrink-ok``; else what went wrong, in words."""
+    # trust_env=False: a proxy from the environment must never see loopback traffic.
+    with httpx.Client(timeout=timeout_s, trust_env=False) as client:
+        for path in (HEALTH_STATIC, HEALTH_PHP):
+            url = _url(address, port, path)
+            try:
+                resp = client.get(url)
+            except httpx.HTTPError as exc:
+                return f"{url}: {type(exc).__name__}: {exc}"
+            if resp.status_code != 200 or resp.text.strip() != HEALTH_BODY:
+                return f"{url}: HTTP {resp.status_code} {resp.text[:80]!r}"
+    return None
+
+
+def wait_healthy(
+    address: str, port: int, *, timeout_s: float = 15.0, still_running: object = None
+) -> None:
+    """Poll :func:`check` until it passes; raise TestbedError with the last problem.
+
+    ``still_running``, a zero-argument callable, lets the caller stop waiting as
+    soon as the server has died.
+    """
+    deadline = time.monotonic() + timeout_s
+    problem = "not checked"
+    while time.monotonic() < deadline:
+        if callable(still_running) and not still_running():
+            raise TestbedError(f"{address}:{port} exited before answering ({problem})")
+        problem = check(address, port, timeout_s=1.0) or ""
+        if not problem:
+            return
+        time.sleep(0.05)
+    raise TestbedError(f"{address}:{port} did not answer within {timeout_s:g} s: {problem}")

@@ -1,0 +1,187 @@
+"""Processes by PID: start pinned and in a cgroup, find a tree via /proc, stop exactly those.
+
+A PID alone can be reused by the kernel after its process died, so every PID we
+record comes with its start time (field 22 of ``/proc/PID/stat``); we only ever
+signal a PID whose start time still matches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from shrink.topology import parse_cpulist
+
+__all__ = [
+    "ProcInfo",
+    "allowed_cpus",
+    "children_map",
+    "cpu_seconds",
+    "descendants",
+    "is_alive",
+    "proc_info",
+    "start_process",
+    "stop_processes",
+]
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    """The fields of ``/proc/PID/stat`` we use."""
+
+    pid: int
+    comm: str
+    state: str
+    ppid: int
+    utime: int
+    stime: int
+    starttime: int
+
+
+def proc_info(pid: int) -> ProcInfo | None:
+    """Parse ``/proc/PID/stat``; None if the process does not exist."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # comm is in parentheses and may itself hold spaces or parentheses.
+    head, _, rest = text.rpartition(")")
+    comm = head.partition("(")[2]
+    f = rest.split()
+    return ProcInfo(pid, comm, f[0], int(f[1]), int(f[11]), int(f[12]), int(f[19]))
+
+
+def is_alive(pid: int, starttime: int | None = None) -> bool:
+    """True if ``pid`` runs (not a zombie) and, if given, started at ``starttime``."""
+    info = proc_info(pid)
+    if info is None or info.state in ("Z", "X"):
+        return False
+    return starttime is None or info.starttime == starttime
+
+
+def children_map() -> dict[int, list[int]]:
+    """Parent PID -> child PIDs, for every live process."""
+    out: dict[int, list[int]] = defaultdict(list)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            info = proc_info(int(entry))
+            if info is not None and info.state not in ("Z", "X"):
+                out[info.ppid].append(info.pid)
+    return out
+
+
+def descendants(pid: int, tree: dict[int, list[int]] | None = None) -> list[int]:
+    """Every live descendant of ``pid`` (not ``pid`` itself), parents before children."""
+    tree = children_map() if tree is None else tree
+    out: list[int] = []
+    todo = sorted(tree.get(pid, []))
+    while todo:
+        p = todo.pop(0)
+        out.append(p)
+        todo.extend(sorted(tree.get(p, [])))
+    return out
+
+
+def allowed_cpus(pid: int) -> tuple[int, ...]:
+    """The CPUs ``pid`` may run on, read from ``Cpus_allowed_list`` in /proc/PID/status."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return parse_cpulist(line.split(":", 1)[1])
+    return ()
+
+
+def cpu_seconds(pids: Iterable[int]) -> float:
+    """User + system CPU seconds used so far by the live ones among ``pids``."""
+    total = 0
+    for pid in pids:
+        info = proc_info(pid)
+        if info is not None:
+            total += info.utime + info.stime
+    return total / _CLK_TCK
+
+
+def start_process(
+    argv: list[str],
+    *,
+    cpus: tuple[int, ...] | None = None,
+    join_cgroup: Callable[[int], None] | None = None,
+    log_path: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in its own session, already pinned to ``cpus`` and in the cgroup.
+
+    Both are set in the child between fork and exec, so every process it forks
+    afterwards (lighttpd workers, php-cgi) inherits them from the first instruction.
+    """
+
+    def _prepare() -> None:
+        if join_cgroup is not None:
+            join_cgroup(os.getpid())
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+
+    log = open(log_path, "ab") if log_path is not None else subprocess.DEVNULL  # noqa: SIM115
+    try:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_prepare,
+            env=env,
+            close_fds=True,
+        )
+    finally:
+        if log is not subprocess.DEVNULL:
+            log.close()
+
+
+def _reap(pid: int) -> None:
+    """Collect ``pid`` if it is our own child, so no zombie of ours is left behind."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def stop_processes(
+    pids: dict[int, int | None], *, first: Iterable[int] = (), grace_s: float = 3.0
+) -> list[int]:
+    """Stop exactly ``pids`` (PID -> start time): SIGTERM ``first`` (the masters),
+    then SIGTERM the rest, then SIGKILL whatever outlives the grace period.
+
+    Returns the PIDs that were still running when called (the ones stopped).
+    """
+    running = {p: t for p, t in pids.items() if is_alive(p, t)}
+
+    def signal_all(which: Iterable[int], sig: int) -> None:
+        for p in which:
+            if p in running and is_alive(p, running[p]):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p, sig)
+
+    def wait(which: Iterable[int], until: float) -> None:
+        which = list(which)
+        while time.monotonic() < until:
+            for p in which:
+                _reap(p)
+            if not any(is_alive(p, running[p]) for p in which):
+                return
+            time.sleep(0.02)
+
+    masters = [p for p in first if p in running]
+    signal_all(masters, signal.SIGTERM)
+    wait(masters, time.monotonic() + grace_s)
+    signal_all(running, signal.SIGTERM)
+    wait(running, time.monotonic() + grace_s)
+    signal_all(running, signal.SIGKILL)
+    wait(running, time.monotonic() + grace_s)
+    return sorted(running)
