@@ -1,0 +1,281 @@
+"""The document root a synthetic workload is served from, and its manifest.
+
+Layout (fixed by the project's cross-part conventions)::
+
+    DIR/manifest.json            {"schema": "shrink.docroot/1", "workload", "static",
+                                  "dynamic", "params", ...}
+    DIR/static/...               every static file at its URL path
+    DIR/static/file1k.bin        the tcp workload's file (1024 bytes), always written
+    DIR/app/_work.php            the work of a dynamic page (see its header comment)
+    DIR/app/<page>.php           index, search, catalog, product, fileCatalog, file
+
+File contents are a deterministic function of the URL path and the size (a
+64 KiB pseudo-random block, seeded by the path, repeated), so a re-run finds
+identical files and skips them: small files are compared whole, files over
+1 MiB by size and their first and last 64 KiB. New content is written to a
+temporary name and renamed, so a server reading the tree never sees half a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shrink.errors import ParameterError, ShrinkError
+from shrink.synth.support import PAGES, SupportSite, expected_dynamic_fraction, images_per_page
+from shrink.synth.tcp import TCP_BYTES, TCP_PATH
+
+__all__ = [
+    "MANIFEST_SCHEMA",
+    "DocrootReport",
+    "DynamicPage",
+    "StaticFile",
+    "missing_paths",
+    "read_manifest",
+    "support_docroot",
+    "tcp_docroot",
+    "write_docroot",
+]
+
+MANIFEST_SCHEMA = "shrink.docroot/1"
+_BLOCK = 65_536
+_CHUNK_BLOCKS = 16  # write 1 MiB at a time
+_WHOLE_COMPARE = 1 << 20
+
+
+@dataclass(frozen=True)
+class StaticFile:
+    """A static file at URL ``path``; ``nominal_bytes`` is its size before a cap."""
+
+    path: str
+    bytes: int
+    nominal_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class DynamicPage:
+    """A dynamic URL and what the PHP page does for it (bytes out, work units, KiB touched)."""
+
+    path: str
+    bytes: int
+    work: int
+    mem_kib: int
+
+
+@dataclass(frozen=True)
+class DocrootReport:
+    """What :func:`write_docroot` did."""
+
+    root: Path
+    manifest: Path
+    static_files: int
+    written: int
+    unchanged: int
+    bytes_on_disk: int
+    capped: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "root": str(self.root),
+            "manifest": str(self.manifest),
+            "static_files": self.static_files,
+            "written": self.written,
+            "unchanged": self.unchanged,
+            "bytes_on_disk": self.bytes_on_disk,
+            "capped": self.capped,
+        }
+
+
+def _block(path: str) -> bytes:
+    seed = int.from_bytes(hashlib.sha256(path.encode()).digest()[:8], "little")
+    return np.random.default_rng(seed).bytes(_BLOCK)
+
+
+def _local(root: Path, url_path: str) -> Path:
+    rel = url_path.split("?", 1)[0].lstrip("/")
+    parts = Path(rel).parts
+    if not rel or ".." in parts:
+        raise ParameterError(f"docroot path == {url_path!r}, must be a plain absolute URL path.")
+    return root.joinpath(*parts)
+
+
+def _same(target: Path, size: int, block: bytes) -> bool:
+    try:
+        if target.stat().st_size != size:
+            return False
+        with target.open("rb") as fh:
+            if size <= _WHOLE_COMPARE:
+                return fh.read() == _content(block, 0, size)
+            if fh.read(_BLOCK) != block:
+                return False
+            tail = size - _BLOCK
+            fh.seek(tail)
+            return fh.read() == _content(block, tail, size)
+    except OSError:
+        return False
+
+
+def _content(block: bytes, start: int, stop: int) -> bytes:
+    """Bytes [start, stop) of the block repeated forever."""
+    first = (start // _BLOCK) * _BLOCK
+    reps = -(-(stop - first) // _BLOCK)
+    return (block * reps)[start - first : stop - first]
+
+
+def _write_file(target: Path, size: int, block: bytes) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+    chunk = block * _CHUNK_BLOCKS
+    try:
+        with tmp.open("wb") as fh:
+            left = size
+            while left > 0:
+                piece = chunk if left >= len(chunk) else chunk[:left]
+                fh.write(piece)
+                left -= len(piece)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _write_text(target: Path, text: str) -> bool:
+    data = text.encode()
+    if target.is_file() and target.read_bytes() == data:
+        return False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, target)
+    return True
+
+
+def _php_sources() -> dict[str, str]:
+    php = resources.files("shrink.synth").joinpath("php")
+    names = ["_work.php", *(f"{p}.php" for p in PAGES)]
+    return {name: php.joinpath(name).read_text(encoding="utf-8") for name in names}
+
+
+def write_docroot(
+    root: str | Path,
+    *,
+    workload: str,
+    static: Sequence[StaticFile],
+    dynamic: Sequence[DynamicPage],
+    params: Mapping[str, Any],
+) -> DocrootReport:
+    """Write the static files, the PHP pages and ``manifest.json`` under ``root``.
+
+    ``/static/file1k.bin`` and the PHP pages are always written, so one
+    document root serves both workloads; files already there with the same
+    content are left alone.
+    """
+    root = Path(root)
+    if root.exists() and not root.is_dir():
+        raise ShrinkError(f"{root}: docroot exists and is not a directory")
+    files = {f.path: f for f in static}
+    files.setdefault(TCP_PATH, StaticFile(TCP_PATH, TCP_BYTES))
+    written = unchanged = on_disk = capped = 0
+    try:
+        for path in sorted(files):
+            f = files[path]
+            target = _local(root, path)
+            block = _block(path)
+            if _same(target, f.bytes, block):
+                unchanged += 1
+            else:
+                _write_file(target, f.bytes, block)
+                written += 1
+            on_disk += f.bytes
+            capped += int(f.nominal_bytes is not None and f.nominal_bytes != f.bytes)
+        for name, text in _php_sources().items():
+            written += _write_text(root / "app" / name, text)
+        manifest = {
+            "schema": MANIFEST_SCHEMA,
+            "workload": workload,
+            "static": [_static_entry(files[p]) for p in sorted(files)],
+            "dynamic": [
+                {"path": d.path, "bytes": d.bytes, "work": d.work, "mem_kib": d.mem_kib}
+                for d in dynamic
+            ],
+            "php": {
+                "pages": [f"/app/{p}.php" for p in PAGES],
+                "url": "/app/<page>.php?bytes=B&work=W&mem=M&id=I",
+                "work_unit_us": 1.0,
+            },
+            "params": dict(params),
+        }
+        target = root / "manifest.json"
+        _write_text(target, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    except OSError as exc:
+        raise ShrinkError(f"{root}: cannot write the docroot ({exc})") from exc
+    return DocrootReport(root, target, len(files), written, unchanged, on_disk, capped)
+
+
+def _static_entry(f: StaticFile) -> dict[str, Any]:
+    entry: dict[str, Any] = {"path": f.path, "bytes": f.bytes}
+    if f.nominal_bytes is not None and f.nominal_bytes != f.bytes:
+        entry["nominal_bytes"] = f.nominal_bytes
+    return entry
+
+
+def support_docroot(root: str | Path, site: SupportSite) -> DocrootReport:
+    """The document root of a Support-like site (images, downloads, rf stand-ins, PHP)."""
+    p = site.params
+    params = {
+        **p.to_dict(),
+        "users": site.users,
+        "download_dirs": site.n_dirs,
+        "images_per_page": dict(zip(PAGES, images_per_page(p).tolist(), strict=True)),
+        "expected_dynamic_fraction": expected_dynamic_fraction(p),
+        "capped": (
+            "download files above max_download_bytes are written, and recorded in the "
+            "trace, at max_download_bytes; nominal_bytes gives the published size"
+            if p.max_download_bytes is not None
+            else None
+        ),
+    }
+    static = [StaticFile(path, size, nominal) for path, size, nominal in site.static_files()]
+    dynamic = [DynamicPage(*d) for d in site.dynamic_pages()]
+    return write_docroot(root, workload="support", static=static, dynamic=dynamic, params=params)
+
+
+def tcp_docroot(root: str | Path) -> DocrootReport:
+    """The document root of the tcp workload: ``/static/file1k.bin`` (and the PHP pages)."""
+    return write_docroot(
+        root, workload="tcp", static=[], dynamic=[], params={"file": TCP_PATH, "bytes": TCP_BYTES}
+    )
+
+
+def read_manifest(root: str | Path) -> dict[str, Any]:
+    """The manifest of a document root written by :func:`write_docroot`."""
+    path = Path(root) / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ShrinkError(f"{path}: not a readable docroot manifest ({exc})") from exc
+    if manifest.get("schema") != MANIFEST_SCHEMA:
+        raise ShrinkError(f"{path}: schema {manifest.get('schema')!r}, expected {MANIFEST_SCHEMA}")
+    return manifest
+
+
+def missing_paths(root: str | Path, paths: Iterable[str]) -> list[str]:
+    """The distinct request paths (query stripped) with no file under ``root``."""
+    root = Path(root)
+    out = []
+    for path in sorted(set(paths)):
+        try:
+            found = _local(root, path).is_file()
+        except ParameterError:
+            found = False
+        if not found:
+            out.append(path)
+    return out
