@@ -14,8 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-import numpy as np
-
 from shrink.errors import MeasurementError
 from shrink.loadcurve import Level, LoadCurve
 from shrink.mat import mat
@@ -55,20 +53,6 @@ def _run_level(
     return Level(float(level), reps)
 
 
-def _share_fraction(target: Target) -> tuple[str, float]:
-    share = target.describe().get("share", {}) or {}
-    return str(share.get("kind", "all")), float(share.get("fraction", 1.0) or 1.0)
-
-
-def _normalized_util(u: float | None, kind: str, fraction: float) -> float | None:
-    """Utilization as a fraction of what the share may use (a 25% quota is full at 0.25)."""
-    if u is None or not np.isfinite(u):
-        return None
-    if kind == "cpu_time" and fraction < 1.0:
-        return min(1.0, u / fraction) if u <= fraction * 1.05 else min(1.0, u)
-    return u
-
-
 def auto_sweep(
     target: Target,
     trace: Trace,
@@ -82,7 +66,6 @@ def auto_sweep(
 ) -> LoadCurve:
     """Sweep ``trace`` on ``target`` with levels chosen around the thresholds' crossings."""
     plan = plan or AutoPlan()
-    kind, fraction = _share_fraction(target)
     base_rate = trace.info().request_rate
     unit = {"rate_factor": 1.0, "users": float(trace.meta.get("users") or 1.0)}.get(knob, 1.0)
     probe = plan.probe_level if plan.probe_level is not None else 0.1 * unit
@@ -102,7 +85,7 @@ def auto_sweep(
 
     first = run(probe, "probe")
     budget -= 1
-    util = _normalized_util(first.utilization, kind, fraction)
+    util = first.utilization
     thr = first.throughput
     if util and util > 0.001 and thr > 0:
         capacity_level = probe * min(1000.0, 1.0 / util)

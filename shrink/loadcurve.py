@@ -92,7 +92,9 @@ class LevelStats:
     overall: ClassStats
     per_class: dict[str, ClassStats] = field(default_factory=dict)
     offered: float = float("nan")  # intended request rate in the window
-    utilization: float | None = None  # mean busy fraction of the share's cores, 0..1
+    # Busy fraction of what the share may use, 0..1: for a CPU-time share of 25% a
+    # core busy 25% of the time is at 1.0 (so utilizations compare across shares).
+    utilization: float | None = None
     errors: int = 0
     generator_behind: bool = False
     send_lag_p99: float | None = None

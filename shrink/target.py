@@ -47,7 +47,8 @@ class RunResult:
     runlog: RunLog
     window: tuple[float, float]
     generator: GeneratorCheck
-    utilization: float | None = None  # mean busy fraction of the share's CPUs in the window
+    # Busy fraction of what the share may use (a 25% CPU-time share busy 25% -> 1.0).
+    utilization: float | None = None
     per_cpu_utilization: dict[int, float] = field(default_factory=dict)
     describe: dict[str, Any] = field(default_factory=dict)
 

@@ -1,0 +1,319 @@
+"""The main job: from a trace to a capacity prediction of the full machine.
+
+    sample(alpha) -> bring up the share -> sweep around the knee -> MATs
+        -> SHRiNK scaling to the full target -> per-mapping extrapolation
+        -> prediction.json + report
+
+The server side is a :class:`TargetProvider`: the live lighttpd testbed
+(:mod:`shrink.providers`), the simulator, or a fake in tests. A provider knows
+the machine, which CPUs the full target has, and how to open a target on a share
+under a mapping (and to close it again, whatever happens).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from shrink import __version__
+from shrink.autolevels import AutoPlan, auto_sweep
+from shrink.errors import ParameterError, TopologyError
+from shrink.loadcurve import LoadCurve
+from shrink.machine import Machine
+from shrink.mapping import BUILTIN_MAPPINGS
+from shrink.mat import MATResult, mat
+from shrink.scaling import latency_scale, shrink_scaled_curve
+from shrink.target import Target
+from shrink.trace import Trace
+from shrink.validation import check_alpha
+
+__all__ = [
+    "PredictConfig",
+    "PredictionResult",
+    "TargetProvider",
+    "curve_summary",
+    "plan_share",
+    "predict",
+]
+
+Progress = Callable[[str, int, int], None]
+
+
+class TargetProvider(Protocol):
+    """Where a prediction's measurements run."""
+
+    name: str
+
+    def machine(self) -> Machine:
+        """The machine the full target lives on."""
+        ...
+
+    def server_cpus(self) -> tuple[int, ...]:
+        """The CPUs of the full target (the machine less the load generator's)."""
+        ...
+
+    def open(self, share: dict[str, Any], mapping: str) -> AbstractContextManager[Target]:
+        """A target on ``share`` under ``mapping``; closing it stops what it started."""
+        ...
+
+
+@dataclass(frozen=True)
+class PredictConfig:
+    alpha: float = 0.25
+    level: str = "session"
+    thresholds: Mapping[str, float] = field(default_factory=lambda: {"mean": 0.005, "p999": 0.5})
+    mappings: Sequence[str] = BUILTIN_MAPPINGS
+    share_kind: str = "auto"  # auto | cores | cpu_time
+    seed: int = 0
+    knob: str = "rate_factor"
+    calibration: str = "published"
+    plan: AutoPlan = field(default_factory=AutoPlan)
+
+
+def plan_share(cpus: Sequence[int], machine: Machine, alpha: float, kind: str) -> dict[str, Any]:
+    """The share of ``cpus`` for a scaled run at ``alpha``.
+
+    ``cores`` keeps alpha of the CPUs, socket-compactly (whole sockets first);
+    ``cpu_time`` keeps every CPU at alpha of its time (a slower server);
+    ``auto`` takes cores when alpha x CPUs is a whole number, else CPU time.
+    """
+    alpha = check_alpha(alpha)
+    n = alpha * len(cpus)
+    whole = abs(n - round(n)) < 1e-9 and round(n) >= 1
+    if kind == "auto":
+        kind = "cores" if whole else "cpu_time"
+    if kind == "cores":
+        if not whole:
+            raise TopologyError(
+                f"alpha == {alpha:g} of {len(cpus)} CPUs is {n:g} CPUs, not a whole number; "
+                "use a CPU-time share (--share-kind cpu_time) or another alpha"
+            )
+        ordered = sorted(cpus, key=lambda c: (machine.socket_of(c), c))
+        return {"kind": "cores", "cpus": ordered[: round(n)], "fraction": alpha}
+    if kind == "cpu_time":
+        return {"kind": "cpu_time", "cpus": list(cpus), "fraction": alpha}
+    raise ParameterError(f"share kind == {kind!r}, must be one of auto, cores, cpu_time.")
+
+
+def curve_summary(curve: LoadCurve) -> dict[str, list[float]]:
+    """The curve's mean and p99.9 (with CIs) against throughput, for JSON and figures."""
+    out: dict[str, list[float]] = {}
+    for stat in ("mean", "p999"):
+        s = curve.series(stat)
+        out["throughput"] = s["throughput"].tolist()
+        out[stat] = s["value"].tolist()
+        out[f"{stat}_lo"] = s["lo"].tolist()
+        out[f"{stat}_hi"] = s["hi"].tolist()
+    return out
+
+
+def _mat_dict(res: MATResult) -> dict[str, Any]:
+    return {"mat": res.mat, "ci": list(res.ci), "threshold": res.threshold, "status": res.status}
+
+
+@dataclass
+class PredictionResult:
+    """Everything a prediction produced (also written to disk by :func:`predict`)."""
+
+    prediction: dict[str, Any]
+    measured: LoadCurve
+    predicted: LoadCurve
+    sample: Trace
+    files: dict[str, Path] = field(default_factory=dict)
+
+
+def _self_checks(curve: LoadCurve) -> dict[str, Any]:
+    behind = [lv.level for lv in curve.levels if lv.generator_behind]
+    utils = [min(1.0, lv.utilization) for lv in curve.usable() if lv.utilization is not None]
+    umax = max(utils) if utils else None
+    return {
+        "generator_kept_up": not behind,
+        "levels_behind": behind,
+        "max_utilization": umax,
+        "utilization_reached": bool(umax is not None and umax >= 0.85),
+        "usable_levels": len(curve.usable()),
+    }
+
+
+def _recommend(mappings: dict[str, dict[str, Any]], stat: str) -> tuple[str, str]:
+    ranked = sorted(
+        mappings.items(), key=lambda kv: -(kv[1].get(stat, {}).get("mat") or float("-inf"))
+    )
+    best, runner = ranked[0], ranked[1] if len(ranked) > 1 else None
+    if runner is None:
+        return best[0], "It is the only mapping this machine can run."
+    b, r = best[1][stat], runner[1][stat]
+    gain = (b["mat"] - r["mat"]) / r["mat"] if r["mat"] else float("nan")
+    overlap = b["ci"][0] <= r["ci"][1]
+    if abs(gain) < 1e-9:
+        return "1-replica" if "1-replica" in mappings else best[0], (
+            "The mappings are predicted equal here (on one socket they coincide); "
+            "1-replica is the simplest to run."
+        )
+    why = (
+        f"Its {'mean' if stat == 'mean' else 'p99.9'} MAT is {100 * gain:.1f}% above {runner[0]}'s"
+    )
+    why += (
+        " but the intervals overlap: treat the two as close."
+        if overlap
+        else "; the intervals do not overlap."
+    )
+    return best[0], why
+
+
+def predict(
+    trace: Trace,
+    provider: TargetProvider,
+    config: PredictConfig,
+    out_dir: str | Path | None = None,
+    *,
+    extrapolator: Callable[..., dict[str, dict[str, Any]]] | None = None,
+    progress: Progress | None = None,
+) -> PredictionResult:
+    """Sample, measure on the share, scale to the full target and extrapolate each mapping.
+
+    ``extrapolator(predicted_curve, machine=..., mappings=..., thresholds=...,
+    calibration=...)`` returns ``{mapping: {"mean": {...}, "p999": {...}, "curve": {...}}}``;
+    without one (or on a one-socket machine, where mappings cannot differ by
+    socket) every mapping gets the SHRiNK-scaled prediction.
+    """
+    import samplers
+
+    alpha = check_alpha(config.alpha)
+    machine = provider.machine()
+    cpus = provider.server_cpus()
+    share = plan_share(cpus, machine, alpha, config.share_kind)
+    sample = samplers.sample(trace, alpha, seed=config.seed, level=config.level)
+    # On a CPU-time share latencies are 1/alpha longer: search the knee at scaled thresholds.
+    lat = alpha if share["kind"] == "cpu_time" else 1.0
+    share_thresholds = {s: t / lat for s, t in config.thresholds.items()}
+    with provider.open(share, "1-replica") as target:
+        measured = auto_sweep(
+            target,
+            sample,
+            share_thresholds,
+            knob=config.knob,
+            plan=config.plan,
+            seed=config.seed,
+            alpha=alpha,
+            progress=progress,
+        )
+    predicted = shrink_scaled_curve(measured)
+    full_mats = {s: mat(predicted, s, t) for s, t in config.thresholds.items()}
+    base = {s: _mat_dict(r) for s, r in full_mats.items()}
+    base["curve"] = curve_summary(predicted)
+    assumptions = [
+        f"SHRiNK: {alpha:g} of the sessions ({config.level} level, seed {config.seed}) on "
+        f"{alpha:g} of the server ({share['kind']} share of CPUs {share['cpus']}) behaves like "
+        "the whole trace on the whole server at normalized load.",
+    ]
+    if share["kind"] == "cpu_time":
+        assumptions.append(
+            "CPU-time share: the server is a processor-sharing server at alpha of the speed, so "
+            "response times are scaled by alpha (R_full(X) = alpha * R_share(alpha * X)). CFS "
+            "bandwidth control is coarse: with a 1 ms quota the share's light-load latencies "
+            "run 20-25% above an ideal slower server (DESIGN.md)."
+        )
+    sockets = {machine.socket_of(c) for c in cpus}
+    mappings_out: dict[str, dict[str, Any]] = {}
+    if extrapolator is not None and len(sockets) > 1:
+        mappings_out = extrapolator(
+            predicted,
+            machine=machine,
+            mappings=list(config.mappings),
+            thresholds=dict(config.thresholds),
+            calibration=config.calibration,
+        )
+        assumptions.append(
+            "Cross-socket effects (remote NIC processing, sharing between workers on two "
+            "sockets, the LLC a replica sees) are modelled with the "
+            f"'{config.calibration}' calibration; they cannot be measured on a share inside "
+            "one socket."
+        )
+    else:
+        for name in config.mappings:
+            mappings_out[name] = base
+        if len(sockets) <= 1:
+            assumptions.append(
+                "The full target lies on one socket: no traffic crosses sockets, so the "
+                "mappings differ only in how the cores are split; on loopback each replica's "
+                "'NIC' is an address and its socket is nominal."
+            )
+    stat = "mean" if "mean" in config.thresholds else next(iter(config.thresholds))
+    recommended, reason = _recommend(mappings_out, stat)
+    checks = _self_checks(measured)
+    widths = [
+        (v["ci"][1] - v["ci"][0]) / v["mat"] / 2
+        for v in (base[s] for s in config.thresholds)
+        if v["mat"]
+    ]
+    conf = (
+        f"The MAT intervals are +/-{100 * max(widths):.0f}% at most (95%, over "
+        f"{config.plan.reps} repetitions per level)."
+        if widths
+        else ""
+    )
+    prediction = {
+        "schema": "shrink.prediction/1",
+        "target": provider.name,
+        "target_description": f"{len(cpus)} CPU(s) {list(cpus)} of {machine.name}",
+        "machine": machine.to_dict(),
+        "alpha": alpha,
+        "level": config.level,
+        "seed": config.seed,
+        "share": share,
+        "thresholds": dict(config.thresholds),
+        "measured_mats": {
+            s: _mat_dict(mat(measured, s, t * latency_scale(measured)))
+            for s, t in config.thresholds.items()
+        },
+        "mappings": mappings_out,
+        "recommended": recommended,
+        "reason": reason,
+        "confidence_summary": conf,
+        "calibration": {"name": config.calibration},
+        "assumptions": assumptions,
+        "self_checks": checks,
+        "trace": {
+            "source": trace.meta.get("source"),
+            "requests": len(trace),
+            "sessions": trace.n_sessions,
+            "fingerprint": trace.fingerprint(),
+            "sample_requests": len(sample),
+        },
+        "provenance": {
+            "shrink": __version__,
+            "python": platform.python_version(),
+            "host": platform.node(),
+            "kernel": platform.release(),
+            "machine": machine.name,
+            "server_cpus": list(cpus),
+            "share": json.dumps(share),
+            "alpha": alpha,
+            "seed": config.seed,
+            "target": json.dumps(measured.meta.get("target", {}).get("versions", {})),
+        },
+    }
+    result = PredictionResult(prediction, measured, predicted, sample)
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        result.files["measured"] = measured.write_json(out / "measured-curve.json")
+        result.files["predicted"] = predicted.write_json(out / "predicted-curve.json")
+        p = out / "prediction.json"
+        p.write_text(json.dumps(prediction, indent=2, sort_keys=True, default=_json) + "\n")
+        result.files["prediction"] = p
+    return result
+
+
+def _json(o: Any) -> Any:
+    if isinstance(o, np.generic):
+        return o.item()
+    raise TypeError(type(o).__name__)

@@ -1,0 +1,317 @@
+"""Build DIR/report.md, DIR/report.html and the PNG figures from a prediction.
+
+The report answers, in this order: which mapping to deploy and how sure the tool
+is (the MAT table with intervals), what the curves look like (figures), whether
+the measurement can be trusted (generator self-checks, utilization reached,
+validation when there is one), and what was assumed.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shrink.loadcurve import LoadCurve
+from shrink.report.blocks import Doc, render_html, render_markdown
+from shrink.report.figures import Series, cdf_figure, latency_figure, level_near_utilization
+from shrink.validate import Validation
+
+__all__ = ["curve_series", "write_report"]
+
+_STAT_NAME = {"mean": "mean", "p999": "p99.9"}
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{x * 1e3:.3g} ms"
+
+
+def _rate(x: float | None) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{x:,.0f}"
+
+
+def curve_series(
+    curve: LoadCurve, label: str, *, points: bool, thr_scale: float = 1.0, lat_scale: float = 1.0
+) -> Series:
+    """A figure series from a load curve, optionally rescaled (normalized load)."""
+    vals, lo, hi = {}, {}, {}
+    x = None
+    for stat in ("mean", "p999"):
+        s = curve.series(stat)
+        x = s["throughput"] * thr_scale
+        vals[stat], lo[stat], hi[stat] = (
+            s["value"] * lat_scale,
+            s["lo"] * lat_scale,
+            s["hi"] * lat_scale,
+        )
+    return Series(label, x if x is not None else [], vals, lo, hi, points=points)
+
+
+def _mapping_series(pred: dict[str, Any]) -> list[Series]:
+    out = []
+    for name, m in pred.get("mappings", {}).items():
+        c = m.get("curve") or {}
+        if not c.get("throughput"):
+            continue
+        vals = {s: c[s] for s in ("mean", "p999") if s in c}
+        lo = {s: c[f"{s}_lo"] for s in ("mean", "p999") if f"{s}_lo" in c}
+        hi = {s: c[f"{s}_hi"] for s in ("mean", "p999") if f"{s}_hi" in c}
+        mats = {}
+        for s in ("mean", "p999"):
+            if s in m and m[s].get("mat") is not None:
+                ci = m[s].get("ci") or [float("nan"), float("nan")]
+                mats[s] = (float(m[s]["mat"]), float(ci[0]), float(ci[1]))
+        out.append(Series(f"predicted: {name}", c["throughput"], vals, lo, hi, mats=mats))
+    return out
+
+
+def _mat_table(pred: dict[str, Any], thresholds: dict[str, float]) -> tuple[list[str], list]:
+    headers = ["mapping"]
+    for s, t in thresholds.items():
+        headers += [f"MAT, {_STAT_NAME.get(s, s)} < {_ms(t)} (req/s)", "95% interval"]
+    rows = []
+    for name, m in pred.get("mappings", {}).items():
+        row = [f"**{name}**" if name == pred.get("recommended") else name]
+        for s in thresholds:
+            r = m.get(s) or {}
+            ci = r.get("ci") or [None, None]
+            flag = "" if r.get("status", "ok") == "ok" else f" ({r.get('status')})"
+            row += [_rate(r.get("mat")) + flag, f"{_rate(ci[0])} - {_rate(ci[1])}"]
+        rows.append(row)
+    return headers, rows
+
+
+def _level_table(curve: LoadCurve) -> tuple[list[str], list]:
+    headers = [
+        "level",
+        "offered (req/s)",
+        "throughput (req/s)",
+        "utilization",
+        "mean",
+        "p99.9",
+        "errors",
+        "send lag p99",
+        "generator",
+    ]
+    rows = []
+    for lv in curve.levels:
+        lag = [r.send_lag_p99 for r in lv.reps if r.send_lag_p99 is not None]
+        util = lv.utilization
+        rows.append(
+            [
+                f"{lv.level:.4g}",
+                _rate(float(np.mean([r.offered for r in lv.reps]))),
+                _rate(lv.throughput),
+                "-" if util is None else f"{100 * util:.0f}%",
+                _ms(lv.stat("mean")[0]),
+                _ms(lv.stat("p999")[0]),
+                str(sum(r.errors for r in lv.reps)),
+                _ms(max(lag)) if lag else "-",
+                "**fell behind: excluded**" if lv.generator_behind else "kept up",
+            ]
+        )
+    return headers, rows
+
+
+def write_report(
+    out_dir: str | Path,
+    prediction: dict[str, Any],
+    *,
+    measured: LoadCurve | None = None,
+    measured_label: str = "measured on the share",
+    full_run: LoadCurve | None = None,
+    predicted_curve: LoadCurve | None = None,
+    validation: Validation | None = None,
+    whatif: dict[str, Any] | None = None,
+    title: str = "shrink capacity prediction",
+) -> dict[str, Path]:
+    """Write report.md, report.html and figures into ``out_dir``; return their paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    thresholds = {k: float(v) for k, v in prediction.get("thresholds", {}).items()}
+    doc = Doc(title)
+    files: dict[str, Path] = {}
+
+    # 1. The answer.
+    rec = prediction.get("recommended")
+    doc.h(1, "Answer")
+    if rec:
+        doc.note(f"Deploy **{rec}**. {prediction.get('reason', '')}")
+    headers, rows = _mat_table(prediction, thresholds)
+    doc.p(
+        f"Predicted maximum achievable throughput (MAT) of the full target "
+        f"({prediction.get('target_description', 'the whole machine')}) for each replica "
+        "mapping: the highest throughput at which the statistic stays under its threshold."
+    )
+    doc.table(headers, rows)
+    sure = prediction.get("confidence_summary")
+    if sure:
+        doc.p(sure)
+
+    # 2. Curves.
+    doc.h(1, "Latency against load")
+    series = _mapping_series(prediction)
+    if measured is not None:
+        from shrink.scaling import latency_scale
+
+        series.append(
+            curve_series(
+                measured,
+                f"{measured_label} (normalized)",
+                points=True,
+                thr_scale=1.0 / measured.alpha,
+                lat_scale=latency_scale(measured),
+            )
+        )
+    if full_run is not None:
+        series.append(curve_series(full_run, "full-scale run (validation)", points=True))
+    if series:
+        files["latency"] = latency_figure(
+            out / "latency.png",
+            series,
+            thresholds,
+            title="Predicted latency against normalized load; dotted lines: MATs (shaded: 95% CI)",
+        )
+        doc.img(
+            "latency.png",
+            "Mean and 99.9th-percentile response time against normalized "
+            "throughput for each mapping, with the thresholds (red) and the MATs (dotted).",
+        )
+    cdf_entries = []
+    if measured is not None:
+        from shrink.scaling import latency_scale
+
+        lv = level_near_utilization(measured)
+        if lv is not None:
+            u = "" if lv.utilization is None else f", {100 * lv.utilization:.0f}% utilization"
+            cdf_entries.append((f"predicted from the share{u}", lv, latency_scale(measured)))
+    if full_run is not None:
+        lv = level_near_utilization(full_run)
+        if lv is not None:
+            u = "" if lv.utilization is None else f", {100 * lv.utilization:.0f}% utilization"
+            cdf_entries.append((f"full-scale run{u}", lv, 1.0))
+    if cdf_entries:
+        files["cdf"] = cdf_figure(
+            out / "cdf.png",
+            cdf_entries,
+            title="Response-time CDFs per class near 80% utilization (cf. the papers' Fig. 7, 11)",
+        )
+        doc.img(
+            "cdf.png",
+            "Response-time distribution of static and dynamic requests near 80% "
+            "utilization of the server.",
+        )
+
+    # 3. Validation.
+    if validation is not None:
+        vd = validation.to_dict()
+        doc.h(1, "Validation against a full-scale run")
+        vrows = []
+        for s, m in vd["mats"].items():
+            vrows.append(
+                [
+                    _STAT_NAME.get(s, s),
+                    _ms(m["threshold"]),
+                    _rate(m["predicted"]),
+                    _rate(m["measured"]),
+                    f"{100 * m['error']:+.1f}%",
+                ]
+            )
+        doc.table(["statistic", "threshold", "predicted MAT", "measured MAT", "error"], vrows)
+        if vd["wasserstein"]:
+            wrows = [
+                [
+                    _rate(w["throughput"]),
+                    _ms(w["measured_mean"]),
+                    _ms(w["predicted_mean"]),
+                    _ms(w["w1"]),
+                    f"{100 * w['w1_relative_to_mean']:.0f}%",
+                ]
+                for w in vd["wasserstein"]
+            ]
+            doc.p(
+                "Latency distributions at matched normalized loads (Wasserstein-1 distance "
+                "between the predicted and measured response-time distributions):"
+            )
+            doc.table(
+                ["throughput (req/s)", "measured mean", "predicted mean", "W1", "W1 / mean"], wrows
+            )
+
+    # 4. What-if on another machine.
+    if whatif is not None:
+        doc.h(1, f"What-if: {whatif.get('machine', {}).get('name', 'another machine')}")
+        doc.p(whatif.get("summary", "Predicted with the published calibration."))
+        wh, wr = _mat_table(
+            whatif, {k: float(v) for k, v in whatif.get("thresholds", thresholds).items()}
+        )
+        doc.table(wh, wr)
+        if whatif.get("recommended"):
+            doc.note(f"On that machine: **{whatif['recommended']}**. {whatif.get('reason', '')}")
+        ws = _mapping_series(whatif)
+        if ws:
+            files["whatif"] = latency_figure(
+                out / "whatif.png",
+                ws,
+                {k: float(v) for k, v in whatif.get("thresholds", thresholds).items()},
+                title=f"What-if on {whatif.get('machine', {}).get('name', '')}: predicted curves",
+            )
+            doc.img(
+                "whatif.png",
+                "Predicted latency against load for each mapping of the what-if machine.",
+            )
+
+    # 5. Can the measurement be trusted?
+    doc.h(1, "Self-checks")
+    checks = prediction.get("self_checks", {})
+    items = []
+    if "generator_kept_up" in checks:
+        items.append(
+            "Load generator kept to its schedule at every level used: "
+            + (
+                "**yes**"
+                if checks["generator_kept_up"]
+                else f"**no** - levels excluded: {checks.get('levels_behind')}"
+            )
+        )
+    if checks.get("max_utilization") is not None:
+        reached = (
+            "saturated: the knee was measured"
+            if checks.get("utilization_reached")
+            else "**the server was not driven to saturation**"
+        )
+        items.append(
+            f"Highest utilization of the share reached: "
+            f"{100 * checks['max_utilization']:.0f}% ({reached})."
+        )
+    if checks.get("generator_capacity_note"):
+        items.append(checks["generator_capacity_note"])
+    if items:
+        doc.ul(items)
+    if measured is not None:
+        doc.p(f"Levels measured on the share ({measured_label}):")
+        h, r = _level_table(measured)
+        doc.table(h, r)
+    if full_run is not None:
+        doc.p("Levels of the full-scale run:")
+        h, r = _level_table(full_run)
+        doc.table(h, r)
+
+    # 6. Assumptions and provenance.
+    doc.h(1, "Assumptions and calibration")
+    doc.ul([str(a) for a in prediction.get("assumptions", [])] or ["none recorded"])
+    cal = prediction.get("calibration")
+    if cal:
+        doc.p(f"Calibration: {cal.get('name', cal) if isinstance(cal, dict) else cal}")
+    prov = prediction.get("provenance", {})
+    if prov:
+        doc.h(1, "Provenance")
+        doc.table(["what", "value"], [[k, f"`{v}`"] for k, v in sorted(prov.items())])
+
+    md = render_markdown(doc)
+    (out / "report.md").write_text(md)
+    (out / "report.html").write_text(render_html(doc))
+    files["md"] = out / "report.md"
+    files["html"] = out / "report.html"
+    return files

@@ -1,0 +1,106 @@
+"""The main job on a fake provider: predict, validate and report end to end."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+
+from shrink.autolevels import AutoPlan
+from shrink.errors import TopologyError
+from shrink.machine import Machine
+from shrink.predict import PredictConfig, plan_share, predict
+from shrink.report.build import write_report
+from shrink.target import FakeTarget
+from shrink.trace import Trace
+from shrink.validate import validate
+
+
+class FakeProvider:
+    """One 'core' whose CPU-time share slows every demand by 1/fraction."""
+
+    name = "fake"
+
+    def __init__(self, demand=None):
+        self.demand = demand or {"static": 0.0005, "dynamic": 0.004}
+
+    def machine(self):
+        return Machine(name="fake-1s", sockets=1, cores_per_socket=2)
+
+    def server_cpus(self):
+        return (1,)
+
+    @contextmanager
+    def open(self, share, mapping):
+        f = share["fraction"] if share["kind"] == "cpu_time" else 1.0
+        target = FakeTarget(servers=1, demand={k: v / f for k, v in self.demand.items()})
+        desc = target.describe
+
+        target.describe = lambda: {**desc(), "share": share, "mapping": {"name": mapping}}
+        yield target
+
+
+def _sessions(n_sessions: int, seed: int = 0) -> Trace:
+    rng = np.random.default_rng(seed)
+    start = np.sort(rng.uniform(0, 400, n_sessions))
+    rows = {"session": [], "t": [], "path": [], "cls": [], "burst": []}
+    for s, t0 in enumerate(start):
+        for b in range(3):
+            dyn = rng.random() < 0.1
+            rows["session"].append(s)
+            rows["burst"].append(b)
+            rows["t"].append(t0 + 2 * b)
+            rows["path"].append("/app/x.php" if dyn else "/static/a.gif")
+            rows["cls"].append("dynamic" if dyn else "static")
+    return Trace.from_columns(rows, meta={"source": "test"})
+
+
+def test_plan_share_picks_cores_or_cpu_time():
+    m = Machine(name="m", sockets=2, cores_per_socket=2)
+    assert plan_share([0, 1, 2, 3], m, 0.5, "auto") == {
+        "kind": "cores",
+        "cpus": [0, 1],
+        "fraction": 0.5,
+    }
+    assert plan_share([1], m, 0.25, "auto")["kind"] == "cpu_time"
+    with pytest.raises(TopologyError, match="not a whole number"):
+        plan_share([1], m, 0.25, "cores")
+
+
+def test_predict_then_validate_on_a_processor_sharing_fake(tmp_path):
+    trace = _sessions(4000)
+    provider = FakeProvider()
+    thresholds = {"mean": 0.004, "p999": 0.040}
+    plan = AutoPlan(warmup=2, duration=40, reps=2, max_levels=9, probe_level=1.0)
+    cfg = PredictConfig(
+        alpha=0.25, thresholds=thresholds, mappings=["1-replica"], seed=5, plan=plan
+    )
+    res = predict(trace, provider, cfg, tmp_path)
+    pred = res.prediction
+    assert pred["share"]["kind"] == "cpu_time"
+    assert (tmp_path / "prediction.json").exists()
+    assert pred["self_checks"]["generator_kept_up"]
+    assert pred["mappings"]["1-replica"]["mean"]["status"] == "ok"
+    # The full-scale run on the whole (fake) core.
+    with provider.open({"kind": "all", "cpus": [1], "fraction": 1.0}, "1-replica") as target:
+        from shrink.autolevels import auto_sweep
+
+        full = auto_sweep(target, trace, thresholds, plan=plan, seed=9, alpha=1.0)
+    v = validate(res.predicted, full, thresholds)
+    assert abs(v.mat_error["mean"]) < 0.10
+    assert abs(v.mat_error["p999"]) < 0.15
+    files = write_report(
+        tmp_path,
+        pred,
+        measured=res.measured,
+        full_run=full,
+        predicted_curve=res.predicted,
+        validation=v,
+    )
+    md = files["md"].read_text()
+    assert "Deploy **1-replica**" in md
+    assert "Validation against a full-scale run" in md
+    assert files["latency"].stat().st_size > 10_000
+    assert files["cdf"].exists()
+    assert "<table>" in files["html"].read_text()
