@@ -1,0 +1,207 @@
+"""Shares: parsing, socket-compact selection, refusals, CFS period choice, cgroups."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import require_root
+from hypothesis import given
+from hypothesis import strategies as st
+
+from shrink.errors import ParameterError, TopologyError
+from shrink.machine import Machine
+from shrink.share import (
+    MIN_QUOTA_US,
+    Cgroup,
+    Share,
+    cgroup_layout,
+    choose_period_us,
+    select_compact,
+)
+from shrink.topology import discover
+
+ROOT = Path(__file__).resolve().parent.parent
+NEHALEM = Machine.read_toml(ROOT / "examples" / "machines" / "nehalem-2s.toml")
+XEON = Machine.read_toml(ROOT / "examples" / "machines" / "xeon-2s-8c.toml")
+TWO_CORE = Machine("two-core", sockets=1, cores_per_socket=2)
+
+
+@pytest.mark.parametrize(
+    ("alpha", "cpus"),
+    [
+        (0.5, (0, 1, 2, 3)),
+        (0.25, (0, 1)),
+        (0.75, (0, 1, 2, 3, 4, 5)),
+        (0.125, (0,)),
+        (1.0, tuple(range(8))),
+    ],
+)
+def test_alpha_is_socket_compact(alpha, cpus):
+    assert select_compact(NEHALEM, alpha) == cpus
+
+
+def test_alpha_takes_whole_smt_cores():
+    # 0.25 of 2 x 8 cores = 4 whole cores of socket 0, both threads of each.
+    assert select_compact(XEON, 0.25) == (0, 1, 2, 3, 16, 17, 18, 19)
+    assert {XEON.socket_of(c) for c in select_compact(XEON, 0.5)} == {0}
+
+
+@given(st.integers(1, 8))
+def test_alpha_whole_cores_property(k):
+    cpus = select_compact(NEHALEM, k / 8)
+    assert len(cpus) == k
+    # Socket-compact: no socket is used before the one before it is full.
+    per_socket = [sum(1 for c in cpus if NEHALEM.socket_of(c) == s) for s in range(2)]
+    assert per_socket[1] == 0 or per_socket[0] == 4
+
+
+def test_parse_forms_on_two_cores():
+    assert Share.parse("all", TWO_CORE) == Share("all", (0, 1), 1.0)
+    assert Share.parse("0.5", TWO_CORE).cpus == (0,)
+    assert Share.parse("1", TWO_CORE) == Share("cores", (1,), 0.5)  # a bare integer is a CPU
+    assert Share.parse("0-1", TWO_CORE).kind == "all"
+    q = Share.parse("1@25%", TWO_CORE)
+    assert q == Share.parse("1@0.25", TWO_CORE)
+    assert (q.kind, q.cpus, q.cpu_fraction, q.fraction) == ("cpu_time", (1,), 0.25, 0.125)
+    assert (q.quota_us(), q.period_us) == (1000, 4000)
+    half = Share.parse("0@50%", TWO_CORE)
+    assert (half.quota_us(), half.period_us, half.fraction) == (1000, 2000, 0.25)
+    assert Share.parse("0@100%", TWO_CORE).kind == "cores"
+
+
+def test_parse_period_override_and_dict_round_trip():
+    s = Share.parse("0-1@50%", TWO_CORE, period_us=100_000)
+    assert (s.quota_us(), s.quota_us(1), s.period_us) == (100_000, 50_000, 100_000)
+    assert Share.from_dict(s.to_dict()) == s
+    assert s.to_dict()["quota_us"] == 100_000
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("0.25", r"0.5 cores .* whole cores .*'0@50%'"),
+        ("0.3", "whole cores"),
+        ("2", "does not have"),
+        ("0-3", "does not have"),
+        ("1@150%", "cannot run faster"),
+        ("1@x", "percentage"),
+        ("0@10%/", "percentage"),
+    ],
+)
+def test_refusals_say_why(text, match):
+    with pytest.raises(TopologyError, match=match):
+        Share.parse(text, TWO_CORE)
+
+
+def test_bad_alpha_is_a_parameter_error():
+    with pytest.raises(ParameterError, match=r"alpha == 1.5, must be in \(0, 1\]"):
+        Share.parse("1.5", TWO_CORE)
+
+
+def test_period_too_short_for_a_quota_is_refused():
+    with pytest.raises(TopologyError, match="quota >= 1000"):
+        Share.parse("0@10%", TWO_CORE, period_us=2000)
+
+
+@given(st.floats(0.01, 1.0), st.integers(1, 64))
+def test_period_is_shortest_with_a_1ms_quota(fraction, n):
+    p = choose_period_us(fraction, n)
+    assert p % 100 == 0 and p >= MIN_QUOTA_US
+    assert fraction * n * p >= MIN_QUOTA_US - 1e-6
+    if p > MIN_QUOTA_US:  # 100 us shorter would drop the quota under 1 ms
+        assert fraction * n * (p - 100) < MIN_QUOTA_US
+
+
+HYBRID = """\
+cgroup /sys/fs/cgroup/cpu cgroup rw,relatime,cpu 0 0
+cgroup /sys/fs/cgroup/cpuacct cgroup rw,relatime,cpuacct 0 0
+cgroup /sys/fs/cgroup/cpuset cgroup rw,relatime,cpuset 0 0
+cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0
+"""
+
+
+def test_layout_hybrid_without_v2_cpu_falls_back_to_v1(tmp_path):
+    (tmp_path / "sys/fs/cgroup/unified").mkdir(parents=True)
+    (tmp_path / "sys/fs/cgroup/unified/cgroup.controllers").write_text("\n")
+    lay = cgroup_layout(HYBRID, fs_root=tmp_path)
+    assert lay.version == 1
+    assert lay.cpu == tmp_path / "sys/fs/cgroup/cpu"
+    assert lay.cpuset == tmp_path / "sys/fs/cgroup/cpuset"
+
+
+def test_layout_v2_with_cpu_controller(tmp_path):
+    (tmp_path / "sys/fs/cgroup").mkdir(parents=True)
+    (tmp_path / "sys/fs/cgroup/cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    lay = cgroup_layout("cgroup2 /sys/fs/cgroup cgroup2 rw 0 0\n", fs_root=tmp_path)
+    base = tmp_path / "sys/fs/cgroup"
+    assert (lay.version, lay.cpu, lay.cpuset, lay.cpuacct) == (2, base, base, base)
+
+
+def test_v1_cgroup_files_on_a_fake_tree(tmp_path):
+    for c in ("cpu", "cpuacct", "cpuset"):
+        (tmp_path / "sys/fs/cgroup" / c).mkdir(parents=True)
+    (tmp_path / "sys/fs/cgroup/cpuset/cpuset.cpus").write_text("0-7\n")
+    (tmp_path / "sys/fs/cgroup/cpuset/cpuset.mems").write_text("0-1\n")
+    lay = cgroup_layout(HYBRID, fs_root=tmp_path)
+    share = Share.parse("4-5@25%", NEHALEM)
+    cg = Cgroup("t-r0", lay)
+    cg.create((4, 5), share.quota_us(2), share.period_us)
+    cpu = Path(cg.dirs["cpu"])
+    assert cpu == tmp_path / "sys/fs/cgroup/cpu/shrink/t-r0"
+    assert (cpu / "cpu.cfs_period_us").read_text() == "2000"
+    assert (cpu / "cpu.cfs_quota_us").read_text() == "1000"
+    cs = Path(cg.dirs["cpuset"])
+    assert (cs / "cpuset.cpus").read_text() == "4-5"
+    assert (cs / "cpuset.mems").read_text() == "0-1"
+    assert (cs.parent / "cpuset.cpus").read_text() == "0-7"  # v1 parents start empty
+    cg.add(1234)
+    assert (cpu / "cgroup.procs").read_text() == "1234"
+    assert cg.pids() == [1234]
+    assert Cgroup.from_dict(cg.to_dict()).dirs == cg.dirs
+
+
+def test_v2_cgroup_files_on_a_fake_tree(tmp_path):
+    base = tmp_path / "sys/fs/cgroup"
+    base.mkdir(parents=True)
+    (base / "cgroup.controllers").write_text("cpuset cpu\n")
+    lay = cgroup_layout("cgroup2 /sys/fs/cgroup cgroup2 rw 0 0\n", fs_root=tmp_path)
+    assert lay.version == 2
+    cg = Cgroup("t-r1", lay)
+    cg.create((1,), 1000, 2000)
+    d = base / "shrink" / "t-r1"
+    assert (d / "cpu.max").read_text() == "1000 2000"
+    assert (d / "cpuset.cpus").read_text() == "1"
+    (d / "cpu.stat").write_text("usage_usec 2500000\nuser_usec 1\n")
+    assert cg.usage_s() == 2.5
+
+
+@pytest.mark.root
+def test_real_cgroup_quota_on_this_machine():
+    require_root()
+    lay = cgroup_layout()
+    if lay.cpu is None:
+        pytest.skip("no cgroup cpu controller mounted")
+    m = discover()
+    share = Share.parse(f"{m.all_cpus[0]}@50%", m)
+    cg = Cgroup(f"test-{os.getpid()}", lay)
+    cg.create(share.cpus, share.quota_us(), share.period_us)
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        cg.add(proc.pid)
+        assert proc.pid in cg.pids()
+        cpu = Path(cg.dirs["cpu"])
+        if lay.version == 1:
+            assert (cpu / "cpu.cfs_quota_us").read_text().strip() == "1000"
+            assert (cpu / "cpu.cfs_period_us").read_text().strip() == "2000"
+        else:
+            assert (cpu / "cpu.max").read_text().split() == ["1000", "2000"]
+        if "cpuset" in cg.dirs:
+            assert os.sched_getaffinity(proc.pid) == set(share.cpus)
+    finally:
+        proc.kill()
+        proc.wait()
+    cg.remove()
+    assert not Path(cpu).exists()

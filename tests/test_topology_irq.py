@@ -1,0 +1,76 @@
+"""The RSS IRQ affinity plan for a real multi-queue NIC (from a /proc/interrupts text)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shrink.errors import TopologyError
+from shrink.irq import apply_plan, format_plan, nic_queue_irqs, plan_irq_affinity
+from shrink.machine import Machine
+from shrink.mapping import build_mapping
+
+ROOT = Path(__file__).resolve().parent.parent
+NEHALEM = Machine.read_toml(ROOT / "examples" / "machines" / "nehalem-2s.toml")
+
+
+def interrupts(ifaces=("eth0", "eth1"), queues=4, first=40) -> str:
+    lines = ["           CPU0       CPU1       CPU2"]
+    irq = first
+    for iface in ifaces:
+        lines.append(f" {irq}:  1  0  0  PCI-MSI-edge  {iface}")  # link interrupt
+        irq += 1
+        for q in range(queues):
+            lines.append(f" {irq}:  9  0  0  PCI-MSI-edge  {iface}-TxRx-{q}")
+            irq += 1
+        lines.append(f" {irq}:  9  0  0  PCI-MSI-edge  {iface}-tx-0")
+        irq += 1
+    lines.append("NMI:  0  0  0  Non-maskable interrupts")
+    return "\n".join(lines) + "\n"
+
+
+def test_queue_irqs_in_queue_order_without_link_or_tx():
+    q = nic_queue_irqs("eth0", interrupts())
+    assert q == [(41, "eth0-TxRx-0"), (42, "eth0-TxRx-1"), (43, "eth0-TxRx-2"), (44, "eth0-TxRx-3")]
+    assert nic_queue_irqs("eth1", interrupts())[0] == (47, "eth1-TxRx-0")
+
+
+@pytest.mark.parametrize(
+    ("mapping", "want"),
+    [("2-replica-direct", [0, 1]), ("2-replica-indirect", [1, 0])],
+)
+def test_two_ports_feed_their_replicas_socket(mapping, want):
+    m = build_mapping(mapping, NEHALEM)
+    plan = plan_irq_affinity(m, NEHALEM, ["eth0", "eth1"], interrupts())
+    assert len(plan) == 8
+    for replica, sock in zip(m.replicas, want, strict=True):
+        mine = [a for a in plan if a.replica == replica.name]
+        # Queue i of the port goes to core i of the feeding socket, as in the papers.
+        assert [a.cpus[0] for a in mine] == list(NEHALEM.cpus[sock])
+
+
+def test_one_replica_spreads_queues_over_its_cores():
+    m = build_mapping("1-replica", NEHALEM)
+    plan = plan_irq_affinity(m, NEHALEM, ["eth0"], interrupts(queues=8))
+    assert [a.cpus[0] for a in plan] == list(range(8))
+    assert "IRQ" in format_plan(plan) and "loopback" in format_plan([])
+
+
+def test_plan_errors():
+    m = build_mapping("2-replica-direct", NEHALEM)
+    with pytest.raises(TopologyError, match="no queue interrupts"):
+        plan_irq_affinity(m, NEHALEM, ["ens9"], interrupts())
+    with pytest.raises(TopologyError, match="give one interface or 2"):
+        plan_irq_affinity(m, NEHALEM, ["eth0", "eth1", "eth2"], interrupts())
+
+
+def test_apply_writes_smp_affinity_list(tmp_path):
+    m = build_mapping("2-replica-direct", NEHALEM)
+    plan = plan_irq_affinity(m, NEHALEM, ["eth0", "eth1"], interrupts())
+    for a in plan:
+        (tmp_path / "irq" / str(a.irq)).mkdir(parents=True)
+        (tmp_path / "irq" / str(a.irq) / "smp_affinity_list").write_text("0-7\n")
+    apply_plan(plan, proc_root=tmp_path)
+    assert (tmp_path / "irq" / "41" / "smp_affinity_list").read_text() == "0"
+    assert (tmp_path / "irq" / "50" / "smp_affinity_list").read_text() == "7"
