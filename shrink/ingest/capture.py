@@ -1,0 +1,134 @@
+"""Packet captures (pcap, pcapng, gzip) -> a Trace of HTTP requests with measured times.
+
+Pipeline, one module per step::
+
+    pcap_files     file bytes -> record arrays (gzip, pcap, pcapng; damage detection)
+    pcap_decode    records -> TCP segments (numpy over all headers at once)   [fast engine]
+    pcap_scapy     file -> TCP segments with scapy's readers and dissectors  [scapy engine]
+    tcp_reassembly segments -> connections, ordered byte streams, timing tables
+    http_parse     streams -> requests and responses, paired in order
+    http_sessions  exchanges -> sessions, bursts, think times -> Trace columns
+
+Per request: ``t`` is the first request packet's time (of the burst's first
+request, as every Trace keeps it), seconds from the capture's first request;
+``rt`` runs from the first request packet to the last response byte (NaN if
+no response came); ``ttfb`` to the first response byte; ``bytes`` is the
+response body as on the wire after de-chunking, before content-decoding (-1
+if no response); ``status`` 0 if none; ``answered`` says whether a response
+was seen.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from shrink.classify import Classifier
+from shrink.errors import ParameterError
+from shrink.ingest.http_parse import parse_http
+from shrink.ingest.http_sessions import parse_sessions, sessionize
+from shrink.ingest.pcap_decode import LINKTYPES, decode_records
+from shrink.ingest.pcap_files import read_records
+from shrink.ingest.tcp_reassembly import reassemble
+from shrink.ingest.tcp_segments import Segments
+from shrink.trace import Trace
+from shrink.validation import check_scalar
+
+__all__ = ["read_capture", "read_segments"]
+
+Engine = Literal["auto", "fast", "scapy"]
+
+
+def read_segments(
+    path: str | Path, *, strict: bool = False, engine: Engine = "auto"
+) -> tuple[Segments, dict[str, Any]]:
+    """The TCP segments of a capture and facts about the file (format, link types, damage)."""
+    path = Path(path)
+    if engine not in ("auto", "fast", "scapy"):
+        raise ParameterError(f"engine == {engine!r}, must be 'auto', 'fast' or 'scapy'.")
+    if engine == "scapy":
+        from shrink.ingest.pcap_scapy import scapy_segments
+
+        seg, fmt, damage = scapy_segments(path, strict=strict)
+        return seg, {"format": fmt, "damage": damage, "reader": "capture-scapy"}
+    recs = read_records(path, strict=strict)
+    seg = decode_records(recs)
+    links = sorted({LINKTYPES.get(int(x), str(int(x))) for x in set(recs.linktype.tolist())})
+    return seg, {
+        "format": recs.fmt,
+        "damage": recs.damage,
+        "reader": "capture-fast",
+        "link_types": links,
+    }
+
+
+def read_capture(
+    path: str | Path,
+    *,
+    strict: bool = False,
+    sessions: str = "client",
+    idle_gap: float = 1800.0,
+    burst_gap: float = 0.5,
+    engine: Engine = "auto",
+    classifier: Classifier | None = None,
+) -> Trace:
+    """Read a pcap/pcapng capture (optionally gzip) into a Trace of its HTTP requests.
+
+    ``sessions`` is ``"client"`` (client address, split after ``idle_gap``
+    seconds idle), ``"connection"`` or ``"cookie:NAME"``. ``burst_gap`` is how
+    long after the last response a request still joins the burst. ``engine``
+    ``"fast"`` (numpy, the default for ``"auto"``) or ``"scapy"``; both give the
+    same rows. ``strict`` raises :class:`~shrink.errors.CaptureFormatError` on a
+    damaged file; otherwise everything before the damage is kept and
+    ``meta["damage"]`` says where reading stopped. Non-HTTP traffic is counted
+    by kind in ``meta["skipped_kinds"]`` (total in ``meta["skipped"]``).
+    """
+    path = Path(path)
+    mode, cookie = parse_sessions(sessions)
+    idle_gap = check_scalar(idle_gap, "idle_gap", low=0.0, closed="neither")
+    burst_gap = check_scalar(burst_gap, "burst_gap", low=0.0)
+    seg, facts = read_segments(path, strict=strict, engine=engine)
+    streams = reassemble(seg)
+    http = parse_http(streams, cookie=cookie)
+    cols = sessionize(
+        http.exchanges,
+        mode=mode,
+        idle_gap=idle_gap,
+        burst_gap=burst_gap,
+        classifier=classifier or Classifier(),
+    )
+    skipped_kinds = dict(sorted(seg.skipped.items()))
+    for k in ("non-http-packets",):
+        if http.counts.get(k):
+            skipped_kinds[k] = http.counts[k]
+    answered = cols["answered"]
+    meta: dict[str, Any] = {
+        "reader": facts["reader"],
+        "source": path.name,
+        "format": facts["format"],
+        "mode": "session",
+        "sessions": sessions,
+        "idle_gap": idle_gap,
+        "burst_gap": burst_gap,
+        "packets": seg.packets,
+        "tcp_segments": len(seg),
+        "connections": len(streams.conns),
+        "http_connections": http.http_conns,
+        "non_http_connections": http.counts.get("non-http-connection", 0),
+        "skipped": int(sum(skipped_kinds.values())),
+        "skipped_kinds": skipped_kinds,
+        "truncated": seg.truncated,
+        "missing_bytes": streams.gap_bytes,
+        "requests": http.requests,
+        "responses": http.responses,
+        "orphan_responses": http.orphan_responses,
+        "unanswered": int(len(answered) - int(answered.sum())),
+        "http_anomalies": {
+            k: v for k, v in sorted(http.counts.items()) if not k.startswith("non-http")
+        },
+    }
+    if facts.get("link_types"):
+        meta["link_types"] = facts["link_types"]
+    if facts["damage"]:
+        meta["damage"] = facts["damage"]
+    return Trace.from_columns(cols, meta)

@@ -1,0 +1,302 @@
+"""Capture file containers: gzip, classic pcap and pcapng, read into flat record arrays.
+
+The fast path never builds a Python object per packet. The file is read once
+into memory (decompressed if it is gzip), the record headers are walked in a
+tight loop that only collects offsets, and every per-record field is then
+gathered with numpy over the file bytes. Packet bytes stay where they are;
+later stages index into the same buffer.
+
+A damaged file (truncated record, impossible record length, bad block) stops
+the walk at the first bad record: strict readers raise
+:class:`~shrink.errors.CaptureFormatError` with the record number and byte
+offset, lenient readers keep every record before it and say where it stopped.
+"""
+
+from __future__ import annotations
+
+import gzip
+import struct
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from shrink.errors import CaptureFormatError
+
+__all__ = [
+    "PCAPNG_MAGIC",
+    "PCAP_MAGICS",
+    "RawRecords",
+    "capture_format",
+    "load_bytes",
+    "read_records",
+]
+
+PCAP_MAGICS: dict[bytes, tuple[str, int]] = {
+    # magic -> (byte order, ticks per second of the sub-second field)
+    b"\xd4\xc3\xb2\xa1": ("<", 1_000_000),
+    b"\xa1\xb2\xc3\xd4": (">", 1_000_000),
+    b"\x4d\x3c\xb2\xa1": ("<", 1_000_000_000),
+    b"\xa1\xb2\x3c\x4d": (">", 1_000_000_000),
+}
+PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
+GZIP_MAGIC = b"\x1f\x8b"
+# The largest record tshark accepts; a longer one is garbage, not a packet.
+MAX_RECORD = 262_144
+
+
+@dataclass
+class RawRecords:
+    """Packet records of a capture as parallel arrays over one byte buffer.
+
+    ``data_off[i]`` is where packet ``i``'s captured bytes start in ``buf``,
+    ``caplen[i]`` how many were captured and ``wirelen[i]`` how long it was
+    on the wire; ``ts_ns`` is the capture time in integer nanoseconds (so the
+    two engines agree to the bit). ``damage`` describes where a lenient read
+    stopped, or is None.
+    """
+
+    buf: bytes
+    data_off: np.ndarray
+    caplen: np.ndarray
+    wirelen: np.ndarray
+    ts_ns: np.ndarray
+    linktype: np.ndarray
+    fmt: str
+    damage: str | None = None
+    notes: dict[str, int] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(self.data_off.size)
+
+
+def load_bytes(path: Path, *, strict: bool) -> tuple[bytes, str | None]:
+    """The file's bytes, gunzipped when it is gzip; a truncated gzip keeps what inflates."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise CaptureFormatError("no such file", path=path) from None
+    except OSError as exc:
+        raise CaptureFormatError(f"cannot read ({exc.strerror})", path=path) from exc
+    if not raw.startswith(GZIP_MAGIC):
+        return raw, None
+    try:
+        return gzip.decompress(raw), None
+    except (OSError, EOFError, zlib.error) as exc:
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            out = d.decompress(raw)
+        except zlib.error:
+            out = b""
+        msg = f"gzip stream is damaged ({exc}); {len(out)} bytes inflated"
+        if strict or not out:
+            raise CaptureFormatError(msg, path=path, offset=len(raw)) from exc
+        return out, msg
+
+
+def capture_format(data: bytes, path: Path) -> str:
+    """``"pcap"`` or ``"pcapng"`` from the magic number, else a clear error."""
+    head = data[:4]
+    if head in PCAP_MAGICS:
+        if len(data) < 24:
+            raise CaptureFormatError(
+                f"pcap file header is cut short ({len(data)} of 24 bytes)", path=path, offset=0
+            )
+        return "pcap"
+    if head == PCAPNG_MAGIC:
+        return "pcapng"
+    raise CaptureFormatError(
+        f"not a pcap or pcapng capture (bad magic {head.hex() or 'empty file'})",
+        path=path,
+        offset=0,
+    )
+
+
+def _damaged(
+    msg: str, path: Path, record: int, offset: int, strict: bool
+) -> tuple[str, CaptureFormatError]:
+    err = CaptureFormatError(msg, path=path, record=record, offset=offset)
+    if strict:
+        raise err
+    return str(err), err
+
+
+def _walk_pcap(data: bytes, path: Path, strict: bool) -> tuple[list[int], str | None]:
+    """Record-header offsets of a classic pcap file (the only per-record Python work)."""
+    endian = PCAP_MAGICS[data[:4]][0]
+    snaplen = struct.unpack_from(endian + "I", data, 16)[0]
+    limit = max(snaplen, MAX_RECORD)
+    unpack = struct.Struct(endian + "I").unpack_from
+    n = len(data)
+    offs: list[int] = []
+    append = offs.append
+    off = 24
+    damage = None
+    while off + 16 <= n:
+        incl = unpack(data, off + 8)[0]
+        if incl > limit or off + 16 + incl > n:
+            break
+        append(off)
+        off += 16 + incl
+    if off != n:
+        rec = len(offs) + 1
+        if off + 16 > n:
+            msg = f"record header cut short ({n - off} of 16 bytes)"
+        else:
+            incl = unpack(data, off + 8)[0]
+            if incl > limit:
+                msg = f"record length {incl} exceeds the snapshot length {snaplen} (garbage?)"
+            else:
+                msg = f"record cut short ({n - off - 16} of {incl} bytes)"
+        damage, _ = _damaged(msg, path, rec, off, strict)
+    return offs, damage
+
+
+def _read_pcap(data: bytes, path: Path, strict: bool) -> RawRecords:
+    endian, tick = PCAP_MAGICS[data[:4]]
+    linktype = struct.unpack_from(endian + "I", data, 20)[0] & 0x0FFFFFFF
+    offs, damage = _walk_pcap(data, path, strict)
+    buf = np.frombuffer(data, dtype=np.uint8)
+    o = np.asarray(offs, dtype=np.int64)
+    dt = np.dtype(endian + "u4")
+    # Gather the four header words of every record at once.
+    words = buf[o[:, None] + np.arange(16)].view(dt).reshape(-1, 4).astype(np.int64)
+    sec, sub, caplen, wirelen = words.T
+    ts = sec * 1_000_000_000 + sub * (1_000_000_000 // tick)
+    return RawRecords(
+        buf=data,
+        data_off=o + 16,
+        caplen=caplen.copy(),
+        wirelen=wirelen.copy(),
+        ts_ns=ts,
+        linktype=np.full(o.size, linktype, dtype=np.int64),
+        fmt="pcap",
+        damage=damage,
+    )
+
+
+def _tsresol(opts: bytes, endian: str) -> int:
+    """Ticks per second from an interface's if_tsresol option (default microseconds)."""
+    p = 0
+    while p + 4 <= len(opts):
+        code, ln = struct.unpack_from(endian + "HH", opts, p)
+        if code == 0:
+            break
+        if code == 9 and ln == 1:
+            v = opts[p + 4]
+            return (2 if v & 0x80 else 10) ** (v & 0x7F)
+        p += 4 + ln + (-ln % 4)
+    return 1_000_000
+
+
+def _read_pcapng(data: bytes, path: Path, strict: bool) -> RawRecords:
+    """Walk pcapng blocks: section headers, interfaces, enhanced and simple packets."""
+    n = len(data)
+    off = 0
+    endian = "<"
+    ifaces: list[tuple[int, int, int]] = []  # linktype, ticks/s, snaplen
+    offs: list[int] = []
+    caps: list[int] = []
+    wires: list[int] = []
+    tss: list[int] = []
+    lts: list[int] = []
+    damage = None
+    skipped_blocks = 0
+    while off < n:
+        if off + 12 > n:
+            damage, _ = _damaged(
+                f"block header cut short ({n - off} bytes left)", path, len(offs) + 1, off, strict
+            )
+            break
+        btype = data[off : off + 4]
+        if btype == PCAPNG_MAGIC:
+            bom = data[off + 8 : off + 12]
+            if bom == b"\x4d\x3c\x2b\x1a":
+                endian = "<"
+            elif bom == b"\x1a\x2b\x3c\x4d":
+                endian = ">"
+            else:
+                damage, _ = _damaged(
+                    "section header has a bad byte-order magic", path, len(offs) + 1, off, strict
+                )
+                break
+            ifaces = []
+        btype_i, blen = struct.unpack_from(endian + "II", data, off)
+        if blen < 12 or blen % 4 or off + blen > n:
+            damage, _ = _damaged(
+                f"block of type {btype_i:#x} has a bad length {blen} ({n - off} bytes left)",
+                path,
+                len(offs) + 1,
+                off,
+                strict,
+            )
+            break
+        if struct.unpack_from(endian + "I", data, off + blen - 4)[0] != blen:
+            damage, _ = _damaged(
+                f"block of type {btype_i:#x} has mismatched lengths",
+                path,
+                len(offs) + 1,
+                off,
+                strict,
+            )
+            break
+        body = off + 8
+        if btype_i == 1:  # interface description
+            lt, snap = struct.unpack_from(endian + "HxxI", data, body)
+            ifaces.append((lt, _tsresol(data[body + 8 : off + blen - 4], endian), snap))
+        elif btype_i == 6:  # enhanced packet
+            ifid, hi, lo, cap, wire = struct.unpack_from(endian + "5I", data, body)
+            if ifid >= len(ifaces) or 20 + cap > blen - 12:
+                damage, _ = _damaged(
+                    "enhanced packet block names no interface or overruns its block",
+                    path,
+                    len(offs) + 1,
+                    off,
+                    strict,
+                )
+                break
+            lt, tick, _ = ifaces[ifid]
+            offs.append(body + 20)
+            caps.append(cap)
+            wires.append(wire)
+            tss.append(((hi << 32) | lo) * 1_000_000_000 // tick)
+            lts.append(lt)
+        elif btype_i == 3:  # simple packet: no timestamp, first interface
+            if not ifaces:
+                damage, _ = _damaged(
+                    "simple packet block before any interface", path, len(offs) + 1, off, strict
+                )
+                break
+            wire = struct.unpack_from(endian + "I", data, body)[0]
+            lt, _, snap = ifaces[0]
+            cap = min(wire, snap or wire, blen - 16)
+            offs.append(body + 4)
+            caps.append(cap)
+            wires.append(wire)
+            tss.append(tss[-1] if tss else 0)
+            lts.append(lt)
+        elif btype_i != 0x0A0D0D0A:
+            skipped_blocks += 1
+        off += blen
+    return RawRecords(
+        buf=data,
+        data_off=np.asarray(offs, dtype=np.int64),
+        caplen=np.asarray(caps, dtype=np.int64),
+        wirelen=np.asarray(wires, dtype=np.int64),
+        ts_ns=np.asarray(tss, dtype=np.int64),
+        linktype=np.asarray(lts, dtype=np.int64),
+        fmt="pcapng",
+        damage=damage,
+        notes={"pcapng_other_blocks": skipped_blocks} if skipped_blocks else {},
+    )
+
+
+def read_records(path: Path, *, strict: bool) -> RawRecords:
+    """Every packet record of a pcap/pcapng (optionally gzip) file, without decoding."""
+    data, gz_damage = load_bytes(path, strict=strict)
+    fmt = capture_format(data, path)
+    recs = _read_pcap(data, path, strict) if fmt == "pcap" else _read_pcapng(data, path, strict)
+    if gz_damage and not recs.damage:
+        recs.damage = f"{path}: {gz_damage}"
+    return recs

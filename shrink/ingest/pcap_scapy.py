@@ -1,0 +1,218 @@
+"""The scapy engine: scapy's own readers and dissectors turn a capture into Segments.
+
+It is the reference for the fast engine (both must give the same Trace) and
+reads whatever scapy supports. It builds a scapy packet per record, so it is
+slow (thousands of packets per second); use it for odd captures, not big ones.
+"""
+
+from __future__ import annotations
+
+import io
+import socket
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from shrink.errors import CaptureFormatError
+from shrink.ingest.pcap_decode import LINKTYPES
+from shrink.ingest.pcap_files import MAX_RECORD, PCAP_MAGICS, capture_format, load_bytes
+from shrink.ingest.tcp_segments import Segments
+
+__all__ = ["scapy_segments"]
+
+_IPV6_EXT = (0, 43, 60, 51)
+
+
+def _addr16(text: str, v4: bool) -> bytes:
+    if v4:
+        return bytes(10) + b"\xff\xff" + socket.inet_aton(text)
+    return socket.inet_pton(socket.AF_INET6, text)
+
+
+class _Collector:
+    def __init__(self) -> None:
+        self.skipped: Counter[str] = Counter()
+        self.rows: list[tuple[int, int, bytes, bytes, int, int, int, int, int, int]] = []
+        self.payload: list[bytes] = []
+        self.size = 0
+
+    def add(self, pkt_no: int, ts: int, raw: bytes, linktype: int) -> None:
+        from scapy.config import conf
+        from scapy.layers.inet import IP, TCP
+        from scapy.layers.inet6 import IPv6, IPv6ExtHdrFragment
+        from scapy.packet import Raw
+
+        cls = conf.l2types.get(linktype)
+        if linktype not in LINKTYPES or cls is None:
+            self.skipped["unsupported-link"] += 1
+            return
+        if linktype == 0 and raw[:4] in (b"\x1c\0\0\0", b"\x1e\0\0\0"):
+            # FreeBSD/macOS AF_INET6 on the NULL link; scapy binds only 10 and 24.
+            p = IPv6(raw[4:]) if len(raw) >= 44 else Raw(raw[4:])
+        else:
+            p = cls(raw)
+        layer = p
+        # Walk past the link layer and any VLAN tags to the first IP header.
+        while layer is not None and not isinstance(layer, (IP, IPv6)):
+            nxt = layer.payload
+            if not nxt or isinstance(nxt, Raw):
+                kind = getattr(layer, "type", getattr(layer, "proto", None))
+                ip_kind = kind in (0x0800, 0x86DD)
+                self.skipped["truncated-header" if ip_kind else "non-ip"] += 1
+                return
+            layer = nxt
+        if layer is None:
+            self.skipped["non-ip"] += 1
+            return
+        l3 = layer
+        v4 = isinstance(l3, IP)
+        if v4:
+            if l3.version != 4 or l3.ihl < 5:
+                self.skipped["malformed"] += 1
+                return
+            ip_len = l3.len if l3.len else len(l3.original)
+            if ip_len < l3.ihl * 4:
+                self.skipped["malformed"] += 1
+                return
+            if l3.frag or l3.flags.MF:
+                self.skipped["ip-fragment"] += 1
+                return
+            proto = l3.proto
+            l4 = l3.payload
+        else:
+            ip_len = 40 + l3.plen
+            proto = l3.nh
+            l4 = l3.payload
+            for _ in range(4):
+                if proto not in _IPV6_EXT or isinstance(l4, Raw) or not l4:
+                    break
+                proto = l4.nh
+                l4 = l4.payload
+            if proto == 44 or isinstance(l4, IPv6ExtHdrFragment):
+                self.skipped["ip-fragment"] += 1
+                return
+        if proto != 6:
+            kind = {17: "udp", 1: "icmp", 58: "icmp"}.get(proto, "other-ip-protocol")
+            self.skipped[kind] += 1
+            return
+        if not isinstance(l4, TCP):
+            self.skipped["truncated-header"] += 1
+            return
+        seg = l4.original
+        doff = l4.dataofs * 4
+        if len(seg) < max(doff, 20):
+            self.skipped["truncated-header"] += 1
+            return
+        hdr_before = len(l3.original) - len(seg)  # IP header and extensions
+        wlen = ip_len - hdr_before - doff
+        if doff < 20 or wlen < 0:
+            self.skipped["malformed"] += 1
+            return
+        data = seg[doff : doff + wlen]
+        self.rows.append(
+            (
+                pkt_no,
+                ts,
+                _addr16(l3.src, v4),
+                _addr16(l3.dst, v4),
+                l4.sport,
+                l4.dport,
+                l4.seq,
+                int(l4.flags) & 0xFF,
+                len(data),
+                wlen,
+            )
+        )
+        self.payload.append(data)
+
+    def segments(self, packets: int, truncated: int) -> Segments:
+        buf = b"".join(self.payload)
+        if not self.rows:
+            out = Segments.empty(buf)
+        else:
+            pkt, ts, src, dst, sport, dport, seq, flags, cap, wlen = zip(*self.rows, strict=True)
+            caplen = np.asarray(cap, dtype=np.int64)
+            out = Segments(
+                buf=buf,
+                pkt=np.asarray(pkt, dtype=np.int64),
+                ts=np.asarray(ts, dtype=np.int64),
+                src=np.frombuffer(b"".join(src), dtype=np.uint8).reshape(-1, 16),
+                dst=np.frombuffer(b"".join(dst), dtype=np.uint8).reshape(-1, 16),
+                sport=np.asarray(sport, dtype=np.int64),
+                dport=np.asarray(dport, dtype=np.int64),
+                seq=np.asarray(seq, dtype=np.int64),
+                flags=np.asarray(flags, dtype=np.int64),
+                poff=np.cumsum(caplen) - caplen,
+                caplen=caplen,
+                wlen=np.asarray(wlen, dtype=np.int64),
+            )
+        out.packets = packets
+        out.truncated = truncated
+        out.skipped = Counter({k: v for k, v in self.skipped.items() if v})
+        return out
+
+
+def scapy_segments(path: Path, *, strict: bool) -> tuple[Segments, str, str | None]:
+    """(segments, file format, damage) read with scapy's RawPcapReader/RawPcapNgReader."""
+    from scapy.utils import RawPcapNgReader, RawPcapReader
+
+    data, gz_damage = load_bytes(path, strict=strict)
+    fmt = capture_format(data, path)
+    col = _Collector()
+    packets = truncated = 0
+    damage = None
+    fh = io.BytesIO(data)
+    magic = fh.read(4)
+    if fmt == "pcap":
+        reader = RawPcapReader(str(path), fdesc=fh, magic=magic)
+        snaplen = max(reader.snaplen, MAX_RECORD)
+        tick = PCAP_MAGICS[magic][1]
+        while True:
+            pos = fh.tell()
+            try:
+                raw, meta = reader._read_packet(size=snaplen)
+            except EOFError:
+                break
+            if meta.caplen > snaplen or len(raw) < meta.caplen:
+                fh.seek(pos)
+                break
+            packets += 1
+            truncated += meta.caplen < meta.wirelen
+            ts = meta.sec * 1_000_000_000 + meta.usec * (1_000_000_000 // tick)
+            col.add(packets, ts, raw, reader.linktype)
+        if fh.tell() != len(data):
+            damage = _damage(path, data, fh.tell(), packets + 1, strict)
+    else:
+        fh.seek(0)
+        try:
+            reader = RawPcapNgReader(str(path), fdesc=fh, magic=magic)
+        except Exception as exc:  # scapy raises its own Scapy_Exception
+            raise CaptureFormatError(f"unreadable pcapng ({exc})", path=path, offset=0) from exc
+        while True:
+            pos = fh.tell()
+            try:
+                raw, meta = reader._read_packet(size=MAX_RECORD)
+            except EOFError:
+                break
+            packets += 1
+            truncated += len(raw) < meta.wirelen
+            ts = ((meta.tshigh << 32) | meta.tslow) * 1_000_000_000 // meta.tsresol
+            col.add(packets, ts, raw, meta.linktype)
+        if fh.tell() != len(data):
+            damage = _damage(path, data, pos, packets + 1, strict)
+    if gz_damage and not damage:
+        damage = f"{path}: {gz_damage}"
+    return col.segments(packets, truncated), fmt, damage
+
+
+def _damage(path: Path, data: bytes, offset: int, record: int, strict: bool) -> str:
+    err = CaptureFormatError(
+        f"damaged record ({len(data) - offset} bytes left unread)",
+        path=path,
+        record=record,
+        offset=offset,
+    )
+    if strict:
+        raise err
+    return str(err)

@@ -1,0 +1,257 @@
+"""TCP reassembly: segments -> connections with one ordered byte stream per direction.
+
+Everything is vectorised over all segments of the capture:
+
+* flows are keyed by (address, port, address, port); a new client SYN with a
+  new initial sequence number on a 4-tuple already seen starts a new
+  connection (port reuse);
+* each direction's sequence numbers are made relative to its SYN (or, for a
+  flow that starts mid-stream, to its lowest captured sequence number), with
+  32-bit wrap-around;
+* segments are sorted by relative offset; a running maximum of covered bytes
+  drops retransmissions and trims overlapping segments (the first capture of a
+  byte wins, so its time is the earliest);
+* bytes the capture never saw (a lost segment, or payload cut by the snapshot
+  length) are filled with zeros of the right length and listed as gaps, so a
+  body that runs across them still has the right size, and a header that runs
+  across them is known to be damaged.
+
+All streams are joined into one ``bytes`` object; a piece table maps every
+stream offset back to the capture time of the packet that carried it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from shrink.ingest.tcp_segments import Segments
+
+__all__ = ["Connection", "Streams", "reassemble"]
+
+SYN, ACK, FIN, RST = 0x02, 0x10, 0x01, 0x04
+# A hole wider than this is not filled (garbage sequence numbers, or a jump).
+MAX_GAP = 1 << 24
+_GROUP = np.int64(1) << 40
+
+
+@dataclass
+class Connection:
+    """One TCP connection: endpoints, who opened it and where its two streams lie."""
+
+    index: int
+    ep: tuple[tuple[bytes, int], tuple[bytes, int]]  # (addr16, port) for directions 0 and 1
+    opener: int  # direction that sent the SYN (0/1), or -1 when the capture missed it
+    span: tuple[tuple[int, int], tuple[int, int]]  # [start, end) in Streams.data per direction
+    packets: int
+    first_pkt: int
+
+
+@dataclass
+class Streams:
+    """Reassembled byte streams of all connections and their timing tables."""
+
+    data: bytes
+    conns: list[Connection]
+    piece_start: np.ndarray  # offset in ``data`` where each piece starts (sorted)
+    piece_ts: np.ndarray  # capture time (ns) of the packet that carried the piece
+    piece_done: np.ndarray  # time the piece could be delivered in order (running max)
+    gap_start: np.ndarray  # filled holes, [start, end) in ``data``
+    gap_end: np.ndarray
+    gap_bytes: int
+
+    def time_at(self, offset: int) -> int:
+        """Capture time of the packet that carried byte ``offset``."""
+        i = int(np.searchsorted(self.piece_start, offset, side="right")) - 1
+        return int(self.piece_ts[i])
+
+    def done_at(self, offset: int) -> int:
+        """Earliest time byte ``offset`` and all bytes before it had arrived."""
+        i = int(np.searchsorted(self.piece_start, offset, side="right")) - 1
+        return int(self.piece_done[i])
+
+    def has_gap(self, start: int, end: int) -> bool:
+        """Whether any captured hole overlaps ``data[start:end]``."""
+        if not self.gap_start.size or end <= start:
+            return False
+        i = int(np.searchsorted(self.gap_end, start, side="right"))
+        return i < self.gap_start.size and int(self.gap_start[i]) < end
+
+
+def _first_in_group(group: np.ndarray, values: np.ndarray, n: int, fill: int) -> np.ndarray:
+    """Per group, the first value in capture order (``fill`` where none)."""
+    out = np.full(n, fill, dtype=np.int64)
+    if group.size:
+        g, first = np.unique(group, return_index=True)
+        out[g] = values[first]
+    return out
+
+
+def _conn_ids(seg: Segments) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(connection id, direction bit, tuple-canonical key rows) per segment."""
+    n = len(seg)
+    ports = np.stack([seg.sport >> 8, seg.sport & 255, seg.dport >> 8, seg.dport & 255], 1)
+    ports = ports.astype(np.uint8)
+    fwd = np.concatenate([seg.src, ports[:, :2], seg.dst, ports[:, 2:]], axis=1)
+    keys = np.ascontiguousarray(fwd).view(np.dtype((np.void, 36))).ravel()
+    ukeys, dir_inv = np.unique(keys, return_inverse=True)
+    dir_inv = dir_inv.ravel()
+    # Pair each direction with its reverse (few unique directions: a Python loop is fine).
+    ub = [bytes(k) for k in ukeys]
+    canon: dict[bytes, int] = {}
+    tuple_of = np.empty(len(ub), dtype=np.int64)
+    rev_bit = np.empty(len(ub), dtype=np.int64)
+    for i, k in enumerate(ub):
+        rev = k[18:] + k[:18]
+        c = min(k, rev)
+        tuple_of[i] = canon.setdefault(c, len(canon))
+        rev_bit[i] = 0 if k == c else 1
+    tup = tuple_of[dir_inv]
+    dbit = rev_bit[dir_inv]
+    # A second client SYN with another ISN on the same 4-tuple opens a new connection.
+    syn_only = np.flatnonzero((seg.flags & (SYN | ACK)) == SYN)
+    last: dict[int, int] = {}
+    cuts_t: list[int] = []
+    cuts_i: list[int] = []
+    for i, t, s in zip(syn_only.tolist(), tup[syn_only].tolist(), seg.seq[syn_only].tolist(), strict=True):
+        prev = last.get(t)
+        if prev is not None and prev != s:
+            cuts_t.append(t)
+            cuts_i.append(i)
+        last[t] = s
+    epoch = np.zeros(n, dtype=np.int64)
+    if cuts_t:
+        ck = np.sort(np.asarray(cuts_t, dtype=np.int64) * (n + 1) + np.asarray(cuts_i))
+        pk = tup * (n + 1) + np.arange(n)
+        epoch = np.searchsorted(ck, pk, side="right") - np.searchsorted(ck, tup * (n + 1))
+    ckey = tup * (int(epoch.max(initial=0)) + 1) + epoch
+    _, first, inv = np.unique(ckey, return_index=True, return_inverse=True)
+    # Number connections by their first packet so ids read in capture order.
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return rank[inv.ravel()], dbit, fwd
+
+
+def reassemble(seg: Segments) -> Streams:
+    """Connections and their two reassembled streams from all TCP segments."""
+    n = len(seg)
+    if n == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return Streams(b"", [], z, z, z, z, z, 0)
+    conn, dbit, fwd = _conn_ids(seg)
+    nconn = int(conn.max()) + 1
+    gid = conn * 2 + dbit
+    ngroups = nconn * 2
+    flags = seg.flags
+    syn = (flags & SYN) != 0
+
+    # Relative offsets: SYN-anchored where the SYN was seen, else lowest sequence seen.
+    dseq = seg.seq + syn
+    si = np.flatnonzero(syn)
+    syn_ref = _first_in_group(gid[si], dseq[si], ngroups, -1)
+    di = np.flatnonzero(seg.wlen > 0)
+    dat_ref = _first_in_group(gid[di], dseq[di], ngroups, 0)
+    has_syn = syn_ref >= 0
+    ref = np.where(has_syn, syn_ref, dat_ref)
+    g = gid[di]
+    d = ((dseq[di] - ref[g] + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+    low = np.zeros(ngroups, dtype=np.int64)
+    np.minimum.at(low, g, d)
+    low[has_syn] = 0
+    off = d - low[g]
+    keep = off >= 0  # data before a seen SYN's ISN is nonsense: drop it
+    di, g, off = di[keep], g[keep], off[keep]
+
+    order = np.lexsort((seg.pkt[di], off, g))
+    di, g, off = di[order], g[order], off[order]
+    wlen = seg.wlen[di]
+    cap = seg.caplen[di]
+    ts = seg.ts[di]
+    start = g * _GROUP + off
+    end = start + wlen
+    first = np.r_[True, g[1:] != g[:-1]]
+    cover = np.maximum.accumulate(end)
+    prev = np.r_[np.int64(0), cover[:-1]]
+    prev = np.where(first, start, prev)
+    new_start = np.maximum(start, prev)
+    kept = end > new_start
+    gap = np.where(kept & (start > prev), np.minimum(start - prev, MAX_GAP), 0)
+    cap_end = start + cap
+    real_len = np.where(kept, np.clip(np.minimum(end, cap_end) - new_start, 0, None), 0)
+    real_src = seg.poff[di] + (new_start - start)
+    trunc_len = np.where(kept, np.clip(end - np.maximum(new_start, cap_end), 0, None), 0)
+
+    # Three candidate pieces per segment: hole before it, captured bytes, cut tail.
+    plen = np.stack([gap, real_len, trunc_len], 1).ravel()
+    psrc = np.stack([np.full_like(gap, -1), real_src, np.full_like(gap, -1)], 1).ravel()
+    pts = np.repeat(ts, 3)
+    pgid = np.repeat(g, 3)
+    nz = plen > 0
+    plen, psrc, pts, pgid = plen[nz], psrc[nz], pts[nz], pgid[nz]
+    mv = memoryview(seg.buf)
+    zeros: dict[int, bytes] = {}
+    chunks = [
+        mv[s : s + ln] if s >= 0 else zeros.setdefault(ln, bytes(ln))
+        for s, ln in zip(psrc.tolist(), plen.tolist(), strict=True)
+    ]
+    data = b"".join(chunks)
+    pstart = np.cumsum(plen) - plen
+    filler = psrc < 0
+    gap_start, gap_end = pstart[filler], (pstart + plen)[filler]
+
+    # In-order delivery time: running max of piece times inside each stream.
+    pdone = pts.copy()
+    if pts.size > 1:
+        back = np.flatnonzero((pgid[1:] == pgid[:-1]) & (pts[1:] < pts[:-1]))
+        for gg in np.unique(pgid[back + 1]).tolist():
+            sel = np.flatnonzero(pgid == gg)
+            pdone[sel] = np.maximum.accumulate(pts[sel])
+
+    # Stream spans per group.
+    gs = np.zeros(ngroups, dtype=np.int64)
+    ge = np.zeros(ngroups, dtype=np.int64)
+    if pgid.size:
+        ug, fidx = np.unique(pgid, return_index=True)
+        lidx = np.r_[fidx[1:], pgid.size] - 1
+        gs[ug] = pstart[fidx]
+        ge[ug] = pstart[lidx] + plen[lidx]
+
+    counts = np.bincount(conn, minlength=nconn)
+    first_pkt = np.full(nconn, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first_pkt, conn, seg.pkt)
+    first_row = np.full(nconn, -1, dtype=np.int64)
+    rows = np.arange(n)
+    first_row[conn[::-1]] = rows[::-1]
+    opener = np.full(nconn, -1, dtype=np.int64)
+    so = np.flatnonzero((flags & (SYN | ACK)) == SYN)
+    sa = np.flatnonzero((flags & (SYN | ACK)) == (SYN | ACK))
+    opener[conn[sa[::-1]]] = 1 - dbit[sa[::-1]]
+    opener[conn[so[::-1]]] = dbit[so[::-1]]
+    conns = []
+    for c in range(nconn):
+        r = int(first_row[c])
+        k = bytes(fwd[r])
+        a, b = (k[:16], (k[16] << 8) | k[17]), (k[18:34], (k[34] << 8) | k[35])
+        ep = (a, b) if dbit[r] == 0 else (b, a)
+        conns.append(
+            Connection(
+                index=c,
+                ep=ep,
+                opener=int(opener[c]),
+                span=((int(gs[2 * c]), int(ge[2 * c])), (int(gs[2 * c + 1]), int(ge[2 * c + 1]))),
+                packets=int(counts[c]),
+                first_pkt=int(first_pkt[c]),
+            )
+        )
+    return Streams(
+        data=data,
+        conns=conns,
+        piece_start=pstart,
+        piece_ts=pts,
+        piece_done=pdone,
+        gap_start=gap_start,
+        gap_end=gap_end,
+        gap_bytes=int(plen[filler].sum()),
+    )

@@ -1,0 +1,73 @@
+"""TCP segments: the one table both capture engines produce and reassembly consumes.
+
+Keeping the hand-over a plain columnar value is what makes the fast (numpy)
+engine and the scapy engine comparable: from here on they run the same code,
+so the same segments give the same Trace.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["SKIP_KINDS", "Segments", "mapped_v4"]
+
+# Kinds of packets a capture reader skips, in the order reports list them.
+SKIP_KINDS = (
+    "unsupported-link",
+    "non-ip",
+    "ip-fragment",
+    "udp",
+    "icmp",
+    "other-ip-protocol",
+    "truncated-header",
+    "malformed",
+)
+
+_V4_PREFIX = np.array([0] * 10 + [0xFF, 0xFF], dtype=np.uint8)
+
+
+def mapped_v4(addr4: np.ndarray) -> np.ndarray:
+    """IPv4 addresses (n x 4 bytes) as IPv4-mapped IPv6 (n x 16 bytes)."""
+    out = np.empty((addr4.shape[0], 16), dtype=np.uint8)
+    out[:, :12] = _V4_PREFIX
+    out[:, 12:] = addr4
+    return out
+
+
+@dataclass
+class Segments:
+    """Every TCP segment of a capture, in capture order.
+
+    ``src``/``dst`` are 16-byte addresses (IPv4 mapped into ``::ffff:0:0/96``);
+    ``poff`` indexes the payload's first captured byte in ``buf``; ``caplen``
+    is how much of the payload was captured and ``wlen`` how long it was on
+    the wire (from the IP length), so snaplen-cut payload can be accounted for.
+    """
+
+    buf: bytes
+    pkt: np.ndarray  # 1-based packet (frame) number
+    ts: np.ndarray  # int64 ns
+    src: np.ndarray  # (n, 16) uint8
+    dst: np.ndarray
+    sport: np.ndarray  # int64
+    dport: np.ndarray
+    seq: np.ndarray  # int64 (0 .. 2**32-1)
+    flags: np.ndarray  # int64 TCP flag bits
+    poff: np.ndarray
+    caplen: np.ndarray
+    wlen: np.ndarray
+    packets: int = 0  # packets in the capture, TCP or not
+    skipped: Counter[str] = field(default_factory=Counter)
+    truncated: int = 0  # records shorter than on the wire (snaplen)
+
+    def __len__(self) -> int:
+        return int(self.pkt.size)
+
+    @classmethod
+    def empty(cls, buf: bytes = b"") -> Segments:
+        z = np.zeros(0, dtype=np.int64)
+        a = np.zeros((0, 16), dtype=np.uint8)
+        return cls(buf, z, z, a, a, z, z, z, z, z, z, z)
