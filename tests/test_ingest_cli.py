@@ -1,0 +1,177 @@
+"""The format registry (read_trace, detect_format), ``shrink ingest`` and ``shrink export``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from shrink.cli import app
+from shrink.errors import ParameterError, TraceFormatError
+from shrink.ingest import READ_FORMATS, detect_format, read_clf, read_trace, write_trace
+from shrink.ingest.wsesslog import format_wsesslog
+from shrink.trace import Trace
+
+runner = CliRunner()
+FIXTURE = Path(__file__).parent / "data" / "wsesslog_all_features.txt"
+NASA = "nasa_aug95_excerpt.repaired.log"
+
+
+def _invoke(*args: str):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+# -- detection and the registry ---------------------------------------------------------
+
+
+def test_detects_every_real_file_kind(real_dir):
+    assert detect_format(real_dir / NASA) == "clf"
+    assert detect_format(real_dir / "elastic_apache_logs_combined.log") == "clf"
+    assert detect_format(real_dir / "ppa1e_http.cap") == "pcap"
+    assert detect_format(real_dir / "ppa_http_post.pcapng") == "pcap"
+    assert detect_format(real_dir / "zeek_http_1000-requests-one-dropped-response.pcap.gz") == (
+        "pcap"
+    )
+    assert detect_format(FIXTURE) == "wsesslog"
+
+
+def test_undetectable_files_ask_for_a_format(tmp_path):
+    (tmp_path / "empty.txt").write_text("")
+    with pytest.raises(TraceFormatError, match="empty"):
+        detect_format(tmp_path / "empty.txt")
+    (tmp_path / "prose.txt").write_text("Dear reader,\nthis is a letter.\n")
+    with pytest.raises(TraceFormatError, match="pass --format") as info:
+        detect_format(tmp_path / "prose.txt")
+    assert "prose.txt" in str(info.value)
+    with pytest.raises(TraceFormatError, match="no such file"):
+        read_trace(tmp_path / "missing.log")
+
+
+def test_unknown_format_and_foreign_options_are_parameter_errors():
+    with pytest.raises(ParameterError, match="format == 'xml'"):
+        read_trace(FIXTURE, format="xml")
+    with pytest.raises(ParameterError, match="idle_gap do not apply to the wsesslog format"):
+        read_trace(FIXTURE, idle_gap=60)
+    assert set(READ_FORMATS) == {"wsesslog", "specweb", "clf", "pcap"}
+
+
+def test_pcap_is_dispatched_lazily_to_the_capture_reader(real_dir, monkeypatch):
+    calls = []
+
+    def read_capture(path, *, strict=False, **opts):
+        calls.append((Path(path).name, strict, opts))
+        return Trace.empty({"reader": "fake-capture"})
+
+    fake = types.ModuleType("shrink.ingest.capture")
+    fake.read_capture = read_capture  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "shrink.ingest.capture", fake)
+    trace = read_trace(real_dir / "ppa1e_http.cap", strict=True, port=80)
+    assert trace.meta["reader"] == "fake-capture"
+    assert calls == [("ppa1e_http.cap", True, {"port": 80})]
+
+
+def test_missing_pcap_support_is_said_plainly(real_dir, monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "shrink.ingest.capture", None)
+    with pytest.raises(TraceFormatError, match="pcap/pcapng support is missing"):
+        read_trace(real_dir / "ppa1e_http.cap")
+    result = _invoke("ingest", real_dir / "ppa1e_http.cap", "-o", tmp_path / "x.parquet")
+    assert result.exit_code == 1
+    assert "pcap/pcapng support is missing" in result.output
+
+
+def test_write_trace_formats(tmp_path):
+    trace = read_trace(FIXTURE)
+    assert write_trace(trace, tmp_path / "a.log", "wsesslog").read_bytes() == FIXTURE.read_bytes()
+    lines = write_trace(trace, tmp_path / "a.jsonl", "jsonl").read_text().splitlines()
+    assert len(lines) == len(trace) and json.loads(lines[0])["path"] == "/index.html"
+    assert Trace.read_parquet(write_trace(trace, tmp_path / "a.parquet", "parquet")).same_rows(
+        trace
+    )
+    with pytest.raises(ParameterError, match="format == 'csv'"):
+        write_trace(trace, tmp_path / "a.csv", "csv")
+
+
+# -- shrink ingest -------------------------------------------------------------------
+
+
+def test_ingest_real_log_writes_the_trace_and_a_summary(real_dir, tmp_path):
+    out = tmp_path / "nasa.parquet"
+    result = _invoke("ingest", real_dir / NASA, "-o", out)
+    assert result.exit_code == 0, result.output
+    assert "(clf): 1,880 requests" in result.output
+    assert "skipped 0 lines" in result.output
+    written = Trace.read_parquet(out)
+    assert written.same_rows(read_clf(real_dir / NASA))
+    assert written.meta["reader"] == "clf" and written.meta["skipped"] == 0
+
+
+def test_ingest_reports_skipped_line_numbers(real_dir, tmp_path):
+    lines = (real_dir / NASA).read_text().splitlines()[:100]
+    bad = list(range(5, 80, 3))  # 25 bad lines
+    for number in bad:
+        lines[number - 1] = f"junk {number}"
+    src = tmp_path / "junk.log"
+    src.write_text("\n".join(lines) + "\n")
+    result = _invoke("ingest", src, "-o", tmp_path / "j.parquet", "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert summary["requests"] == 75 and summary["skipped"] == 25
+    assert summary["skipped_lines"] == bad[:20]
+    text = _invoke("ingest", src, "-o", tmp_path / "j.parquet").output
+    assert "skipped 25 unreadable lines: 5, 8, 11" in text and text.rstrip().endswith("...")
+    strict = _invoke("ingest", src, "-o", tmp_path / "j.parquet", "--strict")
+    assert strict.exit_code == 1 and "junk.log, line 5" in strict.output
+
+
+def test_ingest_options_reach_the_reader(real_dir, tmp_path):
+    out = tmp_path / "u.parquet"
+    args = ("ingest", real_dir / "usask_access_log_excerpt.log", "-o", out, "--json")
+    default = json.loads(_invoke(*args).output)
+    split = json.loads(_invoke(*args, "--idle-gap", "1m", "--burst-gap", "0").output)
+    assert split["sessions"] > default["sessions"]
+    assert split["bursts"] > default["bursts"]
+    assert Trace.read_parquet(out).meta["idle_gap"] == 60.0
+    bad = _invoke("ingest", FIXTURE, "-o", out, "--idle-gap", "10m")
+    assert bad.exit_code == 1 and "do not apply" in bad.output
+    forced = _invoke("ingest", real_dir / NASA, "-o", out, "--format", "wsesslog")
+    assert forced.exit_code == 1 and "line 1" in forced.output
+
+
+def test_ingest_wsesslog_with_session_rate(tmp_path):
+    out = tmp_path / "w.parquet"
+    result = _invoke("ingest", FIXTURE, "-o", out, "--session-rate", "2")
+    assert result.exit_code == 0, result.output
+    assert Trace.read_parquet(out).session_starts()[1].tolist() == [0.0, 0.5, 1.0]
+
+
+# -- shrink export -------------------------------------------------------------------
+
+
+def test_export_wsesslog_and_jsonl(real_dir, tmp_path):
+    parquet = tmp_path / "nasa.parquet"
+    assert _invoke("ingest", real_dir / NASA, "-o", parquet).exit_code == 0
+    ws = tmp_path / "nasa.wsesslog"
+    result = _invoke("export", parquet, "--format", "wsesslog", "-o", ws)
+    assert result.exit_code == 0, result.output
+    assert ws.read_text() == format_wsesslog(Trace.read_parquet(parquet))
+    # and the exported file ingests again to the same sessions and bursts
+    again = tmp_path / "again.parquet"
+    assert _invoke("ingest", ws, "-o", again).exit_code == 0
+    a, b = Trace.read_parquet(parquet), Trace.read_parquet(again)
+    for col in ("session", "burst", "think", "path", "method"):
+        assert a.column(col).tolist() == b.column(col).tolist()
+    js = tmp_path / "nasa.jsonl"
+    assert _invoke("export", parquet, "--format", "jsonl", "-o", js).exit_code == 0
+    assert len(js.read_text().splitlines()) == 1880
+
+
+def test_export_refuses_a_method_httperf_lacks(tmp_path):
+    parquet = Trace.from_columns(
+        {"session": [0], "t": [0.0], "path": ["/x"], "method": ["PATCH"]}
+    ).write_parquet(tmp_path / "p.parquet")
+    result = _invoke("export", parquet, "-o", tmp_path / "p.log")
+    assert result.exit_code == 1 and "PATCH" in result.output
