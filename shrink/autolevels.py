@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from shrink.errors import MeasurementError
 from shrink.loadcurve import Level, LoadCurve
 from shrink.mat import mat
-from shrink.measure import level_stats, rate_factor_for
+from shrink.measure import level_stats, rate_factor_for, trace_span, window_for
 from shrink.target import Target
 from shrink.trace import Trace
 
@@ -36,18 +36,22 @@ class AutoPlan:
     probe_level: float | None = None  # knob value of the probe; default: 10% of the trace's rate
     coarse: tuple[float, ...] = (0.3, 0.6, 0.75, 0.85, 0.92, 1.0, 1.1)
     max_levels: int = 12
+    min_duration: float = 3.0  # shortest measurement window a level may have
     refine_rel_width: float = 0.05  # stop refining when the bracket is this narrow (relative)
     util_target: float = 0.8  # a level near this utilization is kept for the CDF figures
 
 
 def _run_level(
     target: Target, trace: Trace, level: float, knob: str, plan: AutoPlan, seed: int
-) -> Level:
+) -> Level | None:
     factor = rate_factor_for(trace, level, knob)
+    duration = window_for(trace, factor, plan.warmup, plan.duration, plan.min_duration)
+    if duration is None:
+        return None
     reps = []
     for r in range(plan.reps):
         res = target.run(
-            trace, rate_factor=factor, warmup=plan.warmup, duration=plan.duration, seed=seed + r
+            trace, rate_factor=factor, warmup=plan.warmup, duration=duration, seed=seed + r
         )
         reps.append(level_stats(res))
     return Level(float(level), reps)
@@ -70,21 +74,32 @@ def auto_sweep(
     unit = {"rate_factor": 1.0, "users": float(trace.meta.get("users") or 1.0)}.get(knob, 1.0)
     probe = plan.probe_level if plan.probe_level is not None else 0.1 * unit
     levels: dict[float, Level] = {}
+    too_short: list[float] = []
     budget = plan.max_levels
     step = 0
 
-    def run(level: float, what: str) -> Level:
+    def run(level: float, what: str) -> Level | None:
         nonlocal step
         level = float(round(level, 6))
         if level not in levels:
             if progress is not None:
                 progress(f"{what}: {knob} {level:g}", step, plan.max_levels)
-            levels[level] = _run_level(target, trace, level, knob, plan, seed + 1000 * step)
+            lv = _run_level(target, trace, level, knob, plan, seed + 1000 * step)
             step += 1
+            if lv is None:
+                too_short.append(level)
+                return None
+            levels[level] = lv
         return levels[level]
 
     first = run(probe, "probe")
     budget -= 1
+    if first is None:
+        raise MeasurementError(
+            f"the trace spans {trace_span(trace):.1f} s: too short for even the probe level "
+            f"({knob} {probe:g}) with {plan.warmup:g} s warm-up and a {plan.min_duration:g} s "
+            "window; use a longer trace or a lower probe level"
+        )
     util = first.utilization
     thr = first.throughput
     if util and util > 0.001 and thr > 0:
@@ -101,6 +116,8 @@ def auto_sweep(
             break
         lv = run(lvl, "coarse")
         budget -= 1
+        if lv is None:  # the trace cannot fill a window this fast: no higher level can
+            break
         if lv.generator_behind or _all_over(lv, thresholds):
             break
     # Refinement: split the bracket of each statistic's crossing.
@@ -119,11 +136,15 @@ def auto_sweep(
         if not gaps:
             break
         gaps.sort(reverse=True)
-        run(gaps[0][1], "refine")
         budget -= 1
+        if run(gaps[0][1], "refine") is None:
+            break
     if progress is not None:
         progress("done", plan.max_levels, plan.max_levels)
-    return _curve(levels, knob, target, trace, alpha, base_rate=base_rate, plan=plan)
+    curve = _curve(levels, knob, target, trace, alpha, base_rate=base_rate, plan=plan)
+    if too_short:
+        curve.meta["levels_skipped_trace_too_short"] = too_short
+    return curve
 
 
 def _all_over(level: Level, thresholds: Mapping[str, float]) -> bool:

@@ -25,6 +25,27 @@ __all__ = ["level_stats", "rate_factor_for", "sweep"]
 CLASSES = ("static", "dynamic")
 
 
+def trace_span(trace: Trace) -> float:
+    """Seconds from the trace's first to its last burst start."""
+    t = trace.table.column("t").to_numpy()
+    return float(t.max() - t.min()) if t.size else 0.0
+
+
+def window_for(
+    trace: Trace, factor: float, warmup: float, duration: float, min_duration: float = 3.0
+) -> float | None:
+    """The measurement window the trace can fill at ``factor``, or None if too short.
+
+    A trace sped up by ``factor`` lasts span / factor seconds; a window past its end
+    would count silence as capacity, so the window shrinks to fit (never below
+    ``min_duration``).
+    """
+    avail = trace_span(trace) / factor - warmup
+    if avail < min_duration:
+        return None
+    return min(duration, avail)
+
+
 def level_stats(result: RunResult) -> LevelStats:
     """Exact statistics of one run's measurement window."""
     log = result.runlog
@@ -115,6 +136,13 @@ def sweep(
     desc: dict[str, Any] = {}
     for i, level in enumerate(levels):
         factor = rate_factor_for(trace, level, knob)
+        window = window_for(trace, factor, warmup, duration, min(duration, 3.0))
+        if window is None:
+            raise ParameterError(
+                f"{knob} {level:g}: the trace spans {trace_span(trace):.1f} s, which sped up "
+                f"{factor:g}x cannot fill {warmup:g} s of warm-up and a measurement window; "
+                "use a longer trace or lower levels"
+            )
         stats = []
         for r in range(reps):
             if progress is not None:

@@ -43,7 +43,7 @@ class FakeProvider:
 
 def _sessions(n_sessions: int, seed: int = 0) -> Trace:
     rng = np.random.default_rng(seed)
-    start = np.sort(rng.uniform(0, 400, n_sessions))
+    start = np.sort(rng.uniform(0, 2000, n_sessions))
     rows = {"session": [], "t": [], "path": [], "cls": [], "burst": []}
     for s, t0 in enumerate(start):
         for b in range(3):
@@ -69,7 +69,7 @@ def test_plan_share_picks_cores_or_cpu_time():
 
 
 def test_predict_then_validate_on_a_processor_sharing_fake(tmp_path):
-    trace = _sessions(4000)
+    trace = _sessions(12000)
     provider = FakeProvider()
     thresholds = {"mean": 0.004, "p999": 0.040}
     plan = AutoPlan(warmup=2, duration=40, reps=2, max_levels=9, probe_level=1.0)
