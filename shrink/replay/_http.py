@@ -1,0 +1,55 @@
+"""Pre-built HTTP/1.1 requests and the least response parsing a load generator needs.
+
+A response is read for its status, its length (Content-Length, chunked, or up to
+the close) and whether the connection stays open; the body is counted, never kept.
+"""
+
+from __future__ import annotations
+
+__all__ = ["build_request", "parse_head"]
+
+_HEAD_LIMIT = 65536
+
+
+def build_request(method: str, path: str, host: str, body: str = "") -> bytes:
+    """The bytes of one HTTP/1.1 keep-alive request."""
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {host}", "User-Agent: shrink", "Accept: */*"]
+    data = body.encode()
+    if data or method in ("POST", "PUT", "PATCH"):
+        lines.append("Content-Type: application/x-www-form-urlencoded")
+        lines.append(f"Content-Length: {len(data)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + data
+
+
+def parse_head(head: bytes) -> tuple[int, int, bool, bool]:
+    """(status, content length or -1, chunked, close) of a response head without its CRLFCRLF.
+
+    Raises ValueError on a status line that is not HTTP.
+    """
+    if not head.startswith(b"HTTP/1."):
+        raise ValueError("not an HTTP/1.x status line")
+    status = int(head[9:12])
+    lower = head.lower()
+    clen = -1
+    i = lower.find(b"\r\ncontent-length:")
+    if i >= 0:
+        j = lower.find(b"\r\n", i + 2)
+        clen = int(lower[i + 17 : j if j >= 0 else len(lower)])
+    chunked = False
+    i = lower.find(b"\r\ntransfer-encoding:")
+    if i >= 0:
+        j = lower.find(b"\r\n", i + 2)
+        chunked = b"chunked" in lower[i : j if j >= 0 else len(lower)]
+    close = lower[7:8] == b"0"  # HTTP/1.0 closes unless it says keep-alive
+    i = lower.find(b"\r\nconnection:")
+    if i >= 0:
+        j = lower.find(b"\r\n", i + 2)
+        value = lower[i + 13 : j if j >= 0 else len(lower)]
+        if b"close" in value:
+            close = True
+        elif b"keep-alive" in value:
+            close = False
+    return status, clen, chunked, close
+
+
+HEAD_LIMIT = _HEAD_LIMIT

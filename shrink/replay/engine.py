@@ -1,0 +1,714 @@
+"""The replay engine: an asyncio (uvloop) HTTP/1.1 client that keeps to a schedule.
+
+One event loop per process. A dispatcher callback wakes shortly before the next
+due event (a session start, the end of a think time, an open-loop request) and
+then polls until it is due: libuv timers have millisecond resolution, so sleeping
+all the way would make every request up to 1 ms late. Times come from
+``time.monotonic`` and are stored relative to the run's zero ``t0``.
+
+Per request the engine records intended, sent, first-byte and done times; latency
+is ``done - intended`` (coordinated omission). In session mode a request's
+intended time is when the session's own rules made it sendable (its session
+start, its burst's start after the think time, the first request's completion for
+embedded requests, or a session connection becoming free); in open mode it is the
+request's scheduled time, even if the connection pool makes it wait.
+
+Failures are rows, not exceptions: ``refused``, ``reset``, ``closed``,
+``timeout``, ``bad-response``, ``cut`` (still in flight when the run ended) and
+``unsent`` (queued for a connection when the run ended). A keep-alive connection
+the server closed while idle is retried once on a fresh connection, as browsers do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import os
+import signal
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from time import monotonic
+from typing import Any
+
+import numpy as np
+
+from shrink.errors import ParameterError, ReplayError
+from shrink.replay._http import HEAD_LIMIT, build_request, parse_head
+from shrink.replay.schedule import Schedule, session_hash
+from shrink.replay.writer import RunLogWriter
+
+__all__ = ["EngineConfig", "EngineStats", "new_event_loop", "run_schedule"]
+
+_NAN = float("nan")
+# response parser states
+_HEAD, _BODY, _CHUNK_SIZE, _CHUNK_DATA, _TRAILER, _UNTIL_CLOSE = range(6)
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A uvloop loop where uvloop is installed, else the standard one."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+@dataclass
+class EngineConfig:
+    """How the engine talks to the target.
+
+    ``routing``: ``hash`` (a session's hash picks its replica address) or
+    ``round-robin`` (sessions in start order). ``conns_per_session``: httperf's
+    N, the connections a session's embedded requests spread over.
+    ``max_pool``: open mode's connection limit per address (a request waits for
+    a connection beyond it, and that wait counts as send lag).
+    """
+
+    targets: list[tuple[str, int]]
+    routing: str = "hash"
+    conns_per_session: int = 2
+    timeout: float = 10.0
+    drain: float = 5.0
+    spin: float = 0.002
+    max_pool: int = 1024
+    conn_per_request: bool = False
+    batch: int = 256
+
+    def __post_init__(self) -> None:
+        if not self.targets:
+            raise ReplayError("no target address to send requests to")
+        if self.routing not in ("hash", "round-robin"):
+            raise ParameterError(f"routing == {self.routing!r}, must be one of hash, round-robin.")
+        if self.conns_per_session < 1:
+            raise ParameterError(
+                f"conns_per_session == {self.conns_per_session}, must be in [1, inf)."
+            )
+
+
+@dataclass
+class EngineStats:
+    """What the engine process itself measured about the run."""
+
+    t0: float  # monotonic zero of the run
+    t0_unix: float  # wall-clock time at t0
+    wall: float
+    cpu: float  # this process's user + system CPU seconds during the run
+    requests: int
+    interrupted: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class _Req:
+    __slots__ = ("dispatched", "first_byte", "intended", "row", "sent", "session", "tidx", "tries")
+
+    def __init__(self, row: int, session: int, tidx: int, intended: float) -> None:
+        self.row = row
+        self.session = session
+        self.tidx = tidx
+        self.intended = intended
+        self.sent = _NAN
+        self.first_byte = _NAN
+        self.dispatched = _NAN
+        self.tries = 0
+
+
+class _Conn(asyncio.Protocol):
+    """One keep-alive connection; at most one request in flight (no pipelining)."""
+
+    __slots__ = (
+        "alive",
+        "buf",
+        "close_after",
+        "e",
+        "head_only",
+        "nbytes",
+        "owner",
+        "pending",
+        "remaining",
+        "req",
+        "served",
+        "state",
+        "status",
+        "task",
+        "tidx",
+        "transport",
+    )
+
+    def __init__(self, engine: _Engine, owner: Any, tidx: int) -> None:
+        self.e = engine
+        self.owner = owner
+        self.tidx = tidx
+        self.transport: asyncio.Transport | None = None
+        self.req: _Req | None = None
+        self.pending: _Req | None = None
+        self.alive = True
+        self.served = 0
+        self.buf = b""
+        self.state = _HEAD
+        self.remaining = 0
+        self.status = 0
+        self.nbytes = 0
+        self.close_after = False
+        self.head_only = False
+        self.task: asyncio.Task[Any] | None = None
+        engine.conns.add(self)
+
+    # sending -------------------------------------------------------------
+    def submit(self, req: _Req) -> None:
+        if req.dispatched != req.dispatched:
+            req.dispatched = monotonic() - self.e.t0
+        if self.transport is None:
+            self.pending = req
+        else:
+            self._send(req)
+
+    def _send(self, req: _Req) -> None:
+        e = self.e
+        self.req = req
+        self.state = _HEAD
+        self.nbytes = 0
+        self.buf = b""
+        self.head_only = e.head_only[req.row]
+        req.sent = monotonic() - e.t0
+        self.transport.write(e.req_bytes[self.tidx][e.key_of_row[req.row]])  # type: ignore[union-attr]
+
+    # asyncio.Protocol ----------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        req = self.pending
+        if req is not None:
+            self.pending = None
+            self._send(req)
+
+    def connect_failed(self, exc: BaseException) -> None:
+        self.alive = False
+        self.e.conns.discard(self)
+        req, self.pending = self.pending, None
+        if req is not None:
+            name = "refused" if isinstance(exc, ConnectionRefusedError) else "connect"
+            self.e.record(req, 0, -1, _NAN, name)
+            self.owner.finished(self, req)
+
+    def data_received(self, data: bytes) -> None:
+        req = self.req
+        if req is None:
+            return  # stray bytes after a complete response: ignore
+        if req.first_byte != req.first_byte:
+            req.first_byte = monotonic() - self.e.t0
+        buf = self.buf + data if self.buf else data
+        try:
+            self._parse(buf)
+        except ValueError:
+            self._fail("bad-response", abort=True)
+
+    def _parse(self, buf: bytes) -> None:
+        while True:
+            state = self.state
+            if state == _HEAD:
+                i = buf.find(b"\r\n\r\n")
+                if i < 0:
+                    if len(buf) > HEAD_LIMIT:
+                        raise ValueError("response head too long")
+                    self.buf = buf
+                    return
+                status, clen, chunked, close = parse_head(buf[:i])
+                buf = buf[i + 4 :]
+                if 100 <= status < 200:
+                    continue  # interim response: the real one follows
+                self.status = status
+                self.close_after = close
+                if self.head_only or status in (204, 304):
+                    self._complete()
+                    return
+                if chunked:
+                    self.state = _CHUNK_SIZE
+                elif clen >= 0:
+                    self.state = _BODY
+                    self.remaining = clen
+                else:
+                    self.state = _UNTIL_CLOSE
+                    self.close_after = True
+            elif state == _BODY:
+                n = len(buf)
+                if n >= self.remaining:
+                    self.nbytes += self.remaining
+                    self._complete()
+                    return
+                self.remaining -= n
+                self.nbytes += n
+                self.buf = b""
+                return
+            elif state == _CHUNK_SIZE:
+                j = buf.find(b"\r\n")
+                if j < 0:
+                    self.buf = buf
+                    return
+                size = int(buf[:j].split(b";", 1)[0], 16)
+                buf = buf[j + 2 :]
+                if size == 0:
+                    self.state = _TRAILER
+                else:
+                    self.nbytes += size
+                    self.remaining = size + 2
+                    self.state = _CHUNK_DATA
+            elif state == _CHUNK_DATA:
+                n = len(buf)
+                if n < self.remaining:
+                    self.remaining -= n
+                    self.buf = b""
+                    return
+                buf = buf[self.remaining :]
+                self.state = _CHUNK_SIZE
+            elif state == _TRAILER:
+                if buf.startswith(b"\r\n") or buf.find(b"\r\n\r\n") >= 0:
+                    self._complete()
+                    return
+                self.buf = buf
+                return
+            else:  # _UNTIL_CLOSE
+                self.nbytes += len(buf)
+                self.buf = b""
+                return
+
+    def _complete(self) -> None:
+        req = self.req
+        self.req = None
+        self.buf = b""
+        self.served += 1
+        if self.close_after:
+            self._die()
+            if self.transport is not None:
+                self.transport.close()
+        assert req is not None
+        self.e.record(req, self.status, self.nbytes, monotonic() - self.e.t0, "")
+        self.owner.finished(self, req)
+
+    def _die(self) -> None:
+        self.alive = False
+        self.e.conns.discard(self)
+
+    def _fail(self, error: str, *, abort: bool) -> None:
+        req = self.req
+        self.req = None
+        self._die()
+        if abort and self.transport is not None:
+            self.transport.abort()
+        if req is not None:
+            self.e.record(req, self.status if error == "bad-response" else 0, -1, _NAN, error)
+            self.owner.finished(self, req)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if not self.alive:
+            return
+        req = self.req
+        self._die()
+        if req is None:
+            self.owner.lost_idle(self)
+            return
+        if self.state == _UNTIL_CLOSE:
+            self._complete()
+            return
+        if req.first_byte != req.first_byte and self.served > 0 and req.tries == 0:
+            # The server closed an idle keep-alive connection as we reused it.
+            self.req = None
+            req.tries += 1
+            req.sent = _NAN
+            self.owner.retry(self, req)
+            return
+        self._fail("reset" if isinstance(exc, ConnectionResetError) else "closed", abort=False)
+
+    def expire(self, now: float, timeout: float) -> None:
+        """Fail a request (or a connect) older than ``timeout``."""
+        req = self.req
+        if req is not None and now - req.sent > timeout:
+            self._fail("timeout", abort=True)
+        elif self.pending is not None and now - self.pending.intended > timeout:
+            req, self.pending = self.pending, None
+            self._die()
+            if self.task is not None:
+                self.task.cancel()
+            self.e.record(req, 0, -1, _NAN, "timeout")
+            self.owner.finished(self, req)
+
+
+class _Session:
+    """httperf wsesslog: first request alone, embedded ones over N connections, think."""
+
+    __slots__ = ("bi", "bursts", "conns", "e", "outstanding", "queue", "sid", "tidx")
+
+    def __init__(
+        self, engine: _Engine, sid: int, tidx: int, bursts: list[tuple[int, int, float]]
+    ) -> None:
+        self.e = engine
+        self.sid = sid
+        self.tidx = tidx
+        self.bursts = bursts
+        self.bi = 0
+        self.conns: list[_Conn | None] = [None] * engine.cfg.conns_per_session
+        self.queue: deque[int] = deque()
+        self.outstanding = 0
+
+    def _conn(self, slot: int) -> _Conn:
+        c = self.conns[slot]
+        if c is None or not c.alive:
+            c = self.conns[slot] = self.e.open_conn(self, self.tidx)
+        return c
+
+    def begin_burst(self) -> None:
+        e = self.e
+        now = monotonic() - e.t0
+        if self.bi >= len(self.bursts) or now >= e.horizon:
+            self.close()
+            return
+        first, end, _ = self.bursts[self.bi]
+        self.queue.extend(range(first + 1, end))
+        self.outstanding = 1
+        self._conn(0).submit(e.new_req(first, self.sid, self.tidx, e.due))
+
+    def finished(self, conn: _Conn, req: _Req) -> None:
+        self.outstanding -= 1
+        e = self.e
+        now = monotonic() - e.t0
+        if self.queue and now < e.horizon:
+            if self.outstanding == 0 and req.row == self.bursts[self.bi][0]:
+                # the first request is back: embedded requests go out over N connections
+                for slot in range(len(self.conns)):
+                    if not self.queue:
+                        break
+                    self.outstanding += 1
+                    row = self.queue.popleft()
+                    self._conn(slot).submit(e.new_req(row, self.sid, self.tidx, now))
+                return
+            slot = self.conns.index(conn) if conn in self.conns else 0
+            self.outstanding += 1
+            row = self.queue.popleft()
+            self._conn(slot).submit(e.new_req(row, self.sid, self.tidx, now))
+            return
+        if self.outstanding > 0:
+            return
+        self.queue.clear()
+        think = self.bursts[self.bi][2]
+        self.bi += 1
+        if self.bi < len(self.bursts) and now + think < e.horizon:
+            e.at(now + think, self.begin_burst)
+        else:
+            self.close()
+
+    def retry(self, conn: _Conn, req: _Req) -> None:
+        slot = self.conns.index(conn) if conn in self.conns else 0
+        self._conn(slot).submit(req)
+
+    def lost_idle(self, conn: _Conn) -> None:
+        pass  # the slot reopens on next use
+
+    def close(self) -> None:
+        for c in self.conns:
+            if c is not None and c.alive and c.req is None and c.transport is not None:
+                c._die()
+                c.transport.close()
+        self.e.sessions_live -= 1
+
+
+class _Pool:
+    """Open mode: keep-alive connections to one address, most recently used first."""
+
+    __slots__ = ("e", "idle", "n", "tidx", "waiting")
+
+    def __init__(self, engine: _Engine, tidx: int) -> None:
+        self.e = engine
+        self.tidx = tidx
+        self.idle: list[_Conn] = []
+        self.n = 0
+        self.waiting: deque[_Req] = deque()
+
+    def submit(self, req: _Req) -> None:
+        idle = self.idle
+        while idle:
+            c = idle.pop()
+            if c.alive:
+                c.submit(req)
+                return
+        if self.n < self.e.cfg.max_pool:
+            self.n += 1
+            self.e.open_conn(self, self.tidx).submit(req)
+        else:
+            self.waiting.append(req)
+
+    def finished(self, conn: _Conn, req: _Req) -> None:
+        if conn.alive and self.e.cfg.conn_per_request and conn.transport is not None:
+            conn._die()
+            conn.transport.close()
+        if not conn.alive:
+            self.n -= 1
+            if self.waiting:
+                self.submit(self.waiting.popleft())
+            return
+        if self.waiting:
+            conn.submit(self.waiting.popleft())
+        else:
+            self.idle.append(conn)
+
+    def retry(self, conn: _Conn, req: _Req) -> None:
+        self.n -= 1
+        self.submit(req)
+
+    def lost_idle(self, conn: _Conn) -> None:
+        self.n -= 1
+        if conn in self.idle:
+            self.idle.remove(conn)
+
+
+class _Engine:
+    def __init__(
+        self,
+        schedule: Schedule,
+        cfg: EngineConfig,
+        writer: RunLogWriter,
+        t0: float,
+    ) -> None:
+        self.s = schedule
+        self.cfg = cfg
+        self.w = writer
+        self.t0 = t0
+        self.horizon = schedule.horizon
+        self.key_of_row = schedule.key_of_row.tolist()
+        self.cls_of_row = schedule.cls_of_row.tolist()
+        self.head_only = [schedule.keys[k][0] == "HEAD" for k in self.key_of_row]
+        self.req_bytes: list[list[bytes]] = []
+        self.tcodes: list[int] = []
+        for addr, port in cfg.targets:
+            host = f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
+            self.req_bytes.append([build_request(m, p, host, b) for m, p, b in schedule.keys])
+            self.tcodes.append(writer.targets.code(f"{addr}:{port}"))
+        self.ecodes = writer.errors
+        self.conns: set[_Conn] = set()
+        self.heap: list[tuple[float, int, Callable[[], None]]] = []
+        self.seq = 0
+        self.inflight = 0
+        self.recorded = 0
+        self.sessions_live = 0
+        self.due = 0.0  # intended time of the event being dispatched
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.done_fut: asyncio.Future[None] | None = None
+        self.interrupted = False
+        n = len(cfg.targets)
+        if schedule.mode == "open":
+            self.pools = [_Pool(self, i) for i in range(n)]
+            sess = schedule.open_sessions
+            if cfg.routing == "hash":
+                self.route = (session_hash(sess, 1) % np.uint64(n)).astype(np.int64).tolist()
+            else:
+                self.route = (np.arange(sess.size) % n).tolist()
+            self.times = schedule.times.tolist()
+            self.rows = schedule.rows.tolist()
+            self.open_sessions = sess.tolist()
+        else:
+            ids = np.asarray(schedule.session_ids, dtype=np.int64)
+            if cfg.routing == "hash":
+                self.route = (session_hash(ids, 1) % np.uint64(n)).astype(np.int64).tolist()
+            else:
+                self.route = (np.arange(ids.size) % n).tolist()
+            self.times = schedule.session_start.tolist()
+        self.next_i = 0
+
+    # bookkeeping ------------------------------------------------------------
+    def new_req(self, row: int, session: int, tidx: int, intended: float) -> _Req:
+        self.inflight += 1
+        return _Req(row, session, tidx, intended)
+
+    def record(self, req: _Req, status: int, nbytes: int, done: float, error: str) -> None:
+        self.inflight -= 1
+        self.recorded += 1
+        self.w.add(
+            req.intended,
+            req.sent,
+            req.first_byte,
+            done,
+            status,
+            nbytes,
+            self.cls_of_row[req.row],
+            req.session,
+            self.tcodes[req.tidx],
+            self.ecodes.code(error) if error else 0,
+            req.dispatched,
+        )
+
+    def open_conn(self, owner: Any, tidx: int) -> _Conn:
+        conn = _Conn(self, owner, tidx)
+        conn.task = self.loop.create_task(self._connect(conn))  # type: ignore[union-attr]
+        return conn
+
+    async def _connect(self, conn: _Conn) -> None:
+        addr, port = self.cfg.targets[conn.tidx]
+        try:
+            await self.loop.create_connection(lambda: conn, addr, port)  # type: ignore[union-attr]
+        except OSError as exc:
+            conn.connect_failed(exc)
+        except asyncio.CancelledError:
+            pass
+
+    def at(self, t: float, fn: Callable[[], None]) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, fn))
+
+    # dispatch -----------------------------------------------------------------
+    def tick(self) -> None:
+        loop = self.loop
+        assert loop is not None
+        t0 = self.t0
+        now = monotonic() - t0
+        horizon = self.horizon
+        budget = self.cfg.batch
+        times = self.times
+        n = len(times)
+        heap = self.heap
+        while budget > 0:
+            nxt_s = times[self.next_i] if self.next_i < n else float("inf")
+            nxt_h = heap[0][0] if heap else float("inf")
+            if nxt_s <= nxt_h:
+                if nxt_s > now or nxt_s >= horizon:
+                    break
+                i = self.next_i
+                self.next_i += 1
+                self.due = nxt_s
+                if self.s.mode == "open":
+                    tidx = self.route[i]
+                    self.pools[tidx].submit(
+                        self.new_req(self.rows[i], self.open_sessions[i], tidx, nxt_s)
+                    )
+                else:
+                    self.sessions_live += 1
+                    _Session(
+                        self, self.s.session_ids[i], self.route[i], self.s.session_bursts[i]
+                    ).begin_burst()
+            else:
+                if nxt_h > now or nxt_h >= horizon:
+                    break
+                _, _, fn = heapq.heappop(heap)
+                self.due = nxt_h
+                fn()
+            budget -= 1
+        if budget == 0:
+            loop.call_soon(self.tick)  # more due: let responses in first
+            return
+        nxt = min(
+            times[self.next_i] if self.next_i < n else float("inf"),
+            heap[0][0] if heap else float("inf"),
+        )
+        if nxt >= horizon:
+            self.finish_when_drained()
+            return
+        delay = nxt - (monotonic() - t0)
+        if delay <= self.cfg.spin:
+            loop.call_soon(self.tick)
+        else:
+            loop.call_later(delay - self.cfg.spin, self.tick)
+
+    def finish_when_drained(self) -> None:
+        loop = self.loop
+        assert loop is not None
+        now = monotonic() - self.t0
+        if self.inflight <= 0 or now >= self.horizon + self.cfg.drain or self.interrupted:
+            self.finish()
+        else:
+            loop.call_later(0.005, self.finish_when_drained)
+
+    def sweep(self) -> None:
+        """Every 100 ms: time out stuck requests, flush the RunLog."""
+        if self.done_fut is None or self.done_fut.done():
+            return
+        now = monotonic() - self.t0
+        timeout = self.cfg.timeout
+        for c in list(self.conns):
+            c.expire(now, timeout)
+        self.w.maybe_flush()
+        self.loop.call_later(0.1, self.sweep)  # type: ignore[union-attr]
+
+    def finish(self) -> None:
+        for c in list(self.conns):
+            req = c.req or c.pending
+            c.req = c.pending = None
+            c._die()
+            if c.transport is not None:
+                c.transport.abort()
+            if c.task is not None and not c.task.done():
+                c.task.cancel()
+            if req is not None:
+                self.record(req, 0, -1, _NAN, "cut" if req.sent == req.sent else "unsent")
+        if self.s.mode == "open":
+            for p in self.pools:
+                while p.waiting:
+                    self.record(p.waiting.popleft(), 0, -1, _NAN, "unsent")
+        if self.done_fut is not None and not self.done_fut.done():
+            self.done_fut.set_result(None)
+
+    def interrupt(self) -> None:
+        self.interrupted = True
+        self.horizon = min(self.horizon, monotonic() - self.t0)
+
+
+def run_schedule(
+    schedule: Schedule,
+    config: EngineConfig,
+    writer: RunLogWriter,
+    *,
+    t0: float | None = None,
+    handle_signals: bool = True,
+) -> EngineStats:
+    """Run ``schedule`` against ``config.targets``, rows into ``writer``; blocks until done.
+
+    ``t0`` is the monotonic time of the schedule's zero (default: 50 ms from now);
+    processes of one scaled-out run share it. SIGINT/SIGTERM stop the run early
+    (``interrupted``); the writer is closed in every case.
+    """
+    loop = new_event_loop()
+    if t0 is None:
+        t0 = monotonic() + 0.05
+    eng = _Engine(schedule, config, writer, t0)
+    eng.loop = loop
+    eng.done_fut = loop.create_future()
+    signals = handle_signals and threading.current_thread() is threading.main_thread()
+    installed = []
+    cpu0 = os.times()
+    wall0 = monotonic()
+    try:
+        if signals:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                try:
+                    loop.add_signal_handler(sig, eng.interrupt)
+                    installed.append(sig)
+                except (ValueError, RuntimeError, NotImplementedError):
+                    pass
+        loop.call_later(max(0.0, t0 - monotonic() - config.spin), eng.tick)
+        loop.call_later(0.1, eng.sweep)
+        loop.run_until_complete(eng.done_fut)
+    finally:
+        if not eng.done_fut.done():
+            eng.finish()
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for t in pending:
+            t.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.run_until_complete(asyncio.sleep(0))
+        loop.close()
+        writer.close()
+    cpu1 = os.times()
+    import time as _time
+
+    wall = monotonic() - wall0
+    return EngineStats(
+        t0=t0,
+        t0_unix=_time.time() - (monotonic() - t0),
+        wall=wall,
+        cpu=(cpu1.user - cpu0.user) + (cpu1.system - cpu0.system),
+        requests=eng.recorded,
+        interrupted=eng.interrupted,
+    )

@@ -1,0 +1,110 @@
+"""A tiny HTTP/1.1 server for testing the engine without lighttpd.
+
+Run it as ``python -m shrink.replay.fakeserver --port 8099`` (it prints
+``listening HOST PORT`` once ready). The query string steers each reply:
+``bytes=N`` body size (default 1024), ``delay_us=D`` answer after D microseconds,
+``chunked=1`` chunked encoding, ``close=1`` close after the reply, ``status=S``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from urllib.parse import parse_qs, urlsplit
+
+__all__ = ["main", "serve"]
+
+
+class _Server(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.buf = b""
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while True:
+            i = self.buf.find(b"\r\n\r\n")
+            if i < 0:
+                return
+            head, self.buf = self.buf[:i], self.buf[i + 4 :]
+            line = head.split(b"\r\n", 1)[0].decode("latin-1")
+            parts = line.split(" ")
+            target = parts[1] if len(parts) > 1 else "/"
+            q = {k: v[0] for k, v in parse_qs(urlsplit(target).query).items()}
+            delay = int(q.get("delay_us", "0")) / 1e6
+            reply = _reply(q, head_only=parts[0] == "HEAD")
+            close = q.get("close") == "1"
+            if delay > 0:
+                asyncio.get_running_loop().call_later(delay, self._write, reply, close)
+            else:
+                self._write(reply, close)
+
+    def _write(self, reply: bytes, close: bool) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        self.transport.write(reply)
+        if close:
+            self.transport.close()
+
+
+_CACHE: dict[tuple[tuple[str, str], ...], bytes] = {}
+
+
+def _reply(q: dict[str, str], *, head_only: bool) -> bytes:
+    key = (*sorted(q.items()), ("head", str(head_only)))
+    out = _CACHE.get(key)
+    if out is not None:
+        return out
+    n = int(q.get("bytes", "1024"))
+    status = int(q.get("status", "200"))
+    body = b"x" * n
+    headers = [f"HTTP/1.1 {status} OK", "Server: shrink-fake", "Content-Type: text/plain"]
+    if q.get("close") == "1":
+        headers.append("Connection: close")
+    if q.get("chunked") == "1":
+        headers.append("Transfer-Encoding: chunked")
+        half = n // 2
+        chunks = [body[:half], body[half:]]
+        payload = b"".join(b"%x;ext=1\r\n%s\r\n" % (len(c), c) for c in chunks if c) + b"0\r\n\r\n"
+    else:
+        headers.append(f"Content-Length: {n}")
+        payload = body
+    out = ("\r\n".join(headers) + "\r\n\r\n").encode() + (b"" if head_only else payload)
+    if len(_CACHE) < 10000:
+        _CACHE[key] = out
+    return out
+
+
+async def serve(host: str, port: int) -> None:
+    """Serve until cancelled; prints ``listening HOST PORT`` when bound."""
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(_Server, host, port, reuse_address=True, backlog=1024)
+    sock = server.sockets[0]
+    print("listening", host, sock.getsockname()[1], flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--cpu", type=int, default=None, help="pin to this CPU")
+    a = p.parse_args(argv)
+    if a.cpu is not None:
+        os.sched_setaffinity(0, {a.cpu})
+    try:
+        import uvloop
+
+        uvloop.run(serve(a.host, a.port))
+    except KeyboardInterrupt:
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,295 @@
+"""LiveTarget: the Target protocol over a running testbed (state JSON) or plain URLs.
+
+A run replays the trace with the engine (one process per generator CPU), keeps
+the requests intended in ``[warmup, warmup + duration)`` as the window, reads
+the share's CPUs' busy fractions over exactly that window from /proc/stat, and
+runs the generator's self-check on it.
+
+Generator and server CPUs are kept apart: the engine runs on the CPUs this
+process may use minus the share's, and refuses to run on the share's CPUs unless
+``allow_overlap=True`` (a generator on the server's cores steals the cycles it
+is measuring). Targets must be loopback unless ``allow_remote=True``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import threading
+from pathlib import Path
+from time import monotonic, sleep
+from typing import Any
+from urllib.parse import urlsplit
+
+from shrink.errors import ParameterError, ReplayError, TraceFormatError
+from shrink.replay.engine import EngineConfig
+from shrink.replay.scaleout import EngineRun, run_engines
+from shrink.replay.selfcheck import LAG_LIMIT, generator_check
+from shrink.runlog import RunLog
+from shrink.target import RunResult
+from shrink.trace import Trace
+
+__all__ = ["LiveTarget", "cpu_times", "parse_url", "utilization"]
+
+
+def parse_url(url: str) -> tuple[str, int]:
+    """``http://127.0.0.1:8080`` (or ``127.0.0.1:8080``) -> (address, port)."""
+    parts = urlsplit(url if "//" in url else f"http://{url}")
+    if parts.scheme not in ("http", ""):
+        raise ParameterError(f"url == {url!r}, must be http:// (the engine speaks plain HTTP/1.1).")
+    if not parts.hostname:
+        raise ParameterError(f"url == {url!r}, must name a host.")
+    return parts.hostname, parts.port or 80
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def cpu_times() -> dict[int, tuple[int, int]]:
+    """Per CPU (busy, total) jiffies from /proc/stat; idle and iowait count as not busy."""
+    out: dict[int, tuple[int, int]] = {}
+    with open("/proc/stat", encoding="ascii") as fh:
+        for line in fh:
+            if not line.startswith("cpu") or line.startswith("cpu "):
+                continue
+            name, *vals = line.split()
+            v = [int(x) for x in vals[:8]]  # user nice system idle iowait irq softirq steal
+            total = sum(v)
+            out[int(name[3:])] = (total - v[3] - v[4], total)
+    return out
+
+
+def utilization(
+    before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]], cpus: list[int]
+) -> dict[int, float]:
+    """Busy fraction of each of ``cpus`` between two :func:`cpu_times` snapshots."""
+    out = {}
+    for c in cpus:
+        if c in before and c in after:
+            busy = after[c][0] - before[c][0]
+            total = after[c][1] - before[c][1]
+            out[c] = busy / total if total > 0 else 0.0
+    return out
+
+
+class _WindowSampler(threading.Thread):
+    """Takes /proc/stat snapshots at two monotonic instants (the window's edges)."""
+
+    def __init__(self, at: tuple[float, float]) -> None:
+        super().__init__(daemon=True)
+        self.at = at
+        self.snaps: list[dict[int, tuple[int, int]]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        for t in self.at:
+            while not self.stop.is_set():
+                left = t - monotonic()
+                if left <= 0:
+                    break
+                sleep(min(left, 0.05))
+            if self.stop.is_set():
+                return
+            self.snaps.append(cpu_times())
+
+
+class LiveTarget:
+    """Replays traces on a live server; implements :class:`shrink.target.Target`."""
+
+    def __init__(
+        self,
+        addresses: list[tuple[str, int]],
+        *,
+        state: dict[str, Any] | None = None,
+        share_cpus: list[int] | None = None,
+        generator_cpus: list[int] | None = None,
+        allow_overlap: bool = False,
+        allow_remote: bool = False,
+        config: dict[str, Any] | None = None,
+        mode: str = "auto",
+        loop: bool = True,
+        lag_limit: float = LAG_LIMIT,
+        runlog_dir: str | Path | None = None,
+    ) -> None:
+        if not addresses:
+            raise ReplayError("no target address (a testbed state with replicas, or a URL)")
+        for host, _ in addresses:
+            if not allow_remote and not _is_loopback(host):
+                raise ReplayError(
+                    f"target {host} is not a loopback address; pass allow_remote=True "
+                    "(--allow-remote) to load another machine"
+                )
+        self.addresses = list(addresses)
+        self.state = state or {}
+        if share_cpus is None and self.state:
+            share = self.state.get("share") or {}
+            share_cpus = list(share.get("cpus") or [])
+            if not share_cpus:
+                share_cpus = sorted({c for r in self.state.get("replicas", []) for c in r["cpus"]})
+        self.share_cpus = sorted(share_cpus or [])
+        self.generator_cpus = self._generator_cpus(generator_cpus, allow_overlap)
+        self.config = dict(config or {})
+        self.mode = mode
+        self.loop = loop
+        self.lag_limit = lag_limit
+        self.runlog_dir = None if runlog_dir is None else Path(runlog_dir)
+        self.last_engine: EngineRun | None = None
+        self._runs = 0
+
+    @classmethod
+    def from_state(cls, path: str | Path, **kw: Any) -> LiveTarget:
+        """A target over the replicas of a ``shrink testbed up`` state file."""
+        path = Path(path)
+        try:
+            state = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise TraceFormatError("no such testbed state file", path=path) from None
+        except json.JSONDecodeError as exc:
+            raise TraceFormatError(f"not JSON: {exc.msg}", path=path, line=exc.lineno) from exc
+        if state.get("schema") != "shrink.testbed/1" or not state.get("replicas"):
+            raise TraceFormatError(
+                "not a testbed state (schema shrink.testbed/1 with replicas)", path=path
+            )
+        addrs = [(r["address"], int(r["port"])) for r in state["replicas"]]
+        return cls(addrs, state=state, **kw)
+
+    @classmethod
+    def from_targets(cls, targets: list[str], **kw: Any) -> LiveTarget:
+        """From ``STATE.json`` (one item) or URLs."""
+        if len(targets) == 1 and targets[0].endswith(".json"):
+            return cls.from_state(targets[0], **kw)
+        return cls([parse_url(u) for u in targets], **kw)
+
+    def _generator_cpus(self, wanted: list[int] | None, allow_overlap: bool) -> list[int] | None:
+        share = set(self.share_cpus)
+        if wanted is not None:
+            overlap = share & set(wanted)
+            if overlap and not allow_overlap:
+                raise ReplayError(
+                    f"generator CPUs {sorted(wanted)} overlap the share's CPUs {sorted(overlap)}; "
+                    "pass allow_overlap=True (--allow-overlap) to measure anyway"
+                )
+            return sorted(wanted)
+        if not share:
+            return None  # plain URLs: no share known, the engine runs where it is
+        free = sorted(set(os.sched_getaffinity(0)) - share)
+        if free:
+            return free
+        if allow_overlap:
+            return sorted(os.sched_getaffinity(0))
+        raise ReplayError(
+            f"every CPU this process may use belongs to the share ({sorted(share)}): the "
+            "generator would compete with the server; pass allow_overlap=True (--allow-overlap)"
+        )
+
+    def describe(self) -> dict[str, Any]:
+        st = self.state
+        out: dict[str, Any] = {
+            "target": "live",
+            "addresses": [f"{a}:{p}" for a, p in self.addresses],
+            "generator_cpus": self.generator_cpus,
+            "share_cpus": self.share_cpus,
+        }
+        for k in ("share", "mapping", "machine", "versions", "docroot", "started"):
+            if k in st:
+                out[k] = st[k]
+        return out
+
+    def _pids_alive(self) -> dict[int, bool]:
+        pids = [p for r in self.state.get("replicas", []) for p in r.get("pids", [])]
+        out = {}
+        for pid in pids:
+            try:
+                os.kill(int(pid), 0)
+                out[int(pid)] = True
+            except ProcessLookupError:
+                out[int(pid)] = False
+            except PermissionError:
+                out[int(pid)] = True
+        return out
+
+    def run(
+        self,
+        trace: Trace,
+        *,
+        rate_factor: float,
+        warmup: float,
+        duration: float,
+        seed: int = 0,
+        out: str | Path | None = None,
+    ) -> RunResult:
+        """Replay ``trace`` at ``rate_factor``; measure ``[warmup, warmup + duration)``."""
+        if out is None and self.runlog_dir is not None:
+            out = self.runlog_dir / f"run{self._runs:03d}-rf{rate_factor:g}.parquet"
+        self._runs += 1
+        horizon = warmup + duration
+        cfg = EngineConfig(targets=self.addresses, **self.config)
+        meta = {"seed": seed, "warmup": warmup, "duration": duration, "target": self.describe()}
+        samplers: list[_WindowSampler] = []
+
+        def on_start(t0: float) -> None:
+            # the window's edges are known once the engine has fixed its zero
+            if self.share_cpus:
+                samplers.append(_WindowSampler((t0 + warmup, t0 + horizon)))
+                samplers[0].start()
+
+        try:
+            log, engine = run_engines(
+                trace,
+                cfg,
+                rate_factor=rate_factor,
+                horizon=horizon,
+                mode=self.mode,
+                loop=self.loop,
+                cpus=self.generator_cpus,
+                out=out,
+                meta=meta,
+                on_start=on_start,
+            )
+        finally:
+            for smp in samplers:
+                smp.stop.set()
+                smp.join(timeout=1)
+        sampler = samplers[0] if samplers else None
+        self.last_engine = engine
+        window = (warmup, horizon)
+        per_cpu: dict[int, float] = {}
+        util = None
+        if sampler is not None and len(sampler.snaps) == 2:
+            per_cpu = utilization(sampler.snaps[0], sampler.snaps[1], self.share_cpus)
+            util = sum(per_cpu.values()) / len(per_cpu) if per_cpu else None
+        wall = engine.wall or horizon
+        check = generator_check(
+            log,
+            window,
+            cpu=engine.cpu_seconds / wall if wall > 0 else None,
+            lag_limit=self.lag_limit,
+        )
+        alive = self._pids_alive()
+        desc = {
+            **self.describe(),
+            "engine": {
+                "processes": len(engine.stats),
+                "cpu_seconds": engine.cpu_seconds,
+                "wall": wall,
+                "interrupted": engine.interrupted,
+                **engine.extra,
+            },
+        }
+        if alive and not all(alive.values()):
+            desc["dead_pids"] = [p for p, ok in alive.items() if not ok]
+        return RunResult(log, window, check, util, per_cpu, desc)
+
+    def replay(
+        self, trace: Trace, *, rate_factor: float, duration: float, out: str | Path | None = None
+    ) -> tuple[RunLog, RunResult]:
+        """One run measured over its whole length (``shrink replay``)."""
+        res = self.run(trace, rate_factor=rate_factor, warmup=0.0, duration=duration, out=out)
+        return res.runlog, res

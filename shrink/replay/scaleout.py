@@ -1,0 +1,236 @@
+"""Scale-out: one engine process per generator core, sessions partitioned by hash.
+
+Each process gets the sessions of one part (``samplers.split``, so a session
+and all its connections stay in one process), pins itself to its core with
+``os.sched_setaffinity``, builds its schedule with the whole trace's origin,
+span and id stride (so the parts stay aligned and looped ids stay distinct),
+reports ready, and starts at a common monotonic zero ``t0`` that the parent hands
+out once every process is ready (CLOCK_MONOTONIC is system-wide). Each writes its
+own part file incrementally; the parent merges them. Processes are forked (the
+parent holds no event loop at that point), so no ``__main__`` guard is needed. With one process the engine
+runs in the caller's thread, pinned for the run and unpinned after.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from time import monotonic
+from typing import Any
+
+from shrink.errors import ReplayError
+from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
+from shrink.replay.schedule import build_schedule, trace_extent, trace_mode
+from shrink.replay.writer import RunLogWriter
+from shrink.runlog import RunLog
+from shrink.trace import Trace
+
+__all__ = ["EngineRun", "run_engines", "split_sessions"]
+
+# The partition's hash seed: distinct from any sampler seed a user would pick, so
+# that a session-sampled trace still spreads evenly over the processes.
+SPLIT_SEED = 0x5CA1E
+
+
+def split_sessions(trace: Trace, parts: int) -> list[Trace]:
+    """``parts`` disjoint traces, every session whole in exactly one."""
+    if parts == 1:
+        return [trace]
+    from samplers.split import split
+
+    return split(trace, parts, seed=SPLIT_SEED)
+
+
+@dataclass
+class EngineRun:
+    """What the engine processes of one run reported."""
+
+    stats: list[EngineStats]
+    t0: float
+    cpus: list[int] | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cpu_seconds(self) -> float:
+        return sum(s.cpu for s in self.stats)
+
+    @property
+    def wall(self) -> float:
+        return max((s.wall for s in self.stats), default=0.0)
+
+    @property
+    def interrupted(self) -> bool:
+        return any(s.interrupted for s in self.stats)
+
+
+def _child(
+    pipe: Any,
+    trace: Trace,
+    config: EngineConfig,
+    params: dict[str, Any],
+    cpu: int | None,
+    path: str,
+    meta: dict[str, Any],
+) -> None:
+    try:
+        if cpu is not None:
+            os.sched_setaffinity(0, {cpu})
+        sched = build_schedule(trace, **params)
+        writer = RunLogWriter(path, meta)
+        pipe.send(("ready", None))
+        t0 = pipe.recv()
+        stats = run_schedule(sched, config, writer, t0=t0)
+        pipe.send(("done", stats))
+    except BaseException as exc:  # report, never hang the parent
+        pipe.send(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        pipe.close()
+
+
+def run_engines(
+    trace: Trace,
+    config: EngineConfig,
+    *,
+    rate_factor: float,
+    horizon: float,
+    mode: str = "auto",
+    loop: bool = True,
+    cpus: list[int] | None = None,
+    processes: int | None = None,
+    out: str | Path | None = None,
+    meta: dict[str, Any] | None = None,
+    on_start: Callable[[float], None] | None = None,
+) -> tuple[RunLog, EngineRun]:
+    """Replay ``trace`` over ``processes`` engine processes (default one per CPU in ``cpus``).
+
+    Returns the merged RunLog (also written to ``out`` when given) and the
+    processes' own figures. ``on_start(t0)`` is called with the run's monotonic
+    zero just before the first request is due (to time the window's CPU snapshots).
+    """
+    mode = trace_mode(trace, mode)
+    n = processes or (len(cpus) if cpus else 1)
+    if cpus is not None and n > len(cpus):
+        raise ReplayError(f"{n} engine processes need {n} generator CPUs, got {cpus}")
+    origin, span, stride = trace_extent(trace, mode)
+    params = dict(
+        rate_factor=rate_factor,
+        horizon=horizon,
+        mode=mode,
+        loop=loop,
+        origin=origin,
+        span=span,
+        id_stride=stride,
+    )
+    meta = {**(meta or {}), "mode": mode, "rate_factor": rate_factor, "horizon": horizon}
+    if n == 1:
+        return _run_inline(trace, config, params, cpus, out, meta, on_start)
+    return _run_spawned(trace, config, params, cpus, n, out, meta, on_start)
+
+
+def _run_inline(
+    trace: Trace,
+    config: EngineConfig,
+    params: dict[str, Any],
+    cpus: list[int] | None,
+    out: str | Path | None,
+    meta: dict[str, Any],
+    on_start: Callable[[float], None] | None,
+) -> tuple[RunLog, EngineRun]:
+    old = os.sched_getaffinity(0)
+    if cpus:
+        os.sched_setaffinity(0, set(cpus))
+    try:
+        sched = build_schedule(trace, **params)
+        writer = RunLogWriter(out, meta)
+        t0 = monotonic() + 0.05
+        if on_start is not None:
+            on_start(t0)
+        stats = run_schedule(sched, config, writer, t0=t0)
+    finally:
+        if cpus:
+            os.sched_setaffinity(0, old)
+    log = writer.runlog()
+    log.meta.update(t0=stats.t0, t0_unix=stats.t0_unix, processes=1)
+    return log, EngineRun([stats], stats.t0, cpus)
+
+
+def _run_spawned(
+    trace: Trace,
+    config: EngineConfig,
+    params: dict[str, Any],
+    cpus: list[int] | None,
+    n: int,
+    out: str | Path | None,
+    meta: dict[str, Any],
+    on_start: Callable[[float], None] | None,
+) -> tuple[RunLog, EngineRun]:
+    import tempfile
+
+    ctx = mp.get_context("fork")
+    parts = split_sessions(trace, n)
+    tmp = tempfile.TemporaryDirectory(prefix="shrink-replay-")
+    base = Path(out).with_suffix("") if out is not None else Path(tmp.name) / "run"
+    paths = [f"{base}.part{i}.parquet" for i in range(n)]
+    procs, pipes = [], []
+    try:
+        for i in range(n):
+            parent, child = ctx.Pipe()
+            cpu = cpus[i] if cpus else None
+            p = ctx.Process(
+                target=_child,
+                args=(child, parts[i], config, params, cpu, paths[i], {**meta, "part": i}),
+                daemon=True,
+            )
+            p.start()
+            procs.append(p)
+            pipes.append(parent)
+        for i, pipe in enumerate(pipes):
+            try:
+                kind, payload = pipe.recv()
+            except EOFError:
+                kind, payload = "error", "exited before it was ready"
+            if kind != "ready":
+                raise ReplayError(f"engine process {i} (PID {procs[i].pid}) failed: {payload}")
+        t0 = monotonic() + 0.1
+        if on_start is not None:
+            on_start(t0)
+        for pipe in pipes:
+            pipe.send(t0)
+        stats: list[EngineStats] = []
+        errors = []
+        for i, pipe in enumerate(pipes):
+            while True:
+                try:
+                    kind, payload = pipe.recv()
+                    break
+                except KeyboardInterrupt:
+                    continue  # the children stop on the same SIGINT; wait for their rows
+                except EOFError:
+                    kind, payload = "error", "exited without a report"
+                    break
+            if kind == "done":
+                stats.append(payload)
+            else:
+                errors.append(f"engine process {i} (PID {procs[i].pid}): {payload}")
+        for p in procs:
+            p.join(timeout=10)
+        logs = [RunLog.read_parquet(pth) for pth in paths if Path(pth).exists()]
+        if errors and not logs:
+            raise ReplayError("; ".join(errors))
+        log = RunLog.concat(logs, meta={**meta, "t0": t0, "processes": n})
+        if stats:
+            log.meta["t0_unix"] = stats[0].t0_unix
+        if out is not None:
+            log.write_parquet(out)
+            for pth in paths:
+                Path(pth).unlink(missing_ok=True)
+        return log, EngineRun(stats, t0, cpus, {"errors": errors} if errors else {})
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=5)
+        tmp.cleanup()

@@ -1,0 +1,246 @@
+"""What to send and when: a Trace turned into a replay schedule.
+
+Two modes, chosen by the trace's meta ``mode`` unless forced:
+
+* ``session`` (httperf ``--wsesslog`` semantics): sessions start open-loop at
+  their recorded start times divided by the rate factor; inside a session the
+  bursts run closed-loop — a burst's first request alone, then its embedded
+  requests over up to N connections of the session, then the burst's think time
+  (think times are the users' and are not scaled).
+* ``open``: every request is sent at its own ``t / rate_factor``, whatever the
+  server does (the TCP/IP workload; :func:`open_loop_trace` makes one at a
+  constant or Poisson rate).
+
+Times are seconds from the run's start. Requests are identified by their row in
+the trace; identical (method, path, body) share one request key so that the
+engine builds each distinct request's bytes once per target.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from shrink.errors import ParameterError
+from shrink.trace import Trace
+from shrink.validation import check_positive, check_rate
+
+__all__ = [
+    "Schedule",
+    "build_schedule",
+    "open_loop_trace",
+    "session_hash",
+    "trace_extent",
+    "trace_mode",
+]
+
+_MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def session_hash(sessions: np.ndarray, salt: int = 0) -> np.ndarray:
+    """A well-mixed 64-bit hash of session ids (splitmix64), stable across runs and machines."""
+    with np.errstate(over="ignore"):
+        z = np.asarray(sessions).astype(np.int64).view(np.uint64) + np.uint64(
+            (0x9E3779B97F4A7C15 * (salt + 1)) & 0xFFFFFFFFFFFFFFFF
+        )
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9) & _MASK
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB) & _MASK
+        return z ^ (z >> np.uint64(31))
+
+
+def trace_mode(trace: Trace, mode: str = "auto") -> str:
+    """``session`` or ``open``: ``auto`` reads the trace's meta ``mode`` (default session)."""
+    if mode == "auto":
+        mode = str(trace.meta.get("mode") or "session")
+    if mode not in ("session", "open"):
+        raise ParameterError(f"mode == {mode!r}, must be one of auto, session, open.")
+    return mode
+
+
+@dataclass
+class Schedule:
+    """A replay plan. Session mode fills ``sessions``; open mode fills ``times``/``rows``.
+
+    ``keys[key_of_row[r]]`` is row r's (method, path, body); ``cls_of_row`` holds
+    0 (static) or 1 (dynamic).
+    """
+
+    mode: str
+    keys: list[tuple[str, str, str]]
+    key_of_row: np.ndarray
+    cls_of_row: np.ndarray
+    # session mode: per session (id, start, bursts as (first row, end row, think))
+    session_ids: list[int] = field(default_factory=list)
+    session_start: np.ndarray = field(default_factory=lambda: np.empty(0))
+    session_bursts: list[list[tuple[int, int, float]]] = field(default_factory=list)
+    # open mode: per request (time, row, session id), sorted by time
+    times: np.ndarray = field(default_factory=lambda: np.empty(0))
+    rows: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    open_sessions: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    horizon: float = 0.0
+    rate_factor: float = 1.0
+    copies: int = 1
+
+    def __len__(self) -> int:
+        if self.mode == "open":
+            return int(self.times.size)
+        return sum(e - s for bursts in self.session_bursts for s, e, _ in bursts)
+
+    def offered_rate(self) -> float:
+        """Requests per second the schedule would send if the server answered instantly."""
+        return len(self) / self.horizon if self.horizon > 0 else 0.0
+
+
+def _request_keys(trace: Trace) -> tuple[list[tuple[str, str, str]], np.ndarray]:
+    methods = trace.column("method")
+    paths = trace.column("path")
+    bodies = trace.column("body") if trace.has("body") else None
+    index: dict[tuple[str, str, str], int] = {}
+    codes = np.empty(len(trace), np.int64)
+    for i in range(len(trace)):
+        k = (methods[i], paths[i], "" if bodies is None else (bodies[i] or ""))
+        c = index.get(k)
+        if c is None:
+            c = index[k] = len(index)
+        codes[i] = c
+    return list(index), codes
+
+
+def trace_extent(trace: Trace, mode: str = "auto") -> tuple[float, float, int]:
+    """(origin, span, id stride) of a trace: its first time, the period after which a
+    looped copy starts (the trace's length plus one mean gap between arrivals), and
+    an offset that keeps looped session ids distinct."""
+    mode = trace_mode(trace, mode)
+    if len(trace) == 0:
+        return 0.0, 1.0, 1
+    sess = trace.table.column("session").to_numpy()
+    t = trace.table.column("t").to_numpy()
+    origin = float(t.min())
+    n_units = t.size if mode == "open" else int(np.sum(np.r_[True, sess[1:] != sess[:-1]]))
+    raw = float(t.max() - origin)
+    span = raw * (1 + 1 / max(n_units, 1)) if raw > 0 else 1.0
+    return origin, span, int(sess.max()) + 1
+
+
+def build_schedule(
+    trace: Trace,
+    rate_factor: float,
+    horizon: float,
+    *,
+    mode: str = "auto",
+    loop: bool = True,
+    origin: float | None = None,
+    span: float | None = None,
+    id_stride: int | None = None,
+) -> Schedule:
+    """Turn ``trace`` into a schedule covering ``[0, horizon)`` seconds at ``rate_factor``.
+
+    With ``loop`` the trace repeats (session ids offset by ``id_stride`` per copy)
+    until the horizon is covered, so a short trace still loads the whole window.
+    ``origin``, ``span`` and ``id_stride`` default to this trace's own; partitions
+    of one trace pass the whole trace's values so that they stay aligned.
+    """
+    check_positive(rate_factor, "rate factor")
+    check_positive(horizon, "horizon")
+    mode = trace_mode(trace, mode)
+    keys, key_of_row = _request_keys(trace)
+    cls_of_row = (trace.column("cls") == "dynamic").astype(np.int8)
+    sched = Schedule(mode, keys, key_of_row, cls_of_row, horizon=horizon, rate_factor=rate_factor)
+    if len(trace) == 0:
+        return sched
+    sess = trace.table.column("session").to_numpy()
+    t = trace.table.column("t").to_numpy()
+    own = trace_extent(trace, mode)
+    origin = own[0] if origin is None else origin
+    span = own[1] if span is None else span
+    id_stride = own[2] if id_stride is None else id_stride
+    if mode == "open":
+        order = np.argsort(t, kind="stable")
+        base_t, base_rows, base_sess = (t[order] - origin) / rate_factor, order, sess[order]
+        n_units = base_t.size
+    else:
+        first = np.flatnonzero(np.r_[True, sess[1:] != sess[:-1]])
+        base_t = (t[first] - origin) / rate_factor
+        n_units = first.size
+    period = span / rate_factor
+    copies = max(1, int(np.ceil(horizon / period))) if loop else 1
+    sched.copies = copies
+    if mode == "open":
+        times = np.concatenate([base_t + k * period for k in range(copies)])
+        keep = times < horizon
+        sched.times = times[keep]
+        sched.rows = np.tile(base_rows, copies)[keep]
+        sched.open_sessions = np.concatenate(
+            [base_sess + k * id_stride for k in range(copies)]
+        ).astype(np.int64)[keep]
+        return sched
+    bursts_of = _bursts(trace, first)
+    starts: list[float] = []
+    ids: list[int] = []
+    plans: list[list[tuple[int, int, float]]] = []
+    for k in range(copies):
+        for j in range(n_units):
+            st = base_t[j] + k * period
+            if st < horizon:
+                starts.append(st)
+                ids.append(int(sess[first[j]]) + k * id_stride)
+                plans.append(bursts_of[j])
+    order = np.argsort(np.asarray(starts), kind="stable")
+    sched.session_start = np.asarray(starts)[order]
+    sched.session_ids = [ids[i] for i in order]
+    sched.session_bursts = [plans[i] for i in order]
+    return sched
+
+
+def _bursts(trace: Trace, first: np.ndarray) -> list[list[tuple[int, int, float]]]:
+    """Per session (rows ``first[j]`` onwards), its bursts as (first row, end row, think)."""
+    burst = trace.table.column("burst").to_numpy()
+    sess = trace.table.column("session").to_numpy()
+    think = trace.table.column("think").to_numpy()
+    n = burst.size
+    starts = np.flatnonzero(np.r_[True, (sess[1:] != sess[:-1]) | (burst[1:] != burst[:-1])])
+    ends = np.r_[starts[1:], n]
+    out: list[list[tuple[int, int, float]]] = []
+    bi = 0
+    bounds = np.r_[first, n]
+    for j in range(first.size):
+        stop = bounds[j + 1]
+        plan = []
+        while bi < starts.size and starts[bi] < stop:
+            plan.append((int(starts[bi]), int(ends[bi]), float(think[starts[bi]])))
+            bi += 1
+        out.append(plan)
+    return out
+
+
+def open_loop_trace(
+    path: str,
+    rate: float,
+    duration: float,
+    *,
+    arrival: str = "constant",
+    seed: int = 0,
+    cls: str = "static",
+) -> Trace:
+    """A pure open-loop trace: one request to ``path`` per arrival, each its own session.
+
+    ``arrival`` is ``constant`` (every 1/rate seconds) or ``poisson``
+    (exponential gaps, seeded).
+    """
+    check_rate(rate)
+    check_positive(duration, "duration")
+    if arrival == "constant":
+        t = np.arange(int(np.ceil(rate * duration))) / rate
+    elif arrival == "poisson":
+        rng = np.random.default_rng(seed)
+        n = int(rate * duration + 10 * np.sqrt(rate * duration) + 10)
+        t = np.cumsum(rng.exponential(1.0 / rate, n)) - 0.0
+        t = t[t < duration]
+    else:
+        raise ParameterError(f"arrival == {arrival!r}, must be one of constant, poisson.")
+    n = t.size
+    return Trace.from_columns(
+        {"session": np.arange(n), "t": t, "path": [path] * n, "cls": [cls] * n},
+        meta={"mode": "open", "workload": "open", "arrival": arrival, "rate": rate, "seed": seed},
+    )
