@@ -98,7 +98,7 @@ def plan_share(cpus: Sequence[int], machine: Machine, alpha: float, kind: str) -
         ordered = sorted(cpus, key=lambda c: (machine.socket_of(c), c))
         return {"kind": "cores", "cpus": ordered[: round(n)], "fraction": alpha}
     if kind == "cpu_time":
-        return {"kind": "cpu_time", "cpus": list(cpus), "fraction": alpha}
+        return {"kind": "cpu_time", "cpus": list(cpus), "fraction": alpha, "cpu_fraction": alpha}
     raise ParameterError(f"share kind == {kind!r}, must be one of auto, cores, cpu_time.")
 
 

@@ -24,9 +24,10 @@ __all__ = ["latency_scale", "shrink_scaled_curve"]
 
 def latency_scale(curve: LoadCurve) -> float:
     """Factor from the share's latencies to the full target's (alpha for a CPU-time share)."""
-    kind = (curve.share or {}).get("kind", "all")
-    if kind == "cpu_time":
-        return float((curve.share or {}).get("fraction", curve.alpha))
+    share = curve.share or {}
+    if share.get("kind") == "cpu_time":
+        # The speed of each CPU: ``cpu_fraction`` (testbed shares), else ``fraction``.
+        return float(share.get("cpu_fraction", share.get("fraction", curve.alpha)))
     return 1.0
 
 
