@@ -52,7 +52,7 @@ from shrink.validation import parse_duration
 
 __all__ = ["CLF_LINE", "parse_clf_time", "read_clf"]
 
-_QUOTED = r'(?:[^"\\]|\\.)*'
+_QUOTED = r'[^"\\]*(?:\\.[^"\\]*)*'  # unrolled: much faster than (?:[^"\\]|\\.)*
 CLF_LINE = re.compile(
     r"^(?P<host>\S+) (?P<ident>\S+) (?P<user>\S+) \[(?P<time>[^\]]+)\] "
     rf'"(?P<request>{_QUOTED})" (?P<status>\d{{3}}|-) (?P<bytes>\d+|-)'
@@ -89,7 +89,7 @@ def parse_clf_time(text: str) -> float:
 
 def _split_request(request: str) -> tuple[str, str] | None:
     """(method, url) of a request line, or None when it is not one."""
-    words = _UNESCAPE.sub(r"\1", request).split()
+    words = (_UNESCAPE.sub(r"\1", request) if "\\" in request else request).split()
     if len(words) < 2 or not _TOKEN.match(words[0]):
         return None
     if len(words) >= 3 and words[-1].upper().startswith("HTTP/"):
@@ -156,7 +156,8 @@ def read_clf(
             combined += 1
             if not m["closed"]:
                 repaired.append(number)
-            agent = _UNESCAPE.sub(r"\1", agent)
+            if "\\" in agent:
+                agent = _UNESCAPE.sub(r"\1", agent)
         host = m["host"]
         k = (host, agent or "")
         cols["key"].append(keys.setdefault(k, len(keys)))
