@@ -19,8 +19,9 @@ Everything else is an assumption and a named field of :class:`SupportParams`.
 
 Load model (``mode="session"``): ``users`` slots each run sessions back to
 back for ``duration`` seconds; a slot's next session starts when its last
-burst's think time ends. The first sessions start uniformly over one mean
-session length so the slots do not move in lock-step. ``t`` is the intended
+burst's think time ends. The slots' first sessions start uniformly over one
+mean think time (``stagger_s``), so the slots do not move in lock-step and the
+burst rate is steady from then on. ``t`` is the intended
 send time of a burst assuming instant replies (a replayer adds the response
 times it sees); bursts that would start at or after ``duration`` are cut.
 """
