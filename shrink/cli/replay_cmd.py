@@ -1,9 +1,444 @@
-"""Command group placeholder: filled in by its issue."""
+"""``shrink replay``, ``sweep`` and ``mat``: drive a live server, read the curve."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
 import typer
+
+from shrink.cli._common import cli_errors, console, echo_json
+from shrink.errors import ParameterError
+from shrink.validation import check_positive, parse_duration
+
+_Targets = Annotated[
+    list[str],
+    typer.Option(
+        "--target",
+        help="Testbed state JSON (shrink testbed up) or http://ADDR:PORT URLs; repeat per replica.",
+    ),
+]
+_Json = Annotated[bool, typer.Option("--json", help="Print a JSON summary.")]
+_Mode = Annotated[
+    str, typer.Option("--mode", help="auto (from the trace) | session (wsesslog) | open.")
+]
+_Routing = Annotated[
+    str, typer.Option("--routing", help="hash (by session) | round-robin over the addresses.")
+]
+_Conns = Annotated[
+    int, typer.Option("--conns", help="Connections per session for embedded requests (N).")
+]
+_GenCpus = Annotated[
+    str | None,
+    typer.Option("--generator-cpus", help="CPU list for engine processes, e.g. 0 or 0,2."),
+]
+_Overlap = Annotated[
+    bool, typer.Option("--allow-overlap", help="Let the generator run on the share's CPUs.")
+]
+_Remote = Annotated[
+    bool, typer.Option("--allow-remote", help="Allow targets that are not loopback addresses.")
+]
+_LagLimit = Annotated[
+    str, typer.Option("--lag-limit", help="Send-lag p99 above which the generator is behind.")
+]
+_Timeout = Annotated[str, typer.Option("--timeout", help="Per-request timeout.")]
+
+
+def _cpus(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    out: list[int] = []
+    for part in filter(None, text.split(",")):
+        if "-" in part:
+            a, b = part.split("-", 1)
+            out.extend(range(int(a), int(b) + 1))
+        else:
+            out.append(int(part))
+    return out
+
+
+def _target(
+    targets: list[str],
+    *,
+    routing: str,
+    conns: int,
+    timeout: str,
+    generator_cpus: str | None,
+    allow_overlap: bool,
+    allow_remote: bool,
+    lag_limit: str,
+    mode: str,
+    loop: bool = True,
+    runlog_dir: Path | None = None,
+) -> Any:
+    from shrink.replay.live import LiveTarget
+
+    items = [x for t in targets for x in t.split(",") if x]
+    return LiveTarget.from_targets(
+        items,
+        generator_cpus=_cpus(generator_cpus),
+        allow_overlap=allow_overlap,
+        allow_remote=allow_remote,
+        config={
+            "routing": routing,
+            "conns_per_session": conns,
+            "timeout": parse_duration(timeout, "timeout"),
+        },
+        mode=mode,
+        loop=loop,
+        lag_limit=parse_duration(lag_limit, "lag limit"),
+        runlog_dir=runlog_dir,
+    )
+
+
+def replay(
+    trace: Annotated[
+        Path | None, typer.Argument(help="Trace Parquet file (omit with --rate for open loop).")
+    ] = None,
+    target: _Targets = ...,  # type: ignore[assignment]
+    output: Annotated[Path, typer.Option("-o", "--output", help="RunLog Parquet to write.")] = ...,  # type: ignore[assignment]
+    rate_factor: Annotated[
+        float, typer.Option("--rate-factor", help="Speed-up of the trace's session starts.")
+    ] = 1.0,
+    duration: Annotated[
+        str | None,
+        typer.Option("--duration", help="Run length (default: one pass of the trace)."),
+    ] = None,
+    rate: Annotated[
+        float | None,
+        typer.Option("--rate", help="Pure open loop without a trace: requests per second."),
+    ] = None,
+    arrival: Annotated[
+        str, typer.Option("--arrival", help="With --rate: constant | poisson.")
+    ] = "constant",
+    path: Annotated[
+        str, typer.Option("--path", help="With --rate: the URL path to request.")
+    ] = "/static/file1k.bin",
+    seed: Annotated[int, typer.Option("--seed", help="Seed of Poisson arrivals.")] = 0,
+    mode: _Mode = "auto",
+    routing: _Routing = "hash",
+    conns: _Conns = 2,
+    timeout: _Timeout = "10s",
+    generator_cpus: _GenCpus = None,
+    allow_overlap: _Overlap = False,
+    allow_remote: _Remote = False,
+    lag_limit: _LagLimit = "1ms",
+    as_json: _Json = False,
+) -> None:
+    """Replay a trace (or an open-loop rate) against a live server; write the RunLog.
+
+    Latency is counted from each request's intended send time; the summary says
+    whether the generator kept to its schedule (generator_behind).
+    """
+    from shrink.replay.schedule import open_loop_trace
+    from shrink.trace import Trace
+
+    with cli_errors():
+        if rate is not None:
+            seconds = parse_duration(duration or "10s")
+            tr = open_loop_trace(path, rate, seconds, arrival=arrival, seed=seed)
+            rf = 1.0
+        elif trace is None:
+            raise ParameterError("give a TRACE file, or --rate for a pure open-loop run.")
+        else:
+            tr = Trace.read_parquet(trace)
+            rf = check_positive(rate_factor, "rate factor")
+            if duration is None:
+                t = tr.table.column("t").to_numpy()
+                span = float(t.max() - t.min()) if t.size else 0.0
+                seconds = max(span / rf, 1e-3)
+            else:
+                seconds = parse_duration(duration)
+        tgt = _target(
+            target,
+            routing=routing,
+            conns=conns,
+            timeout=timeout,
+            generator_cpus=generator_cpus,
+            allow_overlap=allow_overlap,
+            allow_remote=allow_remote,
+            lag_limit=lag_limit,
+            mode=mode,
+            loop=duration is not None,
+        )
+        res = tgt.run(tr, rate_factor=rf, warmup=0.0, duration=seconds, out=output)
+        summary = _summary(res, output)
+    if as_json:
+        echo_json(summary)
+        return
+    _print_summary(summary)
+
+
+def _summary(res: Any, output: Path) -> dict[str, Any]:
+    from shrink.measure import level_stats
+
+    st = level_stats(res)
+    g = res.generator
+    o = st.overall
+    return {
+        "schema": "shrink.replay-summary/1",
+        "runlog": str(output),
+        "requests": len(res.runlog),
+        "window": list(res.window),
+        "intended_rate": g.intended_rate,
+        "achieved_rate": g.achieved_rate,
+        "throughput": st.throughput,
+        "generator_behind": g.behind,
+        "behind_reason": g.reason,
+        "send_lag_p50": g.send_lag_p50,
+        "send_lag_p99": g.send_lag_p99,
+        "send_lag_max": g.send_lag_max,
+        "generator_cpu": g.cpu,
+        "utilization": res.utilization,
+        "errors": st.errors,
+        "latency": {"mean": o.mean, "p50": o.p50, "p90": o.p90, "p99": o.p99, "p999": o.p999},
+        "per_class": {
+            c: {"n": s.n, "mean": s.mean, "p50": s.p50, "p99": s.p99, "p999": s.p999}
+            for c, s in st.per_class.items()
+        },
+        "interrupted": bool(res.describe.get("engine", {}).get("interrupted", False)),
+    }
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None or not np.isfinite(x) else f"{x * 1e3:.3f} ms"
+
+
+def _print_summary(s: dict[str, Any]) -> None:
+    lat = s["latency"]
+    typer.echo(
+        f"{s['requests']:,} requests -> {s['runlog']}\n"
+        f"rate: intended {s['intended_rate']:,.1f}/s, achieved {s['achieved_rate']:,.1f}/s, "
+        f"completed {s['throughput']:,.1f}/s, errors {s['errors']}\n"
+        f"latency: mean {_ms(lat['mean'])}  p50 {_ms(lat['p50'])}  p99 {_ms(lat['p99'])}  "
+        f"p99.9 {_ms(lat['p999'])}\n"
+        f"send lag: p50 {_ms(s['send_lag_p50'])}  p99 {_ms(s['send_lag_p99'])}"
+    )
+    if s["generator_behind"]:
+        typer.echo(f"GENERATOR BEHIND: {s['behind_reason']} (not a server result)")
+    if s["interrupted"]:
+        typer.echo("interrupted: what was measured so far has been kept")
+
+
+def _levels(text: str) -> list[float]:
+    try:
+        out = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ParameterError(f"levels == {text!r}, must be numbers separated by commas.") from None
+    if not out:
+        raise ParameterError(f"levels == {text!r}, must name at least one level.")
+    return out
+
+
+def _progress_sweep(fn: Any) -> Any:
+    """Run ``fn(progress)`` under a rich progress bar (what runs, time left)."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} runs"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("starting", total=1)
+
+        def progress(desc: str, step: int, total: int) -> None:
+            bar.update(task, description=desc, completed=step, total=total)
+
+        return fn(progress)
+
+
+def sweep_cmd(
+    trace: Annotated[Path, typer.Argument(help="Trace Parquet file.")],
+    target: _Targets = ...,  # type: ignore[assignment]
+    levels: Annotated[
+        str, typer.Option("--levels", help="Load levels, comma-separated (e.g. 1,2,4).")
+    ] = ...,  # type: ignore[assignment]
+    output: Annotated[Path, typer.Option("-o", "--output", help="LoadCurve JSON to write.")] = ...,  # type: ignore[assignment]
+    knob: Annotated[
+        str, typer.Option("--knob", help="What levels are: rate_factor | users | rate.")
+    ] = "rate_factor",
+    warmup: Annotated[str, typer.Option("--warmup", help="Warm-up per run.")] = "2s",
+    duration: Annotated[str, typer.Option("--duration", help="Measurement window.")] = "10s",
+    reps: Annotated[int, typer.Option("--reps", help="Repetitions per level.")] = 1,
+    seed: Annotated[int, typer.Option("--seed", help="Base seed.")] = 0,
+    runlogs: Annotated[
+        Path | None, typer.Option("--runlogs", help="Keep every run's RunLog in this folder.")
+    ] = None,
+    mode: _Mode = "auto",
+    routing: _Routing = "hash",
+    conns: _Conns = 2,
+    timeout: _Timeout = "10s",
+    generator_cpus: _GenCpus = None,
+    allow_overlap: _Overlap = False,
+    allow_remote: _Remote = False,
+    lag_limit: _LagLimit = "1ms",
+    as_json: _Json = False,
+) -> None:
+    """Measure latency and throughput at each load level; write a LoadCurve JSON.
+
+    Per level: throughput, mean, p50/p90/p99/p99.9 (exact), per class, the share's
+    CPU utilization, errors, and the generator's self-check (a level where it fell
+    behind is flagged and left out of every MAT).
+    """
+    from shrink.measure import sweep
+    from shrink.trace import Trace
+
+    with cli_errors():
+        tr = Trace.read_parquet(trace)
+        tgt = _target(
+            target,
+            routing=routing,
+            conns=conns,
+            timeout=timeout,
+            generator_cpus=generator_cpus,
+            allow_overlap=allow_overlap,
+            allow_remote=allow_remote,
+            lag_limit=lag_limit,
+            mode=mode,
+            runlog_dir=runlogs,
+        )
+        lv = _levels(levels)
+        w, d = parse_duration(warmup, "warmup"), parse_duration(duration, "duration")
+        curve = _progress_sweep(
+            lambda progress: sweep(
+                tgt,
+                tr,
+                lv,
+                knob=knob,
+                reps=reps,
+                warmup=w,
+                duration=d,
+                seed=seed,
+                progress=progress,
+            )
+        )
+        curve.meta["generator"] = {
+            "routing": routing,
+            "conns_per_session": conns,
+            "lag_limit": parse_duration(lag_limit, "lag limit"),
+        }
+        curve.write_json(output)
+    rows = [
+        {
+            "level": x.level,
+            "throughput": x.throughput,
+            "mean": x.stat("mean")[0],
+            "p999": x.stat("p999")[0],
+            "utilization": x.utilization,
+            "generator_behind": x.generator_behind,
+        }
+        for x in curve.levels
+    ]
+    if as_json:
+        echo_json({"curve": str(output), "levels": rows})
+        return
+    for r in rows:
+        flag = "  GENERATOR BEHIND (excluded)" if r["generator_behind"] else ""
+        util = "-" if r["utilization"] is None else f"{100 * r['utilization']:.0f}%"
+        typer.echo(
+            f"{knob} {r['level']:g}: {r['throughput']:,.1f} req/s  mean {_ms(r['mean'])}  "
+            f"p99.9 {_ms(r['p999'])}  util {util}{flag}"
+        )
+    typer.echo(f"curve: {output}")
+
+
+def mat_cmd(
+    curve: Annotated[Path, typer.Argument(help="LoadCurve JSON (shrink sweep).")],
+    stat: Annotated[str, typer.Option("--stat", help="mean | p50 | p90 | p99 | p999.")] = "mean",
+    threshold: Annotated[
+        str, typer.Option("--threshold", help="SLA on the statistic, e.g. 5ms or 500ms.")
+    ] = ...,  # type: ignore[assignment]
+    cls: Annotated[
+        str | None, typer.Option("--cls", help="Only this request class (static | dynamic).")
+    ] = None,
+    adaptive: Annotated[
+        bool,
+        typer.Option("--adaptive", help="Add levels around the crossing until the CI is narrow."),
+    ] = False,
+    trace: Annotated[
+        Path | None, typer.Option("--trace", help="With --adaptive: the trace to replay.")
+    ] = None,
+    target: Annotated[
+        list[str] | None, typer.Option("--target", help="With --adaptive: state JSON or URLs.")
+    ] = None,
+    rel_width: Annotated[
+        float,
+        typer.Option("--rel-width", help="With --adaptive: stop when CI width / MAT <= this."),
+    ] = 0.1,
+    max_levels: Annotated[
+        int, typer.Option("--max-levels", help="With --adaptive: at most this many added levels.")
+    ] = 4,
+    output: Annotated[
+        Path | None,
+        typer.Option("-o", "--output", help="With --adaptive: write the extended curve here."),
+    ] = None,
+    generator_cpus: _GenCpus = None,
+    allow_overlap: _Overlap = False,
+    lag_limit: _LagLimit = "1ms",
+    as_json: _Json = False,
+) -> None:
+    """Maximum achievable throughput: where the statistic crosses the threshold, with a CI."""
+    from shrink.loadcurve import LoadCurve
+    from shrink.mat import mat
+    from shrink.replay.adaptive import refine
+
+    with cli_errors():
+        lc = LoadCurve.read_json(curve)
+        thr = parse_duration(threshold, "threshold")
+        if stat not in ("mean", "p50", "p90", "p99", "p999"):
+            raise ParameterError(f"stat == {stat!r}, must be one of mean, p50, p90, p99, p999.")
+        added: list[float] = []
+        if adaptive:
+            if trace is None or not target:
+                raise ParameterError("--adaptive needs --trace and --target to run more levels.")
+            from shrink.trace import Trace
+
+            tgt = _target(
+                target,
+                routing=str(lc.meta.get("generator", {}).get("routing", "hash")),
+                conns=int(lc.meta.get("generator", {}).get("conns_per_session", 2)),
+                timeout="10s",
+                generator_cpus=generator_cpus,
+                allow_overlap=allow_overlap,
+                allow_remote=False,
+                lag_limit=lag_limit,
+                mode="auto",
+            )
+            tr = Trace.read_parquet(trace)
+            lc, added = _progress_sweep(
+                lambda progress: refine(
+                    tgt,
+                    tr,
+                    lc,
+                    stat,
+                    thr,
+                    cls=cls,
+                    rel_width=rel_width,
+                    max_levels=max_levels,
+                    progress=progress,
+                )
+            )
+            lc.write_json(output or curve)
+        res = mat(lc, stat, thr, cls=cls)
+    d = res.to_dict()
+    d["added_levels"] = added
+    if as_json:
+        echo_json(d)
+        return
+    typer.echo(
+        f"MAT ({stat} <= {_ms(thr)}): {res.mat:,.1f} req/s  "
+        f"CI [{res.ci[0]:,.1f}, {res.ci[1]:,.1f}]  ({res.status})"
+    )
+    if added:
+        typer.echo(f"added levels: {', '.join(f'{x:g}' for x in added)}")
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to ``app``."""
+    """Add ``replay``, ``sweep`` and ``mat`` to ``app``."""
+    app.command("replay")(replay)
+    app.command("sweep")(sweep_cmd)
+    app.command("mat")(mat_cmd)

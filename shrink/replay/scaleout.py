@@ -7,8 +7,9 @@ span and id stride (so the parts stay aligned and looped ids stay distinct),
 reports ready, and starts at a common monotonic zero ``t0`` that the parent hands
 out once every process is ready (CLOCK_MONOTONIC is system-wide). Each writes its
 own part file incrementally; the parent merges them. Processes are forked (the
-parent holds no event loop at that point), so no ``__main__`` guard is needed. With one process the engine
-runs in the caller's thread, pinned for the run and unpinned after.
+parent holds no event loop at that point), so no ``__main__`` guard is needed.
+With one process the engine runs in the caller's thread, pinned for the run and
+unpinned after.
 """
 
 from __future__ import annotations
