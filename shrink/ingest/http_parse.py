@@ -28,8 +28,8 @@ __all__ = ["Exchange", "HttpResult", "parse_http"]
 _REQ = re.compile(rb"([A-Z][A-Z0-9_-]{0,19}) ([^ \r\n]+) HTTP/1\.[01]\r?\n")
 _RESP = re.compile(rb"HTTP/1\.[01] ([0-9]{3})(?:[ \t][^\r\n]*)?\r?\n")
 # Searching for the next message start after damage (a gap, or garbage).
-_REQ_FIND = re.compile(rb"(?<![^\n])[A-Z][A-Z0-9_-]{0,19} [^ \r\n]+ HTTP/1\.[01]\r?\n")
-_RESP_FIND = re.compile(rb"(?<![^\n])HTTP/1\.[01] [0-9]{3}(?:[ \t][^\r\n]*)?\r?\n")
+_REQ_FIND = re.compile(rb"(?<![A-Za-z0-9_-])[A-Z][A-Z0-9_-]{0,19} [^ \r\n]+ HTTP/1\.[01]\r?\n")
+_RESP_FIND = re.compile(rb"(?<![A-Za-z0-9/_-])HTTP/1\.[01] [0-9]{3}(?:[ \t][^\r\n]*)?\r?\n")
 MAX_HEADER = 64 * 1024
 DETECT_WINDOW = 64 * 1024
 
@@ -211,13 +211,13 @@ class _Parser:
                 self.counts["response-header-in-gap"] += 1
                 p += 1
                 continue
-            seen += 1
             status = int(m.group(1))
             t_first = st.time_at(p)
             # A response older than the next request answers one the capture missed.
             req = reqs[ri] if ri < len(reqs) and reqs[ri].t_req <= t_first else None
             block = data[p:h]
             if 100 <= status < 200 and status != 101:
+                seen += 1
                 p = body
                 continue
             head = req is not None and req.method == "HEAD"
@@ -233,6 +233,12 @@ class _Parser:
                     size, complete = nxt - body, body + length <= end
                 else:  # delimited by the connection's close
                     size, nxt = end - body, end
+            # Like tshark, count a response only when all of it was captured;
+            # one with a hole still answers its request (times and status are known).
+            if complete and not st.has_gap(body, nxt):
+                seen += 1
+            else:
+                self.counts["response-incomplete"] += 1
             if req is None:
                 orphans += 1
             else:
@@ -256,9 +262,10 @@ class _Parser:
         for d in (0, 1):
             s, e = c.span[d]
             w = min(e, s + DETECT_WINDOW)
-            looks.append(
-                (_REQ_FIND.search(data, s, w) is not None, _RESP_FIND.search(data, s, w) is not None)
-            )
+            # match() at the stream start: a look-behind would peek into the stream before.
+            req = bool(_REQ.match(data, s, w) or _REQ_FIND.search(data, s + 1, w))
+            resp = bool(_RESP.match(data, s, w) or _RESP_FIND.search(data, s + 1, w))
+            looks.append((req, resp))
         if c.opener >= 0 and (looks[c.opener][0] or looks[1 - c.opener][1]):
             return c.opener
         for d in (0, 1):

@@ -31,9 +31,7 @@ def parse_sessions(spec: str) -> tuple[str, str | None]:
         return spec, None
     if spec.startswith("cookie:") and len(spec) > len("cookie:"):
         return "cookie", spec.split(":", 1)[1]
-    raise ParameterError(
-        f"sessions == {spec!r}, must be 'client', 'connection' or 'cookie:NAME'."
-    )
+    raise ParameterError(f"sessions == {spec!r}, must be 'client', 'connection' or 'cookie:NAME'.")
 
 
 def address_text(addr16: bytes) -> str:
@@ -140,9 +138,7 @@ def sessionize(
         "cls": classifier.classify_many(paths).tolist(),
         "bytes": np.asarray([e.body if e.t_last >= 0 else -1 for e in ex_rows], dtype=np.int64),
         "status": np.asarray([e.status for e in ex_rows], dtype=np.int32),
-        "rt": np.asarray(
-            [(e.t_last - e.t_req) / 1e9 if e.t_last >= 0 else nan for e in ex_rows]
-        ),
+        "rt": np.asarray([(e.t_last - e.t_req) / 1e9 if e.t_last >= 0 else nan for e in ex_rows]),
         "client": [text(e.client) for e in ex_rows],
         "server": [
             (f"[{text(e.server)}]" if ":" in text(e.server) else text(e.server)) + f":{e.sport}"

@@ -161,9 +161,7 @@ def decode_records(recs: RawRecords) -> Segments:
     tcp = rest & (proto == 6)
     skipped["udp"] += int(np.count_nonzero(rest & (proto == 17)))
     skipped["icmp"] += int(np.count_nonzero(rest & np.isin(proto, (1, 58))))
-    skipped["other-ip-protocol"] += int(
-        np.count_nonzero(rest & ~np.isin(proto, (6, 17, 1, 58)))
-    )
+    skipped["other-ip-protocol"] += int(np.count_nonzero(rest & ~np.isin(proto, (6, 17, 1, 58))))
     idx, l3, l4, end, v4, ip_end = idx[tcp], l3[tcp], l4[tcp], end[tcp], v4[tcp], ip_end[tcp]
     short = l4 + 20 > end
     doff = np.where(short, 20, _u8(b, np.where(short, 0, l4 + 12)) >> 4) * 4
@@ -172,9 +170,7 @@ def decode_records(recs: RawRecords) -> Segments:
     skipped["truncated-header"] += int(np.count_nonzero(short))
     skipped["malformed"] += int(np.count_nonzero(bad))
     ok = ~short & ~bad
-    idx, l3, l4, end, v4, ip_end, doff = (
-        a[ok] for a in (idx, l3, l4, end, v4, ip_end, doff)
-    )
+    idx, l3, l4, end, v4, ip_end, doff = (a[ok] for a in (idx, l3, l4, end, v4, ip_end, doff))
 
     # Addresses as 16 bytes each (IPv4 mapped) with one gather per family.
     m = idx.size

@@ -79,14 +79,17 @@ class _Collector:
                 self.skipped["ip-fragment"] += 1
                 return
             proto = l3.proto
+            hdr_len = l3.ihl * 4
             l4 = l3.payload
         else:
             ip_len = 40 + l3.plen
+            hdr_len = 40
             proto = l3.nh
             l4 = l3.payload
             for _ in range(4):
                 if proto not in _IPV6_EXT or isinstance(l4, Raw) or not l4:
                     break
+                hdr_len += (l4.len + 2) * 4 if proto == 51 else (l4.len + 1) * 8
                 proto = l4.nh
                 l4 = l4.payload
             if proto == 44 or isinstance(l4, IPv6ExtHdrFragment):
@@ -104,8 +107,7 @@ class _Collector:
         if len(seg) < max(doff, 20):
             self.skipped["truncated-header"] += 1
             return
-        hdr_before = len(l3.original) - len(seg)  # IP header and extensions
-        wlen = ip_len - hdr_before - doff
+        wlen = ip_len - hdr_len - doff
         if doff < 20 or wlen < 0:
             self.skipped["malformed"] += 1
             return
@@ -163,9 +165,9 @@ def scapy_segments(path: Path, *, strict: bool) -> tuple[Segments, str, str | No
     packets = truncated = 0
     damage = None
     fh = io.BytesIO(data)
-    magic = fh.read(4)
+    magic = data[:4]
     if fmt == "pcap":
-        reader = RawPcapReader(str(path), fdesc=fh, magic=magic)
+        reader = RawPcapReader(fh)
         snaplen = max(reader.snaplen, MAX_RECORD)
         tick = PCAP_MAGICS[magic][1]
         while True:
@@ -173,6 +175,7 @@ def scapy_segments(path: Path, *, strict: bool) -> tuple[Segments, str, str | No
             try:
                 raw, meta = reader._read_packet(size=snaplen)
             except EOFError:
+                fh.seek(pos)
                 break
             if meta.caplen > snaplen or len(raw) < meta.caplen:
                 fh.seek(pos)
@@ -184,9 +187,8 @@ def scapy_segments(path: Path, *, strict: bool) -> tuple[Segments, str, str | No
         if fh.tell() != len(data):
             damage = _damage(path, data, fh.tell(), packets + 1, strict)
     else:
-        fh.seek(0)
         try:
-            reader = RawPcapNgReader(str(path), fdesc=fh, magic=magic)
+            reader = RawPcapNgReader(fh)
         except Exception as exc:  # scapy raises its own Scapy_Exception
             raise CaptureFormatError(f"unreadable pcapng ({exc})", path=path, offset=0) from exc
         while True:

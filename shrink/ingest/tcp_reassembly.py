@@ -114,7 +114,9 @@ def _conn_ids(seg: Segments) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     last: dict[int, int] = {}
     cuts_t: list[int] = []
     cuts_i: list[int] = []
-    for i, t, s in zip(syn_only.tolist(), tup[syn_only].tolist(), seg.seq[syn_only].tolist(), strict=True):
+    syn_tup = tup[syn_only].tolist()
+    syn_seq = seg.seq[syn_only].tolist()
+    for i, t, s in zip(syn_only.tolist(), syn_tup, syn_seq, strict=True):
         prev = last.get(t)
         if prev is not None and prev != s:
             cuts_t.append(t)
