@@ -1,0 +1,251 @@
+"""From a measured share's LoadCurve to the full machine under a mapping: data-shaped.
+
+The tail comes from data. The measured curve, SHRiNK-scaled
+(:func:`extrapolate.shrink_scaling.scale_to_full`), gives mean and p99.9 against
+normalized throughput for cores that see one socket. Processor sharing makes
+every response R = D f(rho): the shape f(rho) is the server's, the demand D the
+configuration's. So for the full machine under a mapping we keep the measured
+shape and re-map:
+
+* utilization axis: the full machine's per-core demand is k = D_full / D_share
+  times the share's (k from the calibrated cross-socket model, with the class
+  mix and the dynamic/static demand ratio taken from the measured per-class
+  curves), so the same per-core utilization is reached at throughput
+  X_full = X_norm (N_full / N_share) / k;
+* latency axis: the mean scales by k (exact for PS: R = D/(1-rho)); per class by
+  its own ratio; quantiles by the model's ratio of the full machine's to the
+  share's p99.9 at that utilization (fixed latency and NIC-queue tail left out,
+  so the shape of the measured tail is kept).
+
+The share's fixed (load-independent) latency is unknown and is scaled with the
+rest: conservative by (k - 1) times it. MAT intervals combine the measured
+repetitions' interval (from :func:`shrink.mat.mat`) with the calibration's
+uncertainty of k, in quadrature on the log scale.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from extrapolate.calibration import CrossSocketModel
+from extrapolate.crosssocket import Physics, Workload, active_mapping, build_network
+from extrapolate.prediction import MappingPrediction, Prediction, StatPrediction
+from extrapolate.shrink_scaling import CfsCorrection, scale_to_full
+from extrapolate.whatif import ASSUMPTIONS, calibration_summary, machine_mappings
+from shrink.errors import ExtrapolationError
+from shrink.loadcurve import STATS, LoadCurve
+from shrink.machine import Machine
+from shrink.mapping import Mapping, build_mapping
+from shrink.mat import mat
+
+__all__ = ["extrapolate_curve", "share_cores"]
+
+
+def share_cores(curve: LoadCurve, machine: Machine) -> int:
+    """How many cores the measured share had (its CPU list, else alpha x the machine)."""
+    cpus = (curve.share or {}).get("cpus")
+    if cpus:
+        return len(cpus)
+    return max(1, round(curve.alpha * machine.n_cores))
+
+
+def _class_mix(curve: LoadCurve, workload: Workload | None) -> dict[str, float]:
+    thr = {}
+    for c in ("static", "dynamic"):
+        s = curve.series("throughput", c) if _has_class(curve, c) else None
+        thr[c] = float(np.nansum(s["value"])) if s is not None else 0.0
+    tot = sum(thr.values())
+    if tot > 0:
+        return {c: v / tot for c, v in thr.items()}
+    if workload is not None:
+        return workload.mix
+    return {"static": 1.0, "dynamic": 0.0}
+
+
+def _has_class(curve: LoadCurve, cls: str) -> bool:
+    return any(cls in r.per_class for lv in curve.usable() for r in lv.reps)
+
+
+def _dynamic_ratio(curve: LoadCurve, physics: Physics) -> float:
+    """D_d / D_s from the per-class mean responses (PS: R_c = D_c / (1 - rho))."""
+    if not (_has_class(curve, "static") and _has_class(curve, "dynamic")):
+        return physics.demand_dynamic / physics.demand_static
+    s = curve.series("mean", "static")["value"]
+    d = curve.series("mean", "dynamic")["value"]
+    ok = np.isfinite(s) & np.isfinite(d) & (s > 0)
+    if not ok.any():
+        return physics.demand_dynamic / physics.demand_static
+    return float(d[ok][0] / s[ok][0])  # lowest usable load: least distorted by queueing
+
+
+def _per_core_demands(physics: Physics, wl: Workload, machine: Machine, mp: Mapping) -> dict:
+    net = build_network(physics, wl, machine, mp)
+    w = np.array([s.cores for s in net.stations], dtype=np.float64)
+    w /= w.sum()
+    return {
+        c: float(sum(wi * s.demands[c] for wi, s in zip(w, net.stations, strict=True)))
+        for c in ("static", "dynamic")
+    }
+
+
+def _ratios(
+    physics: Physics, wl: Workload, machine: Machine, share: Mapping, full: Mapping
+) -> dict[str, float]:
+    ds = _per_core_demands(physics, wl, machine, share)
+    df = _per_core_demands(physics, wl, machine, full)
+    mean_s = sum(wl.mix[c] * ds[c] for c in ds)
+    mean_f = sum(wl.mix[c] * df[c] for c in df)
+    return {"all": mean_f / mean_s, **{c: df[c] / ds[c] for c in ds}}
+
+
+def _tail_ratio(
+    physics: Physics, wl: Workload, machine: Machine, share: Mapping, full: Mapping, rho: float
+) -> float:
+    bare = physics.with_(fixed_latency=0.0, queue_tail=0.0)
+    ns = build_network(bare, wl, machine, share)
+    nf = build_network(bare, wl, machine, full)
+    rho = min(max(rho, 1e-6), 0.995)
+    xs = rho * ns.saturation()
+    xf = rho * nf.saturation()
+    return nf.quantile_response(xf) / ns.quantile_response(xs)
+
+
+def extrapolate_curve(
+    curve: LoadCurve,
+    model: CrossSocketModel,
+    machine: Machine,
+    *,
+    mappings: Sequence[str] | None = None,
+    workload: Workload | None = None,
+    thresholds: dict[str, float] | None = None,
+    correction: CfsCorrection | None = None,
+) -> tuple[Prediction, dict[str, LoadCurve]]:
+    """Predict the full ``machine`` under each mapping from one measured share curve.
+
+    Returns the Prediction and, per mapping, the predicted full-machine LoadCurve.
+    """
+    if thresholds is None:
+        if workload is None:
+            raise ExtrapolationError("extrapolate needs thresholds or a workload that has them")
+        thresholds = workload.thresholds
+    scaled = scale_to_full(curve, correction)
+    scaled.require_levels(2)
+    physics0 = model.physics_
+    ratio = _dynamic_ratio(scaled, physics0)
+    mix = _class_mix(scaled, workload)
+    wl = Workload(
+        (workload.name if workload else curve.meta.get("workload", "measured")),
+        mix["dynamic"],
+        workload.static_memory_ratio if workload else 1.0 / 3.6,
+        dict(thresholds),
+    )
+    n_share = share_cores(curve, machine)
+    if n_share > machine.n_cpus:
+        raise ExtrapolationError(
+            f"the share had {n_share} cores, more than machine {machine.name!r} has"
+        )
+    # Per-core load in the normalized curve: a cores share spreads X_norm over n/alpha
+    # cores; a cpu_time share's scaled curve is n full-speed cores carrying X_norm.
+    kind = (curve.share or {}).get("kind", "all")
+    n_equiv = n_share / curve.alpha if kind == "cores" else float(n_share)
+    share_mp = active_mapping(machine, n_share, "1-replica")
+
+    def physics_for(ph: Physics) -> Physics:
+        return ph.with_(demand_dynamic=ph.demand_static * ratio)
+
+    names = list(mappings or machine_mappings(machine))
+    out: dict[str, MappingPrediction] = {}
+    curves: dict[str, LoadCurve] = {}
+    for name in names:
+        full_mp = build_mapping(name, machine)
+        ph = physics_for(physics0)
+        k = _ratios(ph, wl, machine, share_mp, full_mp)
+        d_share = sum(
+            wl.mix[c] * v for c, v in _per_core_demands(ph, wl, machine, share_mp).items()
+        )
+        pred = LoadCurve.from_dict(scaled.to_dict())
+        for lv in pred.levels:
+            for rep in lv.reps:
+                x_norm = rep.throughput
+                rho = x_norm / n_equiv * d_share
+                kt = _tail_ratio(ph, wl, machine, share_mp, full_mp, rho)
+                f = machine.n_cores / n_equiv / k["all"]
+                rep.throughput = x_norm * f
+                rep.offered = rep.offered * f
+                _remap_stats(rep.overall, k["all"], kt, f)
+                for c, cs in rep.per_class.items():
+                    _remap_stats(cs, k.get(c, k["all"]), kt, f)
+                if rep.utilization is not None:
+                    rep.utilization = min(1.0, rho)
+        pred.mapping = name
+        pred.machine = machine.to_dict()
+        pred.meta = {**pred.meta, "extrapolated_from": dict(curve.share or {}), "demand_ratio": k}
+        curves[name] = pred
+
+        def k_of(p: Physics, full_mp: Mapping = full_mp) -> float:
+            return _ratios(physics_for(p), wl, machine, share_mp, full_mp)["all"]
+
+        _, (klo, khi) = model.interval(k_of)
+        k_half = 0.5 * (math.log(khi) - math.log(klo)) if klo > 0 else 0.0
+        stats = {}
+        for stat, thr in thresholds.items():
+            r = mat(pred, stat, thr)
+            m_half = (
+                0.5 * (math.log(r.ci[1]) - math.log(r.ci[0])) if r.ci[0] > 0 and r.mat > 0 else 0.0
+            )
+            half = math.hypot(m_half, k_half)
+            stats[stat] = StatPrediction(
+                r.mat, (r.mat * math.exp(-half), r.mat * math.exp(half)), thr
+            )
+        s_mean = pred.series("mean")
+        s_p999 = pred.series("p999")
+        out[name] = MappingPrediction(
+            stats,
+            {
+                "throughput": s_mean["throughput"].tolist(),
+                "mean": s_mean["value"].tolist(),
+                "p999": s_p999["value"].tolist(),
+            },
+            {
+                "demand_ratio": k,
+                "mat_status": {s: mat(pred, s, t).status for s, t in thresholds.items()},
+            },
+        )
+    key = "mean" if "mean" in thresholds else next(iter(thresholds))
+    best = max(names, key=lambda n: out[n].stats[key].mat)
+    reason = (
+        f"{best} has the highest {key}-threshold MAT ({out[best].stats[key].mat:,.0f} req/s) when "
+        f"the measured share ({n_share} cores, {kind}) is re-mapped with the calibrated "
+        f"per-class demand ratios; dynamic fraction {wl.dynamic_fraction:.1%}, "
+        f"D_dynamic/D_static {ratio:.3g} from the measured per-class means."
+    )
+    prediction = Prediction(
+        machine=machine.to_dict(),
+        mappings=out,
+        recommended=best,
+        reason=reason,
+        calibration=calibration_summary(model),
+        assumptions=[
+            *ASSUMPTIONS,
+            "the measured curve's shape (mean and quantiles vs utilization) is kept; only the "
+            "utilization and latency axes are re-mapped by the demand ratios",
+        ],
+        extra={
+            "source_curve": {"alpha": curve.alpha, "share": curve.share, "mapping": curve.mapping}
+        },
+    )
+    return prediction, curves
+
+
+def _remap_stats(cs: Any, k_mean: float, k_tail: float, f: float) -> None:
+    cs.throughput = cs.throughput * f
+    cs.mean = cs.mean * k_mean
+    for s in STATS:
+        if s != "mean":
+            setattr(cs, s, getattr(cs, s) * k_tail)
+    if cs.dist is not None:
+        cs.dist = [v * k_tail for v in cs.dist]
