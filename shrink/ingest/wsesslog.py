@@ -48,8 +48,9 @@ requests indented by one tab; on each line the URI, then ``think=`` (first line
 of a burst only, when the think time differs from ``think_default``; Python's
 shortest round-trip float text), ``method=`` (when not GET), ``contents='...'``
 (when the body is not empty; ``\\`` ``'`` newline CR tab written as ``\\\\``
-``\\'`` ``\\n`` ``\\r`` ``\\t``), separated by one space; a final LF. This is the
-layout httperf itself prints with ``--debug 4``. Reading a canonical file and
+``\\'`` ``\\n`` ``\\r`` ``\\t``), separated by one space; a final LF. It follows the
+session list httperf prints with ``--debug 4`` (which rounds think times and
+does not escape bodies, so it is not lossless). Reading a canonical file and
 writing it again gives the same bytes.
 """
 
