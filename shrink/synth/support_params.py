@@ -104,8 +104,11 @@ class SupportParams:
     * ``work_us``: CPU work per page type in microseconds (the PHP page does
       that many ~1 us work units); ``mem_kib``: working set each request
       walks through (memory-bound, as the papers found dynamic requests 3.6x
-      more memory-intensive). Defaults put a single core's saturation near
-      1,000-1,500 req/s of the whole mix; scale them with :meth:`scaled`.
+      more memory-intensive). The defaults average 9.5 ms and 1.5 MiB over
+      dynamic requests (weighted by visits): with 5% dynamic that is about
+      0.5 ms of CPU per request of the mix, so one core saturates near
+      1,500 req/s (less where the walk misses the caches); rescale them with
+      :meth:`scaled` (CLI ``--dynamic-work-us``, ``--dynamic-mem-kib``).
     * ``not_modified_fraction``: share of image requests answered 304
       (If-Modified-Since hit, empty body); 0 by default because a replayer
       must then send If-Modified-Since for those rows (``status`` 304).
