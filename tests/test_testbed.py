@@ -1,0 +1,167 @@
+"""Testbed pieces that need no live server: config, state, processes, errors, the fake target."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+
+import httpx
+import pytest
+
+from shrink.errors import TestbedError, TopologyError
+from shrink.machine import Machine
+from shrink.mapping import build_mapping
+from shrink.share import Share
+from shrink.testbed import lifecycle, process
+from shrink.testbed.config import ReplicaConfig, render_lighttpd_conf, write_probe
+from shrink.testbed.fake import FakeServer
+from shrink.testbed.state import ReplicaState, TestbedState
+
+TWO_CORE = Machine("two-core", sockets=1, cores_per_socket=2)
+
+
+def _cfg(tmp_path, mapping="1-replica"):
+    r = build_mapping(mapping, TWO_CORE, base_port=8123).replicas[-1]
+    return ReplicaConfig(
+        replica=r,
+        docroot=tmp_path / "doc",
+        run_dir=tmp_path / "run",
+        socket_path=tmp_path / "run" / "php.sock",
+        php_cgi="/usr/bin/php-cgi",
+        php_children=2 * len(r.cpus),
+        workers=len(r.cpus),
+    )
+
+
+def test_config_has_the_papers_tuning(tmp_path):
+    c = _cfg(tmp_path)
+    text = render_lighttpd_conf(c)
+    assert "server.max-worker = 2" in text  # one worker per core
+    assert 'server.event-handler = "linux-sysepoll"' in text
+    assert 'server.bind = "127.0.0.1"' in text and "server.port = 8123" in text
+    assert f'server.document-root = "{tmp_path / "doc"}"' in text
+    assert '"PHP_FCGI_CHILDREN" => "4"' in text and '"PHP_FCGI_MAX_REQUESTS" => "0"' in text
+    assert f'"socket" => "{tmp_path / "run" / "php.sock"}"' in text
+    assert "server.max-keep-alive-requests" in text and str(c.errorlog) in text
+
+
+def test_second_replica_binds_its_own_address(tmp_path):
+    c = _cfg(tmp_path, "2-replica-direct")
+    assert c.replica.address == "127.0.0.2" and c.workers == 1
+    assert 'server.bind = "127.0.0.2"' in render_lighttpd_conf(c)
+
+
+@pytest.mark.live
+def test_rendered_config_passes_lighttpd_check(tmp_path):
+    lighttpd = lifecycle.find_tool("lighttpd")
+    c = _cfg(tmp_path)
+    (tmp_path / "doc").mkdir()
+    write_probe(c)
+    r = subprocess.run([lighttpd, "-tt", "-f", str(c.conf_path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_state_round_trip(tmp_path):
+    rs = ReplicaState(
+        name="r0", address="127.0.0.1", port=80, cpus=[0], master_pid=10, lighttpd_pids=[10],
+        php_pids=[11, 12], starttimes={10: 5, 11: 6, 12: 6}, pinned={12: [0]}, config="c",
+        errorlog="e", run_dir="d", nic_socket=0, cgroup=None,
+    )  # fmt: skip
+    st = TestbedState([rs], {"kind": "all"}, {"name": "1-replica"}, {}, "doc", {"php": "8"}, "t")
+    path = st.write(tmp_path / "s.json")
+    d = json.loads(path.read_text())
+    assert d["schema"] == "shrink.testbed/1" and d["replicas"][0]["pids"] == [10, 11, 12]
+    assert TestbedState.read(path).to_dict() == d
+    path.write_text("{")
+    with pytest.raises(TestbedError, match="not JSON"):
+        TestbedState.read(path)
+    with pytest.raises(TestbedError, match="was `testbed up` run"):
+        TestbedState.read(tmp_path / "none.json")
+
+
+def test_process_helpers_on_a_child_we_start(tmp_path):
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    p = process.start_process(["sleep", "30"], cpus=(cpu,), log_path=tmp_path / "log")
+    try:
+        info = process.proc_info(p.pid)
+        assert info is not None and info.comm == "sleep" and info.ppid == os.getpid()
+        assert process.allowed_cpus(p.pid) == (cpu,)
+        assert p.pid in process.descendants(os.getpid())
+        assert not process.is_alive(p.pid, info.starttime + 1)  # a reused PID is not ours
+        stopped = process.stop_processes({p.pid: info.starttime})
+        assert stopped == [p.pid] and not process.is_alive(p.pid)
+    finally:
+        p.kill()
+        p.wait()
+    assert process.proc_info(2**22 + 7) is None
+
+
+def test_stop_leaves_alone_a_pid_whose_start_time_differs():
+    p = subprocess.Popen(["sleep", "30"])
+    try:
+        info = process.proc_info(p.pid)
+        assert process.stop_processes({p.pid: info.starttime + 99}) == []
+        assert process.is_alive(p.pid)
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_missing_lighttpd_says_how_to_install(monkeypatch):
+    monkeypatch.setattr(lifecycle.shutil, "which", lambda *a, **k: None)
+    with pytest.raises(TestbedError, match="apt-get install lighttpd php-cgi"):
+        lifecycle.find_tool("lighttpd")
+
+
+def test_one_socket_indirect_is_allowed_with_a_note():
+    share = Share.all_of(TWO_CORE)
+    m, notes = lifecycle.mapping_for("2-replica-indirect", TWO_CORE, share, 9000)
+    assert [r.cpus for r in m.replicas] == [(0,), (1,)]
+    assert [r.address for r in m.replicas] == ["127.0.0.1", "127.0.0.2"]
+    assert notes and "nominal" in notes[0]
+    with pytest.raises(TopologyError, match="2 replicas cannot share 1 CPUs"):
+        lifecycle.mapping_for("2-replica-direct", TWO_CORE, Share.parse("0.5", TWO_CORE), 9000)
+
+
+def test_docroot_must_exist(tmp_path):
+    with pytest.raises(TestbedError, match="not a directory"):
+        lifecycle.up(tmp_path / "nope", TWO_CORE, Share.all_of(TWO_CORE),
+                     state_path=tmp_path / "s.json")  # fmt: skip
+
+
+def test_port_in_use_is_refused(tmp_path):
+    (tmp_path / "doc").mkdir()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        if lifecycle.shutil.which("lighttpd", path="/usr/sbin:/usr/bin") is None:
+            pytest.skip("lighttpd is not installed")
+        with pytest.raises(TestbedError, match=f"port {port} on 127.0.0.1 is in use"):
+            lifecycle.up(tmp_path / "doc", TWO_CORE, Share.parse("0.5", TWO_CORE),
+                         state_path=tmp_path / "s.json", port=port)  # fmt: skip
+
+
+def test_cpu_time_share_without_cgroup_permission(tmp_path, monkeypatch):
+    if lifecycle.shutil.which("lighttpd", path="/usr/sbin:/usr/bin") is None:
+        pytest.skip("lighttpd is not installed")
+    (tmp_path / "doc").mkdir()
+    monkeypatch.setattr(lifecycle, "can_write_cgroups", lambda layout: False)
+    m = Machine("m", sockets=1, cores_per_socket=len(os.sched_getaffinity(0)),
+                cpus=(tuple(sorted(os.sched_getaffinity(0))),))  # fmt: skip
+    share = Share.parse(f"{m.all_cpus[0]}@50%", m)
+    with pytest.raises(TopologyError, match=r"no permission for cgroups.*Without root"):
+        lifecycle.up(tmp_path / "doc", m, share, state_path=tmp_path / "s.json", port=0)
+
+
+def test_fake_target_serves_sizes_and_counts():
+    with FakeServer(service_time_s=0.002) as fake, httpx.Client(trust_env=False) as c:
+        t0 = time.monotonic()
+        r = c.get(f"{fake.url}/app/index.php?bytes=777&work=5")
+        assert time.monotonic() - t0 >= 0.002
+        assert r.status_code == 200 and len(r.content) == 777
+        assert len(c.get(f"{fake.url}/static/x.gif").content) == 100
+        assert fake.requests == 2 and fake.paths[1] == "/static/x.gif"
