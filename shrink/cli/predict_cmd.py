@@ -1,9 +1,192 @@
-"""Command group placeholder: filled in by its issue."""
+"""``shrink predict`` and ``shrink validate``: the main job and its check."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+from shrink.cli._common import cli_errors, console, echo_json
+from shrink.errors import ParameterError
+
+_MAPPINGS = ("1-replica", "2-replica-direct", "2-replica-indirect")
+
+
+def _progress_bar():
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    )
+
+
+def _callback(progress, title: str):
+    task = progress.add_task(title, total=1)
+
+    def cb(what: str, step: int, total: int) -> None:
+        progress.update(task, description=f"{title}: {what}", completed=step, total=total)
+
+    return cb
+
+
+def predict(
+    trace: Annotated[Path, typer.Argument(help="Trace Parquet file (shrink ingest/synth).")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Output directory.")],
+    machine: Annotated[
+        str, typer.Option("--machine", help="'this' or a TOML machine spec.")
+    ] = "this",
+    alpha: Annotated[float, typer.Option("--alpha", help="Sample fraction, in (0, 1].")] = 0.25,
+    level: Annotated[
+        str, typer.Option("--level", help="Sampling level: session|object|request|stratified.")
+    ] = "session",
+    mappings: Annotated[
+        str, typer.Option("--mappings", help="'all' or a comma list of mappings.")
+    ] = "all",
+    thresholds: Annotated[
+        str, typer.Option("--thresholds", help="SLA thresholds, e.g. mean=5ms,p999=500ms.")
+    ] = "mean=5ms,p999=500ms",
+    target: Annotated[
+        str, typer.Option("--target", help="'testbed' (real server here) or sim:SPEC.toml.")
+    ] = "testbed",
+    docroot: Annotated[
+        Path | None, typer.Option("--docroot", help="Document root for the testbed.")
+    ] = None,
+    share_kind: Annotated[
+        str, typer.Option("--share-kind", help="auto | cores | cpu_time.")
+    ] = "auto",
+    server_cpus: Annotated[
+        str | None, typer.Option("--server-cpus", help="CPUs of the full target, e.g. 1 or 1-3.")
+    ] = None,
+    calibration: Annotated[
+        str, typer.Option("--calibration", help="'published' or a calibration JSON.")
+    ] = "published",
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the sample and the runs.")] = 0,
+    reps: Annotated[int, typer.Option("--reps", help="Repetitions per load level.")] = 2,
+    warmup: Annotated[float, typer.Option("--warmup", help="Warm-up seconds per level.")] = 2.0,
+    duration: Annotated[
+        float, typer.Option("--duration", help="Measurement window seconds per level.")
+    ] = 8.0,
+    max_levels: Annotated[int, typer.Option("--max-levels", help="Load levels at most.")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print prediction.json.")] = False,
+) -> None:
+    """Predict the full machine's MAT for each mapping from a scaled-down run.
+
+    Samples alpha of the sessions, runs them on alpha of the server (cores, or a
+    CPU-time share), sweeps load levels around the knee, and extrapolates.
+    Writes DIR/prediction.json, DIR/report.md, DIR/report.html and figures.
+    """
+    from shrink.autolevels import AutoPlan
+    from shrink.pipeline import run_predict
+    from shrink.topology import parse_cpulist
+    from shrink.validation import parse_thresholds
+
+    with cli_errors():
+        th = parse_thresholds(thresholds)
+        names = _MAPPINGS if mappings == "all" else tuple(m.strip() for m in mappings.split(","))
+        if not names:
+            raise ParameterError("mappings == '', must be 'all' or a comma list.")
+        plan = AutoPlan(warmup=warmup, duration=duration, reps=reps, max_levels=max_levels)
+        cpus = parse_cpulist(server_cpus) if server_cpus else None
+        with _progress_bar() as bar:
+            pred = run_predict(
+                trace,
+                out,
+                machine=machine,
+                target=target,
+                docroot=docroot,
+                alpha=alpha,
+                level=level,
+                mappings=names,
+                thresholds=th,
+                share_kind=share_kind,
+                server_cpus=cpus,
+                calibration=calibration,
+                seed=seed,
+                plan=plan,
+                progress=_callback(bar, "scaled run"),
+            )
+    if as_json:
+        echo_json(pred)
+        return
+    _print_summary(pred, out)
+
+
+def _print_summary(pred: dict, out: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"Predicted MAT ({pred['target_description']})")
+    t.add_column("mapping")
+    for stat, limit in pred["thresholds"].items():
+        t.add_column(f"{stat} < {limit * 1e3:g} ms (req/s)", justify="right")
+    for name, m in pred["mappings"].items():
+        cells = []
+        for stat in pred["thresholds"]:
+            r = m[stat]
+            cells.append(f"{r['mat']:,.0f} [{r['ci'][0]:,.0f}, {r['ci'][1]:,.0f}]")
+        t.add_row(("* " if name == pred["recommended"] else "  ") + name, *cells)
+    Console().print(t)
+    Console().print(f"recommended: [bold]{pred['recommended']}[/] - {pred['reason']}")
+    Console().print(f"report: {out / 'report.md'} and {out / 'report.html'}")
+
+
+def validate(
+    prediction: Annotated[Path, typer.Argument(help="prediction.json from shrink predict.")],
+    full_run: Annotated[
+        str,
+        typer.Option(
+            "--full-run", help="'run' to measure the full target now, or a LoadCurve JSON."
+        ),
+    ] = "run",
+    trace: Annotated[
+        Path | None, typer.Option("--trace", help="Full trace (default: the predicted one).")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("-o", "--out", help="Output directory (default: beside).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print validation.json.")] = False,
+) -> None:
+    """Compare a prediction with the full-scale measurement (run now, or given).
+
+    Writes DIR/validation.json (mat_error_mean, mat_error_p999: relative errors;
+    Wasserstein-1 distances at matched loads) and refreshes the report.
+    """
+    from shrink.pipeline import run_validate
+
+    with cli_errors(), _progress_bar() as bar:
+        v = run_validate(
+            prediction,
+            full_run=full_run,
+            trace=trace,
+            out_dir=out,
+            progress=_callback(bar, "full-scale run"),
+        )
+    d = v.to_dict()
+    if as_json:
+        echo_json(d)
+        return
+    for stat, m in d["mats"].items():
+        typer.echo(
+            f"{stat}: predicted {m['predicted']:,.0f} req/s, measured {m['measured']:,.0f} "
+            f"req/s, error {100 * m['error']:+.1f}%"
+        )
+    typer.echo(f"wrote {json.dumps(str((out or prediction.parent) / 'validation.json'))}")
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to ``app``."""
+    app.command("predict")(predict)
+    app.command("validate")(validate)

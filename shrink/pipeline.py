@@ -1,0 +1,160 @@
+"""File-level entry points of the main job (what the CLI, the demo and examples call).
+
+``run_predict`` reads a trace, makes the provider, predicts, writes the
+prediction and its report. ``run_validate`` runs (or reads) the full-scale curve
+for a prediction, compares, writes validation.json and refreshes the report.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from shrink.autolevels import AutoPlan, auto_sweep
+from shrink.errors import ParameterError, TraceFormatError
+from shrink.loadcurve import LoadCurve
+from shrink.mapping import BUILTIN_MAPPINGS
+from shrink.predict import PredictConfig, predict
+from shrink.providers import make_provider
+from shrink.report.build import write_report
+from shrink.trace import Trace
+from shrink.validate import Validation, validate
+
+__all__ = ["run_predict", "run_validate"]
+
+Progress = Callable[[str, int, int], None]
+
+
+def _extrapolator() -> Callable[..., dict[str, dict[str, Any]]] | None:
+    """The cross-socket extrapolation of :mod:`extrapolate`, when installed."""
+    try:
+        from extrapolate.pipeline import extrapolate_mappings
+    except ImportError:
+        return None
+    return extrapolate_mappings
+
+
+def run_predict(
+    trace_path: str | Path,
+    out_dir: str | Path,
+    *,
+    machine: str = "this",
+    target: str = "testbed",
+    docroot: str | Path | None = None,
+    alpha: float = 0.25,
+    level: str = "session",
+    mappings: Sequence[str] = BUILTIN_MAPPINGS,
+    thresholds: Mapping[str, float] | None = None,
+    share_kind: str = "auto",
+    server_cpus: tuple[int, ...] | None = None,
+    calibration: str = "published",
+    seed: int = 0,
+    plan: AutoPlan | None = None,
+    progress: Progress | None = None,
+    whatif: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Predict from ``trace_path`` and write DIR/prediction.json + report; return the dict."""
+    out = Path(out_dir)
+    trace = Trace.read_parquet(trace_path)
+    provider = make_provider(
+        target, machine=machine, docroot=docroot, run_dir=out / "runs", server_cpus=server_cpus
+    )
+    cfg = PredictConfig(
+        alpha=alpha,
+        level=level,
+        thresholds=dict(thresholds or {"mean": 0.005, "p999": 0.5}),
+        mappings=tuple(mappings),
+        share_kind=share_kind,
+        seed=seed,
+        calibration=calibration,
+        plan=plan or AutoPlan(),
+    )
+    res = predict(trace, provider, cfg, out, extrapolator=_extrapolator(), progress=progress)
+    pred = res.prediction
+    pred["inputs"] = {
+        "trace": str(Path(trace_path)),
+        "target": target,
+        "machine": machine,
+        "docroot": None if docroot is None else str(docroot),
+        "server_cpus": list(provider.server_cpus()),
+        "plan": plan.__dict__ if plan else AutoPlan().__dict__,
+    }
+    if whatif is not None:
+        pred["whatif"] = whatif
+    (out / "prediction.json").write_text(json.dumps(pred, indent=2, sort_keys=True) + "\n")
+    write_report(out, pred, measured=res.measured, predicted_curve=res.predicted, whatif=whatif)
+    return pred
+
+
+def _read_prediction(path: Path) -> dict[str, Any]:
+    try:
+        pred = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise TraceFormatError("no such prediction file", path=path) from None
+    except json.JSONDecodeError as exc:
+        raise TraceFormatError(f"not JSON: {exc.msg}", path=path, line=exc.lineno) from exc
+    if pred.get("schema") != "shrink.prediction/1":
+        raise TraceFormatError("not a shrink prediction (schema shrink.prediction/1)", path=path)
+    return pred
+
+
+def run_validate(
+    prediction_path: str | Path,
+    *,
+    full_run: str = "run",
+    trace: str | Path | None = None,
+    out_dir: str | Path | None = None,
+    progress: Progress | None = None,
+) -> Validation:
+    """Validate a prediction against a full-scale curve (measured now when ``run``)."""
+    ppath = Path(prediction_path)
+    pred = _read_prediction(ppath)
+    base = ppath.parent
+    out = Path(out_dir) if out_dir else base
+    thresholds = {k: float(v) for k, v in pred["thresholds"].items()}
+    predicted = LoadCurve.read_json(base / "predicted-curve.json")
+    measured = LoadCurve.read_json(base / "measured-curve.json")
+    if full_run == "run":
+        inputs = pred.get("inputs") or {}
+        trace_path = Path(trace) if trace else Path(inputs["trace"])
+        full_trace = Trace.read_parquet(trace_path)
+        provider = make_provider(
+            inputs.get("target", "testbed"),
+            machine=inputs.get("machine", "this"),
+            docroot=inputs.get("docroot"),
+            run_dir=out / "runs-full",
+            server_cpus=tuple(inputs.get("server_cpus") or ()) or None,
+        )
+        plan = AutoPlan(**{**AutoPlan().__dict__, **(inputs.get("plan") or {})})
+        cpus = list(provider.server_cpus())
+        share = {"kind": "all", "cpus": cpus, "fraction": 1.0}
+        with provider.open(share, pred.get("validated_mapping", "1-replica")) as target:
+            full = auto_sweep(
+                target,
+                full_trace,
+                thresholds,
+                plan=plan,
+                seed=int(pred["seed"]) + 7919,
+                alpha=1.0,
+                progress=progress,
+            )
+        full.write_json(out / "full-curve.json")
+    else:
+        full = LoadCurve.read_json(full_run)
+    if full.alpha != 1.0:
+        raise ParameterError(f"the full-scale curve has alpha == {full.alpha:g}, must be 1.")
+    v = validate(predicted, full, thresholds)
+    v.meta = {"prediction": str(ppath), "full_run": full_run}
+    v.write_json(out / "validation.json")
+    write_report(
+        out,
+        pred,
+        measured=measured,
+        full_run=full,
+        predicted_curve=predicted,
+        validation=v,
+        whatif=pred.get("whatif"),
+    )
+    return v

@@ -1,0 +1,192 @@
+"""Where a prediction's runs happen: the real testbed, or the simulator.
+
+A provider (see :class:`shrink.predict.TargetProvider`) opens a target on a share
+under a mapping and closes it again whatever happens: the testbed provider stops
+every process it started, by PID, even when a run is interrupted.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from shrink.errors import TopologyError
+from shrink.machine import Machine
+from shrink.target import RunResult, Target
+from shrink.trace import Trace
+
+__all__ = ["SimProvider", "TestbedProvider", "make_provider"]
+
+
+class _ShareUtilization:
+    """Reports utilization as a fraction of what the share may use.
+
+    The live target reads busy time of the share's CPUs from /proc/stat; under a
+    CPU-time quota of f a saturated CPU is busy f of the time, so divide by f.
+    """
+
+    def __init__(self, inner: Target, cpu_fraction: float) -> None:
+        self.inner = inner
+        self.cpu_fraction = cpu_fraction
+
+    def describe(self) -> dict[str, Any]:
+        return self.inner.describe()
+
+    def run(
+        self, trace: Trace, *, rate_factor: float, warmup: float, duration: float, seed: int
+    ) -> RunResult:
+        res = self.inner.run(
+            trace, rate_factor=rate_factor, warmup=warmup, duration=duration, seed=seed
+        )
+        if res.utilization is not None and self.cpu_fraction < 1.0:
+            res.utilization = min(1.0, res.utilization / self.cpu_fraction)
+            res.per_cpu_utilization = {
+                c: min(1.0, u / self.cpu_fraction) for c, u in res.per_cpu_utilization.items()
+            }
+        return res
+
+
+class TestbedProvider:
+    """The real lighttpd + php-cgi testbed on this machine, driven by the replay engine.
+
+    The generator keeps ``generator_cpus`` (default: the lowest CPU); the full
+    target is every other CPU (on a 2-core machine: CPU 1).
+    """
+
+    __test__ = False
+    name = "testbed"
+
+    def __init__(
+        self,
+        docroot: str | Path,
+        *,
+        machine: Machine | None = None,
+        server_cpus: tuple[int, ...] | None = None,
+        generator_cpus: tuple[int, ...] | None = None,
+        run_dir: str | Path = ".",
+        engine: dict[str, Any] | None = None,
+        php_children_per_core: int = 4,
+    ) -> None:
+        from shrink.topology import discover
+
+        self.docroot = Path(docroot)
+        self._machine = machine or discover()
+        allowed = sorted(os.sched_getaffinity(0))
+        gen = tuple(generator_cpus) if generator_cpus else (allowed[0],)
+        if server_cpus is None:
+            server_cpus = tuple(c for c in allowed if c not in gen)
+        if not server_cpus:
+            raise TopologyError(
+                f"no CPU left for the server: this process may use {allowed} and the "
+                f"generator keeps {list(gen)}"
+            )
+        self._server = tuple(server_cpus)
+        self.generator_cpus = gen
+        self.run_dir = Path(run_dir)
+        self.engine = engine or {}
+        self.php_children_per_core = php_children_per_core
+        self._opened = 0
+
+    def machine(self) -> Machine:
+        return self._machine
+
+    def server_cpus(self) -> tuple[int, ...]:
+        return self._server
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "kind": "testbed",
+            "docroot": str(self.docroot),
+            "server_cpus": list(self._server),
+            "generator_cpus": list(self.generator_cpus),
+        }
+
+    @contextmanager
+    def open(self, share: dict[str, Any], mapping: str) -> Iterator[Target]:
+        from shrink import testbed
+        from shrink.replay.live import LiveTarget
+        from shrink.share import Share, choose_period_us
+
+        cpus = tuple(share.get("cpus") or self._server)
+        n = self._machine.n_cpus
+        if share["kind"] == "cpu_time":
+            f = float(share.get("cpu_fraction", share["fraction"]))
+            sh = Share("cpu_time", cpus, len(cpus) * f / n, f, choose_period_us(f, len(cpus)))
+        else:
+            f = 1.0
+            kind = "all" if len(cpus) == n else "cores"
+            sh = Share(kind, cpus, len(cpus) / n)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        state_path = self.run_dir / f"testbed-{self._opened}.json"
+        self._opened += 1
+        testbed.up(
+            self.docroot,
+            self._machine,
+            sh,
+            mapping,
+            state_path=state_path,
+            port=0,
+            php_children_per_core=self.php_children_per_core,
+        )
+        try:
+            live = LiveTarget.from_state(
+                state_path, generator_cpus=list(self.generator_cpus), config=self.engine
+            )
+            yield _ShareUtilization(live, f)
+        finally:
+            testbed.down(state_path)
+
+
+class SimProvider:
+    """The simulator (``sim:SPEC.toml``): the whole machine is the full target."""
+
+    name = "sim"
+
+    def __init__(self, machine: Machine, params: Any = None) -> None:
+        self._machine = machine
+        self.params = params
+
+    def machine(self) -> Machine:
+        return self._machine
+
+    def server_cpus(self) -> tuple[int, ...]:
+        return self._machine.all_cpus
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "sim", "machine": self._machine.name}
+
+    @contextmanager
+    def open(self, share: dict[str, Any], mapping: str) -> Iterator[Target]:
+        from shrink.sim.target import SimShare, SimTarget
+
+        cpus = share.get("cpus")
+        speed = 1.0
+        if share["kind"] == "cpu_time":
+            speed = float(share.get("cpu_fraction", share["fraction"]))
+        sim_share = SimShare(tuple(cpus) if cpus else None, speed)
+        yield SimTarget(self._machine, mapping, sim_share, self.params)
+
+
+def make_provider(
+    target: str,
+    *,
+    machine: str = "this",
+    docroot: str | Path | None = None,
+    run_dir: str | Path = ".",
+    server_cpus: tuple[int, ...] | None = None,
+) -> TestbedProvider | SimProvider:
+    """``testbed`` (the real server on this machine) or ``sim:SPEC.toml``."""
+    from shrink.topology import load_machine
+
+    if target.startswith("sim:"):
+        return SimProvider(Machine.read_toml(target[4:]))
+    if target != "testbed":
+        raise TopologyError(f"target == {target!r}, must be 'testbed' or 'sim:SPEC.toml'")
+    if docroot is None:
+        raise TopologyError("the testbed needs a document root (--docroot, from shrink synth)")
+    return TestbedProvider(
+        docroot, machine=load_machine(machine), run_dir=run_dir, server_cpus=server_cpus
+    )
