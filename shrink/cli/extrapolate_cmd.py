@@ -1,9 +1,189 @@
-"""Command group placeholder: filled in by its issue."""
+"""The extrapolation commands: ``shrink calibrate``, ``whatif`` and ``extrapolate``."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+
+from shrink.cli._common import cli_errors, echo_json
+
+_CAL_HELP = "'published' (fit the papers' figures) or a calibration JSON from 'shrink calibrate'."
+
+
+def _fmt_ci(stat: dict[str, Any]) -> str:
+    lo, hi = stat["ci"]
+    return f"{stat['mat']:>10,.0f} [{lo:,.0f}, {hi:,.0f}]"
+
+
+def _print_prediction(d: dict[str, Any], title: str) -> None:
+    typer.echo(f"== {title} ==")
+    th = next(iter(d["mappings"].values()))
+    typer.echo(
+        f"{'mapping':<22} {'MAT mean<' + _ms(th['mean']['threshold']):<34} "
+        f"{'MAT p99.9<' + _ms(th['p999']['threshold']):<34}"
+    )
+    for name, m in d["mappings"].items():
+        mark = "  <- recommended" if name == d["recommended"] else ""
+        typer.echo(f"{name:<22} {_fmt_ci(m['mean']):<34} {_fmt_ci(m['p999']):<34}{mark}")
+    typer.echo(f"reason: {d['reason']}")
+    sweep = d.get("sweep")
+    if sweep:
+        rows = ", ".join(f"{r['dynamic_fraction']:g}:{r['best']}" for r in sweep["rows"])
+        typer.echo(f"best mapping by dynamic fraction: {rows}")
+        for c in sweep["crossovers"]:
+            typer.echo(
+                f"  crossover {c['from']} -> {c['to']} at dynamic fraction "
+                f"{c['dynamic_fraction']:.4f}"
+            )
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:g}ms"
+
+
+def _print_calibration(cal: dict[str, Any]) -> None:
+    typer.echo(f"calibration: {cal.get('name', '')}")
+    for name, p in cal["parameters"].items():
+        typer.echo(f"  {name:<20} {p['value']:.4g}  [{p['lo']:.4g}, {p['hi']:.4g}]")
+    if cal.get("figures"):
+        typer.echo("  figure                           printed      model  within precision")
+        for f in cal["figures"]:
+            typer.echo(
+                f"  {f['figure']:<30} {f['published']:>9.4g} {f['model']:>10.4g}  "
+                f"{'yes' if f['within_precision'] else 'NO'}"
+            )
+    for c in cal.get("checks", []):
+        typer.echo(
+            f"  check (not fitted) {c['figure']}: printed {c['published']:.4g}, "
+            f"model {c['model']:.4g}"
+        )
+
+
+def calibrate(
+    curves: Annotated[
+        list[Path] | None, typer.Argument(help="LoadCurve JSON files (none: the published fit).")
+    ] = None,
+    thresholds: Annotated[
+        str, typer.Option(help="SLA thresholds for the MATs, e.g. mean=5ms,p999=500ms.")
+    ] = "mean=5ms,p999=500ms",
+    machine: Annotated[
+        Path | None, typer.Option(help="Machine spec TOML the curves were measured on.")
+    ] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write JSON here.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Fit the model's physical parameters: to your own paired runs, or to the papers' figures."""
+    from extrapolate.calibration import fit_curves, fit_published
+    from extrapolate.whatif import calibration_summary
+    from shrink.loadcurve import LoadCurve
+    from shrink.machine import Machine
+    from shrink.validation import parse_thresholds
+
+    with cli_errors():
+        if curves:
+            loaded = [LoadCurve.read_json(p) for p in curves]
+            m = Machine.read_toml(machine) if machine else None
+            model = fit_curves(loaded, parse_thresholds(thresholds), machine=m)
+        else:
+            model = fit_published()
+        if output:
+            model.write_json(output)
+        if json_out:
+            echo_json(model.to_dict())
+        else:
+            _print_calibration(calibration_summary(model))
+            if output:
+                typer.echo(f"wrote {output}")
+
+
+def whatif(
+    machine: Annotated[Path, typer.Option(help="Machine spec TOML to predict.")],
+    workload: Annotated[
+        list[str], typer.Option(help="tcp, support or a trace (Parquet); repeat for several.")
+    ],
+    calibration: Annotated[str, typer.Option(help=_CAL_HELP)] = "published",
+    sweep: Annotated[bool, typer.Option(help="Sweep the dynamic fraction.")] = True,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write JSON here.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Predict MATs (mean and p99.9) and latency curves for each mapping, and recommend one."""
+    from extrapolate.calibration import load_calibration
+    from extrapolate.whatif import resolve_workload
+    from extrapolate.whatif import whatif as run_whatif
+    from shrink.machine import Machine
+
+    with cli_errors():
+        mach = Machine.read_toml(machine)
+        model = load_calibration(calibration)
+        preds = {}
+        for w in workload:
+            wl = resolve_workload(w, model)
+            preds[wl.name] = run_whatif(mach, wl, model, sweep=sweep).to_dict()
+        doc: dict[str, Any] = (
+            next(iter(preds.values()))
+            if len(preds) == 1
+            else {"schema": "shrink.whatif/1", "predictions": preds}
+        )
+        if output:
+            import json
+
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text(json.dumps(doc, indent=1, sort_keys=True, default=float) + "\n")
+        if json_out:
+            echo_json(doc)
+            return
+        _print_calibration(next(iter(preds.values()))["calibration"])
+        for name, d in preds.items():
+            _print_prediction(d, f"{name} on {mach.name}")
+
+
+def extrapolate(
+    curve: Annotated[Path, typer.Argument(help="LoadCurve JSON measured on a share.")],
+    machine: Annotated[Path, typer.Option(help="Machine spec TOML of the full machine.")],
+    mapping: Annotated[
+        list[str] | None, typer.Option(help="Mapping(s) to predict (default: all).")
+    ] = None,
+    calibration: Annotated[str, typer.Option(help=_CAL_HELP)] = "published",
+    thresholds: Annotated[
+        str, typer.Option(help="SLA thresholds, e.g. mean=5ms,p999=500ms.")
+    ] = "mean=5ms,p999=500ms",
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write JSON here.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Predict the full machine from one measured share curve (SHRiNK + cross-socket)."""
+    from extrapolate.calibration import load_calibration
+    from extrapolate.remap import extrapolate_curve
+    from shrink.loadcurve import LoadCurve
+    from shrink.machine import Machine
+    from shrink.validation import parse_thresholds
+
+    with cli_errors():
+        lc = LoadCurve.read_json(curve)
+        mach = Machine.read_toml(machine)
+        model = load_calibration(calibration)
+        pred, _ = extrapolate_curve(
+            lc, model, mach, mappings=mapping or None, thresholds=parse_thresholds(thresholds)
+        )
+        if output:
+            pred.write_json(output)
+        if json_out:
+            echo_json(pred.to_dict())
+            return
+        d = pred.to_dict()
+        for name, m in d["mappings"].items():
+            parts = [
+                f"{s} {_fmt_ci(v)}" for s, v in m.items() if isinstance(v, dict) and "mat" in v
+            ]
+            typer.echo(f"{name:<22} " + "  ".join(parts))
+        typer.echo(f"recommended: {d['recommended']}: {d['reason']}")
+        if output:
+            typer.echo(f"wrote {output}")
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to ``app``."""
+    app.command("calibrate")(calibrate)
+    app.command("whatif")(whatif)
+    app.command("extrapolate")(extrapolate)
