@@ -269,7 +269,7 @@ def _build(sessions: list, rate: float) -> Trace:
     return Trace.from_columns(cols)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sessions=_SESSIONS, rate=st.sampled_from([0.5, 1.0, 3.0]))
 def test_writer_then_reader_round_trips_generated_traces(tmp_path_factory, sessions, rate):
     trace = _build(sessions, rate)
