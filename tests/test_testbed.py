@@ -165,3 +165,16 @@ def test_fake_target_serves_sizes_and_counts():
         assert r.status_code == 200 and len(r.content) == 777
         assert len(c.get(f"{fake.url}/static/x.gif").content) == 100
         assert fake.requests == 2 and fake.paths[1] == "/static/x.gif"
+
+
+def test_up_refuses_to_overwrite_a_running_testbed(tmp_path):
+    (tmp_path / "doc").mkdir()
+    me = process.proc_info(os.getpid())
+    rs = ReplicaState(
+        name="r0", address="127.0.0.1", port=80, cpus=[0], master_pid=me.pid,
+        lighttpd_pids=[me.pid], php_pids=[], starttimes={me.pid: me.starttime}, pinned={},
+        config="c", errorlog="e", run_dir="d",
+    )  # fmt: skip
+    state = TestbedState([rs], {}, {}, {}, "doc", {}, "t").write(tmp_path / "s.json")
+    with pytest.raises(TestbedError, match=r"still runs .* testbed down --state"):
+        lifecycle.up(tmp_path / "doc", TWO_CORE, Share.all_of(TWO_CORE), state_path=state)

@@ -275,6 +275,8 @@ def up(
             f"document root {docroot} is not a directory (make one with shrink synth)"
         )
     state_path = Path(state_path).resolve()
+    if state_path.exists():
+        _refuse_if_running(state_path)
     lighttpd, php_cgi = find_tool("lighttpd"), find_tool("php-cgi")
     versions = tool_versions(lighttpd, php_cgi)
     m, notes = mapping_for(mapping, machine, share, port)
@@ -356,6 +358,19 @@ def up(
     )
     state.write(state_path)
     return state
+
+
+def _refuse_if_running(state_path: Path) -> None:
+    try:
+        old = TestbedState.read(state_path)
+    except TestbedError:
+        return  # not a state file of ours: it will be overwritten
+    running = [p for r in old.replicas for p in r.pids if process.is_alive(p, r.starttimes.get(p))]
+    if running:
+        raise TestbedError(
+            f"{state_path} records a testbed that still runs (PIDs {running}); "
+            f"stop it first: shrink testbed down --state {state_path}"
+        )
 
 
 @dataclass
