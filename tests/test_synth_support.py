@@ -240,3 +240,9 @@ def test_bad_parameters_name_themselves():
     p = replace(SupportParams(), n_images=4)
     with pytest.raises(ParameterError, match="n_images == 4"):
         images_per_page(p)
+
+
+def test_too_short_a_trace_is_empty_not_an_error():
+    assert len(synth_support(1, 0.001, seed=0)) == 0
+    short = synth_support(3, 0.5, seed=0, stagger_s=0.1)
+    assert short.n_sessions == 3 and set(short.column("burst")) == {0}

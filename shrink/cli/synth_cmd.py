@@ -74,6 +74,13 @@ def support(
     dirscaling: Annotated[
         float, typer.Option(help="Download directories per user (the papers: 0.00625).")
     ] = 0.00625,
+    stagger: Annotated[
+        float | None,
+        typer.Option(
+            help="Spread the users' first sessions over this many seconds "
+            "(default: one mean think time)."
+        ),
+    ] = None,
     max_download_bytes: Annotated[
         int | None,
         typer.Option(help="Cap download files (and their trace sizes) at this many bytes."),
@@ -98,7 +105,9 @@ def support(
         if dynamic_work_us is not None or dynamic_mem_kib is not None:
             params = params.scaled(work_us=dynamic_work_us, mem_kib=dynamic_mem_kib)
         site = build_site(params, users)
-        trace = synth_support(users, seconds, seed=seed, params=params, site=site)
+        trace = synth_support(
+            users, seconds, seed=seed, params=params, site=site, stagger_s=stagger
+        )
         trace.write_parquet(output)
         summary = _summary(trace, output)
         if docroot is not None:

@@ -213,7 +213,11 @@ def _walk_sessions(
             step += 1
         clock[slots] = t  # the slot's next session starts when this one's last think ends
         slots = slots[t < duration]
-    return {k: np.concatenate(v) if v else np.zeros(0) for k, v in out.items()}
+    ints = ("slot", "sid", "step", "state")
+    return {
+        k: np.concatenate(v) if v else np.zeros(0, dtype=np.int64 if k in ints else np.float64)
+        for k, v in out.items()
+    }
 
 
 def synth_support(
