@@ -1,0 +1,101 @@
+"""Benchmark the testbed: start/stop time, and what a CPU-time share does to latency.
+
+Run: ``python bench/bench_testbed.py`` (needs lighttpd and php-cgi; root for quotas).
+
+Prints, for a PHP page of ~0.5-1 ms of CPU, sequential-request p50/p99 latency
+on one core without a quota (the reference, measured in the same run) and under
+a 50 % quota with the short period shrink chooses (2 ms) and with a long one
+(100 ms), as ratios to the reference. DESIGN.md's table is the same experiment
+with wrk; on a shared, loaded machine the numbers are noisy.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from shrink.share import Share
+from shrink.testbed import down, up
+from shrink.testbed.fake import FakeServer
+from shrink.topology import discover
+
+PAGE = "<?php $x = 0; for ($i = 0; $i < 20000; $i++) { $x += $i % 7; } echo $x;\n"
+N = 300
+
+
+def latencies(url: str, n: int = N) -> np.ndarray:
+    out = []
+    with httpx.Client(trust_env=False, timeout=10) as c:
+        for _ in range(20):
+            c.get(url)
+        for _ in range(n):
+            t0 = time.perf_counter()
+            c.get(url).raise_for_status()
+            out.append(time.perf_counter() - t0)
+    return np.array(out)
+
+
+def main() -> int:
+    m = discover()
+    cpu = m.all_cpus[0]
+    with tempfile.TemporaryDirectory(prefix="shrink-bench-") as tmp:
+        doc = Path(tmp, "doc")
+        (doc / "app").mkdir(parents=True)
+        (doc / "app" / "page.php").write_text(PAGE)
+        (doc / "file1k.bin").write_bytes(b"x" * 1024)
+        state = Path(tmp, "state.json")
+
+        starts, stops = [], []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            up(doc, m, Share.all_of(m), "1-replica", state_path=state, port=0)
+            t1 = time.perf_counter()
+            down(state)
+            starts.append(t1 - t0)
+            stops.append(time.perf_counter() - t1)
+        print(
+            f"testbed up (1-replica, {m.n_cpus} CPUs): median {statistics.median(starts):.3f} s;"
+            f" down: median {statistics.median(stops):.3f} s"
+        )
+
+        with FakeServer() as fake:
+            ref_static = latencies(f"{fake.url}/file1k.bin?bytes=1024")
+        rows = []
+        for label, text, period in (
+            ("no quota (reference)", f"{cpu}", None),
+            ("50% quota, 1 ms / 2 ms", f"{cpu}@50%", None),
+            ("50% quota, 50 ms / 100 ms", f"{cpu}@50%", 100_000),
+        ):
+            st = up(doc, m, Share.parse(text, m, period_us=period), "1-replica",
+                    state_path=state, port=0)  # fmt: skip
+            r = st.replicas[0]
+            try:
+                base = f"http://{r.address}:{r.port}"
+                static = latencies(f"{base}/file1k.bin")
+                php = latencies(f"{base}/app/page.php")
+            finally:
+                down(state)
+            rows.append((label, static, php))
+    print(f"fake in-process target, 1 KiB: p50 {np.median(ref_static) * 1e3:.3f} ms")
+    ref = rows[0]
+    print(
+        f"{'share':<28} {'static p50':>10} {'php p50':>9} {'php p99':>9} "
+        f"{'php p50 / ref':>13} {'php p99 / ref':>13}"
+    )
+    for label, static, php in rows:
+        print(
+            f"{label:<28} {np.median(static) * 1e3:8.3f}ms {np.median(php) * 1e3:7.3f}ms "
+            f"{np.percentile(php, 99) * 1e3:7.3f}ms {np.median(php) / np.median(ref[2]):13.2f} "
+            f"{np.percentile(php, 99) / np.percentile(ref[2], 99):13.2f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
