@@ -56,7 +56,21 @@ def test_unknown_format_and_foreign_options_are_parameter_errors():
         read_trace(FIXTURE, format="xml")
     with pytest.raises(ParameterError, match="idle_gap do not apply to the wsesslog format"):
         read_trace(FIXTURE, idle_gap=60)
-    assert set(READ_FORMATS) == {"wsesslog", "specweb", "clf", "pcap"}
+    assert set(READ_FORMATS) == {"wsesslog", "specweb", "clf", "pcap", "parquet"}
+
+
+def test_public_surface_is_importable():
+    import shrink.ingest as ingest
+
+    for name in ingest.__all__:
+        assert getattr(ingest, name) is not None, name
+
+
+def test_parquet_traces_are_recognised(tmp_path):
+    trace = read_trace(FIXTURE)
+    p = trace.write_parquet(tmp_path / "t.parquet")
+    assert detect_format(p) == "parquet"
+    assert read_trace(p).same_rows(trace)
 
 
 def test_pcap_is_dispatched_lazily_to_the_capture_reader(real_dir, monkeypatch):

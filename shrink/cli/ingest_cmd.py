@@ -19,6 +19,7 @@ class ReadFormat(StrEnum):
     specweb = "specweb"
     clf = "clf"
     pcap = "pcap"
+    parquet = "parquet"
 
 
 class WriteFormat(StrEnum):

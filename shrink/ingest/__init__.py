@@ -10,6 +10,7 @@ wsesslog   httperf ``--wsesslog`` session log                 session_rate, thin
 specweb    recorded-session log (TSV/CSV: time session url)   burst_gap
 clf        Common / Combined Log Format access log            idle_gap, burst_gap
 pcap       pcap / pcapng capture (``shrink.ingest.capture``)  the capture reader's
+parquet    a Trace shrink wrote                               -
 =========  =================================================  =========================
 
 Every reader takes ``strict`` (raise at the first bad line instead of counting
@@ -60,11 +61,18 @@ def _read_capture(path: str | Path, *, strict: bool = False, **opts: Any) -> Tra
     return read_capture(path, strict=strict, **opts)
 
 
+def _read_parquet(path: str | Path, *, strict: bool = False) -> Trace:
+    """A trace shrink already wrote (so that every command can take any trace file)."""
+    del strict
+    return Trace.read_parquet(path)
+
+
 _READERS: dict[str, Reader] = {
     "wsesslog": read_wsesslog,
     "specweb": read_specweb,
     "clf": read_clf,
     "pcap": _read_capture,
+    "parquet": _read_parquet,
 }
 READ_FORMATS: tuple[str, ...] = tuple(_READERS)
 WRITE_FORMATS: tuple[str, ...] = ("wsesslog", "jsonl", "parquet")

@@ -1,7 +1,8 @@
 """Tell a trace file's format from its content (``--format auto``).
 
 Binary: pcap (either byte order, micro- or nanosecond) and pcapng by their
-magic numbers, also inside gzip. Text (plain or gzip), from its first lines:
+magic numbers, also inside gzip; a Parquet trace by ``PAR1``. Text (plain or
+gzip), from its first lines:
 
 * ``#shrink-sessions`` on line 1, or a ``# fields:`` line: ``specweb``;
 * most of the first 20 data lines are Common/Combined Log Format lines: ``clf``;
@@ -33,6 +34,7 @@ PCAP_MAGICS: tuple[bytes, ...] = (
     b"\xa1\xb2\x3c\x4d",  # pcap, big-endian, nanoseconds
     b"\x0a\x0d\x0d\x0a",  # pcapng section header block
 )
+PARQUET_MAGIC = b"PAR1"
 _WSESSLOG_ARG = re.compile(r"(^|\s)(think|method|contents)=")
 _SAMPLE = 20
 
@@ -43,11 +45,13 @@ def is_capture(head: bytes) -> bool:
 
 
 def detect_format(path: str | Path) -> str:
-    """``wsesslog``, ``specweb``, ``clf`` or ``pcap`` from the file's content."""
+    """``wsesslog``, ``specweb``, ``clf``, ``pcap`` or ``parquet`` from the file's content."""
     path = Path(path)
     head = head_bytes(path)
     if is_capture(head):
         return "pcap"
+    if head[:4] == PARQUET_MAGIC:
+        return "parquet"
     lines = split_lines(head)
     if len(head) == 65536 and lines:
         lines.pop()  # the last line may be cut
