@@ -17,8 +17,10 @@ shape and re-map:
   share's p99.9 at that utilization (fixed latency and NIC-queue tail left out,
   so the shape of the measured tail is kept).
 
-The share's fixed (load-independent) latency is unknown and is scaled with the
-rest: conservative by (k - 1) times it. MAT intervals combine the measured
+The share's fixed (load-independent) latency L0 and per-class demands are
+fitted to the measured per-class means, R_c = L0 + D_c/(1-rho)
+(:func:`estimate_demands`); L0 is kept as it is and only the rest is scaled,
+and D_dynamic/D_static comes from these fitted demands. MAT intervals combine the measured
 repetitions' interval (from :func:`shrink.mat.mat`) with the calibration's
 uncertainty of k, in quadrature on the log scale.
 """
@@ -70,16 +72,53 @@ def _has_class(curve: LoadCurve, cls: str) -> bool:
     return any(cls in r.per_class for lv in curve.usable() for r in lv.reps)
 
 
-def _dynamic_ratio(curve: LoadCurve, physics: Physics) -> float:
-    """D_d / D_s from the per-class mean responses (PS: R_c = D_c / (1 - rho))."""
-    if not (_has_class(curve, "static") and _has_class(curve, "dynamic")):
-        return physics.demand_dynamic / physics.demand_static
-    s = curve.series("mean", "static")["value"]
-    d = curve.series("mean", "dynamic")["value"]
-    ok = np.isfinite(s) & np.isfinite(d) & (s > 0)
-    if not ok.any():
-        return physics.demand_dynamic / physics.demand_static
-    return float(d[ok][0] / s[ok][0])  # lowest usable load: least distorted by queueing
+def estimate_demands(
+    scaled: LoadCurve, n_equiv: float, mix: dict[str, float]
+) -> tuple[float, dict[str, float]]:
+    """Fixed latency L0 and per-class per-core demands D_c from a scaled curve's means.
+
+    Fits R_c(X) = L0 + D_c / (1 - rho(X)), rho = X / n_equiv * sum_c f_c D_c, on
+    every usable level below the knee (relative residuals, scipy least_squares).
+    Classes without per-class statistics are fitted through the overall mean.
+    """
+    from scipy.optimize import least_squares
+
+    classes = [c for c in ("static", "dynamic") if mix.get(c, 0) > 0 and _has_class(scaled, c)]
+    series = {}
+    if classes:
+        for c in classes:
+            series[c] = scaled.series("mean", c)
+    else:
+        classes = ["all"]
+        series["all"] = scaled.series("mean")
+    x = scaled.series("mean")["throughput"]
+    f = {c: (mix[c] if c != "all" else 1.0) for c in classes}
+    fsum = sum(f.values())
+    r0 = {c: float(np.nanmin(series[c]["value"])) for c in classes}
+    x_max = float(np.nanmax(x))
+
+    def unpack(p: np.ndarray) -> tuple[float, dict[str, float]]:
+        return float(np.exp(p[0])), {
+            c: float(np.exp(v)) for c, v in zip(classes, p[1:], strict=True)
+        }
+
+    def res(p: np.ndarray) -> np.ndarray:
+        l0, d = unpack(p)
+        dbar = sum(f[c] * d[c] for c in classes) / fsum
+        rho = np.minimum(x / n_equiv * dbar, 0.999)
+        out = [np.log((l0 + d[c] / (1 - rho)) / series[c]["value"]) for c in classes]
+        r = np.concatenate(out)
+        return np.where(np.isfinite(r), r, 0.0)
+
+    # Start: saturation just beyond the highest measured load, L0 a tenth of the lightest mean.
+    dbar0 = 0.9 * n_equiv / x_max
+    scale0 = dbar0 / (sum(f[c] * r0[c] for c in classes) / fsum)
+    p0 = np.log([0.1 * min(r0.values())] + [max(r0[c] * scale0, 1e-9) for c in classes])
+    sol = least_squares(res, p0, method="trf")
+    l0, d = unpack(sol.x)
+    if "all" in d:
+        d = {"static": d["all"], "dynamic": d["all"]}
+    return l0, d
 
 
 def _per_core_demands(physics: Physics, wl: Workload, machine: Machine, mp: Mapping) -> dict:
@@ -135,12 +174,11 @@ def extrapolate_curve(
     scaled = scale_to_full(curve, correction)
     scaled.require_levels(2)
     physics0 = model.physics_
-    ratio = _dynamic_ratio(scaled, physics0)
     mix = _class_mix(scaled, workload)
     wl = Workload(
         (workload.name if workload else curve.meta.get("workload", "measured")),
         mix["dynamic"],
-        workload.static_memory_ratio if workload else 1.0 / 3.6,
+        workload.static_memory_ratio if workload else (0.0 if mix["dynamic"] == 0 else 1 / 3.6),
         dict(thresholds),
     )
     n_share = share_cores(curve, machine)
@@ -153,6 +191,11 @@ def extrapolate_curve(
     kind = (curve.share or {}).get("kind", "all")
     n_equiv = n_share / curve.alpha if kind == "cores" else float(n_share)
     share_mp = active_mapping(machine, n_share, "1-replica")
+    l0, d_meas = estimate_demands(scaled, n_equiv, mix)
+    if mix["dynamic"] > 0 and mix["static"] > 0 and _has_class(scaled, "dynamic"):
+        ratio = d_meas["dynamic"] / d_meas["static"]
+    else:
+        ratio = physics0.demand_dynamic / physics0.demand_static
 
     def physics_for(ph: Physics) -> Physics:
         return ph.with_(demand_dynamic=ph.demand_static * ratio)
@@ -176,14 +219,20 @@ def extrapolate_curve(
                 f = machine.n_cores / n_equiv / k["all"]
                 rep.throughput = x_norm * f
                 rep.offered = rep.offered * f
-                _remap_stats(rep.overall, k["all"], kt, f)
+                _remap_stats(rep.overall, k["all"], kt, f, l0)
                 for c, cs in rep.per_class.items():
-                    _remap_stats(cs, k.get(c, k["all"]), kt, f)
+                    _remap_stats(cs, k.get(c, k["all"]), kt, f, l0)
                 if rep.utilization is not None:
                     rep.utilization = min(1.0, rho)
         pred.mapping = name
         pred.machine = machine.to_dict()
-        pred.meta = {**pred.meta, "extrapolated_from": dict(curve.share or {}), "demand_ratio": k}
+        pred.meta = {
+            **pred.meta,
+            "extrapolated_from": dict(curve.share or {}),
+            "demand_ratio": k,
+            "fixed_latency": l0,
+            "measured_demands": d_meas,
+        }
         curves[name] = pred
 
         def k_of(p: Physics, full_mp: Mapping = full_mp) -> float:
@@ -221,7 +270,8 @@ def extrapolate_curve(
         f"{best} has the highest {key}-threshold MAT ({out[best].stats[key].mat:,.0f} req/s) when "
         f"the measured share ({n_share} cores, {kind}) is re-mapped with the calibrated "
         f"per-class demand ratios; dynamic fraction {wl.dynamic_fraction:.1%}, "
-        f"D_dynamic/D_static {ratio:.3g} from the measured per-class means."
+        f"D_dynamic/D_static {ratio:.3g} and fixed latency {l0 * 1e6:.0f} us fitted to the "
+        "measured per-class means."
     )
     prediction = Prediction(
         machine=machine.to_dict(),
@@ -241,11 +291,12 @@ def extrapolate_curve(
     return prediction, curves
 
 
-def _remap_stats(cs: Any, k_mean: float, k_tail: float, f: float) -> None:
+def _remap_stats(cs: Any, k_mean: float, k_tail: float, f: float, l0: float) -> None:
+    """Scale the load-dependent part of each latency; keep the fixed latency l0."""
     cs.throughput = cs.throughput * f
-    cs.mean = cs.mean * k_mean
+    cs.mean = l0 + (cs.mean - l0) * k_mean
     for s in STATS:
         if s != "mean":
-            setattr(cs, s, getattr(cs, s) * k_tail)
+            setattr(cs, s, l0 + (getattr(cs, s) - l0) * k_tail)
     if cs.dist is not None:
-        cs.dist = [v * k_tail for v in cs.dist]
+        cs.dist = [l0 + (v - l0) * k_tail for v in cs.dist]
