@@ -27,9 +27,7 @@ __all__ = ["Exchange", "HttpResult", "parse_http"]
 
 _REQ = re.compile(rb"([A-Z][A-Z0-9_-]{0,19}) ([^ \r\n]+) HTTP/1\.[01]\r?\n")
 _RESP = re.compile(rb"HTTP/1\.[01] ([0-9]{3})(?:[ \t][^\r\n]*)?\r?\n")
-# Searching for the next message start after damage (a gap, or garbage).
-_REQ_FIND = re.compile(rb"(?<![A-Za-z0-9_-])[A-Z][A-Z0-9_-]{0,19} [^ \r\n]+ HTTP/1\.[01]\r?\n")
-_RESP_FIND = re.compile(rb"(?<![A-Za-z0-9/_-])HTTP/1\.[01] [0-9]{3}(?:[ \t][^\r\n]*)?\r?\n")
+_METHOD_TAIL = re.compile(rb"[A-Z][A-Z0-9_-]{0,19} [^ \r\n]+\Z")
 MAX_HEADER = 64 * 1024
 DETECT_WINDOW = 64 * 1024
 
@@ -62,6 +60,36 @@ class HttpResult:
     orphan_responses: int = 0
     http_conns: int = 0
     counts: Counter[str] = field(default_factory=Counter)
+
+
+def find_request(data: bytes, p: int, end: int) -> int:
+    """Offset of the next request line at or after ``p`` (-1 if none).
+
+    A literal search for `` HTTP/1.`` (fast, in C) finds candidates; the
+    request line is then matched from the start of its token run.
+    """
+    q = p
+    while True:
+        h = data.find(b" HTTP/1.", q, end)
+        if h < 0:
+            return -1
+        ls = max(data.rfind(b"\n", p, h) + 1, p, h - MAX_HEADER)
+        m = _METHOD_TAIL.search(data, ls, h)
+        if m is not None and _REQ.match(data, m.start(), end):
+            return m.start()
+        q = h + 1
+
+
+def find_response(data: bytes, p: int, end: int) -> int:
+    """Offset of the next status line at or after ``p`` (-1 if none)."""
+    q = p
+    while True:
+        h = data.find(b"HTTP/1.", q, end)
+        if h < 0:
+            return -1
+        if _RESP.match(data, h, end):
+            return h
+        q = h + 1
 
 
 def _header_end(data: bytes, p: int, end: int) -> tuple[int, int]:
@@ -151,10 +179,6 @@ class _Parser:
         self.cookie = cookie
         self.counts: Counter[str] = Counter()
 
-    def _start(self, rx: re.Pattern[bytes], find: re.Pattern[bytes], p: int, end: int) -> int:
-        m = find.search(self.data, p, end)
-        return -1 if m is None else m.start()
-
     def requests(self, c: Connection, d: int) -> list[tuple[str, str, int, str | None]]:
         """(method, target, stream offset, cookie) of every complete request header."""
         data = self.data
@@ -163,7 +187,7 @@ class _Parser:
         while p < end:
             m = _REQ.match(data, p, end)
             if m is None:
-                q = self._start(_REQ, _REQ_FIND, p + 1, end)
+                q = find_request(data, p + 1, end)
                 if q < 0:
                     break
                 self.counts["http-resync"] += 1
@@ -197,7 +221,7 @@ class _Parser:
         while p < end:
             m = _RESP.match(data, p, end)
             if m is None:
-                q = self._start(_RESP, _RESP_FIND, p + 1, end)
+                q = find_response(data, p + 1, end)
                 if q < 0:
                     break
                 self.counts["http-resync"] += 1
@@ -262,10 +286,7 @@ class _Parser:
         for d in (0, 1):
             s, e = c.span[d]
             w = min(e, s + DETECT_WINDOW)
-            # match() at the stream start: a look-behind would peek into the stream before.
-            req = bool(_REQ.match(data, s, w) or _REQ_FIND.search(data, s + 1, w))
-            resp = bool(_RESP.match(data, s, w) or _RESP_FIND.search(data, s + 1, w))
-            looks.append((req, resp))
+            looks.append((find_request(data, s, w) >= 0, find_response(data, s, w) >= 0))
         if c.opener >= 0 and (looks[c.opener][0] or looks[1 - c.opener][1]):
             return c.opener
         for d in (0, 1):

@@ -22,6 +22,7 @@ stream offset back to the capture time of the packet that carried it.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,15 +62,19 @@ class Streams:
     gap_end: np.ndarray
     gap_bytes: int
 
+    def __post_init__(self) -> None:
+        # Per-message look-ups run in Python: bisect on lists beats a numpy call.
+        self._starts: list[int] = self.piece_start.tolist()
+        self._ts: list[int] = self.piece_ts.tolist()
+        self._done: list[int] = self.piece_done.tolist()
+
     def time_at(self, offset: int) -> int:
         """Capture time of the packet that carried byte ``offset``."""
-        i = int(np.searchsorted(self.piece_start, offset, side="right")) - 1
-        return int(self.piece_ts[i])
+        return self._ts[bisect_right(self._starts, offset) - 1]
 
     def done_at(self, offset: int) -> int:
         """Earliest time byte ``offset`` and all bytes before it had arrived."""
-        i = int(np.searchsorted(self.piece_start, offset, side="right")) - 1
-        return int(self.piece_done[i])
+        return self._done[bisect_right(self._starts, offset) - 1]
 
     def has_gap(self, start: int, end: int) -> bool:
         """Whether any captured hole overlaps ``data[start:end]``."""
