@@ -119,7 +119,7 @@ def trace_extent(trace: Trace, mode: str = "auto") -> tuple[float, float, int]:
     origin = float(t.min())
     n_units = t.size if mode == "open" else int(np.sum(np.r_[True, sess[1:] != sess[:-1]]))
     raw = float(t.max() - origin)
-    span = raw * (1 + 1 / max(n_units, 1)) if raw > 0 else 1.0
+    span = raw * n_units / (n_units - 1) if raw > 0 and n_units > 1 else max(raw, 1.0)
     return origin, span, int(sess.max()) + 1
 
 
