@@ -130,6 +130,7 @@ def test_bad_lines_are_skipped_with_numbers_or_raise_when_strict(tmp_path):
         ("# fields: time session path\n", "unknown field", 1),
         ("# fields: time url\n", "lacks \\['session'\\]", 1),
         ("# comment\n# fields: time session url url\n", "named twice", 2),
+        ("0\ts\t/x\n# fields: time session url\n", "before the first data line", 2),
     ],
 )
 def test_header_errors(tmp_path, header, message, line):

@@ -11,10 +11,11 @@ it asked for. shrink reads them in this layout (``shrink-sessions v1``)::
 
 * Line 1 may be ``#shrink-sessions v1`` (optional; another version is an error).
 * ``# fields: NAME ...`` (names separated by blanks or commas) gives the column
-  order; it must name ``time``, ``session`` and ``url`` and may add ``method``,
-  ``status``, ``bytes``, ``rt``. Without it the columns are, in this order,
-  ``time session url`` and optionally ``method status bytes rt`` (3 to 7 per
-  line). Any other ``#`` line is a comment; blank lines are ignored.
+  order (before the first data line); it must name ``time``, ``session`` and
+  ``url`` and may add ``method``, ``status``, ``bytes``, ``rt``. Without it
+  the columns are, in this order, ``time session url`` and optionally
+  ``method status bytes rt`` (3 to 7 per line). Any other ``#`` line is a
+  comment; blank lines are ignored.
 * Columns are separated by TABs, or by commas (CSV, with CSV quoting): the
   first data line decides; a line with a TAB makes the file TSV.
 * ``time``: seconds (a float; absolute such as epoch, or relative). ``session``:
@@ -143,7 +144,11 @@ def read_specweb(
                     )
                 continue
             m = _FIELDS_LINE.match(text)
-            if m and not rows and not skipped:
+            if m:
+                if delimiter is not None:
+                    raise TraceFormatError(
+                        "'# fields:' must come before the first data line", path=path, line=number
+                    )
                 names = _parse_fields(m.group(1), path, number)
             continue
         if delimiter is None:
