@@ -13,6 +13,7 @@ is measuring). Targets must be loopback unless ``allow_remote=True``.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
@@ -25,7 +26,7 @@ from urllib.parse import urlsplit
 from shrink.errors import ParameterError, ReplayError, TraceFormatError
 from shrink.replay.engine import EngineConfig
 from shrink.replay.scaleout import EngineRun, run_engines
-from shrink.replay.selfcheck import LAG_LIMIT, generator_check
+from shrink.replay.selfcheck import LAG_LIMIT, generator_check, process_cpu_seconds
 from shrink.runlog import RunLog
 from shrink.target import RunResult
 from shrink.trace import Trace
@@ -79,13 +80,24 @@ def utilization(
     return out
 
 
+def _pids_cpu(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        # a PID that is gone loses its time; the run says which PIDs died
+        with contextlib.suppress(OSError, ValueError):
+            total += process_cpu_seconds(pid)
+    return total
+
+
 class _WindowSampler(threading.Thread):
     """Takes /proc/stat snapshots at two monotonic instants (the window's edges)."""
 
-    def __init__(self, at: tuple[float, float]) -> None:
+    def __init__(self, at: tuple[float, float], pids: list[int]) -> None:
         super().__init__(daemon=True)
         self.at = at
+        self.pids = pids
         self.snaps: list[dict[int, tuple[int, int]]] = []
+        self.server_cpu: list[float] = []
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -98,6 +110,7 @@ class _WindowSampler(threading.Thread):
             if self.stop.is_set():
                 return
             self.snaps.append(cpu_times())
+            self.server_cpu.append(_pids_cpu(self.pids))
 
 
 class LiveTarget:
@@ -237,7 +250,8 @@ class LiveTarget:
         def on_start(t0: float) -> None:
             # the window's edges are known once the engine has fixed its zero
             if self.share_cpus:
-                samplers.append(_WindowSampler((t0 + warmup, t0 + horizon)))
+                pids = [int(p) for r in self.state.get("replicas", []) for p in r.get("pids", [])]
+                samplers.append(_WindowSampler((t0 + warmup, t0 + horizon), pids))
                 samplers[0].start()
 
         try:
@@ -283,6 +297,10 @@ class LiveTarget:
                 **engine.extra,
             },
         }
+        if sampler is not None and len(sampler.server_cpu) == 2 and duration > 0:
+            # The server's own processes' CPU over the window, in cores: on a shared
+            # machine /proc/stat also counts other work that ran on the share's CPUs.
+            desc["server_cpu"] = (sampler.server_cpu[1] - sampler.server_cpu[0]) / duration
         if alive and not all(alive.values()):
             desc["dead_pids"] = [p for p, ok in alive.items() if not ok]
         return RunResult(log, window, check, util, per_cpu, desc)
