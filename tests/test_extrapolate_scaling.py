@@ -1,0 +1,160 @@
+"""SHRiNK scaling of share curves (cores vs cpu_time), the CFS correction, and the USL fit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.optimize import curve_fit
+from scipy.stats import binomtest
+from sklearn.base import clone
+from sklearn.model_selection import cross_val_score
+
+from extrapolate.shrink_scaling import CfsCorrection, mat_full, scale_to_full
+from extrapolate.usl import USLModel, usl_throughput
+from shrink.errors import ExtrapolationError
+from shrink.loadcurve import ClassStats, Level, LevelStats, LoadCurve
+from shrink.mat import mat
+
+
+def _ps_curve(
+    demand: float, cores: int, alpha: float, kind: str, *, slow: float = 1.0, fixed: float = 0.0
+) -> LoadCurve:
+    """An M/M/1-PS-per-core curve on ``cores`` cores, each ``slow`` times slower (cpu_time)."""
+    d = demand / slow
+    levels = []
+    for u in np.linspace(0.1, 0.97, 30):
+        x = u * cores / d
+        r = fixed + d / (1 - u)
+        cs = ClassStats(100, x, r, r, r, r, 6.9 * r)
+        levels.append(Level(float(u), [LevelStats(throughput=x, overall=cs, offered=x)]))
+    return LoadCurve(
+        levels, alpha=alpha, share={"kind": kind, "cpus": list(range(cores)), "fraction": alpha}
+    )
+
+
+def test_cores_share_keeps_latency_and_divides_throughput():
+    full = _ps_curve(1e-3, 8, 1.0, "all")
+    share = _ps_curve(1e-3, 2, 0.25, "cores")
+    for stat, t in (("mean", 5e-3), ("p999", 40e-3)):
+        predicted = mat_full(share, stat, t)
+        truth = mat(full, stat, t)
+        assert predicted.mat == pytest.approx(truth.mat, rel=1e-3)
+        assert predicted.mat == pytest.approx(mat(share, stat, t).mat / 0.25, rel=1e-9)
+
+
+def test_cpu_time_share_is_a_slower_server():
+    # alpha = 0.5 of each core's time: service twice as long; MAT_full(T) = MAT_share(T/a)/a.
+    alpha = 0.5
+    full = _ps_curve(1e-3, 2, 1.0, "all")
+    share = _ps_curve(1e-3, 2, alpha, "cpu_time", slow=alpha)
+    t = 5e-3
+    predicted = mat_full(share, "mean", t)
+    assert predicted.mat == pytest.approx(mat(full, "mean", t).mat, rel=2e-3)
+    assert predicted.mat == pytest.approx(mat(share, "mean", t / alpha).mat / alpha, rel=1e-9)
+    # The SHRiNK "cores" rule would be wrong here: latencies are not unchanged.
+    assert scale_to_full(share).levels[0].reps[0].overall.mean == pytest.approx(
+        alpha * share.levels[0].reps[0].overall.mean
+    )
+
+
+def test_cfs_correction_recovers_a_known_overhead():
+    alpha, overhead = 0.5, 1.25  # the 1 ms / 2 ms quota in DESIGN.md: 1.82 ms vs 1.45 ideal
+    full = _ps_curve(0.73e-3, 1, 1.0, "all")
+    share = _ps_curve(0.73e-3, 1, alpha, "cpu_time", slow=alpha)
+    for lv in share.levels:
+        for rep in lv.reps:
+            for f in ("mean", "p50", "p90", "p99", "p999"):
+                setattr(rep.overall, f, getattr(rep.overall, f) * overhead)
+    corr = CfsCorrection().fit(share, full)
+    assert corr.factor_ == pytest.approx(overhead, rel=0.02)
+    fixed = mat_full(share, "mean", 5e-3, correction=corr)
+    naive = mat_full(share, "mean", 5e-3)
+    truth = mat(full, "mean", 5e-3)
+    assert abs(fixed.mat / truth.mat - 1) < 0.01 < abs(naive.mat / truth.mat - 1)
+    with pytest.raises(ExtrapolationError, match="cpu_time"):
+        CfsCorrection().fit(full, share)
+
+
+def test_alpha_must_match_the_share_fraction():
+    share = _ps_curve(1e-3, 2, 0.25, "cores")
+    share.share["fraction"] = 0.5
+    with pytest.raises(ExtrapolationError, match=r"alpha == 0\.25"):
+        scale_to_full(share)
+
+
+# ------------------------------------------------------------------ USL
+
+
+def _usl_data(
+    seed: int, sigma: float = 0.04, kappa: float = 0.002, reps: int = 4, noise: float = 0.01
+):
+    rng = np.random.default_rng(seed)
+    n = np.repeat(np.arange(1, 9), reps).astype(float)
+    x = usl_throughput(n, 1000.0, sigma, kappa) * np.exp(rng.normal(0, noise, n.size))
+    return n, x
+
+
+def test_usl_recovers_sigma_kappa_over_seeds():
+    errs = []
+    for seed in range(20):
+        n, x = _usl_data(seed)
+        m = USLModel(n_bootstrap=0).fit(n, x)
+        errs.append((m.sigma_ - 0.04, m.kappa_ - 0.002, m.lambda_ / 1000 - 1))
+    e = np.array(errs)
+    assert np.abs(e.mean(axis=0)).max() < 0.004  # unbiased
+    assert np.abs(e[:, 0]).max() < 0.02 and np.abs(e[:, 1]).max() < 0.002
+
+
+def test_usl_agrees_with_independent_implementations():
+    grid = np.arange(1, 9, dtype=float)  # the measured range
+    # Exact data: every implementation must find the generating parameters.
+    n, x = _usl_data(0, noise=0.0)
+    ours = USLModel(n_bootstrap=0).fit(n, x)
+    assert (ours.sigma_, ours.kappa_) == pytest.approx((0.04, 0.002), abs=1e-6)
+    # Noisy data, the same (relative) loss through scipy's curve_fit: same answer.
+    n, x = _usl_data(7)
+    ours = USLModel(n_bootstrap=0).fit(n, x)
+    p, _ = curve_fit(
+        lambda v, lam, s, k: usl_throughput(v, lam, s, k),
+        n,
+        x,
+        p0=[900, 0.0, 0.0],
+        sigma=x,
+        bounds=(0, np.inf),
+    )
+    assert (ours.lambda_, ours.sigma_, ours.kappa_) == pytest.approx(tuple(p), rel=1e-3, abs=1e-5)
+    pyusl = pytest.importorskip("pyusl")
+    exact = pyusl.usl()
+    exact.fit(*_usl_data(0, noise=0.0), requires_plot=False)
+    assert (exact.alpha, exact.beta) == pytest.approx((0.04, 0.002), abs=1e-5)
+    # pyusl minimises absolute residuals: parameters trade off, the fitted curves agree.
+    other = pyusl.usl()
+    other.fit(n, x, requires_plot=False)
+    assert np.allclose(ours.predict(grid), other.compute(grid), rtol=0.01)
+
+
+def test_usl_bootstrap_interval_covers_the_truth():
+    hits = 0
+    trials = 12
+    for seed in range(trials):
+        n, x = _usl_data(100 + seed, reps=5)
+        m = USLModel(n_bootstrap=40, random_state=seed).fit(n, x)
+        lo, hi = m.kappa_ci_
+        hits += lo <= 0.002 <= hi
+    # Nominal 95%; a percentile bootstrap with 5 repetitions under-covers somewhat,
+    # so test against 80%: failing needs a clearly broken interval (P < 0.001).
+    assert binomtest(hits, trials, 0.8, alternative="less").pvalue > 0.001
+
+
+def test_usl_is_a_scikit_learn_estimator():
+    n, x = _usl_data(3)
+    m = USLModel(n_bootstrap=0)
+    c = clone(m)
+    assert c.get_params() == m.get_params()
+    assert not hasattr(c, "sigma_")
+    scores = cross_val_score(USLModel(n_bootstrap=0), n.reshape(-1, 1), x, cv=4)
+    assert np.all(scores > -0.01)
+    with pytest.raises(ExtrapolationError, match="not fitted"):
+        USLModel().predict(4)
+    with pytest.raises(ExtrapolationError, match=">= 3 core counts"):
+        USLModel().fit([1, 1, 2], [1.0, 1.0, 2.0])
