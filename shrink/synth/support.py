@@ -12,8 +12,9 @@ What rests on a source (see ``shared/data/published/specweb2009_support.md``):
   dynamic requests 3.6x as memory-hungry as static ones (Hashemian et al.);
 * the download file set: 16 files per directory in 6 size classes with their
   shares and popularity, directories Zipf(1.2), ``DIRSCALING x users``
-  directories (fgaud/SLG ``master_slave.h`` and ``slg.c``, citing the design
-  document).
+  directories (the open re-implementation fgaud/SLG: ``master_slave.h`` for
+  the tables, ``num_dirs = DIRSCALING * SIMULTANEOUS_SESSIONS`` in its client
+  set-up; it cites the design document).
 
 Everything else is an assumption and a named field of :class:`SupportParams`.
 
@@ -62,7 +63,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SupportSite:
     """The site the sessions browse: one vocabulary of request paths and their replies.
 
