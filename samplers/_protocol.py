@@ -102,14 +102,18 @@ def provenance(
     kept_sessions: int,
     scales_users: bool,
     warnings: list[str] | None = None,
+    parent_id: str | None = None,
+    parent_sessions: int | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
     """The meta of a sample: the parent's, plus what produced this sample.
 
-    ``parent`` is the parent's content fingerprint. A sample of a sample keeps
-    the earlier steps in ``lineage`` and the product of the alphas in
-    ``alpha_total``. Where sampling removes users (session, stratified,
-    split), ``users`` is scaled to the fraction of users the sample models.
+    ``parent`` is the parent's content fingerprint (pass ``parent_id`` and
+    ``parent_sessions`` when already known: hashing a large parent costs time).
+    A sample of a sample keeps the earlier steps in ``lineage`` and the
+    product of the alphas in ``alpha_total``. Where sampling removes users
+    (session, stratified, split), ``users`` is scaled to the fraction of users
+    the sample models.
     """
     meta = dict(parent.meta)
     meta.pop("shrink_version", None)  # written fresh by write_parquet
@@ -123,9 +127,9 @@ def provenance(
         sampler=sampler,
         alpha=alpha,
         seed=seed,
-        parent=parent.fingerprint(),
+        parent=parent_id if parent_id is not None else parent.fingerprint(),
         parent_requests=len(parent),
-        parent_sessions=parent.n_sessions,
+        parent_sessions=parent_sessions if parent_sessions is not None else parent.n_sessions,
         kept_requests=kept_rows,
         kept_sessions=kept_sessions,
         alpha_total=prior * alpha,

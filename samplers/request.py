@@ -51,6 +51,7 @@ class RequestSampler:
             sampler=self.name,
             alpha=alpha,
             seed=seed,
+            parent_sessions=st.n_sessions,
             kept_rows=kept.num_rows,
             kept_sessions=int(np.unique(st.row_session[keep_grouped]).size),
             scales_users=False,

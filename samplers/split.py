@@ -32,6 +32,7 @@ def split(trace: Trace, k: int, *, seed: int = 0) -> list[Trace]:
     seed = check_seed(seed)
     sessions = trace.table.column("session").to_numpy()
     part_of = split_index(sessions, k, seed=seed)
+    known = {"parent_id": trace.fingerprint(), "parent_sessions": trace.n_sessions}
     parts = []
     for i in range(k):
         mask = part_of == i
@@ -44,6 +45,7 @@ def split(trace: Trace, k: int, *, seed: int = 0) -> list[Trace]:
             kept_rows=kept.num_rows,
             kept_sessions=int(np.unique(sessions[mask]).size),
             scales_users=True,
+            **known,
             part=i,
             parts=k,
         )

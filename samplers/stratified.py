@@ -102,6 +102,7 @@ class StratifiedSampler:
             sampler=self.name,
             alpha=alpha,
             seed=seed,
+            parent_sessions=st.n_sessions,
             kept_rows=kept.num_rows,
             kept_sessions=int(np.unique(st.row_session[keep_rows]).size),
             scales_users=True,
