@@ -1,9 +1,265 @@
-"""Command group placeholder: filled in by its issue."""
+"""``shrink sim``: the simulated multi-socket server (run, sweep, scaling, mappings)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+
+from shrink.cli._common import cli_errors, console, echo_json
+from shrink.errors import ParameterError
+
+sim_app = typer.Typer(
+    help="Simulate a multi-socket web server (sockets, RSS queues, workers, PHP, L3).",
+    no_args_is_help=True,
+)
+
+MachineOpt = Annotated[Path, typer.Option("--machine", help="Machine spec (TOML).")]
+MappingOpt = Annotated[
+    str,
+    typer.Option("--mapping", help="1-replica, 2-replica-direct, 2-replica-indirect, K-replica."),
+]
+ShareOpt = Annotated[
+    str,
+    typer.Option(
+        "--share", help="CPUs (0-3, 0,4), an alpha of the cores (0.5), optionally @SPEED (all@0.5)."
+    ),
+]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed: the same seed gives the same output.")]
+ParamOpt = Annotated[
+    list[str] | None,
+    typer.Option("--param", help="Override a simulator parameter: NAME=VALUE (repeatable)."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def _params(items: list[str] | None) -> Any:
+    from shrink.sim.params import SimParams
+
+    p = SimParams()
+    changes: dict[str, Any] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ParameterError(f"--param {item!r}, must be NAME=VALUE.")
+        k, v = (x.strip() for x in item.split("=", 1))
+        cur = getattr(p, k, None)
+        if isinstance(cur, bool):
+            changes[k] = v.lower() in ("1", "true", "yes", "on")
+        elif isinstance(cur, float):
+            try:
+                changes[k] = float(v)
+            except ValueError:
+                raise ParameterError(f"--param {k} == {v!r}, must be a number.") from None
+        else:
+            changes[k] = v
+    return p.with_(**changes)
+
+
+def _workload(spec: str, seed: int) -> Any:
+    from shrink.sim.workloads import support_trace, tcp_trace
+    from shrink.trace import Trace
+
+    if spec == "tcp":
+        return tcp_trace(10_000.0, 10.0, seed=seed)
+    if spec == "support":
+        return support_trace(300, 40.0, seed=seed, think_s=0.3)
+    return Trace.read_parquet(spec)
+
+
+def _cores(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ParameterError(f"--cores == {text!r}, must be a list such as 1,2,4,8.") from None
+
+
+def _progress(msg: str) -> None:
+    console.print(f"[dim]{msg}[/]", highlight=False)
+
+
+def scaling_cmd(
+    machine: MachineOpt,
+    workload: Annotated[
+        str, typer.Option("--workload", help="tcp, support, or a trace (Parquet).")
+    ] = "tcp",
+    cores: Annotated[str, typer.Option("--cores", help="Core counts, e.g. 1,2,4,8.")] = "1,2,4,8",
+    mapping: MappingOpt = "1-replica",
+    seed: SeedOpt = 0,
+    requests: Annotated[
+        int, typer.Option("--requests", help="Requests per load level's window.")
+    ] = 60_000,
+    thresholds: Annotated[
+        str | None,
+        typer.Option(
+            "--thresholds", help="mean=0.5ms,p999=4ms (default: the papers' for tcp/support)."
+        ),
+    ] = None,
+    param: ParamOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """MAT at each core count (2 and 4 from one socket) and scaling factors against the first."""
+    with cli_errors():
+        from shrink.machine import Machine
+        from shrink.sim.scaling import MatSearch, scaling
+        from shrink.validation import parse_thresholds
+
+        m = Machine.read_toml(machine)
+        trace = _workload(workload, seed)
+        thr = parse_thresholds(thresholds) if thresholds else None
+        res = scaling(
+            m,
+            trace,
+            _cores(cores),
+            thresholds=thr,
+            params=_params(param),
+            mapping=mapping,
+            seed=seed,
+            search=MatSearch(requests_per_level=requests),
+            progress=None if json_out else _progress,
+        )
+        if json_out:
+            echo_json(res)
+            return
+        for stat, per in res["mat"].items():
+            typer.echo(f"{stat} (threshold {res['thresholds'][stat] * 1e3:g} ms):")
+            for n, r in per.items():
+                typer.echo(
+                    f"  {n:>2} cores  MAT {r['mat']:>10,.0f} req/s  "
+                    f"scaling {res['scaling'][stat][n]:.2f}  ({r['status']})"
+                )
+
+
+def mappings_cmd(
+    machine: MachineOpt,
+    workload: Annotated[str, typer.Option("--workload", help="tcp, support, or a trace.")] = "tcp",
+    mappings: Annotated[
+        str, typer.Option("--mappings", help="Comma-separated mappings to compare.")
+    ] = "1-replica,2-replica-direct,2-replica-indirect",
+    seed: SeedOpt = 0,
+    requests: Annotated[int, typer.Option("--requests", help="Requests per level.")] = 60_000,
+    param: ParamOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Mean and p99.9 MAT of each replica mapping on the whole machine."""
+    with cli_errors():
+        from shrink.machine import Machine
+        from shrink.sim.scaling import MatSearch, compare_mappings
+
+        m = Machine.read_toml(machine)
+        res = compare_mappings(
+            m,
+            _workload(workload, seed),
+            [x.strip() for x in mappings.split(",") if x.strip()],
+            params=_params(param),
+            seed=seed,
+            search=MatSearch(requests_per_level=requests),
+        )
+        if json_out:
+            echo_json(res)
+            return
+        for name, r in res["mappings"].items():
+            typer.echo(
+                f"{name:<20} mean MAT {r['mean']['mat']:>10,.0f}  ({r['mean_change']:+.1%})"
+                f"   p99.9 MAT {r['p999']['mat']:>10,.0f}"
+            )
+
+
+def run_cmd(
+    trace: Annotated[Path, typer.Argument(help="Trace (Parquet).")],
+    machine: MachineOpt,
+    output: Annotated[Path, typer.Option("-o", "--output", help="RunLog to write (Parquet).")],
+    mapping: MappingOpt = "1-replica",
+    share: ShareOpt = "all",
+    rate_factor: Annotated[
+        float, typer.Option("--rate-factor", help="Speed-up of session starts.")
+    ] = 1.0,
+    warmup: Annotated[float, typer.Option("--warmup", help="Seconds before the window.")] = 2.0,
+    duration: Annotated[float, typer.Option("--duration", help="Window, seconds.")] = 10.0,
+    seed: SeedOpt = 0,
+    param: ParamOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Simulate one run of TRACE and write its RunLog (same columns as the live engine)."""
+    with cli_errors():
+        from shrink.measure import level_stats
+        from shrink.sim.target import SimTarget
+        from shrink.trace import Trace
+
+        target = SimTarget.from_toml(machine, mapping, share, _params(param))
+        res = target.run(
+            Trace.read_parquet(trace),
+            rate_factor=rate_factor,
+            warmup=warmup,
+            duration=duration,
+            seed=seed,
+        )
+        res.runlog.write_parquet(output)
+        st = level_stats(res)
+        summary = {
+            "runlog": str(output),
+            "requests": len(res.runlog),
+            "throughput": st.throughput,
+            "mean": st.overall.mean,
+            "p999": st.overall.p999,
+            "utilization": res.utilization,
+            "per_cpu_utilization": {str(k): v for k, v in res.per_cpu_utilization.items()},
+        }
+        if json_out:
+            echo_json(summary)
+        else:
+            typer.echo(
+                f"{summary['requests']} requests -> {output}; {st.throughput:,.0f} req/s, "
+                f"mean {st.overall.mean * 1e3:.3f} ms, p99.9 {st.overall.p999 * 1e3:.3f} ms, "
+                f"utilization {res.utilization:.2f}"
+            )
+
+
+def sweep_cmd(
+    trace: Annotated[Path, typer.Argument(help="Trace (Parquet).")],
+    machine: MachineOpt,
+    output: Annotated[Path, typer.Option("-o", "--output", help="LoadCurve to write (JSON).")],
+    levels: Annotated[str, typer.Option("--levels", help="Load levels, e.g. 1,2,4.")],
+    knob: Annotated[
+        str, typer.Option("--knob", help="rate_factor, users or rate.")
+    ] = "rate_factor",
+    mapping: MappingOpt = "1-replica",
+    share: ShareOpt = "all",
+    reps: Annotated[int, typer.Option("--reps", help="Repetitions per level.")] = 1,
+    warmup: Annotated[float, typer.Option("--warmup", help="Seconds before each window.")] = 2.0,
+    duration: Annotated[float, typer.Option("--duration", help="Window, seconds.")] = 10.0,
+    seed: SeedOpt = 0,
+    param: ParamOpt = None,
+) -> None:
+    """Sweep TRACE over load levels on the simulator and write the LoadCurve."""
+    with cli_errors():
+        from shrink.measure import sweep
+        from shrink.sim.target import SimTarget
+        from shrink.trace import Trace
+
+        try:
+            lv = [float(x) for x in levels.split(",") if x.strip()]
+        except ValueError:
+            raise ParameterError(f"--levels == {levels!r}, must be numbers.") from None
+        target = SimTarget.from_toml(machine, mapping, share, _params(param))
+        curve = sweep(
+            target,
+            Trace.read_parquet(trace),
+            lv,
+            knob=knob,
+            reps=reps,
+            warmup=warmup,
+            duration=duration,
+            seed=seed,
+        )
+        curve.write_json(output)
+        typer.echo(f"{len(curve.levels)} levels -> {output}")
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to ``app``."""
+    """Add the ``sim`` command group to ``app``."""
+    sim_app.command("scaling")(scaling_cmd)
+    sim_app.command("mappings")(mappings_cmd)
+    sim_app.command("run")(run_cmd)
+    sim_app.command("sweep")(sweep_cmd)
+    app.add_typer(sim_app, name="sim")
