@@ -37,16 +37,32 @@ def usl_throughput(n: np.ndarray | float, lam: float, sigma: float, kappa: float
     return lam * n / (1.0 + sigma * (n - 1.0) + kappa * n * (n - 1.0))
 
 
+def _linearized(n: np.ndarray, x: np.ndarray, lam: float) -> tuple[float, float]:
+    """sigma, kappa from the USL made linear by a known lambda:
+    n lambda / X(n) - 1 = sigma (n - 1) + kappa n (n - 1)."""
+    a = np.c_[n - 1.0, n * (n - 1.0)]
+    b = n * lam / x - 1.0
+    coef, *_ = np.linalg.lstsq(a, b, rcond=None)
+    return max(float(coef[0]), 0.0), max(float(coef[1]), 0.0)
+
+
 def _fit_once(n: np.ndarray, x: np.ndarray) -> np.ndarray:
     lam0 = float(np.mean(x[n == n.min()] / n.min()))
+    s0, k0 = _linearized(n, x, lam0)
 
     def res(p: np.ndarray) -> np.ndarray:
         return usl_throughput(n, p[0], p[1], p[2]) / x - 1.0
 
+    def jac(p: np.ndarray) -> np.ndarray:
+        den = 1.0 + p[1] * (n - 1.0) + p[2] * n * (n - 1.0)
+        f = p[0] * n / den / x
+        return np.c_[f / p[0], -f * (n - 1.0) / den, -f * n * (n - 1.0) / den]
+
     sol = least_squares(
         res,
-        [lam0, 0.01, 0.001],
-        bounds=([0.0, 0.0, 0.0], [np.inf, 10.0, 10.0]),
+        [lam0, s0 + 1e-6, k0 + 1e-7],
+        jac=jac,
+        bounds=([1e-12, 0.0, 0.0], [np.inf, 10.0, 10.0]),
         x_scale=[lam0, 0.01, 0.001],
         method="trf",
     )

@@ -1,0 +1,321 @@
+"""The queueing relation, the cross-socket model, calibration and the what-if."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+
+import extrapolate
+from extrapolate._synthetic import Truth, truth_curve, truth_mat
+from extrapolate.calibration import CrossSocketModel, fit_curves, fit_published, load_calibration
+from extrapolate.crosssocket import (
+    SUPPORT,
+    Physics,
+    Workload,
+    active_mapping,
+    build_network,
+    demand_factors,
+)
+from extrapolate.observations import paper_machine, published_observations
+from extrapolate.prediction import Prediction
+from extrapolate.queueing import Network, Station
+from extrapolate.remap import extrapolate_curve
+from extrapolate.whatif import whatif, workload_from_trace
+from shrink.errors import ExtrapolationError, ParameterError, TraceFormatError
+from shrink.machine import Machine
+from shrink.trace import Trace
+
+ROOT = Path(__file__).resolve().parent.parent
+NEHALEM = Machine("nehalem-2s", 2, 4, llc_mib=12.0, ghz=2.4, nic_ports=2, nic_queues_per_port=4)
+
+
+def test_public_surface_is_explicit():
+    for name in extrapolate.__all__:
+        assert hasattr(extrapolate, name), name
+    assert "CrossSocketModel" in extrapolate.__all__ and "whatif" in extrapolate.__all__
+
+
+# ------------------------------------------------------------------ queueing relation
+
+
+def test_ps_mean_and_tail_match_closed_forms():
+    d = 1e-3
+    net = Network((Station(1, {"static": d}),), {"static": 1.0})
+    for rho in (0.1, 0.5, 0.9):
+        assert net.mean_response(rho / d) == pytest.approx(d / (1 - rho))
+    # Light load: the response time is the (exponential) service time itself.
+    assert net.quantile_response(1e-6 / d) == pytest.approx(d * math.log(1000), rel=1e-3)
+    # Heavy load: PS's tail is heavier than FCFS's exponential one, same mean.
+    rho = 0.9
+    assert net.quantile_response(rho / d) > d / (1 - rho) * math.log(1000)
+    # MAT inverts the mean exactly: D / (1 - rho) = T.
+    assert net.mat("mean", 10 * d) == pytest.approx(0.9 / d, rel=1e-6)
+
+
+def test_multiclass_mean_is_insensitive_to_how_demand_splits():
+    mix = {"static": 0.9, "dynamic": 0.1}
+    net = Network((Station(4, {"static": 1e-4, "dynamic": 4e-3}),), mix)
+    x = 0.7 * net.saturation()
+    dbar = 0.9 * 1e-4 + 0.1 * 4e-3
+    assert net.mean_response(x) == pytest.approx(dbar / 0.3)
+    assert net.mean_response(x, "dynamic") == pytest.approx(4e-3 / 0.3)
+
+
+# ------------------------------------------------------------------ cross-socket model
+
+
+def test_mapping_effects_have_the_physical_signs():
+    ph = Physics(nic_remote_penalty=0.1, share_penalty=0.2, llc_miss_fraction=0.5)
+    wl = SUPPORT
+    one = demand_factors(ph, wl, NEHALEM, active_mapping(NEHALEM, 8, "1-replica"))[0]
+    direct = demand_factors(ph, wl, NEHALEM, active_mapping(NEHALEM, 8, "2-replica-direct"))[0]
+    indirect = demand_factors(ph, wl, NEHALEM, active_mapping(NEHALEM, 8, "2-replica-indirect"))[0]
+    assert (one["p_remote_nic"], direct["p_remote_nic"], indirect["p_remote_nic"]) == (0.5, 0, 1)
+    assert one["llc_seen"] == 2.0 and direct["llc_seen"] == 1.0
+    # 1-replica: dynamic requests gain from both LLCs; static ones lose to sharing.
+    assert one["demands"]["dynamic"] < direct["demands"]["dynamic"]
+    assert indirect["demands"]["static"] > direct["demands"]["static"]
+    # One socket's share: no cross-socket effect at all.
+    share = demand_factors(ph, wl, NEHALEM, active_mapping(NEHALEM, 4, "1-replica"))[0]
+    assert share["demands"]["static"] == pytest.approx(ph.demand_static)
+
+
+def test_physics_validates_its_parameters():
+    with pytest.raises(ParameterError, match=r"llc_miss_fraction == 1\.5"):
+        Physics(llc_miss_fraction=1.5)
+
+
+# ------------------------------------------------------------------ published calibration
+
+
+@pytest.fixture(scope="module")
+def published():
+    return fit_published()
+
+
+def test_published_fit_reproduces_its_figures_within_precision(published):
+    assert len(published.observations_) >= 8
+    for o in published.observations_:
+        assert abs(published.predicted_[o.name] - o.value) <= o.precision, o.name
+
+
+def test_published_fit_predicts_what_it_was_not_given(published):
+    ph, wl = published.physics_, published.workloads_
+
+    def net(w, n, mapping):
+        return build_network(ph, wl[w], NEHALEM, active_mapping(NEHALEM, n, mapping))
+
+    t = wl["support"].thresholds["mean"]
+    # "2-replica direct helps the static workload and hurts Support" -- only tcp's
+    # mapping figures were fitted; Support's sign is a prediction.
+    assert net("support", 8, "2-replica-direct").mat("mean", t) < net(
+        "support", 8, "1-replica"
+    ).mat("mean", t)
+    # "2 and 4 cores of one socket show higher mean response time at a given
+    # utilization than 1 or 8 cores" (Support), at 80% utilization.
+    r = {n: net("support", n, "1-replica") for n in (1, 4, 8)}
+    at80 = {n: r[n].mean_response(0.8 * r[n].saturation()) for n in r}
+    assert at80[4] > at80[1] and at80[4] > at80[8]
+    # "static requests slower with 8 cores than with 1-4; dynamic ones faster with 8".
+    st = {n: r[n].mean_response(0.8 * r[n].saturation(), "static") for n in r}
+    dy = {n: r[n].mean_response(0.8 * r[n].saturation(), "dynamic") for n in r}
+    assert st[8] > st[4] > st[1] and dy[8] < dy[4]
+
+
+def test_published_parameters_are_physical_and_carry_intervals(published):
+    pars = published.parameter_intervals()
+    for name, p in pars.items():
+        assert p["lo"] < p["value"] < p["hi"], name
+    assert 0 < pars["nic_remote_penalty"]["value"] < 0.5
+    assert 0 < pars["llc_miss_fraction"]["value"] < 1
+    assert 20e-6 < pars["demand_static"]["value"] < 80e-6
+
+
+def test_calibration_json_roundtrip(published, tmp_path):
+    p = published.write_json(tmp_path / "cal.json")
+    back = load_calibration(p)
+    assert back.physics_ == published.physics_
+    np.testing.assert_allclose(back.cov_, published.cov_)
+    with pytest.raises(TraceFormatError, match=r"cal2\.json"):
+        (tmp_path / "cal2.json").write_text('{"schema": "nope"}')
+        load_calibration(tmp_path / "cal2.json")
+
+
+def test_model_is_a_scikit_learn_estimator():
+    m = CrossSocketModel(n_starts=1)
+    c = clone(m)
+    assert c.get_params() == m.get_params() and not hasattr(c, "physics_")
+    with pytest.raises(ExtrapolationError, match="not fitted"):
+        m.interval(lambda ph: 1.0)
+    assert CrossSocketModel(n_starts=1).fit(published_observations()[:3]) is not None
+
+
+# ------------------------------------------------------------------ synthetic truth
+
+BIG = Machine("big-2s", 2, 8, llc_mib=12.0, nic_ports=2, nic_queues_per_port=8)
+WLS = {"static": (0.0, 0.0), "mixed": (0.05, 1 / 3.6)}
+FIT_T = {"mean": 1.5e-3}
+CHECK_T = {"mean": 1.5e-3, "p999": 20e-3}
+
+
+def _synthetic_runs(t: Truth, seed: int) -> list:
+    """Shares of 1-4 cores on one socket, and 2+2 cores over both sockets in 3 mappings."""
+    curves, k = [], 0
+    for name, (dyn, smr) in WLS.items():
+        for n in (1, 2, 3, 4):
+            curves.append(
+                truth_curve(
+                    t,
+                    BIG,
+                    "1-replica",
+                    tuple(range(n)),
+                    dyn=dyn,
+                    smr=smr,
+                    workload=name,
+                    alpha=n / 16,
+                    seed=seed * 100 + k,
+                )
+            )
+            k += 1
+        for mp in ("1-replica", "2-replica-direct", "2-replica-indirect"):
+            curves.append(
+                truth_curve(
+                    t,
+                    BIG,
+                    mp,
+                    (0, 1, 8, 9),
+                    dyn=dyn,
+                    smr=smr,
+                    workload=name,
+                    alpha=4 / 16,
+                    seed=seed * 100 + k,
+                )
+            )
+            k += 1
+    return curves
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_synthetic_fit_recovers_parameters_and_full_machine_mat(seed):
+    t = Truth()
+    model = fit_curves(_synthetic_runs(t, seed), FIT_T, machine=BIG)
+    ph = model.physics_
+    assert ph.usl_sigma == pytest.approx(t.sigma, rel=0.25)
+    assert ph.usl_kappa == pytest.approx(t.kappa, rel=0.25)
+    assert ph.nic_remote_penalty == pytest.approx(t.nic_penalty, rel=0.25)
+    assert ph.share_penalty == pytest.approx(t.share_penalty, rel=0.25)
+    assert ph.llc_miss_fraction == pytest.approx(t.miss_fraction, rel=0.25)
+    assert ph.demand_static == pytest.approx(t.demand_static, rel=0.05)
+    # The full machine has 8 cores per socket: twice any measured share (USL extrapolation).
+    for name, (dyn, smr) in WLS.items():
+        wl = model.workloads_[name]
+        for mp in ("1-replica", "2-replica-direct", "2-replica-indirect"):
+            net = build_network(
+                ph, Workload(name, dyn, smr, CHECK_T), BIG, active_mapping(BIG, 16, mp)
+            )
+            for stat, thr in CHECK_T.items():
+                truth = truth_mat(t, BIG, mp, BIG.all_cpus, dyn, smr, stat, thr)
+                assert net.mat(stat, thr) == pytest.approx(truth, rel=0.03), (name, mp, stat)
+        assert wl.dynamic_fraction == pytest.approx(dyn, abs=0.002)
+
+
+def _perfect_model(t: Truth, machine: Machine) -> CrossSocketModel:
+    """A model holding the truth's physics, as a perfect calibration would."""
+    ph = Physics(
+        demand_static=t.demand_static,
+        demand_dynamic=t.demand_dynamic,
+        usl_sigma=t.sigma,
+        usl_kappa=t.kappa,
+        nic_remote_penalty=t.nic_penalty,
+        share_penalty=t.share_penalty,
+        llc_miss_fraction=t.miss_fraction,
+        fixed_latency=t.fixed_latency,
+    )
+    m = CrossSocketModel(machine=machine)
+    m.physics_, m.free_, m.x_ = ph, ["demand_static"], np.array([math.log(ph.demand_static)])
+    m.cov_, m.model_error_, m.observations_, m.predicted_, m.workloads_ = (
+        np.zeros((1, 1)),
+        0.0,
+        [],
+        {},
+        {},
+    )
+    return m
+
+
+@pytest.mark.parametrize(("dyn", "smr"), [(0.0, 0.0), (0.05, 1 / 3.6)])
+def test_remapped_share_curve_predicts_the_full_machine(dyn, smr):
+    t = Truth()
+    model = _perfect_model(t, NEHALEM)
+    share = truth_curve(
+        t, NEHALEM, "1-replica", (0, 1, 2, 3), dyn=dyn, smr=smr, workload="w", alpha=0.5, seed=11
+    )
+    pred, curves = extrapolate_curve(share, model, NEHALEM, thresholds=CHECK_T)
+    for mp, mpred in pred.mappings.items():
+        for stat, thr in CHECK_T.items():
+            truth = truth_mat(t, NEHALEM, mp, NEHALEM.all_cpus, dyn, smr, stat, thr)
+            assert mpred.stats[stat].mat == pytest.approx(truth, rel=0.03), (mp, stat)
+            lo, hi = mpred.stats[stat].ci
+            assert lo <= mpred.stats[stat].mat <= hi
+        assert curves[mp].mapping == mp
+
+
+# ------------------------------------------------------------------ what-if
+
+
+def test_whatif_on_the_papers_machine(published, tmp_path):
+    p = whatif(NEHALEM, published.workloads_["tcp"], published)
+    d = p.to_dict()
+    assert d["schema"] == "shrink.prediction/1"
+    assert set(d["mappings"]) == {"1-replica", "2-replica-direct", "2-replica-indirect"}
+    for m in d["mappings"].values():
+        for stat in ("mean", "p999"):
+            lo, hi = m[stat]["ci"]
+            assert lo < m[stat]["mat"] < hi
+        assert len(m["curve"]["throughput"]) == len(m["curve"]["p999"]) > 4
+    assert d["recommended"] == "2-replica-direct"
+    one = d["mappings"]["1-replica"]["mean"]["mat"]
+    assert one == pytest.approx(146000, abs=500)
+    back = Prediction.read_json(p.write_json(tmp_path / "p.json"))
+    assert back.recommended == p.recommended and back.to_dict()["sweep"] == d["sweep"]
+
+
+def test_whatif_sweep_finds_where_the_best_mapping_changes(published):
+    d = whatif(NEHALEM, published.workloads_["support"], published).to_dict()
+    assert d["recommended"] == "1-replica"
+    rows = d["sweep"]["rows"]
+    assert rows[0]["best"] == "2-replica-direct" and rows[-1]["best"] == "1-replica"
+    (cross,) = d["sweep"]["crossovers"]
+    assert 0 < cross["dynamic_fraction"] < 0.05
+
+
+def test_workload_from_trace_uses_its_mix():
+    tr = Trace.from_columns(
+        {
+            "session": [0, 0, 1, 1],
+            "t": [0.0, 0.0, 1.0, 1.0],
+            "path": ["/a.gif", "/b.php", "/c.gif", "/d.gif"],
+            "cls": ["static", "dynamic", "static", "static"],
+            "bytes": [100, 5000, 200, 300],
+        }
+    )
+    wl = workload_from_trace(tr, name="t")
+    assert wl.dynamic_fraction == pytest.approx(0.25)
+    assert wl.static_memory_ratio == pytest.approx(1 / 3.6)
+    single = Trace.from_columns({"session": [0, 1], "t": [0.0, 1.0], "path": ["/x", "/x"]})
+    assert workload_from_trace(single).static_memory_ratio == 0.0
+
+
+def test_paper_machine_matches_the_example_spec():
+    spec = Machine.read_toml(ROOT / "examples" / "machines" / "nehalem-2s.toml")
+    pm = paper_machine()
+    assert (spec.sockets, spec.cores_per_socket, spec.llc_mib) == (
+        pm.sockets,
+        pm.cores_per_socket,
+        pm.llc_mib,
+    )
+    assert spec.nic_ports * spec.nic_queues_per_port == pm.nic_ports * pm.nic_queues_per_port
