@@ -246,3 +246,11 @@ def test_too_short_a_trace_is_empty_not_an_error():
     assert len(synth_support(1, 0.001, seed=0)) == 0
     short = synth_support(3, 0.5, seed=0, stagger_s=0.1)
     assert short.n_sessions == 3 and set(short.column("burst")) == {0}
+
+
+def test_public_surface_is_listed():
+    import shrink.synth as synth
+
+    assert sorted(synth.__all__) == sorted(set(synth.__all__))
+    for name in synth.__all__:
+        assert hasattr(synth, name), name

@@ -112,6 +112,7 @@ def support(
         summary = _summary(trace, output)
         if docroot is not None:
             summary["docroot"] = support_docroot(docroot, site).to_dict()
+            _check_paths(trace, docroot)
     _report(summary, as_json)
 
 
@@ -136,7 +137,20 @@ def tcp(
         summary = _summary(trace, output)
         if docroot is not None:
             summary["docroot"] = tcp_docroot(docroot).to_dict()
+            _check_paths(trace, docroot)
     _report(summary, as_json)
+
+
+def _check_paths(trace: Any, docroot: Path) -> None:
+    """Every path of the trace must be a file of the docroot (cheap: distinct paths only)."""
+    import pyarrow.compute as pc
+
+    from shrink.errors import ShrinkError
+    from shrink.synth import missing_paths
+
+    missing = missing_paths(docroot, pc.unique(trace.table.column("path")).to_pylist())
+    if missing:
+        raise ShrinkError(f"{docroot}: {len(missing)} trace paths have no file, e.g. {missing[0]}")
 
 
 def _summary(trace: Any, output: Path) -> dict[str, Any]:
