@@ -408,3 +408,36 @@ def test_cli_split_writes_numbered_parts(parent, tmp_path):
     parts = [Trace.read_parquet(f) for f in files]
     assert sum(len(p) for p in parts) == len(parent)
     assert [p.meta["part"] for p in parts] == [0, 1, 2]
+
+
+# --- docs and real traces -------------------------------------------------------------------
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    from samplers import _protocol
+
+    for module in (samplers, _protocol):
+        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+        assert result.attempted > 0 and result.failed == 0, module.__name__
+
+
+def test_sampling_a_real_access_log(real_dir):
+    """A real combined log (sessionized by the CLF reader): nesting and the binomial law."""
+    from scipy import stats
+
+    from shrink.ingest import read_trace
+
+    tr = read_trace(real_dir / "elastic_apache_logs_combined.log")
+    n = tr.n_sessions
+    lo, hi = stats.binom.interval(0.999, n, 0.3)
+    outside = 0
+    for seed in range(30):
+        small = _sample(tr, 0.1, seed, "session")
+        big = _sample(tr, 0.3, seed, "session")
+        assert set(small.column("session").tolist()) <= set(big.column("session").tolist())
+        outside += not lo <= big.n_sessions <= hi
+        obj = _sample(tr, 0.3, seed, "object")
+        assert len(obj) < len(tr) and obj.meta["parent"] == tr.fingerprint()
+    assert outside <= 1  # P(more than 1 of 30 outside a 99.9% interval) < 5e-4
