@@ -57,6 +57,7 @@ writing it again gives the same bytes.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,7 +75,6 @@ __all__ = ["METHODS", "read_wsesslog", "write_wsesslog"]
 
 # httperf's call_method_name[], in its order: the order decides prefix matches.
 METHODS: tuple[str, ...] = ("DELETE", "GET", "HEAD", "OPTIONS", "POST", "PUT", "TRACE")
-_BLANK = " \t\n\v\f\r"  # C isspace() in the C locale: what sscanf("%s") skips
 _ESCAPES = {"n": "\n", "r": "\r", "t": "\t"}
 
 
@@ -96,7 +96,15 @@ class _Lines:
 
     def __init__(self, path: Path, data: bytes) -> None:
         self.path = path
+        try:
+            # One decode for the whole file when it is UTF-8 (the usual case): much faster.
+            self.text: list[str] | None = data.decode("utf-8").split("\n")
+            if self.text[-1] == "":
+                self.text.pop()
+        except UnicodeDecodeError:
+            self.text = None
         self.raw = split_lines(data)
+        self.count = len(self.raw)
         self.ends_with_lf = data.endswith(b"\n")
         self.index = 0
 
@@ -105,30 +113,23 @@ class _Lines:
 
     def __next__(self) -> tuple[int, str, bool]:
         """(line number, text without LF and its CR, whether an LF followed)."""
-        if self.index >= len(self.raw):
-            raise StopIteration
         i = self.index
+        if i >= self.count:
+            raise StopIteration
         self.index += 1
-        text = decode_line(self.raw[i])
+        text = self.text[i] if self.text is not None else decode_line(self.raw[i])
         if text.endswith("\r"):
             text = text[:-1]
-        has_lf = i < len(self.raw) - 1 or self.ends_with_lf
+        has_lf = i < self.count - 1 or self.ends_with_lf
         return i + 1, text, has_lf
 
     def error(self, message: str, line: int) -> TraceFormatError:
         return TraceFormatError(message, path=self.path, line=line)
 
 
-def _skip_blank(s: str, pos: int) -> int:
-    while pos < len(s) and s[pos] in _BLANK:
-        pos += 1
-    return pos
-
-
-def _word_end(s: str, pos: int) -> int:
-    while pos < len(s) and s[pos] not in _BLANK:
-        pos += 1
-    return pos
+# C isspace() in the C locale is " \t\n\v\f\r": what sscanf("%s") stops at.
+_WORD = re.compile(r"[^ \t\n\v\f\r]+")
+_HAS_BLANK = re.compile(r"[ \t\n\v\f\r]")
 
 
 def _match_method(word: str) -> str | None:
@@ -208,24 +209,20 @@ def parse_sessions(path: Path, data: bytes, think_default: float) -> list[list[_
     for lineno, text, has_lf in lines:
         if text.startswith("#"):
             continue
-        start = _skip_blank(text, 0)
-        if start == len(text):
+        first = _WORD.search(text)
+        if first is None:
             if current:
                 sessions.append(current)
                 current = []
             continue
-        pos = _word_end(text, start)
-        req = _Request(path=text[start:pos])
-        if not current or start == 0:
+        req = _Request(path=first.group())
+        if not current or first.start() == 0:
             current.append(_Burst(think=think_default))
         burst = current[-1]
         burst.requests.append(req)
-        while True:
-            pos = _skip_blank(text, pos)
-            if pos >= len(text):
-                break
-            end = _word_end(text, pos)
-            word = text[pos:end]
+        pos = first.end()
+        while (m := _WORD.search(text, pos)) is not None:
+            word = m.group()
             if word.startswith("method=") and len(word) > len("method="):
                 method = _match_method(word[len("method=") :])
                 if method is None:
@@ -234,13 +231,13 @@ def parse_sessions(path: Path, data: bytes, think_default: float) -> list[list[_
                         lineno,
                     )
                 req.method = method
-                pos = end
+                pos = m.end()
             elif word.startswith("think=") and len(word) > len("think="):
                 burst.think = _parse_think(word, lines, lineno)
-                pos = end
+                pos = m.end()
             elif word.startswith("contents=") and len(word) > len("contents="):
                 req.body, lineno, text, has_lf, pos = _parse_contents(
-                    lines, lineno, text, has_lf, pos + len("contents=")
+                    lines, lineno, text, has_lf, m.start() + len("contents=")
                 )
             else:
                 raise lines.error(
@@ -329,34 +326,25 @@ def format_wsesslog(trace: Trace, *, think_default: float = 0.0, source: str = "
         return ""
     session = trace.table.column("session").to_numpy()
     burst = trace.table.column("burst").to_numpy()
-    think = trace.table.column("think").to_numpy()
+    new_session = np.r_[True, session[1:] != session[:-1]].tolist()
+    new_burst = (np.r_[True, burst[1:] != burst[:-1]] | new_session).tolist()
+    think = trace.table.column("think").to_pylist()
     methods = trace.table.column("method").to_pylist()
     paths = trace.table.column("path").to_pylist()
     bodies = trace.table.column("body").to_pylist() if trace.has("body") else [None] * n
-    new_session = np.r_[True, session[1:] != session[:-1]]
-    new_burst = new_session | np.r_[True, burst[1:] != burst[:-1]]
     where = source or "trace"
     out: list[str] = []
     for i in range(n):
         path, method, body = paths[i], methods[i], bodies[i] or ""
-        row = f"{where} row {i} (session {session[i]}, burst {burst[i]})"
-        if not path or any(c in _BLANK for c in path):
-            raise TraceFormatError(f"{row}: path {path!r} is empty or has blanks")
-        if method not in METHODS:
-            raise TraceFormatError(
-                f"{row}: httperf cannot send method {method!r} (it knows {', '.join(METHODS)})"
-            )
-        if "\0" in body:
-            raise TraceFormatError(f"{row}: a body with a NUL byte cannot be written")
+        if not path or _HAS_BLANK.search(path) or method not in METHODS or "\0" in body:
+            _refuse(where, i, session[i], burst[i], path, method, body)
         if new_session[i] and i > 0:
             out.append("\n")
         parts = [path]
         if new_burst[i]:
-            if path.startswith("#"):
-                raise TraceFormatError(f"{row}: a burst cannot start with {path!r} (a comment)")
-            th = float(think[i])
-            if not math.isfinite(th) or th < 0:
-                raise TraceFormatError(f"{row}: think time {th} must be finite and >= 0")
+            th = think[i]
+            if path.startswith("#") or not math.isfinite(th) or th < 0:
+                _refuse(where, i, session[i], burst[i], path, method, body, th)
             if th != think_default:
                 parts.append(f"think={th!r}")
         if method != "GET":
@@ -365,6 +353,31 @@ def format_wsesslog(trace: Trace, *, think_default: float = 0.0, source: str = "
             parts.append(f"contents={_quote_body(body)}")
         out.append(("" if new_burst[i] else "\t") + " ".join(parts) + "\n")
     return "".join(out)
+
+
+def _refuse(
+    where: str,
+    i: int,
+    session: int,
+    burst: int,
+    path: str,
+    method: str,
+    body: str,
+    think: float = 0.0,
+) -> None:
+    """Raise the TraceFormatError that says why row ``i`` cannot be written."""
+    row = f"{where} row {i} (session {session}, burst {burst})"
+    if not path or _HAS_BLANK.search(path):
+        raise TraceFormatError(f"{row}: path {path!r} is empty or has blanks")
+    if method not in METHODS:
+        raise TraceFormatError(
+            f"{row}: httperf cannot send method {method!r} (it knows {', '.join(METHODS)})"
+        )
+    if "\0" in body:
+        raise TraceFormatError(f"{row}: a body with a NUL byte cannot be written")
+    if path.startswith("#"):
+        raise TraceFormatError(f"{row}: a burst cannot start with {path!r} (a comment)")
+    raise TraceFormatError(f"{row}: think time {think} must be finite and >= 0")
 
 
 def write_wsesslog(trace: Trace, path: str | Path, *, think_default: float = 0.0) -> Path:
