@@ -174,7 +174,14 @@ def test_non_http_traffic_is_counted(real_dir: Path) -> None:
 
 @pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed")
 def test_checked_in_counts_agree_with_live_tshark(real_dir: Path) -> None:
-    for name in FILES:
+    # A few captures with the counts most easily got wrong (dropped response, lost
+    # segments, a damaged tail); running tshark on all of them takes ~20 s.
+    for name in (
+        "zeek_http_1000-requests-one-dropped-response.pcap.gz",
+        "zeek_http_bro.org.pcap",
+        "ppa1e_barryscomputer.pcap",
+        "ppa1e_http-fault-post.pcap",
+    ):
         out = subprocess.run(
             [
                 "tshark",

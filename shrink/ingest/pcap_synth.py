@@ -40,6 +40,7 @@ class Conn:
     retransmit: bool = False  # send every third response segment twice
     overlap: bool = False  # resend half of every fourth segment again with new bytes after it
     skip_first: int = 0  # drop this many bytes of the client stream (mid-stream capture)
+    isn: int = 0  # added to both initial sequence numbers (port reuse needs a new ISN)
 
 
 def http_response(
@@ -112,7 +113,7 @@ def _segments(data: bytes) -> list[tuple[int, bytes]]:
 
 def _emit_conn(w: _Writer, c: Conn) -> None:
     ct, st = (c.client, c.cport), (c.server, c.sport)
-    cisn, sisn = 1000 + c.cport * 7, 5000 + c.cport * 13
+    cisn, sisn = 1000 + c.cport * 7 + c.isn, 5000 + c.cport * 13 + c.isn
     t = c.start
     A, S, P, F = 0x10, 0x02, 0x08, 0x01
 

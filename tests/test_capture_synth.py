@@ -1,0 +1,276 @@
+"""The capture reader on generated captures: link types, framing, TCP trouble, sessions.
+
+Generated captures know their own truth (what was sent), so these tests check
+more than counts: a capture with reordered, retransmitted and overlapping
+segments must give exactly the rows of the clean capture. Where tshark is
+installed it is the oracle for the counts, told about the odd port with
+``-d tcp.port==12345,http`` (it dissects HTTP only on ports it knows, while we
+recognise HTTP from content) and with out-of-order reassembly switched on.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shrink.errors import ParameterError
+from shrink.ingest.capture import read_capture
+from shrink.ingest.pcap_synth import Conn, http_response, write_capture
+
+
+def req(path: str, method: str = "GET", headers: str = "") -> bytes:
+    return f"{method} {path} HTTP/1.1\r\nHost: t\r\n{headers}\r\n".encode()
+
+
+def mixed() -> list[Conn]:
+    return [
+        Conn(
+            [
+                (req("/a"), http_response(3000)),
+                (req("/b.php?x=1"), http_response(5000, chunked=True)),
+                (
+                    req("/h", "HEAD"),
+                    http_response(0, extra="Content-Length: 999\r\n", length=False),
+                ),
+                (req("/nc"), http_response(0, status=204, length=False)),
+            ],
+            cport=40001,
+        ),
+        Conn(
+            [
+                (req("/p1"), http_response(2000)),
+                (req("/p2"), http_response(0, status=304, length=False)),
+                (req("/p3"), http_response(7000)),
+            ],
+            cport=40002,
+            pipeline=True,
+            start=0.5,
+        ),
+        Conn([(req("/r"), http_response(20000))], cport=40003, start=1.0),
+        Conn(
+            [(req("/odd"), http_response(1234))],
+            cport=40004,
+            sport=12345,
+            start=1.5,
+            client="fd00::1",
+            server="fd00::2",
+        ),
+        Conn(
+            [(req("/old"), http_response(4321, version="1.0", length=False))],
+            cport=40006,
+            start=2.5,
+        ),
+        Conn([(req("/u"), b"")], cport=40005, start=3.0, fin=False),
+    ]
+
+
+EXPECTED = {
+    "/a": (200, 3000),
+    "/b.php?x=1": (200, 5000),
+    "/h": (200, 0),
+    "/nc": (204, 0),
+    "/p1": (200, 2000),
+    "/p2": (304, 0),
+    "/p3": (200, 7000),
+    "/r": (200, 20000),
+    "/odd": (200, 1234),
+    "/old": (200, 4321),
+    "/u": (0, -1),
+}
+
+
+def rows_by_path(tr) -> dict[str, tuple[int, int]]:
+    return {r["path"]: (r["status"], r["bytes"]) for r in tr.table.to_pylist()}
+
+
+def tshark_counts(path: Path) -> tuple[int, int]:
+    out = subprocess.run(
+        [
+            "tshark",
+            "-r",
+            str(path),
+            "-d",
+            "tcp.port==12345,http",
+            "-o",
+            "tcp.reassemble_out_of_order:TRUE",
+            "-T",
+            "fields",
+            "-e",
+            "http.request",
+            "-e",
+            "http.response",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    ).stdout.splitlines()
+    return (
+        sum(1 for line in out if line.split("\t")[0]),
+        sum(1 for line in out if line.split("\t")[1]),
+    )
+
+
+@pytest.mark.parametrize(
+    ("linktype", "fmt", "vlan"),
+    [
+        (1, "pcap", None),
+        (1, "pcapng", 7),
+        (113, "pcap", None),
+        (276, "pcapng", None),
+        (101, "pcap", None),
+        (0, "pcap", None),
+        (0, "pcapng", None),
+    ],
+)
+def test_link_types_formats_and_framing(tmp_path: Path, linktype: int, fmt: str, vlan) -> None:
+    p = write_capture(tmp_path / f"x.{fmt}", mixed(), linktype=linktype, fmt=fmt, vlan=vlan)
+    fast = read_capture(p, engine="fast")
+    slow = read_capture(p, engine="scapy")
+    assert fast.same_rows(slow)
+    assert rows_by_path(fast) == EXPECTED
+    assert (fast.meta["requests"], fast.meta["responses"]) == (11, 10)
+    assert fast.meta["unanswered"] == 1 and fast.meta["skipped"] == 0
+    if shutil.which("tshark") and linktype in (1, 113):
+        assert tshark_counts(p) == (11, 10)
+
+
+def test_gzip_compressed_capture(tmp_path: Path) -> None:
+    import gzip
+
+    p = write_capture(tmp_path / "x.pcap", mixed())
+    gz = tmp_path / "x.pcap.gz"
+    gz.write_bytes(gzip.compress(p.read_bytes()))
+    assert read_capture(gz).same_rows(read_capture(p))
+
+
+def test_odd_port_ipv6_is_detected_from_content(tmp_path: Path) -> None:
+    p = write_capture(tmp_path / "x.pcap", mixed())
+    tr = read_capture(p)
+    (row,) = [r for r in tr.table.to_pylist() if r["path"] == "/odd"]
+    assert row["server"] == "[fd00::2]:12345" and row["client"] == "fd00::1"
+
+
+@pytest.mark.parametrize(
+    "trouble",
+    [
+        {"reorder": True},
+        {"retransmit": True},
+        {"overlap": True},
+        {"reorder": True, "retransmit": True, "overlap": True},
+    ],
+)
+def test_reordered_retransmitted_overlapping_segments_change_nothing(
+    tmp_path: Path, trouble: dict[str, bool]
+) -> None:
+    ex = [(req(f"/k{i}"), http_response(1000 + 3217 * i, chunked=i % 2 == 1)) for i in range(6)]
+    clean = read_capture(write_capture(tmp_path / "a.pcap", [Conn(ex)]))
+    bent = read_capture(write_capture(tmp_path / "b.pcap", [Conn(ex, **trouble)]))
+    assert rows_by_path(bent) == rows_by_path(clean)
+    assert bent.meta["missing_bytes"] == 0
+    assert np.allclose(bent.column("rt"), clean.column("rt"), atol=0.01)
+
+
+def test_flow_caught_mid_stream(tmp_path: Path) -> None:
+    # No handshake, and the capture starts 5 bytes into the first request.
+    ex = [(req("/first"), http_response(2000)), (req("/second"), http_response(3000))]
+    tr = read_capture(write_capture(tmp_path / "m.pcap", [Conn(ex, handshake=False, skip_first=5)]))
+    assert rows_by_path(tr) == {"/second": (200, 3000)}
+    assert tr.meta["orphan_responses"] == 1  # the answer to the request we missed
+
+
+def test_snaplen_truncation_is_counted_and_lengths_survive(tmp_path: Path) -> None:
+    ex = [(req(f"/s{i}"), http_response(5000 + i)) for i in range(3)]
+    tr = read_capture(write_capture(tmp_path / "s.pcap", [Conn(ex)], snaplen=200))
+    assert rows_by_path(tr) == {f"/s{i}": (200, 5000 + i) for i in range(3)}
+    assert tr.meta["truncated"] > 0 and tr.meta["missing_bytes"] > 0
+    # Those are the bytes of wire payload the snapshot length cut off: each response
+    # segment (MSS 1448) keeps 200 - 54 header bytes = 146 payload bytes.
+    missing = 0
+    for i in range(3):
+        n = len(http_response(5000 + i))
+        segs = [min(1448, n - k) for k in range(0, n, 1448)]
+        missing += sum(max(0, x - 146) for x in segs)
+    assert tr.meta["missing_bytes"] == missing
+
+
+def test_port_reuse_starts_a_new_connection(tmp_path: Path) -> None:
+    a = Conn([(req("/one"), http_response(100))], cport=41000)
+    b = Conn([(req("/two"), http_response(200))], cport=41000, start=5.0, isn=777_777)
+    p = write_capture(tmp_path / "r.pcap", [a, b])
+    tr = read_capture(p, sessions="connection")
+    assert rows_by_path(tr) == {"/one": (200, 100), "/two": (200, 200)}
+    assert tr.meta["connections"] == 2 and tr.n_sessions == 2
+
+
+def sessions_capture(tmp_path: Path) -> Path:
+    page = [
+        (req("/index.html", headers="Cookie: sid=A\r\n"), http_response(5000)),
+        (req("/img/1.gif", headers="Cookie: sid=A\r\n"), http_response(800)),
+    ]
+    later = [(req("/next.php", headers="Cookie: sid=A\r\n"), http_response(3000))]
+    other = [
+        (req("/login"), http_response(10, extra="Set-Cookie: sid=B; Path=/\r\n")),
+        (req("/home", headers="Cookie: sid=B\r\n"), http_response(20)),
+    ]
+    conns = [
+        Conn(page, client="10.0.0.1", cport=50000, start=0.0, gap=0.05),
+        Conn(later, client="10.0.0.1", cport=50001, start=10.0),
+        Conn(page[:1], client="10.0.0.1", cport=50002, start=4000.0),
+        Conn(other, client="10.0.0.3", cport=50003, start=1.0, gap=2.0),
+    ]
+    return write_capture(tmp_path / "sess.pcap", conns)
+
+
+def test_sessions_by_client_with_idle_gap_and_bursts(tmp_path: Path) -> None:
+    tr = read_capture(sessions_capture(tmp_path), idle_gap=1800.0, burst_gap=0.5)
+    rows = tr.table.to_pylist()
+    assert tr.n_sessions == 3  # 10.0.0.1 twice (idle 4000 s > 1800 s), 10.0.0.3 once
+    first = [r for r in rows if r["session"] == 0]
+    assert [r["path"] for r in first] == ["/index.html", "/img/1.gif", "/next.php"]
+    # The image follows the page within burst_gap: same burst, same t.
+    assert [r["burst"] for r in first] == [0, 0, 1]
+    assert first[0]["t"] == first[1]["t"] == 0.0
+    assert first[2]["t"] == pytest.approx(10.0, abs=1e-6)
+    # Think time: from the burst's last response byte to the next burst.
+    last_end = first[1]["t"] + 0.05 + first[1]["rt"] + first[0]["rt"]
+    assert first[0]["think"] == first[1]["think"] == pytest.approx(10.0 - last_end, abs=0.01)
+    assert first[2]["think"] == 0.0
+    assert tr.meta["mode"] == "session"
+
+
+def test_sessions_by_connection_and_by_cookie(tmp_path: Path) -> None:
+    p = sessions_capture(tmp_path)
+    by_conn = read_capture(p, sessions="connection")
+    assert by_conn.n_sessions == 4
+    by_cookie = read_capture(p, sessions="cookie:sid")
+    s = {r["path"]: r["session"] for r in by_cookie.table.to_pylist()}
+    # sid=A joins the two A connections until the idle gap; the login that set sid=B joins /home.
+    assert s["/login"] == s["/home"]
+    assert s["/img/1.gif"] == s["/next.php"]
+    assert by_cookie.n_sessions == 3
+
+
+def test_bad_parameters_are_refused(tmp_path: Path) -> None:
+    p = write_capture(tmp_path / "x.pcap", mixed())
+    with pytest.raises(ParameterError, match="sessions"):
+        read_capture(p, sessions="user")
+    with pytest.raises(ParameterError, match="idle_gap"):
+        read_capture(p, idle_gap=0)
+    with pytest.raises(ParameterError, match="engine"):
+        read_capture(p, engine="tshark")  # type: ignore[arg-type]
+
+
+def test_times(tmp_path: Path) -> None:
+    ex = [(req("/t"), http_response(10_000))]
+    tr = read_capture(write_capture(tmp_path / "t.pcap", [Conn(ex, rtt=0.02)]))
+    (row,) = tr.table.to_pylist()
+    assert row["t"] == 0.0
+    assert row["ttfb"] == pytest.approx(0.02, abs=1e-5)
+    assert row["rt"] > row["ttfb"] and not math.isnan(row["rt"])
+    assert row["answered"] is True and row["cls"] == "static"
