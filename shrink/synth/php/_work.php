@@ -41,7 +41,7 @@ const SHRINK_MAX_MEM_KIB = 65536;    // 64 MiB, under php.ini's default memory_l
 function shrink_int_param(string $name, int $default, int $max): int
 {
     $v = $_GET[$name] ?? null;
-    if (!is_string($v) || $v === '' || !ctype_digit($v)) {
+    if (!is_string($v) || preg_match('/^[0-9]{1,18}$/', $v) !== 1) {
         return $default;
     }
     return min((int) $v, $max);
