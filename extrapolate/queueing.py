@@ -159,6 +159,11 @@ class Network:
         x_sat = self.saturation()
         if self.response(x_sat * 1e-9, stat) >= threshold:
             return 0.0
+        demands = [self.mean_demand(s) for s in self.stations]
+        if stat == "mean" and max(demands) - min(demands) <= 1e-12 * max(demands):
+            # Identical stations: L0 + D/(1 - rho) = T has a closed form.
+            rho = 1.0 - demands[0] / (threshold - self.fixed_latency)
+            return max(rho, 0.0) * x_sat
         hi = x_sat * (1.0 - 1e-12)
         if self.response(hi, stat) <= threshold:
             return hi

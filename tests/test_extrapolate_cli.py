@@ -1,0 +1,164 @@
+"""``shrink calibrate``, ``shrink whatif`` and ``shrink extrapolate`` through the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from extrapolate._synthetic import Truth, truth_curve
+from shrink.cli import app
+from shrink.machine import Machine
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = str(ROOT / "examples" / "machines" / "nehalem-2s.toml")
+runner = CliRunner()
+
+
+def _invoke(args: list[str]):
+    result = runner.invoke(app, args)
+    return result
+
+
+def test_whatif_json_has_every_mapping_with_intervals():
+    r = _invoke(
+        ["whatif", "--machine", SPEC, "--workload", "tcp", "--calibration", "published", "--json"]
+    )
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["schema"] == "shrink.prediction/1"
+    for name in ("1-replica", "2-replica-direct", "2-replica-indirect"):
+        for stat in ("mean", "p999"):
+            m = d["mappings"][name][stat]
+            assert m["ci"][0] <= m["mat"] <= m["ci"][1] and m["mat"] > 0
+    # The calibration figures it was fitted on, reproduced within their precision.
+    figs = d["calibration"]["figures"]
+    assert figs and all(f["within_precision"] for f in figs)
+    assert d["recommended"] == "2-replica-direct"
+    assert d["mappings"]["2-replica-direct"]["mean"]["mat"] / d["mappings"]["1-replica"]["mean"][
+        "mat"
+    ] - 1 == pytest.approx(0.123, abs=0.0005)
+
+
+def test_whatif_prints_both_workloads():
+    r = _invoke(
+        ["whatif", "--machine", SPEC, "--workload", "tcp", "--workload", "support", "--no-sweep"]
+    )
+    assert r.exit_code == 0, r.output
+    assert "== tcp on nehalem-2s ==" in r.stdout and "== support on nehalem-2s ==" in r.stdout
+    assert r.stdout.count("<- recommended") == 2
+    assert "within precision" in r.stdout and " NO" not in r.stdout
+
+
+def test_whatif_on_a_trace_workload(tmp_path):
+    from shrink.trace import Trace
+
+    tr = Trace.from_columns(
+        {
+            "session": [0, 0, 1, 1, 2],
+            "t": [0.0, 0.0, 1.0, 1.0, 2.0],
+            "path": ["/a.gif", "/b.php", "/c.gif", "/d.gif", "/e.gif"],
+            "cls": ["static", "dynamic", "static", "static", "static"],
+        }
+    )
+    p = tr.write_parquet(tmp_path / "mine.parquet")
+    r = _invoke(["whatif", "--machine", SPEC, "--workload", str(p), "--json", "--no-sweep"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["workload"]["dynamic_fraction"] == pytest.approx(0.2)
+    assert d["recommended"] == "1-replica"
+
+
+def test_whatif_bad_workload_is_one_clear_error():
+    r = _invoke(["whatif", "--machine", SPEC, "--workload", "nosuch"])
+    assert r.exit_code == 1
+    assert "workload == 'nosuch'" in r.output
+
+
+def test_calibrate_published_and_from_curves(tmp_path):
+    out = tmp_path / "pub.json"
+    r = _invoke(["calibrate", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert json.loads(out.read_text())["schema"] == "shrink.calibration/1"
+    # The file works as --calibration.
+    r = _invoke(
+        [
+            "whatif",
+            "--machine",
+            SPEC,
+            "--workload",
+            "support",
+            "--calibration",
+            str(out),
+            "--json",
+            "--no-sweep",
+        ]
+    )
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["recommended"] == "1-replica"
+
+    # A user's own runs: one-socket shares and both mappings over two sockets.
+    mach = Machine.read_toml(SPEC)
+    t = Truth()
+    files = []
+    for i, (mp, cpus) in enumerate(
+        [
+            ("1-replica", (0,)),
+            ("1-replica", (0, 1)),
+            ("1-replica", (0, 1, 2)),
+            ("1-replica", (0, 1, 4, 5)),
+            ("2-replica-direct", (0, 1, 4, 5)),
+            ("2-replica-indirect", (0, 1, 4, 5)),
+        ]
+    ):
+        c = truth_curve(
+            t, mach, mp, cpus, dyn=0.0, smr=0.0, workload="static", levels=12, reps=2, seed=i
+        )
+        files.append(str(c.write_json(tmp_path / f"c{i}.json")))
+    r = _invoke(["calibrate", *files, "--machine", SPEC, "--thresholds", "mean=1.5ms", "--json"])
+    assert r.exit_code == 0, r.output
+    phys = json.loads(r.stdout)["physics"]
+    assert phys["nic_remote_penalty"] == pytest.approx(t.nic_penalty, rel=0.3)
+
+
+def test_extrapolate_a_share_curve(tmp_path):
+    mach = Machine.read_toml(SPEC)
+    c = truth_curve(
+        Truth(),
+        mach,
+        "1-replica",
+        (0, 1, 2, 3),
+        dyn=0.05,
+        smr=1 / 3.6,
+        workload="support",
+        alpha=0.5,
+        levels=16,
+        reps=2,
+        seed=3,
+    )
+    src = c.write_json(tmp_path / "share.json")
+    out = tmp_path / "pred.json"
+    r = _invoke(
+        [
+            "extrapolate",
+            str(src),
+            "--machine",
+            SPEC,
+            "--mapping",
+            "1-replica",
+            "--mapping",
+            "2-replica-direct",
+            "--thresholds",
+            "mean=1.5ms,p999=20ms",
+            "-o",
+            str(out),
+        ]
+    )
+    assert r.exit_code == 0, r.output
+    d = json.loads(out.read_text())
+    assert set(d["mappings"]) == {"1-replica", "2-replica-direct"}
+    assert d["mappings"]["1-replica"]["p999"]["threshold"] == pytest.approx(0.02)
+    r = _invoke(["extrapolate", str(tmp_path / "missing.json"), "--machine", SPEC])
+    assert r.exit_code == 1 and "missing.json" in r.output
