@@ -18,7 +18,7 @@ import pytest
 
 from shrink.ingest.wsesslog import METHODS, read_wsesslog, write_wsesslog
 from shrink.trace import Trace
-from tests.conftest import require_tool
+from conftest import require_tool
 
 FIXTURE = Path(__file__).parent / "data" / "wsesslog_all_features.txt"
 
