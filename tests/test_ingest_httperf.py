@@ -15,10 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import require_tool
 
 from shrink.ingest.wsesslog import METHODS, read_wsesslog, write_wsesslog
 from shrink.trace import Trace
-from conftest import require_tool
 
 FIXTURE = Path(__file__).parent / "data" / "wsesslog_all_features.txt"
 
