@@ -74,6 +74,15 @@ def test_bad_parameters_are_refused_with_uniform_messages(parent, alpha, seed, m
             _sample(parent, alpha, seed, level)
 
 
+@pytest.mark.parametrize("mode", ["session", "open"])
+def test_empty_trace_gives_empty_samples_and_parts(mode):
+    empty = Trace.empty({"mode": mode})
+    for level in LEVELS:
+        s = _sample(empty, 0.5, 1, level)
+        assert len(s) == 0 and s.meta["kept_sessions"] == 0
+    assert [len(p) for p in split(empty, 3)] == [0, 0, 0]
+
+
 def test_alpha_one_keeps_everything_unchanged(parent):
     for level in LEVELS:
         assert _sample(parent, 1.0, 3, level).same_rows(parent)
