@@ -6,7 +6,7 @@ the close) and whether the connection stays open; the body is counted, never kep
 
 from __future__ import annotations
 
-__all__ = ["build_request", "parse_head"]
+__all__ = ["build_request", "parse_head", "parse_head_cached"]
 
 _HEAD_LIMIT = 65536
 
@@ -53,3 +53,18 @@ def parse_head(head: bytes) -> tuple[int, int, bool, bool]:
 
 
 HEAD_LIMIT = _HEAD_LIMIT
+
+# A server sends the same few heads over and over (only Date changes, once a
+# second): remembering parsed heads takes the parser off the hot path.
+_SEEN: dict[bytes, tuple[int, int, bool, bool]] = {}
+
+
+def parse_head_cached(head: bytes) -> tuple[int, int, bool, bool]:
+    """:func:`parse_head` with a bounded memo of recent heads."""
+    got = _SEEN.get(head)
+    if got is None:
+        got = parse_head(head)
+        if len(_SEEN) >= 4096:
+            _SEEN.clear()
+        _SEEN[head] = got
+    return got

@@ -1,9 +1,9 @@
 """The replay engine: an asyncio (uvloop) HTTP/1.1 client that keeps to a schedule.
 
-One event loop per process. A dispatcher callback wakes shortly before the next
-due event (a session start, the end of a think time, an open-loop request) and
-then polls until it is due: libuv timers have millisecond resolution, so sleeping
-all the way would make every request up to 1 ms late. Times come from
+One event loop per process. A dispatcher callback wakes when the next event is
+due (a session start, the end of a think time, an open-loop request) through a
+timerfd (:mod:`shrink.replay._timer`): libuv timers have millisecond resolution,
+which would make every request up to 1 ms late. Times come from
 ``time.monotonic`` and are stored relative to the run's zero ``t0``.
 
 Per request the engine records intended, sent, first-byte and done times; latency
@@ -22,6 +22,7 @@ the server closed while idle is retried once on a fresh connection, as browsers 
 from __future__ import annotations
 
 import asyncio
+import gc
 import heapq
 import os
 import signal
@@ -35,7 +36,8 @@ from typing import Any
 import numpy as np
 
 from shrink.errors import ParameterError, ReplayError
-from shrink.replay._http import HEAD_LIMIT, build_request, parse_head
+from shrink.replay._http import HEAD_LIMIT, build_request, parse_head_cached
+from shrink.replay._timer import WakeTimer
 from shrink.replay.schedule import Schedule, session_hash
 from shrink.replay.writer import RunLogWriter
 
@@ -198,8 +200,31 @@ class _Conn(asyncio.Protocol):
         req = self.req
         if req is None:
             return  # stray bytes after a complete response: ignore
+        now = monotonic() - self.e.t0
         if req.first_byte != req.first_byte:
-            req.first_byte = monotonic() - self.e.t0
+            req.first_byte = now
+        if self.state == _HEAD and not self.buf:
+            # fast path: a whole Content-Length response in one read
+            i = data.find(b"\r\n\r\n")
+            if i >= 0:
+                try:
+                    status, clen, chunked, close = parse_head_cached(data[:i])
+                except ValueError:
+                    self._fail("bad-response", abort=True)
+                    return
+                if (
+                    clen == len(data) - i - 4
+                    and not chunked
+                    and status >= 200
+                    and not self.head_only
+                    and status != 204
+                    and status != 304
+                ):
+                    self.status = status
+                    self.close_after = close
+                    self.nbytes = clen
+                    self._complete(now)
+                    return
         buf = self.buf + data if self.buf else data
         try:
             self._parse(buf)
@@ -216,7 +241,7 @@ class _Conn(asyncio.Protocol):
                         raise ValueError("response head too long")
                     self.buf = buf
                     return
-                status, clen, chunked, close = parse_head(buf[:i])
+                status, clen, chunked, close = parse_head_cached(buf[:i])
                 buf = buf[i + 4 :]
                 if 100 <= status < 200:
                     continue  # interim response: the real one follows
@@ -275,7 +300,7 @@ class _Conn(asyncio.Protocol):
                 self.buf = b""
                 return
 
-    def _complete(self) -> None:
+    def _complete(self, now: float | None = None) -> None:
         req = self.req
         self.req = None
         self.buf = b""
@@ -285,7 +310,8 @@ class _Conn(asyncio.Protocol):
             if self.transport is not None:
                 self.transport.close()
         assert req is not None
-        self.e.record(req, self.status, self.nbytes, monotonic() - self.e.t0, "")
+        done = monotonic() - self.e.t0 if now is None else now
+        self.e.record(req, self.status, self.nbytes, done, "")
         self.owner.finished(self, req)
 
     def _die(self) -> None:
@@ -499,6 +525,7 @@ class _Engine:
         self.pool_waits = 0
         self.due = 0.0  # intended time of the event being dispatched
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.timer: WakeTimer | None = None
         self.done_fut: asyncio.Future[None] | None = None
         self.interrupted = False
         n = len(cfg.targets)
@@ -529,19 +556,18 @@ class _Engine:
     def record(self, req: _Req, status: int, nbytes: int, done: float, error: str) -> None:
         self.inflight -= 1
         self.recorded += 1
-        self.w.add(
-            req.intended,
-            req.sent,
-            req.first_byte,
-            done,
-            status,
-            nbytes,
-            self.cls_of_row[req.row],
-            req.session,
-            self.tcodes[req.tidx],
-            self.ecodes.code(error) if error else 0,
-            req.dispatched,
-        )
+        a = self.w.appends
+        a[0](req.intended)
+        a[1](req.sent)
+        a[2](req.first_byte)
+        a[3](done)
+        a[4](status)
+        a[5](nbytes)
+        a[6](self.cls_of_row[req.row])
+        a[7](req.session)
+        a[8](self.tcodes[req.tidx])
+        a[9](self.ecodes.code(error) if error else 0)
+        a[10](req.dispatched)
 
     def open_conn(self, owner: Any, tidx: int) -> _Conn:
         conn = _Conn(self, owner, tidx)
@@ -562,6 +588,31 @@ class _Engine:
         heapq.heappush(self.heap, (t, self.seq, fn))
 
     # dispatch -----------------------------------------------------------------
+    def tick_open(self) -> None:
+        """Open mode's dispatcher: the hot path of a high-rate run, kept lean."""
+        t0 = self.t0
+        now = monotonic() - t0
+        times, rows, sess, route, pools = (
+            self.times, self.rows, self.open_sessions, self.route, self.pools,
+        )  # fmt: skip
+        i, n, horizon, budget = self.next_i, len(self.times), self.horizon, self.cfg.batch
+        while i < n and budget:
+            t = times[i]
+            if t > now or t >= horizon:
+                break
+            tidx = route[i]
+            self.inflight += 1
+            pools[tidx].submit(_Req(rows[i], sess[i], tidx, t))
+            i += 1
+            budget -= 1
+        self.next_i = i
+        if not budget:
+            self.loop.call_soon(self.tick_open)  # type: ignore[union-attr]
+        elif i >= n or times[i] >= horizon:
+            self.finish_when_drained()
+        else:
+            self.timer.at(t0 + times[i])  # type: ignore[union-attr]
+
     def tick(self) -> None:
         loop = self.loop
         assert loop is not None
@@ -608,11 +659,7 @@ class _Engine:
         if nxt >= horizon:
             self.finish_when_drained()
             return
-        delay = nxt - (monotonic() - t0)
-        if delay <= self.cfg.spin:
-            loop.call_soon(self.tick)
-        else:
-            loop.call_later(delay - self.cfg.spin, self.tick)
+        self.timer.at(t0 + nxt)
 
     def finish_when_drained(self) -> None:
         loop = self.loop
@@ -681,6 +728,11 @@ def run_schedule(
     installed = []
     cpu0 = os.times()
     wall0 = monotonic()
+    # A collector pass over a big heap stalls the loop for milliseconds; the hot
+    # path makes no reference cycles, so collect before and after, not during.
+    gc_was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
     try:
         if signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -689,7 +741,10 @@ def run_schedule(
                     installed.append(sig)
                 except (ValueError, RuntimeError, NotImplementedError):
                     pass
-        loop.call_later(max(0.0, t0 - monotonic() - config.spin), eng.tick)
+        eng.timer = WakeTimer(
+            loop, eng.tick_open if schedule.mode == "open" else eng.tick, config.spin
+        )
+        eng.timer.at(t0)
         loop.call_later(0.1, eng.sweep)
         loop.run_until_complete(eng.done_fut)
     finally:
@@ -697,6 +752,8 @@ def run_schedule(
             eng.finish()
         for sig in installed:
             loop.remove_signal_handler(sig)
+        if eng.timer is not None:
+            eng.timer.close()
         pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
         for t in pending:
             t.cancel()
@@ -705,6 +762,8 @@ def run_schedule(
         loop.run_until_complete(asyncio.sleep(0))
         loop.close()
         writer.close()
+        if gc_was_enabled:
+            gc.enable()
     cpu1 = os.times()
     import time as _time
 

@@ -13,15 +13,20 @@ from __future__ import annotations
 
 import json
 import time
+from array import array
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shrink.runlog import META_KEY, RUNLOG_SCHEMA, RunLog
 
 __all__ = ["WRITER_SCHEMA", "RunLogWriter"]
+
+# array typecodes of the columns, in WRITER_SCHEMA order
+_TYPECODES = ("d", "d", "d", "d", "i", "q", "b", "q", "i", "i", "d")
 
 # The RunLog columns plus ``dispatched``: when the engine handed the request to a
 # connection (or began connecting for it). ``dispatched - intended`` is the
@@ -65,7 +70,11 @@ class RunLogWriter:
         self.cls = _Codes(("static", "dynamic"))
         self.targets = _Codes()
         self.errors = _Codes(("",))
-        self._cols: tuple[list[Any], ...] = tuple([] for _ in range(11))
+        # Typed arrays, one per column: appends are cheap, and a flush copies
+        # them out as memory rather than converting Python objects (which would
+        # stall the event loop for milliseconds at high rates).
+        self.cols_ = tuple(array(code) for code in _TYPECODES)
+        self.appends = tuple(c.append for c in self.cols_)
         self._tables: list[pa.Table] = []  # kept for the in-memory RunLog
         self._writer: pq.ParquetWriter | None = None
         self._last_flush = time.monotonic()
@@ -94,21 +103,15 @@ class RunLogWriter:
         dispatched: float = float("nan"),
     ) -> None:
         """One request's row (codes from :attr:`cls`, :attr:`targets`, :attr:`errors`)."""
-        c = self._cols
-        c[0].append(intended)
-        c[1].append(sent)
-        c[2].append(first_byte)
-        c[3].append(done)
-        c[4].append(status)
-        c[5].append(nbytes)
-        c[6].append(cls_code)
-        c[7].append(session)
-        c[8].append(target_code)
-        c[9].append(error_code)
-        c[10].append(dispatched)
+        row = (
+            intended, sent, first_byte, done, status, nbytes, cls_code, session,
+            target_code, error_code, dispatched,
+        )  # fmt: skip
+        for append, value in zip(self.appends, row, strict=True):
+            append(value)
 
     def pending(self) -> int:
-        return len(self._cols[0])
+        return len(self.cols_[0])
 
     def maybe_flush(self, now: float | None = None) -> None:
         """Flush if enough rows or time have accumulated (called off the hot path)."""
@@ -119,8 +122,8 @@ class RunLogWriter:
         if n >= self.flush_rows or now - self._last_flush >= self.flush_seconds:
             self.flush()
 
-    def _dict_column(self, codes: list[int], names: list[str]) -> pa.Array:
-        idx = pa.array(codes, type=pa.int32())
+    def _dict_column(self, codes: np.ndarray, names: list[str]) -> pa.Array:
+        idx = pa.array(codes.astype(np.int32))
         return pa.DictionaryArray.from_arrays(idx, pa.array(names, pa.string())).cast(pa.string())
 
     def flush(self) -> None:
@@ -129,7 +132,10 @@ class RunLogWriter:
         self._last_flush = time.monotonic()
         if not n:
             return
-        c = self._cols
+        c = []
+        for col in self.cols_:
+            c.append(np.frombuffer(col, dtype=col.typecode).copy())
+            del col[:]
         arrays = [
             pa.array(c[0], pa.float64()),
             pa.array(c[1], pa.float64()),
@@ -144,8 +150,6 @@ class RunLogWriter:
             pa.array(c[10], pa.float64()),
         ]
         table = pa.Table.from_arrays(arrays, schema=self._schema)
-        for col in c:
-            col.clear()
         self.rows += n
         self._tables.append(table)
         if self._writer is not None:
