@@ -12,6 +12,7 @@ Every decision is a keyed hash of (seed, unit) compared with alpha, so samples
 nest in alpha, and the same seed gives the same rows. ``split`` partitions a
 trace into k disjoint session sets; ``check_consistency`` refuses sampling at a
 level other than the load-balancing one under HTTP/1.1 keep-alive.
+``FirstSessionsSampler`` is a predictable fake for tests (not registered).
 
     >>> from shrink import Trace
     >>> import samplers
@@ -37,6 +38,7 @@ from samplers._protocol import (
 )
 from samplers._structure import is_open_loop
 from samplers.consistency import BALANCE_LEVELS, SAMPLE_LEVELS, check_consistency
+from samplers.fake import FirstSessionsSampler
 from samplers.object import ObjectSampler
 from samplers.request import RequestSampler
 from samplers.session import SessionSampler
@@ -48,6 +50,7 @@ __all__ = [
     "BALANCE_LEVELS",
     "SAMPLE_LEVELS",
     "ConsistencyWarning",
+    "FirstSessionsSampler",
     "ObjectSampler",
     "RequestSampler",
     "Sampler",

@@ -59,6 +59,15 @@ def test_public_surface_is_explicit():
         get_sampler("bogus")
 
 
+def test_fake_sampler_keeps_the_first_sessions_and_fits_the_protocol(parent):
+    fake = samplers.FirstSessionsSampler()
+    assert isinstance(fake, Sampler) and fake.name not in samplers.available()
+    s = fake.sample(parent, 0.25, seed=3)
+    order = list(dict.fromkeys(parent.column("session").tolist()))
+    assert list(dict.fromkeys(s.column("session").tolist())) == order[:100]
+    assert s.meta["sampler"] == "first-sessions" and s.meta["parent"] == parent.fingerprint()
+
+
 @pytest.mark.parametrize(
     ("alpha", "seed", "message"),
     [
