@@ -25,6 +25,7 @@ import numpy as np
 from shrink.errors import CaptureFormatError
 
 __all__ = [
+    "MAX_NS",
     "PCAPNG_MAGIC",
     "PCAP_MAGICS",
     "RawRecords",
@@ -44,6 +45,7 @@ PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
 GZIP_MAGIC = b"\x1f\x8b"
 # The largest record tshark accepts; a longer one is garbage, not a packet.
 MAX_RECORD = 262_144
+MAX_NS = (1 << 63) - 1  # times are int64 nanoseconds
 
 
 @dataclass
@@ -242,6 +244,16 @@ def _read_pcapng(data: bytes, path: Path, strict: bool) -> RawRecords:
             )
             break
         body = off + 8
+        need = {1: 20, 6: 32, 3: 16}.get(btype_i, 12)
+        if blen < need:
+            damage, _ = _damaged(
+                f"block of type {btype_i:#x} is too short ({blen} bytes)",
+                path,
+                len(offs) + 1,
+                off,
+                strict,
+            )
+            break
         if btype_i == 1:  # interface description
             lt, snap = struct.unpack_from(endian + "HxxI", data, body)
             ifaces.append((lt, _tsresol(data[body + 8 : off + blen - 4], endian), snap))
@@ -257,10 +269,20 @@ def _read_pcapng(data: bytes, path: Path, strict: bool) -> RawRecords:
                 )
                 break
             lt, tick, _ = ifaces[ifid]
+            ts = ((hi << 32) | lo) * 1_000_000_000 // tick
+            if ts > MAX_NS:
+                damage, _ = _damaged(
+                    "packet time beyond the year 2262 (bad if_tsresol?)",
+                    path,
+                    len(offs) + 1,
+                    off,
+                    strict,
+                )
+                break
             offs.append(body + 20)
             caps.append(cap)
             wires.append(wire)
-            tss.append(((hi << 32) | lo) * 1_000_000_000 // tick)
+            tss.append(ts)
             lts.append(lt)
         elif btype_i == 3:  # simple packet: no timestamp, first interface
             if not ifaces:

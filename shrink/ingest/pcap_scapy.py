@@ -16,7 +16,7 @@ import numpy as np
 
 from shrink.errors import CaptureFormatError
 from shrink.ingest.pcap_decode import LINKTYPES
-from shrink.ingest.pcap_files import MAX_RECORD, PCAP_MAGICS, capture_format, load_bytes
+from shrink.ingest.pcap_files import MAX_NS, MAX_RECORD, PCAP_MAGICS, capture_format, load_bytes
 from shrink.ingest.tcp_segments import Segments
 
 __all__ = ["scapy_segments"]
@@ -51,7 +51,11 @@ class _Collector:
             # FreeBSD/macOS AF_INET6 on the NULL link; scapy binds only 10 and 24.
             p = IPv6(raw[4:]) if len(raw) >= 44 else Raw(raw[4:])
         else:
-            p = cls(raw)
+            try:
+                p = cls(raw)
+            except Exception:  # scapy's dissectors raise anything on garbage
+                self.skipped["malformed"] += 1
+                return
         layer = p
         # Walk past the link layer and any VLAN tags to the first IP header.
         while layer is not None and not isinstance(layer, (IP, IPv6)):
@@ -197,9 +201,11 @@ def scapy_segments(path: Path, *, strict: bool) -> tuple[Segments, str, str | No
                 raw, meta = reader._read_packet(size=MAX_RECORD)
             except EOFError:
                 break
+            ts = ((meta.tshigh << 32) | meta.tslow) * 1_000_000_000 // meta.tsresol
+            if ts > MAX_NS:
+                break
             packets += 1
             truncated += len(raw) < meta.wirelen
-            ts = ((meta.tshigh << 32) | meta.tslow) * 1_000_000_000 // meta.tsresol
             col.add(packets, ts, raw, meta.linktype)
         if fh.tell() != len(data):
             damage = _damage(path, data, pos, packets + 1, strict)
