@@ -61,7 +61,7 @@ def _workload(spec: str, seed: int) -> Any:
     from shrink.trace import Trace
 
     if spec == "tcp":
-        return tcp_trace(10_000.0, 10.0, seed=seed)
+        return tcp_trace(10_000.0, 20.0, seed=seed)
     if spec == "support":
         return support_trace(300, 40.0, seed=seed, think_s=0.3)
     return Trace.read_parquet(spec)
