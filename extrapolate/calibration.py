@@ -219,14 +219,19 @@ class CrossSocketModel(BaseEstimator):
         return [self._physics(self.free_, x) for x in xs]
 
     def interval(
-        self, fn: Callable[[Physics], float], conf: float = 0.95
+        self, fn: Callable[[Physics], float], conf: float = 0.95, *, log: bool = True
     ) -> tuple[float, tuple[float, float]]:
-        """``fn(physics_)`` and its interval: delta method on log(fn), plus model error."""
+        """``fn(physics_)`` and its interval by the delta method, plus model error.
+
+        ``log`` (for positive quantities such as MATs) works on log(fn), so the
+        interval is multiplicative; ``log=False`` on fn itself (for changes that
+        may be 0 or negative).
+        """
         check_is_fitted(self, "physics_")
         from scipy.stats import norm
 
         v0 = fn(self.physics_)
-        if not (v0 > 0 and math.isfinite(v0)):
+        if not math.isfinite(v0) or (log and v0 <= 0):
             return v0, (v0, v0)
         h = 1e-3
         grad = np.zeros(len(self.x_))
@@ -234,11 +239,13 @@ class CrossSocketModel(BaseEstimator):
             x = self.x_.copy()
             x[i] += h
             vi = fn(self._physics(self.free_, x))
-            grad[i] = (math.log(max(vi, 1e-300)) - math.log(v0)) / h
-        var = float(grad @ self.cov_ @ grad) + self.model_error_**2
-        z = float(norm.ppf(0.5 + conf / 2))
-        half = z * math.sqrt(max(var, 0.0))
-        return v0, (v0 * math.exp(-half), v0 * math.exp(half))
+            grad[i] = ((math.log(max(vi, 1e-300)) - math.log(v0)) if log else (vi - v0)) / h
+        err = self.model_error_ if log else self.model_error_ * abs(v0)
+        var = float(grad @ self.cov_ @ grad) + err**2
+        half = float(norm.ppf(0.5 + conf / 2)) * math.sqrt(max(var, 0.0))
+        if log:
+            return v0, (v0 * math.exp(-half), v0 * math.exp(half))
+        return v0, (v0 - half, v0 + half)
 
     def parameter_intervals(self, conf: float = 0.95) -> dict[str, dict[str, float]]:
         """Each free parameter: value and interval (from the covariance, in its own units)."""
