@@ -42,7 +42,20 @@ def info(
     ):
         if q:
             t.add_row(label, "  ".join(f"{k} {v:,.4g}" for k, v in q.items()))
-    for k in ("reader", "source", "sampler", "alpha", "seed", "parent", "skipped"):
+    for k in (
+        "reader",
+        "source",
+        "workload",
+        "users",
+        "sampler",
+        "level",
+        "alpha",
+        "seed",
+        "parent",
+        "skipped",
+        "forced",
+        "warnings",
+    ):
         if k in inf.meta:
             t.add_row(k, str(inf.meta[k]))
     Console().print(t)
