@@ -17,13 +17,28 @@ CPU affinity (``sched_setaffinity``) enforces a core share and needs no root;
 a cgroup ``cpuset`` is added where we may write cgroups. A CPU-time share needs
 a writable cpu controller (root, or a delegated cgroup).
 
-Period choice (measured in ../shared/DESIGN.md): the kernel refuses a quota
-under 1 ms, and a long period makes latency bimodal (50 ms / 100 ms gave p99 of
-47.6 ms against 2.1 ms for 1 ms / 2 ms at the same 50 % share). We therefore
-take the *shortest* period that keeps the quota at >= 1 ms:
-``period = ceil(1 ms / (fraction * n_cpus))`` rounded up to 100 us. Short
-periods cost more throttling overhead and still make a 20-25 % deviation from an
-ideal slower server at light load; pass ``period_us`` to trade the other way.
+Period choice. The kernel refuses a quota under 1 ms, and a long period makes
+latency bimodal (../shared/DESIGN.md: 50 ms / 100 ms gave a p99 of 47.6 ms
+against 2.1 ms for 1 ms / 2 ms at the same 50 % share). But a quota shorter
+than one scheduler tick (1/CONFIG_HZ: 4 ms at HZ=250) under-delivers: a group
+that stays runnable overruns its quota until the next tick and then pays the
+debt, so on this VM (HZ=250) a 50 % share measured, as CPU used by two PHP
+requests spinning on one core for 2.2 s:
+
+    | quota / period | CPU delivered (of a core) |
+    |---|---|
+    | 1 ms / 2 ms    | 0.34 |
+    | 2 ms / 4 ms    | 0.38 |
+    | 4 ms / 8 ms    | 0.50 |
+    | 5 ms / 10 ms   | 0.50 |
+    | 10 ms / 20 ms  | 0.50 |
+
+A server at saturation (where a MAT is measured) is always runnable, so we take
+the *shortest period whose quota is at least one tick* (and 1 ms):
+``period = ceil(max(1 ms, tick) / (fraction * n_cpus))``, rounded up to 100 us.
+The cost is latency: a request can wait up to ``period - quota`` for the next
+refill (4 ms at 50 %), against 1 ms with the 2 ms period. Pass ``period_us`` to
+trade the other way.
 """
 
 from __future__ import annotations
@@ -41,7 +56,14 @@ from shrink.machine import Machine
 from shrink.topology import format_cpulist, parse_cpulist
 from shrink.validation import check_alpha
 
-__all__ = ["Cgroup", "Share", "cgroup_layout", "choose_period_us", "select_compact"]
+__all__ = [
+    "Cgroup",
+    "Share",
+    "cgroup_layout",
+    "choose_period_us",
+    "scheduler_tick_us",
+    "select_compact",
+]
 
 MIN_QUOTA_US = 1000  # the kernel's floor for a CFS quota
 MAX_PERIOD_US = 1_000_000  # and its ceiling for the period
@@ -73,14 +95,40 @@ def select_compact(machine: Machine, alpha: float) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
-def choose_period_us(fraction: float, n_cpus: int) -> int:
-    """Shortest CFS period (us, multiple of 100) whose quota is still >= 1 ms."""
-    need = MIN_QUOTA_US / (fraction * n_cpus)
+def scheduler_tick_us(config_text: str | None = None) -> int:
+    """One scheduler tick, 1/CONFIG_HZ, in us, from the kernel's build config.
+
+    Read from ``/boot/config-$(uname -r)`` or ``/proc/config.gz``; 4000 (HZ=250,
+    the common distribution default) when neither says.
+    """
+    if config_text is None:
+        config_text = _kernel_config()
+    m = re.search(r"^CONFIG_HZ=(\d+)\s*$", config_text, re.M)
+    return 1_000_000 // int(m.group(1)) if m and int(m.group(1)) > 0 else 4000
+
+
+def _kernel_config() -> str:
+    import gzip
+
+    with contextlib.suppress(OSError):
+        return Path(f"/boot/config-{os.uname().release}").read_text()
+    with contextlib.suppress(OSError):
+        return gzip.decompress(Path("/proc/config.gz").read_bytes()).decode()
+    return ""
+
+
+def choose_period_us(fraction: float, n_cpus: int, *, tick_us: int | None = None) -> int:
+    """Shortest CFS period (us, multiple of 100) whose quota is >= 1 ms and >= one tick."""
+    tick = scheduler_tick_us() if tick_us is None else tick_us
+    need = max(MIN_QUOTA_US, tick) / (fraction * n_cpus)
     period = max(MIN_QUOTA_US, math.ceil(need / 100 - 1e-9) * 100)
+    if period > MAX_PERIOD_US and fraction * n_cpus * MAX_PERIOD_US >= MIN_QUOTA_US:
+        period = MAX_PERIOD_US  # under a tick, but the longest period the kernel allows
     if period > MAX_PERIOD_US:
         raise TopologyError(
             f"a CPU-time share of {fraction:g} on {n_cpus} CPU(s) needs a period over "
-            f"{MAX_PERIOD_US} us for a 1 ms quota, which the kernel refuses."
+            f"{MAX_PERIOD_US} us for a quota of one tick ({tick} us), which the kernel "
+            "refuses; give a longer share or pass a period."
         )
     return period
 

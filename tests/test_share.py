@@ -19,6 +19,7 @@ from shrink.share import (
     Share,
     cgroup_layout,
     choose_period_us,
+    scheduler_tick_us,
     select_compact,
 )
 from shrink.topology import discover
@@ -58,7 +59,8 @@ def test_alpha_whole_cores_property(k):
     assert per_socket[1] == 0 or per_socket[0] == 4
 
 
-def test_parse_forms_on_two_cores():
+def test_parse_forms_on_two_cores(monkeypatch):
+    monkeypatch.setattr("shrink.share.scheduler_tick_us", lambda: 4000)  # HZ=250
     assert Share.parse("all", TWO_CORE) == Share("all", (0, 1), 1.0)
     assert Share.parse("0.5", TWO_CORE).cpus == (0,)
     assert Share.parse("1", TWO_CORE) == Share("cores", (1,), 0.5)  # a bare integer is a CPU
@@ -66,10 +68,18 @@ def test_parse_forms_on_two_cores():
     q = Share.parse("1@25%", TWO_CORE)
     assert q == Share.parse("1@0.25", TWO_CORE)
     assert (q.kind, q.cpus, q.cpu_fraction, q.fraction) == ("cpu_time", (1,), 0.25, 0.125)
-    assert (q.quota_us(), q.period_us) == (1000, 4000)
+    # The quota is one tick, the period as short as that allows.
+    assert (q.quota_us(), q.period_us) == (4000, 16000)
     half = Share.parse("0@50%", TWO_CORE)
-    assert (half.quota_us(), half.period_us, half.fraction) == (1000, 2000, 0.25)
+    assert (half.quota_us(), half.period_us, half.fraction) == (4000, 8000, 0.25)
     assert Share.parse("0@100%", TWO_CORE).kind == "cores"
+
+
+def test_scheduler_tick_from_kernel_config():
+    assert scheduler_tick_us("# x\nCONFIG_HZ_250=y\nCONFIG_HZ=250\n") == 4000
+    assert scheduler_tick_us("CONFIG_HZ=1000\n") == 1000
+    assert scheduler_tick_us("") == 4000
+    assert scheduler_tick_us() in (1000, 3333, 4000, 10000)
 
 
 def test_parse_period_override_and_dict_round_trip():
@@ -106,13 +116,21 @@ def test_period_too_short_for_a_quota_is_refused():
         Share.parse("0@10%", TWO_CORE, period_us=2000)
 
 
-@given(st.floats(0.01, 1.0), st.integers(1, 64))
-def test_period_is_shortest_with_a_1ms_quota(fraction, n):
-    p = choose_period_us(fraction, n)
-    assert p % 100 == 0 and p >= MIN_QUOTA_US
+@given(st.floats(0.005, 1.0), st.integers(1, 64), st.sampled_from([1000, 3333, 4000, 10000]))
+def test_period_is_shortest_with_a_tick_long_quota(fraction, n, tick):
+    p = choose_period_us(fraction, n, tick_us=tick)
+    floor = max(MIN_QUOTA_US, tick)
+    assert p % 100 == 0 and MIN_QUOTA_US <= p <= 1_000_000
     assert fraction * n * p >= MIN_QUOTA_US - 1e-6
-    if p > MIN_QUOTA_US:  # 100 us shorter would drop the quota under 1 ms
-        assert fraction * n * (p - 100) < MIN_QUOTA_US
+    if p < 1_000_000:
+        assert fraction * n * p >= floor - 1e-6
+    if MIN_QUOTA_US < p < 1_000_000:  # 100 us shorter would drop the quota under a tick
+        assert fraction * n * (p - 100) < floor
+
+
+def test_period_refused_when_even_a_second_is_too_short():
+    with pytest.raises(TopologyError, match="needs a period over"):
+        choose_period_us(0.0005, 1, tick_us=4000)
 
 
 HYBRID = """\
@@ -146,7 +164,7 @@ def test_v1_cgroup_files_on_a_fake_tree(tmp_path):
     (tmp_path / "sys/fs/cgroup/cpuset/cpuset.cpus").write_text("0-7\n")
     (tmp_path / "sys/fs/cgroup/cpuset/cpuset.mems").write_text("0-1\n")
     lay = cgroup_layout(HYBRID, fs_root=tmp_path)
-    share = Share.parse("4-5@25%", NEHALEM)
+    share = Share.parse("4-5@25%", NEHALEM, period_us=2000)
     cg = Cgroup("t-r0", lay)
     cg.create((4, 5), share.quota_us(2), share.period_us)
     cpu = Path(cg.dirs["cpu"])
@@ -194,10 +212,13 @@ def test_real_cgroup_quota_on_this_machine():
         assert proc.pid in cg.pids()
         cpu = Path(cg.dirs["cpu"])
         if lay.version == 1:
-            assert (cpu / "cpu.cfs_quota_us").read_text().strip() == "1000"
-            assert (cpu / "cpu.cfs_period_us").read_text().strip() == "2000"
+            assert (cpu / "cpu.cfs_quota_us").read_text().strip() == str(share.quota_us())
+            assert (cpu / "cpu.cfs_period_us").read_text().strip() == str(share.period_us)
         else:
-            assert (cpu / "cpu.max").read_text().split() == ["1000", "2000"]
+            assert (cpu / "cpu.max").read_text().split() == [
+                str(share.quota_us()),
+                str(share.period_us),
+            ]
         if "cpuset" in cg.dirs:
             assert os.sched_getaffinity(proc.pid) == set(share.cpus)
     finally:
