@@ -526,6 +526,8 @@ class _Engine:
         self.due = 0.0  # intended time of the event being dispatched
         self.loop: asyncio.AbstractEventLoop | None = None
         self.timer: WakeTimer | None = None
+        self.armed = float("inf")  # run time of the dispatcher's next wake-up
+        self.draining = False
         self.done_fut: asyncio.Future[None] | None = None
         self.interrupted = False
         n = len(cfg.targets)
@@ -584,8 +586,12 @@ class _Engine:
             pass
 
     def at(self, t: float, fn: Callable[[], None]) -> None:
+        """Run ``fn`` at run time ``t`` (a think time's end): wakes the dispatcher if earlier."""
         self.seq += 1
         heapq.heappush(self.heap, (t, self.seq, fn))
+        if t < self.armed and self.timer is not None:
+            self.armed = t
+            self.timer.at(self.t0 + t)
 
     # dispatch -----------------------------------------------------------------
     def tick_open(self) -> None:
@@ -609,13 +615,15 @@ class _Engine:
         if not budget:
             self.loop.call_soon(self.tick_open)  # type: ignore[union-attr]
         elif i >= n or times[i] >= horizon:
-            self.finish_when_drained()
+            if not self.draining:
+                self.finish_when_drained()
         else:
             self.timer.at(t0 + times[i])  # type: ignore[union-attr]
 
     def tick(self) -> None:
         loop = self.loop
         assert loop is not None
+        self.armed = float("inf")
         t0 = self.t0
         now = monotonic() - t0
         horizon = self.horizon
@@ -657,15 +665,19 @@ class _Engine:
             heap[0][0] if heap else float("inf"),
         )
         if nxt >= horizon:
-            self.finish_when_drained()
+            if not self.draining:
+                self.finish_when_drained()
             return
-        self.timer.at(t0 + nxt)
+        self.armed = nxt
+        self.timer.at(t0 + nxt)  # type: ignore[union-attr]
 
     def finish_when_drained(self) -> None:
         loop = self.loop
         assert loop is not None
+        self.draining = True
         now = monotonic() - self.t0
-        if self.inflight <= 0 or now >= self.horizon + self.cfg.drain or self.interrupted:
+        idle = self.inflight <= 0 and self.sessions_live <= 0
+        if idle or now >= self.horizon + self.cfg.drain or self.interrupted:
             self.finish()
         else:
             loop.call_later(0.005, self.finish_when_drained)

@@ -267,10 +267,14 @@ class LiveTarget:
                 meta=meta,
                 on_start=on_start,
             )
-        finally:
+        except BaseException:
             for smp in samplers:
                 smp.stop.set()
-                smp.join(timeout=1)
+            raise
+        for smp in samplers:
+            # a run whose sessions all ended early still measures the whole window
+            smp.join(timeout=max(0.0, smp.at[1] - monotonic()) + 1.0)
+            smp.stop.set()
         sampler = samplers[0] if samplers else None
         self.last_engine = engine
         window = (warmup, horizon)
