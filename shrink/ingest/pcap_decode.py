@@ -110,9 +110,9 @@ def _link(b: np.ndarray, recs: RawRecords, end: np.ndarray) -> tuple[np.ndarray,
 def decode_records(recs: RawRecords) -> Segments:
     """TCP segments of every record; everything else counted in ``skipped`` by kind."""
     data = recs.buf
-    # Pad so that gathers a few bytes past a short packet stay in bounds; the
-    # ``end`` tests below make sure padded bytes are never used.
-    b = np.frombuffer(data + bytes(128), dtype=np.uint8)
+    # The buffer is padded, so gathers a few bytes past a short packet stay in
+    # bounds; the ``end`` tests below make sure padded bytes are never used.
+    b = np.frombuffer(data, dtype=np.uint8)
     skipped: Counter[str] = Counter()
     n = len(recs)
     end = recs.data_off + recs.caplen
