@@ -23,7 +23,14 @@ from shrink.machine import Machine
 from shrink.mapping import Mapping
 from shrink.topology import format_cpulist
 
-__all__ = ["IrqAssignment", "apply_plan", "format_plan", "nic_queue_irqs", "plan_irq_affinity"]
+__all__ = [
+    "IrqAssignment",
+    "apply_plan",
+    "format_plan",
+    "interface_irq_names",
+    "nic_queue_irqs",
+    "plan_irq_affinity",
+]
 
 
 @dataclass(frozen=True)
@@ -44,25 +51,40 @@ class IrqAssignment:
         }
 
 
-def nic_queue_irqs(interface: str, interrupts_text: str) -> list[tuple[int, str]]:
-    """(IRQ, queue name) of ``interface``'s receive/combined queues, in queue order.
+def interface_irq_names(interface: str, sys_root: str | Path = "/sys") -> list[str]:
+    """Names an interface's queue interrupts may carry: its own, and for virtio NICs
+    the device's (``eth0`` is ``virtio2``, queues ``virtio2-input.0``)."""
+    names = [interface]
+    dev = Path(sys_root) / "class" / "net" / interface / "device"
+    if dev.exists():
+        real = dev.resolve().name
+        if real.startswith("virtio"):
+            names.append(real)
+    return names
 
-    Matches descriptions that start with the interface and end in a queue number
-    (``eth0-TxRx-3``, ``eth0-rx-3``, ``ens1f0-3``); transmit-only queues
-    (``eth0-tx-0``) and the link interrupt (``eth0``) are left out.
+
+def nic_queue_irqs(interface: str | list[str], interrupts_text: str) -> list[tuple[int, str]]:
+    """(IRQ, queue name) of an interface's receive/combined queues, in queue order.
+
+    ``interface`` is a name or the list from :func:`interface_irq_names`. Matches
+    descriptions that start with a name and end in a queue number (``eth0-TxRx-3``,
+    ``eth0-rx-3``, ``ens1f0-3``, ``virtio2-input.0``); transmit-only queues
+    (``eth0-tx-0``, ``virtio2-output.0``) and link/config interrupts are left out.
     """
+    names = [interface] if isinstance(interface, str) else list(interface)
     found: list[tuple[int, int, str]] = []
     for line in interrupts_text.splitlines():
         head, _, rest = line.partition(":")
-        if not head.strip().isdigit():
+        if not head.strip().isdigit() or not rest.split():
             continue
-        name = rest.split()[-1] if rest.split() else ""
-        if not name.startswith(interface) or re.search(r"-tx-\d+$", name, re.I):
+        desc = rest.split()[-1]
+        prefix = next((n for n in names if desc.startswith(n)), None)
+        if prefix is None or re.search(r"-(tx|output)[-.]?\d+$", desc, re.I):
             continue
-        m = re.search(r"(\d+)$", name[len(interface) :])
+        m = re.search(r"(\d+)$", desc[len(prefix) :])
         if m is None:
             continue
-        found.append((int(m.group(1)), int(head), name))
+        found.append((int(m.group(1)), int(head), desc))
     return [(irq, name) for _, irq, name in sorted(found)]
 
 
@@ -85,7 +107,7 @@ def plan_irq_affinity(
         )
     groups: list[list[tuple[int, str]]] = []
     if len(interfaces) == 1:
-        queues = nic_queue_irqs(interfaces[0], interrupts_text)
+        queues = nic_queue_irqs(interface_irq_names(interfaces[0]), interrupts_text)
         if not queues:
             raise TopologyError(f"no queue interrupts for {interfaces[0]!r} in /proc/interrupts")
         size = max(1, len(queues) // k)
@@ -93,7 +115,7 @@ def plan_irq_affinity(
         groups[-1].extend(queues[k * size :])
     else:
         for iface in interfaces:
-            queues = nic_queue_irqs(iface, interrupts_text)
+            queues = nic_queue_irqs(interface_irq_names(iface), interrupts_text)
             if not queues:
                 raise TopologyError(f"no queue interrupts for {iface!r} in /proc/interrupts")
             groups.append(queues)

@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from shrink.errors import TopologyError
-from shrink.irq import apply_plan, format_plan, nic_queue_irqs, plan_irq_affinity
+from shrink.irq import (
+    apply_plan,
+    format_plan,
+    interface_irq_names,
+    nic_queue_irqs,
+    plan_irq_affinity,
+)
 from shrink.machine import Machine
 from shrink.mapping import build_mapping
 
@@ -74,3 +80,34 @@ def test_apply_writes_smp_affinity_list(tmp_path):
     apply_plan(plan, proc_root=tmp_path)
     assert (tmp_path / "irq" / "41" / "smp_affinity_list").read_text() == "0"
     assert (tmp_path / "irq" / "50" / "smp_affinity_list").read_text() == "7"
+
+
+def test_virtio_nic_queues_are_found_through_the_device(tmp_path):
+    dev = tmp_path / "devices" / "pci0000:00" / "0000:00:03.0" / "virtio2"
+    dev.mkdir(parents=True)
+    (tmp_path / "class" / "net" / "eth0").mkdir(parents=True)
+    (tmp_path / "class" / "net" / "eth0" / "device").symlink_to(dev)
+    names = interface_irq_names("eth0", sys_root=tmp_path)
+    assert names == ["eth0", "virtio2"]
+    text = (
+        " 37:  0  0  PCI-MSIX  0-edge  virtio2-config\n"
+        " 38:  0  9  PCI-MSIX  1-edge  virtio2-input.0\n"
+        " 39:  9  0  PCI-MSIX  2-edge  virtio2-output.0\n"
+        " 40:  0  9  PCI-MSIX  3-edge  virtio2-input.1\n"
+    )
+    assert nic_queue_irqs(names, text) == [(38, "virtio2-input.0"), (40, "virtio2-input.1")]
+
+
+def test_cli_nic_without_queues_fails_before_starting(tmp_path):
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    (tmp_path / "doc").mkdir()
+    r = CliRunner().invoke(
+        app,
+        ["testbed", "up", "--docroot", str(tmp_path / "doc"), "--state", str(tmp_path / "s.json"),
+         "--nic", "nosuchnic0"],
+    )  # fmt: skip
+    assert r.exit_code == 1 and "no queue interrupts for 'nosuchnic0'" in r.output
+    assert not (tmp_path / "s.json").exists()
