@@ -91,7 +91,7 @@ def read_capture(
     streams = reassemble(seg)
     http = parse_http(streams, cookie=cookie)
     cols = sessionize(
-        http.exchanges,
+        http,
         mode=mode,
         idle_gap=idle_gap,
         burst_gap=burst_gap,

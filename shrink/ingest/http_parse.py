@@ -18,12 +18,15 @@ their length, never copied.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from shrink.ingest.tcp_reassembly import Connection, Streams
 
-__all__ = ["Exchange", "HttpResult", "parse_http"]
+__all__ = ["HttpResult", "find_request", "find_response", "parse_http"]
 
 _REQ = re.compile(rb"([A-Z][A-Z0-9_-]{0,19}) ([^ \r\n]+) HTTP/1\.[01]\r?\n")
 _RESP = re.compile(rb"HTTP/1\.[01] ([0-9]{3})(?:[ \t][^\r\n]*)?\r?\n")
@@ -33,33 +36,37 @@ DETECT_WINDOW = 64 * 1024
 
 
 @dataclass
-class Exchange:
-    """One request and, when it came, its response (times in ns, body in wire bytes)."""
-
-    conn: int
-    client: bytes
-    server: bytes
-    sport: int
-    method: str
-    path: str
-    t_req: int
-    status: int = 0
-    t_first: int = -1
-    t_last: int = -1
-    body: int = -1
-    complete: bool = False
-    cookie: str | None = None
-    set_cookie: str | None = None
-
-
-@dataclass
 class HttpResult:
-    exchanges: list[Exchange]
+    """Every request found, as columns (one entry per request, connection order).
+
+    Offsets index ``Streams.data``; times (ns) are filled in by :func:`parse_http`.
+    A response that never came leaves status 0, body -1 and offsets -1.
+    """
+
+    conn: list[int] = field(default_factory=list)
+    client: list[bytes] = field(default_factory=list)
+    server: list[bytes] = field(default_factory=list)
+    sport: list[int] = field(default_factory=list)
+    method: list[str] = field(default_factory=list)
+    path: list[str] = field(default_factory=list)
+    req_off: list[int] = field(default_factory=list)
+    status: list[int] = field(default_factory=list)
+    first_off: list[int] = field(default_factory=list)
+    last_off: list[int] = field(default_factory=list)
+    body: list[int] = field(default_factory=list)
+    cookie: list[str | None] = field(default_factory=list)
+    set_cookie: list[str | None] = field(default_factory=list)
+    t_req: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    t_first: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    t_last: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     requests: int = 0
     responses: int = 0
     orphan_responses: int = 0
     http_conns: int = 0
     counts: Counter[str] = field(default_factory=Counter)
+
+    def __len__(self) -> int:
+        return len(self.conn)
 
 
 def find_request(data: bytes, p: int, end: int) -> int:
@@ -92,18 +99,6 @@ def find_response(data: bytes, p: int, end: int) -> int:
         q = h + 1
 
 
-def _header_end(data: bytes, p: int, end: int) -> tuple[int, int]:
-    """(end of the header block, start of the body) or (-1, -1) when not complete."""
-    lim = min(end, p + MAX_HEADER)
-    h = data.find(b"\r\n\r\n", p, lim)
-    if h >= 0:
-        return h, h + 4
-    h = data.find(b"\n\n", p, lim)
-    if h >= 0:
-        return h, h + 2
-    return -1, -1
-
-
 def _field(block: bytes, low: bytes, name: bytes) -> bytes | None:
     """A header's value (first occurrence); ``low`` is ``block.lower()``."""
     i = low.find(b"\n" + name + b":")
@@ -112,21 +107,6 @@ def _field(block: bytes, low: bytes, name: bytes) -> bytes | None:
     i += len(name) + 2
     j = block.find(b"\n", i)
     return block[i : j if j >= 0 else len(block)].strip()
-
-
-def _framing(block: bytes) -> tuple[bool, int]:
-    """(chunked, content length or -1) from a header block."""
-    low = block.lower()
-    te = _field(block, low, b"transfer-encoding")
-    if te is not None and b"chunked" in te.lower():
-        return True, -1
-    cl = _field(block, low, b"content-length")
-    if cl is not None:
-        try:
-            return False, int(cl.split(b",")[0])
-        except ValueError:
-            return False, -1
-    return False, -1
 
 
 def _chunked(data: bytes, p: int, end: int) -> tuple[int, int, bool]:
@@ -172,84 +152,134 @@ def _cookie(block: bytes, name: bytes, header: bytes) -> str | None:
     return None
 
 
+def _length(low: bytes) -> tuple[bool, int]:
+    """(chunked, Content-Length or -1) from a lower-cased header block."""
+    i = low.find(b"\ntransfer-encoding:")
+    if i >= 0 and b"chunked" in low[i : low.find(b"\n", i + 1) % (len(low) + 1)]:
+        return True, -1
+    i = low.find(b"\ncontent-length:")
+    if i < 0:
+        return False, -1
+    j = low.find(b"\n", i + 16)
+    try:
+        return False, int(low[i + 16 : j if j >= 0 else len(low)].split(b",")[0])
+    except ValueError:
+        return False, -1
+
+
 class _Parser:
-    def __init__(self, st: Streams, cookie: bytes | None) -> None:
+    def __init__(self, st: Streams, cookie: bytes | None, out: HttpResult) -> None:
         self.st = st
         self.data = st.data
         self.cookie = cookie
+        self.out = out
         self.counts: Counter[str] = Counter()
+        self.gaps = bool(st.gap_start.size)
+        self.methods: dict[bytes, str] = {}
 
-    def requests(self, c: Connection, d: int) -> list[tuple[str, str, int, str | None]]:
-        """(method, target, stream offset, cookie) of every complete request header."""
-        data = self.data
+    def requests(self, c: Connection, d: int) -> tuple[list[int], list[str]]:
+        """Append every complete request of stream ``d``; (offsets, methods)."""
+        data, out, counts = self.data, self.out, self.counts
+        find, match = data.find, _REQ.match
+        methods = self.methods
         p, end = c.span[d]
-        out = []
+        offs: list[int] = []
+        meths: list[str] = []
+        paths: list[str] = []
+        cookies: list[str | None] = []
         while p < end:
-            m = _REQ.match(data, p, end)
+            m = match(data, p, end)
             if m is None:
                 q = find_request(data, p + 1, end)
                 if q < 0:
                     break
-                self.counts["http-resync"] += 1
+                counts["http-resync"] += 1
                 p = q
                 continue
-            h, body = _header_end(data, p, end)
-            if h < 0:
-                self.counts["incomplete-request-header"] += 1
-                break
-            if self.st.has_gap(p, body):
-                self.counts["request-header-in-gap"] += 1
+            lim = min(end, p + MAX_HEADER)
+            h = find(b"\r\n\r\n", p, lim)
+            if h >= 0:
+                body = h + 4
+            else:
+                h = find(b"\n\n", p, lim)
+                if h < 0:
+                    counts["incomplete-request-header"] += 1
+                    break
+                body = h + 2
+            if self.gaps and self.st.has_gap(p, body):
+                counts["request-header-in-gap"] += 1
                 p += 1
                 continue
-            block = data[p:h]
-            chunked, length = _framing(block)
-            if chunked:
-                _, nxt, _ = _chunked(data, body, end)
-            else:
-                nxt = body + max(length, 0)
-            ck = None if self.cookie is None else _cookie(block, self.cookie, b"cookie")
-            out.append((m.group(1).decode("ascii"), m.group(2).decode("latin-1"), p, ck))
+            low = data[m.end() - 1 : h].lower()
+            nxt = body
+            if b"\ncontent-length:" in low or b"\ntransfer-encoding:" in low:
+                chunked, length = _length(low)
+                nxt = _chunked(data, body, end)[1] if chunked else body + max(length, 0)
+            g = m.group(1)
+            meth = methods.get(g)
+            if meth is None:
+                meth = methods[g] = g.decode("ascii")
+            offs.append(p)
+            meths.append(meth)
+            paths.append(m.group(2).decode("latin-1"))
+            if self.cookie is not None:
+                cookies.append(_cookie(data[p:h], self.cookie, b"cookie"))
             p = nxt
-        return out
+        k = len(offs)
+        out.req_off += offs
+        out.method += meths
+        out.path += paths
+        out.cookie += cookies if self.cookie is not None else [None] * k
+        return offs, meths
 
-    def responses(self, c: Connection, d: int, reqs: list[Exchange]) -> tuple[int, int]:
-        """Fill responses into ``reqs`` in order; (responses seen, orphan responses)."""
-        data, st = self.data, self.st
+    def responses(
+        self, c: Connection, d: int, base: int, t_req: list[int], meths: list[str]
+    ) -> tuple[int, int]:
+        """Pair responses of stream ``d`` with the requests at ``base``...; (seen, orphans)."""
+        data, st, out, counts = self.data, self.st, self.out, self.counts
+        find, match = data.find, _RESP.match
+        starts, ts = st._starts, st._ts
         p, end = c.span[d]
         seen = orphans = 0
         ri = 0
+        nreq = len(t_req)
         while p < end:
-            m = _RESP.match(data, p, end)
+            m = match(data, p, end)
             if m is None:
                 q = find_response(data, p + 1, end)
                 if q < 0:
                     break
-                self.counts["http-resync"] += 1
+                counts["http-resync"] += 1
                 p = q
                 continue
-            h, body = _header_end(data, p, end)
-            if h < 0:
-                self.counts["incomplete-response-header"] += 1
-                break
-            if st.has_gap(p, body):
-                self.counts["response-header-in-gap"] += 1
+            lim = min(end, p + MAX_HEADER)
+            h = find(b"\r\n\r\n", p, lim)
+            if h >= 0:
+                body = h + 4
+            else:
+                h = find(b"\n\n", p, lim)
+                if h < 0:
+                    counts["incomplete-response-header"] += 1
+                    break
+                body = h + 2
+            if self.gaps and st.has_gap(p, body):
+                counts["response-header-in-gap"] += 1
                 p += 1
                 continue
             status = int(m.group(1))
-            t_first = st.time_at(p)
-            # A response older than the next request answers one the capture missed.
-            req = reqs[ri] if ri < len(reqs) and reqs[ri].t_req <= t_first else None
-            block = data[p:h]
             if 100 <= status < 200 and status != 101:
                 seen += 1
                 p = body
                 continue
-            head = req is not None and req.method == "HEAD"
+            t_first = ts[bisect_right(starts, p) - 1]
+            # A response older than the next request answers one the capture missed.
+            req = ri if ri < nreq and t_req[ri] <= t_first else -1
+            meth = meths[req] if req >= 0 else ""
             complete = True
-            if head or status in (204, 304) or status == 101:
+            if meth == "HEAD" or status in (204, 304, 101):
                 size, nxt = 0, body
             else:
-                chunked, length = _framing(block)
+                chunked, length = _length(data[m.end() - 1 : h].lower())
                 if chunked:
                     size, nxt, complete = _chunked(data, body, end)
                 elif length >= 0:
@@ -259,22 +289,22 @@ class _Parser:
                     size, nxt = end - body, end
             # Like tshark, count a response only when all of it was captured;
             # one with a hole still answers its request (times and status are known).
-            if complete and not st.has_gap(body, nxt):
+            if complete and not (self.gaps and st.has_gap(body, nxt)):
                 seen += 1
             else:
-                self.counts["response-incomplete"] += 1
-            if req is None:
+                counts["response-incomplete"] += 1
+            if req < 0:
                 orphans += 1
             else:
-                req.status = status
-                req.t_first = t_first
-                req.t_last = st.done_at(max(nxt, body) - 1)
-                req.body = size
-                req.complete = complete
+                i = base + req
+                out.status[i] = status
+                out.first_off[i] = p
+                out.last_off[i] = max(nxt, body) - 1
+                out.body[i] = size
                 if self.cookie is not None:
-                    req.set_cookie = _cookie(block, self.cookie, b"set-cookie")
+                    out.set_cookie[i] = _cookie(data[p:h], self.cookie, b"set-cookie")
                 ri += 1
-            if status == 101 or (req is not None and req.method == "CONNECT" and status < 300):
+            if status == 101 or (meth == "CONNECT" and status < 300):
                 break  # the connection leaves HTTP
             p = nxt
         return seen, orphans
@@ -297,8 +327,9 @@ class _Parser:
 
 def parse_http(st: Streams, *, cookie: str | None = None) -> HttpResult:
     """Every HTTP exchange of every connection, in connection order then request order."""
-    parser = _Parser(st, None if cookie is None else cookie.encode("latin-1"))
-    res = HttpResult([])
+    res = HttpResult()
+    parser = _Parser(st, None if cookie is None else cookie.encode("latin-1"), res)
+    starts = st.piece_start
     for c in st.conns:
         cd = parser.client_dir(c)
         if cd < 0:
@@ -307,14 +338,31 @@ def parse_http(st: Streams, *, cookie: str | None = None) -> HttpResult:
             continue
         res.http_conns += 1
         (caddr, _), (saddr, sport) = c.ep[cd], c.ep[1 - cd]
-        reqs = [
-            Exchange(c.index, caddr, saddr, sport, meth, path, st.time_at(off), cookie=ck)
-            for meth, path, off, ck in parser.requests(c, cd)
-        ]
-        seen, orphans = parser.responses(c, 1 - cd, reqs)
-        res.requests += len(reqs)
+        base = len(res.conn)
+        offs, meths = parser.requests(c, cd)
+        k = len(offs)
+        res.conn += [c.index] * k
+        res.client += [caddr] * k
+        res.server += [saddr] * k
+        res.sport += [sport] * k
+        res.status += [0] * k
+        res.first_off += [-1] * k
+        res.last_off += [-1] * k
+        res.body += [-1] * k
+        res.set_cookie += [None] * k
+        t_req = st.piece_ts[np.searchsorted(starts, offs, side="right") - 1].tolist() if k else []
+        seen, orphans = parser.responses(c, 1 - cd, base, t_req, meths)
+        res.requests += k
         res.responses += seen
         res.orphan_responses += orphans
-        res.exchanges.extend(reqs)
     res.counts.update(parser.counts)
+    # Times of all requests and responses at once.
+    req_off = np.asarray(res.req_off, dtype=np.int64)
+    first = np.asarray(res.first_off, dtype=np.int64)
+    last = np.asarray(res.last_off, dtype=np.int64)
+    res.t_req = st.piece_ts[np.searchsorted(starts, req_off, side="right") - 1]
+    at = np.searchsorted(starts, np.maximum(first, 0), side="right") - 1
+    res.t_first = np.where(first >= 0, st.piece_ts[at] if at.size else at, -1)
+    at = np.searchsorted(starts, np.maximum(last, 0), side="right") - 1
+    res.t_last = np.where(last >= 0, st.piece_done[at] if at.size else at, -1)
     return res

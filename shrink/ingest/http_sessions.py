@@ -12,15 +12,13 @@ next burst's first request.
 from __future__ import annotations
 
 import ipaddress
-import math
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from shrink.classify import Classifier
 from shrink.errors import ParameterError
-from shrink.ingest.http_parse import Exchange
+from shrink.ingest.http_parse import HttpResult
 
 __all__ = ["address_text", "parse_sessions", "sessionize"]
 
@@ -40,84 +38,97 @@ def address_text(addr16: bytes) -> str:
     return str(a.ipv4_mapped) if a.ipv4_mapped is not None else str(a)
 
 
-def _keys(ex: Sequence[Exchange], mode: str) -> list[Any]:
+def _group_cummax(group: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Running maximum of ``values`` restarting at each new ``group`` (rows sorted by group).
+
+    Values are non-negative microseconds; each group is lifted above the one
+    before it so one accumulate serves all groups.
+    """
+    if values.size == 0:
+        return values
+    span = int(values.max()) + 1
+    gid = np.cumsum(np.r_[True, group[1:] != group[:-1]]) - 1
+    if int(gid[-1]) < (1 << 62) // span:
+        lift = gid * span
+        return np.maximum.accumulate(values + lift) - lift
+    out = values.copy()  # a very long capture with very many groups: per group
+    for g in np.unique(gid).tolist():
+        sel = gid == g
+        out[sel] = np.maximum.accumulate(values[sel])
+    return out
+
+
+def _keys(http: HttpResult, mode: str) -> np.ndarray:
+    """An integer session key per request."""
     if mode == "connection":
-        return [e.conn for e in ex]
+        return np.asarray(http.conn, dtype=np.int64)
+    codes: dict[object, int] = {}
     if mode == "client":
-        return [e.client for e in ex]
+        return np.asarray([codes.setdefault(c, len(codes)) for c in http.client], dtype=np.int64)
     # cookie: the cookie sent, else the one the response set, else the client address
-    return [
-        ("cookie", e.cookie)
-        if e.cookie is not None
-        else ("cookie", e.set_cookie)
-        if e.set_cookie is not None
-        else ("client", e.client)
-        for e in ex
+    keys = [
+        ("cookie", ck) if ck is not None else ("cookie", sc) if sc is not None else ("ip", cl)
+        for ck, sc, cl in zip(http.cookie, http.set_cookie, http.client, strict=True)
     ]
+    return np.asarray([codes.setdefault(k, len(codes)) for k in keys], dtype=np.int64)
 
 
 def sessionize(
-    ex: Sequence[Exchange],
+    http: HttpResult,
     *,
     mode: str,
     idle_gap: float,
     burst_gap: float,
     classifier: Classifier,
 ) -> dict[str, Any]:
-    """Trace columns (plus server, conn, ttfb, answered) from exchanges."""
-    n = len(ex)
-    order = sorted(range(n), key=lambda i: (ex[i].t_req, ex[i].conn, i))
-    ex = [ex[i] for i in order]
-    keys = _keys(ex, mode)
-    idle_ns = idle_gap * 1e9
-    burst_ns = burst_gap * 1e9
-    # Session of each request: same key, not idle for longer than idle_gap.
-    open_s: dict[Any, tuple[int, int]] = {}  # key -> (session, last activity ns)
+    """Trace columns (plus server, conn, ttfb, answered) from the parsed requests."""
+    n = len(http)
+    t_req = http.t_req
+    answered = http.t_last >= 0
+    end = np.where(answered, http.t_last, t_req)
+    t0 = int(t_req.min()) if n else 0
+    # Decisions in integer microseconds from the first request.
+    us_req = (t_req - t0) // 1000
+    us_end = np.maximum((end - t0) // 1000, us_req)
+    conn = np.asarray(http.conn, dtype=np.int64)
+    idx = np.arange(n)
+    key = _keys(http, mode)
+    # Sessions: same key, and not idle (since the key's last activity) past idle_gap.
+    o = np.lexsort((idx, conn, us_req, key))
+    k = key[o]
+    first = np.r_[True, k[1:] != k[:-1]] if n else np.zeros(0, dtype=bool)
+    act = _group_cummax(k, us_end[o])
+    prev = np.r_[np.int64(0), act[:-1]] if n else act
+    new = first | ((us_req[o] - prev > idle_gap * 1e6) if mode != "connection" else False)
+    sess_o = np.cumsum(new) - 1
     sess = np.empty(n, dtype=np.int64)
-    nsess = 0
-    for i, (e, k) in enumerate(zip(ex, keys, strict=True)):
-        end = e.t_last if e.t_last >= 0 else e.t_req
-        cur = open_s.get(k)
-        if cur is None or (mode != "connection" and e.t_req - cur[1] > idle_ns):
-            cur = (nsess, end)
-            nsess += 1
-        open_s[k] = (cur[0], max(cur[1], end))
-        sess[i] = cur[0]
-    # Rows in session order, then time order inside the session.
-    rows = np.lexsort((np.arange(n), sess))
-    t0 = min((e.t_req for e in ex), default=0)
-    burst = np.zeros(n, dtype=np.int64)
-    t = np.zeros(n)
-    think = np.zeros(n)
-    b = -1
-    prev_s = -1
-    burst_end = 0
-    burst_rows: list[int] = []
-
-    def close(next_t: int | None) -> None:
-        th = 0.0 if next_t is None else max(0.0, (next_t - burst_end) / 1e9)
-        for r in burst_rows:
-            think[r] = th
-
-    for r in rows.tolist():
-        e = ex[r]
-        end = e.t_last if e.t_last >= 0 else e.t_req
-        if sess[r] != prev_s:
-            if burst_rows:
-                close(None)
-            prev_s, b = int(sess[r]), 0
-            burst_rows, burst_start, burst_end = [], e.t_req, end
-        elif e.t_req > burst_end + burst_ns:
-            close(e.t_req)
-            b += 1
-            burst_rows, burst_start, burst_end = [], e.t_req, end
-        burst_rows.append(r)
-        burst_end = max(burst_end, end)
-        burst[r] = b
-        t[r] = (burst_start - t0) / 1e9
-    if burst_rows:
-        close(None)
+    sess[o] = sess_o
+    # Number sessions by their first request's time (then connection, then order).
+    starts = o[new]
+    rank = np.empty(starts.size, dtype=np.int64)
+    rank[np.lexsort((starts, conn[starts], us_req[starts]))] = np.arange(starts.size)
+    sess = rank[sess]
+    # Rows: by session, then time. A request joins the burst while the session has
+    # a request outstanding (or within burst_gap of the last response).
+    rows = np.lexsort((idx, conn, us_req, sess))
+    s_r = sess[rows]
+    first = np.r_[True, s_r[1:] != s_r[:-1]] if n else np.zeros(0, dtype=bool)
+    busy = _group_cummax(s_r, us_end[rows])
+    prev = np.r_[np.int64(0), busy[:-1]] if n else busy
+    new_burst = first | (us_req[rows] > prev + burst_gap * 1e6)
+    bstart = np.flatnonzero(new_burst)
+    bid = np.cumsum(new_burst) - 1
+    session_first_burst = np.maximum.accumulate(np.where(first, bid, 0)) if n else bid
+    burst = bid - session_first_burst
+    t_start = t_req[rows][bstart]
+    b_end = np.maximum.reduceat(end[rows], bstart) if n else end
+    next_same = np.r_[s_r[bstart][1:] == s_r[bstart][:-1], False] if n else new_burst
+    think_b = np.where(next_same, np.maximum(0.0, (np.r_[t_start[1:], 0] - b_end) / 1e9), 0.0)
+    req_rows = rows
+    rt = np.where(answered, (http.t_last - t_req) / 1e9, np.nan)
+    ttfb = np.where(http.t_first >= 0, (http.t_first - t_req) / 1e9, np.nan)
     names: dict[bytes, str] = {}
+    servers: dict[tuple[bytes, int], str] = {}
 
     def text(a: bytes) -> str:
         s = names.get(a)
@@ -125,28 +136,29 @@ def sessionize(
             s = names[a] = address_text(a)
         return s
 
-    ex_rows = [ex[r] for r in rows.tolist()]
-    nan = math.nan
-    paths = [e.path for e in ex_rows]
+    def server(a: bytes, port: int) -> str:
+        s = servers.get((a, port))
+        if s is None:
+            t = text(a)
+            s = servers[(a, port)] = (f"[{t}]" if ":" in t else t) + f":{port}"
+        return s
+
+    order = req_rows.tolist()
+    paths = [http.path[i] for i in order]
     return {
         "session": sess[rows],
-        "burst": burst[rows].astype(np.int32),
-        "t": t[rows],
-        "think": think[rows],
-        "method": [e.method for e in ex_rows],
+        "burst": burst.astype(np.int32),
+        "t": (t_start[bid] - t0) / 1e9,
+        "think": think_b[bid],
+        "method": [http.method[i] for i in order],
         "path": paths,
         "cls": classifier.classify_many(paths).tolist(),
-        "bytes": np.asarray([e.body if e.t_last >= 0 else -1 for e in ex_rows], dtype=np.int64),
-        "status": np.asarray([e.status for e in ex_rows], dtype=np.int32),
-        "rt": np.asarray([(e.t_last - e.t_req) / 1e9 if e.t_last >= 0 else nan for e in ex_rows]),
-        "client": [text(e.client) for e in ex_rows],
-        "server": [
-            (f"[{text(e.server)}]" if ":" in text(e.server) else text(e.server)) + f":{e.sport}"
-            for e in ex_rows
-        ],
-        "conn": np.asarray([e.conn for e in ex_rows], dtype=np.int64),
-        "ttfb": np.asarray(
-            [(e.t_first - e.t_req) / 1e9 if e.t_first >= 0 else nan for e in ex_rows]
-        ),
-        "answered": np.asarray([e.t_last >= 0 for e in ex_rows], dtype=bool),
+        "bytes": np.asarray(http.body, dtype=np.int64)[rows],
+        "status": np.asarray(http.status, dtype=np.int32)[rows],
+        "rt": rt[rows],
+        "client": [text(http.client[i]) for i in order],
+        "server": [server(http.server[i], http.sport[i]) for i in order],
+        "conn": conn[rows],
+        "ttfb": ttfb[rows],
+        "answered": answered[rows],
     }
