@@ -178,3 +178,35 @@ def test_up_refuses_to_overwrite_a_running_testbed(tmp_path):
     state = TestbedState([rs], {}, {}, {}, "doc", {}, "t").write(tmp_path / "s.json")
     with pytest.raises(TestbedError, match=r"still runs .* testbed down --state"):
         lifecycle.up(tmp_path / "doc", TWO_CORE, Share.all_of(TWO_CORE), state_path=state)
+
+
+def test_health_check_names_the_problem():
+    from shrink.testbed import health
+
+    with FakeServer() as fake:
+        problem = health.check(fake.address, fake.port)
+        assert problem is not None and "HTTP 200 'xxx" in problem  # not our probe's answer
+        with pytest.raises(TestbedError, match=r"did not answer within 0\.2 s"):
+            health.wait_healthy(fake.address, fake.port, timeout_s=0.2)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert "ConnectError" in health.check("127.0.0.1", port)
+    with pytest.raises(TestbedError, match="exited before answering"):
+        health.wait_healthy("127.0.0.1", port, timeout_s=5, still_running=lambda: False)
+
+
+def test_cgroup_permission_error_says_what_works_without_root(tmp_path, monkeypatch):
+    from shrink import share as share_mod
+
+    lay = share_mod.CgroupLayout(1, tmp_path / "cpu", None, None)
+    (tmp_path / "cpu").mkdir()
+
+    def refuse(path, value, **kw):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(share_mod, "_write", refuse)
+    cg = share_mod.Cgroup("t", lay)
+    with pytest.raises(TopologyError, match=r"need root .* core shares .* CPU affinity"):
+        cg.create((0,), 4000, 8000)
+    assert not (tmp_path / "cpu" / "shrink" / "t").exists()  # nothing half-made is left
