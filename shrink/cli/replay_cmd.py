@@ -43,6 +43,14 @@ _LagLimit = Annotated[
     str, typer.Option("--lag-limit", help="Send-lag p99 above which the generator is behind.")
 ]
 _Timeout = Annotated[str, typer.Option("--timeout", help="Per-request timeout.")]
+_Realtime = Annotated[
+    int,
+    typer.Option(
+        "--realtime",
+        help="Run the engine SCHED_FIFO at this priority (root; for machines shared with "
+        "other work). 0: normal scheduling.",
+    ),
+]
 
 
 def _cpus(text: str | None) -> list[int] | None:
@@ -71,6 +79,7 @@ def _target(
     mode: str,
     loop: bool = True,
     runlog_dir: Path | None = None,
+    realtime: int = 0,
 ) -> Any:
     from shrink.replay.live import LiveTarget
 
@@ -89,6 +98,7 @@ def _target(
         loop=loop,
         lag_limit=parse_duration(lag_limit, "lag limit"),
         runlog_dir=runlog_dir,
+        realtime=realtime,
     )
 
 
@@ -124,6 +134,7 @@ def replay(
     allow_overlap: _Overlap = False,
     allow_remote: _Remote = False,
     lag_limit: _LagLimit = "1ms",
+    realtime: _Realtime = 0,
     as_json: _Json = False,
 ) -> None:
     """Replay a trace (or an open-loop rate) against a live server; write the RunLog.
@@ -161,6 +172,7 @@ def replay(
             lag_limit=lag_limit,
             mode=mode,
             loop=duration is not None,
+            realtime=realtime,
         )
         res = tgt.run(tr, rate_factor=rf, warmup=0.0, duration=seconds, out=output)
         summary = _summary(res, output)
@@ -276,6 +288,7 @@ def sweep_cmd(
     allow_overlap: _Overlap = False,
     allow_remote: _Remote = False,
     lag_limit: _LagLimit = "1ms",
+    realtime: _Realtime = 0,
     as_json: _Json = False,
 ) -> None:
     """Measure latency and throughput at each load level; write a LoadCurve JSON.
@@ -300,6 +313,7 @@ def sweep_cmd(
             lag_limit=lag_limit,
             mode=mode,
             runlog_dir=runlogs,
+            realtime=realtime,
         )
         lv = _levels(levels)
         w, d = parse_duration(warmup, "warmup"), parse_duration(duration, "duration")

@@ -130,6 +130,7 @@ class LiveTarget:
         loop: bool = True,
         lag_limit: float = LAG_LIMIT,
         runlog_dir: str | Path | None = None,
+        realtime: int = 0,
     ) -> None:
         if not addresses:
             raise ReplayError("no target address (a testbed state with replicas, or a URL)")
@@ -153,6 +154,7 @@ class LiveTarget:
         self.loop = loop
         self.lag_limit = lag_limit
         self.runlog_dir = None if runlog_dir is None else Path(runlog_dir)
+        self.realtime = realtime
         self.last_engine: EngineRun | None = None
         self._runs = 0
 
@@ -209,6 +211,7 @@ class LiveTarget:
             "addresses": [f"{a}:{p}" for a, p in self.addresses],
             "generator_cpus": self.generator_cpus,
             "share_cpus": self.share_cpus,
+            "realtime": self.realtime,
         }
         for k in ("share", "mapping", "machine", "versions", "docroot", "started"):
             if k in st:
@@ -266,6 +269,7 @@ class LiveTarget:
                 out=out,
                 meta=meta,
                 on_start=on_start,
+                realtime=self.realtime,
             )
         except BaseException:
             for smp in samplers:

@@ -67,6 +67,30 @@ class EngineRun:
         return any(s.interrupted for s in self.stats)
 
 
+def set_realtime(priority: int) -> tuple[int, os.sched_param] | None:
+    """Put the calling thread under SCHED_FIFO ``priority``; returns what to restore.
+
+    On a shared machine a generator at normal priority is late whenever a
+    neighbour holds its core; SCHED_FIFO makes the generator preempt them (the
+    kernel's RT throttling still leaves others 5% of the core).
+    """
+    if priority <= 0:
+        return None
+    old = (os.sched_getscheduler(0), os.sched_getparam(0))
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+    except PermissionError:
+        raise ReplayError(
+            f"realtime priority {priority} needs root (CAP_SYS_NICE); run without --realtime"
+        ) from None
+    return old
+
+
+def restore_scheduler(old: tuple[int, os.sched_param] | None) -> None:
+    if old is not None:
+        os.sched_setscheduler(0, old[0], old[1])
+
+
 def _child(
     pipe: Any,
     trace: Trace,
@@ -75,8 +99,10 @@ def _child(
     cpu: int | None,
     path: str,
     meta: dict[str, Any],
+    realtime: int = 0,
 ) -> None:
     try:
+        set_realtime(realtime)
         if cpu is not None:
             os.sched_setaffinity(0, {cpu})
         sched = build_schedule(trace, **params)
@@ -104,12 +130,14 @@ def run_engines(
     out: str | Path | None = None,
     meta: dict[str, Any] | None = None,
     on_start: Callable[[float], None] | None = None,
+    realtime: int = 0,
 ) -> tuple[RunLog, EngineRun]:
     """Replay ``trace`` over ``processes`` engine processes (default one per CPU in ``cpus``).
 
     Returns the merged RunLog (also written to ``out`` when given) and the
     processes' own figures. ``on_start(t0)`` is called with the run's monotonic
     zero just before the first request is due (to time the window's CPU snapshots).
+    ``realtime`` > 0 runs the engine processes SCHED_FIFO at that priority.
     """
     mode = trace_mode(trace, mode)
     n = processes or (len(cpus) if cpus else 1)
@@ -127,8 +155,8 @@ def run_engines(
     )
     meta = {**(meta or {}), "mode": mode, "rate_factor": rate_factor, "horizon": horizon}
     if n == 1:
-        return _run_inline(trace, config, params, cpus, out, meta, on_start)
-    return _run_spawned(trace, config, params, cpus, n, out, meta, on_start)
+        return _run_inline(trace, config, params, cpus, out, meta, on_start, realtime)
+    return _run_spawned(trace, config, params, cpus, n, out, meta, on_start, realtime)
 
 
 def _run_inline(
@@ -139,8 +167,10 @@ def _run_inline(
     out: str | Path | None,
     meta: dict[str, Any],
     on_start: Callable[[float], None] | None,
+    realtime: int,
 ) -> tuple[RunLog, EngineRun]:
     old = os.sched_getaffinity(0)
+    old_sched = set_realtime(realtime)
     if cpus:
         os.sched_setaffinity(0, set(cpus))
     try:
@@ -151,6 +181,7 @@ def _run_inline(
             on_start(t0)
         stats = run_schedule(sched, config, writer, t0=t0)
     finally:
+        restore_scheduler(old_sched)
         if cpus:
             os.sched_setaffinity(0, old)
     log = writer.runlog()
@@ -167,6 +198,7 @@ def _run_spawned(
     out: str | Path | None,
     meta: dict[str, Any],
     on_start: Callable[[float], None] | None,
+    realtime: int,
 ) -> tuple[RunLog, EngineRun]:
     import tempfile
 
@@ -182,7 +214,16 @@ def _run_spawned(
             cpu = cpus[i] if cpus else None
             p = ctx.Process(
                 target=_child,
-                args=(child, parts[i], config, params, cpu, paths[i], {**meta, "part": i}),
+                args=(
+                    child,
+                    parts[i],
+                    config,
+                    params,
+                    cpu,
+                    paths[i],
+                    {**meta, "part": i},
+                    realtime,
+                ),
                 daemon=True,
             )
             p.start()
