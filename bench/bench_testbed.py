@@ -73,6 +73,8 @@ def cpu_delivered(r: ReplicaState, seconds: float = 2.0) -> float:
     used = (process.cpu_seconds(r.pids) - before) / (time.monotonic() - t0)
     for t in threads:
         t.join()
+    if r.cgroup and r.cgroup["version"] == 1 and "cpu" in r.cgroup["dirs"]:
+        (Path(r.cgroup["dirs"]["cpu"]).parent / "cpu.shares").write_text("1024")
     return used
 
 

@@ -206,11 +206,11 @@ def test_real_cgroup_quota_on_this_machine():
     share = Share.parse(f"{m.all_cpus[0]}@50%", m)
     cg = Cgroup(f"test-{os.getpid()}", lay)
     cg.create(share.cpus, share.quota_us(), share.period_us)
+    cpu = Path(cg.dirs["cpu"])
     proc = subprocess.Popen(["sleep", "30"])
     try:
         cg.add(proc.pid)
         assert proc.pid in cg.pids()
-        cpu = Path(cg.dirs["cpu"])
         if lay.version == 1:
             assert (cpu / "cpu.cfs_quota_us").read_text().strip() == str(share.quota_us())
             assert (cpu / "cpu.cfs_period_us").read_text().strip() == str(share.period_us)
@@ -224,5 +224,5 @@ def test_real_cgroup_quota_on_this_machine():
     finally:
         proc.kill()
         proc.wait()
-    cg.remove()
+        cg.remove()
     assert not Path(cpu).exists()
