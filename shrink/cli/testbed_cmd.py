@@ -51,7 +51,7 @@ def up(
         int | None,
         typer.Option(
             "--period-us",
-            help="CFS period for a CPU-time share (default: shortest whose quota is one scheduler tick).",
+            help="CFS period in us for a CPU-time share (default: shortest with a one-tick quota).",
         ),
     ] = None,
     cgroups: Annotated[str, typer.Option("--cgroups", help="auto | yes | no.")] = "auto",
