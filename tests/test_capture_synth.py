@@ -274,3 +274,26 @@ def test_times(tmp_path: Path) -> None:
     assert row["ttfb"] == pytest.approx(0.02, abs=1e-5)
     assert row["rt"] > row["ttfb"] and not math.isnan(row["rt"])
     assert row["answered"] is True and row["cls"] == "static"
+
+
+def test_gaps_take_durations(tmp_path: Path) -> None:
+    p = sessions_capture(tmp_path)
+    assert read_capture(p, idle_gap="30m", burst_gap="500ms").same_rows(
+        read_capture(p, idle_gap=1800.0, burst_gap=0.5)
+    )
+    assert read_capture(p, burst_gap=0).meta["burst_gap"] == 0
+
+
+def test_shrink_ingest_cli_reads_a_capture(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+    from shrink.trace import Trace
+
+    p = write_capture(tmp_path / "x.pcapng", mixed(), fmt="pcapng")
+    out = tmp_path / "x.parquet"
+    res = CliRunner().invoke(app, ["ingest", str(p), "-o", str(out), "--burst-gap", "100ms"])
+    assert res.exit_code == 0, res.output
+    tr = Trace.read_parquet(out)
+    assert len(tr) == 11 and tr.meta["reader"] == "capture-fast"
+    assert tr.meta["burst_gap"] == 0.1

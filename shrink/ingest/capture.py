@@ -32,7 +32,7 @@ from shrink.ingest.pcap_files import read_records
 from shrink.ingest.tcp_reassembly import reassemble
 from shrink.ingest.tcp_segments import Segments
 from shrink.trace import Trace
-from shrink.validation import check_scalar
+from shrink.validation import check_scalar, parse_duration
 
 __all__ = ["read_capture", "read_segments"]
 
@@ -67,8 +67,8 @@ def read_capture(
     *,
     strict: bool = False,
     sessions: str = "client",
-    idle_gap: float = 1800.0,
-    burst_gap: float = 0.5,
+    idle_gap: float | str = 1800.0,
+    burst_gap: float | str = 0.5,
     engine: Engine = "auto",
     classifier: Classifier | None = None,
 ) -> Trace:
@@ -85,8 +85,9 @@ def read_capture(
     """
     path = Path(path)
     mode, cookie = parse_sessions(sessions)
-    idle_gap = check_scalar(idle_gap, "idle_gap", low=0.0, closed="neither")
-    burst_gap = check_scalar(burst_gap, "burst_gap", low=0.0)
+    idle_gap = parse_duration(idle_gap, "idle_gap")
+    if isinstance(burst_gap, str) or check_scalar(burst_gap, "burst_gap", low=0) > 0:
+        burst_gap = parse_duration(burst_gap, "burst_gap")  # 0 is allowed: no gap
     seg, facts = read_segments(path, strict=strict, engine=engine)
     streams = reassemble(seg)
     http = parse_http(streams, cookie=cookie)
