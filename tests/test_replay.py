@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -359,3 +360,73 @@ def test_sigint_keeps_what_was_measured(tmp_path: Path, fake):
     assert 100 <= len(log) < 12000
     assert log.ok_mask().mean() > 0.95
     assert "interrupted" in so
+
+
+# --- sweep, MAT and the adaptive search -------------------------------------------------
+def _mm1_trace() -> Trace:
+    rng = np.random.default_rng(0)
+    t = np.cumsum(rng.exponential(1 / 100.0, 24000))
+    t = t[t < 200.0]
+    return Trace.from_columns(
+        {"session": np.arange(t.size), "t": t, "path": ["/x"] * t.size}, meta={"mode": "open"}
+    )
+
+
+def test_adaptive_search_narrows_the_mat_interval():
+    from shrink.mat import mat
+    from shrink.measure import sweep
+    from shrink.replay.adaptive import refine
+    from shrink.target import FakeTarget
+
+    target = FakeTarget(servers=1, demand={"static": 0.001})
+    trace = _mm1_trace()
+    curve = sweep(target, trace, [3, 9.5], reps=3, warmup=2, duration=20, seed=1)
+    before = mat(curve, "mean", 0.005)
+    assert before.status == "ok"
+    out, added = refine(target, trace, curve, "mean", 0.005, rel_width=0.08, max_levels=5)
+    after = mat(out, "mean", 0.005)
+    assert added and all(3 < x < 9.5 for x in added)
+    assert len(out.levels) == 2 + len(added)
+    assert (after.ci[1] - after.ci[0]) < (before.ci[1] - before.ci[0])
+    # M/M/1 with a 1 ms server: mean 5 ms at 800 req/s
+    assert after.mat == pytest.approx(800, rel=0.08)
+
+
+def test_cli_sweep_with_repetitions_and_mat(fake, tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+    from shrink.loadcurve import LoadCurve
+
+    trace = tmp_path / "open.parquet"
+    open_loop_trace("/x?bytes=512&delay_us=200", 100.0, 30.0).write_parquet(trace)
+    curve = tmp_path / "curve.json"
+    runner = CliRunner()
+    r = runner.invoke(
+        app,
+        ["sweep", str(trace), "--target", f"http://127.0.0.1:{fake[1]}", "--levels", "1,3",
+         "--reps", "2", "--warmup", "0.3s", "--duration", "0.6s", "--lag-limit", "50ms",
+         "-o", str(curve), "--json"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    lc = LoadCurve.read_json(curve)
+    assert [len(lv.reps) for lv in lc.levels] == [2, 2]
+    mean, lo, hi = lc.levels[1].stat("throughput")
+    assert lo <= mean <= hi and mean == pytest.approx(300, rel=0.1)
+    r = runner.invoke(app, ["mat", str(curve), "--stat", "p999", "--threshold", "1s", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["status"] == "not_reached" and d["mat"] == pytest.approx(300, rel=0.1)
+    # never crossed: the adaptive search measures above the highest level
+    out = tmp_path / "curve2.json"
+    r = runner.invoke(
+        app,
+        ["mat", str(curve), "--stat", "p999", "--threshold", "1s", "--adaptive",
+         "--trace", str(trace), "--target", f"http://127.0.0.1:{fake[1]}",
+         "--max-levels", "1", "--lag-limit", "50ms", "-o", str(out), "--json"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["added_levels"] == [4.5]
+    assert [lv.level for lv in LoadCurve.read_json(out).levels] == [1, 3, 4.5]
+    r = runner.invoke(app, ["mat", str(curve), "--stat", "p42", "--threshold", "1s"])
+    assert r.exit_code == 1 and "p42" in r.output
