@@ -281,6 +281,7 @@ class CrossSocketModel(BaseEstimator):
             "fixed": dict(self.fixed or {}),
             "name": getattr(self, "name_", "custom"),
             "checks": list(getattr(self, "checks_", [])),
+            "usl": dict(getattr(self, "usl_", {})),
         }
 
     @classmethod
@@ -468,4 +469,32 @@ def fit_curves(
     model = CrossSocketModel(free=tuple(free), machine=m, workloads=workloads, n_starts=1)
     model.fit(obs)
     model.name_ = f"fitted to {len(curves)} curves"
+    model.usl_ = _usl_summary(curves, thresholds)
     return model
+
+
+def _usl_summary(curves: Sequence[Any], thresholds: dict[str, float]) -> dict[str, Any]:
+    """USL sigma/kappa with bootstrap intervals from one-socket shares, per workload."""
+    from extrapolate.usl import usl_from_curves
+
+    stat = "mean" if "mean" in thresholds else next(iter(thresholds))
+    out: dict[str, Any] = {}
+    by_wl: dict[str, list[Any]] = {}
+    for c in curves:
+        by_wl.setdefault(str(c.meta.get("workload", "measured")), []).append(c)
+    for wl, cs in by_wl.items():
+        try:
+            u = usl_from_curves(cs, stat, thresholds[stat], n_bootstrap=100)
+        except ExtrapolationError as exc:
+            out[wl] = {"skipped": str(exc)}
+            continue
+        out[wl] = {
+            "stat": stat,
+            "sigma": u.sigma_,
+            "sigma_ci": list(u.sigma_ci_),
+            "kappa": u.kappa_,
+            "kappa_ci": list(u.kappa_ci_),
+            "lambda": u.lambda_,
+            "core_counts": u.n_levels_.tolist(),
+        }
+    return out

@@ -28,7 +28,7 @@ from extrapolate._validation import check_is_fitted
 from shrink.errors import ExtrapolationError
 from shrink.validation import check_int
 
-__all__ = ["USLModel", "usl_throughput"]
+__all__ = ["USLModel", "usl_from_curves", "usl_throughput"]
 
 
 def usl_throughput(n: np.ndarray | float, lam: float, sigma: float, kappa: float) -> np.ndarray:
@@ -153,3 +153,43 @@ class USLModel(BaseEstimator):
         pred = self.predict(np.asarray(n, dtype=np.float64).reshape(-1))
         y = np.asarray(y, dtype=np.float64).reshape(-1)
         return -float(np.mean((pred / y - 1.0) ** 2))
+
+
+def usl_from_curves(
+    curves: list, stat: str, threshold: float, *, n_bootstrap: int = 200, random_state: int = 0
+) -> USLModel:
+    """Fit the USL to MATs of one-socket shares at several core counts.
+
+    Every repetition of every curve whose CPUs lie on one socket gives one
+    (cores, MAT) row, so the bootstrap resamples repetitions. MAT(n) is only
+    approximately X(1) n / inflation(n) (the threshold fixes a utilization that
+    itself depends on the demand); the joint fit in
+    :func:`extrapolate.calibration.fit_curves` uses the exact relation, this one
+    gives the familiar sigma and kappa with bootstrap intervals.
+    """
+    from shrink.loadcurve import Level, LoadCurve
+    from shrink.machine import Machine
+    from shrink.mat import mat
+
+    n_rows, x_rows = [], []
+    for c in curves:
+        m = Machine.from_dict(c.machine)
+        cpus = tuple((c.share or {}).get("cpus") or m.all_cpus)
+        if len({m.socket_of(cpu) for cpu in cpus}) != 1:
+            continue
+        n_reps = min(len(lv.reps) for lv in c.levels) if c.levels else 0
+        for r in range(n_reps):
+            one = LoadCurve(
+                [Level(lv.level, [lv.reps[r]]) for lv in c.levels],
+                alpha=c.alpha,
+                share=c.share,
+                mapping=c.mapping,
+                machine=c.machine,
+            )
+            res = mat(one, stat, threshold)
+            if res.status == "ok":
+                n_rows.append(len(cpus))
+                x_rows.append(res.mat)
+    return USLModel(n_bootstrap=n_bootstrap, random_state=random_state).fit(
+        np.array(n_rows), np.array(x_rows)
+    )

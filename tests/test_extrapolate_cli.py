@@ -119,8 +119,11 @@ def test_calibrate_published_and_from_curves(tmp_path):
         files.append(str(c.write_json(tmp_path / f"c{i}.json")))
     r = _invoke(["calibrate", *files, "--machine", SPEC, "--thresholds", "mean=1.5ms", "--json"])
     assert r.exit_code == 0, r.output
-    phys = json.loads(r.stdout)["physics"]
-    assert phys["nic_remote_penalty"] == pytest.approx(t.nic_penalty, rel=0.3)
+    doc = json.loads(r.stdout)
+    assert doc["physics"]["nic_remote_penalty"] == pytest.approx(t.nic_penalty, rel=0.3)
+    usl = doc["usl"]["static"]
+    assert usl["core_counts"] == [1, 2, 3]
+    assert usl["kappa_ci"][0] <= usl["kappa"] <= usl["kappa_ci"][1]
 
 
 def test_extrapolate_a_share_curve(tmp_path):

@@ -24,6 +24,7 @@ from extrapolate.observations import paper_machine, published_observations
 from extrapolate.prediction import Prediction
 from extrapolate.queueing import Network, Station
 from extrapolate.remap import extrapolate_curve
+from extrapolate.usl import usl_from_curves
 from extrapolate.whatif import whatif, workload_from_trace
 from shrink.errors import ExtrapolationError, ParameterError, TraceFormatError
 from shrink.machine import Machine
@@ -221,6 +222,31 @@ def test_synthetic_fit_recovers_parameters_and_full_machine_mat(seed):
                 truth = truth_mat(t, BIG, mp, BIG.all_cpus, dyn, smr, stat, thr)
                 assert net.mat(stat, thr) == pytest.approx(truth, rel=0.03), (name, mp, stat)
         assert wl.dynamic_fraction == pytest.approx(dyn, abs=0.002)
+
+
+def test_usl_from_one_socket_shares_has_bootstrap_intervals():
+    t = Truth()
+    curves = [
+        truth_curve(
+            t,
+            BIG,
+            "1-replica",
+            tuple(range(n)),
+            dyn=0.0,
+            smr=0.0,
+            workload="s",
+            alpha=n / 16,
+            reps=4,
+            seed=n,
+        )
+        for n in (1, 2, 3, 4, 6, 8)
+    ]
+    u = usl_from_curves(curves, "mean", 1.5e-3, n_bootstrap=50)
+    assert u.n_levels_.tolist() == [1, 2, 3, 4, 6, 8]
+    # MAT-level USL approximates the demand-level truth (the threshold adds a little).
+    assert u.sigma_ + 8 * u.kappa_ == pytest.approx(t.sigma + 8 * t.kappa, rel=0.3)
+    lo, hi = u.sigma_ci_
+    assert lo <= u.sigma_ <= hi and hi - lo < 0.05
 
 
 def _perfect_model(t: Truth, machine: Machine) -> CrossSocketModel:

@@ -94,6 +94,14 @@ def calibrate(
             echo_json(model.to_dict())
         else:
             _print_calibration(calibration_summary(model))
+            for wl, u in getattr(model, "usl_", {}).items():
+                if "sigma" in u:
+                    typer.echo(
+                        f"  USL ({wl}, one-socket shares {u['core_counts']}): "
+                        f"sigma {u['sigma']:.4g} [{u['sigma_ci'][0]:.4g}, {u['sigma_ci'][1]:.4g}]"
+                        f", kappa {u['kappa']:.4g} [{u['kappa_ci'][0]:.4g}, "
+                        f"{u['kappa_ci'][1]:.4g}]"
+                    )
             if output:
                 typer.echo(f"wrote {output}")
 
