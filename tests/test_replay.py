@@ -35,8 +35,8 @@ from shrink.trace import Trace
 LOOSE_LAG = 0.05
 
 
-def _start_fake(cpu: int | None = None) -> tuple[subprocess.Popen[str], int]:
-    args = [sys.executable, "-m", "shrink.replay.fakeserver", "--port", "0"]
+def _start_fake(cpu: int | None = None, *extra: str) -> tuple[subprocess.Popen[str], int]:
+    args = [sys.executable, "-m", "shrink.replay.fakeserver", "--port", "0", *extra]
     if cpu is not None and cpu in os.sched_getaffinity(0):
         args += ["--cpu", str(cpu)]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
@@ -430,3 +430,27 @@ def test_cli_sweep_with_repetitions_and_mat(fake, tmp_path: Path):
     assert [lv.level for lv in LoadCurve.read_json(out).levels] == [1, 3, 4.5]
     r = runner.invoke(app, ["mat", str(curve), "--stat", "p42", "--threshold", "1s"])
     assert r.exit_code == 1 and "p42" in r.output
+
+
+def test_keep_alive_closed_by_the_server_during_think_time_is_reopened():
+    # the server drops connections idle for 0.1 s; sessions think 0.25 s between bursts
+    proc, port = _start_fake(None, "--idle-timeout", "0.1")
+    try:
+        tr = _sessions(6, ["/a?bytes=10", "/b?bytes=10", "/c?bytes=10"], gap=0.05, think=0.25,
+                       bursts=3)  # fmt: skip
+        t = tr.table.to_pydict()
+        t["t"] = [s * 0.05 for s in t["session"]]  # every burst's t is its session's start
+        tr = Trace.from_columns(t, meta={"mode": "session"})
+        log = _run(tr, [("127.0.0.1", port)], horizon=3.0)
+        assert len(log) == 54
+        assert log.ok_mask().all(), set(log.column("error"))
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_public_surface():
+    import shrink.replay as rp
+
+    for name in rp.__all__:
+        assert getattr(rp, name) is not None

@@ -29,6 +29,10 @@ _Routing = Annotated[
 _Conns = Annotated[
     int, typer.Option("--conns", help="Connections per session for embedded requests (N).")
 ]
+_NewConn = Annotated[
+    bool,
+    typer.Option("--conn-per-request", help="Open mode: a new TCP connection for every request."),
+]
 _GenCpus = Annotated[
     str | None,
     typer.Option("--generator-cpus", help="CPU list for engine processes, e.g. 0 or 0,2."),
@@ -80,6 +84,7 @@ def _target(
     loop: bool = True,
     runlog_dir: Path | None = None,
     realtime: int = 0,
+    conn_per_request: bool = False,
 ) -> Any:
     from shrink.replay.live import LiveTarget
 
@@ -93,6 +98,7 @@ def _target(
             "routing": routing,
             "conns_per_session": conns,
             "timeout": parse_duration(timeout, "timeout"),
+            "conn_per_request": conn_per_request,
         },
         mode=mode,
         loop=loop,
@@ -135,6 +141,7 @@ def replay(
     allow_remote: _Remote = False,
     lag_limit: _LagLimit = "1ms",
     realtime: _Realtime = 0,
+    conn_per_request: _NewConn = False,
     as_json: _Json = False,
 ) -> None:
     """Replay a trace (or an open-loop rate) against a live server; write the RunLog.
@@ -173,6 +180,7 @@ def replay(
             mode=mode,
             loop=duration is not None,
             realtime=realtime,
+            conn_per_request=conn_per_request,
         )
         res = tgt.run(tr, rate_factor=rf, warmup=0.0, duration=seconds, out=output)
         summary = _summary(res, output)
@@ -289,6 +297,7 @@ def sweep_cmd(
     allow_remote: _Remote = False,
     lag_limit: _LagLimit = "1ms",
     realtime: _Realtime = 0,
+    conn_per_request: _NewConn = False,
     as_json: _Json = False,
 ) -> None:
     """Measure latency and throughput at each load level; write a LoadCurve JSON.
@@ -314,6 +323,7 @@ def sweep_cmd(
             mode=mode,
             runlog_dir=runlogs,
             realtime=realtime,
+            conn_per_request=conn_per_request,
         )
         lv = _levels(levels)
         w, d = parse_duration(warmup, "warmup"), parse_duration(duration, "duration")

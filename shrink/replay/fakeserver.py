@@ -4,6 +4,8 @@ Run it as ``python -m shrink.replay.fakeserver --port 8099`` (it prints
 ``listening HOST PORT`` once ready). The query string steers each reply:
 ``bytes=N`` body size (default 1024), ``delay_us=D`` answer after D microseconds,
 ``chunked=1`` chunked encoding, ``close=1`` close after the reply, ``status=S``.
+``--idle-timeout S`` closes keep-alive connections idle for S seconds, as
+lighttpd's ``server.max-keep-alive-idle`` does.
 """
 
 from __future__ import annotations
@@ -17,15 +19,32 @@ from urllib.parse import parse_qs, urlsplit
 __all__ = ["main", "serve"]
 
 
+IDLE_TIMEOUT: float | None = None  # close keep-alive connections idle this long
+
+
 class _Server(asyncio.Protocol):
     def __init__(self) -> None:
         self.buf = b""
         self.transport: asyncio.Transport | None = None
+        self.idle: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self._arm()
+
+    def _arm(self) -> None:
+        if IDLE_TIMEOUT is not None:
+            if self.idle is not None:
+                self.idle.cancel()
+            loop = asyncio.get_running_loop()
+            self.idle = loop.call_later(IDLE_TIMEOUT, self._idle_close)
+
+    def _idle_close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
 
     def data_received(self, data: bytes) -> None:
+        self._arm()
         self.buf += data
         while True:
             i = self.buf.find(b"\r\n\r\n")
@@ -95,7 +114,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--cpu", type=int, default=None, help="pin to this CPU")
+    p.add_argument("--idle-timeout", type=float, default=None, help="close idle connections")
     a = p.parse_args(argv)
+    global IDLE_TIMEOUT
+    IDLE_TIMEOUT = a.idle_timeout
     if a.cpu is not None:
         os.sched_setaffinity(0, {a.cpu})
     try:
