@@ -186,8 +186,10 @@ def replay(
         summary = _summary(res, output)
     if as_json:
         echo_json(summary)
-        return
-    _print_summary(summary)
+    else:
+        _print_summary(summary)
+    if summary["interrupted"]:
+        raise typer.Exit(code=130)
 
 
 def _summary(res: Any, output: Path) -> dict[str, Any]:

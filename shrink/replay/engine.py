@@ -714,6 +714,8 @@ class _Engine:
     def interrupt(self) -> None:
         self.interrupted = True
         self.horizon = min(self.horizon, monotonic() - self.t0)
+        if self.loop is not None:  # do not wait for a wake-up that may be a think time away
+            self.loop.call_soon(self.finish_when_drained)
 
 
 def run_schedule(
