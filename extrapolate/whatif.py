@@ -198,10 +198,14 @@ def _reason(best: str, names: list[str], out: dict[str, MappingPrediction], wl: 
         f"(vs {cmp or 'no other mapping'}). Mix: {wl.dynamic_fraction:.1%} dynamic requests, "
         f"{ref.get('dynamic_demand_share', 0.0):.0%} of the CPU demand. One replica over both "
         f"sockets changes static demand by {ref.get('static_demand_change', 0.0):+.1%} (remote "
-        f"NIC processing, cross-socket sharing) and dynamic demand by "
-        f"{ref.get('dynamic_demand_change', 0.0):+.1%} (both LLCs seen)."
+        f"NIC processing, cross-socket sharing)"
     )
-    return text
+    if wl.dynamic_fraction > 0:
+        text += (
+            f" and dynamic demand by {ref.get('dynamic_demand_change', 0.0):+.1%} "
+            "(its replica sees both LLCs)"
+        )
+    return text + "."
 
 
 def dynamic_sweep(

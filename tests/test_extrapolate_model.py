@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sklearn.base import clone
 
 import extrapolate
@@ -27,6 +29,7 @@ from extrapolate.remap import extrapolate_curve
 from extrapolate.usl import usl_from_curves
 from extrapolate.whatif import whatif, workload_from_trace
 from shrink.errors import ExtrapolationError, ParameterError, TraceFormatError
+from shrink.loadcurve import LoadCurve
 from shrink.machine import Machine
 from shrink.trace import Trace
 
@@ -345,3 +348,64 @@ def test_paper_machine_matches_the_example_spec():
         pm.llc_mib,
     )
     assert spec.nic_ports * spec.nic_queues_per_port == pm.nic_ports * pm.nic_queues_per_port
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    d_s=st.floats(1e-5, 1e-3),
+    ratio=st.floats(1.0, 200.0),
+    dyn=st.floats(0.0, 1.0),
+    l0=st.floats(0.0, 1e-3),
+    cores=st.integers(1, 8),
+    slack=st.floats(2.0, 50.0),
+)
+def test_queueing_invariants(d_s, ratio, dyn, l0, cores, slack):
+    net = Network(
+        (Station(cores, {"static": d_s, "dynamic": d_s * ratio}),),
+        {"static": 1 - dyn, "dynamic": dyn},
+        fixed_latency=l0,
+    )
+    dbar = (1 - dyn) * d_s + dyn * d_s * ratio
+    t = l0 + slack * dbar
+    x = net.mat("mean", t)
+    assert 0 < x < net.saturation()
+    assert net.mean_response(x) == pytest.approx(t, rel=1e-6)
+    # The p99.9 sits above the mean; a looser p99.9 threshold never lowers the MAT.
+    assert net.quantile_response(0.5 * x) > net.mean_response(0.5 * x)
+    tp = net.quantile_response(0.5 * x)
+    assert net.mat("p999", tp * 2) >= net.mat("p999", tp) == pytest.approx(0.5 * x, rel=1e-6)
+
+
+def test_cpu_time_share_extrapolates_like_a_cores_share():
+    """The same 4 cores measured at half their CPU time (a slower server carrying half
+    the sessions) must give the cores-share prediction: SHRiNK's speed rule."""
+    t = Truth()
+    model = _perfect_model(t, NEHALEM)
+    cores = truth_curve(
+        t,
+        NEHALEM,
+        "1-replica",
+        (0, 1, 2, 3),
+        dyn=0.05,
+        smr=1 / 3.6,
+        workload="w",
+        alpha=0.5,
+        seed=5,
+    )
+    slow = LoadCurve.from_dict(cores.to_dict())
+    slow.share = {"kind": "cpu_time", "cpus": [0, 1, 2, 3], "fraction": 0.5}
+    for lv in slow.levels:
+        for rep in lv.reps:
+            rep.throughput *= 0.5
+            rep.offered *= 0.5
+            for cs in [rep.overall, *rep.per_class.values()]:
+                cs.throughput *= 0.5
+                for f in ("mean", "p50", "p90", "p99", "p999"):
+                    setattr(cs, f, getattr(cs, f) / 0.5)
+    a, _ = extrapolate_curve(cores, model, NEHALEM, thresholds=CHECK_T)
+    b, _ = extrapolate_curve(slow, model, NEHALEM, thresholds=CHECK_T)
+    for mp in a.mappings:
+        for stat in CHECK_T:
+            assert b.mappings[mp].stats[stat].mat == pytest.approx(
+                a.mappings[mp].stats[stat].mat, rel=1e-6
+            )
