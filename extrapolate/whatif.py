@@ -196,14 +196,15 @@ def _reason(best: str, names: list[str], out: dict[str, MappingPrediction], wl: 
     text = (
         f"{best} has the highest mean-threshold MAT, {m.stats['mean'].mat:,.0f} req/s "
         f"(vs {cmp or 'no other mapping'}). Mix: {wl.dynamic_fraction:.1%} dynamic requests, "
-        f"{ref.get('dynamic_demand_share', 0.0):.0%} of the CPU demand. One replica over both "
-        f"sockets changes static demand by {ref.get('static_demand_change', 0.0):+.1%} (remote "
-        f"NIC processing, cross-socket sharing)"
+        f"{ref.get('dynamic_demand_share', 0.0):.0%} of the CPU demand. Against a one-socket "
+        f"share, one replica over the whole machine changes static demand by "
+        f"{ref.get('static_demand_change', 0.0):+.1%} (remote NIC processing, cross-socket "
+        "sharing)"
     )
     if wl.dynamic_fraction > 0:
         text += (
             f" and dynamic demand by {ref.get('dynamic_demand_change', 0.0):+.1%} "
-            "(its replica sees both LLCs)"
+            f"(its replica sees {ref.get('llc_seen_mib', 0.0):g} MiB of LLC)"
         )
     return text + "."
 
