@@ -11,8 +11,9 @@ nothing. A response that arrived before the request it would answer belongs
 to a request the capture missed (a flow that starts mid-stream) and is
 counted, not paired.
 
-Only header blocks and chunk-size lines are looked at; bodies are skipped by
-their length, never copied.
+Only header blocks and chunk-size lines are looked at (copied out of the
+capture buffer through small windows); bodies are skipped by their length,
+never copied.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,6 +35,10 @@ _RESP = re.compile(rb"HTTP/1\.[01] ([0-9]{3})(?:[ \t][^\r\n]*)?\r?\n")
 _METHOD_TAIL = re.compile(rb"[A-Z][A-Z0-9_-]{0,19} [^ \r\n]+\Z")
 MAX_HEADER = 64 * 1024
 DETECT_WINDOW = 64 * 1024
+HEADER_WINDOW = 512  # first look at a header block; widened up to MAX_HEADER
+CHUNK_WINDOW = 256
+SEARCH_WINDOW = 256 * 1024
+SEARCH_OVERLAP = 8 * 1024
 
 
 @dataclass
@@ -109,37 +115,6 @@ def _field(block: bytes, low: bytes, name: bytes) -> bytes | None:
     return block[i : j if j >= 0 else len(block)].strip()
 
 
-def _chunked(data: bytes, p: int, end: int) -> tuple[int, int, bool]:
-    """Walk a chunked body from ``p``: (decoded bytes, end offset, complete)."""
-    body = 0
-    while True:
-        nl = data.find(b"\n", p, min(end, p + 1024))
-        if nl < 0:
-            return body, end, False
-        try:
-            size = int(data[p:nl].split(b";", 1)[0].strip(), 16)
-        except ValueError:
-            return body, p, False
-        p = nl + 1
-        if size == 0:
-            while True:  # trailer section up to an empty line
-                nl = data.find(b"\n", p, end)
-                if nl < 0:
-                    return body, end, False
-                line = data[p:nl]
-                p = nl + 1
-                if line in (b"", b"\r"):
-                    return body, p, True
-        if p + size > end:
-            return body + (end - p), end, False
-        body += size
-        p += size
-        if data.startswith(b"\r\n", p):
-            p += 2
-        elif data.startswith(b"\n", p):
-            p += 1
-
-
 def _cookie(block: bytes, name: bytes, header: bytes) -> str | None:
     low = block.lower()
     v = _field(block, low, header)
@@ -168,53 +143,119 @@ def _length(low: bytes) -> tuple[bool, int]:
 
 
 class _Parser:
+    """Walks streams through windows: only header blocks and chunk lines are copied."""
+
     def __init__(self, st: Streams, cookie: bytes | None, out: HttpResult) -> None:
         self.st = st
-        self.data = st.data
+        self.win = st.window
         self.cookie = cookie
         self.out = out
         self.counts: Counter[str] = Counter()
         self.gaps = bool(st.gap_start.size)
         self.methods: dict[bytes, str] = {}
 
+    def search(self, finder: Callable[[bytes, int, int], int], p: int, end: int) -> int:
+        """Stream offset of the next message start at or after ``p`` (-1 if none)."""
+        while p < end:
+            stop = min(end, p + SEARCH_WINDOW)
+            w = self.win(p, stop)
+            q = finder(w, 0, len(w))
+            if q >= 0:
+                return p + q
+            if stop == end:
+                return -1
+            p = stop - SEARCH_OVERLAP  # a start line may straddle two windows
+        return -1
+
+    def header(
+        self, rx: re.Pattern[bytes], p: int, end: int
+    ) -> tuple[bytes, re.Match[bytes] | None, int, int]:
+        """(window, start-line match, header end in the window, body offset in the stream).
+
+        The header end is -1 when the block is not complete before ``end``.
+        """
+        lim = min(end, p + MAX_HEADER)
+        # Most header blocks sit inside one segment: first look to the piece's end.
+        w = self.st.piece_rest(p, lim)
+        m = rx.match(w)
+        h = w.find(b"\r\n\r\n") if m is not None else -1
+        size = max(HEADER_WINDOW, 2 * len(w))
+        while h < 0 and len(w) < lim - p and (m is not None or b"\n" not in w):
+            w = self.win(p, min(lim, p + size))
+            m = rx.match(w)
+            h = w.find(b"\r\n\r\n") if m is not None else -1
+            size *= 8  # a long header block (or start line): look further
+        if m is None:
+            return w, None, -1, -1
+        if h >= 0:
+            return w, m, h, p + h + 4
+        h = w.find(b"\n\n")
+        return w, m, h, (p + h + 2 if h >= 0 else -1)
+
+    def chunked(self, p: int, end: int) -> tuple[int, int, bool]:
+        """Walk a chunked body from ``p``: (decoded bytes, end offset, complete)."""
+        win = self.win
+        body = 0
+        first = True
+        while True:
+            w = win(p, min(end, p + CHUNK_WINDOW))
+            i = 0
+            if not first:  # the CRLF that ends the previous chunk's data
+                i = 2 if w.startswith(b"\r\n") else 1 if w.startswith(b"\n") else 0
+            first = False
+            nl = w.find(b"\n", i)
+            if nl < 0:
+                return body, end, False
+            try:
+                size = int(w[i:nl].split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                return body, p + i, False
+            p += nl + 1
+            if size == 0:  # trailer section up to an empty line
+                w = win(p, min(end, p + MAX_HEADER))
+                if w.startswith(b"\r\n"):
+                    return body, p + 2, True
+                if w.startswith(b"\n"):
+                    return body, p + 1, True
+                k = w.find(b"\r\n\r\n")
+                if k >= 0:
+                    return body, p + k + 4, True
+                k = w.find(b"\n\n")
+                return (body, p + k + 2, True) if k >= 0 else (body, end, False)
+            if p + size > end:
+                return body + (end - p), end, False
+            body += size
+            p += size
+
     def requests(self, c: Connection, d: int) -> tuple[list[int], list[str]]:
         """Append every complete request of stream ``d``; (offsets, methods)."""
-        data, out, counts = self.data, self.out, self.counts
-        find, match = data.find, _REQ.match
-        methods = self.methods
+        out, counts, methods = self.out, self.counts, self.methods
         p, end = c.span[d]
         offs: list[int] = []
         meths: list[str] = []
         paths: list[str] = []
         cookies: list[str | None] = []
         while p < end:
-            m = match(data, p, end)
+            w, m, h, body = self.header(_REQ, p, end)
             if m is None:
-                q = find_request(data, p + 1, end)
+                q = self.search(find_request, p + 1, end)
                 if q < 0:
                     break
                 counts["http-resync"] += 1
                 p = q
                 continue
-            lim = min(end, p + MAX_HEADER)
-            h = find(b"\r\n\r\n", p, lim)
-            if h >= 0:
-                body = h + 4
-            else:
-                h = find(b"\n\n", p, lim)
-                if h < 0:
-                    counts["incomplete-request-header"] += 1
-                    break
-                body = h + 2
+            if h < 0:
+                counts["incomplete-request-header"] += 1
+                break
             if self.gaps and self.st.has_gap(p, body):
                 counts["request-header-in-gap"] += 1
                 p += 1
                 continue
-            low = data[m.end() - 1 : h].lower()
+            low = w[m.end() - 1 : h].lower()
             nxt = body
             if b"\ncontent-length:" in low or b"\ntransfer-encoding:" in low:
                 chunked, length = _length(low)
-                nxt = _chunked(data, body, end)[1] if chunked else body + max(length, 0)
+                nxt = self.chunked(body, end)[1] if chunked else body + max(length, 0)
             g = m.group(1)
             meth = methods.get(g)
             if meth is None:
@@ -223,7 +264,7 @@ class _Parser:
             meths.append(meth)
             paths.append(m.group(2).decode("latin-1"))
             if self.cookie is not None:
-                cookies.append(_cookie(data[p:h], self.cookie, b"cookie"))
+                cookies.append(_cookie(w[:h], self.cookie, b"cookie"))
             p = nxt
         k = len(offs)
         out.req_off += offs
@@ -236,32 +277,24 @@ class _Parser:
         self, c: Connection, d: int, base: int, t_req: list[int], meths: list[str]
     ) -> tuple[int, int]:
         """Pair responses of stream ``d`` with the requests at ``base``...; (seen, orphans)."""
-        data, st, out, counts = self.data, self.st, self.out, self.counts
-        find, match = data.find, _RESP.match
+        st, out, counts = self.st, self.out, self.counts
         starts, ts = st._starts, st._ts
         p, end = c.span[d]
         seen = orphans = 0
         ri = 0
         nreq = len(t_req)
         while p < end:
-            m = match(data, p, end)
+            w, m, h, body = self.header(_RESP, p, end)
             if m is None:
-                q = find_response(data, p + 1, end)
+                q = self.search(find_response, p + 1, end)
                 if q < 0:
                     break
                 counts["http-resync"] += 1
                 p = q
                 continue
-            lim = min(end, p + MAX_HEADER)
-            h = find(b"\r\n\r\n", p, lim)
-            if h >= 0:
-                body = h + 4
-            else:
-                h = find(b"\n\n", p, lim)
-                if h < 0:
-                    counts["incomplete-response-header"] += 1
-                    break
-                body = h + 2
+            if h < 0:
+                counts["incomplete-response-header"] += 1
+                break
             if self.gaps and st.has_gap(p, body):
                 counts["response-header-in-gap"] += 1
                 p += 1
@@ -279,9 +312,9 @@ class _Parser:
             if meth == "HEAD" or status in (204, 304, 101):
                 size, nxt = 0, body
             else:
-                chunked, length = _length(data[m.end() - 1 : h].lower())
+                chunked, length = _length(w[m.end() - 1 : h].lower())
                 if chunked:
-                    size, nxt, complete = _chunked(data, body, end)
+                    size, nxt, complete = self.chunked(body, end)
                 elif length >= 0:
                     nxt = min(body + length, end)
                     size, complete = nxt - body, body + length <= end
@@ -302,7 +335,7 @@ class _Parser:
                 out.last_off[i] = max(nxt, body) - 1
                 out.body[i] = size
                 if self.cookie is not None:
-                    out.set_cookie[i] = _cookie(data[p:h], self.cookie, b"set-cookie")
+                    out.set_cookie[i] = _cookie(w[:h], self.cookie, b"set-cookie")
                 ri += 1
             if status == 101 or (meth == "CONNECT" and status < 300):
                 break  # the connection leaves HTTP
@@ -311,12 +344,11 @@ class _Parser:
 
     def client_dir(self, c: Connection) -> int:
         """The direction that sends requests, or -1 when the connection is not HTTP."""
-        data = self.data
         looks = []
         for d in (0, 1):
             s, e = c.span[d]
-            w = min(e, s + DETECT_WINDOW)
-            looks.append((find_request(data, s, w) >= 0, find_response(data, s, w) >= 0))
+            w = self.win(s, min(e, s + DETECT_WINDOW)) if e > s else b""
+            looks.append((find_request(w, 0, len(w)) >= 0, find_response(w, 0, len(w)) >= 0))
         if c.opener >= 0 and (looks[c.opener][0] or looks[1 - c.opener][1]):
             return c.opener
         for d in (0, 1):

@@ -44,29 +44,78 @@ class Connection:
     index: int
     ep: tuple[tuple[bytes, int], tuple[bytes, int]]  # (addr16, port) for directions 0 and 1
     opener: int  # direction that sent the SYN (0/1), or -1 when the capture missed it
-    span: tuple[tuple[int, int], tuple[int, int]]  # [start, end) in Streams.data per direction
+    span: tuple[tuple[int, int], tuple[int, int]]  # [start, end) stream offsets per direction
     packets: int
     first_pkt: int
 
 
 @dataclass
 class Streams:
-    """Reassembled byte streams of all connections and their timing tables."""
+    """Reassembled byte streams of all connections, as pieces of the capture buffer.
 
-    data: bytes
+    The streams are virtual: stream offset ``o`` lies in piece ``i`` (the last
+    with ``piece_start[i] <= o``), whose bytes are ``buf[piece_src[i]:][:piece_len[i]]``
+    or zeros where ``piece_src[i] < 0`` (a hole). Nothing is copied until a
+    reader asks for a :meth:`window`, so HTTP parsing touches headers and chunk
+    lines and skips bodies by their length.
+    """
+
+    buf: object  # anything with the buffer protocol: bytes, numpy uint8
     conns: list[Connection]
-    piece_start: np.ndarray  # offset in ``data`` where each piece starts (sorted)
+    piece_start: np.ndarray  # stream offset where each piece starts (sorted)
+    piece_src: np.ndarray  # offset of the piece's bytes in ``buf``, -1 for a hole
+    piece_len: np.ndarray
     piece_ts: np.ndarray  # capture time (ns) of the packet that carried the piece
     piece_done: np.ndarray  # time the piece could be delivered in order (running max)
-    gap_start: np.ndarray  # filled holes, [start, end) in ``data``
+    gap_start: np.ndarray  # holes, [start, end) in stream offsets
     gap_end: np.ndarray
     gap_bytes: int
 
     def __post_init__(self) -> None:
         # Per-message look-ups run in Python: bisect on lists beats a numpy call.
         self._starts: list[int] = self.piece_start.tolist()
+        self._src: list[int] = self.piece_src.tolist()
+        self._len: list[int] = self.piece_len.tolist()
         self._ts: list[int] = self.piece_ts.tolist()
         self._done: list[int] = self.piece_done.tolist()
+        self._mv = memoryview(self.buf).cast("B") if self._starts else memoryview(b"")
+
+    def window(self, p: int, stop: int) -> bytes:
+        """Stream bytes ``[p, stop)`` (``stop`` no further than the stream's end)."""
+        if p >= stop:
+            return b""
+        starts, src, lens, mv = self._starts, self._src, self._len, self._mv
+        i = bisect_right(starts, p) - 1
+        s0 = starts[i]
+        a = p - s0
+        b = min(lens[i], stop - s0)
+        if b >= stop - s0:  # the usual case: one piece holds it all
+            return bytes(mv[src[i] + a : src[i] + b]) if src[i] >= 0 else bytes(b - a)
+        parts = []
+        while p < stop:
+            s0 = starts[i]
+            a = p - s0
+            b = min(lens[i], stop - s0)
+            parts.append(mv[src[i] + a : src[i] + b] if src[i] >= 0 else bytes(b - a))
+            p = s0 + b
+            i += 1
+        return b"".join(parts)
+
+    def piece_rest(self, p: int, stop: int) -> bytes:
+        """Stream bytes from ``p`` to the end of its piece (or ``stop``): no join needed."""
+        if p >= stop:
+            return b""
+        i = bisect_right(self._starts, p) - 1
+        a = p - self._starts[i]
+        b = min(self._len[i], stop - self._starts[i])
+        src = self._src[i]
+        return bytes(self._mv[src + a : src + b]) if src >= 0 else bytes(b - a)
+
+    @property
+    def data(self) -> bytes:
+        """All streams joined (for inspection and tests; the parser uses windows)."""
+        end = int(self.piece_start[-1] + self.piece_len[-1]) if self._starts else 0
+        return self.window(0, end) if end else b""
 
     def time_at(self, offset: int) -> int:
         """Capture time of the packet that carried byte ``offset``."""
@@ -146,7 +195,7 @@ def reassemble(seg: Segments) -> Streams:
     n = len(seg)
     if n == 0:
         z = np.zeros(0, dtype=np.int64)
-        return Streams(b"", [], z, z, z, z, z, 0)
+        return Streams(b"", [], z, z, z, z, z, z, z, 0)
     conn, dbit, fwd = _conn_ids(seg)
     nconn = int(conn.max()) + 1
     gid = conn * 2 + dbit
@@ -197,13 +246,6 @@ def reassemble(seg: Segments) -> Streams:
     pgid = np.repeat(g, 3)
     nz = plen > 0
     plen, psrc, pts, pgid = plen[nz], psrc[nz], pts[nz], pgid[nz]
-    mv = memoryview(seg.buf)
-    zeros: dict[int, bytes] = {}
-    chunks = [
-        mv[s : s + ln] if s >= 0 else zeros.setdefault(ln, bytes(ln))
-        for s, ln in zip(psrc.tolist(), plen.tolist(), strict=True)
-    ]
-    data = b"".join(chunks)
     pstart = np.cumsum(plen) - plen
     filler = psrc < 0
     gap_start, gap_end = pstart[filler], (pstart + plen)[filler]
@@ -253,9 +295,11 @@ def reassemble(seg: Segments) -> Streams:
             )
         )
     return Streams(
-        data=data,
+        buf=seg.buf,
         conns=conns,
         piece_start=pstart,
+        piece_src=psrc,
+        piece_len=plen,
         piece_ts=pts,
         piece_done=pdone,
         gap_start=gap_start,
