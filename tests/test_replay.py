@@ -454,3 +454,24 @@ def test_public_surface():
 
     for name in rp.__all__:
         assert getattr(rp, name) is not None
+
+
+def test_cli_replay_over_two_engine_processes(fake, tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    out = tmp_path / "run.parquet"
+    r = CliRunner().invoke(
+        app,
+        ["replay", "--rate", "200", "--duration", "1s", "--arrival", "poisson", "--seed", "4",
+         "--path", "/x?bytes=64", "--target", f"http://127.0.0.1:{fake[1]}", "--processes", "2",
+         "-o", str(out), "--json"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    n = len(open_loop_trace("/x", 200.0, 1.0, arrival="poisson", seed=4))
+    log = RunLog.read_parquet(out)
+    assert d["requests"] == len(log) == n and log.ok_mask().all()
+    assert log.meta["processes"] == 2
+    assert not list(tmp_path.glob("*.part*"))  # parts merged and removed

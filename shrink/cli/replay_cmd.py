@@ -29,6 +29,10 @@ _Routing = Annotated[
 _Conns = Annotated[
     int, typer.Option("--conns", help="Connections per session for embedded requests (N).")
 ]
+_Procs = Annotated[
+    int | None,
+    typer.Option("--processes", help="Engine processes (default: one per generator CPU)."),
+]
 _NewConn = Annotated[
     bool,
     typer.Option("--conn-per-request", help="Open mode: a new TCP connection for every request."),
@@ -85,6 +89,7 @@ def _target(
     runlog_dir: Path | None = None,
     realtime: int = 0,
     conn_per_request: bool = False,
+    processes: int | None = None,
 ) -> Any:
     from shrink.replay.live import LiveTarget
 
@@ -105,6 +110,7 @@ def _target(
         lag_limit=parse_duration(lag_limit, "lag limit"),
         runlog_dir=runlog_dir,
         realtime=realtime,
+        processes=processes,
     )
 
 
@@ -142,6 +148,7 @@ def replay(
     lag_limit: _LagLimit = "1ms",
     realtime: _Realtime = 0,
     conn_per_request: _NewConn = False,
+    processes: _Procs = None,
     as_json: _Json = False,
 ) -> None:
     """Replay a trace (or an open-loop rate) against a live server; write the RunLog.
@@ -178,9 +185,10 @@ def replay(
             allow_remote=allow_remote,
             lag_limit=lag_limit,
             mode=mode,
-            loop=duration is not None,
+            loop=duration is not None and rate is None,
             realtime=realtime,
             conn_per_request=conn_per_request,
+            processes=processes,
         )
         res = tgt.run(tr, rate_factor=rf, warmup=0.0, duration=seconds, out=output)
         summary = _summary(res, output)
@@ -300,6 +308,7 @@ def sweep_cmd(
     lag_limit: _LagLimit = "1ms",
     realtime: _Realtime = 0,
     conn_per_request: _NewConn = False,
+    processes: _Procs = None,
     as_json: _Json = False,
 ) -> None:
     """Measure latency and throughput at each load level; write a LoadCurve JSON.
@@ -326,6 +335,7 @@ def sweep_cmd(
             runlog_dir=runlogs,
             realtime=realtime,
             conn_per_request=conn_per_request,
+            processes=processes,
         )
         lv = _levels(levels)
         w, d = parse_duration(warmup, "warmup"), parse_duration(duration, "duration")

@@ -131,6 +131,7 @@ class LiveTarget:
         lag_limit: float = LAG_LIMIT,
         runlog_dir: str | Path | None = None,
         realtime: int = 0,
+        processes: int | None = None,
     ) -> None:
         if not addresses:
             raise ReplayError("no target address (a testbed state with replicas, or a URL)")
@@ -155,6 +156,8 @@ class LiveTarget:
         self.lag_limit = lag_limit
         self.runlog_dir = None if runlog_dir is None else Path(runlog_dir)
         self.realtime = realtime
+        # one engine process per generator CPU unless told fewer
+        self.processes = processes
         self.last_engine: EngineRun | None = None
         self._runs = 0
 
@@ -203,6 +206,12 @@ class LiveTarget:
             f"every CPU this process may use belongs to the share ({sorted(share)}): the "
             "generator would compete with the server; pass allow_overlap=True (--allow-overlap)"
         )
+
+    def _engine_cpus(self) -> list[int] | None:
+        cpus = self.generator_cpus
+        if cpus is not None and self.processes is not None and self.processes < len(cpus):
+            return cpus[: self.processes]
+        return cpus
 
     def describe(self) -> dict[str, Any]:
         st = self.state
@@ -265,7 +274,8 @@ class LiveTarget:
                 horizon=horizon,
                 mode=self.mode,
                 loop=self.loop,
-                cpus=self.generator_cpus,
+                cpus=self._engine_cpus(),
+                processes=self.processes,
                 out=out,
                 meta=meta,
                 on_start=on_start,
