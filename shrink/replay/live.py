@@ -256,7 +256,18 @@ class LiveTarget:
         self._runs += 1
         horizon = warmup + duration
         cfg = EngineConfig(targets=self.addresses, **self.config)
-        meta = {"seed": seed, "warmup": warmup, "duration": duration, "target": self.describe()}
+        from dataclasses import asdict
+
+        from shrink import __version__
+
+        meta = {
+            "shrink_version": __version__,
+            "seed": seed,
+            "warmup": warmup,
+            "duration": duration,
+            "target": self.describe(),
+            "engine_config": asdict(cfg),
+        }
         samplers: list[_WindowSampler] = []
 
         def on_start(t0: float) -> None:
