@@ -18,6 +18,7 @@ from extrapolate.calibration import (
 )
 from extrapolate.crosssocket import SUPPORT, TCP, Physics, Workload, build_network
 from extrapolate.observations import Config, Observation, published_observations
+from extrapolate.pipeline import extrapolate_mappings
 from extrapolate.prediction import MappingPrediction, Prediction, StatPrediction
 from extrapolate.queueing import Network, Station
 from extrapolate.remap import extrapolate_curve
@@ -43,6 +44,7 @@ __all__ = [
     "build_network",
     "dynamic_sweep",
     "extrapolate_curve",
+    "extrapolate_mappings",
     "fit_curves",
     "fit_published",
     "load_calibration",

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from extrapolate.calibration import CrossSocketModel
-from extrapolate.crosssocket import Physics, Workload, active_mapping, build_network
+from extrapolate.crosssocket import Physics, Workload, build_network
 from extrapolate.prediction import MappingPrediction, Prediction, StatPrediction
 from extrapolate.shrink_scaling import CfsCorrection, scale_to_full
 from extrapolate.whatif import ASSUMPTIONS, calibration_summary, machine_mappings
@@ -49,10 +49,31 @@ __all__ = ["extrapolate_curve", "share_cores"]
 
 def share_cores(curve: LoadCurve, machine: Machine) -> int:
     """How many cores the measured share had (its CPU list, else alpha x the machine)."""
-    cpus = (curve.share or {}).get("cpus")
-    if cpus:
-        return len(cpus)
-    return max(1, round(curve.alpha * machine.n_cores))
+    return len(_share_of(curve, machine)[1])
+
+
+def _share_of(curve: LoadCurve, machine: Machine) -> tuple[dict[str, Any], tuple[int, ...], float]:
+    """The share a curve was measured on, its CPUs and the sample alpha.
+
+    Accepts a raw share curve, or one already SHRiNK-scaled by
+    :func:`shrink.scaling.shrink_scaled_curve` (its share says ``predicted_from``).
+    """
+    share = dict(curve.share or {})
+    alpha = curve.alpha
+    scaled = curve.meta.get("shrink_scaled") if isinstance(curve.meta, dict) else None
+    if "predicted_from" in share:
+        share = dict(share["predicted_from"] or {})
+        alpha = float((scaled or {}).get("alpha", share.get("fraction", 1.0)))
+    cpus = tuple(int(c) for c in share.get("cpus") or ())
+    if not cpus:
+        n = max(1, round(alpha * machine.n_cores)) if share.get("kind") == "cores" else 0
+        cpus = machine.all_cpus[:n] if n else machine.all_cpus
+    bad = [c for c in cpus if c not in machine.all_cpus]
+    if bad:
+        raise ExtrapolationError(
+            f"the share's CPUs {bad} are not on machine {machine.name!r} (CPUs {machine.all_cpus})"
+        )
+    return share, cpus, alpha
 
 
 def _class_mix(curve: LoadCurve, workload: Workload | None) -> dict[str, float]:
@@ -171,7 +192,14 @@ def extrapolate_curve(
         if workload is None:
             raise ExtrapolationError("extrapolate needs thresholds or a workload that has them")
         thresholds = workload.thresholds
-    scaled = scale_to_full(curve, correction)
+    share, cpus, alpha = _share_of(curve, machine)
+    kind = share.get("kind", "all")
+    if "predicted_from" in (curve.share or {}):
+        if correction is not None:
+            raise ExtrapolationError("the curve is already scaled: apply the CFS correction first")
+        scaled = LoadCurve.from_dict(curve.to_dict())
+    else:
+        scaled = scale_to_full(curve, correction)
     scaled.require_levels(2)
     physics0 = model.physics_
     mix = _class_mix(scaled, workload)
@@ -181,16 +209,15 @@ def extrapolate_curve(
         workload.static_memory_ratio if workload else (0.0 if mix["dynamic"] == 0 else 1 / 3.6),
         dict(thresholds),
     )
-    n_share = share_cores(curve, machine)
-    if n_share > machine.n_cpus:
-        raise ExtrapolationError(
-            f"the share had {n_share} cores, more than machine {machine.name!r} has"
-        )
-    # Per-core load in the normalized curve: a cores share spreads X_norm over n/alpha
-    # cores; a cpu_time share's scaled curve is n full-speed cores carrying X_norm.
-    kind = (curve.share or {}).get("kind", "all")
-    n_equiv = n_share / curve.alpha if kind == "cores" else float(n_share)
-    share_mp = active_mapping(machine, n_share, "1-replica")
+    n_share = len(cpus)
+    # The normalized curve is n_equiv full-speed cores at the share's per-core load:
+    # n CPUs at speed c carrying alpha of the load match n c / alpha full-speed ones
+    # (a cores share: n / alpha; a cpu_time share over all CPUs at c = alpha: n).
+    speed = float(share.get("cpu_fraction", alpha)) if kind == "cpu_time" else 1.0
+    n_equiv = n_share * speed / alpha
+    # The share as it ran, so effects it already contains (a share over two sockets)
+    # are not added twice.
+    share_mp = build_mapping("1-replica", machine, cpus)
     l0, d_meas = estimate_demands(scaled, n_equiv, mix)
     if mix["dynamic"] > 0 and mix["static"] > 0 and _has_class(scaled, "dynamic"):
         ratio = d_meas["dynamic"] / d_meas["static"]

@@ -8,6 +8,8 @@ Two kinds of share scale differently (DESIGN.md, "Measured on this machine"):
 * ``cpu_time`` (a slower server): every core at alpha of its CPU time. For a
   processor-sharing server every service time is 1/alpha longer, so
   R_full(X) = alpha R_share(alpha X) and MAT_full(T) = MAT_share(T / alpha) / alpha.
+  (A share that names ``cpu_fraction``, the speed of each of its CPUs, scales
+  latencies by that instead, as :mod:`shrink.scaling` does.)
 
 CFS bandwidth control is not an ideal slower server: with a quota period of a
 few ms a 50 % share measured 1.82 ms where the ideal is 1.45 ms (20-25 % more).
@@ -74,7 +76,9 @@ def scale_to_full(curve: LoadCurve, correction: CfsCorrection | None = None) -> 
     kind = share_kind(curve.share)
     out = curve.normalized()
     if kind == "cpu_time":
-        factor = alpha
+        # Each CPU's speed: ``cpu_fraction`` where the share names it (a subset of the
+        # CPUs at some speed), else alpha (every CPU at alpha of its time).
+        factor = float((curve.share or {}).get("cpu_fraction", alpha))
         if correction is not None:
             check_is_fitted(correction, "factor_")
             factor /= correction.factor_

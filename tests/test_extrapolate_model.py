@@ -409,3 +409,51 @@ def test_cpu_time_share_extrapolates_like_a_cores_share():
             assert b.mappings[mp].stats[stat].mat == pytest.approx(
                 a.mappings[mp].stats[stat].mat, rel=1e-6
             )
+
+
+def _as_cpu_time(curve: LoadCurve, c: float) -> LoadCurve:
+    """The same CPUs at speed c carrying c of the load: throughput x c, latencies / c."""
+    slow = LoadCurve.from_dict(curve.to_dict())
+    slow.alpha = c
+    slow.share = {
+        "kind": "cpu_time",
+        "cpus": list(curve.share["cpus"]),
+        "fraction": c,
+        "cpu_fraction": c,
+    }
+    for lv in slow.levels:
+        for rep in lv.reps:
+            rep.throughput *= c
+            rep.offered *= c
+            for cs in [rep.overall, *rep.per_class.values()]:
+                cs.throughput *= c
+                for f in ("mean", "p50", "p90", "p99", "p999"):
+                    setattr(cs, f, getattr(cs, f) / c)
+    return slow
+
+
+def test_pipeline_hook_takes_the_leads_scaled_curve_and_a_two_socket_share():
+    """A CPU-time share over both sockets already shows the cross-socket effects of
+    1-replica: the hook must not add them again, and must still move to 2-replica."""
+    from extrapolate.pipeline import extrapolate_mappings
+    from shrink.scaling import shrink_scaled_curve
+
+    t = Truth()
+    dyn, smr = 0.05, 1 / 3.6
+    full = truth_curve(
+        t, NEHALEM, "1-replica", NEHALEM.all_cpus, dyn=dyn, smr=smr, workload="w", seed=21
+    )
+    scaled = shrink_scaled_curve(_as_cpu_time(full, 0.5))
+    out = extrapolate_mappings(
+        scaled,
+        machine=NEHALEM,
+        mappings=["1-replica", "2-replica-direct"],
+        thresholds=CHECK_T,
+        calibration=_perfect_model(t, NEHALEM),
+    )
+    for mp in ("1-replica", "2-replica-direct"):
+        for stat, thr in CHECK_T.items():
+            truth = truth_mat(t, NEHALEM, mp, NEHALEM.all_cpus, dyn, smr, stat, thr)
+            assert out[mp][stat]["mat"] == pytest.approx(truth, rel=0.03), (mp, stat)
+            assert out[mp][stat]["status"] == "ok"
+        assert len(out[mp]["curve"]["throughput"]) == len(out[mp]["curve"]["mean_hi"])
