@@ -142,6 +142,38 @@ def _first_in_group(group: np.ndarray, values: np.ndarray, n: int, fill: int) ->
     return out
 
 
+_MIX = np.array(
+    [
+        0x9E3779B97F4A7C15,
+        0xC2B2AE3D27D4EB4F,
+        0x165667B19E3779F9,
+        0xD6E8FEB86659FD93,
+        0xFF51AFD7ED558CCD,
+    ],
+    dtype=np.uint64,
+)
+
+
+def _unique_rows(keys: np.ndarray, seg: Segments) -> tuple[np.ndarray, np.ndarray]:
+    """(unique flow keys, index of each row's key): np.unique on 36-byte keys, faster.
+
+    Sorting 64-bit hashes is much cheaper than sorting 36-byte strings; a hash
+    collision (checked) falls back to the exact method.
+    """
+    src = np.ascontiguousarray(seg.src).view(np.uint64)
+    dst = np.ascontiguousarray(seg.dst).view(np.uint64)
+    ports = ((seg.sport << 16) | seg.dport).astype(np.uint64)
+    h = src[:, 0] * _MIX[0] ^ src[:, 1] * _MIX[1] ^ dst[:, 0] * _MIX[2]
+    h ^= dst[:, 1] * _MIX[3] ^ ports * _MIX[4]
+    h ^= h >> np.uint64(29)
+    _, first, inv = np.unique(h, return_index=True, return_inverse=True)
+    inv = inv.ravel()
+    if np.array_equal(keys, keys[first][inv]):
+        return keys[first], inv
+    ukeys, inv = np.unique(keys, return_inverse=True)
+    return ukeys, inv.ravel()
+
+
 def _conn_ids(seg: Segments) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(connection id, direction bit, tuple-canonical key rows) per segment."""
     n = len(seg)
@@ -149,8 +181,7 @@ def _conn_ids(seg: Segments) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     ports = ports.astype(np.uint8)
     fwd = np.concatenate([seg.src, ports[:, :2], seg.dst, ports[:, 2:]], axis=1)
     keys = np.ascontiguousarray(fwd).view(np.dtype((np.void, 36))).ravel()
-    ukeys, dir_inv = np.unique(keys, return_inverse=True)
-    dir_inv = dir_inv.ravel()
+    ukeys, dir_inv = _unique_rows(keys, seg)
     # Pair each direction with its reverse (few unique directions: a Python loop is fine).
     ub = [bytes(k) for k in ukeys]
     canon: dict[bytes, int] = {}
