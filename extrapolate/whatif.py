@@ -69,8 +69,11 @@ def machine_mappings(machine: Machine) -> list[str]:
 
 
 def resolve_workload(spec: str, model: CrossSocketModel) -> Workload:
-    """``tcp``/``support`` (from the calibration), or a trace file (Parquet)."""
-    workloads = getattr(model, "workloads_", None) or {}
+    """A workload of the calibration, ``tcp``/``support`` (the papers'), or a trace (Parquet)."""
+    from extrapolate.observations import published_workloads
+
+    # The calibration's own workloads first, then the papers' tcp and support.
+    workloads = {**published_workloads(), **(getattr(model, "workloads_", None) or {})}
     if spec in workloads:
         return workloads[spec]
     path = Path(spec)
@@ -162,13 +165,16 @@ def whatif(
     for name in names:
         net = build_network(physics, workload, machine, build_mapping(name, machine))
         stats = {}
-        for stat in ("mean", "p999"):
+        for stat in [x for x in ("mean", "p999", "p99", "p90", "p50") if x in workload.thresholds]:
             mat, ci = model.interval(_mat_fn(workload, machine, name, stat))
             stats[stat] = StatPrediction(mat, ci, workload.thresholds[stat])
         out[name] = MappingPrediction(
             stats, net.curve(curve_points), _effects(physics, workload, machine, name)
         )
-    best = max(names, key=lambda n: (round(out[n].stats["mean"].mat, -1), out[n].stats["p999"].mat))
+    order = list(out[names[0]].stats)
+    if not order:
+        raise ExtrapolationError(f"workload {workload.name!r} has no SLA thresholds")
+    best = max(names, key=lambda n: tuple(round(out[n].stats[s].mat, -1) for s in order))
     reason = _reason(best, names, out, workload)
     extra: dict[str, Any] = {"workload": workload.to_dict()}
     if sweep:
@@ -187,14 +193,15 @@ def whatif(
 def _reason(best: str, names: list[str], out: dict[str, MappingPrediction], wl: Workload) -> str:
     m = out[best]
     others = [n for n in names if n != best]
-    best_mat = m.stats["mean"].mat
+    key = next(iter(m.stats))
+    best_mat = m.stats[key].mat
     cmp = ", ".join(
-        f"{n} {out[n].stats['mean'].mat:,.0f} ({best_mat / out[n].stats['mean'].mat - 1:+.1%})"
+        f"{n} {out[n].stats[key].mat:,.0f} ({best_mat / out[n].stats[key].mat - 1:+.1%})"
         for n in others
     )
     ref = out.get("1-replica", m).detail
     text = (
-        f"{best} has the highest mean-threshold MAT, {m.stats['mean'].mat:,.0f} req/s "
+        f"{best} has the highest {key}-threshold MAT, {best_mat:,.0f} req/s "
         f"(vs {cmp or 'no other mapping'}). Mix: {wl.dynamic_fraction:.1%} dynamic requests, "
         f"{ref.get('dynamic_demand_share', 0.0):.0%} of the CPU demand. Against a one-socket "
         f"share, one replica over the whole machine changes static demand by "

@@ -121,6 +121,25 @@ def test_calibrate_published_and_from_curves(tmp_path):
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["physics"]["nic_remote_penalty"] == pytest.approx(t.nic_penalty, rel=0.3)
+    own = tmp_path / "own.json"
+    own.write_text(r.stdout)
+    r = _invoke(
+        [
+            "whatif",
+            "--machine",
+            SPEC,
+            "--workload",
+            "static",
+            "--workload",
+            "tcp",
+            "--calibration",
+            str(own),
+            "--json",
+            "--no-sweep",
+        ]
+    )
+    assert r.exit_code == 0, r.output
+    assert set(json.loads(r.stdout)["predictions"]) == {"static", "tcp"}
     usl = doc["usl"]["static"]
     assert usl["core_counts"] == [1, 2, 3]
     assert usl["kappa_ci"][0] <= usl["kappa"] <= usl["kappa_ci"][1]

@@ -19,14 +19,17 @@ def _fmt_ci(stat: dict[str, Any]) -> str:
 
 def _print_prediction(d: dict[str, Any], title: str) -> None:
     typer.echo(f"== {title} ==")
-    th = next(iter(d["mappings"].values()))
-    typer.echo(
-        f"{'mapping':<22} {'MAT mean<' + _ms(th['mean']['threshold']):<34} "
-        f"{'MAT p99.9<' + _ms(th['p999']['threshold']):<34}"
+    first = next(iter(d["mappings"].values()))
+    stats = [k for k, v in first.items() if isinstance(v, dict) and "mat" in v]
+    head = "".join(
+        f"{'MAT ' + ('p99.9' if s == 'p999' else s) + '<' + _ms(first[s]['threshold']):<34} "
+        for s in stats
     )
+    typer.echo(f"{'mapping':<22} {head}")
     for name, m in d["mappings"].items():
         mark = "  <- recommended" if name == d["recommended"] else ""
-        typer.echo(f"{name:<22} {_fmt_ci(m['mean']):<34} {_fmt_ci(m['p999']):<34}{mark}")
+        cols = "".join(f"{_fmt_ci(m[s]):<34} " for s in stats)
+        typer.echo(f"{name:<22} {cols}{mark}")
     typer.echo(f"reason: {d['reason']}")
     sweep = d.get("sweep")
     if sweep:
