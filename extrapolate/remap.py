@@ -20,9 +20,11 @@ shape and re-map:
 The share's fixed (load-independent) latency L0 and per-class demands are
 fitted to the measured per-class means, R_c = L0 + D_c/(1-rho)
 (:func:`estimate_demands`); L0 is kept as it is and only the rest is scaled,
-and D_dynamic/D_static comes from these fitted demands. MAT intervals combine the measured
-repetitions' interval (from :func:`shrink.mat.mat`) with the calibration's
-uncertainty of k, in quadrature on the log scale.
+and D_dynamic/D_static comes from the per-class means extrapolated to zero load
+(:func:`light_load_ratio`), which holds for any work-conserving discipline.
+MAT intervals combine the measured repetitions' interval (from
+:func:`shrink.mat.mat`) with the calibration's uncertainty of k, in quadrature
+on the log scale.
 """
 
 from __future__ import annotations
@@ -142,6 +144,33 @@ def estimate_demands(
     return l0, d
 
 
+def light_load_ratio(scaled: LoadCurve, l0: float) -> float:
+    """D_dynamic / D_static from the per-class means extrapolated to zero load.
+
+    As the load goes to 0 every work-conserving discipline gives R_c -> L0 + D_c,
+    so the ratio does not depend on the PS assumption (a FIFO server would bias a
+    PS fit over all levels). A line through the lighter half of the levels (at
+    least two) gives each class's intercept; under PS the intercepts minus L0 are
+    D_c times one common factor, so the ratio is exact there too.
+    """
+    s = scaled.series("mean", "static")
+    d = scaled.series("mean", "dynamic")
+    x = s["throughput"]
+    ok = np.isfinite(x) & np.isfinite(s["value"]) & np.isfinite(d["value"])
+    x, rs, rd = x[ok], s["value"][ok], d["value"][ok]
+    if x.size < 2:
+        raise ExtrapolationError("need two load levels with both classes measured")
+    light = x <= 0.5 * x.max()
+    if light.sum() < 2:
+        light = np.argsort(x)[:2]
+    a_s = np.polyfit(x[light], rs[light], 1)[1] - l0
+    a_d = np.polyfit(x[light], rd[light], 1)[1] - l0
+    if a_s <= 0 or a_d <= 0:  # too few or too noisy light levels: fall back to the lightest
+        i = int(np.argmin(x))
+        a_s, a_d = rs[i] - l0, rd[i] - l0
+    return float(a_d / a_s)
+
+
 def _per_core_demands(physics: Physics, wl: Workload, machine: Machine, mp: Mapping) -> dict:
     net = build_network(physics, wl, machine, mp)
     w = np.array([s.cores for s in net.stations], dtype=np.float64)
@@ -220,7 +249,7 @@ def extrapolate_curve(
     share_mp = build_mapping("1-replica", machine, cpus)
     l0, d_meas = estimate_demands(scaled, n_equiv, mix)
     if mix["dynamic"] > 0 and mix["static"] > 0 and _has_class(scaled, "dynamic"):
-        ratio = d_meas["dynamic"] / d_meas["static"]
+        ratio = light_load_ratio(scaled, l0)
     else:
         ratio = physics0.demand_dynamic / physics0.demand_static
 
