@@ -414,7 +414,7 @@ def observations_from_curves(
         if not isinstance(c, LoadCurve):
             raise ExtrapolationError(f"curve {i} is a {type(c).__name__}, not a LoadCurve")
         m = machine or Machine.from_dict(c.machine)
-        cpus = tuple((c.share or {}).get("cpus") or m.all_cpus)
+        cpus, c, per_cpu = _full_speed(c, m)
         wl = str(c.meta.get("workload", "measured"))
         thr = {
             k: sum(
@@ -425,7 +425,7 @@ def observations_from_curves(
         tot = sum(thr.values())
         mixes.setdefault(wl, []).append(thr["dynamic"] / tot if tot > 0 else 0.0)
         for stat, t in thresholds.items():
-            r = mat_of(c, stat, t)
+            r = mat_of(c, stat, t).scaled(per_cpu)
             if r.status != "ok":
                 continue
             half = max(0.5 * (r.ci[1] - r.ci[0]), min_precision * r.mat)
@@ -450,6 +450,29 @@ def observations_from_curves(
         for name, f in mixes.items()
     }
     return obs, workloads
+
+
+def _full_speed(curve: Any, machine: Machine) -> tuple[tuple[int, ...], Any, float]:
+    """The CPUs a curve ran on, the curve to take MATs from, and the factor to them.
+
+    A core share or a full run is used as measured (throughputs on its CPUs). A
+    CPU-time share (or a curve already SHRiNK-scaled from one) is first scaled
+    to full speed: the scaled curve stands for n c / alpha full-speed cores with
+    the share's per-core behaviour, so the MAT of its n CPUs at full speed is the
+    scaled MAT times alpha / c.
+    """
+    from extrapolate.remap import _share_of
+    from extrapolate.shrink_scaling import scale_to_full
+
+    share, cpus, alpha = _share_of(curve, machine)
+    already = "predicted_from" in (curve.share or {})
+    if share.get("kind") != "cpu_time":
+        if already:
+            return cpus, curve, alpha  # scaled by 1/alpha: back to the share's own CPUs
+        return cpus, curve, 1.0
+    speed = float(share.get("cpu_fraction", alpha))
+    scaled = curve if already else scale_to_full(curve)
+    return cpus, scaled, alpha / speed
 
 
 def fit_curves(

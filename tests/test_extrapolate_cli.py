@@ -184,3 +184,24 @@ def test_extrapolate_a_share_curve(tmp_path):
     assert d["mappings"]["1-replica"]["p999"]["threshold"] == pytest.approx(0.02)
     r = _invoke(["extrapolate", str(tmp_path / "missing.json"), "--machine", SPEC])
     assert r.exit_code == 1 and "missing.json" in r.output
+
+
+def test_calibrate_takes_cpu_time_shares_like_core_runs():
+    from extrapolate.calibration import observations_from_curves
+    from shrink.loadcurve import LoadCurve
+
+    mach = Machine.read_toml(SPEC)
+    c = truth_curve(Truth(), mach, "1-replica", (0, 1), dyn=0.0, smr=0.0, workload="s", seed=4)
+    slow = LoadCurve.from_dict(c.to_dict())
+    slow.alpha = 0.5
+    slow.share = {"kind": "cpu_time", "cpus": [0, 1], "fraction": 0.5, "cpu_fraction": 0.5}
+    for lv in slow.levels:
+        for rep in lv.reps:
+            rep.throughput *= 0.5
+            for cs in [rep.overall, *rep.per_class.values()]:
+                cs.throughput *= 0.5
+                for f in ("mean", "p50", "p90", "p99", "p999"):
+                    setattr(cs, f, getattr(cs, f) / 0.5)
+    (a,), _ = observations_from_curves([c], {"mean": 1.5e-3}, machine=mach)
+    (b,), _ = observations_from_curves([slow], {"mean": 1.5e-3}, machine=mach)
+    assert b.config == a.config and b.value == pytest.approx(a.value, rel=1e-6)
