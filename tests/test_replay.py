@@ -33,6 +33,8 @@ from shrink.trace import Trace
 # the generator's lag bound for "on schedule" is loose here (the benchmark and
 # bench/RESULTS.md hold the 1 ms figures).
 LOOSE_LAG = 0.05
+# As root (CI), runs that judge timing use SCHED_FIFO so neighbours cannot delay them.
+RT = 10 if os.geteuid() == 0 else 0
 
 
 def _start_fake(cpu: int | None = None, *extra: str) -> tuple[subprocess.Popen[str], int]:
@@ -307,7 +309,8 @@ def test_over_driving_the_generator_is_flagged(fake):
 
 def test_a_modest_rate_is_not_flagged(fake):
     tr = open_loop_trace("/x?bytes=1024", 200.0, 2.0)
-    res = LiveTarget([fake], lag_limit=LOOSE_LAG).run(tr, rate_factor=1.0, warmup=0.5, duration=1.5)
+    target = LiveTarget([fake], lag_limit=LOOSE_LAG, realtime=RT)
+    res = target.run(tr, rate_factor=1.0, warmup=0.5, duration=1.5)
     assert not res.generator.behind, res.generator.reason
     assert res.generator.intended_rate == pytest.approx(200, rel=0.02)
     assert res.runlog.ok_mask().all()
