@@ -34,41 +34,73 @@ _VLAN = (0x8100, 0x88A8, 0x9100)
 _AF_INET6 = (10, 24, 28, 30)  # Linux, BSD, FreeBSD, macOS
 
 
-def _u8(b: np.ndarray, off: np.ndarray) -> np.ndarray:
-    return b[off].astype(np.int64)
+class _Words:
+    """8-byte little-endian words at any byte offset of the buffer, one gather each.
+
+    An overlapping view (stride 1) makes ``W[o]`` the bytes ``o .. o+7``, so a
+    whole header row (ports and sequence number, say) comes in one gather
+    instead of one per byte: fewer passes over a buffer far larger than the
+    cache. Offsets near the end are clamped and shifted, so bytes past the end
+    read as zeros.
+    """
+
+    def __init__(self, b: np.ndarray, n: int) -> None:
+        if n < 8:
+            pad = np.zeros(8, dtype=np.uint8)
+            pad[:n] = b[:n]
+            b, n = pad, 8
+        self.w = np.ndarray((n - 7,), dtype="<u8", buffer=b, strides=(1,))
+        self.last = n - 8
+
+    def __call__(self, off: np.ndarray) -> np.ndarray:
+        idx = np.minimum(off, self.last)
+        v = self.w[idx]
+        if self.last < int(off.max(initial=0)):
+            v = v >> ((off - idx) * 8).astype(np.uint64)
+        return v
 
 
-def _be16(b: np.ndarray, off: np.ndarray) -> np.ndarray:
-    return (b[off].astype(np.int64) << 8) | b[off + 1]
+def _b(v: np.ndarray, k: int) -> np.ndarray:
+    """Byte ``k`` (0-7) of words ``v``."""
+    return ((v >> np.uint64(8 * k)) & np.uint64(0xFF)).astype(np.int64)
 
 
-def _be32(b: np.ndarray, off: np.ndarray) -> np.ndarray:
-    return (_be16(b, off) << 16) | _be16(b, off + 2)
+def _be16(v: np.ndarray, k: int) -> np.ndarray:
+    """Big-endian 16-bit field at byte ``k`` (0-6) of words ``v``."""
+    return (_b(v, k) << 8) | _b(v, k + 1)
 
 
-def _le32(b: np.ndarray, off: np.ndarray) -> np.ndarray:
-    v = b[off].astype(np.int64) | (b[off + 1].astype(np.int64) << 8)
-    return v | (b[off + 2].astype(np.int64) << 16) | (b[off + 3].astype(np.int64) << 24)
+def _be32(v: np.ndarray, k: int) -> np.ndarray:
+    return (_be16(v, k) << 16) | _be16(v, k + 2)
 
 
-def _link(b: np.ndarray, recs: RawRecords, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(layer-3 offset, IP version 4/6 or 0) per packet."""
+def _le32(v: np.ndarray, k: int) -> np.ndarray:
+    return ((v >> np.uint64(8 * k)) & np.uint64(0xFFFFFFFF)).astype(np.int64)
+
+
+def _link(word: _Words, recs: RawRecords, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(layer-3 offset, IP version 4/6 or 0) per packet; -1 for an unsupported link."""
     d = recs.data_off
     lt = recs.linktype
     n = d.size
     l3 = np.zeros(n, dtype=np.int64)
     ver = np.zeros(n, dtype=np.int64)
-    ok_link = np.isin(lt, list(LINKTYPES))
-    ver[~ok_link] = -1  # unsupported link type
+    ver[~np.isin(lt, list(LINKTYPES))] = -1
 
     def ethertype(sel: np.ndarray, et_off: np.ndarray) -> None:
         # Ethertype at et_off, payload after it; up to two VLAN tags.
-        et = np.where(et_off + 2 <= end[sel], _be16(b, np.minimum(et_off, b.size - 2)), -1)
+        e = end[sel]
+        v = word(et_off)
+        et = np.where(et_off + 2 <= e, _be16(v, 0), -1)
         nxt = et_off + 2
-        for _ in range(2):
-            tag = np.isin(et, _VLAN) & (nxt + 4 <= end[sel])
-            et = np.where(tag, _be16(b, np.minimum(nxt + 2, b.size - 2)), et)
+        tag = np.isin(et, _VLAN) & (nxt + 4 <= e)
+        if tag.any():
+            et = np.where(tag, _be16(v, 4), et)
             nxt = np.where(tag, nxt + 4, nxt)
+            tag2 = np.isin(et, _VLAN) & (nxt + 4 <= e)
+            if tag2.any():
+                et = np.where(tag2, _be16(word(nxt + 2), 0), et)
+                nxt = np.where(tag2, nxt + 4, nxt)
         l3[sel] = nxt
         ver[sel] = np.where(et == 0x0800, 4, np.where(et == 0x86DD, 6, 0))
 
@@ -85,71 +117,70 @@ def _link(b: np.ndarray, recs: RawRecords, end: np.ndarray) -> tuple[np.ndarray,
     raw = np.isin(lt, (12, 14, 101))
     if raw.any():
         l3[raw] = d[raw]
-        v = np.where(d[raw] < end[raw], _u8(b, np.minimum(d[raw], b.size - 1)) >> 4, 0)
+        v = np.where(d[raw] < end[raw], _b(word(d[raw]), 0) >> 4, 0)
         ver[raw] = np.where(np.isin(v, (4, 6)), v, 0)
     for code, fixed in ((228, 4), (229, 6)):
         sel = lt == code
         l3[sel] = d[sel]
         ver[sel] = fixed
-    null = lt == 0
-    if null.any():
-        dn = d[null]
-        fam = _le32(b, np.minimum(dn, b.size - 4))
-        l3[null] = dn + 4
-        ver[null] = np.where(fam == 2, 4, np.where(np.isin(fam, _AF_INET6), 6, 0))
-        ver[null & (d + 4 > end)] = 0
-    loop = lt == 108
-    if loop.any():
-        dl = d[loop]
-        fam = _be32(b, np.minimum(dl, b.size - 4))
-        l3[loop] = dl + 4
-        ver[loop] = np.where(fam == 2, 4, np.where(np.isin(fam, _AF_INET6), 6, 0))
+    for code, fam_of in ((0, _le32), (108, lambda v, k: _be32(v, k))):
+        sel = lt == code  # NULL: host byte order (little-endian writers); LOOP: network order
+        if sel.any():
+            ds = d[sel]
+            fam = fam_of(word(ds), 0)
+            l3[sel] = ds + 4
+            v = np.where(fam == 2, 4, np.where(np.isin(fam, _AF_INET6), 6, 0))
+            ver[sel] = np.where(ds + 4 <= end[sel], v, 0)
     return l3, ver
+
+
+def _addresses(v_hi: np.ndarray, v_lo: np.ndarray) -> np.ndarray:
+    """16-byte rows from two words each (bytes in memory order)."""
+    return np.stack([v_hi, v_lo], 1).astype("<u8").view(np.uint8).reshape(-1, 16)
 
 
 def decode_records(recs: RawRecords) -> Segments:
     """TCP segments of every record; everything else counted in ``skipped`` by kind."""
     data = recs.buf
-    # The buffer is padded, so gathers a few bytes past a short packet stay in
-    # bounds; the ``end`` tests below make sure padded bytes are never used.
     b = np.frombuffer(data, dtype=np.uint8)
+    word = _Words(b, b.size)
     skipped: Counter[str] = Counter()
     n = len(recs)
     end = recs.data_off + recs.caplen
     truncated = int(np.count_nonzero(recs.caplen < recs.wirelen))
-    l3, ver = _link(b, recs, end)
+    l3, ver = _link(word, recs, end)
     skipped["unsupported-link"] += int(np.count_nonzero(ver < 0))
     skipped["non-ip"] += int(np.count_nonzero(ver == 0))
     idx = np.flatnonzero(ver > 0)
-    l3 = l3[idx]
-    ver = ver[idx]
-    end = end[idx]
+    l3, ver, end = l3[idx], ver[idx], end[idx]
     v4 = ver == 4
-    need = np.where(v4, 20, 40)
-    short = l3 + need > end
+    short = l3 + np.where(v4, 20, 40) > end
     skipped["truncated-header"] += int(np.count_nonzero(short))
     keep = ~short
-    idx, l3, ver, end, v4 = idx[keep], l3[keep], ver[keep], end[keep], v4[keep]
+    idx, l3, end, v4 = idx[keep], l3[keep], end[keep], v4[keep]
 
-    # IPv4
-    vhl = _u8(b, l3)
+    # First two words of the IP header: IPv4 version/length/total/fragment and
+    # protocol; IPv6 payload length and next header.
+    w0 = word(l3)
+    w1 = word(l3 + 8)
+    vhl = _b(w0, 0)
     ihl = (vhl & 15) * 4
-    tot4 = _be16(b, l3 + 2)
-    frag4 = _be16(b, l3 + 6) & 0x3FFF
-    proto = np.where(v4, _u8(b, l3 + 9), _u8(b, l3 + 6))
-    # IPv6: payload length and extension headers (hop-by-hop, routing, destination, AH)
-    plen6 = _be16(b, l3 + 4)
+    tot4 = _be16(w0, 2)
+    frag4 = _be16(w0, 6) & 0x3FFF
+    proto = np.where(v4, _b(w1, 1), _b(w0, 6))
+    plen6 = _be16(w0, 4)
     l4 = np.where(v4, l3 + ihl, l3 + 40)
     frag = v4 & (frag4 != 0)
     bad = v4 & ((vhl >> 4 != 4) | (ihl < 20))
+    # IPv6 extension headers (hop-by-hop, routing, destination options, AH)
     for _ in range(4):
         ext = ~v4 & np.isin(proto, (0, 43, 60, 51)) & (l4 + 8 <= end)
         if not ext.any():
             break
-        hl = _u8(b, np.where(ext, l4 + 1, 0))
+        we = word(np.where(ext, l4, 0))
+        hl = _b(we, 1)
         size = np.where(proto == 51, (hl + 2) * 4, (hl + 1) * 8)
-        nxt = _u8(b, np.where(ext, l4, 0))
-        proto = np.where(ext, nxt, proto)
+        proto = np.where(ext, _b(we, 0), proto)
         l4 = np.where(ext, l4 + size, l4)
     frag |= ~v4 & (proto == 44)
     # A zero IPv4 total length comes from segmentation offload: trust the record.
@@ -162,26 +193,32 @@ def decode_records(recs: RawRecords) -> Segments:
     skipped["udp"] += int(np.count_nonzero(rest & (proto == 17)))
     skipped["icmp"] += int(np.count_nonzero(rest & np.isin(proto, (1, 58))))
     skipped["other-ip-protocol"] += int(np.count_nonzero(rest & ~np.isin(proto, (6, 17, 1, 58))))
-    idx, l3, l4, end, v4, ip_end = idx[tcp], l3[tcp], l4[tcp], end[tcp], v4[tcp], ip_end[tcp]
+    idx, l3, l4, end, v4, ip_end, w1 = (a[tcp] for a in (idx, l3, l4, end, v4, ip_end, w1))
+
+    # TCP: ports and sequence number in one word, data offset and flags in the next.
     short = l4 + 20 > end
-    doff = np.where(short, 20, _u8(b, np.where(short, 0, l4 + 12)) >> 4) * 4
+    t0 = word(np.where(short, 0, l4))
+    t1 = word(np.where(short, 0, l4 + 8))
+    doff = np.where(short, 20, _b(t1, 4) >> 4) * 4
     short |= l4 + doff > end
     bad = ~short & ((doff < 20) | (l4 + doff > ip_end))
     skipped["truncated-header"] += int(np.count_nonzero(short))
     skipped["malformed"] += int(np.count_nonzero(bad))
     ok = ~short & ~bad
-    idx, l3, l4, end, v4, ip_end, doff = (a[ok] for a in (idx, l3, l4, end, v4, ip_end, doff))
+    idx, l3, l4, end, v4, ip_end, doff, w1, t0, t1 = (
+        a[ok] for a in (idx, l3, l4, end, v4, ip_end, doff, w1, t0, t1)
+    )
 
-    # Addresses as 16 bytes each (IPv4 mapped) with one gather per family.
+    # Addresses as 16 bytes each (IPv4 mapped into ::ffff:0:0/96).
     m = idx.size
     src = np.empty((m, 16), dtype=np.uint8)
     dst = np.empty((m, 16), dtype=np.uint8)
     a4 = l3[v4]
-    src[v4] = mapped_v4(b[(a4 + 12)[:, None] + np.arange(4)])
-    dst[v4] = mapped_v4(b[(a4 + 16)[:, None] + np.arange(4)])
+    src[v4] = mapped_v4(_le32(w1[v4], 4).astype("<u4").view(np.uint8).reshape(-1, 4))
+    dst[v4] = mapped_v4(_le32(word(a4 + 16), 0).astype("<u4").view(np.uint8).reshape(-1, 4))
     a6 = l3[~v4]
-    src[~v4] = b[(a6 + 8)[:, None] + np.arange(16)]
-    dst[~v4] = b[(a6 + 24)[:, None] + np.arange(16)]
+    src[~v4] = _addresses(word(a6 + 8), word(a6 + 16))
+    dst[~v4] = _addresses(word(a6 + 24), word(a6 + 32))
 
     poff = l4 + doff
     wlen = ip_end - poff
@@ -193,10 +230,10 @@ def decode_records(recs: RawRecords) -> Segments:
         ts=recs.ts_ns[idx],
         src=src,
         dst=dst,
-        sport=_be16(b, l4),
-        dport=_be16(b, l4 + 2),
-        seq=_be32(b, l4 + 4),
-        flags=_u8(b, l4 + 13),
+        sport=_be16(t0, 0),
+        dport=_be16(t0, 2),
+        seq=_be32(t0, 4),
+        flags=_b(t1, 5),
         poff=poff,
         caplen=caplen,
         wlen=wlen,

@@ -15,6 +15,8 @@ offset, lenient readers keep every record before it and say where it stopped.
 from __future__ import annotations
 
 import gzip
+import mmap
+import os
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -60,7 +62,7 @@ class RawRecords:
     stopped, or is None.
     """
 
-    buf: np.ndarray  # uint8: the file's bytes, then PAD zero bytes
+    buf: np.ndarray  # uint8, read-only: the file's bytes (memory-mapped) or inflated gzip
     data_off: np.ndarray
     caplen: np.ndarray
     wirelen: np.ndarray
@@ -98,35 +100,27 @@ def load_bytes(path: Path, *, strict: bool) -> tuple[bytes, str | None]:
         return out, msg
 
 
-PAD = 256  # zero bytes after the data, so header gathers never index past the buffer
-
-
 def load_padded(path: Path, *, strict: bool) -> tuple[np.ndarray, int, str | None]:
-    """(buffer, data length, damage): the file's bytes followed by PAD zero bytes.
+    """(buffer, data length, damage): the capture's bytes as a read-only uint8 array.
 
-    Reading straight into a padded buffer spares the fast engine a copy of the
-    whole capture.
+    A plain file is memory-mapped, so the fast engine copies nothing: only the
+    pages holding record and packet headers (and the HTTP header blocks) are
+    read. A gzip file is inflated into memory. Readers index only inside
+    ``[0, n)``; the name recalls an earlier padded buffer.
     """
     try:
         with path.open("rb") as fh:
             head = fh.read(2)
-            if head != GZIP_MAGIC:
-                size = path.stat().st_size
-                # np.empty: no zero-filling of a buffer the read overwrites anyway
-                buf = np.empty(size + PAD, dtype=np.uint8)
-                n = len(head)
-                buf[:n] = np.frombuffer(head, dtype=np.uint8)
-                n += fh.readinto(memoryview(buf)[n:size])
-                buf[n:] = 0
-                return buf, n, None
+            size = os.fstat(fh.fileno()).st_size
+            if head != GZIP_MAGIC and size > 0:
+                mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                return np.frombuffer(mm, dtype=np.uint8), size, None
     except FileNotFoundError:
         raise CaptureFormatError("no such file", path=path) from None
     except OSError as exc:
         raise CaptureFormatError(f"cannot read ({exc.strerror})", path=path) from exc
     data, damage = load_bytes(path, strict=strict)
-    buf = np.zeros(len(data) + PAD, dtype=np.uint8)
-    buf[: len(data)] = np.frombuffer(data, dtype=np.uint8)
-    return buf, len(data), damage
+    return np.frombuffer(data, dtype=np.uint8), len(data), damage
 
 
 def capture_format(data: bytes | np.ndarray, path: Path, n: int | None = None) -> str:
