@@ -154,11 +154,19 @@ _MIX = np.array(
 )
 
 
-def _unique_rows(keys: np.ndarray, seg: Segments) -> tuple[np.ndarray, np.ndarray]:
-    """(unique flow keys, index of each row's key): np.unique on 36-byte keys, faster.
+def _flow_key(seg: Segments, rows: np.ndarray) -> list[bytes]:
+    """36-byte (address, port, address, port) keys of some rows, as bytes."""
+    sp, dp = seg.sport[rows], seg.dport[rows]
+    ports = np.stack([sp >> 8, sp & 255, dp >> 8, dp & 255], 1).astype(np.uint8)
+    fwd = np.concatenate([seg.src[rows], ports[:, :2], seg.dst[rows], ports[:, 2:]], axis=1)
+    return [bytes(r) for r in fwd]
 
-    Sorting 64-bit hashes is much cheaper than sorting 36-byte strings; a hash
-    collision (checked) falls back to the exact method.
+
+def _directions(seg: Segments) -> tuple[np.ndarray, np.ndarray]:
+    """(first row of each distinct direction, direction index of every row).
+
+    Sorting 64-bit hashes of (src, sport, dst, dport) is much cheaper than
+    sorting 36-byte keys; a hash collision (checked) falls back to the latter.
     """
     src = np.ascontiguousarray(seg.src).view(np.uint64)
     dst = np.ascontiguousarray(seg.dst).view(np.uint64)
@@ -168,22 +176,21 @@ def _unique_rows(keys: np.ndarray, seg: Segments) -> tuple[np.ndarray, np.ndarra
     h ^= h >> np.uint64(29)
     _, first, inv = np.unique(h, return_index=True, return_inverse=True)
     inv = inv.ravel()
-    if np.array_equal(keys, keys[first][inv]):
-        return keys[first], inv
-    ukeys, inv = np.unique(keys, return_inverse=True)
-    return ukeys, inv.ravel()
+    rep = first[inv]
+    same = (src == src[rep]).all() and (dst == dst[rep]).all() and (ports == ports[rep]).all()
+    if not same:
+        keys = np.asarray(_flow_key(seg, np.arange(len(seg))), dtype=np.dtype((np.void, 36)))
+        _, first, inv = np.unique(keys, return_index=True, return_inverse=True)
+        inv = inv.ravel()
+    return first, inv
 
 
-def _conn_ids(seg: Segments) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(connection id, direction bit, tuple-canonical key rows) per segment."""
+def _conn_ids(seg: Segments) -> tuple[np.ndarray, np.ndarray]:
+    """(connection id, direction bit) per segment."""
     n = len(seg)
-    ports = np.stack([seg.sport >> 8, seg.sport & 255, seg.dport >> 8, seg.dport & 255], 1)
-    ports = ports.astype(np.uint8)
-    fwd = np.concatenate([seg.src, ports[:, :2], seg.dst, ports[:, 2:]], axis=1)
-    keys = np.ascontiguousarray(fwd).view(np.dtype((np.void, 36))).ravel()
-    ukeys, dir_inv = _unique_rows(keys, seg)
+    first_row, dir_inv = _directions(seg)
     # Pair each direction with its reverse (few unique directions: a Python loop is fine).
-    ub = [bytes(k) for k in ukeys]
+    ub = _flow_key(seg, first_row)
     canon: dict[bytes, int] = {}
     tuple_of = np.empty(len(ub), dtype=np.int64)
     rev_bit = np.empty(len(ub), dtype=np.int64)
@@ -207,18 +214,22 @@ def _conn_ids(seg: Segments) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             cuts_t.append(t)
             cuts_i.append(i)
         last[t] = s
-    epoch = np.zeros(n, dtype=np.int64)
     if cuts_t:
         ck = np.sort(np.asarray(cuts_t, dtype=np.int64) * (n + 1) + np.asarray(cuts_i))
         pk = tup * (n + 1) + np.arange(n)
         epoch = np.searchsorted(ck, pk, side="right") - np.searchsorted(ck, tup * (n + 1))
-    ckey = tup * (int(epoch.max(initial=0)) + 1) + epoch
-    _, first, inv = np.unique(ckey, return_index=True, return_inverse=True)
+        ckey = tup * (int(epoch.max(initial=0)) + 1) + epoch
+        _, inv = np.unique(ckey, return_inverse=True)
+        ckey = inv.ravel()
+    else:
+        ckey = tup  # already dense: 0 .. tuples-1
     # Number connections by their first packet so ids read in capture order.
+    first = np.full(int(ckey.max()) + 1, n, dtype=np.int64)
+    np.minimum.at(first, ckey, np.arange(n))
     order = np.argsort(first, kind="stable")
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
-    return rank[inv.ravel()], dbit, fwd
+    return rank[ckey], dbit
 
 
 def reassemble(seg: Segments) -> Streams:
@@ -227,7 +238,7 @@ def reassemble(seg: Segments) -> Streams:
     if n == 0:
         z = np.zeros(0, dtype=np.int64)
         return Streams(b"", [], z, z, z, z, z, z, z, 0)
-    conn, dbit, fwd = _conn_ids(seg)
+    conn, dbit = _conn_ids(seg)
     nconn = int(conn.max()) + 1
     gid = conn * 2 + dbit
     ngroups = nconn * 2
@@ -301,18 +312,20 @@ def reassemble(seg: Segments) -> Streams:
     counts = np.bincount(conn, minlength=nconn)
     first_pkt = np.full(nconn, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(first_pkt, conn, seg.pkt)
-    first_row = np.full(nconn, -1, dtype=np.int64)
-    rows = np.arange(n)
-    first_row[conn[::-1]] = rows[::-1]
+    first_row = np.full(nconn, n, dtype=np.int64)
+    np.minimum.at(first_row, conn, np.arange(n))
+    # Who opened: the sender of the first SYN, else the receiver of the first SYN-ACK.
     opener = np.full(nconn, -1, dtype=np.int64)
-    so = np.flatnonzero((flags & (SYN | ACK)) == SYN)
-    sa = np.flatnonzero((flags & (SYN | ACK)) == (SYN | ACK))
-    opener[conn[sa[::-1]]] = 1 - dbit[sa[::-1]]
-    opener[conn[so[::-1]]] = dbit[so[::-1]]
+    for kind, flip in (((SYN | ACK), 1), (SYN, 0)):
+        rows = np.flatnonzero((flags & (SYN | ACK)) == kind)
+        if rows.size:
+            c, at = np.unique(conn[rows], return_index=True)
+            opener[c] = np.abs(flip - dbit[rows[at]])
     conns = []
+    keys = _flow_key(seg, first_row)
     for c in range(nconn):
         r = int(first_row[c])
-        k = bytes(fwd[r])
+        k = keys[c]
         a, b = (k[:16], (k[16] << 8) | k[17]), (k[18:34], (k[34] << 8) | k[35])
         ep = (a, b) if dbit[r] == 0 else (b, a)
         conns.append(
