@@ -176,7 +176,12 @@ class _Parser:
         """
         lim = min(end, p + MAX_HEADER)
         # Most header blocks sit inside one segment: first look to the piece's end.
-        w = self.st.piece_rest(p, lim)
+        st = self.st
+        i = bisect_right(st._starts, p) - 1
+        a = p - st._starts[i]
+        src = st._src[i]
+        b = min(st._len[i], lim - st._starts[i])
+        w = bytes(st._mv[src + a : src + b]) if src >= 0 else bytes(b - a)
         m = rx.match(w)
         h = w.find(b"\r\n\r\n") if m is not None else -1
         size = max(HEADER_WINDOW, 2 * len(w))
@@ -347,8 +352,15 @@ class _Parser:
         looks = []
         for d in (0, 1):
             s, e = c.span[d]
-            w = self.win(s, min(e, s + DETECT_WINDOW)) if e > s else b""
-            looks.append((find_request(w, 0, len(w)) >= 0, find_response(w, 0, len(w)) >= 0))
+            # The usual case: the stream starts with a start line (cheap to check).
+            head = self.st.piece_rest(s, e)
+            looks.append((_REQ.match(head) is not None, _RESP.match(head) is not None))
+        if not any(any(x) for x in looks):  # a flow caught mid-stream, or not HTTP
+            looks = []
+            for d in (0, 1):
+                s, e = c.span[d]
+                w = self.win(s, min(e, s + DETECT_WINDOW))
+                looks.append((find_request(w, 0, len(w)) >= 0, find_response(w, 0, len(w)) >= 0))
         if c.opener >= 0 and (looks[c.opener][0] or looks[1 - c.opener][1]):
             return c.opener
         for d in (0, 1):
