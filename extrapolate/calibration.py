@@ -211,6 +211,20 @@ class CrossSocketModel(BaseEstimator):
         return self
 
     # ------------------------------------------------------------------ use
+    def predict(self, observations: Sequence[Observation]) -> np.ndarray:
+        """The fitted model's value for each observation (its ``value`` is not used)."""
+        check_is_fitted(self, "physics_")
+        return np.array(
+            [model_value(self.physics_, o, self.machine_, self.workloads_) for o in observations]
+        )
+
+    def score(self, observations: Sequence[Observation], y: Any = None) -> float:
+        """Minus the mean squared relative error on ``observations`` (higher is better),
+        so ``sklearn.model_selection.cross_val_score`` can hold figures out."""
+        pred = self.predict(observations)
+        value = np.array([o.value for o in observations])
+        return -float(np.mean(((pred - value) / np.abs(value)) ** 2))
+
     def sample_physics(self, n: int, *, seed: int = 0) -> list[Physics]:
         """Parameter draws from the Laplace posterior (for Monte Carlo intervals)."""
         check_is_fitted(self, "physics_")

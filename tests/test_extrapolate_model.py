@@ -457,3 +457,51 @@ def test_pipeline_hook_takes_the_leads_scaled_curve_and_a_two_socket_share():
             assert out[mp][stat]["mat"] == pytest.approx(truth, rel=0.03), (mp, stat)
             assert out[mp][stat]["status"] == "ok"
         assert len(out[mp]["curve"]["throughput"]) == len(out[mp]["curve"]["mean_hi"])
+
+
+def test_cross_validation_holds_figures_out():
+    """scikit-learn's cross-validation drives the model: leave-one-out over synthetic
+    MATs (known truth) predicts each held-out configuration well."""
+    from sklearn.model_selection import LeaveOneOut, cross_val_score
+
+    t = Truth()
+    mach = Machine("m", 2, 4, llc_mib=12.0)
+    runs = [
+        ("1-replica", (0,)),
+        ("1-replica", (0, 1)),
+        ("1-replica", (0, 1, 2)),
+        ("1-replica", (0, 1, 2, 3)),
+        ("1-replica", (0, 1, 4, 5)),
+        ("2-replica-direct", (0, 1, 4, 5)),
+        ("2-replica-indirect", (0, 1, 4, 5)),
+    ]
+    obs = [
+        extrapolate.Observation(
+            f"{mp}:{len(c)}",
+            "mat",
+            "s",
+            "mean",
+            extrapolate.Config(len(c), mp, c),
+            truth_mat(t, mach, mp, c, 0.0, 0.0, "mean", 1.5e-3),
+            100.0,
+        )
+        for mp, c in runs
+    ]
+    wls = {"s": Workload("s", 0.0, 0.0, {"mean": 1.5e-3})}
+    est = CrossSocketModel(
+        free=(
+            "demand_static",
+            "usl_sigma",
+            "usl_kappa",
+            "nic_remote_penalty",
+            "share_penalty",
+            "fixed_latency",
+        ),
+        machine=mach,
+        workloads=wls,
+        n_starts=1,
+    )
+    scores = cross_val_score(est, obs, cv=LeaveOneOut())
+    # Relative errors of the held-out MATs: the 1-core share leans on the priors most.
+    assert np.sqrt(-scores).max() < 0.1
+    assert np.median(np.sqrt(-scores)) < 0.02
