@@ -18,11 +18,13 @@ import ipaddress
 import json
 import os
 import threading
+from dataclasses import asdict
 from pathlib import Path
 from time import monotonic, sleep
 from typing import Any
 from urllib.parse import urlsplit
 
+from shrink import __version__
 from shrink.errors import ParameterError, ReplayError, TraceFormatError
 from shrink.replay.engine import EngineConfig
 from shrink.replay.scaleout import EngineRun, run_engines
@@ -256,10 +258,6 @@ class LiveTarget:
         self._runs += 1
         horizon = warmup + duration
         cfg = EngineConfig(targets=self.addresses, **self.config)
-        from dataclasses import asdict
-
-        from shrink import __version__
-
         meta = {
             "shrink_version": __version__,
             "seed": seed,
@@ -323,6 +321,7 @@ class LiveTarget:
                 "cpu_seconds": engine.cpu_seconds,
                 "wall": wall,
                 "interrupted": engine.interrupted,
+                "pool_waits": sum(int(st.extra.get("pool_waits", 0)) for st in engine.stats),
                 **engine.extra,
             },
         }
