@@ -148,7 +148,7 @@ def find_mats(
         elif res.status == "below_range":
             extra = [cap * x for x in (0.05, 0.1, 0.2)]
         elif res.status == "not_reached":
-            extra = [cap * x for x in (0.99, 1.01, 1.04)]
+            extra = [cap * x for x in (1.0, 1.05, 1.15)]
         if extra:
             run_levels(extra, seed + 100_000 * (1 + len(mats)))
     final = curve()

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from shrink.errors import ParameterError, TopologyError
@@ -135,10 +136,7 @@ def _base(trace: Trace) -> _Base:
     burst = tab.column("burst").to_numpy()
     cls = np.asarray(tab.column("cls").to_pylist(), dtype=object)
     nbytes = tab.column("bytes").to_numpy()
-    work = pc.extract_regex(tab.column("path"), r"[?&]work=(?P<w>\d+(?:\.\d+)?)")
-    work_us = np.asarray(
-        [np.nan if w is None else float(w["w"]) for w in work.to_pylist()], dtype=np.float64
-    )
+    work_us = _work_units(tab.column("path"))
     n = len(trace)
     mode = str(trace.meta.get("mode") or "session")
     if mode not in ("open", "session"):
@@ -158,6 +156,15 @@ def _base(trace: Trace) -> _Base:
         cls=cls,
         nbytes=nbytes,
     )
+
+
+def _work_units(paths: pa.ChunkedArray) -> np.ndarray:
+    """``work=W`` from each path (the synthetic docroot's PHP work units), NaN where absent."""
+    if not pc.any(pc.match_substring(paths, "work=")).as_py():
+        return np.full(len(paths), np.nan)
+    work = pc.extract_regex(paths, r"[?&]work=(?P<w>\d+(?:\.\d+)?)")
+    vals = pc.cast(pc.struct_field(work, [0]), pa.float64())
+    return vals.to_numpy(zero_copy_only=False).astype(np.float64)
 
 
 def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

@@ -15,13 +15,15 @@ parameters): images per page Poisson(``images_per_page``), downloads per page
 think times exponential with mean ``think_s`` truncated at 5x the mean.
 
 Time compression (documented assumption): the published Support load has
-users thinking about 10 s between pages, so a fresh run needs a session length
-(about a minute) to fill. The simulator's default ``think_s`` is 0.6 s, ten
-times shorter, and ``users`` counts concurrent users of that compressed
-workload: requests per second per user are ten times the real ones, the request
-mix, sizes and demands are unchanged, and because think times stay three orders
-of magnitude above response times the closed loop couples as weakly as in the
-real benchmark. A warm-up of a few seconds then fills the system.
+7,000 users making about 22,000 requests/s, about 3 requests/s per user, i.e.
+a page of ~20 requests every ~6 s. A fresh simulated run needs about one session
+length (several pages) to fill, so the simulator's default ``think_s`` is 0.3 s,
+twenty times shorter, and ``users`` counts concurrent users of that compressed
+workload (about 20x fewer for the same request rate). Request mix, sizes and
+demands are unchanged, and think times stay two orders of magnitude above
+response times, so the closed loop couples as weakly as in the real benchmark.
+A warm-up of a few seconds then fills the system. Meta ``time_compression``
+records the factor.
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ def support_trace(
     pages_per_session: float = 6.0,
     images_per_page: float = 18.0,
     downloads_per_page: float = 0.2,
-    think_s: float = 0.6,
+    think_s: float = 0.3,
 ) -> Trace:
     """A Support-like session trace modelling ``users`` concurrent users for ``duration`` s."""
     check_positive(users, "users")
@@ -152,6 +154,6 @@ def support_trace(
             "seed": seed,
             "reader": "sim",
             "think_s": think_s,
-            "time_compression": 10.0 * 0.6 / think_s,
+            "time_compression": 6.0 / think_s,
         },
     )
