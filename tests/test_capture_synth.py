@@ -297,3 +297,25 @@ def test_shrink_ingest_cli_reads_a_capture(tmp_path: Path) -> None:
     tr = Trace.read_parquet(out)
     assert len(tr) == 11 and tr.meta["reader"] == "capture-fast"
     assert tr.meta["burst_gap"] == 0.1
+
+
+def test_big_endian_and_nanosecond_pcap(tmp_path: Path) -> None:
+    import struct
+
+    p = write_capture(tmp_path / "le.pcap", mixed())
+    d = p.read_bytes()
+    be = bytearray(struct.pack(">IHHiIII", *struct.unpack("<IHHiIII", d[:24])))
+    ns = bytearray(struct.pack("<IHHiIII", 0xA1B23C4D, *struct.unpack("<HHiIII", d[4:24])))
+    off = 24
+    while off < len(d):
+        sec, usec, cap, wire = struct.unpack("<IIII", d[off : off + 16])
+        body = d[off + 16 : off + 16 + cap]
+        be += struct.pack(">IIII", sec, usec, cap, wire) + body
+        ns += struct.pack("<IIII", sec, usec * 1000, cap, wire) + body
+        off += 16 + cap
+    le_tr = read_capture(p)
+    for name, data in (("be.pcap", be), ("ns.pcap", ns)):
+        q = tmp_path / name
+        q.write_bytes(bytes(data))
+        for engine in ("fast", "scapy"):
+            assert read_capture(q, engine=engine).same_rows(le_tr), (name, engine)

@@ -192,18 +192,23 @@ def _walk_pcap(
 def _read_pcap(data: np.ndarray, n: int, path: Path, strict: bool) -> RawRecords:
     endian, tick = PCAP_MAGICS[bytes(data[:4])]
     linktype = struct.unpack_from(endian + "I", data, 20)[0] & 0x0FFFFFFF
-    o, _, damage = _walk_pcap(data, n, path, strict)
+    o, caplen, damage = _walk_pcap(data, n, path, strict)
     buf = np.frombuffer(data, dtype=np.uint8)
-    dt = np.dtype(endian + "u4")
-    # Gather the four header words of every record at once.
-    words = buf[o[:, None] + np.arange(16)].view(dt).reshape(-1, 4).astype(np.int64)
-    sec, sub, caplen, wirelen = words.T
+    # An overlapping view: w[k] is the 8 bytes at offset k. Two gathers give
+    # every record's (seconds, sub-seconds) and (captured, wire) length pairs.
+    w = np.ndarray((n - 7,), dtype="<u8", buffer=buf, strides=(1,))
+    lo32 = np.uint64(0xFFFFFFFF)
+    t, lens = w[o], w[o + 8]
+    sec, sub, wirelen = t & lo32, t >> np.uint64(32), lens >> np.uint64(32)
+    if endian == ">":
+        sec, sub, wirelen = (x.astype("<u4").byteswap() for x in (sec, sub, wirelen))
+    sec, sub, wirelen = (x.astype(np.int64) for x in (sec, sub, wirelen))
     ts = sec * 1_000_000_000 + sub * (1_000_000_000 // tick)
     return RawRecords(
         buf=data,
         data_off=o + 16,
-        caplen=caplen.copy(),
-        wirelen=wirelen.copy(),
+        caplen=caplen,
+        wirelen=wirelen,
         ts_ns=ts,
         linktype=np.full(o.size, linktype, dtype=np.int64),
         fmt="pcap",
