@@ -33,8 +33,22 @@ from shrink.trace import Trace
 # the generator's lag bound for "on schedule" is loose here (the benchmark and
 # bench/RESULTS.md hold the 1 ms figures).
 LOOSE_LAG = 0.05
-# As root (CI), runs that judge timing use SCHED_FIFO so neighbours cannot delay them.
-RT = 10 if os.geteuid() == 0 else 0
+
+
+def _realtime_allowed() -> bool:
+    """Whether this process may use SCHED_FIFO (root with CAP_SYS_NICE)."""
+    try:
+        old = (os.sched_getscheduler(0), os.sched_getparam(0))
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        os.sched_setscheduler(0, *old)
+    except (PermissionError, OSError):
+        return False
+    return True
+
+
+# Where allowed (CI runs as root), runs that judge timing use SCHED_FIFO so that
+# neighbours on this shared machine cannot delay them.
+RT = 10 if _realtime_allowed() else 0
 
 
 def _start_fake(cpu: int | None = None, *extra: str) -> tuple[subprocess.Popen[str], int]:

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import require_root, require_tool
+from test_replay import RT
 from typer.testing import CliRunner
 
 from shrink.cli import app
@@ -151,7 +152,7 @@ def test_sweep_of_support_on_the_1_core_testbed_gives_a_curve_and_mats(tmp_path)
             ["sweep", str(trace), "--target", str(state), "--knob", "users",
              "--levels", "100,400,1000", "--warmup", "1s", "--duration", "3s",
              "--lag-limit", "50ms", "-o", str(curve), "--json",
-             "--realtime", "10" if os.geteuid() == 0 else "0"],
+             "--realtime", str(RT)],
         )  # fmt: skip
         assert r.exit_code == 0, r.output
     finally:
@@ -195,7 +196,7 @@ def test_latency_agrees_with_a_tcpdump_capture(lighttpd, tmp_path):
             app,
             ["replay", "--rate", "100", "--duration", "3s", "--path", "/static/file1k.bin",
              "--target", f"http://127.0.0.1:{lighttpd}", "-o", str(out), "--json",
-             "--realtime", "10"],
+             "--realtime", str(RT)],
         )  # fmt: skip
         assert r.exit_code == 0, r.output
         time.sleep(0.3)
