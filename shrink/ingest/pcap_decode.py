@@ -14,7 +14,7 @@ from collections import Counter
 import numpy as np
 
 from shrink.ingest.pcap_files import RawRecords
-from shrink.ingest.tcp_segments import Segments, mapped_v4
+from shrink.ingest.tcp_segments import Segments
 
 __all__ = ["LINKTYPES", "decode_records"]
 
@@ -152,12 +152,14 @@ def decode_records(recs: RawRecords) -> Segments:
     skipped["unsupported-link"] += int(np.count_nonzero(ver < 0))
     skipped["non-ip"] += int(np.count_nonzero(ver == 0))
     idx = np.flatnonzero(ver > 0)
-    l3, ver, end = l3[idx], ver[idx], end[idx]
+    if idx.size < n:
+        l3, ver, end = l3[idx], ver[idx], end[idx]
     v4 = ver == 4
     short = l3 + np.where(v4, 20, 40) > end
     skipped["truncated-header"] += int(np.count_nonzero(short))
-    keep = ~short
-    idx, l3, end, v4 = idx[keep], l3[keep], end[keep], v4[keep]
+    if short.any():
+        keep = ~short
+        idx, l3, end, v4 = idx[keep], l3[keep], end[keep], v4[keep]
 
     # First two words of the IP header: IPv4 version/length/total/fragment and
     # protocol; IPv6 payload length and next header.
@@ -193,7 +195,8 @@ def decode_records(recs: RawRecords) -> Segments:
     skipped["udp"] += int(np.count_nonzero(rest & (proto == 17)))
     skipped["icmp"] += int(np.count_nonzero(rest & np.isin(proto, (1, 58))))
     skipped["other-ip-protocol"] += int(np.count_nonzero(rest & ~np.isin(proto, (6, 17, 1, 58))))
-    idx, l3, l4, end, v4, ip_end, w1 = (a[tcp] for a in (idx, l3, l4, end, v4, ip_end, w1))
+    if not tcp.all():
+        idx, l3, l4, end, v4, ip_end, w1 = (a[tcp] for a in (idx, l3, l4, end, v4, ip_end, w1))
 
     # TCP: ports and sequence number in one word, data offset and flags in the next.
     short = l4 + 20 > end
@@ -205,20 +208,30 @@ def decode_records(recs: RawRecords) -> Segments:
     skipped["truncated-header"] += int(np.count_nonzero(short))
     skipped["malformed"] += int(np.count_nonzero(bad))
     ok = ~short & ~bad
-    idx, l3, l4, end, v4, ip_end, doff, w1, t0, t1 = (
-        a[ok] for a in (idx, l3, l4, end, v4, ip_end, doff, w1, t0, t1)
-    )
+    if not ok.all():
+        idx, l3, l4, end, v4, ip_end, doff, w1, t0, t1 = (
+            a[ok] for a in (idx, l3, l4, end, v4, ip_end, doff, w1, t0, t1)
+        )
 
     # Addresses as 16 bytes each (IPv4 mapped into ::ffff:0:0/96).
-    m = idx.size
-    src = np.empty((m, 16), dtype=np.uint8)
-    dst = np.empty((m, 16), dtype=np.uint8)
-    a4 = l3[v4]
-    src[v4] = mapped_v4(_le32(w1[v4], 4).astype("<u4").view(np.uint8).reshape(-1, 4))
-    dst[v4] = mapped_v4(_le32(word(a4 + 16), 0).astype("<u4").view(np.uint8).reshape(-1, 4))
-    a6 = l3[~v4]
-    src[~v4] = _addresses(word(a6 + 8), word(a6 + 16))
-    dst[~v4] = _addresses(word(a6 + 24), word(a6 + 32))
+    def v4_addr(v: np.ndarray, k: int) -> np.ndarray:
+        # ::ffff:a.b.c.d as two little-endian words: 0, then 00 00 ff ff a b c d
+        a = (v >> np.uint64(8 * k)) & np.uint64(0xFFFFFFFF)
+        return _addresses(np.zeros_like(a), (a << np.uint64(32)) | np.uint64(0xFFFF0000))
+
+    def v6_addr(at: np.ndarray) -> np.ndarray:
+        return _addresses(word(at), word(at + 8))
+
+    if v4.all():
+        src, dst = v4_addr(w1, 4), v4_addr(word(l3 + 16), 0)
+    elif not v4.any():
+        src, dst = v6_addr(l3 + 8), v6_addr(l3 + 24)
+    else:
+        m = idx.size
+        src = np.empty((m, 16), dtype=np.uint8)
+        dst = np.empty((m, 16), dtype=np.uint8)
+        src[v4], dst[v4] = v4_addr(w1[v4], 4), v4_addr(word(l3[v4] + 16), 0)
+        src[~v4], dst[~v4] = v6_addr(l3[~v4] + 8), v6_addr(l3[~v4] + 24)
 
     poff = l4 + doff
     wlen = ip_end - poff
