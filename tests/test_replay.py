@@ -492,3 +492,15 @@ def test_cli_replay_over_two_engine_processes(fake, tmp_path: Path):
     assert d["requests"] == len(log) == n and log.ok_mask().all()
     assert log.meta["processes"] == 2
     assert not list(tmp_path.glob("*.part*"))  # parts merged and removed
+
+
+def test_head_requests_complete_without_a_body(fake):
+    # the reply to HEAD announces Content-Length 5000 but carries no body
+    tr = Trace.from_columns(
+        {"session": [0, 1, 2], "t": [0.0, 0.01, 0.02], "path": ["/h?bytes=5000"] * 3,
+         "method": ["HEAD", "GET", "HEAD"]},
+        meta={"mode": "open"},
+    )  # fmt: skip
+    log = _run(tr, [fake], horizon=1.0, timeout=0.5)
+    assert log.ok_mask().all(), set(log.column("error"))
+    assert sorted(log.column("bytes").tolist()) == [0, 0, 5000]
