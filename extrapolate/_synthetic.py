@@ -32,6 +32,8 @@ class Truth:
     demand_dynamic: float = 2e-3
     sigma: float = 0.02
     kappa: float = 0.003
+    sigma_dynamic: float | None = None  # None: the static class's
+    kappa_dynamic: float | None = None
     nic_penalty: float = 0.08
     share_penalty: float = 0.12
     miss_fraction: float = 0.4
@@ -55,14 +57,21 @@ def truth_demands(
     out = []
     for r in mp.replicas:
         socks = set(r.sockets)
-        u = np.mean(
-            [
-                1
-                + t.sigma * (active[sock[c]] - 1)
-                + t.kappa * active[sock[c]] * (active[sock[c]] - 1)
-                for c in r.cpus
-            ]
-        )
+        sd = t.sigma if t.sigma_dynamic is None else t.sigma_dynamic
+        kd = t.kappa if t.kappa_dynamic is None else t.kappa_dynamic
+        u = {
+            k: float(
+                np.mean(
+                    [
+                        1
+                        + sg * (active[sock[c]] - 1)
+                        + kp * active[sock[c]] * (active[sock[c]] - 1)
+                        for c in r.cpus
+                    ]
+                )
+            )
+            for k, sg, kp in (("static", t.sigma, t.kappa), ("dynamic", sd, kd))
+        }
         if r.nic_socket is None:
             p = 1 - 1 / len(socks)
         else:
@@ -77,7 +86,7 @@ def truth_demands(
             ("static", t.demand_static, t.miss_fraction * smr),
             ("dynamic", t.demand_dynamic, t.miss_fraction),
         ):
-            d[c] = float(u * (base * (1 - mu + mu * mem) + extra))
+            d[c] = float(u[c] * (base * (1 - mu + mu * mem) + extra))
         out.append((len(r.cpus), d))
     return out
 

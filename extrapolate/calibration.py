@@ -82,6 +82,8 @@ DEFAULT_PRIORS: dict[str, tuple[float, float]] = {
     "demand_dynamic": (5e-3, 1.5),
     "usl_sigma": (0.01, 1.5),
     "usl_kappa": (0.01, 1.5),
+    "usl_sigma_dynamic": (0.01, 1.5),
+    "usl_kappa_dynamic": (0.01, 1.5),
     "nic_remote_penalty": (0.05, 1.5),
     "share_penalty": (0.05, 1.5),
     "llc_miss_fraction": (0.3, 1.5),
@@ -501,10 +503,29 @@ def fit_curves(
         raise ExtrapolationError("calibrate needs at least one load curve")
     m = machine or Machine.from_dict(curves[0].machine)
     obs, workloads = observations_from_curves(curves, thresholds, machine=m)
+    free = list(free)
     if all(w.dynamic_fraction == 0 for w in workloads.values()):
         free = [f for f in free if f not in ("demand_dynamic", "llc_miss_fraction")]
+    mixes = {round(w.dynamic_fraction, 3) for w in workloads.values()}
+    one_socket_counts = {
+        o.config.n_cores
+        for o in obs
+        if len({m.socket_of(c) for c in (o.config.cpus or m.all_cpus[: o.config.n_cores])}) == 1
+    }
     model = CrossSocketModel(free=tuple(free), machine=m, workloads=workloads, n_starts=1)
     model.fit(obs)
+    if len(mixes) >= 2 and max(mixes) > 0 and len(one_socket_counts) >= 3:
+        # Two mixes at three or more core counts can tell the classes' USLs apart. Keep
+        # the dynamic class's own pair only if it fits significantly better: a likelihood
+        # ratio test, 2 extra parameters at the 1% level (chi2(2) = 9.21; cost = chi2 / 2).
+        split = CrossSocketModel(
+            free=(*free, "usl_sigma_dynamic", "usl_kappa_dynamic"),
+            machine=m,
+            workloads=workloads,
+            n_starts=1,
+        ).fit(obs)
+        if model.cost_ - split.cost_ > 9.21 / 2:
+            model = split
     model.name_ = f"fitted to {len(curves)} curves"
     model.usl_ = _usl_summary(curves, thresholds)
     return model

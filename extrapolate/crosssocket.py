@@ -30,8 +30,12 @@ the per-class demand with physically named parameters (:class:`Physics`):
 Within a socket, ``usl_sigma`` and ``usl_kappa`` inflate every demand by the
 Universal Scalability Law's factor 1 + sigma (n-1) + kappa n (n-1), n the active
 cores on that socket (contention for the socket's shared LLC, memory controller
-and ring). ``fixed_latency`` is added to every response, ``queue_tail`` to the
-p99.9 for every NIC queue beyond the first that a core services.
+and ring). The dynamic class may have its own pair (``usl_sigma_dynamic``,
+``usl_kappa_dynamic``), which makes the USL differ by workload through the mix;
+left unset it shares the static class's (the published figures hold no
+within-socket core counts to tell them apart). ``fixed_latency`` is added to
+every response, ``queue_tail`` to the p99.9 for every NIC queue beyond the
+first that a core services.
 """
 
 from __future__ import annotations
@@ -66,6 +70,10 @@ class Physics:
     demand_dynamic: float = 5e-3  # the same for a dynamic (PHP) request
     usl_sigma: float = 0.0  # within-socket contention
     usl_kappa: float = 0.0  # within-socket coherency
+    # The dynamic class's own USL (PHP: LLC and memory-bandwidth contention); None: the same
+    # as the static class's. Told apart by two workloads of different mixes at several cores.
+    usl_sigma_dynamic: float | None = None
+    usl_kappa_dynamic: float | None = None
     nic_remote_penalty: float = 0.0  # (a) x D_s when network processing is remote
     share_penalty: float = 0.0  # (b) x D_s for a replica spanning two sockets
     llc_miss_fraction: float = 0.0  # (c) mu: memory-stall share of D_d at llc_ref_mib
@@ -78,6 +86,8 @@ class Physics:
     def __post_init__(self) -> None:
         for f in fields(self):
             v = getattr(self, f.name)
+            if v is None and f.name.endswith("_dynamic"):
+                continue
             if f.name == "llc_miss_fraction":
                 check_fraction(v, f.name)
             else:
@@ -92,7 +102,14 @@ class Physics:
         unknown = set(d) - names
         if unknown:
             raise ExtrapolationError(f"unknown physics parameters {sorted(unknown)}")
-        return cls(**{k: float(v) for k, v in d.items()})
+        return cls(**{k: (None if v is None else float(v)) for k, v in d.items()})
+
+    @property
+    def usl_dynamic(self) -> tuple[float, float]:
+        """(sigma, kappa) of the dynamic class: its own, else the static class's."""
+        sigma = self.usl_sigma if self.usl_sigma_dynamic is None else self.usl_sigma_dynamic
+        kappa = self.usl_kappa if self.usl_kappa_dynamic is None else self.usl_kappa_dynamic
+        return sigma, kappa
 
     def with_(self, **kw: float) -> Physics:
         return replace(self, **kw)
@@ -161,10 +178,14 @@ def demand_factors(
     out = []
     for r in mapping.replicas:
         socks = sorted(set(r.sockets))
-        usl = sum(
-            usl_inflation(per_socket[machine.socket_of(c)], physics.usl_sigma, physics.usl_kappa)
-            for c in r.cpus
-        ) / len(r.cpus)
+        usl = {
+            cls: sum(usl_inflation(per_socket[machine.socket_of(c)], sigma, kappa) for c in r.cpus)
+            / len(r.cpus)
+            for cls, sigma, kappa in (
+                ("static", physics.usl_sigma, physics.usl_kappa),
+                ("dynamic", *physics.usl_dynamic),
+            )
+        }
         p_remote = remote_nic_probability(r)
         spread = 1.0 - 1.0 / len(socks)
         # LLC a replica's working set sees: its share of each of its sockets' caches.
@@ -180,13 +201,14 @@ def demand_factors(
             "static": physics.llc_miss_fraction * workload.static_memory_ratio,
         }
         base = {"static": physics.demand_static, "dynamic": physics.demand_dynamic}
-        demands = {c: usl * (base[c] * (1.0 - mu[c] + mu[c] * memory) + net_extra) for c in base}
+        demands = {c: usl[c] * (base[c] * (1.0 - mu[c] + mu[c] * memory) + net_extra) for c in base}
         out.append(
             {
                 "replica": r.name,
                 "cores": len(r.cpus),
                 "demands": demands,
-                "usl": usl,
+                "usl": usl["static"],
+                "usl_dynamic": usl["dynamic"],
                 "p_remote_nic": p_remote,
                 "spread": spread,
                 "llc_seen": seen,

@@ -134,7 +134,8 @@ def _effects(physics: Physics, workload: Workload, machine: Machine, name: str) 
     factors = demand_factors(physics, workload, machine, build_mapping(name, machine))
     base = {"static": physics.demand_static, "dynamic": physics.demand_dynamic}
     f = factors[0]
-    rel = {c: f["demands"][c] / (f["usl"] * base[c]) - 1.0 for c in base}
+    usl = {"static": f["usl"], "dynamic": f["usl_dynamic"]}
+    rel = {c: f["demands"][c] / (usl[c] * base[c]) - 1.0 for c in base}
     share = {c: workload.mix[c] * base[c] for c in base}
     tot = sum(share.values())
     return {

@@ -505,3 +505,29 @@ def test_cross_validation_holds_figures_out():
     # Relative errors of the held-out MATs: the 1-core share leans on the priors most.
     assert np.sqrt(-scores).max() < 0.1
     assert np.median(np.sqrt(-scores)) < 0.02
+
+
+def test_a_dynamic_class_with_its_own_usl_is_detected_and_covered():
+    """Truth: PHP requests contend more (sigma 0.08) than static ones (0.02). Two mixes
+    at 1-4 cores make the split significant; the 16-core predictions, two times beyond
+    the measured cores per socket, are uncertain, and their intervals say so."""
+    import dataclasses
+
+    t = dataclasses.replace(Truth(), sigma_dynamic=0.08, kappa_dynamic=0.0)
+    model = fit_curves(_synthetic_runs(t, 0), FIT_T, machine=BIG)
+    assert model.physics_.usl_sigma_dynamic == pytest.approx(0.08, rel=0.25)
+    for name, (dyn, smr) in WLS.items():
+        wl = Workload(name, dyn, smr, CHECK_T)
+        for stat, thr in CHECK_T.items():
+            mp = active_mapping(BIG, 16, "1-replica")
+            value, (lo, hi) = model.interval(
+                lambda ph, wl=wl, mp=mp, stat=stat, thr=thr: build_network(ph, wl, BIG, mp).mat(
+                    stat, thr
+                )
+            )
+            truth = truth_mat(t, BIG, "1-replica", BIG.all_cpus, dyn, smr, stat, thr)
+            assert lo <= truth <= hi, (name, stat)
+            assert value == pytest.approx(truth, rel=0.12)
+    # Where the truth has one USL, the split is not kept.
+    tied = fit_curves(_synthetic_runs(Truth(), 1), FIT_T, machine=BIG)
+    assert tied.physics_.usl_sigma_dynamic is None
