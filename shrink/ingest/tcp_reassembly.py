@@ -174,8 +174,11 @@ def _directions(seg: Segments) -> tuple[np.ndarray, np.ndarray]:
     h = src[:, 0] * _MIX[0] ^ src[:, 1] * _MIX[1] ^ dst[:, 0] * _MIX[2]
     h ^= dst[:, 1] * _MIX[3] ^ ports * _MIX[4]
     h ^= h >> np.uint64(29)
-    _, first, inv = np.unique(h, return_index=True, return_inverse=True)
+    # return_inverse alone lets numpy use quicksort; first rows come from minimum.at
+    uh, inv = np.unique(h, return_inverse=True)
     inv = inv.ravel()
+    first = np.full(uh.size, len(seg), dtype=np.int64)
+    np.minimum.at(first, inv, np.arange(len(seg)))
     rep = first[inv]
     same = (src == src[rep]).all() and (dst == dst[rep]).all() and (ports == ports[rep]).all()
     if not same:
@@ -262,7 +265,9 @@ def reassemble(seg: Segments) -> Streams:
     keep = off >= 0  # data before a seen SYN's ISN is nonsense: drop it
     di, g, off = di[keep], g[keep], off[keep]
 
-    order = np.lexsort((seg.pkt[di], off, g))
+    # Stable sort by (stream, offset): ties keep capture order. Segments mostly
+    # arrive in order, and timsort makes short work of nearly sorted keys.
+    order = np.argsort(g * _GROUP + off, kind="stable")
     di, g, off = di[order], g[order], off[order]
     wlen = seg.wlen[di]
     cap = seg.caplen[di]
