@@ -163,16 +163,19 @@ def _walk_pcap(
     endian = PCAP_MAGICS[bytes(data[:4])][0]
     snaplen = struct.unpack_from(endian + "I", data, 16)[0]
     limit = max(snaplen, MAX_RECORD)
-    unpack = struct.Struct(endian + "I").unpack_from
-    last = n - 16
-    offs: list[int] = []
-    append = offs.append
+    unpack = struct.Struct(endian + "8xI").unpack_from
     off = 24
-    while off <= last:
-        append(off)
-        off += 16 + unpack(data, off + 8)[0]
-    o = np.asarray(offs, dtype=np.int64)
-    incl = np.diff(np.r_[o, off]) - 16
+    offs = [off]
+    append = offs.append
+    try:  # no bound test per record: unpack_from fails past the end of the data
+        while True:
+            off += 16 + unpack(data, off)[0]
+            append(off)
+    except struct.error:
+        pass
+    every = np.asarray(offs, dtype=np.int64)
+    o, off = every[:-1], int(every[-1])
+    incl = np.diff(every) - 16
     bad = np.flatnonzero((incl > limit) | (o + 16 + incl > n))
     damage = None
     if bad.size or (off != n and (not o.size or o[-1] + 16 + incl[-1] <= n)):
