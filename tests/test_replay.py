@@ -142,6 +142,27 @@ def test_looping_fills_the_horizon_with_distinct_sessions():
     assert gaps.min() > 0.9 and gaps.max() < 1.3  # copies follow on at the trace's own pace
 
 
+def _burst_times(sched) -> np.ndarray:
+    out = []
+    for st, plan in zip(sched.session_start, sched.session_bursts, strict=True):
+        off = 0.0
+        for _, _, think in plan:
+            out.append(st + off)
+            off += think
+    return np.asarray(out)
+
+
+def test_warm_start_runs_the_steady_state_from_time_zero():
+    # one session a second, 3 pages 5 s apart: 3 pages/s once sessions overlap
+    tr = _sessions(60, ["/a"], gap=1.0, think=5.0, bursts=3)
+    cold = _burst_times(build_schedule(tr, 1.0, 20.0, warm_start=False))
+    warm = _burst_times(build_schedule(tr, 1.0, 20.0))
+    assert np.sum(cold < 5) == 5  # only new sessions' first pages at the start
+    assert np.sum(warm < 5) == 15 and np.sum((warm >= 10) & (warm < 15)) == 15
+    s = build_schedule(tr, 1.0, 20.0)
+    assert len(set(s.session_ids)) == len(s.session_ids)
+
+
 def test_constant_open_loop_trace_has_exact_spacing():
     tr = open_loop_trace("/x", 1000.0, 2.0)
     s = build_schedule(tr, 1.0, 2.0, loop=False)

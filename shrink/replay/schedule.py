@@ -109,15 +109,17 @@ def _request_keys(trace: Trace) -> tuple[list[tuple[str, str, str]], np.ndarray]
 
 def trace_extent(trace: Trace, mode: str = "auto") -> tuple[float, float, int]:
     """(origin, span, id stride) of a trace: its first time, the period after which a
-    looped copy starts (the trace's length plus one mean gap between arrivals), and
-    an offset that keeps looped session ids distinct."""
+    looped copy starts (the span of its arrivals, sessions or open-loop requests,
+    plus one mean gap between them), and an offset that keeps looped ids distinct."""
     mode = trace_mode(trace, mode)
     if len(trace) == 0:
         return 0.0, 1.0, 1
     sess = trace.table.column("session").to_numpy()
     t = trace.table.column("t").to_numpy()
+    if mode == "session":  # the pace of session arrivals, not of their later pages
+        t = t[np.r_[True, sess[1:] != sess[:-1]]]
     origin = float(t.min())
-    n_units = t.size if mode == "open" else int(np.sum(np.r_[True, sess[1:] != sess[:-1]]))
+    n_units = t.size
     raw = float(t.max() - origin)
     span = raw * n_units / (n_units - 1) if raw > 0 and n_units > 1 else max(raw, 1.0)
     return origin, span, int(sess.max()) + 1
@@ -133,13 +135,17 @@ def build_schedule(
     origin: float | None = None,
     span: float | None = None,
     id_stride: int | None = None,
+    warm_start: bool = True,
 ) -> Schedule:
     """Turn ``trace`` into a schedule covering ``[0, horizon)`` seconds at ``rate_factor``.
 
     With ``loop`` the trace repeats (session ids offset by ``id_stride`` per copy)
     until the horizon is covered, so a short trace still loads the whole window.
     ``origin``, ``span`` and ``id_stride`` default to this trace's own; partitions
-    of one trace pass the whole trace's values so that they stay aligned.
+    of one trace pass the whole trace's values so that they stay aligned. In
+    session mode with ``loop``, ``warm_start`` also runs the sessions that the
+    loop's earlier copies would still have open at time 0 (see
+    :func:`_warm_sessions`), so a short warm-up reaches the steady state.
     """
     check_positive(rate_factor, "rate factor")
     check_positive(horizon, "horizon")
@@ -186,11 +192,45 @@ def build_schedule(
                 starts.append(st)
                 ids.append(int(sess[first[j]]) + k * id_stride)
                 plans.append(bursts_of[j])
+    if loop and warm_start:
+        _warm_sessions(base_t, bursts_of, period, horizon, starts, plans)
+        base = copies * id_stride
+        ids.extend(base + i for i in range(len(starts) - len(ids)))
     order = np.argsort(np.asarray(starts), kind="stable")
     sched.session_start = np.asarray(starts)[order]
     sched.session_ids = [ids[i] for i in order]
     sched.session_bursts = [plans[i] for i in order]
     return sched
+
+
+def _warm_sessions(
+    base_t: np.ndarray,
+    bursts_of: list[list[tuple[int, int, float]]],
+    period: float,
+    horizon: float,
+    starts: list[float],
+    plans: list[list[tuple[int, int, float]]],
+) -> None:
+    """Append the sessions that earlier copies of the looped trace would still be
+    running at time 0, each joining at its first burst due at or after 0.
+
+    Sessions last many think times (tens of seconds in Support), far longer than
+    a warm-up; without these the run would start empty and fill up over a whole
+    session lifetime. Burst times are estimated from the think times alone
+    (responses taken as instant), so the run starts near the trace's steady
+    state rather than exactly in it.
+    """
+    offsets = [np.r_[0.0, np.cumsum([b[2] for b in plan])[:-1]] for plan in bursts_of]
+    life = max((float(o[-1]) for o in offsets if o.size), default=0.0)
+    back = int(np.ceil(life / period)) if period > 0 else 0
+    for k in range(1, back + 1):
+        for j, plan in enumerate(bursts_of):
+            st = base_t[j] - k * period
+            at = st + offsets[j]
+            b = int(np.searchsorted(at, 0.0))  # first burst due at or after 0
+            if b < len(plan) and at[b] < horizon:
+                starts.append(float(at[b]))
+                plans.append(plan[b:])
 
 
 def _bursts(trace: Trace, first: np.ndarray) -> list[list[tuple[int, int, float]]]:
