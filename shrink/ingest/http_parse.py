@@ -240,8 +240,23 @@ class _Parser:
         meths: list[str] = []
         paths: list[str] = []
         cookies: list[str | None] = []
+        st = self.st
+        starts, srcs, lens, mv = st._starts, st._src, st._len, st._mv
+        match = _REQ.match
         while p < end:
-            w, m, h, body = self.header(_REQ, p, end)
+            # Fast path, inlined (it runs per message): the header block inside
+            # the piece that holds its first byte.
+            i = bisect_right(starts, p) - 1
+            s0 = starts[i]
+            b = lens[i] if lens[i] < end - s0 else end - s0
+            src = srcs[i]
+            w = mv[src + p - s0 : src + b].tobytes() if src >= 0 else b""
+            m = match(w)
+            h = w.find(b"\r\n\r\n") if m is not None else -1
+            if h >= 0:
+                body = p + h + 4
+            else:
+                w, m, h, body = self.header(_REQ, p, end)
             if m is None:
                 q = self.search(find_request, p + 1, end)
                 if q < 0:
@@ -283,13 +298,26 @@ class _Parser:
     ) -> tuple[int, int]:
         """Pair responses of stream ``d`` with the requests at ``base``...; (seen, orphans)."""
         st, out, counts = self.st, self.out, self.counts
-        starts, ts = st._starts, st._ts
+        starts, ts, srcs, lens, mv = st._starts, st._ts, st._src, st._len, st._mv
+        match = _RESP.match
         p, end = c.span[d]
         seen = orphans = 0
         ri = 0
         nreq = len(t_req)
         while p < end:
-            w, m, h, body = self.header(_RESP, p, end)
+            # Fast path, inlined (it runs per message): the header block inside
+            # the piece that holds its first byte.
+            i = bisect_right(starts, p) - 1
+            s0 = starts[i]
+            b = lens[i] if lens[i] < end - s0 else end - s0
+            src = srcs[i]
+            w = mv[src + p - s0 : src + b].tobytes() if src >= 0 else b""
+            m = match(w)
+            h = w.find(b"\r\n\r\n") if m is not None else -1
+            if h >= 0:
+                body = p + h + 4
+            else:
+                w, m, h, body = self.header(_RESP, p, end)
             if m is None:
                 q = self.search(find_response, p + 1, end)
                 if q < 0:
@@ -309,7 +337,7 @@ class _Parser:
                 seen += 1
                 p = body
                 continue
-            t_first = ts[bisect_right(starts, p) - 1]
+            t_first = ts[bisect_right(starts, p) - 1]  # (the header may have been re-read)
             # A response older than the next request answers one the capture missed.
             req = ri if ri < nreq and t_req[ri] <= t_first else -1
             meth = meths[req] if req >= 0 else ""
