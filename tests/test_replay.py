@@ -451,6 +451,9 @@ def test_cli_sweep_with_repetitions_and_mat(fake, tmp_path: Path):
     assert [len(lv.reps) for lv in lc.levels] == [2, 2]
     mean, lo, hi = lc.levels[1].stat("throughput")
     assert lo <= mean <= hi and mean == pytest.approx(300, rel=0.1)
+    summary = json.loads(curve.read_text())["meta"]["summary"]
+    assert summary[1]["throughput"] == pytest.approx([mean, lo, hi])
+    assert summary[1]["reps"] == 2 and summary[1]["p999"][1] <= summary[1]["p999"][2]
     r = runner.invoke(app, ["mat", str(curve), "--stat", "p999", "--threshold", "1s", "--json"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)

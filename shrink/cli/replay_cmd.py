@@ -281,6 +281,25 @@ def _progress_sweep(fn: Any) -> Any:
         return fn(progress)
 
 
+def _curve_summary(curve: Any) -> list[dict[str, Any]]:
+    """Per level: each statistic as [mean over repetitions, 95% CI low, high] (NaN: null)."""
+
+    def triple(lv: Any, stat: str) -> list[float | None]:
+        return [None if not np.isfinite(v) else float(v) for v in lv.stat(stat)]
+
+    return [
+        {
+            "level": lv.level,
+            "reps": len(lv.reps),
+            **{st: triple(lv, st) for st in ("throughput", "mean", "p50", "p90", "p99", "p999")},
+            "utilization": lv.utilization,
+            "errors": sum(r.errors for r in lv.reps),
+            "generator_behind": lv.generator_behind,
+        }
+        for lv in curve.levels
+    ]
+
+
 def sweep_cmd(
     trace: Annotated[Path, typer.Argument(help="Trace Parquet file.")],
     target: _Targets = ...,  # type: ignore[assignment]
@@ -352,6 +371,7 @@ def sweep_cmd(
                 progress=progress,
             )
         )
+        curve.meta["summary"] = _curve_summary(curve)
         curve.meta["generator"] = {
             "routing": routing,
             "conns_per_session": conns,
