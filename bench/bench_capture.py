@@ -98,6 +98,18 @@ def child_cpu(cmd: list[str]) -> tuple[float, float]:
     return cpu, wall
 
 
+def python_speed() -> float:
+    """CPU ms of a fixed pure-Python loop: says how fast (or how shared) the core was."""
+    best = float("inf")
+    for _ in range(3):
+        c0 = time.process_time()
+        x = 0
+        for j in range(1_000_000):
+            x += j
+        best = min(best, time.process_time() - c0)
+    return best * 1000
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--packets", type=int, default=200_000)
@@ -115,6 +127,7 @@ def main() -> None:
             f"{big.stat().st_size / 1e6:.0f} MB, mix {args.mix}; machine: {os.cpu_count()} CPUs, "
             f"load average {os.getloadavg()[0]:.1f}"
         )
+        print(f"calibration: a 1M-iteration Python loop takes {python_speed():.0f} ms CPU")
         tr = read_capture(big, engine="fast")
         assert tr.meta["requests"] == nreq and tr.meta["responses"] == nreq
         runs = [timed(lambda: read_capture(big, engine="fast")) for _ in range(args.repeat)]
