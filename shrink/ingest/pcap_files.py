@@ -100,6 +100,14 @@ def load_bytes(path: Path, *, strict: bool) -> tuple[bytes, str | None]:
         return out, msg
 
 
+def _map(fd: int) -> mmap.mmap:
+    """Map a file read-only; on Linux prefault it in one call (cheaper than a fault a page)."""
+    populate = getattr(mmap, "MAP_POPULATE", 0)
+    if populate and hasattr(mmap, "MAP_SHARED"):
+        return mmap.mmap(fd, 0, flags=mmap.MAP_SHARED | populate, prot=mmap.PROT_READ)
+    return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+
+
 def load_padded(path: Path, *, strict: bool) -> tuple[np.ndarray, int, str | None]:
     """(buffer, data length, damage): the capture's bytes as a read-only uint8 array.
 
@@ -113,7 +121,7 @@ def load_padded(path: Path, *, strict: bool) -> tuple[np.ndarray, int, str | Non
             head = fh.read(2)
             size = os.fstat(fh.fileno()).st_size
             if head != GZIP_MAGIC and size > 0:
-                mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                mm = _map(fh.fileno())
                 return np.frombuffer(mm, dtype=np.uint8), size, None
     except FileNotFoundError:
         raise CaptureFormatError("no such file", path=path) from None
