@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from shrink.errors import CaptureFormatError
 from shrink.ingest.capture import read_capture
 from shrink.ingest.pcap_synth import Conn, http_response, write_capture
+from shrink.ingest.tcp_segments import SKIP_KINDS
 from shrink.trace import Trace
 
 
@@ -139,3 +140,4 @@ def test_mutated_bytes_never_crash(
     if isinstance(out, Trace):
         assert len(out) == out.meta["requests"]
         assert out.meta["skipped"] == sum(out.meta["skipped_kinds"].values())
+        assert set(out.meta["skipped_kinds"]) <= {*SKIP_KINDS, "non-http-packets"}

@@ -32,8 +32,8 @@ __all__ = [
     "PCAP_MAGICS",
     "RawRecords",
     "capture_format",
+    "load_buffer",
     "load_bytes",
-    "load_padded",
     "read_records",
 ]
 
@@ -108,13 +108,13 @@ def _map(fd: int) -> mmap.mmap:
     return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
 
 
-def load_padded(path: Path, *, strict: bool) -> tuple[np.ndarray, int, str | None]:
+def load_buffer(path: Path, *, strict: bool) -> tuple[np.ndarray, int, str | None]:
     """(buffer, data length, damage): the capture's bytes as a read-only uint8 array.
 
     A plain file is memory-mapped, so the fast engine copies nothing: only the
     pages holding record and packet headers (and the HTTP header blocks) are
     read. A gzip file is inflated into memory. Readers index only inside
-    ``[0, n)``; the name recalls an earlier padded buffer.
+    ``[0, n)``.
     """
     try:
         with path.open("rb") as fh:
@@ -364,7 +364,7 @@ def _read_pcapng(data: np.ndarray, n: int, path: Path, strict: bool) -> RawRecor
 
 def read_records(path: Path, *, strict: bool) -> RawRecords:
     """Every packet record of a pcap/pcapng (optionally gzip) file, without decoding."""
-    data, n, gz_damage = load_padded(path, strict=strict)
+    data, n, gz_damage = load_buffer(path, strict=strict)
     fmt = capture_format(data, path, n)
     read = _read_pcap if fmt == "pcap" else _read_pcapng
     recs = read(data, n, path, strict)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["SKIP_KINDS", "Segments", "mapped_v4"]
+__all__ = ["SKIP_KINDS", "Segments"]
 
 # Kinds of packets a capture reader skips, in the order reports list them.
 SKIP_KINDS = (
@@ -25,16 +25,6 @@ SKIP_KINDS = (
     "truncated-header",
     "malformed",
 )
-
-_V4_PREFIX = np.array([0] * 10 + [0xFF, 0xFF], dtype=np.uint8)
-
-
-def mapped_v4(addr4: np.ndarray) -> np.ndarray:
-    """IPv4 addresses (n x 4 bytes) as IPv4-mapped IPv6 (n x 16 bytes)."""
-    out = np.empty((addr4.shape[0], 16), dtype=np.uint8)
-    out[:, :12] = _V4_PREFIX
-    out[:, 12:] = addr4
-    return out
 
 
 @dataclass
