@@ -319,3 +319,31 @@ def test_big_endian_and_nanosecond_pcap(tmp_path: Path) -> None:
         q.write_bytes(bytes(data))
         for engine in ("fast", "scapy"):
             assert read_capture(q, engine=engine).same_rows(le_tr), (name, engine)
+
+
+def test_interim_responses_and_how_connections_end(tmp_path: Path) -> None:
+    post = b"POST /up.php HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n"
+    conns = [
+        Conn([(post + b"hello", (b"HTTP/1.1 100 Continue\r\n\r\n", http_response(321)))]),
+        # HTTP/1.0, no Content-Length: the body runs to the close, here a reset
+        Conn(
+            [(b"GET /rst HTTP/1.0\r\n\r\n", http_response(2500, version="1.0", length=False))],
+            cport=40011,
+            rst=True,
+            start=1.0,
+        ),
+        Conn(
+            [(b"GET /fin HTTP/1.0\r\n\r\n", http_response(1500, version="1.0", length=False))],
+            cport=40012,
+            start=2.0,
+        ),
+    ]
+    p = write_capture(tmp_path / "c.pcap", conns)
+    tr = read_capture(p)
+    assert rows_by_path(tr) == {"/up.php": (200, 321), "/rst": (200, 2500), "/fin": (200, 1500)}
+    # The 100 Continue is a response (tshark counts it too) that answers nothing; the
+    # body cut by a reset may be incomplete: it answers /rst but is not counted whole.
+    assert (tr.meta["requests"], tr.meta["responses"]) == (3, 3)
+    assert tr.meta["http_anomalies"] == {"response-incomplete": 1}
+    if shutil.which("tshark"):
+        assert tshark_counts(p) == (3, 3)

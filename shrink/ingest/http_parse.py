@@ -5,7 +5,8 @@ when it holds a request line (``METHOD target HTTP/1.x``), a server stream
 when it holds a status line. Message framing follows RFC 9112: a request has
 a body only with Content-Length or chunked Transfer-Encoding; a response has
 none after HEAD or with status 1xx/204/304, else it is chunked, or
-Content-Length long, or runs to the end of the connection. Responses answer
+Content-Length long, or runs to the end of the connection (complete only when
+the server closed with FIN: a reset or the end of the capture may have cut it). Responses answer
 requests in order (keep-alive and pipelining); interim 1xx responses answer
 nothing. A response that arrived before the request it would answer belongs
 to a request the capture missed (a flow that starts mid-stream) and is
@@ -351,8 +352,8 @@ class _Parser:
                 elif length >= 0:
                     nxt = min(body + length, end)
                     size, complete = nxt - body, body + length <= end
-                else:  # delimited by the connection's close
-                    size, nxt = end - body, end
+                else:  # delimited by the connection's close: complete only with a FIN
+                    size, nxt, complete = end - body, end, c.fin[d]
             # Like tshark, count a response only when all of it was captured;
             # one with a hole still answers its request (times and status are known).
             if complete and not (self.gaps and st.has_gap(body, nxt)):

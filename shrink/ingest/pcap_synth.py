@@ -25,7 +25,7 @@ MSS = 1448
 class Conn:
     """One TCP connection of a synthetic capture."""
 
-    exchanges: Sequence[tuple[bytes, bytes]]
+    exchanges: Sequence[tuple[bytes, bytes | tuple[bytes, ...]]]
     client: str = "10.0.0.1"
     server: str = "10.0.0.2"
     cport: int = 40000
@@ -41,6 +41,7 @@ class Conn:
     overlap: bool = False  # resend half of every fourth segment again with new bytes after it
     skip_first: int = 0  # drop this many bytes of the client stream (mid-stream capture)
     isn: int = 0  # added to both initial sequence numbers (port reuse needs a new ISN)
+    rst: bool = False  # the server ends the connection with a reset instead of FIN
 
 
 def http_response(
@@ -143,8 +144,13 @@ def _emit_conn(w: _Writer, c: Conn) -> None:
             t += 0.00001
         cseq += len(req)
 
-    def send_response(resp: bytes) -> None:
+    def send_response(resp: bytes | tuple[bytes, ...]) -> None:
         nonlocal sseq, t
+        if isinstance(resp, tuple):  # parts sent apart (an interim 1xx, then the answer)
+            for part in resp:
+                send_response(part)
+                t += c.rtt
+            return
         segs = _segments(resp)
         order = list(range(len(segs)))
         if c.reorder:
@@ -179,7 +185,10 @@ def _emit_conn(w: _Writer, c: Conn) -> None:
                 send_response(resp)
             if i + 1 < len(c.exchanges):
                 t += c.gap
-    if c.fin:
+    if c.rst:
+        t += 0.0001
+        srv(sseq, cseq, 0x04 | A)
+    elif c.fin:
         t += 0.0001
         cli(cseq, sseq, F | A)
         t += 0.0001

@@ -47,6 +47,7 @@ class Connection:
     span: tuple[tuple[int, int], tuple[int, int]]  # [start, end) stream offsets per direction
     packets: int
     first_pkt: int
+    fin: tuple[bool, bool] = (False, False)  # each direction closed with FIN (not RST, not cut)
 
 
 @dataclass
@@ -326,6 +327,8 @@ def reassemble(seg: Segments) -> Streams:
         if rows.size:
             c, at = np.unique(conn[rows], return_index=True)
             opener[c] = np.abs(flip - dbit[rows[at]])
+    fin_seen = np.zeros(ngroups, dtype=bool)
+    fin_seen[gid[(flags & FIN) != 0]] = True
     conns = []
     keys = _flow_key(seg, first_row)
     for c in range(nconn):
@@ -338,6 +341,7 @@ def reassemble(seg: Segments) -> Streams:
                 index=c,
                 ep=ep,
                 opener=int(opener[c]),
+                fin=(bool(fin_seen[2 * c]), bool(fin_seen[2 * c + 1])),
                 span=((int(gs[2 * c]), int(ge[2 * c])), (int(gs[2 * c + 1]), int(ge[2 * c + 1]))),
                 packets=int(counts[c]),
                 first_pkt=int(first_pkt[c]),
