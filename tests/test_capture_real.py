@@ -165,11 +165,21 @@ def test_damaged_real_file_is_read_leniently_and_refused_strictly(real_dir: Path
     assert err.value.record == 26 and err.value.offset == 8877
 
 
+# tshark -r zeek_wikipedia.pcap -Y '!tcp' -T fields -e frame.number
+WIKIPEDIA_NOT_TCP = [1, 2, 3, 4, 5, 16, 17, 18, 19, 20, 21, 24, 25, 26, 27, 28, 29, 31, 32, 33]
+WIKIPEDIA_NOT_TCP += [34, 35, 36, 39, 40, 41, 42, 43, 44, 46, 47, 48, 49, 109, 112]
+WIKIPEDIA_NOT_TCP += list(range(114, 137))
+
+
 def test_non_http_traffic_is_counted(real_dir: Path) -> None:
     tr = _read(real_dir, "zeek_wikipedia.pcap")
     kinds = tr.meta["skipped_kinds"]
     assert kinds["udp"] == 48 and kinds["non-ip"] == 10
     assert tr.meta["skipped"] == sum(kinds.values())
+    # The skipped packet numbers: everything tshark sees as not TCP, and frame 113,
+    # a TCP packet of a connection that carries no HTTP.
+    assert kinds["non-http-packets"] == 1
+    assert tr.meta["skipped_lines"] == sorted([*WIKIPEDIA_NOT_TCP, 113])
 
 
 @pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed")

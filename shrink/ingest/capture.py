@@ -23,6 +23,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
+
 from shrink.classify import Classifier
 from shrink.errors import ParameterError
 from shrink.ingest.http_parse import parse_http
@@ -102,6 +104,10 @@ def read_capture(
     for k in ("non-http-packets",):
         if http.counts.get(k):
             skipped_kinds[k] = http.counts[k]
+    # Packet numbers skipped: not TCP over IP, or in a connection that is not HTTP.
+    non_http = [c.index for c in streams.conns if c.index not in http.http_conn_ids]
+    in_non_http = seg.pkt[np.isin(streams.seg_conn, non_http)] if non_http else seg.pkt[:0]
+    skipped_pkts = np.union1d(seg.skipped_pkts, in_non_http)
     answered = cols["answered"]
     meta: dict[str, Any] = {
         "reader": facts["reader"],
@@ -118,6 +124,7 @@ def read_capture(
         "non_http_connections": http.counts.get("non-http-connection", 0),
         "skipped": int(sum(skipped_kinds.values())),
         "skipped_kinds": skipped_kinds,
+        "skipped_lines": skipped_pkts[:100].tolist(),  # packet numbers (1-based), the first 100
         "truncated": seg.truncated,
         "missing_bytes": streams.gap_bytes,
         "requests": http.requests,

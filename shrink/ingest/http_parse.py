@@ -70,6 +70,7 @@ class HttpResult:
     responses: int = 0
     orphan_responses: int = 0
     http_conns: int = 0
+    http_conn_ids: set[int] = field(default_factory=set)
     counts: Counter[str] = field(default_factory=Counter)
 
     def __len__(self) -> int:
@@ -410,6 +411,7 @@ def parse_http(st: Streams, *, cookie: str | None = None) -> HttpResult:
             res.counts["non-http-packets"] += c.packets
             continue
         res.http_conns += 1
+        res.http_conn_ids.add(c.index)
         (caddr, _), (saddr, sport) = c.ep[cd], c.ep[1 - cd]
         base = len(res.conn)
         offs, meths = parser.requests(c, cd)

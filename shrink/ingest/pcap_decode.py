@@ -237,6 +237,8 @@ def decode_records(recs: RawRecords) -> Segments:
     wlen = ip_end - poff
     caplen = np.clip(np.minimum(wlen, end - poff), 0, None)
     skipped = Counter({k: v for k, v in skipped.items() if v})
+    dropped = np.ones(n, dtype=bool)
+    dropped[idx] = False
     return Segments(
         buf=data,
         pkt=idx + 1,
@@ -253,4 +255,5 @@ def decode_records(recs: RawRecords) -> Segments:
         packets=n,
         skipped=skipped,
         truncated=truncated,
+        skipped_pkts=np.flatnonzero(dropped) + 1,
     )

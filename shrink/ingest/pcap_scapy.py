@@ -33,9 +33,17 @@ def _addr16(text: str, v4: bool) -> bytes:
 class _Collector:
     def __init__(self) -> None:
         self.skipped: Counter[str] = Counter()
+        self.skipped_pkts: list[int] = []
         self.rows: list[tuple[int, int, bytes, bytes, int, int, int, int, int, int]] = []
         self.payload: list[bytes] = []
         self.size = 0
+
+    def add_or_skip(self, pkt_no: int, ts: int, raw: bytes, linktype: int) -> None:
+        """Add the packet's TCP segment, or note its number among the skipped."""
+        before = len(self.rows)
+        self.add(pkt_no, ts, raw, linktype)
+        if len(self.rows) == before:
+            self.skipped_pkts.append(pkt_no)
 
     def add(self, pkt_no: int, ts: int, raw: bytes, linktype: int) -> None:
         from scapy.config import conf
@@ -155,6 +163,7 @@ class _Collector:
             )
         out.packets = packets
         out.truncated = truncated
+        out.skipped_pkts = np.asarray(self.skipped_pkts, dtype=np.int64)
         out.skipped = Counter({k: v for k, v in self.skipped.items() if v})
         return out
 
@@ -187,7 +196,7 @@ def scapy_segments(path: Path, *, strict: bool) -> tuple[Segments, str, str | No
             packets += 1
             truncated += meta.caplen < meta.wirelen
             ts = meta.sec * 1_000_000_000 + meta.usec * (1_000_000_000 // tick)
-            col.add(packets, ts, raw, reader.linktype)
+            col.add_or_skip(packets, ts, raw, reader.linktype)
         if fh.tell() != len(data):
             damage = _damage(path, data, fh.tell(), packets + 1, strict)
     else:
@@ -206,7 +215,7 @@ def scapy_segments(path: Path, *, strict: bool) -> tuple[Segments, str, str | No
                 break
             packets += 1
             truncated += len(raw) < meta.wirelen
-            col.add(packets, ts, raw, meta.linktype)
+            col.add_or_skip(packets, ts, raw, meta.linktype)
         if fh.tell() != len(data):
             damage = _damage(path, data, pos, packets + 1, strict)
     if gz_damage and not damage:

@@ -23,7 +23,7 @@ stream offset back to the capture time of the packet that carried it.
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -71,6 +71,7 @@ class Streams:
     gap_start: np.ndarray  # holes, [start, end) in stream offsets
     gap_end: np.ndarray
     gap_bytes: int
+    seg_conn: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def __post_init__(self) -> None:
         # Per-message look-ups run in Python: bisect on lists beats a numpy call.
@@ -358,4 +359,5 @@ def reassemble(seg: Segments) -> Streams:
         gap_start=gap_start,
         gap_end=gap_end,
         gap_bytes=int(plen[filler].sum()),
+        seg_conn=conn,
     )

@@ -52,6 +52,7 @@ class Segments:
     packets: int = 0  # packets in the capture, TCP or not
     skipped: Counter[str] = field(default_factory=Counter)
     truncated: int = 0  # records shorter than on the wire (snaplen)
+    skipped_pkts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def __len__(self) -> int:
         return int(self.pkt.size)
