@@ -8,6 +8,20 @@ Pipeline, one module per step::
     tcp_reassembly segments -> connections, ordered byte streams, timing tables
     http_parse     streams -> requests and responses, paired in order
     http_sessions  exchanges -> sessions, bursts, think times -> Trace columns
+    pcap_synth     writes synthetic HTTP captures (tests, benchmark)
+
+``engine="auto"`` is the fast engine for every file it reads (classic pcap in
+either byte order and time resolution, and pcapng); ``"scapy"`` gives the same
+rows, slower, and is what the tests compare the fast engine against.
+
+Meta: ``reader``, ``source``, ``format``, ``link_types``, ``packets``,
+``skipped`` (packets not used: not TCP over IP, or in a connection that is not
+HTTP; by kind in ``skipped_kinds``, numbers in ``skipped_lines``),
+``truncated`` (records cut by the snapshot length), ``missing_bytes`` (stream
+bytes never captured), ``requests`` and ``responses`` (counted as tshark counts
+them: a response is counted when all of it was captured), ``unanswered``,
+``orphan_responses``, ``http_anomalies`` and, for a damaged file read
+leniently, ``damage`` (where reading stopped).
 
 Per request: ``t`` is the first request packet's time (of the burst's first
 request, as every Trace keeps it), seconds from the capture's first request;

@@ -59,6 +59,7 @@ class Segments:
 
     @classmethod
     def empty(cls, buf: bytes = b"") -> Segments:
+        """No segments (a capture without TCP)."""
         z = np.zeros(0, dtype=np.int64)
         a = np.zeros((0, 16), dtype=np.uint8)
         return cls(buf, z, z, a, a, z, z, z, z, z, z, z)
