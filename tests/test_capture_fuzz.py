@@ -141,3 +141,21 @@ def test_mutated_bytes_never_crash(
         assert len(out) == out.meta["requests"]
         assert out.meta["skipped"] == sum(out.meta["skipped_kinds"].values())
         assert set(out.meta["skipped_kinds"]) <= {*SKIP_KINDS, "non-http-packets"}
+
+
+def test_header_only_and_udp_only_captures(tmp_path: Path) -> None:
+    import struct
+
+    head = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)
+    eth = b"\x00" * 12 + b"\x08\x00"
+    ip = struct.pack(
+        ">BBHHHBBH4s4s", 0x45, 0, 28, 0, 0, 64, 17, 0, b"\x01\x02\x03\x04", b"\x05" * 4
+    )
+    frame = eth + ip + struct.pack(">HHHH", 53, 53, 8, 0)
+    udp = head + struct.pack("<IIII", 1, 0, len(frame), len(frame)) + frame
+    for engine in ("fast", "scapy"):
+        tr = _read(tmp_path, head, engine=engine)
+        assert isinstance(tr, Trace) and len(tr) == 0 and tr.meta["packets"] == 0
+        tr = _read(tmp_path, udp, engine=engine)
+        assert isinstance(tr, Trace) and len(tr) == 0
+        assert tr.meta["skipped_kinds"] == {"udp": 1} and tr.meta["skipped_lines"] == [1]
