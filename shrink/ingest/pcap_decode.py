@@ -139,15 +139,10 @@ def _addresses(v_hi: np.ndarray, v_lo: np.ndarray) -> np.ndarray:
     return np.stack([v_hi, v_lo], 1).astype("<u8").view(np.uint8).reshape(-1, 16)
 
 
-def decode_records(recs: RawRecords) -> Segments:
-    """TCP segments of every record; everything else counted in ``skipped`` by kind."""
-    data = recs.buf
-    b = np.frombuffer(data, dtype=np.uint8)
-    word = _Words(b, b.size)
-    skipped: Counter[str] = Counter()
+def _general(word: _Words, recs: RawRecords, skipped: Counter[str]) -> dict[str, np.ndarray]:
+    """Any supported link, IPv4 or IPv6 (with extension headers): TCP fields per row."""
     n = len(recs)
     end = recs.data_off + recs.caplen
-    truncated = int(np.count_nonzero(recs.caplen < recs.wirelen))
     l3, ver = _link(word, recs, end)
     skipped["unsupported-link"] += int(np.count_nonzero(ver < 0))
     skipped["non-ip"] += int(np.count_nonzero(ver == 0))
@@ -235,25 +230,109 @@ def decode_records(recs: RawRecords) -> Segments:
 
     poff = l4 + doff
     wlen = ip_end - poff
-    caplen = np.clip(np.minimum(wlen, end - poff), 0, None)
-    skipped = Counter({k: v for k, v in skipped.items() if v})
+    return {
+        "idx": idx,
+        "src": src,
+        "dst": dst,
+        "sport": _be16(t0, 0),
+        "dport": _be16(t0, 2),
+        "seq": _be32(t0, 4),
+        "flags": _b(t1, 5),
+        "poff": poff,
+        "wlen": wlen,
+        "caplen": np.clip(np.minimum(wlen, end - poff), 0, None),
+    }
+
+
+def _fast_lane(word: _Words, recs: RawRecords) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """(rows handled, their columns) for the common layout, in one gather per record.
+
+    Ethernet without VLAN tag, IPv4 without options and not fragmented, TCP:
+    bytes 12-51 of the frame hold every field, so five adjacent 8-byte words
+    (one cache line or two) are read together instead of a pass per field.
+    """
+    d, cap = recs.data_off, recs.caplen
+    rows = np.flatnonzero((recs.linktype == 1) & (cap >= 54))
+    h = word.w[d[rows][:, None] + np.arange(12, 52, 8)]  # within the record: no clamping
+    w0, w1, w2, w3, w4 = h.T
+    tot = _be16(w0, 4)
+    doff = (_b(w4, 2) >> 4) * 4
+    ok = (
+        (_be16(w0, 0) == 0x0800)
+        & (_b(w0, 2) == 0x45)
+        & ((_be16(w1, 0) & 0x3FFF) == 0)
+        & (_b(w1, 3) == 6)
+        & (doff >= 20)
+        & (34 + doff <= cap[rows])
+        & (14 + tot >= 34 + doff)
+    )
+    rows, tot, doff, w1, w2, w3, w4 = (x[ok] for x in (rows, tot, doff, w1, w2, w3, w4))
+    lo16 = np.uint64(0xFFFF)
+    src4 = ((w1 >> np.uint64(48)) & lo16) | ((w2 & lo16) << np.uint64(16))
+    dst4 = (w2 >> np.uint64(16)) & np.uint64(0xFFFFFFFF)
+    zero = np.zeros(rows.size, dtype=np.uint64)
+    tail = np.uint64(0xFFFF0000)
+    poff = d[rows] + 34 + doff
+    wlen = 14 + tot - 34 - doff
+    return rows, {
+        "idx": rows,
+        "src": _addresses(zero, (src4 << np.uint64(32)) | tail),
+        "dst": _addresses(zero, (dst4 << np.uint64(32)) | tail),
+        "sport": _be16(w2, 6),
+        "dport": _be16(w3, 0),
+        "seq": _be32(w3, 2),
+        "flags": _b(w4, 3),
+        "poff": poff,
+        "wlen": wlen,
+        "caplen": np.clip(np.minimum(wlen, d[rows] + cap[rows] - poff), 0, None),
+    }
+
+
+def _subset(recs: RawRecords, rows: np.ndarray) -> RawRecords:
+    return RawRecords(
+        buf=recs.buf,
+        data_off=recs.data_off[rows],
+        caplen=recs.caplen[rows],
+        wirelen=recs.wirelen[rows],
+        ts_ns=recs.ts_ns[rows],
+        linktype=recs.linktype[rows],
+        fmt=recs.fmt,
+    )
+
+
+def decode_records(recs: RawRecords) -> Segments:
+    """TCP segments of every record; everything else counted in ``skipped`` by kind."""
+    data = recs.buf
+    word = _Words(np.frombuffer(data, dtype=np.uint8), len(data))
+    n = len(recs)
+    skipped: Counter[str] = Counter()
+    fast_rows, cols = _fast_lane(word, recs)
+    if fast_rows.size < n:  # everything else goes the general way
+        rest = np.ones(n, dtype=bool)
+        rest[fast_rows] = False
+        rest_rows = np.flatnonzero(rest)
+        more = _general(word, _subset(recs, rest_rows), skipped)
+        more["idx"] = rest_rows[more["idx"]]
+        order = np.argsort(np.concatenate([cols["idx"], more["idx"]]), kind="stable")
+        cols = {k: np.concatenate([cols[k], more[k]])[order] for k in cols}
+    idx = cols["idx"]
     dropped = np.ones(n, dtype=bool)
     dropped[idx] = False
     return Segments(
         buf=data,
         pkt=idx + 1,
         ts=recs.ts_ns[idx],
-        src=src,
-        dst=dst,
-        sport=_be16(t0, 0),
-        dport=_be16(t0, 2),
-        seq=_be32(t0, 4),
-        flags=_b(t1, 5),
-        poff=poff,
-        caplen=caplen,
-        wlen=wlen,
+        src=cols["src"],
+        dst=cols["dst"],
+        sport=cols["sport"],
+        dport=cols["dport"],
+        seq=cols["seq"],
+        flags=cols["flags"],
+        poff=cols["poff"],
+        caplen=cols["caplen"],
+        wlen=cols["wlen"],
         packets=n,
-        skipped=skipped,
-        truncated=truncated,
+        skipped=Counter({k: v for k, v in skipped.items() if v}),
+        truncated=int(np.count_nonzero(recs.caplen < recs.wirelen)),
         skipped_pkts=np.flatnonzero(dropped) + 1,
     )
