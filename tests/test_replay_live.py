@@ -199,7 +199,15 @@ def test_latency_agrees_with_a_tcpdump_capture(lighttpd, tmp_path):
              "--realtime", str(RT)],
         )  # fmt: skip
         assert r.exit_code == 0, r.output
-        time.sleep(0.3)
+        # tcpdump drops what it has not yet read when told to stop: wait until the
+        # file stops growing (on a loaded machine it can trail by a second)
+        size, still = -1, 0
+        deadline = time.monotonic() + 15
+        while still < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            now = pcap.stat().st_size
+            still = still + 1 if now == size else 0
+            size = now
     finally:
         cap.send_signal(signal.SIGINT)
         _, err = cap.communicate(timeout=10)

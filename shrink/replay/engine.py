@@ -27,6 +27,7 @@ import heapq
 import os
 import signal
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -724,18 +725,28 @@ def run_schedule(
     writer: RunLogWriter,
     *,
     t0: float | None = None,
+    on_ready: Callable[[], float] | None = None,
     handle_signals: bool = True,
 ) -> EngineStats:
     """Run ``schedule`` against ``config.targets``, rows into ``writer``; blocks until done.
 
-    ``t0`` is the monotonic time of the schedule's zero (default: 50 ms from now);
-    processes of one scaled-out run share it. SIGINT/SIGTERM stop the run early
-    (``interrupted``); the writer is closed in every case.
+    ``t0`` is the monotonic time of the schedule's zero. Without it, once the
+    engine is built (request bytes and all), ``on_ready()`` is called and returns
+    it (processes of one scaled-out run share it), else it is 50 ms from then.
+    ``t0`` and the wall-clock time it matches go into the RunLog's metadata.
+    SIGINT/SIGTERM stop the run early (``interrupted``); the writer is closed in
+    every case.
     """
     loop = new_event_loop()
+    eng = _Engine(schedule, config, writer, 0.0)
     if t0 is None:
-        t0 = monotonic() + 0.05
-    eng = _Engine(schedule, config, writer, t0)
+        if on_ready is not None:
+            t0 = on_ready()
+        else:
+            gc.collect()  # tens of ms on a big heap: before the zero, not after it
+            t0 = monotonic() + 0.05
+    eng.t0 = t0
+    writer.meta.update(t0=t0, t0_unix=time.time() - (monotonic() - t0))
     eng.loop = loop
     eng.done_fut = loop.create_future()
     signals = handle_signals and threading.current_thread() is threading.main_thread()
@@ -745,7 +756,6 @@ def run_schedule(
     # A collector pass over a big heap stalls the loop for milliseconds; the hot
     # path makes no reference cycles, so collect before and after, not during.
     gc_was_enabled = gc.isenabled()
-    gc.collect()
     gc.disable()
     try:
         if signals:
@@ -779,12 +789,10 @@ def run_schedule(
         if gc_was_enabled:
             gc.enable()
     cpu1 = os.times()
-    import time as _time
-
     wall = monotonic() - wall0
     return EngineStats(
         t0=t0,
-        t0_unix=_time.time() - (monotonic() - t0),
+        t0_unix=time.time() - (monotonic() - t0),
         wall=wall,
         cpu=(cpu1.user - cpu0.user) + (cpu1.system - cpu0.system),
         requests=eng.recorded,

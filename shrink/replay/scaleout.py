@@ -14,8 +14,10 @@ unpinned after.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +36,11 @@ __all__ = ["EngineRun", "run_engines", "split_sessions"]
 # The partition's hash seed: distinct from any sampler seed a user would pick, so
 # that a session-sampled trace still spreads evenly over the processes.
 SPLIT_SEED = 0x5CA1E
+
+
+def _zero(t0: float) -> dict[str, float]:
+    """The run's monotonic zero and the wall-clock time it corresponds to (for captures)."""
+    return {"t0": t0, "t0_unix": time.time() - (monotonic() - t0)}
 
 
 def split_sessions(trace: Trace, parts: int) -> list[Trace]:
@@ -107,9 +114,13 @@ def _child(
             os.sched_setaffinity(0, {cpu})
         sched = build_schedule(trace, **params)
         writer = RunLogWriter(path, meta)
-        pipe.send(("ready", None))
-        t0 = pipe.recv()
-        stats = run_schedule(sched, config, writer, t0=t0)
+
+        def ready() -> float:
+            gc.collect()
+            pipe.send(("ready", None))
+            return float(pipe.recv())
+
+        stats = run_schedule(sched, config, writer, on_ready=ready)
         pipe.send(("done", stats))
     except BaseException as exc:  # report, never hang the parent
         pipe.send(("error", f"{type(exc).__name__}: {exc}"))
@@ -173,19 +184,24 @@ def _run_inline(
     old_sched = set_realtime(realtime)
     if cpus:
         os.sched_setaffinity(0, set(cpus))
-    try:
-        sched = build_schedule(trace, **params)
-        writer = RunLogWriter(out, meta)
+
+    def ready() -> float:
+        gc.collect()  # a full collection takes tens of ms on a big heap: not inside the run
         t0 = monotonic() + 0.05
         if on_start is not None:
             on_start(t0)
-        stats = run_schedule(sched, config, writer, t0=t0)
+        return t0
+
+    try:
+        sched = build_schedule(trace, **params)
+        writer = RunLogWriter(out, meta)
+        stats = run_schedule(sched, config, writer, on_ready=ready)
     finally:
         restore_scheduler(old_sched)
         if cpus:
             os.sched_setaffinity(0, old)
     log = writer.runlog()
-    log.meta.update(t0=stats.t0, t0_unix=stats.t0_unix, processes=1)
+    log.meta.update(processes=1)
     return log, EngineRun([stats], stats.t0, cpus)
 
 
@@ -262,9 +278,7 @@ def _run_spawned(
         logs = [RunLog.read_parquet(pth) for pth in paths if Path(pth).exists()]
         if errors and not logs:
             raise ReplayError("; ".join(errors))
-        log = RunLog.concat(logs, meta={**meta, "t0": t0, "processes": n})
-        if stats:
-            log.meta["t0_unix"] = stats[0].t0_unix
+        log = RunLog.concat(logs, meta={**meta, **_zero(t0), "processes": n})
         if out is not None:
             log.write_parquet(out)
             for pth in paths:

@@ -80,13 +80,17 @@ class RunLogWriter:
         self._last_flush = time.monotonic()
         self.rows = 0
         self.closed = False
-        schema = WRITER_SCHEMA.with_metadata(
-            {META_KEY: json.dumps(self.meta, sort_keys=True, default=str).encode()}
-        )
-        self._schema = schema
+        self._schema = WRITER_SCHEMA
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._writer = pq.ParquetWriter(self.path, schema, compression="zstd")
+
+    def _open(self) -> None:
+        """Open the file at the first flush, so ``meta`` may be completed until then."""
+        self._schema = WRITER_SCHEMA.with_metadata(
+            {META_KEY: json.dumps(self.meta, sort_keys=True, default=str).encode()}
+        )
+        if self.path is not None and self._writer is None:
+            self._writer = pq.ParquetWriter(self.path, self._schema, compression="zstd")
 
     def add(
         self,
@@ -132,6 +136,8 @@ class RunLogWriter:
         self._last_flush = time.monotonic()
         if not n:
             return
+        if not self._tables:
+            self._open()
         c = []
         for col in self.cols_:
             c.append(np.frombuffer(col, dtype=col.typecode).copy())
@@ -161,6 +167,8 @@ class RunLogWriter:
             return
         try:
             self.flush()
+            if not self._tables:
+                self._open()  # an empty run still leaves a readable file
         finally:
             self.closed = True
             if self._writer is not None:
