@@ -528,3 +528,34 @@ def test_head_requests_complete_without_a_body(fake):
     log = _run(tr, [fake], horizon=1.0, timeout=0.5)
     assert log.ok_mask().all(), set(log.column("error"))
     assert sorted(log.column("bytes").tolist()) == [0, 0, 5000]
+
+
+# --- the fake engine: the code around the engine, without sockets ---------------------------
+def test_scale_out_over_three_processes_equals_one_process():
+    from shrink.replay import FakeEngine
+
+    tr = _sessions(90, ["/a", "/b", "/c", "/d"], gap=0.05, think=0.3, bursts=3)
+    cfg = EngineConfig([("127.0.0.1", 1), ("127.0.0.1", 2)], conns_per_session=2)
+    kw = dict(rate_factor=2.0, horizon=5.0, engine=FakeEngine())
+    one, _ = run_engines(tr, cfg, processes=1, **kw)
+    three, eng = run_engines(tr, cfg, processes=3, **kw)
+    assert len(eng.stats) == 3 and sum(s.requests for s in eng.stats) == len(three)
+
+    def rows(log):
+        return sorted(
+            zip(log.column("session"), log.column("intended"), log.column("target"), strict=True)
+        )
+
+    assert len(one) > 1000 and rows(one) == rows(three)
+
+
+def test_live_target_sweep_with_the_fake_engine():
+    from shrink.measure import sweep
+    from shrink.replay import FakeEngine
+
+    tr = open_loop_trace("/x", 100.0, 60.0)
+    target = LiveTarget([("127.0.0.1", 9)], engine=FakeEngine({"static": 0.002}))
+    curve = sweep(target, tr, [1, 2, 4], warmup=1.0, duration=5.0)
+    assert [lv.throughput for lv in curve.levels] == pytest.approx([100, 200, 400], rel=0.01)
+    assert all(lv.stat("mean")[0] == pytest.approx(0.002) for lv in curve.levels)
+    assert not any(lv.generator_behind for lv in curve.levels)

@@ -11,6 +11,7 @@ for sweeps against the testbed.
 from __future__ import annotations
 
 from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
+from shrink.replay.fake import Engine, FakeEngine
 from shrink.replay.live import LiveTarget
 from shrink.replay.scaleout import EngineRun, run_engines, split_sessions
 from shrink.replay.schedule import Schedule, build_schedule, open_loop_trace
@@ -18,9 +19,11 @@ from shrink.replay.selfcheck import generator_check
 from shrink.replay.writer import RunLogWriter
 
 __all__ = [
+    "Engine",
     "EngineConfig",
     "EngineRun",
     "EngineStats",
+    "FakeEngine",
     "LiveTarget",
     "RunLogWriter",
     "Schedule",

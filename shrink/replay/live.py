@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from shrink import __version__
 from shrink.errors import ParameterError, ReplayError, TraceFormatError
-from shrink.replay.engine import EngineConfig
+from shrink.replay.engine import EngineConfig, run_schedule
 from shrink.replay.scaleout import EngineRun, run_engines
 from shrink.replay.selfcheck import LAG_LIMIT, generator_check, process_cpu_seconds
 from shrink.runlog import RunLog
@@ -134,6 +134,7 @@ class LiveTarget:
         runlog_dir: str | Path | None = None,
         realtime: int = 0,
         processes: int | None = None,
+        engine: Any = None,
     ) -> None:
         if not addresses:
             raise ReplayError("no target address (a testbed state with replicas, or a URL)")
@@ -160,6 +161,7 @@ class LiveTarget:
         self.realtime = realtime
         # one engine process per generator CPU unless told fewer
         self.processes = processes
+        self.engine = engine or run_schedule  # or a FakeEngine (shrink.replay.fake)
         self.last_engine: EngineRun | None = None
         self._runs = 0
 
@@ -289,6 +291,7 @@ class LiveTarget:
                 meta=meta,
                 on_start=on_start,
                 realtime=self.realtime,
+                engine=self.engine,
             )
         except BaseException:
             for smp in samplers:

@@ -107,6 +107,7 @@ def _child(
     path: str,
     meta: dict[str, Any],
     realtime: int = 0,
+    engine: Any = run_schedule,
 ) -> None:
     try:
         set_realtime(realtime)
@@ -120,7 +121,7 @@ def _child(
             pipe.send(("ready", None))
             return float(pipe.recv())
 
-        stats = run_schedule(sched, config, writer, on_ready=ready)
+        stats = engine(sched, config, writer, on_ready=ready)
         pipe.send(("done", stats))
     except BaseException as exc:  # report, never hang the parent
         pipe.send(("error", f"{type(exc).__name__}: {exc}"))
@@ -142,6 +143,7 @@ def run_engines(
     meta: dict[str, Any] | None = None,
     on_start: Callable[[float], None] | None = None,
     realtime: int = 0,
+    engine: Any = run_schedule,
 ) -> tuple[RunLog, EngineRun]:
     """Replay ``trace`` over ``processes`` engine processes (default one per CPU in ``cpus``).
 
@@ -149,6 +151,8 @@ def run_engines(
     processes' own figures. ``on_start(t0)`` is called with the run's monotonic
     zero just before the first request is due (to time the window's CPU snapshots).
     ``realtime`` > 0 runs the engine processes SCHED_FIFO at that priority.
+    ``engine`` is :func:`run_schedule` or a stand-in such as
+    :class:`shrink.replay.fake.FakeEngine`.
     """
     mode = trace_mode(trace, mode)
     n = processes or (len(cpus) if cpus else 1)
@@ -166,8 +170,8 @@ def run_engines(
     )
     meta = {**(meta or {}), "mode": mode, "rate_factor": rate_factor, "horizon": horizon}
     if n == 1:
-        return _run_inline(trace, config, params, cpus, out, meta, on_start, realtime)
-    return _run_spawned(trace, config, params, cpus, n, out, meta, on_start, realtime)
+        return _run_inline(trace, config, params, cpus, out, meta, on_start, realtime, engine)
+    return _run_spawned(trace, config, params, cpus, n, out, meta, on_start, realtime, engine)
 
 
 def _run_inline(
@@ -179,6 +183,7 @@ def _run_inline(
     meta: dict[str, Any],
     on_start: Callable[[float], None] | None,
     realtime: int,
+    engine: Any,
 ) -> tuple[RunLog, EngineRun]:
     old = os.sched_getaffinity(0)
     old_sched = set_realtime(realtime)
@@ -195,7 +200,7 @@ def _run_inline(
     try:
         sched = build_schedule(trace, **params)
         writer = RunLogWriter(out, meta)
-        stats = run_schedule(sched, config, writer, on_ready=ready)
+        stats = engine(sched, config, writer, on_ready=ready)
     finally:
         restore_scheduler(old_sched)
         if cpus:
@@ -215,6 +220,7 @@ def _run_spawned(
     meta: dict[str, Any],
     on_start: Callable[[float], None] | None,
     realtime: int,
+    engine: Any,
 ) -> tuple[RunLog, EngineRun]:
     import tempfile
 
@@ -239,6 +245,7 @@ def _run_spawned(
                     paths[i],
                     {**meta, "part": i},
                     realtime,
+                    engine,
                 ),
                 daemon=True,
             )

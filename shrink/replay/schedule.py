@@ -193,9 +193,9 @@ def build_schedule(
                 ids.append(int(sess[first[j]]) + k * id_stride)
                 plans.append(bursts_of[j])
     if loop and warm_start:
-        _warm_sessions(base_t, bursts_of, period, horizon, starts, plans)
-        base = copies * id_stride
-        ids.extend(base + i for i in range(len(starts) - len(ids)))
+        sids = [int(sess[f]) for f in first]
+        _warm_sessions(base_t, bursts_of, period, horizon, starts, plans, sids, ids,
+                       copies * id_stride, id_stride)  # fmt: skip
     order = np.argsort(np.asarray(starts), kind="stable")
     sched.session_start = np.asarray(starts)[order]
     sched.session_ids = [ids[i] for i in order]
@@ -210,9 +210,14 @@ def _warm_sessions(
     horizon: float,
     starts: list[float],
     plans: list[list[tuple[int, int, float]]],
+    sids: list[int],
+    ids: list[int],
+    id_base: int,
+    id_stride: int,
 ) -> None:
-    """Append the sessions that earlier copies of the looped trace would still be
-    running at time 0, each joining at its first burst due at or after 0.
+    """Append (to ``starts``, ``plans``, ``ids``) the sessions that earlier copies of
+    the looped trace would still be running at time 0, each joining at its first
+    burst due at or after 0.
 
     Sessions last many think times (tens of seconds in Support), far longer than
     a warm-up; without these the run would start empty and fill up over a whole
@@ -231,6 +236,8 @@ def _warm_sessions(
             if b < len(plan) and at[b] < horizon:
                 starts.append(float(at[b]))
                 plans.append(plan[b:])
+                # ids after the forward copies', a function of the session alone
+                ids.append(id_base + (k - 1) * id_stride + sids[j])
 
 
 def _bursts(trace: Trace, first: np.ndarray) -> list[list[tuple[int, int, float]]]:
