@@ -77,8 +77,14 @@ def _mat_table(pred: dict[str, Any], thresholds: dict[str, float]) -> tuple[list
         for s in thresholds:
             r = m.get(s) or {}
             ci = r.get("ci") or [None, None]
-            flag = "" if r.get("status", "ok") == "ok" else f" ({r.get('status')})"
-            row += [_rate(r.get("mat")) + flag, f"{_rate(ci[0])} - {_rate(ci[1])}"]
+            status = r.get("status", "ok")
+            if status == "not_reached":
+                # The threshold was never crossed: the MAT is at least the top measured load.
+                row += [f">= {_rate(r.get('mat'))} (not reached)", "-"]
+            elif status == "below_range":
+                row += [f"<= {_rate(r.get('mat'))} (over at the lowest load)", "-"]
+            else:
+                row += [_rate(r.get("mat")), f"{_rate(ci[0])} - {_rate(ci[1])}"]
         rows.append(row)
     return headers, rows
 

@@ -135,7 +135,18 @@ def cdf_figure(
         ax.set_ylabel("fraction of requests")
         ax.set_title(f"{cls} requests")
         ax.grid(True, which="both", alpha=0.25)
-        ax.legend(fontsize=8, loc="lower right")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8, loc="lower right")
+        else:
+            ax.text(
+                0.5,
+                0.5,
+                f"no {cls} requests measured",
+                transform=ax.transAxes,
+                ha="center",
+                va="center",
+                color="#718096",
+            )
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     path = Path(path)
