@@ -55,11 +55,11 @@ def main() -> None:
     target = SimTarget(machine, "1-replica")
     if args.workload == "tcp":
         trace = tcp_trace(10_000, 20.0)
-        factors = np.linspace(1.5, 15.0, 10)  # about 6% to 90% busy
+        factors = np.linspace(1.5, 14.0, 10)  # about 10% to 95% busy
         base = 10_000.0
     else:
         trace = support_trace(300, 60.0, think_s=0.3)
-        factors = np.linspace(0.5, 4.2, 10)
+        factors = np.linspace(0.4, 3.4, 10)  # about 10% to 90% busy
         base = trace.info().request_rate
     total = 0
     t0 = time.perf_counter()

@@ -32,9 +32,7 @@ NEHALEM = Machine(
     nic_ports=2,
     nic_queues_per_port=4,
 )
-FAST = MatSearch(
-    requests_per_level=20_000, coarse=(0.5, 0.75, 0.85, 0.92, 0.97), refine=2, fill_sessions=1.5
-)
+FAST = MatSearch(requests_per_level=20_000, coarse=(0.5, 0.75, 0.85, 0.92, 0.97), refine=2)
 PUB = json.loads(resources.files("shrink").joinpath("data/published_calibration.json").read_text())
 
 

@@ -88,7 +88,7 @@ def scaling_cmd(
     seed: SeedOpt = 0,
     requests: Annotated[
         int, typer.Option("--requests", help="Requests per load level's window.")
-    ] = 60_000,
+    ] = 100_000,
     thresholds: Annotated[
         str | None,
         typer.Option(
