@@ -559,3 +559,25 @@ def test_live_target_sweep_with_the_fake_engine():
     assert [lv.throughput for lv in curve.levels] == pytest.approx([100, 200, 400], rel=0.01)
     assert all(lv.stat("mean")[0] == pytest.approx(0.002) for lv in curve.levels)
     assert not any(lv.generator_behind for lv in curve.levels)
+
+
+def test_cli_errors_name_what_is_wrong(tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    runner = CliRunner()
+    out = str(tmp_path / "r.parquet")
+    r = runner.invoke(
+        app, ["replay", "--target", str(tmp_path / "none.json"), "-o", out, "--rate", "5"]
+    )
+    assert r.exit_code == 1 and "none.json" in r.output and "no such" in r.output
+    r = runner.invoke(app, ["replay", "--target", "http://192.0.2.7:80", "-o", out, "--rate", "5"])
+    assert r.exit_code == 1 and "loopback" in r.output
+    r = runner.invoke(app, ["replay", "--target", "http://127.0.0.1:9", "-o", out])
+    assert r.exit_code == 1 and "--rate" in r.output
+    bad = tmp_path / "state.json"
+    bad.write_text('{"schema": "other"}')
+    r = runner.invoke(app, ["sweep", str(tmp_path / "t.parquet"), "--target", str(bad),
+                            "--levels", "1", "-o", out])  # fmt: skip
+    assert r.exit_code == 1 and "t.parquet" in r.output
