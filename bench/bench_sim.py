@@ -55,17 +55,20 @@ def main() -> None:
     target = SimTarget(machine, "1-replica")
     if args.workload == "tcp":
         trace = tcp_trace(10_000, 20.0)
-        factors = np.linspace(1.5, 14.0, 10)  # about 10% to 95% busy
-        base = 10_000.0
+        warm = 0.0
     else:
         trace = support_trace(300, 60.0, think_s=0.3)
-        factors = np.linspace(0.4, 3.4, 10)  # about 10% to 90% busy
-        base = trace.info().request_rate
+        warm = 3.0  # sessions need a few seconds to fill the system
+    # pilot (not timed): utilization and throughput per unit of rate factor
+    pilot = target.run(trace, rate_factor=0.5, warmup=max(warm, 0.1), duration=2.0, seed=99)
+    cap = 0.5 / pilot.utilization
+    per_factor = level_stats(pilot).throughput / 0.5
+    factors = cap * np.linspace(0.1, 0.95, 10)
     total = 0
     t0 = time.perf_counter()
     for i, f in enumerate(factors):
-        duration = args.requests / (f * base)
-        warmup = 0.05 * duration if args.workload == "tcp" else 3.0
+        duration = args.requests / (f * per_factor)
+        warmup = max(warm, 0.05 * duration)
         res = target.run(trace, rate_factor=float(f), warmup=warmup, duration=duration, seed=i)
         st = level_stats(res)
         total += len(res.runlog)
