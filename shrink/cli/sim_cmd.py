@@ -81,7 +81,11 @@ def _progress(msg: str) -> None:
 def scaling_cmd(
     machine: MachineOpt,
     workload: Annotated[
-        str, typer.Option("--workload", help="tcp, support, or a trace (Parquet).")
+        str,
+        typer.Option(
+            "--workload",
+            help="tcp, support (time-compressed Support-like sessions), or a trace (Parquet).",
+        ),
     ] = "tcp",
     cores: Annotated[str, typer.Option("--cores", help="Core counts, e.g. 1,2,4,8.")] = "1,2,4,8",
     mapping: MappingOpt = "1-replica",

@@ -213,8 +213,12 @@ class SimTarget:
         share: str | None = None,
         params: SimParams | None = None,
     ) -> SimTarget:
-        """The target ``sim:SPEC.toml`` names, with a mapping and a share in CLI form."""
-        machine = Machine.read_toml(path)
+        """The target ``sim:SPEC.toml`` names, with a mapping and a share in CLI form.
+
+        ``path`` may carry the ``sim:`` prefix of a ``--target`` option.
+        """
+        text = str(path)
+        machine = Machine.read_toml(text[4:] if text.startswith("sim:") else text)
         return cls(machine, mapping, parse_share(share, machine), params)
 
     def describe(self) -> dict[str, Any]:
