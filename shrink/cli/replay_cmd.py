@@ -244,6 +244,8 @@ def _print_summary(s: dict[str, Any]) -> None:
         f"latency: mean {_ms(lat['mean'])}  p50 {_ms(lat['p50'])}  p99 {_ms(lat['p99'])}  "
         f"p99.9 {_ms(lat['p999'])}\n"
         f"send lag: p50 {_ms(s['send_lag_p50'])}  p99 {_ms(s['send_lag_p99'])}"
+        + ("" if s["generator_cpu"] is None else f"  generator CPU {s['generator_cpu']:.2f} cores")
+        + ("" if s["utilization"] is None else f"  share busy {100 * s['utilization']:.0f}%")
     )
     if s["generator_behind"]:
         typer.echo(f"GENERATOR BEHIND: {s['behind_reason']} (not a server result)")
