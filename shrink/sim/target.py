@@ -222,11 +222,9 @@ class SimTarget:
         return cls(machine, mapping, parse_share(share, machine), params)
 
     def describe(self) -> dict[str, Any]:
-        from shrink import __version__
-
         return {
             "target": "sim",
-            "shrink_version": __version__,
+            "shrink_version": _version(),
             "machine": self.machine.to_dict(),
             "mapping": self.mapping.to_dict(),
             "share": self.share.to_dict(self.machine),
@@ -397,6 +395,10 @@ class SimTarget:
             },
             meta={
                 "target": "sim",
+                "shrink_version": _version(),
+                "machine": self.machine.to_dict(),
+                "params": self.params.to_dict(),
+                "trace": {k: b.trace.meta.get(k) for k in ("source", "workload", "alpha", "seed")},
                 "rate_factor": rate_factor,
                 "seed": seed,
                 "window": list(window),
@@ -427,6 +429,12 @@ class SimTarget:
             per_cpu_utilization=util,
             describe=self.describe(),
         )
+
+
+def _version() -> str:
+    from shrink import __version__
+
+    return __version__
 
 
 def _gamma(rng: np.random.Generator, mean: np.ndarray, cv: float) -> np.ndarray:
