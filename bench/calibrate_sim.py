@@ -115,6 +115,49 @@ def fit_tcp(pub: dict, p: SimParams, kappa: dict) -> dict[str, float]:
     }
 
 
+def observations(machine: Machine, utilization: float = 0.8, reps: int = 3) -> None:
+    """Support at one utilization on 1, 2, 4 and 8 cores: mean response time, overall
+    and per class (the papers' observations; not fitted). Each value is interpolated
+    (log response time, linear in utilization) between runs just below and above."""
+    from shrink.measure import level_stats
+
+    trace = support_trace(300, 60.0, seed=3)
+    for n in (1, 2, 4, 8):
+        target = SimTarget(machine, "1-replica", SimShare(machine.all_cpus[:n]))
+        f = 0.1 * n
+        for _ in range(2):
+            r = target.run(trace, rate_factor=f, warmup=6.0, duration=10.0, seed=99)
+            per_factor = level_stats(r).throughput / f
+            f *= utilization / r.utilization
+        points = []
+        for g in (0.93 * f, 1.05 * f):
+            rows = []
+            for seed in range(reps):
+                dur = 60_000 / (per_factor * g)
+                r = target.run(trace, rate_factor=g, warmup=6.0, duration=dur, seed=seed)
+                st = level_stats(r)
+                rows.append(
+                    (
+                        r.utilization,
+                        st.overall.mean,
+                        st.per_class["static"].mean,
+                        st.per_class["dynamic"].mean,
+                    )
+                )
+            points.append(np.mean(rows, axis=0))
+        (u0, *v0), (u1, *v1) = points
+        w = (utilization - u0) / (u1 - u0)
+        mean, static, dynamic = (
+            float(np.exp(np.log(a) + w * (np.log(b) - np.log(a))))
+            for a, b in zip(v0, v1, strict=True)
+        )
+        print(
+            f"support {n} cores at {utilization:.0%} busy (runs at {u0:.2f}, {u1:.2f}): "
+            f"mean {mean * 1e3:.2f} ms  static {static * 1e3:.2f} ms  "
+            f"dynamic {dynamic * 1e3:.1f} ms"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -123,8 +166,14 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=60_000)
     ap.add_argument("--iterations", type=int, default=2)
     ap.add_argument("--verify", action="store_true")
+    ap.add_argument(
+        "--observations", action="store_true", help="only the per-class check at 80%% busy"
+    )
     args = ap.parse_args()
     machine = Machine.read_toml(args.machine)
+    if args.observations:
+        observations(machine)
+        return
     pub = published()
     search = MatSearch(requests_per_level=args.requests)
     t0 = time.time()
