@@ -45,7 +45,8 @@ def _run_level(
     target: Target, trace: Trace, level: float, knob: str, plan: AutoPlan, seed: int
 ) -> Level | None:
     factor = rate_factor_for(trace, level, knob)
-    duration = window_for(trace, factor, plan.warmup, plan.duration, plan.min_duration)
+    loops = bool(getattr(target, "loops_trace", False))
+    duration = window_for(trace, factor, plan.warmup, plan.duration, plan.min_duration, loops=loops)
     if duration is None:
         return None
     reps = []

@@ -32,14 +32,22 @@ def trace_span(trace: Trace) -> float:
 
 
 def window_for(
-    trace: Trace, factor: float, warmup: float, duration: float, min_duration: float = 3.0
+    trace: Trace,
+    factor: float,
+    warmup: float,
+    duration: float,
+    min_duration: float = 3.0,
+    *,
+    loops: bool = False,
 ) -> float | None:
     """The measurement window the trace can fill at ``factor``, or None if too short.
 
     A trace sped up by ``factor`` lasts span / factor seconds; a window past its end
     would count silence as capacity, so the window shrinks to fit (never below
-    ``min_duration``).
+    ``min_duration``). A target that loops the trace (``loops=True``) fills any window.
     """
+    if loops:
+        return duration
     avail = trace_span(trace) / factor - warmup
     if avail < min_duration:
         return None
@@ -136,7 +144,8 @@ def sweep(
     desc: dict[str, Any] = {}
     for i, level in enumerate(levels):
         factor = rate_factor_for(trace, level, knob)
-        window = window_for(trace, factor, warmup, duration, min(duration, 3.0))
+        loops = bool(getattr(target, "loops_trace", False))
+        window = window_for(trace, factor, warmup, duration, min(duration, 3.0), loops=loops)
         if window is None:
             raise ParameterError(
                 f"{knob} {level:g}: the trace spans {trace_span(trace):.1f} s, which sped up "
@@ -151,7 +160,7 @@ def sweep(
                 trace,
                 rate_factor=factor,
                 warmup=warmup,
-                duration=duration,
+                duration=window,
                 seed=seed + 1000 * i + r,
             )
             desc = res.describe or desc

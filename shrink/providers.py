@@ -22,15 +22,20 @@ __all__ = ["SimProvider", "TestbedProvider", "make_provider"]
 
 
 class _ShareUtilization:
-    """Reports utilization as a fraction of what the share may use.
+    """Reports utilization as the server's CPU over what the share may use.
 
-    The live target reads busy time of the share's CPUs from /proc/stat; under a
-    CPU-time quota of f a saturated CPU is busy f of the time, so divide by f.
+    Under a CPU-time quota of f a saturated CPU is busy f of the time, so divide
+    by f: utilization 1.0 means the share is used up.
     """
 
-    def __init__(self, inner: Target, cpu_fraction: float) -> None:
+    def __init__(self, inner: Target, cpu_fraction: float, n_cpus: int) -> None:
         self.inner = inner
         self.cpu_fraction = cpu_fraction
+        self.n_cpus = n_cpus
+
+    @property
+    def loops_trace(self) -> bool:
+        return bool(getattr(self.inner, "loops_trace", False))
 
     def describe(self) -> dict[str, Any]:
         return self.inner.describe()
@@ -41,7 +46,13 @@ class _ShareUtilization:
         res = self.inner.run(
             trace, rate_factor=rate_factor, warmup=warmup, duration=duration, seed=seed
         )
-        if res.utilization is not None and self.cpu_fraction < 1.0:
+        # Prefer the server processes' own CPU: /proc/stat also counts whatever else
+        # ran on the share's CPUs (and misses nothing the quota caps).
+        server_cpu = (res.describe or {}).get("server_cpu")
+        if server_cpu is not None:
+            res.describe["cpu_utilization_raw"] = res.utilization
+            res.utilization = float(server_cpu) / self.n_cpus
+        if res.utilization is not None:
             res.utilization = min(1.0, res.utilization / self.cpu_fraction)
             res.per_cpu_utilization = {
                 c: min(1.0, u / self.cpu_fraction) for c, u in res.per_cpu_utilization.items()
@@ -135,7 +146,7 @@ class TestbedProvider:
             live = LiveTarget.from_state(
                 state_path, generator_cpus=list(self.generator_cpus), config=self.engine
             )
-            yield _ShareUtilization(live, f)
+            yield _ShareUtilization(live, f, len(cpus))
         finally:
             testbed.down(state_path)
 

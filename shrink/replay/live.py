@@ -165,6 +165,11 @@ class LiveTarget:
         self.last_engine: EngineRun | None = None
         self._runs = 0
 
+    @property
+    def loops_trace(self) -> bool:
+        """Whether a run replays the trace again when it runs out (any window fills)."""
+        return self.loop
+
     @classmethod
     def from_state(cls, path: str | Path, **kw: Any) -> LiveTarget:
         """A target over the replicas of a ``shrink testbed up`` state file."""
