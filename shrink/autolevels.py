@@ -12,7 +12,7 @@ knee instead.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from shrink.errors import MeasurementError
 from shrink.loadcurve import Level, LoadCurve
@@ -34,7 +34,8 @@ class AutoPlan:
     duration: float = 8.0
     reps: int = 2
     probe_level: float | None = None  # knob value of the probe; default: 10% of the trace's rate
-    coarse: tuple[float, ...] = (0.3, 0.6, 0.75, 0.85, 0.92, 1.0, 1.1)
+    coarse: tuple[float, ...] = (0.35, 0.6, 0.8, 0.9, 1.0, 1.1, 1.25)
+    warm_run: bool = True  # a discarded run before the probe (cold caches, idle pools)
     max_levels: int = 12
     min_duration: float = 3.0  # shortest measurement window a level may have
     refine_rel_width: float = 0.05  # stop refining when the bracket is this narrow (relative)
@@ -93,6 +94,12 @@ def auto_sweep(
             levels[level] = lv
         return levels[level]
 
+    if plan.warm_run:
+        # A discarded run first: a server that just started has cold caches, PHP
+        # processes that have not run a page yet, and no open connections.
+        if progress is not None:
+            progress(f"warm-up run: {knob} {probe:g}", 0, plan.max_levels)
+        _run_level(target, trace, probe, knob, replace(plan, reps=1), seed - 1)
     first = run(probe, "probe")
     budget -= 1
     if first is None:
@@ -101,26 +108,38 @@ def auto_sweep(
             f"({knob} {probe:g}) with {plan.warmup:g} s warm-up and a {plan.min_duration:g} s "
             "window; use a longer trace or a lower probe level"
         )
-    util = first.utilization
-    thr = first.throughput
-    if util and util > 0.001 and thr > 0:
-        capacity_level = probe * min(1000.0, 1.0 / util)
-        coarse = [capacity_level * f for f in plan.coarse]
-    else:  # no utilization: geometric pass until a threshold is crossed
-        coarse = []
-        lvl = probe
-        while len(coarse) < budget // 2:
-            lvl *= 2.0
-            coarse.append(lvl)
-    for lvl in coarse:
-        if budget <= 0:
-            break
-        lv = run(lvl, "coarse")
+    est = _capacity(first, probe)
+    last = first
+    if est is not None:
+        # Place levels at fractions of the estimated capacity; re-estimate from each
+        # new level, since utilization grows faster than linearly near the knee on
+        # real servers (caches, PHP pools) and a single light probe misjudges it.
+        fractions = list(plan.coarse)
+        while budget > 0 and fractions:
+            lvl = est * fractions.pop(0)
+            if lvl <= last_level(levels) * 1.02:
+                continue
+            lv = run(lvl, "coarse")
+            budget -= 1
+            if lv is None:  # the trace cannot fill a window this fast: no higher level can
+                break
+            last = lv
+            if lv.generator_behind or _all_over(lv, thresholds):
+                break
+            est = _capacity(lv, lvl) or est
+    # Nothing crossed yet (no utilization, or it misled): step up geometrically.
+    growth = 2.0 if est is None else 1.2
+    while (
+        budget > 0
+        and last is not None
+        and not last.generator_behind
+        and not _any_over(last, thresholds)
+    ):
+        lv = run(last_level(levels) * growth, "search")
         budget -= 1
-        if lv is None:  # the trace cannot fill a window this fast: no higher level can
+        if lv is None:
             break
-        if lv.generator_behind or _all_over(lv, thresholds):
-            break
+        last = lv
     # Refinement: split the bracket of each statistic's crossing.
     while budget > 0:
         curve = _curve(levels, knob, target, trace, alpha)
@@ -146,6 +165,22 @@ def auto_sweep(
     if too_short:
         curve.meta["levels_skipped_trace_too_short"] = too_short
     return curve
+
+
+def last_level(levels: dict[float, Level]) -> float:
+    return max(levels) if levels else 0.0
+
+
+def _capacity(level: Level, knob_value: float) -> float | None:
+    """The knob value at which the share would be fully used, from one level's utilization."""
+    u = level.utilization
+    if u is None or not 0.005 <= u < 0.97 or level.throughput <= 0:
+        return None
+    return knob_value * min(1000.0, 1.0 / u)
+
+
+def _any_over(level: Level, thresholds: Mapping[str, float]) -> bool:
+    return any(level.stat(stat)[0] > limit for stat, limit in thresholds.items())
 
 
 def _all_over(level: Level, thresholds: Mapping[str, float]) -> bool:

@@ -1,8 +1,13 @@
 """Maximum achievable throughput (MAT): the highest throughput at which a latency
 statistic (mean or p99.9) stays under a threshold.
 
-The crossing is interpolated linearly in throughput between the last level under
-the threshold and the first level over it. Its confidence interval comes from the
+Latency does not fall as load rises, but measured levels are noisy (a p99.9 from
+a few thousand requests moves by tens of percent), so the statistic is first made
+monotone in throughput by isotonic regression (pool adjacent violators): a noisy
+dip above the threshold no longer decides the MAT alone. The crossing is then
+interpolated between the last level under the threshold and the first level over
+it (linearly in log latency, since latency grows roughly geometrically near the
+knee). Its confidence interval comes from the
 same interpolation on the statistic's CI band: where the upper band crosses gives
 the low end, where the lower band crosses the high end. Levels where the
 generator fell behind its schedule are never used.
@@ -64,6 +69,26 @@ class MATResult:
         )
 
 
+def isotonic(y: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
+    """Non-decreasing least-squares fit to ``y`` (pool adjacent violators)."""
+    y = np.asarray(y, dtype=np.float64)
+    w = np.ones_like(y) if w is None else np.asarray(w, dtype=np.float64)
+    vals: list[float] = []
+    wts: list[float] = []
+    sizes: list[int] = []
+    for yi, wi in zip(y, w, strict=True):
+        vals.append(float(yi))
+        wts.append(float(wi))
+        sizes.append(1)
+        while len(vals) > 1 and vals[-2] > vals[-1]:
+            v2, w2, n2 = vals.pop(), wts.pop(), sizes.pop()
+            total = wts[-1] + w2
+            vals[-1] = (vals[-1] * wts[-1] + v2 * w2) / total
+            wts[-1] = total
+            sizes[-1] += n2
+    return np.repeat(vals, sizes)
+
+
 def crossing(x: np.ndarray, y: np.ndarray, threshold: float) -> tuple[float, str, int]:
     """First upward crossing of ``threshold`` by y(x), x sorted ascending.
 
@@ -90,16 +115,24 @@ def crossing(x: np.ndarray, y: np.ndarray, threshold: float) -> tuple[float, str
     return float(x0 + f * (x1 - x0)), "ok", i
 
 
+def _finite(band: np.ndarray, fallback: np.ndarray) -> np.ndarray:
+    return np.where(np.isfinite(band), band, fallback)
+
+
 def mat(curve: LoadCurve, stat: str, threshold: float, *, cls: str | None = None) -> MATResult:
     """MAT of ``curve`` for ``stat`` (mean, p50, p90, p99, p999) under ``threshold`` seconds."""
     s = curve.series(stat, cls)
     if s["level"].size == 0:
         raise MeasurementError("load curve has no usable level (generator behind at all levels?)")
     order = np.argsort(s["level"])
+    ok = np.isfinite(s["throughput"][order]) & np.isfinite(s["value"][order])
+    order = order[ok]
+    if order.size == 0:
+        raise MeasurementError("no level has a finite throughput and statistic")
     x = s["throughput"][order]
-    value, status, i = crossing(x, s["value"][order], threshold)
-    lo, _, _ = crossing(x, s["hi"][order], threshold)
-    hi, _, _ = crossing(x, s["lo"][order], threshold)
+    value, status, i = crossing(x, isotonic(s["value"][order]), threshold)
+    lo, _, _ = crossing(x, isotonic(_finite(s["hi"][order], s["value"][order])), threshold)
+    hi, _, _ = crossing(x, isotonic(_finite(s["lo"][order], s["value"][order])), threshold)
     levels = s["level"][order]
     bracket = (float(levels[i - 1]), float(levels[i])) if status == "ok" else None
     return MATResult(

@@ -320,6 +320,7 @@ class LiveTarget:
             window,
             cpu=engine.cpu_seconds / wall if wall > 0 else None,
             lag_limit=self.lag_limit,
+            processes=max(1, len(engine.stats)),
         )
         alive = self._pids_alive()
         desc = {

@@ -5,7 +5,10 @@ requests intended inside the window,
 
 * the 99th percentile of the send lag exceeds ``lag_limit`` (default 1 ms), or
 * the achieved request rate is below ``min_ratio`` (default 0.97) of the
-  intended one (only judged with at least ``MIN_REQUESTS`` requests intended).
+  intended one (only judged with at least ``MIN_REQUESTS`` requests intended), or
+* a generator process used more than ``cpu_limit`` (default 0.9) of its core:
+  a saturated generator queues requests in its own connection pools, where the
+  wait looks like server latency and the send lag alone does not show it.
 
 The send lag is ``dispatched - intended`` where the RunLog has the engine's
 ``dispatched`` column (when the engine acted on the request: wrote it on an open
@@ -26,11 +29,19 @@ import numpy as np
 from shrink.runlog import RunLog
 from shrink.target import GeneratorCheck
 
-__all__ = ["LAG_LIMIT", "MIN_RATIO", "MIN_REQUESTS", "generator_check", "process_cpu_seconds"]
+__all__ = [
+    "CPU_LIMIT",
+    "LAG_LIMIT",
+    "MIN_RATIO",
+    "MIN_REQUESTS",
+    "generator_check",
+    "process_cpu_seconds",
+]
 
 LAG_LIMIT = 1e-3
 MIN_RATIO = 0.97
 MIN_REQUESTS = 50
+CPU_LIMIT = 0.9
 
 
 def process_cpu_seconds(pid: int | str = "self") -> float:
@@ -49,6 +60,8 @@ def generator_check(
     cpu: float | None = None,
     lag_limit: float = LAG_LIMIT,
     min_ratio: float = MIN_RATIO,
+    processes: int = 1,
+    cpu_limit: float = CPU_LIMIT,
 ) -> GeneratorCheck:
     """Rates and send-lag percentiles over ``window``; ``behind`` per the module's criterion."""
     start, end = window
@@ -78,6 +91,10 @@ def generator_check(
     if n_int >= MIN_REQUESTS and achieved_rate < min_ratio * intended_rate:
         reasons.append(
             f"achieved {achieved_rate:.1f} req/s < {min_ratio:g} x intended {intended_rate:.1f}"
+        )
+    if cpu is not None and processes > 0 and cpu / processes > cpu_limit:
+        reasons.append(
+            f"generator CPU {100 * cpu / processes:.0f}% of a core > {100 * cpu_limit:.0f}%"
         )
     return GeneratorCheck(
         intended_rate=intended_rate,
