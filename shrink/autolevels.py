@@ -36,6 +36,7 @@ class AutoPlan:
     probe_level: float | None = None  # knob value of the probe; default: 10% of the trace's rate
     coarse: tuple[float, ...] = (0.35, 0.6, 0.8, 0.9, 1.0, 1.1, 1.25)
     warm_run: bool = True  # a discarded run before the probe (cold caches, idle pools)
+    retry_behind: bool = True  # rerun once a level where the generator fell behind
     max_levels: int = 12
     min_duration: float = 3.0  # shortest measurement window a level may have
     refine_rel_width: float = 0.05  # stop refining when the bracket is this narrow (relative)
@@ -77,6 +78,7 @@ def auto_sweep(
     probe = plan.probe_level if plan.probe_level is not None else 0.1 * unit
     levels: dict[float, Level] = {}
     too_short: list[float] = []
+    retried: list[float] = []
     budget = plan.max_levels
     step = 0
 
@@ -88,6 +90,11 @@ def auto_sweep(
                 progress(f"{what}: {knob} {level:g}", step, plan.max_levels)
             lv = _run_level(target, trace, level, knob, plan, seed + 1000 * step)
             step += 1
+            if lv is not None and lv.generator_behind and plan.retry_behind:
+                # One hiccup (a scheduling stall of the generator) should not end a sweep:
+                # run the level again; a generator that really cannot keep up fails twice.
+                retried.append(level)
+                lv = _run_level(target, trace, level, knob, plan, seed + 1000 * step + 500)
             if lv is None:
                 too_short.append(level)
                 return None
@@ -164,6 +171,8 @@ def auto_sweep(
     curve = _curve(levels, knob, target, trace, alpha, base_rate=base_rate, plan=plan)
     if too_short:
         curve.meta["levels_skipped_trace_too_short"] = too_short
+    if retried:
+        curve.meta["levels_rerun_generator_behind"] = retried
     return curve
 
 
