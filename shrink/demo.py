@@ -38,7 +38,7 @@ DEMO: dict[str, Any] = {
     "duration": 300,
     "seed": 1,
     "dynamic_fraction": 0.05,
-    "dynamic_work_us": 8000.0,
+    "dynamic_work_us": 2500.0,
     "dynamic_mem_kib": 2048.0,
     "max_download_bytes": 262144,
     "alpha": 0.25,
@@ -107,7 +107,7 @@ def run_demo(out: Path, *, plan: AutoPlan | None = None, quick: bool = False) ->
     work.mkdir(exist_ok=True)
     console.rule("[bold]1. The bundled Support-like workload")
     trace_path, docroot = _synth(work, console)
-    plan = plan or AutoPlan(warmup=2.0, duration=6.0, reps=2, max_levels=8)
+    plan = plan or AutoPlan(warmup=2.0, duration=5.0, reps=3, max_levels=8)
     if quick:
         plan = AutoPlan(warmup=1.0, duration=3.0, reps=1, max_levels=5)
     thresholds = dict(DEMO["thresholds"])
