@@ -48,7 +48,8 @@ def _run_level(
 ) -> Level | None:
     factor = rate_factor_for(trace, level, knob)
     loops = bool(getattr(target, "loops_trace", False))
-    duration = window_for(trace, factor, plan.warmup, plan.duration, plan.min_duration, loops=loops)
+    shortest = min(plan.min_duration, plan.duration)
+    duration = window_for(trace, factor, plan.warmup, plan.duration, shortest, loops=loops)
     if duration is None:
         return None
     reps = []
