@@ -107,7 +107,7 @@ def auto_sweep(
         # processes that have not run a page yet, and no open connections.
         if progress is not None:
             progress(f"warm-up run: {knob} {probe:g}", 0, plan.max_levels)
-        _run_level(target, trace, probe, knob, replace(plan, reps=1), seed - 1)
+        _run_level(target, trace, probe, knob, replace(plan, reps=1), seed + 999_983)
     first = run(probe, "probe")
     budget -= 1
     if first is None:
