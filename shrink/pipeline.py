@@ -16,6 +16,7 @@ from shrink.autolevels import AutoPlan, auto_sweep
 from shrink.errors import ParameterError, TraceFormatError
 from shrink.loadcurve import LoadCurve
 from shrink.mapping import BUILTIN_MAPPINGS
+from shrink.mat import MATResult
 from shrink.predict import PredictConfig, predict
 from shrink.providers import make_provider
 from shrink.report.build import write_report
@@ -145,8 +146,23 @@ def run_validate(
         full = LoadCurve.read_json(full_run)
     if full.alpha != 1.0:
         raise ParameterError(f"the full-scale curve has alpha == {full.alpha:g}, must be 1.")
-    v = validate(predicted, full, thresholds)
-    v.meta = {"prediction": str(ppath), "full_run": full_run}
+    # Compare the MATs predicted for the mapping that was run (cross-socket corrections
+    # included), not the SHRiNK-scaled curve alone; distributions come from that curve.
+    mapping = pred.get("validated_mapping", "1-replica")
+    per_mapping = (pred.get("mappings") or {}).get(mapping, {})
+    predicted_mats = {
+        s: MATResult(
+            float(per_mapping[s]["mat"]),
+            (float(per_mapping[s]["ci"][0]), float(per_mapping[s]["ci"][1])),
+            s,
+            float(thresholds[s]),
+            str(per_mapping[s].get("status", "ok")),
+        )
+        for s in thresholds
+        if s in per_mapping and per_mapping[s].get("mat") is not None
+    }
+    v = validate(predicted, full, thresholds, predicted_mats=predicted_mats)
+    v.meta = {"prediction": str(ppath), "full_run": full_run, "mapping": mapping}
     v.write_json(out / "validation.json")
     write_report(
         out,
