@@ -104,3 +104,62 @@ def test_predict_then_validate_on_a_processor_sharing_fake(tmp_path):
     assert files["latency"].stat().st_size > 10_000
     assert files["cdf"].exists()
     assert "<table>" in files["html"].read_text()
+
+
+def test_cli_predict_and_validate_on_the_simulator(tmp_path):
+    """The main job's commands end to end on the papers' machine, simulated."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+    from tests.conftest import ROOT
+
+    spec = ROOT / "examples" / "machines" / "nehalem-2s.toml"
+    run = CliRunner().invoke
+    trace = tmp_path / "tcp.parquet"
+    assert (
+        run(
+            app,
+            ["synth", "tcp", "--rate", "50000", "--duration", "8", "--seed", "1", "-o", str(trace)],
+        ).exit_code
+        == 0
+    )
+    out = tmp_path / "pred"
+    res = run(
+        app,
+        [
+            "predict",
+            str(trace),
+            "--target",
+            f"sim:{spec}",
+            "--alpha",
+            "0.5",
+            "--thresholds",
+            "mean=0.5ms,p999=4ms",
+            "--warmup",
+            "0.3",
+            "--duration",
+            "1",
+            "--reps",
+            "2",
+            "--max-levels",
+            "6",
+            "-o",
+            str(out),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    pred = json.loads((out / "prediction.json").read_text())
+    assert set(pred["mappings"]) == {"1-replica", "2-replica-direct", "2-replica-indirect"}
+    # The papers: 2-replica-direct beats 1-replica for the tcp workload.
+    assert (
+        pred["mappings"]["2-replica-direct"]["mean"]["mat"]
+        > (pred["mappings"]["1-replica"]["mean"]["mat"])
+    )
+    res = run(app, ["validate", str(out / "prediction.json"), "--json"])
+    assert res.exit_code == 0, res.output
+    v = json.loads((out / "validation.json").read_text())
+    assert abs(v["mat_error_mean"]) < 0.10
+    assert abs(v["mat_error_p999"]) < 0.15
+    assert "Validation against a full-scale run" in (out / "report.md").read_text()
