@@ -24,6 +24,9 @@ from shrink.trace import Trace
 __all__ = ["AutoPlan", "auto_sweep"]
 
 Progress = Callable[[str, int, int], None]
+# Generator CPU (seconds per second, all its processes) above which "behind" means
+# the generator cannot send faster, rather than a passing stall.
+GENERATOR_SATURATED = 0.5
 
 
 @dataclass(frozen=True)
@@ -132,7 +135,7 @@ def auto_sweep(
             if lv is None:  # the trace cannot fill a window this fast: no higher level can
                 break
             last = lv
-            if lv.generator_behind or _all_over(lv, thresholds):
+            if _generator_saturated(lv) or _all_over(lv, thresholds):
                 break
             est = _capacity(lv, lvl) or est
     # Nothing crossed yet (no utilization, or it misled): step up geometrically.
@@ -140,7 +143,7 @@ def auto_sweep(
     while (
         budget > 0
         and last is not None
-        and not last.generator_behind
+        and not _generator_saturated(last)
         and not _any_over(last, thresholds)
     ):
         lv = run(last_level(levels) * growth, "search")
@@ -187,6 +190,19 @@ def _capacity(level: Level, knob_value: float) -> float | None:
     if u is None or not 0.005 <= u < 0.97 or level.throughput <= 0:
         return None
     return knob_value * min(1000.0, 1.0 / u)
+
+
+def _generator_saturated(level: Level) -> bool:
+    """Behind because the generator ran out of CPU: no higher level can be driven.
+
+    A level flagged behind while the generator was mostly idle was a stall (of the
+    VM, or the generator's process); it is kept out of the MAT, but the search goes
+    on to higher loads.
+    """
+    if not level.generator_behind:
+        return False
+    cpus = [r.generator_cpu for r in level.reps if r.generator_cpu is not None]
+    return not cpus or max(cpus) >= GENERATOR_SATURATED
 
 
 def _any_over(level: Level, thresholds: Mapping[str, float]) -> bool:

@@ -42,7 +42,10 @@ DEMO: dict[str, Any] = {
     "dynamic_mem_kib": 2048.0,
     "max_download_bytes": 262144,
     "alpha": 0.25,
-    "thresholds": {"mean": 0.010, "p999": 0.100},
+    # The papers keep the p99.9 threshold 100x the mean one (Support: 5 ms, 500 ms). Here
+    # the light-load p99.9 is already 30-100 ms, so a 100 ms p99.9 threshold would sit
+    # where the curve is flat and a small latency error would move the MAT a lot.
+    "thresholds": {"mean": 0.010, "p999": 1.0},
 }
 
 
