@@ -16,19 +16,9 @@ from extrapolate.remap import extrapolate_curve
 from shrink.loadcurve import LoadCurve
 from shrink.machine import Machine
 from shrink.mat import mat
+from shrink.predict import curve_summary
 
 __all__ = ["extrapolate_mappings"]
-
-
-def _curve_summary(curve: LoadCurve) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {}
-    for stat in ("mean", "p999"):
-        s = curve.series(stat)
-        out["throughput"] = s["throughput"].tolist()
-        out[stat] = s["value"].tolist()
-        out[f"{stat}_lo"] = s["lo"].tolist()
-        out[f"{stat}_hi"] = s["hi"].tolist()
-    return out
 
 
 def extrapolate_mappings(
@@ -56,7 +46,7 @@ def extrapolate_mappings(
         for stat, sp in mp.stats.items():
             status = mat(curves[name], stat, sp.threshold).status
             d[stat] = {**sp.to_dict(), "status": status}
-        d["curve"] = _curve_summary(curves[name])
+        d["curve"] = curve_summary(curves[name])
         d["detail"] = {**mp.detail, "reason": pred.reason if name == pred.recommended else ""}
         out[name] = d
     return out

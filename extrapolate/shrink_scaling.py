@@ -32,6 +32,7 @@ from extrapolate._validation import check_is_fitted, share_kind
 from shrink.errors import ExtrapolationError
 from shrink.loadcurve import STATS, LoadCurve
 from shrink.mat import MATResult, mat
+from shrink.scaling import shrink_scaled_curve
 from shrink.validation import check_alpha
 
 __all__ = ["CfsCorrection", "mat_full", "scale_to_full", "share_fraction"]
@@ -69,25 +70,19 @@ def _scale_latencies(curve: LoadCurve, factor: float) -> None:
 def scale_to_full(curve: LoadCurve, correction: CfsCorrection | None = None) -> LoadCurve:
     """The whole machine's curve predicted from ``curve`` by SHRiNK scaling.
 
-    Throughputs are divided by alpha; for a ``cpu_time`` share latencies are also
-    multiplied by alpha (and divided by ``correction.factor_`` when given).
+    The transform is :func:`shrink.scaling.shrink_scaled_curve` (throughputs divided
+    by alpha; for a ``cpu_time`` share latencies multiplied by each CPU's speed);
+    this adds the alpha/share consistency check and, for a ``cpu_time`` share, the
+    measured CFS correction (latencies divided by ``correction.factor_``).
     """
-    alpha = share_fraction(curve)
+    share_fraction(curve)
     kind = share_kind(curve.share)
-    out = curve.normalized()
-    if kind == "cpu_time":
-        # Each CPU's speed: ``cpu_fraction`` where the share names it (a subset of the
-        # CPUs at some speed), else alpha (every CPU at alpha of its time).
-        factor = float((curve.share or {}).get("cpu_fraction", alpha))
-        if correction is not None:
-            check_is_fitted(correction, "factor_")
-            factor /= correction.factor_
-        _scale_latencies(out, factor)
-    elif correction is not None:
+    if correction is not None and kind != "cpu_time":
         raise ExtrapolationError("a CFS correction applies only to a cpu_time share")
-    out.share = {"kind": "all", "fraction": 1.0, "scaled_from": dict(curve.share or {})}
-    out.alpha = 1.0
-    out.meta = {**out.meta, "shrink_scaling": kind, "scaled_by_alpha": alpha}
+    out = shrink_scaled_curve(curve)
+    if correction is not None:
+        check_is_fitted(correction, "factor_")
+        _scale_latencies(out, 1.0 / correction.factor_)
     return out
 
 
