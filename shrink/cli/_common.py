@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -43,7 +43,3 @@ def _default(o: Any) -> Any:
     if hasattr(o, "to_dict"):
         return o.to_dict()
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
-
-
-def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-    return fn
