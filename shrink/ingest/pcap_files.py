@@ -1,10 +1,11 @@
 """Capture file containers: gzip, classic pcap and pcapng, read into flat record arrays.
 
-The fast path never builds a Python object per packet. The file is read once
-into memory (decompressed if it is gzip), the record headers are walked in a
-tight loop that only collects offsets, and every per-record field is then
-gathered with numpy over the file bytes. Packet bytes stay where they are;
-later stages index into the same buffer.
+The fast path never builds a Python object per packet. The file is mapped
+(or decompressed if it is gzip), the classic-pcap record chain is followed for
+all blocks of the file at once (:mod:`shrink.ingest.pcap_walk`; pcapng blocks
+in a loop), and every record's header and first frame bytes are then read in
+one numpy gather. Packet bytes stay where they are; later stages index into
+the same buffer.
 
 A damaged file (truncated record, impossible record length, bad block) stops
 the walk at the first bad record: strict readers raise
@@ -25,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from shrink.errors import CaptureFormatError
+from shrink.ingest.pcap_walk import FRAME, HEADER, gather, header_dtype, walk_chain
 
 __all__ = [
     "MAX_NS",
@@ -71,6 +73,9 @@ class RawRecords:
     fmt: str
     damage: str | None = None
     notes: dict[str, int] = field(default_factory=dict)
+    # The first FRAME.itemsize bytes of each record's data, (n, 52) uint8 (past the
+    # record: whatever follows, zeros past the file), when the reader gathered them.
+    frames: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.data_off.size)
@@ -164,24 +169,18 @@ def _walk_pcap(
 ) -> tuple[np.ndarray, np.ndarray, str | None]:
     """(record offsets, captured lengths, damage) of a classic pcap file.
 
-    The loop only follows record lengths (the one thing that cannot be done
-    vectorised); impossible lengths and a cut-short last record are found
-    afterwards with numpy, and the walk is cut at the first bad record.
+    The records are found by :func:`~shrink.ingest.pcap_walk.walk_chain`, which
+    stops at the first bad record; impossible lengths and a cut-short last
+    record are then reported from that record's header.
     """
-    endian = PCAP_MAGICS[bytes(data[:4])][0]
+    endian, tick = PCAP_MAGICS[bytes(data[:4])]
     snaplen = struct.unpack_from(endian + "I", data, 16)[0]
     limit = max(snaplen, MAX_RECORD)
-    unpack = struct.Struct(endian + "8xI").unpack_from
-    off = 24
-    offs = [off]
-    append = offs.append
-    try:  # no bound test per record: unpack_from fails past the end of the data
-        while True:
-            off += 16 + unpack(data, off)[0]
-            append(off)
-    except struct.error:
-        pass
-    every = np.asarray(offs, dtype=np.int64)
+    good, stop = walk_chain(data, n, endian, limit, tick)
+    tail = [stop]
+    if stop + 12 <= n:  # a bad record: where its length says it ends, as the message needs
+        tail.append(stop + 16 + struct.unpack_from(endian + "I", data, stop + 8)[0])
+    every = np.concatenate([good, np.asarray(tail, dtype=np.int64)])
     o, off = every[:-1], int(every[-1])
     incl = np.diff(every) - 16
     bad = np.flatnonzero((incl > limit) | (o + 16 + incl > n))
@@ -204,16 +203,12 @@ def _read_pcap(data: np.ndarray, n: int, path: Path, strict: bool) -> RawRecords
     endian, tick = PCAP_MAGICS[bytes(data[:4])]
     linktype = struct.unpack_from(endian + "I", data, 20)[0] & 0x0FFFFFFF
     o, caplen, damage = _walk_pcap(data, n, path, strict)
-    buf = np.frombuffer(data, dtype=np.uint8)
-    # An overlapping view: w[k] is the 8 bytes at offset k. Two gathers give
-    # every record's (seconds, sub-seconds) and (captured, wire) length pairs.
-    w = np.ndarray((n - 7,), dtype="<u8", buffer=buf, strides=(1,))
-    lo32 = np.uint64(0xFFFFFFFF)
-    t, lens = w[o], w[o + 8]
-    sec, sub, wirelen = t & lo32, t >> np.uint64(32), lens >> np.uint64(32)
-    if endian == ">":
-        sec, sub, wirelen = (x.astype("<u4").byteswap() for x in (sec, sub, wirelen))
-    sec, sub, wirelen = (x.astype(np.int64) for x in (sec, sub, wirelen))
+    # One gather reads every record's header and its frame's first bytes (for the
+    # decoder): the file is far larger than the cache, so each pass costs a trip to
+    # memory per record.
+    items = gather(data, n, o, HEADER + FRAME.itemsize)
+    head = items[:, :HEADER].copy().view(header_dtype(endian))[:, 0]
+    sec, sub, wirelen = (head[k].astype(np.int64) for k in ("sec", "sub", "orig"))
     ts = sec * 1_000_000_000 + sub * (1_000_000_000 // tick)
     return RawRecords(
         buf=data,
@@ -224,6 +219,7 @@ def _read_pcap(data: np.ndarray, n: int, path: Path, strict: bool) -> RawRecords
         linktype=np.full(o.size, linktype, dtype=np.int64),
         fmt="pcap",
         damage=damage,
+        frames=items[:, HEADER:],
     )
 
 

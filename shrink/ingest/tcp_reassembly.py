@@ -144,6 +144,35 @@ def _first_in_group(group: np.ndarray, values: np.ndarray, n: int, fill: int) ->
     return out
 
 
+def _group_running_max(group: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Running maximum of ``values`` restarting at each new ``group`` (sorted groups).
+
+    Only groups where a value goes down need it; those are lifted onto disjoint
+    ranges (group rank times the value span) so one ``maximum.accumulate`` does
+    them all at once instead of a pass over the whole array per group.
+    """
+    out = values.copy()
+    if values.size < 2:
+        return out
+    back = np.flatnonzero((group[1:] == group[:-1]) & (values[1:] < values[:-1]))
+    if not back.size:
+        return out
+    sel = np.flatnonzero(np.isin(group, np.unique(group[back + 1])))
+    v = values[sel]
+    low = int(v.min())
+    span = int(v.max()) - low + 1
+    grp = group[sel]
+    rank = np.cumsum(np.r_[0, grp[1:] != grp[:-1]])
+    if span * (int(rank[-1]) + 1) < (1 << 62):
+        lift = rank * span
+        out[sel] = np.maximum.accumulate(v - low + lift) - lift + low
+    else:  # a span too wide to lift without overflow: one group at a time
+        edges = np.r_[0, np.flatnonzero(grp[1:] != grp[:-1]) + 1, grp.size]
+        for a, b in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True):
+            out[sel[a:b]] = np.maximum.accumulate(v[a:b])
+    return out
+
+
 _MIX = np.array(
     [
         0x9E3779B97F4A7C15,
@@ -300,12 +329,7 @@ def reassemble(seg: Segments) -> Streams:
     gap_start, gap_end = pstart[filler], (pstart + plen)[filler]
 
     # In-order delivery time: running max of piece times inside each stream.
-    pdone = pts.copy()
-    if pts.size > 1:
-        back = np.flatnonzero((pgid[1:] == pgid[:-1]) & (pts[1:] < pts[:-1]))
-        for gg in np.unique(pgid[back + 1]).tolist():
-            sel = np.flatnonzero(pgid == gg)
-            pdone[sel] = np.maximum.accumulate(pts[sel])
+    pdone = _group_running_max(pgid, pts)
 
     # Stream spans per group.
     gs = np.zeros(ngroups, dtype=np.int64)
