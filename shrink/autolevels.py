@@ -7,21 +7,28 @@ pass confirms where each statistic crosses its threshold, and a refinement pass
 adds levels inside each crossing's bracket until the MAT interval is narrow or the
 level budget is spent. Without a utilization reading, a geometric pass finds the
 knee instead.
+
+A *companion* (the full target with the full trace) can be measured alongside:
+every repetition of every level then runs on both, back to back, in alternating
+order (scaled first, then full first, ...). Two runs minutes apart on a machine
+whose speed drifts (a VM whose CPU speed moves by 1.8x within a minute) differ by
+that drift; two runs seconds apart, in counterbalanced order, see nearly the same
+machine. Refinement then splits the brackets of both curves' crossings.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from shrink.errors import MeasurementError
-from shrink.loadcurve import Level, LoadCurve
+from shrink.loadcurve import Level, LevelStats, LoadCurve
 from shrink.mat import mat
 from shrink.measure import level_stats, rate_factor_for, trace_span, window_for
 from shrink.target import Target
 from shrink.trace import Trace
 
-__all__ = ["AutoPlan", "auto_sweep"]
+__all__ = ["AutoPlan", "Companion", "auto_sweep", "companion_curve"]
 
 Progress = Callable[[str, int, int], None]
 # Generator CPU (seconds per second, all its processes) above which "behind" means
@@ -46,22 +53,59 @@ class AutoPlan:
     util_target: float = 0.8  # a level near this utilization is kept for the CDF figures
 
 
+@dataclass
+class Companion:
+    """The full target and trace, measured rep by rep alongside a scaled sweep.
+
+    Only the ``rate_factor`` knob pairs levels exactly: a session sample of
+    alpha at rate factor f is at the same normalized load as the whole trace at f.
+    ``thresholds`` are the full target's (unscaled); ``levels`` fills as the
+    sweep runs.
+    """
+
+    target: Target
+    trace: Trace
+    thresholds: Mapping[str, float]
+    levels: dict[float, Level] = field(default_factory=dict)
+
+
 def _run_level(
-    target: Target, trace: Trace, level: float, knob: str, plan: AutoPlan, seed: int
-) -> Level | None:
+    target: Target,
+    trace: Trace,
+    level: float,
+    knob: str,
+    plan: AutoPlan,
+    seed: int,
+    companion: Companion | None = None,
+) -> tuple[Level, Level | None] | None:
     factor = rate_factor_for(trace, level, knob)
     loops = bool(getattr(target, "loops_trace", False))
     shortest = min(plan.min_duration, plan.duration)
     duration = window_for(trace, factor, plan.warmup, plan.duration, shortest, loops=loops)
     if duration is None:
         return None
-    reps = []
-    for r in range(plan.reps):
-        res = target.run(
-            trace, rate_factor=factor, warmup=plan.warmup, duration=duration, seed=seed + r
+    if companion is not None:
+        c_loops = bool(getattr(companion.target, "loops_trace", False))
+        c_dur = window_for(
+            companion.trace, factor, plan.warmup, plan.duration, shortest, loops=c_loops
         )
-        reps.append(level_stats(res))
-    return Level(float(level), reps)
+        if c_dur is None:
+            return None
+        duration = min(duration, c_dur)
+    reps, c_reps = [], []
+    for r in range(plan.reps):
+        runs: list[tuple[Target, Trace, list[LevelStats]]] = [(target, trace, reps)]
+        if companion is not None:
+            pair = (companion.target, companion.trace, c_reps)
+            # Counterbalanced order: whatever the first run leaves behind (warm caches,
+            # a slow minute starting) falls on each side equally often.
+            runs = [runs[0], pair] if r % 2 == 0 else [pair, runs[0]]
+        for tgt, tr, out in runs:
+            res = tgt.run(
+                tr, rate_factor=factor, warmup=plan.warmup, duration=duration, seed=seed + r
+            )
+            out.append(level_stats(res))
+    return Level(float(level), reps), (Level(float(level), c_reps) if c_reps else None)
 
 
 def auto_sweep(
@@ -74,9 +118,19 @@ def auto_sweep(
     seed: int = 0,
     alpha: float | None = None,
     progress: Progress | None = None,
+    companion: Companion | None = None,
 ) -> LoadCurve:
-    """Sweep ``trace`` on ``target`` with levels chosen around the thresholds' crossings."""
+    """Sweep ``trace`` on ``target`` with levels chosen around the thresholds' crossings.
+
+    With a ``companion``, every repetition also runs on the companion's target
+    (see :class:`Companion`); its levels land in ``companion.levels``.
+    """
     plan = plan or AutoPlan()
+    if companion is not None and knob != "rate_factor":
+        raise MeasurementError(
+            f"a companion (paired full-scale) run needs the rate_factor knob, not {knob!r}: "
+            "only equal rate factors put a sample and the whole trace at the same load"
+        )
     base_rate = trace.info().request_rate
     unit = {"rate_factor": 1.0, "users": float(trace.meta.get("users") or 1.0)}.get(knob, 1.0)
     probe = plan.probe_level if plan.probe_level is not None else 0.1 * unit
@@ -92,17 +146,21 @@ def auto_sweep(
         if level not in levels:
             if progress is not None:
                 progress(f"{what}: {knob} {level:g}", step, plan.max_levels)
-            lv = _run_level(target, trace, level, knob, plan, seed + 1000 * step)
+            got = _run_level(target, trace, level, knob, plan, seed + 1000 * step, companion)
             step += 1
-            if lv is not None and lv.generator_behind and plan.retry_behind:
+            if got is not None and plan.retry_behind and _behind(got):
                 # One hiccup (a scheduling stall of the generator) should not end a sweep:
                 # run the level again; a generator that really cannot keep up fails twice.
                 retried.append(level)
-                lv = _run_level(target, trace, level, knob, plan, seed + 1000 * step + 500)
-            if lv is None:
+                got = _run_level(
+                    target, trace, level, knob, plan, seed + 1000 * step + 500, companion
+                )
+            if got is None:
                 too_short.append(level)
                 return None
-            levels[level] = lv
+            levels[level] = got[0]
+            if companion is not None and got[1] is not None:
+                companion.levels[level] = got[1]
         return levels[level]
 
     if plan.warm_run:
@@ -110,7 +168,7 @@ def auto_sweep(
         # processes that have not run a page yet, and no open connections.
         if progress is not None:
             progress(f"warm-up run: {knob} {probe:g}", 0, plan.max_levels)
-        _run_level(target, trace, probe, knob, replace(plan, reps=1), seed + 999_983)
+        _run_level(target, trace, probe, knob, replace(plan, reps=1), seed + 999_983, companion)
     first = run(probe, "probe")
     budget -= 1
     if first is None:
@@ -135,16 +193,27 @@ def auto_sweep(
             if lv is None:  # the trace cannot fill a window this fast: no higher level can
                 break
             last = lv
-            if _generator_saturated(lv) or _all_over(lv, thresholds):
+            c_lv = None if companion is None else companion.levels.get(lv.level)
+            if _generator_saturated(lv) or (
+                _all_over(lv, thresholds)
+                and (companion is None or c_lv is None or _all_over(c_lv, companion.thresholds))
+            ):
                 break
             est = _capacity(lv, lvl) or est
     # Nothing crossed yet (no utilization, or it misled): step up geometrically.
+    # With a companion, both curves must cross: the prediction may be off either way.
     growth = 2.0 if est is None else 1.2
     while (
         budget > 0
         and last is not None
         and not _generator_saturated(last)
-        and not _any_over(last, thresholds)
+        and not (
+            _any_over(last, thresholds)
+            and (
+                companion is None
+                or _any_over(companion.levels.get(last.level, last), companion.thresholds)
+            )
+        )
     ):
         lv = run(last_level(levels) * growth, "search")
         budget -= 1
@@ -154,16 +223,10 @@ def auto_sweep(
     # Refinement: split the bracket of each statistic's crossing.
     while budget > 0:
         curve = _curve(levels, knob, target, trace, alpha)
-        gaps = []
-        for stat, limit in thresholds.items():
-            try:
-                res = mat(curve, stat, limit)
-            except MeasurementError:  # no usable level yet: nothing to refine
-                continue
-            if res.status == "ok" and res.bracket is not None:
-                a, b = res.bracket
-                if (b - a) / b > plan.refine_rel_width:
-                    gaps.append((b - a, (a + b) / 2))
+        gaps = _gaps(curve, thresholds, plan)
+        if companion is not None:
+            c_curve = _curve(companion.levels, knob, companion.target, companion.trace, 1.0)
+            gaps += _gaps(c_curve, companion.thresholds, plan)
         if not gaps:
             break
         gaps.sort(reverse=True)
@@ -178,6 +241,47 @@ def auto_sweep(
     if retried:
         curve.meta["levels_rerun_generator_behind"] = retried
     return curve
+
+
+def companion_curve(
+    companion: Companion,
+    *,
+    knob: str = "rate_factor",
+    plan: AutoPlan | None = None,
+) -> LoadCurve:
+    """The companion's levels as a full-scale curve (alpha 1), marked as paired."""
+    curve = _curve(
+        companion.levels,
+        knob,
+        companion.target,
+        companion.trace,
+        1.0,
+        base_rate=companion.trace.info().request_rate,
+        plan=plan,
+    )
+    curve.meta["paired"] = True
+    return curve
+
+
+def _gaps(
+    curve: LoadCurve, thresholds: Mapping[str, float], plan: AutoPlan
+) -> list[tuple[float, float]]:
+    """(width, midpoint) of each crossing's bracket still wider than the plan wants."""
+    gaps = []
+    for stat, limit in thresholds.items():
+        try:
+            res = mat(curve, stat, limit)
+        except MeasurementError:  # no usable level yet: nothing to refine
+            continue
+        if res.status == "ok" and res.bracket is not None:
+            a, b = res.bracket
+            if (b - a) / b > plan.refine_rel_width:
+                gaps.append((b - a, (a + b) / 2))
+    return gaps
+
+
+def _behind(got: tuple[Level, Level | None]) -> bool:
+    return got[0].generator_behind or (got[1] is not None and got[1].generator_behind)
 
 
 def last_level(levels: dict[float, Level]) -> float:

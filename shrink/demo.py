@@ -4,7 +4,11 @@
    seed (byte-identical every time) and its document root.
 2. Predict one whole core of this machine (CPU 1; the load generator keeps CPU 0)
    from alpha = 0.25: 25% of the sessions on a 25% CPU-time share of the core.
-3. Validate against the whole core with the full trace.
+3. Validate against the whole core with the full trace. Those full-scale runs are
+   taken alongside the scaled ones, each repetition next to its scaled twin
+   (``--paired-full-run``): this VM's CPU speed drifts by up to 1.8x within a
+   minute, so a full run taken minutes after the prediction would compare two
+   different machines.
 4. Predict the papers' two-socket Nehalem for all three mappings with the
    published calibration (a what-if from the trace's static/dynamic mix).
 
@@ -42,10 +46,12 @@ DEMO: dict[str, Any] = {
     "dynamic_mem_kib": 2048.0,
     "max_download_bytes": 262144,
     "alpha": 0.25,
-    # The papers keep the p99.9 threshold 100x the mean one (Support: 5 ms, 500 ms). Here
-    # the light-load p99.9 is already 30-100 ms, so a 100 ms p99.9 threshold would sit
-    # where the curve is flat and a small latency error would move the MAT a lot.
-    "thresholds": {"mean": 0.010, "p999": 1.0},
+    # The papers' Support thresholds are 5 ms / 500 ms. Here light-load requests take
+    # longer (PHP pages of 15-20 ms CPU), so the mean threshold is 10 ms; the p99.9
+    # stays at 500 ms, where the p99.9 curve climbs steeply (100-250 ms at half load,
+    # 1-2 s in overload): at 100 ms it sat on the flat part, at 1 s on the plateau
+    # that session think times put on an overloaded server's p99.9.
+    "thresholds": {"mean": 0.010, "p999": 0.5},
 }
 
 
@@ -116,7 +122,10 @@ def run_demo(out: Path, *, plan: AutoPlan | None = None, quick: bool = False) ->
     thresholds = dict(DEMO["thresholds"])
     console.rule("[bold]4. What-if: the papers' 2-socket machine (published calibration)")
     whatif = _whatif(trace_path, thresholds)
-    console.rule(f"[bold]2. Predict one core from alpha = {DEMO['alpha']} (25% CPU-time share)")
+    console.rule(
+        f"[bold]2. Predict one core from alpha = {DEMO['alpha']} (25% CPU-time share); "
+        "the full-scale runs alongside"
+    )
     pred = run_predict(
         trace_path,
         out,
@@ -128,11 +137,12 @@ def run_demo(out: Path, *, plan: AutoPlan | None = None, quick: bool = False) ->
         thresholds=thresholds,
         seed=DEMO["seed"],
         plan=plan,
-        progress=_printer(console, "scaled run"),
+        progress=_printer(console, "scaled + full runs"),
         whatif=whatif,
+        paired_full_run=True,
     )
     console.rule("[bold]3. Validate against the whole core with the full trace")
-    v = run_validate(out / "prediction.json", progress=_printer(console, "full run"))
+    v = run_validate(out / "prediction.json", full_run="paired")
     vd = v.to_dict()
     summary = {
         "seconds": round(time.monotonic() - t0, 1),

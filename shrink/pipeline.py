@@ -55,8 +55,14 @@ def run_predict(
     plan: AutoPlan | None = None,
     progress: Progress | None = None,
     whatif: dict[str, Any] | None = None,
+    paired_full_run: bool = False,
 ) -> dict[str, Any]:
-    """Predict from ``trace_path`` and write DIR/prediction.json + report; return the dict."""
+    """Predict from ``trace_path`` and write DIR/prediction.json + report; return the dict.
+
+    ``paired_full_run`` also measures the full target with the whole trace, each
+    repetition next to its scaled twin, into DIR/full-curve.json (for
+    ``run_validate(..., full_run="paired")``).
+    """
     out = Path(out_dir)
     trace = Trace.read_parquet(trace_path)
     provider = make_provider(
@@ -71,6 +77,7 @@ def run_predict(
         seed=seed,
         calibration=calibration,
         plan=plan or AutoPlan(),
+        paired_full_run=paired_full_run,
     )
     res = predict(trace, provider, cfg, out, extrapolator=_extrapolator(), progress=progress)
     pred = res.prediction
@@ -109,7 +116,12 @@ def run_validate(
     out_dir: str | Path | None = None,
     progress: Progress | None = None,
 ) -> Validation:
-    """Validate a prediction against a full-scale curve (measured now when ``run``)."""
+    """Validate a prediction against a full-scale curve.
+
+    ``full_run``: ``run`` measures it now; ``paired`` takes the one measured
+    alongside the scaled runs (``run_predict(..., paired_full_run=True)``); any
+    other value is the path of a full-scale curve JSON.
+    """
     ppath = Path(prediction_path)
     pred = _read_prediction(ppath)
     base = ppath.parent
@@ -142,6 +154,13 @@ def run_validate(
                 progress=progress,
             )
         full.write_json(out / "full-curve.json")
+    elif full_run == "paired":
+        if not (pred.get("full_run") or {}).get("paired"):
+            raise ParameterError(
+                f"{ppath} was predicted without a paired full-scale run: predict with "
+                "--paired-full-run, or validate with --full-run run"
+            )
+        full = LoadCurve.read_json(base / str(pred["full_run"].get("curve", "full-curve.json")))
     else:
         full = LoadCurve.read_json(full_run)
     if full.alpha != 1.0:
@@ -162,7 +181,12 @@ def run_validate(
         if s in per_mapping and per_mapping[s].get("mat") is not None
     }
     v = validate(predicted, full, thresholds, predicted_mats=predicted_mats)
-    v.meta = {"prediction": str(ppath), "full_run": full_run, "mapping": mapping}
+    v.meta = {
+        "prediction": str(ppath),
+        "full_run": full_run,
+        "mapping": mapping,
+        "paired": bool(full.meta.get("paired")),
+    }
     v.write_json(out / "validation.json")
     write_report(
         out,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import platform
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from shrink import __version__
-from shrink.autolevels import AutoPlan, auto_sweep
+from shrink.autolevels import AutoPlan, Companion, auto_sweep, companion_curve
 from shrink.errors import ParameterError, TopologyError
 from shrink.loadcurve import LoadCurve
 from shrink.machine import Machine
@@ -75,6 +75,9 @@ class PredictConfig:
     knob: str = "rate_factor"
     calibration: str = "published"
     plan: AutoPlan = field(default_factory=AutoPlan)
+    # Also measure the full target with the whole trace, rep by rep alongside the
+    # scaled runs, for validation on a machine whose speed drifts (see autolevels).
+    paired_full_run: bool = False
 
 
 def plan_share(cpus: Sequence[int], machine: Machine, alpha: float, kind: str) -> dict[str, Any]:
@@ -127,6 +130,7 @@ class PredictionResult:
     predicted: LoadCurve
     sample: Trace
     files: dict[str, Path] = field(default_factory=dict)
+    full: LoadCurve | None = None  # the paired full-scale curve, when measured
 
 
 def _self_checks(curve: LoadCurve) -> dict[str, Any]:
@@ -194,7 +198,14 @@ def predict(
     # On a CPU-time share latencies are 1/alpha longer: search the knee at scaled thresholds.
     lat = alpha if share["kind"] == "cpu_time" else 1.0
     share_thresholds = {s: t / lat for s, t in config.thresholds.items()}
-    with provider.open(share, "1-replica") as target:
+    full_curve: LoadCurve | None = None
+    with ExitStack() as stack:
+        target = stack.enter_context(provider.open(share, "1-replica"))
+        companion = None
+        if config.paired_full_run:
+            full_share = {"kind": "all", "cpus": list(cpus), "fraction": 1.0}
+            full_target = stack.enter_context(provider.open(full_share, "1-replica"))
+            companion = Companion(full_target, trace, dict(config.thresholds))
         measured = auto_sweep(
             target,
             sample,
@@ -204,7 +215,10 @@ def predict(
             seed=config.seed,
             alpha=alpha,
             progress=progress,
+            companion=companion,
         )
+        if companion is not None:
+            full_curve = companion_curve(companion, knob=config.knob, plan=config.plan)
     predicted = shrink_scaled_curve(measured)
     full_mats = {s: mat(predicted, s, t) for s, t in config.thresholds.items()}
     base = {s: _mat_dict(r) for s, r in full_mats.items()}
@@ -301,12 +315,24 @@ def predict(
             "target": json.dumps(measured.meta.get("target", {}).get("versions", {})),
         },
     }
-    result = PredictionResult(prediction, measured, predicted, sample)
+    if full_curve is not None:
+        prediction["full_run"] = {
+            "paired": True,
+            "curve": "full-curve.json",
+            "note": (
+                "The whole trace was also run on the full target, each repetition right "
+                "before or after the scaled one (alternating), so that the validation "
+                "compares runs taken seconds apart. The prediction uses the scaled runs only."
+            ),
+        }
+    result = PredictionResult(prediction, measured, predicted, sample, full=full_curve)
     if out_dir is not None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         result.files["measured"] = measured.write_json(out / "measured-curve.json")
         result.files["predicted"] = predicted.write_json(out / "predicted-curve.json")
+        if full_curve is not None:
+            result.files["full"] = full_curve.write_json(out / "full-curve.json")
         p = out / "prediction.json"
         p.write_text(json.dumps(prediction, indent=2, sort_keys=True, default=_json) + "\n")
         result.files["prediction"] = p

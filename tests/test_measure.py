@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shrink.errors import ParameterError
+from shrink.errors import MeasurementError, ParameterError
 from shrink.mat import mat
 from shrink.measure import rate_factor_for, sweep
 from shrink.target import FakeTarget, Target
@@ -70,3 +70,56 @@ def test_auto_sweep_places_levels_around_the_knee():
     assert res.mat == pytest.approx(800, rel=0.08)
     # Most levels sit near the knee (over half the capacity), not at light load.
     assert sum(lv.throughput > 500 for lv in curve.levels) >= len(curve.levels) - 2
+
+
+class _Recorder:
+    """A fake target that notes which side ran, in order."""
+
+    def __init__(self, name: str, calls: list, servers_demand: float):
+        self.name = name
+        self.calls = calls
+        self.inner = FakeTarget(servers=1, demand={"static": servers_demand})
+
+    def describe(self):
+        return self.inner.describe()
+
+    def run(self, trace, *, rate_factor, warmup, duration, seed):
+        self.calls.append((self.name, rate_factor, seed))
+        return self.inner.run(
+            trace, rate_factor=rate_factor, warmup=warmup, duration=duration, seed=seed
+        )
+
+
+def test_paired_sweep_runs_each_rep_on_both_sides_in_alternating_order():
+    from shrink.autolevels import AutoPlan, Companion, auto_sweep, companion_curve
+
+    full = _open_trace(400.0, 200.0)
+    scaled = _open_trace(100.0, 200.0)
+    calls: list = []
+    # The scaled side is a 4x slower server with a quarter of the load: same knee.
+    side = _Recorder("scaled", calls, 0.004)
+    comp = Companion(_Recorder("full", calls, 0.001), full, {"mean": 0.005})
+    plan = AutoPlan(warmup=1, duration=10, reps=3, max_levels=6)
+    curve = auto_sweep(side, scaled, {"mean": 0.020}, plan=plan, seed=3, companion=comp)
+    assert set(comp.levels) == {lv.level for lv in curve.levels}
+    assert all(len(lv.reps) == 3 for lv in comp.levels.values())
+    # Every rep is a pair at one rate factor and seed; the order alternates within a level.
+    pairs = [calls[i : i + 2] for i in range(0, len(calls), 2)]
+    assert all(a[1:] == b[1:] and {a[0], b[0]} == {"scaled", "full"} for a, b in pairs)
+    firsts = [p[0][0] for p in pairs[1:4]]  # the probe's three reps (after the warm run)
+    assert firsts == ["scaled", "full", "scaled"]
+    full_curve = companion_curve(comp, plan=plan)
+    assert full_curve.alpha == 1.0 and full_curve.meta["paired"]
+    scaled_mat = mat(curve, "mean", 0.020).mat * 4
+    full_mat = mat(full_curve, "mean", 0.005).mat
+    assert mat(full_curve, "mean", 0.005).status == "ok"
+    assert scaled_mat == pytest.approx(full_mat, rel=0.10)
+
+
+def test_paired_sweep_needs_the_rate_factor_knob():
+    from shrink.autolevels import Companion, auto_sweep
+
+    trace = _open_trace(100.0, 50.0).with_meta(users=10)
+    comp = Companion(FakeTarget(), trace, {"mean": 0.005})
+    with pytest.raises(MeasurementError, match="rate_factor"):
+        auto_sweep(FakeTarget(), trace, {"mean": 0.005}, knob="users", companion=comp)

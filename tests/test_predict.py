@@ -163,3 +163,35 @@ def test_cli_predict_and_validate_on_the_simulator(tmp_path):
     assert abs(v["mat_error_mean"]) < 0.10
     assert abs(v["mat_error_p999"]) < 0.15
     assert "Validation against a full-scale run" in (out / "report.md").read_text()
+
+
+def test_paired_full_run_is_measured_with_the_prediction_and_validated(tmp_path):
+    from shrink.errors import ParameterError
+    from shrink.pipeline import run_validate
+
+    trace = _sessions(12000)
+    thresholds = {"mean": 0.004, "p999": 0.040}
+    plan = AutoPlan(warmup=2, duration=40, reps=2, max_levels=9, probe_level=1.0)
+    cfg = PredictConfig(
+        alpha=0.25,
+        thresholds=thresholds,
+        mappings=["1-replica"],
+        seed=5,
+        plan=plan,
+        paired_full_run=True,
+    )
+    res = predict(trace, FakeProvider(), cfg, tmp_path)
+    assert res.full is not None and res.full.alpha == 1.0
+    assert res.prediction["full_run"]["paired"]
+    assert {lv.level for lv in res.full.levels} == {lv.level for lv in res.measured.levels}
+    v = run_validate(tmp_path / "prediction.json", full_run="paired")
+    assert v.meta["paired"]
+    assert abs(v.mat_error["mean"]) < 0.10
+    assert abs(v.mat_error["p999"]) < 0.15
+    # A prediction made without the paired run says how to get one.
+    unpaired = tmp_path / "unpaired"
+    predict(
+        trace, FakeProvider(), PredictConfig(**{**cfg.__dict__, "paired_full_run": False}), unpaired
+    )
+    with pytest.raises(ParameterError, match="--paired-full-run"):
+        run_validate(unpaired / "prediction.json", full_run="paired")

@@ -81,6 +81,15 @@ def predict(
         float, typer.Option("--duration", help="Measurement window seconds per level.")
     ] = 8.0,
     max_levels: Annotated[int, typer.Option("--max-levels", help="Load levels at most.")] = 10,
+    paired_full_run: Annotated[
+        bool,
+        typer.Option(
+            "--paired-full-run",
+            help="Also run the whole trace on the full target, each repetition next to its "
+            "scaled twin, for 'shrink validate --full-run paired' on a machine whose speed "
+            "drifts (a VM). Doubles the measuring time; the prediction uses the scaled runs.",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print prediction.json.")] = False,
 ) -> None:
     """Predict the full machine's MAT for each mapping from a scaled-down run.
@@ -117,7 +126,8 @@ def predict(
                 calibration=calibration,
                 seed=seed,
                 plan=plan,
-                progress=_callback(bar, "scaled run"),
+                progress=_callback(bar, "scaled + full runs" if paired_full_run else "scaled run"),
+                paired_full_run=paired_full_run,
             )
     if as_json:
         echo_json(pred)
@@ -149,7 +159,9 @@ def validate(
     full_run: Annotated[
         str,
         typer.Option(
-            "--full-run", help="'run' to measure the full target now, or a LoadCurve JSON."
+            "--full-run",
+            help="'run' to measure the full target now, 'paired' for the full-scale runs "
+            "taken alongside the prediction (predict --paired-full-run), or a LoadCurve JSON.",
         ),
     ] = "run",
     trace: Annotated[
