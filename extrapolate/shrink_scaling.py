@@ -47,8 +47,12 @@ def share_fraction(curve: LoadCurve) -> float:
     that records its fraction must match alpha within 1 %.
     """
     alpha = check_alpha(curve.alpha)
-    frac = (curve.share or {}).get("fraction")
     kind = share_kind(curve.share)
+    share = curve.share or {}
+    # A CPU-time share spans the full target's CPUs at cpu_fraction of their time; its
+    # 'fraction' is of the whole machine, which also holds the generator's CPUs.
+    frac = share.get("cpu_fraction") if kind == "cpu_time" else None
+    frac = share.get("fraction") if frac is None else frac
     if kind != "all" and frac is not None and abs(float(frac) - alpha) > 0.01 * alpha:
         raise ExtrapolationError(
             f"sample alpha == {alpha:g} but the share's fraction is {float(frac):g}: SHRiNK "

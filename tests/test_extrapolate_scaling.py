@@ -82,6 +82,17 @@ def test_alpha_must_match_the_share_fraction():
         scale_to_full(share)
 
 
+def test_a_testbed_cpu_time_share_is_checked_by_its_cpu_fraction():
+    # On the testbed a 25% share of CPU 1 on a 2-CPU machine (CPU 0 drives the load)
+    # is 0.125 of the machine: alpha is compared with the time fraction of its CPUs.
+    share = _ps_curve(1e-3, 1, 0.25, "cpu_time", slow=0.25)
+    share.share.update(fraction=0.125, cpu_fraction=0.25)
+    assert scale_to_full(share).alpha == 1.0
+    share.share["cpu_fraction"] = 0.5
+    with pytest.raises(ExtrapolationError, match=r"alpha == 0\.25"):
+        scale_to_full(share)
+
+
 # ------------------------------------------------------------------ USL
 
 

@@ -226,6 +226,19 @@ def write_report(
                 ]
             )
         doc.table(["statistic", "threshold", "predicted MAT", "measured MAT", "error"], vrows)
+        if (vd.get("meta") or {}).get("paired"):
+            doc.p(
+                "The full-scale runs were taken alongside the scaled ones: each repetition of "
+                "each load level ran on the share and on the full target back to back, in "
+                "alternating order, so both saw the machine at nearly the same moment. The "
+                "prediction itself uses the scaled runs only."
+            )
+        else:
+            doc.p(
+                "The full-scale run was measured after the prediction. On a machine whose "
+                "speed drifts (a VM), part of the error is that drift; predict with "
+                "--paired-full-run to take the two side by side."
+            )
         if vd["wasserstein"]:
             wrows = [
                 [
