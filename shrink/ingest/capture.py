@@ -3,8 +3,10 @@
 Pipeline, one module per step::
 
     pcap_files     file bytes -> record arrays (gzip, pcap, pcapng; damage detection)
+    pcap_walk      classic pcap record chain for all blocks at once, header gathers
     pcap_decode    records -> TCP segments (numpy over all headers at once)   [fast engine]
     pcap_scapy     file -> TCP segments with scapy's readers and dissectors  [scapy engine]
+    ip_fragments   IPv4/IPv6 fragments -> datagrams (both engines)
     tcp_reassembly segments -> connections, ordered byte streams, timing tables
     http_parse     streams -> requests and responses, paired in order
     http_sessions  exchanges -> sessions, bursts, think times -> Trace columns
@@ -16,7 +18,8 @@ rows, slower, and is what the tests compare the fast engine against.
 
 Meta: ``reader``, ``source``, ``format``, ``link_types``, ``packets``,
 ``skipped`` (packets not used: not TCP over IP, or in a connection that is not
-HTTP; by kind in ``skipped_kinds``, numbers in ``skipped_lines``),
+HTTP, or a fragment of an IP datagram never completed (``ip-fragment``); by
+kind in ``skipped_kinds``, numbers in ``skipped_lines``),
 ``truncated`` (records cut by the snapshot length), ``missing_bytes`` (stream
 bytes never captured), ``requests`` and ``responses`` (counted as tshark counts
 them: a response is counted when all of it was captured), ``unanswered``,

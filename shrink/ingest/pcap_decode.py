@@ -2,9 +2,11 @@
 
 Each header field is one vectorised gather over all packets; a packet drops
 out (and is counted by kind) as soon as a test fails, so no Python code runs
-per packet. Supported link types: Ethernet with 802.1Q/802.1ad tags, Linux
-cooked capture v1 (SLL) and v2 (SLL2), raw IP, BSD loopback (NULL, host byte
-order) and OpenBSD loopback (LOOP).
+per packet (IP fragments aside: rare, they are reassembled in Python by
+:mod:`shrink.ingest.ip_fragments`, and each TCP datagram so made is decoded
+from a buffer appended to the file's). Supported link types: Ethernet with
+802.1Q/802.1ad tags, Linux cooked capture v1 (SLL) and v2 (SLL2), raw IP, BSD
+loopback (NULL, host byte order) and OpenBSD loopback (LOOP).
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from collections import Counter
 
 import numpy as np
 
+from shrink.ingest.ip_fragments import Fragment, defragment
 from shrink.ingest.pcap_files import RawRecords
 from shrink.ingest.pcap_walk import FRAME, gather
+from shrink.ingest.pcap_words import Words, b, be16, be32, ip_addresses, le32
 from shrink.ingest.tcp_segments import Segments
 
 __all__ = ["LINKTYPES", "decode_records"]
@@ -35,51 +39,7 @@ _VLAN = (0x8100, 0x88A8, 0x9100)
 _AF_INET6 = (10, 24, 28, 30)  # Linux, BSD, FreeBSD, macOS
 
 
-class _Words:
-    """8-byte little-endian words at any byte offset of the buffer, one gather each.
-
-    An overlapping view (stride 1) makes ``W[o]`` the bytes ``o .. o+7``, so a
-    whole header row (ports and sequence number, say) comes in one gather
-    instead of one per byte: fewer passes over a buffer far larger than the
-    cache. Offsets near the end are clamped and shifted, so bytes past the end
-    read as zeros.
-    """
-
-    def __init__(self, b: np.ndarray, n: int) -> None:
-        if n < 8:
-            pad = np.zeros(8, dtype=np.uint8)
-            pad[:n] = b[:n]
-            b, n = pad, 8
-        self.w = np.ndarray((n - 7,), dtype="<u8", buffer=b, strides=(1,))
-        self.last = n - 8
-
-    def __call__(self, off: np.ndarray) -> np.ndarray:
-        idx = np.minimum(off, self.last)
-        v = self.w[idx]
-        if self.last < int(off.max(initial=0)):
-            v = v >> ((off - idx) * 8).astype(np.uint64)
-        return v
-
-
-def _b(v: np.ndarray, k: int) -> np.ndarray:
-    """Byte ``k`` (0-7) of words ``v``."""
-    return ((v >> np.uint64(8 * k)) & np.uint64(0xFF)).astype(np.int64)
-
-
-def _be16(v: np.ndarray, k: int) -> np.ndarray:
-    """Big-endian 16-bit field at byte ``k`` (0-6) of words ``v``."""
-    return (_b(v, k) << 8) | _b(v, k + 1)
-
-
-def _be32(v: np.ndarray, k: int) -> np.ndarray:
-    return (_be16(v, k) << 16) | _be16(v, k + 2)
-
-
-def _le32(v: np.ndarray, k: int) -> np.ndarray:
-    return ((v >> np.uint64(8 * k)) & np.uint64(0xFFFFFFFF)).astype(np.int64)
-
-
-def _link(word: _Words, recs: RawRecords, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _link(word: Words, recs: RawRecords, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(layer-3 offset, IP version 4/6 or 0) per packet; -1 for an unsupported link."""
     d = recs.data_off
     lt = recs.linktype
@@ -92,15 +52,15 @@ def _link(word: _Words, recs: RawRecords, end: np.ndarray) -> tuple[np.ndarray, 
         # Ethertype at et_off, payload after it; up to two VLAN tags.
         e = end[sel]
         v = word(et_off)
-        et = np.where(et_off + 2 <= e, _be16(v, 0), -1)
+        et = np.where(et_off + 2 <= e, be16(v, 0), -1)
         nxt = et_off + 2
         tag = np.isin(et, _VLAN) & (nxt + 4 <= e)
         if tag.any():
-            et = np.where(tag, _be16(v, 4), et)
+            et = np.where(tag, be16(v, 4), et)
             nxt = np.where(tag, nxt + 4, nxt)
             tag2 = np.isin(et, _VLAN) & (nxt + 4 <= e)
             if tag2.any():
-                et = np.where(tag2, _be16(word(nxt + 2), 0), et)
+                et = np.where(tag2, be16(word(nxt + 2), 0), et)
                 nxt = np.where(tag2, nxt + 4, nxt)
         l3[sel] = nxt
         ver[sel] = np.where(et == 0x0800, 4, np.where(et == 0x86DD, 6, 0))
@@ -118,13 +78,13 @@ def _link(word: _Words, recs: RawRecords, end: np.ndarray) -> tuple[np.ndarray, 
     raw = np.isin(lt, (12, 14, 101))
     if raw.any():
         l3[raw] = d[raw]
-        v = np.where(d[raw] < end[raw], _b(word(d[raw]), 0) >> 4, 0)
+        v = np.where(d[raw] < end[raw], b(word(d[raw]), 0) >> 4, 0)
         ver[raw] = np.where(np.isin(v, (4, 6)), v, 0)
     for code, fixed in ((228, 4), (229, 6)):
         sel = lt == code
         l3[sel] = d[sel]
         ver[sel] = fixed
-    for code, fam_of in ((0, _le32), (108, lambda v, k: _be32(v, k))):
+    for code, fam_of in ((0, le32), (108, lambda v, k: be32(v, k))):
         sel = lt == code  # NULL: host byte order (little-endian writers); LOOP: network order
         if sel.any():
             ds = d[sel]
@@ -135,13 +95,52 @@ def _link(word: _Words, recs: RawRecords, end: np.ndarray) -> tuple[np.ndarray, 
     return l3, ver
 
 
-def _addresses(v_hi: np.ndarray, v_lo: np.ndarray) -> np.ndarray:
-    """16-byte rows from two words each (bytes in memory order)."""
-    return np.stack([v_hi, v_lo], 1).astype("<u8").view(np.uint8).reshape(-1, 16)
+def _fragments(
+    word: Words, buf: object, at: dict[str, np.ndarray], skipped: Counter[str]
+) -> list[Fragment]:
+    """The IP fragments described by ``at`` (per row: packet number, time, IP header
+    offsets and words, as :func:`_general` has them), for
+    :func:`~shrink.ingest.ip_fragments.defragment`. Fragments are rare: a Python
+    object each is fine."""
+    l3, l4, v4, end, ip_end, w0, w1, proto = (
+        at[k] for k in ("l3", "l4", "v4", "end", "ip_end", "w0", "w1", "proto")
+    )
+    # IPv4: identification, offset and more-fragments in the header; IPv6: in the
+    # Fragment header at l4 (next header, offset and M flag, identification).
+    wf = word(np.where(v4, 0, l4))
+    f4 = be16(w0, 6)
+    fo6 = be16(wf, 2)
+    ident = np.where(v4, be16(w0, 4), be32(wf, 4))
+    offset = np.where(v4, (f4 & 0x1FFF) * 8, (fo6 >> 3) * 8)
+    more = np.where(v4, f4 & 0x2000, fo6 & 1) != 0
+    proto = np.where(v4, proto, b(wf, 0))
+    start = np.where(v4, l4, l4 + 8)
+    short = ~v4 & (l4 + 8 > end)
+    bad = ~short & (start > ip_end)
+    skipped["truncated-header"] += int(np.count_nonzero(short))
+    skipped["malformed"] += int(np.count_nonzero(bad))
+    ok = np.flatnonzero(~short & ~bad)
+    src, dst = ip_addresses(word, l3[ok], v4[ok], w1[ok])
+    size = ip_end[ok] - start[ok]
+    cap = np.clip(np.minimum(ip_end[ok], end[ok]) - start[ok], 0, None)
+    mv = memoryview(buf).cast("B")  # type: ignore[arg-type]
+    pkt, ts = at["pkt"][ok].tolist(), at["ts"][ok].tolist()
+    out = []
+    for i, k in enumerate(ok.tolist()):
+        a = int(start[k])
+        key = (4 if v4[k] else 6, src[i].tobytes(), dst[i].tobytes(), int(ident[k]), int(proto[k]))
+        data = bytes(mv[a : a + int(cap[i])])
+        out.append(Fragment(key, pkt[i], ts[i], int(offset[k]), bool(more[k]), int(size[i]), data))
+    return out
 
 
-def _general(word: _Words, recs: RawRecords, skipped: Counter[str]) -> dict[str, np.ndarray]:
-    """Any supported link, IPv4 or IPv6 (with extension headers): TCP fields per row."""
+def _general(
+    word: Words, recs: RawRecords, skipped: Counter[str], pkt: np.ndarray, frags: list[Fragment]
+) -> dict[str, np.ndarray]:
+    """Any supported link, IPv4 or IPv6 (with extension headers): TCP fields per row.
+
+    ``pkt`` is each record's packet number; IP fragments are added to ``frags``.
+    """
     n = len(recs)
     end = recs.data_off + recs.caplen
     l3, ver = _link(word, recs, end)
@@ -161,12 +160,12 @@ def _general(word: _Words, recs: RawRecords, skipped: Counter[str]) -> dict[str,
     # protocol; IPv6 payload length and next header.
     w0 = word(l3)
     w1 = word(l3 + 8)
-    vhl = _b(w0, 0)
+    vhl = b(w0, 0)
     ihl = (vhl & 15) * 4
-    tot4 = _be16(w0, 2)
-    frag4 = _be16(w0, 6) & 0x3FFF
-    proto = np.where(v4, _b(w1, 1), _b(w0, 6))
-    plen6 = _be16(w0, 4)
+    tot4 = be16(w0, 2)
+    frag4 = be16(w0, 6) & 0x3FFF
+    proto = np.where(v4, b(w1, 1), b(w0, 6))
+    plen6 = be16(w0, 4)
     l4 = np.where(v4, l3 + ihl, l3 + 40)
     frag = v4 & (frag4 != 0)
     bad = v4 & ((vhl >> 4 != 4) | (ihl < 20))
@@ -176,16 +175,21 @@ def _general(word: _Words, recs: RawRecords, skipped: Counter[str]) -> dict[str,
         if not ext.any():
             break
         we = word(np.where(ext, l4, 0))
-        hl = _b(we, 1)
+        hl = b(we, 1)
         size = np.where(proto == 51, (hl + 2) * 4, (hl + 1) * 8)
-        proto = np.where(ext, _b(we, 0), proto)
+        proto = np.where(ext, b(we, 0), proto)
         l4 = np.where(ext, l4 + size, l4)
     frag |= ~v4 & (proto == 44)
     # A zero IPv4 total length comes from segmentation offload: trust the record.
     ip_end = np.where(v4, np.where(tot4 == 0, end, l3 + tot4), l3 + 40 + plen6)
     bad |= ip_end < l4
     skipped["malformed"] += int(np.count_nonzero(bad))
-    skipped["ip-fragment"] += int(np.count_nonzero(frag & ~bad))
+    fr = np.flatnonzero(frag & ~bad)
+    if fr.size:
+        cols = {"l3": l3, "l4": l4, "v4": v4, "end": end, "ip_end": ip_end, "w0": w0, "w1": w1}
+        at = {k: v[fr] for k, v in cols.items()}
+        at.update(proto=proto[fr], pkt=pkt[idx[fr]], ts=recs.ts_ns[idx[fr]])
+        frags += _fragments(word, recs.buf, at, skipped)
     rest = ~bad & ~frag
     tcp = rest & (proto == 6)
     skipped["udp"] += int(np.count_nonzero(rest & (proto == 17)))
@@ -198,7 +202,7 @@ def _general(word: _Words, recs: RawRecords, skipped: Counter[str]) -> dict[str,
     short = l4 + 20 > end
     t0 = word(np.where(short, 0, l4))
     t1 = word(np.where(short, 0, l4 + 8))
-    doff = np.where(short, 20, _b(t1, 4) >> 4) * 4
+    doff = np.where(short, 20, b(t1, 4) >> 4) * 4
     short |= l4 + doff > end
     bad = ~short & ((doff < 20) | (l4 + doff > ip_end))
     skipped["truncated-header"] += int(np.count_nonzero(short))
@@ -209,25 +213,7 @@ def _general(word: _Words, recs: RawRecords, skipped: Counter[str]) -> dict[str,
             a[ok] for a in (idx, l3, l4, end, v4, ip_end, doff, w1, t0, t1)
         )
 
-    # Addresses as 16 bytes each (IPv4 mapped into ::ffff:0:0/96).
-    def v4_addr(v: np.ndarray, k: int) -> np.ndarray:
-        # ::ffff:a.b.c.d as two little-endian words: 0, then 00 00 ff ff a b c d
-        a = (v >> np.uint64(8 * k)) & np.uint64(0xFFFFFFFF)
-        return _addresses(np.zeros_like(a), (a << np.uint64(32)) | np.uint64(0xFFFF0000))
-
-    def v6_addr(at: np.ndarray) -> np.ndarray:
-        return _addresses(word(at), word(at + 8))
-
-    if v4.all():
-        src, dst = v4_addr(w1, 4), v4_addr(word(l3 + 16), 0)
-    elif not v4.any():
-        src, dst = v6_addr(l3 + 8), v6_addr(l3 + 24)
-    else:
-        m = idx.size
-        src = np.empty((m, 16), dtype=np.uint8)
-        dst = np.empty((m, 16), dtype=np.uint8)
-        src[v4], dst[v4] = v4_addr(w1[v4], 4), v4_addr(word(l3[v4] + 16), 0)
-        src[~v4], dst[~v4] = v6_addr(l3[~v4] + 8), v6_addr(l3[~v4] + 24)
+    src, dst = ip_addresses(word, l3, v4, w1)
 
     poff = l4 + doff
     wlen = ip_end - poff
@@ -235,10 +221,10 @@ def _general(word: _Words, recs: RawRecords, skipped: Counter[str]) -> dict[str,
         "idx": idx,
         "src": src,
         "dst": dst,
-        "sport": _be16(t0, 0),
-        "dport": _be16(t0, 2),
-        "seq": _be32(t0, 4),
-        "flags": _b(t1, 5),
+        "sport": be16(t0, 0),
+        "dport": be16(t0, 2),
+        "seq": be32(t0, 4),
+        "flags": b(t1, 5),
         "poff": poff,
         "wlen": wlen,
         "caplen": np.clip(np.minimum(wlen, end - poff), 0, None),
@@ -302,10 +288,51 @@ def _subset(recs: RawRecords, rows: np.ndarray) -> RawRecords:
     )
 
 
+def _with_datagrams(
+    data: object, cols: dict[str, np.ndarray], frags: list[Fragment], skipped: Counter[str]
+) -> tuple[object, dict[str, np.ndarray], np.ndarray]:
+    """(buffer, columns, packet numbers used) with the reassembled TCP datagrams added.
+
+    Their payloads do not lie in the file, so they go after it in a new buffer
+    (a copy of the file: only captures with fragments pay for it).
+    """
+    res = defragment(frags)
+    skipped.update(res.skipped)
+    used = np.setdiff1d([f.pkt for f in frags], res.skipped_pkts)
+    if not res.segments:
+        return data, cols, used
+    pkt, ts, src, dst, sport, dport, seq, flags, payload, wlen = zip(*res.segments, strict=True)
+    base = len(data)  # type: ignore[arg-type]
+    cap = np.array([len(p) for p in payload], dtype=np.int64)
+    extra = {
+        "idx": np.array(pkt, dtype=np.int64) - 1,
+        "ts": np.array(ts, dtype=np.int64),
+        "src": np.frombuffer(b"".join(src), dtype=np.uint8).reshape(-1, 16),
+        "dst": np.frombuffer(b"".join(dst), dtype=np.uint8).reshape(-1, 16),
+        "sport": np.array(sport, dtype=np.int64),
+        "dport": np.array(dport, dtype=np.int64),
+        "seq": np.array(seq, dtype=np.int64),
+        "flags": np.array(flags, dtype=np.int64),
+        "poff": base + np.cumsum(cap) - cap,
+        "wlen": np.array(wlen, dtype=np.int64),
+        "caplen": cap,
+    }
+    order = np.argsort(np.concatenate([cols["idx"], extra["idx"]]), kind="stable")
+    cols = {k: np.concatenate([cols[k], extra[k]])[order] for k in cols}
+    joined = np.concatenate(
+        [np.frombuffer(data, dtype=np.uint8), np.frombuffer(b"".join(payload), dtype=np.uint8)]  # type: ignore[call-overload]
+    )
+    return joined, cols, used
+
+
 def decode_records(recs: RawRecords) -> Segments:
-    """TCP segments of every record; everything else counted in ``skipped`` by kind."""
+    """TCP segments of every record; everything else counted in ``skipped`` by kind.
+
+    IP fragments are reassembled (:mod:`shrink.ingest.ip_fragments`); a TCP
+    datagram so made is a segment dated and numbered by its last fragment.
+    """
     data = recs.buf
-    word = _Words(np.frombuffer(data, dtype=np.uint8), len(data))
+    word = Words(np.frombuffer(data, dtype=np.uint8), len(data))
     n = len(recs)
     skipped: Counter[str] = Counter()
     frames = recs.frames
@@ -313,21 +340,27 @@ def decode_records(recs: RawRecords) -> Segments:
         buf = np.frombuffer(data, dtype=np.uint8)
         frames = gather(buf, len(data), recs.data_off, FRAME.itemsize)
     fast_rows, cols = _fast_lane(recs, frames)
+    frags: list[Fragment] = []
     if fast_rows.size < n:  # everything else goes the general way
         rest = np.ones(n, dtype=bool)
         rest[fast_rows] = False
         rest_rows = np.flatnonzero(rest)
-        more = _general(word, _subset(recs, rest_rows), skipped)
+        more = _general(word, _subset(recs, rest_rows), skipped, rest_rows + 1, frags)
         more["idx"] = rest_rows[more["idx"]]
         order = np.argsort(np.concatenate([cols["idx"], more["idx"]]), kind="stable")
         cols = {k: np.concatenate([cols[k], more[k]])[order] for k in cols}
+    cols["ts"] = recs.ts_ns[cols["idx"]]
+    used = cols["idx"][:0]
+    if frags:
+        data, cols, used = _with_datagrams(data, cols, frags, skipped)
     idx = cols["idx"]
     dropped = np.ones(n, dtype=bool)
     dropped[idx] = False
+    dropped[used - 1] = False
     return Segments(
-        buf=data,
+        buf=data,  # type: ignore[arg-type]
         pkt=idx + 1,
-        ts=recs.ts_ns[idx],
+        ts=cols["ts"],
         src=cols["src"],
         dst=cols["dst"],
         sport=cols["sport"],

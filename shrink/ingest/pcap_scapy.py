@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import io
 import socket
+import struct
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
 from shrink.errors import CaptureFormatError
+from shrink.ingest.ip_fragments import Fragment, Key, defragment
 from shrink.ingest.pcap_decode import LINKTYPES
 from shrink.ingest.pcap_files import MAX_NS, MAX_RECORD, PCAP_MAGICS, capture_format, load_bytes
 from shrink.ingest.tcp_segments import Segments
@@ -36,14 +38,24 @@ class _Collector:
         self.skipped_pkts: list[int] = []
         self.rows: list[tuple[int, int, bytes, bytes, int, int, int, int, int, int]] = []
         self.payload: list[bytes] = []
+        self.frags: list[Fragment] = []
         self.size = 0
 
     def add_or_skip(self, pkt_no: int, ts: int, raw: bytes, linktype: int) -> None:
-        """Add the packet's TCP segment, or note its number among the skipped."""
-        before = len(self.rows)
+        """Add the packet's TCP segment (or IP fragment), or note its number among the skipped."""
+        before = len(self.rows) + len(self.frags)
         self.add(pkt_no, ts, raw, linktype)
-        if len(self.rows) == before:
+        if len(self.rows) + len(self.frags) == before:
             self.skipped_pkts.append(pkt_no)
+
+    def fragment(
+        self, pkt_no: int, ts: int, key: Key, ip: bytes, start: int, ip_len: int, off: int
+    ) -> None:
+        """Keep an IP fragment whose payload is ``ip[start:ip_len]`` (as far as captured)."""
+        more = bool(off & 1)
+        self.frags.append(
+            Fragment(key, pkt_no, ts, off & ~7, more, ip_len - start, ip[start:ip_len])
+        )
 
     def add(self, pkt_no: int, ts: int, raw: bytes, linktype: int) -> None:
         from scapy.config import conf
@@ -88,7 +100,10 @@ class _Collector:
                 self.skipped["malformed"] += 1
                 return
             if l3.frag or l3.flags.MF:
-                self.skipped["ip-fragment"] += 1
+                key = (4, _addr16(l3.src, True), _addr16(l3.dst, True), l3.id, l3.proto)
+                # The offset in bytes with more-fragments as its low bit, as IPv6 has it.
+                off = l3.frag * 8 | int(bool(l3.flags.MF))
+                self.fragment(pkt_no, ts, key, bytes(l3.original), l3.ihl * 4, ip_len, off)
                 return
             proto = l3.proto
             hdr_len = l3.ihl * 4
@@ -105,7 +120,16 @@ class _Collector:
                 proto = l4.nh
                 l4 = l4.payload
             if proto == 44 or isinstance(l4, IPv6ExtHdrFragment):
-                self.skipped["ip-fragment"] += 1
+                ip = bytes(l3.original)
+                if len(ip) < hdr_len + 8:
+                    self.skipped["truncated-header"] += 1
+                    return
+                if hdr_len + 8 > ip_len:
+                    self.skipped["malformed"] += 1
+                    return
+                nh, _, off, ident = struct.unpack_from(">BBHI", ip, hdr_len)
+                key = (6, _addr16(l3.src, False), _addr16(l3.dst, False), ident, nh)
+                self.fragment(pkt_no, ts, key, ip, hdr_len + 8, ip_len, off)
                 return
         if proto != 6:
             kind = {17: "udp", 1: "icmp", 58: "icmp"}.get(proto, "other-ip-protocol")
@@ -141,6 +165,16 @@ class _Collector:
         self.payload.append(data)
 
     def segments(self, packets: int, truncated: int) -> Segments:
+        if self.frags:  # reassembled TCP datagrams join the rows, in packet order
+            res = defragment(self.frags)
+            self.skipped.update(res.skipped)
+            self.skipped_pkts = sorted(self.skipped_pkts + res.skipped_pkts)
+            for pkt, ts, src, dst, sp, dp, seq, flags, data, wlen in res.segments:
+                self.rows.append((pkt, ts, src, dst, sp, dp, seq, flags, len(data), wlen))
+                self.payload.append(data)
+            order = sorted(range(len(self.rows)), key=lambda i: self.rows[i][0])
+            self.rows = [self.rows[i] for i in order]
+            self.payload = [self.payload[i] for i in order]
         buf = b"".join(self.payload)
         if not self.rows:
             out = Segments.empty(buf)

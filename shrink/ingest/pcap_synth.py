@@ -42,6 +42,8 @@ class Conn:
     skip_first: int = 0  # drop this many bytes of the client stream (mid-stream capture)
     isn: int = 0  # added to both initial sequence numbers (port reuse needs a new ISN)
     rst: bool = False  # the server ends the connection with a reset instead of FIN
+    fragment: int = 0  # cut IP packets with more TCP bytes than this into IP fragments
+    fragment_reverse: bool = False  # and send each packet's fragments last first
 
 
 def http_response(
@@ -78,6 +80,9 @@ class _Writer:
         self.vlan = vlan
         self.snaplen = snaplen
         self.packets: list[tuple[float, bytes, int]] = []
+        self.fragment = 0
+        self.fragment_reverse = False
+        self.ident = 0
 
     def l2(self, v6: bool) -> bytes:
         et = 0x86DD if v6 else 0x0800
@@ -100,12 +105,33 @@ class _Writer:
         _, d = _addr(dst)
         tcp = struct.pack(">HHIIBBHHH", sp, dp, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF,
                           5 << 4, flags, 65535, 0, 0) + payload  # fmt: skip
+        if self.fragment and len(tcp) > self.fragment:
+            self.fragments(t, v6, s, d, tcp)
+            return
         if v6:
             ip = struct.pack(">IHBB16s16s", 6 << 28, len(tcp), 6, 64, s, d)
         else:
             ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), 0, 0x4000, 64, 6, 0, s, d)
         frame = self.l2(v6) + ip + tcp
         self.packets.append((t, frame, len(frame)))
+
+    def fragments(self, t: float, v6: bool, s: bytes, d: bytes, tcp: bytes) -> None:
+        """The TCP segment in IP fragments of ``self.fragment`` bytes (rounded to 8)."""
+        self.ident += 1
+        size = max(8, self.fragment // 8 * 8)
+        frames = []
+        for off in range(0, len(tcp), size):
+            part = tcp[off : off + size]
+            more = int(off + size < len(tcp))
+            if v6:
+                fh = struct.pack(">BBHI", 6, 0, off | more, self.ident)
+                ip = struct.pack(">IHBB16s16s", 6 << 28, 8 + len(part), 44, 64, s, d) + fh
+            else:
+                ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(part), self.ident & 0xFFFF,
+                                 off // 8 | more << 13, 64, 6, 0, s, d)  # fmt: skip
+            frames.append(self.l2(v6) + ip + part)
+        for frame in reversed(frames) if self.fragment_reverse else frames:
+            self.packets.append((t, frame, len(frame)))
 
 
 def _segments(data: bytes) -> list[tuple[int, bytes]]:
@@ -209,6 +235,7 @@ def write_capture(
     """Write the connections as one capture, packets in time order; returns the path."""
     w = _Writer(linktype, vlan, snaplen)
     for c in conns:
+        w.fragment, w.fragment_reverse = c.fragment, c.fragment_reverse
         _emit_conn(w, c)
     w.packets.sort(key=lambda p: p[0])
     out = bytearray()

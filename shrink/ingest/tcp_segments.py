@@ -18,7 +18,7 @@ __all__ = ["SKIP_KINDS", "Segments"]
 SKIP_KINDS = (
     "unsupported-link",
     "non-ip",
-    "ip-fragment",
+    "ip-fragment",  # a fragment of an IP datagram never completed
     "udp",
     "icmp",
     "other-ip-protocol",
