@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from shrink.ingest.http_plain import REQ_PLAIN, RESP_PLAIN, plain_requests, plain_responses
 from shrink.ingest.tcp_reassembly import Connection, Streams
 
 __all__ = ["HttpResult", "find_request", "find_response", "parse_http"]
@@ -243,8 +244,15 @@ class _Parser:
         paths: list[str] = []
         cookies: list[str | None] = []
         st = self.st
+        quick = None
+        if self.cookie is None and not (self.gaps and st.has_gap(p, end)):
+            quick = plain_requests(st, p, end, methods)
+        if quick is not None:
+            offs, meths, paths = quick
+            p = end
         starts, srcs, lens, mv = st._starts, st._src, st._len, st._mv
-        match = _REQ.match
+        match, plain = _REQ.match, REQ_PLAIN.match
+        gaps, cookie = self.gaps, self.cookie
         while p < end:
             # Fast path, inlined (it runs per message): the header block inside
             # the piece that holds its first byte.
@@ -253,6 +261,20 @@ class _Parser:
             b = lens[i] if lens[i] < end - s0 else end - s0
             src = srcs[i]
             w = mv[src + p - s0 : src + b].tobytes() if src >= 0 else b""
+            m = plain(w)
+            if m is not None and not (gaps and st.has_gap(p, p + m.end())):
+                # No body: the next request starts where this header block ends.
+                g, path = m.group(1, 2)
+                meth = methods.get(g)
+                if meth is None:
+                    meth = methods[g] = g.decode("ascii")
+                offs.append(p)
+                meths.append(meth)
+                paths.append(path.decode("latin-1"))
+                if cookie is not None:
+                    cookies.append(_cookie(w[: m.end() - 4], cookie, b"cookie"))
+                p += m.end()
+                continue
             m = match(w)
             h = w.find(b"\r\n\r\n") if m is not None else -1
             if h >= 0:
@@ -301,25 +323,43 @@ class _Parser:
         """Pair responses of stream ``d`` with the requests at ``base``...; (seen, orphans)."""
         st, out, counts = self.st, self.out, self.counts
         starts, ts, srcs, lens, mv = st._starts, st._ts, st._src, st._len, st._mv
-        match = _RESP.match
+        match, plain = _RESP.match, RESP_PLAIN.match
         p, end = c.span[d]
+        if self.cookie is None and not (self.gaps and st.has_gap(p, end)):
+            quick = plain_responses(st, p, end, t_req, meths)
+            if quick is not None:
+                offs, status, size, last = quick
+                k = len(offs)
+                out.status[base : base + k] = status
+                out.first_off[base : base + k] = offs
+                out.last_off[base : base + k] = last
+                out.body[base : base + k] = size
+                return k, 0
         seen = orphans = 0
         ri = 0
         nreq = len(t_req)
         while p < end:
             # Fast path, inlined (it runs per message): the header block inside
-            # the piece that holds its first byte.
+            # the piece that holds its first byte, in one match when it is plain.
             i = bisect_right(starts, p) - 1
             s0 = starts[i]
             b = lens[i] if lens[i] < end - s0 else end - s0
             src = srcs[i]
             w = mv[src + p - s0 : src + b].tobytes() if src >= 0 else b""
-            m = match(w)
-            h = w.find(b"\r\n\r\n") if m is not None else -1
-            if h >= 0:
+            framing: tuple[bool, int] | None = None  # (chunked, Content-Length) when known
+            m = plain(w)
+            if m is not None:
+                h = m.end() - 4
                 body = p + h + 4
+                length = m.group(2)
+                framing = (False, -1 if length is None else int(length))
             else:
-                w, m, h, body = self.header(_RESP, p, end)
+                m = match(w)
+                h = w.find(b"\r\n\r\n") if m is not None else -1
+                if h >= 0:
+                    body = p + h + 4
+                else:
+                    w, m, h, body = self.header(_RESP, p, end)
             if m is None:
                 q = self.search(find_response, p + 1, end)
                 if q < 0:
@@ -339,7 +379,7 @@ class _Parser:
                 seen += 1
                 p = body
                 continue
-            t_first = ts[bisect_right(starts, p) - 1]  # (the header may have been re-read)
+            t_first = ts[i]  # (p has not moved since i was found)
             # A response older than the next request answers one the capture missed.
             req = ri if ri < nreq and t_req[ri] <= t_first else -1
             meth = meths[req] if req >= 0 else ""
@@ -347,7 +387,7 @@ class _Parser:
             if meth == "HEAD" or status in (204, 304, 101):
                 size, nxt = 0, body
             else:
-                chunked, length = _length(w[m.end() - 1 : h].lower())
+                chunked, length = framing or _length(w[m.end() - 1 : h].lower())
                 if chunked:
                     size, nxt, complete = self.chunked(body, end)
                 elif length >= 0:

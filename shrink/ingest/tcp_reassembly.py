@@ -78,9 +78,14 @@ class Streams:
         self._starts: list[int] = self.piece_start.tolist()
         self._src: list[int] = self.piece_src.tolist()
         self._len: list[int] = self.piece_len.tolist()
-        self._ts: list[int] = self.piece_ts.tolist()
-        self._done: list[int] = self.piece_done.tolist()
         self._mv = memoryview(self.buf).cast("B") if self._starts else memoryview(b"")
+
+    @property
+    def _ts(self) -> list[int]:
+        # Made on first use: the plain-stream parser takes times from the array.
+        if "_ts_list" not in self.__dict__:
+            self.__dict__["_ts_list"] = self.piece_ts.tolist()
+        return self.__dict__["_ts_list"]
 
     def window(self, p: int, stop: int) -> bytes:
         """Stream bytes ``[p, stop)`` (``stop`` no further than the stream's end)."""
@@ -125,7 +130,7 @@ class Streams:
 
     def done_at(self, offset: int) -> int:
         """Earliest time byte ``offset`` and all bytes before it had arrived."""
-        return self._done[bisect_right(self._starts, offset) - 1]
+        return int(self.piece_done[bisect_right(self._starts, offset) - 1])
 
     def has_gap(self, start: int, end: int) -> bool:
         """Whether any captured hole overlaps ``data[start:end]``."""

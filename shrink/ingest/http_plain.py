@@ -1,0 +1,116 @@
+"""The plain keep-alive stream, parsed with the least work per message.
+
+Most streams of a web capture are plain: every request a header block without
+body, every response a header block with one Content-Length, each starting a
+TCP segment that holds the whole block, no hole in the stream, responses in
+the order of their requests. For such a stream a message costs one bisect and
+one regular-expression match over the capture buffer (no copy), and the
+pairing of responses with requests is checked for all of them at once.
+
+Each function returns None as soon as the stream is not plain (a message the
+match refuses, an interim or body-less status, a HEAD or CONNECT request,
+a response cut short, a response before its request); the caller then parses
+the stream the careful way from its start. So where these give an answer it
+is the careful parser's answer, only sooner.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+
+import numpy as np
+
+from shrink.ingest.tcp_reassembly import Streams
+
+__all__ = ["REQ_PLAIN", "RESP_PLAIN", "plain_requests", "plain_responses"]
+
+# The common message in one match: a start line and CRLF header lines up to the
+# empty line, with no Transfer-Encoding and at most one plain Content-Length
+# (its digits captured). Anything else (a bare LF, a second Content-Length,
+# chunking, a header block longer than the piece) fails to match and takes the
+# careful path, so where these match they give what the careful path gives.
+_OTHER_LINE = rb"(?:(?!(?i:content-length|transfer-encoding):)[^\r\n]+\r\n)*"
+_LENGTH_LINE = rb"(?:(?i:content-length):[ \t]*([0-9]+)[ \t]*\r\n" + _OTHER_LINE + rb")?"
+REQ_PLAIN = re.compile(
+    rb"([A-Z][A-Z0-9_-]{0,19}) ([^ \r\n]+) HTTP/1\.[01]\r\n" + _OTHER_LINE + rb"\r\n"
+)
+RESP_PLAIN = re.compile(
+    rb"HTTP/1\.[01] ([0-9]{3})(?:[ \t][^\r\n]*)?\r\n" + _OTHER_LINE + _LENGTH_LINE + rb"\r\n"
+)
+
+
+def plain_requests(
+    st: Streams, p: int, end: int, methods: dict[bytes, str]
+) -> tuple[list[int], list[str], list[str]] | None:
+    """(offsets, methods, paths) of the requests in ``[p, end)``, or None if not plain."""
+    starts, srcs, lens, mv = st._starts, st._src, st._len, st._mv
+    match = REQ_PLAIN.match
+    offs: list[int] = []
+    heads: list[tuple[bytes, bytes]] = []
+    i = 0
+    while p < end:
+        i = bisect_right(starts, p, i) - 1
+        s0 = starts[i]
+        at = srcs[i] + p - s0
+        if srcs[i] < 0:
+            return None
+        m = match(mv, at, srcs[i] + (lens[i] if lens[i] < end - s0 else end - s0))
+        if m is None:
+            return None
+        offs.append(p)
+        heads.append(m.group(1, 2))
+        p += m.end() - at
+    meths = []
+    for g, _ in heads:
+        meth = methods.get(g)
+        if meth is None:
+            meth = methods[g] = g.decode("ascii")
+        meths.append(meth)
+    return offs, meths, [path.decode("latin-1") for _, path in heads]
+
+
+def plain_responses(
+    st: Streams, p: int, end: int, t_req: list[int], meths: list[str]
+) -> tuple[list[int], list[int], list[int], list[int]] | None:
+    """(offsets, statuses, body lengths, last byte offsets) of the responses in
+    ``[p, end)``, each answering the request of the same rank, or None if the
+    stream is not plain."""
+    starts, srcs, lens, mv = st._starts, st._src, st._len, st._mv
+    match = RESP_PLAIN.match
+    offs: list[int] = []
+    status: list[int] = []
+    size: list[int] = []
+    last: list[int] = []
+    piece: list[int] = []  # the piece each response starts in (its time)
+    i = 0
+    while p < end:
+        i = bisect_right(starts, p, i) - 1
+        s0 = starts[i]
+        at = srcs[i] + p - s0
+        if srcs[i] < 0:
+            return None
+        m = match(mv, at, srcs[i] + (lens[i] if lens[i] < end - s0 else end - s0))
+        if m is None:
+            return None
+        code, length = m.group(1, 2)
+        if length is None:
+            return None  # delimited by the close, or no body: the careful way
+        k = int(code)
+        n = int(length)
+        if k < 200 or k == 204 or k == 304:
+            return None
+        offs.append(p)
+        status.append(k)
+        size.append(n)
+        piece.append(i)
+        p += m.end() - at + n
+        last.append(p - 1)
+    if p > end or len(offs) > len(t_req):
+        return None  # the last response was cut short, or more responses than requests
+    r = len(offs)
+    if r and not bool(np.all(np.asarray(t_req[:r]) <= st.piece_ts[piece])):
+        return None  # a response before the request it would answer
+    if "HEAD" in meths[:r] or "CONNECT" in meths[:r]:
+        return None
+    return offs, status, size, last
