@@ -144,9 +144,27 @@ def _first_in_group(group: np.ndarray, values: np.ndarray, n: int, fill: int) ->
     """Per group, the first value in capture order (``fill`` where none)."""
     out = np.full(n, fill, dtype=np.int64)
     if group.size:
-        g, first = np.unique(group, return_index=True)
-        out[g] = values[first]
+        # The first row of each group is its smallest row number (no sort needed).
+        first = np.full(n, group.size, dtype=np.int64)
+        np.minimum.at(first, group, np.arange(group.size))
+        seen = first < group.size
+        out[seen] = values[first[seen]]
     return out
+
+
+def _stream_order(g: np.ndarray, off: np.ndarray, ngroups: int) -> np.ndarray:
+    """Stable order by (stream, offset): ties keep capture order.
+
+    Segments mostly arrive in order, so a stable sort by stream alone (a radix
+    sort when stream numbers fit 16 bits) usually leaves offsets sorted already;
+    only when they are not is the full key sorted.
+    """
+    if ngroups <= 1 << 16:
+        order = np.argsort(g.astype(np.uint16), kind="stable")
+        gs, os = g[order], off[order]
+        if bool(np.all((gs[1:] != gs[:-1]) | (os[1:] >= os[:-1]))):
+            return order
+    return np.argsort(g * _GROUP + off, kind="stable")
 
 
 def _group_running_max(group: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -301,9 +319,7 @@ def reassemble(seg: Segments) -> Streams:
     keep = off >= 0  # data before a seen SYN's ISN is nonsense: drop it
     di, g, off = di[keep], g[keep], off[keep]
 
-    # Stable sort by (stream, offset): ties keep capture order. Segments mostly
-    # arrive in order, and timsort makes short work of nearly sorted keys.
-    order = np.argsort(g * _GROUP + off, kind="stable")
+    order = _stream_order(g, off, ngroups)
     di, g, off = di[order], g[order], off[order]
     wlen = seg.wlen[di]
     cap = seg.caplen[di]
@@ -323,10 +339,14 @@ def reassemble(seg: Segments) -> Streams:
     trunc_len = np.where(kept, np.clip(end - np.maximum(new_start, cap_end), 0, None), 0)
 
     # Three candidate pieces per segment: hole before it, captured bytes, cut tail.
-    plen = np.stack([gap, real_len, trunc_len], 1).ravel()
-    psrc = np.stack([np.full_like(gap, -1), real_src, np.full_like(gap, -1)], 1).ravel()
-    pts = np.repeat(ts, 3)
-    pgid = np.repeat(g, 3)
+    # Without holes or cut tails (the usual capture) the captured bytes are all.
+    if gap.any() or trunc_len.any():
+        plen = np.stack([gap, real_len, trunc_len], 1).ravel()
+        psrc = np.stack([np.full_like(gap, -1), real_src, np.full_like(gap, -1)], 1).ravel()
+        pts = np.repeat(ts, 3)
+        pgid = np.repeat(g, 3)
+    else:
+        plen, psrc, pts, pgid = real_len, real_src, ts, g
     nz = plen > 0
     plen, psrc, pts, pgid = plen[nz], psrc[nz], pts[nz], pgid[nz]
     pstart = np.cumsum(plen) - plen
