@@ -145,6 +145,12 @@ def sessionize(
 
     order = req_rows.tolist()
     paths = [http.path[i] for i in order]
+    # Client and server are the connection's: named once per connection, then taken.
+    conns, first_req = np.unique(conn, return_index=True)
+    at = np.searchsorted(conns, conn[rows])
+    client = np.array([text(http.client[i]) for i in first_req.tolist()] or [""], dtype=object)
+    server_of = [server(http.server[i], http.sport[i]) for i in first_req.tolist()]
+    srv = np.array(server_of or [""], dtype=object)
     return {
         "session": sess[rows],
         "burst": burst.astype(np.int32),
@@ -156,8 +162,8 @@ def sessionize(
         "bytes": np.asarray(http.body, dtype=np.int64)[rows],
         "status": np.asarray(http.status, dtype=np.int32)[rows],
         "rt": rt[rows],
-        "client": [text(http.client[i]) for i in order],
-        "server": [server(http.server[i], http.sport[i]) for i in order],
+        "client": client[at].tolist(),
+        "server": srv[at].tolist(),
         "conn": conn[rows],
         "ttfb": ttfb[rows],
         "answered": answered[rows],
