@@ -23,126 +23,28 @@ import re
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 
+from shrink.ingest.http_message import (
+    CHUNK_WINDOW,
+    DETECT_WINDOW,
+    HEADER_WINDOW,
+    MAX_HEADER,
+    REQ_LINE,
+    SEARCH_OVERLAP,
+    SEARCH_WINDOW,
+    STATUS_LINE,
+    HttpResult,
+    body_framing,
+    cookie_value,
+    find_request,
+    find_response,
+)
 from shrink.ingest.http_plain import REQ_PLAIN, RESP_PLAIN, plain_requests, plain_responses
 from shrink.ingest.tcp_reassembly import Connection, Streams
 
 __all__ = ["HttpResult", "find_request", "find_response", "parse_http"]
-
-_REQ = re.compile(rb"([A-Z][A-Z0-9_-]{0,19}) ([^ \r\n]+) HTTP/1\.[01]\r?\n")
-_RESP = re.compile(rb"HTTP/1\.[01] ([0-9]{3})(?:[ \t][^\r\n]*)?\r?\n")
-_METHOD_TAIL = re.compile(rb"[A-Z][A-Z0-9_-]{0,19} [^ \r\n]+\Z")
-MAX_HEADER = 64 * 1024
-DETECT_WINDOW = 64 * 1024
-HEADER_WINDOW = 512  # first look at a header block; widened up to MAX_HEADER
-CHUNK_WINDOW = 256
-SEARCH_WINDOW = 256 * 1024
-SEARCH_OVERLAP = 8 * 1024
-
-
-@dataclass
-class HttpResult:
-    """Every request found, as columns (one entry per request, connection order).
-
-    Offsets index ``Streams.data``; times (ns) are filled in by :func:`parse_http`.
-    A response that never came leaves status 0, body -1 and offsets -1.
-    """
-
-    conn: list[int] = field(default_factory=list)
-    client: list[bytes] = field(default_factory=list)
-    server: list[bytes] = field(default_factory=list)
-    sport: list[int] = field(default_factory=list)
-    method: list[str] = field(default_factory=list)
-    path: list[str] = field(default_factory=list)
-    req_off: list[int] = field(default_factory=list)
-    status: list[int] = field(default_factory=list)
-    first_off: list[int] = field(default_factory=list)
-    last_off: list[int] = field(default_factory=list)
-    body: list[int] = field(default_factory=list)
-    cookie: list[str | None] = field(default_factory=list)
-    set_cookie: list[str | None] = field(default_factory=list)
-    t_req: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    t_first: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    t_last: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    requests: int = 0
-    responses: int = 0
-    orphan_responses: int = 0
-    http_conns: int = 0
-    http_conn_ids: set[int] = field(default_factory=set)
-    counts: Counter[str] = field(default_factory=Counter)
-
-    def __len__(self) -> int:
-        return len(self.conn)
-
-
-def find_request(data: bytes, p: int, end: int) -> int:
-    """Offset of the next request line at or after ``p`` (-1 if none).
-
-    A literal search for `` HTTP/1.`` (fast, in C) finds candidates; the
-    request line is then matched from the start of its token run.
-    """
-    q = p
-    while True:
-        h = data.find(b" HTTP/1.", q, end)
-        if h < 0:
-            return -1
-        ls = max(data.rfind(b"\n", p, h) + 1, p, h - MAX_HEADER)
-        m = _METHOD_TAIL.search(data, ls, h)
-        if m is not None and _REQ.match(data, m.start(), end):
-            return m.start()
-        q = h + 1
-
-
-def find_response(data: bytes, p: int, end: int) -> int:
-    """Offset of the next status line at or after ``p`` (-1 if none)."""
-    q = p
-    while True:
-        h = data.find(b"HTTP/1.", q, end)
-        if h < 0:
-            return -1
-        if _RESP.match(data, h, end):
-            return h
-        q = h + 1
-
-
-def _field(block: bytes, low: bytes, name: bytes) -> bytes | None:
-    """A header's value (first occurrence); ``low`` is ``block.lower()``."""
-    i = low.find(b"\n" + name + b":")
-    if i < 0:
-        return None
-    i += len(name) + 2
-    j = block.find(b"\n", i)
-    return block[i : j if j >= 0 else len(block)].strip()
-
-
-def _cookie(block: bytes, name: bytes, header: bytes) -> str | None:
-    low = block.lower()
-    v = _field(block, low, header)
-    if v is None:
-        return None
-    for part in v.split(b";"):
-        k, _, val = part.strip().partition(b"=")
-        if k == name:
-            return val.decode("latin-1")
-    return None
-
-
-def _length(low: bytes) -> tuple[bool, int]:
-    """(chunked, Content-Length or -1) from a lower-cased header block."""
-    i = low.find(b"\ntransfer-encoding:")
-    if i >= 0 and b"chunked" in low[i : low.find(b"\n", i + 1) % (len(low) + 1)]:
-        return True, -1
-    i = low.find(b"\ncontent-length:")
-    if i < 0:
-        return False, -1
-    j = low.find(b"\n", i + 16)
-    try:
-        return False, int(low[i + 16 : j if j >= 0 else len(low)].split(b",")[0])
-    except ValueError:
-        return False, -1
 
 
 class _Parser:
@@ -251,7 +153,7 @@ class _Parser:
             offs, meths, paths = quick
             p = end
         starts, srcs, lens, mv = st._starts, st._src, st._len, st._mv
-        match, plain = _REQ.match, REQ_PLAIN.match
+        match, plain = REQ_LINE.match, REQ_PLAIN.match
         gaps, cookie = self.gaps, self.cookie
         while p < end:
             # Fast path, inlined (it runs per message): the header block inside
@@ -272,7 +174,7 @@ class _Parser:
                 meths.append(meth)
                 paths.append(path.decode("latin-1"))
                 if cookie is not None:
-                    cookies.append(_cookie(w[: m.end() - 4], cookie, b"cookie"))
+                    cookies.append(cookie_value(w[: m.end() - 4], cookie, b"cookie"))
                 p += m.end()
                 continue
             m = match(w)
@@ -280,7 +182,7 @@ class _Parser:
             if h >= 0:
                 body = p + h + 4
             else:
-                w, m, h, body = self.header(_REQ, p, end)
+                w, m, h, body = self.header(REQ_LINE, p, end)
             if m is None:
                 q = self.search(find_request, p + 1, end)
                 if q < 0:
@@ -298,7 +200,7 @@ class _Parser:
             low = w[m.end() - 1 : h].lower()
             nxt = body
             if b"\ncontent-length:" in low or b"\ntransfer-encoding:" in low:
-                chunked, length = _length(low)
+                chunked, length = body_framing(low)
                 nxt = self.chunked(body, end)[1] if chunked else body + max(length, 0)
             g = m.group(1)
             meth = methods.get(g)
@@ -308,7 +210,7 @@ class _Parser:
             meths.append(meth)
             paths.append(m.group(2).decode("latin-1"))
             if self.cookie is not None:
-                cookies.append(_cookie(w[:h], self.cookie, b"cookie"))
+                cookies.append(cookie_value(w[:h], self.cookie, b"cookie"))
             p = nxt
         k = len(offs)
         out.req_off += offs
@@ -323,7 +225,7 @@ class _Parser:
         """Pair responses of stream ``d`` with the requests at ``base``...; (seen, orphans)."""
         st, out, counts = self.st, self.out, self.counts
         starts, ts, srcs, lens, mv = st._starts, st._ts, st._src, st._len, st._mv
-        match, plain = _RESP.match, RESP_PLAIN.match
+        match, plain = STATUS_LINE.match, RESP_PLAIN.match
         p, end = c.span[d]
         if self.cookie is None and not (self.gaps and st.has_gap(p, end)):
             quick = plain_responses(st, p, end, t_req, meths)
@@ -359,7 +261,7 @@ class _Parser:
                 if h >= 0:
                     body = p + h + 4
                 else:
-                    w, m, h, body = self.header(_RESP, p, end)
+                    w, m, h, body = self.header(STATUS_LINE, p, end)
             if m is None:
                 q = self.search(find_response, p + 1, end)
                 if q < 0:
@@ -387,7 +289,7 @@ class _Parser:
             if meth == "HEAD" or status in (204, 304, 101):
                 size, nxt = 0, body
             else:
-                chunked, length = framing or _length(w[m.end() - 1 : h].lower())
+                chunked, length = framing or body_framing(w[m.end() - 1 : h].lower())
                 if chunked:
                     size, nxt, complete = self.chunked(body, end)
                 elif length >= 0:
@@ -410,7 +312,7 @@ class _Parser:
                 out.last_off[i] = max(nxt, body) - 1
                 out.body[i] = size
                 if self.cookie is not None:
-                    out.set_cookie[i] = _cookie(w[:h], self.cookie, b"set-cookie")
+                    out.set_cookie[i] = cookie_value(w[:h], self.cookie, b"set-cookie")
                 ri += 1
             if status == 101 or (meth == "CONNECT" and status < 300):
                 break  # the connection leaves HTTP
@@ -424,7 +326,7 @@ class _Parser:
             s, e = c.span[d]
             # The usual case: the stream starts with a start line (cheap to check).
             head = self.st.piece_rest(s, e)
-            looks.append((_REQ.match(head) is not None, _RESP.match(head) is not None))
+            looks.append((REQ_LINE.match(head) is not None, STATUS_LINE.match(head) is not None))
         if not any(any(x) for x in looks):  # a flow caught mid-stream, or not HTTP
             looks = []
             for d in (0, 1):

@@ -1,0 +1,146 @@
+"""HTTP/1.x message syntax: start lines, header fields, body framing, found in bytes.
+
+The pieces :mod:`shrink.ingest.http_parse` (the careful parser) and
+:mod:`shrink.ingest.http_plain` (the plain-stream shortcut) share: the request
+and status line patterns, searches for the next start line, header values,
+cookies and how a header block says its body is framed (RFC 9112), and
+:class:`HttpResult`, the columns the parser fills.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = [
+    "CHUNK_WINDOW",
+    "DETECT_WINDOW",
+    "HEADER_WINDOW",
+    "MAX_HEADER",
+    "METHOD_TAIL",
+    "REQ_LINE",
+    "SEARCH_OVERLAP",
+    "SEARCH_WINDOW",
+    "STATUS_LINE",
+    "HttpResult",
+    "body_framing",
+    "cookie_value",
+    "find_request",
+    "find_response",
+    "header_value",
+]
+
+REQ_LINE = re.compile(rb"([A-Z][A-Z0-9_-]{0,19}) ([^ \r\n]+) HTTP/1\.[01]\r?\n")
+STATUS_LINE = re.compile(rb"HTTP/1\.[01] ([0-9]{3})(?:[ \t][^\r\n]*)?\r?\n")
+METHOD_TAIL = re.compile(rb"[A-Z][A-Z0-9_-]{0,19} [^ \r\n]+\Z")
+MAX_HEADER = 64 * 1024
+DETECT_WINDOW = 64 * 1024
+HEADER_WINDOW = 512  # first look at a header block; widened up to MAX_HEADER
+CHUNK_WINDOW = 256
+SEARCH_WINDOW = 256 * 1024
+SEARCH_OVERLAP = 8 * 1024
+
+
+@dataclass
+class HttpResult:
+    """Every request found, as columns (one entry per request, connection order).
+
+    Offsets index ``Streams.data``; times (ns) are filled in by :func:`parse_http`.
+    A response that never came leaves status 0, body -1 and offsets -1.
+    """
+
+    conn: list[int] = field(default_factory=list)
+    client: list[bytes] = field(default_factory=list)
+    server: list[bytes] = field(default_factory=list)
+    sport: list[int] = field(default_factory=list)
+    method: list[str] = field(default_factory=list)
+    path: list[str] = field(default_factory=list)
+    req_off: list[int] = field(default_factory=list)
+    status: list[int] = field(default_factory=list)
+    first_off: list[int] = field(default_factory=list)
+    last_off: list[int] = field(default_factory=list)
+    body: list[int] = field(default_factory=list)
+    cookie: list[str | None] = field(default_factory=list)
+    set_cookie: list[str | None] = field(default_factory=list)
+    t_req: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    t_first: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    t_last: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    requests: int = 0
+    responses: int = 0
+    orphan_responses: int = 0
+    http_conns: int = 0
+    http_conn_ids: set[int] = field(default_factory=set)
+    counts: Counter[str] = field(default_factory=Counter)
+
+    def __len__(self) -> int:
+        return len(self.conn)
+
+
+def find_request(data: bytes, p: int, end: int) -> int:
+    """Offset of the next request line at or after ``p`` (-1 if none).
+
+    A literal search for `` HTTP/1.`` (fast, in C) finds candidates; the
+    request line is then matched from the start of its token run.
+    """
+    q = p
+    while True:
+        h = data.find(b" HTTP/1.", q, end)
+        if h < 0:
+            return -1
+        ls = max(data.rfind(b"\n", p, h) + 1, p, h - MAX_HEADER)
+        m = METHOD_TAIL.search(data, ls, h)
+        if m is not None and REQ_LINE.match(data, m.start(), end):
+            return m.start()
+        q = h + 1
+
+
+def find_response(data: bytes, p: int, end: int) -> int:
+    """Offset of the next status line at or after ``p`` (-1 if none)."""
+    q = p
+    while True:
+        h = data.find(b"HTTP/1.", q, end)
+        if h < 0:
+            return -1
+        if STATUS_LINE.match(data, h, end):
+            return h
+        q = h + 1
+
+
+def header_value(block: bytes, low: bytes, name: bytes) -> bytes | None:
+    """A header's value (first occurrence); ``low`` is ``block.lower()``."""
+    i = low.find(b"\n" + name + b":")
+    if i < 0:
+        return None
+    i += len(name) + 2
+    j = block.find(b"\n", i)
+    return block[i : j if j >= 0 else len(block)].strip()
+
+
+def cookie_value(block: bytes, name: bytes, header: bytes) -> str | None:
+    low = block.lower()
+    v = header_value(block, low, header)
+    if v is None:
+        return None
+    for part in v.split(b";"):
+        k, _, val = part.strip().partition(b"=")
+        if k == name:
+            return val.decode("latin-1")
+    return None
+
+
+def body_framing(low: bytes) -> tuple[bool, int]:
+    """(chunked, Content-Length or -1) from a lower-cased header block."""
+    i = low.find(b"\ntransfer-encoding:")
+    if i >= 0 and b"chunked" in low[i : low.find(b"\n", i + 1) % (len(low) + 1)]:
+        return True, -1
+    i = low.find(b"\ncontent-length:")
+    if i < 0:
+        return False, -1
+    j = low.find(b"\n", i + 16)
+    try:
+        return False, int(low[i + 16 : j if j >= 0 else len(low)].split(b",")[0])
+    except ValueError:
+        return False, -1
