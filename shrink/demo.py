@@ -116,7 +116,7 @@ def run_demo(out: Path, *, plan: AutoPlan | None = None, quick: bool = False) ->
     work.mkdir(exist_ok=True)
     console.rule("[bold]1. The bundled Support-like workload")
     trace_path, docroot = _synth(work, console)
-    plan = plan or AutoPlan(warmup=2.0, duration=5.0, reps=3, max_levels=8)
+    plan = plan or AutoPlan(warmup=2.0, duration=5.0, reps=2, max_levels=8)
     if quick:
         plan = AutoPlan(warmup=1.0, duration=3.0, reps=1, max_levels=5)
     thresholds = dict(DEMO["thresholds"])
@@ -162,7 +162,8 @@ def run_demo(out: Path, *, plan: AutoPlan | None = None, quick: bool = False) ->
 
 def _printer(console: Console, title: str):
     def cb(what: str, step: int, total: int) -> None:
-        console.print(f"  [{title}] {step}/{total} {what}", highlight=False)
+        # markup=False: "[scaled run]" would otherwise be read as a rich style tag.
+        console.print(f"  [{title}] {step}/{total} {what}", highlight=False, markup=False)
 
     return cb
 
