@@ -48,19 +48,21 @@ def plain_requests(
     match = REQ_PLAIN.match
     offs: list[int] = []
     heads: list[tuple[bytes, bytes]] = []
-    i = 0
+    last = len(starts) - 1
+    i = bisect_right(starts, p) - 1
     while p < end:
-        i = bisect_right(starts, p, i) - 1
-        s0 = starts[i]
-        at = srcs[i] + p - s0
-        if srcs[i] < 0:
+        s0, src, ln = starts[i], srcs[i], lens[i]
+        if src < 0:
             return None
-        m = match(mv, at, srcs[i] + (lens[i] if lens[i] < end - s0 else end - s0))
+        at = src + p - s0
+        m = match(mv, at, src + (ln if ln < end - s0 else end - s0))
         if m is None:
             return None
         offs.append(p)
         heads.append(m.group(1, 2))
         p += m.end() - at
+        if p >= s0 + ln:  # usually a request fills its segment: the next piece is next
+            i = i + 1 if i < last and starts[i + 1] == p else bisect_right(starts, p, i) - 1
     meths = []
     for g, _ in heads:
         meth = methods.get(g)
