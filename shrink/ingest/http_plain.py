@@ -80,39 +80,41 @@ def plain_responses(
     stream is not plain."""
     starts, srcs, lens, mv = st._starts, st._src, st._len, st._mv
     match = RESP_PLAIN.match
+    # Per response only what finds the next one; the rest is checked after, at once.
     offs: list[int] = []
-    status: list[int] = []
+    codes: list[bytes] = []
     size: list[int] = []
-    last: list[int] = []
     piece: list[int] = []  # the piece each response starts in (its time)
     i = 0
     while p < end:
         i = bisect_right(starts, p, i) - 1
-        s0 = starts[i]
-        at = srcs[i] + p - s0
-        if srcs[i] < 0:
+        s0, src = starts[i], srcs[i]
+        if src < 0:
             return None
-        m = match(mv, at, srcs[i] + (lens[i] if lens[i] < end - s0 else end - s0))
+        at = src + p - s0
+        m = match(mv, at, src + (lens[i] if lens[i] < end - s0 else end - s0))
         if m is None:
             return None
         code, length = m.group(1, 2)
         if length is None:
             return None  # delimited by the close, or no body: the careful way
-        k = int(code)
         n = int(length)
-        if k < 200 or k == 204 or k == 304:
-            return None
         offs.append(p)
-        status.append(k)
+        codes.append(code)
         size.append(n)
         piece.append(i)
         p += m.end() - at + n
-        last.append(p - 1)
-    if p > end or len(offs) > len(t_req):
-        return None  # the last response was cut short, or more responses than requests
     r = len(offs)
+    if p > end or r > len(t_req):
+        return None  # the last response was cut short, or more responses than requests
+    status = list(map(int, codes))
+    if r and (min(status) < 200 or 204 in status or 304 in status):
+        return None  # interim, or a status that has no body whatever its length says
     if r and not bool(np.all(np.asarray(t_req[:r]) <= st.piece_ts[piece])):
         return None  # a response before the request it would answer
     if "HEAD" in meths[:r] or "CONNECT" in meths[:r]:
         return None
-    return offs, status, size, last
+    # Each response runs up to the next one (the last to where the walk stopped).
+    last = [o - 1 for o in offs[1:]]
+    last.append(p - 1)
+    return offs, status, size, last if r else []
