@@ -122,8 +122,9 @@ def walk_chain(
         return np.asarray(offs, dtype=np.int64), stop
     avg = max((head[-1] - head[0]) // (len(head) - 1), HEADER)
     # Each record of the longest block costs a numpy step over all blocks, and each
-    # block a window of positions tried: a few hundred records a block balances them.
-    blocks = int(np.clip(n // (avg * 400), 1, 8192))
+    # block a window of positions tried and a Python step to join it: about a
+    # thousand records a block was fastest on a 200,000-packet web capture.
+    blocks = int(np.clip(n // (avg * 1000), 1, 8192))
     starts = np.r_[24, _starts(data, n, endian, limit, tick, blocks, min(4 * avg + 256, 16384))]
     nchain = starts.size
     target = np.r_[starts[1:], n]
