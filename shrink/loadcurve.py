@@ -99,6 +99,8 @@ class LevelStats:
     generator_behind: bool = False
     send_lag_p99: float | None = None
     generator_cpu: float | None = None  # generator CPU seconds / wall seconds
+    # CPU (in CPUs) used on the share's CPUs by anything but the server's processes.
+    other_cpu: float | None = None
 
     def get(self, stat: str, cls: str | None = None) -> float:
         if stat == "throughput":

@@ -87,6 +87,7 @@ def level_stats(result: RunResult) -> LevelStats:
         generator_behind=g.behind,
         send_lag_p99=g.send_lag_p99,
         generator_cpu=g.cpu,
+        other_cpu=(result.describe or {}).get("share_other_cpu"),
     )
 
 

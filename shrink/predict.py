@@ -137,7 +137,9 @@ def _self_checks(curve: LoadCurve) -> dict[str, Any]:
     behind = [lv.level for lv in curve.levels if lv.generator_behind]
     utils = [min(1.0, lv.utilization) for lv in curve.usable() if lv.utilization is not None]
     umax = max(utils) if utils else None
+    others = [r.other_cpu for lv in curve.usable() for r in lv.reps if r.other_cpu is not None]
     return {
+        "max_other_cpu": max(others) if others else None,
         "generator_kept_up": not behind,
         "levels_behind": behind,
         "max_utilization": umax,

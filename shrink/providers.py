@@ -49,6 +49,12 @@ class _ShareUtilization:
         # Prefer the server processes' own CPU: /proc/stat also counts whatever else
         # ran on the share's CPUs (and misses nothing the quota caps).
         server_cpu = (res.describe or {}).get("server_cpu")
+        if server_cpu is not None and res.per_cpu_utilization:
+            # Whatever else ran on the share's CPUs (kernel threads, softirqs outside the
+            # server's context, other processes): a CPU-time share is exposed to it, since
+            # what runs in the quota's gaps evicts the server's caches.
+            busy = sum(res.per_cpu_utilization.values())
+            res.describe["share_other_cpu"] = max(0.0, busy - float(server_cpu))
         if server_cpu is not None:
             res.describe["cpu_utilization_raw"] = res.utilization
             res.utilization = float(server_cpu) / self.n_cpus

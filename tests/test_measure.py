@@ -123,3 +123,27 @@ def test_paired_sweep_needs_the_rate_factor_knob():
     comp = Companion(FakeTarget(), trace, {"mean": 0.005})
     with pytest.raises(MeasurementError, match="rate_factor"):
         auto_sweep(FakeTarget(), trace, {"mean": 0.005}, knob="users", companion=comp)
+
+
+def test_share_utilization_reports_other_work_on_the_share_cpus():
+    from shrink.measure import level_stats
+    from shrink.providers import _ShareUtilization
+
+    class Inner:
+        def describe(self):
+            return {}
+
+        def run(self, trace, **kw):
+            res = FakeTarget().run(trace, **kw)
+            # CPU 1 was busy 55% of the time; the server's processes used 0.20 CPU of it.
+            res.per_cpu_utilization = {1: 0.55}
+            res.utilization = 0.55
+            res.describe = {"server_cpu": 0.20}
+            return res
+
+    res = _ShareUtilization(Inner(), 0.25, 1).run(
+        _open_trace(50.0, 20.0), rate_factor=1.0, warmup=1.0, duration=5.0, seed=0
+    )
+    st = level_stats(res)
+    assert st.other_cpu == pytest.approx(0.35)
+    assert st.utilization == pytest.approx(0.80)  # 0.20 CPU of a 0.25 share

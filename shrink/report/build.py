@@ -304,6 +304,19 @@ def write_report(
             f"Highest utilization of the share reached: "
             f"{100 * checks['max_utilization']:.0f}% ({reached})."
         )
+    if checks.get("max_other_cpu") is not None:
+        other = 100 * float(checks["max_other_cpu"])
+        items.append(
+            f"Other work on the share's CPUs (kernel threads, softirqs, other processes): "
+            f"up to {other:.0f}% of a CPU in a window"
+            + (
+                ". **The share was not quiet**: on a CPU-time share whatever runs in the "
+                "quota's gaps evicts the server's caches and slows it more than the full "
+                "server; rerun on a quiet machine."
+                if other > 10
+                else " (quiet)."
+            )
+        )
     if checks.get("generator_capacity_note"):
         items.append(checks["generator_capacity_note"])
     if items:
