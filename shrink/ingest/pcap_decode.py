@@ -231,7 +231,22 @@ def _general(
     }
 
 
-def _fast_lane(recs: RawRecords, frames: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+def _frame_dtype(at: int, width: int) -> np.dtype:
+    """FRAME's fields ``at`` bytes into rows ``width`` bytes wide."""
+    names = FRAME.names or ()
+    return np.dtype(
+        {
+            "names": list(names),
+            "formats": [FRAME.fields[k][0] for k in names],
+            "offsets": [FRAME.fields[k][1] + at for k in names],
+            "itemsize": width,
+        }
+    )
+
+
+def _fast_lane(
+    recs: RawRecords, frames: np.ndarray, at: int
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """(rows handled, their columns) for the common layout, from the FRAME rows.
 
     Ethernet without VLAN tag, IPv4 without options and not fragmented, TCP:
@@ -241,7 +256,9 @@ def _fast_lane(recs: RawRecords, frames: np.ndarray) -> tuple[np.ndarray, dict[s
     """
     d, cap = recs.data_off, recs.caplen
     rows = np.flatnonzero((recs.linktype == 1) & (cap >= 54))
-    f = frames[rows].view(FRAME)[:, 0]  # rows copied as plain bytes, then named
+    named = _frame_dtype(at, frames.shape[1])
+    # Plain bytes named in place when every row is taken, else the rows copied first.
+    f = (frames if rows.size == len(recs) else frames[rows]).view(named)[:, 0]
     tot = f["tot"].astype(np.int64)
     doff = (f["doff"] >> 4).astype(np.int64) * 4
     ok = (
@@ -335,11 +352,11 @@ def decode_records(recs: RawRecords) -> Segments:
     word = Words(np.frombuffer(data, dtype=np.uint8), len(data))
     n = len(recs)
     skipped: Counter[str] = Counter()
-    frames = recs.frames
+    frames, at = recs.frames, recs.frame_at
     if frames is None:
         buf = np.frombuffer(data, dtype=np.uint8)
-        frames = gather(buf, len(data), recs.data_off, FRAME.itemsize)
-    fast_rows, cols = _fast_lane(recs, frames)
+        frames, at = gather(buf, len(data), recs.data_off, FRAME.itemsize), 0
+    fast_rows, cols = _fast_lane(recs, frames, at)
     frags: list[Fragment] = []
     if fast_rows.size < n:  # everything else goes the general way
         rest = np.ones(n, dtype=bool)

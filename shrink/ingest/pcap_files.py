@@ -73,9 +73,11 @@ class RawRecords:
     fmt: str
     damage: str | None = None
     notes: dict[str, int] = field(default_factory=dict)
-    # The first FRAME.itemsize bytes of each record's data, (n, 52) uint8 (past the
-    # record: whatever follows, zeros past the file), when the reader gathered them.
+    # Per record, (n, k) uint8 rows holding from byte ``frame_at`` on the first
+    # FRAME.itemsize bytes of its data (past the record: whatever follows, zeros
+    # past the file), when the reader gathered them with the record headers.
     frames: np.ndarray | None = None
+    frame_at: int = 0
 
     def __len__(self) -> int:
         return int(self.data_off.size)
@@ -219,7 +221,8 @@ def _read_pcap(data: np.ndarray, n: int, path: Path, strict: bool) -> RawRecords
         linktype=np.full(o.size, linktype, dtype=np.int64),
         fmt="pcap",
         damage=damage,
-        frames=items[:, HEADER:],
+        frames=items,
+        frame_at=HEADER,
     )
 
 

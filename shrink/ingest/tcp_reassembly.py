@@ -242,7 +242,10 @@ def _directions(seg: Segments) -> tuple[np.ndarray, np.ndarray]:
     first = np.full(uh.size, len(seg), dtype=np.int64)
     np.minimum.at(first, inv, np.arange(len(seg)))
     rep = first[inv]
-    same = (src == src[rep]).all() and (dst == dst[rep]).all() and (ports == ports[rep]).all()
+    # Every row must carry its representative's key. A word equal in all rows (the
+    # zero upper halves of IPv4-mapped addresses) needs no gather to say so.
+    words = (src[:, 0], src[:, 1], dst[:, 0], dst[:, 1], ports)
+    same = all(bool((w == w[0]).all() or (w == w[rep]).all()) for w in words)
     if not same:
         keys = np.asarray(_flow_key(seg, np.arange(len(seg))), dtype=np.dtype((np.void, 36)))
         _, first, inv = np.unique(keys, return_index=True, return_inverse=True)
@@ -325,7 +328,8 @@ def reassemble(seg: Segments) -> Streams:
     low[has_syn] = 0
     off = d - low[g]
     keep = off >= 0  # data before a seen SYN's ISN is nonsense: drop it
-    di, g, off = di[keep], g[keep], off[keep]
+    if not keep.all():
+        di, g, off = di[keep], g[keep], off[keep]
 
     order = _stream_order(g, off, ngroups)
     di, g, off = di[order], g[order], off[order]
@@ -368,7 +372,8 @@ def reassemble(seg: Segments) -> Streams:
     gs = np.zeros(ngroups, dtype=np.int64)
     ge = np.zeros(ngroups, dtype=np.int64)
     if pgid.size:
-        ug, fidx = np.unique(pgid, return_index=True)
+        fidx = np.flatnonzero(np.r_[True, pgid[1:] != pgid[:-1]])  # pieces are by stream
+        ug = pgid[fidx]
         lidx = np.r_[fidx[1:], pgid.size] - 1
         gs[ug] = pstart[fidx]
         ge[ug] = pstart[lidx] + plen[lidx]
