@@ -234,8 +234,11 @@ def predict(
         assumptions.append(
             "CPU-time share: the server is a processor-sharing server at alpha of the speed, so "
             "response times are scaled by alpha (R_full(X) = alpha * R_share(alpha * X)). CFS "
-            "bandwidth control is coarse: with a 1 ms quota the share's light-load latencies "
-            "run 20-25% above an ideal slower server (DESIGN.md)."
+            "bandwidth control is coarse (a quota per period of 16 ms or so): a request "
+            "that arrives after the quota is spent waits for the next period, so the share's "
+            "light-load latencies run above an ideal slower server's. Whatever else runs on "
+            "the share's CPUs in the quota's gaps evicts the server's caches (see the "
+            "self-check on other work)."
         )
     sockets = {machine.socket_of(c) for c in cpus}
     mappings_out: dict[str, dict[str, Any]] = {}

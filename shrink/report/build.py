@@ -25,7 +25,10 @@ _STAT_NAME = {"mean": "mean", "p999": "p99.9"}
 
 
 def _ms(x: float | None) -> str:
-    return "-" if x is None or not math.isfinite(x) else f"{x * 1e3:.3g} ms"
+    if x is None or not math.isfinite(x):
+        return "-"
+    # Seconds from 1 s up: "1.36 s" reads better than "1.36e+03 ms".
+    return f"{x:.3g} s" if x >= 1.0 else f"{x * 1e3:.3g} ms"
 
 
 def _rate(x: float | None) -> str:
@@ -322,7 +325,7 @@ def write_report(
     if items:
         doc.ul(items)
     if measured is not None:
-        doc.p(f"Levels measured on the share ({measured_label}):")
+        doc.p(f"Levels {measured_label}:")
         h, r = _level_table(measured)
         doc.table(h, r)
     if full_run is not None:
