@@ -143,8 +143,9 @@ def sessionize(
             s = servers[(a, port)] = (f"[{t}]" if ":" in t else t) + f":{port}"
         return s
 
-    order = req_rows.tolist()
-    paths = [http.path[i] for i in order]
+    in_order = bool(np.all(req_rows == np.arange(n)))  # often: then no reordering lists
+    order = [] if in_order else req_rows.tolist()
+    paths = list(http.path) if in_order else [http.path[i] for i in order]
     # Client and server are the connection's: named once per connection, then taken.
     conns, first_req = np.unique(conn, return_index=True)
     at = np.searchsorted(conns, conn[rows])
@@ -156,7 +157,7 @@ def sessionize(
         "burst": burst.astype(np.int32),
         "t": (t_start[bid] - t0) / 1e9,
         "think": think_b[bid],
-        "method": [http.method[i] for i in order],
+        "method": list(http.method) if in_order else [http.method[i] for i in order],
         "path": paths,
         "cls": classifier.classify_many(paths).tolist(),
         "bytes": np.asarray(http.body, dtype=np.int64)[rows],
