@@ -176,14 +176,17 @@ class LoadCurve:
 
     # views ------------------------------------------------------------------
     def usable(self) -> list[Level]:
-        """Levels fit for a MAT: the generator kept up."""
-        return [lv for lv in self.levels if not lv.generator_behind]
+        """Levels fit for a MAT (the generator kept up), in order of the knob."""
+        # Sorted: an automatic sweep adds refinement levels last, out of order.
+        return sorted(
+            (lv for lv in self.levels if not lv.generator_behind), key=lambda lv: lv.level
+        )
 
     def series(
         self, stat: str, cls: str | None = None, *, usable_only: bool = True
     ) -> dict[str, np.ndarray]:
         """Arrays over levels: level, throughput (+CI) and the statistic (+CI)."""
-        lv = self.usable() if usable_only else self.levels
+        lv = self.usable() if usable_only else sorted(self.levels, key=lambda x: x.level)
         thr = np.array([x.stat("throughput", cls) for x in lv]).reshape(-1, 3)
         val = np.array([x.stat(stat, cls) for x in lv]).reshape(-1, 3)
         return {

@@ -41,6 +41,7 @@ __all__ = [
     "curve_summary",
     "plan_share",
     "predict",
+    "rep_range",
 ]
 
 Progress = Callable[[str, int, int], None]
@@ -114,7 +115,21 @@ def curve_summary(curve: LoadCurve) -> dict[str, list[float]]:
         out[stat] = s["value"].tolist()
         out[f"{stat}_lo"] = s["lo"].tolist()
         out[f"{stat}_hi"] = s["hi"].tolist()
+        # The spread of the repetitions themselves: with two repetitions a 95% t-interval
+        # is +/-12.7 standard errors, too wide to show what was measured.
+        out[f"{stat}_min"], out[f"{stat}_max"] = rep_range(curve, stat)
     return out
+
+
+def rep_range(curve: LoadCurve, stat: str) -> tuple[list[float], list[float]]:
+    """Smallest and largest repetition of ``stat`` at each usable level (series order)."""
+    lo, hi = [], []
+    for lv in curve.usable():
+        v = lv.values(stat)
+        v = v[np.isfinite(v)]
+        lo.append(float(v.min()) if v.size else float("nan"))
+        hi.append(float(v.max()) if v.size else float("nan"))
+    return lo, hi
 
 
 def _mat_dict(res: MATResult) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from shrink.loadcurve import LoadCurve
+from shrink.predict import rep_range
 from shrink.report.blocks import Doc, render_html, render_markdown
 from shrink.report.figures import Series, cdf_figure, latency_figure, level_near_utilization
 from shrink.validate import Validation
@@ -44,10 +45,11 @@ def curve_series(
     for stat in ("mean", "p999"):
         s = curve.series(stat)
         x = s["throughput"] * thr_scale
+        rmin, rmax = rep_range(curve, stat)
         vals[stat], lo[stat], hi[stat] = (
             s["value"] * lat_scale,
-            s["lo"] * lat_scale,
-            s["hi"] * lat_scale,
+            np.asarray(rmin) * lat_scale,
+            np.asarray(rmax) * lat_scale,
         )
     return Series(label, x if x is not None else [], vals, lo, hi, points=points)
 
@@ -59,8 +61,11 @@ def _mapping_series(pred: dict[str, Any]) -> list[Series]:
         if not c.get("throughput"):
             continue
         vals = {s: c[s] for s in ("mean", "p999") if s in c}
-        lo = {s: c[f"{s}_lo"] for s in ("mean", "p999") if f"{s}_lo" in c}
-        hi = {s: c[f"{s}_hi"] for s in ("mean", "p999") if f"{s}_hi" in c}
+        # The band shows the repetitions' range (older files: the 95% interval).
+        lo = {s: c.get(f"{s}_min", c.get(f"{s}_lo")) for s in ("mean", "p999") if s in c}
+        hi = {s: c.get(f"{s}_max", c.get(f"{s}_hi")) for s in ("mean", "p999") if s in c}
+        lo = {k: v for k, v in lo.items() if v is not None}
+        hi = {k: v for k, v in hi.items() if v is not None}
         mats = {}
         for s in ("mean", "p999"):
             if s in m and m[s].get("mat") is not None:
@@ -181,12 +186,15 @@ def write_report(
             out / "latency.png",
             series,
             thresholds,
-            title="Predicted latency against normalized load; dotted lines: MATs (shaded: 95% CI)",
+            title="Latency against normalized load; dotted: MATs (vertical shading: 95% CI); "
+            "bars and bands: range of the repetitions",
         )
         doc.img(
             "latency.png",
             "Mean and 99.9th-percentile response time against normalized "
-            "throughput for each mapping, with the thresholds (red) and the MATs (dotted).",
+            "throughput for each mapping, with the thresholds (red) and the MATs (dotted). "
+            "Lines are the monotone fit the MATs are read from; bars and bands span the "
+            "repetitions at each level.",
         )
     cdf_entries = []
     if measured is not None:
