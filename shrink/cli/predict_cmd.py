@@ -179,14 +179,18 @@ def validate(
     """
     from shrink.pipeline import run_validate
 
-    with cli_errors(), _progress_bar() as bar:
-        v = run_validate(
-            prediction,
-            full_run=full_run,
-            trace=trace,
-            out_dir=out,
-            progress=_callback(bar, "full-scale run"),
-        )
+    with cli_errors():
+        if full_run == "run":
+            with _progress_bar() as bar:
+                v = run_validate(
+                    prediction,
+                    full_run=full_run,
+                    trace=trace,
+                    out_dir=out,
+                    progress=_callback(bar, "full-scale run"),
+                )
+        else:  # nothing to run: no progress bar
+            v = run_validate(prediction, full_run=full_run, trace=trace, out_dir=out)
     d = v.to_dict()
     if as_json:
         echo_json(d)
