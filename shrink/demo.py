@@ -115,6 +115,7 @@ def run_demo(out: Path, *, plan: AutoPlan | None = None, quick: bool = False) ->
     work = out / "work"
     work.mkdir(exist_ok=True)
     console.rule("[bold]1. The bundled Support-like workload")
+    _check_quiet(console)
     trace_path, docroot = _synth(work, console)
     plan = plan or AutoPlan(warmup=2.0, duration=5.0, reps=2, max_levels=8)
     if quick:
@@ -158,6 +159,27 @@ def run_demo(out: Path, *, plan: AutoPlan | None = None, quick: bool = False) ->
     console.rule("[bold]Done")
     console.print_json(json.dumps(summary))
     return summary
+
+
+def _check_quiet(console: Console, seconds: float = 1.0) -> dict[int, float]:
+    """Warn when the machine is busy before the runs start (their accuracy needs it idle).
+
+    A CPU-time share is hurt more than the whole core by other work on its CPU:
+    whatever runs in the quota's gaps evicts the server's caches.
+    """
+    from shrink.replay.live import cpu_times, utilization
+
+    before = cpu_times()
+    time.sleep(seconds)
+    busy = utilization(before, cpu_times(), sorted(before))
+    hot = {c: u for c, u in busy.items() if u > 0.10}
+    if hot:
+        console.print(
+            "[yellow]warning:[/] CPUs already busy before the demo starts: "
+            + ", ".join(f"CPU {c} {100 * u:.0f}%" for c, u in sorted(hot.items()))
+            + ". Other work skews the measurements (the report's self-checks show how much)."
+        )
+    return busy
 
 
 def _printer(console: Console, title: str):
