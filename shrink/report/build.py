@@ -163,6 +163,23 @@ def write_report(
     sure = prediction.get("confidence_summary")
     if sure:
         doc.p(sure)
+    if validation is not None:
+        errs = [
+            f"{_STAT_NAME.get(s, s)} {100 * e:+.1f}%"
+            for s, e in validation.mat_error.items()
+            if e is not None and math.isfinite(e)
+        ]
+        if errs:
+            doc.p(
+                "Checked against a full-scale run of the whole trace: the predicted MATs "
+                f"were off by {', '.join(errs)} (details under Validation)."
+            )
+    other = (prediction.get("self_checks") or {}).get("max_other_cpu")
+    if other is not None and other > 0.10:
+        doc.note(
+            f"Caution: other work took up to {100 * other:.0f}% of a CPU on the share's CPUs "
+            "while it was measured; see the self-checks."
+        )
 
     # 2. Curves.
     doc.h(1, "Latency against load")
