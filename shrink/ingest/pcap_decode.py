@@ -96,7 +96,7 @@ def _link(word: Words, recs: RawRecords, end: np.ndarray) -> tuple[np.ndarray, n
 
 
 def _fragments(
-    word: Words, buf: object, at: dict[str, np.ndarray], skipped: Counter[str]
+    word: Words, buf: np.ndarray, at: dict[str, np.ndarray], skipped: Counter[str]
 ) -> list[Fragment]:
     """The IP fragments described by ``at`` (per row: packet number, time, IP header
     offsets and words, as :func:`_general` has them), for
@@ -123,7 +123,7 @@ def _fragments(
     src, dst = ip_addresses(word, l3[ok], v4[ok], w1[ok])
     size = ip_end[ok] - start[ok]
     cap = np.clip(np.minimum(ip_end[ok], end[ok]) - start[ok], 0, None)
-    mv = memoryview(buf).cast("B")  # type: ignore[arg-type]
+    mv = memoryview(buf).cast("B")
     pkt, ts = at["pkt"][ok].tolist(), at["ts"][ok].tolist()
     out = []
     for i, k in enumerate(ok.tolist()):
@@ -306,8 +306,8 @@ def _subset(recs: RawRecords, rows: np.ndarray) -> RawRecords:
 
 
 def _with_datagrams(
-    data: object, cols: dict[str, np.ndarray], frags: list[Fragment], skipped: Counter[str]
-) -> tuple[object, dict[str, np.ndarray], np.ndarray]:
+    data: np.ndarray, cols: dict[str, np.ndarray], frags: list[Fragment], skipped: Counter[str]
+) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
     """(buffer, columns, packet numbers used) with the reassembled TCP datagrams added.
 
     Their payloads do not lie in the file, so they go after it in a new buffer
@@ -319,7 +319,7 @@ def _with_datagrams(
     if not res.segments:
         return data, cols, used
     pkt, ts, src, dst, sport, dport, seq, flags, payload, wlen = zip(*res.segments, strict=True)
-    base = len(data)  # type: ignore[arg-type]
+    base = len(data)
     cap = np.array([len(p) for p in payload], dtype=np.int64)
     extra = {
         "idx": np.array(pkt, dtype=np.int64) - 1,
@@ -337,7 +337,7 @@ def _with_datagrams(
     order = np.argsort(np.concatenate([cols["idx"], extra["idx"]]), kind="stable")
     cols = {k: np.concatenate([cols[k], extra[k]])[order] for k in cols}
     joined = np.concatenate(
-        [np.frombuffer(data, dtype=np.uint8), np.frombuffer(b"".join(payload), dtype=np.uint8)]  # type: ignore[call-overload]
+        [np.frombuffer(data, dtype=np.uint8), np.frombuffer(b"".join(payload), dtype=np.uint8)]
     )
     return joined, cols, used
 
@@ -375,7 +375,7 @@ def decode_records(recs: RawRecords) -> Segments:
     dropped[idx] = False
     dropped[used - 1] = False
     return Segments(
-        buf=data,  # type: ignore[arg-type]
+        buf=data,  # the file's bytes (numpy), as Streams takes any buffer
         pkt=idx + 1,
         ts=cols["ts"],
         src=cols["src"],

@@ -37,7 +37,7 @@ class Segments:
     the wire (from the IP length), so snaplen-cut payload can be accounted for.
     """
 
-    buf: bytes
+    buf: bytes | np.ndarray  # joined payloads (scapy), or the file's bytes as numpy (fast)
     pkt: np.ndarray  # 1-based packet (frame) number
     ts: np.ndarray  # int64 ns
     src: np.ndarray  # (n, 16) uint8
