@@ -1,0 +1,98 @@
+"""The demo's accuracy over repeated runs: predicted MAT / measured MAT (full-scale run).
+
+    python bench/bench_demo.py --runs 3              # run the demo 3 times (about 6 min each)
+    python bench/bench_demo.py --summarize demo-out  # tabulate demo outputs already made
+
+Each run is the whole demo (``shrink.demo.run_demo``): predict one core from a 25%
+CPU-time share with 25% of the sessions, full-scale runs paired with the scaled
+ones, then validation. The reference is the full-scale run measured in the same
+run; the ratio printed is predicted / measured MAT. "other CPU" is the most that
+anything but the server took of the share's CPU in one window (the report's
+self-check): a CPU-time share is exposed to it, the whole core much less.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def summarize(out: Path, seconds: float | None = None) -> dict[str, Any]:
+    pred = json.loads((out / "prediction.json").read_text())
+    val = json.loads((out / "validation.json").read_text())
+    checks = pred.get("self_checks", {})
+    row: dict[str, Any] = {"dir": str(out), "seconds": seconds}
+    for stat, m in val["mats"].items():
+        row[f"{stat}_predicted"] = m["predicted"]
+        row[f"{stat}_measured"] = m["measured"]
+        row[f"{stat}_ratio"] = m["predicted"] / m["measured"] if m["measured"] else None
+        row[f"{stat}_status"] = f"{m['predicted_status']}/{m['measured_status']}"
+    row["paired"] = bool((val.get("meta") or {}).get("paired"))
+    row["max_other_cpu"] = checks.get("max_other_cpu")
+    row["generator_kept_up"] = checks.get("generator_kept_up")
+    return row
+
+
+def _fmt(row: dict[str, Any]) -> str:
+    other = row.get("max_other_cpu")
+    secs = row.get("seconds")
+    cells = [
+        row["dir"],
+        "-" if secs is None else f"{secs / 60:.1f} min",
+        *(
+            f"{row[f'{s}_predicted']:,.0f} / {row[f'{s}_measured']:,.0f} = "
+            f"{row[f'{s}_ratio']:.3f} ({row[f'{s}_status']})"
+            for s in ("mean", "p999")
+            if f"{s}_ratio" in row and row[f"{s}_ratio"] is not None
+        ),
+        "-" if other is None else f"{100 * other:.0f}%",
+        "paired" if row["paired"] else "sequential",
+        "yes" if row["generator_kept_up"] else "no",
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+HEADER = (
+    "| run | wall | mean MAT predicted / measured = ratio | p99.9 MAT predicted / measured "
+    "= ratio | other CPU on share | full run | generator kept up |\n"
+    "|---|---|---|---|---|---|---|"
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=Path("bench-demo-out"))
+    ap.add_argument("--summarize", type=Path, nargs="*", help="demo output dirs to tabulate")
+    args = ap.parse_args(argv)
+    rows = []
+    if args.summarize:
+        rows = [summarize(d) for d in args.summarize]
+    else:
+        from shrink.demo import run_demo
+
+        for i in range(args.runs):
+            out = args.out / f"run-{i}"
+            t0 = time.monotonic()
+            run_demo(out)
+            rows.append(summarize(out, time.monotonic() - t0))
+    print(HEADER)
+    for row in rows:
+        print(_fmt(row))
+    ratios = [r["mean_ratio"] for r in rows if r.get("mean_ratio")]
+    if len(ratios) > 1:
+        errs = [abs(x - 1) for x in ratios]
+        print(
+            f"\nmean-threshold MAT: |error| median {100 * statistics.median(errs):.1f}%, "
+            f"max {100 * max(errs):.1f}% over {len(ratios)} runs"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
