@@ -12,6 +12,7 @@ import struct
 import numpy as np
 import pytest
 
+from shrink.ingest import pcap_walk
 from shrink.ingest.pcap_walk import walk_chain, walk_plain
 
 LIMIT = 262_144
@@ -35,8 +36,16 @@ def _both(data: bytes, endian: str = "<") -> None:
     assert fast.tolist() == plain
 
 
+@pytest.fixture(params=["as-shipped", "many-blocks"])
+def blocks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The walk as shipped, and cut into many short blocks (many guesses, many joins)."""
+    if request.param == "many-blocks":
+        monkeypatch.setattr(pcap_walk, "_PER_BLOCK", 40)
+        monkeypatch.setattr(pcap_walk, "_FEW", 2)
+
+
 @pytest.mark.parametrize("seed", range(6))
-def test_walk_matches_the_plain_loop(seed: int) -> None:
+def test_walk_matches_the_plain_loop(seed: int, blocks: None) -> None:
     rng = np.random.default_rng(seed)
     # Record sizes as in web traffic: ACKs, full segments, odd lengths, a few jumbo ones.
     sizes = rng.choice(
@@ -56,7 +65,7 @@ def test_walk_matches_the_plain_loop(seed: int) -> None:
     _both(bad)
 
 
-def test_walk_big_endian_and_small_files() -> None:
+def test_walk_big_endian_and_small_files(blocks: None) -> None:
     _both(_pcap([1514, 60] * 1500, endian=">"), ">")
     _both(_pcap([100] * 20))
     _both(_pcap([]))

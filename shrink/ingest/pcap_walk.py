@@ -25,6 +25,12 @@ __all__ = ["FRAME", "HEADER", "gather", "header_dtype", "walk_chain", "walk_plai
 
 HEADER = 16  # bytes of a classic pcap record header
 _DEPTH = 3  # chained sane headers a block start must have
+# Below this many chains a numpy step (~10 us) costs more than a plain step a chain.
+_FEW = 16
+# Each record of the longest block costs a numpy step over all blocks, and each
+# block a window of positions tried and a Python step to join it: about a
+# thousand records a block was fastest on a 200,000-packet web capture.
+_PER_BLOCK = 1000
 
 
 def header_dtype(endian: str) -> np.dtype:
@@ -121,12 +127,12 @@ def walk_chain(
         offs, stop = walk_plain(data, n, endian, limit)
         return np.asarray(offs, dtype=np.int64), stop
     avg = max((head[-1] - head[0]) // (len(head) - 1), HEADER)
-    # Each record of the longest block costs a numpy step over all blocks, and each
-    # block a window of positions tried and a Python step to join it: about a
-    # thousand records a block was fastest on a 200,000-packet web capture.
-    blocks = int(np.clip(n // (avg * 1000), 1, 8192))
+    blocks = int(np.clip(n // (avg * _PER_BLOCK), 1, 8192))
     starts = np.r_[24, _starts(data, n, endian, limit, tick, blocks, min(4 * avg + 256, 16384))]
     nchain = starts.size
+    if nchain < _FEW:  # too few blocks for numpy steps to beat plain ones
+        offs, stop = walk_plain(data, n, endian, limit)
+        return np.asarray(offs, dtype=np.int64), stop
     target = np.r_[starts[1:], n]
     last = n - 12  # the captured length is at offset + 8; clamped reads fail the tests
     incl_at = np.ndarray((n - 11,), dtype=endian + "u4", buffer=data, strides=(1,))[8:]
@@ -140,7 +146,7 @@ def walk_chain(
     tgt = target.copy()
     found: list[np.ndarray] = []
     end = np.full(nchain, -1, dtype=np.int64)  # where each chain stopped
-    while live.size >= 16 or (live.size and nchain < 16):
+    while live.size >= _FEW:
         incl = incl_at[np.minimum(p, last)]
         nxt = p + HEADER + incl
         good = (incl <= limit) & (nxt <= n)
