@@ -76,8 +76,8 @@ def _starts(
     """A likely record start in each block but the first (where one is found), sorted.
 
     The windows of all blocks are read as one 2-D strided view, so the first
-    test (a captured length within the limit) runs over contiguous bytes without
-    a gather; the few positions that pass must then chain _DEPTH sane headers.
+    tests (time and captured length) run over contiguous bytes without a
+    gather; the few positions that pass must then chain _DEPTH sane headers.
     """
     size = n // blocks
     base = np.arange(1, blocks, dtype=np.int64) * size
@@ -91,12 +91,15 @@ def _starts(
             u4[int(base[0]) + k :], shape=(base.size, window), strides=(size, 1)
         )
 
-    # One pass of one test over the windows; in payload it rarely passes, so the
-    # rest are tested on the survivors only.
-    bi, wi = np.nonzero(field(8) <= limit)
-    at = base[bi] + wi
     view = np.ndarray((n - HEADER + 1,), dtype=header_dtype(endian), buffer=data, strides=(1,))
     sec0 = int(view[24]["sec"])
+    # Two tests over the windows, in 32-bit arithmetic: a sane captured length, and
+    # seconds within 2**24 of the first record's (zero-filled payload, which passes
+    # any length test, fails this one). Payload rarely passes both, so the rest is
+    # tested on the survivors only.
+    near = (field(0) - np.uint32((sec0 - (1 << 24)) % (1 << 32))) < np.uint32(1 << 25)
+    bi, wi = np.nonzero(near & (field(8) <= limit))
+    at = base[bi] + wi
     good = np.ones(at.size, dtype=bool)
     p = at
     for _ in range(_DEPTH):
