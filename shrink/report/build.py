@@ -237,6 +237,15 @@ def write_report(
             "Response-time distribution of static and dynamic requests near 80% "
             "utilization of the server.",
         )
+        if (prediction.get("share") or {}).get("kind") == "cpu_time":
+            doc.p(
+                "On a CPU-time share the server runs at full speed until its quota is spent, "
+                "then not at all until the next period. A short (static) request either "
+                "finishes at full speed or waits for the next period, so its predicted "
+                "distribution splits in two where a slower server's would not; long "
+                "(dynamic) requests span many periods and are predicted better. The MATs "
+                "rest on the mean and p99.9, which the long requests dominate here."
+            )
 
     # 3. Validation.
     if validation is not None:
