@@ -243,7 +243,7 @@ def write_report(
                 "then not at all until the next period. A short (static) request either "
                 "finishes at full speed or waits for the next period, so its predicted "
                 "distribution splits in two where a slower server's would not; long "
-                "(dynamic) requests span many periods and are predicted better. The MATs "
+                "(dynamic) requests span many periods and come closer to a slower server. The MATs "
                 "rest on the mean and p99.9, which the long requests dominate here."
             )
 
