@@ -12,7 +12,12 @@ chain of block ``i - 1`` lands exactly on its start, so by induction from the
 file header every record used lies on the one true chain. A chain that
 overshoots a (wrongly guessed) start is followed on with a plain loop until it
 lands on a later block's start. The result is exactly what the plain loop
-gives, which :func:`walk_plain` is kept for (and tested against).
+gives, which :func:`walk_plain` is kept for (and tested against); small files
+(under 1 MB, or fewer than 16 blocks) are walked with it directly.
+
+:func:`gather` then reads each record's header and the first bytes of its
+frame (:data:`FRAME` names the fields the decoder's fast lane uses) in one
+pass, as the file is far larger than the cache.
 """
 
 from __future__ import annotations
