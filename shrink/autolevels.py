@@ -150,11 +150,15 @@ def auto_sweep(
             step += 1
             if got is not None and plan.retry_behind and _behind(got):
                 # One hiccup (a scheduling stall of the generator) should not end a sweep:
-                # run the level again; a generator that really cannot keep up fails twice.
+                # run the level again and keep every repetition (those that fell behind
+                # are left out of the statistics); a generator that really cannot keep
+                # up fails twice.
                 retried.append(level)
-                got = _run_level(
+                again = _run_level(
                     target, trace, level, knob, plan, seed + 1000 * step + 500, companion
                 )
+                if again is not None:
+                    got = (_merge(got[0], again[0]), _merge(got[1], again[1]))
             if got is None:
                 too_short.append(level)
                 return None
@@ -224,14 +228,22 @@ def auto_sweep(
     while budget > 0:
         curve = _curve(levels, knob, target, trace, alpha)
         gaps = _gaps(curve, thresholds, plan)
+        above = _above(levels, curve, thresholds)
         if companion is not None:
             c_curve = _curve(companion.levels, knob, companion.target, companion.trace, 1.0)
             gaps += _gaps(c_curve, companion.thresholds, plan)
-        if not gaps:
+            above = above or _above(companion.levels, c_curve, companion.thresholds)
+        if gaps:
+            gaps.sort(reverse=True)
+            nxt, what = gaps[0][1], "refine"
+        elif above is not None:
+            # A threshold is not crossed among the usable levels, though the search went
+            # past it (the levels over it were all excluded): measure in between again.
+            nxt, what = above, "re-measure"
+        else:
             break
-        gaps.sort(reverse=True)
         budget -= 1
-        if run(gaps[0][1], "refine") is None:
+        if run(nxt, what) is None:
             break
     if progress is not None:
         progress("done", plan.max_levels, plan.max_levels)
@@ -280,8 +292,41 @@ def _gaps(
     return gaps
 
 
+def _above(
+    levels: dict[float, Level], curve: LoadCurve, thresholds: Mapping[str, float]
+) -> float | None:
+    """A level to measure when a statistic is not reached but excluded levels lie above.
+
+    Midway between the highest usable level and the lowest excluded one above it,
+    or None when nothing needs it.
+    """
+    usable = [lv.level for lv in curve.usable()]
+    if not usable:
+        return None
+    top = max(usable)
+    excluded = [lv for lv in levels if lv > top and levels[lv].generator_behind]
+    if not excluded or any(_generator_saturated(levels[lv]) for lv in excluded):
+        return None
+    for stat, limit in thresholds.items():
+        try:
+            status = mat(curve, stat, limit).status
+        except MeasurementError:
+            continue
+        if status == "not_reached":
+            mid = float(round((top + min(excluded)) / 2, 6))
+            return None if mid in levels else mid
+    return None
+
+
 def _behind(got: tuple[Level, Level | None]) -> bool:
-    return got[0].generator_behind or (got[1] is not None and got[1].generator_behind)
+    """Any repetition, on either side, fell behind its schedule."""
+    return got[0].reps_behind > 0 or (got[1] is not None and got[1].reps_behind > 0)
+
+
+def _merge(a: Level | None, b: Level | None) -> Level | None:
+    if a is None or b is None:
+        return a or b
+    return Level(a.level, [*a.reps, *b.reps])
 
 
 def last_level(levels: dict[float, Level]) -> float:

@@ -116,8 +116,24 @@ class Level:
     level: float
     reps: list[LevelStats]
 
+    @property
+    def kept(self) -> list[LevelStats]:
+        """The repetitions whose generator kept to its schedule (all, when none did).
+
+        A repetition where the generator fell behind did not put the intended load on
+        the server (on a VM, a stall of the generator's CPU does this): it is left out
+        of the level's statistics, and the level is left out of MATs only when no
+        repetition kept up.
+        """
+        ok = [r for r in self.reps if not r.generator_behind]
+        return ok or list(self.reps)
+
+    @property
+    def reps_behind(self) -> int:
+        return sum(r.generator_behind for r in self.reps)
+
     def values(self, stat: str, cls: str | None = None) -> np.ndarray:
-        return np.array([r.get(stat, cls) for r in self.reps if _has(r, cls)], dtype=np.float64)
+        return np.array([r.get(stat, cls) for r in self.kept if _has(r, cls)], dtype=np.float64)
 
     def stat(
         self, stat: str, cls: str | None = None, conf: float = 0.95
@@ -142,11 +158,12 @@ class Level:
 
     @property
     def generator_behind(self) -> bool:
-        return any(r.generator_behind for r in self.reps)
+        """No repetition kept up: the level measured nothing usable."""
+        return all(r.generator_behind for r in self.reps) if self.reps else False
 
     @property
     def utilization(self) -> float | None:
-        u = [r.utilization for r in self.reps if r.utilization is not None]
+        u = [r.utilization for r in self.kept if r.utilization is not None]
         return float(np.mean(u)) if u else None
 
 

@@ -150,6 +150,7 @@ class PredictionResult:
 
 def _self_checks(curve: LoadCurve) -> dict[str, Any]:
     behind = [lv.level for lv in curve.levels if lv.generator_behind]
+    reps_out = sum(lv.reps_behind for lv in curve.levels if not lv.generator_behind)
     utils = [min(1.0, lv.utilization) for lv in curve.usable() if lv.utilization is not None]
     umax = max(utils) if utils else None
     others = [r.other_cpu for lv in curve.usable() for r in lv.reps if r.other_cpu is not None]
@@ -157,6 +158,7 @@ def _self_checks(curve: LoadCurve) -> dict[str, Any]:
         "max_other_cpu": max(others) if others else None,
         "generator_kept_up": not behind,
         "levels_behind": behind,
+        "repetitions_excluded": reps_out,
         "max_utilization": umax,
         "utilization_reached": bool(umax is not None and umax >= 0.85),
         "usable_levels": len(curve.usable()),

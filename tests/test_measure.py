@@ -147,3 +147,92 @@ def test_share_utilization_reports_other_work_on_the_share_cpus():
     st = level_stats(res)
     assert st.other_cpu == pytest.approx(0.35)
     assert st.utilization == pytest.approx(0.80)  # 0.20 CPU of a 0.25 share
+
+
+def test_a_repetition_that_fell_behind_is_left_out_not_the_level():
+    from dataclasses import replace
+
+    from shrink.loadcurve import Level
+
+    trace = _open_trace(200.0, 60.0)
+    ok = [level_stats_of(FakeTarget(), trace, seed) for seed in (1, 2)]
+    stalled = replace(ok[0], generator_behind=True, overall=ok[0].overall)
+    stalled = replace(stalled, throughput=1.0)  # what a stalled run looks like
+    lv = Level(1.0, [ok[0], stalled, ok[1]])
+    assert not lv.generator_behind and lv.reps_behind == 1
+    assert lv.throughput == pytest.approx((ok[0].throughput + ok[1].throughput) / 2)
+    assert Level(1.0, [stalled]).generator_behind
+
+
+def level_stats_of(target, trace, seed):
+    from shrink.measure import level_stats
+
+    return level_stats(target.run(trace, rate_factor=1.0, warmup=1.0, duration=10.0, seed=seed))
+
+
+class _Stalling:
+    """FakeTarget whose runs number ``stall`` report a generator stall (2 ms lag, idle CPU)."""
+
+    def __init__(self, stall: set[int]):
+        self.inner = FakeTarget(servers=1, demand={"static": 0.001})
+        self.stall = stall
+        self.calls = 0
+
+    def describe(self):
+        return self.inner.describe()
+
+    def run(self, trace, **kw):
+        from dataclasses import replace
+
+        res = self.inner.run(trace, **kw)
+        if self.calls in self.stall:
+            res.generator = replace(res.generator, behind=True, send_lag_p99=0.002, cpu=0.02)
+        self.calls += 1
+        return res
+
+
+def test_stalls_are_rerun_and_merged_and_the_knee_still_found():
+    from shrink.autolevels import AutoPlan, auto_sweep
+
+    trace = _open_trace(100.0, 200.0)
+    plan = AutoPlan(warmup=1, duration=10, reps=2, max_levels=10)
+    clean = auto_sweep(
+        FakeTarget(servers=1, demand={"static": 0.001}), trace, {"mean": 0.005}, plan=plan, seed=3
+    )
+    # Stall one repetition of several levels (calls 0-1 are the warm run and the probe).
+    target = _Stalling({3, 6, 8, 11})
+    curve = auto_sweep(target, trace, {"mean": 0.005}, plan=plan, seed=3)
+    assert curve.meta["levels_rerun_generator_behind"]
+    merged = [lv for lv in curve.levels if len(lv.reps) == 4]
+    assert merged and all(not lv.generator_behind for lv in merged)
+    res, ref = mat(curve, "mean", 0.005), mat(clean, "mean", 0.005)
+    assert res.status == "ok"
+    assert res.mat == pytest.approx(ref.mat, rel=0.08)
+
+
+def test_a_threshold_hidden_behind_excluded_levels_gets_a_level_in_between():
+    from dataclasses import replace
+
+    from shrink.autolevels import _above
+    from shrink.loadcurve import Level, LoadCurve
+
+    trace = _open_trace(100.0, 60.0)
+    target = FakeTarget(servers=1, demand={"static": 0.001})
+    runs = {f: level_stats_of_factor(target, trace, f) for f in (2.0, 4.0, 9.5)}
+    stalled = replace(runs[9.5], generator_behind=True, generator_cpu=0.02)
+    levels = {
+        2.0: Level(2.0, [runs[2.0]]),
+        4.0: Level(4.0, [runs[4.0]]),
+        9.5: Level(9.5, [stalled]),
+    }
+    curve = LoadCurve(levels=list(levels.values()))
+    assert _above(levels, curve, {"mean": 0.005}) == pytest.approx(6.75)
+    # Nothing to do once the threshold is crossed among usable levels.
+    levels[9.5] = Level(9.5, [runs[9.5]])
+    assert _above(levels, LoadCurve(levels=list(levels.values())), {"mean": 0.005}) is None
+
+
+def level_stats_of_factor(target, trace, factor):
+    from shrink.measure import level_stats
+
+    return level_stats(target.run(trace, rate_factor=factor, warmup=1.0, duration=10.0, seed=1))

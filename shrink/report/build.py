@@ -116,14 +116,21 @@ def _level_table(curve: LoadCurve) -> tuple[list[str], list]:
         rows.append(
             [
                 f"{lv.level:.4g}",
-                _rate(float(np.mean([r.offered for r in lv.reps]))),
+                _rate(float(np.mean([r.offered for r in lv.kept]))),
                 _rate(lv.throughput),
                 "-" if util is None else f"{100 * util:.0f}%",
                 _ms(lv.stat("mean")[0]),
                 _ms(lv.stat("p999")[0]),
-                str(sum(r.errors for r in lv.reps)),
+                str(sum(r.errors for r in lv.kept)),
                 _ms(max(lag)) if lag else "-",
-                "**fell behind: excluded**" if lv.generator_behind else "kept up",
+                "**fell behind: excluded**"
+                if lv.generator_behind
+                else (
+                    f"kept up in {len(lv.reps) - lv.reps_behind} of {len(lv.reps)} "
+                    "repetitions (the others excluded)"
+                    if lv.reps_behind
+                    else "kept up"
+                ),
             ]
         )
     return headers, rows
@@ -329,6 +336,12 @@ def write_report(
                 "**yes**"
                 if checks["generator_kept_up"]
                 else f"**no** - levels excluded: {checks.get('levels_behind')}"
+            )
+            + (
+                f" ({checks['repetitions_excluded']} repetition(s) where it fell behind "
+                "were left out)"
+                if checks.get("repetitions_excluded")
+                else ""
             )
         )
     if checks.get("max_utilization") is not None:
