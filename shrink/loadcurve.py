@@ -99,8 +99,10 @@ class LevelStats:
     generator_behind: bool = False
     send_lag_p99: float | None = None
     generator_cpu: float | None = None  # generator CPU seconds / wall seconds
-    # CPU (in CPUs) used on the share's CPUs by anything but the server's processes.
+    # CPU (in CPUs) used on the share's CPUs by anything but the server's processes,
+    # and the hypervisor's steal on them (a VM's host running something else).
     other_cpu: float | None = None
+    steal: float | None = None
 
     def get(self, stat: str, cls: str | None = None) -> float:
         if stat == "throughput":

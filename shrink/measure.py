@@ -88,6 +88,7 @@ def level_stats(result: RunResult) -> LevelStats:
         send_lag_p99=g.send_lag_p99,
         generator_cpu=g.cpu,
         other_cpu=(result.describe or {}).get("share_other_cpu"),
+        steal=(result.describe or {}).get("share_steal"),
     )
 
 

@@ -153,9 +153,11 @@ def _self_checks(curve: LoadCurve) -> dict[str, Any]:
     reps_out = sum(lv.reps_behind for lv in curve.levels if not lv.generator_behind)
     utils = [min(1.0, lv.utilization) for lv in curve.usable() if lv.utilization is not None]
     umax = max(utils) if utils else None
-    others = [r.other_cpu for lv in curve.usable() for r in lv.reps if r.other_cpu is not None]
+    others = [r.other_cpu for lv in curve.usable() for r in lv.kept if r.other_cpu is not None]
+    steal = [r.steal for lv in curve.usable() for r in lv.kept if r.steal is not None]
     return {
         "max_other_cpu": max(others) if others else None,
+        "max_steal": max(steal) if steal else None,
         "generator_kept_up": not behind,
         "levels_behind": behind,
         "repetitions_excluded": reps_out,
@@ -340,6 +342,7 @@ def predict(
     if full_curve is not None:
         prediction["full_run"] = {
             "paired": True,
+            "self_checks": _self_checks(full_curve),
             "curve": "full-curve.json",
             "note": (
                 "The whole trace was also run on the full target, each repetition right "

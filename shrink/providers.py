@@ -54,7 +54,8 @@ class _ShareUtilization:
             # server's context, other processes): a CPU-time share is exposed to it, since
             # what runs in the quota's gaps evicts the server's caches.
             busy = sum(res.per_cpu_utilization.values())
-            res.describe["share_other_cpu"] = max(0.0, busy - float(server_cpu))
+            steal = float(res.describe.get("share_steal") or 0.0)
+            res.describe["share_other_cpu"] = max(0.0, busy - steal - float(server_cpu))
         if server_cpu is not None:
             res.describe["cpu_utilization_raw"] = res.utilization
             res.utilization = float(server_cpu) / self.n_cpus

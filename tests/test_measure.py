@@ -135,17 +135,19 @@ def test_share_utilization_reports_other_work_on_the_share_cpus():
 
         def run(self, trace, **kw):
             res = FakeTarget().run(trace, **kw)
-            # CPU 1 was busy 55% of the time; the server's processes used 0.20 CPU of it.
+            # CPU 1 was busy 55% of the time (5% of it stolen by the host); the server's
+            # processes used 0.20 CPU of it.
             res.per_cpu_utilization = {1: 0.55}
             res.utilization = 0.55
-            res.describe = {"server_cpu": 0.20}
+            res.describe = {"server_cpu": 0.20, "share_steal": 0.05}
             return res
 
     res = _ShareUtilization(Inner(), 0.25, 1).run(
         _open_trace(50.0, 20.0), rate_factor=1.0, warmup=1.0, duration=5.0, seed=0
     )
     st = level_stats(res)
-    assert st.other_cpu == pytest.approx(0.35)
+    assert st.other_cpu == pytest.approx(0.30)
+    assert st.steal == pytest.approx(0.05)
     assert st.utilization == pytest.approx(0.80)  # 0.20 CPU of a 0.25 share
 
 

@@ -82,6 +82,23 @@ def utilization(
     return out
 
 
+def steal_times() -> dict[int, tuple[int, int]]:
+    """Per CPU: (steal ticks, total ticks) from /proc/stat.
+
+    Steal is time the hypervisor ran something else while this CPU wanted to run;
+    /proc/stat counts it as busy. A busy CPU loses more of it than a mostly idle one.
+    """
+    out: dict[int, tuple[int, int]] = {}
+    with open("/proc/stat", encoding="ascii") as fh:
+        for line in fh:
+            if not line.startswith("cpu") or line.startswith("cpu "):
+                continue
+            name, *vals = line.split()
+            v = [int(x) for x in vals[:8]]
+            out[int(name[3:])] = (v[7] if len(v) > 7 else 0, sum(v))
+    return out
+
+
 def _pids_cpu(pids: list[int]) -> float:
     total = 0.0
     for pid in pids:
@@ -100,6 +117,7 @@ class _WindowSampler(threading.Thread):
         self.pids = pids
         self.snaps: list[dict[int, tuple[int, int]]] = []
         self.server_cpu: list[float] = []
+        self.steal: list[dict[int, tuple[int, int]]] = []
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -112,6 +130,7 @@ class _WindowSampler(threading.Thread):
             if self.stop.is_set():
                 return
             self.snaps.append(cpu_times())
+            self.steal.append(steal_times())
             self.server_cpu.append(_pids_cpu(self.pids))
 
 
@@ -338,6 +357,11 @@ class LiveTarget:
             # The server's own processes' CPU over the window, in cores: on a shared
             # machine /proc/stat also counts other work that ran on the share's CPUs.
             desc["server_cpu"] = (sampler.server_cpu[1] - sampler.server_cpu[0]) / duration
+        if sampler is not None and len(sampler.steal) == 2:
+            # Steal on the share's CPUs, in CPUs (already inside the busy fractions).
+            desc["share_steal"] = sum(
+                utilization(sampler.steal[0], sampler.steal[1], self.share_cpus).values()
+            )
         if alive and not all(alive.values()):
             desc["dead_pids"] = [p for p, ok in alive.items() if not ok]
         return RunResult(log, window, check, util, per_cpu, desc)

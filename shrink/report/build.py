@@ -367,6 +367,18 @@ def write_report(
                 else " (quiet)."
             )
         )
+    full_checks = (prediction.get("full_run") or {}).get("self_checks") or {}
+    steals = [
+        f"{100 * float(c['max_steal']):.0f}% {what}"
+        for c, what in ((checks, "during the scaled runs"), (full_checks, "during the full runs"))
+        if c.get("max_steal") is not None
+    ]
+    if steals:
+        items.append(
+            "Steal time on the server's CPUs (the VM's host running something else), worst "
+            f"window: {', '.join(steals)}. A busy core loses more to it than a mostly idle "
+            "CPU-time share does, so steal during the full runs makes the share look faster."
+        )
     if checks.get("generator_capacity_note"):
         items.append(checks["generator_capacity_note"])
     if items:
