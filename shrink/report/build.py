@@ -376,8 +376,8 @@ def write_report(
     if steals:
         items.append(
             "Steal time on the server's CPUs (the VM's host running something else), worst "
-            f"window: {', '.join(steals)}. A busy core loses more to it than a mostly idle "
-            "CPU-time share does, so steal during the full runs makes the share look faster."
+            f"window: {', '.join(steals)}. It slows whichever runs it hits, and pairing "
+            "cannot cancel what hits one side only."
         )
     if checks.get("generator_capacity_note"):
         items.append(checks["generator_capacity_note"])
