@@ -55,18 +55,22 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def cpu_times() -> dict[int, tuple[int, int]]:
-    """Per CPU (busy, total) jiffies from /proc/stat; idle and iowait count as not busy."""
-    out: dict[int, tuple[int, int]] = {}
+def _cpu_fields() -> dict[int, list[int]]:
+    """Per CPU: user nice system idle iowait irq softirq steal jiffies from /proc/stat."""
+    out: dict[int, list[int]] = {}
     with open("/proc/stat", encoding="ascii") as fh:
         for line in fh:
             if not line.startswith("cpu") or line.startswith("cpu "):
                 continue
             name, *vals = line.split()
-            v = [int(x) for x in vals[:8]]  # user nice system idle iowait irq softirq steal
-            total = sum(v)
-            out[int(name[3:])] = (total - v[3] - v[4], total)
+            v = [int(x) for x in vals[:8]]
+            out[int(name[3:])] = v + [0] * (8 - len(v))
     return out
+
+
+def cpu_times() -> dict[int, tuple[int, int]]:
+    """Per CPU (busy, total) jiffies from /proc/stat; idle and iowait count as not busy."""
+    return {c: (sum(v) - v[3] - v[4], sum(v)) for c, v in _cpu_fields().items()}
 
 
 def utilization(
@@ -83,20 +87,12 @@ def utilization(
 
 
 def steal_times() -> dict[int, tuple[int, int]]:
-    """Per CPU: (steal ticks, total ticks) from /proc/stat.
+    """Per CPU (steal, total) jiffies from /proc/stat, for :func:`utilization`.
 
     Steal is time the hypervisor ran something else while this CPU wanted to run;
-    /proc/stat counts it as busy. A busy CPU loses more of it than a mostly idle one.
+    /proc/stat counts it as busy.
     """
-    out: dict[int, tuple[int, int]] = {}
-    with open("/proc/stat", encoding="ascii") as fh:
-        for line in fh:
-            if not line.startswith("cpu") or line.startswith("cpu "):
-                continue
-            name, *vals = line.split()
-            v = [int(x) for x in vals[:8]]
-            out[int(name[3:])] = (v[7] if len(v) > 7 else 0, sum(v))
-    return out
+    return {c: (v[7], sum(v)) for c, v in _cpu_fields().items()}
 
 
 def _pids_cpu(pids: list[int]) -> float:
