@@ -197,11 +197,7 @@ def auto_sweep(
             if lv is None:  # the trace cannot fill a window this fast: no higher level can
                 break
             last = lv
-            c_lv = None if companion is None else companion.levels.get(lv.level)
-            if _generator_saturated(lv) or (
-                _all_over(lv, thresholds)
-                and (companion is None or c_lv is None or _all_over(c_lv, companion.thresholds))
-            ):
+            if _generator_saturated(lv) or _on_both(_all_over, lv, thresholds, companion):
                 break
             est = _capacity(lv, lvl) or est
     # Nothing crossed yet (no utilization, or it misled): step up geometrically.
@@ -211,13 +207,7 @@ def auto_sweep(
         budget > 0
         and last is not None
         and not _generator_saturated(last)
-        and not (
-            _any_over(last, thresholds)
-            and (
-                companion is None
-                or _any_over(companion.levels.get(last.level, last), companion.thresholds)
-            )
-        )
+        and not _on_both(_any_over, last, thresholds, companion)
     ):
         lv = run(last_level(levels) * growth, "search")
         budget -= 1
@@ -316,6 +306,19 @@ def _above(
             mid = float(round((top + min(excluded)) / 2, 6))
             return None if mid in levels else mid
     return None
+
+
+def _on_both(
+    over: Callable[[Level, Mapping[str, float]], bool],
+    level: Level,
+    thresholds: Mapping[str, float],
+    companion: Companion | None,
+) -> bool:
+    """``over`` holds for the level and, with a companion, for its twin at that level too."""
+    if not over(level, thresholds):
+        return False
+    twin = None if companion is None else companion.levels.get(level.level)
+    return twin is None or companion is None or over(twin, companion.thresholds)
 
 
 def _behind(got: tuple[Level, Level | None]) -> bool:

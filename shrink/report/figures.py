@@ -63,13 +63,11 @@ def latency_figure(
             else:
                 # The monotone fit the MAT is read from, in the order of the load levels
                 # (a noisy throughput can step back: the line then does too).
-                order = np.arange(int(ok.sum()))
-                xs = x[ok][order]
-                ax.plot(xs, isotonic(y[ok][order]), "-", lw=2, color=c, label=s.label)
+                ax.plot(x[ok], isotonic(y[ok]), "-", lw=2, color=c, label=s.label)
                 if stat in s.lo and stat in s.hi:
-                    lo = np.asarray(s.lo[stat], float)[ok][order] * 1e3
-                    hi = np.asarray(s.hi[stat], float)[ok][order] * 1e3
-                    ax.fill_between(xs, lo, hi, color=c, alpha=0.15, lw=0)
+                    lo = np.asarray(s.lo[stat], float) * 1e3
+                    hi = np.asarray(s.hi[stat], float) * 1e3
+                    ax.fill_between(x[ok], lo[ok], hi[ok], color=c, alpha=0.15, lw=0)
             if stat in s.mats:
                 m, mlo, mhi = s.mats[stat]
                 if np.isfinite(m):
