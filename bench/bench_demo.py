@@ -2,6 +2,7 @@
 
     python bench/bench_demo.py --runs 3              # run the demo 3 times (about 6 min each)
     python bench/bench_demo.py --summarize demo-out  # tabulate demo outputs already made
+    python bench/bench_demo.py --rethreshold DIR...  # their errors at other thresholds
 
 Each run is the whole demo (``shrink.demo.run_demo``): predict one core from a 25%
 CPU-time share with 25% of the sessions, full-scale runs paired with the scaled
@@ -38,6 +39,34 @@ def summarize(out: Path, seconds: float | None = None) -> dict[str, Any]:
     return row
 
 
+def rethreshold(dirs: list[Path]) -> None:
+    """Prediction error of each run at other thresholds, from the saved curves.
+
+    The sweeps placed their levels around the demo's own thresholds, so a crossing
+    far from them rests on sparse levels (marked *: a MAT not bracketed on one side).
+    """
+    from shrink.loadcurve import LoadCurve
+    from shrink.mat import mat
+    from shrink.scaling import shrink_scaled_curve
+
+    curves = [
+        (
+            shrink_scaled_curve(LoadCurve.read_json(d / "measured-curve.json")),
+            LoadCurve.read_json(d / "full-curve.json"),
+        )
+        for d in dirs
+    ]
+    grid = {"mean": (0.010, 0.015, 0.020, 0.030, 0.050), "p999": (0.3, 0.5, 1.0)}
+    for stat, limits in grid.items():
+        for limit in limits:
+            cells = []
+            for predicted, full in curves:
+                a, b = mat(predicted, stat, limit), mat(full, stat, limit)
+                flag = "" if a.status == b.status == "ok" else "*"
+                cells.append(f"{100 * (a.mat / b.mat - 1):+6.1f}%{flag}")
+            print(f"{stat} < {limit * 1e3:g} ms: " + " ".join(cells))
+
+
 def _fmt(row: dict[str, Any]) -> str:
     other = row.get("max_other_cpu")
     secs = row.get("seconds")
@@ -69,7 +98,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--out", type=Path, default=Path("bench-demo-out"))
     ap.add_argument("--summarize", type=Path, nargs="*", help="demo output dirs to tabulate")
+    ap.add_argument(
+        "--rethreshold",
+        type=Path,
+        nargs="*",
+        help="demo output dirs: recompute both MATs from their saved curves at other thresholds",
+    )
     args = ap.parse_args(argv)
+    if args.rethreshold:
+        rethreshold(args.rethreshold)
+        return 0
     rows = []
     if args.summarize:
         rows = [summarize(d) for d in args.summarize]
