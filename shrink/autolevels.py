@@ -44,9 +44,14 @@ class AutoPlan:
     duration: float = 8.0
     reps: int = 2
     probe_level: float | None = None  # knob value of the probe; default: 10% of the trace's rate
+    # Repetitions of the probe: it only estimates the capacity and gives the curve its
+    # light-load end, so one is often enough (None: ``reps``).
+    probe_reps: int | None = None
     coarse: tuple[float, ...] = (0.35, 0.6, 0.8, 0.9, 1.0, 1.1, 1.25)
     warm_run: bool = True  # a discarded run before the probe (cold caches, idle pools)
-    retry_behind: bool = True  # rerun once a level where the generator fell behind
+    # Rerun a level once when fewer than two of its repetitions (on either side of a
+    # pair) kept to the schedule: a median needs three, a mean two.
+    retry_behind: bool = True
     max_levels: int = 12
     min_duration: float = 3.0  # shortest measurement window a level may have
     refine_rel_width: float = 0.05  # stop refining when the bracket is this narrow (relative)
@@ -140,22 +145,22 @@ def auto_sweep(
     budget = plan.max_levels
     step = 0
 
-    def run(level: float, what: str) -> Level | None:
+    def run(level: float, what: str, lplan: AutoPlan = plan) -> Level | None:
         nonlocal step
         level = float(round(level, 6))
         if level not in levels:
             if progress is not None:
                 progress(f"{what}: {knob} {level:g}", step, plan.max_levels)
-            got = _run_level(target, trace, level, knob, plan, seed + 1000 * step, companion)
+            got = _run_level(target, trace, level, knob, lplan, seed + 1000 * step, companion)
             step += 1
-            if got is not None and plan.retry_behind and _behind(got):
+            if got is not None and plan.retry_behind and _behind(got, lplan.reps):
                 # One hiccup (a scheduling stall of the generator) should not end a sweep:
                 # run the level again and keep every repetition (those that fell behind
                 # are left out of the statistics); a generator that really cannot keep
                 # up fails twice.
                 retried.append(level)
                 again = _run_level(
-                    target, trace, level, knob, plan, seed + 1000 * step + 500, companion
+                    target, trace, level, knob, lplan, seed + 1000 * step + 500, companion
                 )
                 if again is not None:
                     got = (_merge(got[0], again[0]), _merge(got[1], again[1]))
@@ -173,7 +178,7 @@ def auto_sweep(
         if progress is not None:
             progress(f"warm-up run: {knob} {probe:g}", 0, plan.max_levels)
         _run_level(target, trace, probe, knob, replace(plan, reps=1), seed + 999_983, companion)
-    first = run(probe, "probe")
+    first = run(probe, "probe", replace(plan, reps=plan.probe_reps or plan.reps))
     budget -= 1
     if first is None:
         raise MeasurementError(
@@ -321,9 +326,14 @@ def _on_both(
     return twin is None or companion is None or over(twin, companion.thresholds)
 
 
-def _behind(got: tuple[Level, Level | None]) -> bool:
-    """Any repetition, on either side, fell behind its schedule."""
-    return got[0].reps_behind > 0 or (got[1] is not None and got[1].reps_behind > 0)
+def _behind(got: tuple[Level, Level | None], reps: int) -> bool:
+    """Too few repetitions, on either side, kept to their schedule.
+
+    Two kept repetitions make a level usable (with three, one disturbed repetition
+    is outvoted by the median); a level run once needs its one.
+    """
+    need = min(reps, 2)
+    return any(lv is not None and len(lv.reps) - lv.reps_behind < need for lv in got)
 
 
 def _merge(a: Level | None, b: Level | None) -> Level | None:

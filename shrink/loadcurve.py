@@ -140,19 +140,27 @@ class Level:
     def stat(
         self, stat: str, cls: str | None = None, conf: float = 0.95
     ) -> tuple[float, float, float]:
-        """(mean over repetitions, CI low, CI high); a t-interval, degenerate for one rep."""
+        """(centre over repetitions, CI low, CI high).
+
+        The centre is the median of the kept repetitions (their mean for one or two):
+        a repetition the host disturbed (a slow minute of a VM, a stall) moves a mean
+        of three by a third of its excess, and near the knee that is enough to move a
+        MAT by 20%; the median of three ignores it. The interval is the t-interval of
+        the repetitions' mean (degenerate for one), so it still widens with their spread.
+        """
         v = self.values(stat, cls)
         v = v[np.isfinite(v)]
         if v.size == 0:
             nan = float("nan")
             return nan, nan, nan
         m = float(v.mean())
+        centre = float(np.median(v))
         if v.size == 1:
             return m, m, m
         from scipy import stats as st
 
         half = float(st.t.ppf(0.5 + conf / 2, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size))
-        return m, m - half, m + half
+        return centre, min(centre, m - half), max(centre, m + half)
 
     @property
     def throughput(self) -> float:

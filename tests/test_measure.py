@@ -238,3 +238,39 @@ def level_stats_of_factor(target, trace, factor):
     from shrink.measure import level_stats
 
     return level_stats(target.run(trace, rate_factor=factor, warmup=1.0, duration=10.0, seed=1))
+
+
+def test_the_median_of_three_repetitions_outvotes_one_disturbed_window():
+    from dataclasses import replace
+
+    from shrink.loadcurve import Level
+
+    trace = _open_trace(200.0, 60.0)
+    a, b = (level_stats_of(FakeTarget(), trace, seed) for seed in (1, 2))
+    # A slow minute of the host: one window's mean latency five times the others'.
+    slow = replace(a, overall=replace(a.overall, mean=5 * max(a.overall.mean, b.overall.mean)))
+    three = Level(1.0, [a, slow, b])
+    centre, lo, hi = three.stat("mean")
+    assert centre == pytest.approx(max(a.overall.mean, b.overall.mean))
+    # The interval is still the mean's: it widens with the disturbed repetition.
+    assert lo <= centre <= hi and hi > slow.overall.mean / 2
+    # One or two repetitions: the centre is their mean, as before.
+    two = Level(1.0, [a, slow])
+    assert two.stat("mean")[0] == pytest.approx((a.overall.mean + slow.overall.mean) / 2)
+
+
+def test_with_three_repetitions_one_stall_is_not_rerun_two_are():
+    from shrink.autolevels import AutoPlan, auto_sweep
+
+    trace = _open_trace(100.0, 200.0)
+    plan = AutoPlan(warmup=1, duration=10, reps=3, probe_reps=1, max_levels=3, warm_run=False)
+    # Calls: 0 the probe (one repetition), 1-3 the first coarse level, 4-6 the next.
+    one = auto_sweep(_Stalling({2}), trace, {"mean": 0.005}, plan=plan, seed=3)
+    assert "levels_rerun_generator_behind" not in one.meta
+    assert [len(lv.reps) for lv in one.levels] == [1, 3, 3]
+    two = auto_sweep(_Stalling({2, 3}), trace, {"mean": 0.005}, plan=plan, seed=3)
+    assert len(two.meta["levels_rerun_generator_behind"]) == 1
+    assert sorted(len(lv.reps) for lv in two.levels) == [1, 3, 6]
+    # A probe run once is rerun when its one repetition stalled.
+    probe = auto_sweep(_Stalling({0}), trace, {"mean": 0.005}, plan=plan, seed=3)
+    assert len(probe.levels[0].reps) == 2 and not probe.levels[0].generator_behind
