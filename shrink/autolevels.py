@@ -24,7 +24,13 @@ from dataclasses import dataclass, field, replace
 from shrink.errors import MeasurementError
 from shrink.loadcurve import Level, LevelStats, LoadCurve
 from shrink.mat import mat
-from shrink.measure import level_stats, rate_factor_for, trace_span, window_for
+from shrink.measure import (
+    level_stats,
+    rate_factor_for,
+    stop_if_interrupted,
+    trace_span,
+    window_for,
+)
 from shrink.target import Target
 from shrink.trace import Trace
 
@@ -82,7 +88,9 @@ def _run_level(
     plan: AutoPlan,
     seed: int,
     companion: Companion | None = None,
+    first_rep: int = 0,
 ) -> tuple[Level, Level | None] | None:
+    """Run ``plan.reps`` repetitions (numbered from ``first_rep``) of one level."""
     factor = rate_factor_for(trace, level, knob)
     loops = bool(getattr(target, "loops_trace", False))
     shortest = min(plan.min_duration, plan.duration)
@@ -98,7 +106,7 @@ def _run_level(
             return None
         duration = min(duration, c_dur)
     reps, c_reps = [], []
-    for r in range(plan.reps):
+    for r in range(first_rep, first_rep + plan.reps):
         runs: list[tuple[Target, Trace, list[LevelStats]]] = [(target, trace, reps)]
         if companion is not None:
             pair = (companion.target, companion.trace, c_reps)
@@ -109,6 +117,7 @@ def _run_level(
             res = tgt.run(
                 tr, rate_factor=factor, warmup=plan.warmup, duration=duration, seed=seed + r
             )
+            stop_if_interrupted(res)
             out.append(level_stats(res))
     return Level(float(level), reps), (Level(float(level), c_reps) if c_reps else None)
 
@@ -153,17 +162,35 @@ def auto_sweep(
                 progress(f"{what}: {knob} {level:g}", step, plan.max_levels)
             got = _run_level(target, trace, level, knob, lplan, seed + 1000 * step, companion)
             step += 1
-            if got is not None and plan.retry_behind and _behind(got, lplan.reps):
-                # One hiccup (a scheduling stall of the generator) should not end a sweep:
-                # run the level again and keep every repetition (those that fell behind
-                # are left out of the statistics); a generator that really cannot keep
-                # up fails twice.
-                retried.append(level)
+            extra = 0
+            while (
+                got is not None
+                and plan.retry_behind
+                and extra < lplan.reps
+                and _behind(got, lplan.reps)
+                and not _generator_saturated(got[0])
+            ):
+                # One hiccup (a scheduling stall of the generator, a host that stole
+                # the CPU) should not end a sweep: run one more (paired) repetition
+                # until enough kept up, and keep every repetition (those that fell
+                # behind are left out of the statistics). A generator that really
+                # cannot keep up stops this at once or after ``reps`` more.
+                if not extra:
+                    retried.append(level)
                 again = _run_level(
-                    target, trace, level, knob, lplan, seed + 1000 * step + 500, companion
+                    target,
+                    trace,
+                    level,
+                    knob,
+                    replace(lplan, reps=1),
+                    seed + 1000 * step + 500,
+                    companion,
+                    first_rep=lplan.reps + extra,
                 )
-                if again is not None:
-                    got = (_merge(got[0], again[0]), _merge(got[1], again[1]))
+                extra += 1
+                if again is None:
+                    break
+                got = (_merge(got[0], again[0]), _merge(got[1], again[1]))
             if got is None:
                 too_short.append(level)
                 return None

@@ -20,7 +20,7 @@ from shrink.target import RunResult, Target
 from shrink.trace import Trace
 from shrink.validation import check_int, check_positive
 
-__all__ = ["level_stats", "rate_factor_for", "sweep"]
+__all__ = ["level_stats", "rate_factor_for", "stop_if_interrupted", "sweep"]
 
 CLASSES = ("static", "dynamic")
 
@@ -52,6 +52,18 @@ def window_for(
     if avail < min_duration:
         return None
     return min(duration, avail)
+
+
+def stop_if_interrupted(result: RunResult) -> None:
+    """Raise KeyboardInterrupt when the run was stopped by SIGINT/SIGTERM.
+
+    The replay engine catches those signals to close its run log cleanly and return
+    what it measured; a sweep must then stop too, not go on to the next run (a user's
+    Ctrl-C would otherwise stop one run of dozens). The run logs already written stay.
+    """
+    engine = (result.describe or {}).get("engine") or {}
+    if engine.get("interrupted"):
+        raise KeyboardInterrupt
 
 
 def level_stats(result: RunResult) -> LevelStats:
@@ -165,6 +177,7 @@ def sweep(
                 duration=window,
                 seed=seed + 1000 * i + r,
             )
+            stop_if_interrupted(res)
             desc = res.describe or desc
             stats.append(level_stats(res))
             step += 1

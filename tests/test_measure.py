@@ -205,7 +205,8 @@ def test_stalls_are_rerun_and_merged_and_the_knee_still_found():
     target = _Stalling({3, 6, 8, 11})
     curve = auto_sweep(target, trace, {"mean": 0.005}, plan=plan, seed=3)
     assert curve.meta["levels_rerun_generator_behind"]
-    merged = [lv for lv in curve.levels if len(lv.reps) == 4]
+    # One more repetition each, until two kept up.
+    merged = [lv for lv in curve.levels if len(lv.reps) == 3]
     assert merged and all(not lv.generator_behind for lv in merged)
     res, ref = mat(curve, "mean", 0.005), mat(clean, "mean", 0.005)
     assert res.status == "ok"
@@ -270,7 +271,43 @@ def test_with_three_repetitions_one_stall_is_not_rerun_two_are():
     assert [len(lv.reps) for lv in one.levels] == [1, 3, 3]
     two = auto_sweep(_Stalling({2, 3}), trace, {"mean": 0.005}, plan=plan, seed=3)
     assert len(two.meta["levels_rerun_generator_behind"]) == 1
-    assert sorted(len(lv.reps) for lv in two.levels) == [1, 3, 6]
+    # One more repetition makes two that kept up.
+    assert sorted(len(lv.reps) for lv in two.levels) == [1, 3, 4]
     # A probe run once is rerun when its one repetition stalled.
     probe = auto_sweep(_Stalling({0}), trace, {"mean": 0.005}, plan=plan, seed=3)
     assert len(probe.levels[0].reps) == 2 and not probe.levels[0].generator_behind
+
+
+class _Interrupted:
+    """FakeTarget whose run number ``at`` was stopped by a signal (the engine's flag)."""
+
+    def __init__(self, at: int):
+        self.inner = FakeTarget(servers=1, demand={"static": 0.001})
+        self.at = at
+        self.calls = 0
+
+    def describe(self):
+        return self.inner.describe()
+
+    def run(self, trace, **kw):
+        res = self.inner.run(trace, **kw)
+        if self.calls == self.at:
+            res.describe = {**(res.describe or {}), "engine": {"interrupted": True}}
+        self.calls += 1
+        return res
+
+
+@pytest.mark.parametrize("at", [0, 3])
+def test_a_signal_stops_the_whole_sweep_not_one_run(at):
+    from shrink.autolevels import AutoPlan, auto_sweep
+    from shrink.measure import sweep
+
+    trace = _open_trace(100.0, 200.0)
+    target = _Interrupted(at)
+    with pytest.raises(KeyboardInterrupt):
+        sweep(target, trace, [1.0, 2.0, 3.0], reps=2, warmup=1, duration=5)
+    assert target.calls == at + 1
+    target = _Interrupted(at)
+    with pytest.raises(KeyboardInterrupt):
+        auto_sweep(target, trace, {"mean": 0.005}, plan=AutoPlan(warmup=1, duration=5))
+    assert target.calls == at + 1

@@ -217,8 +217,8 @@ def write_report(
             "latency.png",
             "Mean and 99.9th-percentile response time against normalized "
             "throughput for each mapping, with the thresholds (red) and the MATs (dotted). "
-            "Lines are the monotone fit the MATs are read from; bars and bands span the "
-            "repetitions at each level.",
+            "Lines are the monotone fit the MATs are read from, through each level's "
+            "median repetition; bars and bands span the repetitions at each level.",
         )
     cdf_entries = []
     if measured is not None:
@@ -384,7 +384,10 @@ def write_report(
     if items:
         doc.ul(items)
     if measured is not None:
-        doc.p(f"Levels {measured_label}:")
+        doc.p(
+            f"Levels {measured_label} (throughput, mean and p99.9: the median over the "
+            "repetitions that kept up):"
+        )
         h, r = _level_table(measured)
         doc.table(h, r)
     if full_run is not None:
