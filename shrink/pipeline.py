@@ -21,7 +21,7 @@ from shrink.predict import PredictConfig, predict
 from shrink.providers import make_provider
 from shrink.report.build import write_report
 from shrink.trace import Trace
-from shrink.validate import Validation, validate
+from shrink.validate import Validation, cost_ratio, validate
 
 __all__ = ["run_predict", "run_validate"]
 
@@ -181,6 +181,9 @@ def run_validate(
         if s in per_mapping and per_mapping[s].get("mat") is not None
     }
     v = validate(predicted, full, thresholds, predicted_mats=predicted_mats)
+    if full.meta.get("paired"):
+        near = [m["measured"] for m in v.mats.values() if m.get("measured_status") == "ok"]
+        v.cost_ratio = cost_ratio(measured, full, near)
     v.meta = {
         "prediction": str(ppath),
         "full_run": full_run,

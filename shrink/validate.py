@@ -22,7 +22,7 @@ from shrink.errors import MeasurementError
 from shrink.loadcurve import QGRID, Level, LoadCurve
 from shrink.mat import MATResult, mat
 
-__all__ = ["Validation", "quantiles_at", "validate", "wasserstein1"]
+__all__ = ["Validation", "cost_ratio", "quantiles_at", "validate", "wasserstein1"]
 
 _P = np.asarray(QGRID)
 
@@ -69,6 +69,59 @@ def quantiles_at(curve: LoadCurve, throughput: float, cls: str | None = None) ->
     return (1 - f) * d0 + f * d1
 
 
+def _cpu_seconds_per_request(rep: Any, share: Mapping[str, Any]) -> float | None:
+    """CPU seconds the server spent per completed request in one repetition."""
+    cpus = share.get("cpus")
+    frac = share.get("cpu_fraction", 1.0 if share.get("kind") in ("all", "cores") else None)
+    if rep.utilization is None or not cpus or frac is None or rep.throughput <= 0:
+        return None
+    # Utilization is normalized to the share (a 25% share busy all its quota is 1.0).
+    return float(rep.utilization) * float(frac) * len(cpus) / float(rep.throughput)
+
+
+def cost_ratio(
+    scaled: LoadCurve, full: LoadCurve, near: list[float], *, within: float = 0.25
+) -> dict[str, Any] | None:
+    """How much more CPU a request cost on the full target than on the share, paired.
+
+    For paired runs (the same levels, repetition i of each taken back to back), the
+    ratio of the two sides' CPU seconds per request, over the repetitions at levels
+    whose full-scale throughput lies within ``within`` of a throughput in ``near``
+    (the measured MATs). A server that spends x% more per request has a MAT about x%
+    lower: on a VM whose speed changes within seconds, this is how much of a
+    validation error the machine's speed explains (or a real difference between a
+    share and the whole target, e.g. caches another tenant of the share evicts).
+    None without paired levels or utilization readings.
+    """
+    if not near:
+        return None
+    twins = {lv.level: lv for lv in scaled.usable()}
+    ratios, levels = [], []
+    for lv in full.usable():
+        tw = twins.get(lv.level)
+        if tw is None or not any(abs(lv.throughput / x - 1) <= within for x in near if x > 0):
+            continue
+        for a, b in zip(tw.reps, lv.reps, strict=False):
+            if a.generator_behind or b.generator_behind:
+                continue
+            ca, cb = (
+                _cpu_seconds_per_request(a, scaled.share),
+                _cpu_seconds_per_request(b, full.share),
+            )
+            if ca and cb:
+                ratios.append(cb / ca)
+                levels.append(lv.level)
+    if not ratios:
+        return None
+    return {
+        "median": float(np.median(ratios)),
+        "min": float(np.min(ratios)),
+        "max": float(np.max(ratios)),
+        "pairs": len(ratios),
+        "levels": sorted(set(levels)),
+    }
+
+
 @dataclass
 class Validation:
     """A prediction checked against a full-scale run."""
@@ -76,6 +129,8 @@ class Validation:
     mats: dict[str, dict[str, Any]]
     wasserstein: list[dict[str, float]] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+    # Full-scale over scaled CPU per request, paired runs only (see cost_ratio).
+    cost_ratio: dict[str, Any] | None = None
 
     @property
     def mat_error(self) -> dict[str, float]:
@@ -89,6 +144,8 @@ class Validation:
         d["wasserstein"] = self.wasserstein
         d["wasserstein_median"] = float(np.median(w)) if w else None
         d["meta"] = self.meta
+        if self.cost_ratio is not None:
+            d["cost_ratio"] = self.cost_ratio
         return d
 
     def write_json(self, path: str | Path) -> Path:

@@ -195,3 +195,22 @@ def test_paired_full_run_is_measured_with_the_prediction_and_validated(tmp_path)
     )
     with pytest.raises(ParameterError, match="--paired-full-run"):
         run_validate(unpaired / "prediction.json", full_run="paired")
+
+
+@pytest.mark.parametrize(
+    ("predicted", "measured", "text"),
+    [
+        ("ok", "ok", "+5.0%"),
+        # A prediction that only says ">= X" can be off by more, not less.
+        ("not_reached", "ok", "at least +5.0%"),
+        ("below_range", "ok", "at most +5.0%"),
+        ("ok", "not_reached", "at most +5.0%"),
+        ("ok", "below_range", "at least +5.0%"),
+        ("not_reached", "not_reached", "+5.0% (both MATs are only bounds)"),
+    ],
+)
+def test_the_report_states_an_error_from_a_bound_as_a_bound(predicted, measured, text):
+    from shrink.report.build import _error_text
+
+    m = {"error": 0.05, "predicted_status": predicted, "measured_status": measured}
+    assert _error_text(m) == text

@@ -65,3 +65,42 @@ def test_validation_detects_a_wrong_prediction():
 def test_wasserstein_of_shifted_quantiles_is_the_shift():
     q = np.quantile(np.random.default_rng(0).exponential(1.0, 10000), QGRID)
     assert wasserstein1(q, q + 0.5) == pytest.approx(0.5)
+
+
+def _costly(rates, cost, *, cpu_fraction, behind=()):
+    """Paired-looking levels whose repetitions spent ``cost`` CPU seconds a request."""
+    share = {"kind": "cpu_time", "cpus": [1], "cpu_fraction": cpu_fraction, "fraction": 0.5}
+    if cpu_fraction == 1.0:
+        share = {"kind": "cores", "cpus": [1], "cpu_fraction": 1.0, "fraction": 0.5}
+    levels = []
+    for i, lam in enumerate(rates):
+        s = latency_stats(np.full(100, 0.001), 1.0)
+        reps = [
+            LevelStats(
+                throughput=float(lam),
+                overall=s,
+                utilization=lam * c / cpu_fraction,
+                generator_behind=(i, r) in behind,
+            )
+            for r, c in enumerate(cost)
+        ]
+        levels.append(Level(float(i + 1) / 10, reps))
+    return LoadCurve(levels=levels, share=share)
+
+
+def test_cost_ratio_compares_paired_repetitions_near_the_mat():
+    from shrink.validate import cost_ratio
+
+    # The share spent 1.0 ms a request; the full core 1.1 and 1.3 ms in its two repetitions.
+    scaled = _costly([50, 100, 150, 200], [0.001, 0.001], cpu_fraction=0.25)
+    full = _costly([200, 400, 600, 800], [0.0011, 0.0013], cpu_fraction=1.0)
+    got = cost_ratio(scaled, full, [600.0])
+    assert got["pairs"] == 2 and got["levels"] == [0.3]  # only the level near the MAT
+    assert got["median"] == pytest.approx(1.2)
+    assert (got["min"], got["max"]) == (pytest.approx(1.1), pytest.approx(1.3))
+    # A repetition that fell behind on either side leaves its pair out.
+    full = _costly([200, 400, 600, 800], [0.0011, 0.0013], cpu_fraction=1.0, behind={(2, 1)})
+    assert cost_ratio(scaled, full, [600.0])["median"] == pytest.approx(1.1)
+    # Nothing to compare: no level near the MATs, or no MAT at all.
+    assert cost_ratio(scaled, full, [5000.0]) is None
+    assert cost_ratio(scaled, full, []) is None

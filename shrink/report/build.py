@@ -97,6 +97,48 @@ def _mat_table(pred: dict[str, Any], thresholds: dict[str, float]) -> tuple[list
     return headers, rows
 
 
+def _cost_text(cost: dict[str, Any]) -> str:
+    """What the paired runs' CPU per request says about the validation error."""
+    r = float(cost["median"])
+    more = "more" if r >= 1 else "less"
+    return (
+        f"Near the measured MATs the full-scale runs spent {100 * abs(r - 1):.0f}% {more} "
+        "CPU per request than the share did in the paired repetition next to them "
+        f"(median of {cost['pairs']} pairs, range {cost['min']:.2f}-{cost['max']:.2f}x). "
+        "A server that spends x% more per request reaches a threshold at roughly x% "
+        "less throughput (more, near the knee), so about that much of the error comes "
+        "from the two sides' cost per request, not from scaling load and latency by "
+        "alpha. Either the machine's speed moved between the two runs of a pair (a VM's "
+        "host), or the share itself changes the cost: other work in the quota's gaps "
+        "evicts the share's caches (costlier), while a quota that runs the queued "
+        "requests back to back can make each cheaper."
+    )
+
+
+def _bound(status: str | None) -> str:
+    """The prefix of a MAT that is only a bound: not reached (>=), below range (<=)."""
+    return {"not_reached": ">= ", "below_range": "<= "}.get(status or "ok", "")
+
+
+def _error_text(m: dict[str, Any]) -> str:
+    """A validation error, honest about bounds: a MAT that is a lower bound ("not
+    reached") on the predicted side makes the error a lower bound too, and so on."""
+    e = m.get("error")
+    if e is None or not math.isfinite(e):
+        return "-"
+    # +1: the error can only be larger; -1: only smaller; 0: exact.
+    sides = {
+        {"not_reached": 1, "below_range": -1}.get(m.get("predicted_status") or "ok", 0),
+        {"not_reached": -1, "below_range": 1}.get(m.get("measured_status") or "ok", 0),
+    } - {0}
+    text = f"{100 * e:+.1f}%"
+    if not sides:
+        return text
+    if len(sides) == 2:
+        return f"{text} (both MATs are only bounds)"
+    return ("at least " if sides == {1} else "at most ") + text
+
+
 def _level_table(curve: LoadCurve) -> tuple[list[str], list]:
     headers = [
         "level",
@@ -171,10 +213,11 @@ def write_report(
     if sure:
         doc.p(sure)
     if validation is not None:
+        vmats = validation.to_dict()["mats"]
         errs = [
-            f"{_STAT_NAME.get(s, s)} {100 * e:+.1f}%"
+            f"{_STAT_NAME.get(s, s)} {_error_text(vmats[s])}"
             for s, e in validation.mat_error.items()
-            if e is not None and math.isfinite(e)
+            if e is not None and math.isfinite(e) and s in vmats
         ]
         if errs:
             doc.p(
@@ -264,9 +307,9 @@ def write_report(
                 [
                     _STAT_NAME.get(s, s),
                     _ms(m["threshold"]),
-                    _rate(m["predicted"]),
-                    _rate(m["measured"]),
-                    f"{100 * m['error']:+.1f}%",
+                    _bound(m.get("predicted_status")) + _rate(m["predicted"]),
+                    _bound(m.get("measured_status")) + _rate(m["measured"]),
+                    _error_text(m),
                 ]
             )
         doc.table(["statistic", "threshold", "predicted MAT", "measured MAT", "error"], vrows)
@@ -277,6 +320,9 @@ def write_report(
                 "alternating order, so both saw the machine at nearly the same moment. The "
                 "prediction itself uses the scaled runs only."
             )
+            cost = vd.get("cost_ratio")
+            if cost:
+                doc.p(_cost_text(cost))
         else:
             doc.p(
                 "The full-scale run was measured after the prediction. On a machine whose "
