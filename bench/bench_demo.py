@@ -3,6 +3,7 @@
     python bench/bench_demo.py --runs 3              # run the demo 3 times (about 6 min each)
     python bench/bench_demo.py --summarize demo-out  # tabulate demo outputs already made
     python bench/bench_demo.py --rethreshold DIR...  # their errors at other thresholds
+    python bench/bench_demo.py --compare-centres DIR...  # median vs mean of repetitions
 
 Each run is the whole demo (``shrink.demo.run_demo``): predict one core from a 25%
 CPU-time share with 25% of the sessions, full-scale runs paired with the scaled
@@ -85,6 +86,43 @@ def rethreshold(dirs: list[Path]) -> None:
             print(f"{stat} < {limit * 1e3:g} ms: " + " ".join(cells))
 
 
+def compare_centres(dirs: list[Path]) -> None:
+    """Each run's MAT errors with the median repetition (the rule) and with the mean."""
+    import numpy as np
+
+    from shrink import loadcurve
+    from shrink.loadcurve import LoadCurve
+    from shrink.mat import mat
+    from shrink.scaling import shrink_scaled_curve
+
+    median = loadcurve.Level.stat
+
+    def mean(self, stat, cls=None, conf=0.95):  # type: ignore[no-untyped-def]
+        _, lo, hi = median(self, stat, cls, conf)
+        v = self.values(stat, cls)
+        v = v[np.isfinite(v)]
+        return (float(v.mean()) if v.size else float("nan")), lo, hi
+
+    print("| run | median: mean / p99.9 error | mean of repetitions: mean / p99.9 error |")
+    print("|---|---|---|")
+    try:
+        for d in dirs:
+            val = json.loads((d / "validation.json").read_text())
+            limits = {s: m["threshold"] for s, m in val["mats"].items()}
+            cells = []
+            for rule in (median, mean):
+                loadcurve.Level.stat = rule  # type: ignore[method-assign]
+                pred = shrink_scaled_curve(LoadCurve.read_json(d / "measured-curve.json"))
+                full = LoadCurve.read_json(d / "full-curve.json")
+                errs = [
+                    100 * (mat(pred, s, t).mat / mat(full, s, t).mat - 1) for s, t in limits.items()
+                ]
+                cells.append(" / ".join(f"{e:+.1f}%" for e in errs))
+            print(f"| {d} | {cells[0]} | {cells[1]} |")
+    finally:
+        loadcurve.Level.stat = median  # type: ignore[method-assign]
+
+
 def _fmt(row: dict[str, Any]) -> str:
     other = row.get("max_other_cpu")
     secs = row.get("seconds")
@@ -124,7 +162,16 @@ def main(argv: list[str] | None = None) -> int:
         nargs="*",
         help="demo output dirs: recompute both MATs from their saved curves at other thresholds",
     )
+    ap.add_argument(
+        "--compare-centres",
+        type=Path,
+        nargs="*",
+        help="demo output dirs: MAT errors with the median repetition and with the mean",
+    )
     args = ap.parse_args(argv)
+    if args.compare_centres:
+        compare_centres(args.compare_centres)
+        return 0
     if args.rethreshold:
         rethreshold(args.rethreshold)
         return 0
