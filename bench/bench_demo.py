@@ -41,6 +41,11 @@ def summarize(out: Path, seconds: float | None = None) -> dict[str, Any]:
     row["max_other_cpu"] = checks.get("max_other_cpu")
     row["generator_kept_up"] = checks.get("generator_kept_up")
     row["cost_ratio"] = val.get("cost_ratio") or _cost_ratio(out, val)
+    if row["cost_ratio"] and "adjusted_error" not in row["cost_ratio"]:
+        from shrink.validate import cost_adjusted_errors
+
+        ratio = row["cost_ratio"]["median"]
+        row["cost_ratio"]["adjusted_error"] = cost_adjusted_errors(val["mats"], ratio)
     return row
 
 
@@ -53,9 +58,10 @@ def _cost_ratio(out: Path, val: dict[str, Any]) -> dict[str, Any] | None:
     if not full.exists():
         return None
     near = [m["measured"] for m in val["mats"].values() if m.get("measured_status") == "ok"]
-    return cost_ratio(
+    cost = cost_ratio(
         LoadCurve.read_json(out / "measured-curve.json"), LoadCurve.read_json(full), near
     )
+    return cost
 
 
 def rethreshold(dirs: list[Path]) -> None:
@@ -123,6 +129,14 @@ def compare_centres(dirs: list[Path]) -> None:
         loadcurve.Level.stat = median  # type: ignore[method-assign]
 
 
+def _cost_cell(cost: dict[str, Any] | None) -> str:
+    if not cost:
+        return "-"
+    adj = cost.get("adjusted_error") or {}
+    tail = ", ".join(f"{s} {100 * e:+.1f}%" for s, e in adj.items())
+    return f"{cost['median']:.3f}" + (f" (adjusted: {tail})" if tail else "")
+
+
 def _fmt(row: dict[str, Any]) -> str:
     other = row.get("max_other_cpu")
     secs = row.get("seconds")
@@ -136,7 +150,7 @@ def _fmt(row: dict[str, Any]) -> str:
             if f"{s}_ratio" in row and row[f"{s}_ratio"] is not None
         ),
         "-" if other is None else f"{100 * other:.0f}%",
-        "-" if not row.get("cost_ratio") else f"{row['cost_ratio']['median']:.3f}",
+        _cost_cell(row.get("cost_ratio")),
         "paired" if row["paired"] else "sequential",
         "yes" if row["generator_kept_up"] else "no",
     ]

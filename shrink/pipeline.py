@@ -21,7 +21,7 @@ from shrink.predict import PredictConfig, predict
 from shrink.providers import make_provider
 from shrink.report.build import write_report
 from shrink.trace import Trace
-from shrink.validate import Validation, cost_ratio, validate
+from shrink.validate import Validation, cost_adjusted_errors, cost_ratio, validate
 
 __all__ = ["run_predict", "run_validate"]
 
@@ -184,6 +184,10 @@ def run_validate(
     if full.meta.get("paired"):
         near = [m["measured"] for m in v.mats.values() if m.get("measured_status") == "ok"]
         v.cost_ratio = cost_ratio(measured, full, near)
+        if v.cost_ratio is not None:
+            # What the errors would be had the full target cost per request what the share
+            # did: a rough figure (near the knee latency grows with the cost too).
+            v.cost_ratio["adjusted_error"] = cost_adjusted_errors(v.mats, v.cost_ratio["median"])
     v.meta = {
         "prediction": str(ppath),
         "full_run": full_run,

@@ -22,7 +22,14 @@ from shrink.errors import MeasurementError
 from shrink.loadcurve import QGRID, Level, LoadCurve
 from shrink.mat import MATResult, mat
 
-__all__ = ["Validation", "cost_ratio", "quantiles_at", "validate", "wasserstein1"]
+__all__ = [
+    "Validation",
+    "cost_adjusted_errors",
+    "cost_ratio",
+    "quantiles_at",
+    "validate",
+    "wasserstein1",
+]
 
 _P = np.asarray(QGRID)
 
@@ -119,6 +126,20 @@ def cost_ratio(
         "max": float(np.max(ratios)),
         "pairs": len(ratios),
         "levels": sorted(set(levels)),
+    }
+
+
+def cost_adjusted_errors(mats: Mapping[str, Mapping[str, Any]], ratio: float) -> dict[str, float]:
+    """The MAT errors had the full target cost per request what the share did.
+
+    Each measured MAT is multiplied by ``ratio`` (full / share CPU per request, from
+    :func:`cost_ratio`). A rough figure: near the knee latency grows with the cost as
+    well, so a slower machine loses more MAT than its cost ratio.
+    """
+    return {
+        s: float(m["predicted"]) / (float(m["measured"]) * ratio) - 1
+        for s, m in mats.items()
+        if m.get("measured") and m.get("predicted") is not None
     }
 
 

@@ -104,3 +104,19 @@ def test_cost_ratio_compares_paired_repetitions_near_the_mat():
     # Nothing to compare: no level near the MATs, or no MAT at all.
     assert cost_ratio(scaled, full, [5000.0]) is None
     assert cost_ratio(scaled, full, []) is None
+
+
+def test_cost_adjusted_errors_scale_the_measured_mat_by_the_ratio():
+    from shrink.validate import cost_adjusted_errors
+
+    mats = {
+        "mean": {"predicted": 1100.0, "measured": 1000.0},
+        "p999": {"predicted": 900.0, "measured": 1000.0},
+        "p99": {"predicted": 900.0, "measured": None},  # nothing measured: left out
+    }
+    # The full target spent 10% more per request: at the share's cost it would have
+    # reached 1,100 req/s, so the +10% prediction was right.
+    got = cost_adjusted_errors(mats, 1.1)
+    assert set(got) == {"mean", "p999"}
+    assert got["mean"] == pytest.approx(0.0)
+    assert got["p999"] == pytest.approx(900 / 1100 - 1)

@@ -112,6 +112,18 @@ def _cost_text(cost: dict[str, Any]) -> str:
         "host), or the share itself changes the cost: other work in the quota's gaps "
         "evicts the share's caches (costlier), while a quota that runs the queued "
         "requests back to back can make each cheaper."
+    ) + _adjusted_text(cost)
+
+
+def _adjusted_text(cost: dict[str, Any]) -> str:
+    adj = cost.get("adjusted_error") or {}
+    parts = [f"{_STAT_NAME.get(s, s)} {100 * e:+.1f}%" for s, e in adj.items() if math.isfinite(e)]
+    if not parts:
+        return ""
+    return (
+        " With the measured MATs scaled by that ratio (the full target at the share's cost "
+        f"per request), the errors would be {', '.join(parts)}: a rough figure, since near "
+        "the knee latency grows with the cost too."
     )
 
 
