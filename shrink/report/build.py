@@ -109,9 +109,10 @@ def _cost_text(cost: dict[str, Any]) -> str:
         "less throughput (more, near the knee), so about that much of the error comes "
         "from the two sides' cost per request, not from scaling load and latency by "
         "alpha. Either the machine's speed moved between the two runs of a pair (a VM's "
-        "host), or the share itself changes the cost: other work in the quota's gaps "
-        "evicts the share's caches (costlier), while a quota that runs the queued "
-        "requests back to back can make each cheaper."
+        "host can make one 5 s window cost 40% more than the next), or "
+        "the share itself changes the cost: whatever runs in the quota's gaps, other work "
+        "or, on a VM, the host's other tenants while the idle vCPU halts (steal on the "
+        "share), evicts the share's caches."
     ) + _adjusted_text(cost)
 
 
