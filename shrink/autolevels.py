@@ -55,8 +55,8 @@ class AutoPlan:
     probe_reps: int | None = None
     coarse: tuple[float, ...] = (0.35, 0.6, 0.8, 0.9, 1.0, 1.1, 1.25)
     warm_run: bool = True  # a discarded run before the probe (cold caches, idle pools)
-    # Rerun a level once when fewer than two of its repetitions (on either side of a
-    # pair) kept to the schedule: a median needs three, a mean two.
+    # When fewer than two of a level's repetitions (on either side of a pair) kept to
+    # the schedule, add one (paired) repetition at a time, up to ``reps`` more.
     retry_behind: bool = True
     max_levels: int = 12
     min_duration: float = 3.0  # shortest measurement window a level may have

@@ -172,25 +172,35 @@ def level_stats_of(target, trace, seed):
     return level_stats(target.run(trace, rate_factor=1.0, warmup=1.0, duration=10.0, seed=seed))
 
 
-class _Stalling:
-    """FakeTarget whose runs number ``stall`` report a generator stall (2 ms lag, idle CPU)."""
+class _Tampered:
+    """FakeTarget whose runs numbered in ``at`` get ``tamper(result)`` applied."""
 
-    def __init__(self, stall: set[int]):
+    def __init__(self, at: set[int]):
         self.inner = FakeTarget(servers=1, demand={"static": 0.001})
-        self.stall = stall
+        self.at = at
         self.calls = 0
 
     def describe(self):
         return self.inner.describe()
 
-    def run(self, trace, **kw):
-        from dataclasses import replace
+    def tamper(self, res):
+        raise NotImplementedError
 
+    def run(self, trace, **kw):
         res = self.inner.run(trace, **kw)
-        if self.calls in self.stall:
-            res.generator = replace(res.generator, behind=True, send_lag_p99=0.002, cpu=0.02)
+        if self.calls in self.at:
+            self.tamper(res)
         self.calls += 1
         return res
+
+
+class _Stalling(_Tampered):
+    """Runs numbered in ``at`` report a generator stall (2 ms lag, idle CPU)."""
+
+    def tamper(self, res):
+        from dataclasses import replace
+
+        res.generator = replace(res.generator, behind=True, send_lag_p99=0.002, cpu=0.02)
 
 
 def test_stalls_are_rerun_and_merged_and_the_knee_still_found():
@@ -278,23 +288,11 @@ def test_with_three_repetitions_one_stall_is_not_rerun_two_are():
     assert len(probe.levels[0].reps) == 2 and not probe.levels[0].generator_behind
 
 
-class _Interrupted:
-    """FakeTarget whose run number ``at`` was stopped by a signal (the engine's flag)."""
+class _Interrupted(_Tampered):
+    """Runs numbered in ``at`` were stopped by a signal (the engine's flag)."""
 
-    def __init__(self, at: int):
-        self.inner = FakeTarget(servers=1, demand={"static": 0.001})
-        self.at = at
-        self.calls = 0
-
-    def describe(self):
-        return self.inner.describe()
-
-    def run(self, trace, **kw):
-        res = self.inner.run(trace, **kw)
-        if self.calls == self.at:
-            res.describe = {**(res.describe or {}), "engine": {"interrupted": True}}
-        self.calls += 1
-        return res
+    def tamper(self, res):
+        res.describe = {**(res.describe or {}), "engine": {"interrupted": True}}
 
 
 @pytest.mark.parametrize("at", [0, 3])
@@ -303,11 +301,11 @@ def test_a_signal_stops_the_whole_sweep_not_one_run(at):
     from shrink.measure import sweep
 
     trace = _open_trace(100.0, 200.0)
-    target = _Interrupted(at)
+    target = _Interrupted({at})
     with pytest.raises(KeyboardInterrupt):
         sweep(target, trace, [1.0, 2.0, 3.0], reps=2, warmup=1, duration=5)
     assert target.calls == at + 1
-    target = _Interrupted(at)
+    target = _Interrupted({at})
     with pytest.raises(KeyboardInterrupt):
         auto_sweep(target, trace, {"mean": 0.005}, plan=AutoPlan(warmup=1, duration=5))
     assert target.calls == at + 1
