@@ -42,7 +42,7 @@ def measure(work: Path, trace_path: Path, docroot: Path, variant: dict[str, Any]
     from shrink.autolevels import AutoPlan, Companion, _run_level
     from shrink.providers import make_provider
     from shrink.trace import Trace
-    from shrink.validate import _cpu_seconds_per_request
+    from shrink.validate import cpu_seconds_per_request
 
     trace = Trace.read_parquet(trace_path)
     sample = samplers.sample(trace, 0.25, seed=0, level="session")
@@ -67,8 +67,8 @@ def measure(work: Path, trace_path: Path, docroot: Path, variant: dict[str, Any]
                     got = _run_level(target, sample, level, "rate_factor", plan, 7, pair)
                     assert got is not None and got[1] is not None
                     for a, b in zip(got[0].reps, got[1].reps, strict=True):
-                        ca = _cpu_seconds_per_request(a, share)
-                        cb = _cpu_seconds_per_request(b, {"cpus": [1], "cpu_fraction": 1.0})
+                        ca = cpu_seconds_per_request(a, share)
+                        cb = cpu_seconds_per_request(b, {"cpus": [1], "cpu_fraction": 1.0})
                         rows.append(
                             {
                                 **variant,

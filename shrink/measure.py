@@ -20,7 +20,7 @@ from shrink.target import RunResult, Target
 from shrink.trace import Trace
 from shrink.validation import check_int, check_positive
 
-__all__ = ["level_stats", "rate_factor_for", "stop_if_interrupted", "sweep"]
+__all__ = ["level_stats", "rate_factor_for", "stop_if_interrupted", "sweep", "was_interrupted"]
 
 CLASSES = ("static", "dynamic")
 
@@ -54,6 +54,12 @@ def window_for(
     return min(duration, avail)
 
 
+def was_interrupted(result: RunResult) -> bool:
+    """The replay engine was stopped by SIGINT/SIGTERM during this run."""
+    engine = (result.describe or {}).get("engine") or {}
+    return bool(engine.get("interrupted", False))
+
+
 def stop_if_interrupted(result: RunResult) -> None:
     """Raise KeyboardInterrupt when the run was stopped by SIGINT/SIGTERM.
 
@@ -61,8 +67,7 @@ def stop_if_interrupted(result: RunResult) -> None:
     what it measured; a sweep must then stop too, not go on to the next run (a user's
     Ctrl-C would otherwise stop one run of dozens). The run logs already written stay.
     """
-    engine = (result.describe or {}).get("engine") or {}
-    if engine.get("interrupted"):
+    if was_interrupted(result):
         raise KeyboardInterrupt
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "Validation",
     "cost_adjusted_errors",
     "cost_ratio",
+    "cpu_seconds_per_request",
     "quantiles_at",
     "validate",
     "wasserstein1",
@@ -76,7 +77,7 @@ def quantiles_at(curve: LoadCurve, throughput: float, cls: str | None = None) ->
     return (1 - f) * d0 + f * d1
 
 
-def _cpu_seconds_per_request(rep: Any, share: Mapping[str, Any]) -> float | None:
+def cpu_seconds_per_request(rep: Any, share: Mapping[str, Any]) -> float | None:
     """CPU seconds the server spent per completed request in one repetition."""
     cpus = share.get("cpus")
     frac = share.get("cpu_fraction", 1.0 if share.get("kind") in ("all", "cores") else None)
@@ -112,8 +113,8 @@ def cost_ratio(
             if a.generator_behind or b.generator_behind:
                 continue
             ca, cb = (
-                _cpu_seconds_per_request(a, scaled.share),
-                _cpu_seconds_per_request(b, full.share),
+                cpu_seconds_per_request(a, scaled.share),
+                cpu_seconds_per_request(b, full.share),
             )
             if ca and cb:
                 ratios.append(cb / ca)

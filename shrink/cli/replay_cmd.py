@@ -201,7 +201,7 @@ def replay(
 
 
 def _summary(res: Any, output: Path) -> dict[str, Any]:
-    from shrink.measure import level_stats
+    from shrink.measure import level_stats, was_interrupted
 
     st = level_stats(res)
     g = res.generator
@@ -227,7 +227,7 @@ def _summary(res: Any, output: Path) -> dict[str, Any]:
             c: {"n": s.n, "mean": s.mean, "p50": s.p50, "p99": s.p99, "p999": s.p999}
             for c, s in st.per_class.items()
         },
-        "interrupted": bool(res.describe.get("engine", {}).get("interrupted", False)),
+        "interrupted": was_interrupted(res),
     }
 
 
