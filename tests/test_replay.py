@@ -331,9 +331,10 @@ def test_scale_out_partitions_sessions_and_shares_the_clock(fake):
 
 
 def test_over_driving_the_generator_is_flagged(fake):
-    # 150k requests/s is far past what one Python engine can send: the level
-    # must come back flagged, never as a server result.
-    tr = open_loop_trace("/x?bytes=10", 150_000.0, 0.6)
+    # 400k requests/s is far past what one Python engine can send: the level
+    # must come back flagged, never as a server result. (150k was not: in one of this
+    # VM's fast minutes the engine met it at 86% CPU and a 0.98 ms send-lag p99.)
+    tr = open_loop_trace("/x?bytes=10", 400_000.0, 0.6)
     target = LiveTarget([fake], config={"max_pool": 64, "drain": 0.5})
     res = target.run(tr, rate_factor=1.0, warmup=0.1, duration=0.5)
     assert res.generator.behind
