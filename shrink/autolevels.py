@@ -18,8 +18,10 @@ machine. Refinement then splits the brackets of both curves' crossings.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 from shrink.errors import MeasurementError
 from shrink.loadcurve import Level, LevelStats, LoadCurve
@@ -27,6 +29,7 @@ from shrink.mat import mat
 from shrink.measure import (
     level_stats,
     rate_factor_for,
+    skip_start,
     stop_if_interrupted,
     trace_span,
     window_for,
@@ -34,9 +37,10 @@ from shrink.measure import (
 from shrink.target import Target
 from shrink.trace import Trace
 
-__all__ = ["AutoPlan", "Companion", "auto_sweep", "companion_curve"]
+__all__ = ["AutoPlan", "Companion", "SweepInterrupted", "auto_sweep", "companion_curve"]
 
 Progress = Callable[[str, int, int], None]
+_T = TypeVar("_T")
 # Generator CPU (seconds per second, all its processes) above which "behind" means
 # the generator cannot send faster, rather than a passing stall.
 GENERATOR_SATURATED = 0.5
@@ -62,6 +66,18 @@ class AutoPlan:
     min_duration: float = 3.0  # shortest measurement window a level may have
     refine_rel_width: float = 0.05  # stop refining when the bracket is this narrow (relative)
     util_target: float = 0.8  # a level near this utilization is kept for the CDF figures
+    # The swept (scaled) target's warm-up and window are this many times the plan's;
+    # the companion keeps the plan's. A server at alpha of the speed moves through its
+    # queueing states 1/alpha slower and sees alpha of the requests a second, so SHRiNK
+    # needs 1/alpha longer runs on a CPU-time share for the same state and the same
+    # number of requests (set by ``shrink.predict``).
+    scaled_time: float = 1.0
+    # Trace seconds left out at the start of every run (``shrink.measure.skip_start``):
+    # a trace's first seconds (sessions starting together) are not its steady mix.
+    skip: float = 0.0
+    # Seconds of runs (both sides of a pair, warm-up included) the sweep may spend; no
+    # new level starts that would not end within it (None: no limit but ``max_levels``).
+    budget_s: float | None = None
 
 
 @dataclass
@@ -94,9 +110,14 @@ def _run_level(
     factor = rate_factor_for(trace, level, knob)
     loops = bool(getattr(target, "loops_trace", False))
     shortest = min(plan.min_duration, plan.duration)
-    duration = window_for(trace, factor, plan.warmup, plan.duration, shortest, loops=loops)
-    if duration is None:
+    k = plan.scaled_time
+    # Windows in the plan's (full-scale) seconds; the swept target's runs are k times longer.
+    scaled = window_for(
+        trace, factor, k * plan.warmup, k * plan.duration, k * shortest, loops=loops
+    )
+    if scaled is None:
         return None
+    duration = scaled / k
     if companion is not None:
         c_loops = bool(getattr(companion.target, "loops_trace", False))
         c_dur = window_for(
@@ -107,15 +128,19 @@ def _run_level(
         duration = min(duration, c_dur)
     reps, c_reps = [], []
     for r in range(first_rep, first_rep + plan.reps):
-        runs: list[tuple[Target, Trace, list[LevelStats]]] = [(target, trace, reps)]
+        runs: list[tuple[Target, Trace, list[LevelStats], float]] = [(target, trace, reps, k)]
         if companion is not None:
-            pair = (companion.target, companion.trace, c_reps)
+            pair = (companion.target, companion.trace, c_reps, 1.0)
             # Counterbalanced order: whatever the first run leaves behind (warm caches,
             # a slow minute starting) falls on each side equally often.
             runs = [runs[0], pair] if r % 2 == 0 else [pair, runs[0]]
-        for tgt, tr, out in runs:
+        for tgt, tr, out, scale in runs:
             res = tgt.run(
-                tr, rate_factor=factor, warmup=plan.warmup, duration=duration, seed=seed + r
+                tr,
+                rate_factor=factor,
+                warmup=scale * plan.warmup,
+                duration=scale * duration,
+                seed=seed + r,
             )
             stop_if_interrupted(res)
             out.append(level_stats(res))
@@ -145,22 +170,42 @@ def auto_sweep(
             f"a companion (paired full-scale) run needs the rate_factor knob, not {knob!r}: "
             "only equal rate factors put a sample and the whole trace at the same load"
         )
+    if plan.skip > 0:
+        trace = skip_start(trace, plan.skip)
+        if companion is not None:
+            # The same span of the whole trace (the levels dict stays shared).
+            companion = replace(companion, trace=skip_start(companion.trace, plan.skip))
     base_rate = trace.info().request_rate
     unit = {"rate_factor": 1.0, "users": float(trace.meta.get("users") or 1.0)}.get(knob, 1.0)
     probe = plan.probe_level if plan.probe_level is not None else 0.1 * unit
     levels: dict[float, Level] = {}
     too_short: list[float] = []
+    out_of_time: list[float] = []
     retried: list[float] = []
     budget = plan.max_levels
     step = 0
+    clock = _Clock(plan, companion is not None)
 
-    def run(level: float, what: str, lplan: AutoPlan = plan) -> Level | None:
+    def run(level: float, what: str, lplan: AutoPlan = plan, *, must: bool = False) -> Level | None:
         nonlocal step
         level = float(round(level, 6))
         if level not in levels:
+            if not must and not clock.fits(lplan.reps):
+                out_of_time.append(level)
+                return None
             if progress is not None:
                 progress(f"{what}: {knob} {level:g}", step, plan.max_levels)
-            got = _run_level(target, trace, level, knob, lplan, seed + 1000 * step, companion)
+            got = clock.timed(
+                lplan.reps,
+                _run_level,
+                target,
+                trace,
+                level,
+                knob,
+                lplan,
+                seed + 1000 * step,
+                companion,
+            )
             step += 1
             extra = 0
             while (
@@ -169,6 +214,7 @@ def auto_sweep(
                 and extra < lplan.reps
                 and _behind(got, lplan.reps)
                 and not _generator_saturated(got[0])
+                and clock.fits(1)
             ):
                 # One hiccup (a scheduling stall of the generator, a host that stole
                 # the CPU) should not end a sweep: run one more (paired) repetition
@@ -177,7 +223,9 @@ def auto_sweep(
                 # cannot keep up stops this at once or after ``reps`` more.
                 if not extra:
                     retried.append(level)
-                again = _run_level(
+                again = clock.timed(
+                    1,
+                    _run_level,
                     target,
                     trace,
                     level,
@@ -199,82 +247,147 @@ def auto_sweep(
                 companion.levels[level] = got[1]
         return levels[level]
 
-    if plan.warm_run:
-        # A discarded run first: a server that just started has cold caches, PHP
-        # processes that have not run a page yet, and no open connections.
-        if progress is not None:
-            progress(f"warm-up run: {knob} {probe:g}", 0, plan.max_levels)
-        _run_level(target, trace, probe, knob, replace(plan, reps=1), seed + 999_983, companion)
-    first = run(probe, "probe", replace(plan, reps=plan.probe_reps or plan.reps))
-    budget -= 1
-    if first is None:
-        raise MeasurementError(
-            f"the trace spans {trace_span(trace):.1f} s: too short for even the probe level "
-            f"({knob} {probe:g}) with {plan.warmup:g} s warm-up and a {plan.min_duration:g} s "
-            "window; use a longer trace or a lower probe level"
-        )
-    est = _capacity(first, probe)
-    last = first
-    if est is not None:
-        # Place levels at fractions of the estimated capacity; re-estimate from each
-        # new level, since utilization grows faster than linearly near the knee on
-        # real servers (caches, PHP pools) and a single light probe misjudges it.
-        fractions = list(plan.coarse)
-        while budget > 0 and fractions:
-            lvl = est * fractions.pop(0)
-            if lvl <= last_level(levels) * 1.02:
-                continue
-            lv = run(lvl, "coarse")
+    try:
+        if plan.warm_run:
+            # A discarded run first: a server that just started has cold caches, PHP
+            # processes that have not run a page yet, and no open connections.
+            if progress is not None:
+                progress(f"warm-up run: {knob} {probe:g}", 0, plan.max_levels)
+            clock.timed(
+                1,
+                _run_level,
+                target,
+                trace,
+                probe,
+                knob,
+                replace(plan, reps=1),
+                seed + 999_983,
+                companion,
+            )
+        first = run(probe, "probe", replace(plan, reps=plan.probe_reps or plan.reps), must=True)
+        budget -= 1
+        if first is None:
+            raise MeasurementError(
+                f"the trace spans {trace_span(trace):.1f} s: too short for even the probe level "
+                f"({knob} {probe:g}) with {plan.warmup:g} s warm-up and a {plan.min_duration:g} s "
+                "window; use a longer trace or a lower probe level"
+            )
+        est = _capacity(first, probe)
+        last = first
+        if est is not None:
+            # Place levels at fractions of the estimated capacity; re-estimate from each
+            # new level, since utilization grows faster than linearly near the knee on
+            # real servers (caches, PHP pools) and a single light probe misjudges it.
+            fractions = list(plan.coarse)
+            while budget > 0 and fractions:
+                lvl = est * fractions.pop(0)
+                if lvl <= last_level(levels) * 1.02:
+                    continue
+                lv = run(lvl, "coarse")
+                budget -= 1
+                if lv is None:  # the trace cannot fill a window this fast: no higher level can
+                    break
+                last = lv
+                if _generator_saturated(lv) or _on_both(_all_over, lv, thresholds, companion):
+                    break
+                est = _capacity(lv, lvl) or est
+        # Nothing crossed yet (no utilization, or it misled): step up geometrically.
+        # With a companion, both curves must cross: the prediction may be off either way.
+        growth = 2.0 if est is None else 1.2
+        while (
+            budget > 0
+            and last is not None
+            and not _generator_saturated(last)
+            and not _on_both(_any_over, last, thresholds, companion)
+        ):
+            lv = run(last_level(levels) * growth, "search")
             budget -= 1
-            if lv is None:  # the trace cannot fill a window this fast: no higher level can
+            if lv is None:
                 break
             last = lv
-            if _generator_saturated(lv) or _on_both(_all_over, lv, thresholds, companion):
+        # Refinement: split the bracket of each statistic's crossing.
+        while budget > 0:
+            curve = _curve(levels, knob, target, trace, alpha)
+            gaps = _gaps(curve, thresholds, plan)
+            above = _above(levels, curve, thresholds)
+            if companion is not None:
+                c_curve = _curve(companion.levels, knob, companion.target, companion.trace, 1.0)
+                gaps += _gaps(c_curve, companion.thresholds, plan)
+                above = above or _above(companion.levels, c_curve, companion.thresholds)
+            if gaps:
+                gaps.sort(reverse=True)
+                nxt, what = gaps[0][1], "refine"
+            elif above is not None:
+                # A threshold is not crossed among the usable levels, though the search went
+                # past it (the levels over it were all excluded): measure in between again.
+                nxt, what = above, "re-measure"
+            else:
                 break
-            est = _capacity(lv, lvl) or est
-    # Nothing crossed yet (no utilization, or it misled): step up geometrically.
-    # With a companion, both curves must cross: the prediction may be off either way.
-    growth = 2.0 if est is None else 1.2
-    while (
-        budget > 0
-        and last is not None
-        and not _generator_saturated(last)
-        and not _on_both(_any_over, last, thresholds, companion)
-    ):
-        lv = run(last_level(levels) * growth, "search")
-        budget -= 1
-        if lv is None:
-            break
-        last = lv
-    # Refinement: split the bracket of each statistic's crossing.
-    while budget > 0:
-        curve = _curve(levels, knob, target, trace, alpha)
-        gaps = _gaps(curve, thresholds, plan)
-        above = _above(levels, curve, thresholds)
-        if companion is not None:
-            c_curve = _curve(companion.levels, knob, companion.target, companion.trace, 1.0)
-            gaps += _gaps(c_curve, companion.thresholds, plan)
-            above = above or _above(companion.levels, c_curve, companion.thresholds)
-        if gaps:
-            gaps.sort(reverse=True)
-            nxt, what = gaps[0][1], "refine"
-        elif above is not None:
-            # A threshold is not crossed among the usable levels, though the search went
-            # past it (the levels over it were all excluded): measure in between again.
-            nxt, what = above, "re-measure"
-        else:
-            break
-        budget -= 1
-        if run(nxt, what) is None:
-            break
+            budget -= 1
+            if run(nxt, what) is None:
+                break
+    except KeyboardInterrupt as exc:
+        # Keep what was measured: the levels so far, as a curve marked partial.
+        partial = _curve(levels, knob, target, trace, alpha, base_rate=base_rate, plan=plan)
+        partial.meta["interrupted"] = True
+        raise SweepInterrupted(partial) from exc
     if progress is not None:
         progress("done", plan.max_levels, plan.max_levels)
     curve = _curve(levels, knob, target, trace, alpha, base_rate=base_rate, plan=plan)
     if too_short:
         curve.meta["levels_skipped_trace_too_short"] = too_short
+    if out_of_time:
+        curve.meta["levels_skipped_time_budget"] = out_of_time
+    if plan.scaled_time != 1.0:
+        curve.meta["scaled_time"] = plan.scaled_time
+    if plan.skip > 0:
+        curve.meta["skip"] = plan.skip
     if retried:
         curve.meta["levels_rerun_generator_behind"] = retried
     return curve
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """A sweep stopped by SIGINT/SIGTERM, carrying the levels measured before it.
+
+    ``curve`` holds the swept target's finished levels (meta ``interrupted``); a
+    companion's finished levels stay in ``companion.levels``.
+    """
+
+    def __init__(self, curve: LoadCurve) -> None:
+        super().__init__()
+        self.curve = curve
+
+
+class _Clock:
+    """What a sweep has spent of ``plan.budget_s``, and whether the next runs fit.
+
+    Each repetition is charged the larger of its wall time and its planned seconds
+    (warm-up and window, on both sides of a pair), so the budget holds on a slow
+    machine and is deterministic against targets that take no time (fakes, tests).
+    A level is started only if its repetitions, at the dearest repetition seen so
+    far, end within the budget.
+    """
+
+    def __init__(self, plan: AutoPlan, paired: bool) -> None:
+        self.budget = plan.budget_s
+        side = plan.warmup + plan.duration
+        self.planned = side * plan.scaled_time + (side if paired else 0.0)
+        self.spent = 0.0
+        self.per_rep = self.planned
+
+    def fits(self, reps: int) -> bool:
+        return self.budget is None or self.spent + reps * self.per_rep <= self.budget
+
+    def timed(self, reps: int, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        t0 = time.monotonic()
+        out = fn(*args, **kwargs)
+        took = time.monotonic() - t0
+        if out is not None:  # None: the trace was too short, nothing ran
+            took = max(took, reps * self.planned)
+            self.per_rep = max(self.per_rep, took / max(1, reps))
+        self.spent += took
+        return out
 
 
 def companion_curve(

@@ -31,6 +31,34 @@ def trace_span(trace: Trace) -> float:
     return float(t.max() - t.min()) if t.size else 0.0
 
 
+def skip_start(trace: Trace, seconds: float) -> Trace:
+    """The trace from ``seconds`` after its first request on, shifted to start there.
+
+    A trace's first seconds are rarely typical: a synthetic workload's users start
+    their sessions together, and a recorded log cuts into sessions already running.
+    Runs that start later measure the workload's steady mix. Requests keep their
+    sessions (a session cut by the skip is replayed from where it is).
+    """
+    if seconds <= 0:
+        return trace
+    t = trace.column("t")
+    if t.size == 0:
+        return trace
+    start = float(t.min()) + seconds
+    keep = t >= start
+    if not keep.any():
+        raise ParameterError(
+            f"skipping the first {seconds:g} s leaves nothing of a trace that spans "
+            f"{trace_span(trace):.1f} s; skip less"
+        )
+    return trace.filter(keep).with_column("t", t[keep] - start)
+
+
+def default_skip(trace: Trace) -> float:
+    """Seconds to skip by default: a tenth of the trace's span, at most a minute."""
+    return min(60.0, 0.1 * trace_span(trace))
+
+
 def window_for(
     trace: Trace,
     factor: float,

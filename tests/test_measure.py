@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -79,12 +81,14 @@ class _Recorder:
         self.name = name
         self.calls = calls
         self.inner = FakeTarget(servers=1, demand={"static": servers_demand})
+        self.windows: list[tuple[float, float]] = []
 
     def describe(self):
         return self.inner.describe()
 
     def run(self, trace, *, rate_factor, warmup, duration, seed):
         self.calls.append((self.name, rate_factor, seed))
+        self.windows.append((warmup, duration))
         return self.inner.run(
             trace, rate_factor=rate_factor, warmup=warmup, duration=duration, seed=seed
         )
@@ -114,6 +118,61 @@ def test_paired_sweep_runs_each_rep_on_both_sides_in_alternating_order():
     full_mat = mat(full_curve, "mean", 0.005).mat
     assert mat(full_curve, "mean", 0.005).status == "ok"
     assert scaled_mat == pytest.approx(full_mat, rel=0.10)
+
+
+def test_the_scaled_side_runs_1_over_alpha_longer_than_its_companion():
+    from shrink.autolevels import AutoPlan, Companion, auto_sweep
+
+    calls: list = []
+    side = _Recorder("scaled", calls, 0.004)
+    full = _Recorder("full", calls, 0.001)
+    comp = Companion(full, _open_trace(400.0, 200.0), {"mean": 0.005})
+    plan = AutoPlan(warmup=1, duration=10, reps=2, max_levels=4, scaled_time=4.0)
+    curve = auto_sweep(
+        side, _open_trace(100.0, 200.0), {"mean": 0.020}, plan=plan, seed=3, companion=comp
+    )
+    assert len(side.windows) == len(full.windows) > 4
+    # Each pair: warm-up and window four times longer on the share, unless the trace
+    # ran out (then both sides shrink alike, the share's still four times the other's).
+    assert all(
+        a[0] == 4 * b[0] and a[1] == pytest.approx(4 * b[1])
+        for a, b in zip(side.windows, full.windows, strict=True)
+    )
+    assert (4.0, 40.0) in side.windows and (1.0, 10.0) in full.windows
+    assert curve.meta["scaled_time"] == 4.0
+
+
+def test_a_short_trace_shrinks_both_windows_of_a_time_scaled_pair():
+    from shrink.autolevels import AutoPlan, Companion, _run_level
+
+    calls: list = []
+    side, full = _Recorder("scaled", calls, 0.004), _Recorder("full", calls, 0.001)
+    # 60 s of trace at rate factor 1: the share (warm-up 8 s) can fill 52 s, i.e. 13 s
+    # of the plan's time; the full side could fill 20 s.
+    comp = Companion(full, _open_trace(400.0, 60.0), {"mean": 0.005})
+    plan = AutoPlan(warmup=2, duration=20, reps=1, scaled_time=4.0)
+    got = _run_level(side, _open_trace(100.0, 60.0), 1.0, "rate_factor", plan, 0, comp)
+    assert got is not None
+    (w_s, d_s), (w_f, d_f) = side.windows[0], full.windows[0]
+    assert (w_s, w_f) == (8.0, 2.0)
+    assert d_f == pytest.approx(13.0, abs=0.2) and d_s == pytest.approx(4 * d_f)
+
+
+def test_a_time_budget_stops_the_sweep_before_a_level_that_would_overrun_it():
+    from shrink.autolevels import AutoPlan, auto_sweep
+
+    trace = _open_trace(100.0, 200.0)
+    target = FakeTarget(servers=1, demand={"static": 0.001})
+    # 11 planned seconds a repetition: warm run 11, probe 22, then 22 a level. The fake
+    # takes no time, so the planned seconds are what counts: room for two more levels.
+    plan = AutoPlan(warmup=1, duration=10, reps=2, max_levels=10, budget_s=33 + 2 * 22 + 21)
+    curve = auto_sweep(target, trace, {"mean": 0.005}, plan=plan, seed=3)
+    assert len(curve.levels) == 3
+    assert curve.meta["levels_skipped_time_budget"]
+    unlimited = auto_sweep(
+        target, trace, {"mean": 0.005}, plan=replace(plan, budget_s=None), seed=3
+    )
+    assert len(unlimited.levels) > 3 and "levels_skipped_time_budget" not in unlimited.meta
 
 
 def test_paired_sweep_needs_the_rate_factor_knob():
@@ -309,3 +368,53 @@ def test_a_signal_stops_the_whole_sweep_not_one_run(at):
     with pytest.raises(KeyboardInterrupt):
         auto_sweep(target, trace, {"mean": 0.005}, plan=AutoPlan(warmup=1, duration=5))
     assert target.calls == at + 1
+
+
+def test_an_interrupted_sweep_hands_back_the_levels_it_finished():
+    from shrink.autolevels import AutoPlan, SweepInterrupted, auto_sweep
+
+    trace = _open_trace(100.0, 200.0)
+    plan = AutoPlan(warmup=1, duration=5, reps=2, warm_run=False)
+    # Calls 0-1: the probe; 2-3: the first coarse level; 4: stopped mid-level.
+    with pytest.raises(SweepInterrupted) as stop:
+        auto_sweep(_Interrupted({4}), trace, {"mean": 0.005}, plan=plan, seed=3)
+    partial = stop.value.curve
+    assert partial.meta["interrupted"]
+    assert [len(lv.reps) for lv in partial.levels] == [2, 2]
+    # Stopped before any level finished: an empty curve, still marked.
+    with pytest.raises(SweepInterrupted) as stop:
+        auto_sweep(_Interrupted({0}), trace, {"mean": 0.005}, plan=plan, seed=3)
+    assert stop.value.curve.levels == [] and stop.value.curve.meta["interrupted"]
+
+
+def test_skip_start_drops_the_first_seconds_and_shifts_the_rest():
+    from shrink.measure import default_skip, skip_start
+
+    trace = _open_trace(100.0, 200.0)
+    t0 = float(trace.column("t").min())
+    later = skip_start(trace, 50.0)
+    kept = trace.column("t") >= t0 + 50.0
+    assert len(later) == int(kept.sum()) and 0 < len(later) < len(trace)
+    assert later.column("t").min() >= 0.0
+    assert np.allclose(later.column("t"), trace.column("t")[kept] - t0 - 50.0)
+    assert list(later.column("session")) == list(trace.column("session")[kept])
+    assert skip_start(trace, 0.0) is trace
+    assert default_skip(trace) == pytest.approx(0.1 * (trace.column("t").max() - t0))
+    with pytest.raises(ParameterError, match="skipping the first 500 s"):
+        skip_start(trace, 500.0)
+
+
+def test_a_sweep_with_skip_replays_the_trace_from_there():
+    from shrink.autolevels import AutoPlan, auto_sweep
+
+    calls: list = []
+    side = _Recorder("scaled", calls, 0.001)
+    seen = []
+    run = side.run
+    side.run = lambda tr, **kw: (seen.append(float(tr.column("t").max())), run(tr, **kw))[1]
+    trace = _open_trace(100.0, 200.0)
+    plan = AutoPlan(warmup=1, duration=5, reps=1, max_levels=3, skip=120.0)
+    curve = auto_sweep(side, trace, {"mean": 0.005}, plan=plan, seed=3)
+    assert curve.meta["skip"] == 120.0
+    # Every run saw the trace from 120 s on (its last request near 80 s, not 200 s).
+    assert seen and all(x < 81.0 for x in seen)
