@@ -56,6 +56,8 @@ def run_predict(
     progress: Progress | None = None,
     whatif: dict[str, Any] | None = None,
     paired_full_run: bool = False,
+    time_scaling: bool = True,
+    skip: float | None = None,
 ) -> dict[str, Any]:
     """Predict from ``trace_path`` and write DIR/prediction.json + report; return the dict.
 
@@ -78,6 +80,8 @@ def run_predict(
         calibration=calibration,
         plan=plan or AutoPlan(),
         paired_full_run=paired_full_run,
+        time_scaling=time_scaling,
+        skip=skip,
     )
     res = predict(trace, provider, cfg, out, extrapolator=_extrapolator(), progress=progress)
     pred = res.prediction
@@ -88,6 +92,9 @@ def run_predict(
         "docroot": None if docroot is None else str(docroot),
         "server_cpus": list(provider.server_cpus()),
         "plan": plan.__dict__ if plan else AutoPlan().__dict__,
+        # how many times longer the share's runs were than the plan's (SHRiNK time scaling)
+        "scaled_time": res.measured.meta.get("scaled_time", 1.0),
+        "skip": res.measured.meta.get("skip", 0.0),
     }
     if whatif is not None:
         pred["whatif"] = whatif

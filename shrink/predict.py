@@ -16,19 +16,26 @@ import json
 import platform
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
 from shrink import __version__
-from shrink.autolevels import AutoPlan, Companion, auto_sweep, companion_curve
+from shrink.autolevels import (
+    AutoPlan,
+    Companion,
+    SweepInterrupted,
+    auto_sweep,
+    companion_curve,
+)
 from shrink.errors import ParameterError, TopologyError
 from shrink.loadcurve import LoadCurve
 from shrink.machine import Machine
 from shrink.mapping import BUILTIN_MAPPINGS
 from shrink.mat import MATResult, mat
+from shrink.measure import default_skip
 from shrink.scaling import latency_scale, shrink_scaled_curve
 from shrink.target import Target
 from shrink.trace import Trace
@@ -79,6 +86,13 @@ class PredictConfig:
     # Also measure the full target with the whole trace, rep by rep alongside the
     # scaled runs, for validation on a machine whose speed drifts (see autolevels).
     paired_full_run: bool = False
+    # SHRiNK's time scaling: on a CPU-time share (latencies 1/alpha longer) the share's
+    # warm-up and windows are 1/alpha times the plan's, so that the share reaches the
+    # same queueing state and counts as many requests as the full target would.
+    time_scaling: bool = True
+    # Trace seconds left out at the start of every run; None: a tenth of the trace's
+    # span, at most a minute (``shrink.measure.default_skip``).
+    skip: float | None = None
 
 
 def plan_share(cpus: Sequence[int], machine: Machine, alpha: float, kind: str) -> dict[str, Any]:
@@ -193,6 +207,18 @@ def _recommend(mappings: dict[str, dict[str, Any]], stat: str) -> tuple[str, str
     return best[0], why
 
 
+def _keep_partial(
+    out: Path, curve: LoadCurve, companion: Companion | None, config: PredictConfig
+) -> None:
+    """Write the levels an interrupted sweep finished, so that no measurement is lost."""
+    out.mkdir(parents=True, exist_ok=True)
+    curve.write_json(out / "measured-curve.partial.json")
+    if companion is not None and companion.levels:
+        full = companion_curve(companion, knob=config.knob, plan=config.plan)
+        full.meta["interrupted"] = True
+        full.write_json(out / "full-curve.partial.json")
+
+
 def predict(
     trace: Trace,
     provider: TargetProvider,
@@ -219,6 +245,9 @@ def predict(
     # On a CPU-time share latencies are 1/alpha longer: search the knee at scaled thresholds.
     lat = alpha if share["kind"] == "cpu_time" else 1.0
     share_thresholds = {s: t / lat for s, t in config.thresholds.items()}
+    plan = replace(config.plan, skip=default_skip(trace) if config.skip is None else config.skip)
+    if config.time_scaling and lat != 1.0:
+        plan = replace(plan, scaled_time=1.0 / lat)
     full_curve: LoadCurve | None = None
     with ExitStack() as stack:
         target = stack.enter_context(provider.open(share, "1-replica"))
@@ -227,17 +256,22 @@ def predict(
             full_share = {"kind": "all", "cpus": list(cpus), "fraction": 1.0}
             full_target = stack.enter_context(provider.open(full_share, "1-replica"))
             companion = Companion(full_target, trace, dict(config.thresholds))
-        measured = auto_sweep(
-            target,
-            sample,
-            share_thresholds,
-            knob=config.knob,
-            plan=config.plan,
-            seed=config.seed,
-            alpha=alpha,
-            progress=progress,
-            companion=companion,
-        )
+        try:
+            measured = auto_sweep(
+                target,
+                sample,
+                share_thresholds,
+                knob=config.knob,
+                plan=plan,
+                seed=config.seed,
+                alpha=alpha,
+                progress=progress,
+                companion=companion,
+            )
+        except SweepInterrupted as stop:
+            if out_dir is not None:
+                _keep_partial(Path(out_dir), stop.curve, companion, config)
+            raise
         if companion is not None:
             full_curve = companion_curve(companion, knob=config.knob, plan=config.plan)
     predicted = shrink_scaled_curve(measured)
@@ -258,6 +292,21 @@ def predict(
             "light-load latencies run above an ideal slower server's. Whatever else runs on "
             "the share's CPUs in the quota's gaps evicts the server's caches (see the "
             "self-check on other work)."
+        )
+    if measured.meta.get("skip"):
+        assumptions.append(
+            f"Every run starts {measured.meta['skip']:g} s into the trace: a trace's first "
+            "seconds (sessions starting together, or cut by the start of a log) are not "
+            "its steady mix."
+        )
+    k = measured.meta.get("scaled_time", 1.0)
+    if k != 1.0:
+        assumptions.append(
+            f"Time scaling: the share's warm-up and measurement windows were {k:g} times "
+            "the full-scale ones. A server at alpha of the speed moves through its queueing "
+            "states 1/alpha slower and sees alpha of the requests a second: with equal "
+            "windows the share would be caught nearer its empty start, with fewer requests "
+            "in its tail."
         )
     sockets = {machine.socket_of(c) for c in cpus}
     mappings_out: dict[str, dict[str, Any]] = {}

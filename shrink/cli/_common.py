@@ -25,7 +25,10 @@ def cli_errors() -> Iterator[None]:
         console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=1) from None
     except KeyboardInterrupt:
-        console.print("[yellow]interrupted[/]: what was measured so far has been kept")
+        console.print(
+            "[yellow]interrupted[/]: what was measured so far is kept (run logs; "
+            "shrink predict also writes the levels it finished to *.partial.json)"
+        )
         raise typer.Exit(code=130) from None
 
 

@@ -90,6 +90,31 @@ def predict(
             "drifts (a VM). Doubles the measuring time; the prediction uses the scaled runs.",
         ),
     ] = False,
+    time_scaling: Annotated[
+        bool,
+        typer.Option(
+            "--time-scaling/--no-time-scaling",
+            help="On a CPU-time share, make the share's warm-up and window 1/alpha times "
+            "--warmup and --duration (a server at alpha of the speed settles 1/alpha slower "
+            "and serves alpha of the requests a second).",
+        ),
+    ] = True,
+    skip: Annotated[
+        str,
+        typer.Option(
+            "--skip",
+            help="Trace time left out at the start of every run, e.g. 30s; 'auto': a tenth "
+            "of the trace's span, at most 1m (its first seconds are not its steady mix).",
+        ),
+    ] = "auto",
+    budget: Annotated[
+        str | None,
+        typer.Option(
+            "--budget",
+            help="Time the sweep may spend on runs, e.g. 8m: no level starts that would end "
+            "past it.",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print prediction.json.")] = False,
 ) -> None:
     """Predict the full machine's MAT for each mapping from a scaled-down run.
@@ -101,14 +126,20 @@ def predict(
     from shrink.autolevels import AutoPlan
     from shrink.pipeline import run_predict
     from shrink.topology import parse_cpulist
-    from shrink.validation import parse_thresholds
+    from shrink.validation import parse_duration, parse_thresholds
 
     with cli_errors():
         th = parse_thresholds(thresholds)
         names = _MAPPINGS if mappings == "all" else tuple(m.strip() for m in mappings.split(","))
         if not names:
             raise ParameterError("mappings == '', must be 'all' or a comma list.")
-        plan = AutoPlan(warmup=warmup, duration=duration, reps=reps, max_levels=max_levels)
+        plan = AutoPlan(
+            warmup=warmup,
+            duration=duration,
+            reps=reps,
+            max_levels=max_levels,
+            budget_s=None if budget is None else parse_duration(budget, "budget"),
+        )
         cpus = parse_cpulist(server_cpus) if server_cpus else None
         with _progress_bar() as bar:
             pred = run_predict(
@@ -128,11 +159,19 @@ def predict(
                 plan=plan,
                 progress=_callback(bar, "scaled + full runs" if paired_full_run else "scaled run"),
                 paired_full_run=paired_full_run,
+                time_scaling=time_scaling,
+                skip=None if skip == "auto" else _skip_seconds(skip),
             )
     if as_json:
         echo_json(pred)
         return
     _print_summary(pred, out)
+
+
+def _skip_seconds(text: str) -> float:
+    from shrink.validation import parse_duration
+
+    return 0.0 if text.strip() in ("0", "0s", "none") else parse_duration(text, "skip")
 
 
 def _print_summary(pred: dict, out: Path) -> None:
