@@ -117,16 +117,20 @@ def run_demo(out: Path, *, plan: AutoPlan | None = None, quick: bool = False) ->
     console.rule("[bold]1. The bundled Support-like workload")
     _check_quiet(console)
     trace_path, docroot = _synth(work, console)
-    # Three paired repetitions a level, so that the median outvotes one the host
-    # disturbed; the probe runs once and the coarse pass skips 35% of capacity to pay
-    # for them (those levels only draw the light-load end of the curve).
+    # Time-scaled pairs: the whole core runs 1.5 s + 4 s, the 25% share four times as
+    # long (6 s + 16 s), so that both reach the same queueing state and count as many
+    # requests (predict's time scaling). Two paired repetitions a level; the probe runs
+    # once and the coarse pass skips 35% of capacity (those levels only draw the
+    # light-load end of the curve). The budget keeps the whole demo under 10 minutes
+    # whatever the host does (levels rerun for stalls included).
     plan = plan or AutoPlan(
-        warmup=2.0,
-        duration=5.0,
-        reps=3,
+        warmup=1.5,
+        duration=4.0,
+        reps=2,
         probe_reps=1,
         coarse=(0.55, 0.8, 0.9, 1.0, 1.1, 1.25),
-        max_levels=8,
+        max_levels=9,
+        budget_s=400.0,
     )
     if quick:
         plan = AutoPlan(warmup=1.0, duration=3.0, reps=1, max_levels=5)
