@@ -365,8 +365,8 @@ class _Clock:
     Each repetition is charged the larger of its wall time and its planned seconds
     (warm-up and window, on both sides of a pair), so the budget holds on a slow
     machine and is deterministic against targets that take no time (fakes, tests).
-    A level is started only if its repetitions, at the dearest repetition seen so
-    far, end within the budget.
+    A level is started only if its repetitions, at the mean cost of a repetition so
+    far (start-up and teardown included), end within the budget.
     """
 
     def __init__(self, plan: AutoPlan, paired: bool) -> None:
@@ -374,6 +374,7 @@ class _Clock:
         side = plan.warmup + plan.duration
         self.planned = side * plan.scaled_time + (side if paired else 0.0)
         self.spent = 0.0
+        self.reps = 0
         self.per_rep = self.planned
 
     def fits(self, reps: int) -> bool:
@@ -383,10 +384,11 @@ class _Clock:
         t0 = time.monotonic()
         out = fn(*args, **kwargs)
         took = time.monotonic() - t0
-        if out is not None:  # None: the trace was too short, nothing ran
-            took = max(took, reps * self.planned)
-            self.per_rep = max(self.per_rep, took / max(1, reps))
         self.spent += took
+        if out is not None:  # None: the trace was too short, nothing ran
+            self.spent += max(0.0, reps * self.planned - took)
+            self.reps += reps
+            self.per_rep = max(self.planned, self.spent / self.reps)
         return out
 
 

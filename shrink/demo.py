@@ -130,7 +130,7 @@ def run_demo(out: Path, *, plan: AutoPlan | None = None, quick: bool = False) ->
         probe_reps=1,
         coarse=(0.55, 0.8, 0.9, 1.0, 1.1, 1.25),
         max_levels=9,
-        budget_s=400.0,
+        budget_s=450.0,
     )
     if quick:
         plan = AutoPlan(warmup=1.0, duration=3.0, reps=1, max_levels=5)
