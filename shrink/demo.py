@@ -120,15 +120,15 @@ def run_demo(out: Path, *, plan: AutoPlan | None = None, quick: bool = False) ->
     # Time-scaled pairs: the whole core runs 1.5 s + 4 s, the 25% share four times as
     # long (6 s + 16 s), so that both reach the same queueing state and count as many
     # requests (predict's time scaling). Two paired repetitions a level; the probe runs
-    # once and the coarse pass skips 35% of capacity (those levels only draw the
-    # light-load end of the curve). The budget keeps the whole demo under 10 minutes
-    # whatever the host does (levels rerun for stalls included).
+    # once and draws the light-load end, so the coarse pass starts at 80% of the
+    # estimated capacity and the budget goes to levels near the knee. The budget keeps
+    # the whole demo under 10 minutes whatever the host does (reruns for stalls included).
     plan = plan or AutoPlan(
         warmup=1.5,
         duration=4.0,
         reps=2,
         probe_reps=1,
-        coarse=(0.55, 0.8, 0.9, 1.0, 1.1, 1.25),
+        coarse=(0.8, 0.9, 1.0, 1.1, 1.25),
         max_levels=9,
         budget_s=450.0,
     )
