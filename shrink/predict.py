@@ -295,7 +295,7 @@ def predict(
         )
     if measured.meta.get("skip"):
         assumptions.append(
-            f"Every run starts {measured.meta['skip']:g} s into the trace: a trace's first "
+            f"Every run starts {measured.meta['skip']:.3g} s into the trace: a trace's first "
             "seconds (sessions starting together, or cut by the start of a log) are not "
             "its steady mix."
         )
