@@ -165,6 +165,7 @@ def run_demo(out: Path, *, plan: AutoPlan | None = None, quick: bool = False) ->
         "measured": {s: vd["mats"][s]["measured"] for s in thresholds},
         "mat_error_mean": vd.get("mat_error_mean"),
         "mat_error_p999": vd.get("mat_error_p999"),
+        "conclusive": vd["conclusive"],
         "generator_kept_up": pred["self_checks"]["generator_kept_up"],
         "whatif_recommended": None if whatif is None else whatif.get("recommended"),
         "report": str(out / "report.md"),

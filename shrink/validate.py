@@ -158,10 +158,21 @@ class Validation:
     def mat_error(self) -> dict[str, float]:
         return {s: v["error"] for s, v in self.mats.items()}
 
+    @property
+    def conclusive(self) -> dict[str, bool]:
+        """Per statistic: both MATs are crossings found (status ok), not bounds."""
+        return {
+            s: v.get("predicted_status") == "ok" and v.get("measured_status") == "ok"
+            for s, v in self.mats.items()
+        }
+
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"schema": "shrink.validation/1", "mats": self.mats}
         for stat, err in self.mat_error.items():
             d[f"mat_error_{stat}"] = err
+        # An error between two crossings that were both found; a MAT that is only a
+        # bound ("not reached", "below range") makes the error a bound or meaningless.
+        d["conclusive"] = self.conclusive
         w = [x["w1"] for x in self.wasserstein]
         d["wasserstein"] = self.wasserstein
         d["wasserstein_median"] = float(np.median(w)) if w else None

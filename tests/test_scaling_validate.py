@@ -62,6 +62,16 @@ def test_validation_detects_a_wrong_prediction():
     assert mat(full, "mean", 0.005).mat == pytest.approx(800, rel=0.05)
 
 
+def test_an_error_between_bounds_is_marked_inconclusive():
+    full = _mm1([400, 600, 750, 850, 920], 1000.0, seed=3)
+    low = _mm1([400, 600, 700], 1000.0, seed=4)  # never crosses 5 ms: "not reached"
+    thresholds = {"mean": 0.005}
+    assert validate(full, full, thresholds).to_dict()["conclusive"] == {"mean": True}
+    v = validate(low, full, thresholds)
+    assert v.mats["mean"]["predicted_status"] == "not_reached"
+    assert v.to_dict()["conclusive"] == {"mean": False}
+
+
 def test_wasserstein_of_shifted_quantiles_is_the_shift():
     q = np.quantile(np.random.default_rng(0).exponential(1.0, 10000), QGRID)
     assert wasserstein1(q, q + 0.5) == pytest.approx(0.5)
