@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,9 @@ def run_validate(
             server_cpus=tuple(inputs.get("server_cpus") or ()) or None,
         )
         plan = AutoPlan(**{**AutoPlan().__dict__, **(inputs.get("plan") or {})})
+        # The same part of the trace as the prediction's runs (its skip), at the plan's
+        # own time scale: the full target is the unscaled one.
+        plan = replace(plan, skip=float(inputs.get("skip", 0.0)), scaled_time=1.0)
         cpus = list(provider.server_cpus())
         share = {"kind": "all", "cpus": cpus, "fraction": 1.0}
         with provider.open(share, pred.get("validated_mapping", "1-replica")) as target:

@@ -168,8 +168,12 @@ def test_cli_predict_and_validate_on_the_simulator(tmp_path):
         pred["mappings"]["2-replica-direct"]["mean"]["mat"]
         > (pred["mappings"]["1-replica"]["mean"]["mat"])
     )
+    assert pred["inputs"]["skip"] > 0  # a tenth of the trace's span, by default
     res = run(app, ["validate", str(out / "prediction.json"), "--json"])
     assert res.exit_code == 0, res.output
+    # The full-scale run replays the same part of the trace as the prediction did.
+    full = json.loads((out / "full-curve.json").read_text())
+    assert full["meta"]["skip"] == pytest.approx(pred["inputs"]["skip"])
     v = json.loads((out / "validation.json").read_text())
     assert abs(v["mat_error_mean"]) < 0.10
     assert abs(v["mat_error_p999"]) < 0.15
