@@ -19,11 +19,14 @@ from typer.testing import CliRunner
 
 from shrink.cli import app
 from shrink.loadcurve import LoadCurve
+from shrink.replay.live import steal_times, utilization
 from shrink.runlog import RunLog
 
 pytestmark = pytest.mark.live
 
 LIGHTTPD = "/usr/sbin/lighttpd"
+# steal during this test's 3 s replays here: 0.3% quiet, 4-12% in runs that still passed
+STOLEN = 0.03
 
 
 def _free_port() -> int:
@@ -178,8 +181,12 @@ def test_sweep_of_support_on_the_1_core_testbed_gives_a_curve_and_mats(tmp_path)
 
 
 @pytest.mark.root
-def _wire_and_engine_medians(port: int, tmp: Path) -> tuple[float, float, float]:
-    """One replay of 300 requests under tcpdump: medians of wire rt, done-sent, reported."""
+def _wire_and_engine_medians(port: int, tmp: Path) -> tuple[float, float, float, float]:
+    """One replay of 300 requests under tcpdump.
+
+    Returns the medians of wire rt, done-sent and reported, and the largest share of
+    any CPU the hypervisor stole during the replay.
+    """
     tcpdump = require_tool("tcpdump")
     tmp.mkdir(parents=True, exist_ok=True)
     pcap = tmp / "lo.pcap"
@@ -192,12 +199,14 @@ def _wire_and_engine_medians(port: int, tmp: Path) -> tuple[float, float, float]
         assert b"listening" in line, line
         time.sleep(0.5)  # it says so just before it is
         out = tmp / "run.parquet"
+        before = steal_times()
         r = CliRunner().invoke(
             app,
             ["replay", "--rate", "100", "--duration", "3s", "--path", "/static/file1k.bin",
              "--target", f"http://127.0.0.1:{port}", "-o", str(out), "--json",
              "--realtime", str(RT)],
         )  # fmt: skip
+        stolen = max(utilization(before, steal_times(), list(before)).values())
         assert r.exit_code == 0, r.output
         # tcpdump drops what it has not yet read when told to stop: wait until the
         # file stops growing (on a loaded machine it can trail by a second)
@@ -228,8 +237,8 @@ def _wire_and_engine_medians(port: int, tmp: Path) -> tuple[float, float, float]
     reported = log.column("done") - log.column("intended")
     medians = (float(np.median(rt)), float(np.median(ours)), float(np.median(reported)))
     print("median: wire {:.4f} ms, done-sent {:.4f} ms, reported {:.4f} ms".format(
-        *(1e3 * m for m in medians)))  # fmt: skip
-    return medians
+        *(1e3 * m for m in medians)), f"steal {100 * stolen:.1f}%")  # fmt: skip
+    return (*medians, stolen)
 
 
 def test_latency_agrees_with_a_tcpdump_capture(lighttpd, tmp_path):
@@ -239,11 +248,16 @@ def test_latency_agrees_with_a_tcpdump_capture(lighttpd, tmp_path):
     # after parsing, batching or a flush would be off by milliseconds. When this VM's
     # host steals its CPU (minutes of steal time some hours), the loop's wake-up can
     # trail the wire by a millisecond for a whole run: such a run is measured again.
+    # The judge of "the host stole" is /proc/stat's steal, not the engine's own lag
+    # (a send-lag bug must fail here, not skip): when every attempt missed and every
+    # one ran while the host took at least STOLEN of a CPU, nothing was shown either
+    # way and the test skips saying so. One quiet attempt that misses fails it.
     seen = []
-    for attempt in range(3):
-        wire, ours, reported = _wire_and_engine_medians(lighttpd, tmp_path / str(attempt))
-        seen.append((wire, ours, reported))
+    for attempt in range(4):
+        wire, ours, reported, stolen = _wire_and_engine_medians(lighttpd, tmp_path / str(attempt))
+        seen.append((wire, ours, reported, round(stolen, 3)))
         if abs(ours - wire) < 0.25e-3 and abs(reported - wire) < 0.35e-3:
-            break
-    else:
-        raise AssertionError(f"medians (wire, done-sent, reported) in s: {seen}")
+            return
+    if all(s[3] >= STOLEN for s in seen):
+        pytest.skip(f"the host stole >= {STOLEN:.0%} of a CPU in every attempt: {seen}")
+    raise AssertionError(f"medians (wire, done-sent, reported) in s, steal: {seen}")
