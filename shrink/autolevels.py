@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from shrink.errors import MeasurementError
-from shrink.loadcurve import Level, LevelStats, LoadCurve
+from shrink.loadcurve import GENERATOR_SATURATED, Level, LevelStats, LoadCurve
 from shrink.mat import mat
 from shrink.measure import (
     level_stats,
@@ -41,9 +41,6 @@ __all__ = ["AutoPlan", "Companion", "SweepInterrupted", "auto_sweep", "companion
 
 Progress = Callable[[str, int, int], None]
 _T = TypeVar("_T")
-# Generator CPU (seconds per second, all its processes) above which "behind" means
-# the generator cannot send faster, rather than a passing stall.
-GENERATOR_SATURATED = 0.5
 
 
 @dataclass(frozen=True)
@@ -213,6 +210,7 @@ def auto_sweep(
                 and plan.retry_behind
                 and extra < lplan.reps
                 and _behind(got, lplan.reps)
+                and not _stalled_over(got, lplan.reps, thresholds, companion)
                 and not _generator_saturated(got[0])
                 and clock.fits(1)
             ):
@@ -476,6 +474,30 @@ def _behind(got: tuple[Level, Level | None], reps: int) -> bool:
     """
     need = min(reps, 2)
     return any(lv is not None and len(lv.reps) - lv.reps_behind < need for lv in got)
+
+
+def _stalled_over(
+    got: tuple[Level, Level | None],
+    reps: int,
+    thresholds: Mapping[str, float],
+    companion: Companion | None,
+) -> bool:
+    """Every side where too few repetitions kept up is over every threshold by its stall bound.
+
+    Such a level already stands over each crossing (:meth:`Level.stall_bound`):
+    measuring it again would spend the budget where it tells nothing new.
+    """
+    sides = [(got[0], thresholds)]
+    if got[1] is not None and companion is not None:
+        sides.append((got[1], companion.thresholds))
+    for lv, limits in sides:
+        if len(lv.reps) - lv.reps_behind >= min(reps, 2):
+            continue
+        for stat, limit in limits.items():
+            bound = lv.stall_bound(stat)
+            if bound is None or bound <= limit:
+                return False
+    return True
 
 
 def _merge(a: Level | None, b: Level | None) -> Level | None:

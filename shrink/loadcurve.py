@@ -25,6 +25,7 @@ import numpy as np
 from shrink.errors import MeasurementError, TraceFormatError
 
 __all__ = [
+    "GENERATOR_SATURATED",
     "QGRID",
     "STATS",
     "ClassStats",
@@ -35,6 +36,9 @@ __all__ = [
 ]
 
 SCHEMA_ID = "shrink.loadcurve/1"
+# Generator CPU (seconds per second, all its processes) above which "behind" means
+# the generator could not send faster, rather than a passing stall.
+GENERATOR_SATURATED = 0.5
 STATS = ("mean", "p50", "p90", "p99", "p999")
 # Quantile grid: fine in the tail, where SLAs live.
 QGRID: tuple[float, ...] = tuple(
@@ -98,6 +102,7 @@ class LevelStats:
     errors: int = 0
     generator_behind: bool = False
     send_lag_p99: float | None = None
+    send_lag_max: float | None = None  # the longest stall before a send (bounds its effect)
     generator_cpu: float | None = None  # generator CPU seconds / wall seconds
     # CPU (in CPUs) used on the share's CPUs by anything but the server's processes,
     # and the hypervisor's steal on them (a VM's host running something else).
@@ -133,6 +138,40 @@ class Level:
     @property
     def reps_behind(self) -> int:
         return sum(r.generator_behind for r in self.reps)
+
+    def stall_bound(self, stat: str, cls: str | None = None) -> float | None:
+        """A lower bound on ``stat`` at a level where no repetition kept to its schedule.
+
+        Such a level is left out of the statistics, but when the generator only
+        stalled (its CPU was mostly idle: a VM's host took it) its latencies still
+        bound the server's. Every request was sent at most L late, L the run's
+        longest send lag, so for a FIFO server every response left at most L later
+        than with the schedule kept (the Lindley recursion is monotone in the
+        arrival times: bunched sends add queueing, but no more than L); the stamp
+        of its arrival can trail by another stall of at most about L. So each
+        latency, and any mean or quantile of them, is at most 2L over what the
+        schedule would have given. For other disciplines (a pool of PHP processes
+        sharing a CPU) this is a close argument, not a proof.
+
+        The smallest over the repetitions of ``stat - 2 * send_lag_max``; None when
+        a level kept up, or any repetition lacks its lag or was CPU-bound (a
+        saturated generator queues requests where the lag does not show it).
+        """
+        if not self.generator_behind:
+            return None
+        bounds = []
+        for r in self.reps:
+            if (
+                r.send_lag_max is None
+                or not math.isfinite(r.send_lag_max)
+                or r.generator_cpu is None
+                or r.generator_cpu >= GENERATOR_SATURATED
+                or not _has(r, cls)
+            ):
+                return None
+            bounds.append(r.get(stat, cls) - 2.0 * r.send_lag_max)
+        bound = min(bounds)
+        return float(bound) if math.isfinite(bound) else None
 
     def values(self, stat: str, cls: str | None = None) -> np.ndarray:
         return np.array([r.get(stat, cls) for r in self.kept if _has(r, cls)], dtype=np.float64)
@@ -208,6 +247,20 @@ class LoadCurve:
         return sorted(
             (lv for lv in self.levels if not lv.generator_behind), key=lambda lv: lv.level
         )
+
+    def stalled_over(self, stat: str, threshold: float, cls: str | None = None) -> list[Level]:
+        """Excluded levels that are still over ``threshold``: their :meth:`Level.stall_bound` is.
+
+        A MAT may use them as the level over a crossing (never under one), so a
+        host that stalls the generator at overloaded levels does not leave the
+        crossing unbracketed.
+        """
+        out = []
+        for lv in sorted(self.levels, key=lambda x: x.level):
+            bound = lv.stall_bound(stat, cls)
+            if bound is not None and bound > threshold:
+                out.append(lv)
+        return out
 
     def series(
         self, stat: str, cls: str | None = None, *, usable_only: bool = True

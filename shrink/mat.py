@@ -10,7 +10,13 @@ it (linearly in log latency, since latency grows roughly geometrically near the
 knee). Its confidence interval comes from the
 same interpolation on the statistic's CI band: where the upper band crosses gives
 the low end, where the lower band crosses the high end. Levels where the
-generator fell behind its schedule are never used.
+generator fell behind its schedule are not used, with one exception: a level
+where it only stalled and whose latency stays over the threshold even after
+taking off twice the longest send lag (:meth:`shrink.loadcurve.Level.stall_bound`)
+may stand over a crossing (``upper_stalled``). On a VM whose host takes the
+generator's CPU, overloaded levels are where that happens, and without them the
+crossing would go unbracketed. Its value is the one measured (the stalls inflate
+it, which moves the interpolated crossing down a little); the bound is its low band.
 """
 
 from __future__ import annotations
@@ -43,6 +49,9 @@ class MATResult:
     status: str = "ok"
     bracket: tuple[float, float] | None = None  # the two levels' knob values
     cls: str | None = None
+    # The level over the crossing is one where the generator stalled, counted as over
+    # the threshold by its stall bound (see the module docstring).
+    upper_stalled: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -54,6 +63,7 @@ class MATResult:
             "status": self.status,
             "bracket": None if self.bracket is None else list(self.bracket),
             "cls": self.cls,
+            "upper_stalled": self.upper_stalled,
         }
 
     def scaled(self, factor: float) -> MATResult:
@@ -66,6 +76,7 @@ class MATResult:
             self.status,
             self.bracket,
             self.cls,
+            self.upper_stalled,
         )
 
 
@@ -121,7 +132,7 @@ def _finite(band: np.ndarray, fallback: np.ndarray) -> np.ndarray:
 
 def mat(curve: LoadCurve, stat: str, threshold: float, *, cls: str | None = None) -> MATResult:
     """MAT of ``curve`` for ``stat`` (mean, p50, p90, p99, p999) under ``threshold`` seconds."""
-    s = curve.series(stat, cls)
+    s = _with_stalled(curve, curve.series(stat, cls), stat, threshold, cls)
     if s["level"].size == 0:
         raise MeasurementError("load curve has no usable level (generator behind at all levels?)")
     order = np.argsort(s["level"])
@@ -135,6 +146,7 @@ def mat(curve: LoadCurve, stat: str, threshold: float, *, cls: str | None = None
     hi, _, _ = crossing(x, isotonic(_finite(s["lo"][order], s["value"][order])), threshold)
     levels = s["level"][order]
     bracket = (float(levels[i - 1]), float(levels[i])) if status == "ok" else None
+    stalled = status in ("ok", "below_range") and bool(s["stalled"][order][i])
     return MATResult(
         mat=value,
         ci=(min(lo, value), max(hi, value)),
@@ -143,4 +155,31 @@ def mat(curve: LoadCurve, stat: str, threshold: float, *, cls: str | None = None
         status=status,
         bracket=bracket,
         cls=cls,
+        upper_stalled=stalled,
     )
+
+
+def _with_stalled(
+    curve: LoadCurve, s: dict[str, np.ndarray], stat: str, threshold: float, cls: str | None
+) -> dict[str, np.ndarray]:
+    """The usable levels' series plus the stalled levels still over ``threshold``.
+
+    The arrays gain ``stalled`` (True for the added levels).
+    """
+    extra = curve.stalled_over(stat, threshold, cls)
+    out = dict(s)
+    out["stalled"] = np.zeros(s["level"].size, dtype=bool)
+    if not extra:
+        return out
+    rows = []
+    for lv in extra:
+        centre, _, hi = lv.stat(stat, cls)
+        thr = lv.stat("throughput", cls)
+        bound = lv.stall_bound(stat, cls)
+        rows.append((lv.level, *thr, centre, bound, max(hi, centre)))
+    add = np.array(rows, dtype=np.float64)
+    cols = ("level", "throughput", "throughput_lo", "throughput_hi", "value", "lo", "hi")
+    for j, name in enumerate(cols):
+        out[name] = np.concatenate([s[name], add[:, j]])
+    out["stalled"] = np.concatenate([out["stalled"], np.ones(len(rows), dtype=bool)])
+    return out

@@ -131,6 +131,7 @@ def level_stats(result: RunResult) -> LevelStats:
         errors=int(np.sum(in_win & ~ok)),
         generator_behind=g.behind,
         send_lag_p99=g.send_lag_p99,
+        send_lag_max=g.send_lag_max,
         generator_cpu=g.cpu,
         other_cpu=(result.describe or {}).get("share_other_cpu"),
         steal=(result.describe or {}).get("share_steal"),

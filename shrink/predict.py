@@ -147,7 +147,13 @@ def rep_range(curve: LoadCurve, stat: str) -> tuple[list[float], list[float]]:
 
 
 def _mat_dict(res: MATResult) -> dict[str, Any]:
-    return {"mat": res.mat, "ci": list(res.ci), "threshold": res.threshold, "status": res.status}
+    return {
+        "mat": res.mat,
+        "ci": list(res.ci),
+        "threshold": res.threshold,
+        "status": res.status,
+        "upper_stalled": res.upper_stalled,
+    }
 
 
 @dataclass
@@ -162,8 +168,12 @@ class PredictionResult:
     full: LoadCurve | None = None  # the paired full-scale curve, when measured
 
 
-def _self_checks(curve: LoadCurve) -> dict[str, Any]:
+def _self_checks(curve: LoadCurve, limits: Mapping[str, float]) -> dict[str, Any]:
+    """What the curve says about its own measurement; ``limits`` in the curve's own seconds."""
     behind = [lv.level for lv in curve.levels if lv.generator_behind]
+    stalled = {
+        stat: [lv.level for lv in curve.stalled_over(stat, limit)] for stat, limit in limits.items()
+    }
     reps_out = sum(lv.reps_behind for lv in curve.levels if not lv.generator_behind)
     utils = [min(1.0, lv.utilization) for lv in curve.usable() if lv.utilization is not None]
     umax = max(utils) if utils else None
@@ -174,6 +184,8 @@ def _self_checks(curve: LoadCurve) -> dict[str, Any]:
         "max_steal": max(steal) if steal else None,
         "generator_kept_up": not behind,
         "levels_behind": behind,
+        # Of those, the ones still over a threshold by their stall bound (usable over a crossing).
+        "levels_stalled_over": {k: v for k, v in stalled.items() if v},
         "repetitions_excluded": reps_out,
         "max_utilization": umax,
         "utilization_reached": bool(umax is not None and umax >= 0.85),
@@ -335,7 +347,9 @@ def predict(
             )
     stat = "mean" if "mean" in config.thresholds else next(iter(config.thresholds))
     recommended, reason = _recommend(mappings_out, stat)
-    checks = _self_checks(measured)
+    checks = _self_checks(
+        measured, {s: t / latency_scale(measured) for s, t in config.thresholds.items()}
+    )
     widths = [
         (v["ci"][1] - v["ci"][0]) / v["mat"] / 2
         for v in (base[s] for s in config.thresholds)
@@ -357,8 +371,9 @@ def predict(
         "seed": config.seed,
         "share": share,
         "thresholds": dict(config.thresholds),
+        # The share's own MATs, at its own thresholds (1/alpha longer on a CPU-time share).
         "measured_mats": {
-            s: _mat_dict(mat(measured, s, t * latency_scale(measured)))
+            s: _mat_dict(mat(measured, s, t / latency_scale(measured)))
             for s, t in config.thresholds.items()
         },
         "mappings": mappings_out,
@@ -391,7 +406,7 @@ def predict(
     if full_curve is not None:
         prediction["full_run"] = {
             "paired": True,
-            "self_checks": _self_checks(full_curve),
+            "self_checks": _self_checks(full_curve, config.thresholds),
             "curve": "full-curve.json",
             "note": (
                 "The whole trace was also run on the full target, each repetition right "

@@ -54,6 +54,11 @@ def shrink_scaled_curve(curve: LoadCurve) -> LoadCurve:
             _scale_class(r.overall, thr, lat)
             for c in r.per_class.values():
                 _scale_class(c, thr, lat)
+            # The generator's lags bound latencies (Level.stall_bound): they move with them.
+            if r.send_lag_p99 is not None:
+                r.send_lag_p99 *= lat
+            if r.send_lag_max is not None:
+                r.send_lag_max *= lat
     out.alpha = 1.0
     out.share = {"kind": "all", "fraction": 1.0, "predicted_from": curve.share}
     out.meta = {**curve.meta, "shrink_scaled": {"alpha": alpha, "latency_scale": lat}}

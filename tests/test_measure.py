@@ -259,7 +259,9 @@ class _Stalling(_Tampered):
     def tamper(self, res):
         from dataclasses import replace
 
-        res.generator = replace(res.generator, behind=True, send_lag_p99=0.002, cpu=0.02)
+        res.generator = replace(
+            res.generator, behind=True, send_lag_p99=0.002, send_lag_max=0.004, cpu=0.02
+        )
 
 
 def test_stalls_are_rerun_and_merged_and_the_knee_still_found():
@@ -282,6 +284,57 @@ def test_stalls_are_rerun_and_merged_and_the_knee_still_found():
     assert res.mat == pytest.approx(ref.mat, rel=0.08)
 
 
+class _StallsWhenOverloaded:
+    """FakeTarget whose generator stalls (idle CPU, ``lag`` s longest) above ``factor``."""
+
+    def __init__(self, factor: float, lag: float):
+        self.inner = FakeTarget(servers=1, demand={"static": 0.001})
+        self.factor, self.lag = factor, lag
+        self.calls: list[float] = []
+
+    def describe(self):
+        return self.inner.describe()
+
+    def run(self, trace, **kw):
+        res = self.inner.run(trace, **kw)
+        self.calls.append(kw["rate_factor"])
+        if kw["rate_factor"] >= self.factor:
+            res.generator = replace(
+                res.generator, behind=True, send_lag_p99=self.lag / 2, send_lag_max=self.lag,
+                cpu=0.03,
+            )  # fmt: skip
+        return res
+
+
+def test_overloaded_levels_where_the_generator_stalled_still_bracket_the_knee():
+    from shrink.autolevels import AutoPlan, auto_sweep
+
+    trace = _open_trace(100.0, 200.0)
+    # Probe, three coarse levels (the last near 9.8, far over 5 ms), one refinement.
+    plan = AutoPlan(warmup=1, duration=10, reps=2, max_levels=5, coarse=(0.35, 0.6, 1.0))
+    used = 0
+    for seed in range(6):
+        # From 85% of the M/M/1 capacity on, the generator stalls, as on a VM whose host
+        # takes its CPU at the busiest levels. A 1 ms stall leaves those levels over
+        # 5 ms by their bound: the MAT is found (800 req/s), nothing is measured twice.
+        short = _StallsWhenOverloaded(8.5, lag=0.001)
+        curve = auto_sweep(short, trace, {"mean": 0.005}, plan=plan, seed=seed)
+        res = mat(curve, "mean", 0.005)
+        assert res.status == "ok" and res.mat == pytest.approx(800, rel=0.08)
+        assert "levels_rerun_generator_behind" not in curve.meta
+        used += res.upper_stalled
+        # Stalls as long as the latencies prove nothing: the level is measured again,
+        # and where it was the only one over, the crossing is left open.
+        long = _StallsWhenOverloaded(8.5, lag=0.5)
+        curve = auto_sweep(long, trace, {"mean": 0.005}, plan=plan, seed=seed)
+        assert curve.meta["levels_rerun_generator_behind"]
+        if res.upper_stalled:
+            assert mat(curve, "mean", 0.005).status == "not_reached"
+    # The refinement lands under the threshold in some seeds: there, the stalled level
+    # is what brackets the crossing.
+    assert used >= 1
+
+
 def test_a_threshold_hidden_behind_excluded_levels_gets_a_level_in_between():
     from dataclasses import replace
 
@@ -291,7 +344,9 @@ def test_a_threshold_hidden_behind_excluded_levels_gets_a_level_in_between():
     trace = _open_trace(100.0, 60.0)
     target = FakeTarget(servers=1, demand={"static": 0.001})
     runs = {f: level_stats_of_factor(target, trace, f) for f in (2.0, 4.0, 9.5)}
-    stalled = replace(runs[9.5], generator_behind=True, generator_cpu=0.02)
+    # A stall as long as the latency itself: the level says nothing, not even "over".
+    lag = runs[9.5].overall.mean / 2
+    stalled = replace(runs[9.5], generator_behind=True, generator_cpu=0.02, send_lag_max=lag)
     levels = {
         2.0: Level(2.0, [runs[2.0]]),
         4.0: Level(4.0, [runs[4.0]]),
@@ -299,6 +354,13 @@ def test_a_threshold_hidden_behind_excluded_levels_gets_a_level_in_between():
     }
     curve = LoadCurve(levels=list(levels.values()))
     assert _above(levels, curve, {"mean": 0.005}) == pytest.approx(6.75)
+    # A short stall leaves it over the threshold by its stall bound: it brackets the
+    # crossing, and no level is needed in between.
+    levels[9.5] = Level(9.5, [replace(stalled, send_lag_max=0.001)])
+    curve = LoadCurve(levels=list(levels.values()))
+    assert _above(levels, curve, {"mean": 0.005}) is None
+    res = mat(curve, "mean", 0.005)
+    assert res.status == "ok" and res.upper_stalled and res.bracket == (4.0, 9.5)
     # Nothing to do once the threshold is crossed among usable levels.
     levels[9.5] = Level(9.5, [runs[9.5]])
     assert _above(levels, LoadCurve(levels=list(levels.values())), {"mean": 0.005}) is None

@@ -92,6 +92,12 @@ def test_predict_then_validate_on_a_processor_sharing_fake(tmp_path):
         assert res.measured.meta["scaled_time"] == 4.0  # time scaling is on by default
         assert pred["self_checks"]["generator_kept_up"]
         assert pred["mappings"]["1-replica"]["mean"]["status"] == "ok"
+        # The share's own MATs (at its own, 1/alpha longer, thresholds) are the
+        # prediction's before the throughput is scaled by 1/alpha.
+        for stat in thresholds:
+            own, full_mat = pred["measured_mats"][stat], pred["mappings"]["1-replica"][stat]
+            assert own["threshold"] == pytest.approx(thresholds[stat] / 0.25)
+            assert own["mat"] / 0.25 == pytest.approx(full_mat["mat"])
         # The full-scale run on the whole (fake) core.
         with provider.open({"kind": "all", "cpus": [1], "fraction": 1.0}, "1-replica") as tgt:
             full = auto_sweep(tgt, trace, thresholds, plan=plan, seed=seed + 4, alpha=1.0)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from shrink.loadcurve import LoadCurve
+from shrink.loadcurve import Level, LoadCurve
 from shrink.predict import rep_range
 from shrink.report.blocks import Doc, render_html, render_markdown
 from shrink.report.figures import Series, cdf_figure, latency_figure, level_near_utilization
@@ -51,7 +51,17 @@ def curve_series(
             np.asarray(rmin) * lat_scale,
             np.asarray(rmax) * lat_scale,
         )
-    return Series(label, x if x is not None else [], vals, lo, hi, points=points)
+    stalled = {}
+    for stat in ("mean", "p999"):
+        rows = [
+            (lv.stat("throughput")[0] * thr_scale, lv.stat(stat)[0] * lat_scale, b * lat_scale)
+            for lv in curve.levels
+            if (b := lv.stall_bound(stat)) is not None
+        ]
+        if rows and points:
+            xs, ys, bs = zip(*rows, strict=True)
+            stalled[stat] = (list(xs), list(ys), list(bs))
+    return Series(label, x if x is not None else [], vals, lo, hi, points=points, stalled=stalled)
 
 
 def _mapping_series(pred: dict[str, Any]) -> list[Series]:
@@ -92,9 +102,44 @@ def _mat_table(pred: dict[str, Any], thresholds: dict[str, float]) -> tuple[list
             elif status == "below_range":
                 row += [f"<= {_rate(r.get('mat'))} (over at the lowest load)", "-"]
             else:
-                row += [_rate(r.get("mat")), f"{_rate(ci[0])} - {_rate(ci[1])}"]
+                mark = " \u2020" if r.get("upper_stalled") else ""
+                row += [_rate(r.get("mat")) + mark, f"{_rate(ci[0])} - {_rate(ci[1])}"]
         rows.append(row)
     return headers, rows
+
+
+STALLED_NOTE = (
+    "\u2020 The load level above this crossing was measured while the load generator "
+    "stalled (its CPU was taken, mostly by the VM's host; it was not short of CPU), so "
+    "the level is left out of every statistic. It still stands over the threshold: a "
+    "stall of L seconds delays a response by at most about 2L (L before the send, L "
+    "before the reply is read), and the level's latency stays over the threshold with "
+    "twice its longest send lag taken off. The crossing's interval reaches to that bound."
+)
+
+
+def _stalled_text(stalled: dict[str, list[float]]) -> str:
+    """The excluded levels that still count as over a threshold, per statistic."""
+    if not stalled:
+        return ""
+    parts = [
+        f"{', '.join(f'{x:.4g}' for x in levels)} ({_STAT_NAME.get(s, s)})"
+        for s, levels in stalled.items()
+    ]
+    return (
+        ". Of the excluded levels, the generator only stalled at "
+        f"{'; '.join(parts)}, and there the latency stays over the threshold even with "
+        "twice the longest send lag taken off: such a level may stand over a crossing "
+        "(hollow markers in the figure, with a bar down to that bound)."
+    )
+
+
+def _any_stalled(pred: dict[str, Any], thresholds: dict[str, float]) -> bool:
+    return any(
+        (m.get(s) or {}).get("upper_stalled")
+        for m in pred.get("mappings", {}).values()
+        for s in thresholds
+    )
 
 
 def _cost_text(cost: dict[str, Any]) -> str:
@@ -154,7 +199,30 @@ def _error_text(m: dict[str, Any]) -> str:
     return ("at least " if sides == {1} else "at most ") + text
 
 
-def _level_table(curve: LoadCurve) -> tuple[list[str], list]:
+def _generator_cell(lv: Level, limits: dict[str, float]) -> str:
+    if lv.generator_behind:
+        over = [
+            _STAT_NAME.get(s, s)
+            for s, t in limits.items()
+            if (b := lv.stall_bound(s)) is not None and b > t
+        ]
+        if over:
+            lags = [r.send_lag_max for r in lv.reps if r.send_lag_max is not None]
+            return (
+                f"**stalled** (longest send lag {_ms(max(lags))}): excluded, but over the "
+                f"{' and '.join(over)} threshold even without twice that"
+            )
+        return "**fell behind: excluded**"
+    if lv.reps_behind:
+        return (
+            f"kept up in {len(lv.reps) - lv.reps_behind} of {len(lv.reps)} "
+            "repetitions (the others excluded)"
+        )
+    return "kept up"
+
+
+def _level_table(curve: LoadCurve, limits: dict[str, float]) -> tuple[list[str], list]:
+    """One row per level; ``limits`` are the thresholds in the curve's own seconds."""
     headers = [
         "level",
         "offered (req/s)",
@@ -180,14 +248,7 @@ def _level_table(curve: LoadCurve) -> tuple[list[str], list]:
                 _ms(lv.stat("p999")[0]),
                 str(sum(r.errors for r in lv.kept)),
                 _ms(max(lag)) if lag else "-",
-                "**fell behind: excluded**"
-                if lv.generator_behind
-                else (
-                    f"kept up in {len(lv.reps) - lv.reps_behind} of {len(lv.reps)} "
-                    "repetitions (the others excluded)"
-                    if lv.reps_behind
-                    else "kept up"
-                ),
+                _generator_cell(lv, limits),
             ]
         )
     return headers, rows
@@ -224,6 +285,8 @@ def write_report(
         "mapping: the highest throughput at which the statistic stays under its threshold."
     )
     doc.table(headers, rows)
+    if _any_stalled(prediction, thresholds):
+        doc.p(STALLED_NOTE)
     sure = prediction.get("confidence_summary")
     if sure:
         doc.p(sure)
@@ -404,6 +467,7 @@ def write_report(
                 if checks.get("repetitions_excluded")
                 else ""
             )
+            + _stalled_text(checks.get("levels_stalled_over") or {})
         )
     if checks.get("max_utilization") is not None:
         reached = (
@@ -449,11 +513,14 @@ def write_report(
             f"Levels {measured_label} (throughput, mean and p99.9: the median over the "
             "repetitions that kept up):"
         )
-        h, r = _level_table(measured)
+        from shrink.scaling import latency_scale
+
+        scale = latency_scale(measured)
+        h, r = _level_table(measured, {s: t / scale for s, t in thresholds.items()})
         doc.table(h, r)
     if full_run is not None:
         doc.p("Levels of the full-scale run:")
-        h, r = _level_table(full_run)
+        h, r = _level_table(full_run, thresholds)
         doc.table(h, r)
 
     # 6. Assumptions and provenance.

@@ -32,6 +32,11 @@ class Series:
     hi: Mapping[str, Sequence[float]] = field(default_factory=dict)
     mats: Mapping[str, tuple[float, float, float]] = field(default_factory=dict)  # mat, lo, hi
     points: bool = False  # measured points (markers + error bars) instead of a line
+    # Levels where the generator only stalled: stat -> (x, measured, stall bound), drawn
+    # hollow with a bar down to the bound (the most the stalls can have added).
+    stalled: Mapping[str, tuple[Sequence[float], Sequence[float], Sequence[float]]] = field(
+        default_factory=dict
+    )
 
 
 def latency_figure(
@@ -68,6 +73,14 @@ def latency_figure(
                     lo = np.asarray(s.lo[stat], float) * 1e3
                     hi = np.asarray(s.hi[stat], float) * 1e3
                     ax.fill_between(x[ok], lo[ok], hi[ok], color=c, alpha=0.15, lw=0)
+            if stat in s.stalled:
+                sx, sy, sb = (np.asarray(v, float) for v in s.stalled[stat])
+                sy, sb = sy * 1e3, sb * 1e3
+                down = np.where(sb > 0, sy - sb, 0.0)  # a bound <= 0 has no place on a log axis
+                ax.errorbar(
+                    sx, sy, yerr=np.vstack([down, np.zeros_like(down)]), fmt="o", ms=5,
+                    mfc="none", color=c, capsize=2, label=f"{s.label}: generator stalled",
+                )  # fmt: skip
             if stat in s.mats:
                 m, mlo, mhi = s.mats[stat]
                 if np.isfinite(m):
