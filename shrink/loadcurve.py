@@ -108,6 +108,7 @@ class LevelStats:
     # and the hypervisor's steal on them (a VM's host running something else).
     other_cpu: float | None = None
     steal: float | None = None
+    generator_steal: float | None = None  # the largest on any of the generator's CPUs
 
     def get(self, stat: str, cls: str | None = None) -> float:
         if stat == "throughput":

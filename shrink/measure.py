@@ -135,6 +135,7 @@ def level_stats(result: RunResult) -> LevelStats:
         generator_cpu=g.cpu,
         other_cpu=(result.describe or {}).get("share_other_cpu"),
         steal=(result.describe or {}).get("share_steal"),
+        generator_steal=(result.describe or {}).get("generator_steal"),
     )
 
 

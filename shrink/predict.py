@@ -179,9 +179,13 @@ def _self_checks(curve: LoadCurve, limits: Mapping[str, float]) -> dict[str, Any
     umax = max(utils) if utils else None
     others = [r.other_cpu for lv in curve.usable() for r in lv.kept if r.other_cpu is not None]
     steal = [r.steal for lv in curve.usable() for r in lv.kept if r.steal is not None]
+    # Over every repetition, kept or not: steal there is what makes one fall behind.
+    gen_steal = [r.generator_steal for lv in curve.levels for r in lv.reps]
+    gen_steal = [x for x in gen_steal if x is not None]
     return {
         "max_other_cpu": max(others) if others else None,
         "max_steal": max(steal) if steal else None,
+        "max_generator_steal": max(gen_steal) if gen_steal else None,
         "generator_kept_up": not behind,
         "levels_behind": behind,
         # Of those, the ones still over a threshold by their stall bound (usable over a crossing).

@@ -198,7 +198,7 @@ def test_share_utilization_reports_other_work_on_the_share_cpus():
             # processes used 0.20 CPU of it.
             res.per_cpu_utilization = {1: 0.55}
             res.utilization = 0.55
-            res.describe = {"server_cpu": 0.20, "share_steal": 0.05}
+            res.describe = {"server_cpu": 0.20, "share_steal": 0.05, "generator_steal": 0.12}
             return res
 
     res = _ShareUtilization(Inner(), 0.25, 1).run(
@@ -207,6 +207,7 @@ def test_share_utilization_reports_other_work_on_the_share_cpus():
     st = level_stats(res)
     assert st.other_cpu == pytest.approx(0.30)
     assert st.steal == pytest.approx(0.05)
+    assert st.generator_steal == pytest.approx(0.12)
     assert st.utilization == pytest.approx(0.80)  # 0.20 CPU of a 0.25 share
 
 

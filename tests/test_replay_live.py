@@ -166,6 +166,9 @@ def test_sweep_of_support_on_the_1_core_testbed_gives_a_curve_and_mats(tmp_path)
     assert thr[0] < thr[1] < thr[2]
     rep = lc.levels[0].reps[0]
     assert rep.utilization is not None and 0 <= rep.utilization <= 1
+    # steal on the share's CPU and on the generator's (the rest of the machine)
+    assert rep.steal is not None and rep.generator_steal is not None
+    assert 0 <= rep.generator_steal <= 1
     assert set(rep.per_class) == {"static", "dynamic"}
     assert lc.meta["target"]["share"]["cpus"] == [1]
     for stat in ("mean", "p999"):

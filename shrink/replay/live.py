@@ -358,6 +358,13 @@ class LiveTarget:
             desc["share_steal"] = sum(
                 utilization(sampler.steal[0], sampler.steal[1], self.share_cpus).values()
             )
+            if self.generator_cpus:
+                # And on the generator's: a stall there (the host taking its vCPU) is
+                # what flags a level behind while the generator's own CPU is idle.
+                desc["generator_steal"] = max(
+                    utilization(sampler.steal[0], sampler.steal[1], self.generator_cpus).values(),
+                    default=0.0,
+                )
         if alive and not all(alive.values()):
             desc["dead_pids"] = [p for p, ok in alive.items() if not ok]
         return RunResult(log, window, check, util, per_cpu, desc)

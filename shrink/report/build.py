@@ -504,6 +504,17 @@ def write_report(
             f"window: {', '.join(steals)}. It slows whichever runs it hits, and pairing "
             "cannot cancel what hits one side only."
         )
+    gen = [
+        float(c["max_generator_steal"])
+        for c in (checks, full_checks)
+        if c.get("max_generator_steal") is not None
+    ]
+    if gen:
+        items.append(
+            f"Steal on the load generator's CPU, worst window: {100 * max(gen):.0f}%. "
+            "A vCPU the host takes away stalls the generator: the sends it owes go out "
+            "late and bunched, and the level is flagged behind."
+        )
     if checks.get("generator_capacity_note"):
         items.append(checks["generator_capacity_note"])
     if items:
