@@ -210,7 +210,7 @@ def auto_sweep(
                 and plan.retry_behind
                 and extra < lplan.reps
                 and _behind(got, lplan.reps)
-                and not _stalled_over(got, lplan.reps, thresholds, companion)
+                and not _surely_over(got, lplan.reps, thresholds, companion)
                 and not _generator_saturated(got[0])
                 and clock.fits(1)
             ):
@@ -476,16 +476,29 @@ def _behind(got: tuple[Level, Level | None], reps: int) -> bool:
     return any(lv is not None and len(lv.reps) - lv.reps_behind < need for lv in got)
 
 
-def _stalled_over(
+def _floor(rep: LevelStats, stat: str) -> float | None:
+    """The least ``stat`` can have been in one repetition.
+
+    Its value when the generator kept up; its stall bound when the generator only
+    stalled (:meth:`Level.stall_bound`); None when nothing bounds it.
+    """
+    if not rep.generator_behind:
+        return rep.get(stat)
+    return Level(0.0, [rep]).stall_bound(stat)
+
+
+def _surely_over(
     got: tuple[Level, Level | None],
     reps: int,
     thresholds: Mapping[str, float],
     companion: Companion | None,
 ) -> bool:
-    """Every side where too few repetitions kept up is over every threshold by its stall bound.
+    """Every side short of kept repetitions is over every threshold in every repetition.
 
-    Such a level already stands over each crossing (:meth:`Level.stall_bound`):
-    measuring it again would spend the budget where it tells nothing new.
+    A repetition that stalled counts by its stall bound. Such a level lies above
+    each crossing whatever another repetition would show, so measuring it again
+    would spend the time budget where it tells nothing new (the refinement
+    measures below it instead).
     """
     sides = [(got[0], thresholds)]
     if got[1] is not None and companion is not None:
@@ -494,9 +507,10 @@ def _stalled_over(
         if len(lv.reps) - lv.reps_behind >= min(reps, 2):
             continue
         for stat, limit in limits.items():
-            bound = lv.stall_bound(stat)
-            if bound is None or bound <= limit:
-                return False
+            for rep in lv.reps:
+                floor = _floor(rep, stat)
+                if floor is None or not floor > limit:
+                    return False
     return True
 
 

@@ -143,16 +143,18 @@ class Level:
     def stall_bound(self, stat: str, cls: str | None = None) -> float | None:
         """A lower bound on ``stat`` at a level where no repetition kept to its schedule.
 
-        Such a level is left out of the statistics, but when the generator only
-        stalled (its CPU was mostly idle: a VM's host took it) its latencies still
-        bound the server's. Every request was sent at most L late, L the run's
+        Such a level is left out of every statistic and never used for a MAT. When
+        the generator only stalled (its CPU was mostly idle: a VM's host took it),
+        its latencies still bound the server's. Every request was sent at most L late, L the run's
         longest send lag, so for a FIFO server every response left at most L later
         than with the schedule kept (the Lindley recursion is monotone in the
         arrival times: bunched sends add queueing, but no more than L); the stamp
         of its arrival can trail by another stall of at most about L. So each
         latency, and any mean or quantile of them, is at most 2L over what the
         schedule would have given. For other disciplines (a pool of PHP processes
-        sharing a CPU) this is a close argument, not a proof.
+        sharing a CPU) this is a close argument, not a proof. A sweep uses it to
+        know the crossing lies lower (it does not measure such a level again), and a
+        MAT left open reports it as a hint (``MATResult.stalled_ceiling``).
 
         The smallest over the repetitions of ``stat - 2 * send_lag_max``; None when
         a level kept up, or any repetition lacks its lag or was CPU-bound (a
@@ -252,9 +254,8 @@ class LoadCurve:
     def stalled_over(self, stat: str, threshold: float, cls: str | None = None) -> list[Level]:
         """Excluded levels that are still over ``threshold``: their :meth:`Level.stall_bound` is.
 
-        A MAT may use them as the level over a crossing (never under one), so a
-        host that stalls the generator at overloaded levels does not leave the
-        crossing unbracketed.
+        They stay out of every MAT; they tell a sweep and a reader that the crossing
+        lies below them.
         """
         out = []
         for lv in sorted(self.levels, key=lambda x: x.level):

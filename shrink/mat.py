@@ -10,13 +10,14 @@ it (linearly in log latency, since latency grows roughly geometrically near the
 knee). Its confidence interval comes from the
 same interpolation on the statistic's CI band: where the upper band crosses gives
 the low end, where the lower band crosses the high end. Levels where the
-generator fell behind its schedule are not used, with one exception: a level
-where it only stalled and whose latency stays over the threshold even after
-taking off twice the longest send lag (:meth:`shrink.loadcurve.Level.stall_bound`)
-may stand over a crossing (``upper_stalled``). On a VM whose host takes the
-generator's CPU, overloaded levels are where that happens, and without them the
-crossing would go unbracketed. Its value is the one measured (the stalls inflate
-it, which moves the interpolated crossing down a little); the bound is its low band.
+generator fell behind its schedule are never used.
+
+When the statistic stays under the threshold at every usable level, the result
+may carry ``stalled_ceiling``: the throughput of the lowest level above them
+where the generator only stalled (a VM's host took its CPU) and whose latency
+is over the threshold even with twice its longest send lag taken off
+(:meth:`shrink.loadcurve.Level.stall_bound`). It is not a MAT and no MAT is
+computed from it; it says where the crossing most likely lies.
 """
 
 from __future__ import annotations
@@ -49,9 +50,9 @@ class MATResult:
     status: str = "ok"
     bracket: tuple[float, float] | None = None  # the two levels' knob values
     cls: str | None = None
-    # The level over the crossing is one where the generator stalled, counted as over
-    # the threshold by its stall bound (see the module docstring).
-    upper_stalled: bool = False
+    # Not reached: where a level the generator stalled at was still over (a hint, not a
+    # MAT; see the module docstring).
+    stalled_ceiling: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -63,7 +64,7 @@ class MATResult:
             "status": self.status,
             "bracket": None if self.bracket is None else list(self.bracket),
             "cls": self.cls,
-            "upper_stalled": self.upper_stalled,
+            "stalled_ceiling": self.stalled_ceiling,
         }
 
     def scaled(self, factor: float) -> MATResult:
@@ -76,7 +77,7 @@ class MATResult:
             self.status,
             self.bracket,
             self.cls,
-            self.upper_stalled,
+            None if self.stalled_ceiling is None else self.stalled_ceiling * factor,
         )
 
 
@@ -132,7 +133,7 @@ def _finite(band: np.ndarray, fallback: np.ndarray) -> np.ndarray:
 
 def mat(curve: LoadCurve, stat: str, threshold: float, *, cls: str | None = None) -> MATResult:
     """MAT of ``curve`` for ``stat`` (mean, p50, p90, p99, p999) under ``threshold`` seconds."""
-    s = _with_stalled(curve, curve.series(stat, cls), stat, threshold, cls)
+    s = curve.series(stat, cls)
     if s["level"].size == 0:
         raise MeasurementError("load curve has no usable level (generator behind at all levels?)")
     order = np.argsort(s["level"])
@@ -146,7 +147,7 @@ def mat(curve: LoadCurve, stat: str, threshold: float, *, cls: str | None = None
     hi, _, _ = crossing(x, isotonic(_finite(s["lo"][order], s["value"][order])), threshold)
     levels = s["level"][order]
     bracket = (float(levels[i - 1]), float(levels[i])) if status == "ok" else None
-    stalled = status in ("ok", "below_range") and bool(s["stalled"][order][i])
+    ceiling = _stalled_ceiling(curve, float(levels.max()), stat, threshold, cls)
     return MATResult(
         mat=value,
         ci=(min(lo, value), max(hi, value)),
@@ -155,31 +156,15 @@ def mat(curve: LoadCurve, stat: str, threshold: float, *, cls: str | None = None
         status=status,
         bracket=bracket,
         cls=cls,
-        upper_stalled=stalled,
+        stalled_ceiling=ceiling if status == "not_reached" else None,
     )
 
 
-def _with_stalled(
-    curve: LoadCurve, s: dict[str, np.ndarray], stat: str, threshold: float, cls: str | None
-) -> dict[str, np.ndarray]:
-    """The usable levels' series plus the stalled levels still over ``threshold``.
-
-    The arrays gain ``stalled`` (True for the added levels).
-    """
-    extra = curve.stalled_over(stat, threshold, cls)
-    out = dict(s)
-    out["stalled"] = np.zeros(s["level"].size, dtype=bool)
-    if not extra:
-        return out
-    rows = []
-    for lv in extra:
-        centre, _, hi = lv.stat(stat, cls)
-        thr = lv.stat("throughput", cls)
-        bound = lv.stall_bound(stat, cls)
-        rows.append((lv.level, *thr, centre, bound, max(hi, centre)))
-    add = np.array(rows, dtype=np.float64)
-    cols = ("level", "throughput", "throughput_lo", "throughput_hi", "value", "lo", "hi")
-    for j, name in enumerate(cols):
-        out[name] = np.concatenate([s[name], add[:, j]])
-    out["stalled"] = np.concatenate([out["stalled"], np.ones(len(rows), dtype=bool)])
-    return out
+def _stalled_ceiling(
+    curve: LoadCurve, top: float, stat: str, threshold: float, cls: str | None
+) -> float | None:
+    """Throughput of the lowest stalled level above knob value ``top`` still over ``threshold``."""
+    over = [lv for lv in curve.stalled_over(stat, threshold, cls) if lv.level > top]
+    if not over:
+        return None
+    return float(min(over, key=lambda lv: lv.level).stat("throughput", cls)[0])

@@ -152,7 +152,7 @@ def _mat_dict(res: MATResult) -> dict[str, Any]:
         "ci": list(res.ci),
         "threshold": res.threshold,
         "status": res.status,
-        "upper_stalled": res.upper_stalled,
+        "stalled_ceiling": res.stalled_ceiling,
     }
 
 

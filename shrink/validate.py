@@ -213,6 +213,10 @@ def validate(
             "measured_status": m.status,
             "error": (p.mat - m.mat) / m.mat if m.mat else float("nan"),
         }
+        # Hints where a MAT was left open over stalled levels (never a MAT themselves).
+        for side, res in (("predicted", p), ("measured", m)):
+            if res.stalled_ceiling is not None:
+                mats[stat][f"{side}_stalled_ceiling"] = res.stalled_ceiling
     rows = []
     for lv in measured.usable():
         q_meas = _level_dist(lv, None)

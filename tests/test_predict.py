@@ -220,6 +220,20 @@ def test_paired_full_run_is_measured_with_the_prediction_and_validated(tmp_path)
         run_validate(unpaired / "prediction.json", full_run="paired")
 
 
+def test_an_error_from_a_bound_gets_its_other_end_from_a_stalled_hint():
+    from shrink.report.build import _error_text
+
+    m = {
+        "error": (964 - 809) / 809,
+        "predicted": 964.0,
+        "measured": 809.0,
+        "predicted_status": "ok",
+        "measured_status": "not_reached",
+        "measured_stalled_ceiling": 1000.0,
+    }
+    assert _error_text(m) == "at most +19.2% (at least -3.6% by the stalled levels' hint)"
+
+
 @pytest.mark.parametrize(
     ("predicted", "measured", "text"),
     [

@@ -7,6 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from shrink.errors import MeasurementError
 from shrink.loadcurve import ClassStats, Level, LevelStats, LoadCurve
 from shrink.mat import mat
 
@@ -59,28 +60,27 @@ def _curve(top: Level) -> LoadCurve:
     return LoadCurve(levels=[*under, top])
 
 
-def test_a_stalled_level_over_the_threshold_brackets_the_crossing():
+def test_a_stalled_level_over_the_threshold_is_a_hint_never_a_mat():
     stalled = Level(1.0, [_rep(0.050, 950, behind=True, lag_max=0.005)] * 2)
     curve = _curve(stalled)
-    assert curve.usable()[-1].level == 0.8  # still out of every statistic
+    assert curve.usable()[-1].level == 0.8
+    assert curve.stalled_over("mean", 0.005) == [stalled]
     res = mat(curve, "mean", 0.005)
-    assert res.status == "ok" and res.upper_stalled and res.bracket == (0.8, 1.0)
-    # log-linear between (800, 4 ms) and (950, the measured 50 ms)
-    f = np.log(5 / 4) / np.log(50 / 4)
-    assert res.mat == pytest.approx(800 + f * 150)
-    # the interval's high end comes from the bound (40 ms), which sits lower
-    g = np.log(5 / 4) / np.log(40 / 4)
-    assert res.ci[1] == pytest.approx(800 + g * 150)
-    assert res.to_dict()["upper_stalled"] is True
-    # The same level kept up: an ordinary crossing.
-    kept = Level(1.0, [_rep(0.050, 950)] * 2)
-    assert not mat(_curve(kept), "mean", 0.005).upper_stalled
+    # A run whose generator fell behind is not used for a MAT: a lower bound only ...
+    assert res.status == "not_reached" and res.mat == pytest.approx(800)
+    # ... with where the crossing most likely lies.
+    assert res.stalled_ceiling == pytest.approx(950)
+    assert res.to_dict()["stalled_ceiling"] == pytest.approx(950)
+    assert res.scaled(4.0).stalled_ceiling == pytest.approx(3800)
+    # The same level kept up: an ordinary crossing, no hint.
+    kept = mat(_curve(Level(1.0, [_rep(0.050, 950)] * 2)), "mean", 0.005)
+    assert kept.status == "ok" and kept.stalled_ceiling is None
 
 
 def test_a_stall_as_long_as_the_latency_proves_nothing():
     stalled = Level(1.0, [_rep(0.050, 950, behind=True, lag_max=0.024)] * 2)
     res = mat(_curve(stalled), "mean", 0.005)
-    assert res.status == "not_reached" and not res.upper_stalled
+    assert res.status == "not_reached" and res.stalled_ceiling is None
     assert res.mat == pytest.approx(800)
 
 
@@ -88,13 +88,14 @@ def test_a_stalled_level_is_never_evidence_of_being_under():
     # Under the threshold while stalled: the schedule was not kept, so nothing is known.
     low = Level(1.0, [_rep(0.003, 950, behind=True, lag_max=0.0)] * 2)
     assert _curve(low).stalled_over("mean", 0.005) == []
-    assert mat(_curve(low), "mean", 0.005).status == "not_reached"
+    res = mat(_curve(low), "mean", 0.005)
+    assert res.status == "not_reached" and res.stalled_ceiling is None
 
 
-def test_stalled_levels_alone_give_an_upper_bound():
+def test_stalled_levels_alone_give_no_mat():
     curve = LoadCurve(levels=[Level(1.0, [_rep(0.050, 950, behind=True, lag_max=0.005)])])
-    res = mat(curve, "mean", 0.005)
-    assert res.status == "below_range" and res.upper_stalled and res.mat == pytest.approx(950)
+    with pytest.raises(MeasurementError, match="no usable level"):
+        mat(curve, "mean", 0.005)
 
 
 def test_the_predicted_curve_scales_the_lag_with_the_latency():
@@ -162,14 +163,14 @@ def test_on_a_fifo_server_twice_the_longest_lag_bounds_the_excess(rho):
     assert excess_over_one_lag > 0
 
 
-def test_the_report_marks_a_crossing_over_a_stalled_level(tmp_path):
+def test_the_report_names_the_hint_of_an_open_crossing(tmp_path):
     from shrink.report.build import write_report
 
     curve = _curve(Level(1.0, [_rep(0.050, 950, behind=True, lag_max=0.005)] * 2))
     res = mat(curve, "mean", 0.005)
     prediction = {
         "thresholds": {"mean": 0.005},
-        "mappings": {"1-replica": {"mean": {**res.to_dict(), "status": "ok"}}},
+        "mappings": {"1-replica": {"mean": res.to_dict()}},
         "self_checks": {
             "generator_kept_up": False,
             "levels_behind": [1.0],
@@ -177,6 +178,25 @@ def test_the_report_marks_a_crossing_over_a_stalled_level(tmp_path):
         },
     }
     md = write_report(tmp_path, prediction, measured=curve)["md"].read_text()
-    assert "\u2020" in md and "twice its longest send lag taken off" in md
+    assert ">= 800 (not reached), under 950 \u2020" in md
+    assert "That is a hint, not a measurement" in md
     assert "**stalled** (longest send lag 5 ms)" in md
     assert "the generator only stalled at 1 (mean)" in md
+
+
+def test_a_level_surely_over_every_threshold_is_not_measured_again():
+    from shrink.autolevels import _surely_over
+
+    limits = {"mean": 0.005, "p999": 0.5}
+    clean_over = _rep(0.300, 950)  # p999 0.6 s
+    stalled_over = _rep(0.300, 950, behind=True, lag_max=0.02)
+    # one repetition kept up and is over; the other stalled and is over by its bound
+    assert _surely_over((Level(1.0, [clean_over, stalled_over]), None), 2, limits, None)
+    # a stall long enough that the bound says nothing for the p99.9
+    long = _rep(0.300, 950, behind=True, lag_max=0.06)
+    assert not _surely_over((Level(1.0, [clean_over, long]), None), 2, limits, None)
+    # under one threshold in the repetition that kept up
+    clean_under = _rep(0.004, 900)
+    assert not _surely_over((Level(1.0, [clean_under, stalled_over]), None), 2, limits, None)
+    # enough repetitions kept up: nothing to decide here
+    assert _surely_over((Level(1.0, [clean_under, clean_under]), None), 2, limits, None)

@@ -98,23 +98,29 @@ def _mat_table(pred: dict[str, Any], thresholds: dict[str, float]) -> tuple[list
             status = r.get("status", "ok")
             if status == "not_reached":
                 # The threshold was never crossed: the MAT is at least the top measured load.
-                row += [f">= {_rate(r.get('mat'))} (not reached)", "-"]
+                ceiling = r.get("stalled_ceiling")
+                row += [
+                    f">= {_rate(r.get('mat'))} (not reached)"
+                    + (f", under {_rate(ceiling)} \u2020" if ceiling else ""),
+                    "-",
+                ]
             elif status == "below_range":
                 row += [f"<= {_rate(r.get('mat'))} (over at the lowest load)", "-"]
             else:
-                mark = " \u2020" if r.get("upper_stalled") else ""
-                row += [_rate(r.get("mat")) + mark, f"{_rate(ci[0])} - {_rate(ci[1])}"]
+                row += [_rate(r.get("mat")), f"{_rate(ci[0])} - {_rate(ci[1])}"]
         rows.append(row)
     return headers, rows
 
 
 STALLED_NOTE = (
-    "\u2020 The load level above this crossing was measured while the load generator "
-    "stalled (its CPU was taken, mostly by the VM's host; it was not short of CPU), so "
-    "the level is left out of every statistic. It still stands over the threshold: a "
-    "stall of L seconds delays a response by at most about 2L (L before the send, L "
-    "before the reply is read), and the level's latency stays over the threshold with "
-    "twice its longest send lag taken off. The crossing's interval reaches to that bound."
+    "\u2020 No level that kept to its schedule crossed the threshold: the levels above "
+    "the highest of them ran while the load generator stalled (the VM's host took its "
+    "CPU; it was not short of CPU itself), so they are left out of every statistic and "
+    "the MAT is only a lower bound. They still say where the crossing lies: a stall of "
+    "L seconds delays a response by at most about 2L (L before the send, L before the "
+    "reply is read), and at the throughput named the latency stays over the threshold "
+    "with twice the longest send lag taken off. That is a hint, not a measurement; "
+    "rerun on a quieter host for the MAT itself."
 )
 
 
@@ -129,14 +135,14 @@ def _stalled_text(stalled: dict[str, list[float]]) -> str:
     return (
         ". Of the excluded levels, the generator only stalled at "
         f"{'; '.join(parts)}, and there the latency stays over the threshold even with "
-        "twice the longest send lag taken off: such a level may stand over a crossing "
-        "(hollow markers in the figure, with a bar down to that bound)."
+        "twice the longest send lag taken off: the crossing lies below it (hollow "
+        "markers in the figure, with a bar down to that bound; not used for a MAT)."
     )
 
 
 def _any_stalled(pred: dict[str, Any], thresholds: dict[str, float]) -> bool:
     return any(
-        (m.get(s) or {}).get("upper_stalled")
+        (m.get(s) or {}).get("stalled_ceiling")
         for m in pred.get("mappings", {}).values()
         for s in thresholds
     )
@@ -196,7 +202,21 @@ def _error_text(m: dict[str, Any]) -> str:
         return text
     if len(sides) == 2:
         return f"{text} (both MATs are only bounds)"
-    return ("at least " if sides == {1} else "at most ") + text
+    return ("at least " if sides == {1} else "at most ") + text + _hint_text(m)
+
+
+def _hint_text(m: dict[str, Any]) -> str:
+    """The other end of a one-sided error, from a stalled level's hint, when there is one."""
+    pred, meas = m.get("predicted"), m.get("measured")
+    if not pred or not meas:
+        return ""
+    if m.get("measured_status") == "not_reached" and m.get("measured_stalled_ceiling"):
+        c = float(m["measured_stalled_ceiling"])
+        return f" (at least {100 * (pred - c) / c:+.1f}% by the stalled levels' hint)"
+    if m.get("predicted_status") == "not_reached" and m.get("predicted_stalled_ceiling"):
+        c = float(m["predicted_stalled_ceiling"])
+        return f" (at most {100 * (c - meas) / meas:+.1f}% by the stalled levels' hint)"
+    return ""
 
 
 def _generator_cell(lv: Level, limits: dict[str, float]) -> str:
