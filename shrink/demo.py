@@ -115,7 +115,7 @@ def run_demo(out: Path, *, plan: AutoPlan | None = None, quick: bool = False) ->
     work = out / "work"
     work.mkdir(exist_ok=True)
     console.rule("[bold]1. The bundled Support-like workload")
-    _check_quiet(console)
+    before = _check_quiet(console)
     trace_path, docroot = _synth(work, console)
     # Time-scaled pairs: the whole core runs 1.5 s + 4 s, the 25% share four times as
     # long (6 s + 16 s), so that both reach the same queueing state and count as many
@@ -167,6 +167,8 @@ def run_demo(out: Path, *, plan: AutoPlan | None = None, quick: bool = False) ->
         "mat_error_p999": vd.get("mat_error_p999"),
         "conclusive": vd["conclusive"],
         "generator_kept_up": pred["self_checks"]["generator_kept_up"],
+        "steal_before": {str(c): round(u, 3) for c, u in before["steal"].items()},
+        "max_generator_steal": pred["self_checks"].get("max_generator_steal"),
         "whatif_recommended": None if whatif is None else whatif.get("recommended"),
         "report": str(out / "report.md"),
     }
@@ -176,25 +178,38 @@ def run_demo(out: Path, *, plan: AutoPlan | None = None, quick: bool = False) ->
     return summary
 
 
-def _check_quiet(console: Console, seconds: float = 1.0) -> dict[int, float]:
+def _check_quiet(console: Console, seconds: float = 2.0) -> dict[str, dict[int, float]]:
     """Warn when the machine is busy before the runs start (their accuracy needs it idle).
 
     A CPU-time share is hurt more than the whole core by other work on its CPU:
-    whatever runs in the quota's gaps evicts the server's caches.
+    whatever runs in the quota's gaps evicts the server's caches. Steal (a VM's host
+    running something else) is reported apart: it stalls the load generator, and a
+    level where it fell behind is left out of every MAT.
     """
-    from shrink.replay.live import cpu_times, utilization
+    from shrink.replay.live import cpu_times, steal_times, utilization
 
-    before = cpu_times()
+    before, stolen_before = cpu_times(), steal_times()
     time.sleep(seconds)
     busy = utilization(before, cpu_times(), sorted(before))
-    hot = {c: u for c, u in busy.items() if u > 0.10}
+    stolen = utilization(stolen_before, steal_times(), sorted(stolen_before))
+    # /proc/stat counts steal as busy: other work is what is left.
+    hot = {c: u - stolen.get(c, 0.0) for c, u in busy.items()}
+    hot = {c: u for c, u in hot.items() if u > 0.10}
     if hot:
         console.print(
             "[yellow]warning:[/] CPUs already busy before the demo starts: "
             + ", ".join(f"CPU {c} {100 * u:.0f}%" for c, u in sorted(hot.items()))
             + ". Other work skews the measurements (the report's self-checks show how much)."
         )
-    return busy
+    taken = {c: u for c, u in stolen.items() if u > 0.05}
+    if taken:
+        console.print(
+            "[yellow]warning:[/] the VM's host is taking CPU time (steal): "
+            + ", ".join(f"CPU {c} {100 * u:.0f}%" for c, u in sorted(taken.items()))
+            + ". Steal stalls the load generator; levels where it falls behind are left "
+            "out, and with enough of them the validation comes out inconclusive."
+        )
+    return {"busy": busy, "steal": stolen}
 
 
 def _printer(console: Console, title: str):

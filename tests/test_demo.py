@@ -1,0 +1,35 @@
+"""The demo's pre-flight check: busy CPUs and a host that steals are named before the runs."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+import shrink.replay.live as live
+from shrink import demo
+
+
+def _scripted(monkeypatch, busy: dict[int, tuple[int, int]], steal: dict[int, tuple[int, int]]):
+    """/proc/stat as two snapshots: all zero, then ``busy``/``steal`` (jiffies, total)."""
+    snaps = {"cpu": [{c: (0, 0) for c in busy}, busy], "steal": [{c: (0, 0) for c in steal}, steal]}
+    monkeypatch.setattr(live, "cpu_times", lambda: snaps["cpu"].pop(0))
+    monkeypatch.setattr(live, "steal_times", lambda: snaps["steal"].pop(0))
+    monkeypatch.setattr(demo.time, "sleep", lambda s: None)
+
+
+def test_a_quiet_machine_gets_no_warning(monkeypatch):
+    _scripted(monkeypatch, {0: (2, 100), 1: (1, 100)}, {0: (0, 100), 1: (1, 100)})
+    console = Console(record=True, width=200)
+    got = demo._check_quiet(console)
+    assert got["steal"] == {0: 0.0, 1: 0.01}
+    assert console.export_text() == ""
+
+
+def test_steal_is_named_apart_from_other_work(monkeypatch):
+    # CPU 0: 35% busy, 30% of it stolen by the host; CPU 1: 25% busy, none stolen.
+    _scripted(monkeypatch, {0: (35, 100), 1: (25, 100)}, {0: (30, 100), 1: (0, 100)})
+    console = Console(record=True, width=300)
+    got = demo._check_quiet(console)
+    assert got["busy"] == {0: 0.35, 1: 0.25}
+    text = console.export_text()
+    assert "CPUs already busy before the demo starts: CPU 1 25%." in text
+    assert "taking CPU time (steal): CPU 0 30%" in text
