@@ -145,9 +145,9 @@ class Level:
 
         Such a level is left out of every statistic and never used for a MAT. When
         the generator only stalled (its CPU was mostly idle: a VM's host took it),
-        its latencies still bound the server's. Every request was sent at most L late, L the run's
-        longest send lag, so for a FIFO server every response left at most L later
-        than with the schedule kept (the Lindley recursion is monotone in the
+        its latencies still bound the server's. Every request was sent at most L
+        late, L the run's longest send lag, so for a FIFO server every response
+        left at most L later than with the schedule kept (the Lindley recursion is monotone in the
         arrival times: bunched sends add queueing, but no more than L); the stamp
         of its arrival can trail by another stall of at most about L. So each
         latency, and any mean or quantile of them, is at most 2L over what the

@@ -188,7 +188,7 @@ def _self_checks(curve: LoadCurve, limits: Mapping[str, float]) -> dict[str, Any
         "max_generator_steal": max(gen_steal) if gen_steal else None,
         "generator_kept_up": not behind,
         "levels_behind": behind,
-        # Of those, the ones still over a threshold by their stall bound (usable over a crossing).
+        # Of those, the ones still over a threshold by their stall bound (never a MAT: a hint).
         "levels_stalled_over": {k: v for k, v in stalled.items() if v},
         "repetitions_excluded": reps_out,
         "max_utilization": umax,

@@ -200,3 +200,17 @@ def test_a_level_surely_over_every_threshold_is_not_measured_again():
     assert not _surely_over((Level(1.0, [clean_under, stalled_over]), None), 2, limits, None)
     # enough repetitions kept up: nothing to decide here
     assert _surely_over((Level(1.0, [clean_under, clean_under]), None), 2, limits, None)
+
+
+def test_shrink_mat_prints_the_hint_and_keeps_the_bound(tmp_path):
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    path = _curve(Level(1.0, [_rep(0.050, 950, behind=True, lag_max=0.005)] * 2)).write_json(
+        tmp_path / "curve.json"
+    )
+    r = CliRunner().invoke(app, ["mat", str(path), "--stat", "mean", "--threshold", "5ms"])
+    assert r.exit_code == 0, r.output
+    assert "MAT (mean <= 5.000 ms): 800.0 req/s" in r.output and "(not_reached)" in r.output
+    assert "hint: under 950.0 req/s" in r.output

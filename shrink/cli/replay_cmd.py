@@ -491,6 +491,12 @@ def mat_cmd(
         f"MAT ({stat} <= {_ms(thr)}): {res.mat:,.1f} req/s  "
         f"CI [{res.ci[0]:,.1f}, {res.ci[1]:,.1f}]  ({res.status})"
     )
+    if res.stalled_ceiling is not None:
+        typer.echo(
+            f"hint: under {res.stalled_ceiling:,.1f} req/s, where the generator only stalled "
+            "and the latency stayed over the threshold by more than twice its longest send "
+            "lag (not a MAT: such levels are never used for one)"
+        )
     if added:
         typer.echo(f"added levels: {', '.join(f'{x:g}' for x in added)}")
 
