@@ -44,6 +44,16 @@ def summarize(out: Path, seconds: float | None = None) -> dict[str, Any]:
     steal = [c.get("max_generator_steal") for c in (checks, full_checks)]
     steal = [x for x in steal if x is not None]
     row["generator_steal"] = max(steal) if steal else None
+    # Steal on the generator's CPU per repetition, split by whether it kept up: the
+    # evidence that "behind" is the host taking the generator's vCPU.
+    row["rep_steal"] = {"behind": [], "kept": []}
+    for name in ("measured-curve.json", "full-curve.json"):
+        if (out / name).exists():
+            for lv in json.loads((out / name).read_text())["levels"]:
+                for r in lv["reps"]:
+                    if r.get("generator_steal") is not None:
+                        key = "behind" if r["generator_behind"] else "kept"
+                        row["rep_steal"][key].append(r["generator_steal"])
     row["cost_ratio"] = val.get("cost_ratio") or _cost_ratio(out, val)
     if row["cost_ratio"] and "adjusted_error" not in row["cost_ratio"]:
         from shrink.validate import cost_adjusted_errors
@@ -221,6 +231,15 @@ def main(argv: list[str] | None = None) -> int:
             f"{sum(e <= target for e in errs)} of {len(ok)} conclusive runs "
             f"({len(rows) - len(ok)} inconclusive)"
         )
+    for key, what in (("behind", "fell behind"), ("kept", "kept up")):
+        v = sorted(x for r in rows for x in r["rep_steal"][key])
+        if v:
+            q = statistics.quantiles(v, n=4) if len(v) > 1 else [v[0]] * 3
+            print(
+                f"\ngenerator CPU steal in repetitions that {what}: "
+                f"{len(v)} repetitions, quartiles {', '.join(f'{100 * x:.0f}%' for x in q)}, "
+                f"max {100 * v[-1]:.0f}%"
+            )
     return 0
 
 
