@@ -52,13 +52,13 @@ def curve_series(
             np.asarray(rmax) * lat_scale,
         )
     stalled = {}
-    for stat in ("mean", "p999"):
+    for stat in ("mean", "p999") if points else ():
         rows = [
             (lv.stat("throughput")[0] * thr_scale, lv.stat(stat)[0] * lat_scale, b * lat_scale)
             for lv in curve.levels
             if (b := lv.stall_bound(stat)) is not None
         ]
-        if rows and points:
+        if rows:
             xs, ys, bs = zip(*rows, strict=True)
             stalled[stat] = (list(xs), list(ys), list(bs))
     return Series(label, x if x is not None else [], vals, lo, hi, points=points, stalled=stalled)
