@@ -59,6 +59,7 @@ from shrink.validation import check_alpha
 __all__ = [
     "Cgroup",
     "Share",
+    "ShareSpeed",
     "cgroup_layout",
     "choose_period_us",
     "scheduler_tick_us",
@@ -131,6 +132,57 @@ def choose_period_us(fraction: float, n_cpus: int, *, tick_us: int | None = None
             "refuses; give a longer share or pass a period."
         )
     return period
+
+
+@dataclass(frozen=True)
+class ShareSpeed:
+    """The speed a share really delivered, relative to the full target, per request class.
+
+    A CPU-time share of alpha is nominally a server at alpha of the speed, but a
+    time-sliced core costs more CPU per request than a whole one, and by how much
+    depends on the request class (../shared/DESIGN.md: ~10% for CPU-bound pages,
+    ~2.5x for memory-heavy ones). So the speed is measured, per class, and the
+    scaling uses it instead of the nominal alpha.
+
+    ``nominal``: the share's fraction of the target (alpha for a CPU-time share).
+    ``per_class``: measured speed per class (``static``, ``dynamic``), on the same
+    scale as ``nominal`` (0.25 means "a quarter of the full target's speed").
+    ``effective``: the speed of the trace's mix, the demand-weighted harmonic mean
+    of ``per_class`` (what throughput scales by). ``method``: how it was obtained
+    (``probe``: a light-load probe on the share and the full target; ``nominal``:
+    assumed equal to ``nominal``, no measurement). ``cost_s``: seconds the
+    measurement took.
+    """
+
+    nominal: float
+    per_class: dict[str, float] = field(default_factory=dict)
+    effective: float = 0.0
+    method: str = "nominal"
+    cost_s: float = 0.0
+
+    @classmethod
+    def assumed(cls, nominal: float) -> ShareSpeed:
+        """No measurement: the share is taken to run at its nominal fraction."""
+        return cls(nominal=nominal, per_class={}, effective=nominal, method="nominal")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "nominal": self.nominal,
+            "per_class": dict(self.per_class),
+            "effective": self.effective,
+            "method": self.method,
+            "cost_s": self.cost_s,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ShareSpeed:
+        return cls(
+            nominal=float(d["nominal"]),
+            per_class={str(k): float(v) for k, v in dict(d.get("per_class", {})).items()},
+            effective=float(d.get("effective", d["nominal"])),
+            method=str(d.get("method", "nominal")),
+            cost_s=float(d.get("cost_s", 0.0)),
+        )
 
 
 @dataclass(frozen=True)
