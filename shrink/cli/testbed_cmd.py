@@ -1,4 +1,4 @@
-"""``shrink testbed up|status|down``: the real lighttpd + php-cgi server, per replica."""
+"""``shrink testbed up|status|down``: the real server (a recipe), per replica."""
 
 from __future__ import annotations
 
@@ -20,6 +20,13 @@ from shrink.topology import format_cpulist, load_machine
 testbed_app = typer.Typer(help="Start, check and stop the real testbed.", no_args_is_help=True)
 
 StateOpt = Annotated[Path, typer.Option("--state", help="Testbed state JSON file.")]
+ServerOpt = Annotated[
+    str,
+    typer.Option(
+        "--server",
+        help="Server recipe: lighttpd-php-cgi (default), nginx-php-fpm, or a RECIPE.toml file.",
+    ),
+]
 
 
 @testbed_app.command("up")
@@ -44,8 +51,9 @@ def up(
     port: Annotated[
         int, typer.Option("--port", help="Listen port of every replica; 0 picks a free one.")
     ] = 8080,
+    server: ServerOpt = "lighttpd-php-cgi",
     php_children: Annotated[
-        int, typer.Option("--php-children-per-core", help="php-cgi children per core.")
+        int, typer.Option("--php-children-per-core", help="PHP pool children per core.")
     ] = 2,
     period: Annotated[
         int | None,
@@ -67,7 +75,7 @@ def up(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the state as JSON.")] = False,
 ) -> None:
-    """Start one lighttpd + php-cgi pool per replica, pinned to its cores, capped by the share."""
+    """Start one server replica per mapping replica, pinned to its cores, capped by the share."""
     with cli_errors():
         m = load_machine(machine)
         sh = Share.parse(share, m, period_us=period)
@@ -82,18 +90,20 @@ def up(
             port=port,
             php_children_per_core=php_children,
             cgroups=cgroups,
+            server=server,
         )
     if as_json:
         echo_json(st.to_dict())
         return
     typer.echo(
         f"testbed up: {st.mapping['name']} on {m.name}, share {sh.text} "
-        f"({sh.fraction:g} of the machine); {st.versions['lighttpd']}, {st.versions['php']}"
+        f"({sh.fraction:g} of the machine); server {st.server['name']}: "
+        + ", ".join(v for k, v in st.versions.items() if k != "recipe")
     )
     for r in st.replicas:
         typer.echo(
             f"  {r.name}  http://{r.address}:{r.port}/  CPUs {format_cpulist(r.cpus)}  "
-            f"lighttpd {r.lighttpd_pids}  php-cgi {r.php_pids}"
+            + "  ".join(f"{role} {pids}" for role, pids in r.processes.items())
         )
     for note in st.notes:
         typer.echo(f"note: {note}")
@@ -129,6 +139,7 @@ def status(
                 "mapping": st.mapping["name"],
                 "share": st.share,
                 "notes": st.notes,
+                "server": st.server,
                 "versions": st.versions,
                 "replicas": [r.to_dict() for r in reps],
             }
