@@ -59,8 +59,12 @@ def run_predict(
     paired_full_run: bool = False,
     time_scaling: bool = True,
     skip: float | None = None,
+    server: str | None = None,
 ) -> dict[str, Any]:
     """Predict from ``trace_path`` and write DIR/prediction.json + report; return the dict.
+
+    ``server``: the testbed's server recipe (``lighttpd-php-cgi``, the default,
+    ``nginx-php-fpm`` or ``RECIPE.toml``); recorded, with its versions, in the result.
 
     ``paired_full_run`` also measures the full target with the whole trace, each
     repetition next to its scaled twin, into DIR/full-curve.json (for
@@ -69,7 +73,12 @@ def run_predict(
     out = Path(out_dir)
     trace = Trace.read_parquet(trace_path)
     provider = make_provider(
-        target, machine=machine, docroot=docroot, run_dir=out / "runs", server_cpus=server_cpus
+        target,
+        machine=machine,
+        docroot=docroot,
+        run_dir=out / "runs",
+        server_cpus=server_cpus,
+        server=server,
     )
     cfg = PredictConfig(
         alpha=alpha,
@@ -96,12 +105,28 @@ def run_predict(
         # how many times longer the share's runs were than the plan's (SHRiNK time scaling)
         "scaled_time": res.measured.meta.get("scaled_time", 1.0),
         "skip": res.measured.meta.get("skip", 0.0),
+        "server": server,
     }
+    _record_server(pred, provider, res.measured)
     if whatif is not None:
         pred["whatif"] = whatif
     (out / "prediction.json").write_text(json.dumps(pred, indent=2, sort_keys=True) + "\n")
     write_report(out, pred, measured=res.measured, predicted_curve=res.predicted, whatif=whatif)
     return pred
+
+
+def _record_server(pred: dict[str, Any], provider: Any, measured: LoadCurve) -> None:
+    """Name the server recipe and its versions in the prediction and its report."""
+    record = getattr(provider, "server_record", None)
+    if record is None:
+        return  # the simulator: no server recipe
+    versions = dict(measured.meta.get("target", {}).get("versions", {}))
+    pred["server"] = {**record(), "versions": versions}
+    pred["target_description"] += f", server {pred['server']['name']}"
+    pred.setdefault("provenance", {})["server"] = (
+        f"{pred['server']['name']} ({pred['server']['source']}): "
+        + ", ".join(v for k, v in versions.items() if k != "recipe")
+    )
 
 
 def _read_prediction(path: Path) -> dict[str, Any]:
@@ -123,13 +148,21 @@ def run_validate(
     trace: str | Path | None = None,
     out_dir: str | Path | None = None,
     progress: Progress | None = None,
+    server: str | None = None,
 ) -> Validation:
     """Validate a prediction against a full-scale curve.
 
     ``full_run``: ``run`` measures it now; ``paired`` takes the one measured
     alongside the scaled runs (``run_predict(..., paired_full_run=True)``); any
-    other value is the path of a full-scale curve JSON.
+    other value is the path of a full-scale curve JSON. ``server`` (default: the
+    prediction's recipe) runs the full target on another recipe, e.g. to check a
+    prediction made on one stack against the other.
     """
+    if server is not None and full_run != "run":
+        raise ParameterError(
+            f"--server {server} chooses the server of a full-scale run made now; "
+            f"--full-run {full_run} runs nothing (use --full-run run)"
+        )
     ppath = Path(prediction_path)
     pred = _read_prediction(ppath)
     base = ppath.parent
@@ -147,6 +180,7 @@ def run_validate(
             docroot=inputs.get("docroot"),
             run_dir=out / "runs-full",
             server_cpus=tuple(inputs.get("server_cpus") or ()) or None,
+            server=server or inputs.get("server"),
         )
         plan = AutoPlan(**{**AutoPlan().__dict__, **(inputs.get("plan") or {})})
         # The same part of the trace as the prediction's runs (its skip), at the plan's
@@ -204,6 +238,8 @@ def run_validate(
         "full_run": full_run,
         "mapping": mapping,
         "paired": bool(full.meta.get("paired")),
+        "server": full.meta.get("target", {}).get("server") or pred.get("server"),
+        "server_versions": full.meta.get("target", {}).get("versions"),
     }
     v.write_json(out / "validation.json")
     write_report(

@@ -68,10 +68,12 @@ class _ShareUtilization:
 
 
 class TestbedProvider:
-    """The real lighttpd + php-cgi testbed on this machine, driven by the replay engine.
+    """The real testbed on this machine, driven by the replay engine.
 
     The generator keeps ``generator_cpus`` (default: the lowest CPU); the full
-    target is every other CPU (on a 2-core machine: CPU 1).
+    target is every other CPU (on a 2-core machine: CPU 1). ``server`` is the
+    server recipe: ``lighttpd-php-cgi`` (default), ``nginx-php-fpm`` or a
+    ``RECIPE.toml`` file (read once, here, so a bad one fails before any run).
     """
 
     __test__ = False
@@ -87,9 +89,12 @@ class TestbedProvider:
         run_dir: str | Path = ".",
         engine: dict[str, Any] | None = None,
         php_children_per_core: int = 4,
+        server: str | None = None,
     ) -> None:
+        from shrink.testbed.recipe import load_recipe
         from shrink.topology import discover
 
+        self.recipe = load_recipe(server)
         self.docroot = Path(docroot)
         self._machine = machine or discover()
         allowed = sorted(os.sched_getaffinity(0))
@@ -120,7 +125,14 @@ class TestbedProvider:
             "docroot": str(self.docroot),
             "server_cpus": list(self._server),
             "generator_cpus": list(self.generator_cpus),
+            "server": self.server_record(),
         }
+
+    def server_record(self) -> dict[str, Any]:
+        """The recipe's name and source (its versions are recorded with every run)."""
+        from shrink.testbed.lifecycle import server_record
+
+        return server_record(self.recipe)
 
     @contextmanager
     def open(self, share: dict[str, Any], mapping: str) -> Iterator[Target]:
@@ -148,6 +160,7 @@ class TestbedProvider:
             state_path=state_path,
             port=0,
             php_children_per_core=self.php_children_per_core,
+            server=self.recipe,
         )
         try:
             live = LiveTarget.from_state(
@@ -195,8 +208,10 @@ def make_provider(
     docroot: str | Path | None = None,
     run_dir: str | Path = ".",
     server_cpus: tuple[int, ...] | None = None,
+    server: str | None = None,
 ) -> TestbedProvider | SimProvider:
-    """``testbed`` (the real server on this machine) or ``sim:SPEC.toml``."""
+    """``testbed`` (the real server on this machine, run by the ``server`` recipe) or
+    ``sim:SPEC.toml``."""
     from shrink.topology import load_machine
 
     if target.startswith("sim:"):
@@ -206,5 +221,9 @@ def make_provider(
     if docroot is None:
         raise TopologyError("the testbed needs a document root (--docroot, from shrink synth)")
     return TestbedProvider(
-        docroot, machine=load_machine(machine), run_dir=run_dir, server_cpus=server_cpus
+        docroot,
+        machine=load_machine(machine),
+        run_dir=run_dir,
+        server_cpus=server_cpus,
+        server=server,
     )

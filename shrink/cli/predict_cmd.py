@@ -65,6 +65,14 @@ def predict(
     docroot: Annotated[
         Path | None, typer.Option("--docroot", help="Document root for the testbed.")
     ] = None,
+    server: Annotated[
+        str,
+        typer.Option(
+            "--server",
+            help="Server recipe of the testbed: lighttpd-php-cgi (default), nginx-php-fpm, "
+            "or a RECIPE.toml file.",
+        ),
+    ] = "lighttpd-php-cgi",
     share_kind: Annotated[
         str, typer.Option("--share-kind", help="auto | cores | cpu_time.")
     ] = "auto",
@@ -161,6 +169,7 @@ def predict(
                 paired_full_run=paired_full_run,
                 time_scaling=time_scaling,
                 skip=None if skip == "auto" else _skip_seconds(skip),
+                server=server,
             )
     if as_json:
         echo_json(pred)
@@ -209,6 +218,14 @@ def validate(
     out: Annotated[
         Path | None, typer.Option("-o", "--out", help="Output directory (default: beside).")
     ] = None,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            "--server",
+            help="Server recipe of the full-scale run (default: the prediction's): "
+            "lighttpd-php-cgi, nginx-php-fpm, or a RECIPE.toml file.",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print validation.json.")] = False,
 ) -> None:
     """Compare a prediction with the full-scale measurement (run now, or given).
@@ -227,9 +244,10 @@ def validate(
                     trace=trace,
                     out_dir=out,
                     progress=_callback(bar, "full-scale run"),
+                    server=server,
                 )
         else:  # nothing to run: no progress bar
-            v = run_validate(prediction, full_run=full_run, trace=trace, out_dir=out)
+            v = run_validate(prediction, full_run=full_run, trace=trace, out_dir=out, server=server)
     d = v.to_dict()
     if as_json:
         echo_json(d)

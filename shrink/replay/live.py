@@ -246,7 +246,7 @@ class LiveTarget:
             "share_cpus": self.share_cpus,
             "realtime": self.realtime,
         }
-        for k in ("share", "mapping", "machine", "versions", "docroot", "started"):
+        for k in ("share", "mapping", "machine", "server", "versions", "docroot", "started"):
             if k in st:
                 out[k] = st[k]
         return out

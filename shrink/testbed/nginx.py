@@ -58,8 +58,13 @@ def php_fpm_names() -> list[str]:
 
 
 def cpu_affinity_masks(cpus: tuple[int, ...]) -> str:
-    """nginx's ``worker_cpu_affinity`` value: one binary mask per worker, CPU 0 rightmost."""
-    return " ".join("1" + "0" * c for c in cpus)
+    """nginx's ``worker_cpu_affinity`` value: one binary mask per worker, CPU 0 rightmost.
+
+    >>> cpu_affinity_masks((0, 1))
+    '01 10'
+    """
+    width = max(cpus) + 1
+    return " ".join(("1" + "0" * c).rjust(width, "0") for c in cpus)
 
 
 def _q(value: str | Path) -> str:
