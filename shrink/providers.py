@@ -91,7 +91,7 @@ class TestbedProvider:
         php_children_per_core: int = 4,
         server: str | None = None,
     ) -> None:
-        from shrink.testbed.recipe import load_recipe
+        from shrink.testbed.servers import load_recipe
         from shrink.topology import discover
 
         self.recipe = load_recipe(server)

@@ -18,6 +18,7 @@ import sys
 from collections import Counter
 
 from shrink.errors import TestbedError
+from shrink.testbed.health import probe
 from shrink.testbed.recipe import ReplicaContext, Started, replica_pids, stop_replica
 from shrink.testbed.state import ReplicaState
 
@@ -71,8 +72,6 @@ class FakeRecipe:
         )
 
     def health(self, address: str, port: int) -> str | None:
-        from shrink.testbed.health import probe
-
         self.calls["health"] += 1
         return probe(f"http://{address}:{port}/")
 

@@ -35,10 +35,10 @@ from shrink.testbed.recipe import (
     ReplicaContext,
     ServerRecipe,
     kill_spawned,
-    load_recipe,
     stop_replica,
     wait_until,
 )
+from shrink.testbed.servers import load_recipe
 from shrink.testbed.state import ReplicaState, TestbedState
 
 __all__ = ["ReplicaStatus", "down", "mapping_for", "recipe_of", "status", "up"]

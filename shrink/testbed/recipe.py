@@ -7,7 +7,8 @@ with N workers, how to check its **health**, which **PIDs** belong to it, how to
 recipe: the mapping, the port, the cgroup, the state file, clean-up on failure.
 
 Built in: ``lighttpd-php-cgi`` (the default) and ``nginx-php-fpm``; any other
-server through a TOML file (:mod:`shrink.testbed.command`). Unit tests use
+server through a TOML file (:mod:`shrink.testbed.command`); all found by name by
+:func:`shrink.testbed.servers.load_recipe`. Unit tests use
 :class:`shrink.testbed.fake_recipe.FakeRecipe`.
 
 Every process a recipe starts goes through ``ReplicaContext.spawn`` (which calls
@@ -44,9 +45,10 @@ __all__ = [
     "Started",
     "find_tool",
     "first_line",
-    "load_recipe",
+    "kill_spawned",
     "pin_evenly",
     "replica_pids",
+    "signal_number",
     "stop_replica",
     "wait_until",
 ]
@@ -120,26 +122,6 @@ class ServerRecipe(Protocol):
     def stop(self, replica: ReplicaState) -> list[int]:
         """Stop every process of the replica; return the PIDs that were still running."""
         ...
-
-
-def load_recipe(spec: str | None) -> ServerRecipe:
-    """A built-in recipe by name, or the recipe in a TOML file (``NAME`` or ``PATH.toml``)."""
-    from shrink.testbed.command import CommandRecipe
-    from shrink.testbed.lighttpd import LighttpdPhpCgi
-    from shrink.testbed.nginx import NginxPhpFpm
-
-    spec = spec or DEFAULT_RECIPE
-    if spec == "lighttpd-php-cgi":
-        return LighttpdPhpCgi()
-    if spec == "nginx-php-fpm":
-        return NginxPhpFpm()
-    if spec.endswith(".toml") or os.sep in spec:
-        return CommandRecipe.read(spec)
-    raise RecipeError(
-        f"no such built-in server; use one of {', '.join(BUILTIN_RECIPES)} or a recipe "
-        "file RECIPE.toml",
-        recipe=spec,
-    )
 
 
 def find_tool(recipe: str, *names: str, hint: str) -> str:
