@@ -147,6 +147,7 @@ def status(
     else:
         if st.stopped:
             typer.echo(f"testbed stopped at {st.stopped}")
+        typer.echo(f"server {st.server.get('name')} ({st.server.get('source')})")
         for r in reps:
             flag = "ok" if r.ok else "PROBLEM"
             typer.echo(
