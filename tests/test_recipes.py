@@ -25,7 +25,8 @@ from shrink.testbed.nginx import (
     render_fpm_conf,
     render_nginx_conf,
 )
-from shrink.testbed.recipe import ReplicaContext, ServerRecipe, load_recipe
+from shrink.testbed.recipe import ReplicaContext, ServerRecipe
+from shrink.testbed.servers import load_recipe
 from shrink.testbed.state import TestbedState
 from shrink.topology import discover
 

@@ -179,6 +179,7 @@ def _start_replica(
             nic_socket=r.nic_socket,
             cgroup=cgroup.to_dict() if cgroup is not None else None,
         )
+        # The share's enforcement acts on every server PID: recipe.pids(rs).
         _record(recipe, rs)
     except BaseException as exc:
         kill_spawned(spawned)
@@ -270,7 +271,7 @@ def up(
             )
     except BaseException:
         for rs in started:
-            recipe.stop(rs)
+            _stop_replica(recipe, rs)
         raise
     state = TestbedState(
         replicas=started,
@@ -440,6 +441,15 @@ def status(state_path: str | Path, *, check_health: bool = True) -> list[Replica
             )
         )
     return out
+
+
+def _stop_replica(recipe: ServerRecipe | None, r: ReplicaState, sig: int = 15) -> list[int]:
+    """Stop the replica's processes through its recipe (or, where the recipe can no longer
+    be read, by the state file and its stop signal); then remove its cgroup."""
+    stopped = recipe.stop(r) if recipe is not None else stop_replica(r, sig)
+    if r.cgroup:
+        Cgroup.from_dict(r.cgroup).remove()
+    return stopped
 
 
 def down(state_path: str | Path) -> dict[str, list[int]]:

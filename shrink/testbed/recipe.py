@@ -194,7 +194,8 @@ def replica_pids(r: ReplicaState) -> list[int]:
 
 def stop_replica(r: ReplicaState, stop_signal: int = signal.SIGTERM) -> list[int]:
     """Stop the replica's processes by PID: ``stop_signal`` to the masters first, then
-    SIGTERM to the rest, then SIGKILL; remove its cgroup. Raise if any survives."""
+    SIGTERM to the rest, then SIGKILL. Raise if any survives. (Its cgroup is the
+    lifecycle's to remove: the share's enforcement is not the recipe's business.)"""
     targets: dict[int, int | None] = {p: r.starttimes.get(p) for p in r.pids}
     for p in replica_pids(r):
         targets.setdefault(p, None)
@@ -202,8 +203,6 @@ def stop_replica(r: ReplicaState, stop_signal: int = signal.SIGTERM) -> list[int
     left = [p for p, t in targets.items() if process.is_alive(p, t)]
     if left:
         raise TestbedError(f"replica {r.name}: PIDs {left} survived SIGKILL")
-    if r.cgroup:
-        Cgroup.from_dict(r.cgroup).remove()
     return stopped
 
 
