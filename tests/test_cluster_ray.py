@@ -79,6 +79,22 @@ def test_an_unreachable_cluster_is_a_one_line_error():
     assert line.startswith("ERR cannot reach Ray cluster '127.0.0.1:1'") and "\n" not in line
 
 
+def test_replay_cli_with_an_unreachable_cluster_is_one_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    trace = tmp_path / "t.parquet"
+    _sessions(4, gap=0.1, think=0.1, bursts=1).write_parquet(trace)
+    res = CliRunner().invoke(app, [
+        "replay", str(trace), "--target", "http://127.0.0.1:9", "--duration", "1s",
+        "-o", str(tmp_path / "r.parquet"), "--cluster", "ray:127.0.0.1:1",
+    ])  # fmt: skip
+    assert res.exit_code != 0
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "cannot reach Ray cluster '127.0.0.1:1'" in lines[0], res.output
+
+
 # --- a real local cluster ------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def server():
@@ -181,6 +197,27 @@ def test_two_generators_against_a_live_server_match_one(cluster, server):
     for col in (1, 2):
         spread = max(np.ptp(one[:, col]), np.ptp(ray_[:, col]), 0.5e-3)
         assert abs(np.median(one[:, col]) - np.median(ray_[:, col])) <= 2 * spread
+
+
+@pytest.mark.slow
+def test_replay_cli_on_the_cluster_says_where_it_ran(cluster, server, tmp_path):
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    c, _ = cluster
+    trace = tmp_path / "t.parquet"
+    _sessions(40, gap=0.02, think=0.05, bursts=2).write_parquet(trace)
+    out = tmp_path / "r.parquet"
+    res = CliRunner().invoke(app, [
+        "replay", str(trace), "--target", f"http://{server[0]}:{server[1]}",
+        "--duration", "2s", "-o", str(out), "--cluster", f"ray:{c.address}",
+        "--generators", "2", "--json",
+    ])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    log = RunLog.read_parquet(out)
+    assert log.meta["cluster"]["generators"] == 2 and len(log.meta["generators"]) == 2
+    assert len(log) > 100 and log.ok_mask().all()
 
 
 @pytest.mark.slow

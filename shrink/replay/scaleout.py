@@ -175,7 +175,10 @@ def run_engines(
     )
     meta = {**(meta or {}), "mode": mode, "rate_factor": rate_factor, "horizon": horizon}
     if cluster is not None:
-        return _run_cluster(trace, config, params, cluster, meta, on_start, engine, avoid_cpus)
+        log, run = _run_cluster(trace, config, params, cluster, meta, on_start, engine, avoid_cpus)
+        if out is not None:
+            log.write_parquet(out)
+        return log, run
     if n == 1:
         return _run_inline(trace, config, params, cpus, out, meta, on_start, realtime, engine)
     return _run_spawned(trace, config, params, cpus, n, out, meta, on_start, realtime, engine)
