@@ -15,6 +15,7 @@ from typing import Any
 
 from shrink.errors import TopologyError
 from shrink.machine import Machine
+from shrink.replay.cluster import ClusterSpec
 from shrink.target import RunResult, Target
 from shrink.trace import Trace
 
@@ -90,6 +91,7 @@ class TestbedProvider:
         engine: dict[str, Any] | None = None,
         php_children_per_core: int = 4,
         server: str | None = None,
+        cluster: ClusterSpec | None = None,
     ) -> None:
         from shrink.testbed.servers import load_recipe
         from shrink.topology import discover
@@ -111,6 +113,7 @@ class TestbedProvider:
         self.run_dir = Path(run_dir)
         self.engine = engine or {}
         self.php_children_per_core = php_children_per_core
+        self.cluster = cluster  # generators on a Ray cluster instead of this machine
         self._opened = 0
 
     def machine(self) -> Machine:
@@ -164,7 +167,10 @@ class TestbedProvider:
         )
         try:
             live = LiveTarget.from_state(
-                state_path, generator_cpus=list(self.generator_cpus), config=self.engine
+                state_path,
+                generator_cpus=list(self.generator_cpus),
+                config=self.engine,
+                cluster=self.cluster,
             )
             yield _ShareUtilization(live, f, len(cpus))
         finally:
@@ -209,6 +215,7 @@ def make_provider(
     run_dir: str | Path = ".",
     server_cpus: tuple[int, ...] | None = None,
     server: str | None = None,
+    cluster: ClusterSpec | None = None,
 ) -> TestbedProvider | SimProvider:
     """``testbed`` (the real server on this machine, run by the ``server`` recipe) or
     ``sim:SPEC.toml``."""
@@ -226,4 +233,5 @@ def make_provider(
         run_dir=run_dir,
         server_cpus=server_cpus,
         server=server,
+        cluster=cluster,
     )

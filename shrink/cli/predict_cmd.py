@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
 from shrink.cli._common import cli_errors, console, echo_json
 from shrink.errors import ParameterError
 
@@ -123,6 +124,8 @@ def predict(
             "past it.",
         ),
     ] = None,
+    cluster: ClusterOpt = None,
+    generators: GeneratorsOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print prediction.json.")] = False,
 ) -> None:
     """Predict the full machine's MAT for each mapping from a scaled-down run.
@@ -170,6 +173,7 @@ def predict(
                 time_scaling=time_scaling,
                 skip=None if skip == "auto" else _skip_seconds(skip),
                 server=server,
+                cluster=cluster_spec(cluster, generators),
             )
     if as_json:
         echo_json(pred)
@@ -226,6 +230,8 @@ def validate(
             "lighttpd-php-cgi, nginx-php-fpm, or a RECIPE.toml file.",
         ),
     ] = None,
+    cluster: ClusterOpt = None,
+    generators: GeneratorsOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print validation.json.")] = False,
 ) -> None:
     """Compare a prediction with the full-scale measurement (run now, or given).
@@ -245,6 +251,7 @@ def validate(
                     out_dir=out,
                     progress=_callback(bar, "full-scale run"),
                     server=server,
+                    cluster=cluster_spec(cluster, generators),
                 )
         else:  # nothing to run: no progress bar
             v = run_validate(prediction, full_run=full_run, trace=trace, out_dir=out, server=server)
