@@ -27,6 +27,7 @@ STACKS = ("lighttpd-php-cgi", "nginx-php-fpm")
 def predict_once(work: Path, trace: Path, docroot: Path, server: str, budget: float) -> dict:
     from shrink.autolevels import AutoPlan
     from shrink.demo import DEMO
+    from shrink.errors import MeasurementError
     from shrink.pipeline import run_predict
 
     # The demo's plan with a smaller budget: time-scaled pairs, the probe once, the
@@ -41,19 +42,22 @@ def predict_once(work: Path, trace: Path, docroot: Path, server: str, budget: fl
         budget_s=budget,
     )
     t0 = time.monotonic()
-    pred = run_predict(
-        trace,
-        work,
-        target="testbed",
-        docroot=docroot,
-        alpha=DEMO["alpha"],
-        share_kind="cpu_time",
-        mappings=("1-replica",),
-        thresholds=dict(DEMO["thresholds"]),
-        seed=DEMO["seed"],
-        plan=plan,
-        server=server,
-    )
+    try:
+        pred = run_predict(
+            trace,
+            work,
+            target="testbed",
+            docroot=docroot,
+            alpha=DEMO["alpha"],
+            share_kind="cpu_time",
+            mappings=("1-replica",),
+            thresholds=dict(DEMO["thresholds"]),
+            seed=DEMO["seed"],
+            plan=plan,
+            server=server,
+        )
+    except MeasurementError as exc:  # a host so busy that the generator never kept up
+        return {"server": server, "seconds": round(time.monotonic() - t0), "error": str(exc)}
     m = pred["mappings"]["1-replica"]
     return {
         "server": server,
@@ -88,7 +92,7 @@ def main() -> None:
             rows.append({"round": rnd, **row})
             print(json.dumps(rows[-1]), flush=True)
         for s in ratios:
-            ref, new = got[STACKS[0]][s]["mat"], got[STACKS[1]][s]["mat"]
+            ref, new = (got[k].get(s, {}).get("mat") for k in STACKS)
             if ref and new:
                 ratios[s].append(new / ref)
     (work / "stacks.json").write_text(json.dumps(rows, indent=2) + "\n")
