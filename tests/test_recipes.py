@@ -155,6 +155,8 @@ def test_the_lifecycle_works_through_the_recipe(tmp_path, machine):
         stopped = lifecycle.down(state)
     assert sorted(stopped) == ["r0", "r1"]
     assert not any(process.is_alive(p) for r in st.replicas for p in r.pids)
+    for r in st.replicas:  # with cgroups (as root), none is left behind
+        assert not any(Path(d).exists() for d in (r.cgroup or {}).get("dirs", {}).values())
 
 
 @pytest.mark.parametrize(

@@ -184,7 +184,7 @@ def _start_replica(
     except BaseException as exc:
         kill_spawned(spawned)
         if cgroup is not None:
-            cgroup.remove()
+            _remove_cgroup(cgroup.to_dict())
         if not isinstance(exc, TestbedError) or isinstance(exc, RecipeError):
             raise
         output = "; ".join(f"{p.name}: {t}" for p in dict.fromkeys(logs) if (t := _tail(p)))
@@ -448,8 +448,21 @@ def _stop_replica(recipe: ServerRecipe | None, r: ReplicaState, sig: int = 15) -
     be read, by the state file and its stop signal); then remove its cgroup."""
     stopped = recipe.stop(r) if recipe is not None else stop_replica(r, sig)
     if r.cgroup:
-        Cgroup.from_dict(r.cgroup).remove()
+        _remove_cgroup(r.cgroup)
     return stopped
+
+
+def _remove_cgroup(record: dict[str, Any], wait_s: float = 3.0) -> None:
+    """Remove a replica's groups once empty. A killed worker whose master died first is
+    reaped by init, not by us, and stays a member until then (a while on a busy host)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        Cgroup.from_dict(record).remove()
+        if not any(Path(d).exists() for d in record.get("dirs", {}).values()):
+            return
+        if time.monotonic() > deadline:
+            return  # left for `testbed down` to retry; status shows its members
+        time.sleep(0.02)
 
 
 def down(state_path: str | Path) -> dict[str, list[int]]:
@@ -457,9 +470,7 @@ def down(state_path: str | Path) -> dict[str, list[int]]:
     st = TestbedState.read(state_path)
     recipe = recipe_of(st)
     sig = int(st.server.get("stop_signal", 15))
-    out = {
-        r.name: recipe.stop(r) if recipe is not None else stop_replica(r, sig) for r in st.replicas
-    }
+    out = {r.name: _stop_replica(recipe, r, sig) for r in st.replicas}
     st.stopped = datetime.now(UTC).isoformat(timespec="seconds")
     st.write(state_path)
     return out
