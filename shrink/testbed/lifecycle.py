@@ -14,6 +14,7 @@ descendant or cgroup member found at that moment, and checks that none is left.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -35,6 +36,7 @@ from shrink.testbed.recipe import (
     ReplicaContext,
     ServerRecipe,
     kill_spawned,
+    label,
     stop_replica,
     wait_until,
 )
@@ -190,8 +192,7 @@ def _start_replica(
         output = "; ".join(f"{p.name}: {t}" for p in dict.fromkeys(logs) if (t := _tail(p)))
         msg = str(exc).replace("\n", " | ") + (f"; output {output}" if output else "")
         where = f"replica {r.name} ({r.address}:{r.port})"
-        raise RecipeError(msg, recipe=recipe.source if recipe.source not in ("built-in", "fake")
-                          else recipe.name, field=where) from None  # fmt: skip
+        raise RecipeError(msg, recipe=label(recipe), field=where) from None
     return rs
 
 
@@ -206,7 +207,8 @@ def _record(recipe: ServerRecipe, rs: ReplicaState) -> None:
     if forked:
         rs.processes.setdefault("forked", []).extend(forked)
         for p in forked:
-            rs.pinned.setdefault(p, list(process.allowed_cpus(p)))
+            with contextlib.suppress(OSError):  # it may have exited already
+                rs.pinned.setdefault(p, list(process.allowed_cpus(p)))
     for p in rs.pids:
         info = process.proc_info(p)
         if info is not None:

@@ -46,6 +46,7 @@ __all__ = [
     "find_tool",
     "first_line",
     "kill_spawned",
+    "label",
     "pin_evenly",
     "replica_pids",
     "signal_number",
@@ -122,6 +123,11 @@ class ServerRecipe(Protocol):
     def stop(self, replica: ReplicaState) -> list[int]:
         """Stop every process of the replica; return the PIDs that were still running."""
         ...
+
+
+def label(recipe: ServerRecipe) -> str:
+    """How errors name a recipe: its file, or a built-in's name."""
+    return recipe.name if recipe.source in ("built-in", "fake") else recipe.source
 
 
 def find_tool(recipe: str, *names: str, hint: str) -> str:
