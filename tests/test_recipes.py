@@ -75,6 +75,16 @@ def test_a_bad_recipe_file_names_the_file_and_the_key(tmp_path, text, field, wha
     assert re.search(what, msg), msg
 
 
+def test_the_readme_recipe_is_the_example_file_and_reads():
+    root = Path(__file__).resolve().parent.parent
+    block = re.search(r"```toml\n(.*?)```", (root / "README.md").read_text(), flags=re.S)
+    example = root / "examples" / "recipes" / "python-http.toml"
+    assert block is not None and block.group(1) == example.read_text()
+    r = CommandRecipe.read(example)
+    assert r.name == "python-http" and r.stop_signal == 2 and r.env == {"PYTHONUNBUFFERED": "1"}
+    assert r.commands[0][:3] == ["python3", "-m", "http.server"]
+
+
 def test_missing_recipe_file(tmp_path):
     with pytest.raises(RecipeError, match="no such recipe file"):
         load_recipe(str(tmp_path / "nope.toml"))
