@@ -221,9 +221,11 @@ class NginxPhpFpm:
         def workers_ready() -> str | None:
             kids = sorted(process.children_map().get(nginx_master.pid, []))
             found["nginx"] = kids
-            if len(kids) >= ctx.workers:
+            # A worker sets its worker_cpu_affinity just after the fork: wait for it.
+            pinned = sum(1 for k in kids if len(_allowed(k)) == 1)
+            if len(kids) >= ctx.workers and pinned == len(kids):
                 return None
-            return f"nginx started {len(kids)} of {ctx.workers} workers"
+            return f"nginx started {len(kids)} of {ctx.workers} workers ({pinned} pinned)"
 
         try:
             wait_until(workers_ready, [fpm_master, nginx_master], ctx.timeout_s)
@@ -251,6 +253,13 @@ class NginxPhpFpm:
 
     def stop(self, replica: ReplicaState) -> list[int]:
         return stop_replica(replica, self.stop_signal)
+
+
+def _allowed(pid: int) -> tuple[int, ...]:
+    try:
+        return process.allowed_cpus(pid)
+    except OSError:  # exited meanwhile
+        return ()
 
 
 def _tail(path: Path, n: int = 3) -> str:
