@@ -37,6 +37,7 @@ import numpy as np
 
 from extrapolate.calibration import CrossSocketModel
 from extrapolate.crosssocket import Physics, Workload, build_network
+from extrapolate.measured_share import share_of
 from extrapolate.prediction import MappingPrediction, Prediction, StatPrediction
 from extrapolate.shrink_scaling import CfsCorrection, scale_to_full
 from extrapolate.whatif import ASSUMPTIONS, calibration_summary, machine_mappings
@@ -51,31 +52,7 @@ __all__ = ["extrapolate_curve", "share_cores"]
 
 def share_cores(curve: LoadCurve, machine: Machine) -> int:
     """How many cores the measured share had (its CPU list, else alpha x the machine)."""
-    return len(_share_of(curve, machine)[1])
-
-
-def _share_of(curve: LoadCurve, machine: Machine) -> tuple[dict[str, Any], tuple[int, ...], float]:
-    """The share a curve was measured on, its CPUs and the sample alpha.
-
-    Accepts a raw share curve, or one already SHRiNK-scaled by
-    :func:`shrink.scaling.shrink_scaled_curve` (its share says ``predicted_from``).
-    """
-    share = dict(curve.share or {})
-    alpha = curve.alpha
-    scaled = curve.meta.get("shrink_scaled") if isinstance(curve.meta, dict) else None
-    if "predicted_from" in share:
-        share = dict(share["predicted_from"] or {})
-        alpha = float((scaled or {}).get("alpha", share.get("fraction", 1.0)))
-    cpus = tuple(int(c) for c in share.get("cpus") or ())
-    if not cpus:
-        n = max(1, round(alpha * machine.n_cores)) if share.get("kind") == "cores" else 0
-        cpus = machine.all_cpus[:n] if n else machine.all_cpus
-    bad = [c for c in cpus if c not in machine.all_cpus]
-    if bad:
-        raise ExtrapolationError(
-            f"the share's CPUs {bad} are not on machine {machine.name!r} (CPUs {machine.all_cpus})"
-        )
-    return share, cpus, alpha
+    return len(share_of(curve, machine)[1])
 
 
 def _class_mix(curve: LoadCurve, workload: Workload | None) -> dict[str, float]:
@@ -221,7 +198,7 @@ def extrapolate_curve(
         if workload is None:
             raise ExtrapolationError("extrapolate needs thresholds or a workload that has them")
         thresholds = workload.thresholds
-    share, cpus, alpha = _share_of(curve, machine)
+    share, cpus, alpha = share_of(curve, machine)
     kind = share.get("kind", "all")
     if "predicted_from" in (curve.share or {}):
         if correction is not None:

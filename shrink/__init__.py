@@ -6,8 +6,7 @@ The public surface is listed in ``__all__``; everything else is internal.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
+from shrink._version import __version__
 from shrink.errors import (
     CaptureFormatError,
     ExtrapolationError,

@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from extrapolate.pipeline import extrapolate_mappings
 from shrink.autolevels import AutoPlan, auto_sweep
 from shrink.errors import ParameterError, TraceFormatError
 from shrink.loadcurve import LoadCurve
@@ -27,15 +28,6 @@ from shrink.validate import Validation, cost_adjusted_errors, cost_ratio, valida
 __all__ = ["run_predict", "run_validate"]
 
 Progress = Callable[[str, int, int], None]
-
-
-def _extrapolator() -> Callable[..., dict[str, dict[str, Any]]] | None:
-    """The cross-socket extrapolation of :mod:`extrapolate`, when installed."""
-    try:
-        from extrapolate.pipeline import extrapolate_mappings
-    except ImportError:
-        return None
-    return extrapolate_mappings
 
 
 def run_predict(
@@ -84,7 +76,7 @@ def run_predict(
         time_scaling=time_scaling,
         skip=skip,
     )
-    res = predict(trace, provider, cfg, out, extrapolator=_extrapolator(), progress=progress)
+    res = predict(trace, provider, cfg, out, extrapolator=extrapolate_mappings, progress=progress)
     pred = res.prediction
     pred["inputs"] = {
         "trace": str(Path(trace_path)),

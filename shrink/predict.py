@@ -22,7 +22,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from shrink import __version__
+import samplers
+from shrink._version import __version__
 from shrink.autolevels import (
     AutoPlan,
     Companion,
@@ -45,10 +46,8 @@ __all__ = [
     "PredictConfig",
     "PredictionResult",
     "TargetProvider",
-    "curve_summary",
     "plan_share",
     "predict",
-    "rep_range",
 ]
 
 Progress = Callable[[str, int, int], None]
@@ -118,32 +117,6 @@ def plan_share(cpus: Sequence[int], machine: Machine, alpha: float, kind: str) -
     if kind == "cpu_time":
         return {"kind": "cpu_time", "cpus": list(cpus), "fraction": alpha, "cpu_fraction": alpha}
     raise ParameterError(f"share kind == {kind!r}, must be one of auto, cores, cpu_time.")
-
-
-def curve_summary(curve: LoadCurve) -> dict[str, list[float]]:
-    """The curve's mean and p99.9 (with CIs) against throughput, for JSON and figures."""
-    out: dict[str, list[float]] = {}
-    for stat in ("mean", "p999"):
-        s = curve.series(stat)
-        out["throughput"] = s["throughput"].tolist()
-        out[stat] = s["value"].tolist()
-        out[f"{stat}_lo"] = s["lo"].tolist()
-        out[f"{stat}_hi"] = s["hi"].tolist()
-        # The spread of the repetitions themselves: with two repetitions a 95% t-interval
-        # is +/-12.7 standard errors, too wide to show what was measured.
-        out[f"{stat}_min"], out[f"{stat}_max"] = rep_range(curve, stat)
-    return out
-
-
-def rep_range(curve: LoadCurve, stat: str) -> tuple[list[float], list[float]]:
-    """Smallest and largest repetition of ``stat`` at each usable level (series order)."""
-    lo, hi = [], []
-    for lv in curve.usable():
-        v = lv.values(stat)
-        v = v[np.isfinite(v)]
-        lo.append(float(v.min()) if v.size else float("nan"))
-        hi.append(float(v.max()) if v.size else float("nan"))
-    return lo, hi
 
 
 def _mat_dict(res: MATResult) -> dict[str, Any]:
@@ -251,8 +224,6 @@ def predict(
     without one (or on a one-socket machine, where mappings cannot differ by
     socket) every mapping gets the SHRiNK-scaled prediction.
     """
-    import samplers
-
     alpha = check_alpha(config.alpha)
     machine = provider.machine()
     cpus = provider.server_cpus()
@@ -293,7 +264,7 @@ def predict(
     predicted = shrink_scaled_curve(measured)
     full_mats = {s: mat(predicted, s, t) for s, t in config.thresholds.items()}
     base = {s: _mat_dict(r) for s, r in full_mats.items()}
-    base["curve"] = curve_summary(predicted)
+    base["curve"] = predicted.summary()
     assumptions = [
         f"SHRiNK: {alpha:g} of the sessions ({config.level} level, seed {config.seed}) on "
         f"{alpha:g} of the server ({share['kind']} share of CPUs {share['cpus']}) behaves like "

@@ -24,7 +24,7 @@ from time import monotonic, sleep
 from typing import Any
 from urllib.parse import urlsplit
 
-from shrink import __version__
+from shrink._version import __version__
 from shrink.errors import ParameterError, ReplayError, TraceFormatError
 from shrink.replay.engine import EngineConfig, run_schedule
 from shrink.replay.scaleout import EngineRun, run_engines

@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 
 from shrink.loadcurve import Level, LoadCurve
-from shrink.predict import rep_range
 from shrink.report.blocks import Doc, render_html, render_markdown
 from shrink.report.figures import Series, cdf_figure, latency_figure, level_near_utilization
 from shrink.validate import Validation
@@ -45,7 +44,7 @@ def curve_series(
     for stat in ("mean", "p999"):
         s = curve.series(stat)
         x = s["throughput"] * thr_scale
-        rmin, rmax = rep_range(curve, stat)
+        rmin, rmax = curve.rep_range(stat)
         vals[stat], lo[stat], hi[stat] = (
             s["value"] * lat_scale,
             np.asarray(rmin) * lat_scale,

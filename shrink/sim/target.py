@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shrink._version import __version__
 from shrink.errors import ParameterError, TopologyError
 from shrink.machine import Machine
 from shrink.mapping import Mapping, build_mapping
@@ -432,8 +433,6 @@ class SimTarget:
 
 
 def _version() -> str:
-    from shrink import __version__
-
     return __version__
 
 
