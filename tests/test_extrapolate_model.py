@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.surface import exported, public_names
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.base import clone
@@ -38,8 +39,7 @@ NEHALEM = Machine("nehalem-2s", 2, 4, llc_mib=12.0, ghz=2.4, nic_ports=2, nic_qu
 
 
 def test_public_surface_is_explicit():
-    for name in extrapolate.__all__:
-        assert hasattr(extrapolate, name), name
+    assert public_names(extrapolate) == exported(extrapolate)
     assert "CrossSocketModel" in extrapolate.__all__ and "whatif" in extrapolate.__all__
 
 

@@ -113,3 +113,12 @@ def test_machine_toml_roundtrip_and_mappings(tmp_path):
     assert [remote_nic_probability(r) for r in direct.replicas] == [0.0, 0.0]
     assert [remote_nic_probability(r) for r in indirect.replicas] == [1.0, 1.0]
     assert sorted(direct.cpus) == list(range(8))
+
+
+def test_shrink_public_surface_is_all_of_its_names():
+    from helpers.surface import exported, public_names
+
+    import shrink
+
+    assert public_names(shrink) == exported(shrink)
+    assert "__version__" in shrink.__all__
