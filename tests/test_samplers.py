@@ -7,8 +7,8 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers.sampler_traces import make_trace, row_ids
 from helpers.surface import exported, public_names
-from test_samplers_data import make_trace, row_ids
 from typer.testing import CliRunner
 
 import samplers
