@@ -38,7 +38,6 @@ import numpy as np
 from extrapolate.calibration import CrossSocketModel
 from extrapolate.crosssocket import Physics, Workload, build_network
 from extrapolate.measured_share import share_of
-from extrapolate.prediction import MappingPrediction, Prediction, StatPrediction
 from extrapolate.shrink_scaling import CfsCorrection, scale_to_full
 from extrapolate.whatif import ASSUMPTIONS, calibration_summary, machine_mappings
 from shrink.errors import ExtrapolationError
@@ -46,6 +45,7 @@ from shrink.loadcurve import STATS, LoadCurve
 from shrink.machine import Machine
 from shrink.mapping import Mapping, build_mapping
 from shrink.mat import mat
+from shrink.prediction import MappingPrediction, Prediction, StatPrediction
 
 __all__ = ["extrapolate_curve", "share_cores"]
 

@@ -34,10 +34,10 @@ from typing import Any
 
 from extrapolate.calibration import CrossSocketModel
 from extrapolate.crosssocket import Physics, Workload, build_network, demand_factors
-from extrapolate.prediction import MappingPrediction, Prediction, StatPrediction
 from shrink.errors import ExtrapolationError
 from shrink.machine import Machine
 from shrink.mapping import build_mapping
+from shrink.prediction import MappingPrediction, Prediction, StatPrediction
 
 __all__ = ["SWEEP_FRACTIONS", "dynamic_sweep", "machine_mappings", "resolve_workload", "whatif"]
 

@@ -20,8 +20,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
-
 import samplers
 from shrink._version import __version__
 from shrink.autolevels import (
@@ -37,6 +35,7 @@ from shrink.machine import Machine
 from shrink.mapping import BUILTIN_MAPPINGS
 from shrink.mat import MATResult, mat
 from shrink.measure import default_skip
+from shrink.prediction import MappingPrediction, Prediction, StatPrediction
 from shrink.scaling import latency_scale, shrink_scaled_curve
 from shrink.target import Target
 from shrink.trace import Trace
@@ -119,21 +118,15 @@ def plan_share(cpus: Sequence[int], machine: Machine, alpha: float, kind: str) -
     raise ParameterError(f"share kind == {kind!r}, must be one of auto, cores, cpu_time.")
 
 
-def _mat_dict(res: MATResult) -> dict[str, Any]:
-    return {
-        "mat": res.mat,
-        "ci": list(res.ci),
-        "threshold": res.threshold,
-        "status": res.status,
-        "stalled_ceiling": res.stalled_ceiling,
-    }
+def _stat(res: MATResult) -> StatPrediction:
+    return StatPrediction(res.mat, res.ci, res.threshold, res.status, res.stalled_ceiling)
 
 
 @dataclass
 class PredictionResult:
     """Everything a prediction produced (also written to disk by :func:`predict`)."""
 
-    prediction: dict[str, Any]
+    prediction: Prediction
     measured: LoadCurve
     predicted: LoadCurve
     sample: Trace
@@ -170,16 +163,18 @@ def _self_checks(curve: LoadCurve, limits: Mapping[str, float]) -> dict[str, Any
     }
 
 
-def _recommend(mappings: dict[str, dict[str, Any]], stat: str) -> tuple[str, str]:
-    ranked = sorted(
-        mappings.items(), key=lambda kv: -(kv[1].get(stat, {}).get("mat") or float("-inf"))
-    )
+def _recommend(mappings: dict[str, MappingPrediction], stat: str) -> tuple[str, str]:
+    def mat_of(m: MappingPrediction) -> float:
+        sp = m.stats.get(stat)
+        return sp.mat if sp is not None and sp.mat else float("-inf")
+
+    ranked = sorted(mappings.items(), key=lambda kv: -mat_of(kv[1]))
     best, runner = ranked[0], ranked[1] if len(ranked) > 1 else None
     if runner is None:
         return best[0], "It is the only mapping this machine can run."
-    b, r = best[1][stat], runner[1][stat]
-    gain = (b["mat"] - r["mat"]) / r["mat"] if r["mat"] else float("nan")
-    overlap = b["ci"][0] <= r["ci"][1]
+    b, r = best[1].stats[stat], runner[1].stats[stat]
+    gain = (b.mat - r.mat) / r.mat if r.mat else float("nan")
+    overlap = b.ci[0] <= r.ci[1]
     if abs(gain) < 1e-9:
         return "1-replica" if "1-replica" in mappings else best[0], (
             "The mappings are predicted equal here (on one socket they coincide); "
@@ -263,8 +258,7 @@ def predict(
             full_curve = companion_curve(companion, knob=config.knob, plan=config.plan)
     predicted = shrink_scaled_curve(measured)
     full_mats = {s: mat(predicted, s, t) for s, t in config.thresholds.items()}
-    base = {s: _mat_dict(r) for s, r in full_mats.items()}
-    base["curve"] = predicted.summary()
+    base = MappingPrediction({s: _stat(r) for s, r in full_mats.items()}, predicted.summary())
     assumptions = [
         f"SHRiNK: {alpha:g} of the sessions ({config.level} level, seed {config.seed}) on "
         f"{alpha:g} of the server ({share['kind']} share of CPUs {share['cpus']}) behaves like "
@@ -296,15 +290,16 @@ def predict(
             "in its tail."
         )
     sockets = {machine.socket_of(c) for c in cpus}
-    mappings_out: dict[str, dict[str, Any]] = {}
+    mappings_out: dict[str, MappingPrediction] = {}
     if extrapolator is not None and len(sockets) > 1:
-        mappings_out = extrapolator(
+        extrapolated = extrapolator(
             predicted,
             machine=machine,
             mappings=list(config.mappings),
             thresholds=dict(config.thresholds),
             calibration=config.calibration,
         )
+        mappings_out = {k: MappingPrediction.from_dict(v) for k, v in extrapolated.items()}
         assumptions.append(
             "Cross-socket effects (remote NIC processing, sharing between workers on two "
             "sockets, the LLC a replica sees) are modelled with the "
@@ -326,9 +321,9 @@ def predict(
         measured, {s: t / latency_scale(measured) for s, t in config.thresholds.items()}
     )
     widths = [
-        (v["ci"][1] - v["ci"][0]) / v["mat"] / 2
-        for v in (base[s] for s in config.thresholds)
-        if v["mat"]
+        (v.ci[1] - v.ci[0]) / v.mat / 2
+        for v in (base.stats[s] for s in config.thresholds)
+        if v.mat
     ]
     conf = (
         f"The MAT intervals are +/-{100 * max(widths):.0f}% at most (95%, over "
@@ -336,36 +331,35 @@ def predict(
         if widths
         else ""
     )
-    prediction = {
-        "schema": "shrink.prediction/1",
-        "target": provider.name,
-        "target_description": f"{len(cpus)} CPU(s) {list(cpus)} of {machine.name}",
-        "machine": machine.to_dict(),
-        "alpha": alpha,
-        "level": config.level,
-        "seed": config.seed,
-        "share": share,
-        "thresholds": dict(config.thresholds),
+    prediction = Prediction(
+        machine=machine.to_dict(),
+        mappings=mappings_out,
+        recommended=recommended,
+        reason=reason,
+        calibration={"name": config.calibration},
+        assumptions=assumptions,
+        target=provider.name,
+        target_description=f"{len(cpus)} CPU(s) {list(cpus)} of {machine.name}",
+        alpha=alpha,
+        level=config.level,
+        seed=config.seed,
+        share=share,
+        thresholds=dict(config.thresholds),
         # The share's own MATs, at its own thresholds (1/alpha longer on a CPU-time share).
-        "measured_mats": {
-            s: _mat_dict(mat(measured, s, t / latency_scale(measured)))
+        measured_mats={
+            s: _stat(mat(measured, s, t / latency_scale(measured)))
             for s, t in config.thresholds.items()
         },
-        "mappings": mappings_out,
-        "recommended": recommended,
-        "reason": reason,
-        "confidence_summary": conf,
-        "calibration": {"name": config.calibration},
-        "assumptions": assumptions,
-        "self_checks": checks,
-        "trace": {
+        confidence_summary=conf,
+        self_checks=checks,
+        trace={
             "source": trace.meta.get("source"),
             "requests": len(trace),
             "sessions": trace.n_sessions,
             "fingerprint": trace.fingerprint(),
             "sample_requests": len(sample),
         },
-        "provenance": {
+        provenance={
             "shrink": __version__,
             "python": platform.python_version(),
             "host": platform.node(),
@@ -377,9 +371,9 @@ def predict(
             "seed": config.seed,
             "target": json.dumps(measured.meta.get("target", {}).get("versions", {})),
         },
-    }
+    )
     if full_curve is not None:
-        prediction["full_run"] = {
+        prediction.full_run = {
             "paired": True,
             "self_checks": _self_checks(full_curve, config.thresholds),
             "curve": "full-curve.json",
@@ -397,13 +391,6 @@ def predict(
         result.files["predicted"] = predicted.write_json(out / "predicted-curve.json")
         if full_curve is not None:
             result.files["full"] = full_curve.write_json(out / "full-curve.json")
-        p = out / "prediction.json"
-        p.write_text(json.dumps(prediction, indent=2, sort_keys=True, default=_json) + "\n")
-        result.files["prediction"] = p
+        result.files["prediction"] = prediction.write_json(out / "prediction.json", indent=2)
     return result
 
-
-def _json(o: Any) -> Any:
-    if isinstance(o, np.generic):
-        return o.item()
-    raise TypeError(type(o).__name__)

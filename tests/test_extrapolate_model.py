@@ -24,7 +24,6 @@ from extrapolate.crosssocket import (
     demand_factors,
 )
 from extrapolate.observations import paper_machine, published_observations
-from extrapolate.prediction import Prediction
 from extrapolate.queueing import Network, Station
 from extrapolate.remap import extrapolate_curve
 from extrapolate.usl import usl_from_curves
@@ -32,6 +31,7 @@ from extrapolate.whatif import whatif, workload_from_trace
 from shrink.errors import ExtrapolationError, ParameterError, TraceFormatError
 from shrink.loadcurve import LoadCurve
 from shrink.machine import Machine
+from shrink.prediction import Prediction
 from shrink.trace import Trace
 
 ROOT = Path(__file__).resolve().parent.parent

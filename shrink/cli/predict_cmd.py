@@ -10,6 +10,7 @@ import typer
 
 from shrink.cli._common import cli_errors, console, echo_json
 from shrink.errors import ParameterError
+from shrink.prediction import Prediction
 
 _MAPPINGS = ("1-replica", "2-replica-direct", "2-replica-indirect")
 
@@ -163,7 +164,7 @@ def predict(
                 skip=None if skip == "auto" else _skip_seconds(skip),
             )
     if as_json:
-        echo_json(pred)
+        echo_json(pred.to_dict())
         return
     _print_summary(pred, out)
 
@@ -174,22 +175,23 @@ def _skip_seconds(text: str) -> float:
     return 0.0 if text.strip() in ("0", "0s", "none") else parse_duration(text, "skip")
 
 
-def _print_summary(pred: dict, out: Path) -> None:
+def _print_summary(pred: Prediction, out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"Predicted MAT ({pred['target_description']})")
+    thresholds = pred.thresholds or {}
+    t = Table(title=f"Predicted MAT ({pred.target_description})")
     t.add_column("mapping")
-    for stat, limit in pred["thresholds"].items():
+    for stat, limit in thresholds.items():
         t.add_column(f"{stat} < {limit * 1e3:g} ms (req/s)", justify="right")
-    for name, m in pred["mappings"].items():
+    for name, m in pred.mappings.items():
         cells = []
-        for stat in pred["thresholds"]:
-            r = m[stat]
-            cells.append(f"{r['mat']:,.0f} [{r['ci'][0]:,.0f}, {r['ci'][1]:,.0f}]")
-        t.add_row(("* " if name == pred["recommended"] else "  ") + name, *cells)
+        for stat in thresholds:
+            r = m.stats[stat]
+            cells.append(f"{r.mat:,.0f} [{r.ci[0]:,.0f}, {r.ci[1]:,.0f}]")
+        t.add_row(("* " if name == pred.recommended else "  ") + name, *cells)
     Console().print(t)
-    Console().print(f"recommended: [bold]{pred['recommended']}[/] - {pred['reason']}")
+    Console().print(f"recommended: [bold]{pred.recommended}[/] - {pred.reason}")
     Console().print(f"report: {out / 'report.md'} and {out / 'report.html'}")
 
 
