@@ -10,9 +10,8 @@ import typer
 
 from shrink.cli._common import cli_errors, console, echo_json
 from shrink.errors import ParameterError
+from shrink.mapping import BUILTIN_MAPPINGS
 from shrink.prediction import Prediction
-
-_MAPPINGS = ("1-replica", "2-replica-direct", "2-replica-indirect")
 
 
 def _progress_bar():
@@ -131,7 +130,11 @@ def predict(
 
     with cli_errors():
         th = parse_thresholds(thresholds)
-        names = _MAPPINGS if mappings == "all" else tuple(m.strip() for m in mappings.split(","))
+        names = (
+            BUILTIN_MAPPINGS
+            if mappings == "all"
+            else tuple(m.strip() for m in mappings.split(","))
+        )
         if not names:
             raise ParameterError("mappings == '', must be 'all' or a comma list.")
         plan = AutoPlan(
