@@ -259,6 +259,50 @@ def predict(
     predicted = shrink_scaled_curve(measured)
     full_mats = {s: mat(predicted, s, t) for s, t in config.thresholds.items()}
     base = MappingPrediction({s: _stat(r) for s, r in full_mats.items()}, predicted.summary())
+    assumptions = _assumptions(alpha, config, share, measured)
+    mappings_out = _per_mapping(
+        predicted, base, machine, cpus, config, extrapolator, assumptions
+    )
+    stat = "mean" if "mean" in config.thresholds else next(iter(config.thresholds))
+    recommended, reason = _recommend(mappings_out, stat)
+    prediction = Prediction(
+        machine=machine.to_dict(),
+        mappings=mappings_out,
+        recommended=recommended,
+        reason=reason,
+        calibration={"name": config.calibration},
+        assumptions=assumptions,
+        target=provider.name,
+        target_description=f"{len(cpus)} CPU(s) {list(cpus)} of {machine.name}",
+        alpha=alpha,
+        level=config.level,
+        seed=config.seed,
+        share=share,
+        thresholds=dict(config.thresholds),
+        # The share's own MATs, at its own thresholds (1/alpha longer on a CPU-time share).
+        measured_mats={
+            s: _stat(mat(measured, s, t / latency_scale(measured)))
+            for s, t in config.thresholds.items()
+        },
+        confidence_summary=_confidence(base, config),
+        self_checks=_self_checks(
+            measured, {s: t / latency_scale(measured) for s, t in config.thresholds.items()}
+        ),
+        trace=_trace_summary(trace, sample),
+        provenance=_provenance(machine, cpus, share, alpha, config, measured),
+    )
+    if full_curve is not None:
+        prediction.full_run = _full_run_summary(full_curve, config)
+    result = PredictionResult(prediction, measured, predicted, sample, full=full_curve)
+    if out_dir is not None:
+        _write_files(result, Path(out_dir))
+    return result
+
+
+def _assumptions(
+    alpha: float, config: PredictConfig, share: dict[str, Any], measured: LoadCurve
+) -> list[str]:
+    """What the prediction assumes, in words for the report."""
     assumptions = [
         f"SHRiNK: {alpha:g} of the sessions ({config.level} level, seed {config.seed}) on "
         f"{alpha:g} of the server ({share['kind']} share of CPUs {share['cpus']}) behaves like "
@@ -289,6 +333,22 @@ def predict(
             "windows the share would be caught nearer its empty start, with fewer requests "
             "in its tail."
         )
+    return assumptions
+
+
+def _per_mapping(
+    predicted: LoadCurve,
+    base: MappingPrediction,
+    machine: Machine,
+    cpus: Sequence[int],
+    config: PredictConfig,
+    extrapolator: Callable[..., dict[str, dict[str, Any]]] | None,
+    assumptions: list[str],
+) -> dict[str, MappingPrediction]:
+    """Each mapping's prediction: extrapolated across sockets, or the SHRiNK-scaled one.
+
+    Appends to ``assumptions`` what the choice assumes.
+    """
     sockets = {machine.socket_of(c) for c in cpus}
     mappings_out: dict[str, MappingPrediction] = {}
     if extrapolator is not None and len(sockets) > 1:
@@ -315,11 +375,10 @@ def predict(
                 "mappings differ only in how the cores are split; on loopback each replica's "
                 "'NIC' is an address and its socket is nominal."
             )
-    stat = "mean" if "mean" in config.thresholds else next(iter(config.thresholds))
-    recommended, reason = _recommend(mappings_out, stat)
-    checks = _self_checks(
-        measured, {s: t / latency_scale(measured) for s, t in config.thresholds.items()}
-    )
+    return mappings_out
+
+
+def _confidence(base: MappingPrediction, config: PredictConfig) -> str:
     widths = [
         (v.ci[1] - v.ci[0]) / v.mat / 2
         for v in (base.stats[s] for s in config.thresholds)
@@ -331,66 +390,59 @@ def predict(
         if widths
         else ""
     )
-    prediction = Prediction(
-        machine=machine.to_dict(),
-        mappings=mappings_out,
-        recommended=recommended,
-        reason=reason,
-        calibration={"name": config.calibration},
-        assumptions=assumptions,
-        target=provider.name,
-        target_description=f"{len(cpus)} CPU(s) {list(cpus)} of {machine.name}",
-        alpha=alpha,
-        level=config.level,
-        seed=config.seed,
-        share=share,
-        thresholds=dict(config.thresholds),
-        # The share's own MATs, at its own thresholds (1/alpha longer on a CPU-time share).
-        measured_mats={
-            s: _stat(mat(measured, s, t / latency_scale(measured)))
-            for s, t in config.thresholds.items()
-        },
-        confidence_summary=conf,
-        self_checks=checks,
-        trace={
-            "source": trace.meta.get("source"),
-            "requests": len(trace),
-            "sessions": trace.n_sessions,
-            "fingerprint": trace.fingerprint(),
-            "sample_requests": len(sample),
-        },
-        provenance={
-            "shrink": __version__,
-            "python": platform.python_version(),
-            "host": platform.node(),
-            "kernel": platform.release(),
-            "machine": machine.name,
-            "server_cpus": list(cpus),
-            "share": json.dumps(share),
-            "alpha": alpha,
-            "seed": config.seed,
-            "target": json.dumps(measured.meta.get("target", {}).get("versions", {})),
-        },
-    )
-    if full_curve is not None:
-        prediction.full_run = {
-            "paired": True,
-            "self_checks": _self_checks(full_curve, config.thresholds),
-            "curve": "full-curve.json",
-            "note": (
-                "The whole trace was also run on the full target, each repetition right "
-                "before or after the scaled one (alternating), so that the validation "
-                "compares runs taken seconds apart. The prediction uses the scaled runs only."
-            ),
-        }
-    result = PredictionResult(prediction, measured, predicted, sample, full=full_curve)
-    if out_dir is not None:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        result.files["measured"] = measured.write_json(out / "measured-curve.json")
-        result.files["predicted"] = predicted.write_json(out / "predicted-curve.json")
-        if full_curve is not None:
-            result.files["full"] = full_curve.write_json(out / "full-curve.json")
-        result.files["prediction"] = prediction.write_json(out / "prediction.json", indent=2)
-    return result
+    return conf
 
+
+def _trace_summary(trace: Trace, sample: Trace) -> dict[str, Any]:
+    return {
+        "source": trace.meta.get("source"),
+        "requests": len(trace),
+        "sessions": trace.n_sessions,
+        "fingerprint": trace.fingerprint(),
+        "sample_requests": len(sample),
+    }
+
+
+def _provenance(
+    machine: Machine,
+    cpus: Sequence[int],
+    share: dict[str, Any],
+    alpha: float,
+    config: PredictConfig,
+    measured: LoadCurve,
+) -> dict[str, Any]:
+    return {
+        "shrink": __version__,
+        "python": platform.python_version(),
+        "host": platform.node(),
+        "kernel": platform.release(),
+        "machine": machine.name,
+        "server_cpus": list(cpus),
+        "share": json.dumps(share),
+        "alpha": alpha,
+        "seed": config.seed,
+        "target": json.dumps(measured.meta.get("target", {}).get("versions", {})),
+    }
+
+
+def _full_run_summary(full_curve: LoadCurve, config: PredictConfig) -> dict[str, Any]:
+    return {
+        "paired": True,
+        "self_checks": _self_checks(full_curve, config.thresholds),
+        "curve": "full-curve.json",
+        "note": (
+            "The whole trace was also run on the full target, each repetition right "
+            "before or after the scaled one (alternating), so that the validation "
+            "compares runs taken seconds apart. The prediction uses the scaled runs only."
+        ),
+    }
+
+
+def _write_files(result: PredictionResult, out: Path) -> None:
+    """The curves and prediction.json into ``out`` (their paths into ``result.files``)."""
+    out.mkdir(parents=True, exist_ok=True)
+    result.files["measured"] = result.measured.write_json(out / "measured-curve.json")
+    result.files["predicted"] = result.predicted.write_json(out / "predicted-curve.json")
+    if result.full is not None:
+        result.files["full"] = result.full.write_json(out / "full-curve.json")
+    result.files["prediction"] = result.prediction.write_json(out / "prediction.json", indent=2)
