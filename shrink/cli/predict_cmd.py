@@ -13,6 +13,42 @@ from shrink.errors import ParameterError
 from shrink.mapping import BUILTIN_MAPPINGS
 from shrink.prediction import Prediction
 
+# The options with long help, named here to keep the command short.
+_PairedFullRun = Annotated[
+    bool,
+    typer.Option(
+        "--paired-full-run",
+        help="Also run the whole trace on the full target, each repetition next to its "
+        "scaled twin, for 'shrink validate --full-run paired' on a machine whose speed "
+        "drifts (a VM). Doubles the measuring time; the prediction uses the scaled runs.",
+    ),
+]
+_TimeScaling = Annotated[
+    bool,
+    typer.Option(
+        "--time-scaling/--no-time-scaling",
+        help="On a CPU-time share, make the share's warm-up and window 1/alpha times "
+        "--warmup and --duration (a server at alpha of the speed settles 1/alpha slower "
+        "and serves alpha of the requests a second).",
+    ),
+]
+_Skip = Annotated[
+    str,
+    typer.Option(
+        "--skip",
+        help="Trace time left out at the start of every run, e.g. 30s; 'auto': a tenth "
+        "of the trace's span, at most 1m (its first seconds are not its steady mix).",
+    ),
+]
+_Budget = Annotated[
+    str | None,
+    typer.Option(
+        "--budget",
+        help="Time the sweep may spend on runs, e.g. 8m: no level starts that would end "
+        "past it.",
+    ),
+]
+
 
 def _progress_bar():
     from rich.progress import (
@@ -81,40 +117,10 @@ def predict(
         float, typer.Option("--duration", help="Measurement window seconds per level.")
     ] = 8.0,
     max_levels: Annotated[int, typer.Option("--max-levels", help="Load levels at most.")] = 10,
-    paired_full_run: Annotated[
-        bool,
-        typer.Option(
-            "--paired-full-run",
-            help="Also run the whole trace on the full target, each repetition next to its "
-            "scaled twin, for 'shrink validate --full-run paired' on a machine whose speed "
-            "drifts (a VM). Doubles the measuring time; the prediction uses the scaled runs.",
-        ),
-    ] = False,
-    time_scaling: Annotated[
-        bool,
-        typer.Option(
-            "--time-scaling/--no-time-scaling",
-            help="On a CPU-time share, make the share's warm-up and window 1/alpha times "
-            "--warmup and --duration (a server at alpha of the speed settles 1/alpha slower "
-            "and serves alpha of the requests a second).",
-        ),
-    ] = True,
-    skip: Annotated[
-        str,
-        typer.Option(
-            "--skip",
-            help="Trace time left out at the start of every run, e.g. 30s; 'auto': a tenth "
-            "of the trace's span, at most 1m (its first seconds are not its steady mix).",
-        ),
-    ] = "auto",
-    budget: Annotated[
-        str | None,
-        typer.Option(
-            "--budget",
-            help="Time the sweep may spend on runs, e.g. 8m: no level starts that would end "
-            "past it.",
-        ),
-    ] = None,
+    paired_full_run: _PairedFullRun = False,
+    time_scaling: _TimeScaling = True,
+    skip: _Skip = "auto",
+    budget: _Budget = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print prediction.json.")] = False,
 ) -> None:
     """Predict the full machine's MAT for each mapping from a scaled-down run.
