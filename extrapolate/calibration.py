@@ -37,7 +37,7 @@ import numpy as np
 from scipy.optimize import least_squares
 from sklearn.base import BaseEstimator
 
-from extrapolate._validation import check_is_fitted
+from extrapolate._estimator import check_is_fitted
 from extrapolate.crosssocket import Physics, Workload
 from extrapolate.measured_share import share_of
 from extrapolate.observations import (

@@ -16,9 +16,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from shrink.checks import check_alpha, check_int
 from shrink.errors import ParameterError
 from shrink.trace import Trace
-from shrink.validation import check_alpha, check_int
 
 __all__ = [
     "ConsistencyWarning",

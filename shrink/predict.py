@@ -29,6 +29,7 @@ from shrink.autolevels import (
     auto_sweep,
     companion_curve,
 )
+from shrink.checks import check_alpha
 from shrink.errors import ParameterError, TopologyError
 from shrink.loadcurve import LoadCurve
 from shrink.machine import Machine
@@ -39,7 +40,6 @@ from shrink.prediction import MappingPrediction, Prediction, StatPrediction
 from shrink.scaling import latency_scale, shrink_scaled_curve
 from shrink.target import Target
 from shrink.trace import Trace
-from shrink.validation import check_alpha
 
 __all__ = [
     "PredictConfig",

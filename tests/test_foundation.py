@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from shrink import ParameterError, Trace
+from shrink.checks import check_alpha, parse_duration, parse_thresholds
 from shrink.errors import TraceFormatError
 from shrink.loadcurve import Level, LevelStats, LoadCurve, latency_stats
 from shrink.machine import Machine
 from shrink.mapping import build_mapping, remote_nic_probability
 from shrink.mat import mat
-from shrink.validation import check_alpha, parse_duration, parse_thresholds
 
 
 def test_trace_parquet_roundtrip_keeps_rows_and_provenance(tmp_path):

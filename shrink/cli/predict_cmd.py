@@ -130,9 +130,9 @@ def predict(
     Writes DIR/prediction.json, DIR/report.md, DIR/report.html and figures.
     """
     from shrink.autolevels import AutoPlan
+    from shrink.checks import parse_duration, parse_thresholds
     from shrink.pipeline import run_predict
     from shrink.topology import parse_cpulist
-    from shrink.validation import parse_duration, parse_thresholds
 
     with cli_errors():
         th = parse_thresholds(thresholds)
@@ -179,7 +179,7 @@ def predict(
 
 
 def _skip_seconds(text: str) -> float:
-    from shrink.validation import parse_duration
+    from shrink.checks import parse_duration
 
     return 0.0 if text.strip() in ("0", "0s", "none") else parse_duration(text, "skip")
 

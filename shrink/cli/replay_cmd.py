@@ -8,10 +8,10 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
+from shrink.checks import check_positive, parse_duration
 from shrink.cli._common import cli_errors, console, echo_json
 from shrink.errors import ParameterError
 from shrink.topology import parse_cpulist
-from shrink.validation import check_positive, parse_duration
 
 _Targets = Annotated[
     list[str],

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shrink._version import __version__
+from shrink.checks import check_alpha, check_positive
 from shrink.errors import ParameterError, TopologyError
 from shrink.machine import Machine
 from shrink.mapping import Mapping, build_mapping
@@ -38,7 +39,6 @@ from shrink.sim.params import SimParams
 from shrink.target import GeneratorCheck, RunResult
 from shrink.topology import parse_cpulist
 from shrink.trace import Trace
-from shrink.validation import check_alpha, check_positive
 
 __all__ = ["SimShare", "SimTarget", "parse_share"]
 

@@ -42,6 +42,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from shrink.checks import check_scalar, parse_duration
 from shrink.classify import Classifier
 from shrink.errors import ParameterError
 from shrink.ingest.capture.http_parse import parse_http
@@ -51,7 +52,6 @@ from shrink.ingest.capture.pcap_files import read_records
 from shrink.ingest.capture.tcp_reassembly import reassemble
 from shrink.ingest.capture.tcp_segments import Segments
 from shrink.trace import Trace
-from shrink.validation import check_scalar, parse_duration
 
 __all__ = ["read_capture", "read_segments"]
 

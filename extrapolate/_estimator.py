@@ -1,4 +1,4 @@
-"""Checks shared by the models: fitted-ness, share descriptions."""
+"""Checks the estimators share: fitted-ness, and the share a curve describes."""
 
 from __future__ import annotations
 
