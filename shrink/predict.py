@@ -36,7 +36,7 @@ from shrink.machine import Machine
 from shrink.mapping import BUILTIN_MAPPINGS
 from shrink.mat import MATResult, mat
 from shrink.measure import default_skip
-from shrink.prediction import MappingPrediction, Prediction, StatPrediction
+from shrink.prediction import MappingPrediction, Prediction, StatPrediction, rank_mappings
 from shrink.scaling import latency_scale, shrink_scaled_curve
 from shrink.target import Target
 from shrink.trace import Trace
@@ -164,11 +164,7 @@ def _self_checks(curve: LoadCurve, limits: Mapping[str, float]) -> dict[str, Any
 
 
 def _recommend(mappings: dict[str, MappingPrediction], stat: str) -> tuple[str, str]:
-    def mat_of(m: MappingPrediction) -> float:
-        sp = m.stats.get(stat)
-        return sp.mat if sp is not None and sp.mat else float("-inf")
-
-    ranked = sorted(mappings.items(), key=lambda kv: -mat_of(kv[1]))
+    ranked = [(name, mappings[name]) for name in rank_mappings(mappings, [stat])]
     best, runner = ranked[0], ranked[1] if len(ranked) > 1 else None
     if runner is None:
         return best[0], "It is the only mapping this machine can run."

@@ -26,7 +26,7 @@ from typing import Any
 
 from shrink.errors import TraceFormatError
 
-__all__ = ["SCHEMA_ID", "MappingPrediction", "Prediction", "StatPrediction"]
+__all__ = ["SCHEMA_ID", "MappingPrediction", "Prediction", "StatPrediction", "rank_mappings"]
 
 SCHEMA_ID = "shrink.prediction/1"
 
@@ -101,6 +101,29 @@ class MappingPrediction:
             if k not in ("curve", "detail") and isinstance(v, dict) and "mat" in v
         }
         return cls(stats, dict(d.get("curve", {})), dict(d.get("detail", {})))
+
+
+def rank_mappings(
+    mappings: dict[str, MappingPrediction], stats: list[str], *, decimals: int | None = None
+) -> list[str]:
+    """The mappings best first: the recommendation rule.
+
+    A mapping ranks by its MATs for ``stats`` in that order (the first decides,
+    the next breaks a tie), higher first; a missing MAT ranks last, and equals
+    keep their given order. ``decimals`` rounds the MATs first (``-1``: to tens
+    of req/s, so that a model's numerical noise decides nothing).
+    """
+
+    def key(name: str) -> tuple[float, ...]:
+        out = []
+        for stat in stats:
+            sp = mappings[name].stats.get(stat)
+            x = sp.mat if sp is not None and sp.mat else float("-inf")
+            out.append(round(x, decimals) if decimals is not None and x != float("-inf") else x)
+        return tuple(out)
+
+    # reverse=True keeps equals in their given order (sorting stays stable).
+    return sorted(mappings, key=key, reverse=True)
 
 
 # The main job's fields, in the order a reader meets them; None: not written.
