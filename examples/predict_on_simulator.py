@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from extrapolate.pipeline import extrapolate_mappings
+from extrapolate.mappings import extrapolate_mappings
 from shrink.autolevels import AutoPlan, auto_sweep
 from shrink.machine import Machine
 from shrink.predict import PredictConfig, predict

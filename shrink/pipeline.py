@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from extrapolate.pipeline import extrapolate_mappings
+from extrapolate.mappings import extrapolate_mappings
 from shrink.autolevels import AutoPlan, auto_sweep
 from shrink.errors import ParameterError
 from shrink.loadcurve import LoadCurve

@@ -435,7 +435,7 @@ def _as_cpu_time(curve: LoadCurve, c: float) -> LoadCurve:
 def test_pipeline_hook_takes_the_leads_scaled_curve_and_a_two_socket_share():
     """A CPU-time share over both sockets already shows the cross-socket effects of
     1-replica: the hook must not add them again, and must still move to 2-replica."""
-    from extrapolate.pipeline import extrapolate_mappings
+    from extrapolate.mappings import extrapolate_mappings
     from shrink.scaling import shrink_scaled_curve
 
     t = Truth()
