@@ -58,6 +58,7 @@ def predict_once(work: Path, trace: Path, docroot: Path, server: str, budget: fl
         )
     except MeasurementError as exc:  # a host so busy that the generator never kept up
         return {"server": server, "seconds": round(time.monotonic() - t0), "error": str(exc)}
+    pred = pred.to_dict()  # as prediction.json holds it
     m = pred["mappings"]["1-replica"]
     return {
         "server": server,
