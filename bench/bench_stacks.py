@@ -7,7 +7,8 @@ Writes the demo's Support-like trace (same seed and settings as ``make demo``), 
 predicts one whole core (CPU 1) from alpha = 0.25 on a 25% CPU-time share, once per
 stack, alternating the stacks round by round so that both see the same host. The
 reference is lighttpd + php-cgi (the default recipe) predicted in the same round: the
-figure printed is nginx-php-fpm's MAT / lighttpd-php-cgi's, per statistic. Each row
+figure printed is nginx-php-fpm's MAT / lighttpd-php-cgi's, per statistic, over the
+rounds where both MATs are crossings (not bounds). Each row
 also says whether the generator kept up (a busy host makes MATs bounds).
 """
 
@@ -93,9 +94,10 @@ def main() -> None:
             rows.append({"round": rnd, **row})
             print(json.dumps(rows[-1]), flush=True)
         for s in ratios:
-            ref, new = (got[k].get(s, {}).get("mat") for k in STACKS)
-            if ref and new:
-                ratios[s].append(new / ref)
+            # Only crossings: a MAT that is a bound ("not_reached") gives no ratio.
+            ref, new = (got[k].get(s, {}) for k in STACKS)
+            if ref.get("status") == new.get("status") == "ok" and ref["mat"] and new["mat"]:
+                ratios[s].append(new["mat"] / ref["mat"])
     (work / "stacks.json").write_text(json.dumps(rows, indent=2) + "\n")
     for s, r in ratios.items():
         if r:
