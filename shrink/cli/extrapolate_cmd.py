@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from shrink.cli._common import cli_errors, echo_json
+from shrink.cli._common import cli_errors, echo_json, stat_thresholds
 
 _CAL_HELP = "'published' (fit the papers' figures) or a calibration JSON from 'shrink calibrate'."
 
@@ -74,7 +74,7 @@ def calibrate(
     machine: Annotated[
         Path | None, typer.Option(help="Machine spec TOML the curves were measured on.")
     ] = None,
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write JSON here.")] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--out", help="Write JSON here.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Fit the model's physical parameters: to your own paired runs, or to the papers' figures."""
@@ -88,7 +88,7 @@ def calibrate(
         if curves:
             loaded = [LoadCurve.read_json(p) for p in curves]
             m = Machine.read_toml(machine) if machine else None
-            model = fit_curves(loaded, parse_thresholds(thresholds), machine=m)
+            model = fit_curves(loaded, parse_thresholds(stat_thresholds(thresholds)), machine=m)
         else:
             model = fit_published()
         if output:
@@ -116,7 +116,7 @@ def whatif(
     ],
     calibration: Annotated[str, typer.Option(help=_CAL_HELP)] = "published",
     sweep: Annotated[bool, typer.Option(help="Sweep the dynamic fraction.")] = True,
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write JSON here.")] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--out", help="Write JSON here.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Predict MATs (mean and p99.9) and latency curves for each mapping, and recommend one."""
@@ -160,7 +160,7 @@ def extrapolate(
     thresholds: Annotated[
         str, typer.Option(help="SLA thresholds, e.g. mean=5ms,p999=500ms.")
     ] = "mean=5ms,p999=500ms",
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write JSON here.")] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--out", help="Write JSON here.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Predict the full machine from one measured share curve (SHRiNK + cross-socket)."""
@@ -174,9 +174,8 @@ def extrapolate(
         lc = LoadCurve.read_json(curve)
         mach = Machine.read_toml(machine)
         model = load_calibration(calibration)
-        pred, _ = extrapolate_curve(
-            lc, model, mach, mappings=mapping or None, thresholds=parse_thresholds(thresholds)
-        )
+        th = parse_thresholds(stat_thresholds(thresholds))
+        pred, _ = extrapolate_curve(lc, model, mach, mappings=mapping or None, thresholds=th)
         if output:
             pred.write_json(output)
         if json_out:

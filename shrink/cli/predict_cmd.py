@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from shrink.cli._common import cli_errors, console, echo_json
+from shrink.cli._common import (
+    cli_errors,
+    console,
+    echo_json,
+    parse_duration_option,
+    stat_thresholds,
+)
 from shrink.errors import ParameterError
 
 _MAPPINGS = ("1-replica", "2-replica-direct", "2-replica-indirect")
@@ -34,13 +44,29 @@ def _progress_bar():
     )
 
 
-def _callback(progress, title: str):
-    task = progress.add_task(title, total=1)
+@contextmanager
+def _progress(title: str) -> Iterator[Callable[[str, int, int], None]]:
+    """A progress bar on a terminal; elsewhere (a pipe, a log, CI) one line per level.
 
-    def cb(what: str, step: int, total: int) -> None:
-        progress.update(task, description=f"{title}: {what}", completed=step, total=total)
+    A bar drawn to a file shows nothing until the end: a long sweep looked hung.
+    The lines go to stderr, so that ``--json`` keeps stdout for the JSON.
+    """
+    if sys.stdout.isatty() and console.is_terminal:
+        with _progress_bar() as bar:
+            task = bar.add_task(title, total=1)
 
-    return cb
+            def cb(what: str, step: int, total: int) -> None:
+                bar.update(task, description=f"{title}: {what}", completed=step, total=total)
+
+            yield cb
+        return
+    t0 = time.monotonic()
+
+    def line(what: str, step: int, total: int) -> None:
+        sys.stderr.write(f"{title}: {what}  [{step}/{total}, {time.monotonic() - t0:,.0f} s]\n")
+        sys.stderr.flush()
+
+    yield line
 
 
 def predict(
@@ -76,10 +102,10 @@ def predict(
     ] = "published",
     seed: Annotated[int, typer.Option("--seed", help="Seed of the sample and the runs.")] = 0,
     reps: Annotated[int, typer.Option("--reps", help="Repetitions per load level.")] = 2,
-    warmup: Annotated[float, typer.Option("--warmup", help="Warm-up seconds per level.")] = 2.0,
+    warmup: Annotated[str, typer.Option("--warmup", help="Warm-up per level, e.g. 2s.")] = "2s",
     duration: Annotated[
-        float, typer.Option("--duration", help="Measurement window seconds per level.")
-    ] = 8.0,
+        str, typer.Option("--duration", help="Measurement window per level, e.g. 8s.")
+    ] = "8s",
     max_levels: Annotated[int, typer.Option("--max-levels", help="Load levels at most.")] = 10,
     paired_full_run: Annotated[
         bool,
@@ -129,19 +155,20 @@ def predict(
     from shrink.validation import parse_duration, parse_thresholds
 
     with cli_errors():
-        th = parse_thresholds(thresholds)
+        th = parse_thresholds(stat_thresholds(thresholds))
         names = _MAPPINGS if mappings == "all" else tuple(m.strip() for m in mappings.split(","))
         if not names:
             raise ParameterError("mappings == '', must be 'all' or a comma list.")
         plan = AutoPlan(
-            warmup=warmup,
-            duration=duration,
+            warmup=parse_duration_option(warmup, "warmup"),
+            duration=parse_duration_option(duration, "duration"),
             reps=reps,
             max_levels=max_levels,
             budget_s=None if budget is None else parse_duration(budget, "budget"),
         )
         cpus = parse_cpulist(server_cpus) if server_cpus else None
-        with _progress_bar() as bar:
+        title = "scaled + full runs" if paired_full_run else "scaled run"
+        with _progress(title) as progress:
             pred = run_predict(
                 trace,
                 out,
@@ -157,7 +184,7 @@ def predict(
                 calibration=calibration,
                 seed=seed,
                 plan=plan,
-                progress=_callback(bar, "scaled + full runs" if paired_full_run else "scaled run"),
+                progress=progress,
                 paired_full_run=paired_full_run,
                 time_scaling=time_scaling,
                 skip=None if skip == "auto" else _skip_seconds(skip),
@@ -220,13 +247,9 @@ def validate(
 
     with cli_errors():
         if full_run == "run":
-            with _progress_bar() as bar:
+            with _progress("full-scale run") as progress:
                 v = run_validate(
-                    prediction,
-                    full_run=full_run,
-                    trace=trace,
-                    out_dir=out,
-                    progress=_callback(bar, "full-scale run"),
+                    prediction, full_run=full_run, trace=trace, out_dir=out, progress=progress
                 )
         else:  # nothing to run: no progress bar
             v = run_validate(prediction, full_run=full_run, trace=trace, out_dir=out)

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from shrink.cli._common import cli_errors, console, echo_json
+from shrink.cli._common import STATS, cli_errors, console, echo_json, stat_name
 from shrink.errors import ParameterError
 from shrink.validation import check_positive, parse_duration
 
@@ -119,7 +119,7 @@ def replay(
         Path | None, typer.Argument(help="Trace Parquet file (omit with --rate for open loop).")
     ] = None,
     target: _Targets = ...,  # type: ignore[assignment]
-    output: Annotated[Path, typer.Option("-o", "--output", help="RunLog Parquet to write.")] = ...,  # type: ignore[assignment]
+    output: Annotated[Path, typer.Option("-o", "--out", help="RunLog Parquet to write.")] = ...,  # type: ignore[assignment]
     rate_factor: Annotated[
         float, typer.Option("--rate-factor", help="Speed-up of the trace's session starts.")
     ] = 1.0,
@@ -308,7 +308,7 @@ def sweep_cmd(
     levels: Annotated[
         str, typer.Option("--levels", help="Load levels, comma-separated (e.g. 1,2,4).")
     ] = ...,  # type: ignore[assignment]
-    output: Annotated[Path, typer.Option("-o", "--output", help="LoadCurve JSON to write.")] = ...,  # type: ignore[assignment]
+    output: Annotated[Path, typer.Option("-o", "--out", help="LoadCurve JSON to write.")] = ...,  # type: ignore[assignment]
     knob: Annotated[
         str, typer.Option("--knob", help="What levels are: rate_factor | users | rate.")
     ] = "rate_factor",
@@ -406,7 +406,9 @@ def sweep_cmd(
 
 def mat_cmd(
     curve: Annotated[Path, typer.Argument(help="LoadCurve JSON (shrink sweep).")],
-    stat: Annotated[str, typer.Option("--stat", help="mean | p50 | p90 | p99 | p999.")] = "mean",
+    stat: Annotated[
+        str, typer.Option("--stat", help="mean | p50 | p90 | p99 | p999 (or p99.9).")
+    ] = "mean",
     threshold: Annotated[
         str, typer.Option("--threshold", help="SLA on the statistic, e.g. 5ms or 500ms.")
     ] = ...,  # type: ignore[assignment]
@@ -432,7 +434,7 @@ def mat_cmd(
     ] = 4,
     output: Annotated[
         Path | None,
-        typer.Option("-o", "--output", help="With --adaptive: write the extended curve here."),
+        typer.Option("-o", "--out", help="With --adaptive: write the extended curve here."),
     ] = None,
     generator_cpus: _GenCpus = None,
     allow_overlap: _Overlap = False,
@@ -447,8 +449,11 @@ def mat_cmd(
     with cli_errors():
         lc = LoadCurve.read_json(curve)
         thr = parse_duration(threshold, "threshold")
-        if stat not in ("mean", "p50", "p90", "p99", "p999"):
-            raise ParameterError(f"stat == {stat!r}, must be one of mean, p50, p90, p99, p999.")
+        stat = stat_name(stat)
+        if stat not in STATS:
+            raise ParameterError(
+                f"stat == {stat!r}, must be one of mean, p50, p90, p99, p999 (or p99.9)."
+            )
         added: list[float] = []
         if adaptive:
             if trace is None or not target:
