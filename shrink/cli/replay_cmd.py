@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -330,14 +332,27 @@ def sweep_cmd(
     realtime: _Realtime = 0,
     conn_per_request: _NewConn = False,
     processes: _Procs = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            help="Serve the sweep's progress as OpenMetrics (Prometheus) on "
+            "127.0.0.1:PORT/metrics while it runs (0: any free port).",
+        ),
+    ] = None,
     as_json: _Json = False,
 ) -> None:
     """Measure latency and throughput at each load level; write a LoadCurve JSON.
+
+    Beside it: CURVE-hdr/level-L.hlog (HdrHistogram log, one interval per
+    repetition) and level-L.hgrm (wrk2's percentile spectrum), CURVE_stats.csv and
+    CURVE_stats_history.csv (Locust's --csv), CURVE_requests.csv (k6's --out csv).
 
     Per level: throughput, mean, p50/p90/p99/p99.9 (exact), per class, the share's
     CPU utilization, errors, and the generator's self-check (a level where it fell
     behind is flagged and left out of every MAT).
     """
+    from shrink.export import RecordingTarget, level_samples, write_sweep_exports
     from shrink.measure import sweep
     from shrink.trace import Trace
 
@@ -360,19 +375,21 @@ def sweep_cmd(
         )
         lv = _levels(levels)
         w, d = parse_duration(warmup, "warmup"), parse_duration(duration, "duration")
-        curve = _progress_sweep(
-            lambda progress: sweep(
-                tgt,
-                tr,
-                lv,
-                knob=knob,
-                reps=reps,
-                warmup=w,
-                duration=d,
-                seed=seed,
-                progress=progress,
+        recorder = RecordingTarget(tgt)
+        with _metrics(recorder, metrics_port):
+            curve = _progress_sweep(
+                lambda progress: sweep(
+                    recorder,
+                    tr,
+                    lv,
+                    knob=knob,
+                    reps=reps,
+                    warmup=w,
+                    duration=d,
+                    seed=seed,
+                    progress=progress,
+                )
             )
-        )
         curve.meta["summary"] = _curve_summary(curve)
         curve.meta["generator"] = {
             "routing": routing,
@@ -380,6 +397,7 @@ def sweep_cmd(
             "lag_limit": parse_duration(lag_limit, "lag limit"),
         }
         curve.write_json(output)
+        exports = write_sweep_exports(output, level_samples(curve, tr, recorder.runs))
     rows = [
         {
             "level": x.level,
@@ -392,7 +410,7 @@ def sweep_cmd(
         for x in curve.levels
     ]
     if as_json:
-        echo_json({"curve": str(output), "levels": rows})
+        echo_json({"curve": str(output), "levels": rows, "exports": [str(p) for p in exports]})
         return
     for r in rows:
         flag = "  GENERATOR BEHIND (excluded)" if r["generator_behind"] else ""
@@ -402,6 +420,26 @@ def sweep_cmd(
             f"p99.9 {_ms(r['p999'])}  util {util}{flag}"
         )
     typer.echo(f"curve: {output}")
+    typer.echo(f"also: {', '.join(str(p) for p in _export_summary(exports))}")
+
+
+def _export_summary(paths: list[Path]) -> list[Path]:
+    """The export files, the HdrHistogram folder named once."""
+    folders = sorted({p.parent for p in paths if p.suffix in (".hlog", ".hgrm")})
+    return [*(f / "" for f in folders), *(p for p in paths if p.suffix == ".csv")]
+
+
+@contextmanager
+def _metrics(recorder: Any, port: int | None) -> Iterator[None]:
+    """Serve the recorder's runs as OpenMetrics while the sweep runs (when asked)."""
+    if port is None:
+        yield
+        return
+    from shrink.export.metrics import MetricsServer
+
+    with MetricsServer(recorder.runs, port) as server:
+        console.print(f"metrics: http://127.0.0.1:{server.port}/metrics", highlight=False)
+        yield
 
 
 def mat_cmd(

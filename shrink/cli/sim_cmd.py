@@ -12,6 +12,7 @@ from shrink.cli._common import (
     console,
     echo_json,
     parse_duration_option,
+    plural,
     stat_thresholds,
 )
 from shrink.errors import ParameterError
@@ -247,6 +248,7 @@ def sweep_cmd(
 ) -> None:
     """Sweep TRACE over load levels on the simulator and write the LoadCurve."""
     with cli_errors():
+        from shrink.export import RecordingTarget, level_samples, write_sweep_exports
         from shrink.measure import sweep
         from shrink.sim.target import SimTarget
         from shrink.trace import Trace
@@ -255,10 +257,11 @@ def sweep_cmd(
             lv = [float(x) for x in levels.split(",") if x.strip()]
         except ValueError:
             raise ParameterError(f"--levels == {levels!r}, must be numbers.") from None
-        target = SimTarget.from_toml(machine, mapping, share, _params(param))
+        target = RecordingTarget(SimTarget.from_toml(machine, mapping, share, _params(param)))
+        tr = Trace.read_parquet(trace)
         curve = sweep(
             target,
-            Trace.read_parquet(trace),
+            tr,
             lv,
             knob=knob,
             reps=reps,
@@ -267,7 +270,11 @@ def sweep_cmd(
             seed=seed,
         )
         curve.write_json(output)
-        typer.echo(f"{len(curve.levels)} levels -> {output}")
+        exports = write_sweep_exports(output, level_samples(curve, tr, target.runs))
+        typer.echo(
+            f"{plural(len(curve.levels), 'level')} -> {output} "
+            f"(and {plural(len(exports), 'export file')}: HdrHistogram, CSV)"
+        )
 
 
 def register(app: typer.Typer) -> None:
