@@ -61,7 +61,11 @@ def curve_series(
         if rows:
             xs, ys, bs = zip(*rows, strict=True)
             stalled[stat] = (list(xs), list(ys), list(bs))
-    return Series(label, x if x is not None else [], vals, lo, hi, points=points, stalled=stalled)
+    counts = [min((r.overall.n for r in lv.reps), default=0) for lv in curve.usable()]
+    return Series(
+        label, x if x is not None else [], vals, lo, hi, points=points, stalled=stalled,
+        counts=counts,
+    )  # fmt: skip
 
 
 def _mapping_series(pred: dict[str, Any]) -> list[Series]:
@@ -76,12 +80,17 @@ def _mapping_series(pred: dict[str, Any]) -> list[Series]:
         hi = {s: c.get(f"{s}_max", c.get(f"{s}_hi")) for s in ("mean", "p999") if s in c}
         lo = {k: v for k, v in lo.items() if v is not None}
         hi = {k: v for k, v in hi.items() if v is not None}
-        mats = {}
+        mats, status = {}, {}
         for s in ("mean", "p999"):
             if s in m and m[s].get("mat") is not None:
                 ci = m[s].get("ci") or [float("nan"), float("nan")]
                 mats[s] = (float(m[s]["mat"]), float(ci[0]), float(ci[1]))
-        out.append(Series(f"predicted: {name}", c["throughput"], vals, lo, hi, mats=mats))
+                status[s] = m[s].get("status", "ok")
+        out.append(
+            Series(
+                f"predicted: {name}", c["throughput"], vals, lo, hi, mats=mats, mat_status=status
+            )
+        )
     return out
 
 
@@ -378,12 +387,13 @@ def write_report(
         files["cdf"] = cdf_figure(
             out / "cdf.png",
             cdf_entries,
-            title="Response-time CDFs per class near 80% utilization (cf. the papers' Fig. 7, 11)",
+            title="Response-time CDFs per class at the level nearest 80% utilization (its "
+            "utilization in the legend; cf. the papers' Fig. 7, 11)",
         )
         doc.img(
             "cdf.png",
-            "Response-time distribution of static and dynamic requests near 80% "
-            "utilization of the server.",
+            "Response-time distribution of static and dynamic requests at the level "
+            "nearest 80% utilization of the server (the legend gives its utilization).",
         )
         if (prediction.get("share") or {}).get("kind") == "cpu_time":
             doc.p(
