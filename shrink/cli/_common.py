@@ -95,3 +95,8 @@ def stat_thresholds(text: str) -> str:
         stat, eq, value = part.partition("=")
         parts.append(stat_name(stat) + eq + value if eq else part)
     return ",".join(parts)
+
+
+def stat_label(stat: str) -> str:
+    """How a statistic is written for people: ``p999`` is ``p99.9``."""
+    return "p99.9" if stat == "p999" else stat

@@ -17,6 +17,7 @@ from shrink.cli._common import (
     console,
     echo_json,
     parse_duration_option,
+    stat_label,
     stat_thresholds,
 )
 from shrink.errors import ParameterError
@@ -208,7 +209,7 @@ def _print_summary(pred: dict, out: Path) -> None:
     t = Table(title=f"Predicted MAT ({pred['target_description']})")
     t.add_column("mapping")
     for stat, limit in pred["thresholds"].items():
-        t.add_column(f"{stat} < {limit * 1e3:g} ms (req/s)", justify="right")
+        t.add_column(f"{stat_label(stat)} < {limit * 1e3:g} ms (req/s)", justify="right")
     for name, m in pred["mappings"].items():
         cells = []
         for stat in pred["thresholds"]:
@@ -259,8 +260,8 @@ def validate(
         return
     for stat, m in d["mats"].items():
         typer.echo(
-            f"{stat}: predicted {m['predicted']:,.0f} req/s, measured {m['measured']:,.0f} "
-            f"req/s, error {100 * m['error']:+.1f}%"
+            f"{stat_label(stat)}: predicted {m['predicted']:,.0f} req/s, "
+            f"measured {m['measured']:,.0f} req/s, error {100 * m['error']:+.1f}%"
         )
     typer.echo(f"wrote {json.dumps(str((out or prediction.parent) / 'validation.json'))}")
 

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from shrink.cli._common import STATS, cli_errors, console, echo_json, stat_name
+from shrink.cli._common import STATS, cli_errors, console, echo_json, stat_label, stat_name
 from shrink.errors import ParameterError
 from shrink.validation import check_positive, parse_duration
 
@@ -531,7 +531,7 @@ def mat_cmd(
         echo_json(d)
         return
     typer.echo(
-        f"MAT ({stat} <= {_ms(thr)}): {res.mat:,.1f} req/s  "
+        f"MAT ({stat_label(stat)} <= {_ms(thr)}): {res.mat:,.1f} req/s  "
         f"CI [{res.ci[0]:,.1f}, {res.ci[1]:,.1f}]  ({res.status})"
     )
     if res.stalled_ceiling is not None:
