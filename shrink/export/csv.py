@@ -49,6 +49,11 @@ HISTORY_COLUMNS = [
     *_PCT_NAMES,
     "Total Request Count",
     "Total Failure Count",
+    "Total Median Response Time",
+    "Total Average Response Time",
+    "Total Min Response Time",
+    "Total Max Response Time",
+    "Total Average Content Size",
 ]
 K6_COLUMNS = [
     "metric_name",
@@ -134,20 +139,22 @@ def write_history(path: Path, runs: Sequence[RunSamples]) -> Path:
     """Locust's ``_stats_history.csv``: each second of each repetition's window.
 
     A second holds the requests that completed in it (their latencies, and the
-    failures among requests intended in it); Timestamp is Unix seconds.
+    failures among requests intended in it); the Total columns are the
+    repetition's so far. Timestamp is Unix seconds.
     """
     with path.open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(HISTORY_COLUMNS)
         for r in sorted(runs, key=lambda r: (r.level, r.rep)):
             start, end = r.window
-            total = failed = 0
+            lat = r.done - r.intended
+            failed = 0
             for s in np.arange(start, end, 1.0):
                 width = min(1.0, end - s)
                 done_in = r.ok & (r.done >= s) & (r.done < s + width)
                 failed_in = ~r.ok & (r.intended >= s) & (r.intended < s + width)
-                total += int(done_in.sum() + failed_in.sum())
                 failed += int(failed_in.sum())
+                so_far = r.ok & (r.done >= start) & (r.done < s + width)
                 w.writerow(
                     [
                         f"{r.level:g}",
@@ -158,12 +165,27 @@ def write_history(path: Path, runs: Sequence[RunSamples]) -> Path:
                         "Aggregated",
                         f"{done_in.sum() / width:.3f}",
                         f"{failed_in.sum() / width:.3f}",
-                        *_latency_cells((r.done - r.intended)[done_in]),
-                        str(total),
+                        *_latency_cells(lat[done_in]),
+                        str(int(so_far.sum()) + failed),
                         str(failed),
+                        *_summary_cells(lat[so_far], r.nbytes[so_far]),
                     ]
                 )
     return path
+
+
+def _summary_cells(lat: np.ndarray, nbytes: np.ndarray) -> list[str]:
+    """Median, average, min, max (ms) and the average reply size."""
+    if lat.size == 0:
+        return ["", "", "", "", ""]
+    size = nbytes[nbytes >= 0]
+    return [
+        _ms(float(np.median(lat))),
+        _ms(float(lat.mean())),
+        _ms(float(lat.min())),
+        _ms(float(lat.max())),
+        f"{size.mean():.1f}" if size.size else "",
+    ]
 
 
 def write_k6(path: Path, runs: Sequence[RunSamples]) -> Path:
