@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
 from shrink.cli._common import (
     cli_errors,
     console,
@@ -142,6 +143,8 @@ def predict(
             "past it.",
         ),
     ] = None,
+    cluster: ClusterOpt = None,
+    generators: GeneratorsOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print prediction.json.")] = False,
 ) -> None:
     """Predict the full machine's MAT for each mapping from a scaled-down run.
@@ -189,6 +192,7 @@ def predict(
                 paired_full_run=paired_full_run,
                 time_scaling=time_scaling,
                 skip=None if skip == "auto" else _skip_seconds(skip),
+                cluster=cluster_spec(cluster, generators),
             )
     if as_json:
         echo_json(pred)
@@ -237,6 +241,8 @@ def validate(
     out: Annotated[
         Path | None, typer.Option("-o", "--out", help="Output directory (default: beside).")
     ] = None,
+    cluster: ClusterOpt = None,
+    generators: GeneratorsOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print validation.json.")] = False,
 ) -> None:
     """Compare a prediction with the full-scale measurement (run now, or given).
@@ -250,7 +256,12 @@ def validate(
         if full_run == "run":
             with _progress("full-scale run") as progress:
                 v = run_validate(
-                    prediction, full_run=full_run, trace=trace, out_dir=out, progress=progress
+                    prediction,
+                    full_run=full_run,
+                    trace=trace,
+                    out_dir=out,
+                    progress=progress,
+                    cluster=cluster_spec(cluster, generators),
                 )
         else:  # nothing to run: no progress bar
             v = run_validate(prediction, full_run=full_run, trace=trace, out_dir=out)
