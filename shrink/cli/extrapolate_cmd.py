@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from shrink.cli._common import cli_errors, echo_json, stat_thresholds
+from shrink.cli._common import cli_errors, echo_json, fmt_number, stat_thresholds
 
 _CAL_HELP = "'published' (fit the papers' figures) or a calibration JSON from 'shrink calibrate'."
 
@@ -46,21 +46,25 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:g}ms"
 
 
+def _with_interval(value: float, lo: float, hi: float) -> str:
+    return f"{fmt_number(value)}  [{fmt_number(lo)}, {fmt_number(hi)}]"
+
+
 def _print_calibration(cal: dict[str, Any]) -> None:
     typer.echo(f"calibration: {cal.get('name', '')}")
     for name, p in cal["parameters"].items():
-        typer.echo(f"  {name:<20} {p['value']:.4g}  [{p['lo']:.4g}, {p['hi']:.4g}]")
+        typer.echo(f"  {name:<20} {_with_interval(p['value'], p['lo'], p['hi'])}")
     if cal.get("figures"):
         typer.echo("  figure                           printed      model  within precision")
         for f in cal["figures"]:
             typer.echo(
-                f"  {f['figure']:<30} {f['published']:>9.4g} {f['model']:>10.4g}  "
-                f"{'yes' if f['within_precision'] else 'NO'}"
+                f"  {f['figure']:<30} {fmt_number(f['published']):>9} "
+                f"{fmt_number(f['model']):>10}  {'yes' if f['within_precision'] else 'NO'}"
             )
     for c in cal.get("checks", []):
         typer.echo(
-            f"  check (not fitted) {c['figure']}: printed {c['published']:.4g}, "
-            f"model {c['model']:.4g}"
+            f"  check (not fitted) {c['figure']}: printed {fmt_number(c['published'])}, "
+            f"model {fmt_number(c['model'])}"
         )
 
 
@@ -101,9 +105,8 @@ def calibrate(
                 if "sigma" in u:
                     typer.echo(
                         f"  USL ({wl}, one-socket shares {u['core_counts']}): "
-                        f"sigma {u['sigma']:.4g} [{u['sigma_ci'][0]:.4g}, {u['sigma_ci'][1]:.4g}]"
-                        f", kappa {u['kappa']:.4g} [{u['kappa_ci'][0]:.4g}, "
-                        f"{u['kappa_ci'][1]:.4g}]"
+                        f"sigma {_with_interval(u['sigma'], *u['sigma_ci'])}, "
+                        f"kappa {_with_interval(u['kappa'], *u['kappa_ci'])}"
                     )
             if output:
                 typer.echo(f"wrote {output}")
