@@ -215,3 +215,27 @@ def test_predict_prints_a_line_per_level_off_a_terminal(tmp_path):
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("scaled run: ")]
     assert len(lines) >= 3, r.stderr
     assert all(re.search(r"\[\d+/\d+, [\d,]+ s\]$", ln) for ln in lines), lines
+
+
+def test_sweep_prints_a_line_per_run_off_a_terminal(tmp_path):
+    from shrink.replay.schedule import open_loop_trace
+
+    proc = subprocess.Popen([sys.executable, "-m", "shrink.replay.fakeserver", "--port", "0"],
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        port = int(proc.stdout.readline().split()[2])
+        trace = tmp_path / "open.parquet"
+        open_loop_trace("/x?bytes=512", 100.0, 20.0).write_parquet(trace)
+        curve = tmp_path / "curve.json"
+        r = RUN(app, ["sweep", str(trace), "--target", f"http://127.0.0.1:{port}",
+                      "--levels", "1,2", "--warmup", "200ms", "--duration", "500ms",
+                      "--lag-limit", "50ms", "-o", str(curve), "--json"])  # fmt: skip
+    finally:
+        proc.kill()
+        proc.wait()
+    assert r.exit_code == 0, r.output
+    lines = [ln for ln in r.stderr.splitlines() if re.search(r"\[\d+/2 runs, [\d,]+ s\]$", ln)]
+    assert [ln.split("  [")[0] for ln in lines] == [
+        "rate_factor 1 rep 1/1", "rate_factor 2 rep 1/1", "done"
+    ], r.stderr
+    assert json.loads(r.stdout)["exports"]  # stdout stays JSON

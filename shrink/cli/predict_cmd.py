@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +19,7 @@ from shrink.cli._common import (
     stat_label,
     stat_thresholds,
 )
+from shrink.cli._progress import line_progress, on_terminal
 from shrink.errors import ParameterError
 
 _MAPPINGS = ("1-replica", "2-replica-direct", "2-replica-indirect")
@@ -48,27 +47,17 @@ def _progress_bar():
 
 @contextmanager
 def _progress(title: str) -> Iterator[Callable[[str, int, int], None]]:
-    """A progress bar on a terminal; elsewhere (a pipe, a log, CI) one line per level.
-
-    A bar drawn to a file shows nothing until the end: a long sweep looked hung.
-    The lines go to stderr, so that ``--json`` keeps stdout for the JSON.
-    """
-    if sys.stdout.isatty() and console.is_terminal:
-        with _progress_bar() as bar:
-            task = bar.add_task(title, total=1)
-
-            def cb(what: str, step: int, total: int) -> None:
-                bar.update(task, description=f"{title}: {what}", completed=step, total=total)
-
-            yield cb
+    """A progress bar on a terminal; elsewhere (a pipe, a log, CI) one line per level."""
+    if not on_terminal():
+        yield line_progress(title)
         return
-    t0 = time.monotonic()
+    with _progress_bar() as bar:
+        task = bar.add_task(title, total=1)
 
-    def line(what: str, step: int, total: int) -> None:
-        sys.stderr.write(f"{title}: {what}  [{step}/{total}, {time.monotonic() - t0:,.0f} s]\n")
-        sys.stderr.flush()
+        def cb(what: str, step: int, total: int) -> None:
+            bar.update(task, description=f"{title}: {what}", completed=step, total=total)
 
-    yield line
+        yield cb
 
 
 def predict(

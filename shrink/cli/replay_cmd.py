@@ -273,8 +273,16 @@ def _levels(text: str) -> list[float]:
 
 
 def _progress_sweep(fn: Any) -> Any:
-    """Run ``fn(progress)`` under a rich progress bar (what runs, time left)."""
+    """Run ``fn(progress)`` under a rich progress bar (what runs, time left).
+
+    Off a terminal, one line per run instead (a bar drawn to a pipe shows nothing).
+    """
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from shrink.cli._progress import line_progress, on_terminal
+
+    if not on_terminal():
+        return fn(line_progress("", "runs"))
 
     with Progress(
         TextColumn("[bold]{task.description}"),
