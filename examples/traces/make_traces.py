@@ -18,11 +18,16 @@ import sys
 import time
 from pathlib import Path
 
-from shrink.ingest.pcap_synth import Conn, http_response, write_capture
 from shrink.synth import synth_support
 from shrink.trace import Trace
 
 HERE = Path(__file__).resolve().parent
+# The capture writer is the one the capture tests use (tests/helpers/pcap_synth.py):
+# a proper TCP handshake, MSS-sized segments, ACKs. It is a test helper, not part of
+# the installed package, so this script finds it from the project's root.
+sys.path.insert(0, str(HERE.parent.parent))
+from tests.helpers.pcap_synth import Conn, http_response, write_capture  # noqa: E402
+
 START = 1_700_000_000.0  # 2023-11-14 22:13:20 UTC: any fixed epoch keeps the bytes fixed
 AGENT = "Mozilla/5.0 (shrink synth)"
 

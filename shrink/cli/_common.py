@@ -50,7 +50,7 @@ def _default(o: Any) -> Any:
 
 def parse_duration_option(text: str, name: str) -> float:
     """An option's duration in seconds: ``2s``, ``500ms``, ``1m`` (one spelling everywhere)."""
-    from shrink.validation import parse_duration
+    from shrink.checks import parse_duration
 
     return parse_duration(text, name)
 
