@@ -213,12 +213,17 @@ def _print_summary(pred: Prediction, out: Path) -> None:
     t = Table(title=f"Predicted MAT ({pred.target_description})")
     t.add_column("mapping")
     for stat, limit in thresholds.items():
-        t.add_column(f"{stat_label(stat)} < {limit * 1e3:g} ms (req/s)", justify="right")
+        t.add_column(f"{stat_label(stat)} < {limit * 1e3:,g} ms (req/s)", justify="right")
     for name, m in pred.mappings.items():
         cells = []
         for stat in thresholds:
             r = m.stats[stat]
-            cells.append(f"{r.mat:,.0f} [{r.ci[0]:,.0f}, {r.ci[1]:,.0f}]")
+            if r.status == "not_reached":  # the threshold was never crossed: a bound
+                cells.append(f">= {r.mat:,.0f} (not reached)")
+            elif r.status == "below_range":
+                cells.append(f"<= {r.mat:,.0f} (over at the lowest load)")
+            else:
+                cells.append(f"{r.mat:,.0f} [{r.ci[0]:,.0f}, {r.ci[1]:,.0f}]")
         t.add_row(("* " if name == pred.recommended else "  ") + name, *cells)
     Console().print(t)
     Console().print(f"recommended: [bold]{pred.recommended}[/] - {pred.reason}")

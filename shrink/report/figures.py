@@ -222,7 +222,7 @@ def latency_figure(
                 color="#c53030",
                 ls="--",
                 lw=1.2,
-                label=f"threshold {thresholds[stat] * 1e3:g} ms",
+                label=f"threshold {thresholds[stat] * 1e3:,g} ms",
                 zorder=10,
             )
         if crossed:
