@@ -45,6 +45,7 @@ from shrink.loadcurve import STATS, LoadCurve
 from shrink.machine import Machine
 from shrink.mapping import Mapping, build_mapping
 from shrink.mat import mat
+from shrink.share import Share
 
 __all__ = ["extrapolate_curve", "share_cores"]
 
@@ -54,21 +55,21 @@ def share_cores(curve: LoadCurve, machine: Machine) -> int:
     return len(_share_of(curve, machine)[1])
 
 
-def _share_of(curve: LoadCurve, machine: Machine) -> tuple[dict[str, Any], tuple[int, ...], float]:
+def _share_of(curve: LoadCurve, machine: Machine) -> tuple[Share, tuple[int, ...], float]:
     """The share a curve was measured on, its CPUs and the sample alpha.
 
     Accepts a raw share curve, or one already SHRiNK-scaled by
     :func:`shrink.scaling.shrink_scaled_curve` (its share says ``predicted_from``).
     """
-    share = dict(curve.share or {})
+    share = curve.share
     alpha = curve.alpha
     scaled = curve.meta.get("shrink_scaled") if isinstance(curve.meta, dict) else None
-    if "predicted_from" in share:
-        share = dict(share["predicted_from"] or {})
-        alpha = float((scaled or {}).get("alpha", share.get("fraction", 1.0)))
-    cpus = tuple(int(c) for c in share.get("cpus") or ())
+    if share.predicted_from is not None:
+        share = share.predicted_from
+        alpha = float((scaled or {}).get("alpha", share.fraction))
+    cpus = share.cpus
     if not cpus:
-        n = max(1, round(alpha * machine.n_cores)) if share.get("kind") == "cores" else 0
+        n = max(1, round(alpha * machine.n_cores)) if share.kind == "cores" else 0
         cpus = machine.all_cpus[:n] if n else machine.all_cpus
     bad = [c for c in cpus if c not in machine.all_cpus]
     if bad:
@@ -222,8 +223,8 @@ def extrapolate_curve(
             raise ExtrapolationError("extrapolate needs thresholds or a workload that has them")
         thresholds = workload.thresholds
     share, cpus, alpha = _share_of(curve, machine)
-    kind = share.get("kind", "all")
-    if "predicted_from" in (curve.share or {}):
+    kind = share.kind
+    if curve.share.predicted_from is not None:
         if correction is not None:
             raise ExtrapolationError("the curve is already scaled: apply the CFS correction first")
         scaled = LoadCurve.from_dict(curve.to_dict())
@@ -242,7 +243,7 @@ def extrapolate_curve(
     # The normalized curve is n_equiv full-speed cores at the share's per-core load:
     # n CPUs at speed c carrying alpha of the load match n c / alpha full-speed ones
     # (a cores share: n / alpha; a cpu_time share over all CPUs at c = alpha: n).
-    speed = float(share.get("cpu_fraction", alpha)) if kind == "cpu_time" else 1.0
+    speed = share.cpu_fraction if kind == "cpu_time" else 1.0
     n_equiv = n_share * speed / alpha
     # The share as it ran, so effects it already contains (a share over two sockets)
     # are not added twice.
@@ -284,7 +285,7 @@ def extrapolate_curve(
         pred.machine = machine.to_dict()
         pred.meta = {
             **pred.meta,
-            "extrapolated_from": dict(curve.share or {}),
+            "extrapolated_from": curve.share.to_dict(),
             "demand_ratio": k,
             "fixed_latency": l0,
             "measured_demands": d_meas,
@@ -341,7 +342,11 @@ def extrapolate_curve(
             "utilization and latency axes are re-mapped by the demand ratios",
         ],
         extra={
-            "source_curve": {"alpha": curve.alpha, "share": curve.share, "mapping": curve.mapping}
+            "source_curve": {
+                "alpha": curve.alpha,
+                "share": curve.share.to_dict(),
+                "mapping": curve.mapping,
+            }
         },
     )
     return prediction, curves

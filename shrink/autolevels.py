@@ -34,6 +34,7 @@ from shrink.measure import (
     trace_span,
     window_for,
 )
+from shrink.share import Share
 from shrink.target import Target
 from shrink.trace import Trace
 
@@ -578,7 +579,7 @@ def _curve(
         levels=list(levels.values()),
         knob=knob,
         alpha=float(alpha if alpha is not None else trace.meta.get("alpha", 1.0)),
-        share=desc.get("share", {"kind": "all", "fraction": 1.0}),
+        share=Share.from_dict(desc.get("share")),
         mapping=mapping.get("name", "") if isinstance(mapping, dict) else str(mapping),
         machine=desc.get("machine", {}),
         meta=meta,

@@ -16,6 +16,7 @@ import numpy as np
 
 from shrink.errors import ParameterError
 from shrink.loadcurve import Level, LevelStats, LoadCurve, latency_stats
+from shrink.share import Share
 from shrink.target import RunResult, Target
 from shrink.trace import Trace
 from shrink.validation import check_int, check_positive
@@ -224,7 +225,7 @@ def sweep(
         levels=out,
         knob=knob,
         alpha=float(alpha if alpha is not None else trace.meta.get("alpha", 1.0)),
-        share=describe.get("share", {"kind": "all", "fraction": 1.0}),
+        share=Share.from_dict(describe.get("share")),
         mapping=describe.get("mapping", {}).get("name", "")
         if isinstance(describe.get("mapping"), dict)
         else str(describe.get("mapping", "")),

@@ -21,6 +21,7 @@ from shrink.mat import MATResult
 from shrink.predict import PredictConfig, predict
 from shrink.providers import make_provider
 from shrink.report.build import write_report
+from shrink.share import Share
 from shrink.trace import Trace
 from shrink.validate import Validation, cost_adjusted_errors, cost_ratio, validate
 
@@ -153,8 +154,7 @@ def run_validate(
         # own time scale: the full target is the unscaled one.
         plan = replace(plan, skip=float(inputs.get("skip", 0.0)), scaled_time=1.0)
         cpus = list(provider.server_cpus())
-        share = {"kind": "all", "cpus": cpus, "fraction": 1.0}
-        with provider.open(share, pred.get("validated_mapping", "1-replica")) as target:
+        with provider.open(Share.whole(cpus), pred.get("validated_mapping", "1-replica")) as target:
             full = auto_sweep(
                 target,
                 full_trace,

@@ -30,13 +30,14 @@ from shrink.autolevels import (
     auto_sweep,
     companion_curve,
 )
-from shrink.errors import ParameterError, TopologyError
 from shrink.loadcurve import LoadCurve
 from shrink.machine import Machine
 from shrink.mapping import BUILTIN_MAPPINGS
 from shrink.mat import MATResult, mat
 from shrink.measure import default_skip
 from shrink.scaling import latency_scale, shrink_scaled_curve
+from shrink.share import Share, ShareSpeed
+from shrink.speed import measure_speed
 from shrink.target import Target
 from shrink.trace import Trace
 from shrink.validation import check_alpha
@@ -46,7 +47,6 @@ __all__ = [
     "PredictionResult",
     "TargetProvider",
     "curve_summary",
-    "plan_share",
     "predict",
     "rep_range",
 ]
@@ -67,7 +67,7 @@ class TargetProvider(Protocol):
         """The CPUs of the full target (the machine less the load generator's)."""
         ...
 
-    def open(self, share: dict[str, Any], mapping: str) -> AbstractContextManager[Target]:
+    def open(self, share: Share, mapping: str) -> AbstractContextManager[Target]:
         """A target on ``share`` under ``mapping``; closing it stops what it started."""
         ...
 
@@ -93,31 +93,8 @@ class PredictConfig:
     # Trace seconds left out at the start of every run; None: a tenth of the trace's
     # span, at most a minute (``shrink.measure.default_skip``).
     skip: float | None = None
-
-
-def plan_share(cpus: Sequence[int], machine: Machine, alpha: float, kind: str) -> dict[str, Any]:
-    """The share of ``cpus`` for a scaled run at ``alpha``.
-
-    ``cores`` keeps alpha of the CPUs, socket-compactly (whole sockets first);
-    ``cpu_time`` keeps every CPU at alpha of its time (a slower server);
-    ``auto`` takes cores when alpha x CPUs is a whole number, else CPU time.
-    """
-    alpha = check_alpha(alpha)
-    n = alpha * len(cpus)
-    whole = abs(n - round(n)) < 1e-9 and round(n) >= 1
-    if kind == "auto":
-        kind = "cores" if whole else "cpu_time"
-    if kind == "cores":
-        if not whole:
-            raise TopologyError(
-                f"alpha == {alpha:g} of {len(cpus)} CPUs is {n:g} CPUs, not a whole number; "
-                "use a CPU-time share (--share-kind cpu_time) or another alpha"
-            )
-        ordered = sorted(cpus, key=lambda c: (machine.socket_of(c), c))
-        return {"kind": "cores", "cpus": ordered[: round(n)], "fraction": alpha}
-    if kind == "cpu_time":
-        return {"kind": "cpu_time", "cpus": list(cpus), "fraction": alpha, "cpu_fraction": alpha}
-    raise ParameterError(f"share kind == {kind!r}, must be one of auto, cores, cpu_time.")
+    # Seconds the share's speed probe (shrink.speed.measure_speed) may spend on runs.
+    speed_budget: float = 20.0
 
 
 def curve_summary(curve: LoadCurve) -> dict[str, list[float]]:
@@ -256,22 +233,26 @@ def predict(
     alpha = check_alpha(config.alpha)
     machine = provider.machine()
     cpus = provider.server_cpus()
-    share = plan_share(cpus, machine, alpha, config.share_kind)
+    share = Share.plan(cpus, machine, alpha, config.share_kind)
     sample = samplers.sample(trace, alpha, seed=config.seed, level=config.level)
-    # On a CPU-time share latencies are 1/alpha longer: search the knee at scaled thresholds.
-    lat = alpha if share["kind"] == "cpu_time" else 1.0
-    share_thresholds = {s: t / lat for s, t in config.thresholds.items()}
     plan = replace(config.plan, skip=default_skip(trace) if config.skip is None else config.skip)
-    if config.time_scaling and lat != 1.0:
-        plan = replace(plan, scaled_time=1.0 / lat)
+    if config.time_scaling and share.kind == "cpu_time":
+        # Time scaling by the nominal alpha: the share sees alpha of the requests a second.
+        plan = replace(plan, scaled_time=1.0 / share.cpu_fraction)
     full_curve: LoadCurve | None = None
     with ExitStack() as stack:
         target = stack.enter_context(provider.open(share, "1-replica"))
         companion = None
+        full_target = None
         if config.paired_full_run:
-            full_share = {"kind": "all", "cpus": list(cpus), "fraction": 1.0}
-            full_target = stack.enter_context(provider.open(full_share, "1-replica"))
+            full_target = stack.enter_context(provider.open(Share.whole(cpus), "1-replica"))
             companion = Companion(full_target, trace, dict(config.thresholds))
+        if share.kind == "cpu_time":
+            share = share.with_speed(
+                _share_speed(target, full_target, sample, share, config, progress)
+            )
+        # On a CPU-time share latencies are 1/s longer: search the knee at scaled thresholds.
+        share_thresholds = {s: t / share.speed_factor for s, t in config.thresholds.items()}
         try:
             measured = auto_sweep(
                 target,
@@ -290,25 +271,19 @@ def predict(
             raise
         if companion is not None:
             full_curve = companion_curve(companion, knob=config.knob, plan=config.plan)
+    # The share as planned and probed (the target's description lacks the speed).
+    measured.share = replace(measured.share, speed=share.speed)
     predicted = shrink_scaled_curve(measured)
     full_mats = {s: mat(predicted, s, t) for s, t in config.thresholds.items()}
     base = {s: _mat_dict(r) for s, r in full_mats.items()}
     base["curve"] = curve_summary(predicted)
     assumptions = [
         f"SHRiNK: {alpha:g} of the sessions ({config.level} level, seed {config.seed}) on "
-        f"{alpha:g} of the server ({share['kind']} share of CPUs {share['cpus']}) behaves like "
+        f"{alpha:g} of the server ({share.kind} share of CPUs {list(share.cpus)}) behaves like "
         "the whole trace on the whole server at normalized load.",
     ]
-    if share["kind"] == "cpu_time":
-        assumptions.append(
-            "CPU-time share: the server is a processor-sharing server at alpha of the speed, so "
-            "response times are scaled by alpha (R_full(X) = alpha * R_share(alpha * X)). CFS "
-            "bandwidth control is coarse (a quota per period of 16 ms or so): a request "
-            "that arrives after the quota is spent waits for the next period, so the share's "
-            "light-load latencies run above an ideal slower server's. Whatever else runs on "
-            "the share's CPUs in the quota's gaps evicts the server's caches (see the "
-            "self-check on other work)."
-        )
+    if share.kind == "cpu_time":
+        assumptions.extend(_speed_assumptions(share))
     if measured.meta.get("skip"):
         assumptions.append(
             f"Every run starts {measured.meta['skip']:.3g} s into the trace: a trace's first "
@@ -373,7 +348,8 @@ def predict(
         "alpha": alpha,
         "level": config.level,
         "seed": config.seed,
-        "share": share,
+        "share": share.to_dict(),
+        "speed": share.speed.to_dict() if share.speed is not None else None,
         "thresholds": dict(config.thresholds),
         # The share's own MATs, at its own thresholds (1/alpha longer on a CPU-time share).
         "measured_mats": {
@@ -401,7 +377,7 @@ def predict(
             "kernel": platform.release(),
             "machine": machine.name,
             "server_cpus": list(cpus),
-            "share": json.dumps(share),
+            "share": json.dumps(share.to_dict()),
             "alpha": alpha,
             "seed": config.seed,
             "target": json.dumps(measured.meta.get("target", {}).get("versions", {})),
@@ -430,6 +406,60 @@ def predict(
         p.write_text(json.dumps(prediction, indent=2, sort_keys=True, default=_json) + "\n")
         result.files["prediction"] = p
     return result
+
+
+def _share_speed(
+    target: Target,
+    full_target: Target | None,
+    sample: Trace,
+    share: Share,
+    config: PredictConfig,
+    progress: Progress | None,
+) -> ShareSpeed:
+    """The CPU-time share's speed per class, measured against the full target when there is one."""
+    if progress is not None:
+        progress("speed probe", 0, 1)
+    speed = measure_speed(
+        target,
+        full_target,
+        sample,
+        nominal=share.cpu_fraction,
+        seed=config.seed,
+        budget_s=config.speed_budget,
+    )
+    if progress is not None:
+        progress("speed probe", 1, 1)
+    return speed
+
+
+def _speed_assumptions(share: Share) -> list[str]:
+    """What the report says about the share's speed: nominal, measured or assumed, and cost."""
+    sp = share.speed or ShareSpeed.assumed(share.cpu_fraction)
+    if sp.method == "nominal":
+        speed = (
+            f"Share speed: assumed, not measured: {sp.nominal:g} (the nominal CPU-time "
+            "fraction; no full target to compare with, or no probe). A time-sliced core "
+            "costs more CPU per request than a whole one, so this speed is an upper bound "
+            "and the prediction leans high."
+        )
+    else:
+        per = ", ".join(f"{c} {v:.3g}" for c, v in sorted(sp.per_class.items()))
+        speed = (
+            f"Share speed: nominal {sp.nominal:g}, measured {sp.effective:.3g} for the "
+            f"trace's mix ({per or 'no per-class figures'}; {sp.method}, "
+            f"{sp.cost_s:.1f} s of probe runs). The scaling uses the measured speed."
+        )
+    return [
+        speed,
+        f"CPU-time share: the server is taken as a processor-sharing server at speed "
+        f"s = {share.speed_factor:.3g} of the full target's, so response times are scaled "
+        "by s and throughputs by 1/s (R_full(X) = s * R_share(s * X)). CFS "
+        "bandwidth control is coarse (a quota per period of 16 ms or so): a request "
+        "that arrives after the quota is spent waits for the next period, so the share's "
+        "light-load latencies run above an ideal slower server's. Whatever else runs on "
+        "the share's CPUs in the quota's gaps evicts the server's caches (see the "
+        "self-check on other work).",
+    ]
 
 
 def _json(o: Any) -> Any:

@@ -10,11 +10,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from shrink.errors import TopologyError
 from shrink.machine import Machine
+from shrink.share import Share
 from shrink.target import RunResult, Target
 from shrink.trace import Trace
 
@@ -123,27 +125,21 @@ class TestbedProvider:
         }
 
     @contextmanager
-    def open(self, share: dict[str, Any], mapping: str) -> Iterator[Target]:
+    def open(self, share: Share, mapping: str) -> Iterator[Target]:
         from shrink import testbed
         from shrink.replay.live import LiveTarget
-        from shrink.share import Share, choose_period_us
 
-        cpus = tuple(share.get("cpus") or self._server)
-        n = self._machine.n_cpus
-        if share["kind"] == "cpu_time":
-            f = float(share.get("cpu_fraction", share["fraction"]))
-            sh = Share("cpu_time", cpus, len(cpus) * f / n, f, choose_period_us(f, len(cpus)))
-        else:
-            f = 1.0
-            kind = "all" if len(cpus) == n else "cores"
-            sh = Share(kind, cpus, len(cpus) / n)
+        if not share.cpus:
+            share = replace(share, cpus=self._server)
+        if share.kind == "cpu_time" and share.period_us is None:
+            share = Share.cpu_time(share.cpus, share.cpu_fraction, text=share.text)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         state_path = self.run_dir / f"testbed-{self._opened}.json"
         self._opened += 1
         testbed.up(
             self.docroot,
             self._machine,
-            sh,
+            share,
             mapping,
             state_path=state_path,
             port=0,
@@ -153,7 +149,7 @@ class TestbedProvider:
             live = LiveTarget.from_state(
                 state_path, generator_cpus=list(self.generator_cpus), config=self.engine
             )
-            yield _ShareUtilization(live, f, len(cpus))
+            yield _ShareUtilization(live, share.cpu_fraction, len(share.cpus))
         finally:
             testbed.down(state_path)
 
@@ -177,15 +173,12 @@ class SimProvider:
         return {"kind": "sim", "machine": self._machine.name}
 
     @contextmanager
-    def open(self, share: dict[str, Any], mapping: str) -> Iterator[Target]:
-        from shrink.sim.target import SimShare, SimTarget
+    def open(self, share: Share, mapping: str) -> Iterator[Target]:
+        from shrink.sim.target import SimTarget
 
-        cpus = share.get("cpus")
-        speed = 1.0
-        if share["kind"] == "cpu_time":
-            speed = float(share.get("cpu_fraction", share["fraction"]))
-        sim_share = SimShare(tuple(cpus) if cpus else None, speed)
-        yield SimTarget(self._machine, mapping, sim_share, self.params)
+        if not share.cpus:
+            share = replace(share, cpus=self._machine.all_cpus)
+        yield SimTarget(self._machine, mapping, share, self.params)
 
 
 def make_provider(

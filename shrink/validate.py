@@ -21,6 +21,7 @@ import numpy as np
 from shrink.errors import MeasurementError
 from shrink.loadcurve import QGRID, Level, LoadCurve
 from shrink.mat import MATResult, mat
+from shrink.share import Share
 
 __all__ = [
     "Validation",
@@ -77,14 +78,12 @@ def quantiles_at(curve: LoadCurve, throughput: float, cls: str | None = None) ->
     return (1 - f) * d0 + f * d1
 
 
-def cpu_seconds_per_request(rep: Any, share: Mapping[str, Any]) -> float | None:
+def cpu_seconds_per_request(rep: Any, share: Share) -> float | None:
     """CPU seconds the server spent per completed request in one repetition."""
-    cpus = share.get("cpus")
-    frac = share.get("cpu_fraction", 1.0 if share.get("kind") in ("all", "cores") else None)
-    if rep.utilization is None or not cpus or frac is None or rep.throughput <= 0:
+    if rep.utilization is None or not share.cpus or rep.throughput <= 0:
         return None
     # Utilization is normalized to the share (a 25% share busy all its quota is 1.0).
-    return float(rep.utilization) * float(frac) * len(cpus) / float(rep.throughput)
+    return float(rep.utilization) * share.cpu_fraction * len(share.cpus) / float(rep.throughput)
 
 
 def cost_ratio(

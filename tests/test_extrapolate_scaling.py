@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from scipy.optimize import curve_fit
@@ -14,6 +16,7 @@ from extrapolate.usl import USLModel, usl_throughput
 from shrink.errors import ExtrapolationError
 from shrink.loadcurve import ClassStats, Level, LevelStats, LoadCurve
 from shrink.mat import mat
+from shrink.share import Share
 
 
 def _ps_curve(
@@ -77,18 +80,20 @@ def test_cfs_correction_recovers_a_known_overhead():
 
 def test_alpha_must_match_the_share_fraction():
     share = _ps_curve(1e-3, 2, 0.25, "cores")
-    share.share["fraction"] = 0.5
+    share.share = replace(share.share, fraction=0.5)
     with pytest.raises(ExtrapolationError, match=r"alpha == 0\.25"):
         scale_to_full(share)
 
 
 def test_a_testbed_cpu_time_share_is_checked_by_its_cpu_fraction():
-    # On the testbed a 25% share of CPU 1 on a 2-CPU machine (CPU 0 drives the load)
-    # is 0.125 of the machine: alpha is compared with the time fraction of its CPUs.
+    # Older files gave a 25% share of CPU 1 on a 2-CPU machine (CPU 0 drives the load)
+    # as 0.125 of the machine: a CPU-time share's fraction is its CPUs' time fraction.
     share = _ps_curve(1e-3, 1, 0.25, "cpu_time", slow=0.25)
-    share.share.update(fraction=0.125, cpu_fraction=0.25)
+    old = {"kind": "cpu_time", "cpus": [1], "fraction": 0.125, "cpu_fraction": 0.25}
+    share.share = Share.from_dict(old)
+    assert share.share.fraction == 0.25
     assert scale_to_full(share).alpha == 1.0
-    share.share["cpu_fraction"] = 0.5
+    share.share = Share.from_dict({**old, "cpu_fraction": 0.5})
     with pytest.raises(ExtrapolationError, match=r"alpha == 0\.25"):
         scale_to_full(share)
 

@@ -11,8 +11,9 @@ from shrink.autolevels import AutoPlan
 from shrink.errors import TopologyError
 from shrink.loadcurve import LoadCurve
 from shrink.machine import Machine
-from shrink.predict import PredictConfig, plan_share, predict
+from shrink.predict import PredictConfig, predict
 from shrink.report.build import write_report
+from shrink.share import Share
 from shrink.target import FakeTarget
 from shrink.trace import Trace
 from shrink.validate import validate
@@ -34,11 +35,11 @@ class FakeProvider:
 
     @contextmanager
     def open(self, share, mapping):
-        f = share["fraction"] if share["kind"] == "cpu_time" else 1.0
+        f = share.cpu_fraction
         target = FakeTarget(servers=1, demand={k: v / f for k, v in self.demand.items()})
         desc = target.describe
 
-        target.describe = lambda: {**desc(), "share": share, "mapping": {"name": mapping}}
+        target.describe = lambda: {**desc(), "share": share.to_dict(), "mapping": {"name": mapping}}
         yield target
 
 
@@ -59,14 +60,10 @@ def _sessions(n_sessions: int, seed: int = 0) -> Trace:
 
 def test_plan_share_picks_cores_or_cpu_time():
     m = Machine(name="m", sockets=2, cores_per_socket=2)
-    assert plan_share([0, 1, 2, 3], m, 0.5, "auto") == {
-        "kind": "cores",
-        "cpus": [0, 1],
-        "fraction": 0.5,
-    }
-    assert plan_share([1], m, 0.25, "auto")["kind"] == "cpu_time"
+    assert Share.plan([0, 1, 2, 3], m, 0.5, "auto") == Share("cores", (0, 1), 0.5)
+    assert Share.plan([1], m, 0.25, "auto").kind == "cpu_time"
     with pytest.raises(TopologyError, match="not a whole number"):
-        plan_share([1], m, 0.25, "cores")
+        Share.plan([1], m, 0.25, "cores")
 
 
 def test_predict_then_validate_on_a_processor_sharing_fake(tmp_path):
@@ -99,7 +96,7 @@ def test_predict_then_validate_on_a_processor_sharing_fake(tmp_path):
             assert own["threshold"] == pytest.approx(thresholds[stat] / 0.25)
             assert own["mat"] / 0.25 == pytest.approx(full_mat["mat"])
         # The full-scale run on the whole (fake) core.
-        with provider.open({"kind": "all", "cpus": [1], "fraction": 1.0}, "1-replica") as tgt:
+        with provider.open(Share.whole((1,)), "1-replica") as tgt:
             full = auto_sweep(tgt, trace, thresholds, plan=plan, seed=seed + 4, alpha=1.0)
         v = validate(res.predicted, full, thresholds)
         errors.append([abs(v.mat_error["mean"]), abs(v.mat_error["p999"])])
