@@ -439,8 +439,8 @@ def _speed_assumptions(share: Share) -> list[str]:
         speed = (
             f"Share speed: assumed, not measured: {sp.nominal:g} (the nominal CPU-time "
             "fraction; no full target to compare with, or no probe). A time-sliced core "
-            "costs more CPU per request than a whole one, so this speed is an upper bound "
-            "and the prediction leans high."
+            "costs more CPU per request than a whole one, so the share's real speed is "
+            "likely lower, and a prediction scaled by this one likely too low."
         )
     else:
         per = ", ".join(f"{c} {v:.3g}" for c, v in sorted(sp.per_class.items()))
