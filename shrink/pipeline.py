@@ -97,6 +97,8 @@ def run_predict(
         # how many times longer the share's runs were than the plan's (SHRiNK time scaling)
         "scaled_time": res.measured.meta.get("scaled_time", 1.0),
         "skip": res.measured.meta.get("skip", 0.0),
+        # the trace seconds every level looped (a controlled load), for the full run
+        "loop_window": res.measured.meta.get("loop_window"),
     }
     if whatif is not None:
         pred["whatif"] = whatif
@@ -153,6 +155,8 @@ def run_validate(
         # The same part of the trace as the prediction's runs (its skip), at the plan's
         # own time scale: the full target is the unscaled one.
         plan = replace(plan, skip=float(inputs.get("skip", 0.0)), scaled_time=1.0)
+        if inputs.get("loop_window") is not None:
+            plan = replace(plan, loop_window=float(inputs["loop_window"]))
         cpus = list(provider.server_cpus())
         with provider.open(Share.whole(cpus), pred.get("validated_mapping", "1-replica")) as target:
             full = auto_sweep(

@@ -34,7 +34,7 @@ from shrink.loadcurve import LoadCurve
 from shrink.machine import Machine
 from shrink.mapping import BUILTIN_MAPPINGS
 from shrink.mat import MATResult, mat
-from shrink.measure import default_skip
+from shrink.measure import default_loop_window, default_skip, offered_check
 from shrink.scaling import latency_scale, shrink_scaled_curve
 from shrink.share import Share, ShareSpeed
 from shrink.speed import measure_speed
@@ -171,6 +171,8 @@ def _self_checks(curve: LoadCurve, limits: Mapping[str, float]) -> dict[str, Any
         "max_utilization": umax,
         "utilization_reached": bool(umax is not None and umax >= 0.85),
         "usable_levels": len(curve.usable()),
+        # A controlled load: offered load rises with the level, ~linearly.
+        **{k: v for k, v in offered_check(curve).items() if k != "offered"},
     }
 
 
@@ -236,6 +238,9 @@ def predict(
     share = Share.plan(cpus, machine, alpha, config.share_kind)
     sample = samplers.sample(trace, alpha, seed=config.seed, level=config.level)
     plan = replace(config.plan, skip=default_skip(trace) if config.skip is None else config.skip)
+    if plan.loop_window is None:
+        # One window for the share and the full target, chosen on the whole trace.
+        plan = replace(plan, loop_window=default_loop_window(trace, plan.skip))
     if config.time_scaling and share.kind == "cpu_time":
         # Time scaling by the nominal alpha: the share sees alpha of the requests a second.
         plan = replace(plan, scaled_time=1.0 / share.cpu_fraction)

@@ -489,6 +489,8 @@ def write_report(
             )
             + _stalled_text(checks.get("levels_stalled_over") or {})
         )
+    if checks.get("offered_monotone") is not None:
+        items.append(_offered_text(checks, full_checks_of(prediction)))
     if checks.get("max_utilization") is not None:
         reached = (
             "saturated: the knee was measured"
@@ -571,3 +573,29 @@ def write_report(
     files["md"] = out / "report.md"
     files["html"] = out / "report.html"
     return files
+
+
+def full_checks_of(prediction: dict[str, Any]) -> dict[str, Any]:
+    """The paired full-scale runs' self-checks ({} without them)."""
+    return (prediction.get("full_run") or {}).get("self_checks") or {}
+
+
+def _offered_text(checks: dict[str, Any], full: dict[str, Any]) -> str:
+    """Offered load against the level: a controlled load rises with it, ~linearly."""
+    parts = []
+    for c, what in ((checks, "scaled"), (full, "full-scale")):
+        if c.get("offered_monotone") is None:
+            continue
+        rises = (
+            "rises with the level"
+            if c["offered_monotone"]
+            else "**does not rise with the level**"
+        )
+        parts.append(
+            f"{what} runs: {rises}, {c['offered_per_level']:,.0f} req/s per unit of level, "
+            f"within {100 * c['offered_linearity']:.1f}% of linear"
+        )
+    return (
+        "Offered load (every level loops the same window of the trace at level times its "
+        "rate): " + "; ".join(parts) + "."
+    )
