@@ -45,9 +45,19 @@ class _ShareUtilization:
     def run(
         self, trace: Trace, *, rate_factor: float, warmup: float, duration: float, seed: int
     ) -> RunResult:
-        res = self.inner.run(
-            trace, rate_factor=rate_factor, warmup=warmup, duration=duration, seed=seed
-        )
+        # A run built from a loop window (shrink.measure.looped_run) already holds its
+        # copies and the sessions open at its start: the engine must not loop it again
+        # (its own warm start would add those sessions a second time).
+        own_loop = getattr(self.inner, "loop", None)
+        if "loop_copies" in trace.meta and own_loop:
+            self.inner.loop = False  # type: ignore[attr-defined]
+        try:
+            res = self.inner.run(
+                trace, rate_factor=rate_factor, warmup=warmup, duration=duration, seed=seed
+            )
+        finally:
+            if own_loop is not None:
+                self.inner.loop = own_loop  # type: ignore[attr-defined]
         # Prefer the server processes' own CPU: /proc/stat also counts whatever else
         # ran on the share's CPUs (and misses nothing the quota caps).
         server_cpu = (res.describe or {}).get("server_cpu")

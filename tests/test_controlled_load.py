@@ -119,3 +119,23 @@ def test_auto_sweep_on_the_simulator_offers_a_controlled_load():
     assert checks[2.0]["offered_monotone"], checks[2.0]["offered"]
     assert checks[2.0]["offered_linearity"] < 0.15, checks[2.0]["offered"]
     assert checks[0.0]["offered_linearity"] > 2 * checks[2.0]["offered_linearity"]
+
+
+def test_the_live_engine_does_not_loop_a_looped_run_again():
+    from shrink.providers import _ShareUtilization
+
+    class _Engine(FakeTarget):
+        loop = True
+        seen: list[bool] = []
+
+        def run(self, trace, **kw):
+            self.seen.append(self.loop)
+            return super().run(trace, **kw)
+
+    inner = _Engine()
+    target = _ShareUtilization(inner, 0.25, 1)
+    window = loop_window(_surging(0), 10.0, 30.0)
+    run = looped_run(window, 4.0, 1.0, 8.0)
+    target.run(run.trace, rate_factor=4.0, warmup=run.warmup, duration=run.duration, seed=0)
+    target.run(window, rate_factor=4.0, warmup=1.0, duration=2.0, seed=0)
+    assert inner.seen == [False, True] and inner.loop
