@@ -126,7 +126,10 @@ def test_the_live_engine_does_not_loop_a_looped_run_again():
 
     class _Engine(FakeTarget):
         loop = True
-        seen: list[bool] = []
+
+        def __init__(self):
+            super().__init__()
+            self.seen: list[bool] = []
 
         def run(self, trace, **kw):
             self.seen.append(self.loop)
