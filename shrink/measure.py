@@ -201,7 +201,10 @@ def looped_run(
     run = window.take(rows).with_column("t", factor * (real - first))
     run = run.with_column("session", sess[rows] + copy * stride)
     run = Trace.from_table(run.table, {**meta, "loop_copies": n})
-    return LoopedRun(run, -first, body / factor, n)
+    # Nothing of earlier copies reaches the start (a level far below the window's
+    # pace): the run starts at its first request, the window short by the gap.
+    late = max(0.0, first)
+    return LoopedRun(run, max(0.0, -first), body / factor - late, n)
 
 
 def offered_check(curve: LoadCurve) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from shrink.share import Share, ShareSpeed
 from shrink.speed import measure_speed
 from shrink.target import Target
 from shrink.trace import Trace
+from shrink.uncertainty import ErrorBudget, drift_sigma, error_budget, interval, interval_dict
 from shrink.validation import check_alpha
 
 __all__ = [
@@ -95,6 +96,9 @@ class PredictConfig:
     skip: float | None = None
     # Seconds the share's speed probe (shrink.speed.measure_speed) may spend on runs.
     speed_budget: float = 20.0
+    # Log-scale sd of the share's emulation error in the MAT intervals
+    # (shrink.uncertainty); None: the provider's ``model_error`` (0 on the simulator).
+    model_error: float | None = None
 
 
 def curve_summary(curve: LoadCurve) -> dict[str, list[float]]:
@@ -280,7 +284,15 @@ def predict(
     measured.share = replace(measured.share, speed=share.speed)
     predicted = shrink_scaled_curve(measured)
     full_mats = {s: mat(predicted, s, t) for s, t in config.thresholds.items()}
-    base = {s: _mat_dict(r) for s, r in full_mats.items()}
+    # Prediction intervals for a full-scale run at another time (shrink.uncertainty).
+    drift = drift_sigma([measured] + ([full_curve] if full_curve is not None else []))
+    emulation = (
+        config.model_error
+        if config.model_error is not None
+        else float(getattr(provider, "model_error", 0.0))
+    )
+    budgets = {s: error_budget(predicted, r, drift, emulation) for s, r in full_mats.items()}
+    base = {s: {**_mat_dict(r), **interval_dict(r, budgets[s])} for s, r in full_mats.items()}
     base["curve"] = curve_summary(predicted)
     assumptions = [
         f"SHRiNK: {alpha:g} of the sessions ({config.level} level, seed {config.seed}) on "
@@ -320,6 +332,7 @@ def predict(
             f"'{config.calibration}' calibration; they cannot be measured on a share inside "
             "one socket."
         )
+        _widen(mappings_out, budgets)
     else:
         for name in config.mappings:
             mappings_out[name] = base
@@ -340,8 +353,10 @@ def predict(
         if v["mat"]
     ]
     conf = (
-        f"The MAT intervals are +/-{100 * max(widths):.0f}% at most (95%, over "
-        f"{config.plan.reps} repetitions per level)."
+        f"The MAT intervals are +/-{100 * max(widths):.0f}% at most: 95% prediction "
+        f"intervals for a full-scale run at another time, from the spread of "
+        f"{config.plan.reps} repetitions per level, the machine's drift between runs "
+        f"({100 * drift:.1f}%) and the share's emulation error ({100 * emulation:.0f}%)."
         if widths
         else ""
     )
@@ -411,6 +426,19 @@ def predict(
         p.write_text(json.dumps(prediction, indent=2, sort_keys=True, default=_json) + "\n")
         result.files["prediction"] = p
     return result
+
+
+def _widen(mappings: dict[str, dict[str, Any]], budgets: Mapping[str, ErrorBudget]) -> None:
+    """Widen each extrapolated mapping's MAT interval by what moves between runs."""
+    for per_stat in mappings.values():
+        for stat, budget in budgets.items():
+            v = per_stat.get(stat)
+            if isinstance(v, dict) and v.get("mat"):
+                lo, hi = interval(float(v["mat"]), budget)
+                old = v.get("ci") or [lo, hi]
+                v["ci_repetitions"] = list(old)
+                v["ci"] = [lo, hi]
+                v["error_budget"] = budget.to_dict()
 
 
 def _share_speed(

@@ -19,6 +19,7 @@ from shrink.machine import Machine
 from shrink.share import Share
 from shrink.target import RunResult, Target
 from shrink.trace import Trace
+from shrink.uncertainty import EMULATION_ERROR
 
 __all__ = ["SimProvider", "TestbedProvider", "make_provider"]
 
@@ -88,6 +89,8 @@ class TestbedProvider:
 
     __test__ = False
     name = "testbed"
+    # The share's emulation error in the MAT intervals (shrink.uncertainty).
+    model_error = EMULATION_ERROR
 
     def __init__(
         self,
@@ -168,6 +171,7 @@ class SimProvider:
     """The simulator (``sim:SPEC.toml``): the whole machine is the full target."""
 
     name = "sim"
+    model_error = 0.0  # the simulated share is exactly a slower (or smaller) server
 
     def __init__(self, machine: Machine, params: Any = None) -> None:
         self._machine = machine

@@ -165,6 +165,11 @@ class Validation:
             for s, v in self.mats.items()
         }
 
+    @property
+    def covered(self) -> dict[str, bool | None]:
+        """Per statistic: the predicted MAT's interval held the measured MAT (None: a bound)."""
+        return {s: v.get("covered") for s, v in self.mats.items()}
+
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"schema": "shrink.validation/1", "mats": self.mats}
         for stat, err in self.mat_error.items():
@@ -172,6 +177,7 @@ class Validation:
         # An error between two crossings that were both found; a MAT that is only a
         # bound ("not reached", "below range") makes the error a bound or meaningless.
         d["conclusive"] = self.conclusive
+        d["covered"] = self.covered
         w = [x["w1"] for x in self.wasserstein]
         d["wasserstein"] = self.wasserstein
         d["wasserstein_median"] = float(np.median(w)) if w else None
@@ -212,6 +218,10 @@ def validate(
             "measured_status": m.status,
             "error": (p.mat - m.mat) / m.mat if m.mat else float("nan"),
         }
+        # Did the prediction's interval cover the measured MAT? Only where both MATs are
+        # crossings: a bound is not a measurement to cover.
+        conclusive = p.status == "ok" and m.status == "ok"
+        mats[stat]["covered"] = bool(p.ci[0] <= m.mat <= p.ci[1]) if conclusive else None
         # Hints where a MAT was left open over stalled levels (never a MAT themselves).
         for side, res in (("predicted", p), ("measured", m)):
             if res.stalled_ceiling is not None:
