@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from extrapolate._validation import check_is_fitted
+from extrapolate._estimator import check_is_fitted
 from shrink.errors import ExtrapolationError
 from shrink.loadcurve import STATS, LoadCurve
 from shrink.mat import MATResult, mat

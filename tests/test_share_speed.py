@@ -73,15 +73,16 @@ def test_predict_scales_by_the_measured_speed_and_reports_it(monkeypatch, paired
     res = predict(_sessions(6000, 1), _SlowShareProvider(0.2), cfg)
     pred = res.prediction
     assert calls == [(paired, 0.25)]
-    assert Share.from_dict(pred["share"]).speed == ShareSpeed.from_dict(pred["speed"])
-    text = " ".join(pred["assumptions"])
+    assert pred.share.speed == ShareSpeed.from_dict(pred.to_dict()["speed"])
+    assert Share.from_dict(pred.to_dict()["share"]).speed == pred.share.speed
+    text = " ".join(pred.assumptions)
     if paired:
-        assert pred["speed"]["effective"] == 0.2 and "measured 0.2" in text and "3.0 s" in text
+        assert pred.share.speed.effective == 0.2 and "measured 0.2" in text and "3.0 s" in text
         # Scaled by the measured speed, the share's MAT is the full core's: the paired
         # full-scale curve says what that is.
         from shrink.mat import mat
 
         truth = mat(res.full, "mean", 0.004).mat
-        assert pred["mappings"]["1-replica"]["mean"]["mat"] == pytest.approx(truth, rel=0.12)
+        assert pred.mappings["1-replica"].stats["mean"].mat == pytest.approx(truth, rel=0.12)
     else:
-        assert pred["speed"]["method"] == "nominal" and "assumed, not measured: 0.25" in text
+        assert pred.share.speed.method == "nominal" and "assumed, not measured: 0.25" in text

@@ -66,10 +66,10 @@ def test_repetition_term_follows_the_spread_and_the_elasticity():
     assert repetition_sigma(c, res) == pytest.approx(want)
 
 
-def _predicted_mats(prediction: dict) -> dict[str, MATResult]:
-    per = prediction["mappings"]["1-replica"]
+def _predicted_mats(prediction) -> dict[str, MATResult]:
+    per = prediction.mappings["1-replica"].stats
     return {
-        s: MATResult(per[s]["mat"], tuple(per[s]["ci"]), s, t, per[s]["status"])
+        s: MATResult(per[s].mat, tuple(per[s].ci), s, t, per[s].status)
         for s, t in THRESHOLDS.items()
     }
 

@@ -24,6 +24,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shrink._version import __version__
+from shrink.checks import check_positive
 from shrink.errors import ParameterError
 from shrink.machine import Machine
 from shrink.mapping import Mapping, build_mapping
@@ -34,7 +36,6 @@ from shrink.sim.model import Layout, build_layout
 from shrink.sim.params import SimParams
 from shrink.target import GeneratorCheck, RunResult
 from shrink.trace import Trace
-from shrink.validation import check_positive
 
 __all__ = ["SimTarget"]
 
@@ -377,8 +378,6 @@ class SimTarget:
 
 
 def _version() -> str:
-    from shrink import __version__
-
     return __version__
 
 
