@@ -7,6 +7,7 @@ from contextlib import contextmanager
 
 import numpy as np
 import pytest
+from helpers.fake_provider import FakeProvider, sessions
 
 from shrink.autolevels import AutoPlan
 from shrink.errors import TopologyError
@@ -16,48 +17,12 @@ from shrink.predict import PredictConfig, predict
 from shrink.prediction import Prediction
 from shrink.report.build import write_report
 from shrink.share import Share
-from shrink.target import FakeTarget
 from shrink.trace import Trace
 from shrink.validate import validate
 
 
-class FakeProvider:
-    """One 'core' whose CPU-time share slows every demand by 1/fraction."""
-
-    name = "fake"
-
-    def __init__(self, demand=None):
-        self.demand = demand or {"static": 0.0005, "dynamic": 0.004}
-
-    def machine(self):
-        return Machine(name="fake-1s", sockets=1, cores_per_socket=2)
-
-    def server_cpus(self):
-        return (1,)
-
-    @contextmanager
-    def open(self, share, mapping):
-        f = share.cpu_fraction
-        target = FakeTarget(servers=1, demand={k: v / f for k, v in self.demand.items()})
-        desc = target.describe
-
-        target.describe = lambda: {**desc(), "share": share.to_dict(), "mapping": {"name": mapping}}
-        yield target
-
-
 def _sessions(n_sessions: int, seed: int = 0) -> Trace:
-    rng = np.random.default_rng(seed)
-    start = np.sort(rng.uniform(0, 2000, n_sessions))
-    rows = {"session": [], "t": [], "path": [], "cls": [], "burst": []}
-    for s, t0 in enumerate(start):
-        for b in range(3):
-            dyn = rng.random() < 0.1
-            rows["session"].append(s)
-            rows["burst"].append(b)
-            rows["t"].append(t0 + 2 * b)
-            rows["path"].append("/app/x.php" if dyn else "/static/a.gif")
-            rows["cls"].append("dynamic" if dyn else "static")
-    return Trace.from_columns(rows, meta={"source": "test"})
+    return sessions(n_sessions, seed)
 
 
 def test_plan_share_picks_cores_or_cpu_time():

@@ -2,56 +2,12 @@
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
-import numpy as np
 import pytest
+from helpers.fake_provider import FakeProvider, sessions
 
 from shrink.autolevels import AutoPlan
-from shrink.machine import Machine
 from shrink.predict import PredictConfig, predict
 from shrink.share import Share, ShareSpeed
-from shrink.target import FakeTarget
-from shrink.trace import Trace
-
-DEMAND = {"static": 0.0005, "dynamic": 0.004}
-
-
-class _SlowShareProvider:
-    """One 'core' whose CPU-time share runs at ``speed`` (not its nominal fraction)."""
-
-    name = "fake"
-
-    def __init__(self, speed: float):
-        self.speed = speed
-
-    def machine(self):
-        return Machine(name="fake-1s", sockets=1, cores_per_socket=2)
-
-    def server_cpus(self):
-        return (1,)
-
-    @contextmanager
-    def open(self, share, mapping):
-        f = self.speed if share.kind == "cpu_time" else 1.0
-        target = FakeTarget(servers=1, demand={k: v / f for k, v in DEMAND.items()})
-        desc = target.describe
-        target.describe = lambda: {**desc(), "share": share.to_dict(), "mapping": {"name": mapping}}
-        yield target
-
-
-def _sessions(n: int, seed: int) -> Trace:
-    rng = np.random.default_rng(seed)
-    rows: dict[str, list] = {"session": [], "t": [], "path": [], "cls": [], "burst": []}
-    for s, t0 in enumerate(np.sort(rng.uniform(0, 1000, n))):
-        for b in range(3):
-            dyn = rng.random() < 0.1
-            rows["session"].append(s)
-            rows["burst"].append(b)
-            rows["t"].append(t0 + 2 * b)
-            rows["path"].append("/app/x.php" if dyn else "/static/a.gif")
-            rows["cls"].append("dynamic" if dyn else "static")
-    return Trace.from_columns(rows, meta={"source": "test"})
 
 
 @pytest.mark.parametrize("paired", [True, False])
@@ -70,7 +26,7 @@ def test_predict_scales_by_the_measured_speed_and_reports_it(monkeypatch, paired
         alpha=0.25, thresholds={"mean": 0.004}, mappings=["1-replica"], seed=3, plan=plan,
         paired_full_run=paired,
     )  # fmt: skip
-    res = predict(_sessions(6000, 1), _SlowShareProvider(0.2), cfg)
+    res = predict(sessions(6000, 1, span=1000.0), FakeProvider(speed=0.2), cfg)
     pred = res.prediction
     assert calls == [(paired, 0.25)]
     assert pred.share.speed == ShareSpeed.from_dict(pred.to_dict()["speed"])
