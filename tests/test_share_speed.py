@@ -7,11 +7,12 @@ from helpers.fake_provider import FakeProvider, sessions
 
 from shrink.autolevels import AutoPlan
 from shrink.predict import PredictConfig, predict
+from shrink.report.build import write_report
 from shrink.share import Share, ShareSpeed
 
 
 @pytest.mark.parametrize("paired", [True, False])
-def test_predict_scales_by_the_measured_speed_and_reports_it(monkeypatch, paired):
+def test_predict_scales_by_the_measured_speed_and_reports_it(monkeypatch, tmp_path, paired):
     calls = []
 
     def probe(share_target, full_target, trace, *, nominal, seed, budget_s):
@@ -42,3 +43,7 @@ def test_predict_scales_by_the_measured_speed_and_reports_it(monkeypatch, paired
         assert pred.mappings["1-replica"].stats["mean"].mat == pytest.approx(truth, rel=0.12)
     else:
         assert pred.share.speed.method == "nominal" and "assumed, not measured: 0.25" in text
+    write_report(tmp_path, pred, measured=res.measured, full_run=res.full)
+    md = (tmp_path / "report.md").read_text()
+    want = "nominal 0.25, measured 0.2 (probe, 3.0 s" if paired else "**assumed**"
+    assert want in md

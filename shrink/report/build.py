@@ -340,8 +340,20 @@ def _answer(
     sure = pred.confidence_summary
     if sure:
         doc.p(sure)
+    speed = _speed_text(pred)
+    if speed:
+        doc.p(speed)
     if validation is not None:
         vmats = validation.to_dict()["mats"]
+        held = [_STAT_NAME.get(st, st) for st, c in validation.covered.items() if c]
+        missed = [_STAT_NAME.get(st, st) for st, c in validation.covered.items() if c is False]
+        if held or missed:
+            doc.p(
+                "The intervals held the measured MAT for: "
+                + (", ".join(held) or "none")
+                + ("; **missed** for: " + ", ".join(missed) if missed else "")
+                + "."
+            )
         errs = [
             f"{_STAT_NAME.get(s, s)} {_error_text(vmats[s])}"
             for s, e in validation.mat_error.items()
@@ -637,4 +649,21 @@ def _offered_text(checks: dict[str, Any], full: dict[str, Any]) -> str:
     return (
         "Offered load (every level loops the same window of the trace at level times its "
         "rate): " + "; ".join(parts) + "."
+    )
+
+
+def _speed_text(pred: Prediction) -> str:
+    """The CPU-time share's speed: nominal and measured (or assumed), and what it cost."""
+    share = pred.share
+    if share is None or share.kind != "cpu_time":
+        return ""
+    sp = share.speed
+    if sp is None or sp.method == "nominal":
+        return (
+            f"Share speed: {share.cpu_fraction:g} of the full target's, **assumed** (its "
+            "nominal CPU-time fraction, not measured)."
+        )
+    return (
+        f"Share speed: nominal {sp.nominal:g}, measured {sp.effective:.3g} ({sp.method}, "
+        f"{sp.cost_s:.1f} s of runs); the scaling uses the measured speed."
     )
