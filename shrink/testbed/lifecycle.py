@@ -337,7 +337,9 @@ def _use_cgroups(share: Share, cgroups: str) -> tuple[bool, Any]:
     if use_cg and not can_write_cgroups(layout):
         raise TopologyError(
             "no permission for cgroups (CPU-time shares need root or a delegated cgroup). "
-            "Without root, core shares work through CPU affinity: --share 0.5 or --share 0-1."
+            "Without root, core shares work through CPU affinity: `shrink testbed up --share "
+            "0-1` (or --share 0.5), or `shrink predict --share-kind cores` with an alpha "
+            "of whole cores."
         )
     return use_cg, layout
 
