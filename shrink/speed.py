@@ -11,15 +11,64 @@ the report says so). ``trace`` is the (sampled) trace whose request classes are
 probed. ``nominal`` is the share's fraction (alpha). ``budget_s`` bounds the
 seconds the probe may spend on runs. The result's ``effective`` is what the SHRiNK
 transform scales a CPU-time share by in place of alpha.
+
+Method: a light-load probe, per class. For each request class of the trace a
+probe trace is made of that class's requests alone (drawn from the trace with
+their frequencies, one request per session, evenly spaced). A pilot on the full
+target finds the rate that keeps it about 40% busy; then the full target runs the
+probe at that rate and the share at 0.6 ``nominal`` times it (a share slower than
+nominal runs busier; one that saturates is probed again, lighter). Each side's
+capacity for the class is its throughput over its utilization (the utilization law:
+a server X busy U serves at most X / U); the class's speed is the share's capacity
+over the full target's.
+For a live testbed, utilization is the server processes' CPU over what the share
+may use, so the speed is ``nominal * cpu_per_request_full / cpu_per_request_share``:
+it carries exactly what a time-sliced core costs a request more than a whole one.
+A target that reports no utilization is compared by mean light-load latency
+instead (a slower server's response time at light load is its service time).
+
+The effective speed is the demand-weighted harmonic mean: with ``w_c`` the full
+target's CPU demand of class ``c`` in the trace (count times cost),
+``effective = sum(w) / sum(w_c / speed_c)``; throughput at saturation scales by it.
 """
 
 from __future__ import annotations
 
-from shrink.share import ShareSpeed
-from shrink.target import Target
-from shrink.trace import Trace
+import math
+import time
+from dataclasses import dataclass
 
-__all__ = ["measure_speed"]
+import numpy as np
+
+from shrink.errors import MeasurementError
+from shrink.share import ShareSpeed
+from shrink.target import RunResult, Target
+from shrink.trace import Trace
+from shrink.validation import check_alpha, check_positive
+
+__all__ = ["measure_speed", "probe_trace"]
+
+PILOT_RATE = 10.0  # req/s on the full target: light for any page of the demo's kind
+# Full target's utilization during the probe: light, yet enough CPU for the server's
+# accounting (in 10 ms clock ticks per process) to resolve a cheap class.
+TARGET_BUSY = 0.4
+# The share's probe rate, relative to nominal times the full target's: a share slower
+# than nominal runs busier, and X / U fails once it saturates.
+SHARE_LOAD = 0.6
+SATURATED = 0.9
+MAX_RATE = 2000.0  # req/s on the full target: what one generator CPU sends with margin
+PILOT_S = (0.3, 1.0)  # warmup, duration of the pilot run
+WARMUP_S = 0.5
+
+
+@dataclass(frozen=True)
+class _Side:
+    """One class on one target: requests measured, capacity (req/s at 100% busy)."""
+
+    n: int
+    capacity: float | None  # throughput / utilization; None without a utilization
+    latency: float  # mean response time, seconds
+    utilization: float | None
 
 
 def measure_speed(
@@ -31,6 +80,118 @@ def measure_speed(
     seed: int = 0,
     budget_s: float = 20.0,
 ) -> ShareSpeed:
-    """The share's measured speed per class; the nominal speed until a probe exists."""
-    del share_target, full_target, trace, seed, budget_s  # filled in by the probe work
-    return ShareSpeed.assumed(nominal)
+    """The share's measured speed per class (see the module docstring for the method)."""
+    nominal = check_alpha(nominal, "nominal")
+    budget_s = check_positive(budget_s, "budget_s")
+    if full_target is None:
+        return ShareSpeed.assumed(nominal)
+    t0 = time.monotonic()
+    cls = trace.column("cls") if len(trace) else np.array([], dtype=object)
+    classes, counts = np.unique(cls.astype(str), return_counts=True)
+    if classes.size == 0:
+        raise MeasurementError("measure_speed: the trace has no requests to probe")
+    per_class_s = budget_s / classes.size
+    # pilot, full run, share run; the share's window is the longer (it serves fewer)
+    duration = max(1.0, (per_class_s - sum(PILOT_S) - 2 * WARMUP_S) / 2)
+    speeds: dict[str, float] = {}
+    demand: dict[str, float] = {}
+    for k, (c, n_c) in enumerate(zip(classes.tolist(), counts.tolist(), strict=True)):
+        rng_seed = seed + 101 * k
+        rate = _light_rate(full_target, trace, c, rng_seed)
+        full = _side(full_target, trace, c, rate, duration, rng_seed + 1)
+        share = _side(share_target, trace, c, rate * nominal * SHARE_LOAD, duration, rng_seed + 2)
+        if share.utilization is not None and share.utilization >= SATURATED:
+            # Slower than nominal by more than 1/SHARE_LOAD: X / U needs U under 1.
+            r = rate * nominal * SHARE_LOAD * TARGET_BUSY / share.utilization
+            share = _side(share_target, trace, c, r, duration, rng_seed + 3)
+        speed = _speed(full, share, nominal, c)
+        speeds[c] = speed
+        # CPU demand of the class on the full target: its count times its cost.
+        cost = 1.0 / full.capacity if full.capacity else full.latency
+        demand[c] = n_c * cost
+    total = sum(demand.values())
+    effective = total / sum(demand[c] / speeds[c] for c in speeds) if total > 0 else nominal
+    return ShareSpeed(
+        nominal=nominal,
+        per_class=speeds,
+        effective=float(effective),
+        method="probe",
+        cost_s=time.monotonic() - t0,
+    )
+
+
+def probe_trace(trace: Trace, cls: str, rate: float, seconds: float, seed: int) -> Trace:
+    """``cls``'s requests of ``trace`` (drawn by frequency), one a session, ``rate`` a second."""
+    idx = np.flatnonzero(trace.column("cls").astype(str) == cls)
+    n = max(2, math.ceil(rate * seconds) + 1)
+    rng = np.random.default_rng(seed)
+    pick = idx[rng.integers(0, idx.size, n)]
+    src = trace.take(pick)
+    columns = {
+        name: src.column(name)
+        for name in ("method", "path", "cls", "bytes", "status", "client")
+        if name in src.columns
+    }
+    if "body" in src.columns:
+        columns["body"] = src.column("body")
+    return Trace.from_columns(
+        {
+            **columns,
+            "session": np.arange(n, dtype=np.int64),
+            "burst": np.zeros(n, dtype=np.int32),
+            "t": np.arange(n, dtype=np.float64) / rate,
+            "think": np.zeros(n),
+            "rt": np.full(n, np.nan),
+        },
+        meta={"probe": cls, "rate": rate, "seed": seed},
+    )
+
+
+def _run(target: Target, trace: Trace, cls: str, rate: float, warm: float, dur: float, seed: int):
+    probe = probe_trace(trace, cls, rate, warm + dur, seed)
+    return target.run(probe, rate_factor=1.0, warmup=warm, duration=dur, seed=seed)
+
+
+def _light_rate(full: Target, trace: Trace, cls: str, seed: int) -> float:
+    """The rate that keeps ``full`` about TARGET_BUSY busy on ``cls`` (from a pilot)."""
+    res = _run(full, trace, cls, PILOT_RATE, PILOT_S[0], PILOT_S[1], seed)
+    side = _measured(res)
+    x = side.n / PILOT_S[1]
+    u = res.utilization
+    if u is None and math.isfinite(side.latency):
+        # Little's law: requests in the system, X * R, is the utilization of one server
+        # at light load (and over it with several, which only makes the probe lighter).
+        u = x * side.latency
+    if not u or u <= 0:
+        return PILOT_RATE
+    # A cheap class would ask for more than the generator itself can send.
+    return float(min(MAX_RATE, max(PILOT_RATE / 4, TARGET_BUSY * x / u)))
+
+
+def _measured(res: RunResult) -> _Side:
+    log = res.runlog.window(*res.window)
+    ok = log.ok_mask()
+    n = int(ok.sum())
+    span = res.window[1] - res.window[0]
+    lat = log.latencies()
+    mean_lat = float(np.mean(lat)) if lat.size else math.nan
+    u = res.utilization
+    cap = (n / span) / u if u and u > 0 and n and span > 0 else None
+    return _Side(n, cap, mean_lat, u)
+
+
+def _side(target: Target, trace: Trace, cls: str, rate: float, dur: float, seed: int) -> _Side:
+    return _measured(_run(target, trace, cls, rate, WARMUP_S, dur, seed))
+
+
+def _speed(full: _Side, share: _Side, nominal: float, cls: str) -> float:
+    if full.n == 0 or share.n == 0:
+        raise MeasurementError(
+            f"measure_speed: class {cls!r}: no request completed in the probe's window "
+            f"(full target {full.n}, share {share.n}); is the server answering?"
+        )
+    if full.capacity and share.capacity:
+        return share.capacity / full.capacity
+    if full.latency > 0 and share.latency > 0:
+        return full.latency / share.latency
+    return nominal
