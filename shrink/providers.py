@@ -87,6 +87,7 @@ class TestbedProvider:
         run_dir: str | Path = ".",
         engine: dict[str, Any] | None = None,
         php_children_per_core: int = 4,
+        enforce: str | None = None,
     ) -> None:
         from shrink.topology import discover
 
@@ -106,6 +107,7 @@ class TestbedProvider:
         self.run_dir = Path(run_dir)
         self.engine = engine or {}
         self.php_children_per_core = php_children_per_core
+        self.enforce = enforce  # shrink.enforce mechanism; None: its default
         self._opened = 0
 
     def machine(self) -> Machine:
@@ -148,6 +150,7 @@ class TestbedProvider:
             state_path=state_path,
             port=0,
             php_children_per_core=self.php_children_per_core,
+            **({"enforce": self.enforce} if self.enforce else {}),
         )
         try:
             live = LiveTarget.from_state(

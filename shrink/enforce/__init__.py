@@ -1,0 +1,111 @@
+"""How a CPU-time share is enforced: one small protocol, several mechanisms (issue #15).
+
+A CPU-time share of ``f`` (``1@25%``) must make the share's CPUs a server at ``f``
+of the speed. Mechanisms (``--enforce``):
+
+* ``cfs`` (:mod:`shrink.enforce.cfs`): a CFS bandwidth quota on the server's
+  cgroup, ``f * period`` of every period (4 ms / 16 ms at 25% on this VM, HZ=250).
+  Coarse: a light request runs at full speed inside the quota and waits up to
+  ``period - quota`` outside it, so light-load latency is bimodal, and loopback
+  work done in softirq context escapes the quota.
+* ``corunner`` (:mod:`shrink.enforce.corunner`): a SCHED_FIFO process pinned to
+  each of the share's CPUs spins ``(1 - f)`` of every 1 ms period. The server
+  runs in the gaps, so the CPU is slower at a 1 ms grain for everything on it,
+  softirqs included, and the vCPU never halts in the gaps.
+
+SCHED_DEADLINE (what was found, 2026-11-24, kernel 6.18): it cannot hold a
+shared budget for a group. Its budgets are per task (each php-cgi child would get
+its own ``f``), and a deadline task may not be pinned (``sched_setattr`` with a
+one-CPU affinity: EPERM; pinning a deadline task: EBUSY) unless cpusets split the
+machine into root domains, which reschedules every other process on it. A
+deadline *co-runner* (runtime ``(1-f) * period``) is therefore not pinnable
+either. The kernel's per-CPU fair server (a deadline server for all normal
+tasks, 6.12+) would be the exact mechanism with a FIFO spinner at 100%, but its
+knobs live in debugfs, which this VM refuses (EPERM) even to root.
+
+The protocol, in the order the testbed calls it: ``start(cpus)`` before the
+server starts; ``join(pid)`` between fork and exec of the server's first process
+(must not fork); ``add(pids)`` with every server PID once they run (a server
+recipe reports them); ``usage_s()``; ``stop()``; ``describe()`` (recorded in the
+testbed state's share and so in every result file); ``to_dict()`` for the state
+file, read back by :func:`enforcer_from_dict` to stop it from another process.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from shrink.enforce.cfs import CfsQuota, CgroupLayout
+from shrink.errors import TopologyError
+
+__all__ = ["DEFAULT", "MECHANISMS", "Enforcer", "enforcer_from_dict", "make_enforcer"]
+
+MECHANISMS = ("cfs", "corunner")
+DEFAULT = "cfs"
+
+
+@runtime_checkable
+class Enforcer(Protocol):
+    """Makes a replica's CPUs a share: limits, membership, accounting."""
+
+    mechanism: str
+
+    def start(self, cpus: tuple[int, ...]) -> None: ...
+
+    def join(self, pid: int) -> None: ...
+
+    def add(self, pids: list[int]) -> None: ...
+
+    def pids(self) -> list[int]: ...
+
+    def usage_s(self) -> float | None: ...
+
+    def stop(self) -> None: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+def make_enforcer(
+    mechanism: str,
+    *,
+    name: str,
+    cpu_fraction: float,
+    period_us: int | None,
+    layout: CgroupLayout | None,
+) -> Enforcer:
+    """The enforcer ``mechanism`` for one replica; ``layout`` None: no cgroups may be used.
+
+    ``period_us`` is the CFS period (the co-runner keeps its own 1 ms period). A
+    core share (``cpu_fraction`` 1.0) gets a cgroup without a quota whatever the
+    mechanism, as before the mechanisms existed.
+    """
+    if mechanism not in MECHANISMS:
+        raise TopologyError(
+            f"enforce == {mechanism!r}, must be one of {', '.join(MECHANISMS)} "
+            "(SCHED_DEADLINE cannot hold a group's budget: see shrink.enforce)."
+        )
+    if mechanism == "corunner" and cpu_fraction < 1.0:
+        from shrink.enforce.corunner import CoRunner
+
+        return CoRunner(name, layout, cpu_fraction=cpu_fraction)
+    if layout is None:
+        raise TopologyError(
+            "a CFS quota needs cgroups (root or a delegated cgroup); "
+            "--enforce corunner needs only root"
+        )
+    return CfsQuota(name, layout, cpu_fraction=cpu_fraction, period_us=period_us)
+
+
+def enforcer_from_dict(d: dict[str, Any]) -> Enforcer:
+    """The enforcer a state file recorded (``to_dict``), to account or stop it."""
+    if d.get("mechanism") == "corunner":
+        from shrink.enforce.corunner import CoRunner
+
+        return CoRunner.from_dict(d)
+    if d.get("mechanism") == "fake":
+        from shrink.enforce.fake import FakeEnforcer
+
+        return FakeEnforcer.from_dict(d)
+    return CfsQuota.from_dict(d)

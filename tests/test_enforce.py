@@ -1,0 +1,118 @@
+"""shrink.enforce: the mechanisms of a CPU-time share behind one protocol."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from shrink.enforce import Enforcer, enforcer_from_dict, make_enforcer
+from shrink.enforce.cfs import CfsQuota, CgroupLayout
+from shrink.enforce.corunner import CoRunner, build_helper
+from shrink.enforce.fake import FakeEnforcer
+from shrink.errors import TopologyError
+from shrink.testbed import process
+
+
+def _v1(tmp_path: Path) -> CgroupLayout:
+    for c in ("cpu", "cpuacct", "cpuset"):
+        (tmp_path / c).mkdir()
+    (tmp_path / "cpuset" / "cpuset.cpus").write_text("0-1\n")
+    (tmp_path / "cpuset" / "cpuset.mems").write_text("0\n")
+    return CgroupLayout(1, tmp_path / "cpu", tmp_path / "cpuset", tmp_path / "cpuacct")
+
+
+def test_every_mechanism_and_the_fake_keep_the_protocol(tmp_path):
+    lay = _v1(tmp_path)
+    for enf in (
+        make_enforcer("cfs", name="a", cpu_fraction=0.25, period_us=16000, layout=lay),
+        make_enforcer("corunner", name="b", cpu_fraction=0.25, period_us=16000, layout=None),
+        FakeEnforcer(0.25),
+    ):
+        assert isinstance(enf, Enforcer)
+        assert _round_trip(enf).describe() == enf.describe()
+
+
+def _round_trip(enf: Enforcer) -> Enforcer:
+    return enforcer_from_dict(enf.to_dict())
+
+
+def test_cfs_writes_the_quota_for_the_replicas_cpus(tmp_path):
+    lay = _v1(tmp_path)
+    enf = make_enforcer("cfs", name="r0", cpu_fraction=0.25, period_us=16000, layout=lay)
+    enf.start((1,))
+    group = tmp_path / "cpu" / "shrink" / "r0"
+    assert (group / "cpu.cfs_quota_us").read_text() == "4000"
+    assert (group / "cpu.cfs_period_us").read_text() == "16000"
+    assert (tmp_path / "cpuset" / "shrink" / "r0" / "cpuset.cpus").read_text() == "1"
+    assert enf.describe() == {
+        "mechanism": "cfs",
+        "cpu_fraction": 0.25,
+        "quota_us": 4000,
+        "period_us": 16000,
+    }
+    back = enforcer_from_dict(enf.to_dict())
+    assert isinstance(back, CfsQuota) and back.cgroup.dirs == enf.cgroup.dirs
+
+
+def test_a_core_share_gets_a_group_without_a_quota(tmp_path):
+    lay = _v1(tmp_path)
+    for mech in ("cfs", "corunner"):
+        enf = make_enforcer(mech, name=mech, cpu_fraction=1.0, period_us=None, layout=lay)
+        enf.start((0, 1))
+        assert isinstance(enf, CfsQuota) and enf.describe()["mechanism"] == "none"
+        assert not (tmp_path / "cpu" / "shrink" / mech).exists()
+
+
+def test_bad_choices_are_refused_with_what_works():
+    with pytest.raises(TopologyError, match=r"enforce == 'deadline', must be one of cfs, corunner"):
+        make_enforcer("deadline", name="x", cpu_fraction=0.25, period_us=16000, layout=None)
+    with pytest.raises(TopologyError, match=r"needs cgroups .* corunner needs only root"):
+        make_enforcer("cfs", name="x", cpu_fraction=0.25, period_us=16000, layout=None)
+    with pytest.raises(TopologyError, match=r"cpu_fraction == 0.02: .* at most 95%"):
+        CoRunner("x", None, cpu_fraction=0.02)
+
+
+def test_corunner_spins_the_rest_of_each_period():
+    c = CoRunner("x", None, cpu_fraction=0.25)
+    assert (c.period_us, c.spin_us) == (1000, 750)
+    c.cpus, c.spinners = (1,), {123: 456}
+    back = CoRunner.from_dict(c.to_dict())
+    assert (back.cpus, back.spinners, back.spin_us) == ((1,), {123: 456}, 750)
+
+
+def test_a_state_file_from_before_the_mechanisms_reads_as_cfs():
+    from shrink.testbed.lifecycle import _enforcer
+    from shrink.testbed.state import ReplicaState
+
+    r = ReplicaState("r0", "127.0.0.1", 1, [1], 1, [1], [], {}, {}, "", "", "")
+    assert _enforcer(r) is None
+    r.cgroup = {"name": "g", "version": 1, "dirs": {"cpu": "/nonexistent/g"}}
+    assert isinstance(_enforcer(r), CfsQuota)
+
+
+@pytest.mark.root
+@pytest.mark.skipif(os.cpu_count() is None or os.cpu_count() < 2, reason="needs CPU 1")
+@pytest.mark.skipif(os.geteuid() != 0, reason="SCHED_FIFO needs root")
+def test_corunner_takes_its_part_of_the_cpu_and_stops():
+    if build_helper() is None and shutil.which("cc") is None:
+        pytest.skip("no C compiler: the Python fallback is coarser")
+    c = CoRunner("x", None, cpu_fraction=0.25)
+    c.start((1,))
+    c.add([os.getpid()])
+    try:
+        (pid,) = c.spinners
+        before = process.proc_info(pid)
+        time.sleep(1.0)
+        after = process.proc_info(pid)
+        assert before is not None and after is not None
+        used = (after.utime + after.stime - before.utime - before.stime) / os.sysconf("SC_CLK_TCK")
+        # 0.75 s of every second; a busy host may delay its wake-ups, never add to them
+        assert 0.5 < used < 0.85, used
+        assert os.sched_getscheduler(pid) == os.SCHED_FIFO
+    finally:
+        c.stop()
+    assert not process.is_alive(pid)
