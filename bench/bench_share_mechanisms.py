@@ -7,8 +7,9 @@
 The server (lighttpd + php-cgi, the testbed) runs on CPU 1, wrk -t1 pinned to CPU 0.
 In one run it measures the whole core and each mechanism of shrink.enforce at alpha,
 page by page: light load (wrk -c1: p50, p99), saturation (wrk -c8: req/s), and the
-server processes' CPU and minor page faults per request (from /proc/PID/stat, user
-and system apart). The reference is the ideal slower server: the whole core measured
+server processes' CPU per request (the scheduler's nanosecond count,
+/proc/PID/task/*/schedstat), its system part (clock ticks, /proc/PID/stat: coarse)
+and minor page faults per request. The reference is the ideal slower server: the whole core measured
 in the same round, its latency divided by alpha, its throughput times alpha, its CPU
 per request unchanged. Each figure is printed as a ratio to that ideal (1.00 is
 faithful; CPU above 1 means a request costs more on the share). The mechanisms
@@ -43,23 +44,21 @@ PAGES = {
 SERVER_CPU, GENERATOR_CPU = 1, 0
 
 
-def _proc(pid: int) -> tuple[float, float, int]:
-    """user s, system s, minor faults of a process."""
-    text = Path(f"/proc/{pid}/stat").read_text()
-    f = text[text.rindex(")") + 2 :].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return int(f[11]) / tick, int(f[12]) / tick, int(f[7])
-
-
 def _server_counters(pids: list[int]) -> tuple[float, float, int]:
-    u = s = flt = 0.0
+    """CPU s (the scheduler's ns count), system s (clock ticks), minor faults, summed."""
+    from shrink.replay.selfcheck import process_cpu_seconds
+
+    cpu = sys_s = flt = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
     for p in pids:
         try:
-            a, b, c = _proc(p)
+            text = Path(f"/proc/{p}/stat").read_text()
+            cpu += process_cpu_seconds(p)
         except (OSError, ValueError):
             continue
-        u, s, flt = u + a, s + b, flt + c
-    return u, s, int(flt)
+        f = text[text.rindex(")") + 2 :].split()
+        sys_s, flt = sys_s + int(f[12]) / tick, flt + int(f[7])
+    return cpu, sys_s, int(flt)
 
 
 def _unit(v: str) -> float:
@@ -111,7 +110,7 @@ def _measure(base: str, pids: list[int], page: str, seconds: int) -> dict[str, f
         "p99_ms": light["p99_ms"],
         "light_rps": light["rps"],
         "sat_rps": sat["rps"],
-        "user_ms": 1e3 * (after[0] - before[0]) / n,
+        "cpu_ms": 1e3 * (after[0] - before[0]) / n,
         "sys_ms": 1e3 * (after[1] - before[1]) / n,
         "faults": (after[2] - before[2]) / n,
     }
@@ -147,8 +146,7 @@ def _docroot(work: Path) -> Path:
 
 
 def _ratios(m: dict[str, float], whole: dict[str, float], alpha: float) -> dict[str, float]:
-    cpu = m["user_ms"] + m["sys_ms"]
-    cpu_w = whole["user_ms"] + whole["sys_ms"]
+    cpu, cpu_w = m["cpu_ms"], whole["cpu_ms"]
     return {
         "p50": m["p50_ms"] / (whole["p50_ms"] / alpha),
         "p99": m["p99_ms"] / (whole["p99_ms"] / alpha),
@@ -207,14 +205,14 @@ def _report(rows: list[dict[str, Any]], a: argparse.Namespace) -> None:
         "ideal slower server (the whole core of the same round, latency / alpha, "
         "throughput * alpha); median over rounds"
     )
-    print("| mechanism | page | p50 | p99 | saturation | CPU/req | user+sys ms/req | faults/req |")
+    print("| mechanism | page | p50 | p99 | saturation | CPU/req | CPU ms/req (sys) | faults |")
     print("|---|---|---|---|---|---|---|---|")
     for mech in ["whole", *a.mechanisms]:
         for page in a.pages:
             mine = [r for r in rows if r["mechanism"] == mech and r["page"] == page]
             rat = [_ratios(r, whole[(r["round"], page)], a.alpha) for r in mine]
             med = {k: statistics.median(x[k] for x in rat) for k in rat[0]} if rat else {}
-            user = statistics.median(r["user_ms"] for r in mine)
+            cpu = statistics.median(r["cpu_ms"] for r in mine)
             sys_ = statistics.median(r["sys_ms"] for r in mine)
             flt = statistics.median(r["faults"] for r in mine)
             cells = (
@@ -225,7 +223,7 @@ def _report(rows: list[dict[str, Any]], a: argparse.Namespace) -> None:
             print(
                 f"| {mech} | {page} | "
                 + " | ".join(cells)
-                + f" | {user:.3f}+{sys_:.3f} | {flt:.0f} |"
+                + f" | {cpu:.3f} ({sys_:.3f}) | {flt:.0f} |"
             )
 
 

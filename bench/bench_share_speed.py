@@ -1,0 +1,125 @@
+"""Does the light-load speed probe predict what a request costs at high load?
+
+    python bench/bench_share_speed.py                         # both mechanisms, 2 pairs
+    python bench/bench_share_speed.py --enforce corunner --pairs 3
+
+On the demo's workload (its Support trace and docroot; the share gets alpha 0.25 of
+the sessions on a 25% CPU-time share of CPU 1, the full target is the whole CPU 1),
+per mechanism:
+
+1. ``shrink.speed.measure_speed`` probes each request class at light load on both
+   targets; it predicts the full / share CPU per request of the trace's mix as
+   ``effective / nominal`` (the demand-weighted harmonic mean of the class speeds).
+2. A pilot finds the rate factor that keeps the full target ~80% busy; the full
+   trace runs there on the full target, and the sample on the share at that rate
+   factor times ``effective / nominal`` (so the share is ~80% busy too), in pairs
+   back to back, alternating which goes first.
+3. The measured ratio is the full target's server CPU per request over the share's,
+   per pair (the reference measured in the same run); printed next to the predicted
+   one. A ratio of 1 would be a share that costs what the whole core costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+ALPHA = 0.25
+SHARE = {"kind": "cpu_time", "cpus": [1], "fraction": 0.125, "cpu_fraction": ALPHA}
+FULL = {"kind": "cores", "cpus": [1], "fraction": 0.5}
+
+
+def _cpu_per_request(res: Any) -> float | None:
+    cpu = (res.describe or {}).get("server_cpu")
+    log = res.runlog.window(*res.window)
+    n = int(log.ok_mask().sum())
+    span = res.window[1] - res.window[0]
+    return float(cpu) * span / n if cpu is not None and n else None
+
+
+def _busy_factor(target: Any, trace: Any, want: float, seed: int) -> float:
+    """The rate factor at which ``target`` is ``want`` busy (two pilot steps)."""
+    f = 0.5
+    for _ in range(2):
+        res = target.run(trace, rate_factor=f, warmup=1.0, duration=2.0, seed=seed)
+        u = res.utilization or 0.0
+        f = f * want / u if u > 0 else f * 4
+    return f
+
+
+def bench(mech: str, work: Path, trace: Any, sample: Any, docroot: Path, pairs: int) -> dict:
+    from shrink.providers import TestbedProvider
+    from shrink.speed import measure_speed
+
+    prov = TestbedProvider(docroot, run_dir=work / f"runs-{mech}", enforce=mech)
+    with prov.open(SHARE, "1-replica") as share, prov.open(FULL, "1-replica") as full:
+        t0 = time.monotonic()
+        speed = measure_speed(share, full, sample, nominal=ALPHA, seed=1)
+        probe_wall = time.monotonic() - t0
+        f_full = _busy_factor(full, trace, 0.8, seed=3)
+        f_share = f_full * speed.effective / ALPHA
+        ratios, utils = [], []
+        for k in range(pairs):
+            first_full = k % 2 == 0
+            runs = {}
+            for side in ("full", "share") if first_full else ("share", "full"):
+                tgt, tr, f = (full, trace, f_full) if side == "full" else (share, sample, f_share)
+                runs[side] = tgt.run(tr, rate_factor=f, warmup=2.0, duration=5.0, seed=10 + k)
+            cf, cs = _cpu_per_request(runs["full"]), _cpu_per_request(runs["share"])
+            utils.append((runs["full"].utilization, runs["share"].utilization))
+            if cf and cs:
+                ratios.append(cf / cs)
+    return {
+        "mechanism": mech,
+        "speed": speed,
+        "probe_wall_s": probe_wall,
+        "predicted": speed.effective / ALPHA,
+        "measured": ratios,
+        "utilization": utils,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+
+    import samplers
+    from shrink.demo import _synth
+    from shrink.trace import Trace
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--enforce", nargs="+", default=["cfs", "corunner"])
+    ap.add_argument("--pairs", type=int, default=2)
+    a = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="shrink-speed-") as tmp:
+        work = Path(tmp)
+        trace_path, docroot = _synth(work, Console(stderr=True))
+        trace = Trace.read_parquet(trace_path)
+        sample = samplers.sample(trace, ALPHA, seed=0, level="session")
+        rows = [bench(m, work, trace, sample, docroot, a.pairs) for m in a.enforce]
+    print(
+        "| mechanism | probe: per-class speed (alpha scale) | probe s | predicted full/share "
+        "CPU per request | measured at ~80% load (median, pairs) | utilization full/share |"
+    )
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        sp = r["speed"]
+        classes = ", ".join(f"{c} {v:.3f}" for c, v in sp.per_class.items())
+        meas = r["measured"]
+        med = f"{statistics.median(meas):.3f} ({', '.join(f'{x:.3f}' for x in meas)})"
+        ut = "; ".join(f"{u or 0:.2f}/{v or 0:.2f}" for u, v in r["utilization"])
+        print(
+            f"| {r['mechanism']} | {classes}; effective {sp.effective:.3f} | "
+            f"{r['probe_wall_s']:.1f} | {r['predicted']:.3f} | {med if meas else '-'} | {ut} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
