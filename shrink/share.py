@@ -101,7 +101,8 @@ class ShareSpeed:
     of ``per_class`` (what throughput scales by). ``method``: how it was obtained
     (``probe``: a light-load probe on the share and the full target; ``nominal``:
     assumed equal to ``nominal``, no measurement). ``cost_s``: seconds the
-    measurement took.
+    measurement took. ``notes``: what the report should say about it (a class
+    whose probe was unusable and was assumed nominal, and why).
     """
 
     nominal: float
@@ -109,6 +110,7 @@ class ShareSpeed:
     effective: float = 0.0
     method: str = "nominal"
     cost_s: float = 0.0
+    notes: tuple[str, ...] = ()
 
     @classmethod
     def assumed(cls, nominal: float) -> ShareSpeed:
@@ -122,6 +124,7 @@ class ShareSpeed:
             "effective": self.effective,
             "method": self.method,
             "cost_s": self.cost_s,
+            "notes": list(self.notes),
         }
 
     @classmethod
@@ -132,6 +135,7 @@ class ShareSpeed:
             effective=float(d.get("effective", d["nominal"])),
             method=str(d.get("method", "nominal")),
             cost_s=float(d.get("cost_s", 0.0)),
+            notes=tuple(str(n) for n in d.get("notes", ())),
         )
 
 

@@ -2,15 +2,16 @@
 
 Interface (stable; the predict pipeline calls it, the share work fills it in):
 
-    measure_speed(share_target, full_target, trace, *, nominal, seed=0, budget_s=20.0)
-        -> ShareSpeed
+    measure_speed(share_target, full_target, trace, *, nominal, seed=0, budget_s=20.0,
+                  load=0.4) -> ShareSpeed
 
 ``share_target`` runs on the share, ``full_target`` on the whole target (None when
 the user has no full target: then the speed is assumed, ``method="nominal"``, and
 the report says so). ``trace`` is the (sampled) trace whose request classes are
 probed. ``nominal`` is the share's fraction (alpha). ``budget_s`` bounds the
-seconds the probe may spend on runs. The result's ``effective`` is what the SHRiNK
-transform scales a CPU-time share by in place of alpha.
+seconds the probe may spend on runs; ``load`` is the full target's utilization
+during the probe. The result's ``effective`` is what the SHRiNK transform scales a
+CPU-time share by in place of alpha.
 
 Method: a light-load probe, per class. For each request class of the trace a
 probe trace is made of that class's requests alone (drawn from the trace with
@@ -61,6 +62,7 @@ TARGET_BUSY = 0.4
 # busier, and X / U fails once it saturates: it is probed again, lighter.
 SHARE_LOAD = 1.0
 SATURATED = 0.9
+MIN_REQUESTS = 20
 MAX_RATE = 2000.0  # req/s on the full target: what one generator CPU sends with margin
 PILOT_S = (0.3, 1.0)  # warmup, duration of the pilot run
 WARMUP_S = 0.5
@@ -74,6 +76,7 @@ class _Side:
     capacity: float | None  # throughput / utilization; None without a utilization
     latency: float  # mean response time, seconds
     utilization: float | None
+    behind: bool  # the generator fell behind its schedule
 
 
 def measure_speed(
@@ -84,10 +87,17 @@ def measure_speed(
     nominal: float,
     seed: int = 0,
     budget_s: float = 20.0,
+    load: float = TARGET_BUSY,
 ) -> ShareSpeed:
-    """The share's measured speed per class (see the module docstring for the method)."""
+    """The share's measured speed per class (see the module docstring for the method).
+
+    A class whose probe cannot be trusted (too few requests, the generator behind,
+    a speed outside (0, 1]: a share faster than the whole target) is taken at
+    ``nominal``, and ``notes`` says so.
+    """
     nominal = check_alpha(nominal, "nominal")
     budget_s = check_positive(budget_s, "budget_s")
+    load = check_alpha(load, "load")
     if full_target is None:
         return ShareSpeed.assumed(nominal)
     t0 = time.monotonic()
@@ -100,16 +110,21 @@ def measure_speed(
     duration = max(1.0, (per_class_s - sum(PILOT_S) - 2 * WARMUP_S) / 2)
     speeds: dict[str, float] = {}
     demand: dict[str, float] = {}
+    notes: list[str] = []
     for k, (c, n_c) in enumerate(zip(classes.tolist(), counts.tolist(), strict=True)):
         rng_seed = seed + 101 * k
-        rate = _light_rate(full_target, trace, c, rng_seed)
+        rate = _light_rate(full_target, trace, c, rng_seed, load)
         full = _side(full_target, trace, c, rate, duration, rng_seed + 1)
         share = _side(share_target, trace, c, rate * nominal * SHARE_LOAD, duration, rng_seed + 2)
         if share.utilization is not None and share.utilization >= SATURATED:
             # Much slower than nominal: X / U needs U under 1.
-            r = rate * nominal * SHARE_LOAD * TARGET_BUSY / share.utilization
+            r = rate * nominal * SHARE_LOAD * load / share.utilization
             share = _side(share_target, trace, c, r, duration, rng_seed + 3)
         speed = _speed(full, share, nominal, c)
+        doubt = _doubt(full, share, speed)
+        if doubt:
+            notes.append(f"class {c!r}: assumed nominal {nominal:g} ({doubt})")
+            speed = nominal
         speeds[c] = speed
         # CPU demand of the class on the full target: its count times its cost.
         cost = 1.0 / full.capacity if full.capacity else full.latency
@@ -122,7 +137,19 @@ def measure_speed(
         effective=float(effective),
         method="probe",
         cost_s=time.monotonic() - t0,
+        notes=tuple(notes),
     )
+
+
+def _doubt(full: _Side, share: _Side, speed: float) -> str:
+    """Why a class's probe cannot be trusted, or ''."""
+    if min(full.n, share.n) < MIN_REQUESTS:
+        return f"{min(full.n, share.n)} requests measured, under {MIN_REQUESTS}"
+    if full.behind or share.behind:
+        return "the generator fell behind its schedule: the probe ran at another load"
+    if not 0 < speed <= 1:
+        return f"measured {speed:.3g}: a share cannot be faster than the whole target"
+    return ""
 
 
 def probe_trace(trace: Trace, cls: str, rate: float, seconds: float, seed: int) -> Trace:
@@ -157,8 +184,8 @@ def _run(target: Target, trace: Trace, cls: str, rate: float, warm: float, dur: 
     return target.run(probe, rate_factor=1.0, warmup=warm, duration=dur, seed=seed)
 
 
-def _light_rate(full: Target, trace: Trace, cls: str, seed: int) -> float:
-    """The rate that keeps ``full`` about TARGET_BUSY busy on ``cls`` (from a pilot)."""
+def _light_rate(full: Target, trace: Trace, cls: str, seed: int, load: float) -> float:
+    """The rate that keeps ``full`` about ``load`` busy on ``cls`` (from a pilot)."""
     res = _run(full, trace, cls, PILOT_RATE, PILOT_S[0], PILOT_S[1], seed)
     side = _measured(res)
     x = side.n / PILOT_S[1]
@@ -170,7 +197,7 @@ def _light_rate(full: Target, trace: Trace, cls: str, seed: int) -> float:
     if not u or u <= 0:
         return PILOT_RATE
     # A cheap class would ask for more than the generator itself can send.
-    return float(min(MAX_RATE, max(PILOT_RATE / 4, TARGET_BUSY * x / u)))
+    return float(min(MAX_RATE, max(PILOT_RATE / 4, load * x / u)))
 
 
 def _measured(res: RunResult) -> _Side:
@@ -182,7 +209,7 @@ def _measured(res: RunResult) -> _Side:
     mean_lat = float(np.mean(lat)) if lat.size else math.nan
     u = res.utilization
     cap = (n / span) / u if u and u > 0 and n and span > 0 else None
-    return _Side(n, cap, mean_lat, u)
+    return _Side(n, cap, mean_lat, u, bool(res.generator.behind))
 
 
 def _side(target: Target, trace: Trace, cls: str, rate: float, dur: float, seed: int) -> _Side:

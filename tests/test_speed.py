@@ -118,3 +118,22 @@ def test_bad_input_is_refused_with_the_field():
         measure_speed(FakeTarget(), FakeTarget(), _trace(), nominal=0.5, budget_s=0)
     with pytest.raises(MeasurementError, match="no requests"):
         measure_speed(FakeTarget(), FakeTarget(), Trace.empty(), nominal=0.5)
+
+
+def test_an_untrustworthy_class_is_assumed_nominal_and_noted():
+    # The full target's generator cannot send the cheap class's probe rate.
+    full = FakeTarget(demand=FULL, generator_capacity=100.0)
+    got = measure_speed(FakeTarget(demand=SHARE), full, _trace(), nominal=0.25)
+    assert got.per_class["static"] == 0.25
+    assert got.per_class["dynamic"] != 0.25
+    assert any("'static'" in n and "behind" in n for n in got.notes), got.notes
+    assert ShareSpeed.from_dict(got.to_dict()) == got
+
+
+def test_the_probe_load_is_a_choice():
+    light = measure_speed(
+        FakeTarget(demand=SHARE), FakeTarget(demand=FULL), _trace(), nominal=0.25, load=0.2
+    )
+    assert light.notes == () and set(light.per_class) == {"static", "dynamic"}
+    with pytest.raises(ParameterError, match="load"):
+        measure_speed(FakeTarget(), FakeTarget(), _trace(), nominal=0.25, load=0)
