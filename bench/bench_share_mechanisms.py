@@ -9,9 +9,12 @@ In one run it measures the whole core and each mechanism of shrink.enforce at al
 page by page: light load (wrk -c1: p50, p99), saturation (wrk -c8: req/s), and the
 server processes' CPU per request (the scheduler's nanosecond count,
 /proc/PID/task/*/schedstat), its system part (clock ticks, /proc/PID/stat: coarse)
-and minor page faults per request. The reference is the ideal slower server: the whole core measured
-in the same round, its latency divided by alpha, its throughput times alpha, its CPU
-per request unchanged. Each figure is printed as a ratio to that ideal (1.00 is
+and minor page faults per request; ``others`` is the part of CPU 1 that other
+processes took during the saturation run (0% on a quiet machine).
+
+The reference is the ideal slower server: the whole core measured in the same
+round, its latency divided by alpha, its throughput times alpha, its CPU per
+request unchanged. Each figure is printed as a ratio to that ideal (1.00 is
 faithful; CPU above 1 means a request costs more on the share). The mechanisms
 alternate within each round, in a rotated order, because this host's speed drifts.
 
@@ -97,13 +100,23 @@ def _wrk(url: str, conns: int, seconds: int) -> dict[str, float]:
     return res
 
 
-def _measure(base: str, pids: list[int], page: str, seconds: int) -> dict[str, float]:
+def _measure(
+    base: str, pids: list[int], spinners: list[int], page: str, seconds: int
+) -> dict[str, float]:
+    from shrink.replay.live import cpu_times
+
     url = base + PAGES[page]
     _wrk(url, 1, 1)  # warm: opcache, the allocator's chunks, the connection
     before = _server_counters(pids)
     light = _wrk(url, 1, seconds)
     after = _server_counters(pids)
+    # Under saturation the server would use all CPU 1 gives it: what else ran there
+    # (other users' processes, kernel threads) is what this machine took from the run.
+    t0, s0, r0 = cpu_times()[SERVER_CPU], _server_counters(pids), _server_counters(spinners)
     sat = _wrk(url, 8, seconds)
+    t1, s1, r1 = cpu_times()[SERVER_CPU], _server_counters(pids), _server_counters(spinners)
+    busy = (t1[0] - t0[0]) / max(t1[1] - t0[1], 1)
+    others = max(0.0, busy - (s1[0] - s0[0] + r1[0] - r0[0]) / seconds)
     n = max(light["requests"], 1.0)
     return {
         "p50_ms": light["p50_ms"],
@@ -113,6 +126,7 @@ def _measure(base: str, pids: list[int], page: str, seconds: int) -> dict[str, f
         "cpu_ms": 1e3 * (after[0] - before[0]) / n,
         "sys_ms": 1e3 * (after[1] - before[1]) / n,
         "faults": (after[2] - before[2]) / n,
+        "others": others,
     }
 
 
@@ -132,7 +146,8 @@ def _one(
     try:
         r = st.replicas[0]
         base = f"http://{r.address}:{r.port}"
-        return {p: _measure(base, r.pids, p, seconds) for p in pages}
+        spin = [int(p) for p in (r.enforce or {}).get("spinners", {})]
+        return {p: _measure(base, r.pids, spin, p, seconds) for p in pages}
     finally:
         testbed.down(state)
 
@@ -205,8 +220,11 @@ def _report(rows: list[dict[str, Any]], a: argparse.Namespace) -> None:
         "ideal slower server (the whole core of the same round, latency / alpha, "
         "throughput * alpha); median over rounds"
     )
-    print("| mechanism | page | p50 | p99 | saturation | CPU/req | CPU ms/req (sys) | faults |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "| mechanism | page | p50 | p99 | saturation | CPU/req | CPU ms/req (sys) | faults "
+        "| others |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for mech in ["whole", *a.mechanisms]:
         for page in a.pages:
             mine = [r for r in rows if r["mechanism"] == mech and r["page"] == page]
@@ -215,6 +233,7 @@ def _report(rows: list[dict[str, Any]], a: argparse.Namespace) -> None:
             cpu = statistics.median(r["cpu_ms"] for r in mine)
             sys_ = statistics.median(r["sys_ms"] for r in mine)
             flt = statistics.median(r["faults"] for r in mine)
+            others = statistics.median(r.get("others", 0.0) for r in mine)
             cells = (
                 ["-", "-", "-", "-"]
                 if mech == "whole"
@@ -223,7 +242,7 @@ def _report(rows: list[dict[str, Any]], a: argparse.Namespace) -> None:
             print(
                 f"| {mech} | {page} | "
                 + " | ".join(cells)
-                + f" | {cpu:.3f} ({sys_:.3f}) | {flt:.0f} |"
+                + f" | {cpu:.3f} ({sys_:.3f}) | {flt:.0f} | {others:.0%} |"
             )
 
 
