@@ -7,9 +7,11 @@ On the demo's workload (its Support trace and docroot; the share gets alpha 0.25
 the sessions on a 25% CPU-time share of CPU 1, the full target is the whole CPU 1),
 per mechanism:
 
-1. ``shrink.speed.measure_speed`` probes each request class at light load on both
-   targets; it predicts the full / share CPU per request of the trace's mix as
-   ``effective / nominal`` (the demand-weighted harmonic mean of the class speeds).
+1. ``shrink.speed.measure_speed`` probes each request class on both targets, at
+   each probe load of ``--loads`` (the full target's utilization; 0.4 is its
+   default, 0.8 is where MATs are measured); it predicts the full / share CPU per
+   request of the trace's mix as ``effective / nominal`` (``effective`` is the
+   demand-weighted harmonic mean of the class speeds).
 2. A pilot finds the rate factor that keeps the full target ~80% busy; the full
    trace runs there on the full target, and the sample on the share at that rate
    factor times ``effective / nominal`` (so the share is ~80% busy too), in pairs
@@ -54,15 +56,20 @@ def _busy_factor(target: Any, trace: Any, want: float, seed: int) -> float:
     return f
 
 
-def bench(mech: str, work: Path, trace: Any, sample: Any, docroot: Path, pairs: int) -> dict:
+def bench(
+    mech: str, work: Path, trace: Any, sample: Any, docroot: Path, pairs: int, loads: list[float]
+) -> dict:
     from shrink.providers import TestbedProvider
     from shrink.speed import measure_speed
 
     prov = TestbedProvider(docroot, run_dir=work / f"runs-{mech}", enforce=mech)
     with prov.open(SHARE, "1-replica") as share, prov.open(FULL, "1-replica") as full:
-        t0 = time.monotonic()
-        speed = measure_speed(share, full, sample, nominal=ALPHA, seed=1)
-        probe_wall = time.monotonic() - t0
+        probes = []
+        for load in loads:
+            t0 = time.monotonic()
+            sp = measure_speed(share, full, sample, nominal=ALPHA, seed=1, load=load)
+            probes.append((load, sp, time.monotonic() - t0))
+        speed = probes[0][1]
         f_full = _busy_factor(full, trace, 0.8, seed=3)
         f_share = f_full * speed.effective / ALPHA
         ratios, utils = [], []
@@ -78,9 +85,7 @@ def bench(mech: str, work: Path, trace: Any, sample: Any, docroot: Path, pairs: 
                 ratios.append(cf / cs)
     return {
         "mechanism": mech,
-        "speed": speed,
-        "probe_wall_s": probe_wall,
-        "predicted": speed.effective / ALPHA,
+        "probes": probes,
         "measured": ratios,
         "utilization": utils,
     }
@@ -96,28 +101,33 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--enforce", nargs="+", default=["cfs", "corunner"])
     ap.add_argument("--pairs", type=int, default=2)
+    ap.add_argument(
+        "--loads", type=float, nargs="+", default=[0.4, 0.8], help="probe loads to compare"
+    )
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="shrink-speed-") as tmp:
         work = Path(tmp)
         trace_path, docroot = _synth(work, Console(stderr=True))
         trace = Trace.read_parquet(trace_path)
         sample = samplers.sample(trace, ALPHA, seed=0, level="session")
-        rows = [bench(m, work, trace, sample, docroot, a.pairs) for m in a.enforce]
+        rows = [bench(m, work, trace, sample, docroot, a.pairs, a.loads) for m in a.enforce]
     print(
-        "| mechanism | probe: per-class speed (alpha scale) | probe s | predicted full/share "
-        "CPU per request | measured at ~80% load (median, pairs) | utilization full/share |"
+        "| mechanism | probe load | per-class speed (alpha scale) | probe s | predicted "
+        "full/share CPU per request | measured at ~80% load (median; pairs) | "
+        "utilization full/share |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
-        sp = r["speed"]
-        classes = ", ".join(f"{c} {v:.3f}" for c, v in sp.per_class.items())
         meas = r["measured"]
         med = f"{statistics.median(meas):.3f} ({', '.join(f'{x:.3f}' for x in meas)})"
         ut = "; ".join(f"{u or 0:.2f}/{v or 0:.2f}" for u, v in r["utilization"])
-        print(
-            f"| {r['mechanism']} | {classes}; effective {sp.effective:.3f} | "
-            f"{r['probe_wall_s']:.1f} | {r['predicted']:.3f} | {med if meas else '-'} | {ut} |"
-        )
+        for load, sp, wall in r["probes"]:
+            classes = ", ".join(f"{c} {v:.3f}" for c, v in sp.per_class.items())
+            note = f" ({'; '.join(sp.notes)})" if sp.notes else ""
+            print(
+                f"| {r['mechanism']} | {load:g} | {classes}; effective {sp.effective:.3f}{note} "
+                f"| {wall:.1f} | {sp.effective / ALPHA:.3f} | {med if meas else '-'} | {ut} |"
+            )
     return 0
 
 
