@@ -15,6 +15,7 @@ from typing import Any
 
 from shrink.errors import TopologyError
 from shrink.machine import Machine
+from shrink.replay.cluster import ClusterSpec
 from shrink.target import RunResult, Target
 from shrink.trace import Trace
 
@@ -88,6 +89,7 @@ class TestbedProvider:
         engine: dict[str, Any] | None = None,
         php_children_per_core: int = 4,
         enforce: str | None = None,
+        cluster: ClusterSpec | None = None,
     ) -> None:
         from shrink.topology import discover
 
@@ -108,6 +110,7 @@ class TestbedProvider:
         self.engine = engine or {}
         self.php_children_per_core = php_children_per_core
         self.enforce = enforce  # shrink.enforce mechanism; None: its default
+        self.cluster = cluster  # generators on a Ray cluster instead of this machine
         self._opened = 0
 
     def machine(self) -> Machine:
@@ -154,7 +157,10 @@ class TestbedProvider:
         )
         try:
             live = LiveTarget.from_state(
-                state_path, generator_cpus=list(self.generator_cpus), config=self.engine
+                state_path,
+                generator_cpus=list(self.generator_cpus),
+                config=self.engine,
+                cluster=self.cluster,
             )
             yield _ShareUtilization(live, f, len(cpus))
         finally:
@@ -198,6 +204,7 @@ def make_provider(
     docroot: str | Path | None = None,
     run_dir: str | Path = ".",
     server_cpus: tuple[int, ...] | None = None,
+    cluster: ClusterSpec | None = None,
 ) -> TestbedProvider | SimProvider:
     """``testbed`` (the real server on this machine) or ``sim:SPEC.toml``."""
     from shrink.topology import load_machine
@@ -209,5 +216,9 @@ def make_provider(
     if docroot is None:
         raise TopologyError("the testbed needs a document root (--docroot, from shrink synth)")
     return TestbedProvider(
-        docroot, machine=load_machine(machine), run_dir=run_dir, server_cpus=server_cpus
+        docroot,
+        machine=load_machine(machine),
+        run_dir=run_dir,
+        server_cpus=server_cpus,
+        cluster=cluster,
     )
