@@ -23,6 +23,33 @@ either. The kernel's per-CPU fair server (a deadline server for all normal
 tasks, 6.12+) would be the exact mechanism with a FIFO spinner at 100%, but its
 knobs live in debugfs, which this VM refuses (EPERM) even to root.
 
+Why memory-heavy requests cost more on a time-sliced core (measured 2026-11-24 on
+a busy 2-core VM, ``bench/bench_share_mechanisms.py``; RESULTS.md "share
+mechanisms"). The demo's page of 2 ms of CPU over an 8 MiB working set:
+
+* It faults in a fresh 8 MiB every request: 2,085 minor faults a request (8 MiB of
+  4 KiB pages). PHP's allocator serves a block above its 2 MiB chunk as a "huge
+  block", mmap'ed at allocation and unmapped at free, and the kernel zeroes each
+  fresh page. That is about half the page's CPU on the whole core (16.8 ms a
+  request; 8.5 ms with ``USE_ZEND_ALLOC=0``, glibc's malloc, which after the first
+  free raises its mmap threshold and keeps the memory: no faults). Transparent
+  huge pages are ``madvise`` here and PHP asks for them only with
+  ``USE_ZEND_ALLOC_HUGE_PAGES=1`` (5 faults a request, 11.1 ms).
+* Without the faults the share's excess does not go away: CPU per request on
+  the share over the whole core's was 1.27 (quota) and 1.73 (co-runner) with
+  ``USE_ZEND_ALLOC=0``, against 1.27 and 2.33 with PHP's own allocator. What
+  stays is the working set: a random walk over 8 MiB waits on memory, and a
+  time-sliced core loses its caches and TLB in the gaps (to whatever else runs on
+  the CPU, and on a VM to the host, which may halt and move an idle vCPU).
+  (A 1.5 MiB working set, inside the chunk and the L2, cost 1.06 and 1.76 under
+  the quota in two runs: on this host the noise is as large as the effect.)
+* So no server setting makes the share faithful for every class, and the share's
+  speed is measured per class (:mod:`shrink.speed`). php-cgi inherits
+  ``USE_ZEND_ALLOC`` and ``USE_ZEND_ALLOC_HUGE_PAGES`` from ``testbed up``'s
+  environment, so the allocator is a choice of the server under test. Every
+  figure here was taken while other processes took 60-80% of the server's CPU:
+  re-measure on a quiet machine.
+
 The protocol, in the order the testbed calls it: ``start(cpus)`` before the
 server starts; ``join(pid)`` between fork and exec of the server's first process
 (must not fork); ``add(pids)`` with every server PID once they run (a server
