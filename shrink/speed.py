@@ -16,18 +16,19 @@ CPU-time share by in place of alpha.
 Method: a light-load probe, per class. For each request class of the trace a
 probe trace is made of that class's requests alone (drawn from the trace with
 their frequencies, one request per session, evenly spaced). A pilot on the full
-target finds the rate that keeps it about 40% busy; then the full target runs the
-probe at that rate and the share at ``nominal`` times it, as a scaled run loads it
-(a share slower than nominal runs busier; one that saturates is probed again,
-lighter). Each side's
-capacity for the class is its throughput over its utilization (the utilization law:
-a server X busy U serves at most X / U); the class's speed is the share's capacity
-over the full target's.
-For a live testbed, utilization is the server processes' CPU over what the share
-may use, so the speed is ``nominal * cpu_per_request_full / cpu_per_request_share``:
-it carries exactly what a time-sliced core costs a request more than a whole one.
-A target that reports no utilization is compared by mean light-load latency
-instead (a slower server's response time at light load is its service time).
+target finds the rate that keeps it ``load`` busy (40%); then the full target
+runs the probe at that rate and the share at ``nominal`` times it, as a scaled run
+loads it (a share slower than nominal runs busier; one that saturates is probed
+again, lighter). Each side's capacity for the class is its throughput over its
+utilization (the utilization law: a server X busy U serves at most X / U); the
+class's speed is the share's capacity over the full target's. For a live testbed,
+utilization is the server processes' CPU over what the share may use, so the
+speed is ``nominal * cpu_per_request_full / cpu_per_request_share``: it carries
+exactly what a time-sliced core costs a request more than a whole one. A target
+that reports no utilization is compared by mean light-load latency instead (a
+slower server's response time at light load is its service time). The budget is
+split between the classes, and each run's start-up cost (measured on the pilot)
+comes out of it, so ``cost_s`` stays near ``budget_s``.
 
 The effective speed is the demand-weighted harmonic mean: with ``w_c`` the full
 target's CPU demand of class ``c`` in the trace (count times cost),
@@ -106,14 +107,18 @@ def measure_speed(
     if classes.size == 0:
         raise MeasurementError("measure_speed: the trace has no requests to probe")
     per_class_s = budget_s / classes.size
-    # pilot, full run, share run; the share's window is the longer (it serves fewer)
-    duration = max(1.0, (per_class_s - sum(PILOT_S) - 2 * WARMUP_S) / 2)
     speeds: dict[str, float] = {}
     demand: dict[str, float] = {}
     notes: list[str] = []
     for k, (c, n_c) in enumerate(zip(classes.tolist(), counts.tolist(), strict=True)):
         rng_seed = seed + 101 * k
+        t_pilot = time.monotonic()
         rate = _light_rate(full_target, trace, c, rng_seed, load)
+        # What a run costs beyond its seconds (a live target starts its generator
+        # processes each time): the pilot says, and the budget pays it too.
+        spent = time.monotonic() - t_pilot
+        overhead = max(0.0, spent - sum(PILOT_S))
+        duration = max(1.0, (per_class_s - spent - 2 * (WARMUP_S + overhead)) / 2)
         full = _side(full_target, trace, c, rate, duration, rng_seed + 1)
         share = _side(share_target, trace, c, rate * nominal * SHARE_LOAD, duration, rng_seed + 2)
         if share.utilization is not None and share.utilization >= SATURATED:
