@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import require_root, require_tool
 
 from shrink.enforce import Enforcer, enforcer_from_dict, make_enforcer
 from shrink.enforce.cfs import CfsQuota, CgroupLayout
@@ -116,3 +117,79 @@ def test_corunner_takes_its_part_of_the_cpu_and_stops():
     finally:
         c.stop()
     assert not process.is_alive(pid)
+
+
+def _live_docroot(tmp_path: Path) -> Path:
+    require_tool("php-cgi")
+    if shutil.which("lighttpd", path="/usr/sbin:/usr/bin:/usr/local/sbin") is None:
+        pytest.skip("lighttpd is not installed (make setup installs it as root)")
+    d = tmp_path / "doc"
+    (d / "static").mkdir(parents=True)
+    (d / "app").mkdir()
+    (d / "static" / "file1k.bin").write_bytes(bytes(range(256)) * 4)
+    (d / "app" / "page.php").write_text('<?php echo "page";\n')
+    return d
+
+
+@pytest.mark.live
+@pytest.mark.root
+def test_testbed_with_a_corunner_records_it_and_down_stops_it(tmp_path):
+    from shrink.share import Share
+    from shrink.testbed import down, up
+    from shrink.topology import discover
+
+    require_root()
+    m = discover()
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs CPU 1 apart from the test's own")
+    state = tmp_path / "tb.json"
+    st = up(
+        _live_docroot(tmp_path),
+        m,
+        Share.parse("1@25%", m),
+        state_path=state,
+        port=0,
+        enforce="corunner",
+    )
+    rec = st.replicas[0].enforce
+    try:
+        assert st.share["enforce"]["mechanism"] == "corunner"
+        assert rec is not None and rec["spin_us"] == 750
+        (spinner,) = (int(p) for p in rec["spinners"])
+        assert os.sched_getaffinity(spinner) == {1}
+    finally:
+        down(state)
+    assert not process.is_alive(spinner)
+    assert not any(process.is_alive(p) for p in st.replicas[0].pids)
+
+
+@pytest.mark.live
+@pytest.mark.root
+def test_a_refused_enforcer_leaves_no_server_behind(tmp_path, monkeypatch):
+    from shrink.share import Share
+    from shrink.testbed import process as proc
+    from shrink.testbed import up
+    from shrink.topology import discover
+
+    require_root()
+    m = discover()
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs CPU 1 apart from the test's own")
+
+    def refuse(self, watch):
+        raise TopologyError("the co-runner on CPU 1 exited (no SCHED_FIFO)")
+
+    monkeypatch.setattr(CoRunner, "_spawn", refuse)
+    before = {p for p in map(int, filter(str.isdigit, os.listdir("/proc")))}
+    with pytest.raises(TopologyError, match="co-runner"):
+        up(
+            _live_docroot(tmp_path),
+            m,
+            Share.parse("1@25%", m),
+            state_path=tmp_path / "s.json",
+            port=0,
+            enforce="corunner",
+        )
+    born = [p for p in proc.descendants(os.getpid()) if p not in before]
+    assert not [p for p in born if proc.is_alive(p)]
+    assert not (tmp_path / "s.json").exists()

@@ -217,6 +217,9 @@ def _start_replica(
         health.wait_healthy(
             r.address, r.port, timeout_s=timeout_s, still_running=lambda: master.poll() is None
         )
+    except TopologyError:  # the enforcer refused (a co-runner without root)
+        _kill_tree(master.pid)
+        raise
     except TestbedError as exc:
         _kill_tree(master.pid)
         raise TestbedError(
