@@ -92,9 +92,9 @@ def measure_speed(
 ) -> ShareSpeed:
     """The share's measured speed per class (see the module docstring for the method).
 
-    A class whose probe cannot be trusted (too few requests, the generator behind,
-    a speed outside (0, 1]: a share faster than the whole target) is taken at
-    ``nominal``, and ``notes`` says so.
+    A class whose probe cannot be trusted (too few requests, a latency measured
+    with the generator behind, a speed outside (0, 1]: a share faster than the
+    whole target) is taken at ``nominal``, and ``notes`` says so.
     """
     nominal = check_alpha(nominal, "nominal")
     budget_s = check_positive(budget_s, "budget_s")
@@ -130,6 +130,9 @@ def measure_speed(
         if doubt:
             notes.append(f"class {c!r}: assumed nominal {nominal:g} ({doubt})")
             speed = nominal
+        elif full.behind or share.behind:
+            # X / U holds at any load, so a late generator leaves the speed usable.
+            notes.append(f"class {c!r}: the generator fell behind; probed lighter than planned")
         speeds[c] = speed
         # CPU demand of the class on the full target: its count times its cost.
         cost = 1.0 / full.capacity if full.capacity else full.latency
@@ -150,8 +153,8 @@ def _doubt(full: _Side, share: _Side, speed: float) -> str:
     """Why a class's probe cannot be trusted, or ''."""
     if min(full.n, share.n) < MIN_REQUESTS:
         return f"{min(full.n, share.n)} requests measured, under {MIN_REQUESTS}"
-    if full.behind or share.behind:
-        return "the generator fell behind its schedule: the probe ran at another load"
+    if (full.behind or share.behind) and not (full.capacity and share.capacity):
+        return "the generator fell behind, and a latency needs the planned load"
     if not 0 < speed <= 1:
         return f"measured {speed:.3g}: a share cannot be faster than the whole target"
     return ""
