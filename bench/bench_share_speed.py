@@ -18,7 +18,9 @@ per mechanism:
    back to back, alternating which goes first.
 3. The measured ratio is the full target's server CPU per request over the share's,
    per pair (the reference measured in the same run); printed next to the predicted
-   one. A ratio of 1 would be a share that costs what the whole core costs.
+   one. ``others``: the part of CPU 1 other processes took in those runs (the
+   median; 0% on a quiet machine). A ratio of 1 would be a share that costs what
+   the whole core costs.
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ def bench(
         speed = probes[0][1]
         f_full = _busy_factor(full, trace, 0.8, seed=3)
         f_share = f_full * speed.effective / ALPHA
-        ratios, utils = [], []
+        ratios, utils, others = [], [], []
         for k in range(pairs):
             first_full = k % 2 == 0
             runs = {}
@@ -81,6 +83,7 @@ def bench(
                 runs[side] = tgt.run(tr, rate_factor=f, warmup=2.0, duration=5.0, seed=10 + k)
             cf, cs = _cpu_per_request(runs["full"]), _cpu_per_request(runs["share"])
             utils.append((runs["full"].utilization, runs["share"].utilization))
+            others.extend(float(r.describe.get("share_other_cpu") or 0.0) for r in runs.values())
             if cf and cs:
                 ratios.append(cf / cs)
     return {
@@ -88,6 +91,7 @@ def bench(
         "probes": probes,
         "measured": ratios,
         "utilization": utils,
+        "others": others,
     }
 
 
@@ -114,9 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "| mechanism | probe load | per-class speed (alpha scale) | probe s | predicted "
         "full/share CPU per request | measured at ~80% load (median; pairs) | "
-        "utilization full/share |"
+        "utilization full/share | others |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         meas = r["measured"]
         med = f"{statistics.median(meas):.3f} ({', '.join(f'{x:.3f}' for x in meas)})"
@@ -126,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
             note = f" ({'; '.join(sp.notes)})" if sp.notes else ""
             print(
                 f"| {r['mechanism']} | {load:g} | {classes}; effective {sp.effective:.3f}{note} "
-                f"| {wall:.1f} | {sp.effective / ALPHA:.3f} | {med if meas else '-'} | {ut} |"
+                f"| {wall:.1f} | {sp.effective / ALPHA:.3f} | {med if meas else '-'} | {ut} "
+                f"| {statistics.median(r['others'] or [0.0]):.0%} |"
             )
     return 0
 
