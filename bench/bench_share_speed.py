@@ -82,12 +82,12 @@ def bench(
             for side in ("full", "share") if first_full else ("share", "full"):
                 tgt, tr, f = (full, trace, f_full) if side == "full" else (share, sample, f_share)
                 runs[side] = tgt.run(tr, rate_factor=f, warmup=2.0, duration=5.0, seed=10 + k)
+            utils.append((runs["full"].utilization, runs["share"].utilization))
+            others.extend(float(r.describe.get("share_other_cpu") or 0.0) for r in runs.values())
             if any(r.generator.behind for r in runs.values()):
                 dropped += 1  # as for a MAT: a run whose generator fell behind is not used
                 continue
             cf, cs = _cpu_per_request(runs["full"]), _cpu_per_request(runs["share"])
-            utils.append((runs["full"].utilization, runs["share"].utilization))
-            others.extend(float(r.describe.get("share_other_cpu") or 0.0) for r in runs.values())
             if cf and cs:
                 ratios.append(cf / cs)
     return {
