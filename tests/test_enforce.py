@@ -193,3 +193,29 @@ def test_a_refused_enforcer_leaves_no_server_behind(tmp_path, monkeypatch):
     born = [p for p in proc.descendants(os.getpid()) if p not in before]
     assert not [p for p in born if proc.is_alive(p)]
     assert not (tmp_path / "s.json").exists()
+
+
+def test_cli_refuses_an_unknown_mechanism_in_one_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    (tmp_path / "doc").mkdir()
+    r = CliRunner().invoke(
+        app,
+        [
+            "testbed",
+            "up",
+            "--docroot",
+            str(tmp_path / "doc"),
+            "--state",
+            str(tmp_path / "s.json"),
+            "--share",
+            "1@25%",
+            "--enforce",
+            "deadline",
+        ],
+    )
+    assert r.exit_code == 1
+    assert "enforce == 'deadline', must be one of cfs, corunner" in r.output
+    assert "Traceback" not in r.output

@@ -65,7 +65,14 @@ from typing import Any, Protocol, runtime_checkable
 from shrink.enforce.cfs import CfsQuota, CgroupLayout
 from shrink.errors import TopologyError
 
-__all__ = ["DEFAULT", "MECHANISMS", "Enforcer", "enforcer_from_dict", "make_enforcer"]
+__all__ = [
+    "DEFAULT",
+    "MECHANISMS",
+    "Enforcer",
+    "check_mechanism",
+    "enforcer_from_dict",
+    "make_enforcer",
+]
 
 MECHANISMS = ("cfs", "corunner")
 DEFAULT = "cfs"
@@ -94,6 +101,16 @@ class Enforcer(Protocol):
     def to_dict(self) -> dict[str, Any]: ...
 
 
+def check_mechanism(mechanism: str) -> str:
+    """``mechanism`` if it is one of MECHANISMS, else a one-line error saying which are."""
+    if mechanism not in MECHANISMS:
+        raise TopologyError(
+            f"enforce == {mechanism!r}, must be one of {', '.join(MECHANISMS)} "
+            "(SCHED_DEADLINE cannot hold a group's budget: see shrink.enforce)."
+        )
+    return mechanism
+
+
 def make_enforcer(
     mechanism: str,
     *,
@@ -108,11 +125,7 @@ def make_enforcer(
     core share (``cpu_fraction`` 1.0) gets a cgroup without a quota whatever the
     mechanism, as before the mechanisms existed.
     """
-    if mechanism not in MECHANISMS:
-        raise TopologyError(
-            f"enforce == {mechanism!r}, must be one of {', '.join(MECHANISMS)} "
-            "(SCHED_DEADLINE cannot hold a group's budget: see shrink.enforce)."
-        )
+    check_mechanism(mechanism)
     if mechanism == "corunner" and cpu_fraction < 1.0:
         from shrink.enforce.corunner import CoRunner
 

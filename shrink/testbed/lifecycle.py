@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from shrink.enforce import DEFAULT as DEFAULT_ENFORCE
-from shrink.enforce import Enforcer, enforcer_from_dict, make_enforcer
+from shrink.enforce import Enforcer, check_mechanism, enforcer_from_dict, make_enforcer
 from shrink.errors import TestbedError, TopologyError
 from shrink.machine import Machine
 from shrink.mapping import Mapping, Replica, build_mapping
@@ -278,6 +278,7 @@ def up(
     share under a CFS quota), ``"no"`` uses CPU affinity alone. ``enforce``: the
     mechanism of a CPU-time share (:mod:`shrink.enforce`: ``cfs`` or ``corunner``).
     """
+    check_mechanism(enforce)
     docroot = Path(docroot).resolve()
     if not docroot.is_dir():
         raise TestbedError(
