@@ -98,14 +98,19 @@ def test_a_state_file_from_before_the_mechanisms_reads_as_cfs():
 @pytest.mark.root
 @pytest.mark.skipif(os.cpu_count() is None or os.cpu_count() < 2, reason="needs CPU 1")
 @pytest.mark.skipif(os.geteuid() != 0, reason="SCHED_FIFO needs root")
-def test_corunner_takes_its_part_of_the_cpu_and_stops():
-    if build_helper() is None and shutil.which("cc") is None:
-        pytest.skip("no C compiler: the Python fallback is coarser")
+@pytest.mark.parametrize("helper", ["c", "python"])
+def test_corunner_takes_its_part_of_the_cpu_and_stops(helper, monkeypatch):
+    if helper == "c" and build_helper() is None:
+        pytest.skip("no C compiler: only the Python co-runner here")
+    if helper == "python":
+        monkeypatch.setattr("shrink.enforce.corunner.build_helper", lambda: None)
     c = CoRunner("x", None, cpu_fraction=0.25)
     c.start((1,))
     c.add([os.getpid()])
     try:
+        assert c.helper == helper
         (pid,) = c.spinners
+        time.sleep(0.3)  # the Python one starts its interpreter first
         before = process.proc_info(pid)
         time.sleep(1.0)
         after = process.proc_info(pid)
