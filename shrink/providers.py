@@ -68,6 +68,12 @@ class _ShareUtilization:
         return res
 
 
+def _default_enforce() -> str:
+    from shrink.enforce import DEFAULT
+
+    return DEFAULT
+
+
 class TestbedProvider:
     """The real lighttpd + php-cgi testbed on this machine, driven by the replay engine.
 
@@ -125,6 +131,7 @@ class TestbedProvider:
             "docroot": str(self.docroot),
             "server_cpus": list(self._server),
             "generator_cpus": list(self.generator_cpus),
+            "enforce": self.enforce or _default_enforce(),
         }
 
     @contextmanager
