@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from shrink.checks import check_alpha
 from shrink.enforce.cfs import (
     MAX_PERIOD_US,
     MIN_QUOTA_US,
@@ -41,7 +42,6 @@ from shrink.enforce.cfs import (
 from shrink.errors import TopologyError
 from shrink.machine import Machine
 from shrink.topology import format_cpulist, parse_cpulist
-from shrink.validation import check_alpha
 
 __all__ = [
     "MAX_PERIOD_US",

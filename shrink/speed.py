@@ -43,11 +43,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shrink.checks import check_alpha, check_positive
 from shrink.errors import MeasurementError
 from shrink.share import ShareSpeed
 from shrink.target import RunResult, Target
 from shrink.trace import Trace
-from shrink.validation import check_alpha, check_positive
 
 __all__ = ["measure_speed", "probe_trace"]
 

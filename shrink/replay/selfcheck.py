@@ -22,10 +22,9 @@ comes from the processes' own counters (:func:`process_cpu_seconds`).
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
+from shrink.procfs import process_cpu_seconds
 from shrink.runlog import RunLog
 from shrink.target import GeneratorCheck
 
@@ -42,30 +41,6 @@ LAG_LIMIT = 1e-3
 MIN_RATIO = 0.97
 MIN_REQUESTS = 50
 CPU_LIMIT = 0.9
-
-
-def process_cpu_seconds(pid: int | str = "self") -> float:
-    """CPU seconds of a process: its threads' /proc/PID/task/*/schedstat (ns), else
-    user + system from /proc/PID/stat (fields 14 and 15).
-
-    /proc/PID/stat counts in clock ticks (10 ms): over a few seconds of a 25% share
-    that is an error of tens of percent per process, so the scheduler's own
-    nanosecond count comes first where the kernel keeps it (CONFIG_SCHED_INFO).
-    """
-    try:
-        total = 0
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/schedstat", encoding="ascii") as fh:
-                total += int(fh.read().split()[0])
-        if total > 0:
-            return total / 1e9
-    except (OSError, ValueError, IndexError):
-        pass  # a thread that just exited, or no schedstat: the tick count below
-    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-        text = fh.read()
-    fields = text[text.rindex(")") + 2 :].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks
 
 
 def generator_check(
