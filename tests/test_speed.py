@@ -6,6 +6,7 @@ import statistics
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from shrink.errors import MeasurementError, ParameterError
@@ -142,3 +143,34 @@ def test_the_probe_load_is_a_choice():
     assert light.notes == () and set(light.per_class) == {"static", "dynamic"}
     with pytest.raises(ParameterError, match="load"):
         measure_speed(FakeTarget(), FakeTarget(), _trace(), nominal=0.25, load=0)
+
+
+class _Silent:
+    """A target whose server answers nothing (every request an error)."""
+
+    def __init__(self, inner: FakeTarget) -> None:
+        self.inner = inner
+
+    def describe(self) -> dict[str, Any]:
+        return self.inner.describe()
+
+    def run(self, trace: Trace, **kw: Any) -> RunResult:
+        res = self.inner.run(trace, **kw)
+        t = res.runlog.table
+        res.runlog = type(res.runlog)(
+            t.set_column(
+                t.schema.get_field_index("error"), "error", pa.array(["refused"] * len(t))
+            ),
+            res.runlog.meta,
+        )
+        return res
+
+
+def test_a_silent_share_is_noted_and_a_silent_server_is_an_error():
+    got = measure_speed(
+        _Silent(FakeTarget(demand=SHARE)), FakeTarget(demand=FULL), _trace(), nominal=0.25
+    )
+    assert got.per_class == {"dynamic": 0.25, "static": 0.25}
+    assert all("0 requests measured" in n for n in got.notes), got.notes
+    with pytest.raises(MeasurementError, match="is the server answering"):
+        measure_speed(_Silent(FakeTarget()), _Silent(FakeTarget()), _trace(), nominal=0.25)
