@@ -128,10 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         meas = r["measured"]
-        med = f"{statistics.median(meas):.3f} ({', '.join(f'{x:.3f}' for x in meas)})"
+        med = (
+            f"{statistics.median(meas):.3f} ({', '.join(f'{x:.3f}' for x in meas)})"
+            if meas
+            else "-"
+        )
         if r["dropped"]:
-            med += f", {r['dropped']} pair(s) dropped: generator behind"
-        med = med if meas else f"- ({r['dropped']} pair(s) dropped: generator behind)"
+            med += f" ({r['dropped']} pair(s) dropped: generator behind)"
         ut = "; ".join(f"{u or 0:.2f}/{v or 0:.2f}" for u, v in r["utilization"])
         for load, sp, wall in r["probes"]:
             classes = ", ".join(f"{c} {v:.3f}" for c, v in sp.per_class.items())
