@@ -98,7 +98,8 @@ def up(
         return
     typer.echo(
         f"testbed up: {st.mapping['name']} on {m.name}, share {sh.text} "
-        f"({sh.fraction:g} of the machine); {st.versions['lighttpd']}, {st.versions['php']}"
+        f"(alpha {sh.fraction:g} of the server it stands for); "
+        f"{st.versions['lighttpd']}, {st.versions['php']}"
     )
     for r in st.replicas:
         typer.echo(
