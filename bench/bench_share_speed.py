@@ -36,8 +36,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 ALPHA = 0.25
-SHARE = {"kind": "cpu_time", "cpus": [1], "fraction": 0.125, "cpu_fraction": ALPHA}
-FULL = {"kind": "cores", "cpus": [1], "fraction": 0.5}
 
 
 def _cpu_per_request(res: Any) -> float | None:
@@ -62,10 +60,14 @@ def bench(
     mech: str, work: Path, trace: Any, sample: Any, docroot: Path, pairs: int, loads: list[float]
 ) -> dict:
     from shrink.providers import TestbedProvider
+    from shrink.share import Share
     from shrink.speed import measure_speed
 
     prov = TestbedProvider(docroot, run_dir=work / f"runs-{mech}", enforce=mech)
-    with prov.open(SHARE, "1-replica") as share, prov.open(FULL, "1-replica") as full:
+    with (
+        prov.open(Share.cpu_time((1,), ALPHA), "1-replica") as share,
+        prov.open(Share.whole((1,)), "1-replica") as full,
+    ):
         probes = []
         for load in loads:
             t0 = time.monotonic()

@@ -11,8 +11,8 @@ import pytest
 
 from shrink.errors import MeasurementError, ParameterError
 from shrink.machine import Machine
-from shrink.share import ShareSpeed
-from shrink.sim import SimShare, SimTarget
+from shrink.share import Share, ShareSpeed
+from shrink.sim import SimTarget
 from shrink.speed import measure_speed, probe_trace
 from shrink.target import FakeTarget, RunResult
 from shrink.trace import Trace
@@ -105,8 +105,8 @@ def test_latency_is_the_fallback_without_utilization():
 
 def test_the_simulator_share_runs_at_its_fraction():
     m = Machine(name="one", sockets=1, cores_per_socket=2, llc_mib=8.0, ghz=2.0)
-    full = SimTarget(m, "1-replica", SimShare((1,), 1.0))
-    share = SimTarget(m, "1-replica", SimShare((1,), 0.25))
+    full = SimTarget(m, "1-replica", Share.whole((1,)))
+    share = SimTarget(m, "1-replica", Share.cpu_time((1,), 0.25))
     got = measure_speed(share, full, _trace(), nominal=0.25, budget_s=60.0)
     for c, s in got.per_class.items():
         assert s == pytest.approx(0.25, rel=0.3), (c, got)
