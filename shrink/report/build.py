@@ -63,7 +63,11 @@ def curve_series(
         if rows:
             xs, ys, bs = zip(*rows, strict=True)
             stalled[stat] = (list(xs), list(ys), list(bs))
-    return Series(label, x if x is not None else [], vals, lo, hi, points=points, stalled=stalled)
+    counts = [min((r.overall.n for r in lv.reps), default=0) for lv in curve.usable()]
+    return Series(
+        label, x if x is not None else [], vals, lo, hi, points=points, stalled=stalled,
+        counts=counts,
+    )  # fmt: skip
 
 
 def _mapping_series(pred: Prediction) -> list[Series]:
@@ -78,13 +82,18 @@ def _mapping_series(pred: Prediction) -> list[Series]:
         hi = {s: c.get(f"{s}_max", c.get(f"{s}_hi")) for s in ("mean", "p999") if s in c}
         lo = {k: v for k, v in lo.items() if v is not None}
         hi = {k: v for k, v in hi.items() if v is not None}
-        mats = {}
+        mats, status = {}, {}
         for s in ("mean", "p999"):
             sp = m.stats.get(s)
             if sp is not None and sp.mat is not None:
                 lo_ci, hi_ci = (float("nan") if x is None else x for x in sp.ci)
                 mats[s] = (float(sp.mat), float(lo_ci), float(hi_ci))
-        out.append(Series(f"predicted: {name}", c["throughput"], vals, lo, hi, mats=mats))
+                status[s] = sp.status or "ok"
+        out.append(
+            Series(
+                f"predicted: {name}", c["throughput"], vals, lo, hi, mats=mats, mat_status=status
+            )
+        )
     return out
 
 
@@ -428,12 +437,13 @@ def _curves(
     files["cdf"] = cdf_figure(
         out / "cdf.png",
         cdf_entries,
-        title="Response-time CDFs per class near 80% utilization (cf. the papers' Fig. 7, 11)",
+        title="Response-time CDFs per class at the level nearest 80% utilization (its "
+        "utilization in the legend; cf. the papers' Fig. 7, 11)",
     )
     doc.img(
         "cdf.png",
-        "Response-time distribution of static and dynamic requests near 80% "
-        "utilization of the server.",
+        "Response-time distribution of static and dynamic requests at the level "
+        "nearest 80% utilization of the server (the legend gives its utilization).",
     )
     if pred.share is not None and pred.share.kind == "cpu_time":
         doc.p(
