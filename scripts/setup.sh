@@ -46,4 +46,7 @@ fi
 PY=${PYTHON:-python3}
 "$PY" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 "$PY" -m pip install -q -e ".[dev]"
+# The co-runner of a CPU-time share (--enforce corunner) is a tiny C program; build it
+# now (into ~/.cache/shrink) so the first run need not. Without a compiler, Python's.
+"$PY" -c 'from shrink.enforce.corunner import build_helper; print("setup: co-runner", build_helper() or "in Python (no C compiler)")'
 echo "setup: done ($("$PY" -c 'import shrink; print("shrink", shrink.__version__)'))"

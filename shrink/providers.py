@@ -81,6 +81,12 @@ class _ShareUtilization:
         return res
 
 
+def _default_enforce() -> str:
+    from shrink.enforce import DEFAULT
+
+    return DEFAULT
+
+
 class TestbedProvider:
     """The real testbed on this machine, driven by the replay engine.
 
@@ -106,6 +112,7 @@ class TestbedProvider:
         engine: dict[str, Any] | None = None,
         php_children_per_core: int = 4,
         server: str | None = None,
+        enforce: str | None = None,
         cluster: ClusterSpec | None = None,
     ) -> None:
         from shrink.testbed.servers import load_recipe
@@ -128,6 +135,7 @@ class TestbedProvider:
         self.run_dir = Path(run_dir)
         self.engine = engine or {}
         self.php_children_per_core = php_children_per_core
+        self.enforce = enforce  # shrink.enforce mechanism; None: its default
         self.cluster = cluster  # generators on a Ray cluster instead of this machine
         self._opened = 0
 
@@ -144,6 +152,7 @@ class TestbedProvider:
             "server_cpus": list(self._server),
             "generator_cpus": list(self.generator_cpus),
             "server": self.server_record(),
+            "enforce": self.enforce or _default_enforce(),
         }
 
     def server_record(self) -> dict[str, Any]:
@@ -173,6 +182,7 @@ class TestbedProvider:
             port=0,
             php_children_per_core=self.php_children_per_core,
             server=self.recipe,
+            **({"enforce": self.enforce} if self.enforce else {}),
         )
         try:
             live = LiveTarget.from_state(

@@ -153,7 +153,7 @@ def test_the_lifecycle_works_through_the_recipe(tmp_path, machine):
                       state_path=state, port=0, server=fake)  # fmt: skip
     try:
         assert fake.calls["versions"] == 1 and fake.calls["start"] == 2
-        assert fake.calls["health"] >= 2 and fake.calls["pids"] == 2
+        assert fake.calls["health"] >= 2 and fake.calls["pids"] >= 2
         assert st.server == {"name": "fake", "source": "fake", "stop_signal": 15}
         assert st.versions == {"fake": "fake/1.0"}
         for r in st.replicas:

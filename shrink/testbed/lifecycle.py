@@ -27,6 +27,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from shrink.enforce import DEFAULT as DEFAULT_ENFORCE
+from shrink.enforce import Enforcer, check_mechanism, enforcer_from_dict, make_enforcer
 from shrink.errors import RecipeError, TestbedError, TopologyError
 from shrink.machine import Machine
 from shrink.mapping import Mapping, Replica, build_mapping
@@ -122,8 +124,7 @@ def _start_replica(
     run_root: Path,
     sock_root: Path,
     children_per_core: int,
-    cgroup: Cgroup | None,
-    share: Share,
+    enforcer: Enforcer | None,
     timeout_s: float,
 ) -> ReplicaState:
     """Start one replica through the recipe; on any failure stop all it spawned."""
@@ -144,7 +145,7 @@ def _start_replica(
             proc = process.start_process(
                 argv,
                 cpus=r.cpus,
-                join_cgroup=cgroup.add if cgroup is not None else None,
+                join_cgroup=enforcer.join if enforcer is not None else None,
                 log_path=run_dir / log_name,
                 env=env,
             )
@@ -157,15 +158,9 @@ def _start_replica(
 
     ctx = ReplicaContext(r, docroot, run_dir, sock_dir, children_per_core, timeout_s, spawn)
     try:
-        if cgroup is not None:
-            cgroup.create(r.cpus, share.quota_us(len(r.cpus)), share.period_us)
+        if enforcer is not None:
+            enforcer.start(r.cpus)
         started = recipe.start(ctx)
-
-        def answering() -> str | None:
-            problem = recipe.health(r.address, r.port)
-            return None if problem is None else f"no healthy answer ({problem})"
-
-        wait_until(answering, spawned, timeout_s)
         rs = ReplicaState(
             name=r.name,
             address=r.address,
@@ -179,14 +174,24 @@ def _start_replica(
             errorlog=started.errorlog,
             run_dir=str(run_dir),
             nic_socket=r.nic_socket,
-            cgroup=cgroup.to_dict() if cgroup is not None else None,
+            cgroup=(enforcer.to_dict().get("cgroup") if enforcer is not None else None),
+            enforce=enforcer.to_dict() if enforcer is not None else None,
         )
-        # The share's enforcement acts on every server PID: recipe.pids(rs).
+        if enforcer is not None:  # the share's enforcement acts on every server PID
+            enforcer.add(recipe.pids(rs))
+            rs.enforce = enforcer.to_dict()  # what adding started (a co-runner's spinners)
+            rs.cgroup = rs.enforce.get("cgroup")
+
+        def answering() -> str | None:
+            problem = recipe.health(r.address, r.port)
+            return None if problem is None else f"no healthy answer ({problem})"
+
+        wait_until(answering, spawned, timeout_s)
         _record(recipe, rs)
     except BaseException as exc:
         kill_spawned(spawned)
-        if cgroup is not None:
-            _remove_cgroup(cgroup.to_dict())
+        if enforcer is not None:
+            _release(enforcer, enforcer.to_dict().get("cgroup"))
         if not isinstance(exc, TestbedError) or isinstance(exc, RecipeError):
             raise
         output = "; ".join(f"{p.name}: {t}" for p in dict.fromkeys(logs) if (t := _tail(p)))
@@ -227,6 +232,7 @@ def up(
     cgroups: str = "auto",
     timeout_s: float = 15.0,
     server: str | ServerRecipe | None = None,
+    enforce: str = DEFAULT_ENFORCE,
 ) -> TestbedState:
     """Start one server replica per replica of ``mapping`` over ``share``; write the state.
 
@@ -235,8 +241,10 @@ def up(
     ``php_children_per_core`` sizes the PHP pool of the built-in recipes. ``port``
     0 picks a port free on every replica's address. ``cgroups``: ``"auto"`` uses
     them where we may write them (always needed for a CPU-time share), ``"no"``
-    uses CPU affinity alone.
+    uses CPU affinity alone. ``enforce``: the mechanism of a CPU-time share
+    (:mod:`shrink.enforce`: ``cfs`` or ``corunner``).
     """
+    check_mechanism(enforce)
     recipe = server if server is not None and not isinstance(server, str) else load_recipe(server)
     docroot = Path(docroot).resolve()
     if not docroot.is_dir():
@@ -249,15 +257,26 @@ def up(
     versions = recipe.versions()
     m, notes = mapping_for(mapping, machine, share, port)
     m = _with_free_ports(m, port)
-    use_cg, layout = _use_cgroups(share, cgroups)
+    use_cg, layout = _use_cgroups(share, cgroups, enforce)
     run_root = state_path.with_name(state_path.stem + ".run")
     run_root.mkdir(parents=True, exist_ok=True)
     sock_root = _socket_dir(run_root)
     tag = f"{state_path.stem}-{os.getpid()}-{int(time.time())}"
     timeout_s = float(getattr(recipe, "start_timeout", None) or timeout_s)
     started: list[ReplicaState] = []
+    enfs: list[Enforcer] = []
     try:
         for r in m.replicas:
+            enf = None
+            if use_cg or share.kind == "cpu_time":
+                enf = make_enforcer(
+                    enforce,
+                    name=f"{tag}-{r.name}",
+                    cpu_fraction=share.cpu_fraction,
+                    period_us=share.period_us,
+                    layout=layout if use_cg else None,
+                )
+                enfs.append(enf)
             started.append(
                 _start_replica(
                     recipe,
@@ -266,18 +285,19 @@ def up(
                     run_root=run_root,
                     sock_root=sock_root,
                     children_per_core=php_children_per_core,
-                    cgroup=Cgroup(f"{tag}-{r.name}", layout) if use_cg else None,
-                    share=share,
+                    enforcer=enf,
                     timeout_s=timeout_s,
                 )
             )
     except BaseException:
         for rs in started:
             _stop_replica(recipe, rs)
+        for enf in enfs[len(started) :]:
+            enf.stop()
         raise
     state = TestbedState(
         replicas=started,
-        share=share.to_dict(),
+        share=share.to_dict() | {"enforce": enfs[0].describe() if enfs else None},
         mapping=m.to_dict(),
         machine=machine.to_dict(),
         docroot=str(docroot),
@@ -319,7 +339,7 @@ def _with_free_ports(m: Mapping, port: int) -> Mapping:
     return m
 
 
-def _use_cgroups(share: Share, cgroups: str) -> tuple[bool, Any]:
+def _use_cgroups(share: Share, cgroups: str, enforce: str) -> tuple[bool, Any]:
     missing = sorted(set(share.cpus) - os.sched_getaffinity(0))
     if missing:
         raise TopologyError(
@@ -327,12 +347,9 @@ def _use_cgroups(share: Share, cgroups: str) -> tuple[bool, Any]:
             f"{sorted(os.sched_getaffinity(0))}"
         )
     layout = cgroup_layout()
-    use_cg = (
-        cgroups == "yes"
-        or share.kind == "cpu_time"
-        or (cgroups == "auto" and can_write_cgroups(layout))
-    )
-    if share.kind == "cpu_time" and cgroups == "no":
+    quota = share.kind == "cpu_time" and enforce == "cfs"
+    use_cg = cgroups == "yes" or quota or (cgroups == "auto" and can_write_cgroups(layout))
+    if quota and cgroups == "no":
         raise TopologyError("a CPU-time share needs a cgroup quota; cgroups='no' cannot give it")
     if use_cg and not can_write_cgroups(layout):
         raise TopologyError(
@@ -426,7 +443,8 @@ def status(state_path: str | Path, *, check_health: bool = True) -> list[Replica
             answering = err is None
             if err and not problem:
                 problem = err
-        usage = Cgroup.from_dict(r.cgroup).usage_s() if r.cgroup else None
+        enf = _enforcer(r)
+        usage = enf.usage_s() if enf is not None else None
         if usage is None:
             usage = process.cpu_seconds(alive)
         out.append(
@@ -451,16 +469,26 @@ def _stop_replica(recipe: ServerRecipe | None, r: ReplicaState, sig: int = 15) -
     """Stop the replica's processes through its recipe (or, where the recipe can no longer
     be read, by the state file and its stop signal); then remove its cgroup."""
     stopped = recipe.stop(r) if recipe is not None else stop_replica(r, sig)
-    if r.cgroup:
-        _remove_cgroup(r.cgroup)
+    enf = _enforcer(r)
+    if enf is not None:
+        _release(enf, r.cgroup)
     return stopped
 
 
-def _remove_cgroup(record: dict[str, Any], wait_s: float = 3.0) -> None:
-    """Remove a replica's groups once empty. A killed worker whose master died first is
-    reaped by init, not by us, and stays a member until then (a while on a busy host)."""
+def _enforcer(r: ReplicaState) -> Enforcer | None:
+    if r.enforce:
+        return enforcer_from_dict(r.enforce)
+    # a state file from before the mechanisms: its cgroup was a CFS group
+    return enforcer_from_dict({"mechanism": "cfs", "cgroup": r.cgroup}) if r.cgroup else None
+
+
+def _release(enf: Enforcer, record: dict[str, Any] | None, wait_s: float = 3.0) -> None:
+    """Stop the share's enforcement and remove the replica's groups once empty. A killed
+    worker whose master died first is reaped by init, not by us, and stays a member
+    until then (a while on a busy host)."""
+    enf.stop()
     deadline = time.monotonic() + wait_s
-    while True:
+    while record:
         Cgroup.from_dict(record).remove()
         if not any(Path(d).exists() for d in record.get("dirs", {}).values()):
             return

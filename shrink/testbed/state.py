@@ -6,7 +6,7 @@ Layout (see the project brief)::
      "server": {"name", "source", "stop_signal"},
      "replicas": [{"name", "address", "port", "pids", "cpus", "processes",
                    "masters", "master_pid", "config", "cgroup", "starttimes",
-                   "pinned", "nic_socket", "errorlog", "run_dir"}],
+                   "pinned", "nic_socket", "errorlog", "run_dir", "enforce"}],
      "share": Share.to_dict(), "mapping": Mapping.to_dict(), "machine": Machine.to_dict(),
      "docroot": path, "versions": {program: version}, "started": iso-time, "notes": [...]}
 
@@ -50,6 +50,7 @@ class ReplicaState:
     run_dir: str
     nic_socket: int | None = None
     cgroup: dict[str, Any] | None = None
+    enforce: dict[str, Any] | None = None  # shrink.enforce: mechanism, its PIDs and groups
 
     @property
     def pids(self) -> list[int]:
@@ -82,6 +83,7 @@ class ReplicaState:
             "run_dir": self.run_dir,
             "nic_socket": self.nic_socket,
             "cgroup": self.cgroup,
+            "enforce": self.enforce,
         }
 
     @classmethod
@@ -107,6 +109,7 @@ class ReplicaState:
             run_dir=d.get("run_dir", ""),
             nic_socket=d.get("nic_socket"),
             cgroup=d.get("cgroup"),
+            enforce=d.get("enforce"),
         )
 
 
