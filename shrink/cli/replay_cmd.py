@@ -59,6 +59,13 @@ _Realtime = Annotated[
         "other work). 0: normal scheduling.",
     ),
 ]
+_EngineOpt = Annotated[
+    str,
+    typer.Option(
+        "--engine",
+        help="Replay engine: auto (the native core when built, else Python) | native | python.",
+    ),
+]
 
 
 def _cpus(text: str | None) -> list[int] | None:
@@ -90,6 +97,7 @@ def _target(
     realtime: int = 0,
     conn_per_request: bool = False,
     processes: int | None = None,
+    engine: str = "auto",
 ) -> Any:
     from shrink.replay.live import LiveTarget
 
@@ -111,6 +119,7 @@ def _target(
         runlog_dir=runlog_dir,
         realtime=realtime,
         processes=processes,
+        engine=engine,
     )
 
 
@@ -149,6 +158,7 @@ def replay(
     realtime: _Realtime = 0,
     conn_per_request: _NewConn = False,
     processes: _Procs = None,
+    engine: _EngineOpt = "auto",
     as_json: _Json = False,
 ) -> None:
     """Replay a trace (or an open-loop rate) against a live server; write the RunLog.
@@ -189,6 +199,7 @@ def replay(
             realtime=realtime,
             conn_per_request=conn_per_request,
             processes=processes,
+            engine=engine,
         )
         res = tgt.run(tr, rate_factor=rf, warmup=0.0, duration=seconds, out=output)
         summary = _summary(res, output)
@@ -209,6 +220,7 @@ def _summary(res: Any, output: Path) -> dict[str, Any]:
     return {
         "schema": "shrink.replay-summary/1",
         "runlog": str(output),
+        "engine": (res.describe or {}).get("engine", {}).get("engine"),
         "requests": len(res.runlog),
         "window": list(res.window),
         "intended_rate": g.intended_rate,
@@ -238,7 +250,7 @@ def _ms(x: float | None) -> str:
 def _print_summary(s: dict[str, Any]) -> None:
     lat = s["latency"]
     typer.echo(
-        f"{s['requests']:,} requests -> {s['runlog']}\n"
+        f"{s['requests']:,} requests -> {s['runlog']} (engine: {s['engine']})\n"
         f"rate: intended {s['intended_rate']:,.1f}/s, achieved {s['achieved_rate']:,.1f}/s, "
         f"completed {s['throughput']:,.1f}/s, errors {s['errors']}\n"
         f"latency: mean {_ms(lat['mean'])}  p50 {_ms(lat['p50'])}  p99 {_ms(lat['p99'])}  "
@@ -330,6 +342,7 @@ def sweep_cmd(
     realtime: _Realtime = 0,
     conn_per_request: _NewConn = False,
     processes: _Procs = None,
+    engine: _EngineOpt = "auto",
     as_json: _Json = False,
 ) -> None:
     """Measure latency and throughput at each load level; write a LoadCurve JSON.
@@ -357,6 +370,7 @@ def sweep_cmd(
             realtime=realtime,
             conn_per_request=conn_per_request,
             processes=processes,
+            engine=engine,
         )
         lv = _levels(levels)
         w, d = parse_duration(warmup, "warmup"), parse_duration(duration, "duration")
@@ -378,6 +392,7 @@ def sweep_cmd(
             "routing": routing,
             "conns_per_session": conns,
             "lag_limit": parse_duration(lag_limit, "lag limit"),
+            "engine": tgt.describe()["engine"],
         }
         curve.write_json(output)
     rows = [
@@ -392,7 +407,9 @@ def sweep_cmd(
         for x in curve.levels
     ]
     if as_json:
-        echo_json({"curve": str(output), "levels": rows})
+        echo_json(
+            {"curve": str(output), "engine": curve.meta["generator"]["engine"], "levels": rows}
+        )
         return
     for r in rows:
         flag = "  GENERATOR BEHIND (excluded)" if r["generator_behind"] else ""
@@ -401,7 +418,7 @@ def sweep_cmd(
             f"{knob} {r['level']:g}: {r['throughput']:,.1f} req/s  mean {_ms(r['mean'])}  "
             f"p99.9 {_ms(r['p999'])}  util {util}{flag}"
         )
-    typer.echo(f"curve: {output}")
+    typer.echo(f"curve: {output} (engine: {curve.meta['generator']['engine']})")
 
 
 def mat_cmd(
@@ -437,6 +454,7 @@ def mat_cmd(
     generator_cpus: _GenCpus = None,
     allow_overlap: _Overlap = False,
     lag_limit: _LagLimit = "1ms",
+    engine: _EngineOpt = "auto",
     as_json: _Json = False,
 ) -> None:
     """Maximum achievable throughput: where the statistic crosses the threshold, with a CI."""
@@ -465,6 +483,7 @@ def mat_cmd(
                 allow_remote=False,
                 lag_limit=lag_limit,
                 mode="auto",
+                engine=engine,
             )
             tr = Trace.read_parquet(trace)
             lc, added = _progress_sweep(

@@ -26,7 +26,8 @@ from urllib.parse import urlsplit
 
 from shrink import __version__
 from shrink.errors import ParameterError, ReplayError, TraceFormatError
-from shrink.replay.engine import EngineConfig, run_schedule
+from shrink.replay.engine import EngineConfig
+from shrink.replay.native import engine_name, select_engine
 from shrink.replay.scaleout import EngineRun, run_engines
 from shrink.replay.selfcheck import LAG_LIMIT, generator_check, process_cpu_seconds
 from shrink.runlog import RunLog
@@ -176,7 +177,8 @@ class LiveTarget:
         self.realtime = realtime
         # one engine process per generator CPU unless told fewer
         self.processes = processes
-        self.engine = engine or run_schedule  # or a FakeEngine (shrink.replay.fake)
+        # "auto" | "native" | "python", or an engine callable such as a FakeEngine
+        self.engine = select_engine(engine) if engine is None or isinstance(engine, str) else engine
         self.last_engine: EngineRun | None = None
         self._runs = 0
 
@@ -245,6 +247,7 @@ class LiveTarget:
             "generator_cpus": self.generator_cpus,
             "share_cpus": self.share_cpus,
             "realtime": self.realtime,
+            "engine": engine_name(self.engine),
         }
         for k in ("share", "mapping", "machine", "versions", "docroot", "started"):
             if k in st:
@@ -341,6 +344,7 @@ class LiveTarget:
         desc = {
             **self.describe(),
             "engine": {
+                "engine": engine_name(self.engine),
                 "processes": len(engine.stats),
                 "cpu_seconds": engine.cpu_seconds,
                 "wall": wall,

@@ -1,0 +1,185 @@
+//! shrink's native replay core: the engine's hot loop in Rust, driven from
+//! shrink/replay/native.py with the schedule the Python side built.
+
+mod engine;
+mod http;
+
+use engine::{mono, Engine, Plan, Rows, N_ERRORS};
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use std::net::ToSocketAddrs;
+
+fn f64s(b: &[u8], name: &str) -> PyResult<Vec<f64>> {
+    if b.len() % 8 != 0 {
+        return Err(PyValueError::new_err(format!("{name}: not float64 bytes")));
+    }
+    Ok(b.chunks_exact(8).map(|c| f64::from_ne_bytes(c.try_into().unwrap())).collect())
+}
+
+fn i64s(b: &[u8], name: &str) -> PyResult<Vec<i64>> {
+    if b.len() % 8 != 0 {
+        return Err(PyValueError::new_err(format!("{name}: not int64 bytes")));
+    }
+    Ok(b.chunks_exact(8).map(|c| i64::from_ne_bytes(c.try_into().unwrap())).collect())
+}
+
+fn raw<T>(v: &[T]) -> &[u8] {
+    // SAFETY: plain numeric columns viewed as their bytes.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+}
+
+/// The finished rows as one bytes object per writer column (then cleared).
+fn take_rows<'py>(py: Python<'py>, r: &mut Rows) -> Vec<Bound<'py, PyBytes>> {
+    let out = vec![
+        PyBytes::new(py, raw(&r.intended)),
+        PyBytes::new(py, raw(&r.sent)),
+        PyBytes::new(py, raw(&r.first_byte)),
+        PyBytes::new(py, raw(&r.done)),
+        PyBytes::new(py, raw(&r.status)),
+        PyBytes::new(py, raw(&r.nbytes)),
+        PyBytes::new(py, raw(&r.cls)),
+        PyBytes::new(py, raw(&r.session)),
+        PyBytes::new(py, raw(&r.target)),
+        PyBytes::new(py, raw(&r.error)),
+        PyBytes::new(py, raw(&r.dispatched)),
+    ];
+    *r = Rows::default();
+    out
+}
+
+/// Replay a schedule (see shrink/replay/native.py for the arguments' meaning).
+///
+/// Every 100 ms (and at the end) ``on_rows(columns)`` gets the finished rows;
+/// it returns True to stop the run (a signal). Returns (requests, pool waits,
+/// interrupted).
+#[pyfunction]
+#[pyo3(signature = (
+    open, targets, req_bytes, key_of_row, cls_of_row, head_only_of_key, times, route, rows,
+    sessions, burst_off, burst_first, burst_end, burst_think, horizon, timeout, drain,
+    max_pool, conns_per_session, conn_per_request, batch, tcodes, ecodes, t0, on_rows
+))]
+#[allow(clippy::too_many_arguments)]
+fn run(
+    py: Python<'_>,
+    open: bool,
+    targets: Vec<(String, u16)>,
+    req_bytes: Vec<Vec<Vec<u8>>>,
+    key_of_row: &[u8],
+    cls_of_row: &[u8],
+    head_only_of_key: Vec<bool>,
+    times: &[u8],
+    route: &[u8],
+    rows: &[u8],
+    sessions: &[u8],
+    burst_off: &[u8],
+    burst_first: &[u8],
+    burst_end: &[u8],
+    burst_think: &[u8],
+    horizon: f64,
+    timeout: f64,
+    drain: f64,
+    max_pool: usize,
+    conns_per_session: usize,
+    conn_per_request: bool,
+    batch: usize,
+    tcodes: Vec<i32>,
+    ecodes: Vec<i32>,
+    t0: f64,
+    on_rows: PyObject,
+) -> PyResult<(u64, u64, bool)> {
+    let mut addrs = Vec::new();
+    for (host, port) in &targets {
+        let a = (host.as_str(), *port)
+            .to_socket_addrs()
+            .map_err(|e| PyOSError::new_err(format!("target {host}:{port}: {e}")))?
+            .next()
+            .ok_or_else(|| PyOSError::new_err(format!("target {host}:{port}: no address")))?;
+        addrs.push(a);
+    }
+    if ecodes.len() != N_ERRORS || tcodes.len() != addrs.len() || req_bytes.len() != addrs.len() {
+        return Err(PyValueError::new_err("codes or request bytes do not match the targets"));
+    }
+    let plan = Plan {
+        open,
+        addrs,
+        req_bytes,
+        key_of_row: i64s(key_of_row, "key_of_row")?,
+        cls_of_row: cls_of_row.iter().map(|&b| b as i8).collect(),
+        head_only_of_key,
+        times: f64s(times, "times")?,
+        route: i64s(route, "route")?,
+        rows: i64s(rows, "rows")?,
+        sessions: i64s(sessions, "sessions")?,
+        burst_off: i64s(burst_off, "burst_off")?,
+        burst_first: i64s(burst_first, "burst_first")?,
+        burst_end: i64s(burst_end, "burst_end")?,
+        burst_think: f64s(burst_think, "burst_think")?,
+        horizon,
+        timeout,
+        drain,
+        max_pool: max_pool.max(1),
+        conns_per_session: conns_per_session.max(1),
+        conn_per_request,
+        batch: batch.max(1),
+        tcodes,
+        ecodes: ecodes.try_into().unwrap(),
+    };
+    let mut eng = Engine::new(plan, t0).map_err(|e| PyOSError::new_err(e.to_string()))?;
+    let mut pending_err: Option<PyErr> = None;
+    loop {
+        let next_sweep = mono() + 0.1;
+        let going = py.allow_threads(|| {
+            loop {
+                let left = next_sweep - mono();
+                if left <= 0.0 {
+                    return true;
+                }
+                if !eng.turn(left) {
+                    return false;
+                }
+                if eng.signalled {
+                    eng.signalled = false;
+                    return true;
+                }
+            }
+        });
+        if going {
+            let now = mono() - eng.t0;
+            eng.expire(now);
+        }
+        // A signal's Python handler runs here; without one, Ctrl-C raises: stop
+        // the run, keep its rows, and raise once they are handed over.
+        if let Err(e) = py.check_signals() {
+            if !eng.interrupted {
+                eng.interrupt();
+            }
+            pending_err.get_or_insert(e);
+        }
+        let cols = take_rows(py, &mut eng.rows);
+        let stop: bool = match on_rows.call1(py, (cols,)) {
+            Ok(v) => v.extract(py).unwrap_or(false),
+            Err(e) => {
+                eng.finish();
+                return Err(e);
+            }
+        };
+        if stop && !eng.interrupted {
+            eng.interrupt();
+        }
+        if !going {
+            break;
+        }
+    }
+    if let Some(e) = pending_err {
+        return Err(e);
+    }
+    Ok((eng.recorded, eng.pool_waits, eng.interrupted))
+}
+
+#[pymodule]
+fn shrink_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(run, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
