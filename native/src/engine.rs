@@ -184,6 +184,9 @@ pub struct Engine {
     scratch: Vec<u8>,
     pub rows: Rows,
     pub signalled: bool,
+    events: Vec<libc::epoll_event>,
+    spin: f64, // a due time this close is polled for, not slept for (as the Python engine)
+    pub counts: [u64; 6], // turns, waits that slept, events, timer arms, connects, sends
 }
 
 impl Drop for Engine {
@@ -248,6 +251,9 @@ impl Engine {
             scratch: vec![0u8; READ_CHUNK],
             rows: Rows::default(),
             signalled: false,
+            counts: [0; 6],
+            events: vec![libc::epoll_event { events: 0, u64: 0 }; 256],
+            spin: 20e-6,
         })
     }
 
@@ -341,6 +347,7 @@ impl Engine {
         let r = cref(idx, c.gen);
         let addr = self.plan.addrs[tidx as usize];
         let (fd, rc, err) = connect_nonblocking(&addr);
+        self.counts[4] += 1;
         c.fd = fd;
         if fd < 0 || (rc < 0 && err != libc::EINPROGRESS) {
             self.deferred.push((r, if fd < 0 { errno() } else { err }, true));
@@ -380,6 +387,7 @@ impl Engine {
         c.req = Some(rid);
         c.p.reset(head_only);
         c.buf.clear();
+        self.counts[5] += 1;
         let bytes = &self.plan.req_bytes[c.tidx as usize][key];
         // SAFETY: a send on our socket from a live buffer.
         let n = unsafe {
@@ -965,6 +973,7 @@ impl Engine {
             return;
         }
         self.armed = when;
+        self.counts[3] += 1;
         let sec = when.floor();
         let spec = libc::itimerspec {
             it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
@@ -1001,7 +1010,7 @@ impl Engine {
                 wait = wait.min(0.005);
             }
             if due < self.horizon {
-                if due - self.now() <= 20e-6 {
+                if due - self.now() <= self.spin {
                     wait = 0.0;
                 } else {
                     self.arm(self.t0 + due);
@@ -1009,13 +1018,19 @@ impl Engine {
             }
             (wait * 1e3).ceil().max(0.0) as i32
         };
-        let mut events: [libc::epoll_event; 256] = [libc::epoll_event { events: 0, u64: 0 }; 256];
+        self.counts[0] += 1;
+        if timeout_ms > 0 {
+            self.counts[1] += 1;
+        }
+        let mut events = std::mem::take(&mut self.events);
         // SAFETY: epoll_wait fills our array.
-        let n = unsafe { libc::epoll_wait(self.epfd, events.as_mut_ptr(), 256, timeout_ms) };
+        let n = unsafe { libc::epoll_wait(self.epfd, events.as_mut_ptr(), events.len() as i32, timeout_ms) };
         if n < 0 {
+            self.events = events;
             self.signalled = true; // EINTR: a signal; the caller's check comes next
             return true;
         }
+        self.counts[2] += n as u64;
         for ev in events.iter().take(n as usize) {
             let (flags, data) = (ev.events, ev.u64);
             if data == TIMER_TOKEN {
@@ -1052,6 +1067,7 @@ impl Engine {
             }
             self.run_deferred();
         }
+        self.events = events;
         self.run_deferred();
         self.free_slots();
         true

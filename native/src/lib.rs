@@ -52,7 +52,8 @@ fn take_rows<'py>(py: Python<'py>, r: &mut Rows) -> Vec<Bound<'py, PyBytes>> {
 ///
 /// Every 100 ms (and at the end) ``on_rows(columns)`` gets the finished rows;
 /// it returns True to stop the run (a signal). Returns (requests, pool waits,
-/// interrupted).
+/// interrupted, counts): counts are the loop's turns, the waits that slept, socket
+/// events, timer arms, connects and sends.
 #[pyfunction]
 #[pyo3(signature = (
     open, targets, req_bytes, key_of_row, cls_of_row, head_only_of_key, times, route, rows,
@@ -87,7 +88,7 @@ fn run(
     ecodes: Vec<i32>,
     t0: f64,
     on_rows: PyObject,
-) -> PyResult<(u64, u64, bool)> {
+) -> PyResult<(u64, u64, bool, Vec<u64>)> {
     let mut addrs = Vec::new();
     for (host, port) in &targets {
         let a = (host.as_str(), *port)
@@ -174,7 +175,7 @@ fn run(
     if let Some(e) = pending_err {
         return Err(e);
     }
-    Ok((eng.recorded, eng.pool_waits, eng.interrupted))
+    Ok((eng.recorded, eng.pool_waits, eng.interrupted, eng.counts.to_vec()))
 }
 
 #[pymodule]

@@ -178,7 +178,7 @@ class LiveTarget:
         # one engine process per generator CPU unless told fewer
         self.processes = processes
         # "auto" | "native" | "python", or an engine callable such as a FakeEngine
-        self.engine = select_engine(engine) if engine is None or isinstance(engine, str) else engine
+        self.engine = engine if callable(engine) else select_engine(engine or "auto")
         self.last_engine: EngineRun | None = None
         self._runs = 0
 
