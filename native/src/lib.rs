@@ -9,6 +9,8 @@ use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::net::ToSocketAddrs;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 fn f64s(b: &[u8], name: &str) -> PyResult<Vec<f64>> {
     if b.len() % 8 != 0 {
@@ -126,56 +128,145 @@ fn run(
         tcodes,
         ecodes: ecodes.try_into().unwrap(),
     };
-    let mut eng = Engine::new(plan, t0).map_err(|e| PyOSError::new_err(e.to_string()))?;
+    let eng = Engine::new(plan, t0).map_err(|e| PyOSError::new_err(e.to_string()))?;
+    let shared = Arc::new(Shared::default());
+    let sh = shared.clone();
+    // The loop runs on its own thread (same CPU and policy, inherited) so that
+    // Python's work on the rows (a Parquet flush takes milliseconds) never holds
+    // up a send; this thread only moves rows and watches for signals.
+    let handle = std::thread::Builder::new()
+        .name("shrink-core".into())
+        .spawn(move || engine_thread(eng, &sh))
+        .map_err(|e| PyOSError::new_err(e.to_string()))?;
+    let old_sched = lower_priority();
     let mut pending_err: Option<PyErr> = None;
+    let mut result = None;
     loop {
-        let next_sweep = mono() + 0.1;
-        let going = py.allow_threads(|| {
-            loop {
-                let left = next_sweep - mono();
-                if left <= 0.0 {
+        let finished = py.allow_threads(|| {
+            let until = mono() + 0.1;
+            while mono() < until {
+                if shared.done.load(Ordering::Acquire) {
                     return true;
                 }
-                if !eng.turn(left) {
-                    return false;
-                }
-                if eng.signalled {
-                    eng.signalled = false;
-                    return true;
-                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
             }
+            shared.done.load(Ordering::Acquire)
         });
-        if going {
-            let now = mono() - eng.t0;
-            eng.expire(now);
+        if finished {
+            result = Some(());
         }
         // A signal's Python handler runs here; without one, Ctrl-C raises: stop
         // the run, keep its rows, and raise once they are handed over.
         if let Err(e) = py.check_signals() {
-            if !eng.interrupted {
-                eng.interrupt();
-            }
+            shared.stop.store(true, Ordering::Release);
             pending_err.get_or_insert(e);
         }
-        let cols = take_rows(py, &mut eng.rows);
-        let stop: bool = match on_rows.call1(py, (cols,)) {
-            Ok(v) => v.extract(py).unwrap_or(false),
-            Err(e) => {
-                eng.finish();
-                return Err(e);
-            }
+        let cols = {
+            let mut rows = shared.rows.lock().unwrap();
+            take_rows(py, &mut rows)
         };
-        if stop && !eng.interrupted {
-            eng.interrupt();
+        match on_rows.call1(py, (cols,)) {
+            Ok(v) => {
+                if v.extract::<bool>(py).unwrap_or(false) {
+                    shared.stop.store(true, Ordering::Release);
+                }
+            }
+            Err(e) => {
+                shared.stop.store(true, Ordering::Release);
+                pending_err.get_or_insert(e);
+            }
         }
-        if !going {
+        if result.is_some() {
             break;
         }
     }
+    let out = py.allow_threads(|| handle.join());
+    restore_priority(old_sched);
+    let out = out.map_err(|_| PyOSError::new_err("the native replay loop panicked"))?;
     if let Some(e) = pending_err {
         return Err(e);
     }
-    Ok((eng.recorded, eng.pool_waits, eng.interrupted, eng.counts.to_vec()))
+    Ok(out)
+}
+
+#[derive(Default)]
+struct Shared {
+    rows: Mutex<Rows>,
+    stop: AtomicBool,
+    done: AtomicBool,
+}
+
+/// Finished rows move to the shared buffer (taken by the Python thread).
+fn hand_over(sh: &Shared, rows: &mut Rows) {
+    let mut o = sh.rows.lock().unwrap();
+    o.intended.append(&mut rows.intended);
+    o.sent.append(&mut rows.sent);
+    o.first_byte.append(&mut rows.first_byte);
+    o.done.append(&mut rows.done);
+    o.status.append(&mut rows.status);
+    o.nbytes.append(&mut rows.nbytes);
+    o.cls.append(&mut rows.cls);
+    o.session.append(&mut rows.session);
+    o.target.append(&mut rows.target);
+    o.error.append(&mut rows.error);
+    o.dispatched.append(&mut rows.dispatched);
+}
+
+fn engine_thread(mut eng: Engine, sh: &Shared) -> (u64, u64, bool, Vec<u64>) {
+    // Signals belong to Python's main thread.
+    // SAFETY: a local signal set, applied to this thread only.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+    let mut next_sweep = mono() + 0.1;
+    loop {
+        if sh.stop.load(Ordering::Acquire) && !eng.interrupted {
+            eng.interrupt();
+        }
+        let left = next_sweep - mono();
+        if left <= 0.0 {
+            eng.expire(mono() - eng.t0);
+            hand_over(sh, &mut eng.rows);
+            next_sweep = mono() + 0.1;
+            continue;
+        }
+        if !eng.turn(left) {
+            break;
+        }
+    }
+    hand_over(sh, &mut eng.rows);
+    sh.done.store(true, Ordering::Release);
+    (eng.recorded, eng.pool_waits, eng.interrupted, eng.counts.to_vec())
+}
+
+/// Under SCHED_FIFO/RR this thread steps down to SCHED_OTHER for the run, so that
+/// it never delays the loop's thread (same policy, same CPU) while Python works.
+fn lower_priority() -> Option<(i32, libc::sched_param)> {
+    // SAFETY: scheduler calls on the calling thread with a live param.
+    unsafe {
+        let policy = libc::sched_getscheduler(0);
+        if policy != libc::SCHED_FIFO && policy != libc::SCHED_RR {
+            return None;
+        }
+        let mut old: libc::sched_param = std::mem::zeroed();
+        libc::sched_getparam(0, &mut old);
+        let other = libc::sched_param { sched_priority: 0 };
+        if libc::sched_setscheduler(0, libc::SCHED_OTHER, &other) != 0 {
+            return None;
+        }
+        Some((policy, old))
+    }
+}
+
+fn restore_priority(old: Option<(i32, libc::sched_param)>) {
+    if let Some((policy, param)) = old {
+        // SAFETY: as above; a failure leaves SCHED_OTHER, which is harmless.
+        unsafe { libc::sched_setscheduler(0, policy, &param) };
+    }
 }
 
 #[pymodule]
