@@ -144,13 +144,14 @@ fn run(
     loop {
         let finished = py.allow_threads(|| {
             let until = mono() + 0.1;
+            // (a loop thread that panicked never says done: is_finished covers it)
             while mono() < until {
-                if shared.done.load(Ordering::Acquire) {
+                if shared.done.load(Ordering::Acquire) || handle.is_finished() {
                     return true;
                 }
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
-            shared.done.load(Ordering::Acquire)
+            shared.done.load(Ordering::Acquire) || handle.is_finished()
         });
         if finished {
             result = Some(());
