@@ -16,7 +16,10 @@ out up to ~1 ms after its intended time, and at a light load its corrected
 latency is mostly that wait; shrink wakes within tens of microseconds (a
 timerfd). The uncorrected pair compares the two clients' measurement of the
 same server; the corrected pair differs by the generators' own send lag, which
-the script prints for both (wrk2's: corrected minus uncorrected).
+the script prints for both (wrk2's: corrected minus uncorrected). The native
+core times a response by the kernel's receive stamp (SO_TIMESTAMPNS), wrk2 and
+the Python engine when their event loop has woken up for it, so the native
+core's uncorrected figures are lower by that wake-up latency.
 
 wrk2 is not part of shrink: build it from its source outside this repository
 and pass its binary with ``--wrk2 PATH`` or the ``WRK2`` environment variable
@@ -175,6 +178,11 @@ def main() -> None:
     if "wrk2_lag_p50" in c:
         print(f"own send lag at p50 (corrected - uncorrected): wrk2 {_us(c['wrk2_lag_p50'])}, "
               f"shrink {_us(c['shrink_lag_p50'])}")  # fmt: skip
+    print("corrected: wrk2's figures hold its own millisecond-timer lag (above); shrink's "
+          "hold its send lag")
+    if engine_name(engine) == "native":
+        print("uncorrected: the native core takes a response's time from the kernel's receive "
+              "stamp, wrk2 after its event loop wakes (the wake-up latency is the difference)")
 
 
 if __name__ == "__main__":

@@ -194,6 +194,8 @@ def _self_checks(curve: LoadCurve, limits: Mapping[str, float]) -> dict[str, Any
         "max_utilization": umax,
         "utilization_reached": bool(umax is not None and umax >= 0.85),
         "usable_levels": len(curve.usable()),
+        # which replay engine measured the curve (native core or Python)
+        "generator_engine": (curve.meta.get("target") or {}).get("engine"),
     }
 
 

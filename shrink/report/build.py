@@ -488,6 +488,11 @@ def write_report(
                 else ""
             )
             + _stalled_text(checks.get("levels_stalled_over") or {})
+            + (
+                f" (replay engine: {checks['generator_engine']})"
+                if checks.get("generator_engine")
+                else ""
+            )
         )
     if checks.get("max_utilization") is not None:
         reached = (
