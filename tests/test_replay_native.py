@@ -292,3 +292,12 @@ def test_engine_choice():
     assert native.select_engine("auto") is native.run_native  # built: see the skip mark
     with pytest.raises(ParameterError, match="must be one of auto, native, python"):
         native.select_engine("c")
+
+
+def test_native_new_connection_per_request_sends_when_connected(fake):
+    # open mode reads responses on its timer wake-ups; a connect must not wait for one
+    tr = open_loop_trace("/x?bytes=10", 1000.0, 0.5)
+    log = _native(tr, [fake], horizon=0.5, conn_per_request=True)
+    assert len(log) == 500 and log.ok_mask().all(), set(log.column("error"))
+    late = log.column("sent") - log.column("intended")
+    assert np.median(late) < 0.5e-3, np.median(late)

@@ -113,6 +113,7 @@ struct Conn {
     fd: i32,
     alive: bool,
     connected: bool,
+    connecting: bool, // counted in Engine::connecting
     owner: Owner,
     tidx: u32,
     req: Option<u32>,
@@ -199,6 +200,7 @@ pub struct Engine {
     pub signalled: bool,
     events: Vec<libc::epoll_event>,
     tep: i32,         // an epoll set holding the timerfd alone
+    connecting: u32,  // connections whose connect is under way
     real_off: f64,    // CLOCK_REALTIME - CLOCK_MONOTONIC, for the kernel's receive stamps
     last_wake: f64,
     control: Vec<u8>, // recvmsg's control buffer
@@ -282,6 +284,7 @@ impl Engine {
             signalled: false,
             counts: [0; 6],
             tep,
+            connecting: 0,
             real_off: real_offset(),
             last_wake: 0.0,
             coalesce: COALESCE,
@@ -355,6 +358,7 @@ impl Engine {
                     fd: -1,
                     alive: false,
                     connected: false,
+                    connecting: false,
                     owner,
                     tidx,
                     req: None,
@@ -390,6 +394,9 @@ impl Engine {
         let events = if rc == 0 { libc::EPOLLIN } else { libc::EPOLLOUT };
         if rc == 0 {
             c.connected = true;
+        } else {
+            c.connecting = true;
+            self.connecting += 1;
         }
         let mut ev = libc::epoll_event { events: events as u32, u64: r };
         // SAFETY: fd is ours and open.
@@ -447,6 +454,7 @@ impl Engine {
     }
 
     fn die(&mut self, ci: usize) {
+        self.not_connecting(ci);
         let c = &mut self.conns[ci];
         if c.fd >= 0 {
             // SAFETY: closing our own descriptor also removes it from the epoll set.
@@ -487,7 +495,15 @@ impl Engine {
         }
     }
 
+    fn not_connecting(&mut self, ci: usize) {
+        if self.conns[ci].connecting {
+            self.conns[ci].connecting = false;
+            self.connecting -= 1;
+        }
+    }
+
     fn on_writable(&mut self, ci: usize) {
+        self.not_connecting(ci);
         let c = &mut self.conns[ci];
         if !c.connected {
             let mut err: i32 = 0;
@@ -1080,7 +1096,11 @@ impl Engine {
                     wait = 0.0;
                 } else {
                     self.arm(self.t0 + due);
-                    timer_only = self.plan.open && !self.draining && delay < TIMER_ONLY_MAX;
+                    // (not while a connect is under way: its request goes when it completes)
+                    timer_only = self.plan.open
+                        && !self.draining
+                        && self.connecting == 0
+                        && delay < TIMER_ONLY_MAX;
                 }
             }
             (wait * 1e3).ceil().max(0.0) as i32
