@@ -3,6 +3,7 @@ output, and one live comparison when a wrk2 binary is given ($WRK2 or on PATH)."
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -15,6 +16,16 @@ sys.path.insert(0, str(BENCH))
 import bench_wrk2  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
+
+
+def _realtime_allowed() -> bool:
+    try:
+        old = (os.sched_getscheduler(0), os.sched_getparam(0))
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        os.sched_setscheduler(0, *old)
+    except (PermissionError, OSError):
+        return False
+    return True
 
 
 def test_wrk2_percentiles_are_read_from_its_output():
@@ -38,18 +49,27 @@ def test_shrink_and_wrk2_measure_the_same_server_alike(tmp_path: Path):
     require_tool("lighttpd")
     from shrink.replay.native import select_engine
 
+    # As the benchmark: where allowed, server and both clients run SCHED_FIFO, so
+    # that the neighbours on this shared machine do not time themselves instead.
+    rt = _realtime_allowed()
+    old = (os.sched_getscheduler(0), os.sched_getparam(0))
     proc, port = bench_wrk2.start_lighttpd(tmp_path)
     try:
-        w = bench_wrk2.run_wrk2(wrk2, port, 1000.0, 2.0, 4, [])
+        if rt:
+            os.sched_setscheduler(proc.pid, os.SCHED_FIFO, os.sched_param(10))
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+        w = bench_wrk2.run_wrk2(wrk2, port, 1000.0, 2.0, 4, ["chrt", "-f", "10"] if rt else [])
         s = bench_wrk2.run_shrink(port, 1000.0, 2.0, select_engine("auto"))
     finally:
+        os.sched_setscheduler(0, *old)
         proc.terminate()
         proc.wait()
     c = bench_wrk2.compare(w, s)
     assert s["errors"] == 0 and s["n"] >= 1900
     # From the actual send both clients time the same server: the same order of
-    # magnitude even on a busy machine (the benchmark holds the 10% figure).
-    assert 1 / 3 < c["uncorrected_p50_ratio"] < 3, (w, s)
+    # magnitude even on a busy machine (bench/RESULTS.md has the figures: the
+    # native core's kernel receive stamps are lower by wrk2's wake-up latency).
+    assert 1 / 5 < c["uncorrected_p50_ratio"] < 3, (w, s)
     # wrk2 waits on millisecond timers: its own lag is the bulk of its corrected
     # latency at this load; shrink's is tens of microseconds.
     assert c["shrink_lag_p50"] < c["wrk2_lag_p50"], (w, s)

@@ -8,9 +8,12 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
+from shrink.checks import check_positive, parse_duration
+from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
 from shrink.cli._common import cli_errors, console, echo_json
 from shrink.errors import ParameterError
-from shrink.validation import check_positive, parse_duration
+from shrink.replay.cluster import ClusterSpec
+from shrink.topology import parse_cpulist
 
 _Targets = Annotated[
     list[str],
@@ -69,16 +72,7 @@ _EngineOpt = Annotated[
 
 
 def _cpus(text: str | None) -> list[int] | None:
-    if text is None:
-        return None
-    out: list[int] = []
-    for part in filter(None, text.split(",")):
-        if "-" in part:
-            a, b = part.split("-", 1)
-            out.extend(range(int(a), int(b) + 1))
-        else:
-            out.append(int(part))
-    return out
+    return None if text is None else list(parse_cpulist(text))
 
 
 def _target(
@@ -98,6 +92,7 @@ def _target(
     conn_per_request: bool = False,
     processes: int | None = None,
     engine: str = "auto",
+    cluster: ClusterSpec | None = None,
 ) -> Any:
     from shrink.replay.live import LiveTarget
 
@@ -120,6 +115,7 @@ def _target(
         realtime=realtime,
         processes=processes,
         engine=engine,
+        cluster=cluster,
     )
 
 
@@ -159,6 +155,8 @@ def replay(
     conn_per_request: _NewConn = False,
     processes: _Procs = None,
     engine: _EngineOpt = "auto",
+    cluster: ClusterOpt = None,
+    generators: GeneratorsOpt = None,
     as_json: _Json = False,
 ) -> None:
     """Replay a trace (or an open-loop rate) against a live server; write the RunLog.
@@ -200,6 +198,7 @@ def replay(
             conn_per_request=conn_per_request,
             processes=processes,
             engine=engine,
+            cluster=cluster_spec(cluster, generators),
         )
         res = tgt.run(tr, rate_factor=rf, warmup=0.0, duration=seconds, out=output)
         summary = _summary(res, output)
@@ -343,6 +342,8 @@ def sweep_cmd(
     conn_per_request: _NewConn = False,
     processes: _Procs = None,
     engine: _EngineOpt = "auto",
+    cluster: ClusterOpt = None,
+    generators: GeneratorsOpt = None,
     as_json: _Json = False,
 ) -> None:
     """Measure latency and throughput at each load level; write a LoadCurve JSON.
@@ -371,6 +372,7 @@ def sweep_cmd(
             conn_per_request=conn_per_request,
             processes=processes,
             engine=engine,
+            cluster=cluster_spec(cluster, generators),
         )
         lv = _levels(levels)
         w, d = parse_duration(warmup, "warmup"), parse_duration(duration, "duration")
