@@ -299,5 +299,7 @@ def test_native_new_connection_per_request_sends_when_connected(fake):
     tr = open_loop_trace("/x?bytes=10", 1000.0, 0.5)
     log = _native(tr, [fake], horizon=0.5, conn_per_request=True)
     assert len(log) == 500 and log.ok_mask().all(), set(log.column("error"))
-    late = log.column("sent") - log.column("intended")
-    assert np.median(late) < 0.5e-3, np.median(late)
+    # from the connect's start to the send: the handshake, not the next due time
+    # (1 ms away); the dispatch lag itself depends on the neighbours' load
+    wait = log.column("sent") - log.column("dispatched")
+    assert np.median(wait) < 0.5e-3, np.median(wait)

@@ -38,7 +38,10 @@ pub const E_UNSENT: usize = 7;
 pub const N_ERRORS: usize = 8;
 
 pub fn mono() -> f64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime writes into the timespec we own.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
@@ -56,10 +59,10 @@ pub struct Plan {
     pub key_of_row: Vec<i64>,
     pub cls_of_row: Vec<i8>,
     pub head_only_of_key: Vec<bool>,
-    pub times: Vec<f64>, // open: request times; session: session starts
-    pub route: Vec<i64>, // per unit (request or session): target index
-    pub rows: Vec<i64>,  // open mode
-    pub sessions: Vec<i64>, // open: session of each request; session mode: session ids
+    pub times: Vec<f64>,     // open: request times; session: session starts
+    pub route: Vec<i64>,     // per unit (request or session): target index
+    pub rows: Vec<i64>,      // open mode
+    pub sessions: Vec<i64>,  // open: session of each request; session mode: session ids
     pub burst_off: Vec<i64>, // session mode: bursts of session j are burst_off[j]..burst_off[j+1]
     pub burst_first: Vec<i64>,
     pub burst_end: Vec<i64>,
@@ -156,7 +159,9 @@ impl Eq for Ev {}
 impl Ord for Ev {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
         // a min-heap on (t, seq)
-        o.t.partial_cmp(&self.t).unwrap_or(std::cmp::Ordering::Equal).then(o.seq.cmp(&self.seq))
+        o.t.partial_cmp(&self.t)
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then(o.seq.cmp(&self.seq))
     }
 }
 impl PartialOrd for Ev {
@@ -199,9 +204,9 @@ pub struct Engine {
     pub rows: Rows,
     pub signalled: bool,
     events: Vec<libc::epoll_event>,
-    tep: i32,         // an epoll set holding the timerfd alone
-    connecting: u32,  // connections whose connect is under way
-    real_off: f64,    // CLOCK_REALTIME - CLOCK_MONOTONIC, for the kernel's receive stamps
+    tep: i32,        // an epoll set holding the timerfd alone
+    connecting: u32, // connections whose connect is under way
+    real_off: f64,   // CLOCK_REALTIME - CLOCK_MONOTONIC, for the kernel's receive stamps
     last_wake: f64,
     control: Vec<u8>, // recvmsg's control buffer
     coalesce: f64,
@@ -233,13 +238,19 @@ impl Engine {
             return Err(std::io::Error::last_os_error());
         }
         let tfd = unsafe {
-            libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC)
+            libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+            )
         };
         if tfd < 0 {
             unsafe { libc::close(epfd) };
             return Err(std::io::Error::last_os_error());
         }
-        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: TIMER_TOKEN };
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: TIMER_TOKEN,
+        };
         unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, tfd, &mut ev) };
         let tep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if tep < 0 {
@@ -249,7 +260,10 @@ impl Engine {
             }
             return Err(std::io::Error::last_os_error());
         }
-        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: TIMER_TOKEN };
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: TIMER_TOKEN,
+        };
         unsafe { libc::epoll_ctl(tep, libc::EPOLL_CTL_ADD, tfd, &mut ev) };
         let n = plan.addrs.len();
         let horizon = plan.horizon;
@@ -266,7 +280,13 @@ impl Engine {
             free_reqs: Vec::new(),
             sess: Vec::new(),
             free_sess: Vec::new(),
-            pools: (0..n).map(|_| Pool { idle: Vec::new(), n: 0, waiting: VecDeque::new() }).collect(),
+            pools: (0..n)
+                .map(|_| Pool {
+                    idle: Vec::new(),
+                    n: 0,
+                    waiting: VecDeque::new(),
+                })
+                .collect(),
             heap: BinaryHeap::new(),
             seq: 0,
             next_i: 0,
@@ -388,17 +408,25 @@ impl Engine {
         self.counts[4] += 1;
         c.fd = fd;
         if fd < 0 || (rc < 0 && err != libc::EINPROGRESS) {
-            self.deferred.push((r, if fd < 0 { errno() } else { err }, true));
+            self.deferred
+                .push((r, if fd < 0 { errno() } else { err }, true));
             return r;
         }
-        let events = if rc == 0 { libc::EPOLLIN } else { libc::EPOLLOUT };
+        let events = if rc == 0 {
+            libc::EPOLLIN
+        } else {
+            libc::EPOLLOUT
+        };
         if rc == 0 {
             c.connected = true;
         } else {
             c.connecting = true;
             self.connecting += 1;
         }
-        let mut ev = libc::epoll_event { events: events as u32, u64: r };
+        let mut ev = libc::epoll_event {
+            events: events as u32,
+            u64: r,
+        };
         // SAFETY: fd is ours and open.
         unsafe { libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) };
         r
@@ -432,7 +460,12 @@ impl Engine {
         let bytes = &self.plan.req_bytes[c.tidx as usize][key];
         // SAFETY: a send on our socket from a live buffer.
         let n = unsafe {
-            libc::send(c.fd, bytes.as_ptr() as *const libc::c_void, bytes.len(), libc::MSG_NOSIGNAL)
+            libc::send(
+                c.fd,
+                bytes.as_ptr() as *const libc::c_void,
+                bytes.len(),
+                libc::MSG_NOSIGNAL,
+            )
         };
         if n == bytes.len() as isize {
             return;
@@ -471,7 +504,10 @@ impl Engine {
     fn abort(&mut self, ci: usize) {
         let fd = self.conns[ci].fd;
         if fd >= 0 {
-            let lg = libc::linger { l_onoff: 1, l_linger: 0 };
+            let lg = libc::linger {
+                l_onoff: 1,
+                l_linger: 0,
+            };
             // SAFETY: setsockopt on our socket with a live struct.
             unsafe {
                 libc::setsockopt(
@@ -489,7 +525,11 @@ impl Engine {
     fn connect_failed(&mut self, ci: usize, err: i32) {
         self.die(ci);
         if let Some(rid) = self.conns[ci].pending.take() {
-            let name = if err == libc::ECONNREFUSED { E_REFUSED } else { E_CONNECT };
+            let name = if err == libc::ECONNREFUSED {
+                E_REFUSED
+            } else {
+                E_CONNECT
+            };
             let row = self.record(rid, 0, -1, NAN, Some(name));
             self.owner_finished(ci, row);
         }
@@ -523,7 +563,10 @@ impl Engine {
                 return;
             }
             c.connected = true;
-            let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: cref(ci as u32, c.gen) };
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: cref(ci as u32, c.gen),
+            };
             unsafe { libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_MOD, c.fd, &mut ev) };
             if let Some(rid) = c.pending.take() {
                 self.send(ci, rid);
@@ -535,13 +578,21 @@ impl Engine {
         }
         // SAFETY: as in send.
         let n = unsafe {
-            libc::send(c.fd, c.out.as_ptr() as *const libc::c_void, c.out.len(), libc::MSG_NOSIGNAL)
+            libc::send(
+                c.fd,
+                c.out.as_ptr() as *const libc::c_void,
+                c.out.len(),
+                libc::MSG_NOSIGNAL,
+            )
         };
         if n > 0 {
             c.out.drain(..n as usize);
         }
         if c.out.is_empty() {
-            let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: cref(ci as u32, c.gen) };
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: cref(ci as u32, c.gen),
+            };
             unsafe { libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_MOD, c.fd, &mut ev) };
         } else if n < 0 && errno() != libc::EAGAIN {
             let e = errno();
@@ -647,7 +698,11 @@ impl Engine {
             self.die(ci);
         }
         if let Some(rid) = rid {
-            let status = if err == E_BAD { self.conns[ci].p.status } else { 0 };
+            let status = if err == E_BAD {
+                self.conns[ci].p.status
+            } else {
+                0
+            };
             let row = self.record(rid, status, -1, NAN, Some(err));
             self.owner_finished(ci, row);
         }
@@ -681,7 +736,15 @@ impl Engine {
             self.owner_retry(ci, rid);
             return;
         }
-        self.fail(ci, if e == libc::ECONNRESET { E_RESET } else { E_CLOSED }, false);
+        self.fail(
+            ci,
+            if e == libc::ECONNRESET {
+                E_RESET
+            } else {
+                E_CLOSED
+            },
+            false,
+        );
     }
 
     fn run_deferred(&mut self) {
@@ -782,7 +845,11 @@ impl Engine {
 
     fn slot_of(&self, s: usize, ci: usize) -> usize {
         let me = cref(ci as u32, self.conns[ci].gen);
-        self.sess[s].conns.iter().position(|&x| x == Some(me)).unwrap_or(0)
+        self.sess[s]
+            .conns
+            .iter()
+            .position(|&x| x == Some(me))
+            .unwrap_or(0)
     }
 
     fn sess_conn(&mut self, s: usize, slot: usize) -> u64 {
@@ -800,7 +867,10 @@ impl Engine {
     fn start_session(&mut self, i: usize, due: f64) {
         self.sessions_live += 1;
         let n = self.plan.conns_per_session;
-        let (b0, b1) = (self.plan.burst_off[i] as usize, self.plan.burst_off[i + 1] as usize);
+        let (b0, b1) = (
+            self.plan.burst_off[i] as usize,
+            self.plan.burst_off[i + 1] as usize,
+        );
         let tidx = self.plan.route[i] as u32;
         let sid = self.plan.sessions[i];
         let slot = match self.free_sess.pop() {
@@ -898,7 +968,12 @@ impl Engine {
         st.bi += 1;
         if st.bi < st.b1 && now + think < self.horizon {
             self.seq += 1;
-            let ev = Ev { t: now + think, seq: self.seq, slot: s as u32, gen: st.gen };
+            let ev = Ev {
+                t: now + think,
+                seq: self.seq,
+                slot: s as u32,
+                gen: st.gen,
+            };
             self.heap.push(ev);
         } else {
             self.close_session(s);
@@ -921,7 +996,11 @@ impl Engine {
 
     // dispatch -----------------------------------------------------------------
     fn next_due(&self) -> f64 {
-        let s = if self.next_i < self.plan.times.len() { self.plan.times[self.next_i] } else { INF };
+        let s = if self.next_i < self.plan.times.len() {
+            self.plan.times[self.next_i]
+        } else {
+            INF
+        };
         let h = self.heap.peek().map(|e| e.t).unwrap_or(INF);
         s.min(h)
     }
@@ -931,7 +1010,11 @@ impl Engine {
         let mut budget = self.plan.batch;
         let n = self.plan.times.len();
         while budget > 0 {
-            let nxt_s = if self.next_i < n { self.plan.times[self.next_i] } else { INF };
+            let nxt_s = if self.next_i < n {
+                self.plan.times[self.next_i]
+            } else {
+                INF
+            };
             let nxt_h = self.heap.peek().map(|e| e.t).unwrap_or(INF);
             if nxt_s <= nxt_h {
                 if nxt_s > now || nxt_s >= self.horizon {
@@ -993,10 +1076,17 @@ impl Engine {
             if !self.conns[ci].alive {
                 continue;
             }
-            let rid = self.conns[ci].req.take().or_else(|| self.conns[ci].pending.take());
+            let rid = self.conns[ci]
+                .req
+                .take()
+                .or_else(|| self.conns[ci].pending.take());
             self.abort(ci);
             if let Some(rid) = rid {
-                let err = if self.reqs[rid as usize].sent.is_nan() { E_UNSENT } else { E_CUT };
+                let err = if self.reqs[rid as usize].sent.is_nan() {
+                    E_UNSENT
+                } else {
+                    E_CUT
+                };
                 self.record(rid, 0, -1, NAN, Some(err));
             }
         }
@@ -1015,7 +1105,7 @@ impl Engine {
     }
 
     fn free_slots(&mut self) {
-        self.free_conns.extend(self.to_free.drain(..));
+        self.free_conns.append(&mut self.to_free);
     }
 
     fn arm(&mut self, due_abs: f64) {
@@ -1037,11 +1127,24 @@ impl Engine {
         self.counts[3] += 1;
         let sec = when.floor();
         let spec = libc::itimerspec {
-            it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
-            it_value: libc::timespec { tv_sec: sec as libc::time_t, tv_nsec: ((when - sec) * 1e9) as libc::c_long },
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: sec as libc::time_t,
+                tv_nsec: ((when - sec) * 1e9) as libc::c_long,
+            },
         };
         // SAFETY: arming our timerfd with a live struct.
-        unsafe { libc::timerfd_settime(self.tfd, libc::TFD_TIMER_ABSTIME, &spec, std::ptr::null_mut()) };
+        unsafe {
+            libc::timerfd_settime(
+                self.tfd,
+                libc::TFD_TIMER_ABSTIME,
+                &spec,
+                std::ptr::null_mut(),
+            )
+        };
     }
 
     fn timer_fired(&mut self) {
@@ -1124,7 +1227,9 @@ impl Engine {
         }
         let wait_ms = if timer_only { 0 } else { timeout_ms };
         // SAFETY: epoll_wait fills our array.
-        let n = unsafe { libc::epoll_wait(self.epfd, events.as_mut_ptr(), events.len() as i32, wait_ms) };
+        let n = unsafe {
+            libc::epoll_wait(self.epfd, events.as_mut_ptr(), events.len() as i32, wait_ms)
+        };
         if n < 0 {
             self.events = events;
             self.signalled = true; // EINTR: a signal; the caller's check comes next
@@ -1165,7 +1270,10 @@ impl Engine {
 }
 
 fn real_offset() -> f64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     let m0 = mono();
     // SAFETY: clock_gettime into our timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
@@ -1175,7 +1283,10 @@ fn real_offset() -> f64 {
 
 /// recvmsg into `buf`; (bytes or -1, the kernel's receive stamp of the last segment read).
 fn recv_stamped(fd: i32, buf: &mut [u8], control: &mut [u8]) -> (isize, Option<f64>) {
-    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
     // SAFETY: a zeroed msghdr pointing at our live buffers.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &mut iov;
@@ -1211,10 +1322,18 @@ fn recv_stamped(fd: i32, buf: &mut [u8], control: &mut [u8]) -> (isize, Option<f
 }
 
 fn connect_nonblocking(addr: &std::net::SocketAddr) -> (i32, i32, i32) {
-    let family = if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
+    let family = if addr.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
     // SAFETY: socket/setsockopt/connect with structs we build on the stack.
     unsafe {
-        let fd = libc::socket(family, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0);
+        let fd = libc::socket(
+            family,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        );
         if fd < 0 {
             return (fd, -1, errno());
         }
@@ -1226,13 +1345,21 @@ fn connect_nonblocking(addr: &std::net::SocketAddr) -> (i32, i32, i32) {
             &one as *const i32 as *const libc::c_void,
             4,
         );
-        libc::setsockopt(fd, libc::SOL_SOCKET, SO_TIMESTAMPNS, &one as *const i32 as *const libc::c_void, 4);
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            SO_TIMESTAMPNS,
+            &one as *const i32 as *const libc::c_void,
+            4,
+        );
         let rc = match addr {
             std::net::SocketAddr::V4(a) => {
                 let mut sa: libc::sockaddr_in = std::mem::zeroed();
                 sa.sin_family = libc::AF_INET as libc::sa_family_t;
                 sa.sin_port = a.port().to_be();
-                sa.sin_addr = libc::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) };
+                sa.sin_addr = libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                };
                 libc::connect(
                     fd,
                     &sa as *const _ as *const libc::sockaddr,
@@ -1243,7 +1370,9 @@ fn connect_nonblocking(addr: &std::net::SocketAddr) -> (i32, i32, i32) {
                 let mut sa: libc::sockaddr_in6 = std::mem::zeroed();
                 sa.sin6_family = libc::AF_INET6 as libc::sa_family_t;
                 sa.sin6_port = a.port().to_be();
-                sa.sin6_addr = libc::in6_addr { s6_addr: a.ip().octets() };
+                sa.sin6_addr = libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                };
                 sa.sin6_scope_id = a.scope_id();
                 libc::connect(
                     fd,

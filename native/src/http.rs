@@ -101,7 +101,14 @@ pub enum Outcome {
 
 impl Parser {
     pub fn new() -> Self {
-        Parser { st: St::Head, remaining: 0, status: 0, nbytes: 0, close_after: false, head_only: false }
+        Parser {
+            st: St::Head,
+            remaining: 0,
+            status: 0,
+            nbytes: 0,
+            close_after: false,
+            head_only: false,
+        }
     }
 
     pub fn reset(&mut self, head_only: bool) {

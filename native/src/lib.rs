@@ -13,17 +13,21 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 fn f64s(b: &[u8], name: &str) -> PyResult<Vec<f64>> {
-    if b.len() % 8 != 0 {
+    if !b.len().is_multiple_of(8) {
         return Err(PyValueError::new_err(format!("{name}: not float64 bytes")));
     }
-    Ok(b.chunks_exact(8).map(|c| f64::from_ne_bytes(c.try_into().unwrap())).collect())
+    Ok(b.chunks_exact(8)
+        .map(|c| f64::from_ne_bytes(c.try_into().unwrap()))
+        .collect())
 }
 
 fn i64s(b: &[u8], name: &str) -> PyResult<Vec<i64>> {
-    if b.len() % 8 != 0 {
+    if !b.len().is_multiple_of(8) {
         return Err(PyValueError::new_err(format!("{name}: not int64 bytes")));
     }
-    Ok(b.chunks_exact(8).map(|c| i64::from_ne_bytes(c.try_into().unwrap())).collect())
+    Ok(b.chunks_exact(8)
+        .map(|c| i64::from_ne_bytes(c.try_into().unwrap()))
+        .collect())
 }
 
 fn raw<T>(v: &[T]) -> &[u8] {
@@ -101,7 +105,9 @@ fn run(
         addrs.push(a);
     }
     if ecodes.len() != N_ERRORS || tcodes.len() != addrs.len() || req_bytes.len() != addrs.len() {
-        return Err(PyValueError::new_err("codes or request bytes do not match the targets"));
+        return Err(PyValueError::new_err(
+            "codes or request bytes do not match the targets",
+        ));
     }
     let plan = Plan {
         open,
@@ -241,7 +247,12 @@ fn engine_thread(mut eng: Engine, sh: &Shared) -> (u64, u64, bool, Vec<u64>) {
     }
     hand_over(sh, &mut eng.rows);
     sh.done.store(true, Ordering::Release);
-    (eng.recorded, eng.pool_waits, eng.interrupted, eng.counts.to_vec())
+    (
+        eng.recorded,
+        eng.pool_waits,
+        eng.interrupted,
+        eng.counts.to_vec(),
+    )
 }
 
 /// Under SCHED_FIFO/RR this thread steps down to SCHED_OTHER for the run, so that
