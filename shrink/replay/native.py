@@ -7,9 +7,18 @@ pools, all as :mod:`shrink.replay.engine` does them. It does not build its own
 plan: this adapter hands it the :class:`~shrink.replay.schedule.Schedule`'s arrays,
 the routing computed here as the Python engine computes it, and the request
 bytes from :func:`~shrink.replay._http.build_request`, so both engines follow
-the same schedule by construction. Every 100 ms the core hands back its finished
-rows, which go into the same :class:`~shrink.replay.writer.RunLogWriter` (so
-Ctrl-C keeps what was measured) and gives Python a turn to run signal handlers.
+the same schedule by construction.
+
+The loop runs on a thread of its own (same CPU and scheduling policy). Every
+100 ms this thread takes its finished rows into the same
+:class:`~shrink.replay.writer.RunLogWriter` (so Ctrl-C keeps what was measured)
+and runs Python's signal handlers; a Parquet flush here never delays a send.
+Where the core differs from the Python engine, it is in time stamps and
+wake-ups, not in what is sent: a response is timed by the kernel's receive
+stamp (``SO_TIMESTAMPNS``), in open mode a short wait sleeps on the timer alone
+(responses are read at the next due time, their stamps unchanged), and at high
+rates wake-ups are at most 60 us apart (a request is then up to that late, and
+its send lag says so).
 
 :func:`select_engine` maps ``auto | native | python`` to an engine callable;
 ``auto`` is the native core when it is importable, else the Python engine. Both
