@@ -23,12 +23,12 @@ from urllib.parse import parse_qs, urlsplit
 import numpy as np
 import pytest
 
-from shrink.errors import ParameterError
+from shrink.errors import ParameterError, ReplayError
 from shrink.replay import EngineConfig, RunLogWriter, build_schedule, native, open_loop_trace
 from shrink.runlog import RunLog
 from shrink.trace import Trace
 
-pytestmark = pytest.mark.skipif(
+needs_core = pytest.mark.skipif(
     not native.available(), reason="the native core is not built (make setup: pip install ./native)"
 )
 ENGINES = {"python": native.run_python, "native": native.run_native}
@@ -150,6 +150,7 @@ def _session_order(log: RunLog) -> dict[int, list[int]]:
     return {s: [n for _, n in sorted(v)] for s, v in out.items()}
 
 
+@needs_core
 @pytest.mark.parametrize("seed", [1, 2])
 def test_session_mode_both_engines_send_the_same_requests_on_each_connection(recorder, seed):
     tr = _session_trace(seed)
@@ -176,6 +177,7 @@ def test_session_mode_both_engines_send_the_same_requests_on_each_connection(rec
     assert route["python"] == route["native"] and len(set(route["native"].values())) == 2
 
 
+@needs_core
 def test_open_mode_both_engines_keep_the_same_intended_times(recorder):
     tr = open_loop_trace("/o?bytes=64", 400.0, 1.0, arrival="poisson", seed=3)
     logs = {e: _replay(e, tr, recorder.ports, horizon=1.0) for e in ("python", "native")}
@@ -221,6 +223,7 @@ def _paths_trace(paths: list[str], gap: float, method: list[str] | None = None) 
     return Trace.from_columns(cols, meta={"mode": "open"})
 
 
+@needs_core
 def test_native_parses_chunked_close_status_and_head(fake):
     paths = ["/a?bytes=5000&chunked=1", "/b?bytes=10&close=1", "/c?bytes=0&status=404",
              "/d?bytes=70000", "/h?bytes=5000", "/e?bytes=3&chunked=1&close=1"]  # fmt: skip
@@ -232,6 +235,7 @@ def test_native_parses_chunked_close_status_and_head(fake):
     assert got == want
 
 
+@needs_core
 def test_native_errors_and_timeouts_are_rows(fake):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
@@ -247,6 +251,7 @@ def test_native_errors_and_timeouts_are_rows(fake):
     assert len(log) == 10 and set(log.column("error")) == {"cut"}
 
 
+@needs_core
 def test_native_reopens_a_keep_alive_closed_during_think_time():
     proc, port = _start_fake("--idle-timeout", "0.1")
     try:
@@ -264,6 +269,7 @@ def test_native_reopens_a_keep_alive_closed_during_think_time():
         proc.wait()
 
 
+@needs_core
 def test_native_sigint_keeps_what_was_measured(tmp_path: Path, fake):
     out = tmp_path / "run.parquet"
     proc = subprocess.Popen(
@@ -286,6 +292,7 @@ def test_native_sigint_keeps_what_was_measured(tmp_path: Path, fake):
     assert "interrupted" in so and proc.returncode == 130, se
 
 
+@needs_core
 def test_engine_choice():
     assert native.select_engine("python") is native.run_python
     assert native.select_engine("native") is native.run_native
@@ -294,6 +301,7 @@ def test_engine_choice():
         native.select_engine("c")
 
 
+@needs_core
 def test_native_new_connection_per_request_sends_when_connected(fake):
     # open mode reads responses on its timer wake-ups; a connect must not wait for one
     tr = open_loop_trace("/x?bytes=10", 1000.0, 0.5)
@@ -303,3 +311,14 @@ def test_native_new_connection_per_request_sends_when_connected(fake):
     # (1 ms away); the dispatch lag itself depends on the neighbours' load
     wait = log.column("sent") - log.column("dispatched")
     assert np.median(wait) < 0.5e-3, np.median(wait)
+
+
+def test_without_the_core_auto_is_the_python_engine(monkeypatch):
+    monkeypatch.setattr(native, "_core", None)
+    assert not native.available()
+    assert native.select_engine("auto") is native.run_python
+    with pytest.raises(ReplayError, match="native replay core is not built"):
+        native.select_engine("native")
+    with pytest.raises(ReplayError, match="not built"):
+        native.run_native(build_schedule(open_loop_trace("/x", 10.0, 0.1), 1.0, 0.1),
+                          EngineConfig([("127.0.0.1", 1)]), RunLogWriter(None))  # fmt: skip
