@@ -322,3 +322,31 @@ def test_without_the_core_auto_is_the_python_engine(monkeypatch):
     with pytest.raises(ReplayError, match="not built"):
         native.run_native(build_schedule(open_loop_trace("/x", 10.0, 0.1), 1.0, 0.1),
                           EngineConfig([("127.0.0.1", 1)]), RunLogWriter(None))  # fmt: skip
+
+
+
+def test_a_writer_without_typed_columns_gets_the_rows_one_by_one():
+    # the adapter's slow path, for a writer laid out otherwise than in typed arrays
+    class Stub:
+        def __init__(self) -> None:
+            self.rows: list[tuple] = []
+            self.flushes = 0
+
+        def add(self, *row) -> None:
+            self.rows.append(row)
+
+        def maybe_flush(self) -> None:
+            self.flushes += 1
+
+    w = Stub()
+    cols = [np.array([0.5, 1.5]), np.array([0.6, np.nan]), np.array([0.7, np.nan]),
+            np.array([0.8, np.nan]), np.array([200, 0], np.int32), np.array([10, -1]),
+            np.array([1, 0], np.int8), np.array([7, 8]), np.array([0, 0], np.int32),
+            np.array([0, 3], np.int32), np.array([0.55, 1.55])]  # fmt: skip
+    stop = [False]
+    on_rows = native._appender(w, stop)  # type: ignore[arg-type]
+    assert on_rows([c.tobytes() for c in cols]) is False and w.flushes == 1
+    assert [r[:1] + r[4:8] + r[9:] for r in w.rows] == [
+        (0.5, 200, 10, 1, 7, 0, 0.55), (1.5, 0, -1, 0, 8, 3, 1.55)]  # fmt: skip
+    stop[0] = True
+    assert on_rows([c[:0].tobytes() for c in cols]) is True and len(w.rows) == 2

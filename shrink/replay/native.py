@@ -129,13 +129,28 @@ def _core_args(schedule: Schedule, cfg: EngineConfig, writer: RunLogWriter) -> d
     )
 
 
+# The writer's column types (shrink/replay/writer.py), in the core's column order.
+_DTYPES = ("f8", "f8", "f8", "f8", "i4", "i8", "i1", "i8", "i4", "i4", "f8")
+
+
 def _appender(writer: RunLogWriter, stop: list[bool]) -> Callable[[list[bytes]], bool]:
-    """The core's callback: finished rows into the writer's columns; True once told to stop."""
-    cols = writer.cols_
+    """The core's callback: finished rows into the writer; True once told to stop.
+
+    The fast path extends the writer's typed column arrays with the core's bytes;
+    a writer without them gets the rows one by one through :meth:`RunLogWriter.add`.
+    """
+    cols = getattr(writer, "cols_", None)
+    fast = cols is not None and [getattr(c, "typecode", "") for c in cols] == list("ddddiqbqiid")
 
     def on_rows(columns: list[bytes]) -> bool:
-        for col, data in zip(cols, columns, strict=True):
-            col.frombytes(data)
+        if fast:
+            for col, data in zip(cols, columns, strict=True):  # type: ignore[arg-type]
+                col.frombytes(data)
+        else:
+            pairs = zip(columns, _DTYPES, strict=True)
+            arrays = [np.frombuffer(b, dtype=t).tolist() for b, t in pairs]
+            for row in zip(*arrays, strict=True):
+                writer.add(*row)
         writer.maybe_flush()
         return stop[0]
 
