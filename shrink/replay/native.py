@@ -53,7 +53,7 @@ except ImportError:  # pragma: no cover - depends on the build
 __all__ = ["ENGINES", "available", "engine_name", "run_native", "run_python", "select_engine"]
 
 ENGINES = ("auto", "native", "python")
-# The core's error indices, in its order (native/src/engine.rs).
+# The core's loop counts and error indices, in its order (native/src/engine.rs).
 _COUNTS = ("turns", "sleeps", "events", "timer_arms", "connects", "sends")
 _ERRORS = ("refused", "connect", "reset", "closed", "timeout", "bad-response", "cut", "unsent")
 
