@@ -415,12 +415,7 @@ def sweep_cmd(
                 )
             )
         curve.meta["summary"] = _curve_summary(curve)
-        curve.meta["generator"] = {
-            "routing": routing,
-            "conns_per_session": conns,
-            "lag_limit": parse_duration(lag_limit, "lag limit"),
-            "engine": tgt.describe()["engine"],
-        }
+        curve.meta["generator"] = _generator_meta(routing, conns, lag_limit, tgt)
         curve.write_json(output)
         exports = write_sweep_exports(output, level_samples(curve, tr, recorder.runs))
     rows = [
@@ -434,11 +429,10 @@ def sweep_cmd(
         }
         for x in curve.levels
     ]
+    engine_ran = curve.meta["generator"]["engine"]
     if as_json:
-        echo_json(
-            {"curve": str(output), "engine": curve.meta["generator"]["engine"],
-             "levels": rows, "exports": [str(p) for p in exports]}
-        )  # fmt: skip
+        exported = [str(p) for p in exports]
+        echo_json({"curve": str(output), "engine": engine_ran, "levels": rows, "exports": exported})
         return
     for r in rows:
         flag = "  GENERATOR BEHIND (excluded)" if r["generator_behind"] else ""
@@ -447,8 +441,18 @@ def sweep_cmd(
             f"{knob} {r['level']:g}: {r['throughput']:,.1f} req/s  mean {_ms(r['mean'])}  "
             f"p99.9 {_ms(r['p999'])}  util {util}{flag}"
         )
-    typer.echo(f"curve: {output} (engine: {curve.meta['generator']['engine']})")
+    typer.echo(f"curve: {output} (engine: {engine_ran})")
     typer.echo(f"also: {', '.join(str(p) for p in _export_summary(exports))}")
+
+
+def _generator_meta(routing: str, conns: int, lag_limit: str, tgt: Any) -> dict[str, Any]:
+    """How the sweep's load generator was set up, and which replay engine ran."""
+    return {
+        "routing": routing,
+        "conns_per_session": conns,
+        "lag_limit": parse_duration(lag_limit, "lag limit"),
+        "engine": tgt.describe()["engine"],
+    }
 
 
 def _export_summary(paths: list[Path]) -> list[Path]:
