@@ -41,4 +41,7 @@ else
   echo "setup: no cargo (Rust); the native replay core is not built, the Python engine will run." >&2
   echo "setup: install Rust (https://rustup.rs) and run make setup again to build it." >&2
 fi
+# The co-runner of a CPU-time share (--enforce corunner) is a tiny C program; build it
+# now (into ~/.cache/shrink) so the first run need not. Without a compiler, Python's.
+"$PY" -c 'from shrink.enforce.corunner import build_helper; print("setup: co-runner", build_helper() or "in Python (no C compiler)")'
 echo "setup: done ($("$PY" -c 'import shrink; print("shrink", shrink.__version__)'))"

@@ -81,6 +81,12 @@ class _ShareUtilization:
         return res
 
 
+def _default_enforce() -> str:
+    from shrink.enforce import DEFAULT
+
+    return DEFAULT
+
+
 class TestbedProvider:
     """The real lighttpd + php-cgi testbed on this machine, driven by the replay engine.
 
@@ -103,6 +109,7 @@ class TestbedProvider:
         run_dir: str | Path = ".",
         engine: dict[str, Any] | None = None,
         php_children_per_core: int = 4,
+        enforce: str | None = None,
         cluster: ClusterSpec | None = None,
     ) -> None:
         from shrink.topology import discover
@@ -123,6 +130,7 @@ class TestbedProvider:
         self.run_dir = Path(run_dir)
         self.engine = engine or {}
         self.php_children_per_core = php_children_per_core
+        self.enforce = enforce  # shrink.enforce mechanism; None: its default
         self.cluster = cluster  # generators on a Ray cluster instead of this machine
         self._opened = 0
 
@@ -138,6 +146,7 @@ class TestbedProvider:
             "docroot": str(self.docroot),
             "server_cpus": list(self._server),
             "generator_cpus": list(self.generator_cpus),
+            "enforce": self.enforce or _default_enforce(),
         }
 
     @contextmanager
@@ -160,6 +169,7 @@ class TestbedProvider:
             state_path=state_path,
             port=0,
             php_children_per_core=self.php_children_per_core,
+            **({"enforce": self.enforce} if self.enforce else {}),
         )
         try:
             live = LiveTarget.from_state(

@@ -197,7 +197,7 @@ def test_health_check_names_the_problem():
 
 
 def test_cgroup_permission_error_says_what_works_without_root(tmp_path, monkeypatch):
-    from shrink import share as share_mod
+    from shrink.enforce import cfs as share_mod
 
     lay = share_mod.CgroupLayout(1, tmp_path / "cpu", None, None)
     (tmp_path / "cpu").mkdir()

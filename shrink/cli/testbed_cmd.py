@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from shrink.cli._common import cli_errors, echo_json, plural
+from shrink.enforce import DEFAULT as DEFAULT_ENFORCE
 from shrink.errors import TestbedError
 from shrink.irq import apply_plan, format_plan, plan_irq_affinity
 from shrink.machine import Machine
@@ -55,6 +56,14 @@ def up(
         ),
     ] = None,
     cgroups: Annotated[str, typer.Option("--cgroups", help="auto | yes | no.")] = "auto",
+    enforce: Annotated[
+        str,
+        typer.Option(
+            "--enforce",
+            help="How a CPU-time share is enforced: cfs (a CFS quota) | corunner "
+            "(a SCHED_FIFO spinner on each share CPU).",
+        ),
+    ] = DEFAULT_ENFORCE,
     nic: Annotated[
         list[str] | None,
         typer.Option("--nic", help="Real NIC interface feeding the replicas (repeat per replica)."),
@@ -82,6 +91,7 @@ def up(
             port=port,
             php_children_per_core=php_children,
             cgroups=cgroups,
+            enforce=enforce,
         )
     if as_json:
         echo_json(st.to_dict())

@@ -24,10 +24,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from shrink.enforce import DEFAULT as DEFAULT_ENFORCE
+from shrink.enforce import Enforcer, check_mechanism, enforcer_from_dict, make_enforcer
 from shrink.errors import TestbedError, TopologyError
 from shrink.machine import Machine
 from shrink.mapping import Mapping, Replica, build_mapping
-from shrink.share import Cgroup, Share, can_write_cgroups, cgroup_layout
+from shrink.share import Share, can_write_cgroups, cgroup_layout
 from shrink.testbed import health, process
 from shrink.testbed.config import ReplicaConfig, write_probe
 from shrink.testbed.state import ReplicaState, TestbedState
@@ -173,8 +175,7 @@ def _start_replica(
     lighttpd: str,
     php_cgi: str,
     php_per_core: int,
-    cgroup: Cgroup | None,
-    share: Share,
+    enforcer: Enforcer | None,
     timeout_s: float,
 ) -> ReplicaState:
     run_dir = run_root / r.name
@@ -196,12 +197,12 @@ def _start_replica(
     )
     if check.returncode != 0:
         raise TestbedError(f"lighttpd refused {cfg.conf_path}: {check.stderr.strip()}")
-    if cgroup is not None:
-        cgroup.create(r.cpus, share.quota_us(len(r.cpus)), share.period_us)
+    if enforcer is not None:
+        enforcer.start(r.cpus)
     master = process.start_process(
         [lighttpd, "-D", "-f", str(cfg.conf_path)],
         cpus=r.cpus,
-        join_cgroup=cgroup.add if cgroup is not None else None,
+        join_cgroup=enforcer.join if enforcer is not None else None,
         log_path=run_dir / "stdout.log",
     )
     try:
@@ -211,9 +212,14 @@ def _start_replica(
             pinned[master.pid] = [r.cpus[0]]
             os.sched_setaffinity(master.pid, {r.cpus[0]})
         pinned.update(_pin(php_kids, r.cpus))
+        if enforcer is not None:  # every server PID, whoever started it
+            enforcer.add([master.pid, *workers, *([php_parent] if php_parent else []), *php_kids])
         health.wait_healthy(
             r.address, r.port, timeout_s=timeout_s, still_running=lambda: master.poll() is None
         )
+    except TopologyError:  # the enforcer refused (a co-runner without root)
+        _kill_tree(master.pid)
+        raise
     except TestbedError as exc:
         _kill_tree(master.pid)
         raise TestbedError(
@@ -241,7 +247,8 @@ def _start_replica(
         errorlog=str(cfg.errorlog),
         run_dir=str(run_dir),
         nic_socket=r.nic_socket,
-        cgroup=cgroup.to_dict() if cgroup is not None else None,
+        cgroup=(enforcer.to_dict().get("cgroup") if enforcer is not None else None),
+        enforce=enforcer.to_dict() if enforcer is not None else None,
     )
 
 
@@ -262,13 +269,16 @@ def up(
     php_children_per_core: int = 2,
     cgroups: str = "auto",
     timeout_s: float = 15.0,
+    enforce: str = DEFAULT_ENFORCE,
 ) -> TestbedState:
     """Start one lighttpd + php-cgi per replica of ``mapping`` over ``share``; write the state.
 
     ``port`` 0 picks a port free on every replica's address. ``cgroups``:
     ``"auto"`` uses them where we may write them (always needed for a CPU-time
-    share), ``"no"`` uses CPU affinity alone.
+    share under a CFS quota), ``"no"`` uses CPU affinity alone. ``enforce``: the
+    mechanism of a CPU-time share (:mod:`shrink.enforce`: ``cfs`` or ``corunner``).
     """
+    check_mechanism(enforce)
     docroot = Path(docroot).resolve()
     if not docroot.is_dir():
         raise TestbedError(
@@ -303,12 +313,9 @@ def up(
             f"{sorted(os.sched_getaffinity(0))}"
         )
     layout = cgroup_layout()
-    use_cg = (
-        cgroups == "yes"
-        or share.kind == "cpu_time"
-        or (cgroups == "auto" and can_write_cgroups(layout))
-    )
-    if share.kind == "cpu_time" and cgroups == "no":
+    quota = share.kind == "cpu_time" and enforce == "cfs"
+    use_cg = cgroups == "yes" or quota or (cgroups == "auto" and can_write_cgroups(layout))
+    if quota and cgroups == "no":
         raise TopologyError("a CPU-time share needs a cgroup quota; cgroups='no' cannot give it")
     if use_cg and not can_write_cgroups(layout):
         raise TopologyError(
@@ -322,12 +329,19 @@ def up(
     sock_root = _socket_dir(run_root)
     tag = f"{state_path.stem}-{os.getpid()}-{int(time.time())}"
     started: list[ReplicaState] = []
-    cgs: list[Cgroup] = []
+    enfs: list[Enforcer] = []
     try:
         for r in m.replicas:
-            cg = Cgroup(f"{tag}-{r.name}", layout) if use_cg else None
-            if cg is not None:
-                cgs.append(cg)
+            enf = None
+            if use_cg or share.kind == "cpu_time":
+                enf = make_enforcer(
+                    enforce,
+                    name=f"{tag}-{r.name}",
+                    cpu_fraction=share.cpu_fraction,
+                    period_us=share.period_us,
+                    layout=layout if use_cg else None,
+                )
+                enfs.append(enf)
             started.append(
                 _start_replica(
                     r,
@@ -337,20 +351,19 @@ def up(
                     lighttpd=lighttpd,
                     php_cgi=php_cgi,
                     php_per_core=php_children_per_core,
-                    cgroup=cg,
-                    share=share,
+                    enforcer=enf,
                     timeout_s=timeout_s,
                 )
             )
     except BaseException:
         for rs in started:
             _stop_replica(rs)
-        for cg in cgs:
-            cg.remove()
+        for enf in enfs:
+            enf.stop()
         raise
     state = TestbedState(
         replicas=started,
-        share=share.to_dict(),
+        share=share.to_dict() | {"enforce": enfs[0].describe() if enfs else None},
         mapping=m.to_dict(),
         machine=machine.to_dict(),
         docroot=str(docroot),
@@ -430,7 +443,8 @@ def status(state_path: str | Path, *, check_health: bool = True) -> list[Replica
             answering = err is None
             if err and not problem:
                 problem = err
-        usage = Cgroup.from_dict(r.cgroup).usage_s() if r.cgroup else None
+        enf = _enforcer(r)
+        usage = enf.usage_s() if enf is not None else None
         if usage is None:
             usage = process.cpu_seconds(alive)
         out.append(
@@ -451,6 +465,13 @@ def status(state_path: str | Path, *, check_health: bool = True) -> list[Replica
     return out
 
 
+def _enforcer(r: ReplicaState) -> Enforcer | None:
+    if r.enforce:
+        return enforcer_from_dict(r.enforce)
+    # a state file from before the mechanisms: its cgroup was a CFS group
+    return enforcer_from_dict({"mechanism": "cfs", "cgroup": r.cgroup}) if r.cgroup else None
+
+
 def _stop_replica(r: ReplicaState) -> list[int]:
     targets: dict[int, int | None] = {p: r.starttimes.get(p) for p in r.pids}
     # Anything forked since `up` (a respawned php-cgi child) is found two ways.
@@ -458,16 +479,16 @@ def _stop_replica(r: ReplicaState) -> list[int]:
         if process.is_alive(p, targets[p]):
             for d in process.descendants(p):
                 targets.setdefault(d, None)
-    cg = Cgroup.from_dict(r.cgroup) if r.cgroup else None
-    if cg is not None:
-        for p in cg.pids():
+    enf = _enforcer(r)
+    if enf is not None:
+        for p in enf.pids():
             targets.setdefault(p, None)
     stopped = process.stop_processes(targets, first=[r.master_pid])
     left = [p for p, t in targets.items() if process.is_alive(p, t)]
     if left:
         raise TestbedError(f"replica {r.name}: PIDs {left} survived SIGKILL")
-    if cg is not None:
-        cg.remove()
+    if enf is not None:
+        enf.stop()
     return stopped
 
 

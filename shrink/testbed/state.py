@@ -5,7 +5,7 @@ Layout (see the project brief)::
     {"schema": "shrink.testbed/1",
      "replicas": [{"name", "address", "port", "pids", "cpus", "lighttpd_pids",
                    "php_pids", "config", "cgroup", "master_pid", "starttimes",
-                   "pinned", "nic_socket", "errorlog", "run_dir"}],
+                   "pinned", "nic_socket", "errorlog", "run_dir", "enforce"}],
      "share": Share.to_dict(), "mapping": Mapping.to_dict(), "machine": Machine.to_dict(),
      "docroot": path, "versions": {"lighttpd", "php"}, "started": iso-time, "notes": [...]}
 
@@ -47,6 +47,7 @@ class ReplicaState:
     run_dir: str
     nic_socket: int | None = None
     cgroup: dict[str, Any] | None = None
+    enforce: dict[str, Any] | None = None  # shrink.enforce: mechanism, its PIDs and groups
 
     @property
     def pids(self) -> list[int]:
@@ -69,6 +70,7 @@ class ReplicaState:
             "run_dir": self.run_dir,
             "nic_socket": self.nic_socket,
             "cgroup": self.cgroup,
+            "enforce": self.enforce,
         }
 
     @classmethod
@@ -88,6 +90,7 @@ class ReplicaState:
             run_dir=d.get("run_dir", ""),
             nic_socket=d.get("nic_socket"),
             cgroup=d.get("cgroup"),
+            enforce=d.get("enforce"),
         )
 
 
