@@ -64,6 +64,13 @@ _Realtime = Annotated[
         "other work). 0: normal scheduling.",
     ),
 ]
+_EngineOpt = Annotated[
+    str,
+    typer.Option(
+        "--engine",
+        help="Replay engine: auto (the native core when built, else Python) | native | python.",
+    ),
+]
 
 
 def _cpus(text: str | None) -> list[int] | None:
@@ -86,6 +93,7 @@ def _target(
     realtime: int = 0,
     conn_per_request: bool = False,
     processes: int | None = None,
+    engine: str = "auto",
     cluster: ClusterSpec | None = None,
 ) -> Any:
     from shrink.replay.live import LiveTarget
@@ -108,6 +116,7 @@ def _target(
         runlog_dir=runlog_dir,
         realtime=realtime,
         processes=processes,
+        engine=engine,
         cluster=cluster,
     )
 
@@ -147,6 +156,7 @@ def replay(
     realtime: _Realtime = 0,
     conn_per_request: _NewConn = False,
     processes: _Procs = None,
+    engine: _EngineOpt = "auto",
     cluster: ClusterOpt = None,
     generators: GeneratorsOpt = None,
     as_json: _Json = False,
@@ -189,6 +199,7 @@ def replay(
             realtime=realtime,
             conn_per_request=conn_per_request,
             processes=processes,
+            engine=engine,
             cluster=cluster_spec(cluster, generators),
         )
         res = tgt.run(tr, rate_factor=rf, warmup=0.0, duration=seconds, out=output)
@@ -210,6 +221,7 @@ def _summary(res: Any, output: Path) -> dict[str, Any]:
     return {
         "schema": "shrink.replay-summary/1",
         "runlog": str(output),
+        "engine": (res.describe or {}).get("engine", {}).get("engine"),
         "requests": len(res.runlog),
         "window": list(res.window),
         "intended_rate": g.intended_rate,
@@ -239,7 +251,7 @@ def _ms(x: float | None) -> str:
 def _print_summary(s: dict[str, Any]) -> None:
     lat = s["latency"]
     typer.echo(
-        f"{s['requests']:,} requests -> {s['runlog']}\n"
+        f"{s['requests']:,} requests -> {s['runlog']} (engine: {s['engine']})\n"
         f"rate: intended {s['intended_rate']:,.1f}/s, achieved {s['achieved_rate']:,.1f}/s, "
         f"completed {s['throughput']:,.1f}/s, errors {s['errors']}\n"
         f"latency: mean {_ms(lat['mean'])}  p50 {_ms(lat['p50'])}  p99 {_ms(lat['p99'])}  "
@@ -339,6 +351,7 @@ def sweep_cmd(
     realtime: _Realtime = 0,
     conn_per_request: _NewConn = False,
     processes: _Procs = None,
+    engine: _EngineOpt = "auto",
     cluster: ClusterOpt = None,
     generators: GeneratorsOpt = None,
     metrics_port: Annotated[
@@ -381,6 +394,7 @@ def sweep_cmd(
             realtime=realtime,
             conn_per_request=conn_per_request,
             processes=processes,
+            engine=engine,
             cluster=cluster_spec(cluster, generators),
         )
         lv = _levels(levels)
@@ -401,11 +415,7 @@ def sweep_cmd(
                 )
             )
         curve.meta["summary"] = _curve_summary(curve)
-        curve.meta["generator"] = {
-            "routing": routing,
-            "conns_per_session": conns,
-            "lag_limit": parse_duration(lag_limit, "lag limit"),
-        }
+        curve.meta["generator"] = _generator_meta(routing, conns, lag_limit, tgt)
         curve.write_json(output)
         exports = write_sweep_exports(output, level_samples(curve, tr, recorder.runs))
     rows = [
@@ -419,8 +429,10 @@ def sweep_cmd(
         }
         for x in curve.levels
     ]
+    engine_ran = curve.meta["generator"]["engine"]
     if as_json:
-        echo_json({"curve": str(output), "levels": rows, "exports": [str(p) for p in exports]})
+        exported = [str(p) for p in exports]
+        echo_json({"curve": str(output), "engine": engine_ran, "levels": rows, "exports": exported})
         return
     for r in rows:
         flag = "  GENERATOR BEHIND (excluded)" if r["generator_behind"] else ""
@@ -429,8 +441,18 @@ def sweep_cmd(
             f"{knob} {r['level']:g}: {r['throughput']:,.1f} req/s  mean {_ms(r['mean'])}  "
             f"p99.9 {_ms(r['p999'])}  util {util}{flag}"
         )
-    typer.echo(f"curve: {output}")
+    typer.echo(f"curve: {output} (engine: {engine_ran})")
     typer.echo(f"also: {', '.join(str(p) for p in _export_summary(exports))}")
+
+
+def _generator_meta(routing: str, conns: int, lag_limit: str, tgt: Any) -> dict[str, Any]:
+    """How the sweep's load generator was set up, and which replay engine ran."""
+    return {
+        "routing": routing,
+        "conns_per_session": conns,
+        "lag_limit": parse_duration(lag_limit, "lag limit"),
+        "engine": tgt.describe()["engine"],
+    }
 
 
 def _export_summary(paths: list[Path]) -> list[Path]:
@@ -487,6 +509,7 @@ def mat_cmd(
     generator_cpus: _GenCpus = None,
     allow_overlap: _Overlap = False,
     lag_limit: _LagLimit = "1ms",
+    engine: _EngineOpt = "auto",
     as_json: _Json = False,
 ) -> None:
     """Maximum achievable throughput: where the statistic crosses the threshold, with a CI."""
@@ -518,6 +541,7 @@ def mat_cmd(
                 allow_remote=False,
                 lag_limit=lag_limit,
                 mode="auto",
+                engine=engine,
             )
             tr = Trace.read_parquet(trace)
             lc, added = _progress_sweep(

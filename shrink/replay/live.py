@@ -27,7 +27,8 @@ from shrink._version import __version__
 from shrink.errors import ParameterError, ReplayError, TraceFormatError
 from shrink.procfs import cpu_seconds, cpu_times, steal_times, utilization
 from shrink.replay.cluster import ClusterSpec
-from shrink.replay.engine import EngineConfig, run_schedule
+from shrink.replay.engine import EngineConfig
+from shrink.replay.native import engine_name, select_engine
 from shrink.replay.scaleout import EngineRun, run_engines
 from shrink.replay.selfcheck import LAG_LIMIT, generator_check
 from shrink.runlog import RunLog
@@ -130,7 +131,8 @@ class LiveTarget:
         self.realtime = realtime
         # one engine process per generator CPU unless told fewer
         self.processes = processes
-        self.engine = engine or run_schedule  # or a FakeEngine (shrink.replay.fake)
+        # "auto" | "native" | "python", or an engine callable such as a FakeEngine
+        self.engine = engine if callable(engine) else select_engine(engine or "auto")
         self.cluster = cluster  # generators as Ray actors (shrink.replay.cluster)
         self.last_engine: EngineRun | None = None
         self._runs = 0
@@ -200,6 +202,7 @@ class LiveTarget:
             "generator_cpus": self.generator_cpus,
             "share_cpus": self.share_cpus,
             "realtime": self.realtime,
+            "engine": engine_name(self.engine),
         }
         if self.cluster is not None:
             out["cluster"] = self.cluster.describe()
@@ -306,6 +309,7 @@ class LiveTarget:
         desc = {
             **self.describe(),
             "engine": {
+                "engine": engine_name(self.engine),
                 "processes": len(engine.stats),
                 "cpu_seconds": engine.cpu_seconds,
                 "wall": wall,

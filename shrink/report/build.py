@@ -561,6 +561,11 @@ def _self_checks(
                 else ""
             )
             + _stalled_text(checks.get("levels_stalled_over") or {})
+            + (
+                f" (replay engine: {checks['generator_engine']})"
+                if checks.get("generator_engine")
+                else ""
+            )
         )
     if checks.get("offered_monotone") is not None:
         items.append(_offered_text(checks, (pred.full_run or {}).get("self_checks") or {}))
