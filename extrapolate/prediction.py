@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shrink import files
 from shrink.errors import TraceFormatError
+from shrink.schemas import PredictionFile
 
 __all__ = ["MappingPrediction", "Prediction", "StatPrediction"]
 
@@ -122,11 +124,6 @@ class Prediction:
 
     @classmethod
     def read_json(cls, path: str | Path) -> Prediction:
-        path = Path(path)
-        try:
-            d = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise TraceFormatError("no such prediction file", path=path) from None
-        except json.JSONDecodeError as exc:
-            raise TraceFormatError(f"not JSON: {exc.msg}", path=path, line=exc.lineno) from exc
+        """Read a prediction, checked against :class:`shrink.schemas.PredictionFile`."""
+        d = files.read_json(path, PredictionFile, what="prediction")
         return cls.from_dict(d, source=str(path))

@@ -13,14 +13,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from shrink import files
 from shrink.autolevels import AutoPlan, auto_sweep
-from shrink.errors import ParameterError, TraceFormatError
+from shrink.errors import ParameterError
 from shrink.loadcurve import LoadCurve
 from shrink.mapping import BUILTIN_MAPPINGS
 from shrink.mat import MATResult
 from shrink.predict import PredictConfig, predict
 from shrink.providers import make_provider
 from shrink.report.build import write_report
+from shrink.schemas import PredictionFile
 from shrink.trace import Trace
 from shrink.validate import Validation, cost_adjusted_errors, cost_ratio, validate
 
@@ -105,15 +107,8 @@ def run_predict(
 
 
 def _read_prediction(path: Path) -> dict[str, Any]:
-    try:
-        pred = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise TraceFormatError("no such prediction file", path=path) from None
-    except json.JSONDecodeError as exc:
-        raise TraceFormatError(f"not JSON: {exc.msg}", path=path, line=exc.lineno) from exc
-    if pred.get("schema") != "shrink.prediction/1":
-        raise TraceFormatError("not a shrink prediction (schema shrink.prediction/1)", path=path)
-    return pred
+    """prediction.json, checked against :class:`shrink.schemas.PredictionFile`."""
+    return files.read_json(path, PredictionFile, what="prediction")
 
 
 def run_validate(

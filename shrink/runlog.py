@@ -31,7 +31,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from shrink import files
 from shrink.errors import TraceFormatError
+from shrink.schemas import TraceMeta
 
 __all__ = ["RUNLOG_SCHEMA", "RunLog"]
 
@@ -165,4 +167,5 @@ class RunLog:
         except (pa.ArrowInvalid, OSError) as exc:
             raise TraceFormatError(f"not a readable Parquet run log ({exc})", path=path) from exc
         raw = (table.schema.metadata or {}).get(META_KEY)
-        return cls(table.replace_schema_metadata(None), json.loads(raw) if raw else {})
+        meta = files.parse_json(raw, TraceMeta, source=path, what="run log metadata") if raw else {}
+        return cls(table.replace_schema_metadata(None), meta)

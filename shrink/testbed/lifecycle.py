@@ -30,7 +30,7 @@ from shrink.mapping import Mapping, Replica, build_mapping
 from shrink.share import Cgroup, Share, can_write_cgroups, cgroup_layout
 from shrink.testbed import health, process
 from shrink.testbed.config import ReplicaConfig, write_probe
-from shrink.testbed.state import ReplicaState, TestbedState
+from shrink.testbed.state import ReplicaState, TestbedState, salvage_pids
 
 __all__ = ["ReplicaStatus", "down", "find_tool", "mapping_for", "status", "tool_versions", "up"]
 
@@ -449,6 +449,35 @@ def status(state_path: str | Path, *, check_health: bool = True) -> list[Replica
     return out
 
 
+_SERVER_COMMS = ("lighttpd", "php-cgi", "php")
+
+
+def _down_damaged(state_path: str | Path) -> dict[str, list[int]]:
+    """Stop what a damaged state file still names, by PID, never a stranger.
+
+    A PID with its recorded start time is stopped if that process still runs; one
+    without (the start times were lost) only if it runs lighttpd or php-cgi. The
+    file is left as it is, for the user to look at.
+    """
+    found = salvage_pids(state_path)
+    targets: dict[int, int | None] = {}
+    for pid, start in found.items():
+        info = process.proc_info(pid)
+        if info is None or pid == os.getpid():
+            continue
+        if start is not None and info.starttime == start:
+            targets[pid] = start
+        elif start is None and info.comm.startswith(_SERVER_COMMS):
+            targets[pid] = info.starttime
+    for pid, start in list(targets.items()):
+        if process.is_alive(pid, start):
+            for d in process.descendants(pid):
+                if (info := process.proc_info(d)) and info.comm.startswith(_SERVER_COMMS):
+                    targets.setdefault(d, info.starttime)
+    stopped = process.stop_processes(targets) if targets else []
+    return {"damaged state (PIDs it still names)": stopped}
+
+
 def _stop_replica(r: ReplicaState) -> list[int]:
     targets: dict[int, int | None] = {p: r.starttimes.get(p) for p in r.pids}
     # Anything forked since `up` (a respawned php-cgi child) is found two ways.
@@ -470,8 +499,17 @@ def _stop_replica(r: ReplicaState) -> list[int]:
 
 
 def down(state_path: str | Path) -> dict[str, list[int]]:
-    """Stop every process ``up`` recorded (and their descendants); return what was stopped."""
-    st = TestbedState.read(state_path)
+    """Stop every process ``up`` recorded (and their descendants); return what was stopped.
+
+    A state file that no longer validates (damaged, hand-edited) is not a dead
+    end: the PIDs it still names are stopped (see :func:`_down_damaged`).
+    """
+    try:
+        st = TestbedState.read(state_path)
+    except TestbedError:
+        if not Path(state_path).is_file():
+            raise
+        return _down_damaged(state_path)
     out = {r.name: _stop_replica(r) for r in st.replicas}
     st.stopped = datetime.now(UTC).isoformat(timespec="seconds")
     st.write(state_path)

@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shrink.errors import TestbedError
+from shrink import files
+from shrink.errors import TestbedError, TraceFormatError
+from shrink.schemas import TestbedStateFile
 
-__all__ = ["SCHEMA", "ReplicaState", "TestbedState"]
+__all__ = ["SCHEMA", "ReplicaState", "TestbedState", "salvage_pids"]
 
 SCHEMA = "shrink.testbed/1"
 
@@ -149,13 +152,62 @@ class TestbedState:
 
     @classmethod
     def read(cls, path: str | Path) -> TestbedState:
+        """The state, checked against :class:`shrink.schemas.TestbedStateFile`."""
         path = Path(path)
+        if not path.exists():
+            raise TestbedError(f"{path}: no such testbed state file (was `testbed up` run?)")
         try:
-            d = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise TestbedError(
-                f"{path}: no such testbed state file (was `testbed up` run?)"
-            ) from None
-        except json.JSONDecodeError as exc:
-            raise TestbedError(f"{path}: not JSON (line {exc.lineno}): {exc.msg}") from None
+            d = files.read_json(path, TestbedStateFile, what="testbed state")
+        except TraceFormatError as exc:
+            raise TestbedError(str(exc)) from None
         return cls.from_dict(d, source=str(path))
+
+
+def salvage_pids(path: str | Path) -> dict[int, int | None]:
+    """The PIDs (with their start times, where recorded) a damaged state file still names.
+
+    ``testbed down`` falls back on this when the file no longer validates, so a
+    testbed whose state was damaged can still be stopped through the tool. The
+    file is read leniently (bad bytes replaced, JSON if it parses, else every
+    ``"...pid...": N`` / ``[N, ...]`` the text holds); a caller signals only the
+    PIDs that still run as lighttpd or php-cgi, or whose start time matches.
+    """
+    try:
+        with Path(path).open("rb") as f:
+            text = f.read(files.MAX_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return {}
+    starts: dict[int, int] = {}
+    pids: set[int] = set()
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        doc = None
+    if isinstance(doc, dict) and isinstance(doc.get("replicas"), list):
+        for r in doc["replicas"]:
+            if isinstance(r, dict):
+                _salvage_replica(r, pids, starts)
+    else:
+        for m in _PID_LIST.finditer(text):
+            pids.update(int(x) for x in re.findall(r"\d{1,7}", m.group(1)))
+        for m in _PID_ONE.finditer(text):
+            pids.add(int(m.group(1)))
+    ok = {p for p in pids if 0 < p <= 2**22}
+    return {p: starts.get(p) for p in sorted(ok)}
+
+
+_PID_LIST = re.compile(r'"(?:pids|lighttpd_pids|php_pids)"\s*:\s*\[([^\]]{0,100000})\]')
+_PID_ONE = re.compile(r'"master_pid"\s*:\s*(\d{1,7})')
+
+
+def _salvage_replica(r: dict[str, Any], pids: set[int], starts: dict[int, int]) -> None:
+    for key in ("pids", "lighttpd_pids", "php_pids", "master_pid"):
+        v = r.get(key)
+        for p in v if isinstance(v, list) else [v]:
+            if isinstance(p, int) and not isinstance(p, bool):
+                pids.add(p)
+    st = r.get("starttimes")
+    if isinstance(st, dict):
+        for k, v in st.items():
+            if isinstance(k, str) and k.isdigit() and len(k) < 8 and isinstance(v, int):
+                starts[int(k)] = v
