@@ -152,6 +152,7 @@ def _mat_dict(res: MATResult) -> dict[str, Any]:
         "ci": list(res.ci),
         "threshold": res.threshold,
         "status": res.status,
+        "bound": res.bound,  # "lower" (MAT >= mat), "upper" (MAT < mat) or None
         "stalled_ceiling": res.stalled_ceiling,
     }
 

@@ -208,9 +208,11 @@ def validate(
             "predicted": p.mat,
             "predicted_ci": list(p.ci),
             "predicted_status": p.status,
+            "predicted_bound": p.bound,
             "measured": m.mat,
             "measured_ci": list(m.ci),
             "measured_status": m.status,
+            "measured_bound": m.bound,
             "error": (p.mat - m.mat) / m.mat if m.mat else float("nan"),
         }
         # Hints where a MAT was left open over stalled levels (never a MAT themselves).

@@ -13,8 +13,9 @@ _CAL_HELP = "'published' (fit the papers' figures) or a calibration JSON from 's
 
 
 def _fmt_ci(stat: dict[str, Any]) -> str:
-    lo, hi = stat["ci"]
-    return f"{stat['mat']:>10,.0f} [{lo:,.0f}, {hi:,.0f}]"
+    from shrink.mat import mat_text
+
+    return f"{mat_text(stat.get('mat'), stat.get('status'), stat.get('ci')):>10}"
 
 
 def _print_prediction(d: dict[str, Any], title: str) -> None:

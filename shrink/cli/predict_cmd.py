@@ -178,6 +178,8 @@ def _print_summary(pred: dict, out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from shrink.mat import mat_text
+
     t = Table(title=f"Predicted MAT ({pred['target_description']})")
     t.add_column("mapping")
     for stat, limit in pred["thresholds"].items():
@@ -185,8 +187,8 @@ def _print_summary(pred: dict, out: Path) -> None:
     for name, m in pred["mappings"].items():
         cells = []
         for stat in pred["thresholds"]:
-            r = m[stat]
-            cells.append(f"{r['mat']:,.0f} [{r['ci'][0]:,.0f}, {r['ci'][1]:,.0f}]")
+            r = m.get(stat) or {}
+            cells.append(mat_text(r.get("mat"), r.get("status"), r.get("ci")))
         t.add_row(("* " if name == pred["recommended"] else "  ") + name, *cells)
     Console().print(t)
     Console().print(f"recommended: [bold]{pred['recommended']}[/] - {pred['reason']}")
@@ -234,10 +236,14 @@ def validate(
     if as_json:
         echo_json(d)
         return
+    from shrink.mat import mat_text
+
     for stat, m in d["mats"].items():
+        conclusive = d["conclusive"].get(stat)
         typer.echo(
-            f"{stat}: predicted {m['predicted']:,.0f} req/s, measured {m['measured']:,.0f} "
-            f"req/s, error {100 * m['error']:+.1f}%"
+            f"{stat}: predicted {mat_text(m['predicted'], m.get('predicted_status'))} req/s, "
+            f"measured {mat_text(m['measured'], m.get('measured_status'))} req/s, "
+            f"error {100 * m['error']:+.1f}%" + ("" if conclusive else " (a MAT is only a bound)")
         )
     typer.echo(f"wrote {json.dumps(str((out or prediction.parent) / 'validation.json'))}")
 

@@ -10,7 +10,8 @@ import typer
 
 from shrink.cli._common import cli_errors, console, echo_json
 from shrink.errors import ParameterError
-from shrink.validation import check_positive, parse_duration
+from shrink.mat import EXIT_BOUND, MATResult, mat_text
+from shrink.validation import check_positive, parse_duration, parse_threshold
 
 _Targets = Annotated[
     list[str],
@@ -439,14 +440,19 @@ def mat_cmd(
     lag_limit: _LagLimit = "1ms",
     as_json: _Json = False,
 ) -> None:
-    """Maximum achievable throughput: where the statistic crosses the threshold, with a CI."""
+    """Maximum achievable throughput: where the statistic crosses the threshold, with a CI.
+
+    When the threshold is not crossed within the measured range the MAT is only a
+    bound, printed ">= X" (never reached) or "< X" (over at the lowest level), and
+    the command exits with status 99 (as k6 does when a threshold fails).
+    """
     from shrink.loadcurve import LoadCurve
     from shrink.mat import mat
     from shrink.replay.adaptive import refine
 
     with cli_errors():
         lc = LoadCurve.read_json(curve)
-        thr = parse_duration(threshold, "threshold")
+        thr = parse_threshold(threshold, "threshold")
         if stat not in ("mean", "p50", "p90", "p99", "p999"):
             raise ParameterError(f"stat == {stat!r}, must be one of mean, p50, p90, p99, p999.")
         added: list[float] = []
@@ -486,11 +492,29 @@ def mat_cmd(
     d["added_levels"] = added
     if as_json:
         echo_json(d)
-        return
+    else:
+        _print_mat(res, stat, thr, added)
+    if res.bound is not None:
+        # The threshold was not crossed inside the measured range: not a MAT, a bound.
+        raise typer.Exit(code=EXIT_BOUND)
+
+
+def _print_mat(res: MATResult, stat: str, thr: float, added: list[float]) -> None:
+    ci = "" if res.bound else f"  CI [{res.ci[0]:,.1f}, {res.ci[1]:,.1f}]"
     typer.echo(
-        f"MAT ({stat} <= {_ms(thr)}): {res.mat:,.1f} req/s  "
-        f"CI [{res.ci[0]:,.1f}, {res.ci[1]:,.1f}]  ({res.status})"
+        f"MAT ({stat} <= {_ms(thr)}): {mat_text(res.mat, res.status, fmt=',.1f')} req/s{ci}"
+        f"  ({res.status})"
     )
+    if res.bound == "lower":
+        typer.echo(
+            "the statistic stayed under the threshold at every level measured: the MAT is at "
+            "least the highest throughput measured (measure higher levels for the MAT itself)"
+        )
+    elif res.bound == "upper":
+        typer.echo(
+            "the statistic was over the threshold already at the lowest level: the MAT lies "
+            "below the lowest throughput measured (measure lower levels for the MAT itself)"
+        )
     if res.stalled_ceiling is not None:
         typer.echo(
             f"hint: under {res.stalled_ceiling:,.1f} req/s, where the generator only stalled "

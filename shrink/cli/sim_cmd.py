@@ -9,6 +9,7 @@ import typer
 
 from shrink.cli._common import cli_errors, console, echo_json
 from shrink.errors import ParameterError
+from shrink.mat import mat_text
 
 sim_app = typer.Typer(
     help="Simulate a multi-socket web server (sockets, RSS queues, workers, PHP, L3).",
@@ -129,7 +130,7 @@ def scaling_cmd(
             typer.echo(f"{stat} (threshold {res['thresholds'][stat] * 1e3:g} ms):")
             for n, r in per.items():
                 typer.echo(
-                    f"  {n:>2} cores  MAT {r['mat']:>10,.0f} req/s  "
+                    f"  {n:>2} cores  MAT {mat_text(r['mat'], r['status']):>10} req/s  "
                     f"scaling {res['scaling'][stat][n]:.2f}  ({r['status']})"
                 )
 
@@ -163,9 +164,10 @@ def mappings_cmd(
             echo_json(res)
             return
         for name, r in res["mappings"].items():
+            mean, p999 = r["mean"], r["p999"]
             typer.echo(
-                f"{name:<20} mean MAT {r['mean']['mat']:>10,.0f}  ({r['mean_change']:+.1%})"
-                f"   p99.9 MAT {r['p999']['mat']:>10,.0f}"
+                f"{name:<20} mean MAT {mat_text(mean['mat'], mean['status']):>10}  "
+                f"({r['mean_change']:+.1%})   p99.9 MAT {mat_text(p999['mat'], p999['status']):>10}"
             )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from shrink.loadcurve import Level, LoadCurve
+from shrink.mat import bound_of
 from shrink.predict import rep_range
 from shrink.report.blocks import Doc, render_html, render_markdown
 from shrink.report.figures import Series, cdf_figure, latency_figure, level_near_utilization
@@ -100,12 +101,12 @@ def _mat_table(pred: dict[str, Any], thresholds: dict[str, float]) -> tuple[list
                 # The threshold was never crossed: the MAT is at least the top measured load.
                 ceiling = r.get("stalled_ceiling")
                 row += [
-                    f">= {_rate(r.get('mat'))} (not reached)"
+                    f"{_bound(status)}{_rate(r.get('mat'))} (not reached)"
                     + (f", under {_rate(ceiling)} \u2020" if ceiling else ""),
                     "-",
                 ]
             elif status == "below_range":
-                row += [f"<= {_rate(r.get('mat'))} (over at the lowest load)", "-"]
+                row += [f"{_bound(status)}{_rate(r.get('mat'))} (over at the lowest load)", "-"]
             else:
                 row += [_rate(r.get("mat")), f"{_rate(ci[0])} - {_rate(ci[1])}"]
         rows.append(row)
@@ -182,8 +183,9 @@ def _adjusted_text(cost: dict[str, Any]) -> str:
 
 
 def _bound(status: str | None) -> str:
-    """The prefix of a MAT that is only a bound: not reached (>=), below range (<=)."""
-    return {"not_reached": ">= ", "below_range": "<= "}.get(status or "ok", "")
+    """The prefix of a MAT that is only a bound: not reached (>=), below range (<), as
+    :func:`shrink.mat.mat_text` writes it."""
+    return {"lower": ">= ", "upper": "< "}.get(bound_of(status) or "", "")
 
 
 def _error_text(m: dict[str, Any]) -> str:
