@@ -136,6 +136,8 @@ def read_clf(
             why = "not a Common/Combined Log Format line"
         elif m["agent"] is not None and not m["closed"] and strict:
             why = "user-agent field has no closing quote"
+        elif len(m["bytes"]) > 18:  # past int64: no reply is that large
+            why = f"bytes {m['bytes'][:30]!r} is too large"
         else:
             req = _split_request(m["request"])
             if req is None:
