@@ -24,21 +24,56 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import tomllib
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from shrink.errors import TraceFormatError
+from shrink.errors import ParameterError, TraceFormatError
 
-__all__ = ["MAX_BYTES", "parse_json", "read_json", "read_text", "read_toml", "validate"]
+__all__ = [
+    "MAX_BYTES",
+    "check_output",
+    "parse_json",
+    "read_json",
+    "read_text",
+    "read_toml",
+    "validate",
+]
 
 # The largest summary shrink writes is a LoadCurve of a few MB (quantile grids per
 # class, level and repetition); anything past this is not one of ours.
 MAX_BYTES = 64 * 1024 * 1024
 
 M = TypeVar("M", bound=BaseModel)
+
+
+def check_output(path: str | Path, *, kind: str = "file", what: str = "output") -> Path:
+    """Fail now, in one line, if ``path`` cannot be written as a ``kind`` ("file" or "dir").
+
+    Commands call this before measuring, so a run is never lost to an output path
+    that is a directory, sits under a file, or lies in a folder this user may not
+    write. Missing folders are fine: writers create them.
+    """
+    path = Path(path)
+    if kind == "file" and path.is_dir():
+        raise ParameterError(f"{what} {path} is a directory; name a file")
+    if kind == "dir" and path.exists() and not path.is_dir():
+        raise ParameterError(f"{what} {path} is a file; name a directory")
+    if path.exists():
+        if not os.access(path, os.W_OK | (os.X_OK if kind == "dir" else 0)):
+            raise ParameterError(f"{what} {path} is not writable")
+        return path
+    parent = path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ParameterError(f"{what} {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ParameterError(f"{what} {path}: cannot create it, {parent} is not writable")
+    return path
 
 
 def read_text(path: str | Path, *, what: str = "file", max_bytes: int = MAX_BYTES) -> str:

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from shrink.cli._common import cli_errors, echo_json
+from shrink.cli._common import cli_errors, echo_json, output_path
 
 _CAL_HELP = "'published' (fit the papers' figures) or a calibration JSON from 'shrink calibrate'."
 
@@ -86,6 +86,7 @@ def calibrate(
     from shrink.validation import parse_thresholds
 
     with cli_errors():
+        output_path(output)
         if curves:
             loaded = [LoadCurve.read_json(p) for p in curves]
             m = Machine.read_toml(machine) if machine else None
@@ -127,6 +128,7 @@ def whatif(
     from shrink.machine import Machine
 
     with cli_errors():
+        output_path(output)
         mach = Machine.read_toml(machine)
         model = load_calibration(calibration)
         preds = {}
@@ -172,6 +174,7 @@ def extrapolate(
     from shrink.validation import parse_thresholds
 
     with cli_errors():
+        output_path(output)
         lc = LoadCurve.read_json(curve)
         mach = Machine.read_toml(machine)
         model = load_calibration(calibration)

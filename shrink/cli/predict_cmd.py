@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from shrink.cli._common import cli_errors, console, echo_json
+from shrink.cli._common import cli_errors, console, echo_json, output_path
 from shrink.errors import ParameterError
 
 _MAPPINGS = ("1-replica", "2-replica-direct", "2-replica-indirect")
@@ -129,6 +129,7 @@ def predict(
     from shrink.validation import parse_duration, parse_thresholds
 
     with cli_errors():
+        output_path(out, kind="dir")
         th = parse_thresholds(thresholds)
         names = _MAPPINGS if mappings == "all" else tuple(m.strip() for m in mappings.split(","))
         if not names:
@@ -221,6 +222,7 @@ def validate(
     from shrink.pipeline import run_validate
 
     with cli_errors():
+        output_path(out, kind="dir")
         if full_run == "run":
             with _progress_bar() as bar:
                 v = run_validate(

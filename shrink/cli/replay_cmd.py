@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from shrink.cli._common import cli_errors, console, echo_json
+from shrink.cli._common import cli_errors, console, echo_json, output_path
 from shrink.errors import ParameterError
 from shrink.mat import EXIT_BOUND, MATResult, mat_text
 from shrink.validation import check_positive, parse_duration, parse_threshold
@@ -161,6 +161,7 @@ def replay(
     from shrink.trace import Trace
 
     with cli_errors():
+        output_path(output)
         if rate is not None:
             seconds = parse_duration(duration or "10s")
             tr = open_loop_trace(path, rate, seconds, arrival=arrival, seed=seed)
@@ -343,6 +344,8 @@ def sweep_cmd(
     from shrink.trace import Trace
 
     with cli_errors():
+        output_path(output)
+        output_path(runlogs, kind="dir", what="--runlogs")
         tr = Trace.read_parquet(trace)
         tgt = _target(
             target,
@@ -451,6 +454,7 @@ def mat_cmd(
     from shrink.replay.adaptive import refine
 
     with cli_errors():
+        output_path(output)
         lc = LoadCurve.read_json(curve)
         thr = parse_threshold(threshold, "threshold")
         if stat not in ("mean", "p50", "p90", "p99", "p999"):

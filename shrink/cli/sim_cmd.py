@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from shrink.cli._common import cli_errors, console, echo_json
+from shrink.cli._common import cli_errors, console, echo_json, output_path
 from shrink.errors import ParameterError
 from shrink.mat import mat_text
 
@@ -188,6 +188,7 @@ def run_cmd(
 ) -> None:
     """Simulate one run of TRACE and write its RunLog (same columns as the live engine)."""
     with cli_errors():
+        output_path(output)
         from shrink.measure import level_stats
         from shrink.sim.target import SimTarget
         from shrink.trace import Trace
@@ -239,6 +240,7 @@ def sweep_cmd(
 ) -> None:
     """Sweep TRACE over load levels on the simulator and write the LoadCurve."""
     with cli_errors():
+        output_path(output)
         from shrink.measure import sweep
         from shrink.sim.target import SimTarget
         from shrink.trace import Trace

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from shrink.cli._common import cli_errors, echo_json
+from shrink.cli._common import cli_errors, echo_json, output_path
 from shrink.errors import TestbedError
 from shrink.irq import apply_plan, format_plan, plan_irq_affinity
 from shrink.machine import Machine
@@ -69,6 +69,7 @@ def up(
 ) -> None:
     """Start one lighttpd + php-cgi pool per replica, pinned to its cores, capped by the share."""
     with cli_errors():
+        output_path(state, what="--state")
         m = load_machine(machine)
         sh = Share.parse(share, m, period_us=period)
         if nic:
