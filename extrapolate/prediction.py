@@ -62,7 +62,7 @@ class MappingPrediction:
         stats = {
             k: StatPrediction.from_dict(v)
             for k, v in d.items()
-            if k not in ("curve", "detail") and isinstance(v, dict) and "mat" in v
+            if k not in ("curve", "detail") and isinstance(v, dict) and v.get("mat") is not None
         }
         return cls(stats, dict(d.get("curve", {})), dict(d.get("detail", {})))
 

@@ -183,9 +183,9 @@ class TestbedStateFile(_Open):
 
 # Prediction (shrink predict's prediction.json) -------------------------------------
 class StatPredictionModel(_Open):
-    mat: Loose | None = None
-    ci: Annotated[list[Loose | None], Field(min_length=2, max_length=2)] | None = None
-    threshold: Positive | None = None
+    mat: Loose | None
+    ci: Annotated[list[Loose], Field(min_length=2, max_length=2)]
+    threshold: Positive
     status: Literal["ok", "not_reached", "below_range"] = "ok"
     stalled_ceiling: NonNeg | None = None
 

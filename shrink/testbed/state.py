@@ -174,7 +174,7 @@ def salvage_pids(path: str | Path) -> dict[int, int | None]:
     """
     try:
         with Path(path).open("rb") as f:
-            text = f.read(files.MAX_BYTES).decode("utf-8", errors="replace")
+            text = f.read(4 << 20).decode("utf-8", errors="replace")  # a state is a few KB
     except OSError:
         return {}
     starts: dict[int, int] = {}
@@ -192,12 +192,16 @@ def salvage_pids(path: str | Path) -> dict[int, int | None]:
             pids.update(int(x) for x in re.findall(r"\d{1,7}", m.group(1)))
         for m in _PID_ONE.finditer(text):
             pids.add(int(m.group(1)))
+        for m in _STARTS.finditer(text):
+            for pid, start in re.findall(r'"(\d{1,7})"\s*:\s*(\d{1,20})', m.group(1)):
+                starts[int(pid)] = int(start)
     ok = {p for p in pids if 0 < p <= 2**22}
     return {p: starts.get(p) for p in sorted(ok)}
 
 
-_PID_LIST = re.compile(r'"(?:pids|lighttpd_pids|php_pids)"\s*:\s*\[([^\]]{0,100000})\]')
+_PID_LIST = re.compile(r'"(?:pids|lighttpd_pids|php_pids)"\s*:\s*\[([^\]]{0,20000})\]')
 _PID_ONE = re.compile(r'"master_pid"\s*:\s*(\d{1,7})')
+_STARTS = re.compile(r'"starttimes"\s*:\s*\{([^}]{0,20000})\}')
 
 
 def _salvage_replica(r: dict[str, Any], pids: set[int], starts: dict[int, int]) -> None:
