@@ -406,7 +406,7 @@ def _check_columns(table: pa.Table, path: Path) -> None:
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
             raise TraceFormatError(
-                f"row {row}: {name} == {values[row]!r}, must be a finite number >= 0", path=path
+                f"row {row}: {name} == {float(values[row])!r}, must be a finite number >= 0", path=path
             )
 
 

@@ -455,8 +455,8 @@ def mat_cmd(
 
     with cli_errors():
         output_path(output)
-        lc = LoadCurve.read_json(curve)
         thr = parse_threshold(threshold, "threshold")
+        lc = LoadCurve.read_json(curve)
         if stat not in ("mean", "p50", "p90", "p99", "p999"):
             raise ParameterError(f"stat == {stat!r}, must be one of mean, p50, p90, p99, p999.")
         added: list[float] = []
