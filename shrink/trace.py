@@ -405,8 +405,9 @@ def _check_columns(table: pa.Table, path: Path) -> None:
         bad = ~np.isfinite(values) | (values < 0)
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
+            value = float(values[row])
             raise TraceFormatError(
-                f"row {row}: {name} == {float(values[row])!r}, must be a finite number >= 0", path=path
+                f"row {row}: {name} == {value!r}, must be a finite number >= 0", path=path
             )
 
 

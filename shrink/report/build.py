@@ -79,7 +79,8 @@ def _mapping_series(pred: dict[str, Any]) -> list[Series]:
         hi = {k: v for k, v in hi.items() if v is not None}
         mats = {}
         for s in ("mean", "p999"):
-            if s in m and m[s].get("mat") is not None:
+            # A bound is not a crossing: no MAT line for it (the table says ">= X").
+            if s in m and m[s].get("mat") is not None and not bound_of(m[s].get("status")):
                 ci = m[s].get("ci") or [float("nan"), float("nan")]
                 mats[s] = (float(m[s]["mat"]), float(ci[0]), float(ci[1]))
         out.append(Series(f"predicted: {name}", c["throughput"], vals, lo, hi, mats=mats))
