@@ -92,6 +92,12 @@ class MachineSpec(_Open):
         return self
 
 
+class ShareModel(_Open):
+    kind: Name = "all"
+    cpus: Annotated[list[Cpu], Field(max_length=MAX_CPUS)] | None = None
+    fraction: Fraction | None = None
+
+
 # LoadCurve ---------------------------------------------------------------------
 OptFloat = NonNeg | None
 
@@ -128,14 +134,30 @@ class LevelModel(_Open):
     reps: Annotated[list[LevelStatsModel], Field(max_length=10_000)]
 
 
+class GeneratorMeta(_Open):
+    routing: Name = "hash"
+    conns_per_session: Annotated[int, Field(ge=1, le=1_000)] = 2
+
+
+class CurveMeta(_Open):
+    """The keys of a curve's ``meta`` that later stages read."""
+
+    generator: GeneratorMeta = GeneratorMeta()
+    paired: bool = False
+    scaled_time: Positive = 1.0
+    skip: NonNeg = 0.0
+    workload: Name = "measured"
+    target: dict[str, Any] = {}
+
+
 class LoadCurveFile(_Open):
     schema_: Literal["shrink.loadcurve/1"] = Field(alias="schema")
     knob: Name = "rate_factor"
     alpha: Alpha = 1.0
-    share: dict[str, Any] = {}
+    share: ShareModel = ShareModel()
     mapping: Name = ""
     machine: dict[str, Any] = {}
-    meta: dict[str, Any] = {}
+    meta: CurveMeta = CurveMeta()
     levels: Annotated[list[LevelModel], Field(max_length=MAX_LIST)]
 
 
@@ -158,12 +180,6 @@ class ReplicaModel(_Open):
     run_dir: Text = ""
     nic_socket: Annotated[int, Field(ge=0, le=63)] | None = None
     cgroup: dict[str, Any] | None = None
-
-
-class ShareModel(_Open):
-    kind: Name = "all"
-    cpus: Annotated[list[Cpu], Field(max_length=MAX_CPUS)] | None = None
-    fraction: Fraction | None = None
 
 
 class TestbedStateFile(_Open):
