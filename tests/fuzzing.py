@@ -472,7 +472,8 @@ class Outcome:
     errors: int = 0  # ShrinkError: the documented outcome of a bad input
     crashes: list[str] = field(default_factory=list)  # "type: message @ file:line"
     hangs: list[int] = field(default_factory=list)  # input numbers past the limit
-    slowest_s: float = 0.0
+    slowest_s: float = 0.0  # wall time: what the hang limit is about
+    slowest_cpu_s: float = 0.0  # CPU time: the input's own cost, steady on a busy machine
     peak_rss_mib: float = 0.0
 
     @property
@@ -511,6 +512,7 @@ def campaign(
             data = mutator(base, rnd)  # type: ignore[misc]
             path.write_bytes(data)
             t0 = time.monotonic()
+            c0 = time.process_time()
             dog.deadline = t0 + limit_s
             dog.armed = True
             try:
@@ -525,6 +527,7 @@ def campaign(
                 dog.armed = False
                 dog.deadline = None
             out.slowest_s = max(out.slowest_s, time.monotonic() - t0)
+            out.slowest_cpu_s = max(out.slowest_cpu_s, time.process_time() - c0)
             out.inputs += 1
     finally:
         dog.close()
