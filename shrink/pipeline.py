@@ -21,6 +21,7 @@ from shrink.mapping import BUILTIN_MAPPINGS
 from shrink.mat import MATResult
 from shrink.predict import PredictConfig, predict
 from shrink.providers import make_provider
+from shrink.replay.cluster import ClusterSpec
 from shrink.report.build import write_report
 from shrink.schemas import PredictionFile
 from shrink.trace import Trace
@@ -61,17 +62,24 @@ def run_predict(
     paired_full_run: bool = False,
     time_scaling: bool = True,
     skip: float | None = None,
+    cluster: ClusterSpec | None = None,
 ) -> dict[str, Any]:
     """Predict from ``trace_path`` and write DIR/prediction.json + report; return the dict.
 
     ``paired_full_run`` also measures the full target with the whole trace, each
     repetition next to its scaled twin, into DIR/full-curve.json (for
-    ``run_validate(..., full_run="paired")``).
+    ``run_validate(..., full_run="paired")``). ``cluster``: the load generators run
+    as Ray actors there (:mod:`shrink.replay.cluster`) instead of on this machine.
     """
     out = Path(out_dir)
     trace = Trace.read_parquet(trace_path)
     provider = make_provider(
-        target, machine=machine, docroot=docroot, run_dir=out / "runs", server_cpus=server_cpus
+        target,
+        machine=machine,
+        docroot=docroot,
+        run_dir=out / "runs",
+        server_cpus=server_cpus,
+        cluster=cluster,
     )
     cfg = PredictConfig(
         alpha=alpha,
@@ -118,6 +126,7 @@ def run_validate(
     trace: str | Path | None = None,
     out_dir: str | Path | None = None,
     progress: Progress | None = None,
+    cluster: ClusterSpec | None = None,
 ) -> Validation:
     """Validate a prediction against a full-scale curve.
 
@@ -142,6 +151,7 @@ def run_validate(
             docroot=inputs.get("docroot"),
             run_dir=out / "runs-full",
             server_cpus=tuple(inputs.get("server_cpus") or ()) or None,
+            cluster=cluster,
         )
         plan = AutoPlan(**{**AutoPlan().__dict__, **(inputs.get("plan") or {})})
         # The same part of the trace as the prediction's runs (its skip), at the plan's

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
 from shrink.cli._common import cli_errors, console, echo_json, output_path
 from shrink.errors import ParameterError
 
@@ -115,6 +116,8 @@ def predict(
             "past it.",
         ),
     ] = None,
+    cluster: ClusterOpt = None,
+    generators: GeneratorsOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print prediction.json.")] = False,
 ) -> None:
     """Predict the full machine's MAT for each mapping from a scaled-down run.
@@ -162,6 +165,7 @@ def predict(
                 paired_full_run=paired_full_run,
                 time_scaling=time_scaling,
                 skip=None if skip == "auto" else _skip_seconds(skip),
+                cluster=cluster_spec(cluster, generators),
             )
     if as_json:
         echo_json(pred)
@@ -212,6 +216,8 @@ def validate(
     out: Annotated[
         Path | None, typer.Option("-o", "--out", help="Output directory (default: beside).")
     ] = None,
+    cluster: ClusterOpt = None,
+    generators: GeneratorsOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print validation.json.")] = False,
 ) -> None:
     """Compare a prediction with the full-scale measurement (run now, or given).
@@ -231,6 +237,7 @@ def validate(
                     trace=trace,
                     out_dir=out,
                     progress=_callback(bar, "full-scale run"),
+                    cluster=cluster_spec(cluster, generators),
                 )
         else:  # nothing to run: no progress bar
             v = run_validate(prediction, full_run=full_run, trace=trace, out_dir=out)

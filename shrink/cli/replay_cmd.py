@@ -8,9 +8,11 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
+from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
 from shrink.cli._common import cli_errors, console, echo_json, output_path
 from shrink.errors import ParameterError
 from shrink.mat import EXIT_BOUND, MATResult, mat_text
+from shrink.replay.cluster import ClusterSpec
 from shrink.validation import check_positive, parse_duration, parse_threshold
 
 _Targets = Annotated[
@@ -91,6 +93,7 @@ def _target(
     realtime: int = 0,
     conn_per_request: bool = False,
     processes: int | None = None,
+    cluster: ClusterSpec | None = None,
 ) -> Any:
     from shrink.replay.live import LiveTarget
 
@@ -112,6 +115,7 @@ def _target(
         runlog_dir=runlog_dir,
         realtime=realtime,
         processes=processes,
+        cluster=cluster,
     )
 
 
@@ -150,6 +154,8 @@ def replay(
     realtime: _Realtime = 0,
     conn_per_request: _NewConn = False,
     processes: _Procs = None,
+    cluster: ClusterOpt = None,
+    generators: GeneratorsOpt = None,
     as_json: _Json = False,
 ) -> None:
     """Replay a trace (or an open-loop rate) against a live server; write the RunLog.
@@ -191,6 +197,7 @@ def replay(
             realtime=realtime,
             conn_per_request=conn_per_request,
             processes=processes,
+            cluster=cluster_spec(cluster, generators),
         )
         res = tgt.run(tr, rate_factor=rf, warmup=0.0, duration=seconds, out=output)
         summary = _summary(res, output)
@@ -332,6 +339,8 @@ def sweep_cmd(
     realtime: _Realtime = 0,
     conn_per_request: _NewConn = False,
     processes: _Procs = None,
+    cluster: ClusterOpt = None,
+    generators: GeneratorsOpt = None,
     as_json: _Json = False,
 ) -> None:
     """Measure latency and throughput at each load level; write a LoadCurve JSON.
@@ -361,6 +370,7 @@ def sweep_cmd(
             realtime=realtime,
             conn_per_request=conn_per_request,
             processes=processes,
+            cluster=cluster_spec(cluster, generators),
         )
         lv = _levels(levels)
         w, d = parse_duration(warmup, "warmup"), parse_duration(duration, "duration")

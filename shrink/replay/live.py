@@ -17,7 +17,7 @@ import contextlib
 import ipaddress
 import os
 import threading
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from time import monotonic, sleep
 from typing import Any
@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 from shrink import __version__, files
 from shrink.errors import ParameterError, ReplayError
+from shrink.replay.cluster import ClusterSpec
 from shrink.replay.engine import EngineConfig, run_schedule
 from shrink.replay.scaleout import EngineRun, run_engines
 from shrink.replay.selfcheck import LAG_LIMIT, generator_check, process_cpu_seconds
@@ -150,6 +151,7 @@ class LiveTarget:
         realtime: int = 0,
         processes: int | None = None,
         engine: Any = None,
+        cluster: ClusterSpec | None = None,
     ) -> None:
         if not addresses:
             raise ReplayError("no target address (a testbed state with replicas, or a URL)")
@@ -177,6 +179,7 @@ class LiveTarget:
         # one engine process per generator CPU unless told fewer
         self.processes = processes
         self.engine = engine or run_schedule  # or a FakeEngine (shrink.replay.fake)
+        self.cluster = cluster  # generators as Ray actors (shrink.replay.cluster)
         self.last_engine: EngineRun | None = None
         self._runs = 0
 
@@ -236,6 +239,8 @@ class LiveTarget:
             "share_cpus": self.share_cpus,
             "realtime": self.realtime,
         }
+        if self.cluster is not None:
+            out["cluster"] = self.cluster.describe()
         for k in ("share", "mapping", "machine", "versions", "docroot", "started"):
             if k in st:
                 out[k] = st[k]
@@ -302,6 +307,8 @@ class LiveTarget:
                 on_start=on_start,
                 realtime=self.realtime,
                 engine=self.engine,
+                cluster=self.cluster,
+                avoid_cpus=frozenset(self.share_cpus),
             )
         except BaseException:
             for smp in samplers:
@@ -327,6 +334,12 @@ class LiveTarget:
             lag_limit=self.lag_limit,
             processes=max(1, len(engine.stats)),
         )
+        lost = engine.extra.get("lost_generators") or []
+        if lost:
+            # A lost generator's sessions were not sent (or not recorded): the level's
+            # load was not what it says, so it is never used for a MAT.
+            slots = ", ".join(f"{g['slot']} on {g['node']}" for g in lost)
+            check = replace(check, behind=True, reason=f"generator lost ({slots})")
         alive = self._pids_alive()
         desc = {
             **self.describe(),
