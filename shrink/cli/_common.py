@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import click
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from shrink.errors import ShrinkError
 from shrink.files import check_output
@@ -43,8 +44,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def _error_line(text: str) -> None:
     # One line: a message with a newline (a subprocess's stderr) is folded.
-    line = " ".join(str(text).split())
-    console.print(f"[bold red]error:[/] {line}", highlight=False, soft_wrap=True, markup=True)
+    # Escaped: a path or field name like "x[/y]" is text, not a rich markup tag.
+    line = escape(" ".join(str(text).split()))
+    console.print(f"[bold red]error:[/] {line}", highlight=False, soft_wrap=True)
 
 
 @contextmanager
