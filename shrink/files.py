@@ -44,8 +44,9 @@ __all__ = [
 ]
 
 # The largest summary shrink writes is a LoadCurve of a few MB (quantile grids per
-# class, level and repetition); anything past this is not one of ours.
-MAX_BYTES = 64 * 1024 * 1024
+# class, level and repetition); anything past this is not one of ours. The cap also
+# bounds memory: 16 MiB of the smallest JSON values ("[],") is about 300 MiB of objects.
+MAX_BYTES = 16 * 1024 * 1024
 
 M = TypeVar("M", bound=BaseModel)
 

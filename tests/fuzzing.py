@@ -115,7 +115,10 @@ def mutate_json(data: bytes, rnd: random.Random) -> bytes:
             elif action == 1:
                 node[key] = rnd.choice(list(_TOKENS))
             elif action == 2 and isinstance(node[key], list) and node[key]:
-                node[key] = node[key] * rnd.choice((2, 50, 2000))
+                # Past the schemas' list bounds (100,000), but not so far that building
+                # the input is what takes the memory (the same list twice: 24M items).
+                times = min(rnd.choice((2, 50, 2000)), 150_000 // len(node[key]) + 1)
+                node[key] = node[key] * times
             else:
                 node[key] = rnd.choice(_ODD_VALUES)
         except (KeyError, IndexError, TypeError):
