@@ -2,7 +2,7 @@
 
 Run as ``python bench/bench_fuzz.py [--inputs N] [--readers a,b] [--seed S] [--limit S]``.
 
-For each reader of tests/fuzzing.py (specweb, CLF, wsesslog, pcap/pcapng, Parquet
+For each reader of tests/helpers/fuzzing.py (specweb, CLF, wsesslog, pcap/pcapng, Parquet
 trace, machine TOML, calibration, LoadCurve, prediction, testbed state, docroot
 manifest), in a process of its own so that its peak RSS is its own: N seeded
 mutated inputs (default 100,000), each read and used as the next stage would.
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from fuzzing import READERS, campaign  # noqa: E402
+from helpers.fuzzing import READERS, campaign  # noqa: E402
 
 from shrink.errors import ShrinkError  # noqa: E402
 

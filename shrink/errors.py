@@ -11,6 +11,7 @@ Hierarchy::
     ├── ReplayError                  the load generator could not run the schedule
     ├── MeasurementError             a load curve or MAT that cannot be computed
     └── ExtrapolationError           a model asked to predict outside what it was fitted on
+        └── NotFittedError (AttributeError)  a model used before fit (so hasattr() is False)
 
 Errors carry what a person needs to act: the file and line, the packet number,
 the PID. ``str(err)`` is the whole message; the attributes are for programs.
@@ -24,6 +25,7 @@ __all__ = [
     "CaptureFormatError",
     "ExtrapolationError",
     "MeasurementError",
+    "NotFittedError",
     "ParameterError",
     "ReplayError",
     "ShrinkError",
@@ -106,3 +108,8 @@ class MeasurementError(ShrinkError):
 
 class ExtrapolationError(ShrinkError):
     """A model that is not fitted, or asked to predict where it has no basis."""
+
+
+class NotFittedError(ExtrapolationError, AttributeError):
+    """A model used before ``fit``; an AttributeError too, as scikit-learn's, so that
+    ``hasattr(model, "sigma_ci_")`` is False rather than an error."""

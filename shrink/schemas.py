@@ -200,9 +200,9 @@ class TestbedStateFile(_Open):
 # Prediction (shrink predict's prediction.json) -------------------------------------
 class StatPredictionModel(_Open):
     mat: Loose | None
-    ci: Annotated[list[Loose], Field(min_length=2, max_length=2)]
+    ci: Annotated[list[Loose | None], Field(min_length=2, max_length=2)] | None = None
     threshold: Positive
-    status: Literal["ok", "not_reached", "below_range"] = "ok"
+    status: Literal["ok", "not_reached", "below_range"] | None = None
     stalled_ceiling: NonNeg | None = None
 
 
@@ -225,18 +225,34 @@ class MappingPredictionModel(_Open):
     p99: StatPredictionModel | None = None
     p999: StatPredictionModel | None = None
     curve: dict[Name, Annotated[list[Loose | None], Field(max_length=MAX_LIST)]] = {}
+    detail: dict[str, Any] = {}
 
 
 class PredictionFile(_Open):
+    """``shrink.prediction/1`` (:mod:`shrink.prediction`); the main job's fields are optional."""
+
     schema_: Literal["shrink.prediction/1"] = Field(alias="schema")
-    thresholds: dict[Stat, Positive] = {}
+    machine: dict[str, Any] = {}
     mappings: Annotated[dict[Name, MappingPredictionModel], Field(max_length=1_000)]
     recommended: Name = ""
     reason: Text = ""
-    seed: Annotated[int, Field(ge=0, le=2**63)] = 0
-    validated_mapping: Name = "1-replica"
-    inputs: ValidateInputs = ValidateInputs()
+    calibration: dict[str, Any] = {}
+    assumptions: Annotated[list[Any], Field(max_length=MAX_LIST)] = []
+    target: Name | None = None
+    target_description: Text | None = None
+    alpha: Alpha | None = None
+    level: Name | None = None
+    seed: Annotated[int, Field(ge=0, le=2**63)] | None = None
+    share: ShareModel | None = None
+    thresholds: dict[Stat, Positive] | None = None
+    measured_mats: dict[Stat, StatPredictionModel] | None = None
+    confidence_summary: Text | None = None
+    self_checks: dict[str, Any] | None = None
+    trace: dict[str, Any] | None = None
+    provenance: dict[str, Any] | None = None
     full_run: dict[str, Any] | None = None
+    inputs: ValidateInputs | None = None
+    whatif: dict[str, Any] | None = None
 
 
 # Calibration ------------------------------------------------------------------------

@@ -45,6 +45,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shrink import files
+from shrink._version import __version__
 from shrink.errors import TraceFormatError
 from shrink.schemas import TraceMeta
 
@@ -96,8 +97,6 @@ META_KEY = b"shrink"
 
 
 def _shrink_version() -> str:
-    from shrink import __version__
-
     return __version__
 
 

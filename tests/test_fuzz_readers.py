@@ -1,7 +1,7 @@
 """Every reader under seeded mutation: only shrink's errors, no hang, no big memory.
 
 A few hundred inputs per reader (a few seconds each); bench/bench_fuzz.py runs the
-long campaign. The harness is tests/fuzzing.py.
+long campaign. The harness is tests/helpers/fuzzing.py.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fuzzing import READERS, SHARED, campaign, peak_rss_mib
+from helpers.fuzzing import READERS, SHARED, campaign, peak_rss_mib
 
 INPUTS = 300
 LIMIT_S = 5.0  # an input past this is a hang (the slowest seen on a busy 2-core VM: 0.7 s)
@@ -34,7 +34,7 @@ def test_reader_survives_mutation(name: str, tmp_path: Path) -> None:
 def test_mutations_are_seeded(tmp_path: Path) -> None:
     import random
 
-    from fuzzing import mutate, mutate_json
+    from helpers.fuzzing import mutate, mutate_json
 
     data = b'{"a": [1, 2, {"b": "x"}], "c": 3.5}'
     runs = [[f(data, random.Random(5)) for f in (mutate, mutate_json)] for _ in range(2)]

@@ -17,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from shrink import files
+from shrink.checks import parse_duration, parse_threshold, parse_thresholds
 from shrink.cli import app
 from shrink.errors import ParameterError, ShrinkError, TestbedError, TraceFormatError
 from shrink.ingest import read_clf, read_specweb
@@ -28,7 +29,6 @@ from shrink.replay.schedule import build_schedule
 from shrink.schemas import LoadCurveFile, MachineSpec
 from shrink.testbed import lifecycle
 from shrink.trace import Trace
-from shrink.validation import parse_duration, parse_threshold, parse_thresholds
 
 runner = CliRunner()
 

@@ -8,12 +8,13 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
+from shrink.checks import check_positive, parse_duration, parse_threshold
 from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
 from shrink.cli._common import cli_errors, console, echo_json, output_path
 from shrink.errors import ParameterError
 from shrink.mat import EXIT_BOUND, MATResult, mat_text
 from shrink.replay.cluster import ClusterSpec
-from shrink.validation import check_positive, parse_duration, parse_threshold
+from shrink.topology import parse_cpulist
 
 _Targets = Annotated[
     list[str],
@@ -65,16 +66,7 @@ _Realtime = Annotated[
 
 
 def _cpus(text: str | None) -> list[int] | None:
-    if text is None:
-        return None
-    out: list[int] = []
-    for part in filter(None, text.split(",")):
-        if "-" in part:
-            a, b = part.split("-", 1)
-            out.extend(range(int(a), int(b) + 1))
-        else:
-            out.append(int(part))
-    return out
+    return None if text is None else list(parse_cpulist(text))
 
 
 def _target(

@@ -13,7 +13,6 @@ is measuring). Targets must be loopback unless ``allow_remote=True``.
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import os
 import threading
@@ -23,12 +22,14 @@ from time import monotonic, sleep
 from typing import Any
 from urllib.parse import urlsplit
 
-from shrink import __version__, files
+from shrink import files
+from shrink._version import __version__
 from shrink.errors import ParameterError, ReplayError
+from shrink.procfs import cpu_seconds, cpu_times, steal_times, utilization
 from shrink.replay.cluster import ClusterSpec
 from shrink.replay.engine import EngineConfig, run_schedule
 from shrink.replay.scaleout import EngineRun, run_engines
-from shrink.replay.selfcheck import LAG_LIMIT, generator_check, process_cpu_seconds
+from shrink.replay.selfcheck import LAG_LIMIT, generator_check
 from shrink.runlog import RunLog
 from shrink.schemas import TestbedStateFile
 from shrink.target import RunResult
@@ -56,55 +57,6 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _cpu_fields() -> dict[int, list[int]]:
-    """Per CPU: user nice system idle iowait irq softirq steal jiffies from /proc/stat."""
-    out: dict[int, list[int]] = {}
-    with open("/proc/stat", encoding="ascii") as fh:
-        for line in fh:
-            if not line.startswith("cpu") or line.startswith("cpu "):
-                continue
-            name, *vals = line.split()
-            v = [int(x) for x in vals[:8]]
-            out[int(name[3:])] = v + [0] * (8 - len(v))
-    return out
-
-
-def cpu_times() -> dict[int, tuple[int, int]]:
-    """Per CPU (busy, total) jiffies from /proc/stat; idle and iowait count as not busy."""
-    return {c: (sum(v) - v[3] - v[4], sum(v)) for c, v in _cpu_fields().items()}
-
-
-def utilization(
-    before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]], cpus: list[int]
-) -> dict[int, float]:
-    """Busy fraction of each of ``cpus`` between two :func:`cpu_times` snapshots."""
-    out = {}
-    for c in cpus:
-        if c in before and c in after:
-            busy = after[c][0] - before[c][0]
-            total = after[c][1] - before[c][1]
-            out[c] = busy / total if total > 0 else 0.0
-    return out
-
-
-def steal_times() -> dict[int, tuple[int, int]]:
-    """Per CPU (steal, total) jiffies from /proc/stat, for :func:`utilization`.
-
-    Steal is time the hypervisor ran something else while this CPU wanted to run;
-    /proc/stat counts it as busy.
-    """
-    return {c: (v[7], sum(v)) for c, v in _cpu_fields().items()}
-
-
-def _pids_cpu(pids: list[int]) -> float:
-    total = 0.0
-    for pid in pids:
-        # a PID that is gone loses its time; the run says which PIDs died
-        with contextlib.suppress(OSError, ValueError):
-            total += process_cpu_seconds(pid)
-    return total
-
-
 class _WindowSampler(threading.Thread):
     """Takes /proc/stat snapshots at two monotonic instants (the window's edges)."""
 
@@ -128,7 +80,8 @@ class _WindowSampler(threading.Thread):
                 return
             self.snaps.append(cpu_times())
             self.steal.append(steal_times())
-            self.server_cpu.append(_pids_cpu(self.pids))
+            # a PID that is gone loses its time; the run says which PIDs died
+            self.server_cpu.append(cpu_seconds(self.pids))
 
 
 class LiveTarget:

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from shrink.checks import check_positive, check_rate
 from shrink.errors import ParameterError, TraceFormatError
 from shrink.replay._http import wire_method, wire_target
 from shrink.trace import Trace
-from shrink.validation import check_positive, check_rate
 
 __all__ = [
     "Schedule",

@@ -35,8 +35,8 @@ import pyarrow.parquet as pq
 
 from shrink.errors import ShrinkError
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA = Path(__file__).resolve().parent / "data"
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data"
 SHARED = Path(os.environ.get("SHRINK_SHARED", ROOT.parent / "shared"))
 
 
@@ -363,16 +363,17 @@ def _seed_prediction(tmp: Path) -> list[bytes]:
 
 
 def _read_prediction(p: Path) -> None:
-    from extrapolate.prediction import Prediction
     from shrink.mat import mat_text
-    from shrink.pipeline import _read_prediction
+    from shrink.prediction import Prediction
 
-    pred = _read_prediction(p)
-    for m in pred["mappings"].values():
-        for s in pred.get("thresholds", {}):
-            r = m.get(s) or {}
-            mat_text(r.get("mat"), r.get("status"), r.get("ci"))
-    Prediction.read_json(p).to_dict()
+    pred = Prediction.read_json(p)
+    for m in pred.mappings.values():
+        for s in pred.thresholds or {}:
+            r = m.stats.get(s)
+            if r is not None:
+                mat_text(r.mat, r.status, r.ci)
+    pred.to_dict()
+    json.dumps(pred.to_dict())
 
 
 def _seed_state(tmp: Path) -> list[bytes]:
