@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import json
 import subprocess
 import sys
@@ -27,7 +28,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+# --code DIR fuzzes another checkout's shrink (e.g. main, for a before/after) with
+# this checkout's harness; readers whose use step needs this branch's API then crash.
+sys.path.insert(0, os.environ.get("SHRINK_FUZZ_CODE") or str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from helpers.fuzzing import READERS, campaign  # noqa: E402
@@ -82,6 +85,7 @@ def main() -> None:
     ap.add_argument("--readers", default=",".join(READERS), help="comma-separated readers")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--limit", type=float, default=5.0, help="seconds after which an input hangs")
+    ap.add_argument("--code", help="fuzz the shrink of this checkout instead (a reference)")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one reader, print JSON
     a = ap.parse_args()
     if a.one:
@@ -94,7 +98,8 @@ def main() -> None:
     for name in a.readers.split(","):
         cmd = [sys.executable, __file__, "--one", name, "--inputs", str(a.inputs),
                "--seed", str(a.seed), "--limit", str(a.limit)]  # fmt: skip
-        p = subprocess.run(cmd, capture_output=True, text=True)
+        env = {**os.environ, "SHRINK_FUZZ_CODE": str(Path(a.code).resolve())} if a.code else None
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if p.returncode != 0:
             print(f"{name:<12} the campaign itself failed: {p.stderr.strip()[-300:]}")
             failed = True
