@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import json
+import os
 import subprocess
 import sys
 import tempfile
