@@ -319,3 +319,25 @@ def test_the_entry_point_prints_no_traceback(tmp_path: Path) -> None:
     )
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_predict_table_and_report_write_bounds(capsys: pytest.CaptureFixture[str]) -> None:
+    from shrink.cli.predict_cmd import _print_summary
+    from shrink.prediction import MappingPrediction, Prediction, StatPrediction
+    from shrink.report.build import _mat_table
+
+    stats = {
+        "mean": StatPrediction(608.0, (335.0, 608.0), 0.005, "not_reached"),
+        "p999": StatPrediction(120.0, (120.0, 120.0), 0.5, "below_range"),
+    }
+    pred = Prediction(
+        machine={}, mappings={"1-replica": MappingPrediction(stats, {})},
+        recommended="1-replica", reason="only one", target_description="t",
+        thresholds={"mean": 0.005, "p999": 0.5},
+    )  # fmt: skip
+    _print_summary(pred, Path("out"))
+    text = capsys.readouterr().out
+    assert ">= 608" in text and "< 120" in text and "[335" not in text
+    _, rows = _mat_table(pred, pred.thresholds or {})
+    assert rows[0][1].startswith(">= 608") and rows[0][3].startswith("< 120")
+    assert StatPrediction(1.0, (1.0, 1.0), 0.1, "below_range").to_dict()["bound"] == "upper"
