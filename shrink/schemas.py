@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 __all__ = [
     "CalibrationFile",
@@ -226,6 +226,19 @@ class MappingPredictionModel(_Open):
     p999: StatPredictionModel | None = None
     curve: dict[Name, Annotated[list[Loose | None], Field(max_length=MAX_LIST)]] = {}
     detail: dict[str, Any] = {}
+
+    @model_validator(mode="after")
+    def _other_stats(self) -> MappingPredictionModel:
+        # A reader takes any other key holding a dict with "mat" for a statistic too.
+        for key, value in (self.model_extra or {}).items():
+            if isinstance(value, dict) and "mat" in value:
+                try:
+                    StatPredictionModel.model_validate(value)
+                except ValidationError as exc:
+                    err = exc.errors(include_url=False)[0]
+                    where = ".".join(str(x) for x in (key, *err.get("loc", ())))
+                    raise ValueError(f"{where}: {err.get('msg', 'invalid')}") from None
+        return self
 
 
 class PredictionFile(_Open):
