@@ -22,6 +22,7 @@ from shrink.cli import (
     trace_cmd,
 )
 from shrink.cli._common import guard_all
+from shrink.cli._style import tidy
 
 app = typer.Typer(
     name="shrink",
@@ -60,6 +61,7 @@ for _module in (
     predict_cmd,
 ):
     _module.register(app)
+tidy(app)
 # Every command: a ShrinkError (or a refused file) is one line and exit 1, never a traceback.
 guard_all(app)
 

@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
-from shrink.cli._common import cli_errors, console, echo_json, output_path
+from shrink.cli._common import (
+    cli_errors,
+    console,
+    echo_json,
+    output_path,
+    parse_duration_option,
+    stat_label,
+    stat_thresholds,
+)
+from shrink.cli._progress import line_progress, on_terminal
 from shrink.errors import ParameterError
 from shrink.mapping import BUILTIN_MAPPINGS
 from shrink.prediction import Prediction
@@ -71,13 +82,19 @@ def _progress_bar():
     )
 
 
-def _callback(progress, title: str):
-    task = progress.add_task(title, total=1)
+@contextmanager
+def _progress(title: str) -> Iterator[Callable[[str, int, int], None]]:
+    """A progress bar on a terminal; elsewhere (a pipe, a log, CI) one line per level."""
+    if not on_terminal():
+        yield line_progress(title)
+        return
+    with _progress_bar() as bar:
+        task = bar.add_task(title, total=1)
 
-    def cb(what: str, step: int, total: int) -> None:
-        progress.update(task, description=f"{title}: {what}", completed=step, total=total)
+        def cb(what: str, step: int, total: int) -> None:
+            bar.update(task, description=f"{title}: {what}", completed=step, total=total)
 
-    return cb
+        yield cb
 
 
 def predict(
@@ -113,10 +130,10 @@ def predict(
     ] = "published",
     seed: Annotated[int, typer.Option("--seed", help="Seed of the sample and the runs.")] = 0,
     reps: Annotated[int, typer.Option("--reps", help="Repetitions per load level.")] = 2,
-    warmup: Annotated[float, typer.Option("--warmup", help="Warm-up seconds per level.")] = 2.0,
+    warmup: Annotated[str, typer.Option("--warmup", help="Warm-up per level, e.g. 2s.")] = "2s",
     duration: Annotated[
-        float, typer.Option("--duration", help="Measurement window seconds per level.")
-    ] = 8.0,
+        str, typer.Option("--duration", help="Measurement window per level, e.g. 8s.")
+    ] = "8s",
     max_levels: Annotated[int, typer.Option("--max-levels", help="Load levels at most.")] = 10,
     paired_full_run: _PairedFullRun = False,
     time_scaling: _TimeScaling = True,
@@ -139,7 +156,7 @@ def predict(
 
     with cli_errors():
         output_path(out, kind="dir")
-        th = parse_thresholds(thresholds)
+        th = parse_thresholds(stat_thresholds(thresholds))
         names = (
             BUILTIN_MAPPINGS
             if mappings == "all"
@@ -148,14 +165,15 @@ def predict(
         if not names:
             raise ParameterError("mappings == '', must be 'all' or a comma list.")
         plan = AutoPlan(
-            warmup=warmup,
-            duration=duration,
+            warmup=parse_duration_option(warmup, "warmup"),
+            duration=parse_duration_option(duration, "duration"),
             reps=reps,
             max_levels=max_levels,
             budget_s=None if budget is None else parse_duration(budget, "budget"),
         )
         cpus = parse_cpulist(server_cpus) if server_cpus else None
-        with _progress_bar() as bar:
+        title = "scaled + full runs" if paired_full_run else "scaled run"
+        with _progress(title) as progress:
             pred = run_predict(
                 trace,
                 out,
@@ -171,7 +189,7 @@ def predict(
                 calibration=calibration,
                 seed=seed,
                 plan=plan,
-                progress=_callback(bar, "scaled + full runs" if paired_full_run else "scaled run"),
+                progress=progress,
                 paired_full_run=paired_full_run,
                 time_scaling=time_scaling,
                 skip=None if skip == "auto" else _skip_seconds(skip),
@@ -199,12 +217,15 @@ def _print_summary(pred: Prediction, out: Path) -> None:
     t = Table(title=f"Predicted MAT ({pred.target_description})")
     t.add_column("mapping")
     for stat, limit in thresholds.items():
-        t.add_column(f"{stat} < {limit * 1e3:g} ms (req/s)", justify="right")
+        t.add_column(f"{stat_label(stat)} < {limit * 1e3:,g} ms (req/s)", justify="right")
     for name, m in pred.mappings.items():
         cells = []
         for stat in thresholds:
             r = m.stats.get(stat)
-            cells.append("-" if r is None else mat_text(r.mat, r.status, r.ci))
+            hint = {"not_reached": " (not reached)", "below_range": " (over at the lowest load)"}
+            cells.append(
+                "-" if r is None else mat_text(r.mat, r.status, r.ci) + hint.get(r.status or "", "")
+            )
         t.add_row(("* " if name == pred.recommended else "  ") + name, *cells)
     Console().print(t)
     Console().print(f"recommended: [bold]{pred.recommended}[/] - {pred.reason}")
@@ -241,13 +262,13 @@ def validate(
     with cli_errors():
         output_path(out, kind="dir")
         if full_run == "run":
-            with _progress_bar() as bar:
+            with _progress("full-scale run") as progress:
                 v = run_validate(
                     prediction,
                     full_run=full_run,
                     trace=trace,
                     out_dir=out,
-                    progress=_callback(bar, "full-scale run"),
+                    progress=progress,
                     cluster=cluster_spec(cluster, generators),
                 )
         else:  # nothing to run: no progress bar
@@ -261,8 +282,8 @@ def validate(
     for stat, m in d["mats"].items():
         conclusive = d["conclusive"].get(stat)
         typer.echo(
-            f"{stat}: predicted {mat_text(m['predicted'], m.get('predicted_status'))} req/s, "
-            f"measured {mat_text(m['measured'], m.get('measured_status'))} req/s, "
+            f"{stat_label(stat)}: predicted {mat_text(m['predicted'], m.get('predicted_status'))} "
+            f"req/s, measured {mat_text(m['measured'], m.get('measured_status'))} req/s, "
             f"error {100 * m['error']:+.1f}%" + ("" if conclusive else " (a MAT is only a bound)")
         )
     typer.echo(f"wrote {json.dumps(str((out or prediction.parent) / 'validation.json'))}")

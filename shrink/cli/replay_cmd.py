@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -10,7 +12,15 @@ import typer
 
 from shrink.checks import check_positive, parse_duration, parse_threshold
 from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
-from shrink.cli._common import cli_errors, console, echo_json, output_path
+from shrink.cli._common import (
+    STATS,
+    cli_errors,
+    console,
+    echo_json,
+    output_path,
+    stat_label,
+    stat_name,
+)
 from shrink.errors import ParameterError
 from shrink.mat import EXIT_BOUND, MATResult, mat_text
 from shrink.replay.cluster import ClusterSpec
@@ -116,7 +126,7 @@ def replay(
         Path | None, typer.Argument(help="Trace Parquet file (omit with --rate for open loop).")
     ] = None,
     target: _Targets = ...,  # type: ignore[assignment]
-    output: Annotated[Path, typer.Option("-o", "--output", help="RunLog Parquet to write.")] = ...,  # type: ignore[assignment]
+    output: Annotated[Path, typer.Option("-o", "--out", help="RunLog Parquet to write.")] = ...,  # type: ignore[assignment]
     rate_factor: Annotated[
         float, typer.Option("--rate-factor", help="Speed-up of the trace's session starts.")
     ] = 1.0,
@@ -265,8 +275,16 @@ def _levels(text: str) -> list[float]:
 
 
 def _progress_sweep(fn: Any) -> Any:
-    """Run ``fn(progress)`` under a rich progress bar (what runs, time left)."""
+    """Run ``fn(progress)`` under a rich progress bar (what runs, time left).
+
+    Off a terminal, one line per run instead (a bar drawn to a pipe shows nothing).
+    """
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from shrink.cli._progress import line_progress, on_terminal
+
+    if not on_terminal():
+        return fn(line_progress("", "runs"))
 
     with Progress(
         TextColumn("[bold]{task.description}"),
@@ -309,7 +327,7 @@ def sweep_cmd(
     levels: Annotated[
         str, typer.Option("--levels", help="Load levels, comma-separated (e.g. 1,2,4).")
     ] = ...,  # type: ignore[assignment]
-    output: Annotated[Path, typer.Option("-o", "--output", help="LoadCurve JSON to write.")] = ...,  # type: ignore[assignment]
+    output: Annotated[Path, typer.Option("-o", "--out", help="LoadCurve JSON to write.")] = ...,  # type: ignore[assignment]
     knob: Annotated[
         str, typer.Option("--knob", help="What levels are: rate_factor | users | rate.")
     ] = "rate_factor",
@@ -333,14 +351,27 @@ def sweep_cmd(
     processes: _Procs = None,
     cluster: ClusterOpt = None,
     generators: GeneratorsOpt = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            help="Serve the sweep's progress as OpenMetrics (Prometheus) on "
+            "127.0.0.1:PORT/metrics while it runs (0: any free port).",
+        ),
+    ] = None,
     as_json: _Json = False,
 ) -> None:
     """Measure latency and throughput at each load level; write a LoadCurve JSON.
+
+    Beside it: CURVE-hdr/level-L.hlog (HdrHistogram log, one interval per
+    repetition) and level-L.hgrm (wrk2's percentile spectrum), CURVE_stats.csv and
+    CURVE_stats_history.csv (Locust's --csv), CURVE_requests.csv (k6's --out csv).
 
     Per level: throughput, mean, p50/p90/p99/p99.9 (exact), per class, the share's
     CPU utilization, errors, and the generator's self-check (a level where it fell
     behind is flagged and left out of every MAT).
     """
+    from shrink.export import RecordingTarget, level_samples, write_sweep_exports
     from shrink.measure import sweep
     from shrink.trace import Trace
 
@@ -366,19 +397,21 @@ def sweep_cmd(
         )
         lv = _levels(levels)
         w, d = parse_duration(warmup, "warmup"), parse_duration(duration, "duration")
-        curve = _progress_sweep(
-            lambda progress: sweep(
-                tgt,
-                tr,
-                lv,
-                knob=knob,
-                reps=reps,
-                warmup=w,
-                duration=d,
-                seed=seed,
-                progress=progress,
+        recorder = RecordingTarget(tgt)
+        with _metrics(recorder, metrics_port):
+            curve = _progress_sweep(
+                lambda progress: sweep(
+                    recorder,
+                    tr,
+                    lv,
+                    knob=knob,
+                    reps=reps,
+                    warmup=w,
+                    duration=d,
+                    seed=seed,
+                    progress=progress,
+                )
             )
-        )
         curve.meta["summary"] = _curve_summary(curve)
         curve.meta["generator"] = {
             "routing": routing,
@@ -386,6 +419,7 @@ def sweep_cmd(
             "lag_limit": parse_duration(lag_limit, "lag limit"),
         }
         curve.write_json(output)
+        exports = write_sweep_exports(output, level_samples(curve, tr, recorder.runs))
     rows = [
         {
             "level": x.level,
@@ -398,7 +432,7 @@ def sweep_cmd(
         for x in curve.levels
     ]
     if as_json:
-        echo_json({"curve": str(output), "levels": rows})
+        echo_json({"curve": str(output), "levels": rows, "exports": [str(p) for p in exports]})
         return
     for r in rows:
         flag = "  GENERATOR BEHIND (excluded)" if r["generator_behind"] else ""
@@ -408,11 +442,33 @@ def sweep_cmd(
             f"p99.9 {_ms(r['p999'])}  util {util}{flag}"
         )
     typer.echo(f"curve: {output}")
+    typer.echo(f"also: {', '.join(str(p) for p in _export_summary(exports))}")
+
+
+def _export_summary(paths: list[Path]) -> list[Path]:
+    """The export files, the HdrHistogram folder named once."""
+    folders = sorted({p.parent for p in paths if p.suffix in (".hlog", ".hgrm")})
+    return [*(f / "" for f in folders), *(p for p in paths if p.suffix == ".csv")]
+
+
+@contextmanager
+def _metrics(recorder: Any, port: int | None) -> Iterator[None]:
+    """Serve the recorder's runs as OpenMetrics while the sweep runs (when asked)."""
+    if port is None:
+        yield
+        return
+    from shrink.export.metrics import MetricsServer
+
+    with MetricsServer(recorder.runs, port) as server:
+        console.print(f"metrics: http://127.0.0.1:{server.port}/metrics", highlight=False)
+        yield
 
 
 def mat_cmd(
     curve: Annotated[Path, typer.Argument(help="LoadCurve JSON (shrink sweep).")],
-    stat: Annotated[str, typer.Option("--stat", help="mean | p50 | p90 | p99 | p999.")] = "mean",
+    stat: Annotated[
+        str, typer.Option("--stat", help="mean | p50 | p90 | p99 | p999 (or p99.9).")
+    ] = "mean",
     threshold: Annotated[
         str, typer.Option("--threshold", help="SLA on the statistic, e.g. 5ms or 500ms.")
     ] = ...,  # type: ignore[assignment]
@@ -438,7 +494,7 @@ def mat_cmd(
     ] = 4,
     output: Annotated[
         Path | None,
-        typer.Option("-o", "--output", help="With --adaptive: write the extended curve here."),
+        typer.Option("-o", "--out", help="With --adaptive: write the extended curve here."),
     ] = None,
     generator_cpus: _GenCpus = None,
     allow_overlap: _Overlap = False,
@@ -459,8 +515,11 @@ def mat_cmd(
         output_path(output)
         thr = parse_threshold(threshold, "threshold")
         lc = LoadCurve.read_json(curve)
-        if stat not in ("mean", "p50", "p90", "p99", "p999"):
-            raise ParameterError(f"stat == {stat!r}, must be one of mean, p50, p90, p99, p999.")
+        stat = stat_name(stat)
+        if stat not in STATS:
+            raise ParameterError(
+                f"stat == {stat!r}, must be one of mean, p50, p90, p99, p999 (or p99.9)."
+            )
         added: list[float] = []
         if adaptive:
             if trace is None or not target:
@@ -508,8 +567,8 @@ def mat_cmd(
 def _print_mat(res: MATResult, stat: str, thr: float, added: list[float]) -> None:
     ci = "" if res.bound else f"  CI [{res.ci[0]:,.1f}, {res.ci[1]:,.1f}]"
     typer.echo(
-        f"MAT ({stat} <= {_ms(thr)}): {mat_text(res.mat, res.status, fmt=',.1f')} req/s{ci}"
-        f"  ({res.status})"
+        f"MAT ({stat_label(stat)} <= {_ms(thr)}): "
+        f"{mat_text(res.mat, res.status, fmt=',.1f')} req/s{ci}  ({res.status})"
     )
     if res.bound == "lower":
         typer.echo(
