@@ -420,17 +420,7 @@ def sweep_cmd(
         }
         curve.write_json(output)
         exports = write_sweep_exports(output, level_samples(curve, tr, recorder.runs))
-    rows = [
-        {
-            "level": x.level,
-            "throughput": x.throughput,
-            "mean": x.stat("mean")[0],
-            "p999": x.stat("p999")[0],
-            "utilization": x.utilization,
-            "generator_behind": x.generator_behind,
-        }
-        for x in curve.levels
-    ]
+    rows = _level_rows(curve)
     if as_json:
         echo_json({"curve": str(output), "levels": rows, "exports": [str(p) for p in exports]})
         return
@@ -443,6 +433,21 @@ def sweep_cmd(
         )
     typer.echo(f"curve: {output}")
     typer.echo(f"also: {', '.join(str(p) for p in _export_summary(exports))}")
+
+
+def _level_rows(curve: Any) -> list[dict[str, Any]]:
+    """What ``shrink sweep`` prints per level."""
+    return [
+        {
+            "level": x.level,
+            "throughput": x.throughput,
+            "mean": x.stat("mean")[0],
+            "p999": x.stat("p999")[0],
+            "utilization": x.utilization,
+            "generator_behind": x.generator_behind,
+        }
+        for x in curve.levels
+    ]
 
 
 def _export_summary(paths: list[Path]) -> list[Path]:
