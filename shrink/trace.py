@@ -377,7 +377,11 @@ def _read_table(path: Path, what: str) -> pa.Table:
     if path.is_dir():
         raise TraceFormatError(f"is a directory, not a Parquet {what}", path=path)
     try:
-        return pq.read_table(path)
+        table = pq.read_table(path)
+        # Parquet does not promise valid UTF-8 in string columns; a bad byte would
+        # otherwise surface as a UnicodeDecodeError wherever a column is first read.
+        table.validate(full=True)
+        return table
     except FileNotFoundError:
         raise TraceFormatError("no such file", path=path) from None
     except (pa.ArrowException, OSError, ValueError, TypeError, IndexError, MemoryError) as exc:
