@@ -341,3 +341,12 @@ def test_predict_table_and_report_write_bounds(capsys: pytest.CaptureFixture[str
     _, rows = _mat_table(pred, pred.thresholds or {})
     assert rows[0][1].startswith(">= 608") and rows[0][3].startswith("< 120")
     assert StatPrediction(1.0, (1.0, 1.0), 0.1, "below_range").to_dict()["bound"] == "upper"
+
+
+def test_parquet_strings_that_are_not_utf8(tmp_path: Path) -> None:
+    p = _trace(path=["/aa", "/b"]).write_parquet(tmp_path / "t.parquet")
+    data = bytearray(p.read_bytes())
+    data[data.find(b"/aa") + 1] = 0xE3  # a lead byte with no continuation
+    p.write_bytes(bytes(data))
+    with pytest.raises(TraceFormatError, match="Invalid UTF8"):
+        Trace.read_parquet(p)
