@@ -167,10 +167,16 @@ class ReplicaModel(_Open):
     address: Name
     port: Port
     cpus: Annotated[list[Cpu], Field(max_length=MAX_CPUS)]
-    master_pid: Pid
+    # Written since the server recipes: the masters and each program's processes;
+    # before them: master_pid, lighttpd_pids and php_pids. One of the two is needed.
+    masters: Annotated[list[Pid], Field(max_length=MAX_CPUS)] | None = None
+    processes: Annotated[
+        dict[Name, Annotated[list[Pid], Field(max_length=MAX_LIST)]], Field(max_length=64)
+    ] | None = None
+    master_pid: Pid | None = None
     pids: Annotated[list[Pid], Field(max_length=MAX_LIST)] = []
-    lighttpd_pids: Annotated[list[Pid], Field(max_length=MAX_CPUS)]
-    php_pids: Annotated[list[Pid], Field(max_length=MAX_LIST)]
+    lighttpd_pids: Annotated[list[Pid], Field(max_length=MAX_CPUS)] | None = None
+    php_pids: Annotated[list[Pid], Field(max_length=MAX_LIST)] | None = None
     starttimes: Annotated[dict[Pid, Count], Field(max_length=MAX_LIST)] = {}
     pinned: Annotated[
         dict[Pid, Annotated[list[Cpu], Field(max_length=MAX_CPUS)]], Field(max_length=MAX_LIST)
@@ -180,6 +186,20 @@ class ReplicaModel(_Open):
     run_dir: Text = ""
     nic_socket: Annotated[int, Field(ge=0, le=63)] | None = None
     cgroup: dict[str, Any] | None = None
+    enforce: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _pids_recorded(self) -> ReplicaModel:
+        if self.processes is None and (self.lighttpd_pids is None or self.php_pids is None):
+            raise ValueError("needs processes (or lighttpd_pids and php_pids)")
+        if self.masters is None and self.master_pid is None:
+            raise ValueError("needs masters (or master_pid)")
+        return self
+
+
+class ServerInfo(_Open):
+    name: Name = "lighttpd-php"
+    stop_signal: Annotated[int, Field(ge=1, le=64)] = 15
 
 
 class TestbedStateFile(_Open):
@@ -195,6 +215,7 @@ class TestbedStateFile(_Open):
     started: Name
     notes: Annotated[list[Text], Field(max_length=10_000)] = []
     stopped: Name | None = None
+    server: ServerInfo = ServerInfo()
 
 
 # Prediction (shrink predict's prediction.json) -------------------------------------

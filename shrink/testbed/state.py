@@ -3,15 +3,19 @@
 Layout (see the project brief)::
 
     {"schema": "shrink.testbed/1",
-     "replicas": [{"name", "address", "port", "pids", "cpus", "lighttpd_pids",
-                   "php_pids", "config", "cgroup", "master_pid", "starttimes",
-                   "pinned", "nic_socket", "errorlog", "run_dir"}],
+     "server": {"name", "source", "stop_signal"},
+     "replicas": [{"name", "address", "port", "pids", "cpus", "processes",
+                   "masters", "master_pid", "config", "cgroup", "starttimes",
+                   "pinned", "nic_socket", "errorlog", "run_dir", "enforce"}],
      "share": Share.to_dict(), "mapping": Mapping.to_dict(), "machine": Machine.to_dict(),
-     "docroot": path, "versions": {"lighttpd", "php"}, "started": iso-time, "notes": [...]}
+     "docroot": path, "versions": {program: version}, "started": iso-time, "notes": [...]}
 
-``pids`` lists every lighttpd and php-cgi process of the replica, ``starttimes``
-their kernel start times (so a reused PID is never signalled), and ``pinned``
-the core each worker and php-cgi child was pinned to.
+``processes`` lists the replica's PIDs by role (``lighttpd`` and ``php-cgi``,
+``nginx`` and ``php-fpm``, or ``server`` for a recipe file), ``pids`` all of
+them, ``masters`` the ones signalled first on stop, ``starttimes`` their kernel
+start times (so a reused PID is never signalled), and ``pinned`` the core each
+worker and pool child was pinned to. ``server`` names the recipe that started
+them. Files written before recipes (``lighttpd_pids``, ``php_pids``) still read.
 """
 
 from __future__ import annotations
@@ -40,9 +44,8 @@ class ReplicaState:
     address: str
     port: int
     cpus: list[int]
-    master_pid: int
-    lighttpd_pids: list[int]
-    php_pids: list[int]
+    masters: list[int]
+    processes: dict[str, list[int]]
     starttimes: dict[int, int]
     pinned: dict[int, list[int]]
     config: str
@@ -50,10 +53,21 @@ class ReplicaState:
     run_dir: str
     nic_socket: int | None = None
     cgroup: dict[str, Any] | None = None
+    enforce: dict[str, Any] | None = None  # shrink.enforce: mechanism, its PIDs and groups
 
     @property
     def pids(self) -> list[int]:
-        return [*self.lighttpd_pids, *self.php_pids]
+        """Every recorded PID, role by role."""
+        return [p for pids in self.processes.values() for p in pids]
+
+    @property
+    def master_pid(self) -> int:
+        """The front server's master (lighttpd, nginx, the recipe's first command)."""
+        return self.masters[0]
+
+    def role(self, pid: int) -> str:
+        """The role of a recorded PID (``lighttpd``, ``php-fpm``, ...); ``server`` if none."""
+        return next((k for k, v in self.processes.items() if pid in v), "server")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -63,8 +77,8 @@ class ReplicaState:
             "pids": self.pids,
             "cpus": self.cpus,
             "master_pid": self.master_pid,
-            "lighttpd_pids": self.lighttpd_pids,
-            "php_pids": self.php_pids,
+            "masters": self.masters,
+            "processes": self.processes,
             "starttimes": {str(k): v for k, v in self.starttimes.items()},
             "pinned": {str(k): v for k, v in self.pinned.items()},
             "config": self.config,
@@ -72,18 +86,25 @@ class ReplicaState:
             "run_dir": self.run_dir,
             "nic_socket": self.nic_socket,
             "cgroup": self.cgroup,
+            "enforce": self.enforce,
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ReplicaState:
+        if "processes" in d:
+            processes = {str(k): [int(p) for p in v] for k, v in d["processes"].items()}
+        else:  # written before recipes: lighttpd + php-cgi
+            processes = {
+                "lighttpd": [int(p) for p in d["lighttpd_pids"]],
+                "php-cgi": [int(p) for p in d["php_pids"]],
+            }
         return cls(
             name=d["name"],
             address=d["address"],
             port=int(d["port"]),
             cpus=[int(c) for c in d["cpus"]],
-            master_pid=int(d["master_pid"]),
-            lighttpd_pids=[int(p) for p in d["lighttpd_pids"]],
-            php_pids=[int(p) for p in d["php_pids"]],
+            masters=[int(p) for p in d.get("masters", [d["master_pid"]])],
+            processes=processes,
             starttimes={int(k): int(v) for k, v in d.get("starttimes", {}).items()},
             pinned={int(k): [int(c) for c in v] for k, v in d.get("pinned", {}).items()},
             config=d["config"],
@@ -91,6 +112,7 @@ class ReplicaState:
             run_dir=d.get("run_dir", ""),
             nic_socket=d.get("nic_socket"),
             cgroup=d.get("cgroup"),
+            enforce=d.get("enforce"),
         )
 
 
@@ -109,10 +131,14 @@ class TestbedState:
     started: str
     notes: list[str] = field(default_factory=list)
     stopped: str | None = None
+    server: dict[str, Any] = field(
+        default_factory=lambda: {"name": "lighttpd-php-cgi", "source": "built-in"}
+    )
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
             "schema": SCHEMA,
+            "server": self.server,
             "replicas": [r.to_dict() for r in self.replicas],
             "share": self.share,
             "mapping": self.mapping,
@@ -140,6 +166,7 @@ class TestbedState:
             started=d["started"],
             notes=list(d.get("notes", [])),
             stopped=d.get("stopped"),
+            server=dict(d.get("server") or {"name": "lighttpd-php-cgi", "source": "built-in"}),
         )
 
     def write(self, path: str | Path) -> Path:
@@ -190,6 +217,8 @@ def salvage_pids(path: str | Path) -> dict[int, int | None]:
     else:
         for m in _PID_LIST.finditer(text):
             pids.update(int(x) for x in re.findall(r"\d{1,7}", m.group(1)))
+        for m in _PID_MORE.finditer(text):
+            pids.update(int(x) for x in re.findall(r"\d{1,7}", m.group(1)))
         for m in _PID_ONE.finditer(text):
             pids.add(int(m.group(1)))
         for m in _STARTS.finditer(text):
@@ -201,12 +230,17 @@ def salvage_pids(path: str | Path) -> dict[int, int | None]:
 
 _PID_LIST = re.compile(r'"(?:pids|lighttpd_pids|php_pids)"\s*:\s*\[([^\]]{0,20000})\]')
 _PID_ONE = re.compile(r'"master_pid"\s*:\s*(\d{1,7})')
+# "processes": {"lighttpd": [...], ...} and "masters": [...]: any list of numbers under them
+_PID_MORE = re.compile(r'"(?:masters|lighttpd|php-cgi|php-fpm|nginx)"\s*:\s*\[([^\]]{0,20000})\]')
 _STARTS = re.compile(r'"starttimes"\s*:\s*\{([^}]{0,20000})\}')
 
 
 def _salvage_replica(r: dict[str, Any], pids: set[int], starts: dict[int, int]) -> None:
-    for key in ("pids", "lighttpd_pids", "php_pids", "master_pid"):
-        v = r.get(key)
+    lists = [r.get(k) for k in ("pids", "lighttpd_pids", "php_pids", "master_pid", "masters")]
+    procs = r.get("processes")
+    if isinstance(procs, dict):
+        lists += list(procs.values())
+    for v in lists:
         for p in v if isinstance(v, list) else [v]:
             if isinstance(p, int) and not isinstance(p, bool):
                 pids.add(p)

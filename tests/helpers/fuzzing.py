@@ -380,8 +380,9 @@ def _seed_state(tmp: Path) -> list[bytes]:
     from shrink.testbed.state import ReplicaState, TestbedState
 
     rs = ReplicaState(
-        name="r0", address="127.0.0.1", port=8080, cpus=[0], master_pid=10, lighttpd_pids=[10],
-        php_pids=[11, 12], starttimes={10: 5, 11: 6, 12: 6}, pinned={12: [0]}, config="c",
+        name="r0", address="127.0.0.1", port=8080, cpus=[0], masters=[10],
+        processes={"lighttpd": [10], "php-cgi": [11, 12]}, starttimes={10: 5, 11: 6, 12: 6},
+        pinned={12: [0]}, config="c",
         errorlog="e", run_dir="d", nic_socket=0, cgroup=None,
     )  # fmt: skip
     st = TestbedState(
