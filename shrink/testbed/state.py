@@ -103,7 +103,8 @@ class ReplicaState:
             address=d["address"],
             port=int(d["port"]),
             cpus=[int(c) for c in d["cpus"]],
-            masters=[int(p) for p in d.get("masters", [d["master_pid"]])],
+            # (not d.get("masters", [d["master_pid"]]): that default is evaluated always)
+            masters=[int(p) for p in (d["masters"] if "masters" in d else [d["master_pid"]])],
             processes=processes,
             starttimes={int(k): int(v) for k, v in d.get("starttimes", {}).items()},
             pinned={int(k): [int(c) for c in v] for k, v in d.get("pinned", {}).items()},
