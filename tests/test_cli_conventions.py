@@ -120,7 +120,8 @@ def test_stat_p99_9_is_p999(sim_curve):
     assert stat_name("p99.9") == "p999" and stat_name("P999") == "p999"
     a = RUN(app, ["mat", str(sim_curve), "--stat", "p99.9", "--threshold", "2ms", "--json"])
     b = RUN(app, ["mat", str(sim_curve), "--stat", "p999", "--threshold", "2ms", "--json"])
-    assert a.exit_code == 0, a.output
+    # 99: the threshold is not crossed within the curve, the MAT only a bound (shrink mat)
+    assert a.exit_code in (0, 99) and a.exit_code == b.exit_code, a.output
     assert json.loads(a.stdout) == json.loads(b.stdout)
     bad = RUN(app, ["mat", str(sim_curve), "--stat", "p99.5", "--threshold", "2ms"])
     assert bad.exit_code == 1 and "p99.9" in bad.output

@@ -10,10 +10,19 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from shrink.checks import check_positive, parse_duration
+from shrink.checks import check_positive, parse_duration, parse_threshold
 from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
-from shrink.cli._common import STATS, cli_errors, console, echo_json, stat_label, stat_name
+from shrink.cli._common import (
+    STATS,
+    cli_errors,
+    console,
+    echo_json,
+    output_path,
+    stat_label,
+    stat_name,
+)
 from shrink.errors import ParameterError
+from shrink.mat import EXIT_BOUND, MATResult, mat_text
 from shrink.replay.cluster import ClusterSpec
 from shrink.topology import parse_cpulist
 
@@ -170,6 +179,7 @@ def replay(
     from shrink.trace import Trace
 
     with cli_errors():
+        output_path(output)
         if rate is not None:
             seconds = parse_duration(duration or "10s")
             tr = open_loop_trace(path, rate, seconds, arrival=arrival, seed=seed)
@@ -379,6 +389,8 @@ def sweep_cmd(
     from shrink.trace import Trace
 
     with cli_errors():
+        output_path(output)
+        output_path(runlogs, kind="dir", what="--runlogs")
         tr = Trace.read_parquet(trace)
         tgt = _target(
             target,
@@ -418,17 +430,7 @@ def sweep_cmd(
         curve.meta["generator"] = _generator_meta(routing, conns, lag_limit, tgt)
         curve.write_json(output)
         exports = write_sweep_exports(output, level_samples(curve, tr, recorder.runs))
-    rows = [
-        {
-            "level": x.level,
-            "throughput": x.throughput,
-            "mean": x.stat("mean")[0],
-            "p999": x.stat("p999")[0],
-            "utilization": x.utilization,
-            "generator_behind": x.generator_behind,
-        }
-        for x in curve.levels
-    ]
+    rows = _level_rows(curve)
     engine_ran = curve.meta["generator"]["engine"]
     if as_json:
         exported = [str(p) for p in exports]
@@ -453,6 +455,21 @@ def _generator_meta(routing: str, conns: int, lag_limit: str, tgt: Any) -> dict[
         "lag_limit": parse_duration(lag_limit, "lag limit"),
         "engine": tgt.describe()["engine"],
     }
+
+
+def _level_rows(curve: Any) -> list[dict[str, Any]]:
+    """What ``shrink sweep`` prints per level."""
+    return [
+        {
+            "level": x.level,
+            "throughput": x.throughput,
+            "mean": x.stat("mean")[0],
+            "p999": x.stat("p999")[0],
+            "utilization": x.utilization,
+            "generator_behind": x.generator_behind,
+        }
+        for x in curve.levels
+    ]
 
 
 def _export_summary(paths: list[Path]) -> list[Path]:
@@ -512,14 +529,20 @@ def mat_cmd(
     engine: _EngineOpt = "auto",
     as_json: _Json = False,
 ) -> None:
-    """Maximum achievable throughput: where the statistic crosses the threshold, with a CI."""
+    """Maximum achievable throughput: where the statistic crosses the threshold, with a CI.
+
+    When the threshold is not crossed within the measured range the MAT is only a
+    bound, printed ">= X" (never reached) or "< X" (over at the lowest level), and
+    the command exits with status 99 (as k6 does when a threshold fails).
+    """
     from shrink.loadcurve import LoadCurve
     from shrink.mat import mat
     from shrink.replay.adaptive import refine
 
     with cli_errors():
+        output_path(output)
+        thr = parse_threshold(threshold, "threshold")
         lc = LoadCurve.read_json(curve)
-        thr = parse_duration(threshold, "threshold")
         stat = stat_name(stat)
         if stat not in STATS:
             raise ParameterError(
@@ -563,11 +586,29 @@ def mat_cmd(
     d["added_levels"] = added
     if as_json:
         echo_json(d)
-        return
+    else:
+        _print_mat(res, stat, thr, added)
+    if res.bound is not None:
+        # The threshold was not crossed inside the measured range: not a MAT, a bound.
+        raise typer.Exit(code=EXIT_BOUND)
+
+
+def _print_mat(res: MATResult, stat: str, thr: float, added: list[float]) -> None:
+    ci = "" if res.bound else f"  CI [{res.ci[0]:,.1f}, {res.ci[1]:,.1f}]"
     typer.echo(
-        f"MAT ({stat_label(stat)} <= {_ms(thr)}): {res.mat:,.1f} req/s  "
-        f"CI [{res.ci[0]:,.1f}, {res.ci[1]:,.1f}]  ({res.status})"
+        f"MAT ({stat_label(stat)} <= {_ms(thr)}): "
+        f"{mat_text(res.mat, res.status, fmt=',.1f')} req/s{ci}  ({res.status})"
     )
+    if res.bound == "lower":
+        typer.echo(
+            "the statistic stayed under the threshold at every level measured: the MAT is at "
+            "least the highest throughput measured (measure higher levels for the MAT itself)"
+        )
+    elif res.bound == "upper":
+        typer.echo(
+            "the statistic was over the threshold already at the lowest level: the MAT lies "
+            "below the lowest throughput measured (measure lower levels for the MAT itself)"
+        )
     if res.stalled_ceiling is not None:
         typer.echo(
             f"hint: under {res.stalled_ceiling:,.1f} req/s, where the generator only stalled "

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from shrink.cli._common import cli_errors, echo_json, plural
+from shrink.cli._common import cli_errors, echo_json, output_path, plural
 from shrink.enforce import DEFAULT as DEFAULT_ENFORCE
 from shrink.errors import TestbedError
 from shrink.irq import apply_plan, format_plan, plan_irq_affinity
@@ -86,6 +86,7 @@ def up(
 ) -> None:
     """Start one server replica per mapping replica, pinned to its cores, capped by the share."""
     with cli_errors():
+        output_path(state, what="--state")
         m = load_machine(machine)
         sh = Share.parse(share, m, period_us=period)
         if nic:

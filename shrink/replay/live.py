@@ -14,7 +14,6 @@ is measuring). Targets must be loopback unless ``allow_remote=True``.
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import threading
 from dataclasses import asdict, replace
@@ -23,8 +22,9 @@ from time import monotonic, sleep
 from typing import Any
 from urllib.parse import urlsplit
 
+from shrink import files
 from shrink._version import __version__
-from shrink.errors import ParameterError, ReplayError, TraceFormatError
+from shrink.errors import ParameterError, ReplayError
 from shrink.procfs import cpu_seconds, cpu_times, steal_times, utilization
 from shrink.replay.cluster import ClusterSpec
 from shrink.replay.engine import EngineConfig
@@ -32,6 +32,7 @@ from shrink.replay.native import engine_name, select_engine
 from shrink.replay.scaleout import EngineRun, run_engines
 from shrink.replay.selfcheck import LAG_LIMIT, generator_check
 from shrink.runlog import RunLog
+from shrink.schemas import TestbedStateFile
 from shrink.target import RunResult
 from shrink.trace import Trace
 
@@ -145,17 +146,7 @@ class LiveTarget:
     @classmethod
     def from_state(cls, path: str | Path, **kw: Any) -> LiveTarget:
         """A target over the replicas of a ``shrink testbed up`` state file."""
-        path = Path(path)
-        try:
-            state = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise TraceFormatError("no such testbed state file", path=path) from None
-        except json.JSONDecodeError as exc:
-            raise TraceFormatError(f"not JSON: {exc.msg}", path=path, line=exc.lineno) from exc
-        if state.get("schema") != "shrink.testbed/1" or not state.get("replicas"):
-            raise TraceFormatError(
-                "not a testbed state (schema shrink.testbed/1 with replicas)", path=path
-            )
+        state = files.read_json(path, TestbedStateFile, what="testbed state")
         addrs = [(r["address"], int(r["port"])) for r in state["replicas"]]
         return cls(addrs, state=state, **kw)
 
