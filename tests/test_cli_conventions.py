@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -186,7 +187,7 @@ def test_the_non_root_hint_names_options_that_exist(tmp_path, monkeypatch):
     from shrink.share import Share
     from shrink.testbed import lifecycle
 
-    if lifecycle.shutil.which("lighttpd", path="/usr/sbin:/usr/bin") is None:
+    if shutil.which("lighttpd", path="/usr/sbin:/usr/bin") is None:
         pytest.skip("lighttpd is not installed")
     (tmp_path / "doc").mkdir()
     monkeypatch.setattr(lifecycle, "can_write_cgroups", lambda layout: False)
