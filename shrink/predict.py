@@ -268,7 +268,10 @@ def predict(
         if config.model_error is not None
         else float(getattr(provider, "model_error", 0.0))
     )
-    budgets = {s: error_budget(predicted, r, drift, emulation) for s, r in full_mats.items()}
+    speed_sd = share.speed.sigma if share.speed is not None else 0.0
+    budgets = {
+        s: error_budget(predicted, r, drift, emulation, speed_sd) for s, r in full_mats.items()
+    }
     base = MappingPrediction(
         {s: _stat(r, budgets[s]) for s, r in full_mats.items()}, predicted.summary()
     )

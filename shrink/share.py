@@ -113,6 +113,9 @@ class ShareSpeed:
     method: str = "nominal"
     cost_s: float = 0.0
     notes: tuple[str, ...] = ()
+    # Log-scale sd of ``effective`` from the probe's own sampling (0: not measured);
+    # the MAT interval carries it (shrink.uncertainty).
+    sigma: float = 0.0
 
     @classmethod
     def assumed(cls, nominal: float) -> ShareSpeed:
@@ -127,6 +130,7 @@ class ShareSpeed:
             "method": self.method,
             "cost_s": self.cost_s,
             "notes": list(self.notes),
+            "sigma": self.sigma,
         }
 
     @classmethod
@@ -138,6 +142,7 @@ class ShareSpeed:
             method=str(d.get("method", "nominal")),
             cost_s=float(d.get("cost_s", 0.0)),
             notes=tuple(str(n) for n in d.get("notes", ())),
+            sigma=float(d.get("sigma", 0.0)),
         )
 
 

@@ -76,6 +76,7 @@ class _Side:
     n: int
     capacity: float | None  # throughput / utilization; None without a utilization
     latency: float  # mean response time, seconds
+    cv: float  # coefficient of variation of the response times (light load: service)
     utilization: float | None
     behind: bool  # the generator fell behind its schedule
 
@@ -109,6 +110,7 @@ def measure_speed(
     per_class_s = budget_s / classes.size
     speeds: dict[str, float] = {}
     demand: dict[str, float] = {}
+    sigmas: dict[str, float] = {}
     notes: list[str] = []
     for k, (c, n_c) in enumerate(zip(classes.tolist(), counts.tolist(), strict=True)):
         rng_seed = seed + 101 * k
@@ -117,6 +119,8 @@ def measure_speed(
         # What a run costs beyond its seconds (a live target starts its generator
         # processes each time): the pilot says, and the budget pays it too.
         spent = time.monotonic() - t_pilot
+        if getattr(full_target, "simulated", False):
+            spent = sum(PILOT_S)  # same seed, same probe: wall time must not steer it
         overhead = max(0.0, spent - sum(PILOT_S))
         duration = max(1.0, (per_class_s - spent - 2 * (WARMUP_S + overhead)) / 2)
         full = _side(full_target, trace, c, rate, duration, rng_seed + 1)
@@ -139,11 +143,20 @@ def measure_speed(
             # X / U holds at any load, so a late generator leaves the speed usable.
             notes.append(f"class {c!r}: the generator fell behind; probed lighter than planned")
         speeds[c] = speed
+        sigmas[c] = 0.0 if doubt else _sigma(full, share)
         # CPU demand of the class on the full target: its count times its cost.
         cost = 1.0 / full.capacity if full.capacity else full.latency
         demand[c] = n_c * cost
     total = sum(demand.values())
     effective = total / sum(demand[c] / speeds[c] for c in speeds) if total > 0 else nominal
+    # The effective speed's log-sd: each class weighs by its share of the time the mix
+    # takes on the share (d log effective / d log speed_c).
+    slow = sum(demand[c] / speeds[c] for c in speeds)
+    sigma = (
+        math.sqrt(sum((demand[c] / speeds[c] / slow) ** 2 * sigmas[c] ** 2 for c in speeds))
+        if total > 0 and slow > 0
+        else 0.0
+    )
     return ShareSpeed(
         nominal=nominal,
         per_class=speeds,
@@ -151,7 +164,22 @@ def measure_speed(
         method="probe",
         cost_s=time.monotonic() - t0,
         notes=tuple(notes),
+        sigma=float(sigma),
     )
+
+
+def _sigma(full: _Side, share: _Side) -> float:
+    """Log-sd of a class's speed from the requests each side measured.
+
+    Each capacity is the reciprocal of a mean service time over n requests, drawn
+    separately on each side, so its relative sd is the service times' coefficient of
+    variation over sqrt(n). At the probe's light load a response time is mostly its
+    service time: the full side's response-time CV stands in for it (capped at 2).
+    """
+    if full.n <= 0 or share.n <= 0:
+        return 0.0
+    cv = min(2.0, full.cv) if math.isfinite(full.cv) else 1.0
+    return cv * math.sqrt(1.0 / full.n + 1.0 / share.n)
 
 
 def _doubt(full: _Side, share: _Side, speed: float) -> str:
@@ -220,9 +248,10 @@ def _measured(res: RunResult) -> _Side:
     span = res.window[1] - res.window[0]
     lat = log.latencies()
     mean_lat = float(np.mean(lat)) if lat.size else math.nan
+    cv = float(np.std(lat) / mean_lat) if lat.size > 1 and mean_lat > 0 else 1.0
     u = res.utilization
     cap = (n / span) / u if u and u > 0 and n and span > 0 else None
-    return _Side(n, cap, mean_lat, u, bool(res.generator.behind))
+    return _Side(n, cap, mean_lat, cv, u, bool(res.generator.behind))
 
 
 def _side(target: Target, trace: Trace, cls: str, rate: float, dur: float, seed: int) -> _Side:

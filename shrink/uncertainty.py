@@ -11,11 +11,15 @@ their errors relative), the terms are independent and add in variance:
 * ``drift``: how much the machine's speed moves between runs: the spread of the
   CPU seconds a request cost across repetitions of one level (pooled over the
   levels, both sides of paired runs), counted once for each of the two runs;
+* ``speed``: the share's measured speed's own sampling error (the probe's
+  ``ShareSpeed.sigma``), counted once: every scaled MAT is divided by that one speed;
 * ``emulation``: the share's emulation error: how far the share is from the slower
   (or smaller) server SHRiNK assumes. A calibrated model error: 0 on the simulator,
   whose share is exact; on the live testbed :data:`EMULATION_ERROR`.
 
-The interval is ``mat * exp(+-z * sqrt(sum of variances))``.
+The interval is ``mat * exp(+-q * sqrt(sum of variances))``, where ``q`` is Student's
+t quantile for the degrees of freedom the repetitions' spread was pooled over (a
+spread estimated from a few repetitions is itself uncertain; 1.96 only with many).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy.stats import t as student_t
 
 from shrink.loadcurve import LoadCurve
 from shrink.mat import MATResult
@@ -56,17 +61,28 @@ class ErrorBudget:
     repetition: float
     drift: float
     emulation: float
+    speed: float = 0.0
+    dof: int | None = None  # of the pooled repetition spread; None: taken as known
 
     @property
     def total(self) -> float:
         """The prediction's log-scale standard deviation against a new full-scale run."""
-        return math.sqrt(2 * self.repetition**2 + 2 * self.drift**2 + self.emulation**2)
+        return math.sqrt(
+            2 * self.repetition**2 + 2 * self.drift**2 + self.emulation**2 + self.speed**2
+        )
+
+    @property
+    def quantile(self) -> float:
+        """The two-sided 95% multiplier: Student's t for ``dof``, else the normal's."""
+        return float(student_t.ppf(0.975, self.dof)) if self.dof else Z95
 
     def to_dict(self) -> dict[str, float]:
         return {
             "repetition": self.repetition,
             "drift": self.drift,
             "emulation": self.emulation,
+            "speed": self.speed,
+            "dof": float(self.dof or 0),
             "total": self.total,
         }
 
@@ -81,14 +97,7 @@ def repetition_sigma(curve: LoadCurve, res: MATResult) -> float:
     and the MAT rests on the mean of R repetitions. A 95% t-interval from two
     repetitions would be +/-12.7 standard errors: pooling keeps the interval honest.
     """
-    ss, dof, reps = 0.0, 0, []
-    for lv in curve.usable():
-        x = lv.values(res.stat, res.cls)
-        x = np.log(x[np.isfinite(x) & (x > 0)])
-        if x.size >= 2:
-            ss += float(np.sum((x - x.mean()) ** 2))
-            dof += x.size - 1
-            reps.append(x.size)
+    ss, dof, reps = _pooled(curve, res)
     if not dof:
         return 0.0
     by_knob = {lv.level: lv for lv in curve.usable()}
@@ -99,6 +108,24 @@ def repetition_sigma(curve: LoadCurve, res: MATResult) -> float:
         if min(va, vb, a.throughput, b.throughput) > 0 and a.throughput != b.throughput:
             elasticity = abs(math.log(vb / va) / math.log(b.throughput / a.throughput))
     return math.sqrt(ss / dof) / max(elasticity, 0.5) / math.sqrt(float(np.median(reps)))
+
+
+def _pooled(curve: LoadCurve, res: MATResult) -> tuple[float, int, list[int]]:
+    """Sum of squares of the log statistic about each level's mean, its dof, the reps."""
+    ss, dof, reps = 0.0, 0, []
+    for lv in curve.usable():
+        x = lv.values(res.stat, res.cls)
+        x = np.log(x[np.isfinite(x) & (x > 0)])
+        if x.size >= 2:
+            ss += float(np.sum((x - x.mean()) ** 2))
+            dof += x.size - 1
+            reps.append(x.size)
+    return ss, dof, reps
+
+
+def repetition_dof(curve: LoadCurve, res: MATResult) -> int:
+    """Degrees of freedom of :func:`repetition_sigma`'s pooled spread."""
+    return _pooled(curve, res)[1]
 
 
 def drift_sigma(curves: Sequence[LoadCurve]) -> float:
@@ -120,15 +147,16 @@ def drift_sigma(curves: Sequence[LoadCurve]) -> float:
 
 
 def error_budget(
-    curve: LoadCurve, res: MATResult, drift: float, emulation: float
+    curve: LoadCurve, res: MATResult, drift: float, emulation: float, speed: float = 0.0
 ) -> ErrorBudget:
     """The terms for ``res``, a MAT of ``curve``."""
-    return ErrorBudget(repetition_sigma(curve, res), drift, emulation)
+    dof = repetition_dof(curve, res)
+    return ErrorBudget(repetition_sigma(curve, res), drift, emulation, speed, dof or None)
 
 
-def interval(mat: float, budget: ErrorBudget, z: float = Z95) -> tuple[float, float]:
-    """The prediction interval around ``mat`` (95% for the default ``z``)."""
-    w = math.exp(z * budget.total)
+def interval(mat: float, budget: ErrorBudget, z: float | None = None) -> tuple[float, float]:
+    """The 95% prediction interval around ``mat`` (``z`` overrides the quantile)."""
+    w = math.exp((budget.quantile if z is None else z) * budget.total)
     return mat / w, mat * w
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
@@ -110,6 +111,20 @@ def test_the_simulator_share_runs_at_its_fraction():
     got = measure_speed(share, full, _trace(), nominal=0.25, budget_s=60.0)
     for c, s in got.per_class.items():
         assert s == pytest.approx(0.25, rel=0.3), (c, got)
+    # its stated error covers how far it is off (2.6 sd: 1% two-sided), and it is no
+    # looser than the 30% the check above allows
+    assert 0 < got.sigma < 0.3
+    assert abs(math.log(got.effective / 0.25)) < 2.6 * got.sigma + 0.02, got
+
+
+def test_a_simulated_probe_is_reproducible():
+    """Same seed, same speed: the probe's plan must not follow the host's wall time."""
+    m = Machine(name="one", sockets=1, cores_per_socket=2, llc_mib=8.0, ghz=2.0)
+    full = SimTarget(m, "1-replica", Share.whole((1,)))
+    share = SimTarget(m, "1-replica", Share.cpu_time((1,), 0.25))
+    a = measure_speed(share, full, _trace(), nominal=0.25, budget_s=10.0, seed=3)
+    b = measure_speed(share, full, _trace(), nominal=0.25, budget_s=10.0, seed=3)
+    assert (a.per_class, a.effective, a.sigma) == (b.per_class, b.effective, b.sigma)
 
 
 def test_bad_input_is_refused_with_the_field():

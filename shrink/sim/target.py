@@ -125,6 +125,10 @@ def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
 class SimTarget:
     """A simulated multi-socket web server (see :mod:`shrink.sim`)."""
 
+    # Runs take simulated time: what they cost in wall time says nothing about the
+    # run, and must not steer anything that should be reproducible (shrink.speed).
+    simulated = True
+
     def __init__(
         self,
         machine: Machine,
