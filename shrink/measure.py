@@ -4,7 +4,9 @@ Throughput counts requests *completed* inside the measurement window (so an
 overloaded server shows its real rate, not the offered one); latency statistics
 cover requests *intended* inside the window that completed (coordinated
 omission: counted from the intended time). Requests intended in the window that
-never completed are errors.
+did not succeed (no whole 2xx/3xx response) are errors, counted by class
+(:meth:`shrink.runlog.RunLog.failures`); a repetition with more than
+:data:`shrink.loadcurve.FAILURE_LIMIT` of them keeps its level out of every MAT.
 """
 
 from __future__ import annotations
@@ -129,6 +131,8 @@ def level_stats(result: RunResult) -> LevelStats:
         offered=float(np.sum(in_win)) / width,
         utilization=result.utilization,
         errors=int(np.sum(in_win & ~ok)),
+        failures=log.failures(in_win),
+        requests=int(np.sum(in_win)),
         generator_behind=g.behind,
         send_lag_p99=g.send_lag_p99,
         send_lag_max=g.send_lag_max,

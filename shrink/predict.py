@@ -31,7 +31,7 @@ from shrink.autolevels import (
     companion_curve,
 )
 from shrink.errors import ParameterError, TopologyError
-from shrink.loadcurve import LoadCurve
+from shrink.loadcurve import FAILURE_LIMIT, LoadCurve
 from shrink.machine import Machine
 from shrink.mapping import BUILTIN_MAPPINGS
 from shrink.mat import MATResult, mat
@@ -194,7 +194,20 @@ def _self_checks(curve: LoadCurve, limits: Mapping[str, float]) -> dict[str, Any
         "max_utilization": umax,
         "utilization_reached": bool(umax is not None and umax >= 0.85),
         "usable_levels": len(curve.usable()),
+        # Levels where requests failed (over FAILURE_LIMIT): never used for a MAT.
+        "levels_failed": [lv.level for lv in curve.failed_levels()],
+        "failures": _failure_totals(curve),
+        "failure_limit": FAILURE_LIMIT,
     }
+
+
+def _failure_totals(curve: LoadCurve) -> dict[str, int]:
+    """Failures by class over every repetition of the curve."""
+    out: dict[str, int] = {}
+    for lv in curve.levels:
+        for k, v in lv.failure_counts().items():
+            out[k] = out.get(k, 0) + v
+    return out
 
 
 def _recommend(mappings: dict[str, dict[str, Any]], stat: str) -> tuple[str, str]:

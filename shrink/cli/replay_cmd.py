@@ -222,6 +222,8 @@ def _summary(res: Any, output: Path) -> dict[str, Any]:
         "generator_cpu": g.cpu,
         "utilization": res.utilization,
         "errors": st.errors,
+        "failures": st.failures,
+        "failed": st.failed,
         "latency": {"mean": o.mean, "p50": o.p50, "p90": o.p90, "p99": o.p99, "p999": o.p999},
         "per_class": {
             c: {"n": s.n, "mean": s.mean, "p50": s.p50, "p99": s.p99, "p999": s.p999}
@@ -235,12 +237,29 @@ def _ms(x: float | None) -> str:
     return "-" if x is None or not np.isfinite(x) else f"{x * 1e3:.3f} ms"
 
 
+def _failure_text(s: dict[str, Any]) -> str:
+    """`` (transport 0, 4xx 12, 5xx 0)`` when anything failed."""
+    f = s.get("failures") or {}
+    if not any(f.values()):
+        return ""
+    return (
+        f" (transport {f.get('transport', 0):,}, 4xx {f.get('http_4xx', 0):,}, "
+        f"5xx {f.get('http_5xx', 0):,})"
+    )
+
+
+def _limit_text() -> str:
+    from shrink.loadcurve import FAILURE_LIMIT
+
+    return f"{100 * FAILURE_LIMIT:g}%"
+
+
 def _print_summary(s: dict[str, Any]) -> None:
     lat = s["latency"]
     typer.echo(
         f"{s['requests']:,} requests -> {s['runlog']}\n"
         f"rate: intended {s['intended_rate']:,.1f}/s, achieved {s['achieved_rate']:,.1f}/s, "
-        f"completed {s['throughput']:,.1f}/s, errors {s['errors']}\n"
+        f"completed {s['throughput']:,.1f}/s, errors {s['errors']}{_failure_text(s)}\n"
         f"latency: mean {_ms(lat['mean'])}  p50 {_ms(lat['p50'])}  p99 {_ms(lat['p99'])}  "
         f"p99.9 {_ms(lat['p999'])}\n"
         f"send lag: p50 {_ms(s['send_lag_p50'])}  p99 {_ms(s['send_lag_p99'])}"
@@ -249,6 +268,11 @@ def _print_summary(s: dict[str, Any]) -> None:
     )
     if s["generator_behind"]:
         typer.echo(f"GENERATOR BEHIND: {s['behind_reason']} (not a server result)")
+    if s["failed"]:
+        typer.echo(
+            f"FAILED REQUESTS: {s['errors']} of {s['requests']:,} (over {_limit_text()}): "
+            "not the server serving the trace; such a level is never used for a MAT"
+        )
     if s["interrupted"]:
         typer.echo("interrupted: what was measured so far has been kept")
 
@@ -296,6 +320,8 @@ def _curve_summary(curve: Any) -> list[dict[str, Any]]:
             **{st: triple(lv, st) for st in ("throughput", "mean", "p50", "p90", "p99", "p999")},
             "utilization": lv.utilization,
             "errors": sum(r.errors for r in lv.reps),
+            "failures": lv.failure_counts(),
+            "failed": lv.failed,
             "generator_behind": lv.generator_behind,
         }
         for lv in curve.levels
@@ -388,6 +414,8 @@ def sweep_cmd(
             "p999": x.stat("p999")[0],
             "utilization": x.utilization,
             "generator_behind": x.generator_behind,
+            "errors": sum(r.errors for r in x.reps),
+            "failed": x.failed,
         }
         for x in curve.levels
     ]
@@ -396,6 +424,10 @@ def sweep_cmd(
         return
     for r in rows:
         flag = "  GENERATOR BEHIND (excluded)" if r["generator_behind"] else ""
+        if r["failed"]:
+            flag += f"  {r['errors']} FAILED (over {_limit_text()}: excluded)"
+        elif r["errors"]:
+            flag += f"  errors {r['errors']}"
         util = "-" if r["utilization"] is None else f"{100 * r['utilization']:.0f}%"
         typer.echo(
             f"{knob} {r['level']:g}: {r['throughput']:,.1f} req/s  mean {_ms(r['mean'])}  "
@@ -496,6 +528,12 @@ def mat_cmd(
             f"hint: under {res.stalled_ceiling:,.1f} req/s, where the generator only stalled "
             "and the latency stayed over the threshold by more than twice its longest send "
             "lag (not a MAT: such levels are never used for one)"
+        )
+    failed = lc.failed_levels()
+    if failed:
+        typer.echo(
+            f"levels left out (over {_limit_text()} of their requests failed): "
+            + ", ".join(f"{lv.level:g} ({sum(r.errors for r in lv.reps)} failed)" for lv in failed)
         )
     if added:
         typer.echo(f"added levels: {', '.join(f'{x:g}' for x in added)}")
