@@ -27,6 +27,7 @@ from shrink.errors import MeasurementError
 from shrink.loadcurve import GENERATOR_SATURATED, Level, LevelStats, LoadCurve
 from shrink.mat import mat
 from shrink.measure import (
+    SweepInterrupted,
     level_stats,
     rate_factor_for,
     skip_start,
@@ -343,18 +344,6 @@ def auto_sweep(
     if retried:
         curve.meta["levels_rerun_generator_behind"] = retried
     return curve
-
-
-class SweepInterrupted(KeyboardInterrupt):
-    """A sweep stopped by SIGINT/SIGTERM, carrying the levels measured before it.
-
-    ``curve`` holds the swept target's finished levels (meta ``interrupted``); a
-    companion's finished levels stay in ``companion.levels``.
-    """
-
-    def __init__(self, curve: LoadCurve) -> None:
-        super().__init__()
-        self.curve = curve
 
 
 class _Clock:

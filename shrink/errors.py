@@ -10,6 +10,7 @@ Hierarchy::
     ├── TestbedError                 lighttpd/php-cgi missing, port in use, a replica died (PID)
     ├── ReplayError                  the load generator could not run the schedule
     ├── MeasurementError             a load curve or MAT that cannot be computed
+    ├── WriteError                   a result file that could not be written (disk full): names it
     └── ExtrapolationError           a model asked to predict outside what it was fitted on
 
 Errors carry what a person needs to act: the file and line, the packet number,
@@ -18,6 +19,7 @@ the PID. ``str(err)`` is the whole message; the attributes are for programs.
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "TestbedError",
     "TopologyError",
     "TraceFormatError",
+    "WriteError",
 ]
 
 
@@ -106,3 +109,18 @@ class MeasurementError(ShrinkError):
 
 class ExtrapolationError(ShrinkError):
     """A model that is not fitted, or asked to predict where it has no basis."""
+
+
+class WriteError(ShrinkError):
+    """A result file could not be written (a full disk, no permission).
+
+    ``path`` names the file; ``errno`` is the OS error number.
+    """
+
+    def __init__(self, path: str | Path, exc: OSError) -> None:
+        reason = exc.strerror or str(exc)
+        if exc.errno == errno.ENOSPC:
+            reason = "no space left on the device"
+        super().__init__(f"{path}: cannot write ({reason})")
+        self.path = str(path)
+        self.errno = exc.errno

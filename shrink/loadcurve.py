@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from shrink.atomic import write_text
 from shrink.errors import MeasurementError, TraceFormatError
 
 __all__ = [
@@ -384,10 +385,7 @@ class LoadCurve:
         )
 
     def write_json(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
-        return path
+        return write_text(path, json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
 
     @classmethod
     def read_json(cls, path: str | Path) -> LoadCurve:

@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from shrink.atomic import write_text
 from shrink.autolevels import AutoPlan, auto_sweep
 from shrink.errors import ParameterError, TraceFormatError
 from shrink.loadcurve import LoadCurve
@@ -99,7 +100,7 @@ def run_predict(
     }
     if whatif is not None:
         pred["whatif"] = whatif
-    (out / "prediction.json").write_text(json.dumps(pred, indent=2, sort_keys=True) + "\n")
+    write_text(out / "prediction.json", json.dumps(pred, indent=2, sort_keys=True) + "\n")
     write_report(out, pred, measured=res.measured, predicted_curve=res.predicted, whatif=whatif)
     return pred
 

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from shrink import __version__
+from shrink.atomic import write_text
 from shrink.autolevels import (
     AutoPlan,
     Companion,
@@ -238,14 +239,16 @@ def _recommend(mappings: dict[str, dict[str, Any]], stat: str) -> tuple[str, str
 
 def _keep_partial(
     out: Path, curve: LoadCurve, companion: Companion | None, config: PredictConfig
-) -> None:
+) -> list[Path]:
     """Write the levels an interrupted sweep finished, so that no measurement is lost."""
-    out.mkdir(parents=True, exist_ok=True)
-    curve.write_json(out / "measured-curve.partial.json")
+    kept = []
+    if curve.levels:
+        kept.append(curve.write_json(out / "measured-curve.partial.json"))
     if companion is not None and companion.levels:
         full = companion_curve(companion, knob=config.knob, plan=config.plan)
         full.meta["interrupted"] = True
-        full.write_json(out / "full-curve.partial.json")
+        kept.append(full.write_json(out / "full-curve.partial.json"))
+    return kept
 
 
 def predict(
@@ -299,7 +302,7 @@ def predict(
             )
         except SweepInterrupted as stop:
             if out_dir is not None:
-                _keep_partial(Path(out_dir), stop.curve, companion, config)
+                stop.kept.extend(_keep_partial(Path(out_dir), stop.curve, companion, config))
             raise
         if companion is not None:
             full_curve = companion_curve(companion, knob=config.knob, plan=config.plan)
@@ -440,7 +443,7 @@ def predict(
         if full_curve is not None:
             result.files["full"] = full_curve.write_json(out / "full-curve.json")
         p = out / "prediction.json"
-        p.write_text(json.dumps(prediction, indent=2, sort_keys=True, default=_json) + "\n")
+        write_text(p, json.dumps(prediction, indent=2, sort_keys=True, default=_json) + "\n")
         result.files["prediction"] = p
     return result
 

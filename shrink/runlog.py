@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from shrink.atomic import atomic_path
 from shrink.errors import TraceFormatError
 
 __all__ = ["FAILURE_CLASSES", "RUNLOG_SCHEMA", "RunLog"]
@@ -183,11 +184,11 @@ class RunLog:
 
     def write_parquet(self, path: str | Path) -> Path:
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         table = self._table.replace_schema_metadata(
             {META_KEY: json.dumps(self.meta, sort_keys=True, default=str).encode()}
         )
-        pq.write_table(table, path, compression="zstd")
+        with atomic_path(path) as tmp:
+            pq.write_table(table, tmp, compression="zstd")
         return path
 
     @classmethod

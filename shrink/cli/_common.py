@@ -24,10 +24,14 @@ def cli_errors() -> Iterator[None]:
     except ShrinkError as exc:
         console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=1) from None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        # Say only what exists: a command that kept files lists them on the exception.
+        kept = [str(k) for k in getattr(exc, "kept", [])]
         console.print(
-            "[yellow]interrupted[/]: what was measured so far is kept (run logs; "
-            "shrink predict also writes the levels it finished to *.partial.json)"
+            "[yellow]interrupted[/]: "
+            + (f"kept {', '.join(kept)}" if kept else "nothing measured was written"),
+            highlight=False,
+            soft_wrap=True,
         )
         raise typer.Exit(code=130) from None
 

@@ -274,7 +274,7 @@ def _print_summary(s: dict[str, Any]) -> None:
             "not the server serving the trace; such a level is never used for a MAT"
         )
     if s["interrupted"]:
-        typer.echo("interrupted: what was measured so far has been kept")
+        typer.echo(f"interrupted: the requests sent so far are kept in {s['runlog']}")
 
 
 def _levels(text: str) -> list[float]:
@@ -328,6 +328,16 @@ def _curve_summary(curve: Any) -> list[dict[str, Any]]:
     ]
 
 
+def _keep_partial_sweep(stop: Any, output: Path, runlogs: Path | None) -> None:
+    """Write an interrupted sweep's finished levels to OUTPUT's ``.partial.json`` twin."""
+    if stop.curve.levels:
+        path = output.with_name(output.name.removesuffix(".json") + ".partial.json")
+        stop.curve.write_json(path)
+        stop.kept.append(f"{path} ({len(stop.curve.levels)} finished levels)")
+    if runlogs is not None and runlogs.is_dir() and any(runlogs.glob("*.parquet")):
+        stop.kept.append(f"the run logs in {runlogs}")
+
+
 def sweep_cmd(
     trace: Annotated[Path, typer.Argument(help="Trace Parquet file.")],
     target: _Targets = ...,  # type: ignore[assignment]
@@ -364,7 +374,7 @@ def sweep_cmd(
     CPU utilization, errors, and the generator's self-check (a level where it fell
     behind is flagged and left out of every MAT).
     """
-    from shrink.measure import sweep
+    from shrink.measure import SweepInterrupted, sweep
     from shrink.trace import Trace
 
     with cli_errors():
@@ -386,19 +396,23 @@ def sweep_cmd(
         )
         lv = _levels(levels)
         w, d = parse_duration(warmup, "warmup"), parse_duration(duration, "duration")
-        curve = _progress_sweep(
-            lambda progress: sweep(
-                tgt,
-                tr,
-                lv,
-                knob=knob,
-                reps=reps,
-                warmup=w,
-                duration=d,
-                seed=seed,
-                progress=progress,
+        try:
+            curve = _progress_sweep(
+                lambda progress: sweep(
+                    tgt,
+                    tr,
+                    lv,
+                    knob=knob,
+                    reps=reps,
+                    warmup=w,
+                    duration=d,
+                    seed=seed,
+                    progress=progress,
+                )
             )
-        )
+        except SweepInterrupted as stop:
+            _keep_partial_sweep(stop, output, runlogs)
+            raise
         curve.meta["summary"] = _curve_summary(curve)
         curve.meta["generator"] = {
             "routing": routing,

@@ -301,6 +301,8 @@ class _Engine:
         for c in list(self.conns):
             c.expire(now, timeout)
         self.w.maybe_flush()
+        if self.w.error is not None and not self.interrupted:
+            self.interrupt()  # nothing more can be recorded: stop sending load
         self.loop.call_later(0.1, self.sweep)  # type: ignore[union-attr]
 
     def finish(self) -> None:
@@ -343,8 +345,9 @@ def run_schedule(
     engine is built (request bytes and all), ``on_ready()`` is called and returns
     it (processes of one scaled-out run share it), else it is 50 ms from then.
     ``t0`` and the wall-clock time it matches go into the RunLog's metadata.
-    SIGINT/SIGTERM stop the run early (``interrupted``); the writer is closed in
-    every case.
+    SIGINT/SIGTERM stop the run early (``interrupted``), and so does a failed
+    write of the RunLog (the writer's ``error``: the caller reports it); the writer
+    is closed in every case.
     """
     loop = new_event_loop()
     eng = _Engine(schedule, config, writer, 0.0)

@@ -318,7 +318,10 @@ class LiveTarget:
                 smp.stop.set()
             raise
         for smp in samplers:
-            # a run whose sessions all ended early still measures the whole window
+            # a run whose sessions all ended early still measures the whole window;
+            # an interrupted one stops now (Ctrl-C must not wait for the planned end)
+            if engine.interrupted:
+                smp.stop.set()
             smp.join(timeout=max(0.0, smp.at[1] - monotonic()) + 1.0)
             smp.stop.set()
         sampler = samplers[0] if samplers else None

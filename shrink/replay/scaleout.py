@@ -122,6 +122,8 @@ def _child(
             return float(pipe.recv())
 
         stats = engine(sched, config, writer, on_ready=ready)
+        if writer.error is not None:
+            raise writer.error
         pipe.send(("done", stats))
     except BaseException as exc:  # report, never hang the parent
         pipe.send(("error", f"{type(exc).__name__}: {exc}"))
@@ -205,6 +207,8 @@ def _run_inline(
         restore_scheduler(old_sched)
         if cpus:
             os.sched_setaffinity(0, old)
+    if writer.error is not None:
+        raise writer.error  # the file keeps the rows written before it
     log = writer.runlog()
     log.meta.update(processes=1)
     return log, EngineRun([stats], stats.t0, cpus)
@@ -283,7 +287,7 @@ def _run_spawned(
         for p in procs:
             p.join(timeout=10)
         logs = [RunLog.read_parquet(pth) for pth in paths if Path(pth).exists()]
-        if errors and not logs:
+        if errors and (not logs or any("cannot write" in e for e in errors)):
             raise ReplayError("; ".join(errors))
         log = RunLog.concat(logs, meta={**meta, **_zero(t0), "processes": n})
         if out is not None:

@@ -17,11 +17,11 @@ the core each worker and php-cgi child was pinned to.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shrink.atomic import write_text
 from shrink.errors import TestbedError
 
 __all__ = ["SCHEMA", "ReplicaState", "TestbedState"]
@@ -141,11 +141,7 @@ class TestbedState:
 
     def write(self, path: str | Path) -> Path:
         """Write atomically (a reader never sees half a file)."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-        os.replace(tmp, path)
-        return path
+        return write_text(path, json.dumps(self.to_dict(), indent=2) + "\n")
 
     @classmethod
     def read(cls, path: str | Path) -> TestbedState:
