@@ -27,7 +27,12 @@ _Routing = Annotated[
     str, typer.Option("--routing", help="hash (by session) | round-robin over the addresses.")
 ]
 _Conns = Annotated[
-    int, typer.Option("--conns", help="Connections per session for embedded requests (N).")
+    int,
+    typer.Option(
+        "--conns",
+        help="Connections per session for embedded requests (1: one keep-alive connection "
+        "per session, as httperf --wsesslog).",
+    ),
 ]
 _Procs = Annotated[
     int | None,
@@ -86,6 +91,7 @@ def _target(
     lag_limit: str,
     mode: str,
     loop: bool = True,
+    warm_start: bool = True,
     runlog_dir: Path | None = None,
     realtime: int = 0,
     conn_per_request: bool = False,
@@ -107,6 +113,7 @@ def _target(
         },
         mode=mode,
         loop=loop,
+        warm_start=warm_start,
         lag_limit=parse_duration(lag_limit, "lag limit"),
         runlog_dir=runlog_dir,
         realtime=realtime,
@@ -140,7 +147,7 @@ def replay(
     seed: Annotated[int, typer.Option("--seed", help="Seed of Poisson arrivals.")] = 0,
     mode: _Mode = "auto",
     routing: _Routing = "hash",
-    conns: _Conns = 2,
+    conns: _Conns = 1,
     timeout: _Timeout = "10s",
     generator_cpus: _GenCpus = None,
     allow_overlap: _Overlap = False,
@@ -156,7 +163,7 @@ def replay(
     Latency is counted from each request's intended send time; the summary says
     whether the generator kept to its schedule (generator_behind).
     """
-    from shrink.replay.schedule import open_loop_trace
+    from shrink.schedule import open_loop_trace
     from shrink.trace import Trace
 
     with cli_errors():
@@ -186,6 +193,8 @@ def replay(
             lag_limit=lag_limit,
             mode=mode,
             loop=duration is not None and rate is None,
+            # as httperf: the run starts empty (a sweep starts in the steady state)
+            warm_start=False,
             realtime=realtime,
             conn_per_request=conn_per_request,
             processes=processes,
@@ -357,7 +366,7 @@ def sweep_cmd(
     ] = None,
     mode: _Mode = "auto",
     routing: _Routing = "hash",
-    conns: _Conns = 2,
+    conns: _Conns = 1,
     timeout: _Timeout = "10s",
     generator_cpus: _GenCpus = None,
     allow_overlap: _Overlap = False,
@@ -504,7 +513,7 @@ def mat_cmd(
             tgt = _target(
                 target,
                 routing=str(lc.meta.get("generator", {}).get("routing", "hash")),
-                conns=int(lc.meta.get("generator", {}).get("conns_per_session", 2)),
+                conns=int(lc.meta.get("generator", {}).get("conns_per_session", 1)),
                 timeout="10s",
                 generator_cpus=generator_cpus,
                 allow_overlap=allow_overlap,

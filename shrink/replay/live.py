@@ -24,6 +24,8 @@ from time import monotonic, sleep
 from typing import Any
 from urllib.parse import urlsplit
 
+import numpy as np
+
 from shrink import __version__
 from shrink.errors import ParameterError, ReplayError, TraceFormatError
 from shrink.replay.engine import EngineConfig, run_schedule
@@ -145,6 +147,7 @@ class LiveTarget:
         config: dict[str, Any] | None = None,
         mode: str = "auto",
         loop: bool = True,
+        warm_start: bool = True,
         lag_limit: float = LAG_LIMIT,
         runlog_dir: str | Path | None = None,
         realtime: int = 0,
@@ -171,6 +174,7 @@ class LiveTarget:
         self.config = dict(config or {})
         self.mode = mode
         self.loop = loop
+        self.warm_start = warm_start  # start a looped run in the trace's steady state
         self.lag_limit = lag_limit
         self.runlog_dir = None if runlog_dir is None else Path(runlog_dir)
         self.realtime = realtime
@@ -305,6 +309,7 @@ class LiveTarget:
                 horizon=horizon,
                 mode=self.mode,
                 loop=self.loop,
+                warm_start=self.warm_start,
                 cpus=self._engine_cpus(),
                 processes=self.processes,
                 out=out,
@@ -327,6 +332,10 @@ class LiveTarget:
         sampler = samplers[0] if samplers else None
         self.last_engine = engine
         window = (warmup, horizon)
+        if not self.loop and len(log):
+            # one pass runs its sessions out: the window holds every request it sent
+            last = float(np.nanmax(log.column("intended")))
+            window = (warmup, max(horizon, float(np.nextafter(last, np.inf))))
         per_cpu: dict[int, float] = {}
         util = None
         if sampler is not None and len(sampler.snaps) == 2:

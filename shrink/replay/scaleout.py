@@ -26,9 +26,9 @@ from typing import Any
 
 from shrink.errors import ReplayError
 from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
-from shrink.replay.schedule import build_schedule, trace_extent, trace_mode
 from shrink.replay.writer import RunLogWriter
 from shrink.runlog import RunLog
+from shrink.schedule import build_schedule, trace_extent, trace_mode
 from shrink.trace import Trace
 
 __all__ = ["EngineRun", "run_engines", "split_sessions"]
@@ -139,6 +139,7 @@ def run_engines(
     horizon: float,
     mode: str = "auto",
     loop: bool = True,
+    warm_start: bool = True,
     cpus: list[int] | None = None,
     processes: int | None = None,
     out: str | Path | None = None,
@@ -166,6 +167,7 @@ def run_engines(
         horizon=horizon,
         mode=mode,
         loop=loop,
+        warm_start=warm_start,
         origin=origin,
         span=span,
         id_stride=stride,
