@@ -17,6 +17,7 @@ from __future__ import annotations
 import gc
 import multiprocessing as mp
 import os
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
 from shrink.replay.writer import RunLogWriter
 from shrink.runlog import RunLog
 from shrink.schedule import build_schedule, trace_extent, trace_mode
+from shrink.testbed.process import die_with_parent
 from shrink.trace import Trace
 
 __all__ = ["EngineRun", "run_engines", "split_sessions"]
@@ -108,7 +110,11 @@ def _child(
     meta: dict[str, Any],
     realtime: int = 0,
     engine: Any = run_schedule,
+    parent_pid: int | None = None,
 ) -> None:
+    # A kill -9 of the parent must not leave this process sending load: SIGTERM
+    # stops the engine as Ctrl-C does (its rows so far are kept).
+    die_with_parent(signal.SIGTERM, parent_pid)
     try:
         set_realtime(realtime)
         if cpu is not None:
@@ -252,6 +258,7 @@ def _run_spawned(
                     {**meta, "part": i},
                     realtime,
                     engine,
+                    os.getpid(),
                 ),
                 daemon=True,
             )

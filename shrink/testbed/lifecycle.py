@@ -28,7 +28,7 @@ from shrink.errors import TestbedError, TopologyError
 from shrink.machine import Machine
 from shrink.mapping import Mapping, Replica, build_mapping
 from shrink.share import Cgroup, Share, can_write_cgroups, cgroup_layout
-from shrink.testbed import health, process
+from shrink.testbed import health, process, registry
 from shrink.testbed.config import ReplicaConfig, write_probe
 from shrink.testbed.state import ReplicaState, TestbedState
 
@@ -176,6 +176,7 @@ def _start_replica(
     cgroup: Cgroup | None,
     share: Share,
     timeout_s: float,
+    owned: bool = False,
 ) -> ReplicaState:
     run_dir = run_root / r.name
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -203,6 +204,7 @@ def _start_replica(
         cpus=r.cpus,
         join_cgroup=cgroup.add if cgroup is not None else None,
         log_path=run_dir / "stdout.log",
+        owned=owned,
     )
     try:
         workers, php_parent, php_kids = _wait_tree(master, len(r.cpus), cfg.php_children, timeout_s)
@@ -262,12 +264,16 @@ def up(
     php_children_per_core: int = 2,
     cgroups: str = "auto",
     timeout_s: float = 15.0,
+    owned: bool = False,
 ) -> TestbedState:
     """Start one lighttpd + php-cgi per replica of ``mapping`` over ``share``; write the state.
 
     ``port`` 0 picks a port free on every replica's address. ``cgroups``:
     ``"auto"`` uses them where we may write them (always needed for a CPU-time
-    share), ``"no"`` uses CPU affinity alone.
+    share), ``"no"`` uses CPU affinity alone. ``owned``: the testbed dies with this
+    process (a command that starts and stops it itself); it is recorded with this
+    process as its owner, so ``down --stale`` finds what a kill -9 leaves
+    (:mod:`shrink.testbed.registry`).
     """
     docroot = Path(docroot).resolve()
     if not docroot.is_dir():
@@ -338,6 +344,7 @@ def up(
                     cgroup=cg,
                     share=share,
                     timeout_s=timeout_s,
+                    owned=owned,
                 )
             )
     except BaseException:
@@ -357,6 +364,7 @@ def up(
         notes=notes,
     )
     state.write(state_path)
+    registry.record(state_path, state, owned=owned)
     return state
 
 
@@ -475,4 +483,15 @@ def down(state_path: str | Path) -> dict[str, list[int]]:
     out = {r.name: _stop_replica(r) for r in st.replicas}
     st.stopped = datetime.now(UTC).isoformat(timespec="seconds")
     st.write(state_path)
+    registry.forget(state_path)
+    return out
+
+
+def down_stale() -> list[tuple[registry.StaleTestbed, dict[str, list[int]]]]:
+    """Stop every stale testbed (:func:`shrink.testbed.registry.stale`), remove its cgroups."""
+    out = []
+    for sb in registry.stale():
+        stopped = {r.name: _stop_replica(r) for r in sb.state.replicas}
+        sb.entry.unlink(missing_ok=True)
+        out.append((sb, stopped))
     return out
