@@ -199,6 +199,7 @@ def replay(
             conn_per_request=conn_per_request,
             processes=processes,
         )
+        _warn_docroot(tgt, tr, trace)
         res = tgt.run(tr, rate_factor=rf, warmup=0.0, duration=seconds, out=output)
         summary = _summary(res, output)
     if as_json:
@@ -337,6 +338,17 @@ def _curve_summary(curve: Any) -> list[dict[str, Any]]:
     ]
 
 
+def _warn_docroot(tgt: Any, tr: Any, name: Any) -> None:
+    """Before a run on a testbed: warn when its docroot lacks the trace's paths."""
+    from shrink.testbed.coverage import docroot_coverage
+
+    docroot = (tgt.state or {}).get("docroot")
+    if docroot and Path(docroot).is_dir():
+        line = docroot_coverage(tr, docroot).warning(str(name or "the trace"))
+        if line:
+            typer.echo(line, err=True)
+
+
 def _keep_partial_sweep(stop: Any, output: Path, runlogs: Path | None) -> None:
     """Write an interrupted sweep's finished levels to OUTPUT's ``.partial.json`` twin."""
     if stop.curve.levels:
@@ -405,6 +417,7 @@ def sweep_cmd(
         )
         lv = _levels(levels)
         w, d = parse_duration(warmup, "warmup"), parse_duration(duration, "duration")
+        _warn_docroot(tgt, tr, trace)
         try:
             curve = _progress_sweep(
                 lambda progress: sweep(

@@ -55,6 +55,21 @@ def up(
         ),
     ] = None,
     cgroups: Annotated[str, typer.Option("--cgroups", help="auto | yes | no.")] = "auto",
+    php_max_execution: Annotated[
+        int,
+        typer.Option(
+            "--php-max-execution",
+            help="PHP max_execution_time in seconds: longer than the trace's largest request, "
+            "no longer than the replay's --timeout (an abandoned request then stops).",
+        ),
+    ] = 10,
+    php_memory_limit: Annotated[
+        str, typer.Option("--php-memory-limit", help="PHP memory_limit (e.g. 256M).")
+    ] = "256M",
+    trace: Annotated[
+        Path | None,
+        typer.Option("--trace", help="Warn before starting if the docroot lacks its paths."),
+    ] = None,
     nic: Annotated[
         list[str] | None,
         typer.Option("--nic", help="Real NIC interface feeding the replicas (repeat per replica)."),
@@ -70,6 +85,8 @@ def up(
     """Start one lighttpd + php-cgi pool per replica, pinned to its cores, capped by the share."""
     warn_stale()
     with cli_errors():
+        if trace is not None:
+            warn_docroot(trace, docroot)
         m = load_machine(machine)
         sh = Share.parse(share, m, period_us=period)
         if nic:
@@ -83,6 +100,7 @@ def up(
             port=port,
             php_children_per_core=php_children,
             cgroups=cgroups,
+            php_limits=(php_max_execution, php_memory_limit),
         )
     if as_json:
         echo_json(st.to_dict())
@@ -188,6 +206,18 @@ def _down_stale() -> None:
     for sb, stopped in done:
         n = sum(len(p) for p in stopped.values())
         typer.echo(f"{sb.state_path}: {sb.reason}; stopped {n} process(es), removed its cgroups")
+
+
+def warn_docroot(trace: Path, docroot: Path | str) -> None:
+    """Warn (one line, stderr) when ``docroot`` lacks paths of ``trace``."""
+    from shrink.testbed.coverage import docroot_coverage
+    from shrink.trace import Trace
+
+    if not Path(docroot).is_dir():
+        return  # up says so itself
+    line = docroot_coverage(Trace.read_parquet(trace), docroot).warning(str(trace))
+    if line:
+        typer.echo(line, err=True)
 
 
 def warn_stale() -> None:

@@ -35,7 +35,11 @@ from shrink.runlog import RunLog
 from shrink.target import RunResult
 from shrink.trace import Trace
 
-__all__ = ["LiveTarget", "cpu_times", "parse_url", "utilization"]
+__all__ = ["IDLE_BOUND", "LiveTarget", "cpu_times", "parse_url", "utilization", "wait_idle"]
+
+# Twice PHP's default max_execution_time on the testbed (shrink.testbed.config): by
+# then an abandoned request has been stopped by PHP itself.
+IDLE_BOUND = 20.0
 
 
 def parse_url(url: str) -> tuple[str, int]:
@@ -106,6 +110,38 @@ def _pids_cpu(pids: list[int]) -> float:
     return total
 
 
+def _running(pids: list[int]) -> list[int]:
+    """The PIDs that are on a CPU or in uninterruptible sleep (state R or D)."""
+    out = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+                text = fh.read()
+        except OSError:
+            continue
+        if text[text.rindex(")") + 2 : text.rindex(")") + 3] in ("R", "D"):
+            out.append(pid)
+    return out
+
+
+def wait_idle(pids: list[int], bound: float, *, checks: int = 3) -> tuple[float, bool]:
+    """Wait until none of the server's ``pids`` runs (``checks`` looks in a row, 5 ms
+    apart), at most ``bound`` seconds. Returns (seconds waited, idle).
+
+    A level must start on an idle server: a PHP request the last level abandoned
+    (the client timed out) would otherwise still hold a php-cgi child and its CPU.
+    """
+    start = monotonic()
+    quiet = 0
+    while True:
+        quiet = quiet + 1 if not _running(pids) else 0
+        if quiet >= checks:
+            return monotonic() - start, True
+        if monotonic() - start >= bound:
+            return monotonic() - start, False
+        sleep(0.005 if quiet else 0.05)
+
+
 class _WindowSampler(threading.Thread):
     """Takes /proc/stat snapshots at two monotonic instants (the window's edges)."""
 
@@ -153,6 +189,7 @@ class LiveTarget:
         realtime: int = 0,
         processes: int | None = None,
         engine: Any = None,
+        idle_bound: float = IDLE_BOUND,
     ) -> None:
         if not addresses:
             raise ReplayError("no target address (a testbed state with replicas, or a URL)")
@@ -181,6 +218,7 @@ class LiveTarget:
         # one engine process per generator CPU unless told fewer
         self.processes = processes
         self.engine = engine or run_schedule  # or a FakeEngine (shrink.replay.fake)
+        self.idle_bound = idle_bound  # longest wait for an idle server before a run
         self.last_engine: EngineRun | None = None
         self._runs = 0
 
@@ -293,6 +331,8 @@ class LiveTarget:
             "engine_config": asdict(cfg),
         }
         samplers: list[_WindowSampler] = []
+        server_pids = [int(p) for r in self.state.get("replicas", []) for p in r.get("pids", [])]
+        idle_wait, idle = wait_idle(server_pids, self.idle_bound) if server_pids else (0.0, True)
 
         def on_start(t0: float) -> None:
             # the window's edges are known once the engine has fixed its zero
@@ -377,6 +417,10 @@ class LiveTarget:
                     utilization(sampler.steal[0], sampler.steal[1], self.generator_cpus).values(),
                     default=0.0,
                 )
+        if server_pids:
+            desc["server_idle_wait"] = idle_wait
+            if not idle:  # still busy after the bound: the level carries load over
+                desc["server_busy_at_start"] = True
         if alive and not all(alive.values()):
             desc["dead_pids"] = [p for p, ok in alive.items() if not ok]
         return RunResult(log, window, check, util, per_cpu, desc)

@@ -29,7 +29,12 @@ from shrink.machine import Machine
 from shrink.mapping import Mapping, Replica, build_mapping
 from shrink.share import Cgroup, Share, can_write_cgroups, cgroup_layout
 from shrink.testbed import health, process, registry
-from shrink.testbed.config import ReplicaConfig, write_probe
+from shrink.testbed.config import (
+    PHP_MAX_EXECUTION_S,
+    PHP_MEMORY_LIMIT,
+    ReplicaConfig,
+    write_probe,
+)
 from shrink.testbed.state import ReplicaState, TestbedState
 
 __all__ = ["ReplicaStatus", "down", "find_tool", "mapping_for", "status", "tool_versions", "up"]
@@ -177,6 +182,7 @@ def _start_replica(
     share: Share,
     timeout_s: float,
     owned: bool = False,
+    php_limits: tuple[int, str] = (PHP_MAX_EXECUTION_S, PHP_MEMORY_LIMIT),
 ) -> ReplicaState:
     run_dir = run_root / r.name
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -190,6 +196,8 @@ def _start_replica(
         php_cgi=php_cgi,
         php_children=php_per_core * len(r.cpus),
         workers=len(r.cpus),
+        php_max_execution_s=php_limits[0],
+        php_memory_limit=php_limits[1],
     )
     write_probe(cfg)
     check = subprocess.run(
@@ -265,6 +273,7 @@ def up(
     cgroups: str = "auto",
     timeout_s: float = 15.0,
     owned: bool = False,
+    php_limits: tuple[int, str] = (PHP_MAX_EXECUTION_S, PHP_MEMORY_LIMIT),
 ) -> TestbedState:
     """Start one lighttpd + php-cgi per replica of ``mapping`` over ``share``; write the state.
 
@@ -273,7 +282,8 @@ def up(
     share), ``"no"`` uses CPU affinity alone. ``owned``: the testbed dies with this
     process (a command that starts and stops it itself); it is recorded with this
     process as its owner, so ``down --stale`` finds what a kill -9 leaves
-    (:mod:`shrink.testbed.registry`).
+    (:mod:`shrink.testbed.registry`). ``php_limits``: PHP's max_execution_time
+    (seconds) and memory_limit, so that a request the client abandoned stops.
     """
     docroot = Path(docroot).resolve()
     if not docroot.is_dir():
@@ -345,6 +355,7 @@ def up(
                     share=share,
                     timeout_s=timeout_s,
                     owned=owned,
+                    php_limits=php_limits,
                 )
             )
     except BaseException:
