@@ -87,3 +87,41 @@ def test_an_interrupted_live_run_does_not_wait_for_the_planned_end():
     start = time.monotonic()
     res = target.run(_trace(), rate_factor=1.0, warmup=1.0, duration=30.0)
     assert time.monotonic() - start < 5.0 and res.describe["engine"]["interrupted"]
+
+
+@pytest.mark.live
+def test_sigint_to_a_scaled_out_replay_stops_its_engine_processes(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from shrink.runlog import RunLog
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "shrink.replay.fakeserver", "--port", "0"],
+        stdout=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        port = int(server.stdout.readline().split()[2])
+        cpus = sorted(os.sched_getaffinity(0))
+        out = tmp_path / "r.parquet"
+        replay = subprocess.Popen(
+            [sys.executable, "-m", "shrink", "replay", "--rate", "100", "--duration", "60s",
+             "--path", "/x?bytes=10", "--target", f"http://127.0.0.1:{port}",
+             "--processes", "2", "--generator-cpus", f"{cpus[0]},{cpus[-1]}", "-o", str(out)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while not list(tmp_path.glob(".*.tmp")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)
+        replay.send_signal(signal.SIGINT)  # to the parent alone, not its process group
+        start = time.monotonic()
+        replay.communicate(timeout=30)
+        assert time.monotonic() - start < 5.0  # not the planned end, 60 s away
+        assert len(RunLog.read_parquet(out)) > 50
+    finally:
+        server.kill()
+        server.wait()

@@ -285,7 +285,12 @@ def _run_spawned(
                     kind, payload = pipe.recv()
                     break
                 except KeyboardInterrupt:
-                    continue  # the children stop on the same SIGINT; wait for their rows
+                    # A terminal's Ctrl-C reaches the children too; a SIGINT sent to this
+                    # process alone must stop them as well. Then wait for their rows.
+                    for proc in procs:
+                        if proc.pid is not None and proc.is_alive():
+                            os.kill(proc.pid, signal.SIGINT)
+                    continue
                 except EOFError:
                     kind, payload = "error", "exited without a report"
                     break
