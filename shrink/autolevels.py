@@ -428,7 +428,10 @@ def _above(
     if not usable:
         return None
     top = max(usable)
-    excluded = [lv for lv in levels if lv > top and levels[lv].generator_behind]
+    # excluded: the generator fell behind, or requests failed (an overloaded server)
+    excluded = [
+        lv for lv in levels if lv > top and (levels[lv].generator_behind or levels[lv].failed)
+    ]
     if not excluded or any(_generator_saturated(levels[lv]) for lv in excluded):
         return None
     for stat, limit in thresholds.items():

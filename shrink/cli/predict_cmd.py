@@ -141,9 +141,10 @@ def predict(
             budget_s=None if budget is None else parse_duration(budget, "budget"),
         )
         cpus = parse_cpulist(server_cpus) if server_cpus else None
-        if docroot is not None:
-            from shrink.cli.testbed_cmd import warn_docroot
+        from shrink.cli.testbed_cmd import warn_docroot, warn_stale
 
+        warn_stale()  # what a killed predict left: `shrink testbed down --stale`
+        if docroot is not None:
             warn_docroot(trace, docroot)  # a missing page is measured as a failure
         with _progress_bar() as bar:
             pred = run_predict(
