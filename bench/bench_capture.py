@@ -39,8 +39,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from shrink.ingest.capture import read_capture
-from shrink.ingest.pcap_files import read_records
-from shrink.ingest.pcap_synth import Conn, http_response, write_capture
+from shrink.ingest.capture.pcap_files import read_records
+from tests.helpers.pcap_synth import Conn, http_response, write_capture
 
 
 def body_sizes(mix: str, n: int, seed: int) -> np.ndarray:

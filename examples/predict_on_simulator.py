@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from extrapolate.pipeline import extrapolate_mappings
+from extrapolate.mappings import extrapolate_mappings
 from shrink.autolevels import AutoPlan, auto_sweep
 from shrink.machine import Machine
 from shrink.predict import PredictConfig, predict
@@ -39,8 +39,8 @@ def main(out: Path) -> dict[str, dict[str, float]]:
         mappings=("1-replica", "2-replica-direct", "2-replica-indirect"),
     )
     res = predict(trace, provider, cfg, out, extrapolator=extrapolate_mappings)
-    for name, m in res.prediction["mappings"].items():
-        print(f"{name:20s} predicted mean-threshold MAT {m['mean']['mat']:>9,.0f} req/s")
+    for name, m in res.prediction.mappings.items():
+        print(f"{name:20s} predicted mean-threshold MAT {m.stats['mean'].mat:>9,.0f} req/s")
     # Ground truth: the whole simulated machine under 1-replica, the full trace.
     full_share = {"kind": "all", "cpus": list(machine.all_cpus), "fraction": 1.0}
     with provider.open(full_share, "1-replica") as target:
@@ -55,7 +55,7 @@ def main(out: Path) -> dict[str, dict[str, float]]:
     corrected = {}
     for stat in thresholds:
         measured = v.mats[stat]["measured"]
-        mat_1 = res.prediction["mappings"]["1-replica"][stat]["mat"]
+        mat_1 = res.prediction.mappings["1-replica"].stats[stat].mat
         corrected[stat] = (mat_1 - measured) / measured
     print(
         "with the cross-socket correction (published calibration):",

@@ -17,14 +17,14 @@ from extrapolate.calibration import (
     observations_from_curves,
 )
 from extrapolate.crosssocket import SUPPORT, TCP, Physics, Workload, build_network
+from extrapolate.mappings import extrapolate_mappings
 from extrapolate.observations import Config, Observation, published_observations
-from extrapolate.pipeline import extrapolate_mappings
-from extrapolate.prediction import MappingPrediction, Prediction, StatPrediction
 from extrapolate.queueing import Network, Station
 from extrapolate.remap import extrapolate_curve
 from extrapolate.shrink_scaling import CfsCorrection, mat_full, scale_to_full
 from extrapolate.usl import USLModel
 from extrapolate.whatif import dynamic_sweep, machine_mappings, whatif, workload_from_trace
+from shrink.prediction import MappingPrediction, Prediction, StatPrediction
 
 __all__ = [
     "SUPPORT",

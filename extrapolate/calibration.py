@@ -37,8 +37,9 @@ import numpy as np
 from scipy.optimize import least_squares
 from sklearn.base import BaseEstimator
 
-from extrapolate._validation import check_is_fitted
+from extrapolate._estimator import check_is_fitted
 from extrapolate.crosssocket import Physics, Workload
+from extrapolate.measured_share import share_of
 from extrapolate.observations import (
     Config,
     Observation,
@@ -47,8 +48,12 @@ from extrapolate.observations import (
     published_observations,
     published_workloads,
 )
+from extrapolate.shrink_scaling import scale_to_full
+from extrapolate.usl import usl_from_curves
 from shrink.errors import ExtrapolationError, TraceFormatError
+from shrink.loadcurve import LoadCurve
 from shrink.machine import Machine
+from shrink.mat import mat as mat_of
 
 __all__ = [
     "DEFAULT_FREE",
@@ -421,9 +426,6 @@ def observations_from_curves(
     the class mix of its per-class throughputs. The precision is the MAT's
     interval half-width, at least ``min_precision`` of the value.
     """
-    from shrink.loadcurve import LoadCurve
-    from shrink.mat import mat as mat_of
-
     obs: list[Observation] = []
     mixes: dict[str, list[float]] = {}
     for i, c in enumerate(curves):
@@ -477,10 +479,7 @@ def _full_speed(curve: Any, machine: Machine) -> tuple[tuple[int, ...], Any, flo
     the share's per-core behaviour, so the MAT of its n CPUs at full speed is the
     scaled MAT times alpha / c.
     """
-    from extrapolate.remap import _share_of
-    from extrapolate.shrink_scaling import scale_to_full
-
-    share, cpus, alpha = _share_of(curve, machine)
+    share, cpus, alpha = share_of(curve, machine)
     already = "predicted_from" in (curve.share or {})
     if share.get("kind") != "cpu_time":
         if already:
@@ -533,8 +532,6 @@ def fit_curves(
 
 def _usl_summary(curves: Sequence[Any], thresholds: dict[str, float]) -> dict[str, Any]:
     """USL sigma/kappa with bootstrap intervals from one-socket shares, per workload."""
-    from extrapolate.usl import usl_from_curves
-
     stat = "mean" if "mean" in thresholds else next(iter(thresholds))
     out: dict[str, Any] = {}
     by_wl: dict[str, list[Any]] = {}

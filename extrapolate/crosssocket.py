@@ -45,10 +45,10 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from extrapolate.queueing import Network, Station
+from shrink.checks import check_fraction, check_scalar
 from shrink.errors import ExtrapolationError, TopologyError
 from shrink.machine import Machine
 from shrink.mapping import Mapping, build_mapping, remote_nic_probability
-from shrink.validation import check_fraction, check_scalar
 
 __all__ = [
     "SUPPORT",

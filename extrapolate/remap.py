@@ -30,14 +30,14 @@ on the log scale.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from extrapolate.calibration import CrossSocketModel
 from extrapolate.crosssocket import Physics, Workload, build_network
-from extrapolate.prediction import MappingPrediction, Prediction, StatPrediction
+from extrapolate.measured_share import share_of
 from extrapolate.shrink_scaling import CfsCorrection, scale_to_full
 from extrapolate.whatif import ASSUMPTIONS, calibration_summary, machine_mappings
 from shrink.errors import ExtrapolationError
@@ -45,37 +45,14 @@ from shrink.loadcurve import STATS, LoadCurve
 from shrink.machine import Machine
 from shrink.mapping import Mapping, build_mapping
 from shrink.mat import mat
+from shrink.prediction import MappingPrediction, Prediction, StatPrediction, rank_mappings
 
 __all__ = ["extrapolate_curve", "share_cores"]
 
 
 def share_cores(curve: LoadCurve, machine: Machine) -> int:
     """How many cores the measured share had (its CPU list, else alpha x the machine)."""
-    return len(_share_of(curve, machine)[1])
-
-
-def _share_of(curve: LoadCurve, machine: Machine) -> tuple[dict[str, Any], tuple[int, ...], float]:
-    """The share a curve was measured on, its CPUs and the sample alpha.
-
-    Accepts a raw share curve, or one already SHRiNK-scaled by
-    :func:`shrink.scaling.shrink_scaled_curve` (its share says ``predicted_from``).
-    """
-    share = dict(curve.share or {})
-    alpha = curve.alpha
-    scaled = curve.meta.get("shrink_scaled") if isinstance(curve.meta, dict) else None
-    if "predicted_from" in share:
-        share = dict(share["predicted_from"] or {})
-        alpha = float((scaled or {}).get("alpha", share.get("fraction", 1.0)))
-    cpus = tuple(int(c) for c in share.get("cpus") or ())
-    if not cpus:
-        n = max(1, round(alpha * machine.n_cores)) if share.get("kind") == "cores" else 0
-        cpus = machine.all_cpus[:n] if n else machine.all_cpus
-    bad = [c for c in cpus if c not in machine.all_cpus]
-    if bad:
-        raise ExtrapolationError(
-            f"the share's CPUs {bad} are not on machine {machine.name!r} (CPUs {machine.all_cpus})"
-        )
-    return share, cpus, alpha
+    return len(share_of(curve, machine)[1])
 
 
 def _class_mix(curve: LoadCurve, workload: Workload | None) -> dict[str, float]:
@@ -221,7 +198,7 @@ def extrapolate_curve(
         if workload is None:
             raise ExtrapolationError("extrapolate needs thresholds or a workload that has them")
         thresholds = workload.thresholds
-    share, cpus, alpha = _share_of(curve, machine)
+    share, cpus, alpha = share_of(curve, machine)
     kind = share.get("kind", "all")
     if "predicted_from" in (curve.share or {}):
         if correction is not None:
@@ -266,20 +243,11 @@ def extrapolate_curve(
         d_share = sum(
             wl.mix[c] * v for c, v in _per_core_demands(ph, wl, machine, share_mp).items()
         )
-        pred = LoadCurve.from_dict(scaled.to_dict())
-        for lv in pred.levels:
-            for rep in lv.reps:
-                x_norm = rep.throughput
-                rho = x_norm / n_equiv * d_share
-                kt = _tail_ratio(ph, wl, machine, share_mp, full_mp, rho)
-                f = machine.n_cores / n_equiv / k["all"]
-                rep.throughput = x_norm * f
-                rep.offered = rep.offered * f
-                _remap_stats(rep.overall, k["all"], kt, f, l0)
-                for c, cs in rep.per_class.items():
-                    _remap_stats(cs, k.get(c, k["all"]), kt, f, l0)
-                if rep.utilization is not None:
-                    rep.utilization = min(1.0, rho)
+
+        def kt_of(rho: float, ph: Physics = ph, full_mp: Mapping = full_mp) -> float:
+            return _tail_ratio(ph, wl, machine, share_mp, full_mp, rho)
+
+        pred = _remapped(scaled, k, kt_of, n_equiv, d_share, machine.n_cores, l0)
         pred.mapping = name
         pred.machine = machine.to_dict()
         pred.meta = {
@@ -296,32 +264,9 @@ def extrapolate_curve(
 
         _, (klo, khi) = model.interval(k_of)
         k_half = 0.5 * (math.log(khi) - math.log(klo)) if klo > 0 else 0.0
-        stats = {}
-        for stat, thr in thresholds.items():
-            r = mat(pred, stat, thr)
-            m_half = (
-                0.5 * (math.log(r.ci[1]) - math.log(r.ci[0])) if r.ci[0] > 0 and r.mat > 0 else 0.0
-            )
-            half = math.hypot(m_half, k_half)
-            stats[stat] = StatPrediction(
-                r.mat, (r.mat * math.exp(-half), r.mat * math.exp(half)), thr
-            )
-        s_mean = pred.series("mean")
-        s_p999 = pred.series("p999")
-        out[name] = MappingPrediction(
-            stats,
-            {
-                "throughput": s_mean["throughput"].tolist(),
-                "mean": s_mean["value"].tolist(),
-                "p999": s_p999["value"].tolist(),
-            },
-            {
-                "demand_ratio": k,
-                "mat_status": {s: mat(pred, s, t).status for s, t in thresholds.items()},
-            },
-        )
+        out[name] = _mapping_prediction(pred, k, k_half, thresholds)
     key = "mean" if "mean" in thresholds else next(iter(thresholds))
-    best = max(names, key=lambda n: out[n].stats[key].mat)
+    best = rank_mappings(out, [key])[0]
     reason = (
         f"{best} has the highest {key}-threshold MAT ({out[best].stats[key].mat:,.0f} req/s) when "
         f"the measured share ({n_share} cores, {kind}) is re-mapped with the calibrated "
@@ -345,6 +290,64 @@ def extrapolate_curve(
         },
     )
     return prediction, curves
+
+
+def _remapped(
+    scaled: LoadCurve,
+    k: dict[str, float],
+    kt_of: Callable[[float], float],
+    n_equiv: float,
+    d_share: float,
+    n_cores: int,
+    l0: float,
+) -> LoadCurve:
+    """The scaled share curve re-mapped to the full machine by the demand ratios ``k``.
+
+    ``kt_of(rho)`` is the tail's ratio at utilization rho.
+    """
+    pred = LoadCurve.from_dict(scaled.to_dict())
+    for lv in pred.levels:
+        for rep in lv.reps:
+            x_norm = rep.throughput
+            rho = x_norm / n_equiv * d_share
+            kt = kt_of(rho)
+            f = n_cores / n_equiv / k["all"]
+            rep.throughput = x_norm * f
+            rep.offered = rep.offered * f
+            _remap_stats(rep.overall, k["all"], kt, f, l0)
+            for c, cs in rep.per_class.items():
+                _remap_stats(cs, k.get(c, k["all"]), kt, f, l0)
+            if rep.utilization is not None:
+                rep.utilization = min(1.0, rho)
+    return pred
+
+
+def _mapping_prediction(
+    pred: LoadCurve, k: dict[str, float], k_half: float, thresholds: dict[str, float]
+) -> MappingPrediction:
+    """MATs of a re-mapped curve, their intervals widened by the model's (``k_half``)."""
+    stats = {}
+    for stat, thr in thresholds.items():
+        r = mat(pred, stat, thr)
+        m_half = (
+            0.5 * (math.log(r.ci[1]) - math.log(r.ci[0])) if r.ci[0] > 0 and r.mat > 0 else 0.0
+        )
+        half = math.hypot(m_half, k_half)
+        stats[stat] = StatPrediction(r.mat, (r.mat * math.exp(-half), r.mat * math.exp(half)), thr)
+    s_mean = pred.series("mean")
+    s_p999 = pred.series("p999")
+    return MappingPrediction(
+        stats,
+        {
+            "throughput": s_mean["throughput"].tolist(),
+            "mean": s_mean["value"].tolist(),
+            "p999": s_p999["value"].tolist(),
+        },
+        {
+            "demand_ratio": k,
+            "mat_status": {s: mat(pred, s, t).status for s, t in thresholds.items()},
+        },
+    )
 
 
 def _remap_stats(cs: Any, k_mean: float, k_tail: float, f: float, l0: float) -> None:

@@ -28,12 +28,12 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from extrapolate._validation import check_is_fitted, share_kind
+from extrapolate._estimator import check_is_fitted, share_kind
+from shrink.checks import check_alpha
 from shrink.errors import ExtrapolationError
 from shrink.loadcurve import STATS, LoadCurve
 from shrink.mat import MATResult, mat
 from shrink.scaling import shrink_scaled_curve
-from shrink.validation import check_alpha
 
 __all__ = ["CfsCorrection", "mat_full", "scale_to_full", "share_fraction"]
 

@@ -24,9 +24,9 @@ import numpy as np
 from scipy.optimize import least_squares
 from sklearn.base import BaseEstimator
 
-from extrapolate._validation import check_is_fitted
+from extrapolate._estimator import check_is_fitted
+from shrink.checks import check_int
 from shrink.errors import ExtrapolationError
-from shrink.validation import check_int
 
 __all__ = ["USLModel", "usl_from_curves", "usl_throughput"]
 

@@ -34,10 +34,10 @@ from typing import Any
 
 from extrapolate.calibration import CrossSocketModel
 from extrapolate.crosssocket import Physics, Workload, build_network, demand_factors
-from extrapolate.prediction import MappingPrediction, Prediction, StatPrediction
 from shrink.errors import ExtrapolationError
 from shrink.machine import Machine
 from shrink.mapping import build_mapping
+from shrink.prediction import MappingPrediction, Prediction, StatPrediction, rank_mappings
 
 __all__ = ["SWEEP_FRACTIONS", "dynamic_sweep", "machine_mappings", "resolve_workload", "whatif"]
 
@@ -175,7 +175,7 @@ def whatif(
     order = list(out[names[0]].stats)
     if not order:
         raise ExtrapolationError(f"workload {workload.name!r} has no SLA thresholds")
-    best = max(names, key=lambda n: tuple(round(out[n].stats[s].mat, -1) for s in order))
+    best = rank_mappings(out, order, decimals=-1)[0]
     reason = _reason(best, names, out, workload)
     extra: dict[str, Any] = {"workload": workload.to_dict()}
     if sweep:

@@ -25,8 +25,6 @@ level other than the load-balancing one under HTTP/1.1 keep-alive.
 
 from __future__ import annotations
 
-from typing import Any
-
 from samplers._protocol import (
     ConsistencyWarning,
     Sampler,
@@ -35,6 +33,7 @@ from samplers._protocol import (
     available,
     get_sampler,
     register_sampler,
+    sample,
 )
 from samplers._structure import is_open_loop
 from samplers.consistency import BALANCE_LEVELS, SAMPLE_LEVELS, check_consistency
@@ -44,7 +43,6 @@ from samplers.request import RequestSampler
 from samplers.session import SessionSampler
 from samplers.split import split, split_index
 from samplers.stratified import StratifiedSampler
-from shrink.trace import Trace
 
 __all__ = [
     "BALANCE_LEVELS",
@@ -67,10 +65,3 @@ __all__ = [
     "split",
     "split_index",
 ]
-
-
-def sample(
-    trace: Trace, alpha: float, *, seed: int = 0, level: str = "session", **options: Any
-) -> Trace:
-    """Sample ``trace`` with the sampler registered as ``level`` (options go to its factory)."""
-    return get_sampler(level, **options).sample(trace, alpha, seed=seed)

@@ -16,9 +16,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from shrink.checks import check_alpha, check_int
 from shrink.errors import ParameterError
 from shrink.trace import Trace
-from shrink.validation import check_alpha, check_int
 
 __all__ = [
     "ConsistencyWarning",
@@ -30,6 +30,7 @@ __all__ = [
     "get_sampler",
     "provenance",
     "register_sampler",
+    "sample",
 ]
 
 
@@ -141,3 +142,10 @@ def provenance(
         meta["users"] = max(1, round(meta["users"] * alpha))
     meta.update(extra)
     return meta
+
+
+def sample(
+    trace: Trace, alpha: float, *, seed: int = 0, level: str = "session", **options: Any
+) -> Trace:
+    """Sample ``trace`` with the sampler registered as ``level`` (options go to its factory)."""
+    return get_sampler(level, **options).sample(trace, alpha, seed=seed)

@@ -14,8 +14,8 @@ import numpy as np
 
 from samplers._protocol import check_seed, provenance
 from samplers.session import session_u
+from shrink.checks import check_int
 from shrink.trace import Trace
-from shrink.validation import check_int
 
 __all__ = ["split", "split_index"]
 

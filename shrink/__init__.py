@@ -6,12 +6,12 @@ The public surface is listed in ``__all__``; everything else is internal.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
+from shrink._version import __version__
 from shrink.errors import (
     CaptureFormatError,
     ExtrapolationError,
     MeasurementError,
+    NotFittedError,
     ParameterError,
     ReplayError,
     ShrinkError,
@@ -26,6 +26,7 @@ __all__ = [
     "CaptureFormatError",
     "ExtrapolationError",
     "MeasurementError",
+    "NotFittedError",
     "ParameterError",
     "ReplayError",
     "ShrinkError",

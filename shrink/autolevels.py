@@ -173,144 +173,158 @@ def auto_sweep(
         if companion is not None:
             # The same span of the whole trace (the levels dict stays shared).
             companion = replace(companion, trace=skip_start(companion.trace, plan.skip))
+    sweep = _Sweep(target, trace, thresholds, knob, plan, seed, alpha, progress, companion)
     base_rate = trace.info().request_rate
-    unit = {"rate_factor": 1.0, "users": float(trace.meta.get("users") or 1.0)}.get(knob, 1.0)
-    probe = plan.probe_level if plan.probe_level is not None else 0.1 * unit
-    levels: dict[float, Level] = {}
-    too_short: list[float] = []
-    out_of_time: list[float] = []
-    retried: list[float] = []
-    budget = plan.max_levels
-    step = 0
-    clock = _Clock(plan, companion is not None)
-
-    def run(level: float, what: str, lplan: AutoPlan = plan, *, must: bool = False) -> Level | None:
-        nonlocal step
-        level = float(round(level, 6))
-        if level not in levels:
-            if not must and not clock.fits(lplan.reps):
-                out_of_time.append(level)
-                return None
-            if progress is not None:
-                progress(f"{what}: {knob} {level:g}", step, plan.max_levels)
-            got = clock.timed(
-                lplan.reps,
-                _run_level,
-                target,
-                trace,
-                level,
-                knob,
-                lplan,
-                seed + 1000 * step,
-                companion,
-            )
-            step += 1
-            extra = 0
-            while (
-                got is not None
-                and plan.retry_behind
-                and extra < lplan.reps
-                and _behind(got, lplan.reps)
-                and not _surely_over(got, lplan.reps, thresholds, companion)
-                and not _generator_saturated(got[0])
-                and clock.fits(1)
-            ):
-                # One hiccup (a scheduling stall of the generator, a host that stole
-                # the CPU) should not end a sweep: run one more (paired) repetition
-                # until enough kept up, and keep every repetition (those that fell
-                # behind are left out of the statistics). A generator that really
-                # cannot keep up stops this at once or after ``reps`` more.
-                if not extra:
-                    retried.append(level)
-                again = clock.timed(
-                    1,
-                    _run_level,
-                    target,
-                    trace,
-                    level,
-                    knob,
-                    replace(lplan, reps=1),
-                    seed + 1000 * step + 500,
-                    companion,
-                    first_rep=lplan.reps + extra,
-                )
-                extra += 1
-                if again is None:
-                    break
-                got = (_merge(got[0], again[0]), _merge(got[1], again[1]))
-            if got is None:
-                too_short.append(level)
-                return None
-            levels[level] = got[0]
-            if companion is not None and got[1] is not None:
-                companion.levels[level] = got[1]
-        return levels[level]
-
     try:
+        sweep.measure()
+    except KeyboardInterrupt as exc:
+        # Keep what was measured: the levels so far, as a curve marked partial.
+        partial = _curve(sweep.levels, knob, target, trace, alpha, base_rate=base_rate, plan=plan)
+        partial.meta["interrupted"] = True
+        raise SweepInterrupted(partial) from exc
+    if progress is not None:
+        progress("done", plan.max_levels, plan.max_levels)
+    curve = _curve(sweep.levels, knob, target, trace, alpha, base_rate=base_rate, plan=plan)
+    if sweep.too_short:
+        curve.meta["levels_skipped_trace_too_short"] = sweep.too_short
+    if sweep.out_of_time:
+        curve.meta["levels_skipped_time_budget"] = sweep.out_of_time
+    if plan.scaled_time != 1.0:
+        curve.meta["scaled_time"] = plan.scaled_time
+    if plan.skip > 0:
+        curve.meta["skip"] = plan.skip
+    if sweep.retried:
+        curve.meta["levels_rerun_generator_behind"] = sweep.retried
+    return curve
+
+
+class _Sweep:
+    """One sweep's state and its steps: probe, coarse pass, search upward, refinement.
+
+    ``budget`` counts the levels still allowed (``plan.max_levels``), ``clock``
+    the seconds (``plan.budget_s``).
+    """
+
+    def __init__(
+        self,
+        target: Target,
+        trace: Trace,
+        thresholds: Mapping[str, float],
+        knob: str,
+        plan: AutoPlan,
+        seed: int,
+        alpha: float | None,
+        progress: Progress | None,
+        companion: Companion | None,
+    ) -> None:
+        self.alpha = alpha
+        self.target = target
+        self.trace = trace
+        self.thresholds = thresholds
+        self.knob = knob
+        self.plan = plan
+        self.seed = seed
+        self.progress = progress
+        self.companion = companion
+        self.levels: dict[float, Level] = {}
+        self.too_short: list[float] = []
+        self.out_of_time: list[float] = []
+        self.retried: list[float] = []
+        self.budget = plan.max_levels
+        self.step = 0
+        self.clock = _Clock(plan, companion is not None)
+
+    def measure(self) -> None:
+        plan, knob = self.plan, self.knob
+        unit = {"rate_factor": 1.0, "users": float(self.trace.meta.get("users") or 1.0)}
+        probe = plan.probe_level if plan.probe_level is not None else 0.1 * unit.get(knob, 1.0)
         if plan.warm_run:
-            # A discarded run first: a server that just started has cold caches, PHP
-            # processes that have not run a page yet, and no open connections.
-            if progress is not None:
-                progress(f"warm-up run: {knob} {probe:g}", 0, plan.max_levels)
-            clock.timed(
-                1,
-                _run_level,
-                target,
-                trace,
-                probe,
-                knob,
-                replace(plan, reps=1),
-                seed + 999_983,
-                companion,
-            )
-        first = run(probe, "probe", replace(plan, reps=plan.probe_reps or plan.reps), must=True)
-        budget -= 1
+            self._warm(probe)
+        first = self.run(probe, "probe", replace(plan, reps=plan.probe_reps or plan.reps), True)
+        self.budget -= 1
         if first is None:
             raise MeasurementError(
-                f"the trace spans {trace_span(trace):.1f} s: too short for even the probe level "
-                f"({knob} {probe:g}) with {plan.warmup:g} s warm-up and a {plan.min_duration:g} s "
-                "window; use a longer trace or a lower probe level"
+                f"the trace spans {trace_span(self.trace):.1f} s: too short for even the probe "
+                f"level ({knob} {probe:g}) with {plan.warmup:g} s warm-up and a "
+                f"{plan.min_duration:g} s window; use a longer trace or a lower probe level"
             )
         est = _capacity(first, probe)
-        last = first
+        last: Level | None = first
         if est is not None:
-            # Place levels at fractions of the estimated capacity; re-estimate from each
-            # new level, since utilization grows faster than linearly near the knee on
-            # real servers (caches, PHP pools) and a single light probe misjudges it.
-            fractions = list(plan.coarse)
-            while budget > 0 and fractions:
-                lvl = est * fractions.pop(0)
-                if lvl <= last_level(levels) * 1.02:
-                    continue
-                lv = run(lvl, "coarse")
-                budget -= 1
-                if lv is None:  # the trace cannot fill a window this fast: no higher level can
-                    break
-                last = lv
-                if _generator_saturated(lv) or _on_both(_all_over, lv, thresholds, companion):
-                    break
-                est = _capacity(lv, lvl) or est
-        # Nothing crossed yet (no utilization, or it misled): step up geometrically.
-        # With a companion, both curves must cross: the prediction may be off either way.
+            last, est = self._coarse(first, est)
+        self._search(last, est)
+        self._refine()
+
+    def _warm(self, probe: float) -> None:
+        """A discarded run first: a server that just started has cold caches, PHP
+        processes that have not run a page yet, and no open connections."""
+        if self.progress is not None:
+            self.progress(f"warm-up run: {self.knob} {probe:g}", 0, self.plan.max_levels)
+        self.clock.timed(
+            1,
+            _run_level,
+            self.target,
+            self.trace,
+            probe,
+            self.knob,
+            replace(self.plan, reps=1),
+            self.seed + 999_983,
+            self.companion,
+        )
+
+    def _coarse(self, last: Level, est: float) -> tuple[Level, float]:
+        """Levels at fractions of the estimated capacity.
+
+        Re-estimates from each new level, since utilization grows faster than
+        linearly near the knee on real servers (caches, PHP pools) and a single
+        light probe misjudges it.
+        """
+        fractions = list(self.plan.coarse)
+        while self.budget > 0 and fractions:
+            lvl = est * fractions.pop(0)
+            if lvl <= last_level(self.levels) * 1.02:
+                continue
+            lv = self.run(lvl, "coarse")
+            self.budget -= 1
+            if lv is None:  # the trace cannot fill a window this fast: no higher level can
+                break
+            last = lv
+            if _generator_saturated(lv) or _on_both(
+                _all_over, lv, self.thresholds, self.companion
+            ):
+                break
+            est = _capacity(lv, lvl) or est
+        return last, est
+
+    def _search(self, last: Level | None, est: float | None) -> None:
+        """Nothing crossed yet (no utilization, or it misled): step up geometrically.
+
+        With a companion, both curves must cross: the prediction may be off either way.
+        """
         growth = 2.0 if est is None else 1.2
         while (
-            budget > 0
+            self.budget > 0
             and last is not None
             and not _generator_saturated(last)
-            and not _on_both(_any_over, last, thresholds, companion)
+            and not _on_both(_any_over, last, self.thresholds, self.companion)
         ):
-            lv = run(last_level(levels) * growth, "search")
-            budget -= 1
+            lv = self.run(last_level(self.levels) * growth, "search")
+            self.budget -= 1
             if lv is None:
                 break
             last = lv
-        # Refinement: split the bracket of each statistic's crossing.
-        while budget > 0:
-            curve = _curve(levels, knob, target, trace, alpha)
-            gaps = _gaps(curve, thresholds, plan)
-            above = _above(levels, curve, thresholds)
+
+    def _refine(self) -> None:
+        """Split the bracket of each statistic's crossing."""
+        companion, plan = self.companion, self.plan
+        while self.budget > 0:
+            curve = _curve(self.levels, self.knob, self.target, self.trace, self.alpha)
+            gaps = _gaps(curve, self.thresholds, plan)
+            above = _above(self.levels, curve, self.thresholds)
             if companion is not None:
-                c_curve = _curve(companion.levels, knob, companion.target, companion.trace, 1.0)
+                c_curve = _curve(
+                    companion.levels, self.knob, companion.target, companion.trace, 1.0
+                )
                 gaps += _gaps(c_curve, companion.thresholds, plan)
                 above = above or _above(companion.levels, c_curve, companion.thresholds)
             if gaps:
@@ -322,28 +336,81 @@ def auto_sweep(
                 nxt, what = above, "re-measure"
             else:
                 break
-            budget -= 1
-            if run(nxt, what) is None:
+            self.budget -= 1
+            if self.run(nxt, what) is None:
                 break
-    except KeyboardInterrupt as exc:
-        # Keep what was measured: the levels so far, as a curve marked partial.
-        partial = _curve(levels, knob, target, trace, alpha, base_rate=base_rate, plan=plan)
-        partial.meta["interrupted"] = True
-        raise SweepInterrupted(partial) from exc
-    if progress is not None:
-        progress("done", plan.max_levels, plan.max_levels)
-    curve = _curve(levels, knob, target, trace, alpha, base_rate=base_rate, plan=plan)
-    if too_short:
-        curve.meta["levels_skipped_trace_too_short"] = too_short
-    if out_of_time:
-        curve.meta["levels_skipped_time_budget"] = out_of_time
-    if plan.scaled_time != 1.0:
-        curve.meta["scaled_time"] = plan.scaled_time
-    if plan.skip > 0:
-        curve.meta["skip"] = plan.skip
-    if retried:
-        curve.meta["levels_rerun_generator_behind"] = retried
-    return curve
+
+    def run(
+        self, level: float, what: str, lplan: AutoPlan | None = None, must: bool = False
+    ) -> Level | None:
+        """Measure ``level`` once (a level already measured is not run again)."""
+        lplan = lplan or self.plan
+        level = float(round(level, 6))
+        if level in self.levels:
+            return self.levels[level]
+        if not must and not self.clock.fits(lplan.reps):
+            self.out_of_time.append(level)
+            return None
+        if self.progress is not None:
+            self.progress(f"{what}: {self.knob} {level:g}", self.step, self.plan.max_levels)
+        got = self.clock.timed(
+            lplan.reps,
+            _run_level,
+            self.target,
+            self.trace,
+            level,
+            self.knob,
+            lplan,
+            self.seed + 1000 * self.step,
+            self.companion,
+        )
+        self.step += 1
+        if got is not None:
+            got = self._rerun_behind(got, level, lplan)
+        if got is None:
+            self.too_short.append(level)
+            return None
+        self.levels[level] = got[0]
+        if self.companion is not None and got[1] is not None:
+            self.companion.levels[level] = got[1]
+        return got[0]
+
+    def _rerun_behind(
+        self, got: tuple[Level, Level | None], level: float, lplan: AutoPlan
+    ) -> tuple[Level, Level | None]:
+        """One hiccup (a scheduling stall of the generator, a host that stole the CPU)
+        should not end a sweep: run one more (paired) repetition until enough kept up,
+        and keep every repetition (those that fell behind are left out of the
+        statistics). A generator that really cannot keep up stops this at once or
+        after ``reps`` more."""
+        extra = 0
+        while (
+            self.plan.retry_behind
+            and extra < lplan.reps
+            and _behind(got, lplan.reps)
+            and not _surely_over(got, lplan.reps, self.thresholds, self.companion)
+            and not _generator_saturated(got[0])
+            and self.clock.fits(1)
+        ):
+            if not extra:
+                self.retried.append(level)
+            again = self.clock.timed(
+                1,
+                _run_level,
+                self.target,
+                self.trace,
+                level,
+                self.knob,
+                replace(lplan, reps=1),
+                self.seed + 1000 * self.step + 500,
+                self.companion,
+                first_rep=lplan.reps + extra,
+            )
+            extra += 1
+            if again is None:
+                break
+            got = (_merge(got[0], again[0]), _merge(got[1], again[1]))
+        return got
 
 
 class _Clock:

@@ -161,14 +161,14 @@ def run_demo(out: Path, *, plan: AutoPlan | None = None, quick: bool = False) ->
     vd = v.to_dict()
     summary = {
         "seconds": round(time.monotonic() - t0, 1),
-        "predicted": {s: pred["mappings"]["1-replica"][s]["mat"] for s in thresholds},
+        "predicted": {s: pred.mappings["1-replica"].stats[s].mat for s in thresholds},
         "measured": {s: vd["mats"][s]["measured"] for s in thresholds},
         "mat_error_mean": vd.get("mat_error_mean"),
         "mat_error_p999": vd.get("mat_error_p999"),
         "conclusive": vd["conclusive"],
-        "generator_kept_up": pred["self_checks"]["generator_kept_up"],
+        "generator_kept_up": (pred.self_checks or {})["generator_kept_up"],
         "steal_before": {str(c): round(u, 3) for c, u in before["steal"].items()},
-        "max_generator_steal": pred["self_checks"].get("max_generator_steal"),
+        "max_generator_steal": (pred.self_checks or {}).get("max_generator_steal"),
         "whatif_recommended": None if whatif is None else whatif.get("recommended"),
         "report": str(out / "report.md"),
     }

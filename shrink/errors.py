@@ -12,6 +12,7 @@ Hierarchy::
     ├── MeasurementError             a load curve or MAT that cannot be computed
     ├── WriteError                   a result file that could not be written (disk full): names it
     └── ExtrapolationError           a model asked to predict outside what it was fitted on
+        └── NotFittedError (AttributeError)  a model used before fit (so hasattr() is False)
 
 Errors carry what a person needs to act: the file and line, the packet number,
 the PID. ``str(err)`` is the whole message; the attributes are for programs.
@@ -26,6 +27,7 @@ __all__ = [
     "CaptureFormatError",
     "ExtrapolationError",
     "MeasurementError",
+    "NotFittedError",
     "ParameterError",
     "ReplayError",
     "ShrinkError",
@@ -109,6 +111,11 @@ class MeasurementError(ShrinkError):
 
 class ExtrapolationError(ShrinkError):
     """A model that is not fitted, or asked to predict where it has no basis."""
+
+
+class NotFittedError(ExtrapolationError, AttributeError):
+    """A model used before ``fit``; an AttributeError too, as scikit-learn's, so that
+    ``hasattr(model, "sigma_ci_")`` is False rather than an error."""
 
 
 class WriteError(ShrinkError):

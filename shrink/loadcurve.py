@@ -329,6 +329,30 @@ class LoadCurve:
             "hi": val[:, 2],
         }
 
+    def rep_range(self, stat: str) -> tuple[list[float], list[float]]:
+        """Smallest and largest repetition of ``stat`` at each usable level (series order)."""
+        lo, hi = [], []
+        for lv in self.usable():
+            v = lv.values(stat)
+            v = v[np.isfinite(v)]
+            lo.append(float(v.min()) if v.size else float("nan"))
+            hi.append(float(v.max()) if v.size else float("nan"))
+        return lo, hi
+
+    def summary(self) -> dict[str, list[float]]:
+        """The mean and p99.9 (with CIs) against throughput, for JSON and figures."""
+        out: dict[str, list[float]] = {}
+        for stat in ("mean", "p999"):
+            s = self.series(stat)
+            out["throughput"] = s["throughput"].tolist()
+            out[stat] = s["value"].tolist()
+            out[f"{stat}_lo"] = s["lo"].tolist()
+            out[f"{stat}_hi"] = s["hi"].tolist()
+            # The spread of the repetitions themselves: with two repetitions a 95% t-interval
+            # is +/-12.7 standard errors, too wide to show what was measured.
+            out[f"{stat}_min"], out[f"{stat}_max"] = self.rep_range(stat)
+        return out
+
     def normalized(self) -> LoadCurve:
         """The same curve with throughputs divided by alpha * share fraction (SHRiNK)."""
         scale = self.alpha

@@ -3,7 +3,7 @@ statistic (mean or p99.9) stays under a threshold.
 
 Latency does not fall as load rises, but measured levels are noisy (a p99.9 from
 a few thousand requests moves by tens of percent), so the statistic is first made
-monotone in throughput by isotonic regression (pool adjacent violators): a noisy
+monotone in throughput by isotonic regression (scikit-learn's pool adjacent violators): a noisy
 dip above the threshold no longer decides the MAT alone. The crossing is then
 interpolated between the last level under the threshold and the first level over
 it (linearly in log latency, since latency grows roughly geometrically near the
@@ -82,23 +82,14 @@ class MATResult:
 
 
 def isotonic(y: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
-    """Non-decreasing least-squares fit to ``y`` (pool adjacent violators)."""
+    """Non-decreasing least-squares fit to ``y`` (scikit-learn's pool adjacent violators)."""
+    # Imported here: scikit-learn takes seconds to import, and most commands need no MAT.
+    from sklearn.isotonic import isotonic_regression
+
     y = np.asarray(y, dtype=np.float64)
-    w = np.ones_like(y) if w is None else np.asarray(w, dtype=np.float64)
-    vals: list[float] = []
-    wts: list[float] = []
-    sizes: list[int] = []
-    for yi, wi in zip(y, w, strict=True):
-        vals.append(float(yi))
-        wts.append(float(wi))
-        sizes.append(1)
-        while len(vals) > 1 and vals[-2] > vals[-1]:
-            v2, w2, n2 = vals.pop(), wts.pop(), sizes.pop()
-            total = wts[-1] + w2
-            vals[-1] = (vals[-1] * wts[-1] + v2 * w2) / total
-            wts[-1] = total
-            sizes[-1] += n2
-    return np.repeat(vals, sizes)
+    if y.size == 0:
+        return y
+    return np.asarray(isotonic_regression(y, sample_weight=w, increasing=True), dtype=np.float64)
 
 
 def crossing(x: np.ndarray, y: np.ndarray, threshold: float) -> tuple[float, str, int]:

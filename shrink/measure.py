@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
+from shrink.checks import check_int, check_positive
 from shrink.errors import ParameterError
 from shrink.loadcurve import Level, LevelStats, LoadCurve, latency_stats
 from shrink.target import RunResult, Target
 from shrink.trace import Trace
-from shrink.validation import check_int, check_positive
 
 __all__ = [
     "SweepInterrupted",

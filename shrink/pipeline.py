@@ -7,20 +7,21 @@ for a prediction, compares, writes validation.json and refreshes the report.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from shrink.atomic import write_text
+from extrapolate.mappings import extrapolate_mappings
 from shrink.autolevels import AutoPlan, auto_sweep
-from shrink.errors import ParameterError, TraceFormatError
+from shrink.errors import ParameterError
 from shrink.loadcurve import LoadCurve
 from shrink.mapping import BUILTIN_MAPPINGS
 from shrink.mat import MATResult
 from shrink.predict import PredictConfig, predict
+from shrink.prediction import Prediction
 from shrink.providers import make_provider
+from shrink.replay.cluster import ClusterSpec
 from shrink.report.build import write_report
 from shrink.trace import Trace
 from shrink.validate import Validation, cost_adjusted_errors, cost_ratio, validate
@@ -28,15 +29,6 @@ from shrink.validate import Validation, cost_adjusted_errors, cost_ratio, valida
 __all__ = ["run_predict", "run_validate"]
 
 Progress = Callable[[str, int, int], None]
-
-
-def _extrapolator() -> Callable[..., dict[str, dict[str, Any]]] | None:
-    """The cross-socket extrapolation of :mod:`extrapolate`, when installed."""
-    try:
-        from extrapolate.pipeline import extrapolate_mappings
-    except ImportError:
-        return None
-    return extrapolate_mappings
 
 
 def run_predict(
@@ -60,17 +52,24 @@ def run_predict(
     paired_full_run: bool = False,
     time_scaling: bool = True,
     skip: float | None = None,
-) -> dict[str, Any]:
-    """Predict from ``trace_path`` and write DIR/prediction.json + report; return the dict.
+    cluster: ClusterSpec | None = None,
+) -> Prediction:
+    """Predict from ``trace_path`` and write DIR/prediction.json + report; return the prediction.
 
     ``paired_full_run`` also measures the full target with the whole trace, each
     repetition next to its scaled twin, into DIR/full-curve.json (for
-    ``run_validate(..., full_run="paired")``).
+    ``run_validate(..., full_run="paired")``). ``cluster``: the load generators run
+    as Ray actors there (:mod:`shrink.replay.cluster`) instead of on this machine.
     """
     out = Path(out_dir)
     trace = Trace.read_parquet(trace_path)
     provider = make_provider(
-        target, machine=machine, docroot=docroot, run_dir=out / "runs", server_cpus=server_cpus
+        target,
+        machine=machine,
+        docroot=docroot,
+        run_dir=out / "runs",
+        server_cpus=server_cpus,
+        cluster=cluster,
     )
     cfg = PredictConfig(
         alpha=alpha,
@@ -85,9 +84,9 @@ def run_predict(
         time_scaling=time_scaling,
         skip=skip,
     )
-    res = predict(trace, provider, cfg, out, extrapolator=_extrapolator(), progress=progress)
+    res = predict(trace, provider, cfg, out, extrapolator=extrapolate_mappings, progress=progress)
     pred = res.prediction
-    pred["inputs"] = {
+    pred.inputs = {
         "trace": str(Path(trace_path)),
         "target": target,
         "machine": machine,
@@ -98,22 +97,9 @@ def run_predict(
         "scaled_time": res.measured.meta.get("scaled_time", 1.0),
         "skip": res.measured.meta.get("skip", 0.0),
     }
-    if whatif is not None:
-        pred["whatif"] = whatif
-    write_text(out / "prediction.json", json.dumps(pred, indent=2, sort_keys=True) + "\n")
+    pred.whatif = whatif
+    pred.write_json(out / "prediction.json", indent=2)
     write_report(out, pred, measured=res.measured, predicted_curve=res.predicted, whatif=whatif)
-    return pred
-
-
-def _read_prediction(path: Path) -> dict[str, Any]:
-    try:
-        pred = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise TraceFormatError("no such prediction file", path=path) from None
-    except json.JSONDecodeError as exc:
-        raise TraceFormatError(f"not JSON: {exc.msg}", path=path, line=exc.lineno) from exc
-    if pred.get("schema") != "shrink.prediction/1":
-        raise TraceFormatError("not a shrink prediction (schema shrink.prediction/1)", path=path)
     return pred
 
 
@@ -124,6 +110,7 @@ def run_validate(
     trace: str | Path | None = None,
     out_dir: str | Path | None = None,
     progress: Progress | None = None,
+    cluster: ClusterSpec | None = None,
 ) -> Validation:
     """Validate a prediction against a full-scale curve.
 
@@ -132,14 +119,14 @@ def run_validate(
     other value is the path of a full-scale curve JSON.
     """
     ppath = Path(prediction_path)
-    pred = _read_prediction(ppath)
+    pred = Prediction.read_json(ppath)
     base = ppath.parent
     out = Path(out_dir) if out_dir else base
-    thresholds = {k: float(v) for k, v in pred["thresholds"].items()}
+    thresholds = {k: float(v) for k, v in (pred.thresholds or {}).items()}
     predicted = LoadCurve.read_json(base / "predicted-curve.json")
     measured = LoadCurve.read_json(base / "measured-curve.json")
     if full_run == "run":
-        inputs = pred.get("inputs") or {}
+        inputs = pred.inputs or {}
         trace_path = Path(trace) if trace else Path(inputs["trace"])
         full_trace = Trace.read_parquet(trace_path)
         provider = make_provider(
@@ -148,6 +135,7 @@ def run_validate(
             docroot=inputs.get("docroot"),
             run_dir=out / "runs-full",
             server_cpus=tuple(inputs.get("server_cpus") or ()) or None,
+            cluster=cluster,
         )
         plan = AutoPlan(**{**AutoPlan().__dict__, **(inputs.get("plan") or {})})
         # The same part of the trace as the prediction's runs (its skip), at the plan's
@@ -155,43 +143,39 @@ def run_validate(
         plan = replace(plan, skip=float(inputs.get("skip", 0.0)), scaled_time=1.0)
         cpus = list(provider.server_cpus())
         share = {"kind": "all", "cpus": cpus, "fraction": 1.0}
-        with provider.open(share, pred.get("validated_mapping", "1-replica")) as target:
+        with provider.open(share, _validated_mapping(pred)) as target:
             full = auto_sweep(
                 target,
                 full_trace,
                 thresholds,
                 plan=plan,
-                seed=int(pred["seed"]) + 7919,
+                seed=int(pred.seed or 0) + 7919,
                 alpha=1.0,
                 progress=progress,
             )
         full.write_json(out / "full-curve.json")
     elif full_run == "paired":
-        if not (pred.get("full_run") or {}).get("paired"):
+        if not (pred.full_run or {}).get("paired"):
             raise ParameterError(
                 f"{ppath} was predicted without a paired full-scale run: predict with "
                 "--paired-full-run, or validate with --full-run run"
             )
-        full = LoadCurve.read_json(base / str(pred["full_run"].get("curve", "full-curve.json")))
+        curve_file = str((pred.full_run or {}).get("curve", "full-curve.json"))
+        full = LoadCurve.read_json(base / curve_file)
     else:
         full = LoadCurve.read_json(full_run)
     if full.alpha != 1.0:
         raise ParameterError(f"the full-scale curve has alpha == {full.alpha:g}, must be 1.")
     # Compare the MATs predicted for the mapping that was run (cross-socket corrections
     # included), not the SHRiNK-scaled curve alone; distributions come from that curve.
-    mapping = pred.get("validated_mapping", "1-replica")
-    per_mapping = (pred.get("mappings") or {}).get(mapping, {})
-    predicted_mats = {
-        s: MATResult(
-            float(per_mapping[s]["mat"]),
-            (float(per_mapping[s]["ci"][0]), float(per_mapping[s]["ci"][1])),
-            s,
-            float(thresholds[s]),
-            str(per_mapping[s].get("status", "ok")),
-        )
-        for s in thresholds
-        if s in per_mapping and per_mapping[s].get("mat") is not None
-    }
+    mapping = _validated_mapping(pred)
+    predicted_mats = {}
+    for s in thresholds:
+        sp = pred.mapping_stat(mapping, s)
+        if sp is not None and sp.mat is not None:
+            ci = (float(sp.ci[0]), float(sp.ci[1]))  # type: ignore[arg-type]
+            status = sp.status or "ok"
+            predicted_mats[s] = MATResult(sp.mat, ci, s, thresholds[s], status)
     v = validate(predicted, full, thresholds, predicted_mats=predicted_mats)
     if full.meta.get("paired"):
         near = [m["measured"] for m in v.mats.values() if m.get("measured_status") == "ok"]
@@ -214,6 +198,11 @@ def run_validate(
         full_run=full,
         predicted_curve=predicted,
         validation=v,
-        whatif=pred.get("whatif"),
+        whatif=pred.whatif,
     )
     return v
+
+
+def _validated_mapping(pred: Prediction) -> str:
+    """The mapping a validation runs: the one the prediction names, else 1-replica."""
+    return str(pred.extra.get("validated_mapping", "1-replica"))

@@ -20,10 +20,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
-
-from shrink import __version__
-from shrink.atomic import write_text
+import samplers
+from shrink._version import __version__
 from shrink.autolevels import (
     AutoPlan,
     Companion,
@@ -31,25 +29,24 @@ from shrink.autolevels import (
     auto_sweep,
     companion_curve,
 )
+from shrink.checks import check_alpha
 from shrink.errors import ParameterError, TopologyError
 from shrink.loadcurve import FAILURE_LIMIT, LoadCurve
 from shrink.machine import Machine
 from shrink.mapping import BUILTIN_MAPPINGS
 from shrink.mat import MATResult, mat
 from shrink.measure import default_skip
+from shrink.prediction import MappingPrediction, Prediction, StatPrediction, rank_mappings
 from shrink.scaling import latency_scale, shrink_scaled_curve
 from shrink.target import Target
 from shrink.trace import Trace
-from shrink.validation import check_alpha
 
 __all__ = [
     "PredictConfig",
     "PredictionResult",
     "TargetProvider",
-    "curve_summary",
     "plan_share",
     "predict",
-    "rep_range",
 ]
 
 Progress = Callable[[str, int, int], None]
@@ -121,47 +118,15 @@ def plan_share(cpus: Sequence[int], machine: Machine, alpha: float, kind: str) -
     raise ParameterError(f"share kind == {kind!r}, must be one of auto, cores, cpu_time.")
 
 
-def curve_summary(curve: LoadCurve) -> dict[str, list[float]]:
-    """The curve's mean and p99.9 (with CIs) against throughput, for JSON and figures."""
-    out: dict[str, list[float]] = {}
-    for stat in ("mean", "p999"):
-        s = curve.series(stat)
-        out["throughput"] = s["throughput"].tolist()
-        out[stat] = s["value"].tolist()
-        out[f"{stat}_lo"] = s["lo"].tolist()
-        out[f"{stat}_hi"] = s["hi"].tolist()
-        # The spread of the repetitions themselves: with two repetitions a 95% t-interval
-        # is +/-12.7 standard errors, too wide to show what was measured.
-        out[f"{stat}_min"], out[f"{stat}_max"] = rep_range(curve, stat)
-    return out
-
-
-def rep_range(curve: LoadCurve, stat: str) -> tuple[list[float], list[float]]:
-    """Smallest and largest repetition of ``stat`` at each usable level (series order)."""
-    lo, hi = [], []
-    for lv in curve.usable():
-        v = lv.values(stat)
-        v = v[np.isfinite(v)]
-        lo.append(float(v.min()) if v.size else float("nan"))
-        hi.append(float(v.max()) if v.size else float("nan"))
-    return lo, hi
-
-
-def _mat_dict(res: MATResult) -> dict[str, Any]:
-    return {
-        "mat": res.mat,
-        "ci": list(res.ci),
-        "threshold": res.threshold,
-        "status": res.status,
-        "stalled_ceiling": res.stalled_ceiling,
-    }
+def _stat(res: MATResult) -> StatPrediction:
+    return StatPrediction(res.mat, res.ci, res.threshold, res.status, res.stalled_ceiling)
 
 
 @dataclass
 class PredictionResult:
     """Everything a prediction produced (also written to disk by :func:`predict`)."""
 
-    prediction: dict[str, Any]
+    prediction: Prediction
     measured: LoadCurve
     predicted: LoadCurve
     sample: Trace
@@ -211,16 +176,14 @@ def _failure_totals(curve: LoadCurve) -> dict[str, int]:
     return out
 
 
-def _recommend(mappings: dict[str, dict[str, Any]], stat: str) -> tuple[str, str]:
-    ranked = sorted(
-        mappings.items(), key=lambda kv: -(kv[1].get(stat, {}).get("mat") or float("-inf"))
-    )
+def _recommend(mappings: dict[str, MappingPrediction], stat: str) -> tuple[str, str]:
+    ranked = [(name, mappings[name]) for name in rank_mappings(mappings, [stat])]
     best, runner = ranked[0], ranked[1] if len(ranked) > 1 else None
     if runner is None:
         return best[0], "It is the only mapping this machine can run."
-    b, r = best[1][stat], runner[1][stat]
-    gain = (b["mat"] - r["mat"]) / r["mat"] if r["mat"] else float("nan")
-    overlap = b["ci"][0] <= r["ci"][1]
+    b, r = best[1].stats[stat], runner[1].stats[stat]
+    gain = (b.mat - r.mat) / r.mat if r.mat else float("nan")
+    overlap = b.ci[0] <= r.ci[1]
     if abs(gain) < 1e-9:
         return "1-replica" if "1-replica" in mappings else best[0], (
             "The mappings are predicted equal here (on one socket they coincide); "
@@ -267,8 +230,6 @@ def predict(
     without one (or on a one-socket machine, where mappings cannot differ by
     socket) every mapping gets the SHRiNK-scaled prediction.
     """
-    import samplers
-
     alpha = check_alpha(config.alpha)
     machine = provider.machine()
     cpus = provider.server_cpus()
@@ -308,8 +269,51 @@ def predict(
             full_curve = companion_curve(companion, knob=config.knob, plan=config.plan)
     predicted = shrink_scaled_curve(measured)
     full_mats = {s: mat(predicted, s, t) for s, t in config.thresholds.items()}
-    base = {s: _mat_dict(r) for s, r in full_mats.items()}
-    base["curve"] = curve_summary(predicted)
+    base = MappingPrediction({s: _stat(r) for s, r in full_mats.items()}, predicted.summary())
+    assumptions = _assumptions(alpha, config, share, measured)
+    mappings_out = _per_mapping(
+        predicted, base, machine, cpus, config, extrapolator, assumptions
+    )
+    stat = "mean" if "mean" in config.thresholds else next(iter(config.thresholds))
+    recommended, reason = _recommend(mappings_out, stat)
+    prediction = Prediction(
+        machine=machine.to_dict(),
+        mappings=mappings_out,
+        recommended=recommended,
+        reason=reason,
+        calibration={"name": config.calibration},
+        assumptions=assumptions,
+        target=provider.name,
+        target_description=f"{len(cpus)} CPU(s) {list(cpus)} of {machine.name}",
+        alpha=alpha,
+        level=config.level,
+        seed=config.seed,
+        share=share,
+        thresholds=dict(config.thresholds),
+        # The share's own MATs, at its own thresholds (1/alpha longer on a CPU-time share).
+        measured_mats={
+            s: _stat(mat(measured, s, t / latency_scale(measured)))
+            for s, t in config.thresholds.items()
+        },
+        confidence_summary=_confidence(base, config),
+        self_checks=_self_checks(
+            measured, {s: t / latency_scale(measured) for s, t in config.thresholds.items()}
+        ),
+        trace=_trace_summary(trace, sample),
+        provenance=_provenance(machine, cpus, share, alpha, config, measured),
+    )
+    if full_curve is not None:
+        prediction.full_run = _full_run_summary(full_curve, config)
+    result = PredictionResult(prediction, measured, predicted, sample, full=full_curve)
+    if out_dir is not None:
+        _write_files(result, Path(out_dir))
+    return result
+
+
+def _assumptions(
+    alpha: float, config: PredictConfig, share: dict[str, Any], measured: LoadCurve
+) -> list[str]:
+    """What the prediction assumes, in words for the report."""
     assumptions = [
         f"SHRiNK: {alpha:g} of the sessions ({config.level} level, seed {config.seed}) on "
         f"{alpha:g} of the server ({share['kind']} share of CPUs {share['cpus']}) behaves like "
@@ -340,16 +344,33 @@ def predict(
             "windows the share would be caught nearer its empty start, with fewer requests "
             "in its tail."
         )
+    return assumptions
+
+
+def _per_mapping(
+    predicted: LoadCurve,
+    base: MappingPrediction,
+    machine: Machine,
+    cpus: Sequence[int],
+    config: PredictConfig,
+    extrapolator: Callable[..., dict[str, dict[str, Any]]] | None,
+    assumptions: list[str],
+) -> dict[str, MappingPrediction]:
+    """Each mapping's prediction: extrapolated across sockets, or the SHRiNK-scaled one.
+
+    Appends to ``assumptions`` what the choice assumes.
+    """
     sockets = {machine.socket_of(c) for c in cpus}
-    mappings_out: dict[str, dict[str, Any]] = {}
+    mappings_out: dict[str, MappingPrediction] = {}
     if extrapolator is not None and len(sockets) > 1:
-        mappings_out = extrapolator(
+        extrapolated = extrapolator(
             predicted,
             machine=machine,
             mappings=list(config.mappings),
             thresholds=dict(config.thresholds),
             calibration=config.calibration,
         )
+        mappings_out = {k: MappingPrediction.from_dict(v) for k, v in extrapolated.items()}
         assumptions.append(
             "Cross-socket effects (remote NIC processing, sharing between workers on two "
             "sockets, the LLC a replica sees) are modelled with the "
@@ -365,15 +386,14 @@ def predict(
                 "mappings differ only in how the cores are split; on loopback each replica's "
                 "'NIC' is an address and its socket is nominal."
             )
-    stat = "mean" if "mean" in config.thresholds else next(iter(config.thresholds))
-    recommended, reason = _recommend(mappings_out, stat)
-    checks = _self_checks(
-        measured, {s: t / latency_scale(measured) for s, t in config.thresholds.items()}
-    )
+    return mappings_out
+
+
+def _confidence(base: MappingPrediction, config: PredictConfig) -> str:
     widths = [
-        (v["ci"][1] - v["ci"][0]) / v["mat"] / 2
-        for v in (base[s] for s in config.thresholds)
-        if v["mat"]
+        (v.ci[1] - v.ci[0]) / v.mat / 2
+        for v in (base.stats[s] for s in config.thresholds)
+        if v.mat
     ]
     conf = (
         f"The MAT intervals are +/-{100 * max(widths):.0f}% at most (95%, over "
@@ -381,74 +401,59 @@ def predict(
         if widths
         else ""
     )
-    prediction = {
-        "schema": "shrink.prediction/1",
-        "target": provider.name,
-        "target_description": f"{len(cpus)} CPU(s) {list(cpus)} of {machine.name}",
-        "machine": machine.to_dict(),
-        "alpha": alpha,
-        "level": config.level,
-        "seed": config.seed,
-        "share": share,
-        "thresholds": dict(config.thresholds),
-        # The share's own MATs, at its own thresholds (1/alpha longer on a CPU-time share).
-        "measured_mats": {
-            s: _mat_dict(mat(measured, s, t / latency_scale(measured)))
-            for s, t in config.thresholds.items()
-        },
-        "mappings": mappings_out,
-        "recommended": recommended,
-        "reason": reason,
-        "confidence_summary": conf,
-        "calibration": {"name": config.calibration},
-        "assumptions": assumptions,
-        "self_checks": checks,
-        "trace": {
-            "source": trace.meta.get("source"),
-            "requests": len(trace),
-            "sessions": trace.n_sessions,
-            "fingerprint": trace.fingerprint(),
-            "sample_requests": len(sample),
-        },
-        "provenance": {
-            "shrink": __version__,
-            "python": platform.python_version(),
-            "host": platform.node(),
-            "kernel": platform.release(),
-            "machine": machine.name,
-            "server_cpus": list(cpus),
-            "share": json.dumps(share),
-            "alpha": alpha,
-            "seed": config.seed,
-            "target": json.dumps(measured.meta.get("target", {}).get("versions", {})),
-        },
+    return conf
+
+
+def _trace_summary(trace: Trace, sample: Trace) -> dict[str, Any]:
+    return {
+        "source": trace.meta.get("source"),
+        "requests": len(trace),
+        "sessions": trace.n_sessions,
+        "fingerprint": trace.fingerprint(),
+        "sample_requests": len(sample),
     }
-    if full_curve is not None:
-        prediction["full_run"] = {
-            "paired": True,
-            "self_checks": _self_checks(full_curve, config.thresholds),
-            "curve": "full-curve.json",
-            "note": (
-                "The whole trace was also run on the full target, each repetition right "
-                "before or after the scaled one (alternating), so that the validation "
-                "compares runs taken seconds apart. The prediction uses the scaled runs only."
-            ),
-        }
-    result = PredictionResult(prediction, measured, predicted, sample, full=full_curve)
-    if out_dir is not None:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        result.files["measured"] = measured.write_json(out / "measured-curve.json")
-        result.files["predicted"] = predicted.write_json(out / "predicted-curve.json")
-        if full_curve is not None:
-            result.files["full"] = full_curve.write_json(out / "full-curve.json")
-        p = out / "prediction.json"
-        write_text(p, json.dumps(prediction, indent=2, sort_keys=True, default=_json) + "\n")
-        result.files["prediction"] = p
-    return result
 
 
-def _json(o: Any) -> Any:
-    if isinstance(o, np.generic):
-        return o.item()
-    raise TypeError(type(o).__name__)
+def _provenance(
+    machine: Machine,
+    cpus: Sequence[int],
+    share: dict[str, Any],
+    alpha: float,
+    config: PredictConfig,
+    measured: LoadCurve,
+) -> dict[str, Any]:
+    return {
+        "shrink": __version__,
+        "python": platform.python_version(),
+        "host": platform.node(),
+        "kernel": platform.release(),
+        "machine": machine.name,
+        "server_cpus": list(cpus),
+        "share": json.dumps(share),
+        "alpha": alpha,
+        "seed": config.seed,
+        "target": json.dumps(measured.meta.get("target", {}).get("versions", {})),
+    }
+
+
+def _full_run_summary(full_curve: LoadCurve, config: PredictConfig) -> dict[str, Any]:
+    return {
+        "paired": True,
+        "self_checks": _self_checks(full_curve, config.thresholds),
+        "curve": "full-curve.json",
+        "note": (
+            "The whole trace was also run on the full target, each repetition right "
+            "before or after the scaled one (alternating), so that the validation "
+            "compares runs taken seconds apart. The prediction uses the scaled runs only."
+        ),
+    }
+
+
+def _write_files(result: PredictionResult, out: Path) -> None:
+    """The curves and prediction.json into ``out`` (their paths into ``result.files``)."""
+    out.mkdir(parents=True, exist_ok=True)
+    result.files["measured"] = result.measured.write_json(out / "measured-curve.json")
+    result.files["predicted"] = result.predicted.write_json(out / "predicted-curve.json")
+    if result.full is not None:
+        result.files["full"] = result.full.write_json(out / "full-curve.json")
+    result.files["prediction"] = result.prediction.write_json(out / "prediction.json", indent=2)

@@ -15,6 +15,7 @@ from typing import Any
 
 from shrink.errors import TopologyError
 from shrink.machine import Machine
+from shrink.replay.cluster import ClusterSpec
 from shrink.target import RunResult, Target
 from shrink.trace import Trace
 
@@ -87,6 +88,7 @@ class TestbedProvider:
         run_dir: str | Path = ".",
         engine: dict[str, Any] | None = None,
         php_children_per_core: int = 4,
+        cluster: ClusterSpec | None = None,
     ) -> None:
         from shrink.topology import discover
 
@@ -106,6 +108,7 @@ class TestbedProvider:
         self.run_dir = Path(run_dir)
         self.engine = engine or {}
         self.php_children_per_core = php_children_per_core
+        self.cluster = cluster  # generators on a Ray cluster instead of this machine
         self._opened = 0
 
     def machine(self) -> Machine:
@@ -152,7 +155,10 @@ class TestbedProvider:
         )
         try:
             live = LiveTarget.from_state(
-                state_path, generator_cpus=list(self.generator_cpus), config=self.engine
+                state_path,
+                generator_cpus=list(self.generator_cpus),
+                config=self.engine,
+                cluster=self.cluster,
             )
             yield _ShareUtilization(live, f, len(cpus))
         finally:
@@ -196,6 +202,7 @@ def make_provider(
     docroot: str | Path | None = None,
     run_dir: str | Path = ".",
     server_cpus: tuple[int, ...] | None = None,
+    cluster: ClusterSpec | None = None,
 ) -> TestbedProvider | SimProvider:
     """``testbed`` (the real server on this machine) or ``sim:SPEC.toml``."""
     from shrink.topology import load_machine
@@ -207,5 +214,9 @@ def make_provider(
     if docroot is None:
         raise TopologyError("the testbed needs a document root (--docroot, from shrink synth)")
     return TestbedProvider(
-        docroot, machine=load_machine(machine), run_dir=run_dir, server_cpus=server_cpus
+        docroot,
+        machine=load_machine(machine),
+        run_dir=run_dir,
+        server_cpus=server_cpus,
+        cluster=cluster,
     )

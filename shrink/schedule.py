@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from shrink.checks import check_positive, check_rate
 from shrink.errors import ParameterError
 from shrink.trace import Trace
-from shrink.validation import check_positive, check_rate
 
 __all__ = [
     "Schedule",

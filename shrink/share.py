@@ -51,10 +51,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shrink.checks import check_alpha
 from shrink.errors import TopologyError
 from shrink.machine import Machine
 from shrink.topology import format_cpulist, parse_cpulist
-from shrink.validation import check_alpha
 
 __all__ = [
     "Cgroup",

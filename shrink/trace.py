@@ -44,6 +44,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from shrink._version import __version__
 from shrink.errors import TraceFormatError
 
 __all__ = [
@@ -94,8 +95,6 @@ META_KEY = b"shrink"
 
 
 def _shrink_version() -> str:
-    from shrink import __version__
-
     return __version__
 
 

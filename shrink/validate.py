@@ -168,7 +168,7 @@ class Validation:
         }
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"schema": "shrink.validation/1", "mats": self.mats}
+        d: dict[str, Any] = {"schema": "shrink.checks/1", "mats": self.mats}
         for stat, err in self.mat_error.items():
             d[f"mat_error_{stat}"] = err
         # An error between two crossings that were both found; a MAT that is only a

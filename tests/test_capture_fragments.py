@@ -13,12 +13,12 @@ import struct
 from pathlib import Path
 
 import pytest
+from helpers.captures import EXPECTED, mixed, rows_by_path, tshark_counts
+from helpers.pcap_synth import Conn, write_capture
 
 from shrink.ingest.capture import read_capture
-from shrink.ingest.ip_fragments import Defragmenter, Fragment, defragment
-from shrink.ingest.pcap_files import read_records
-from shrink.ingest.pcap_synth import Conn, write_capture
-from tests.test_capture_synth import EXPECTED, mixed, rows_by_path, tshark_counts
+from shrink.ingest.capture.ip_fragments import Defragmenter, Fragment, defragment
+from shrink.ingest.capture.pcap_files import read_records
 
 
 def _fragmented(size: int, reverse: bool = False) -> list[Conn]:

@@ -11,13 +11,13 @@ import gzip
 from pathlib import Path
 
 import pytest
+from helpers.pcap_synth import Conn, http_response, write_capture
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shrink.errors import CaptureFormatError
 from shrink.ingest.capture import read_capture
-from shrink.ingest.pcap_synth import Conn, http_response, write_capture
-from shrink.ingest.tcp_segments import SKIP_KINDS
+from shrink.ingest.capture.tcp_segments import SKIP_KINDS
 from shrink.trace import Trace
 
 

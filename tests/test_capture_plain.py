@@ -1,6 +1,6 @@
 """The plain-stream shortcut of HTTP parsing gives exactly what the careful parser gives.
 
-:mod:`shrink.ingest.http_plain` parses a keep-alive stream with one match per
+:mod:`shrink.ingest.capture.http_plain` parses a keep-alive stream with one match per
 message when every message is plain, and gives up otherwise. Here every real
 capture and a set of generated ones (all the framings, pipelining, trouble on
 the wire, cookies) is read with the shortcut and with it switched off.
@@ -11,12 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers.captures import FILES, mixed, req
+from helpers.pcap_synth import Conn, http_response, write_capture
 
-from shrink.ingest import http_parse
-from shrink.ingest.capture import read_capture
-from shrink.ingest.pcap_synth import Conn, http_response, write_capture
-from tests.test_capture_real import FILES
-from tests.test_capture_synth import mixed, req
+from shrink.ingest.capture import http_parse, read_capture
 
 
 def _both(monkeypatch: pytest.MonkeyPatch, path: Path, **kw) -> None:

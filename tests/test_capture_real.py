@@ -12,7 +12,6 @@ the ports it knows (our reader recognises HTTP from content).
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 import subprocess
@@ -20,12 +19,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from helpers.captures import FILES, ORACLE
 
 from shrink.ingest.capture import read_capture
 from shrink.trace import Trace
-
-ORACLE = json.loads((Path(__file__).parent / "data" / "capture_counts.json").read_text())
-FILES = sorted(ORACLE["files"])
 
 # The one response in this capture arrives on another connection (port 64700) than
 # the only request (port 64698): it is counted, like tshark does, but answers nothing.

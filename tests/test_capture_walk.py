@@ -12,8 +12,8 @@ import struct
 import numpy as np
 import pytest
 
-from shrink.ingest import pcap_walk
-from shrink.ingest.pcap_walk import walk_chain, walk_plain
+from shrink.ingest.capture import pcap_walk
+from shrink.ingest.capture.pcap_walk import walk_chain, walk_plain
 
 LIMIT = 262_144
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.surface import exported, public_names
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.base import clone
@@ -23,7 +24,6 @@ from extrapolate.crosssocket import (
     demand_factors,
 )
 from extrapolate.observations import paper_machine, published_observations
-from extrapolate.prediction import Prediction
 from extrapolate.queueing import Network, Station
 from extrapolate.remap import extrapolate_curve
 from extrapolate.usl import usl_from_curves
@@ -31,6 +31,7 @@ from extrapolate.whatif import whatif, workload_from_trace
 from shrink.errors import ExtrapolationError, ParameterError, TraceFormatError
 from shrink.loadcurve import LoadCurve
 from shrink.machine import Machine
+from shrink.prediction import Prediction
 from shrink.trace import Trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,8 +39,7 @@ NEHALEM = Machine("nehalem-2s", 2, 4, llc_mib=12.0, ghz=2.4, nic_ports=2, nic_qu
 
 
 def test_public_surface_is_explicit():
-    for name in extrapolate.__all__:
-        assert hasattr(extrapolate, name), name
+    assert public_names(extrapolate) == exported(extrapolate)
     assert "CrossSocketModel" in extrapolate.__all__ and "whatif" in extrapolate.__all__
 
 
@@ -435,7 +435,7 @@ def _as_cpu_time(curve: LoadCurve, c: float) -> LoadCurve:
 def test_pipeline_hook_takes_the_leads_scaled_curve_and_a_two_socket_share():
     """A CPU-time share over both sockets already shows the cross-socket effects of
     1-replica: the hook must not add them again, and must still move to 2-replica."""
-    from extrapolate.pipeline import extrapolate_mappings
+    from extrapolate.mappings import extrapolate_mappings
     from shrink.scaling import shrink_scaled_curve
 
     t = Truth()

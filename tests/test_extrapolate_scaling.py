@@ -11,7 +11,7 @@ from sklearn.model_selection import cross_val_score
 
 from extrapolate.shrink_scaling import CfsCorrection, mat_full, scale_to_full
 from extrapolate.usl import USLModel, usl_throughput
-from shrink.errors import ExtrapolationError
+from shrink.errors import ExtrapolationError, NotFittedError
 from shrink.loadcurve import ClassStats, Level, LevelStats, LoadCurve
 from shrink.mat import mat
 
@@ -155,6 +155,17 @@ def test_usl_bootstrap_interval_covers_the_truth():
     # Nominal 95%; a percentile bootstrap with 5 repetitions under-covers somewhat,
     # so test against 80%: failing needs a clearly broken interval (P < 0.001).
     assert binomtest(hits, trials, 0.8, alternative="less").pvalue > 0.001
+
+
+def test_not_fitted_is_an_attribute_error_as_in_scikit_learn():
+    assert issubclass(NotFittedError, ExtrapolationError)
+    assert issubclass(NotFittedError, AttributeError)
+    m = USLModel()
+    assert not hasattr(m, "sigma_ci_")  # hasattr() answers instead of raising
+    with pytest.raises(NotFittedError, match="not fitted"):
+        m.predict(4)
+    m.fit(*_usl_data(3))
+    assert hasattr(m, "sigma_ci_")
 
 
 def test_usl_is_a_scikit_learn_estimator():

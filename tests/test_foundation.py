@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from shrink import ParameterError, Trace
+from shrink.checks import check_alpha, parse_duration, parse_thresholds
 from shrink.errors import TraceFormatError
 from shrink.loadcurve import Level, LevelStats, LoadCurve, latency_stats
 from shrink.machine import Machine
 from shrink.mapping import build_mapping, remote_nic_probability
 from shrink.mat import mat
-from shrink.validation import check_alpha, parse_duration, parse_thresholds
 
 
 def test_trace_parquet_roundtrip_keeps_rows_and_provenance(tmp_path):
@@ -113,3 +113,12 @@ def test_machine_toml_roundtrip_and_mappings(tmp_path):
     assert [remote_nic_probability(r) for r in direct.replicas] == [0.0, 0.0]
     assert [remote_nic_probability(r) for r in indirect.replicas] == [1.0, 1.0]
     assert sorted(direct.cpus) == list(range(8))
+
+
+def test_shrink_public_surface_is_all_of_its_names():
+    from helpers.surface import exported, public_names
+
+    import shrink
+
+    assert public_names(shrink) == exported(shrink)
+    assert "__version__" in shrink.__all__

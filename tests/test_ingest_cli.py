@@ -8,6 +8,7 @@ import types
 from pathlib import Path
 
 import pytest
+from helpers.surface import exported, public_names
 from typer.testing import CliRunner
 
 from shrink.cli import app
@@ -62,8 +63,7 @@ def test_unknown_format_and_foreign_options_are_parameter_errors():
 def test_public_surface_is_importable():
     import shrink.ingest as ingest
 
-    for name in ingest.__all__:
-        assert getattr(ingest, name) is not None, name
+    assert public_names(ingest) == exported(ingest)
 
 
 def test_parquet_traces_are_recognised(tmp_path):

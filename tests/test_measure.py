@@ -480,3 +480,13 @@ def test_a_sweep_with_skip_replays_the_trace_from_there():
     assert curve.meta["skip"] == 120.0
     # Every run saw the trace from 120 s on (its last request near 80 s, not 200 s).
     assert seen and all(x < 81.0 for x in seen)
+
+
+def test_isotonic_is_the_least_squares_monotone_fit():
+    from shrink.mat import isotonic
+
+    y = np.array([1.0, 3.0, 2.0, 2.0, 5.0, 4.0])
+    assert isotonic(y).tolist() == pytest.approx([1.0, 7 / 3, 7 / 3, 7 / 3, 4.5, 4.5])
+    w = np.array([1.0, 1.0, 3.0, 1.0, 1.0, 1.0])
+    assert isotonic(y, w).tolist() == pytest.approx([1.0, 2.2, 2.2, 2.2, 4.5, 4.5])
+    assert isotonic(np.array([])).size == 0

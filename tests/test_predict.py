@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from contextlib import contextmanager
 
 import numpy as np
@@ -12,6 +13,7 @@ from shrink.errors import TopologyError
 from shrink.loadcurve import LoadCurve
 from shrink.machine import Machine
 from shrink.predict import PredictConfig, plan_share, predict
+from shrink.prediction import Prediction
 from shrink.report.build import write_report
 from shrink.target import FakeTarget
 from shrink.trace import Trace
@@ -88,16 +90,16 @@ def test_predict_then_validate_on_a_processor_sharing_fake(tmp_path):
         )
         res = predict(trace, provider, cfg, tmp_path)
         pred = res.prediction
-        assert pred["share"]["kind"] == "cpu_time"
+        assert pred.share["kind"] == "cpu_time"
         assert res.measured.meta["scaled_time"] == 4.0  # time scaling is on by default
-        assert pred["self_checks"]["generator_kept_up"]
-        assert pred["mappings"]["1-replica"]["mean"]["status"] == "ok"
+        assert pred.self_checks["generator_kept_up"]
+        assert pred.mappings["1-replica"].stats["mean"].status == "ok"
         # The share's own MATs (at its own, 1/alpha longer, thresholds) are the
         # prediction's before the throughput is scaled by 1/alpha.
         for stat in thresholds:
-            own, full_mat = pred["measured_mats"][stat], pred["mappings"]["1-replica"][stat]
-            assert own["threshold"] == pytest.approx(thresholds[stat] / 0.25)
-            assert own["mat"] / 0.25 == pytest.approx(full_mat["mat"])
+            own, full_mat = pred.measured_mats[stat], pred.mappings["1-replica"].stats[stat]
+            assert own.threshold == pytest.approx(thresholds[stat] / 0.25)
+            assert own.mat / 0.25 == pytest.approx(full_mat.mat)
         # The full-scale run on the whole (fake) core.
         with provider.open({"kind": "all", "cpus": [1], "fraction": 1.0}, "1-replica") as tgt:
             full = auto_sweep(tgt, trace, thresholds, plan=plan, seed=seed + 4, alpha=1.0)
@@ -203,7 +205,11 @@ def test_paired_full_run_is_measured_with_the_prediction_and_validated(tmp_path)
     )
     res = predict(trace, FakeProvider(), cfg, tmp_path)
     assert res.full is not None and res.full.alpha == 1.0
-    assert res.prediction["full_run"]["paired"]
+    assert res.prediction.full_run["paired"]
+    # prediction.json is the typed Prediction's JSON form, and reads back to the same.
+    written = json.loads((tmp_path / "prediction.json").read_text())
+    assert res.prediction.to_dict() == written
+    assert Prediction.read_json(tmp_path / "prediction.json").to_dict() == written
     assert {lv.level for lv in res.full.levels} == {lv.level for lv in res.measured.levels}
     v = run_validate(tmp_path / "prediction.json", full_run="paired")
     assert v.meta["paired"]

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.realtime import RT
+from helpers.surface import exported, public_names
 from scipy import stats
 
 from shrink.errors import ReplayError
@@ -35,20 +37,6 @@ from shrink.trace import Trace
 LOOSE_LAG = 0.05
 
 
-def _realtime_allowed() -> bool:
-    """Whether this process may use SCHED_FIFO (root with CAP_SYS_NICE)."""
-    try:
-        old = (os.sched_getscheduler(0), os.sched_getparam(0))
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
-        os.sched_setscheduler(0, *old)
-    except (PermissionError, OSError):
-        return False
-    return True
-
-
-# Where allowed (CI runs as root), runs that judge timing use SCHED_FIFO so that
-# neighbours on this shared machine cannot delay them.
-RT = 10 if _realtime_allowed() else 0
 
 
 def _start_fake(cpu: int | None = None, *extra: str) -> tuple[subprocess.Popen[str], int]:
@@ -507,8 +495,7 @@ def test_keep_alive_closed_by_the_server_during_think_time_is_reopened():
 def test_public_surface():
     import shrink.replay as rp
 
-    for name in rp.__all__:
-        assert getattr(rp, name) is not None
+    assert public_names(rp) == exported(rp)
 
 
 def test_cli_replay_over_two_engine_processes(fake, tmp_path: Path):

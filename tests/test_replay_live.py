@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import require_root, require_tool
-from test_replay import RT
+from helpers.realtime import RT
 from typer.testing import CliRunner
 
 from shrink.cli import app

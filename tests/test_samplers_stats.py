@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.sampler_traces import make_trace, row_ids
 from scipy import stats
-from test_samplers_data import make_trace, row_ids
 
 import samplers
 from shrink.trace import Trace
@@ -92,7 +92,7 @@ def _rejections(level: str, alpha: float, *, open_loop: bool = False) -> dict[st
     """KS (bytes, think) and chi-square (cls) of kept vs dropped, over SEEDS fresh parents.
 
     Kept vs dropped is the exact two-independent-samples null here (see
-    test_samplers_data); kept vs the whole parent would be a conservative test.
+    helpers/sampler_traces.py); kept vs the whole parent would be a conservative test.
     """
     out = {"bytes": 0, "think": 0, "cls": 0}
     for seed in range(SEEDS):

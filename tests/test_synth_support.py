@@ -11,6 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pyarrow.compute as pc
 import pytest
+from helpers.surface import exported, public_names
 from scipy import stats
 
 from shrink import ParameterError
@@ -251,6 +252,4 @@ def test_too_short_a_trace_is_empty_not_an_error():
 def test_public_surface_is_listed():
     import shrink.synth as synth
 
-    assert sorted(synth.__all__) == sorted(set(synth.__all__))
-    for name in synth.__all__:
-        assert hasattr(synth, name), name
+    assert public_names(synth) == exported(synth)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from shrink import __version__
+from shrink._version import __version__
 from shrink.cli import (
     extrapolate_cmd,
     ingest_cmd,

@@ -80,9 +80,9 @@ def calibrate(
     """Fit the model's physical parameters: to your own paired runs, or to the papers' figures."""
     from extrapolate.calibration import fit_curves, fit_published
     from extrapolate.whatif import calibration_summary
+    from shrink.checks import parse_thresholds
     from shrink.loadcurve import LoadCurve
     from shrink.machine import Machine
-    from shrink.validation import parse_thresholds
 
     with cli_errors():
         if curves:
@@ -166,9 +166,9 @@ def extrapolate(
     """Predict the full machine from one measured share curve (SHRiNK + cross-socket)."""
     from extrapolate.calibration import load_calibration
     from extrapolate.remap import extrapolate_curve
+    from shrink.checks import parse_thresholds
     from shrink.loadcurve import LoadCurve
     from shrink.machine import Machine
-    from shrink.validation import parse_thresholds
 
     with cli_errors():
         lc = LoadCurve.read_json(curve)

@@ -8,10 +8,47 @@ from typing import Annotated
 
 import typer
 
+from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
 from shrink.cli._common import cli_errors, console, echo_json
 from shrink.errors import ParameterError
+from shrink.mapping import BUILTIN_MAPPINGS
+from shrink.prediction import Prediction
 
-_MAPPINGS = ("1-replica", "2-replica-direct", "2-replica-indirect")
+# The options with long help, named here to keep the command short.
+_PairedFullRun = Annotated[
+    bool,
+    typer.Option(
+        "--paired-full-run",
+        help="Also run the whole trace on the full target, each repetition next to its "
+        "scaled twin, for 'shrink validate --full-run paired' on a machine whose speed "
+        "drifts (a VM). Doubles the measuring time; the prediction uses the scaled runs.",
+    ),
+]
+_TimeScaling = Annotated[
+    bool,
+    typer.Option(
+        "--time-scaling/--no-time-scaling",
+        help="On a CPU-time share, make the share's warm-up and window 1/alpha times "
+        "--warmup and --duration (a server at alpha of the speed settles 1/alpha slower "
+        "and serves alpha of the requests a second).",
+    ),
+]
+_Skip = Annotated[
+    str,
+    typer.Option(
+        "--skip",
+        help="Trace time left out at the start of every run, e.g. 30s; 'auto': a tenth "
+        "of the trace's span, at most 1m (its first seconds are not its steady mix).",
+    ),
+]
+_Budget = Annotated[
+    str | None,
+    typer.Option(
+        "--budget",
+        help="Time the sweep may spend on runs, e.g. 8m: no level starts that would end "
+        "past it.",
+    ),
+]
 
 
 def _progress_bar():
@@ -81,40 +118,12 @@ def predict(
         float, typer.Option("--duration", help="Measurement window seconds per level.")
     ] = 8.0,
     max_levels: Annotated[int, typer.Option("--max-levels", help="Load levels at most.")] = 10,
-    paired_full_run: Annotated[
-        bool,
-        typer.Option(
-            "--paired-full-run",
-            help="Also run the whole trace on the full target, each repetition next to its "
-            "scaled twin, for 'shrink validate --full-run paired' on a machine whose speed "
-            "drifts (a VM). Doubles the measuring time; the prediction uses the scaled runs.",
-        ),
-    ] = False,
-    time_scaling: Annotated[
-        bool,
-        typer.Option(
-            "--time-scaling/--no-time-scaling",
-            help="On a CPU-time share, make the share's warm-up and window 1/alpha times "
-            "--warmup and --duration (a server at alpha of the speed settles 1/alpha slower "
-            "and serves alpha of the requests a second).",
-        ),
-    ] = True,
-    skip: Annotated[
-        str,
-        typer.Option(
-            "--skip",
-            help="Trace time left out at the start of every run, e.g. 30s; 'auto': a tenth "
-            "of the trace's span, at most 1m (its first seconds are not its steady mix).",
-        ),
-    ] = "auto",
-    budget: Annotated[
-        str | None,
-        typer.Option(
-            "--budget",
-            help="Time the sweep may spend on runs, e.g. 8m: no level starts that would end "
-            "past it.",
-        ),
-    ] = None,
+    paired_full_run: _PairedFullRun = False,
+    time_scaling: _TimeScaling = True,
+    skip: _Skip = "auto",
+    budget: _Budget = None,
+    cluster: ClusterOpt = None,
+    generators: GeneratorsOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print prediction.json.")] = False,
 ) -> None:
     """Predict the full machine's MAT for each mapping from a scaled-down run.
@@ -124,13 +133,17 @@ def predict(
     Writes DIR/prediction.json, DIR/report.md, DIR/report.html and figures.
     """
     from shrink.autolevels import AutoPlan
+    from shrink.checks import parse_duration, parse_thresholds
     from shrink.pipeline import run_predict
     from shrink.topology import parse_cpulist
-    from shrink.validation import parse_duration, parse_thresholds
 
     with cli_errors():
         th = parse_thresholds(thresholds)
-        names = _MAPPINGS if mappings == "all" else tuple(m.strip() for m in mappings.split(","))
+        names = (
+            BUILTIN_MAPPINGS
+            if mappings == "all"
+            else tuple(m.strip() for m in mappings.split(","))
+        )
         if not names:
             raise ParameterError("mappings == '', must be 'all' or a comma list.")
         plan = AutoPlan(
@@ -166,35 +179,37 @@ def predict(
                 paired_full_run=paired_full_run,
                 time_scaling=time_scaling,
                 skip=None if skip == "auto" else _skip_seconds(skip),
+                cluster=cluster_spec(cluster, generators),
             )
     if as_json:
-        echo_json(pred)
+        echo_json(pred.to_dict())
         return
     _print_summary(pred, out)
 
 
 def _skip_seconds(text: str) -> float:
-    from shrink.validation import parse_duration
+    from shrink.checks import parse_duration
 
     return 0.0 if text.strip() in ("0", "0s", "none") else parse_duration(text, "skip")
 
 
-def _print_summary(pred: dict, out: Path) -> None:
+def _print_summary(pred: Prediction, out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"Predicted MAT ({pred['target_description']})")
+    thresholds = pred.thresholds or {}
+    t = Table(title=f"Predicted MAT ({pred.target_description})")
     t.add_column("mapping")
-    for stat, limit in pred["thresholds"].items():
+    for stat, limit in thresholds.items():
         t.add_column(f"{stat} < {limit * 1e3:g} ms (req/s)", justify="right")
-    for name, m in pred["mappings"].items():
+    for name, m in pred.mappings.items():
         cells = []
-        for stat in pred["thresholds"]:
-            r = m[stat]
-            cells.append(f"{r['mat']:,.0f} [{r['ci'][0]:,.0f}, {r['ci'][1]:,.0f}]")
-        t.add_row(("* " if name == pred["recommended"] else "  ") + name, *cells)
+        for stat in thresholds:
+            r = m.stats[stat]
+            cells.append(f"{r.mat:,.0f} [{r.ci[0]:,.0f}, {r.ci[1]:,.0f}]")
+        t.add_row(("* " if name == pred.recommended else "  ") + name, *cells)
     Console().print(t)
-    Console().print(f"recommended: [bold]{pred['recommended']}[/] - {pred['reason']}")
+    Console().print(f"recommended: [bold]{pred.recommended}[/] - {pred.reason}")
     Console().print(f"report: {out / 'report.md'} and {out / 'report.html'}")
 
 
@@ -214,6 +229,8 @@ def validate(
     out: Annotated[
         Path | None, typer.Option("-o", "--out", help="Output directory (default: beside).")
     ] = None,
+    cluster: ClusterOpt = None,
+    generators: GeneratorsOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print validation.json.")] = False,
 ) -> None:
     """Compare a prediction with the full-scale measurement (run now, or given).
@@ -232,6 +249,7 @@ def validate(
                     trace=trace,
                     out_dir=out,
                     progress=_callback(bar, "full-scale run"),
+                    cluster=cluster_spec(cluster, generators),
                 )
         else:  # nothing to run: no progress bar
             v = run_validate(prediction, full_run=full_run, trace=trace, out_dir=out)

@@ -8,9 +8,12 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
+from shrink.checks import check_positive, parse_duration
+from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
 from shrink.cli._common import cli_errors, console, echo_json
 from shrink.errors import ParameterError
-from shrink.validation import check_positive, parse_duration
+from shrink.replay.cluster import ClusterSpec
+from shrink.topology import parse_cpulist
 
 _Targets = Annotated[
     list[str],
@@ -67,16 +70,7 @@ _Realtime = Annotated[
 
 
 def _cpus(text: str | None) -> list[int] | None:
-    if text is None:
-        return None
-    out: list[int] = []
-    for part in filter(None, text.split(",")):
-        if "-" in part:
-            a, b = part.split("-", 1)
-            out.extend(range(int(a), int(b) + 1))
-        else:
-            out.append(int(part))
-    return out
+    return None if text is None else list(parse_cpulist(text))
 
 
 def _target(
@@ -96,6 +90,7 @@ def _target(
     realtime: int = 0,
     conn_per_request: bool = False,
     processes: int | None = None,
+    cluster: ClusterSpec | None = None,
 ) -> Any:
     from shrink.replay.live import LiveTarget
 
@@ -118,6 +113,7 @@ def _target(
         runlog_dir=runlog_dir,
         realtime=realtime,
         processes=processes,
+        cluster=cluster,
     )
 
 
@@ -156,6 +152,8 @@ def replay(
     realtime: _Realtime = 0,
     conn_per_request: _NewConn = False,
     processes: _Procs = None,
+    cluster: ClusterOpt = None,
+    generators: GeneratorsOpt = None,
     as_json: _Json = False,
 ) -> None:
     """Replay a trace (or an open-loop rate) against a live server; write the RunLog.
@@ -198,6 +196,7 @@ def replay(
             realtime=realtime,
             conn_per_request=conn_per_request,
             processes=processes,
+            cluster=cluster_spec(cluster, generators),
         )
         _warn_docroot(tgt, tr, trace)
         res = tgt.run(tr, rate_factor=rf, warmup=0.0, duration=seconds, out=output)
@@ -387,6 +386,8 @@ def sweep_cmd(
     realtime: _Realtime = 0,
     conn_per_request: _NewConn = False,
     processes: _Procs = None,
+    cluster: ClusterOpt = None,
+    generators: GeneratorsOpt = None,
     as_json: _Json = False,
 ) -> None:
     """Measure latency and throughput at each load level; write a LoadCurve JSON.
@@ -414,6 +415,7 @@ def sweep_cmd(
             realtime=realtime,
             conn_per_request=conn_per_request,
             processes=processes,
+            cluster=cluster_spec(cluster, generators),
         )
         lv = _levels(levels)
         w, d = parse_duration(warmup, "warmup"), parse_duration(duration, "duration")

@@ -104,9 +104,9 @@ def scaling_cmd(
 ) -> None:
     """MAT at each core count (2 and 4 from one socket) and scaling factors against the first."""
     with cli_errors():
+        from shrink.checks import parse_thresholds
         from shrink.machine import Machine
         from shrink.sim.scaling import MatSearch, scaling
-        from shrink.validation import parse_thresholds
 
         m = Machine.read_toml(machine)
         trace = _workload(workload, seed)

@@ -7,8 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
+from shrink.checks import parse_duration
 from shrink.cli._common import cli_errors, echo_json
-from shrink.validation import parse_duration
 
 synth_app = typer.Typer(help="Synthetic workloads (Support-like sessions, 1 KB tcp).",
                         no_args_is_help=True)  # fmt: skip

@@ -43,12 +43,12 @@ from typing import Any
 
 import numpy as np
 
+from shrink.checks import parse_duration
 from shrink.classify import Classifier
 from shrink.errors import TraceFormatError
 from shrink.ingest._io import decode_line, read_bytes, split_lines
 from shrink.ingest.sessionize import non_negative_duration, sessionize
 from shrink.trace import Trace
-from shrink.validation import parse_duration
 
 __all__ = ["CLF_LINE", "parse_clf_time", "read_clf"]
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shrink.validation import check_scalar, parse_duration
+from shrink.checks import check_scalar, parse_duration
 
 __all__ = ["Sessions", "non_negative_duration", "sessionize"]
 

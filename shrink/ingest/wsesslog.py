@@ -65,11 +65,11 @@ from typing import Any
 
 import numpy as np
 
+from shrink.checks import check_rate, check_scalar
 from shrink.classify import Classifier
 from shrink.errors import TraceFormatError
 from shrink.ingest._io import decode_line, read_bytes, split_lines
 from shrink.trace import Trace
-from shrink.validation import check_rate, check_scalar
 
 __all__ = ["METHODS", "read_wsesslog", "write_wsesslog"]
 

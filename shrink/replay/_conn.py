@@ -9,13 +9,12 @@ common case, a whole Content-Length response in one read, takes a fast path.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from time import monotonic
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from shrink.replay._config import EngineConfig
 from shrink.replay._http import HEAD_LIMIT, parse_head_cached
-
-if TYPE_CHECKING:
-    from shrink.replay.engine import _Engine
 
 _NAN = float("nan")
 # response parser states
@@ -34,6 +33,33 @@ class _Req:
         self.first_byte = _NAN
         self.dispatched = _NAN
         self.tries = 0
+
+
+class EngineCore(Protocol):
+    """What a connection and its owner use of the engine (``engine._Engine`` is the one).
+
+    A protocol here, not an import of the engine: the engine builds connections
+    and owners, so they must not import it back.
+    """
+
+    cfg: EngineConfig
+    conns: set[_Conn]
+    t0: float
+    due: float
+    horizon: float
+    head_only: list[bool]
+    key_of_row: list[int]
+    req_bytes: list[list[bytes]]
+    sessions_live: int
+    pool_waits: int
+
+    def new_req(self, row: int, session: int, tidx: int, intended: float) -> _Req: ...
+
+    def record(self, req: _Req, status: int, nbytes: int, done: float, error: str) -> None: ...
+
+    def open_conn(self, owner: Any, tidx: int) -> _Conn: ...
+
+    def at(self, t: float, fn: Callable[[], None]) -> None: ...
 
 
 class _Conn(asyncio.Protocol):
@@ -58,7 +84,7 @@ class _Conn(asyncio.Protocol):
         "transport",
     )
 
-    def __init__(self, engine: _Engine, owner: Any, tidx: int) -> None:
+    def __init__(self, engine: EngineCore, owner: Any, tidx: int) -> None:
         self.e = engine
         self.owner = owner
         self.tidx = tidx

@@ -9,12 +9,8 @@ from __future__ import annotations
 
 from collections import deque
 from time import monotonic
-from typing import TYPE_CHECKING
 
-from shrink.replay._conn import _Conn, _Req
-
-if TYPE_CHECKING:
-    from shrink.replay.engine import _Engine
+from shrink.replay._conn import EngineCore, _Conn, _Req
 
 
 class _Session:
@@ -23,7 +19,7 @@ class _Session:
     __slots__ = ("bi", "bursts", "conns", "e", "outstanding", "queue", "sid", "tidx")
 
     def __init__(
-        self, engine: _Engine, sid: int, tidx: int, bursts: list[tuple[int, int, float]]
+        self, engine: EngineCore, sid: int, tidx: int, bursts: list[tuple[int, int, float]]
     ) -> None:
         self.e = engine
         self.sid = sid
@@ -100,7 +96,7 @@ class _Pool:
 
     __slots__ = ("e", "idle", "n", "tidx", "waiting")
 
-    def __init__(self, engine: _Engine, tidx: int) -> None:
+    def __init__(self, engine: EngineCore, tidx: int) -> None:
         self.e = engine
         self.tidx = tidx
         self.idle: list[_Conn] = []

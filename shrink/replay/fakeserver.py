@@ -5,7 +5,8 @@ Run it as ``python -m shrink.replay.fakeserver --port 8099`` (it prints
 ``bytes=N`` body size (default 1024), ``delay_us=D`` answer after D microseconds,
 ``chunked=1`` chunked encoding, ``close=1`` close after the reply, ``status=S``.
 ``--idle-timeout S`` closes keep-alive connections idle for S seconds, as
-lighttpd's ``server.max-keep-alive-idle`` does.
+lighttpd's ``server.max-keep-alive-idle`` does. The in-process
+:class:`shrink.testbed.fake.FakeServer` serves with the same protocol.
 """
 
 from __future__ import annotations
@@ -14,16 +15,32 @@ import argparse
 import asyncio
 import os
 import sys
+from collections.abc import Callable
 from urllib.parse import parse_qs, urlsplit
 
-__all__ = ["main", "serve"]
+__all__ = ["FakeHTTP", "main", "serve"]
 
 
 IDLE_TIMEOUT: float | None = None  # close keep-alive connections idle this long
 
 
-class _Server(asyncio.Protocol):
-    def __init__(self) -> None:
+class FakeHTTP(asyncio.Protocol):
+    """One connection of the fake server.
+
+    ``default_bytes`` is the body size without ``bytes=N``; ``service_time`` is
+    added to every reply's ``delay_us``; ``on_request(target)`` hears of each.
+    """
+
+    def __init__(
+        self,
+        *,
+        default_bytes: int = 1024,
+        service_time: float = 0.0,
+        on_request: Callable[[str], None] | None = None,
+    ) -> None:
+        self.default_bytes = default_bytes
+        self.service_time = service_time
+        self.on_request = on_request
         self.buf = b""
         self.transport: asyncio.Transport | None = None
         self.idle: asyncio.TimerHandle | None = None
@@ -55,9 +72,12 @@ class _Server(asyncio.Protocol):
             parts = line.split(" ")
             target = parts[1] if len(parts) > 1 else "/"
             q = {k: v[0] for k, v in parse_qs(urlsplit(target).query).items()}
-            delay = int(q.get("delay_us", "0")) / 1e6
+            q.setdefault("bytes", str(self.default_bytes))
+            delay = int(q.get("delay_us", "0")) / 1e6 + self.service_time
             reply = _reply(q, head_only=parts[0] == "HEAD")
-            close = q.get("close") == "1"
+            close = q.get("close") == "1" or b"connection: close" in head.lower()
+            if self.on_request is not None:
+                self.on_request(target)
             if delay > 0:
                 asyncio.get_running_loop().call_later(delay, self._write, reply, close)
             else:
@@ -79,7 +99,7 @@ def _reply(q: dict[str, str], *, head_only: bool) -> bytes:
     out = _CACHE.get(key)
     if out is not None:
         return out
-    n = int(q.get("bytes", "1024"))
+    n = int(q["bytes"])
     status = int(q.get("status", "200"))
     body = b"x" * n
     headers = [f"HTTP/1.1 {status} OK", "Server: shrink-fake", "Content-Type: text/plain"]
@@ -102,7 +122,7 @@ def _reply(q: dict[str, str], *, head_only: bool) -> bytes:
 async def serve(host: str, port: int) -> None:
     """Serve until cancelled; prints ``listening HOST PORT`` when bound."""
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(_Server, host, port, reuse_address=True, backlog=1024)
+    server = await loop.create_server(FakeHTTP, host, port, reuse_address=True, backlog=1024)
     sock = server.sockets[0]
     print("listening", host, sock.getsockname()[1], flush=True)
     async with server:

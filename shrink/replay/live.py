@@ -13,12 +13,11 @@ is measuring). Targets must be loopback unless ``allow_remote=True``.
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import json
 import os
 import threading
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from time import monotonic, sleep
 from typing import Any
@@ -26,11 +25,13 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from shrink import __version__
+from shrink._version import __version__
 from shrink.errors import ParameterError, ReplayError, TraceFormatError
+from shrink.procfs import cpu_seconds, cpu_times, proc_info, steal_times, utilization
+from shrink.replay.cluster import ClusterSpec
 from shrink.replay.engine import EngineConfig, run_schedule
 from shrink.replay.scaleout import EngineRun, run_engines
-from shrink.replay.selfcheck import LAG_LIMIT, generator_check, process_cpu_seconds
+from shrink.replay.selfcheck import LAG_LIMIT, generator_check
 from shrink.runlog import RunLog
 from shrink.target import RunResult
 from shrink.trace import Trace
@@ -61,67 +62,9 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _cpu_fields() -> dict[int, list[int]]:
-    """Per CPU: user nice system idle iowait irq softirq steal jiffies from /proc/stat."""
-    out: dict[int, list[int]] = {}
-    with open("/proc/stat", encoding="ascii") as fh:
-        for line in fh:
-            if not line.startswith("cpu") or line.startswith("cpu "):
-                continue
-            name, *vals = line.split()
-            v = [int(x) for x in vals[:8]]
-            out[int(name[3:])] = v + [0] * (8 - len(v))
-    return out
-
-
-def cpu_times() -> dict[int, tuple[int, int]]:
-    """Per CPU (busy, total) jiffies from /proc/stat; idle and iowait count as not busy."""
-    return {c: (sum(v) - v[3] - v[4], sum(v)) for c, v in _cpu_fields().items()}
-
-
-def utilization(
-    before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]], cpus: list[int]
-) -> dict[int, float]:
-    """Busy fraction of each of ``cpus`` between two :func:`cpu_times` snapshots."""
-    out = {}
-    for c in cpus:
-        if c in before and c in after:
-            busy = after[c][0] - before[c][0]
-            total = after[c][1] - before[c][1]
-            out[c] = busy / total if total > 0 else 0.0
-    return out
-
-
-def steal_times() -> dict[int, tuple[int, int]]:
-    """Per CPU (steal, total) jiffies from /proc/stat, for :func:`utilization`.
-
-    Steal is time the hypervisor ran something else while this CPU wanted to run;
-    /proc/stat counts it as busy.
-    """
-    return {c: (v[7], sum(v)) for c, v in _cpu_fields().items()}
-
-
-def _pids_cpu(pids: list[int]) -> float:
-    total = 0.0
-    for pid in pids:
-        # a PID that is gone loses its time; the run says which PIDs died
-        with contextlib.suppress(OSError, ValueError):
-            total += process_cpu_seconds(pid)
-    return total
-
-
 def _running(pids: list[int]) -> list[int]:
     """The PIDs that are on a CPU or in uninterruptible sleep (state R or D)."""
-    out = []
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-                text = fh.read()
-        except OSError:
-            continue
-        if text[text.rindex(")") + 2 : text.rindex(")") + 3] in ("R", "D"):
-            out.append(pid)
-    return out
+    return [p for p in pids if (i := proc_info(p)) is not None and i.state in ("R", "D")]
 
 
 def wait_idle(pids: list[int], bound: float, *, checks: int = 3) -> tuple[float, bool]:
@@ -165,7 +108,8 @@ class _WindowSampler(threading.Thread):
                 return
             self.snaps.append(cpu_times())
             self.steal.append(steal_times())
-            self.server_cpu.append(_pids_cpu(self.pids))
+            # a PID that is gone loses its time; the run says which PIDs died
+            self.server_cpu.append(cpu_seconds(self.pids))
 
 
 class LiveTarget:
@@ -190,6 +134,7 @@ class LiveTarget:
         processes: int | None = None,
         engine: Any = None,
         idle_bound: float = IDLE_BOUND,
+        cluster: ClusterSpec | None = None,
     ) -> None:
         if not addresses:
             raise ReplayError("no target address (a testbed state with replicas, or a URL)")
@@ -219,6 +164,7 @@ class LiveTarget:
         self.processes = processes
         self.engine = engine or run_schedule  # or a FakeEngine (shrink.replay.fake)
         self.idle_bound = idle_bound  # longest wait for an idle server before a run
+        self.cluster = cluster  # generators as Ray actors (shrink.replay.cluster)
         self.last_engine: EngineRun | None = None
         self._runs = 0
 
@@ -288,6 +234,8 @@ class LiveTarget:
             "share_cpus": self.share_cpus,
             "realtime": self.realtime,
         }
+        if self.cluster is not None:
+            out["cluster"] = self.cluster.describe()
         for k in ("share", "mapping", "machine", "versions", "docroot", "started"):
             if k in st:
                 out[k] = st[k]
@@ -357,6 +305,8 @@ class LiveTarget:
                 on_start=on_start,
                 realtime=self.realtime,
                 engine=self.engine,
+                cluster=self.cluster,
+                avoid_cpus=frozenset(self.share_cpus),
             )
         except BaseException:
             for smp in samplers:
@@ -389,6 +339,12 @@ class LiveTarget:
             lag_limit=self.lag_limit,
             processes=max(1, len(engine.stats)),
         )
+        lost = engine.extra.get("lost_generators") or []
+        if lost:
+            # A lost generator's sessions were not sent (or not recorded): the level's
+            # load was not what it says, so it is never used for a MAT.
+            slots = ", ".join(f"{g['slot']} on {g['node']}" for g in lost)
+            check = replace(check, behind=True, reason=f"generator lost ({slots})")
         alive = self._pids_alive()
         desc = {
             **self.describe(),
@@ -401,22 +357,7 @@ class LiveTarget:
                 **engine.extra,
             },
         }
-        if sampler is not None and len(sampler.server_cpu) == 2 and duration > 0:
-            # The server's own processes' CPU over the window, in cores: on a shared
-            # machine /proc/stat also counts other work that ran on the share's CPUs.
-            desc["server_cpu"] = (sampler.server_cpu[1] - sampler.server_cpu[0]) / duration
-        if sampler is not None and len(sampler.steal) == 2:
-            # Steal on the share's CPUs, in CPUs (already inside the busy fractions).
-            desc["share_steal"] = sum(
-                utilization(sampler.steal[0], sampler.steal[1], self.share_cpus).values()
-            )
-            if self.generator_cpus:
-                # And on the generator's: a stall there (the host taking its vCPU) is
-                # what flags a level behind while the generator's own CPU is idle.
-                desc["generator_steal"] = max(
-                    utilization(sampler.steal[0], sampler.steal[1], self.generator_cpus).values(),
-                    default=0.0,
-                )
+        desc.update(self._sampled(sampler, duration))
         if server_pids:
             desc["server_idle_wait"] = idle_wait
             if not idle:  # still busy after the bound: the level carries load over
@@ -424,6 +365,27 @@ class LiveTarget:
         if alive and not all(alive.values()):
             desc["dead_pids"] = [p for p, ok in alive.items() if not ok]
         return RunResult(log, window, check, util, per_cpu, desc)
+
+    def _sampled(self, sampler: _WindowSampler | None, duration: float) -> dict[str, float]:
+        """What the window's /proc snapshots say: server CPU, steal on share and generator."""
+        out: dict[str, float] = {}
+        if sampler is not None and len(sampler.server_cpu) == 2 and duration > 0:
+            # The server's own processes' CPU over the window, in cores: on a shared
+            # machine /proc/stat also counts other work that ran on the share's CPUs.
+            out["server_cpu"] = (sampler.server_cpu[1] - sampler.server_cpu[0]) / duration
+        if sampler is not None and len(sampler.steal) == 2:
+            # Steal on the share's CPUs, in CPUs (already inside the busy fractions).
+            out["share_steal"] = sum(
+                utilization(sampler.steal[0], sampler.steal[1], self.share_cpus).values()
+            )
+            if self.generator_cpus:
+                # And on the generator's: a stall there (the host taking its vCPU) is
+                # what flags a level behind while the generator's own CPU is idle.
+                out["generator_steal"] = max(
+                    utilization(sampler.steal[0], sampler.steal[1], self.generator_cpus).values(),
+                    default=0.0,
+                )
+        return out
 
     def replay(
         self, trace: Trace, *, rate_factor: float, duration: float, out: str | Path | None = None

@@ -26,6 +26,7 @@ from time import monotonic
 from typing import Any
 
 from shrink.errors import ReplayError
+from shrink.replay.cluster import ClusterSpec, run_on_cluster
 from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
 from shrink.replay.writer import RunLogWriter
 from shrink.runlog import RunLog
@@ -153,6 +154,8 @@ def run_engines(
     on_start: Callable[[float], None] | None = None,
     realtime: int = 0,
     engine: Any = run_schedule,
+    cluster: ClusterSpec | None = None,
+    avoid_cpus: set[int] | frozenset[int] = frozenset(),
 ) -> tuple[RunLog, EngineRun]:
     """Replay ``trace`` over ``processes`` engine processes (default one per CPU in ``cpus``).
 
@@ -161,7 +164,9 @@ def run_engines(
     zero just before the first request is due (to time the window's CPU snapshots).
     ``realtime`` > 0 runs the engine processes SCHED_FIFO at that priority.
     ``engine`` is :func:`run_schedule` or a stand-in such as
-    :class:`shrink.replay.fake.FakeEngine`.
+    :class:`shrink.replay.fake.FakeEngine`. With ``cluster`` the parts run as Ray
+    actors instead (:mod:`shrink.replay.cluster`), one per generator slot, never
+    pinned to ``avoid_cpus`` on this host; ``cpus`` and ``processes`` are then unused.
     """
     mode = trace_mode(trace, mode)
     n = processes or (len(cpus) if cpus else 1)
@@ -179,9 +184,42 @@ def run_engines(
         id_stride=stride,
     )
     meta = {**(meta or {}), "mode": mode, "rate_factor": rate_factor, "horizon": horizon}
+    if cluster is not None:
+        log, run = _run_cluster(trace, config, params, cluster, meta, on_start, engine, avoid_cpus)
+        if out is not None:
+            log.write_parquet(out)
+        return log, run
     if n == 1:
         return _run_inline(trace, config, params, cpus, out, meta, on_start, realtime, engine)
     return _run_spawned(trace, config, params, cpus, n, out, meta, on_start, realtime, engine)
+
+
+def _run_cluster(
+    trace: Trace,
+    config: EngineConfig,
+    params: dict[str, Any],
+    cluster: ClusterSpec,
+    meta: dict[str, Any],
+    on_start: Callable[[float], None] | None,
+    engine: Any,
+    avoid_cpus: set[int] | frozenset[int],
+) -> tuple[RunLog, EngineRun]:
+    zero: list[float] = []
+
+    def started(t0: float) -> None:
+        zero.append(t0)
+        if on_start is not None:
+            on_start(t0)
+
+    parts = split_sessions(trace, cluster.generators)
+    log, run = run_on_cluster(
+        cluster, parts, config, params, meta,
+        avoid_cpus=avoid_cpus, engine=engine, on_start=started,
+    )  # fmt: skip
+    extra: dict[str, Any] = {"cluster": cluster.describe(), "generators": run.generators}
+    if run.lost:
+        extra["lost_generators"] = [g.to_dict() for g in run.lost]
+    return log, EngineRun(run.stats, zero[0] if zero else monotonic(), None, extra)
 
 
 def _run_inline(

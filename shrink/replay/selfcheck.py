@@ -22,10 +22,9 @@ comes from the processes' own counters (:func:`process_cpu_seconds`).
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
+from shrink.procfs import process_cpu_seconds
 from shrink.runlog import RunLog
 from shrink.target import GeneratorCheck
 
@@ -42,15 +41,6 @@ LAG_LIMIT = 1e-3
 MIN_RATIO = 0.97
 MIN_REQUESTS = 50
 CPU_LIMIT = 0.9
-
-
-def process_cpu_seconds(pid: int | str = "self") -> float:
-    """User + system CPU seconds of a process, from /proc/PID/stat (fields 14 and 15)."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-        text = fh.read()
-    fields = text[text.rindex(")") + 2 :].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks
 
 
 def generator_check(

@@ -9,15 +9,17 @@ validation when there is one), and what was assumed.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from shrink.loadcurve import Level, LoadCurve
-from shrink.predict import rep_range
+from shrink.prediction import SCHEMA_ID, Prediction, StatPrediction
 from shrink.report.blocks import Doc, render_html, render_markdown
 from shrink.report.figures import Series, cdf_figure, latency_figure, level_near_utilization
+from shrink.scaling import latency_scale
 from shrink.validate import Validation
 
 __all__ = ["curve_series", "write_report"]
@@ -45,7 +47,7 @@ def curve_series(
     for stat in ("mean", "p999"):
         s = curve.series(stat)
         x = s["throughput"] * thr_scale
-        rmin, rmax = rep_range(curve, stat)
+        rmin, rmax = curve.rep_range(stat)
         vals[stat], lo[stat], hi[stat] = (
             s["value"] * lat_scale,
             np.asarray(rmin) * lat_scale,
@@ -64,10 +66,10 @@ def curve_series(
     return Series(label, x if x is not None else [], vals, lo, hi, points=points, stalled=stalled)
 
 
-def _mapping_series(pred: dict[str, Any]) -> list[Series]:
+def _mapping_series(pred: Prediction) -> list[Series]:
     out = []
-    for name, m in pred.get("mappings", {}).items():
-        c = m.get("curve") or {}
+    for name, m in pred.mappings.items():
+        c = m.curve or {}
         if not c.get("throughput"):
             continue
         vals = {s: c[s] for s in ("mean", "p999") if s in c}
@@ -78,36 +80,35 @@ def _mapping_series(pred: dict[str, Any]) -> list[Series]:
         hi = {k: v for k, v in hi.items() if v is not None}
         mats = {}
         for s in ("mean", "p999"):
-            if s in m and m[s].get("mat") is not None:
-                ci = m[s].get("ci") or [float("nan"), float("nan")]
-                mats[s] = (float(m[s]["mat"]), float(ci[0]), float(ci[1]))
+            sp = m.stats.get(s)
+            if sp is not None and sp.mat is not None:
+                lo_ci, hi_ci = (float("nan") if x is None else x for x in sp.ci)
+                mats[s] = (float(sp.mat), float(lo_ci), float(hi_ci))
         out.append(Series(f"predicted: {name}", c["throughput"], vals, lo, hi, mats=mats))
     return out
 
 
-def _mat_table(pred: dict[str, Any], thresholds: dict[str, float]) -> tuple[list[str], list]:
+def _mat_table(pred: Prediction, thresholds: dict[str, float]) -> tuple[list[str], list]:
     headers = ["mapping"]
     for s, t in thresholds.items():
         headers += [f"MAT, {_STAT_NAME.get(s, s)} < {_ms(t)} (req/s)", "95% interval"]
     rows = []
-    for name, m in pred.get("mappings", {}).items():
-        row = [f"**{name}**" if name == pred.get("recommended") else name]
+    for name, m in pred.mappings.items():
+        row = [f"**{name}**" if name == pred.recommended else name]
         for s in thresholds:
-            r = m.get(s) or {}
-            ci = r.get("ci") or [None, None]
-            status = r.get("status", "ok")
-            if status == "not_reached":
+            r = m.stats.get(s) or StatPrediction(None, (None, None), thresholds[s])
+            if r.status == "not_reached":
                 # The threshold was never crossed: the MAT is at least the top measured load.
-                ceiling = r.get("stalled_ceiling")
+                ceiling = r.stalled_ceiling
                 row += [
-                    f">= {_rate(r.get('mat'))} (not reached)"
+                    f">= {_rate(r.mat)} (not reached)"
                     + (f", under {_rate(ceiling)} \u2020" if ceiling else ""),
                     "-",
                 ]
-            elif status == "below_range":
-                row += [f"<= {_rate(r.get('mat'))} (over at the lowest load)", "-"]
+            elif r.status == "below_range":
+                row += [f"<= {_rate(r.mat)} (over at the lowest load)", "-"]
             else:
-                row += [_rate(r.get("mat")), f"{_rate(ci[0])} - {_rate(ci[1])}"]
+                row += [_rate(r.mat), f"{_rate(r.ci[0])} - {_rate(r.ci[1])}"]
         rows.append(row)
     return headers, rows
 
@@ -140,11 +141,12 @@ def _stalled_text(stalled: dict[str, list[float]]) -> str:
     )
 
 
-def _any_stalled(pred: dict[str, Any], thresholds: dict[str, float]) -> bool:
+def _any_stalled(pred: Prediction, thresholds: dict[str, float]) -> bool:
     return any(
-        (m.get(s) or {}).get("stalled_ceiling")
-        for m in pred.get("mappings", {}).values()
+        m.stats[s].stalled_ceiling
+        for m in pred.mappings.values()
         for s in thresholds
+        if s in m.stats
     )
 
 
@@ -285,38 +287,66 @@ def _level_table(curve: LoadCurve, limits: dict[str, float]) -> tuple[list[str],
 
 def write_report(
     out_dir: str | Path,
-    prediction: dict[str, Any],
+    prediction: Prediction | Mapping[str, Any],
     *,
     measured: LoadCurve | None = None,
     measured_label: str = "measured on the share",
     full_run: LoadCurve | None = None,
     predicted_curve: LoadCurve | None = None,
     validation: Validation | None = None,
-    whatif: dict[str, Any] | None = None,
+    whatif: Prediction | Mapping[str, Any] | None = None,
     title: str = "shrink capacity prediction",
 ) -> dict[str, Path]:
-    """Write report.md, report.html and figures into ``out_dir``; return their paths."""
+    """Write report.md, report.html and figures into ``out_dir``; return their paths.
+
+    ``prediction`` and ``whatif`` are Predictions, or their JSON form.
+    """
+    pred = _as_prediction(prediction)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    thresholds = {k: float(v) for k, v in prediction.get("thresholds", {}).items()}
+    thresholds = {k: float(v) for k, v in (pred.thresholds or {}).items()}
     doc = Doc(title)
     files: dict[str, Path] = {}
+    _answer(doc, pred, thresholds, validation)
+    _curves(doc, out, files, pred, thresholds, measured, measured_label, full_run)
+    if validation is not None:
+        _validation(doc, validation)
+    if whatif is not None:
+        _whatif(doc, out, files, _as_prediction(whatif), thresholds)
+    _self_checks(doc, pred, thresholds, measured, measured_label, full_run)
+    _assumptions(doc, pred)
+    md = render_markdown(doc)
+    (out / "report.md").write_text(md)
+    (out / "report.html").write_text(render_html(doc))
+    files["md"] = out / "report.md"
+    files["html"] = out / "report.html"
+    return files
 
-    # 1. The answer.
-    rec = prediction.get("recommended")
+
+def _as_prediction(p: Prediction | Mapping[str, Any]) -> Prediction:
+    if isinstance(p, Prediction):
+        return p
+    return Prediction.from_dict({**p, "schema": SCHEMA_ID, "mappings": p.get("mappings", {})})
+
+
+def _answer(
+    doc: Doc, pred: Prediction, thresholds: dict[str, float], validation: Validation | None
+) -> None:
+    """1. The answer: which mapping, its MATs, how sure."""
+    rec = pred.recommended
     doc.h(1, "Answer")
     if rec:
-        doc.note(f"Deploy **{rec}**. {prediction.get('reason', '')}")
-    headers, rows = _mat_table(prediction, thresholds)
+        doc.note(f"Deploy **{rec}**. {pred.reason}")
+    headers, rows = _mat_table(pred, thresholds)
     doc.p(
         f"Predicted maximum achievable throughput (MAT) of the full target "
-        f"({prediction.get('target_description', 'the whole machine')}) for each replica "
+        f"({pred.target_description or 'the whole machine'}) for each replica "
         "mapping: the highest throughput at which the statistic stays under its threshold."
     )
     doc.table(headers, rows)
-    if _any_stalled(prediction, thresholds):
+    if _any_stalled(pred, thresholds):
         doc.p(STALLED_NOTE)
-    sure = prediction.get("confidence_summary")
+    sure = pred.confidence_summary
     if sure:
         doc.p(sure)
     if validation is not None:
@@ -331,19 +361,28 @@ def write_report(
                 "Checked against a full-scale run of the whole trace: the predicted MATs "
                 f"were off by {', '.join(errs)} (details under Validation)."
             )
-    other = (prediction.get("self_checks") or {}).get("max_other_cpu")
+    other = (pred.self_checks or {}).get("max_other_cpu")
     if other is not None and other > 0.10:
         doc.note(
             f"Caution: other work took up to {100 * other:.0f}% of a CPU on the share's CPUs "
             "while it was measured; see the self-checks."
         )
 
-    # 2. Curves.
-    doc.h(1, "Latency against load")
-    series = _mapping_series(prediction)
-    if measured is not None:
-        from shrink.scaling import latency_scale
 
+def _curves(
+    doc: Doc,
+    out: Path,
+    files: dict[str, Path],
+    pred: Prediction,
+    thresholds: dict[str, float],
+    measured: LoadCurve | None,
+    measured_label: str,
+    full_run: LoadCurve | None,
+) -> None:
+    """2. The curves: latency against load, and the CDFs near 80% utilization."""
+    doc.h(1, "Latency against load")
+    series = _mapping_series(pred)
+    if measured is not None:
         series.append(
             curve_series(
                 measured,
@@ -372,8 +411,6 @@ def write_report(
         )
     cdf_entries = []
     if measured is not None:
-        from shrink.scaling import latency_scale
-
         lv = level_near_utilization(measured)
         if lv is not None:
             u = "" if lv.utilization is None else f", {100 * lv.utilization:.0f}% utilization"
@@ -383,104 +420,118 @@ def write_report(
         if lv is not None:
             u = "" if lv.utilization is None else f", {100 * lv.utilization:.0f}% utilization"
             cdf_entries.append((f"full-scale run{u}", lv, 1.0))
-    if cdf_entries:
-        files["cdf"] = cdf_figure(
-            out / "cdf.png",
-            cdf_entries,
-            title="Response-time CDFs per class near 80% utilization (cf. the papers' Fig. 7, 11)",
+    if not cdf_entries:
+        return
+    files["cdf"] = cdf_figure(
+        out / "cdf.png",
+        cdf_entries,
+        title="Response-time CDFs per class near 80% utilization (cf. the papers' Fig. 7, 11)",
+    )
+    doc.img(
+        "cdf.png",
+        "Response-time distribution of static and dynamic requests near 80% "
+        "utilization of the server.",
+    )
+    if (pred.share or {}).get("kind") == "cpu_time":
+        doc.p(
+            "On a CPU-time share the server runs at full speed until its quota is spent, "
+            "then not at all until the next period. A short (static) request either "
+            "finishes at full speed or waits for the next period, so its predicted "
+            "distribution splits in two where a slower server's would not; long "
+            "(dynamic) requests span many periods and come closer to a slower server. The MATs "
+            "rest on the mean and p99.9, which the long requests dominate here."
+        )
+
+
+def _validation(doc: Doc, validation: Validation) -> None:
+    """3. Validation against a full-scale run."""
+    vd = validation.to_dict()
+    doc.h(1, "Validation against a full-scale run")
+    vrows = []
+    for s, m in vd["mats"].items():
+        vrows.append(
+            [
+                _STAT_NAME.get(s, s),
+                _ms(m["threshold"]),
+                _bound(m.get("predicted_status")) + _rate(m["predicted"]),
+                _bound(m.get("measured_status")) + _rate(m["measured"]),
+                _error_text(m),
+            ]
+        )
+    doc.table(["statistic", "threshold", "predicted MAT", "measured MAT", "error"], vrows)
+    if (vd.get("meta") or {}).get("paired"):
+        doc.p(
+            "The full-scale runs were taken alongside the scaled ones: each repetition of "
+            "each load level ran on the share and on the full target back to back, in "
+            "alternating order, so both saw the machine at nearly the same moment. The "
+            "prediction itself uses the scaled runs only."
+        )
+        cost = vd.get("cost_ratio")
+        if cost:
+            doc.p(_cost_text(cost))
+    else:
+        doc.p(
+            "The full-scale run was measured after the prediction. On a machine whose "
+            "speed drifts (a VM), part of the error is that drift; predict with "
+            "--paired-full-run to take the two side by side."
+        )
+    if vd["wasserstein"]:
+        wrows = [
+            [
+                _rate(w["throughput"]),
+                _ms(w["measured_mean"]),
+                _ms(w["predicted_mean"]),
+                _ms(w["w1"]),
+                f"{100 * w['w1_relative_to_mean']:.0f}%",
+            ]
+            for w in vd["wasserstein"]
+        ]
+        doc.p(
+            "Latency distributions at matched normalized loads (Wasserstein-1 distance "
+            "between the predicted and measured response-time distributions):"
+        )
+        doc.table(
+            ["throughput (req/s)", "measured mean", "predicted mean", "W1", "W1 / mean"], wrows
+        )
+
+
+def _whatif(
+    doc: Doc, out: Path, files: dict[str, Path], whatif: Prediction, thresholds: dict[str, float]
+) -> None:
+    """4. What-if on another machine."""
+    name = whatif.machine.get("name", "")
+    doc.h(1, f"What-if: {name or 'another machine'}")
+    doc.p(whatif.extra.get("summary", "Predicted with the published calibration."))
+    limits = {k: float(v) for k, v in (whatif.thresholds or thresholds).items()}
+    wh, wr = _mat_table(whatif, limits)
+    doc.table(wh, wr)
+    if whatif.recommended:
+        doc.note(f"On that machine: **{whatif.recommended}**. {whatif.reason}")
+    ws = _mapping_series(whatif)
+    if ws:
+        files["whatif"] = latency_figure(
+            out / "whatif.png",
+            ws,
+            limits,
+            title=f"What-if on {name}: predicted curves",
         )
         doc.img(
-            "cdf.png",
-            "Response-time distribution of static and dynamic requests near 80% "
-            "utilization of the server.",
+            "whatif.png",
+            "Predicted latency against load for each mapping of the what-if machine.",
         )
-        if (prediction.get("share") or {}).get("kind") == "cpu_time":
-            doc.p(
-                "On a CPU-time share the server runs at full speed until its quota is spent, "
-                "then not at all until the next period. A short (static) request either "
-                "finishes at full speed or waits for the next period, so its predicted "
-                "distribution splits in two where a slower server's would not; long "
-                "(dynamic) requests span many periods and come closer to a slower server. The MATs "
-                "rest on the mean and p99.9, which the long requests dominate here."
-            )
 
-    # 3. Validation.
-    if validation is not None:
-        vd = validation.to_dict()
-        doc.h(1, "Validation against a full-scale run")
-        vrows = []
-        for s, m in vd["mats"].items():
-            vrows.append(
-                [
-                    _STAT_NAME.get(s, s),
-                    _ms(m["threshold"]),
-                    _bound(m.get("predicted_status")) + _rate(m["predicted"]),
-                    _bound(m.get("measured_status")) + _rate(m["measured"]),
-                    _error_text(m),
-                ]
-            )
-        doc.table(["statistic", "threshold", "predicted MAT", "measured MAT", "error"], vrows)
-        if (vd.get("meta") or {}).get("paired"):
-            doc.p(
-                "The full-scale runs were taken alongside the scaled ones: each repetition of "
-                "each load level ran on the share and on the full target back to back, in "
-                "alternating order, so both saw the machine at nearly the same moment. The "
-                "prediction itself uses the scaled runs only."
-            )
-            cost = vd.get("cost_ratio")
-            if cost:
-                doc.p(_cost_text(cost))
-        else:
-            doc.p(
-                "The full-scale run was measured after the prediction. On a machine whose "
-                "speed drifts (a VM), part of the error is that drift; predict with "
-                "--paired-full-run to take the two side by side."
-            )
-        if vd["wasserstein"]:
-            wrows = [
-                [
-                    _rate(w["throughput"]),
-                    _ms(w["measured_mean"]),
-                    _ms(w["predicted_mean"]),
-                    _ms(w["w1"]),
-                    f"{100 * w['w1_relative_to_mean']:.0f}%",
-                ]
-                for w in vd["wasserstein"]
-            ]
-            doc.p(
-                "Latency distributions at matched normalized loads (Wasserstein-1 distance "
-                "between the predicted and measured response-time distributions):"
-            )
-            doc.table(
-                ["throughput (req/s)", "measured mean", "predicted mean", "W1", "W1 / mean"], wrows
-            )
 
-    # 4. What-if on another machine.
-    if whatif is not None:
-        doc.h(1, f"What-if: {whatif.get('machine', {}).get('name', 'another machine')}")
-        doc.p(whatif.get("summary", "Predicted with the published calibration."))
-        wh, wr = _mat_table(
-            whatif, {k: float(v) for k, v in whatif.get("thresholds", thresholds).items()}
-        )
-        doc.table(wh, wr)
-        if whatif.get("recommended"):
-            doc.note(f"On that machine: **{whatif['recommended']}**. {whatif.get('reason', '')}")
-        ws = _mapping_series(whatif)
-        if ws:
-            files["whatif"] = latency_figure(
-                out / "whatif.png",
-                ws,
-                {k: float(v) for k, v in whatif.get("thresholds", thresholds).items()},
-                title=f"What-if on {whatif.get('machine', {}).get('name', '')}: predicted curves",
-            )
-            doc.img(
-                "whatif.png",
-                "Predicted latency against load for each mapping of the what-if machine.",
-            )
-
-    # 5. Can the measurement be trusted?
+def _self_checks(
+    doc: Doc,
+    pred: Prediction,
+    thresholds: dict[str, float],
+    measured: LoadCurve | None,
+    measured_label: str,
+    full_run: LoadCurve | None,
+) -> None:
+    """5. Can the measurement be trusted?"""
     doc.h(1, "Self-checks")
-    checks = prediction.get("self_checks", {})
+    checks = pred.self_checks or {}
     items = []
     if "generator_kept_up" in checks:
         items.append(
@@ -540,7 +591,7 @@ def write_report(
                 else " (quiet)."
             )
         )
-    full_checks = (prediction.get("full_run") or {}).get("self_checks") or {}
+    full_checks = (pred.full_run or {}).get("self_checks") or {}
     steals = [
         f"{100 * float(c['max_steal']):.0f}% {what}"
         for c, what in ((checks, "during the scaled runs"), (full_checks, "during the full runs"))
@@ -572,8 +623,6 @@ def write_report(
             f"Levels {measured_label} (throughput, mean and p99.9: the median over the "
             "repetitions that kept up):"
         )
-        from shrink.scaling import latency_scale
-
         scale = latency_scale(measured)
         h, r = _level_table(measured, {s: t / scale for s, t in thresholds.items()})
         doc.table(h, r)
@@ -582,20 +631,15 @@ def write_report(
         h, r = _level_table(full_run, thresholds)
         doc.table(h, r)
 
-    # 6. Assumptions and provenance.
+
+def _assumptions(doc: Doc, pred: Prediction) -> None:
+    """6. Assumptions and provenance."""
     doc.h(1, "Assumptions and calibration")
-    doc.ul([str(a) for a in prediction.get("assumptions", [])] or ["none recorded"])
-    cal = prediction.get("calibration")
+    doc.ul([str(a) for a in pred.assumptions] or ["none recorded"])
+    cal = pred.calibration
     if cal:
         doc.p(f"Calibration: {cal.get('name', cal) if isinstance(cal, dict) else cal}")
-    prov = prediction.get("provenance", {})
+    prov = pred.provenance or {}
     if prov:
         doc.h(1, "Provenance")
         doc.table(["what", "value"], [[k, f"`{v}`"] for k, v in sorted(prov.items())])
-
-    md = render_markdown(doc)
-    (out / "report.md").write_text(md)
-    (out / "report.html").write_text(render_html(doc))
-    files["md"] = out / "report.md"
-    files["html"] = out / "report.html"
-    return files

@@ -28,6 +28,7 @@ from shrink.loadcurve import Level, LoadCurve
 from shrink.machine import Machine
 from shrink.mat import MATResult, mat
 from shrink.measure import level_stats, sweep
+from shrink.share import select_compact
 from shrink.sim.params import SimParams
 from shrink.sim.target import SimShare, SimTarget
 from shrink.trace import Trace
@@ -45,7 +46,7 @@ def compact_cpus(machine: Machine, n: int) -> tuple[int, ...]:
     """The first ``n`` CPUs filling sockets one after the other (2 and 4 from one socket)."""
     if not 1 <= n <= machine.n_cpus:
         raise TopologyError(f"cores == {n}, must be in [1, {machine.n_cpus}] on {machine.name!r}")
-    return machine.all_cpus[:n]
+    return select_compact(machine, n / machine.n_cores)
 
 
 @dataclass

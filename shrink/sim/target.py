@@ -27,6 +27,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shrink._version import __version__
+from shrink.checks import check_alpha, check_positive
 from shrink.errors import ParameterError, TopologyError
 from shrink.machine import Machine
 from shrink.mapping import Mapping, build_mapping
@@ -36,8 +38,8 @@ from shrink.sim.engine import EngineInput, simulate
 from shrink.sim.model import Layout, build_layout
 from shrink.sim.params import SimParams
 from shrink.target import GeneratorCheck, RunResult
+from shrink.topology import parse_cpulist
 from shrink.trace import Trace
-from shrink.validation import check_alpha, check_positive
 
 __all__ = ["SimShare", "SimTarget", "parse_share"]
 
@@ -63,17 +65,6 @@ class SimShare:
         return {"kind": "cores", "cpus": cpus, "fraction": len(cpus) / machine.n_cpus}
 
 
-def _cpulist(text: str) -> tuple[int, ...]:
-    out: list[int] = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
-        if not m:
-            raise ParameterError(f"share CPU list == {text!r}, must look like 0-3 or 0,1,4,5.")
-        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
-        out.extend(range(lo, hi + 1))
-    return tuple(out)
-
-
 def parse_share(text: str | None, machine: Machine) -> SimShare:
     """Read the CLI form of a share (see the module docstring)."""
     if text is None or text.strip() in ("", "all"):
@@ -95,7 +86,7 @@ def parse_share(text: str | None, machine: Machine) -> SimShare:
                 f"share == {body}, must be a whole number of the {machine.n_cores} cores"
             )
         return SimShare(machine.all_cpus[:n], fraction)
-    cpus = _cpulist(body)
+    cpus = parse_cpulist(body)
     for c in cpus:
         machine.socket_of(c)  # raises TopologyError naming the CPU
     return SimShare(cpus, fraction)
@@ -370,8 +361,6 @@ class SimTarget:
 
 
 def _version() -> str:
-    from shrink import __version__
-
     return __version__
 
 

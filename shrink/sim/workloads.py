@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from shrink.checks import check_positive
 from shrink.trace import Trace
-from shrink.validation import check_positive
 
 __all__ = ["DOWNLOAD_CLASSES", "support_trace", "tcp_trace"]
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shrink.checks import check_int, check_positive
 from shrink.errors import ParameterError
 from shrink.synth._table import trace_from_vocab
 from shrink.synth.support_params import (
@@ -47,7 +48,6 @@ from shrink.synth.support_params import (
     visits_per_session,
 )
 from shrink.trace import Trace
-from shrink.validation import check_int, check_positive
 
 __all__ = [
     "DOWNLOAD_CLASSES",

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from shrink.checks import check_fraction, check_int, check_positive, check_scalar
 from shrink.errors import ParameterError
-from shrink.validation import check_fraction, check_int, check_positive, check_scalar
 
 __all__ = [
     "DOWNLOAD_CLASSES",

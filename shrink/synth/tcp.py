@@ -18,10 +18,10 @@ from typing import Literal
 
 import numpy as np
 
+from shrink.checks import check_positive, check_rate
 from shrink.errors import ParameterError
 from shrink.synth._table import trace_from_vocab
 from shrink.trace import Trace
-from shrink.validation import check_positive, check_rate
 
 __all__ = ["ARRIVALS", "TCP_BYTES", "TCP_PATH", "synth_tcp"]
 

@@ -1,9 +1,10 @@
 """A fake in-process target: a tiny HTTP/1.1 keep-alive server on loopback.
 
 For unit tests of later stages (replay engine, measurement) that need something
-to send requests to without lighttpd. It answers every request with 200 and a
-body of ``bytes=N`` bytes (from the query string; default 100), after an
-optional service time, and counts what it served::
+to send requests to without lighttpd. It serves with the protocol of
+:mod:`shrink.replay.fakeserver` (the same query string steers it: a body of
+``bytes=N`` bytes, default 100 here), after an optional service time, in a
+background thread, and counts what it served::
 
     with FakeServer(service_time_s=0.001) as fake:
         httpx.get(f"http://{fake.address}:{fake.port}/app/x.php?bytes=512")
@@ -13,13 +14,12 @@ optional service time, and counts what it served::
 from __future__ import annotations
 
 import asyncio
-import re
 import threading
 from typing import Any
 
-__all__ = ["FakeServer"]
+from shrink.replay.fakeserver import FakeHTTP
 
-_BYTES = re.compile(rb"[?&]bytes=(\d+)")
+__all__ = ["FakeServer"]
 
 
 class FakeServer:
@@ -36,35 +36,20 @@ class FakeServer:
         self._ready = threading.Event()
         self._server: asyncio.Server | None = None
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                target = head.split(b" ", 2)[1] if head.count(b" ") >= 2 else b"/"
-                m = _BYTES.search(target)
-                size = int(m.group(1)) if m else 100
-                if self.service_time_s:
-                    await asyncio.sleep(self.service_time_s)
-                self.requests += 1
-                self.paths.append(target.decode("latin-1"))
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
-                    + f"Content-Length: {size}\r\n\r\n".encode()
-                    + b"x" * size
-                )
-                await writer.drain()
-                if b"connection: close" in head.lower():
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
-            pass
-        finally:
-            writer.close()
+    def _served(self, target: str) -> None:
+        self.requests += 1
+        self.paths.append(target)
+
+    def _protocol(self) -> FakeHTTP:
+        return FakeHTTP(
+            default_bytes=100, service_time=self.service_time_s, on_request=self._served
+        )
 
     def _run(self) -> None:
         loop = asyncio.new_event_loop()
         self._loop = loop
         self._server = loop.run_until_complete(
-            asyncio.start_server(self._handle, self.address, self.port)
+            loop.create_server(self._protocol, self.address, self.port)
         )
         self.port = self._server.sockets[0].getsockname()[1]
         self._ready.set()

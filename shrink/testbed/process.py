@@ -14,9 +14,9 @@ import subprocess
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
+from shrink.procfs import ProcInfo, cpu_seconds, proc_info
 from shrink.topology import parse_cpulist
 
 __all__ = [
@@ -54,31 +54,6 @@ def die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> Non
     if parent is not None and os.getppid() != parent:
         os._exit(1)
 
-
-@dataclass(frozen=True)
-class ProcInfo:
-    """The fields of ``/proc/PID/stat`` we use."""
-
-    pid: int
-    comm: str
-    state: str
-    ppid: int
-    utime: int
-    stime: int
-    starttime: int
-
-
-def proc_info(pid: int) -> ProcInfo | None:
-    """Parse ``/proc/PID/stat``; None if the process does not exist."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    # comm is in parentheses and may itself hold spaces or parentheses.
-    head, _, rest = text.rpartition(")")
-    comm = head.partition("(")[2]
-    f = rest.split()
-    return ProcInfo(pid, comm, f[0], int(f[1]), int(f[11]), int(f[12]), int(f[19]))
 
 
 def is_alive(pid: int, starttime: int | None = None) -> bool:
@@ -118,16 +93,6 @@ def allowed_cpus(pid: int) -> tuple[int, ...]:
         if line.startswith("Cpus_allowed_list:"):
             return parse_cpulist(line.split(":", 1)[1])
     return ()
-
-
-def cpu_seconds(pids: Iterable[int]) -> float:
-    """User + system CPU seconds used so far by the live ones among ``pids``."""
-    total = 0
-    for pid in pids:
-        info = proc_info(pid)
-        if info is not None:
-            total += info.utime + info.stime
-    return total / _CLK_TCK
 
 
 def start_process(

@@ -21,7 +21,7 @@ from bisect import bisect_right
 
 import numpy as np
 
-from shrink.ingest.tcp_reassembly import Streams
+from shrink.ingest.capture.tcp_reassembly import Streams
 
 __all__ = ["REQ_PLAIN", "RESP_PLAIN", "plain_requests", "plain_responses"]
 

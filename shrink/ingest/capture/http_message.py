@@ -1,7 +1,7 @@
 """HTTP/1.x message syntax: start lines, header fields, body framing, found in bytes.
 
-The pieces :mod:`shrink.ingest.http_parse` (the careful parser) and
-:mod:`shrink.ingest.http_plain` (the plain-stream shortcut) share: the request
+The pieces :mod:`shrink.ingest.capture.http_parse` (the careful parser) and
+:mod:`shrink.ingest.capture.http_plain` (the plain-stream shortcut) share: the request
 and status line patterns, searches for the next start line, header values,
 cookies and how a header block says its body is framed (RFC 9112), and
 :class:`HttpResult`, the columns the parser fills.

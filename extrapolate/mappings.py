@@ -1,7 +1,7 @@
 """The hook :func:`shrink.predict.predict` calls for the cross-socket step.
 
-``shrink.pipeline`` imports :func:`extrapolate_mappings` when this package is
-installed and hands it the SHRiNK-scaled curve of the share (from
+``shrink.pipeline`` hands :func:`extrapolate_mappings` to predict, which calls it
+with the SHRiNK-scaled curve of the share (from
 :func:`shrink.scaling.shrink_scaled_curve`); it gets back, per mapping, the
 MATs with intervals and the predicted curve, in the prediction JSON's form.
 """
@@ -16,7 +16,6 @@ from extrapolate.remap import extrapolate_curve
 from shrink.loadcurve import LoadCurve
 from shrink.machine import Machine
 from shrink.mat import mat
-from shrink.predict import curve_summary
 
 __all__ = ["extrapolate_mappings"]
 
@@ -46,7 +45,7 @@ def extrapolate_mappings(
         for stat, sp in mp.stats.items():
             status = mat(curves[name], stat, sp.threshold).status
             d[stat] = {**sp.to_dict(), "status": status}
-        d["curve"] = curve_summary(curves[name])
+        d["curve"] = curves[name].summary()
         d["detail"] = {**mp.detail, "reason": pred.reason if name == pred.recommended else ""}
         out[name] = d
     return out

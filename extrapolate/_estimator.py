@@ -1,18 +1,18 @@
-"""Checks shared by the models: fitted-ness, share descriptions."""
+"""Checks the estimators share: fitted-ness, and the share a curve describes."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from shrink.errors import ExtrapolationError
+from shrink.errors import ExtrapolationError, NotFittedError
 
 __all__ = ["check_is_fitted", "share_kind"]
 
 
 def check_is_fitted(model: object, attribute: str) -> None:
-    """Raise :class:`ExtrapolationError` unless ``model`` has ``attribute`` (set by fit)."""
+    """Raise :class:`NotFittedError` unless ``model`` has ``attribute`` (set by fit)."""
     if not hasattr(model, attribute):
-        raise ExtrapolationError(
+        raise NotFittedError(
             f"{type(model).__name__} is not fitted yet: call fit() before using it"
         )
 

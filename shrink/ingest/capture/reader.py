@@ -10,7 +10,7 @@ Pipeline, one module per step::
     tcp_reassembly segments -> connections, ordered byte streams, timing tables
     http_parse     streams -> requests and responses, paired in order
     http_sessions  exchanges -> sessions, bursts, think times -> Trace columns
-    pcap_synth     writes synthetic HTTP captures (tests, benchmark)
+    (tests/helpers/pcap_synth.py writes synthetic HTTP captures for the tests and bench)
 
 ``engine="auto"`` is the fast engine for every file it reads (classic pcap in
 either byte order and time resolution, and pcapng); ``"scapy"`` gives the same
@@ -42,16 +42,16 @@ from typing import Any, Literal
 
 import numpy as np
 
+from shrink.checks import check_scalar, parse_duration
 from shrink.classify import Classifier
 from shrink.errors import ParameterError
-from shrink.ingest.http_parse import parse_http
-from shrink.ingest.http_sessions import parse_sessions, sessionize
-from shrink.ingest.pcap_decode import LINKTYPES, decode_records
-from shrink.ingest.pcap_files import read_records
-from shrink.ingest.tcp_reassembly import reassemble
-from shrink.ingest.tcp_segments import Segments
+from shrink.ingest.capture.http_parse import parse_http
+from shrink.ingest.capture.http_sessions import parse_sessions, sessionize
+from shrink.ingest.capture.pcap_decode import LINKTYPES, decode_records
+from shrink.ingest.capture.pcap_files import read_records
+from shrink.ingest.capture.tcp_reassembly import reassemble
+from shrink.ingest.capture.tcp_segments import Segments
 from shrink.trace import Trace
-from shrink.validation import check_scalar, parse_duration
 
 __all__ = ["read_capture", "read_segments"]
 
@@ -66,7 +66,7 @@ def read_segments(
     if engine not in ("auto", "fast", "scapy"):
         raise ParameterError(f"engine == {engine!r}, must be 'auto', 'fast' or 'scapy'.")
     if engine == "scapy":
-        from shrink.ingest.pcap_scapy import scapy_segments
+        from shrink.ingest.capture.pcap_scapy import scapy_segments
 
         seg, fmt, damage = scapy_segments(path, strict=strict)
         return seg, {"format": fmt, "damage": damage, "reader": "capture-scapy"}

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from shrink.ingest.http_message import (
+from shrink.ingest.capture.http_message import (
     CHUNK_WINDOW,
     DETECT_WINDOW,
     HEADER_WINDOW,
@@ -41,8 +41,8 @@ from shrink.ingest.http_message import (
     find_request,
     find_response,
 )
-from shrink.ingest.http_plain import REQ_PLAIN, RESP_PLAIN, plain_requests, plain_responses
-from shrink.ingest.tcp_reassembly import Connection, Streams
+from shrink.ingest.capture.http_plain import REQ_PLAIN, RESP_PLAIN, plain_requests, plain_responses
+from shrink.ingest.capture.tcp_reassembly import Connection, Streams
 
 __all__ = ["HttpResult", "find_request", "find_response", "parse_http"]
 

@@ -2,7 +2,7 @@
 
 The fast path never builds a Python object per packet. The file is mapped
 (or decompressed if it is gzip), the classic-pcap record chain is followed for
-all blocks of the file at once (:mod:`shrink.ingest.pcap_walk`; pcapng blocks
+all blocks of the file at once (:mod:`shrink.ingest.capture.pcap_walk`; pcapng blocks
 in a loop), and every record's header and first frame bytes are then read in
 one numpy gather. Packet bytes stay where they are; later stages index into
 the same buffer.
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from shrink.errors import CaptureFormatError
-from shrink.ingest.pcap_walk import FRAME, HEADER, gather, header_dtype, walk_chain
+from shrink.ingest.capture.pcap_walk import FRAME, HEADER, gather, header_dtype, walk_chain
 
 __all__ = [
     "MAX_NS",
@@ -171,7 +171,7 @@ def _walk_pcap(
 ) -> tuple[np.ndarray, np.ndarray, str | None]:
     """(record offsets, captured lengths, damage) of a classic pcap file.
 
-    The records are found by :func:`~shrink.ingest.pcap_walk.walk_chain`, which
+    The records are found by :func:`~shrink.ingest.capture.pcap_walk.walk_chain`, which
     stops at the first bad record; impossible lengths and a cut-short last
     record are then reported from that record's header.
     """

@@ -18,7 +18,7 @@ import numpy as np
 
 from shrink.classify import Classifier
 from shrink.errors import ParameterError
-from shrink.ingest.http_parse import HttpResult
+from shrink.ingest.capture.http_parse import HttpResult
 
 __all__ = ["address_text", "parse_sessions", "sessionize"]
 

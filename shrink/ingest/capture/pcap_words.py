@@ -1,6 +1,6 @@
 """Fields of packet headers at any byte offsets of a capture buffer, one gather each.
 
-Helpers of :mod:`shrink.ingest.pcap_decode`: 8-byte words at arbitrary
+Helpers of :mod:`shrink.ingest.capture.pcap_decode`: 8-byte words at arbitrary
 offsets, bytes and big-endian fields of them, and 16-byte addresses.
 """
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shrink.ingest.tcp_segments import Segments
+from shrink.ingest.capture.tcp_segments import Segments
 
 __all__ = ["Connection", "Streams", "reassemble"]
 

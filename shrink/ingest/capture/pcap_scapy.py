@@ -16,10 +16,16 @@ from pathlib import Path
 import numpy as np
 
 from shrink.errors import CaptureFormatError
-from shrink.ingest.ip_fragments import Fragment, Key, defragment
-from shrink.ingest.pcap_decode import LINKTYPES
-from shrink.ingest.pcap_files import MAX_NS, MAX_RECORD, PCAP_MAGICS, capture_format, load_bytes
-from shrink.ingest.tcp_segments import Segments
+from shrink.ingest.capture.ip_fragments import Fragment, Key, defragment
+from shrink.ingest.capture.pcap_decode import LINKTYPES
+from shrink.ingest.capture.pcap_files import (
+    MAX_NS,
+    MAX_RECORD,
+    PCAP_MAGICS,
+    capture_format,
+    load_bytes,
+)
+from shrink.ingest.capture.tcp_segments import Segments
 
 __all__ = ["scapy_segments"]
 

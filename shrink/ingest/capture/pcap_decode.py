@@ -3,7 +3,7 @@
 Each header field is one vectorised gather over all packets; a packet drops
 out (and is counted by kind) as soon as a test fails, so no Python code runs
 per packet (IP fragments aside: rare, they are reassembled in Python by
-:mod:`shrink.ingest.ip_fragments`, and each TCP datagram so made is decoded
+:mod:`shrink.ingest.capture.ip_fragments`, and each TCP datagram so made is decoded
 from a buffer appended to the file's). Supported link types: Ethernet with
 802.1Q/802.1ad tags, Linux cooked capture v1 (SLL) and v2 (SLL2), raw IP, BSD
 loopback (NULL, host byte order) and OpenBSD loopback (LOOP).
@@ -15,11 +15,11 @@ from collections import Counter
 
 import numpy as np
 
-from shrink.ingest.ip_fragments import Fragment, defragment
-from shrink.ingest.pcap_files import RawRecords
-from shrink.ingest.pcap_walk import FRAME, gather
-from shrink.ingest.pcap_words import Words, b, be16, be32, ip_addresses, le32
-from shrink.ingest.tcp_segments import Segments
+from shrink.ingest.capture.ip_fragments import Fragment, defragment
+from shrink.ingest.capture.pcap_files import RawRecords
+from shrink.ingest.capture.pcap_walk import FRAME, gather
+from shrink.ingest.capture.pcap_words import Words, b, be16, be32, ip_addresses, le32
+from shrink.ingest.capture.tcp_segments import Segments
 
 __all__ = ["LINKTYPES", "decode_records"]
 
@@ -100,7 +100,7 @@ def _fragments(
 ) -> list[Fragment]:
     """The IP fragments described by ``at`` (per row: packet number, time, IP header
     offsets and words, as :func:`_general` has them), for
-    :func:`~shrink.ingest.ip_fragments.defragment`. Fragments are rare: a Python
+    :func:`~shrink.ingest.capture.ip_fragments.defragment`. Fragments are rare: a Python
     object each is fine."""
     l3, l4, v4, end, ip_end, w0, w1, proto = (
         at[k] for k in ("l3", "l4", "v4", "end", "ip_end", "w0", "w1", "proto")
@@ -345,7 +345,7 @@ def _with_datagrams(
 def decode_records(recs: RawRecords) -> Segments:
     """TCP segments of every record; everything else counted in ``skipped`` by kind.
 
-    IP fragments are reassembled (:mod:`shrink.ingest.ip_fragments`); a TCP
+    IP fragments are reassembled (:mod:`shrink.ingest.capture.ip_fragments`); a TCP
     datagram so made is a segment dated and numbered by its last fragment.
     """
     data = recs.buf

@@ -1,0 +1,114 @@
+"""What /proc says about CPUs and processes: the one reader of /proc/stat and /proc/PID/stat.
+
+``/proc/stat`` gives per-CPU jiffies (user nice system idle iowait irq softirq
+steal); a window's busy or steal fraction is the difference of two snapshots
+(:func:`utilization`). ``/proc/PID/stat`` gives a process's state, parent, CPU
+ticks and start time (the start time tells a reused PID from the one we started).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "ProcInfo",
+    "cpu_seconds",
+    "cpu_times",
+    "proc_info",
+    "process_cpu_seconds",
+    "steal_times",
+    "utilization",
+]
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    """The fields of ``/proc/PID/stat`` we use."""
+
+    pid: int
+    comm: str
+    state: str
+    ppid: int
+    utime: int
+    stime: int
+    starttime: int
+
+
+def _stat(pid: int | str) -> ProcInfo:
+    """Parse ``/proc/PID/stat`` (``pid`` may be ``self``); OSError if it cannot be read."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    # comm is in parentheses and may itself hold spaces or parentheses.
+    head, _, rest = text.rpartition(")")
+    comm = head.partition("(")[2]
+    f = rest.split()
+    number = os.getpid() if pid == "self" else int(pid)
+    return ProcInfo(number, comm, f[0], int(f[1]), int(f[11]), int(f[12]), int(f[19]))
+
+
+def proc_info(pid: int) -> ProcInfo | None:
+    """Parse ``/proc/PID/stat``; None if the process does not exist."""
+    try:
+        return _stat(pid)
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+
+
+def process_cpu_seconds(pid: int | str = "self") -> float:
+    """User + system CPU seconds of a process; OSError if it is gone."""
+    info = _stat(pid)
+    return (info.utime + info.stime) / _CLK_TCK
+
+
+def cpu_seconds(pids: Iterable[int]) -> float:
+    """User + system CPU seconds used so far by the live ones among ``pids``."""
+    total = 0
+    for pid in pids:
+        info = proc_info(pid)
+        if info is not None:
+            total += info.utime + info.stime
+    return total / _CLK_TCK
+
+
+def _cpu_fields() -> dict[int, list[int]]:
+    """Per CPU: user nice system idle iowait irq softirq steal jiffies from /proc/stat."""
+    out: dict[int, list[int]] = {}
+    with open("/proc/stat", encoding="ascii") as fh:
+        for line in fh:
+            if not line.startswith("cpu") or line.startswith("cpu "):
+                continue
+            name, *vals = line.split()
+            v = [int(x) for x in vals[:8]]
+            out[int(name[3:])] = v + [0] * (8 - len(v))
+    return out
+
+
+def cpu_times() -> dict[int, tuple[int, int]]:
+    """Per CPU (busy, total) jiffies from /proc/stat; idle and iowait count as not busy."""
+    return {c: (sum(v) - v[3] - v[4], sum(v)) for c, v in _cpu_fields().items()}
+
+
+def steal_times() -> dict[int, tuple[int, int]]:
+    """Per CPU (steal, total) jiffies from /proc/stat, for :func:`utilization`.
+
+    Steal is time the hypervisor ran something else while this CPU wanted to run;
+    /proc/stat counts it as busy.
+    """
+    return {c: (v[7], sum(v)) for c, v in _cpu_fields().items()}
+
+
+def utilization(
+    before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]], cpus: list[int]
+) -> dict[int, float]:
+    """Busy fraction of each of ``cpus`` between two :func:`cpu_times` snapshots."""
+    out = {}
+    for c in cpus:
+        if c in before and c in after:
+            busy = after[c][0] - before[c][0]
+            total = after[c][1] - before[c][1]
+            out[c] = busy / total if total > 0 else 0.0
+    return out

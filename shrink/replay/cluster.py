@@ -1,0 +1,356 @@
+"""Replay on a Ray cluster: one generator actor per slot, one merged RunLog.
+
+When one machine cannot drive the load (a full-scale validation of a two-socket
+server), the sample is split by session hash into one part per generator slot
+(:func:`shrink.replay.scaleout.split_sessions`, so each session stays whole on one
+generator) and each part runs in a Ray actor, placed by a placement group
+(``SPREAD``: one slot per node while there are nodes, then several per node).
+
+Start. Each actor builds its schedule and engine, then waits. The driver measures
+every actor's wall-clock offset by a round trip (Cristian's method: the offset is
+the actor's clock minus the midpoint of the driver's send and receive, uncertain
+by half the round trip), picks one wall-clock instant ``START_MARGIN`` ahead, and
+hands each actor that instant in its own clock. Each actor turns it into its own
+monotonic zero, so all intended times share one t0 up to the offset estimate's
+error. The hosts' clocks must therefore stay within ``CLOCK_LIMIT`` of each other
+*after* this correction (the residual is at most half the measured round trip
+plus the drift over one run); the measured offsets and round trips go into the
+RunLog's metadata (``generators``), and a round trip over ``2 * CLOCK_LIMIT``
+is refused because the start could then be off by more than that.
+
+Merge. RunLog times are relative to the run's zero, so the parts concatenate as
+they are (exactly what one generator would have written, rows in part order);
+percentiles are then exact from the merged arrays.
+
+Faults. An actor that dies (its node lost, its process killed) or that does not
+report within its run's horizon plus ``GRACE`` is recorded in ``lost`` with its
+slot, node and reason; the other actors' rows are kept, and nothing waits past
+the grace. A cluster that cannot be reached is a one-line :class:`ReplayError`.
+
+Ray is an optional extra (``pip install shrink[ray]``); without it, asking for a
+cluster is a one-line error naming the extra.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from time import monotonic
+from typing import Any
+
+from shrink.errors import ParameterError, ReplayError
+from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
+from shrink.replay.writer import RunLogWriter
+from shrink.runlog import RunLog
+from shrink.schedule import build_schedule
+from shrink.trace import Trace
+
+__all__ = [
+    "CLOCK_LIMIT",
+    "ClusterRun",
+    "ClusterSpec",
+    "LostGenerator",
+    "parse_cluster",
+    "ray_available",
+    "run_on_cluster",
+]
+
+CLOCK_LIMIT = 0.005  # s: the start skew we accept between generators (a few % of a 100 ms think)
+START_MARGIN = 0.5  # s between the last clock reading and the common start
+GRACE = 30.0  # s past a run's horizon before a silent actor counts as lost
+READY_TIMEOUT = 120.0  # s for every actor to build its engine
+
+
+def ray_available() -> bool:
+    """Whether the optional ``ray`` extra is installed."""
+    return importlib.util.find_spec("ray") is not None
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """Where the generators run: a Ray cluster address and how many slots to use."""
+
+    address: str  # as ray.init takes it; "auto" is the running cluster
+    generators: int = 2
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "ray", "address": self.address, "generators": self.generators}
+
+
+def parse_cluster(text: str | None, generators: int | None = None) -> ClusterSpec | None:
+    """Read ``--cluster ray:ADDRESS`` (``ray:auto`` for the running cluster); None if absent."""
+    if text is None or text == "":
+        return None
+    kind, sep, address = text.partition(":")
+    if kind != "ray" or not sep or not address:
+        raise ParameterError(
+            f"--cluster {text!r}: expected ray:ADDRESS (e.g. ray:auto, ray:10.0.0.5:6379)."
+        )
+    n = 2 if generators is None else generators
+    if n < 1:
+        raise ParameterError(f"--generators == {n}, must be at least 1.")
+    return ClusterSpec(address=address, generators=n)
+
+
+@dataclass(frozen=True)
+class LostGenerator:
+    """A generator slot whose rows did not come back."""
+
+    slot: int
+    node: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"slot": self.slot, "node": self.node, "reason": self.reason}
+
+
+@dataclass
+class ClusterRun:
+    """What the actors of one run reported, besides their rows."""
+
+    stats: list[EngineStats]
+    lost: list[LostGenerator] = field(default_factory=list)
+    generators: list[dict[str, Any]] = field(default_factory=list)
+
+
+class _Generator:
+    """One generator slot (the Ray actor's class; ``ray.remote`` wraps it at run time).
+
+    The actor is threaded (``max_concurrency=3``): :meth:`run` blocks in the engine
+    while :meth:`clock` and :meth:`start` answer the driver.
+    """
+
+    def __init__(self) -> None:
+        self._start = threading.Event()
+        self._ready = threading.Event()
+        self._t0_wall = 0.0
+
+    def node(self) -> str:
+        return socket.gethostname()
+
+    def clock(self) -> float:
+        return time.time()
+
+    def ready(self) -> bool:
+        return self._ready.wait(timeout=1.0)
+
+    def start(self, t0_wall: float) -> None:
+        self._t0_wall = t0_wall
+        self._start.set()
+
+    def run(
+        self,
+        trace: Trace,
+        config: EngineConfig,
+        params: dict[str, Any],
+        cpu: int | None,
+        meta: dict[str, Any],
+        engine: Any,
+    ) -> tuple[Any, EngineStats]:
+        if cpu is not None:
+            os.sched_setaffinity(0, {cpu})
+        sched = build_schedule(trace, **params)
+        with tempfile.TemporaryDirectory(prefix="shrink-ray-") as tmp:
+            path = Path(tmp) / "part.parquet"
+            writer = RunLogWriter(path, meta)
+
+            def on_ready() -> float:
+                self._ready.set()
+                if not self._start.wait(timeout=READY_TIMEOUT):
+                    raise ReplayError("the driver never gave the start time")
+                # the common wall-clock instant, in this host's monotonic clock
+                return monotonic() + (self._t0_wall - time.time())
+
+            stats = engine(sched, config, writer, on_ready=on_ready)
+            log = RunLog.read_parquet(path)
+        return log.table, stats
+
+
+def _connect(spec: ClusterSpec) -> Any:
+    if not ray_available():
+        raise ReplayError(
+            "--cluster needs Ray: install the extra with pip install 'shrink[ray]'"
+        )
+    import ray
+
+    if ray.is_initialized():
+        return ray
+    _check_reachable(spec.address)
+    try:
+        ray.init(address=spec.address, logging_level="ERROR", log_to_driver=False)
+    except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError...
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ReplayError(f"cannot reach Ray cluster {spec.address!r}: {first}") from None
+    return ray
+
+
+def _check_reachable(address: str) -> None:
+    """Refuse an address whose GCS port does not answer, before Ray sees it.
+
+    Ray's core aborts the whole process (no Python exception) when it cannot reach
+    the GCS it was pointed at, so an unreachable cluster is caught here instead.
+    """
+    if address in ("auto", "local") or address.startswith(("ray://", "anyscale://")):
+        return  # ray.init finds (or refuses) those itself, with a Python error
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ReplayError(f"Ray cluster address {address!r} is not HOST:PORT, auto or ray://...")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=5.0):
+            pass
+    except OSError as exc:
+        raise ReplayError(
+            f"cannot reach Ray cluster {address!r}: {exc.strerror or exc}"
+        ) from None
+
+
+def _offsets(ray: Any, actors: list[Any]) -> list[dict[str, float]]:
+    """Each actor's wall-clock offset from the driver, and the round trip it was read over."""
+    out = []
+    for actor in actors:
+        best: dict[str, float] | None = None
+        for _ in range(5):  # the shortest of a few round trips bounds the error best
+            sent = time.time()
+            theirs = ray.get(actor.clock.remote(), timeout=30)
+            back = time.time()
+            cand = {"offset": theirs - (sent + back) / 2, "rtt": back - sent}
+            if best is None or cand["rtt"] < best["rtt"]:
+                best = cand
+        assert best is not None
+        out.append(best)
+    return out
+
+
+def run_on_cluster(
+    spec: ClusterSpec,
+    parts: list[Trace],
+    config: EngineConfig,
+    params: dict[str, Any],
+    meta: dict[str, Any],
+    *,
+    avoid_cpus: set[int] | frozenset[int] = frozenset(),
+    engine: Any = run_schedule,
+    on_start: Any = None,
+) -> tuple[RunLog, ClusterRun]:
+    """Run one part of the trace per actor; return the merged RunLog and what was lost.
+
+    ``params`` are :func:`build_schedule`'s keyword arguments, the same for every
+    part (the whole trace's origin, span and id stride). ``avoid_cpus``: CPUs an
+    actor on the driver's own host must not pin to (the server's share).
+    ``on_start(t0)`` gets the common zero in the driver's monotonic clock.
+    """
+    ray = _connect(spec)
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    n = len(parts)
+    pg = placement_group([{"CPU": 1}] * n, strategy="SPREAD")
+    try:
+        ray.get(pg.ready(), timeout=READY_TIMEOUT)
+    except Exception:
+        remove_placement_group(pg)
+        raise ReplayError(
+            f"the Ray cluster {spec.address!r} cannot place {n} generator slots of one CPU each"
+        ) from None
+    remote = ray.remote(num_cpus=1, max_concurrency=3)(_Generator)
+    actors = [
+        remote.options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                placement_group=pg, placement_group_bundle_index=i
+            )
+        ).remote()
+        for i in range(n)
+    ]
+    try:
+        return _drive(ray, actors, spec, parts, config, params, meta, avoid_cpus, engine, on_start)
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+        remove_placement_group(pg)
+
+
+def _pin(ray: Any, actors: list[Any], avoid: set[int] | frozenset[int]) -> list[int | None]:
+    """A CPU per actor: distinct on each host, never one of ``avoid`` on the driver's host."""
+    here = socket.gethostname()
+    nodes = ray.get([a.node.remote() for a in actors], timeout=60)
+    free = sorted(set(os.sched_getaffinity(0)) - set(avoid))
+    taken: dict[str, int] = {}
+    cpus: list[int | None] = []
+    for node in nodes:
+        k = taken.get(node, 0)
+        taken[node] = k + 1
+        if node == here:
+            cpus.append(free[k % len(free)] if free else None)
+        else:
+            cpus.append(None)  # another host: its own scheduler places it
+    return cpus
+
+
+def _drive(
+    ray: Any,
+    actors: list[Any],
+    spec: ClusterSpec,
+    parts: list[Trace],
+    config: EngineConfig,
+    params: dict[str, Any],
+    meta: dict[str, Any],
+    avoid: set[int] | frozenset[int],
+    engine: Any,
+    on_start: Any,
+) -> tuple[RunLog, ClusterRun]:
+    nodes = ray.get([a.node.remote() for a in actors], timeout=60)
+    cpus = _pin(ray, actors, avoid)
+    runs = [
+        a.run.remote(parts[i], config, params, cpus[i], {**meta, "part": i}, engine)
+        for i, a in enumerate(actors)
+    ]
+    deadline = monotonic() + READY_TIMEOUT
+    for i, a in enumerate(actors):
+        while not ray.get(a.ready.remote(), timeout=60):
+            done, _ = ray.wait([runs[i]], timeout=0)
+            if done or monotonic() > deadline:
+                ray.get(runs[i])  # raises the actor's error, if that is why
+                raise ReplayError(f"generator {i} on {nodes[i]} never became ready")
+    clocks = _offsets(ray, actors)
+    worst = max(c["rtt"] for c in clocks) / 2
+    if worst > CLOCK_LIMIT:
+        raise ReplayError(
+            f"a generator's clock offset is uncertain by {worst * 1e3:.1f} ms (half its round "
+            f"trip), over the {CLOCK_LIMIT * 1e3:g} ms the start may be off by"
+        )
+    t0_wall = time.time() + START_MARGIN
+    if on_start is not None:
+        on_start(monotonic() + (t0_wall - time.time()))
+    for a, c in zip(actors, clocks, strict=True):
+        a.start.remote(t0_wall + c["offset"])
+    horizon = float(params.get("horizon", 0.0))
+    wait_until = monotonic() + START_MARGIN + horizon + GRACE
+    tables, stats, lost = [], [], []
+    for i, ref in enumerate(runs):
+        try:
+            table, st = ray.get(ref, timeout=max(1.0, wait_until - monotonic()))
+            tables.append(RunLog(table))
+            stats.append(st)
+        except Exception as exc:  # RayActorError, GetTimeoutError, a task error
+            reason = type(exc).__name__
+            if "Timeout" in reason:
+                ray.kill(actors[i])
+                reason = f"no report within {GRACE:g} s of the run's end"
+            lost.append(LostGenerator(i, nodes[i], reason))
+    generators = [
+        {"slot": i, "node": nodes[i], "cpu": cpus[i], "clock_offset": clocks[i]["offset"],
+         "clock_rtt": clocks[i]["rtt"], "lost": any(g.slot == i for g in lost)}
+        for i in range(len(actors))
+    ]  # fmt: skip
+    log = RunLog.concat(
+        tables,
+        meta={**meta, "t0_unix": t0_wall, "processes": len(actors), "cluster": spec.describe(),
+              "generators": generators, "lost_generators": [g.to_dict() for g in lost]},
+    )  # fmt: skip
+    return log, ClusterRun(stats, lost, generators)

@@ -1,0 +1,1 @@
+"""Helpers shared by the tests (never imported from a ``test_*`` module)."""

@@ -1,0 +1,44 @@
+"""The Prediction value: its JSON form and the recommendation rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from shrink.errors import TraceFormatError
+from shrink.prediction import MappingPrediction, Prediction, StatPrediction, rank_mappings
+
+
+def _mp(**mats: float | None) -> MappingPrediction:
+    return MappingPrediction({s: StatPrediction(m, (m, m), 0.01) for s, m in mats.items()}, {})
+
+
+def test_rank_mappings_is_the_recommendation_rule():
+    maps = {"a": _mp(mean=100.0, p999=50.0), "b": _mp(mean=120.0), "c": _mp(mean=100.0, p999=60.0)}
+    assert rank_mappings(maps, ["mean"]) == ["b", "a", "c"]  # equals keep their order
+    assert rank_mappings(maps, ["mean", "p999"]) == ["b", "c", "a"]  # the next stat breaks ties
+    near = {"a": _mp(mean=1001.0), "b": _mp(mean=1003.0)}
+    assert rank_mappings(near, ["mean"]) == ["b", "a"]
+    assert rank_mappings(near, ["mean"], decimals=-1) == ["a", "b"]  # both 1000 req/s
+    assert rank_mappings({"x": _mp(mean=None), "y": _mp(mean=5.0)}, ["mean"]) == ["y", "x"]
+
+
+def test_stat_prediction_writes_what_its_producer_knows():
+    modelled = StatPrediction(100.0, (90.0, 110.0), 0.01)
+    assert set(modelled.to_dict()) == {"mat", "ci", "threshold"}
+    measured = StatPrediction(100.0, (90.0, 110.0), 0.01, "not_reached", 130.0)
+    assert measured.to_dict()["stalled_ceiling"] == 130.0 and measured.is_bound
+    remapped = StatPrediction.from_dict({"mat": 1.0, "ci": [1, 1], "threshold": 1, "status": "ok"})
+    assert "stalled_ceiling" not in remapped.to_dict()
+    for sp in (modelled, measured, remapped):
+        assert StatPrediction.from_dict(sp.to_dict()).to_dict() == sp.to_dict()
+
+
+def test_prediction_round_trip_and_schema(tmp_path):
+    p = Prediction({"name": "m"}, {"1-replica": _mp(mean=10.0)}, "1-replica", "only one")
+    p.alpha, p.thresholds, p.extra = 0.25, {"mean": 0.01}, {"workload": {"name": "w"}}
+    d = p.to_dict()
+    assert "target" not in d and d["alpha"] == 0.25 and d["workload"] == {"name": "w"}
+    back = Prediction.read_json(p.write_json(tmp_path / "p.json"))
+    assert back.to_dict() == d
+    with pytest.raises(TraceFormatError, match=r"expected 'shrink\.prediction/1'"):
+        Prediction.from_dict({**d, "schema": "shrink.mat/1"})
