@@ -120,3 +120,22 @@ def test_level_stats_counts_only_the_window():
     assert st.requests == 50 and st.failures == {"transport": 0, "http_4xx": 0, "http_5xx": 0}
     res = RunResult(log, (0.0, 0.5), res.generator)
     assert level_stats(res).failures["http_5xx"] == 50 and level_stats(res).failed
+
+
+def test_an_automatic_sweep_measures_below_a_level_where_requests_failed():
+    from shrink.autolevels import _above
+    from shrink.loadcurve import ClassStats, Level, LevelStats
+
+    def rep(thr: float, mean: float, failed: int) -> LevelStats:
+        cs = ClassStats(1000, thr, mean, mean, mean, mean, mean)
+        counts = {"transport": failed, "http_4xx": 0, "http_5xx": 0}
+        return LevelStats(thr, cs, failures=counts, requests=1000, generator_cpu=0.1)
+
+    levels = {
+        1.0: Level(1.0, [rep(100, 0.001, 0)]),
+        2.0: Level(2.0, [rep(200, 0.002, 0)]),
+        4.0: Level(4.0, [rep(150, 0.002, 300)]),  # overloaded: 30% timed out
+    }
+    curve = LoadCurve(levels=list(levels.values()))
+    assert mat(curve, "mean", 0.005).status == "not_reached"
+    assert _above(levels, curve, {"mean": 0.005}) == 3.0
