@@ -161,9 +161,13 @@ class RunLogWriter:
         self.error: WriteError | None = None
         self.closed = False
         self._schema = WRITER_SCHEMA
+        self._fd = -1
         if self.path is not None:
+            # The file is created now, before anything is measured: a path that
+            # cannot be written is an error before the run, not after it.
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._fd, self._tmp = open_exclusive(self.path)
             except OSError as exc:
                 raise WriteError(self.path, exc) from exc
 
@@ -175,11 +179,8 @@ class RunLogWriter:
         )
         if self.path is None or self._writer is not None:
             return
-        try:
-            fd, self._tmp = open_exclusive(self.path)
-        except OSError as exc:
-            raise WriteError(self.path, exc) from exc
-        self._sink = _Sink(fd, self._reserve())
+        assert self._tmp is not None
+        self._sink = _Sink(self._fd, self._reserve())
         try:
             self._writer = pq.ParquetWriter(self._sink, self._schema, compression="zstd")
         except OSError as exc:  # not even the header fits: nothing to keep
