@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -37,6 +38,13 @@ def summarize(out: Path, seconds: float | None = None) -> dict[str, Any]:
         row[f"{stat}_measured"] = m["measured"]
         row[f"{stat}_ratio"] = m["predicted"] / m["measured"] if m["measured"] else None
         row[f"{stat}_status"] = f"{m['predicted_status']}/{m['measured_status']}"
+        ci = m.get("predicted_ci") or [None, None]
+        row[f"{stat}_ci"] = ci
+        # Older validation.json files have no "covered": work it out from the interval.
+        covered = m.get("covered")
+        if covered is None and row[f"{stat}_status"] == "ok/ok" and None not in ci:
+            covered = bool(ci[0] <= m["measured"] <= ci[1])
+        row[f"{stat}_covered"] = covered
     row["paired"] = bool((val.get("meta") or {}).get("paired"))
     row["max_other_cpu"] = checks.get("max_other_cpu")
     row["generator_kept_up"] = checks.get("generator_kept_up")
@@ -159,7 +167,9 @@ def _fmt(row: dict[str, Any]) -> str:
         "-" if secs is None else f"{secs / 60:.1f} min",
         *(
             f"{row[f'{s}_predicted']:,.0f} / {row[f'{s}_measured']:,.0f} = "
-            f"{row[f'{s}_ratio']:.3f} ({row[f'{s}_status']})"
+            f"{row[f'{s}_ratio']:.3f} ({row[f'{s}_status']}"
+            + {True: ", covered", False: ", **missed**", None: ""}[row.get(f"{s}_covered")]
+            + ")"
             for s in ("mean", "p999")
             if f"{s}_ratio" in row and row[f"{s}_ratio"] is not None
         ),
@@ -178,6 +188,27 @@ HEADER = (
     "generator kept up (its CPU's worst steal) |\n"
     "|---|---|---|---|---|---|---|---|"
 )
+
+
+def _coverage(rows: list[dict[str, Any]]) -> None:
+    """How often the 95% intervals held the measured MAT, and the model error the runs
+    calibrate (root mean square of the log errors: shrink.uncertainty.EMULATION_ERROR)."""
+    got = [(r[f"{s}_covered"], s) for r in rows for s in ("mean", "p999")]
+    judged = [c for c, _ in got if c is not None]
+    if judged:
+        print(
+            f"\n95% intervals covered the measured MAT in {sum(judged)} of {len(judged)} "
+            "(statistic, run) pairs (conclusive ones)"
+        )
+    logs = [
+        math.log(r[f"{s}_ratio"])
+        for r in rows
+        for s in ("mean", "p999")
+        if r.get(f"{s}_ratio") and r.get(f"{s}_status") == "ok/ok"
+    ]
+    if logs:
+        rms = math.sqrt(sum(x * x for x in logs) / len(logs))
+        print(f"root mean square log error over those pairs: {100 * rms:.1f}% (model error)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -231,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{sum(e <= target for e in errs)} of {len(ok)} conclusive runs "
             f"({len(rows) - len(ok)} inconclusive)"
         )
+    _coverage(rows)
     for key, what in (("behind", "fell behind"), ("kept", "kept up")):
         v = sorted(x for r in rows for x in r["rep_steal"][key])
         if v:

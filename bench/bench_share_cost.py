@@ -50,12 +50,13 @@ def measure(work: Path, trace_path: Path, docroot: Path, variant: dict[str, Any]
     if variant["period_us"]:
         share_mod.choose_period_us = lambda f, n, tick_us=None: variant["period_us"]
     prov = make_provider("testbed", docroot=docroot, run_dir=work / f"runs-{rnd}")
-    share = {"kind": "cpu_time", "cpus": [1], "fraction": 0.25, "cpu_fraction": 0.25}
+    share = share_mod.Share.cpu_time((1,), 0.25)
+    whole = share_mod.Share.whole((1,))
     rows = []
     try:
         with (
             prov.open(share, "1-replica") as target,
-            prov.open({"kind": "all", "cpus": [1], "fraction": 1.0}, "1-replica") as full,
+            prov.open(whole, "1-replica") as full,
         ):
             spinner = subprocess.Popen([sys.executable, "-c", SPIN]) if variant["spin"] else None
             try:
@@ -68,7 +69,7 @@ def measure(work: Path, trace_path: Path, docroot: Path, variant: dict[str, Any]
                     assert got is not None and got[1] is not None
                     for a, b in zip(got[0].reps, got[1].reps, strict=True):
                         ca = cpu_seconds_per_request(a, share)
-                        cb = cpu_seconds_per_request(b, {"cpus": [1], "cpu_fraction": 1.0})
+                        cb = cpu_seconds_per_request(b, whole)
                         rows.append(
                             {
                                 **variant,

@@ -43,10 +43,6 @@ def _open(work: Path):
     return trace, sample, prov
 
 
-SHARE = {"kind": "cpu_time", "cpus": [1], "fraction": 0.25, "cpu_fraction": 0.25}
-WHOLE = {"kind": "all", "cpus": [1], "fraction": 1.0}
-
-
 def _row(tag: str, st: Any, alpha: float) -> dict[str, Any]:
     cost = None
     if st.utilization is not None and st.throughput > 0:
@@ -69,11 +65,13 @@ def _row(tag: str, st: Any, alpha: float) -> dict[str, Any]:
 
 def run(mode: str, level: float, values: list[float], rounds: int) -> list[dict[str, Any]]:
     from shrink.measure import level_stats, skip_start
+    from shrink.share import Share
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="shrink-window-") as tmp:
         trace, sample, prov = _open(Path(tmp))
-        with prov.open(SHARE, "1-replica") as share, prov.open(WHOLE, "1-replica") as whole:
+        quarter, one = Share.cpu_time((1,), 0.25), Share.whole((1,))
+        with prov.open(quarter, "1-replica") as share, prov.open(one, "1-replica") as whole:
             for tgt, tr in ((share, sample), (whole, trace)):
                 tgt.run(tr, rate_factor=0.3, warmup=1, duration=2, seed=1)  # warm caches
             longest = max(values)

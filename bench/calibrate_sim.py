@@ -41,7 +41,8 @@ import numpy as np
 
 from shrink.machine import Machine
 from shrink.mapping import build_mapping
-from shrink.sim import SimParams, SimShare, SimTarget, support_trace, tcp_trace
+from shrink.share import Share
+from shrink.sim import SimParams, SimTarget, support_trace, tcp_trace
 from shrink.sim.model import build_layout
 from shrink.sim.scaling import THRESHOLDS, MatSearch, compare_mappings, find_mats, scaling
 
@@ -87,7 +88,7 @@ def offsets(machine, configs, p, trace, stat_thr, search) -> dict:
     """Per config: kappa = 1/D - MAT per core (1/s); what the simulator adds to plain PS."""
     out = {}
     for mapping, cores in configs:
-        target = SimTarget(machine, mapping, SimShare(machine.all_cpus[:cores]), p)
+        target = SimTarget(machine, mapping, Share.cores_of(machine, machine.all_cpus[:cores]), p)
         mat = find_mats(target, trace, {"mean": stat_thr}, seed=5, search=search).mats["mean"].mat
         d = mean_demand_us(machine, mapping, cores, p, trace) * 1e-6
         out[(mapping, cores)] = (1.0 / d - mat / cores, mat)
@@ -123,7 +124,7 @@ def observations(machine: Machine, utilization: float = 0.8, reps: int = 3) -> N
 
     trace = support_trace(300, 60.0, seed=3)
     for n in (1, 2, 4, 8):
-        target = SimTarget(machine, "1-replica", SimShare(machine.all_cpus[:n]))
+        target = SimTarget(machine, "1-replica", Share.cores_of(machine, machine.all_cpus[:n]))
         f = 0.1 * n
         for _ in range(2):
             r = target.run(trace, rate_factor=f, warmup=6.0, duration=10.0, seed=99)

@@ -18,6 +18,7 @@ from shrink.machine import Machine
 from shrink.predict import PredictConfig, predict
 from shrink.providers import SimProvider
 from shrink.report.build import write_report
+from shrink.share import Share
 from shrink.sim.workloads import tcp_trace
 from shrink.validate import validate
 
@@ -42,8 +43,7 @@ def main(out: Path) -> dict[str, dict[str, float]]:
     for name, m in res.prediction.mappings.items():
         print(f"{name:20s} predicted mean-threshold MAT {m.stats['mean'].mat:>9,.0f} req/s")
     # Ground truth: the whole simulated machine under 1-replica, the full trace.
-    full_share = {"kind": "all", "cpus": list(machine.all_cpus), "fraction": 1.0}
-    with provider.open(full_share, "1-replica") as target:
+    with provider.open(Share.whole(machine.all_cpus), "1-replica") as target:
         full = auto_sweep(target, trace, thresholds, plan=plan, seed=2, alpha=1.0)
     v = validate(res.predicted, full, thresholds)
     write_report(out, res.prediction, measured=res.measured, full_run=full, validation=v)

@@ -1,12 +1,10 @@
-"""Checks the estimators share: fitted-ness, and the share a curve describes."""
+"""Checks the estimators share: fitted-ness."""
 
 from __future__ import annotations
 
-from typing import Any
+from shrink.errors import NotFittedError
 
-from shrink.errors import ExtrapolationError, NotFittedError
-
-__all__ = ["check_is_fitted", "share_kind"]
+__all__ = ["check_is_fitted"]
 
 
 def check_is_fitted(model: object, attribute: str) -> None:
@@ -15,11 +13,3 @@ def check_is_fitted(model: object, attribute: str) -> None:
         raise NotFittedError(
             f"{type(model).__name__} is not fitted yet: call fit() before using it"
         )
-
-
-def share_kind(share: dict[str, Any] | None) -> str:
-    """``cores``, ``cpu_time`` or ``all`` from a LoadCurve's share description."""
-    kind = (share or {}).get("kind", "all")
-    if kind not in ("cores", "cpu_time", "all"):
-        raise ExtrapolationError(f"share kind == {kind!r}, must be one of cores, cpu_time, all")
-    return str(kind)

@@ -22,6 +22,7 @@ from scipy.special import gammainc, gammaincinv
 from shrink.loadcurve import ClassStats, Level, LevelStats, LoadCurve
 from shrink.machine import Machine
 from shrink.mapping import build_mapping
+from shrink.share import Share
 
 __all__ = ["Truth", "truth_curve", "truth_demands", "truth_mat"]
 
@@ -197,7 +198,7 @@ def truth_curve(
                 )
             )
         out.append(Level(float(ui), rep_stats))
-    share = {"kind": "cores" if alpha < 1 else "all", "cpus": list(cpus), "fraction": alpha}
+    share = Share("cores" if alpha < 1 else "all", tuple(cpus), alpha)
     return LoadCurve(
         out,
         knob="rate_factor",

@@ -480,12 +480,12 @@ def _full_speed(curve: Any, machine: Machine) -> tuple[tuple[int, ...], Any, flo
     scaled MAT times alpha / c.
     """
     share, cpus, alpha = share_of(curve, machine)
-    already = "predicted_from" in (curve.share or {})
-    if share.get("kind") != "cpu_time":
+    already = curve.share.predicted_from is not None
+    if share.kind != "cpu_time":
         if already:
             return cpus, curve, alpha  # scaled by 1/alpha: back to the share's own CPUs
         return cpus, curve, 1.0
-    speed = float(share.get("cpu_fraction", alpha))
+    speed = share.cpu_fraction
     scaled = curve if already else scale_to_full(curve)
     return cpus, scaled, alpha / speed
 

@@ -199,8 +199,8 @@ def extrapolate_curve(
             raise ExtrapolationError("extrapolate needs thresholds or a workload that has them")
         thresholds = workload.thresholds
     share, cpus, alpha = share_of(curve, machine)
-    kind = share.get("kind", "all")
-    if "predicted_from" in (curve.share or {}):
+    kind = share.kind
+    if curve.share.predicted_from is not None:
         if correction is not None:
             raise ExtrapolationError("the curve is already scaled: apply the CFS correction first")
         scaled = LoadCurve.from_dict(curve.to_dict())
@@ -219,7 +219,7 @@ def extrapolate_curve(
     # The normalized curve is n_equiv full-speed cores at the share's per-core load:
     # n CPUs at speed c carrying alpha of the load match n c / alpha full-speed ones
     # (a cores share: n / alpha; a cpu_time share over all CPUs at c = alpha: n).
-    speed = float(share.get("cpu_fraction", alpha)) if kind == "cpu_time" else 1.0
+    speed = share.cpu_fraction if kind == "cpu_time" else 1.0
     n_equiv = n_share * speed / alpha
     # The share as it ran, so effects it already contains (a share over two sockets)
     # are not added twice.
@@ -252,7 +252,7 @@ def extrapolate_curve(
         pred.machine = machine.to_dict()
         pred.meta = {
             **pred.meta,
-            "extrapolated_from": dict(curve.share or {}),
+            "extrapolated_from": curve.share.to_dict(),
             "demand_ratio": k,
             "fixed_latency": l0,
             "measured_demands": d_meas,
@@ -286,7 +286,11 @@ def extrapolate_curve(
             "utilization and latency axes are re-mapped by the demand ratios",
         ],
         extra={
-            "source_curve": {"alpha": curve.alpha, "share": curve.share, "mapping": curve.mapping}
+            "source_curve": {
+                "alpha": curve.alpha,
+                "share": curve.share.to_dict(),
+                "mapping": curve.mapping,
+            }
         },
     )
     return prediction, curves

@@ -1,15 +1,9 @@
-"""SHRiNK scaling: from a curve measured on a share of the machine to the whole machine.
+"""SHRiNK scaling for the models: the one transform, plus a measured CFS correction.
 
-Two kinds of share scale differently (DESIGN.md, "Measured on this machine"):
-
-* ``cores`` (SHRiNK's fewer servers): alpha of the sessions on alpha of the
-  cores keeps each core's load, so response times at normalized load are
-  unchanged: R_full(X) = R_share(alpha X), and MAT_full = MAT_share / alpha.
-* ``cpu_time`` (a slower server): every core at alpha of its CPU time. For a
-  processor-sharing server every service time is 1/alpha longer, so
-  R_full(X) = alpha R_share(alpha X) and MAT_full(T) = MAT_share(T / alpha) / alpha.
-  (A share that names ``cpu_fraction``, the speed of each of its CPUs, scales
-  latencies by that instead, as :mod:`shrink.scaling` does.)
+The transform itself, with the alpha/share check, is :mod:`shrink.scaling`
+(``cores``: R_full(X) = R_share(alpha X); ``cpu_time``: R_full(X) = s R_share(s X)
+with s the share's measured, else nominal, speed). This module gives it the
+estimator conventions of :mod:`extrapolate` and adds a correction.
 
 CFS bandwidth control is not an ideal slower server: with a quota period of a
 few ms a 50 % share measured 1.82 ms where the ideal is 1.45 ms (20-25 % more).
@@ -28,37 +22,15 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from extrapolate._estimator import check_is_fitted, share_kind
-from shrink.checks import check_alpha
+from extrapolate._estimator import check_is_fitted
 from shrink.errors import ExtrapolationError
 from shrink.loadcurve import STATS, LoadCurve
 from shrink.mat import MATResult, mat
-from shrink.scaling import shrink_scaled_curve
+from shrink.scaling import share_fraction, shrink_scaled_curve
 
 __all__ = ["CfsCorrection", "mat_full", "scale_to_full", "share_fraction"]
 
 _LAT_FIELDS = STATS  # mean, p50, p90, p99, p999
-
-
-def share_fraction(curve: LoadCurve) -> float:
-    """The alpha a curve's throughputs are divided by, checked against its share.
-
-    SHRiNK needs the sample fraction and the share's fraction to agree; a share
-    that records its fraction must match alpha within 1 %.
-    """
-    alpha = check_alpha(curve.alpha)
-    kind = share_kind(curve.share)
-    share = curve.share or {}
-    # A CPU-time share spans the full target's CPUs at cpu_fraction of their time; its
-    # 'fraction' is of the whole machine, which also holds the generator's CPUs.
-    frac = share.get("cpu_fraction") if kind == "cpu_time" else None
-    frac = share.get("fraction") if frac is None else frac
-    if kind != "all" and frac is not None and abs(float(frac) - alpha) > 0.01 * alpha:
-        raise ExtrapolationError(
-            f"sample alpha == {alpha:g} but the share's fraction is {float(frac):g}: SHRiNK "
-            "scaling needs the sampled fraction of the load on the same fraction of the machine"
-        )
-    return alpha
 
 
 def _scale_latencies(curve: LoadCurve, factor: float) -> None:
@@ -74,14 +46,11 @@ def _scale_latencies(curve: LoadCurve, factor: float) -> None:
 def scale_to_full(curve: LoadCurve, correction: CfsCorrection | None = None) -> LoadCurve:
     """The whole machine's curve predicted from ``curve`` by SHRiNK scaling.
 
-    The transform is :func:`shrink.scaling.shrink_scaled_curve` (throughputs divided
-    by alpha; for a ``cpu_time`` share latencies multiplied by each CPU's speed);
-    this adds the alpha/share consistency check and, for a ``cpu_time`` share, the
-    measured CFS correction (latencies divided by ``correction.factor_``).
+    The transform is :func:`shrink.scaling.shrink_scaled_curve` (which checks alpha
+    against the share); for a ``cpu_time`` share this adds the measured CFS
+    correction (latencies divided by ``correction.factor_``).
     """
-    share_fraction(curve)
-    kind = share_kind(curve.share)
-    if correction is not None and kind != "cpu_time":
+    if correction is not None and curve.share.kind != "cpu_time":
         raise ExtrapolationError("a CFS correction applies only to a cpu_time share")
     out = shrink_scaled_curve(curve)
     if correction is not None:
@@ -100,8 +69,8 @@ def mat_full(
 ) -> MATResult:
     """The whole machine's MAT for ``stat`` under ``threshold`` seconds.
 
-    ``cores``: MAT_share(T) / alpha. ``cpu_time``: MAT_share(T / alpha) / alpha
-    (computed as the MAT of the scaled curve, which is the same thing).
+    ``cores``: MAT_share(T) / alpha. ``cpu_time``: MAT_share(T / s) / s (computed
+    as the MAT of the scaled curve, which is the same thing).
     """
     return mat(scale_to_full(curve, correction), stat, threshold, cls=cls)
 
@@ -119,7 +88,7 @@ class CfsCorrection(BaseEstimator):
 
     def fit(self, share_curve: LoadCurve, full_curve: LoadCurve) -> CfsCorrection:
         """``share_curve``: a cpu_time share; ``full_curve``: the same cores unrestricted."""
-        if share_kind(share_curve.share) != "cpu_time":
+        if share_curve.share.kind != "cpu_time":
             raise ExtrapolationError("CfsCorrection.fit needs a cpu_time share curve first")
         ideal = scale_to_full(share_curve)
         a = ideal.series(self.stat)
@@ -137,7 +106,7 @@ class CfsCorrection(BaseEstimator):
         ratios = a["value"][inside] / full_at
         self.factor_ = float(np.median(ratios))
         self.ratios_ = ratios
-        self.share_ = dict(share_curve.share or {})
+        self.share_ = share_curve.share.to_dict()
         return self
 
     def to_dict(self) -> dict[str, Any]:

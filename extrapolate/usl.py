@@ -174,7 +174,7 @@ def usl_from_curves(
     n_rows, x_rows = [], []
     for c in curves:
         m = Machine.from_dict(c.machine)
-        cpus = tuple((c.share or {}).get("cpus") or m.all_cpus)
+        cpus = c.share.cpus or m.all_cpus
         if len({m.socket_of(cpu) for cpu in cpus}) != 1:
             continue
         n_reps = min(len(lv.reps) for lv in c.levels) if c.levels else 0

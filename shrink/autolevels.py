@@ -27,14 +27,20 @@ from shrink.errors import MeasurementError
 from shrink.loadcurve import GENERATOR_SATURATED, Level, LevelStats, LoadCurve
 from shrink.mat import mat
 from shrink.measure import (
+    LOOP_SESSIONS,
+    LoopedRun,
     SweepInterrupted,
+    default_loop_window,
     level_stats,
+    loop_window,
+    looped_run,
     rate_factor_for,
     skip_start,
     stop_if_interrupted,
     trace_span,
     window_for,
 )
+from shrink.share import Share
 from shrink.target import Target
 from shrink.trace import Trace
 
@@ -76,6 +82,12 @@ class AutoPlan:
     # Seconds of runs (both sides of a pair, warm-up included) the sweep may spend; no
     # new level starts that would not end within it (None: no limit but ``max_levels``).
     budget_s: float | None = None
+    # Trace seconds (after the skip) of the one window every level loops, so that a
+    # level is a controlled load: the same content at ``level`` times its rate
+    # (``shrink.measure.loop_window``). None: the seconds that hold LOOP_SESSIONS
+    # sessions of the whole trace, at most the rest of it; 0: no loop, each level
+    # replays the trace from its start (the older design).
+    loop_window: float | None = None
 
 
 @dataclass
@@ -94,6 +106,28 @@ class Companion:
     levels: dict[float, Level] = field(default_factory=dict)
 
 
+def _side(
+    target: Target,
+    trace: Trace,
+    factor: float,
+    warmup: float,
+    duration: float,
+    k: float,
+    plan: AutoPlan,
+    copies: int | None = None,
+) -> tuple[Target, LoopedRun] | None:
+    """One side's run at ``factor``: its loop window looped (a controlled load), or,
+    for a trace without one, the trace from its start in the window it can fill."""
+    if "loop_span" in trace.meta:
+        return target, looped_run(trace, factor, warmup, duration, copies=copies)
+    loops = bool(getattr(target, "loops_trace", False))
+    shortest = k * min(plan.min_duration, plan.duration)
+    window = window_for(trace, factor, warmup, duration, shortest, loops=loops)
+    if window is None:
+        return None
+    return target, LoopedRun(trace, warmup, window, 0)
+
+
 def _run_level(
     target: Target,
     trace: Trace,
@@ -106,38 +140,36 @@ def _run_level(
 ) -> tuple[Level, Level | None] | None:
     """Run ``plan.reps`` repetitions (numbered from ``first_rep``) of one level."""
     factor = rate_factor_for(trace, level, knob)
-    loops = bool(getattr(target, "loops_trace", False))
-    shortest = min(plan.min_duration, plan.duration)
     k = plan.scaled_time
-    # Windows in the plan's (full-scale) seconds; the swept target's runs are k times longer.
-    scaled = window_for(
-        trace, factor, k * plan.warmup, k * plan.duration, k * shortest, loops=loops
-    )
-    if scaled is None:
-        return None
-    duration = scaled / k
+    pair = None
     if companion is not None:
-        c_loops = bool(getattr(companion.target, "loops_trace", False))
-        c_dur = window_for(
-            companion.trace, factor, plan.warmup, plan.duration, shortest, loops=c_loops
-        )
-        if c_dur is None:
-            return None
-        duration = min(duration, c_dur)
+        c_target, c_trace = companion.target, companion.trace
+        pair = _side(c_target, c_trace, factor, plan.warmup, plan.duration, 1.0, plan)
+    # Time scaling stays exact: the scaled side measures k times its twin's copies.
+    copies = None if pair is None else round(k * pair[1].copies)
+    got = [_side(target, trace, factor, k * plan.warmup, k * plan.duration, k, plan, copies)]
+    if companion is not None:
+        got.append(pair)
+    sides = [side for side in got if side is not None]
+    if len(sides) < len(got):
+        return None
+    if len(sides) == 2 and "loop_span" not in trace.meta:
+        # Without a loop a short trace shrinks a window: both sides alike, time-scaled.
+        d = min(sides[0][1].duration / k, sides[1][1].duration)
+        sides = [(t, replace(r, duration=d * f)) for (t, r), f in zip(sides, (k, 1.0), strict=True)]
     reps, c_reps = [], []
     for r in range(first_rep, first_rep + plan.reps):
-        runs: list[tuple[Target, Trace, list[LevelStats], float]] = [(target, trace, reps, k)]
+        runs = [(sides[0], reps)]
         if companion is not None:
-            pair = (companion.target, companion.trace, c_reps, 1.0)
             # Counterbalanced order: whatever the first run leaves behind (warm caches,
             # a slow minute starting) falls on each side equally often.
-            runs = [runs[0], pair] if r % 2 == 0 else [pair, runs[0]]
-        for tgt, tr, out, scale in runs:
+            runs = [runs[0], (sides[1], c_reps)] if r % 2 == 0 else [(sides[1], c_reps), runs[0]]
+        for (tgt, run), out in runs:
             res = tgt.run(
-                tr,
+                run.trace,
                 rate_factor=factor,
-                warmup=scale * plan.warmup,
-                duration=scale * duration,
+                warmup=run.warmup,
+                duration=run.duration,
                 seed=seed + r,
             )
             stop_if_interrupted(res)
@@ -168,7 +200,14 @@ def auto_sweep(
             f"a companion (paired full-scale) run needs the rate_factor knob, not {knob!r}: "
             "only equal rate factors put a sample and the whole trace at the same load"
         )
-    if plan.skip > 0:
+    span = _loop_span(companion.trace if companion is not None else trace, plan)
+    if span > 0:
+        # Every level replays one window of the trace after the skip, looped: a
+        # controlled load. The companion loops the same window of the whole trace.
+        trace = loop_window(trace, plan.skip, span)
+        if companion is not None:
+            companion = replace(companion, trace=loop_window(companion.trace, plan.skip, span))
+    elif plan.skip > 0:
         trace = skip_start(trace, plan.skip)
         if companion is not None:
             # The same span of the whole trace (the levels dict stays shared).
@@ -413,6 +452,15 @@ class _Sweep:
         return got
 
 
+def _loop_span(trace: Trace, plan: AutoPlan) -> float:
+    """Trace seconds of the loop window: the plan's, else about LOOP_SESSIONS sessions
+    of the whole trace (so that a sample of alpha of them keeps its mix)."""
+    if plan.loop_window is not None:
+        return float(plan.loop_window)
+    alpha = float(trace.meta.get("alpha") or 1.0)
+    return default_loop_window(trace, plan.skip, round(LOOP_SESSIONS * alpha))
+
+
 class _Clock:
     """What a sweep has spent of ``plan.budget_s``, and whether the next runs fit.
 
@@ -633,11 +681,13 @@ def _curve(
         meta.update(warmup=plan.warmup, duration=plan.duration, reps=plan.reps)
     if base_rate is not None:
         meta["trace_rate"] = base_rate
+    if "loop_span" in trace.meta:
+        meta["loop_window"] = trace.meta["loop_span"]
     return LoadCurve(
         levels=list(levels.values()),
         knob=knob,
         alpha=float(alpha if alpha is not None else trace.meta.get("alpha", 1.0)),
-        share=desc.get("share", {"kind": "all", "fraction": 1.0}),
+        share=Share.from_dict(desc.get("share")),
         mapping=mapping.get("name", "") if isinstance(mapping, dict) else str(mapping),
         machine=desc.get("machine", {}),
         meta=meta,

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from shrink.atomic import write_text
-from shrink.errors import MeasurementError, TraceFormatError
+from shrink.errors import MeasurementError, TopologyError, TraceFormatError
+from shrink.share import Share
 
 __all__ = [
     "FAILURE_LIMIT",
@@ -271,20 +272,23 @@ class LoadCurve:
     """Latency against load for one target (machine x mapping x share) and one sample.
 
     ``knob`` names what ``Level.level`` is: ``rate_factor``, ``users`` or ``rate``.
-    ``alpha`` is the sample fraction of the trace, ``share`` describes the part of
-    the machine (``{"kind": "cores"|"cpu_time"|"all", "cpus": [...], "fraction": f}``).
+    ``alpha`` is the sample fraction of the trace, ``share`` the part of the full
+    target the curve was measured on (:class:`shrink.share.Share`; a mapping in
+    :meth:`shrink.share.Share.to_dict`'s form is read as one).
     """
 
     levels: list[Level]
     knob: str = "rate_factor"
     alpha: float = 1.0
-    share: dict[str, Any] = field(default_factory=lambda: {"kind": "all", "fraction": 1.0})
+    share: Share = field(default_factory=lambda: Share("all", (), 1.0))
     mapping: str = "1-replica"
     machine: dict[str, Any] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.levels = sorted(self.levels, key=lambda lv: lv.level)
+        if not isinstance(self.share, Share):
+            self.share = Share.from_dict(self.share)
 
     # views ------------------------------------------------------------------
     def usable(self) -> list[Level]:
@@ -373,7 +377,7 @@ class LoadCurve:
             "schema": SCHEMA_ID,
             "knob": self.knob,
             "alpha": self.alpha,
-            "share": self.share,
+            "share": self.share.to_dict(),
             "mapping": self.mapping,
             "machine": self.machine,
             "meta": self.meta,
@@ -398,11 +402,15 @@ class LoadCurve:
                 r["per_class"] = {k: ClassStats(**_unclean(v)) for k, v in r["per_class"].items()}
                 reps.append(LevelStats(**_unclean(r)))
             levels.append(Level(level=float(lv["level"]), reps=reps))
+        try:
+            share = Share.from_dict(d.get("share"))
+        except (TopologyError, TypeError, ValueError) as exc:
+            raise TraceFormatError(f"field 'share': {exc}", path=source) from None
         return cls(
             levels=levels,
             knob=d.get("knob", "rate_factor"),
             alpha=float(d.get("alpha", 1.0)),
-            share=d.get("share", {}),
+            share=share,
             mapping=d.get("mapping", ""),
             machine=d.get("machine", {}),
             meta=d.get("meta", {}),

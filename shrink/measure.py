@@ -11,7 +11,9 @@ did not succeed (no whole 2xx/3xx response) are errors, counted by class
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,12 +21,19 @@ import numpy as np
 from shrink.checks import check_int, check_positive
 from shrink.errors import ParameterError
 from shrink.loadcurve import Level, LevelStats, LoadCurve, latency_stats
+from shrink.share import Share
 from shrink.target import RunResult, Target
 from shrink.trace import Trace
 
 __all__ = [
+    "LOOP_SESSIONS",
+    "LoopedRun",
     "SweepInterrupted",
+    "default_loop_window",
     "level_stats",
+    "loop_window",
+    "looped_run",
+    "offered_check",
     "rate_factor_for",
     "stop_if_interrupted",
     "sweep",
@@ -66,6 +75,166 @@ def skip_start(trace: Trace, seconds: float) -> Trace:
 def default_skip(trace: Trace) -> float:
     """Seconds to skip by default: a tenth of the trace's span, at most a minute."""
     return min(60.0, 0.1 * trace_span(trace))
+
+
+# Sessions (of the whole trace) the loop window of an automatic sweep holds by
+# default (``AutoPlan.loop_window``): enough that a sample of alpha of them keeps
+# the trace's mix, few enough that the window is a short, steady stretch.
+LOOP_SESSIONS = 2000
+
+
+def _is_open(trace: Trace) -> bool:
+    return str(trace.meta.get("mode") or "session") == "open"
+
+
+def _unit_starts(trace: Trace) -> np.ndarray:
+    """Per row, the start of its replay unit: its session's first burst (session mode)
+    or the row's own time (open mode, where every request is sent at its own time)."""
+    t = trace.column("t").astype(float)
+    if _is_open(trace) or t.size == 0:
+        return t
+    _, inv = np.unique(trace.column("session"), return_inverse=True)
+    start = np.full(int(inv.max()) + 1, np.inf)
+    np.minimum.at(start, inv, t)
+    return start[inv]
+
+
+def default_loop_window(trace: Trace, skip: float, sessions: int = LOOP_SESSIONS) -> float:
+    """Trace seconds after ``skip`` that hold ``sessions`` session starts (units in open
+    mode), at most the rest of the trace."""
+    starts = np.unique(_unit_starts(trace))
+    if starts.size == 0:
+        return 0.0
+    t0 = float(starts[0]) + skip
+    rest = starts[starts >= t0]
+    if rest.size == 0:
+        return 0.0
+    end = float(rest[-1]) - t0
+    if rest.size <= sessions:
+        # The whole rest, plus one mean gap so that the loop does not pile two starts up.
+        return end * rest.size / (rest.size - 1) if rest.size > 1 and end > 0 else max(end, 1.0)
+    return float(rest[sessions]) - t0
+
+
+def loop_window(trace: Trace, skip: float, seconds: float) -> Trace:
+    """The units (whole sessions, or open-loop requests) that start in
+    ``[skip, skip + seconds)`` seconds of the trace, shifted to start at 0: the one
+    stretch every level of a sweep replays, looped (:func:`looped_run`).
+
+    A level is then a controlled load: level L replays the same content at L times
+    its rate, where consecutive stretches of a non-stationary trace would offer
+    different loads at neighbouring levels. Sessions already running at ``skip`` are
+    left out: in the loop, the window's own earlier copies stand in for them. The
+    window's length is recorded in meta ``loop_span`` (the loop period, trace seconds).
+    """
+    check_positive(seconds, "loop window")
+    if len(trace) == 0:
+        return trace.with_meta(loop_span=float(seconds))
+    t0 = float(trace.column("t").min()) + max(0.0, skip)
+    starts = _unit_starts(trace)
+    keep = (starts >= t0) & (starts < t0 + seconds)
+    if not keep.any():
+        raise ParameterError(
+            f"no session starts in the trace's [{skip:g}, {skip + seconds:g}) s; "
+            "skip less or loop a longer window"
+        )
+    out = trace.filter(keep, loop_span=float(seconds))
+    return out.with_column("t", out.column("t") - t0)
+
+
+@dataclass(frozen=True)
+class LoopedRun:
+    """One run's trace and window. ``copies``: whole copies of the loop window in the
+    measurement window (0: a level too slow to hold one measures a prefix of it)."""
+
+    trace: Trace
+    warmup: float
+    duration: float
+    copies: int
+
+
+def looped_run(
+    window: Trace,
+    factor: float,
+    warmup: float,
+    duration: float,
+    *,
+    max_stretch: float = 2.0,
+    copies: int | None = None,
+) -> LoopedRun:
+    """``window`` (from :func:`loop_window`) looped for one run at ``factor`` times its rate.
+
+    Copy k of the window starts at ``k * span`` trace seconds (session ids offset per
+    copy), and the measurement window starts with copy 0 and holds
+    ``n = round(factor * duration / span)`` whole copies (at least one, unless one copy
+    would take over ``max_stretch`` times ``duration``: then the planned window, a
+    prefix of a copy). The run starts in steady state: sessions of earlier copies
+    still open at its start (their think times are not scaled) are replayed from
+    their first burst after it, as :func:`skip_start` does. The run's trace is built
+    here, so every target replays the same requests whatever its own loop period;
+    the returned warm-up (<= ``warmup``) replaces the planned one. ``copies`` forces
+    the number of copies (a paired side measuring k times its twin's).
+    """
+    span = float(window.meta["loop_span"])
+    check_positive(factor, "rate factor")
+    n = round(factor * duration / span) if copies is None else copies
+    if copies is None and n < 1 and span / factor <= max_stretch * duration:
+        n = 1
+    body = n * span if n else factor * duration  # trace seconds measured
+    meta = {k: v for k, v in window.meta.items() if k != "loop_span"}
+    if len(window) == 0:
+        return LoopedRun(Trace.from_table(window.table, meta), warmup, body / factor, n)
+    t = window.column("t").astype(float)
+    starts = _unit_starts(window)
+    off = t - starts  # seconds into the session, real time (think times are not scaled)
+    k_lo = math.floor(-factor * (warmup + float(off.max())) / span) - 1
+    k_hi = math.ceil(body / span) + 1
+    ks = np.arange(k_lo, k_hi)
+    st = (starts[None, :] + ks[:, None] * span).ravel()
+    real = st / factor + np.tile(off, ks.size)  # each row's send time, seconds from 0
+    keep = (real >= -warmup) & (st < body)
+    rows = np.tile(np.arange(len(window)), ks.size)[keep]
+    copy = np.repeat(ks - k_lo, len(window))[keep]
+    real = real[keep]
+    if real.size == 0:
+        raise ParameterError("the loop window holds no request to replay")
+    first = float(real.min())
+    sess = window.column("session").astype(np.int64)
+    stride = int(sess.max()) + 1
+    run = window.take(rows).with_column("t", factor * (real - first))
+    run = run.with_column("session", sess[rows] + copy * stride)
+    run = Trace.from_table(run.table, {**meta, "loop_copies": n})
+    # Nothing of earlier copies reaches the start (a level far below the window's
+    # pace): the run starts at its first request, the window short by the gap.
+    late = max(0.0, first)
+    return LoopedRun(run, max(0.0, -first), body / factor - late, n)
+
+
+def offered_check(curve: LoadCurve) -> dict[str, Any]:
+    """Does offered load rise with the level? A controlled load offers ``level`` times
+    one rate: monotone in the level, and ``offered / level`` the same at every level.
+
+    ``offered_monotone``: offered load rises with the level (by level, repetitions
+    averaged). ``offered_per_level``: the median of offered / level.
+    ``offered_linearity``: the largest relative departure of offered / level from it.
+    ``offered``: ``[level, offered]`` pairs.
+    """
+    pts = []
+    for lv in sorted(curve.levels, key=lambda lv: lv.level):
+        x = [r.offered for r in lv.reps if r.offered and r.offered > 0]
+        if x and lv.level > 0:
+            pts.append((float(lv.level), float(np.mean(x))))
+    if len(pts) < 2:
+        return {"offered_monotone": None, "offered_per_level": None, "offered_linearity": None}
+    lvl, off = np.array(pts).T
+    ratio = off / lvl
+    med = float(np.median(ratio))
+    return {
+        "offered_monotone": bool(np.all(np.diff(off) > 0)),
+        "offered_per_level": med,
+        "offered_linearity": float(np.max(np.abs(ratio / med - 1))),
+        "offered": [[a, b] for a, b in pts],
+    }
 
 
 def window_for(
@@ -294,7 +463,7 @@ def _sweep_curve(
         levels=list(levels),
         knob=knob,
         alpha=float(alpha if alpha is not None else trace.meta.get("alpha", 1.0)),
-        share=describe.get("share", {"kind": "all", "fraction": 1.0}),
+        share=Share.from_dict(describe.get("share")),
         mapping=describe.get("mapping", {}).get("name", "")
         if isinstance(describe.get("mapping"), dict)
         else str(describe.get("mapping", "")),

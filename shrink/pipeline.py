@@ -23,6 +23,7 @@ from shrink.prediction import Prediction
 from shrink.providers import make_provider
 from shrink.replay.cluster import ClusterSpec
 from shrink.report.build import write_report
+from shrink.share import Share
 from shrink.trace import Trace
 from shrink.validate import Validation, cost_adjusted_errors, cost_ratio, validate
 
@@ -96,6 +97,8 @@ def run_predict(
         # how many times longer the share's runs were than the plan's (SHRiNK time scaling)
         "scaled_time": res.measured.meta.get("scaled_time", 1.0),
         "skip": res.measured.meta.get("skip", 0.0),
+        # the trace seconds every level looped (a controlled load), for the full run
+        "loop_window": res.measured.meta.get("loop_window"),
     }
     pred.whatif = whatif
     pred.write_json(out / "prediction.json", indent=2)
@@ -141,9 +144,10 @@ def run_validate(
         # The same part of the trace as the prediction's runs (its skip), at the plan's
         # own time scale: the full target is the unscaled one.
         plan = replace(plan, skip=float(inputs.get("skip", 0.0)), scaled_time=1.0)
+        if inputs.get("loop_window") is not None:
+            plan = replace(plan, loop_window=float(inputs["loop_window"]))
         cpus = list(provider.server_cpus())
-        share = {"kind": "all", "cpus": cpus, "fraction": 1.0}
-        with provider.open(share, _validated_mapping(pred)) as target:
+        with provider.open(Share.whole(cpus), _validated_mapping(pred)) as target:
             full = auto_sweep(
                 target,
                 full_trace,

@@ -30,22 +30,23 @@ from shrink.autolevels import (
     companion_curve,
 )
 from shrink.checks import check_alpha
-from shrink.errors import ParameterError, TopologyError
 from shrink.loadcurve import FAILURE_LIMIT, LoadCurve
 from shrink.machine import Machine
 from shrink.mapping import BUILTIN_MAPPINGS
 from shrink.mat import MATResult, mat
-from shrink.measure import default_skip
+from shrink.measure import default_loop_window, default_skip, offered_check
 from shrink.prediction import MappingPrediction, Prediction, StatPrediction, rank_mappings
 from shrink.scaling import latency_scale, shrink_scaled_curve
+from shrink.share import Share, ShareSpeed
+from shrink.speed import measure_speed
 from shrink.target import Target
 from shrink.trace import Trace
+from shrink.uncertainty import ErrorBudget, drift_sigma, error_budget, interval
 
 __all__ = [
     "PredictConfig",
     "PredictionResult",
     "TargetProvider",
-    "plan_share",
     "predict",
 ]
 
@@ -65,7 +66,7 @@ class TargetProvider(Protocol):
         """The CPUs of the full target (the machine less the load generator's)."""
         ...
 
-    def open(self, share: dict[str, Any], mapping: str) -> AbstractContextManager[Target]:
+    def open(self, share: Share, mapping: str) -> AbstractContextManager[Target]:
         """A target on ``share`` under ``mapping``; closing it stops what it started."""
         ...
 
@@ -91,35 +92,27 @@ class PredictConfig:
     # Trace seconds left out at the start of every run; None: a tenth of the trace's
     # span, at most a minute (``shrink.measure.default_skip``).
     skip: float | None = None
+    # Seconds the share's speed probe (shrink.speed.measure_speed) may spend on runs.
+    speed_budget: float = 20.0
+    # Log-scale sd of the share's emulation error in the MAT intervals
+    # (shrink.uncertainty); None: the provider's ``model_error`` (0 on the simulator).
+    model_error: float | None = None
 
 
-def plan_share(cpus: Sequence[int], machine: Machine, alpha: float, kind: str) -> dict[str, Any]:
-    """The share of ``cpus`` for a scaled run at ``alpha``.
-
-    ``cores`` keeps alpha of the CPUs, socket-compactly (whole sockets first);
-    ``cpu_time`` keeps every CPU at alpha of its time (a slower server);
-    ``auto`` takes cores when alpha x CPUs is a whole number, else CPU time.
-    """
-    alpha = check_alpha(alpha)
-    n = alpha * len(cpus)
-    whole = abs(n - round(n)) < 1e-9 and round(n) >= 1
-    if kind == "auto":
-        kind = "cores" if whole else "cpu_time"
-    if kind == "cores":
-        if not whole:
-            raise TopologyError(
-                f"alpha == {alpha:g} of {len(cpus)} CPUs is {n:g} CPUs, not a whole number; "
-                "use a CPU-time share (--share-kind cpu_time) or another alpha"
-            )
-        ordered = sorted(cpus, key=lambda c: (machine.socket_of(c), c))
-        return {"kind": "cores", "cpus": ordered[: round(n)], "fraction": alpha}
-    if kind == "cpu_time":
-        return {"kind": "cpu_time", "cpus": list(cpus), "fraction": alpha, "cpu_fraction": alpha}
-    raise ParameterError(f"share kind == {kind!r}, must be one of auto, cores, cpu_time.")
-
-
-def _stat(res: MATResult) -> StatPrediction:
-    return StatPrediction(res.mat, res.ci, res.threshold, res.status, res.stalled_ceiling)
+def _stat(res: MATResult, budget: ErrorBudget | None = None) -> StatPrediction:
+    """The MAT; with a ``budget``, its interval is the prediction interval for a full-scale
+    run at another time (shrink.uncertainty), the repetitions' own CI kept beside it."""
+    if budget is None:
+        return StatPrediction(res.mat, res.ci, res.threshold, res.status, res.stalled_ceiling)
+    return StatPrediction(
+        res.mat,
+        interval(res.mat, budget),
+        res.threshold,
+        res.status,
+        res.stalled_ceiling,
+        ci_repetitions=res.ci,
+        error_budget=budget.to_dict(),
+    )
 
 
 @dataclass
@@ -164,6 +157,8 @@ def _self_checks(curve: LoadCurve, limits: Mapping[str, float]) -> dict[str, Any
         "levels_failed": [lv.level for lv in curve.failed_levels()],
         "failures": _failure_totals(curve),
         "failure_limit": FAILURE_LIMIT,
+        # A controlled load: offered load rises with the level, ~linearly.
+        **{k: v for k, v in offered_check(curve).items() if k != "offered"},
     }
 
 
@@ -233,22 +228,29 @@ def predict(
     alpha = check_alpha(config.alpha)
     machine = provider.machine()
     cpus = provider.server_cpus()
-    share = plan_share(cpus, machine, alpha, config.share_kind)
+    share = Share.plan(cpus, machine, alpha, config.share_kind)
     sample = samplers.sample(trace, alpha, seed=config.seed, level=config.level)
-    # On a CPU-time share latencies are 1/alpha longer: search the knee at scaled thresholds.
-    lat = alpha if share["kind"] == "cpu_time" else 1.0
-    share_thresholds = {s: t / lat for s, t in config.thresholds.items()}
     plan = replace(config.plan, skip=default_skip(trace) if config.skip is None else config.skip)
-    if config.time_scaling and lat != 1.0:
-        plan = replace(plan, scaled_time=1.0 / lat)
+    if plan.loop_window is None:
+        # One window for the share and the full target, chosen on the whole trace.
+        plan = replace(plan, loop_window=default_loop_window(trace, plan.skip))
+    if config.time_scaling and share.kind == "cpu_time":
+        # Time scaling by the nominal alpha: the share sees alpha of the requests a second.
+        plan = replace(plan, scaled_time=1.0 / share.cpu_fraction)
     full_curve: LoadCurve | None = None
     with ExitStack() as stack:
         target = stack.enter_context(provider.open(share, "1-replica"))
         companion = None
+        full_target = None
         if config.paired_full_run:
-            full_share = {"kind": "all", "cpus": list(cpus), "fraction": 1.0}
-            full_target = stack.enter_context(provider.open(full_share, "1-replica"))
+            full_target = stack.enter_context(provider.open(Share.whole(cpus), "1-replica"))
             companion = Companion(full_target, trace, dict(config.thresholds))
+        if share.kind == "cpu_time":
+            share = share.with_speed(
+                _share_speed(target, full_target, sample, share, config, progress)
+            )
+        # On a CPU-time share latencies are 1/s longer: search the knee at scaled thresholds.
+        share_thresholds = {s: t / share.speed_factor for s, t in config.thresholds.items()}
         try:
             measured = auto_sweep(
                 target,
@@ -267,12 +269,24 @@ def predict(
             raise
         if companion is not None:
             full_curve = companion_curve(companion, knob=config.knob, plan=config.plan)
+    # The share as planned and probed (the target's description lacks the speed).
+    measured.share = replace(measured.share, speed=share.speed)
     predicted = shrink_scaled_curve(measured)
     full_mats = {s: mat(predicted, s, t) for s, t in config.thresholds.items()}
-    base = MappingPrediction({s: _stat(r) for s, r in full_mats.items()}, predicted.summary())
+    # Prediction intervals for a full-scale run at another time (shrink.uncertainty).
+    drift = drift_sigma([measured] + ([full_curve] if full_curve is not None else []))
+    emulation = (
+        config.model_error
+        if config.model_error is not None
+        else float(getattr(provider, "model_error", 0.0))
+    )
+    budgets = {s: error_budget(predicted, r, drift, emulation) for s, r in full_mats.items()}
+    base = MappingPrediction(
+        {s: _stat(r, budgets[s]) for s, r in full_mats.items()}, predicted.summary()
+    )
     assumptions = _assumptions(alpha, config, share, measured)
     mappings_out = _per_mapping(
-        predicted, base, machine, cpus, config, extrapolator, assumptions
+        predicted, base, machine, cpus, config, extrapolator, assumptions, budgets
     )
     stat = "mean" if "mean" in config.thresholds else next(iter(config.thresholds))
     recommended, reason = _recommend(mappings_out, stat)
@@ -295,13 +309,15 @@ def predict(
             s: _stat(mat(measured, s, t / latency_scale(measured)))
             for s, t in config.thresholds.items()
         },
-        confidence_summary=_confidence(base, config),
+        confidence_summary=_confidence(base, config, drift, emulation),
         self_checks=_self_checks(
             measured, {s: t / latency_scale(measured) for s, t in config.thresholds.items()}
         ),
         trace=_trace_summary(trace, sample),
         provenance=_provenance(machine, cpus, share, alpha, config, measured),
     )
+    if share.speed is not None:
+        prediction.extra["speed"] = share.speed.to_dict()
     if full_curve is not None:
         prediction.full_run = _full_run_summary(full_curve, config)
     result = PredictionResult(prediction, measured, predicted, sample, full=full_curve)
@@ -311,24 +327,16 @@ def predict(
 
 
 def _assumptions(
-    alpha: float, config: PredictConfig, share: dict[str, Any], measured: LoadCurve
+    alpha: float, config: PredictConfig, share: Share, measured: LoadCurve
 ) -> list[str]:
     """What the prediction assumes, in words for the report."""
     assumptions = [
         f"SHRiNK: {alpha:g} of the sessions ({config.level} level, seed {config.seed}) on "
-        f"{alpha:g} of the server ({share['kind']} share of CPUs {share['cpus']}) behaves like "
+        f"{alpha:g} of the server ({share.kind} share of CPUs {list(share.cpus)}) behaves like "
         "the whole trace on the whole server at normalized load.",
     ]
-    if share["kind"] == "cpu_time":
-        assumptions.append(
-            "CPU-time share: the server is a processor-sharing server at alpha of the speed, so "
-            "response times are scaled by alpha (R_full(X) = alpha * R_share(alpha * X)). CFS "
-            "bandwidth control is coarse (a quota per period of 16 ms or so): a request "
-            "that arrives after the quota is spent waits for the next period, so the share's "
-            "light-load latencies run above an ideal slower server's. Whatever else runs on "
-            "the share's CPUs in the quota's gaps evicts the server's caches (see the "
-            "self-check on other work)."
-        )
+    if share.kind == "cpu_time":
+        assumptions.extend(_speed_assumptions(share))
     if measured.meta.get("skip"):
         assumptions.append(
             f"Every run starts {measured.meta['skip']:.3g} s into the trace: a trace's first "
@@ -355,6 +363,7 @@ def _per_mapping(
     config: PredictConfig,
     extrapolator: Callable[..., dict[str, dict[str, Any]]] | None,
     assumptions: list[str],
+    budgets: Mapping[str, ErrorBudget],
 ) -> dict[str, MappingPrediction]:
     """Each mapping's prediction: extrapolated across sockets, or the SHRiNK-scaled one.
 
@@ -370,7 +379,9 @@ def _per_mapping(
             thresholds=dict(config.thresholds),
             calibration=config.calibration,
         )
-        mappings_out = {k: MappingPrediction.from_dict(v) for k, v in extrapolated.items()}
+        mappings_out = {
+            k: _widen(MappingPrediction.from_dict(v), budgets) for k, v in extrapolated.items()
+        }
         assumptions.append(
             "Cross-socket effects (remote NIC processing, sharing between workers on two "
             "sockets, the LLC a replica sees) are modelled with the "
@@ -389,15 +400,19 @@ def _per_mapping(
     return mappings_out
 
 
-def _confidence(base: MappingPrediction, config: PredictConfig) -> str:
+def _confidence(
+    base: MappingPrediction, config: PredictConfig, drift: float, emulation: float
+) -> str:
     widths = [
         (v.ci[1] - v.ci[0]) / v.mat / 2
         for v in (base.stats[s] for s in config.thresholds)
         if v.mat
     ]
     conf = (
-        f"The MAT intervals are +/-{100 * max(widths):.0f}% at most (95%, over "
-        f"{config.plan.reps} repetitions per level)."
+        f"The MAT intervals are +/-{100 * max(widths):.0f}% at most: 95% prediction "
+        f"intervals for a full-scale run at another time, from the spread of "
+        f"{config.plan.reps} repetitions per level, the machine's drift between runs "
+        f"({100 * drift:.1f}%) and the share's emulation error ({100 * emulation:.0f}%)."
         if widths
         else ""
     )
@@ -417,7 +432,7 @@ def _trace_summary(trace: Trace, sample: Trace) -> dict[str, Any]:
 def _provenance(
     machine: Machine,
     cpus: Sequence[int],
-    share: dict[str, Any],
+    share: Share,
     alpha: float,
     config: PredictConfig,
     measured: LoadCurve,
@@ -429,7 +444,7 @@ def _provenance(
         "kernel": platform.release(),
         "machine": machine.name,
         "server_cpus": list(cpus),
-        "share": json.dumps(share),
+        "share": json.dumps(share.to_dict()),
         "alpha": alpha,
         "seed": config.seed,
         "target": json.dumps(measured.meta.get("target", {}).get("versions", {})),
@@ -457,3 +472,72 @@ def _write_files(result: PredictionResult, out: Path) -> None:
     if result.full is not None:
         result.files["full"] = result.full.write_json(out / "full-curve.json")
     result.files["prediction"] = result.prediction.write_json(out / "prediction.json", indent=2)
+
+
+def _widen(mp: MappingPrediction, budgets: Mapping[str, ErrorBudget]) -> MappingPrediction:
+    """An extrapolated mapping's MATs with intervals widened by what moves between runs."""
+    stats = dict(mp.stats)
+    for stat, budget in budgets.items():
+        v = stats.get(stat)
+        if v is not None and v.mat:
+            stats[stat] = replace(
+                v,
+                ci=interval(v.mat, budget),
+                ci_repetitions=v.ci,
+                error_budget=budget.to_dict(),
+            )
+    return replace(mp, stats=stats)
+
+
+def _share_speed(
+    target: Target,
+    full_target: Target | None,
+    sample: Trace,
+    share: Share,
+    config: PredictConfig,
+    progress: Progress | None,
+) -> ShareSpeed:
+    """The CPU-time share's speed per class, measured against the full target when there is one."""
+    if progress is not None:
+        progress("speed probe", 0, 1)
+    speed = measure_speed(
+        target,
+        full_target,
+        sample,
+        nominal=share.cpu_fraction,
+        seed=config.seed,
+        budget_s=config.speed_budget,
+    )
+    if progress is not None:
+        progress("speed probe", 1, 1)
+    return speed
+
+
+def _speed_assumptions(share: Share) -> list[str]:
+    """What the report says about the share's speed: nominal, measured or assumed, and cost."""
+    sp = share.speed or ShareSpeed.assumed(share.cpu_fraction)
+    if sp.method == "nominal":
+        speed = (
+            f"Share speed: assumed, not measured: {sp.nominal:g} (the nominal CPU-time "
+            "fraction; no full target to compare with, or no probe). A time-sliced core "
+            "costs more CPU per request than a whole one, so the share's real speed is "
+            "likely lower, and a prediction scaled by this one likely too low."
+        )
+    else:
+        per = ", ".join(f"{c} {v:.3g}" for c, v in sorted(sp.per_class.items()))
+        speed = (
+            f"Share speed: nominal {sp.nominal:g}, measured {sp.effective:.3g} for the "
+            f"trace's mix ({per or 'no per-class figures'}; {sp.method}, "
+            f"{sp.cost_s:.1f} s of probe runs). The scaling uses the measured speed."
+        )
+    return [
+        speed,
+        f"CPU-time share: the server is taken as a processor-sharing server at speed "
+        f"s = {share.speed_factor:.3g} of the full target's, so response times are scaled "
+        "by s and throughputs by 1/s (R_full(X) = s * R_share(s * X)). CFS "
+        "bandwidth control is coarse (a quota per period of 16 ms or so): a request "
+        "that arrives after the quota is spent waits for the next period, so the share's "
+        "light-load latencies run above an ideal slower server's. Whatever else runs on "
+        "the share's CPUs in the quota's gaps evicts the server's caches (see the "
+        "self-check on other work).",
+    ]

@@ -26,6 +26,7 @@ from typing import Any
 
 from shrink.atomic import write_text
 from shrink.errors import TraceFormatError
+from shrink.share import Share
 
 __all__ = ["SCHEMA_ID", "MappingPrediction", "Prediction", "StatPrediction", "rank_mappings"]
 
@@ -53,6 +54,10 @@ class StatPrediction:
     status: str | None = None
     stalled_ceiling: float | None = None
     measured: bool = True
+    # The main job's intervals are prediction intervals (shrink.uncertainty): the
+    # repetitions' own CI and the terms added to it are kept beside them.
+    ci_repetitions: tuple[float | None, float | None] | None = None
+    error_budget: dict[str, float] | None = None
 
     @property
     def is_bound(self) -> bool:
@@ -66,11 +71,16 @@ class StatPrediction:
             d["status"] = self.status
             if self.measured:
                 d["stalled_ceiling"] = self.stalled_ceiling
+        if self.ci_repetitions is not None:
+            d["ci_repetitions"] = list(self.ci_repetitions)
+        if self.error_budget is not None:
+            d["error_budget"] = dict(self.error_budget)
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StatPrediction:
         ci = d.get("ci") or (None, None)
+        rep = d.get("ci_repetitions")
         return cls(
             _float(d["mat"]),
             (_float(ci[0]), _float(ci[1])),
@@ -78,6 +88,8 @@ class StatPrediction:
             None if d.get("status") is None else str(d["status"]),
             _float(d.get("stalled_ceiling")),
             "stalled_ceiling" in d,
+            None if rep is None else (_float(rep[0]), _float(rep[1])),
+            None if d.get("error_budget") is None else dict(d["error_budget"]),
         )
 
 
@@ -163,7 +175,7 @@ class Prediction:
     alpha: float | None = None
     level: str | None = None
     seed: int | None = None
-    share: dict[str, Any] | None = None
+    share: Share | None = None
     thresholds: dict[str, float] | None = None
     measured_mats: dict[str, StatPrediction] | None = None
     confidence_summary: str | None = None
@@ -191,6 +203,8 @@ class Prediction:
                 continue
             if name == "measured_mats":
                 value = {k: v.to_dict() for k, v in value.items()}
+            elif name == "share":
+                value = value.to_dict()
             d[name] = value
         return {**d, **self.extra}
 
@@ -204,6 +218,8 @@ class Prediction:
             raise TraceFormatError("a prediction without 'mappings'", path=source)
         known = {f.name for f in fields(cls)} | {"schema"}
         recorded: dict[str, Any] = {k: d.get(k) for k in _RECORDED}
+        if recorded["share"] is not None:
+            recorded["share"] = Share.from_dict(recorded["share"])
         if recorded["measured_mats"] is not None:
             recorded["measured_mats"] = {
                 k: StatPrediction.from_dict(v) for k, v in recorded["measured_mats"].items()

@@ -10,14 +10,17 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from shrink.errors import TopologyError
 from shrink.machine import Machine
 from shrink.replay.cluster import ClusterSpec
+from shrink.share import Share
 from shrink.target import RunResult, Target
 from shrink.trace import Trace
+from shrink.uncertainty import EMULATION_ERROR
 
 __all__ = ["SimProvider", "TestbedProvider", "make_provider"]
 
@@ -44,9 +47,19 @@ class _ShareUtilization:
     def run(
         self, trace: Trace, *, rate_factor: float, warmup: float, duration: float, seed: int
     ) -> RunResult:
-        res = self.inner.run(
-            trace, rate_factor=rate_factor, warmup=warmup, duration=duration, seed=seed
-        )
+        # A run built from a loop window (shrink.measure.looped_run) already holds its
+        # copies and the sessions open at its start: the engine must not loop it again
+        # (its own warm start would add those sessions a second time).
+        own_loop = getattr(self.inner, "loop", None)
+        if "loop_copies" in trace.meta and own_loop:
+            self.inner.loop = False  # type: ignore[attr-defined]
+        try:
+            res = self.inner.run(
+                trace, rate_factor=rate_factor, warmup=warmup, duration=duration, seed=seed
+            )
+        finally:
+            if own_loop is not None:
+                self.inner.loop = own_loop  # type: ignore[attr-defined]
         # Prefer the server processes' own CPU: /proc/stat also counts whatever else
         # ran on the share's CPUs (and misses nothing the quota caps).
         server_cpu = (res.describe or {}).get("server_cpu")
@@ -77,6 +90,8 @@ class TestbedProvider:
 
     __test__ = False
     name = "testbed"
+    # The share's emulation error in the MAT intervals (shrink.uncertainty).
+    model_error = EMULATION_ERROR
 
     def __init__(
         self,
@@ -126,27 +141,21 @@ class TestbedProvider:
         }
 
     @contextmanager
-    def open(self, share: dict[str, Any], mapping: str) -> Iterator[Target]:
+    def open(self, share: Share, mapping: str) -> Iterator[Target]:
         from shrink import testbed
         from shrink.replay.live import LiveTarget
-        from shrink.share import Share, choose_period_us
 
-        cpus = tuple(share.get("cpus") or self._server)
-        n = self._machine.n_cpus
-        if share["kind"] == "cpu_time":
-            f = float(share.get("cpu_fraction", share["fraction"]))
-            sh = Share("cpu_time", cpus, len(cpus) * f / n, f, choose_period_us(f, len(cpus)))
-        else:
-            f = 1.0
-            kind = "all" if len(cpus) == n else "cores"
-            sh = Share(kind, cpus, len(cpus) / n)
+        if not share.cpus:
+            share = replace(share, cpus=self._server)
+        if share.kind == "cpu_time" and share.period_us is None:
+            share = Share.cpu_time(share.cpus, share.cpu_fraction, text=share.text)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         state_path = self.run_dir / f"testbed-{self._opened}.json"
         self._opened += 1
         testbed.up(
             self.docroot,
             self._machine,
-            sh,
+            share,
             mapping,
             state_path=state_path,
             port=0,
@@ -160,7 +169,7 @@ class TestbedProvider:
                 config=self.engine,
                 cluster=self.cluster,
             )
-            yield _ShareUtilization(live, f, len(cpus))
+            yield _ShareUtilization(live, share.cpu_fraction, len(share.cpus))
         finally:
             testbed.down(state_path)
 
@@ -169,6 +178,7 @@ class SimProvider:
     """The simulator (``sim:SPEC.toml``): the whole machine is the full target."""
 
     name = "sim"
+    model_error = 0.0  # the simulated share is exactly a slower (or smaller) server
 
     def __init__(self, machine: Machine, params: Any = None) -> None:
         self._machine = machine
@@ -184,15 +194,12 @@ class SimProvider:
         return {"kind": "sim", "machine": self._machine.name}
 
     @contextmanager
-    def open(self, share: dict[str, Any], mapping: str) -> Iterator[Target]:
-        from shrink.sim.target import SimShare, SimTarget
+    def open(self, share: Share, mapping: str) -> Iterator[Target]:
+        from shrink.sim.target import SimTarget
 
-        cpus = share.get("cpus")
-        speed = 1.0
-        if share["kind"] == "cpu_time":
-            speed = float(share.get("cpu_fraction", share["fraction"]))
-        sim_share = SimShare(tuple(cpus) if cpus else None, speed)
-        yield SimTarget(self._machine, mapping, sim_share, self.params)
+        if not share.cpus:
+            share = replace(share, cpus=self._machine.all_cpus)
+        yield SimTarget(self._machine, mapping, share, self.params)
 
 
 def make_provider(

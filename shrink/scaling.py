@@ -1,34 +1,66 @@
-"""SHRiNK scaling of a measured load curve to the full target.
+"""The SHRiNK transform: from a curve measured on a share to the full target.
 
-A curve measured with a sample fraction alpha of the sessions on a share alpha of
-the server predicts the full server:
+A curve measured with a sample fraction alpha of the sessions on a share of
+fraction alpha of the full target (:class:`shrink.share.Share`; SHRiNK needs the
+two equal, and :func:`share_fraction` checks it) predicts the full target:
 
 * share of the **cores** (fewer servers, SHRiNK's scaling by servers): the same
-  response times at normalized throughput X / alpha;
+  response times at normalized throughput, R_full(X) = R_share(alpha X), so
+  MAT_full(T) = MAT_share(T) / alpha;
 * share of the **CPU time** (a slower server): a processor-sharing server at
-  alpha of the speed with alpha of the load has the same utilization and
-  response times 1/alpha longer, so R_full(X) = alpha * R_share(alpha * X)
-  (../shared/DESIGN.md, "Measured on this machine").
+  speed s with the load scaled to match has the same utilization and response
+  times 1/s longer, so R_full(X) = s R_share(s X) and
+  MAT_full(T) = MAT_share(T / s) / s (../shared/DESIGN.md, "Measured on this
+  machine"). s is the share's *measured* effective speed
+  (:attr:`shrink.share.Share.speed_factor`) where it was measured, else its
+  nominal CPU-time fraction: a time-sliced core costs more CPU per request than a
+  whole one, by an amount that depends on the request class, so the nominal
+  alpha over-states the share's speed. Per-class latencies are scaled by their
+  class's measured speed where there is one.
 
-Latency quantile functions (``dist``) are scaled the same way, so CDFs and
-Wasserstein distances of the prediction can be compared with a full run.
+Latency quantile functions (``dist``) and the generator's send lags are scaled
+the same way, so CDFs and Wasserstein distances of the prediction can be compared
+with a full run.
 """
 
 from __future__ import annotations
 
 from shrink.errors import ExtrapolationError
 from shrink.loadcurve import ClassStats, LoadCurve
+from shrink.share import Share
 
-__all__ = ["latency_scale", "shrink_scaled_curve"]
+__all__ = ["latency_scale", "share_fraction", "shrink_scaled_curve", "throughput_scale"]
+
+
+def share_fraction(curve: LoadCurve) -> float:
+    """The curve's alpha, checked against its share's fraction (within 1 %).
+
+    SHRiNK needs the sampled fraction of the load on the same fraction of the
+    full target; a share of ``all`` (the full target itself) takes any alpha.
+    """
+    alpha = curve.alpha
+    if not 0 < alpha <= 1:
+        raise ExtrapolationError(f"curve alpha == {alpha}, must be in (0, 1]")
+    share = curve.share
+    if share.kind != "all" and abs(share.fraction - alpha) > 0.01 * alpha:
+        raise ExtrapolationError(
+            f"sample alpha == {alpha:g} but the share's fraction is {share.fraction:g}: SHRiNK "
+            "scaling needs the sampled fraction of the load on the same fraction of the "
+            "full target"
+        )
+    return alpha
 
 
 def latency_scale(curve: LoadCurve) -> float:
-    """Factor from the share's latencies to the full target's (alpha for a CPU-time share)."""
-    share = curve.share or {}
-    if share.get("kind") == "cpu_time":
-        # The speed of each CPU: ``cpu_fraction`` (testbed shares), else ``fraction``.
-        return float(share.get("cpu_fraction", share.get("fraction", curve.alpha)))
-    return 1.0
+    """Factor from the share's latencies to the full target's: s for a CPU-time share, else 1."""
+    return curve.share.speed_factor
+
+
+def throughput_scale(curve: LoadCurve) -> float:
+    """Factor from the share's throughputs to the full target's: 1/s (CPU time) or 1/alpha."""
+    if curve.share.kind == "cpu_time":
+        return 1.0 / curve.share.speed_factor
+    return 1.0 / curve.alpha
 
 
 def _scale_class(c: ClassStats, thr: float, lat: float) -> None:
@@ -41,25 +73,32 @@ def _scale_class(c: ClassStats, thr: float, lat: float) -> None:
 
 def shrink_scaled_curve(curve: LoadCurve) -> LoadCurve:
     """The full target's predicted curve from a scaled one (see the module docstring)."""
-    alpha = curve.alpha
-    if not 0 < alpha <= 1:
-        raise ExtrapolationError(f"curve alpha == {alpha}, must be in (0, 1]")
-    thr = 1.0 / alpha
+    alpha = share_fraction(curve)
+    thr = throughput_scale(curve)
     lat = latency_scale(curve)
+    share = curve.share
     out = LoadCurve.from_dict(curve.to_dict())
     for lv in out.levels:
         for r in lv.reps:
             r.throughput *= thr
             r.offered *= thr
             _scale_class(r.overall, thr, lat)
-            for c in r.per_class.values():
-                _scale_class(c, thr, lat)
+            for name, c in r.per_class.items():
+                _scale_class(c, thr, share.class_speed(name))
             # The generator's lags bound latencies (Level.stall_bound): they move with them.
             if r.send_lag_p99 is not None:
                 r.send_lag_p99 *= lat
             if r.send_lag_max is not None:
                 r.send_lag_max *= lat
     out.alpha = 1.0
-    out.share = {"kind": "all", "fraction": 1.0, "predicted_from": curve.share}
-    out.meta = {**curve.meta, "shrink_scaled": {"alpha": alpha, "latency_scale": lat}}
+    out.share = Share("all", (), 1.0, predicted_from=share)
+    out.meta = {
+        **curve.meta,
+        "shrink_scaled": {
+            "alpha": alpha,
+            "latency_scale": lat,
+            "throughput_scale": thr,
+            "speed": share.speed.to_dict() if share.speed is not None else None,
+        },
+    }
     return out

@@ -47,16 +47,18 @@ import contextlib
 import math
 import os
 import re
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from shrink.checks import check_alpha
-from shrink.errors import TopologyError
+from shrink.errors import ParameterError, TopologyError
 from shrink.machine import Machine
 from shrink.topology import format_cpulist, parse_cpulist
 
 __all__ = [
+    "KINDS",
     "Cgroup",
     "Share",
     "ShareSpeed",
@@ -185,13 +187,28 @@ class ShareSpeed:
         )
 
 
+KINDS = ("all", "cores", "cpu_time")
+
+
 @dataclass(frozen=True)
 class Share:
-    """What a run gets of a machine.
+    """What a scaled run gets of its full target (the server it stands for).
 
-    ``cpus``: the CPUs the run may use. ``cpu_fraction``: the fraction of each of
-    those CPUs' time (1.0 for core shares). ``fraction``: the share of the whole
-    machine's capacity, alpha (``len(cpus) * cpu_fraction / n_cpus``).
+    ``kind``: ``all``, ``cores`` (a CPU subset at full speed) or ``cpu_time`` (CPUs
+    at a fraction of their time). ``cpus``: the CPUs the run may use.
+    ``cpu_fraction``: the fraction of each of those CPUs' time (1.0 for core shares).
+
+    ``fraction`` is alpha, defined once: **the fraction of the full target's
+    capacity** the share gives. The full target is the CPUs the share was cut
+    from: a core share is chosen among them (``len(cpus) / len(full CPUs)``; the
+    machine's for :meth:`parse`, the server's for :meth:`plan`), and a CPU-time
+    share spans them, so its fraction is ``cpu_fraction``. SHRiNK needs it equal to
+    the sample's alpha.
+
+    ``speed``: the speed the share really delivered (:class:`ShareSpeed`), once
+    measured; the SHRiNK transform scales a CPU-time share by it
+    (:attr:`speed_factor`). ``predicted_from``: on a curve already scaled to the
+    full target, the share it was measured on.
     """
 
     kind: str
@@ -200,6 +217,32 @@ class Share:
     cpu_fraction: float = 1.0
     period_us: int | None = None
     text: str = field(default="", compare=False)
+    speed: ShareSpeed | None = field(default=None, compare=False)
+    predicted_from: Share | None = field(default=None, compare=False)
+
+    @property
+    def speed_factor(self) -> float:
+        """The speed s the full target's curve is scaled by (1.0 unless a CPU-time share).
+
+        A CPU-time share's measured effective speed where there is one, else its
+        nominal one, ``cpu_fraction``.
+        """
+        if self.kind != "cpu_time":
+            return 1.0
+        if self.speed is not None and self.speed.effective > 0:
+            return float(self.speed.effective)
+        return float(self.cpu_fraction)
+
+    def class_speed(self, cls: str) -> float:
+        """The speed of one request class: measured per class where known, else the mix's."""
+        if self.kind == "cpu_time" and self.speed is not None:
+            v = self.speed.per_class.get(cls)
+            if v is not None and v > 0:
+                return float(v)
+        return self.speed_factor
+
+    def with_speed(self, speed: ShareSpeed | None) -> Share:
+        return replace(self, speed=speed)
 
     def quota_us(self, n_cpus: int | None = None) -> int | None:
         """The CFS quota for a group of ``n_cpus`` of this share's CPUs (default: all)."""
@@ -210,54 +253,100 @@ class Share:
 
     @classmethod
     def parse(cls, text: str, machine: Machine, *, period_us: int | None = None) -> Share:
-        """Read ``all``, ``0.5``, ``0-1``, ``1@25%`` or ``1@0.25`` for ``machine``.
+        """Read ``all``, ``0.5``, ``0-1``, ``1@25%``, ``1@0.25``, ``0.5@50%`` or ``@50%``.
 
-        Refuses, with the reason, CPUs the machine lacks and fractions it cannot give.
+        The one grammar of a share (testbed, simulator, CLI). A decimal point makes
+        the CPU part alpha of the machine's cores (socket compact); a bare integer
+        is a CPU id; ``all`` or nothing is every CPU; ``@F`` adds a CPU-time
+        fraction. Refuses, with the reason, CPUs the machine lacks and fractions it
+        cannot give.
         """
         raw = str(text).strip()
         cpu_part, _, quota_part = raw.partition("@")
-        if raw == "all":
-            cpus, kind = machine.all_cpus, "all"
-        elif re.fullmatch(r"\d*\.\d*", cpu_part) and cpu_part != "." and not quota_part:
-            # A decimal point makes it alpha ("0.5", "1.0"); a bare integer is a CPU id.
-            cpus, kind = select_compact(machine, float(cpu_part)), "cores"
-            if len(cpus) == machine.n_cpus:
-                kind = "all"
+        cpu_part = cpu_part.strip()
+        if cpu_part in ("", "all"):
+            cpus = machine.all_cpus
+        elif re.fullmatch(r"\d*\.\d*", cpu_part) and cpu_part != ".":
+            cpus = select_compact(machine, float(cpu_part))
         else:
-            cpus = parse_cpulist("" if cpu_part == "all" else cpu_part) or machine.all_cpus
+            cpus = parse_cpulist(cpu_part)
             missing = sorted(set(cpus) - set(machine.all_cpus))
             if missing:
                 raise TopologyError(
-                    f"share {raw!r} names CPUs {format_cpulist(missing)} that machine "
+                    f"share {raw!r} names CPU{'s' if len(missing) > 1 else ''} "
+                    f"{format_cpulist(missing)} that machine "
                     f"{machine.name!r} does not have (its CPUs: "
                     f"{format_cpulist(machine.all_cpus)})."
                 )
-            kind = "all" if len(cpus) == machine.n_cpus else "cores"
-        cpu_fraction = 1.0
-        if quota_part:
-            cpu_fraction = _parse_quota(quota_part, raw)
-            if cpu_fraction < 1.0:
-                kind = "cpu_time"
-        period = None
-        if kind == "cpu_time":
-            period = period_us or choose_period_us(cpu_fraction, len(cpus))
-            quota = cpu_fraction * len(cpus) * period
-            if quota < MIN_QUOTA_US or period > MAX_PERIOD_US or period < MIN_QUOTA_US:
+        cpu_fraction = _parse_quota(quota_part, raw) if quota_part else 1.0
+        if cpu_fraction < 1.0:
+            return cls.cpu_time(cpus, cpu_fraction, period_us=period_us, text=raw)
+        return cls.cores_of(machine, cpus, text=raw)
+
+    @classmethod
+    def cores_of(cls, machine: Machine, cpus: Sequence[int], *, text: str = "") -> Share:
+        """``cpus`` of ``machine`` at full speed (``all`` when that is every CPU)."""
+        kind = "all" if len(cpus) == machine.n_cpus else "cores"
+        return cls(kind, tuple(cpus), round(len(cpus) / machine.n_cpus, 9), text=text)
+
+    @classmethod
+    def cpu_time(
+        cls,
+        cpus: Sequence[int],
+        cpu_fraction: float,
+        *,
+        period_us: int | None = None,
+        text: str = "",
+    ) -> Share:
+        """``cpus`` at ``cpu_fraction`` of their time, with the CFS period for it."""
+        cpus = tuple(cpus)
+        period = period_us or choose_period_us(cpu_fraction, len(cpus))
+        quota = cpu_fraction * len(cpus) * period
+        if quota < MIN_QUOTA_US or period > MAX_PERIOD_US or period < MIN_QUOTA_US:
+            raise TopologyError(
+                f"share {text or format_cpulist(cpus)!r}: period {period} us gives a quota of "
+                f"{quota:.0f} us; the kernel needs quota >= {MIN_QUOTA_US} us and period in "
+                f"[{MIN_QUOTA_US}, {MAX_PERIOD_US}] us."
+            )
+        return cls("cpu_time", cpus, cpu_fraction, cpu_fraction, period, text)
+
+    @classmethod
+    def plan(cls, cpus: Sequence[int], machine: Machine, alpha: float, kind: str) -> Share:
+        """The share of the full target ``cpus`` for a scaled run at ``alpha``.
+
+        ``cores`` keeps alpha of the CPUs, socket-compactly (whole sockets first);
+        ``cpu_time`` keeps every CPU at alpha of its time (a slower server);
+        ``auto`` takes cores when alpha x CPUs is a whole number, else CPU time.
+        """
+        alpha = check_alpha(alpha)
+        n = alpha * len(cpus)
+        whole = abs(n - round(n)) < 1e-9 and round(n) >= 1
+        if kind == "auto":
+            kind = "cores" if whole else "cpu_time"
+        if kind == "cores":
+            if not whole:
                 raise TopologyError(
-                    f"share {raw!r}: period {period} us gives a quota of {quota:.0f} us; "
-                    f"the kernel needs quota >= {MIN_QUOTA_US} us and period in "
-                    f"[{MIN_QUOTA_US}, {MAX_PERIOD_US}] us."
+                    f"alpha == {alpha:g} of {len(cpus)} CPUs is {n:g} CPUs, not a whole number; "
+                    "use a CPU-time share (--share-kind cpu_time) or another alpha"
                 )
-        fraction = len(cpus) * cpu_fraction / machine.n_cpus
-        return cls(kind, tuple(cpus), round(fraction, 9), cpu_fraction, period, raw)
+            ordered = sorted(cpus, key=lambda c: (machine.socket_of(c), c))
+            return cls("cores", tuple(ordered[: round(n)]), alpha)
+        if kind == "cpu_time":
+            return cls.cpu_time(cpus, alpha)
+        raise ParameterError(f"share kind == {kind!r}, must be one of auto, cores, cpu_time.")
 
     @classmethod
     def all_of(cls, machine: Machine) -> Share:
         return cls("all", machine.all_cpus, 1.0, text="all")
 
+    @classmethod
+    def whole(cls, cpus: Sequence[int]) -> Share:
+        """The full target itself: all of ``cpus``, at full speed."""
+        return cls("all", tuple(cpus), 1.0, text="all")
+
     def to_dict(self) -> dict[str, Any]:
-        """The state/result-file form (``shrink.testbed/1`` ``share``)."""
-        return {
+        """The state/result-file form (``shrink.testbed/1`` and LoadCurve ``share``)."""
+        d: dict[str, Any] = {
             "kind": self.kind,
             "cpus": list(self.cpus),
             "fraction": self.fraction,
@@ -266,16 +355,38 @@ class Share:
             "period_us": self.period_us,
             "text": self.text,
         }
+        if self.speed is not None:
+            d["speed"] = self.speed.to_dict()
+        if self.predicted_from is not None:
+            d["predicted_from"] = self.predicted_from.to_dict()
+        return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Share:
+    def from_dict(cls, d: Mapping[str, Any] | None) -> Share:
+        """Read :meth:`to_dict`'s form; also older files, whose keys may be missing.
+
+        Older files gave a CPU-time share's ``fraction`` of the whole machine; it is
+        its ``cpu_fraction`` by the definition above, so that is what is read.
+        """
+        d = dict(d or {})
+        kind = str(d.get("kind", "all"))
+        if kind not in KINDS:
+            raise TopologyError(f"share kind == {kind!r}, must be one of {', '.join(KINDS)}.")
+        cpu_fraction = float(d.get("cpu_fraction", d.get("fraction", 1.0)))
+        if kind != "cpu_time":
+            cpu_fraction = float(d.get("cpu_fraction", 1.0))
+        fraction = cpu_fraction if kind == "cpu_time" else float(d.get("fraction", 1.0))
+        speed = d.get("speed")
+        origin = d.get("predicted_from")
         return cls(
-            kind=d["kind"],
-            cpus=tuple(d["cpus"]),
-            fraction=float(d["fraction"]),
-            cpu_fraction=float(d.get("cpu_fraction", 1.0)),
+            kind=kind,
+            cpus=tuple(int(c) for c in d.get("cpus") or ()),
+            fraction=fraction,
+            cpu_fraction=cpu_fraction,
             period_us=d.get("period_us"),
-            text=d.get("text", ""),
+            text=str(d.get("text", "")),
+            speed=ShareSpeed.from_dict(speed) if speed else None,
+            predicted_from=cls.from_dict(origin) if origin is not None else None,
         )
 
 

@@ -22,6 +22,7 @@ from shrink.atomic import write_text
 from shrink.errors import MeasurementError
 from shrink.loadcurve import QGRID, Level, LoadCurve
 from shrink.mat import MATResult, mat
+from shrink.share import Share
 
 __all__ = [
     "Validation",
@@ -78,14 +79,12 @@ def quantiles_at(curve: LoadCurve, throughput: float, cls: str | None = None) ->
     return (1 - f) * d0 + f * d1
 
 
-def cpu_seconds_per_request(rep: Any, share: Mapping[str, Any]) -> float | None:
+def cpu_seconds_per_request(rep: Any, share: Share) -> float | None:
     """CPU seconds the server spent per completed request in one repetition."""
-    cpus = share.get("cpus")
-    frac = share.get("cpu_fraction", 1.0 if share.get("kind") in ("all", "cores") else None)
-    if rep.utilization is None or not cpus or frac is None or rep.throughput <= 0:
+    if rep.utilization is None or not share.cpus or rep.throughput <= 0:
         return None
     # Utilization is normalized to the share (a 25% share busy all its quota is 1.0).
-    return float(rep.utilization) * float(frac) * len(cpus) / float(rep.throughput)
+    return float(rep.utilization) * share.cpu_fraction * len(share.cpus) / float(rep.throughput)
 
 
 def cost_ratio(
@@ -167,6 +166,11 @@ class Validation:
             for s, v in self.mats.items()
         }
 
+    @property
+    def covered(self) -> dict[str, bool | None]:
+        """Per statistic: the predicted MAT's interval held the measured MAT (None: a bound)."""
+        return {s: v.get("covered") for s, v in self.mats.items()}
+
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"schema": "shrink.checks/1", "mats": self.mats}
         for stat, err in self.mat_error.items():
@@ -174,6 +178,7 @@ class Validation:
         # An error between two crossings that were both found; a MAT that is only a
         # bound ("not reached", "below range") makes the error a bound or meaningless.
         d["conclusive"] = self.conclusive
+        d["covered"] = self.covered
         w = [x["w1"] for x in self.wasserstein]
         d["wasserstein"] = self.wasserstein
         d["wasserstein_median"] = float(np.median(w)) if w else None
@@ -214,6 +219,10 @@ def validate(
             "measured_status": m.status,
             "error": (p.mat - m.mat) / m.mat if m.mat else float("nan"),
         }
+        # Did the prediction's interval cover the measured MAT? Only where both MATs are
+        # crossings: a bound is not a measurement to cover.
+        conclusive = p.status == "ok" and m.status == "ok"
+        mats[stat]["covered"] = bool(p.ci[0] <= m.mat <= p.ci[1]) if conclusive else None
         # Hints where a MAT was left open over stalled levels (never a MAT themselves).
         for side, res in (("predicted", p), ("measured", m)):
             if res.stalled_ceiling is not None:

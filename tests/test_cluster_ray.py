@@ -188,10 +188,11 @@ def test_two_generators_against_a_live_server_match_one(cluster, server):
             figures[name].append((float(win.ok_mask().sum()), float(np.mean(lat)),
                                   float(np.quantile(lat, 0.999))))  # fmt: skip
     one, ray_ = np.array(figures["one"]), np.array(figures["ray"])
-    # the same requests answered in the window (2,000 offered): a host stall of a
-    # second on this shared VM can leave one unanswered at the run's end
-    assert one[:, 0].max() == ray_[:, 0].max() == 2000
-    assert np.median(ray_[:, 0]) >= 0.998 * np.median(one[:, 0])
+    # about 2,000 requests in the window on both sides: a session's next burst is due a
+    # think time after its previous one completed (httperf's wsesslog), so the count
+    # moves a little with latency, on either side alike
+    assert abs(np.median(ray_[:, 0]) - np.median(one[:, 0])) <= 0.02 * np.median(one[:, 0])
+    assert 1900 <= np.median(one[:, 0]) <= 2100
     # latency: the medians agree within the larger side's spread plus a floor
     # for a loopback fake server's sub-millisecond noise
     for col in (1, 2):
@@ -229,10 +230,13 @@ def test_a_lost_node_loses_only_its_own_rows_and_is_named(cluster, server):
     result: dict[str, object] = {}
 
     def replay() -> None:
-        result["out"] = run_engines(
-            tr, cfg, rate_factor=1.0, horizon=8.0, loop=False,
-            cluster=ClusterSpec(c.address, 2),
-        )  # fmt: skip
+        try:
+            result["out"] = run_engines(
+                tr, cfg, rate_factor=1.0, horizon=8.0, loop=False,
+                cluster=ClusterSpec(c.address, 2),
+            )  # fmt: skip
+        except Exception as exc:  # shown by the assertion below, not lost in the thread
+            result["error"] = exc
 
     th = threading.Thread(target=replay)
     th.start()
@@ -240,6 +244,7 @@ def test_a_lost_node_loses_only_its_own_rows_and_is_named(cluster, server):
     c.remove_node(workers[1])
     th.join(timeout=120)
     assert not th.is_alive(), "the driver hung on a lost node"
+    assert "error" not in result, repr(result.get("error"))
     log, eng = result["out"]  # type: ignore[misc]
     lost = eng.extra.get("lost_generators") or []
     assert len(lost) == 1 and lost[0]["reason"]

@@ -189,12 +189,13 @@ def test_extrapolate_a_share_curve(tmp_path):
 def test_calibrate_takes_cpu_time_shares_like_core_runs():
     from extrapolate.calibration import observations_from_curves
     from shrink.loadcurve import LoadCurve
+    from shrink.share import Share
 
     mach = Machine.read_toml(SPEC)
     c = truth_curve(Truth(), mach, "1-replica", (0, 1), dyn=0.0, smr=0.0, workload="s", seed=4)
     slow = LoadCurve.from_dict(c.to_dict())
     slow.alpha = 0.5
-    slow.share = {"kind": "cpu_time", "cpus": [0, 1], "fraction": 0.5, "cpu_fraction": 0.5}
+    slow.share = Share.cpu_time((0, 1), 0.5)
     for lv in slow.levels:
         for rep in lv.reps:
             rep.throughput *= 0.5

@@ -32,6 +32,7 @@ from shrink.errors import ExtrapolationError, ParameterError, TraceFormatError
 from shrink.loadcurve import LoadCurve
 from shrink.machine import Machine
 from shrink.prediction import Prediction
+from shrink.share import Share
 from shrink.trace import Trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -393,7 +394,7 @@ def test_cpu_time_share_extrapolates_like_a_cores_share():
         seed=5,
     )
     slow = LoadCurve.from_dict(cores.to_dict())
-    slow.share = {"kind": "cpu_time", "cpus": [0, 1, 2, 3], "fraction": 0.5}
+    slow.share = Share.cpu_time((0, 1, 2, 3), 0.5)
     for lv in slow.levels:
         for rep in lv.reps:
             rep.throughput *= 0.5
@@ -415,12 +416,7 @@ def _as_cpu_time(curve: LoadCurve, c: float) -> LoadCurve:
     """The same CPUs at speed c carrying c of the load: throughput x c, latencies / c."""
     slow = LoadCurve.from_dict(curve.to_dict())
     slow.alpha = c
-    slow.share = {
-        "kind": "cpu_time",
-        "cpus": list(curve.share["cpus"]),
-        "fraction": c,
-        "cpu_fraction": c,
-    }
+    slow.share = Share.cpu_time(curve.share.cpus, c)
     for lv in slow.levels:
         for rep in lv.reps:
             rep.throughput *= c

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from scipy.optimize import curve_fit
@@ -14,6 +16,7 @@ from extrapolate.usl import USLModel, usl_throughput
 from shrink.errors import ExtrapolationError, NotFittedError
 from shrink.loadcurve import ClassStats, Level, LevelStats, LoadCurve
 from shrink.mat import mat
+from shrink.share import Share, ShareSpeed
 
 
 def _ps_curve(
@@ -77,18 +80,20 @@ def test_cfs_correction_recovers_a_known_overhead():
 
 def test_alpha_must_match_the_share_fraction():
     share = _ps_curve(1e-3, 2, 0.25, "cores")
-    share.share["fraction"] = 0.5
+    share.share = replace(share.share, fraction=0.5)
     with pytest.raises(ExtrapolationError, match=r"alpha == 0\.25"):
         scale_to_full(share)
 
 
 def test_a_testbed_cpu_time_share_is_checked_by_its_cpu_fraction():
-    # On the testbed a 25% share of CPU 1 on a 2-CPU machine (CPU 0 drives the load)
-    # is 0.125 of the machine: alpha is compared with the time fraction of its CPUs.
+    # Older files gave a 25% share of CPU 1 on a 2-CPU machine (CPU 0 drives the load)
+    # as 0.125 of the machine: a CPU-time share's fraction is its CPUs' time fraction.
     share = _ps_curve(1e-3, 1, 0.25, "cpu_time", slow=0.25)
-    share.share.update(fraction=0.125, cpu_fraction=0.25)
+    old = {"kind": "cpu_time", "cpus": [1], "fraction": 0.125, "cpu_fraction": 0.25}
+    share.share = Share.from_dict(old)
+    assert share.share.fraction == 0.25
     assert scale_to_full(share).alpha == 1.0
-    share.share["cpu_fraction"] = 0.5
+    share.share = Share.from_dict({**old, "cpu_fraction": 0.5})
     with pytest.raises(ExtrapolationError, match=r"alpha == 0\.25"):
         scale_to_full(share)
 
@@ -180,3 +185,42 @@ def test_usl_is_a_scikit_learn_estimator():
         USLModel().predict(4)
     with pytest.raises(ExtrapolationError, match=">= 3 core counts"):
         USLModel().fit([1, 1, 2], [1.0, 1.0, 2.0])
+
+
+def test_cpu_time_share_scales_by_its_measured_speed():
+    # A 25% share that really runs at 20% of the full speed (a time-sliced core costs more
+    # per request): scaling by the measured s recovers the full server; alpha does not.
+    alpha, s = 0.25, 0.20
+    full = _ps_curve(1e-3, 1, 1.0, "all")
+    share = _ps_curve(1e-3, 1, alpha, "cpu_time", slow=s)
+    for t in (2e-3, 5e-3, 20e-3):
+        nominal = mat_full(share, "mean", t)
+        share.share = share.share.with_speed(ShareSpeed(alpha, {}, s, "probe"))
+        measured = mat_full(share, "mean", t)
+        truth = mat(full, "mean", t)
+        # M/M/1-PS: MAT(T) = (1 - d/T) / d, so the measured-speed prediction is exact...
+        assert measured.mat == pytest.approx((1 - 1e-3 / t) / 1e-3, rel=5e-3)
+        assert measured.mat == pytest.approx(truth.mat, rel=2e-3)
+        assert measured.mat == pytest.approx(mat(share, "mean", t / s).mat / s, rel=1e-9)
+        # ...and the nominal one under-predicts by the speeds' ratio, or more (the demo's
+        # sign: a share slower than alpha looks like a smaller full target).
+        assert nominal.mat / truth.mat < s / alpha
+        share.share = share.share.with_speed(None)
+
+
+def test_per_class_latencies_scale_by_their_class_speed():
+    share = _ps_curve(1e-3, 1, 0.25, "cpu_time", slow=0.25)
+    for lv in share.levels:
+        for rep in lv.reps:
+            rep.per_class["dynamic"] = ClassStats(**vars(rep.overall))
+    speed = ShareSpeed(0.25, {"dynamic": 0.1, "static": 0.25}, 0.2, "probe")
+    share.share = share.share.with_speed(speed)
+    scaled = scale_to_full(share)
+    a, b = share.levels[3].reps[0], scaled.levels[3].reps[0]
+    assert b.per_class["dynamic"].mean == pytest.approx(0.1 * a.per_class["dynamic"].mean)
+    assert b.overall.mean == pytest.approx(0.2 * a.overall.mean)
+    assert b.throughput == pytest.approx(a.throughput / 0.2)
+    # The speed travels with the share, through the curve's JSON.
+    back = LoadCurve.from_dict(share.to_dict())
+    assert back.share.speed == speed and back.share.speed_factor == 0.2
+    assert scaled.share.predicted_from.speed == speed

@@ -7,68 +7,30 @@ from contextlib import contextmanager
 
 import numpy as np
 import pytest
+from helpers.fake_provider import FakeProvider, sessions
 
 from shrink.autolevels import AutoPlan
 from shrink.errors import TopologyError
 from shrink.loadcurve import LoadCurve
 from shrink.machine import Machine
-from shrink.predict import PredictConfig, plan_share, predict
+from shrink.predict import PredictConfig, predict
 from shrink.prediction import Prediction
 from shrink.report.build import write_report
-from shrink.target import FakeTarget
+from shrink.share import Share
 from shrink.trace import Trace
 from shrink.validate import validate
 
 
-class FakeProvider:
-    """One 'core' whose CPU-time share slows every demand by 1/fraction."""
-
-    name = "fake"
-
-    def __init__(self, demand=None):
-        self.demand = demand or {"static": 0.0005, "dynamic": 0.004}
-
-    def machine(self):
-        return Machine(name="fake-1s", sockets=1, cores_per_socket=2)
-
-    def server_cpus(self):
-        return (1,)
-
-    @contextmanager
-    def open(self, share, mapping):
-        f = share["fraction"] if share["kind"] == "cpu_time" else 1.0
-        target = FakeTarget(servers=1, demand={k: v / f for k, v in self.demand.items()})
-        desc = target.describe
-
-        target.describe = lambda: {**desc(), "share": share, "mapping": {"name": mapping}}
-        yield target
-
-
 def _sessions(n_sessions: int, seed: int = 0) -> Trace:
-    rng = np.random.default_rng(seed)
-    start = np.sort(rng.uniform(0, 2000, n_sessions))
-    rows = {"session": [], "t": [], "path": [], "cls": [], "burst": []}
-    for s, t0 in enumerate(start):
-        for b in range(3):
-            dyn = rng.random() < 0.1
-            rows["session"].append(s)
-            rows["burst"].append(b)
-            rows["t"].append(t0 + 2 * b)
-            rows["path"].append("/app/x.php" if dyn else "/static/a.gif")
-            rows["cls"].append("dynamic" if dyn else "static")
-    return Trace.from_columns(rows, meta={"source": "test"})
+    return sessions(n_sessions, seed)
 
 
 def test_plan_share_picks_cores_or_cpu_time():
     m = Machine(name="m", sockets=2, cores_per_socket=2)
-    assert plan_share([0, 1, 2, 3], m, 0.5, "auto") == {
-        "kind": "cores",
-        "cpus": [0, 1],
-        "fraction": 0.5,
-    }
-    assert plan_share([1], m, 0.25, "auto")["kind"] == "cpu_time"
+    assert Share.plan([0, 1, 2, 3], m, 0.5, "auto") == Share("cores", (0, 1), 0.5)
+    assert Share.plan([1], m, 0.25, "auto").kind == "cpu_time"
     with pytest.raises(TopologyError, match="not a whole number"):
-        plan_share([1], m, 0.25, "cores")
+        Share.plan([1], m, 0.25, "cores")
 
 
 def test_predict_then_validate_on_a_processor_sharing_fake(tmp_path):
@@ -90,7 +52,7 @@ def test_predict_then_validate_on_a_processor_sharing_fake(tmp_path):
         )
         res = predict(trace, provider, cfg, tmp_path)
         pred = res.prediction
-        assert pred.share["kind"] == "cpu_time"
+        assert pred.share.kind == "cpu_time"
         assert res.measured.meta["scaled_time"] == 4.0  # time scaling is on by default
         assert pred.self_checks["generator_kept_up"]
         assert pred.mappings["1-replica"].stats["mean"].status == "ok"
@@ -101,7 +63,7 @@ def test_predict_then_validate_on_a_processor_sharing_fake(tmp_path):
             assert own.threshold == pytest.approx(thresholds[stat] / 0.25)
             assert own.mat / 0.25 == pytest.approx(full_mat.mat)
         # The full-scale run on the whole (fake) core.
-        with provider.open({"kind": "all", "cpus": [1], "fraction": 1.0}, "1-replica") as tgt:
+        with provider.open(Share.whole((1,)), "1-replica") as tgt:
             full = auto_sweep(tgt, trace, thresholds, plan=plan, seed=seed + 4, alpha=1.0)
         v = validate(res.predicted, full, thresholds)
         errors.append([abs(v.mat_error["mean"]), abs(v.mat_error["p999"])])

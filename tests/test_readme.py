@@ -1,8 +1,11 @@
 """The README's command tour runs as written (STYLE: the README run as a test).
 
 Each ```sh block under "A tour of the commands" is run line by line with bash in a
-scratch directory that has ``examples/`` linked in and ``$SHARED`` pointing at
-the real traces. The live-server block needs lighttpd and php-cgi.
+scratch directory that has ``examples/`` linked in. The first block reads only what
+the project ships (``examples/traces``, made by ``examples/traces/make_traces.py``)
+or makes, so it runs on a fresh clone; the live-server block needs lighttpd and
+php-cgi; the last block reads the real traces through ``$SHARED`` and runs only
+where they are.
 """
 
 from __future__ import annotations
@@ -69,13 +72,33 @@ def test_the_readme_has_the_two_commands_first():
 
 
 def test_tour_of_the_commands_runs(scratch: Path):
-    if not REAL.is_dir():
-        pytest.skip(f"real traces not found at {REAL}")
     blocks = _tour_blocks()
-    assert len(blocks) == 2
+    assert len(blocks) == 3
+    assert "$SHARED" not in blocks[0] + blocks[1], "the tour must run on a fresh clone"
     _run_block(blocks[0], scratch)
+    assert (scratch / "access.parquet").exists() and (scratch / "capture.parquet").exists()
     assert (scratch / "support-25.parquet").exists()
     assert (scratch / "parts" / "part-001.parquet").exists()
+
+
+def test_tour_with_the_real_traces_runs(scratch: Path):
+    if not REAL.is_dir():
+        pytest.skip(f"real traces not found at {REAL} (a fresh clone has none)")
+    block = _tour_blocks()[2]
+    assert "$SHARED" in block
+    _run_block(block, scratch)
+    assert (scratch / "nasa.wsesslog").exists()
+
+
+def test_the_shipped_traces_are_the_projects_own(tmp_path: Path):
+    """examples/traces holds exactly what make_traces.py writes (nothing fetched)."""
+    import runpy
+
+    shipped = ROOT / "examples" / "traces"
+    mod = runpy.run_path(str(shipped / "make_traces.py"))
+    for made in mod["main"](tmp_path):
+        assert made.read_bytes() == (shipped / made.name).read_bytes(), made.name
+        assert made.stat().st_size < 32_000  # a few KB: fit for a repository
 
 
 @pytest.mark.live

@@ -10,7 +10,8 @@ from shrink.machine import Machine
 from shrink.replay import EngineConfig, run_engines
 from shrink.replay.engine import EngineStats
 from shrink.schedule import Schedule, build_schedule, schedule_arrays, trace_extent
-from shrink.sim import SimShare, SimTarget, support_trace
+from shrink.share import Share
+from shrink.sim import SimTarget, support_trace
 from shrink.target import FakeTarget
 from shrink.trace import Trace
 
@@ -36,7 +37,7 @@ def test_the_simulator_and_the_engine_build_the_same_schedule(monkeypatch, seed)
         return built[-1]
 
     monkeypatch.setattr(sim_target, "build_schedule", spy)
-    sim = SimTarget(MACHINE, "1-replica", SimShare((0,)))
+    sim = SimTarget(MACHINE, "1-replica", Share.cores_of(MACHINE, (0,)))
     res = sim.run(trace, rate_factor=2.0, warmup=3.0, duration=5.0, seed=seed)
 
     engine_got: list[Schedule] = []

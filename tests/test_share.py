@@ -67,11 +67,12 @@ def test_parse_forms_on_two_cores(monkeypatch):
     assert Share.parse("0-1", TWO_CORE).kind == "all"
     q = Share.parse("1@25%", TWO_CORE)
     assert q == Share.parse("1@0.25", TWO_CORE)
-    assert (q.kind, q.cpus, q.cpu_fraction, q.fraction) == ("cpu_time", (1,), 0.25, 0.125)
+    # A CPU-time share's fraction is of its full target (its CPUs at full speed).
+    assert (q.kind, q.cpus, q.cpu_fraction, q.fraction) == ("cpu_time", (1,), 0.25, 0.25)
     # The quota is one tick, the period as short as that allows.
     assert (q.quota_us(), q.period_us) == (4000, 16000)
     half = Share.parse("0@50%", TWO_CORE)
-    assert (half.quota_us(), half.period_us, half.fraction) == (4000, 8000, 0.25)
+    assert (half.quota_us(), half.period_us, half.fraction) == (4000, 8000, 0.5)
     assert Share.parse("0@100%", TWO_CORE).kind == "cores"
 
 

@@ -15,7 +15,8 @@ from shrink.machine import Machine
 from shrink.mapping import build_mapping
 from shrink.measure import level_stats, sweep
 from shrink.runlog import RUNLOG_COLUMNS
-from shrink.sim import SimParams, SimShare, SimTarget, parse_share, support_trace, tcp_trace
+from shrink.share import Share
+from shrink.sim import SimParams, SimTarget, support_trace, tcp_trace
 from shrink.sim.model import build_layout
 from shrink.target import Target
 from shrink.trace import Trace
@@ -73,7 +74,7 @@ def test_one_core_is_an_exact_ps_queue(cv):
     """M/G/1-PS: mean response time D / (1 - rho) whatever the demand's variability."""
     d = 40e-6
     p = PLAIN.with_(static_base_us=40.0, static_per_kib_us=0.0, static_cv=cv)
-    target = SimTarget(NEHALEM, "1-replica", SimShare((0,)), p)
+    target = SimTarget(NEHALEM, "1-replica", Share.cores_of(NEHALEM, (0,)), p)
     rho = 0.6
     trace = tcp_trace(rho / d, 1.5, seed=11)
     means = []
@@ -90,11 +91,12 @@ def test_one_core_is_an_exact_ps_queue(cv):
 def test_speed_share_is_a_slower_server_exactly():
     """Half the speed at half the rate: every time doubles (R_full(X) = a R_share(a X))."""
     trace = support_trace(40, 6.0, seed=2, think_s=0.3)
-    full = SimTarget(NEHALEM, "1-replica", SimShare((0, 1)), PLAIN)
-    half = SimTarget(NEHALEM, "1-replica", SimShare((0, 1), 0.5), PLAIN)
+    full = SimTarget(NEHALEM, "1-replica", Share.cores_of(NEHALEM, (0, 1)), PLAIN)
+    half = SimTarget(NEHALEM, "1-replica", Share.cpu_time((0, 1), 0.5), PLAIN)
     a = full.run(trace, rate_factor=1.0, warmup=1.0, duration=2.0, seed=1)
     b = half.run(trace, rate_factor=0.5, warmup=2.0, duration=4.0, seed=1)
-    assert half.describe()["share"] == {"kind": "cpu_time", "cpus": [0, 1], "fraction": 0.5}
+    desc = half.describe()["share"]
+    assert (desc["kind"], desc["cpus"], desc["fraction"]) == ("cpu_time", [0, 1], 0.5)
     # think times are not scaled, so compare an open-loop trace for exactness
     o = tcp_trace(20_000, 1.0, seed=4)
     x = full.run(o, rate_factor=1.0, warmup=0.1, duration=0.5, seed=2).runlog
@@ -116,7 +118,8 @@ def test_session_semantics_page_then_embedded_then_think():
         },
         meta={"mode": "session"},
     )
-    target = SimTarget(NEHALEM, "1-replica", SimShare((0,)), PLAIN.with_(static_cv=0.0))
+    one = Share.cores_of(NEHALEM, (0,))
+    target = SimTarget(NEHALEM, "1-replica", one, PLAIN.with_(static_cv=0.0))
     log = target.run(trace, rate_factor=1.0, warmup=0.0, duration=2.0, seed=0).runlog
     intended, done = log.column("intended"), log.column("done")
     assert len(log) == 4 and intended[0] == 0.0
@@ -164,14 +167,16 @@ def test_half_of_one_replica_connections_have_remote_nic_processing():
 
 
 def test_parse_share_and_bad_input():
-    assert parse_share("all", NEHALEM) == SimShare()
-    assert parse_share("0.5", NEHALEM).cpus == (0, 1, 2, 3)
-    assert parse_share("0-1,4", NEHALEM).cpus == (0, 1, 4)
-    assert parse_share("0@25%", NEHALEM) == SimShare((0,), 0.25)
+    # The one share grammar (shrink.share.Share.parse) serves the simulator too.
+    assert Share.parse("all", NEHALEM) == Share.all_of(NEHALEM)
+    assert Share.parse("0.5", NEHALEM).cpus == (0, 1, 2, 3)
+    assert Share.parse("0-1,4", NEHALEM).cpus == (0, 1, 4)
+    assert Share.parse("0@25%", NEHALEM) == Share.cpu_time((0,), 0.25)
+    assert Share.parse("0.5@50%", NEHALEM).cpus == (0, 1, 2, 3)
     with pytest.raises(TopologyError):
-        parse_share("0,9", NEHALEM)
-    with pytest.raises(ParameterError, match=r"share speed fraction"):
-        parse_share("all@1.5", NEHALEM)
+        Share.parse("0,9", NEHALEM)
+    with pytest.raises(TopologyError, match=r"cannot run faster"):
+        Share.parse("all@1.5", NEHALEM)
     with pytest.raises(ParameterError, match="accept_policy"):
         SimParams(accept_policy="fastest")
     with pytest.raises(ParameterError, match="unknown simulator parameter"):
@@ -182,12 +187,12 @@ def test_parse_share_and_bad_input():
 
 def test_sweep_on_the_simulator_gives_a_rising_curve():
     trace = tcp_trace(10_000, 4.0)
-    target = SimTarget(NEHALEM, "1-replica", SimShare((0, 1)))
+    target = SimTarget(NEHALEM, "1-replica", Share.cores_of(NEHALEM, (0, 1)))
     curve = sweep(target, trace, [1.0, 3.0, 4.2], warmup=0.1, duration=0.5, seed=2)
     thr = [lv.throughput for lv in curve.levels]
     mean = [lv.stat("mean")[0] for lv in curve.levels]
     assert thr == sorted(thr) and mean == sorted(mean)
-    assert curve.share["kind"] == "cores" and curve.mapping == "1-replica"
+    assert curve.share.kind == "cores" and curve.mapping == "1-replica"
 
 
 def test_cli_run_sweep_and_scaling(tmp_path):

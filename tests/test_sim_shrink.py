@@ -22,7 +22,8 @@ import numpy as np
 from shrink.loadcurve import LoadCurve
 from shrink.machine import Machine
 from shrink.measure import sweep
-from shrink.sim import SimParams, SimShare, SimTarget, tcp_trace
+from shrink.share import Share
+from shrink.sim import SimParams, SimTarget, tcp_trace
 from shrink.trace import Trace
 
 NEHALEM = Machine(
@@ -57,7 +58,7 @@ def _sample_sessions(trace: Trace, alpha: float, seed: int) -> Trace:
 def _curves(params: SimParams) -> tuple[LoadCurve, LoadCurve]:
     trace = tcp_trace(10_000, 4.0, seed=5)
     full = SimTarget(NEHALEM, "1-replica", None, params)
-    part = SimTarget(NEHALEM, "1-replica", SimShare((0, 1, 2, 3)), params)
+    part = SimTarget(NEHALEM, "1-replica", Share.cores_of(NEHALEM, (0, 1, 2, 3)), params)
     kw = {"reps": REPS, "warmup": 0.05, "duration": 0.25}
     c_full = sweep(full, trace, LEVELS, seed=1, **kw)
     c_part = sweep(part, _sample_sessions(trace, ALPHA, 3), LEVELS, seed=2, alpha=ALPHA, **kw)
@@ -94,7 +95,7 @@ def test_pooled_accept_makes_the_full_machine_faster_than_its_share():
     p = SimParams().without_cross_socket()  # idle-first accept, the default
     trace = tcp_trace(10_000, 3.0, seed=5)
     full = SimTarget(NEHALEM, "1-replica", None, p)
-    part = SimTarget(NEHALEM, "1-replica", SimShare((0, 1, 2, 3)), p)
+    part = SimTarget(NEHALEM, "1-replica", Share.cores_of(NEHALEM, (0, 1, 2, 3)), p)
     means = []
     for seed in range(2):
         a = full.run(trace, rate_factor=10.0, warmup=0.05, duration=0.15, seed=seed)

@@ -20,6 +20,7 @@ from shrink.cli import (
     testbed_cmd,
     trace_cmd,
 )
+from shrink.cli._style import tidy
 
 app = typer.Typer(
     name="shrink",
@@ -58,6 +59,7 @@ for _module in (
     predict_cmd,
 ):
     _module.register(app)
+tidy(app)
 
 
 def main() -> None:

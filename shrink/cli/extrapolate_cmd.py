@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from shrink.cli._common import cli_errors, echo_json
+from shrink.cli._common import cli_errors, echo_json, fmt_number, stat_thresholds
 
 _CAL_HELP = "'published' (fit the papers' figures) or a calibration JSON from 'shrink calibrate'."
 
@@ -46,21 +46,25 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:g}ms"
 
 
+def _with_interval(value: float, lo: float, hi: float) -> str:
+    return f"{fmt_number(value)}  [{fmt_number(lo)}, {fmt_number(hi)}]"
+
+
 def _print_calibration(cal: dict[str, Any]) -> None:
     typer.echo(f"calibration: {cal.get('name', '')}")
     for name, p in cal["parameters"].items():
-        typer.echo(f"  {name:<20} {p['value']:.4g}  [{p['lo']:.4g}, {p['hi']:.4g}]")
+        typer.echo(f"  {name:<20} {_with_interval(p['value'], p['lo'], p['hi'])}")
     if cal.get("figures"):
         typer.echo("  figure                           printed      model  within precision")
         for f in cal["figures"]:
             typer.echo(
-                f"  {f['figure']:<30} {f['published']:>9.4g} {f['model']:>10.4g}  "
-                f"{'yes' if f['within_precision'] else 'NO'}"
+                f"  {f['figure']:<30} {fmt_number(f['published']):>9} "
+                f"{fmt_number(f['model']):>10}  {'yes' if f['within_precision'] else 'NO'}"
             )
     for c in cal.get("checks", []):
         typer.echo(
-            f"  check (not fitted) {c['figure']}: printed {c['published']:.4g}, "
-            f"model {c['model']:.4g}"
+            f"  check (not fitted) {c['figure']}: printed {fmt_number(c['published'])}, "
+            f"model {fmt_number(c['model'])}"
         )
 
 
@@ -74,7 +78,7 @@ def calibrate(
     machine: Annotated[
         Path | None, typer.Option(help="Machine spec TOML the curves were measured on.")
     ] = None,
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write JSON here.")] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--out", help="Write JSON here.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Fit the model's physical parameters: to your own paired runs, or to the papers' figures."""
@@ -88,7 +92,7 @@ def calibrate(
         if curves:
             loaded = [LoadCurve.read_json(p) for p in curves]
             m = Machine.read_toml(machine) if machine else None
-            model = fit_curves(loaded, parse_thresholds(thresholds), machine=m)
+            model = fit_curves(loaded, parse_thresholds(stat_thresholds(thresholds)), machine=m)
         else:
             model = fit_published()
         if output:
@@ -101,9 +105,8 @@ def calibrate(
                 if "sigma" in u:
                     typer.echo(
                         f"  USL ({wl}, one-socket shares {u['core_counts']}): "
-                        f"sigma {u['sigma']:.4g} [{u['sigma_ci'][0]:.4g}, {u['sigma_ci'][1]:.4g}]"
-                        f", kappa {u['kappa']:.4g} [{u['kappa_ci'][0]:.4g}, "
-                        f"{u['kappa_ci'][1]:.4g}]"
+                        f"sigma {_with_interval(u['sigma'], *u['sigma_ci'])}, "
+                        f"kappa {_with_interval(u['kappa'], *u['kappa_ci'])}"
                     )
             if output:
                 typer.echo(f"wrote {output}")
@@ -116,7 +119,7 @@ def whatif(
     ],
     calibration: Annotated[str, typer.Option(help=_CAL_HELP)] = "published",
     sweep: Annotated[bool, typer.Option(help="Sweep the dynamic fraction.")] = True,
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write JSON here.")] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--out", help="Write JSON here.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Predict MATs (mean and p99.9) and latency curves for each mapping, and recommend one."""
@@ -160,7 +163,7 @@ def extrapolate(
     thresholds: Annotated[
         str, typer.Option(help="SLA thresholds, e.g. mean=5ms,p999=500ms.")
     ] = "mean=5ms,p999=500ms",
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write JSON here.")] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--out", help="Write JSON here.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Predict the full machine from one measured share curve (SHRiNK + cross-socket)."""
@@ -174,9 +177,8 @@ def extrapolate(
         lc = LoadCurve.read_json(curve)
         mach = Machine.read_toml(machine)
         model = load_calibration(calibration)
-        pred, _ = extrapolate_curve(
-            lc, model, mach, mappings=mapping or None, thresholds=parse_thresholds(thresholds)
-        )
+        th = parse_thresholds(stat_thresholds(thresholds))
+        pred, _ = extrapolate_curve(lc, model, mach, mappings=mapping or None, thresholds=th)
         if output:
             pred.write_json(output)
         if json_out:

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from shrink.cli._common import cli_errors, console, echo_json
+from shrink.cli._common import cli_errors, console, echo_json, plural
 
 _SHOWN_SKIPS = 20
 
@@ -91,15 +91,11 @@ def ingest(
         echo_json(summary)
         return
     typer.echo(
-        f"{input} ({fmt}): {info.requests:,} requests, {info.sessions:,} sessions, "
-        f"{info.bursts:,} bursts, {info.duration:,.3f} s -> {out}"
+        f"{input} ({fmt}): {plural(info.requests, 'request')}, "
+        f"{plural(info.sessions, 'session')}, {plural(info.bursts, 'burst')}, "
+        f"{info.duration:,.3f} s -> {out}"
     )
-    if summary["skipped"]:
-        more = " ..." if summary["skipped"] > len(summary["skipped_lines"]) else ""
-        numbers = ", ".join(str(n) for n in summary["skipped_lines"])
-        typer.echo(f"skipped {summary['skipped']:,} unreadable lines: {numbers}{more}")
-    else:
-        typer.echo("skipped 0 lines")
+    typer.echo(_skipped_line(fmt, trace.meta, summary["skipped"], summary["skipped_lines"]))
     repaired = trace.meta.get("repaired_lines") or []
     if repaired:
         console.print(
@@ -107,6 +103,20 @@ def ingest(
             + ", ".join(str(n) for n in repaired[:_SHOWN_SKIPS]),
             highlight=False,
         )
+
+
+def _skipped_line(fmt: str, meta: dict[str, Any], skipped: int, numbers: list[int]) -> str:
+    """What a lenient reader left out, in its own unit: packets of a capture, lines of a log."""
+    unit = "packet" if fmt == "pcap" else "line"
+    if not skipped:
+        return f"skipped 0 {unit}s"
+    more = " ..." if skipped > len(numbers) else ""
+    listed = ", ".join(str(n) for n in numbers)
+    if fmt == "pcap":
+        kinds = meta.get("skipped_kinds") or {}
+        why = ", ".join(f"{k} {v:,}" for k, v in kinds.items())
+        return f"skipped {plural(skipped, unit)} (not HTTP or unreadable: {why}): {listed}{more}"
+    return f"skipped {plural(skipped, 'unreadable line')}: {listed}{more}"
 
 
 def export(
@@ -131,7 +141,8 @@ def export(
         tr = Trace.read_parquet(trace)
         write_trace(tr, out, format.value, **opts)
     typer.echo(
-        f"{trace}: {len(tr):,} requests, {tr.n_sessions:,} sessions -> {out} ({format.value})"
+        f"{trace}: {plural(len(tr), 'request')}, {plural(tr.n_sessions, 'session')} -> {out} "
+        f"({format.value})"
     )
 
 

@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
-from shrink.cli._common import cli_errors, console, echo_json
+from shrink.cli._common import (
+    cli_errors,
+    console,
+    echo_json,
+    parse_duration_option,
+    stat_label,
+    stat_thresholds,
+)
+from shrink.cli._progress import line_progress, on_terminal
 from shrink.errors import ParameterError
 from shrink.mapping import BUILTIN_MAPPINGS
 from shrink.prediction import Prediction
@@ -71,13 +81,19 @@ def _progress_bar():
     )
 
 
-def _callback(progress, title: str):
-    task = progress.add_task(title, total=1)
+@contextmanager
+def _progress(title: str) -> Iterator[Callable[[str, int, int], None]]:
+    """A progress bar on a terminal; elsewhere (a pipe, a log, CI) one line per level."""
+    if not on_terminal():
+        yield line_progress(title)
+        return
+    with _progress_bar() as bar:
+        task = bar.add_task(title, total=1)
 
-    def cb(what: str, step: int, total: int) -> None:
-        progress.update(task, description=f"{title}: {what}", completed=step, total=total)
+        def cb(what: str, step: int, total: int) -> None:
+            bar.update(task, description=f"{title}: {what}", completed=step, total=total)
 
-    return cb
+        yield cb
 
 
 def predict(
@@ -113,10 +129,10 @@ def predict(
     ] = "published",
     seed: Annotated[int, typer.Option("--seed", help="Seed of the sample and the runs.")] = 0,
     reps: Annotated[int, typer.Option("--reps", help="Repetitions per load level.")] = 2,
-    warmup: Annotated[float, typer.Option("--warmup", help="Warm-up seconds per level.")] = 2.0,
+    warmup: Annotated[str, typer.Option("--warmup", help="Warm-up per level, e.g. 2s.")] = "2s",
     duration: Annotated[
-        float, typer.Option("--duration", help="Measurement window seconds per level.")
-    ] = 8.0,
+        str, typer.Option("--duration", help="Measurement window per level, e.g. 8s.")
+    ] = "8s",
     max_levels: Annotated[int, typer.Option("--max-levels", help="Load levels at most.")] = 10,
     paired_full_run: _PairedFullRun = False,
     time_scaling: _TimeScaling = True,
@@ -138,7 +154,7 @@ def predict(
     from shrink.topology import parse_cpulist
 
     with cli_errors():
-        th = parse_thresholds(thresholds)
+        th = parse_thresholds(stat_thresholds(thresholds))
         names = (
             BUILTIN_MAPPINGS
             if mappings == "all"
@@ -147,8 +163,8 @@ def predict(
         if not names:
             raise ParameterError("mappings == '', must be 'all' or a comma list.")
         plan = AutoPlan(
-            warmup=warmup,
-            duration=duration,
+            warmup=parse_duration_option(warmup, "warmup"),
+            duration=parse_duration_option(duration, "duration"),
             reps=reps,
             max_levels=max_levels,
             budget_s=None if budget is None else parse_duration(budget, "budget"),
@@ -159,7 +175,8 @@ def predict(
         warn_stale()  # what a killed predict left: `shrink testbed down --stale`
         if docroot is not None:
             warn_docroot(trace, docroot)  # a missing page is measured as a failure
-        with _progress_bar() as bar:
+        title = "scaled + full runs" if paired_full_run else "scaled run"
+        with _progress(title) as progress:
             pred = run_predict(
                 trace,
                 out,
@@ -175,7 +192,7 @@ def predict(
                 calibration=calibration,
                 seed=seed,
                 plan=plan,
-                progress=_callback(bar, "scaled + full runs" if paired_full_run else "scaled run"),
+                progress=progress,
                 paired_full_run=paired_full_run,
                 time_scaling=time_scaling,
                 skip=None if skip == "auto" else _skip_seconds(skip),
@@ -201,12 +218,17 @@ def _print_summary(pred: Prediction, out: Path) -> None:
     t = Table(title=f"Predicted MAT ({pred.target_description})")
     t.add_column("mapping")
     for stat, limit in thresholds.items():
-        t.add_column(f"{stat} < {limit * 1e3:g} ms (req/s)", justify="right")
+        t.add_column(f"{stat_label(stat)} < {limit * 1e3:,g} ms (req/s)", justify="right")
     for name, m in pred.mappings.items():
         cells = []
         for stat in thresholds:
             r = m.stats[stat]
-            cells.append(f"{r.mat:,.0f} [{r.ci[0]:,.0f}, {r.ci[1]:,.0f}]")
+            if r.status == "not_reached":  # the threshold was never crossed: a bound
+                cells.append(f">= {r.mat:,.0f} (not reached)")
+            elif r.status == "below_range":
+                cells.append(f"<= {r.mat:,.0f} (over at the lowest load)")
+            else:
+                cells.append(f"{r.mat:,.0f} [{r.ci[0]:,.0f}, {r.ci[1]:,.0f}]")
         t.add_row(("* " if name == pred.recommended else "  ") + name, *cells)
     Console().print(t)
     Console().print(f"recommended: [bold]{pred.recommended}[/] - {pred.reason}")
@@ -242,13 +264,13 @@ def validate(
 
     with cli_errors():
         if full_run == "run":
-            with _progress_bar() as bar:
+            with _progress("full-scale run") as progress:
                 v = run_validate(
                     prediction,
                     full_run=full_run,
                     trace=trace,
                     out_dir=out,
-                    progress=_callback(bar, "full-scale run"),
+                    progress=progress,
                     cluster=cluster_spec(cluster, generators),
                 )
         else:  # nothing to run: no progress bar
@@ -259,8 +281,8 @@ def validate(
         return
     for stat, m in d["mats"].items():
         typer.echo(
-            f"{stat}: predicted {m['predicted']:,.0f} req/s, measured {m['measured']:,.0f} "
-            f"req/s, error {100 * m['error']:+.1f}%"
+            f"{stat_label(stat)}: predicted {m['predicted']:,.0f} req/s, "
+            f"measured {m['measured']:,.0f} req/s, error {100 * m['error']:+.1f}%"
         )
     typer.echo(f"wrote {json.dumps(str((out or prediction.parent) / 'validation.json'))}")
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -10,7 +12,7 @@ import typer
 
 from shrink.checks import check_positive, parse_duration
 from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
-from shrink.cli._common import cli_errors, console, echo_json
+from shrink.cli._common import STATS, cli_errors, console, echo_json, stat_label, stat_name
 from shrink.errors import ParameterError
 from shrink.replay.cluster import ClusterSpec
 from shrink.topology import parse_cpulist
@@ -122,7 +124,7 @@ def replay(
         Path | None, typer.Argument(help="Trace Parquet file (omit with --rate for open loop).")
     ] = None,
     target: _Targets = ...,  # type: ignore[assignment]
-    output: Annotated[Path, typer.Option("-o", "--output", help="RunLog Parquet to write.")] = ...,  # type: ignore[assignment]
+    output: Annotated[Path, typer.Option("-o", "--out", help="RunLog Parquet to write.")] = ...,  # type: ignore[assignment]
     rate_factor: Annotated[
         float, typer.Option("--rate-factor", help="Speed-up of the trace's session starts.")
     ] = 1.0,
@@ -297,8 +299,16 @@ def _levels(text: str) -> list[float]:
 
 
 def _progress_sweep(fn: Any) -> Any:
-    """Run ``fn(progress)`` under a rich progress bar (what runs, time left)."""
+    """Run ``fn(progress)`` under a rich progress bar (what runs, time left).
+
+    Off a terminal, one line per run instead (a bar drawn to a pipe shows nothing).
+    """
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from shrink.cli._progress import line_progress, on_terminal
+
+    if not on_terminal():
+        return fn(line_progress("", "runs"))
 
     with Progress(
         TextColumn("[bold]{task.description}"),
@@ -364,7 +374,7 @@ def sweep_cmd(
     levels: Annotated[
         str, typer.Option("--levels", help="Load levels, comma-separated (e.g. 1,2,4).")
     ] = ...,  # type: ignore[assignment]
-    output: Annotated[Path, typer.Option("-o", "--output", help="LoadCurve JSON to write.")] = ...,  # type: ignore[assignment]
+    output: Annotated[Path, typer.Option("-o", "--out", help="LoadCurve JSON to write.")] = ...,  # type: ignore[assignment]
     knob: Annotated[
         str, typer.Option("--knob", help="What levels are: rate_factor | users | rate.")
     ] = "rate_factor",
@@ -388,14 +398,27 @@ def sweep_cmd(
     processes: _Procs = None,
     cluster: ClusterOpt = None,
     generators: GeneratorsOpt = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            help="Serve the sweep's progress as OpenMetrics (Prometheus) on "
+            "127.0.0.1:PORT/metrics while it runs (0: any free port).",
+        ),
+    ] = None,
     as_json: _Json = False,
 ) -> None:
     """Measure latency and throughput at each load level; write a LoadCurve JSON.
+
+    Beside it: CURVE-hdr/level-L.hlog (HdrHistogram log, one interval per
+    repetition) and level-L.hgrm (wrk2's percentile spectrum), CURVE_stats.csv and
+    CURVE_stats_history.csv (Locust's --csv), CURVE_requests.csv (k6's --out csv).
 
     Per level: throughput, mean, p50/p90/p99/p99.9 (exact), per class, the share's
     CPU utilization, errors, and the generator's self-check (a level where it fell
     behind is flagged and left out of every MAT).
     """
+    from shrink.export import RecordingTarget, level_samples, write_sweep_exports
     from shrink.measure import SweepInterrupted, sweep
     from shrink.trace import Trace
 
@@ -421,19 +444,21 @@ def sweep_cmd(
         w, d = parse_duration(warmup, "warmup"), parse_duration(duration, "duration")
         _warn_docroot(tgt, tr, trace)
         try:
-            curve = _progress_sweep(
-                lambda progress: sweep(
-                    tgt,
-                    tr,
-                    lv,
-                    knob=knob,
-                    reps=reps,
-                    warmup=w,
-                    duration=d,
-                    seed=seed,
-                    progress=progress,
+            recorder = RecordingTarget(tgt)
+            with _metrics(recorder, metrics_port):
+                curve = _progress_sweep(
+                    lambda progress: sweep(
+                        recorder,
+                        tr,
+                        lv,
+                        knob=knob,
+                        reps=reps,
+                        warmup=w,
+                        duration=d,
+                        seed=seed,
+                        progress=progress,
+                    )
                 )
-            )
         except SweepInterrupted as stop:
             _keep_partial_sweep(stop, output, runlogs)
             raise
@@ -444,6 +469,7 @@ def sweep_cmd(
             "lag_limit": parse_duration(lag_limit, "lag limit"),
         }
         curve.write_json(output)
+        exports = write_sweep_exports(output, level_samples(curve, tr, recorder.runs))
     rows = [
         {
             "level": x.level,
@@ -458,7 +484,7 @@ def sweep_cmd(
         for x in curve.levels
     ]
     if as_json:
-        echo_json({"curve": str(output), "levels": rows})
+        echo_json({"curve": str(output), "levels": rows, "exports": [str(p) for p in exports]})
         return
     for r in rows:
         flag = "  GENERATOR BEHIND (excluded)" if r["generator_behind"] else ""
@@ -472,11 +498,33 @@ def sweep_cmd(
             f"p99.9 {_ms(r['p999'])}  util {util}{flag}"
         )
     typer.echo(f"curve: {output}")
+    typer.echo(f"also: {', '.join(str(p) for p in _export_summary(exports))}")
+
+
+def _export_summary(paths: list[Path]) -> list[Path]:
+    """The export files, the HdrHistogram folder named once."""
+    folders = sorted({p.parent for p in paths if p.suffix in (".hlog", ".hgrm")})
+    return [*(f / "" for f in folders), *(p for p in paths if p.suffix == ".csv")]
+
+
+@contextmanager
+def _metrics(recorder: Any, port: int | None) -> Iterator[None]:
+    """Serve the recorder's runs as OpenMetrics while the sweep runs (when asked)."""
+    if port is None:
+        yield
+        return
+    from shrink.export.metrics import MetricsServer
+
+    with MetricsServer(recorder.runs, port) as server:
+        console.print(f"metrics: http://127.0.0.1:{server.port}/metrics", highlight=False)
+        yield
 
 
 def mat_cmd(
     curve: Annotated[Path, typer.Argument(help="LoadCurve JSON (shrink sweep).")],
-    stat: Annotated[str, typer.Option("--stat", help="mean | p50 | p90 | p99 | p999.")] = "mean",
+    stat: Annotated[
+        str, typer.Option("--stat", help="mean | p50 | p90 | p99 | p999 (or p99.9).")
+    ] = "mean",
     threshold: Annotated[
         str, typer.Option("--threshold", help="SLA on the statistic, e.g. 5ms or 500ms.")
     ] = ...,  # type: ignore[assignment]
@@ -502,7 +550,7 @@ def mat_cmd(
     ] = 4,
     output: Annotated[
         Path | None,
-        typer.Option("-o", "--output", help="With --adaptive: write the extended curve here."),
+        typer.Option("-o", "--out", help="With --adaptive: write the extended curve here."),
     ] = None,
     generator_cpus: _GenCpus = None,
     allow_overlap: _Overlap = False,
@@ -517,8 +565,11 @@ def mat_cmd(
     with cli_errors():
         lc = LoadCurve.read_json(curve)
         thr = parse_duration(threshold, "threshold")
-        if stat not in ("mean", "p50", "p90", "p99", "p999"):
-            raise ParameterError(f"stat == {stat!r}, must be one of mean, p50, p90, p99, p999.")
+        stat = stat_name(stat)
+        if stat not in STATS:
+            raise ParameterError(
+                f"stat == {stat!r}, must be one of mean, p50, p90, p99, p999 (or p99.9)."
+            )
         added: list[float] = []
         if adaptive:
             if trace is None or not target:
@@ -558,7 +609,7 @@ def mat_cmd(
         echo_json(d)
         return
     typer.echo(
-        f"MAT ({stat} <= {_ms(thr)}): {res.mat:,.1f} req/s  "
+        f"MAT ({stat_label(stat)} <= {_ms(thr)}): {res.mat:,.1f} req/s  "
         f"CI [{res.ci[0]:,.1f}, {res.ci[1]:,.1f}]  ({res.status})"
     )
     if res.stalled_ceiling is not None:

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from shrink.cli._common import cli_errors, console, echo_json
+from shrink.cli._common import cli_errors, console, echo_json, plural
 from shrink.trace import Trace
 
 
@@ -136,7 +136,9 @@ def split(
         echo_json({"parts": parts, "seed": seed, "files": rows})
         return
     for r in rows:
-        typer.echo(f"{r['file']}: {r['sessions']:,} sessions, {r['requests']:,} requests")
+        typer.echo(
+            f"{r['file']}: {plural(r['sessions'], 'session')}, {plural(r['requests'], 'request')}"
+        )
 
 
 def register(app: typer.Typer) -> None:

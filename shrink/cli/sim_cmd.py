@@ -7,7 +7,14 @@ from typing import Annotated, Any
 
 import typer
 
-from shrink.cli._common import cli_errors, console, echo_json
+from shrink.cli._common import (
+    cli_errors,
+    console,
+    echo_json,
+    parse_duration_option,
+    plural,
+    stat_thresholds,
+)
 from shrink.errors import ParameterError
 
 sim_app = typer.Typer(
@@ -110,7 +117,7 @@ def scaling_cmd(
 
         m = Machine.read_toml(machine)
         trace = _workload(workload, seed)
-        thr = parse_thresholds(thresholds) if thresholds else None
+        thr = parse_thresholds(stat_thresholds(thresholds)) if thresholds else None
         res = scaling(
             m,
             trace,
@@ -172,14 +179,16 @@ def mappings_cmd(
 def run_cmd(
     trace: Annotated[Path, typer.Argument(help="Trace (Parquet).")],
     machine: MachineOpt,
-    output: Annotated[Path, typer.Option("-o", "--output", help="RunLog to write (Parquet).")],
+    output: Annotated[Path, typer.Option("-o", "--out", help="RunLog to write (Parquet).")],
     mapping: MappingOpt = "1-replica",
     share: ShareOpt = "all",
     rate_factor: Annotated[
         float, typer.Option("--rate-factor", help="Speed-up of session starts.")
     ] = 1.0,
-    warmup: Annotated[float, typer.Option("--warmup", help="Seconds before the window.")] = 2.0,
-    duration: Annotated[float, typer.Option("--duration", help="Window, seconds.")] = 10.0,
+    warmup: Annotated[
+        str, typer.Option("--warmup", help="Time before the window, e.g. 2s.")
+    ] = "2s",
+    duration: Annotated[str, typer.Option("--duration", help="Window, e.g. 10s.")] = "10s",
     seed: SeedOpt = 0,
     param: ParamOpt = None,
     json_out: JsonOpt = False,
@@ -194,8 +203,8 @@ def run_cmd(
         res = target.run(
             Trace.read_parquet(trace),
             rate_factor=rate_factor,
-            warmup=warmup,
-            duration=duration,
+            warmup=parse_duration_option(warmup, "warmup"),
+            duration=parse_duration_option(duration, "duration"),
             seed=seed,
         )
         res.runlog.write_parquet(output)
@@ -213,7 +222,7 @@ def run_cmd(
             echo_json(summary)
         else:
             typer.echo(
-                f"{summary['requests']} requests -> {output}; {st.throughput:,.0f} req/s, "
+                f"{summary['requests']:,} requests -> {output}; {st.throughput:,.0f} req/s, "
                 f"mean {st.overall.mean * 1e3:.3f} ms, p99.9 {st.overall.p999 * 1e3:.3f} ms, "
                 f"utilization {res.utilization:.2f}"
             )
@@ -222,7 +231,7 @@ def run_cmd(
 def sweep_cmd(
     trace: Annotated[Path, typer.Argument(help="Trace (Parquet).")],
     machine: MachineOpt,
-    output: Annotated[Path, typer.Option("-o", "--output", help="LoadCurve to write (JSON).")],
+    output: Annotated[Path, typer.Option("-o", "--out", help="LoadCurve to write (JSON).")],
     levels: Annotated[str, typer.Option("--levels", help="Load levels, e.g. 1,2,4.")],
     knob: Annotated[
         str, typer.Option("--knob", help="rate_factor, users or rate.")
@@ -230,13 +239,16 @@ def sweep_cmd(
     mapping: MappingOpt = "1-replica",
     share: ShareOpt = "all",
     reps: Annotated[int, typer.Option("--reps", help="Repetitions per level.")] = 1,
-    warmup: Annotated[float, typer.Option("--warmup", help="Seconds before each window.")] = 2.0,
-    duration: Annotated[float, typer.Option("--duration", help="Window, seconds.")] = 10.0,
+    warmup: Annotated[
+        str, typer.Option("--warmup", help="Time before each window, e.g. 2s.")
+    ] = "2s",
+    duration: Annotated[str, typer.Option("--duration", help="Window, e.g. 10s.")] = "10s",
     seed: SeedOpt = 0,
     param: ParamOpt = None,
 ) -> None:
     """Sweep TRACE over load levels on the simulator and write the LoadCurve."""
     with cli_errors():
+        from shrink.export import RecordingTarget, level_samples, write_sweep_exports
         from shrink.measure import sweep
         from shrink.sim.target import SimTarget
         from shrink.trace import Trace
@@ -245,19 +257,24 @@ def sweep_cmd(
             lv = [float(x) for x in levels.split(",") if x.strip()]
         except ValueError:
             raise ParameterError(f"--levels == {levels!r}, must be numbers.") from None
-        target = SimTarget.from_toml(machine, mapping, share, _params(param))
+        target = RecordingTarget(SimTarget.from_toml(machine, mapping, share, _params(param)))
+        tr = Trace.read_parquet(trace)
         curve = sweep(
             target,
-            Trace.read_parquet(trace),
+            tr,
             lv,
             knob=knob,
             reps=reps,
-            warmup=warmup,
-            duration=duration,
+            warmup=parse_duration_option(warmup, "warmup"),
+            duration=parse_duration_option(duration, "duration"),
             seed=seed,
         )
         curve.write_json(output)
-        typer.echo(f"{len(curve.levels)} levels -> {output}")
+        exports = write_sweep_exports(output, level_samples(curve, tr, target.runs))
+        typer.echo(
+            f"{plural(len(curve.levels), 'level')} -> {output} "
+            f"(and {plural(len(exports), 'export file')}: HdrHistogram, CSV)"
+        )
 
 
 def register(app: typer.Typer) -> None:

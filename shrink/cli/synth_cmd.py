@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from shrink.checks import parse_duration
-from shrink.cli._common import cli_errors, echo_json
+from shrink.cli._common import cli_errors, echo_json, plural
 
 synth_app = typer.Typer(help="Synthetic workloads (Support-like sessions, 1 KB tcp).",
                         no_args_is_help=True)  # fmt: skip
@@ -16,7 +16,7 @@ synth_app = typer.Typer(help="Synthetic workloads (Support-like sessions, 1 KB t
 _Users = Annotated[int, typer.Option("--users", help="Concurrent users (session slots).")]
 _Duration = Annotated[str, typer.Option("--duration", help="Trace length: seconds or 30s, 2m, 1h.")]
 _Seed = Annotated[int, typer.Option("--seed", help="Random seed: same seed, same bytes.")]
-_Out = Annotated[Path, typer.Option("-o", "--output", help="Trace Parquet file to write.")]
+_Out = Annotated[Path, typer.Option("-o", "--out", help="Trace Parquet file to write.")]
 _Docroot = Annotated[
     Path | None, typer.Option("--docroot", help="Also write the document root here.")
 ]
@@ -28,8 +28,9 @@ def _report(summary: dict[str, Any], as_json: bool) -> None:
         echo_json(summary)
         return
     typer.echo(
-        f"wrote {summary['trace']}: {summary['requests']:,} requests, "
-        f"{summary['sessions']:,} sessions, dynamic {100 * summary['dynamic_fraction']:.2f} %"
+        f"wrote {summary['trace']}: {plural(summary['requests'], 'request')}, "
+        f"{plural(summary['sessions'], 'session')}, "
+        f"dynamic {100 * summary['dynamic_fraction']:.2f} %"
     )
     if "docroot" in summary:
         d = summary["docroot"]

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from shrink.cli._common import cli_errors, echo_json
+from shrink.cli._common import cli_errors, echo_json, plural
 from shrink.errors import ParameterError, TestbedError
 from shrink.irq import apply_plan, format_plan, plan_irq_affinity
 from shrink.machine import Machine
@@ -107,7 +107,8 @@ def up(
         return
     typer.echo(
         f"testbed up: {st.mapping['name']} on {m.name}, share {sh.text} "
-        f"({sh.fraction:g} of the machine); {st.versions['lighttpd']}, {st.versions['php']}"
+        f"(alpha {sh.fraction:g} of the server it stands for); "
+        f"{st.versions['lighttpd']}, {st.versions['php']}"
     )
     for r in st.replicas:
         typer.echo(
@@ -134,7 +135,10 @@ def status(
     state: StateOpt,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Which replicas run and answer; a crashed replica is named with its PIDs (exit code 1)."""
+    """Which replicas run and answer; a crashed replica is named with its PIDs (exit code 1).
+
+    After ``shrink testbed down`` it says the testbed is down (exit code 1: not up).
+    """
     with cli_errors():
         st = TestbedState.read(state)
         reps = lifecycle.status(state)
@@ -152,9 +156,13 @@ def status(
                 "replicas": [r.to_dict() for r in reps],
             }
         )
+    elif st.stopped:
+        # Its processes are gone because `down` stopped them: not a crash.
+        typer.echo(
+            f"testbed is down: stopped by `shrink testbed down` at {st.stopped} "
+            f"({plural(len(reps), 'replica')}); start it with `shrink testbed up`"
+        )
     else:
-        if st.stopped:
-            typer.echo(f"testbed stopped at {st.stopped}")
         for r in reps:
             flag = "ok" if r.ok else "PROBLEM"
             typer.echo(
@@ -192,7 +200,7 @@ def down(
         stopped = lifecycle.down(state)
     for name, pids in stopped.items():
         typer.echo(
-            f"{name}: stopped {len(pids)} process(es) {pids}"
+            f"{name}: stopped {plural(len(pids), 'process')} {pids}"
             if pids
             else f"{name}: nothing was running"
         )

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from shrink.cli._common import cli_errors, echo_json
+from shrink.cli._common import cli_errors, echo_json, fmt_number
 from shrink.trace import Trace
 
 trace_app = typer.Typer(help="Look at traces.", no_args_is_help=True)
@@ -47,7 +47,7 @@ def info(
         ("requests/session", inf.requests_per_session),
     ):
         if q:
-            t.add_row(label, "  ".join(f"{k} {v:,.4g}" for k, v in q.items()))
+            t.add_row(label, "  ".join(f"{k} {fmt_number(v)}" for k, v in q.items()))
     for k in (
         "reader",
         "source",

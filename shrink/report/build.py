@@ -63,7 +63,11 @@ def curve_series(
         if rows:
             xs, ys, bs = zip(*rows, strict=True)
             stalled[stat] = (list(xs), list(ys), list(bs))
-    return Series(label, x if x is not None else [], vals, lo, hi, points=points, stalled=stalled)
+    counts = [min((r.overall.n for r in lv.reps), default=0) for lv in curve.usable()]
+    return Series(
+        label, x if x is not None else [], vals, lo, hi, points=points, stalled=stalled,
+        counts=counts,
+    )  # fmt: skip
 
 
 def _mapping_series(pred: Prediction) -> list[Series]:
@@ -78,13 +82,18 @@ def _mapping_series(pred: Prediction) -> list[Series]:
         hi = {s: c.get(f"{s}_max", c.get(f"{s}_hi")) for s in ("mean", "p999") if s in c}
         lo = {k: v for k, v in lo.items() if v is not None}
         hi = {k: v for k, v in hi.items() if v is not None}
-        mats = {}
+        mats, status = {}, {}
         for s in ("mean", "p999"):
             sp = m.stats.get(s)
             if sp is not None and sp.mat is not None:
                 lo_ci, hi_ci = (float("nan") if x is None else x for x in sp.ci)
                 mats[s] = (float(sp.mat), float(lo_ci), float(hi_ci))
-        out.append(Series(f"predicted: {name}", c["throughput"], vals, lo, hi, mats=mats))
+                status[s] = sp.status or "ok"
+        out.append(
+            Series(
+                f"predicted: {name}", c["throughput"], vals, lo, hi, mats=mats, mat_status=status
+            )
+        )
     return out
 
 
@@ -349,8 +358,20 @@ def _answer(
     sure = pred.confidence_summary
     if sure:
         doc.p(sure)
+    speed = _speed_text(pred)
+    if speed:
+        doc.p(speed)
     if validation is not None:
         vmats = validation.to_dict()["mats"]
+        held = [_STAT_NAME.get(st, st) for st, c in validation.covered.items() if c]
+        missed = [_STAT_NAME.get(st, st) for st, c in validation.covered.items() if c is False]
+        if held or missed:
+            doc.p(
+                "The intervals held the measured MAT for: "
+                + (", ".join(held) or "none")
+                + ("; **missed** for: " + ", ".join(missed) if missed else "")
+                + "."
+            )
         errs = [
             f"{_STAT_NAME.get(s, s)} {_error_text(vmats[s])}"
             for s, e in validation.mat_error.items()
@@ -425,14 +446,15 @@ def _curves(
     files["cdf"] = cdf_figure(
         out / "cdf.png",
         cdf_entries,
-        title="Response-time CDFs per class near 80% utilization (cf. the papers' Fig. 7, 11)",
+        title="Response-time CDFs per class at the level nearest 80% utilization (its "
+        "utilization in the legend; cf. the papers' Fig. 7, 11)",
     )
     doc.img(
         "cdf.png",
-        "Response-time distribution of static and dynamic requests near 80% "
-        "utilization of the server.",
+        "Response-time distribution of static and dynamic requests at the level "
+        "nearest 80% utilization of the server (the legend gives its utilization).",
     )
-    if (pred.share or {}).get("kind") == "cpu_time":
+    if pred.share is not None and pred.share.kind == "cpu_time":
         doc.p(
             "On a CPU-time share the server runs at full speed until its quota is spent, "
             "then not at all until the next period. A short (static) request either "
@@ -568,6 +590,8 @@ def _self_checks(
                 else ""
             )
         )
+    if checks.get("offered_monotone") is not None:
+        items.append(_offered_text(checks, (pred.full_run or {}).get("self_checks") or {}))
     if checks.get("max_utilization") is not None:
         reached = (
             "saturated: the knee was measured"
@@ -643,3 +667,41 @@ def _assumptions(doc: Doc, pred: Prediction) -> None:
     if prov:
         doc.h(1, "Provenance")
         doc.table(["what", "value"], [[k, f"`{v}`"] for k, v in sorted(prov.items())])
+
+
+def _offered_text(checks: dict[str, Any], full: dict[str, Any]) -> str:
+    """Offered load against the level: a controlled load rises with it, ~linearly."""
+    parts = []
+    for c, what in ((checks, "scaled"), (full, "full-scale")):
+        if c.get("offered_monotone") is None:
+            continue
+        rises = (
+            "rises with the level"
+            if c["offered_monotone"]
+            else "**does not rise with the level**"
+        )
+        parts.append(
+            f"{what} runs: {rises}, {c['offered_per_level']:,.0f} req/s per unit of level, "
+            f"within {100 * c['offered_linearity']:.1f}% of linear"
+        )
+    return (
+        "Offered load (every level loops the same window of the trace at level times its "
+        "rate): " + "; ".join(parts) + "."
+    )
+
+
+def _speed_text(pred: Prediction) -> str:
+    """The CPU-time share's speed: nominal and measured (or assumed), and what it cost."""
+    share = pred.share
+    if share is None or share.kind != "cpu_time":
+        return ""
+    sp = share.speed
+    if sp is None or sp.method == "nominal":
+        return (
+            f"Share speed: {share.cpu_fraction:g} of the full target's, **assumed** (its "
+            "nominal CPU-time fraction, not measured)."
+        )
+    return (
+        f"Share speed: nominal {sp.nominal:g}, measured {sp.effective:.3g} ({sp.method}, "
+        f"{sp.cost_s:.1f} s of runs); the scaling uses the measured speed."
+    )

@@ -15,17 +15,15 @@ time scaling is needed; only the Support workload's think times are compressed
 
 from shrink.sim.params import SimParams
 from shrink.sim.scaling import THRESHOLDS, compare_mappings, find_mats, scaling
-from shrink.sim.target import SimShare, SimTarget, parse_share
+from shrink.sim.target import SimTarget
 from shrink.sim.workloads import support_trace, tcp_trace
 
 __all__ = [
     "THRESHOLDS",
     "SimParams",
-    "SimShare",
     "SimTarget",
     "compare_mappings",
     "find_mats",
-    "parse_share",
     "scaling",
     "support_trace",
     "tcp_trace",

@@ -28,9 +28,9 @@ from shrink.loadcurve import Level, LoadCurve
 from shrink.machine import Machine
 from shrink.mat import MATResult, mat
 from shrink.measure import level_stats, sweep
-from shrink.share import select_compact
+from shrink.share import Share, select_compact
 from shrink.sim.params import SimParams
-from shrink.sim.target import SimShare, SimTarget
+from shrink.sim.target import SimTarget
 from shrink.trace import Trace
 
 __all__ = ["THRESHOLDS", "MatSearch", "compact_cpus", "compare_mappings", "find_mats", "scaling"]
@@ -191,7 +191,7 @@ def scaling(
     for n in cores:
         cpus = compact_cpus(machine, n)
         name = mapping if n >= _replicas_of(mapping) else "1-replica"
-        target = SimTarget(machine, name, SimShare(cpus), params)
+        target = SimTarget(machine, name, Share.cores_of(machine, cpus), params)
         if progress is not None:
             progress(f"{n} core(s), {name}")
         out = find_mats(

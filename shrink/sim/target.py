@@ -8,17 +8,14 @@ with exactly the live engine's columns (``target`` = ``sim:<address:port>`` of
 the replica). The simulated generator never falls behind, so ``intended`` and
 ``sent`` coincide and the GeneratorCheck says ``behind=False``.
 
-Share: a CPU subset of the machine (the mapping is built over it) and/or a
-CPU-speed fraction (every demand divided by it). Text forms for the CLI:
-``all``, ``0-3``, ``0,1,4,5``, an alpha of the cores such as ``0.5`` (socket
-compact: whole sockets first), and any of these followed by ``@F`` for a speed
-fraction (``all@0.5``, ``0@25%``).
+Share: a :class:`shrink.share.Share`: a CPU subset of the machine (the mapping is
+built over it) and/or a CPU-time fraction (every demand divided by it, an ideal
+slower server). Text forms: :meth:`shrink.share.Share.parse`.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,68 +25,25 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shrink._version import __version__
-from shrink.checks import check_alpha, check_positive
-from shrink.errors import ParameterError, TopologyError
+from shrink.checks import check_positive
+from shrink.errors import ParameterError
 from shrink.machine import Machine
 from shrink.mapping import Mapping, build_mapping
 from shrink.runlog import RunLog
 from shrink.schedule import build_schedule, schedule_arrays, session_hash
+from shrink.share import Share
 from shrink.sim.engine import EngineInput, simulate
 from shrink.sim.model import Layout, build_layout
 from shrink.sim.params import SimParams
 from shrink.target import GeneratorCheck, RunResult
-from shrink.topology import parse_cpulist
 from shrink.trace import Trace
 
-__all__ = ["SimShare", "SimTarget", "parse_share"]
+__all__ = ["SimTarget"]
 
-_SALT = 0x5131
+_SALT = 0x5131  # keeps the simulator's random streams apart from other seeded users
 # Whether a looped run starts with the sessions earlier copies would have open
 # (shrink.schedule.build_schedule's warm_start); the live engine's default too.
-WARM_START = True  # keeps the simulator's random streams apart from other seeded users
-
-
-@dataclass(frozen=True)
-class SimShare:
-    """The simulated share: CPUs (None: all) and a CPU-speed fraction."""
-
-    cpus: tuple[int, ...] | None = None
-    fraction: float = 1.0
-
-    def to_dict(self, machine: Machine) -> dict[str, Any]:
-        cpus = list(self.cpus if self.cpus is not None else machine.all_cpus)
-        if self.fraction < 1.0:
-            return {"kind": "cpu_time", "cpus": cpus, "fraction": self.fraction}
-        if self.cpus is None or len(cpus) == machine.n_cpus:
-            return {"kind": "all", "cpus": cpus, "fraction": 1.0}
-        return {"kind": "cores", "cpus": cpus, "fraction": len(cpus) / machine.n_cpus}
-
-
-def parse_share(text: str | None, machine: Machine) -> SimShare:
-    """Read the CLI form of a share (see the module docstring)."""
-    if text is None or text.strip() in ("", "all"):
-        return SimShare()
-    body, _, speed = text.strip().partition("@")
-    fraction = 1.0
-    if speed:
-        s = speed.strip()
-        fraction = float(s[:-1]) / 100 if s.endswith("%") else float(s)
-        check_alpha(fraction, "share speed fraction")
-    body = body.strip()
-    if body in ("", "all"):
-        return SimShare(None, fraction)
-    if re.fullmatch(r"0?\.\d+|1(\.0*)?", body):
-        alpha = check_alpha(float(body), "share")
-        n = round(alpha * machine.n_cores)
-        if n < 1 or abs(n - alpha * machine.n_cores) > 1e-9:
-            raise TopologyError(
-                f"share == {body}, must be a whole number of the {machine.n_cores} cores"
-            )
-        return SimShare(machine.all_cpus[:n], fraction)
-    cpus = parse_cpulist(body)
-    for c in cpus:
-        machine.socket_of(c)  # raises TopologyError naming the CPU
-    return SimShare(cpus, fraction)
+WARM_START = True
 
 
 @dataclass
@@ -153,26 +107,27 @@ class SimTarget:
         self,
         machine: Machine,
         mapping: str | Mapping = "1-replica",
-        share: SimShare | None = None,
+        share: Share | None = None,
         params: SimParams | None = None,
         *,
         routing: str = "hash",
         warm_start: bool = WARM_START,
     ) -> None:
         self.machine = machine
-        self.share = share or SimShare()
+        self.share = share or Share.all_of(machine)
         self.params = params or SimParams()
         if routing not in ("hash", "round-robin"):
             raise ParameterError(f"routing == {routing!r}, must be one of hash, round-robin.")
         self.routing = routing
         self.warm_start = warm_start
         check_positive(self.share.fraction, "share speed fraction")
+        check_positive(self.share.cpu_fraction, "share speed fraction")
         if isinstance(mapping, Mapping):
             self.mapping = mapping
         else:
             self.mapping = build_mapping(mapping, machine, self.share.cpus)
         self.layout: Layout = build_layout(
-            machine, self.mapping, self.params, speed_fraction=self.share.fraction
+            machine, self.mapping, self.params, speed_fraction=self.share.cpu_fraction
         )
         self._cache: _Base | None = None
 
@@ -190,7 +145,8 @@ class SimTarget:
         """
         text = str(path)
         machine = Machine.read_toml(text[4:] if text.startswith("sim:") else text)
-        return cls(machine, mapping, parse_share(share, machine), params)
+        parsed = Share.parse(share, machine) if share else None
+        return cls(machine, mapping, parsed, params)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -198,7 +154,7 @@ class SimTarget:
             "shrink_version": _version(),
             "machine": self.machine.to_dict(),
             "mapping": self.mapping.to_dict(),
-            "share": self.share.to_dict(self.machine),
+            "share": self.share.to_dict(),
             "params": self.params.to_dict(),
             "routing": self.routing,
             "cores": self.layout.to_dict()["cores"],
@@ -332,7 +288,7 @@ class SimTarget:
                 "seed": seed,
                 "window": list(window),
                 "mapping": self.mapping.name,
-                "share": self.share.to_dict(self.machine),
+                "share": self.share.to_dict(),
             },
         )
         in_win = (sent >= window[0]) & (sent < window[1])

@@ -329,7 +329,9 @@ def up(
     if use_cg and not can_write_cgroups(layout):
         raise TopologyError(
             "no permission for cgroups (CPU-time shares need root or a delegated cgroup). "
-            "Without root, core shares work through CPU affinity: --share 0.5 or --share 0-1."
+            "Without root, core shares work through CPU affinity: `shrink testbed up --share "
+            "0-1` (or --share 0.5), or `shrink predict --share-kind cores` with an alpha "
+            "of whole cores."
         )
     run_root = state_path.with_name(state_path.stem + ".run")
     run_root.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,103 @@
+"""A sweep's progress as OpenMetrics (Prometheus text), served on loopback while it runs.
+
+``shrink sweep --metrics-port 9464`` serves ``http://127.0.0.1:9464/metrics``;
+a Prometheus scrape job (and a Grafana panel on it) then follows the sweep. Each
+finished repetition adds its level's throughput and exact latency quantiles
+(a summary: ``quantile="0.999"`` is p99.9, from the per-request array).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+
+from shrink.export.samples import RunSamples
+
+CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+QUANTILES = (0.5, 0.9, 0.99, 0.999)
+
+
+def _labels(**kv: str) -> str:
+    return "{" + ",".join(f'{k}="{v}"' for k, v in kv.items()) + "}"
+
+
+def exposition(runs: Sequence[RunSamples], current: str = "") -> str:
+    """The OpenMetrics text for the runs so far (ends with ``# EOF``)."""
+    lines = [
+        "# TYPE shrink_sweep_runs counter",
+        "# HELP shrink_sweep_runs Repetitions finished.",
+        f"shrink_sweep_runs_total {len(runs)}",
+        "# TYPE shrink_sweep_requests counter",
+        "# HELP shrink_sweep_requests Requests intended in the measurement windows.",
+        f"shrink_sweep_requests_total {sum(int(r.ok.size) for r in runs)}",
+        "# TYPE shrink_level_throughput gauge",
+        "# UNIT shrink_level_throughput requests_per_second",
+        "# HELP shrink_level_throughput Completed requests a second, last repetition.",
+    ]
+    last = {}
+    for r in runs:
+        last[r.rate_factor] = r
+    for r in last.values():
+        width = r.window[1] - r.window[0]
+        lab = _labels(rate_factor=f"{r.rate_factor:g}")
+        lines.append(f"shrink_level_throughput{lab} {int(r.ok.sum()) / width:.6g}")
+    lines += [
+        "# TYPE shrink_level_latency_seconds summary",
+        "# UNIT shrink_level_latency_seconds seconds",
+        "# HELP shrink_level_latency_seconds Exact latency quantiles, last repetition.",
+    ]
+    for r in last.values():
+        lat = r.latency
+        rf = f"{r.rate_factor:g}"
+        if lat.size:
+            for q, v in zip(QUANTILES, np.quantile(lat, QUANTILES), strict=True):
+                lab = _labels(rate_factor=rf, quantile=f"{q:g}")
+                lines.append(f"shrink_level_latency_seconds{lab} {v:.9g}")
+        lines.append(f"shrink_level_latency_seconds_sum{_labels(rate_factor=rf)} {lat.sum():.9g}")
+        lines.append(f"shrink_level_latency_seconds_count{_labels(rate_factor=rf)} {lat.size}")
+    if current:
+        lines += [
+            "# TYPE shrink_sweep_running info",
+            f"shrink_sweep_running_info{_labels(run=current)} 1",
+        ]
+    return "\n".join(lines) + "\n# EOF\n"
+
+
+class MetricsServer:
+    """Serves :func:`exposition` of a live list of runs on 127.0.0.1 (port 0: any free)."""
+
+    def __init__(self, runs: list[RunSamples], port: int) -> None:
+        self.runs = runs
+        self.current = ""
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path.split("?")[0] != "/metrics":
+                    self.send_error(404)
+                    return
+                body = exposition(list(owner.runs), owner.current).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", CONTENT_TYPE)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:  # a scrape every 15 s is not news
+                pass
+
+        # Loopback only: these numbers are for a local Prometheus, not the network.
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.port = int(self._httpd.server_address[1])
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> MetricsServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()

@@ -1,0 +1,241 @@
+"""The CLI reads one way everywhere (issue: a new user's first hour).
+
+Every command's help is checked: flags show no ``<bool>``, usage lines name
+arguments in capitals, ``-o`` is ``--out``. Then the messages a new user meets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import get_args
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from shrink.cli import app
+from shrink.cli._common import fmt_number, plural, stat_name
+from tests.conftest import ROOT
+
+RUN = CliRunner().invoke
+SPEC = ROOT / "examples" / "machines" / "nehalem-2s.toml"
+TRACES = ROOT / "examples" / "traces"
+
+
+def _commands() -> list[tuple[list[str], object]]:
+    """Every (path, click command) of the app, groups included."""
+    root = typer.main.get_command(app)
+    out: list[tuple[list[str], object]] = []
+
+    def walk(cmd, path):
+        out.append((path, cmd))
+        for name, sub in sorted(getattr(cmd, "commands", {}).items()):
+            walk(sub, [*path, name])
+
+    walk(root, [])
+    return out
+
+
+COMMANDS = _commands()
+
+
+def test_every_command_is_found():
+    names = {" ".join(p) for p, _ in COMMANDS}
+    assert {"sweep", "predict", "trace info", "testbed status", "sim sweep"} <= names
+
+
+@pytest.mark.parametrize("path", [p for p, _ in COMMANDS], ids=lambda p: " ".join(p) or "shrink")
+def test_help_has_no_bool_metavar_and_capital_arguments(path):
+    r = RUN(app, [*path, "--help"], terminal_width=200)
+    assert r.exit_code == 0, r.output
+    assert "<bool>" not in r.output
+    usage = next(ln for ln in r.output.splitlines() if "Usage:" in ln)
+    assert "{" not in usage and "}" not in usage, usage
+    cmd = dict((tuple(p), c) for p, c in COMMANDS)[tuple(path)]
+    for param in cmd.params:
+        if param.param_type_name == "argument":
+            assert param.name.upper() in usage, usage
+
+
+def test_dash_o_is_out_everywhere():
+    with_o = []
+    for path, cmd in COMMANDS:
+        for param in cmd.params:
+            if "-o" in param.opts:
+                assert "--out" in param.opts, (path, param.opts)
+                with_o.append(" ".join(path))
+            assert "--output" not in param.opts  # the old spelling is only a hidden alias
+    assert len(with_o) >= 10
+
+
+def test_output_still_works_as_a_hidden_alias(tmp_path):
+    out = tmp_path / "tcp.parquet"
+    r = RUN(app, ["synth", "tcp", "--rate", "100", "--duration", "2s", "--output", str(out)])
+    assert r.exit_code == 0, r.output
+    assert out.exists()
+    r = RUN(app, ["synth", "tcp", "--help"], terminal_width=200)
+    assert "--output" not in r.output
+
+
+def _takes_text(param) -> bool:
+    desc = getattr(param, "type_descriptor", None)  # typer >= 0.20 (its own click)
+    if desc is not None:
+        return desc.annotation is str or str in get_args(desc.annotation)
+    return param.type.name == "text"
+
+
+def test_durations_take_units_in_every_command():
+    """No duration option is a bare float: each one reads 2s, 500ms, 1m."""
+    names = {"--duration", "--warmup", "--timeout", "--skip", "--budget", "--lag-limit"}
+    seen = 0
+    for path, cmd in COMMANDS:
+        for param in cmd.params:
+            if names & set(param.opts):
+                seen += 1
+                assert _takes_text(param), (path, param.opts)
+    assert seen >= 10
+
+
+@pytest.fixture(scope="module")
+def sim_curve(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("sim")
+    trace = tmp / "tcp.parquet"
+    r = RUN(app, ["synth", "tcp", "--rate", "20000", "--duration", "6s", "--seed", "1",
+                  "-o", str(trace)])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    curve = tmp / "curve.json"
+    r = RUN(app, ["sim", "sweep", str(trace), "--machine", str(SPEC), "--levels", "0.5,1,2",
+                  "--warmup", "500ms", "--duration", "1s", "-o", str(curve)])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "3 levels" in r.output
+    return curve
+
+
+def test_stat_p99_9_is_p999(sim_curve):
+    assert stat_name("p99.9") == "p999" and stat_name("P999") == "p999"
+    a = RUN(app, ["mat", str(sim_curve), "--stat", "p99.9", "--threshold", "2ms", "--json"])
+    b = RUN(app, ["mat", str(sim_curve), "--stat", "p999", "--threshold", "2ms", "--json"])
+    assert a.exit_code == 0, a.output
+    assert json.loads(a.stdout) == json.loads(b.stdout)
+    bad = RUN(app, ["mat", str(sim_curve), "--stat", "p99.5", "--threshold", "2ms"])
+    assert bad.exit_code == 1 and "p99.9" in bad.output
+
+
+def test_sim_sweep_writes_the_exports(sim_curve):
+    assert (sim_curve.parent / "curve-hdr" / "level-1.hlog").exists()
+    assert (sim_curve.parent / "curve_stats.csv").exists()
+
+
+def test_plurals_and_one_number_format():
+    assert plural(1, "session") == "1 session" and plural(2, "session") == "2 sessions"
+    assert plural(1328, "request") == "1,328 requests" and plural(2, "process") == "2 processes"
+    assert fmt_number(53040.0) == "53,040" and fmt_number(0.3624) == "0.3624"
+    assert fmt_number(11.4567) == "11.46" and fmt_number(37748736.0) == "37,748,736"
+
+
+def test_trace_info_writes_no_exponents(tmp_path):
+    trace = tmp_path / "s.parquet"
+    r = RUN(app, ["synth", "support", "--users", "20", "--duration", "30s", "--seed", "1",
+                  "-o", str(trace)])  # fmt: skip
+    assert r.exit_code == 0 and "1 session," not in r.output
+    r = RUN(app, ["trace", "info", str(trace)], terminal_width=200)
+    assert r.exit_code == 0, r.output
+    assert not re.search(r"\de[+-]\d", r.output), r.output
+
+
+def test_a_capture_counts_packets_not_lines(tmp_path):
+    r = RUN(app, ["ingest", str(TRACES / "support.pcap"), "-o", str(tmp_path / "c.parquet")])
+    assert r.exit_code == 0, r.output
+    assert "skipped 0 packets" in r.output and "lines" not in r.output
+    assert "3 sessions" in r.output
+    r = RUN(app, ["ingest", str(TRACES / "support-access.log"), "-o", str(tmp_path / "a.parquet")])
+    assert r.exit_code == 0 and "skipped 0 lines" in r.output
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_testbed_status_after_down_says_down(tmp_path):
+    from shrink.testbed.state import ReplicaState, TestbedState
+
+    pid = _dead_pid()
+    rep = ReplicaState("replica-0", "127.0.0.1", 1, [0], pid, [pid], [], {pid: 1}, {},
+                       "", "", str(tmp_path))  # fmt: skip
+    state = tmp_path / "tb.json"
+    TestbedState([rep], {"kind": "cores"}, {"name": "1-replica"}, {}, "", {}, "now").write(state)
+    r = RUN(app, ["testbed", "status", "--state", str(state)])
+    assert r.exit_code == 1 and "crashed or killed" in r.stdout  # gone without `down`
+    assert RUN(app, ["testbed", "down", "--state", str(state)]).exit_code == 0
+    r = RUN(app, ["testbed", "status", "--state", str(state)])
+    assert r.exit_code == 1
+    assert "testbed is down" in r.stdout and "crashed" not in r.stdout and "PROBLEM" not in r.stdout
+
+
+def test_the_non_root_hint_names_options_that_exist(tmp_path, monkeypatch):
+    from shrink.errors import TopologyError
+    from shrink.machine import Machine
+    from shrink.share import Share
+    from shrink.testbed import lifecycle
+
+    if lifecycle.shutil.which("lighttpd", path="/usr/sbin:/usr/bin") is None:
+        pytest.skip("lighttpd is not installed")
+    (tmp_path / "doc").mkdir()
+    monkeypatch.setattr(lifecycle, "can_write_cgroups", lambda layout: False)
+    cpus = tuple(sorted(os.sched_getaffinity(0)))
+    m = Machine("m", sockets=1, cores_per_socket=len(cpus), cpus=(cpus,))
+    with pytest.raises(TopologyError) as err:
+        lifecycle.up(tmp_path / "doc", m, Share.parse(f"{cpus[0]}@50%", m),
+                     state_path=tmp_path / "s.json", port=0)  # fmt: skip
+    hint = str(err.value)
+    named = re.findall(r"`shrink ([a-z ]+?) (--[a-z-]+)", hint)
+    assert named, hint
+    by_path = {" ".join(p): c for p, c in COMMANDS}
+    for command, option in named:
+        opts = {o for prm in by_path[command].params for o in prm.opts}
+        assert option in opts, (command, option)
+
+
+def test_predict_prints_a_line_per_level_off_a_terminal(tmp_path):
+    trace = tmp_path / "tcp.parquet"
+    assert RUN(app, ["synth", "tcp", "--rate", "50000", "--duration", "8s", "--seed", "1",
+                     "-o", str(trace)]).exit_code == 0  # fmt: skip
+    r = RUN(app, ["predict", str(trace), "--target", f"sim:{SPEC}", "--alpha", "0.5",
+                  "--mappings", "1-replica", "--thresholds", "mean=0.5ms,p99.9=4ms",
+                  "--warmup", "300ms", "--duration", "1s", "--reps", "1", "--max-levels", "4",
+                  "-o", str(tmp_path / "out")])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("scaled run: ")]
+    assert len(lines) >= 3, r.stderr
+    assert all(re.search(r"\[\d+/\d+, [\d,]+ s\]$", ln) for ln in lines), lines
+
+
+def test_sweep_prints_a_line_per_run_off_a_terminal(tmp_path):
+    from shrink.replay.schedule import open_loop_trace
+
+    proc = subprocess.Popen([sys.executable, "-m", "shrink.replay.fakeserver", "--port", "0"],
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        port = int(proc.stdout.readline().split()[2])
+        trace = tmp_path / "open.parquet"
+        open_loop_trace("/x?bytes=512", 100.0, 20.0).write_parquet(trace)
+        curve = tmp_path / "curve.json"
+        r = RUN(app, ["sweep", str(trace), "--target", f"http://127.0.0.1:{port}",
+                      "--levels", "1,2", "--warmup", "200ms", "--duration", "500ms",
+                      "--lag-limit", "50ms", "-o", str(curve), "--json"])  # fmt: skip
+    finally:
+        proc.kill()
+        proc.wait()
+    assert r.exit_code == 0, r.output
+    lines = [ln for ln in r.stderr.splitlines() if re.search(r"\[\d+/2 runs, [\d,]+ s\]$", ln)]
+    assert [ln.split("  [")[0] for ln in lines] == [
+        "rate_factor 1 rep 1/1", "rate_factor 2 rep 1/1", "done"
+    ], r.stderr
+    assert json.loads(r.stdout)["exports"]  # stdout stays JSON

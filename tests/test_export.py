@@ -1,0 +1,150 @@
+"""A sweep's exports: HdrHistogram logs read back by the ``hdrhistogram`` package agree
+with the exact percentiles; the CSVs have Locust's and k6's columns; OpenMetrics parses."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import urllib.request
+
+import numpy as np
+import pytest
+from hdrh.histogram import HdrHistogram
+from hdrh.log import HistogramLogReader
+
+from shrink.export import RecordingTarget, level_samples, write_sweep_exports
+from shrink.export.csv import HISTORY_COLUMNS, K6_COLUMNS, STATS_COLUMNS
+from shrink.export.hdr import HIGHEST_US, LOWEST_US, SIGNIFICANT_DIGITS
+from shrink.export.metrics import MetricsServer, exposition
+from shrink.measure import sweep
+from shrink.target import FakeTarget
+from shrink.trace import Trace
+
+LEVELS = [2.0, 6.0, 8.5]
+REPS = 2
+
+
+def _trace() -> Trace:
+    rng = np.random.default_rng(0)
+    t = np.cumsum(rng.exponential(1 / 100.0, 6000))
+    t = t[t < 50.0]
+    cls = np.where(rng.random(t.size) < 0.1, "dynamic", "static")
+    return Trace.from_columns(
+        {"session": np.arange(t.size), "t": t, "path": ["/x"] * t.size, "cls": cls},
+        meta={"mode": "open"},
+    )
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep")
+    trace = _trace()
+    rec = RecordingTarget(FakeTarget(servers=1, demand={"static": 0.001, "dynamic": 0.004}))
+    curve = sweep(rec, trace, LEVELS, reps=REPS, warmup=1.0, duration=4.0, seed=3)
+    runs = level_samples(curve, trace, rec.runs)
+    path = out / "curve.json"
+    curve.write_json(path)
+    files = write_sweep_exports(path, runs)
+    return curve, runs, files, out
+
+
+def _order_gap(h: HdrHistogram, p: float) -> float:
+    """How far the exact (interpolated) percentile may sit from HdrHistogram's rank.
+
+    numpy's linear percentile lies between the order statistics around (n-1)p;
+    HdrHistogram takes the one at rank round(p n): they are at most one rank apart.
+    """
+    n = h.get_total_count()
+    lo = h.get_value_at_percentile(max(p - 100.0 / n, 0.0))
+    hi = h.get_value_at_percentile(min(p + 100.0 / n, 100.0))
+    return float(hi - lo)
+
+
+def test_the_hdr_log_reads_back_with_the_exact_percentiles(swept):
+    curve, runs, _files, out = swept
+    assert len(runs) == len(LEVELS) * REPS
+    precision = 10.0**-SIGNIFICANT_DIGITS
+    checked = 0
+    for lv in curve.levels:
+        log = out / "curve-hdr" / f"level-{lv.level:g}.hlog"
+        reader = HistogramLogReader(str(log), HdrHistogram(LOWEST_US, HIGHEST_US, 3))
+        for rep in lv.reps:
+            h = reader.get_next_interval_histogram()
+            assert h is not None and h.get_tag() == f"level={lv.level:g}"
+            assert h.get_total_count() == rep.overall.n
+            for p, exact in ((50.0, rep.overall.p50), (99.0, rep.overall.p99),
+                             (99.9, rep.overall.p999)):  # fmt: skip
+                exact_us = exact * 1e6
+                got = h.get_value_at_percentile(p)
+                allowed = precision * exact_us + 1.0 + _order_gap(h, p)
+                assert abs(got - exact_us) <= allowed, (lv.level, p, got, exact_us, allowed)
+                checked += 1
+        assert reader.get_next_interval_histogram() is None  # one interval per repetition
+    assert checked == len(LEVELS) * REPS * 3
+
+
+def test_a_unit_slip_would_fail_the_comparison(swept):
+    """The tolerance is tight enough to catch milliseconds written as microseconds."""
+    curve, _runs, _files, out = swept
+    lv = curve.levels[-1]
+    reader = HistogramLogReader(
+        str(out / "curve-hdr" / f"level-{lv.level:g}.hlog"), HdrHistogram(1, HIGHEST_US, 3)
+    )
+    h = reader.get_next_interval_histogram()
+    exact_ms = lv.reps[0].overall.p50 * 1e3
+    allowed = 1e-3 * exact_ms + 1.0 + _order_gap(h, 50.0) / 1e3
+    assert abs(h.get_value_at_percentile(50.0) - exact_ms) > allowed
+
+
+def test_the_percentile_spectrum_is_wrk2s(swept):
+    _curve, _runs, _files, out = swept
+    text = (out / "curve-hdr" / "level-2.hgrm").read_text()
+    assert "Latency Distribution (HdrHistogram - Recorded Latency)" in text
+    assert "Detailed Percentile spectrum:" in text
+    assert re.search(r"Value +Percentile +TotalCount +1/\(1-Percentile\)", text)
+    assert re.search(r"^ +99\.900% +[0-9.]+ms$", text, flags=re.M)
+    assert "#[Mean    =" in text and "#[Max     =" in text
+
+
+def test_the_csvs_have_locusts_and_k6s_columns(swept):
+    curve, runs, _files, out = swept
+    with (out / "curve_stats.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == STATS_COLUMNS
+    agg = [r for r in rows if r["Name"] == "Aggregated"]
+    assert [float(r["Level"]) for r in agg] == LEVELS
+    for r, lv in zip(agg, curve.levels, strict=True):
+        n = sum(rep.overall.n for rep in lv.reps)
+        assert int(r["Request Count"]) - int(r["Failure Count"]) == n
+        pooled = np.concatenate([x.latency for x in runs if x.level == lv.level])
+        assert float(r["99.9%"]) == pytest.approx(np.quantile(pooled, 0.999) * 1e3, abs=1e-3)
+    with (out / "curve_stats_history.csv").open() as f:
+        hist = list(csv.DictReader(f))
+    assert list(hist[0]) == HISTORY_COLUMNS
+    assert len(hist) == len(LEVELS) * REPS * 4  # a 4 s window: four seconds
+    with (out / "curve_requests.csv").open() as f:
+        reqs = list(csv.DictReader(f))
+    assert list(reqs[0]) == K6_COLUMNS
+    assert len(reqs) == sum(x.ok.size for x in runs)
+    assert {r["metric_name"] for r in reqs} == {"http_req_duration"}
+    assert reqs[0]["extra_tags"] == "level=2&rep=1"
+
+
+def test_openmetrics_text_and_server(swept):
+    _curve, runs, _files, _out = swept
+    text = exposition(runs)
+    assert text.endswith("# EOF\n")
+    assert f"shrink_sweep_runs_total {len(runs)}" in text
+    assert 'shrink_level_latency_seconds{rate_factor="2",quantile="0.999"}' in text
+    with MetricsServer(list(runs), 0) as server:
+        url = f"http://127.0.0.1:{server.port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            assert resp.headers["Content-Type"].startswith("application/openmetrics-text")
+            assert resp.read().decode() == text
+
+
+def test_curve_json_is_unchanged_by_the_exports(swept):
+    _curve, _runs, _files, out = swept
+    d = json.loads((out / "curve.json").read_text())
+    assert d["schema"] == "shrink.loadcurve/1" and len(d["levels"]) == len(LEVELS)

@@ -1,0 +1,49 @@
+"""predict measures the share's speed (shrink.speed) and scales by it; the report says so."""
+
+from __future__ import annotations
+
+import pytest
+from helpers.fake_provider import FakeProvider, sessions
+
+from shrink.autolevels import AutoPlan
+from shrink.predict import PredictConfig, predict
+from shrink.report.build import write_report
+from shrink.share import Share, ShareSpeed
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_predict_scales_by_the_measured_speed_and_reports_it(monkeypatch, tmp_path, paired):
+    calls = []
+
+    def probe(share_target, full_target, trace, *, nominal, seed, budget_s):
+        calls.append((full_target is not None, nominal))
+        if full_target is None:
+            return ShareSpeed.assumed(nominal)
+        return ShareSpeed(nominal, {"static": 0.2, "dynamic": 0.2}, 0.2, "probe", 3.0)
+
+    monkeypatch.setattr("shrink.predict.measure_speed", probe)
+    plan = AutoPlan(warmup=2, duration=10, reps=2, max_levels=7, probe_level=1.0)
+    cfg = PredictConfig(
+        alpha=0.25, thresholds={"mean": 0.004}, mappings=["1-replica"], seed=3, plan=plan,
+        paired_full_run=paired,
+    )  # fmt: skip
+    res = predict(sessions(6000, 1, span=1000.0), FakeProvider(speed=0.2), cfg)
+    pred = res.prediction
+    assert calls == [(paired, 0.25)]
+    assert pred.share.speed == ShareSpeed.from_dict(pred.to_dict()["speed"])
+    assert Share.from_dict(pred.to_dict()["share"]).speed == pred.share.speed
+    text = " ".join(pred.assumptions)
+    if paired:
+        assert pred.share.speed.effective == 0.2 and "measured 0.2" in text and "3.0 s" in text
+        # Scaled by the measured speed, the share's MAT is the full core's: the paired
+        # full-scale curve says what that is.
+        from shrink.mat import mat
+
+        truth = mat(res.full, "mean", 0.004).mat
+        assert pred.mappings["1-replica"].stats["mean"].mat == pytest.approx(truth, rel=0.12)
+    else:
+        assert pred.share.speed.method == "nominal" and "assumed, not measured: 0.25" in text
+    write_report(tmp_path, pred, measured=res.measured, full_run=res.full)
+    md = (tmp_path / "report.md").read_text()
+    want = "nominal 0.25, measured 0.2 (probe, 3.0 s" if paired else "**assumed**"
+    assert want in md
