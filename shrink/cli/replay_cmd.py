@@ -470,6 +470,11 @@ def sweep_cmd(
         }
         curve.write_json(output)
         exports = write_sweep_exports(output, level_samples(curve, tr, recorder.runs))
+    _print_sweep(curve, knob, output, exports, as_json)
+
+
+def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_json: bool) -> None:
+    """Per level: throughput, mean, p99.9, utilization, and why a level is excluded."""
     rows = [
         {
             "level": x.level,
