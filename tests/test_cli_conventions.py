@@ -218,7 +218,7 @@ def test_predict_prints_a_line_per_level_off_a_terminal(tmp_path):
 
 
 def test_sweep_prints_a_line_per_run_off_a_terminal(tmp_path):
-    from shrink.replay.schedule import open_loop_trace
+    from shrink.schedule import open_loop_trace
 
     proc = subprocess.Popen([sys.executable, "-m", "shrink.replay.fakeserver", "--port", "0"],
                             stdout=subprocess.PIPE, text=True)  # fmt: skip

@@ -37,7 +37,7 @@ def test_the_simulator_and_the_engine_build_the_same_schedule(monkeypatch, seed)
         return built[-1]
 
     monkeypatch.setattr(sim_target, "build_schedule", spy)
-    sim = SimTarget(MACHINE, "1-replica", Share.cores_of(MACHINE, (0,)))
+    sim = SimTarget(MACHINE, "1-replica", Share.cores_of(MACHINE, (0,)), warm_start=True)
     res = sim.run(trace, rate_factor=2.0, warmup=3.0, duration=5.0, seed=seed)
 
     engine_got: list[Schedule] = []

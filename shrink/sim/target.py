@@ -42,8 +42,10 @@ __all__ = ["SimTarget"]
 
 _SALT = 0x5131  # keeps the simulator's random streams apart from other seeded users
 # Whether a looped run starts with the sessions earlier copies would have open
-# (shrink.schedule.build_schedule's warm_start); the live engine's default too.
-WARM_START = True
+# (shrink.schedule.build_schedule's warm_start). Off by default, so the simulator's
+# results stay what they were; a live sweep's LiveTarget starts warm: pass
+# warm_start=True to replay exactly its schedule.
+WARM_START = False
 
 
 @dataclass
