@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs everything shrink needs on a fresh Debian machine: the Debian packages
-# of the reference server and the test oracles (when run as root), then the
-# Python package with its dev extras. Safe to run again.
+# of the built-in servers (lighttpd + php-cgi, nginx + php-fpm) and the test
+# oracles (when run as root), then the Python package with its dev extras. Safe to
+# run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DEBS=(lighttpd php-cgi tshark tcpdump wrk httperf)
+DEBS=(lighttpd php-cgi nginx php-fpm tshark tcpdump wrk httperf)
 missing=()
 for pkg in "${DEBS[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -24,12 +25,28 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "setup: continuing; tests that need them will be skipped with that reason." >&2
   fi
 fi
-# Debian starts lighttpd as a service on install; shrink runs its own instances.
-if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet lighttpd 2>/dev/null; then
-  systemctl stop lighttpd || true
+# Debian starts lighttpd, nginx and php-fpm (php8.2-fpm on Debian 12) as services on
+# install; shrink runs its own instances, so stop them and keep them from starting.
+if [ "$(id -u)" -eq 0 ]; then
+  units=(lighttpd nginx)
+  for f in /lib/systemd/system/php*-fpm.service /etc/init.d/php*-fpm; do
+    [ -e "$f" ] && units+=("$(basename "$f" .service)")
+  done
+  for unit in $(printf '%s\n' "${units[@]}" | sort -u); do
+    if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+      systemctl stop "$unit" >/dev/null 2>&1 || true
+      systemctl disable "$unit" >/dev/null 2>&1 || true
+    elif [ -x "/etc/init.d/$unit" ]; then
+      "/etc/init.d/$unit" stop >/dev/null 2>&1 || true
+      command -v update-rc.d >/dev/null 2>&1 && update-rc.d "$unit" disable >/dev/null 2>&1 || true
+    fi
+  done
 fi
 
 PY=${PYTHON:-python3}
 "$PY" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 "$PY" -m pip install -q -e ".[dev]"
+# The co-runner of a CPU-time share (--enforce corunner) is a tiny C program; build it
+# now (into ~/.cache/shrink) so the first run need not. Without a compiler, Python's.
+"$PY" -c 'from shrink.enforce.corunner import build_helper; print("setup: co-runner", build_helper() or "in Python (no C compiler)")'
 echo "setup: done ($("$PY" -c 'import shrink; print("shrink", shrink.__version__)'))"

@@ -105,8 +105,14 @@ def _whatif(trace_path: Path, thresholds: dict[str, float]) -> dict[str, Any] | 
     return pred
 
 
-def run_demo(out: Path, *, plan: AutoPlan | None = None, quick: bool = False) -> dict[str, Any]:
-    """Run the whole demo into ``out``; return a summary."""
+def run_demo(
+    out: Path, *, plan: AutoPlan | None = None, quick: bool = False, server: str | None = None
+) -> dict[str, Any]:
+    """Run the whole demo into ``out``; return a summary.
+
+    ``server``: the server recipe (``lighttpd-php-cgi``, the default, ``nginx-php-fpm``
+    or ``RECIPE.toml``) for both the scaled and the full-scale runs.
+    """
     from shrink.pipeline import run_predict, run_validate
 
     console = Console(stderr=True)
@@ -155,6 +161,7 @@ def run_demo(out: Path, *, plan: AutoPlan | None = None, quick: bool = False) ->
         progress=_printer(console, "scaled + full runs"),
         whatif=whatif,
         paired_full_run=True,
+        server=server,
     )
     console.rule("[bold]3. Validate against the whole core with the full trace")
     v = run_validate(out / "prediction.json", full_run="paired")
@@ -170,6 +177,7 @@ def run_demo(out: Path, *, plan: AutoPlan | None = None, quick: bool = False) ->
         "steal_before": {str(c): round(u, 3) for c, u in before["steal"].items()},
         "max_generator_steal": (pred.self_checks or {}).get("max_generator_steal"),
         "whatif_recommended": None if whatif is None else whatif.get("recommended"),
+        "server": pred.server,
         "report": str(out / "report.md"),
     }
     (out / "demo-summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -224,8 +232,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path("demo-out"))
     ap.add_argument("--quick", action="store_true", help="shorter windows (a smoke test)")
+    ap.add_argument(
+        "--server",
+        default=None,
+        help="server recipe: lighttpd-php-cgi (default), nginx-php-fpm, or RECIPE.toml",
+    )
     args = ap.parse_args(argv)
-    run_demo(args.out, quick=args.quick)
+    run_demo(args.out, quick=args.quick, server=args.server)
     return 0
 
 

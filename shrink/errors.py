@@ -8,6 +8,7 @@ Hierarchy::
     │   └── CaptureFormatError       a damaged pcap/pcapng: byte offset or record number
     ├── TopologyError                a machine spec, share or mapping the machine cannot give
     ├── TestbedError                 lighttpd/php-cgi missing, port in use, a replica died (PID)
+    │   └── RecipeError              a server recipe that cannot be read or run: names its file
     ├── ReplayError                  the load generator could not run the schedule
     ├── MeasurementError             a load curve or MAT that cannot be computed
     ├── WriteError                   a result file that could not be written (disk full): names it
@@ -29,6 +30,7 @@ __all__ = [
     "MeasurementError",
     "NotFittedError",
     "ParameterError",
+    "RecipeError",
     "ReplayError",
     "ShrinkError",
     "TestbedError",
@@ -99,6 +101,22 @@ class TestbedError(ShrinkError):
     def __init__(self, message: str, *, pid: int | None = None) -> None:
         self.pid = pid
         super().__init__(f"{message} (PID {pid})" if pid is not None else message)
+
+
+class RecipeError(TestbedError):
+    """A server recipe that cannot be read, or whose server did not come up.
+
+    ``recipe`` is the recipe's file (or built-in name) and ``field`` the TOML key
+    or command concerned; both lead the one-line message.
+    """
+
+    def __init__(
+        self, message: str, *, recipe: str, field: str | None = None, pid: int | None = None
+    ) -> None:
+        self.recipe = recipe
+        self.field = field
+        where = f"{recipe}: {field}" if field else recipe
+        super().__init__(f"recipe {where}: {message}", pid=pid)
 
 
 class ReplayError(ShrinkError):

@@ -53,9 +53,13 @@ def run_predict(
     paired_full_run: bool = False,
     time_scaling: bool = True,
     skip: float | None = None,
+    server: str | None = None,
     cluster: ClusterSpec | None = None,
 ) -> Prediction:
     """Predict from ``trace_path`` and write DIR/prediction.json + report; return the prediction.
+
+    ``server``: the testbed's server recipe (``lighttpd-php-cgi``, the default,
+    ``nginx-php-fpm`` or ``RECIPE.toml``); recorded, with its versions, in the result.
 
     ``paired_full_run`` also measures the full target with the whole trace, each
     repetition next to its scaled twin, into DIR/full-curve.json (for
@@ -70,6 +74,7 @@ def run_predict(
         docroot=docroot,
         run_dir=out / "runs",
         server_cpus=server_cpus,
+        server=server,
         cluster=cluster,
     )
     cfg = PredictConfig(
@@ -97,13 +102,31 @@ def run_predict(
         # how many times longer the share's runs were than the plan's (SHRiNK time scaling)
         "scaled_time": res.measured.meta.get("scaled_time", 1.0),
         "skip": res.measured.meta.get("skip", 0.0),
+        "server": server,
         # the trace seconds every level looped (a controlled load), for the full run
         "loop_window": res.measured.meta.get("loop_window"),
     }
+    _record_server(pred, provider, res.measured)
     pred.whatif = whatif
     pred.write_json(out / "prediction.json", indent=2)
     write_report(out, pred, measured=res.measured, predicted_curve=res.predicted, whatif=whatif)
     return pred
+
+
+def _record_server(pred: Prediction, provider: Any, measured: LoadCurve) -> None:
+    """Name the server recipe and its versions in the prediction and its report."""
+    record = getattr(provider, "server_record", None)
+    if record is None:
+        return  # the simulator: no server recipe
+    versions = dict(measured.meta.get("target", {}).get("versions", {}))
+    server = {**record(), "versions": versions}
+    pred.server = server
+    pred.target_description = f"{pred.target_description or ''}, server {server['name']}"
+    pred.provenance = {
+        **(pred.provenance or {}),
+        "server": f"{server['name']} ({server['source']}): "
+        + ", ".join(v for k, v in versions.items() if k != "recipe"),
+    }
 
 
 def run_validate(
@@ -113,14 +136,22 @@ def run_validate(
     trace: str | Path | None = None,
     out_dir: str | Path | None = None,
     progress: Progress | None = None,
+    server: str | None = None,
     cluster: ClusterSpec | None = None,
 ) -> Validation:
     """Validate a prediction against a full-scale curve.
 
     ``full_run``: ``run`` measures it now; ``paired`` takes the one measured
     alongside the scaled runs (``run_predict(..., paired_full_run=True)``); any
-    other value is the path of a full-scale curve JSON.
+    other value is the path of a full-scale curve JSON. ``server`` (default: the
+    prediction's recipe) runs the full target on another recipe, e.g. to check a
+    prediction made on one stack against the other.
     """
+    if server is not None and full_run != "run":
+        raise ParameterError(
+            f"--server {server} chooses the server of a full-scale run made now; "
+            f"--full-run {full_run} runs nothing (use --full-run run)"
+        )
     ppath = Path(prediction_path)
     pred = Prediction.read_json(ppath)
     base = ppath.parent
@@ -138,6 +169,7 @@ def run_validate(
             docroot=inputs.get("docroot"),
             run_dir=out / "runs-full",
             server_cpus=tuple(inputs.get("server_cpus") or ()) or None,
+            server=server or inputs.get("server"),
             cluster=cluster,
         )
         plan = AutoPlan(**{**AutoPlan().__dict__, **(inputs.get("plan") or {})})
@@ -193,6 +225,8 @@ def run_validate(
         "full_run": full_run,
         "mapping": mapping,
         "paired": bool(full.meta.get("paired")),
+        "server": full.meta.get("target", {}).get("server") or pred.server,
+        "server_versions": full.meta.get("target", {}).get("versions"),
     }
     v.write_json(out / "validation.json")
     write_report(

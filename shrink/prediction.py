@@ -12,8 +12,9 @@ The what-if (:mod:`extrapolate.whatif`) fills in only these. The main job
 (:func:`shrink.predict.predict`) also gives each MAT its ``status`` and
 ``stalled_ceiling`` and records what it measured and how (``target``,
 ``alpha``, ``share``, ``thresholds``, ``measured_mats``, ``self_checks``,
-``trace``, ``provenance``, ``full_run``; ``inputs`` and ``whatif`` from
-:func:`shrink.pipeline.run_predict`). A field that is None is not written.
+``trace``, ``provenance``, ``full_run``; ``inputs``, ``whatif`` and ``server``
+(the testbed's recipe and its versions) from :func:`shrink.pipeline.run_predict`).
+A field that is None is not written.
 Other keys (``workload``, ``sweep``, ``source_curve``) are kept in ``extra``.
 """
 
@@ -156,6 +157,7 @@ _RECORDED = (
     "full_run",
     "inputs",
     "whatif",
+    "server",
 )
 
 
@@ -185,6 +187,7 @@ class Prediction:
     full_run: dict[str, Any] | None = None
     inputs: dict[str, Any] | None = None
     whatif: dict[str, Any] | None = None
+    server: dict[str, Any] | None = None  # the testbed's recipe: name, source, versions
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

@@ -81,11 +81,19 @@ class _ShareUtilization:
         return res
 
 
+def _default_enforce() -> str:
+    from shrink.enforce import DEFAULT
+
+    return DEFAULT
+
+
 class TestbedProvider:
-    """The real lighttpd + php-cgi testbed on this machine, driven by the replay engine.
+    """The real testbed on this machine, driven by the replay engine.
 
     The generator keeps ``generator_cpus`` (default: the lowest CPU); the full
-    target is every other CPU (on a 2-core machine: CPU 1).
+    target is every other CPU (on a 2-core machine: CPU 1). ``server`` is the
+    server recipe: ``lighttpd-php-cgi`` (default), ``nginx-php-fpm`` or a
+    ``RECIPE.toml`` file (read once, here, so a bad one fails before any run).
     """
 
     __test__ = False
@@ -103,10 +111,14 @@ class TestbedProvider:
         run_dir: str | Path = ".",
         engine: dict[str, Any] | None = None,
         php_children_per_core: int = 4,
+        server: str | None = None,
+        enforce: str | None = None,
         cluster: ClusterSpec | None = None,
     ) -> None:
+        from shrink.testbed.servers import load_recipe
         from shrink.topology import discover
 
+        self.recipe = load_recipe(server)
         self.docroot = Path(docroot)
         self._machine = machine or discover()
         allowed = sorted(os.sched_getaffinity(0))
@@ -123,6 +135,7 @@ class TestbedProvider:
         self.run_dir = Path(run_dir)
         self.engine = engine or {}
         self.php_children_per_core = php_children_per_core
+        self.enforce = enforce  # shrink.enforce mechanism; None: its default
         self.cluster = cluster  # generators on a Ray cluster instead of this machine
         self._opened = 0
 
@@ -138,7 +151,15 @@ class TestbedProvider:
             "docroot": str(self.docroot),
             "server_cpus": list(self._server),
             "generator_cpus": list(self.generator_cpus),
+            "server": self.server_record(),
+            "enforce": self.enforce or _default_enforce(),
         }
+
+    def server_record(self) -> dict[str, Any]:
+        """The recipe's name and source (its versions are recorded with every run)."""
+        from shrink.testbed.lifecycle import server_record
+
+        return server_record(self.recipe)
 
     @contextmanager
     def open(self, share: Share, mapping: str) -> Iterator[Target]:
@@ -161,6 +182,8 @@ class TestbedProvider:
             port=0,
             php_children_per_core=self.php_children_per_core,
             owned=True,  # dies with this process, even by kill -9
+            server=self.recipe,
+            **({"enforce": self.enforce} if self.enforce else {}),
         )
         try:
             live = LiveTarget.from_state(
@@ -209,9 +232,11 @@ def make_provider(
     docroot: str | Path | None = None,
     run_dir: str | Path = ".",
     server_cpus: tuple[int, ...] | None = None,
+    server: str | None = None,
     cluster: ClusterSpec | None = None,
 ) -> TestbedProvider | SimProvider:
-    """``testbed`` (the real server on this machine) or ``sim:SPEC.toml``."""
+    """``testbed`` (the real server on this machine, run by the ``server`` recipe) or
+    ``sim:SPEC.toml``."""
     from shrink.topology import load_machine
 
     if target.startswith("sim:"):
@@ -225,5 +250,6 @@ def make_provider(
         machine=load_machine(machine),
         run_dir=run_dir,
         server_cpus=server_cpus,
+        server=server,
         cluster=cluster,
     )

@@ -9,67 +9,55 @@ Three kinds (``Share.parse`` reads the CLI form):
   one whole socket and 0.25 is half of the first socket.
 * ``cpu_time``: given CPUs at a fraction of their speed (SHRiNK's "servers at
   alpha of the speed"), written ``CPULIST@QUOTA`` (``"1@25%"`` or ``"1@0.25"``).
-  Enforced by CFS bandwidth control: cgroup v2 ``cpu.max`` where the v2
-  hierarchy has the cpu controller, else cgroup v1 ``cpu.cfs_quota_us`` /
-  ``cpu.cfs_period_us`` (the case on hybrid hierarchies such as this project's VM).
+  Enforced by a mechanism of :mod:`shrink.enforce` (the CFS quota by default).
 
 CPU affinity (``sched_setaffinity``) enforces a core share and needs no root;
 a cgroup ``cpuset`` is added where we may write cgroups. A CPU-time share needs
-a writable cpu controller (root, or a delegated cgroup).
+a writable cpu controller (root, or a delegated cgroup) for the CFS quota, or
+root (SCHED_FIFO) for the co-runner.
 
-Period choice. The kernel refuses a quota under 1 ms, and a long period makes
-latency bimodal (../shared/DESIGN.md: 50 ms / 100 ms gave a p99 of 47.6 ms
-against 2.1 ms for 1 ms / 2 ms at the same 50 % share). But a quota shorter
-than one scheduler tick (1/CONFIG_HZ: 4 ms at HZ=250) under-delivers: a group
-that stays runnable overruns its quota until the next tick and then pays the
-debt, so on this VM (HZ=250) a 50 % share measured, as CPU used by two PHP
-requests spinning on one core for 2.2 s:
-
-    | quota / period | CPU delivered (of a core) |
-    |---|---|
-    | 1 ms / 2 ms    | 0.34 |
-    | 2 ms / 4 ms    | 0.38 |
-    | 4 ms / 8 ms    | 0.50 |
-    | 5 ms / 10 ms   | 0.50 |
-    | 10 ms / 20 ms  | 0.50 |
-
-A server at saturation (where a MAT is measured) is always runnable, so we take
-the *shortest period whose quota is at least one tick* (and 1 ms):
-``period = ceil(max(1 ms, tick) / (fraction * n_cpus))``, rounded up to 100 us.
-The cost is latency: a request can wait up to ``period - quota`` for the next
-refill (4 ms at 50 %), against 1 ms with the 2 ms period. Pass ``period_us`` to
-trade the other way.
+How a CPU-time share is enforced (a CFS quota, a duty-cycle co-runner) and why
+the CFS period is chosen as it is: :mod:`shrink.enforce`. The cgroup names this
+module used to define (``Cgroup``, ``cgroup_layout``, ``choose_period_us`` ...)
+are re-exported from there.
 """
 
 from __future__ import annotations
 
-import contextlib
-import math
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from shrink.checks import check_alpha
+from shrink.enforce.cfs import (
+    MAX_PERIOD_US,
+    MIN_QUOTA_US,
+    Cgroup,
+    CgroupLayout,
+    can_write_cgroups,
+    cgroup_layout,
+    choose_period_us,
+    scheduler_tick_us,
+)
 from shrink.errors import ParameterError, TopologyError
 from shrink.machine import Machine
 from shrink.topology import format_cpulist, parse_cpulist
 
 __all__ = [
     "KINDS",
+    "MAX_PERIOD_US",
+    "MIN_QUOTA_US",
     "Cgroup",
+    "CgroupLayout",
     "Share",
     "ShareSpeed",
+    "can_write_cgroups",
     "cgroup_layout",
     "choose_period_us",
     "scheduler_tick_us",
     "select_compact",
 ]
-
-MIN_QUOTA_US = 1000  # the kernel's floor for a CFS quota
-MAX_PERIOD_US = 1_000_000  # and its ceiling for the period
 
 
 def select_compact(machine: Machine, alpha: float) -> tuple[int, ...]:
@@ -98,44 +86,6 @@ def select_compact(machine: Machine, alpha: float) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
-def scheduler_tick_us(config_text: str | None = None) -> int:
-    """One scheduler tick, 1/CONFIG_HZ, in us, from the kernel's build config.
-
-    Read from ``/boot/config-$(uname -r)`` or ``/proc/config.gz``; 4000 (HZ=250,
-    the common distribution default) when neither says.
-    """
-    if config_text is None:
-        config_text = _kernel_config()
-    m = re.search(r"^CONFIG_HZ=(\d+)\s*$", config_text, re.M)
-    return 1_000_000 // int(m.group(1)) if m and int(m.group(1)) > 0 else 4000
-
-
-def _kernel_config() -> str:
-    import gzip
-
-    with contextlib.suppress(OSError):
-        return Path(f"/boot/config-{os.uname().release}").read_text()
-    with contextlib.suppress(OSError):
-        return gzip.decompress(Path("/proc/config.gz").read_bytes()).decode()
-    return ""
-
-
-def choose_period_us(fraction: float, n_cpus: int, *, tick_us: int | None = None) -> int:
-    """Shortest CFS period (us, multiple of 100) whose quota is >= 1 ms and >= one tick."""
-    tick = scheduler_tick_us() if tick_us is None else tick_us
-    need = max(MIN_QUOTA_US, tick) / (fraction * n_cpus)
-    period = max(MIN_QUOTA_US, math.ceil(need / 100 - 1e-9) * 100)
-    if period > MAX_PERIOD_US and fraction * n_cpus * MAX_PERIOD_US >= MIN_QUOTA_US:
-        period = MAX_PERIOD_US  # under a tick, but the longest period the kernel allows
-    if period > MAX_PERIOD_US:
-        raise TopologyError(
-            f"a CPU-time share of {fraction:g} on {n_cpus} CPU(s) needs a period over "
-            f"{MAX_PERIOD_US} us for a quota of one tick ({tick} us), which the kernel "
-            "refuses; give a longer share or pass a period."
-        )
-    return period
-
-
 @dataclass(frozen=True)
 class ShareSpeed:
     """The speed a share really delivered, relative to the full target, per request class.
@@ -153,7 +103,8 @@ class ShareSpeed:
     of ``per_class`` (what throughput scales by). ``method``: how it was obtained
     (``probe``: a light-load probe on the share and the full target; ``nominal``:
     assumed equal to ``nominal``, no measurement). ``cost_s``: seconds the
-    measurement took.
+    measurement took. ``notes``: what the report should say about it (a class
+    whose probe was unusable and was assumed nominal, and why).
     """
 
     nominal: float
@@ -161,6 +112,7 @@ class ShareSpeed:
     effective: float = 0.0
     method: str = "nominal"
     cost_s: float = 0.0
+    notes: tuple[str, ...] = ()
 
     @classmethod
     def assumed(cls, nominal: float) -> ShareSpeed:
@@ -174,6 +126,7 @@ class ShareSpeed:
             "effective": self.effective,
             "method": self.method,
             "cost_s": self.cost_s,
+            "notes": list(self.notes),
         }
 
     @classmethod
@@ -184,6 +137,7 @@ class ShareSpeed:
             effective=float(d.get("effective", d["nominal"])),
             method=str(d.get("method", "nominal")),
             cost_s=float(d.get("cost_s", 0.0)),
+            notes=tuple(str(n) for n in d.get("notes", ())),
         )
 
 
@@ -404,196 +358,3 @@ def _parse_quota(text: str, whole: str) -> float:
             "(a CPU cannot run faster than itself)."
         )
     return value
-
-
-# cgroups --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CgroupLayout:
-    """Where the controllers live: v2 (one tree) or v1 (one mount per controller)."""
-
-    version: int
-    cpu: Path | None  # v2 root or v1 cpu mount
-    cpuset: Path | None
-    cpuacct: Path | None
-
-
-def cgroup_layout(mounts_text: str | None = None, fs_root: str | Path = "/") -> CgroupLayout:
-    """Find the cpu, cpuset and cpuacct controllers from ``/proc/self/mounts``.
-
-    v2 is used only if its tree offers the cpu controller; a hybrid machine whose
-    v2 tree has none (cpu bound to v1) falls back to the v1 mounts.
-    """
-    root = Path(fs_root)
-    if mounts_text is None:
-        mounts_text = (root / "proc" / "self" / "mounts").read_text()
-    v1: dict[str, Path] = {}
-    v2: Path | None = None
-    for line in mounts_text.splitlines():
-        f = line.split()
-        if len(f) < 4:
-            continue
-        where = root / f[1].lstrip("/")
-        if f[2] == "cgroup2":
-            v2 = where
-        elif f[2] == "cgroup":
-            for opt in f[3].split(","):
-                if opt in ("cpu", "cpuset", "cpuacct"):
-                    v1.setdefault(opt, where)
-    if v2 is not None:
-        controllers = (
-            (v2 / "cgroup.controllers").read_text().split()
-            if (v2 / "cgroup.controllers").exists()
-            else []
-        )
-        if "cpu" in controllers:
-            return CgroupLayout(2, v2, v2 if "cpuset" in controllers else None, v2)
-    return CgroupLayout(1, v1.get("cpu"), v1.get("cpuset"), v1.get("cpuacct"))
-
-
-@dataclass
-class Cgroup:
-    """The cgroup(s) of one replica: created, filled with PIDs, read, removed."""
-
-    name: str
-    layout: CgroupLayout
-    dirs: dict[str, str] = field(default_factory=dict)
-
-    PARENT = "shrink"
-
-    def create(self, cpus: tuple[int, ...], quota_us: int | None, period_us: int | None) -> None:
-        """Make the groups and write the limits. Raises TopologyError without permission."""
-        lay = self.layout
-        try:
-            if lay.version == 2:
-                self._create_v2(cpus, quota_us, period_us)
-            else:
-                self._create_v1(cpus, quota_us, period_us)
-        except PermissionError as exc:
-            self.remove()
-            raise TopologyError(
-                f"no permission to write cgroups ({exc.filename}). CPU-time shares need "
-                "root or a delegated cgroup; without root, core shares (a CPU list or "
-                "alpha such as 0.5) work through CPU affinity alone."
-            ) from None
-
-    def _create_v2(
-        self, cpus: tuple[int, ...], quota_us: int | None, period_us: int | None
-    ) -> None:
-        assert self.layout.cpu is not None
-        parent = self.layout.cpu / self.PARENT
-        parent.mkdir(exist_ok=True)
-        wanted = ["+cpu"] + (["+cpuset"] if self.layout.cpuset else [])
-        for d in (self.layout.cpu, parent):
-            for c in wanted:
-                _write(d / "cgroup.subtree_control", c, missing_ok=True)
-        d = parent / self.name
-        d.mkdir(exist_ok=True)
-        self.dirs = {"cpu": str(d), "cpuacct": str(d)}
-        if quota_us is not None:
-            _write(d / "cpu.max", f"{quota_us} {period_us}")
-        if self.layout.cpuset:
-            _write(d / "cpuset.cpus", format_cpulist(cpus))
-            self.dirs["cpuset"] = str(d)
-
-    def _create_v1(
-        self, cpus: tuple[int, ...], quota_us: int | None, period_us: int | None
-    ) -> None:
-        lay = self.layout
-        if quota_us is not None:
-            if lay.cpu is None:
-                raise TopologyError("no cgroup cpu controller is mounted: cannot set a CPU quota")
-            d = _mkgroup(lay.cpu, self.PARENT, self.name)
-            self.dirs["cpu"] = str(d)
-            _write(d / "cpu.cfs_period_us", str(period_us))
-            _write(d / "cpu.cfs_quota_us", str(quota_us))
-        if lay.cpuacct is not None and str(lay.cpuacct) != self.dirs.get("cpu"):
-            self.dirs["cpuacct"] = str(_mkgroup(lay.cpuacct, self.PARENT, self.name))
-        if lay.cpuset is not None:
-            # v1 cpusets start empty: parent and child need cpus and mems before tasks join.
-            mems = _read(lay.cpuset / "cpuset.mems") or "0"
-            parent = lay.cpuset / self.PARENT
-            parent.mkdir(exist_ok=True)
-            _write(parent / "cpuset.cpus", _read(lay.cpuset / "cpuset.cpus") or "0")
-            _write(parent / "cpuset.mems", mems)
-            d = parent / self.name
-            d.mkdir(exist_ok=True)
-            _write(d / "cpuset.cpus", format_cpulist(cpus))
-            _write(d / "cpuset.mems", mems)
-            self.dirs["cpuset"] = str(d)
-
-    def add(self, pid: int) -> None:
-        """Move ``pid`` (its whole thread group) into every group of this replica."""
-        for d in dict.fromkeys(self.dirs.values()):
-            _write(Path(d) / "cgroup.procs", str(pid))
-
-    def pids(self) -> list[int]:
-        """Every process now in the replica's groups (catches ones we never saw fork)."""
-        out: set[int] = set()
-        for d in self.dirs.values():
-            text = _read(Path(d) / "cgroup.procs") or ""
-            out.update(int(x) for x in text.split())
-        return sorted(out)
-
-    def usage_s(self) -> float | None:
-        """CPU time used by the replica so far, in seconds (None if not accounted)."""
-        d = self.dirs.get("cpuacct")
-        if d is None:
-            return None
-        usage = _read(Path(d) / "cpuacct.usage")
-        if usage is not None:
-            return int(usage) / 1e9
-        stat = _read(Path(d) / "cpu.stat") or ""
-        m = re.search(r"^usage_usec (\d+)", stat, re.M)
-        return int(m.group(1)) / 1e6 if m else None
-
-    def remove(self) -> None:
-        """Remove the groups (they must be empty) and, when empty, the shared parent."""
-        for d in dict.fromkeys(self.dirs.values()):
-            for p in (Path(d), Path(d).parent):
-                # Fails while it still has members or siblings: left for the last replica.
-                with contextlib.suppress(OSError):
-                    p.rmdir()
-        self.dirs = {}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "version": self.layout.version, "dirs": dict(self.dirs)}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Cgroup:
-        lay = CgroupLayout(int(d.get("version", 1)), None, None, None)
-        return cls(d["name"], lay, dict(d.get("dirs", {})))
-
-
-def _mkgroup(mount: Path, parent: str, name: str) -> Path:
-    d = mount / parent / name
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
-
-
-def _write(path: Path, value: str, *, missing_ok: bool = False) -> None:
-    try:
-        with open(path, "w") as f:
-            f.write(value)
-    except FileNotFoundError:
-        if not missing_ok:
-            raise TopologyError(f"cgroup file {path} does not exist") from None
-    except PermissionError:
-        raise
-    except OSError as exc:
-        if missing_ok:
-            return
-        raise TopologyError(f"the kernel refused {value!r} for {path}: {exc.strerror}") from None
-
-
-def can_write_cgroups(layout: CgroupLayout) -> bool:
-    """Whether this process may create groups under the cpu controller."""
-    return layout.cpu is not None and os.access(layout.cpu, os.W_OK)

@@ -2,24 +2,82 @@
 
 Interface (stable; the predict pipeline calls it, the share work fills it in):
 
-    measure_speed(share_target, full_target, trace, *, nominal, seed=0, budget_s=20.0)
-        -> ShareSpeed
+    measure_speed(share_target, full_target, trace, *, nominal, seed=0, budget_s=20.0,
+                  load=0.4) -> ShareSpeed
 
 ``share_target`` runs on the share, ``full_target`` on the whole target (None when
 the user has no full target: then the speed is assumed, ``method="nominal"``, and
 the report says so). ``trace`` is the (sampled) trace whose request classes are
 probed. ``nominal`` is the share's fraction (alpha). ``budget_s`` bounds the
-seconds the probe may spend on runs. The result's ``effective`` is what the SHRiNK
-transform scales a CPU-time share by in place of alpha.
+seconds the probe may spend on runs; ``load`` is the full target's utilization
+during the probe. The result's ``effective`` is what the SHRiNK transform scales a
+CPU-time share by in place of alpha.
+
+Method: a light-load probe, per class. For each request class of the trace a
+probe trace is made of that class's requests alone (drawn from the trace with
+their frequencies, one request per session, evenly spaced). A pilot on the full
+target finds the rate that keeps it ``load`` busy (40%); then the full target
+runs the probe at that rate and the share at ``nominal`` times it, as a scaled run
+loads it (a share slower than nominal runs busier; one that saturates is probed
+again, lighter). Each side's capacity for the class is its throughput over its
+utilization (the utilization law: a server X busy U serves at most X / U); the
+class's speed is the share's capacity over the full target's. For a live testbed,
+utilization is the server processes' CPU over what the share may use, so the
+speed is ``nominal * cpu_per_request_full / cpu_per_request_share``: it carries
+exactly what a time-sliced core costs a request more than a whole one. A target
+that reports no utilization is compared by mean light-load latency instead (a
+slower server's response time at light load is its service time). The budget is
+split between the classes, and each run's start-up cost (measured on the pilot)
+comes out of it, so ``cost_s`` stays near ``budget_s``.
+
+The effective speed is the demand-weighted harmonic mean: with ``w_c`` the full
+target's CPU demand of class ``c`` in the trace (count times cost),
+``effective = sum(w) / sum(w_c / speed_c)``; throughput at saturation scales by it.
 """
 
 from __future__ import annotations
 
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from shrink.checks import check_alpha, check_positive
+from shrink.errors import MeasurementError
 from shrink.share import ShareSpeed
-from shrink.target import Target
+from shrink.target import RunResult, Target
 from shrink.trace import Trace
 
-__all__ = ["measure_speed"]
+__all__ = ["measure_speed", "probe_trace"]
+
+PILOT_RATE = 10.0  # req/s on the full target: light for any page of the demo's kind
+# Full target's utilization during the probe: light, yet enough requests of a
+# cheap class for its CPU to be measured well.
+TARGET_BUSY = 0.4
+# The share's probe rate, relative to nominal times the full target's. 1.0 is what a
+# scaled run does (alpha of the sessions): a server's cost per request falls as
+# requests arrive closer together (lighttpd handles more per wake-up: 0.13 ms a
+# static file at 300/s, 0.09 ms at 1,200/s here), so the share is probed at the same
+# arrival rate per unit of nominal speed. A share slower than nominal then runs
+# busier, and X / U fails once it saturates: it is probed again, lighter.
+SHARE_LOAD = 1.0
+SATURATED = 0.9
+MIN_REQUESTS = 20
+MAX_RATE = 2000.0  # req/s on the full target: what one generator CPU sends with margin
+PILOT_S = (0.3, 1.0)  # warmup, duration of the pilot run
+WARMUP_S = 0.5
+
+
+@dataclass(frozen=True)
+class _Side:
+    """One class on one target: requests measured, capacity (req/s at 100% busy)."""
+
+    n: int
+    capacity: float | None  # throughput / utilization; None without a utilization
+    latency: float  # mean response time, seconds
+    utilization: float | None
+    behind: bool  # the generator fell behind its schedule
 
 
 def measure_speed(
@@ -30,7 +88,152 @@ def measure_speed(
     nominal: float,
     seed: int = 0,
     budget_s: float = 20.0,
+    load: float = TARGET_BUSY,
 ) -> ShareSpeed:
-    """The share's measured speed per class; the nominal speed until a probe exists."""
-    del share_target, full_target, trace, seed, budget_s  # filled in by the probe work
-    return ShareSpeed.assumed(nominal)
+    """The share's measured speed per class (see the module docstring for the method).
+
+    A class whose probe cannot be trusted (too few requests, a latency measured
+    with the generator behind, a speed outside (0, 1]: a share faster than the
+    whole target) is taken at ``nominal``, and ``notes`` says so.
+    """
+    nominal = check_alpha(nominal, "nominal")
+    budget_s = check_positive(budget_s, "budget_s")
+    load = check_alpha(load, "load")
+    if full_target is None:
+        return ShareSpeed.assumed(nominal)
+    t0 = time.monotonic()
+    cls = trace.column("cls") if len(trace) else np.array([], dtype=object)
+    classes, counts = np.unique(cls.astype(str), return_counts=True)
+    if classes.size == 0:
+        raise MeasurementError("measure_speed: the trace has no requests to probe")
+    per_class_s = budget_s / classes.size
+    speeds: dict[str, float] = {}
+    demand: dict[str, float] = {}
+    notes: list[str] = []
+    for k, (c, n_c) in enumerate(zip(classes.tolist(), counts.tolist(), strict=True)):
+        rng_seed = seed + 101 * k
+        t_pilot = time.monotonic()
+        rate = _light_rate(full_target, trace, c, rng_seed, load)
+        # What a run costs beyond its seconds (a live target starts its generator
+        # processes each time): the pilot says, and the budget pays it too.
+        spent = time.monotonic() - t_pilot
+        overhead = max(0.0, spent - sum(PILOT_S))
+        duration = max(1.0, (per_class_s - spent - 2 * (WARMUP_S + overhead)) / 2)
+        full = _side(full_target, trace, c, rate, duration, rng_seed + 1)
+        share = _side(share_target, trace, c, rate * nominal * SHARE_LOAD, duration, rng_seed + 2)
+        if share.utilization is not None and share.utilization >= SATURATED:
+            # Much slower than nominal: X / U needs U under 1.
+            r = rate * nominal * SHARE_LOAD * load / share.utilization
+            share = _side(share_target, trace, c, r, duration, rng_seed + 3)
+        if full.n == 0 and share.n == 0:
+            raise MeasurementError(
+                f"measure_speed: class {c!r}: no request completed in the probe's window "
+                "on either target; is the server answering?"
+            )
+        speed = _speed(full, share, nominal)
+        doubt = _doubt(full, share, speed)
+        if doubt:
+            notes.append(f"class {c!r}: assumed nominal {nominal:g} ({doubt})")
+            speed = nominal
+        elif full.behind or share.behind:
+            # X / U holds at any load, so a late generator leaves the speed usable.
+            notes.append(f"class {c!r}: the generator fell behind; probed lighter than planned")
+        speeds[c] = speed
+        # CPU demand of the class on the full target: its count times its cost.
+        cost = 1.0 / full.capacity if full.capacity else full.latency
+        demand[c] = n_c * cost
+    total = sum(demand.values())
+    effective = total / sum(demand[c] / speeds[c] for c in speeds) if total > 0 else nominal
+    return ShareSpeed(
+        nominal=nominal,
+        per_class=speeds,
+        effective=float(effective),
+        method="probe",
+        cost_s=time.monotonic() - t0,
+        notes=tuple(notes),
+    )
+
+
+def _doubt(full: _Side, share: _Side, speed: float) -> str:
+    """Why a class's probe cannot be trusted, or ''."""
+    if min(full.n, share.n) < MIN_REQUESTS:
+        return f"{min(full.n, share.n)} requests measured, under {MIN_REQUESTS}"
+    if (full.behind or share.behind) and not (full.capacity and share.capacity):
+        return "the generator fell behind, and a latency needs the planned load"
+    if not 0 < speed <= 1:
+        return f"measured {speed:.3g}: a share cannot be faster than the whole target"
+    return ""
+
+
+def probe_trace(trace: Trace, cls: str, rate: float, seconds: float, seed: int) -> Trace:
+    """``cls``'s requests of ``trace`` (drawn by frequency), one a session, ``rate`` a second."""
+    idx = np.flatnonzero(trace.column("cls").astype(str) == cls)
+    n = max(2, math.ceil(rate * seconds) + 1)
+    rng = np.random.default_rng(seed)
+    pick = idx[rng.integers(0, idx.size, n)]
+    src = trace.take(pick)
+    columns = {
+        name: src.column(name)
+        for name in ("method", "path", "cls", "bytes", "status", "client")
+        if name in src.columns
+    }
+    if "body" in src.columns:
+        columns["body"] = src.column("body")
+    return Trace.from_columns(
+        {
+            **columns,
+            "session": np.arange(n, dtype=np.int64),
+            "burst": np.zeros(n, dtype=np.int32),
+            "t": np.arange(n, dtype=np.float64) / rate,
+            "think": np.zeros(n),
+            "rt": np.full(n, np.nan),
+        },
+        meta={"probe": cls, "rate": rate, "seed": seed},
+    )
+
+
+def _run(target: Target, trace: Trace, cls: str, rate: float, warm: float, dur: float, seed: int):
+    probe = probe_trace(trace, cls, rate, warm + dur, seed)
+    return target.run(probe, rate_factor=1.0, warmup=warm, duration=dur, seed=seed)
+
+
+def _light_rate(full: Target, trace: Trace, cls: str, seed: int, load: float) -> float:
+    """The rate that keeps ``full`` about ``load`` busy on ``cls`` (from a pilot)."""
+    res = _run(full, trace, cls, PILOT_RATE, PILOT_S[0], PILOT_S[1], seed)
+    side = _measured(res)
+    x = side.n / PILOT_S[1]
+    u = res.utilization
+    if u is None and math.isfinite(side.latency):
+        # Little's law: requests in the system, X * R, is the utilization of one server
+        # at light load (and over it with several, which only makes the probe lighter).
+        u = x * side.latency
+    if not u or u <= 0:
+        return PILOT_RATE
+    # A cheap class would ask for more than the generator itself can send.
+    return float(min(MAX_RATE, max(PILOT_RATE / 4, load * x / u)))
+
+
+def _measured(res: RunResult) -> _Side:
+    log = res.runlog.window(*res.window)
+    ok = log.ok_mask()
+    n = int(ok.sum())
+    span = res.window[1] - res.window[0]
+    lat = log.latencies()
+    mean_lat = float(np.mean(lat)) if lat.size else math.nan
+    u = res.utilization
+    cap = (n / span) / u if u and u > 0 and n and span > 0 else None
+    return _Side(n, cap, mean_lat, u, bool(res.generator.behind))
+
+
+def _side(target: Target, trace: Trace, cls: str, rate: float, dur: float, seed: int) -> _Side:
+    return _measured(_run(target, trace, cls, rate, WARMUP_S, dur, seed))
+
+
+def _speed(full: _Side, share: _Side, nominal: float) -> float:
+    if full.n == 0 or share.n == 0:
+        return nominal  # _doubt says why
+    if full.capacity and share.capacity:
+        return share.capacity / full.capacity
+    if full.latency > 0 and share.latency > 0:
+        return full.latency / share.latency
+    return nominal

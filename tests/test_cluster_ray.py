@@ -193,10 +193,11 @@ def test_two_generators_against_a_live_server_match_one(cluster, server):
     # moves a little with latency, on either side alike
     assert abs(np.median(ray_[:, 0]) - np.median(one[:, 0])) <= 0.02 * np.median(one[:, 0])
     assert 1900 <= np.median(one[:, 0]) <= 2100
-    # latency: the medians agree within the larger side's spread plus a floor
-    # for a loopback fake server's sub-millisecond noise
-    for col in (1, 2):
-        spread = max(np.ptp(one[:, col]), np.ptp(ray_[:, col]), 0.5e-3)
+    # latency: the medians agree within the larger side's spread, with a floor for
+    # what a busy 2-core host does to a loopback server's tail (a start off by even
+    # 50 ms, or times in the wrong clock, would still fail it)
+    for col, floor in ((1, 2e-3), (2, 25e-3)):
+        spread = max(np.ptp(one[:, col]), np.ptp(ray_[:, col]), floor)
         assert abs(np.median(one[:, col]) - np.median(ray_[:, col])) <= 2 * spread
 
 

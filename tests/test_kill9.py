@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import require_tool
 
-from shrink.testbed import lifecycle, process, registry
+from shrink.testbed import process, registry
 
 pytestmark = pytest.mark.live
 
@@ -70,7 +71,7 @@ def test_engine_processes_die_with_a_killed_replay(tmp_path):
 
 def test_an_owned_testbed_dies_with_its_owner_and_down_stale_cleans_up(tmp_path):
     require_tool("php-cgi")
-    if lifecycle.shutil.which("lighttpd", path="/usr/sbin:/usr/bin:/usr/local/sbin") is None:
+    if shutil.which("lighttpd", path="/usr/sbin:/usr/bin:/usr/local/sbin") is None:
         pytest.skip("lighttpd is not installed")
     doc = tmp_path / "doc"
     doc.mkdir()

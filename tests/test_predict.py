@@ -16,7 +16,7 @@ from shrink.machine import Machine
 from shrink.predict import PredictConfig, predict
 from shrink.prediction import Prediction
 from shrink.report.build import write_report
-from shrink.share import Share
+from shrink.share import Share, ShareSpeed
 from shrink.trace import Trace
 from shrink.validate import validate
 
@@ -244,7 +244,12 @@ class _StopsAfter(FakeProvider):
             yield target
 
 
-def test_an_interrupted_prediction_keeps_the_levels_it_finished(tmp_path):
+def test_an_interrupted_prediction_keeps_the_levels_it_finished(tmp_path, monkeypatch):
+    # The runs are counted from the sweep's first: the share's speed probe is left out.
+    monkeypatch.setattr(
+        "shrink.predict.measure_speed",
+        lambda s, f, t, *, nominal, **kw: ShareSpeed.assumed(nominal),
+    )
     plan = AutoPlan(warmup=1, duration=5, reps=2, probe_level=1.0, warm_run=False)
     cfg = PredictConfig(
         alpha=0.25,

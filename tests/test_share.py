@@ -60,7 +60,7 @@ def test_alpha_whole_cores_property(k):
 
 
 def test_parse_forms_on_two_cores(monkeypatch):
-    monkeypatch.setattr("shrink.share.scheduler_tick_us", lambda: 4000)  # HZ=250
+    monkeypatch.setattr("shrink.enforce.cfs.scheduler_tick_us", lambda: 4000)  # HZ=250
     assert Share.parse("all", TWO_CORE) == Share("all", (0, 1), 1.0)
     assert Share.parse("0.5", TWO_CORE).cpus == (0,)
     assert Share.parse("1", TWO_CORE) == Share("cores", (1,), 0.5)  # a bare integer is a CPU

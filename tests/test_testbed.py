@@ -11,13 +11,18 @@ import time
 import httpx
 import pytest
 
-from shrink.errors import TestbedError, TopologyError
+from shrink.errors import RecipeError, TestbedError, TopologyError
 from shrink.machine import Machine
 from shrink.mapping import build_mapping
 from shrink.share import Share
 from shrink.testbed import lifecycle, process
+from shrink.testbed import recipe as recipe_mod
 from shrink.testbed.config import ReplicaConfig, render_lighttpd_conf, write_probe
 from shrink.testbed.fake import FakeServer
+from shrink.testbed.fake_recipe import FakeRecipe
+from shrink.testbed.lighttpd import LighttpdPhpCgi
+from shrink.testbed.nginx import NginxPhpFpm
+from shrink.testbed.recipe import find_tool
 from shrink.testbed.state import ReplicaState, TestbedState
 
 TWO_CORE = Machine("two-core", sockets=1, cores_per_socket=2)
@@ -56,7 +61,7 @@ def test_second_replica_binds_its_own_address(tmp_path):
 
 @pytest.mark.live
 def test_rendered_config_passes_lighttpd_check(tmp_path):
-    lighttpd = lifecycle.find_tool("lighttpd")
+    lighttpd = find_tool("lighttpd-php-cgi", "lighttpd", hint="apt-get install lighttpd")
     c = _cfg(tmp_path)
     (tmp_path / "doc").mkdir()
     write_probe(c)
@@ -66,8 +71,9 @@ def test_rendered_config_passes_lighttpd_check(tmp_path):
 
 def test_state_round_trip(tmp_path):
     rs = ReplicaState(
-        name="r0", address="127.0.0.1", port=80, cpus=[0], master_pid=10, lighttpd_pids=[10],
-        php_pids=[11, 12], starttimes={10: 5, 11: 6, 12: 6}, pinned={12: [0]}, config="c",
+        name="r0", address="127.0.0.1", port=80, cpus=[0], masters=[10],
+        processes={"lighttpd": [10], "php-cgi": [11, 12]}, starttimes={10: 5, 11: 6, 12: 6},
+        pinned={12: [0]}, config="c",
         errorlog="e", run_dir="d", nic_socket=0, cgroup=None,
     )  # fmt: skip
     st = TestbedState([rs], {"kind": "all"}, {"name": "1-replica"}, {}, "doc", {"php": "8"}, "t")
@@ -75,6 +81,13 @@ def test_state_round_trip(tmp_path):
     d = json.loads(path.read_text())
     assert d["schema"] == "shrink.testbed/1" and d["replicas"][0]["pids"] == [10, 11, 12]
     assert TestbedState.read(path).to_dict() == d
+    assert d["server"]["name"] == "lighttpd-php-cgi" and d["replicas"][0]["masters"] == [10]
+    # A state written before recipes (lighttpd_pids, php_pids) still reads, and stops.
+    old = dict(d["replicas"][0], lighttpd_pids=[10], php_pids=[11, 12])
+    del old["processes"], old["masters"]
+    back = ReplicaState.from_dict(old)
+    assert back.processes == {"lighttpd": [10], "php-cgi": [11, 12]} and back.master_pid == 10
+    assert back.role(11) == "php-cgi" and back.role(99) == "server"
     path.write_text("{")
     with pytest.raises(TestbedError, match="not JSON"):
         TestbedState.read(path)
@@ -110,10 +123,12 @@ def test_stop_leaves_alone_a_pid_whose_start_time_differs():
         p.wait()
 
 
-def test_missing_lighttpd_says_how_to_install(monkeypatch):
-    monkeypatch.setattr(lifecycle.shutil, "which", lambda *a, **k: None)
-    with pytest.raises(TestbedError, match="apt-get install lighttpd php-cgi"):
-        lifecycle.find_tool("lighttpd")
+def test_missing_servers_say_how_to_install(monkeypatch):
+    monkeypatch.setattr(recipe_mod.shutil, "which", lambda *a, **k: None)
+    with pytest.raises(RecipeError, match=r"lighttpd-php-cgi: lighttpd is not .*apt-get install"):
+        LighttpdPhpCgi().versions()
+    with pytest.raises(RecipeError, match=r"nginx-php-fpm: nginx is not .*apt-get install nginx"):
+        NginxPhpFpm().versions()
 
 
 def test_one_socket_indirect_is_allowed_with_a_note():
@@ -138,23 +153,21 @@ def test_port_in_use_is_refused(tmp_path):
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        if lifecycle.shutil.which("lighttpd", path="/usr/sbin:/usr/bin") is None:
-            pytest.skip("lighttpd is not installed")
         with pytest.raises(TestbedError, match=f"port {port} on 127.0.0.1 is in use"):
             lifecycle.up(tmp_path / "doc", TWO_CORE, Share.parse("0.5", TWO_CORE),
-                         state_path=tmp_path / "s.json", port=port)  # fmt: skip
+                         state_path=tmp_path / "s.json", port=port,
+                         server=FakeRecipe())  # fmt: skip
 
 
 def test_cpu_time_share_without_cgroup_permission(tmp_path, monkeypatch):
-    if lifecycle.shutil.which("lighttpd", path="/usr/sbin:/usr/bin") is None:
-        pytest.skip("lighttpd is not installed")
     (tmp_path / "doc").mkdir()
     monkeypatch.setattr(lifecycle, "can_write_cgroups", lambda layout: False)
     m = Machine("m", sockets=1, cores_per_socket=len(os.sched_getaffinity(0)),
                 cpus=(tuple(sorted(os.sched_getaffinity(0))),))  # fmt: skip
     share = Share.parse(f"{m.all_cpus[0]}@50%", m)
     with pytest.raises(TopologyError, match=r"no permission for cgroups.*Without root"):
-        lifecycle.up(tmp_path / "doc", m, share, state_path=tmp_path / "s.json", port=0)
+        lifecycle.up(tmp_path / "doc", m, share, state_path=tmp_path / "s.json", port=0,
+                     server=FakeRecipe())  # fmt: skip
 
 
 def test_fake_target_serves_sizes_and_counts():
@@ -171,8 +184,8 @@ def test_up_refuses_to_overwrite_a_running_testbed(tmp_path):
     (tmp_path / "doc").mkdir()
     me = process.proc_info(os.getpid())
     rs = ReplicaState(
-        name="r0", address="127.0.0.1", port=80, cpus=[0], master_pid=me.pid,
-        lighttpd_pids=[me.pid], php_pids=[], starttimes={me.pid: me.starttime}, pinned={},
+        name="r0", address="127.0.0.1", port=80, cpus=[0], masters=[me.pid],
+        processes={"lighttpd": [me.pid]}, starttimes={me.pid: me.starttime}, pinned={},
         config="c", errorlog="e", run_dir="d",
     )  # fmt: skip
     state = TestbedState([rs], {}, {}, {}, "doc", {}, "t").write(tmp_path / "s.json")
@@ -197,7 +210,7 @@ def test_health_check_names_the_problem():
 
 
 def test_cgroup_permission_error_says_what_works_without_root(tmp_path, monkeypatch):
-    from shrink import share as share_mod
+    from shrink.enforce import cfs as share_mod
 
     lay = share_mod.CgroupLayout(1, tmp_path / "cpu", None, None)
     (tmp_path / "cpu").mkdir()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import threading
 import time
@@ -20,7 +21,7 @@ from typer.testing import CliRunner
 from shrink.cli import app
 from shrink.mapping import BUILTIN_MAPPINGS, build_mapping
 from shrink.share import Share
-from shrink.testbed import down, lifecycle, process, status, up
+from shrink.testbed import down, process, status, up
 from shrink.testbed.state import TestbedState
 from shrink.topology import discover
 
@@ -36,7 +37,7 @@ SPIN_PHP = (
 @pytest.fixture
 def docroot(tmp_path: Path) -> Path:
     require_tool("php-cgi")
-    if lifecycle.shutil.which("lighttpd", path="/usr/sbin:/usr/bin:/usr/local/sbin") is None:
+    if shutil.which("lighttpd", path="/usr/sbin:/usr/bin:/usr/local/sbin") is None:
         pytest.skip("lighttpd is not installed (make setup installs it as root)")
     d = tmp_path / "doc"
     (d / "static").mkdir(parents=True)
@@ -79,9 +80,9 @@ def test_mapping_serves_pins_and_stops(docroot, machine, tmp_path, mapping):
                 assert static.status_code == 200 and static.content == bytes(range(256)) * 4
                 page = c.get(f"{base}/app/page.php")
                 assert page.status_code == 200 and page.text.startswith("page:")
-                assert int(page.text[5:]) in r.php_pids  # served by this replica's pool
+                assert int(page.text[5:]) in r.processes["php-cgi"]  # served by this replica's pool
         for r in st.replicas:
-            workers = [p for p in r.lighttpd_pids if p != r.master_pid] or [r.master_pid]
+            workers = [p for p in r.processes["lighttpd"] if p != r.master_pid] or [r.master_pid]
             assert len(workers) == len(r.cpus)  # one lighttpd worker per core
             for p in r.pids:
                 assert set(process.allowed_cpus(p)) <= set(r.cpus), (p, r.cpus)
@@ -89,7 +90,7 @@ def test_mapping_serves_pins_and_stops(docroot, machine, tmp_path, mapping):
                 assert process.allowed_cpus(p) == tuple(cpus)
             # Each worker has its own core; php-cgi children are spread evenly.
             assert sorted(r.pinned[w][0] for w in workers) == sorted(r.cpus)
-            kids = [p for p in r.php_pids if p in r.pinned]
+            kids = [p for p in r.processes["php-cgi"] if p in r.pinned]
             per_core = [sum(1 for k in kids if r.pinned[k] == [c]) for c in r.cpus]
             assert max(per_core) - min(per_core) <= 1 and sum(per_core) == len(kids) >= 1
         assert all(s.ok for s in status(state))
@@ -192,7 +193,7 @@ def test_status_reports_a_crash_and_down_leaves_nothing(docroot, machine, tmp_pa
             state_path=state, port=0)  # fmt: skip
     try:
         _r0, r1 = st.replicas
-        victim = r1.php_pids[-1]
+        victim = r1.processes["php-cgi"][-1]
         os.kill(r1.master_pid, signal.SIGKILL)
         os.kill(victim, signal.SIGKILL)
         deadline = time.monotonic() + 5

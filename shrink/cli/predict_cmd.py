@@ -118,6 +118,14 @@ def predict(
     docroot: Annotated[
         Path | None, typer.Option("--docroot", help="Document root for the testbed.")
     ] = None,
+    server: Annotated[
+        str,
+        typer.Option(
+            "--server",
+            help="Server recipe of the testbed: lighttpd-php-cgi (default), nginx-php-fpm, "
+            "or a RECIPE.toml file.",
+        ),
+    ] = "lighttpd-php-cgi",
     share_kind: Annotated[
         str, typer.Option("--share-kind", help="auto | cores | cpu_time.")
     ] = "auto",
@@ -196,6 +204,7 @@ def predict(
                 paired_full_run=paired_full_run,
                 time_scaling=time_scaling,
                 skip=None if skip == "auto" else _skip_seconds(skip),
+                server=server,
                 cluster=cluster_spec(cluster, generators),
             )
     if as_json:
@@ -251,6 +260,14 @@ def validate(
     out: Annotated[
         Path | None, typer.Option("-o", "--out", help="Output directory (default: beside).")
     ] = None,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            "--server",
+            help="Server recipe of the full-scale run (default: the prediction's): "
+            "lighttpd-php-cgi, nginx-php-fpm, or a RECIPE.toml file.",
+        ),
+    ] = None,
     cluster: ClusterOpt = None,
     generators: GeneratorsOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print validation.json.")] = False,
@@ -271,10 +288,11 @@ def validate(
                     trace=trace,
                     out_dir=out,
                     progress=progress,
+                    server=server,
                     cluster=cluster_spec(cluster, generators),
                 )
         else:  # nothing to run: no progress bar
-            v = run_validate(prediction, full_run=full_run, trace=trace, out_dir=out)
+            v = run_validate(prediction, full_run=full_run, trace=trace, out_dir=out, server=server)
     d = v.to_dict()
     if as_json:
         echo_json(d)

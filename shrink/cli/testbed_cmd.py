@@ -1,4 +1,4 @@
-"""``shrink testbed up|status|down``: the real lighttpd + php-cgi server, per replica."""
+"""``shrink testbed up|status|down``: the real server (a recipe), per replica."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from shrink.cli._common import cli_errors, echo_json, plural
+from shrink.enforce import DEFAULT as DEFAULT_ENFORCE
 from shrink.errors import ParameterError, TestbedError
 from shrink.irq import apply_plan, format_plan, plan_irq_affinity
 from shrink.machine import Machine
@@ -20,6 +21,13 @@ from shrink.topology import format_cpulist, load_machine
 testbed_app = typer.Typer(help="Start, check and stop the real testbed.", no_args_is_help=True)
 
 StateOpt = Annotated[Path, typer.Option("--state", help="Testbed state JSON file.")]
+ServerOpt = Annotated[
+    str,
+    typer.Option(
+        "--server",
+        help="Server recipe: lighttpd-php-cgi (default), nginx-php-fpm, or a RECIPE.toml file.",
+    ),
+]
 
 
 @testbed_app.command("up")
@@ -44,8 +52,9 @@ def up(
     port: Annotated[
         int, typer.Option("--port", help="Listen port of every replica; 0 picks a free one.")
     ] = 8080,
+    server: ServerOpt = "lighttpd-php-cgi",
     php_children: Annotated[
-        int, typer.Option("--php-children-per-core", help="php-cgi children per core.")
+        int, typer.Option("--php-children-per-core", help="PHP pool children per core.")
     ] = 2,
     period: Annotated[
         int | None,
@@ -55,21 +64,18 @@ def up(
         ),
     ] = None,
     cgroups: Annotated[str, typer.Option("--cgroups", help="auto | yes | no.")] = "auto",
-    php_max_execution: Annotated[
-        int,
-        typer.Option(
-            "--php-max-execution",
-            help="PHP max_execution_time in seconds: longer than the trace's largest request, "
-            "no longer than the replay's --timeout (an abandoned request then stops).",
-        ),
-    ] = 10,
-    php_memory_limit: Annotated[
-        str, typer.Option("--php-memory-limit", help="PHP memory_limit (e.g. 256M).")
-    ] = "256M",
     trace: Annotated[
         Path | None,
         typer.Option("--trace", help="Warn before starting if the docroot lacks its paths."),
     ] = None,
+    enforce: Annotated[
+        str,
+        typer.Option(
+            "--enforce",
+            help="How a CPU-time share is enforced: cfs (a CFS quota) | corunner "
+            "(a SCHED_FIFO spinner on each share CPU).",
+        ),
+    ] = DEFAULT_ENFORCE,
     nic: Annotated[
         list[str] | None,
         typer.Option("--nic", help="Real NIC interface feeding the replicas (repeat per replica)."),
@@ -82,7 +88,7 @@ def up(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the state as JSON.")] = False,
 ) -> None:
-    """Start one lighttpd + php-cgi pool per replica, pinned to its cores, capped by the share."""
+    """Start one server replica per mapping replica, pinned to its cores, capped by the share."""
     warn_stale()
     with cli_errors():
         if trace is not None:
@@ -100,20 +106,21 @@ def up(
             port=port,
             php_children_per_core=php_children,
             cgroups=cgroups,
-            php_limits=(php_max_execution, php_memory_limit),
+            server=server,
+            enforce=enforce,
         )
     if as_json:
         echo_json(st.to_dict())
         return
     typer.echo(
         f"testbed up: {st.mapping['name']} on {m.name}, share {sh.text} "
-        f"(alpha {sh.fraction:g} of the server it stands for); "
-        f"{st.versions['lighttpd']}, {st.versions['php']}"
+        f"(alpha {sh.fraction:g} of the server it stands for); server {st.server['name']}: "
+        + ", ".join(v for k, v in st.versions.items() if k != "recipe")
     )
     for r in st.replicas:
         typer.echo(
             f"  {r.name}  http://{r.address}:{r.port}/  CPUs {format_cpulist(r.cpus)}  "
-            f"lighttpd {r.lighttpd_pids}  php-cgi {r.php_pids}"
+            + "  ".join(f"{role} {pids}" for role, pids in r.processes.items())
         )
     for note in st.notes:
         typer.echo(f"note: {note}")
@@ -152,6 +159,7 @@ def status(
                 "mapping": st.mapping["name"],
                 "share": st.share,
                 "notes": st.notes,
+                "server": st.server,
                 "versions": st.versions,
                 "replicas": [r.to_dict() for r in reps],
             }
@@ -163,6 +171,7 @@ def status(
             f"({plural(len(reps), 'replica')}); start it with `shrink testbed up`"
         )
     else:
+        typer.echo(f"server {st.server.get('name')} ({st.server.get('source')})")
         for r in reps:
             flag = "ok" if r.ok else "PROBLEM"
             typer.echo(

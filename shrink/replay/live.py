@@ -236,7 +236,7 @@ class LiveTarget:
         }
         if self.cluster is not None:
             out["cluster"] = self.cluster.describe()
-        for k in ("share", "mapping", "machine", "versions", "docroot", "started"):
+        for k in ("share", "mapping", "machine", "server", "versions", "docroot", "started"):
             if k in st:
                 out[k] = st[k]
         return out

@@ -1,10 +1,24 @@
-"""The real testbed: one lighttpd + php-cgi FastCGI pool per replica, pinned and capped.
+"""The real testbed: one server replica per mapping replica, pinned and capped.
 
+The server is a recipe (:mod:`shrink.testbed.recipe`): ``lighttpd-php-cgi`` (the
+default), ``nginx-php-fpm``, or a user's TOML file (:mod:`shrink.testbed.command`);
+:class:`shrink.testbed.fake_recipe.FakeRecipe` stands in for unit tests.
 ``up`` / ``status`` / ``down`` live in :mod:`shrink.testbed.lifecycle`; the
 in-process fake target for unit tests of later stages is :mod:`shrink.testbed.fake`.
 """
 
 from shrink.testbed.lifecycle import down, status, up
+from shrink.testbed.recipe import BUILTIN_RECIPES, ServerRecipe
+from shrink.testbed.servers import load_recipe
 from shrink.testbed.state import ReplicaState, TestbedState
 
-__all__ = ["ReplicaState", "TestbedState", "down", "status", "up"]
+__all__ = [
+    "BUILTIN_RECIPES",
+    "ReplicaState",
+    "ServerRecipe",
+    "TestbedState",
+    "down",
+    "load_recipe",
+    "status",
+    "up",
+]

@@ -130,7 +130,7 @@ fastcgi.server = (".php" => ((
         "PHP_FCGI_CHILDREN" => "{c.php_children}",
         "PHP_FCGI_MAX_REQUESTS" => "0"
     ),
-    "bin-copy-environment" => ("PATH", "LANG"),
+    "bin-copy-environment" => ("PATH", "LANG", "USE_ZEND_ALLOC", "USE_ZEND_ALLOC_HUGE_PAGES"),
     "broken-scriptfilename" => "enable"
 )))
 """

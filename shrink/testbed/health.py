@@ -1,20 +1,34 @@
-"""Is a replica answering? A static file and a PHP page, each within a timeout."""
+"""Is a replica answering? A static file and a PHP page (or a recipe's URL), within a timeout."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import httpx
 
 from shrink.errors import TestbedError
 from shrink.testbed.config import HEALTH_BODY, HEALTH_PHP, HEALTH_STATIC
 
-__all__ = ["check", "wait_healthy"]
+__all__ = ["check", "probe", "url", "wait_healthy"]
 
 
-def _url(address: str, port: int, path: str) -> str:
+def url(address: str, port: int, path: str) -> str:
+    """``http://ADDRESS:PORT/PATH``, with an IPv6 address in brackets."""
     host = f"[{address}]" if ":" in address else address
     return f"http://{host}:{port}{path}"
+
+
+def probe(target: str, *, timeout_s: float = 1.0) -> str | None:
+    """None if ``target`` answers 2xx or 3xx; else what went wrong, in words."""
+    with httpx.Client(timeout=timeout_s, trust_env=False) as client:
+        try:
+            resp = client.get(target)
+        except httpx.HTTPError as exc:
+            return f"{target}: {type(exc).__name__}: {exc}"
+    if not 200 <= resp.status_code < 400:
+        return f"{target}: HTTP {resp.status_code}"
+    return None
 
 
 def check(address: str, port: int, *, timeout_s: float = 2.0) -> str | None:
@@ -22,30 +36,37 @@ def check(address: str, port: int, *, timeout_s: float = 2.0) -> str | None:
     # trust_env=False: a proxy from the environment must never see loopback traffic.
     with httpx.Client(timeout=timeout_s, trust_env=False) as client:
         for path in (HEALTH_STATIC, HEALTH_PHP):
-            url = _url(address, port, path)
+            where = url(address, port, path)
             try:
-                resp = client.get(url)
+                resp = client.get(where)
             except httpx.HTTPError as exc:
-                return f"{url}: {type(exc).__name__}: {exc}"
+                return f"{where}: {type(exc).__name__}: {exc}"
             if resp.status_code != 200 or resp.text.strip() != HEALTH_BODY:
-                return f"{url}: HTTP {resp.status_code} {resp.text[:80]!r}"
+                return f"{where}: HTTP {resp.status_code} {resp.text[:80]!r}"
     return None
 
 
 def wait_healthy(
-    address: str, port: int, *, timeout_s: float = 15.0, still_running: object = None
+    address: str,
+    port: int,
+    *,
+    timeout_s: float = 15.0,
+    still_running: object = None,
+    checker: Callable[[str, int], str | None] | None = None,
 ) -> None:
-    """Poll :func:`check` until it passes; raise TestbedError with the last problem.
+    """Poll :func:`check` (or a recipe's ``checker``) until it passes; raise TestbedError
+    with the last problem.
 
     ``still_running``, a zero-argument callable, lets the caller stop waiting as
     soon as the server has died.
     """
+    checker = checker or (lambda a, p: check(a, p, timeout_s=1.0))
     deadline = time.monotonic() + timeout_s
     problem = "not checked"
     while time.monotonic() < deadline:
         if callable(still_running) and not still_running():
             raise TestbedError(f"{address}:{port} exited before answering ({problem})")
-        problem = check(address, port, timeout_s=1.0) or ""
+        problem = checker(address, port) or ""
         if not problem:
             return
         time.sleep(0.05)

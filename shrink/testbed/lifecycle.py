@@ -1,20 +1,23 @@
-"""``up``, ``status`` and ``down`` of the real testbed: lighttpd + php-cgi per replica.
+"""``up``, ``status`` and ``down`` of the real testbed: one server replica per mapping replica.
 
-``up`` renders each replica's config, starts ``lighttpd -D`` already pinned to
-the replica's CPUs and inside its cgroup (set between fork and exec), waits for
-the workers and the php-cgi pool to appear, pins each worker to its own core and
-the php-cgi children evenly over the cores, waits for a static file and a PHP
-page to answer, and records every PID (with its start time) in the state file.
-``down`` stops exactly those PIDs, plus any descendant or cgroup member found at
-that moment, and checks that none is left.
+The server is a recipe (:mod:`shrink.testbed.recipe`): ``lighttpd-php-cgi`` (the
+default), ``nginx-php-fpm``, or a user's TOML file. ``up`` picks the ports,
+makes each replica's cgroup, and lets the recipe start the replica through a
+spawn function that starts every process already pinned to the replica's CPUs
+and inside its cgroup (set between fork and exec); the recipe pins its workers
+to their cores. ``up`` then waits until the replica answers its health check and
+records every PID (with its start time) in the state file. If anything fails,
+every process spawned so far is stopped, with all it forked, and the error names
+the recipe and what failed. ``down`` stops exactly those PIDs, plus any
+descendant or cgroup member found at that moment, and checks that none is left.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
-import shutil
 import socket
 import subprocess
 import tempfile
@@ -24,46 +27,25 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from shrink.errors import TestbedError, TopologyError
+from shrink.enforce import DEFAULT as DEFAULT_ENFORCE
+from shrink.enforce import Enforcer, check_mechanism, enforcer_from_dict, make_enforcer
+from shrink.errors import RecipeError, TestbedError, TopologyError
 from shrink.machine import Machine
 from shrink.mapping import Mapping, Replica, build_mapping
 from shrink.share import Cgroup, Share, can_write_cgroups, cgroup_layout
-from shrink.testbed import health, process, registry
-from shrink.testbed.config import (
-    PHP_MAX_EXECUTION_S,
-    PHP_MEMORY_LIMIT,
-    ReplicaConfig,
-    write_probe,
+from shrink.testbed import process, registry
+from shrink.testbed.recipe import (
+    ReplicaContext,
+    ServerRecipe,
+    kill_spawned,
+    label,
+    stop_replica,
+    wait_until,
 )
+from shrink.testbed.servers import load_recipe
 from shrink.testbed.state import ReplicaState, TestbedState
 
-__all__ = ["ReplicaStatus", "down", "find_tool", "mapping_for", "status", "tool_versions", "up"]
-
-INSTALL_HINT = (
-    "install it with `apt-get install lighttpd php-cgi` as root "
-    "(the README's set-up, `make setup`, does this)"
-)
-
-
-def find_tool(name: str) -> str:
-    """The path of ``lighttpd`` or ``php-cgi``; /usr/sbin is searched even if not on PATH."""
-    extra = os.pathsep.join(["/usr/sbin", "/usr/local/sbin", "/sbin"])
-    path = shutil.which(name) or shutil.which(name, path=extra)
-    if path is None:
-        raise TestbedError(f"{name} is not installed: {INSTALL_HINT}")
-    return path
-
-
-def tool_versions(lighttpd: str, php_cgi: str) -> dict[str, str]:
-    """First lines of ``lighttpd -v`` and ``php-cgi -v`` (e.g. ``lighttpd/1.4.69``)."""
-    out = {}
-    for key, argv in (("lighttpd", [lighttpd, "-v"]), ("php", [php_cgi, "-v"])):
-        try:
-            text = subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise TestbedError(f"{argv[0]} -v failed: {exc}") from None
-        out[key] = text.strip().splitlines()[0] if text.strip() else "unknown"
-    return out
+__all__ = ["ReplicaStatus", "down", "mapping_for", "recipe_of", "status", "up"]
 
 
 def mapping_for(name: str, machine: Machine, share: Share, port: int) -> tuple[Mapping, list[str]]:
@@ -126,139 +108,118 @@ def _socket_dir(run_dir: Path) -> Path:
     return Path(tempfile.gettempdir()) / f"shrink-{tag}"
 
 
-def _wait_tree(
-    master: subprocess.Popen[bytes], workers: int, php_children: int, timeout_s: float
-) -> tuple[list[int], int | None, list[int]]:
-    """Wait until lighttpd has forked its workers and php-cgi its children."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if master.poll() is not None:
-            raise TestbedError("lighttpd exited during start-up", pid=master.pid)
-        tree = process.children_map()
-        kids = [process.proc_info(p) for p in tree.get(master.pid, [])]
-        lt = [k.pid for k in kids if k is not None and k.comm.startswith("lighttpd")]
-        php = [k.pid for k in kids if k is not None and k.comm.startswith("php")]
-        php_kids = sorted(tree.get(php[0], [])) if php else []
-        want_workers = workers if workers > 1 else 0
-        if len(lt) >= want_workers and php and len(php_kids) >= php_children:
-            return sorted(lt) or [master.pid], php[0], php_kids
-        if time.monotonic() > deadline:
-            raise TestbedError(
-                f"lighttpd started {len(lt)} of {want_workers} workers and php-cgi "
-                f"{len(php_kids)} of {php_children} children within {timeout_s:g} s",
-                pid=master.pid,
-            )
-        time.sleep(0.02)
-
-
-def _pin(pids: list[int], cpus: tuple[int, ...]) -> dict[int, list[int]]:
-    """Pin pids[i] to cpus[i % n]: each worker its own core, php children evenly."""
-    out = {}
-    for i, pid in enumerate(pids):
-        cpu = cpus[i % len(cpus)]
-        os.sched_setaffinity(pid, {cpu})
-        out[pid] = [cpu]
-    return out
-
-
-def _tail(path: Path, n: int = 5) -> str:
+def _tail(path: Path, n: int = 3) -> str:
     try:
         lines = path.read_text(errors="replace").strip().splitlines()
     except OSError:
         return ""
-    return " | ".join(lines[-n:])
+    return " | ".join(line.strip() for line in lines[-n:])
 
 
 def _start_replica(
+    recipe: ServerRecipe,
     r: Replica,
     *,
     docroot: Path,
     run_root: Path,
     sock_root: Path,
-    lighttpd: str,
-    php_cgi: str,
-    php_per_core: int,
-    cgroup: Cgroup | None,
-    share: Share,
+    children_per_core: int,
+    enforcer: Enforcer | None,
     timeout_s: float,
     owned: bool = False,
-    php_limits: tuple[int, str] = (PHP_MAX_EXECUTION_S, PHP_MEMORY_LIMIT),
 ) -> ReplicaState:
+    """Start one replica through the recipe; on any failure stop all it spawned."""
     run_dir = run_root / r.name
     run_dir.mkdir(parents=True, exist_ok=True)
     sock_dir = sock_root / r.name
     sock_dir.mkdir(parents=True, exist_ok=True)
-    cfg = ReplicaConfig(
-        replica=r,
-        docroot=docroot,
-        run_dir=run_dir,
-        socket_path=sock_dir / "php.sock",
-        php_cgi=php_cgi,
-        php_children=php_per_core * len(r.cpus),
-        workers=len(r.cpus),
-        php_max_execution_s=php_limits[0],
-        php_memory_limit=php_limits[1],
-    )
-    write_probe(cfg)
-    check = subprocess.run(
-        [lighttpd, "-tt", "-f", str(cfg.conf_path)], capture_output=True, text=True, timeout=20
-    )
-    if check.returncode != 0:
-        raise TestbedError(f"lighttpd refused {cfg.conf_path}: {check.stderr.strip()}")
-    if cgroup is not None:
-        cgroup.create(r.cpus, share.quota_us(len(r.cpus)), share.period_us)
-    master = process.start_process(
-        [lighttpd, "-D", "-f", str(cfg.conf_path)],
-        cpus=r.cpus,
-        join_cgroup=cgroup.add if cgroup is not None else None,
-        log_path=run_dir / "stdout.log",
-        owned=owned,
-    )
+    spawned: list[subprocess.Popen[bytes]] = []
+    logs: list[Path] = []
+
+    def spawn(
+        argv: list[str], log_name: str, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        # The one door every server process goes through: pinned and in the cgroup
+        # from its first instruction, and known here for clean-up.
+        (run_dir / log_name).unlink(missing_ok=True)  # a log of this start only
+        try:
+            proc = process.start_process(
+                argv,
+                cpus=r.cpus,
+                join_cgroup=enforcer.join if enforcer is not None else None,
+                log_path=run_dir / log_name,
+                env=env,
+                owned=owned,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            why = getattr(exc, "strerror", None) or exc
+            raise TestbedError(f"cannot start {argv[0]}: {why}") from None
+        spawned.append(proc)
+        logs.append(run_dir / log_name)
+        return proc
+
+    ctx = ReplicaContext(r, docroot, run_dir, sock_dir, children_per_core, timeout_s, spawn)
     try:
-        workers, php_parent, php_kids = _wait_tree(master, len(r.cpus), cfg.php_children, timeout_s)
-        pinned = _pin(workers if workers != [master.pid] else [], r.cpus)
-        if workers == [master.pid]:
-            pinned[master.pid] = [r.cpus[0]]
-            os.sched_setaffinity(master.pid, {r.cpus[0]})
-        pinned.update(_pin(php_kids, r.cpus))
-        health.wait_healthy(
-            r.address, r.port, timeout_s=timeout_s, still_running=lambda: master.poll() is None
+        if enforcer is not None:
+            enforcer.start(r.cpus)
+        started = recipe.start(ctx)
+        rs = ReplicaState(
+            name=r.name,
+            address=r.address,
+            port=r.port,
+            cpus=list(r.cpus),
+            masters=started.masters,
+            processes=started.processes,
+            starttimes={},
+            pinned=started.pinned,
+            config=started.config,
+            errorlog=started.errorlog,
+            run_dir=str(run_dir),
+            nic_socket=r.nic_socket,
+            cgroup=(enforcer.to_dict().get("cgroup") if enforcer is not None else None),
+            enforce=enforcer.to_dict() if enforcer is not None else None,
         )
-    except TestbedError as exc:
-        _kill_tree(master.pid)
-        raise TestbedError(
-            f"replica {r.name} ({r.address}:{r.port}): {exc}; "
-            f"error log {cfg.errorlog}: {_tail(cfg.errorlog)}"
-        ) from None
-    lt_pids = [master.pid, *[w for w in workers if w != master.pid]]
-    php_pids = [php_parent, *php_kids] if php_parent else php_kids
-    starttimes = {}
-    for p in lt_pids + php_pids:
+        if enforcer is not None:  # the share's enforcement acts on every server PID
+            enforcer.add(recipe.pids(rs))
+            rs.enforce = enforcer.to_dict()  # what adding started (a co-runner's spinners)
+            rs.cgroup = rs.enforce.get("cgroup")
+
+        def answering() -> str | None:
+            problem = recipe.health(r.address, r.port)
+            return None if problem is None else f"no healthy answer ({problem})"
+
+        wait_until(answering, spawned, timeout_s)
+        _record(recipe, rs)
+    except BaseException as exc:
+        kill_spawned(spawned)
+        if enforcer is not None:
+            _release(enforcer, enforcer.to_dict().get("cgroup"))
+        if not isinstance(exc, TestbedError) or isinstance(exc, RecipeError):
+            raise
+        output = "; ".join(f"{p.name}: {t}" for p in dict.fromkeys(logs) if (t := _tail(p)))
+        msg = str(exc).replace("\n", " | ") + (f"; output {output}" if output else "")
+        where = f"replica {r.name} ({r.address}:{r.port})"
+        raise RecipeError(msg, recipe=label(recipe), field=where) from None
+    return rs
+
+
+def _record(recipe: ServerRecipe, rs: ReplicaState) -> None:
+    """Record every server PID with its start time, including what was forked since start.
+
+    ``recipe.pids`` is the replica's whole process list: the same list a CPU-time
+    share's enforcement acts on.
+    """
+    known = set(rs.pids)
+    forked = [p for p in recipe.pids(rs) if p not in known]
+    if forked:
+        rs.processes.setdefault("forked", []).extend(forked)
+        for p in forked:
+            with contextlib.suppress(OSError):  # it may have exited already
+                rs.pinned.setdefault(p, list(process.allowed_cpus(p)))
+    for p in rs.pids:
         info = process.proc_info(p)
         if info is not None:
-            starttimes[p] = info.starttime
-    return ReplicaState(
-        name=r.name,
-        address=r.address,
-        port=r.port,
-        cpus=list(r.cpus),
-        master_pid=master.pid,
-        lighttpd_pids=lt_pids,
-        php_pids=php_pids,
-        starttimes=starttimes,
-        pinned=pinned,
-        config=str(cfg.conf_path),
-        errorlog=str(cfg.errorlog),
-        run_dir=str(run_dir),
-        nic_socket=r.nic_socket,
-        cgroup=cgroup.to_dict() if cgroup is not None else None,
-    )
-
-
-def _kill_tree(master: int) -> None:
-    pids = [master, *process.descendants(master)]
-    info = {p: process.proc_info(p) for p in pids}
-    process.stop_processes({p: i.starttime for p, i in info.items() if i}, first=[master])
+            rs.starttimes[p] = info.starttime
 
 
 def up(
@@ -272,19 +233,22 @@ def up(
     php_children_per_core: int = 2,
     cgroups: str = "auto",
     timeout_s: float = 15.0,
+    server: str | ServerRecipe | None = None,
+    enforce: str = DEFAULT_ENFORCE,
     owned: bool = False,
-    php_limits: tuple[int, str] = (PHP_MAX_EXECUTION_S, PHP_MEMORY_LIMIT),
 ) -> TestbedState:
-    """Start one lighttpd + php-cgi per replica of ``mapping`` over ``share``; write the state.
+    """Start one server replica per replica of ``mapping`` over ``share``; write the state.
 
-    ``port`` 0 picks a port free on every replica's address. ``cgroups``:
-    ``"auto"`` uses them where we may write them (always needed for a CPU-time
-    share), ``"no"`` uses CPU affinity alone. ``owned``: the testbed dies with this
-    process (a command that starts and stops it itself); it is recorded with this
-    process as its owner, so ``down --stale`` finds what a kill -9 leaves
-    (:mod:`shrink.testbed.registry`). ``php_limits``: PHP's max_execution_time
-    (seconds) and memory_limit, so that a request the client abandoned stops.
+    ``server``: a recipe, a built-in recipe's name (``lighttpd-php-cgi``, the
+    default, or ``nginx-php-fpm``) or a recipe file ``RECIPE.toml``.
+    ``php_children_per_core`` sizes the PHP pool of the built-in recipes. ``port``
+    0 picks a port free on every replica's address. ``cgroups``: ``"auto"`` uses
+    them where we may write them (always needed for a CPU-time share), ``"no"``
+    uses CPU affinity alone. ``enforce``: the mechanism of a CPU-time share
+    (:mod:`shrink.enforce`: ``cfs`` or ``corunner``).
     """
+    check_mechanism(enforce)
+    recipe = server if server is not None and not isinstance(server, str) else load_recipe(server)
     docroot = Path(docroot).resolve()
     if not docroot.is_dir():
         raise TestbedError(
@@ -293,9 +257,76 @@ def up(
     state_path = Path(state_path).resolve()
     if state_path.exists():
         _refuse_if_running(state_path)
-    lighttpd, php_cgi = find_tool("lighttpd"), find_tool("php-cgi")
-    versions = tool_versions(lighttpd, php_cgi)
+    versions = recipe.versions()
     m, notes = mapping_for(mapping, machine, share, port)
+    m = _with_free_ports(m, port)
+    use_cg, layout = _use_cgroups(share, cgroups, enforce)
+    run_root = state_path.with_name(state_path.stem + ".run")
+    run_root.mkdir(parents=True, exist_ok=True)
+    sock_root = _socket_dir(run_root)
+    tag = f"{state_path.stem}-{os.getpid()}-{int(time.time())}"
+    timeout_s = float(getattr(recipe, "start_timeout", None) or timeout_s)
+    started: list[ReplicaState] = []
+    enfs: list[Enforcer] = []
+    try:
+        for r in m.replicas:
+            enf = None
+            if use_cg or share.kind == "cpu_time":
+                enf = make_enforcer(
+                    enforce,
+                    name=f"{tag}-{r.name}",
+                    cpu_fraction=share.cpu_fraction,
+                    period_us=share.period_us,
+                    layout=layout if use_cg else None,
+                )
+                enfs.append(enf)
+            started.append(
+                _start_replica(
+                    recipe,
+                    r,
+                    docroot=docroot,
+                    run_root=run_root,
+                    sock_root=sock_root,
+                    children_per_core=php_children_per_core,
+                    enforcer=enf,
+                    timeout_s=timeout_s,
+                    owned=owned,
+                )
+            )
+    except BaseException:
+        for rs in started:
+            _stop_replica(recipe, rs)
+        for enf in enfs[len(started) :]:
+            enf.stop()
+        raise
+    state = TestbedState(
+        replicas=started,
+        share=share.to_dict() | {"enforce": enfs[0].describe() if enfs else None},
+        mapping=m.to_dict(),
+        machine=machine.to_dict(),
+        docroot=str(docroot),
+        versions=versions,
+        started=datetime.now(UTC).isoformat(timespec="seconds"),
+        notes=notes,
+        server=server_record(recipe),
+    )
+    state.write(state_path)
+    # ``owned``: it dies with this process (a parent-death signal) and is recorded with
+    # this process as owner, so ``down --stale`` finds what a kill -9 left.
+    registry.record(state_path, state, owned=owned)
+    return state
+
+
+def server_record(recipe: ServerRecipe) -> dict[str, Any]:
+    """What result files say about the server: the recipe's name, its source, its signal."""
+    return {
+        "name": recipe.name,
+        "source": recipe.source,
+        "stop_signal": int(getattr(recipe, "stop_signal", 15)),
+    }
+
+
+def _with_free_ports(m: Mapping, port: int) -> Mapping:
     addresses = sorted({r.address for r in m.replicas})
     if port == 0:
         port = _free_port(addresses)
@@ -312,6 +343,10 @@ def up(
                 f"port {r.port} on {r.address} is in use (replica {r.name}); "
                 "stop what holds it or pass another --port (0 picks a free one)"
             )
+    return m
+
+
+def _use_cgroups(share: Share, cgroups: str, enforce: str) -> tuple[bool, Any]:
     missing = sorted(set(share.cpus) - os.sched_getaffinity(0))
     if missing:
         raise TopologyError(
@@ -319,12 +354,9 @@ def up(
             f"{sorted(os.sched_getaffinity(0))}"
         )
     layout = cgroup_layout()
-    use_cg = (
-        cgroups == "yes"
-        or share.kind == "cpu_time"
-        or (cgroups == "auto" and can_write_cgroups(layout))
-    )
-    if share.kind == "cpu_time" and cgroups == "no":
+    quota = share.kind == "cpu_time" and enforce == "cfs"
+    use_cg = cgroups == "yes" or quota or (cgroups == "auto" and can_write_cgroups(layout))
+    if quota and cgroups == "no":
         raise TopologyError("a CPU-time share needs a cgroup quota; cgroups='no' cannot give it")
     if use_cg and not can_write_cgroups(layout):
         raise TopologyError(
@@ -333,52 +365,19 @@ def up(
             "0-1` (or --share 0.5), or `shrink predict --share-kind cores` with an alpha "
             "of whole cores."
         )
-    run_root = state_path.with_name(state_path.stem + ".run")
-    run_root.mkdir(parents=True, exist_ok=True)
-    sock_root = _socket_dir(run_root)
-    tag = f"{state_path.stem}-{os.getpid()}-{int(time.time())}"
-    started: list[ReplicaState] = []
-    cgs: list[Cgroup] = []
+    return use_cg, layout
+
+
+def recipe_of(st: TestbedState) -> ServerRecipe | None:
+    """The recipe that started a testbed; None if it can no longer be read (a recipe
+    file since deleted): the state file alone still suffices to stop it."""
+    spec = st.server.get("source")
+    if spec in (None, "built-in", "fake"):
+        spec = st.server.get("name")
     try:
-        for r in m.replicas:
-            cg = Cgroup(f"{tag}-{r.name}", layout) if use_cg else None
-            if cg is not None:
-                cgs.append(cg)
-            started.append(
-                _start_replica(
-                    r,
-                    docroot=docroot,
-                    run_root=run_root,
-                    sock_root=sock_root,
-                    lighttpd=lighttpd,
-                    php_cgi=php_cgi,
-                    php_per_core=php_children_per_core,
-                    cgroup=cg,
-                    share=share,
-                    timeout_s=timeout_s,
-                    owned=owned,
-                    php_limits=php_limits,
-                )
-            )
-    except BaseException:
-        for rs in started:
-            _stop_replica(rs)
-        for cg in cgs:
-            cg.remove()
-        raise
-    state = TestbedState(
-        replicas=started,
-        share=share.to_dict(),
-        mapping=m.to_dict(),
-        machine=machine.to_dict(),
-        docroot=str(docroot),
-        versions=versions,
-        started=datetime.now(UTC).isoformat(timespec="seconds"),
-        notes=notes,
-    )
-    state.write(state_path)
-    registry.record(state_path, state, owned=owned)
-    return state
+        return load_recipe(spec)
+    except RecipeError:
+        return None
 
 
 def _refuse_if_running(state_path: Path) -> None:
@@ -433,23 +432,26 @@ class ReplicaStatus:
 def status(state_path: str | Path, *, check_health: bool = True) -> list[ReplicaStatus]:
     """Which recorded processes still run and whether each replica answers."""
     st = TestbedState.read(state_path)
+    recipe = recipe_of(st)
     out = []
     for r in st.replicas:
         alive = [p for p in r.pids if process.is_alive(p, r.starttimes.get(p))]
         dead = [p for p in r.pids if p not in alive]
         problem = None
         if dead:
-            kinds = ["lighttpd" if p in r.lighttpd_pids else "php-cgi" for p in dead]
-            problem = "crashed or killed: " + ", ".join(
-                f"{k} PID {p}" for k, p in zip(kinds, dead, strict=True)
-            )
+            problem = "crashed or killed: " + ", ".join(f"{r.role(p)} PID {p}" for p in dead)
         answering = False
         if check_health and st.stopped is None:
-            err = health.check(r.address, r.port, timeout_s=2.0)
+            err = (
+                recipe.health(r.address, r.port)
+                if recipe is not None
+                else f"recipe {st.server.get('source')} cannot be read to check health"
+            )
             answering = err is None
             if err and not problem:
                 problem = err
-        usage = Cgroup.from_dict(r.cgroup).usage_s() if r.cgroup else None
+        enf = _enforcer(r)
+        usage = enf.usage_s() if enf is not None else None
         if usage is None:
             usage = process.cpu_seconds(alive)
         out.append(
@@ -470,30 +472,44 @@ def status(state_path: str | Path, *, check_health: bool = True) -> list[Replica
     return out
 
 
-def _stop_replica(r: ReplicaState) -> list[int]:
-    targets: dict[int, int | None] = {p: r.starttimes.get(p) for p in r.pids}
-    # Anything forked since `up` (a respawned php-cgi child) is found two ways.
-    for p in list(targets):
-        if process.is_alive(p, targets[p]):
-            for d in process.descendants(p):
-                targets.setdefault(d, None)
-    cg = Cgroup.from_dict(r.cgroup) if r.cgroup else None
-    if cg is not None:
-        for p in cg.pids():
-            targets.setdefault(p, None)
-    stopped = process.stop_processes(targets, first=[r.master_pid])
-    left = [p for p, t in targets.items() if process.is_alive(p, t)]
-    if left:
-        raise TestbedError(f"replica {r.name}: PIDs {left} survived SIGKILL")
-    if cg is not None:
-        cg.remove()
+def _stop_replica(recipe: ServerRecipe | None, r: ReplicaState, sig: int = 15) -> list[int]:
+    """Stop the replica's processes through its recipe (or, where the recipe can no longer
+    be read, by the state file and its stop signal); then remove its cgroup."""
+    stopped = recipe.stop(r) if recipe is not None else stop_replica(r, sig)
+    enf = _enforcer(r)
+    if enf is not None:
+        _release(enf, r.cgroup)
     return stopped
+
+
+def _enforcer(r: ReplicaState) -> Enforcer | None:
+    if r.enforce:
+        return enforcer_from_dict(r.enforce)
+    # a state file from before the mechanisms: its cgroup was a CFS group
+    return enforcer_from_dict({"mechanism": "cfs", "cgroup": r.cgroup}) if r.cgroup else None
+
+
+def _release(enf: Enforcer, record: dict[str, Any] | None, wait_s: float = 3.0) -> None:
+    """Stop the share's enforcement and remove the replica's groups once empty. A killed
+    worker whose master died first is reaped by init, not by us, and stays a member
+    until then (a while on a busy host)."""
+    enf.stop()
+    deadline = time.monotonic() + wait_s
+    while record:
+        Cgroup.from_dict(record).remove()
+        if not any(Path(d).exists() for d in record.get("dirs", {}).values()):
+            return
+        if time.monotonic() > deadline:
+            return  # left for `testbed down` to retry; status shows its members
+        time.sleep(0.02)
 
 
 def down(state_path: str | Path) -> dict[str, list[int]]:
     """Stop every process ``up`` recorded (and their descendants); return what was stopped."""
     st = TestbedState.read(state_path)
-    out = {r.name: _stop_replica(r) for r in st.replicas}
+    recipe = recipe_of(st)
+    sig = int(st.server.get("stop_signal", 15))
+    out = {r.name: _stop_replica(recipe, r, sig) for r in st.replicas}
     st.stopped = datetime.now(UTC).isoformat(timespec="seconds")
     st.write(state_path)
     registry.forget(state_path)
@@ -504,7 +520,9 @@ def down_stale() -> list[tuple[registry.StaleTestbed, dict[str, list[int]]]]:
     """Stop every stale testbed (:func:`shrink.testbed.registry.stale`), remove its cgroups."""
     out = []
     for sb in registry.stale():
-        stopped = {r.name: _stop_replica(r) for r in sb.state.replicas}
+        recipe = recipe_of(sb.state)
+        sig = int(sb.state.server.get("stop_signal", 15))
+        stopped = {r.name: _stop_replica(recipe, r, sig) for r in sb.state.replicas}
         sb.entry.unlink(missing_ok=True)
         out.append((sb, stopped))
     return out

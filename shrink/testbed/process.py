@@ -145,10 +145,15 @@ def _reap(pid: int) -> None:
 
 
 def stop_processes(
-    pids: dict[int, int | None], *, first: Iterable[int] = (), grace_s: float = 3.0
+    pids: dict[int, int | None],
+    *,
+    first: Iterable[int] = (),
+    first_signal: int = signal.SIGTERM,
+    grace_s: float = 3.0,
 ) -> list[int]:
-    """Stop exactly ``pids`` (PID -> start time): SIGTERM ``first`` (the masters),
-    then SIGTERM the rest, then SIGKILL whatever outlives the grace period.
+    """Stop exactly ``pids`` (PID -> start time): ``first_signal`` to ``first`` (the
+    masters, so they stop their own workers), then SIGTERM the rest, then SIGKILL
+    whatever outlives the grace period.
 
     Returns the PIDs that were still running when called (the ones stopped).
     """
@@ -170,7 +175,7 @@ def stop_processes(
             time.sleep(0.02)
 
     masters = [p for p in first if p in running]
-    signal_all(masters, signal.SIGTERM)
+    signal_all(masters, first_signal)
     wait(masters, time.monotonic() + grace_s)
     signal_all(running, signal.SIGTERM)
     wait(running, time.monotonic() + grace_s)

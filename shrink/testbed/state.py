@@ -3,15 +3,19 @@
 Layout (see the project brief)::
 
     {"schema": "shrink.testbed/1",
-     "replicas": [{"name", "address", "port", "pids", "cpus", "lighttpd_pids",
-                   "php_pids", "config", "cgroup", "master_pid", "starttimes",
-                   "pinned", "nic_socket", "errorlog", "run_dir"}],
+     "server": {"name", "source", "stop_signal"},
+     "replicas": [{"name", "address", "port", "pids", "cpus", "processes",
+                   "masters", "master_pid", "config", "cgroup", "starttimes",
+                   "pinned", "nic_socket", "errorlog", "run_dir", "enforce"}],
      "share": Share.to_dict(), "mapping": Mapping.to_dict(), "machine": Machine.to_dict(),
-     "docroot": path, "versions": {"lighttpd", "php"}, "started": iso-time, "notes": [...]}
+     "docroot": path, "versions": {program: version}, "started": iso-time, "notes": [...]}
 
-``pids`` lists every lighttpd and php-cgi process of the replica, ``starttimes``
-their kernel start times (so a reused PID is never signalled), and ``pinned``
-the core each worker and php-cgi child was pinned to.
+``processes`` lists the replica's PIDs by role (``lighttpd`` and ``php-cgi``,
+``nginx`` and ``php-fpm``, or ``server`` for a recipe file), ``pids`` all of
+them, ``masters`` the ones signalled first on stop, ``starttimes`` their kernel
+start times (so a reused PID is never signalled), and ``pinned`` the core each
+worker and pool child was pinned to. ``server`` names the recipe that started
+them. Files written before recipes (``lighttpd_pids``, ``php_pids``) still read.
 """
 
 from __future__ import annotations
@@ -37,9 +41,8 @@ class ReplicaState:
     address: str
     port: int
     cpus: list[int]
-    master_pid: int
-    lighttpd_pids: list[int]
-    php_pids: list[int]
+    masters: list[int]
+    processes: dict[str, list[int]]
     starttimes: dict[int, int]
     pinned: dict[int, list[int]]
     config: str
@@ -47,10 +50,21 @@ class ReplicaState:
     run_dir: str
     nic_socket: int | None = None
     cgroup: dict[str, Any] | None = None
+    enforce: dict[str, Any] | None = None  # shrink.enforce: mechanism, its PIDs and groups
 
     @property
     def pids(self) -> list[int]:
-        return [*self.lighttpd_pids, *self.php_pids]
+        """Every recorded PID, role by role."""
+        return [p for pids in self.processes.values() for p in pids]
+
+    @property
+    def master_pid(self) -> int:
+        """The front server's master (lighttpd, nginx, the recipe's first command)."""
+        return self.masters[0]
+
+    def role(self, pid: int) -> str:
+        """The role of a recorded PID (``lighttpd``, ``php-fpm``, ...); ``server`` if none."""
+        return next((k for k, v in self.processes.items() if pid in v), "server")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -60,8 +74,8 @@ class ReplicaState:
             "pids": self.pids,
             "cpus": self.cpus,
             "master_pid": self.master_pid,
-            "lighttpd_pids": self.lighttpd_pids,
-            "php_pids": self.php_pids,
+            "masters": self.masters,
+            "processes": self.processes,
             "starttimes": {str(k): v for k, v in self.starttimes.items()},
             "pinned": {str(k): v for k, v in self.pinned.items()},
             "config": self.config,
@@ -69,18 +83,25 @@ class ReplicaState:
             "run_dir": self.run_dir,
             "nic_socket": self.nic_socket,
             "cgroup": self.cgroup,
+            "enforce": self.enforce,
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ReplicaState:
+        if "processes" in d:
+            processes = {str(k): [int(p) for p in v] for k, v in d["processes"].items()}
+        else:  # written before recipes: lighttpd + php-cgi
+            processes = {
+                "lighttpd": [int(p) for p in d["lighttpd_pids"]],
+                "php-cgi": [int(p) for p in d["php_pids"]],
+            }
         return cls(
             name=d["name"],
             address=d["address"],
             port=int(d["port"]),
             cpus=[int(c) for c in d["cpus"]],
-            master_pid=int(d["master_pid"]),
-            lighttpd_pids=[int(p) for p in d["lighttpd_pids"]],
-            php_pids=[int(p) for p in d["php_pids"]],
+            masters=[int(p) for p in d.get("masters", [d["master_pid"]])],
+            processes=processes,
             starttimes={int(k): int(v) for k, v in d.get("starttimes", {}).items()},
             pinned={int(k): [int(c) for c in v] for k, v in d.get("pinned", {}).items()},
             config=d["config"],
@@ -88,6 +109,7 @@ class ReplicaState:
             run_dir=d.get("run_dir", ""),
             nic_socket=d.get("nic_socket"),
             cgroup=d.get("cgroup"),
+            enforce=d.get("enforce"),
         )
 
 
@@ -106,10 +128,14 @@ class TestbedState:
     started: str
     notes: list[str] = field(default_factory=list)
     stopped: str | None = None
+    server: dict[str, Any] = field(
+        default_factory=lambda: {"name": "lighttpd-php-cgi", "source": "built-in"}
+    )
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
             "schema": SCHEMA,
+            "server": self.server,
             "replicas": [r.to_dict() for r in self.replicas],
             "share": self.share,
             "mapping": self.mapping,
@@ -137,6 +163,7 @@ class TestbedState:
             started=d["started"],
             notes=list(d.get("notes", [])),
             stopped=d.get("stopped"),
+            server=dict(d.get("server") or {"name": "lighttpd-php-cgi", "source": "built-in"}),
         )
 
     def write(self, path: str | Path) -> Path:

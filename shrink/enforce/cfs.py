@@ -1,0 +1,355 @@
+"""The CFS quota: a CPU-time share as cgroup CPU bandwidth control (today's default).
+
+cgroup v2 ``cpu.max`` where the v2 hierarchy has the cpu controller, else cgroup
+v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` (the case on hybrid hierarchies
+such as this project's VM). The same groups carry a ``cpuset`` (the share's CPUs)
+and ``cpuacct`` (the replica's CPU time), which the other mechanisms reuse
+without a quota.
+
+Period choice. The kernel refuses a quota under 1 ms, and a long period makes
+latency bimodal (../shared/DESIGN.md: 50 ms / 100 ms gave a p99 of 47.6 ms
+against 2.1 ms for 1 ms / 2 ms at the same 50 % share). But a quota shorter
+than one scheduler tick (1/CONFIG_HZ: 4 ms at HZ=250) under-delivers: a group
+that stays runnable overruns its quota until the next tick and then pays the
+debt, so on this VM (HZ=250) a 50 % share measured, as CPU used by two PHP
+requests spinning on one core for 2.2 s:
+
+    | quota / period | CPU delivered (of a core) |
+    |---|---|
+    | 1 ms / 2 ms    | 0.34 |
+    | 2 ms / 4 ms    | 0.38 |
+    | 4 ms / 8 ms    | 0.50 |
+    | 5 ms / 10 ms   | 0.50 |
+    | 10 ms / 20 ms  | 0.50 |
+
+A server at saturation (where a MAT is measured) is always runnable, so we take
+the *shortest period whose quota is at least one tick* (and 1 ms):
+``period = ceil(max(1 ms, tick) / (fraction * n_cpus))``, rounded up to 100 us.
+The cost is latency: a request can wait up to ``period - quota`` for the next
+refill (4 ms at 50 %), against 1 ms with the 2 ms period. Pass ``period_us`` to
+trade the other way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shrink.errors import TopologyError
+from shrink.topology import format_cpulist
+
+__all__ = [
+    "MAX_PERIOD_US",
+    "MIN_QUOTA_US",
+    "CfsQuota",
+    "Cgroup",
+    "CgroupLayout",
+    "can_write_cgroups",
+    "cgroup_layout",
+    "choose_period_us",
+    "scheduler_tick_us",
+]
+
+MIN_QUOTA_US = 1000  # the kernel's floor for a CFS quota
+MAX_PERIOD_US = 1_000_000  # and its ceiling for the period
+
+
+def scheduler_tick_us(config_text: str | None = None) -> int:
+    """One scheduler tick, 1/CONFIG_HZ, in us, from the kernel's build config.
+
+    Read from ``/boot/config-$(uname -r)`` or ``/proc/config.gz``; 4000 (HZ=250,
+    the common distribution default) when neither says.
+    """
+    if config_text is None:
+        config_text = _kernel_config()
+    m = re.search(r"^CONFIG_HZ=(\d+)\s*$", config_text, re.M)
+    return 1_000_000 // int(m.group(1)) if m and int(m.group(1)) > 0 else 4000
+
+
+def _kernel_config() -> str:
+    import gzip
+
+    with contextlib.suppress(OSError):
+        return Path(f"/boot/config-{os.uname().release}").read_text()
+    with contextlib.suppress(OSError):
+        return gzip.decompress(Path("/proc/config.gz").read_bytes()).decode()
+    return ""
+
+
+def choose_period_us(fraction: float, n_cpus: int, *, tick_us: int | None = None) -> int:
+    """Shortest CFS period (us, multiple of 100) whose quota is >= 1 ms and >= one tick."""
+    tick = scheduler_tick_us() if tick_us is None else tick_us
+    need = max(MIN_QUOTA_US, tick) / (fraction * n_cpus)
+    period = max(MIN_QUOTA_US, math.ceil(need / 100 - 1e-9) * 100)
+    if period > MAX_PERIOD_US and fraction * n_cpus * MAX_PERIOD_US >= MIN_QUOTA_US:
+        period = MAX_PERIOD_US  # under a tick, but the longest period the kernel allows
+    if period > MAX_PERIOD_US:
+        raise TopologyError(
+            f"a CPU-time share of {fraction:g} on {n_cpus} CPU(s) needs a period over "
+            f"{MAX_PERIOD_US} us for a quota of one tick ({tick} us), which the kernel "
+            "refuses; give a longer share or pass a period."
+        )
+    return period
+
+
+# cgroups --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CgroupLayout:
+    """Where the controllers live: v2 (one tree) or v1 (one mount per controller)."""
+
+    version: int
+    cpu: Path | None  # v2 root or v1 cpu mount
+    cpuset: Path | None
+    cpuacct: Path | None
+
+
+def cgroup_layout(mounts_text: str | None = None, fs_root: str | Path = "/") -> CgroupLayout:
+    """Find the cpu, cpuset and cpuacct controllers from ``/proc/self/mounts``.
+
+    v2 is used only if its tree offers the cpu controller; a hybrid machine whose
+    v2 tree has none (cpu bound to v1) falls back to the v1 mounts.
+    """
+    root = Path(fs_root)
+    if mounts_text is None:
+        mounts_text = (root / "proc" / "self" / "mounts").read_text()
+    v1: dict[str, Path] = {}
+    v2: Path | None = None
+    for line in mounts_text.splitlines():
+        f = line.split()
+        if len(f) < 4:
+            continue
+        where = root / f[1].lstrip("/")
+        if f[2] == "cgroup2":
+            v2 = where
+        elif f[2] == "cgroup":
+            for opt in f[3].split(","):
+                if opt in ("cpu", "cpuset", "cpuacct"):
+                    v1.setdefault(opt, where)
+    if v2 is not None:
+        controllers = (
+            (v2 / "cgroup.controllers").read_text().split()
+            if (v2 / "cgroup.controllers").exists()
+            else []
+        )
+        if "cpu" in controllers:
+            return CgroupLayout(2, v2, v2 if "cpuset" in controllers else None, v2)
+    return CgroupLayout(1, v1.get("cpu"), v1.get("cpuset"), v1.get("cpuacct"))
+
+
+@dataclass
+class Cgroup:
+    """The cgroup(s) of one replica: created, filled with PIDs, read, removed."""
+
+    name: str
+    layout: CgroupLayout
+    dirs: dict[str, str] = field(default_factory=dict)
+
+    PARENT = "shrink"
+
+    def create(self, cpus: tuple[int, ...], quota_us: int | None, period_us: int | None) -> None:
+        """Make the groups and write the limits. Raises TopologyError without permission."""
+        lay = self.layout
+        try:
+            if lay.version == 2:
+                self._create_v2(cpus, quota_us, period_us)
+            else:
+                self._create_v1(cpus, quota_us, period_us)
+        except PermissionError as exc:
+            self.remove()
+            raise TopologyError(
+                f"no permission to write cgroups ({exc.filename}). CPU-time shares need "
+                "root or a delegated cgroup; without root, core shares (a CPU list or "
+                "alpha such as 0.5) work through CPU affinity alone."
+            ) from None
+
+    def _create_v2(
+        self, cpus: tuple[int, ...], quota_us: int | None, period_us: int | None
+    ) -> None:
+        assert self.layout.cpu is not None
+        parent = self.layout.cpu / self.PARENT
+        parent.mkdir(exist_ok=True)
+        wanted = ["+cpu"] + (["+cpuset"] if self.layout.cpuset else [])
+        for d in (self.layout.cpu, parent):
+            for c in wanted:
+                _write(d / "cgroup.subtree_control", c, missing_ok=True)
+        d = parent / self.name
+        d.mkdir(exist_ok=True)
+        self.dirs = {"cpu": str(d), "cpuacct": str(d)}
+        if quota_us is not None:
+            _write(d / "cpu.max", f"{quota_us} {period_us}")
+        if self.layout.cpuset:
+            _write(d / "cpuset.cpus", format_cpulist(cpus))
+            self.dirs["cpuset"] = str(d)
+
+    def _create_v1(
+        self, cpus: tuple[int, ...], quota_us: int | None, period_us: int | None
+    ) -> None:
+        lay = self.layout
+        if quota_us is not None:
+            if lay.cpu is None:
+                raise TopologyError("no cgroup cpu controller is mounted: cannot set a CPU quota")
+            d = _mkgroup(lay.cpu, self.PARENT, self.name)
+            self.dirs["cpu"] = str(d)
+            _write(d / "cpu.cfs_period_us", str(period_us))
+            _write(d / "cpu.cfs_quota_us", str(quota_us))
+        if lay.cpuacct is not None and str(lay.cpuacct) != self.dirs.get("cpu"):
+            self.dirs["cpuacct"] = str(_mkgroup(lay.cpuacct, self.PARENT, self.name))
+        if lay.cpuset is not None:
+            # v1 cpusets start empty: parent and child need cpus and mems before tasks join.
+            mems = _read(lay.cpuset / "cpuset.mems") or "0"
+            parent = lay.cpuset / self.PARENT
+            parent.mkdir(exist_ok=True)
+            _write(parent / "cpuset.cpus", _read(lay.cpuset / "cpuset.cpus") or "0")
+            _write(parent / "cpuset.mems", mems)
+            d = parent / self.name
+            d.mkdir(exist_ok=True)
+            _write(d / "cpuset.cpus", format_cpulist(cpus))
+            _write(d / "cpuset.mems", mems)
+            self.dirs["cpuset"] = str(d)
+
+    def add(self, pid: int) -> None:
+        """Move ``pid`` (its whole thread group) into every group of this replica."""
+        for d in dict.fromkeys(self.dirs.values()):
+            _write(Path(d) / "cgroup.procs", str(pid))
+
+    def pids(self) -> list[int]:
+        """Every process now in the replica's groups (catches ones we never saw fork)."""
+        out: set[int] = set()
+        for d in self.dirs.values():
+            text = _read(Path(d) / "cgroup.procs") or ""
+            out.update(int(x) for x in text.split())
+        return sorted(out)
+
+    def usage_s(self) -> float | None:
+        """CPU time used by the replica so far, in seconds (None if not accounted)."""
+        d = self.dirs.get("cpuacct")
+        if d is None:
+            return None
+        usage = _read(Path(d) / "cpuacct.usage")
+        if usage is not None:
+            return int(usage) / 1e9
+        stat = _read(Path(d) / "cpu.stat") or ""
+        m = re.search(r"^usage_usec (\d+)", stat, re.M)
+        return int(m.group(1)) / 1e6 if m else None
+
+    def remove(self) -> None:
+        """Remove the groups (they must be empty) and, when empty, the shared parent."""
+        for d in dict.fromkeys(self.dirs.values()):
+            for p in (Path(d), Path(d).parent):
+                # Fails while it still has members or siblings: left for the last replica.
+                with contextlib.suppress(OSError):
+                    p.rmdir()
+        self.dirs = {}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.layout.version, "dirs": dict(self.dirs)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Cgroup:
+        lay = CgroupLayout(int(d.get("version", 1)), None, None, None)
+        return cls(d["name"], lay, dict(d.get("dirs", {})))
+
+
+def _mkgroup(mount: Path, parent: str, name: str) -> Path:
+    d = mount / parent / name
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _write(path: Path, value: str, *, missing_ok: bool = False) -> None:
+    try:
+        with open(path, "w") as f:
+            f.write(value)
+    except FileNotFoundError:
+        if not missing_ok:
+            raise TopologyError(f"cgroup file {path} does not exist") from None
+    except PermissionError:
+        raise
+    except OSError as exc:
+        if missing_ok:
+            return
+        raise TopologyError(f"the kernel refused {value!r} for {path}: {exc.strerror}") from None
+
+
+def can_write_cgroups(layout: CgroupLayout) -> bool:
+    """Whether this process may create groups under the cpu controller."""
+    return layout.cpu is not None and os.access(layout.cpu, os.W_OK)
+
+
+class CfsQuota:
+    """The Enforcer of a CFS quota: one cgroup per replica, the quota on its CPUs.
+
+    With ``cpu_fraction`` 1.0 (a core share) the group only pins (cpuset) and
+    accounts (cpuacct): no quota is written.
+    """
+
+    mechanism = "cfs"
+
+    def __init__(
+        self, name: str, layout: CgroupLayout, *, cpu_fraction: float, period_us: int | None
+    ) -> None:
+        self.cgroup = Cgroup(name, layout)
+        self.cpu_fraction = cpu_fraction
+        self.period_us = period_us if cpu_fraction < 1.0 else None
+        self.quota_us: int | None = None
+
+    def start(self, cpus: tuple[int, ...]) -> None:
+        if self.period_us is not None:
+            self.quota_us = max(MIN_QUOTA_US, round(self.cpu_fraction * len(cpus) * self.period_us))
+        self.cgroup.create(cpus, self.quota_us, self.period_us)
+
+    def join(self, pid: int) -> None:
+        self.cgroup.add(pid)
+
+    def add(self, pids: list[int]) -> None:
+        # Descendants of a joined process are members already; a process a recipe
+        # started apart (its own master) is not, and the quota must cover it too.
+        for pid in pids:
+            self.cgroup.add(pid)
+
+    def pids(self) -> list[int]:
+        return self.cgroup.pids()
+
+    def usage_s(self) -> float | None:
+        return self.cgroup.usage_s()
+
+    def stop(self) -> None:
+        self.cgroup.remove()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "mechanism": self.mechanism if self.period_us is not None else "none",
+            "cpu_fraction": self.cpu_fraction,
+            "quota_us": self.quota_us,
+            "period_us": self.period_us,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.describe(), "mechanism": self.mechanism, "cgroup": self.cgroup.to_dict()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CfsQuota:
+        cg = Cgroup.from_dict(d["cgroup"])
+        out = cls(
+            cg.name,
+            cg.layout,
+            cpu_fraction=float(d.get("cpu_fraction", 1.0)),
+            period_us=d.get("period_us"),
+        )
+        out.cgroup = cg
+        out.quota_us = d.get("quota_us")
+        return out

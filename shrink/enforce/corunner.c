@@ -1,0 +1,63 @@
+/* The duty-cycle co-runner: takes (1 - share) of one CPU, period after period.
+ *
+ *   corunner CPU PERIOD_US SPIN_US WATCH_PID
+ *
+ * Pinned to CPU at SCHED_FIFO priority 1, it spins SPIN_US of every PERIOD_US
+ * (period edges on CLOCK_MONOTONIC, absolute, so lateness does not accumulate)
+ * and sleeps the rest, leaving the CPU to the server's normal-priority tasks.
+ * It exits when WATCH_PID is gone (checked every ~100 ms) or on SIGTERM, so a
+ * server that dies never leaves a spinner behind. Python's timing (sleep
+ * overshoot ~60 us) is too coarse for a 1 ms period; this is the reason for C.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static volatile sig_atomic_t stop;
+static void on_term(int sig) { (void)sig; stop = 1; }
+
+static long long now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 5) {
+        fprintf(stderr, "usage: corunner CPU PERIOD_US SPIN_US WATCH_PID\n");
+        return 2;
+    }
+    int cpu = atoi(argv[1]);
+    long long period = atoll(argv[2]) * 1000LL, spin = atoll(argv[3]) * 1000LL;
+    int watch = atoi(argv[4]);
+    if (cpu < 0 || period <= 0 || spin < 0 || spin > period || watch <= 0) {
+        fprintf(stderr, "corunner: bad arguments\n");
+        return 2;
+    }
+    signal(SIGTERM, on_term);
+    signal(SIGINT, on_term);
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0) { perror("corunner: affinity"); return 1; }
+    struct sched_param sp = {.sched_priority = 1};
+    if (sched_setscheduler(0, SCHED_FIFO, &sp) != 0) { perror("corunner: SCHED_FIFO"); return 1; }
+    long long edge = now_ns(), checked = edge;
+    while (!stop) {
+        while (now_ns() < edge + spin) { /* spin: the CPU time the share does not get */ }
+        edge += period;
+        long long t = now_ns();
+        if (edge < t) edge = t;  /* woke past a whole period: restart the phase, no catch-up */
+        struct timespec ts = {.tv_sec = edge / 1000000000LL, .tv_nsec = edge % 1000000000LL};
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR && !stop) {}
+        if (edge - checked > 100000000LL) {
+            checked = edge;
+            if (kill(watch, 0) != 0 && errno == ESRCH) break;
+        }
+    }
+    return 0;
+}

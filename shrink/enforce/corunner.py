@@ -1,0 +1,188 @@
+"""The duty-cycle co-runner: a CPU-time share as a SCHED_FIFO spinner on each share CPU.
+
+Each of the share's CPUs gets a co-runner at real-time priority 1 that spins
+``(1 - f)`` of every ``period_us`` (1 ms) and sleeps the rest; the server's normal
+tasks run in the gaps. Every task on the CPU (the server, its softirqs, kernel
+threads) is slowed alike at a 1 ms grain, which a quota on the server's cgroup
+does not do. The spinner is ``corunner.c`` (built by ``scripts/setup.sh``, or
+here on first use when a C compiler exists); Python's sleep overshoots by tens of
+microseconds, so ``python -m shrink.enforce._spin`` is only the fallback.
+
+A co-runner watches the server's first PID and exits when it is gone, so a
+server that dies never leaves a spinner; ``stop`` ends it by PID and start time.
+The kernel lets real-time tasks use at most ``sched_rt_runtime_us`` of each
+``sched_rt_period_us`` (95%): a share under 5% cannot be given this way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from shrink.enforce.cfs import Cgroup, CgroupLayout
+from shrink.errors import TopologyError
+
+__all__ = ["PERIOD_US", "CoRunner", "build_helper"]
+
+PERIOD_US = 1000  # the issue's measurements: 1 ms is near ideal; finer loses to switching
+SOURCE = Path(__file__).with_name("corunner.c")
+RT_LIMIT = 0.95  # sched_rt_runtime_us / sched_rt_period_us, the kernel default
+
+
+def _helper_path() -> Path:
+    tag = hashlib.sha1(SOURCE.read_bytes()).hexdigest()[:10]
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "shrink" / f"corunner-{tag}"
+
+
+def build_helper() -> Path | None:
+    """The compiled co-runner (built now if missing and a compiler exists), else None."""
+    path = _helper_path()
+    if path.exists():
+        return path
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent)) / "corunner"
+    try:
+        done = subprocess.run(
+            [cc, "-O2", "-o", str(tmp), str(SOURCE)], capture_output=True, text=True, timeout=60
+        )
+        if done.returncode != 0:
+            return None
+        os.replace(tmp, path)  # atomic: two builders at once both end with a whole file
+    finally:
+        shutil.rmtree(tmp.parent, ignore_errors=True)
+    return path
+
+
+class CoRunner:
+    """The Enforcer of a duty-cycle co-runner (one spinner per CPU of the replica)."""
+
+    mechanism = "corunner"
+
+    def __init__(
+        self,
+        name: str,
+        layout: CgroupLayout | None,
+        *,
+        cpu_fraction: float,
+        period_us: int = PERIOD_US,
+    ) -> None:
+        if not 1 - RT_LIMIT <= cpu_fraction < 1.0:
+            raise TopologyError(
+                f"cpu_fraction == {cpu_fraction:g}: a co-runner gives a share in "
+                f"[{1 - RT_LIMIT:g}, 1) (real-time tasks may use at most {RT_LIMIT:.0%} of a CPU)."
+            )
+        # The group (no quota) pins and accounts the server, as for a core share.
+        self.cgroup = Cgroup(name, layout) if layout is not None else None
+        self.cpu_fraction = cpu_fraction
+        self.period_us = period_us
+        self.spin_us = round((1 - cpu_fraction) * period_us)
+        self.cpus: tuple[int, ...] = ()
+        self.spinners: dict[int, int] = {}  # PID -> start time
+        self.helper = ""
+
+    def start(self, cpus: tuple[int, ...]) -> None:
+        self.cpus = tuple(cpus)
+        if self.cgroup is not None:
+            self.cgroup.create(self.cpus, None, None)
+
+    def join(self, pid: int) -> None:
+        if self.cgroup is not None:
+            self.cgroup.add(pid)
+
+    def add(self, pids: list[int]) -> None:
+        if self.cgroup is not None:
+            for pid in pids:
+                self.cgroup.add(pid)
+        if not self.spinners and pids:
+            self._spawn(watch=pids[0])
+
+    def _spawn(self, watch: int) -> None:
+        from shrink.testbed import process
+
+        exe = build_helper()
+        self.helper = "c" if exe is not None else "python"
+        base = [str(exe)] if exe else [sys.executable, "-m", "shrink.enforce._spin"]
+        procs = []
+        for cpu in self.cpus:
+            argv = [*base, str(cpu), str(self.period_us), str(self.spin_us), str(watch)]
+            procs.append(
+                subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                )
+            )
+        time.sleep(0.1)  # long enough to have failed on a missing permission
+        for p in procs:
+            info = process.proc_info(p.pid)
+            if p.poll() is not None or info is None:
+                err = p.stderr.read().decode(errors="replace").strip() if p.stderr else ""
+                self.stop()
+                raise TopologyError(
+                    f"the co-runner on CPU {p.args[-4]} exited ({err or p.returncode}); "
+                    "it needs root (SCHED_FIFO): run as root or use --enforce cfs"
+                )
+            self.spinners[p.pid] = info.starttime
+            if p.stderr is not None:
+                p.stderr.close()
+
+    def pids(self) -> list[int]:
+        return self.cgroup.pids() if self.cgroup is not None else []
+
+    def usage_s(self) -> float | None:
+        return self.cgroup.usage_s() if self.cgroup is not None else None
+
+    def stop(self) -> None:
+        from shrink.testbed import process
+
+        process.stop_processes(dict(self.spinners), grace_s=1.0)
+        for pid in self.spinners:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+        left = [p for p, t in self.spinners.items() if process.is_alive(p, t)]
+        if left:
+            raise TopologyError(f"co-runner PIDs {left} survived SIGKILL")
+        self.spinners = {}
+        if self.cgroup is not None:
+            self.cgroup.remove()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "mechanism": self.mechanism,
+            "cpu_fraction": self.cpu_fraction,
+            "period_us": self.period_us,
+            "spin_us": self.spin_us,
+            "helper": self.helper,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self.describe(),
+            "cpus": list(self.cpus),
+            "spinners": {str(p): t for p, t in self.spinners.items()},
+            "cgroup": self.cgroup.to_dict() if self.cgroup is not None else None,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CoRunner:
+        out = cls("", None, cpu_fraction=float(d["cpu_fraction"]), period_us=int(d["period_us"]))
+        if d.get("cgroup"):
+            out.cgroup = Cgroup.from_dict(d["cgroup"])
+        out.cpus = tuple(int(c) for c in d.get("cpus", []))
+        out.spinners = {int(p): int(t) for p, t in d.get("spinners", {}).items()}
+        out.helper = str(d.get("helper", ""))
+        return out

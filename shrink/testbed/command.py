@@ -1,0 +1,250 @@
+"""A user's server recipe: a TOML file of command templates.
+
+Any server that can be started from a command line (an app server, a JVM, a Go
+binary) can be measured::
+
+    # python-http.toml
+    name = "python-http"
+    commands = [
+      ["python3", "-m", "http.server", "--bind", "{address}", "--directory", "{docroot}", "{port}"],
+    ]
+    health_url = "http://{address}:{port}/"
+    stop_signal = "SIGINT"
+    versions = { python = ["python3", "--version"] }
+
+Keys: ``commands`` (required; a list of argument lists, started in order, or
+``command``, one argument list), ``name`` (default: the file's stem),
+``health_url`` (default ``http://{address}:{port}/``; any 2xx or 3xx answer is
+healthy), ``stop_signal`` (default SIGTERM), ``versions`` (a table of name ->
+argument list whose first output line is that program's version),
+``start_timeout`` (seconds, default 15), ``workers_per_core`` (default 1) and
+``env`` (a table of extra environment variables).
+
+Templates: ``{port}``, ``{address}``, ``{cpus}`` (a CPU list such as ``0-1``),
+``{workers}`` (cores of the replica times ``workers_per_core``), ``{docroot}``
+and ``{run_dir}`` (the replica's own directory, for configs, logs and sockets);
+``{{`` and ``}}`` are literal braces. Commands run as argument lists, never
+through a shell, pinned to the replica's CPUs and in its cgroup; everything
+they fork is found through /proc and the cgroup, and stopped by PID.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import string
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shrink.errors import RecipeError, TestbedError
+from shrink.testbed.health import probe
+from shrink.testbed.recipe import (
+    ReplicaContext,
+    Started,
+    first_line,
+    replica_pids,
+    signal_number,
+    stop_replica,
+)
+from shrink.testbed.state import ReplicaState
+from shrink.topology import format_cpulist
+
+__all__ = ["PLACEHOLDERS", "CommandRecipe"]
+
+PLACEHOLDERS = ("port", "address", "cpus", "workers", "docroot", "run_dir")
+_KEYS = {
+    "name",
+    "command",
+    "commands",
+    "health_url",
+    "stop_signal",
+    "versions",
+    "start_timeout",
+    "workers_per_core",
+    "env",
+}
+
+
+@dataclass
+class CommandRecipe:
+    """A recipe read from a TOML file; ``source`` is the file's path."""
+
+    name: str
+    source: str
+    commands: list[list[str]]
+    health_url: str = "http://{address}:{port}/"
+    stop_signal: int = signal.SIGTERM
+    version_commands: dict[str, list[str]] = field(default_factory=dict)
+    start_timeout: float = 15.0
+    workers_per_core: int = 1
+    env: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, path: str | Path) -> CommandRecipe:
+        """Read and check a recipe file; errors name the file and the key."""
+        p = Path(path)
+        src = str(p)
+        try:
+            d = tomllib.loads(p.read_text())
+        except FileNotFoundError:
+            raise RecipeError("no such recipe file", recipe=src) from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise RecipeError(f"cannot read it: {exc}", recipe=src) from None
+        except tomllib.TOMLDecodeError as exc:
+            raise RecipeError(f"not TOML: {exc}", recipe=src) from None
+        return cls.from_dict(d, source=src, base=p.resolve().parent)
+
+    @classmethod
+    def from_dict(
+        cls, d: dict[str, Any], *, source: str, base: Path | None = None
+    ) -> CommandRecipe:
+        unknown = sorted(set(d) - _KEYS)
+        if unknown:
+            raise RecipeError(
+                f"unknown key(s) {unknown}; known: {sorted(_KEYS)}", recipe=source, field=unknown[0]
+            )
+        if "command" in d and "commands" in d:
+            raise RecipeError("give 'command' or 'commands', not both", recipe=source)
+        raw = [d["command"]] if "command" in d else d.get("commands")
+        key = "command" if "command" in d else "commands"
+        if not isinstance(raw, list) or not raw:
+            raise RecipeError(
+                "missing or empty: give a list of argument lists, e.g. "
+                '[["python3", "-m", "http.server", "{port}"]]',
+                recipe=source,
+                field="commands",
+            )
+        commands = [_argv(c, source, f"{key}[{i}]", base) for i, c in enumerate(raw)]
+        health_url = _text(d.get("health_url", "http://{address}:{port}/"), source, "health_url")
+        _check_templates(health_url, source, "health_url", allowed=("address", "port"))
+        if not health_url.startswith("http://"):
+            raise RecipeError(f"{health_url!r} must start with http://", recipe=source,
+                              field="health_url")  # fmt: skip
+        versions = d.get("versions", {})
+        if not isinstance(versions, dict):
+            raise RecipeError("must be a table: name = [argv]", recipe=source, field="versions")
+        timeout = d.get("start_timeout", 15.0)
+        per_core = d.get("workers_per_core", 1)
+        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
+            raise RecipeError(f"== {timeout!r}, must be seconds > 0", recipe=source,
+                              field="start_timeout")  # fmt: skip
+        if not isinstance(per_core, int) or isinstance(per_core, bool) or per_core < 1:
+            raise RecipeError(f"== {per_core!r}, must be an integer >= 1", recipe=source,
+                              field="workers_per_core")  # fmt: skip
+        env = d.get("env", {})
+        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+            raise RecipeError("must be a table of strings", recipe=source, field="env")
+        return cls(
+            name=_text(d.get("name", Path(source).stem), source, "name"),
+            source=source,
+            commands=commands,
+            health_url=health_url,
+            stop_signal=signal_number(d.get("stop_signal", "SIGTERM"), recipe=source),
+            version_commands={
+                str(k): _argv(v, source, f"versions.{k}", base) for k, v in versions.items()
+            },
+            start_timeout=float(timeout),
+            workers_per_core=per_core,
+            env={str(k): v for k, v in env.items()},
+        )
+
+    def versions(self) -> dict[str, str]:
+        out = {"recipe": self.name}
+        for key, argv in self.version_commands.items():
+            out[key] = first_line([self._program(argv[0], f"versions.{key}"), *argv[1:]],
+                                  self.source)  # fmt: skip
+        return out
+
+    def _program(self, name: str, where: str) -> str:
+        path = shutil.which(name)
+        if path is None:
+            raise RecipeError(f"program {name!r} not found (not on PATH, or not executable)",
+                              recipe=self.source, field=where)  # fmt: skip
+        return path
+
+    def values(self, ctx: ReplicaContext) -> dict[str, str]:
+        """What the templates are filled with for one replica."""
+        r = ctx.replica
+        return {
+            "port": str(r.port),
+            "address": r.address,
+            "cpus": format_cpulist(r.cpus),
+            "workers": str(len(r.cpus) * self.workers_per_core),
+            "docroot": str(ctx.docroot),
+            "run_dir": str(ctx.run_dir),
+        }
+
+    def start(self, ctx: ReplicaContext) -> Started:
+        # Every program is found before anything starts: nothing is left half-started.
+        vals = self.values(ctx)
+        argvs = [[a.format(**vals) for a in argv] for argv in self.commands]
+        for i, argv in enumerate(argvs):
+            argv[0] = self._program(argv[0], f"commands[{i}]")
+        env = {**os.environ, **self.env} if self.env else None
+        masters = []
+        for i, argv in enumerate(argvs):
+            try:
+                masters.append(ctx.spawn(argv, f"command{i}.log", env=env).pid)
+            except TestbedError as exc:
+                raise TestbedError(f"commands[{i}]: {exc}") from None
+        return Started(
+            masters=masters,
+            processes={"server": masters},
+            pinned={p: list(ctx.replica.cpus) for p in masters},
+            config=self.source,
+            errorlog=str(ctx.run_dir / "command0.log"),
+        )
+
+    def health(self, address: str, port: int) -> str | None:
+        host = f"[{address}]" if ":" in address else address
+        # Only address and port are known here; the file's check allows no others in it.
+        return probe(self.health_url.format(address=host, port=port))
+
+    def pids(self, replica: ReplicaState) -> list[int]:
+        return replica_pids(replica)
+
+    def stop(self, replica: ReplicaState) -> list[int]:
+        return stop_replica(replica, self.stop_signal)
+
+
+def _text(v: Any, source: str, key: str) -> str:
+    if not isinstance(v, str) or not v:
+        raise RecipeError(f"== {v!r}, must be a non-empty string", recipe=source, field=key)
+    return v
+
+
+def _check_templates(
+    text: str, source: str, key: str, allowed: tuple[str, ...] = PLACEHOLDERS
+) -> None:
+    try:
+        names = [f for _, f, _, _ in string.Formatter().parse(text) if f is not None]
+    except ValueError as exc:
+        raise RecipeError(f"{text!r}: {exc} (write {{{{ for a brace)", recipe=source,
+                          field=key) from None  # fmt: skip
+    bad = [n for n in names if n not in allowed]
+    if bad:
+        raise RecipeError(
+            f"unknown placeholder {{{bad[0]}}} in {text!r}; known here: "
+            + " ".join(f"{{{p}}}" for p in allowed),
+            recipe=source,
+            field=key,
+        )
+
+
+def _argv(v: Any, source: str, key: str, base: Path | None) -> list[str]:
+    if not isinstance(v, list) or not v or not all(isinstance(a, str) for a in v):
+        raise RecipeError(
+            f"== {v!r}, must be a non-empty list of strings (an argument list; no shell)",
+            recipe=source,
+            field=key,
+        )
+    for a in v:
+        _check_templates(a, source, key)
+    prog = v[0]
+    # A relative path to a program is relative to the recipe file, not to where shrink runs.
+    if base is not None and os.sep in prog and not os.path.isabs(prog):
+        prog = str(base / prog)
+    return [prog, *v[1:]]

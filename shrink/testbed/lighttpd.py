@@ -1,0 +1,127 @@
+"""The ``lighttpd-php-cgi`` recipe (the default): lighttpd with a php-cgi FastCGI pool.
+
+``lighttpd -D`` starts already pinned to the replica's CPUs; it forks one worker
+per core and spawns php-cgi, which forks its children. lighttpd has no per-worker
+CPU affinity option, so each worker is pinned to its own core after the fork,
+and the php-cgi children evenly over the cores. The config is rendered by
+:mod:`shrink.testbed.config`.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+
+from shrink.errors import TestbedError
+from shrink.testbed import health, process
+from shrink.testbed.config import ReplicaConfig, write_probe
+from shrink.testbed.recipe import (
+    ReplicaContext,
+    Started,
+    find_tool,
+    first_line,
+    pin_evenly,
+    replica_pids,
+    stop_replica,
+    wait_until,
+)
+from shrink.testbed.state import ReplicaState
+
+__all__ = ["INSTALL_HINT", "LighttpdPhpCgi"]
+
+INSTALL_HINT = (
+    "install it with `apt-get install lighttpd php-cgi` as root "
+    "(the README's set-up, `make setup`, does this)"
+)
+
+
+class LighttpdPhpCgi:
+    """lighttpd, one worker per core, and a php-cgi pool of ``children_per_core`` per core."""
+
+    name = "lighttpd-php-cgi"
+    source = "built-in"
+    stop_signal = signal.SIGTERM
+
+    def _tools(self) -> tuple[str, str]:
+        return (
+            find_tool(self.name, "lighttpd", hint=INSTALL_HINT),
+            find_tool(self.name, "php-cgi", hint=INSTALL_HINT),
+        )
+
+    def versions(self) -> dict[str, str]:
+        lighttpd, php_cgi = self._tools()
+        return {
+            "lighttpd": first_line([lighttpd, "-v"], self.name),
+            "php": first_line([php_cgi, "-v"], self.name),
+        }
+
+    def start(self, ctx: ReplicaContext) -> Started:
+        lighttpd, php_cgi = self._tools()
+        r = ctx.replica
+        cfg = ReplicaConfig(
+            replica=r,
+            docroot=ctx.docroot,
+            run_dir=ctx.run_dir,
+            socket_path=ctx.sock_dir / "php.sock",
+            php_cgi=php_cgi,
+            php_children=ctx.children_per_core * len(r.cpus),
+            workers=ctx.workers,
+        )
+        write_probe(cfg)
+        check = subprocess.run(
+            [lighttpd, "-tt", "-f", str(cfg.conf_path)], capture_output=True, text=True, timeout=20
+        )
+        if check.returncode != 0:
+            raise TestbedError(f"lighttpd refused {cfg.conf_path}: {check.stderr.strip()}")
+        master = ctx.spawn([lighttpd, "-D", "-f", str(cfg.conf_path)], "stdout.log")
+        tree: dict[str, list[int]] = {}
+        want_workers = ctx.workers if ctx.workers > 1 else 0
+
+        def ready() -> str | None:
+            kids = [process.proc_info(p) for p in process.children_map().get(master.pid, [])]
+            lt = [k.pid for k in kids if k is not None and k.comm.startswith("lighttpd")]
+            php = [k.pid for k in kids if k is not None and k.comm.startswith("php")]
+            php_kids = sorted(process.children_map().get(php[0], [])) if php else []
+            tree.update(workers=sorted(lt), php=php[:1], php_kids=php_kids)
+            if len(lt) >= want_workers and php and len(php_kids) >= cfg.php_children:
+                return None
+            return (
+                f"lighttpd started {len(lt)} of {want_workers} workers and php-cgi "
+                f"{len(php_kids)} of {cfg.php_children} children"
+            )
+
+        try:
+            wait_until(ready, [master], ctx.timeout_s)
+        except TestbedError as exc:
+            raise TestbedError(f"{exc}; error log {cfg.errorlog}: {_tail(cfg)}") from None
+        workers = tree["workers"]
+        # One process serves alone when lighttpd runs a single worker: pin the master.
+        pinned = pin_evenly(workers or [master.pid], r.cpus)
+        pinned.update(pin_evenly(tree["php_kids"], r.cpus))
+        return Started(
+            masters=[master.pid],
+            processes={
+                "lighttpd": [master.pid, *workers],
+                "php-cgi": [*tree["php"], *tree["php_kids"]],
+            },
+            pinned=pinned,
+            config=str(cfg.conf_path),
+            errorlog=str(cfg.errorlog),
+        )
+
+    def health(self, address: str, port: int) -> str | None:
+        return health.check(address, port)
+
+    def pids(self, replica: ReplicaState) -> list[int]:
+        return replica_pids(replica)
+
+    def stop(self, replica: ReplicaState) -> list[int]:
+        return stop_replica(replica, self.stop_signal)
+
+
+def _tail(cfg: ReplicaConfig, n: int = 5) -> str:
+    try:
+        lines = cfg.errorlog.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(lines[-n:])

@@ -1,0 +1,270 @@
+"""The ``nginx-php-fpm`` recipe: Debian's nginx with one PHP-FPM pool per replica.
+
+Per replica, two masters start pinned to the replica's CPUs and in its cgroup:
+
+* ``php-fpm -F`` with its own config: one pool, ``pm = static`` with
+  ``children_per_core`` children per core (a fixed pool, like php-cgi's, so no
+  child is forked mid-run and loses its pinning), listening on the replica's own
+  Unix socket. The children are pinned evenly over the cores after the fork.
+* ``nginx`` in the foreground (``daemon off``): ``worker_processes`` one per core,
+  and ``worker_cpu_affinity`` pins each worker to its own core (nginx does it
+  itself). The probe directory is aliased at ``/__shrink/`` as for lighttpd.
+
+Debian installs php-fpm as ``php-fpmX.Y``; the binary is looked up at run time.
+As root, both run their workers as root (``user root``, ``-R``): the document
+roots shrink writes may be readable by root alone, and lighttpd runs so too.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from shrink.errors import TestbedError
+from shrink.testbed import health, process
+from shrink.testbed.config import HEALTH_BODY, MIME_TYPES
+from shrink.testbed.recipe import (
+    ReplicaContext,
+    Started,
+    find_tool,
+    first_line,
+    pin_evenly,
+    replica_pids,
+    stop_replica,
+    wait_until,
+)
+from shrink.testbed.state import ReplicaState
+
+__all__ = ["INSTALL_HINT", "NginxPhpFpm", "cpu_affinity_masks", "php_fpm_names"]
+
+INSTALL_HINT = (
+    "install them with `apt-get install nginx php-fpm` as root "
+    "(the README's set-up, `make setup`, does this)"
+)
+
+
+def php_fpm_names() -> list[str]:
+    """``php-fpm`` and every versioned Debian binary (``php-fpm8.2``), newest first."""
+    found = {
+        Path(p).name
+        for d in ("/usr/sbin", "/usr/local/sbin", "/usr/bin")
+        for p in glob.glob(f"{d}/php-fpm*")
+    }
+    versioned = sorted((n for n in found if n != "php-fpm"), reverse=True)
+    return ["php-fpm", *versioned]
+
+
+def cpu_affinity_masks(cpus: tuple[int, ...]) -> str:
+    """nginx's ``worker_cpu_affinity`` value: one binary mask per worker, CPU 0 rightmost.
+
+    >>> cpu_affinity_masks((0, 1))
+    '01 10'
+    """
+    width = max(cpus) + 1
+    return " ".join(("1" + "0" * c).rjust(width, "0") for c in cpus)
+
+
+def _q(value: str | Path) -> str:
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def render_nginx_conf(
+    ctx: ReplicaContext, socket_path: Path, probe_dir: Path, *, as_root: bool
+) -> str:
+    """The nginx.conf text for one replica."""
+    r = ctx.replica
+    run = ctx.run_dir
+    listen = f"[{r.address}]:{r.port}" if ":" in r.address else f"{r.address}:{r.port}"
+    types = "\n".join(f"        {t} {ext.lstrip('.')};" for ext, t in MIME_TYPES.items() if ext)
+    fastcgi = f"""            include /etc/nginx/fastcgi_params;
+            fastcgi_param SCRIPT_FILENAME $request_filename;
+            fastcgi_pass unix:{socket_path};"""
+    user = "user root root;\n" if as_root else ""
+    return f"""# shrink testbed replica {r.name}: CPUs {list(r.cpus)}, NIC socket {r.nic_socket}
+{user}daemon off;
+master_process on;
+worker_processes {ctx.workers};
+worker_cpu_affinity {cpu_affinity_masks(r.cpus)};
+worker_rlimit_nofile 16384;
+pid {_q(run / "nginx.pid")};
+error_log {_q(run / "error.log")} warn;
+events {{
+    worker_connections 4096;
+    use epoll;
+}}
+http {{
+    access_log off;
+    client_body_temp_path {_q(run / "tmp" / "body")};
+    proxy_temp_path {_q(run / "tmp" / "proxy")};
+    fastcgi_temp_path {_q(run / "tmp" / "fastcgi")};
+    uwsgi_temp_path {_q(run / "tmp" / "uwsgi")};
+    scgi_temp_path {_q(run / "tmp" / "scgi")};
+    types {{
+{types}
+    }}
+    default_type application/octet-stream;
+    sendfile on;
+    tcp_nopush on;
+    keepalive_requests 10000;
+    keepalive_timeout 30s;
+    server_tokens off;
+    server {{
+        listen {listen} backlog=4096;
+        root {_q(ctx.docroot)};
+        index index.html index.php;
+        location ^~ /__shrink/ {{
+            alias {_q(str(probe_dir) + "/")};
+            location ~ \\.php$ {{
+{fastcgi}
+            }}
+        }}
+        location ~ \\.php$ {{
+            try_files $uri =404;
+{fastcgi}
+        }}
+    }}
+}}
+"""
+
+
+def render_fpm_conf(ctx: ReplicaContext, socket_path: Path, children: int) -> str:
+    """The php-fpm config for one replica: its own pool on its own socket."""
+    run = ctx.run_dir
+    return f"""; shrink testbed replica {ctx.replica.name}
+[global]
+pid = {run / "php-fpm.pid"}
+error_log = {run / "php-fpm.log"}
+daemonize = no
+process_control_timeout = 2
+
+[{ctx.replica.name}]
+listen = {socket_path}
+listen.backlog = 4096
+pm = static
+pm.max_children = {children}
+pm.max_requests = 0
+catch_workers_output = yes
+clear_env = no
+"""
+
+
+class NginxPhpFpm:
+    """nginx, one worker per core pinned by ``worker_cpu_affinity``, and a PHP-FPM pool."""
+
+    name = "nginx-php-fpm"
+    source = "built-in"
+    stop_signal = signal.SIGTERM
+
+    def _tools(self) -> tuple[str, str]:
+        return (
+            find_tool(self.name, "nginx", hint=INSTALL_HINT),
+            find_tool(self.name, *php_fpm_names(), hint=INSTALL_HINT),
+        )
+
+    def versions(self) -> dict[str, str]:
+        nginx, fpm = self._tools()
+        return {
+            "nginx": first_line([nginx, "-v"], self.name).removeprefix("nginx version: "),
+            "php-fpm": first_line([fpm, "-v"], self.name),
+        }
+
+    def _write(self, ctx: ReplicaContext, nginx: str) -> tuple[Path, Path, Path, int]:
+        run = ctx.run_dir
+        for d in ("tmp", "probe"):
+            (run / d).mkdir(parents=True, exist_ok=True)
+        probe = run / "probe"
+        (probe / "health.txt").write_text(HEALTH_BODY)
+        (probe / "health.php").write_text(f'<?php echo "{HEALTH_BODY}";\n')
+        sock = ctx.sock_dir / "php-fpm.sock"
+        children = ctx.children_per_core * len(ctx.replica.cpus)
+        as_root = os.geteuid() == 0
+        nginx_conf, fpm_conf = run / "nginx.conf", run / "php-fpm.conf"
+        nginx_conf.write_text(render_nginx_conf(ctx, sock, probe, as_root=as_root))
+        fpm_conf.write_text(render_fpm_conf(ctx, sock, children))
+        argv = [nginx, "-t", "-q", "-p", str(run), "-e", str(run / "error.log")]
+        check = subprocess.run(
+            [*argv, "-c", str(nginx_conf)],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+        if check.returncode != 0:
+            text = " | ".join(check.stderr.strip().splitlines()[-3:])
+            raise TestbedError(f"nginx refused {nginx_conf}: {text}")
+        return nginx_conf, fpm_conf, sock, children
+
+    def start(self, ctx: ReplicaContext) -> Started:
+        nginx, fpm = self._tools()
+        nginx_conf, fpm_conf, sock, children = self._write(ctx, nginx)
+        r = ctx.replica
+        fpm_argv = [fpm, "-F", "-O", "-y", str(fpm_conf)] + (["-R"] if os.geteuid() == 0 else [])
+        fpm_master = ctx.spawn(fpm_argv, "php-fpm.out")
+        found: dict[str, list[int]] = {}
+
+        def pool_ready() -> str | None:
+            kids = sorted(process.children_map().get(fpm_master.pid, []))
+            found["php-fpm"] = kids
+            if len(kids) >= children and sock.exists():
+                return None
+            return f"php-fpm started {len(kids)} of {children} children"
+
+        wait_until(pool_ready, [fpm_master], ctx.timeout_s)
+        nginx_master = ctx.spawn(
+            [nginx, "-p", str(ctx.run_dir), "-e", str(ctx.run_dir / "error.log"),
+             "-c", str(nginx_conf)],
+            "nginx.out",
+        )  # fmt: skip
+
+        def workers_ready() -> str | None:
+            kids = sorted(process.children_map().get(nginx_master.pid, []))
+            found["nginx"] = kids
+            # A worker sets its worker_cpu_affinity just after the fork: wait for it.
+            pinned = sum(1 for k in kids if len(_allowed(k)) == 1)
+            if len(kids) >= ctx.workers and pinned == len(kids):
+                return None
+            return f"nginx started {len(kids)} of {ctx.workers} workers ({pinned} pinned)"
+
+        try:
+            wait_until(workers_ready, [fpm_master, nginx_master], ctx.timeout_s)
+        except TestbedError as exc:
+            raise TestbedError(f"{exc}; error log: {_tail(ctx.run_dir / 'error.log')}") from None
+        # nginx pins its workers itself (worker_cpu_affinity); record what they got.
+        pinned = {w: list(process.allowed_cpus(w)) for w in found["nginx"]}
+        pinned.update(pin_evenly(found["php-fpm"], r.cpus))
+        return Started(
+            masters=[nginx_master.pid, fpm_master.pid],
+            processes={
+                "nginx": [nginx_master.pid, *found["nginx"]],
+                "php-fpm": [fpm_master.pid, *found["php-fpm"]],
+            },
+            pinned=pinned,
+            config=str(nginx_conf),
+            errorlog=str(ctx.run_dir / "error.log"),
+        )
+
+    def health(self, address: str, port: int) -> str | None:
+        return health.check(address, port)
+
+    def pids(self, replica: ReplicaState) -> list[int]:
+        return replica_pids(replica)
+
+    def stop(self, replica: ReplicaState) -> list[int]:
+        return stop_replica(replica, self.stop_signal)
+
+
+def _allowed(pid: int) -> tuple[int, ...]:
+    try:
+        return process.allowed_cpus(pid)
+    except OSError:  # exited meanwhile
+        return ()
+
+
+def _tail(path: Path, n: int = 3) -> str:
+    try:
+        lines = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(lines[-n:])

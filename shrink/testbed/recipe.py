@@ -1,0 +1,244 @@
+"""Server recipes: how to run one replica of a web server, behind one small protocol.
+
+A recipe says how to **start** a replica on a CPU set, an address and a port
+with N workers, how to check its **health**, which **PIDs** belong to it, how to
+**stop** it, and how to read its **version**. The testbed's lifecycle
+(:mod:`shrink.testbed.lifecycle`) does everything else the same way for every
+recipe: the mapping, the port, the cgroup, the state file, clean-up on failure.
+
+Built in: ``lighttpd-php-cgi`` (the default) and ``nginx-php-fpm``; any other
+server through a TOML file (:mod:`shrink.testbed.command`); all found by name by
+:func:`shrink.testbed.servers.load_recipe`. Unit tests use
+:class:`shrink.testbed.fake_recipe.FakeRecipe`.
+
+Every process a recipe starts goes through ``ReplicaContext.spawn`` (which calls
+:func:`shrink.testbed.process.start_process`): it starts the process already
+pinned to the replica's CPUs and inside its cgroup, so whatever the server forks
+inherits both, and the lifecycle knows every process to clean up if start-up
+fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from shrink.errors import RecipeError, TestbedError
+from shrink.mapping import Replica
+from shrink.share import Cgroup
+from shrink.testbed import process
+from shrink.testbed.state import ReplicaState
+
+__all__ = [
+    "BUILTIN_RECIPES",
+    "DEFAULT_RECIPE",
+    "ReplicaContext",
+    "ServerRecipe",
+    "Started",
+    "find_tool",
+    "first_line",
+    "kill_spawned",
+    "label",
+    "pin_evenly",
+    "replica_pids",
+    "signal_number",
+    "stop_replica",
+    "wait_until",
+]
+
+DEFAULT_RECIPE = "lighttpd-php-cgi"
+BUILTIN_RECIPES = ("lighttpd-php-cgi", "nginx-php-fpm")
+
+Spawn = Callable[..., "subprocess.Popen[bytes]"]
+
+
+@dataclass(frozen=True)
+class ReplicaContext:
+    """What a recipe gets to start one replica.
+
+    ``spawn(argv, log_name, env=None)`` starts a process pinned to the replica's
+    CPUs, in its cgroup, with stdout and stderr appended to ``run_dir/log_name``.
+    ``sock_dir`` is a short directory for Unix sockets (108-byte path limit).
+    """
+
+    replica: Replica
+    docroot: Path
+    run_dir: Path
+    sock_dir: Path
+    children_per_core: int
+    timeout_s: float
+    spawn: Spawn
+
+    @property
+    def workers(self) -> int:
+        """One worker per core of the replica, as the papers tuned the server."""
+        return len(self.replica.cpus)
+
+
+@dataclass
+class Started:
+    """The processes of a replica that came up, by role (e.g. ``nginx``, ``php-fpm``)."""
+
+    masters: list[int]
+    processes: dict[str, list[int]]
+    pinned: dict[int, list[int]] = field(default_factory=dict)
+    config: str = ""
+    errorlog: str = ""
+
+
+@runtime_checkable
+class ServerRecipe(Protocol):
+    """How to run one replica of a server. ``source`` is ``built-in`` or the TOML path."""
+
+    name: str
+    source: str
+
+    def versions(self) -> dict[str, str]:
+        """Version strings of the server's programs (recorded in every result file)."""
+        ...
+
+    def start(self, ctx: ReplicaContext) -> Started:
+        """Start the replica through ``ctx.spawn``; return once its processes are up.
+
+        Raise TestbedError (one line) if it cannot; the caller stops what was spawned.
+        """
+        ...
+
+    def health(self, address: str, port: int) -> str | None:
+        """None if the replica serves what it should; else the problem in words."""
+        ...
+
+    def pids(self, replica: ReplicaState) -> list[int]:
+        """Every live process of the replica: recorded, forked since, or in its cgroup."""
+        ...
+
+    def stop(self, replica: ReplicaState) -> list[int]:
+        """Stop every process of the replica; return the PIDs that were still running."""
+        ...
+
+
+def label(recipe: ServerRecipe) -> str:
+    """How errors name a recipe: its file, or a built-in's name."""
+    return recipe.name if recipe.source in ("built-in", "fake") else recipe.source
+
+
+def find_tool(recipe: str, *names: str, hint: str) -> str:
+    """The path of the first of ``names`` installed; /usr/sbin is searched even if not on PATH."""
+    extra = os.pathsep.join(["/usr/sbin", "/usr/local/sbin", "/sbin"])
+    for name in names:
+        path = shutil.which(name) or shutil.which(name, path=extra)
+        if path is not None:
+            return path
+    raise RecipeError(f"{' or '.join(names)} is not installed: {hint}", recipe=recipe)
+
+
+def first_line(argv: list[str], recipe: str) -> str:
+    """The first line ``argv`` prints (stdout, else stderr: nginx -v writes there)."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise RecipeError(f"{' '.join(argv)} failed: {exc}", recipe=recipe) from None
+    text = (done.stdout.strip() or done.stderr.strip()).splitlines()
+    return text[0].strip() if text else "unknown"
+
+
+def wait_until(
+    ready: Callable[[], str | None],
+    masters: list[subprocess.Popen[bytes]],
+    timeout_s: float,
+) -> None:
+    """Poll ``ready`` (None when done, else what is missing) until it passes.
+
+    A master that exits meanwhile ends the wait at once, with its exit status.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for m in masters:
+            rc = m.poll()
+            if rc is not None:
+                name = Path(str(m.args[0] if isinstance(m.args, list) else m.args)).name
+                raise TestbedError(f"{name} exited with status {rc} during start-up", pid=m.pid)
+        missing = ready()
+        if missing is None:
+            return
+        if time.monotonic() > deadline:
+            raise TestbedError(f"{missing} within {timeout_s:g} s")
+        time.sleep(0.02)
+
+
+def pin_evenly(pids: list[int], cpus: tuple[int, ...]) -> dict[int, list[int]]:
+    """Pin pids[i] to cpus[i % n]: each worker its own core, pool children evenly."""
+    out = {}
+    for i, pid in enumerate(pids):
+        cpu = cpus[i % len(cpus)]
+        os.sched_setaffinity(pid, {cpu})
+        out[pid] = [cpu]
+    return out
+
+
+def replica_pids(r: ReplicaState) -> list[int]:
+    """Every live process of the replica: the recorded ones (start times checked), what
+    they forked since (a respawned pool child), and whatever is in its cgroup."""
+    out: dict[int, None] = {}
+    tree = process.children_map()
+    for p in r.pids:
+        if process.is_alive(p, r.starttimes.get(p)):
+            out[p] = None
+            out.update(dict.fromkeys(process.descendants(p, tree)))
+    if r.cgroup:
+        out.update(dict.fromkeys(Cgroup.from_dict(r.cgroup).pids()))
+    return [p for p in out if process.is_alive(p)]
+
+
+def stop_replica(r: ReplicaState, stop_signal: int = signal.SIGTERM) -> list[int]:
+    """Stop the replica's processes by PID: ``stop_signal`` to the masters first, then
+    SIGTERM to the rest, then SIGKILL. Raise if any survives. (Its cgroup is the
+    lifecycle's to remove: the share's enforcement is not the recipe's business.)"""
+    targets: dict[int, int | None] = {p: r.starttimes.get(p) for p in r.pids}
+    for p in replica_pids(r):
+        targets.setdefault(p, None)
+    stopped = process.stop_processes(targets, first=r.masters, first_signal=stop_signal)
+    left = [p for p, t in targets.items() if process.is_alive(p, t)]
+    if left:
+        raise TestbedError(f"replica {r.name}: PIDs {left} survived SIGKILL")
+    return stopped
+
+
+def kill_spawned(spawned: list[subprocess.Popen[bytes]]) -> None:
+    """Stop everything a failed start-up spawned, with all it forked (masters first)."""
+    tree = process.children_map()
+    targets: dict[int, int | None] = {}
+    for m in spawned:
+        for p in (m.pid, *process.descendants(m.pid, tree)):
+            info = process.proc_info(p)
+            if info is not None:
+                targets[p] = info.starttime
+    process.stop_processes(targets, first=[m.pid for m in spawned])
+    for m in spawned:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            m.wait(timeout=1)
+
+
+def signal_number(name: str | int, *, recipe: str) -> int:
+    """``SIGTERM``, ``TERM``, ``15`` -> 15; anything else is a RecipeError on ``stop_signal``."""
+    if isinstance(name, int) and not isinstance(name, bool):
+        return name
+    text = str(name).strip().upper()
+    if text.isdigit():
+        return int(text)
+    try:
+        return int(signal.Signals[text if text.startswith("SIG") else "SIG" + text])
+    except KeyError:
+        raise RecipeError(
+            f"{name!r} is not a signal (e.g. SIGTERM, SIGINT, SIGQUIT)",
+            recipe=recipe,
+            field="stop_signal",
+        ) from None

@@ -1,0 +1,226 @@
+"""shrink.enforce: the mechanisms of a CPU-time share behind one protocol."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from conftest import require_root, require_tool
+
+from shrink.enforce import Enforcer, enforcer_from_dict, make_enforcer
+from shrink.enforce.cfs import CfsQuota, CgroupLayout
+from shrink.enforce.corunner import CoRunner, build_helper
+from shrink.enforce.fake import FakeEnforcer
+from shrink.errors import TopologyError
+from shrink.testbed import process
+
+
+def _v1(tmp_path: Path) -> CgroupLayout:
+    for c in ("cpu", "cpuacct", "cpuset"):
+        (tmp_path / c).mkdir()
+    (tmp_path / "cpuset" / "cpuset.cpus").write_text("0-1\n")
+    (tmp_path / "cpuset" / "cpuset.mems").write_text("0\n")
+    return CgroupLayout(1, tmp_path / "cpu", tmp_path / "cpuset", tmp_path / "cpuacct")
+
+
+def test_every_mechanism_and_the_fake_keep_the_protocol(tmp_path):
+    lay = _v1(tmp_path)
+    for enf in (
+        make_enforcer("cfs", name="a", cpu_fraction=0.25, period_us=16000, layout=lay),
+        make_enforcer("corunner", name="b", cpu_fraction=0.25, period_us=16000, layout=None),
+        FakeEnforcer(0.25),
+    ):
+        assert isinstance(enf, Enforcer)
+        assert _round_trip(enf).describe() == enf.describe()
+
+
+def _round_trip(enf: Enforcer) -> Enforcer:
+    return enforcer_from_dict(enf.to_dict())
+
+
+def test_cfs_writes_the_quota_for_the_replicas_cpus(tmp_path):
+    lay = _v1(tmp_path)
+    enf = make_enforcer("cfs", name="r0", cpu_fraction=0.25, period_us=16000, layout=lay)
+    enf.start((1,))
+    group = tmp_path / "cpu" / "shrink" / "r0"
+    assert (group / "cpu.cfs_quota_us").read_text() == "4000"
+    assert (group / "cpu.cfs_period_us").read_text() == "16000"
+    assert (tmp_path / "cpuset" / "shrink" / "r0" / "cpuset.cpus").read_text() == "1"
+    assert enf.describe() == {
+        "mechanism": "cfs",
+        "cpu_fraction": 0.25,
+        "quota_us": 4000,
+        "period_us": 16000,
+    }
+    back = enforcer_from_dict(enf.to_dict())
+    assert isinstance(back, CfsQuota) and back.cgroup.dirs == enf.cgroup.dirs
+
+
+def test_a_core_share_gets_a_group_without_a_quota(tmp_path):
+    lay = _v1(tmp_path)
+    for mech in ("cfs", "corunner"):
+        enf = make_enforcer(mech, name=mech, cpu_fraction=1.0, period_us=None, layout=lay)
+        enf.start((0, 1))
+        assert isinstance(enf, CfsQuota) and enf.describe()["mechanism"] == "none"
+        assert not (tmp_path / "cpu" / "shrink" / mech).exists()
+
+
+def test_bad_choices_are_refused_with_what_works():
+    with pytest.raises(TopologyError, match=r"enforce == 'deadline', must be one of cfs, corunner"):
+        make_enforcer("deadline", name="x", cpu_fraction=0.25, period_us=16000, layout=None)
+    with pytest.raises(TopologyError, match=r"needs cgroups .* corunner needs only root"):
+        make_enforcer("cfs", name="x", cpu_fraction=0.25, period_us=16000, layout=None)
+    with pytest.raises(TopologyError, match=r"cpu_fraction == 0.02: .* at most 95%"):
+        CoRunner("x", None, cpu_fraction=0.02)
+
+
+def test_corunner_spins_the_rest_of_each_period():
+    c = CoRunner("x", None, cpu_fraction=0.25)
+    assert (c.period_us, c.spin_us) == (1000, 750)
+    c.cpus, c.spinners = (1,), {123: 456}
+    back = CoRunner.from_dict(c.to_dict())
+    assert (back.cpus, back.spinners, back.spin_us) == ((1,), {123: 456}, 750)
+
+
+def test_a_state_file_from_before_the_mechanisms_reads_as_cfs():
+    from shrink.testbed.lifecycle import _enforcer
+    from shrink.testbed.state import ReplicaState
+
+    r = ReplicaState("r0", "127.0.0.1", 1, [1], 1, [1], [], {}, {}, "", "", "")
+    assert _enforcer(r) is None
+    r.cgroup = {"name": "g", "version": 1, "dirs": {"cpu": "/nonexistent/g"}}
+    assert isinstance(_enforcer(r), CfsQuota)
+
+
+@pytest.mark.root
+@pytest.mark.skipif(os.cpu_count() is None or os.cpu_count() < 2, reason="needs CPU 1")
+@pytest.mark.skipif(os.geteuid() != 0, reason="SCHED_FIFO needs root")
+@pytest.mark.parametrize("helper", ["c", "python"])
+def test_corunner_takes_its_part_of_the_cpu_and_stops(helper, monkeypatch):
+    if helper == "c" and build_helper() is None:
+        pytest.skip("no C compiler: only the Python co-runner here")
+    if helper == "python":
+        monkeypatch.setattr("shrink.enforce.corunner.build_helper", lambda: None)
+    c = CoRunner("x", None, cpu_fraction=0.25)
+    c.start((1,))
+    c.add([os.getpid()])
+    try:
+        assert c.helper == helper
+        (pid,) = c.spinners
+        time.sleep(0.3)  # the Python one starts its interpreter first
+        before = process.proc_info(pid)
+        time.sleep(1.0)
+        after = process.proc_info(pid)
+        assert before is not None and after is not None
+        used = (after.utime + after.stime - before.utime - before.stime) / os.sysconf("SC_CLK_TCK")
+        # 0.75 s of every second; a busy host may delay its wake-ups, never add to them
+        assert 0.5 < used < 0.85, used
+        assert os.sched_getscheduler(pid) == os.SCHED_FIFO
+    finally:
+        c.stop()
+    assert not process.is_alive(pid)
+
+
+def _live_docroot(tmp_path: Path) -> Path:
+    require_tool("php-cgi")
+    if shutil.which("lighttpd", path="/usr/sbin:/usr/bin:/usr/local/sbin") is None:
+        pytest.skip("lighttpd is not installed (make setup installs it as root)")
+    d = tmp_path / "doc"
+    (d / "static").mkdir(parents=True)
+    (d / "app").mkdir()
+    (d / "static" / "file1k.bin").write_bytes(bytes(range(256)) * 4)
+    (d / "app" / "page.php").write_text('<?php echo "page";\n')
+    return d
+
+
+@pytest.mark.live
+@pytest.mark.root
+def test_testbed_with_a_corunner_records_it_and_down_stops_it(tmp_path):
+    from shrink.share import Share
+    from shrink.testbed import down, up
+    from shrink.topology import discover
+
+    require_root()
+    m = discover()
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs CPU 1 apart from the test's own")
+    state = tmp_path / "tb.json"
+    st = up(
+        _live_docroot(tmp_path),
+        m,
+        Share.parse("1@25%", m),
+        state_path=state,
+        port=0,
+        enforce="corunner",
+    )
+    rec = st.replicas[0].enforce
+    try:
+        assert st.share["enforce"]["mechanism"] == "corunner"
+        assert rec is not None and rec["spin_us"] == 750
+        (spinner,) = (int(p) for p in rec["spinners"])
+        assert os.sched_getaffinity(spinner) == {1}
+    finally:
+        down(state)
+    assert not process.is_alive(spinner)
+    assert not any(process.is_alive(p) for p in st.replicas[0].pids)
+
+
+@pytest.mark.live
+@pytest.mark.root
+def test_a_refused_enforcer_leaves_no_server_behind(tmp_path, monkeypatch):
+    from shrink.share import Share
+    from shrink.testbed import process as proc
+    from shrink.testbed import up
+    from shrink.topology import discover
+
+    require_root()
+    m = discover()
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs CPU 1 apart from the test's own")
+
+    def refuse(self, watch):
+        raise TopologyError("the co-runner on CPU 1 exited (no SCHED_FIFO)")
+
+    monkeypatch.setattr(CoRunner, "_spawn", refuse)
+    before = {p for p in map(int, filter(str.isdigit, os.listdir("/proc")))}
+    with pytest.raises(TopologyError, match="co-runner"):
+        up(
+            _live_docroot(tmp_path),
+            m,
+            Share.parse("1@25%", m),
+            state_path=tmp_path / "s.json",
+            port=0,
+            enforce="corunner",
+        )
+    born = [p for p in proc.descendants(os.getpid()) if p not in before]
+    assert not [p for p in born if proc.is_alive(p)]
+    assert not (tmp_path / "s.json").exists()
+
+
+def test_cli_refuses_an_unknown_mechanism_in_one_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    (tmp_path / "doc").mkdir()
+    r = CliRunner().invoke(
+        app,
+        [
+            "testbed",
+            "up",
+            "--docroot",
+            str(tmp_path / "doc"),
+            "--state",
+            str(tmp_path / "s.json"),
+            "--share",
+            "1@25%",
+            "--enforce",
+            "deadline",
+        ],
+    )
+    assert r.exit_code == 1
+    assert "enforce == 'deadline', must be one of cfs, corunner" in r.output
+    assert "Traceback" not in r.output

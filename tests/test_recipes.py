@@ -1,0 +1,214 @@
+"""Server recipes without a web server: the protocol, the TOML reader, configs, the fake.
+
+The lifecycle tests here run the fake recipe (a few lines of Python per replica), so
+they need neither lighttpd nor nginx; the built-in stacks are in test_recipes_live.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from shrink.errors import RecipeError, TestbedError
+from shrink.mapping import build_mapping
+from shrink.share import Share
+from shrink.testbed import lifecycle, process
+from shrink.testbed.command import CommandRecipe
+from shrink.testbed.fake_recipe import FakeRecipe
+from shrink.testbed.lighttpd import LighttpdPhpCgi
+from shrink.testbed.nginx import (
+    NginxPhpFpm,
+    cpu_affinity_masks,
+    render_fpm_conf,
+    render_nginx_conf,
+)
+from shrink.testbed.recipe import ReplicaContext, ServerRecipe
+from shrink.testbed.servers import load_recipe
+from shrink.testbed.state import TestbedState
+from shrink.topology import discover
+
+
+def _write(tmp_path: Path, text: str, name: str = "r.toml") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_every_recipe_is_a_server_recipe(tmp_path):
+    f = _write(tmp_path, 'commands = [["python3", "-m", "http.server", "{port}"]]\n')
+    for r in (LighttpdPhpCgi(), NginxPhpFpm(), CommandRecipe.read(f), FakeRecipe()):
+        assert isinstance(r, ServerRecipe), r
+    assert isinstance(load_recipe(None), LighttpdPhpCgi)
+    assert isinstance(load_recipe("nginx-php-fpm"), NginxPhpFpm)
+    assert load_recipe(str(f)).name == "r" and load_recipe(str(f)).source == str(f)
+    with pytest.raises(RecipeError, match="recipe apache: no such built-in server; use one of"):
+        load_recipe("apache")
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "what"),
+    [
+        ('commands = [["x"]]\nname = \n', None, "not TOML: .*line 2"),
+        ('commands = [["x"]]\ncolour = 1\n', "colour", r"unknown key\(s\) \['colour'\]"),
+        ('name = "x"\n', "commands", "missing or empty"),
+        ('commands = ["python3 -m http.server"]\n', r"commands\[0\]", "list of strings"),
+        ('commands = [["srv", "{prot}"]]\n', r"commands\[0\]", r"unknown placeholder \{prot\}"),
+        ('commands = [["srv"]]\nhealth_url = "http://{docroot}/"\n', "health_url", "{docroot}"),
+        ('commands = [["srv"]]\nhealth_url = "ftp://{address}/"\n', "health_url", "http://"),
+        ('commands = [["srv"]]\nstop_signal = "SIGNOPE"\n', "stop_signal", "not a signal"),
+        ('commands = [["srv"]]\nstart_timeout = -1\n', "start_timeout", "seconds > 0"),
+        ('commands = [["srv"]]\nworkers_per_core = 0\n', "workers_per_core", ">= 1"),
+        ('commands = [["srv"]]\nenv = { A = 1 }\n', "env", "table of strings"),
+    ],
+)
+def test_a_bad_recipe_file_names_the_file_and_the_key(tmp_path, text, field, what):
+    f = _write(tmp_path, text)
+    with pytest.raises(RecipeError) as err:
+        CommandRecipe.read(f)
+    msg = str(err.value)
+    assert msg.startswith(f"recipe {f}: ") and "\n" not in msg
+    if field is not None:
+        assert msg.startswith(f"recipe {f}: {field.replace(chr(92), '')}: ")
+    assert re.search(what, msg), msg
+
+
+def test_the_readme_recipe_is_the_example_file_and_reads():
+    root = Path(__file__).resolve().parent.parent
+    block = re.search(r"```toml\n(.*?)```", (root / "README.md").read_text(), flags=re.S)
+    example = root / "examples" / "recipes" / "python-http.toml"
+    assert block is not None and block.group(1) == example.read_text()
+    r = CommandRecipe.read(example)
+    assert r.name == "python-http" and r.stop_signal == 2 and r.env == {"PYTHONUNBUFFERED": "1"}
+    assert r.commands[0][:3] == ["python3", "-m", "http.server"]
+
+
+def test_missing_recipe_file(tmp_path):
+    with pytest.raises(RecipeError, match="no such recipe file"):
+        load_recipe(str(tmp_path / "nope.toml"))
+
+
+def test_templates_fill_every_placeholder_and_keep_literal_braces(tmp_path):
+    f = _write(
+        tmp_path,
+        'commands = [["./bin/srv", "--listen={address}:{port}", "--cpus={cpus}", '
+        '"-w{workers}", "{docroot}", "{run_dir}/x.sock", "{{json}}"]]\n'
+        "workers_per_core = 3\n"
+        'stop_signal = "INT"\n',
+    )
+    r = CommandRecipe.read(f)
+    assert r.stop_signal == 2 and r.commands[0][0] == str(tmp_path / "bin" / "srv")
+    rep = build_mapping("1-replica", discover(), (0, 1), base_port=8123).replicas[0]
+    ctx = ReplicaContext(rep, Path("/d"), Path("/run/r0"), Path("/s"), 2, 5.0, spawn=None)  # type: ignore[arg-type]
+    vals = r.values(ctx)
+    argv = [a.format(**vals) for a in r.commands[0][1:]]
+    want = ["--listen=127.0.0.1:8123", "--cpus=0-1", "-w6", "/d", "/run/r0/x.sock", "{json}"]
+    assert argv == want
+
+
+def test_nginx_config_pins_one_worker_per_core_and_has_its_own_pool(tmp_path):
+    assert cpu_affinity_masks((0, 1)) == "01 10" and cpu_affinity_masks((1,)) == "10"
+    assert cpu_affinity_masks((2, 3)) == "0100 1000"
+    rep = build_mapping("2-replica-direct", discover(), (0, 1), base_port=8123).replicas[1]
+    ctx = ReplicaContext(rep, tmp_path / "doc", tmp_path / "r1", tmp_path, 3, 5.0, spawn=None)  # type: ignore[arg-type]
+    sock = tmp_path / "php-fpm.sock"
+    conf = render_nginx_conf(ctx, sock, tmp_path / "probe", as_root=False)
+    assert "worker_processes 1;" in conf and "worker_cpu_affinity 10;" in conf
+    assert "listen 127.0.0.2:8123" in conf and f"fastcgi_pass unix:{sock};" in conf
+    assert "daemon off;" in conf and "user " not in conf
+    fpm = render_fpm_conf(ctx, sock, 3)
+    assert "[r1]" in fpm and f"listen = {sock}" in fpm
+    assert "pm = static" in fpm and "pm.max_children = 3" in fpm and "pm.max_requests = 0" in fpm
+
+
+@pytest.fixture
+def machine():
+    m = discover()
+    if len(os.sched_getaffinity(0)) < 2 or set(m.all_cpus) - os.sched_getaffinity(0):
+        pytest.skip("needs at least 2 CPUs, all allowed to this process")
+    return m
+
+
+def _running_under(path: Path) -> list[int]:
+    """Live processes whose command line names ``path`` (what a test started there)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and process.is_alive(int(entry)):
+            try:
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if str(path).encode() in cmd:
+                out.append(int(entry))
+    return out
+
+
+def test_the_lifecycle_works_through_the_recipe(tmp_path, machine):
+    (tmp_path / "doc").mkdir()
+    fake = FakeRecipe()
+    state = tmp_path / "s.json"
+    st = lifecycle.up(tmp_path / "doc", machine, Share.all_of(machine), "2-replica-direct",
+                      state_path=state, port=0, server=fake)  # fmt: skip
+    try:
+        assert fake.calls["versions"] == 1 and fake.calls["start"] == 2
+        assert fake.calls["health"] >= 2 and fake.calls["pids"] >= 2
+        assert st.server == {"name": "fake", "source": "fake", "stop_signal": 15}
+        assert st.versions == {"fake": "fake/1.0"}
+        for r in st.replicas:
+            assert r.processes["server"] == r.masters
+            for p in r.pids:
+                assert set(process.allowed_cpus(p)) == set(r.cpus)
+        assert TestbedState.read(state).server["name"] == "fake"
+    finally:
+        stopped = lifecycle.down(state)
+    assert sorted(stopped) == ["r0", "r1"]
+    assert not any(process.is_alive(p) for r in st.replicas for p in r.pids)
+    for r in st.replicas:  # with cgroups (as root), none is left behind
+        assert not any(Path(d).exists() for d in (r.cgroup or {}).get("dirs", {}).values())
+
+
+@pytest.mark.parametrize(
+    ("fail", "what"),
+    [
+        ("exit", r"python3?[\d.]* exited with status 3 during start-up .*fake: cannot start"),
+        ("silent", r"no healthy answer \(http://127\.0\.0\.\d:\d+/: ConnectError.*within 1 s"),
+        ("start", "fake: refused to start"),
+    ],
+)
+def test_a_failed_start_names_the_recipe_and_leaves_nothing(tmp_path, machine, fail, what):
+    (tmp_path / "doc").mkdir()
+    state = tmp_path / "s.json"
+    with pytest.raises(RecipeError) as err:
+        lifecycle.up(tmp_path / "doc", machine, Share.all_of(machine), "2-replica-direct",
+                     state_path=state, port=0, server=FakeRecipe(fail), timeout_s=1.0)  # fmt: skip
+    msg = str(err.value)
+    assert msg.startswith("recipe fake: replica r0 (127.0.0.1:") and "\n" not in msg, msg
+    assert re.search(what, msg), msg
+    assert not state.exists()
+    assert _running_under(tmp_path) == []
+
+
+def test_a_recipe_file_that_cannot_be_read_still_stops(tmp_path, machine):
+    (tmp_path / "doc").mkdir()
+    f = _write(tmp_path, 'commands = [["sleep", "60"]]\nhealth_url = "http://{address}:{port}/"\n')
+    recipe = CommandRecipe.read(f)
+    recipe.health = lambda address, port: None  # type: ignore[method-assign]
+    state = tmp_path / "s.json"
+    st = lifecycle.up(tmp_path / "doc", machine, Share.all_of(machine), state_path=state,
+                      port=0, server=recipe)  # fmt: skip
+    f.unlink()  # the recipe is gone; the state file alone says what to stop
+    (rep,) = lifecycle.status(state)
+    assert "cannot be read" in (rep.problem or "")
+    assert lifecycle.down(state)["r0"] == st.replicas[0].pids
+    assert not process.is_alive(st.replicas[0].master_pid)
+
+
+def test_a_program_that_is_not_installed_is_named_before_anything_starts(tmp_path, machine):
+    (tmp_path / "doc").mkdir()
+    f = _write(tmp_path, 'commands = [["sleep", "60"], ["no-such-server-xyz", "{port}"]]\n')
+    with pytest.raises(TestbedError, match=r"r\.toml: commands\[1\]: program 'no-such-server-xyz'"):
+        lifecycle.up(tmp_path / "doc", machine, Share.all_of(machine),
+                     state_path=tmp_path / "s.json", port=0, server=str(f))  # fmt: skip
+    assert _running_under(tmp_path) == []
