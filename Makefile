@@ -4,7 +4,7 @@ SETUP_STAMP := .setup-done
 
 .PHONY: setup demo test lint bench clean
 
-$(SETUP_STAMP): pyproject.toml scripts/setup.sh
+$(SETUP_STAMP): pyproject.toml scripts/setup.sh native/Cargo.toml native/src/*.rs
 	bash scripts/setup.sh
 	touch $(SETUP_STAMP)
 
@@ -24,4 +24,4 @@ bench: $(SETUP_STAMP)
 	bash bench/run_all.sh
 
 clean:
-	rm -rf $(SETUP_STAMP) demo-out build *.egg-info .pytest_cache
+	rm -rf $(SETUP_STAMP) demo-out build *.egg-info .pytest_cache native/target

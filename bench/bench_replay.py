@@ -7,7 +7,10 @@ the highest rate it keeps on schedule (achieved >= 97% of intended and send-lag
 p99 <= 1 ms) in a scan and again in a confirming run, and its send-lag p99 is
 reported at 50%, 80% and 100% of that capacity.
 
-    python bench/bench_replay.py [--seconds 3] [--no-realtime]
+    python bench/bench_replay.py [--seconds 3] [--no-realtime] [--engine auto|native|python]
+
+``--engine`` picks the replay engine (auto: the native core when built); the
+output names the one that ran.
 
 Other work shares this 2-core machine. By default (as root) the server and both
 generators run SCHED_FIFO (priority 10) so that they, not the neighbours, own
@@ -34,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from shrink.replay import EngineConfig, open_loop_trace, run_engines  # noqa: E402
+from shrink.replay.native import engine_name, select_engine  # noqa: E402
 from shrink.replay.selfcheck import generator_check  # noqa: E402
 
 SERVER_CPU, GEN_CPU = 1, 0
@@ -79,10 +83,15 @@ def run_wrk(port: int, seconds: float, conns: int, prio: list[str]) -> tuple[flo
     return rate, cpu
 
 
+ENGINE = select_engine("auto")
+
+
 def run_engine(port: int, rate: float, seconds: float) -> dict[str, float]:
     tr = open_loop_trace("/static/file1k.bin", rate, seconds)
     cfg = EngineConfig([("127.0.0.1", port)], drain=1.0)
-    log, eng = run_engines(tr, cfg, rate_factor=1.0, horizon=seconds, loop=False, cpus=[GEN_CPU])
+    log, eng = run_engines(
+        tr, cfg, rate_factor=1.0, horizon=seconds, loop=False, cpus=[GEN_CPU], engine=ENGINE
+    )
     warm = min(0.5, seconds / 4)
     g = generator_check(log, (warm, seconds), cpu=eng.cpu_seconds / max(eng.wall, 1e-9))
     ok = log.ok_mask()
@@ -106,8 +115,17 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--no-realtime", action="store_true")
-    p.add_argument("--rates", default="10000,15000,20000,22500,25000,27500,30000,35000")
+    p.add_argument("--rates", default=None, help="rates to scan (default: by engine)")
+    p.add_argument("--engine", default="auto", help="auto | native | python")
     a = p.parse_args()
+    global ENGINE
+    ENGINE = select_engine(a.engine)
+    if a.rates is None:
+        a.rates = (
+            "10000,15000,20000,22500,25000,27500,30000,35000"
+            if engine_name(ENGINE) == "python"
+            else "20000,40000,60000,80000,90000,100000,110000,120000,130000,140000,160000"
+        )
     if not {SERVER_CPU, GEN_CPU} <= os.sched_getaffinity(0):
         sys.exit("needs CPUs 0 and 1")
     realtime = not a.no_realtime and os.geteuid() == 0
@@ -117,7 +135,8 @@ def main() -> None:
     else:
         prio = ["nice", "-n", "-10"]
         os.setpriority(os.PRIO_PROCESS, 0, -10)
-    print(f"scheduling: {'SCHED_FIFO 10' if realtime else 'nice -10'}; server CPU "
+    print(f"engine: {engine_name(ENGINE)}; scheduling: "
+          f"{'SCHED_FIFO 10' if realtime else 'nice -10'}; server CPU "
           f"{SERVER_CPU}, generator CPU {GEN_CPU}; {a.seconds:g} s per run")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         proc, port = start_lighttpd(Path(tmp))
@@ -160,7 +179,8 @@ def main() -> None:
                     f"achieved {r['achieved']:,.0f}/s, cpu {r['cpu']:.2f}"
                 )
             print(
-                f"ratio engine/wrk, requests/s per generator core: {cap / wrk[0]:.3f}  "
+                f"ratio engine/wrk ({engine_name(ENGINE)}), requests/s per generator core: "
+                f"{cap / wrk[0]:.3f}  "
                 f"(per CPU-second: engine {cap / max(cpu_at_cap, 1e-9):,.0f}, "
                 f"wrk {wrk[0] / max(wrk[1], 1e-9):,.0f})"
             )

@@ -50,10 +50,12 @@ from extrapolate.observations import (
 )
 from extrapolate.shrink_scaling import scale_to_full
 from extrapolate.usl import usl_from_curves
+from shrink import files
 from shrink.errors import ExtrapolationError, TraceFormatError
 from shrink.loadcurve import LoadCurve
 from shrink.machine import Machine
 from shrink.mat import mat as mat_of
+from shrink.schemas import CalibrationFile
 
 __all__ = [
     "DEFAULT_FREE",
@@ -391,12 +393,7 @@ def load_calibration(spec: str | Path) -> CrossSocketModel:
     if str(spec) == "published":
         return fit_published()
     path = Path(spec)
-    try:
-        d = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise TraceFormatError("no such calibration file", path=path) from None
-    except json.JSONDecodeError as exc:
-        raise TraceFormatError(f"not JSON: {exc.msg}", path=path, line=exc.lineno) from exc
+    d = files.read_json(path, CalibrationFile, what="calibration")
     return CrossSocketModel.from_dict(d, source=str(path))
 
 

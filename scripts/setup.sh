@@ -46,6 +46,15 @@ fi
 PY=${PYTHON:-python3}
 "$PY" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 "$PY" -m pip install -q -e ".[dev]"
+# The native replay core (Rust, built by maturin from native/): without cargo the
+# Python engine runs instead, and every run's summary says which engine ran.
+if command -v cargo >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/cargo" ]; then
+  PATH="$HOME/.cargo/bin:$PATH" "$PY" -m pip install -q ./native \
+    || echo "setup: the native replay core did not build; the Python engine will run." >&2
+else
+  echo "setup: no cargo (Rust); the native replay core is not built, the Python engine will run." >&2
+  echo "setup: install Rust (https://rustup.rs) and run make setup again to build it." >&2
+fi
 # The co-runner of a CPU-time share (--enforce corunner) is a tiny C program; build it
 # now (into ~/.cache/shrink) so the first run need not. Without a compiler, Python's.
 "$PY" -c 'from shrink.enforce.corunner import build_helper; print("setup: co-runner", build_helper() or "in Python (no C compiler)")'

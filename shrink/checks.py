@@ -20,6 +20,7 @@ __all__ = [
     "check_positive",
     "check_rate",
     "parse_duration",
+    "parse_threshold",
     "parse_thresholds",
 ]
 
@@ -86,21 +87,53 @@ def check_int(value: object, name: str, *, low: int | None = None, high: int | N
     return int(value)
 
 
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(us|µs|ms|s|m|min|h)?\s*$")
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zµ]+)?\s*$")
 _UNIT_SECONDS = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+# A latency threshold is a few microseconds to seconds: minutes and hours are typos.
+THRESHOLD_UNITS = ("us", "ms", "s")
 
 
-def parse_duration(text: str | float | int, name: str = "duration") -> float:
-    """Parse ``"5ms"``, ``"0.5 s"``, ``"2m"`` or a bare number of seconds into seconds (> 0)."""
+def parse_duration(
+    text: str | float | int,
+    name: str = "duration",
+    *,
+    units: tuple[str, ...] | None = None,
+) -> float:
+    """Parse ``"5ms"``, ``"0.5 s"``, ``"2m"`` into seconds (> 0): every command's durations.
+
+    A bare number is seconds, unless ``units`` is given: then the text must name
+    one of them (thresholds: ``--threshold 5`` is refused, since 5 could mean 5 ms
+    as well as 5 s).
+    """
+    allowed = units or tuple(_UNIT_SECONDS)
     if isinstance(text, (int, float)) and not isinstance(text, bool):
+        if units is not None:
+            raise ParameterError(_unit_message(name, text, units))
         return check_scalar(float(text), name, low=0.0, closed="neither")
     m = _DURATION.match(str(text))
-    if not m:
+    unit = None if m is None or m.group(2) is None else m.group(2).replace("µ", "u")
+    if not m or (unit is not None and unit not in allowed):
+        example = "500us, 5ms or 2s" if units else "500us, 5ms, 2s or 1m"
         raise ParameterError(
-            f"{name} == {text!r}, must be a duration such as 500us, 5ms, 2s or 1m."
+            f"{name} == {text!r}, must be a duration such as {example} "
+            f"(units: {', '.join(u for u in allowed if u != 'µs')})."
         )
-    seconds = float(m.group(1)) * _UNIT_SECONDS[m.group(2) or "s"]
+    if unit is None and units is not None:
+        raise ParameterError(_unit_message(name, text, units))
+    seconds = float(m.group(1)) * _UNIT_SECONDS[unit or "s"]
     return check_scalar(seconds, name, low=0.0, closed="neither")
+
+
+def _unit_message(name: str, text: object, units: tuple[str, ...]) -> str:
+    return (
+        f"{name} == {str(text).strip()!r} has no unit; write it with one of "
+        f"{', '.join(units)} (e.g. {str(text).strip()}ms)."
+    )
+
+
+def parse_threshold(text: str | float | int, name: str = "threshold") -> float:
+    """A latency threshold in seconds; the unit is required (us, ms or s)."""
+    return parse_duration(text, name, units=THRESHOLD_UNITS)
 
 
 def parse_thresholds(text: str) -> dict[str, float]:
@@ -114,7 +147,7 @@ def parse_thresholds(text: str) -> dict[str, float]:
             raise ParameterError(
                 f"threshold statistic == {stat!r}, must be one of mean, p50, p90, p99, p999."
             )
-        out[stat] = parse_duration(value, f"threshold {stat}")
+        out[stat] = parse_threshold(value, f"threshold {stat}")
     if not out:
         raise ParameterError(f"thresholds == {text!r}, must name at least one STAT=DURATION.")
     return out

@@ -16,14 +16,16 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from shrink import files
 from shrink.atomic import write_text
 from shrink.errors import MeasurementError, TopologyError, TraceFormatError
+from shrink.schemas import LoadCurveFile
 from shrink.share import Share
 
 __all__ = [
@@ -397,9 +399,12 @@ class LoadCurve:
         for lv in d["levels"]:
             reps = []
             for r in lv["reps"]:
-                r = dict(r)
-                r["overall"] = ClassStats(**_unclean(r["overall"]))
-                r["per_class"] = {k: ClassStats(**_unclean(v)) for k, v in r["per_class"].items()}
+                r = _known(r, _REP_FIELDS)
+                r["overall"] = ClassStats(**_unclean(_known(r["overall"], _CLASS_FIELDS)))
+                r["per_class"] = {
+                    k: ClassStats(**_unclean(_known(v, _CLASS_FIELDS)))
+                    for k, v in r.get("per_class", {}).items()
+                }
                 reps.append(LevelStats(**_unclean(r)))
             levels.append(Level(level=float(lv["level"]), reps=reps))
         try:
@@ -421,13 +426,8 @@ class LoadCurve:
 
     @classmethod
     def read_json(cls, path: str | Path) -> LoadCurve:
-        path = Path(path)
-        try:
-            d = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise TraceFormatError("no such file", path=path) from None
-        except json.JSONDecodeError as exc:
-            raise TraceFormatError(f"not JSON: {exc.msg}", path=path, line=exc.lineno) from exc
+        """Read a curve, checked against its schema (:class:`shrink.schemas.LoadCurveFile`)."""
+        d = files.read_json(path, LoadCurveFile, what="load curve")
         return cls.from_dict(d, source=str(path))
 
     @classmethod
@@ -455,6 +455,15 @@ def _clean(obj: Any) -> Any:
 
 
 _FLOAT_FIELDS = {"throughput", "mean", "p50", "p90", "p99", "p999", "offered"}
+
+
+_REP_FIELDS = frozenset(f.name for f in fields(LevelStats))
+_CLASS_FIELDS = frozenset(f.name for f in fields(ClassStats))
+
+
+def _known(d: dict[str, Any], names: frozenset[str]) -> dict[str, Any]:
+    """The keys this version knows: a newer writer's additions are ignored, not fatal."""
+    return {k: v for k, v in d.items() if k in names}
 
 
 def _unclean(d: dict[str, Any]) -> dict[str, Any]:

@@ -22,12 +22,13 @@ predictions can target it. TOML layout::
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shrink import files
 from shrink.errors import TopologyError, TraceFormatError
+from shrink.schemas import MachineSpec
 
 __all__ = ["Machine"]
 
@@ -62,6 +63,13 @@ class Machine:
         if not self.nic_port_socket:
             ports = tuple(p % self.sockets for p in range(self.nic_ports))
             object.__setattr__(self, "nic_port_socket", ports)
+        elif len(self.nic_port_socket) != self.nic_ports or any(
+            not 0 <= s < self.sockets for s in self.nic_port_socket
+        ):
+            raise TopologyError(
+                f"machine {self.name!r}: nic port_socket must name a socket in "
+                f"0..{self.sockets - 1} for each of the {self.nic_ports} ports"
+            )
 
     @property
     def n_cores(self) -> int:
@@ -129,8 +137,11 @@ class Machine:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], *, source: str | None = None) -> Machine:
+        """A machine from its spec (TOML's or ``to_dict``'s form), checked against
+        :class:`shrink.schemas.MachineSpec` (which bounds sockets, cores and lists)."""
+        d = files.validate(d, MachineSpec, source=source, what="machine spec")
+        nic = d.get("nic", {})
         try:
-            nic = d.get("nic", {})
             return cls(
                 name=str(d.get("name", "unnamed")),
                 sockets=int(d["sockets"]),
@@ -144,20 +155,14 @@ class Machine:
                 nic_port_socket=tuple(int(s) for s in nic.get("port_socket", ())),
                 extra=dict(d.get("extra", {})),
             )
-        except KeyError as exc:
-            raise TraceFormatError(f"machine spec lacks {exc.args[0]!r}", path=source) from None
-        except (TypeError, ValueError) as exc:
-            raise TraceFormatError(f"bad machine spec: {exc}", path=source) from None
+        except TopologyError as exc:
+            if source is None:
+                raise
+            raise TraceFormatError(str(exc), path=source) from None
 
     @classmethod
     def read_toml(cls, path: str | Path) -> Machine:
-        path = Path(path)
-        try:
-            d = tomllib.loads(path.read_text())
-        except FileNotFoundError:
-            raise TraceFormatError("no such machine spec", path=path) from None
-        except tomllib.TOMLDecodeError as exc:
-            raise TraceFormatError(f"not TOML: {exc}", path=path) from None
+        d = files.read_toml(path, MachineSpec, what="machine spec")
         return cls.from_dict(d, source=str(path))
 
 

@@ -18,10 +18,25 @@ where the generator only stalled (a VM's host took its CPU) and whose latency
 is over the threshold even with twice its longest send lag taken off
 (:meth:`shrink.loadcurve.Level.stall_bound`). It is not a MAT and no MAT is
 computed from it; it says where the crossing most likely lies.
+
+A MAT the curve does not bracket is a bound, and is never shown as a point
+value: ``not_reached`` (the statistic stayed under the threshold at every
+level) is a lower bound, written ``>= X`` with X the highest throughput
+measured; ``below_range`` (over the threshold already at the lowest level) is
+an upper bound, written ``< X`` with X the lowest. :func:`mat_text` is that
+one representation, used by every command, report and validation. In JSON
+(``shrink.mat/1``) ``bound`` is ``"lower"``, ``"upper"`` or null; ``mat``
+keeps X for compatibility (a reader must look at ``bound``), ``text`` holds
+the written form and ``ci`` is null for a bound (an interval of a bound means
+nothing). ``shrink mat`` exits with :data:`EXIT_BOUND` when the MAT is a
+bound: the threshold was not crossed within the measured range (as k6 exits
+99 when a threshold fails).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +45,41 @@ import numpy as np
 from shrink.errors import MeasurementError
 from shrink.loadcurve import FAILURE_LIMIT, LoadCurve
 
-__all__ = ["MATResult", "crossing", "mat"]
+__all__ = ["BOUNDS", "EXIT_BOUND", "MATResult", "bound_of", "crossing", "mat", "mat_text"]
+
+# status -> which side of the true MAT the reported value lies on
+BOUNDS = {"not_reached": "lower", "below_range": "upper"}
+# ``shrink mat``'s exit status when its MAT is only a bound (k6 uses 99 for a failed threshold).
+EXIT_BOUND = 99
+
+
+def bound_of(status: str | None) -> str | None:
+    """``"lower"`` (the MAT is at least the value), ``"upper"`` (below it) or None (a point)."""
+    return BOUNDS.get(status or "ok")
+
+
+def mat_text(
+    value: float | None,
+    status: str | None = "ok",
+    ci: Sequence[float | None] | None = None,
+    *,
+    fmt: str = ",.0f",
+) -> str:
+    """The one written form of a MAT: ``>= 608``, ``< 335``, or ``450 [420, 480]``.
+
+    ``ci`` is shown only for a point value (an interval of a bound means nothing).
+    """
+    if value is None or not math.isfinite(value):
+        return "-"
+    bound = bound_of(status)
+    if bound == "lower":
+        return f">= {value:{fmt}}"
+    if bound == "upper":
+        return f"< {value:{fmt}}"
+    text = f"{value:{fmt}}"
+    if ci is not None and len(ci) == 2 and all(c is not None and math.isfinite(c) for c in ci):
+        text += f" [{ci[0]:{fmt}}, {ci[1]:{fmt}}]"
+    return text
 
 
 @dataclass(frozen=True)
@@ -54,11 +103,21 @@ class MATResult:
     # MAT; see the module docstring).
     stalled_ceiling: float | None = None
 
+    @property
+    def bound(self) -> str | None:
+        """``"lower"``, ``"upper"`` or None: see the module docstring."""
+        return bound_of(self.status)
+
+    def text(self, fmt: str = ",.1f") -> str:
+        return mat_text(self.mat, self.status, self.ci, fmt=fmt)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": "shrink.mat/1",
             "mat": self.mat,
-            "ci": list(self.ci),
+            "bound": self.bound,
+            "text": self.text(),
+            "ci": None if self.bound else list(self.ci),
             "stat": self.stat,
             "threshold": self.threshold,
             "status": self.status,

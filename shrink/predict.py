@@ -141,7 +141,10 @@ def _self_checks(curve: LoadCurve, limits: Mapping[str, float]) -> dict[str, Any
     # Over every repetition, kept or not: steal there is what makes one fall behind.
     gen_steal = [r.generator_steal for lv in curve.levels for r in lv.reps]
     gen_steal = [x for x in gen_steal if x is not None]
+    # which replay engine measured the curve (native core or Python; live runs only)
+    engine = (curve.meta.get("target") or {}).get("engine")
     return {
+        **({"generator_engine": engine} if engine else {}),
         "max_other_cpu": max(others) if others else None,
         "max_steal": max(steal) if steal else None,
         "max_generator_steal": max(gen_steal) if gen_steal else None,

@@ -25,8 +25,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from shrink import files
 from shrink.atomic import write_text
 from shrink.errors import TraceFormatError
+from shrink.schemas import PredictionFile
 from shrink.share import Share
 
 __all__ = ["SCHEMA_ID", "MappingPrediction", "Prediction", "StatPrediction", "rank_mappings"]
@@ -70,6 +72,8 @@ class StatPrediction:
         d["threshold"] = self.threshold
         if self.status is not None:
             d["status"] = self.status
+            # "lower" (the MAT is at least mat), "upper" (below it) or None: see shrink.mat
+            d["bound"] = {"not_reached": "lower", "below_range": "upper"}.get(self.status)
             if self.measured:
                 d["stalled_ceiling"] = self.stalled_ceiling
         if self.ci_repetitions is not None:
@@ -249,15 +253,8 @@ class Prediction:
 
     @classmethod
     def read_json(cls, path: str | Path) -> Prediction:
-        path = Path(path)
-        try:
-            d = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise TraceFormatError("no such prediction file", path=path) from None
-        except json.JSONDecodeError as exc:
-            raise TraceFormatError(f"not JSON: {exc.msg}", path=path, line=exc.lineno) from exc
-        if not isinstance(d, dict):
-            raise TraceFormatError("not a shrink prediction (a JSON object)", path=path)
+        """Read a prediction, checked against :class:`shrink.schemas.PredictionFile`."""
+        d = files.read_json(path, PredictionFile, what="prediction")
         return cls.from_dict(d, source=path)
 
 

@@ -38,8 +38,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from shrink import files
 from shrink.atomic import atomic_path
 from shrink.errors import TraceFormatError
+from shrink.schemas import TraceMeta
 
 __all__ = ["FAILURE_CLASSES", "RUNLOG_SCHEMA", "RunLog"]
 
@@ -198,7 +200,9 @@ class RunLog:
             table = pq.read_table(path)
         except FileNotFoundError:
             raise TraceFormatError("no such file", path=path) from None
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise TraceFormatError(f"not a readable Parquet run log ({exc})", path=path) from exc
+        except (pa.ArrowException, OSError, ValueError, TypeError, IndexError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            raise TraceFormatError(f"not a readable Parquet run log ({first})", path=path) from None
         raw = (table.schema.metadata or {}).get(META_KEY)
-        return cls(table.replace_schema_metadata(None), json.loads(raw) if raw else {})
+        meta = files.parse_json(raw, TraceMeta, source=path, what="run log metadata") if raw else {}
+        return cls(table.replace_schema_metadata(None), meta)

@@ -28,13 +28,15 @@ span of its arrivals plus one mean gap, as ``shrink trace info`` reports it: see
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from shrink.checks import check_positive, check_rate
-from shrink.errors import ParameterError
+from shrink.errors import ParameterError, TraceFormatError
 from shrink.trace import Trace
+from shrink.wire import wire_method, wire_target
 
 __all__ = [
     "Schedule",
@@ -184,13 +186,29 @@ def _request_keys(trace: Trace) -> tuple[list[tuple[str, str, str]], np.ndarray]
     bodies = trace.column("body") if trace.has("body") else None
     index: dict[tuple[str, str, str], int] = {}
     codes = np.empty(len(trace), np.int64)
+    raw: dict[tuple[str, str, str], int] = {}
     for i in range(len(trace)):
         k = (methods[i], paths[i], "" if bodies is None else (bodies[i] or ""))
-        c = index.get(k)
+        c = raw.get(k)
         if c is None:
-            c = index[k] = len(index)
+            # Checked once per distinct request, before anything is sent.
+            sent = (_on_wire(trace, i, wire_method, k[0]), _on_wire(trace, i, wire_target, k[1]))
+            c = raw[k] = index.setdefault((*sent, k[2]), len(index))
         codes[i] = c
     return list(index), codes
+
+
+def _on_wire(trace: Trace, row: int, check: Callable[[str], str], value: str) -> str:
+    """``check(value)``; its ValueError becomes a TraceFormatError naming the trace row."""
+    try:
+        return check(value)
+    except ValueError as exc:
+        source = trace.meta.get("source")
+        origin = f", read from {source}" if isinstance(source, str) else ""
+        session = trace.table.column("session")[row].as_py()
+        raise TraceFormatError(
+            f"trace row {row} (session {session}{origin}): {value[:60]!r} cannot be sent: {exc}"
+        ) from None
 
 
 def trace_extent(trace: Trace, mode: str = "auto") -> tuple[float, float, int]:

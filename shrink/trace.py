@@ -44,8 +44,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from shrink import files
 from shrink._version import __version__
 from shrink.errors import TraceFormatError
+from shrink.schemas import TraceMeta
 
 __all__ = [
     "COLUMNS",
@@ -308,18 +310,22 @@ class Trace:
     @classmethod
     def read_parquet(cls, path: str | Path) -> Trace:
         path = Path(path)
-        try:
-            table = pq.read_table(path)
-        except FileNotFoundError:
-            raise TraceFormatError("no such file", path=path) from None
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise TraceFormatError(f"not a readable Parquet trace ({exc})", path=path) from exc
+        table = _read_table(path, "trace")
         raw = (table.schema.metadata or {}).get(META_KEY)
-        meta: dict[str, Any] = json.loads(raw) if raw else {}
+        meta: dict[str, Any] = (
+            files.parse_json(raw, TraceMeta, source=path, what="trace's metadata") if raw else {}
+        )
         missing = [c for c in COLUMNS if c not in table.column_names]
         if missing:
             raise TraceFormatError(f"Parquet file lacks trace columns {missing}", path=path)
-        return cls(table.replace_schema_metadata(None), meta)
+        try:
+            trace = cls(table.replace_schema_metadata(None), meta)
+        except (pa.ArrowException, ValueError, TypeError) as exc:
+            raise TraceFormatError(
+                f"a column has the wrong type: {_first_line(exc)}", path=path
+            ) from None
+        _check_columns(trace._table, path)
+        return trace
 
     def write_jsonl(self, path: str | Path) -> Path:
         """JSON Lines, one request per line (NaN rt written as null)."""
@@ -364,6 +370,48 @@ class Trace:
             unknown_bytes=int(n - known.size),
             meta=dict(self.meta),
         )
+
+
+def _read_table(path: Path, what: str) -> pa.Table:
+    """A Parquet file as a table; anything pyarrow cannot read is one line naming the file."""
+    if path.is_dir():
+        raise TraceFormatError(f"is a directory, not a Parquet {what}", path=path)
+    try:
+        table = pq.read_table(path)
+        # Parquet does not promise valid UTF-8 in string columns; a bad byte would
+        # otherwise surface as a UnicodeDecodeError wherever a column is first read.
+        table.validate(full=True)
+        return table
+    except FileNotFoundError:
+        raise TraceFormatError("no such file", path=path) from None
+    except (pa.ArrowException, OSError, ValueError, TypeError, IndexError, MemoryError) as exc:
+        # pyarrow's messages are long and multi-line: the first line says what broke.
+        raise TraceFormatError(
+            f"not a readable Parquet {what} ({_first_line(exc)})", path=path
+        ) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:300] if lines else type(exc).__name__
+
+
+def _check_columns(table: pa.Table, path: Path) -> None:
+    """Values later stages rely on: no nulls, finite non-negative times (names the row)."""
+    for name in table.column_names:
+        col = table.column(name)
+        if col.null_count and name in COLUMNS:
+            row = int(pc.index(pc.is_null(col), True).as_py())
+            raise TraceFormatError(f"row {row}: column {name!r} is null", path=path)
+    for name in ("t", "think"):
+        values = table.column(name).to_numpy()
+        bad = ~np.isfinite(values) | (values < 0)
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            value = float(values[row])
+            raise TraceFormatError(
+                f"row {row}: {name} == {value!r}, must be a finite number >= 0", path=path
+            )
 
 
 def _as_list_or_np(values: Iterable[Any]) -> Any:

@@ -214,9 +214,11 @@ def validate(
             "predicted": p.mat,
             "predicted_ci": list(p.ci),
             "predicted_status": p.status,
+            "predicted_bound": p.bound,
             "measured": m.mat,
             "measured_ci": list(m.ci),
             "measured_status": m.status,
+            "measured_bound": m.bound,
             "error": (p.mat - m.mat) / m.mat if m.mat else float("nan"),
         }
         # Did the prediction's interval cover the measured MAT? Only where both MATs are

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -120,7 +121,8 @@ def test_stat_p99_9_is_p999(sim_curve):
     assert stat_name("p99.9") == "p999" and stat_name("P999") == "p999"
     a = RUN(app, ["mat", str(sim_curve), "--stat", "p99.9", "--threshold", "2ms", "--json"])
     b = RUN(app, ["mat", str(sim_curve), "--stat", "p999", "--threshold", "2ms", "--json"])
-    assert a.exit_code == 0, a.output
+    # 99: the threshold is not crossed within the curve, the MAT only a bound (shrink mat)
+    assert a.exit_code in (0, 99) and a.exit_code == b.exit_code, a.output
     assert json.loads(a.stdout) == json.loads(b.stdout)
     bad = RUN(app, ["mat", str(sim_curve), "--stat", "p99.5", "--threshold", "2ms"])
     assert bad.exit_code == 1 and "p99.9" in bad.output
@@ -167,8 +169,10 @@ def test_testbed_status_after_down_says_down(tmp_path):
     from shrink.testbed.state import ReplicaState, TestbedState
 
     pid = _dead_pid()
-    rep = ReplicaState("replica-0", "127.0.0.1", 1, [0], pid, [pid], [], {pid: 1}, {},
-                       "", "", str(tmp_path))  # fmt: skip
+    rep = ReplicaState(
+        "replica-0", "127.0.0.1", 1, [0], masters=[pid], processes={"lighttpd": [pid]},
+        starttimes={pid: 1}, pinned={}, config="", errorlog="", run_dir=str(tmp_path),
+    )  # fmt: skip
     state = tmp_path / "tb.json"
     TestbedState([rep], {"kind": "cores"}, {"name": "1-replica"}, {}, "", {}, "now").write(state)
     r = RUN(app, ["testbed", "status", "--state", str(state)])
@@ -185,7 +189,7 @@ def test_the_non_root_hint_names_options_that_exist(tmp_path, monkeypatch):
     from shrink.share import Share
     from shrink.testbed import lifecycle
 
-    if lifecycle.shutil.which("lighttpd", path="/usr/sbin:/usr/bin") is None:
+    if shutil.which("lighttpd", path="/usr/sbin:/usr/bin") is None:
         pytest.skip("lighttpd is not installed")
     (tmp_path / "doc").mkdir()
     monkeypatch.setattr(lifecycle, "can_write_cgroups", lambda layout: False)

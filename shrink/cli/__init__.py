@@ -1,6 +1,7 @@
 """The ``shrink`` command line: parses arguments and calls the library, nothing more.
 
 Each command group lives in its own module with a ``register(app)`` function.
+Exit statuses are listed in :mod:`shrink.cli._common`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from shrink.cli import (
     testbed_cmd,
     trace_cmd,
 )
+from shrink.cli._common import guard_all
 from shrink.cli._style import tidy
 
 app = typer.Typer(
@@ -60,6 +62,8 @@ for _module in (
 ):
     _module.register(app)
 tidy(app)
+# Every command: a ShrinkError (or a refused file) is one line and exit 1, never a traceback.
+guard_all(app)
 
 
 def main() -> None:

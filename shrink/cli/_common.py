@@ -1,19 +1,52 @@
-"""Helpers shared by the CLI modules: error reporting and JSON output."""
+"""Helpers shared by the CLI modules: error reporting, output checks and JSON output.
+
+Exit status of every command:
+
+====  =================================================================
+0     done
+1     an error of shrink's (bad input, bad parameter, testbed, replay ...),
+      or the system refused a file (no space, permission): one line on stderr
+2     a usage error (unknown option, missing argument), from click
+70    a bug in shrink: one line, and ``SHRINK_TRACEBACK=1`` shows the traceback
+99    ``shrink mat``: the threshold was not crossed within the measured range,
+      so the MAT printed is only a bound (">= X" or "< X"; k6 uses 99 too)
+130   interrupted (Ctrl-C)
+====  =================================================================
+"""
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
+import click
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from shrink.errors import ShrinkError
+from shrink.files import check_output
 
 console = Console(stderr=True)
+
+EXIT_ERROR = 1
+EXIT_BUG = 70
+EXIT_INTERRUPTED = 130
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _error_line(text: str) -> None:
+    # One line: a message with a newline (a subprocess's stderr) is folded.
+    # Escaped: a path or field name like "x[/y]" is text, not a rich markup tag.
+    line = escape(" ".join(str(text).split()))
+    console.print(f"[bold red]error:[/] {line}", highlight=False, soft_wrap=True)
 
 
 @contextmanager
@@ -21,19 +54,60 @@ def cli_errors() -> Iterator[None]:
     """Turn shrink's errors into one clear line on stderr and exit code 1."""
     try:
         yield
+    except (typer.Exit, click.exceptions.Exit, click.ClickException, click.Abort):
+        raise
     except ShrinkError as exc:
-        console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        raise typer.Exit(code=1) from None
+        _error_line(str(exc))
+        raise typer.Exit(code=EXIT_ERROR) from None
+    except OSError as exc:
+        # The system refused a file (full disk, permission, read-only file system).
+        where = f"{exc.filename}: " if exc.filename else ""
+        _error_line(f"{where}{exc.strerror or exc}")
+        raise typer.Exit(code=EXIT_ERROR) from None
     except KeyboardInterrupt as exc:
         # Say only what exists: a command that kept files lists them on the exception.
-        kept = [str(k) for k in getattr(exc, "kept", [])]
+        kept = [escape(str(k)) for k in getattr(exc, "kept", [])]
         console.print(
             "[yellow]interrupted[/]: "
             + (f"kept {', '.join(kept)}" if kept else "nothing measured was written"),
             highlight=False,
             soft_wrap=True,
         )
-        raise typer.Exit(code=130) from None
+        raise typer.Exit(code=EXIT_INTERRUPTED) from None
+    except Exception as exc:
+        if os.environ.get("SHRINK_TRACEBACK"):
+            raise
+        _error_line(
+            f"internal error ({type(exc).__name__}: {exc}); this is a bug in shrink: "
+            "rerun with SHRINK_TRACEBACK=1 to see where"
+        )
+        raise typer.Exit(code=EXIT_BUG) from None
+
+
+def guarded(func: F) -> F:
+    """``func`` (a command) run inside :func:`cli_errors`: no traceback reaches a user."""
+
+    @functools.wraps(func)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with cli_errors():
+            return func(*args, **kwargs)
+
+    return run  # type: ignore[return-value]
+
+
+def guard_all(app: typer.Typer) -> None:
+    """Wrap every command of ``app`` and of its sub-apps in :func:`cli_errors`."""
+    for cmd in app.registered_commands:
+        if cmd.callback is not None and not getattr(cmd.callback, "__wrapped__", None):
+            cmd.callback = guarded(cmd.callback)
+    for group in app.registered_groups:
+        if group.typer_instance is not None:
+            guard_all(group.typer_instance)
+
+
+def output_path(path: Path | None, *, kind: str = "file", what: str = "output") -> Path | None:
+    """Check an output path before any measuring (see :func:`shrink.files.check_output`)."""
+    return None if path is None else check_output(path, kind=kind, what=what)
 
 
 def echo_json(obj: Any) -> None:

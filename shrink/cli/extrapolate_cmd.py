@@ -7,14 +7,15 @@ from typing import Annotated, Any
 
 import typer
 
-from shrink.cli._common import cli_errors, echo_json, fmt_number, stat_thresholds
+from shrink.cli._common import cli_errors, echo_json, fmt_number, output_path, stat_thresholds
 
 _CAL_HELP = "'published' (fit the papers' figures) or a calibration JSON from 'shrink calibrate'."
 
 
 def _fmt_ci(stat: dict[str, Any]) -> str:
-    lo, hi = stat["ci"]
-    return f"{stat['mat']:>10,.0f} [{lo:,.0f}, {hi:,.0f}]"
+    from shrink.mat import mat_text
+
+    return f"{mat_text(stat.get('mat'), stat.get('status'), stat.get('ci')):>10}"
 
 
 def _print_prediction(d: dict[str, Any], title: str) -> None:
@@ -89,6 +90,7 @@ def calibrate(
     from shrink.machine import Machine
 
     with cli_errors():
+        output_path(output)
         if curves:
             loaded = [LoadCurve.read_json(p) for p in curves]
             m = Machine.read_toml(machine) if machine else None
@@ -129,6 +131,7 @@ def whatif(
     from shrink.machine import Machine
 
     with cli_errors():
+        output_path(output)
         mach = Machine.read_toml(machine)
         model = load_calibration(calibration)
         preds = {}
@@ -174,6 +177,7 @@ def extrapolate(
     from shrink.machine import Machine
 
     with cli_errors():
+        output_path(output)
         lc = LoadCurve.read_json(curve)
         mach = Machine.read_toml(machine)
         model = load_calibration(calibration)

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from shrink.cli._common import cli_errors, console, echo_json, plural
+from shrink.cli._common import cli_errors, console, echo_json, output_path, plural
 
 _SHOWN_SKIPS = 20
 
@@ -70,6 +70,7 @@ def ingest(
     if session_rate is not None:
         opts["session_rate"] = session_rate
     with cli_errors():
+        output_path(out)
         fmt = detect_format(input) if format is ReadFormat.auto else format.value
         trace = read_trace(input, format=fmt, strict=strict, **opts)
         trace.write_parquet(out)
@@ -138,6 +139,7 @@ def export(
         {"think_default": think_default} if format is WriteFormat.wsesslog else {}
     )
     with cli_errors():
+        output_path(out)
         tr = Trace.read_parquet(trace)
         write_trace(tr, out, format.value, **opts)
     typer.echo(

@@ -15,6 +15,7 @@ from shrink.cli._common import (
     cli_errors,
     console,
     echo_json,
+    output_path,
     parse_duration_option,
     stat_label,
     stat_thresholds,
@@ -162,6 +163,7 @@ def predict(
     from shrink.topology import parse_cpulist
 
     with cli_errors():
+        output_path(out, kind="dir")
         th = parse_thresholds(stat_thresholds(thresholds))
         names = (
             BUILTIN_MAPPINGS
@@ -223,6 +225,8 @@ def _print_summary(pred: Prediction, out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from shrink.mat import mat_text
+
     thresholds = pred.thresholds or {}
     t = Table(title=f"Predicted MAT ({pred.target_description})")
     t.add_column("mapping")
@@ -231,13 +235,11 @@ def _print_summary(pred: Prediction, out: Path) -> None:
     for name, m in pred.mappings.items():
         cells = []
         for stat in thresholds:
-            r = m.stats[stat]
-            if r.status == "not_reached":  # the threshold was never crossed: a bound
-                cells.append(f">= {r.mat:,.0f} (not reached)")
-            elif r.status == "below_range":
-                cells.append(f"<= {r.mat:,.0f} (over at the lowest load)")
-            else:
-                cells.append(f"{r.mat:,.0f} [{r.ci[0]:,.0f}, {r.ci[1]:,.0f}]")
+            r = m.stats.get(stat)
+            hint = {"not_reached": " (not reached)", "below_range": " (over at the lowest load)"}
+            cells.append(
+                "-" if r is None else mat_text(r.mat, r.status, r.ci) + hint.get(r.status or "", "")
+            )
         t.add_row(("* " if name == pred.recommended else "  ") + name, *cells)
     Console().print(t)
     Console().print(f"recommended: [bold]{pred.recommended}[/] - {pred.reason}")
@@ -280,6 +282,7 @@ def validate(
     from shrink.pipeline import run_validate
 
     with cli_errors():
+        output_path(out, kind="dir")
         if full_run == "run":
             with _progress("full-scale run") as progress:
                 v = run_validate(
@@ -297,10 +300,14 @@ def validate(
     if as_json:
         echo_json(d)
         return
+    from shrink.mat import mat_text
+
     for stat, m in d["mats"].items():
+        conclusive = d["conclusive"].get(stat)
         typer.echo(
-            f"{stat_label(stat)}: predicted {m['predicted']:,.0f} req/s, "
-            f"measured {m['measured']:,.0f} req/s, error {100 * m['error']:+.1f}%"
+            f"{stat_label(stat)}: predicted {mat_text(m['predicted'], m.get('predicted_status'))} "
+            f"req/s, measured {mat_text(m['measured'], m.get('measured_status'))} req/s, "
+            f"error {100 * m['error']:+.1f}%" + ("" if conclusive else " (a MAT is only a bound)")
         )
     typer.echo(f"wrote {json.dumps(str((out or prediction.parent) / 'validation.json'))}")
 

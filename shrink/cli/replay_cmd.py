@@ -5,17 +5,29 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 import typer
 
-from shrink.checks import check_positive, parse_duration
+from shrink.checks import check_positive, parse_duration, parse_threshold
 from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
-from shrink.cli._common import STATS, cli_errors, console, echo_json, stat_label, stat_name
+from shrink.cli._common import (
+    STATS,
+    cli_errors,
+    console,
+    echo_json,
+    output_path,
+    stat_label,
+    stat_name,
+)
 from shrink.errors import ParameterError
+from shrink.mat import EXIT_BOUND, MATResult, mat_text
 from shrink.replay.cluster import ClusterSpec
 from shrink.topology import parse_cpulist
+
+if TYPE_CHECKING:
+    from shrink.loadcurve import LoadCurve
 
 _Targets = Annotated[
     list[str],
@@ -69,6 +81,13 @@ _Realtime = Annotated[
         "other work). 0: normal scheduling.",
     ),
 ]
+_EngineOpt = Annotated[
+    str,
+    typer.Option(
+        "--engine",
+        help="Replay engine: auto (the native core when built, else Python) | native | python.",
+    ),
+]
 
 
 def _cpus(text: str | None) -> list[int] | None:
@@ -92,6 +111,7 @@ def _target(
     realtime: int = 0,
     conn_per_request: bool = False,
     processes: int | None = None,
+    engine: str = "auto",
     cluster: ClusterSpec | None = None,
 ) -> Any:
     from shrink.replay.live import LiveTarget
@@ -115,6 +135,7 @@ def _target(
         runlog_dir=runlog_dir,
         realtime=realtime,
         processes=processes,
+        engine=engine,
         cluster=cluster,
     )
 
@@ -154,6 +175,7 @@ def replay(
     realtime: _Realtime = 0,
     conn_per_request: _NewConn = False,
     processes: _Procs = None,
+    engine: _EngineOpt = "auto",
     cluster: ClusterOpt = None,
     generators: GeneratorsOpt = None,
     as_json: _Json = False,
@@ -167,6 +189,7 @@ def replay(
     from shrink.trace import Trace
 
     with cli_errors():
+        output_path(output)
         if rate is not None:
             seconds = parse_duration(duration or "10s")
             tr = open_loop_trace(path, rate, seconds, arrival=arrival, seed=seed)
@@ -198,6 +221,7 @@ def replay(
             realtime=realtime,
             conn_per_request=conn_per_request,
             processes=processes,
+            engine=engine,
             cluster=cluster_spec(cluster, generators),
         )
         _warn_docroot(tgt, tr, trace)
@@ -220,6 +244,7 @@ def _summary(res: Any, output: Path) -> dict[str, Any]:
     return {
         "schema": "shrink.replay-summary/1",
         "runlog": str(output),
+        "engine": (res.describe or {}).get("engine", {}).get("engine"),
         "requests": len(res.runlog),
         "window": list(res.window),
         "intended_rate": g.intended_rate,
@@ -268,7 +293,7 @@ def _limit_text() -> str:
 def _print_summary(s: dict[str, Any]) -> None:
     lat = s["latency"]
     typer.echo(
-        f"{s['requests']:,} requests -> {s['runlog']}\n"
+        f"{s['requests']:,} requests -> {s['runlog']} (engine: {s['engine']})\n"
         f"rate: intended {s['intended_rate']:,.1f}/s, achieved {s['achieved_rate']:,.1f}/s, "
         f"completed {s['throughput']:,.1f}/s, errors {s['errors']}{_failure_text(s)}\n"
         f"latency: mean {_ms(lat['mean'])}  p50 {_ms(lat['p50'])}  p99 {_ms(lat['p99'])}  "
@@ -396,6 +421,7 @@ def sweep_cmd(
     realtime: _Realtime = 0,
     conn_per_request: _NewConn = False,
     processes: _Procs = None,
+    engine: _EngineOpt = "auto",
     cluster: ClusterOpt = None,
     generators: GeneratorsOpt = None,
     metrics_port: Annotated[
@@ -423,6 +449,8 @@ def sweep_cmd(
     from shrink.trace import Trace
 
     with cli_errors():
+        output_path(output)
+        output_path(runlogs, kind="dir", what="--runlogs")
         tr = Trace.read_parquet(trace)
         tgt = _target(
             target,
@@ -438,6 +466,7 @@ def sweep_cmd(
             realtime=realtime,
             conn_per_request=conn_per_request,
             processes=processes,
+            engine=engine,
             cluster=cluster_spec(cluster, generators),
         )
         lv = _levels(levels)
@@ -463,14 +492,20 @@ def sweep_cmd(
             _keep_partial_sweep(stop, output, runlogs)
             raise
         curve.meta["summary"] = _curve_summary(curve)
-        curve.meta["generator"] = {
-            "routing": routing,
-            "conns_per_session": conns,
-            "lag_limit": parse_duration(lag_limit, "lag limit"),
-        }
+        curve.meta["generator"] = _generator_meta(routing, conns, lag_limit, tgt)
         curve.write_json(output)
         exports = write_sweep_exports(output, level_samples(curve, tr, recorder.runs))
     _print_sweep(curve, knob, output, exports, as_json)
+
+
+def _generator_meta(routing: str, conns: int, lag_limit: str, tgt: Any) -> dict[str, Any]:
+    """How the sweep's load generator was set up, and which replay engine ran."""
+    return {
+        "routing": routing,
+        "conns_per_session": conns,
+        "lag_limit": parse_duration(lag_limit, "lag limit"),
+        "engine": tgt.describe()["engine"],
+    }
 
 
 def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_json: bool) -> None:
@@ -488,8 +523,10 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
         }
         for x in curve.levels
     ]
+    engine_ran = curve.meta["generator"]["engine"]
     if as_json:
-        echo_json({"curve": str(output), "levels": rows, "exports": [str(p) for p in exports]})
+        exported = [str(p) for p in exports]
+        echo_json({"curve": str(output), "engine": engine_ran, "levels": rows, "exports": exported})
         return
     for r in rows:
         flag = "  GENERATOR BEHIND (excluded)" if r["generator_behind"] else ""
@@ -502,7 +539,7 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
             f"{knob} {r['level']:g}: {r['throughput']:,.1f} req/s  mean {_ms(r['mean'])}  "
             f"p99.9 {_ms(r['p999'])}  util {util}{flag}"
         )
-    typer.echo(f"curve: {output}")
+    typer.echo(f"curve: {output} (engine: {engine_ran})")
     typer.echo(f"also: {', '.join(str(p) for p in _export_summary(exports))}")
 
 
@@ -560,16 +597,23 @@ def mat_cmd(
     generator_cpus: _GenCpus = None,
     allow_overlap: _Overlap = False,
     lag_limit: _LagLimit = "1ms",
+    engine: _EngineOpt = "auto",
     as_json: _Json = False,
 ) -> None:
-    """Maximum achievable throughput: where the statistic crosses the threshold, with a CI."""
+    """Maximum achievable throughput: where the statistic crosses the threshold, with a CI.
+
+    When the threshold is not crossed within the measured range the MAT is only a
+    bound, printed ">= X" (never reached) or "< X" (over at the lowest level), and
+    the command exits with status 99 (as k6 does when a threshold fails).
+    """
     from shrink.loadcurve import LoadCurve
     from shrink.mat import mat
     from shrink.replay.adaptive import refine
 
     with cli_errors():
+        output_path(output)
+        thr = parse_threshold(threshold, "threshold")
         lc = LoadCurve.read_json(curve)
-        thr = parse_duration(threshold, "threshold")
         stat = stat_name(stat)
         if stat not in STATS:
             raise ParameterError(
@@ -591,6 +635,7 @@ def mat_cmd(
                 allow_remote=False,
                 lag_limit=lag_limit,
                 mode="auto",
+                engine=engine,
             )
             tr = Trace.read_parquet(trace)
             lc, added = _progress_sweep(
@@ -612,11 +657,31 @@ def mat_cmd(
     d["added_levels"] = added
     if as_json:
         echo_json(d)
-        return
+    else:
+        _print_mat(res, stat, thr, added, lc)
+    if res.bound is not None:
+        # The threshold was not crossed inside the measured range: not a MAT, a bound.
+        raise typer.Exit(code=EXIT_BOUND)
+
+
+def _print_mat(
+    res: MATResult, stat: str, thr: float, added: list[float], lc: LoadCurve
+) -> None:
+    ci = "" if res.bound else f"  CI [{res.ci[0]:,.1f}, {res.ci[1]:,.1f}]"
     typer.echo(
-        f"MAT ({stat_label(stat)} <= {_ms(thr)}): {res.mat:,.1f} req/s  "
-        f"CI [{res.ci[0]:,.1f}, {res.ci[1]:,.1f}]  ({res.status})"
+        f"MAT ({stat_label(stat)} <= {_ms(thr)}): "
+        f"{mat_text(res.mat, res.status, fmt=',.1f')} req/s{ci}  ({res.status})"
     )
+    if res.bound == "lower":
+        typer.echo(
+            "the statistic stayed under the threshold at every level measured: the MAT is at "
+            "least the highest throughput measured (measure higher levels for the MAT itself)"
+        )
+    elif res.bound == "upper":
+        typer.echo(
+            "the statistic was over the threshold already at the lowest level: the MAT lies "
+            "below the lowest throughput measured (measure lower levels for the MAT itself)"
+        )
     if res.stalled_ceiling is not None:
         typer.echo(
             f"hint: under {res.stalled_ceiling:,.1f} req/s, where the generator only stalled "

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from shrink.cli._common import cli_errors, console, echo_json, plural
+from shrink.cli._common import cli_errors, console, echo_json, output_path, plural
 from shrink.trace import Trace
 
 
@@ -58,6 +58,7 @@ def sample(
     from samplers import SamplerWarning
 
     with cli_errors(), warnings.catch_warnings(record=True) as caught:
+        output_path(out)
         warnings.simplefilter("always", SamplerWarning)
         parent = Trace.read_parquet(trace)
         why = samplers.check_consistency(
@@ -119,6 +120,7 @@ def split(
     import samplers
 
     with cli_errors():
+        output_path(out, kind="dir")
         pieces = samplers.split(Trace.read_parquet(trace), parts, seed=seed)
         files = [
             piece.write_parquet(out / f"part-{i:03d}.parquet") for i, piece in enumerate(pieces)

@@ -11,11 +11,13 @@ from shrink.cli._common import (
     cli_errors,
     console,
     echo_json,
+    output_path,
     parse_duration_option,
     plural,
     stat_thresholds,
 )
 from shrink.errors import ParameterError
+from shrink.mat import mat_text
 
 sim_app = typer.Typer(
     help="Simulate a multi-socket web server (sockets, RSS queues, workers, PHP, L3).",
@@ -136,7 +138,7 @@ def scaling_cmd(
             typer.echo(f"{stat} (threshold {res['thresholds'][stat] * 1e3:g} ms):")
             for n, r in per.items():
                 typer.echo(
-                    f"  {n:>2} cores  MAT {r['mat']:>10,.0f} req/s  "
+                    f"  {n:>2} cores  MAT {mat_text(r['mat'], r['status']):>10} req/s  "
                     f"scaling {res['scaling'][stat][n]:.2f}  ({r['status']})"
                 )
 
@@ -170,9 +172,10 @@ def mappings_cmd(
             echo_json(res)
             return
         for name, r in res["mappings"].items():
+            mean, p999 = r["mean"], r["p999"]
             typer.echo(
-                f"{name:<20} mean MAT {r['mean']['mat']:>10,.0f}  ({r['mean_change']:+.1%})"
-                f"   p99.9 MAT {r['p999']['mat']:>10,.0f}"
+                f"{name:<20} mean MAT {mat_text(mean['mat'], mean['status']):>10}  "
+                f"({r['mean_change']:+.1%})   p99.9 MAT {mat_text(p999['mat'], p999['status']):>10}"
             )
 
 
@@ -195,6 +198,7 @@ def run_cmd(
 ) -> None:
     """Simulate one run of TRACE and write its RunLog (same columns as the live engine)."""
     with cli_errors():
+        output_path(output)
         from shrink.measure import level_stats
         from shrink.sim.target import SimTarget
         from shrink.trace import Trace
@@ -248,6 +252,7 @@ def sweep_cmd(
 ) -> None:
     """Sweep TRACE over load levels on the simulator and write the LoadCurve."""
     with cli_errors():
+        output_path(output)
         from shrink.export import RecordingTarget, level_samples, write_sweep_exports
         from shrink.measure import sweep
         from shrink.sim.target import SimTarget

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from shrink.checks import parse_duration
-from shrink.cli._common import cli_errors, echo_json, plural
+from shrink.cli._common import cli_errors, echo_json, output_path, plural
 
 synth_app = typer.Typer(help="Synthetic workloads (Support-like sessions, 1 KB tcp).",
                         no_args_is_help=True)  # fmt: skip
@@ -92,6 +92,8 @@ def support(
     from shrink.synth import SupportParams, build_site, support_docroot, synth_support
 
     with cli_errors():
+        output_path(output)
+        output_path(docroot, kind="dir", what="--docroot")
         seconds = parse_duration(duration)
         params = SupportParams(
             dynamic_fraction=dynamic_fraction,
@@ -133,6 +135,8 @@ def tcp(
     from shrink.synth import synth_tcp, tcp_docroot
 
     with cli_errors():
+        output_path(output)
+        output_path(docroot, kind="dir", what="--docroot")
         trace = synth_tcp(rate, parse_duration(duration), seed=seed, arrival=arrival)  # type: ignore[arg-type]
         trace.write_parquet(output)
         summary = _summary(trace, output)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from shrink.cli._common import cli_errors, echo_json, plural
+from shrink.cli._common import cli_errors, echo_json, output_path, plural
 from shrink.enforce import DEFAULT as DEFAULT_ENFORCE
 from shrink.errors import ParameterError, TestbedError
 from shrink.irq import apply_plan, format_plan, plan_irq_affinity
@@ -91,6 +91,7 @@ def up(
     """Start one server replica per mapping replica, pinned to its cores, capped by the share."""
     warn_stale()
     with cli_errors():
+        output_path(state, what="--state")
         if trace is not None:
             warn_docroot(trace, docroot)
         m = load_machine(machine)

@@ -110,8 +110,10 @@ def _row(values: list[str], names: tuple[str, ...]) -> tuple[Any, ...]:
         rt = math.nan if rec.get("rt", "") in _UNKNOWN else float(rec["rt"])
     except ValueError as exc:
         raise _BadLine(f"bad number ({exc})") from None
-    if not (math.isnan(rt) or (math.isfinite(rt) and rt >= 0)) or nbytes < -1:
+    if not (math.isnan(rt) or (math.isfinite(rt) and rt >= 0)) or not -1 <= nbytes < 2**62:
         raise _BadLine("rt must be >= 0 and bytes >= 0 (or - for unknown)")
+    if not 0 <= status <= 999:
+        raise _BadLine(f"status {status} is not an HTTP status (0-999, or - for unknown)")
     return time, session, url, method, status, nbytes, rt
 
 
@@ -153,8 +155,10 @@ def read_specweb(
             continue
         if delimiter is None:
             delimiter = "\t" if "\t" in text else ","
-        values = next(csv.reader([text])) if delimiter == "," else text.split("\t")
         try:
+            # csv.Error (a bare CR or a NUL inside a field, a field over csv's size limit)
+            # is a bad line like any other: inside the try, so lenient mode skips it.
+            values = next(csv.reader([text])) if delimiter == "," else text.split("\t")
             want = names or FIELDS[: len(values)]
             if len(values) != len(want) or len(values) < len(_REQUIRED):
                 raise _BadLine(f"{len(values)} columns, expected {len(names or _REQUIRED)}")

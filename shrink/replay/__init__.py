@@ -4,8 +4,10 @@ An asyncio + uvloop HTTP/1.1 client (:mod:`shrink.replay.engine`) replays a
 Trace on a schedule (:mod:`shrink.schedule`), one process per generator
 core (:mod:`shrink.replay.scaleout`), writing the RunLog incrementally
 (:mod:`shrink.replay.writer`) and checking itself (:mod:`shrink.replay.selfcheck`).
-:class:`LiveTarget` puts it behind the :class:`shrink.target.Target` protocol
-for sweeps against the testbed.
+The native core (Rust, ``native/``, :mod:`shrink.replay.native`) runs the same
+schedule with the same rules, faster; :func:`select_engine` picks one
+(``auto``: the core when built). :class:`LiveTarget` puts either behind the
+:class:`shrink.target.Target` protocol for sweeps against the testbed.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
 from shrink.replay.fake import Engine, FakeEngine
 from shrink.replay.live import LiveTarget
+from shrink.replay.native import select_engine
 from shrink.replay.scaleout import EngineRun, run_engines, split_sessions
 from shrink.replay.selfcheck import generator_check
 from shrink.replay.writer import RunLogWriter
@@ -32,5 +35,6 @@ __all__ = [
     "open_loop_trace",
     "run_engines",
     "run_schedule",
+    "select_engine",
     "split_sessions",
 ]

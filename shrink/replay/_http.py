@@ -6,10 +6,11 @@ the close) and whether the connection stays open; the body is counted, never kep
 
 from __future__ import annotations
 
-__all__ = ["build_request", "parse_head", "parse_head_cached"]
+from shrink.wire import wire_method, wire_target
+
+__all__ = ["build_request", "parse_head", "parse_head_cached", "wire_method", "wire_target"]
 
 _HEAD_LIMIT = 65536
-
 
 def build_request(method: str, path: str, host: str, body: str = "") -> bytes:
     """The bytes of one HTTP/1.1 keep-alive request."""

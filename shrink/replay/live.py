@@ -14,7 +14,6 @@ is measuring). Targets must be loopback unless ``allow_remote=True``.
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import threading
 from dataclasses import asdict, replace
@@ -25,14 +24,17 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from shrink import files
 from shrink._version import __version__
-from shrink.errors import ParameterError, ReplayError, TraceFormatError
+from shrink.errors import ParameterError, ReplayError
 from shrink.procfs import cpu_seconds, cpu_times, proc_info, steal_times, utilization
 from shrink.replay.cluster import ClusterSpec
-from shrink.replay.engine import EngineConfig, run_schedule
+from shrink.replay.engine import EngineConfig
+from shrink.replay.native import engine_name, select_engine
 from shrink.replay.scaleout import EngineRun, run_engines
 from shrink.replay.selfcheck import LAG_LIMIT, generator_check
 from shrink.runlog import RunLog
+from shrink.schemas import TestbedStateFile
 from shrink.target import RunResult
 from shrink.trace import Trace
 
@@ -162,7 +164,8 @@ class LiveTarget:
         self.realtime = realtime
         # one engine process per generator CPU unless told fewer
         self.processes = processes
-        self.engine = engine or run_schedule  # or a FakeEngine (shrink.replay.fake)
+        # "auto" | "native" | "python", or an engine callable such as a FakeEngine
+        self.engine = engine if callable(engine) else select_engine(engine or "auto")
         self.idle_bound = idle_bound  # longest wait for an idle server before a run
         self.cluster = cluster  # generators as Ray actors (shrink.replay.cluster)
         self.last_engine: EngineRun | None = None
@@ -176,17 +179,7 @@ class LiveTarget:
     @classmethod
     def from_state(cls, path: str | Path, **kw: Any) -> LiveTarget:
         """A target over the replicas of a ``shrink testbed up`` state file."""
-        path = Path(path)
-        try:
-            state = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise TraceFormatError("no such testbed state file", path=path) from None
-        except json.JSONDecodeError as exc:
-            raise TraceFormatError(f"not JSON: {exc.msg}", path=path, line=exc.lineno) from exc
-        if state.get("schema") != "shrink.testbed/1" or not state.get("replicas"):
-            raise TraceFormatError(
-                "not a testbed state (schema shrink.testbed/1 with replicas)", path=path
-            )
+        state = files.read_json(path, TestbedStateFile, what="testbed state")
         addrs = [(r["address"], int(r["port"])) for r in state["replicas"]]
         return cls(addrs, state=state, **kw)
 
@@ -233,6 +226,7 @@ class LiveTarget:
             "generator_cpus": self.generator_cpus,
             "share_cpus": self.share_cpus,
             "realtime": self.realtime,
+            "engine": engine_name(self.engine),
         }
         if self.cluster is not None:
             out["cluster"] = self.cluster.describe()
@@ -349,6 +343,7 @@ class LiveTarget:
         desc = {
             **self.describe(),
             "engine": {
+                "engine": engine_name(self.engine),
                 "processes": len(engine.stats),
                 "cpu_seconds": engine.cpu_seconds,
                 "wall": wall,

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from shrink.loadcurve import Level, LoadCurve
+from shrink.mat import bound_of
 from shrink.prediction import SCHEMA_ID, Prediction, StatPrediction
 from shrink.report.blocks import Doc, render_html, render_markdown
 from shrink.report.figures import Series, cdf_figure, latency_figure, level_near_utilization
@@ -85,7 +86,8 @@ def _mapping_series(pred: Prediction) -> list[Series]:
         mats, status = {}, {}
         for s in ("mean", "p999"):
             sp = m.stats.get(s)
-            if sp is not None and sp.mat is not None:
+            # A bound is not a crossing: no MAT line for it (the table says ">= X").
+            if sp is not None and sp.mat is not None and not bound_of(sp.status):
                 lo_ci, hi_ci = (float("nan") if x is None else x for x in sp.ci)
                 mats[s] = (float(sp.mat), float(lo_ci), float(hi_ci))
                 status[s] = sp.status or "ok"
@@ -110,12 +112,12 @@ def _mat_table(pred: Prediction, thresholds: dict[str, float]) -> tuple[list[str
                 # The threshold was never crossed: the MAT is at least the top measured load.
                 ceiling = r.stalled_ceiling
                 row += [
-                    f">= {_rate(r.mat)} (not reached)"
+                    f"{_bound(r.status)}{_rate(r.mat)} (not reached)"
                     + (f", under {_rate(ceiling)} \u2020" if ceiling else ""),
                     "-",
                 ]
             elif r.status == "below_range":
-                row += [f"<= {_rate(r.mat)} (over at the lowest load)", "-"]
+                row += [f"{_bound(r.status)}{_rate(r.mat)} (over at the lowest load)", "-"]
             else:
                 row += [_rate(r.mat), f"{_rate(r.ci[0])} - {_rate(r.ci[1])}"]
         rows.append(row)
@@ -193,8 +195,9 @@ def _adjusted_text(cost: dict[str, Any]) -> str:
 
 
 def _bound(status: str | None) -> str:
-    """The prefix of a MAT that is only a bound: not reached (>=), below range (<=)."""
-    return {"not_reached": ">= ", "below_range": "<= "}.get(status or "ok", "")
+    """The prefix of a MAT that is only a bound: not reached (>=), below range (<), as
+    :func:`shrink.mat.mat_text` writes it."""
+    return {"lower": ">= ", "upper": "< "}.get(bound_of(status) or "", "")
 
 
 def _error_text(m: dict[str, Any]) -> str:
@@ -570,6 +573,11 @@ def _self_checks(
                 else ""
             )
             + _stalled_text(checks.get("levels_stalled_over") or {})
+            + (
+                f" (replay engine: {checks['generator_engine']})"
+                if checks.get("generator_engine")
+                else ""
+            )
         )
     if "levels_failed" in checks:
         totals = checks.get("failures") or {}

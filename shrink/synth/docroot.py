@@ -29,7 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from shrink import files
 from shrink.errors import ParameterError, ShrinkError
+from shrink.schemas import ManifestFile
 from shrink.synth.support import PAGES, SupportSite, expected_dynamic_fraction, images_per_page
 from shrink.synth.tcp import TCP_BYTES, TCP_PATH
 
@@ -258,10 +260,7 @@ def tcp_docroot(root: str | Path) -> DocrootReport:
 def read_manifest(root: str | Path) -> dict[str, Any]:
     """The manifest of a document root written by :func:`write_docroot`."""
     path = Path(root) / "manifest.json"
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ShrinkError(f"{path}: not a readable docroot manifest ({exc})") from exc
+    manifest = files.read_json(path, ManifestFile, what="docroot manifest")
     if manifest.get("schema") != MANIFEST_SCHEMA:
         raise ShrinkError(f"{path}: schema {manifest.get('schema')!r}, expected {MANIFEST_SCHEMA}")
     return manifest

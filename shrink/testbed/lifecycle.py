@@ -43,7 +43,7 @@ from shrink.testbed.recipe import (
     wait_until,
 )
 from shrink.testbed.servers import load_recipe
-from shrink.testbed.state import ReplicaState, TestbedState
+from shrink.testbed.state import ReplicaState, TestbedState, salvage_pids
 
 __all__ = ["ReplicaStatus", "down", "mapping_for", "recipe_of", "status", "up"]
 
@@ -472,6 +472,35 @@ def status(state_path: str | Path, *, check_health: bool = True) -> list[Replica
     return out
 
 
+_SERVER_COMMS = ("lighttpd", "php-cgi", "php", "nginx")
+
+
+def _down_damaged(state_path: str | Path) -> dict[str, list[int]]:
+    """Stop what a damaged state file still names, by PID, never a stranger.
+
+    A PID with its recorded start time is stopped if that process still runs; one
+    without (the start times were lost) only if it runs a server shrink starts. The
+    file is left as it is, for the user to look at.
+    """
+    found = salvage_pids(state_path)
+    targets: dict[int, int | None] = {}
+    for pid, start in found.items():
+        info = process.proc_info(pid)
+        if info is None or pid == os.getpid():
+            continue
+        if start is not None and info.starttime == start:
+            targets[pid] = start
+        elif start is None and info.comm.startswith(_SERVER_COMMS):
+            targets[pid] = info.starttime
+    for pid, start in list(targets.items()):
+        if process.is_alive(pid, start):
+            for d in process.descendants(pid):
+                if (info := process.proc_info(d)) and info.comm.startswith(_SERVER_COMMS):
+                    targets.setdefault(d, info.starttime)
+    stopped = process.stop_processes(targets) if targets else []
+    return {"damaged state (PIDs it still names)": stopped}
+
+
 def _stop_replica(recipe: ServerRecipe | None, r: ReplicaState, sig: int = 15) -> list[int]:
     """Stop the replica's processes through its recipe (or, where the recipe can no longer
     be read, by the state file and its stop signal); then remove its cgroup."""
@@ -505,8 +534,17 @@ def _release(enf: Enforcer, record: dict[str, Any] | None, wait_s: float = 3.0) 
 
 
 def down(state_path: str | Path) -> dict[str, list[int]]:
-    """Stop every process ``up`` recorded (and their descendants); return what was stopped."""
-    st = TestbedState.read(state_path)
+    """Stop every process ``up`` recorded (and their descendants); return what was stopped.
+
+    A state file that no longer validates (damaged, hand-edited) is not a dead
+    end: the PIDs it still names are stopped (see :func:`_down_damaged`).
+    """
+    try:
+        st = TestbedState.read(state_path)
+    except TestbedError:
+        if not Path(state_path).is_file():
+            raise
+        return _down_damaged(state_path)
     recipe = recipe_of(st)
     sig = int(st.server.get("stop_signal", 15))
     out = {r.name: _stop_replica(recipe, r, sig) for r in st.replicas}

@@ -26,8 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shrink import files
 from shrink.atomic import write_text
-from shrink.errors import TestbedError
+from shrink.errors import TestbedError, TraceFormatError
+from shrink.schemas import RegistryEntryFile
 from shrink.testbed import process
 from shrink.testbed.state import TestbedState
 
@@ -88,11 +90,11 @@ class StaleTestbed:
 
 def _load(entry: Path) -> dict[str, Any] | None:
     try:
-        doc = json.loads(entry.read_text())
+        doc: dict[str, Any] = files.read_json(entry, RegistryEntryFile, what="registry entry")
         TestbedState.from_dict(doc["state"], source=str(entry))
-    except (OSError, ValueError, KeyError, TypeError, TestbedError):
+    except (TraceFormatError, KeyError, TypeError, TestbedError):
         return None  # a damaged entry is skipped
-    return doc if isinstance(doc, dict) else None
+    return doc
 
 
 def _why_stale(doc: dict[str, Any]) -> str | None:
@@ -103,10 +105,10 @@ def _why_stale(doc: dict[str, Any]) -> str | None:
     if not path.exists():
         return f"its state file {path} is gone"
     try:
-        on_disk = json.loads(path.read_text())
-    except (OSError, ValueError):
+        on_disk = files.read_json(path, what="testbed state")
+    except TraceFormatError:
         return f"its state file {path} is unreadable"
-    if on_disk.get("stopped"):
+    if isinstance(on_disk, dict) and on_disk.get("stopped"):
         return f"{path} says it was stopped"
     return None
 

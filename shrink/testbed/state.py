@@ -21,14 +21,17 @@ them. Files written before recipes (``lighttpd_pids``, ``php_pids``) still read.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shrink import files
 from shrink.atomic import write_text
-from shrink.errors import TestbedError
+from shrink.errors import TestbedError, TraceFormatError
+from shrink.schemas import TestbedStateFile
 
-__all__ = ["SCHEMA", "ReplicaState", "TestbedState"]
+__all__ = ["SCHEMA", "ReplicaState", "TestbedState", "salvage_pids"]
 
 SCHEMA = "shrink.testbed/1"
 
@@ -100,7 +103,8 @@ class ReplicaState:
             address=d["address"],
             port=int(d["port"]),
             cpus=[int(c) for c in d["cpus"]],
-            masters=[int(p) for p in d.get("masters", [d["master_pid"]])],
+            # (not d.get("masters", [d["master_pid"]]): that default is evaluated always)
+            masters=[int(p) for p in (d["masters"] if "masters" in d else [d["master_pid"]])],
             processes=processes,
             starttimes={int(k): int(v) for k, v in d.get("starttimes", {}).items()},
             pinned={int(k): [int(c) for c in v] for k, v in d.get("pinned", {}).items()},
@@ -172,13 +176,73 @@ class TestbedState:
 
     @classmethod
     def read(cls, path: str | Path) -> TestbedState:
+        """The state, checked against :class:`shrink.schemas.TestbedStateFile`."""
         path = Path(path)
+        if not path.exists():
+            raise TestbedError(f"{path}: no such testbed state file (was `testbed up` run?)")
         try:
-            d = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise TestbedError(
-                f"{path}: no such testbed state file (was `testbed up` run?)"
-            ) from None
-        except json.JSONDecodeError as exc:
-            raise TestbedError(f"{path}: not JSON (line {exc.lineno}): {exc.msg}") from None
+            d = files.read_json(path, TestbedStateFile, what="testbed state")
+        except TraceFormatError as exc:
+            raise TestbedError(str(exc)) from None
         return cls.from_dict(d, source=str(path))
+
+
+def salvage_pids(path: str | Path) -> dict[int, int | None]:
+    """The PIDs (with their start times, where recorded) a damaged state file still names.
+
+    ``testbed down`` falls back on this when the file no longer validates, so a
+    testbed whose state was damaged can still be stopped through the tool. The
+    file is read leniently (bad bytes replaced, JSON if it parses, else every
+    ``"...pid...": N`` / ``[N, ...]`` the text holds); a caller signals only the
+    PIDs that still run as lighttpd or php-cgi, or whose start time matches.
+    """
+    try:
+        with Path(path).open("rb") as f:
+            text = f.read(4 << 20).decode("utf-8", errors="replace")  # a state is a few KB
+    except OSError:
+        return {}
+    starts: dict[int, int] = {}
+    pids: set[int] = set()
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        doc = None
+    if isinstance(doc, dict) and isinstance(doc.get("replicas"), list):
+        for r in doc["replicas"]:
+            if isinstance(r, dict):
+                _salvage_replica(r, pids, starts)
+    else:
+        for m in _PID_LIST.finditer(text):
+            pids.update(int(x) for x in re.findall(r"\d{1,7}", m.group(1)))
+        for m in _PID_MORE.finditer(text):
+            pids.update(int(x) for x in re.findall(r"\d{1,7}", m.group(1)))
+        for m in _PID_ONE.finditer(text):
+            pids.add(int(m.group(1)))
+        for m in _STARTS.finditer(text):
+            for pid, start in re.findall(r'"(\d{1,7})"\s*:\s*(\d{1,20})', m.group(1)):
+                starts[int(pid)] = int(start)
+    ok = {p for p in pids if 0 < p <= 2**22}
+    return {p: starts.get(p) for p in sorted(ok)}
+
+
+_PID_LIST = re.compile(r'"(?:pids|lighttpd_pids|php_pids)"\s*:\s*\[([^\]]{0,20000})\]')
+_PID_ONE = re.compile(r'"master_pid"\s*:\s*(\d{1,7})')
+# "processes": {"lighttpd": [...], ...} and "masters": [...]: any list of numbers under them
+_PID_MORE = re.compile(r'"(?:masters|lighttpd|php-cgi|php-fpm|nginx)"\s*:\s*\[([^\]]{0,20000})\]')
+_STARTS = re.compile(r'"starttimes"\s*:\s*\{([^}]{0,20000})\}')
+
+
+def _salvage_replica(r: dict[str, Any], pids: set[int], starts: dict[int, int]) -> None:
+    lists = [r.get(k) for k in ("pids", "lighttpd_pids", "php_pids", "master_pid", "masters")]
+    procs = r.get("processes")
+    if isinstance(procs, dict):
+        lists += list(procs.values())
+    for v in lists:
+        for p in v if isinstance(v, list) else [v]:
+            if isinstance(p, int) and not isinstance(p, bool):
+                pids.add(p)
+    st = r.get("starttimes")
+    if isinstance(st, dict):
+        for k, v in st.items():
+            if isinstance(k, str) and k.isdigit() and len(k) < 8 and isinstance(v, int):
+                starts[int(k)] = v

@@ -1,0 +1,1387 @@
+//! The replay engine's hot loop: one thread, epoll, non-blocking sockets, a timerfd.
+//!
+//! A port of shrink/replay/engine.py, _conn.py and _owners.py with the same rules
+//! (httperf --wsesslog sessions, open-mode pools, retries, timeouts, cut/unsent
+//! rows); the Python side builds the schedule and the request bytes and receives
+//! the rows every 100 ms (see shrink/replay/native.py).
+
+use crate::http::{Outcome, Parser, St};
+use std::collections::{BinaryHeap, VecDeque};
+
+pub const INF: f64 = f64::INFINITY;
+const NAN: f64 = f64::NAN;
+const TIMER_TOKEN: u64 = u64::MAX;
+const READ_CHUNK: usize = 65536;
+// SO_TIMESTAMPNS (asm-generic): the kernel stamps each received segment (CLOCK_REALTIME).
+const SO_TIMESTAMPNS: i32 = 35;
+/// In open mode a wait shorter than this sleeps on the timer alone: responses are
+/// read at the next due time, timed by the kernel's receive stamps, which saves a
+/// wake-up per request (tens of microseconds of CPU on a virtual machine).
+const TIMER_ONLY_MAX: f64 = 2e-3;
+/// Wake-ups at most this often: at high rates one wake-up sends every request
+/// then due (each at most this late), rather than one wake-up per request. On a
+/// 2-vCPU VM a wake-up cost ~20 us of CPU: with 60 us, 50,000 req/s took 70% of
+/// a core with a send-lag p99 of 60 us (2026-11-24, busy machine).
+const COALESCE: f64 = 60e-6;
+/// A due time this close is polled for rather than slept for.
+const SPIN: f64 = 5e-6;
+
+/// Error names, in the order the Python side passes their codes.
+pub const E_REFUSED: usize = 0;
+pub const E_CONNECT: usize = 1;
+pub const E_RESET: usize = 2;
+pub const E_CLOSED: usize = 3;
+pub const E_TIMEOUT: usize = 4;
+pub const E_BAD: usize = 5;
+pub const E_CUT: usize = 6;
+pub const E_UNSENT: usize = 7;
+pub const N_ERRORS: usize = 8;
+
+pub fn mono() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// Everything the engine needs, built by the Python adapter from the Schedule.
+pub struct Plan {
+    pub open: bool,
+    pub addrs: Vec<std::net::SocketAddr>,
+    pub req_bytes: Vec<Vec<Vec<u8>>>, // per target, per request key
+    pub key_of_row: Vec<i64>,
+    pub cls_of_row: Vec<i8>,
+    pub head_only_of_key: Vec<bool>,
+    pub times: Vec<f64>,     // open: request times; session: session starts
+    pub route: Vec<i64>,     // per unit (request or session): target index
+    pub rows: Vec<i64>,      // open mode
+    pub sessions: Vec<i64>,  // open: session of each request; session mode: session ids
+    pub burst_off: Vec<i64>, // session mode: bursts of session j are burst_off[j]..burst_off[j+1]
+    pub burst_first: Vec<i64>,
+    pub burst_end: Vec<i64>,
+    pub burst_think: Vec<f64>,
+    pub horizon: f64,
+    pub timeout: f64,
+    pub drain: f64,
+    pub max_pool: usize,
+    pub conns_per_session: usize,
+    pub conn_per_request: bool,
+    pub batch: usize,
+    pub tcodes: Vec<i32>,
+    pub ecodes: [i32; N_ERRORS],
+}
+
+/// Columns of finished rows, in the writer's order (shrink/replay/writer.py).
+#[derive(Default)]
+pub struct Rows {
+    pub intended: Vec<f64>,
+    pub sent: Vec<f64>,
+    pub first_byte: Vec<f64>,
+    pub done: Vec<f64>,
+    pub status: Vec<i32>,
+    pub nbytes: Vec<i64>,
+    pub cls: Vec<i8>,
+    pub session: Vec<i64>,
+    pub target: Vec<i32>,
+    pub error: Vec<i32>,
+    pub dispatched: Vec<f64>,
+}
+
+struct Req {
+    row: i64,
+    session: i64,
+    tidx: u32,
+    intended: f64,
+    sent: f64,
+    first_byte: f64,
+    dispatched: f64,
+    tries: u8,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    Pool(u32),
+    Session(u32, u32), // slot, generation
+}
+
+struct Conn {
+    gen: u32,
+    fd: i32,
+    alive: bool,
+    connected: bool,
+    connecting: bool, // counted in Engine::connecting
+    owner: Owner,
+    tidx: u32,
+    req: Option<u32>,
+    pending: Option<u32>,
+    served: u32,
+    p: Parser,
+    buf: Vec<u8>,
+    out: Vec<u8>,
+}
+
+struct Sess {
+    gen: u32,
+    live: bool,
+    sid: i64,
+    tidx: u32,
+    b0: usize,
+    b1: usize,
+    bi: usize,
+    conns: Vec<Option<u64>>,
+    q_next: i64,
+    q_end: i64,
+    outstanding: u32,
+}
+
+struct Pool {
+    idle: Vec<u64>,
+    n: usize,
+    waiting: VecDeque<u32>,
+}
+
+#[derive(PartialEq)]
+struct Ev {
+    t: f64,
+    seq: u64,
+    slot: u32,
+    gen: u32,
+}
+
+impl Eq for Ev {}
+impl Ord for Ev {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        // a min-heap on (t, seq)
+        o.t.partial_cmp(&self.t)
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then(o.seq.cmp(&self.seq))
+    }
+}
+impl PartialOrd for Ev {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+fn cref(idx: u32, gen: u32) -> u64 {
+    ((gen as u64) << 32) | idx as u64
+}
+
+pub struct Engine {
+    pub plan: Plan,
+    pub t0: f64,
+    pub horizon: f64,
+    epfd: i32,
+    tfd: i32,
+    conns: Vec<Conn>,
+    free_conns: Vec<u32>,
+    to_free: Vec<u32>,
+    reqs: Vec<Req>,
+    free_reqs: Vec<u32>,
+    sess: Vec<Sess>,
+    free_sess: Vec<u32>,
+    pools: Vec<Pool>,
+    heap: BinaryHeap<Ev>,
+    seq: u64,
+    next_i: usize,
+    pub inflight: i64,
+    pub sessions_live: i64,
+    pub pool_waits: u64,
+    pub recorded: u64,
+    pub draining: bool,
+    pub interrupted: bool,
+    deferred: Vec<(u64, i32, bool)>, // (conn, errno, connecting): failures seen inside a call
+    armed: f64,
+    early_until: f64,
+    scratch: Vec<u8>,
+    pub rows: Rows,
+    pub signalled: bool,
+    events: Vec<libc::epoll_event>,
+    tep: i32,        // an epoll set holding the timerfd alone
+    connecting: u32, // connections whose connect is under way
+    real_off: f64,   // CLOCK_REALTIME - CLOCK_MONOTONIC, for the kernel's receive stamps
+    last_wake: f64,
+    control: Vec<u8>, // recvmsg's control buffer
+    coalesce: f64,
+    spin: f64,
+    pub counts: [u64; 6], // turns, waits that slept, events, timer arms, connects, sends
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        for c in &self.conns {
+            if c.fd >= 0 {
+                // SAFETY: we own these descriptors.
+                unsafe { libc::close(c.fd) };
+            }
+        }
+        unsafe {
+            libc::close(self.tfd);
+            libc::close(self.epfd);
+            libc::close(self.tep);
+        }
+    }
+}
+
+impl Engine {
+    pub fn new(plan: Plan, t0: f64) -> std::io::Result<Engine> {
+        // SAFETY: plain syscalls; results checked.
+        let epfd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if epfd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let tfd = unsafe {
+            libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+            )
+        };
+        if tfd < 0 {
+            unsafe { libc::close(epfd) };
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: TIMER_TOKEN,
+        };
+        unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, tfd, &mut ev) };
+        let tep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if tep < 0 {
+            unsafe {
+                libc::close(tfd);
+                libc::close(epfd);
+            }
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: TIMER_TOKEN,
+        };
+        unsafe { libc::epoll_ctl(tep, libc::EPOLL_CTL_ADD, tfd, &mut ev) };
+        let n = plan.addrs.len();
+        let horizon = plan.horizon;
+        Ok(Engine {
+            plan,
+            t0,
+            horizon,
+            epfd,
+            tfd,
+            conns: Vec::new(),
+            free_conns: Vec::new(),
+            to_free: Vec::new(),
+            reqs: Vec::new(),
+            free_reqs: Vec::new(),
+            sess: Vec::new(),
+            free_sess: Vec::new(),
+            pools: (0..n)
+                .map(|_| Pool {
+                    idle: Vec::new(),
+                    n: 0,
+                    waiting: VecDeque::new(),
+                })
+                .collect(),
+            heap: BinaryHeap::new(),
+            seq: 0,
+            next_i: 0,
+            inflight: 0,
+            sessions_live: 0,
+            pool_waits: 0,
+            recorded: 0,
+            draining: false,
+            interrupted: false,
+            deferred: Vec::new(),
+            armed: INF,
+            early_until: 0.0,
+            scratch: vec![0u8; READ_CHUNK],
+            rows: Rows::default(),
+            signalled: false,
+            counts: [0; 6],
+            tep,
+            connecting: 0,
+            real_off: real_offset(),
+            last_wake: 0.0,
+            coalesce: COALESCE,
+            control: vec![0u8; 128],
+            events: vec![libc::epoll_event { events: 0, u64: 0 }; 256],
+            spin: SPIN,
+        })
+    }
+
+    #[inline]
+    fn now(&self) -> f64 {
+        mono() - self.t0
+    }
+
+    // bookkeeping -------------------------------------------------------------
+    fn new_req(&mut self, row: i64, session: i64, tidx: u32, intended: f64) -> u32 {
+        self.inflight += 1;
+        let r = Req {
+            row,
+            session,
+            tidx,
+            intended,
+            sent: NAN,
+            first_byte: NAN,
+            dispatched: NAN,
+            tries: 0,
+        };
+        if let Some(i) = self.free_reqs.pop() {
+            self.reqs[i as usize] = r;
+            i
+        } else {
+            self.reqs.push(r);
+            (self.reqs.len() - 1) as u32
+        }
+    }
+
+    /// One finished (or failed) request's row; frees it and returns its trace row.
+    fn record(&mut self, rid: u32, status: i32, nbytes: i64, done: f64, err: Option<usize>) -> i64 {
+        self.inflight -= 1;
+        self.recorded += 1;
+        let r = &self.reqs[rid as usize];
+        let o = &mut self.rows;
+        o.intended.push(r.intended);
+        o.sent.push(r.sent);
+        o.first_byte.push(r.first_byte);
+        o.done.push(done);
+        o.status.push(status);
+        o.nbytes.push(nbytes);
+        o.cls.push(self.plan.cls_of_row[r.row as usize]);
+        o.session.push(r.session);
+        o.target.push(self.plan.tcodes[r.tidx as usize]);
+        o.error.push(err.map(|e| self.plan.ecodes[e]).unwrap_or(0));
+        o.dispatched.push(r.dispatched);
+        let row = r.row;
+        self.free_reqs.push(rid);
+        row
+    }
+
+    // connections --------------------------------------------------------------
+    fn conn_alive(&self, c: u64) -> bool {
+        let i = (c & 0xFFFF_FFFF) as usize;
+        i < self.conns.len() && self.conns[i].gen == (c >> 32) as u32 && self.conns[i].alive
+    }
+
+    fn open_conn(&mut self, owner: Owner, tidx: u32) -> u64 {
+        let idx = match self.free_conns.pop() {
+            Some(i) => i,
+            None => {
+                self.conns.push(Conn {
+                    gen: 0,
+                    fd: -1,
+                    alive: false,
+                    connected: false,
+                    connecting: false,
+                    owner,
+                    tidx,
+                    req: None,
+                    pending: None,
+                    served: 0,
+                    p: Parser::new(),
+                    buf: Vec::new(),
+                    out: Vec::new(),
+                });
+                (self.conns.len() - 1) as u32
+            }
+        };
+        let c = &mut self.conns[idx as usize];
+        c.gen = c.gen.wrapping_add(1);
+        c.alive = true;
+        c.connected = false;
+        c.owner = owner;
+        c.tidx = tidx;
+        c.req = None;
+        c.pending = None;
+        c.served = 0;
+        c.buf.clear();
+        c.out.clear();
+        let r = cref(idx, c.gen);
+        let addr = self.plan.addrs[tidx as usize];
+        let (fd, rc, err) = connect_nonblocking(&addr);
+        self.counts[4] += 1;
+        c.fd = fd;
+        if fd < 0 || (rc < 0 && err != libc::EINPROGRESS) {
+            self.deferred
+                .push((r, if fd < 0 { errno() } else { err }, true));
+            return r;
+        }
+        let events = if rc == 0 {
+            libc::EPOLLIN
+        } else {
+            libc::EPOLLOUT
+        };
+        if rc == 0 {
+            c.connected = true;
+        } else {
+            c.connecting = true;
+            self.connecting += 1;
+        }
+        let mut ev = libc::epoll_event {
+            events: events as u32,
+            u64: r,
+        };
+        // SAFETY: fd is ours and open.
+        unsafe { libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+        r
+    }
+
+    fn submit(&mut self, c: u64, rid: u32) {
+        let now = self.now();
+        let r = &mut self.reqs[rid as usize];
+        if r.dispatched.is_nan() {
+            r.dispatched = now;
+        }
+        let ci = (c & 0xFFFF_FFFF) as usize;
+        if self.conns[ci].connected {
+            self.send(ci, rid);
+        } else {
+            self.conns[ci].pending = Some(rid);
+        }
+    }
+
+    fn send(&mut self, ci: usize, rid: u32) {
+        let row = self.reqs[rid as usize].row as usize;
+        let key = self.plan.key_of_row[row] as usize;
+        let head_only = self.plan.head_only_of_key[key];
+        let now = self.now();
+        self.reqs[rid as usize].sent = now;
+        let c = &mut self.conns[ci];
+        c.req = Some(rid);
+        c.p.reset(head_only);
+        c.buf.clear();
+        self.counts[5] += 1;
+        let bytes = &self.plan.req_bytes[c.tidx as usize][key];
+        // SAFETY: a send on our socket from a live buffer.
+        let n = unsafe {
+            libc::send(
+                c.fd,
+                bytes.as_ptr() as *const libc::c_void,
+                bytes.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if n == bytes.len() as isize {
+            return;
+        }
+        let e = if n < 0 { errno() } else { 0 };
+        if n >= 0 || e == libc::EAGAIN {
+            // the socket buffer is full: the rest goes when it drains
+            c.out.clear();
+            c.out.extend_from_slice(&bytes[n.max(0) as usize..]);
+            let mut ev = libc::epoll_event {
+                events: (libc::EPOLLIN | libc::EPOLLOUT) as u32,
+                u64: cref(ci as u32, c.gen),
+            };
+            unsafe { libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_MOD, c.fd, &mut ev) };
+            return;
+        }
+        let r = cref(ci as u32, c.gen);
+        self.deferred.push((r, e, false)); // lost as we wrote: handled after this step
+    }
+
+    fn die(&mut self, ci: usize) {
+        self.not_connecting(ci);
+        let c = &mut self.conns[ci];
+        if c.fd >= 0 {
+            // SAFETY: closing our own descriptor also removes it from the epoll set.
+            unsafe { libc::close(c.fd) };
+            c.fd = -1;
+        }
+        if c.alive {
+            self.to_free.push(ci as u32); // reused only after this turn's events
+        }
+        c.alive = false;
+    }
+
+    /// Close with a reset (what asyncio's transport.abort does).
+    fn abort(&mut self, ci: usize) {
+        let fd = self.conns[ci].fd;
+        if fd >= 0 {
+            let lg = libc::linger {
+                l_onoff: 1,
+                l_linger: 0,
+            };
+            // SAFETY: setsockopt on our socket with a live struct.
+            unsafe {
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    libc::SO_LINGER,
+                    &lg as *const _ as *const libc::c_void,
+                    std::mem::size_of::<libc::linger>() as u32,
+                )
+            };
+        }
+        self.die(ci);
+    }
+
+    fn connect_failed(&mut self, ci: usize, err: i32) {
+        self.die(ci);
+        if let Some(rid) = self.conns[ci].pending.take() {
+            let name = if err == libc::ECONNREFUSED {
+                E_REFUSED
+            } else {
+                E_CONNECT
+            };
+            let row = self.record(rid, 0, -1, NAN, Some(name));
+            self.owner_finished(ci, row);
+        }
+    }
+
+    fn not_connecting(&mut self, ci: usize) {
+        if self.conns[ci].connecting {
+            self.conns[ci].connecting = false;
+            self.connecting -= 1;
+        }
+    }
+
+    fn on_writable(&mut self, ci: usize) {
+        self.not_connecting(ci);
+        let c = &mut self.conns[ci];
+        if !c.connected {
+            let mut err: i32 = 0;
+            let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
+            // SAFETY: getsockopt into a live i32.
+            unsafe {
+                libc::getsockopt(
+                    c.fd,
+                    libc::SOL_SOCKET,
+                    libc::SO_ERROR,
+                    &mut err as *mut i32 as *mut libc::c_void,
+                    &mut len,
+                )
+            };
+            if err != 0 {
+                self.connect_failed(ci, err);
+                return;
+            }
+            c.connected = true;
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: cref(ci as u32, c.gen),
+            };
+            unsafe { libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_MOD, c.fd, &mut ev) };
+            if let Some(rid) = c.pending.take() {
+                self.send(ci, rid);
+            }
+            return;
+        }
+        if c.out.is_empty() {
+            return;
+        }
+        // SAFETY: as in send.
+        let n = unsafe {
+            libc::send(
+                c.fd,
+                c.out.as_ptr() as *const libc::c_void,
+                c.out.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if n > 0 {
+            c.out.drain(..n as usize);
+        }
+        if c.out.is_empty() {
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: cref(ci as u32, c.gen),
+            };
+            unsafe { libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_MOD, c.fd, &mut ev) };
+        } else if n < 0 && errno() != libc::EAGAIN {
+            let e = errno();
+            self.lost(ci, e);
+        }
+    }
+
+    fn on_readable(&mut self, ci: usize) {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let mut control = std::mem::take(&mut self.control);
+        loop {
+            let fd = self.conns[ci].fd;
+            if fd < 0 {
+                break;
+            }
+            let (n, stamp) = recv_stamped(fd, &mut scratch, &mut control);
+            if n > 0 {
+                // The kernel's receive time, not ours: a response read late (after a
+                // timer-only sleep, or a busy turn) is still timed when it arrived.
+                let mut now = self.now();
+                if let Some(real) = stamp {
+                    let t = real - self.real_off - self.t0;
+                    if t <= now && t > now - 1.0 {
+                        now = t;
+                    }
+                }
+                self.on_data(ci, &scratch[..n as usize], now);
+                if (n as usize) < scratch.len() || !self.conns[ci].alive {
+                    break;
+                }
+            } else if n == 0 {
+                self.lost(ci, 0);
+                break;
+            } else {
+                let e = errno();
+                if e != libc::EAGAIN && e != libc::EINTR {
+                    self.lost(ci, e);
+                }
+                break;
+            }
+        }
+        self.scratch = scratch;
+        self.control = control;
+    }
+
+    fn on_data(&mut self, ci: usize, data: &[u8], now: f64) {
+        let c = &mut self.conns[ci];
+        let rid = match c.req {
+            Some(r) => r,
+            None => return, // stray bytes after a complete response: ignore
+        };
+        let r = &mut self.reqs[rid as usize];
+        if r.first_byte.is_nan() {
+            r.first_byte = now;
+        }
+        let out = if c.buf.is_empty() {
+            let o = c.p.feed(data);
+            if let Outcome::More(k) = o {
+                if k > 0 {
+                    c.buf.extend_from_slice(&data[data.len() - k..]);
+                }
+            }
+            o
+        } else {
+            c.buf.extend_from_slice(data);
+            let buf = std::mem::take(&mut c.buf);
+            let o = c.p.feed(&buf);
+            if let Outcome::More(k) = o {
+                if k > 0 {
+                    c.buf.extend_from_slice(&buf[buf.len() - k..]);
+                }
+            }
+            o
+        };
+        match out {
+            Outcome::More(_) => {}
+            Outcome::Complete => self.complete(ci, now),
+            Outcome::Bad => self.fail(ci, E_BAD, true),
+        }
+    }
+
+    fn complete(&mut self, ci: usize, now: f64) {
+        let c = &mut self.conns[ci];
+        let rid = match c.req.take() {
+            Some(r) => r,
+            None => return,
+        };
+        c.buf.clear();
+        c.served += 1;
+        let (status, nbytes, close) = (c.p.status, c.p.nbytes, c.p.close_after);
+        if close {
+            self.die(ci);
+        }
+        let row = self.record(rid, status, nbytes, now, None);
+        self.owner_finished(ci, row);
+    }
+
+    fn fail(&mut self, ci: usize, err: usize, abort: bool) {
+        let rid = self.conns[ci].req.take();
+        if abort {
+            self.abort(ci);
+        } else {
+            self.die(ci);
+        }
+        if let Some(rid) = rid {
+            let status = if err == E_BAD {
+                self.conns[ci].p.status
+            } else {
+                0
+            };
+            let row = self.record(rid, status, -1, NAN, Some(err));
+            self.owner_finished(ci, row);
+        }
+    }
+
+    /// The connection ended (EOF or an error `e`; 0 for EOF).
+    fn lost(&mut self, ci: usize, e: i32) {
+        if !self.conns[ci].alive {
+            return;
+        }
+        let rid = self.conns[ci].req;
+        self.die(ci);
+        let rid = match rid {
+            Some(r) => r,
+            None => {
+                self.owner_lost_idle(ci);
+                return;
+            }
+        };
+        if self.conns[ci].p.st == St::UntilClose {
+            let now = self.now();
+            self.complete(ci, now);
+            return;
+        }
+        let r = &mut self.reqs[rid as usize];
+        if r.first_byte.is_nan() && self.conns[ci].served > 0 && r.tries == 0 {
+            // The server closed an idle keep-alive connection as we reused it.
+            self.conns[ci].req = None;
+            r.tries += 1;
+            r.sent = NAN;
+            self.owner_retry(ci, rid);
+            return;
+        }
+        self.fail(
+            ci,
+            if e == libc::ECONNRESET {
+                E_RESET
+            } else {
+                E_CLOSED
+            },
+            false,
+        );
+    }
+
+    fn run_deferred(&mut self) {
+        while let Some((r, e, connecting)) = self.deferred.pop() {
+            let ci = (r & 0xFFFF_FFFF) as usize;
+            if !self.conn_alive(r) {
+                continue;
+            }
+            if connecting {
+                self.connect_failed(ci, e);
+            } else {
+                self.lost(ci, e);
+            }
+        }
+    }
+
+    // owners -----------------------------------------------------------------
+    fn owner_finished(&mut self, ci: usize, row: i64) {
+        match self.conns[ci].owner {
+            Owner::Pool(t) => self.pool_finished(t as usize, ci),
+            Owner::Session(s, g) => {
+                if self.sess[s as usize].gen == g && self.sess[s as usize].live {
+                    self.sess_finished(s as usize, ci, row);
+                }
+            }
+        }
+    }
+
+    fn owner_retry(&mut self, ci: usize, rid: u32) {
+        match self.conns[ci].owner {
+            Owner::Pool(t) => {
+                self.pools[t as usize].n -= 1;
+                self.pool_submit(t as usize, rid);
+            }
+            Owner::Session(s, g) => {
+                let s = s as usize;
+                if self.sess[s].gen != g || !self.sess[s].live {
+                    self.record(rid, 0, -1, NAN, Some(E_CLOSED));
+                    return;
+                }
+                let slot = self.slot_of(s, ci);
+                let c = self.sess_conn(s, slot);
+                self.submit(c, rid);
+            }
+        }
+    }
+
+    fn owner_lost_idle(&mut self, ci: usize) {
+        if let Owner::Pool(t) = self.conns[ci].owner {
+            let me = cref(ci as u32, self.conns[ci].gen);
+            let p = &mut self.pools[t as usize];
+            p.n -= 1;
+            if let Some(k) = p.idle.iter().position(|&x| x == me) {
+                p.idle.remove(k);
+            }
+        } // a session's slot reopens on next use
+    }
+
+    fn pool_submit(&mut self, t: usize, rid: u32) {
+        while let Some(c) = self.pools[t].idle.pop() {
+            if self.conn_alive(c) {
+                self.submit(c, rid);
+                return;
+            }
+        }
+        if self.pools[t].n < self.plan.max_pool {
+            self.pools[t].n += 1;
+            let c = self.open_conn(Owner::Pool(t as u32), t as u32);
+            self.submit(c, rid);
+        } else {
+            // The generator is on time; the server holds every connection. The
+            // wait shows in the latency, not as the generator's lag.
+            let now = self.now();
+            self.reqs[rid as usize].dispatched = now;
+            self.pool_waits += 1;
+            self.pools[t].waiting.push_back(rid);
+        }
+    }
+
+    fn pool_finished(&mut self, t: usize, ci: usize) {
+        if self.conns[ci].alive && self.plan.conn_per_request {
+            self.die(ci);
+        }
+        if !self.conns[ci].alive {
+            self.pools[t].n -= 1;
+            if let Some(rid) = self.pools[t].waiting.pop_front() {
+                self.pool_submit(t, rid);
+            }
+            return;
+        }
+        let me = cref(ci as u32, self.conns[ci].gen);
+        if let Some(rid) = self.pools[t].waiting.pop_front() {
+            self.submit(me, rid);
+        } else {
+            self.pools[t].idle.push(me);
+        }
+    }
+
+    fn slot_of(&self, s: usize, ci: usize) -> usize {
+        let me = cref(ci as u32, self.conns[ci].gen);
+        self.sess[s]
+            .conns
+            .iter()
+            .position(|&x| x == Some(me))
+            .unwrap_or(0)
+    }
+
+    fn sess_conn(&mut self, s: usize, slot: usize) -> u64 {
+        if let Some(c) = self.sess[s].conns[slot] {
+            if self.conn_alive(c) {
+                return c;
+            }
+        }
+        let owner = Owner::Session(s as u32, self.sess[s].gen);
+        let c = self.open_conn(owner, self.sess[s].tidx);
+        self.sess[s].conns[slot] = Some(c);
+        c
+    }
+
+    fn start_session(&mut self, i: usize, due: f64) {
+        self.sessions_live += 1;
+        let n = self.plan.conns_per_session;
+        let (b0, b1) = (
+            self.plan.burst_off[i] as usize,
+            self.plan.burst_off[i + 1] as usize,
+        );
+        let tidx = self.plan.route[i] as u32;
+        let sid = self.plan.sessions[i];
+        let slot = match self.free_sess.pop() {
+            Some(s) => s as usize,
+            None => {
+                self.sess.push(Sess {
+                    gen: 0,
+                    live: false,
+                    sid: 0,
+                    tidx: 0,
+                    b0: 0,
+                    b1: 0,
+                    bi: 0,
+                    conns: Vec::new(),
+                    q_next: 0,
+                    q_end: 0,
+                    outstanding: 0,
+                });
+                self.sess.len() - 1
+            }
+        };
+        let s = &mut self.sess[slot];
+        s.gen = s.gen.wrapping_add(1);
+        s.live = true;
+        s.sid = sid;
+        s.tidx = tidx;
+        s.b0 = b0;
+        s.b1 = b1;
+        s.bi = b0;
+        s.conns.clear();
+        s.conns.resize(n, None);
+        s.q_next = 0;
+        s.q_end = 0;
+        s.outstanding = 0;
+        self.begin_burst(slot, due);
+    }
+
+    fn begin_burst(&mut self, s: usize, due: f64) {
+        let now = self.now();
+        let st = &self.sess[s];
+        if st.bi >= st.b1 || now >= self.horizon {
+            self.close_session(s);
+            return;
+        }
+        let first = self.plan.burst_first[st.bi];
+        let end = self.plan.burst_end[st.bi];
+        let (sid, tidx) = (st.sid, st.tidx);
+        let st = &mut self.sess[s];
+        st.q_next = first + 1;
+        st.q_end = end;
+        st.outstanding = 1;
+        let rid = self.new_req(first, sid, tidx, due);
+        let c = self.sess_conn(s, 0);
+        self.submit(c, rid);
+    }
+
+    fn sess_finished(&mut self, s: usize, ci: usize, row: i64) {
+        self.sess[s].outstanding -= 1;
+        let now = self.now();
+        let (sid, tidx) = (self.sess[s].sid, self.sess[s].tidx);
+        let st = &self.sess[s];
+        if st.q_next < st.q_end && now < self.horizon {
+            if st.outstanding == 0 && row == self.plan.burst_first[st.bi] {
+                // the first request is back: embedded requests go out over N connections
+                for slot in 0..self.sess[s].conns.len() {
+                    let st = &mut self.sess[s];
+                    if st.q_next >= st.q_end {
+                        break;
+                    }
+                    st.outstanding += 1;
+                    let r = st.q_next;
+                    st.q_next += 1;
+                    let rid = self.new_req(r, sid, tidx, now);
+                    let c = self.sess_conn(s, slot);
+                    self.submit(c, rid);
+                }
+                return;
+            }
+            let slot = self.slot_of(s, ci);
+            let st = &mut self.sess[s];
+            st.outstanding += 1;
+            let r = st.q_next;
+            st.q_next += 1;
+            let rid = self.new_req(r, sid, tidx, now);
+            let c = self.sess_conn(s, slot);
+            self.submit(c, rid);
+            return;
+        }
+        if st.outstanding > 0 {
+            return;
+        }
+        let st = &mut self.sess[s];
+        st.q_next = st.q_end;
+        let think = self.plan.burst_think[st.bi];
+        st.bi += 1;
+        if st.bi < st.b1 && now + think < self.horizon {
+            self.seq += 1;
+            let ev = Ev {
+                t: now + think,
+                seq: self.seq,
+                slot: s as u32,
+                gen: st.gen,
+            };
+            self.heap.push(ev);
+        } else {
+            self.close_session(s);
+        }
+    }
+
+    fn close_session(&mut self, s: usize) {
+        for k in 0..self.sess[s].conns.len() {
+            if let Some(c) = self.sess[s].conns[k] {
+                let ci = (c & 0xFFFF_FFFF) as usize;
+                if self.conn_alive(c) && self.conns[ci].req.is_none() && self.conns[ci].connected {
+                    self.die(ci);
+                }
+            }
+        }
+        self.sess[s].live = false;
+        self.free_sess.push(s as u32);
+        self.sessions_live -= 1;
+    }
+
+    // dispatch -----------------------------------------------------------------
+    fn next_due(&self) -> f64 {
+        let s = if self.next_i < self.plan.times.len() {
+            self.plan.times[self.next_i]
+        } else {
+            INF
+        };
+        let h = self.heap.peek().map(|e| e.t).unwrap_or(INF);
+        s.min(h)
+    }
+
+    /// Dispatch what is due; true when the batch ran out with more due.
+    fn tick(&mut self, now: f64) -> bool {
+        let mut budget = self.plan.batch;
+        let n = self.plan.times.len();
+        while budget > 0 {
+            let nxt_s = if self.next_i < n {
+                self.plan.times[self.next_i]
+            } else {
+                INF
+            };
+            let nxt_h = self.heap.peek().map(|e| e.t).unwrap_or(INF);
+            if nxt_s <= nxt_h {
+                if nxt_s > now || nxt_s >= self.horizon {
+                    break;
+                }
+                let i = self.next_i;
+                self.next_i += 1;
+                if self.plan.open {
+                    let tidx = self.plan.route[i] as u32;
+                    let rid = self.new_req(self.plan.rows[i], self.plan.sessions[i], tidx, nxt_s);
+                    self.pool_submit(tidx as usize, rid);
+                } else {
+                    self.start_session(i, nxt_s);
+                }
+            } else {
+                if nxt_h > now || nxt_h >= self.horizon {
+                    break;
+                }
+                let ev = self.heap.pop().expect("peeked");
+                let s = ev.slot as usize;
+                if self.sess[s].gen == ev.gen && self.sess[s].live {
+                    self.begin_burst(s, nxt_h);
+                }
+            }
+            budget -= 1;
+            self.run_deferred();
+        }
+        budget == 0
+    }
+
+    /// Time out stuck requests and connects (every 100 ms).
+    pub fn expire(&mut self, now: f64) {
+        self.real_off = real_offset();
+        let timeout = self.plan.timeout;
+        for ci in 0..self.conns.len() {
+            if !self.conns[ci].alive {
+                continue;
+            }
+            if let Some(rid) = self.conns[ci].req {
+                if now - self.reqs[rid as usize].sent > timeout {
+                    self.fail(ci, E_TIMEOUT, true);
+                }
+            } else if let Some(rid) = self.conns[ci].pending {
+                if now - self.reqs[rid as usize].intended > timeout {
+                    self.conns[ci].pending = None;
+                    self.die(ci);
+                    let row = self.record(rid, 0, -1, NAN, Some(E_TIMEOUT));
+                    self.owner_finished(ci, row);
+                }
+            }
+        }
+        self.run_deferred();
+        self.free_slots();
+    }
+
+    /// End of run: what is in flight is ``cut``, what waits is ``unsent``.
+    pub fn finish(&mut self) {
+        for ci in 0..self.conns.len() {
+            if !self.conns[ci].alive {
+                continue;
+            }
+            let rid = self.conns[ci]
+                .req
+                .take()
+                .or_else(|| self.conns[ci].pending.take());
+            self.abort(ci);
+            if let Some(rid) = rid {
+                let err = if self.reqs[rid as usize].sent.is_nan() {
+                    E_UNSENT
+                } else {
+                    E_CUT
+                };
+                self.record(rid, 0, -1, NAN, Some(err));
+            }
+        }
+        for t in 0..self.pools.len() {
+            while let Some(rid) = self.pools[t].waiting.pop_front() {
+                self.record(rid, 0, -1, NAN, Some(E_UNSENT));
+            }
+        }
+    }
+
+    pub fn interrupt(&mut self) {
+        self.interrupted = true;
+        let now = self.now();
+        self.horizon = self.horizon.min(now);
+        self.draining = true;
+    }
+
+    fn free_slots(&mut self) {
+        self.free_conns.append(&mut self.to_free);
+    }
+
+    fn arm(&mut self, due_abs: f64) {
+        let due_abs = due_abs.max(self.last_wake + self.coalesce);
+        let delay = due_abs - mono();
+        let mut when = due_abs;
+        // Only a long sleep is worth waking early for: a (virtual) CPU coming out
+        // of deep idle is itself tens of microseconds late; poll the last stretch.
+        if delay > 1e-3 {
+            when -= 200e-6;
+            self.early_until = due_abs;
+        } else {
+            self.early_until = 0.0;
+        }
+        if when == self.armed {
+            return;
+        }
+        self.armed = when;
+        self.counts[3] += 1;
+        let sec = when.floor();
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: sec as libc::time_t,
+                tv_nsec: ((when - sec) * 1e9) as libc::c_long,
+            },
+        };
+        // SAFETY: arming our timerfd with a live struct.
+        unsafe {
+            libc::timerfd_settime(
+                self.tfd,
+                libc::TFD_TIMER_ABSTIME,
+                &spec,
+                std::ptr::null_mut(),
+            )
+        };
+    }
+
+    fn timer_fired(&mut self) {
+        let mut buf = [0u8; 8];
+        // SAFETY: reading the timerfd's 8-byte counter.
+        let n = unsafe { libc::read(self.tfd, buf.as_mut_ptr() as *mut libc::c_void, 8) };
+        if n != 8 {
+            return; // already consumed
+        }
+        self.armed = INF;
+        let until = self.early_until;
+        if until > 0.0 {
+            self.early_until = 0.0;
+            while mono() < until {
+                std::hint::spin_loop();
+            }
+        }
+        self.last_wake = mono();
+    }
+
+    /// One turn of the loop: dispatch, wait for at most `max_wait` seconds, handle events.
+    /// Returns false when the run is over.
+    pub fn turn(&mut self, max_wait: f64) -> bool {
+        let max_wait = max_wait.min(0.1);
+        let now = self.now();
+        // Dispatch even while draining: a session still running schedules its
+        // next burst (as the Python engine's timer keeps firing).
+        let more = self.tick(now);
+        let due = self.next_due();
+        if !more && due >= self.horizon {
+            self.draining = true;
+        }
+        if self.draining {
+            let idle = self.inflight <= 0 && self.sessions_live <= 0;
+            if idle || now >= self.horizon + self.plan.drain || self.interrupted {
+                self.finish();
+                return false;
+            }
+        }
+        self.free_slots();
+        let mut timer_only = false;
+        let timeout_ms: i32 = if more {
+            0
+        } else {
+            let mut wait = max_wait;
+            if self.draining {
+                wait = wait.min(0.005);
+            }
+            if due < self.horizon {
+                let delay = due - self.now();
+                if delay <= self.spin {
+                    wait = 0.0;
+                } else {
+                    self.arm(self.t0 + due);
+                    // (not while a connect is under way: its request goes when it completes)
+                    timer_only = self.plan.open
+                        && !self.draining
+                        && self.connecting == 0
+                        && delay < TIMER_ONLY_MAX;
+                }
+            }
+            (wait * 1e3).ceil().max(0.0) as i32
+        };
+        self.counts[0] += 1;
+        if timeout_ms > 0 {
+            self.counts[1] += 1;
+        }
+        let mut events = std::mem::take(&mut self.events);
+        if timer_only {
+            // SAFETY: epoll_wait fills our array.
+            let n = unsafe { libc::epoll_wait(self.tep, events.as_mut_ptr(), 1, timeout_ms) };
+            if n < 0 {
+                self.events = events;
+                self.signalled = true;
+                return true;
+            }
+            if n > 0 {
+                self.timer_fired();
+            }
+        }
+        let wait_ms = if timer_only { 0 } else { timeout_ms };
+        // SAFETY: epoll_wait fills our array.
+        let n = unsafe {
+            libc::epoll_wait(self.epfd, events.as_mut_ptr(), events.len() as i32, wait_ms)
+        };
+        if n < 0 {
+            self.events = events;
+            self.signalled = true; // EINTR: a signal; the caller's check comes next
+            return true;
+        }
+        self.counts[2] += n as u64;
+        for ev in events.iter().take(n as usize) {
+            let (flags, data) = (ev.events, ev.u64);
+            if data == TIMER_TOKEN {
+                self.timer_fired();
+                continue;
+            }
+            if !self.conn_alive(data) {
+                continue; // an event for a connection that died in this batch
+            }
+            let ci = (data & 0xFFFF_FFFF) as usize;
+            let out = flags & libc::EPOLLOUT as u32 != 0;
+            let inn = flags & (libc::EPOLLIN | libc::EPOLLHUP | libc::EPOLLERR) as u32 != 0;
+            if !self.conns[ci].connected {
+                if out || inn {
+                    self.on_writable(ci);
+                }
+            } else {
+                if out {
+                    self.on_writable(ci);
+                }
+                if inn && self.conn_alive(data) {
+                    self.on_readable(ci);
+                }
+            }
+            self.run_deferred();
+        }
+        self.events = events;
+        self.run_deferred();
+        self.free_slots();
+        true
+    }
+}
+
+fn real_offset() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    let m0 = mono();
+    // SAFETY: clock_gettime into our timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    let m1 = mono();
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9 - (m0 + m1) / 2.0
+}
+
+/// recvmsg into `buf`; (bytes or -1, the kernel's receive stamp of the last segment read).
+fn recv_stamped(fd: i32, buf: &mut [u8], control: &mut [u8]) -> (isize, Option<f64>) {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: a zeroed msghdr pointing at our live buffers.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+    msg.msg_controllen = control.len() as _;
+    let n = unsafe { libc::recvmsg(fd, &mut msg, 0) };
+    if n <= 0 {
+        return (n, None);
+    }
+    // cmsghdr: len (usize), level (i32), type (i32), then the data (8-aligned)
+    let clen = (msg.msg_controllen as usize).min(control.len());
+    let mut off = 0usize;
+    let hdr = std::mem::size_of::<libc::cmsghdr>();
+    while off + hdr <= clen {
+        let len = usize::from_ne_bytes(control[off..off + 8].try_into().unwrap());
+        let level = i32::from_ne_bytes(control[off + 8..off + 12].try_into().unwrap());
+        let typ = i32::from_ne_bytes(control[off + 12..off + 16].try_into().unwrap());
+        if len < hdr || off + len > clen {
+            break;
+        }
+        if level == libc::SOL_SOCKET && typ == SO_TIMESTAMPNS && len >= hdr + 16 {
+            let d = off + hdr;
+            let sec = i64::from_ne_bytes(control[d..d + 8].try_into().unwrap());
+            let nsec = i64::from_ne_bytes(control[d + 8..d + 16].try_into().unwrap());
+            if sec > 0 {
+                return (n, Some(sec as f64 + nsec as f64 * 1e-9));
+            }
+        }
+        off += (len + 7) & !7;
+    }
+    (n, None)
+}
+
+fn connect_nonblocking(addr: &std::net::SocketAddr) -> (i32, i32, i32) {
+    let family = if addr.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    // SAFETY: socket/setsockopt/connect with structs we build on the stack.
+    unsafe {
+        let fd = libc::socket(
+            family,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        );
+        if fd < 0 {
+            return (fd, -1, errno());
+        }
+        let one: i32 = 1;
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            &one as *const i32 as *const libc::c_void,
+            4,
+        );
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            SO_TIMESTAMPNS,
+            &one as *const i32 as *const libc::c_void,
+            4,
+        );
+        let rc = match addr {
+            std::net::SocketAddr::V4(a) => {
+                let mut sa: libc::sockaddr_in = std::mem::zeroed();
+                sa.sin_family = libc::AF_INET as libc::sa_family_t;
+                sa.sin_port = a.port().to_be();
+                sa.sin_addr = libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                };
+                libc::connect(
+                    fd,
+                    &sa as *const _ as *const libc::sockaddr,
+                    std::mem::size_of::<libc::sockaddr_in>() as u32,
+                )
+            }
+            std::net::SocketAddr::V6(a) => {
+                let mut sa: libc::sockaddr_in6 = std::mem::zeroed();
+                sa.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+                sa.sin6_port = a.port().to_be();
+                sa.sin6_addr = libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                };
+                sa.sin6_scope_id = a.scope_id();
+                libc::connect(
+                    fd,
+                    &sa as *const _ as *const libc::sockaddr,
+                    std::mem::size_of::<libc::sockaddr_in6>() as u32,
+                )
+            }
+        };
+        let e = if rc < 0 { errno() } else { 0 };
+        (fd, rc, e)
+    }
+}

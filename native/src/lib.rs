@@ -1,0 +1,289 @@
+//! shrink's native replay core: the engine's hot loop in Rust, driven from
+//! shrink/replay/native.py with the schedule the Python side built.
+
+mod engine;
+mod http;
+
+use engine::{mono, Engine, Plan, Rows, N_ERRORS};
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use std::net::ToSocketAddrs;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+fn f64s(b: &[u8], name: &str) -> PyResult<Vec<f64>> {
+    if !b.len().is_multiple_of(8) {
+        return Err(PyValueError::new_err(format!("{name}: not float64 bytes")));
+    }
+    Ok(b.chunks_exact(8)
+        .map(|c| f64::from_ne_bytes(c.try_into().unwrap()))
+        .collect())
+}
+
+fn i64s(b: &[u8], name: &str) -> PyResult<Vec<i64>> {
+    if !b.len().is_multiple_of(8) {
+        return Err(PyValueError::new_err(format!("{name}: not int64 bytes")));
+    }
+    Ok(b.chunks_exact(8)
+        .map(|c| i64::from_ne_bytes(c.try_into().unwrap()))
+        .collect())
+}
+
+fn raw<T>(v: &[T]) -> &[u8] {
+    // SAFETY: plain numeric columns viewed as their bytes.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+}
+
+/// The finished rows as one bytes object per writer column (then cleared).
+fn take_rows<'py>(py: Python<'py>, r: &mut Rows) -> Vec<Bound<'py, PyBytes>> {
+    let out = vec![
+        PyBytes::new(py, raw(&r.intended)),
+        PyBytes::new(py, raw(&r.sent)),
+        PyBytes::new(py, raw(&r.first_byte)),
+        PyBytes::new(py, raw(&r.done)),
+        PyBytes::new(py, raw(&r.status)),
+        PyBytes::new(py, raw(&r.nbytes)),
+        PyBytes::new(py, raw(&r.cls)),
+        PyBytes::new(py, raw(&r.session)),
+        PyBytes::new(py, raw(&r.target)),
+        PyBytes::new(py, raw(&r.error)),
+        PyBytes::new(py, raw(&r.dispatched)),
+    ];
+    *r = Rows::default();
+    out
+}
+
+/// Replay a schedule (see shrink/replay/native.py for the arguments' meaning).
+///
+/// Every 100 ms (and at the end) ``on_rows(columns)`` gets the finished rows;
+/// it returns True to stop the run (a signal). Returns (requests, pool waits,
+/// interrupted, counts): counts are the loop's turns, the waits that slept, socket
+/// events, timer arms, connects and sends.
+#[pyfunction]
+#[pyo3(signature = (
+    open, targets, req_bytes, key_of_row, cls_of_row, head_only_of_key, times, route, rows,
+    sessions, burst_off, burst_first, burst_end, burst_think, horizon, timeout, drain,
+    max_pool, conns_per_session, conn_per_request, batch, tcodes, ecodes, t0, on_rows
+))]
+#[allow(clippy::too_many_arguments)]
+fn run(
+    py: Python<'_>,
+    open: bool,
+    targets: Vec<(String, u16)>,
+    req_bytes: Vec<Vec<Vec<u8>>>,
+    key_of_row: &[u8],
+    cls_of_row: &[u8],
+    head_only_of_key: Vec<bool>,
+    times: &[u8],
+    route: &[u8],
+    rows: &[u8],
+    sessions: &[u8],
+    burst_off: &[u8],
+    burst_first: &[u8],
+    burst_end: &[u8],
+    burst_think: &[u8],
+    horizon: f64,
+    timeout: f64,
+    drain: f64,
+    max_pool: usize,
+    conns_per_session: usize,
+    conn_per_request: bool,
+    batch: usize,
+    tcodes: Vec<i32>,
+    ecodes: Vec<i32>,
+    t0: f64,
+    on_rows: PyObject,
+) -> PyResult<(u64, u64, bool, Vec<u64>)> {
+    let mut addrs = Vec::new();
+    for (host, port) in &targets {
+        let a = (host.as_str(), *port)
+            .to_socket_addrs()
+            .map_err(|e| PyOSError::new_err(format!("target {host}:{port}: {e}")))?
+            .next()
+            .ok_or_else(|| PyOSError::new_err(format!("target {host}:{port}: no address")))?;
+        addrs.push(a);
+    }
+    if ecodes.len() != N_ERRORS || tcodes.len() != addrs.len() || req_bytes.len() != addrs.len() {
+        return Err(PyValueError::new_err(
+            "codes or request bytes do not match the targets",
+        ));
+    }
+    let plan = Plan {
+        open,
+        addrs,
+        req_bytes,
+        key_of_row: i64s(key_of_row, "key_of_row")?,
+        cls_of_row: cls_of_row.iter().map(|&b| b as i8).collect(),
+        head_only_of_key,
+        times: f64s(times, "times")?,
+        route: i64s(route, "route")?,
+        rows: i64s(rows, "rows")?,
+        sessions: i64s(sessions, "sessions")?,
+        burst_off: i64s(burst_off, "burst_off")?,
+        burst_first: i64s(burst_first, "burst_first")?,
+        burst_end: i64s(burst_end, "burst_end")?,
+        burst_think: f64s(burst_think, "burst_think")?,
+        horizon,
+        timeout,
+        drain,
+        max_pool: max_pool.max(1),
+        conns_per_session: conns_per_session.max(1),
+        conn_per_request,
+        batch: batch.max(1),
+        tcodes,
+        ecodes: ecodes.try_into().unwrap(),
+    };
+    let eng = Engine::new(plan, t0).map_err(|e| PyOSError::new_err(e.to_string()))?;
+    let shared = Arc::new(Shared::default());
+    let sh = shared.clone();
+    // The loop runs on its own thread (same CPU and policy, inherited) so that
+    // Python's work on the rows (a Parquet flush takes milliseconds) never holds
+    // up a send; this thread only moves rows and watches for signals.
+    let handle = std::thread::Builder::new()
+        .name("shrink-core".into())
+        .spawn(move || engine_thread(eng, &sh))
+        .map_err(|e| PyOSError::new_err(e.to_string()))?;
+    let old_sched = lower_priority();
+    let mut pending_err: Option<PyErr> = None;
+    let mut result = None;
+    loop {
+        let finished = py.allow_threads(|| {
+            let until = mono() + 0.1;
+            // (a loop thread that panicked never says done: is_finished covers it)
+            while mono() < until {
+                if shared.done.load(Ordering::Acquire) || handle.is_finished() {
+                    return true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            shared.done.load(Ordering::Acquire) || handle.is_finished()
+        });
+        if finished {
+            result = Some(());
+        }
+        // A signal's Python handler runs here; without one, Ctrl-C raises: stop
+        // the run, keep its rows, and raise once they are handed over.
+        if let Err(e) = py.check_signals() {
+            shared.stop.store(true, Ordering::Release);
+            pending_err.get_or_insert(e);
+        }
+        let cols = {
+            let mut rows = shared.rows.lock().unwrap();
+            take_rows(py, &mut rows)
+        };
+        match on_rows.call1(py, (cols,)) {
+            Ok(v) => {
+                if v.extract::<bool>(py).unwrap_or(false) {
+                    shared.stop.store(true, Ordering::Release);
+                }
+            }
+            Err(e) => {
+                shared.stop.store(true, Ordering::Release);
+                pending_err.get_or_insert(e);
+            }
+        }
+        if result.is_some() {
+            break;
+        }
+    }
+    let out = py.allow_threads(|| handle.join());
+    restore_priority(old_sched);
+    let out = out.map_err(|_| PyOSError::new_err("the native replay loop panicked"))?;
+    if let Some(e) = pending_err {
+        return Err(e);
+    }
+    Ok(out)
+}
+
+#[derive(Default)]
+struct Shared {
+    rows: Mutex<Rows>,
+    stop: AtomicBool,
+    done: AtomicBool,
+}
+
+/// Finished rows move to the shared buffer (taken by the Python thread).
+fn hand_over(sh: &Shared, rows: &mut Rows) {
+    let mut o = sh.rows.lock().unwrap();
+    o.intended.append(&mut rows.intended);
+    o.sent.append(&mut rows.sent);
+    o.first_byte.append(&mut rows.first_byte);
+    o.done.append(&mut rows.done);
+    o.status.append(&mut rows.status);
+    o.nbytes.append(&mut rows.nbytes);
+    o.cls.append(&mut rows.cls);
+    o.session.append(&mut rows.session);
+    o.target.append(&mut rows.target);
+    o.error.append(&mut rows.error);
+    o.dispatched.append(&mut rows.dispatched);
+}
+
+fn engine_thread(mut eng: Engine, sh: &Shared) -> (u64, u64, bool, Vec<u64>) {
+    // Signals belong to Python's main thread.
+    // SAFETY: a local signal set, applied to this thread only.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+    let mut next_sweep = mono() + 0.1;
+    loop {
+        if sh.stop.load(Ordering::Acquire) && !eng.interrupted {
+            eng.interrupt();
+        }
+        let left = next_sweep - mono();
+        if left <= 0.0 {
+            eng.expire(mono() - eng.t0);
+            hand_over(sh, &mut eng.rows);
+            next_sweep = mono() + 0.1;
+            continue;
+        }
+        if !eng.turn(left) {
+            break;
+        }
+    }
+    hand_over(sh, &mut eng.rows);
+    sh.done.store(true, Ordering::Release);
+    (
+        eng.recorded,
+        eng.pool_waits,
+        eng.interrupted,
+        eng.counts.to_vec(),
+    )
+}
+
+/// Under SCHED_FIFO/RR this thread steps down to SCHED_OTHER for the run, so that
+/// it never delays the loop's thread (same policy, same CPU) while Python works.
+fn lower_priority() -> Option<(i32, libc::sched_param)> {
+    // SAFETY: scheduler calls on the calling thread with a live param.
+    unsafe {
+        let policy = libc::sched_getscheduler(0);
+        if policy != libc::SCHED_FIFO && policy != libc::SCHED_RR {
+            return None;
+        }
+        let mut old: libc::sched_param = std::mem::zeroed();
+        libc::sched_getparam(0, &mut old);
+        let other = libc::sched_param { sched_priority: 0 };
+        if libc::sched_setscheduler(0, libc::SCHED_OTHER, &other) != 0 {
+            return None;
+        }
+        Some((policy, old))
+    }
+}
+
+fn restore_priority(old: Option<(i32, libc::sched_param)>) {
+    if let Some((policy, param)) = old {
+        // SAFETY: as above; a failure leaves SCHED_OTHER, which is harmless.
+        unsafe { libc::sched_setscheduler(0, policy, &param) };
+    }
+}
+
+#[pymodule]
+fn shrink_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(run, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

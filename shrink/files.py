@@ -1,0 +1,197 @@
+"""The one reader of the JSON and TOML files the stages hand each other.
+
+Every JSON or TOML file shrink reads (LoadCurve, prediction, calibration,
+testbed state, machine spec, docroot manifest, and the JSON kept in a Parquet
+file's metadata) goes through :func:`read_json` / :func:`read_toml` /
+:func:`parse_json`, with a pydantic model of its schema
+(:mod:`shrink.schemas`). A bad file gives one line naming the file and what is
+wrong, never a traceback:
+
+- the file is missing, a directory, unreadable or larger than ``MAX_BYTES``;
+- a byte that is not UTF-8 (its offset is named);
+- a syntax error (its line), a number of more than 4,300 digits, nesting deeper
+  than the parser's recursion limit;
+- a field that is missing, of the wrong type, or outside its bounds: named by
+  its path in the document, e.g. ``levels[3].reps[0].overall.n``.
+
+Bounds on every size (sockets, cores, list lengths, string lengths) live in the
+models, so a hostile number cannot make a later stage allocate gigabytes.
+The models allow keys they do not know (a newer writer may add some); readers
+get back the validated document as plain Python values.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from shrink.errors import ParameterError, TraceFormatError
+
+__all__ = [
+    "MAX_BYTES",
+    "check_output",
+    "parse_json",
+    "read_json",
+    "read_text",
+    "read_toml",
+    "validate",
+]
+
+# The largest summary shrink writes is a LoadCurve of a few MB (quantile grids per
+# class, level and repetition); anything past this is not one of ours. The cap also
+# bounds memory: 16 MiB of the smallest JSON values ("[],") is about 300 MiB of objects.
+MAX_BYTES = 16 * 1024 * 1024
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def check_output(path: str | Path, *, kind: str = "file", what: str = "output") -> Path:
+    """Fail now, in one line, if ``path`` cannot be written as a ``kind`` ("file" or "dir").
+
+    Commands call this before measuring, so a run is never lost to an output path
+    that is a directory, sits under a file, or lies in a folder this user may not
+    write. Missing folders are fine: writers create them.
+    """
+    path = Path(path)
+    if kind == "file" and path.is_dir():
+        raise ParameterError(f"{what} {path} is a directory; name a file")
+    if kind == "dir" and path.exists() and not path.is_dir():
+        raise ParameterError(f"{what} {path} is a file; name a directory")
+    if path.exists():
+        if not os.access(path, os.W_OK | (os.X_OK if kind == "dir" else 0)):
+            raise ParameterError(f"{what} {path} is not writable")
+        return path
+    parent = path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ParameterError(f"{what} {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ParameterError(f"{what} {path}: cannot create it, {parent} is not writable")
+    return path
+
+
+def read_text(path: str | Path, *, what: str = "file", max_bytes: int = MAX_BYTES) -> str:
+    """The file's text, decoded as UTF-8; a one-line :class:`TraceFormatError` otherwise."""
+    path = Path(path)
+    try:
+        if path.is_dir():
+            raise TraceFormatError(f"is a directory, not a {what}", path=path)
+        with path.open("rb") as f:
+            data = f.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise TraceFormatError(f"no such {what}", path=path) from None
+    except OSError as exc:
+        raise TraceFormatError(
+            f"cannot read the {what}: {exc.strerror or exc}", path=path
+        ) from None
+    if len(data) > max_bytes:
+        raise TraceFormatError(f"larger than {max_bytes >> 20} MiB: not a {what}", path=path)
+    return decode(data, path=path, what=what)
+
+
+def decode(data: bytes, *, path: str | Path | None, what: str) -> str:
+    """UTF-8 text of ``data``; a bad byte is named by its offset."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        hint = " (a binary file, e.g. Parquet?)" if data[:4] == b"PAR1" else ""
+        raise TraceFormatError(
+            f"not UTF-8 text, so not a {what}{hint}", path=path, offset=exc.start
+        ) from None
+
+
+def parse_json(
+    text: str | bytes,
+    model: type[M] | None = None,
+    *,
+    source: str | Path | None = None,
+    what: str = "JSON file",
+) -> Any:
+    """Parse JSON ``text`` and validate it against ``model``; the plain document back."""
+    if isinstance(text, bytes):
+        text = decode(text, path=source, what=what)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TraceFormatError(f"not JSON: {exc.msg}", path=source, line=exc.lineno) from None
+    except ValueError as exc:  # an integer of more than 4,300 digits
+        raise TraceFormatError(f"not a {what}: {_first_line(exc)}", path=source) from None
+    except RecursionError:
+        raise TraceFormatError(f"not a {what}: nested too deeply", path=source) from None
+    return doc if model is None else validate(doc, model, source=source, what=what)
+
+
+def read_json(path: str | Path, model: type[M] | None = None, *, what: str = "JSON file") -> Any:
+    """Read, parse and validate a JSON file (see the module docstring)."""
+    return parse_json(read_text(path, what=what), model, source=path, what=what)
+
+
+def read_toml(path: str | Path, model: type[M] | None = None, *, what: str = "TOML file") -> Any:
+    """Read, parse and validate a TOML file (see the module docstring)."""
+    text = read_text(path, what=what)
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise TraceFormatError(f"not TOML: {_first_line(exc)}", path=path) from None
+    except (ValueError, RecursionError) as exc:
+        raise TraceFormatError(f"not a {what}: {_first_line(exc)}", path=path) from None
+    return doc if model is None else validate(doc, model, source=path, what=what)
+
+
+def validate(
+    doc: Any, model: type[M], *, source: str | Path | None = None, what: str = "file"
+) -> dict[str, Any]:
+    """``doc`` checked against ``model``: the document (with values coerced to their types)."""
+    try:
+        obj = model.model_validate(doc)
+    except ValidationError as exc:
+        raise TraceFormatError(_describe(exc, what), path=source) from None
+    except RecursionError:
+        raise TraceFormatError(f"not a {what}: nested too deeply", path=source) from None
+    return obj.model_dump(exclude_unset=True, by_alias=True)
+
+
+def _describe(exc: ValidationError, what: str) -> str:
+    errs = exc.errors(include_url=False)
+    e = errs[0]
+    loc = _loc(e.get("loc", ()))
+    msg = str(e.get("msg", "invalid")).rstrip(".")
+    if e.get("type") == "missing":
+        text = f"{what} lacks {loc or 'a field'}"
+    else:
+        text = f"{loc or 'document'}: {msg}{_shown(e.get('input'))}"
+    more = len(errs) - 1
+    return text + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        return ""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f" (got {value})"
+    text = repr(value)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return f" (got {text})"
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__

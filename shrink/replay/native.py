@@ -1,0 +1,268 @@
+"""The native replay core (Rust, ``shrink_core``) behind the engine interface; the engine choice.
+
+The core (``native/``, built by ``make setup`` with maturin) runs the engine's hot
+loop: epoll, non-blocking sockets, a timerfd for sub-millisecond wake-ups, the
+response parser, the session rules of httperf ``--wsesslog`` and the open-mode
+pools, all as :mod:`shrink.replay.engine` does them. It does not build its own
+plan: this adapter hands it the :class:`~shrink.schedule.Schedule`'s arrays,
+the routing computed here as the Python engine computes it, and the request
+bytes from :func:`~shrink.replay._http.build_request`, so both engines follow
+the same schedule by construction.
+
+The loop runs on a thread of its own (same CPU and scheduling policy). Every
+100 ms this thread takes its finished rows into the same
+:class:`~shrink.replay.writer.RunLogWriter` (so Ctrl-C keeps what was measured)
+and runs Python's signal handlers; a Parquet flush here never delays a send.
+Where the core differs from the Python engine, it is in time stamps and
+wake-ups, not in what is sent: a response is timed by the kernel's receive
+stamp (``SO_TIMESTAMPNS``), in open mode a short wait sleeps on the timer alone
+(responses are read at the next due time, their stamps unchanged), and at high
+rates wake-ups are at most 60 us apart (a request is then up to that late, and
+its send lag says so).
+
+:func:`select_engine` maps ``auto | native | python`` to an engine callable;
+``auto`` is the native core when it is importable, else the Python engine. Both
+record their name in the RunLog metadata (``engine``) and in
+:attr:`EngineStats.extra`, from where run summaries report it.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from time import monotonic
+from typing import Any
+
+import numpy as np
+
+from shrink.errors import ParameterError, ReplayError
+from shrink.replay._http import build_request
+from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
+from shrink.replay.writer import RunLogWriter
+from shrink.schedule import Schedule, session_hash
+
+try:  # the core is optional: the Python engine is the fallback
+    import shrink_core as _core
+except ImportError:  # pragma: no cover - depends on the build
+    _core = None
+
+__all__ = ["ENGINES", "available", "engine_name", "run_native", "run_python", "select_engine"]
+
+ENGINES = ("auto", "native", "python")
+# The core's loop counts and error indices, in its order (native/src/engine.rs).
+_COUNTS = ("turns", "sleeps", "events", "timer_arms", "connects", "sends")
+_ERRORS = ("refused", "connect", "reset", "closed", "timeout", "bad-response", "cut", "unsent")
+
+
+def available() -> bool:
+    """Whether the native core is built and importable."""
+    return _core is not None
+
+
+def _route(ids: np.ndarray, cfg: EngineConfig) -> np.ndarray:
+    """The target index of each session (or open-mode request), as the Python engine picks it."""
+    n = len(cfg.targets)
+    if cfg.routing == "hash":
+        return (session_hash(ids, 1) % np.uint64(n)).astype(np.int64)
+    return np.arange(ids.size, dtype=np.int64) % n
+
+
+def _flat_bursts(sched: Schedule) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Session mode's bursts as flat arrays: offsets per session, first row, end row, think."""
+    counts = np.fromiter(
+        (len(p) for p in sched.session_bursts), np.int64, len(sched.session_bursts)
+    )
+    off = np.zeros(counts.size + 1, np.int64)
+    np.cumsum(counts, out=off[1:])
+    flat = [b for plan in sched.session_bursts for b in plan]
+    first = np.fromiter((b[0] for b in flat), np.int64, len(flat))
+    end = np.fromiter((b[1] for b in flat), np.int64, len(flat))
+    think = np.fromiter((b[2] for b in flat), np.float64, len(flat))
+    return off, first, end, think
+
+
+def _core_args(schedule: Schedule, cfg: EngineConfig, writer: RunLogWriter) -> dict[str, Any]:
+    """The core's arguments: the schedule's arrays as bytes, request bytes, codes."""
+    req_bytes = []
+    for addr, port in cfg.targets:
+        host = f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
+        req_bytes.append([build_request(m, p, host, b) for m, p, b in schedule.keys])
+    empty_i, empty_f = np.empty(0, np.int64), np.empty(0, np.float64)
+    if schedule.mode == "open":
+        ids = np.asarray(schedule.open_sessions, np.int64)
+        times = np.asarray(schedule.times, np.float64)
+        rows = np.asarray(schedule.rows, np.int64)
+        off, first, end, think = empty_i, empty_i, empty_i, empty_f
+    else:
+        ids = np.asarray(schedule.session_ids, np.int64)
+        times = np.asarray(schedule.session_start, np.float64)
+        rows = empty_i
+        off, first, end, think = _flat_bursts(schedule)
+    return dict(
+        open=schedule.mode == "open",
+        targets=[(a, int(p)) for a, p in cfg.targets],
+        req_bytes=req_bytes,
+        key_of_row=np.asarray(schedule.key_of_row, np.int64).tobytes(),
+        cls_of_row=np.asarray(schedule.cls_of_row, np.int8).tobytes(),
+        head_only_of_key=[k[0] == "HEAD" for k in schedule.keys],
+        times=times.tobytes(),
+        route=_route(ids, cfg).tobytes(),
+        rows=rows.tobytes(),
+        sessions=ids.tobytes(),
+        burst_off=off.tobytes(),
+        burst_first=first.tobytes(),
+        burst_end=end.tobytes(),
+        burst_think=think.tobytes(),
+        # The core stops bursts at its horizon: the schedule's end, so that one pass
+        # (end infinite) runs its sessions out as the Python engine does; the schedule
+        # already holds only the sessions that start before its horizon.
+        horizon=float(min(schedule.end, schedule.horizon + _NO_END)),
+        timeout=float(cfg.timeout),
+        drain=float(cfg.drain),
+        max_pool=int(cfg.max_pool),
+        conns_per_session=int(cfg.conns_per_session),
+        conn_per_request=bool(cfg.conn_per_request),
+        batch=int(cfg.batch),
+        tcodes=[writer.targets.code(f"{a}:{p}") for a, p in cfg.targets],
+        ecodes=[writer.errors.code(e) for e in _ERRORS],
+    )
+
+
+# The writer's column types (shrink/replay/writer.py), in the core's column order.
+# A finite stand-in for "no end" (sessions run out): ten years of seconds.
+_NO_END = 3.2e8
+
+_DTYPES = ("f8", "f8", "f8", "f8", "i4", "i8", "i1", "i8", "i4", "i4", "f8")
+
+
+def _appender(writer: RunLogWriter, stop: list[bool]) -> Callable[[list[bytes]], bool]:
+    """The core's callback: finished rows into the writer; True once told to stop.
+
+    The fast path extends the writer's typed column arrays with the core's bytes;
+    a writer without them gets the rows one by one through :meth:`RunLogWriter.add`.
+    """
+    cols = getattr(writer, "cols_", None)
+    fast = cols is not None and [getattr(c, "typecode", "") for c in cols] == list("ddddiqbqiid")
+
+    def on_rows(columns: list[bytes]) -> bool:
+        if fast:
+            for col, data in zip(cols, columns, strict=True):  # type: ignore[arg-type]
+                col.frombytes(data)
+        else:
+            pairs = zip(columns, _DTYPES, strict=True)
+            arrays = [np.frombuffer(b, dtype=t).tolist() for b, t in pairs]
+            for row in zip(*arrays, strict=True):
+                writer.add(*row)
+        writer.maybe_flush()
+        return stop[0]
+
+    return on_rows
+
+
+def run_native(
+    schedule: Schedule,
+    config: EngineConfig,
+    writer: RunLogWriter,
+    *,
+    t0: float | None = None,
+    on_ready: Callable[[], float] | None = None,
+    handle_signals: bool = True,
+) -> EngineStats:
+    """:func:`shrink.replay.engine.run_schedule`'s contract, run by the native core."""
+    if _core is None:
+        raise ReplayError(
+            "the native replay core is not built (run make setup, or pip install ./native); "
+            "use --engine python"
+        )
+    args = _core_args(schedule, config, writer)
+    if t0 is None:
+        if on_ready is not None:
+            t0 = on_ready()
+        else:
+            gc.collect()
+            t0 = monotonic() + 0.05
+    writer.meta.update(t0=t0, t0_unix=time.time() - (monotonic() - t0), engine="native")
+    stop = [False]
+    installed: list[tuple[int, Any]] = []
+    if handle_signals and threading.current_thread() is threading.main_thread():
+
+        def on_signal(signum: int, frame: Any) -> None:
+            stop[0] = True
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            installed.append((sig, signal.signal(sig, on_signal)))
+    cpu0 = os.times()
+    wall0 = monotonic()
+    # As in the Python engine: no collector pass over a big heap inside the run.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        recorded, pool_waits, interrupted, counts = _core.run(
+            **args, t0=t0, on_rows=_appender(writer, stop)
+        )
+    finally:
+        for sig, old in installed:
+            signal.signal(sig, old)
+        writer.close()
+        if gc_was_enabled:
+            gc.enable()
+    cpu1 = os.times()
+    return EngineStats(
+        t0=t0,
+        t0_unix=time.time() - (monotonic() - t0),
+        wall=monotonic() - wall0,
+        cpu=(cpu1.user - cpu0.user) + (cpu1.system - cpu0.system),
+        requests=int(recorded),
+        interrupted=bool(interrupted or stop[0]),
+        extra={
+            "pool_waits": int(pool_waits),
+            "engine": "native",
+            # how often the loop slept: on a virtual CPU each wake-up costs tens of us
+            "loop": dict(zip(_COUNTS, counts, strict=True)),
+        },
+    )
+
+
+def run_python(
+    schedule: Schedule,
+    config: EngineConfig,
+    writer: RunLogWriter,
+    *,
+    t0: float | None = None,
+    on_ready: Callable[[], float] | None = None,
+    handle_signals: bool = True,
+) -> EngineStats:
+    """The Python (asyncio) reference engine, with its name recorded."""
+    writer.meta["engine"] = "python"
+    stats = run_schedule(
+        schedule, config, writer, t0=t0, on_ready=on_ready, handle_signals=handle_signals
+    )
+    stats.extra["engine"] = "python"
+    return stats
+
+
+def select_engine(name: str = "auto") -> Callable[..., EngineStats]:
+    """The engine for ``auto | native | python`` (auto: native when built)."""
+    if name not in ENGINES:
+        raise ParameterError(f"engine == {name!r}, must be one of {', '.join(ENGINES)}.")
+    if name == "python" or (name == "auto" and _core is None):
+        return run_python
+    if _core is None:
+        raise ReplayError(
+            "--engine native: the native replay core is not built (run make setup, or "
+            "pip install ./native)"
+        )
+    return run_native
+
+
+def engine_name(engine: Any) -> str:
+    """``native``, ``python`` or the class name of a stand-in (a FakeEngine)."""
+    if engine is run_native:
+        return "native"
+    if engine is run_python or engine is run_schedule:
+        return "python"
+    return str(getattr(engine, "__name__", type(engine).__name__))
