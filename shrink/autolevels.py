@@ -29,6 +29,7 @@ from shrink.mat import mat
 from shrink.measure import (
     LOOP_SESSIONS,
     LoopedRun,
+    SweepInterrupted,
     default_loop_window,
     level_stats,
     loop_window,
@@ -451,18 +452,6 @@ class _Sweep:
         return got
 
 
-class SweepInterrupted(KeyboardInterrupt):
-    """A sweep stopped by SIGINT/SIGTERM, carrying the levels measured before it.
-
-    ``curve`` holds the swept target's finished levels (meta ``interrupted``); a
-    companion's finished levels stay in ``companion.levels``.
-    """
-
-    def __init__(self, curve: LoadCurve) -> None:
-        super().__init__()
-        self.curve = curve
-
-
 def _loop_span(trace: Trace, plan: AutoPlan) -> float:
     """Trace seconds of the loop window: the plan's, else about LOOP_SESSIONS sessions
     of the whole trace (so that a sample of alpha of them keeps its mix)."""
@@ -554,7 +543,10 @@ def _above(
     if not usable:
         return None
     top = max(usable)
-    excluded = [lv for lv in levels if lv > top and levels[lv].generator_behind]
+    # excluded: the generator fell behind, or requests failed (an overloaded server)
+    excluded = [
+        lv for lv in levels if lv > top and (levels[lv].generator_behind or levels[lv].failed)
+    ]
     if not excluded or any(_generator_saturated(levels[lv]) for lv in excluded):
         return None
     for stat, limit in thresholds.items():

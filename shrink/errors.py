@@ -11,6 +11,7 @@ Hierarchy::
     │   └── RecipeError              a server recipe that cannot be read or run: names its file
     ├── ReplayError                  the load generator could not run the schedule
     ├── MeasurementError             a load curve or MAT that cannot be computed
+    ├── WriteError                   a result file that could not be written (disk full): names it
     └── ExtrapolationError           a model asked to predict outside what it was fitted on
         └── NotFittedError (AttributeError)  a model used before fit (so hasattr() is False)
 
@@ -20,6 +21,7 @@ the PID. ``str(err)`` is the whole message; the attributes are for programs.
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "TestbedError",
     "TopologyError",
     "TraceFormatError",
+    "WriteError",
 ]
 
 
@@ -131,3 +134,18 @@ class ExtrapolationError(ShrinkError):
 class NotFittedError(ExtrapolationError, AttributeError):
     """A model used before ``fit``; an AttributeError too, as scikit-learn's, so that
     ``hasattr(model, "sigma_ci_")`` is False rather than an error."""
+
+
+class WriteError(ShrinkError):
+    """A result file could not be written (a full disk, no permission).
+
+    ``path`` names the file; ``errno`` is the OS error number.
+    """
+
+    def __init__(self, path: str | Path, exc: OSError) -> None:
+        reason = exc.strerror or str(exc)
+        if exc.errno == errno.ENOSPC:
+            reason = "no space left on the device"
+        super().__init__(f"{path}: cannot write ({reason})")
+        self.path = str(path)
+        self.errno = exc.errno

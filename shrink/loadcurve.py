@@ -23,11 +23,13 @@ from typing import Any
 import numpy as np
 
 from shrink import files
+from shrink.atomic import write_text
 from shrink.errors import MeasurementError, TopologyError, TraceFormatError
 from shrink.schemas import LoadCurveFile
 from shrink.share import Share
 
 __all__ = [
+    "FAILURE_LIMIT",
     "GENERATOR_SATURATED",
     "QGRID",
     "STATS",
@@ -43,6 +45,12 @@ SCHEMA_ID = "shrink.loadcurve/1"
 # the generator could not send faster, rather than a passing stall.
 GENERATOR_SATURATED = 0.5
 STATS = ("mean", "p50", "p90", "p99", "p999")
+# A repetition where more than this fraction of the requests intended in its window
+# failed (transport error, 4xx or 5xx; :meth:`shrink.runlog.RunLog.failures`) did
+# not measure the server serving the trace: its level is never used for a MAT.
+# One in a thousand, as a p99.9 SLA reads it: more failures than the tail the SLA
+# bounds. (wrk and httperf count them apart; k6's http_req_failed is a rate.)
+FAILURE_LIMIT = 0.001
 # Quantile grid: fine in the tail, where SLAs live.
 QGRID: tuple[float, ...] = tuple(
     float(q)
@@ -112,6 +120,23 @@ class LevelStats:
     other_cpu: float | None = None
     steal: float | None = None
     generator_steal: float | None = None  # the largest on any of the generator's CPUs
+    # Failures by class over the window (shrink.runlog.FAILURE_CLASSES) and the requests
+    # intended in it; None in curves written before they were counted.
+    failures: dict[str, int] | None = None
+    requests: int | None = None
+
+    @property
+    def failure_fraction(self) -> float | None:
+        """Failed requests per request intended in the window (None: not counted)."""
+        if self.failures is None or not self.requests:
+            return None
+        return sum(self.failures.values()) / self.requests
+
+    @property
+    def failed(self) -> bool:
+        """More than :data:`FAILURE_LIMIT` of the window's requests failed."""
+        frac = self.failure_fraction
+        return frac is not None and frac > FAILURE_LIMIT
 
     def get(self, stat: str, cls: str | None = None) -> float:
         if stat == "throughput":
@@ -138,6 +163,24 @@ class Level:
         """
         ok = [r for r in self.reps if not r.generator_behind]
         return ok or list(self.reps)
+
+    @property
+    def failed(self) -> bool:
+        """A repetition had failures over :data:`FAILURE_LIMIT`: never used for a MAT.
+
+        Unlike a generator that fell behind, failures are the server's answer (a
+        missing page, an overloaded PHP pool, a crashed backend), so one such
+        repetition is enough: the level did not serve the trace.
+        """
+        return any(r.failed for r in self.reps)
+
+    def failure_counts(self) -> dict[str, int]:
+        """Failures by class, summed over the repetitions (empty when not counted)."""
+        out: dict[str, int] = {}
+        for r in self.reps:
+            for k, v in (r.failures or {}).items():
+                out[k] = out.get(k, 0) + int(v)
+        return out
 
     @property
     def reps_behind(self) -> int:
@@ -251,11 +294,16 @@ class LoadCurve:
 
     # views ------------------------------------------------------------------
     def usable(self) -> list[Level]:
-        """Levels fit for a MAT (the generator kept up), in order of the knob."""
+        """Levels fit for a MAT (the generator kept up, no failures over the limit), by knob."""
         # Sorted: an automatic sweep adds refinement levels last, out of order.
         return sorted(
-            (lv for lv in self.levels if not lv.generator_behind), key=lambda lv: lv.level
+            (lv for lv in self.levels if not lv.generator_behind and not lv.failed),
+            key=lambda lv: lv.level,
         )
+
+    def failed_levels(self) -> list[Level]:
+        """Levels left out of every MAT because requests failed (:data:`FAILURE_LIMIT`)."""
+        return sorted((lv for lv in self.levels if lv.failed), key=lambda lv: lv.level)
 
     def stalled_over(self, stat: str, threshold: float, cls: str | None = None) -> list[Level]:
         """Excluded levels that are still over ``threshold``: their :meth:`Level.stall_bound` is.
@@ -374,10 +422,7 @@ class LoadCurve:
         )
 
     def write_json(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
-        return path
+        return write_text(path, json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
 
     @classmethod
     def read_json(cls, path: str | Path) -> LoadCurve:

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from shrink.errors import MeasurementError
-from shrink.loadcurve import LoadCurve
+from shrink.loadcurve import FAILURE_LIMIT, LoadCurve
 
 __all__ = ["BOUNDS", "EXIT_BOUND", "MATResult", "bound_of", "crossing", "mat", "mat_text"]
 
@@ -181,11 +181,22 @@ def _finite(band: np.ndarray, fallback: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(band), band, fallback)
 
 
+def _why_none(curve: LoadCurve) -> str:
+    """Why a curve has no usable level: failed requests, the generator, or both."""
+    failed = [f"{lv.level:g}" for lv in curve.failed_levels()]
+    if not failed:
+        return "the generator fell behind at every level"
+    why = f"requests failed (over {100 * FAILURE_LIMIT:g}%) at levels {', '.join(failed)}"
+    if len(failed) < len(curve.levels):
+        why += "; the generator fell behind at the others"
+    return why
+
+
 def mat(curve: LoadCurve, stat: str, threshold: float, *, cls: str | None = None) -> MATResult:
     """MAT of ``curve`` for ``stat`` (mean, p50, p90, p99, p999) under ``threshold`` seconds."""
     s = curve.series(stat, cls)
     if s["level"].size == 0:
-        raise MeasurementError("load curve has no usable level (generator behind at all levels?)")
+        raise MeasurementError(f"load curve has no usable level: {_why_none(curve)}")
     order = np.argsort(s["level"])
     ok = np.isfinite(s["throughput"][order]) & np.isfinite(s["value"][order])
     order = order[ok]

@@ -4,7 +4,9 @@ Throughput counts requests *completed* inside the measurement window (so an
 overloaded server shows its real rate, not the offered one); latency statistics
 cover requests *intended* inside the window that completed (coordinated
 omission: counted from the intended time). Requests intended in the window that
-never completed are errors.
+did not succeed (no whole 2xx/3xx response) are errors, counted by class
+(:meth:`shrink.runlog.RunLog.failures`); a repetition with more than
+:data:`shrink.loadcurve.FAILURE_LIMIT` of them keeps its level out of every MAT.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from shrink.trace import Trace
 __all__ = [
     "LOOP_SESSIONS",
     "LoopedRun",
+    "SweepInterrupted",
     "default_loop_window",
     "level_stats",
     "loop_window",
@@ -274,6 +277,21 @@ def stop_if_interrupted(result: RunResult) -> None:
         raise KeyboardInterrupt
 
 
+class SweepInterrupted(KeyboardInterrupt):
+    """A sweep stopped by SIGINT/SIGTERM, carrying the levels measured before it.
+
+    ``curve`` holds the swept target's finished levels (meta ``interrupted``); a
+    companion's finished levels stay in ``companion.levels``. Whoever writes them
+    to disk appends the paths to ``kept``, so that the message about what was kept
+    names only files that exist.
+    """
+
+    def __init__(self, curve: LoadCurve) -> None:
+        super().__init__()
+        self.curve = curve
+        self.kept: list[str] = []
+
+
 def level_stats(result: RunResult) -> LevelStats:
     """Exact statistics of one run's measurement window."""
     log = result.runlog
@@ -304,6 +322,8 @@ def level_stats(result: RunResult) -> LevelStats:
         offered=float(np.sum(in_win)) / width,
         utilization=result.utilization,
         errors=int(np.sum(in_win & ~ok)),
+        failures=log.failures(in_win),
+        requests=int(np.sum(in_win)),
         generator_behind=g.behind,
         send_lag_p99=g.send_lag_p99,
         send_lag_max=g.send_lag_max,
@@ -366,37 +386,81 @@ def sweep(
     total = len(levels) * reps
     step = 0
     desc: dict[str, Any] = {}
-    for i, level in enumerate(levels):
-        factor = rate_factor_for(trace, level, knob)
-        loops = bool(getattr(target, "loops_trace", False))
-        window = window_for(trace, factor, warmup, duration, min(duration, 3.0), loops=loops)
-        if window is None:
-            raise ParameterError(
-                f"{knob} {level:g}: the trace spans {trace_span(trace):.1f} s, which sped up "
-                f"{factor:g}x cannot fill {warmup:g} s of warm-up and a measurement window; "
-                "use a longer trace or lower levels"
-            )
-        stats = []
-        for r in range(reps):
-            if progress is not None:
-                progress(f"{knob} {level:g} rep {r + 1}/{reps}", step, total)
-            res = target.run(
-                trace,
-                rate_factor=factor,
-                warmup=warmup,
-                duration=window,
-                seed=seed + 1000 * i + r,
-            )
-            stop_if_interrupted(res)
-            desc = res.describe or desc
-            stats.append(level_stats(res))
-            step += 1
-        out.append(Level(float(level), stats))
+    meta = {"seed": seed, "warmup": warmup, "duration": duration, "reps": reps}
+    try:
+        for i, level in enumerate(levels):
+            step = _sweep_level(
+                target, trace, i, level, knob, reps, warmup, duration, seed, step, total,
+                progress, out, desc,
+            )  # fmt: skip
+    except KeyboardInterrupt as exc:
+        # Keep what was measured: the finished levels, as a curve marked partial.
+        partial = _sweep_curve(target, trace, out, knob, alpha, {**meta, "last_run": desc})
+        partial.meta["interrupted"] = True
+        raise SweepInterrupted(partial) from exc
     if progress is not None:
         progress("done", total, total)
+    return _sweep_curve(target, trace, out, knob, alpha, {**meta, "last_run": desc})
+
+
+def _sweep_level(
+    target: Target,
+    trace: Trace,
+    i: int,
+    level: float,
+    knob: str,
+    reps: int,
+    warmup: float,
+    duration: float,
+    seed: int,
+    step: int,
+    total: int,
+    progress: Callable[[str, int, int], None] | None,
+    out: list[Level],
+    desc: dict[str, Any],
+) -> int:
+    """Run one level's repetitions, append it to ``out``; returns the runs done so far."""
+    factor = rate_factor_for(trace, level, knob)
+    loops = bool(getattr(target, "loops_trace", False))
+    window = window_for(trace, factor, warmup, duration, min(duration, 3.0), loops=loops)
+    if window is None:
+        raise ParameterError(
+            f"{knob} {level:g}: the trace spans {trace_span(trace):.1f} s, which sped up "
+            f"{factor:g}x cannot fill {warmup:g} s of warm-up and a measurement window; "
+            "use a longer trace or lower levels"
+        )
+    stats = []
+    for r in range(reps):
+        if progress is not None:
+            progress(f"{knob} {level:g} rep {r + 1}/{reps}", step, total)
+        res = target.run(
+            trace,
+            rate_factor=factor,
+            warmup=warmup,
+            duration=window,
+            seed=seed + 1000 * i + r,
+        )
+        stop_if_interrupted(res)
+        if res.describe:
+            desc.clear()
+            desc.update(res.describe)
+        stats.append(level_stats(res))
+        step += 1
+    out.append(Level(float(level), stats))
+    return step
+
+
+def _sweep_curve(
+    target: Target,
+    trace: Trace,
+    levels: list[Level],
+    knob: str,
+    alpha: float | None,
+    meta: dict[str, Any],
+) -> LoadCurve:
     describe = target.describe()
     return LoadCurve(
-        levels=out,
+        levels=list(levels),
         knob=knob,
         alpha=float(alpha if alpha is not None else trace.meta.get("alpha", 1.0)),
         share=Share.from_dict(describe.get("share")),
@@ -407,10 +471,6 @@ def sweep(
         meta={
             "target": describe,
             "trace": {k: trace.meta.get(k) for k in ("source", "workload", "users", "sampler")},
-            "seed": seed,
-            "warmup": warmup,
-            "duration": duration,
-            "reps": reps,
-            "last_run": desc,
+            **meta,
         },
     )

@@ -30,7 +30,7 @@ from shrink.autolevels import (
     companion_curve,
 )
 from shrink.checks import check_alpha
-from shrink.loadcurve import LoadCurve
+from shrink.loadcurve import FAILURE_LIMIT, LoadCurve
 from shrink.machine import Machine
 from shrink.mapping import BUILTIN_MAPPINGS
 from shrink.mat import MATResult, mat
@@ -156,9 +156,22 @@ def _self_checks(curve: LoadCurve, limits: Mapping[str, float]) -> dict[str, Any
         "max_utilization": umax,
         "utilization_reached": bool(umax is not None and umax >= 0.85),
         "usable_levels": len(curve.usable()),
+        # Levels where requests failed (over FAILURE_LIMIT): never used for a MAT.
+        "levels_failed": [lv.level for lv in curve.failed_levels()],
+        "failures": _failure_totals(curve),
+        "failure_limit": FAILURE_LIMIT,
         # A controlled load: offered load rises with the level, ~linearly.
         **{k: v for k, v in offered_check(curve).items() if k != "offered"},
     }
+
+
+def _failure_totals(curve: LoadCurve) -> dict[str, int]:
+    """Failures by class over every repetition of the curve."""
+    out: dict[str, int] = {}
+    for lv in curve.levels:
+        for k, v in lv.failure_counts().items():
+            out[k] = out.get(k, 0) + v
+    return out
 
 
 def _recommend(mappings: dict[str, MappingPrediction], stat: str) -> tuple[str, str]:
@@ -187,14 +200,16 @@ def _recommend(mappings: dict[str, MappingPrediction], stat: str) -> tuple[str, 
 
 def _keep_partial(
     out: Path, curve: LoadCurve, companion: Companion | None, config: PredictConfig
-) -> None:
+) -> list[Path]:
     """Write the levels an interrupted sweep finished, so that no measurement is lost."""
-    out.mkdir(parents=True, exist_ok=True)
-    curve.write_json(out / "measured-curve.partial.json")
+    kept = []
+    if curve.levels:
+        kept.append(curve.write_json(out / "measured-curve.partial.json"))
     if companion is not None and companion.levels:
         full = companion_curve(companion, knob=config.knob, plan=config.plan)
         full.meta["interrupted"] = True
-        full.write_json(out / "full-curve.partial.json")
+        kept.append(full.write_json(out / "full-curve.partial.json"))
+    return kept
 
 
 def predict(
@@ -253,7 +268,7 @@ def predict(
             )
         except SweepInterrupted as stop:
             if out_dir is not None:
-                _keep_partial(Path(out_dir), stop.curve, companion, config)
+                stop.kept.extend(_keep_partial(Path(out_dir), stop.curve, companion, config))
             raise
         if companion is not None:
             full_curve = companion_curve(companion, knob=config.knob, plan=config.plan)

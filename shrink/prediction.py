@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from shrink import files
+from shrink.atomic import write_text
 from shrink.errors import TraceFormatError
 from shrink.schemas import PredictionFile
 from shrink.share import Share
@@ -247,11 +248,8 @@ class Prediction:
         return None if m is None else m.stats.get(stat)
 
     def write_json(self, path: str | Path, *, indent: int = 1) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         text = json.dumps(self.to_dict(), indent=indent, sort_keys=True, default=_json)
-        path.write_text(text + "\n")
-        return path
+        return write_text(path, text + "\n")  # atomic: never a half-written file
 
     @classmethod
     def read_json(cls, path: str | Path) -> Prediction:

@@ -181,6 +181,7 @@ class TestbedProvider:
             state_path=state_path,
             port=0,
             php_children_per_core=self.php_children_per_core,
+            owned=True,  # dies with this process, even by kill -9
             server=self.recipe,
             **({"enforce": self.enforce} if self.enforce else {}),
         )

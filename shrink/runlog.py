@@ -17,6 +17,13 @@ error          string   "" when fine, else a short reason (timeout, reset, refus
 
 Latency is ``done - intended``: counted from the intended send time, never from
 when the client got round to sending (coordinated omission).
+
+A request is a **success** only when its response arrived whole (``done``
+finite, no ``error``) with a 2xx or 3xx status, as wrk ("Non-2xx or 3xx
+responses") and httperf ("Reply status") count. Every other request is a
+failure of one class (:data:`FAILURE_CLASSES`): ``transport`` (no whole
+response: refused, reset, timeout, cut, a malformed or 1xx-only answer),
+``http_4xx`` or ``http_5xx``.
 """
 
 from __future__ import annotations
@@ -32,10 +39,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shrink import files
+from shrink.atomic import atomic_path
 from shrink.errors import TraceFormatError
 from shrink.schemas import TraceMeta
 
-__all__ = ["RUNLOG_SCHEMA", "RunLog"]
+__all__ = ["FAILURE_CLASSES", "RUNLOG_SCHEMA", "RunLog"]
 
 RUNLOG_SCHEMA = pa.schema(
     [
@@ -53,6 +61,7 @@ RUNLOG_SCHEMA = pa.schema(
 )
 RUNLOG_COLUMNS: tuple[str, ...] = tuple(RUNLOG_SCHEMA.names)
 META_KEY = b"shrink"
+FAILURE_CLASSES: tuple[str, ...] = ("transport", "http_4xx", "http_5xx")
 
 
 class RunLog:
@@ -79,7 +88,12 @@ class RunLog:
             "sent": np.full(n, np.nan),
             "first_byte": np.full(n, np.nan),
             "done": np.full(n, np.nan),
-            "status": np.zeros(n, np.int32),
+            # a row with a response and no status given is taken as a plain 200
+            "status": np.where(
+                np.isfinite(np.asarray(columns.get("done", np.full(n, np.nan)), np.float64)),
+                200,
+                0,
+            ).astype(np.int32),
             "bytes": np.full(n, -1, np.int64),
             "cls": ["static"] * n,
             "session": np.zeros(n, np.int64),
@@ -120,11 +134,33 @@ class RunLog:
             return np.asarray(col.to_pylist(), dtype=object)
         return col.to_numpy(zero_copy_only=False)
 
-    def ok_mask(self) -> np.ndarray:
-        """Requests that completed with a response and no error."""
+    def _arrived(self) -> np.ndarray:
+        """Requests whose response arrived whole (a finite ``done`` and no error)."""
         done = self._table.column("done").to_numpy(zero_copy_only=False)
         err = pc.equal(self._table.column("error"), "").to_numpy(zero_copy_only=False)
         return np.isfinite(done) & err
+
+    def ok_mask(self) -> np.ndarray:
+        """Successes: a whole response with a 2xx or 3xx status (see the module docstring)."""
+        status = self._table.column("status").to_numpy(zero_copy_only=False)
+        return self._arrived() & (status >= 200) & (status < 400)
+
+    def failure_masks(self) -> dict[str, np.ndarray]:
+        """Per failure class (:data:`FAILURE_CLASSES`), which requests failed so."""
+        status = self._table.column("status").to_numpy(zero_copy_only=False)
+        arrived = self._arrived() & (status >= 200) & (status < 600)
+        return {
+            "transport": ~arrived,
+            "http_4xx": arrived & (status >= 400) & (status < 500),
+            "http_5xx": arrived & (status >= 500),
+        }
+
+    def failures(self, mask: np.ndarray | None = None) -> dict[str, int]:
+        """Failure counts by class, over the requests ``mask`` selects (all by default)."""
+        out = {}
+        for name, m in self.failure_masks().items():
+            out[name] = int(np.sum(m if mask is None else m & mask))
+        return out
 
     def latencies(self, cls: str | None = None) -> np.ndarray:
         """Response times (done - intended, seconds) of completed requests, optionally one class."""
@@ -150,11 +186,11 @@ class RunLog:
 
     def write_parquet(self, path: str | Path) -> Path:
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         table = self._table.replace_schema_metadata(
             {META_KEY: json.dumps(self.meta, sort_keys=True, default=str).encode()}
         )
-        pq.write_table(table, path, compression="zstd")
+        with atomic_path(path) as tmp:
+            pq.write_table(table, tmp, compression="zstd")
         return path
 
     @classmethod

@@ -21,6 +21,7 @@ __all__ = [
     "MachineSpec",
     "ManifestFile",
     "PredictionFile",
+    "RegistryEntryFile",
     "TestbedStateFile",
     "TraceMeta",
 ]
@@ -127,6 +128,10 @@ class LevelStatsModel(_Open):
     other_cpu: Finite | None = None
     steal: Finite | None = None
     generator_steal: Finite | None = None
+    # Failures by class over the window and the requests intended in it (absent in
+    # curves written before failures were counted).
+    failures: Annotated[dict[Name, Count], Field(max_length=64)] | None = None
+    requests: Count | None = None
 
 
 class LevelModel(_Open):
@@ -136,7 +141,8 @@ class LevelModel(_Open):
 
 class GeneratorMeta(_Open):
     routing: Name = "hash"
-    conns_per_session: Annotated[int, Field(ge=1, le=1_000)] = 2
+    conns_per_session: Annotated[int, Field(ge=1, le=1_000)] = 1
+    engine: Name | None = None
 
 
 class CurveMeta(_Open):
@@ -216,6 +222,19 @@ class TestbedStateFile(_Open):
     notes: Annotated[list[Text], Field(max_length=10_000)] = []
     stopped: Name | None = None
     server: ServerInfo = ServerInfo()
+
+
+class RegistryOwner(_Open):
+    pid: Pid
+    starttime: Count | None = None
+
+
+class RegistryEntryFile(_Open):
+    """An entry of the testbed registry (:mod:`shrink.testbed.registry`)."""
+
+    state_path: Text
+    owner: RegistryOwner | None = None
+    state: TestbedStateFile
 
 
 # Prediction (shrink predict's prediction.json) -------------------------------------

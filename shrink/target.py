@@ -18,9 +18,10 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from shrink.runlog import RunLog
+from shrink.schedule import build_schedule
 from shrink.trace import Trace
 
-__all__ = ["FakeTarget", "GeneratorCheck", "RunResult", "Target", "open_loop_schedule"]
+__all__ = ["FakeTarget", "GeneratorCheck", "RunResult", "Target"]
 
 
 @dataclass(frozen=True)
@@ -74,23 +75,12 @@ class Target(Protocol):
         ...
 
 
-def open_loop_schedule(trace: Trace, rate_factor: float, horizon: float) -> np.ndarray:
-    """Row indices of requests whose scaled time ``t / rate_factor`` is below ``horizon``,
-    and their intended times, treating every request as sent at its burst's ``t``.
-
-    Returns an (n, 2) float array: index, intended time.
-    """
-    t = trace.table.column("t").to_numpy() / rate_factor
-    t = t - (t.min() if t.size else 0.0)
-    keep = np.flatnonzero(t < horizon)
-    return np.column_stack([keep.astype(np.float64), t[keep]])
-
-
 class FakeTarget:
     """An in-process FIFO multi-server queue with exponential per-class demands.
 
     For unit tests only: deterministic for a seed, instant, no sockets. Every
-    request is sent at its burst's scaled ``t`` (pure open loop).
+    request is sent at its burst's scaled ``t`` (pure open loop: the trace planned
+    in open mode by :func:`shrink.schedule.build_schedule`, one pass).
     """
 
     def __init__(
@@ -111,11 +101,10 @@ class FakeTarget:
         self, trace: Trace, *, rate_factor: float, warmup: float, duration: float, seed: int
     ) -> RunResult:
         rng = np.random.default_rng(seed)
-        sched = open_loop_schedule(trace, rate_factor, warmup + duration)
-        idx = sched[:, 0].astype(np.int64)
-        intended = sched[:, 1]
-        order = np.argsort(intended, kind="stable")
-        idx, intended = idx[order], intended[order]
+        horizon = warmup + duration
+        sched = build_schedule(trace, rate_factor, horizon, mode="open", loop=False)
+        keep = sched.times < horizon  # a pass includes its horizon; the window does not
+        idx, intended = sched.rows[keep], sched.times[keep]
         cls = np.asarray(trace.table.column("cls").take(idx).to_pylist(), dtype=object)
         means = np.array([self.demand.get(c, self.demand["static"]) for c in cls])
         service = rng.exponential(means)

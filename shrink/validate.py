@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from shrink.atomic import write_text
 from shrink.errors import MeasurementError
 from shrink.loadcurve import QGRID, Level, LoadCurve
 from shrink.mat import MATResult, mat
@@ -189,7 +190,7 @@ class Validation:
     def write_json(self, path: str | Path) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True, default=str) + "\n")
+        write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=True, default=str) + "\n")
         return path
 
 

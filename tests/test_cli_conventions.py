@@ -169,8 +169,10 @@ def test_testbed_status_after_down_says_down(tmp_path):
     from shrink.testbed.state import ReplicaState, TestbedState
 
     pid = _dead_pid()
-    rep = ReplicaState("replica-0", "127.0.0.1", 1, [0], pid, [pid], [], {pid: 1}, {},
-                       "", "", str(tmp_path))  # fmt: skip
+    rep = ReplicaState(
+        "replica-0", "127.0.0.1", 1, [0], masters=[pid], processes={"lighttpd": [pid]},
+        starttimes={pid: 1}, pinned={}, config="", errorlog="", run_dir=str(tmp_path),
+    )  # fmt: skip
     state = tmp_path / "tb.json"
     TestbedState([rep], {"kind": "cores"}, {"name": "1-replica"}, {}, "", {}, "now").write(state)
     r = RUN(app, ["testbed", "status", "--state", str(state)])
@@ -220,7 +222,7 @@ def test_predict_prints_a_line_per_level_off_a_terminal(tmp_path):
 
 
 def test_sweep_prints_a_line_per_run_off_a_terminal(tmp_path):
-    from shrink.replay.schedule import open_loop_trace
+    from shrink.schedule import open_loop_trace
 
     proc = subprocess.Popen([sys.executable, "-m", "shrink.replay.fakeserver", "--port", "0"],
                             stdout=subprocess.PIPE, text=True)  # fmt: skip

@@ -19,9 +19,9 @@ from shrink.loadcurve import latency_stats
 from shrink.replay import EngineConfig, FakeEngine, run_engines
 from shrink.replay.cluster import ClusterSpec, parse_cluster, ray_available, run_on_cluster
 from shrink.replay.scaleout import split_sessions
-from shrink.replay.schedule import build_schedule, trace_extent
 from shrink.replay.writer import RunLogWriter
 from shrink.runlog import RunLog
+from shrink.schedule import build_schedule, trace_extent
 from shrink.trace import Trace
 
 pytestmark = pytest.mark.skipif(not ray_available(), reason="ray is not installed (shrink[ray])")

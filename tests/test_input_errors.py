@@ -25,7 +25,7 @@ from shrink.loadcurve import ClassStats, Level, LevelStats, LoadCurve
 from shrink.machine import Machine
 from shrink.mat import mat, mat_text
 from shrink.replay._http import build_request, wire_target
-from shrink.replay.schedule import build_schedule
+from shrink.schedule import build_schedule
 from shrink.schemas import LoadCurveFile, MachineSpec
 from shrink.testbed import lifecycle
 from shrink.trace import Trace

@@ -31,7 +31,7 @@ def _tour_blocks() -> list[str]:
     return re.findall(r"```sh\n(.*?)```", text[start:end], flags=re.S)
 
 
-STALLED = "no usable level (generator behind at all levels?)"
+STALLED = "no usable level: the generator fell behind at every level"
 
 
 def _run(line: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -258,7 +258,9 @@ def test_chunked_close_and_status_are_parsed(fake):
     ]
     tr = _sessions(4, paths, gap=0.02, think=0.0)
     log = _run(tr, [fake], horizon=2.0, conns_per_session=1)
-    assert log.ok_mask().all()
+    # a 404 arrived whole, but it is a failure (as wrk and httperf count it)
+    assert log.ok_mask().sum() == 12
+    assert log.failures() == {"transport": 0, "http_4xx": 4, "http_5xx": 0}
     by_path = {}
     for r, s in zip(log.column("bytes"), log.column("status"), strict=True):
         by_path.setdefault((int(r), int(s)), 0)
@@ -385,11 +387,15 @@ def test_sigint_keeps_what_was_measured(tmp_path: Path, fake):
         text=True,
     )
     deadline = time.monotonic() + 20
-    while not out.exists() and time.monotonic() < deadline:
+    # the RunLog is written under a temporary name until it is whole
+    while not list(tmp_path.glob(f".{out.name}.*.tmp")) and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(1.5)
     proc.send_signal(signal.SIGINT)
+    sigint = time.monotonic()
     so, _ = proc.communicate(timeout=20)
+    # it stops at once (the issue saw 40 s: the planned end); loose for a busy machine
+    assert time.monotonic() - sigint < 5.0
     log = RunLog.read_parquet(out)
     assert 100 <= len(log) < 12000
     assert log.ok_mask().mean() > 0.95

@@ -46,7 +46,7 @@ def _sample_sessions(trace: Trace, alpha: float, seed: int) -> Trace:
     try:
         import samplers
     except ImportError:  # fall back to a keyed hash of the session id
-        from shrink.sim.target import _session_hash
+        from shrink.schedule import session_hash as _session_hash
 
         u = _session_hash(trace.table.column("session").to_numpy(), 99 + seed) / 2.0**64
         return trace.filter(u < alpha, sampler="session", alpha=alpha, seed=seed)

@@ -64,10 +64,14 @@ def cli_errors() -> Iterator[None]:
         where = f"{exc.filename}: " if exc.filename else ""
         _error_line(f"{where}{exc.strerror or exc}")
         raise typer.Exit(code=EXIT_ERROR) from None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        # Say only what exists: a command that kept files lists them on the exception.
+        kept = [escape(str(k)) for k in getattr(exc, "kept", [])]
         console.print(
-            "[yellow]interrupted[/]: what was measured so far is kept (run logs; "
-            "shrink predict also writes the levels it finished to *.partial.json)"
+            "[yellow]interrupted[/]: "
+            + (f"kept {', '.join(kept)}" if kept else "nothing measured was written"),
+            highlight=False,
+            soft_wrap=True,
         )
         raise typer.Exit(code=EXIT_INTERRUPTED) from None
     except Exception as exc:

@@ -180,6 +180,11 @@ def predict(
             budget_s=None if budget is None else parse_duration(budget, "budget"),
         )
         cpus = parse_cpulist(server_cpus) if server_cpus else None
+        from shrink.cli.testbed_cmd import warn_docroot, warn_stale
+
+        warn_stale()  # what a killed predict left: `shrink testbed down --stale`
+        if docroot is not None:
+            warn_docroot(trace, docroot)  # a missing page is measured as a failure
         title = "scaled + full runs" if paired_full_run else "scaled run"
         with _progress(title) as progress:
             pred = run_predict(

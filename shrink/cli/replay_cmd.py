@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 import typer
@@ -26,6 +26,9 @@ from shrink.mat import EXIT_BOUND, MATResult, mat_text
 from shrink.replay.cluster import ClusterSpec
 from shrink.topology import parse_cpulist
 
+if TYPE_CHECKING:
+    from shrink.loadcurve import LoadCurve
+
 _Targets = Annotated[
     list[str],
     typer.Option(
@@ -41,7 +44,12 @@ _Routing = Annotated[
     str, typer.Option("--routing", help="hash (by session) | round-robin over the addresses.")
 ]
 _Conns = Annotated[
-    int, typer.Option("--conns", help="Connections per session for embedded requests (N).")
+    int,
+    typer.Option(
+        "--conns",
+        help="Connections per session for embedded requests (1: one keep-alive connection "
+        "per session, as httperf --wsesslog).",
+    ),
 ]
 _Procs = Annotated[
     int | None,
@@ -98,6 +106,7 @@ def _target(
     lag_limit: str,
     mode: str,
     loop: bool = True,
+    warm_start: bool = True,
     runlog_dir: Path | None = None,
     realtime: int = 0,
     conn_per_request: bool = False,
@@ -121,6 +130,7 @@ def _target(
         },
         mode=mode,
         loop=loop,
+        warm_start=warm_start,
         lag_limit=parse_duration(lag_limit, "lag limit"),
         runlog_dir=runlog_dir,
         realtime=realtime,
@@ -156,7 +166,7 @@ def replay(
     seed: Annotated[int, typer.Option("--seed", help="Seed of Poisson arrivals.")] = 0,
     mode: _Mode = "auto",
     routing: _Routing = "hash",
-    conns: _Conns = 2,
+    conns: _Conns = 1,
     timeout: _Timeout = "10s",
     generator_cpus: _GenCpus = None,
     allow_overlap: _Overlap = False,
@@ -175,7 +185,7 @@ def replay(
     Latency is counted from each request's intended send time; the summary says
     whether the generator kept to its schedule (generator_behind).
     """
-    from shrink.replay.schedule import open_loop_trace
+    from shrink.schedule import open_loop_trace
     from shrink.trace import Trace
 
     with cli_errors():
@@ -206,12 +216,15 @@ def replay(
             lag_limit=lag_limit,
             mode=mode,
             loop=duration is not None and rate is None,
+            # as httperf: the run starts empty (a sweep starts in the steady state)
+            warm_start=False,
             realtime=realtime,
             conn_per_request=conn_per_request,
             processes=processes,
             engine=engine,
             cluster=cluster_spec(cluster, generators),
         )
+        _warn_docroot(tgt, tr, trace)
         res = tgt.run(tr, rate_factor=rf, warmup=0.0, duration=seconds, out=output)
         summary = _summary(res, output)
     if as_json:
@@ -245,6 +258,8 @@ def _summary(res: Any, output: Path) -> dict[str, Any]:
         "generator_cpu": g.cpu,
         "utilization": res.utilization,
         "errors": st.errors,
+        "failures": st.failures,
+        "failed": st.failed,
         "latency": {"mean": o.mean, "p50": o.p50, "p90": o.p90, "p99": o.p99, "p999": o.p999},
         "per_class": {
             c: {"n": s.n, "mean": s.mean, "p50": s.p50, "p99": s.p99, "p999": s.p999}
@@ -258,12 +273,29 @@ def _ms(x: float | None) -> str:
     return "-" if x is None or not np.isfinite(x) else f"{x * 1e3:.3f} ms"
 
 
+def _failure_text(s: dict[str, Any]) -> str:
+    """`` (transport 0, 4xx 12, 5xx 0)`` when anything failed."""
+    f = s.get("failures") or {}
+    if not any(f.values()):
+        return ""
+    return (
+        f" (transport {f.get('transport', 0):,}, 4xx {f.get('http_4xx', 0):,}, "
+        f"5xx {f.get('http_5xx', 0):,})"
+    )
+
+
+def _limit_text() -> str:
+    from shrink.loadcurve import FAILURE_LIMIT
+
+    return f"{100 * FAILURE_LIMIT:g}%"
+
+
 def _print_summary(s: dict[str, Any]) -> None:
     lat = s["latency"]
     typer.echo(
         f"{s['requests']:,} requests -> {s['runlog']} (engine: {s['engine']})\n"
         f"rate: intended {s['intended_rate']:,.1f}/s, achieved {s['achieved_rate']:,.1f}/s, "
-        f"completed {s['throughput']:,.1f}/s, errors {s['errors']}\n"
+        f"completed {s['throughput']:,.1f}/s, errors {s['errors']}{_failure_text(s)}\n"
         f"latency: mean {_ms(lat['mean'])}  p50 {_ms(lat['p50'])}  p99 {_ms(lat['p99'])}  "
         f"p99.9 {_ms(lat['p999'])}\n"
         f"send lag: p50 {_ms(s['send_lag_p50'])}  p99 {_ms(s['send_lag_p99'])}"
@@ -272,8 +304,13 @@ def _print_summary(s: dict[str, Any]) -> None:
     )
     if s["generator_behind"]:
         typer.echo(f"GENERATOR BEHIND: {s['behind_reason']} (not a server result)")
+    if s["failed"]:
+        typer.echo(
+            f"FAILED REQUESTS: {s['errors']} of {s['requests']:,} (over {_limit_text()}): "
+            "not the server serving the trace; such a level is never used for a MAT"
+        )
     if s["interrupted"]:
-        typer.echo("interrupted: what was measured so far has been kept")
+        typer.echo(f"interrupted: the requests sent so far are kept in {s['runlog']}")
 
 
 def _levels(text: str) -> list[float]:
@@ -327,10 +364,33 @@ def _curve_summary(curve: Any) -> list[dict[str, Any]]:
             **{st: triple(lv, st) for st in ("throughput", "mean", "p50", "p90", "p99", "p999")},
             "utilization": lv.utilization,
             "errors": sum(r.errors for r in lv.reps),
+            "failures": lv.failure_counts(),
+            "failed": lv.failed,
             "generator_behind": lv.generator_behind,
         }
         for lv in curve.levels
     ]
+
+
+def _warn_docroot(tgt: Any, tr: Any, name: Any) -> None:
+    """Before a run on a testbed: warn when its docroot lacks the trace's paths."""
+    from shrink.testbed.coverage import docroot_coverage
+
+    docroot = (tgt.state or {}).get("docroot")
+    if docroot and Path(docroot).is_dir():
+        line = docroot_coverage(tr, docroot).warning(str(name or "the trace"))
+        if line:
+            typer.echo(line, err=True)
+
+
+def _keep_partial_sweep(stop: Any, output: Path, runlogs: Path | None) -> None:
+    """Write an interrupted sweep's finished levels to OUTPUT's ``.partial.json`` twin."""
+    if stop.curve.levels:
+        path = output.with_name(output.name.removesuffix(".json") + ".partial.json")
+        stop.curve.write_json(path)
+        stop.kept.append(f"{path} ({len(stop.curve.levels)} finished levels)")
+    if runlogs is not None and runlogs.is_dir() and any(runlogs.glob("*.parquet")):
+        stop.kept.append(f"the run logs in {runlogs}")
 
 
 def sweep_cmd(
@@ -352,7 +412,7 @@ def sweep_cmd(
     ] = None,
     mode: _Mode = "auto",
     routing: _Routing = "hash",
-    conns: _Conns = 2,
+    conns: _Conns = 1,
     timeout: _Timeout = "10s",
     generator_cpus: _GenCpus = None,
     allow_overlap: _Overlap = False,
@@ -385,7 +445,7 @@ def sweep_cmd(
     behind is flagged and left out of every MAT).
     """
     from shrink.export import RecordingTarget, level_samples, write_sweep_exports
-    from shrink.measure import sweep
+    from shrink.measure import SweepInterrupted, sweep
     from shrink.trace import Trace
 
     with cli_errors():
@@ -411,40 +471,31 @@ def sweep_cmd(
         )
         lv = _levels(levels)
         w, d = parse_duration(warmup, "warmup"), parse_duration(duration, "duration")
-        recorder = RecordingTarget(tgt)
-        with _metrics(recorder, metrics_port):
-            curve = _progress_sweep(
-                lambda progress: sweep(
-                    recorder,
-                    tr,
-                    lv,
-                    knob=knob,
-                    reps=reps,
-                    warmup=w,
-                    duration=d,
-                    seed=seed,
-                    progress=progress,
+        _warn_docroot(tgt, tr, trace)
+        try:
+            recorder = RecordingTarget(tgt)
+            with _metrics(recorder, metrics_port):
+                curve = _progress_sweep(
+                    lambda progress: sweep(
+                        recorder,
+                        tr,
+                        lv,
+                        knob=knob,
+                        reps=reps,
+                        warmup=w,
+                        duration=d,
+                        seed=seed,
+                        progress=progress,
+                    )
                 )
-            )
+        except SweepInterrupted as stop:
+            _keep_partial_sweep(stop, output, runlogs)
+            raise
         curve.meta["summary"] = _curve_summary(curve)
         curve.meta["generator"] = _generator_meta(routing, conns, lag_limit, tgt)
         curve.write_json(output)
         exports = write_sweep_exports(output, level_samples(curve, tr, recorder.runs))
-    rows = _level_rows(curve)
-    engine_ran = curve.meta["generator"]["engine"]
-    if as_json:
-        exported = [str(p) for p in exports]
-        echo_json({"curve": str(output), "engine": engine_ran, "levels": rows, "exports": exported})
-        return
-    for r in rows:
-        flag = "  GENERATOR BEHIND (excluded)" if r["generator_behind"] else ""
-        util = "-" if r["utilization"] is None else f"{100 * r['utilization']:.0f}%"
-        typer.echo(
-            f"{knob} {r['level']:g}: {r['throughput']:,.1f} req/s  mean {_ms(r['mean'])}  "
-            f"p99.9 {_ms(r['p999'])}  util {util}{flag}"
-        )
-    typer.echo(f"curve: {output} (engine: {engine_ran})")
-    typer.echo(f"also: {', '.join(str(p) for p in _export_summary(exports))}")
+    _print_sweep(curve, knob, output, exports, as_json)
 
 
 def _generator_meta(routing: str, conns: int, lag_limit: str, tgt: Any) -> dict[str, Any]:
@@ -457,9 +508,9 @@ def _generator_meta(routing: str, conns: int, lag_limit: str, tgt: Any) -> dict[
     }
 
 
-def _level_rows(curve: Any) -> list[dict[str, Any]]:
-    """What ``shrink sweep`` prints per level."""
-    return [
+def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_json: bool) -> None:
+    """Per level: throughput, mean, p99.9, utilization, and why a level is excluded."""
+    rows = [
         {
             "level": x.level,
             "throughput": x.throughput,
@@ -467,9 +518,29 @@ def _level_rows(curve: Any) -> list[dict[str, Any]]:
             "p999": x.stat("p999")[0],
             "utilization": x.utilization,
             "generator_behind": x.generator_behind,
+            "errors": sum(r.errors for r in x.reps),
+            "failed": x.failed,
         }
         for x in curve.levels
     ]
+    engine_ran = curve.meta["generator"]["engine"]
+    if as_json:
+        exported = [str(p) for p in exports]
+        echo_json({"curve": str(output), "engine": engine_ran, "levels": rows, "exports": exported})
+        return
+    for r in rows:
+        flag = "  GENERATOR BEHIND (excluded)" if r["generator_behind"] else ""
+        if r["failed"]:
+            flag += f"  {r['errors']} FAILED (over {_limit_text()}: excluded)"
+        elif r["errors"]:
+            flag += f"  errors {r['errors']}"
+        util = "-" if r["utilization"] is None else f"{100 * r['utilization']:.0f}%"
+        typer.echo(
+            f"{knob} {r['level']:g}: {r['throughput']:,.1f} req/s  mean {_ms(r['mean'])}  "
+            f"p99.9 {_ms(r['p999'])}  util {util}{flag}"
+        )
+    typer.echo(f"curve: {output} (engine: {engine_ran})")
+    typer.echo(f"also: {', '.join(str(p) for p in _export_summary(exports))}")
 
 
 def _export_summary(paths: list[Path]) -> list[Path]:
@@ -557,7 +628,7 @@ def mat_cmd(
             tgt = _target(
                 target,
                 routing=str(lc.meta.get("generator", {}).get("routing", "hash")),
-                conns=int(lc.meta.get("generator", {}).get("conns_per_session", 2)),
+                conns=int(lc.meta.get("generator", {}).get("conns_per_session", 1)),
                 timeout="10s",
                 generator_cpus=generator_cpus,
                 allow_overlap=allow_overlap,
@@ -587,13 +658,15 @@ def mat_cmd(
     if as_json:
         echo_json(d)
     else:
-        _print_mat(res, stat, thr, added)
+        _print_mat(res, stat, thr, added, lc)
     if res.bound is not None:
         # The threshold was not crossed inside the measured range: not a MAT, a bound.
         raise typer.Exit(code=EXIT_BOUND)
 
 
-def _print_mat(res: MATResult, stat: str, thr: float, added: list[float]) -> None:
+def _print_mat(
+    res: MATResult, stat: str, thr: float, added: list[float], lc: LoadCurve
+) -> None:
     ci = "" if res.bound else f"  CI [{res.ci[0]:,.1f}, {res.ci[1]:,.1f}]"
     typer.echo(
         f"MAT ({stat_label(stat)} <= {_ms(thr)}): "
@@ -614,6 +687,12 @@ def _print_mat(res: MATResult, stat: str, thr: float, added: list[float]) -> Non
             f"hint: under {res.stalled_ceiling:,.1f} req/s, where the generator only stalled "
             "and the latency stayed over the threshold by more than twice its longest send "
             "lag (not a MAT: such levels are never used for one)"
+        )
+    failed = lc.failed_levels()
+    if failed:
+        typer.echo(
+            f"levels left out (over {_limit_text()} of their requests failed): "
+            + ", ".join(f"{lv.level:g} ({sum(r.errors for r in lv.reps)} failed)" for lv in failed)
         )
     if added:
         typer.echo(f"added levels: {', '.join(f'{x:g}' for x in added)}")

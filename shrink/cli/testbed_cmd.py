@@ -9,7 +9,7 @@ import typer
 
 from shrink.cli._common import cli_errors, echo_json, output_path, plural
 from shrink.enforce import DEFAULT as DEFAULT_ENFORCE
-from shrink.errors import TestbedError
+from shrink.errors import ParameterError, TestbedError
 from shrink.irq import apply_plan, format_plan, plan_irq_affinity
 from shrink.machine import Machine
 from shrink.mapping import Mapping
@@ -64,6 +64,10 @@ def up(
         ),
     ] = None,
     cgroups: Annotated[str, typer.Option("--cgroups", help="auto | yes | no.")] = "auto",
+    trace: Annotated[
+        Path | None,
+        typer.Option("--trace", help="Warn before starting if the docroot lacks its paths."),
+    ] = None,
     enforce: Annotated[
         str,
         typer.Option(
@@ -85,8 +89,11 @@ def up(
     as_json: Annotated[bool, typer.Option("--json", help="Print the state as JSON.")] = False,
 ) -> None:
     """Start one server replica per mapping replica, pinned to its cores, capped by the share."""
+    warn_stale()
     with cli_errors():
         output_path(state, what="--state")
+        if trace is not None:
+            warn_docroot(trace, docroot)
         m = load_machine(machine)
         sh = Share.parse(share, m, period_us=period)
         if nic:
@@ -180,8 +187,25 @@ def status(
 
 
 @testbed_app.command("down")
-def down(state: StateOpt) -> None:
+def down(
+    state: Annotated[Path | None, typer.Option("--state", help="Testbed state JSON file.")] = None,
+    stale: Annotated[
+        bool,
+        typer.Option(
+            "--stale",
+            help="Stop every testbed whose owner (a killed predict) or state file is gone, "
+            "and remove its cgroups.",
+        ),
+    ] = False,
+) -> None:
     """Stop exactly the processes `up` started (and anything they forked); leave none."""
+    if stale:
+        _down_stale()
+        if state is None:
+            return
+    if state is None:
+        with cli_errors():
+            raise ParameterError("give --state FILE, or --stale to clean up stale testbeds.")
     with cli_errors():
         stopped = lifecycle.down(state)
     for name, pids in stopped.items():
@@ -189,6 +213,42 @@ def down(state: StateOpt) -> None:
             f"{name}: stopped {plural(len(pids), 'process')} {pids}"
             if pids
             else f"{name}: nothing was running"
+        )
+
+
+def _down_stale() -> None:
+    with cli_errors():
+        done = lifecycle.down_stale()
+    if not done:
+        typer.echo("no stale testbed")
+    for sb, stopped in done:
+        n = sum(len(p) for p in stopped.values())
+        typer.echo(f"{sb.state_path}: {sb.reason}; stopped {n} process(es), removed its cgroups")
+
+
+def warn_docroot(trace: Path, docroot: Path | str) -> None:
+    """Warn (one line, stderr) when ``docroot`` lacks paths of ``trace``."""
+    from shrink.testbed.coverage import docroot_coverage
+    from shrink.trace import Trace
+
+    if not Path(docroot).is_dir():
+        return  # up says so itself
+    line = docroot_coverage(Trace.read_parquet(trace), docroot).warning(str(trace))
+    if line:
+        typer.echo(line, err=True)
+
+
+def warn_stale() -> None:
+    """One line per stale testbed left by a killed command, with the way to clean it up."""
+    from shrink.testbed import registry
+
+    for sb in registry.stale():
+        running = sb.running()
+        typer.echo(
+            f"warning: stale testbed {sb.state_path} ({sb.reason}"
+            + (f"; PIDs {running} still run" if running else "")
+            + "): clean up with `shrink testbed down --stale`",
+            err=True,
         )
 
 

@@ -20,10 +20,15 @@ def info(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Sessions, requests, duration, rate, static/dynamic mix, reply sizes, think times."""
+    from shrink.schedule import trace_extent
+
     with cli_errors():
-        inf = Trace.read_parquet(trace).info()
+        tr = Trace.read_parquet(trace)
+        inf = tr.info()
+        # the replay's loop period: what one pass of the trace lasts (shrink.schedule)
+        span = trace_extent(tr)[1] if len(tr) else 0.0
     if as_json:
-        echo_json(inf.to_dict())
+        echo_json({**inf.to_dict(), "span": span})
         return
     from rich.console import Console
 
@@ -31,7 +36,8 @@ def info(
     t.add_row("sessions", f"{inf.sessions:,}")
     t.add_row("requests", f"{inf.requests:,}")
     t.add_row("bursts", f"{inf.bursts:,}")
-    t.add_row("duration", f"{inf.duration:,.3f} s")
+    t.add_row("duration", f"{inf.duration:,.3f} s (first to last burst start)")
+    t.add_row("span", f"{span:,.3f} s (arrivals' span + one gap: a replay's loop period)")
     t.add_row("request rate", f"{inf.request_rate:,.2f} req/s")
     t.add_row("dynamic fraction", f"{100 * inf.dynamic_fraction:.2f} %")
     t.add_row("unknown reply sizes", f"{inf.unknown_bytes:,}")

@@ -1,7 +1,7 @@
 """The replay engine and live measurement.
 
 An asyncio + uvloop HTTP/1.1 client (:mod:`shrink.replay.engine`) replays a
-Trace on a schedule (:mod:`shrink.replay.schedule`), one process per generator
+Trace on a schedule (:mod:`shrink.schedule`), one process per generator
 core (:mod:`shrink.replay.scaleout`), writing the RunLog incrementally
 (:mod:`shrink.replay.writer`) and checking itself (:mod:`shrink.replay.selfcheck`).
 The native core (Rust, ``native/``, :mod:`shrink.replay.native`) runs the same
@@ -17,9 +17,9 @@ from shrink.replay.fake import Engine, FakeEngine
 from shrink.replay.live import LiveTarget
 from shrink.replay.native import select_engine
 from shrink.replay.scaleout import EngineRun, run_engines, split_sessions
-from shrink.replay.schedule import Schedule, build_schedule, open_loop_trace
 from shrink.replay.selfcheck import generator_check
 from shrink.replay.writer import RunLogWriter
+from shrink.schedule import Schedule, build_schedule, open_loop_trace
 
 __all__ = [
     "Engine",

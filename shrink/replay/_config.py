@@ -12,15 +12,18 @@ class EngineConfig:
     """How the engine talks to the target.
 
     ``routing``: ``hash`` (a session's hash picks its replica address) or
-    ``round-robin`` (sessions in start order). ``conns_per_session``: httperf's
-    N, the connections a session's embedded requests spread over.
+    ``round-robin`` (sessions in start order). ``conns_per_session``: the
+    connections a session's embedded requests spread over; 1, as httperf
+    --wsesslog uses by default (its session.c fills a session's first connection
+    before opening another, up to 32 calls pipelined on it; this engine sends
+    them one after another on that connection).
     ``max_pool``: open mode's connection limit per address (beyond it a request
     waits for a connection; the wait is latency, counted in ``pool_waits``).
     """
 
     targets: list[tuple[str, int]]
     routing: str = "hash"
-    conns_per_session: int = 2
+    conns_per_session: int = 1
     timeout: float = 10.0
     drain: float = 5.0
     spin: float = 0.002

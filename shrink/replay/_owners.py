@@ -39,7 +39,7 @@ class _Session:
     def begin_burst(self) -> None:
         e = self.e
         now = monotonic() - e.t0
-        if self.bi >= len(self.bursts) or now >= e.horizon:
+        if self.bi >= len(self.bursts) or now >= e.end:
             self.close()
             return
         first, end, _ = self.bursts[self.bi]
@@ -51,7 +51,7 @@ class _Session:
         self.outstanding -= 1
         e = self.e
         now = monotonic() - e.t0
-        if self.queue and now < e.horizon:
+        if self.queue and now < e.end:
             if self.outstanding == 0 and req.row == self.bursts[self.bi][0]:
                 # the first request is back: embedded requests go out over N connections
                 for slot in range(len(self.conns)):
@@ -71,7 +71,7 @@ class _Session:
         self.queue.clear()
         think = self.bursts[self.bi][2]
         self.bi += 1
-        if self.bi < len(self.bursts) and now + think < e.horizon:
+        if self.bi < len(self.bursts) and now + think < e.end:
             e.at(now + think, self.begin_burst)
         else:
             self.close()

@@ -46,9 +46,9 @@ from typing import Any
 
 from shrink.errors import ParameterError, ReplayError
 from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
-from shrink.replay.schedule import build_schedule
 from shrink.replay.writer import RunLogWriter
 from shrink.runlog import RunLog
+from shrink.schedule import build_schedule
 from shrink.trace import Trace
 
 __all__ = [

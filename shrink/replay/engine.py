@@ -40,8 +40,8 @@ from shrink.replay._conn import _NAN, _Conn, _Req
 from shrink.replay._http import build_request
 from shrink.replay._owners import _Pool, _Session
 from shrink.replay._timer import WakeTimer
-from shrink.replay.schedule import Schedule, session_hash
 from shrink.replay.writer import RunLogWriter
+from shrink.schedule import Schedule, session_hash
 
 __all__ = ["EngineConfig", "EngineStats", "new_event_loop", "run_schedule"]
 
@@ -83,7 +83,8 @@ class _Engine:
         self.cfg = cfg
         self.w = writer
         self.t0 = t0
-        self.horizon = schedule.horizon
+        self.horizon = schedule.horizon  # nothing starts at or after it
+        self.end = schedule.end  # no burst starts at or after it (inf: sessions run out)
         self.key_of_row = schedule.key_of_row.tolist()
         self.cls_of_row = schedule.cls_of_row.tolist()
         self.head_only = [schedule.keys[k][0] == "HEAD" for k in self.key_of_row]
@@ -209,11 +210,19 @@ class _Engine:
         times = self.times
         n = len(times)
         heap = self.heap
+        end = self.end
+        inf = float("inf")
         while budget > 0:
-            nxt_s = times[self.next_i] if self.next_i < n else float("inf")
-            nxt_h = heap[0][0] if heap else float("inf")
+            nxt_s = times[self.next_i] if self.next_i < n else inf
+            if nxt_s >= horizon:
+                nxt_s = inf
+            nxt_h = heap[0][0] if heap else inf
+            if nxt_h >= end:
+                nxt_h = inf
+            if nxt_s == inf and nxt_h == inf:
+                break
             if nxt_s <= nxt_h:
-                if nxt_s > now or nxt_s >= horizon:
+                if nxt_s > now:
                     break
                 i = self.next_i
                 self.next_i += 1
@@ -229,7 +238,7 @@ class _Engine:
                         self, self.s.session_ids[i], self.route[i], self.s.session_bursts[i]
                     ).begin_burst()
             else:
-                if nxt_h > now or nxt_h >= horizon:
+                if nxt_h > now:
                     break
                 _, _, fn = heapq.heappop(heap)
                 self.due = nxt_h
@@ -238,11 +247,10 @@ class _Engine:
         if budget == 0:
             loop.call_soon(self.tick)  # more due: let responses in first
             return
-        nxt = min(
-            times[self.next_i] if self.next_i < n else float("inf"),
-            heap[0][0] if heap else float("inf"),
-        )
-        if nxt >= horizon:
+        nxt_s = times[self.next_i] if self.next_i < n else inf
+        nxt_h = heap[0][0] if heap else inf
+        nxt = min(nxt_s if nxt_s < horizon else inf, nxt_h if nxt_h < end else inf)
+        if nxt == inf:
             if not self.draining:
                 self.finish_when_drained()
             return
@@ -255,7 +263,8 @@ class _Engine:
         self.draining = True
         now = monotonic() - self.t0
         idle = self.inflight <= 0 and self.sessions_live <= 0
-        if idle or now >= self.horizon + self.cfg.drain or self.interrupted:
+        # A single pass (end = inf) ends when its sessions have: every request is sent.
+        if idle or now >= self.end + self.cfg.drain or self.interrupted:
             self.finish()
         else:
             loop.call_later(0.005, self.finish_when_drained)
@@ -269,6 +278,8 @@ class _Engine:
         for c in list(self.conns):
             c.expire(now, timeout)
         self.w.maybe_flush()
+        if self.w.error is not None and not self.interrupted:
+            self.interrupt()  # nothing more can be recorded: stop sending load
         self.loop.call_later(0.1, self.sweep)  # type: ignore[union-attr]
 
     def finish(self) -> None:
@@ -292,6 +303,7 @@ class _Engine:
     def interrupt(self) -> None:
         self.interrupted = True
         self.horizon = min(self.horizon, monotonic() - self.t0)
+        self.end = min(self.end, self.horizon)
         if self.loop is not None:  # do not wait for a wake-up that may be a think time away
             self.loop.call_soon(self.finish_when_drained)
 
@@ -311,8 +323,9 @@ def run_schedule(
     engine is built (request bytes and all), ``on_ready()`` is called and returns
     it (processes of one scaled-out run share it), else it is 50 ms from then.
     ``t0`` and the wall-clock time it matches go into the RunLog's metadata.
-    SIGINT/SIGTERM stop the run early (``interrupted``); the writer is closed in
-    every case.
+    SIGINT/SIGTERM stop the run early (``interrupted``), and so does a failed
+    write of the RunLog (the writer's ``error``: the caller reports it); the writer
+    is closed in every case.
     """
     loop = new_event_loop()
     eng = _Engine(schedule, config, writer, 0.0)

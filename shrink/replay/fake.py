@@ -15,8 +15,8 @@ from time import monotonic
 from typing import Protocol
 
 from shrink.replay.engine import EngineConfig, EngineStats
-from shrink.replay.schedule import Schedule, session_hash
 from shrink.replay.writer import RunLogWriter
+from shrink.schedule import Schedule, session_hash
 
 __all__ = ["Engine", "FakeEngine"]
 
@@ -82,7 +82,7 @@ class FakeEngine:
             ):
                 t = float(start)
                 for first, end, think in plan:
-                    if t >= schedule.horizon:
+                    if t >= schedule.end:
                         break
                     ready = row(first, sid, int(k), t)
                     slots = [ready] * config.conns_per_session

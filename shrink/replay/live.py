@@ -22,10 +22,12 @@ from time import monotonic, sleep
 from typing import Any
 from urllib.parse import urlsplit
 
+import numpy as np
+
 from shrink import files
 from shrink._version import __version__
 from shrink.errors import ParameterError, ReplayError
-from shrink.procfs import cpu_seconds, cpu_times, steal_times, utilization
+from shrink.procfs import cpu_seconds, cpu_times, proc_info, steal_times, utilization
 from shrink.replay.cluster import ClusterSpec
 from shrink.replay.engine import EngineConfig
 from shrink.replay.native import engine_name, select_engine
@@ -36,7 +38,11 @@ from shrink.schemas import TestbedStateFile
 from shrink.target import RunResult
 from shrink.trace import Trace
 
-__all__ = ["LiveTarget", "cpu_times", "parse_url", "utilization"]
+__all__ = ["IDLE_BOUND", "LiveTarget", "cpu_times", "parse_url", "utilization", "wait_idle"]
+
+# Twice PHP's default max_execution_time on the testbed (shrink.testbed.config): by
+# then an abandoned request has been stopped by PHP itself.
+IDLE_BOUND = 20.0
 
 
 def parse_url(url: str) -> tuple[str, int]:
@@ -56,6 +62,29 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _running(pids: list[int]) -> list[int]:
+    """The PIDs that are on a CPU or in uninterruptible sleep (state R or D)."""
+    return [p for p in pids if (i := proc_info(p)) is not None and i.state in ("R", "D")]
+
+
+def wait_idle(pids: list[int], bound: float, *, checks: int = 3) -> tuple[float, bool]:
+    """Wait until none of the server's ``pids`` runs (``checks`` looks in a row, 5 ms
+    apart), at most ``bound`` seconds. Returns (seconds waited, idle).
+
+    A level must start on an idle server: a PHP request the last level abandoned
+    (the client timed out) would otherwise still hold a php-cgi child and its CPU.
+    """
+    start = monotonic()
+    quiet = 0
+    while True:
+        quiet = quiet + 1 if not _running(pids) else 0
+        if quiet >= checks:
+            return monotonic() - start, True
+        if monotonic() - start >= bound:
+            return monotonic() - start, False
+        sleep(0.005 if quiet else 0.05)
 
 
 class _WindowSampler(threading.Thread):
@@ -100,11 +129,13 @@ class LiveTarget:
         config: dict[str, Any] | None = None,
         mode: str = "auto",
         loop: bool = True,
+        warm_start: bool = True,
         lag_limit: float = LAG_LIMIT,
         runlog_dir: str | Path | None = None,
         realtime: int = 0,
         processes: int | None = None,
         engine: Any = None,
+        idle_bound: float = IDLE_BOUND,
         cluster: ClusterSpec | None = None,
     ) -> None:
         if not addresses:
@@ -127,6 +158,7 @@ class LiveTarget:
         self.config = dict(config or {})
         self.mode = mode
         self.loop = loop
+        self.warm_start = warm_start  # start a looped run in the trace's steady state
         self.lag_limit = lag_limit
         self.runlog_dir = None if runlog_dir is None else Path(runlog_dir)
         self.realtime = realtime
@@ -134,6 +166,7 @@ class LiveTarget:
         self.processes = processes
         # "auto" | "native" | "python", or an engine callable such as a FakeEngine
         self.engine = engine if callable(engine) else select_engine(engine or "auto")
+        self.idle_bound = idle_bound  # longest wait for an idle server before a run
         self.cluster = cluster  # generators as Ray actors (shrink.replay.cluster)
         self.last_engine: EngineRun | None = None
         self._runs = 0
@@ -240,6 +273,8 @@ class LiveTarget:
             "engine_config": asdict(cfg),
         }
         samplers: list[_WindowSampler] = []
+        server_pids = [int(p) for r in self.state.get("replicas", []) for p in r.get("pids", [])]
+        idle_wait, idle = wait_idle(server_pids, self.idle_bound) if server_pids else (0.0, True)
 
         def on_start(t0: float) -> None:
             # the window's edges are known once the engine has fixed its zero
@@ -256,6 +291,7 @@ class LiveTarget:
                 horizon=horizon,
                 mode=self.mode,
                 loop=self.loop,
+                warm_start=self.warm_start,
                 cpus=self._engine_cpus(),
                 processes=self.processes,
                 out=out,
@@ -271,12 +307,19 @@ class LiveTarget:
                 smp.stop.set()
             raise
         for smp in samplers:
-            # a run whose sessions all ended early still measures the whole window
+            # a run whose sessions all ended early still measures the whole window;
+            # an interrupted one stops now (Ctrl-C must not wait for the planned end)
+            if engine.interrupted:
+                smp.stop.set()
             smp.join(timeout=max(0.0, smp.at[1] - monotonic()) + 1.0)
             smp.stop.set()
         sampler = samplers[0] if samplers else None
         self.last_engine = engine
         window = (warmup, horizon)
+        if not self.loop and len(log):
+            # one pass runs its sessions out: the window holds every request it sent
+            last = float(np.nanmax(log.column("intended")))
+            window = (warmup, max(horizon, float(np.nextafter(last, np.inf))))
         per_cpu: dict[int, float] = {}
         util = None
         if sampler is not None and len(sampler.snaps) == 2:
@@ -309,25 +352,35 @@ class LiveTarget:
                 **engine.extra,
             },
         }
+        desc.update(self._sampled(sampler, duration))
+        if server_pids:
+            desc["server_idle_wait"] = idle_wait
+            if not idle:  # still busy after the bound: the level carries load over
+                desc["server_busy_at_start"] = True
+        if alive and not all(alive.values()):
+            desc["dead_pids"] = [p for p, ok in alive.items() if not ok]
+        return RunResult(log, window, check, util, per_cpu, desc)
+
+    def _sampled(self, sampler: _WindowSampler | None, duration: float) -> dict[str, float]:
+        """What the window's /proc snapshots say: server CPU, steal on share and generator."""
+        out: dict[str, float] = {}
         if sampler is not None and len(sampler.server_cpu) == 2 and duration > 0:
             # The server's own processes' CPU over the window, in cores: on a shared
             # machine /proc/stat also counts other work that ran on the share's CPUs.
-            desc["server_cpu"] = (sampler.server_cpu[1] - sampler.server_cpu[0]) / duration
+            out["server_cpu"] = (sampler.server_cpu[1] - sampler.server_cpu[0]) / duration
         if sampler is not None and len(sampler.steal) == 2:
             # Steal on the share's CPUs, in CPUs (already inside the busy fractions).
-            desc["share_steal"] = sum(
+            out["share_steal"] = sum(
                 utilization(sampler.steal[0], sampler.steal[1], self.share_cpus).values()
             )
             if self.generator_cpus:
                 # And on the generator's: a stall there (the host taking its vCPU) is
                 # what flags a level behind while the generator's own CPU is idle.
-                desc["generator_steal"] = max(
+                out["generator_steal"] = max(
                     utilization(sampler.steal[0], sampler.steal[1], self.generator_cpus).values(),
                     default=0.0,
                 )
-        if alive and not all(alive.values()):
-            desc["dead_pids"] = [p for p, ok in alive.items() if not ok]
-        return RunResult(log, window, check, util, per_cpu, desc)
+        return out
 
     def replay(
         self, trace: Trace, *, rate_factor: float, duration: float, out: str | Path | None = None

@@ -4,7 +4,7 @@ The core (``native/``, built by ``make setup`` with maturin) runs the engine's h
 loop: epoll, non-blocking sockets, a timerfd for sub-millisecond wake-ups, the
 response parser, the session rules of httperf ``--wsesslog`` and the open-mode
 pools, all as :mod:`shrink.replay.engine` does them. It does not build its own
-plan: this adapter hands it the :class:`~shrink.replay.schedule.Schedule`'s arrays,
+plan: this adapter hands it the :class:`~shrink.schedule.Schedule`'s arrays,
 the routing computed here as the Python engine computes it, and the request
 bytes from :func:`~shrink.replay._http.build_request`, so both engines follow
 the same schedule by construction.
@@ -42,8 +42,8 @@ import numpy as np
 from shrink.errors import ParameterError, ReplayError
 from shrink.replay._http import build_request
 from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
-from shrink.replay.schedule import Schedule, session_hash
 from shrink.replay.writer import RunLogWriter
+from shrink.schedule import Schedule, session_hash
 
 try:  # the core is optional: the Python engine is the fallback
     import shrink_core as _core
@@ -117,7 +117,10 @@ def _core_args(schedule: Schedule, cfg: EngineConfig, writer: RunLogWriter) -> d
         burst_first=first.tobytes(),
         burst_end=end.tobytes(),
         burst_think=think.tobytes(),
-        horizon=float(schedule.horizon),
+        # The core stops bursts at its horizon: the schedule's end, so that one pass
+        # (end infinite) runs its sessions out as the Python engine does; the schedule
+        # already holds only the sessions that start before its horizon.
+        horizon=float(min(schedule.end, schedule.horizon + _NO_END)),
         timeout=float(cfg.timeout),
         drain=float(cfg.drain),
         max_pool=int(cfg.max_pool),
@@ -130,6 +133,9 @@ def _core_args(schedule: Schedule, cfg: EngineConfig, writer: RunLogWriter) -> d
 
 
 # The writer's column types (shrink/replay/writer.py), in the core's column order.
+# A finite stand-in for "no end" (sessions run out): ten years of seconds.
+_NO_END = 3.2e8
+
 _DTYPES = ("f8", "f8", "f8", "f8", "i4", "i8", "i1", "i8", "i4", "i4", "f8")
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import gc
 import multiprocessing as mp
 import os
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,9 +28,10 @@ from typing import Any
 from shrink.errors import ReplayError
 from shrink.replay.cluster import ClusterSpec, run_on_cluster
 from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
-from shrink.replay.schedule import build_schedule, trace_extent, trace_mode
 from shrink.replay.writer import RunLogWriter
 from shrink.runlog import RunLog
+from shrink.schedule import build_schedule, trace_extent, trace_mode
+from shrink.testbed.process import die_with_parent
 from shrink.trace import Trace
 
 __all__ = ["EngineRun", "run_engines", "split_sessions"]
@@ -109,7 +111,11 @@ def _child(
     meta: dict[str, Any],
     realtime: int = 0,
     engine: Any = run_schedule,
+    parent_pid: int | None = None,
 ) -> None:
+    # A kill -9 of the parent must not leave this process sending load: SIGTERM
+    # stops the engine as Ctrl-C does (its rows so far are kept).
+    die_with_parent(signal.SIGTERM, parent_pid)
     try:
         set_realtime(realtime)
         if cpu is not None:
@@ -123,6 +129,8 @@ def _child(
             return float(pipe.recv())
 
         stats = engine(sched, config, writer, on_ready=ready)
+        if writer.error is not None:
+            raise writer.error
         pipe.send(("done", stats))
     except BaseException as exc:  # report, never hang the parent
         pipe.send(("error", f"{type(exc).__name__}: {exc}"))
@@ -138,6 +146,7 @@ def run_engines(
     horizon: float,
     mode: str = "auto",
     loop: bool = True,
+    warm_start: bool = True,
     cpus: list[int] | None = None,
     processes: int | None = None,
     out: str | Path | None = None,
@@ -169,6 +178,7 @@ def run_engines(
         horizon=horizon,
         mode=mode,
         loop=loop,
+        warm_start=warm_start,
         origin=origin,
         span=span,
         id_stride=stride,
@@ -243,6 +253,8 @@ def _run_inline(
         restore_scheduler(old_sched)
         if cpus:
             os.sched_setaffinity(0, old)
+    if writer.error is not None:
+        raise writer.error  # the file keeps the rows written before it
     log = writer.runlog()
     log.meta.update(processes=1)
     return log, EngineRun([stats], stats.t0, cpus)
@@ -284,6 +296,7 @@ def _run_spawned(
                     {**meta, "part": i},
                     realtime,
                     engine,
+                    os.getpid(),
                 ),
                 daemon=True,
             )
@@ -310,7 +323,12 @@ def _run_spawned(
                     kind, payload = pipe.recv()
                     break
                 except KeyboardInterrupt:
-                    continue  # the children stop on the same SIGINT; wait for their rows
+                    # A terminal's Ctrl-C reaches the children too; a SIGINT sent to this
+                    # process alone must stop them as well. Then wait for their rows.
+                    for proc in procs:
+                        if proc.pid is not None and proc.is_alive():
+                            os.kill(proc.pid, signal.SIGINT)
+                    continue
                 except EOFError:
                     kind, payload = "error", "exited without a report"
                     break
@@ -321,7 +339,7 @@ def _run_spawned(
         for p in procs:
             p.join(timeout=10)
         logs = [RunLog.read_parquet(pth) for pth in paths if Path(pth).exists()]
-        if errors and not logs:
+        if errors and (not logs or any("cannot write" in e for e in errors)):
             raise ReplayError("; ".join(errors))
         log = RunLog.concat(logs, meta={**meta, **_zero(t0), "processes": n})
         if out is not None:

@@ -7,11 +7,27 @@ Strings that repeat (class, target, error) are kept as small integer codes until
 the flush. :meth:`close` writes the rest and the footer; it is called from a
 ``finally`` so Ctrl-C, a crashed server or an engine error still leave a readable
 file with every row measured so far.
+
+Memory is bounded by the batch, not the run: a flushed row group goes to disk and
+is not kept (:meth:`runlog` reads the file back). Only a writer without a path
+keeps its tables.
+
+The file is written under a temporary name in the same folder (created with
+``O_EXCL | O_NOFOLLOW``) and renamed over ``path`` when closed, so ``path`` only
+ever holds a whole RunLog. A full disk must not cost the rows already written:
+the writer holds a reserve (:data:`RESERVE_BYTES`, allocated beside the file) and
+on the first write error frees it, finishes that write, writes the footer and
+stops (:attr:`RunLogWriter.error`; later rows are dropped and counted). The file
+then holds every row up to the failure.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import io
 import json
+import os
 import time
 from array import array
 from pathlib import Path
@@ -21,9 +37,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from shrink.atomic import open_exclusive
+from shrink.errors import WriteError
 from shrink.runlog import META_KEY, RUNLOG_SCHEMA, RunLog
 
-__all__ = ["WRITER_SCHEMA", "RunLogWriter"]
+__all__ = ["RESERVE_BYTES", "WRITER_SCHEMA", "RunLogWriter"]
+
+# Room kept free for the last row group and the footer when the disk fills: a
+# flush of 65,536 rows is about 6 MB before compression.
+RESERVE_BYTES = 8 << 20
 
 # array typecodes of the columns, in WRITER_SCHEMA order
 _TYPECODES = ("d", "d", "d", "d", "i", "q", "b", "q", "i", "i", "d")
@@ -47,6 +69,59 @@ class _Codes:
             i = self.index[name] = len(self.names)
             self.names.append(name)
         return i
+
+
+def _readable(path: Path) -> bool:
+    try:
+        pq.ParquetFile(path).close()
+    except (OSError, pa.ArrowInvalid):
+        return False
+    return True
+
+
+class _Sink(io.RawIOBase):
+    """The Parquet writer's file: counts its position, and spends the reserve on ENOSPC."""
+
+    def __init__(self, fd: int, reserve: Path | None) -> None:
+        super().__init__()
+        self.fd = fd
+        self.pos = 0
+        self.reserve = reserve
+        self.error: OSError | None = None
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        n, off = len(view), 0
+        while off < n:
+            try:
+                off += os.write(self.fd, view[off:])
+            except OSError as exc:
+                if self.error is None:
+                    self.error = exc
+                if exc.errno == errno.ENOSPC and self.reserve is not None:
+                    # the reserve's blocks are free again: finish this write and the footer
+                    with contextlib.suppress(OSError):
+                        self.reserve.unlink()
+                    self.reserve = None
+                    continue
+                raise
+        self.pos += n
+        return n
+
+    def tell(self) -> int:
+        return self.pos
+
+    def close(self) -> None:
+        if not self.closed:
+            os.close(self.fd)
+            if self.reserve is not None:
+                with contextlib.suppress(OSError):
+                    self.reserve.unlink()
+                self.reserve = None
+        super().close()
 
 
 class RunLogWriter:
@@ -75,22 +150,59 @@ class RunLogWriter:
         # stall the event loop for milliseconds at high rates).
         self.cols_ = tuple(array(code) for code in _TYPECODES)
         self.appends = tuple(c.append for c in self.cols_)
-        self._tables: list[pa.Table] = []  # kept for the in-memory RunLog
+        self._tables: list[pa.Table] = []  # only without a path (the in-memory RunLog)
         self._writer: pq.ParquetWriter | None = None
+        self._sink: _Sink | None = None
+        self._tmp: Path | None = None
+        self._opened = False
         self._last_flush = time.monotonic()
         self.rows = 0
+        self.dropped = 0  # rows not written because a write had failed
+        self.error: WriteError | None = None
         self.closed = False
         self._schema = WRITER_SCHEMA
+        self._fd = -1
         if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # The file is created now, before anything is measured: a path that
+            # cannot be written is an error before the run, not after it.
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._fd, self._tmp = open_exclusive(self.path)
+            except OSError as exc:
+                raise WriteError(self.path, exc) from exc
 
     def _open(self) -> None:
         """Open the file at the first flush, so ``meta`` may be completed until then."""
+        self._opened = True
         self._schema = WRITER_SCHEMA.with_metadata(
             {META_KEY: json.dumps(self.meta, sort_keys=True, default=str).encode()}
         )
-        if self.path is not None and self._writer is None:
-            self._writer = pq.ParquetWriter(self.path, self._schema, compression="zstd")
+        if self.path is None or self._writer is not None:
+            return
+        assert self._tmp is not None
+        self._sink = _Sink(self._fd, self._reserve())
+        try:
+            self._writer = pq.ParquetWriter(self._sink, self._schema, compression="zstd")
+        except OSError as exc:  # not even the header fits: nothing to keep
+            self._fail(exc)
+            self._sink.close()
+            self._tmp.unlink(missing_ok=True)
+
+    def _reserve(self) -> Path | None:
+        """Allocate the reserve beside the file (None where the disk is already too full)."""
+        assert self.path is not None
+        try:
+            fd, reserve = open_exclusive(self.path, suffix=".reserve")
+        except OSError:
+            return None
+        try:
+            os.posix_fallocate(fd, 0, RESERVE_BYTES)
+        except OSError:
+            os.close(fd)
+            reserve.unlink(missing_ok=True)
+            return None
+        os.close(fd)
+        return reserve
 
     def add(
         self,
@@ -131,13 +243,18 @@ class RunLogWriter:
         return pa.DictionaryArray.from_arrays(idx, pa.array(names, pa.string())).cast(pa.string())
 
     def flush(self) -> None:
-        """Write the pending rows as one row group."""
+        """Write the pending rows as one row group (dropped, and counted, after an error)."""
         n = self.pending()
         self._last_flush = time.monotonic()
         if not n:
             return
-        if not self._tables:
+        if not self._opened and self.error is None:
             self._open()
+        if self.error is not None:
+            for col in self.cols_:
+                del col[:]
+            self.dropped += n
+            return
         c = []
         for col in self.cols_:
             c.append(np.frombuffer(col, dtype=col.typecode).copy())
@@ -156,28 +273,77 @@ class RunLogWriter:
             pa.array(c[10], pa.float64()),
         ]
         table = pa.Table.from_arrays(arrays, schema=self._schema)
-        self.rows += n
-        self._tables.append(table)
-        if self._writer is not None:
+        if self.path is None:
+            self._tables.append(table)
+            self.rows += n
+            return
+        assert self._writer is not None
+        try:
             self._writer.write_table(table)
+        except OSError as exc:  # the reserve could not cover it: what is on disk is lost
+            self._fail(exc)
+            self.dropped += n
+            return
+        self.rows += n
+        if self._sink is not None and self._sink.error is not None:
+            self._fail(self._sink.error)  # this row group made it, on the reserve
+
+    def _fail(self, exc: OSError) -> None:
+        """Stop at the first write error: later rows are dropped, the footer still goes out."""
+        if self.error is None:
+            assert self.path is not None
+            self.error = WriteError(self.path, exc)
 
     def close(self) -> None:
-        """Flush and write the footer; safe to call twice."""
+        """Flush, write the footer and move the file into place; safe to call twice.
+
+        A write error leaves :attr:`error` set (the caller reports it); the file then
+        holds the rows written before it.
+        """
         if self.closed:
             return
         try:
             self.flush()
-            if not self._tables:
+            if not self._opened:
                 self._open()  # an empty run still leaves a readable file
         finally:
             self.closed = True
-            if self._writer is not None:
-                self._writer.close()
+            self._finish()
+
+    def _finish(self) -> None:
+        if self._writer is None:
+            return
+        try:
+            self._writer.close()
+        except OSError as exc:
+            self._fail(exc)
+        finally:
+            if self._sink is not None:
+                self._sink.close()
+        if self._tmp is None or self.path is None:
+            return
+        if self.error is not None and not _readable(self._tmp):
+            self._tmp.unlink(missing_ok=True)  # never put a file without a footer in place
+            return
+        try:
+            os.replace(self._tmp, self.path)
+        except OSError as exc:
+            self._fail(exc)
 
     def runlog(self) -> RunLog:
-        """Everything written so far as a RunLog (flushes first)."""
+        """Everything written so far as a RunLog (flushes first; a file is read back)."""
         if not self.closed:
-            self.flush()
+            if self.path is not None:
+                self.close()
+            else:
+                self.flush()
+        if self.path is not None and self._writer is not None:
+            target = self.path if self._tmp is None or not self._tmp.exists() else self._tmp
+            try:
+                table = pq.read_table(target)
+            except (OSError, pa.ArrowInvalid):
+                table = WRITER_SCHEMA.empty_table()  # nothing readable survived the error
+            return RunLog(table.replace_schema_metadata(None), self.meta)
         if not self._tables:
             return RunLog(WRITER_SCHEMA.empty_table(), self.meta)
         table = pa.concat_tables(self._tables).replace_schema_metadata(None)

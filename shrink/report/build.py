@@ -233,6 +233,15 @@ def _hint_text(m: dict[str, Any]) -> str:
     return ""
 
 
+def _errors_cell(lv: Level) -> str:
+    """Failed requests, by class where counted; a level over the limit says it is excluded."""
+    n = sum(r.errors for r in lv.reps)
+    counts = lv.failure_counts()
+    parts = [f"{k.replace('http_', '')} {v}" for k, v in counts.items() if v]
+    text = str(n) + (f" ({', '.join(parts)})" if parts else "")
+    return f"**{text}: failed, excluded**" if lv.failed else text
+
+
 def _generator_cell(lv: Level, limits: dict[str, float]) -> str:
     if lv.generator_behind:
         over = [
@@ -280,7 +289,7 @@ def _level_table(curve: LoadCurve, limits: dict[str, float]) -> tuple[list[str],
                 "-" if util is None else f"{100 * util:.0f}%",
                 _ms(lv.stat("mean")[0]),
                 _ms(lv.stat("p999")[0]),
-                str(sum(r.errors for r in lv.kept)),
+                _errors_cell(lv),
                 _ms(max(lag)) if lag else "-",
                 _generator_cell(lv, limits),
             ]
@@ -567,6 +576,25 @@ def _self_checks(
             + (
                 f" (replay engine: {checks['generator_engine']})"
                 if checks.get("generator_engine")
+                else ""
+            )
+        )
+    if "levels_failed" in checks:
+        totals = checks.get("failures") or {}
+        limit = 100 * float(checks.get("failure_limit") or 0.001)
+        items.append(
+            "Requests answered whole with a 2xx/3xx status at every level used: "
+            + (
+                "**yes**"
+                if not checks["levels_failed"]
+                else f"**no** - levels excluded (failures over {limit:g}% of their requests): "
+                f"{checks['levels_failed']}"
+            )
+            + (
+                " (failures over all runs: "
+                + ", ".join(f"{k.replace('http_', '')} {v}" for k, v in totals.items())
+                + ")"
+                if any(totals.values())
                 else ""
             )
         )

@@ -9,7 +9,7 @@ it reads ``V + d``. So each core needs one heap of finish tags, and the whole
 machine one heap of predicted departures (stale predictions are skipped by a
 per-core version number): O(log n) per event, no per-job updates.
 
-Sessions follow the live engine's ``wsesslog`` semantics (:mod:`shrink.replay.schedule`):
+Sessions follow the live engine's ``wsesslog`` semantics (:mod:`shrink.schedule`):
 a session opens at its scaled start time; a burst sends its first request alone,
 then its embedded requests together when the first has been answered; the next
 burst goes out the burst's think time (unscaled) after its last reply. A session

@@ -1,8 +1,8 @@
 """``SimTarget``: the simulator behind the :class:`shrink.target.Target` protocol.
 
-A run turns the trace into the live engine's schedule (same origin, looping and
-session semantics as :func:`shrink.replay.schedule.build_schedule`, vectorised
-here), draws every request's CPU demand and every connection's routing with one
+A run plans the trace with the live engine's own schedule builder
+(:func:`shrink.schedule.build_schedule`: same origin, loop period, sessions,
+ids and bursts), draws every request's CPU demand and every connection's routing with one
 seeded generator, runs :func:`shrink.sim.engine.simulate`, and writes a RunLog
 with exactly the live engine's columns (``target`` = ``sim:<address:port>`` of
 the replica). The simulated generator never falls behind, so ``intended`` and
@@ -30,6 +30,7 @@ from shrink.errors import ParameterError
 from shrink.machine import Machine
 from shrink.mapping import Mapping, build_mapping
 from shrink.runlog import RunLog
+from shrink.schedule import build_schedule, schedule_arrays, session_hash
 from shrink.share import Share
 from shrink.sim.engine import EngineInput, simulate
 from shrink.sim.model import Layout, build_layout
@@ -40,22 +41,11 @@ from shrink.trace import Trace
 __all__ = ["SimTarget"]
 
 _SALT = 0x5131  # keeps the simulator's random streams apart from other seeded users
-
-
-def _session_hash(ids: np.ndarray, salt: int = 1) -> np.ndarray:
-    """The live engine's session hash (splitmix64), so replicas get the same sessions."""
-    try:
-        from shrink.replay.schedule import session_hash
-    except ImportError:  # pragma: no cover - the replay package ships with shrink
-        mask = np.uint64(0xFFFFFFFFFFFFFFFF)
-        with np.errstate(over="ignore"):
-            z = np.asarray(ids).astype(np.int64).view(np.uint64) + np.uint64(
-                (0x9E3779B97F4A7C15 * (salt + 1)) & 0xFFFFFFFFFFFFFFFF
-            )
-            z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9) & mask
-            z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB) & mask
-            return z ^ (z >> np.uint64(31))
-    return session_hash(ids, salt)
+# Whether a looped run starts with the sessions earlier copies would have open
+# (shrink.schedule.build_schedule's warm_start). Off by default, so the simulator's
+# results stay what they were; a live sweep's LiveTarget starts warm: pass
+# warm_start=True to replay exactly its schedule.
+WARM_START = False
 
 
 @dataclass
@@ -112,16 +102,6 @@ def _work_units(paths: pa.ChunkedArray) -> np.ndarray:
     return vals.to_numpy(zero_copy_only=False).astype(np.float64)
 
 
-def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Concatenation of ``arange(s, e)`` for each pair, vectorised."""
-    lens = ends - starts
-    total = int(lens.sum())
-    if total == 0:
-        return np.zeros(0, np.int64)
-    offs = np.repeat(starts - np.r_[0, np.cumsum(lens)[:-1]], lens)
-    return np.arange(total, dtype=np.int64) + offs
-
-
 class SimTarget:
     """A simulated multi-socket web server (see :mod:`shrink.sim`)."""
 
@@ -137,6 +117,7 @@ class SimTarget:
         params: SimParams | None = None,
         *,
         routing: str = "hash",
+        warm_start: bool = WARM_START,
     ) -> None:
         self.machine = machine
         self.share = share or Share.all_of(machine)
@@ -144,6 +125,8 @@ class SimTarget:
         if routing not in ("hash", "round-robin"):
             raise ParameterError(f"routing == {routing!r}, must be one of hash, round-robin.")
         self.routing = routing
+        self.warm_start = warm_start
+        check_positive(self.share.fraction, "share speed fraction")
         check_positive(self.share.cpu_fraction, "share speed fraction")
         if isinstance(mapping, Mapping):
             self.mapping = mapping
@@ -213,72 +196,30 @@ class SimTarget:
         window: tuple[float, float],
         rng: np.random.Generator,
     ) -> tuple[EngineInput, np.ndarray, np.ndarray]:
-        n = b.sess.size
-        if n == 0:
+        if b.sess.size == 0:
             raise ParameterError("the trace is empty: nothing to simulate")
-        origin = float(b.t.min())
-        stride = int(b.sess.max()) + 1
-        if b.mode == "open":
-            order = np.argsort(b.t, kind="stable")
-            unit_first = order
-            unit_end = order + 1
-            base_t = (b.t[order] - origin) / rate_factor
-        else:
-            first = np.flatnonzero(np.r_[True, b.sess[1:] != b.sess[:-1]])
-            unit_first = first
-            unit_end = np.r_[first[1:], n]
-            base_t = (b.t[first] - origin) / rate_factor
-        units = base_t.size
-        raw = float(b.t.max() - origin)
-        span = raw * (1 + 1 / max(units, 1)) if raw > 0 else 1.0
-        period = span / rate_factor
-        copies = max(1, math.ceil(horizon / period))
-        u_t = np.concatenate([base_t + k * period for k in range(copies)])
-        u_k = np.repeat(np.arange(copies), units)
-        u_j = np.tile(np.arange(units), copies)
-        keep = u_t < horizon
-        u_t, u_k, u_j = u_t[keep], u_k[keep], u_j[keep]
-        if u_t.size == 0:
-            raise ParameterError("no session starts inside the horizon")
-        # simulated requests: each kept unit's rows, unit after unit
-        rows = _ranges(unit_first[u_j], unit_end[u_j])
-        per_unit = unit_end[u_j] - unit_first[u_j]
-        req_unit = np.repeat(np.arange(u_t.size), per_unit)
-        sim_ids = b.sess[rows] + stride * u_k[req_unit]
-        new_burst = b.burst_start[rows].copy()
-        unit_head = np.r_[0, np.cumsum(per_unit)[:-1]]
-        new_burst[unit_head] = True
-        if b.mode == "open":
-            new_burst[:] = True
-        burst_first = np.flatnonzero(new_burst)
-        burst_end = np.r_[burst_first[1:], rows.size]
-        req_burst = np.cumsum(new_burst) - 1
-        burst_unit = req_unit[burst_first]
-        same_next = np.r_[burst_unit[1:] == burst_unit[:-1], False]
-        burst_next = np.where(same_next, np.arange(burst_first.size) + 1, -1)
-        burst_think = (
-            b.think[rows[burst_first]] if b.mode == "session" else np.zeros(burst_first.size)
+        # The live engine's own schedule (shrink.schedule): same loop period, same
+        # sessions and ids, same bursts, so the simulator replays what the engine does.
+        sched = build_schedule(
+            b.trace, rate_factor, horizon, mode=b.mode, warm_start=self.warm_start
         )
-        # sessions sorted by start; requests keep their unit-major order
-        sess_order = np.argsort(u_t, kind="stable")
-        rank = np.empty_like(sess_order)
-        rank[sess_order] = np.arange(sess_order.size)
-        unit_first_burst = req_burst[unit_head]
-        unit_ids = b.sess[unit_first[u_j]] + stride * u_k
+        sp = schedule_arrays(sched)
+        if sp.sess_start.size == 0:
+            raise ParameterError("no session starts inside the horizon")
+        rows, n_sess = sp.rows, sp.sess_start.size
         # routing: replica by session hash (or round robin in start order), RSS queue uniform
         p = self.params
         n_rep = len(self.layout.replica_cores)
         if self.routing == "hash":
-            rep = (_session_hash(unit_ids, 1) % np.uint64(n_rep)).astype(np.int64)
+            rep = (session_hash(sp.sess_ids, 1) % np.uint64(n_rep)).astype(np.int64)
         else:
-            rep = np.empty(u_t.size, np.int64)
-            rep[sess_order] = np.arange(u_t.size) % n_rep
-        q_u = rng.random(u_t.size)
-        qsock = np.empty(u_t.size, np.int64)
+            rep = np.arange(n_sess, dtype=np.int64) % n_rep
+        q_u = rng.random(n_sess)
+        qsock = np.empty(n_sess, np.int64)
         for r, socks in enumerate(self.layout.replica_queue_sockets):
             m = rep == r
             qsock[m] = np.asarray(socks)[(q_u[m] * len(socks)).astype(np.int64)]
-        accept_u = rng.random(u_t.size)
+        accept_u = rng.random(n_sess)
         # demands: CPU seconds at full speed before the per-core factors
         kib = b.kib[rows]
         mean_static = (p.static_base_us + p.static_per_kib_us * kib) * 1e-6
@@ -291,23 +232,23 @@ class SimTarget:
             static_s=static_s,
             php_s=np.where(is_dyn, php, 0.0),
             is_dyn=is_dyn,
-            req_burst=req_burst,
-            req_session=rank[req_unit],
-            burst_first=burst_first,
-            burst_end=burst_end,
-            burst_think=burst_think,
-            burst_next=burst_next,
-            sess_start=u_t[sess_order],
-            sess_first_burst=unit_first_burst[sess_order],
-            sess_replica=rep[sess_order],
-            sess_queue_socket=qsock[sess_order],
-            sess_accept_u=accept_u[sess_order],
+            req_burst=sp.req_burst,
+            req_session=sp.req_session,
+            burst_first=sp.burst_first,
+            burst_end=sp.burst_end,
+            burst_think=sp.burst_think,
+            burst_next=sp.burst_next,
+            sess_start=sp.sess_start,
+            sess_first_burst=sp.sess_first_burst,
+            sess_replica=rep,
+            sess_queue_socket=qsock,
+            sess_accept_u=accept_u,
             remote_nic_s=p.remote_nic_us * 1e-6 if p.cross_socket else 0.0,
             horizon=horizon,
             window=window,
             accept_idle_first=p.accept_policy == "idle-first",
         )
-        return inp, rows, sim_ids
+        return inp, rows, sp.sess_ids[sp.req_session]
 
     # -- results ------------------------------------------------------------------
     def _result(

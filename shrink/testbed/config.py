@@ -47,6 +47,12 @@ MIME_TYPES = {
 }
 
 
+# The replay engine's default per-request timeout; a trace whose largest request
+# needs longer is replayed with --php-max-execution (and a longer --timeout).
+PHP_MAX_EXECUTION_S = 10
+PHP_MEMORY_LIMIT = "256M"
+
+
 @dataclass(frozen=True)
 class ReplicaConfig:
     """Everything one replica's config depends on."""
@@ -58,6 +64,10 @@ class ReplicaConfig:
     php_cgi: str
     php_children: int
     workers: int
+    # PHP's own limits: a request the client gave up on (its timeout, 10 s by
+    # default) must not keep a php-cgi child busy into the next load level.
+    php_max_execution_s: int = PHP_MAX_EXECUTION_S
+    php_memory_limit: str = PHP_MEMORY_LIMIT
 
     @property
     def conf_path(self) -> Path:
@@ -74,6 +84,14 @@ class ReplicaConfig:
 
 def _q(value: str | Path) -> str:
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _php_bin(c: ReplicaConfig) -> str:
+    """php-cgi with its time and memory limits (``-d`` overrides php.ini)."""
+    return (
+        f"{c.php_cgi} -d max_execution_time={int(c.php_max_execution_s)} "
+        f"-d memory_limit={c.php_memory_limit}"
+    )
 
 
 def render_lighttpd_conf(c: ReplicaConfig) -> str:
@@ -105,7 +123,7 @@ mimetype.assign = (
 {mimes}
 )
 fastcgi.server = (".php" => ((
-    "bin-path" => {_q(c.php_cgi)},
+    "bin-path" => {_q(_php_bin(c))},
     "socket" => {_q(c.socket_path)},
     "max-procs" => 1,
     "bin-environment" => (

@@ -33,7 +33,7 @@ from shrink.errors import RecipeError, TestbedError, TopologyError
 from shrink.machine import Machine
 from shrink.mapping import Mapping, Replica, build_mapping
 from shrink.share import Cgroup, Share, can_write_cgroups, cgroup_layout
-from shrink.testbed import process
+from shrink.testbed import process, registry
 from shrink.testbed.recipe import (
     ReplicaContext,
     ServerRecipe,
@@ -126,6 +126,7 @@ def _start_replica(
     children_per_core: int,
     enforcer: Enforcer | None,
     timeout_s: float,
+    owned: bool = False,
 ) -> ReplicaState:
     """Start one replica through the recipe; on any failure stop all it spawned."""
     run_dir = run_root / r.name
@@ -148,6 +149,7 @@ def _start_replica(
                 join_cgroup=enforcer.join if enforcer is not None else None,
                 log_path=run_dir / log_name,
                 env=env,
+                owned=owned,
             )
         except (OSError, subprocess.SubprocessError) as exc:
             why = getattr(exc, "strerror", None) or exc
@@ -233,6 +235,7 @@ def up(
     timeout_s: float = 15.0,
     server: str | ServerRecipe | None = None,
     enforce: str = DEFAULT_ENFORCE,
+    owned: bool = False,
 ) -> TestbedState:
     """Start one server replica per replica of ``mapping`` over ``share``; write the state.
 
@@ -287,6 +290,7 @@ def up(
                     children_per_core=php_children_per_core,
                     enforcer=enf,
                     timeout_s=timeout_s,
+                    owned=owned,
                 )
             )
     except BaseException:
@@ -307,6 +311,9 @@ def up(
         server=server_record(recipe),
     )
     state.write(state_path)
+    # ``owned``: it dies with this process (a parent-death signal) and is recorded with
+    # this process as owner, so ``down --stale`` finds what a kill -9 left.
+    registry.record(state_path, state, owned=owned)
     return state
 
 
@@ -543,4 +550,17 @@ def down(state_path: str | Path) -> dict[str, list[int]]:
     out = {r.name: _stop_replica(recipe, r, sig) for r in st.replicas}
     st.stopped = datetime.now(UTC).isoformat(timespec="seconds")
     st.write(state_path)
+    registry.forget(state_path)
+    return out
+
+
+def down_stale() -> list[tuple[registry.StaleTestbed, dict[str, list[int]]]]:
+    """Stop every stale testbed (:func:`shrink.testbed.registry.stale`), remove its cgroups."""
+    out = []
+    for sb in registry.stale():
+        recipe = recipe_of(sb.state)
+        sig = int(sb.state.server.get("stop_signal", 15))
+        stopped = {r.name: _stop_replica(recipe, r, sig) for r in sb.state.replicas}
+        sb.entry.unlink(missing_ok=True)
+        out.append((sb, stopped))
     return out

@@ -25,11 +25,34 @@ __all__ = [
     "children_map",
     "cpu_seconds",
     "descendants",
+    "die_with_parent",
     "is_alive",
     "proc_info",
     "start_process",
     "stop_processes",
 ]
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> None:
+    """In a child: have the kernel send ``sig`` when the parent dies (even by kill -9).
+
+    ``prctl(PR_SET_PDEATHSIG)``; it survives exec. ``parent`` is the PID the child
+    expects as its parent: if that one already died (before the call), exit at once.
+    Linux only; elsewhere nothing happens.
+    """
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
 
 
 
@@ -79,14 +102,20 @@ def start_process(
     join_cgroup: Callable[[int], None] | None = None,
     log_path: Path | None = None,
     env: dict[str, str] | None = None,
+    owned: bool = False,
 ) -> subprocess.Popen[bytes]:
     """Start ``argv`` in its own session, already pinned to ``cpus`` and in the cgroup.
 
     Both are set in the child between fork and exec, so every process it forks
     afterwards (lighttpd workers, php-cgi) inherits them from the first instruction.
+    ``owned``: the process gets SIGTERM when this one dies, even by kill -9
+    (:func:`die_with_parent`; lighttpd then stops its workers and php-cgi).
     """
+    me = os.getpid()
 
     def _prepare() -> None:
+        if owned:
+            die_with_parent(signal.SIGTERM, me)
         if join_cgroup is not None:
             join_cgroup(os.getpid())
         if cpus:

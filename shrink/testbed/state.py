@@ -21,13 +21,13 @@ them. Files written before recipes (``lighttpd_pids``, ``php_pids``) still read.
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from shrink import files
+from shrink.atomic import write_text
 from shrink.errors import TestbedError, TraceFormatError
 from shrink.schemas import TestbedStateFile
 
@@ -172,11 +172,7 @@ class TestbedState:
 
     def write(self, path: str | Path) -> Path:
         """Write atomically (a reader never sees half a file)."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-        os.replace(tmp, path)
-        return path
+        return write_text(path, json.dumps(self.to_dict(), indent=2) + "\n")
 
     @classmethod
     def read(cls, path: str | Path) -> TestbedState:

@@ -196,7 +196,7 @@ class Reader:
 
 def _use_trace(trace: Any) -> None:
     """What the next stages do with a trace: summarize it and plan its replay."""
-    from shrink.replay.schedule import build_schedule
+    from shrink.schedule import build_schedule
 
     trace.info()
     if len(trace):

@@ -14,6 +14,16 @@ Two modes, chosen by the trace's meta ``mode`` unless forced:
 Times are seconds from the run's start. Requests are identified by their row in
 the trace; identical (method, path, body) share one request key so that the
 engine builds each distinct request's bytes once per target.
+
+This is the one schedule builder: the live engine (:mod:`shrink.replay.engine`),
+the simulator (:class:`shrink.sim.target.SimTarget`), the fake engine and the
+fake target all replay what :func:`build_schedule` plans.
+
+**A pass sends every request.** Without ``loop`` the sessions starting up to the
+horizon run to their end (``Schedule.end`` is infinite), as httperf runs every
+session it starts. With ``loop`` the trace repeats every **span** seconds (the
+span of its arrivals plus one mean gap, as ``shrink trace info`` reports it: see
+:func:`trace_extent`), and nothing starts at or after the horizon.
 """
 
 from __future__ import annotations
@@ -25,13 +35,15 @@ import numpy as np
 
 from shrink.checks import check_positive, check_rate
 from shrink.errors import ParameterError, TraceFormatError
-from shrink.replay._http import wire_method, wire_target
 from shrink.trace import Trace
+from shrink.wire import wire_method, wire_target
 
 __all__ = [
     "Schedule",
+    "ScheduleArrays",
     "build_schedule",
     "open_loop_trace",
+    "schedule_arrays",
     "session_hash",
     "trace_extent",
     "trace_mode",
@@ -83,6 +95,10 @@ class Schedule:
     horizon: float = 0.0
     rate_factor: float = 1.0
     copies: int = 1
+    # No burst starts at or after ``end``: the horizon when looping, else infinite
+    # (a single pass runs its sessions out).
+    end: float = float("inf")
+    period: float = 0.0  # seconds between looped copies (span / rate factor)
 
     def __len__(self) -> int:
         if self.mode == "open":
@@ -92,6 +108,76 @@ class Schedule:
     def offered_rate(self) -> float:
         """Requests per second the schedule would send if the server answered instantly."""
         return len(self) / self.horizon if self.horizon > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class ScheduleArrays:
+    """A :class:`Schedule` flattened for vectorised use (the simulator).
+
+    Requests are listed burst after burst, sessions in start order; ``rows`` are
+    their trace rows. Open mode makes each request a session of one burst.
+    """
+
+    rows: np.ndarray  # per request: trace row
+    req_burst: np.ndarray  # per request: its burst
+    req_session: np.ndarray  # per request: its session (index in start order)
+    burst_first: np.ndarray  # per burst: its first request
+    burst_end: np.ndarray  # per burst: one past its last request
+    burst_think: np.ndarray  # per burst: think time after it (seconds)
+    burst_next: np.ndarray  # per burst: the session's next burst, -1 after the last
+    sess_start: np.ndarray  # per session: start time (seconds from the run's start)
+    sess_first_burst: np.ndarray  # per session: its first burst
+    sess_ids: np.ndarray  # per session: id (looped copies offset by the id stride)
+
+
+def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(s, e)`` for each pair, vectorised."""
+    lens = ends - starts
+    total = int(lens.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    offs = np.repeat(starts - np.r_[0, np.cumsum(lens)[:-1]], lens)
+    return np.arange(total, dtype=np.int64) + offs
+
+
+def schedule_arrays(sched: Schedule) -> ScheduleArrays:
+    """Flatten ``sched`` into per-request, per-burst and per-session arrays."""
+    if sched.mode == "open":
+        n = int(sched.times.size)
+        idx = np.arange(n, dtype=np.int64)
+        return ScheduleArrays(
+            rows=sched.rows.astype(np.int64),
+            req_burst=idx,
+            req_session=idx,
+            burst_first=idx,
+            burst_end=idx + 1,
+            burst_think=np.zeros(n),
+            burst_next=np.full(n, -1, np.int64),
+            sess_start=sched.times.astype(np.float64),
+            sess_first_burst=idx,
+            sess_ids=sched.open_sessions.astype(np.int64),
+        )
+    counts = np.fromiter((len(b) for b in sched.session_bursts), np.int64)
+    flat = [x for bursts in sched.session_bursts for x in bursts]
+    arr = np.asarray(flat, dtype=np.float64).reshape(-1, 3)
+    first_row, end_row = arr[:, 0].astype(np.int64), arr[:, 1].astype(np.int64)
+    lens = end_row - first_row
+    burst_sess = np.repeat(np.arange(counts.size, dtype=np.int64), counts)
+    burst_first = np.r_[0, np.cumsum(lens)[:-1]].astype(np.int64)
+    req_burst = np.repeat(np.arange(lens.size, dtype=np.int64), lens)
+    same_next = np.r_[burst_sess[1:] == burst_sess[:-1], False]
+    return ScheduleArrays(
+        rows=_ranges(first_row, end_row),
+        req_burst=req_burst,
+        req_session=burst_sess[req_burst],
+        burst_first=burst_first,
+        burst_end=burst_first + lens,
+        burst_think=arr[:, 2].copy(),
+        burst_next=np.where(same_next, np.arange(lens.size) + 1, -1).astype(np.int64),
+        sess_start=np.asarray(sched.session_start, np.float64),
+        sess_first_burst=np.r_[0, np.cumsum(counts)[:-1]].astype(np.int64),
+        sess_ids=np.asarray(sched.session_ids, np.int64),
+    )
 
 
 def _request_keys(trace: Trace) -> tuple[list[tuple[str, str, str]], np.ndarray]:
@@ -126,20 +212,33 @@ def _on_wire(trace: Trace, row: int, check: Callable[[str], str], value: str) ->
 
 
 def trace_extent(trace: Trace, mode: str = "auto") -> tuple[float, float, int]:
-    """(origin, span, id stride) of a trace: its first time, the period after which a
-    looped copy starts (the span of its arrivals, sessions or open-loop requests,
-    plus one mean gap between them), and an offset that keeps looped ids distinct."""
+    """(origin, span, id stride) of a trace.
+
+    ``origin`` is its first time. ``span`` is the loop period (``shrink trace
+    info`` reports it as the trace's span): the span of its arrivals (session
+    starts; each request's in open mode) plus one mean gap between them. Copies
+    follow on at the trace's own pace, as httperf --wsesslog starts the sessions
+    of a longer run one after another at ``--rate``: the sessions of one copy
+    still running when the next begins overlap it, as in the steady state (a
+    period as long as the last burst's time would leave a hole in the arrivals
+    every loop). With a single arrival, its last burst start (at least 1 s).
+    ``id stride`` keeps looped session ids distinct.
+    """
     mode = trace_mode(trace, mode)
     if len(trace) == 0:
         return 0.0, 1.0, 1
     sess = trace.table.column("session").to_numpy()
-    t = trace.table.column("t").to_numpy()
+    t_all = trace.table.column("t").to_numpy()
+    t = t_all
     if mode == "session":  # the pace of session arrivals, not of their later pages
         t = t[np.r_[True, sess[1:] != sess[:-1]]]
     origin = float(t.min())
     n_units = t.size
     raw = float(t.max() - origin)
-    span = raw * n_units / (n_units - 1) if raw > 0 and n_units > 1 else max(raw, 1.0)
+    if raw > 0 and n_units > 1:
+        span = raw * n_units / (n_units - 1)
+    else:  # one arrival (or all at once): a copy as long as its bursts, at least 1 s
+        span = max(float(t_all.max()) - origin, 1.0)
     return origin, span, int(sess.max()) + 1
 
 
@@ -157,8 +256,11 @@ def build_schedule(
 ) -> Schedule:
     """Turn ``trace`` into a schedule covering ``[0, horizon)`` seconds at ``rate_factor``.
 
-    With ``loop`` the trace repeats (session ids offset by ``id_stride`` per copy)
-    until the horizon is covered, so a short trace still loads the whole window.
+    With ``loop`` the trace repeats every ``span / rate_factor`` seconds (session
+    ids offset by ``id_stride`` per copy) until the horizon is covered, so a short
+    trace still loads the whole window; nothing starts at or after the horizon.
+    Without it, one pass: every session (or open-loop request) due by the horizon,
+    the horizon itself included, and each session runs to its end.
     ``origin``, ``span`` and ``id_stride`` default to this trace's own; partitions
     of one trace pass the whole trace's values so that they stay aligned. In
     session mode with ``loop``, ``warm_start`` also runs the sessions that the
@@ -190,6 +292,12 @@ def build_schedule(
     period = span / rate_factor
     copies = max(1, int(np.ceil(horizon / period))) if loop else 1
     sched.copies = copies
+    sched.period = period
+    if not loop:
+        # one pass: a unit due exactly at the horizon (the trace's last) is sent too
+        sched.horizon = horizon = float(np.nextafter(horizon, np.inf))
+    else:
+        sched.end = horizon
     if mode == "open":
         times = np.concatenate([base_t + k * period for k in range(copies)])
         keep = times < horizon

@@ -1,0 +1,128 @@
+"""Testbeds that outlived their owner: recorded at ``up``, found and stopped later.
+
+``up`` writes a copy of the state into a run directory (:func:`run_dir`), with the
+state file's path and, for a testbed started inside a longer command (``predict``,
+the main job), that command's PID and start time: its **owner**. ``down`` removes
+the entry. A testbed is **stale** when
+
+* its owner is gone (PID and start time no longer match: a ``kill -9`` of
+  ``predict``), or
+* its state file is gone or says it was stopped, while processes or cgroups it
+  recorded remain.
+
+A testbed whose owner died also gets a parent-death signal (its lighttpd master
+gets SIGTERM and stops its php-cgi), so usually only its cgroups are left; ``shrink
+testbed down --stale`` stops whatever remains, by PID and start time, and removes
+the cgroups.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shrink import files
+from shrink.atomic import write_text
+from shrink.errors import TestbedError, TraceFormatError
+from shrink.schemas import RegistryEntryFile
+from shrink.testbed import process
+from shrink.testbed.state import TestbedState
+
+__all__ = ["StaleTestbed", "forget", "record", "run_dir", "stale"]
+
+
+def run_dir() -> Path:
+    """Where entries live: ``$SHRINK_RUN_DIR``, else /run/shrink (root) or /tmp/shrink-UID."""
+    env = os.environ.get("SHRINK_RUN_DIR")
+    if env:
+        return Path(env)
+    if os.geteuid() == 0 and os.access("/run", os.W_OK):
+        return Path("/run/shrink")
+    return Path(f"/tmp/shrink-{os.geteuid()}")
+
+
+def _entry(state_path: Path) -> Path:
+    key = hashlib.sha1(str(state_path.resolve()).encode()).hexdigest()[:16]
+    return run_dir() / f"testbed-{key}.json"
+
+
+def record(state_path: str | Path, state: TestbedState, *, owned: bool) -> Path:
+    """Note a testbed that ``up`` started (``owned``: it dies with this process)."""
+    state_path = Path(state_path).resolve()
+    owner = None
+    if owned:
+        info = process.proc_info(os.getpid())
+        owner = {"pid": os.getpid(), "starttime": info.starttime if info else None}
+    entry = _entry(state_path)
+    entry.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    doc = {"state_path": str(state_path), "owner": owner, "state": state.to_dict()}
+    return write_text(entry, json.dumps(doc, indent=1) + "\n")
+
+
+def forget(state_path: str | Path) -> None:
+    """Remove the entry of a testbed that was stopped."""
+    with contextlib.suppress(OSError):
+        _entry(Path(state_path)).unlink()
+
+
+@dataclass
+class StaleTestbed:
+    """A recorded testbed whose owner or state file is gone."""
+
+    entry: Path
+    state_path: Path
+    state: TestbedState
+    reason: str
+
+    def running(self) -> list[int]:
+        return [
+            p
+            for r in self.state.replicas
+            for p in r.pids
+            if process.is_alive(p, r.starttimes.get(p))
+        ]
+
+
+def _load(entry: Path) -> dict[str, Any] | None:
+    try:
+        doc: dict[str, Any] = files.read_json(entry, RegistryEntryFile, what="registry entry")
+        TestbedState.from_dict(doc["state"], source=str(entry))
+    except (TraceFormatError, KeyError, TypeError, TestbedError):
+        return None  # a damaged entry is skipped
+    return doc
+
+
+def _why_stale(doc: dict[str, Any]) -> str | None:
+    owner = doc.get("owner")
+    if owner and not process.is_alive(int(owner["pid"]), owner.get("starttime")):
+        return f"its owner (PID {owner['pid']}) is gone"
+    path = Path(doc["state_path"])
+    if not path.exists():
+        return f"its state file {path} is gone"
+    try:
+        on_disk = files.read_json(path, what="testbed state")
+    except TraceFormatError:
+        return f"its state file {path} is unreadable"
+    if isinstance(on_disk, dict) and on_disk.get("stopped"):
+        return f"{path} says it was stopped"
+    return None
+
+
+def stale() -> list[StaleTestbed]:
+    """Every recorded testbed that is stale (see the module docstring)."""
+    root = run_dir()
+    out = []
+    for entry in sorted(root.glob("testbed-*.json")) if root.is_dir() else []:
+        doc = _load(entry)
+        if doc is None:
+            continue
+        why = _why_stale(doc)
+        if why is not None:
+            state = TestbedState.from_dict(doc["state"], source=str(entry))
+            out.append(StaleTestbed(entry, Path(doc["state_path"]), state, why))
+    return out

@@ -1,0 +1,127 @@
+"""Ctrl-C: a run stops at once, a sweep keeps its finished levels, messages say only what is."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+import typer
+
+from shrink.cli._common import cli_errors
+from shrink.cli.replay_cmd import _keep_partial_sweep
+from shrink.loadcurve import LoadCurve
+from shrink.measure import SweepInterrupted, sweep
+from shrink.replay.engine import EngineStats
+from shrink.replay.live import LiveTarget
+from shrink.target import FakeTarget
+from shrink.trace import Trace
+
+
+def _trace() -> Trace:
+    t = np.arange(5000) / 100.0
+    return Trace.from_columns(
+        {"session": np.arange(t.size), "t": t, "path": ["/f"] * t.size}, meta={"mode": "open"}
+    )
+
+
+class _StopsAt(FakeTarget):
+    """A fake target whose ``n``-th run is interrupted (as the engine reports a SIGINT)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n, self.runs = n, 0
+
+    def run(self, trace, **kw):
+        self.runs += 1
+        if self.runs == self.n:
+            raise KeyboardInterrupt
+        return super().run(trace, **kw)
+
+
+def test_an_interrupted_sweep_carries_its_finished_levels():
+    with pytest.raises(SweepInterrupted) as info:
+        sweep(_StopsAt(4), _trace(), [1, 2, 3, 4], reps=1, warmup=0.5, duration=2)
+    curve = info.value.curve
+    assert [lv.level for lv in curve.levels] == [1, 2, 3] and curve.meta["interrupted"]
+
+
+def test_sweep_cli_writes_the_partial_curve_without_runlogs(tmp_path, capsys):
+    with pytest.raises(SweepInterrupted) as info:
+        sweep(_StopsAt(3), _trace(), [1, 2, 3], reps=1, warmup=0.5, duration=2)
+    stop = info.value
+    _keep_partial_sweep(stop, tmp_path / "curve.json", None)
+    got = LoadCurve.read_json(tmp_path / "curve.partial.json")
+    assert [lv.level for lv in got.levels] == [1, 2]
+    with pytest.raises(typer.Exit) as ex, cli_errors():
+        raise stop
+    assert ex.value.exit_code == 130
+    err = capsys.readouterr().err
+    assert "curve.partial.json (2 finished levels)" in err and "run logs" not in err
+
+
+def test_nothing_finished_says_nothing_was_written(tmp_path, capsys):
+    with pytest.raises(SweepInterrupted) as info:
+        sweep(_StopsAt(1), _trace(), [1, 2], reps=1, warmup=0.5, duration=2)
+    _keep_partial_sweep(info.value, tmp_path / "curve.json", tmp_path / "logs")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(typer.Exit), cli_errors():
+        raise info.value
+    assert "nothing measured was written" in capsys.readouterr().err
+
+
+def test_an_interrupted_live_run_does_not_wait_for_the_planned_end():
+    """The window's CPU sampler used to hold the run until the window's end (40 s)."""
+
+    def engine(schedule, config, writer, *, t0=None, on_ready=None, handle_signals=True):
+        t0 = on_ready()
+        writer.close()
+        return EngineStats(t0=t0, t0_unix=0.0, wall=0.1, cpu=0.0, requests=0, interrupted=True)
+
+    cpus = sorted(os.sched_getaffinity(0))
+    target = LiveTarget(
+        [("127.0.0.1", 9)], share_cpus=cpus[-1:], allow_overlap=True, engine=engine,
+        generator_cpus=cpus[:1],
+    )  # fmt: skip
+    start = time.monotonic()
+    res = target.run(_trace(), rate_factor=1.0, warmup=1.0, duration=30.0)
+    assert time.monotonic() - start < 5.0 and res.describe["engine"]["interrupted"]
+
+
+@pytest.mark.live
+def test_sigint_to_a_scaled_out_replay_stops_its_engine_processes(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from shrink.runlog import RunLog
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "shrink.replay.fakeserver", "--port", "0"],
+        stdout=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        port = int(server.stdout.readline().split()[2])
+        cpus = sorted(os.sched_getaffinity(0))
+        out = tmp_path / "r.parquet"
+        replay = subprocess.Popen(
+            [sys.executable, "-m", "shrink", "replay", "--rate", "100", "--duration", "60s",
+             "--path", "/x?bytes=10", "--target", f"http://127.0.0.1:{port}",
+             "--processes", "2", "--generator-cpus", f"{cpus[0]},{cpus[-1]}", "-o", str(out)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while not list(tmp_path.glob(".*.tmp")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)
+        replay.send_signal(signal.SIGINT)  # to the parent alone, not its process group
+        start = time.monotonic()
+        replay.communicate(timeout=30)
+        assert time.monotonic() - start < 5.0  # not the planned end, 60 s away
+        assert len(RunLog.read_parquet(out)) > 50
+    finally:
+        server.kill()
+        server.wait()

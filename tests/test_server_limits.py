@@ -1,0 +1,128 @@
+"""PHP's limits on the testbed, an idle server before each level, and a docroot check."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import require_tool
+
+from shrink.mapping import Replica
+from shrink.replay.live import wait_idle
+from shrink.share import Share
+from shrink.testbed import down, up
+from shrink.testbed.config import ReplicaConfig, render_lighttpd_conf
+from shrink.testbed.coverage import docroot_coverage
+from shrink.topology import discover
+from shrink.trace import Trace
+
+
+def test_php_cgi_runs_with_time_and_memory_limits(tmp_path):
+    r = Replica("r0", (0,), "127.0.0.1", 8080, (0,), 0)
+    c = ReplicaConfig(r, tmp_path, tmp_path, tmp_path / "s", "/usr/bin/php-cgi", 2, 1,
+                      php_max_execution_s=7, php_memory_limit="64M")  # fmt: skip
+    conf = render_lighttpd_conf(c)
+    assert '"bin-path" => "/usr/bin/php-cgi -d max_execution_time=7 -d memory_limit=64M"' in conf
+
+
+def test_wait_idle_waits_for_a_busy_process_and_not_for_a_sleeping_one():
+    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    nap = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(0.3)
+        waited, idle = wait_idle([spin.pid], 0.4)
+        assert not idle and waited >= 0.4
+        waited, idle = wait_idle([nap.pid], 5.0)
+        assert idle and waited < 1.0
+    finally:
+        spin.kill()
+        nap.kill()
+        spin.wait()
+        nap.wait()
+
+
+def test_docroot_coverage_names_what_is_missing(tmp_path):
+    (tmp_path / "static").mkdir()
+    (tmp_path / "static" / "a.bin").write_bytes(b"x")
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "index.php").write_text("<?php")
+    tr = Trace.from_columns(
+        {
+            "session": [0, 0, 1, 1, 2],
+            "t": [0.0, 0.0, 1.0, 1.0, 2.0],
+            "path": [
+                "/static/a.bin?x=1", "/app/", "/missing.gif", "/missing.gif", "/../etc/passwd",
+            ],
+        }
+    )
+    cov = docroot_coverage(tr, tmp_path)
+    assert cov.paths == 4 and cov.missing == ["/../etc/passwd", "/missing.gif"]
+    assert cov.requests_missing == 3
+    assert "lacks 2 of the 4 paths" in cov.warning("t.parquet")
+    full = docroot_coverage(Trace.from_columns({"session": [0], "t": [0.0], "path": ["/app"]}),
+                            tmp_path)  # fmt: skip
+    assert full.warning("t") is None
+
+
+@pytest.mark.live
+def test_an_abandoned_php_request_stops_at_its_time_limit(tmp_path):
+    require_tool("php-cgi")
+    if shutil.which("lighttpd", path="/usr/sbin:/usr/bin:/usr/local/sbin") is None:
+        pytest.skip("lighttpd is not installed")
+    doc = tmp_path / "doc"
+    doc.mkdir()
+    (doc / "spin.php").write_text(
+        '<?php $end = microtime(true) + 20; $x = 0; while (microtime(true) < $end) { $x++; }'
+        " echo $x;\n"
+    )
+    m = discover()
+    state = tmp_path / "tb.json"
+    os.environ["SHRINK_RUN_DIR"] = str(tmp_path / "runs")
+    import functools
+
+    import shrink.testbed.lighttpd as recipe
+
+    limited = functools.partial(recipe.ReplicaConfig, php_max_execution_s=1)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(recipe, "ReplicaConfig", limited)  # a 1 s limit, to keep the test short
+    try:
+        st = up(doc, m, Share.all_of(m), state_path=state, port=0)
+    finally:
+        mp.undo()
+    try:
+        r = st.replicas[0]
+        start = time.monotonic()
+        with httpx.Client(trust_env=False, timeout=15) as c:
+            resp = c.get(f"http://{r.address}:{r.port}/spin.php")
+        # 20 s of spinning stopped by PHP after 1 s of CPU (allow a busy machine)
+        assert time.monotonic() - start < 8.0
+        assert resp.status_code >= 500 or "Maximum execution time" in resp.text
+        _, idle = wait_idle(r.pids, 5.0)
+        assert idle
+    finally:
+        down(state)
+        os.environ.pop("SHRINK_RUN_DIR", None)
+
+
+def test_testbed_up_warns_when_the_docroot_lacks_the_traces_paths(tmp_path):
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    tr = Trace.from_columns({"session": [0], "t": [0.0], "path": ["/nothere.html"]})
+    tr.write_parquet(tmp_path / "t.parquet")
+    (tmp_path / "empty").mkdir()
+    res = CliRunner().invoke(
+        app,
+        ["testbed", "up", "--docroot", str(tmp_path / "empty"), "--state",
+         str(tmp_path / "tb.json"), "--trace", str(tmp_path / "t.parquet"), "--machine",
+         str(Path(__file__).parent / "does-not-exist.toml")],
+    )  # fmt: skip
+    # it warns before anything else (here the machine spec is missing, so nothing starts)
+    assert "lacks 1 of the 1 paths" in res.output and res.exit_code == 1

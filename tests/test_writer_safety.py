@@ -1,0 +1,144 @@
+"""Nothing measured is lost: bounded memory, a full disk, atomic result files."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from shrink.atomic import write_text
+from shrink.errors import WriteError
+from shrink.loadcurve import LoadCurve
+from shrink.replay import writer as writer_mod
+from shrink.replay.writer import RunLogWriter
+from shrink.runlog import RunLog
+
+
+def _fill(w: RunLogWriter, n: int, start: int = 0) -> None:
+    w.targets.code("127.0.0.1:80")
+    for i in range(start, start + n):
+        w.add(i * 1e-3, i * 1e-3, i * 1e-3 + 1e-4, i * 1e-3 + 2e-4, 200, 100, 0, i, 0, 0)
+
+
+def test_a_long_run_keeps_no_flushed_tables(tmp_path):
+    w = RunLogWriter(tmp_path / "r.parquet", {"x": 1}, flush_rows=1000)
+    for k in range(200):  # 200,000 rows in 200 row groups
+        _fill(w, 1000, k * 1000)
+        w.maybe_flush()
+        assert w._tables == [] and w.pending() == 0
+    w.close()
+    assert w.rows == 200_000 and w.error is None
+    assert pq.ParquetFile(tmp_path / "r.parquet").metadata.num_row_groups == 200
+    log = w.runlog()  # read back from the file
+    assert len(log) == 200_000 and log.meta == {"x": 1}
+    assert not list(tmp_path.glob(".*"))  # no temporary file and no reserve left behind
+
+
+def test_the_file_appears_only_when_whole(tmp_path):
+    w = RunLogWriter(tmp_path / "r.parquet", flush_rows=10)
+    _fill(w, 25)
+    w.flush()
+    assert not (tmp_path / "r.parquet").exists()  # still under its temporary name
+    w.close()
+    assert len(RunLog.read_parquet(tmp_path / "r.parquet")) == 25
+
+
+def _enospc_after(monkeypatch, budget: int, *, once: bool) -> None:
+    """os.write in the writer fails with ENOSPC once ``budget`` bytes are written."""
+    real = os.write
+    state = {"left": budget, "failed": False}
+
+    def write(fd, data):
+        if state["left"] <= 0 and not (once and state["failed"]):
+            state["failed"] = True
+            raise OSError(errno.ENOSPC, "No space left on device")
+        state["left"] -= len(data)
+        return real(fd, data)
+
+    monkeypatch.setattr(writer_mod.os, "write", write)
+
+
+def test_a_full_disk_stops_the_writer_and_keeps_every_row_before_it(tmp_path, monkeypatch):
+    w = RunLogWriter(tmp_path / "r.parquet", flush_rows=100)
+    _fill(w, 300)
+    w.flush()  # 300 rows on disk
+    on_disk = w._sink.pos
+    _enospc_after(monkeypatch, on_disk and 10, once=True)  # the next flush hits a full disk
+    _fill(w, 100, 300)
+    w.flush()  # finished on the reserve
+    assert isinstance(w.error, WriteError) and "no space left" in str(w.error)
+    _fill(w, 100, 400)
+    w.flush()  # dropped, counted
+    w.close()
+    assert w.rows == 400 and w.dropped == 100
+    log = RunLog.read_parquet(tmp_path / "r.parquet")
+    assert len(log) == 400 and log.column("session").tolist() == list(range(400))
+    assert str(w.error).count("\n") == 0
+
+
+def test_a_disk_that_stays_full_never_puts_a_broken_file_in_place(tmp_path, monkeypatch):
+    (tmp_path / "r.parquet").write_bytes(b"old")
+    w = RunLogWriter(tmp_path / "r.parquet", flush_rows=100)
+    _fill(w, 100)
+    _enospc_after(monkeypatch, 0, once=False)
+    w.flush()
+    w.close()
+    assert w.error is not None and (tmp_path / "r.parquet").read_bytes() == b"old"
+    assert not list(tmp_path.glob(".*"))
+
+
+def test_atomic_writes_replace_a_symlink_never_its_target(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (tmp_path / "curve.json").symlink_to(victim)
+    write_text(tmp_path / "curve.json", "new")
+    assert victim.read_text() == "keep me"
+    assert not (tmp_path / "curve.json").is_symlink()
+    assert (tmp_path / "curve.json").read_text() == "new"
+
+
+def test_an_atomic_write_that_fails_leaves_the_old_file(tmp_path, monkeypatch):
+    (tmp_path / "curve.json").write_text("old")
+
+    def fsync(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("shrink.atomic.os.fsync", fsync)
+    curve = LoadCurve(levels=[])
+    with pytest.raises(WriteError, match="no space left"):
+        curve.write_json(tmp_path / "curve.json")
+    assert (tmp_path / "curve.json").read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["curve.json"]
+
+
+@pytest.mark.root
+def test_a_real_full_tmpfs(tmp_path):
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("needs root to mount a tmpfs")
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(mnt)], check=True)
+    try:
+        w = RunLogWriter(mnt / "r.parquet", flush_rows=20_000)
+        w.targets.code("127.0.0.1:80")
+        rng = np.random.default_rng(0)
+        i = 0
+        while w.error is None and i < 2_000_000:  # random values do not compress
+            for _ in range(20_000):
+                x = float(rng.random())
+                w.add(x, x, x, x, 200, i, 0, i, 0, 0, x)
+                i += 1
+            w.flush()
+        w.close()
+        assert w.error is not None and w.rows > 0
+        assert len(RunLog.read_parquet(mnt / "r.parquet")) == w.rows
+        assert sorted(p.name for p in mnt.iterdir()) == ["r.parquet"]
+    finally:
+        # lazily if something (a process forked meanwhile) still holds a file there
+        if subprocess.run(["umount", str(mnt)], check=False).returncode != 0:
+            subprocess.run(["umount", "-l", str(mnt)], check=False)
