@@ -192,7 +192,10 @@ def looped_run(
     ks = np.arange(k_lo, k_hi)
     st = (starts[None, :] + ks[:, None] * span).ravel()
     real = st / factor + np.tile(off, ks.size)  # each row's send time, seconds from 0
-    keep = (real >= -warmup) & (st < body)
+    # Nothing planned after the window's end: it would not be measured, and a single
+    # pass runs every session it holds to its end (think times of minutes, at a low
+    # level far past the window), so the run would outlast its window many times.
+    keep = (real >= -warmup) & (st < body) & (real < body / factor)
     rows = np.tile(np.arange(len(window)), ks.size)[keep]
     copy = np.repeat(ks - k_lo, len(window))[keep]
     real = real[keep]

@@ -98,6 +98,9 @@ def test_looped_run_holds_whole_copies_and_starts_in_steady_state():
     for s, b in zip(sess, run.trace.column("burst"), strict=True):
         first_bursts.setdefault(s, b)
     assert any(b > 0 for b in first_bursts.values())
+    # Nothing is planned past the window's end: a single pass of the run ends with it
+    # (sessions with minutes of think time would otherwise hold a low level for minutes).
+    assert t.max() < run.warmup + run.duration
 
 
 def test_auto_sweep_on_the_simulator_offers_a_controlled_load():
