@@ -143,8 +143,10 @@ def _self_checks(curve: LoadCurve, limits: Mapping[str, float]) -> dict[str, Any
     gen_steal = [x for x in gen_steal if x is not None]
     # which replay engine measured the curve (native core or Python; live runs only)
     engine = (curve.meta.get("target") or {}).get("engine")
+    cluster = (curve.meta.get("target") or {}).get("cluster")
     return {
         **({"generator_engine": engine} if engine else {}),
+        **({"generator_cluster": cluster} if cluster else {}),
         "max_other_cpu": max(others) if others else None,
         "max_steal": max(steal) if steal else None,
         "max_generator_steal": max(gen_steal) if gen_steal else None,

@@ -256,3 +256,27 @@ def test_a_lost_node_loses_only_its_own_rows_and_is_named(cluster, server):
     assert len(log) > 0 and set(np.unique(log.column("session"))) == set(
         np.unique(part.column("session"))
     )
+
+
+def test_the_report_names_each_generator_slot_and_what_it_lost():
+    from shrink.predict import _self_checks
+    from shrink.replay.live import LiveTarget
+    from shrink.report.build import _cluster_text
+
+    tgt = LiveTarget([("127.0.0.1", 1)], cluster=ClusterSpec("10.0.0.5:6379", 2))
+    run = [
+        {"slot": 0, "node": "gen-a", "clock_offset": 2e-4, "clock_rtt": 1e-3, "lost": False},
+        {"slot": 1, "node": "gen-b", "clock_offset": -5e-4, "clock_rtt": 2e-3, "lost": True},
+    ]
+    tgt._count_slots(run)
+    tgt._count_slots([{**run[0], "clock_offset": 1e-4}, {**run[1], "lost": False}])
+    cluster = tgt.describe()["cluster"]
+    assert [s["runs"] for s in cluster["slots"]] == [2, 2]
+    assert [s["lost"] for s in cluster["slots"]] == [0, 1]
+    from shrink.loadcurve import LoadCurve
+
+    curve = LoadCurve([], meta={"target": {"cluster": cluster}})
+    checks = _self_checks(curve, {"mean": 0.01})
+    text = _cluster_text(checks["generator_cluster"])
+    assert "slot 0 on gen-a: 2 run(s), clock offset up to 0.20 ms" in text
+    assert "slot 1 on gen-b: 2 run(s), **lost in 1**" in text and "0.50 ms" in text

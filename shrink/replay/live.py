@@ -168,6 +168,7 @@ class LiveTarget:
         self.engine = engine if callable(engine) else select_engine(engine or "auto")
         self.idle_bound = idle_bound  # longest wait for an idle server before a run
         self.cluster = cluster  # generators as Ray actors (shrink.replay.cluster)
+        self._slots: dict[int, dict[str, Any]] = {}  # per generator slot, over the runs
         self.last_engine: EngineRun | None = None
         self._runs = 0
 
@@ -218,6 +219,19 @@ class LiveTarget:
             return cpus[: self.processes]
         return cpus
 
+    def _count_slots(self, generators: list[dict[str, Any]]) -> None:
+        """Each cluster slot's record over the runs: where, runs lost, worst clock offset."""
+        for g in generators:
+            slot = self._slots.setdefault(
+                int(g["slot"]),
+                {"slot": int(g["slot"]), "node": g["node"], "runs": 0, "lost": 0,
+                 "max_clock_offset": 0.0, "max_clock_rtt": 0.0},
+            )  # fmt: skip
+            slot["runs"] += 1
+            slot["lost"] += int(bool(g.get("lost")))
+            slot["max_clock_offset"] = max(slot["max_clock_offset"], abs(g["clock_offset"]))
+            slot["max_clock_rtt"] = max(slot["max_clock_rtt"], g["clock_rtt"])
+
     def describe(self) -> dict[str, Any]:
         st = self.state
         out: dict[str, Any] = {
@@ -229,7 +243,7 @@ class LiveTarget:
             "engine": engine_name(self.engine),
         }
         if self.cluster is not None:
-            out["cluster"] = self.cluster.describe()
+            out["cluster"] = {**self.cluster.describe(), "slots": list(self._slots.values())}
         for k in ("share", "mapping", "machine", "server", "versions", "docroot", "started"):
             if k in st:
                 out[k] = st[k]
@@ -333,6 +347,7 @@ class LiveTarget:
             lag_limit=self.lag_limit,
             processes=max(1, len(engine.stats)),
         )
+        self._count_slots(engine.extra.get("generators") or [])
         lost = engine.extra.get("lost_generators") or []
         if lost:
             # A lost generator's sessions were not sent (or not recorded): the level's

@@ -546,6 +546,21 @@ def _whatif(
         )
 
 
+def _cluster_text(cluster: dict[str, Any]) -> str:
+    """One self-check line per Ray generator slot: where it ran, what was lost, its clock."""
+    slots = cluster.get("slots") or []
+    per = "; ".join(
+        f"slot {s['slot']} on {s['node']}: {s['runs']} run(s)"
+        + (f", **lost in {s['lost']}** (those levels left out)" if s.get("lost") else "")
+        + f", clock offset up to {1e3 * float(s['max_clock_offset']):.2f} ms"
+        for s in slots
+    )
+    return (
+        f"Load generators on a Ray cluster ({cluster.get('address')}, "
+        f"{cluster.get('generators')} slot(s)): " + (per or "no run reported its slots") + "."
+    )
+
+
 def _self_checks(
     doc: Doc,
     pred: Prediction,
@@ -579,6 +594,8 @@ def _self_checks(
                 else ""
             )
         )
+    if checks.get("generator_cluster"):
+        items.append(_cluster_text(checks["generator_cluster"]))
     if "levels_failed" in checks:
         totals = checks.get("failures") or {}
         limit = 100 * float(checks.get("failure_limit") or 0.001)
