@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from shrink import processes as process
 from shrink.enforce.cfs import Cgroup, CgroupLayout
 from shrink.errors import TopologyError
 
@@ -109,8 +110,6 @@ class CoRunner:
             self._spawn(watch=pids[0])
 
     def _spawn(self, watch: int) -> None:
-        from shrink.testbed import process
-
         exe = build_helper()
         self.helper = "c" if exe is not None else "python"
         base = [str(exe)] if exe else [sys.executable, "-m", "shrink.enforce._spin"]
@@ -147,8 +146,6 @@ class CoRunner:
         return self.cgroup.usage_s() if self.cgroup is not None else None
 
     def stop(self) -> None:
-        from shrink.testbed import process
-
         process.stop_processes(dict(self.spinners), grace_s=1.0)
         for pid in self.spinners:
             with contextlib.suppress(ChildProcessError):

@@ -1,0 +1,184 @@
+"""Processes by PID: start pinned and in a cgroup, find a tree via /proc, stop exactly those.
+
+A PID alone can be reused by the kernel after its process died, so every PID we
+record comes with its start time (field 22 of ``/proc/PID/stat``); we only ever
+signal a PID whose start time still matches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from shrink.procfs import ProcInfo, cpu_seconds, proc_info
+from shrink.topology import parse_cpulist
+
+__all__ = [
+    "ProcInfo",
+    "allowed_cpus",
+    "children_map",
+    "cpu_seconds",
+    "descendants",
+    "die_with_parent",
+    "is_alive",
+    "proc_info",
+    "start_process",
+    "stop_processes",
+]
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> None:
+    """In a child: have the kernel send ``sig`` when the parent dies (even by kill -9).
+
+    ``prctl(PR_SET_PDEATHSIG)``; it survives exec. ``parent`` is the PID the child
+    expects as its parent: if that one already died (before the call), exit at once.
+    Linux only; elsewhere nothing happens.
+    """
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
+
+
+
+def is_alive(pid: int, starttime: int | None = None) -> bool:
+    """True if ``pid`` runs (not a zombie) and, if given, started at ``starttime``."""
+    info = proc_info(pid)
+    if info is None or info.state in ("Z", "X"):
+        return False
+    return starttime is None or info.starttime == starttime
+
+
+def children_map() -> dict[int, list[int]]:
+    """Parent PID -> child PIDs, for every live process."""
+    out: dict[int, list[int]] = defaultdict(list)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            info = proc_info(int(entry))
+            if info is not None and info.state not in ("Z", "X"):
+                out[info.ppid].append(info.pid)
+    return out
+
+
+def descendants(pid: int, tree: dict[int, list[int]] | None = None) -> list[int]:
+    """Every live descendant of ``pid`` (not ``pid`` itself), parents before children."""
+    tree = children_map() if tree is None else tree
+    out: list[int] = []
+    todo = sorted(tree.get(pid, []))
+    while todo:
+        p = todo.pop(0)
+        out.append(p)
+        todo.extend(sorted(tree.get(p, [])))
+    return out
+
+
+def allowed_cpus(pid: int) -> tuple[int, ...]:
+    """The CPUs ``pid`` may run on, read from ``Cpus_allowed_list`` in /proc/PID/status."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return parse_cpulist(line.split(":", 1)[1])
+    return ()
+
+
+def start_process(
+    argv: list[str],
+    *,
+    cpus: tuple[int, ...] | None = None,
+    join_cgroup: Callable[[int], None] | None = None,
+    log_path: Path | None = None,
+    env: dict[str, str] | None = None,
+    owned: bool = False,
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in its own session, already pinned to ``cpus`` and in the cgroup.
+
+    Both are set in the child between fork and exec, so every process it forks
+    afterwards (lighttpd workers, php-cgi) inherits them from the first instruction.
+    ``owned``: the process gets SIGTERM when this one dies, even by kill -9
+    (:func:`die_with_parent`; lighttpd then stops its workers and php-cgi).
+    """
+    me = os.getpid()
+
+    def _prepare() -> None:
+        if owned:
+            die_with_parent(signal.SIGTERM, me)
+        if join_cgroup is not None:
+            join_cgroup(os.getpid())
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+
+    log = open(log_path, "ab") if log_path is not None else subprocess.DEVNULL  # noqa: SIM115
+    try:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_prepare,
+            env=env,
+            close_fds=True,
+        )
+    finally:
+        if log is not subprocess.DEVNULL:
+            log.close()
+
+
+def _reap(pid: int) -> None:
+    """Collect ``pid`` if it is our own child, so no zombie of ours is left behind."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def stop_processes(
+    pids: dict[int, int | None],
+    *,
+    first: Iterable[int] = (),
+    first_signal: int = signal.SIGTERM,
+    grace_s: float = 3.0,
+) -> list[int]:
+    """Stop exactly ``pids`` (PID -> start time): ``first_signal`` to ``first`` (the
+    masters, so they stop their own workers), then SIGTERM the rest, then SIGKILL
+    whatever outlives the grace period.
+
+    Returns the PIDs that were still running when called (the ones stopped).
+    """
+    running = {p: t for p, t in pids.items() if is_alive(p, t)}
+
+    def signal_all(which: Iterable[int], sig: int) -> None:
+        for p in which:
+            if p in running and is_alive(p, running[p]):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p, sig)
+
+    def wait(which: Iterable[int], until: float) -> None:
+        which = list(which)
+        while time.monotonic() < until:
+            for p in which:
+                _reap(p)
+            if not any(is_alive(p, running[p]) for p in which):
+                return
+            time.sleep(0.02)
+
+    masters = [p for p in first if p in running]
+    signal_all(masters, first_signal)
+    wait(masters, time.monotonic() + grace_s)
+    signal_all(running, signal.SIGTERM)
+    wait(running, time.monotonic() + grace_s)
+    signal_all(running, signal.SIGKILL)
+    wait(running, time.monotonic() + grace_s)
+    return sorted(running)
