@@ -24,8 +24,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from shrink.errors import MeasurementError
-from shrink.loadcurve import GENERATOR_SATURATED, Level, LevelStats, LoadCurve
-from shrink.mat import mat
+from shrink.knee import (
+    Refinement,
+    above,
+    all_over,
+    any_over,
+    capacity,
+    generator_saturated,
+    next_step,
+)
+from shrink.loadcurve import Level, LevelStats, LoadCurve
 from shrink.measure import (
     LOOP_SESSIONS,
     LoopedRun,
@@ -287,7 +295,7 @@ class _Sweep:
                 f"level ({knob} {probe:g}) with {plan.warmup:g} s warm-up and a "
                 f"{plan.min_duration:g} s window; use a longer trace or a lower probe level"
             )
-        est = _capacity(first, probe)
+        est = capacity(first, probe)
         last: Level | None = first
         if est is not None:
             last, est = self._coarse(first, est)
@@ -328,11 +336,9 @@ class _Sweep:
             if lv is None:  # the trace cannot fill a window this fast: no higher level can
                 break
             last = lv
-            if _generator_saturated(lv) or _on_both(
-                _all_over, lv, self.thresholds, self.companion
-            ):
+            if generator_saturated(lv) or _on_both(all_over, lv, self.thresholds, self.companion):
                 break
-            est = _capacity(lv, lvl) or est
+            est = capacity(lv, lvl) or est
         return last, est
 
     def _search(self, last: Level | None, est: float | None) -> None:
@@ -344,8 +350,8 @@ class _Sweep:
         while (
             self.budget > 0
             and last is not None
-            and not _generator_saturated(last)
-            and not _on_both(_any_over, last, self.thresholds, self.companion)
+            and not generator_saturated(last)
+            and not _on_both(any_over, last, self.thresholds, self.companion)
         ):
             lv = self.run(last_level(self.levels) * growth, "search")
             self.budget -= 1
@@ -354,29 +360,22 @@ class _Sweep:
             last = lv
 
     def _refine(self) -> None:
-        """Split the bracket of each statistic's crossing."""
-        companion, plan = self.companion, self.plan
+        """Split the bracket of each statistic's crossing (on both curves, with a companion)."""
+        companion = self.companion
+        policy = Refinement(rel_width=self.plan.refine_rel_width)
         while self.budget > 0:
             curve = _curve(self.levels, self.knob, self.target, self.trace, self.alpha)
-            gaps = _gaps(curve, self.thresholds, plan)
-            above = _above(self.levels, curve, self.thresholds)
+            sides = [(curve, self.thresholds)]
             if companion is not None:
                 c_curve = _curve(
                     companion.levels, self.knob, companion.target, companion.trace, 1.0
                 )
-                gaps += _gaps(c_curve, companion.thresholds, plan)
-                above = above or _above(companion.levels, c_curve, companion.thresholds)
-            if gaps:
-                gaps.sort(reverse=True)
-                nxt, what = gaps[0][1], "refine"
-            elif above is not None:
-                # A threshold is not crossed among the usable levels, though the search went
-                # past it (the levels over it were all excluded): measure in between again.
-                nxt, what = above, "re-measure"
-            else:
+                sides.append((c_curve, companion.thresholds))
+            step = next_step(sides, policy)
+            if step is None:
                 break
             self.budget -= 1
-            if self.run(nxt, what) is None:
+            if self.run(step.level, step.why) is None:
                 break
 
     def run(
@@ -428,7 +427,7 @@ class _Sweep:
             and extra < lplan.reps
             and _behind(got, lplan.reps)
             and not _surely_over(got, lplan.reps, self.thresholds, self.companion)
-            and not _generator_saturated(got[0])
+            and not generator_saturated(got[0])
             and self.clock.fits(1)
         ):
             if not extra:
@@ -514,50 +513,11 @@ def companion_curve(
     return curve
 
 
-def _gaps(
-    curve: LoadCurve, thresholds: Mapping[str, float], plan: AutoPlan
-) -> list[tuple[float, float]]:
-    """(width, midpoint) of each crossing's bracket still wider than the plan wants."""
-    gaps = []
-    for stat, limit in thresholds.items():
-        try:
-            res = mat(curve, stat, limit)
-        except MeasurementError:  # no usable level yet: nothing to refine
-            continue
-        if res.status == "ok" and res.bracket is not None:
-            a, b = res.bracket
-            if (b - a) / b > plan.refine_rel_width:
-                gaps.append((b - a, (a + b) / 2))
-    return gaps
-
-
 def _above(
     levels: dict[float, Level], curve: LoadCurve, thresholds: Mapping[str, float]
 ) -> float | None:
-    """A level to measure when a statistic is not reached but excluded levels lie above.
-
-    Midway between the highest usable level and the lowest excluded one above it,
-    or None when nothing needs it.
-    """
-    usable = [lv.level for lv in curve.usable()]
-    if not usable:
-        return None
-    top = max(usable)
-    # excluded: the generator fell behind, or requests failed (an overloaded server)
-    excluded = [
-        lv for lv in levels if lv > top and (levels[lv].generator_behind or levels[lv].failed)
-    ]
-    if not excluded or any(_generator_saturated(levels[lv]) for lv in excluded):
-        return None
-    for stat, limit in thresholds.items():
-        try:
-            status = mat(curve, stat, limit).status
-        except MeasurementError:
-            continue
-        if status == "not_reached":
-            mid = float(round((top + min(excluded)) / 2, 6))
-            return None if mid in levels else mid
-    return None
+    """:func:`shrink.knee.above` (``levels`` are ``curve``'s, by knob value)."""
+    return above(curve, thresholds)
 
 
 def _on_both(
@@ -629,35 +589,6 @@ def _merge(a: Level | None, b: Level | None) -> Level | None:
 
 def last_level(levels: dict[float, Level]) -> float:
     return max(levels) if levels else 0.0
-
-
-def _capacity(level: Level, knob_value: float) -> float | None:
-    """The knob value at which the share would be fully used, from one level's utilization."""
-    u = level.utilization
-    if u is None or not 0.005 <= u < 0.97 or level.throughput <= 0:
-        return None
-    return knob_value * min(1000.0, 1.0 / u)
-
-
-def _generator_saturated(level: Level) -> bool:
-    """Behind because the generator ran out of CPU: no higher level can be driven.
-
-    A level flagged behind while the generator was mostly idle was a stall (of the
-    VM, or the generator's process); it is kept out of the MAT, but the search goes
-    on to higher loads.
-    """
-    if not level.generator_behind:
-        return False
-    cpus = [r.generator_cpu for r in level.reps if r.generator_cpu is not None]
-    return not cpus or max(cpus) >= GENERATOR_SATURATED
-
-
-def _any_over(level: Level, thresholds: Mapping[str, float]) -> bool:
-    return any(level.stat(stat)[0] > limit for stat, limit in thresholds.items())
-
-
-def _all_over(level: Level, thresholds: Mapping[str, float]) -> bool:
-    return all(level.stat(stat)[0] > limit for stat, limit in thresholds.items())
 
 
 def _curve(

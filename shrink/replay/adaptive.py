@@ -6,18 +6,18 @@ between the bracketing levels, kept inside the bracket), measures it with the
 curve's own warm-up, window and repetitions, and stops when the MAT's interval
 is narrower than ``rel_width`` of the MAT or the level budget is spent. A curve
 that never crosses grows upward (x1.5), one already over at its lowest level
-grows downward (/2).
+grows downward (/2). The choice is the knee search's (:mod:`shrink.knee`); this
+module measures what it chooses.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
-
 from shrink.errors import MeasurementError
+from shrink.knee import Refinement, level_for, next_step
 from shrink.loadcurve import LoadCurve
-from shrink.mat import MATResult, mat
+from shrink.mat import MATResult
 from shrink.measure import sweep
 from shrink.target import Target
 from shrink.trace import Trace
@@ -25,24 +25,18 @@ from shrink.trace import Trace
 __all__ = ["next_level", "refine"]
 
 
+def _policy(rel_width: float = 0.1) -> Refinement:
+    """The knee search's refinement as this module places levels (module docstring)."""
+    return Refinement(
+        rel_width=rel_width, width="ci", split="interpolate", up=1.5, down=0.5, remeasure=False
+    )
+
+
 def next_level(curve: LoadCurve, res: MATResult) -> float:
     """The knob value to measure next for ``res`` (see the module docstring)."""
-    usable = curve.usable()
-    levels = np.array([lv.level for lv in usable])
-    if res.status == "not_reached":
-        return float(levels.max() * 1.5)
-    if res.status == "below_range":
-        return float(levels.min() / 2)
-    assert res.bracket is not None
-    lo, hi = res.bracket
-    lv = {x.level: x for x in usable}
-    t_lo, t_hi = lv[lo].throughput, lv[hi].throughput
-    if np.isfinite(t_lo) and np.isfinite(t_hi) and t_hi > t_lo:
-        f = (res.mat - t_lo) / (t_hi - t_lo)
-    else:
-        f = 0.5
-    f = float(np.clip(f, 0.2, 0.8))  # a new level on a bracket edge would teach nothing
-    return lo + f * (hi - lo)
+    level = level_for(curve, res, _policy())
+    assert level is not None  # this policy always steps outward
+    return level
 
 
 def refine(
@@ -64,13 +58,12 @@ def refine(
     reps = int(meta.get("reps", 1))
     seed = int(meta.get("seed", 0))
     added: list[float] = []
+    policy = _policy(rel_width)
     for k in range(max_levels):
-        res = mat(curve, stat, threshold, cls=cls)
-        if res.status == "ok" and res.mat > 0 and (res.ci[1] - res.ci[0]) / res.mat <= rel_width:
+        step = next_step([(curve, {stat: threshold})], policy, cls=cls, strict=True)
+        if step is None:  # narrow enough, or the next level was measured already
             break
-        level = next_level(curve, res)
-        if any(np.isclose(level, lv.level) for lv in curve.levels):
-            break
+        level = step.level
         if progress is not None:
             progress(f"adaptive: {curve.knob} {level:g}", k, max_levels)
         extra = sweep(

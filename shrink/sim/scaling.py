@@ -11,6 +11,8 @@ levels automatically:
    crossing;
 3. a refining pass adds levels inside each bracket.
 
+The levels are the knee search's (:mod:`shrink.knee`), in batches.
+
 The scaling factor of n cores is MAT(n) / MAT(1). Thresholds default to the
 papers': 0.5 ms mean / 4 ms p99.9 for tcp, 5 ms / 500 ms for support.
 """
@@ -24,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from shrink.errors import ParameterError, TopologyError
+from shrink.knee import bracket_levels, coarse_levels
 from shrink.loadcurve import Level, LoadCurve
 from shrink.machine import Machine
 from shrink.mat import MATResult, mat
@@ -138,18 +141,11 @@ def find_mats(
             meta={"target": desc, "seed": seed, "search": s.__dict__ | {"coarse": list(s.coarse)}},
         )
 
-    run_levels([cap * x for x in s.coarse], seed)
+    run_levels(coarse_levels(cap, s.coarse), seed)
     mats: dict[str, MATResult] = {}
     for stat, thr in thresholds.items():
         res = mat(curve(), stat, thr)
-        extra: list[float] = []
-        if res.status == "ok" and res.bracket is not None and s.refine > 0:
-            lo, hi = res.bracket
-            extra = [lo + (hi - lo) * (k + 1) / (s.refine + 1) for k in range(s.refine)]
-        elif res.status == "below_range":
-            extra = [cap * x for x in (0.05, 0.1, 0.2)]
-        elif res.status == "not_reached":
-            extra = [cap * x for x in (1.0, 1.05, 1.15)]
+        extra = bracket_levels(res, cap, s.refine)
         if extra:
             run_levels(extra, seed + 100_000 * (1 + len(mats)))
     final = curve()
