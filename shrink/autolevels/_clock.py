@@ -1,0 +1,44 @@
+"""The time budget of an automatic sweep."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from shrink.autolevels._plan import AutoPlan
+
+_T = TypeVar("_T")
+
+
+class Clock:
+    """What a sweep has spent of ``plan.budget_s``, and whether the next runs fit.
+
+    Each repetition is charged the larger of its wall time and its planned seconds
+    (warm-up and window, on both sides of a pair), so the budget holds on a slow
+    machine and is deterministic against targets that take no time (fakes, tests).
+    A level is started only if its repetitions, at the mean cost of a repetition so
+    far (start-up and teardown included), end within the budget.
+    """
+
+    def __init__(self, plan: AutoPlan, paired: bool) -> None:
+        self.budget = plan.budget_s
+        side = plan.warmup + plan.duration
+        self.planned = side * plan.scaled_time + (side if paired else 0.0)
+        self.spent = 0.0
+        self.reps = 0
+        self.per_rep = self.planned
+
+    def fits(self, reps: int) -> bool:
+        return self.budget is None or self.spent + reps * self.per_rep <= self.budget
+
+    def timed(self, reps: int, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        t0 = time.monotonic()
+        out = fn(*args, **kwargs)
+        took = time.monotonic() - t0
+        self.spent += took
+        if out is not None:  # None: the trace was too short, nothing ran
+            self.spent += max(0.0, reps * self.planned - took)
+            self.reps += reps
+            self.per_rep = max(self.planned, self.spent / self.reps)
+        return out

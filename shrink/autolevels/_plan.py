@@ -1,0 +1,77 @@
+"""An automatic sweep's plan (how it spends its time) and its companion (the full target,
+measured alongside)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from shrink.loadcurve import Level
+from shrink.measure import LOOP_SESSIONS, default_loop_window
+from shrink.target import Target
+from shrink.trace import Trace
+
+
+@dataclass(frozen=True)
+class AutoPlan:
+    """How an automatic sweep spends its time."""
+
+    warmup: float = 2.0
+    duration: float = 8.0
+    reps: int = 2
+    probe_level: float | None = None  # knob value of the probe; default: 10% of the trace's rate
+    # Repetitions of the probe: it only estimates the capacity and gives the curve its
+    # light-load end, so one is often enough (None: ``reps``).
+    probe_reps: int | None = None
+    coarse: tuple[float, ...] = (0.35, 0.6, 0.8, 0.9, 1.0, 1.1, 1.25)
+    warm_run: bool = True  # a discarded run before the probe (cold caches, idle pools)
+    # When fewer than two of a level's repetitions (on either side of a pair) kept to
+    # the schedule, add one (paired) repetition at a time, up to ``reps`` more.
+    retry_behind: bool = True
+    max_levels: int = 12
+    min_duration: float = 3.0  # shortest measurement window a level may have
+    refine_rel_width: float = 0.05  # stop refining when the bracket is this narrow (relative)
+    util_target: float = 0.8  # a level near this utilization is kept for the CDF figures
+    # The swept (scaled) target's warm-up and window are this many times the plan's;
+    # the companion keeps the plan's. A server at alpha of the speed moves through its
+    # queueing states 1/alpha slower and sees alpha of the requests a second, so SHRiNK
+    # needs 1/alpha longer runs on a CPU-time share for the same state and the same
+    # number of requests (set by ``shrink.predict``).
+    scaled_time: float = 1.0
+    # Trace seconds left out at the start of every run (``shrink.measure.skip_start``):
+    # a trace's first seconds (sessions starting together) are not its steady mix.
+    skip: float = 0.0
+    # Seconds of runs (both sides of a pair, warm-up included) the sweep may spend; no
+    # new level starts that would not end within it (None: no limit but ``max_levels``).
+    budget_s: float | None = None
+    # Trace seconds (after the skip) of the one window every level loops, so that a
+    # level is a controlled load: the same content at ``level`` times its rate
+    # (``shrink.measure.loop_window``). None: the seconds that hold LOOP_SESSIONS
+    # sessions of the whole trace, at most the rest of it; 0: no loop, each level
+    # replays the trace from its start (the older design).
+    loop_window: float | None = None
+
+
+@dataclass
+class Companion:
+    """The full target and trace, measured rep by rep alongside a scaled sweep.
+
+    Only the ``rate_factor`` knob pairs levels exactly: a session sample of
+    alpha at rate factor f is at the same normalized load as the whole trace at f.
+    ``thresholds`` are the full target's (unscaled); ``levels`` fills as the
+    sweep runs.
+    """
+
+    target: Target
+    trace: Trace
+    thresholds: Mapping[str, float]
+    levels: dict[float, Level] = field(default_factory=dict)
+
+
+def loop_span(trace: Trace, plan: AutoPlan) -> float:
+    """Trace seconds of the loop window: the plan's, else about LOOP_SESSIONS sessions
+    of the whole trace (so that a sample of alpha of them keeps its mix)."""
+    if plan.loop_window is not None:
+        return float(plan.loop_window)
+    alpha = float(trace.meta.get("alpha") or 1.0)
+    return default_loop_window(trace, plan.skip, round(LOOP_SESSIONS * alpha))

@@ -1,0 +1,313 @@
+"""The automatic sweep's steps: warm run, probe, coarse pass, search upward, refinement.
+
+The levels are the knee search's (:mod:`shrink.knee`); this module measures them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+
+from shrink.autolevels._clock import Clock
+from shrink.autolevels._curve import curve_of
+from shrink.autolevels._level import behind, merge, run_level, surely_over
+from shrink.autolevels._plan import AutoPlan, Companion, loop_span
+from shrink.errors import MeasurementError
+from shrink.knee import (
+    Refinement,
+    all_over,
+    any_over,
+    capacity,
+    generator_saturated,
+    next_step,
+)
+from shrink.loadcurve import Level, LoadCurve
+from shrink.measure import SweepInterrupted, loop_window, skip_start, trace_span
+from shrink.target import Target
+from shrink.trace import Trace
+
+Progress = Callable[[str, int, int], None]
+
+
+def auto_sweep(
+    target: Target,
+    trace: Trace,
+    thresholds: Mapping[str, float],
+    *,
+    knob: str = "rate_factor",
+    plan: AutoPlan | None = None,
+    seed: int = 0,
+    alpha: float | None = None,
+    progress: Progress | None = None,
+    companion: Companion | None = None,
+) -> LoadCurve:
+    """Sweep ``trace`` on ``target`` with levels chosen around the thresholds' crossings.
+
+    With a ``companion``, every repetition also runs on the companion's target
+    (see :class:`Companion`); its levels land in ``companion.levels``.
+    """
+    plan = plan or AutoPlan()
+    if companion is not None and knob != "rate_factor":
+        raise MeasurementError(
+            f"a companion (paired full-scale) run needs the rate_factor knob, not {knob!r}: "
+            "only equal rate factors put a sample and the whole trace at the same load"
+        )
+    span = loop_span(companion.trace if companion is not None else trace, plan)
+    if span > 0:
+        # Every level replays one window of the trace after the skip, looped: a
+        # controlled load. The companion loops the same window of the whole trace.
+        trace = loop_window(trace, plan.skip, span)
+        if companion is not None:
+            companion = replace(companion, trace=loop_window(companion.trace, plan.skip, span))
+    elif plan.skip > 0:
+        trace = skip_start(trace, plan.skip)
+        if companion is not None:
+            # The same span of the whole trace (the levels dict stays shared).
+            companion = replace(companion, trace=skip_start(companion.trace, plan.skip))
+    sweep = _Sweep(target, trace, thresholds, knob, plan, seed, alpha, progress, companion)
+    base_rate = trace.info().request_rate
+    try:
+        sweep.measure()
+    except KeyboardInterrupt as exc:
+        # Keep what was measured: the levels so far, as a curve marked partial.
+        partial = curve_of(sweep.levels, knob, target, trace, alpha, base_rate=base_rate, plan=plan)
+        partial.meta["interrupted"] = True
+        raise SweepInterrupted(partial) from exc
+    if progress is not None:
+        progress("done", plan.max_levels, plan.max_levels)
+    curve = curve_of(sweep.levels, knob, target, trace, alpha, base_rate=base_rate, plan=plan)
+    if sweep.too_short:
+        curve.meta["levels_skipped_trace_too_short"] = sweep.too_short
+    if sweep.out_of_time:
+        curve.meta["levels_skipped_time_budget"] = sweep.out_of_time
+    if plan.scaled_time != 1.0:
+        curve.meta["scaled_time"] = plan.scaled_time
+    if plan.skip > 0:
+        curve.meta["skip"] = plan.skip
+    if sweep.retried:
+        curve.meta["levels_rerun_generator_behind"] = sweep.retried
+    return curve
+
+
+class _Sweep:
+    """One sweep's state and its steps: probe, coarse pass, search upward, refinement.
+
+    ``budget`` counts the levels still allowed (``plan.max_levels``), ``clock``
+    the seconds (``plan.budget_s``).
+    """
+
+    def __init__(
+        self,
+        target: Target,
+        trace: Trace,
+        thresholds: Mapping[str, float],
+        knob: str,
+        plan: AutoPlan,
+        seed: int,
+        alpha: float | None,
+        progress: Progress | None,
+        companion: Companion | None,
+    ) -> None:
+        self.alpha = alpha
+        self.target = target
+        self.trace = trace
+        self.thresholds = thresholds
+        self.knob = knob
+        self.plan = plan
+        self.seed = seed
+        self.progress = progress
+        self.companion = companion
+        self.levels: dict[float, Level] = {}
+        self.too_short: list[float] = []
+        self.out_of_time: list[float] = []
+        self.retried: list[float] = []
+        self.budget = plan.max_levels
+        self.step = 0
+        self.clock = Clock(plan, companion is not None)
+
+    def measure(self) -> None:
+        plan, knob = self.plan, self.knob
+        unit = {"rate_factor": 1.0, "users": float(self.trace.meta.get("users") or 1.0)}
+        probe = plan.probe_level if plan.probe_level is not None else 0.1 * unit.get(knob, 1.0)
+        if plan.warm_run:
+            self._warm(probe)
+        first = self.run(probe, "probe", replace(plan, reps=plan.probe_reps or plan.reps), True)
+        self.budget -= 1
+        if first is None:
+            raise MeasurementError(
+                f"the trace spans {trace_span(self.trace):.1f} s: too short for even the probe "
+                f"level ({knob} {probe:g}) with {plan.warmup:g} s warm-up and a "
+                f"{plan.min_duration:g} s window; use a longer trace or a lower probe level"
+            )
+        est = capacity(first, probe)
+        last: Level | None = first
+        if est is not None:
+            last, est = self._coarse(first, est)
+        self._search(last, est)
+        self._refine()
+
+    def _warm(self, probe: float) -> None:
+        """A discarded run first: a server that just started has cold caches, PHP
+        processes that have not run a page yet, and no open connections."""
+        if self.progress is not None:
+            self.progress(f"warm-up run: {self.knob} {probe:g}", 0, self.plan.max_levels)
+        self.clock.timed(
+            1,
+            run_level,
+            self.target,
+            self.trace,
+            probe,
+            self.knob,
+            replace(self.plan, reps=1),
+            self.seed + 999_983,
+            self.companion,
+        )
+
+    def _coarse(self, last: Level, est: float) -> tuple[Level, float]:
+        """Levels at fractions of the estimated capacity.
+
+        Re-estimates from each new level, since utilization grows faster than
+        linearly near the knee on real servers (caches, PHP pools) and a single
+        light probe misjudges it.
+        """
+        fractions = list(self.plan.coarse)
+        while self.budget > 0 and fractions:
+            lvl = est * fractions.pop(0)
+            if lvl <= last_level(self.levels) * 1.02:
+                continue
+            lv = self.run(lvl, "coarse")
+            self.budget -= 1
+            if lv is None:  # the trace cannot fill a window this fast: no higher level can
+                break
+            last = lv
+            if generator_saturated(lv) or _on_both(all_over, lv, self.thresholds, self.companion):
+                break
+            est = capacity(lv, lvl) or est
+        return last, est
+
+    def _search(self, last: Level | None, est: float | None) -> None:
+        """Nothing crossed yet (no utilization, or it misled): step up geometrically.
+
+        With a companion, both curves must cross: the prediction may be off either way.
+        """
+        growth = 2.0 if est is None else 1.2
+        while (
+            self.budget > 0
+            and last is not None
+            and not generator_saturated(last)
+            and not _on_both(any_over, last, self.thresholds, self.companion)
+        ):
+            lv = self.run(last_level(self.levels) * growth, "search")
+            self.budget -= 1
+            if lv is None:
+                break
+            last = lv
+
+    def _refine(self) -> None:
+        """Split the bracket of each statistic's crossing (on both curves, with a companion)."""
+        companion = self.companion
+        policy = Refinement(rel_width=self.plan.refine_rel_width)
+        while self.budget > 0:
+            curve = curve_of(self.levels, self.knob, self.target, self.trace, self.alpha)
+            sides = [(curve, self.thresholds)]
+            if companion is not None:
+                c_curve = curve_of(
+                    companion.levels, self.knob, companion.target, companion.trace, 1.0
+                )
+                sides.append((c_curve, companion.thresholds))
+            step = next_step(sides, policy)
+            if step is None:
+                break
+            self.budget -= 1
+            if self.run(step.level, step.why) is None:
+                break
+
+    def run(
+        self, level: float, what: str, lplan: AutoPlan | None = None, must: bool = False
+    ) -> Level | None:
+        """Measure ``level`` once (a level already measured is not run again)."""
+        lplan = lplan or self.plan
+        level = float(round(level, 6))
+        if level in self.levels:
+            return self.levels[level]
+        if not must and not self.clock.fits(lplan.reps):
+            self.out_of_time.append(level)
+            return None
+        if self.progress is not None:
+            self.progress(f"{what}: {self.knob} {level:g}", self.step, self.plan.max_levels)
+        got = self.clock.timed(
+            lplan.reps,
+            run_level,
+            self.target,
+            self.trace,
+            level,
+            self.knob,
+            lplan,
+            self.seed + 1000 * self.step,
+            self.companion,
+        )
+        self.step += 1
+        if got is not None:
+            got = self._rerun_behind(got, level, lplan)
+        if got is None:
+            self.too_short.append(level)
+            return None
+        self.levels[level] = got[0]
+        if self.companion is not None and got[1] is not None:
+            self.companion.levels[level] = got[1]
+        return got[0]
+
+    def _rerun_behind(
+        self, got: tuple[Level, Level | None], level: float, lplan: AutoPlan
+    ) -> tuple[Level, Level | None]:
+        """One hiccup (a scheduling stall of the generator, a host that stole the CPU)
+        should not end a sweep: run one more (paired) repetition until enough kept up,
+        and keep every repetition (those that fell behind are left out of the
+        statistics). A generator that really cannot keep up stops this at once or
+        after ``reps`` more."""
+        extra = 0
+        while (
+            self.plan.retry_behind
+            and extra < lplan.reps
+            and behind(got, lplan.reps)
+            and not surely_over(got, lplan.reps, self.thresholds, self.companion)
+            and not generator_saturated(got[0])
+            and self.clock.fits(1)
+        ):
+            if not extra:
+                self.retried.append(level)
+            again = self.clock.timed(
+                1,
+                run_level,
+                self.target,
+                self.trace,
+                level,
+                self.knob,
+                replace(lplan, reps=1),
+                self.seed + 1000 * self.step + 500,
+                self.companion,
+                first_rep=lplan.reps + extra,
+            )
+            extra += 1
+            if again is None:
+                break
+            got = (merge(got[0], again[0]), merge(got[1], again[1]))
+        return got
+
+
+def _on_both(
+    over: Callable[[Level, Mapping[str, float]], bool],
+    level: Level,
+    thresholds: Mapping[str, float],
+    companion: Companion | None,
+) -> bool:
+    """``over`` holds for the level and, with a companion, for its twin at that level too."""
+    if not over(level, thresholds):
+        return False
+    twin = None if companion is None else companion.levels.get(level.level)
+    return twin is None or companion is None or over(twin, companion.thresholds)
+
+
+def last_level(levels: dict[float, Level]) -> float:
+    """The highest level measured so far (0 before the first)."""
+    return max(levels) if levels else 0.0
