@@ -99,11 +99,19 @@ class Refinement:
 Side = tuple[LoadCurve, Mapping[str, float]]
 
 
-def capacity(level: Level, knob_value: float) -> float | None:
-    """The knob value at which the share would be fully used, from one level's utilization."""
+def capacity(level: Level, knob_value: float, unit_rate: float | None = None) -> float | None:
+    """The knob value at which the share would be fully used, from one level's utilization.
+
+    With ``unit_rate`` (requests a second that one unit of the knob offers: a loop
+    window's requests over its period), the capacity is the utilization law's X / U
+    over it. A light level's short window holds few sessions, and what it offers
+    strays from ``knob_value * unit_rate`` by tens of percent; X / U does not.
+    """
     u = level.utilization
     if u is None or not 0.005 <= u < 0.97 or level.throughput <= 0:
         return None
+    if unit_rate:
+        return min(1000.0 * knob_value, level.throughput / u / unit_rate)
     return knob_value * min(1000.0, 1.0 / u)
 
 

@@ -145,6 +145,12 @@ def test_capacity_and_the_batches_of_levels():
     assert capacity(_level(2.0, _mm1), 2.0) == pytest.approx(10.0)
     assert capacity(_level(0.01, _mm1), 0.01) is None  # 0.1% busy says nothing
     assert capacity(_level(9.9, _mm1), 9.9) is None  # saturated
+    # By the utilization law over a window offering 100 req/s per unit: X / U / 100. A
+    # level at 2 that drew 150 req/s (its window offered more than 2 units) at U = 0.2
+    # puts the capacity at 7.5, not 10.
+    light = _level(2.0, _mm1)
+    light.reps[0].throughput = 150.0
+    assert capacity(light, 2.0, unit_rate=100.0) == pytest.approx(7.5)
     assert coarse_levels(10.0, (0.5, 0.9)) == [5.0, 9.0]
     curve = LoadCurve(levels=[_level(x, _mm1) for x in (4.0, 9.0)])
     assert bracket_levels(mat(curve, "mean", THRESHOLD), 10.0, 4) == [5.0, 6.0, 7.0, 8.0]

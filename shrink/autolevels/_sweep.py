@@ -139,7 +139,7 @@ class _Sweep:
                 f"level ({knob} {probe:g}) with {plan.warmup:g} s warm-up and a "
                 f"{plan.min_duration:g} s window; use a longer trace or a lower probe level"
             )
-        est = capacity(first, probe)
+        est = capacity(first, probe, _unit_rate(self.trace, knob))
         last: Level | None = first
         if est is not None:
             last, est = self._coarse(first, est)
@@ -182,7 +182,7 @@ class _Sweep:
             last = lv
             if generator_saturated(lv) or _on_both(all_over, lv, self.thresholds, self.companion):
                 break
-            est = capacity(lv, lvl) or est
+            est = capacity(lv, lvl, _unit_rate(self.trace, self.knob)) or est
         return last, est
 
     def _search(self, last: Level | None, est: float | None) -> None:
@@ -311,3 +311,11 @@ def _on_both(
 def last_level(levels: dict[float, Level]) -> float:
     """The highest level measured so far (0 before the first)."""
     return max(levels) if levels else 0.0
+
+
+def _unit_rate(trace: Trace, knob: str) -> float | None:
+    """Requests a second at rate factor 1 of a looped window (None for other knobs)."""
+    span = float(trace.meta.get("loop_span") or 0.0)
+    if knob != "rate_factor" or span <= 0 or len(trace) == 0:
+        return None
+    return len(trace) / span
