@@ -18,15 +18,19 @@ machine. Refinement then splits the brackets of both curves' crossings.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import typing as _typing
 
+from shrink.autolevels import _level
 from shrink.autolevels._curve import companion_curve
-from shrink.autolevels._level import run_level, surely_over
 from shrink.autolevels._plan import AutoPlan, Companion
 from shrink.autolevels._sweep import Progress, auto_sweep, last_level
-from shrink.knee import above
-from shrink.loadcurve import Level, LoadCurve
+from shrink.knee import above as _knee_above
 from shrink.measure import SweepInterrupted
+
+if _typing.TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from shrink.loadcurve import Level, LoadCurve
 
 __all__ = [
     "AutoPlan",
@@ -38,13 +42,14 @@ __all__ = [
     "last_level",
 ]
 
-# Steps that tests and benchmarks reach for by their private names.
-_run_level = run_level
-_surely_over = surely_over
+
+# One level's steps, by the private names the tests and benchmarks know.
+_run_level = _level.run_level
+_surely_over = _level.surely_over
 
 
 def _above(
     levels: dict[float, Level], curve: LoadCurve, thresholds: Mapping[str, float]
 ) -> float | None:
     """:func:`shrink.knee.above` (``levels`` are ``curve``'s, by knob value)."""
-    return above(curve, thresholds)
+    return _knee_above(curve, thresholds)

@@ -1,0 +1,47 @@
+"""shrink.autolevels as a package: its public surface, and its refinement is the knee
+search's (shrink.knee), not one of its own."""
+
+from __future__ import annotations
+
+import numpy as np
+from helpers.surface import exported, public_names
+
+import shrink.autolevels as autolevels
+from shrink.autolevels import _sweep
+from shrink.knee import next_step
+from shrink.target import FakeTarget
+from shrink.trace import Trace
+
+
+def _open_trace(rate: float, duration: float, seed: int = 0) -> Trace:
+    rng = np.random.default_rng(seed)
+    t = np.cumsum(rng.exponential(1 / rate, int(rate * duration * 1.2)))
+    t = t[t < duration]
+    return Trace.from_columns(
+        {"session": np.arange(t.size), "t": t, "path": ["/static/file1k.bin"] * t.size},
+        meta={"mode": "open"},
+    )
+
+
+def test_public_surface_is_all_of_its_names():
+    assert public_names(autolevels) == exported(autolevels)
+
+
+def test_the_sweep_refines_where_the_knee_search_says(monkeypatch):
+    asked = []
+
+    def recorded(*args, **kwargs):
+        step = next_step(*args, **kwargs)
+        sides = args[0]
+        asked.append((len(sides[0][0].levels), step))
+        return step
+
+    monkeypatch.setattr(_sweep, "next_step", recorded)
+    plan = autolevels.AutoPlan(warmup=1, duration=10, reps=1, max_levels=10)
+    target = FakeTarget(servers=1, demand={"static": 0.001})
+    curve = autolevels.auto_sweep(target, _open_trace(100.0, 200.0), {"mean": 0.005}, plan=plan)
+    steps = [s for _, s in asked if s is not None]
+    assert steps and all(s.why in ("refine", "re-measure") for s in steps)
+    # Each step was measured, and nothing else while the knee search chose the levels.
+    assert {round(s.level, 6) for s in steps} <= {lv.level for lv in curve.levels}
+    assert len(curve.levels) == asked[0][0] + len(steps)
