@@ -12,13 +12,14 @@ Method:
 1. *Capacity.* A level's utilization of the share estimates the knob value at
    which the share would be fully used, knob / utilization (:func:`capacity`).
 2. *Coarse pass.* Levels at fixed fractions of that capacity bracket each
-   crossing (:func:`coarse_levels`); the pass stops once a level is over every
-   threshold (:func:`all_over`) or the generator ran out of CPU
-   (:func:`generator_saturated`).
+   crossing (:func:`coarse_levels`; one at a time, each above the top level so
+   far, :func:`coarse_next`); the pass stops once a level is over every threshold
+   or the generator ran out of CPU (:func:`past_knee` with :func:`all_over`).
 3. *Search outward.* A statistic not crossed yet calls for a level higher by a
    factor, one already over at the lowest usable level for a lower one
-   (:class:`Refinement` ``up`` and ``down``; the sweep's geometric search upward
-   stops at the first level over any threshold, :func:`any_over`).
+   (:class:`Refinement` ``up`` and ``down``). The sweep's search upward steps from
+   its top level (:func:`search_level`) until a level is over any threshold
+   (:func:`past_knee` with :func:`any_over`).
 4. *Refinement.* A crossing lies between two measured levels, its bracket
    (:func:`shrink.mat.mat`). The widest bracket still too wide is split, at its
    midpoint or where the crossing is interpolated (:func:`next_step`), until every
@@ -31,7 +32,7 @@ Method:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -50,11 +51,14 @@ __all__ = [
     "bracket_levels",
     "capacity",
     "coarse_levels",
+    "coarse_next",
     "crossings",
     "generator_saturated",
     "level_for",
     "narrow",
     "next_step",
+    "past_knee",
+    "search_level",
 ]
 
 # Levels around the capacity for a statistic the coarse pass left unbracketed
@@ -139,6 +143,48 @@ def any_over(level: Level, thresholds: Mapping[str, float]) -> bool:
 
 def all_over(level: Level, thresholds: Mapping[str, float]) -> bool:
     return all(level.stat(stat)[0] > limit for stat, limit in thresholds.items())
+
+
+# A coarse level at most this much above the top level measured would teach little.
+COARSE_MARGIN = 1.02
+# The search upward's step: without a capacity estimate the knee may lie anywhere
+# above, with one it is near.
+GROWTH_BLIND, GROWTH_NEAR = 2.0, 1.2
+
+
+def coarse_next(fractions: list[float], cap: float, top: float) -> float | None:
+    """The coarse pass's next level: the first of the remaining ``fractions`` of the
+    capacity ``cap`` above the top level measured (``fractions`` is consumed)."""
+    while fractions:
+        level = cap * fractions.pop(0)
+        if level > top * COARSE_MARGIN:
+            return level
+    return None
+
+
+def search_level(top: float, cap: float | None) -> float:
+    """The search upward's next level, above the top level measured."""
+    return top * (GROWTH_BLIND if cap is None else GROWTH_NEAR)
+
+
+def past_knee(
+    level: Level,
+    thresholds: Mapping[str, float],
+    over: Callable[[Level, Mapping[str, float]], bool],
+    twins: Sequence[tuple[Mapping[float, Level], Mapping[str, float]]] = (),
+) -> bool:
+    """No higher level is needed: the generator ran out of CPU at ``level``, or ``over``
+    (:func:`any_over`, :func:`all_over`) holds for it and for its twin on every other
+    curve that measured one (``twins``: those curves' levels and thresholds).
+
+    With a companion, both curves must cross: the prediction may be off either way.
+    """
+    if generator_saturated(level):
+        return True
+    if not over(level, thresholds):
+        return False
+    found = (levels.get(level.level) for levels, _ in twins)
+    return all(t is None or over(t, limits) for t, (_, limits) in zip(found, twins, strict=True))
 
 
 def crossings(

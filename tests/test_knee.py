@@ -12,11 +12,16 @@ from shrink.knee import (
     Refinement,
     Step,
     above,
+    all_over,
+    any_over,
     bracket_levels,
     capacity,
     coarse_levels,
+    coarse_next,
     level_for,
     next_step,
+    past_knee,
+    search_level,
 )
 from shrink.loadcurve import ClassStats, Level, LevelStats, LoadCurve
 from shrink.mat import mat
@@ -166,3 +171,21 @@ def test_a_level_already_measured_ends_the_search():
     curve = LoadCurve(levels=levels)
     assert mat(curve, "mean", THRESHOLD).bracket == (4.0, 9.0)
     assert next_step([(curve, {"mean": THRESHOLD})], Refinement()) is None
+
+
+def test_the_coarse_pass_and_the_search_upward_stop_past_the_knee():
+    fractions = [0.35, 0.6, 0.8, 0.9]
+    # 3.5 and 6.0 lie under the top level measured (6.1 * 1.02): the next is 8.0
+    assert coarse_next(fractions, 10.0, 6.1) == 8.0 and fractions == [0.9]
+    assert coarse_next(fractions, 10.0, 9.5) is None and fractions == []
+    assert search_level(4.0, None) == 8.0 and search_level(4.0, 10.0) == pytest.approx(4.8)
+    limits = {"mean": THRESHOLD, "p999": 0.5}
+    at9 = _level(9.0, _mm1)  # mean 10 ms: over one threshold, not both
+    assert past_knee(at9, limits, any_over) and not past_knee(at9, limits, all_over)
+    assert past_knee(_level(2.0, _mm1, generator_behind=True, generator_cpu=0.99), limits, all_over)
+    # a twin (the companion's level at the same knob value) under its thresholds holds
+    # the search back; a curve that has no twin there does not
+    twin = {9.0: _level(9.0, lambda x: 0.004)}
+    assert not past_knee(at9, limits, any_over, [(twin, {"mean": THRESHOLD})])
+    assert past_knee(at9, limits, any_over, [(twin, {"mean": 0.003})])
+    assert past_knee(at9, limits, any_over, [({}, {"mean": THRESHOLD})])

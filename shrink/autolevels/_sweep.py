@@ -18,8 +18,11 @@ from shrink.knee import (
     all_over,
     any_over,
     capacity,
+    coarse_next,
     generator_saturated,
     next_step,
+    past_knee,
+    search_level,
 )
 from shrink.loadcurve import Level, LoadCurve
 from shrink.measure import SweepInterrupted, loop_window, skip_start, trace_span
@@ -118,6 +121,8 @@ class _Sweep:
         self.progress = progress
         self.companion = companion
         self.levels: dict[float, Level] = {}
+        # the companion's levels, each the twin of the level of the same knob value
+        self.twins = [] if companion is None else [(companion.levels, companion.thresholds)]
         self.too_short: list[float] = []
         self.out_of_time: list[float] = []
         self.retried: list[float] = []
@@ -171,33 +176,28 @@ class _Sweep:
         light probe misjudges it.
         """
         fractions = list(self.plan.coarse)
-        while self.budget > 0 and fractions:
-            lvl = est * fractions.pop(0)
-            if lvl <= last_level(self.levels) * 1.02:
-                continue
+        while self.budget > 0:
+            lvl = coarse_next(fractions, est, last_level(self.levels))
+            if lvl is None:
+                break
             lv = self.run(lvl, "coarse")
             self.budget -= 1
             if lv is None:  # the trace cannot fill a window this fast: no higher level can
                 break
             last = lv
-            if generator_saturated(lv) or _on_both(all_over, lv, self.thresholds, self.companion):
+            if past_knee(lv, self.thresholds, all_over, self.twins):
                 break
             est = capacity(lv, lvl, _unit_rate(self.trace, self.knob)) or est
         return last, est
 
     def _search(self, last: Level | None, est: float | None) -> None:
-        """Nothing crossed yet (no utilization, or it misled): step up geometrically.
-
-        With a companion, both curves must cross: the prediction may be off either way.
-        """
-        growth = 2.0 if est is None else 1.2
+        """Nothing crossed yet (no utilization, or it misled): step up geometrically."""
         while (
             self.budget > 0
             and last is not None
-            and not generator_saturated(last)
-            and not _on_both(any_over, last, self.thresholds, self.companion)
+            and not past_knee(last, self.thresholds, any_over, self.twins)
         ):
-            lv = self.run(last_level(self.levels) * growth, "search")
+            lv = self.run(search_level(last_level(self.levels), est), "search")
             self.budget -= 1
             if lv is None:
                 break
@@ -293,19 +293,6 @@ class _Sweep:
                 break
             got = (merge(got[0], again[0]), merge(got[1], again[1]))
         return got
-
-
-def _on_both(
-    over: Callable[[Level, Mapping[str, float]], bool],
-    level: Level,
-    thresholds: Mapping[str, float],
-    companion: Companion | None,
-) -> bool:
-    """``over`` holds for the level and, with a companion, for its twin at that level too."""
-    if not over(level, thresholds):
-        return False
-    twin = None if companion is None else companion.levels.get(level.level)
-    return twin is None or companion is None or over(twin, companion.thresholds)
 
 
 def last_level(levels: dict[float, Level]) -> float:
