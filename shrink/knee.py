@@ -44,6 +44,7 @@ from shrink.mat import MATResult, mat
 
 __all__ = [
     "Refinement",
+    "Side",
     "Step",
     "above",
     "all_over",
@@ -100,6 +101,7 @@ class Refinement:
     remeasure: bool = True
 
 
+# A curve and its thresholds (the swept target's, or its companion's).
 Side = tuple[LoadCurve, Mapping[str, float]]
 
 
@@ -183,8 +185,11 @@ def past_knee(
         return True
     if not over(level, thresholds):
         return False
-    found = (levels.get(level.level) for levels, _ in twins)
-    return all(t is None or over(t, limits) for t, (_, limits) in zip(found, twins, strict=True))
+    for levels, limits in twins:
+        twin = levels.get(level.level)
+        if twin is not None and not over(twin, limits):
+            return False
+    return True
 
 
 def crossings(
