@@ -14,6 +14,12 @@ order (scaled first, then full first, ...). Two runs minutes apart on a machine
 whose speed drifts (a VM whose CPU speed moves by 1.8x within a minute) differ by
 that drift; two runs seconds apart, in counterbalanced order, see nearly the same
 machine. Refinement then splits the brackets of both curves' crossings.
+
+Which level comes next is the knee search's decision (:mod:`shrink.knee`); this
+package measures. Its parts: ``_plan`` (:class:`AutoPlan`, :class:`Companion`, the
+loop window), ``_clock`` (the time budget), ``_level`` (one level's repetitions,
+paired, and whether one more is worth it), ``_sweep`` (the steps) and ``_curve``
+(the curves handed back).
 """
 
 from __future__ import annotations
