@@ -22,6 +22,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from rich.console import Console
 
 from shrink.autolevels import AutoPlan
 
-__all__ = ["DEMO", "main", "run_demo"]
+__all__ = ["DEMO", "KNEE_UTILIZATION", "light_load_thresholds", "main", "run_demo"]
 
 ROOT = Path(__file__).resolve().parent.parent
 NEHALEM = ROOT / "examples" / "machines" / "nehalem-2s.toml"
@@ -55,19 +56,20 @@ DEMO: dict[str, Any] = {
 }
 
 
-def _synth(work: Path, console: Console) -> tuple[Path, Path]:
+def _synth(work: Path, console: Console, cfg: Mapping[str, Any] = DEMO) -> tuple[Path, Path]:
+    """Write the configuration's trace and document root under ``work``."""
+    if cfg.get("workload", "support") == "tcp":
+        return _synth_tcp(work, console, cfg)
     from shrink.synth import SupportParams, build_site, support_docroot, synth_support
 
     trace_path = work / "support-demo.parquet"
     docroot = work / "docroot"
     params = SupportParams(
-        dynamic_fraction=DEMO["dynamic_fraction"],
-        max_download_bytes=DEMO["max_download_bytes"],
-    ).scaled(work_us=DEMO["dynamic_work_us"], mem_kib=DEMO["dynamic_mem_kib"])
-    site = build_site(params, DEMO["users"])
-    trace = synth_support(
-        DEMO["users"], DEMO["duration"], seed=DEMO["seed"], params=params, site=site
-    )
+        dynamic_fraction=cfg["dynamic_fraction"],
+        max_download_bytes=cfg["max_download_bytes"],
+    ).scaled(work_us=cfg["dynamic_work_us"], mem_kib=cfg["dynamic_mem_kib"])
+    site = build_site(params, cfg["users"])
+    trace = synth_support(cfg["users"], cfg["duration"], seed=cfg["seed"], params=params, site=site)
     trace.write_parquet(trace_path)
     rep = support_docroot(docroot, site)
     info = trace.info()
@@ -77,6 +79,94 @@ def _synth(work: Path, console: Console) -> tuple[Path, Path]:
         f"document root: {rep.static_files} static files + PHP pages"
     )
     return trace_path, docroot
+
+
+def _synth_tcp(work: Path, console: Console, cfg: Mapping[str, Any]) -> tuple[Path, Path]:
+    """The tcp workload: open-loop requests for one 1 KiB static file at ``cfg["rate"]``."""
+    from shrink.synth import synth_tcp, tcp_docroot
+
+    trace_path = work / "tcp.parquet"
+    docroot = work / "docroot"
+    trace = synth_tcp(cfg["rate"], cfg["duration"], seed=cfg["seed"])
+    trace.write_parquet(trace_path)
+    tcp_docroot(docroot)
+    info = trace.info()
+    console.print(
+        f"trace {trace_path.name}: {info.requests:,} requests for one 1 KiB file, "
+        f"{info.request_rate:,.0f} req/s (open loop)"
+    )
+    return trace_path, docroot
+
+
+# The rule that sets the thresholds of a configuration that names none (a workload
+# with no SLA of its own, such as tcp), fixed before any run of it so that it cannot
+# be tuned to the outcome: each statistic's light-load value on the whole core, times
+# 1 / (1 - KNEE_UTILIZATION). In an open queue every latency quantile grows as
+# 1 / (1 - utilization) (M/M/1), so the threshold is crossed where the whole core is
+# about 80% busy: past the flat part of the curve, where it climbs steeply and a MAT
+# is well defined, and below the overload plateau.
+KNEE_UTILIZATION = 0.8
+# The light load: 10% of the trace's rate (AutoPlan's probe), three repetitions
+# (the median of each statistic: a 5 s window holds few p99.9 samples).
+LIGHT_LOAD: dict[str, float] = {"rate_factor": 0.1, "warmup": 1.0, "duration": 5.0, "reps": 3}
+
+
+def light_load_thresholds(
+    trace_path: Path,
+    docroot: Path,
+    out: Path,
+    *,
+    target: str = "testbed",
+    server: str | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Thresholds by the light-load rule (above), measured on the whole core now.
+
+    The trace is replayed as the sweep will replay it (its skip and loop window).
+    Writes ``out/thresholds.json`` (the rule, the light-load figures, the thresholds)
+    and returns the same record.
+    """
+    import statistics
+
+    from shrink.measure import (
+        default_loop_window,
+        default_skip,
+        level_stats,
+        loop_window,
+        looped_run,
+    )
+    from shrink.providers import make_provider
+    from shrink.share import Share
+    from shrink.trace import Trace
+
+    trace = Trace.read_parquet(trace_path)
+    skip = default_skip(trace)
+    looped = loop_window(trace, skip, default_loop_window(trace, skip))
+    factor = LIGHT_LOAD["rate_factor"]
+    run = looped_run(looped, factor, LIGHT_LOAD["warmup"], LIGHT_LOAD["duration"])
+    provider = make_provider(target, docroot=docroot, run_dir=out / "runs", server=server)
+    reps = []
+    with provider.open(Share.whole(provider.server_cpus()), "1-replica") as full:
+        for r in range(int(LIGHT_LOAD["reps"])):
+            res = full.run(
+                run.trace,
+                rate_factor=factor,
+                warmup=run.warmup,
+                duration=run.duration,
+                seed=seed + 7_919 + r,
+            )
+            reps.append(level_stats(res))
+    light = {s: statistics.median(rep.overall.get(s) for rep in reps) for s in ("mean", "p999")}
+    utils = [rep.utilization for rep in reps if rep.utilization is not None]
+    record = {
+        "rule": f"threshold = light-load value / (1 - {KNEE_UTILIZATION:g}) on the whole core",
+        "light_load": {**LIGHT_LOAD, **light},
+        "light_load_utilization": statistics.median(utils) if utils else None,
+        "light_load_throughput": statistics.median(rep.throughput for rep in reps),
+        "thresholds": {s: v / (1.0 - KNEE_UTILIZATION) for s, v in light.items()},
+    }
+    (out / "thresholds.json").write_text(json.dumps(record, indent=2) + "\n")
+    return record
 
 
 def _whatif(trace_path: Path, thresholds: dict[str, float]) -> dict[str, Any] | None:
@@ -106,57 +196,58 @@ def _whatif(trace_path: Path, thresholds: dict[str, float]) -> dict[str, Any] | 
 
 
 def run_demo(
-    out: Path, *, plan: AutoPlan | None = None, quick: bool = False, server: str | None = None
+    out: Path,
+    *,
+    plan: AutoPlan | None = None,
+    quick: bool = False,
+    server: str | None = None,
+    config: Mapping[str, Any] | None = None,
+    target: str = "testbed",
 ) -> dict[str, Any]:
     """Run the whole demo into ``out``; return a summary.
 
     ``server``: the server recipe (``lighttpd-php-cgi``, the default, ``nginx-php-fpm``
-    or ``RECIPE.toml``) for both the scaled and the full-scale runs.
+    or ``RECIPE.toml``) for both the scaled and the full-scale runs. ``config``: keys
+    that replace :data:`DEMO`'s (``workload`` ``support`` or ``tcp``, ``users``,
+    ``duration``, ``seed``, ``rate`` for tcp, ``alpha``, ``thresholds``); thresholds
+    None are set by :func:`light_load_thresholds`. ``target``: ``testbed`` or
+    ``sim:SPEC.toml`` (for tests of the plumbing).
     """
     from shrink.pipeline import run_predict, run_validate
 
+    cfg = {**DEMO, **(config or {})}
     console = Console(stderr=True)
     t0 = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
     work = out / "work"
     work.mkdir(exist_ok=True)
-    console.rule("[bold]1. The bundled Support-like workload")
+    console.rule(f"[bold]1. {cfg.get('title', 'The bundled Support-like workload')}")
     before = _check_quiet(console)
-    trace_path, docroot = _synth(work, console)
-    # Time-scaled pairs: the whole core runs 1.5 s + 4 s, the 25% share four times as
-    # long (6 s + 16 s), so that both reach the same queueing state and count as many
-    # requests (predict's time scaling). Two paired repetitions a level; the probe runs
-    # once and draws the light-load end, so the coarse pass starts at 80% of the
-    # estimated capacity and the budget goes to levels near the knee. The budget keeps
-    # the whole demo under 10 minutes whatever the host does (reruns for stalls included).
-    plan = plan or AutoPlan(
-        warmup=1.5,
-        duration=4.0,
-        reps=2,
-        probe_reps=1,
-        coarse=(0.8, 0.9, 1.0, 1.1, 1.25),
-        max_levels=9,
-        budget_s=450.0,
-    )
-    if quick:
-        plan = AutoPlan(warmup=1.0, duration=3.0, reps=1, max_levels=5)
-    thresholds = dict(DEMO["thresholds"])
+    trace_path, docroot = _synth(work, console, cfg)
+    plan = _plan(plan, quick)
+    if cfg["thresholds"] is None:
+        rule = light_load_thresholds(
+            trace_path, docroot, out, target=target, server=server, seed=cfg["seed"]
+        )
+        console.print(f"thresholds by the light-load rule: {rule['thresholds']}")
+    thresholds = dict(cfg["thresholds"] or rule["thresholds"])
     console.rule("[bold]4. What-if: the papers' 2-socket machine (published calibration)")
     whatif = _whatif(trace_path, thresholds)
+    alpha = cfg["alpha"]
     console.rule(
-        f"[bold]2. Predict one core from alpha = {DEMO['alpha']} (25% CPU-time share); "
+        f"[bold]2. Predict one core from alpha = {alpha} ({100 * alpha:g}% CPU-time share); "
         "the full-scale runs alongside"
     )
     pred = run_predict(
         trace_path,
         out,
-        target="testbed",
+        target=target,
         docroot=docroot,
-        alpha=DEMO["alpha"],
+        alpha=alpha,
         share_kind="cpu_time",
         mappings=("1-replica",),
         thresholds=thresholds,
-        seed=DEMO["seed"],
+        seed=cfg["seed"],
         plan=plan,
         progress=_printer(console, "scaled + full runs"),
         whatif=whatif,
@@ -184,6 +275,27 @@ def run_demo(
     console.rule("[bold]Done")
     console.print_json(json.dumps(summary))
     return summary
+
+
+def _plan(plan: AutoPlan | None, quick: bool) -> AutoPlan:
+    """The demo's sweep plan (``plan`` if given; ``quick``: a smoke test's)."""
+    if quick:
+        return AutoPlan(warmup=1.0, duration=3.0, reps=1, max_levels=5)
+    # Time-scaled pairs: the whole core runs 1.5 s + 4 s, the 25% share four times as
+    # long (6 s + 16 s), so that both reach the same queueing state and count as many
+    # requests (predict's time scaling). Two paired repetitions a level; the probe runs
+    # once and draws the light-load end, so the coarse pass starts at 80% of the
+    # estimated capacity and the budget goes to levels near the knee. The budget keeps
+    # the whole demo under 10 minutes whatever the host does (reruns for stalls included).
+    return plan or AutoPlan(
+        warmup=1.5,
+        duration=4.0,
+        reps=2,
+        probe_reps=1,
+        coarse=(0.8, 0.9, 1.0, 1.1, 1.25),
+        max_levels=9,
+        budget_s=450.0,
+    )
 
 
 def _check_quiet(console: Console, seconds: float = 2.0) -> dict[str, dict[int, float]]:

@@ -1,0 +1,94 @@
+"""The demo's pieces with other configurations (bench/bench_configs.py), on a fake
+target: the plumbing only, no live server (accuracy is measured by the benchmark)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+import shrink.pipeline
+import shrink.providers
+from shrink import demo
+from shrink.trace import Trace
+from tests.helpers.fake_provider import FakeProvider
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+
+import bench_configs
+
+
+def test_the_default_trace_is_the_demos_own(tmp_path):
+    # Counts of the demo's trace as written before configurations existed.
+    trace_path, docroot = demo._synth(tmp_path, Console(record=True))
+    info = Trace.read_parquet(trace_path).info()
+    assert (trace_path.name, info.requests, info.sessions) == ("support-demo.parquet", 238890, 2201)
+    assert (docroot / "manifest.json").exists()
+
+
+def test_a_config_replaces_the_demos_trace(tmp_path):
+    cfg = {**demo.DEMO, **bench_configs.CONFIGS["support-s7-a50"], "duration": 60}
+    trace_path, _ = demo._synth(tmp_path, Console(record=True), cfg)
+    assert Trace.read_parquet(trace_path).info().requests != 238890
+    tcp = {**demo.DEMO, **bench_configs.CONFIGS["tcp-a25"]}
+    trace_path, docroot = demo._synth(tmp_path / "tcp", Console(record=True), tcp)
+    info = Trace.read_parquet(trace_path).info()
+    assert info.request_rate == pytest.approx(2000, rel=0.05)
+    assert (docroot / "static" / "file1k.bin").stat().st_size == 1024
+
+
+@pytest.fixture
+def fake_target(monkeypatch):
+    """Every provider the demo makes is the fake one-core provider; no pre-flight wait."""
+    monkeypatch.setattr(shrink.providers, "make_provider", lambda *a, **k: FakeProvider())
+    monkeypatch.setattr(shrink.pipeline, "make_provider", lambda *a, **k: FakeProvider())
+    monkeypatch.setattr(demo, "_check_quiet", lambda console: {"busy": {}, "steal": {}})
+
+
+def test_a_tcp_config_runs_end_to_end_with_rule_thresholds(tmp_path, fake_target, capsys):
+    bench_configs.CONFIGS["tcp-test"] = {**bench_configs.CONFIGS["tcp-a25"], "duration": 20}
+    try:
+        got = bench_configs.run_config("tcp-test", tmp_path / "run-0", quick=True)
+    finally:
+        del bench_configs.CONFIGS["tcp-test"]
+    out = tmp_path / "run-0"
+    rule = json.loads((out / "thresholds.json").read_text())
+    # The rule: light-load value / (1 - 0.8), measured on the whole (fake) core.
+    for s in ("mean", "p999"):
+        assert rule["thresholds"][s] == pytest.approx(rule["light_load"][s] / 0.2)
+        assert got["thresholds"][s] == pytest.approx(rule["thresholds"][s])
+    # The fake core's light load: 0.5 ms requests, 10% of 2,000 req/s.
+    assert 0.0004 < rule["light_load"]["mean"] < 0.001
+    assert rule["light_load_utilization"] is None or rule["light_load_utilization"] < 0.3
+    pred = json.loads((out / "prediction.json").read_text())
+    assert pred["inputs"]["plan"]["max_levels"] == 5  # the quick plan
+    assert json.loads((out / "config.json").read_text())["config"]["alpha"] == 0.25
+    assert got["config"] == "tcp-test"
+    assert {"mean_ratio", "p999_ratio", "mean_covered", "p999_covered"} <= set(got)
+    # --summarize finds the run under its folder and names its configuration.
+    assert bench_configs.main(["--summarize", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "| tcp-test | " in text and "tcp-test:" in text
+    assert "interval covered the measured MAT in" in text or "no conclusive run" in text
+
+
+def test_summarize_counts_errors_and_coverage():
+    rows = [
+        {"config": "a", "mean_ratio": 1.05, "mean_status": "ok/ok", "mean_covered": True},
+        {"config": "a", "mean_ratio": 0.80, "mean_status": "ok/ok", "mean_covered": False},
+        {"config": "a", "mean_ratio": 1.5, "mean_status": "ok/not_reached", "mean_covered": None},
+    ]
+    mean, p999 = bench_configs.accuracy(rows)
+    assert mean == (
+        "mean: error from -20.0% to +5.0%, median |error| 12.5%, within 10% in 1 of 2 "
+        "conclusive runs (1 inconclusive); interval covered the measured MAT in 1 of 2"
+    )
+    assert p999 == "p999: no conclusive run (3 runs)"
+
+
+def test_summarize_says_when_there_is_nothing(tmp_path, capsys):
+    assert bench_configs.main(["--summarize", str(tmp_path)]) == 1
+    assert "no validation.json" in capsys.readouterr().out
