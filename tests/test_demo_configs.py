@@ -84,11 +84,48 @@ def test_summarize_counts_errors_and_coverage():
     mean, p999 = bench_configs.accuracy(rows)
     assert mean == (
         "mean: error from -20.0% to +5.0%, median |error| 12.5%, within 10% in 1 of 2 "
-        "conclusive runs (1 inconclusive); interval covered the measured MAT in 1 of 2"
+        "conclusive runs (1 inconclusive or failed); interval covered the measured MAT in 1 of 2"
     )
     assert p999 == "p999: no conclusive run (3 runs)"
 
 
 def test_summarize_says_when_there_is_nothing(tmp_path, capsys):
     assert bench_configs.main(["--summarize", str(tmp_path)]) == 1
-    assert "no validation.json" in capsys.readouterr().out
+    assert "no run (validation.json or error.txt)" in capsys.readouterr().out
+
+
+def test_a_recorded_trace_is_time_compressed_and_served_as_recorded(real_dir, tmp_path):
+    from shrink.synth.docroot import missing_paths
+
+    source = real_dir / "nasa_aug95_excerpt.repaired.log"
+    cfg = {**demo.DEMO, **bench_configs.CONFIGS["nasa-a50"], "source": source}
+    trace_path, docroot = demo._synth(tmp_path, Console(record=True), cfg)
+    tr = Trace.read_parquet(trace_path)
+    # Of the 1,880 lines, the plain files answered 200 (the rest counted and said).
+    assert (len(tr), tr.n_sessions) == (1532, 167)
+    assert tr.info().request_rate == pytest.approx(2000, rel=1e-6)
+    # One factor for send times and think times alike: a think time of 9 s stays 9 s
+    # of the recorded log's time.
+    k = tr.meta["time_compressed"]
+    assert 4000 < k < 6000
+    assert float(tr.column("think").max()) * k == pytest.approx(1793, rel=1e-6)
+    assert missing_paths(docroot, set(tr.column("path").tolist())) == []
+    sizes = dict(zip(tr.column("path"), tr.column("bytes"), strict=True))
+    assert (docroot / "images" / "NASA-logosmall.gif").stat().st_size == sizes[
+        "/images/NASA-logosmall.gif"
+    ]
+
+
+def test_a_run_that_finds_no_answer_is_recorded_and_summarized(tmp_path, monkeypatch, capsys):
+    from shrink.errors import MeasurementError
+
+    def fails(out, **kwargs):
+        raise MeasurementError("load curve has no usable level: the generator fell behind")
+
+    monkeypatch.setattr(demo, "run_demo", fails)
+    got = bench_configs.run_config("tcp-a25", tmp_path / "tcp-a25" / "run-0")
+    assert got["error"].startswith("load curve has no usable level")
+    assert bench_configs.main(["--summarize", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "| tcp-a25 | " in text and "failed: load curve has no usable level" in text
+    assert "mean: no conclusive run (1 runs)" in text
