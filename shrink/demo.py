@@ -217,6 +217,8 @@ def light_load_thresholds(
         "light_load_throughput": statistics.median(rep.throughput for rep in reps),
         # A repetition whose generator fell behind measured its own lag too: say so.
         "light_load_generator_behind": sum(rep.generator_behind for rep in reps),
+        "light_load_requests": sum(rep.requests or 0 for rep in reps),
+        "light_load_errors": sum(rep.errors for rep in reps),
         "thresholds": {s: v / (1.0 - KNEE_UTILIZATION) for s, v in light.items()},
     }
     (out / "thresholds.json").write_text(json.dumps(record, indent=2) + "\n")
@@ -283,7 +285,17 @@ def run_demo(
         rule = light_load_thresholds(
             trace_path, docroot, out, target=target, server=server, seed=cfg["seed"]
         )
-        console.print(f"thresholds by the light-load rule: {rule['thresholds']}")
+        console.print(
+            "thresholds by the light-load rule: "
+            + ", ".join(f"{k} {1e3 * v:.3g} ms" for k, v in rule["thresholds"].items())
+        )
+        if rule["light_load_generator_behind"] or rule["light_load_errors"]:
+            console.print(
+                f"[yellow]warning:[/] at light load the generator fell behind in "
+                f"{rule['light_load_generator_behind']} of {LIGHT_LOAD['reps']:g} repetitions "
+                f"and {rule['light_load_errors']} requests failed: the thresholds rest on "
+                "latencies the machine, not the server, may have set."
+            )
     thresholds = dict(cfg["thresholds"] or rule["thresholds"])
     console.rule("[bold]4. What-if: the papers' 2-socket machine (published calibration)")
     whatif = _whatif(trace_path, thresholds)
