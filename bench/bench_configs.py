@@ -1,6 +1,7 @@
 """The main job's accuracy on configurations the demo was not tuned for.
 
     python bench/bench_configs.py --list                          # the configurations
+    python bench/bench_configs.py                  # support-s7-a50, tcp-a25, nasa-a50 (~20 min)
     python bench/bench_configs.py --config support-s7-a50 --config tcp-a25 --runs 2
     python bench/bench_configs.py --summarize bench-configs-out  # tabulate runs already made
 
@@ -13,10 +14,11 @@ interval covered the measured MAT. Runs go to OUT/CONFIG/run-I (with config.json
 
 Thresholds. The Support configurations keep the demo's (10 ms mean, 500 ms p99.9):
 the same workload generator and pages, and a threshold belongs to the workload, not
-to a seed, a user count or an alpha. A workload with no thresholds of its own (tcp)
-gets them from a rule fixed before any run of it (``shrink.demo.light_load_thresholds``):
-its light-load mean and p99.9 on the whole core, measured at the start of the run,
-times 1 / (1 - 0.8), where an open queue's latency is at about 80% utilization.
+to a seed, a user count or an alpha. A workload with no thresholds of its own (tcp,
+the recorded trace) gets them from a rule fixed before any run of it
+(``shrink.demo.light_load_thresholds``): its light-load mean and p99.9 on the whole
+core, measured at the start of the run, times 1 / (1 - 0.8), where an open queue's
+latency is at about 80% utilization (written to the run's thresholds.json).
 
 ``--summarize`` takes run directories or folders holding them, and reports per
 configuration and over all: the range and median of the errors, how many conclusive
@@ -87,6 +89,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "thresholds": None,
     },
 }
+# Run when no --config is given: issue 15's untuned set (another Support seed and user
+# count at alpha 0.5, the tcp workload) and the recorded trace; about 20 minutes.
+DEFAULT = ("support-s7-a50", "tcp-a25", "nasa-a50")
 STATS = ("mean", "p999")
 TARGETS = {"mean": 0.10, "p999": 0.15}  # issue 15's accuracy targets per conclusive run
 
@@ -210,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         "--config",
         action="append",
         choices=sorted(CONFIGS),
-        help="a configuration to run (repeat for several; default: all but demo)",
+        help=f"a configuration to run (repeat for several; default: {', '.join(DEFAULT)})",
     )
     ap.add_argument("--runs", type=int, default=1, help="runs of each configuration")
     ap.add_argument("--out", type=Path, default=Path("bench-configs-out"))
@@ -231,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         rows = [row(d) if (d / "validation.json").exists() else failed_row(d) for d in dirs]
     else:
-        names = args.config or [n for n in CONFIGS if n != "demo"]
+        names = args.config or list(DEFAULT)
         rows = []
         for i in range(args.runs):
             # Configurations interleaved run by run: a machine that drifts over the
