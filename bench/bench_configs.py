@@ -120,6 +120,9 @@ def run_config(
 
 def row(out: Path, seconds: float | None = None) -> dict[str, Any]:
     """bench_demo's summary of one run, with its configuration and thresholds."""
+    done = out / "demo-summary.json"
+    if seconds is None and done.exists():
+        seconds = json.loads(done.read_text()).get("seconds")
     r = summarize(out, seconds)
     conf = out / "config.json"
     r["config"] = json.loads(conf.read_text())["name"] if conf.exists() else "demo"
@@ -151,16 +154,18 @@ def _cell(r: dict[str, Any], s: str) -> str:
     if r.get(f"{s}_ratio") is None:
         return "-"
     covered = {True: "covered", False: "**missed**", None: "no interval"}[r.get(f"{s}_covered")]
+    lo, hi = r.get(f"{s}_ci") or (None, None)
+    interval = "" if lo is None or hi is None else f" [{lo:,.0f}, {hi:,.0f}]"
     return (
-        f"{r[f'{s}_predicted']:,.0f} / {r[f'{s}_measured']:,.0f} = {r[f'{s}_ratio']:.3f} "
-        f"({r[f'{s}_status']}, {covered})"
+        f"{r[f'{s}_predicted']:,.0f}{interval} / {r[f'{s}_measured']:,.0f} = "
+        f"{r[f'{s}_ratio']:.3f} ({r[f'{s}_status']}, {covered})"
     )
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| config | run | wall | thresholds mean / p99.9 | mean MAT predicted / measured = "
-        "ratio | p99.9 MAT predicted / measured = ratio |",
+        "| config | run | wall | thresholds mean / p99.9 | mean MAT predicted [95% interval] / "
+        "measured = ratio | p99.9 MAT predicted [95% interval] / measured = ratio |",
         "|---|---|---|---|---|---|",
     ]
     for r in rows:
