@@ -129,3 +129,42 @@ def test_a_run_that_finds_no_answer_is_recorded_and_summarized(tmp_path, monkeyp
     text = capsys.readouterr().out
     assert "| tcp-a25 | " in text and "failed: load curve has no usable level" in text
     assert "mean: no conclusive run (1 runs)" in text
+
+
+def test_the_default_demo_predicts_as_before(tmp_path, monkeypatch):
+    """No config: the demo's alpha, seed, thresholds and plan reach run_predict."""
+    from types import SimpleNamespace
+
+    from shrink.autolevels import AutoPlan
+
+    seen = {}
+
+    def run_predict(trace_path, out, **kwargs):
+        seen.update(kwargs, trace=Path(trace_path).name)
+        stat = SimpleNamespace(mat=1.0)
+        return SimpleNamespace(
+            mappings={"1-replica": SimpleNamespace(stats={"mean": stat, "p999": stat})},
+            self_checks={"generator_kept_up": True},
+            server=None,
+        )
+
+    mats = {s: {"measured": 1.0} for s in ("mean", "p999")}
+    validation = SimpleNamespace(to_dict=lambda: {"mats": mats, "conclusive": True})
+    monkeypatch.setattr(shrink.pipeline, "run_predict", run_predict)
+    monkeypatch.setattr(shrink.pipeline, "run_validate", lambda *a, **k: validation)
+    monkeypatch.setattr(demo, "_check_quiet", lambda console: {"busy": {}, "steal": {}})
+    monkeypatch.setattr(demo, "_whatif", lambda trace_path, thresholds: None)
+    demo.run_demo(tmp_path)
+    assert seen["trace"] == "support-demo.parquet"
+    assert (seen["alpha"], seen["seed"], seen["target"]) == (0.25, 1, "testbed")
+    assert seen["thresholds"] == {"mean": 0.010, "p999": 0.5}
+    assert seen["plan"] == AutoPlan(
+        warmup=1.5,
+        duration=4.0,
+        reps=2,
+        probe_reps=1,
+        coarse=(0.8, 0.9, 1.0, 1.1, 1.25),
+        max_levels=9,
+        budget_s=450.0,
+    )
+    assert not (tmp_path / "thresholds.json").exists()
