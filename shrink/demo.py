@@ -127,7 +127,10 @@ def _recorded(work: Path, console: Console, cfg: Mapping[str, Any]) -> tuple[Pat
         ],
         dtype=bool,
     )
+    # Served as recorded files, every kept request is static here (a CGI script
+    # answered 200, /htbin/*.pl in the NASA log, becomes a file of the size it sent).
     kept = trace.filter(plain)
+    kept = kept.with_column("cls", ["static"] * len(kept))
     compress = float(cfg["rate"]) / kept.info().request_rate
     kept = kept.with_column("t", kept.column("t") / compress)
     kept = kept.with_column("think", kept.column("think") / compress)

@@ -110,6 +110,7 @@ def test_a_recorded_trace_is_time_compressed_and_served_as_recorded(real_dir, tm
     assert 4000 < k < 6000
     assert float(tr.column("think").max()) * k == pytest.approx(1793, rel=1e-6)
     assert missing_paths(docroot, set(tr.column("path").tolist())) == []
+    assert set(tr.column("cls")) == {"static"}  # the document root serves files only
     sizes = dict(zip(tr.column("path"), tr.column("bytes"), strict=True))
     assert (docroot / "images" / "NASA-logosmall.gif").stat().st_size == sizes[
         "/images/NASA-logosmall.gif"
