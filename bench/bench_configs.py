@@ -55,6 +55,17 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "support-s7-a50": {"users": 600, "seed": 7, "alpha": 0.5},
     # Fewer users, another seed, the demo's alpha.
     "support-s3-a25": {"users": 250, "seed": 3, "alpha": 0.25},
+    # Another page mix (twice the dynamic pages, each lighter, a smaller working set):
+    # the demo's thresholds were set for its own mix, so this one takes the rule's.
+    "support-mix-a25": {
+        "users": 300,
+        "seed": 11,
+        "alpha": 0.25,
+        "dynamic_fraction": 0.10,
+        "dynamic_work_us": 1200.0,
+        "dynamic_mem_kib": 512.0,
+        "thresholds": None,
+    },
     # One static 1 KiB file, open loop: the rate is only the trace's unit of load (the
     # sweep's levels are rate factors found from a light-load probe).
     "tcp-a25": {

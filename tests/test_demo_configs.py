@@ -169,3 +169,18 @@ def test_the_default_demo_predicts_as_before(tmp_path, monkeypatch):
         budget_s=450.0,
     )
     assert not (tmp_path / "thresholds.json").exists()
+
+
+@pytest.mark.parametrize("name", sorted(bench_configs.CONFIGS))
+def test_every_config_writes_a_trace_its_document_root_serves(name, tmp_path):
+    from shrink.synth.docroot import missing_paths
+
+    cfg = {**demo.DEMO, **bench_configs.CONFIGS[name], "duration": 30}
+    if cfg.get("workload") == "recorded" and not Path(cfg["source"]).exists():
+        pytest.skip(f"recorded trace not found: {cfg['source']}")
+    trace_path, docroot = demo._synth(tmp_path, Console(record=True), cfg)
+    tr = Trace.read_parquet(trace_path)
+    assert len(tr) > 1000
+    assert missing_paths(docroot, set(tr.column("path").tolist())) == []
+    # Thresholds: the demo's (the same Support mix) or the light-load rule's.
+    assert cfg["thresholds"] in (demo.DEMO["thresholds"], None)
