@@ -55,7 +55,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "support-s7-a50": {"users": 600, "seed": 7, "alpha": 0.5},
     # Fewer users, another seed, the demo's alpha.
     "support-s3-a25": {"users": 250, "seed": 3, "alpha": 0.25},
-    # Another page mix (twice the dynamic pages, each lighter, a smaller working set):
+    # Another page mix: twice the dynamic pages, each with about half the demo's mean
+    # work (1,200 units against 2,500) and a quarter of its working set (512 KiB):
     # the demo's thresholds were set for its own mix, so this one takes the rule's.
     "support-mix-a25": {
         "users": 300,
