@@ -14,6 +14,10 @@
 
 Output in demo-out/: report.md, report.html, prediction.json, validation.json,
 PNG figures, and the measured curves. Run it as ``python -m shrink.demo``.
+
+Other configurations (another seed, user count, alpha, the tcp workload, a recorded
+trace; thresholds by a stated rule) go through the same steps with
+``run_demo(out, config=...)``: ``python bench/bench_configs.py --list``.
 """
 
 from __future__ import annotations
