@@ -10,7 +10,8 @@ a trace, an alpha (the CPU-time share and the fraction of sessions kept) and the
 thresholds; the full-scale runs are paired with the scaled ones and the prediction
 is validated against them. The reference is the full-scale run measured in the same
 run; the ratio printed is predicted / measured MAT, with whether the prediction's 95%
-interval covered the measured MAT. Runs go to OUT/CONFIG/run-I (with config.json).
+interval covered the measured MAT. Runs go to OUT/CONFIG/run-K (with config.json), K the
+first index free: a rerun adds runs, it never writes over one.
 
 Thresholds. The Support configurations keep the demo's (10 ms mean, 500 ms p99.9):
 the same workload generator and pages, and a threshold belongs to the workload, not
@@ -143,6 +144,14 @@ def row(out: Path, seconds: float | None = None) -> dict[str, Any]:
     return r
 
 
+def next_run_dir(base: Path) -> Path:
+    """``base/run-K``, K the first index not taken: a rerun never writes over a run."""
+    k = 0
+    while (base / f"run-{k}").exists():
+        k += 1
+    return base / f"run-{k}"
+
+
 def run_dirs(paths: list[Path]) -> list[Path]:
     """Run directories (holding validation.json, or error.txt from a run that failed)
     given or found under ``paths``."""
@@ -255,11 +264,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         names = args.config or list(DEFAULT)
         rows = []
-        for i in range(args.runs):
+        for _ in range(args.runs):
             # Configurations interleaved run by run: a machine that drifts over the
             # hour spreads over all of them alike.
             for name in names:
-                rows.append(run_config(name, args.out / name / f"run-{i}", quick=args.quick))
+                rows.append(run_config(name, next_run_dir(args.out / name), quick=args.quick))
                 print(table(rows[-1:]), flush=True)
     print(report(rows))
     return 0

@@ -184,3 +184,15 @@ def test_every_config_writes_a_trace_its_document_root_serves(name, tmp_path):
     assert missing_paths(docroot, set(tr.column("path").tolist())) == []
     # Thresholds: the demo's (the same Support mix) or the light-load rule's.
     assert cfg["thresholds"] in (demo.DEMO["thresholds"], None)
+
+
+def test_a_rerun_adds_runs_and_writes_over_none(tmp_path, monkeypatch):
+    from shrink.errors import MeasurementError
+
+    def fails(out, **kwargs):
+        raise MeasurementError("no answer")
+
+    monkeypatch.setattr(demo, "run_demo", fails)
+    for _ in range(2):
+        bench_configs.main(["--config", "tcp-a25", "--out", str(tmp_path)])
+    assert sorted(p.name for p in (tmp_path / "tcp-a25").iterdir()) == ["run-0", "run-1"]
