@@ -17,9 +17,9 @@ Thresholds. The Support configurations keep the demo's (10 ms mean, 500 ms p99.9
 the same workload generator and pages, and a threshold belongs to the workload, not
 to a seed, a user count or an alpha. A workload with no thresholds of its own (tcp,
 the recorded trace) gets them from a rule fixed before any run of it
-(``shrink.demo.light_load_thresholds``): its light-load mean and p99.9 on the whole
-core, measured at the start of the run, times 1 / (1 - 0.8), where an open queue's
-latency is at about 80% utilization (written to the run's thresholds.json).
+(``shrink.demo.light_load_thresholds``): its mean and p99.9 on the whole core at a
+light load (about 10% busy, measured at the start of the run), times 1 / (1 - 0.8),
+where an open queue's latency is at about 80% utilization (the run's thresholds.json).
 
 ``--summarize`` takes run directories or folders holding them, and reports per
 configuration and over all: the range and median of the errors, how many conclusive
@@ -49,7 +49,8 @@ REAL = SHARED / "data" / "real"
 
 # Each configuration: keys that replace shrink.demo.DEMO's. "thresholds": None means
 # the light-load rule. Each run is planned as the demo's (shrink.demo._plan: at most
-# 9 levels, 450 s of runs), 5-7 minutes on a quiet 2-core machine.
+# 9 levels, 450 s of runs): 6-8 minutes on a quiet 2-core machine (the demo took 7.4
+# and 8.6 min in its two recorded runs), alpha 0.5 ones less (shorter share runs).
 CONFIGS: dict[str, dict[str, Any]] = {
     "demo": {},
     # Another seed and user count, on a 50% share with half the sessions.

@@ -28,13 +28,17 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from rich.console import Console
 
 from shrink.autolevels import AutoPlan
 from shrink.errors import ShrinkError
+
+if TYPE_CHECKING:
+    from shrink.target import RunResult, Target
+    from shrink.trace import Trace
 
 __all__ = ["DEMO", "KNEE_UTILIZATION", "light_load_thresholds", "main", "run_demo"]
 
@@ -165,9 +169,20 @@ def _recorded(work: Path, console: Console, cfg: Mapping[str, Any]) -> tuple[Pat
 # about 80% busy: past the flat part of the curve, where it climbs steeply and a MAT
 # is well defined, and below the overload plateau.
 KNEE_UTILIZATION = 0.8
-# The light load: 10% of the trace's rate (AutoPlan's probe), three repetitions
-# (the median of each statistic: a 5 s window holds few p99.9 samples).
-LIGHT_LOAD: dict[str, float] = {"rate_factor": 0.1, "warmup": 1.0, "duration": 5.0, "reps": 3}
+# The light load: the whole core about 10% busy. A pilot run at 10% of the trace's
+# rate (AutoPlan's probe) reads the utilization, and the rate factor is scaled to
+# LIGHT_UTILIZATION from it (within [0.1, 20] times the pilot's); then REPS
+# repetitions, each window long enough for MIN_REQUESTS requests (a p99.9 needs
+# them), between 5 and 20 s; each statistic is the median over the repetitions.
+LIGHT_LOAD: dict[str, float] = {
+    "pilot_rate_factor": 0.1,
+    "utilization": 0.10,
+    "warmup": 1.0,
+    "min_duration": 5.0,
+    "max_duration": 20.0,
+    "min_requests": 2000,
+    "reps": 3,
+}
 
 
 def light_load_thresholds(
@@ -187,13 +202,7 @@ def light_load_thresholds(
     """
     import statistics
 
-    from shrink.measure import (
-        default_loop_window,
-        default_skip,
-        level_stats,
-        loop_window,
-        looped_run,
-    )
+    from shrink.measure import default_loop_window, default_skip, level_stats, loop_window
     from shrink.providers import make_provider
     from shrink.share import Share
     from shrink.trace import Trace
@@ -201,35 +210,52 @@ def light_load_thresholds(
     trace = Trace.read_parquet(trace_path)
     skip = default_skip(trace)
     looped = loop_window(trace, skip, default_loop_window(trace, skip))
-    factor = LIGHT_LOAD["rate_factor"]
-    run = looped_run(looped, factor, LIGHT_LOAD["warmup"], LIGHT_LOAD["duration"])
     provider = make_provider(target, docroot=docroot, run_dir=out / "runs", server=server)
-    reps = []
     with provider.open(Share.whole(provider.server_cpus()), "1-replica") as full:
-        for r in range(int(LIGHT_LOAD["reps"])):
-            res = full.run(
-                run.trace,
-                rate_factor=factor,
-                warmup=run.warmup,
-                duration=run.duration,
-                seed=seed + 7_919 + r,
-            )
-            reps.append(level_stats(res))
-    light = {s: statistics.median(rep.overall.get(s) for rep in reps) for s in ("mean", "p999")}
-    utils = [rep.utilization for rep in reps if rep.utilization is not None]
+        pilot = _light_run(full, looped, LIGHT_LOAD["pilot_rate_factor"], seed + 7_907)
+        factor = _light_factor(pilot)
+        reps = [
+            _light_run(full, looped, factor, seed + 7_919 + r)
+            for r in range(int(LIGHT_LOAD["reps"]))
+        ]
+    stats = [level_stats(r) for r in reps]
+    light = {s: statistics.median(st.overall.get(s) for st in stats) for s in ("mean", "p999")}
+    utils = [st.utilization for st in stats if st.utilization is not None]
     record = {
         "rule": f"threshold = light-load value / (1 - {KNEE_UTILIZATION:g}) on the whole core",
-        "light_load": {**LIGHT_LOAD, **light},
+        "light_load": {**LIGHT_LOAD, "rate_factor": factor, **light},
+        "pilot_utilization": pilot.utilization,
         "light_load_utilization": statistics.median(utils) if utils else None,
-        "light_load_throughput": statistics.median(rep.throughput for rep in reps),
+        "light_load_throughput": statistics.median(st.throughput for st in stats),
         # A repetition whose generator fell behind measured its own lag too: say so.
-        "light_load_generator_behind": sum(rep.generator_behind for rep in reps),
-        "light_load_requests": sum(rep.requests or 0 for rep in reps),
-        "light_load_errors": sum(rep.errors for rep in reps),
+        "light_load_generator_behind": sum(st.generator_behind for st in stats),
+        "light_load_requests": sum(st.requests or 0 for st in stats),
+        "light_load_errors": sum(st.errors for st in stats),
         "thresholds": {s: v / (1.0 - KNEE_UTILIZATION) for s, v in light.items()},
     }
     (out / "thresholds.json").write_text(json.dumps(record, indent=2) + "\n")
     return record
+
+
+def _light_factor(pilot: RunResult) -> float:
+    """The rate factor that puts the whole core near LIGHT_LOAD's utilization."""
+    f0, u = LIGHT_LOAD["pilot_rate_factor"], pilot.utilization
+    if u is None or u <= 0:
+        return f0  # no utilization reading (a simulator): the pilot's own load
+    return f0 * min(20.0, max(0.1, LIGHT_LOAD["utilization"] / u))
+
+
+def _light_run(full: Target, looped: Trace, factor: float, seed: int) -> RunResult:
+    """One light-load run of the loop window at ``factor``, long enough for its requests."""
+    from shrink.measure import looped_run
+
+    rate = factor * len(looped) / float(looped.meta["loop_span"])
+    duration = LIGHT_LOAD["min_requests"] / rate if rate > 0 else LIGHT_LOAD["max_duration"]
+    duration = min(LIGHT_LOAD["max_duration"], max(LIGHT_LOAD["min_duration"], duration))
+    run = looped_run(looped, factor, LIGHT_LOAD["warmup"], duration)
+    return full.run(
+        run.trace, rate_factor=factor, warmup=run.warmup, duration=run.duration, seed=seed
+    )
 
 
 def _whatif(trace_path: Path, thresholds: dict[str, float]) -> dict[str, Any] | None:

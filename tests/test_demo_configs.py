@@ -196,3 +196,19 @@ def test_a_rerun_adds_runs_and_writes_over_none(tmp_path, monkeypatch):
     for _ in range(2):
         bench_configs.main(["--config", "tcp-a25", "--out", str(tmp_path)])
     assert sorted(p.name for p in (tmp_path / "tcp-a25").iterdir()) == ["run-0", "run-1"]
+
+
+def test_the_light_load_is_a_tenth_of_the_whole_core_whatever_the_trace_rate(tmp_path, monkeypatch):
+    # 0.1 ms a request: the pilot at 200 req/s finds the core 2% busy, so the light
+    # load runs at five times the pilot's rate.
+    fast = FakeProvider(demand={"static": 0.0001, "dynamic": 0.001})
+    monkeypatch.setattr(shrink.providers, "make_provider", lambda *a, **k: fast)
+    cfg = {**demo.DEMO, **bench_configs.CONFIGS["tcp-a25"], "duration": 20}
+    trace_path, docroot = demo._synth(tmp_path, Console(record=True), cfg)
+    rule = demo.light_load_thresholds(trace_path, docroot, tmp_path, seed=1)
+    assert rule["pilot_utilization"] == pytest.approx(0.02, abs=0.005)
+    assert rule["light_load"]["rate_factor"] == pytest.approx(0.5, rel=0.25)
+    assert rule["light_load_utilization"] == pytest.approx(0.10, abs=0.02)
+    # Each repetition holds at least min_requests requests.
+    assert rule["light_load_requests"] >= 3 * demo.LIGHT_LOAD["min_requests"]
+    assert json.loads((tmp_path / "thresholds.json").read_text()) == rule
