@@ -171,8 +171,9 @@ def _recorded(work: Path, console: Console, cfg: Mapping[str, Any]) -> tuple[Pat
 KNEE_UTILIZATION = 0.8
 # The light load: the whole core about 10% busy. A pilot run at 10% of the trace's
 # rate (AutoPlan's probe) reads the utilization, and the rate factor is scaled to
-# LIGHT_UTILIZATION from it (within [0.1, 20] times the pilot's); then REPS
-# repetitions, each window long enough for MIN_REQUESTS requests (a p99.9 needs
+# LIGHT_LOAD's utilization from it (within [0.1, 10] times the pilot's: never above
+# the trace's own rate, as a utilization read low would overload the core); then reps
+# repetitions, each window long enough for min_requests requests (a p99.9 needs
 # them), between 5 and 20 s; each statistic is the median over the repetitions.
 LIGHT_LOAD: dict[str, float] = {
     "pilot_rate_factor": 0.1,
@@ -242,7 +243,7 @@ def _light_factor(pilot: RunResult) -> float:
     f0, u = LIGHT_LOAD["pilot_rate_factor"], pilot.utilization
     if u is None or u <= 0:
         return f0  # no utilization reading (a simulator): the pilot's own load
-    return f0 * min(20.0, max(0.1, LIGHT_LOAD["utilization"] / u))
+    return f0 * min(10.0, max(0.1, LIGHT_LOAD["utilization"] / u))
 
 
 def _light_run(full: Target, looped: Trace, factor: float, seed: int) -> RunResult:
