@@ -298,9 +298,10 @@ def run_demo(
 
     ``server``: the server recipe (``lighttpd-php-cgi``, the default, ``nginx-php-fpm``
     or ``RECIPE.toml``) for both the scaled and the full-scale runs. ``config``: keys
-    that replace :data:`DEMO`'s (``workload`` ``support`` or ``tcp``, ``users``,
-    ``duration``, ``seed``, ``rate`` for tcp, ``alpha``, ``thresholds``); thresholds
-    None are set by :func:`light_load_thresholds`. ``target``: ``testbed`` or
+    that replace :data:`DEMO`'s (``workload``: ``support``, ``tcp`` or ``recorded``
+    with its ``source``; ``users``, ``duration``, ``seed``, ``rate`` for tcp and
+    recorded, ``alpha``, ``thresholds``, ``title``); thresholds None are set by
+    :func:`light_load_thresholds`. ``target``: ``testbed`` or
     ``sim:SPEC.toml`` (for tests of the plumbing).
     """
     from shrink.pipeline import run_predict, run_validate
@@ -315,22 +316,7 @@ def run_demo(
     before = _check_quiet(console)
     trace_path, docroot = _synth(work, console, cfg)
     plan = _plan(plan, quick)
-    if cfg["thresholds"] is None:
-        rule = light_load_thresholds(
-            trace_path, docroot, out, target=target, server=server, seed=cfg["seed"]
-        )
-        console.print(
-            "thresholds by the light-load rule: "
-            + ", ".join(f"{k} {1e3 * v:.3g} ms" for k, v in rule["thresholds"].items())
-        )
-        if rule["light_load_generator_behind"] or rule["light_load_errors"]:
-            console.print(
-                f"[yellow]warning:[/] at light load the generator fell behind in "
-                f"{rule['light_load_generator_behind']} of {LIGHT_LOAD['reps']:g} repetitions "
-                f"and {rule['light_load_errors']} requests failed: the thresholds rest on "
-                "latencies the machine, not the server, may have set."
-            )
-    thresholds = dict(cfg["thresholds"] or rule["thresholds"])
+    thresholds = _thresholds(cfg, trace_path, docroot, out, target, server, console)
     console.rule("[bold]4. What-if: the papers' 2-socket machine (published calibration)")
     whatif = _whatif(trace_path, thresholds)
     alpha = cfg["alpha"]
@@ -375,6 +361,35 @@ def run_demo(
     console.rule("[bold]Done")
     console.print_json(json.dumps(summary))
     return summary
+
+
+def _thresholds(
+    cfg: Mapping[str, Any],
+    trace_path: Path,
+    docroot: Path,
+    out: Path,
+    target: str,
+    server: str | None,
+    console: Console,
+) -> dict[str, float]:
+    """The configuration's thresholds, or (None) the light-load rule's, measured now."""
+    if cfg["thresholds"] is not None:
+        return dict(cfg["thresholds"])
+    rule = light_load_thresholds(
+        trace_path, docroot, out, target=target, server=server, seed=cfg["seed"]
+    )
+    console.print(
+        "thresholds by the light-load rule: "
+        + ", ".join(f"{k} {1e3 * v:.3g} ms" for k, v in rule["thresholds"].items())
+    )
+    if rule["light_load_generator_behind"] or rule["light_load_errors"]:
+        console.print(
+            f"[yellow]warning:[/] at light load the generator fell behind in "
+            f"{rule['light_load_generator_behind']} of {LIGHT_LOAD['reps']:g} repetitions "
+            f"and {rule['light_load_errors']} requests failed: the thresholds rest on "
+            "latencies the machine, not the server, may have set."
+        )
+    return dict(rule["thresholds"])
 
 
 def _plan(plan: AutoPlan | None, quick: bool) -> AutoPlan:
