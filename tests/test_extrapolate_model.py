@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.machines import NEHALEM
 from helpers.surface import exported, public_names
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -36,7 +37,6 @@ from shrink.share import Share
 from shrink.trace import Trace
 
 ROOT = Path(__file__).resolve().parent.parent
-NEHALEM = Machine("nehalem-2s", 2, 4, llc_mib=12.0, ghz=2.4, nic_ports=2, nic_queues_per_port=4)
 
 
 def test_public_surface_is_explicit():
