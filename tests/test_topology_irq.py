@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from helpers.machines import NEHALEM
 
@@ -16,8 +14,6 @@ from shrink.irq import (
     plan_irq_affinity,
 )
 from shrink.mapping import build_mapping
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def interrupts(ifaces=("eth0", "eth1"), queues=4, first=40) -> str:
