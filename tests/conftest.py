@@ -39,3 +39,14 @@ def require_tool(name: str) -> str:
 def require_root() -> None:
     if os.geteuid() != 0:
         pytest.skip("needs root (cgroups, tcpdump); CI runs as root")
+
+
+@pytest.fixture
+def machine():
+    """This machine, for tests that pin a testbed to it: at least 2 CPUs, all allowed here."""
+    from shrink.topology import discover
+
+    m = discover()
+    if len(os.sched_getaffinity(0)) < 2 or set(m.all_cpus) - os.sched_getaffinity(0):
+        pytest.skip("needs at least 2 CPUs, all allowed to this process")
+    return m

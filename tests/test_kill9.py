@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from conftest import require_tool
 
-from shrink.testbed import process, registry
+from shrink import processes as process
+from shrink.testbed import registry
 
 pytestmark = pytest.mark.live
 

@@ -16,14 +16,15 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import require_root, require_tool
+from helpers.testbed import write_docroot
 from typer.testing import CliRunner
 
+from shrink import processes as process
 from shrink.cli import app
 from shrink.mapping import BUILTIN_MAPPINGS, build_mapping
 from shrink.share import Share
-from shrink.testbed import down, process, status, up
+from shrink.testbed import down, status, up
 from shrink.testbed.state import TestbedState
-from shrink.topology import discover
 
 pytestmark = pytest.mark.live
 
@@ -39,21 +40,7 @@ def docroot(tmp_path: Path) -> Path:
     require_tool("php-cgi")
     if shutil.which("lighttpd", path="/usr/sbin:/usr/bin:/usr/local/sbin") is None:
         pytest.skip("lighttpd is not installed (make setup installs it as root)")
-    d = tmp_path / "doc"
-    (d / "static").mkdir(parents=True)
-    (d / "app").mkdir()
-    (d / "static" / "file1k.bin").write_bytes(bytes(range(256)) * 4)
-    (d / "app" / "page.php").write_text('<?php echo "page:" . getmypid();\n')
-    (d / "app" / "spin.php").write_text(SPIN_PHP)
-    return d
-
-
-@pytest.fixture
-def machine():
-    m = discover()
-    if len(os.sched_getaffinity(0)) < 2 or set(m.all_cpus) - os.sched_getaffinity(0):
-        pytest.skip("needs at least 2 CPUs, all allowed to this process")
-    return m
+    return write_docroot(tmp_path, '<?php echo "page:" . getmypid();\n', spin=SPIN_PHP)
 
 
 def _gone(pids: list[int]) -> list[int]:

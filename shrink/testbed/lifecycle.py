@@ -27,13 +27,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from shrink import processes as process
 from shrink.enforce import DEFAULT as DEFAULT_ENFORCE
 from shrink.enforce import Enforcer, check_mechanism, enforcer_from_dict, make_enforcer
 from shrink.errors import RecipeError, TestbedError, TopologyError
 from shrink.machine import Machine
 from shrink.mapping import Mapping, Replica, build_mapping
 from shrink.share import Cgroup, Share, can_write_cgroups, cgroup_layout
-from shrink.testbed import process, registry
+from shrink.testbed import registry
 from shrink.testbed.recipe import (
     ReplicaContext,
     ServerRecipe,

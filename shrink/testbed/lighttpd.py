@@ -9,8 +9,8 @@ and the php-cgi children evenly over the cores. The config is rendered by
 
 from __future__ import annotations
 
+from shrink import processes as process
 from shrink.errors import TestbedError
-from shrink.testbed import process
 from shrink.testbed.config import ReplicaConfig, write_probe
 from shrink.testbed.recipe import (
     BuiltinRecipe,

@@ -21,8 +21,8 @@ import glob
 import os
 from pathlib import Path
 
+from shrink import processes as process
 from shrink.errors import TestbedError
-from shrink.testbed import process
 from shrink.testbed.config import HEALTH_BODY, MIME_TYPES
 from shrink.testbed.recipe import (
     BuiltinRecipe,

@@ -12,7 +12,7 @@ server through a TOML file (:mod:`shrink.testbed.command`); all found by name by
 :class:`shrink.testbed.fake_recipe.FakeRecipe`.
 
 Every process a recipe starts goes through ``ReplicaContext.spawn`` (which calls
-:func:`shrink.testbed.process.start_process`): it starts the process already
+:func:`shrink.processes.start_process`): it starts the process already
 pinned to the replica's CPUs and inside its cgroup, so whatever the server forks
 inherits both, and the lifecycle knows every process to clean up if start-up
 fails.
@@ -31,10 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from shrink import processes as process
 from shrink.errors import RecipeError, TestbedError
 from shrink.mapping import Replica
 from shrink.share import Cgroup
-from shrink.testbed import health, process
+from shrink.testbed import health
 from shrink.testbed.state import ReplicaState
 
 __all__ = [
