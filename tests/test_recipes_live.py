@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import require_root
-from helpers.testbed import running_under, write_docroot
+from helpers.testbed import assert_replicas_serve, running_under, write_docroot
 from typer.testing import CliRunner
 
 from shrink import processes as process
@@ -67,14 +67,7 @@ def test_builtin_recipe_serves_pinned_and_stops(docroot, machine, tmp_path, reci
             server=recipe)  # fmt: skip
     try:
         assert st.server["name"] == recipe and all(st.versions.values())
-        with httpx.Client(trust_env=False, timeout=5) as c:
-            for r in st.replicas:
-                base = f"http://{r.address}:{r.port}"
-                static = c.get(f"{base}/static/file1k.bin")
-                assert static.status_code == 200 and static.content == bytes(range(256)) * 4
-                page = c.get(f"{base}/app/page.php")
-                assert page.status_code == 200 and page.text.startswith("page:")
-                assert int(page.text[5:]) in r.processes[POOL[recipe]]  # this replica's pool
+        assert_replicas_serve(st, POOL[recipe])
         for r in st.replicas:
             for p in r.pids:  # every process inside the replica's CPUs
                 assert set(process.allowed_cpus(p)) <= set(r.cpus), (p, r.cpus)

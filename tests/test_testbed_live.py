@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import require_root, require_tool
-from helpers.testbed import write_docroot
+from helpers.testbed import assert_replicas_serve, write_docroot
 from typer.testing import CliRunner
 
 from shrink import processes as process
@@ -60,14 +60,7 @@ def test_mapping_serves_pins_and_stops(docroot, machine, tmp_path, mapping):
         want = build_mapping(mapping.replace("-indirect", "-direct"), machine, machine.all_cpus)
         assert [tuple(r.cpus) for r in st.replicas] == [r.cpus for r in want.replicas]
         assert len({(r.address, r.port) for r in st.replicas}) == len(st.replicas)
-        with httpx.Client(trust_env=False, timeout=5) as c:
-            for r in st.replicas:
-                base = f"http://{r.address}:{r.port}"
-                static = c.get(f"{base}/static/file1k.bin")
-                assert static.status_code == 200 and static.content == bytes(range(256)) * 4
-                page = c.get(f"{base}/app/page.php")
-                assert page.status_code == 200 and page.text.startswith("page:")
-                assert int(page.text[5:]) in r.processes["php-cgi"]  # served by this replica's pool
+        assert_replicas_serve(st, "php-cgi")
         for r in st.replicas:
             workers = [p for p in r.processes["lighttpd"] if p != r.master_pid] or [r.master_pid]
             assert len(workers) == len(r.cpus)  # one lighttpd worker per core

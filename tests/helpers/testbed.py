@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import httpx
+
 from shrink import processes as process
+from shrink.testbed.state import TestbedState
 
 
 def write_docroot(root: Path, page_php: str, **more_php: str) -> Path:
@@ -31,3 +34,15 @@ def running_under(path: Path) -> list[int]:
         if str(path).encode() in cmd and process.is_alive(int(entry)):
             out.append(int(entry))
     return out
+
+
+def assert_replicas_serve(st: TestbedState, pool: str) -> None:
+    """Every replica serves the static file, and its page from a process of its own ``pool``."""
+    with httpx.Client(trust_env=False, timeout=5) as c:
+        for r in st.replicas:
+            base = f"http://{r.address}:{r.port}"
+            static = c.get(f"{base}/static/file1k.bin")
+            assert static.status_code == 200 and static.content == bytes(range(256)) * 4
+            page = c.get(f"{base}/app/page.php")
+            assert page.status_code == 200 and page.text.startswith("page:")
+            assert int(page.text[5:]) in r.processes[pool]  # served by this replica's pool
