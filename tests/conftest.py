@@ -36,6 +36,13 @@ def require_tool(name: str) -> str:
     return path
 
 
+def require_lighttpd() -> None:
+    """Skip unless lighttpd (looked for in /usr/sbin too, off a user's PATH) and php-cgi are."""
+    require_tool("php-cgi")
+    if shutil.which("lighttpd", path="/usr/sbin:/usr/bin:/usr/local/sbin") is None:
+        pytest.skip("lighttpd is not installed (make setup installs it as root)")
+
+
 def require_root() -> None:
     if os.geteuid() != 0:
         pytest.skip("needs root (cgroups, tcpdump); CI runs as root")

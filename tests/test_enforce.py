@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
 
 import pytest
-from conftest import require_root, require_tool
+from conftest import require_lighttpd, require_root
 from helpers.testbed import write_docroot
 
 from shrink import processes as process
@@ -126,9 +125,7 @@ def test_corunner_takes_its_part_of_the_cpu_and_stops(helper, monkeypatch):
 
 
 def _live_docroot(tmp_path: Path) -> Path:
-    require_tool("php-cgi")
-    if shutil.which("lighttpd", path="/usr/sbin:/usr/bin:/usr/local/sbin") is None:
-        pytest.skip("lighttpd is not installed (make setup installs it as root)")
+    require_lighttpd()
     return write_docroot(tmp_path, '<?php echo "page";\n')
 
 

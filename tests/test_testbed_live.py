@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import threading
 import time
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import require_root, require_tool
+from conftest import require_lighttpd, require_root
 from helpers.testbed import assert_replicas_serve, write_docroot
 from typer.testing import CliRunner
 
@@ -37,9 +36,7 @@ SPIN_PHP = (
 
 @pytest.fixture
 def docroot(tmp_path: Path) -> Path:
-    require_tool("php-cgi")
-    if shutil.which("lighttpd", path="/usr/sbin:/usr/bin:/usr/local/sbin") is None:
-        pytest.skip("lighttpd is not installed (make setup installs it as root)")
+    require_lighttpd()
     return write_docroot(tmp_path, '<?php echo "page:" . getmypid();\n', spin=SPIN_PHP)
 
 
