@@ -11,18 +11,9 @@ from __future__ import annotations
 
 from shrink import processes as process
 from shrink.errors import TestbedError
+from shrink.testbed import recipe
 from shrink.testbed.config import ReplicaConfig, write_probe
-from shrink.testbed.recipe import (
-    BuiltinRecipe,
-    ReplicaContext,
-    Started,
-    check_config,
-    find_tool,
-    first_line,
-    pin_evenly,
-    tail_log,
-    wait_until,
-)
+from shrink.testbed.recipe import BuiltinRecipe, ReplicaContext, Started
 
 __all__ = ["INSTALL_HINT", "LighttpdPhpCgi"]
 
@@ -39,15 +30,15 @@ class LighttpdPhpCgi(BuiltinRecipe):
 
     def _tools(self) -> tuple[str, str]:
         return (
-            find_tool(self.name, "lighttpd", hint=INSTALL_HINT),
-            find_tool(self.name, "php-cgi", hint=INSTALL_HINT),
+            recipe.find_tool(self.name, "lighttpd", hint=INSTALL_HINT),
+            recipe.find_tool(self.name, "php-cgi", hint=INSTALL_HINT),
         )
 
     def versions(self) -> dict[str, str]:
         lighttpd, php_cgi = self._tools()
         return {
-            "lighttpd": first_line([lighttpd, "-v"], self.name),
-            "php": first_line([php_cgi, "-v"], self.name),
+            "lighttpd": recipe.first_line([lighttpd, "-v"], self.name),
+            "php": recipe.first_line([php_cgi, "-v"], self.name),
         }
 
     def start(self, ctx: ReplicaContext) -> Started:
@@ -63,7 +54,7 @@ class LighttpdPhpCgi(BuiltinRecipe):
             workers=ctx.workers,
         )
         write_probe(cfg)
-        check_config([lighttpd, "-tt", "-f", str(cfg.conf_path)], "lighttpd", cfg.conf_path)
+        recipe.check_config([lighttpd, "-tt", "-f", str(cfg.conf_path)], "lighttpd", cfg.conf_path)
         master = ctx.spawn([lighttpd, "-D", "-f", str(cfg.conf_path)], "stdout.log")
         tree: dict[str, list[int]] = {}
         want_workers = ctx.workers if ctx.workers > 1 else 0
@@ -82,14 +73,14 @@ class LighttpdPhpCgi(BuiltinRecipe):
             )
 
         try:
-            wait_until(ready, [master], ctx.timeout_s)
+            recipe.wait_until(ready, [master], ctx.timeout_s)
         except TestbedError as exc:
-            tail = tail_log(cfg.errorlog, 5)
+            tail = recipe.tail_log(cfg.errorlog, 5)
             raise TestbedError(f"{exc}; error log {cfg.errorlog}: {tail}") from None
         workers = tree["workers"]
         # One process serves alone when lighttpd runs a single worker: pin the master.
-        pinned = pin_evenly(workers or [master.pid], r.cpus)
-        pinned.update(pin_evenly(tree["php_kids"], r.cpus))
+        pinned = recipe.pin_evenly(workers or [master.pid], r.cpus)
+        pinned.update(recipe.pin_evenly(tree["php_kids"], r.cpus))
         return Started(
             masters=[master.pid],
             processes={

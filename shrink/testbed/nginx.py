@@ -23,18 +23,9 @@ from pathlib import Path
 
 from shrink import processes as process
 from shrink.errors import TestbedError
+from shrink.testbed import recipe
 from shrink.testbed.config import HEALTH_BODY, MIME_TYPES
-from shrink.testbed.recipe import (
-    BuiltinRecipe,
-    ReplicaContext,
-    Started,
-    check_config,
-    find_tool,
-    first_line,
-    pin_evenly,
-    tail_log,
-    wait_until,
-)
+from shrink.testbed.recipe import BuiltinRecipe, ReplicaContext, Started
 
 __all__ = ["INSTALL_HINT", "NginxPhpFpm", "cpu_affinity_masks", "php_fpm_names"]
 
@@ -156,15 +147,15 @@ class NginxPhpFpm(BuiltinRecipe):
 
     def _tools(self) -> tuple[str, str]:
         return (
-            find_tool(self.name, "nginx", hint=INSTALL_HINT),
-            find_tool(self.name, *php_fpm_names(), hint=INSTALL_HINT),
+            recipe.find_tool(self.name, "nginx", hint=INSTALL_HINT),
+            recipe.find_tool(self.name, *php_fpm_names(), hint=INSTALL_HINT),
         )
 
     def versions(self) -> dict[str, str]:
         nginx, fpm = self._tools()
         return {
-            "nginx": first_line([nginx, "-v"], self.name).removeprefix("nginx version: "),
-            "php-fpm": first_line([fpm, "-v"], self.name),
+            "nginx": recipe.first_line([nginx, "-v"], self.name).removeprefix("nginx version: "),
+            "php-fpm": recipe.first_line([fpm, "-v"], self.name),
         }
 
     def _write(self, ctx: ReplicaContext, nginx: str) -> tuple[Path, Path, Path, int]:
@@ -181,7 +172,7 @@ class NginxPhpFpm(BuiltinRecipe):
         nginx_conf.write_text(render_nginx_conf(ctx, sock, probe, as_root=as_root))
         fpm_conf.write_text(render_fpm_conf(ctx, sock, children))
         argv = [nginx, "-t", "-q", "-p", str(run), "-e", str(run / "error.log")]
-        check_config([*argv, "-c", str(nginx_conf)], "nginx", nginx_conf)
+        recipe.check_config([*argv, "-c", str(nginx_conf)], "nginx", nginx_conf)
         return nginx_conf, fpm_conf, sock, children
 
     def start(self, ctx: ReplicaContext) -> Started:
@@ -199,7 +190,7 @@ class NginxPhpFpm(BuiltinRecipe):
                 return None
             return f"php-fpm started {len(kids)} of {children} children"
 
-        wait_until(pool_ready, [fpm_master], ctx.timeout_s)
+        recipe.wait_until(pool_ready, [fpm_master], ctx.timeout_s)
         nginx_master = ctx.spawn(
             [nginx, "-p", str(ctx.run_dir), "-e", str(ctx.run_dir / "error.log"),
              "-c", str(nginx_conf)],
@@ -216,12 +207,13 @@ class NginxPhpFpm(BuiltinRecipe):
             return f"nginx started {len(kids)} of {ctx.workers} workers ({pinned} pinned)"
 
         try:
-            wait_until(workers_ready, [fpm_master, nginx_master], ctx.timeout_s)
+            recipe.wait_until(workers_ready, [fpm_master, nginx_master], ctx.timeout_s)
         except TestbedError as exc:
-            raise TestbedError(f"{exc}; error log: {tail_log(ctx.run_dir / 'error.log')}") from None
+            tail = recipe.tail_log(ctx.run_dir / "error.log")
+            raise TestbedError(f"{exc}; error log: {tail}") from None
         # nginx pins its workers itself (worker_cpu_affinity); record what they got.
         pinned = {w: list(process.allowed_cpus(w)) for w in found["nginx"]}
-        pinned.update(pin_evenly(found["php-fpm"], r.cpus))
+        pinned.update(recipe.pin_evenly(found["php-fpm"], r.cpus))
         return Started(
             masters=[nginx_master.pid, fpm_master.pid],
             processes={
