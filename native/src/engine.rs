@@ -23,6 +23,16 @@ const TIMER_ONLY_MAX: f64 = 2e-3;
 /// 2-vCPU VM a wake-up cost ~20 us of CPU: with 60 us, 50,000 req/s took 70% of
 /// a core with a send-lag p99 of 60 us (2026-11-24, busy machine).
 const COALESCE: f64 = 60e-6;
+/// Under load the window widens (up to this), so that fewer wake-ups (each costs
+/// ~13 us of CPU, plus the IPI that wakes a server idle since the last batch)
+/// leave the core for the requests: with 60 us, the loop's own wake-ups took
+/// ~35% of a core and capped it at ~80,000 req/s (2026-11-24, busy machine).
+const COALESCE_MAX: f64 = 200e-6;
+/// The loop's CPU share (its thread's CPU time over wall time, every 5 ms) above
+/// which the window widens, and below which it narrows back.
+const BUSY_HIGH: f64 = 0.80;
+const BUSY_LOW: f64 = 0.65;
+const ADAPT_EVERY: f64 = 5e-3;
 /// A due time this close is polled for rather than slept for.
 const SPIN: f64 = 5e-6;
 
@@ -210,8 +220,11 @@ pub struct Engine {
     last_wake: f64,
     control: Vec<u8>, // recvmsg's control buffer
     coalesce: f64,
+    adapt_at: f64,  // when the window was last adapted (monotonic)
+    cpu_at: f64,    // the thread's CPU time then
     spin: f64,
-    pub counts: [u64; 6], // turns, waits that slept, events, timer arms, connects, sends
+    /// turns, waits that slept, events, timer arms, connects, sends, the widest window (us)
+    pub counts: [u64; 7],
 }
 
 impl Drop for Engine {
@@ -302,12 +315,14 @@ impl Engine {
             scratch: vec![0u8; READ_CHUNK],
             rows: Rows::default(),
             signalled: false,
-            counts: [0; 6],
+            counts: [0; 7],
             tep,
             connecting: 0,
             real_off: real_offset(),
             last_wake: 0.0,
             coalesce: COALESCE,
+            adapt_at: 0.0,
+            cpu_at: 0.0,
             control: vec![0u8; 128],
             events: vec![libc::epoll_event { events: 0, u64: 0 }; 256],
             spin: SPIN,
@@ -1147,6 +1162,26 @@ impl Engine {
         };
     }
 
+    /// Widen the wake-up window while the loop is busy, narrow it when it is not.
+    fn adapt(&mut self) {
+        let wall = mono();
+        if wall - self.adapt_at < ADAPT_EVERY {
+            return;
+        }
+        let cpu = thread_cpu();
+        if self.adapt_at > 0.0 {
+            let busy = (cpu - self.cpu_at) / (wall - self.adapt_at);
+            if busy > BUSY_HIGH {
+                self.coalesce = (self.coalesce * 1.25).min(COALESCE_MAX);
+                self.counts[6] = self.counts[6].max((self.coalesce * 1e6) as u64);
+            } else if busy < BUSY_LOW {
+                self.coalesce = (self.coalesce / 1.25).max(COALESCE);
+            }
+        }
+        self.adapt_at = wall;
+        self.cpu_at = cpu;
+    }
+
     fn timer_fired(&mut self) {
         let mut buf = [0u8; 8];
         // SAFETY: reading the timerfd's 8-byte counter.
@@ -1169,6 +1204,7 @@ impl Engine {
     /// Returns false when the run is over.
     pub fn turn(&mut self, max_wait: f64) -> bool {
         let max_wait = max_wait.min(0.1);
+        self.adapt();
         let now = self.now();
         // Dispatch even while draining: a session still running schedules its
         // next burst (as the Python engine's timer keeps firing).
@@ -1267,6 +1303,17 @@ impl Engine {
         self.free_slots();
         true
     }
+}
+
+/// This thread's CPU time in seconds.
+fn thread_cpu() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime into our timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
 fn real_offset() -> f64 {

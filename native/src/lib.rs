@@ -59,7 +59,7 @@ fn take_rows<'py>(py: Python<'py>, r: &mut Rows) -> Vec<Bound<'py, PyBytes>> {
 /// Every 100 ms (and at the end) ``on_rows(columns)`` gets the finished rows;
 /// it returns True to stop the run (a signal). Returns (requests, pool waits,
 /// interrupted, counts): counts are the loop's turns, the waits that slept, socket
-/// events, timer arms, connects and sends.
+/// events, timer arms, connects, sends and the widest wake-up window (us).
 #[pyfunction]
 #[pyo3(signature = (
     open, targets, req_bytes, key_of_row, cls_of_row, head_only_of_key, times, route, rows,

@@ -54,7 +54,7 @@ __all__ = ["ENGINES", "available", "engine_name", "run_native", "run_python", "s
 
 ENGINES = ("auto", "native", "python")
 # The core's loop counts and error indices, in its order (native/src/engine.rs).
-_COUNTS = ("turns", "sleeps", "events", "timer_arms", "connects", "sends")
+_COUNTS = ("turns", "sleeps", "events", "timer_arms", "connects", "sends", "window_us_max")
 _ERRORS = ("refused", "connect", "reset", "closed", "timeout", "bad-response", "cut", "unsent")
 
 
