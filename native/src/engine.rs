@@ -222,6 +222,8 @@ pub struct Engine {
     coalesce: f64,
     adapt_at: f64,  // when the window was last adapted (monotonic)
     cpu_at: f64,    // the thread's CPU time then
+    finish_t: f64,  // the receive time of the response being handled (else NaN)
+    found: bool,    // the last poll of the sockets found events
     spin: f64,
     /// turns, waits that slept, events, timer arms, connects, sends, the widest window (us)
     pub counts: [u64; 7],
@@ -323,6 +325,8 @@ impl Engine {
             coalesce: COALESCE,
             adapt_at: 0.0,
             cpu_at: 0.0,
+            finish_t: NAN,
+            found: false,
             control: vec![0u8; 128],
             events: vec![libc::epoll_event { events: 0, u64: 0 }; 256],
             spin: SPIN,
@@ -702,7 +706,9 @@ impl Engine {
             self.die(ci);
         }
         let row = self.record(rid, status, nbytes, now, None);
+        self.finish_t = now;
         self.owner_finished(ci, row);
+        self.finish_t = NAN;
     }
 
     fn fail(&mut self, ci: usize, err: usize, abort: bool) {
@@ -944,7 +950,13 @@ impl Engine {
 
     fn sess_finished(&mut self, s: usize, ci: usize, row: i64) {
         self.sess[s].outstanding -= 1;
-        let now = self.now();
+        // What follows a response is intended when it arrived (its receive stamp): a
+        // response read late (wake-ups coalesced under load) shows as send lag.
+        let now = if self.finish_t.is_nan() {
+            self.now()
+        } else {
+            self.finish_t
+        };
         let (sid, tidx) = (self.sess[s].sid, self.sess[s].tidx);
         let st = &self.sess[s];
         if st.q_next < st.q_end && now < self.horizon {
@@ -1229,18 +1241,30 @@ impl Engine {
             if self.draining {
                 wait = wait.min(0.005);
             }
+            // (not while a connect is under way: its request goes when it completes)
+            let quiet = !self.draining && self.connecting == 0;
             if due < self.horizon {
                 let delay = due - self.now();
                 if delay <= self.spin {
                     wait = 0.0;
                 } else {
                     self.arm(self.t0 + due);
-                    // (not while a connect is under way: its request goes when it completes)
-                    timer_only = self.plan.open
-                        && !self.draining
-                        && self.connecting == 0
-                        && delay < TIMER_ONLY_MAX;
+                    timer_only = self.plan.open && quiet && delay < TIMER_ONLY_MAX;
                 }
+            }
+            // Session mode under load (the window widened): responses that arrive
+            // within a window of the last wake-up that found some are read together
+            // at the window's end, not one wake-up each.
+            if !self.plan.open
+                && !timer_only
+                && wait > 0.0
+                && quiet
+                && self.found
+                && self.coalesce > COALESCE
+                && mono() < self.last_wake + self.coalesce
+            {
+                self.arm(self.last_wake); // (arm waits at least the window)
+                timer_only = true;
             }
             (wait * 1e3).ceil().max(0.0) as i32
         };
@@ -1272,6 +1296,12 @@ impl Engine {
             return true;
         }
         self.counts[2] += n as u64;
+        if !self.plan.open {
+            if wait_ms > 0 && n > 0 {
+                self.last_wake = mono(); // a wake-up by the sockets opens a window too
+            }
+            self.found = n > 0;
+        }
         for ev in events.iter().take(n as usize) {
             let (flags, data) = (ev.events, ev.u64);
             if data == TIMER_TOKEN {
