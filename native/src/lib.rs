@@ -229,6 +229,7 @@ fn engine_thread(mut eng: Engine, sh: &Shared) -> (u64, u64, bool, Vec<u64>) {
         libc::sigaddset(&mut set, libc::SIGTERM);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
+    eng.preopen();
     let mut next_sweep = mono() + 0.1;
     loop {
         if sh.stop.load(Ordering::Acquire) && !eng.interrupted {
