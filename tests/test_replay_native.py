@@ -244,6 +244,11 @@ def test_native_errors_and_timeouts_are_rows(fake):
         dead = s.getsockname()[1]
     log = _native(open_loop_trace("/x", 50.0, 0.5), [("127.0.0.1", dead)], horizon=0.5)
     assert len(log) == 25 and set(log.column("error")) == {"refused"}
+    # a connection opened ahead of the start that is refused frees its pool place
+    # (else, with one place, every request would wait and end unsent)
+    log = _native(open_loop_trace("/x", 4000.0, 0.05), [("127.0.0.1", dead)], horizon=0.05,
+                  max_pool=1)  # fmt: skip
+    assert len(log) == 200 and set(log.column("error")) == {"refused"}
     tr = open_loop_trace("/x?delay_us=3000000", 20.0, 0.5)
     log = _native(tr, [fake], horizon=0.5, timeout=0.3)
     assert len(log) == 10 and set(log.column("error")) == {"timeout"}
