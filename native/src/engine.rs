@@ -27,7 +27,7 @@ const COALESCE: f64 = 60e-6;
 /// ~13 us of CPU, plus the IPI that wakes a server idle since the last batch)
 /// leave the core for the requests: with 60 us, the loop's own wake-ups took
 /// ~35% of a core and capped it at ~80,000 req/s (2026-11-24, busy machine).
-const COALESCE_MAX: f64 = 200e-6;
+const COALESCE_MAX: f64 = 400e-6;
 /// The loop's CPU share (its thread's CPU time over wall time, every 5 ms) above
 /// which the window widens, and below which it narrows back.
 const BUSY_HIGH: f64 = 0.85;
@@ -37,6 +37,8 @@ const ADAPT_EVERY: f64 = 5e-3;
 /// in the schedule's first PREOPEN_SPAN, at most PREOPEN_MAX per target.
 const PREOPEN_SPAN: f64 = 1e-3;
 const PREOPEN_MAX: usize = 256;
+/// Connections being opened at once, at most (open mode; see connects_capped).
+const CONNECT_CAP: u32 = 16;
 /// A due time this close is polled for rather than slept for.
 const SPIN: f64 = 5e-6;
 
@@ -866,17 +868,43 @@ impl Engine {
                 return;
             }
         }
-        if self.pools[t].n < self.plan.max_pool {
+        if self.pools[t].n < self.plan.max_pool
+            && self.pools[t].waiting.is_empty()
+            && !self.connects_capped()
+        {
             self.pools[t].n += 1;
             let c = self.open_conn(Owner::Pool(t as u32), t as u32);
             self.submit(c, rid);
         } else {
-            // The generator is on time; the server holds every connection. The
-            // wait shows in the latency, not as the generator's lag.
+            // The generator is on time; the server holds every connection (or is
+            // slow to take new ones). The wait shows in the latency, not as the
+            // generator's lag.
             let now = self.now();
             self.reqs[rid as usize].dispatched = now;
             self.pool_waits += 1;
             self.pools[t].waiting.push_back(rid);
+        }
+    }
+
+    /// Open mode opens at most CONNECT_CAP connections at a time (not when each
+    /// request has its own): when the server stalls, every request finds the
+    /// pool busy, and opening a connection for each (up to 1,024) cost the loop
+    /// ~25 ms of CPU, a send-lag p99 of 3-30 ms (2026-11-24, busy machine).
+    fn connects_capped(&self) -> bool {
+        !self.plan.conn_per_request && self.connecting >= CONNECT_CAP
+    }
+
+    /// Requests waiting for a connection get new ones as the cap allows, in order.
+    fn pump_waiting(&mut self) {
+        for t in 0..self.pools.len() {
+            while self.pools[t].n < self.plan.max_pool && !self.connects_capped() {
+                let Some(rid) = self.pools[t].waiting.pop_front() else {
+                    break;
+                };
+                self.pools[t].n += 1;
+                let c = self.open_conn(Owner::Pool(t as u32), t as u32);
+                self.submit(c, rid);
+            }
         }
     }
 
@@ -1365,6 +1393,10 @@ impl Engine {
         }
         self.events = events;
         self.run_deferred();
+        if self.plan.open {
+            self.pump_waiting();
+            self.run_deferred();
+        }
         self.free_slots();
         true
     }
