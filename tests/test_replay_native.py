@@ -358,3 +358,16 @@ def test_a_writer_without_typed_columns_gets_the_rows_one_by_one():
         (0.5, 200, 10, 1, 7, 0, 0.55), (1.5, 0, -1, 0, 8, 3, 1.55)]  # fmt: skip
     stop[0] = True
     assert on_rows([c[:0].tobytes() for c in cols]) is True and len(w.rows) == 2
+
+
+@needs_core
+def test_native_requests_waiting_for_a_connection_go_in_order(fake):
+    # a burst of 200 at once against a slow server, 4 connections: most wait for
+    # one (opened at most a few at a time), and go out in their intended order
+    tr = _paths_trace([f"/w{i}?bytes={100 + i}&delay_us=2000" for i in range(200)], 1e-6)
+    log = _native(tr, [fake], horizon=0.5, max_pool=4, drain=5.0)
+    assert len(log) == 200 and log.ok_mask().all(), set(log.column("error"))
+    by_sent = log.column("bytes")[np.argsort(log.column("sent"), kind="stable")]
+    assert by_sent.tolist() == sorted(by_sent.tolist())
+    lag = log.column("dispatched") - log.column("intended")
+    assert np.median(lag) < 5e-3  # a wait for a connection is latency, not send lag
