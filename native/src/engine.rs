@@ -590,6 +590,9 @@ impl Engine {
             for _ in 0..k.min(self.plan.max_pool).min(PREOPEN_MAX) {
                 self.pools[t].n += 1;
                 let c = self.open_conn(Owner::Pool(t as u32), t as u32);
+                // It waits idle like a reused keep-alive connection: if the server
+                // closes it as its first request goes, that request is retried.
+                self.conns[(c & 0xFFFF_FFFF) as usize].served = 1;
                 self.pools[t].idle.push(c);
             }
         }
