@@ -286,10 +286,12 @@ def test_native_sigint_keeps_what_was_measured(tmp_path: Path, fake):
          "--engine", "native"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    # the writer opens its file (under a temporary name until the end) as the run
+    # starts; waiting for the final name waited out the whole deadline
     deadline = time.monotonic() + 20
-    while not out.exists() and time.monotonic() < deadline:
+    while not any(tmp_path.iterdir()) and time.monotonic() < deadline:
         time.sleep(0.1)
-    time.sleep(1.0)
+    time.sleep(2.5)
     t = time.monotonic()
     proc.send_signal(signal.SIGINT)
     so, se = proc.communicate(timeout=20)
