@@ -231,10 +231,10 @@ pub struct Engine {
     last_wake: f64,
     control: Vec<u8>, // recvmsg's control buffer
     coalesce: f64,
-    adapt_at: f64,  // when the window was last adapted (monotonic)
-    cpu_at: f64,    // the thread's CPU time then
-    finish_t: f64,  // the receive time of the response being handled (else NaN)
-    found: bool,    // the last poll of the sockets found events
+    adapt_at: f64, // when the window was last adapted (monotonic)
+    cpu_at: f64,   // the thread's CPU time then
+    finish_t: f64, // the receive time of the response being handled (else NaN)
+    found: bool,   // the last poll of the sockets found events
     spin: f64,
     /// turns, waits that slept, events, timer arms, connects, sends, the widest window (us)
     pub counts: [u64; 7],
