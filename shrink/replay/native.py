@@ -17,8 +17,13 @@ Where the core differs from the Python engine, it is in time stamps and
 wake-ups, not in what is sent: a response is timed by the kernel's receive
 stamp (``SO_TIMESTAMPNS``), in open mode a short wait sleeps on the timer alone
 (responses are read at the next due time, their stamps unchanged), and at high
-rates wake-ups are at most 60 us apart (a request is then up to that late, and
-its send lag says so).
+rates wake-ups are at least 60 us apart, up to 400 us while the loop is busy
+(above 85% of its core; a request is then up to that late, and its send lag
+says so). Under load session mode reads the responses that arrive within
+120 us of a wake-up together, and a request that follows a response is intended
+at the response's arrival, so a late read shows as send lag. Open mode opens
+the connections its first millisecond needs before the start and at most 16 at
+a time after it (a request waits for one in order, as for a full pool).
 
 :func:`select_engine` maps ``auto | native | python`` to an engine callable;
 ``auto`` is the native core when it is importable, else the Python engine. Both
@@ -53,7 +58,7 @@ __all__ = ["ENGINES", "available", "engine_name", "run_native", "run_python", "s
 
 ENGINES = ("auto", "native", "python")
 # The core's loop counts and error indices, in its order (native/src/engine.rs).
-_COUNTS = ("turns", "sleeps", "events", "timer_arms", "connects", "sends")
+_COUNTS = ("turns", "sleeps", "events", "timer_arms", "connects", "sends", "window_us_max")
 _ERRORS = ("refused", "connect", "reset", "closed", "timeout", "bad-response", "cut", "unsent")
 
 
