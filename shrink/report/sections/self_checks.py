@@ -22,9 +22,40 @@ def add_self_checks(
     measured_label: str,
     full_run: LoadCurve | None,
 ) -> None:
-    """5. Can the measurement be trusted?"""
+    """5. Can the measurement be trusted?
+
+    One item per check (the generator, failed requests, offered load, the server
+    and its CPUs), then the levels of each curve.
+    """
     doc.h(1, "Self-checks")
     checks = pred.self_checks or {}
+    full_checks = (pred.full_run or {}).get("self_checks") or {}
+    items = [
+        *_generator_items(checks),
+        *_failure_items(checks),
+        *_server_items(checks, full_checks),
+        *_steal_items(checks, full_checks),
+    ]
+    if checks.get("generator_capacity_note"):
+        items.append(checks["generator_capacity_note"])
+    if items:
+        doc.ul(items)
+    if measured is not None:
+        doc.p(
+            f"Levels {measured_label} (throughput, mean and p99.9: the median over the "
+            "repetitions that kept up):"
+        )
+        scale = latency_scale(measured)
+        h, r = level_table(measured, {s: t / scale for s, t in thresholds.items()})
+        doc.table(h, r)
+    if full_run is not None:
+        doc.p("Levels of the full-scale run:")
+        h, r = level_table(full_run, thresholds)
+        doc.table(h, r)
+
+
+def _generator_items(checks: dict[str, Any]) -> list[str]:
+    """Whether the load generator kept to its schedule, and where it ran."""
     items = []
     if "generator_kept_up" in checks:
         items.append(
@@ -49,27 +80,38 @@ def add_self_checks(
         )
     if checks.get("generator_cluster"):
         items.append(cluster_text(checks["generator_cluster"]))
-    if "levels_failed" in checks:
-        totals = checks.get("failures") or {}
-        limit = 100 * float(checks.get("failure_limit") or 0.001)
-        items.append(
-            "Requests answered whole with a 2xx/3xx status at every level used: "
-            + (
-                "**yes**"
-                if not checks["levels_failed"]
-                else f"**no** - levels excluded (failures over {limit:g}% of their requests): "
-                f"{checks['levels_failed']}"
-            )
-            + (
-                " (failures over all runs: "
-                + ", ".join(f"{k.replace('http_', '')} {v}" for k, v in totals.items())
-                + ")"
-                if any(totals.values())
-                else ""
-            )
+    return items
+
+
+def _failure_items(checks: dict[str, Any]) -> list[str]:
+    """Whether every level used was answered whole, and the failures counted."""
+    if "levels_failed" not in checks:
+        return []
+    totals = checks.get("failures") or {}
+    limit = 100 * float(checks.get("failure_limit") or 0.001)
+    return [
+        "Requests answered whole with a 2xx/3xx status at every level used: "
+        + (
+            "**yes**"
+            if not checks["levels_failed"]
+            else f"**no** - levels excluded (failures over {limit:g}% of their requests): "
+            f"{checks['levels_failed']}"
         )
+        + (
+            " (failures over all runs: "
+            + ", ".join(f"{k.replace('http_', '')} {v}" for k, v in totals.items())
+            + ")"
+            if any(totals.values())
+            else ""
+        )
+    ]
+
+
+def _server_items(checks: dict[str, Any], full_checks: dict[str, Any]) -> list[str]:
+    """Offered load, the utilization reached, and other work on the share's CPUs."""
+    items = []
     if checks.get("offered_monotone") is not None:
-        items.append(_offered_text(checks, (pred.full_run or {}).get("self_checks") or {}))
+        items.append(_offered_text(checks, full_checks))
     if checks.get("max_utilization") is not None:
         reached = (
             "saturated: the knee was measured"
@@ -93,7 +135,12 @@ def add_self_checks(
                 else " (quiet)."
             )
         )
-    full_checks = (pred.full_run or {}).get("self_checks") or {}
+    return items
+
+
+def _steal_items(checks: dict[str, Any], full_checks: dict[str, Any]) -> list[str]:
+    """Steal time (a VM's host taking the CPU) on the server's and the generator's CPUs."""
+    items = []
     steals = [
         f"{100 * float(c['max_steal']):.0f}% {what}"
         for c, what in ((checks, "during the scaled runs"), (full_checks, "during the full runs"))
@@ -116,22 +163,7 @@ def add_self_checks(
             "A vCPU the host takes away stalls the generator: the sends it owes go out "
             "late and bunched, and the level is flagged behind."
         )
-    if checks.get("generator_capacity_note"):
-        items.append(checks["generator_capacity_note"])
-    if items:
-        doc.ul(items)
-    if measured is not None:
-        doc.p(
-            f"Levels {measured_label} (throughput, mean and p99.9: the median over the "
-            "repetitions that kept up):"
-        )
-        scale = latency_scale(measured)
-        h, r = level_table(measured, {s: t / scale for s, t in thresholds.items()})
-        doc.table(h, r)
-    if full_run is not None:
-        doc.p("Levels of the full-scale run:")
-        h, r = level_table(full_run, thresholds)
-        doc.table(h, r)
+    return items
 
 
 def cluster_text(cluster: dict[str, Any]) -> str:
