@@ -41,6 +41,8 @@ __all__ = [
 ]
 
 CLASSES = ("static", "dynamic")
+# Utilization from which a level counts as saturated for the offered-load check.
+SATURATED = 0.9
 
 
 def trace_span(trace: Trace) -> float:
@@ -261,15 +263,29 @@ def offered_check(curve: LoadCurve) -> dict[str, Any]:
     ``offered_monotone``: offered load rises with the level (by level, repetitions
     averaged). ``offered_per_level``: the median of offered / level.
     ``offered_linearity``: the largest relative departure of offered / level from it.
-    ``offered``: ``[level, offered]`` pairs.
+    ``offered``: ``[level, offered]`` pairs. ``offered_saturated``: levels left out,
+    where the server was saturated (utilization at least :data:`SATURATED`): a
+    session sends its next burst only after the last one's responses (httperf's
+    wsesslog), so a saturated server holds the offered load down, as it would a
+    user's; that is the server's answer, not the load's control.
     """
     pts = []
+    saturated = []
     for lv in sorted(curve.levels, key=lambda lv: lv.level):
         x = [r.offered for r in lv.reps if r.offered and r.offered > 0]
+        u = lv.utilization
+        if u is not None and u >= SATURATED:
+            saturated.append(float(lv.level))
+            continue
         if x and lv.level > 0:
             pts.append((float(lv.level), float(np.mean(x))))
     if len(pts) < 2:
-        return {"offered_monotone": None, "offered_per_level": None, "offered_linearity": None}
+        return {
+            "offered_monotone": None,
+            "offered_per_level": None,
+            "offered_linearity": None,
+            "offered_saturated": saturated,
+        }
     lvl, off = np.array(pts).T
     ratio = off / lvl
     med = float(np.median(ratio))
@@ -278,6 +294,7 @@ def offered_check(curve: LoadCurve) -> dict[str, Any]:
         "offered_per_level": med,
         "offered_linearity": float(np.max(np.abs(ratio / med - 1))),
         "offered": [[a, b] for a, b in pts],
+        "offered_saturated": saturated,
     }
 
 

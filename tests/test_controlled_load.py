@@ -175,3 +175,23 @@ def test_open_mode_has_no_cut_sessions():
 
     trace = _surging(0).with_meta(mode="open")
     assert complete_end(trace, 10.0) == np.inf
+
+
+def test_offered_check_leaves_saturated_levels_out():
+    """A saturated server holds a session workload's offered load down (a session's next
+    burst waits for its responses): that level says nothing about the load's control,
+    and counted, it would flag a controlled sweep as not rising with the level."""
+    from shrink.loadcurve import Level, LevelStats, LoadCurve, latency_stats
+
+    def level(lvl: float, offered: float, u: float) -> Level:
+        stats = latency_stats(np.full(100, 0.01), 1.0)
+        rep = LevelStats(throughput=offered, overall=stats, offered=offered, utilization=u)
+        return Level(lvl, [rep])
+
+    curve = LoadCurve([level(1.0, 100.0, 0.3), level(2.0, 205.0, 0.6), level(3.0, 150.0, 0.99)])
+    check = offered_check(curve)
+    assert check["offered_monotone"] is True
+    assert check["offered_saturated"] == [3.0]
+    assert check["offered_linearity"] < 0.05
+    unsaturated = LoadCurve([level(1.0, 100.0, 0.3), level(2.0, 150.0, 0.6)])
+    assert offered_check(unsaturated)["offered_linearity"] > 0.1
