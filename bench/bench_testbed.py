@@ -122,7 +122,7 @@ def main() -> int:
                 cpu_got = cpu_delivered(r)
             finally:
                 down(state)
-            rows.append((label, static, php, cpu_got, st.share["period_us"]))
+            rows.append((label, static, php, cpu_got, st.share.period_us))
     print(f"fake in-process target, 1 KiB: p50 {np.median(ref_static) * 1e3:.3f} ms")
     ref = rows[0]
     print(

@@ -3,19 +3,20 @@
 ``shrink.pipeline`` hands :func:`extrapolate_mappings` to predict, which calls it
 with the SHRiNK-scaled curve of the share (from
 :func:`shrink.scaling.shrink_scaled_curve`); it gets back, per mapping, the
-MATs with intervals and the predicted curve, in the prediction JSON's form.
+MATs with intervals and the predicted curve, as MappingPredictions.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import replace
 
 from extrapolate.calibration import CrossSocketModel, load_calibration
 from extrapolate.remap import extrapolate_curve
 from shrink.loadcurve import LoadCurve
 from shrink.machine import Machine
 from shrink.mat import mat
+from shrink.prediction import MappingPrediction
 
 __all__ = ["extrapolate_mappings"]
 
@@ -27,8 +28,8 @@ def extrapolate_mappings(
     mappings: Sequence[str],
     thresholds: Mapping[str, float],
     calibration: str | CrossSocketModel = "published",
-) -> dict[str, dict[str, Any]]:
-    """``{mapping: {"mean": {...}, "p999": {...}, "curve": {...}, "detail": {...}}}``.
+) -> dict[str, MappingPrediction]:
+    """Each mapping's MATs (with intervals and status), curve and detail.
 
     ``curve`` is a share's curve, raw or already SHRiNK-scaled; ``calibration``
     is ``published``, a calibration file, or a fitted model.
@@ -39,13 +40,13 @@ def extrapolate_mappings(
     pred, curves = extrapolate_curve(
         curve, model, machine, mappings=list(mappings), thresholds=dict(thresholds)
     )
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, MappingPrediction] = {}
     for name, mp in pred.mappings.items():
-        d: dict[str, Any] = {}
-        for stat, sp in mp.stats.items():
-            status = mat(curves[name], stat, sp.threshold).status
-            d[stat] = {**sp.to_dict(), "status": status}
-        d["curve"] = curves[name].summary()
-        d["detail"] = {**mp.detail, "reason": pred.reason if name == pred.recommended else ""}
-        out[name] = d
+        stats = {
+            # A re-mapped model curve has no stalled levels: no stalled hint (measured False).
+            stat: replace(sp, status=mat(curves[name], stat, sp.threshold).status, measured=False)
+            for stat, sp in mp.stats.items()
+        }
+        detail = {**mp.detail, "reason": pred.reason if name == pred.recommended else ""}
+        out[name] = MappingPrediction(stats, curves[name].summary(), detail)
     return out

@@ -220,13 +220,13 @@ def predict(
     config: PredictConfig,
     out_dir: str | Path | None = None,
     *,
-    extrapolator: Callable[..., dict[str, dict[str, Any]]] | None = None,
+    extrapolator: Callable[..., dict[str, MappingPrediction]] | None = None,
     progress: Progress | None = None,
 ) -> PredictionResult:
     """Sample, measure on the share, scale to the full target and extrapolate each mapping.
 
     ``extrapolator(predicted_curve, machine=..., mappings=..., thresholds=...,
-    calibration=...)`` returns ``{mapping: {"mean": {...}, "p999": {...}, "curve": {...}}}``;
+    calibration=...)`` returns ``{mapping: MappingPrediction}``;
     without one (or on a one-socket machine, where mappings cannot differ by
     socket) every mapping gets the SHRiNK-scaled prediction.
     """
@@ -369,7 +369,7 @@ def _per_mapping(
     machine: Machine,
     cpus: Sequence[int],
     config: PredictConfig,
-    extrapolator: Callable[..., dict[str, dict[str, Any]]] | None,
+    extrapolator: Callable[..., dict[str, MappingPrediction]] | None,
     assumptions: list[str],
     budgets: Mapping[str, ErrorBudget],
 ) -> dict[str, MappingPrediction]:
@@ -387,9 +387,7 @@ def _per_mapping(
             thresholds=dict(config.thresholds),
             calibration=config.calibration,
         )
-        mappings_out = {
-            k: _widen(MappingPrediction.from_dict(v), budgets) for k, v in extrapolated.items()
-        }
+        mappings_out = {k: _widen(v, budgets) for k, v in extrapolated.items()}
         assumptions.append(
             "Cross-socket effects (remote NIC processing, sharing between workers on two "
             "sockets, the LLC a replica sees) are modelled with the "

@@ -321,12 +321,15 @@ class Share:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> Share:
+    def from_dict(cls, d: Mapping[str, Any] | Share | None) -> Share:
         """Read :meth:`to_dict`'s form; also older files, whose keys may be missing.
 
         Older files gave a CPU-time share's ``fraction`` of the whole machine; it is
-        its ``cpu_fraction`` by the definition above, so that is what is read.
+        its ``cpu_fraction`` by the definition above, so that is what is read. A
+        Share (a testbed state's, already read) is returned as it is.
         """
+        if isinstance(d, Share):
+            return d
         d = dict(d or {})
         kind = str(d.get("kind", "all"))
         if kind not in KINDS:

@@ -151,7 +151,7 @@ def test_testbed_with_a_corunner_records_it_and_down_stops_it(tmp_path):
     )
     rec = st.replicas[0].enforce
     try:
-        assert st.share["enforce"]["mechanism"] == "corunner"
+        assert st.to_dict()["share"]["enforce"]["mechanism"] == "corunner"
         assert rec is not None and rec["spin_us"] == 750
         (spinner,) = (int(p) for p in rec["spinners"])
         assert os.sched_getaffinity(spinner) == {1}

@@ -418,9 +418,9 @@ def test_pipeline_hook_takes_the_leads_scaled_curve_and_a_two_socket_share():
     for mp in ("1-replica", "2-replica-direct"):
         for stat, thr in CHECK_T.items():
             truth = truth_mat(t, NEHALEM, mp, NEHALEM.all_cpus, dyn, smr, stat, thr)
-            assert out[mp][stat]["mat"] == pytest.approx(truth, rel=0.03), (mp, stat)
-            assert out[mp][stat]["status"] == "ok"
-        assert len(out[mp]["curve"]["throughput"]) == len(out[mp]["curve"]["mean_hi"])
+            assert out[mp].stats[stat].mat == pytest.approx(truth, rel=0.03), (mp, stat)
+            assert out[mp].stats[stat].status == "ok"
+        assert len(out[mp].curve["throughput"]) == len(out[mp].curve["mean_hi"])
 
 
 def test_cross_validation_holds_figures_out():

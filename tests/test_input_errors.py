@@ -324,7 +324,7 @@ def test_the_entry_point_prints_no_traceback(tmp_path: Path) -> None:
 def test_predict_table_and_report_write_bounds(capsys: pytest.CaptureFixture[str]) -> None:
     from shrink.cli.predict_cmd import _print_summary
     from shrink.prediction import MappingPrediction, Prediction, StatPrediction
-    from shrink.report.build import _mat_table
+    from shrink.report.tables import mat_table as _mat_table
 
     stats = {
         "mean": StatPrediction(608.0, (335.0, 608.0), 0.005, "not_reached"),

@@ -10,7 +10,7 @@ import pytest
 import typer
 
 from shrink.cli._common import cli_errors
-from shrink.cli.replay_cmd import _keep_partial_sweep
+from shrink.cli.sweep_cmd import _keep_partial_sweep
 from shrink.loadcurve import LoadCurve
 from shrink.measure import SweepInterrupted, sweep
 from shrink.replay.engine import EngineStats

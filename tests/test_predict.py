@@ -193,7 +193,7 @@ def test_paired_full_run_is_measured_with_the_prediction_and_validated(tmp_path)
 
 
 def test_an_error_from_a_bound_gets_its_other_end_from_a_stalled_hint():
-    from shrink.report.build import _error_text
+    from shrink.report.sections.validation import error_text as _error_text
 
     m = {
         "error": (964 - 809) / 809,
@@ -219,7 +219,7 @@ def test_an_error_from_a_bound_gets_its_other_end_from_a_stalled_hint():
     ],
 )
 def test_the_report_states_an_error_from_a_bound_as_a_bound(predicted, measured, text):
-    from shrink.report.build import _error_text
+    from shrink.report.sections.validation import error_text as _error_text
 
     m = {"error": 0.05, "predicted_status": predicted, "measured_status": measured}
     assert _error_text(m) == text

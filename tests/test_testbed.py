@@ -96,6 +96,26 @@ def test_state_round_trip(tmp_path):
         TestbedState.read(tmp_path / "none.json")
 
 
+def test_state_reads_its_share_back_typed_and_writes_it_as_before(tmp_path):
+    rs = ReplicaState("r0", "127.0.0.1", 80, [1], [10], {"lighttpd": [10]}, {}, {}, "c", "", "")
+    share = Share.parse("1@25%", TWO_CORE)
+    held = {"mechanism": "cfs", "groups": ["g"]}
+    st = TestbedState([rs], share, {"name": "1-replica"}, {}, "doc", {}, "t", share_enforce=held)
+    path = st.write(tmp_path / "s.json")
+    # On disk: the Share's own form plus how it is held, as up always wrote it.
+    assert json.loads(path.read_text())["share"] == share.to_dict() | {"enforce": held}
+    back = TestbedState.read(path)
+    assert back.share == share and back.share.quota_us() == share.quota_us()
+    assert back.share_enforce == held
+    assert back.write(tmp_path / "again.json").read_bytes() == path.read_bytes()
+    # A share the Share type cannot hold is refused in one line naming the file.
+    d = json.loads(path.read_text())
+    d["share"]["kind"] = "half"
+    path.write_text(json.dumps(d))
+    with pytest.raises(TestbedError, match=r"s\.json: field 'share': share kind == 'half'"):
+        TestbedState.read(path)
+
+
 def test_process_helpers_on_a_child_we_start(tmp_path):
     cpu = sorted(os.sched_getaffinity(0))[-1]
     p = process.start_process(["sleep", "30"], cpus=(cpu,), log_path=tmp_path / "log")

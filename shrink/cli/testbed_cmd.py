@@ -158,7 +158,7 @@ def status(
                 "ok": ok,
                 "stopped": st.stopped,
                 "mapping": st.mapping["name"],
-                "share": st.share,
+                "share": st.to_dict()["share"],
                 "notes": st.notes,
                 "server": st.server,
                 "versions": st.versions,

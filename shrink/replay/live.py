@@ -36,6 +36,7 @@ from shrink.replay.selfcheck import LAG_LIMIT, generator_check
 from shrink.runlog import RunLog
 from shrink.schemas import TestbedStateFile
 from shrink.target import RunResult
+from shrink.testbed.state import TestbedState
 from shrink.trace import Trace
 
 __all__ = ["IDLE_BOUND", "LiveTarget", "cpu_times", "parse_url", "utilization", "wait_idle"]
@@ -148,11 +149,6 @@ class LiveTarget:
                 )
         self.addresses = list(addresses)
         self.state = state or {}
-        if share_cpus is None and self.state:
-            share = self.state.get("share") or {}
-            share_cpus = list(share.get("cpus") or [])
-            if not share_cpus:
-                share_cpus = sorted({c for r in self.state.get("replicas", []) for c in r["cpus"]})
         self.share_cpus = sorted(share_cpus or [])
         self.generator_cpus = self._generator_cpus(generator_cpus, allow_overlap)
         self.config = dict(config or {})
@@ -181,8 +177,12 @@ class LiveTarget:
     def from_state(cls, path: str | Path, **kw: Any) -> LiveTarget:
         """A target over the replicas of a ``shrink testbed up`` state file."""
         state = files.read_json(path, TestbedStateFile, what="testbed state")
-        addrs = [(r["address"], int(r["port"])) for r in state["replicas"]]
-        return cls(addrs, state=state, **kw)
+        st = TestbedState.from_dict(state, source=str(path))
+        if kw.get("share_cpus") is None:
+            # The generator keeps off the share's CPUs (an older state: its replicas').
+            replica_cpus = {c for r in st.replicas for c in r.cpus}
+            kw["share_cpus"] = list(st.share.cpus) or sorted(replica_cpus)
+        return cls([(r.address, r.port) for r in st.replicas], state=state, **kw)
 
     @classmethod
     def from_targets(cls, targets: list[str], **kw: Any) -> LiveTarget:

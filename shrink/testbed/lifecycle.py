@@ -295,7 +295,7 @@ def up(
         raise
     state = TestbedState(
         replicas=started,
-        share=share.to_dict() | {"enforce": enfs[0].describe() if enfs else None},
+        share=share,
         mapping=m.to_dict(),
         machine=machine.to_dict(),
         docroot=str(docroot),
@@ -303,6 +303,7 @@ def up(
         started=datetime.now(UTC).isoformat(timespec="seconds"),
         notes=notes,
         server=server_record(recipe),
+        share_enforce=enfs[0].describe() if enfs else None,
     )
     state.write(state_path)
     # ``owned``: it dies with this process (a parent-death signal) and is recorded with

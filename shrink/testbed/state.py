@@ -7,7 +7,8 @@ Layout (see the project brief)::
      "replicas": [{"name", "address", "port", "pids", "cpus", "processes",
                    "masters", "master_pid", "config", "cgroup", "starttimes",
                    "pinned", "nic_socket", "errorlog", "run_dir", "enforce"}],
-     "share": Share.to_dict(), "mapping": Mapping.to_dict(), "machine": Machine.to_dict(),
+     "share": Share.to_dict() | {"enforce": ...}, "mapping": Mapping.to_dict(),
+     "machine": Machine.to_dict(),
      "docroot": path, "versions": {program: version}, "started": iso-time, "notes": [...]}
 
 ``processes`` lists the replica's PIDs by role (``lighttpd`` and ``php-cgi``,
@@ -16,6 +17,8 @@ them, ``masters`` the ones signalled first on stop, ``starttimes`` their kernel
 start times (so a reused PID is never signalled), and ``pinned`` the core each
 worker and pool child was pinned to. ``server`` names the recipe that started
 them. Files written before recipes (``lighttpd_pids``, ``php_pids``) still read.
+``share`` is read back as a :class:`shrink.share.Share`; its ``enforce`` (how the
+share is held: :mod:`shrink.enforce`'s description, or None) as ``share_enforce``.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ from typing import Any
 
 from shrink import files
 from shrink.atomic import write_text
-from shrink.errors import TestbedError, TraceFormatError
+from shrink.errors import TestbedError, TopologyError, TraceFormatError
 from shrink.schemas import TestbedStateFile
+from shrink.share import Share
 
 __all__ = ["SCHEMA", "ReplicaState", "TestbedState", "salvage_pids"]
 
@@ -124,7 +128,7 @@ class TestbedState:
     __test__ = False  # not a pytest test class
 
     replicas: list[ReplicaState]
-    share: dict[str, Any]
+    share: Share
     mapping: dict[str, Any]
     machine: dict[str, Any]
     docroot: str
@@ -135,13 +139,21 @@ class TestbedState:
     server: dict[str, Any] = field(
         default_factory=lambda: {"name": "lighttpd-php-cgi", "source": "built-in"}
     )
+    share_enforce: dict[str, Any] | None = None  # how the share is held (shrink.enforce)
+
+    def __post_init__(self) -> None:
+        # The file's form (Share.to_dict() plus "enforce") is read as a Share.
+        if not isinstance(self.share, Share):
+            d = dict(self.share)
+            self.share_enforce = d.pop("enforce", self.share_enforce)
+            self.share = Share.from_dict(d)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
             "schema": SCHEMA,
             "server": self.server,
             "replicas": [r.to_dict() for r in self.replicas],
-            "share": self.share,
+            "share": self.share.to_dict() | {"enforce": self.share_enforce},
             "mapping": self.mapping,
             "machine": self.machine,
             "docroot": self.docroot,
@@ -157,9 +169,15 @@ class TestbedState:
     def from_dict(cls, d: dict[str, Any], *, source: str | None = None) -> TestbedState:
         if d.get("schema") != SCHEMA:
             raise TestbedError(f"{source or 'state'}: schema {d.get('schema')!r}, want {SCHEMA!r}")
+        share = dict(d["share"])
+        try:
+            enforce = share.pop("enforce", None)
+            typed = Share.from_dict(share)
+        except (TopologyError, TypeError, ValueError) as exc:
+            raise TestbedError(f"{source or 'state'}: field 'share': {exc}") from None
         return cls(
             replicas=[ReplicaState.from_dict(r) for r in d["replicas"]],
-            share=d["share"],
+            share=typed,
             mapping=d["mapping"],
             machine=d["machine"],
             docroot=d["docroot"],
@@ -168,6 +186,7 @@ class TestbedState:
             notes=list(d.get("notes", [])),
             stopped=d.get("stopped"),
             server=dict(d.get("server") or {"name": "lighttpd-php-cgi", "source": "built-in"}),
+            share_enforce=enforce,
         )
 
     def write(self, path: str | Path) -> Path:

@@ -1,0 +1,175 @@
+"""What ``shrink replay``, ``sweep`` and ``mat`` share: their options, the live
+target they build from them, and how they print a latency, a failure limit and progress.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+
+from shrink.checks import parse_duration
+from shrink.cli._common import console
+from shrink.replay.cluster import ClusterSpec
+from shrink.topology import parse_cpulist
+
+_Targets = Annotated[
+    list[str],
+    typer.Option(
+        "--target",
+        help="Testbed state JSON (shrink testbed up) or http://ADDR:PORT URLs; repeat per replica.",
+    ),
+]
+_Json = Annotated[bool, typer.Option("--json", help="Print a JSON summary.")]
+_Mode = Annotated[
+    str, typer.Option("--mode", help="auto (from the trace) | session (wsesslog) | open.")
+]
+_Routing = Annotated[
+    str, typer.Option("--routing", help="hash (by session) | round-robin over the addresses.")
+]
+_Conns = Annotated[
+    int,
+    typer.Option(
+        "--conns",
+        help="Connections per session for embedded requests (1: one keep-alive connection "
+        "per session, as httperf --wsesslog).",
+    ),
+]
+_Procs = Annotated[
+    int | None,
+    typer.Option("--processes", help="Engine processes (default: one per generator CPU)."),
+]
+_NewConn = Annotated[
+    bool,
+    typer.Option("--conn-per-request", help="Open mode: a new TCP connection for every request."),
+]
+_GenCpus = Annotated[
+    str | None,
+    typer.Option("--generator-cpus", help="CPU list for engine processes, e.g. 0 or 0,2."),
+]
+_Overlap = Annotated[
+    bool, typer.Option("--allow-overlap", help="Let the generator run on the share's CPUs.")
+]
+_Remote = Annotated[
+    bool, typer.Option("--allow-remote", help="Allow targets that are not loopback addresses.")
+]
+_LagLimit = Annotated[
+    str, typer.Option("--lag-limit", help="Send-lag p99 above which the generator is behind.")
+]
+_Timeout = Annotated[str, typer.Option("--timeout", help="Per-request timeout.")]
+_Realtime = Annotated[
+    int,
+    typer.Option(
+        "--realtime",
+        help="Run the engine SCHED_FIFO at this priority (root; for machines shared with "
+        "other work). 0: normal scheduling.",
+    ),
+]
+_EngineOpt = Annotated[
+    str,
+    typer.Option(
+        "--engine",
+        help="Replay engine: auto (the native core when built, else Python) | native | python.",
+    ),
+]
+
+
+def _cpus(text: str | None) -> list[int] | None:
+    return None if text is None else list(parse_cpulist(text))
+
+
+def _target(
+    targets: list[str],
+    *,
+    routing: str,
+    conns: int,
+    timeout: str,
+    generator_cpus: str | None,
+    allow_overlap: bool,
+    allow_remote: bool,
+    lag_limit: str,
+    mode: str,
+    loop: bool = True,
+    warm_start: bool = True,
+    runlog_dir: Path | None = None,
+    realtime: int = 0,
+    conn_per_request: bool = False,
+    processes: int | None = None,
+    engine: str = "auto",
+    cluster: ClusterSpec | None = None,
+) -> Any:
+    from shrink.replay.live import LiveTarget
+
+    items = [x for t in targets for x in t.split(",") if x]
+    return LiveTarget.from_targets(
+        items,
+        generator_cpus=_cpus(generator_cpus),
+        allow_overlap=allow_overlap,
+        allow_remote=allow_remote,
+        config={
+            "routing": routing,
+            "conns_per_session": conns,
+            "timeout": parse_duration(timeout, "timeout"),
+            "conn_per_request": conn_per_request,
+        },
+        mode=mode,
+        loop=loop,
+        warm_start=warm_start,
+        lag_limit=parse_duration(lag_limit, "lag limit"),
+        runlog_dir=runlog_dir,
+        realtime=realtime,
+        processes=processes,
+        engine=engine,
+        cluster=cluster,
+    )
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None or not np.isfinite(x) else f"{x * 1e3:.3f} ms"
+
+
+def _limit_text() -> str:
+    from shrink.loadcurve import FAILURE_LIMIT
+
+    return f"{100 * FAILURE_LIMIT:g}%"
+
+
+def _progress_sweep(fn: Any) -> Any:
+    """Run ``fn(progress)`` under a rich progress bar (what runs, time left).
+
+    Off a terminal, one line per run instead (a bar drawn to a pipe shows nothing).
+    """
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from shrink.cli._progress import line_progress, on_terminal
+
+    if not on_terminal():
+        return fn(line_progress("", "runs"))
+
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} runs"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("starting", total=1)
+
+        def progress(desc: str, step: int, total: int) -> None:
+            bar.update(task, description=desc, completed=step, total=total)
+
+        return fn(progress)
+
+
+def _warn_docroot(tgt: Any, tr: Any, name: Any) -> None:
+    """Before a run on a testbed: warn when its docroot lacks the trace's paths."""
+    from shrink.testbed.coverage import docroot_coverage
+
+    docroot = (tgt.state or {}).get("docroot")
+    if docroot and Path(docroot).is_dir():
+        line = docroot_coverage(tr, docroot).warning(str(name or "the trace"))
+        if line:
+            typer.echo(line, err=True)

@@ -1,0 +1,169 @@
+"""``shrink mat``: the maximum achievable throughput read off a LoadCurve (``--adaptive``:
+adding levels on a live server until its interval is narrow)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from shrink.checks import parse_threshold
+from shrink.cli._common import STATS, cli_errors, echo_json, output_path, stat_label, stat_name
+from shrink.cli._replay_opts import (
+    _EngineOpt,
+    _GenCpus,
+    _Json,
+    _LagLimit,
+    _limit_text,
+    _ms,
+    _Overlap,
+    _progress_sweep,
+    _target,
+)
+from shrink.errors import ParameterError
+from shrink.mat import EXIT_BOUND, MATResult, mat_text
+
+if TYPE_CHECKING:
+    from shrink.loadcurve import LoadCurve
+
+
+def mat_cmd(
+    curve: Annotated[Path, typer.Argument(help="LoadCurve JSON (shrink sweep).")],
+    stat: Annotated[
+        str, typer.Option("--stat", help="mean | p50 | p90 | p99 | p999 (or p99.9).")
+    ] = "mean",
+    threshold: Annotated[
+        str, typer.Option("--threshold", help="SLA on the statistic, e.g. 5ms or 500ms.")
+    ] = ...,  # type: ignore[assignment]
+    cls: Annotated[
+        str | None, typer.Option("--cls", help="Only this request class (static | dynamic).")
+    ] = None,
+    adaptive: Annotated[
+        bool,
+        typer.Option("--adaptive", help="Add levels around the crossing until the CI is narrow."),
+    ] = False,
+    trace: Annotated[
+        Path | None, typer.Option("--trace", help="With --adaptive: the trace to replay.")
+    ] = None,
+    target: Annotated[
+        list[str] | None, typer.Option("--target", help="With --adaptive: state JSON or URLs.")
+    ] = None,
+    rel_width: Annotated[
+        float,
+        typer.Option("--rel-width", help="With --adaptive: stop when CI width / MAT <= this."),
+    ] = 0.1,
+    max_levels: Annotated[
+        int, typer.Option("--max-levels", help="With --adaptive: at most this many added levels.")
+    ] = 4,
+    output: Annotated[
+        Path | None,
+        typer.Option("-o", "--out", help="With --adaptive: write the extended curve here."),
+    ] = None,
+    generator_cpus: _GenCpus = None,
+    allow_overlap: _Overlap = False,
+    lag_limit: _LagLimit = "1ms",
+    engine: _EngineOpt = "auto",
+    as_json: _Json = False,
+) -> None:
+    """Maximum achievable throughput: where the statistic crosses the threshold, with a CI.
+
+    When the threshold is not crossed within the measured range the MAT is only a
+    bound, printed ">= X" (never reached) or "< X" (over at the lowest level), and
+    the command exits with status 99 (as k6 does when a threshold fails).
+    """
+    from shrink.loadcurve import LoadCurve
+    from shrink.mat import mat
+    from shrink.replay.adaptive import refine
+
+    with cli_errors():
+        output_path(output)
+        thr = parse_threshold(threshold, "threshold")
+        lc = LoadCurve.read_json(curve)
+        stat = stat_name(stat)
+        if stat not in STATS:
+            raise ParameterError(
+                f"stat == {stat!r}, must be one of mean, p50, p90, p99, p999 (or p99.9)."
+            )
+        added: list[float] = []
+        if adaptive:
+            if trace is None or not target:
+                raise ParameterError("--adaptive needs --trace and --target to run more levels.")
+            from shrink.trace import Trace
+
+            tgt = _target(
+                target,
+                routing=str(lc.meta.get("generator", {}).get("routing", "hash")),
+                conns=int(lc.meta.get("generator", {}).get("conns_per_session", 1)),
+                timeout="10s",
+                generator_cpus=generator_cpus,
+                allow_overlap=allow_overlap,
+                allow_remote=False,
+                lag_limit=lag_limit,
+                mode="auto",
+                engine=engine,
+            )
+            tr = Trace.read_parquet(trace)
+            lc, added = _progress_sweep(
+                lambda progress: refine(
+                    tgt,
+                    tr,
+                    lc,
+                    stat,
+                    thr,
+                    cls=cls,
+                    rel_width=rel_width,
+                    max_levels=max_levels,
+                    progress=progress,
+                )
+            )
+            lc.write_json(output or curve)
+        res = mat(lc, stat, thr, cls=cls)
+    d = res.to_dict()
+    d["added_levels"] = added
+    if as_json:
+        echo_json(d)
+    else:
+        _print_mat(res, stat, thr, added, lc)
+    if res.bound is not None:
+        # The threshold was not crossed inside the measured range: not a MAT, a bound.
+        raise typer.Exit(code=EXIT_BOUND)
+
+
+def _print_mat(
+    res: MATResult, stat: str, thr: float, added: list[float], lc: LoadCurve
+) -> None:
+    ci = "" if res.bound else f"  CI [{res.ci[0]:,.1f}, {res.ci[1]:,.1f}]"
+    typer.echo(
+        f"MAT ({stat_label(stat)} <= {_ms(thr)}): "
+        f"{mat_text(res.mat, res.status, fmt=',.1f')} req/s{ci}  ({res.status})"
+    )
+    if res.bound == "lower":
+        typer.echo(
+            "the statistic stayed under the threshold at every level measured: the MAT is at "
+            "least the highest throughput measured (measure higher levels for the MAT itself)"
+        )
+    elif res.bound == "upper":
+        typer.echo(
+            "the statistic was over the threshold already at the lowest level: the MAT lies "
+            "below the lowest throughput measured (measure lower levels for the MAT itself)"
+        )
+    if res.stalled_ceiling is not None:
+        typer.echo(
+            f"hint: under {res.stalled_ceiling:,.1f} req/s, where the generator only stalled "
+            "and the latency stayed over the threshold by more than twice its longest send "
+            "lag (not a MAT: such levels are never used for one)"
+        )
+    failed = lc.failed_levels()
+    if failed:
+        typer.echo(
+            f"levels left out (over {_limit_text()} of their requests failed): "
+            + ", ".join(f"{lv.level:g} ({sum(r.errors for r in lv.reps)} failed)" for lv in failed)
+        )
+    if added:
+        typer.echo(f"added levels: {', '.join(f'{x:g}' for x in added)}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``mat`` to ``app``."""
+    app.command("mat")(mat_cmd)

@@ -1,0 +1,252 @@
+"""``shrink sweep``: measure a live server at each load level; write a LoadCurve."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+
+from shrink.checks import parse_duration
+from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
+from shrink.cli._common import cli_errors, console, echo_json, output_path
+from shrink.cli._replay_opts import (
+    _Conns,
+    _EngineOpt,
+    _GenCpus,
+    _Json,
+    _LagLimit,
+    _limit_text,
+    _Mode,
+    _ms,
+    _NewConn,
+    _Overlap,
+    _Procs,
+    _progress_sweep,
+    _Realtime,
+    _Remote,
+    _Routing,
+    _target,
+    _Targets,
+    _Timeout,
+    _warn_docroot,
+)
+from shrink.errors import ParameterError
+
+
+def _levels(text: str) -> list[float]:
+    try:
+        out = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ParameterError(f"levels == {text!r}, must be numbers separated by commas.") from None
+    if not out:
+        raise ParameterError(f"levels == {text!r}, must name at least one level.")
+    return out
+
+
+def _curve_summary(curve: Any) -> list[dict[str, Any]]:
+    """Per level: each statistic as [mean over repetitions, 95% CI low, high] (NaN: null)."""
+
+    def triple(lv: Any, stat: str) -> list[float | None]:
+        return [None if not np.isfinite(v) else float(v) for v in lv.stat(stat)]
+
+    return [
+        {
+            "level": lv.level,
+            "reps": len(lv.reps),
+            **{st: triple(lv, st) for st in ("throughput", "mean", "p50", "p90", "p99", "p999")},
+            "utilization": lv.utilization,
+            "errors": sum(r.errors for r in lv.reps),
+            "failures": lv.failure_counts(),
+            "failed": lv.failed,
+            "generator_behind": lv.generator_behind,
+        }
+        for lv in curve.levels
+    ]
+
+
+def _keep_partial_sweep(stop: Any, output: Path, runlogs: Path | None) -> None:
+    """Write an interrupted sweep's finished levels to OUTPUT's ``.partial.json`` twin."""
+    if stop.curve.levels:
+        path = output.with_name(output.name.removesuffix(".json") + ".partial.json")
+        stop.curve.write_json(path)
+        stop.kept.append(f"{path} ({len(stop.curve.levels)} finished levels)")
+    if runlogs is not None and runlogs.is_dir() and any(runlogs.glob("*.parquet")):
+        stop.kept.append(f"the run logs in {runlogs}")
+
+
+def sweep_cmd(
+    trace: Annotated[Path, typer.Argument(help="Trace Parquet file.")],
+    target: _Targets = ...,  # type: ignore[assignment]
+    levels: Annotated[
+        str, typer.Option("--levels", help="Load levels, comma-separated (e.g. 1,2,4).")
+    ] = ...,  # type: ignore[assignment]
+    output: Annotated[Path, typer.Option("-o", "--out", help="LoadCurve JSON to write.")] = ...,  # type: ignore[assignment]
+    knob: Annotated[
+        str, typer.Option("--knob", help="What levels are: rate_factor | users | rate.")
+    ] = "rate_factor",
+    warmup: Annotated[str, typer.Option("--warmup", help="Warm-up per run.")] = "2s",
+    duration: Annotated[str, typer.Option("--duration", help="Measurement window.")] = "10s",
+    reps: Annotated[int, typer.Option("--reps", help="Repetitions per level.")] = 1,
+    seed: Annotated[int, typer.Option("--seed", help="Base seed.")] = 0,
+    runlogs: Annotated[
+        Path | None, typer.Option("--runlogs", help="Keep every run's RunLog in this folder.")
+    ] = None,
+    mode: _Mode = "auto",
+    routing: _Routing = "hash",
+    conns: _Conns = 1,
+    timeout: _Timeout = "10s",
+    generator_cpus: _GenCpus = None,
+    allow_overlap: _Overlap = False,
+    allow_remote: _Remote = False,
+    lag_limit: _LagLimit = "1ms",
+    realtime: _Realtime = 0,
+    conn_per_request: _NewConn = False,
+    processes: _Procs = None,
+    engine: _EngineOpt = "auto",
+    cluster: ClusterOpt = None,
+    generators: GeneratorsOpt = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            help="Serve the sweep's progress as OpenMetrics (Prometheus) on "
+            "127.0.0.1:PORT/metrics while it runs (0: any free port).",
+        ),
+    ] = None,
+    as_json: _Json = False,
+) -> None:
+    """Measure latency and throughput at each load level; write a LoadCurve JSON.
+
+    Beside it: CURVE-hdr/level-L.hlog (HdrHistogram log, one interval per
+    repetition) and level-L.hgrm (wrk2's percentile spectrum), CURVE_stats.csv and
+    CURVE_stats_history.csv (Locust's --csv), CURVE_requests.csv (k6's --out csv).
+
+    Per level: throughput, mean, p50/p90/p99/p99.9 (exact), per class, the share's
+    CPU utilization, errors, and the generator's self-check (a level where it fell
+    behind is flagged and left out of every MAT).
+    """
+    from shrink.export import RecordingTarget, level_samples, write_sweep_exports
+    from shrink.measure import SweepInterrupted, sweep
+    from shrink.trace import Trace
+
+    with cli_errors():
+        output_path(output)
+        output_path(runlogs, kind="dir", what="--runlogs")
+        tr = Trace.read_parquet(trace)
+        tgt = _target(
+            target,
+            routing=routing,
+            conns=conns,
+            timeout=timeout,
+            generator_cpus=generator_cpus,
+            allow_overlap=allow_overlap,
+            allow_remote=allow_remote,
+            lag_limit=lag_limit,
+            mode=mode,
+            runlog_dir=runlogs,
+            realtime=realtime,
+            conn_per_request=conn_per_request,
+            processes=processes,
+            engine=engine,
+            cluster=cluster_spec(cluster, generators),
+        )
+        lv = _levels(levels)
+        w, d = parse_duration(warmup, "warmup"), parse_duration(duration, "duration")
+        _warn_docroot(tgt, tr, trace)
+        try:
+            recorder = RecordingTarget(tgt)
+            with _metrics(recorder, metrics_port):
+                curve = _progress_sweep(
+                    lambda progress: sweep(
+                        recorder,
+                        tr,
+                        lv,
+                        knob=knob,
+                        reps=reps,
+                        warmup=w,
+                        duration=d,
+                        seed=seed,
+                        progress=progress,
+                    )
+                )
+        except SweepInterrupted as stop:
+            _keep_partial_sweep(stop, output, runlogs)
+            raise
+        curve.meta["summary"] = _curve_summary(curve)
+        curve.meta["generator"] = _generator_meta(routing, conns, lag_limit, tgt)
+        curve.write_json(output)
+        exports = write_sweep_exports(output, level_samples(curve, tr, recorder.runs))
+    _print_sweep(curve, knob, output, exports, as_json)
+
+
+def _generator_meta(routing: str, conns: int, lag_limit: str, tgt: Any) -> dict[str, Any]:
+    """How the sweep's load generator was set up, and which replay engine ran."""
+    return {
+        "routing": routing,
+        "conns_per_session": conns,
+        "lag_limit": parse_duration(lag_limit, "lag limit"),
+        "engine": tgt.describe()["engine"],
+    }
+
+
+def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_json: bool) -> None:
+    """Per level: throughput, mean, p99.9, utilization, and why a level is excluded."""
+    rows = [
+        {
+            "level": x.level,
+            "throughput": x.throughput,
+            "mean": x.stat("mean")[0],
+            "p999": x.stat("p999")[0],
+            "utilization": x.utilization,
+            "generator_behind": x.generator_behind,
+            "errors": sum(r.errors for r in x.reps),
+            "failed": x.failed,
+        }
+        for x in curve.levels
+    ]
+    engine_ran = curve.meta["generator"]["engine"]
+    if as_json:
+        exported = [str(p) for p in exports]
+        echo_json({"curve": str(output), "engine": engine_ran, "levels": rows, "exports": exported})
+        return
+    for r in rows:
+        flag = "  GENERATOR BEHIND (excluded)" if r["generator_behind"] else ""
+        if r["failed"]:
+            flag += f"  {r['errors']} FAILED (over {_limit_text()}: excluded)"
+        elif r["errors"]:
+            flag += f"  errors {r['errors']}"
+        util = "-" if r["utilization"] is None else f"{100 * r['utilization']:.0f}%"
+        typer.echo(
+            f"{knob} {r['level']:g}: {r['throughput']:,.1f} req/s  mean {_ms(r['mean'])}  "
+            f"p99.9 {_ms(r['p999'])}  util {util}{flag}"
+        )
+    typer.echo(f"curve: {output} (engine: {engine_ran})")
+    typer.echo(f"also: {', '.join(str(p) for p in _export_summary(exports))}")
+
+
+def _export_summary(paths: list[Path]) -> list[Path]:
+    """The export files, the HdrHistogram folder named once."""
+    folders = sorted({p.parent for p in paths if p.suffix in (".hlog", ".hgrm")})
+    return [*(f / "" for f in folders), *(p for p in paths if p.suffix == ".csv")]
+
+
+@contextmanager
+def _metrics(recorder: Any, port: int | None) -> Iterator[None]:
+    """Serve the recorder's runs as OpenMetrics while the sweep runs (when asked)."""
+    if port is None:
+        yield
+        return
+    from shrink.export.metrics import MetricsServer
+
+    with MetricsServer(recorder.runs, port) as server:
+        console.print(f"metrics: http://127.0.0.1:{server.port}/metrics", highlight=False)
+        yield
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``sweep`` to ``app``."""
+    app.command("sweep")(sweep_cmd)

@@ -1,0 +1,28 @@
+"""How the report writes a latency, a rate and a bound."""
+
+from __future__ import annotations
+
+import math
+
+from shrink.mat import bound_of
+
+__all__ = ["STAT_NAME", "bound_prefix", "rate_text", "seconds_text"]
+
+STAT_NAME = {"mean": "mean", "p999": "p99.9"}
+
+
+def seconds_text(x: float | None) -> str:
+    if x is None or not math.isfinite(x):
+        return "-"
+    # Seconds from 1 s up: "1.36 s" reads better than "1.36e+03 ms".
+    return f"{x:.3g} s" if x >= 1.0 else f"{x * 1e3:.3g} ms"
+
+
+def rate_text(x: float | None) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{x:,.0f}"
+
+
+def bound_prefix(status: str | None) -> str:
+    """The prefix of a MAT that is only a bound: not reached (>=), below range (<), as
+    :func:`shrink.mat.mat_text` writes it."""
+    return {"lower": ">= ", "upper": "< "}.get(bound_of(status) or "", "")
