@@ -97,6 +97,9 @@ class ShareModel(_Open):
     kind: Name = "all"
     cpus: Annotated[list[Cpu], Field(max_length=MAX_CPUS)] | None = None
     fraction: Fraction | None = None
+    # a CFS quota is computed from these (found by fuzzing: NaN was a ValueError)
+    cpu_fraction: Fraction | None = None
+    period_us: Annotated[int, Field(ge=1, le=10**7)] | None = None
 
 
 # LoadCurve ---------------------------------------------------------------------
