@@ -190,52 +190,27 @@ def observations_check(model: CrossSocketModel) -> str:
 
 def synthetic_check(seeds: int = 3) -> str:
     """Fit synthetic share runs (known truth) and predict the 16-core machine."""
-    from extrapolate._synthetic import Truth, truth_curve, truth_mat
+    from extrapolate._synthetic import (
+        DESIGN_MAPPINGS,
+        DESIGN_WORKLOADS,
+        Truth,
+        design_curves,
+        truth_mat,
+    )
     from extrapolate.calibration import fit_curves
     from extrapolate.crosssocket import Workload, active_mapping, build_network
     from shrink.machine import Machine
 
     big = Machine("big-2s", 2, 8, llc_mib=12.0, nic_ports=2, nic_queues_per_port=8)
     t = Truth()
-    wls = {"static": (0.0, 0.0), "mixed": (0.05, 1 / 3.6)}
+    wls = DESIGN_WORKLOADS
     thr = {"mean": 1.5e-3, "p999": 20e-3}
     errs: dict[tuple[str, str, str], list[float]] = {}
     for seed in range(seeds):
-        curves, k = [], 0
-        for name, (dyn, smr) in wls.items():
-            for n in (1, 2, 3, 4):
-                curves.append(
-                    truth_curve(
-                        t,
-                        big,
-                        "1-replica",
-                        tuple(range(n)),
-                        dyn=dyn,
-                        smr=smr,
-                        workload=name,
-                        alpha=n / 16,
-                        seed=seed * 99 + k,
-                    )
-                )
-                k += 1
-            for mp in ("1-replica", "2-replica-direct", "2-replica-indirect"):
-                curves.append(
-                    truth_curve(
-                        t,
-                        big,
-                        mp,
-                        (0, 1, 8, 9),
-                        dyn=dyn,
-                        smr=smr,
-                        workload=name,
-                        alpha=0.25,
-                        seed=seed * 99 + k,
-                    )
-                )
-                k += 1
+        curves = design_curves(t, big, seed, seed_stride=99)
         model = fit_curves(curves, {"mean": thr["mean"]}, machine=big)
         for name, (dyn, smr) in wls.items():
-            for mp in ("1-replica", "2-replica-direct", "2-replica-indirect"):
+            for mp in DESIGN_MAPPINGS:
                 net = build_network(
                     model.physics_, Workload(name, dyn, smr, thr), big, active_mapping(big, 16, mp)
                 )

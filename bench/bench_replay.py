@@ -8,6 +8,11 @@ p99 <= 1 ms) in a scan and again in a confirming run, and its send-lag p99 is
 reported at 50%, 80% and 100% of that capacity.
 
     python bench/bench_replay.py [--seconds 3] [--no-realtime] [--engine auto|native|python]
+                                 [--sessions]
+
+``--sessions`` replays sessions (httperf --wsesslog: two bursts of three
+requests, 10 ms think time, two connections per session, opened and closed by
+each session) instead of independent requests; the rates are then requests/s.
 
 ``--engine`` picks the replay engine (auto: the native core when built); the
 output names the one that ran.
@@ -39,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 from shrink.replay import EngineConfig, open_loop_trace, run_engines  # noqa: E402
 from shrink.replay.native import engine_name, select_engine  # noqa: E402
 from shrink.replay.selfcheck import generator_check  # noqa: E402
+from shrink.trace import Trace  # noqa: E402
 
 SERVER_CPU, GEN_CPU = 1, 0
 
@@ -71,6 +77,12 @@ def start_lighttpd(root: Path) -> tuple[subprocess.Popen[bytes], int]:
     raise RuntimeError("lighttpd did not start")
 
 
+def server_cpu(pid: int) -> float:
+    """The server's CPU seconds so far (/proc/PID/stat utime + stime)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run_wrk(port: int, seconds: float, conns: int, prio: list[str]) -> tuple[float, float]:
     """(requests/s, generator CPU seconds per wall second) of wrk -t1 on GEN_CPU."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -84,18 +96,42 @@ def run_wrk(port: int, seconds: float, conns: int, prio: list[str]) -> tuple[flo
 
 
 ENGINE = select_engine("auto")
+SESSIONS = False
+
+
+def session_trace(rate: float, seconds: float) -> Trace:
+    """Sessions of two bursts of three requests (10 ms think), ``rate`` requests/s."""
+    starts = np.sort(np.random.default_rng(1).uniform(0, seconds, int(rate / 6 * seconds)))
+    n = starts.size * 6
+    return Trace.from_columns(
+        {
+            "session": np.repeat(np.arange(starts.size), 6),
+            "burst": np.tile([0, 0, 0, 1, 1, 1], starts.size),
+            "t": np.repeat(starts, 6),
+            "think": np.full(n, 0.01),
+            "path": ["/static/file1k.bin"] * n,
+        },
+        meta={"mode": "session"},
+    )
 
 
 def run_engine(port: int, rate: float, seconds: float) -> dict[str, float]:
-    tr = open_loop_trace("/static/file1k.bin", rate, seconds)
-    cfg = EngineConfig([("127.0.0.1", port)], drain=1.0)
+    if SESSIONS:
+        tr = session_trace(rate, seconds)
+        cfg = EngineConfig([("127.0.0.1", port)], drain=1.0, conns_per_session=2)
+    else:
+        tr = open_loop_trace("/static/file1k.bin", rate, seconds)
+        cfg = EngineConfig([("127.0.0.1", port)], drain=1.0)
     log, eng = run_engines(
         tr, cfg, rate_factor=1.0, horizon=seconds, loop=False, cpus=[GEN_CPU], engine=ENGINE
     )
     warm = min(0.5, seconds / 4)
     g = generator_check(log, (warm, seconds), cpu=eng.cpu_seconds / max(eng.wall, 1e-9))
     ok = log.ok_mask()
+    loop = eng.stats[0].extra.get("loop", {}) if eng.stats else {}
     return {
+        # the native loop's sleeps per request sent (nan for the Python engine)
+        "wakes": loop.get("sleeps", float("nan")) / max(loop.get("sends", 0), 1),
         "rate": rate,
         "achieved": g.achieved_rate,
         "lag_p50": g.send_lag_p50,
@@ -117,9 +153,11 @@ def main() -> None:
     p.add_argument("--no-realtime", action="store_true")
     p.add_argument("--rates", default=None, help="rates to scan (default: by engine)")
     p.add_argument("--engine", default="auto", help="auto | native | python")
+    p.add_argument("--sessions", action="store_true", help="replay sessions (see above)")
     a = p.parse_args()
-    global ENGINE
+    global ENGINE, SESSIONS
     ENGINE = select_engine(a.engine)
+    SESSIONS = a.sessions
     if a.rates is None:
         a.rates = (
             "10000,15000,20000,22500,25000,27500,30000,35000"
@@ -135,7 +173,7 @@ def main() -> None:
     else:
         prio = ["nice", "-n", "-10"]
         os.setpriority(os.PRIO_PROCESS, 0, -10)
-    print(f"engine: {engine_name(ENGINE)}; scheduling: "
+    print(f"engine: {engine_name(ENGINE)}{' (sessions)' if SESSIONS else ''}; scheduling: "
           f"{'SCHED_FIFO 10' if realtime else 'nice -10'}; server CPU "
           f"{SERVER_CPU}, generator CPU {GEN_CPU}; {a.seconds:g} s per run")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
@@ -145,17 +183,22 @@ def main() -> None:
         else:
             os.setpriority(os.PRIO_PROCESS, proc.pid, -10)
         try:
+            s0 = server_cpu(proc.pid)
             wrk = max((run_wrk(port, a.seconds, c, prio) for c in (8, 32)), key=lambda x: x[0])
-            print(f"wrk -t1 (closed loop, CPU {GEN_CPU}): {wrk[0]:,.0f} req/s, cpu {wrk[1]:.2f}")
+            # (when the server is near a whole core here, wrk measured the server)
+            busy = (server_cpu(proc.pid) - s0) / (2 * a.seconds)
+            print(f"wrk -t1 (closed loop, CPU {GEN_CPU}): {wrk[0]:,.0f} req/s, cpu {wrk[1]:.2f}; "
+                  f"server cpu {busy:.2f}")  # fmt: skip
             rows = []
             for rate in (float(x) for x in a.rates.split(",")):
                 r = run_engine(port, rate, a.seconds)
                 rows.append(r)
                 print(
-                    f"engine open loop {rate:>8,.0f}/s: achieved {r['achieved']:>8,.0f}/s  "
+                    f"engine {'sessions' if SESSIONS else 'open loop'} {rate:>8,.0f}/s: "
+                    f"achieved {r['achieved']:>8,.0f}/s  "
                     f"lag p50 {r['lag_p50'] * 1e3:.3f} ms p99 {r['lag_p99'] * 1e3:.3f} ms  "
                     f"cpu {r['cpu']:.2f}  latency p50 {r['lat_p50'] * 1e3:.3f} ms  "
-                    f"errors {r['errors']:.0f}"
+                    f"errors {r['errors']:.0f}  sleeps/request {r['wakes']:.2f}"
                 )
                 if not _on_schedule(r):
                     break

@@ -25,8 +25,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from shrink import processes as process
 from shrink.share import Share
-from shrink.testbed import down, process, up
+from shrink.testbed import down, up
 from shrink.testbed.fake import FakeServer
 from shrink.testbed.state import ReplicaState
 from shrink.topology import discover

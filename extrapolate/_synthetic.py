@@ -24,7 +24,19 @@ from shrink.machine import Machine
 from shrink.mapping import build_mapping
 from shrink.share import Share
 
-__all__ = ["Truth", "truth_curve", "truth_demands", "truth_mat"]
+__all__ = [
+    "DESIGN_MAPPINGS",
+    "DESIGN_WORKLOADS",
+    "Truth",
+    "design_curves",
+    "truth_curve",
+    "truth_demands",
+    "truth_mat",
+]
+
+# The calibration design's workloads: name -> (dynamic fraction, SMR).
+DESIGN_WORKLOADS = {"static": (0.0, 0.0), "mixed": (0.05, 1 / 3.6)}
+DESIGN_MAPPINGS = ("1-replica", "2-replica-direct", "2-replica-indirect")
 
 
 @dataclass(frozen=True)
@@ -208,3 +220,29 @@ def truth_curve(
         machine=machine.to_dict(),
         meta={"workload": workload, "synthetic": True},
     )
+
+
+def design_curves(
+    t: Truth, machine: Machine, seed: int, *, seed_stride: int = 100
+) -> list[LoadCurve]:
+    """The calibration design's runs, per workload: shares of 1-4 cores on socket 0, and
+    2 + 2 cores over both sockets in each mapping.
+
+    Curve k of the design draws its noise with seed ``seed * seed_stride + k``.
+    """
+    n_cpus = len(machine.all_cpus)
+    both = machine.cpus[0][:2] + machine.cpus[1][:2]
+    curves = []
+    k = 0
+    for name, (dyn, smr) in DESIGN_WORKLOADS.items():
+        plan = [("1-replica", machine.cpus[0][:n], n / n_cpus) for n in (1, 2, 3, 4)]
+        plan += [(mp, both, len(both) / n_cpus) for mp in DESIGN_MAPPINGS]
+        for mapping, cpus, alpha in plan:
+            curves.append(
+                truth_curve(
+                    t, machine, mapping, cpus, dyn=dyn, smr=smr, workload=name, alpha=alpha,
+                    seed=seed * seed_stride + k,
+                )
+            )  # fmt: skip
+            k += 1
+    return curves

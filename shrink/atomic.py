@@ -39,6 +39,32 @@ def open_exclusive(path: Path, suffix: str = ".tmp") -> tuple[int, Path]:
 
 
 @contextlib.contextmanager
+def _replacing(path: Path) -> Iterator[tuple[int, Path]]:
+    """An exclusive temporary file beside ``path`` (fd, its path) that replaces it on success.
+
+    The one place of the write-then-rename: the caller writes through the fd (and
+    closes it) or through the path; any error removes the temporary file, and an
+    ``OSError`` becomes a :class:`WriteError` naming ``path``.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = open_exclusive(path)
+    except OSError as exc:
+        raise WriteError(path, exc) from exc
+    try:
+        yield fd, tmp
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise WriteError(path, exc) from exc
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+@contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a fresh temporary path to write; on success it replaces ``path``.
 
@@ -46,48 +72,18 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     temporary file already exists (empty, created exclusively); the writer
     truncates it.
     """
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = open_exclusive(path)
+    with _replacing(Path(path)) as (fd, tmp):
         os.close(fd)
-    except OSError as exc:
-        raise WriteError(path, exc) from exc
-    try:
         yield tmp
-        os.replace(tmp, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise WriteError(path, exc) from exc
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
 
 
 def write_bytes(path: str | Path, data: bytes) -> Path:
     """Write ``data`` to ``path`` atomically (see the module docstring)."""
     path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = open_exclusive(path)
-    except OSError as exc:
-        raise WriteError(path, exc) from exc
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise WriteError(path, exc) from exc
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
+    with _replacing(path) as (fd, _tmp), os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
     return path
 
 

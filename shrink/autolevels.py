@@ -287,7 +287,7 @@ class _Sweep:
                 f"level ({knob} {probe:g}) with {plan.warmup:g} s warm-up and a "
                 f"{plan.min_duration:g} s window; use a longer trace or a lower probe level"
             )
-        est = _capacity(first, probe)
+        est = _capacity(first, probe, _unit_rate(self.trace, knob))
         last: Level | None = first
         if est is not None:
             last, est = self._coarse(first, est)
@@ -332,7 +332,7 @@ class _Sweep:
                 _all_over, lv, self.thresholds, self.companion
             ):
                 break
-            est = _capacity(lv, lvl) or est
+            est = _capacity(lv, lvl, _unit_rate(self.trace, self.knob)) or est
         return last, est
 
     def _search(self, last: Level | None, est: float | None) -> None:
@@ -631,12 +631,28 @@ def last_level(levels: dict[float, Level]) -> float:
     return max(levels) if levels else 0.0
 
 
-def _capacity(level: Level, knob_value: float) -> float | None:
-    """The knob value at which the share would be fully used, from one level's utilization."""
+def _capacity(level: Level, knob_value: float, unit_rate: float | None = None) -> float | None:
+    """The knob value at which the share would be fully used, from one level's utilization.
+
+    With ``unit_rate`` (requests a second that one unit of the knob offers: a loop
+    window's requests over its period), the capacity is the utilization law's X / U
+    over it. A light level's short window holds few sessions, and what it offers
+    strays from ``knob_value * unit_rate`` by tens of percent; X / U does not.
+    """
     u = level.utilization
     if u is None or not 0.005 <= u < 0.97 or level.throughput <= 0:
         return None
+    if unit_rate:
+        return min(1000.0 * knob_value, level.throughput / u / unit_rate)
     return knob_value * min(1000.0, 1.0 / u)
+
+
+def _unit_rate(trace: Trace, knob: str) -> float | None:
+    """Requests a second at rate factor 1 of a looped window (None for other knobs)."""
+    span = float(trace.meta.get("loop_span") or 0.0)
+    if knob != "rate_factor" or span <= 0 or len(trace) == 0:
+        return None
+    return len(trace) / span
 
 
 def _generator_saturated(level: Level) -> bool:

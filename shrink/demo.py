@@ -14,6 +14,10 @@
 
 Output in demo-out/: report.md, report.html, prediction.json, validation.json,
 PNG figures, and the measured curves. Run it as ``python -m shrink.demo``.
+
+Other configurations (another seed, user count, alpha, the tcp workload, a recorded
+trace; thresholds by a stated rule) go through the same steps with
+``run_demo(out, config=...)``: ``python bench/bench_configs.py --list``.
 """
 
 from __future__ import annotations
@@ -22,14 +26,21 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from rich.console import Console
 
 from shrink.autolevels import AutoPlan
+from shrink.errors import ShrinkError
 
-__all__ = ["DEMO", "main", "run_demo"]
+if TYPE_CHECKING:
+    from shrink.target import RunResult, Target
+    from shrink.trace import Trace
+
+__all__ = ["DEMO", "KNEE_UTILIZATION", "light_load_thresholds", "main", "run_demo"]
 
 ROOT = Path(__file__).resolve().parent.parent
 NEHALEM = ROOT / "examples" / "machines" / "nehalem-2s.toml"
@@ -55,19 +66,22 @@ DEMO: dict[str, Any] = {
 }
 
 
-def _synth(work: Path, console: Console) -> tuple[Path, Path]:
+def _synth(work: Path, console: Console, cfg: Mapping[str, Any] = DEMO) -> tuple[Path, Path]:
+    """Write the configuration's trace and document root under ``work``."""
+    if cfg.get("workload", "support") == "tcp":
+        return _synth_tcp(work, console, cfg)
+    if cfg.get("workload") == "recorded":
+        return _recorded(work, console, cfg)
     from shrink.synth import SupportParams, build_site, support_docroot, synth_support
 
     trace_path = work / "support-demo.parquet"
     docroot = work / "docroot"
     params = SupportParams(
-        dynamic_fraction=DEMO["dynamic_fraction"],
-        max_download_bytes=DEMO["max_download_bytes"],
-    ).scaled(work_us=DEMO["dynamic_work_us"], mem_kib=DEMO["dynamic_mem_kib"])
-    site = build_site(params, DEMO["users"])
-    trace = synth_support(
-        DEMO["users"], DEMO["duration"], seed=DEMO["seed"], params=params, site=site
-    )
+        dynamic_fraction=cfg["dynamic_fraction"],
+        max_download_bytes=cfg["max_download_bytes"],
+    ).scaled(work_us=cfg["dynamic_work_us"], mem_kib=cfg["dynamic_mem_kib"])
+    site = build_site(params, cfg["users"])
+    trace = synth_support(cfg["users"], cfg["duration"], seed=cfg["seed"], params=params, site=site)
     trace.write_parquet(trace_path)
     rep = support_docroot(docroot, site)
     info = trace.info()
@@ -77,6 +91,172 @@ def _synth(work: Path, console: Console) -> tuple[Path, Path]:
         f"document root: {rep.static_files} static files + PHP pages"
     )
     return trace_path, docroot
+
+
+def _synth_tcp(work: Path, console: Console, cfg: Mapping[str, Any]) -> tuple[Path, Path]:
+    """The tcp workload: open-loop requests for one 1 KiB static file at ``cfg["rate"]``."""
+    from shrink.synth import synth_tcp, tcp_docroot
+
+    trace_path = work / "tcp.parquet"
+    docroot = work / "docroot"
+    trace = synth_tcp(cfg["rate"], cfg["duration"], seed=cfg["seed"])
+    trace.write_parquet(trace_path)
+    tcp_docroot(docroot)
+    info = trace.info()
+    console.print(
+        f"trace {trace_path.name}: {info.requests:,} requests for one 1 KiB file, "
+        f"{info.request_rate:,.0f} req/s (open loop)"
+    )
+    return trace_path, docroot
+
+
+def _recorded(work: Path, console: Console, cfg: Mapping[str, Any]) -> tuple[Path, Path]:
+    """A recorded trace (``cfg["source"]``, any format ``shrink ingest`` reads), its
+    sessions, bursts, paths and reply sizes as recorded, its time compressed to
+    ``cfg["rate"]`` req/s, and a document root of one file per path.
+
+    A recorded web log is far too light for a whole core at its own pace (the NASA
+    excerpt: 0.43 req/s), and a rate factor alone does not help: think times are
+    replayed as recorded (minutes). So every time (send times and think times) is
+    divided by one factor. Only requests the document root can answer as recorded
+    are kept: status 200 for a plain file path (no query, no escapes, no directory);
+    the others (CGI, redirects, 304s, directory indexes) are counted and said.
+    """
+    from shrink.ingest.registry import read_trace
+    from shrink.synth.docroot import StaticFile, write_docroot
+
+    trace = read_trace(cfg["source"])
+    paths, status = trace.column("path"), trace.column("status")
+    dirs = {p.rsplit("/", 1)[0] for p in paths}
+    plain = np.array(
+        [
+            st == 200 and not p.endswith("/") and "?" not in p and "%" not in p and p not in dirs
+            for p, st in zip(paths, status, strict=True)
+        ],
+        dtype=bool,
+    )
+    # Served as recorded files, every kept request is static here (a CGI script
+    # answered 200, /htbin/*.pl in the NASA log, becomes a file of the size it sent).
+    kept = trace.filter(plain)
+    kept = kept.with_column("cls", ["static"] * len(kept))
+    compress = float(cfg["rate"]) / kept.info().request_rate
+    kept = kept.with_column("t", kept.column("t") / compress)
+    kept = kept.with_column("think", kept.column("think") / compress)
+    kept = kept.with_meta(time_compressed=compress, source=str(cfg["source"]))
+    trace_path = work / "recorded.parquet"
+    kept.write_parquet(trace_path)
+    sizes: dict[str, int] = {}
+    for p, b in zip(kept.column("path"), kept.column("bytes"), strict=True):
+        sizes[p] = max(sizes.get(p, 0), int(b))
+    docroot = work / "docroot"
+    static = [StaticFile(p, b) for p, b in sorted(sizes.items())]
+    write_docroot(docroot, workload="recorded", static=static, dynamic=[], params={})
+    info = kept.info()
+    console.print(
+        f"trace {trace_path.name}: {Path(cfg['source']).name}, {info.requests:,} requests "
+        f"({len(trace) - len(kept):,} of {len(trace):,} left out: not a plain file answered "
+        f"200), {info.sessions:,} sessions, time compressed {compress:,.0f}x to "
+        f"{info.request_rate:,.0f} req/s; document root: {len(static)} files"
+    )
+    return trace_path, docroot
+
+
+# The rule that sets the thresholds of a configuration that names none (a workload
+# with no SLA of its own, such as tcp), fixed before any run of it so that it cannot
+# be tuned to the outcome: each statistic's light-load value on the whole core, times
+# 1 / (1 - KNEE_UTILIZATION). In an open queue every latency quantile grows as
+# 1 / (1 - utilization) (M/M/1), so the threshold is crossed where the whole core is
+# about 80% busy: past the flat part of the curve, where it climbs steeply and a MAT
+# is well defined, and below the overload plateau.
+KNEE_UTILIZATION = 0.8
+# The light load: the whole core about 10% busy. A pilot run at 10% of the trace's
+# rate (AutoPlan's probe) reads the utilization, and the rate factor is scaled to
+# LIGHT_LOAD's utilization from it (within [0.1, 10] times the pilot's: never above
+# the trace's own rate, as a utilization read low would overload the core); then reps
+# repetitions, each window long enough for min_requests requests (a p99.9 needs
+# them), between 5 and 20 s; each statistic is the median over the repetitions.
+LIGHT_LOAD: dict[str, float] = {
+    "pilot_rate_factor": 0.1,
+    "utilization": 0.10,
+    "warmup": 1.0,
+    "min_duration": 5.0,
+    "max_duration": 20.0,
+    "min_requests": 2000,
+    "reps": 3,
+}
+
+
+def light_load_thresholds(
+    trace_path: Path,
+    docroot: Path,
+    out: Path,
+    *,
+    target: str = "testbed",
+    server: str | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Thresholds by the light-load rule (above), measured on the whole core now.
+
+    The trace is replayed as the sweep will replay it (its skip and loop window).
+    Writes ``out/thresholds.json`` (the rule, the light-load figures, the thresholds)
+    and returns the same record.
+    """
+    import statistics
+
+    from shrink.measure import default_loop_window, default_skip, level_stats, loop_window
+    from shrink.providers import make_provider
+    from shrink.share import Share
+    from shrink.trace import Trace
+
+    trace = Trace.read_parquet(trace_path)
+    skip = default_skip(trace)
+    looped = loop_window(trace, skip, default_loop_window(trace, skip))
+    provider = make_provider(target, docroot=docroot, run_dir=out / "runs", server=server)
+    with provider.open(Share.whole(provider.server_cpus()), "1-replica") as full:
+        pilot = _light_run(full, looped, LIGHT_LOAD["pilot_rate_factor"], seed + 7_907)
+        factor = _light_factor(pilot)
+        reps = [
+            _light_run(full, looped, factor, seed + 7_919 + r)
+            for r in range(int(LIGHT_LOAD["reps"]))
+        ]
+    stats = [level_stats(r) for r in reps]
+    light = {s: statistics.median(st.overall.get(s) for st in stats) for s in ("mean", "p999")}
+    utils = [st.utilization for st in stats if st.utilization is not None]
+    record = {
+        "rule": f"threshold = light-load value / (1 - {KNEE_UTILIZATION:g}) on the whole core",
+        "light_load": {**LIGHT_LOAD, "rate_factor": factor, **light},
+        "pilot_utilization": pilot.utilization,
+        "light_load_utilization": statistics.median(utils) if utils else None,
+        "light_load_throughput": statistics.median(st.throughput for st in stats),
+        # A repetition whose generator fell behind measured its own lag too: say so.
+        "light_load_generator_behind": sum(st.generator_behind for st in stats),
+        "light_load_requests": sum(st.requests or 0 for st in stats),
+        "light_load_errors": sum(st.errors for st in stats),
+        "thresholds": {s: v / (1.0 - KNEE_UTILIZATION) for s, v in light.items()},
+    }
+    (out / "thresholds.json").write_text(json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def _light_factor(pilot: RunResult) -> float:
+    """The rate factor that puts the whole core near LIGHT_LOAD's utilization."""
+    f0, u = LIGHT_LOAD["pilot_rate_factor"], pilot.utilization
+    if u is None or u <= 0:
+        return f0  # no utilization reading (a simulator): the pilot's own load
+    return f0 * min(10.0, max(0.1, LIGHT_LOAD["utilization"] / u))
+
+
+def _light_run(full: Target, looped: Trace, factor: float, seed: int) -> RunResult:
+    """One light-load run of the loop window at ``factor``, long enough for its requests."""
+    from shrink.measure import looped_run
+
+    rate = factor * len(looped) / float(looped.meta["loop_span"])
+    duration = LIGHT_LOAD["min_requests"] / rate if rate > 0 else LIGHT_LOAD["max_duration"]
+    duration = min(LIGHT_LOAD["max_duration"], max(LIGHT_LOAD["min_duration"], duration))
+    run = looped_run(looped, factor, LIGHT_LOAD["warmup"], duration)
+    return full.run(
+        run.trace, rate_factor=factor, warmup=run.warmup, duration=run.duration, seed=seed
+    )
 
 
 def _whatif(trace_path: Path, thresholds: dict[str, float]) -> dict[str, Any] | None:
@@ -106,57 +286,54 @@ def _whatif(trace_path: Path, thresholds: dict[str, float]) -> dict[str, Any] | 
 
 
 def run_demo(
-    out: Path, *, plan: AutoPlan | None = None, quick: bool = False, server: str | None = None
+    out: Path,
+    *,
+    plan: AutoPlan | None = None,
+    quick: bool = False,
+    server: str | None = None,
+    config: Mapping[str, Any] | None = None,
+    target: str = "testbed",
 ) -> dict[str, Any]:
     """Run the whole demo into ``out``; return a summary.
 
     ``server``: the server recipe (``lighttpd-php-cgi``, the default, ``nginx-php-fpm``
-    or ``RECIPE.toml``) for both the scaled and the full-scale runs.
+    or ``RECIPE.toml``) for both the scaled and the full-scale runs. ``config``: keys
+    that replace :data:`DEMO`'s (``workload``: ``support``, ``tcp`` or ``recorded``
+    with its ``source``; ``users``, ``duration``, ``seed``, ``rate`` for tcp and
+    recorded, ``alpha``, ``thresholds``, ``title``); thresholds None are set by
+    :func:`light_load_thresholds`. ``target``: ``testbed`` or
+    ``sim:SPEC.toml`` (for tests of the plumbing).
     """
     from shrink.pipeline import run_predict, run_validate
 
+    cfg = {**DEMO, **(config or {})}
     console = Console(stderr=True)
     t0 = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
     work = out / "work"
     work.mkdir(exist_ok=True)
-    console.rule("[bold]1. The bundled Support-like workload")
+    console.rule(f"[bold]1. {cfg.get('title', 'The bundled Support-like workload')}")
     before = _check_quiet(console)
-    trace_path, docroot = _synth(work, console)
-    # Time-scaled pairs: the whole core runs 1.5 s + 4 s, the 25% share four times as
-    # long (6 s + 16 s), so that both reach the same queueing state and count as many
-    # requests (predict's time scaling). Two paired repetitions a level; the probe runs
-    # once and draws the light-load end, so the coarse pass starts at 80% of the
-    # estimated capacity and the budget goes to levels near the knee. The budget keeps
-    # the whole demo under 10 minutes whatever the host does (reruns for stalls included).
-    plan = plan or AutoPlan(
-        warmup=1.5,
-        duration=4.0,
-        reps=2,
-        probe_reps=1,
-        coarse=(0.8, 0.9, 1.0, 1.1, 1.25),
-        max_levels=9,
-        budget_s=450.0,
-    )
-    if quick:
-        plan = AutoPlan(warmup=1.0, duration=3.0, reps=1, max_levels=5)
-    thresholds = dict(DEMO["thresholds"])
+    trace_path, docroot = _synth(work, console, cfg)
+    plan = _plan(plan, quick)
+    thresholds = _thresholds(cfg, trace_path, docroot, out, target, server, console)
     console.rule("[bold]4. What-if: the papers' 2-socket machine (published calibration)")
     whatif = _whatif(trace_path, thresholds)
+    alpha = cfg["alpha"]
     console.rule(
-        f"[bold]2. Predict one core from alpha = {DEMO['alpha']} (25% CPU-time share); "
+        f"[bold]2. Predict one core from alpha = {alpha} ({100 * alpha:g}% CPU-time share); "
         "the full-scale runs alongside"
     )
     pred = run_predict(
         trace_path,
         out,
-        target="testbed",
+        target=target,
         docroot=docroot,
-        alpha=DEMO["alpha"],
+        alpha=alpha,
         share_kind="cpu_time",
         mappings=("1-replica",),
         thresholds=thresholds,
-        seed=DEMO["seed"],
+        seed=cfg["seed"],
         plan=plan,
         progress=_printer(console, "scaled + full runs"),
         whatif=whatif,
@@ -184,6 +361,56 @@ def run_demo(
     console.rule("[bold]Done")
     console.print_json(json.dumps(summary))
     return summary
+
+
+def _thresholds(
+    cfg: Mapping[str, Any],
+    trace_path: Path,
+    docroot: Path,
+    out: Path,
+    target: str,
+    server: str | None,
+    console: Console,
+) -> dict[str, float]:
+    """The configuration's thresholds, or (None) the light-load rule's, measured now."""
+    if cfg["thresholds"] is not None:
+        return dict(cfg["thresholds"])
+    rule = light_load_thresholds(
+        trace_path, docroot, out, target=target, server=server, seed=cfg["seed"]
+    )
+    console.print(
+        "thresholds by the light-load rule: "
+        + ", ".join(f"{k} {1e3 * v:.3g} ms" for k, v in rule["thresholds"].items())
+    )
+    if rule["light_load_generator_behind"] or rule["light_load_errors"]:
+        console.print(
+            f"[yellow]warning:[/] at light load the generator fell behind in "
+            f"{rule['light_load_generator_behind']} of {LIGHT_LOAD['reps']:g} repetitions "
+            f"and {rule['light_load_errors']} requests failed: the thresholds rest on "
+            "latencies the machine, not the server, may have set."
+        )
+    return dict(rule["thresholds"])
+
+
+def _plan(plan: AutoPlan | None, quick: bool) -> AutoPlan:
+    """The demo's sweep plan (``plan`` if given; ``quick``: a smoke test's)."""
+    if quick:
+        return AutoPlan(warmup=1.0, duration=3.0, reps=1, max_levels=5)
+    # Time-scaled pairs: the whole core runs 1.5 s + 4 s, the 25% share four times as
+    # long (6 s + 16 s), so that both reach the same queueing state and count as many
+    # requests (predict's time scaling). Two paired repetitions a level; the probe runs
+    # once and draws the light-load end, so the coarse pass starts at 80% of the
+    # estimated capacity and the budget goes to levels near the knee. The budget keeps
+    # the whole demo under 10 minutes whatever the host does (reruns for stalls included).
+    return plan or AutoPlan(
+        warmup=1.5,
+        duration=4.0,
+        reps=2,
+        probe_reps=1,
+        coarse=(0.8, 0.9, 1.0, 1.1, 1.25),
+        max_levels=9,
+        budget_s=450.0,
+    )
 
 
 def _check_quiet(console: Console, seconds: float = 2.0) -> dict[str, dict[int, float]]:
@@ -238,7 +465,12 @@ def main(argv: list[str] | None = None) -> int:
         help="server recipe: lighttpd-php-cgi (default), nginx-php-fpm, or RECIPE.toml",
     )
     args = ap.parse_args(argv)
-    run_demo(args.out, quick=args.quick, server=args.server)
+    try:
+        run_demo(args.out, quick=args.quick, server=args.server)
+    except ShrinkError as exc:
+        # What was measured stays in --out (curves, runs); the reason is one line.
+        print(f"error: {exc} (what was measured is in {args.out})", file=sys.stderr)
+        return 1
     return 0
 
 

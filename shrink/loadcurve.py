@@ -225,6 +225,19 @@ class Level:
     def values(self, stat: str, cls: str | None = None) -> np.ndarray:
         return np.array([r.get(stat, cls) for r in self.kept if _has(r, cls)], dtype=np.float64)
 
+    def quantile_function(self, cls: str | None = None) -> np.ndarray | None:
+        """The level's latency quantile function (of ``cls``, else overall), or None.
+
+        The mean of the repetitions' ``dist`` vectors: averaging quantile functions
+        gives the W1 barycentre of the repetitions. None when no repetition has one.
+        """
+        dists = []
+        for r in self.reps:
+            src = r.overall if cls is None else r.per_class.get(cls)
+            if src is not None and src.dist:
+                dists.append(np.asarray(src.dist, float))
+        return np.mean(dists, axis=0) if dists else None
+
     def stat(
         self, stat: str, cls: str | None = None, conf: float = 0.95
     ) -> tuple[float, float, float]:

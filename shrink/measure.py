@@ -41,6 +41,8 @@ __all__ = [
 ]
 
 CLASSES = ("static", "dynamic")
+# Utilization from which a level counts as saturated for the offered-load check.
+SATURATED = 0.9
 
 
 def trace_span(trace: Trace) -> float:
@@ -101,7 +103,13 @@ def _unit_starts(trace: Trace) -> np.ndarray:
 
 def default_loop_window(trace: Trace, skip: float, sessions: int = LOOP_SESSIONS) -> float:
     """Trace seconds after ``skip`` that hold ``sessions`` session starts (units in open
-    mode), at most the rest of the trace."""
+    mode), at most up to :func:`complete_end`.
+
+    The window must hold whole sessions: a session that starts near the end of the
+    recording was cut by it, and looped, the tails it lacks leave a hole at the start
+    of every copy (the demo's 300 s trace, looped whole, offered 30% of its rate in a
+    copy's first seconds and the low levels of a sweep replayed only that).
+    """
     starts = np.unique(_unit_starts(trace))
     if starts.size == 0:
         return 0.0
@@ -109,11 +117,46 @@ def default_loop_window(trace: Trace, skip: float, sessions: int = LOOP_SESSIONS
     rest = starts[starts >= t0]
     if rest.size == 0:
         return 0.0
+    rest = rest[rest < max(complete_end(trace, skip), float(rest[0]) + 1e-9)]
     end = float(rest[-1]) - t0
     if rest.size <= sessions:
         # The whole rest, plus one mean gap so that the loop does not pile two starts up.
         return end * rest.size / (rest.size - 1) if rest.size > 1 and end > 0 else max(end, 1.0)
     return float(rest[sessions]) - t0
+
+
+# The quantile of session length that a loop window leaves room for before the
+# recording's end: longer sessions starting in the window's last seconds lose their
+# tails (a few percent of the load, spread over the copy) where a higher quantile
+# would shorten the window to few sessions.
+WHOLE_SESSION_QUANTILE = 0.9
+
+
+def complete_end(trace: Trace, skip: float) -> float:
+    """The latest session start (trace seconds) after which sessions are likely cut by
+    the recording's end: the end less the ``WHOLE_SESSION_QUANTILE`` of session
+    lengths, at least halfway between ``skip`` and the end.
+
+    Session lengths are taken from the sessions that start in the first half of the
+    rest (the least cut by the end). Open mode replays requests alone: nothing is cut.
+    """
+    t = trace.column("t").astype(float)
+    if t.size == 0 or _is_open(trace):
+        return math.inf
+    t_end = float(t.max())
+    t0 = float(t.min()) + max(0.0, skip)
+    if t_end <= t0:
+        return math.inf
+    _, inv = np.unique(trace.column("session"), return_inverse=True)
+    first = np.full(int(inv.max()) + 1, np.inf)
+    last = np.full(int(inv.max()) + 1, -np.inf)
+    np.minimum.at(first, inv, t)
+    np.maximum.at(last, inv, t)
+    half = (first >= t0) & (first < t0 + 0.5 * (t_end - t0))
+    if not half.any():
+        return math.inf
+    length = float(np.quantile(last[half] - first[half], WHOLE_SESSION_QUANTILE))
+    return max(t_end - length, t0 + 0.5 * (t_end - t0))
 
 
 def loop_window(trace: Trace, skip: float, seconds: float) -> Trace:
@@ -220,15 +263,29 @@ def offered_check(curve: LoadCurve) -> dict[str, Any]:
     ``offered_monotone``: offered load rises with the level (by level, repetitions
     averaged). ``offered_per_level``: the median of offered / level.
     ``offered_linearity``: the largest relative departure of offered / level from it.
-    ``offered``: ``[level, offered]`` pairs.
+    ``offered``: ``[level, offered]`` pairs. ``offered_saturated``: levels left out,
+    where the server was saturated (utilization at least :data:`SATURATED`): a
+    session sends its next burst only after the last one's responses (httperf's
+    wsesslog), so a saturated server holds the offered load down, as it would a
+    user's; that is the server's answer, not the load's control.
     """
     pts = []
+    saturated = []
     for lv in sorted(curve.levels, key=lambda lv: lv.level):
         x = [r.offered for r in lv.reps if r.offered and r.offered > 0]
+        u = lv.utilization
+        if u is not None and u >= SATURATED:
+            saturated.append(float(lv.level))
+            continue
         if x and lv.level > 0:
             pts.append((float(lv.level), float(np.mean(x))))
     if len(pts) < 2:
-        return {"offered_monotone": None, "offered_per_level": None, "offered_linearity": None}
+        return {
+            "offered_monotone": None,
+            "offered_per_level": None,
+            "offered_linearity": None,
+            "offered_saturated": saturated,
+        }
     lvl, off = np.array(pts).T
     ratio = off / lvl
     med = float(np.median(ratio))
@@ -237,6 +294,7 @@ def offered_check(curve: LoadCurve) -> dict[str, Any]:
         "offered_per_level": med,
         "offered_linearity": float(np.max(np.abs(ratio / med - 1))),
         "offered": [[a, b] for a, b in pts],
+        "offered_saturated": saturated,
     }
 
 

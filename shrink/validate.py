@@ -20,7 +20,7 @@ import numpy as np
 
 from shrink.atomic import write_text
 from shrink.errors import MeasurementError
-from shrink.loadcurve import QGRID, Level, LoadCurve
+from shrink.loadcurve import QGRID, LoadCurve
 from shrink.mat import MATResult, mat
 from shrink.share import Share
 
@@ -43,18 +43,6 @@ def wasserstein1(q_a: np.ndarray, q_b: np.ndarray) -> float:
     return float(np.trapezoid(diff, _P))
 
 
-def _level_dist(level: Level, cls: str | None) -> np.ndarray | None:
-    dists = []
-    for r in level.reps:
-        src = r.overall if cls is None else r.per_class.get(cls)
-        if src is not None and src.dist:
-            dists.append(np.asarray(src.dist, float))
-    if not dists:
-        return None
-    # Average quantile functions: the W1 barycentre of the repetitions.
-    return np.mean(dists, axis=0)
-
-
 def quantiles_at(curve: LoadCurve, throughput: float, cls: str | None = None) -> np.ndarray | None:
     """The curve's latency quantile function at ``throughput``, interpolated between levels.
 
@@ -62,7 +50,7 @@ def quantiles_at(curve: LoadCurve, throughput: float, cls: str | None = None) ->
     """
     pts = []
     for lv in curve.usable():
-        d = _level_dist(lv, cls)
+        d = lv.quantile_function(cls)
         if d is not None:
             pts.append((lv.throughput, d))
     pts.sort(key=lambda p: p[0])
@@ -231,7 +219,7 @@ def validate(
                 mats[stat][f"{side}_stalled_ceiling"] = res.stalled_ceiling
     rows = []
     for lv in measured.usable():
-        q_meas = _level_dist(lv, None)
+        q_meas = lv.quantile_function()
         q_pred = quantiles_at(predicted, lv.throughput)
         if q_meas is None or q_pred is None:
             continue

@@ -36,6 +36,24 @@ def require_tool(name: str) -> str:
     return path
 
 
+def require_lighttpd() -> None:
+    """Skip unless lighttpd (looked for in /usr/sbin too, off a user's PATH) and php-cgi are."""
+    require_tool("php-cgi")
+    if shutil.which("lighttpd", path="/usr/sbin:/usr/bin:/usr/local/sbin") is None:
+        pytest.skip("lighttpd is not installed (make setup installs it as root)")
+
+
 def require_root() -> None:
     if os.geteuid() != 0:
         pytest.skip("needs root (cgroups, tcpdump); CI runs as root")
+
+
+@pytest.fixture
+def machine():
+    """This machine, for tests that pin a testbed to it: at least 2 CPUs, all allowed here."""
+    from shrink.topology import discover
+
+    m = discover()
+    if len(os.sched_getaffinity(0)) < 2 or set(m.all_cpus) - os.sched_getaffinity(0):
+        pytest.skip("needs at least 2 CPUs, all allowed to this process")
+    return m

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import math
 import shutil
-import subprocess
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers.captures import FILES, ORACLE
+from helpers.captures import FILES, ORACLE, tshark_counts
 
 from shrink.ingest.capture import read_capture
 from shrink.trace import Trace
@@ -189,24 +188,7 @@ def test_checked_in_counts_agree_with_live_tshark(real_dir: Path) -> None:
         "ppa1e_barryscomputer.pcap",
         "ppa1e_http-fault-post.pcap",
     ):
-        out = subprocess.run(
-            [
-                "tshark",
-                "-r",
-                str(real_dir / name),
-                "-T",
-                "fields",
-                "-e",
-                "http.request",
-                "-e",
-                "http.response",
-            ],
-            capture_output=True,
-            text=True,
-            check=False,  # exits 2 on the file with stray trailing bytes, after reading it
-            timeout=60,
-        ).stdout.splitlines()
-        req = sum(1 for line in out if line.split("\t")[0])
-        resp = sum(1 for line in out if line.split("\t")[1])
+        # read as tshark reads any capture: no options
+        req, resp = tshark_counts(real_dir / name, options=())
         want = ORACLE["files"][name]
         assert (req, resp) == (want["requests"], want["responses"]), name

@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 import pytest
+from helpers.session_traces import session_trace
 
 from shrink.errors import ParameterError
 from shrink.loadcurve import latency_stats
@@ -22,23 +23,8 @@ from shrink.replay.scaleout import split_sessions
 from shrink.replay.writer import RunLogWriter
 from shrink.runlog import RunLog
 from shrink.schedule import build_schedule, trace_extent
-from shrink.trace import Trace
 
 pytestmark = pytest.mark.skipif(not ray_available(), reason="ray is not installed (shrink[ray])")
-
-
-def _sessions(n: int, *, gap: float, think: float, bursts: int) -> Trace:
-    cols: dict[str, list] = {k: [] for k in ("session", "burst", "t", "think", "path", "cls")}
-    for s in range(n):
-        for b in range(bursts):
-            for k, p in enumerate(("/a?bytes=512", "/b?bytes=2048")):
-                cols["session"].append(s)
-                cols["burst"].append(b)
-                cols["t"].append(s * gap + b * 10.0)
-                cols["think"].append(think)
-                cols["path"].append(p)
-                cols["cls"].append("dynamic" if k == 0 else "static")
-    return Trace.from_columns(cols, meta={"mode": "session"})
 
 
 def _rows(log: RunLog) -> list[tuple[int, float, str]]:
@@ -85,7 +71,7 @@ def test_replay_cli_with_an_unreachable_cluster_is_one_line(tmp_path):
     from shrink.cli import app
 
     trace = tmp_path / "t.parquet"
-    _sessions(4, gap=0.1, think=0.1, bursts=1).write_parquet(trace)
+    session_trace(4, gap=0.1, think=0.1, bursts=1).write_parquet(trace)
     res = CliRunner().invoke(app, [
         "replay", str(trace), "--target", "http://127.0.0.1:9", "--duration", "1s",
         "-o", str(tmp_path / "r.parquet"), "--cluster", "ray:127.0.0.1:1",
@@ -127,7 +113,7 @@ def cluster():
 @pytest.mark.slow
 def test_two_ray_generators_send_exactly_what_one_process_sends(cluster):
     c, _ = cluster
-    tr = _sessions(90, gap=0.05, think=0.3, bursts=3)
+    tr = session_trace(90, gap=0.05, think=0.3, bursts=3)
     cfg = EngineConfig([("127.0.0.1", 1), ("127.0.0.1", 2)], conns_per_session=2)
     kw = dict(rate_factor=2.0, horizon=5.0, engine=FakeEngine())
     one, _ = run_engines(tr, cfg, processes=1, **kw)
@@ -143,7 +129,7 @@ def test_two_ray_generators_send_exactly_what_one_process_sends(cluster):
 @pytest.mark.slow
 def test_merged_percentiles_equal_those_of_the_concatenated_parts(cluster):
     c, _ = cluster
-    tr = _sessions(120, gap=0.03, think=0.2, bursts=2)
+    tr = session_trace(120, gap=0.03, think=0.2, bursts=2)
     cfg = EngineConfig([("127.0.0.1", 1)])
     origin, span, stride = trace_extent(tr, "session")
     params = dict(rate_factor=1.0, horizon=4.0, mode="session", loop=True,
@@ -174,7 +160,7 @@ def test_two_generators_against_a_live_server_match_one(cluster, server):
     """Same offered load through one process and through two Ray generators: the
     throughput, mean and p99.9 agree within the repetitions' spread."""
     c, _ = cluster
-    tr = _sessions(400, gap=0.01, think=0.05, bursts=4)
+    tr = session_trace(400, gap=0.01, think=0.05, bursts=4)
     cfg = EngineConfig([server])
     kw = dict(rate_factor=1.0, horizon=4.0, loop=False)
     figures: dict[str, list[tuple[float, float, float]]] = {"one": [], "ray": []}
@@ -209,7 +195,7 @@ def test_replay_cli_on_the_cluster_says_where_it_ran(cluster, server, tmp_path):
 
     c, _ = cluster
     trace = tmp_path / "t.parquet"
-    _sessions(40, gap=0.02, think=0.05, bursts=2).write_parquet(trace)
+    session_trace(40, gap=0.02, think=0.05, bursts=2).write_parquet(trace)
     out = tmp_path / "r.parquet"
     res = CliRunner().invoke(app, [
         "replay", str(trace), "--target", f"http://{server[0]}:{server[1]}",
@@ -226,7 +212,7 @@ def test_replay_cli_on_the_cluster_says_where_it_ran(cluster, server, tmp_path):
 def test_a_lost_node_loses_only_its_own_rows_and_is_named(cluster, server):
     """Runs last: it removes one worker node in the middle of a run."""
     c, workers = cluster
-    tr = _sessions(200, gap=0.02, think=0.5, bursts=3)
+    tr = session_trace(200, gap=0.02, think=0.5, bursts=3)
     cfg = EngineConfig([server])
     result: dict[str, object] = {}
 

@@ -145,3 +145,53 @@ def test_the_live_engine_does_not_loop_a_looped_run_again():
     target.run(run.trace, rate_factor=4.0, warmup=run.warmup, duration=run.duration, seed=0)
     target.run(window, rate_factor=4.0, warmup=1.0, duration=2.0, seed=0)
     assert inner.seen == [False, True] and inner.loop
+
+
+@pytest.mark.parametrize("seed", [3, 4, 5])
+def test_the_default_window_holds_whole_sessions(seed):
+    """A recording's last sessions were cut by its end. Looped, a window ending there
+    offered a third of the trace's rate at the start of every copy: a light level,
+    which only measures a copy's first seconds, then offered a third of its load.
+    The default window ends where sessions still fit, so every level offers about
+    its share of the window's rate (the band holds the count noise of 20 s)."""
+    from shrink.measure import complete_end, default_loop_window, default_skip
+    from shrink.synth import synth_support
+
+    trace = synth_support(150, 240, seed=seed)
+    skip = default_skip(trace)
+    span = default_loop_window(trace, skip)
+    assert skip + span <= complete_end(trace, skip) - float(trace.column("t").min()) + 1.0
+    window = loop_window(trace, skip, span)
+    unit = len(window) / span
+    for level in (0.3, 1.0, 3.0):
+        run = looped_run(window, level, 1.5, 20.0)
+        real = run.trace.column("t") / level
+        n = ((real >= run.warmup) & (real < run.warmup + run.duration)).sum()
+        assert 0.75 <= n / run.duration / level / unit <= 1.25, level
+
+
+def test_open_mode_has_no_cut_sessions():
+    from shrink.measure import complete_end
+
+    trace = _surging(0).with_meta(mode="open")
+    assert complete_end(trace, 10.0) == np.inf
+
+
+def test_offered_check_leaves_saturated_levels_out():
+    """A saturated server holds a session workload's offered load down (a session's next
+    burst waits for its responses): that level says nothing about the load's control,
+    and counted, it would flag a controlled sweep as not rising with the level."""
+    from shrink.loadcurve import Level, LevelStats, LoadCurve, latency_stats
+
+    def level(lvl: float, offered: float, u: float) -> Level:
+        stats = latency_stats(np.full(100, 0.01), 1.0)
+        rep = LevelStats(throughput=offered, overall=stats, offered=offered, utilization=u)
+        return Level(lvl, [rep])
+
+    curve = LoadCurve([level(1.0, 100.0, 0.3), level(2.0, 205.0, 0.6), level(3.0, 150.0, 0.99)])
+    check = offered_check(curve)
+    assert check["offered_monotone"] is True
+    assert check["offered_saturated"] == [3.0]
+    assert check["offered_linearity"] < 0.05
+    unsaturated = LoadCurve([level(1.0, 100.0, 0.3), level(2.0, 150.0, 0.6)])
+    assert offered_check(unsaturated)["offered_linearity"] > 0.1

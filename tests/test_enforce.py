@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
 
 import pytest
-from conftest import require_root, require_tool
+from conftest import require_lighttpd, require_root
+from helpers.testbed import write_docroot
 
+from shrink import processes as process
 from shrink.enforce import Enforcer, enforcer_from_dict, make_enforcer
 from shrink.enforce.cfs import CfsQuota, CgroupLayout
 from shrink.enforce.corunner import CoRunner, build_helper
 from shrink.enforce.fake import FakeEnforcer
 from shrink.errors import TopologyError
-from shrink.testbed import process
 
 
 def _v1(tmp_path: Path) -> CgroupLayout:
@@ -125,15 +125,8 @@ def test_corunner_takes_its_part_of_the_cpu_and_stops(helper, monkeypatch):
 
 
 def _live_docroot(tmp_path: Path) -> Path:
-    require_tool("php-cgi")
-    if shutil.which("lighttpd", path="/usr/sbin:/usr/bin:/usr/local/sbin") is None:
-        pytest.skip("lighttpd is not installed (make setup installs it as root)")
-    d = tmp_path / "doc"
-    (d / "static").mkdir(parents=True)
-    (d / "app").mkdir()
-    (d / "static" / "file1k.bin").write_bytes(bytes(range(256)) * 4)
-    (d / "app" / "page.php").write_text('<?php echo "page";\n')
-    return d
+    require_lighttpd()
+    return write_docroot(tmp_path, '<?php echo "page";\n')
 
 
 @pytest.mark.live
@@ -171,8 +164,8 @@ def test_testbed_with_a_corunner_records_it_and_down_stops_it(tmp_path):
 @pytest.mark.live
 @pytest.mark.root
 def test_a_refused_enforcer_leaves_no_server_behind(tmp_path, monkeypatch):
+    from shrink import processes as proc
     from shrink.share import Share
-    from shrink.testbed import process as proc
     from shrink.testbed import up
     from shrink.topology import discover
 

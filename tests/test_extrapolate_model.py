@@ -7,13 +7,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.machines import NEHALEM
 from helpers.surface import exported, public_names
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.base import clone
 
 import extrapolate
-from extrapolate._synthetic import Truth, truth_curve, truth_mat
+from extrapolate._synthetic import DESIGN_WORKLOADS, Truth, design_curves, truth_curve, truth_mat
 from extrapolate.calibration import CrossSocketModel, fit_curves, fit_published, load_calibration
 from extrapolate.crosssocket import (
     SUPPORT,
@@ -36,7 +37,6 @@ from shrink.share import Share
 from shrink.trace import Trace
 
 ROOT = Path(__file__).resolve().parent.parent
-NEHALEM = Machine("nehalem-2s", 2, 4, llc_mib=12.0, ghz=2.4, nic_ports=2, nic_queues_per_port=4)
 
 
 def test_public_surface_is_explicit():
@@ -162,46 +162,14 @@ def test_model_is_a_scikit_learn_estimator():
 # ------------------------------------------------------------------ synthetic truth
 
 BIG = Machine("big-2s", 2, 8, llc_mib=12.0, nic_ports=2, nic_queues_per_port=8)
-WLS = {"static": (0.0, 0.0), "mixed": (0.05, 1 / 3.6)}
+WLS = DESIGN_WORKLOADS
 FIT_T = {"mean": 1.5e-3}
 CHECK_T = {"mean": 1.5e-3, "p999": 20e-3}
 
 
 def _synthetic_runs(t: Truth, seed: int) -> list:
     """Shares of 1-4 cores on one socket, and 2+2 cores over both sockets in 3 mappings."""
-    curves, k = [], 0
-    for name, (dyn, smr) in WLS.items():
-        for n in (1, 2, 3, 4):
-            curves.append(
-                truth_curve(
-                    t,
-                    BIG,
-                    "1-replica",
-                    tuple(range(n)),
-                    dyn=dyn,
-                    smr=smr,
-                    workload=name,
-                    alpha=n / 16,
-                    seed=seed * 100 + k,
-                )
-            )
-            k += 1
-        for mp in ("1-replica", "2-replica-direct", "2-replica-indirect"):
-            curves.append(
-                truth_curve(
-                    t,
-                    BIG,
-                    mp,
-                    (0, 1, 8, 9),
-                    dyn=dyn,
-                    smr=smr,
-                    workload=name,
-                    alpha=4 / 16,
-                    seed=seed * 100 + k,
-                )
-            )
-            k += 1
-    return curves
+    return design_curves(t, BIG, seed)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from helpers.servers import free_port
 
 pytestmark = pytest.mark.live
 
@@ -45,12 +46,6 @@ WSESSLOG = """\
 /page2.html think=0.8
 /index.html
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _lighttpd(tmp: Path, log: Path, port: int) -> subprocess.Popen[bytes]:
@@ -101,7 +96,7 @@ def test_replay_matches_httperf_request_for_request(tmp_path: Path):
         (www / name).write_text(name * 20)
     sess = tmp_path / "sessions.txt"
     sess.write_text(WSESSLOG)
-    port = _free_port()
+    port = free_port()
 
     httperf_log = tmp_path / "httperf.log"
     server = _lighttpd(tmp_path, httperf_log, port)

@@ -105,7 +105,7 @@ def test_testbed_state_errors_are_testbed_errors(tmp_path: Path) -> None:
 
 
 def _sleeper() -> tuple[subprocess.Popen[bytes], int]:
-    from shrink.testbed import process
+    from shrink import processes as process
 
     proc = subprocess.Popen(["sleep", "30"])
     for _ in range(100):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -14,9 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import require_tool
+from conftest import require_lighttpd
 
-from shrink.testbed import process, registry
+from shrink import processes as process
+from shrink.testbed import registry
 
 pytestmark = pytest.mark.live
 
@@ -70,9 +70,7 @@ def test_engine_processes_die_with_a_killed_replay(tmp_path):
 
 
 def test_an_owned_testbed_dies_with_its_owner_and_down_stale_cleans_up(tmp_path):
-    require_tool("php-cgi")
-    if shutil.which("lighttpd", path="/usr/sbin:/usr/bin:/usr/local/sbin") is None:
-        pytest.skip("lighttpd is not installed")
+    require_lighttpd()
     doc = tmp_path / "doc"
     doc.mkdir()
     (doc / "index.html").write_text("hi")

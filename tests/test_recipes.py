@@ -6,16 +6,17 @@ they need neither lighttpd nor nginx; the built-in stacks are in test_recipes_li
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import pytest
+from helpers.testbed import running_under
 
+from shrink import processes as process
 from shrink.errors import RecipeError, TestbedError
 from shrink.mapping import build_mapping
 from shrink.share import Share
-from shrink.testbed import lifecycle, process
+from shrink.testbed import lifecycle
 from shrink.testbed.command import CommandRecipe
 from shrink.testbed.fake_recipe import FakeRecipe
 from shrink.testbed.lighttpd import LighttpdPhpCgi
@@ -123,28 +124,6 @@ def test_nginx_config_pins_one_worker_per_core_and_has_its_own_pool(tmp_path):
     assert "pm = static" in fpm and "pm.max_children = 3" in fpm and "pm.max_requests = 0" in fpm
 
 
-@pytest.fixture
-def machine():
-    m = discover()
-    if len(os.sched_getaffinity(0)) < 2 or set(m.all_cpus) - os.sched_getaffinity(0):
-        pytest.skip("needs at least 2 CPUs, all allowed to this process")
-    return m
-
-
-def _running_under(path: Path) -> list[int]:
-    """Live processes whose command line names ``path`` (what a test started there)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and process.is_alive(int(entry)):
-            try:
-                cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
-            except OSError:
-                continue
-            if str(path).encode() in cmd:
-                out.append(int(entry))
-    return out
-
-
 def test_the_lifecycle_works_through_the_recipe(tmp_path, machine):
     (tmp_path / "doc").mkdir()
     fake = FakeRecipe()
@@ -187,7 +166,7 @@ def test_a_failed_start_names_the_recipe_and_leaves_nothing(tmp_path, machine, f
     assert msg.startswith("recipe fake: replica r0 (127.0.0.1:") and "\n" not in msg, msg
     assert re.search(what, msg), msg
     assert not state.exists()
-    assert _running_under(tmp_path) == []
+    assert running_under(tmp_path) == []
 
 
 def test_a_recipe_file_that_cannot_be_read_still_stops(tmp_path, machine):
@@ -211,4 +190,4 @@ def test_a_program_that_is_not_installed_is_named_before_anything_starts(tmp_pat
     with pytest.raises(TestbedError, match=r"r\.toml: commands\[1\]: program 'no-such-server-xyz'"):
         lifecycle.up(tmp_path / "doc", machine, Share.all_of(machine),
                      state_path=tmp_path / "s.json", port=0, server=str(f))  # fmt: skip
-    assert _running_under(tmp_path) == []
+    assert running_under(tmp_path) == []

@@ -17,15 +17,16 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import require_root
+from helpers.testbed import assert_replicas_serve, running_under, write_docroot
 from typer.testing import CliRunner
 
+from shrink import processes as process
 from shrink.cli import app
 from shrink.mapping import BUILTIN_MAPPINGS
 from shrink.share import Share
-from shrink.testbed import down, process, status, up
+from shrink.testbed import down, status, up
 from shrink.testbed.nginx import php_fpm_names
 from shrink.testbed.state import TestbedState
-from shrink.topology import discover
 
 pytestmark = pytest.mark.live
 
@@ -46,38 +47,12 @@ def _require(recipe: str) -> None:
 
 @pytest.fixture
 def docroot(tmp_path: Path) -> Path:
-    d = tmp_path / "doc"
-    (d / "static").mkdir(parents=True)
-    (d / "app").mkdir()
-    (d / "static" / "file1k.bin").write_bytes(bytes(range(256)) * 4)
-    (d / "app" / "page.php").write_text('<?php echo "page:" . getmypid();\n')
-    return d
-
-
-@pytest.fixture
-def machine():
-    m = discover()
-    if len(os.sched_getaffinity(0)) < 2 or set(m.all_cpus) - os.sched_getaffinity(0):
-        pytest.skip("needs at least 2 CPUs, all allowed to this process")
-    return m
-
-
-def _running_under(path: Path) -> list[int]:
-    """Live processes whose command line names ``path`` (what a test started there)."""
-    out = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
-        except OSError:
-            continue
-        if str(path).encode() in cmd and process.is_alive(int(entry)):
-            out.append(int(entry))
-    return out
+    return write_docroot(tmp_path, '<?php echo "page:" . getmypid();\n')
 
 
 def _assert_nothing_left(st: TestbedState, tmp_path: Path) -> None:
     assert [p for r in st.replicas for p in r.pids if process.is_alive(p)] == []
-    assert _running_under(tmp_path) == []
+    assert running_under(tmp_path) == []
     for r in st.replicas:
         if r.cgroup:
             assert not any(Path(d).exists() for d in r.cgroup["dirs"].values())
@@ -92,14 +67,7 @@ def test_builtin_recipe_serves_pinned_and_stops(docroot, machine, tmp_path, reci
             server=recipe)  # fmt: skip
     try:
         assert st.server["name"] == recipe and all(st.versions.values())
-        with httpx.Client(trust_env=False, timeout=5) as c:
-            for r in st.replicas:
-                base = f"http://{r.address}:{r.port}"
-                static = c.get(f"{base}/static/file1k.bin")
-                assert static.status_code == 200 and static.content == bytes(range(256)) * 4
-                page = c.get(f"{base}/app/page.php")
-                assert page.status_code == 200 and page.text.startswith("page:")
-                assert int(page.text[5:]) in r.processes[POOL[recipe]]  # this replica's pool
+        assert_replicas_serve(st, POOL[recipe])
         for r in st.replicas:
             for p in r.pids:  # every process inside the replica's CPUs
                 assert set(process.allowed_cpus(p)) <= set(r.cpus), (p, r.cpus)
@@ -193,7 +161,7 @@ def test_a_broken_recipe_is_one_line_and_leaves_nothing(docroot, tmp_path, comma
     assert len(lines) == 1 and f"recipe {recipe}: " in lines[0], r.output
     assert re.search(what, lines[0]), lines[0]
     assert "Traceback" not in r.output and not state.exists()
-    assert _running_under(tmp_path) == []
+    assert running_under(tmp_path) == []
 
 
 def test_predict_on_nginx_and_validate_against_the_whole_core(tmp_path):
@@ -229,7 +197,7 @@ def test_predict_on_nginx_and_validate_against_the_whole_core(tmp_path):
     assert v["meta"]["server_versions"]["nginx"].startswith("nginx/")
     full = json.loads((out / "full-curve.json").read_text())
     assert full["alpha"] == 1.0 and full["meta"]["target"]["share"]["cpu_fraction"] == 1.0
-    assert _running_under(tmp_path) == []
+    assert running_under(tmp_path) == []
 
 
 def _skip_if_the_host_starved_the_generator(output: str) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers.realtime import RT
+from helpers.session_traces import session_trace
 from helpers.surface import exported, public_names
 from scipy import stats
 
@@ -55,27 +56,6 @@ def fake() -> tuple[str, int]:
     proc.wait()
 
 
-def _sessions(n_sessions: int, paths: list[str], *, gap: float, think: float, bursts: int = 1):
-    cols: dict[str, list] = {
-        "session": [],
-        "burst": [],
-        "t": [],
-        "think": [],
-        "path": [],
-        "cls": [],
-    }
-    for s in range(n_sessions):
-        for b in range(bursts):
-            for k, p in enumerate(paths):
-                cols["session"].append(s)
-                cols["burst"].append(b)
-                cols["t"].append(s * gap + b * 10.0)
-                cols["think"].append(think)
-                cols["path"].append(p)
-                cols["cls"].append("dynamic" if k == 0 else "static")
-    return Trace.from_columns(cols, meta={"mode": "session"})
-
-
 def _run(trace: Trace, targets, *, horizon: float, rate_factor: float = 1.0, **cfg) -> RunLog:
     sched = build_schedule(trace, rate_factor, horizon, loop=False)
     w = RunLogWriter(None)
@@ -111,15 +91,15 @@ def test_requests_are_prebuilt_http11_bytes():
 
 # --- schedules -------------------------------------------------------------------------
 def test_session_schedule_scales_starts_and_keeps_bursts():
-    tr = _sessions(4, ["/a", "/b", "/c"], gap=2.0, think=1.0, bursts=2)
+    tr = session_trace(4, ["/a", "/b", "/c"], gap=2.0, think=1.0, bursts=2)
     s = build_schedule(tr, 2.0, 100.0, loop=False)
     assert s.session_start.tolist() == [0.0, 1.0, 2.0, 3.0]
     assert s.session_bursts[0] == [(0, 3, 1.0), (3, 6, 1.0)]
     assert len(s) == 24
 
 
-def test_looping_fills_the_horizon_with_distinct_sessions():
-    tr = _sessions(5, ["/a"], gap=1.0, think=0.0)
+def test_looping_fills_the_horizon_with_distinctsession_trace():
+    tr = session_trace(5, ["/a"], gap=1.0, think=0.0)
     s = build_schedule(tr, 1.0, 30.0, loop=True)
     assert s.copies >= 5
     assert len(set(s.session_ids)) == len(s.session_ids)
@@ -140,7 +120,7 @@ def _burst_times(sched) -> np.ndarray:
 
 def test_warm_start_runs_the_steady_state_from_time_zero():
     # one session a second, 3 pages 5 s apart: 3 pages/s once sessions overlap
-    tr = _sessions(60, ["/a"], gap=1.0, think=5.0, bursts=3)
+    tr = session_trace(60, ["/a"], gap=1.0, think=5.0, bursts=3)
     cold = _burst_times(build_schedule(tr, 1.0, 20.0, warm_start=False))
     warm = _burst_times(build_schedule(tr, 1.0, 20.0))
     assert np.sum(cold < 5) == 5  # only new sessions' first pages at the start
@@ -226,7 +206,7 @@ def test_selfcheck_on_time_late_and_short():
 # --- the engine ------------------------------------------------------------------------------
 def test_wsesslog_semantics_first_alone_then_embedded_over_n_connections(fake):
     paths = ["/p?bytes=100&delay_us=20000"] + [f"/e{i}?bytes=2000&delay_us=10000" for i in range(4)]
-    tr = _sessions(3, paths, gap=0.05, think=0.1, bursts=2)
+    tr = session_trace(3, paths, gap=0.05, think=0.1, bursts=2)
     log = _run(tr, [fake], horizon=3.0, conns_per_session=2)
     assert len(log) == 30 and log.ok_mask().all()
     t = log.table.to_pylist()
@@ -254,7 +234,7 @@ def test_chunked_close_and_status_are_parsed(fake):
         "/c?bytes=0&status=404",
         "/d?bytes=70000",
     ]
-    tr = _sessions(4, paths, gap=0.02, think=0.0)
+    tr = session_trace(4, paths, gap=0.02, think=0.0)
     log = _run(tr, [fake], horizon=2.0, conns_per_session=1)
     # a 404 arrived whole, but it is a failure (as wrk and httperf count it)
     assert log.ok_mask().sum() == 12
@@ -284,7 +264,7 @@ def test_connection_errors_and_timeouts_are_rows_not_exceptions(fake):
 def test_hash_routing_keeps_sessions_on_one_address_and_splits_evenly(fake):
     proc, port2 = _start_fake(cpu=1)
     try:
-        tr = _sessions(200, ["/a?bytes=10", "/b?bytes=10"], gap=0.003, think=0.0)
+        tr = session_trace(200, ["/a?bytes=10", "/b?bytes=10"], gap=0.003, think=0.0)
         targets = [fake, ("127.0.0.1", port2)]
         log = _run(tr, targets, horizon=2.0)
         sess, tgt = log.column("session"), log.column("target")
@@ -303,7 +283,7 @@ def test_hash_routing_keeps_sessions_on_one_address_and_splits_evenly(fake):
 
 
 def test_scale_out_partitions_sessions_and_shares_the_clock(fake):
-    tr = _sessions(120, ["/a?bytes=10", "/b?bytes=10"], gap=0.01, think=0.0)
+    tr = session_trace(120, ["/a?bytes=10", "/b?bytes=10"], gap=0.01, think=0.0)
     log, eng = run_engines(
         tr, EngineConfig([fake]), rate_factor=1.0, horizon=1.5, loop=False, processes=2
     )
@@ -479,7 +459,7 @@ def test_keep_alive_closed_by_the_server_during_think_time_is_reopened():
     # the server drops connections idle for 0.1 s; sessions think 0.25 s between bursts
     proc, port = _start_fake(None, "--idle-timeout", "0.1")
     try:
-        tr = _sessions(6, ["/a?bytes=10", "/b?bytes=10", "/c?bytes=10"], gap=0.05, think=0.25,
+        tr = session_trace(6, ["/a?bytes=10", "/b?bytes=10", "/c?bytes=10"], gap=0.05, think=0.25,
                        bursts=3)  # fmt: skip
         t = tr.table.to_pydict()
         t["t"] = [s * 0.05 for s in t["session"]]  # every burst's t is its session's start
@@ -535,7 +515,7 @@ def test_head_requests_complete_without_a_body(fake):
 def test_scale_out_over_three_processes_equals_one_process():
     from shrink.replay import FakeEngine
 
-    tr = _sessions(90, ["/a", "/b", "/c", "/d"], gap=0.05, think=0.3, bursts=3)
+    tr = session_trace(90, ["/a", "/b", "/c", "/d"], gap=0.05, think=0.3, bursts=3)
     cfg = EngineConfig([("127.0.0.1", 1), ("127.0.0.1", 2)], conns_per_session=2)
     kw = dict(rate_factor=2.0, horizon=5.0, engine=FakeEngine())
     one, _ = run_engines(tr, cfg, processes=1, **kw)

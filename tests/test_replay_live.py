@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ import numpy as np
 import pytest
 from conftest import require_root, require_tool
 from helpers.realtime import RT
+from helpers.servers import free_port, wait_listening
 from typer.testing import CliRunner
 
 from shrink.cli import app
@@ -29,24 +29,6 @@ LIGHTTPD = "/usr/sbin/lighttpd"
 STOLEN = 0.03
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_port(port: int, proc: subprocess.Popen, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {port}")
-
-
 @pytest.fixture(scope="module")
 def lighttpd(tmp_path_factory) -> int:
     """A plain lighttpd serving a 1 KiB static file, on CPU 1 where there is one."""
@@ -55,7 +37,7 @@ def lighttpd(tmp_path_factory) -> int:
     d = tmp_path_factory.mktemp("lighttpd")
     (d / "www" / "static").mkdir(parents=True)
     (d / "www" / "static" / "file1k.bin").write_bytes(bytes(range(256)) * 4)
-    port = _free_port()
+    port = free_port()
     conf = d / "lighttpd.conf"
     conf.write_text(
         f'server.document-root = "{d / "www"}"\n'
@@ -68,7 +50,7 @@ def lighttpd(tmp_path_factory) -> int:
     try:
         if 1 in os.sched_getaffinity(0):
             os.sched_setaffinity(proc.pid, {1})
-        _wait_port(port, proc)
+        wait_listening(port, proc)
         yield port
     finally:
         proc.terminate()

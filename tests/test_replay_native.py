@@ -244,6 +244,11 @@ def test_native_errors_and_timeouts_are_rows(fake):
         dead = s.getsockname()[1]
     log = _native(open_loop_trace("/x", 50.0, 0.5), [("127.0.0.1", dead)], horizon=0.5)
     assert len(log) == 25 and set(log.column("error")) == {"refused"}
+    # a connection opened ahead of the start that is refused frees its pool place
+    # (else, with one place, every request would wait and end unsent)
+    log = _native(open_loop_trace("/x", 4000.0, 0.05), [("127.0.0.1", dead)], horizon=0.05,
+                  max_pool=1)  # fmt: skip
+    assert len(log) == 200 and set(log.column("error")) == {"refused"}
     tr = open_loop_trace("/x?delay_us=3000000", 20.0, 0.5)
     log = _native(tr, [fake], horizon=0.5, timeout=0.3)
     assert len(log) == 10 and set(log.column("error")) == {"timeout"}
@@ -281,10 +286,12 @@ def test_native_sigint_keeps_what_was_measured(tmp_path: Path, fake):
          "--engine", "native"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    # the writer opens its file (under a temporary name until the end) as the run
+    # starts; waiting for the final name waited out the whole deadline
     deadline = time.monotonic() + 20
-    while not out.exists() and time.monotonic() < deadline:
+    while not any(tmp_path.iterdir()) and time.monotonic() < deadline:
         time.sleep(0.1)
-    time.sleep(1.0)
+    time.sleep(2.5)
     t = time.monotonic()
     proc.send_signal(signal.SIGINT)
     so, se = proc.communicate(timeout=20)
@@ -353,3 +360,16 @@ def test_a_writer_without_typed_columns_gets_the_rows_one_by_one():
         (0.5, 200, 10, 1, 7, 0, 0.55), (1.5, 0, -1, 0, 8, 3, 1.55)]  # fmt: skip
     stop[0] = True
     assert on_rows([c[:0].tobytes() for c in cols]) is True and len(w.rows) == 2
+
+
+@needs_core
+def test_native_requests_waiting_for_a_connection_go_in_order(fake):
+    # a burst of 200 at once against a slow server, 4 connections: most wait for
+    # one (opened at most a few at a time), and go out in their intended order
+    tr = _paths_trace([f"/w{i}?bytes={100 + i}&delay_us=2000" for i in range(200)], 1e-6)
+    log = _native(tr, [fake], horizon=0.5, max_pool=4, drain=5.0)
+    assert len(log) == 200 and log.ok_mask().all(), set(log.column("error"))
+    by_sent = log.column("bytes")[np.argsort(log.column("sent"), kind="stable")]
+    assert by_sent.tolist() == sorted(by_sent.tolist())
+    lag = log.column("dispatched") - log.column("intended")
+    assert np.median(lag) < 5e-3  # a wait for a connection is latency, not send lag

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import require_tool
+from conftest import require_lighttpd
 
 from shrink.errors import ParameterError
 from shrink.mapping import Replica
@@ -96,9 +95,7 @@ def test_docroot_coverage_names_what_is_missing(tmp_path):
 
 @pytest.mark.live
 def test_an_abandoned_php_request_stops_at_its_time_limit(tmp_path):
-    require_tool("php-cgi")
-    if shutil.which("lighttpd", path="/usr/sbin:/usr/bin:/usr/local/sbin") is None:
-        pytest.skip("lighttpd is not installed")
+    require_lighttpd()
     doc = tmp_path / "doc"
     doc.mkdir()
     (doc / "spin.php").write_text(

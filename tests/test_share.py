@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import require_root
+from helpers.machines import NEHALEM
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -25,7 +26,6 @@ from shrink.share import (
 from shrink.topology import discover
 
 ROOT = Path(__file__).resolve().parent.parent
-NEHALEM = Machine.read_toml(ROOT / "examples" / "machines" / "nehalem-2s.toml")
 XEON = Machine.read_toml(ROOT / "examples" / "machines" / "xeon-2s-8c.toml")
 TWO_CORE = Machine("two-core", sockets=1, cores_per_socket=2)
 

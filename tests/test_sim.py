@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from helpers.machines import NEHALEM
 from typer.testing import CliRunner
 
 from shrink.cli import app
 from shrink.errors import ParameterError, TopologyError
-from shrink.machine import Machine
 from shrink.mapping import build_mapping
 from shrink.measure import level_stats, sweep
 from shrink.runlog import RUNLOG_COLUMNS
@@ -21,15 +21,6 @@ from shrink.sim.model import build_layout
 from shrink.target import Target
 from shrink.trace import Trace
 
-NEHALEM = Machine(
-    name="nehalem-2s",
-    sockets=2,
-    cores_per_socket=4,
-    llc_mib=12.0,
-    ghz=2.4,
-    nic_ports=2,
-    nic_queues_per_port=4,
-)
 # A plain processor-sharing server: no contention, no cross-socket effects.
 PLAIN = SimParams(
     static_cv=1.0,

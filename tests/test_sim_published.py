@@ -15,6 +15,7 @@ from importlib import resources
 
 import numpy as np
 import pytest
+from helpers.machines import NEHALEM
 
 from shrink.machine import Machine
 from shrink.mapping import build_mapping
@@ -23,15 +24,6 @@ from shrink.sim.model import build_layout
 from shrink.sim.scaling import MatSearch
 from shrink.trace import Trace
 
-NEHALEM = Machine(
-    name="nehalem-2s",
-    sockets=2,
-    cores_per_socket=4,
-    llc_mib=12.0,
-    ghz=2.4,
-    nic_ports=2,
-    nic_queues_per_port=4,
-)
 FAST = MatSearch(requests_per_level=20_000, coarse=(0.5, 0.75, 0.85, 0.92, 0.97), refine=2)
 PUB = json.loads(resources.files("shrink").joinpath("data/published_calibration.json").read_text())
 

@@ -18,23 +18,14 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+from helpers.machines import NEHALEM
 
 from shrink.loadcurve import LoadCurve
-from shrink.machine import Machine
 from shrink.measure import sweep
 from shrink.share import Share
 from shrink.sim import SimParams, SimTarget, tcp_trace
 from shrink.trace import Trace
 
-NEHALEM = Machine(
-    name="nehalem-2s",
-    sockets=2,
-    cores_per_socket=4,
-    llc_mib=12.0,
-    ghz=2.4,
-    nic_ports=2,
-    nic_queues_per_port=4,
-)
 ALPHA = 0.5
 LEVELS = [5.0, 10.0]  # rate factors on a 10,000 req/s trace: about 30% and 60% busy
 REPS = 4

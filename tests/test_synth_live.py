@@ -2,38 +2,18 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.servers import free_port, wait_listening
 
 from shrink.synth import SupportParams, build_site, support_docroot, synth_support
 from tests.conftest import require_tool
 
 pytestmark = pytest.mark.live
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_listening(port: int, proc: subprocess.Popen, timeout: float = 10.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            pytest.fail(f"lighttpd exited with {proc.returncode} (PID {proc.pid})")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    pytest.fail(f"lighttpd (PID {proc.pid}) did not listen on {port} within {timeout} s")
 
 
 def test_lighttpd_serves_trace_paths_with_their_sizes(tmp_path: Path):
@@ -48,7 +28,7 @@ def test_lighttpd_serves_trace_paths_with_their_sizes(tmp_path: Path):
     rng = np.random.default_rng(0)
     dyn = np.flatnonzero(trace.column("cls") == "dynamic")
     sample = np.r_[rng.choice(dyn, 10, replace=False), rng.choice(len(trace), 30, replace=False)]
-    port = _free_port()
+    port = free_port()
     conf = tmp_path / "lighttpd.conf"
     conf.write_text(
         f'server.document-root = "{docroot}"\n'
@@ -62,7 +42,7 @@ def test_lighttpd_serves_trace_paths_with_their_sizes(tmp_path: Path):
     )
     proc = subprocess.Popen([lighttpd, "-D", "-f", str(conf)], stderr=subprocess.PIPE)
     try:
-        _wait_listening(port, proc)
+        wait_listening(port, proc)
         for i in sample:
             url = f"http://127.0.0.1:{port}{paths[i]}"
             with urllib.request.urlopen(url, timeout=10) as reply:

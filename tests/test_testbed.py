@@ -11,11 +11,12 @@ import time
 import httpx
 import pytest
 
+from shrink import processes as process
 from shrink.errors import RecipeError, TestbedError, TopologyError
 from shrink.machine import Machine
 from shrink.mapping import build_mapping
 from shrink.share import Share
-from shrink.testbed import lifecycle, process
+from shrink.testbed import lifecycle
 from shrink.testbed import recipe as recipe_mod
 from shrink.testbed.config import ReplicaConfig, render_lighttpd_conf, write_probe
 from shrink.testbed.fake import FakeServer

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import threading
 import time
@@ -15,15 +14,16 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import require_root, require_tool
+from conftest import require_lighttpd, require_root
+from helpers.testbed import assert_replicas_serve, write_docroot
 from typer.testing import CliRunner
 
+from shrink import processes as process
 from shrink.cli import app
 from shrink.mapping import BUILTIN_MAPPINGS, build_mapping
 from shrink.share import Share
-from shrink.testbed import down, process, status, up
+from shrink.testbed import down, status, up
 from shrink.testbed.state import TestbedState
-from shrink.topology import discover
 
 pytestmark = pytest.mark.live
 
@@ -36,24 +36,8 @@ SPIN_PHP = (
 
 @pytest.fixture
 def docroot(tmp_path: Path) -> Path:
-    require_tool("php-cgi")
-    if shutil.which("lighttpd", path="/usr/sbin:/usr/bin:/usr/local/sbin") is None:
-        pytest.skip("lighttpd is not installed (make setup installs it as root)")
-    d = tmp_path / "doc"
-    (d / "static").mkdir(parents=True)
-    (d / "app").mkdir()
-    (d / "static" / "file1k.bin").write_bytes(bytes(range(256)) * 4)
-    (d / "app" / "page.php").write_text('<?php echo "page:" . getmypid();\n')
-    (d / "app" / "spin.php").write_text(SPIN_PHP)
-    return d
-
-
-@pytest.fixture
-def machine():
-    m = discover()
-    if len(os.sched_getaffinity(0)) < 2 or set(m.all_cpus) - os.sched_getaffinity(0):
-        pytest.skip("needs at least 2 CPUs, all allowed to this process")
-    return m
+    require_lighttpd()
+    return write_docroot(tmp_path, '<?php echo "page:" . getmypid();\n', spin=SPIN_PHP)
 
 
 def _gone(pids: list[int]) -> list[int]:
@@ -73,14 +57,7 @@ def test_mapping_serves_pins_and_stops(docroot, machine, tmp_path, mapping):
         want = build_mapping(mapping.replace("-indirect", "-direct"), machine, machine.all_cpus)
         assert [tuple(r.cpus) for r in st.replicas] == [r.cpus for r in want.replicas]
         assert len({(r.address, r.port) for r in st.replicas}) == len(st.replicas)
-        with httpx.Client(trust_env=False, timeout=5) as c:
-            for r in st.replicas:
-                base = f"http://{r.address}:{r.port}"
-                static = c.get(f"{base}/static/file1k.bin")
-                assert static.status_code == 200 and static.content == bytes(range(256)) * 4
-                page = c.get(f"{base}/app/page.php")
-                assert page.status_code == 200 and page.text.startswith("page:")
-                assert int(page.text[5:]) in r.processes["php-cgi"]  # served by this replica's pool
+        assert_replicas_serve(st, "php-cgi")
         for r in st.replicas:
             workers = [p for p in r.processes["lighttpd"] if p != r.master_pid] or [r.master_pid]
             assert len(workers) == len(r.cpus)  # one lighttpd worker per core

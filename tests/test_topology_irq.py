@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from helpers.machines import NEHALEM
 
 from shrink.errors import TopologyError
 from shrink.irq import (
@@ -14,11 +13,7 @@ from shrink.irq import (
     nic_queue_irqs,
     plan_irq_affinity,
 )
-from shrink.machine import Machine
 from shrink.mapping import build_mapping
-
-ROOT = Path(__file__).resolve().parent.parent
-NEHALEM = Machine.read_toml(ROOT / "examples" / "machines" / "nehalem-2s.toml")
 
 
 def interrupts(ifaces=("eth0", "eth1"), queues=4, first=40) -> str:

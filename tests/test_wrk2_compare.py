@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import require_tool
+from helpers.realtime import realtime_allowed
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
@@ -16,16 +17,6 @@ sys.path.insert(0, str(BENCH))
 import bench_wrk2  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
-
-
-def _realtime_allowed() -> bool:
-    try:
-        old = (os.sched_getscheduler(0), os.sched_getparam(0))
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
-        os.sched_setscheduler(0, *old)
-    except (PermissionError, OSError):
-        return False
-    return True
 
 
 def test_wrk2_percentiles_are_read_from_its_output():
@@ -51,7 +42,7 @@ def test_shrink_and_wrk2_measure_the_same_server_alike(tmp_path: Path):
 
     # As the benchmark: where allowed, server and both clients run SCHED_FIFO, so
     # that the neighbours on this shared machine do not time themselves instead.
-    rt = _realtime_allowed()
+    rt = realtime_allowed()
     old = (os.sched_getscheduler(0), os.sched_getparam(0))
     proc, port = bench_wrk2.start_lighttpd(tmp_path)
     try:

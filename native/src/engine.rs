@@ -23,6 +23,27 @@ const TIMER_ONLY_MAX: f64 = 2e-3;
 /// 2-vCPU VM a wake-up cost ~20 us of CPU: with 60 us, 50,000 req/s took 70% of
 /// a core with a send-lag p99 of 60 us (2026-11-24, busy machine).
 const COALESCE: f64 = 60e-6;
+/// Under load the window widens (up to this), so that fewer wake-ups (each costs
+/// ~13 us of CPU, plus the IPI that wakes a server idle since the last batch)
+/// leave the core for the requests: with 60 us, the loop's own wake-ups took
+/// ~35% of a core and capped it at ~80,000 req/s (2026-11-24, busy machine).
+const COALESCE_MAX: f64 = 400e-6;
+/// Session mode widens less: a response read late delays the request that
+/// follows it, and that delay is in the latency (from its intended time, the
+/// response's arrival). With 400 us, 40,000 req/s of sessions took 0.79 of a core
+/// (0.90 with 60 us) but the latency p50 rose from 0.06 to 0.24 ms.
+const SESSION_COALESCE_MAX: f64 = 120e-6;
+/// The loop's CPU share (its thread's CPU time over wall time, every 5 ms) above
+/// which the window widens, and below which it narrows back.
+const BUSY_HIGH: f64 = 0.85;
+const BUSY_LOW: f64 = 0.70;
+const ADAPT_EVERY: f64 = 5e-3;
+/// Connections opened ahead of the start (open mode): as many as requests are due
+/// in the schedule's first PREOPEN_SPAN, at most PREOPEN_MAX per target.
+const PREOPEN_SPAN: f64 = 1e-3;
+const PREOPEN_MAX: usize = 256;
+/// Connections being opened at once, at most (open mode; see connects_capped).
+const CONNECT_CAP: u32 = 16;
 /// A due time this close is polled for rather than slept for.
 const SPIN: f64 = 5e-6;
 
@@ -210,8 +231,13 @@ pub struct Engine {
     last_wake: f64,
     control: Vec<u8>, // recvmsg's control buffer
     coalesce: f64,
+    adapt_at: f64, // when the window was last adapted (monotonic)
+    cpu_at: f64,   // the thread's CPU time then
+    finish_t: f64, // the receive time of the response being handled (else NaN)
+    found: bool,   // the last poll of the sockets found events
     spin: f64,
-    pub counts: [u64; 6], // turns, waits that slept, events, timer arms, connects, sends
+    /// turns, waits that slept, events, timer arms, connects, sends, the widest window (us)
+    pub counts: [u64; 7],
 }
 
 impl Drop for Engine {
@@ -302,12 +328,16 @@ impl Engine {
             scratch: vec![0u8; READ_CHUNK],
             rows: Rows::default(),
             signalled: false,
-            counts: [0; 6],
+            counts: [0; 7],
             tep,
             connecting: 0,
             real_off: real_offset(),
             last_wake: 0.0,
             coalesce: COALESCE,
+            adapt_at: 0.0,
+            cpu_at: 0.0,
+            finish_t: NAN,
+            found: false,
             control: vec![0u8; 128],
             events: vec![libc::epoll_event { events: 0, u64: 0 }; 256],
             spin: SPIN,
@@ -532,7 +562,41 @@ impl Engine {
             };
             let row = self.record(rid, 0, -1, NAN, Some(name));
             self.owner_finished(ci, row);
+        } else {
+            self.owner_lost_idle(ci); // a connection opened ahead (preopen)
         }
+    }
+
+    /// Open mode: the connections that the schedule's first millisecond needs,
+    /// opened before its start into the pools (idle). Opened on demand, a start at
+    /// 100,000/s outran the server's accepts: no connection came back idle for
+    /// 80 ms, so every request opened one, up to the pool's 1,024 (2026-11-24).
+    pub fn preopen(&mut self) {
+        if !self.plan.open || self.plan.conn_per_request {
+            return;
+        }
+        let times = &self.plan.times;
+        let Some(&first) = times.first() else {
+            return;
+        };
+        let mut want = vec![0usize; self.pools.len()];
+        for (i, &t) in times.iter().enumerate() {
+            if t > first + PREOPEN_SPAN {
+                break;
+            }
+            want[self.plan.route[i] as usize] += 1;
+        }
+        for (t, &k) in want.iter().enumerate() {
+            for _ in 0..k.min(self.plan.max_pool).min(PREOPEN_MAX) {
+                self.pools[t].n += 1;
+                let c = self.open_conn(Owner::Pool(t as u32), t as u32);
+                // It waits idle like a reused keep-alive connection: if the server
+                // closes it as its first request goes, that request is retried.
+                self.conns[(c & 0xFFFF_FFFF) as usize].served = 1;
+                self.pools[t].idle.push(c);
+            }
+        }
+        self.run_deferred();
     }
 
     fn not_connecting(&mut self, ci: usize) {
@@ -687,7 +751,9 @@ impl Engine {
             self.die(ci);
         }
         let row = self.record(rid, status, nbytes, now, None);
+        self.finish_t = now;
         self.owner_finished(ci, row);
+        self.finish_t = NAN;
     }
 
     fn fail(&mut self, ci: usize, err: usize, abort: bool) {
@@ -810,17 +876,43 @@ impl Engine {
                 return;
             }
         }
-        if self.pools[t].n < self.plan.max_pool {
+        if self.pools[t].n < self.plan.max_pool
+            && self.pools[t].waiting.is_empty()
+            && !self.connects_capped()
+        {
             self.pools[t].n += 1;
             let c = self.open_conn(Owner::Pool(t as u32), t as u32);
             self.submit(c, rid);
         } else {
-            // The generator is on time; the server holds every connection. The
-            // wait shows in the latency, not as the generator's lag.
+            // The generator is on time; the server holds every connection (or is
+            // slow to take new ones). The wait shows in the latency, not as the
+            // generator's lag.
             let now = self.now();
             self.reqs[rid as usize].dispatched = now;
             self.pool_waits += 1;
             self.pools[t].waiting.push_back(rid);
+        }
+    }
+
+    /// Open mode opens at most CONNECT_CAP connections at a time (not when each
+    /// request has its own): when the server stalls, every request finds the
+    /// pool busy, and opening a connection for each (up to 1,024) cost the loop
+    /// ~25 ms of CPU, a send-lag p99 of 3-30 ms (2026-11-24, busy machine).
+    fn connects_capped(&self) -> bool {
+        !self.plan.conn_per_request && self.connecting >= CONNECT_CAP
+    }
+
+    /// Requests waiting for a connection get new ones as the cap allows, in order.
+    fn pump_waiting(&mut self) {
+        for t in 0..self.pools.len() {
+            while self.pools[t].n < self.plan.max_pool && !self.connects_capped() {
+                let Some(rid) = self.pools[t].waiting.pop_front() else {
+                    break;
+                };
+                self.pools[t].n += 1;
+                let c = self.open_conn(Owner::Pool(t as u32), t as u32);
+                self.submit(c, rid);
+            }
         }
     }
 
@@ -929,7 +1021,13 @@ impl Engine {
 
     fn sess_finished(&mut self, s: usize, ci: usize, row: i64) {
         self.sess[s].outstanding -= 1;
-        let now = self.now();
+        // What follows a response is intended when it arrived (its receive stamp): a
+        // response read late (wake-ups coalesced under load) shows as send lag.
+        let now = if self.finish_t.is_nan() {
+            self.now()
+        } else {
+            self.finish_t
+        };
         let (sid, tidx) = (self.sess[s].sid, self.sess[s].tidx);
         let st = &self.sess[s];
         if st.q_next < st.q_end && now < self.horizon {
@@ -1147,6 +1245,31 @@ impl Engine {
         };
     }
 
+    /// Widen the wake-up window while the loop is busy, narrow it when it is not.
+    fn adapt(&mut self) {
+        let wall = mono();
+        if wall - self.adapt_at < ADAPT_EVERY {
+            return;
+        }
+        let cpu = thread_cpu();
+        if self.adapt_at > 0.0 {
+            let busy = (cpu - self.cpu_at) / (wall - self.adapt_at);
+            if busy > BUSY_HIGH {
+                let cap = if self.plan.open {
+                    COALESCE_MAX
+                } else {
+                    SESSION_COALESCE_MAX
+                };
+                self.coalesce = (self.coalesce * 1.25).min(cap);
+                self.counts[6] = self.counts[6].max((self.coalesce * 1e6) as u64);
+            } else if busy < BUSY_LOW {
+                self.coalesce = (self.coalesce / 1.25).max(COALESCE);
+            }
+        }
+        self.adapt_at = wall;
+        self.cpu_at = cpu;
+    }
+
     fn timer_fired(&mut self) {
         let mut buf = [0u8; 8];
         // SAFETY: reading the timerfd's 8-byte counter.
@@ -1169,6 +1292,7 @@ impl Engine {
     /// Returns false when the run is over.
     pub fn turn(&mut self, max_wait: f64) -> bool {
         let max_wait = max_wait.min(0.1);
+        self.adapt();
         let now = self.now();
         // Dispatch even while draining: a session still running schedules its
         // next burst (as the Python engine's timer keeps firing).
@@ -1193,18 +1317,30 @@ impl Engine {
             if self.draining {
                 wait = wait.min(0.005);
             }
+            // (not while a connect is under way: its request goes when it completes)
+            let quiet = !self.draining && self.connecting == 0;
             if due < self.horizon {
                 let delay = due - self.now();
                 if delay <= self.spin {
                     wait = 0.0;
                 } else {
                     self.arm(self.t0 + due);
-                    // (not while a connect is under way: its request goes when it completes)
-                    timer_only = self.plan.open
-                        && !self.draining
-                        && self.connecting == 0
-                        && delay < TIMER_ONLY_MAX;
+                    timer_only = self.plan.open && quiet && delay < TIMER_ONLY_MAX;
                 }
+            }
+            // Session mode under load (the window widened): responses that arrive
+            // within a window of the last wake-up that found some are read together
+            // at the window's end, not one wake-up each.
+            if !self.plan.open
+                && !timer_only
+                && wait > 0.0
+                && quiet
+                && self.found
+                && self.coalesce > COALESCE
+                && mono() < self.last_wake + self.coalesce
+            {
+                self.arm(self.last_wake); // (arm waits at least the window)
+                timer_only = true;
             }
             (wait * 1e3).ceil().max(0.0) as i32
         };
@@ -1236,6 +1372,12 @@ impl Engine {
             return true;
         }
         self.counts[2] += n as u64;
+        if !self.plan.open {
+            if wait_ms > 0 && n > 0 {
+                self.last_wake = mono(); // a wake-up by the sockets opens a window too
+            }
+            self.found = n > 0;
+        }
         for ev in events.iter().take(n as usize) {
             let (flags, data) = (ev.events, ev.u64);
             if data == TIMER_TOKEN {
@@ -1264,9 +1406,24 @@ impl Engine {
         }
         self.events = events;
         self.run_deferred();
+        if self.plan.open {
+            self.pump_waiting();
+            self.run_deferred();
+        }
         self.free_slots();
         true
     }
+}
+
+/// This thread's CPU time in seconds.
+fn thread_cpu() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime into our timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
 fn real_offset() -> f64 {

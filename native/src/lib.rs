@@ -59,7 +59,7 @@ fn take_rows<'py>(py: Python<'py>, r: &mut Rows) -> Vec<Bound<'py, PyBytes>> {
 /// Every 100 ms (and at the end) ``on_rows(columns)`` gets the finished rows;
 /// it returns True to stop the run (a signal). Returns (requests, pool waits,
 /// interrupted, counts): counts are the loop's turns, the waits that slept, socket
-/// events, timer arms, connects and sends.
+/// events, timer arms, connects, sends and the widest wake-up window (us).
 #[pyfunction]
 #[pyo3(signature = (
     open, targets, req_bytes, key_of_row, cls_of_row, head_only_of_key, times, route, rows,
@@ -168,10 +168,10 @@ fn run(
             shared.stop.store(true, Ordering::Release);
             pending_err.get_or_insert(e);
         }
-        let cols = {
-            let mut rows = shared.rows.lock().unwrap();
-            take_rows(py, &mut rows)
-        };
+        // (only a swap under the lock: the loop thread never waits while this
+        // thread, which the loop thread preempts, builds the columns)
+        let mut rows = std::mem::take(&mut *shared.rows.lock().unwrap());
+        let cols = take_rows(py, &mut rows);
         match on_rows.call1(py, (cols,)) {
             Ok(v) => {
                 if v.extract::<bool>(py).unwrap_or(false) {
@@ -203,9 +203,17 @@ struct Shared {
     done: AtomicBool,
 }
 
-/// Finished rows move to the shared buffer (taken by the Python thread).
-fn hand_over(sh: &Shared, rows: &mut Rows) {
-    let mut o = sh.rows.lock().unwrap();
+/// Finished rows move to the shared buffer (taken by the Python thread); false
+/// when that thread holds it (`wait` false): the rows stay for the next try.
+fn hand_over(sh: &Shared, rows: &mut Rows, wait: bool) -> bool {
+    let mut o = if wait {
+        sh.rows.lock().unwrap()
+    } else {
+        match sh.rows.try_lock() {
+            Ok(o) => o,
+            Err(_) => return false,
+        }
+    };
     o.intended.append(&mut rows.intended);
     o.sent.append(&mut rows.sent);
     o.first_byte.append(&mut rows.first_byte);
@@ -217,6 +225,7 @@ fn hand_over(sh: &Shared, rows: &mut Rows) {
     o.target.append(&mut rows.target);
     o.error.append(&mut rows.error);
     o.dispatched.append(&mut rows.dispatched);
+    true
 }
 
 fn engine_thread(mut eng: Engine, sh: &Shared) -> (u64, u64, bool, Vec<u64>) {
@@ -229,6 +238,7 @@ fn engine_thread(mut eng: Engine, sh: &Shared) -> (u64, u64, bool, Vec<u64>) {
         libc::sigaddset(&mut set, libc::SIGTERM);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
+    eng.preopen();
     let mut next_sweep = mono() + 0.1;
     loop {
         if sh.stop.load(Ordering::Acquire) && !eng.interrupted {
@@ -237,7 +247,11 @@ fn engine_thread(mut eng: Engine, sh: &Shared) -> (u64, u64, bool, Vec<u64>) {
         let left = next_sweep - mono();
         if left <= 0.0 {
             eng.expire(mono() - eng.t0);
-            hand_over(sh, &mut eng.rows);
+            // Never wait on the Python thread here: it runs below this thread's
+            // priority on the same CPU, and on a busy machine a wait for it (it was
+            // preempted holding the lock) stalled the loop for tens of ms. Rows
+            // it holds then go at the next sweep.
+            hand_over(sh, &mut eng.rows, false);
             next_sweep = mono() + 0.1;
             continue;
         }
@@ -245,7 +259,7 @@ fn engine_thread(mut eng: Engine, sh: &Shared) -> (u64, u64, bool, Vec<u64>) {
             break;
         }
     }
-    hand_over(sh, &mut eng.rows);
+    hand_over(sh, &mut eng.rows, true);
     sh.done.store(true, Ordering::Release);
     (
         eng.recorded,

@@ -12,8 +12,9 @@ schedule with the same rules, faster; :func:`select_engine` picks one
 
 from __future__ import annotations
 
-from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
-from shrink.replay.fake import Engine, FakeEngine
+from shrink.replay.contract import Engine, EngineStats
+from shrink.replay.engine import EngineConfig, run_schedule
+from shrink.replay.fake import FakeEngine
 from shrink.replay.live import LiveTarget
 from shrink.replay.native import select_engine
 from shrink.replay.scaleout import EngineRun, run_engines, split_sessions

@@ -26,12 +26,9 @@ import gc
 import heapq
 import os
 import signal
-import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from time import monotonic
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 
@@ -40,6 +37,7 @@ from shrink.replay._conn import _NAN, _Conn, _Req
 from shrink.replay._http import build_request
 from shrink.replay._owners import _Pool, _Session
 from shrink.replay._timer import WakeTimer
+from shrink.replay.contract import EngineStats, RunOptions, run_stats, wants_signals, zero_time
 from shrink.replay.writer import RunLogWriter
 from shrink.schedule import Schedule, session_hash
 
@@ -53,22 +51,6 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     except ImportError:  # pragma: no cover - uvloop is a dependency
         return asyncio.new_event_loop()
     return uvloop.new_event_loop()
-
-
-@dataclass
-class EngineStats:
-    """What the engine process itself measured about the run."""
-
-    t0: float  # monotonic zero of the run
-    t0_unix: float  # wall-clock time at t0
-    wall: float
-    cpu: float  # this process's user + system CPU seconds during the run
-    requests: int
-    interrupted: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 class _Engine:
@@ -330,37 +312,22 @@ class _Engine:
 
 
 def run_schedule(
-    schedule: Schedule,
-    config: EngineConfig,
-    writer: RunLogWriter,
-    *,
-    t0: float | None = None,
-    on_ready: Callable[[], float] | None = None,
-    handle_signals: bool = True,
+    schedule: Schedule, config: EngineConfig, writer: RunLogWriter, **options: Unpack[RunOptions]
 ) -> EngineStats:
     """Run ``schedule`` against ``config.targets``, rows into ``writer``; blocks until done.
 
-    ``t0`` is the monotonic time of the schedule's zero. Without it, once the
-    engine is built (request bytes and all), ``on_ready()`` is called and returns
-    it (processes of one scaled-out run share it), else it is 50 ms from then.
-    ``t0`` and the wall-clock time it matches go into the RunLog's metadata.
-    SIGINT/SIGTERM stop the run early (``interrupted``), and so does a failed
-    write of the RunLog (the writer's ``error``: the caller reports it); the writer
-    is closed in every case.
+    The options and the run's zero are the engine contract's
+    (:mod:`shrink.replay.contract`): the zero is taken once the engine is built
+    (request bytes and all). SIGINT/SIGTERM stop the run early (``interrupted``),
+    and so does a failed write of the RunLog (the writer's ``error``: the caller
+    reports it); the writer is closed in every case.
     """
     loop = new_event_loop()
     eng = _Engine(schedule, config, writer, 0.0)
-    if t0 is None:
-        if on_ready is not None:
-            t0 = on_ready()
-        else:
-            gc.collect()  # tens of ms on a big heap: before the zero, not after it
-            t0 = monotonic() + 0.05
-    eng.t0 = t0
-    writer.meta.update(t0=t0, t0_unix=time.time() - (monotonic() - t0))
+    t0 = eng.t0 = zero_time(writer, options)
     eng.loop = loop
     eng.done_fut = loop.create_future()
-    signals = handle_signals and threading.current_thread() is threading.main_thread()
+    signals = wants_signals(options)
     installed = []
     cpu0 = os.times()
     wall0 = monotonic()
@@ -400,14 +367,7 @@ def run_schedule(
         writer.close()
         if gc_was_enabled:
             gc.enable()
-    cpu1 = os.times()
-    wall = monotonic() - wall0
-    return EngineStats(
-        t0=t0,
-        t0_unix=time.time() - (monotonic() - t0),
-        wall=wall,
-        cpu=(cpu1.user - cpu0.user) + (cpu1.system - cpu0.system),
-        requests=eng.recorded,
-        interrupted=eng.interrupted,
-        extra={"pool_waits": eng.pool_waits},
-    )
+    return run_stats(
+        t0, wall0, cpu0, eng.recorded,
+        interrupted=eng.interrupted, extra={"pool_waits": eng.pool_waits},
+    )  # fmt: skip

@@ -1,4 +1,4 @@
-"""The replay Engine protocol and an in-memory fake of it.
+"""An in-memory fake of the replay engine (:class:`shrink.replay.contract.Engine`).
 
 :func:`shrink.replay.engine.run_schedule` is the real engine. :class:`FakeEngine`
 plays the same schedule with the same session rules (first request alone,
@@ -10,30 +10,14 @@ self-check) can be tested deterministically.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from time import monotonic
-from typing import Protocol
+from typing import Unpack
 
-from shrink.replay.engine import EngineConfig, EngineStats
+from shrink.replay._config import EngineConfig
+from shrink.replay.contract import EngineStats, RunOptions, zero_time
 from shrink.replay.writer import RunLogWriter
 from shrink.schedule import Schedule, session_hash
 
-__all__ = ["Engine", "FakeEngine"]
-
-
-class Engine(Protocol):
-    """Runs a schedule against ``config.targets``, one row per request into ``writer``."""
-
-    def __call__(
-        self,
-        schedule: Schedule,
-        config: EngineConfig,
-        writer: RunLogWriter,
-        *,
-        t0: float | None = None,
-        on_ready: Callable[[], float] | None = None,
-        handle_signals: bool = True,
-    ) -> EngineStats: ...
+__all__ = ["FakeEngine"]
 
 
 class FakeEngine:
@@ -43,17 +27,10 @@ class FakeEngine:
         self.service = service or {"static": 0.001, "dynamic": 0.005}
 
     def __call__(
-        self,
-        schedule: Schedule,
-        config: EngineConfig,
-        writer: RunLogWriter,
-        *,
-        t0: float | None = None,
-        on_ready: Callable[[], float] | None = None,
-        handle_signals: bool = True,
-    ) -> EngineStats:
-        if t0 is None:
-            t0 = on_ready() if on_ready is not None else monotonic()
+        self, schedule: Schedule, config: EngineConfig, writer: RunLogWriter,
+        **options: Unpack[RunOptions],
+    ) -> EngineStats:  # fmt: skip
+        t0 = zero_time(writer, options)
         svc = (self.service.get("static", 0.001), self.service.get("dynamic", 0.005))
         n = len(config.targets)
         codes = [writer.targets.code(f"{a}:{p}") for a, p in config.targets]

@@ -17,8 +17,13 @@ Where the core differs from the Python engine, it is in time stamps and
 wake-ups, not in what is sent: a response is timed by the kernel's receive
 stamp (``SO_TIMESTAMPNS``), in open mode a short wait sleeps on the timer alone
 (responses are read at the next due time, their stamps unchanged), and at high
-rates wake-ups are at most 60 us apart (a request is then up to that late, and
-its send lag says so).
+rates wake-ups are at least 60 us apart, up to 400 us while the loop is busy
+(above 85% of its core; a request is then up to that late, and its send lag
+says so). Under load session mode reads the responses that arrive within
+120 us of a wake-up together, and a request that follows a response is intended
+at the response's arrival, so a late read shows as send lag. Open mode opens
+the connections its first millisecond needs before the start and at most 16 at
+a time after it (a request waits for one in order, as for a full pool).
 
 :func:`select_engine` maps ``auto | native | python`` to an engine callable;
 ``auto`` is the native core when it is importable, else the Python engine. Both
@@ -31,17 +36,16 @@ from __future__ import annotations
 import gc
 import os
 import signal
-import threading
-import time
 from collections.abc import Callable
 from time import monotonic
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 
 from shrink.errors import ParameterError, ReplayError
 from shrink.replay._http import build_request
-from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
+from shrink.replay.contract import EngineStats, RunOptions, run_stats, wants_signals, zero_time
+from shrink.replay.engine import EngineConfig, run_schedule
 from shrink.replay.writer import RunLogWriter
 from shrink.schedule import Schedule, session_hash
 
@@ -54,7 +58,7 @@ __all__ = ["ENGINES", "available", "engine_name", "run_native", "run_python", "s
 
 ENGINES = ("auto", "native", "python")
 # The core's loop counts and error indices, in its order (native/src/engine.rs).
-_COUNTS = ("turns", "sleeps", "events", "timer_arms", "connects", "sends")
+_COUNTS = ("turns", "sleeps", "events", "timer_arms", "connects", "sends", "window_us_max")
 _ERRORS = ("refused", "connect", "reset", "closed", "timeout", "bad-response", "cut", "unsent")
 
 
@@ -151,31 +155,20 @@ def _appender(writer: RunLogWriter, stop: list[bool]) -> Callable[[list[bytes]],
 
 
 def run_native(
-    schedule: Schedule,
-    config: EngineConfig,
-    writer: RunLogWriter,
-    *,
-    t0: float | None = None,
-    on_ready: Callable[[], float] | None = None,
-    handle_signals: bool = True,
+    schedule: Schedule, config: EngineConfig, writer: RunLogWriter, **options: Unpack[RunOptions]
 ) -> EngineStats:
-    """:func:`shrink.replay.engine.run_schedule`'s contract, run by the native core."""
+    """The engine contract (:mod:`shrink.replay.contract`), run by the native core."""
     if _core is None:
         raise ReplayError(
             "the native replay core is not built (run make setup, or pip install ./native); "
             "use --engine python"
         )
     args = _core_args(schedule, config, writer)
-    if t0 is None:
-        if on_ready is not None:
-            t0 = on_ready()
-        else:
-            gc.collect()
-            t0 = monotonic() + 0.05
-    writer.meta.update(t0=t0, t0_unix=time.time() - (monotonic() - t0), engine="native")
+    t0 = zero_time(writer, options)
+    writer.meta["engine"] = "native"
     stop = [False]
     installed: list[tuple[int, Any]] = []
-    if handle_signals and threading.current_thread() is threading.main_thread():
+    if wants_signals(options):
 
         def on_signal(signum: int, frame: Any) -> None:
             stop[0] = True
@@ -197,13 +190,11 @@ def run_native(
         writer.close()
         if gc_was_enabled:
             gc.enable()
-    cpu1 = os.times()
-    return EngineStats(
-        t0=t0,
-        t0_unix=time.time() - (monotonic() - t0),
-        wall=monotonic() - wall0,
-        cpu=(cpu1.user - cpu0.user) + (cpu1.system - cpu0.system),
-        requests=int(recorded),
+    return run_stats(
+        t0,
+        wall0,
+        cpu0,
+        int(recorded),
         interrupted=bool(interrupted or stop[0]),
         extra={
             "pool_waits": int(pool_waits),
@@ -215,19 +206,11 @@ def run_native(
 
 
 def run_python(
-    schedule: Schedule,
-    config: EngineConfig,
-    writer: RunLogWriter,
-    *,
-    t0: float | None = None,
-    on_ready: Callable[[], float] | None = None,
-    handle_signals: bool = True,
+    schedule: Schedule, config: EngineConfig, writer: RunLogWriter, **options: Unpack[RunOptions]
 ) -> EngineStats:
     """The Python (asyncio) reference engine, with its name recorded."""
     writer.meta["engine"] = "python"
-    stats = run_schedule(
-        schedule, config, writer, t0=t0, on_ready=on_ready, handle_signals=handle_signals
-    )
+    stats = run_schedule(schedule, config, writer, **options)
     stats.extra["engine"] = "python"
     return stats
 

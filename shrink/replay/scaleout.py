@@ -26,12 +26,12 @@ from time import monotonic
 from typing import Any
 
 from shrink.errors import ReplayError
+from shrink.processes import die_with_parent
 from shrink.replay.cluster import ClusterSpec, run_on_cluster
 from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
 from shrink.replay.writer import RunLogWriter
 from shrink.runlog import RunLog
 from shrink.schedule import build_schedule, trace_extent, trace_mode
-from shrink.testbed.process import die_with_parent
 from shrink.trace import Trace
 
 __all__ = ["EngineRun", "run_engines", "split_sessions"]

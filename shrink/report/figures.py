@@ -257,15 +257,6 @@ def level_near_utilization(curve: LoadCurve, target: float = 0.8) -> Level | Non
     return min(usable, key=lambda lv: abs(lv.throughput - target * top))
 
 
-def _dist(level: Level, cls: str | None) -> np.ndarray | None:
-    ds = []
-    for r in level.reps:
-        src = r.overall if cls is None else r.per_class.get(cls)
-        if src is not None and src.dist:
-            ds.append(np.asarray(src.dist, float))
-    return np.mean(ds, axis=0) if ds else None
-
-
 def cdf_figure(
     path: str | Path,
     entries: Sequence[tuple[str, Level, float]],
@@ -279,7 +270,7 @@ def cdf_figure(
     for ax, cls in zip(axes[0], classes, strict=True):
         left = []
         for i, (label, level, scale) in enumerate(entries):
-            d = _dist(level, cls)
+            d = level.quantile_function(cls)
             if d is None:
                 continue
             # The axis starts near the 1% point, at most three decades under the median:

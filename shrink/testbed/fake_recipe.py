@@ -1,8 +1,10 @@
 """A fake server recipe for unit tests of the lifecycle: needs no web server installed.
 
 It starts one small Python process per replica (through ``ctx.spawn``, so it is
-pinned and in the cgroup like any server) that answers every GET with 200
-``shrink-ok``, and counts the calls the lifecycle made. ``fail`` makes it break
+pinned and in the cgroup like any server): the replay tests' fake server,
+:mod:`shrink.replay.fakeserver`, run as a script (it needs only the standard
+library, so it starts without importing shrink), which answers every GET with a
+200. It counts the calls the lifecycle made. ``fail`` makes it break
 the way real recipes break: ``"exit"`` (the process dies at start-up),
 ``"silent"`` (it runs but never answers) or ``"start"`` (start raises)::
 
@@ -18,26 +20,13 @@ import sys
 from collections import Counter
 
 from shrink.errors import TestbedError
+from shrink.replay import fakeserver
 from shrink.testbed.health import probe
 from shrink.testbed.recipe import ReplicaContext, Started, replica_pids, stop_replica
 from shrink.testbed.state import ReplicaState
 
 __all__ = ["FakeRecipe"]
 
-_SERVE = """
-import http.server, sys
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200); self.send_header("Content-Length", "9"); self.end_headers()
-        self.wfile.write(b"shrink-ok")
-    def log_message(self, *a): pass
-cls = http.server.HTTPServer
-if ":" in sys.argv[1]:
-    import socket
-    class V6(http.server.HTTPServer): address_family = socket.AF_INET6
-    cls = V6
-cls((sys.argv[1], int(sys.argv[2])), H).serve_forever()
-"""
 _SILENT = "import time; time.sleep(60)"
 _EXIT = "import sys; print('fake: cannot start'); sys.exit(3)"
 
@@ -62,8 +51,12 @@ class FakeRecipe:
         if self.fail == "start":
             raise TestbedError("fake: refused to start")
         r = ctx.replica
-        code = {"exit": _EXIT, "silent": _SILENT}.get(self.fail or "", _SERVE)
-        p = ctx.spawn([sys.executable, "-c", code, r.address, str(r.port)], "fake.log")
+        code = {"exit": _EXIT, "silent": _SILENT}.get(self.fail or "")
+        if code is None:
+            argv = [sys.executable, fakeserver.__file__, "--host", r.address, "--port", str(r.port)]
+        else:
+            argv = [sys.executable, "-c", code]
+        p = ctx.spawn(argv, "fake.log")
         return Started(
             masters=[p.pid],
             processes={"server": [p.pid]},

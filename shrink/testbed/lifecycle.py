@@ -27,13 +27,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from shrink import processes as process
 from shrink.enforce import DEFAULT as DEFAULT_ENFORCE
 from shrink.enforce import Enforcer, check_mechanism, enforcer_from_dict, make_enforcer
 from shrink.errors import RecipeError, TestbedError, TopologyError
 from shrink.machine import Machine
 from shrink.mapping import Mapping, Replica, build_mapping
 from shrink.share import Cgroup, Share, can_write_cgroups, cgroup_layout
-from shrink.testbed import process, registry
+from shrink.testbed import registry
 from shrink.testbed.config import PhpLimits
 from shrink.testbed.recipe import (
     ReplicaContext,
@@ -41,6 +42,7 @@ from shrink.testbed.recipe import (
     kill_spawned,
     label,
     stop_replica,
+    tail_log,
     wait_until,
 )
 from shrink.testbed.servers import load_recipe
@@ -107,14 +109,6 @@ def _socket_dir(run_dir: Path) -> Path:
         return run_dir
     tag = hashlib.sha1(str(run_dir).encode()).hexdigest()[:10]
     return Path(tempfile.gettempdir()) / f"shrink-{tag}"
-
-
-def _tail(path: Path, n: int = 3) -> str:
-    try:
-        lines = path.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return " | ".join(line.strip() for line in lines[-n:])
 
 
 def _start_replica(
@@ -200,7 +194,7 @@ def _start_replica(
             _release(enforcer, enforcer.to_dict().get("cgroup"))
         if not isinstance(exc, TestbedError) or isinstance(exc, RecipeError):
             raise
-        output = "; ".join(f"{p.name}: {t}" for p in dict.fromkeys(logs) if (t := _tail(p)))
+        output = "; ".join(f"{p.name}: {t}" for p in dict.fromkeys(logs) if (t := tail_log(p)))
         msg = str(exc).replace("\n", " | ") + (f"; output {output}" if output else "")
         where = f"replica {r.name} ({r.address}:{r.port})"
         raise RecipeError(msg, recipe=label(recipe), field=where) from None

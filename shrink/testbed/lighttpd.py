@@ -9,23 +9,11 @@ and the php-cgi children evenly over the cores. The config is rendered by
 
 from __future__ import annotations
 
-import signal
-import subprocess
-
+from shrink import processes as process
 from shrink.errors import TestbedError
-from shrink.testbed import health, process
+from shrink.testbed import recipe
 from shrink.testbed.config import ReplicaConfig, write_probe
-from shrink.testbed.recipe import (
-    ReplicaContext,
-    Started,
-    find_tool,
-    first_line,
-    pin_evenly,
-    replica_pids,
-    stop_replica,
-    wait_until,
-)
-from shrink.testbed.state import ReplicaState
+from shrink.testbed.recipe import BuiltinRecipe, ReplicaContext, Started
 
 __all__ = ["INSTALL_HINT", "LighttpdPhpCgi"]
 
@@ -35,24 +23,22 @@ INSTALL_HINT = (
 )
 
 
-class LighttpdPhpCgi:
+class LighttpdPhpCgi(BuiltinRecipe):
     """lighttpd, one worker per core, and a php-cgi pool of ``children_per_core`` per core."""
 
     name = "lighttpd-php-cgi"
-    source = "built-in"
-    stop_signal = signal.SIGTERM
 
     def _tools(self) -> tuple[str, str]:
         return (
-            find_tool(self.name, "lighttpd", hint=INSTALL_HINT),
-            find_tool(self.name, "php-cgi", hint=INSTALL_HINT),
+            recipe.find_tool(self.name, "lighttpd", hint=INSTALL_HINT),
+            recipe.find_tool(self.name, "php-cgi", hint=INSTALL_HINT),
         )
 
     def versions(self) -> dict[str, str]:
         lighttpd, php_cgi = self._tools()
         return {
-            "lighttpd": first_line([lighttpd, "-v"], self.name),
-            "php": first_line([php_cgi, "-v"], self.name),
+            "lighttpd": recipe.first_line([lighttpd, "-v"], self.name),
+            "php": recipe.first_line([php_cgi, "-v"], self.name),
         }
 
     def start(self, ctx: ReplicaContext) -> Started:
@@ -71,11 +57,7 @@ class LighttpdPhpCgi:
             php_post_max_mib=ctx.php.post_max_mib,
         )
         write_probe(cfg)
-        check = subprocess.run(
-            [lighttpd, "-tt", "-f", str(cfg.conf_path)], capture_output=True, text=True, timeout=20
-        )
-        if check.returncode != 0:
-            raise TestbedError(f"lighttpd refused {cfg.conf_path}: {check.stderr.strip()}")
+        recipe.check_config([lighttpd, "-tt", "-f", str(cfg.conf_path)], "lighttpd", cfg.conf_path)
         master = ctx.spawn([lighttpd, "-D", "-f", str(cfg.conf_path)], "stdout.log")
         tree: dict[str, list[int]] = {}
         want_workers = ctx.workers if ctx.workers > 1 else 0
@@ -94,13 +76,14 @@ class LighttpdPhpCgi:
             )
 
         try:
-            wait_until(ready, [master], ctx.timeout_s)
+            recipe.wait_until(ready, [master], ctx.timeout_s)
         except TestbedError as exc:
-            raise TestbedError(f"{exc}; error log {cfg.errorlog}: {_tail(cfg)}") from None
+            tail = recipe.tail_log(cfg.errorlog, 5)
+            raise TestbedError(f"{exc}; error log {cfg.errorlog}: {tail}") from None
         workers = tree["workers"]
         # One process serves alone when lighttpd runs a single worker: pin the master.
-        pinned = pin_evenly(workers or [master.pid], r.cpus)
-        pinned.update(pin_evenly(tree["php_kids"], r.cpus))
+        pinned = recipe.pin_evenly(workers or [master.pid], r.cpus)
+        pinned.update(recipe.pin_evenly(tree["php_kids"], r.cpus))
         return Started(
             masters=[master.pid],
             processes={
@@ -111,20 +94,3 @@ class LighttpdPhpCgi:
             config=str(cfg.conf_path),
             errorlog=str(cfg.errorlog),
         )
-
-    def health(self, address: str, port: int) -> str | None:
-        return health.check(address, port)
-
-    def pids(self, replica: ReplicaState) -> list[int]:
-        return replica_pids(replica)
-
-    def stop(self, replica: ReplicaState) -> list[int]:
-        return stop_replica(replica, self.stop_signal)
-
-
-def _tail(cfg: ReplicaConfig, n: int = 5) -> str:
-    try:
-        lines = cfg.errorlog.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return " | ".join(lines[-n:])

@@ -19,24 +19,13 @@ from __future__ import annotations
 
 import glob
 import os
-import signal
-import subprocess
 from pathlib import Path
 
+from shrink import processes as process
 from shrink.errors import TestbedError
-from shrink.testbed import health, process
+from shrink.testbed import recipe
 from shrink.testbed.config import HEALTH_BODY, MIME_TYPES
-from shrink.testbed.recipe import (
-    ReplicaContext,
-    Started,
-    find_tool,
-    first_line,
-    pin_evenly,
-    replica_pids,
-    stop_replica,
-    wait_until,
-)
-from shrink.testbed.state import ReplicaState
+from shrink.testbed.recipe import BuiltinRecipe, ReplicaContext, Started
 
 __all__ = ["INSTALL_HINT", "NginxPhpFpm", "cpu_affinity_masks", "php_fpm_names"]
 
@@ -151,24 +140,22 @@ clear_env = no
 """
 
 
-class NginxPhpFpm:
+class NginxPhpFpm(BuiltinRecipe):
     """nginx, one worker per core pinned by ``worker_cpu_affinity``, and a PHP-FPM pool."""
 
     name = "nginx-php-fpm"
-    source = "built-in"
-    stop_signal = signal.SIGTERM
 
     def _tools(self) -> tuple[str, str]:
         return (
-            find_tool(self.name, "nginx", hint=INSTALL_HINT),
-            find_tool(self.name, *php_fpm_names(), hint=INSTALL_HINT),
+            recipe.find_tool(self.name, "nginx", hint=INSTALL_HINT),
+            recipe.find_tool(self.name, *php_fpm_names(), hint=INSTALL_HINT),
         )
 
     def versions(self) -> dict[str, str]:
         nginx, fpm = self._tools()
         return {
-            "nginx": first_line([nginx, "-v"], self.name).removeprefix("nginx version: "),
-            "php-fpm": first_line([fpm, "-v"], self.name),
+            "nginx": recipe.first_line([nginx, "-v"], self.name).removeprefix("nginx version: "),
+            "php-fpm": recipe.first_line([fpm, "-v"], self.name),
         }
 
     def _write(self, ctx: ReplicaContext, nginx: str) -> tuple[Path, Path, Path, int]:
@@ -185,15 +172,7 @@ class NginxPhpFpm:
         nginx_conf.write_text(render_nginx_conf(ctx, sock, probe, as_root=as_root))
         fpm_conf.write_text(render_fpm_conf(ctx, sock, children))
         argv = [nginx, "-t", "-q", "-p", str(run), "-e", str(run / "error.log")]
-        check = subprocess.run(
-            [*argv, "-c", str(nginx_conf)],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        )
-        if check.returncode != 0:
-            text = " | ".join(check.stderr.strip().splitlines()[-3:])
-            raise TestbedError(f"nginx refused {nginx_conf}: {text}")
+        recipe.check_config([*argv, "-c", str(nginx_conf)], "nginx", nginx_conf)
         return nginx_conf, fpm_conf, sock, children
 
     def start(self, ctx: ReplicaContext) -> Started:
@@ -211,7 +190,7 @@ class NginxPhpFpm:
                 return None
             return f"php-fpm started {len(kids)} of {children} children"
 
-        wait_until(pool_ready, [fpm_master], ctx.timeout_s)
+        recipe.wait_until(pool_ready, [fpm_master], ctx.timeout_s)
         nginx_master = ctx.spawn(
             [nginx, "-p", str(ctx.run_dir), "-e", str(ctx.run_dir / "error.log"),
              "-c", str(nginx_conf)],
@@ -228,12 +207,13 @@ class NginxPhpFpm:
             return f"nginx started {len(kids)} of {ctx.workers} workers ({pinned} pinned)"
 
         try:
-            wait_until(workers_ready, [fpm_master, nginx_master], ctx.timeout_s)
+            recipe.wait_until(workers_ready, [fpm_master, nginx_master], ctx.timeout_s)
         except TestbedError as exc:
-            raise TestbedError(f"{exc}; error log: {_tail(ctx.run_dir / 'error.log')}") from None
+            tail = recipe.tail_log(ctx.run_dir / "error.log")
+            raise TestbedError(f"{exc}; error log: {tail}") from None
         # nginx pins its workers itself (worker_cpu_affinity); record what they got.
         pinned = {w: list(process.allowed_cpus(w)) for w in found["nginx"]}
-        pinned.update(pin_evenly(found["php-fpm"], r.cpus))
+        pinned.update(recipe.pin_evenly(found["php-fpm"], r.cpus))
         return Started(
             masters=[nginx_master.pid, fpm_master.pid],
             processes={
@@ -245,26 +225,9 @@ class NginxPhpFpm:
             errorlog=str(ctx.run_dir / "error.log"),
         )
 
-    def health(self, address: str, port: int) -> str | None:
-        return health.check(address, port)
-
-    def pids(self, replica: ReplicaState) -> list[int]:
-        return replica_pids(replica)
-
-    def stop(self, replica: ReplicaState) -> list[int]:
-        return stop_replica(replica, self.stop_signal)
-
 
 def _allowed(pid: int) -> tuple[int, ...]:
     try:
         return process.allowed_cpus(pid)
     except OSError:  # exited meanwhile
         return ()
-
-
-def _tail(path: Path, n: int = 3) -> str:
-    try:
-        lines = path.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return " | ".join(lines[-n:])

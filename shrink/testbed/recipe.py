@@ -12,7 +12,7 @@ server through a TOML file (:mod:`shrink.testbed.command`); all found by name by
 :class:`shrink.testbed.fake_recipe.FakeRecipe`.
 
 Every process a recipe starts goes through ``ReplicaContext.spawn`` (which calls
-:func:`shrink.testbed.process.start_process`): it starts the process already
+:func:`shrink.processes.start_process`): it starts the process already
 pinned to the replica's CPUs and inside its cgroup, so whatever the server forks
 inherits both, and the lifecycle knows every process to clean up if start-up
 fails.
@@ -31,19 +31,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from shrink import processes as process
 from shrink.errors import RecipeError, TestbedError
 from shrink.mapping import Replica
 from shrink.share import Cgroup
-from shrink.testbed import process
+from shrink.testbed import health
 from shrink.testbed.config import PhpLimits
 from shrink.testbed.state import ReplicaState
 
 __all__ = [
     "BUILTIN_RECIPES",
     "DEFAULT_RECIPE",
+    "BuiltinRecipe",
     "ReplicaContext",
     "ServerRecipe",
     "Started",
+    "check_config",
     "find_tool",
     "first_line",
     "kill_spawned",
@@ -52,6 +55,7 @@ __all__ = [
     "replica_pids",
     "signal_number",
     "stop_replica",
+    "tail_log",
     "wait_until",
 ]
 
@@ -127,6 +131,25 @@ class ServerRecipe(Protocol):
         ...
 
 
+class BuiltinRecipe:
+    """What the built-in recipes share: the probe pages for health, and PIDs and stop
+    by the replica's recorded processes and cgroup. A subclass names itself and says
+    how to start."""
+
+    name: str
+    source = "built-in"
+    stop_signal: int = signal.SIGTERM
+
+    def health(self, address: str, port: int) -> str | None:
+        return health.check(address, port)
+
+    def pids(self, replica: ReplicaState) -> list[int]:
+        return replica_pids(replica)
+
+    def stop(self, replica: ReplicaState) -> list[int]:
+        return stop_replica(replica, self.stop_signal)
+
+
 def label(recipe: ServerRecipe) -> str:
     """How errors name a recipe: its file, or a built-in's name."""
     return recipe.name if recipe.source in ("built-in", "fake") else recipe.source
@@ -152,6 +175,15 @@ def first_line(argv: list[str], recipe: str) -> str:
     return text[0].strip() if text else "unknown"
 
 
+def check_config(argv: list[str], server: str, conf: Path) -> None:
+    """Run the server's own config test (``lighttpd -tt``, ``nginx -t``); a refusal is a
+    TestbedError naming the file, with the test's last lines of output."""
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+    if done.returncode != 0:
+        text = " | ".join(done.stderr.strip().splitlines()[-3:])
+        raise TestbedError(f"{server} refused {conf}: {text}")
+
+
 def wait_until(
     ready: Callable[[], str | None],
     masters: list[subprocess.Popen[bytes]],
@@ -174,6 +206,15 @@ def wait_until(
         if time.monotonic() > deadline:
             raise TestbedError(f"{missing} within {timeout_s:g} s")
         time.sleep(0.02)
+
+
+def tail_log(path: Path, n: int = 3) -> str:
+    """The last ``n`` lines of a server's log, on one line (for an error); "" if unreadable."""
+    try:
+        lines = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(line.strip() for line in lines[-n:])
 
 
 def pin_evenly(pids: list[int], cpus: tuple[int, ...]) -> dict[int, list[int]]:

@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from shrink import files
+from shrink import processes as process
 from shrink.atomic import write_text
 from shrink.errors import TestbedError, TraceFormatError
 from shrink.schemas import RegistryEntryFile
-from shrink.testbed import process
 from shrink.testbed.state import TestbedState
 
 __all__ = ["StaleTestbed", "forget", "record", "run_dir", "stale"]

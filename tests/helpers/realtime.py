@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 
-def _realtime_allowed() -> bool:
+def realtime_allowed() -> bool:
     """Whether this process may use SCHED_FIFO (root with CAP_SYS_NICE)."""
     try:
         old = (os.sched_getscheduler(0), os.sched_getparam(0))
@@ -18,4 +18,4 @@ def _realtime_allowed() -> bool:
 
 # Where allowed (CI runs as root), runs that judge timing use SCHED_FIFO so that
 # neighbours on this shared machine cannot delay them.
-RT = 10 if _realtime_allowed() else 0
+RT = 10 if realtime_allowed() else 0

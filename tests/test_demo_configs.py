@@ -1,0 +1,214 @@
+"""The demo's pieces with other configurations (bench/bench_configs.py), on a fake
+target: the plumbing only, no live server (accuracy is measured by the benchmark)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+import shrink.pipeline
+import shrink.providers
+from shrink import demo
+from shrink.trace import Trace
+from tests.helpers.fake_provider import FakeProvider
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+
+import bench_configs
+
+
+def test_the_default_trace_is_the_demos_own(tmp_path):
+    # Counts of the demo's trace as written before configurations existed.
+    trace_path, docroot = demo._synth(tmp_path, Console(record=True))
+    info = Trace.read_parquet(trace_path).info()
+    assert (trace_path.name, info.requests, info.sessions) == ("support-demo.parquet", 238890, 2201)
+    assert (docroot / "manifest.json").exists()
+
+
+def test_a_config_replaces_the_demos_trace(tmp_path):
+    cfg = {**demo.DEMO, **bench_configs.CONFIGS["support-s7-a50"], "duration": 60}
+    trace_path, _ = demo._synth(tmp_path, Console(record=True), cfg)
+    assert Trace.read_parquet(trace_path).info().requests != 238890
+    tcp = {**demo.DEMO, **bench_configs.CONFIGS["tcp-a25"]}
+    trace_path, docroot = demo._synth(tmp_path / "tcp", Console(record=True), tcp)
+    info = Trace.read_parquet(trace_path).info()
+    assert info.request_rate == pytest.approx(2000, rel=0.05)
+    assert (docroot / "static" / "file1k.bin").stat().st_size == 1024
+
+
+@pytest.fixture
+def fake_target(monkeypatch):
+    """Every provider the demo makes is the fake one-core provider; no pre-flight wait."""
+    monkeypatch.setattr(shrink.providers, "make_provider", lambda *a, **k: FakeProvider())
+    monkeypatch.setattr(shrink.pipeline, "make_provider", lambda *a, **k: FakeProvider())
+    monkeypatch.setattr(demo, "_check_quiet", lambda console: {"busy": {}, "steal": {}})
+
+
+def test_a_tcp_config_runs_end_to_end_with_rule_thresholds(tmp_path, fake_target, capsys):
+    bench_configs.CONFIGS["tcp-test"] = {**bench_configs.CONFIGS["tcp-a25"], "duration": 20}
+    try:
+        got = bench_configs.run_config("tcp-test", tmp_path / "run-0", quick=True)
+    finally:
+        del bench_configs.CONFIGS["tcp-test"]
+    out = tmp_path / "run-0"
+    rule = json.loads((out / "thresholds.json").read_text())
+    # The rule: light-load value / (1 - 0.8), measured on the whole (fake) core.
+    for s in ("mean", "p999"):
+        assert rule["thresholds"][s] == pytest.approx(rule["light_load"][s] / 0.2)
+        assert got["thresholds"][s] == pytest.approx(rule["thresholds"][s])
+    # The fake core's light load: 0.5 ms requests, 10% of 2,000 req/s.
+    assert 0.0004 < rule["light_load"]["mean"] < 0.001
+    assert rule["light_load_utilization"] is None or rule["light_load_utilization"] < 0.3
+    pred = json.loads((out / "prediction.json").read_text())
+    assert pred["inputs"]["plan"]["max_levels"] == 5  # the quick plan
+    assert json.loads((out / "config.json").read_text())["config"]["alpha"] == 0.25
+    assert got["config"] == "tcp-test"
+    assert {"mean_ratio", "p999_ratio", "mean_covered", "p999_covered"} <= set(got)
+    # --summarize finds the run under its folder and names its configuration.
+    assert bench_configs.main(["--summarize", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "| tcp-test | " in text and "tcp-test:" in text
+    assert "interval covered the measured MAT in" in text or "no conclusive run" in text
+
+
+def test_summarize_counts_errors_and_coverage():
+    rows = [
+        {"config": "a", "mean_ratio": 1.05, "mean_status": "ok/ok", "mean_covered": True},
+        {"config": "a", "mean_ratio": 0.80, "mean_status": "ok/ok", "mean_covered": False},
+        {"config": "a", "mean_ratio": 1.5, "mean_status": "ok/not_reached", "mean_covered": None},
+    ]
+    mean, p999 = bench_configs.accuracy(rows)
+    assert mean == (
+        "mean: error from -20.0% to +5.0%, median |error| 12.5%, within 10% in 1 of 2 "
+        "conclusive runs (1 inconclusive or failed); interval covered the measured MAT in 1 of 2"
+    )
+    assert p999 == "p999: no conclusive run (3 runs)"
+
+
+def test_summarize_says_when_there_is_nothing(tmp_path, capsys):
+    assert bench_configs.main(["--summarize", str(tmp_path)]) == 1
+    assert "no run (validation.json or error.txt)" in capsys.readouterr().out
+
+
+def test_a_recorded_trace_is_time_compressed_and_served_as_recorded(real_dir, tmp_path):
+    from shrink.synth.docroot import missing_paths
+
+    source = real_dir / "nasa_aug95_excerpt.repaired.log"
+    cfg = {**demo.DEMO, **bench_configs.CONFIGS["nasa-a50"], "source": source}
+    trace_path, docroot = demo._synth(tmp_path, Console(record=True), cfg)
+    tr = Trace.read_parquet(trace_path)
+    # Of the 1,880 lines, the plain files answered 200 (the rest counted and said).
+    assert (len(tr), tr.n_sessions) == (1532, 167)
+    assert tr.info().request_rate == pytest.approx(2000, rel=1e-6)
+    # One factor for send times and think times alike: a think time of 9 s stays 9 s
+    # of the recorded log's time.
+    k = tr.meta["time_compressed"]
+    assert 4000 < k < 6000
+    assert float(tr.column("think").max()) * k == pytest.approx(1793, rel=1e-6)
+    assert missing_paths(docroot, set(tr.column("path").tolist())) == []
+    assert set(tr.column("cls")) == {"static"}  # the document root serves files only
+    sizes = dict(zip(tr.column("path"), tr.column("bytes"), strict=True))
+    assert (docroot / "images" / "NASA-logosmall.gif").stat().st_size == sizes[
+        "/images/NASA-logosmall.gif"
+    ]
+
+
+def test_a_run_that_finds_no_answer_is_recorded_and_summarized(tmp_path, monkeypatch, capsys):
+    from shrink.errors import MeasurementError
+
+    def fails(out, **kwargs):
+        raise MeasurementError("load curve has no usable level: the generator fell behind")
+
+    monkeypatch.setattr(demo, "run_demo", fails)
+    got = bench_configs.run_config("tcp-a25", tmp_path / "tcp-a25" / "run-0")
+    assert got["error"].startswith("load curve has no usable level")
+    assert bench_configs.main(["--summarize", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "| tcp-a25 | " in text and "failed: load curve has no usable level" in text
+    assert "mean: no conclusive run (1 runs)" in text
+
+
+def test_the_default_demo_predicts_as_before(tmp_path, monkeypatch):
+    """No config: the demo's alpha, seed, thresholds and plan reach run_predict."""
+    from types import SimpleNamespace
+
+    from shrink.autolevels import AutoPlan
+
+    seen = {}
+
+    def run_predict(trace_path, out, **kwargs):
+        seen.update(kwargs, trace=Path(trace_path).name)
+        stat = SimpleNamespace(mat=1.0)
+        return SimpleNamespace(
+            mappings={"1-replica": SimpleNamespace(stats={"mean": stat, "p999": stat})},
+            self_checks={"generator_kept_up": True},
+            server=None,
+        )
+
+    mats = {s: {"measured": 1.0} for s in ("mean", "p999")}
+    validation = SimpleNamespace(to_dict=lambda: {"mats": mats, "conclusive": True})
+    monkeypatch.setattr(shrink.pipeline, "run_predict", run_predict)
+    monkeypatch.setattr(shrink.pipeline, "run_validate", lambda *a, **k: validation)
+    monkeypatch.setattr(demo, "_check_quiet", lambda console: {"busy": {}, "steal": {}})
+    monkeypatch.setattr(demo, "_whatif", lambda trace_path, thresholds: None)
+    demo.run_demo(tmp_path)
+    assert seen["trace"] == "support-demo.parquet"
+    assert (seen["alpha"], seen["seed"], seen["target"]) == (0.25, 1, "testbed")
+    assert seen["thresholds"] == {"mean": 0.010, "p999": 0.5}
+    assert seen["plan"] == AutoPlan(
+        warmup=1.5,
+        duration=4.0,
+        reps=2,
+        probe_reps=1,
+        coarse=(0.8, 0.9, 1.0, 1.1, 1.25),
+        max_levels=9,
+        budget_s=450.0,
+    )
+    assert not (tmp_path / "thresholds.json").exists()
+
+
+@pytest.mark.parametrize("name", sorted(bench_configs.CONFIGS))
+def test_every_config_writes_a_trace_its_document_root_serves(name, tmp_path):
+    from shrink.synth.docroot import missing_paths
+
+    cfg = {**demo.DEMO, **bench_configs.CONFIGS[name], "duration": 30}
+    if cfg.get("workload") == "recorded" and not Path(cfg["source"]).exists():
+        pytest.skip(f"recorded trace not found: {cfg['source']}")
+    trace_path, docroot = demo._synth(tmp_path, Console(record=True), cfg)
+    tr = Trace.read_parquet(trace_path)
+    assert len(tr) > 1000
+    assert missing_paths(docroot, set(tr.column("path").tolist())) == []
+    # Thresholds: the demo's (the same Support mix) or the light-load rule's.
+    assert cfg["thresholds"] in (demo.DEMO["thresholds"], None)
+
+
+def test_a_rerun_adds_runs_and_writes_over_none(tmp_path, monkeypatch):
+    from shrink.errors import MeasurementError
+
+    def fails(out, **kwargs):
+        raise MeasurementError("no answer")
+
+    monkeypatch.setattr(demo, "run_demo", fails)
+    for _ in range(2):
+        bench_configs.main(["--config", "tcp-a25", "--out", str(tmp_path)])
+    assert sorted(p.name for p in (tmp_path / "tcp-a25").iterdir()) == ["run-0", "run-1"]
+
+
+def test_the_light_load_is_a_tenth_of_the_whole_core_whatever_the_trace_rate(tmp_path, monkeypatch):
+    # 0.1 ms a request: the pilot at 200 req/s finds the core 2% busy, so the light
+    # load runs at five times the pilot's rate.
+    fast = FakeProvider(demand={"static": 0.0001, "dynamic": 0.001})
+    monkeypatch.setattr(shrink.providers, "make_provider", lambda *a, **k: fast)
+    cfg = {**demo.DEMO, **bench_configs.CONFIGS["tcp-a25"], "duration": 20}
+    trace_path, docroot = demo._synth(tmp_path, Console(record=True), cfg)
+    rule = demo.light_load_thresholds(trace_path, docroot, tmp_path, seed=1)
+    assert rule["pilot_utilization"] == pytest.approx(0.02, abs=0.005)
+    assert rule["light_load"]["rate_factor"] == pytest.approx(0.5, rel=0.25)
+    assert rule["light_load_utilization"] == pytest.approx(0.10, abs=0.02)
+    # Each repetition holds at least min_requests requests.
+    assert rule["light_load_requests"] >= 3 * demo.LIGHT_LOAD["min_requests"]
+    assert json.loads((tmp_path / "thresholds.json").read_text()) == rule
