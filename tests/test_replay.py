@@ -571,7 +571,7 @@ def test_finished_sessions_are_freed_during_the_run(fake):
 
     from shrink.replay._owners import _Session
 
-    trace = _sessions(300, ["/a?bytes=100", "/b?bytes=100"], gap=0.002, think=0.0, bursts=2)
+    trace = session_trace(300, ["/a?bytes=100", "/b?bytes=100"], gap=0.002, think=0.0, bursts=2)
     sched = build_schedule(trace, 1.0, 0.6, loop=False)
     alive: list[int] = []
     real_sweep = run_schedule.__globals__["_Engine"].sweep
