@@ -337,7 +337,9 @@ def _mapping_prediction(
             0.5 * (math.log(r.ci[1]) - math.log(r.ci[0])) if r.ci[0] > 0 and r.mat > 0 else 0.0
         )
         half = math.hypot(m_half, k_half)
-        stats[stat] = StatPrediction(r.mat, (r.mat * math.exp(-half), r.mat * math.exp(half)), thr)
+        ci = (r.mat * math.exp(-half), r.mat * math.exp(half))
+        # a re-mapped curve that does not cross gives a bound, written as one (">= X")
+        stats[stat] = StatPrediction(r.mat, ci, thr, status=r.status, measured=False)
     s_mean = pred.series("mean")
     s_p999 = pred.series("p999")
     return MappingPrediction(

@@ -49,7 +49,7 @@ __all__ = ["BOUNDS", "EXIT_BOUND", "MATResult", "bound_of", "crossing", "mat", "
 
 # status -> which side of the true MAT the reported value lies on
 BOUNDS = {"not_reached": "lower", "below_range": "upper"}
-# ``shrink mat``'s exit status when its MAT is only a bound (k6 uses 99 for a failed threshold).
+# A MAT command's exit status when a MAT is only a bound (k6 uses 99 for a failed threshold).
 EXIT_BOUND = 99
 
 

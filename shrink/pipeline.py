@@ -76,6 +76,7 @@ def run_predict(
         server_cpus=server_cpus,
         server=server,
         cluster=cluster,
+        trace=trace,
     )
     cfg = PredictConfig(
         alpha=alpha,
@@ -171,6 +172,7 @@ def run_validate(
             server_cpus=tuple(inputs.get("server_cpus") or ()) or None,
             server=server or inputs.get("server"),
             cluster=cluster,
+            trace=full_trace,
         )
         plan = AutoPlan(**{**AutoPlan().__dict__, **(inputs.get("plan") or {})})
         # The same part of the trace as the prediction's runs (its skip), at the plan's

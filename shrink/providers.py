@@ -114,6 +114,7 @@ class TestbedProvider:
         server: str | None = None,
         enforce: str | None = None,
         cluster: ClusterSpec | None = None,
+        php: Any = None,
     ) -> None:
         from shrink.testbed.servers import load_recipe
         from shrink.topology import discover
@@ -138,6 +139,7 @@ class TestbedProvider:
         self.enforce = enforce  # shrink.enforce mechanism; None: its default
         self.cluster = cluster  # generators on a Ray cluster instead of this machine
         self._opened = 0
+        self.php = php  # shrink.testbed.config.PhpLimits (None: the defaults)
 
     def machine(self) -> Machine:
         return self._machine
@@ -183,6 +185,7 @@ class TestbedProvider:
             php_children_per_core=self.php_children_per_core,
             owned=True,  # dies with this process, even by kill -9
             server=self.recipe,
+            php=self.php,
             **({"enforce": self.enforce} if self.enforce else {}),
         )
         try:
@@ -234,9 +237,11 @@ def make_provider(
     server_cpus: tuple[int, ...] | None = None,
     server: str | None = None,
     cluster: ClusterSpec | None = None,
+    trace: Any = None,
 ) -> TestbedProvider | SimProvider:
     """``testbed`` (the real server on this machine, run by the ``server`` recipe) or
-    ``sim:SPEC.toml``."""
+    ``sim:SPEC.toml``. With ``trace``, PHP's ``post_max_size`` holds its largest body."""
+    from shrink.testbed.config import PhpLimits
     from shrink.topology import load_machine
 
     if target.startswith("sim:"):
@@ -252,4 +257,5 @@ def make_provider(
         server_cpus=server_cpus,
         server=server,
         cluster=cluster,
+        php=None if trace is None else PhpLimits.for_trace(trace),
     )

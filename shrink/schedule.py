@@ -28,8 +28,9 @@ span of its arrivals plus one mean gap, as ``shrink trace info`` reports it: see
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -39,6 +40,8 @@ from shrink.trace import Trace
 from shrink.wire import wire_method, wire_target
 
 __all__ = [
+    "CHUNK",
+    "Chunk",
     "Schedule",
     "ScheduleArrays",
     "build_schedule",
@@ -72,9 +75,38 @@ def trace_mode(trace: Trace, mode: str = "auto") -> str:
     return mode
 
 
+# Sessions (or open-mode requests) per chunk of :meth:`Schedule.chunks`: what an engine
+# holds of the plan as Python objects at a time, whatever the run's length.
+CHUNK = 4096
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Consecutive entries of a schedule, in start order.
+
+    Per entry: its start (seconds from the run's zero), session id, unit (index of
+    the trace's session, or open-mode request, in :attr:`Schedule.base_t`'s
+    order) and first burst (a session the loop's earlier copies left running
+    joins at a later burst; 0 otherwise).
+    """
+
+    t: np.ndarray
+    ids: np.ndarray
+    unit: np.ndarray
+    burst: np.ndarray
+
+
 @dataclass
 class Schedule:
-    """A replay plan. Session mode fills ``sessions``; open mode fills ``times``/``rows``.
+    """A replay plan, kept compact: one copy of the trace, repeated as it is read.
+
+    Memory is O(trace), not O(run): the entries of a looped run (each copy's
+    sessions, or open-mode requests, shifted by ``period`` and their ids by
+    ``id_stride``, plus the warm-start sessions) are made chunk by chunk by
+    :meth:`chunks`, which the Python engine reads as it goes. ``session_start``,
+    ``session_ids``, ``session_bursts`` (session mode) and ``times``, ``rows``,
+    ``open_sessions`` (open mode) are the whole plan at once, for the simulator,
+    the fakes and the native core's arrays.
 
     ``keys[key_of_row[r]]`` is row r's (method, path, body); ``cls_of_row`` holds
     0 (static) or 1 (dynamic).
@@ -84,14 +116,6 @@ class Schedule:
     keys: list[tuple[str, str, str]]
     key_of_row: np.ndarray
     cls_of_row: np.ndarray
-    # session mode: per session (id, start, bursts as (first row, end row, think))
-    session_ids: list[int] = field(default_factory=list)
-    session_start: np.ndarray = field(default_factory=lambda: np.empty(0))
-    session_bursts: list[list[tuple[int, int, float]]] = field(default_factory=list)
-    # open mode: per request (time, row, session id), sorted by time
-    times: np.ndarray = field(default_factory=lambda: np.empty(0))
-    rows: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
-    open_sessions: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     horizon: float = 0.0
     rate_factor: float = 1.0
     copies: int = 1
@@ -99,15 +123,162 @@ class Schedule:
     # (a single pass runs its sessions out).
     end: float = float("inf")
     period: float = 0.0  # seconds between looped copies (span / rate factor)
+    id_stride: int = 1
+    # One copy, sorted by start: per unit its start, session id and (open mode) row.
+    base_t: np.ndarray = field(default_factory=lambda: np.empty(0))
+    base_ids: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    base_rows: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    # Session mode, per unit: its bursts as (first row, end row, think), and the same
+    # flattened (``burst_off[u]:burst_off[u + 1]`` are unit u's in ``burst_rows``).
+    plans: list[list[tuple[int, int, float]]] = field(default_factory=list)
+    burst_off: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    burst_rows: np.ndarray = field(default_factory=lambda: np.empty((0, 2), np.int64))
+    burst_think: np.ndarray = field(default_factory=lambda: np.empty(0))
+    # The warm-start sessions (see :func:`_warm_sessions`), sorted by start.
+    warm: Chunk = field(default_factory=lambda: _empty_chunk())
+
+    def chunks(self, size: int = CHUNK) -> Iterator[Chunk]:
+        """The plan in start order, about ``size`` entries a chunk (none empty).
+
+        Entries of equal start keep build order: copies in turn, each in its
+        trace order, then the warm-start sessions.
+        """
+        n = self.base_t.size
+        if n == 0 or self.copies == 0:
+            if self.warm.t.size:
+                yield self.warm
+            return
+        first, last = float(self.base_t[0]), float(self.base_t[-1])
+        stop = min(self.horizon, last + (self.copies - 1) * self.period)
+        if self.warm.t.size:
+            stop = max(stop, float(self.warm.t[-1]))
+        # A window of starts expected to hold ``size`` entries (a copy holds n per period).
+        width = max(self.period, 1e-9) * size / n
+        a = min(first, float(self.warm.t[0]) if self.warm.t.size else first)
+        while a <= stop:
+            b = a + width
+            ch = self._window(a, b)
+            if ch is not None:
+                yield ch
+            a = b
+
+    def _window(self, a: float, b: float) -> Chunk | None:
+        """The entries starting in ``[a, b)`` (and before the horizon), in start order."""
+        period, base = self.period, self.base_t
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        k_lo = max(0, int(np.floor((a - base[-1]) / period)) - 1) if period > 0 else 0
+        k_hi = min(self.copies - 1, int(np.floor(b / period)) + 1) if period > 0 else 0
+        for k in range(k_lo, k_hi + 1):
+            # rough bounds by searchsorted, then the exact test on the shifted times
+            lo = int(np.searchsorted(base, a - k * period - 1e-9 * (1 + abs(a)), "left"))
+            hi = int(np.searchsorted(base, b - k * period + 1e-9 * (1 + abs(b)), "right"))
+            if lo >= hi:
+                continue
+            t = base[lo:hi] + k * period
+            keep = (t >= a) & (t < b) & (t < self.horizon)
+            if keep.any():
+                unit = np.arange(lo, hi, dtype=np.int64)[keep]
+                ids = self.base_ids[unit] + k * self.id_stride
+                parts.append((t[keep], ids, unit, np.zeros(unit.size, np.int64)))
+        w = self.warm
+        if w.t.size:
+            lo, hi = np.searchsorted(w.t, a, "left"), np.searchsorted(w.t, b, "left")
+            if lo < hi:
+                parts.append((w.t[lo:hi], w.ids[lo:hi], w.unit[lo:hi], w.burst[lo:hi]))
+        if not parts:
+            return None
+        t, ids, unit, burst = (np.concatenate(x) for x in zip(*parts, strict=True))
+        order = np.argsort(t, kind="stable")
+        return Chunk(t[order], ids[order], unit[order], burst[order])
+
+    def whole(self) -> Chunk:
+        """The whole plan as one chunk (O(run) arrays, not kept: see ``_whole``)."""
+        parts = list(self.chunks(1 << 16))
+        if not parts:
+            return _empty_chunk()
+        cols = zip(*((c.t, c.ids, c.unit, c.burst) for c in parts), strict=True)
+        return Chunk(*(np.concatenate(x) for x in cols))
+
+    # The whole plan at once (O(run)): the simulator, the fakes, the native core.
+    @cached_property
+    def _whole(self) -> Chunk:
+        return self.whole()
+
+    @property
+    def times(self) -> np.ndarray:
+        """Open mode: each request's time, sorted."""
+        return self._whole.t if self.mode == "open" else np.empty(0)
+
+    @property
+    def rows(self) -> np.ndarray:
+        """Open mode: each request's trace row."""
+        return self.base_rows[self._whole.unit] if self.mode == "open" else _NO_INT
+
+    @property
+    def open_sessions(self) -> np.ndarray:
+        """Open mode: each request's session id."""
+        return self._whole.ids if self.mode == "open" else _NO_INT
+
+    @property
+    def session_start(self) -> np.ndarray:
+        """Session mode: each session's start, sorted."""
+        return self._whole.t if self.mode == "session" else np.empty(0)
+
+    @property
+    def session_ids(self) -> list[int]:
+        """Session mode: each session's id."""
+        return self._whole.ids.tolist() if self.mode == "session" else []
+
+    @property
+    def session_bursts(self) -> list[list[tuple[int, int, float]]]:
+        """Session mode: each session's bursts as (first row, end row, think)."""
+        if self.mode != "session":
+            return []
+        w = self._whole
+        return self.bursts_of(w.unit, w.burst)
+
+    def bursts_of(self, unit: np.ndarray, burst: np.ndarray) -> list[list[tuple[int, int, float]]]:
+        """The bursts of the sessions ``(unit, first burst)``, as the engine runs them."""
+        plans = self.plans
+        return [plans[u][b:] if b else plans[u] for u, b in zip(unit.tolist(), burst.tolist(),
+                                                                 strict=True)]  # fmt: skip
+
+    def flat_bursts(
+        self, w: Chunk | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Session mode's bursts as arrays: offsets per session, first row, end row, think.
+
+        ``w`` is :meth:`whole`'s result where the caller has it (default: the kept one).
+        """
+        w = self._whole if w is None else w
+        lo = self.burst_off[w.unit] + w.burst
+        hi = self.burst_off[w.unit + 1]
+        off = np.zeros(lo.size + 1, np.int64)
+        np.cumsum(hi - lo, out=off[1:])
+        idx = _ranges(lo, hi)
+        return off, self.burst_rows[idx, 0], self.burst_rows[idx, 1], self.burst_think[idx]
 
     def __len__(self) -> int:
         if self.mode == "open":
-            return int(self.times.size)
-        return sum(e - s for bursts in self.session_bursts for s, e, _ in bursts)
+            return sum(int(c.t.size) for c in self.chunks(1 << 16))
+        req = self.burst_rows[:, 1] - self.burst_rows[:, 0]
+        cum = np.r_[0, np.cumsum(req)]
+        total = 0
+        for c in self.chunks(1 << 16):
+            ends, starts = self.burst_off[c.unit + 1], self.burst_off[c.unit] + c.burst
+            total += int((cum[ends] - cum[starts]).sum())
+        return total
 
     def offered_rate(self) -> float:
         """Requests per second the schedule would send if the server answered instantly."""
         return len(self) / self.horizon if self.horizon > 0 else 0.0
+
+
+_NO_INT = np.empty(0, np.int64)
+
+
+def _empty_chunk() -> Chunk:
+    return Chunk(np.empty(0), _NO_INT, _NO_INT, _NO_INT)
 
 
 @dataclass(frozen=True)
@@ -157,10 +328,8 @@ def schedule_arrays(sched: Schedule) -> ScheduleArrays:
             sess_first_burst=idx,
             sess_ids=sched.open_sessions.astype(np.int64),
         )
-    counts = np.fromiter((len(b) for b in sched.session_bursts), np.int64)
-    flat = [x for bursts in sched.session_bursts for x in bursts]
-    arr = np.asarray(flat, dtype=np.float64).reshape(-1, 3)
-    first_row, end_row = arr[:, 0].astype(np.int64), arr[:, 1].astype(np.int64)
+    off, first_row, end_row, think = sched.flat_bursts()
+    counts = np.diff(off)
     lens = end_row - first_row
     burst_sess = np.repeat(np.arange(counts.size, dtype=np.int64), counts)
     burst_first = np.r_[0, np.cumsum(lens)[:-1]].astype(np.int64)
@@ -172,10 +341,10 @@ def schedule_arrays(sched: Schedule) -> ScheduleArrays:
         req_session=burst_sess[req_burst],
         burst_first=burst_first,
         burst_end=burst_first + lens,
-        burst_think=arr[:, 2].copy(),
+        burst_think=think.astype(np.float64),
         burst_next=np.where(same_next, np.arange(lens.size) + 1, -1).astype(np.int64),
         sess_start=np.asarray(sched.session_start, np.float64),
-        sess_first_burst=np.r_[0, np.cumsum(counts)[:-1]].astype(np.int64),
+        sess_first_burst=off[:-1].astype(np.int64),
         sess_ids=np.asarray(sched.session_ids, np.int64),
     )
 
@@ -283,49 +452,36 @@ def build_schedule(
     id_stride = own[2] if id_stride is None else id_stride
     if mode == "open":
         order = np.argsort(t, kind="stable")
-        base_t, base_rows, base_sess = (t[order] - origin) / rate_factor, order, sess[order]
-        n_units = base_t.size
+        base_t, base_ids = (t[order] - origin) / rate_factor, sess[order].astype(np.int64)
+        sched.base_rows = order.astype(np.int64)
     else:
         first = np.flatnonzero(np.r_[True, sess[1:] != sess[:-1]])
-        base_t = (t[first] - origin) / rate_factor
-        n_units = first.size
+        raw_t = (t[first] - origin) / rate_factor
+        order = np.argsort(raw_t, kind="stable")  # the units in start order
+        base_t, base_ids = raw_t[order], sess[first][order].astype(np.int64)
     period = span / rate_factor
     copies = max(1, int(np.ceil(horizon / period))) if loop else 1
-    sched.copies = copies
-    sched.period = period
+    sched.copies, sched.period, sched.id_stride = copies, period, id_stride
+    sched.base_t, sched.base_ids = base_t, base_ids
     if not loop:
         # one pass: a unit due exactly at the horizon (the trace's last) is sent too
         sched.horizon = horizon = float(np.nextafter(horizon, np.inf))
     else:
         sched.end = horizon
     if mode == "open":
-        times = np.concatenate([base_t + k * period for k in range(copies)])
-        keep = times < horizon
-        sched.times = times[keep]
-        sched.rows = np.tile(base_rows, copies)[keep]
-        sched.open_sessions = np.concatenate(
-            [base_sess + k * id_stride for k in range(copies)]
-        ).astype(np.int64)[keep]
         return sched
     bursts_of = _bursts(trace, first)
-    starts: list[float] = []
-    ids: list[int] = []
-    plans: list[list[tuple[int, int, float]]] = []
-    for k in range(copies):
-        for j in range(n_units):
-            st = base_t[j] + k * period
-            if st < horizon:
-                starts.append(st)
-                ids.append(int(sess[first[j]]) + k * id_stride)
-                plans.append(bursts_of[j])
+    sched.plans = [bursts_of[j] for j in order]
+    counts = np.fromiter((len(p) for p in sched.plans), np.int64, len(sched.plans))
+    sched.burst_off = np.r_[0, np.cumsum(counts)].astype(np.int64)
+    flat = [b for plan in sched.plans for b in plan]
+    sched.burst_rows = np.array([(f, e) for f, e, _ in flat], np.int64).reshape(-1, 2)
+    sched.burst_think = np.fromiter((b[2] for b in flat), np.float64, len(flat))
     if loop and warm_start:
-        sids = [int(sess[f]) for f in first]
-        _warm_sessions(base_t, bursts_of, period, horizon, starts, plans, sids, ids,
-                       copies * id_stride, id_stride)  # fmt: skip
-    order = np.argsort(np.asarray(starts), kind="stable")
-    sched.session_start = np.asarray(starts)[order]
-    sched.session_ids = [ids[i] for i in order]
-    sched.session_bursts = [plans[i] for i in order]
+        unit_of = np.empty(order.size, np.int64)
+        unit_of[order] = np.arange(order.size)  # trace order -> start order
+        sched.warm = _warm_sessions(raw_t, bursts_of, period, horizon, sess[first], unit_of,
+                                    copies * id_stride, id_stride)  # fmt: skip
     return sched
 
 
@@ -334,26 +490,28 @@ def _warm_sessions(
     bursts_of: list[list[tuple[int, int, float]]],
     period: float,
     horizon: float,
-    starts: list[float],
-    plans: list[list[tuple[int, int, float]]],
-    sids: list[int],
-    ids: list[int],
+    sids: np.ndarray,
+    unit_of: np.ndarray,
     id_base: int,
     id_stride: int,
-) -> None:
-    """Append (to ``starts``, ``plans``, ``ids``) the sessions that earlier copies of
-    the looped trace would still be running at time 0, each joining at its first
-    burst due at or after 0.
+) -> Chunk:
+    """The sessions that earlier copies of the looped trace would still be running at
+    time 0, each joining at its first burst due at or after 0, sorted by start.
 
     Sessions last many think times (tens of seconds in Support), far longer than
     a warm-up; without these the run would start empty and fill up over a whole
     session lifetime. Burst times are estimated from the think times alone
     (responses taken as instant), so the run starts near the trace's steady
-    state rather than exactly in it.
+    state rather than exactly in it. ``base_t`` and ``sids`` are in trace order;
+    ``unit_of`` maps that order to the schedule's units.
     """
     offsets = [np.r_[0.0, np.cumsum([b[2] for b in plan])[:-1]] for plan in bursts_of]
     life = max((float(o[-1]) for o in offsets if o.size), default=0.0)
     back = int(np.ceil(life / period)) if period > 0 else 0
+    starts: list[float] = []
+    ids: list[int] = []
+    units: list[int] = []
+    first: list[int] = []
     for k in range(1, back + 1):
         for j, plan in enumerate(bursts_of):
             st = base_t[j] - k * period
@@ -361,9 +519,17 @@ def _warm_sessions(
             b = int(np.searchsorted(at, 0.0))  # first burst due at or after 0
             if b < len(plan) and at[b] < horizon:
                 starts.append(float(at[b]))
-                plans.append(plan[b:])
                 # ids after the forward copies', a function of the session alone
-                ids.append(id_base + (k - 1) * id_stride + sids[j])
+                ids.append(id_base + (k - 1) * id_stride + int(sids[j]))
+                units.append(int(unit_of[j]))
+                first.append(b)
+    order = np.argsort(np.asarray(starts, np.float64), kind="stable")
+    return Chunk(
+        np.asarray(starts, np.float64)[order],
+        np.asarray(ids, np.int64)[order],
+        np.asarray(units, np.int64)[order],
+        np.asarray(first, np.int64)[order],
+    )
 
 
 def _bursts(trace: Trace, first: np.ndarray) -> list[list[tuple[int, int, float]]]:

@@ -97,9 +97,10 @@ class ShareModel(_Open):
     kind: Name = "all"
     cpus: Annotated[list[Cpu], Field(max_length=MAX_CPUS)] | None = None
     fraction: Fraction | None = None
-    # Read back into a Share, whose quota is computed from these two.
+    # Read back into a Share, whose CFS quota is computed from these two (found by
+    # fuzzing: a NaN or infinite fraction crashed it).
     cpu_fraction: Fraction | None = None
-    period_us: Annotated[int, Field(ge=1, le=10**9)] | None = None
+    period_us: Annotated[int, Field(ge=1, le=10**7)] | None = None
 
 
 # LoadCurve ---------------------------------------------------------------------

@@ -206,3 +206,22 @@ def test_calibrate_takes_cpu_time_shares_like_core_runs():
     (a,), _ = observations_from_curves([c], {"mean": 1.5e-3}, machine=mach)
     (b,), _ = observations_from_curves([slow], {"mean": 1.5e-3}, machine=mach)
     assert b.config == a.config and b.value == pytest.approx(a.value, rel=1e-6)
+
+
+@pytest.mark.parametrize(("thresholds", "bound"), [("mean=60s", "lower"), ("mean=1us", "upper")])
+def test_extrapolate_exits_99_when_a_mat_is_only_a_bound(tmp_path, thresholds, bound):
+    """As ``shrink mat`` (and k6 on a failed threshold): status 99, everything still written."""
+    mach = Machine.read_toml(SPEC)
+    c = truth_curve(Truth(), mach, "1-replica", (0, 1, 2, 3), dyn=0.05, smr=1 / 3.6,
+                    workload="support", alpha=0.5, levels=8, reps=2, seed=3)  # fmt: skip
+    src = c.write_json(tmp_path / "share.json")
+    out = tmp_path / "pred.json"
+    args = ["extrapolate", str(src), "--machine", SPEC, "--mapping", "1-replica"]
+    r = _invoke([*args, "--thresholds", thresholds, "-o", str(out), "--json"])
+    assert r.exit_code == 99, r.output
+    assert json.loads(out.read_text())["mappings"]["1-replica"]["mean"]["bound"] == bound
+    assert json.loads(r.stdout)["mappings"]["1-replica"]["mean"]["bound"] == bound
+    r = _invoke([*args, "--thresholds", thresholds])  # the table too, then the status
+    assert r.exit_code == 99 and (">= " if bound == "lower" else "< ") in r.stdout
+    r = _invoke([*args, "--thresholds", "mean=1.5ms"])  # crossed: a MAT, status 0
+    assert r.exit_code == 0, r.output

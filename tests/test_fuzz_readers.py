@@ -40,3 +40,25 @@ def test_mutations_are_seeded(tmp_path: Path) -> None:
     runs = [[f(data, random.Random(5)) for f in (mutate, mutate_json)] for _ in range(2)]
     assert runs[0] == runs[1]
     assert runs[0] != [f(data, random.Random(6)) for f in (mutate, mutate_json)]
+
+
+@pytest.mark.parametrize(
+    "share",
+    [
+        {"kind": "cpu_time", "cpus": [0], "cpu_fraction": float("nan"), "period_us": 100_000},
+        {"kind": "cpu_time", "cpus": [0], "cpu_fraction": 0.5, "period_us": "x"},
+    ],
+)
+def test_a_curves_share_that_no_quota_can_come_from_is_refused(share, tmp_path: Path) -> None:
+    """Found at 100,000 inputs (bench_fuzz.py): a NaN cpu_fraction was a ValueError."""
+    import json
+
+    from shrink.errors import ShrinkError
+
+    reader = READERS["loadcurve"]
+    doc = json.loads(reader.seeds(tmp_path)[0])
+    doc["share"] = share
+    path = tmp_path / "curve.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ShrinkError, match=r"curve\.json: share\.(cpu_fraction|period_us)"):
+        reader.read(path)

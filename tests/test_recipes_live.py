@@ -181,7 +181,7 @@ def test_predict_on_nginx_and_validate_against_the_whole_core(tmp_path):
                             "--skip", "0", "--thresholds", "mean=10ms,p999=500ms", "-o",
                             str(out)])  # fmt: skip
     _skip_if_the_host_starved_the_generator(r.output)
-    assert r.exit_code == 0, r.output
+    assert r.exit_code in (0, 99), r.output  # 99: a MAT is only a bound (4 short levels)
     pred = json.loads((out / "prediction.json").read_text())
     assert pred["server"]["name"] == "nginx-php-fpm" and pred["inputs"]["server"] == "nginx-php-fpm"
     assert pred["server"]["versions"]["nginx"].startswith("nginx/")
@@ -191,7 +191,7 @@ def test_predict_on_nginx_and_validate_against_the_whole_core(tmp_path):
     assert curve["meta"]["target"]["server"]["name"] == "nginx-php-fpm"
     r = runner.invoke(app, ["validate", str(out / "prediction.json"), "--full-run", "run"])
     _skip_if_the_host_starved_the_generator(r.output)
-    assert r.exit_code == 0, r.output
+    assert r.exit_code in (0, 99), r.output  # 99: a MAT is only a bound (4 short levels)
     v = json.loads((out / "validation.json").read_text())
     assert v["meta"]["server"]["name"] == "nginx-php-fpm"
     assert v["meta"]["server_versions"]["nginx"].startswith("nginx/")

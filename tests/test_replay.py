@@ -38,8 +38,6 @@ from shrink.trace import Trace
 LOOSE_LAG = 0.05
 
 
-
-
 def _start_fake(cpu: int | None = None, *extra: str) -> tuple[subprocess.Popen[str], int]:
     args = [sys.executable, "-m", "shrink.replay.fakeserver", "--port", "0", *extra]
     if cpu is not None and cpu in os.sched_getaffinity(0):
@@ -564,3 +562,32 @@ def test_cli_errors_name_what_is_wrong(tmp_path: Path):
     r = runner.invoke(app, ["sweep", str(tmp_path / "t.parquet"), "--target", str(bad),
                             "--levels", "1", "-o", out])  # fmt: skip
     assert r.exit_code == 1 and "t.parquet" in r.output
+
+
+def test_finished_sessions_are_freed_during_the_run(fake):
+    """The collector is off in a run: a session and its connections must let go of each
+    other, or every session of a long run stays in memory (issue #17)."""
+    import gc
+
+    from shrink.replay._owners import _Session
+
+    trace = session_trace(300, ["/a?bytes=100", "/b?bytes=100"], gap=0.002, think=0.0, bursts=2)
+    sched = build_schedule(trace, 1.0, 0.6, loop=False)
+    alive: list[int] = []
+    real_sweep = run_schedule.__globals__["_Engine"].sweep
+
+    def sweep(self):  # near the end of the run: count the sessions still in memory
+        if self.recorded >= 1100 and not alive:
+            alive.append(sum(isinstance(o, _Session) for o in gc.get_objects()))
+        real_sweep(self)
+
+    gc.collect()
+    w = RunLogWriter(None)
+    try:
+        run_schedule.__globals__["_Engine"].sweep = sweep
+        run_schedule(sched, EngineConfig(targets=[fake]), w, handle_signals=False)
+    finally:
+        run_schedule.__globals__["_Engine"].sweep = real_sweep
+    assert len(w.runlog()) == 1200
+    # The live ones (a few, at 500 sessions/s and ~1 ms each) stay; 300 without the fix.
+    assert alive and alive[0] < 100

@@ -12,11 +12,12 @@ import httpx
 import pytest
 from conftest import require_lighttpd
 
+from shrink.errors import ParameterError
 from shrink.mapping import Replica
 from shrink.replay.live import wait_idle
 from shrink.share import Share
 from shrink.testbed import down, up
-from shrink.testbed.config import ReplicaConfig, render_lighttpd_conf
+from shrink.testbed.config import PhpLimits, ReplicaConfig, render_lighttpd_conf
 from shrink.testbed.coverage import docroot_coverage
 from shrink.topology import discover
 from shrink.trace import Trace
@@ -27,7 +28,30 @@ def test_php_cgi_runs_with_time_and_memory_limits(tmp_path):
     c = ReplicaConfig(r, tmp_path, tmp_path, tmp_path / "s", "/usr/bin/php-cgi", 2, 1,
                       php_max_execution_s=7, php_memory_limit="64M")  # fmt: skip
     conf = render_lighttpd_conf(c)
-    assert '"bin-path" => "/usr/bin/php-cgi -d max_execution_time=7 -d memory_limit=64M"' in conf
+    assert (
+        '"bin-path" => "/usr/bin/php-cgi -d max_execution_time=7 -d memory_limit=64M '
+        '-d post_max_size=8M -d upload_max_filesize=8M"' in conf
+    )
+
+
+def test_php_limits_hold_the_traces_largest_body_and_are_said():
+    tr = Trace.from_columns({"session": [0, 1, 2], "t": [0.0, 1.0, 2.0], "path": ["/a.php"] * 3,
+                             "method": ["GET", "POST", "POST"],
+                             "body": ["", "x" * 100, "é" * (6 * 2**20)]})  # fmt: skip
+    php = PhpLimits.for_trace(tr, 30, "512M")
+    assert php.largest_body == 12 * 2**20  # bytes on the wire, not characters
+    assert php.post_max_mib == 24 and php.max_execution_s == 30  # twice the body, in MiB
+    assert PhpLimits.for_trace(tr.take([0, 1])).post_max_mib == 8  # PHP's default is enough
+    text = php.describe(2)
+    assert "2 children per core" in text and "max_execution_time 30 s" in text
+    assert "memory_limit 512M" in text and "post_max_size 24M" in text and "12,582,912" in text
+    r = Replica("r0", (0,), "127.0.0.1", 8080, (0,), 0)
+    conf = render_lighttpd_conf(ReplicaConfig(r, Path("/d"), Path("/r"), Path("/s"), "php-cgi", 2,
+                                              1, php_post_max_mib=php.post_max_mib))  # fmt: skip
+    assert "-d post_max_size=24M -d upload_max_filesize=24M" in conf
+    for bad in ({"memory_limit": "lots"}, {"max_execution_s": 0}):
+        with pytest.raises(ParameterError, match="--php-"):
+            PhpLimits(**bad)
 
 
 def test_wait_idle_waits_for_a_busy_process_and_not_for_a_sleeping_one():
@@ -81,17 +105,9 @@ def test_an_abandoned_php_request_stops_at_its_time_limit(tmp_path):
     m = discover()
     state = tmp_path / "tb.json"
     os.environ["SHRINK_RUN_DIR"] = str(tmp_path / "runs")
-    import functools
-
-    import shrink.testbed.lighttpd as recipe
-
-    limited = functools.partial(recipe.ReplicaConfig, php_max_execution_s=1)
-    mp = pytest.MonkeyPatch()
-    mp.setattr(recipe, "ReplicaConfig", limited)  # a 1 s limit, to keep the test short
-    try:
-        st = up(doc, m, Share.all_of(m), state_path=state, port=0)
-    finally:
-        mp.undo()
+    # a 1 s limit, to keep the test short
+    st = up(doc, m, Share.all_of(m), state_path=state, port=0, php=PhpLimits(max_execution_s=1))
+    assert any("max_execution_time 1 s" in n for n in st.notes)  # said in the state
     try:
         r = st.replicas[0]
         start = time.monotonic()

@@ -8,8 +8,10 @@ Exit status of every command:
       or the system refused a file (no space, permission): one line on stderr
 2     a usage error (unknown option, missing argument), from click
 70    a bug in shrink: one line, and ``SHRINK_TRACEBACK=1`` shows the traceback
-99    ``shrink mat``: the threshold was not crossed within the measured range,
-      so the MAT printed is only a bound (">= X" or "< X"; k6 uses 99 too)
+99    a MAT command (``mat``, ``predict``, ``extrapolate``, ``validate``, ``sim
+      scaling``, ``sim mappings``): a threshold was not crossed within the measured
+      range, so a MAT is only a bound (">= X" or "< X"; k6 uses 99 when a
+      threshold fails). Everything is still written and printed first.
 130   interrupted (Ctrl-C)
 ====  =================================================================
 """
@@ -178,3 +180,43 @@ def stat_thresholds(text: str) -> str:
 def stat_label(stat: str) -> str:
     """How a statistic is written for people: ``p999`` is ``p99.9``."""
     return "p99.9" if stat == "p999" else stat
+
+
+def exit_if_bound(bounds: list[str]) -> None:
+    """Exit with status 99 (:data:`shrink.mat.EXIT_BOUND`) when a MAT is only a bound.
+
+    ``bounds`` names them (``1-replica p99.9``); called after every file is written
+    and the results printed, so a bound loses nothing, and a script can still tell.
+    """
+    if not bounds:
+        return
+    from shrink.mat import EXIT_BOUND
+
+    shown = ", ".join(bounds[:4]) + (f" and {len(bounds) - 4} more" if len(bounds) > 4 else "")
+    console.print(
+        f"[yellow]bound[/]: {escape(shown)}: the threshold was not crossed within the "
+        f"measured range (exit status {EXIT_BOUND})",
+        highlight=False,
+        soft_wrap=True,
+    )
+    raise typer.Exit(code=EXIT_BOUND)
+
+
+def bounded_mats(mappings: dict[str, Any]) -> list[str]:
+    """``mapping stat`` for each MAT that is only a bound in a prediction's ``mappings``.
+
+    Takes :class:`shrink.prediction.MappingPrediction` objects or their dicts (a
+    stat's ``status`` ``not_reached`` or ``below_range``).
+    """
+    from shrink.mat import bound_of
+
+    out = []
+    for name, m in mappings.items():
+        stats = m.stats if hasattr(m, "stats") else m
+        for stat, sp in stats.items():
+            status = getattr(sp, "status", None) if not isinstance(sp, dict) else sp.get("status")
+            if isinstance(sp, dict) and "mat" not in sp:
+                continue
+            if bound_of(status) is not None:
+                out.append(f"{name} {stat_label(stat)}")
+    return out

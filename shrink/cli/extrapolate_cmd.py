@@ -7,7 +7,15 @@ from typing import Annotated, Any
 
 import typer
 
-from shrink.cli._common import cli_errors, echo_json, fmt_number, output_path, stat_thresholds
+from shrink.cli._common import (
+    bounded_mats,
+    cli_errors,
+    echo_json,
+    exit_if_bound,
+    fmt_number,
+    output_path,
+    stat_thresholds,
+)
 
 _CAL_HELP = "'published' (fit the papers' figures) or a calibration JSON from 'shrink calibrate'."
 
@@ -187,6 +195,7 @@ def extrapolate(
             pred.write_json(output)
         if json_out:
             echo_json(pred.to_dict())
+            exit_if_bound(bounded_mats(pred.mappings))
             return
         d = pred.to_dict()
         for name, m in d["mappings"].items():
@@ -197,6 +206,7 @@ def extrapolate(
         typer.echo(f"recommended: {d['recommended']}: {d['reason']}")
         if output:
             typer.echo(f"wrote {output}")
+    exit_if_bound(bounded_mats(pred.mappings))
 
 
 def register(app: typer.Typer) -> None:

@@ -12,9 +12,11 @@ import typer
 
 from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
 from shrink.cli._common import (
+    bounded_mats,
     cli_errors,
     console,
     echo_json,
+    exit_if_bound,
     output_path,
     parse_duration_option,
     stat_label,
@@ -56,8 +58,7 @@ _Budget = Annotated[
     str | None,
     typer.Option(
         "--budget",
-        help="Time the sweep may spend on runs, e.g. 8m: no level starts that would end "
-        "past it.",
+        help="Time the sweep may spend on runs, e.g. 8m: no level starts that would end past it.",
     ),
 ]
 
@@ -166,9 +167,7 @@ def predict(
         output_path(out, kind="dir")
         th = parse_thresholds(stat_thresholds(thresholds))
         names = (
-            BUILTIN_MAPPINGS
-            if mappings == "all"
-            else tuple(m.strip() for m in mappings.split(","))
+            BUILTIN_MAPPINGS if mappings == "all" else tuple(m.strip() for m in mappings.split(","))
         )
         if not names:
             raise ParameterError("mappings == '', must be 'all' or a comma list.")
@@ -211,8 +210,9 @@ def predict(
             )
     if as_json:
         echo_json(pred.to_dict())
-        return
-    _print_summary(pred, out)
+    else:
+        _print_summary(pred, out)
+    exit_if_bound(bounded_mats(pred.mappings))
 
 
 def _skip_seconds(text: str) -> float:
@@ -297,8 +297,11 @@ def validate(
         else:  # nothing to run: no progress bar
             v = run_validate(prediction, full_run=full_run, trace=trace, out_dir=out, server=server)
     d = v.to_dict()
+    # a predicted or measured MAT that is only a bound: the error is not a figure
+    bounds = [stat_label(s) for s, ok in d["conclusive"].items() if not ok]
     if as_json:
         echo_json(d)
+        exit_if_bound(bounds)
         return
     from shrink.mat import mat_text
 
@@ -310,6 +313,7 @@ def validate(
             f"error {100 * m['error']:+.1f}%" + ("" if conclusive else " (a MAT is only a bound)")
         )
     typer.echo(f"wrote {json.dumps(str((out or prediction.parent) / 'validation.json'))}")
+    exit_if_bound(bounds)
 
 
 def register(app: typer.Typer) -> None:

@@ -8,9 +8,11 @@ from typing import Annotated, Any
 import typer
 
 from shrink.cli._common import (
+    bounded_mats,
     cli_errors,
     console,
     echo_json,
+    exit_if_bound,
     output_path,
     parse_duration_option,
     plural,
@@ -83,6 +85,11 @@ def _cores(text: str) -> list[int]:
         raise ParameterError(f"--cores == {text!r}, must be a list such as 1,2,4,8.") from None
 
 
+def _counts(res: dict[str, Any]) -> list[Any]:
+    """The core counts of a scaling result, in order."""
+    return list(next(iter(res["mat"].values()), {}))
+
+
 def _progress(msg: str) -> None:
     console.print(f"[dim]{msg}[/]", highlight=False)
 
@@ -133,14 +140,20 @@ def scaling_cmd(
         )
         if json_out:
             echo_json(res)
-            return
-        for stat, per in res["mat"].items():
-            typer.echo(f"{stat} (threshold {res['thresholds'][stat] * 1e3:g} ms):")
-            for n, r in per.items():
-                typer.echo(
-                    f"  {n:>2} cores  MAT {mat_text(r['mat'], r['status']):>10} req/s  "
-                    f"scaling {res['scaling'][stat][n]:.2f}  ({r['status']})"
-                )
+        else:
+            for stat, per in res["mat"].items():
+                typer.echo(f"{stat} (threshold {res['thresholds'][stat] * 1e3:g} ms):")
+                for n, r in per.items():
+                    typer.echo(
+                        f"  {n:>2} cores  MAT {mat_text(r['mat'], r['status']):>10} req/s  "
+                        f"scaling {res['scaling'][stat][n]:.2f}  ({r['status']})"
+                    )
+    # per core count: "N cores stat"
+    exit_if_bound(
+        bounded_mats(
+            {f"{n} cores": {s: res["mat"][s][n] for s in res["mat"]} for n in _counts(res)}
+        )
+    )
 
 
 def mappings_cmd(
@@ -170,13 +183,15 @@ def mappings_cmd(
         )
         if json_out:
             echo_json(res)
-            return
-        for name, r in res["mappings"].items():
-            mean, p999 = r["mean"], r["p999"]
-            typer.echo(
-                f"{name:<20} mean MAT {mat_text(mean['mat'], mean['status']):>10}  "
-                f"({r['mean_change']:+.1%})   p99.9 MAT {mat_text(p999['mat'], p999['status']):>10}"
-            )
+        else:
+            for name, r in res["mappings"].items():
+                mean, p999 = r["mean"], r["p999"]
+                typer.echo(
+                    f"{name:<20} mean MAT {mat_text(mean['mat'], mean['status']):>10}  "
+                    f"({r['mean_change']:+.1%})   "
+                    f"p99.9 MAT {mat_text(p999['mat'], p999['status']):>10}"
+                )
+    exit_if_bound(bounded_mats(res["mappings"]))
 
 
 def run_cmd(

@@ -15,6 +15,7 @@ from shrink.machine import Machine
 from shrink.mapping import Mapping
 from shrink.share import Share
 from shrink.testbed import lifecycle
+from shrink.testbed.config import PhpLimits
 from shrink.testbed.state import TestbedState
 from shrink.topology import format_cpulist, load_machine
 
@@ -56,6 +57,17 @@ def up(
     php_children: Annotated[
         int, typer.Option("--php-children-per-core", help="PHP pool children per core.")
     ] = 2,
+    php_max_execution: Annotated[
+        str,
+        typer.Option(
+            "--php-max-execution",
+            help="PHP's max_execution_time, e.g. 10s: as long as the replay's request "
+            "timeout, so that a request given up on stops.",
+        ),
+    ] = "10s",
+    php_memory_limit: Annotated[
+        str, typer.Option("--php-memory-limit", help="PHP's memory_limit, e.g. 256M.")
+    ] = "256M",
     period: Annotated[
         int | None,
         typer.Option(
@@ -66,7 +78,11 @@ def up(
     cgroups: Annotated[str, typer.Option("--cgroups", help="auto | yes | no.")] = "auto",
     trace: Annotated[
         Path | None,
-        typer.Option("--trace", help="Warn before starting if the docroot lacks its paths."),
+        typer.Option(
+            "--trace",
+            help="Warn before starting if the docroot lacks its paths; PHP's post_max_size "
+            "then holds its largest request body.",
+        ),
     ] = None,
     enforce: Annotated[
         str,
@@ -94,6 +110,7 @@ def up(
         output_path(state, what="--state")
         if trace is not None:
             warn_docroot(trace, docroot)
+        php = _php_limits(trace, php_max_execution, php_memory_limit)
         m = load_machine(machine)
         sh = Share.parse(share, m, period_us=period)
         if nic:
@@ -109,6 +126,7 @@ def up(
             cgroups=cgroups,
             server=server,
             enforce=enforce,
+            php=php,
         )
     if as_json:
         echo_json(st.to_dict())
@@ -224,6 +242,20 @@ def _down_stale() -> None:
     for sb, stopped in done:
         n = sum(len(p) for p in stopped.values())
         typer.echo(f"{sb.state_path}: {sb.reason}; stopped {n} process(es), removed its cgroups")
+
+
+def _php_limits(trace: Path | None, max_execution: str, memory_limit: str) -> PhpLimits:
+    """PHP's limits from the options, ``post_max_size`` from the trace's largest body."""
+    import math
+
+    from shrink.cli._common import parse_duration_option
+
+    seconds = math.ceil(parse_duration_option(max_execution, "php-max-execution"))
+    if trace is None:
+        return PhpLimits(seconds, memory_limit)
+    from shrink.trace import Trace
+
+    return PhpLimits.for_trace(Trace.read_parquet(trace), seconds, memory_limit)
 
 
 def warn_docroot(trace: Path, docroot: Path | str) -> None:

@@ -272,6 +272,9 @@ class _Conn(asyncio.Protocol):
             self.owner.finished(self, req)
 
     def connection_lost(self, exc: BaseException | None) -> None:
+        # The collector is off during a run: the transport (which holds this protocol)
+        # and the connect task are let go here, or every connection would stay.
+        self.transport = self.task = None
         if not self.alive:
             return
         req = self.req

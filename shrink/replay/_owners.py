@@ -88,6 +88,9 @@ class _Session:
             if c is not None and c.alive and c.req is None and c.transport is not None:
                 c._die()
                 c.transport.close()
+        # A connection names its session (its owner): with the collector off during a
+        # run, the session lets go of its connections, or both would stay for the run.
+        self.conns = [None] * len(self.conns)
         self.e.sessions_live -= 1
 
 

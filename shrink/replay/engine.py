@@ -94,22 +94,38 @@ class _Engine:
         n = len(cfg.targets)
         if schedule.mode == "open":
             self.pools = [_Pool(self, i) for i in range(n)]
-            sess = schedule.open_sessions
-            if cfg.routing == "hash":
-                self.route = (session_hash(sess, 1) % np.uint64(n)).astype(np.int64).tolist()
-            else:
-                self.route = (np.arange(sess.size) % n).tolist()
-            self.times = schedule.times.tolist()
-            self.rows = schedule.rows.tolist()
-            self.open_sessions = sess.tolist()
-        else:
-            ids = np.asarray(schedule.session_ids, dtype=np.int64)
-            if cfg.routing == "hash":
-                self.route = (session_hash(ids, 1) % np.uint64(n)).astype(np.int64).tolist()
-            else:
-                self.route = (np.arange(ids.size) % n).tolist()
-            self.times = schedule.session_start.tolist()
+        # The plan is read a chunk at a time (shrink.schedule.CHUNK entries): the engine
+        # holds a few thousand entries as Python objects, not the whole run's.
+        self.chunks = schedule.chunks()
+        self.served = 0  # entries of the chunks already read: round-robin routing
+        self.times: list[float] = []
+        self.rows: list[int] = []
+        self.ids: list[int] = []  # per entry: its session id
+        self.route: list[int] = []
+        self.plans: list[list[tuple[int, int, float]]] = []
         self.next_i = 0
+        self.load()
+
+    def load(self) -> bool:
+        """The schedule's next chunk in place of the spent one; False when none is left."""
+        for ch in self.chunks:
+            n = len(self.cfg.targets)
+            if self.cfg.routing == "hash":
+                route = session_hash(ch.ids, 1) % np.uint64(n)
+            else:
+                route = (self.served + np.arange(ch.ids.size)) % n
+            self.served += ch.ids.size
+            self.route = route.astype(np.int64).tolist()
+            self.times = ch.t.tolist()
+            self.ids = ch.ids.tolist()
+            if self.s.mode == "open":
+                self.rows = self.s.base_rows[ch.unit].tolist()
+            else:
+                self.plans = self.s.bursts_of(ch.unit, ch.burst)
+            self.next_i = 0
+            return True
+        self.times, self.next_i = [], 0
+        return False
 
     # bookkeeping ------------------------------------------------------------
     def new_req(self, row: int, session: int, tidx: int, intended: float) -> _Req:
@@ -160,10 +176,15 @@ class _Engine:
         t0 = self.t0
         now = monotonic() - t0
         times, rows, sess, route, pools = (
-            self.times, self.rows, self.open_sessions, self.route, self.pools,
+            self.times, self.rows, self.ids, self.route, self.pools,
         )  # fmt: skip
         i, n, horizon, budget = self.next_i, len(self.times), self.horizon, self.cfg.batch
-        while i < n and budget:
+        while budget:
+            if i >= n:  # this chunk is spent: the next one
+                if not self.load():
+                    break
+                times, rows, sess, route = self.times, self.rows, self.ids, self.route
+                i, n = 0, len(times)
             t = times[i]
             if t > now or t >= horizon:
                 break
@@ -181,6 +202,12 @@ class _Engine:
         else:
             self.timer.at(t0 + times[i])  # type: ignore[union-attr]
 
+    def next_start(self) -> float:
+        """The start of the plan's next entry (a session, an open-loop request); inf at its end."""
+        if self.next_i >= len(self.times) and not self.load():
+            return float("inf")
+        return self.times[self.next_i]
+
     def tick(self) -> None:
         loop = self.loop
         assert loop is not None
@@ -189,13 +216,11 @@ class _Engine:
         now = monotonic() - t0
         horizon = self.horizon
         budget = self.cfg.batch
-        times = self.times
-        n = len(times)
         heap = self.heap
         end = self.end
         inf = float("inf")
         while budget > 0:
-            nxt_s = times[self.next_i] if self.next_i < n else inf
+            nxt_s = self.next_start()
             if nxt_s >= horizon:
                 nxt_s = inf
             nxt_h = heap[0][0] if heap else inf
@@ -211,14 +236,10 @@ class _Engine:
                 self.due = nxt_s
                 if self.s.mode == "open":
                     tidx = self.route[i]
-                    self.pools[tidx].submit(
-                        self.new_req(self.rows[i], self.open_sessions[i], tidx, nxt_s)
-                    )
+                    self.pools[tidx].submit(self.new_req(self.rows[i], self.ids[i], tidx, nxt_s))
                 else:
                     self.sessions_live += 1
-                    _Session(
-                        self, self.s.session_ids[i], self.route[i], self.s.session_bursts[i]
-                    ).begin_burst()
+                    _Session(self, self.ids[i], self.route[i], self.plans[i]).begin_burst()
             else:
                 if nxt_h > now:
                     break
@@ -229,7 +250,7 @@ class _Engine:
         if budget == 0:
             loop.call_soon(self.tick)  # more due: let responses in first
             return
-        nxt_s = times[self.next_i] if self.next_i < n else inf
+        nxt_s = self.next_start()
         nxt_h = heap[0][0] if heap else inf
         nxt = min(nxt_s if nxt_s < horizon else inf, nxt_h if nxt_h < end else inf)
         if nxt == inf:
@@ -311,7 +332,8 @@ def run_schedule(
     cpu0 = os.times()
     wall0 = monotonic()
     # A collector pass over a big heap stalls the loop for milliseconds; the hot
-    # path makes no reference cycles, so collect before and after, not during.
+    # path breaks its reference cycles itself (a session and its connections let go
+    # of each other), so collect before and after, not during.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:

@@ -75,20 +75,6 @@ def _route(ids: np.ndarray, cfg: EngineConfig) -> np.ndarray:
     return np.arange(ids.size, dtype=np.int64) % n
 
 
-def _flat_bursts(sched: Schedule) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Session mode's bursts as flat arrays: offsets per session, first row, end row, think."""
-    counts = np.fromiter(
-        (len(p) for p in sched.session_bursts), np.int64, len(sched.session_bursts)
-    )
-    off = np.zeros(counts.size + 1, np.int64)
-    np.cumsum(counts, out=off[1:])
-    flat = [b for plan in sched.session_bursts for b in plan]
-    first = np.fromiter((b[0] for b in flat), np.int64, len(flat))
-    end = np.fromiter((b[1] for b in flat), np.int64, len(flat))
-    think = np.fromiter((b[2] for b in flat), np.float64, len(flat))
-    return off, first, end, think
-
-
 def _core_args(schedule: Schedule, cfg: EngineConfig, writer: RunLogWriter) -> dict[str, Any]:
     """The core's arguments: the schedule's arrays as bytes, request bytes, codes."""
     req_bytes = []
@@ -96,16 +82,17 @@ def _core_args(schedule: Schedule, cfg: EngineConfig, writer: RunLogWriter) -> d
         host = f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
         req_bytes.append([build_request(m, p, host, b) for m, p, b in schedule.keys])
     empty_i, empty_f = np.empty(0, np.int64), np.empty(0, np.float64)
+    # The core takes the whole plan as arrays (its interface): made here from the
+    # schedule's compact form, never a Python object per session or burst, and not
+    # kept once they are bytes.
+    whole = schedule.whole()
+    ids, times = whole.ids, whole.t
     if schedule.mode == "open":
-        ids = np.asarray(schedule.open_sessions, np.int64)
-        times = np.asarray(schedule.times, np.float64)
-        rows = np.asarray(schedule.rows, np.int64)
+        rows = schedule.base_rows[whole.unit]
         off, first, end, think = empty_i, empty_i, empty_i, empty_f
     else:
-        ids = np.asarray(schedule.session_ids, np.int64)
-        times = np.asarray(schedule.session_start, np.float64)
         rows = empty_i
-        off, first, end, think = _flat_bursts(schedule)
+        off, first, end, think = schedule.flat_bursts(whole)
     return dict(
         open=schedule.mode == "open",
         targets=[(a, int(p)) for a, p in cfg.targets],

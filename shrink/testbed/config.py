@@ -13,12 +13,23 @@ fetch both a static file and a PHP page without touching the document root.
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from shrink.errors import ParameterError
 from shrink.mapping import Replica
 
-__all__ = ["HEALTH_PHP", "HEALTH_STATIC", "ReplicaConfig", "render_lighttpd_conf", "write_probe"]
+__all__ = [
+    "HEALTH_PHP",
+    "HEALTH_STATIC",
+    "PhpLimits",
+    "ReplicaConfig",
+    "render_lighttpd_conf",
+    "write_probe",
+]
 
 HEALTH_STATIC = "/__shrink/health.txt"
 HEALTH_PHP = "/__shrink/health.php"
@@ -51,6 +62,73 @@ MIME_TYPES = {
 # needs longer is replayed with --php-max-execution (and a longer --timeout).
 PHP_MAX_EXECUTION_S = 10
 PHP_MEMORY_LIMIT = "256M"
+# PHP's own default: a trace with larger request bodies raises it (PhpLimits.for_bodies).
+PHP_POST_MAX_MIB = 8
+
+
+@dataclass(frozen=True)
+class PhpLimits:
+    """The PHP limits a testbed runs with, explicit and printed (``testbed up``'s notes).
+
+    ``max_execution_s``: a request the client gave up on (the engine's timeout,
+    10 s by default) must stop, not keep a child busy into the next load level.
+    ``memory_limit``: PHP's per-request memory. ``post_max_mib``: the largest
+    request body PHP accepts (``post_max_size`` and ``upload_max_filesize``);
+    PHP's default, 8 MiB, unless the trace holds larger bodies (a body PHP refuses
+    would be measured as a different, cheaper request).
+    """
+
+    max_execution_s: int = PHP_MAX_EXECUTION_S
+    memory_limit: str = PHP_MEMORY_LIMIT
+    post_max_mib: int = PHP_POST_MAX_MIB
+    largest_body: int | None = None  # bytes, when read from a trace
+
+    @classmethod
+    def for_bodies(
+        cls,
+        largest_body: int,
+        max_execution_s: int = PHP_MAX_EXECUTION_S,
+        memory_limit: str = PHP_MEMORY_LIMIT,
+    ) -> PhpLimits:
+        """Limits whose ``post_max_size`` holds a trace's largest body (bytes), with room."""
+        need = math.ceil(2 * max(largest_body, 0) / 2**20)  # twice: multipart overhead
+        return cls(max_execution_s, memory_limit, max(PHP_POST_MAX_MIB, need), largest_body)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_execution_s <= 86_400:
+            raise ParameterError(
+                f"--php-max-execution == {self.max_execution_s} s, must be in [1 s, 1 d]."
+            )
+        if not re.fullmatch(r"-1|[1-9][0-9]{0,5}[KMG]?", self.memory_limit):
+            raise ParameterError(
+                f"--php-memory-limit == {self.memory_limit!r}, must be PHP's size such as "
+                "256M, 1G or -1 (no limit)."
+            )
+
+    @classmethod
+    def for_trace(
+        cls,
+        trace: Any,
+        max_execution_s: int = PHP_MAX_EXECUTION_S,
+        memory_limit: str = PHP_MEMORY_LIMIT,
+    ) -> PhpLimits:
+        """:meth:`for_bodies` with a :class:`~shrink.trace.Trace`'s largest body."""
+        bodies = trace.column("body") if trace.has("body") else []
+        largest = max((len((b or "").encode()) for b in bodies), default=0)
+        return cls.for_bodies(largest, max_execution_s, memory_limit)
+
+    def describe(self, children_per_core: int) -> str:
+        body = (
+            f" (the trace's largest body: {self.largest_body:,} bytes)"
+            if self.largest_body is not None
+            else ""
+        )
+        return (
+            f"PHP: {children_per_core} children per core (--php-children-per-core), "
+            f"max_execution_time {self.max_execution_s} s (--php-max-execution), "
+            f"memory_limit {self.memory_limit} (--php-memory-limit), "
+            f"post_max_size {self.post_max_mib}M{body}"
+        )
 
 
 @dataclass(frozen=True)
@@ -68,6 +146,7 @@ class ReplicaConfig:
     # default) must not keep a php-cgi child busy into the next load level.
     php_max_execution_s: int = PHP_MAX_EXECUTION_S
     php_memory_limit: str = PHP_MEMORY_LIMIT
+    php_post_max_mib: int = PHP_POST_MAX_MIB
 
     @property
     def conf_path(self) -> Path:
@@ -90,7 +169,8 @@ def _php_bin(c: ReplicaConfig) -> str:
     """php-cgi with its time and memory limits (``-d`` overrides php.ini)."""
     return (
         f"{c.php_cgi} -d max_execution_time={int(c.php_max_execution_s)} "
-        f"-d memory_limit={c.php_memory_limit}"
+        f"-d memory_limit={c.php_memory_limit} -d post_max_size={c.php_post_max_mib}M "
+        f"-d upload_max_filesize={c.php_post_max_mib}M"
     )
 
 

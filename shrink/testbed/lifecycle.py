@@ -35,6 +35,7 @@ from shrink.machine import Machine
 from shrink.mapping import Mapping, Replica, build_mapping
 from shrink.share import Cgroup, Share, can_write_cgroups, cgroup_layout
 from shrink.testbed import registry
+from shrink.testbed.config import PhpLimits
 from shrink.testbed.recipe import (
     ReplicaContext,
     ServerRecipe,
@@ -121,6 +122,7 @@ def _start_replica(
     enforcer: Enforcer | None,
     timeout_s: float,
     owned: bool = False,
+    php: PhpLimits | None = None,
 ) -> ReplicaState:
     """Start one replica through the recipe; on any failure stop all it spawned."""
     run_dir = run_root / r.name
@@ -152,7 +154,9 @@ def _start_replica(
         logs.append(run_dir / log_name)
         return proc
 
-    ctx = ReplicaContext(r, docroot, run_dir, sock_dir, children_per_core, timeout_s, spawn)
+    ctx = ReplicaContext(
+        r, docroot, run_dir, sock_dir, children_per_core, timeout_s, spawn, php or PhpLimits()
+    )
     try:
         if enforcer is not None:
             enforcer.start(r.cpus)
@@ -230,6 +234,7 @@ def up(
     server: str | ServerRecipe | None = None,
     enforce: str = DEFAULT_ENFORCE,
     owned: bool = False,
+    php: PhpLimits | None = None,
 ) -> TestbedState:
     """Start one server replica per replica of ``mapping`` over ``share``; write the state.
 
@@ -239,7 +244,8 @@ def up(
     0 picks a port free on every replica's address. ``cgroups``: ``"auto"`` uses
     them where we may write them (always needed for a CPU-time share), ``"no"``
     uses CPU affinity alone. ``enforce``: the mechanism of a CPU-time share
-    (:mod:`shrink.enforce`: ``cfs`` or ``corunner``).
+    (:mod:`shrink.enforce`: ``cfs`` or ``corunner``). ``php``: PHP's limits
+    (default :class:`PhpLimits`'s), said in the state's notes.
     """
     check_mechanism(enforce)
     recipe = server if server is not None and not isinstance(server, str) else load_recipe(server)
@@ -253,6 +259,9 @@ def up(
         _refuse_if_running(state_path)
     versions = recipe.versions()
     m, notes = mapping_for(mapping, machine, share, port)
+    php = php or PhpLimits()
+    if recipe.name == "lighttpd-php-cgi":  # the limits it runs with, printed by testbed up
+        notes.append(php.describe(php_children_per_core))
     m = _with_free_ports(m, port)
     use_cg, layout = _use_cgroups(share, cgroups, enforce)
     run_root = state_path.with_name(state_path.stem + ".run")
@@ -285,6 +294,7 @@ def up(
                     enforcer=enf,
                     timeout_s=timeout_s,
                     owned=owned,
+                    php=php,
                 )
             )
     except BaseException:

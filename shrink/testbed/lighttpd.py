@@ -52,6 +52,9 @@ class LighttpdPhpCgi(BuiltinRecipe):
             php_cgi=php_cgi,
             php_children=ctx.children_per_core * len(r.cpus),
             workers=ctx.workers,
+            php_max_execution_s=ctx.php.max_execution_s,
+            php_memory_limit=ctx.php.memory_limit,
+            php_post_max_mib=ctx.php.post_max_mib,
         )
         write_probe(cfg)
         recipe.check_config([lighttpd, "-tt", "-f", str(cfg.conf_path)], "lighttpd", cfg.conf_path)

@@ -36,6 +36,7 @@ from shrink.errors import RecipeError, TestbedError
 from shrink.mapping import Replica
 from shrink.share import Cgroup
 from shrink.testbed import health
+from shrink.testbed.config import PhpLimits
 from shrink.testbed.state import ReplicaState
 
 __all__ = [
@@ -80,6 +81,7 @@ class ReplicaContext:
     children_per_core: int
     timeout_s: float
     spawn: Spawn
+    php: PhpLimits = field(default_factory=PhpLimits)
 
     @property
     def workers(self) -> int:
