@@ -57,10 +57,13 @@ def test_shrink_and_wrk2_measure_the_same_server_alike(tmp_path: Path):
         proc.wait()
     c = bench_wrk2.compare(w, s)
     assert s["errors"] == 0 and s["n"] >= 1900
-    # From the actual send both clients time the same server: the same order of
-    # magnitude even on a busy machine (bench/RESULTS.md has the figures: the
-    # native core's kernel receive stamps are lower by wrk2's wake-up latency).
-    assert 1 / 5 < c["uncorrected_p50_ratio"] < 3, (w, s)
+    # From the actual send both clients time the same server. shrink's p50 is at most
+    # wrk2's (the Python engine within 15%, the native core's kernel receive stamps
+    # lower by wrk2's wake-up latency: 25-62 us against 57-73 us in bench/RESULTS.md),
+    # and lower by no more than a wake-up, not by the server's time itself.
+    ours, theirs = s["uncorrected"][50.0], w["uncorrected"][50.0]
+    assert ours <= 1.25 * theirs, (w, s)
+    assert theirs - ours < 150e-6, (w, s)
     # wrk2 waits on millisecond timers: its own lag is the bulk of its corrected
     # latency at this load; shrink's is tens of microseconds.
     assert c["shrink_lag_p50"] < c["wrk2_lag_p50"], (w, s)
