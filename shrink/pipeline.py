@@ -177,7 +177,9 @@ def run_validate(
         plan = AutoPlan(**{**AutoPlan().__dict__, **(inputs.get("plan") or {})})
         # The same part of the trace as the prediction's runs (its skip), at the plan's
         # own time scale: the full target is the unscaled one.
-        plan = replace(plan, skip=float(inputs.get("skip", 0.0)), scaled_time=1.0)
+        plan = replace(
+            plan, skip=float(inputs.get("skip", 0.0)), scaled_time=1.0, share_load=1.0
+        )
         if inputs.get("loop_window") is not None:
             plan = replace(plan, loop_window=float(inputs["loop_window"]))
         cpus = list(provider.server_cpus())

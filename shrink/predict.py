@@ -254,6 +254,7 @@ def predict(
             share = share.with_speed(
                 _share_speed(target, full_target, sample, share, config, progress)
             )
+            plan = replace(plan, share_load=share_load(share))
         # On a CPU-time share latencies are 1/s longer: search the knee at scaled thresholds.
         share_thresholds = {s: t / share.speed_factor for s, t in config.thresholds.items()}
         try:
@@ -359,6 +360,14 @@ def _assumptions(
             "states 1/alpha slower and sees alpha of the requests a second: with equal "
             "windows the share would be caught nearer its empty start, with fewer requests "
             "in its tail."
+        )
+    load = measured.meta.get("share_load", 1.0)
+    if load != 1.0:
+        assumptions.append(
+            f"Matched load: at every level the share replayed the sample at {load:.3g} "
+            "times the level's rate factor (its measured speed over alpha), so that it "
+            "was as loaded as the full target at the same level; the scaling reads "
+            "throughputs, not levels, so this only chooses where the share is measured."
         )
     return assumptions
 
@@ -493,6 +502,22 @@ def _widen(mp: MappingPrediction, budgets: Mapping[str, ErrorBudget]) -> Mapping
                 error_budget=budget.to_dict(),
             )
     return replace(mp, stats=stats)
+
+
+# Bounds on the share's load relative to the full target's (``AutoPlan.share_load``): a
+# probe that measured a share several times slower or faster than nominal measured a
+# disturbance, and the sweep should not follow it far.
+SHARE_LOAD_RANGE = (0.5, 1.5)
+
+
+def share_load(share: Share) -> float:
+    """The share's rate factor over the full target's at one level: its measured speed
+    over its nominal fraction (1 when the speed was assumed), within SHARE_LOAD_RANGE."""
+    sp = share.speed
+    if sp is None or sp.method == "nominal" or sp.effective <= 0 or share.cpu_fraction <= 0:
+        return 1.0
+    lo, hi = SHARE_LOAD_RANGE
+    return float(min(hi, max(lo, sp.effective / share.cpu_fraction)))
 
 
 def _share_speed(

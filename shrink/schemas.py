@@ -155,6 +155,7 @@ class CurveMeta(_Open):
     generator: GeneratorMeta = GeneratorMeta()
     paired: bool = False
     scaled_time: Positive = 1.0
+    share_load: Positive = 1.0
     skip: NonNeg = 0.0
     workload: Name = "measured"
     target: dict[str, Any] = {}

@@ -164,7 +164,7 @@ def test_the_default_demo_predicts_as_before(tmp_path, monkeypatch):
         duration=4.0,
         reps=2,
         probe_reps=1,
-        coarse=(0.8, 0.9, 1.0, 1.1, 1.25),
+        coarse=(0.65, 0.8, 0.9, 1.0, 1.1, 1.25),
         max_levels=9,
         budget_s=450.0,
     )

@@ -146,6 +146,45 @@ def test_the_scaled_side_runs_1_over_alpha_longer_than_its_companion():
     assert curve.meta["scaled_time"] == 4.0
 
 
+def test_the_scaled_side_runs_at_share_load_times_its_companions_rate_factor():
+    """A share measured slower than alpha (share_load < 1) gets the full target's
+    normalized load at every level: its rate factor is share_load times its twin's, its
+    windows stay k times its twin's, and the levels stay the companion's."""
+    from shrink.autolevels import AutoPlan, Companion, auto_sweep
+
+    calls: list = []
+    # A share at 0.75 of alpha's speed (0.004 / 0.75 s a request at a quarter of the load).
+    side = _Recorder("scaled", calls, 0.004 / 0.75)
+    full = _Recorder("full", calls, 0.001)
+    comp = Companion(full, _open_trace(400.0, 200.0), {"mean": 0.005})
+    plan = AutoPlan(warmup=1, duration=10, reps=2, max_levels=6, scaled_time=4.0)
+    load = 0.75
+    curve = auto_sweep(
+        side,
+        _open_trace(100.0, 200.0),
+        {"mean": 0.020 / 0.75},
+        plan=replace(plan, share_load=load),
+        seed=3,
+        companion=comp,
+    )
+    pairs = [calls[i : i + 2] for i in range(0, len(calls), 2)]
+    assert len(pairs) > 4
+    for a, b in pairs:
+        by = {a[0]: a, b[0]: b}
+        assert by["scaled"][1] == pytest.approx(load * by["full"][1])
+        assert by["scaled"][2] == by["full"][2]
+    for a, b in zip(side.windows, full.windows, strict=True):
+        assert a[1] == pytest.approx(4 * b[1], rel=0.15)
+    assert curve.meta["share_load"] == load
+    assert set(comp.levels) == {lv.level for lv in curve.levels}
+    # Matched loads: at each level both sides are equally busy (the share is 0.75 of
+    # alpha's speed and gets 0.75 of alpha's load), so one level brackets both knees.
+    light = [lv for lv in curve.levels if comp.levels[lv.level].utilization < 0.9]
+    assert len(light) >= 2
+    for lv in light:
+        assert lv.utilization == pytest.approx(comp.levels[lv.level].utilization, rel=0.12)
+
+
 def test_a_short_trace_shrinks_both_windows_of_a_time_scaled_pair():
     from shrink.autolevels import AutoPlan, Companion, _run_level
 

@@ -40,9 +40,13 @@ def test_predict_scales_by_the_measured_speed_and_reports_it(monkeypatch, tmp_pa
         from shrink.mat import mat
 
         truth = mat(res.full, "mean", 0.004).mat
+        # The share ran at its measured speed over alpha times each level's rate factor.
+        assert res.measured.meta["share_load"] == pytest.approx(0.8)
+        assert "Matched load" in text and "0.8 times" in text
         assert pred.mappings["1-replica"].stats["mean"].mat == pytest.approx(truth, rel=0.12)
     else:
         assert pred.share.speed.method == "nominal" and "assumed, not measured: 0.25" in text
+        assert "share_load" not in res.measured.meta and "Matched load" not in text
     write_report(tmp_path, pred, measured=res.measured, full_run=res.full)
     md = (tmp_path / "report.md").read_text()
     want = "nominal 0.25, measured 0.2 (probe, 3.0 s" if paired else "**assumed**"

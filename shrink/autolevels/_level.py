@@ -55,22 +55,29 @@ def run_level(
     """Run ``plan.reps`` repetitions (numbered from ``first_rep``) of one level."""
     factor = rate_factor_for(trace, level, knob)
     k = plan.scaled_time
+    scaled = factor * plan.share_load
     pair = None
     if companion is not None:
         c_target, c_trace = companion.target, companion.trace
         pair = side_run(c_target, c_trace, factor, plan.warmup, plan.duration, 1.0, plan)
-    # Time scaling stays exact: the scaled side measures k times its twin's copies.
-    copies = None if pair is None else round(k * pair[1].copies)
-    got = [side_run(target, trace, factor, k * plan.warmup, k * plan.duration, k, plan, copies)]
+    # Time scaling stays exact: the scaled side runs k times its twin's seconds, so at
+    # share_load times the rate it measures k * share_load times its twin's copies.
+    copies = None if pair is None else round(k * plan.share_load * pair[1].copies)
+    got = [side_run(target, trace, scaled, k * plan.warmup, k * plan.duration, k, plan, copies)]
+    factors = [scaled]
     if companion is not None:
         got.append(pair)
-    sides = [side for side in got if side is not None]
+        factors.append(factor)
+    sides = [(*side, f) for side, f in zip(got, factors, strict=True) if side is not None]
     if len(sides) < len(got):
         return None
     if len(sides) == 2 and "loop_span" not in trace.meta:
         # Without a loop a short trace shrinks a window: both sides alike, time-scaled.
         d = min(sides[0][1].duration / k, sides[1][1].duration)
-        sides = [(t, replace(r, duration=d * f)) for (t, r), f in zip(sides, (k, 1.0), strict=True)]
+        sides = [
+            (t, replace(r, duration=d * f), x)
+            for (t, r, x), f in zip(sides, (k, 1.0), strict=True)
+        ]
     reps, c_reps = [], []
     for r in range(first_rep, first_rep + plan.reps):
         runs = [(sides[0], reps)]
@@ -78,10 +85,10 @@ def run_level(
             # Counterbalanced order: whatever the first run leaves behind (warm caches,
             # a slow minute starting) falls on each side equally often.
             runs = [runs[0], (sides[1], c_reps)] if r % 2 == 0 else [(sides[1], c_reps), runs[0]]
-        for (tgt, run), out in runs:
+        for (tgt, run, side_factor), out in runs:
             res = tgt.run(
                 run.trace,
-                rate_factor=factor,
+                rate_factor=side_factor,
                 warmup=run.warmup,
                 duration=run.duration,
                 seed=seed + r,

@@ -38,6 +38,15 @@ class AutoPlan:
     # needs 1/alpha longer runs on a CPU-time share for the same state and the same
     # number of requests (set by ``shrink.predict``).
     scaled_time: float = 1.0
+    # The swept (scaled) side's rate factor is the level's times this; the companion's is
+    # the level's. Set by ``shrink.predict`` to the share's measured speed over its
+    # nominal fraction (``effective / alpha``): a share slower than alpha then gets the
+    # same normalized load as the full target at every level, so one paired level sits
+    # as near the share's knee as the full target's, and the levels that bracket one
+    # crossing bracket the other (with equal rate factors a share at 0.19 of a core
+    # against a nominal 0.25 saturated at 75% of the full target's knee level, and the
+    # time budget went to levels above one knee and below the other).
+    share_load: float = 1.0
     # Trace seconds left out at the start of every run (``shrink.measure.skip_start``):
     # a trace's first seconds (sessions starting together) are not its steady mix.
     skip: float = 0.0

@@ -85,6 +85,8 @@ def auto_sweep(
         curve.meta["levels_skipped_time_budget"] = sweep.out_of_time
     if plan.scaled_time != 1.0:
         curve.meta["scaled_time"] = plan.scaled_time
+    if plan.share_load != 1.0:
+        curve.meta["share_load"] = plan.share_load
     if plan.skip > 0:
         curve.meta["skip"] = plan.skip
     if sweep.retried:
@@ -144,12 +146,18 @@ class _Sweep:
                 f"level ({knob} {probe:g}) with {plan.warmup:g} s warm-up and a "
                 f"{plan.min_duration:g} s window; use a longer trace or a lower probe level"
             )
-        est = capacity(first, probe, _unit_rate(self.trace, knob))
+        est = capacity(first, probe, self._unit_rate())
         last: Level | None = first
         if est is not None:
             last, est = self._coarse(first, est)
         self._search(last, est)
         self._refine()
+
+    def _unit_rate(self) -> float | None:
+        """Requests a second one unit of the level offers the swept side (at share_load
+        times the companion's rate factor)."""
+        unit = _unit_rate(self.trace, self.knob)
+        return None if unit is None else unit * self.plan.share_load
 
     def _warm(self, probe: float) -> None:
         """A discarded run first: a server that just started has cold caches, PHP
@@ -187,7 +195,7 @@ class _Sweep:
             last = lv
             if past_knee(lv, self.thresholds, all_over, self.twins):
                 break
-            est = capacity(lv, lvl, _unit_rate(self.trace, self.knob)) or est
+            est = capacity(lv, lvl, self._unit_rate()) or est
         return last, est
 
     def _search(self, last: Level | None, est: float | None) -> None:
