@@ -191,15 +191,26 @@ def main() -> None:
                   f"server cpu {busy:.2f}")  # fmt: skip
             rows = []
             for rate in (float(x) for x in a.rates.split(",")):
-                r = run_engine(port, rate, a.seconds)
+                # A rate that misses its schedule runs once more: one host stall (a lag
+                # p99 of milliseconds in one 3 s run) is not the engine's ceiling.
+                for attempt in (1, 2):
+                    s0, t0 = server_cpu(proc.pid), time.monotonic()
+                    r = run_engine(port, rate, a.seconds)
+                    # the server's CPU over the engine's run (its drain and set-up too, so
+                    # a lower bound): near 1, the server set the pace, not the engine
+                    r["server_cpu"] = (server_cpu(proc.pid) - s0) / (time.monotonic() - t0)
+                    print(
+                        f"engine {'sessions' if SESSIONS else 'open loop'} {rate:>8,.0f}/s: "
+                        f"achieved {r['achieved']:>8,.0f}/s  "
+                        f"lag p50 {r['lag_p50'] * 1e3:.3f} ms p99 {r['lag_p99'] * 1e3:.3f} ms  "
+                        f"cpu {r['cpu']:.2f}  server cpu {r['server_cpu']:.2f}  "
+                        f"latency p50 {r['lat_p50'] * 1e3:.3f} ms  "
+                        f"errors {r['errors']:.0f}  sleeps/request {r['wakes']:.2f}"
+                        + ("  (retry)" if attempt == 2 else "")
+                    )
+                    if _on_schedule(r):
+                        break
                 rows.append(r)
-                print(
-                    f"engine {'sessions' if SESSIONS else 'open loop'} {rate:>8,.0f}/s: "
-                    f"achieved {r['achieved']:>8,.0f}/s  "
-                    f"lag p50 {r['lag_p50'] * 1e3:.3f} ms p99 {r['lag_p99'] * 1e3:.3f} ms  "
-                    f"cpu {r['cpu']:.2f}  latency p50 {r['lat_p50'] * 1e3:.3f} ms  "
-                    f"errors {r['errors']:.0f}  sleeps/request {r['wakes']:.2f}"
-                )
                 if not _on_schedule(r):
                     break
             kept = sorted((r for r in rows if _on_schedule(r)), key=lambda r: r["rate"])

@@ -51,3 +51,23 @@ def test_predict_scales_by_the_measured_speed_and_reports_it(monkeypatch, tmp_pa
     md = (tmp_path / "report.md").read_text()
     want = "nominal 0.25, measured 0.2 (probe, 3.0 s" if paired else "**assumed**"
     assert want in md
+
+
+@pytest.mark.parametrize(
+    ("effective", "sigma", "method", "want"),
+    [
+        (0.19, 0.05, "probe", 0.76),  # slower than nominal beyond the probe's noise
+        (0.24, 0.05, "probe", 1.0),  # within two of its sds of nominal: noise, not followed
+        (0.05, 0.05, "probe", 0.5),  # a probe that far off measured a disturbance: clamped
+        (0.19, 0.0, "nominal", 1.0),  # assumed, not measured
+    ],
+)
+def test_the_share_runs_at_its_measured_speed_over_alpha_when_the_probe_says_so(
+    effective, sigma, method, want
+):
+    from shrink.predict import share_load
+
+    share = Share.cpu_time((1,), 0.25).with_speed(
+        ShareSpeed(0.25, {"static": effective}, effective, method, 3.0, sigma=sigma)
+    )
+    assert share_load(share) == pytest.approx(want)
