@@ -63,14 +63,12 @@ def run_level(
     # Time scaling stays exact: the scaled side runs k times its twin's seconds, so at
     # share_load times the rate it measures k * share_load times its twin's copies.
     copies = None if pair is None else round(k * plan.share_load * pair[1].copies)
-    got = [side_run(target, trace, scaled, k * plan.warmup, k * plan.duration, k, plan, copies)]
-    factors = [scaled]
-    if companion is not None:
-        got.append(pair)
-        factors.append(factor)
-    sides = [(*side, f) for side, f in zip(got, factors, strict=True) if side is not None]
-    if len(sides) < len(got):
+    mine = side_run(target, trace, scaled, k * plan.warmup, k * plan.duration, k, plan, copies)
+    # Each side with the rate factor it runs at: the share's scaled, its twin's the level's.
+    got = [(mine, scaled)] + ([(pair, factor)] if companion is not None else [])
+    if any(side is None for side, _ in got):
         return None
+    sides = [(*side, f) for side, f in got if side is not None]
     if len(sides) == 2 and "loop_span" not in trace.meta:
         # Without a loop a short trace shrinks a window: both sides alike, time-scaled.
         d = min(sides[0][1].duration / k, sides[1][1].duration)
