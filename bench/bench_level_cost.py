@@ -1,0 +1,94 @@
+"""What one request costs at fixed load levels, repeated: the whole core, and a share.
+
+    python bench/bench_level_cost.py                                 # whole core
+    python bench/bench_level_cost.py --levels 2.4 2.7 3.0 2.4 2.7 3.0 2.4 1.5 2.4
+    python bench/bench_level_cost.py --alpha 0.25 --levels 1.2 1.5 1.8 2.1 1.5 1.8
+
+On the demo's workload (its Support trace and docroot, built here), each level replays
+the loop window the demo's sweep loops (its skip and window) at ``level`` times the
+trace's rate, on CPU 1 with the generator on CPU 0. With ``--alpha`` below 1 the run
+goes to a CPU-time share of that fraction with alpha of the sessions (seed 1), its
+warm-up and window 1/alpha times longer, as the sweep time-scales it.
+
+Per level it prints throughput, the server's utilization (of what the share may use),
+its CPU per request (utilization x alpha / throughput: comparable across sides) and
+the mean and p99.9 response time. The reference is the same level measured again in
+the same run: repeating a level shows how much the host alone moves what a request
+costs, and levels past the knee show what overload costs (a server that falls behind
+runs php-cgi's children together, each request dearer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+WARMUP_S, DURATION_S = 1.5, 4.0  # the demo's plan, whole-core side
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+
+    import samplers
+    from shrink.demo import _synth
+    from shrink.measure import (
+        default_loop_window,
+        default_skip,
+        level_stats,
+        loop_window,
+        looped_run,
+    )
+    from shrink.providers import make_provider
+    from shrink.share import Share
+    from shrink.trace import Trace
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--levels", type=float, nargs="+", default=[2.4, 2.7, 3.0, 2.4, 2.7, 3.0])
+    ap.add_argument("--alpha", type=float, default=1.0, help="share fraction (1: whole core)")
+    a = ap.parse_args(argv)
+    if not 0 < a.alpha <= 1:
+        ap.error(f"--alpha must be in (0, 1], not {a.alpha:g}")
+    with tempfile.TemporaryDirectory(prefix="shrink-level-cost-") as tmp:
+        work = Path(tmp)
+        trace_path, docroot = _synth(work, Console(stderr=True))
+        whole = Trace.read_parquet(trace_path)
+        skip = default_skip(whole)
+        span = default_loop_window(whole, skip)  # chosen on the whole trace, as predict does
+        trace = whole
+        if a.alpha < 1:
+            trace = samplers.sample(whole, a.alpha, seed=1, level="session")
+        looped = loop_window(trace, skip, span)
+        k = 1.0 / a.alpha
+        prov = make_provider("testbed", docroot=docroot, run_dir=work / "runs")
+        cpus = prov.server_cpus()
+        share = Share.whole(cpus) if a.alpha == 1 else Share.cpu_time(cpus, a.alpha)
+        print("| time | level | throughput (req/s) | utilization | CPU ms/request | mean | p99.9 |")
+        print("|---|---|---|---|---|---|---|")
+        with prov.open(share, "1-replica") as target:
+            for i, level in enumerate(a.levels):
+                run = looped_run(looped, level, k * WARMUP_S, k * DURATION_S)
+                res = target.run(
+                    run.trace, rate_factor=level, warmup=run.warmup, duration=run.duration, seed=i
+                )
+                st = level_stats(res)
+                u = st.utilization
+                cost = "-" if u is None or not st.throughput else (
+                    f"{1000 * u * a.alpha / st.throughput:.3f}"
+                )  # fmt: skip
+                print(
+                    f"| {time.strftime('%H:%M:%S')} | {level:g} | {st.throughput:,.0f} | "
+                    f"{'-' if u is None else f'{u:.0%}'} | {cost} | "
+                    f"{1000 * st.overall.get('mean'):.2f} ms | "
+                    f"{1000 * st.overall.get('p999'):.0f} ms |",
+                    flush=True,
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
