@@ -19,6 +19,7 @@ from shrink.machine import Machine
 from shrink.replay.cluster import ClusterSpec
 from shrink.share import Share
 from shrink.target import RunResult, Target
+from shrink.testbed.config import PHP_CHILDREN_PER_CORE
 from shrink.trace import Trace
 from shrink.uncertainty import EMULATION_ERROR
 
@@ -110,7 +111,7 @@ class TestbedProvider:
         generator_cpus: tuple[int, ...] | None = None,
         run_dir: str | Path = ".",
         engine: dict[str, Any] | None = None,
-        php_children_per_core: int = 4,
+        php_children_per_core: int = PHP_CHILDREN_PER_CORE,
         server: str | None = None,
         enforce: str | None = None,
         cluster: ClusterSpec | None = None,

@@ -15,7 +15,7 @@ from shrink.machine import Machine
 from shrink.mapping import Mapping
 from shrink.share import Share
 from shrink.testbed import lifecycle
-from shrink.testbed.config import PhpLimits
+from shrink.testbed.config import PHP_CHILDREN_PER_CORE, PhpLimits
 from shrink.testbed.state import TestbedState
 from shrink.topology import format_cpulist, load_machine
 
@@ -56,7 +56,7 @@ def up(
     server: ServerOpt = "lighttpd-php-cgi",
     php_children: Annotated[
         int, typer.Option("--php-children-per-core", help="PHP pool children per core.")
-    ] = 2,
+    ] = PHP_CHILDREN_PER_CORE,
     php_max_execution: Annotated[
         str,
         typer.Option(

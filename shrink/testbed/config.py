@@ -25,11 +25,23 @@ from shrink.mapping import Replica
 __all__ = [
     "HEALTH_PHP",
     "HEALTH_STATIC",
+    "PHP_CHILDREN_PER_CORE",
     "PhpLimits",
     "ReplicaConfig",
     "render_lighttpd_conf",
     "write_probe",
 ]
+
+# One php-cgi child per core. This project's pages are CPU-bound (no I/O to wait
+# on), so a second child per core only time-slices with the first once both are
+# busy, and their working sets (2 MiB heaps on the demo's pages) evict each other
+# from the cache. Measured on the demo's workload on one core (the whole core,
+# levels 2.4 / 3.0 / 3.6, two runs each): with 4 children a request's PHP CPU time
+# rose from 250 us to 370-540 us once the core was busy and the server collapsed
+# to 1,520 req/s at 100% busy; with 1 child it stayed at 224-247 us and the core
+# served 2,760 req/s at 85-89% busy. That cliff, set off at random near the
+# knee, was what moved the demo's measured MAT by up to 1.9x between runs.
+PHP_CHILDREN_PER_CORE = 1
 
 HEALTH_STATIC = "/__shrink/health.txt"
 HEALTH_PHP = "/__shrink/health.php"

@@ -35,7 +35,7 @@ from shrink.machine import Machine
 from shrink.mapping import Mapping, Replica, build_mapping
 from shrink.share import Cgroup, Share, can_write_cgroups, cgroup_layout
 from shrink.testbed import registry
-from shrink.testbed.config import PhpLimits
+from shrink.testbed.config import PHP_CHILDREN_PER_CORE, PhpLimits
 from shrink.testbed.recipe import (
     ReplicaContext,
     ServerRecipe,
@@ -228,7 +228,7 @@ def up(
     *,
     state_path: str | Path,
     port: int = 8080,
-    php_children_per_core: int = 2,
+    php_children_per_core: int = PHP_CHILDREN_PER_CORE,
     cgroups: str = "auto",
     timeout_s: float = 15.0,
     server: str | ServerRecipe | None = None,
