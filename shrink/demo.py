@@ -400,11 +400,10 @@ def _plan(plan: AutoPlan | None, quick: bool) -> AutoPlan:
     # long (6 s + 16 s), so that both reach the same queueing state and count as many
     # requests (predict's time scaling). Two paired repetitions a level; the probe runs
     # once and draws the light-load end. The coarse pass starts at 65% of the capacity
-    # the probe estimates: a light level's cost per request is below the knee's (PHP
-    # children contend for the core, lighttpd queues), and this server's latency
-    # leaves its threshold with a cliff at 80-90% of that estimate on the whole core
-    # and earlier on a quota (2026-11-24, quiet host), so a first level at 80% could
-    # land above both knees and leave one interpolation across the cliff. The budget
+    # the probe estimates: a light level's cost per request differs from the knee's
+    # (the whole core gets cheaper once busy, a quota dearer once behind), so a first
+    # level at 80% could land above the share's knee and leave one interpolation
+    # across it (2026-11-24, quiet host). The budget
     # keeps the whole demo under 10 minutes whatever the host does (reruns included).
     return plan or AutoPlan(
         warmup=1.5,

@@ -39,7 +39,7 @@ from shrink.measure import default_loop_window, default_skip, offered_check
 from shrink.prediction import MappingPrediction, Prediction, StatPrediction, rank_mappings
 from shrink.scaling import latency_scale, shrink_scaled_curve
 from shrink.share import Share, ShareSpeed
-from shrink.speed import measure_speed
+from shrink.speed import loaded_speed, measure_speed
 from shrink.target import Target
 from shrink.trace import Trace
 from shrink.uncertainty import ErrorBudget, drift_sigma, error_budget, interval
@@ -95,6 +95,9 @@ class PredictConfig:
     skip: float | None = None
     # Seconds the share's speed probe (shrink.speed.measure_speed) may spend on runs.
     speed_budget: float = 20.0
+    # Measure the share's speed again with it loaded (shrink.speed.loaded_speed): one
+    # more run on the share alone, since a quota's cost per request rises with load.
+    loaded_speed: bool = True
     # Log-scale sd of the share's emulation error in the MAT intervals
     # (shrink.uncertainty); None: the provider's ``model_error`` (0 on the simulator).
     model_error: float | None = None
@@ -253,7 +256,7 @@ def predict(
             companion = Companion(full_target, trace, dict(config.thresholds))
         if share.kind == "cpu_time":
             share = share.with_speed(
-                _share_speed(target, full_target, sample, share, config, progress)
+                _share_speed(target, full_target, trace, sample, share, config, plan, progress)
             )
             plan = replace(plan, share_load=share_load(share))
         # On a CPU-time share latencies are 1/s longer: search the knee at scaled thresholds.
@@ -420,9 +423,7 @@ def _confidence(
     base: MappingPrediction, config: PredictConfig, drift: float, emulation: float
 ) -> str:
     widths = [
-        (v.ci[1] - v.ci[0]) / v.mat / 2
-        for v in (base.stats[s] for s in config.thresholds)
-        if v.mat
+        (v.ci[1] - v.ci[0]) / v.mat / 2 for v in (base.stats[s] for s in config.thresholds) if v.mat
     ]
     conf = (
         f"The MAT intervals are +/-{100 * max(widths):.0f}% at most: 95% prediction "
@@ -534,14 +535,18 @@ def share_load(share: Share) -> float:
 def _share_speed(
     target: Target,
     full_target: Target | None,
+    trace: Trace,
     sample: Trace,
     share: Share,
     config: PredictConfig,
+    plan: AutoPlan,
     progress: Progress | None,
 ) -> ShareSpeed:
-    """The CPU-time share's speed per class, measured against the full target when there is one."""
+    """The CPU-time share's speed per class, measured against the full target when there
+    is one (a light probe), then on the share loaded (see :func:`loaded_speed`)."""
+    steps = 2 if config.loaded_speed else 1
     if progress is not None:
-        progress("speed probe", 0, 1)
+        progress("speed probe", 0, steps)
     speed = measure_speed(
         target,
         full_target,
@@ -550,8 +555,24 @@ def _share_speed(
         seed=config.seed,
         budget_s=config.speed_budget,
     )
+    if config.loaded_speed:
+        if progress is not None:
+            progress("speed probe, loaded", 1, steps)
+        speed = loaded_speed(
+            target,
+            full_target,
+            sample,
+            trace,
+            speed,
+            skip=plan.skip,
+            loop_span=plan.loop_window or 0.0,
+            warmup=plan.warmup,
+            duration=plan.duration,
+            scaled_time=plan.scaled_time,
+            seed=config.seed + 7,
+        )
     if progress is not None:
-        progress("speed probe", 1, 1)
+        progress("speed probe", steps, steps)
     return speed
 
 
@@ -572,6 +593,15 @@ def _speed_assumptions(share: Share) -> list[str]:
             f"trace's mix ({per or 'no per-class figures'}; {sp.method}, "
             f"{sp.cost_s:.1f} s of probe runs). The scaling uses the measured speed."
         )
+        if sp.light is not None:
+            speed += (
+                f" The light-load probe read {sp.light:.3g}; with both sides busy (one run of "
+                f"the mix on each) it read {sp.effective:.3g}, and that one is used: a busy "
+                "whole core stops idling between requests and gets cheaper per request, "
+                "while a quota idles in every gap, which a light probe cannot see."
+            )
+        if sp.notes:
+            speed += f" Probe notes: {'; '.join(sp.notes)}."
     return [
         speed,
         f"CPU-time share: the server is taken as a processor-sharing server at speed "

@@ -116,6 +116,12 @@ class ShareSpeed:
     # Log-scale sd of ``effective`` from the probe's own sampling (0: not measured);
     # the MAT interval carries it (shrink.uncertainty).
     sigma: float = 0.0
+    # The full target's capacity for the trace's mix (req/s at 100% busy), from the
+    # probe's per-class capacities; None when the probe had no utilization.
+    full_capacity: float | None = None
+    # The light probe's ``effective`` when a loaded run replaced it (shrink.speed.
+    # loaded_speed): a time-sliced core gets dearer per request as its load rises.
+    light: float | None = None
 
     @classmethod
     def assumed(cls, nominal: float) -> ShareSpeed:
@@ -131,6 +137,8 @@ class ShareSpeed:
             "cost_s": self.cost_s,
             "notes": list(self.notes),
             "sigma": self.sigma,
+            "full_capacity": self.full_capacity,
+            "light": self.light,
         }
 
     @classmethod
@@ -143,7 +151,13 @@ class ShareSpeed:
             cost_s=float(d.get("cost_s", 0.0)),
             notes=tuple(str(n) for n in d.get("notes", ())),
             sigma=float(d.get("sigma", 0.0)),
+            full_capacity=_float_or_none(d.get("full_capacity")),
+            light=_float_or_none(d.get("light")),
         )
+
+
+def _float_or_none(v: Any) -> float | None:
+    return None if v is None else float(v)
 
 
 KINDS = ("all", "cores", "cpu_time")

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -49,7 +49,7 @@ from shrink.share import ShareSpeed
 from shrink.target import RunResult, Target
 from shrink.trace import Trace
 
-__all__ = ["measure_speed", "probe_trace"]
+__all__ = ["loaded_speed", "measure_speed", "probe_trace"]
 
 PILOT_RATE = 10.0  # req/s on the full target: light for any page of the demo's kind
 # Full target's utilization during the probe: light, yet enough requests of a
@@ -65,6 +65,15 @@ SHARE_LOAD = 1.0
 SATURATED = 0.9
 MIN_REQUESTS = 20
 MAX_RATE = 2000.0  # req/s on the full target: what one generator CPU sends with margin
+# The loaded runs' rates (loaded_speed), as fractions of the capacity the light probe
+# gave each side: the full target busy but short of its knee (cheap in generator
+# capacity, and busy enough to stop idling between requests; its cost per request was
+# flat from 55% busy to saturation here); the share past its capacity by the light
+# probe, saturated: a quota got dearer per request once behind (1.6 ms of quota a
+# request at 91% busy, 2.2-2.7 ms saturated, in the same demo run), and a share's
+# MAT is decided where it falls behind. X / U holds saturated too (U = 1).
+FULL_BUSY = 0.6
+SHARE_BUSY = 1.2
 PILOT_S = (0.3, 1.0)  # warmup, duration of the pilot run
 WARMUP_S = 0.5
 
@@ -110,6 +119,7 @@ def measure_speed(
     per_class_s = budget_s / classes.size
     speeds: dict[str, float] = {}
     demand: dict[str, float] = {}
+    full_caps: dict[str, float | None] = {}
     sigmas: dict[str, float] = {}
     notes: list[str] = []
     for k, (c, n_c) in enumerate(zip(classes.tolist(), counts.tolist(), strict=True)):
@@ -147,6 +157,7 @@ def measure_speed(
         # CPU demand of the class on the full target: its count times its cost.
         cost = 1.0 / full.capacity if full.capacity else full.latency
         demand[c] = n_c * cost
+        full_caps[c] = full.capacity
     total = sum(demand.values())
     effective = total / sum(demand[c] / speeds[c] for c in speeds) if total > 0 else nominal
     # The effective speed's log-sd: each class weighs by its share of the time the mix
@@ -165,6 +176,106 @@ def measure_speed(
         cost_s=time.monotonic() - t0,
         notes=tuple(notes),
         sigma=float(sigma),
+        full_capacity=_mix_capacity(
+            dict(zip(classes.tolist(), counts.tolist(), strict=True)), full_caps
+        ),
+    )
+
+
+def _mix_capacity(counts: dict[str, int], caps: dict[str, float | None]) -> float | None:
+    """Requests a second of the mix ``counts`` at 100% busy, from per-class capacities."""
+    if not counts or any(not caps.get(c) for c in counts):
+        return None
+    seconds = sum(n / caps[c] for c, n in counts.items())  # type: ignore[operator]
+    return sum(counts.values()) / seconds if seconds > 0 else None
+
+
+def loaded_speed(
+    share_target: Target,
+    full_target: Target | None,
+    sample: Trace,
+    trace: Trace,
+    speed: ShareSpeed,
+    *,
+    skip: float,
+    loop_span: float,
+    warmup: float,
+    duration: float,
+    scaled_time: float = 1.0,
+    seed: int = 0,
+) -> ShareSpeed:
+    """``speed`` measured again where MATs are measured: the mix, both sides busy.
+
+    Two runs of the loop window a sweep replays (``skip``, ``loop_span`` trace
+    seconds): the whole ``trace`` on the full target at FULL_BUSY of the capacity the
+    light probe gave it (``warmup`` + ``duration`` s), and ``sample`` on the share at
+    the rate the probe says it can just serve (``scaled_time`` times as long). The
+    speed is the share's capacity over the full target's (throughput over
+    utilization on each side, which holds busy or saturated).
+
+    Why: a light probe compares the two sides where both idle between requests. On
+    this project's VM the whole core got 10-25% cheaper per request once busy (it
+    stops halting between requests, and keeps its caches), while a 25% CFS share
+    halts in every quota gap whatever its load and kept its light-load cost: the light
+    probe read the share 0.18-0.23 where the paired runs near the knee measured
+    0.15. The full-side run costs one run at FULL_BUSY of the full target's capacity;
+    ``PredictConfig.loaded_speed`` turns it off. Returns ``speed`` unchanged, with a
+    note, when a run cannot say (no utilization, the generator behind).
+    """
+    from shrink.measure import loop_window, looped_run
+
+    if (
+        full_target is None
+        or speed.method != "probe"
+        or not speed.full_capacity
+        or loop_span <= 0
+        or not len(sample)
+        or not len(trace)
+    ):
+        return speed
+    t0 = time.monotonic()
+    sides: list[_Side] = []
+    for target, tr, busy, k in (
+        (full_target, trace, FULL_BUSY, 1.0),
+        (share_target, sample, SHARE_BUSY * speed.effective, scaled_time),
+    ):
+        window = loop_window(tr, skip, loop_span)
+        if not len(window):
+            return speed
+        rate_factor = busy * speed.full_capacity / (len(window) / loop_span)
+        run = looped_run(window, rate_factor, k * warmup, k * duration)
+        res = target.run(
+            run.trace, rate_factor=rate_factor, warmup=run.warmup, duration=run.duration, seed=seed
+        )
+        sides.append(_measured(res, by_completion=True))
+    full, share = sides
+    cost = speed.cost_s + time.monotonic() - t0
+    why = ""
+    if full.behind or share.behind:
+        why = "the generator fell behind"
+    elif not (full.capacity and share.capacity) or min(full.n, share.n) < MIN_REQUESTS:
+        why = "no utilization or too few requests"
+    effective = (share.capacity or 0.0) / (full.capacity or 1.0)
+    if not why and not 0 < effective <= 1:
+        why = f"measured {effective:.3g}: a share cannot be faster than the whole target"
+    if why:
+        note = f"loaded runs unusable ({why}); the light probe's speed is kept"
+        return replace(speed, cost_s=cost, notes=(*speed.notes, note))
+    ratio = effective / speed.effective
+    return replace(
+        speed,
+        per_class={c: v * ratio for c, v in speed.per_class.items()},
+        effective=float(effective),
+        method="probe+loaded",
+        cost_s=cost,
+        light=speed.effective,
+        full_capacity=full.capacity,
+        notes=(
+            *speed.notes,
+            f"loaded runs: full target {full.utilization:.0%} busy, capacity "
+            f"{full.capacity:,.0f} req/s (light probe: {speed.full_capacity:,.0f}); share "
+            f"{share.utilization:.0%} busy, capacity {share.capacity:,.1f} req/s",
+        ),
     )
 
 
@@ -241,11 +352,17 @@ def _light_rate(full: Target, trace: Trace, cls: str, seed: int, load: float) ->
     return float(min(MAX_RATE, max(PILOT_RATE / 4, load * x / u)))
 
 
-def _measured(res: RunResult) -> _Side:
+def _measured(res: RunResult, *, by_completion: bool = False) -> _Side:
+    """One run's side. ``by_completion``: its throughput counts the requests that
+    completed in the window, not those sent in it: the two differ once a server is
+    behind, and only completions a second over utilization give its capacity."""
     log = res.runlog.window(*res.window)
     ok = log.ok_mask()
     n = int(ok.sum())
     span = res.window[1] - res.window[0]
+    if by_completion:
+        done = res.runlog.column("done")[res.runlog.ok_mask()]
+        n = int(np.sum((done >= res.window[0]) & (done < res.window[1])))
     lat = log.latencies()
     mean_lat = float(np.mean(lat)) if lat.size else math.nan
     cv = float(np.std(lat) / mean_lat) if lat.size > 1 and mean_lat > 0 else 1.0

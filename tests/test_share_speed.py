@@ -71,3 +71,51 @@ def test_the_share_runs_at_its_measured_speed_over_alpha_when_the_probe_says_so(
         ShareSpeed(0.25, {"static": effective}, effective, method, 3.0, sigma=sigma)
     )
     assert share_load(share) == pytest.approx(want)
+
+
+@pytest.mark.parametrize(("loaded", "want"), [(0.25, 0.25), (0.3, 0.3), (0.15, 0.15)])
+def test_a_loaded_run_measures_the_speed_where_the_share_is_busy(loaded, want):
+    """The light probe reads the share at 0.2; one run with the share loaded reads what
+    it really serves there, against the full target's capacity measured busy too. A
+    share slower than the probe said runs saturated there (0.15): its capacity is what
+    it completes a second, not what it is sent."""
+    import samplers
+    from shrink.measure import default_loop_window
+    from shrink.speed import loaded_speed, measure_speed
+    from shrink.target import FakeTarget
+
+    trace = sessions(4000, 2, span=800.0)
+    sample = samplers.sample(trace, 0.25, seed=1, level="session")
+    demand = {"static": 0.0005, "dynamic": 0.004}
+    full = FakeTarget(servers=1, demand=demand)
+    light_share = FakeTarget(servers=1, demand={k: v / 0.2 for k, v in demand.items()})
+    light = measure_speed(light_share, full, sample, nominal=0.25, seed=4)
+    # The full target's capacity for the sample's mix: requests over their CPU seconds.
+    cls = sample.column("cls").astype(str)
+    mix = len(cls) / sum(demand[c] for c in cls)
+    assert light.full_capacity == pytest.approx(mix, rel=0.1)
+    assert light.effective == pytest.approx(0.2, rel=0.1) and light.light is None
+    busy_share = FakeTarget(servers=1, demand={k: v / loaded for k, v in demand.items()})
+    got = loaded_speed(
+        busy_share, full, sample, trace, light, skip=0.0,
+        loop_span=default_loop_window(trace, 0.0), warmup=5.0, duration=20.0, scaled_time=4.0,
+        seed=5,
+    )  # fmt: skip
+    assert got.method == "probe+loaded" and got.light == light.effective
+    assert got.effective == pytest.approx(want, rel=0.1)
+    assert got.full_capacity == pytest.approx(mix, rel=0.1)
+    for c, v in got.per_class.items():
+        assert v / light.per_class[c] == pytest.approx(got.effective / light.effective)
+
+
+def test_a_loaded_run_is_skipped_without_the_probes_full_capacity():
+    from shrink.speed import loaded_speed
+    from shrink.target import FakeTarget
+
+    assumed = ShareSpeed.assumed(0.25)
+    target = FakeTarget(servers=1, demand={"static": 0.002})
+    trace = sessions(100)
+    got = loaded_speed(
+        target, target, trace, trace, assumed, skip=0.0, loop_span=100.0, warmup=1, duration=1
+    )
+    assert got is assumed
