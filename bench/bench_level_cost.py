@@ -3,6 +3,7 @@
     python bench/bench_level_cost.py                                 # whole core
     python bench/bench_level_cost.py --levels 2.4 2.7 3.0 2.4 2.7 3.0 2.4 1.5 2.4
     python bench/bench_level_cost.py --alpha 0.25 --levels 1.2 1.5 1.8 2.1 1.5 1.8
+    python bench/bench_level_cost.py --php-children-per-core 4 --levels 2.4 3.0 3.6
 
 On the demo's workload (its Support trace and docroot, built here), each level replays
 the loop window the demo's sweep loops (its skip and window) at ``level`` times the
@@ -15,7 +16,8 @@ its CPU per request (utilization x alpha / throughput: comparable across sides) 
 the mean and p99.9 response time. The reference is the same level measured again in
 the same run: repeating a level shows how much the host alone moves what a request
 costs, and levels past the knee show what overload costs (a server that falls behind
-runs php-cgi's children together, each request dearer).
+runs php-cgi's children together, each request dearer: with four children a core,
+PHP's CPU per request doubled once the core was busy; the default is now one).
 """
 
 from __future__ import annotations
@@ -50,9 +52,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--levels", type=float, nargs="+", default=[2.4, 2.7, 3.0, 2.4, 2.7, 3.0])
     ap.add_argument("--alpha", type=float, default=1.0, help="share fraction (1: whole core)")
+    ap.add_argument(
+        "--php-children-per-core", type=int, default=None, help="PHP pool size (default: 1)"
+    )
     a = ap.parse_args(argv)
     if not 0 < a.alpha <= 1:
         ap.error(f"--alpha must be in (0, 1], not {a.alpha:g}")
+    if a.php_children_per_core is not None and a.php_children_per_core < 1:
+        ap.error(f"--php-children-per-core must be at least 1, not {a.php_children_per_core}")
     with tempfile.TemporaryDirectory(prefix="shrink-level-cost-") as tmp:
         work = Path(tmp)
         trace_path, docroot = _synth(work, Console(stderr=True))
@@ -65,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         looped = loop_window(trace, skip, span)
         k = 1.0 / a.alpha
         prov = make_provider("testbed", docroot=docroot, run_dir=work / "runs")
+        if a.php_children_per_core is not None:
+            prov.php_children_per_core = a.php_children_per_core
         cpus = prov.server_cpus()
         share = Share.whole(cpus) if a.alpha == 1 else Share.cpu_time(cpus, a.alpha)
         print("| time | level | throughput (req/s) | utilization | CPU ms/request | mean | p99.9 |")

@@ -39,7 +39,7 @@ from shrink.measure import default_loop_window, default_skip, offered_check
 from shrink.prediction import MappingPrediction, Prediction, StatPrediction, rank_mappings
 from shrink.scaling import latency_scale, shrink_scaled_curve
 from shrink.share import Share, ShareSpeed
-from shrink.speed import loaded_speed, measure_speed
+from shrink.speed import knee_speed, loaded_speed, measure_speed, speed_assumptions
 from shrink.target import Target
 from shrink.trace import Trace
 from shrink.uncertainty import ErrorBudget, drift_sigma, error_budget, interval
@@ -279,6 +279,7 @@ def predict(
             raise
         if companion is not None:
             full_curve = companion_curve(companion, knob=config.knob, plan=config.plan)
+    share = _speed_at_knee(share, measured, config)
     # The share as planned and probed (the target's description lacks the speed).
     measured.share = replace(measured.share, speed=share.speed)
     predicted = shrink_scaled_curve(measured)
@@ -349,7 +350,7 @@ def _assumptions(
         "the whole trace on the whole server at normalized load.",
     ]
     if share.kind == "cpu_time":
-        assumptions.extend(_speed_assumptions(share))
+        assumptions.extend(speed_assumptions(share))
     if measured.meta.get("skip"):
         assumptions.append(
             f"Every run starts {measured.meta['skip']:.3g} s into the trace: a trace's first "
@@ -576,40 +577,8 @@ def _share_speed(
     return speed
 
 
-def _speed_assumptions(share: Share) -> list[str]:
-    """What the report says about the share's speed: nominal, measured or assumed, and cost."""
-    sp = share.speed or ShareSpeed.assumed(share.cpu_fraction)
-    if sp.method == "nominal":
-        speed = (
-            f"Share speed: assumed, not measured: {sp.nominal:g} (the nominal CPU-time "
-            "fraction; no full target to compare with, or no probe). A time-sliced core "
-            "costs more CPU per request than a whole one, so the share's real speed is "
-            "likely lower, and a prediction scaled by this one likely too low."
-        )
-    else:
-        per = ", ".join(f"{c} {v:.3g}" for c, v in sorted(sp.per_class.items()))
-        speed = (
-            f"Share speed: nominal {sp.nominal:g}, measured {sp.effective:.3g} for the "
-            f"trace's mix ({per or 'no per-class figures'}; {sp.method}, "
-            f"{sp.cost_s:.1f} s of probe runs). The scaling uses the measured speed."
-        )
-        if sp.light is not None:
-            speed += (
-                f" The light-load probe read {sp.light:.3g}; with both sides busy (one run of "
-                f"the mix on each) it read {sp.effective:.3g}, and that one is used: a busy "
-                "whole core stops idling between requests and gets cheaper per request, "
-                "while a quota idles in every gap, which a light probe cannot see."
-            )
-        if sp.notes:
-            speed += f" Probe notes: {'; '.join(sp.notes)}."
-    return [
-        speed,
-        f"CPU-time share: the server is taken as a processor-sharing server at speed "
-        f"s = {share.speed_factor:.3g} of the full target's, so response times are scaled "
-        "by s and throughputs by 1/s (R_full(X) = s * R_share(s * X)). CFS "
-        "bandwidth control is coarse (a quota per period of 16 ms or so): a request "
-        "that arrives after the quota is spent waits for the next period, so the share's "
-        "light-load latencies run above an ideal slower server's. Whatever else runs on "
-        "the share's CPUs in the quota's gaps evicts the server's caches (see the "
-        "self-check on other work).",
-    ]
+def _speed_at_knee(share: Share, measured: LoadCurve, config: PredictConfig) -> Share:
+    """The CPU-time share's speed where its MAT is decided: its saturated repetitions."""
+    if share.kind != "cpu_time" or not config.loaded_speed or share.speed is None:
+        return share
+    return share.with_speed(knee_speed(measured, share.speed))

@@ -45,11 +45,18 @@ import numpy as np
 
 from shrink.checks import check_alpha, check_positive
 from shrink.errors import MeasurementError
-from shrink.share import ShareSpeed
+from shrink.loadcurve import LoadCurve
+from shrink.share import Share, ShareSpeed
 from shrink.target import RunResult, Target
 from shrink.trace import Trace
 
-__all__ = ["loaded_speed", "measure_speed", "probe_trace"]
+__all__ = [
+    "knee_speed",
+    "loaded_speed",
+    "measure_speed",
+    "probe_trace",
+    "speed_assumptions",
+]
 
 PILOT_RATE = 10.0  # req/s on the full target: light for any page of the demo's kind
 # Full target's utilization during the probe: light, yet enough requests of a
@@ -63,6 +70,10 @@ TARGET_BUSY = 0.4
 # busier, and X / U fails once it saturates: it is probed again, lighter.
 SHARE_LOAD = 1.0
 SATURATED = 0.9
+# knee_speed: a sweep repetition this busy is saturated (its X / U is its capacity
+# behind), and the fewest of them whose median it trusts.
+SATURATED_U = 0.95
+MIN_SATURATED = 3
 MIN_REQUESTS = 20
 MAX_RATE = 2000.0  # req/s on the full target: what one generator CPU sends with margin
 # The loaded runs' rates (loaded_speed), as fractions of the capacity the light probe
@@ -279,6 +290,55 @@ def loaded_speed(
     )
 
 
+def knee_speed(curve: LoadCurve, speed: ShareSpeed) -> ShareSpeed:
+    """``speed`` from the share's own saturated repetitions of a sweep (``curve``).
+
+    Where a share's MAT is decided it has just fallen behind, and a quota behind is
+    dearer than one keeping up: on this project's VM the 25% share of the demo cost
+    1.6-1.9 ms of quota a request keeping up and 2.0-3.2 ms behind, in one run and
+    from one repetition to the next. A single loaded run catches either state (it
+    read 685 req/s in one run whose sweep then saturated at 430-510), so the speed
+    is the median capacity (throughput over utilization) of the sweep's repetitions
+    at least SATURATED_U busy, over the full target's capacity measured busy
+    (:func:`loaded_speed`). Needs MIN_SATURATED such repetitions and a full capacity;
+    otherwise ``speed`` is returned unchanged.
+    """
+    if not speed.full_capacity or speed.method not in ("probe", "probe+loaded"):
+        return speed
+    caps = [
+        r.throughput / r.utilization
+        for lv in curve.levels
+        for r in lv.reps
+        if r.utilization is not None
+        and r.utilization >= SATURATED_U
+        and r.throughput > 0
+        and not r.generator_behind
+    ]
+    if len(caps) < MIN_SATURATED:
+        return speed
+    effective = float(np.median(caps)) / speed.full_capacity
+    if not 0 < effective <= 1:
+        return speed
+    ratio = effective / speed.effective
+    # Spread of the repetitions' capacities: the median's log-sd (1.25 sd / sqrt(n)).
+    logs = np.log(caps)
+    sd = 1.25 * float(np.std(logs, ddof=1)) / math.sqrt(len(caps))
+    return replace(
+        speed,
+        per_class={c: v * ratio for c, v in speed.per_class.items()},
+        effective=effective,
+        method="probe+knee",
+        light=speed.light if speed.light is not None else speed.effective,
+        sigma=math.sqrt(speed.sigma**2 + sd**2),
+        notes=(
+            *speed.notes,
+            f"at the knee: {len(caps)} saturated repetitions of the sweep, median capacity "
+            f"{np.median(caps):,.1f} req/s (range {min(caps):,.1f}-{max(caps):,.1f}), over "
+            f"the full target's {speed.full_capacity:,.0f}",
+        ),
+    )
+
+
 def _sigma(full: _Side, share: _Side) -> float:
     """Log-sd of a class's speed from the requests each side measured.
 
@@ -383,3 +443,48 @@ def _speed(full: _Side, share: _Side, nominal: float) -> float:
     if full.latency > 0 and share.latency > 0:
         return full.latency / share.latency
     return nominal
+
+
+def speed_assumptions(share: Share) -> list[str]:
+    """What the report says about the share's speed: nominal, measured or assumed, and cost."""
+    sp = share.speed or ShareSpeed.assumed(share.cpu_fraction)
+    if sp.method == "nominal":
+        speed = (
+            f"Share speed: assumed, not measured: {sp.nominal:g} (the nominal CPU-time "
+            "fraction; no full target to compare with, or no probe). A time-sliced core "
+            "costs more CPU per request than a whole one, so the share's real speed is "
+            "likely lower, and a prediction scaled by this one likely too low."
+        )
+    else:
+        per = ", ".join(f"{c} {v:.3g}" for c, v in sorted(sp.per_class.items()))
+        speed = (
+            f"Share speed: nominal {sp.nominal:g}, measured {sp.effective:.3g} for the "
+            f"trace's mix ({per or 'no per-class figures'}; {sp.method}, "
+            f"{sp.cost_s:.1f} s of probe runs). The scaling uses the measured speed."
+        )
+        if sp.light is not None:
+            where = (
+                "the share's saturated repetitions of the sweep, over the full target's "
+                "capacity measured busy (one run of the mix at 60% of its probe capacity)"
+                if sp.method == "probe+knee"
+                else "one run of the mix on each side, both busy"
+            )
+            speed += (
+                f" The light-load probe read {sp.light:.3g}; {where} gave {sp.effective:.3g}, "
+                "and that one is used: a busy whole core stops idling between requests and "
+                "gets cheaper per request, while a quota idles in every gap and gets dearer "
+                "once behind, which a light probe cannot see."
+            )
+        if sp.notes:
+            speed += f" Probe notes: {'; '.join(sp.notes)}."
+    return [
+        speed,
+        f"CPU-time share: the server is taken as a processor-sharing server at speed "
+        f"s = {share.speed_factor:.3g} of the full target's, so response times are scaled "
+        "by s and throughputs by 1/s (R_full(X) = s * R_share(s * X)). CFS "
+        "bandwidth control is coarse (a quota per period of 16 ms or so): a request "
+        "that arrives after the quota is spent waits for the next period, so the share's "
+        "light-load latencies run above an ideal slower server's. Whatever else runs on "
+        "the share's CPUs in the quota's gaps evicts the server's caches (see the "
+        "self-check on other work).",
+    ]
