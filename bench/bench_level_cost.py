@@ -4,6 +4,7 @@
     python bench/bench_level_cost.py --levels 2.4 2.7 3.0 2.4 2.7 3.0 2.4 1.5 2.4
     python bench/bench_level_cost.py --alpha 0.25 --levels 1.2 1.5 1.8 2.1 1.5 1.8
     python bench/bench_level_cost.py --php-children-per-core 4 --levels 2.4 3.0 3.6
+    python bench/bench_level_cost.py --alpha 0.25 --enforce corunner --levels 1.6 2.0
 
 On the demo's workload (its Support trace and docroot, built here), each level replays
 the loop window the demo's sweep loops (its skip and window) at ``level`` times the
@@ -13,7 +14,9 @@ warm-up and window 1/alpha times longer, as the sweep time-scales it.
 
 Per level it prints throughput, the server's utilization (of what the share may use),
 its CPU per request (utilization x alpha / throughput: comparable across sides) and
-the mean and p99.9 response time. The reference is the same level measured again in
+the mean and p99.9 response time, and the CPU per request of the server's PHP
+processes and of its web server alone (user + system, from /proc, over the whole run
+and every request it completed). The reference is the same level measured again in
 the same run: repeating a level shows how much the host alone moves what a request
 costs, and levels past the knee show what overload costs (a server that falls behind
 runs php-cgi's children together, each request dearer: with four children a core,
@@ -23,6 +26,7 @@ PHP's CPU per request doubled once the core was busy; the default is now one).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -31,6 +35,27 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 WARMUP_S, DURATION_S = 1.5, 4.0  # the demo's plan, whole-core side
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _server_cpu() -> dict[str, float]:
+    """CPU seconds so far of this process's descendants (the servers it started), by
+    kind: ``php`` (php-cgi, php-fpm) and ``web`` (everything else: the web server)."""
+    from shrink.processes import descendants
+
+    out = {"php": 0.0, "web": 0.0}
+    for pid in descendants(os.getpid()):
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited between the listing and the read
+        if comm.startswith("python"):
+            continue  # the load generator's workers
+        out["php" if comm.startswith("php") else "web"] += (
+            int(fields[11]) + int(fields[12])
+        ) / TICK
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--php-children-per-core", type=int, default=None, help="PHP pool size (default: 1)"
     )
+    ap.add_argument("--enforce", choices=["cfs", "corunner"], default=None, help="share mechanism")
     a = ap.parse_args(argv)
     if not 0 < a.alpha <= 1:
         ap.error(f"--alpha must be in (0, 1], not {a.alpha:g}")
@@ -74,16 +100,24 @@ def main(argv: list[str] | None = None) -> int:
         prov = make_provider("testbed", docroot=docroot, run_dir=work / "runs")
         if a.php_children_per_core is not None:
             prov.php_children_per_core = a.php_children_per_core
+        prov.enforce = a.enforce  # None: shrink.enforce's default
         cpus = prov.server_cpus()
         share = Share.whole(cpus) if a.alpha == 1 else Share.cpu_time(cpus, a.alpha)
-        print("| time | level | throughput (req/s) | utilization | CPU ms/request | mean | p99.9 |")
-        print("|---|---|---|---|---|---|---|")
+        print(
+            "| time | level | throughput (req/s) | utilization | CPU ms/request | mean | p99.9 "
+            "| PHP us/request | web server us/request |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|")
         with prov.open(share, "1-replica") as target:
             for i, level in enumerate(a.levels):
                 run = looped_run(looped, level, k * WARMUP_S, k * DURATION_S)
+                before = _server_cpu()
                 res = target.run(
                     run.trace, rate_factor=level, warmup=run.warmup, duration=run.duration, seed=i
                 )
+                after = _server_cpu()
+                done = max(1, int(res.runlog.ok_mask().sum()))
+                split = {key: 1e6 * (after[key] - before[key]) / done for key in after}
                 st = level_stats(res)
                 u = st.utilization
                 cost = "-" if u is None or not st.throughput else (
@@ -93,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"| {time.strftime('%H:%M:%S')} | {level:g} | {st.throughput:,.0f} | "
                     f"{'-' if u is None else f'{u:.0%}'} | {cost} | "
                     f"{1000 * st.overall.get('mean'):.2f} ms | "
-                    f"{1000 * st.overall.get('p999'):.0f} ms |",
+                    f"{1000 * st.overall.get('p999'):.0f} ms | {split['php']:.0f} | "
+                    f"{split['web']:.0f} |",
                     flush=True,
                 )
     return 0

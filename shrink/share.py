@@ -119,8 +119,8 @@ class ShareSpeed:
     # The full target's capacity for the trace's mix (req/s at 100% busy), from the
     # probe's per-class capacities; None when the probe had no utilization.
     full_capacity: float | None = None
-    # The light probe's ``effective`` when a loaded run replaced it (shrink.speed.
-    # loaded_speed): a time-sliced core gets dearer per request as its load rises.
+    # The light probe's ``effective`` when busy runs replaced it (shrink.speed.
+    # loaded_speed, knee_speed): a light probe misreads both sides once they are busy.
     light: float | None = None
 
     @classmethod

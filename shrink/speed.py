@@ -33,6 +33,12 @@ comes out of it, so ``cost_s`` stays near ``budget_s``.
 The effective speed is the demand-weighted harmonic mean: with ``w_c`` the full
 target's CPU demand of class ``c`` in the trace (count times cost),
 ``effective = sum(w) / sum(w_c / speed_c)``; throughput at saturation scales by it.
+
+Where MATs are measured both sides are busy, and a light probe misreads them there
+(the whole core gets cheaper per request once busy, a quota dearer once behind).
+:func:`loaded_speed` measures the full target's capacity with one busy run of the
+mix, and :func:`knee_speed`, after the sweep, takes the share's from its saturated
+repetitions; predict uses those when it can, and the report gives both speeds.
 """
 
 from __future__ import annotations
@@ -220,7 +226,8 @@ def loaded_speed(
     Two runs of the loop window a sweep replays (``skip``, ``loop_span`` trace
     seconds): the whole ``trace`` on the full target at FULL_BUSY of the capacity the
     light probe gave it (``warmup`` + ``duration`` s), and ``sample`` on the share at
-    the rate the probe says it can just serve (``scaled_time`` times as long). The
+    SHARE_BUSY times the rate the probe says it can serve (``scaled_time`` times as
+    long), so a share slower than that is measured behind. The
     speed is the share's capacity over the full target's (throughput over
     utilization on each side, which holds busy or saturated).
 
@@ -300,10 +307,11 @@ def knee_speed(curve: LoadCurve, speed: ShareSpeed) -> ShareSpeed:
     read 685 req/s in one run whose sweep then saturated at 430-510), so the speed
     is the median capacity (throughput over utilization) of the sweep's repetitions
     at least SATURATED_U busy, over the full target's capacity measured busy
-    (:func:`loaded_speed`). Needs MIN_SATURATED such repetitions and a full capacity;
-    otherwise ``speed`` is returned unchanged.
+    (:func:`loaded_speed`). Needs MIN_SATURATED such repetitions and a ``speed``
+    from :func:`loaded_speed`; otherwise ``speed`` is returned unchanged.
     """
-    if not speed.full_capacity or speed.method not in ("probe", "probe+loaded"):
+    if speed.method != "probe+loaded" or not speed.full_capacity:
+        # Only a full capacity measured busy: the light probe's reads 15-25% low here.
         return speed
     caps = [
         r.throughput / r.utilization
@@ -465,7 +473,8 @@ def speed_assumptions(share: Share) -> list[str]:
         if sp.light is not None:
             where = (
                 "the share's saturated repetitions of the sweep, over the full target's "
-                "capacity measured busy (one run of the mix at 60% of its probe capacity)"
+                f"capacity measured busy (one run of the mix at {FULL_BUSY:.0%} of its probe "
+                "capacity)"
                 if sp.method == "probe+knee"
                 else "one run of the mix on each side, both busy"
             )
