@@ -120,6 +120,31 @@ def test_paired_sweep_runs_each_rep_on_both_sides_in_alternating_order():
     assert scaled_mat == pytest.approx(full_mat, rel=0.10)
 
 
+def test_a_paired_coarse_pass_steps_by_the_lower_capacity_of_the_two_sides():
+    """A share faster than its load says (its knee at twice the full target's level)
+    must not lead the coarse pass past the full target's knee: the full-scale MAT is
+    the truth a prediction is judged by, and it needs levels on both sides of it."""
+    from shrink.autolevels import AutoPlan, Companion, auto_sweep, companion_curve
+
+    calls: list = []
+    side = _Recorder("scaled", calls, 0.002)  # a quarter of the load at half the cost
+    comp = Companion(_Recorder("full", calls, 0.001), _open_trace(400.0, 200.0), {"mean": 0.005})
+    plan = AutoPlan(warmup=1, duration=10, reps=1, max_levels=9)
+    curve = auto_sweep(
+        side, _open_trace(100.0, 200.0), {"mean": 0.010}, plan=plan, seed=3, companion=comp
+    )
+    # the full target's knee is approached (a level 75-97% busy) before it is passed,
+    # in the order the levels ran (not filled in later by the refinement)
+    busy = [lv.utilization for lv in comp.levels.values()]
+    first_saturated = next(i for i, u in enumerate(busy) if u >= 0.97)
+    assert any(0.75 <= u < 0.97 for u in busy[:first_saturated]), busy
+    # and both crossings end up bracketed, the share's (twice higher) one afterwards
+    for one, limit in ((companion_curve(comp, plan=plan), 0.005), (curve, 0.010)):
+        res = mat(one, "mean", limit)
+        assert res.status == "ok" and res.bracket is not None
+        assert res.bracket[1] / res.bracket[0] <= 1.3, res.bracket
+
+
 def test_the_scaled_side_runs_1_over_alpha_longer_than_its_companion():
     from shrink.autolevels import AutoPlan, Companion, auto_sweep
 

@@ -146,10 +146,11 @@ class _Sweep:
                 f"level ({knob} {probe:g}) with {plan.warmup:g} s warm-up and a "
                 f"{plan.min_duration:g} s window; use a longer trace or a lower probe level"
             )
-        est = capacity(first, probe, self._unit_rate())
+        ests = self._capacities(first, probe)
+        est = min(ests.values()) if ests else None
         last: Level | None = first
-        if est is not None:
-            last, est = self._coarse(first, est)
+        if ests:
+            last, est = self._coarse(first, ests)
         self._search(last, est)
         self._refine()
 
@@ -158,6 +159,33 @@ class _Sweep:
         times the companion's rate factor)."""
         unit = _unit_rate(self.trace, self.knob)
         return None if unit is None else unit * self.plan.share_load
+
+    def _capacities(self, level: Level, knob_value: float) -> dict[str, float]:
+        """The capacity estimates that may steer the coarse pass at ``level``, by side
+        ("swept", "companion").
+
+        Without a companion it is the swept side's. With one, the coarse pass steps by
+        the lower of the two sides' that are not yet over all their thresholds: both
+        crossings must be bracketed, and the share's estimate alone once led the coarse
+        pass from 64% of the whole core's capacity straight to twice it, so that the
+        full-scale MAT (the truth a prediction is judged by) was an interpolation across
+        that gap (2026-11-24, two of three demo runs).
+        """
+        est = capacity(level, knob_value, self._unit_rate())
+        if self.companion is None:
+            return {} if est is None else {"swept": est}
+        ests = {}
+        if est is not None and not all_over(level, self.thresholds):
+            ests["swept"] = est
+        twin = self.companion.levels.get(level.level)
+        if twin is not None and not all_over(twin, self.companion.thresholds):
+            unit = _unit_rate(self.companion.trace, self.knob)
+            twin_est = capacity(twin, knob_value, unit)
+            if twin_est is not None:
+                ests["companion"] = twin_est
+        if not ests and est is not None:
+            ests["swept"] = est
+        return ests
 
     def _warm(self, probe: float) -> None:
         """A discarded run first: a server that just started has cold caches, PHP
@@ -176,14 +204,19 @@ class _Sweep:
             self.companion,
         )
 
-    def _coarse(self, last: Level, est: float) -> tuple[Level, float]:
+    def _coarse(self, last: Level, ests: dict[str, float]) -> tuple[Level, float]:
         """Levels at fractions of the estimated capacity.
 
         Re-estimates from each new level, since utilization grows faster than
         linearly near the knee on real servers (caches, PHP pools) and a single
-        light probe misjudges it.
+        light probe misjudges it. With a companion it steps by the lower of the two
+        sides' estimates; once that side is over its thresholds, the other side's knee
+        is approached from the start of the fractions (those above the levels
+        measured).
         """
         fractions = list(self.plan.coarse)
+        est = min(ests.values())
+        side = min(ests, key=ests.__getitem__)
         while self.budget > 0:
             lvl = coarse_next(fractions, est, last_level(self.levels))
             if lvl is None:
@@ -195,7 +228,13 @@ class _Sweep:
             last = lv
             if past_knee(lv, self.thresholds, all_over, self.twins):
                 break
-            est = capacity(lv, lvl, self._unit_rate()) or est
+            ests = self._capacities(lv, lvl)
+            if not ests:
+                continue
+            if side not in ests:  # the side that steered is over: the other's knee next
+                fractions = list(self.plan.coarse)
+            side = min(ests, key=ests.__getitem__)
+            est = ests[side]
         return last, est
 
     def _search(self, last: Level | None, est: float | None) -> None:
