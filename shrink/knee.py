@@ -43,6 +43,7 @@ from shrink.loadcurve import GENERATOR_SATURATED, Level, LoadCurve
 from shrink.mat import MATResult, mat
 
 __all__ = [
+    "SECOND_KNEE",
     "Refinement",
     "Side",
     "Step",
@@ -149,6 +150,12 @@ def all_over(level: Level, thresholds: Mapping[str, float]) -> bool:
 
 # A coarse level at most this much above the top level measured would teach little.
 COARSE_MARGIN = 1.02
+# A paired coarse pass, once the side with the lower capacity is over its thresholds:
+# the other side's knee, in fractions of its estimate from a busy level. Longer steps
+# than the first approach's, since a sweep's time went to the first knee, and levels
+# well over it are what bracket a p99.9 (2026-11-24: with the first approach's
+# fractions for both knees, two of three demo runs ran out of time below the share's).
+SECOND_KNEE = (1.0, 1.25, 1.5)
 # The search upward's step: without a capacity estimate the knee may lie anywhere
 # above, with one it is near.
 GROWTH_BLIND, GROWTH_NEAR = 2.0, 1.2

@@ -14,6 +14,7 @@ from shrink.autolevels._level import behind, merge, run_level, surely_over
 from shrink.autolevels._plan import AutoPlan, Companion, loop_span
 from shrink.errors import MeasurementError
 from shrink.knee import (
+    SECOND_KNEE,
     Refinement,
     all_over,
     any_over,
@@ -211,8 +212,8 @@ class _Sweep:
         linearly near the knee on real servers (caches, PHP pools) and a single
         light probe misjudges it. With a companion it steps by the lower of the two
         sides' estimates; once that side is over its thresholds, the other side's knee
-        is approached from the start of the fractions (those above the levels
-        measured).
+        is bracketed in the longer steps of SECOND_KNEE (its estimate now comes from a
+        busy level, and the refinement splits the bracket afterwards).
         """
         fractions = list(self.plan.coarse)
         est = min(ests.values())
@@ -232,7 +233,7 @@ class _Sweep:
             if not ests:
                 continue
             if side not in ests:  # the side that steered is over: the other's knee next
-                fractions = list(self.plan.coarse)
+                fractions = list(SECOND_KNEE)
             side = min(ests, key=ests.__getitem__)
             est = ests[side]
         return last, est
