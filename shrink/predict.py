@@ -578,8 +578,7 @@ def _share_speed(
 
 
 def _speed_at_knee(share: Share, measured: LoadCurve, config: PredictConfig) -> Share:
-    """The CPU-time share's speed where its MAT is decided: its sweep's highest
-    throughput, once the sweep saturated it."""
+    """The CPU-time share's speed where its MAT is decided: its saturated repetitions."""
     if share.kind != "cpu_time" or not config.loaded_speed or share.speed is None:
         return share
     return share.with_speed(knee_speed(measured, share.speed))

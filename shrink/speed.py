@@ -298,26 +298,22 @@ def loaded_speed(
 
 
 def knee_speed(curve: LoadCurve, speed: ShareSpeed) -> ShareSpeed:
-    """``speed`` from the share's own sweep (``curve``), once the sweep saturated it.
+    """``speed`` from the share's own saturated repetitions of a sweep (``curve``).
 
-    A 25% CFS quota on this project's VM is bistable at its knee: at one level one
-    repetition keeps up (cheaper per request) and the next falls behind (dearer),
-    from one repetition to the next. A single loaded run catches either state (it read
-    685 req/s in one run whose sweep then saturated at 430-510). The share's crossing
-    comes from the levels whose repetitions still kept up, so its capacity is the
-    highest throughput of any level of the sweep (the repetitions that kept to the
-    schedule), over the full target's capacity measured busy (:func:`loaded_speed`).
-    The median capacity of the saturated repetitions (session 9) took the behind
-    state's and over-predicted by up to 38% where the crossing came from a level that
-    kept up (bench/RESULTS.md, session 10). Needs MIN_SATURATED repetitions at least
-    SATURATED_U busy (else the highest throughput is an offered load, not a
-    capacity) and a ``speed`` from :func:`loaded_speed`; otherwise ``speed`` is
-    returned unchanged.
+    Where a share's MAT is decided it has just fallen behind, and a quota behind is
+    dearer than one keeping up: on this project's VM the 25% share of the demo cost
+    1.6-1.9 ms of quota a request keeping up and 2.0-3.2 ms behind, in one run and
+    from one repetition to the next. A single loaded run catches either state (it
+    read 685 req/s in one run whose sweep then saturated at 430-510), so the speed
+    is the median capacity (throughput over utilization) of the sweep's repetitions
+    at least SATURATED_U busy, over the full target's capacity measured busy
+    (:func:`loaded_speed`). Needs MIN_SATURATED such repetitions and a ``speed``
+    from :func:`loaded_speed`; otherwise ``speed`` is returned unchanged.
     """
     if speed.method != "probe+loaded" or not speed.full_capacity:
         # Only a full capacity measured busy: the light probe's reads 15-25% low here.
         return speed
-    saturated = [
+    caps = [
         r.throughput / r.utilization
         for lv in curve.levels
         for r in lv.reps
@@ -326,18 +322,15 @@ def knee_speed(curve: LoadCurve, speed: ShareSpeed) -> ShareSpeed:
         and r.throughput > 0
         and not r.generator_behind
     ]
-    served = [lv.throughput for lv in curve.usable() if lv.kept]
-    if len(saturated) < MIN_SATURATED or not served:
+    if len(caps) < MIN_SATURATED:
         return speed
-    top = max(served)
-    effective = top / speed.full_capacity
+    effective = float(np.median(caps)) / speed.full_capacity
     if not 0 < effective <= 1:
         return speed
     ratio = effective / speed.effective
-    # Spread of the saturated repetitions' capacities: how far the two states lie
-    # apart (the median's log-sd, 1.25 sd / sqrt(n)).
-    logs = np.log(saturated)
-    sd = 1.25 * float(np.std(logs, ddof=1)) / math.sqrt(len(saturated))
+    # Spread of the repetitions' capacities: the median's log-sd (1.25 sd / sqrt(n)).
+    logs = np.log(caps)
+    sd = 1.25 * float(np.std(logs, ddof=1)) / math.sqrt(len(caps))
     return replace(
         speed,
         per_class={c: v * ratio for c, v in speed.per_class.items()},
@@ -347,10 +340,9 @@ def knee_speed(curve: LoadCurve, speed: ShareSpeed) -> ShareSpeed:
         sigma=math.sqrt(speed.sigma**2 + sd**2),
         notes=(
             *speed.notes,
-            f"at the knee: the sweep's highest level throughput {top:,.1f} req/s "
-            f"({len(saturated)} saturated repetitions, capacities "
-            f"{min(saturated):,.1f}-{max(saturated):,.1f}), over the full target's "
-            f"{speed.full_capacity:,.0f}",
+            f"at the knee: {len(caps)} saturated repetitions of the sweep, median capacity "
+            f"{np.median(caps):,.1f} req/s (range {min(caps):,.1f}-{max(caps):,.1f}), over "
+            f"the full target's {speed.full_capacity:,.0f}",
         ),
     )
 
@@ -480,8 +472,7 @@ def speed_assumptions(share: Share) -> list[str]:
         )
         if sp.light is not None:
             where = (
-                "the highest throughput of the share's sweep (which saturated it), over "
-                "the full target's "
+                "the share's saturated repetitions of the sweep, over the full target's "
                 f"capacity measured busy (one run of the mix at {FULL_BUSY:.0%} of its probe "
                 "capacity)"
                 if sp.method == "probe+knee"
