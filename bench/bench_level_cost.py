@@ -35,26 +35,24 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 WARMUP_S, DURATION_S = 1.5, 4.0  # the demo's plan, whole-core side
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 def _server_cpu() -> dict[str, float]:
     """CPU seconds so far of this process's descendants (the servers it started), by
     kind: ``php`` (php-cgi, php-fpm) and ``web`` (everything else: the web server)."""
     from shrink.processes import descendants
+    from shrink.procfs import proc_info, process_cpu_seconds
 
     out = {"php": 0.0, "web": 0.0}
     for pid in descendants(os.getpid()):
+        info = proc_info(pid)
+        if info is None or info.comm.startswith("python"):
+            continue  # exited since the listing, or the load generator's workers
         try:
-            comm = Path(f"/proc/{pid}/comm").read_text().strip()
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # exited between the listing and the read
-        if comm.startswith("python"):
-            continue  # the load generator's workers
-        out["php" if comm.startswith("php") else "web"] += (
-            int(fields[11]) + int(fields[12])
-        ) / TICK
+            seconds = process_cpu_seconds(pid)
+        except (OSError, ValueError):
+            continue
+        out["php" if info.comm.startswith("php") else "web"] += seconds
     return out
 
 
