@@ -13,7 +13,6 @@ under a mapping (and to close it again, whatever happens).
 from __future__ import annotations
 
 import json
-import math
 import platform
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack
@@ -38,8 +37,9 @@ from shrink.mat import MATResult, mat
 from shrink.measure import default_loop_window, default_skip, offered_check
 from shrink.prediction import MappingPrediction, Prediction, StatPrediction, rank_mappings
 from shrink.scaling import latency_scale, shrink_scaled_curve
-from shrink.share import Share, ShareSpeed
-from shrink.speed import knee_speed, loaded_speed, measure_speed, speed_assumptions
+from shrink.share import Share
+from shrink.speed import speed_assumptions
+from shrink.speedsteps import SpeedSettings, speed_after, speed_before
 from shrink.target import Target
 from shrink.trace import Trace
 from shrink.uncertainty import ErrorBudget, drift_sigma, error_budget, interval
@@ -218,6 +218,18 @@ def _keep_partial(
     return kept
 
 
+def _sweep_plan(trace: Trace, share: Share, config: PredictConfig) -> AutoPlan:
+    """The sweep's plan: ``config.plan`` with its skip, loop window and time scaling."""
+    plan = replace(config.plan, skip=default_skip(trace) if config.skip is None else config.skip)
+    if plan.loop_window is None:
+        # One window for the share and the full target, chosen on the whole trace.
+        plan = replace(plan, loop_window=default_loop_window(trace, plan.skip))
+    if config.time_scaling and share.kind == "cpu_time":
+        # Time scaling by the nominal alpha: the share sees alpha of the requests a second.
+        plan = replace(plan, scaled_time=1.0 / share.cpu_fraction)
+    return plan
+
+
 def predict(
     trace: Trace,
     provider: TargetProvider,
@@ -239,13 +251,7 @@ def predict(
     cpus = provider.server_cpus()
     share = Share.plan(cpus, machine, alpha, config.share_kind)
     sample = samplers.sample(trace, alpha, seed=config.seed, level=config.level)
-    plan = replace(config.plan, skip=default_skip(trace) if config.skip is None else config.skip)
-    if plan.loop_window is None:
-        # One window for the share and the full target, chosen on the whole trace.
-        plan = replace(plan, loop_window=default_loop_window(trace, plan.skip))
-    if config.time_scaling and share.kind == "cpu_time":
-        # Time scaling by the nominal alpha: the share sees alpha of the requests a second.
-        plan = replace(plan, scaled_time=1.0 / share.cpu_fraction)
+    plan = _sweep_plan(trace, share, config)
     full_curve: LoadCurve | None = None
     with ExitStack() as stack:
         target = stack.enter_context(provider.open(share, "1-replica"))
@@ -254,11 +260,11 @@ def predict(
         if config.paired_full_run:
             full_target = stack.enter_context(provider.open(Share.whole(cpus), "1-replica"))
             companion = Companion(full_target, trace, dict(config.thresholds))
+        checks, speeds = None, SpeedSettings(config.seed, config.speed_budget, config.loaded_speed)
         if share.kind == "cpu_time":
-            share = share.with_speed(
-                _share_speed(target, full_target, trace, sample, share, config, plan, progress)
+            share, plan, checks = speed_before(
+                target, full_target, trace, sample, share, speeds, plan, progress
             )
-            plan = replace(plan, share_load=share_load(share))
         # On a CPU-time share latencies are 1/s longer: search the knee at scaled thresholds.
         share_thresholds = {s: t / share.speed_factor for s, t in config.thresholds.items()}
         try:
@@ -272,6 +278,7 @@ def predict(
                 alpha=alpha,
                 progress=progress,
                 companion=companion,
+                between=None if checks is None else checks.after_level,
             )
         except SweepInterrupted as stop:
             if out_dir is not None:
@@ -279,7 +286,7 @@ def predict(
             raise
         if companion is not None:
             full_curve = companion_curve(companion, knob=config.knob, plan=config.plan)
-    share = _speed_at_knee(share, measured, config)
+        share = speed_after(share, measured, speeds, checks)
     # The share as planned and probed (the target's description lacks the speed).
     measured.share = replace(measured.share, speed=share.speed)
     predicted = shrink_scaled_curve(measured)
@@ -505,80 +512,3 @@ def _widen(mp: MappingPrediction, budgets: Mapping[str, ErrorBudget]) -> Mapping
                 error_budget=budget.to_dict(),
             )
     return replace(mp, stats=stats)
-
-
-# Bounds on the share's load relative to the full target's (``AutoPlan.share_load``): a
-# probe that measured a share several times slower or faster than nominal measured a
-# disturbance, and the sweep should not follow it far.
-SHARE_LOAD_RANGE = (0.5, 1.5)
-
-
-def share_load(share: Share) -> float:
-    """The share's rate factor over the full target's at one level: its measured speed
-    over its nominal fraction, within SHARE_LOAD_RANGE.
-
-    1 when the speed was assumed, or when it lies within two of the probe's own standard
-    deviations of nominal: a share that is nominal within the probe's noise would
-    otherwise be moved off the full target's levels by that noise (on the simulator,
-    whose share is exact, following it left 2 of 24 (statistic, seed) pairs of
-    test_uncertainty's coverage check unbracketed).
-    """
-    sp = share.speed
-    if sp is None or sp.method == "nominal" or sp.effective <= 0 or share.cpu_fraction <= 0:
-        return 1.0
-    ratio = sp.effective / share.cpu_fraction
-    if abs(math.log(ratio)) <= 2.0 * sp.sigma:
-        return 1.0
-    lo, hi = SHARE_LOAD_RANGE
-    return float(min(hi, max(lo, ratio)))
-
-
-def _share_speed(
-    target: Target,
-    full_target: Target | None,
-    trace: Trace,
-    sample: Trace,
-    share: Share,
-    config: PredictConfig,
-    plan: AutoPlan,
-    progress: Progress | None,
-) -> ShareSpeed:
-    """The CPU-time share's speed per class, measured against the full target when there
-    is one (a light probe), then on the share loaded (see :func:`loaded_speed`)."""
-    steps = 2 if config.loaded_speed else 1
-    if progress is not None:
-        progress("speed probe", 0, steps)
-    speed = measure_speed(
-        target,
-        full_target,
-        sample,
-        nominal=share.cpu_fraction,
-        seed=config.seed,
-        budget_s=config.speed_budget,
-    )
-    if config.loaded_speed:
-        if progress is not None:
-            progress("speed probe, loaded", 1, steps)
-        speed = loaded_speed(
-            target,
-            full_target,
-            sample,
-            trace,
-            speed,
-            skip=plan.skip,
-            loop_span=plan.loop_window or 0.0,
-            warmup=plan.warmup,
-            duration=plan.duration,
-            scaled_time=plan.scaled_time,
-            seed=config.seed + 7,
-        )
-    if progress is not None:
-        progress("speed probe", steps, steps)
-    return speed
-
-
-def _speed_at_knee(share: Share, measured: LoadCurve, config: PredictConfig) -> Share:
-    """The CPU-time share's speed where its MAT is decided: its saturated repetitions."""
-    if share.kind != "cpu_time" or not config.loaded_speed or share.speed is None:
-        return share
-    return share.with_speed(knee_speed(measured, share.speed))

@@ -21,15 +21,37 @@ two equal, and :func:`share_fraction` checks it) predicts the full target:
 Latency quantile functions (``dist``) and the generator's send lags are scaled
 the same way, so CDFs and Wasserstein distances of the prediction can be compared
 with a full run.
+
+**Each repetition at its own speed.** Where the full target's capacity was measured
+busy (:mod:`shrink.busyspeed`), each repetition of a CPU-time share is scaled by
+the speed it delivered itself, s_r = (X_r / U_r) / C_full (its throughput over its
+utilization, over the full target's capacity; within REP_SPEED_RANGE of s and at
+most 1), not by the sweep's one s: a 25% CFS quota on this project's VM is bistable
+near its knee, and two repetitions of one level served 528 and 391 req/s, both
+saturated (2026-11-24). Scaled by one s, the faster one moved the share's MAT 17%
+above its median capacity; scaled by its own, each lands where the full target
+would be at the same utilization. On ten saved demo runs the largest mean-MAT error
+fell from 38.5% to 17.3% (bench/RESULTS.md, session 11).
 """
 
 from __future__ import annotations
 
 from shrink.errors import ExtrapolationError
-from shrink.loadcurve import ClassStats, LoadCurve
+from shrink.loadcurve import ClassStats, LevelStats, LoadCurve
 from shrink.share import Share
 
-__all__ = ["latency_scale", "share_fraction", "shrink_scaled_curve", "throughput_scale"]
+__all__ = [
+    "latency_scale",
+    "rep_speed",
+    "share_fraction",
+    "shrink_scaled_curve",
+    "throughput_scale",
+]
+
+# How far a repetition's own speed may stray from the sweep's (a factor either way):
+# the demo's share ran at 0.84-1.78 times its knee median, light levels the fastest;
+# a reading outside this is a broken utilization, not a speed.
+REP_SPEED_RANGE = 2.0
 
 
 def share_fraction(curve: LoadCurve) -> float:
@@ -63,6 +85,24 @@ def throughput_scale(curve: LoadCurve) -> float:
     return 1.0 / curve.alpha
 
 
+def rep_speed(r: LevelStats, share: Share) -> float:
+    """The speed repetition ``r`` of a CPU-time share delivered (see the module docstring);
+    the share's speed factor where it cannot be told."""
+    s = share.speed_factor
+    sp = share.speed
+    if (
+        share.kind != "cpu_time"
+        or sp is None
+        or not sp.measured_busy
+        or r.utilization is None
+        or r.utilization <= 0
+        or r.throughput <= 0
+    ):
+        return s
+    own = r.throughput / r.utilization / (sp.full_capacity or 1.0)
+    return min(1.0, s * REP_SPEED_RANGE, max(s / REP_SPEED_RANGE, own))
+
+
 def _scale_class(c: ClassStats, thr: float, lat: float) -> None:
     c.throughput *= thr
     for name in ("mean", "p50", "p90", "p99", "p999"):
@@ -78,18 +118,22 @@ def shrink_scaled_curve(curve: LoadCurve) -> LoadCurve:
     lat = latency_scale(curve)
     share = curve.share
     out = LoadCurve.from_dict(curve.to_dict())
+    speeds = []
     for lv in out.levels:
         for r in lv.reps:
-            r.throughput *= thr
-            r.offered *= thr
-            _scale_class(r.overall, thr, lat)
+            own = rep_speed(r, share) if share.kind == "cpu_time" else lat
+            speeds.append(own)
+            r_thr, r_lat = thr * lat / own, own  # = 1 / own, own on a CPU-time share
+            r.throughput *= r_thr
+            r.offered *= r_thr
+            _scale_class(r.overall, r_thr, r_lat)
             for name, c in r.per_class.items():
-                _scale_class(c, thr, share.class_speed(name))
+                _scale_class(c, r_thr, share.class_speed(name) * own / lat)
             # The generator's lags bound latencies (Level.stall_bound): they move with them.
             if r.send_lag_p99 is not None:
-                r.send_lag_p99 *= lat
+                r.send_lag_p99 *= r_lat
             if r.send_lag_max is not None:
-                r.send_lag_max *= lat
+                r.send_lag_max *= r_lat
     out.alpha = 1.0
     out.share = Share("all", (), 1.0, predicted_from=share)
     out.meta = {
@@ -98,6 +142,8 @@ def shrink_scaled_curve(curve: LoadCurve) -> LoadCurve:
             "alpha": alpha,
             "latency_scale": lat,
             "throughput_scale": thr,
+            # Each repetition's own speed (rep_speed): the range, when they differ.
+            "rep_speeds": [min(speeds), max(speeds)] if speeds else None,
             "speed": share.speed.to_dict() if share.speed is not None else None,
         },
     }

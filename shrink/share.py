@@ -119,9 +119,20 @@ class ShareSpeed:
     # The full target's capacity for the trace's mix (req/s at 100% busy), from the
     # probe's per-class capacities; None when the probe had no utilization.
     full_capacity: float | None = None
+    # Every busy measurement of the full capacity, in time order (shrink.busyspeed:
+    # the loaded run, then the checks during and after the sweep); ``full_capacity``
+    # is their median once there are several.
+    full_capacities: tuple[float, ...] = ()
     # The light probe's ``effective`` when busy runs replaced it (shrink.speed.
     # loaded_speed, knee_speed): a light probe misreads both sides once they are busy.
     light: float | None = None
+
+    @property
+    def measured_busy(self) -> bool:
+        """Whether the full capacity was measured busy (shrink.busyspeed): only such a
+        capacity shares a scale with a sweep repetition's throughput over utilization
+        (a light probe's reads 15-25% low on this project's VM)."""
+        return self.method in ("probe+loaded", "probe+knee") and bool(self.full_capacity)
 
     @classmethod
     def assumed(cls, nominal: float) -> ShareSpeed:
@@ -139,6 +150,7 @@ class ShareSpeed:
             "sigma": self.sigma,
             "full_capacity": self.full_capacity,
             "light": self.light,
+            "full_capacities": list(self.full_capacities),
         }
 
     @classmethod
@@ -153,6 +165,7 @@ class ShareSpeed:
             sigma=float(d.get("sigma", 0.0)),
             full_capacity=_float_or_none(d.get("full_capacity")),
             light=_float_or_none(d.get("light")),
+            full_capacities=tuple(float(c) for c in d.get("full_capacities", ())),
         )
 
 

@@ -35,30 +35,26 @@ target's CPU demand of class ``c`` in the trace (count times cost),
 ``effective = sum(w) / sum(w_c / speed_c)``; throughput at saturation scales by it.
 
 Where MATs are measured both sides are busy, and a light probe misreads them there
-(the whole core gets cheaper per request once busy, a quota dearer once behind).
-:func:`loaded_speed` measures the full target's capacity with one busy run of the
-mix, and :func:`knee_speed`, after the sweep, takes the share's from its saturated
-repetitions; predict uses those when it can, and the report gives both speeds.
+(the whole core gets cheaper per request once busy, a quota dearer once behind):
+:mod:`shrink.busyspeed` measures both sides busy, and predict uses that speed when
+it can; the report gives both.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from shrink.checks import check_alpha, check_positive
 from shrink.errors import MeasurementError
-from shrink.loadcurve import LoadCurve
 from shrink.share import Share, ShareSpeed
 from shrink.target import RunResult, Target
 from shrink.trace import Trace
 
 __all__ = [
-    "knee_speed",
-    "loaded_speed",
     "measure_speed",
     "probe_trace",
     "speed_assumptions",
@@ -76,10 +72,6 @@ TARGET_BUSY = 0.4
 # busier, and X / U fails once it saturates: it is probed again, lighter.
 SHARE_LOAD = 1.0
 SATURATED = 0.9
-# knee_speed: a sweep repetition this busy is saturated (its X / U is its capacity
-# behind), and the fewest of them whose median it trusts.
-SATURATED_U = 0.95
-MIN_SATURATED = 3
 MIN_REQUESTS = 20
 MAX_RATE = 2000.0  # req/s on the full target: what one generator CPU sends with margin
 # The loaded runs' rates (loaded_speed), as fractions of the capacity the light probe
@@ -205,146 +197,6 @@ def _mix_capacity(counts: dict[str, int], caps: dict[str, float | None]) -> floa
         return None
     seconds = sum(n / caps[c] for c, n in counts.items())  # type: ignore[operator]
     return sum(counts.values()) / seconds if seconds > 0 else None
-
-
-def loaded_speed(
-    share_target: Target,
-    full_target: Target | None,
-    sample: Trace,
-    trace: Trace,
-    speed: ShareSpeed,
-    *,
-    skip: float,
-    loop_span: float,
-    warmup: float,
-    duration: float,
-    scaled_time: float = 1.0,
-    seed: int = 0,
-) -> ShareSpeed:
-    """``speed`` measured again where MATs are measured: the mix, both sides busy.
-
-    Two runs of the loop window a sweep replays (``skip``, ``loop_span`` trace
-    seconds): the whole ``trace`` on the full target at FULL_BUSY of the capacity the
-    light probe gave it (``warmup`` + ``duration`` s), and ``sample`` on the share at
-    SHARE_BUSY times the rate the probe says it can serve (``scaled_time`` times as
-    long), so a share slower than that is measured behind. The
-    speed is the share's capacity over the full target's (throughput over
-    utilization on each side, which holds busy or saturated).
-
-    Why: a light probe compares the two sides where both idle between requests. On
-    this project's VM the whole core got 10-25% cheaper per request once busy (it
-    stops halting between requests, and keeps its caches), while a 25% CFS share
-    halts in every quota gap whatever its load and kept its light-load cost: the light
-    probe read the share 0.18-0.23 where the paired runs near the knee measured
-    0.15. The full-side run costs one run at FULL_BUSY of the full target's capacity;
-    ``PredictConfig.loaded_speed`` turns it off. Returns ``speed`` unchanged, with a
-    note, when a run cannot say (no utilization, the generator behind).
-    """
-    from shrink.measure import loop_window, looped_run
-
-    if (
-        full_target is None
-        or speed.method != "probe"
-        or not speed.full_capacity
-        or loop_span <= 0
-        or not len(sample)
-        or not len(trace)
-    ):
-        return speed
-    t0 = time.monotonic()
-    sides: list[_Side] = []
-    for target, tr, busy, k in (
-        (full_target, trace, FULL_BUSY, 1.0),
-        (share_target, sample, SHARE_BUSY * speed.effective, scaled_time),
-    ):
-        window = loop_window(tr, skip, loop_span)
-        if not len(window):
-            return speed
-        rate_factor = busy * speed.full_capacity / (len(window) / loop_span)
-        run = looped_run(window, rate_factor, k * warmup, k * duration)
-        res = target.run(
-            run.trace, rate_factor=rate_factor, warmup=run.warmup, duration=run.duration, seed=seed
-        )
-        sides.append(_measured(res, by_completion=True))
-    full, share = sides
-    cost = speed.cost_s + time.monotonic() - t0
-    why = ""
-    if full.behind or share.behind:
-        why = "the generator fell behind"
-    elif not (full.capacity and share.capacity) or min(full.n, share.n) < MIN_REQUESTS:
-        why = "no utilization or too few requests"
-    effective = (share.capacity or 0.0) / (full.capacity or 1.0)
-    if not why and not 0 < effective <= 1:
-        why = f"measured {effective:.3g}: a share cannot be faster than the whole target"
-    if why:
-        note = f"loaded runs unusable ({why}); the light probe's speed is kept"
-        return replace(speed, cost_s=cost, notes=(*speed.notes, note))
-    ratio = effective / speed.effective
-    return replace(
-        speed,
-        per_class={c: v * ratio for c, v in speed.per_class.items()},
-        effective=float(effective),
-        method="probe+loaded",
-        cost_s=cost,
-        light=speed.effective,
-        full_capacity=full.capacity,
-        notes=(
-            *speed.notes,
-            f"loaded runs: full target {full.utilization:.0%} busy, capacity "
-            f"{full.capacity:,.0f} req/s (light probe: {speed.full_capacity:,.0f}); share "
-            f"{share.utilization:.0%} busy, capacity {share.capacity:,.1f} req/s",
-        ),
-    )
-
-
-def knee_speed(curve: LoadCurve, speed: ShareSpeed) -> ShareSpeed:
-    """``speed`` from the share's own saturated repetitions of a sweep (``curve``).
-
-    Where a share's MAT is decided it has just fallen behind, and a quota behind is
-    dearer than one keeping up: on this project's VM the 25% share of the demo cost
-    1.6-1.9 ms of quota a request keeping up and 2.0-3.2 ms behind, in one run and
-    from one repetition to the next. A single loaded run catches either state (it
-    read 685 req/s in one run whose sweep then saturated at 430-510), so the speed
-    is the median capacity (throughput over utilization) of the sweep's repetitions
-    at least SATURATED_U busy, over the full target's capacity measured busy
-    (:func:`loaded_speed`). Needs MIN_SATURATED such repetitions and a ``speed``
-    from :func:`loaded_speed`; otherwise ``speed`` is returned unchanged.
-    """
-    if speed.method != "probe+loaded" or not speed.full_capacity:
-        # Only a full capacity measured busy: the light probe's reads 15-25% low here.
-        return speed
-    caps = [
-        r.throughput / r.utilization
-        for lv in curve.levels
-        for r in lv.reps
-        if r.utilization is not None
-        and r.utilization >= SATURATED_U
-        and r.throughput > 0
-        and not r.generator_behind
-    ]
-    if len(caps) < MIN_SATURATED:
-        return speed
-    effective = float(np.median(caps)) / speed.full_capacity
-    if not 0 < effective <= 1:
-        return speed
-    ratio = effective / speed.effective
-    # Spread of the repetitions' capacities: the median's log-sd (1.25 sd / sqrt(n)).
-    logs = np.log(caps)
-    sd = 1.25 * float(np.std(logs, ddof=1)) / math.sqrt(len(caps))
-    return replace(
-        speed,
-        per_class={c: v * ratio for c, v in speed.per_class.items()},
-        effective=effective,
-        method="probe+knee",
-        light=speed.light if speed.light is not None else speed.effective,
-        sigma=math.sqrt(speed.sigma**2 + sd**2),
-        notes=(
-            *speed.notes,
-            f"at the knee: {len(caps)} saturated repetitions of the sweep, median capacity "
-            f"{np.median(caps):,.1f} req/s (range {min(caps):,.1f}-{max(caps):,.1f}), over "
-            f"the full target's {speed.full_capacity:,.0f}",
-        ),
-    )
 
 
 def _sigma(full: _Side, share: _Side) -> float:
@@ -473,8 +325,9 @@ def speed_assumptions(share: Share) -> list[str]:
         if sp.light is not None:
             where = (
                 "the share's saturated repetitions of the sweep, over the full target's "
-                f"capacity measured busy (one run of the mix at {FULL_BUSY:.0%} of its probe "
-                "capacity)"
+                f"capacity measured busy (the median of {max(1, len(sp.full_capacities))} "
+                f"run(s) of the mix at {FULL_BUSY:.0%} of its probe capacity, before, during "
+                "and after the sweep)"
                 if sp.method == "probe+knee"
                 else "one run of the mix on each side, both busy"
             )
@@ -486,11 +339,19 @@ def speed_assumptions(share: Share) -> list[str]:
             )
         if sp.notes:
             speed += f" Probe notes: {'; '.join(sp.notes)}."
+    each = (
+        " Each repetition is scaled by the speed it delivered itself (its throughput "
+        "over its utilization, over the full target's capacity measured busy), not by "
+        "this one s: a quota near its knee serves at different speeds from one "
+        "repetition to the next (shrink.scaling.rep_speed)."
+        if sp.measured_busy
+        else ""
+    )
     return [
         speed,
         f"CPU-time share: the server is taken as a processor-sharing server at speed "
         f"s = {share.speed_factor:.3g} of the full target's, so response times are scaled "
-        "by s and throughputs by 1/s (R_full(X) = s * R_share(s * X)). CFS "
+        f"by s and throughputs by 1/s (R_full(X) = s * R_share(s * X)).{each} CFS "
         "bandwidth control is coarse (a quota per period of 16 ms or so): a request "
         "that arrives after the quota is spent waits for the next period, so the share's "
         "light-load latencies run above an ideal slower server's. Whatever else runs on "

@@ -251,7 +251,7 @@ class _StopsAfter(FakeProvider):
 def test_an_interrupted_prediction_keeps_the_levels_it_finished(tmp_path, monkeypatch):
     # The runs are counted from the sweep's first: the share's speed probe is left out.
     monkeypatch.setattr(
-        "shrink.predict.measure_speed",
+        "shrink.speedsteps.measure_speed",
         lambda s, f, t, *, nominal, **kw: ShareSpeed.assumed(nominal),
     )
     plan = AutoPlan(warmup=1, duration=5, reps=2, probe_level=1.0, warm_run=False)

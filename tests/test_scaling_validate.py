@@ -130,3 +130,38 @@ def test_cost_adjusted_errors_scale_the_measured_mat_by_the_ratio():
     assert set(got) == {"mean", "p999"}
     assert got["mean"] == pytest.approx(0.0)
     assert got["p999"] == pytest.approx(900 / 1100 - 1)
+
+
+def test_each_repetition_of_a_cpu_time_share_is_scaled_by_its_own_speed():
+    """A bistable share: at every level one repetition runs at 1.15 and one at 0.8 of
+    the share's nominal speed (a quota keeping up, and one behind). Scaled each by its
+    own X / U over the full capacity, every repetition lands on the full server's
+    M/M/1 curve at its utilization; scaled by one median speed (a light probe's
+    method), the fast ones land 15% past it, both in throughput and in latency."""
+    from shrink.share import ShareSpeed
+
+    mu, alpha, n = 1000.0, 0.25, 40000
+    rng = np.random.default_rng(5)
+    levels = []
+    for lam in (100.0, 150.0, 180.0):
+        reps = []
+        for k in (1.15, 0.8):
+            mu_r = alpha * mu * k
+            if lam >= mu_r:
+                continue
+            s = latency_stats(rng.exponential(1 / (mu_r - lam), n), n / lam)
+            reps.append(LevelStats(lam, s, per_class={"static": s}, utilization=lam / mu_r))
+        levels.append(Level(lam, reps))
+    share = {"kind": "cpu_time", "fraction": alpha, "cpus": [1]}
+    for method, on_curve in (("probe+knee", True), ("probe", False)):
+        curve = LoadCurve(levels, knob="rate", alpha=alpha, share=share)
+        curve = LoadCurve.from_dict(curve.to_dict())
+        curve.share = curve.share.with_speed(
+            ShareSpeed(alpha, {"static": 0.25}, 0.25, method, full_capacity=mu)
+        )
+        off = []
+        for lv in shrink_scaled_curve(curve).levels:
+            for r in lv.reps:
+                assert 0 < r.throughput < mu or not on_curve
+                off.append(abs(r.overall.mean * (mu - r.throughput) - 1.0))
+        assert (max(off) < 0.05) == on_curve, (method, off)

@@ -22,7 +22,7 @@ def test_predict_scales_by_the_measured_speed_and_reports_it(monkeypatch, tmp_pa
             return ShareSpeed.assumed(nominal)
         return ShareSpeed(nominal, {"static": 0.2, "dynamic": 0.2}, 0.2, "probe", 3.0)
 
-    monkeypatch.setattr("shrink.predict.measure_speed", probe)
+    monkeypatch.setattr("shrink.speedsteps.measure_speed", probe)
     plan = AutoPlan(warmup=2, duration=10, reps=2, max_levels=7, probe_level=1.0)
     cfg = PredictConfig(
         alpha=0.25, thresholds={"mean": 0.004}, mappings=["1-replica"], seed=3, plan=plan,
@@ -63,7 +63,7 @@ def test_scaled_by_the_measured_speed_the_share_predicts_the_paired_truth_over_s
     from shrink.mat import mat
 
     speed = ShareSpeed(0.25, {"static": 0.2, "dynamic": 0.2}, 0.2, "probe", 3.0)
-    monkeypatch.setattr("shrink.predict.measure_speed", lambda *a, **k: speed)
+    monkeypatch.setattr("shrink.speedsteps.measure_speed", lambda *a, **k: speed)
     plan = AutoPlan(warmup=2, duration=10, reps=2, max_levels=7, probe_level=1.0)
     trace = sessions(6000, 1, span=1000.0)
     errors = []
@@ -92,7 +92,7 @@ def test_scaled_by_the_measured_speed_the_share_predicts_the_paired_truth_over_s
 def test_the_share_runs_at_its_measured_speed_over_alpha_when_the_probe_says_so(
     effective, sigma, method, want
 ):
-    from shrink.predict import share_load
+    from shrink.speedsteps import share_load
 
     share = Share.cpu_time((1,), 0.25).with_speed(
         ShareSpeed(0.25, {"static": effective}, effective, method, 3.0, sigma=sigma)
@@ -107,8 +107,9 @@ def test_a_loaded_run_measures_the_speed_where_the_share_is_busy(loaded, want):
     share slower than the probe said runs saturated there (0.15): its capacity is what
     it completes a second, not what it is sent."""
     import samplers
+    from shrink.busyspeed import BusyRuns, loaded_speed
     from shrink.measure import default_loop_window
-    from shrink.speed import loaded_speed, measure_speed
+    from shrink.speed import measure_speed
     from shrink.target import FakeTarget
 
     trace = sessions(4000, 2, span=800.0)
@@ -123,11 +124,8 @@ def test_a_loaded_run_measures_the_speed_where_the_share_is_busy(loaded, want):
     assert light.full_capacity == pytest.approx(mix, rel=0.1)
     assert light.effective == pytest.approx(0.2, rel=0.1) and light.light is None
     busy_share = FakeTarget(servers=1, demand={k: v / loaded for k, v in demand.items()})
-    got = loaded_speed(
-        busy_share, full, sample, trace, light, skip=0.0,
-        loop_span=default_loop_window(trace, 0.0), warmup=5.0, duration=20.0, scaled_time=4.0,
-        seed=5,
-    )  # fmt: skip
+    runs = BusyRuns(0.0, default_loop_window(trace, 0.0), 5.0, 20.0, scaled_time=4.0, seed=5)
+    got = loaded_speed(busy_share, full, sample, trace, light, runs)
     assert got.method == "probe+loaded" and got.light == light.effective
     assert got.effective == pytest.approx(want, rel=0.1)
     assert got.full_capacity == pytest.approx(mix, rel=0.1)
@@ -136,15 +134,13 @@ def test_a_loaded_run_measures_the_speed_where_the_share_is_busy(loaded, want):
 
 
 def test_a_loaded_run_is_skipped_without_the_probes_full_capacity():
-    from shrink.speed import loaded_speed
+    from shrink.busyspeed import BusyRuns, loaded_speed
     from shrink.target import FakeTarget
 
     assumed = ShareSpeed.assumed(0.25)
     target = FakeTarget(servers=1, demand={"static": 0.002})
     trace = sessions(100)
-    got = loaded_speed(
-        target, target, trace, trace, assumed, skip=0.0, loop_span=100.0, warmup=1, duration=1
-    )
+    got = loaded_speed(target, target, trace, trace, assumed, BusyRuns(0.0, 100.0, 1, 1))
     assert got is assumed
 
 
@@ -159,8 +155,8 @@ def test_the_speed_at_the_knee_is_the_saturated_repetitions_median_capacity():
     """The loaded run read the share at 0.2 (600 req/s of a 3,000 full capacity); the
     sweep's saturated repetitions served 450 req/s: the speed is 0.15. Repetitions under
     95% busy, or whose generator fell behind, do not count."""
+    from shrink.busyspeed import knee_speed
     from shrink.loadcurve import Level, LoadCurve
-    from shrink.speed import knee_speed
 
     loaded = ShareSpeed(
         0.25, {"static": 0.21, "dynamic": 0.19}, 0.2, "probe+loaded", 40.0, sigma=0.05,
@@ -180,3 +176,89 @@ def test_the_speed_at_the_knee_is_the_saturated_repetitions_median_capacity():
     assert knee_speed(LoadCurve(levels[:2], alpha=0.25), loaded) is loaded
     no_cap = ShareSpeed(0.25, {}, 0.2, "probe", 20.0)
     assert knee_speed(LoadCurve(levels, alpha=0.25), no_cap) is no_cap
+
+
+class _DriftingTarget:
+    """A FakeTarget whose demand is multiplied by ``slow[k]`` on its k-th run (the last
+    factor holds after): a host whose speed drifts between runs."""
+
+    def __init__(self, demand: dict[str, float], slow: list[float]) -> None:
+        from shrink.target import FakeTarget
+
+        self.fake = FakeTarget(servers=1, demand=demand)
+        self.base = dict(demand)
+        self.slow = slow
+        self.runs = 0
+
+    def run(self, trace, **kw):
+        f = self.slow[min(self.runs, len(self.slow) - 1)]
+        self.fake.demand = {c: d * f for c, d in self.base.items()}
+        self.runs += 1
+        return self.fake.run(trace, **kw)
+
+
+def test_the_full_capacity_is_the_median_of_the_busy_runs_over_the_sweep():
+    """The loaded run caught the host 30% slow (capacity 1/1.3 of its usual); the checks
+    during and after the sweep found it back at speed: the median is the usual
+    capacity, the slow run stays on record, and the note says how many runs it took.
+    Checks run only after every CHECK_EVERY levels; an unusable one is counted."""
+    from shrink.busyspeed import CHECK_EVERY, BusyRuns, FullChecks, knee_speed
+    from shrink.loadcurve import Level, LoadCurve
+    from shrink.measure import default_loop_window
+
+    trace = sessions(3000, 2, span=600.0)
+    demand = {"static": 0.0005, "dynamic": 0.004}
+    cls = trace.column("cls").astype(str)
+    usual = len(cls) / sum(demand[c] for c in cls)
+    slow_first = usual / 1.3
+    loaded = ShareSpeed(
+        0.25, {"static": 0.2, "dynamic": 0.2}, 0.2, "probe+loaded", 30.0,
+        full_capacity=slow_first, full_capacities=(slow_first,), light=0.22,
+    )  # fmt: skip
+    runs = BusyRuns(0.0, default_loop_window(trace, 0.0), 2.0, 20.0, seed=3)
+    target = _DriftingTarget(demand, [1.0])
+    checks = FullChecks(target, trace, loaded, runs)
+    for n in range(1, 2 * CHECK_EVERY + 2):
+        checks.after_level(n)
+    assert target.runs == 2  # after levels CHECK_EVERY and 2 * CHECK_EVERY
+    checks.check()
+    got = checks.apply(loaded)
+    assert len(got.full_capacities) == 4 and got.full_capacities[0] == slow_first
+    assert got.full_capacity == pytest.approx(usual, rel=0.1)
+    assert "measured busy 4 times" in got.notes[-1] and got.cost_s >= loaded.cost_s
+    # The knee's speed divides by that median, and its sigma carries the spread.
+    levels = [Level(4.0, [_rep(0.15 * usual, 1.0), _rep(0.15 * usual, 1.0)]),
+              Level(5.0, [_rep(0.15 * usual, 1.0)])]  # fmt: skip
+    at_knee = knee_speed(LoadCurve(levels, alpha=0.25), got)
+    assert at_knee.effective == pytest.approx(0.15, rel=0.1)
+    one_run = knee_speed(LoadCurve(levels, alpha=0.25), loaded)
+    assert one_run.effective == pytest.approx(0.15 * 1.3, rel=0.01)
+    assert at_knee.sigma > one_run.sigma
+    # A check whose generator fell behind is counted, not used.
+    from shrink.target import FakeTarget
+
+    late = FullChecks(FakeTarget(demand=demand, generator_capacity=1.0), trace, loaded, runs)
+    late.check()
+    kept = late.apply(loaded)
+    assert kept.full_capacities == (slow_first,) and "1 more unusable" in kept.notes[-1]
+    # Without a loaded run's speed there is nothing to correct.
+    assert checks.apply(ShareSpeed.assumed(0.25)).method == "nominal"
+
+
+def test_predict_measures_the_full_capacity_before_during_and_after_the_sweep():
+    """A paired predict on a CPU-time share: the loaded run, a check every CHECK_EVERY
+    levels of the sweep and one after it, all in the prediction's speed."""
+    from shrink.busyspeed import CHECK_EVERY
+
+    trace = sessions(3000, 2, span=900.0)
+    plan = AutoPlan(warmup=2.0, duration=10.0, reps=1, max_levels=9)
+    cfg = PredictConfig(
+        alpha=0.25, share_kind="cpu_time", thresholds={"mean": 0.05}, plan=plan,
+        paired_full_run=True, seed=2, speed_budget=4.0,
+    )  # fmt: skip
+    res = predict(trace, FakeProvider(), cfg)
+    sp = res.prediction.share.speed
+    n_levels = len(res.measured.levels)
+    assert sp.method in ("probe+loaded", "probe+knee")
+    assert len(sp.full_capacities) == 2 + n_levels // CHECK_EVERY
+    assert sp.full_capacity == pytest.approx(float(np.median(sp.full_capacities)))

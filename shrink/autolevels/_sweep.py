@@ -44,11 +44,14 @@ def auto_sweep(
     alpha: float | None = None,
     progress: Progress | None = None,
     companion: Companion | None = None,
+    between: Callable[[int], None] | None = None,
 ) -> LoadCurve:
     """Sweep ``trace`` on ``target`` with levels chosen around the thresholds' crossings.
 
     With a ``companion``, every repetition also runs on the companion's target
-    (see :class:`Companion`); its levels land in ``companion.levels``.
+    (see :class:`Companion`); its levels land in ``companion.levels``. ``between``
+    is called after each new level with the number measured so far (predict checks
+    the full target's capacity there); its seconds count against ``plan.budget_s``.
     """
     plan = plan or AutoPlan()
     if companion is not None and knob != "rate_factor":
@@ -68,7 +71,7 @@ def auto_sweep(
         if companion is not None:
             # The same span of the whole trace (the levels dict stays shared).
             companion = replace(companion, trace=skip_start(companion.trace, plan.skip))
-    sweep = _Sweep(target, trace, thresholds, knob, plan, seed, alpha, progress, companion)
+    sweep = _Sweep(target, trace, thresholds, knob, plan, seed, alpha, progress, companion, between)
     base_rate = trace.info().request_rate
     try:
         sweep.measure()
@@ -113,6 +116,7 @@ class _Sweep:
         alpha: float | None,
         progress: Progress | None,
         companion: Companion | None,
+        between: Callable[[int], None] | None = None,
     ) -> None:
         self.alpha = alpha
         self.target = target
@@ -132,6 +136,7 @@ class _Sweep:
         self.budget = plan.max_levels
         self.step = 0
         self.clock = Clock(plan, companion is not None)
+        self.between = between
 
     def measure(self) -> None:
         plan, knob = self.plan, self.knob
@@ -303,6 +308,8 @@ class _Sweep:
         self.levels[level] = got[0]
         if self.companion is not None and got[1] is not None:
             self.companion.levels[level] = got[1]
+        if self.between is not None:
+            self.clock.timed(0, self.between, len(self.levels))
         return got[0]
 
     def _rerun_behind(
