@@ -7,10 +7,12 @@ whole core gets cheaper once busy, a quota dearer once behind). So:
 
 * :func:`loaded_speed`, before the sweep: one busy run of the mix on each side;
 * :class:`FullChecks`, during and after the sweep: the full target's capacity
-  measured busy again, every few levels and once at the end, because a host's speed
-  drifts over a sweep's minutes (the one loaded run read 2,125 req/s where the
-  sweep's whole core then served 2,600-2,900, 2026-11-24): the capacity used is the
-  median of all those runs, spread over the same minutes as the share's repetitions;
+  measured busy again, right after every level and once at the end, because a host's
+  speed drifts over a sweep's minutes (the one loaded run read 2,125 req/s where the
+  sweep's whole core then served 2,600-2,900; within one run the whole core served
+  2,300-3,100 req/s, 2026-11-24). Each level's share repetitions are scaled against
+  the check next to them in time (:func:`shrink.scaling.rep_speed`), and the median
+  of all the checks stands where no check is paired;
 * :func:`knee_speed`, after the sweep: the share's capacity from its own saturated
   repetitions, over that median.
 
@@ -38,10 +40,10 @@ __all__ = ["BusyRuns", "FullChecks", "knee_speed", "loaded_speed"]
 # behind), and the fewest of them whose median it trusts.
 SATURATED_U = 0.95
 MIN_SATURATED = 3
-# FullChecks: a check of the full target's capacity after every this many levels of
-# the sweep (and one after it): the demo's sweep of about nine levels gets two during
-# it, and four measurements in all with the loaded run before it.
-CHECK_EVERY = 4
+# FullChecks: a check's warm-up and window, seconds. Short, since one follows every
+# level: at 60% busy the demo's whole core serves 1,600-1,800 req/s, so 2 s hold over
+# 3,000 requests, and X / U needs no queueing state.
+CHECK_S = (0.5, 2.0)
 
 
 @dataclass(frozen=True)
@@ -157,33 +159,36 @@ def loaded_speed(
 class FullChecks:
     """The full target's capacity measured busy again during and after a sweep.
 
-    The share's speed at the knee (:func:`knee_speed`) is the median of its saturated
-    repetitions, which are spread over the sweep's minutes; a full capacity from one
-    run before the sweep catches the host at one moment, and this VM's speed moved by
-    10-30% within minutes. So the full target runs the mix at FULL_BUSY of its
-    capacity again after every CHECK_EVERY levels (:meth:`after_level`, the sweep's
-    hook, charged to its time budget) and once after the sweep (:meth:`check`), and
-    :meth:`apply` takes the median of all of them with the loaded run's.
+    A share repetition's speed is its capacity over the full target's, and this VM's
+    speed moved by 10-30% within minutes, on both sides at once. So the full target
+    runs the mix at FULL_BUSY of its capacity (CHECK_S seconds) right after every
+    level (:meth:`after_level`, the sweep's hook, charged to its time budget): that
+    level's repetitions are scaled against it, the two measured within seconds of
+    each other. One more check follows the sweep (:meth:`check`), and :meth:`apply`
+    takes the median of all of them with the loaded run's for the sweep's one speed.
     """
 
     def __init__(self, full_target: Target, trace: Trace, speed: ShareSpeed, runs: BusyRuns):
         self.target = full_target
         self.trace = trace
         self.capacity = speed.full_capacity or 0.0
-        self.runs = runs
+        self.runs = replace(runs, warmup=CHECK_S[0], duration=CHECK_S[1])
         self.capacities: list[float] = []
+        self.at: dict[float, float] = {}  # level -> the capacity checked right after it
         self.unusable: list[str] = []
         self.cost_s = 0.0
 
-    def after_level(self, n_levels: int) -> None:
-        """The sweep's hook: a check after every CHECK_EVERY levels measured."""
-        if n_levels % CHECK_EVERY == 0:
-            self.check()
+    def after_level(self, level: float) -> None:
+        """The sweep's hook: a check right after ``level``, paired with it."""
+        got = self.check()
+        if got is not None:
+            self.at[level] = got
 
-    def check(self) -> None:
-        """One busy run of the full target; an unusable one is counted, not used."""
+    def check(self) -> float | None:
+        """One busy run of the full target, its capacity; an unusable one is counted,
+        not used (None)."""
         if self.capacity <= 0:
-            return
+            return None
         t0 = time.monotonic()
         seed = self.runs.seed + 31 * (len(self.capacities) + len(self.unusable) + 1)
         side = _busy_run(self.target, self.trace, FULL_BUSY * self.capacity, 1.0, self.runs, seed)
@@ -191,8 +196,9 @@ class FullChecks:
         why = "the loop window holds no request" if side is None else _unusable(side)
         if why or side is None or side.capacity is None:
             self.unusable.append(why)
-            return
+            return None
         self.capacities.append(side.capacity)
+        return side.capacity
 
     def apply(self, speed: ShareSpeed) -> ShareSpeed:
         """``speed`` with the full capacity the median of every busy measurement."""
@@ -210,6 +216,7 @@ class FullChecks:
             speed,
             full_capacity=float(np.median(caps)),
             full_capacities=tuple(float(c) for c in caps),
+            full_capacity_at=dict(self.at),
             cost_s=speed.cost_s + self.cost_s,
             notes=(*speed.notes, note),
         )

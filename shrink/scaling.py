@@ -24,14 +24,14 @@ with a full run.
 
 **Each repetition at its own speed.** Where the full target's capacity was measured
 busy (:mod:`shrink.busyspeed`), each repetition of a CPU-time share is scaled by
-the speed it delivered itself, s_r = (X_r / U_r) / C_full (its throughput over its
-utilization, over the full target's capacity; within REP_SPEED_RANGE of s and at
-most 1), not by the sweep's one s: a 25% CFS quota on this project's VM is bistable
-near its knee, and two repetitions of one level served 528 and 391 req/s, both
-saturated (2026-11-24). Scaled by one s, the faster one moved the share's MAT 17%
-above its median capacity; scaled by its own, each lands where the full target
-would be at the same utilization. On ten saved demo runs the largest mean-MAT error
-fell from 38.5% to 17.3% (bench/RESULTS.md, session 11).
+the speed it delivered itself, s_r = (X_r / U_r) / C_full: its throughput over its
+utilization, over the full target's capacity checked right after its level (or the
+checks' median), within REP_SPEED_RANGE of s and at most 1. Not by the sweep's one
+s: a 25% CFS quota on this project's VM is bistable near its knee (two repetitions
+of one level served 528 and 391 req/s, both saturated), and the host's speed moved
+both sides by 10-30% within a run (2026-11-24). Scaled by one s, the faster
+repetition moved the share's MAT 17% above its median capacity; scaled by its own,
+each lands where the full target would be at the same utilization.
 """
 
 from __future__ import annotations
@@ -85,9 +85,10 @@ def throughput_scale(curve: LoadCurve) -> float:
     return 1.0 / curve.alpha
 
 
-def rep_speed(r: LevelStats, share: Share) -> float:
-    """The speed repetition ``r`` of a CPU-time share delivered (see the module docstring);
-    the share's speed factor where it cannot be told."""
+def rep_speed(r: LevelStats, share: Share, level: float | None = None) -> float:
+    """The speed repetition ``r`` (of ``level``) of a CPU-time share delivered (see the
+    module docstring): against the full capacity checked right after that level where
+    there is one, else the median; the share's speed factor where it cannot be told."""
     s = share.speed_factor
     sp = share.speed
     if (
@@ -99,7 +100,8 @@ def rep_speed(r: LevelStats, share: Share) -> float:
         or r.throughput <= 0
     ):
         return s
-    own = r.throughput / r.utilization / (sp.full_capacity or 1.0)
+    full = sp.full_capacity_at.get(level, sp.full_capacity) if level is not None else None
+    own = r.throughput / r.utilization / (full or sp.full_capacity or 1.0)
     return min(1.0, s * REP_SPEED_RANGE, max(s / REP_SPEED_RANGE, own))
 
 
@@ -121,7 +123,7 @@ def shrink_scaled_curve(curve: LoadCurve) -> LoadCurve:
     speeds = []
     for lv in out.levels:
         for r in lv.reps:
-            own = rep_speed(r, share) if share.kind == "cpu_time" else lat
+            own = rep_speed(r, share, lv.level) if share.kind == "cpu_time" else lat
             speeds.append(own)
             r_thr, r_lat = thr * lat / own, own  # = 1 / own, own on a CPU-time share
             r.throughput *= r_thr

@@ -123,6 +123,9 @@ class ShareSpeed:
     # the loaded run, then the checks during and after the sweep); ``full_capacity``
     # is their median once there are several.
     full_capacities: tuple[float, ...] = ()
+    # The checks paired with the sweep's levels: level -> the full capacity measured
+    # busy right after it (shrink.busyspeed.FullChecks, shrink.scaling.rep_speed).
+    full_capacity_at: dict[float, float] = field(default_factory=dict)
     # The light probe's ``effective`` when busy runs replaced it (shrink.speed.
     # loaded_speed, knee_speed): a light probe misreads both sides once they are busy.
     light: float | None = None
@@ -151,6 +154,8 @@ class ShareSpeed:
             "full_capacity": self.full_capacity,
             "light": self.light,
             "full_capacities": list(self.full_capacities),
+            # pairs, since a JSON key is a string and a level a float
+            "full_capacity_at": [[lv, c] for lv, c in sorted(self.full_capacity_at.items())],
         }
 
     @classmethod
@@ -166,6 +171,7 @@ class ShareSpeed:
             full_capacity=_float_or_none(d.get("full_capacity")),
             light=_float_or_none(d.get("light")),
             full_capacities=tuple(float(c) for c in d.get("full_capacities", ())),
+            full_capacity_at={float(lv): float(c) for lv, c in d.get("full_capacity_at", ())},
         )
 
 

@@ -165,3 +165,26 @@ def test_each_repetition_of_a_cpu_time_share_is_scaled_by_its_own_speed():
                 assert 0 < r.throughput < mu or not on_curve
                 off.append(abs(r.overall.mean * (mu - r.throughput) - 1.0))
         assert (max(off) < 0.05) == on_curve, (method, off)
+
+
+def test_a_repetition_is_scaled_against_the_full_capacity_checked_next_to_it():
+    """The host ran 20% slow while level 2 was measured, on both sides: the share served
+    320 req/s saturated and the check right after the level read 2,400 (the checks'
+    median 3,000). Against its own check the repetition is at speed 0.133 and predicts
+    2,400 req/s, what the full target served then; against the median it would read
+    0.107 and predict 3,000. A level without a check uses the median."""
+    from shrink.scaling import rep_speed
+    from shrink.share import Share, ShareSpeed
+
+    s = latency_stats(np.full(100, 0.05), 10.0)
+    rep = LevelStats(320.0, s, utilization=1.0)
+    speed = ShareSpeed(
+        0.25, {}, 0.13, "probe+knee", full_capacity=3000.0,
+        full_capacities=(3000.0, 2400.0, 3100.0), full_capacity_at={2.0: 2400.0},
+    )  # fmt: skip
+    share = Share.from_dict({"kind": "cpu_time", "fraction": 0.25, "cpus": [1]}).with_speed(speed)
+    assert rep_speed(rep, share, 2.0) == pytest.approx(320 / 2400)
+    assert rep_speed(rep, share, 3.0) == pytest.approx(320 / 3000)
+    assert rep_speed(rep, share) == pytest.approx(320 / 3000)
+    curve = LoadCurve([Level(2.0, [rep])], knob="rate_factor", alpha=0.25, share=share)
+    assert shrink_scaled_curve(curve).levels[0].throughput == pytest.approx(2400.0)

@@ -199,10 +199,10 @@ class _DriftingTarget:
 
 def test_the_full_capacity_is_the_median_of_the_busy_runs_over_the_sweep():
     """The loaded run caught the host 30% slow (capacity 1/1.3 of its usual); the checks
-    during and after the sweep found it back at speed: the median is the usual
-    capacity, the slow run stays on record, and the note says how many runs it took.
-    Checks run only after every CHECK_EVERY levels; an unusable one is counted."""
-    from shrink.busyspeed import CHECK_EVERY, BusyRuns, FullChecks, knee_speed
+    after each level and after the sweep found it back at speed: the median is the
+    usual capacity, the slow run stays on record, each level's check is kept for its
+    repetitions, and the note says how many runs it took."""
+    from shrink.busyspeed import BusyRuns, FullChecks, knee_speed
     from shrink.loadcurve import Level, LoadCurve
     from shrink.measure import default_loop_window
 
@@ -216,16 +216,19 @@ def test_the_full_capacity_is_the_median_of_the_busy_runs_over_the_sweep():
         full_capacity=slow_first, full_capacities=(slow_first,), light=0.22,
     )  # fmt: skip
     runs = BusyRuns(0.0, default_loop_window(trace, 0.0), 2.0, 20.0, seed=3)
-    target = _DriftingTarget(demand, [1.0])
+    target = _DriftingTarget(demand, [1.0, 1.0, 2.0, 1.0])  # slow at the third check
     checks = FullChecks(target, trace, loaded, runs)
-    for n in range(1, 2 * CHECK_EVERY + 2):
-        checks.after_level(n)
-    assert target.runs == 2  # after levels CHECK_EVERY and 2 * CHECK_EVERY
+    for level in (1.0, 2.0, 3.0):
+        checks.after_level(level)
+    assert target.runs == 3
     checks.check()
     got = checks.apply(loaded)
-    assert len(got.full_capacities) == 4 and got.full_capacities[0] == slow_first
+    assert len(got.full_capacities) == 5 and got.full_capacities[0] == slow_first
     assert got.full_capacity == pytest.approx(usual, rel=0.1)
-    assert "measured busy 4 times" in got.notes[-1] and got.cost_s >= loaded.cost_s
+    assert set(got.full_capacity_at) == {1.0, 2.0, 3.0}
+    assert got.full_capacity_at[3.0] == pytest.approx(usual / 2, rel=0.1)
+    assert "measured busy 5 times" in got.notes[-1] and got.cost_s >= loaded.cost_s
+    assert ShareSpeed.from_dict(got.to_dict()).full_capacity_at == got.full_capacity_at
     # The knee's speed divides by that median, and its sigma carries the spread.
     levels = [Level(4.0, [_rep(0.15 * usual, 1.0), _rep(0.15 * usual, 1.0)]),
               Level(5.0, [_rep(0.15 * usual, 1.0)])]  # fmt: skip
@@ -238,17 +241,17 @@ def test_the_full_capacity_is_the_median_of_the_busy_runs_over_the_sweep():
     from shrink.target import FakeTarget
 
     late = FullChecks(FakeTarget(demand=demand, generator_capacity=1.0), trace, loaded, runs)
-    late.check()
+    late.after_level(1.0)
     kept = late.apply(loaded)
     assert kept.full_capacities == (slow_first,) and "1 more unusable" in kept.notes[-1]
+    assert kept.full_capacity_at == {}
     # Without a loaded run's speed there is nothing to correct.
     assert checks.apply(ShareSpeed.assumed(0.25)).method == "nominal"
 
 
 def test_predict_measures_the_full_capacity_before_during_and_after_the_sweep():
-    """A paired predict on a CPU-time share: the loaded run, a check every CHECK_EVERY
-    levels of the sweep and one after it, all in the prediction's speed."""
-    from shrink.busyspeed import CHECK_EVERY
+    """A paired predict on a CPU-time share: the loaded run, a check after every level
+    of the sweep and one after it, all in the prediction's speed."""
 
     trace = sessions(3000, 2, span=900.0)
     plan = AutoPlan(warmup=2.0, duration=10.0, reps=1, max_levels=9)
@@ -260,5 +263,6 @@ def test_predict_measures_the_full_capacity_before_during_and_after_the_sweep():
     sp = res.prediction.share.speed
     n_levels = len(res.measured.levels)
     assert sp.method in ("probe+loaded", "probe+knee")
-    assert len(sp.full_capacities) == 2 + n_levels // CHECK_EVERY
+    assert len(sp.full_capacities) == 2 + n_levels
+    assert set(sp.full_capacity_at) == {lv.level for lv in res.measured.levels}
     assert sp.full_capacity == pytest.approx(float(np.median(sp.full_capacities)))

@@ -44,14 +44,14 @@ def auto_sweep(
     alpha: float | None = None,
     progress: Progress | None = None,
     companion: Companion | None = None,
-    between: Callable[[int], None] | None = None,
+    between: Callable[[float], None] | None = None,
 ) -> LoadCurve:
     """Sweep ``trace`` on ``target`` with levels chosen around the thresholds' crossings.
 
     With a ``companion``, every repetition also runs on the companion's target
     (see :class:`Companion`); its levels land in ``companion.levels``. ``between``
-    is called after each new level with the number measured so far (predict checks
-    the full target's capacity there); its seconds count against ``plan.budget_s``.
+    is called after each new level with its knob value (predict checks the full
+    target's capacity there); its seconds count against ``plan.budget_s``.
     """
     plan = plan or AutoPlan()
     if companion is not None and knob != "rate_factor":
@@ -116,7 +116,7 @@ class _Sweep:
         alpha: float | None,
         progress: Progress | None,
         companion: Companion | None,
-        between: Callable[[int], None] | None = None,
+        between: Callable[[float], None] | None = None,
     ) -> None:
         self.alpha = alpha
         self.target = target
@@ -309,7 +309,7 @@ class _Sweep:
         if self.companion is not None and got[1] is not None:
             self.companion.levels[level] = got[1]
         if self.between is not None:
-            self.clock.timed(0, self.between, len(self.levels))
+            self.clock.timed(0, self.between, level)
         return got[0]
 
     def _rerun_behind(
