@@ -41,9 +41,9 @@ __all__ = ["BusyRuns", "FullChecks", "knee_speed", "loaded_speed"]
 SATURATED_U = 0.95
 MIN_SATURATED = 3
 # FullChecks: a check's warm-up and window, seconds. Short, since one follows every
-# level: at 60% busy the demo's whole core serves 1,600-1,800 req/s, so 2 s hold over
-# 3,000 requests, and X / U needs no queueing state.
-CHECK_S = (0.5, 2.0)
+# level: at 60% busy the demo's whole core serves 1,600-1,800 req/s, so 3 s hold about
+# 5,000 requests (some 250 PHP pages of the 5% mix), and X / U needs no queueing state.
+CHECK_S = (1.0, 3.0)
 
 
 @dataclass(frozen=True)
@@ -161,18 +161,25 @@ class FullChecks:
 
     A share repetition's speed is its capacity over the full target's, and this VM's
     speed moved by 10-30% within minutes, on both sides at once. So the full target
-    runs the mix at FULL_BUSY of its capacity (CHECK_S seconds) right after every
+    runs the mix at FULL_BUSY of its capacity (``check_s`` seconds) right after every
     level (:meth:`after_level`, the sweep's hook, charged to its time budget): that
     level's repetitions are scaled against it, the two measured within seconds of
     each other. One more check follows the sweep (:meth:`check`), and :meth:`apply`
     takes the median of all of them with the loaded run's for the sweep's one speed.
     """
 
-    def __init__(self, full_target: Target, trace: Trace, speed: ShareSpeed, runs: BusyRuns):
+    def __init__(
+        self,
+        full_target: Target,
+        trace: Trace,
+        speed: ShareSpeed,
+        runs: BusyRuns,
+        check_s: tuple[float, float] = CHECK_S,
+    ):
         self.target = full_target
         self.trace = trace
         self.capacity = speed.full_capacity or 0.0
-        self.runs = replace(runs, warmup=CHECK_S[0], duration=CHECK_S[1])
+        self.runs = replace(runs, warmup=check_s[0], duration=check_s[1])
         self.capacities: list[float] = []
         self.at: dict[float, float] = {}  # level -> the capacity checked right after it
         self.unusable: list[str] = []

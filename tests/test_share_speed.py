@@ -217,7 +217,8 @@ def test_the_full_capacity_is_the_median_of_the_busy_runs_over_the_sweep():
     )  # fmt: skip
     runs = BusyRuns(0.0, default_loop_window(trace, 0.0), 2.0, 20.0, seed=3)
     target = _DriftingTarget(demand, [1.0, 1.0, 2.0, 1.0])  # slow at the third check
-    checks = FullChecks(target, trace, loaded, runs)
+    # Checks as long as the runs: a 2.5 s one measures its window's own mix of classes.
+    checks = FullChecks(target, trace, loaded, runs, check_s=(2.0, 20.0))
     for level in (1.0, 2.0, 3.0):
         checks.after_level(level)
     assert target.runs == 3
