@@ -95,7 +95,7 @@ class PredictConfig:
     skip: float | None = None
     # Seconds the share's speed probe (shrink.speed.measure_speed) may spend on runs.
     speed_budget: float = 20.0
-    # Measure the share's speed again with it loaded (shrink.speed.loaded_speed): one
+    # Measure the share's speed again with it loaded (shrink.busyspeed.loaded_speed): one
     # more run on the share alone, since a quota's cost per request rises with load.
     loaded_speed: bool = True
     # Log-scale sd of the share's emulation error in the MAT intervals
