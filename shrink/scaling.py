@@ -123,9 +123,11 @@ def shrink_scaled_curve(curve: LoadCurve) -> LoadCurve:
     speeds = []
     for lv in out.levels:
         for r in lv.reps:
-            own = rep_speed(r, share, lv.level) if share.kind == "cpu_time" else lat
+            # rep_speed is the share's speed factor (lat) unless a CPU-time repetition's
+            # own can be told: 1/own and own on a CPU-time share, thr and 1 on a core one.
+            own = rep_speed(r, share, lv.level)
             speeds.append(own)
-            r_thr, r_lat = thr * lat / own, own  # = 1 / own, own on a CPU-time share
+            r_thr, r_lat = thr * lat / own, own
             r.throughput *= r_thr
             r.offered *= r_thr
             _scale_class(r.overall, r_thr, r_lat)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from shrink.autolevels import AutoPlan
 from shrink.busyspeed import BusyRuns, FullChecks, knee_speed, loaded_speed
 from shrink.loadcurve import LoadCurve
-from shrink.share import Share, ShareSpeed
+from shrink.share import Share
 from shrink.speed import measure_speed
 from shrink.target import Target
 from shrink.trace import Trace
@@ -61,38 +61,6 @@ def share_load(share: Share) -> float:
     return float(min(hi, max(lo, ratio)))
 
 
-def _share_speed(
-    target: Target,
-    full_target: Target | None,
-    trace: Trace,
-    sample: Trace,
-    share: Share,
-    config: SpeedSettings,
-    plan: AutoPlan,
-    progress: Progress | None,
-) -> ShareSpeed:
-    """The CPU-time share's speed per class, measured against the full target when there
-    is one (a light probe), then on the share loaded (see :func:`loaded_speed`)."""
-    steps = 2 if config.loaded else 1
-    if progress is not None:
-        progress("speed probe", 0, steps)
-    speed = measure_speed(
-        target,
-        full_target,
-        sample,
-        nominal=share.cpu_fraction,
-        seed=config.seed,
-        budget_s=config.budget_s,
-    )
-    if config.loaded:
-        if progress is not None:
-            progress("speed probe, loaded", 1, steps)
-        speed = loaded_speed(target, full_target, sample, trace, speed, _busy_runs(plan, config))
-    if progress is not None:
-        progress("speed probe", steps, steps)
-    return speed
-
-
 def _busy_runs(plan: AutoPlan, config: SpeedSettings) -> BusyRuns:
     """The busy speed runs: the sweep's loop window and run lengths."""
     return BusyRuns(
@@ -111,11 +79,28 @@ def speed_before(
     plan: AutoPlan,
     progress: Progress | None,
 ) -> tuple[Share, AutoPlan, FullChecks | None]:
-    """Before the sweep: the CPU-time share's speed, the plan's share load, and the full
-    capacity's checks during and after the sweep (where a loaded run gave one)."""
-    share = share.with_speed(
-        _share_speed(target, full_target, trace, sample, share, config, plan, progress)
+    """Before the sweep: the CPU-time share's speed per class, measured against the full
+    target when there is one (a light probe), then with both sides loaded (see
+    :func:`loaded_speed`); the plan's share load; and the full capacity's checks during
+    and after the sweep (where a loaded run gave one)."""
+    steps = 2 if config.loaded else 1
+    if progress is not None:
+        progress("speed probe", 0, steps)
+    speed = measure_speed(
+        target,
+        full_target,
+        sample,
+        nominal=share.cpu_fraction,
+        seed=config.seed,
+        budget_s=config.budget_s,
     )
+    if config.loaded:
+        if progress is not None:
+            progress("speed probe, loaded", 1, steps)
+        speed = loaded_speed(target, full_target, sample, trace, speed, _busy_runs(plan, config))
+    if progress is not None:
+        progress("speed probe", steps, steps)
+    share = share.with_speed(speed)
     plan = replace(plan, share_load=share_load(share))
     sp = share.speed
     if full_target is None or sp is None or sp.method != "probe+loaded" or not config.loaded:
