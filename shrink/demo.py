@@ -396,23 +396,23 @@ def _plan(plan: AutoPlan | None, quick: bool) -> AutoPlan:
     """The demo's sweep plan (``plan`` if given; ``quick``: a smoke test's)."""
     if quick:
         return AutoPlan(warmup=1.0, duration=3.0, reps=1, max_levels=5)
-    # Time-scaled pairs: the whole core runs 1.5 s + 4 s, the 25% share four times as
-    # long (6 s + 16 s), so that both reach the same queueing state and count as many
-    # requests (predict's time scaling). Two paired repetitions a level; the probe runs
-    # once and draws the light-load end. The coarse pass starts at 65% of the capacity
-    # the probe estimates: a light level's cost per request differs from the knee's
-    # (the whole core gets cheaper once busy, a quota dearer once behind), so a first
-    # level at 80% could land above the share's knee and leave one interpolation
-    # across it (2026-11-24, quiet host). The budget (nine levels of a pair, the share
-    # 22 s and the whole core 5.5 s a repetition) keeps the whole demo near 10 minutes
-    # whatever the host does (reruns included): with 450 s, two of three runs stopped
-    # with the whole core's knee bracketed and the share's not yet reached. 505 s, not
-    # 540: the full capacity's checks during the sweep (shrink.busyspeed.FullChecks)
-    # come out of it, and one more after it; at 540 s two of five runs took 10.0-10.2
-    # minutes (session 11).
+    # Time-scaled pairs: the whole core runs 1 s + 3 s, the 25% share 1/s times as long
+    # (s its measured speed, 0.12-0.17 here: about 7 s + 20 s), so that both reach the
+    # same queueing state and count as many requests (predict's time scaling). Two
+    # paired repetitions a level; the probe runs once and draws the light-load end. The
+    # coarse pass starts at 65% of the capacity the probe estimates: a light level's
+    # cost per request differs from the knee's (the whole core gets cheaper once busy, a
+    # quota dearer once behind), so a first level at 80% could land above the share's
+    # knee and leave one interpolation across it (2026-11-24, quiet host). The budget
+    # keeps the whole demo near 10 minutes whatever the host does (reruns included):
+    # with 450 s, two of three runs stopped with the whole core's knee bracketed and the
+    # share's not yet reached. 505 s, not 540: the full capacity's checks during the
+    # sweep (shrink.busyspeed.FullChecks) come out of it, and one more after it; at 540 s
+    # two of five runs took 10.0-10.2 minutes (session 11). The windows were 1.5 s + 4 s
+    # while the share's were 4x (1/alpha): 1/s at those windows leaves five levels.
     return plan or AutoPlan(
-        warmup=1.5,
-        duration=4.0,
+        warmup=1.0,
+        duration=3.0,
         reps=2,
         probe_reps=1,
         coarse=(0.65, 0.8, 0.9, 1.0, 1.1, 1.25),

@@ -35,6 +35,7 @@ __all__ = [
     "looped_run",
     "offered_check",
     "rate_factor_for",
+    "slow_motion",
     "stop_if_interrupted",
     "sweep",
     "was_interrupted",
@@ -183,6 +184,30 @@ def loop_window(trace: Trace, skip: float, seconds: float) -> Trace:
         )
     out = trace.filter(keep, loop_span=float(seconds))
     return out.with_column("t", out.column("t") - t0)
+
+
+def slow_motion(trace: Trace, k: float) -> Trace:
+    """The trace in slow motion: its users think ``k`` times as long, and every request
+    after a session's first comes ``k`` times as late into the session.
+
+    Within a run's window a Support session's users are a closed population (a session
+    lasts minutes of think time), so above the knee a server's response time is about
+    users x requests / capacity - think time, not a queue that grows with the window.
+    On a share at speed s with the sessions arriving at s of the rate, unscaled think
+    times leave that response time the whole server's, and scaled by s it came out
+    0.2-0.3 of the whole core's in overload (2026-11-24, quiet host): the share's MAT
+    was never reached. Think times 1/s as long (``k``, the windows' own factor) make the
+    share the whole server in slow motion. The recorded times move with them, because
+    a looped run plans the sessions of earlier copies from those times
+    (:func:`looped_run`). Open-loop units (one request each) do not change.
+    """
+    check_positive(k, "slow-motion factor")
+    if len(trace) == 0 or k == 1.0:
+        return trace
+    t = trace.column("t").astype(float)
+    starts = _unit_starts(trace)
+    out = trace.with_column("t", starts + k * (t - starts))
+    return out.with_column("think", trace.column("think") * k).with_meta(think_scale=k)
 
 
 @dataclass(frozen=True)

@@ -225,7 +225,7 @@ def _sweep_plan(trace: Trace, share: Share, config: PredictConfig) -> AutoPlan:
         # One window for the share and the full target, chosen on the whole trace.
         plan = replace(plan, loop_window=default_loop_window(trace, plan.skip))
     if config.time_scaling and share.kind == "cpu_time":
-        # Time scaling by the nominal alpha: the share sees alpha of the requests a second.
+        # Time scaling by the nominal alpha; speed_before rescales it by the measured speed.
         plan = replace(plan, scaled_time=1.0 / share.cpu_fraction)
     return plan
 
@@ -367,17 +367,20 @@ def _assumptions(
     k = measured.meta.get("scaled_time", 1.0)
     if k != 1.0:
         assumptions.append(
-            f"Time scaling: the share's warm-up and measurement windows were {k:g} times "
-            "the full-scale ones. A server at alpha of the speed moves through its queueing "
-            "states 1/alpha slower and sees alpha of the requests a second: with equal "
-            "windows the share would be caught nearer its empty start, with fewer requests "
-            "in its tail."
+            f"Time scaling: the share's warm-up and measurement windows, and its users' "
+            f"think times, were {k:.3g} times the full-scale ones (1 over the speed the "
+            "sweep assumed): the share ran the whole server in slow motion. A server at s "
+            "of the speed moves through its queueing states 1/s slower and sees s of the "
+            "requests a second: with shorter windows the share would be caught nearer its "
+            "empty start, with fewer requests in its tail; with the users' own think times "
+            "its response time above the knee would stay the whole server's, not 1/s of it."
         )
     load = measured.meta.get("share_load", 1.0)
     if load != 1.0:
         assumptions.append(
             f"Matched load: at every level the share replayed the sample at {load:.3g} "
-            "times the level's rate factor (its measured speed over alpha), so that it "
+            "times the level's rate factor (its measured speed over alpha, and over the "
+            "sample's share of the loop window's requests relative to alpha), so that it "
             "was as loaded as the full target at the same level; the scaling reads "
             "throughputs, not levels, so this only chooses where the share is measured."
         )

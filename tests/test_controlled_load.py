@@ -17,6 +17,7 @@ from shrink.measure import (
     looped_run,
     offered_check,
     skip_start,
+    slow_motion,
     window_for,
 )
 from shrink.share import Share
@@ -195,3 +196,33 @@ def test_offered_check_leaves_saturated_levels_out():
     assert check["offered_linearity"] < 0.05
     unsaturated = LoadCurve([level(1.0, 100.0, 0.3), level(2.0, 150.0, 0.6)])
     assert offered_check(unsaturated)["offered_linearity"] > 0.1
+
+
+def test_slow_motion_stretches_each_session_but_not_when_sessions_start():
+    trace = _surging(2)
+    trace = trace.with_column("think", np.full(len(trace), 0.4))
+    slow = slow_motion(trace, 5.0)
+    assert slow.meta["think_scale"] == 5.0
+    np.testing.assert_allclose(slow.column("think"), 5.0 * trace.column("think"))
+    starts, slow_starts = trace.session_starts()[1], slow.session_starts()[1]
+    np.testing.assert_allclose(slow_starts, starts)
+    # Every later request comes five times as far into its session (here 0.5 s a burst).
+    into = slow.column("t") - np.repeat(starts, np.bincount(trace.column("session")))
+    np.testing.assert_allclose(into, 2.5 * trace.column("burst"), atol=1e-9)
+    # A looped run of the slow trace plans the same requests a second: the sessions of
+    # earlier copies, still running at its start, are five times as many.
+    window = loop_window(trace, 10.0, 30.0)
+    slow_window = slow_motion(window, 5.0)
+    run, slow_run = looped_run(window, 4.0, 1.5, 8.0), looped_run(slow_window, 4.0, 7.5, 40.0)
+    sent = [r.trace.column("t") / 4.0 for r in (run, slow_run)]  # seconds into the run
+    rate = [
+        np.sum((t >= r.warmup) & (t < r.warmup + r.duration)) / r.duration
+        for t, r in zip(sent, (run, slow_run), strict=True)
+    ]
+    assert rate[1] == pytest.approx(rate[0], rel=0.1)
+    # One request a unit (open mode) has nothing to stretch.
+    open_trace = Trace.from_columns(
+        {"session": [0, 1], "t": [0.0, 1.0], "path": ["/a", "/b"], "cls": ["static"] * 2},
+        meta={"mode": "open"},
+    )
+    np.testing.assert_allclose(slow_motion(open_trace, 5.0).column("t"), [0.0, 1.0])

@@ -160,8 +160,8 @@ def test_the_default_demo_predicts_as_before(tmp_path, monkeypatch):
     assert (seen["alpha"], seen["seed"], seen["target"]) == (0.25, 1, "testbed")
     assert seen["thresholds"] == {"mean": 0.010, "p999": 0.5}
     assert seen["plan"] == AutoPlan(
-        warmup=1.5,
-        duration=4.0,
+        warmup=1.0,
+        duration=3.0,
         reps=2,
         probe_reps=1,
         coarse=(0.65, 0.8, 0.9, 1.0, 1.1, 1.25),

@@ -7,6 +7,7 @@ import pytest
 from helpers.fake_provider import FakeProvider, sessions
 
 from shrink.autolevels import AutoPlan
+from shrink.measure import loop_window
 from shrink.predict import PredictConfig, predict
 from shrink.report.build import write_report
 from shrink.share import Share, ShareSpeed
@@ -28,9 +29,15 @@ def test_predict_scales_by_the_measured_speed_and_reports_it(monkeypatch, tmp_pa
         alpha=0.25, thresholds={"mean": 0.004}, mappings=["1-replica"], seed=3, plan=plan,
         paired_full_run=paired,
     )  # fmt: skip
-    res = predict(sessions(6000, 1, span=1000.0), FakeProvider(speed=0.2), cfg)
+    trace = sessions(6000, 1, span=1000.0)
+    res = predict(trace, FakeProvider(speed=0.2), cfg)
     pred = res.prediction
     assert calls == [(paired, 0.25)]
+    # The share's load follows the sample's own rate in the loop window, relative to
+    # alpha's (a sample holds a few percent more or fewer of its requests).
+    skip, span = res.measured.meta.get("skip", 0.0), res.measured.meta["loop_window"]
+    ratio = len(loop_window(res.sample, skip, span)) / (0.25 * len(loop_window(trace, skip, span)))
+    assert ratio != pytest.approx(1.0, abs=1e-3)
     assert pred.share.speed == ShareSpeed.from_dict(pred.to_dict()["speed"])
     assert Share.from_dict(pred.to_dict()["share"]).speed == pred.share.speed
     text = " ".join(pred.assumptions)
@@ -42,12 +49,18 @@ def test_predict_scales_by_the_measured_speed_and_reports_it(monkeypatch, tmp_pa
 
         truth = mat(res.full, "mean", 0.004).mat
         # The share ran at its measured speed over alpha times each level's rate factor.
-        assert res.measured.meta["share_load"] == pytest.approx(0.8)
-        assert "Matched load" in text and "0.8 times" in text
+        load = 0.8 / ratio
+        assert res.measured.meta["share_load"] == pytest.approx(load)
+        assert "Matched load" in text and f"{load:.3g} times" in text
+        # Its windows were 1/s = 5 times the full target's, not 1/alpha = 4: a share at
+        # speed 0.2 moves through its queueing states five times slower.
+        assert res.measured.meta["scaled_time"] == pytest.approx(5.0)
+        assert "were 5 times the full-scale" in text
         assert pred.mappings["1-replica"].stats["mean"].mat == pytest.approx(truth, rel=0.25)
     else:
         assert pred.share.speed.method == "nominal" and "assumed, not measured: 0.25" in text
-        assert "share_load" not in res.measured.meta and "Matched load" not in text
+        assert res.measured.meta["share_load"] == pytest.approx(1.0 / ratio)
+        assert res.measured.meta["scaled_time"] == 4.0 and "were 4 times the full-scale" in text
     write_report(tmp_path, pred, measured=res.measured, full_run=res.full)
     md = (tmp_path / "report.md").read_text()
     want = "nominal 0.25, measured 0.2 (probe, 3.0 s" if paired else "**assumed**"

@@ -26,7 +26,7 @@ from shrink.knee import (
     search_level,
 )
 from shrink.loadcurve import Level, LoadCurve
-from shrink.measure import SweepInterrupted, loop_window, skip_start, trace_span
+from shrink.measure import SweepInterrupted, loop_window, skip_start, slow_motion, trace_span
 from shrink.target import Target
 from shrink.trace import Trace
 
@@ -71,8 +71,12 @@ def auto_sweep(
         if companion is not None:
             # The same span of the whole trace (the levels dict stays shared).
             companion = replace(companion, trace=skip_start(companion.trace, plan.skip))
-    sweep = _Sweep(target, trace, thresholds, knob, plan, seed, alpha, progress, companion, between)
+    # The rate before slow motion: sessions start as often, and send as many requests a
+    # second once the run is in its steady state; only each session lasts longer.
     base_rate = trace.info().request_rate
+    if plan.scaled_time != 1.0:
+        trace = slow_motion(trace, plan.scaled_time)
+    sweep = _Sweep(target, trace, thresholds, knob, plan, seed, alpha, progress, companion, between)
     try:
         sweep.measure()
     except KeyboardInterrupt as exc:
