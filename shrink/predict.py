@@ -86,9 +86,10 @@ class PredictConfig:
     # Also measure the full target with the whole trace, rep by rep alongside the
     # scaled runs, for validation on a machine whose speed drifts (see autolevels).
     paired_full_run: bool = False
-    # SHRiNK's time scaling: on a CPU-time share (latencies 1/alpha longer) the share's
-    # warm-up and windows are 1/alpha times the plan's, so that the share reaches the
-    # same queueing state and counts as many requests as the full target would.
+    # SHRiNK's time scaling: on a CPU-time share (latencies 1/s longer, s its speed) the
+    # share runs in slow motion, its warm-up, windows and users' think times 1/s times
+    # the plan's and the trace's, so that it reaches the same queueing state and counts
+    # as many requests as the full target would (shrink.measure.slow_motion).
     time_scaling: bool = True
     # Trace seconds left out at the start of every run; None: a tenth of the trace's
     # span, at most a minute (``shrink.measure.default_skip``).

@@ -41,9 +41,10 @@ _TimeScaling = Annotated[
     bool,
     typer.Option(
         "--time-scaling/--no-time-scaling",
-        help="On a CPU-time share, make the share's warm-up and window 1/alpha times "
-        "--warmup and --duration (a server at alpha of the speed settles 1/alpha slower "
-        "and serves alpha of the requests a second).",
+        help="On a CPU-time share, run the share in slow motion: its warm-up and window "
+        "1/s times --warmup and --duration and its users' think times 1/s as long, s its "
+        "measured speed (alpha where none was measured): a server at s of the speed "
+        "settles 1/s slower and serves s of the requests a second.",
     ),
 ]
 _Skip = Annotated[
