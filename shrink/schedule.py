@@ -6,7 +6,8 @@ Two modes, chosen by the trace's meta ``mode`` unless forced:
   their recorded start times divided by the rate factor; inside a session the
   bursts run closed-loop — a burst's first request alone, then its embedded
   requests over up to N connections of the session, then the burst's think time
-  (think times are the users' and are not scaled).
+  (think times are the users' and are not scaled by the rate factor; a time-scaled
+  share's sample is stretched before, :func:`shrink.measure.slow_motion`).
 * ``open``: every request is sent at its own ``t / rate_factor``, whatever the
   server does (the TCP/IP workload; :func:`open_loop_trace` makes one at a
   constant or Poisson rate).

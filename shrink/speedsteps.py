@@ -135,16 +135,14 @@ def speed_before(
     share = share.with_speed(speed)
     load = share_load(share)
     # The sample's own rate in the loop window: a sample of alpha of the sessions holds
-    # a few percent more or fewer of the window's requests (0.92 of alpha x them in the
+    # a few percent more or fewer of the window's requests (0.96 of alpha x them in the
     # demo), and at the same level its share would be that much less loaded than the
     # whole target: its knee a level higher, out of the sweep's reach.
     ratio = sample_ratio(trace, sample, plan, share.cpu_fraction)
     # Time scaling follows the speed the sweep assumes (alpha times the share load), not
     # the nominal alpha: a share at speed s moves through its queueing states 1/s slower,
-    # and above the knee its queue grows for as long as the window lasts. Scaled by
-    # 1/alpha where s was 0.12-0.15 of the whole core, the share's scaled latency in
-    # overload was 0.2-0.5 of the whole core's, so its p99.9 (and in one run of three its
-    # mean) never crossed the threshold (2026-11-24, quiet host).
+    # and the sweep runs it in slow motion by that factor, windows and think times alike
+    # (shrink.measure.slow_motion). s was 0.12-0.17 of the whole core here, not 0.25.
     scaled = plan.scaled_time / load if plan.scaled_time != 1.0 else 1.0
     plan = replace(plan, share_load=load / ratio, scaled_time=scaled)
     sp = share.speed

@@ -110,9 +110,9 @@ def _cost_text(cost: dict[str, Any]) -> str:
         "from the two sides' cost per request, not from scaling load and latency by "
         "alpha. Either the machine's speed moved between the two runs of a pair (a VM's "
         "host can make one 5 s window cost 40% more than the next), the two runs replayed "
-        "different seconds of the trace (with time scaling the share's window spans 1/alpha "
-        "times the trace seconds of the full one's), or the share itself changes the cost: "
-        "whatever runs in the quota's gaps, other work "
+        "different seconds of the trace (with time scaling the share's window spans 1/s "
+        "times the trace seconds of the full one's, s its speed), or the share itself "
+        "changes the cost: whatever runs in the quota's gaps, other work "
         "or, on a VM, the host's other tenants while the idle vCPU halts (steal on the "
         "share), evicts the share's caches."
     ) + _adjusted_text(cost)
