@@ -19,7 +19,8 @@ Method:
    factor, one already over at the lowest usable level for a lower one
    (:class:`Refinement` ``up`` and ``down``). The sweep's search upward steps from
    its top level (:func:`search_level`) until a level is over any threshold
-   (:func:`past_knee` with :func:`any_over`).
+   (:func:`past_knee` with :func:`any_over`); a statistic still not crossed then
+   (a p99.9 above the mean's knee) gets its steps outward before any split.
 4. *Refinement.* A crossing lies between two measured levels, its bracket
    (:func:`shrink.mat.mat`). The widest bracket still too wide is split, at its
    midpoint or where the crossing is interpolated (:func:`next_step`), until every
@@ -43,6 +44,7 @@ from shrink.loadcurve import GENERATOR_SATURATED, Level, LoadCurve
 from shrink.mat import MATResult, mat
 
 __all__ = [
+    "GROWTH_NEAR",
     "SECOND_KNEE",
     "Refinement",
     "Side",
@@ -232,7 +234,18 @@ def level_for(curve: LoadCurve, res: MATResult, policy: Refinement) -> float | N
     """The knob value that locates ``res``'s crossing better (None: no step outward)."""
     usable = [lv.level for lv in curve.usable()]
     if res.status == "not_reached":
-        return None if policy.up is None else float(max(usable) * policy.up)
+        if policy.up is None:
+            return None
+        top = max(usable)
+        excluded = _excluded_above(curve, top)
+        if any(generator_saturated(lv) for lv in excluded):
+            return None  # the generator ran out of CPU above: no higher level can be measured
+        if excluded:
+            # A level above was left out (the generator stalled, requests failed): an
+            # overloaded one, so the crossing most likely lies below it: midway to it
+            # (see :func:`above`).
+            return float(round((top + min(lv.level for lv in excluded)) / 2, 6))
+        return float(top * policy.up)
     if res.status == "below_range":
         return None if policy.down is None else float(min(usable) * policy.down)
     assert res.bracket is not None  # an "ok" MAT is bracketed by two levels
@@ -257,9 +270,11 @@ def next_step(
     """The next level for the curves in ``sides`` (each with its own thresholds), or
     None when every crossing is narrow (or nothing more can be learnt).
 
-    The widest bracket still too wide goes first (the largest gap in what is known
-    of the curves), then a step outward for a statistic not bracketed, then a level
-    below excluded ones.
+    A step outward for a statistic not bracketed goes first: its bracket is
+    unbounded, the widest of all, and without it that MAT is only a bound (with a
+    level left out above, the step goes midway to it, :func:`level_for`). Then the
+    widest bracket still too wide (the largest gap in what is known of the curves),
+    then a level below excluded ones.
     """
     wide: list[tuple[float, float, str]] = []
     outward: list[Step] = []
@@ -276,11 +291,11 @@ def next_step(
                     why = "search up" if res.status == "not_reached" else "search down"
                     outward.append(Step(level, why, stat))
     step = None
-    if wide:
+    if outward:
+        step = outward[0]
+    elif wide:
         _, level, stat = max(wide, key=lambda g: (g[0], g[1]))
         step = Step(level, "refine", stat)
-    elif outward:
-        step = outward[0]
     elif policy.remeasure:
         step = next(
             (Step(lv, "re-measure") for c, t in sides if (lv := above(c, t)) is not None), None
@@ -301,8 +316,7 @@ def above(curve: LoadCurve, thresholds: Mapping[str, float]) -> float | None:
     if not usable:
         return None
     top = max(usable)
-    # excluded: the generator fell behind, or requests failed (an overloaded server)
-    excluded = [lv for lv in curve.levels if lv.level > top and (lv.generator_behind or lv.failed)]
+    excluded = _excluded_above(curve, top)
     if not excluded or any(generator_saturated(lv) for lv in excluded):
         return None
     for res in crossings(curve, thresholds).values():
@@ -310,6 +324,12 @@ def above(curve: LoadCurve, thresholds: Mapping[str, float]) -> float | None:
             mid = float(round((top + min(lv.level for lv in excluded)) / 2, 6))
             return None if any(lv.level == mid for lv in curve.levels) else mid
     return None
+
+
+def _excluded_above(curve: LoadCurve, top: float) -> list[Level]:
+    """The levels above ``top`` left out of the MATs: the generator fell behind, or
+    requests failed (an overloaded server)."""
+    return [lv for lv in curve.levels if lv.level > top and (lv.generator_behind or lv.failed)]
 
 
 def bracket_levels(res: MATResult, cap: float, n: int) -> list[float]:

@@ -4,6 +4,7 @@ search's (shrink.knee), not one of its own."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from helpers.surface import exported, public_names
 
 import shrink.autolevels as autolevels
@@ -45,3 +46,25 @@ def test_the_sweep_refines_where_the_knee_search_says(monkeypatch):
     # Each step was measured, and nothing else while the knee search chose the levels.
     assert {round(s.level, 6) for s in steps} <= {lv.level for lv in curve.levels}
     assert len(curve.levels) == asked[0][0] + len(steps)
+
+
+def test_a_p999_whose_knee_lies_above_the_means_still_gets_bracketed():
+    # M/M/1 at 1 ms: the mean passes 5 ms at 800 req/s, the p99.9 (ln(1000) / (1000 - X))
+    # passes 100 ms near 930. A coarse pass that ends low hands over to the search upward,
+    # which stops at the first level over any threshold (the mean's): the p99.9's crossing
+    # above it used to be left a bound.
+    from shrink.mat import mat
+
+    plan = autolevels.AutoPlan(
+        warmup=1, duration=20, reps=1, max_levels=12, coarse=(0.4, 0.6), loop_window=0
+    )
+    thresholds = {"mean": 0.005, "p999": 0.1}
+    for seed in range(4):
+        target = FakeTarget(servers=1, demand={"static": 0.001})
+        curve = autolevels.auto_sweep(
+            target, _open_trace(100.0, 400.0, seed), thresholds, plan=plan, seed=seed
+        )
+        res = mat(curve, "p999", 0.1)
+        assert res.status == "ok", (seed, [lv.level for lv in curve.levels])
+        assert res.mat == pytest.approx(930, rel=0.1)
+        assert mat(curve, "mean", 0.005).mat == pytest.approx(800, rel=0.08)

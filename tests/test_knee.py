@@ -137,6 +137,23 @@ def test_excluded_levels_above_get_a_level_in_between():
     assert above(LoadCurve(levels=levels), {"mean": THRESHOLD}) is None
 
 
+def test_a_statistic_not_crossed_steps_up_before_a_wide_bracket_is_split():
+    # a's crossing (x = 8) lies in a wide bracket, b's above its top level: b's is only
+    # a bound until a level crosses it, so the step up comes first.
+    a = LoadCurve(levels=[_level(x, _mm1) for x in (1.0, 9.5)])
+    b = LoadCurve(levels=[_level(x, _mm1) for x in (2.0, 5.0)])
+    sides = [(a, {"mean": THRESHOLD}), (b, {"mean": THRESHOLD})]
+    assert next_step(sides, Refinement(up=1.2)) == Step(6.0, "search up", "mean")
+    # without steps outward the split is all there is
+    assert next_step(sides, Refinement()) == Step(5.25, "refine", "mean")
+    # a level left out above (the generator stalled) bounds the step up: midway to it
+    b.levels.append(_level(9.0, _mm1, generator_behind=True, generator_cpu=0.1))
+    assert next_step(sides, Refinement(up=1.2)) == Step(7.0, "search up", "mean")
+    # and a generator out of CPU there ends the steps up
+    b.levels[-1] = _level(9.0, _mm1, generator_behind=True, generator_cpu=0.99)
+    assert next_step(sides, Refinement(up=1.2)) == Step(5.25, "refine", "mean")
+
+
 def test_the_interpolated_split_leans_toward_the_crossing_but_not_onto_an_edge():
     policy = Refinement(split="interpolate")
     curve = LoadCurve(levels=[_level(x, _mm1) for x in (1.0, 8.2)])
