@@ -3,6 +3,7 @@
     python bench/bench_demo.py --runs 3              # run the demo 3 times (about 6 min each)
     python bench/bench_demo.py --summarize demo-out  # tabulate demo outputs already made
     python bench/bench_demo.py --rethreshold DIR...  # their errors at other thresholds
+    python bench/bench_demo.py --revalidate DIR...   # their validations with this code
     python bench/bench_demo.py --compare-centres DIR...  # median vs mean of repetitions
 
 Each run is the whole demo (``shrink.demo.run_demo``): predict one core from a 25%
@@ -114,6 +115,51 @@ def rethreshold(dirs: list[Path]) -> None:
             print(f"{stat} < {limit * 1e3:g} ms: " + " ".join(cells))
 
 
+def revalidate(dirs: list[Path]) -> None:
+    """Each run's prediction and validation again, with this checkout's code, from the
+    saved curves: the MATs, the 95% intervals (each run's own model error) and whether
+    they covered the measured MAT, as the demo would have reported them. It shows what
+    a change in reading curves (MATs, scaling, intervals) does to runs already made;
+    a change in which levels a sweep measures needs new runs."""
+    from shrink.loadcurve import LoadCurve
+    from shrink.mat import mat, mat_text
+    from shrink.predict import scaled_mats
+    from shrink.uncertainty import interval
+
+    print("| run | mean: predicted / measured | p99.9: predicted / measured |")
+    print("|---|---|---|")
+    for d in dirs:
+        val = json.loads((d / "validation.json").read_text())
+        limits = {s: m["threshold"] for s, m in val["mats"].items()}
+        pred = json.loads((d / "prediction.json").read_text())
+        emulation = _saved_emulation(pred)
+        measured = LoadCurve.read_json(d / "measured-curve.json")
+        full = LoadCurve.read_json(d / "full-curve.json")
+        _, mats, budgets = scaled_mats(measured, full, limits, emulation)
+        cells = []
+        for stat, limit in limits.items():
+            p, m = mats[stat], mat(full, stat, limit)
+            cell = f"{mat_text(p.mat, p.status)} / {mat_text(m.mat, m.status)}"
+            if p.status == m.status == "ok":
+                lo, hi = interval(p.mat, budgets[stat])
+                held = "covered" if lo <= m.mat <= hi else "**missed**"
+                cell += f" = **{100 * (p.mat / m.mat - 1):+.1f}%** ({held})"
+            else:
+                cell += " (inconclusive)"
+            cells.append(cell)
+        print(f"| {d} | " + " | ".join(cells) + " |")
+
+
+def _saved_emulation(prediction: dict[str, Any]) -> float:
+    """The model error a saved prediction used (its first MAT's error budget)."""
+    for mp in (prediction.get("mappings") or {}).values():
+        for st in mp.values():
+            budget = st.get("error_budget") if isinstance(st, dict) else None
+            if budget:
+                return float(budget["emulation"])
+    raise SystemExit("bench_demo: no error budget in the saved prediction.json")
+
+
 def compare_centres(dirs: list[Path]) -> None:
     """Each run's MAT errors with the median repetition (the rule) and with the mean."""
     import numpy as np
@@ -223,12 +269,21 @@ def main(argv: list[str] | None = None) -> int:
         help="demo output dirs: recompute both MATs from their saved curves at other thresholds",
     )
     ap.add_argument(
+        "--revalidate",
+        type=Path,
+        nargs="*",
+        help="demo output dirs: their predictions and validations again with this code",
+    )
+    ap.add_argument(
         "--compare-centres",
         type=Path,
         nargs="*",
         help="demo output dirs: MAT errors with the median repetition and with the mean",
     )
     args = ap.parse_args(argv)
+    if args.revalidate:
+        revalidate(args.revalidate)
+        return 0
     if args.compare_centres:
         compare_centres(args.compare_centres)
         return 0

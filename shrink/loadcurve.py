@@ -47,7 +47,9 @@ GENERATOR_SATURATED = 0.5
 STATS = ("mean", "p50", "p90", "p99", "p999")
 # A repetition where more than this fraction of the requests intended in its window
 # failed (transport error, 4xx or 5xx; :meth:`shrink.runlog.RunLog.failures`) did
-# not measure the server serving the trace: its level is never used for a MAT.
+# not measure the server serving the trace: its level is never used for a MAT (at most
+# as the upper end of a bracket, when it is over the threshold already on the requests
+# it served: :func:`shrink.mat.mat`).
 # One in a thousand, as a p99.9 SLA reads it: more failures than the tail the SLA
 # bounds. (wrk and httperf count them apart; k6's http_req_failed is a rate.)
 FAILURE_LIMIT = 0.001

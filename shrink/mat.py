@@ -12,6 +12,16 @@ same interpolation on the statistic's CI band: where the upper band crosses give
 the low end, where the lower band crosses the high end. Levels where the
 generator fell behind its schedule are never used.
 
+A level where more than :data:`shrink.loadcurve.FAILURE_LIMIT` of the requests
+failed is not used either, with one exception. When the statistic stays under the
+threshold at every usable level and such a level above them (the generator kept up)
+is over it on the requests it did serve, that level closes the bracket: a failed
+request met no threshold, so its statistic counting them is higher still, and the
+crossing lies below it. An overloaded server times requests out (the demo's share,
+one level above its knee, failed 0.7-1.9% of them with its mean latency several times
+the threshold), and without this its MAT was left a bound when the time budget
+allowed no level in between (2026-11-25).
+
 When the statistic stays under the threshold at every usable level, the result
 may carry ``stalled_ceiling``: the throughput of the lowest level above them
 where the generator only stalled (a VM's host took its CPU) and whose latency
@@ -43,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from shrink.errors import MeasurementError
-from shrink.loadcurve import FAILURE_LIMIT, LoadCurve
+from shrink.loadcurve import FAILURE_LIMIT, Level, LoadCurve
 
 __all__ = ["BOUNDS", "EXIT_BOUND", "MATResult", "bound_of", "crossing", "mat", "mat_text"]
 
@@ -202,11 +212,20 @@ def mat(curve: LoadCurve, stat: str, threshold: float, *, cls: str | None = None
     order = order[ok]
     if order.size == 0:
         raise MeasurementError("no level has a finite throughput and statistic")
-    x = s["throughput"][order]
-    value, status, i = crossing(x, isotonic(s["value"][order]), threshold)
-    lo, _, _ = crossing(x, isotonic(_finite(s["hi"][order], s["value"][order])), threshold)
-    hi, _, _ = crossing(x, isotonic(_finite(s["lo"][order], s["value"][order])), threshold)
-    levels = s["level"][order]
+    cols = {k: s[k][order] for k in ("level", "throughput", "value", "lo", "hi")}
+    if not np.any(isotonic(cols["value"]) > threshold):
+        over = _failed_over(curve, float(cols["level"].max()), stat, threshold, cls)
+        if over is not None:
+            # The crossing lies below a level that failed while already over: the
+            # bracket's upper end (see the module docstring).
+            v, v_lo, v_hi = over.stat(stat, cls)
+            extra = (over.level, over.stat("throughput", cls)[0], v, v_lo, v_hi)
+            cols = {k: np.append(c, e) for (k, c), e in zip(cols.items(), extra, strict=True)}
+    x, values = cols["throughput"], cols["value"]
+    value, status, i = crossing(x, isotonic(values), threshold)
+    lo, _, _ = crossing(x, isotonic(_finite(cols["hi"], values)), threshold)
+    hi, _, _ = crossing(x, isotonic(_finite(cols["lo"], values)), threshold)
+    levels = cols["level"]
     bracket = (float(levels[i - 1]), float(levels[i])) if status == "ok" else None
     ceiling = _stalled_ceiling(curve, float(levels.max()), stat, threshold, cls)
     return MATResult(
@@ -219,6 +238,21 @@ def mat(curve: LoadCurve, stat: str, threshold: float, *, cls: str | None = None
         cls=cls,
         stalled_ceiling=ceiling if status == "not_reached" else None,
     )
+
+
+def _failed_over(
+    curve: LoadCurve, top: float, stat: str, threshold: float, cls: str | None
+) -> Level | None:
+    """The lowest level above knob value ``top`` left out because requests failed
+    (the generator kept up) whose ``stat`` over the requests it served is over
+    ``threshold`` already, or None."""
+    for lv in curve.failed_levels():
+        if lv.level <= top or lv.generator_behind:
+            continue
+        v = lv.stat(stat, cls)[0]
+        if math.isfinite(v) and v > threshold and math.isfinite(lv.stat("throughput", cls)[0]):
+            return lv
+    return None
 
 
 def _stalled_ceiling(

@@ -49,6 +49,7 @@ __all__ = [
     "PredictionResult",
     "TargetProvider",
     "predict",
+    "scaled_mats",
 ]
 
 Progress = Callable[[str, int, int], None]
@@ -118,6 +119,25 @@ def _stat(res: MATResult, budget: ErrorBudget | None = None) -> StatPrediction:
         ci_repetitions=res.ci,
         error_budget=budget.to_dict(),
     )
+
+
+def scaled_mats(
+    measured: LoadCurve,
+    full_curve: LoadCurve | None,
+    thresholds: Mapping[str, float],
+    emulation: float,
+) -> tuple[LoadCurve, dict[str, MATResult], dict[str, ErrorBudget]]:
+    """The full target's curve scaled from the share's ``measured`` one (its share's
+    speed set), its MATs, and each MAT's error budget for a full-scale run at another
+    time (shrink.uncertainty; ``full_curve``, a paired full-scale run, adds to the
+    drift it pools). ``bench/bench_demo.py --revalidate`` calls it on saved runs."""
+    predicted = shrink_scaled_curve(measured)
+    mats = {s: mat(predicted, s, t) for s, t in thresholds.items()}
+    drift = drift_sigma([measured] + ([full_curve] if full_curve is not None else []))
+    speed = measured.share.speed
+    speed_sd = speed.sigma if speed is not None else 0.0
+    budgets = {s: error_budget(predicted, r, drift, emulation, speed_sd) for s, r in mats.items()}
+    return predicted, mats, budgets
 
 
 @dataclass
@@ -290,19 +310,12 @@ def predict(
         share = speed_after(share, measured, speeds, checks)
     # The share as planned and probed (the target's description lacks the speed).
     measured.share = replace(measured.share, speed=share.speed)
-    predicted = shrink_scaled_curve(measured)
-    full_mats = {s: mat(predicted, s, t) for s, t in config.thresholds.items()}
-    # Prediction intervals for a full-scale run at another time (shrink.uncertainty).
-    drift = drift_sigma([measured] + ([full_curve] if full_curve is not None else []))
     emulation = (
         config.model_error
         if config.model_error is not None
         else float(getattr(provider, "model_error", 0.0))
     )
-    speed_sd = share.speed.sigma if share.speed is not None else 0.0
-    budgets = {
-        s: error_budget(predicted, r, drift, emulation, speed_sd) for s, r in full_mats.items()
-    }
+    predicted, full_mats, budgets = scaled_mats(measured, full_curve, config.thresholds, emulation)
     base = MappingPrediction(
         {s: _stat(r, budgets[s]) for s, r in full_mats.items()}, predicted.summary()
     )
@@ -331,7 +344,7 @@ def predict(
             s: _stat(mat(measured, s, t / latency_scale(measured)))
             for s, t in config.thresholds.items()
         },
-        confidence_summary=_confidence(base, config, drift, emulation),
+        confidence_summary=_confidence(base, config, budgets, emulation),
         self_checks=_self_checks(
             measured, {s: t / latency_scale(measured) for s, t in config.thresholds.items()}
         ),
@@ -432,8 +445,13 @@ def _per_mapping(
 
 
 def _confidence(
-    base: MappingPrediction, config: PredictConfig, drift: float, emulation: float
+    base: MappingPrediction,
+    config: PredictConfig,
+    budgets: Mapping[str, ErrorBudget],
+    emulation: float,
 ) -> str:
+    # One drift for every statistic: the pooled cost spread of the runs.
+    drift = max((b.drift for b in budgets.values()), default=0.0)
     widths = [
         (v.ci[1] - v.ci[0]) / v.mat / 2 for v in (base.stats[s] for s in config.thresholds) if v.mat
     ]

@@ -1,8 +1,10 @@
-"""Failed responses are failures: counted by class, and a level with them is never a MAT."""
+"""Failed responses are failures: counted by class, and a level with them is never a MAT's
+level (at most the upper end of its bracket, when over the threshold already)."""
 
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pyarrow as pa
@@ -139,3 +141,32 @@ def test_an_automatic_sweep_measures_below_a_level_where_requests_failed():
     curve = LoadCurve(levels=list(levels.values()))
     assert mat(curve, "mean", 0.005).status == "not_reached"
     assert _above(levels, curve, {"mean": 0.005}) == 3.0
+
+
+def test_a_level_that_failed_while_over_the_threshold_closes_the_bracket():
+    # An overloaded server that timed 2% of its requests out while the rest waited 20 ms
+    # is over a 5 ms mean whatever the failed ones took: the crossing lies below it.
+    from shrink.loadcurve import ClassStats, Level, LevelStats
+
+    def rep(thr: float, mean: float, failed: int, behind: bool = False) -> LevelStats:
+        cs = ClassStats(1000, thr, mean, mean, mean, mean, mean)
+        counts = {"transport": failed, "http_4xx": 0, "http_5xx": 0}
+        return LevelStats(
+            thr, cs, failures=counts, requests=1000, generator_cpu=0.1, generator_behind=behind
+        )
+
+    usable = [Level(1.0, [rep(100, 0.001, 0)]), Level(2.0, [rep(200, 0.002, 0)])]
+    over = Level(4.0, [rep(260, 0.020, 20)])
+    res = mat(LoadCurve(levels=[*usable, over]), "mean", 0.005)
+    assert res.status == "ok" and res.bracket == (2.0, 4.0)
+    # log-linear between (200, 2 ms) and (260, 20 ms): 5 ms at 200 + 60 * log(2.5) / log(10)
+    assert res.mat == pytest.approx(200 + 60 * math.log(2.5) / math.log(10))
+    # under the threshold on what it served (fast failures): no evidence, still a bound
+    fast = Level(4.0, [rep(260, 0.003, 20)])
+    assert mat(LoadCurve(levels=[*usable, fast]), "mean", 0.005).status == "not_reached"
+    # the generator behind as well: the load was not the level's, still a bound
+    late = Level(4.0, [rep(260, 0.020, 20, behind=True)])
+    assert mat(LoadCurve(levels=[*usable, late]), "mean", 0.005).status == "not_reached"
+    # a crossing among the usable levels is not moved by a failed level above
+    crossed = [*usable, Level(3.0, [rep(250, 0.008, 0)])]
+    assert mat(LoadCurve(levels=[*crossed, over]), "mean", 0.005).bracket == (2.0, 3.0)
