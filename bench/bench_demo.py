@@ -129,6 +129,11 @@ def revalidate(dirs: list[Path]) -> None:
     print("| run | mean: predicted / measured | p99.9: predicted / measured |")
     print("|---|---|---|")
     for d in dirs:
+        files = ("validation.json", "prediction.json", "measured-curve.json", "full-curve.json")
+        missing = [f for f in files if not (d / f).is_file()]
+        if missing:
+            print(f"| {d} | no {', '.join(missing)} (an interrupted run?) | - |")
+            continue
         val = json.loads((d / "validation.json").read_text())
         limits = {s: m["threshold"] for s, m in val["mats"].items()}
         pred = json.loads((d / "prediction.json").read_text())

@@ -6,10 +6,17 @@ a few thousand requests moves by tens of percent), so the statistic is first mad
 monotone in throughput by isotonic regression (scikit-learn's pool adjacent violators): a noisy
 dip above the threshold no longer decides the MAT alone. The crossing is then
 interpolated between the last level under the threshold and the first level over
-it (linearly in log latency, since latency grows roughly geometrically near the
-knee). Its confidence interval comes from the
-same interpolation on the statistic's CI band: where the upper band crosses gives
-the low end, where the lower band crosses the high end. Levels where the
+it, along a queue's curve through both: latency a / (C - X), C the throughput it
+grows without bound at (fitted from the two levels). Near a knee latency stays low
+until the last few percent of the capacity, then shoots up; a straight line in log
+latency, used before, bends up too early and put the crossing too low (a demo run
+whose share was bracketed from 80% busy to saturated under-predicted by 10.2% read
+the old way, 6.0% the new; bench/RESULTS.md, 2026-11-25, has every saved run re-read
+with ``bench/bench_demo.py --revalidate``). Where throughput did not rise across the
+bracket (an overloaded server serves less), the interpolation stays linear in log
+latency. Its confidence interval comes from the same interpolation on the
+statistic's CI band: where the upper band crosses gives the low end, where the
+lower band crosses the high end. Levels where the
 generator fell behind its schedule are never used.
 
 A level where more than :data:`shrink.loadcurve.FAILURE_LIMIT` of the requests
@@ -179,6 +186,11 @@ def crossing(x: np.ndarray, y: np.ndarray, threshold: float) -> tuple[float, str
     if i == 0:
         return float(x[0]), "below_range", 0
     x0, x1, y0, y1 = x[i - 1], x[i], y[i - 1], y[i]
+    if y0 > 0 and x1 > x0 and threshold > 0:
+        # A queue's latency near its knee, a / (C - X), through both levels (see the
+        # module docstring): C from y0 (C - x0) = y1 (C - x1), then a / (C - X) = threshold.
+        c = (y1 * x1 - y0 * x0) / (y1 - y0)
+        return float(c - y0 * (c - x0) / threshold), "ok", i
     # Interpolate in log(latency): latency grows roughly geometrically near the knee.
     if y0 > 0 and y1 > 0 and threshold > 0:
         f = (np.log(threshold) - np.log(y0)) / (np.log(y1) - np.log(y0))

@@ -4,7 +4,6 @@ level (at most the upper end of its bracket, when over the threshold already).""
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 import pyarrow as pa
@@ -159,8 +158,10 @@ def test_a_level_that_failed_while_over_the_threshold_closes_the_bracket():
     over = Level(4.0, [rep(260, 0.020, 20)])
     res = mat(LoadCurve(levels=[*usable, over]), "mean", 0.005)
     assert res.status == "ok" and res.bracket == (2.0, 4.0)
-    # log-linear between (200, 2 ms) and (260, 20 ms): 5 ms at 200 + 60 * log(2.5) / log(10)
-    assert res.mat == pytest.approx(200 + 60 * math.log(2.5) / math.log(10))
+    # a queue's curve a / (C - X) through (200, 2 ms) and (260, 20 ms): C = 266.7, and
+    # 5 ms where C - X = 2 / 5 of C - 200
+    c = (20 * 260 - 2 * 200) / 18
+    assert res.mat == pytest.approx(c - 2 * (c - 200) / 5)
     # under the threshold on what it served (fast failures): no evidence, still a bound
     fast = Level(4.0, [rep(260, 0.003, 20)])
     assert mat(LoadCurve(levels=[*usable, fast]), "mean", 0.005).status == "not_reached"

@@ -95,6 +95,17 @@ def test_mat_interpolates_mm1_mean_crossing(tmp_path):
     assert p.mat == pytest.approx(mu - math.log(1000) / 0.050, rel=0.03)
 
 
+def test_mat_follows_a_queue_across_a_wide_bracket_at_the_knee():
+    # Levels at 80% busy and nearly saturated (5 ms and 100 ms): the 10 ms crossing
+    # is at 900. A straight line in log latency bends up too early and put it at 844.
+    curve = _mm1_curve([500, 800, 990], 1000.0)
+    res = mat(curve, "mean", 0.010)
+    assert res.status == "ok" and res.bracket == (800.0, 990.0)
+    assert res.mat == pytest.approx(900, rel=0.01)
+    # the p99.9's crossing (50 ms) in the same bracket
+    assert mat(curve, "p999", 0.050).mat == pytest.approx(1000 - math.log(1000) / 0.050, rel=0.02)
+
+
 def test_mat_skips_levels_where_generator_fell_behind():
     curve = _mm1_curve([500, 700, 850, 950], 1000.0)
     for r in curve.levels[-1].reps:
