@@ -121,6 +121,7 @@ def revalidate(dirs: list[Path]) -> None:
     they covered the measured MAT, as the demo would have reported them. It shows what
     a change in reading curves (MATs, scaling, intervals) does to runs already made;
     a change in which levels a sweep measures needs new runs."""
+    from shrink.errors import ShrinkError
     from shrink.loadcurve import LoadCurve
     from shrink.mat import mat, mat_text
     from shrink.predict import scaled_mats
@@ -134,13 +135,16 @@ def revalidate(dirs: list[Path]) -> None:
         if missing:
             print(f"| {d} | no {', '.join(missing)} (an interrupted run?) | - |")
             continue
-        val = json.loads((d / "validation.json").read_text())
-        limits = {s: m["threshold"] for s, m in val["mats"].items()}
-        pred = json.loads((d / "prediction.json").read_text())
-        emulation = _saved_emulation(pred)
-        measured = LoadCurve.read_json(d / "measured-curve.json")
-        full = LoadCurve.read_json(d / "full-curve.json")
-        _, mats, budgets = scaled_mats(measured, full, limits, emulation)
+        try:
+            val = json.loads((d / "validation.json").read_text())
+            limits = {s: m["threshold"] for s, m in val["mats"].items()}
+            emulation = _saved_emulation(json.loads((d / "prediction.json").read_text()))
+            measured = LoadCurve.read_json(d / "measured-curve.json")
+            full = LoadCurve.read_json(d / "full-curve.json")
+            _, mats, budgets = scaled_mats(measured, full, limits, emulation)
+        except (ValueError, KeyError, TypeError, ShrinkError) as exc:
+            print(f"| {d} | unreadable: {exc} | - |")
+            continue
         cells = []
         for stat, limit in limits.items():
             p, m = mats[stat], mat(full, stat, limit)
@@ -162,7 +166,7 @@ def _saved_emulation(prediction: dict[str, Any]) -> float:
             budget = st.get("error_budget") if isinstance(st, dict) else None
             if budget:
                 return float(budget["emulation"])
-    raise SystemExit("bench_demo: no error budget in the saved prediction.json")
+    raise ValueError("no error budget in prediction.json")
 
 
 def compare_centres(dirs: list[Path]) -> None:

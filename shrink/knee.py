@@ -237,14 +237,10 @@ def level_for(curve: LoadCurve, res: MATResult, policy: Refinement) -> float | N
         if policy.up is None:
             return None
         top = max(usable)
-        excluded = _excluded_above(curve, top)
-        if any(generator_saturated(lv) for lv in excluded):
-            return None  # the generator ran out of CPU above: no higher level can be measured
-        if excluded:
+        if _excluded_above(curve, top):
             # A level above was left out (the generator stalled, requests failed): an
-            # overloaded one, so the crossing most likely lies below it: midway to it
-            # (see :func:`above`).
-            return float(round((top + min(lv.level for lv in excluded)) / 2, 6))
+            # overloaded one, so the crossing most likely lies below it (:func:`above`).
+            return _midway(curve, top)
         return float(top * policy.up)
     if res.status == "below_range":
         return None if policy.down is None else float(min(usable) * policy.down)
@@ -316,14 +312,20 @@ def above(curve: LoadCurve, thresholds: Mapping[str, float]) -> float | None:
     if not usable:
         return None
     top = max(usable)
+    if any(res.status == "not_reached" for res in crossings(curve, thresholds).values()):
+        mid = _midway(curve, top)
+        return None if mid is None or any(lv.level == mid for lv in curve.levels) else mid
+    return None
+
+
+def _midway(curve: LoadCurve, top: float) -> float | None:
+    """Midway between knob value ``top`` and the lowest excluded level above it; None
+    when none lies above, or the generator ran out of CPU at one (no higher level can
+    be measured)."""
     excluded = _excluded_above(curve, top)
     if not excluded or any(generator_saturated(lv) for lv in excluded):
         return None
-    for res in crossings(curve, thresholds).values():
-        if res.status == "not_reached":
-            mid = float(round((top + min(lv.level for lv in excluded)) / 2, 6))
-            return None if any(lv.level == mid for lv in curve.levels) else mid
-    return None
+    return float(round((top + min(lv.level for lv in excluded)) / 2, 6))
 
 
 def _excluded_above(curve: LoadCurve, top: float) -> list[Level]:

@@ -225,16 +225,17 @@ def mat(curve: LoadCurve, stat: str, threshold: float, *, cls: str | None = None
     if order.size == 0:
         raise MeasurementError("no level has a finite throughput and statistic")
     cols = {k: s[k][order] for k in ("level", "throughput", "value", "lo", "hi")}
-    if not np.any(isotonic(cols["value"]) > threshold):
-        over = _failed_over(curve, float(cols["level"].max()), stat, threshold, cls)
-        if over is not None:
-            # The crossing lies below a level that failed while already over: the
-            # bracket's upper end (see the module docstring).
-            v, v_lo, v_hi = over.stat(stat, cls)
-            extra = (over.level, over.stat("throughput", cls)[0], v, v_lo, v_hi)
-            cols = {k: np.append(c, e) for (k, c), e in zip(cols.items(), extra, strict=True)}
+    fit = isotonic(cols["value"])
+    over = None if np.any(fit > threshold) else _failed_over(curve, cols, stat, threshold, cls)
+    if over is not None:
+        # The crossing lies below a level that failed while already over: the
+        # bracket's upper end (see the module docstring).
+        v, v_lo, v_hi = over.stat(stat, cls)
+        extra = (over.level, over.stat("throughput", cls)[0], v, v_lo, v_hi)
+        cols = {k: np.append(c, e) for (k, c), e in zip(cols.items(), extra, strict=True)}
+        fit = isotonic(cols["value"])
     x, values = cols["throughput"], cols["value"]
-    value, status, i = crossing(x, isotonic(values), threshold)
+    value, status, i = crossing(x, fit, threshold)
     lo, _, _ = crossing(x, isotonic(_finite(cols["hi"], values)), threshold)
     hi, _, _ = crossing(x, isotonic(_finite(cols["lo"], values)), threshold)
     levels = cols["level"]
@@ -253,11 +254,12 @@ def mat(curve: LoadCurve, stat: str, threshold: float, *, cls: str | None = None
 
 
 def _failed_over(
-    curve: LoadCurve, top: float, stat: str, threshold: float, cls: str | None
+    curve: LoadCurve, cols: dict[str, np.ndarray], stat: str, threshold: float, cls: str | None
 ) -> Level | None:
-    """The lowest level above knob value ``top`` left out because requests failed
-    (the generator kept up) whose ``stat`` over the requests it served is over
+    """The lowest level above the usable ones (``cols``) left out because requests
+    failed (the generator kept up) whose ``stat`` over the requests it served is over
     ``threshold`` already, or None."""
+    top = float(cols["level"].max())
     for lv in curve.failed_levels():
         if lv.level <= top or lv.generator_behind:
             continue
