@@ -303,12 +303,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.summarize:
         rows = [summarize(d) for d in args.summarize]
     else:
-        from shrink.demo import run_demo
+        from shrink.demo import interrupted_line, run_demo
+        from shrink.errors import ShrinkError
 
         for i in range(args.runs):
             out = args.out / f"run-{i}"
             t0 = time.monotonic()
-            run_demo(out)
+            try:
+                run_demo(out)
+            except KeyboardInterrupt as exc:
+                # The finished runs still make a table; the one cut short is not in it.
+                print(f"run-{i} {interrupted_line(exc, out)}", file=sys.stderr)
+                break
+            except ShrinkError as exc:
+                print(f"run-{i}: error: {exc} (what was measured is in {out})", file=sys.stderr)
+                continue
             rows.append(summarize(out, time.monotonic() - t0))
     print(HEADER)
     for row in rows:

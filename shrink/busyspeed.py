@@ -10,9 +10,10 @@ whole core gets cheaper once busy, a quota dearer once behind). So:
   measured busy again, right after every level and once at the end, because a host's
   speed drifts over a sweep's minutes (the one loaded run read 2,125 req/s where the
   sweep's whole core then served 2,600-2,900; within one run the whole core served
-  2,300-3,100 req/s, 2026-11-24). Each level's share repetitions are scaled against
-  the check next to them in time (:func:`shrink.scaling.rep_speed`), and the median
-  of all the checks stands where no check is paired;
+  2,300-3,100 req/s, 2026-11-24). Every share repetition is scaled against the
+  median of all the checks (:func:`shrink.scaling.rep_speed`): one 3-s check is
+  noisier than the drift it would follow. The check after each level is still kept
+  with that level (``ShareSpeed.full_capacity_at``), so the report shows the drift;
 * :func:`knee_speed`, after the sweep: the share's capacity from its own saturated
   repetitions, over that median.
 
@@ -162,10 +163,10 @@ class FullChecks:
     A share repetition's speed is its capacity over the full target's, and this VM's
     speed moved by 10-30% within minutes, on both sides at once. So the full target
     runs the mix at FULL_BUSY of its capacity (``check_s`` seconds) right after every
-    level (:meth:`after_level`, the sweep's hook, charged to its time budget): that
-    level's repetitions are scaled against it, the two measured within seconds of
-    each other. One more check follows the sweep (:meth:`check`), and :meth:`apply`
-    takes the median of all of them with the loaded run's for the sweep's one speed.
+    level (:meth:`after_level`, the sweep's hook, charged to its time budget), so the
+    checks spread over the sweep as its levels do. One more check follows the sweep
+    (:meth:`check`), and :meth:`apply` takes the median of all of them with the loaded
+    run's: the capacity every share repetition is scaled against.
     """
 
     def __init__(
@@ -181,12 +182,12 @@ class FullChecks:
         self.capacity = speed.full_capacity or 0.0
         self.runs = replace(runs, warmup=check_s[0], duration=check_s[1])
         self.capacities: list[float] = []
-        self.at: dict[float, float] = {}  # level -> the capacity checked right after it
+        self.at: dict[float, float] = {}  # level -> the capacity checked right after it (reported)
         self.unusable: list[str] = []
         self.cost_s = 0.0
 
     def after_level(self, level: float) -> None:
-        """The sweep's hook: a check right after ``level``, paired with it."""
+        """The sweep's hook: a check right after ``level``, kept with it."""
         got = self.check()
         if got is not None:
             self.at[level] = got

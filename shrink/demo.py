@@ -40,7 +40,14 @@ if TYPE_CHECKING:
     from shrink.target import RunResult, Target
     from shrink.trace import Trace
 
-__all__ = ["DEMO", "KNEE_UTILIZATION", "light_load_thresholds", "main", "run_demo"]
+__all__ = [
+    "DEMO",
+    "KNEE_UTILIZATION",
+    "interrupted_line",
+    "light_load_thresholds",
+    "main",
+    "run_demo",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 NEHALEM = ROOT / "examples" / "machines" / "nehalem-2s.toml"
@@ -406,10 +413,12 @@ def _plan(plan: AutoPlan | None, quick: bool) -> AutoPlan:
     # knee and leave one interpolation across it (2026-11-24, quiet host). The budget
     # keeps the whole demo near 10 minutes whatever the host does (reruns included):
     # with 450 s, two of three runs stopped with the whole core's knee bracketed and the
-    # share's not yet reached. 505 s, not 540: the full capacity's checks during the
-    # sweep (shrink.busyspeed.FullChecks) come out of it, and one more after it; at 540 s
-    # two of five runs took 10.0-10.2 minutes (session 11). The windows were 1.5 s + 4 s
-    # while the share's were 4x (1/alpha): 1/s at those windows leaves five levels.
+    # share's not yet reached. 475 s, not 540 or 505: the full capacity's checks during
+    # the sweep (shrink.busyspeed.FullChecks) come out of it, and one more after it; at
+    # 540 s two of five runs took 10.0-10.2 minutes (session 11), and at 505 s `make
+    # demo` on a bare machine took 10 min 14 s, set-up (54 s) included (2026-11-25).
+    # The windows were 1.5 s + 4 s while the share's were 4x (1/alpha): 1/s at those
+    # windows leaves five levels.
     return plan or AutoPlan(
         warmup=1.0,
         duration=3.0,
@@ -417,7 +426,7 @@ def _plan(plan: AutoPlan | None, quick: bool) -> AutoPlan:
         probe_reps=1,
         coarse=(0.65, 0.8, 0.9, 1.0, 1.1, 1.25),
         max_levels=9,
-        budget_s=505.0,
+        budget_s=475.0,
     )
 
 
@@ -479,7 +488,18 @@ def main(argv: list[str] | None = None) -> int:
         # What was measured stays in --out (curves, runs); the reason is one line.
         print(f"error: {exc} (what was measured is in {args.out})", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as exc:
+        print(interrupted_line(exc, args.out), file=sys.stderr)
+        return 130
     return 0
+
+
+def interrupted_line(exc: KeyboardInterrupt, out: Path) -> str:
+    """One line for Ctrl-C (or SIGTERM) during a demo: what it kept, and where."""
+    kept = [str(k) for k in getattr(exc, "kept", [])]
+    return "interrupted: " + (
+        f"kept {', '.join(kept)}" if kept else f"the runs so far are in {out}"
+    )
 
 
 if __name__ == "__main__":

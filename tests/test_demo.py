@@ -33,3 +33,26 @@ def test_steal_is_named_apart_from_other_work(monkeypatch):
     text = console.export_text()
     assert "CPUs already busy before the demo starts: CPU 1 25%." in text
     assert "taking CPU time (steal): CPU 0 30%" in text
+
+
+def test_ctrl_c_during_the_demo_is_one_line_naming_what_was_kept(monkeypatch, tmp_path, capsys):
+    """An interrupted sweep carries the files it kept: the demo names them, no traceback."""
+    from shrink.loadcurve import LoadCurve
+    from shrink.measure import SweepInterrupted
+
+    def stopped(out, **kw):
+        exc = SweepInterrupted(LoadCurve([], knob="rate_factor"))
+        exc.kept.append(str(out / "measured-curve.partial.json"))
+        raise exc
+
+    monkeypatch.setattr(demo, "run_demo", stopped)
+    assert demo.main(["--out", str(tmp_path)]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"interrupted: kept {tmp_path / 'measured-curve.partial.json'}"]
+
+    def plain(out, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(demo, "run_demo", plain)
+    assert demo.main(["--out", str(tmp_path)]) == 130
+    assert capsys.readouterr().err.strip() == f"interrupted: the runs so far are in {tmp_path}"

@@ -166,7 +166,7 @@ def test_the_default_demo_predicts_as_before(tmp_path, monkeypatch):
         probe_reps=1,
         coarse=(0.65, 0.8, 0.9, 1.0, 1.1, 1.25),
         max_levels=9,
-        budget_s=505.0,
+        budget_s=475.0,
     )
     assert not (tmp_path / "thresholds.json").exists()
 

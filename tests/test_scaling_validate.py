@@ -167,12 +167,12 @@ def test_each_repetition_of_a_cpu_time_share_is_scaled_by_its_own_speed():
         assert (max(off) < 0.05) == on_curve, (method, off)
 
 
-def test_a_repetition_is_scaled_against_the_full_capacity_checked_next_to_it():
-    """The host ran 20% slow while level 2 was measured, on both sides: the share served
-    320 req/s saturated and the check right after the level read 2,400 (the checks'
-    median 3,000). Against its own check the repetition is at speed 0.133 and predicts
-    2,400 req/s, what the full target served then; against the median it would read
-    0.107 and predict 3,000. A level without a check uses the median."""
+def test_a_repetition_is_scaled_against_the_checks_median_not_the_check_next_to_it():
+    """The check right after level 2 read 2,400 req/s, and the checks' median is 3,000.
+    One 3-s check is noisier than the drift it would follow (on this VM a check read
+    -32% to +97% of what the full target's own repetitions of that level delivered), so
+    a repetition that served 320 req/s saturated is at speed 320 / 3,000 and predicts
+    3,000 req/s, wherever the check next to it fell."""
     from shrink.scaling import rep_speed
     from shrink.share import Share, ShareSpeed
 
@@ -183,8 +183,10 @@ def test_a_repetition_is_scaled_against_the_full_capacity_checked_next_to_it():
         full_capacities=(3000.0, 2400.0, 3100.0), full_capacity_at={2.0: 2400.0},
     )  # fmt: skip
     share = Share.from_dict({"kind": "cpu_time", "fraction": 0.25, "cpus": [1]}).with_speed(speed)
-    assert rep_speed(rep, share, 2.0) == pytest.approx(320 / 2400)
-    assert rep_speed(rep, share, 3.0) == pytest.approx(320 / 3000)
     assert rep_speed(rep, share) == pytest.approx(320 / 3000)
     curve = LoadCurve([Level(2.0, [rep])], knob="rate_factor", alpha=0.25, share=share)
-    assert shrink_scaled_curve(curve).levels[0].throughput == pytest.approx(2400.0)
+    assert shrink_scaled_curve(curve).levels[0].throughput == pytest.approx(3000.0)
+    # A repetition at half the utilization predicts half the capacity.
+    half = LevelStats(160.0, s, utilization=0.5)
+    curve = LoadCurve([Level(2.0, [half])], knob="rate_factor", alpha=0.25, share=share)
+    assert shrink_scaled_curve(curve).levels[0].throughput == pytest.approx(1500.0)
