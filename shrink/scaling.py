@@ -36,10 +36,11 @@ C_full is the median of every busy check of the full target over the sweep, not 
 one check right after the repetition's level. A check is 3 s of the full target at
 about 60% busy, and one such window is noisier than the drift it was meant to
 follow. Four fresh demo runs (2026-11-25) make the case. There, the check after a
-level read between -20% and +50% of what the full target's own repetitions of that
-level delivered. Against the median, the predicted MATs' root-mean-square error fell
-from 19% to 16% (mean) and from 24% to 18% (p99.9). The checks still count: they
-make the median and show the drift in the report.
+level read -32% to +97% (RMS 24%) of the capacity the full target's own repetitions
+of that level showed, and the median RMS 21%. Against the median, the predicted
+MATs' root-mean-square error fell from 19% to 16% (mean) and from 24% to 18%
+(p99.9). The checks still count: they make the median and show the drift in the
+report.
 """
 
 from __future__ import annotations
