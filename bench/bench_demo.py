@@ -63,6 +63,7 @@ def summarize(out: Path, seconds: float | None = None) -> dict[str, Any]:
                     if r.get("generator_steal") is not None:
                         key = "behind" if r["generator_behind"] else "kept"
                         row["rep_steal"][key].append(r["generator_steal"])
+    row["host_spread"] = _host_spread(checks, out)
     row["cost_ratio"] = val.get("cost_ratio") or _cost_ratio(out, val)
     if row["cost_ratio"] and "adjusted_error" not in row["cost_ratio"]:
         from shrink.validate import cost_adjusted_errors
@@ -70,6 +71,20 @@ def summarize(out: Path, seconds: float | None = None) -> dict[str, Any]:
         ratio = row["cost_ratio"]["median"]
         row["cost_ratio"]["adjusted_error"] = cost_adjusted_errors(val["mats"], ratio)
     return row
+
+
+def _host_spread(checks: dict[str, Any], out: Path) -> float | None:
+    """Max / min of the full target's busy capacity checks over the sweep
+    (shrink.busyspeed.host_drift), from the curve for outputs older than the field."""
+    if checks.get("host_spread") is not None:
+        return float(checks["host_spread"])
+    from shrink.busyspeed import host_drift
+    from shrink.loadcurve import LoadCurve
+
+    curve = out / "measured-curve.json"
+    if not curve.exists():
+        return None
+    return host_drift(LoadCurve.read_json(curve).share.speed).get("host_spread")
 
 
 def _cost_ratio(out: Path, val: dict[str, Any]) -> dict[str, Any] | None:
@@ -266,6 +281,36 @@ def _coverage(rows: list[dict[str, Any]]) -> None:
         print(f"root mean square log error over those pairs: {100 * rms:.1f}% (model error)")
 
 
+def _by_host(rows: list[dict[str, Any]]) -> None:
+    """The errors again, split by whether the host held steady over the run (its busy
+    checks within STEADY_SPREAD): on this project's VM that split decided accuracy.
+    Every run stays in the totals above; this only says which were measured on what."""
+    from shrink.busyspeed import STEADY_SPREAD
+
+    for steady in (True, False):
+        part = [
+            r for r in rows
+            if r.get("host_spread") is not None and (r["host_spread"] <= STEADY_SPREAD) == steady
+        ]  # fmt: skip
+        if not part:
+            continue
+        spreads = [r["host_spread"] for r in part]
+        errs = {
+            s: [
+                f"{100 * (r[f'{s}_ratio'] - 1):+.1f}%"
+                if r.get(f"{s}_status") == "ok/ok" and r.get(f"{s}_ratio")
+                else "inconclusive"
+                for r in part
+            ]
+            for s in ("mean", "p999")
+        }
+        print(
+            f"\nhost {'steady' if steady else 'moving'} (full capacity checks spread "
+            f"{min(spreads):.2f}-{max(spreads):.2f}, limit {STEADY_SPREAD:g}): {len(part)} run(s); "
+            f"mean {', '.join(errs['mean'])}; p99.9 {', '.join(errs['p999'])}"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--runs", type=int, default=1)
@@ -336,6 +381,7 @@ def main(argv: list[str] | None = None) -> int:
             f"({len(rows) - len(ok)} inconclusive)"
         )
     _coverage(rows)
+    _by_host(rows)
     for key, what in (("behind", "fell behind"), ("kept", "kept up")):
         v = sorted(x for r in rows for x in r["rep_steal"][key])
         if v:

@@ -29,6 +29,7 @@ from shrink.autolevels import (
     auto_sweep,
     companion_curve,
 )
+from shrink.busyspeed import host_drift
 from shrink.checks import check_alpha
 from shrink.loadcurve import FAILURE_LIMIT, LoadCurve
 from shrink.machine import Machine
@@ -189,6 +190,8 @@ def _self_checks(curve: LoadCurve, limits: Mapping[str, float]) -> dict[str, Any
         "failure_limit": FAILURE_LIMIT,
         # A controlled load: offered load rises with the level, ~linearly.
         **{k: v for k, v in offered_check(curve).items() if k != "offered"},
+        # How far the host's speed moved over the sweep (the full target's busy checks).
+        **host_drift(curve.share.speed),
     }
 
 

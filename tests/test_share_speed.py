@@ -280,3 +280,40 @@ def test_predict_measures_the_full_capacity_before_during_and_after_the_sweep():
     assert len(sp.full_capacities) == 2 + n_levels
     assert set(sp.full_capacity_at) == {lv.level for lv in res.measured.levels}
     assert sp.full_capacity == pytest.approx(float(np.median(sp.full_capacities)))
+    # The host's drift over the sweep is a self-check, and the report says it.
+    checks = res.prediction.self_checks
+    assert checks["host_checks"] == len(sp.full_capacities)
+    assert checks["host_capacity_range"] == [min(sp.full_capacities), max(sp.full_capacities)]
+
+
+def test_the_host_counts_as_steady_only_while_its_busy_checks_stay_within_the_spread(tmp_path):
+    """Checks within STEADY_SPREAD of each other: steady; one check 1.5x another: the
+    host moved, and the report says a MAT measured on it is only as sure as that."""
+    from types import SimpleNamespace
+
+    from shrink.busyspeed import STEADY_SPREAD, host_drift
+    from shrink.report.blocks import Doc, render_markdown
+    from shrink.report.sections.self_checks import add_self_checks
+
+    def speed(*caps: float) -> ShareSpeed:
+        return ShareSpeed(
+            0.25, {}, 0.15, "probe+loaded", full_capacity=caps[0], full_capacities=caps
+        )
+
+    assert host_drift(None) == {} and host_drift(speed(6000.0)) == {}
+    steady = host_drift(speed(6000.0, 5600.0, 6500.0))
+    assert steady["host_steady"] and steady["host_spread"] == pytest.approx(6500 / 5600)
+    edge = host_drift(speed(4000.0, 4000.0 * STEADY_SPREAD))
+    assert edge["host_steady"]
+    moved = host_drift(speed(6000.0, 4000.0, 5800.0))
+    assert not moved["host_steady"] and moved["host_spread"] == pytest.approx(1.5)
+    assert moved["host_capacity_range"] == [4000.0, 6000.0] and moved["host_checks"] == 3
+    texts = []
+    for drift in (steady, moved):
+        pred = SimpleNamespace(self_checks=drift, full_run=None)
+        doc = Doc("report")
+        add_self_checks(doc, pred, {"mean": 0.01}, None, "", None)
+        texts.append(render_markdown(doc))
+    assert "4,000-6,000 req/s (max / min 1.50)" in texts[1]
+    assert "The host's speed moved during the run" in texts[1]
+    assert "the host held steady" in texts[0] and "moved during" not in texts[0]

@@ -35,6 +35,7 @@ def add_self_checks(
         *_failure_items(checks),
         *_server_items(checks, full_checks),
         *_steal_items(checks, full_checks),
+        *_host_items(checks),
     ]
     if checks.get("generator_capacity_note"):
         items.append(checks["generator_capacity_note"])
@@ -164,6 +165,24 @@ def _steal_items(checks: dict[str, Any], full_checks: dict[str, Any]) -> list[st
             "late and bunched, and the level is flagged behind."
         )
     return items
+
+
+def _host_items(checks: dict[str, Any]) -> list[str]:
+    """How far the host's speed moved over the sweep (shrink.busyspeed.host_drift)."""
+    if checks.get("host_spread") is None:
+        return []
+    lo, hi = checks["host_capacity_range"]
+    text = (
+        f"The full target's capacity, measured busy {checks['host_checks']} times over the "
+        f"sweep: {lo:,.0f}-{hi:,.0f} req/s (max / min {checks['host_spread']:.2f})"
+    )
+    if checks.get("host_steady"):
+        return [text + ": the host held steady."]
+    return [
+        text + ". **The host's speed moved during the run**: a MAT measured on it, the "
+        "prediction's and a full-scale run's alike, is only as sure as that spread (the "
+        "interval carries it). Rerun when the host is steadier."
+    ]
 
 
 def cluster_text(cluster: dict[str, Any]) -> str:
