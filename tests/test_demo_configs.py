@@ -212,3 +212,25 @@ def test_the_light_load_is_a_tenth_of_the_whole_core_whatever_the_trace_rate(tmp
     # Each repetition holds at least min_requests requests.
     assert rule["light_load_requests"] >= 3 * demo.LIGHT_LOAD["min_requests"]
     assert json.loads((tmp_path / "thresholds.json").read_text()) == rule
+
+
+def test_bench_demo_splits_its_errors_by_whether_the_host_held_steady(capsys):
+    """bench_demo's summary: runs by the spread of their full-capacity checks, steady
+    (within STEADY_SPREAD) apart from moving, each with its errors; no spread, no row."""
+    import bench_demo
+
+    rows = [
+        {"host_spread": 1.10, "mean_ratio": 1.02, "mean_status": "ok/ok", "p999_status": "ok/ok",
+         "p999_ratio": 0.97},
+        {"host_spread": 1.60, "mean_ratio": 1.30, "mean_status": "ok/ok",
+         "p999_status": "ok/not_reached", "p999_ratio": 1.2},
+        {"host_spread": None, "mean_ratio": 2.0, "mean_status": "ok/ok"},
+    ]  # fmt: skip
+    bench_demo._by_host(rows)
+    out = capsys.readouterr().out.strip().splitlines()
+    assert [line for line in out if line] == [
+        "host steady (full capacity checks spread 1.10-1.10, limit 1.25): 1 run(s); "
+        "mean +2.0%; p99.9 -3.0%",
+        "host moving (full capacity checks spread 1.60-1.60, limit 1.25): 1 run(s); "
+        "mean +30.0%; p99.9 inconclusive",
+    ]
