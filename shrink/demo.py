@@ -360,6 +360,10 @@ def run_demo(
         "generator_kept_up": (pred.self_checks or {})["generator_kept_up"],
         "steal_before": {str(c): round(u, 3) for c, u in before["steal"].items()},
         "max_generator_steal": (pred.self_checks or {}).get("max_generator_steal"),
+        # max / min of the full target's busy checks (shrink.busyspeed.host_drift): over
+        # STEADY_SPREAD, neither MAT here is surer than the host was steady.
+        "host_spread": (pred.self_checks or {}).get("host_spread"),
+        "host_steady": (pred.self_checks or {}).get("host_steady"),
         "whatif_recommended": None if whatif is None else whatif.get("recommended"),
         "server": pred.server,
         "report": str(out / "report.md"),
