@@ -245,7 +245,8 @@ def host_drift(speed: ShareSpeed | None) -> dict[str, Any]:
     clones): four runs whose checks spread 1.40-1.74 missed by 6-34%, and five whose
     checks spread 1.08-1.16 by 0-10% (four conclusive, one a bound). A prediction and
     the full-scale run that judges it are both measured on that host, so neither is
-    surer than it.
+    surer than it. A range widens with the number of checks. The limit was set on the
+    demo's 7-9 checks, and a sweep with many more would need a wider one.
     """
     caps = [c for c in (speed.full_capacities if speed is not None else ()) if c > 0]
     if len(caps) < 2:
