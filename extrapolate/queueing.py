@@ -133,13 +133,20 @@ class Network:
         w, k, theta, shift = self._components(throughput, cls)
         comp = gammaincinv(k, q) * theta + shift
         lo, hi = float(comp.min()), float(comp.max())
-        if hi - lo < 1e-15:
+        # Relative, not absolute: a hair under saturation the components' quantiles run
+        # to 1e10 s and differ in the last bits only (hypothesis found it).
+        if hi - lo <= 1e-12 * hi:
             return self.fixed_latency + hi
 
         def cdf_gap(t: float) -> float:
             x = np.maximum(t - shift, 0.0) / theta
             return float(np.dot(w, gammainc(k, x))) - q
 
+        # The mixture's quantile lies between its components'; where rounding leaves no
+        # sign change across them, the end nearer the quantile is as close as floats get.
+        g_lo, g_hi = cdf_gap(lo), cdf_gap(hi)
+        if g_lo >= 0 or g_hi <= 0:
+            return self.fixed_latency + (lo if abs(g_lo) <= abs(g_hi) else hi)
         return self.fixed_latency + float(brentq(cdf_gap, lo, hi, xtol=1e-12, rtol=1e-10))
 
     def response(self, throughput: float, stat: str, cls: str | None = None) -> float:

@@ -7,6 +7,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Tests are deterministic: hypothesis draws the same examples on every run (seeded by
+# each test's name), so CI cannot pass or fail by the luck of a draw. A property test
+# once failed in one CI run out of many (a quantile a hair under saturation); the
+# example it found is pinned in that test.
+settings.register_profile("shrink", derandomize=True, database=None)
+settings.load_profile("shrink")
 
 ROOT = Path(__file__).resolve().parent.parent
 # The real traces live outside the project, in ../shared (never copied in).

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from helpers.machines import NEHALEM
 from helpers.surface import exported, public_names
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from sklearn.base import clone
 
@@ -328,6 +328,10 @@ def test_paper_machine_matches_the_example_spec():
     cores=st.integers(1, 8),
     slack=st.floats(2.0, 50.0),
 )
+# Found by a random draw in CI: two classes of equal demand put the p99.9's bracket a
+# hair under saturation, where the components' quantiles (1.4e10 s) differ in the last
+# bits, and the root finder saw no sign change.
+@example(d_s=0.000966837861101718, ratio=1.0000000000000002, dyn=0.6875, l0=0.0, cores=1, slack=2.0)
 def test_queueing_invariants(d_s, ratio, dyn, l0, cores, slack):
     net = Network(
         (Station(cores, {"static": d_s, "dynamic": d_s * ratio}),),
