@@ -254,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, cfg in CONFIGS.items():
             print(f"{name}: {json.dumps(cfg, default=str) if cfg else 'shrink.demo.DEMO as it is'}")
         return 0
+    interrupted = False
     if args.summarize is not None:
         dirs = run_dirs(args.summarize)
         if not dirs:
@@ -265,14 +266,23 @@ def main(argv: list[str] | None = None) -> int:
     else:
         names = args.config or list(DEFAULT)
         rows = []
-        for _ in range(args.runs):
-            # Configurations interleaved run by run: a machine that drifts over the
-            # hour spreads over all of them alike.
-            for name in names:
-                rows.append(run_config(name, next_run_dir(args.out / name), quick=args.quick))
-                print(table(rows[-1:]), flush=True)
+        out, interrupted = args.out, False
+        try:
+            for _ in range(args.runs):
+                # Configurations interleaved run by run: a machine that drifts over the
+                # hour spreads over all of them alike.
+                for name in names:
+                    out = next_run_dir(args.out / name)
+                    rows.append(run_config(name, out, quick=args.quick))
+                    print(table(rows[-1:]), flush=True)
+        except KeyboardInterrupt as exc:
+            from shrink.demo import interrupted_line
+
+            # The runs already done still make the report; the one cut short is not in it.
+            print(interrupted_line(exc, out), file=sys.stderr)
+            interrupted = True
     print(report(rows))
-    return 0
+    return 130 if interrupted else 0
 
 
 if __name__ == "__main__":

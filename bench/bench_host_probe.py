@@ -138,4 +138,11 @@ def _report(kernel: str, rows, samples: np.ndarray, levels: list[float]) -> None
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from shrink.errors import ShrinkError
+
+    try:
+        raise SystemExit(main())
+    except (ShrinkError, subprocess.CalledProcessError) as exc:
+        raise SystemExit(f"bench_host_probe: {exc}") from None
+    except KeyboardInterrupt:
+        raise SystemExit("bench_host_probe: interrupted; nothing is kept") from None

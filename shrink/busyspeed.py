@@ -13,7 +13,8 @@ whole core gets cheaper once busy, a quota dearer once behind). So:
   2,300-3,100 req/s, 2026-11-24). Every share repetition is scaled against the
   median of all the checks (:func:`shrink.scaling.rep_speed`): one 3-s check is
   noisier than the drift it would follow. The check after each level is still kept
-  with that level (``ShareSpeed.full_capacity_at``), so the report shows the drift;
+  with that level (``ShareSpeed.full_capacity_at``, in the curve's JSON), and the
+  checks' spread is a self-check (:func:`host_drift`);
 * :func:`knee_speed`, after the sweep: the share's capacity from its own saturated
   repetitions, over that median.
 
@@ -187,7 +188,7 @@ class FullChecks:
         self.capacity = speed.full_capacity or 0.0
         self.runs = replace(runs, warmup=check_s[0], duration=check_s[1])
         self.capacities: list[float] = []
-        self.at: dict[float, float] = {}  # level -> the capacity checked right after it (reported)
+        self.at: dict[float, float] = {}  # level -> the capacity checked right after it
         self.unusable: list[str] = []
         self.cost_s = 0.0
 

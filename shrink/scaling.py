@@ -39,8 +39,8 @@ follow. Four fresh demo runs (2026-11-25) make the case. There, the check after 
 level read -32% to +97% (RMS 24%) of the capacity the full target's own repetitions
 of that level showed, and the median RMS 21%. Against the median, the predicted
 MATs' root-mean-square error fell from 19% to 16% (mean) and from 24% to 18%
-(p99.9). The checks still count: they make the median and show the drift in the
-report.
+(p99.9). The checks still count: they make the median, and their spread is the
+report's host-steadiness self-check (shrink.busyspeed.host_drift).
 """
 
 from __future__ import annotations

@@ -124,8 +124,8 @@ class ShareSpeed:
     # is their median once there are several.
     full_capacities: tuple[float, ...] = ()
     # Level -> the full capacity measured busy right after it (shrink.busyspeed.
-    # FullChecks). Reported, to show the drift; repetitions are scaled against the
-    # median (shrink.scaling.rep_speed).
+    # FullChecks), kept in the curve's JSON for analysis; repetitions are scaled
+    # against the median (shrink.scaling.rep_speed).
     full_capacity_at: dict[float, float] = field(default_factory=dict)
     # The light probe's ``effective`` when busy runs replaced it (shrink.speed.
     # loaded_speed, knee_speed): a light probe misreads both sides once they are busy.

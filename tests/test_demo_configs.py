@@ -234,3 +234,27 @@ def test_bench_demo_splits_its_errors_by_whether_the_host_held_steady(capsys):
         "host moving (full capacity checks spread 1.60-1.60, limit 1.25): 1 run(s); "
         "mean +30.0%; p99.9 inconclusive",
     ]
+
+
+def test_ctrl_c_in_bench_configs_is_one_line_and_keeps_the_finished_runs(
+    tmp_path, monkeypatch, capsys
+):
+    """A run cut short is named in one line; the runs before it still make the report."""
+    done = {"config": "support-s7-a50", "dir": "x", "error": "no level kept up"}
+    calls = iter([done])
+
+    def run(name, out, **kw):
+        out.mkdir(parents=True)  # as a real run does: the next one goes to run-1
+        got = next(calls, None)
+        if got is None:
+            raise KeyboardInterrupt
+        return got
+
+    monkeypatch.setattr(bench_configs, "run_config", run)
+    argv = ["--config", "support-s7-a50", "--runs", "3", "--out", str(tmp_path)]
+    assert bench_configs.main(argv) == 130
+    captured = capsys.readouterr()
+    assert captured.err.strip() == (
+        f"interrupted: the runs so far are in {tmp_path / 'support-s7-a50' / 'run-1'}"
+    )
+    assert "Traceback" not in captured.out + captured.err
