@@ -68,13 +68,17 @@ class BusyRuns:
 
 
 def _busy_run(target: Target, tr: Trace, rate: float, k: float, runs: BusyRuns, seed: int):
-    """One run of ``tr``'s loop window at ``rate`` req/s (``k`` times the plan's length);
-    None when the window holds no request."""
-    from shrink.measure import loop_window, looped_run
+    """One run of ``tr``'s loop window at ``rate`` req/s, ``k`` times the plan's length
+    and in slow motion by ``k`` (as a sweep runs the share); None when the window holds
+    no request."""
+    from shrink.measure import loop_window, looped_run, slow_motion
 
     window = loop_window(tr, runs.skip, runs.loop_span)
     if not len(window):
         return None
+    # The share's sessions think k times as long, as in the sweep's repetitions whose
+    # levels this run places: the same request rate from k times as many open sessions.
+    window = slow_motion(window, k)
     rate_factor = rate / (len(window) / runs.loop_span)
     run = looped_run(window, rate_factor, k * runs.warmup, k * runs.duration)
     res = target.run(
@@ -105,8 +109,8 @@ def loaded_speed(
     Two runs of the loop window a sweep replays: the whole ``trace`` on the full
     target at FULL_BUSY of the capacity the light probe gave it, and ``sample`` on
     the share at SHARE_BUSY times the rate the probe says it can serve (``scaled_time``
-    times as long), so a share slower than that is measured behind. The speed is the
-    share's capacity over the full target's.
+    times as long, in slow motion by that factor, as the sweep runs it), so that it is
+    busy but keeps up. The speed is the share's capacity over the full target's.
 
     Why: on this project's VM the whole core got 10-25% cheaper per request once busy
     (it stops halting between requests, and keeps its caches), while a 25% CFS share

@@ -77,12 +77,15 @@ MAX_RATE = 2000.0  # req/s on the full target: what one generator CPU sends with
 # The loaded runs' rates (loaded_speed), as fractions of the capacity the light probe
 # gave each side: the full target busy but short of its knee (cheap in generator
 # capacity, and busy enough to stop idling between requests; its cost per request was
-# flat from 55% busy to saturation here); the share past its capacity by the light
-# probe, saturated: a quota got dearer per request once behind (1.6 ms of quota a
-# request at 91% busy, 2.2-2.7 ms saturated, in the same demo run), and a share's
-# MAT is decided where it falls behind. X / U holds saturated too (U = 1).
+# flat from 55% busy to saturation here); the share busy but keeping up (about 75% busy
+# at the 0.8 of its light speed it served busy here). The share's loaded speed places
+# its levels (AutoPlan.share_load), and its knee lies where it stops keeping up: over
+# six demo runs on a steady host the share's keeping-up capacity put its knee within
+# 0-10% of the whole core's knee in level, where a run saturated past it (1.2 here
+# until 2026-11-25) read 0.13-0.22 of the whole core, against 0.19-0.21 keeping up,
+# and once left the share's knee 40% above the whole core's, out of the sweep's time.
 FULL_BUSY = 0.6
-SHARE_BUSY = 1.2
+SHARE_BUSY = 0.6
 PILOT_S = (0.3, 1.0)  # warmup, duration of the pilot run
 WARMUP_S = 0.5
 
