@@ -5,6 +5,7 @@
     python bench/bench_demo.py --rethreshold DIR...  # their errors at other thresholds
     python bench/bench_demo.py --revalidate DIR...   # their validations with this code
     python bench/bench_demo.py --compare-centres DIR...  # median vs mean of repetitions
+    python bench/bench_demo.py --knees DIR...        # the share's knee level vs the whole core's
 
 Each run is the whole demo (``shrink.demo.run_demo``): predict one core from a 25%
 CPU-time share with 25% of the sessions, full-scale runs paired with the scaled
@@ -221,6 +222,43 @@ def compare_centres(dirs: list[Path]) -> None:
         loadcurve.Level.stat = median  # type: ignore[method-assign]
 
 
+def knees(dirs: list[Path]) -> None:
+    """Where each run's share and whole core crossed their thresholds, in levels.
+
+    One sweep brackets both knees only if the share's load per level matches its
+    speed (``AutoPlan.share_load``, from the loaded run). Each cell is the level
+    bracket of the crossing on the share (at its own, time-scaled threshold) and on
+    the whole core, and the share's over the whole core's (geometric midpoints): near
+    1 the two knees share levels, far from 1 the budget has to reach two places."""
+    from shrink.errors import ShrinkError
+    from shrink.loadcurve import LoadCurve
+    from shrink.mat import mat
+
+    print("| run | share load | mean: share / full bracket = ratio | p99.9: the same |")
+    print("|---|---|---|---|")
+    for d in dirs:
+        try:
+            pred = json.loads((d / "prediction.json").read_text())
+            val = json.loads((d / "validation.json").read_text())
+            measured = LoadCurve.read_json(d / "measured-curve.json")
+            full = LoadCurve.read_json(d / "full-curve.json")
+            cells = []
+            for stat, m in val["mats"].items():
+                a = mat(measured, stat, pred["measured_mats"][stat]["threshold"]).bracket
+                b = mat(full, stat, m["threshold"]).bracket
+                cell = " / ".join(
+                    "not bracketed" if x is None else f"{x[0]:.2f}-{x[1]:.2f}" for x in (a, b)
+                )
+                if a is not None and b is not None:
+                    cell += f" = {math.sqrt(a[0] * a[1] / (b[0] * b[1])):.2f}"
+                cells.append(cell)
+        except (OSError, ValueError, KeyError, TypeError, ShrinkError) as exc:
+            print(f"| {d} | unreadable: {exc} | - | - |")
+            continue
+        load = measured.meta.get("share_load", 1.0)
+        print(f"| {d} | {load:.3f} | " + " | ".join(cells) + " |")
+
+
 def _cost_cell(cost: dict[str, Any] | None) -> str:
     if not cost:
         return "-"
@@ -334,7 +372,16 @@ def main(argv: list[str] | None = None) -> int:
         nargs="*",
         help="demo output dirs: MAT errors with the median repetition and with the mean",
     )
+    ap.add_argument(
+        "--knees",
+        type=Path,
+        nargs="*",
+        help="demo output dirs: the share's knee level against the whole core's",
+    )
     args = ap.parse_args(argv)
+    if args.knees:
+        knees(args.knees)
+        return 0
     if args.revalidate:
         revalidate(args.revalidate)
         return 0

@@ -408,8 +408,8 @@ def _plan(plan: AutoPlan | None, quick: bool) -> AutoPlan:
     if quick:
         return AutoPlan(warmup=1.0, duration=3.0, reps=1, max_levels=5)
     # Time-scaled pairs: the whole core runs 1 s + 3 s, the 25% share 1/s times as long
-    # (s its measured speed, 0.12-0.17 here: about 7 s + 20 s), so that both reach the
-    # same queueing state and count as many requests (predict's time scaling). Two
+    # (s its loaded speed, 0.19-0.23 here keeping up: about 4.5 s + 13 s), so that both
+    # reach the same queueing state and count as many requests (predict's time scaling). Two
     # paired repetitions a level; the probe runs once and draws the light-load end. The
     # coarse pass starts at 65% of the capacity the probe estimates: a light level's
     # cost per request differs from the knee's (the whole core gets cheaper once busy, a

@@ -73,6 +73,27 @@ def test_a_tcp_config_runs_end_to_end_with_rule_thresholds(tmp_path, fake_target
     text = capsys.readouterr().out
     assert "| tcp-test | " in text and "tcp-test:" in text
     assert "interval covered the measured MAT in" in text or "no conclusive run" in text
+    _check_knees(out, tmp_path / "run-missing", capsys)
+
+
+def _check_knees(run: Path, missing: Path, capsys) -> None:
+    """bench_demo --knees on a finished run and on a folder with no run: one row each,
+    the share's and the whole core's level brackets, and their ratio where both hold."""
+    import re
+
+    import bench_demo
+
+    assert bench_demo.main(["--knees", str(run), str(missing)]) == 0
+    rows = capsys.readouterr().out.splitlines()[2:]
+    assert len(rows) == 2 and rows[1].startswith(f"| {missing} | unreadable: ")
+    cells = [c.strip() for c in rows[0].strip("|").split("|")]
+    assert cells[0] == str(run) and float(cells[1]) > 0
+    side = r"(\d+\.\d\d-\d+\.\d\d|not bracketed)"
+    for cell in cells[2:]:
+        m = re.fullmatch(rf"{side} / {side}( = \d+\.\d\d)?", cell)
+        assert m is not None, cell
+        both = "not bracketed" not in cell
+        assert (m.group(3) is not None) == both, cell
 
 
 def test_summarize_counts_errors_and_coverage():
