@@ -13,8 +13,9 @@ latency, used before, bends up too early and put the crossing too low (a demo ru
 whose share was bracketed from 80% busy to saturated under-predicted by 10.2% read
 the old way, 6.0% the new; bench/RESULTS.md, 2026-11-25, has every saved run re-read
 with ``bench/bench_demo.py --revalidate``). Where throughput did not rise across the
-bracket (an overloaded server serves less), the interpolation stays linear in log
-latency. Its confidence interval comes from the same interpolation on the
+bracket (an overloaded server serves less), the MAT is the throughput of the level
+under the threshold: nothing higher was served, and that was served under it. Its
+confidence interval comes from the same interpolation on the
 statistic's CI band: where the upper band crosses gives the low end, where the
 lower band crosses the high end. Levels where the
 generator fell behind its schedule are never used.
@@ -186,7 +187,15 @@ def crossing(x: np.ndarray, y: np.ndarray, threshold: float) -> tuple[float, str
     if i == 0:
         return float(x[0]), "below_range", 0
     x0, x1, y0, y1 = x[i - 1], x[i], y[i - 1], y[i]
-    if y0 > 0 and x1 > x0 and threshold > 0:
+    if x1 <= x0:
+        # The level over the threshold served no more than the one under it (an
+        # overloaded server serves less): no throughput above x0 was seen, and x0 was
+        # achieved under the threshold, so x0 is the MAT. Interpolating towards x1 put
+        # it below a throughput measured under the threshold: the whole core of one demo
+        # run served 5,415 req/s at 1.7 ms mean, then 4,292 at 28 ms one level up, and
+        # read 4,704 (2026-11-25).
+        return float(x0), "ok", i
+    if y0 > 0 and threshold > 0:
         # A queue's latency near its knee, a / (C - X), through both levels (see the
         # module docstring): C from y0 (C - x0) = y1 (C - x1), then a / (C - X) = threshold.
         c = (y1 * x1 - y0 * x0) / (y1 - y0)
