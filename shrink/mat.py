@@ -200,11 +200,8 @@ def crossing(x: np.ndarray, y: np.ndarray, threshold: float) -> tuple[float, str
         # module docstring): C from y0 (C - x0) = y1 (C - x1), then a / (C - X) = threshold.
         c = (y1 * x1 - y0 * x0) / (y1 - y0)
         return float(c - y0 * (c - x0) / threshold), "ok", i
-    # Interpolate in log(latency): latency grows roughly geometrically near the knee.
-    if y0 > 0 and y1 > 0 and threshold > 0:
-        f = (np.log(threshold) - np.log(y0)) / (np.log(y1) - np.log(y0))
-    else:
-        f = (threshold - y0) / (y1 - y0)
+    # A zero latency or threshold (no queue's curve through it): a straight line.
+    f = (threshold - y0) / (y1 - y0)
     return float(x0 + f * (x1 - x0)), "ok", i
 
 
