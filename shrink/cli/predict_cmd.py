@@ -23,6 +23,7 @@ from shrink.cli._common import (
     stat_thresholds,
 )
 from shrink.cli._progress import line_progress, on_terminal
+from shrink.cli._replay_opts import _GenCpus, _Overlap, _Realtime
 from shrink.errors import ParameterError
 from shrink.mapping import BUILTIN_MAPPINGS
 from shrink.prediction import Prediction
@@ -32,9 +33,10 @@ _PairedFullRun = Annotated[
     bool,
     typer.Option(
         "--paired-full-run",
-        help="Also run the whole trace on the full target, each repetition next to its "
-        "scaled twin, for 'shrink validate --full-run paired' on a machine whose speed "
-        "drifts (a VM). Doubles the measuring time; the prediction uses the scaled runs.",
+        help="For validation: also run the whole trace on the full target, each repetition "
+        "next to its scaled twin, then at levels of its own search, for 'shrink validate "
+        "--full-run paired' on a machine whose speed drifts (a VM). None of it reaches the "
+        "prediction or chooses the share's levels.",
     ),
 ]
 _TimeScaling = Annotated[
@@ -53,6 +55,15 @@ _Skip = Annotated[
         "--skip",
         help="Trace time left out at the start of every run, e.g. 30s; 'auto': a tenth "
         "of the trace's span, at most 1m (its first seconds are not its steady mix).",
+    ),
+]
+_Calibrate = Annotated[
+    bool,
+    typer.Option(
+        "--calibrate/--no-calibrate",
+        help="On a CPU-time share, calibrate its speed with light runs on the full target "
+        "(at most 10%% busy, 20 s in all; prediction.json records them). --no-calibrate: "
+        "take the nominal fraction, for a full target you cannot run at all.",
     ),
 ]
 _Budget = Annotated[
@@ -151,6 +162,10 @@ def predict(
     budget: _Budget = None,
     cluster: ClusterOpt = None,
     generators: GeneratorsOpt = None,
+    generator_cpus: _GenCpus = None,
+    allow_overlap: _Overlap = False,
+    realtime: _Realtime = 0,
+    calibrate: _Calibrate = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print prediction.json.")] = False,
 ) -> None:
     """Predict the full machine's MAT for each mapping from a scaled-down run.
@@ -161,7 +176,7 @@ def predict(
     """
     from shrink.autolevels import AutoPlan
     from shrink.checks import parse_duration, parse_thresholds
-    from shrink.pipeline import run_predict
+    from shrink.pipeline import GeneratorPlacement, run_predict
     from shrink.topology import parse_cpulist
 
     with cli_errors():
@@ -208,6 +223,12 @@ def predict(
                 skip=None if skip == "auto" else _skip_seconds(skip),
                 server=server,
                 cluster=cluster_spec(cluster, generators),
+                generator=GeneratorPlacement(
+                    None if generator_cpus is None else tuple(parse_cpulist(generator_cpus)),
+                    allow_overlap,
+                    realtime,
+                ),
+                calibrate=calibrate,
             )
     if as_json:
         echo_json(pred.to_dict())

@@ -29,13 +29,13 @@ def add_self_checks(
     """
     doc.h(1, "Self-checks")
     checks = pred.self_checks or {}
-    full_checks = (pred.full_run or {}).get("self_checks") or {}
+    full_checks = full_run_checks(full_run, thresholds)
     items = [
         *_generator_items(checks),
         *_failure_items(checks),
         *_server_items(checks, full_checks),
         *_steal_items(checks, full_checks),
-        *_host_items(checks),
+        *_host_items(full_checks),
     ]
     if checks.get("generator_capacity_note"):
         items.append(checks["generator_capacity_note"])
@@ -167,21 +167,28 @@ def _steal_items(checks: dict[str, Any], full_checks: dict[str, Any]) -> list[st
     return items
 
 
+def full_run_checks(full_run: LoadCurve | None, thresholds: dict[str, float]) -> dict[str, Any]:
+    """A full-scale curve's own checks: those it carries, else computed from it."""
+    if full_run is None:
+        return {}
+    from shrink.selfchecks import host_drift, self_checks
+
+    return full_run.meta.get("self_checks") or {
+        **self_checks(full_run, thresholds),
+        **host_drift(full_run),
+    }
+
+
 def _host_items(checks: dict[str, Any]) -> list[str]:
-    """How far the host's speed moved over the sweep (shrink.busyspeed.host_drift)."""
+    """How far the host's speed moved over the validation's runs (shrink.selfchecks)."""
     if checks.get("host_spread") is None:
         return []
     lo, hi = checks["host_capacity_range"]
-    text = (
-        f"The full target's capacity, measured busy {checks['host_checks']} times over the "
-        f"sweep: {lo:,.0f}-{hi:,.0f} req/s (max / min {checks['host_spread']:.2f})"
-    )
-    if checks.get("host_steady"):
-        return [text + ": the host held steady."]
     return [
-        text + ". **The host's speed moved during the run**: a MAT measured on it, the "
-        "prediction's and a full-scale run's alike, is only as sure as that spread (the "
-        "interval carries it). Rerun when the host is steadier."
+        f"The host's drift: the full target's capacity over its {checks['host_checks']} "
+        f"busy validation runs read {lo:,.0f}-{hi:,.0f} req/s (max / min "
+        f"{checks['host_spread']:.2f}). A validation error is only as sure as that spread: "
+        "the host moves the prediction's runs and the validation's alike."
     ]
 
 
