@@ -377,7 +377,7 @@ def _full_target_use(share: Share) -> dict[str, Any]:
     runs = list(sp.full_target_runs) if sp is not None else []
     return {
         "runs": runs,
-        "seconds": sum(float(r.get("seconds", 0.0)) for r in runs),
+        "seconds": sp.full_target_seconds if sp is not None else 0.0,
         "max_utilization": max(
             (float(r["utilization"]) for r in runs if r.get("utilization") is not None),
             default=None,

@@ -51,14 +51,13 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 import numpy as np
 
-from shrink.checks import check_alpha
+from shrink.checks import check_alpha, check_positive
 from shrink.errors import ExtrapolationError, MeasurementError
 from shrink.loadcurve import ClassStats, LoadCurve
 from shrink.share import Share, ShareSpeed
@@ -88,11 +87,10 @@ CALIBRATION_S = 20.0
 PILOT_RATE = 5.0
 PILOT_S = (0.3, 2.0)  # warm-up, window of the pilot
 WARMUP_S = 0.5
-# What a live run costs beyond its seconds (the generator's processes start each time):
-# the calibration plans for it so that its wall time, too, stays within its bound.
-RUN_OVERHEAD_S = 1.5
 # The share's calibration runs are this many times as long as the full target's.
 SHARE_RUNS = 3
+# Runs after the pilot on the full target, each at the rate its requests so far allow.
+RAMP_STEPS = 2
 # The calibration aims below its bound: the pilot's cost estimate rests on a second
 # of requests.
 AIM = 0.7
@@ -226,29 +224,27 @@ class _Side:
 class _FullBudget:
     """The full target's seconds the calibration may still spend, and what it ran there.
 
-    Each run is recorded by its planned seconds (warm-up and window: the time the full
-    target carried load), so that a seeded calibration records the same bytes every
-    time; the wall clock, start-up included, only guards the bound on a live target.
+    The bound is on the seconds the full target carries load (each run's warm-up and
+    window), which is what each run records; a seeded calibration then records the
+    same bytes every time. A live run's start-up (the generator's processes) leaves the
+    full target idle and is not counted.
     """
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
-        self.wall = 0.0
         self.runs: list[dict[str, Any]] = []
 
     @property
     def planned(self) -> float:
-        return float(sum(r["seconds"] for r in self.runs))
+        return round(float(sum(r["seconds"] for r in self.runs)), 6)
 
     def run(
         self, target: Target, trace: Trace, cls: str, rate: float, warm: float, dur: float,
         seed: int,
     ) -> RunResult | None:  # fmt: skip
-        if max(self.planned, self.wall) + warm + dur > self.seconds:
+        if self.planned + warm + dur > self.seconds + 1e-9:
             return None
-        t0 = time.monotonic()
         res = _run(target, trace, cls, rate, warm, dur, seed)
-        self.wall += time.monotonic() - t0
         self.runs.append(
             {
                 "class": cls,
@@ -277,6 +273,8 @@ def calibrate(
     taken at ``nominal``, and ``notes`` says so.
     """
     nominal = check_alpha(nominal, "nominal")
+    seconds = check_positive(seconds, "seconds")
+    busy = check_alpha(busy, "busy")
     cls = trace.column("cls") if len(trace) else np.array([], dtype=object)
     classes, counts = np.unique(cls.astype(str), return_counts=True)
     if classes.size == 0:
@@ -290,18 +288,17 @@ def calibrate(
     notes: list[str] = []
     # Each class gets an equal part of the full target's seconds: its pilot, then its
     # run, each allowed RUN_OVERHEAD_S of start-up on a live target.
-    dur = max(1.0, seconds / classes.size - sum(PILOT_S) - WARMUP_S - 2 * RUN_OVERHEAD_S)
+    # (in tenths of a second, rounded down, so that the sum stays within the bound)
+    dur = max(1.0, math.floor(10 * (seconds / classes.size - sum(PILOT_S))) / 10)
+    dur = math.floor(10 * (dur - WARMUP_S * RAMP_STEPS)) / 10
     for k, c in enumerate(classes.tolist()):
         rng_seed = seed + 101 * k
-        rate = _light_rate(budget, full_target, trace, c, rng_seed, busy)
-        got = None if rate is None else budget.run(
-            full_target, trace, c, rate, WARMUP_S, dur, rng_seed + 1
-        )  # fmt: skip
+        got = _full_side(budget, full_target, trace, c, rng_seed, busy, dur)
         if got is None:
             notes.append(f"class {c!r}: assumed nominal {nominal:g} (calibration time spent)")
             speeds[c], sigmas[c], demand[c], full_caps[c] = nominal, 0.0, 0.0, None
             continue
-        full = _measured(got)
+        full, rate = got
         # The share's time is not bounded: it runs SHARE_RUNS times as long, so that
         # the speed's noise is mostly the full side's.
         share = _measured(
@@ -318,6 +315,9 @@ def calibrate(
         if doubt:
             notes.append(f"class {c!r}: assumed nominal {nominal:g} ({doubt})")
             speed = nominal
+        elif full.behind or share.behind:
+            # X / U holds at any load, so a late generator leaves the speed usable.
+            notes.append(f"class {c!r}: the generator fell behind; measured lighter than planned")
         speeds[c] = speed
         sigmas[c] = 0.0 if doubt else _sigma(full, share)
         # CPU demand of the class on the full target: its count times its cost.
@@ -423,27 +423,49 @@ def _run(
     return target.run(probe, rate_factor=1.0, warmup=warm, duration=dur, seed=seed)
 
 
-def _light_rate(
-    budget: _FullBudget, full: Target, trace: Trace, cls: str, seed: int, busy: float
-) -> float | None:
-    """The rate that keeps ``full`` about AIM x ``busy`` busy on ``cls`` (from a pilot);
-    None when the budget cannot pay for the pilot."""
+def _full_side(
+    budget: _FullBudget, full: Target, trace: Trace, cls: str, seed: int, busy: float,
+    dur: float,
+) -> tuple[_Side, float] | None:  # fmt: skip
+    """``cls`` on the full target, light: a pilot at PILOT_RATE, then RAMP_STEPS runs of
+    ``dur`` in all, each at the rate the requests so far say keeps it AIM x ``busy``
+    busy, by the upper bound of their cost (a few requests can read a cost low by a
+    few standard errors, and the bound must hold). The side pools every run; the rate
+    is the last one's. None when the budget cannot pay for the pilot."""
     res = budget.run(full, trace, cls, PILOT_RATE, PILOT_S[0], PILOT_S[1], seed)
     if res is None:
         return None
-    side = _measured(res)
-    x = side.n / PILOT_S[1]
-    u = res.utilization
-    if u is None and math.isfinite(side.latency):
-        # Little's law: requests in the system, X * R, is the utilization of one server
-        # at light load (and over it with several, which only makes the run lighter).
-        u = x * side.latency
-    if not u or u <= 0 or x <= 0:
-        return PILOT_RATE
-    # The cost per request from a handful of pilot requests can be low by a few standard
-    # errors (a CV of about 1 over n): aim at what its upper bound allows.
-    upper = 1.0 + 2.0 / math.sqrt(max(1, side.n))
-    return float(min(MAX_RATE, max(PILOT_RATE / 4, AIM * busy * x / u / upper)))
+    runs = [_measured(res)]
+    rate = PILOT_RATE
+    for step in range(RAMP_STEPS):
+        pooled = _pooled(runs)
+        # Without a utilization a light server's response time is its service time.
+        cap = pooled.capacity or (1 / pooled.latency if pooled.latency > 0 else None)
+        if cap:
+            upper = 1.0 + 2.0 / math.sqrt(max(1, pooled.n))
+            rate = min(MAX_RATE, max(PILOT_RATE / 4, AIM * busy * cap / upper))
+        res = budget.run(full, trace, cls, rate, WARMUP_S, dur / RAMP_STEPS, seed + 1 + step)
+        if res is None:
+            break
+        runs.append(_measured(res))
+    return _pooled(runs), float(rate)
+
+
+def _pooled(sides: list[_Side]) -> _Side:
+    """Several light runs of one class on one target as one: requests and CPU seconds
+    add up, so the capacity is all the requests over all the CPU they took."""
+    n = sum(s.n for s in sides)
+    cpu = sum(s.n / s.capacity for s in sides if s.capacity and s.n)
+    cap = n / cpu if cpu > 0 and all(s.capacity for s in sides if s.n) else None
+    lat = [s.latency for s in sides if s.n and math.isfinite(s.latency)]
+    w = [s.n for s in sides if s.n and math.isfinite(s.latency)]
+    mean_lat = float(np.average(lat, weights=w)) if lat else math.nan
+    cvs = [s.cv for s in sides if s.n]
+    us = [s.utilization for s in sides if s.utilization is not None]
+    return _Side(
+        n, cap, mean_lat, float(max(cvs)) if cvs else 1.0, max(us) if us else None,
+        any(s.behind for s in sides),
+    )  # fmt: skip
 
 
 def _measured(res: RunResult) -> _Side:

@@ -126,7 +126,7 @@ class ShareSpeed:
     @property
     def full_target_seconds(self) -> float:
         """Seconds of the full target's time the calibration took."""
-        return float(sum(r.get("seconds", 0.0) for r in self.full_target_runs))
+        return round(float(sum(r.get("seconds", 0.0) for r in self.full_target_runs)), 6)
 
     @property
     def full_target_busy(self) -> float | None:

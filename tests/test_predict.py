@@ -16,7 +16,7 @@ from shrink.machine import Machine
 from shrink.predict import PredictConfig, predict
 from shrink.prediction import Prediction
 from shrink.report.build import write_report
-from shrink.share import Share, ShareSpeed
+from shrink.share import Share
 from shrink.trace import Trace
 from shrink.validate import validate
 
