@@ -88,7 +88,7 @@ PILOT_RATE = 5.0
 PILOT_S = (0.3, 2.0)  # warm-up, window of the pilot
 WARMUP_S = 0.5
 # The share's calibration runs are this many times as long as the full target's.
-SHARE_RUNS = 3
+SHARE_RUNS = 2
 # Runs after the pilot on the full target, each at the rate its requests so far allow.
 RAMP_STEPS = 2
 # The calibration aims below its bound: the pilot's cost estimate rests on a second
