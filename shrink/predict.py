@@ -264,6 +264,10 @@ def predict(
             raise
     # The share as planned and calibrated (the target's description lacks the speed).
     measured.share = replace(measured.share, speed=share.speed)
+    if out_dir is not None:
+        # What was measured is kept before anything is read from it: a curve with no
+        # usable level (a generator behind at every level) stops the prediction below.
+        _write_curves(Path(out_dir), measured, full_curve)
     if config.model_error is not None:
         emulation = config.model_error
         merr = {"sigma": emulation, "provenance": {"source": "PredictConfig.model_error"}}
@@ -472,6 +476,13 @@ def _full_run_summary() -> dict[str, Any]:
             "share's levels."
         ),
     }
+
+
+def _write_curves(out: Path, measured: LoadCurve, full: LoadCurve | None) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    measured.write_json(out / "measured-curve.json")
+    if full is not None:
+        full.write_json(out / "full-curve.json")
 
 
 def _write_files(result: PredictionResult, out: Path) -> None:

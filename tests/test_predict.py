@@ -273,3 +273,25 @@ def test_an_interrupted_prediction_keeps_the_levels_it_finished(tmp_path):
     assert scaled.meta["interrupted"] and full.meta["interrupted"]
     assert len(scaled.levels) == len(full.levels) == 2
     assert not (tmp_path / "prediction.json").exists()
+
+
+def test_a_prediction_with_no_usable_level_keeps_its_curves(tmp_path):
+    """The generator behind at every level: no MAT can be read, the prediction stops with
+    the reason, and the curves it measured are on disk (nothing measured is lost)."""
+    from shrink.errors import MeasurementError
+
+    class Behind(FakeProvider):
+        @contextmanager
+        def open(self, share, mapping):
+            with super().open(share, mapping) as target:
+                target.generator_capacity = 0.2  # requests a second, under any level
+                yield target
+
+    plan = AutoPlan(warmup=1, duration=5, reps=2, probe_level=1.0, max_levels=3)
+    cfg = PredictConfig(alpha=0.25, thresholds={"mean": 0.004}, mappings=["1-replica"],
+                        plan=plan, paired_full_run=True)  # fmt: skip
+    with pytest.raises(MeasurementError, match="no usable level"):
+        predict(_sessions(3000), Behind(), cfg, tmp_path)
+    kept = LoadCurve.read_json(tmp_path / "measured-curve.json")
+    assert kept.levels and all(lv.generator_behind for lv in kept.levels)
+    assert (tmp_path / "full-curve.json").exists()

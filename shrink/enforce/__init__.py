@@ -44,7 +44,7 @@ mechanisms"). The demo's page of 2 ms of CPU over an 8 MiB working set:
   (A 1.5 MiB working set, inside the chunk and the L2, cost 1.06 and 1.76 under
   the quota in two runs: on this host the noise is as large as the effect.)
 * So no server setting makes the share faithful for every class, and the share's
-  speed is measured per class (:mod:`shrink.speed`). php-cgi inherits
+  speed is calibrated per class (:mod:`shrink.scaling`). php-cgi inherits
   ``USE_ZEND_ALLOC`` and ``USE_ZEND_ALLOC_HUGE_PAGES`` from ``testbed up``'s
   environment, so the allocator is a choice of the server under test. Every
   figure here was taken while other processes took 60-80% of the server's CPU:

@@ -88,17 +88,26 @@ def _any_stalled(pred: Prediction, thresholds: dict[str, float]) -> bool:
 
 
 def _speed_text(pred: Prediction) -> str:
-    """The CPU-time share's speed: nominal and measured (or assumed), and what it cost."""
+    """What the prediction read of the full target: nothing on a core subset; on a
+    CPU-time share its speed, calibrated (with what the calibration ran) or assumed."""
     share = pred.share
-    if share is None or share.kind != "cpu_time":
+    if share is None or share.kind == "all":
         return ""
+    if share.kind != "cpu_time":
+        return (
+            "The prediction comes from the core subset's runs alone: nothing ran on the "
+            "full target."
+        )
     sp = share.speed
     if sp is None or sp.method == "nominal":
         return (
             f"Share speed: {share.cpu_fraction:g} of the full target's, **assumed** (its "
-            "nominal CPU-time fraction, not measured)."
+            "nominal CPU-time fraction, not measured); nothing ran on the full target."
         )
+    busy = sp.full_target_busy
     return (
-        f"Share speed: nominal {sp.nominal:g}, measured {sp.effective:.3g} ({sp.method}, "
-        f"{sp.cost_s:.1f} s of runs); the scaling uses the measured speed."
+        f"Share speed: nominal {sp.nominal:g}, calibrated {sp.effective:.3g}. The calibration "
+        f"ran the full target for {sp.full_target_seconds:.1f} s at light load (at most "
+        f"{'?' if busy is None else f'{100 * busy:.1f}%'} busy); nothing else of the full "
+        "target reached the prediction."
     )

@@ -79,6 +79,12 @@ def _generator_items(checks: dict[str, Any]) -> list[str]:
                 else ""
             )
         )
+    if checks.get("max_generator_cpu") is not None:
+        items.append(
+            f"The load generator used up to {100 * checks['max_generator_cpu']:.0f}% of a CPU "
+            "in a repetition: where it shares a CPU with the server (a core subset on a small "
+            "machine), that much was taken from the server."
+        )
     if checks.get("generator_cluster"):
         items.append(cluster_text(checks["generator_cluster"]))
     return items
