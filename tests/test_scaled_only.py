@@ -168,3 +168,39 @@ def test_a_core_subset_needs_no_calibration(tmp_path):
     assert opened == ["cores"]
     assert res.prediction.share.kind == "cores" and res.prediction.share.speed is None
     assert res.prediction.extra["full_target_use"]["runs"] == []
+
+
+def test_predict_takes_the_generators_placement_and_no_calibration(tmp_path, monkeypatch):
+    """A core subset on a small machine: the generator on the share's CPU, allowed, at a
+    SCHED_FIFO priority; --no-calibrate for a full target the user cannot run."""
+    from typer.testing import CliRunner
+
+    import shrink.pipeline
+    from shrink.cli import app
+    from shrink.pipeline import GeneratorPlacement
+
+    seen = {}
+
+    def run_predict(trace_path, out, **kwargs):
+        seen.update(kwargs)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(shrink.pipeline, "run_predict", run_predict)
+    trace = tmp_path / "t.parquet"
+    sessions(10, 1).write_parquet(trace)
+    args = ["predict", str(trace), "-o", str(tmp_path / "p"), "--share-kind", "cores",
+            "--server-cpus", "0-1", "--generator-cpus", "0", "--allow-overlap",
+            "--realtime", "10", "--no-calibrate"]  # fmt: skip
+    CliRunner().invoke(app, args)
+    assert seen["generator"] == GeneratorPlacement((0,), True, 10)
+    assert seen["calibrate"] is False and seen["server_cpus"] == (0, 1)
+
+
+def test_a_generator_on_the_servers_cpus_needs_allow_overlap(tmp_path):
+    from shrink.errors import TopologyError
+    from shrink.providers import TestbedProvider
+
+    with pytest.raises(TopologyError, match="--allow-overlap"):
+        TestbedProvider(tmp_path, server_cpus=(0, 1), generator_cpus=(0,))
+    ok = TestbedProvider(tmp_path, server_cpus=(0, 1), generator_cpus=(0,), allow_overlap=True)
+    assert ok.describe()["allow_overlap"] and ok.generator_cpus == (0,)
