@@ -87,8 +87,8 @@ CALIBRATION_S = 20.0
 PILOT_RATE = 5.0
 PILOT_S = (0.3, 2.0)  # warm-up, window of the pilot
 WARMUP_S = 0.5
-# The share's calibration runs are this many times as long as the full target's.
-SHARE_RUNS = 2
+# The share's calibration runs are at most this many times as long as the full target's.
+SHARE_RUNS = 4
 # Runs after the pilot on the full target, each at the rate its requests so far allow.
 RAMP_STEPS = 2
 # The calibration aims below its bound: the pilot's cost estimate rests on a second
@@ -299,12 +299,13 @@ def calibrate(
             speeds[c], sigmas[c], demand[c], full_caps[c] = nominal, 0.0, 0.0, None
             continue
         full, rate = got
-        # The share's time is not bounded: it runs SHARE_RUNS times as long, so that
-        # the speed's noise is mostly the full side's.
+        # The share's time is not bounded: at alpha of the rate it runs 1/alpha as long
+        # (at most SHARE_RUNS times), to measure about as many requests as the full side.
+        share_dur = min(1.0 / nominal, SHARE_RUNS) * dur
         share = _measured(
-            _run(share_target, trace, c, rate * nominal, WARMUP_S, SHARE_RUNS * dur, rng_seed + 2)
+            _run(share_target, trace, c, rate * nominal, WARMUP_S, share_dur, rng_seed + 2)
         )
-        share_s += WARMUP_S + SHARE_RUNS * dur
+        share_s += WARMUP_S + share_dur
         if full.n == 0 and share.n == 0:
             raise MeasurementError(
                 f"calibrate: class {c!r}: no request completed on either target; is the "
