@@ -8,7 +8,9 @@ plumbing only: a quick plan, a CPU-time share, paired full-scale runs, a what-if
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import json
 import re
 from pathlib import Path
@@ -36,10 +38,13 @@ def demo_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     mp.setattr(demo, "_check_quiet", lambda console: {"busy": {}, "steal": {}})
     out = tmp_path_factory.mktemp("demo")
     cfg = {"workload": "tcp", "rate": 2000.0, "duration": 20, "alpha": 0.25, "thresholds": None}
+    printed = io.StringIO()
     try:
-        demo.run_demo(out, quick=True, config=cfg)
+        with contextlib.redirect_stderr(printed):
+            demo.run_demo(out, quick=True, config=cfg)
     finally:
         mp.undo()
+    (out / "console.txt").write_text(printed.getvalue())
     return out
 
 
@@ -119,3 +124,9 @@ def test_the_provenance_is_a_table_of_readable_values(demo_out: Path):
     assert rows == [["seed", "1"], ["server cpus", "0-3"]]
     versions = provenance_rows({"target": json.dumps({"lighttpd": "1.4.69", "php": "8.2"})})
     assert versions == [["target", "lighttpd 1.4.69, php 8.2"]]
+
+
+def test_the_demo_prints_its_sections_in_order(demo_out: Path):
+    printed = (demo_out / "console.txt").read_text()
+    numbers = [int(n) for n in re.findall(r"─ (\d)\. ", printed)]
+    assert numbers == [1, 2, 3, 4], printed
