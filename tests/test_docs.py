@@ -115,3 +115,19 @@ def test_every_relative_link_leads_to_a_file(page: Path):
         if not path.exists() and path not in NOT_YET:
             missing.append(target)
     assert not missing, f"{page.name}: {missing}"
+
+
+def _accuracy_table(text: str) -> list[str]:
+    start = text.index("| configuration | runs | mean-threshold error |")
+    return text[start:].split("\n\n")[0].splitlines()
+
+
+def test_results_open_with_the_current_figures_and_the_readme_shows_them():
+    results = (ROOT / "bench" / "RESULTS.md").read_text()
+    headings = re.findall(r"^#{1,2} (.+)$", results, flags=re.M)
+    assert headings[:2] == ["Results", "Current figures"], headings[:3]
+    assert headings.index("Archive") > headings.index("Current figures")
+    current = results.split("\n# Archive\n")[0]
+    readme = (ROOT / "README.md").read_text()
+    assert _accuracy_table(readme) == _accuracy_table(current)
+    assert "python bench/bench_fidelity.py" in readme and "bench/RESULTS.md" in readme

@@ -28,6 +28,8 @@ def add_answer(
     doc.h(1, "Answer")
     if rec:
         doc.note(f"Deploy **{rec}**. {pred.reason}")
+    elif pred.reason:
+        doc.note(pred.reason[0].upper() + pred.reason[1:])
     headers, rows = mat_table(pred, thresholds)
     doc.p(
         f"Maximum achievable throughput (MAT) of {pred.target_description or 'the whole machine'}"
