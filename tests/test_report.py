@@ -117,7 +117,7 @@ def test_the_provenance_is_a_table_of_readable_values(demo_out: Path):
     md = (demo_out / "report.md").read_text()
     prov = md.split("## Provenance")[1]
     assert "{" not in prov and "`{}`" not in md, prov
-    assert "| share | CPU-time share of CPUs 1, fraction 0.25, quota 4000 us every 16000 us" in prov
+    assert "| share | CPU-time share: CPUs 1, fraction 0.25, quota 4000 us every 16000 us" in prov
     rows = provenance_rows(
         {"target": "{}", "share": "", "seed": 1, "server_cpus": [0, 1, 2, 3], "x": None}
     )

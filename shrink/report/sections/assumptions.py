@@ -69,7 +69,7 @@ def _share_text(share: dict[str, Any]) -> str:
         str(share.get("kind")), f"{share.get('kind')} share"
     )
     cpus = format_cpulist([int(c) for c in share.get("cpus") or []])
-    text = f"{kind} of CPUs {cpus}, fraction {share.get('fraction'):g}"
+    text = f"{kind}: CPUs {cpus}, fraction {share.get('fraction'):g}"
     if share.get("quota_us") and share.get("period_us"):
         text += f", quota {share['quota_us']} us every {share['period_us']} us"
     speed = share.get("speed") or {}

@@ -71,12 +71,12 @@ def add_curves(
     files["cdf"] = cdf_figure(
         out / "cdf.png",
         [(f"{label}, {_utilization(lv)}", lv, scale) for label, lv, scale in cdf_entries],
-        title=f"Response-time CDFs per class at {shown} (cf. the papers' Fig. 7, 11)",
+        title=f"Response-time CDFs per class{shown} (cf. the papers' Fig. 7, 11)",
     )
     doc.img(
         "cdf.png",
-        f"Response-time distribution of static and dynamic requests at {shown}: the "
-        "measured level nearest 80% utilization of the server.",
+        "Response-time distribution of static and dynamic requests at the measured level "
+        f"nearest 80% utilization of the server{shown}.",
         alt="Response-time CDFs",
     )
     if pred.share is not None and pred.share.kind == "cpu_time":
@@ -100,9 +100,11 @@ def _utilization(lv: Level) -> str:
 
 
 def cdf_levels_text(entries: list[tuple[str, Level, float]]) -> str:
-    """The levels the CDF figure shows, as its title says them: one utilization where
-    every entry's level has the same (rounded), else each entry's."""
+    """The levels the CDF figure shows, as its title ends: " at" one utilization where
+    every entry's level has the same (rounded), else ":" and each entry's."""
     texts = [_utilization(lv) for _, lv, _ in entries]
     if len(set(texts)) == 1:
-        return texts[0]
-    return "; ".join(f"{label}: {t}" for (label, _, _), t in zip(entries, texts, strict=True))
+        return f" at {texts[0]}"
+    return ": " + "; ".join(
+        f"{label} at {t}" for (label, _, _), t in zip(entries, texts, strict=True)
+    )
