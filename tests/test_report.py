@@ -22,8 +22,7 @@ import shrink.providers
 from shrink import demo
 from shrink.loadcurve import LoadCurve
 from shrink.prediction import Prediction
-from shrink.report.build import APPENDIX, write_report
-from shrink.report.sections.assumptions import provenance_rows
+from shrink.report.build import write_report
 from tests.helpers.fake_provider import FakeProvider
 
 # What a person reads before the appendix: the answer, the checks, the figures.
@@ -53,6 +52,8 @@ def _sections(md: str) -> list[str]:
 
 
 def test_the_report_leads_with_the_answer_and_its_checks(demo_out: Path):
+    from shrink.report.build import APPENDIX
+
     md = (demo_out / "report.md").read_text()
     heads = _sections(md)
     assert heads[:2] == ["Answer", "Checks"], heads
@@ -114,6 +115,8 @@ def test_the_cdf_title_names_the_level_it_shows(demo_out: Path, monkeypatch, tmp
 
 
 def test_the_provenance_is_a_table_of_readable_values(demo_out: Path):
+    from shrink.report.sections.assumptions import provenance_rows
+
     md = (demo_out / "report.md").read_text()
     prov = md.split("## Provenance")[1]
     assert "{" not in prov and "`{}`" not in md, prov
