@@ -324,11 +324,11 @@ def run_demo(
     trace_path, docroot = _synth(work, console, cfg)
     plan = _plan(plan, quick)
     thresholds = _thresholds(cfg, trace_path, docroot, out, target, server, console)
-    console.rule("[bold]4. What-if: the papers' 2-socket machine (published calibration)")
+    console.rule("[bold]2. What-if: the papers' 2-socket machine (published calibration)")
     whatif = _whatif(trace_path, thresholds)
     alpha = cfg["alpha"]
     console.rule(
-        f"[bold]2. Predict one core from alpha = {alpha} ({100 * alpha:g}% CPU-time share); "
+        f"[bold]3. Predict one core from alpha = {alpha} ({100 * alpha:g}% CPU-time share); "
         "the full-scale runs alongside"
     )
     pred = run_predict(
@@ -347,7 +347,7 @@ def run_demo(
         paired_full_run=True,
         server=server,
     )
-    console.rule("[bold]3. Validate against the whole core with the full trace")
+    console.rule("[bold]4. Validate against the whole core with the full trace")
     v = run_validate(out / "prediction.json", full_run="paired")
     vd = v.to_dict()
     summary = {
