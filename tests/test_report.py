@@ -66,7 +66,7 @@ def test_the_report_leads_with_the_answer_and_its_checks(demo_out: Path):
     checks = main.split("## Checks")[1].split("\n## ")[0]
     for row in (
         "| Load generator kept to its schedule",
-        "| Host's speed steady",
+        "| Host's drift over the validation's runs",
         "| Share's speed",
     ):
         assert row in checks, checks
