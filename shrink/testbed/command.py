@@ -51,6 +51,7 @@ from shrink.testbed.recipe import (
 )
 from shrink.testbed.state import ReplicaState
 from shrink.topology import format_cpulist
+from shrink.wire import loopback_url_host
 
 __all__ = ["PLACEHOLDERS", "CommandRecipe"]
 
@@ -120,9 +121,11 @@ class CommandRecipe:
         commands = [_argv(c, source, f"{key}[{i}]", base) for i, c in enumerate(raw)]
         health_url = _text(d.get("health_url", "http://{address}:{port}/"), source, "health_url")
         _check_templates(health_url, source, "health_url", allowed=("address", "port"))
-        if not health_url.startswith("http://"):
-            raise RecipeError(f"{health_url!r} must start with http://", recipe=source,
-                              field="health_url")  # fmt: skip
+        # Checked as it will be filled in (a replica's address is loopback): parsed
+        # only, so a recipe cannot point shrink's probes at another machine.
+        why = loopback_url_host(health_url.format(address="127.0.0.1", port=80))
+        if why is not None:
+            raise RecipeError(f"{health_url!r} {why}", recipe=source, field="health_url")
         versions = d.get("versions", {})
         if not isinstance(versions, dict):
             raise RecipeError("must be a table: name = [argv]", recipe=source, field="versions")
@@ -201,7 +204,9 @@ class CommandRecipe:
     def health(self, address: str, port: int) -> str | None:
         host = f"[{address}]" if ":" in address else address
         # Only address and port are known here; the file's check allows no others in it.
-        return probe(self.health_url.format(address=host, port=port))
+        target = self.health_url.format(address=host, port=port)
+        why = loopback_url_host(target)
+        return f"{target}: {why}, not probed" if why is not None else probe(target)
 
     def pids(self, replica: ReplicaState) -> list[int]:
         return replica_pids(replica)
