@@ -26,6 +26,7 @@ __all__ = [
     "cpu_seconds",
     "descendants",
     "die_with_parent",
+    "exe_of",
     "is_alive",
     "proc_info",
     "start_process",
@@ -87,6 +88,14 @@ def descendants(pid: int, tree: dict[int, list[int]] | None = None) -> list[int]
     return out
 
 
+def exe_of(pid: int) -> str | None:
+    """The program ``pid`` runs (``/proc/PID/exe``); None if gone or not readable."""
+    try:
+        return os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")
+    except OSError:
+        return None
+
+
 def allowed_cpus(pid: int) -> tuple[int, ...]:
     """The CPUs ``pid`` may run on, read from ``Cpus_allowed_list`` in /proc/PID/status."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -103,6 +112,7 @@ def start_process(
     log_path: Path | None = None,
     env: dict[str, str] | None = None,
     owned: bool = False,
+    user: tuple[int, int] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start ``argv`` in its own session, already pinned to ``cpus`` and in the cgroup.
 
@@ -110,16 +120,21 @@ def start_process(
     afterwards (lighttpd workers, php-cgi) inherits them from the first instruction.
     ``owned``: the process gets SIGTERM when this one dies, even by kill -9
     (:func:`die_with_parent`; lighttpd then stops its workers and php-cgi).
+    ``user``: (uid, gid) it runs as, set after it joined the cgroup (which needs root).
     """
     me = os.getpid()
 
     def _prepare() -> None:
-        if owned:
-            die_with_parent(signal.SIGTERM, me)
         if join_cgroup is not None:
             join_cgroup(os.getpid())
         if cpus:
             os.sched_setaffinity(0, cpus)
+        if user is not None:
+            os.setgroups([])
+            os.setgid(user[1])
+            os.setuid(user[0])
+        if owned:  # after setuid, which clears a parent-death signal
+            die_with_parent(signal.SIGTERM, me)
 
     log = open(log_path, "ab") if log_path is not None else subprocess.DEVNULL  # noqa: SIM115
     try:
