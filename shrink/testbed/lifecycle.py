@@ -135,7 +135,7 @@ def _start_replica(
 ) -> ReplicaState:
     """Start one replica through the recipe; on any failure stop all it spawned."""
     run_dir, sock_dir = replica_dirs(run_root, r.name, user)
-    if len(str(sock_dir / "php-fpm.sock")) > 100:  # a Unix socket path holds 108 bytes
+    if len(str(sock_dir / "php-fpm.sock-00")) > 107:  # a Unix socket path holds 108 bytes
         raise TestbedError(f"{sock_dir}: too long a path for a Unix socket; set a shorter "
                            "SHRINK_RUN_DIR")  # fmt: skip
     spawned: list[subprocess.Popen[bytes]] = []

@@ -116,7 +116,7 @@ def secure_dir(path: Path, mode: int = 0o700) -> Path:
 
 def new_run_root(base: Path, state_path: Path, user: ServerUser | None) -> Path:
     """A fresh run root for one ``up`` under the private ``base`` (see the module docstring)."""
-    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", state_path.stem)[:40] or "testbed"
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", state_path.stem)[:16] or "testbed"
     root = Path(tempfile.mkdtemp(prefix=f"up-{stem}-", dir=base))
     if user is not None:
         os.chmod(root, 0o711)  # the server user may pass through, not list or write
