@@ -8,6 +8,7 @@ signal a PID whose start time still matches.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from shrink.procfs import ProcInfo, cpu_seconds, proc_info
 from shrink.topology import parse_cpulist
@@ -37,6 +39,20 @@ _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _PR_SET_PDEATHSIG = 1
 
 
+@functools.cache
+def _libc() -> Any:
+    """The C library, loaded once in the parent: finding it runs a program, which a
+    child between fork and exec (perhaps no longer root) must not have to do."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        return libc if hasattr(libc, "prctl") else None
+    except OSError:
+        return None
+
+
 def die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> None:
     """In a child: have the kernel send ``sig`` when the parent dies (even by kill -9).
 
@@ -44,14 +60,10 @@ def die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> Non
     expects as its parent: if that one already died (before the call), exit at once.
     Linux only; elsewhere nothing happens.
     """
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-    except (OSError, AttributeError):
+    libc = _libc()
+    if libc is None:
         return
+    libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
     if parent is not None and os.getppid() != parent:
         os._exit(1)
 
@@ -123,6 +135,8 @@ def start_process(
     ``user``: (uid, gid) it runs as, set after it joined the cgroup (which needs root).
     """
     me = os.getpid()
+    if owned:
+        _libc()  # loaded here, before the fork
 
     def _prepare() -> None:
         if join_cgroup is not None:
