@@ -357,3 +357,26 @@ def test_a_docroot_the_server_user_cannot_read_is_named(tmp_path, machine):
         up(private / "doc", machine, Share.all_of(machine), state_path=tmp_path / "s.json",
            port=0)  # fmt: skip
     assert f"cannot enter {private} (mode 0700)" in str(err.value)
+
+
+def test_a_damaged_state_naming_a_server_without_its_start_time_stops_nothing(tmp_path):
+    """A process named like a server (nginx here) is not ours for its name alone."""
+    fake_nginx = tmp_path / "nginx"
+    fake_nginx.write_bytes(Path("/bin/sleep").read_bytes())
+    fake_nginx.chmod(0o755)
+    proc = subprocess.Popen([str(fake_nginx), "60"])
+    try:
+        for _ in range(100):
+            info = process.proc_info(proc.pid)
+            if info is not None and info.comm == "nginx":
+                break
+            time.sleep(0.01)
+        path = tmp_path / "s.json"
+        path.write_text(json.dumps({"schema": "shrink.testbed/1",
+                                    "replicas": [{"port": "broken", "pids": [proc.pid]}]}))
+        assert list(down(path).values()) == [[]]
+        time.sleep(0.1)
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()

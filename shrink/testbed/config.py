@@ -28,7 +28,7 @@ from typing import Any
 from shrink.atomic import make_dirs, write_text
 from shrink.errors import ParameterError
 from shrink.mapping import Replica
-from shrink.testbed.private import config_value
+from shrink.testbed.private import config_value, readable
 
 __all__ = [
     "HEALTH_PHP",
@@ -250,9 +250,10 @@ def write_probe_pages(probe_dir: Path) -> None:
     make_dirs(probe_dir)
     write_text(probe_dir / "health.txt", HEALTH_BODY)
     write_text(probe_dir / "health.php", f'<?php echo "{HEALTH_BODY}";\n')
+    readable(probe_dir, probe_dir / "health.txt", probe_dir / "health.php")
 
 
 def write_probe(c: ReplicaConfig) -> None:
     """Write the config and the health-check probe files into the replica's run dir."""
     write_probe_pages(c.probe_dir)
-    write_text(c.conf_path, render_lighttpd_conf(c))
+    readable(write_text(c.conf_path, render_lighttpd_conf(c)))

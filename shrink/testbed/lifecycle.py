@@ -549,8 +549,8 @@ def _down_damaged(state_path: str | Path) -> dict[str, list[int]]:
     """Stop what a damaged state file still names, by PID, never a stranger.
 
     A PID with its recorded start time is stopped if that process still runs; one
-    without (the start times were lost) only if it runs a server shrink starts. The
-    file is left as it is, for the user to look at.
+    without (the start times were lost) never is: a name such as ``nginx`` does not
+    make a process ours. The file is left as it is, for the user to look at.
     """
     found = salvage_pids(state_path)
     targets: dict[int, int | None] = {}
@@ -560,8 +560,6 @@ def _down_damaged(state_path: str | Path) -> dict[str, list[int]]:
             continue
         if start is not None and info.starttime == start:
             targets[pid] = start
-        elif start is None and info.comm.startswith(_SERVER_COMMS):
-            targets[pid] = info.starttime
     for pid, start in list(targets.items()):
         if process.is_alive(pid, start):
             for d in process.descendants(pid):

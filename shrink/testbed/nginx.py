@@ -28,7 +28,7 @@ from shrink.atomic import write_text
 from shrink.errors import TestbedError
 from shrink.testbed import recipe
 from shrink.testbed.config import MIME_TYPES, write_probe_pages
-from shrink.testbed.private import config_value
+from shrink.testbed.private import config_value, readable
 from shrink.testbed.recipe import BuiltinRecipe, ReplicaContext, Started
 
 __all__ = ["INSTALL_HINT", "NginxPhpFpm", "cpu_affinity_masks", "php_fpm_names"]
@@ -170,6 +170,7 @@ class NginxPhpFpm(BuiltinRecipe):
         nginx_conf, fpm_conf = run / "nginx.conf", run / "php-fpm.conf"
         write_text(nginx_conf, render_nginx_conf(ctx, sock, probe))
         write_text(fpm_conf, render_fpm_conf(ctx, sock, children))
+        readable(nginx_conf, fpm_conf)
         recipe.check_config([*_nginx_argv(nginx, ctx), "-t", "-q", "-c", str(nginx_conf)],
                             "nginx", nginx_conf, ctx.user)  # fmt: skip
         return nginx_conf, fpm_conf, sock, children

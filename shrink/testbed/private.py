@@ -51,6 +51,7 @@ __all__ = [
     "check_reachable",
     "config_value",
     "new_run_root",
+    "readable",
     "remove_run_root",
     "secure_dir",
     "server_user",
@@ -127,12 +128,20 @@ def replica_dirs(root: Path, name: str, user: ServerUser | None) -> tuple[Path, 
     """A replica's run dir (root's, 0711: configs, probe pages, start-up output) and the
     server user's own folder in it (0700: sockets, pid files, the server's own logs)."""
     run = root / name
-    os.mkdir(run, 0o711 if user is not None else 0o700)
+    os.mkdir(run, 0o700)
+    os.chmod(run, 0o711 if user is not None else 0o700)  # exactly, whatever the umask
     own = run / "srv"
     os.mkdir(own, 0o700)
     if user is not None:
         os.chown(own, user.uid, user.gid)
     return run, own
+
+
+def readable(*paths: Path) -> None:
+    """Files (0644) and folders (0755) the server user reads: configs, probe pages. Set
+    exactly, whatever the umask; they stay root's, so it cannot change them."""
+    for p in paths:
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
 
 
 def can_run(program: str, user: ServerUser | None) -> bool:
