@@ -235,24 +235,33 @@ class UpLock:
         self.fd: int | None = None
 
     def __enter__(self) -> UpLock:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                os.close(fd)
+                raise TestbedError(
+                    f"{self.state_path}: another `testbed up` (PID {holder}) is starting a "
+                    "testbed with this state file; wait for it, or give another --state"
+                ) from None
+            # The holder before us may have removed the file after we opened it: then
+            # our lock is on a file no one else will find; take the one at the path.
+            try:
+                if os.stat(self.path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
             os.close(fd)
-            raise TestbedError(
-                f"{self.state_path}: another `testbed up` (PID {holder}) is starting a "
-                "testbed with this state file; wait for it, or give another --state"
-            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self.fd = fd
         return self
 
     def __exit__(self, *exc: object) -> None:
-        # The file stays: unlinking it would let a second `up` lock a new one while a
-        # third still holds the old.
         if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)  # while still held: see __enter__
             os.close(self.fd)
             self.fd = None
