@@ -68,7 +68,6 @@ def die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> Non
         os._exit(1)
 
 
-
 def is_alive(pid: int, starttime: int | None = None) -> bool:
     """True if ``pid`` runs (not a zombie) and, if given, started at ``starttime``."""
     info = proc_info(pid)

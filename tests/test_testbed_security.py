@@ -372,11 +372,34 @@ def test_a_damaged_state_naming_a_server_without_its_start_time_stops_nothing(tm
                 break
             time.sleep(0.01)
         path = tmp_path / "s.json"
-        path.write_text(json.dumps({"schema": "shrink.testbed/1",
-                                    "replicas": [{"port": "broken", "pids": [proc.pid]}]}))
+        path.write_text(
+            json.dumps(
+                {"schema": "shrink.testbed/1", "replicas": [{"port": "broken", "pids": [proc.pid]}]}
+            )
+        )
         assert list(down(path).values()) == [[]]
         time.sleep(0.1)
         assert proc.poll() is None
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_planted_private_folder_is_refused(tmp_path, monkeypatch):
+    """shrink's private folder may sit at a predictable name (/tmp/shrink-UID): one that
+    someone else made, or a symlink, or one others may write, is not used."""
+    from shrink.testbed import registry
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "runs"))
+    (tmp_path / "runs").symlink_to(elsewhere)
+    with pytest.raises(TestbedError, match="not a private folder"):
+        registry.private_dir()
+    (tmp_path / "runs").unlink()
+    (tmp_path / "runs").mkdir(mode=0o777)
+    os.chmod(tmp_path / "runs", 0o777)
+    with pytest.raises(TestbedError, match="not a private folder"):
+        registry.private_dir()
+    os.chmod(tmp_path / "runs", 0o700)
+    assert registry.private_dir() == tmp_path / "runs"
