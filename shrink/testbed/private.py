@@ -169,11 +169,11 @@ def _check_access(target: Path, user: ServerUser, bits: int, what: str = "") -> 
         st = os.stat(d)
         need = bits if d == target else 0o1
         if not may(st, need):
+            fix = f"chmod o+x {d} (pass through only)" if d != target else f"chmod o+rx {d}"
             raise TestbedError(
                 f"{what or target}: the servers run as {user.name}, not root, and "
                 f"{user.name} cannot {'use' if d == target else 'enter'} {d} (mode "
-                f"{stat.S_IMODE(st.st_mode):04o}); make it readable (chmod o+rx) or put "
-                "it elsewhere"
+                f"{stat.S_IMODE(st.st_mode):04o}); {fix}, or put it elsewhere"
             )
 
 
