@@ -114,7 +114,7 @@ def test_a_recipe_file_running_python_http_server(docroot, machine, tmp_path, mo
     from shrink.testbed.private import can_run, server_user
 
     if not can_run(shutil.which("python3") or "/nonexistent", server_user()):
-        # As root the server runs as www-data, who cannot reach a python3 under /root.
+        # As root the server runs as www-data, who cannot reach a python3 in root's home.
         monkeypatch.setenv("PATH", "/usr/bin:" + os.environ.get("PATH", ""))
     if not can_run(shutil.which("python3") or "/nonexistent", server_user()):
         pytest.skip("no python3 on PATH that the server user may run")

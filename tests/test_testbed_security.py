@@ -318,7 +318,7 @@ def test_the_servers_run_without_root_and_follow_no_symlink_out(
     doc = tmp_path / "doc"
     doc.mkdir()
     (doc / "whoami.php").write_text(WHOAMI_PHP)
-    (doc / "root").symlink_to("/")  # a page someone planted: the whole file system
+    (doc / "fs").symlink_to("/")  # a page someone planted: the whole file system
     state = tmp_path / "s.json"
     st = up(doc, machine, Share.all_of(machine), state_path=state, port=0, server=recipe)
     try:
@@ -330,7 +330,7 @@ def test_the_servers_run_without_root_and_follow_no_symlink_out(
             who = c.get(f"{base}/whoami.php")
             assert who.status_code == 200 and who.text.strip().isdigit()
             assert who.text.strip() != "0"
-            for path in ("/root/etc/shadow", "/root/etc/passwd"):
+            for path in ("/fs/etc/shadow", "/fs/etc/passwd"):
                 assert c.get(base + path).status_code != 200, path
         # The configs and the run dir are root's, not writable by the server user.
         for f in (Path(r.config), Path(r.run_dir)):
