@@ -43,6 +43,13 @@ if [ "$(id -u)" -eq 0 ]; then
   done
 fi
 
+# As root, shrink runs the servers as an unprivileged user: www-data (Debian's), else
+# shrink-www, made here once (no home, no login).
+if [ "$(id -u)" -eq 0 ] && ! id -u www-data >/dev/null 2>&1 && ! id -u shrink-www >/dev/null 2>&1; then
+  echo "setup: creating the unprivileged server user shrink-www"
+  useradd --system --no-create-home --shell /usr/sbin/nologin shrink-www
+fi
+
 PY=${PYTHON:-python3}
 "$PY" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 "$PY" -m pip install -q -e ".[dev]"

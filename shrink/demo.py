@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from rich.console import Console
 
+from shrink.atomic import write_text
 from shrink.autolevels import AutoPlan
 from shrink.errors import ShrinkError
 
@@ -244,7 +245,7 @@ def light_load_thresholds(
         "light_load_errors": sum(st.errors for st in stats),
         "thresholds": {s: v / (1.0 - KNEE_UTILIZATION) for s, v in light.items()},
     }
-    (out / "thresholds.json").write_text(json.dumps(record, indent=2) + "\n")
+    write_text(out / "thresholds.json", json.dumps(record, indent=2) + "\n")
     return record
 
 
@@ -388,7 +389,7 @@ def run_demo(
         "server": pred.server,
         "report": str(out / "report.md"),
     }
-    (out / "demo-summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_text(out / "demo-summary.json", json.dumps(summary, indent=2) + "\n")
     console.rule("[bold]Done")
     console.print_json(json.dumps(summary))
     return summary

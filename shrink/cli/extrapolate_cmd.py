@@ -154,8 +154,9 @@ def whatif(
         if output:
             import json
 
-            output.parent.mkdir(parents=True, exist_ok=True)
-            output.write_text(json.dumps(doc, indent=1, sort_keys=True, default=float) + "\n")
+            from shrink.atomic import write_text
+
+            write_text(output, json.dumps(doc, indent=1, sort_keys=True, default=float) + "\n")
         if json_out:
             echo_json(doc)
             return

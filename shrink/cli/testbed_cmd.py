@@ -141,8 +141,9 @@ def up(
             f"  {r.name}  http://{r.address}:{r.port}/  CPUs {format_cpulist(r.cpus)}  "
             + "  ".join(f"{role} {pids}" for role, pids in r.processes.items())
         )
-    for note in st.notes:
-        typer.echo(f"note: {note}")
+    for note in st.notes:  # a warning (another testbed on these CPUs) says so itself
+        warn = note.startswith("warning: ")
+        typer.echo(note if warn else f"note: {note}", err=warn)
     typer.echo(f"state: {state}   stop with: shrink testbed down --state {state}")
 
 

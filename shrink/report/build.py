@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from shrink.atomic import make_dirs, write_text
 from shrink.loadcurve import LoadCurve
 from shrink.prediction import SCHEMA_ID, Prediction
 from shrink.report.blocks import Doc, render_html, render_markdown
@@ -52,7 +53,7 @@ def write_report(
     """
     pred = _as_prediction(prediction)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    make_dirs(out)
     thresholds = {k: float(v) for k, v in (pred.thresholds or {}).items()}
     doc, appendix = Doc(title), Doc(APPENDIX)
     files: dict[str, Path] = {}
@@ -69,8 +70,8 @@ def write_report(
     doc.h(1, APPENDIX)
     doc.blocks += appendix.blocks
     md = render_markdown(doc)
-    (out / "report.md").write_text(md)
-    (out / "report.html").write_text(render_html(doc))
+    write_text(out / "report.md", md)
+    write_text(out / "report.html", render_html(doc))
     files["md"] = out / "report.md"
     files["html"] = out / "report.html"
     return files
