@@ -324,8 +324,7 @@ def run_demo(
     console = Console(stderr=True)
     t0 = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
-    work = out / "work"
-    work.mkdir(exist_ok=True)
+    work = _work_dir(out, target)
     plan = _plan(plan, quick)
     if cfg.get("share_kind") == "cores" and not quick:
         plan = replace(plan, warm_run=True)  # no calibration has warmed the server
@@ -447,6 +446,28 @@ def _plan(plan: AutoPlan | None, quick: bool) -> AutoPlan:
         max_levels=9,
         budget_s=SWEEP_BUDGET_S,
     )
+
+
+def _work_dir(out: Path, target: str) -> Path:
+    """Where the trace and the document root go: ``out/work``, unless the servers (run
+    as an unprivileged user) cannot read it there, as in a checkout under a private home;
+    then a fresh folder of its own that they can (its path in ``out/work-location``)."""
+    from shrink.testbed.private import check_reachable, server_user
+
+    work = out / "work"
+    work.mkdir(exist_ok=True)
+    user = server_user() if target == "testbed" else None
+    try:
+        check_reachable(work, user)
+        return work
+    except ShrinkError:
+        pass
+    import tempfile
+
+    elsewhere = Path(tempfile.mkdtemp(prefix="shrink-demo-", dir="/var/tmp"))
+    elsewhere.chmod(0o755)
+    write_text(out / "work-location", f"{elsewhere}\n")
+    return elsewhere
 
 
 def _intro(alpha: float, plan: AutoPlan, out: Path) -> str:
