@@ -41,6 +41,7 @@ from shrink.prediction import MappingPrediction, Prediction, StatPrediction, ran
 from shrink.report.assumptions import assumptions as assumptions_of
 from shrink.report.assumptions import confidence
 from shrink.scaling import calibrate, latency_scale, model_error, shrink_scaled_curve
+from shrink.scaling import constants as share_model_constants
 from shrink.selfchecks import host_drift, self_checks
 from shrink.share import Share, ShareSpeed
 from shrink.target import Target
@@ -313,6 +314,7 @@ def predict(
     if share.speed is not None:
         prediction.extra["speed"] = share.speed.to_dict()
     prediction.extra["model_error"] = merr
+    prediction.extra["share_model"] = share_model_constants()
     # What the prediction asked of the full target: only the calibration's light runs.
     prediction.extra["full_target_use"] = _full_target_use(share)
     if full_curve is not None:

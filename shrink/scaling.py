@@ -69,6 +69,7 @@ __all__ = [
     "CALIBRATION_S",
     "ModelError",
     "calibrate",
+    "constants",
     "latency_scale",
     "model_error",
     "probe_trace",
@@ -96,6 +97,25 @@ RAMP_STEPS = 2
 AIM = 0.7
 MIN_REQUESTS = 20
 MAX_RATE = 2000.0  # req/s: what one generator CPU sends with a wide margin
+
+
+def constants() -> dict[str, Any]:
+    """This module's constants, as prediction.json records them: the calibration's
+    bounds (the method's contract) and its design choices; none was fitted to a run."""
+    return {
+        "calibration_busy": CALIBRATION_BUSY,
+        "calibration_s": CALIBRATION_S,
+        "pilot_rate": PILOT_RATE,
+        "pilot_s": list(PILOT_S),
+        "warmup_s": WARMUP_S,
+        "aim": AIM,
+        "ramp_steps": RAMP_STEPS,
+        "share_runs": SHARE_RUNS,
+        "min_requests": MIN_REQUESTS,
+        "max_rate": MAX_RATE,
+        "provenance": "design choices and the method's bounds (shrink/scaling.py); the "
+        "model error is fitted (shrink/data/model_error.json)",
+    }
 
 
 def share_fraction(curve: LoadCurve) -> float:

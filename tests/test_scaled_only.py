@@ -106,6 +106,7 @@ def test_the_calibration_stays_light_and_short_and_is_recorded(tmp_path, discoun
     assert speed.method == "calibrated" and speed.full_target_seconds == use["seconds"]
     # The model error the interval carries says where it came from.
     assert "provenance" in res.prediction.extra["model_error"]
+    assert res.prediction.extra["share_model"]["calibration_busy"] == CALIBRATION_BUSY
 
 
 def test_calibration_reads_a_slower_class_on_a_time_sliced_share():
