@@ -21,7 +21,7 @@ from typing import Any
 
 import typer
 
-from shrink._version import __version__
+from shrink._version import DISTRIBUTION, __version__
 from shrink.cli import (
     extrapolate_cmd,
     ingest_cmd,
@@ -48,7 +48,7 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"shrink {__version__}")
+        typer.echo(f"{DISTRIBUTION} {__version__}")
         raise typer.Exit()
 
 
