@@ -99,7 +99,8 @@ PIP=("$VPY" -m pip install -q --disable-pip-version-check)
 # The native replay core (Rust, built by maturin from native/): without cargo the
 # Python engine runs instead, and every run's summary says which engine ran.
 if command -v cargo >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/cargo" ]; then
-  PATH="$HOME/.cargo/bin:$PATH" "${PIP[@]}" --no-build-isolation ./native \
+  # maturin's build backend runs the maturin command: the venv's, from the lock.
+  PATH="$PWD/$VENV/bin:$HOME/.cargo/bin:$PATH" "${PIP[@]}" --no-build-isolation ./native \
     || echo "setup: the native replay core did not build; the Python engine will run." >&2
 else
   echo "setup: no cargo (Rust); the native replay core is not built, the Python engine will run." >&2
