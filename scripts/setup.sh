@@ -96,6 +96,9 @@ PIP=("$VPY" -m pip install -q --disable-pip-version-check)
 # and maturin instead of fetching the newest into a build environment.
 "${PIP[@]}" --require-hashes -r "$LOCK"
 "${PIP[@]}" --no-deps --no-build-isolation -e .
+# An editable install leaves shrink's own modules uncompiled; compile them now, so that
+# the first command (and every one where PYTHONDONTWRITEBYTECODE is set) starts at once.
+"$VPY" -m compileall -q -j 0 shrink samplers extrapolate >/dev/null
 # The native replay core (Rust, built by maturin from native/): without cargo the
 # Python engine runs instead, and every run's summary says which engine ran.
 if command -v cargo >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/cargo" ]; then
