@@ -106,3 +106,10 @@ def test_the_testbed_defaults_are_the_libraries() -> None:
 
     assert testbed_cmd.DEFAULT_ENFORCE == DEFAULT
     assert testbed_cmd.PHP_CHILDREN_PER_CORE == PHP_CHILDREN_PER_CORE
+
+
+def test_shell_completion_is_offered() -> None:
+    from typer.testing import CliRunner
+
+    r = CliRunner().invoke(app, ["--help"])
+    assert "--install-completion" in r.output and "--show-completion" in r.output
