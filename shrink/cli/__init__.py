@@ -17,7 +17,6 @@ import copy
 import inspect
 import os
 import sys
-from typing import Any
 
 import typer
 
@@ -114,5 +113,6 @@ def app_for(args: list[str]) -> typer.Typer:
     return _pruned(app, keep)
 
 
-def main(args: Any = None) -> None:
-    app_for(sys.argv[1:] if args is None else list(args))(args=args)
+def main(args: list[str] | None = None) -> None:
+    """The ``shrink`` command: ``args`` (default: the command line's) run as typer runs them."""
+    app_for(sys.argv[1:] if args is None else args)(args=args)
