@@ -24,7 +24,9 @@ from shrink.replay.writer import RunLogWriter
 from shrink.runlog import RunLog
 from shrink.schedule import build_schedule, trace_extent
 
-pytestmark = pytest.mark.skipif(not ray_available(), reason="ray is not installed (shrink[ray])")
+pytestmark = pytest.mark.skipif(
+    not ray_available(), reason="ray is not installed (shrink-capacity[ray])"
+)
 
 
 def _rows(log: RunLog) -> list[tuple[int, float, str]]:

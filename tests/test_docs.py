@@ -83,7 +83,7 @@ def test_every_command_shown_names_options_that_exist(page: Path):
     for line in _shown_commands(page.read_text()):
         words = shlex.split(line)
         path, opts = _options_of(words)
-        if path == "shrink":
+        if path == "shrink" and not all(w.startswith("-") for w in words[1:]):
             wrong.append(f"{line}: no such command")
         wrong += [
             f"{line}: {path} has no {w}"

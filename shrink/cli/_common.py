@@ -25,17 +25,14 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import click
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from shrink.errors import ShrinkError
-from shrink.files import check_output
 
-console = Console(stderr=True)
+if TYPE_CHECKING:
+    from rich.console import Console
 
 EXIT_ERROR = 1
 EXIT_BUG = 70
@@ -44,11 +41,27 @@ EXIT_INTERRUPTED = 130
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+@functools.cache
+def console() -> Console:
+    """rich's Console on stderr, made on first use (importing rich.console costs about
+    what importing typer does, and ``shrink --help`` needs neither it nor its markup)."""
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def escape(text: str) -> str:
+    """``text`` shown as it is in rich markup (``x[/y]`` is text, not a tag)."""
+    from rich.markup import escape
+
+    return escape(text)
+
+
 def _error_line(text: str) -> None:
     # One line: a message with a newline (a subprocess's stderr) is folded.
     # Escaped: a path or field name like "x[/y]" is text, not a rich markup tag.
     line = escape(" ".join(str(text).split()))
-    console.print(f"[bold red]error:[/] {line}", highlight=False, soft_wrap=True)
+    console().print(f"[bold red]error:[/] {line}", highlight=False, soft_wrap=True)
 
 
 @contextmanager
@@ -56,7 +69,7 @@ def cli_errors() -> Iterator[None]:
     """Turn shrink's errors into one clear line on stderr and exit code 1."""
     try:
         yield
-    except (typer.Exit, click.exceptions.Exit, click.ClickException, click.Abort):
+    except (typer.Exit, typer.Abort, typer.TyperException):
         raise
     except ShrinkError as exc:
         _error_line(str(exc))
@@ -69,7 +82,7 @@ def cli_errors() -> Iterator[None]:
     except KeyboardInterrupt as exc:
         # Say only what exists: a command that kept files lists them on the exception.
         kept = [escape(str(k)) for k in getattr(exc, "kept", [])]
-        console.print(
+        console().print(
             "[yellow]interrupted[/]: "
             + (f"kept {', '.join(kept)}" if kept else "nothing measured was written"),
             highlight=False,
@@ -109,6 +122,8 @@ def guard_all(app: typer.Typer) -> None:
 
 def output_path(path: Path | None, *, kind: str = "file", what: str = "output") -> Path | None:
     """Check an output path before any measuring (see :func:`shrink.files.check_output`)."""
+    from shrink.files import check_output
+
     return None if path is None else check_output(path, kind=kind, what=what)
 
 
@@ -193,7 +208,7 @@ def exit_if_bound(bounds: list[str]) -> None:
     from shrink.mat import EXIT_BOUND
 
     shown = ", ".join(bounds[:4]) + (f" and {len(bounds) - 4} more" if len(bounds) > 4 else "")
-    console.print(
+    console().print(
         f"[yellow]bound[/]: {escape(shown)}: the threshold was not crossed within the "
         f"measured range (exit status {EXIT_BOUND})",
         highlight=False,

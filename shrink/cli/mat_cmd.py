@@ -22,10 +22,10 @@ from shrink.cli._replay_opts import (
     _target,
 )
 from shrink.errors import ParameterError
-from shrink.mat import EXIT_BOUND, MATResult, mat_text
 
 if TYPE_CHECKING:
     from shrink.loadcurve import LoadCurve
+    from shrink.mat import MATResult
 
 
 def mat_cmd(
@@ -73,7 +73,7 @@ def mat_cmd(
     the command exits with status 99 (as k6 does when a threshold fails).
     """
     from shrink.loadcurve import LoadCurve
-    from shrink.mat import mat
+    from shrink.mat import EXIT_BOUND, mat
     from shrink.replay.adaptive import refine
 
     with cli_errors():
@@ -133,6 +133,8 @@ def mat_cmd(
 def _print_mat(
     res: MATResult, stat: str, thr: float, added: list[float], lc: LoadCurve
 ) -> None:
+    from shrink.mat import mat_text
+
     ci = "" if res.bound else f"  CI [{res.ci[0]:,.1f}, {res.ci[1]:,.1f}]"
     typer.echo(
         f"MAT ({stat_label(stat)} <= {_ms(thr)}): "

@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -25,8 +25,9 @@ from shrink.cli._common import (
 from shrink.cli._progress import line_progress, on_terminal
 from shrink.cli._replay_opts import _GenCpus, _Overlap, _Realtime
 from shrink.errors import ParameterError
-from shrink.mapping import BUILTIN_MAPPINGS
-from shrink.prediction import Prediction
+
+if TYPE_CHECKING:
+    from shrink.prediction import Prediction
 
 # The options with long help, named here to keep the command short.
 _PairedFullRun = Annotated[
@@ -90,7 +91,7 @@ def _progress_bar():
         TextColumn("{task.completed}/{task.total}"),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
-        console=console,
+        console=console(),
         transient=False,
     )
 
@@ -176,6 +177,7 @@ def predict(
     """
     from shrink.autolevels import AutoPlan
     from shrink.checks import parse_duration, parse_thresholds
+    from shrink.mapping import BUILTIN_MAPPINGS
     from shrink.pipeline import GeneratorPlacement, run_predict
     from shrink.topology import parse_cpulist
 

@@ -19,7 +19,6 @@ from shrink.cli._common import (
     stat_thresholds,
 )
 from shrink.errors import ParameterError
-from shrink.mat import mat_text
 
 sim_app = typer.Typer(
     help="Simulate a multi-socket web server (sockets, RSS queues, workers, PHP, L3).",
@@ -91,7 +90,7 @@ def _counts(res: dict[str, Any]) -> list[Any]:
 
 
 def _progress(msg: str) -> None:
-    console.print(f"[dim]{msg}[/]", highlight=False)
+    console().print(f"[dim]{msg}[/]", highlight=False)
 
 
 def scaling_cmd(
@@ -122,6 +121,7 @@ def scaling_cmd(
     with cli_errors():
         from shrink.checks import parse_thresholds
         from shrink.machine import Machine
+        from shrink.mat import mat_text
         from shrink.sim.scaling import MatSearch, scaling
 
         m = Machine.read_toml(machine)
@@ -170,6 +170,7 @@ def mappings_cmd(
     """Mean and p99.9 MAT of each replica mapping on the whole machine."""
     with cli_errors():
         from shrink.machine import Machine
+        from shrink.mat import mat_text
         from shrink.sim.scaling import MatSearch, compare_mappings
 
         m = Machine.read_toml(machine)

@@ -7,7 +7,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
-import numpy as np
 import typer
 
 from shrink.checks import parse_duration
@@ -49,6 +48,8 @@ def _levels(text: str) -> list[float]:
 
 def _curve_summary(curve: Any) -> list[dict[str, Any]]:
     """Per level: each statistic as [mean over repetitions, 95% CI low, high] (NaN: null)."""
+
+    import numpy as np
 
     def triple(lv: Any, stat: str) -> list[float | None]:
         return [None if not np.isfinite(v) else float(v) for v in lv.stat(stat)]
@@ -243,7 +244,7 @@ def _metrics(recorder: Any, port: int | None) -> Iterator[None]:
     from shrink.export.metrics import MetricsServer
 
     with MetricsServer(recorder.runs, port) as server:
-        console.print(f"metrics: http://127.0.0.1:{server.port}/metrics", highlight=False)
+        console().print(f"metrics: http://127.0.0.1:{server.port}/metrics", highlight=False)
         yield
 
 
