@@ -247,7 +247,7 @@ def test_a_lost_node_loses_only_its_own_rows_and_is_named(cluster, server):
 
 
 def test_the_report_names_each_generator_slot_and_what_it_lost():
-    from shrink.predict import _self_checks
+    from shrink.selfchecks import self_checks as _self_checks
     from shrink.replay.live import LiveTarget
     from shrink.report.sections.self_checks import cluster_text as _cluster_text
 
