@@ -205,3 +205,19 @@ def test_a_generator_on_the_servers_cpus_needs_allow_overlap(tmp_path):
         TestbedProvider(tmp_path, server_cpus=(0, 1), generator_cpus=(0,))
     ok = TestbedProvider(tmp_path, server_cpus=(0, 1), generator_cpus=(0,), allow_overlap=True)
     assert ok.describe()["allow_overlap"] and ok.generator_cpus == (0,)
+
+
+def test_a_core_subset_says_what_it_cannot_show_and_what_the_generator_took():
+    from shrink.loadcurve import Level, LevelStats, LoadCurve
+    from shrink.report.assumptions import core_subset_assumptions
+    from shrink.share import Share
+
+    rep = LevelStats(100.0, {"mean": 0.002}, generator_cpu=0.12)
+    curve = LoadCurve([Level(1.0, [rep])], knob="rate_factor", alpha=0.5,
+                      share={"kind": "cores", "cpus": [0], "fraction": 0.5},
+                      meta={"target": {"generator_cpus": [0]}})  # fmt: skip
+    words = core_subset_assumptions(Share("cores", (0,), 0.5), curve)
+    assert len(words) == 2 and "one listening socket" in words[0]
+    assert "CPU 0" in words[1] and "12% of a CPU" in words[1]
+    curve.meta["target"]["generator_cpus"] = [2]  # a generator on its own CPU
+    assert len(core_subset_assumptions(Share("cores", (0,), 0.5), curve)) == 1

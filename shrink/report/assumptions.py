@@ -27,6 +27,8 @@ def assumptions(
     ]
     if share.kind == "cpu_time":
         assumptions.extend(speed_assumptions(share))
+    if share.kind == "cores":
+        assumptions.extend(core_subset_assumptions(share, measured))
     if measured.meta.get("skip"):
         assumptions.append(
             f"Every run starts {measured.meta['skip']:.3g} s into the trace: a trace's first "
@@ -54,6 +56,33 @@ def assumptions(
             "throughputs, not levels, so this only chooses where the share is measured."
         )
     return assumptions
+
+
+def core_subset_assumptions(share: Share, measured: LoadCurve) -> list[str]:
+    """What a core subset cannot show, on this machine: the generator on a server CPU,
+    the loopback work it carries, and the full target's workers behind one socket."""
+    target = measured.meta.get("target") or {}
+    gen = set(target.get("generator_cpus") or [])
+    shared = sorted(gen & set(share.cpus))
+    gen_cpu = [r.generator_cpu for lv in measured.levels for r in lv.reps if r.generator_cpu]
+    out = [
+        "Core subset: alpha of the cores, alpha of the sessions; nothing of the full target "
+        "was run for the prediction. The subset cannot show what its cores do not share "
+        "with the others: one listening socket in front of all the full target's workers "
+        "(a connection waits for whichever worker is free first, so the whole target "
+        "queues less at the same load per core), and work on the cores outside the subset."
+    ]
+    if shared:
+        took = f" (up to {100 * max(gen_cpu):.0f}% of a CPU)" if gen_cpu else ""
+        out.append(
+            f"The load generator ran on CPU {', '.join(map(str, shared))}, one of the "
+            f"subset's{took}, and carries the loopback network work of every request it "
+            "sends. On the full target it sends 1/alpha times as many requests from the "
+            "same CPU, so it takes about the same part of each core: the SHRiNK ratio "
+            "holds to the extent that its cost per request stays the same. On a machine "
+            "with a CPU to spare, give the generator its own (--generator-cpus)."
+        )
+    return out
 
 
 def speed_assumptions(share: Share) -> list[str]:
