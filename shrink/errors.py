@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import errno
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "CaptureFormatError",
@@ -41,7 +42,16 @@ __all__ = [
 
 
 class ShrinkError(Exception):
-    """Root of every error shrink raises deliberately."""
+    """Root of every error shrink raises deliberately.
+
+    An error that stops a sweep after some levels (a dead server, a full disk)
+    carries them: ``curve`` is the LoadCurve of the finished levels (None if there
+    are none), and whoever writes it appends the file to ``kept``, so that the
+    message names only files that exist.
+    """
+
+    curve: Any = None
+    kept: tuple[str, ...] = ()
 
 
 class ParameterError(ShrinkError, ValueError):
@@ -146,6 +156,7 @@ class WriteError(ShrinkError):
         reason = exc.strerror or str(exc)
         if exc.errno == errno.ENOSPC:
             reason = "no space left on the device"
-        super().__init__(f"{path}: cannot write ({reason})")
+        code = errno.errorcode.get(exc.errno or 0)
+        super().__init__(f"{path}: cannot write ({reason}{f', {code}' if code else ''})")
         self.path = str(path)
         self.errno = exc.errno

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from shrink.checks import check_int, check_positive
-from shrink.errors import ParameterError
+from shrink.errors import ParameterError, ShrinkError
 from shrink.loadcurve import Level, LevelStats, LoadCurve, latency_stats
 from shrink.share import Share
 from shrink.target import RunResult, Target
@@ -484,6 +484,12 @@ def sweep(
         partial = _sweep_curve(target, trace, out, knob, alpha, {**meta, "last_run": desc})
         partial.meta["interrupted"] = True
         raise SweepInterrupted(partial) from exc
+    except ShrinkError as exc:
+        # A dead server or a full disk stops the sweep; the finished levels stay.
+        if out:
+            exc.curve = _sweep_curve(target, trace, out, knob, alpha, {**meta, "last_run": desc})
+            exc.curve.meta["stopped"] = str(exc)
+        raise
     if progress is not None:
         progress("done", total, total)
     return _sweep_curve(target, trace, out, knob, alpha, {**meta, "last_run": desc})

@@ -31,6 +31,7 @@ from shrink.autolevels import (
 )
 from shrink.busyspeed import host_drift
 from shrink.checks import check_alpha
+from shrink.errors import ShrinkError
 from shrink.loadcurve import FAILURE_LIMIT, LoadCurve
 from shrink.machine import Machine
 from shrink.mapping import BUILTIN_MAPPINGS
@@ -304,9 +305,11 @@ def predict(
                 companion=companion,
                 between=None if checks is None else checks.after_level,
             )
-        except SweepInterrupted as stop:
-            if out_dir is not None:
-                stop.kept.extend(_keep_partial(Path(out_dir), stop.curve, companion, config))
+        except (SweepInterrupted, ShrinkError) as stop:
+            # Stopped by a signal or an error (a dead server): the finished levels stay.
+            if out_dir is not None and stop.curve is not None:
+                kept = _keep_partial(Path(out_dir), stop.curve, companion, config)
+                stop.kept = [*stop.kept, *kept]
             raise
         if companion is not None:
             full_curve = companion_curve(companion, knob=config.knob, plan=config.plan)

@@ -12,7 +12,7 @@ from shrink.autolevels._clock import Clock
 from shrink.autolevels._curve import curve_of
 from shrink.autolevels._level import behind, merge, run_level, surely_over
 from shrink.autolevels._plan import AutoPlan, Companion, loop_span
-from shrink.errors import MeasurementError
+from shrink.errors import MeasurementError, ShrinkError
 from shrink.knee import (
     GROWTH_NEAR,
     SECOND_KNEE,
@@ -85,6 +85,14 @@ def auto_sweep(
         partial = curve_of(sweep.levels, knob, target, trace, alpha, base_rate=base_rate, plan=plan)
         partial.meta["interrupted"] = True
         raise SweepInterrupted(partial) from exc
+    except ShrinkError as exc:
+        # A dead server or a full disk stops the sweep; the finished levels stay.
+        if sweep.levels:
+            exc.curve = curve_of(
+                sweep.levels, knob, target, trace, alpha, base_rate=base_rate, plan=plan
+            )
+            exc.curve.meta["stopped"] = str(exc)
+        raise
     if progress is not None:
         progress("done", plan.max_levels, plan.max_levels)
     curve = curve_of(sweep.levels, knob, target, trace, alpha, base_rate=base_rate, plan=plan)

@@ -59,7 +59,9 @@ def cli_errors() -> Iterator[None]:
     except (typer.Exit, click.exceptions.Exit, click.ClickException, click.Abort):
         raise
     except ShrinkError as exc:
-        _error_line(str(exc))
+        # An error that stopped a sweep says, on the same line, what it kept.
+        kept = "; kept " + ", ".join(str(k) for k in exc.kept) if exc.kept else ""
+        _error_line(str(exc) + kept)
         raise typer.Exit(code=EXIT_ERROR) from None
     except OSError as exc:
         # The system refused a file (full disk, permission, read-only file system).
