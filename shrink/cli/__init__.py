@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import typer
 
+from shrink import interrupts
 from shrink._version import __version__
 from shrink.cli import (
     extrapolate_cmd,
@@ -67,4 +68,6 @@ guard_all(app)
 
 
 def main() -> None:
+    # SIGTERM and SIGHUP stop a command as Ctrl-C does: what was measured is kept.
+    interrupts.install()
     app()

@@ -12,7 +12,9 @@ Exit status of every command:
       scaling``, ``sim mappings``): a threshold was not crossed within the measured
       range, so a MAT is only a bound (">= X" or "< X"; k6 uses 99 when a
       threshold fails). Everything is still written and printed first.
-130   interrupted (Ctrl-C)
+129   stopped by SIGHUP  } 128 + the signal's number; each keeps what was
+130   interrupted (Ctrl-C) } measured and says in one line what it kept, as
+143   stopped by SIGTERM   } Ctrl-C does (:mod:`shrink.interrupts`)
 ====  =================================================================
 """
 
@@ -32,6 +34,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from shrink import interrupts
 from shrink.errors import ShrinkError
 from shrink.files import check_output
 
@@ -72,12 +75,12 @@ def cli_errors() -> Iterator[None]:
         # Say only what exists: a command that kept files lists them on the exception.
         kept = [escape(str(k)) for k in getattr(exc, "kept", [])]
         console.print(
-            "[yellow]interrupted[/]: "
+            f"[yellow]{interrupts.stopped_by()}[/]: "
             + (f"kept {', '.join(kept)}" if kept else "nothing measured was written"),
             highlight=False,
             soft_wrap=True,
         )
-        raise typer.Exit(code=EXIT_INTERRUPTED) from None
+        raise typer.Exit(code=interrupts.exit_status()) from None
     except Exception as exc:
         if os.environ.get("SHRINK_TRACEBACK"):
             raise

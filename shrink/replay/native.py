@@ -42,6 +42,7 @@ from typing import Any, Unpack
 
 import numpy as np
 
+from shrink import interrupts
 from shrink.errors import ParameterError, ReplayError
 from shrink.replay._http import build_request
 from shrink.replay.contract import EngineStats, RunOptions, run_stats, wants_signals, zero_time
@@ -171,9 +172,10 @@ def run_native(
     if wants_signals(options):
 
         def on_signal(signum: int, frame: Any) -> None:
+            interrupts.note(signum)
             stop[0] = True
 
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in interrupts.STOP_SIGNALS:
             installed.append((sig, signal.signal(sig, on_signal)))
     cpu0 = os.times()
     wall0 = monotonic()
