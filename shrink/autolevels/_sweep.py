@@ -12,7 +12,7 @@ from shrink.autolevels._clock import Clock
 from shrink.autolevels._curve import curve_of
 from shrink.autolevels._level import behind, merge, run_level, surely_over
 from shrink.autolevels._plan import AutoPlan, Companion, loop_span
-from shrink.errors import MeasurementError, ShrinkError
+from shrink.errors import MeasurementError, ParameterError, ShrinkError
 from shrink.knee import (
     GROWTH_NEAR,
     SECOND_KNEE,
@@ -155,9 +155,18 @@ class _Sweep:
         plan, knob = self.plan, self.knob
         unit = {"rate_factor": 1.0, "users": float(self.trace.meta.get("users") or 1.0)}
         probe = plan.probe_level if plan.probe_level is not None else 0.1 * unit.get(knob, 1.0)
-        if plan.warm_run:
+        # The probe runs whatever else is left out, but only the repetitions that end
+        # within the budget: a time budget bounds the wall time, the first level too.
+        reps = self.clock.reps_that_fit(plan.probe_reps or plan.reps)
+        if reps == 0:
+            raise ParameterError(
+                f"a time budget of {self.clock.budget:g} s cannot hold one repetition "
+                f"({self.clock.per_rep:g} s of warm-up and window); allow more time or "
+                "shorten the warm-up and window"
+            )
+        if plan.warm_run and self.clock.fits(reps + 1):
             self._warm(probe)
-        first = self.run(probe, "probe", replace(plan, reps=plan.probe_reps or plan.reps), True)
+        first = self.run(probe, "probe", replace(plan, reps=reps), True)
         self.budget -= 1
         if first is None:
             raise MeasurementError(
