@@ -145,6 +145,8 @@ def sweep_cmd(
         int | None,
         typer.Option(
             "--metrics-port",
+            min=0,
+            max=65535,
             help="Serve the sweep's progress as OpenMetrics (Prometheus) on "
             "127.0.0.1:PORT/metrics while it runs (0: any free port).",
         ),

@@ -34,12 +34,12 @@ import os
 import shutil
 import signal
 import string
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shrink.errors import RecipeError, TestbedError
+from shrink import files
+from shrink.errors import RecipeError, TestbedError, TraceFormatError
 from shrink.testbed.health import probe
 from shrink.testbed.recipe import (
     ReplicaContext,
@@ -88,13 +88,11 @@ class CommandRecipe:
         p = Path(path)
         src = str(p)
         try:
-            d = tomllib.loads(p.read_text())
-        except FileNotFoundError:
-            raise RecipeError("no such recipe file", recipe=src) from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise RecipeError(f"cannot read it: {exc}", recipe=src) from None
-        except tomllib.TOMLDecodeError as exc:
-            raise RecipeError(f"not TOML: {exc}", recipe=src) from None
+            # The guarded reader: a size bound, a bad byte or nesting too deep for the
+            # parser is one line naming the file, not a crash.
+            d = files.read_toml(p, what="recipe file")
+        except TraceFormatError as exc:
+            raise RecipeError(exc.reason, recipe=src) from None
         return cls.from_dict(d, source=src, base=p.resolve().parent)
 
     @classmethod
