@@ -38,7 +38,28 @@ __all__ = [
     "TopologyError",
     "TraceFormatError",
     "WriteError",
+    "printable",
 ]
+
+
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(text: object) -> str:
+    """``text`` safe to print on a terminal: a control character (CR, LF, ESC of an ANSI
+    sequence, ...) is shown escaped (``\\n``, ``\\x1b``), so that a file name cannot
+    move the cursor, recolour the screen or forge a line of output."""
+    out = []
+    for ch in str(text):
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif ch.isprintable():
+            out.append(ch)
+        elif ord(ch) < 0x100:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(f"\\u{ord(ch):04x}" if ord(ch) < 0x10000 else f"\\U{ord(ch):08x}")
+    return "".join(out)
 
 
 class ShrinkError(Exception):
@@ -52,6 +73,10 @@ class ShrinkError(Exception):
 
     curve: Any = None
     kept: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        # Messages carry names from the field (file names, paths in a log): escaped.
+        return printable(super().__str__())
 
 
 class ParameterError(ShrinkError, ValueError):

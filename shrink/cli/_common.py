@@ -35,7 +35,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from shrink import interrupts
-from shrink.errors import ShrinkError
+from shrink.errors import ShrinkError, printable
 from shrink.files import check_output
 
 console = Console(stderr=True)
@@ -50,7 +50,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 def _error_line(text: str) -> None:
     # One line: a message with a newline (a subprocess's stderr) is folded.
     # Escaped: a path or field name like "x[/y]" is text, not a rich markup tag.
-    line = escape(" ".join(str(text).split()))
+    # Printable: a control character (an ANSI escape in a file name) is shown escaped.
+    line = escape(printable(" ".join(str(text).split())))
     console.print(f"[bold red]error:[/] {line}", highlight=False, soft_wrap=True)
 
 
@@ -73,7 +74,7 @@ def cli_errors() -> Iterator[None]:
         raise typer.Exit(code=EXIT_ERROR) from None
     except KeyboardInterrupt as exc:
         # Say only what exists: a command that kept files lists them on the exception.
-        kept = [escape(str(k)) for k in getattr(exc, "kept", [])]
+        kept = [escape(printable(k)) for k in getattr(exc, "kept", [])]
         console.print(
             f"[yellow]{interrupts.stopped_by()}[/]: "
             + (f"kept {', '.join(kept)}" if kept else "nothing measured was written"),
