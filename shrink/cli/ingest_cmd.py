@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from shrink.cli._common import cli_errors, console, echo_json, output_path, plural
+from shrink.errors import printable
 
 _SHOWN_SKIPS = 20
 
@@ -88,6 +89,8 @@ def ingest(
         "skipped": int(trace.meta.get("skipped", 0)),
         "skipped_lines": skipped_lines[:_SHOWN_SKIPS],
     }
+    if trace.meta.get("damage"):
+        summary["damage"] = trace.meta["damage"]
     if as_json:
         echo_json(summary)
         return
@@ -97,6 +100,9 @@ def ingest(
         f"{info.duration:,.3f} s -> {out}"
     )
     typer.echo(_skipped_line(fmt, trace.meta, summary["skipped"], summary["skipped_lines"]))
+    if trace.meta.get("damage"):
+        # A damaged capture read leniently: where, and what was skipped past it.
+        console.print(f"note: {printable(trace.meta['damage'])}", highlight=False, markup=False)
     repaired = trace.meta.get("repaired_lines") or []
     if repaired:
         console.print(
