@@ -239,7 +239,9 @@ def _read_on(
         after += more.size
         at = stop
     if after:
-        damage += f"; skipped {'; '.join(skips)} and read {after:,} more records after the damage"
+        more = f" and {len(skips) - 5:,} more places" if len(skips) > 5 else ""
+        listed = "; ".join(skips[:5]) + more
+        damage += f"; skipped {listed}, and read {after:,} more records after the damage"
     else:
         damage += "; no record could be read after it"
     return np.concatenate(parts), np.concatenate(sizes), damage
