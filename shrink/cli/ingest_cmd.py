@@ -54,6 +54,15 @@ def ingest(
         float | None,
         typer.Option(help="wsesslog: sessions start at i / rate seconds. Default 1 per second."),
     ] = None,
+    max_line: Annotated[
+        int | None,
+        typer.Option(
+            "--max-line",
+            min=1,
+            help="clf/specweb/wsesslog: the longest line, in bytes; a longer one stops "
+            "the reading. Default 1 MiB.",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Read a trace file (format told from its content) and write it as a Parquet Trace.
@@ -70,6 +79,8 @@ def ingest(
         opts["burst_gap"] = burst_gap
     if session_rate is not None:
         opts["session_rate"] = session_rate
+    if max_line is not None:
+        opts["max_line"] = max_line
     with cli_errors():
         output_path(out)
         fmt = detect_format(input) if format is ReadFormat.auto else format.value

@@ -133,9 +133,12 @@ def load_buffer(path: Path, *, strict: bool) -> tuple[np.ndarray, int, str | Non
     """
     try:
         with path.open("rb") as fh:
-            head = fh.read(2)
+            head = fh.read(24)
             size = os.fstat(fh.fileno()).st_size
-            if head != GZIP_MAGIC and size > 0:
+            if head[:2] != GZIP_MAGIC and size > 0:
+                # Checked before the map, which reads the whole file in: 2 GB of zeros
+                # was 2 GB of memory before the magic said it was no capture.
+                capture_format(head, path, size)
                 mm = _map(fh.fileno())
                 return np.frombuffer(mm, dtype=np.uint8), size, None
     except FileNotFoundError:
