@@ -32,6 +32,18 @@ def test_a_deeply_nested_recipe_through_the_cli_exits_1(tmp_path):
     assert str(f) in r.output and "internal error" not in r.output
 
 
+@pytest.mark.parametrize(
+    "line",
+    ["start_timeout = " + "9" * 400, "start_timeout = inf", "workers_per_core = " + "9" * 5000],
+)
+def test_a_recipe_number_past_its_bound_is_one_line(tmp_path, line):
+    f = tmp_path / "big.toml"
+    f.write_text('commands = [["srv"]]\n' + line + "\n")
+    with pytest.raises(RecipeError, match="must be") as err:
+        CommandRecipe.read(f)
+    assert len(str(err.value)) < 200
+
+
 def test_whatif_on_a_machine_with_thousands_of_cores(tmp_path):
     n = 256  # every mapping's MAT is 0 there: the comparison divided by it
     cpus = f"[{list(range(n))}, {list(range(n, 2 * n))}]"
