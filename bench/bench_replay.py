@@ -121,9 +121,7 @@ def session_trace(rate: float, seconds: float) -> Trace:
     )
 
 
-def run_engine(
-    port: int, rate: float, seconds: float, out: Path | None = None
-) -> dict[str, float]:
+def run_engine(port: int, rate: float, seconds: float, out: Path | None = None) -> dict[str, float]:
     if SESSIONS:
         tr = session_trace(rate, seconds)
         cfg = EngineConfig([("127.0.0.1", port)], drain=1.0, conns_per_session=2)
@@ -131,7 +129,13 @@ def run_engine(
         tr = open_loop_trace("/static/file1k.bin", rate, seconds)
         cfg = EngineConfig([("127.0.0.1", port)], drain=1.0)
     log, eng = run_engines(
-        tr, cfg, rate_factor=1.0, horizon=seconds, loop=False, cpus=[GEN_CPU], engine=ENGINE,
+        tr,
+        cfg,
+        rate_factor=1.0,
+        horizon=seconds,
+        loop=False,
+        cpus=[GEN_CPU],
+        engine=ENGINE,
         out=out,
     )
     warm = min(0.5, seconds / 4)
@@ -163,8 +167,13 @@ def main() -> None:
     p.add_argument("--rates", default=None, help="rates to scan (default: by engine)")
     p.add_argument("--engine", default="auto", help="auto | native | python")
     p.add_argument("--sessions", action="store_true", help="replay sessions (see above)")
-    p.add_argument("--default-lag", type=float, default=None, metavar="CAPACITY",
-                   help="send-lag p99 at default scheduling, at 50%% and 80%% of CAPACITY")
+    p.add_argument(
+        "--default-lag",
+        type=float,
+        default=None,
+        metavar="CAPACITY",
+        help="send-lag p99 at default scheduling, at 50%% and 80%% of CAPACITY",
+    )
     p.add_argument("--runs", type=int, default=5, help="runs per rate for --default-lag")
     a = p.parse_args()
     global ENGINE, SESSIONS

@@ -34,7 +34,7 @@ def test_a_deeply_nested_recipe_through_the_cli_exits_1(tmp_path):
 
 @pytest.mark.parametrize(
     "line",
-    ["start_timeout = " + "9" * 400, "start_timeout = inf", "workers_per_core = " + "9" * 5000],
+    ["start_timeout = " + "9" * 400, "start_timeout = inf", "workers_per_core = " + "9" * 400],
 )
 def test_a_recipe_number_past_its_bound_is_one_line(tmp_path, line):
     f = tmp_path / "big.toml"
