@@ -13,7 +13,7 @@ import signal
 import threading
 from types import FrameType
 
-__all__ = ["STOP_SIGNALS", "exit_status", "install", "note", "received", "stopped_by"]
+__all__ = ["STOP_SIGNALS", "exit_status", "handled", "install", "note", "received", "stopped_by"]
 
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -46,9 +46,15 @@ def _stop(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+def handled() -> list[signal.Signals]:
+    """The stop signals this process takes: those not ignored. A signal ignored when
+    the command started (``nohup`` ignores SIGHUP) stays ignored: the user asked so."""
+    return [s for s in STOP_SIGNALS if signal.getsignal(s) != signal.SIG_IGN]
+
+
 def install() -> None:
     """Make every stop signal raise KeyboardInterrupt (on the main thread only)."""
     if threading.current_thread() is not threading.main_thread():
         return
-    for sig in STOP_SIGNALS:
+    for sig in handled():
         signal.signal(sig, _stop)

@@ -73,3 +73,23 @@ def test_a_writer_given_up_leaves_no_temporary_file(tmp_path):
     assert list(tmp_path.glob(".r.parquet.*.tmp"))
     w.discard()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_signal_ignored_at_start_stays_ignored():
+    """``nohup shrink sweep ...`` must survive the terminal's SIGHUP."""
+    code = (
+        "import signal, os\n"
+        "signal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
+        "from shrink import interrupts\n"
+        "interrupts.install()\n"
+        "assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN\n"
+        "assert signal.SIGHUP not in interrupts.handled()\n"
+        "assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL\n"
+        "os.kill(os.getpid(), signal.SIGHUP)\n"
+        "print('alive')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0 and out.stdout.strip() == "alive", out.stderr

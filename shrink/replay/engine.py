@@ -344,7 +344,7 @@ def run_schedule(
     gc.disable()
     try:
         if signals:
-            for sig in interrupts.STOP_SIGNALS:
+            for sig in interrupts.handled():
                 try:
                     loop.add_signal_handler(sig, _stop_on, sig, eng)
                     installed.append(sig)

@@ -233,7 +233,7 @@ def run_native(
             interrupts.note(signum)
             stop[0] = True
 
-        for sig in interrupts.STOP_SIGNALS:
+        for sig in interrupts.handled():
             installed.append((sig, signal.signal(sig, on_signal)))
     cpu0 = os.times()
     wall0 = monotonic()
