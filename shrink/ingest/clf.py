@@ -114,6 +114,7 @@ def read_clf(
 
     ``idle_gap`` and ``burst_gap`` are seconds or durations such as ``"30m"``;
     ``burst_gap`` may be 0 (only requests in the same second share a burst).
+    ``max_line``: the longest line, in bytes; a longer one is an error naming it.
     """
     path = Path(path)
     idle = parse_duration(idle_gap, "idle_gap")

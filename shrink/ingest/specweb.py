@@ -125,7 +125,10 @@ def read_specweb(
     classifier: Classifier | None = None,
     max_line: int = MAX_LINE,
 ) -> Trace:
-    """Read a recorded-session log (TSV or CSV) into a Trace (see the module docstring)."""
+    """Read a recorded-session log (TSV or CSV) into a Trace (see the module docstring).
+
+    ``max_line``: the longest line, in bytes; a longer one is an error naming it.
+    """
     path = Path(path)
     bgap = non_negative_duration(burst_gap, "burst_gap")
     lines = split_lines(read_bytes(path, max_line=max_line))

@@ -263,6 +263,7 @@ def read_wsesslog(
     ``session_rate`` (sessions/s) spaces the session start times; ``think_default``
     is the think time of bursts without ``think=``. The syntax has no lenient
     mode: any error raises (``strict`` is accepted for a uniform reader API).
+    ``max_line``: the longest line, in bytes; a longer one is an error naming it.
     """
     del strict  # every syntax error is fatal, as in httperf
     path = Path(path)
