@@ -324,7 +324,7 @@ def run_schedule(
 
     The options and the run's zero are the engine contract's
     (:mod:`shrink.replay.contract`): the zero is taken once the engine is built
-    (request bytes and all). SIGINT/SIGTERM stop the run early (``interrupted``),
+    (request bytes and all). SIGINT/SIGTERM/SIGHUP stop the run early (``interrupted``),
     and so does a failed write of the RunLog (the writer's ``error``: the caller
     reports it); the writer is closed in every case.
     """
