@@ -3,7 +3,7 @@
 Run as ``python bench/bench_fuzz.py [--inputs N] [--readers a,b] [--seed S] [--limit S]``.
 
 For each reader of tests/helpers/fuzzing.py (specweb, CLF, wsesslog, pcap/pcapng, Parquet
-trace, machine TOML, calibration, LoadCurve, prediction, testbed state, docroot
+trace, machine TOML, server recipe TOML, calibration, LoadCurve, prediction, testbed state, docroot
 manifest), in a process of its own so that its peak RSS is its own: N seeded
 mutated inputs (default 100,000), each read and used as the next stage would.
 It prints crashes (exceptions other than shrink.errors) over inputs with their

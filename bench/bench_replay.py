@@ -14,6 +14,12 @@ reported at 50%, 80% and 100% of that capacity.
 requests, 10 ms think time, two connections per session, opened and closed by
 each session) instead of independent requests; the rates are then requests/s.
 
+``--default-lag CAPACITY`` measures the generator as users run it: default
+scheduling (no SCHED_FIFO, no nice) for the server and the generator, the RunLog
+written to a file as ``shrink replay -o`` and ``sweep --runlogs`` write it, at 50% and
+80% of CAPACITY (requests/s; the engine's capacity from a run without it), ``--runs``
+times each, and reports each run's send-lag p99.
+
 ``--engine`` picks the replay engine (auto: the native core when built); the
 output names the one that ran.
 
@@ -115,7 +121,7 @@ def session_trace(rate: float, seconds: float) -> Trace:
     )
 
 
-def run_engine(port: int, rate: float, seconds: float) -> dict[str, float]:
+def run_engine(port: int, rate: float, seconds: float, out: Path | None = None) -> dict[str, float]:
     if SESSIONS:
         tr = session_trace(rate, seconds)
         cfg = EngineConfig([("127.0.0.1", port)], drain=1.0, conns_per_session=2)
@@ -123,7 +129,14 @@ def run_engine(port: int, rate: float, seconds: float) -> dict[str, float]:
         tr = open_loop_trace("/static/file1k.bin", rate, seconds)
         cfg = EngineConfig([("127.0.0.1", port)], drain=1.0)
     log, eng = run_engines(
-        tr, cfg, rate_factor=1.0, horizon=seconds, loop=False, cpus=[GEN_CPU], engine=ENGINE
+        tr,
+        cfg,
+        rate_factor=1.0,
+        horizon=seconds,
+        loop=False,
+        cpus=[GEN_CPU],
+        engine=ENGINE,
+        out=out,
     )
     warm = min(0.5, seconds / 4)
     g = generator_check(log, (warm, seconds), cpu=eng.cpu_seconds / max(eng.wall, 1e-9))
@@ -154,10 +167,21 @@ def main() -> None:
     p.add_argument("--rates", default=None, help="rates to scan (default: by engine)")
     p.add_argument("--engine", default="auto", help="auto | native | python")
     p.add_argument("--sessions", action="store_true", help="replay sessions (see above)")
+    p.add_argument(
+        "--default-lag",
+        type=float,
+        default=None,
+        metavar="CAPACITY",
+        help="send-lag p99 at default scheduling, at 50%% and 80%% of CAPACITY",
+    )
+    p.add_argument("--runs", type=int, default=5, help="runs per rate for --default-lag")
     a = p.parse_args()
     global ENGINE, SESSIONS
     ENGINE = select_engine(a.engine)
     SESSIONS = a.sessions
+    if a.default_lag is not None:
+        default_lag(a.default_lag, a.seconds, a.runs)
+        return
     if a.rates is None:
         a.rates = (
             "10000,15000,20000,22500,25000,27500,30000,35000"
@@ -238,6 +262,31 @@ def main() -> None:
                 f"(per CPU-second: engine {cap / max(cpu_at_cap, 1e-9):,.0f}, "
                 f"wrk {wrk[0] / max(wrk[1], 1e-9):,.0f})"
             )
+        finally:
+            proc.terminate()
+            proc.wait()
+
+
+def default_lag(capacity: float, seconds: float, runs: int) -> None:
+    """Send-lag p99 at 50% and 80% of ``capacity``, default scheduling, RunLog to a file."""
+    if not {SERVER_CPU, GEN_CPU} <= os.sched_getaffinity(0):
+        sys.exit("needs CPUs 0 and 1")
+    print(f"engine: {engine_name(ENGINE)}; default scheduling; server CPU {SERVER_CPU}, "
+          f"generator CPU {GEN_CPU}; {seconds:g} s per run, RunLog to a file")  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, port = start_lighttpd(Path(tmp))
+        try:
+            run_engine(port, 0.2 * capacity, 1.0)  # warm the server and the connections
+            for frac in (0.5, 0.8):
+                lags = []
+                for i in range(runs):
+                    r = run_engine(port, frac * capacity, seconds, Path(tmp) / f"r{i}.parquet")
+                    lags.append(r["lag_p99"] * 1e3)
+                print(
+                    f"  {int(frac * 100)}% ({frac * capacity:,.0f}/s): send-lag p99 ms per run "
+                    + " ".join(f"{x:.3f}" for x in lags)
+                    + f"; median {float(np.median(lags)):.3f}, max {max(lags):.3f}"
+                )
         finally:
             proc.terminate()
             proc.wait()

@@ -28,6 +28,7 @@ the best mean MAT at each fraction, and where the best one changes.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -191,13 +192,21 @@ def whatif(
     )
 
 
+def _gain(best: float, other: float) -> str:
+    """`` (+12.3%)``: how much higher ``best`` is; nothing where ``other`` is no rate
+    (a model that predicts no capacity, e.g. far outside what it was fitted on)."""
+    if not (math.isfinite(best) and math.isfinite(other)) or other <= 0:
+        return ""
+    return f" ({best / other - 1:+.1%})"
+
+
 def _reason(best: str, names: list[str], out: dict[str, MappingPrediction], wl: Workload) -> str:
     m = out[best]
     others = [n for n in names if n != best]
     key = next(iter(m.stats))
     best_mat = m.stats[key].mat
     cmp = ", ".join(
-        f"{n} {out[n].stats[key].mat:,.0f} ({best_mat / out[n].stats[key].mat - 1:+.1%})"
+        f"{n} {out[n].stats[key].mat:,.0f}{_gain(best_mat, out[n].stats[key].mat)}"
         for n in others
     )
     ref = out.get("1-replica", m).detail

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import errno
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "CaptureFormatError",
@@ -39,11 +40,45 @@ __all__ = [
     "TopologyError",
     "TraceFormatError",
     "WriteError",
+    "printable",
 ]
 
 
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(text: object) -> str:
+    """``text`` safe to print on a terminal: a control character (CR, LF, ESC of an ANSI
+    sequence, ...) is shown escaped (``\\n``, ``\\x1b``), so that a file name cannot
+    move the cursor, recolour the screen or forge a line of output."""
+    out = []
+    for ch in str(text):
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif ch.isprintable():
+            out.append(ch)
+        elif ord(ch) < 0x100:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(f"\\u{ord(ch):04x}" if ord(ch) < 0x10000 else f"\\U{ord(ch):08x}")
+    return "".join(out)
+
+
 class ShrinkError(Exception):
-    """Root of every error shrink raises deliberately."""
+    """Root of every error shrink raises deliberately.
+
+    An error that stops a sweep after some levels (a dead server, a full disk)
+    carries them: ``curve`` is the LoadCurve of the finished levels (None if there
+    are none), and whoever writes it appends the file to ``kept``, so that the
+    message names only files that exist.
+    """
+
+    curve: Any = None
+    kept: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        # Messages carry names from the field (file names, paths in a log): escaped.
+        return printable(super().__str__())
 
 
 class ParameterError(ShrinkError, ValueError):
@@ -153,6 +188,7 @@ class WriteError(ShrinkError):
         reason = exc.strerror or str(exc)
         if exc.errno == errno.ENOSPC:
             reason = "no space left on the device"
-        super().__init__(f"{path}: cannot write ({reason})")
+        code = errno.errorcode.get(exc.errno or 0)
+        super().__init__(f"{path}: cannot write ({reason}{f', {code}' if code else ''})")
         self.path = str(path)
         self.errno = exc.errno

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from shrink.checks import check_int, check_positive
-from shrink.errors import ParameterError
+from shrink.errors import ParameterError, ShrinkError
 from shrink.loadcurve import Level, LevelStats, LoadCurve, latency_stats
 from shrink.share import Share
 from shrink.target import RunResult, Target
@@ -347,13 +347,13 @@ def window_for(
 
 
 def was_interrupted(result: RunResult) -> bool:
-    """The replay engine was stopped by SIGINT/SIGTERM during this run."""
+    """The replay engine was stopped by SIGINT/SIGTERM/SIGHUP during this run."""
     engine = (result.describe or {}).get("engine") or {}
     return bool(engine.get("interrupted", False))
 
 
 def stop_if_interrupted(result: RunResult) -> None:
-    """Raise KeyboardInterrupt when the run was stopped by SIGINT/SIGTERM.
+    """Raise KeyboardInterrupt when the run was stopped by SIGINT/SIGTERM/SIGHUP.
 
     The replay engine catches those signals to close its run log cleanly and return
     what it measured; a sweep must then stop too, not go on to the next run (a user's
@@ -364,7 +364,7 @@ def stop_if_interrupted(result: RunResult) -> None:
 
 
 class SweepInterrupted(KeyboardInterrupt):
-    """A sweep stopped by SIGINT/SIGTERM, carrying the levels measured before it.
+    """A sweep stopped by SIGINT/SIGTERM/SIGHUP, carrying the levels measured before it.
 
     ``curve`` holds the swept target's finished levels (meta ``interrupted``); a
     companion's finished levels stay in ``companion.levels``. Whoever writes them
@@ -484,6 +484,12 @@ def sweep(
         partial = _sweep_curve(target, trace, out, knob, alpha, {**meta, "last_run": desc})
         partial.meta["interrupted"] = True
         raise SweepInterrupted(partial) from exc
+    except ShrinkError as exc:
+        # A dead server or a full disk stops the sweep; the finished levels stay.
+        if out:
+            exc.curve = _sweep_curve(target, trace, out, knob, alpha, {**meta, "last_run": desc})
+            exc.curve.meta["stopped"] = str(exc)
+        raise
     if progress is not None:
         progress("done", total, total)
     return _sweep_curve(target, trace, out, knob, alpha, {**meta, "last_run": desc})

@@ -32,6 +32,7 @@ from shrink.autolevels import (
     sample_ratio,
 )
 from shrink.checks import check_alpha
+from shrink.errors import ShrinkError
 from shrink.loadcurve import LoadCurve
 from shrink.machine import Machine
 from shrink.mapping import BUILTIN_MAPPINGS
@@ -259,9 +260,11 @@ def predict(
             if companion is not None and full_target is not None:
                 full_curve = _validation_search(full_target, trace, companion, config, plan,
                                                 progress)  # fmt: skip
-        except SweepInterrupted as stop:
-            if out_dir is not None:
-                stop.kept.extend(_keep_partial(Path(out_dir), stop.curve, companion, config))
+        except (SweepInterrupted, ShrinkError) as stop:
+            # Stopped by a signal or an error (a dead server): the finished levels stay.
+            if out_dir is not None and stop.curve is not None:
+                kept = _keep_partial(Path(out_dir), stop.curve, companion, config)
+                stop.kept = [*stop.kept, *kept]
             raise
     # The share as planned and calibrated (the target's description lacks the speed).
     measured.share = replace(measured.share, speed=share.speed)

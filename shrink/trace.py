@@ -319,6 +319,7 @@ class Trace:
         missing = [c for c in COLUMNS if c not in table.column_names]
         if missing:
             raise TraceFormatError(f"Parquet file lacks trace columns {missing}", path=path)
+        table = _typed_columns(table, path)
         try:
             trace = cls(table.replace_schema_metadata(None), meta)
         except (pa.ArrowException, ValueError, TypeError) as exc:
@@ -396,6 +397,62 @@ def _first_line(exc: BaseException) -> str:
     return lines[0][:300] if lines else type(exc).__name__
 
 
+def _kind(typ: pa.DataType) -> str:
+    """The kind of value a trace column holds, in words."""
+    if pa.types.is_integer(typ):
+        return "an integer"
+    if pa.types.is_floating(typ):
+        return "a number"
+    if pa.types.is_boolean(typ):
+        return "a boolean"
+    return "a string"
+
+
+def _fits(got: pa.DataType, want: pa.DataType) -> bool:
+    """Whether a Parquet column of type ``got`` holds the values of a ``want`` column:
+    the same kind (an integer column may hold a float's values), never a string's
+    digits for a number nor a number for a string."""
+    if pa.types.is_dictionary(got):
+        got = got.value_type
+    if pa.types.is_integer(want):
+        return pa.types.is_integer(got)
+    if pa.types.is_floating(want):
+        return pa.types.is_integer(got) or pa.types.is_floating(got)
+    if pa.types.is_boolean(want):
+        return pa.types.is_boolean(got)
+    return pa.types.is_string(got) or pa.types.is_large_string(got)
+
+
+def _typed_columns(table: pa.Table, path: Path) -> pa.Table:
+    """Each known column checked by name against its type, and cast to it: a column of
+    the wrong kind or with a value its type cannot hold names the column (and the row)."""
+    wanted = {**{f.name: f.type for f in SCHEMA}, **EXTRA_COLUMNS}
+    for i, name in enumerate(table.column_names):
+        want = wanted.get(name)
+        if want is None:
+            continue
+        col = table.column(i)
+        if not _fits(col.type, want):
+            raise TraceFormatError(
+                f"column {name!r} is of type {col.type}, must be {_kind(want)}", path=path
+            )
+        if col.type == want:
+            continue
+        try:
+            cast = col.cast(want)
+        except (pa.ArrowException, ValueError, OverflowError) as exc:
+            raise TraceFormatError(
+                f"column {name!r}: a value does not fit {want} ({_first_line(exc)})", path=path
+            ) from None
+        table = table.set_column(i, pa.field(name, want), cast)
+    return table
+
+
+# The latest time a trace may hold (seconds): a century, past any recording, but far
+# below the values (1e300) whose arithmetic loses every digit of a request's time.
+MAX_SECONDS = 100 * 365.25 * 86400.0
+
+
 def _check_columns(table: pa.Table, path: Path) -> None:
     """Values later stages rely on: no nulls, finite non-negative times (names the row)."""
     for name in table.column_names:
@@ -405,13 +462,33 @@ def _check_columns(table: pa.Table, path: Path) -> None:
             raise TraceFormatError(f"row {row}: column {name!r} is null", path=path)
     for name in ("t", "think"):
         values = table.column(name).to_numpy()
-        bad = ~np.isfinite(values) | (values < 0)
+        bad = ~np.isfinite(values) | (values < 0) | (values > MAX_SECONDS)
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
             value = float(values[row])
             raise TraceFormatError(
-                f"row {row}: {name} == {value!r}, must be a finite number >= 0", path=path
+                f"row {row}: {name} == {value!r}, must be a finite number of seconds in "
+                f"[0, {MAX_SECONDS:.0f}]",
+                path=path,
             )
+    for name, low, high in (("session", 0, None), ("burst", 0, None), ("bytes", -1, None),
+                            ("status", 0, 999)):  # fmt: skip
+        values = table.column(name).to_numpy()
+        bad = (values < low) | (values > high if high is not None else False)
+        if np.any(bad):
+            row = int(np.flatnonzero(bad)[0])
+            span = f">= {low}" if high is None else f"in [{low}, {high}]"
+            unknown = " (-1: unknown)" if name == "bytes" else ""
+            raise TraceFormatError(
+                f"row {row}: {name} == {int(values[row])}, must be {span}{unknown}", path=path
+            )
+    rt = table.column("rt").to_numpy()
+    bad = np.isinf(rt) | (rt < 0)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise TraceFormatError(
+            f"row {row}: rt == {float(rt[row])!r}, must be seconds >= 0 (NaN: unknown)", path=path
+        )
 
 
 def _as_list_or_np(values: Iterable[Any]) -> Any:

@@ -32,6 +32,12 @@ class Clock:
     def fits(self, reps: int) -> bool:
         return self.budget is None or self.spent + reps * self.per_rep <= self.budget
 
+    def reps_that_fit(self, reps: int) -> int:
+        """How many of ``reps`` repetitions end within the budget (0 to ``reps``)."""
+        while reps > 0 and not self.fits(reps):
+            reps -= 1
+        return reps
+
     def timed(self, reps: int, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         t0 = time.monotonic()
         out = fn(*args, **kwargs)

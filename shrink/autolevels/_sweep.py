@@ -12,7 +12,7 @@ from shrink.autolevels._clock import Clock
 from shrink.autolevels._curve import curve_of
 from shrink.autolevels._level import behind, merge, run_level, surely_over
 from shrink.autolevels._plan import AutoPlan, Companion, loop_span
-from shrink.errors import MeasurementError
+from shrink.errors import MeasurementError, ParameterError, ShrinkError
 from shrink.knee import (
     GROWTH_NEAR,
     Refinement,
@@ -90,6 +90,14 @@ def auto_sweep(
         partial = curve_of(sweep.levels, knob, target, trace, alpha, base_rate=base_rate, plan=plan)
         partial.meta["interrupted"] = True
         raise SweepInterrupted(partial) from exc
+    except ShrinkError as exc:
+        # A dead server or a full disk stops the sweep; the finished levels stay.
+        if sweep.levels:
+            exc.curve = curve_of(
+                sweep.levels, knob, target, trace, alpha, base_rate=base_rate, plan=plan
+            )
+            exc.curve.meta["stopped"] = str(exc)
+        raise
     if progress is not None:
         progress("done", plan.max_levels, plan.max_levels)
     curve = curve_of(sweep.levels, knob, target, trace, alpha, base_rate=base_rate, plan=plan)
@@ -153,9 +161,18 @@ class _Sweep:
         plan, knob = self.plan, self.knob
         unit = {"rate_factor": 1.0, "users": float(self.trace.meta.get("users") or 1.0)}
         probe = plan.probe_level if plan.probe_level is not None else 0.1 * unit.get(knob, 1.0)
-        if plan.warm_run:
+        # The probe runs whatever else is left out, but only the repetitions that end
+        # within the budget: a time budget bounds the wall time, the first level too.
+        reps = self.clock.reps_that_fit(plan.probe_reps or plan.reps)
+        if reps == 0:
+            raise ParameterError(
+                f"a time budget of {self.clock.budget:g} s cannot hold one repetition "
+                f"({self.clock.per_rep:g} s of warm-up and window); allow more time or "
+                "shorten the warm-up and window"
+            )
+        if plan.warm_run and self.clock.fits(reps + 1):
             self._warm(probe)
-        first = self.run(probe, "probe", replace(plan, reps=plan.probe_reps or plan.reps), True)
+        first = self.run(probe, "probe", replace(plan, reps=reps), True)
         self.budget -= 1
         if first is None:
             raise MeasurementError(

@@ -20,6 +20,7 @@ import sys
 
 import typer
 
+from shrink import interrupts
 from shrink._version import DISTRIBUTION, __version__
 from shrink.cli import (
     extrapolate_cmd,
@@ -115,4 +116,6 @@ def app_for(args: list[str]) -> typer.Typer:
 
 def main(args: list[str] | None = None) -> None:
     """The ``shrink`` command: ``args`` (default: the command line's) run as typer runs them."""
+    # SIGTERM and SIGHUP stop a command as Ctrl-C does: what was measured is kept.
+    interrupts.install()
     app_for(sys.argv[1:] if args is None else args)(args=args)

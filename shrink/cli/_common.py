@@ -12,7 +12,9 @@ Exit status of every command:
       scaling``, ``sim mappings``): a threshold was not crossed within the measured
       range, so a MAT is only a bound (">= X" or "< X"; k6 uses 99 when a
       threshold fails). Everything is still written and printed first.
-130   interrupted (Ctrl-C)
+129   stopped by SIGHUP  } 128 + the signal's number; each keeps what was
+130   interrupted (Ctrl-C) } measured and says in one line what it kept, as
+143   stopped by SIGTERM   } Ctrl-C does (:mod:`shrink.interrupts`)
 ====  =================================================================
 """
 
@@ -29,7 +31,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
-from shrink.errors import ShrinkError
+from shrink import interrupts
+from shrink.errors import ShrinkError, printable
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -60,7 +63,8 @@ def escape(text: str) -> str:
 def _error_line(text: str) -> None:
     # One line: a message with a newline (a subprocess's stderr) is folded.
     # Escaped: a path or field name like "x[/y]" is text, not a rich markup tag.
-    line = escape(" ".join(str(text).split()))
+    # Printable: a control character (an ANSI escape in a file name) is shown escaped.
+    line = escape(printable(" ".join(str(text).split())))
     console().print(f"[bold red]error:[/] {line}", highlight=False, soft_wrap=True)
 
 
@@ -72,7 +76,9 @@ def cli_errors() -> Iterator[None]:
     except (typer.Exit, typer.Abort, typer.TyperException):
         raise
     except ShrinkError as exc:
-        _error_line(str(exc))
+        # An error that stopped a sweep says, on the same line, what it kept.
+        kept = "; kept " + ", ".join(str(k) for k in exc.kept) if exc.kept else ""
+        _error_line(str(exc) + kept)
         raise typer.Exit(code=EXIT_ERROR) from None
     except OSError as exc:
         # The system refused a file (full disk, permission, read-only file system).
@@ -81,14 +87,14 @@ def cli_errors() -> Iterator[None]:
         raise typer.Exit(code=EXIT_ERROR) from None
     except KeyboardInterrupt as exc:
         # Say only what exists: a command that kept files lists them on the exception.
-        kept = [escape(str(k)) for k in getattr(exc, "kept", [])]
+        kept = [escape(printable(k)) for k in getattr(exc, "kept", [])]
         console().print(
-            "[yellow]interrupted[/]: "
+            f"[yellow]{interrupts.stopped_by()}[/]: "
             + (f"kept {', '.join(kept)}" if kept else "nothing measured was written"),
             highlight=False,
             soft_wrap=True,
         )
-        raise typer.Exit(code=EXIT_INTERRUPTED) from None
+        raise typer.Exit(code=interrupts.exit_status()) from None
     except Exception as exc:
         if os.environ.get("SHRINK_TRACEBACK"):
             raise

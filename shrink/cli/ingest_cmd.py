@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from shrink.cli._common import cli_errors, console, echo_json, output_path, plural
+from shrink.errors import printable
 
 _SHOWN_SKIPS = 20
 
@@ -53,6 +54,15 @@ def ingest(
         float | None,
         typer.Option(help="wsesslog: sessions start at i / rate seconds. Default 1 per second."),
     ] = None,
+    max_line: Annotated[
+        int | None,
+        typer.Option(
+            "--max-line",
+            min=1,
+            help="clf/specweb/wsesslog: the longest line, in bytes; a longer one stops "
+            "the reading. Default 1 MiB.",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Read a trace file (format told from its content) and write it as a Parquet Trace.
@@ -69,6 +79,8 @@ def ingest(
         opts["burst_gap"] = burst_gap
     if session_rate is not None:
         opts["session_rate"] = session_rate
+    if max_line is not None:
+        opts["max_line"] = max_line
     with cli_errors():
         output_path(out)
         fmt = detect_format(input) if format is ReadFormat.auto else format.value
@@ -88,6 +100,8 @@ def ingest(
         "skipped": int(trace.meta.get("skipped", 0)),
         "skipped_lines": skipped_lines[:_SHOWN_SKIPS],
     }
+    if trace.meta.get("damage"):
+        summary["damage"] = trace.meta["damage"]
     if as_json:
         echo_json(summary)
         return
@@ -97,6 +111,9 @@ def ingest(
         f"{info.duration:,.3f} s -> {out}"
     )
     typer.echo(_skipped_line(fmt, trace.meta, summary["skipped"], summary["skipped_lines"]))
+    if trace.meta.get("damage"):
+        # A damaged capture read leniently: where, and what was skipped past it.
+        console().print(f"note: {printable(trace.meta['damage'])}", highlight=False, markup=False)
     repaired = trace.meta.get("repaired_lines") or []
     if repaired:
         console().print(

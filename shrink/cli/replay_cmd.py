@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from shrink import interrupts
 from shrink.checks import check_positive, parse_duration
 from shrink.cli import mat_cmd, sweep_cmd
 from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
@@ -125,12 +126,13 @@ def replay(
         _warn_docroot(tgt, tr, trace)
         res = tgt.run(tr, rate_factor=rf, warmup=0.0, duration=seconds, out=output)
         summary = _summary(res, output)
+        summary["realtime"] = realtime
     if as_json:
         echo_json(summary)
     else:
         _print_summary(summary)
     if summary["interrupted"]:
-        raise typer.Exit(code=130)
+        raise typer.Exit(code=interrupts.exit_status())
 
 
 def _summary(res: Any, output: Path) -> dict[str, Any]:
@@ -192,6 +194,12 @@ def _print_summary(s: dict[str, Any]) -> None:
     )
     if s["generator_behind"]:
         typer.echo(f"GENERATOR BEHIND: {s['behind_reason']} (not a server result)")
+        if not s.get("realtime"):
+            typer.echo(
+                "  at default scheduling any other work on the generator's CPU takes turns "
+                "with its loop: give it a CPU of its own (--generator-cpus) and, as root, "
+                "run it with --realtime 10 (SCHED_FIFO) to keep the schedule"
+            )
     if s["failed"]:
         typer.echo(
             f"FAILED REQUESTS: {s['errors']} of {s['requests']:,} (over {_limit_text()}): "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,7 +34,7 @@ from shrink.cli._replay_opts import (
     _Timeout,
     _warn_docroot,
 )
-from shrink.errors import ParameterError
+from shrink.errors import ParameterError, ShrinkError, WriteError
 
 
 def _levels(text: str) -> list[float]:
@@ -70,13 +71,44 @@ def _curve_summary(curve: Any) -> list[dict[str, Any]]:
 
 
 def _keep_partial_sweep(stop: Any, output: Path, runlogs: Path | None) -> None:
-    """Write an interrupted sweep's finished levels to OUTPUT's ``.partial.json`` twin."""
-    if stop.curve.levels:
+    """Write a stopped sweep's finished levels to OUTPUT's ``.partial.json`` twin.
+
+    ``stop`` is a SweepInterrupted or an error that stopped the sweep (a dead
+    server, a full disk); the files written are added to its ``kept``.
+    """
+    kept: list[str] = []
+    if stop.curve is not None and stop.curve.levels:
         path = output.with_name(output.name.removesuffix(".json") + ".partial.json")
-        stop.curve.write_json(path)
-        stop.kept.append(f"{path} ({len(stop.curve.levels)} finished levels)")
+        kept += _keep_curve(stop.curve, path)
     if runlogs is not None and runlogs.is_dir() and any(runlogs.glob("*.parquet")):
-        stop.kept.append(f"the run logs in {runlogs}")
+        kept.append(f"the run logs in {runlogs}")
+    stop.kept = [*stop.kept, *kept]
+
+
+def _keep_curve(curve: Any, path: Path) -> list[str]:
+    """Write ``curve`` to ``path``, or failing that (a full disk) something smaller;
+    what was kept, in words."""
+    try:
+        curve.write_json(path)
+    except WriteError as exc:
+        return _keep_smaller(curve, path, exc)
+    return [f"{path} ({len(curve.levels)} finished levels)"]
+
+
+def _keep_smaller(curve: Any, path: Path, exc: WriteError) -> list[str]:
+    """``curve`` could not be written to ``path``: its per-level summary, a small file,
+    beside it, or printed to stdout if even that fails; what was kept, in words."""
+    from shrink.atomic import write_text
+
+    n = len(curve.levels)
+    summary = {"knob": curve.knob, "summary": _curve_summary(curve), "not_written": str(exc)}
+    small = path.with_name(path.name.removesuffix(".json") + ".summary.json")
+    try:
+        write_text(small, json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    except WriteError:
+        typer.echo(json.dumps(summary, sort_keys=True))
+        return [f"a summary of the {n} finished levels, printed above"]
+    return [f"{small} (a summary of the {n} finished levels)"]
 
 
 def sweep_cmd(
@@ -114,6 +146,8 @@ def sweep_cmd(
         int | None,
         typer.Option(
             "--metrics-port",
+            min=0,
+            max=65535,
             help="Serve the sweep's progress as OpenMetrics (Prometheus) on "
             "127.0.0.1:PORT/metrics while it runs (0: any free port).",
         ),
@@ -177,9 +211,18 @@ def sweep_cmd(
         except SweepInterrupted as stop:
             _keep_partial_sweep(stop, output, runlogs)
             raise
+        except ShrinkError as exc:
+            # A dead server, a full disk: the levels finished before it are kept.
+            _keep_partial_sweep(exc, output, runlogs)
+            raise
         curve.meta["summary"] = _curve_summary(curve)
         curve.meta["generator"] = _generator_meta(routing, conns, lag_limit, tgt)
-        curve.write_json(output)
+        try:
+            # The finished levels first, before any export (a full disk keeps them).
+            curve.write_json(output)
+        except WriteError as exc:
+            exc.kept = _keep_smaller(curve, output, exc)
+            raise
         exports = write_sweep_exports(output, level_samples(curve, tr, recorder.runs))
     _print_sweep(curve, knob, output, exports, as_json)
 

@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 
+from shrink.errors import ParameterError
 from shrink.export.samples import RunSamples
 
 CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -90,7 +91,13 @@ class MetricsServer:
                 pass
 
         # Loopback only: these numbers are for a local Prometheus, not the network.
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        try:
+            self._httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        except OSError as exc:  # the port in use: say which
+            raise ParameterError(
+                f"--metrics-port {port}: cannot listen on 127.0.0.1:{port} "
+                f"({exc.strerror or exc}); choose another port, or 0 for any free one"
+            ) from None
         self.port = int(self._httpd.server_address[1])
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from shrink.atomic import atomic_path
 from shrink.export import csv as csv_out
 from shrink.export.hdr import write_hdr
 from shrink.export.samples import RunSamples
@@ -25,7 +26,14 @@ def write_sweep_exports(curve_path: Path, runs: Sequence[RunSamples]) -> list[Pa
     """HdrHistogram logs, wrk2 spectra, Locust and k6 CSVs of the runs; returns the files."""
     p = export_paths(Path(curve_path))
     written = write_hdr(p["hdr"], runs)
-    written.append(csv_out.write_stats(p["stats"], runs))
-    written.append(csv_out.write_history(p["history"], runs))
-    written.append(csv_out.write_k6(p["requests"], runs))
+    # Each CSV goes to a temporary file renamed into place: a full disk leaves no
+    # truncated CSV, and the error names the file.
+    for key, write in (
+        ("stats", csv_out.write_stats),
+        ("history", csv_out.write_history),
+        ("requests", csv_out.write_k6),
+    ):
+        with atomic_path(p[key]) as tmp:
+            write(tmp, runs)
+        written.append(p[key])
     return written

@@ -5,27 +5,72 @@ from __future__ import annotations
 import gzip
 import zlib
 from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
 
 from shrink.errors import TraceFormatError
 
 GZIP_MAGIC = b"\x1f\x8b"
 
 
-def read_bytes(path: str | Path) -> bytes:
-    """The file's bytes, decompressed when it is gzip; a missing file is a TraceFormatError."""
+# The longest line a text trace may have (bytes): real log lines are at most a few KiB
+# (a URL of 64 KiB is already past every server's limit). A file whose "line" runs on
+# past this is not a log (binary, or all zeros), and reading it whole would take its
+# size in memory before saying so. ``--max-line`` changes it.
+MAX_LINE = 1 << 20
+_CHUNK = 1 << 20
+
+
+def read_bytes(path: str | Path, *, max_line: int = MAX_LINE) -> bytes:
+    """The file's bytes, decompressed when it is gzip; a missing file is a TraceFormatError.
+
+    Read in chunks, each line's length checked on the way: a line longer than
+    ``max_line`` bytes stops the reading at once, with an error naming the file and
+    the line (a gzip that inflates to a gigabyte without a line break fails in the
+    first MiB, not after filling the memory).
+    """
     path = Path(path)
     try:
-        data = path.read_bytes()
+        with path.open("rb") as fh:
+            if fh.read(2) != GZIP_MAGIC:
+                fh.seek(0)
+                return _bounded(fh, path, max_line)
+            fh.seek(0)
+            try:
+                with gzip.open(fh) as gz:
+                    return _bounded(gz, path, max_line)
+            except (OSError, EOFError, zlib.error) as exc:
+                raise TraceFormatError(f"damaged gzip data ({exc})", path=path) from exc
     except FileNotFoundError:
         raise TraceFormatError("no such file", path=path) from None
     except IsADirectoryError:
         raise TraceFormatError("is a directory, not a trace file", path=path) from None
-    if data[:2] == GZIP_MAGIC:
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise TraceFormatError(f"damaged gzip data ({exc})", path=path) from exc
-    return data
+
+
+def _bounded(stream: BinaryIO, path: Path, max_line: int) -> bytes:
+    """All of ``stream``, refused at the first line longer than ``max_line`` bytes."""
+    chunks: list[bytes] = []
+    run = 0  # bytes since the last line break
+    lines = 0  # line breaks so far
+    while chunk := stream.read(_CHUNK):
+        breaks = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10)
+        ends = np.r_[breaks, len(chunk)]
+        lengths = np.diff(np.r_[-1, ends]) - 1
+        lengths[0] += run
+        over = np.flatnonzero(lengths > max_line)
+        if over.size:
+            line = lines + int(over[0]) + 1
+            raise TraceFormatError(
+                f"a line longer than {max_line:,} bytes (no line break): not a text trace, "
+                "or raise --max-line",
+                path=path,
+                line=line,
+            )
+        run = int(lengths[-1])
+        lines += breaks.size
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def head_bytes(path: str | Path, size: int = 65536) -> bytes:

@@ -46,7 +46,7 @@ import numpy as np
 from shrink.checks import parse_duration
 from shrink.classify import Classifier
 from shrink.errors import TraceFormatError
-from shrink.ingest._io import decode_line, read_bytes, split_lines
+from shrink.ingest._io import MAX_LINE, decode_line, read_bytes, split_lines
 from shrink.ingest.sessionize import non_negative_duration, sessionize
 from shrink.trace import Trace
 
@@ -108,16 +108,18 @@ def read_clf(
     idle_gap: float | str = 1800.0,
     burst_gap: float | str = 1.0,
     classifier: Classifier | None = None,
+    max_line: int = MAX_LINE,
 ) -> Trace:
     """Read a Common or Combined Log Format access log into a Trace (see the module docstring).
 
     ``idle_gap`` and ``burst_gap`` are seconds or durations such as ``"30m"``;
     ``burst_gap`` may be 0 (only requests in the same second share a burst).
+    ``max_line``: the longest line, in bytes; a longer one is an error naming it.
     """
     path = Path(path)
     idle = parse_duration(idle_gap, "idle_gap")
     bgap = non_negative_duration(burst_gap, "burst_gap")
-    lines = split_lines(read_bytes(path))
+    lines = split_lines(read_bytes(path, max_line=max_line))
 
     keys: dict[tuple[str, str], int] = {}
     cols: dict[str, list[Any]] = {k: [] for k in ("key", "time", "method", "path")}

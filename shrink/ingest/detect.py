@@ -52,6 +52,13 @@ def detect_format(path: str | Path) -> str:
         return "pcap"
     if head[:4] == PARQUET_MAGIC:
         return "parquet"
+    if len(head) == 65536 and b"\n" not in head:
+        # Not empty: 64 KiB without a line break is no text trace (binary, or zeros).
+        raise TraceFormatError(
+            "no line break in the first 64 KiB: not a text trace (a capture would have "
+            "a pcap or pcapng magic); pass --format to read it as one anyway",
+            path=path,
+        )
     lines = split_lines(head)
     if len(head) == 65536 and lines:
         lines.pop()  # the last line may be cut

@@ -51,7 +51,7 @@ import numpy as np
 
 from shrink.classify import Classifier
 from shrink.errors import TraceFormatError
-from shrink.ingest._io import decode_line, read_bytes, split_lines
+from shrink.ingest._io import MAX_LINE, decode_line, read_bytes, split_lines
 from shrink.ingest.sessionize import non_negative_duration, sessionize
 from shrink.trace import Trace
 
@@ -123,11 +123,15 @@ def read_specweb(
     strict: bool = False,
     burst_gap: float | str = 0.5,
     classifier: Classifier | None = None,
+    max_line: int = MAX_LINE,
 ) -> Trace:
-    """Read a recorded-session log (TSV or CSV) into a Trace (see the module docstring)."""
+    """Read a recorded-session log (TSV or CSV) into a Trace (see the module docstring).
+
+    ``max_line``: the longest line, in bytes; a longer one is an error naming it.
+    """
     path = Path(path)
     bgap = non_negative_duration(burst_gap, "burst_gap")
-    lines = split_lines(read_bytes(path))
+    lines = split_lines(read_bytes(path, max_line=max_line))
     names: tuple[str, ...] | None = None
     delimiter: str | None = None
     rows: list[tuple[Any, ...]] = []

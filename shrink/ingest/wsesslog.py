@@ -69,7 +69,7 @@ from shrink.atomic import write_bytes
 from shrink.checks import check_rate, check_scalar
 from shrink.classify import Classifier
 from shrink.errors import TraceFormatError
-from shrink.ingest._io import decode_line, read_bytes, split_lines
+from shrink.ingest._io import MAX_LINE, decode_line, read_bytes, split_lines
 from shrink.trace import Trace
 
 __all__ = ["METHODS", "read_wsesslog", "write_wsesslog"]
@@ -257,18 +257,20 @@ def read_wsesslog(
     session_rate: float = 1.0,
     think_default: float = 0.0,
     classifier: Classifier | None = None,
+    max_line: int = MAX_LINE,
 ) -> Trace:
     """Read an httperf ``--wsesslog`` file into a Trace (see the module docstring).
 
     ``session_rate`` (sessions/s) spaces the session start times; ``think_default``
     is the think time of bursts without ``think=``. The syntax has no lenient
     mode: any error raises (``strict`` is accepted for a uniform reader API).
+    ``max_line``: the longest line, in bytes; a longer one is an error naming it.
     """
     del strict  # every syntax error is fatal, as in httperf
     path = Path(path)
     rate = check_rate(session_rate, "session_rate")
     think_default = check_scalar(think_default, "think_default", low=0.0)
-    sessions = parse_sessions(path, read_bytes(path), think_default)
+    sessions = parse_sessions(path, read_bytes(path, max_line=max_line), think_default)
     cols: dict[str, list[Any]] = {
         k: [] for k in ("session", "burst", "t", "think", "method", "path", "body")
     }

@@ -6,7 +6,7 @@ is called as ``engine(schedule, config, writer, **options)`` with the keyword
 options of :class:`RunOptions`, writes one row per request into ``writer``,
 closes it, and returns :class:`EngineStats`. What every engine does the same way
 around its loop lives here: when the run's zero is (:func:`zero_time`), whether
-it takes SIGINT/SIGTERM (:func:`wants_signals`), and what it measured
+it takes SIGINT/SIGTERM/SIGHUP (:func:`wants_signals`), and what it measured
 (:func:`run_stats`).
 """
 
@@ -38,7 +38,7 @@ class RunOptions(TypedDict, total=False):
     ``t0``: the monotonic time of the schedule's zero. ``on_ready``: without
     ``t0``, called once the engine is built (request bytes and all); it returns
     the zero (processes of one scaled-out run share it). ``handle_signals``
-    (default True): SIGINT/SIGTERM stop the run early, when run on the main thread.
+    (default True): SIGINT/SIGTERM/SIGHUP stop the run early, when run on the main thread.
     """
 
     t0: float | None
@@ -91,7 +91,7 @@ def zero_time(writer: RunLogWriter, options: RunOptions) -> float:
 
 
 def wants_signals(options: RunOptions) -> bool:
-    """Whether the engine takes SIGINT/SIGTERM: asked to, and on the main thread."""
+    """Whether the engine takes SIGINT/SIGTERM/SIGHUP: asked to, and on the main thread."""
     main = threading.current_thread() is threading.main_thread()
     return options.get("handle_signals", True) and main
 

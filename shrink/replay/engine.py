@@ -25,13 +25,13 @@ import asyncio
 import gc
 import heapq
 import os
-import signal
 from collections.abc import Callable
 from time import monotonic
 from typing import Any, Unpack
 
 import numpy as np
 
+from shrink import interrupts
 from shrink.replay._config import EngineConfig
 from shrink.replay._conn import _NAN, _Conn, _Req
 from shrink.replay._http import build_request
@@ -311,6 +311,12 @@ class _Engine:
             self.loop.call_soon(self.finish_when_drained)
 
 
+def _stop_on(signum: int, eng: _Engine) -> None:
+    """A stop signal during a run: recorded (it sets the exit status), the run stops."""
+    interrupts.note(signum)
+    eng.interrupt()
+
+
 def run_schedule(
     schedule: Schedule, config: EngineConfig, writer: RunLogWriter, **options: Unpack[RunOptions]
 ) -> EngineStats:
@@ -318,7 +324,7 @@ def run_schedule(
 
     The options and the run's zero are the engine contract's
     (:mod:`shrink.replay.contract`): the zero is taken once the engine is built
-    (request bytes and all). SIGINT/SIGTERM stop the run early (``interrupted``),
+    (request bytes and all). SIGINT/SIGTERM/SIGHUP stop the run early (``interrupted``),
     and so does a failed write of the RunLog (the writer's ``error``: the caller
     reports it); the writer is closed in every case.
     """
@@ -338,9 +344,9 @@ def run_schedule(
     gc.disable()
     try:
         if signals:
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in interrupts.handled():
                 try:
-                    loop.add_signal_handler(sig, eng.interrupt)
+                    loop.add_signal_handler(sig, _stop_on, sig, eng)
                     installed.append(sig)
                 except (ValueError, RuntimeError, NotImplementedError):
                     pass

@@ -22,10 +22,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from shrink import files
 from shrink._version import __version__
-from shrink.errors import ParameterError, ReplayError
+from shrink.errors import ParameterError, ReplayError, TestbedError
+from shrink.processes import is_alive
 from shrink.procfs import cpu_seconds, cpu_times, proc_info, steal_times, utilization
 from shrink.replay.cluster import ClusterSpec
 from shrink.replay.engine import EngineConfig
@@ -35,7 +38,7 @@ from shrink.replay.selfcheck import LAG_LIMIT, generator_check
 from shrink.runlog import RunLog
 from shrink.schemas import TestbedStateFile
 from shrink.target import RunResult
-from shrink.testbed.state import TestbedState
+from shrink.testbed.state import ReplicaState, TestbedState
 from shrink.trace import Trace
 from shrink.wire import is_loopback
 
@@ -54,6 +57,35 @@ def parse_url(url: str) -> tuple[str, int]:
     if not parts.hostname:
         raise ParameterError(f"url == {url!r}, must name a host.")
     return parts.hostname, parts.port or 80
+
+
+# Errors of a request that never reached a server: nothing listens, or it hung up.
+_UNREACHED = ("refused", "connect", "reset", "closed")
+# The share of a run's requests that, unreached, says the server is gone rather than
+# loaded: an overloaded server still answers most, or times them out.
+UNREACHED_SHARE = 0.99
+
+
+def server_problem(state: dict[str, Any]) -> str | None:
+    """What a testbed's state says is wrong with its server: brought down, or a process
+    of it gone (the check ``shrink testbed status`` makes), or None."""
+    if not state.get("replicas"):
+        return None
+    if state.get("stopped"):
+        return f"the testbed was brought down ({state['stopped']}); bring it up again"
+    dead = []
+    for d in state["replicas"]:
+        r = ReplicaState.from_dict(d)
+        dead += [f"{r.role(p)} PID {p}" for p in r.pids if not is_alive(p, r.starttimes.get(p))]
+    return "crashed or killed: " + ", ".join(dead) if dead else None
+
+
+def unreached(log: RunLog, window: tuple[float, float]) -> tuple[int, int]:
+    """(requests intended in ``window``, those that never reached a server)."""
+    intended = log.column("intended")
+    in_win = (intended >= window[0]) & (intended < window[1])
+    err = pc.is_in(log.table.column("error"), value_set=pa.array(_UNREACHED))
+    return int(in_win.sum()), int((in_win & err.to_numpy(zero_copy_only=False)).sum())
 
 
 def _running(pids: list[int]) -> list[int]:
@@ -264,6 +296,7 @@ class LiveTarget:
         out: str | Path | None = None,
     ) -> RunResult:
         """Replay ``trace`` at ``rate_factor``; measure ``[warmup, warmup + duration)``."""
+        self._check_server()
         if out is None and self.runlog_dir is not None:
             out = self.runlog_dir / f"run{self._runs:03d}-rf{rate_factor:g}.parquet"
         self._runs += 1
@@ -365,7 +398,24 @@ class LiveTarget:
                 desc["server_busy_at_start"] = True
         if alive and not all(alive.values()):
             desc["dead_pids"] = [p for p, ok in alive.items() if not ok]
+        if not engine.interrupted:
+            self._check_server(log, window)
         return RunResult(log, window, check, util, per_cpu, desc)
+
+    def _check_server(
+        self, log: RunLog | None = None, window: tuple[float, float] = (0, 0)
+    ) -> None:
+        """Raise a TestbedError when the testbed's server is down: a process of it died,
+        its state says it was stopped, or (after a run) the run's requests found nothing
+        listening. A level measured on a dead server is not a level."""
+        problem = server_problem(self.state)
+        if problem is None and log is not None and self.state.get("replicas"):
+            n, lost = unreached(log, window)
+            if n >= 10 and lost >= UNREACHED_SHARE * n:
+                where = ", ".join(f"{a}:{p}" for a, p in self.addresses)
+                problem = f"{lost:,} of {n:,} requests found no server at {where}"
+        if problem is not None:
+            raise TestbedError(f"the server under test is down: {problem}")
 
     def _sampled(self, sampler: _WindowSampler | None, duration: float) -> dict[str, float]:
         """What the window's /proc snapshots say: server CPU, steal on share and generator."""

@@ -116,6 +116,7 @@ def _child(
     # A kill -9 of the parent must not leave this process sending load: SIGTERM
     # stops the engine as Ctrl-C does (its rows so far are kept).
     die_with_parent(signal.SIGTERM, parent_pid)
+    writer: RunLogWriter | None = None
     try:
         set_realtime(realtime)
         if cpu is not None:
@@ -133,6 +134,8 @@ def _child(
             raise writer.error
         pipe.send(("done", stats))
     except BaseException as exc:  # report, never hang the parent
+        if writer is not None:
+            writer.discard()  # no empty temporary file left (a closed log stays)
         pipe.send(("error", f"{type(exc).__name__}: {exc}"))
     finally:
         pipe.close()
@@ -245,10 +248,17 @@ def _run_inline(
             on_start(t0)
         return t0
 
+    writer: RunLogWriter | None = None
     try:
         sched = build_schedule(trace, **params)
         writer = RunLogWriter(out, meta)
         stats = engine(sched, config, writer, on_ready=ready)
+    except BaseException:
+        # Stopped before the engine closed its log (Ctrl-C while it set up): no
+        # empty temporary file is left behind.
+        if writer is not None:
+            writer.discard()
+        raise
     finally:
         restore_scheduler(old_sched)
         if cpus:

@@ -310,6 +310,21 @@ class RunLogWriter:
             self.closed = True
             self._finish()
 
+    def discard(self) -> None:
+        """Give the file up unwritten (a run stopped before its engine took over): the
+        temporary file and its reserve are removed, nothing is put in place."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._sink is not None:
+            with contextlib.suppress(OSError):
+                self._sink.close()
+        elif self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+        if self._tmp is not None:
+            self._tmp.unlink(missing_ok=True)
+
     def _finish(self) -> None:
         if self._writer is None:
             return

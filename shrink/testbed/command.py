@@ -36,12 +36,12 @@ import os
 import shutil
 import signal
 import string
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shrink.errors import RecipeError, TestbedError
+from shrink import files
+from shrink.errors import RecipeError, TestbedError, TraceFormatError
 from shrink.testbed.health import probe
 from shrink.testbed.private import can_run
 from shrink.testbed.recipe import (
@@ -72,6 +72,20 @@ _KEYS = {
 }
 
 
+# Bounds a recipe's numbers must keep: an hour to start, and workers a core could run.
+MAX_START_TIMEOUT = 3600.0
+MAX_WORKERS_PER_CORE = 1024
+
+
+def _brief(value: Any) -> str:
+    """A recipe value as shown in a message, cut short (a 5,000-digit number too)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's digit limit for str()
+        return "a number too long to show"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 @dataclass
 class CommandRecipe:
     """A recipe read from a TOML file; ``source`` is the file's path."""
@@ -92,13 +106,11 @@ class CommandRecipe:
         p = Path(path)
         src = str(p)
         try:
-            d = tomllib.loads(p.read_text())
-        except FileNotFoundError:
-            raise RecipeError("no such recipe file", recipe=src) from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise RecipeError(f"cannot read it: {exc}", recipe=src) from None
-        except tomllib.TOMLDecodeError as exc:
-            raise RecipeError(f"not TOML: {exc}", recipe=src) from None
+            # The guarded reader: a size bound, a bad byte or nesting too deep for the
+            # parser is one line naming the file, not a crash.
+            d = files.read_toml(p, what="recipe file")
+        except TraceFormatError as exc:
+            raise RecipeError(exc.reason, recipe=src) from None
         return cls.from_dict(d, source=src, base=p.resolve().parent)
 
     @classmethod
@@ -134,11 +146,21 @@ class CommandRecipe:
             raise RecipeError("must be a table: name = [argv]", recipe=source, field="versions")
         timeout = d.get("start_timeout", 15.0)
         per_core = d.get("workers_per_core", 1)
-        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
-            raise RecipeError(f"== {timeout!r}, must be seconds > 0", recipe=source,
+        if (
+            not isinstance(timeout, int | float)
+            or isinstance(timeout, bool)
+            or not 0 < timeout <= MAX_START_TIMEOUT
+        ):
+            raise RecipeError(f"== {_brief(timeout)}, must be seconds > 0 (at most "
+                              f"{MAX_START_TIMEOUT:g})", recipe=source,
                               field="start_timeout")  # fmt: skip
-        if not isinstance(per_core, int) or isinstance(per_core, bool) or per_core < 1:
-            raise RecipeError(f"== {per_core!r}, must be an integer >= 1", recipe=source,
+        if (
+            not isinstance(per_core, int)
+            or isinstance(per_core, bool)
+            or not 1 <= per_core <= MAX_WORKERS_PER_CORE
+        ):
+            raise RecipeError(f"== {_brief(per_core)}, must be an integer >= 1 (at most "
+                              f"{MAX_WORKERS_PER_CORE})", recipe=source,
                               field="workers_per_core")  # fmt: skip
         env = d.get("env", {})
         if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):

@@ -299,6 +299,16 @@ def _read_machine(p: Path) -> None:
         build_mapping(name, m)
 
 
+def _seed_recipe(tmp: Path) -> list[bytes]:
+    return [(ROOT / "examples" / "recipes" / "python-http.toml").read_bytes()]
+
+
+def _read_recipe(p: Path) -> None:
+    from shrink.testbed.command import CommandRecipe
+
+    CommandRecipe.read(p)
+
+
 def _seed_calibration(tmp: Path) -> list[bytes]:
     from extrapolate.calibration import fit_published
 
@@ -423,6 +433,7 @@ READERS: dict[str, Reader] = {
         Reader("capture", ".pcap", _seed_capture, _read_capture),
         Reader("trace", ".parquet", _seed_trace, _read_trace, mutate_parquet),
         Reader("machine", ".toml", _seed_machine, _read_machine, mutate_toml),
+        Reader("recipe", ".toml", _seed_recipe, _read_recipe, mutate_toml),
         Reader("calibration", ".json", _seed_calibration, _read_calibration, mutate_json),
         Reader("loadcurve", ".json", _seed_curve, _read_curve, mutate_json),
         Reader("prediction", ".json", _seed_prediction, _read_prediction, mutate_json),

@@ -26,7 +26,15 @@ from pathlib import Path
 import numpy as np
 
 from shrink.errors import CaptureFormatError
-from shrink.ingest.capture.pcap_walk import FRAME, HEADER, gather, header_dtype, walk_chain
+from shrink.ingest.capture.pcap_walk import (
+    FRAME,
+    HEADER,
+    gather,
+    header_dtype,
+    resync,
+    walk_chain,
+    walk_plain,
+)
 
 __all__ = [
     "MAX_NS",
@@ -125,9 +133,12 @@ def load_buffer(path: Path, *, strict: bool) -> tuple[np.ndarray, int, str | Non
     """
     try:
         with path.open("rb") as fh:
-            head = fh.read(2)
+            head = fh.read(24)
             size = os.fstat(fh.fileno()).st_size
-            if head != GZIP_MAGIC and size > 0:
+            if head[:2] != GZIP_MAGIC and size > 0:
+                # Checked before the map, which reads the whole file in: 2 GB of zeros
+                # was 2 GB of memory before the magic said it was no capture.
+                capture_format(head, path, size)
                 mm = _map(fh.fileno())
                 return np.frombuffer(mm, dtype=np.uint8), size, None
     except FileNotFoundError:
@@ -198,7 +209,45 @@ def _walk_pcap(
             msg = f"record header cut short ({n - at} of 16 bytes)"
         o, incl = o[:k], incl[:k]
         damage, _ = _damaged(msg, path, k + 1, at, strict)
+        o, incl, damage = _read_on(data, n, endian, limit, tick, o, incl, at, damage)
     return o, incl, damage
+
+
+def _read_on(
+    data: np.ndarray,
+    n: int,
+    endian: str,
+    limit: int,
+    tick: int,
+    o: np.ndarray,
+    incl: np.ndarray,
+    at: int,
+    damage: str,
+) -> tuple[np.ndarray, np.ndarray, str]:
+    """Past a damaged record at ``at`` (lenient reading), the records after it: the walk
+    resumes where records chain again (:func:`resync`). ``damage`` then also says how
+    many bytes were skipped, where, and how many records were read after them."""
+    parts, sizes = [o], [incl]
+    skips: list[str] = []
+    after = 0
+    while at < n:
+        nxt = resync(data, n, endian, limit, tick, at + 1)
+        skips.append(f"{nxt - at:,} bytes at byte offset {at:,}")
+        if nxt >= n:
+            break
+        offs, stop = walk_plain(data, n, endian, limit, start=nxt)
+        more = np.asarray(offs, dtype=np.int64)
+        parts.append(more)
+        sizes.append(np.diff(np.r_[more, stop]) - 16)
+        after += more.size
+        at = stop
+    if after:
+        more = f" and {len(skips) - 5:,} more places" if len(skips) > 5 else ""
+        listed = "; ".join(skips[:5]) + more
+        damage += f"; skipped {listed}, and read {after:,} more records after the damage"
+    else:
+        damage += "; no record could be read after it"
+    return np.concatenate(parts), np.concatenate(sizes), damage
 
 
 def _read_pcap(data: np.ndarray, n: int, path: Path, strict: bool) -> RawRecords:

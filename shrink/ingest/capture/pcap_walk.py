@@ -195,6 +195,58 @@ def walk_chain(
         i = j
 
 
+# Bytes searched at a time for a record start past damage: a window's headers are
+# tested at once, and most damage is followed by a good record within the window.
+_RESYNC_WINDOW = 1 << 20
+
+
+def resync(data: np.ndarray, n: int, endian: str, limit: int, tick: int, start: int) -> int:
+    """The first offset at or after ``start`` where records chain again, or ``n``.
+
+    A record start must have a sane header (a captured length within ``limit`` and the
+    file, sub-seconds below ``tick``, seconds within 2**24 of the first record's) and
+    so must the ``_DEPTH`` records after it, unless the chain ends exactly at the
+    file's end. Bytes of a damaged record rarely pass: the lenient reader reads on
+    from here rather than dropping the rest of the file.
+    """
+    if n - HEADER < max(start, 24):
+        return n
+    view = np.ndarray((n - HEADER + 1,), dtype=header_dtype(endian), buffer=data, strides=(1,))
+    sec0 = int(view[24]["sec"])
+
+    def sane(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        inside = p <= n - HEADER
+        h = view[np.where(inside, p, 0)]
+        incl = h["incl"].astype(np.int64)
+        ok = (
+            inside
+            & (incl <= limit)
+            & (p + HEADER + incl <= n)
+            & (h["orig"] <= (1 << 24))
+            & (h["sub"] < tick)
+            & (np.abs(h["sec"].astype(np.int64) - sec0) < (1 << 24))
+        )
+        return ok, p + HEADER + incl
+
+    pos = start
+    window = 4096  # growing: a good record is usually close, and many damages are cheap
+    while pos <= n - HEADER:
+        at = np.arange(pos, min(pos + window, n - HEADER + 1), dtype=np.int64)
+        window = min(2 * window, _RESYNC_WINDOW)
+        good, p = sane(at)
+        ended = np.zeros(at.size, dtype=bool)
+        for _ in range(_DEPTH):
+            ended |= good & (p == n)
+            ok, nxt = sane(p)
+            good &= ended | ok
+            p = np.where(ended, p, nxt)
+        hit = np.flatnonzero(good)
+        if hit.size:
+            return int(at[hit[0]])
+        pos = int(at[-1]) + 1
+    return n
+
+
 # The first bytes of an Ethernet frame carrying IPv4 without options and TCP:
 # every field the fast lane of the decoder needs, named, in network byte order.
 _FIELDS = (  # name, type, offset in the frame

@@ -1,0 +1,78 @@
+"""Inputs that crashed with exit 70 (a bug): now one line, exit 1 for bad input or 2
+for a bad option."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from typer.testing import CliRunner
+
+from shrink.cli import app
+from shrink.errors import RecipeError
+from shrink.testbed.command import CommandRecipe
+
+RUN = CliRunner().invoke
+
+
+def test_a_deeply_nested_recipe_is_one_line_naming_the_file(tmp_path):
+    f = tmp_path / "deep.toml"
+    f.write_text('commands = [["srv"]]\nx = ' + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(RecipeError) as err:
+        CommandRecipe.read(f)
+    assert str(err.value).startswith(f"recipe {f}: ") and "\n" not in str(err.value)
+
+
+def test_a_deeply_nested_recipe_through_the_cli_exits_1(tmp_path):
+    f = tmp_path / "deep.toml"
+    f.write_text("x = " + "{a = " * 50_000 + "1" + "}" * 50_000 + "\n")
+    r = RUN(app, ["testbed", "up", "--docroot", str(tmp_path), "--server", str(f), "--state",
+                  str(tmp_path / "s.json")])  # fmt: skip
+    assert r.exit_code == 1, r.output
+    assert str(f) in r.output and "internal error" not in r.output
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["start_timeout = " + "9" * 400, "start_timeout = inf", "workers_per_core = " + "9" * 400],
+)
+def test_a_recipe_number_past_its_bound_is_one_line(tmp_path, line):
+    f = tmp_path / "big.toml"
+    f.write_text('commands = [["srv"]]\n' + line + "\n")
+    with pytest.raises(RecipeError, match="must be") as err:
+        CommandRecipe.read(f)
+    assert len(str(err.value)) < 200
+
+
+def test_whatif_on_a_machine_with_thousands_of_cores(tmp_path):
+    n = 256  # every mapping's MAT is 0 there: the comparison divided by it
+    cpus = f"[{list(range(n))}, {list(range(n, 2 * n))}]"
+    spec = tmp_path / "big.toml"
+    spec.write_text(
+        f'name = "big"\nsockets = 2\ncores_per_socket = {n}\nthreads_per_core = 1\n'
+        f"llc_mib = 12.0\nghz = 2.8\ncpus = {cpus}\n"
+    )
+    r = RUN(app, ["whatif", "--machine", str(spec), "--workload", "tcp",
+                  "--calibration", "published"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "reason:" in r.output
+
+
+@pytest.mark.parametrize("port", ["70000", "-1"])
+def test_a_metrics_port_out_of_range_is_a_usage_error(tmp_path, port):
+    out = str(tmp_path / "c.json")
+    r = RUN(app, ["sweep", str(tmp_path / "t.parquet"), "--target", "http://127.0.0.1:9",
+                  "--levels", "1", "-o", out, "--metrics-port", port])  # fmt: skip
+    assert r.exit_code == 2 and "--metrics-port" in r.output, r.output
+
+
+def test_a_metrics_port_in_use_is_named():
+    from shrink.errors import ParameterError
+    from shrink.export.metrics import MetricsServer
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(ParameterError, match=f"127.0.0.1:{port} .*Address already in use"):
+            MetricsServer([], port)

@@ -1,0 +1,103 @@
+"""A full disk keeps what fits: the finished levels first, the file and errno named,
+no truncated file left (ENOSPC injected into the writers)."""
+
+from __future__ import annotations
+
+import errno
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from shrink.cli import app
+from shrink.cli import sweep_cmd as sweep_mod
+from shrink.errors import WriteError
+from shrink.loadcurve import LoadCurve
+from shrink.target import FakeTarget
+from shrink.trace import Trace
+
+ENOSPC = OSError(errno.ENOSPC, "No space left on device")
+
+
+class _Target(FakeTarget):
+    """A fake target as the CLI builds one; its ``fail_at``-th run cannot write its run log."""
+
+    def __init__(self, fail_at: int = 0, runlog: str = "logs/run001-rf2.parquet") -> None:
+        super().__init__()
+        self.fail_at, self.runlog, self.runs = fail_at, runlog, 0
+        self.state: dict = {}
+
+    def describe(self):
+        return {**super().describe(), "engine": {"engine": "fake"}}
+
+    def run(self, trace, **kw):
+        self.runs += 1
+        if self.runs == self.fail_at:
+            raise WriteError(self.runlog, ENOSPC)
+        return super().run(trace, **kw)
+
+
+@pytest.fixture
+def sweep(tmp_path, monkeypatch):
+    t = np.arange(3000) / 100.0
+    trace = tmp_path / "t.parquet"
+    Trace.from_columns(
+        {"session": np.arange(t.size), "t": t, "path": ["/f"] * t.size}, meta={"mode": "open"}
+    ).write_parquet(trace)
+
+    def run(target: _Target):
+        monkeypatch.setattr(sweep_mod, "_target", lambda *a, **kw: target)
+        out = str(tmp_path / "out" / "curve.json")
+        args = ["sweep", str(trace), "--target", "http://127.0.0.1:9", "--levels", "1,2,3",
+                "--warmup", "0.5s", "--duration", "2s", "-o", out]  # fmt: skip
+        return CliRunner().invoke(app, args)
+
+    return run
+
+
+def test_a_curve_that_cannot_be_written_leaves_its_summary(tmp_path, sweep, monkeypatch):
+    def full(self, path):
+        raise WriteError(path, ENOSPC)
+
+    monkeypatch.setattr(LoadCurve, "write_json", full)
+    r = sweep(_Target())
+    assert r.exit_code == 1, r.output
+    assert "curve.json: cannot write (no space left on the device, ENOSPC)" in r.output
+    summary = tmp_path / "out" / "curve.summary.json"
+    assert f"kept {summary} (a summary of the 3 finished levels)" in r.output
+    assert [lv["level"] for lv in json.loads(summary.read_text())["summary"]] == [1, 2, 3]
+
+
+def test_with_no_room_even_for_the_summary_it_is_printed(tmp_path, sweep, monkeypatch):
+    def full(path, *a, **kw):
+        raise WriteError(path, ENOSPC)
+
+    monkeypatch.setattr(LoadCurve, "write_json", lambda self, path: full(path))
+    monkeypatch.setattr("shrink.atomic.write_text", full)
+    r = sweep(_Target())
+    assert r.exit_code == 1 and '"level": 3' in r.output and "printed above" in r.output
+
+
+def test_a_run_log_that_cannot_be_written_keeps_the_finished_levels(tmp_path, sweep):
+    r = sweep(_Target(fail_at=2))
+    assert r.exit_code == 1, r.output
+    assert "run001-rf2.parquet: cannot write" in r.output and "ENOSPC" in r.output
+    kept = LoadCurve.read_json(tmp_path / "out" / "curve.partial.json")
+    assert [lv.level for lv in kept.levels] == [1]
+
+
+def test_an_export_that_cannot_be_written_is_named_and_not_left_truncated(
+    tmp_path, sweep, monkeypatch
+):
+    def k6(path, runs):
+        path.write_text("metric_name,timestamp\nhttp_req_duration,1")  # half a row
+        raise OSError(errno.ENOSPC, "Error writing bytes to file")  # pyarrow's, no name
+
+    monkeypatch.setattr("shrink.export.csv.write_k6", k6)
+    r = sweep(_Target())
+    out = tmp_path / "out"
+    assert r.exit_code == 1, r.output
+    assert "curve_requests.csv: cannot write" in r.output and "ENOSPC" in r.output
+    assert (out / "curve.json").exists()  # the finished levels were written first
+    assert not (out / "curve_requests.csv").exists() and not list(out.glob(".*.tmp"))

@@ -1,0 +1,95 @@
+"""SIGTERM and SIGHUP stop a sweep as SIGINT does: the finished levels are kept, one
+line says so, the exit status is 128 + the signal, and no temporary file is left."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shrink.loadcurve import LoadCurve
+from shrink.replay.writer import RunLogWriter
+from shrink.trace import Trace
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shrink.replay.fakeserver", "--port", "0"],
+        stdout=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        yield f"http://127.0.0.1:{int(proc.stdout.readline().split()[2])}"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize(
+    ("sig", "status", "said"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "stopped by SIGTERM"),
+     (signal.SIGHUP, 129, "stopped by SIGHUP")],
+)  # fmt: skip
+def test_a_signal_after_the_first_level_keeps_it(tmp_path, server, sig, status, said):
+    t = np.arange(2000) / 100.0
+    trace = tmp_path / "t.parquet"
+    Trace.from_columns(
+        {"session": np.arange(t.size), "t": t, "path": ["/x?bytes=10"] * t.size},
+        meta={"mode": "open"},
+    ).write_parquet(trace)
+    logs = tmp_path / "logs"
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "shrink", "sweep", str(trace), "--target", server,
+         "--levels", "1,2,3,4", "--warmup", "0.2s", "--duration", "1.5s",
+         "-o", str(tmp_path / "curve.json"), "--runlogs", str(logs)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    # the second level's run log is begun once the first level is finished
+    while not list(logs.glob(".run001*.tmp")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.3)
+    sweep.send_signal(sig)
+    _, err = sweep.communicate(timeout=60)
+    assert sweep.returncode == status, err
+    lines = [ln for ln in err.splitlines() if said in ln]
+    assert len(lines) == 1 and "curve.partial.json (1 finished levels)" in lines[0], err
+    assert [lv.level for lv in LoadCurve.read_json(tmp_path / "curve.partial.json").levels] == [1]
+    assert not list(tmp_path.rglob("*.tmp")) and not list(tmp_path.rglob("*.reserve"))
+
+
+def test_a_writer_given_up_leaves_no_temporary_file(tmp_path):
+    w = RunLogWriter(tmp_path / "r.parquet")
+    assert list(tmp_path.glob(".r.parquet.*.tmp"))
+    w.discard()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_signal_ignored_at_start_stays_ignored():
+    """``nohup shrink sweep ...`` must survive the terminal's SIGHUP."""
+    code = (
+        "import signal, os\n"
+        "signal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
+        "from shrink import interrupts\n"
+        "interrupts.install()\n"
+        "assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN\n"
+        "assert signal.SIGHUP not in interrupts.handled()\n"
+        "assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL\n"
+        "os.kill(os.getpid(), signal.SIGHUP)\n"
+        "print('alive')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0 and out.stdout.strip() == "alive", out.stderr
