@@ -50,7 +50,7 @@ def assumptions(
     if load != 1.0:
         assumptions.append(
             f"Matched load: at every level the share replayed the sample at {load:.3g} "
-            "times the level's rate factor (its measured speed over alpha, and over the "
+            "times the level's rate factor (its calibrated speed over alpha, and over the "
             "sample's share of the loop window's requests relative to alpha), so that it "
             "was as loaded as the full target at the same level; the scaling reads "
             "throughputs, not levels, so this only chooses where the share is measured."
