@@ -76,7 +76,18 @@ class ClassStats:
     dist: list[float] | None = None  # latency quantiles at QGRID
 
     def get(self, stat: str) -> float:
-        return float(getattr(self, stat))
+        if stat in ("n", "throughput", "mean", "p50", "p90", "p99", "p999"):
+            return float(getattr(self, stat))
+        # Any other percentile (p75, p95, p99.99) from the quantile grid, which holds
+        # p75 and p95 exactly and is fine in the tail; NaN where none was kept.
+        from shrink.checks import stat_quantile
+
+        q = stat_quantile(stat)
+        if q is None:
+            raise AttributeError(stat)
+        if not self.dist:
+            return float("nan")
+        return float(np.interp(q, QGRID, self.dist))
 
 
 def latency_stats(latencies: np.ndarray, window: float, *, with_dist: bool = True) -> ClassStats:

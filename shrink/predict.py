@@ -33,7 +33,7 @@ from shrink.busyspeed import host_drift
 from shrink.checks import check_alpha
 from shrink.loadcurve import FAILURE_LIMIT, LoadCurve
 from shrink.machine import Machine
-from shrink.mapping import BUILTIN_MAPPINGS
+from shrink.mapping import BUILTIN_MAPPINGS, check_mappings
 from shrink.mat import MATResult, mat
 from shrink.measure import default_loop_window, default_skip, offered_check
 from shrink.prediction import MappingPrediction, Prediction, StatPrediction, rank_mappings
@@ -273,6 +273,7 @@ def predict(
     alpha = check_alpha(config.alpha)
     machine = provider.machine()
     cpus = provider.server_cpus()
+    check_mappings(config.mappings, machine, cpus)  # before anything is measured
     share = Share.plan(cpus, machine, alpha, config.share_kind)
     sample = samplers.sample(trace, alpha, seed=config.seed, level=config.level)
     plan = _sweep_plan(trace, share, config)

@@ -15,7 +15,7 @@ ClusterOpt = Annotated[
     typer.Option(
         "--cluster",
         help="Run the load generators on a Ray cluster: ray:ADDRESS as ray.init takes it "
-        "(ray:auto: the running cluster). Needs pip install 'shrink[ray]'.",
+        "(ray:auto: the running cluster). Needs pip install 'shrink\\[ray]'.",
     ),
 ]
 GeneratorsOpt = Annotated[

@@ -23,6 +23,15 @@ _Targets = Annotated[
     ),
 ]
 _Json = Annotated[bool, typer.Option("--json", help="Print a JSON summary.")]
+_Export = Annotated[
+    str | None,
+    typer.Option(
+        "--export",
+        help="Also write the sweep's requests for other tools (default: none): hdr "
+        "(CURVE-hdr/: HdrHistogram logs, wrk2 spectra), locust (CURVE_stats.csv, "
+        "CURVE_stats_history.csv), k6 (CURVE_requests.csv), csv (locust and k6), all.",
+    ),
+]
 _Mode = Annotated[
     str, typer.Option("--mode", help="auto (from the trace) | session (wsesslog) | open.")
 ]

@@ -8,21 +8,28 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from shrink.checks import parse_threshold
-from shrink.cli._common import STATS, cli_errors, echo_json, output_path, stat_label, stat_name
+from shrink.checks import STAT_HELP, parse_threshold
+from shrink.cli._common import (
+    as_option,
+    cli_errors,
+    echo_json,
+    exit_if_bound,
+    output_path,
+    stat_name,
+    threshold_text,
+)
 from shrink.cli._replay_opts import (
     _EngineOpt,
     _GenCpus,
     _Json,
     _LagLimit,
     _limit_text,
-    _ms,
     _Overlap,
     _progress_sweep,
     _target,
 )
 from shrink.errors import ParameterError
-from shrink.mat import EXIT_BOUND, MATResult, mat_text
+from shrink.mat import MATResult, mat_text
 
 if TYPE_CHECKING:
     from shrink.loadcurve import LoadCurve
@@ -31,7 +38,7 @@ if TYPE_CHECKING:
 def mat_cmd(
     curve: Annotated[Path, typer.Argument(help="LoadCurve JSON (shrink sweep).")],
     stat: Annotated[
-        str, typer.Option("--stat", help="mean | p50 | p90 | p99 | p999 (or p99.9).")
+        str, typer.Option("--stat", help=STAT_HELP[0].upper() + STAT_HELP[1:] + ".")
     ] = "mean",
     threshold: Annotated[
         str, typer.Option("--threshold", help="SLA on the statistic, e.g. 5ms or 500ms.")
@@ -78,17 +85,14 @@ def mat_cmd(
 
     with cli_errors():
         output_path(output)
-        thr = parse_threshold(threshold, "threshold")
+        with as_option("--threshold"):
+            thr = parse_threshold(threshold, "threshold")
+        stat = stat_name(stat, "--stat")
+        if adaptive and (trace is None or not target):
+            raise ParameterError("--adaptive needs --trace and --target to run more levels.")
         lc = LoadCurve.read_json(curve)
-        stat = stat_name(stat)
-        if stat not in STATS:
-            raise ParameterError(
-                f"stat == {stat!r}, must be one of mean, p50, p90, p99, p999 (or p99.9)."
-            )
         added: list[float] = []
         if adaptive:
-            if trace is None or not target:
-                raise ParameterError("--adaptive needs --trace and --target to run more levels.")
             from shrink.trace import Trace
 
             tgt = _target(
@@ -126,16 +130,15 @@ def mat_cmd(
     else:
         _print_mat(res, stat, thr, added, lc)
     if res.bound is not None:
-        # The threshold was not crossed inside the measured range: not a MAT, a bound.
-        raise typer.Exit(code=EXIT_BOUND)
+        # The threshold was not crossed inside the measured range: not a MAT, a bound;
+        # one line on stderr says so (exit status 99), as every MAT command does.
+        exit_if_bound([threshold_text(stat, thr)])
 
 
-def _print_mat(
-    res: MATResult, stat: str, thr: float, added: list[float], lc: LoadCurve
-) -> None:
+def _print_mat(res: MATResult, stat: str, thr: float, added: list[float], lc: LoadCurve) -> None:
     ci = "" if res.bound else f"  CI [{res.ci[0]:,.1f}, {res.ci[1]:,.1f}]"
     typer.echo(
-        f"MAT ({stat_label(stat)} <= {_ms(thr)}): "
+        f"MAT ({threshold_text(stat, thr)}): "
         f"{mat_text(res.mat, res.status, fmt=',.1f')} req/s{ci}  ({res.status})"
     )
     if res.bound == "lower":

@@ -12,6 +12,7 @@ import typer
 
 from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
 from shrink.cli._common import (
+    as_option,
     bounded_mats,
     cli_errors,
     console,
@@ -23,8 +24,8 @@ from shrink.cli._common import (
     stat_thresholds,
 )
 from shrink.cli._progress import line_progress, on_terminal
-from shrink.errors import ParameterError
-from shrink.mapping import BUILTIN_MAPPINGS
+from shrink.errors import OptionError
+from shrink.mapping import BUILTIN_MAPPINGS, check_mapping_names
 from shrink.prediction import Prediction
 
 # The options with long help, named here to keep the command short.
@@ -166,14 +167,16 @@ def predict(
 
     with cli_errors():
         output_path(out, kind="dir")
-        th = parse_thresholds(stat_thresholds(thresholds))
+        with as_option("--thresholds"):
+            th = parse_thresholds(stat_thresholds(thresholds))
         names = (
             BUILTIN_MAPPINGS if mappings == "all" else tuple(m.strip() for m in mappings.split(","))
         )
-        if not names:
-            raise ParameterError("mappings == '', must be 'all' or a comma list.")
+        if not names or not all(names):
+            raise OptionError("--mappings", f"{mappings!r}: must be 'all' or a comma list")
+        check_mapping_names(names)  # the machine's CPUs are checked before the first run
         plan = AutoPlan(
-            warmup=parse_duration_option(warmup, "warmup"),
+            warmup=parse_duration_option(warmup, "warmup", zero_ok=True),
             duration=parse_duration_option(duration, "duration"),
             reps=reps,
             max_levels=max_levels,

@@ -18,6 +18,8 @@ from shrink.cli._common import (
     plural,
     stat_thresholds,
 )
+from shrink.cli._replay_opts import _Export
+from shrink.cli.sweep_cmd import _levels
 from shrink.errors import ParameterError
 from shrink.mat import mat_text
 
@@ -222,7 +224,7 @@ def run_cmd(
         res = target.run(
             Trace.read_parquet(trace),
             rate_factor=rate_factor,
-            warmup=parse_duration_option(warmup, "warmup"),
+            warmup=parse_duration_option(warmup, "warmup", zero_ok=True),
             duration=parse_duration_option(duration, "duration"),
             seed=seed,
         )
@@ -264,19 +266,22 @@ def sweep_cmd(
     duration: Annotated[str, typer.Option("--duration", help="Window, e.g. 10s.")] = "10s",
     seed: SeedOpt = 0,
     param: ParamOpt = None,
+    export: _Export = None,
 ) -> None:
-    """Sweep TRACE over load levels on the simulator and write the LoadCurve."""
+    """Sweep TRACE over load levels on the simulator and write the LoadCurve
+    (and, with --export, the requests for other tools, as ``shrink sweep`` does)."""
     with cli_errors():
         output_path(output)
-        from shrink.export import RecordingTarget, level_samples, write_sweep_exports
+        from shrink.export import RecordingTarget, level_samples, parse_exports, write_sweep_exports
+
+        formats = parse_exports(export)
+        w = parse_duration_option(warmup, "warmup", zero_ok=True)
+        d = parse_duration_option(duration, "duration")
         from shrink.measure import sweep
         from shrink.sim.target import SimTarget
         from shrink.trace import Trace
 
-        try:
-            lv = [float(x) for x in levels.split(",") if x.strip()]
-        except ValueError:
-            raise ParameterError(f"--levels == {levels!r}, must be numbers.") from None
+        lv = _levels(levels)
         target = RecordingTarget(SimTarget.from_toml(machine, mapping, share, _params(param)))
         tr = Trace.read_parquet(trace)
         curve = sweep(
@@ -285,16 +290,18 @@ def sweep_cmd(
             lv,
             knob=knob,
             reps=reps,
-            warmup=parse_duration_option(warmup, "warmup"),
-            duration=parse_duration_option(duration, "duration"),
+            warmup=w,
+            duration=d,
             seed=seed,
         )
         curve.write_json(output)
-        exports = write_sweep_exports(output, level_samples(curve, tr, target.runs))
-        typer.echo(
-            f"{plural(len(curve.levels), 'level')} -> {output} "
-            f"(and {plural(len(exports), 'export file')}: HdrHistogram, CSV)"
+        exports = (
+            write_sweep_exports(output, level_samples(curve, tr, target.runs), formats)
+            if formats
+            else []
         )
+        also = f" (and {plural(len(exports), 'export file')}: {', '.join(formats)})"
+        typer.echo(f"{plural(len(curve.levels), 'level')} -> {output}" + (also if exports else ""))
 
 
 def register(app: typer.Typer) -> None:

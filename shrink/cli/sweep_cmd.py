@@ -12,10 +12,17 @@ import typer
 
 from shrink.checks import parse_duration
 from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
-from shrink.cli._common import cli_errors, console, echo_json, output_path
+from shrink.cli._common import (
+    cli_errors,
+    console,
+    echo_json,
+    output_path,
+    parse_duration_option,
+)
 from shrink.cli._replay_opts import (
     _Conns,
     _EngineOpt,
+    _Export,
     _GenCpus,
     _Json,
     _LagLimit,
@@ -34,16 +41,16 @@ from shrink.cli._replay_opts import (
     _Timeout,
     _warn_docroot,
 )
-from shrink.errors import ParameterError
+from shrink.errors import OptionError
 
 
 def _levels(text: str) -> list[float]:
     try:
         out = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ParameterError(f"levels == {text!r}, must be numbers separated by commas.") from None
-    if not out:
-        raise ParameterError(f"levels == {text!r}, must name at least one level.")
+        raise OptionError("--levels", f"{text!r}: must be numbers separated by commas") from None
+    if not out or not all(np.isfinite(x) and x > 0 for x in out):
+        raise OptionError("--levels", f"{text!r}: must name at least one level, each > 0")
     return out
 
 
@@ -117,25 +124,31 @@ def sweep_cmd(
             "127.0.0.1:PORT/metrics while it runs (0: any free port).",
         ),
     ] = None,
+    export: _Export = None,
     as_json: _Json = False,
 ) -> None:
     """Measure latency and throughput at each load level; write a LoadCurve JSON.
 
-    Beside it: CURVE-hdr/level-L.hlog (HdrHistogram log, one interval per
-    repetition) and level-L.hgrm (wrk2's percentile spectrum), CURVE_stats.csv and
+    With --export, beside it: CURVE-hdr/level-L.hlog (HdrHistogram log, one interval
+    per repetition) and level-L.hgrm (wrk2's percentile spectrum), CURVE_stats.csv and
     CURVE_stats_history.csv (Locust's --csv), CURVE_requests.csv (k6's --out csv).
 
     Per level: throughput, mean, p50/p90/p99/p99.9 (exact), per class, the share's
     CPU utilization, errors, and the generator's self-check (a level where it fell
     behind is flagged and left out of every MAT).
     """
-    from shrink.export import RecordingTarget, level_samples, write_sweep_exports
+    from shrink.export import RecordingTarget, level_samples, parse_exports, write_sweep_exports
     from shrink.measure import SweepInterrupted, sweep
     from shrink.trace import Trace
 
     with cli_errors():
         output_path(output)
         output_path(runlogs, kind="dir", what="--runlogs")
+        # Every option before the trace is read or the target touched.
+        lv = _levels(levels)
+        w = parse_duration_option(warmup, "warmup", zero_ok=True)
+        d = parse_duration_option(duration, "duration")
+        formats = parse_exports(export)
         tr = Trace.read_parquet(trace)
         tgt = _target(
             target,
@@ -154,8 +167,6 @@ def sweep_cmd(
             engine=engine,
             cluster=cluster_spec(cluster, generators),
         )
-        lv = _levels(levels)
-        w, d = parse_duration(warmup, "warmup"), parse_duration(duration, "duration")
         _warn_docroot(tgt, tr, trace)
         try:
             recorder = RecordingTarget(tgt)
@@ -179,7 +190,11 @@ def sweep_cmd(
         curve.meta["summary"] = _curve_summary(curve)
         curve.meta["generator"] = _generator_meta(routing, conns, lag_limit, tgt)
         curve.write_json(output)
-        exports = write_sweep_exports(output, level_samples(curve, tr, recorder.runs))
+        exports = (
+            write_sweep_exports(output, level_samples(curve, tr, recorder.runs), formats)
+            if formats
+            else []
+        )
     _print_sweep(curve, knob, output, exports, as_json)
 
 
@@ -225,7 +240,8 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
             f"p99.9 {_ms(r['p999'])}  util {util}{flag}"
         )
     typer.echo(f"curve: {output} (engine: {engine_ran})")
-    typer.echo(f"also: {', '.join(str(p) for p in _export_summary(exports))}")
+    if exports:
+        typer.echo(f"also: {', '.join(str(p) for p in _export_summary(exports))}")
 
 
 def _export_summary(paths: list[Path]) -> list[Path]:
