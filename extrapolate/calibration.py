@@ -26,7 +26,6 @@ Calibrations are stored as JSON (``schema: shrink.calibration/1``).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import fields
@@ -52,6 +51,7 @@ from extrapolate.shrink_scaling import scale_to_full
 from extrapolate.usl import usl_from_curves
 from shrink import files
 from shrink.errors import ExtrapolationError, TraceFormatError
+from shrink.jsonout import dumps
 from shrink.loadcurve import LoadCurve
 from shrink.machine import Machine
 from shrink.mat import mat as mat_of
@@ -345,7 +345,7 @@ class CrossSocketModel(BaseEstimator):
     def write_json(self, path: str | Path) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
+        path.write_text(dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
         return path
 
 

@@ -23,7 +23,6 @@ trace; thresholds by a stated rule) go through the same steps with
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Mapping
@@ -35,6 +34,7 @@ from rich.console import Console
 
 from shrink.autolevels import AutoPlan
 from shrink.errors import ShrinkError
+from shrink.jsonout import dumps
 
 if TYPE_CHECKING:
     from shrink.target import RunResult, Target
@@ -241,7 +241,7 @@ def light_load_thresholds(
         "light_load_errors": sum(st.errors for st in stats),
         "thresholds": {s: v / (1.0 - KNEE_UTILIZATION) for s, v in light.items()},
     }
-    (out / "thresholds.json").write_text(json.dumps(record, indent=2) + "\n")
+    (out / "thresholds.json").write_text(dumps(record, indent=2) + "\n")
     return record
 
 
@@ -368,9 +368,9 @@ def run_demo(
         "server": pred.server,
         "report": str(out / "report.md"),
     }
-    (out / "demo-summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "demo-summary.json").write_text(dumps(summary, indent=2) + "\n")
     console.rule("[bold]Done")
-    console.print_json(json.dumps(summary))
+    console.print_json(dumps(summary))
     return summary
 
 

@@ -13,7 +13,6 @@ Wasserstein distances can be computed without the per-request arrays.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -25,6 +24,7 @@ import numpy as np
 from shrink import files
 from shrink.atomic import write_text
 from shrink.errors import MeasurementError, TopologyError, TraceFormatError
+from shrink.jsonout import dumps
 from shrink.schemas import LoadCurveFile
 from shrink.share import Share
 
@@ -448,7 +448,7 @@ class LoadCurve:
         )
 
     def write_json(self, path: str | Path) -> Path:
-        return write_text(path, json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
+        return write_text(path, dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
 
     @classmethod
     def read_json(cls, path: str | Path) -> LoadCurve:

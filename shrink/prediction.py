@@ -20,7 +20,6 @@ Other keys (``workload``, ``sweep``, ``source_curve``) are kept in ``extra``.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 from shrink import files
 from shrink.atomic import write_text
 from shrink.errors import TraceFormatError
+from shrink.jsonout import dumps
 from shrink.schemas import PredictionFile
 from shrink.share import Share
 
@@ -248,7 +248,7 @@ class Prediction:
         return None if m is None else m.stats.get(stat)
 
     def write_json(self, path: str | Path, *, indent: int = 1) -> Path:
-        text = json.dumps(self.to_dict(), indent=indent, sort_keys=True, default=_json)
+        text = dumps(self.to_dict(), indent=indent, sort_keys=True, default=_json)
         return write_text(path, text + "\n")  # atomic: never a half-written file
 
     @classmethod

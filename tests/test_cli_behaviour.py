@@ -168,3 +168,106 @@ def test_export_names_the_formats(tmp_path, trace_file):
         "--export", "k7",
     )  # fmt: skip
     assert r.exit_code == 2 and "--export" in r.output and "locust" in r.output
+
+
+# --- exit status: nothing served is an error ------------------------------------------------
+
+
+def _strict(text: str):
+    """JSON as JSON.parse and Go read it: NaN and Infinity refused."""
+
+    def refuse(name):
+        raise ValueError(f"not JSON: {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_sweep_that_served_nothing_exits_1_and_its_json_is_strict(tmp_path, trace_file):
+    out = tmp_path / "c.json"
+    r = run(
+        "sweep", trace_file, "--target", "http://127.0.0.1:1", "--levels", "0.05",
+        "--warmup", "0s", "--duration", "500ms", "-o", out, "--json",
+    )  # fmt: skip
+    assert r.exit_code == 1, r.output
+    assert "nothing was served" in r.stderr and "is the server up" in r.stderr
+    doc = _strict(r.stdout)
+    level = doc["levels"][0]
+    assert level["mean"] is None and level["note"] == "no request was served"
+    assert out.exists()  # written before the exit status says what it holds
+    _strict(out.read_text())
+
+
+def test_a_replay_that_served_nothing_exits_1(tmp_path):
+    out = tmp_path / "x.parquet"
+    r = run(
+        "replay", "--rate", "20", "--duration", "500ms", "--target", "http://127.0.0.1:1",
+        "-o", out, "--json",
+    )  # fmt: skip
+    assert r.exit_code == 1, r.output
+    doc = _strict(r.stdout)
+    assert doc["served"] == 0 and doc["latency"]["mean"] is None
+    assert doc["latency_note"] and "is the server up" in doc["nothing_served"]
+
+
+def test_a_sweep_that_served_exits_0(tmp_path):
+    from shrink.schedule import open_loop_trace
+
+    proc = subprocess.Popen([sys.executable, "-m", "shrink.replay.fakeserver", "--port", "0"],
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        port = int(proc.stdout.readline().split()[2])
+        trace = tmp_path / "open.parquet"
+        open_loop_trace("/x?bytes=512", 50.0, 10.0).write_parquet(trace)
+        r = run("sweep", trace, "--target", f"http://127.0.0.1:{port}", "--levels", "1",
+                "--warmup", "0s", "--duration", "500ms", "--lag-limit", "50ms",
+                "-o", tmp_path / "c.json")  # fmt: skip
+    finally:
+        proc.kill()
+        proc.wait()
+    assert r.exit_code == 0, r.output
+
+
+# --- the one JSON writer --------------------------------------------------------------------
+
+
+def test_the_json_writer_writes_null_for_nan_and_infinity():
+    import numpy as np
+
+    from shrink.jsonout import dumps
+
+    doc = {"a": float("nan"), "b": [float("inf"), np.float32("nan"), np.float64(2.5)], "c": (1,)}
+    assert _strict(dumps(doc)) == {"a": None, "b": [None, None, 2.5], "c": [1]}
+
+
+def test_every_writer_goes_through_the_one_json_writer():
+    """No module writes JSON with json.dumps itself (it writes NaN by default)."""
+    allowed = {
+        "shrink/jsonout.py",
+        # provenance strings inside prediction.json, themselves written by dumps
+        "shrink/predict.py",
+    }
+    found = []
+    for root in ("shrink", "extrapolate"):
+        for path in sorted((ROOT / root).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                code = line.split("#")[0]
+                if ("json.dump(" in code or "json.dumps(" in code) and rel not in allowed:
+                    found.append(f"{rel}:{n}")
+    assert not found, found
+
+
+def test_echo_json_and_a_prediction_hold_no_nan(tmp_path, capsys):
+    from shrink.cli._common import echo_json
+    from shrink.prediction import MappingPrediction, Prediction, StatPrediction
+
+    echo_json({"x": float("nan"), "note": "no request was served"})
+    assert _strict(capsys.readouterr().out)["x"] is None
+    nan = float("nan")
+    stat = StatPrediction(nan, (nan, float("inf")), 0.01, "not_reached", None)
+    pred = Prediction(
+        machine={}, mappings={"1-replica": MappingPrediction({"mean": stat}, {})},
+        recommended=None, reason="no recommendation: MATs are bounds",
+    )  # fmt: skip
+    doc = _strict(pred.write_json(tmp_path / "p.json").read_text())
+    assert doc["mappings"]["1-replica"]["mean"]["mat"] is None

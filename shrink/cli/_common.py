@@ -20,7 +20,6 @@ Exit status of every command:
 from __future__ import annotations
 
 import functools
-import json
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -35,6 +34,7 @@ from rich.markup import escape
 
 from shrink.errors import OptionError, ParameterError, ShrinkError
 from shrink.files import check_output
+from shrink.jsonout import dumps
 
 console = Console(stderr=True)
 
@@ -126,7 +126,7 @@ def output_path(path: Path | None, *, kind: str = "file", what: str = "output") 
 
 
 def echo_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=True, default=_default) + "\n")
+    sys.stdout.write(dumps(obj, indent=2, sort_keys=True, default=_default) + "\n")
 
 
 def _default(o: Any) -> Any:
@@ -226,6 +226,12 @@ def stat_label(stat: str) -> str:
 def threshold_text(stat: str, seconds: float) -> str:
     """One way to write a threshold for people: ``mean < 10 ms``, ``p99.9 < 500 ms``."""
     return f"{stat_label(stat)} < {seconds * 1e3:,.6g} ms"
+
+
+def exit_nothing_served(reason: str) -> None:
+    """Exit with status 1 after a replay or sweep that served nothing: ``reason`` says why."""
+    _error_line(f"nothing was served: {reason}")
+    raise typer.Exit(code=EXIT_ERROR)
 
 
 def exit_if_bound(bounds: list[str]) -> None:

@@ -85,6 +85,14 @@ _EngineOpt = Annotated[
 ]
 
 
+# What to do when the load generator could not keep to its schedule.
+GENERATOR_HINT = (
+    "hint: the load generator fell behind its schedule at {levels} (not the server's "
+    "result): give it CPUs of its own (--generator-cpus), run it SCHED_FIFO "
+    "(--realtime 10, as root), or accept a later send (--lag-limit)"
+)
+
+
 def _cpus(text: str | None) -> list[int] | None:
     return None if text is None else list(parse_cpulist(text))
 

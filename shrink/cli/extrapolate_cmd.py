@@ -16,6 +16,7 @@ from shrink.cli._common import (
     output_path,
     stat_thresholds,
 )
+from shrink.jsonout import dumps
 
 _CAL_HELP = "'published' (fit the papers' figures) or a calibration JSON from 'shrink calibrate'."
 
@@ -152,10 +153,9 @@ def whatif(
             else {"schema": "shrink.whatif/1", "predictions": preds}
         )
         if output:
-            import json
 
             output.parent.mkdir(parents=True, exist_ok=True)
-            output.write_text(json.dumps(doc, indent=1, sort_keys=True, default=float) + "\n")
+            output.write_text(dumps(doc, indent=1, sort_keys=True, default=float) + "\n")
         if json_out:
             echo_json(doc)
             return

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,6 +24,7 @@ from shrink.cli._common import (
 )
 from shrink.cli._progress import line_progress, on_terminal
 from shrink.errors import OptionError
+from shrink.jsonout import dumps
 from shrink.mapping import BUILTIN_MAPPINGS, check_mapping_names
 from shrink.prediction import Prediction
 
@@ -316,7 +316,7 @@ def validate(
             f"req/s, measured {mat_text(m['measured'], m.get('measured_status'))} req/s, "
             f"error {100 * m['error']:+.1f}%" + ("" if conclusive else " (a MAT is only a bound)")
         )
-    typer.echo(f"wrote {json.dumps(str((out or prediction.parent) / 'validation.json'))}")
+    typer.echo(f"wrote {dumps(str((out or prediction.parent) / 'validation.json'))}")
     exit_if_bound(bounds)
 
 

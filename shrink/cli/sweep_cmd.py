@@ -16,10 +16,13 @@ from shrink.cli._common import (
     cli_errors,
     console,
     echo_json,
+    exit_nothing_served,
     output_path,
     parse_duration_option,
+    plural,
 )
 from shrink.cli._replay_opts import (
+    GENERATOR_HINT,
     _Conns,
     _EngineOpt,
     _Export,
@@ -196,6 +199,31 @@ def sweep_cmd(
             else []
         )
     _print_sweep(curve, knob, output, exports, as_json)
+    why = _nothing_served(curve)
+    if why is not None:
+        exit_nothing_served(why)  # everything is written and printed first
+
+
+def _nothing_served(curve: Any) -> str | None:
+    """Why no level measured the server (None when one did): exit status 1."""
+    served = [lv for lv in curve.levels if any(r.overall.n for r in lv.reps)]
+    if not served:
+        fails: dict[str, int] = {}
+        for lv in curve.levels:
+            for k, v in lv.failure_counts().items():
+                fails[k] = fails.get(k, 0) + v
+        if fails.get("transport"):
+            return (
+                f"no level had a request answered ({fails['transport']:,} failed to connect "
+                "or timed out): is the server up at the --target address?"
+            )
+        return "no level had a request answered: does the server have the trace's pages?"
+    if all(lv.failed for lv in curve.levels):
+        return (
+            f"every level failed (over {_limit_text()} of its requests): not the server "
+            "serving the trace; check the server's error log and the trace's pages"
+        )
+    return None
 
 
 def _generator_meta(routing: str, conns: int, lag_limit: str, tgt: Any) -> dict[str, Any]:
@@ -220,6 +248,9 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
             "generator_behind": x.generator_behind,
             "errors": sum(r.errors for r in x.reps),
             "failed": x.failed,
+            "send_lag_p99": _max_lag(x),
+            # why mean and p99.9 are null (JSON has no NaN)
+            **({} if np.isfinite(x.stat("mean")[0]) else {"note": "no request was served"}),
         }
         for x in curve.levels
     ]
@@ -228,8 +259,12 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
         exported = [str(p) for p in exports]
         echo_json({"curve": str(output), "engine": engine_ran, "levels": rows, "exports": exported})
         return
+    limit = curve.meta["generator"]["lag_limit"]
     for r in rows:
-        flag = "  GENERATOR BEHIND (excluded)" if r["generator_behind"] else ""
+        flag = ""
+        if r["generator_behind"]:
+            lag = "" if r["send_lag_p99"] is None else f"send lag p99 {_ms(r['send_lag_p99'])} > "
+            flag = f"  GENERATOR BEHIND ({lag}{_ms(limit)}: excluded)"
         if r["failed"]:
             flag += f"  {r['errors']} FAILED (over {_limit_text()}: excluded)"
         elif r["errors"]:
@@ -240,8 +275,16 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
             f"p99.9 {_ms(r['p999'])}  util {util}{flag}"
         )
     typer.echo(f"curve: {output} (engine: {engine_ran})")
+    behind = sum(bool(r["generator_behind"]) for r in rows)
+    if behind:
+        typer.echo(GENERATOR_HINT.format(levels=plural(behind, "level")), err=True)
     if exports:
         typer.echo(f"also: {', '.join(str(p) for p in _export_summary(exports))}")
+
+
+def _max_lag(lv: Any) -> float | None:
+    lags = [r.send_lag_p99 for r in lv.reps if r.send_lag_p99 is not None]
+    return max(lags) if lags else None
 
 
 def _export_summary(paths: list[Path]) -> list[Path]:

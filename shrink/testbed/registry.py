@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from shrink import files
 from shrink import processes as process
 from shrink.atomic import write_text
 from shrink.errors import TestbedError, TraceFormatError
+from shrink.jsonout import dumps
 from shrink.schemas import RegistryEntryFile
 from shrink.testbed.state import TestbedState
 
@@ -61,7 +61,7 @@ def record(state_path: str | Path, state: TestbedState, *, owned: bool) -> Path:
     entry = _entry(state_path)
     entry.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     doc = {"state_path": str(state_path), "owner": owner, "state": state.to_dict()}
-    return write_text(entry, json.dumps(doc, indent=1) + "\n")
+    return write_text(entry, dumps(doc, indent=1) + "\n")
 
 
 def forget(state_path: str | Path) -> None:
