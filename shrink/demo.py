@@ -33,6 +33,7 @@ import numpy as np
 from rich.console import Console
 
 from shrink.autolevels import AutoPlan
+from shrink.defaults import THRESHOLDS
 from shrink.errors import ShrinkError
 from shrink.jsonout import dumps
 
@@ -69,7 +70,7 @@ DEMO: dict[str, Any] = {
     # stays at 500 ms, where the p99.9 curve climbs steeply (100-250 ms at half load,
     # 1-2 s in overload): at 100 ms it sat on the flat part, at 1 s on the plateau
     # that session think times put on an overloaded server's p99.9.
-    "thresholds": {"mean": 0.010, "p999": 0.5},
+    "thresholds": dict(THRESHOLDS),  # shrink.defaults: the CLI's too
 }
 
 

@@ -31,12 +31,14 @@ from shrink.autolevels import (
 )
 from shrink.busyspeed import host_drift
 from shrink.checks import check_alpha
+from shrink.defaults import THRESHOLDS
 from shrink.loadcurve import FAILURE_LIMIT, LoadCurve
 from shrink.machine import Machine
 from shrink.mapping import BUILTIN_MAPPINGS, check_mappings
 from shrink.mat import MATResult, mat
 from shrink.measure import default_loop_window, default_skip, offered_check
-from shrink.prediction import MappingPrediction, Prediction, StatPrediction, rank_mappings
+from shrink.prediction import MappingPrediction, Prediction, StatPrediction
+from shrink.recommend import reason_text, recommend
 from shrink.scaling import latency_scale, shrink_scaled_curve
 from shrink.share import Share
 from shrink.speed import speed_assumptions
@@ -78,7 +80,7 @@ class TargetProvider(Protocol):
 class PredictConfig:
     alpha: float = 0.25
     level: str = "session"
-    thresholds: Mapping[str, float] = field(default_factory=lambda: {"mean": 0.005, "p999": 0.5})
+    thresholds: Mapping[str, float] = field(default_factory=lambda: dict(THRESHOLDS))
     mappings: Sequence[str] = BUILTIN_MAPPINGS
     share_kind: str = "auto"  # auto | cores | cpu_time
     seed: int = 0
@@ -204,28 +206,9 @@ def _failure_totals(curve: LoadCurve) -> dict[str, int]:
     return out
 
 
-def _recommend(mappings: dict[str, MappingPrediction], stat: str) -> tuple[str, str]:
-    ranked = [(name, mappings[name]) for name in rank_mappings(mappings, [stat])]
-    best, runner = ranked[0], ranked[1] if len(ranked) > 1 else None
-    if runner is None:
-        return best[0], "It is the only mapping this machine can run."
-    b, r = best[1].stats[stat], runner[1].stats[stat]
-    gain = (b.mat - r.mat) / r.mat if r.mat else float("nan")
-    overlap = b.ci[0] <= r.ci[1]
-    if abs(gain) < 1e-9:
-        return "1-replica" if "1-replica" in mappings else best[0], (
-            "The mappings are predicted equal here (on one socket they coincide); "
-            "1-replica is the simplest to run."
-        )
-    why = (
-        f"Its {'mean' if stat == 'mean' else 'p99.9'} MAT is {100 * gain:.1f}% above {runner[0]}'s"
-    )
-    why += (
-        " but the intervals overlap: treat the two as close."
-        if overlap
-        else "; the intervals do not overlap."
-    )
-    return best[0], why
+def _recommend(mappings: dict[str, MappingPrediction], stat: str) -> tuple[str | None, str]:
+    rec = recommend(mappings, [stat])  # the one rule (shrink.recommend): never on bounds
+    return rec.mapping, reason_text(rec)
 
 
 def _keep_partial(
@@ -277,6 +260,9 @@ def predict(
     share = Share.plan(cpus, machine, alpha, config.share_kind)
     sample = samplers.sample(trace, alpha, seed=config.seed, level=config.level)
     plan = _sweep_plan(trace, share, config)
+    if plan.probe_level is None and hasattr(provider, "probe_level"):
+        # The simulator finds its capacity first: the search then starts near the knee.
+        plan = replace(plan, probe_level=provider.probe_level(sample, share, config.knob))
     full_curve: LoadCurve | None = None
     with ExitStack() as stack:
         target = stack.enter_context(provider.open(share, "1-replica"))

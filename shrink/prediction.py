@@ -171,7 +171,8 @@ class Prediction:
 
     machine: dict[str, Any]
     mappings: dict[str, MappingPrediction]
-    recommended: str
+    # None: no mapping is recommended (the MATs compared are bounds); ``reason`` says why
+    recommended: str | None
     reason: str
     calibration: dict[str, Any] = field(default_factory=dict)
     assumptions: list[str] = field(default_factory=list)
@@ -234,7 +235,7 @@ class Prediction:
         return cls(
             machine=dict(d.get("machine", {})),
             mappings={k: MappingPrediction.from_dict(v) for k, v in d["mappings"].items()},
-            recommended=str(d.get("recommended", "")),
+            recommended=str(d["recommended"]) if d.get("recommended") else None,
             reason=str(d.get("reason", "")),
             calibration=dict(d.get("calibration", {})),
             assumptions=list(d.get("assumptions", [])),

@@ -271,3 +271,48 @@ def test_echo_json_and_a_prediction_hold_no_nan(tmp_path, capsys):
     )  # fmt: skip
     doc = _strict(pred.write_json(tmp_path / "p.json").read_text())
     assert doc["mappings"]["1-replica"]["mean"]["mat"] is None
+
+
+# --- one recommendation rule, never on bounds ---------------------------------------------
+
+
+def _mp(mat, status="ok", ci=None):
+    from shrink.prediction import MappingPrediction, StatPrediction
+
+    return MappingPrediction({"mean": StatPrediction(mat, ci or (mat, mat), 0.01, status)}, {})
+
+
+def test_no_mapping_is_recommended_on_bounds():
+    from shrink.recommend import NO_RECOMMENDATION, reason_text, recommend
+
+    # the case: 1-replica >= 81,084 (not reached) against 2-replica-direct's point
+    rec = recommend(
+        {"1-replica": _mp(81084, "not_reached"), "2-replica-direct": _mp(90000)}, ["mean"]
+    )
+    assert rec.mapping is None and rec.rule == "bounds" and "1-replica" in rec.bounds
+    assert reason_text(rec).startswith(NO_RECOMMENDATION)
+    # both bounds: the order is open too
+    rec = recommend({"a": _mp(5, "not_reached"), "b": _mp(9, "not_reached")}, ["mean"])
+    assert rec.mapping is None
+
+
+def test_a_bound_that_settles_the_order_still_recommends():
+    from shrink.recommend import recommend
+
+    # at least 100 beats a point at 90; a point at 90 beats "under 50"
+    assert recommend({"a": _mp(90), "b": _mp(100, "not_reached")}, ["mean"]).mapping == "b"
+    assert recommend({"a": _mp(90), "b": _mp(50, "below_range")}, ["mean"]).mapping == "a"
+    rec = recommend({"a": _mp(90, ci=(80, 95)), "b": _mp(100, ci=(92, 110))}, ["mean"])
+    assert rec.mapping == "b" and rec.overlap and rec.rule == "higher"
+
+
+def test_predict_whatif_and_extrapolate_share_the_rule():
+    import inspect
+
+    import extrapolate.remap
+    import extrapolate.whatif
+    import shrink.predict
+
+    for mod in (shrink.predict, extrapolate.remap, extrapolate.whatif):
+        src = inspect.getsource(mod)
+        assert "recommend(" in src and "rank_mappings(" not in src, mod.__name__

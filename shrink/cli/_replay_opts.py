@@ -19,7 +19,8 @@ _Targets = Annotated[
     list[str],
     typer.Option(
         "--target",
-        help="Testbed state JSON (shrink testbed up) or http://ADDR:PORT URLs; repeat per replica.",
+        help="A running server: testbed state JSON (shrink testbed up) or http://ADDR:PORT "
+        "URLs, repeated per replica. (predict's --target says where to start one.)",
     ),
 ]
 _Json = Annotated[bool, typer.Option("--json", help="Print a JSON summary.")]

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from shrink.cli._common import (
+    as_option,
     bounded_mats,
     cli_errors,
     echo_json,
@@ -15,8 +16,11 @@ from shrink.cli._common import (
     fmt_number,
     output_path,
     stat_thresholds,
+    threshold_text,
 )
+from shrink.defaults import THRESHOLDS_TEXT
 from shrink.jsonout import dumps
+from shrink.mapping import check_mapping_names, check_mappings
 
 _CAL_HELP = "'published' (fit the papers' figures) or a calibration JSON from 'shrink calibrate'."
 
@@ -31,10 +35,7 @@ def _print_prediction(d: dict[str, Any], title: str) -> None:
     typer.echo(f"== {title} ==")
     first = next(iter(d["mappings"].values()))
     stats = [k for k, v in first.items() if isinstance(v, dict) and "mat" in v]
-    head = "".join(
-        f"{'MAT ' + ('p99.9' if s == 'p999' else s) + '<' + _ms(first[s]['threshold']):<34} "
-        for s in stats
-    )
+    head = "".join(f"{'MAT ' + threshold_text(s, first[s]['threshold']):<34} " for s in stats)
     typer.echo(f"{'mapping':<22} {head}")
     for name, m in d["mappings"].items():
         mark = "  <- recommended" if name == d["recommended"] else ""
@@ -83,8 +84,8 @@ def calibrate(
         list[Path] | None, typer.Argument(help="LoadCurve JSON files (none: the published fit).")
     ] = None,
     thresholds: Annotated[
-        str, typer.Option(help="SLA thresholds for the MATs, e.g. mean=5ms,p999=500ms.")
-    ] = "mean=5ms,p999=500ms",
+        str, typer.Option(help="SLA thresholds for the MATs, e.g. mean=10ms,p99.9=500ms.")
+    ] = THRESHOLDS_TEXT,
     machine: Annotated[
         Path | None, typer.Option(help="Machine spec TOML the curves were measured on.")
     ] = None,
@@ -153,7 +154,6 @@ def whatif(
             else {"schema": "shrink.whatif/1", "predictions": preds}
         )
         if output:
-
             output.parent.mkdir(parents=True, exist_ok=True)
             output.write_text(dumps(doc, indent=1, sort_keys=True, default=float) + "\n")
         if json_out:
@@ -172,8 +172,8 @@ def extrapolate(
     ] = None,
     calibration: Annotated[str, typer.Option(help=_CAL_HELP)] = "published",
     thresholds: Annotated[
-        str, typer.Option(help="SLA thresholds, e.g. mean=5ms,p999=500ms.")
-    ] = "mean=5ms,p999=500ms",
+        str, typer.Option(help="SLA thresholds, e.g. mean=10ms,p99.9=500ms (p95: any percentile).")
+    ] = THRESHOLDS_TEXT,
     output: Annotated[Path | None, typer.Option("-o", "--out", help="Write JSON here.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
@@ -186,10 +186,13 @@ def extrapolate(
 
     with cli_errors():
         output_path(output)
-        lc = LoadCurve.read_json(curve)
+        with as_option("--thresholds"):
+            th = parse_thresholds(stat_thresholds(thresholds))
+        check_mapping_names(mapping or [], "--mapping")
         mach = Machine.read_toml(machine)
+        check_mappings(mapping or [], mach, mach.all_cpus, "--mapping")
+        lc = LoadCurve.read_json(curve)
         model = load_calibration(calibration)
-        th = parse_thresholds(stat_thresholds(thresholds))
         pred, _ = extrapolate_curve(lc, model, mach, mappings=mapping or None, thresholds=th)
         if output:
             pred.write_json(output)
@@ -203,7 +206,10 @@ def extrapolate(
                 f"{s} {_fmt_ci(v)}" for s, v in m.items() if isinstance(v, dict) and "mat" in v
             ]
             typer.echo(f"{name:<22} " + "  ".join(parts))
-        typer.echo(f"recommended: {d['recommended']}: {d['reason']}")
+        if d["recommended"]:
+            typer.echo(f"recommended: {d['recommended']}: {d['reason']}")
+        else:
+            typer.echo(d["reason"])
         if output:
             typer.echo(f"wrote {output}")
     exit_if_bound(bounded_mats(pred.mappings))

@@ -28,6 +28,7 @@ from shrink.cli._replay_opts import (
     _progress_sweep,
     _target,
 )
+from shrink.defaults import MAX_LEVELS
 from shrink.errors import ParameterError
 from shrink.mat import MATResult, mat_text
 
@@ -61,8 +62,13 @@ def mat_cmd(
         typer.Option("--rel-width", help="With --adaptive: stop when CI width / MAT <= this."),
     ] = 0.1,
     max_levels: Annotated[
-        int, typer.Option("--max-levels", help="With --adaptive: at most this many added levels.")
-    ] = 4,
+        int,
+        typer.Option(
+            "--max-levels",
+            help="With --adaptive: load levels of the curve in all (those it has included), "
+            "at most, as predict's --max-levels.",
+        ),
+    ] = MAX_LEVELS,
     output: Annotated[
         Path | None,
         typer.Option("-o", "--out", help="With --adaptive: write the extended curve here."),
@@ -117,7 +123,7 @@ def mat_cmd(
                     thr,
                     cls=cls,
                     rel_width=rel_width,
-                    max_levels=max_levels,
+                    max_levels=max(0, max_levels - len(lc.levels)),
                     progress=progress,
                 )
             )

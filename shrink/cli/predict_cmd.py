@@ -23,6 +23,7 @@ from shrink.cli._common import (
     stat_thresholds,
 )
 from shrink.cli._progress import line_progress, on_terminal
+from shrink.defaults import ALPHA, DURATION, MAX_LEVELS, REPS, THRESHOLDS_TEXT, WARMUP
 from shrink.errors import OptionError
 from shrink.jsonout import dumps
 from shrink.mapping import BUILTIN_MAPPINGS, check_mapping_names
@@ -106,7 +107,7 @@ def predict(
     machine: Annotated[
         str, typer.Option("--machine", help="'this' or a TOML machine spec.")
     ] = "this",
-    alpha: Annotated[float, typer.Option("--alpha", help="Sample fraction, in (0, 1].")] = 0.25,
+    alpha: Annotated[float, typer.Option("--alpha", help="Sample fraction, in (0, 1].")] = ALPHA,
     level: Annotated[
         str, typer.Option("--level", help="Sampling level: session|object|request|stratified.")
     ] = "session",
@@ -114,10 +115,19 @@ def predict(
         str, typer.Option("--mappings", help="'all' or a comma list of mappings.")
     ] = "all",
     thresholds: Annotated[
-        str, typer.Option("--thresholds", help="SLA thresholds, e.g. mean=5ms,p999=500ms.")
-    ] = "mean=5ms,p999=500ms",
+        str,
+        typer.Option(
+            "--thresholds",
+            help="SLA thresholds: STAT=DURATION, STAT mean or a percentile (p95, p99.9).",
+        ),
+    ] = THRESHOLDS_TEXT,
     target: Annotated[
-        str, typer.Option("--target", help="'testbed' (real server here) or sim:SPEC.toml.")
+        str,
+        typer.Option(
+            "--target",
+            help="Where to measure: 'testbed' (start the server here) or sim:SPEC.toml "
+            "(the simulator). sweep's and replay's --target name a running server instead.",
+        ),
     ] = "testbed",
     docroot: Annotated[
         Path | None, typer.Option("--docroot", help="Document root for the testbed.")
@@ -140,12 +150,16 @@ def predict(
         str, typer.Option("--calibration", help="'published' or a calibration JSON.")
     ] = "published",
     seed: Annotated[int, typer.Option("--seed", help="Seed of the sample and the runs.")] = 0,
-    reps: Annotated[int, typer.Option("--reps", help="Repetitions per load level.")] = 2,
-    warmup: Annotated[str, typer.Option("--warmup", help="Warm-up per level, e.g. 2s.")] = "2s",
+    reps: Annotated[int, typer.Option("--reps", help="Repetitions per load level.")] = REPS,
+    warmup: Annotated[
+        str, typer.Option("--warmup", help="Warm-up per level, e.g. 2s (0s: none).")
+    ] = WARMUP,
     duration: Annotated[
         str, typer.Option("--duration", help="Measurement window per level, e.g. 8s.")
-    ] = "8s",
-    max_levels: Annotated[int, typer.Option("--max-levels", help="Load levels at most.")] = 10,
+    ] = DURATION,
+    max_levels: Annotated[
+        int, typer.Option("--max-levels", help="Load levels of the curve in all, at most.")
+    ] = MAX_LEVELS,
     paired_full_run: _PairedFullRun = False,
     time_scaling: _TimeScaling = True,
     skip: _Skip = "auto",
@@ -227,6 +241,7 @@ def _skip_seconds(text: str) -> float:
 
 def _print_summary(pred: Prediction, out: Path) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from shrink.mat import mat_text
@@ -246,7 +261,10 @@ def _print_summary(pred: Prediction, out: Path) -> None:
             )
         t.add_row(("* " if name == pred.recommended else "  ") + name, *cells)
     Console().print(t)
-    Console().print(f"recommended: [bold]{pred.recommended}[/] - {pred.reason}")
+    if pred.recommended:
+        Console().print(f"recommended: [bold]{pred.recommended}[/] - {escape(pred.reason)}")
+    else:
+        Console().print(escape(pred.reason), highlight=False)
     Console().print(f"report: {out / 'report.md'} and {out / 'report.html'}")
 
 

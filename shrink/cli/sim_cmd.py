@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from shrink.cli._common import (
+    as_option,
     bounded_mats,
     cli_errors,
     console,
@@ -17,9 +18,11 @@ from shrink.cli._common import (
     parse_duration_option,
     plural,
     stat_thresholds,
+    threshold_text,
 )
 from shrink.cli._replay_opts import _Export
 from shrink.cli.sweep_cmd import _levels
+from shrink.defaults import DURATION, REPS, WARMUP
 from shrink.errors import ParameterError
 from shrink.mat import mat_text
 
@@ -93,7 +96,25 @@ def _counts(res: dict[str, Any]) -> list[Any]:
 
 
 def _progress(msg: str) -> None:
-    console.print(f"[dim]{msg}[/]", highlight=False)
+    """A line on stderr per step: ``sim mappings`` and ``sim scaling`` take minutes."""
+    from rich.markup import escape
+
+    console.print(f"[dim]{escape(msg)}[/]", highlight=False)
+
+
+def _workload_line(res: dict[str, Any]) -> str:
+    """Which workload and thresholds a MAT is for: whatif, sim and predict differ in both."""
+    mix = res.get("workload_mix") or {}
+    thr = ", ".join(threshold_text(s, t) for s, t in res["thresholds"].items())
+    dyn = mix.get("dynamic_fraction")
+    size = mix.get("static_mean_bytes")
+    what = res.get("workload") or "trace"
+    parts = [f"workload {what}"]
+    if dyn is not None:
+        parts.append(f"{100 * dyn:.1f}% dynamic")
+    if size is not None:
+        parts.append(f"static mean {size / 1024:,.1f} KiB")
+    return f"{', '.join(parts)}; thresholds {thr}"
 
 
 def scaling_cmd(
@@ -138,13 +159,14 @@ def scaling_cmd(
             mapping=mapping,
             seed=seed,
             search=MatSearch(requests_per_level=requests),
-            progress=None if json_out else _progress,
+            progress=_progress,  # on stderr: --json's stdout stays JSON
         )
         if json_out:
             echo_json(res)
         else:
+            typer.echo(_workload_line(res))
             for stat, per in res["mat"].items():
-                typer.echo(f"{stat} (threshold {res['thresholds'][stat] * 1e3:g} ms):")
+                typer.echo(f"{threshold_text(stat, res['thresholds'][stat])}:")
                 for n, r in per.items():
                     typer.echo(
                         f"  {n:>2} cores  MAT {mat_text(r['mat'], r['status']):>10} req/s  "
@@ -166,26 +188,44 @@ def mappings_cmd(
     ] = "1-replica,2-replica-direct,2-replica-indirect",
     seed: SeedOpt = 0,
     requests: Annotated[int, typer.Option("--requests", help="Requests per level.")] = 60_000,
+    thresholds: Annotated[
+        str | None,
+        typer.Option(
+            "--thresholds", help="mean=5ms,p99.9=500ms (default: the papers' for tcp/support)."
+        ),
+    ] = None,
     param: ParamOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Mean and p99.9 MAT of each replica mapping on the whole machine."""
+    """Mean and p99.9 MAT of each replica mapping on the whole machine.
+
+    Progress goes to stderr (a run takes minutes)."""
     with cli_errors():
+        from shrink.checks import parse_thresholds
         from shrink.machine import Machine
+        from shrink.mapping import check_mappings
         from shrink.sim.scaling import MatSearch, compare_mappings
 
+        names = [x.strip() for x in mappings.split(",") if x.strip()]
         m = Machine.read_toml(machine)
+        check_mappings(names, m, m.all_cpus)
+        with as_option("--thresholds"):
+            thr = parse_thresholds(stat_thresholds(thresholds)) if thresholds else None
+        params = _params(param)
         res = compare_mappings(
             m,
             _workload(workload, seed),
-            [x.strip() for x in mappings.split(",") if x.strip()],
-            params=_params(param),
+            names,
+            thresholds=thr,
+            params=params,
             seed=seed,
             search=MatSearch(requests_per_level=requests),
+            progress=_progress,
         )
         if json_out:
             echo_json(res)
         else:
+            typer.echo(_workload_line(res))
             for name, r in res["mappings"].items():
                 mean, p999 = r["mean"], r["p999"]
                 typer.echo(
@@ -259,11 +299,11 @@ def sweep_cmd(
     ] = "rate_factor",
     mapping: MappingOpt = "1-replica",
     share: ShareOpt = "all",
-    reps: Annotated[int, typer.Option("--reps", help="Repetitions per level.")] = 1,
+    reps: Annotated[int, typer.Option("--reps", help="Repetitions per level.")] = REPS,
     warmup: Annotated[
-        str, typer.Option("--warmup", help="Time before each window, e.g. 2s.")
-    ] = "2s",
-    duration: Annotated[str, typer.Option("--duration", help="Window, e.g. 10s.")] = "10s",
+        str, typer.Option("--warmup", help="Time before each window, e.g. 2s (0s: none).")
+    ] = WARMUP,
+    duration: Annotated[str, typer.Option("--duration", help="Window, e.g. 8s.")] = DURATION,
     seed: SeedOpt = 0,
     param: ParamOpt = None,
     export: _Export = None,

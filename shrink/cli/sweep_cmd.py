@@ -44,6 +44,7 @@ from shrink.cli._replay_opts import (
     _Timeout,
     _warn_docroot,
 )
+from shrink.defaults import DURATION, REPS, WARMUP
 from shrink.errors import OptionError
 
 
@@ -98,9 +99,11 @@ def sweep_cmd(
     knob: Annotated[
         str, typer.Option("--knob", help="What levels are: rate_factor | users | rate.")
     ] = "rate_factor",
-    warmup: Annotated[str, typer.Option("--warmup", help="Warm-up per run.")] = "2s",
-    duration: Annotated[str, typer.Option("--duration", help="Measurement window.")] = "10s",
-    reps: Annotated[int, typer.Option("--reps", help="Repetitions per level.")] = 1,
+    warmup: Annotated[str, typer.Option("--warmup", help="Warm-up per run (0s: none).")] = WARMUP,
+    duration: Annotated[
+        str, typer.Option("--duration", help="Measurement window per level.")
+    ] = DURATION,
+    reps: Annotated[int, typer.Option("--reps", help="Repetitions per level.")] = REPS,
     seed: Annotated[int, typer.Option("--seed", help="Base seed.")] = 0,
     runlogs: Annotated[
         Path | None, typer.Option("--runlogs", help="Keep every run's RunLog in this folder.")

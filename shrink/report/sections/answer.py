@@ -22,6 +22,8 @@ def add_answer(
     doc.h(1, "Answer")
     if rec:
         doc.note(f"Deploy **{rec}**. {pred.reason}")
+    elif pred.reason:
+        doc.note(pred.reason[0].upper() + pred.reason[1:])
     headers, rows = mat_table(pred, thresholds)
     doc.p(
         f"Predicted maximum achievable throughput (MAT) of the full target "
