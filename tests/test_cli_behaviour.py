@@ -316,3 +316,147 @@ def test_predict_whatif_and_extrapolate_share_the_rule():
     for mod in (shrink.predict, extrapolate.remap, extrapolate.whatif):
         src = inspect.getsource(mod)
         assert "recommend(" in src and "rank_mappings(" not in src, mod.__name__
+
+
+# --- the simulator: its search starts near the knee and goes on until a threshold is crossed --
+
+
+def test_the_simulator_searches_past_saturation_until_the_threshold_is_crossed():
+    from shrink.machine import Machine
+    from shrink.share import Share
+    from shrink.sim.scaling import MatSearch, compact_cpus, find_mats
+    from shrink.sim.target import SimTarget
+    from shrink.sim.workloads import tcp_trace
+
+    m = Machine.read_toml(SPEC)
+    target = SimTarget(m, "1-replica", Share.cores_of(m, compact_cpus(m, 1)), None)
+    # a mean of 5 ms on tcp's 40 us requests lies past the coarse pass's 97% of saturation
+    out = find_mats(
+        target, tcp_trace(10_000.0, 20.0, seed=0), {"mean": 0.005},
+        search=MatSearch(requests_per_level=5000),
+    )  # fmt: skip
+    assert out.mats["mean"].status == "ok", out.mats["mean"]
+    assert max(lv.level for lv in out.curve.levels) > out.capacity_factor
+
+
+def test_the_simulators_probe_starts_near_a_tenth_of_its_capacity():
+    import samplers
+    from shrink.machine import Machine
+    from shrink.providers import PROBE_UTILIZATION, SimProvider
+    from shrink.share import Share
+    from shrink.sim.target import SimTarget
+    from shrink.sim.workloads import tcp_trace
+
+    m = Machine.read_toml(SPEC)
+    provider = SimProvider(m)
+    share = Share.plan(m.all_cpus, m, 0.25, "auto")
+    sample = samplers.sample(tcp_trace(2000.0, 20.0, seed=1), 0.25, seed=0, level="session")
+    level = provider.probe_level(sample, share, "rate_factor")
+    # the trace's own rate (rate factor 1) is far below the knee: the probe is far above it
+    assert level is not None and level > 5
+    res = SimTarget(m, "1-replica", share, None).run(
+        sample, rate_factor=level, warmup=0.5, duration=1.0, seed=3
+    )
+    assert 0.5 * PROBE_UTILIZATION < res.utilization < 2 * PROBE_UTILIZATION
+
+
+def test_sim_mappings_checks_first_and_shows_progress(monkeypatch):
+    import importlib
+
+    sc = importlib.import_module("shrink.sim.scaling")  # shrink.sim.scaling is also a function
+    seen = {}
+
+    def fake(machine, trace, mappings, **kw):
+        seen.update(kw)
+        kw["progress"]("mapping 1/1: 1-replica")
+        mat = {"mat": 100.0, "status": "ok", "ci": [90.0, 110.0]}
+        return {
+            "workload": "tcp", "workload_mix": {"dynamic_fraction": 0.0, "static_mean_bytes": 1024},
+            "thresholds": kw["thresholds"] or {"mean": 0.0005},
+            "mappings": {"1-replica": {"mean": mat, "p999": mat, "mean_change": 0.0}},
+        }  # fmt: skip
+
+    monkeypatch.setattr(sc, "compare_mappings", fake)
+    r = run("sim", "mappings", "--machine", SPEC, "--mappings", "3-replica")
+    assert r.exit_code == 2 and "--mappings" in r.output and not seen
+    r = run("sim", "mappings", "--machine", SPEC, "--mappings", "1-replica",
+            "--thresholds", "mean=5ms")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "mapping 1/1" in r.stderr
+    assert "workload tcp" in r.stdout and "mean < 5 ms" in r.stdout
+
+
+# --- one set of defaults -------------------------------------------------------------------
+
+
+def _defaults(*path):
+    import typer
+
+    cmd = typer.main.get_command(app)
+    for name in path:
+        cmd = cmd.commands[name]
+    return {p.name: p.default for p in cmd.params}
+
+
+def test_one_set_of_defaults():
+    from shrink import defaults
+    from shrink.demo import DEMO
+    from shrink.predict import PredictConfig
+
+    predict, sweep, sim_sweep = _defaults("predict"), _defaults("sweep"), _defaults("sim", "sweep")
+    mat = _defaults("mat")
+    assert predict["thresholds"] == defaults.THRESHOLDS_TEXT
+    from shrink.checks import parse_thresholds
+    from shrink.cli._common import stat_thresholds
+
+    assert parse_thresholds(stat_thresholds(predict["thresholds"])) == DEMO["thresholds"]
+    assert dict(PredictConfig().thresholds) == defaults.THRESHOLDS
+    for d in (predict, sweep, sim_sweep):
+        assert (d["duration"], d["reps"], d["warmup"]) == (
+            defaults.DURATION, defaults.REPS, defaults.WARMUP,
+        )  # fmt: skip
+    assert predict["max_levels"] == mat["max_levels"] == defaults.MAX_LEVELS
+
+
+def test_mat_adaptive_max_levels_counts_the_curves_levels(monkeypatch, curve, trace_file):
+    import shrink.replay.adaptive as adaptive
+
+    seen = {}
+
+    def fake_refine(target, trace, lc, stat, thr, **kw):
+        seen.update(kw)
+        return lc, []
+
+    monkeypatch.setattr(adaptive, "refine", fake_refine)
+    r = run("mat", curve, "--threshold", "5ms", "--adaptive", "--trace", trace_file,
+            "--target", "http://127.0.0.1:1", "--max-levels", "5", "-o", curve.parent / "x.json")  # fmt: skip
+    assert r.exit_code in (0, 99), r.output
+    assert seen["max_levels"] == 2  # the curve has 3 levels: 2 more make 5 in all
+
+
+# --- messages say what to do next ------------------------------------------------------------
+
+
+def test_offered_load_linearity_comes_with_a_verdict(curve):
+    from shrink.loadcurve import LoadCurve
+    from shrink.measure import offered_check
+    from shrink.report.sections.self_checks import _offered_text
+
+    c = offered_check(LoadCurve.read_json(curve))
+    assert c["offered_linear"] == (c["offered_linearity"] <= c["offered_linear_tolerance"])
+    bad = {"offered_monotone": True, "offered_per_level": 100.0, "offered_linearity": 0.471,
+           "offered_linear": False, "offered_linear_tolerance": 0.1, "offered_worst_level": 0.5}  # fmt: skip
+    text = _offered_text(bad, {})
+    assert "within 47.1% of linear (**not linear**" in text and "level 0.5" in text
+    good = {**bad, "offered_linearity": 0.03, "offered_linear": True}
+    assert "(linear: within 10%)" in _offered_text(good, {})
+
+
+def test_generator_behind_gives_the_lag_and_a_hint(tmp_path, trace_file):
+    # nothing listens on port 1: every send fails fast, and the flag still says how late
+    r = run(
+        "sweep", trace_file, "--target", "http://127.0.0.1:1", "--levels", "0.05",
+        "--warmup", "0s", "--duration", "500ms", "--lag-limit", "1us", "-o", tmp_path / "c.json",
+    )  # fmt: skip
+    assert "GENERATOR BEHIND (send lag p99" in r.stdout, r.stdout
+    assert "--generator-cpus" in r.stderr and "--realtime" in r.stderr
