@@ -429,7 +429,8 @@ def test_mat_adaptive_max_levels_counts_the_curves_levels(monkeypatch, curve, tr
 
     monkeypatch.setattr(adaptive, "refine", fake_refine)
     r = run("mat", curve, "--threshold", "5ms", "--adaptive", "--trace", trace_file,
-            "--target", "http://127.0.0.1:1", "--max-levels", "5", "-o", curve.parent / "x.json")  # fmt: skip
+            "--target", "http://127.0.0.1:1", "--max-levels", "5",
+            "-o", curve.parent / "x.json")  # fmt: skip
     assert r.exit_code in (0, 99), r.output
     assert seen["max_levels"] == 2  # the curve has 3 levels: 2 more make 5 in all
 
@@ -445,7 +446,8 @@ def test_offered_load_linearity_comes_with_a_verdict(curve):
     c = offered_check(LoadCurve.read_json(curve))
     assert c["offered_linear"] == (c["offered_linearity"] <= c["offered_linear_tolerance"])
     bad = {"offered_monotone": True, "offered_per_level": 100.0, "offered_linearity": 0.471,
-           "offered_linear": False, "offered_linear_tolerance": 0.1, "offered_worst_level": 0.5}  # fmt: skip
+           "offered_linear": False, "offered_linear_tolerance": 0.1,
+           "offered_worst_level": 0.5}  # fmt: skip
     text = _offered_text(bad, {})
     assert "within 47.1% of linear (**not linear**" in text and "level 0.5" in text
     good = {**bad, "offered_linearity": 0.03, "offered_linear": True}
@@ -460,3 +462,40 @@ def test_generator_behind_gives_the_lag_and_a_hint(tmp_path, trace_file):
     )  # fmt: skip
     assert "GENERATOR BEHIND (send lag p99" in r.stdout, r.stdout
     assert "--generator-cpus" in r.stderr and "--realtime" in r.stderr
+
+
+# --- one answer per machine and workload, or a line saying why not ----------------------------
+
+
+def test_a_simulated_answer_names_its_workload_and_thresholds(tmp_path):
+    """A synthesized Support trace's PHP pages name their own work (work=W us): the
+    simulator runs them as such, and the answer says so beside the papers' 3.25 ms."""
+    import numpy as np
+
+    from shrink.cli.predict_cmd import _sim_workload
+    from shrink.prediction import Prediction
+    from shrink.sim.scaling import workload_mix
+    from shrink.trace import Trace
+
+    n = 100
+    dyn = np.arange(n) % 20 == 0  # 5% dynamic
+    paths = np.where(dyn, "/app/index.php?bytes=100&work=9000&id=1", "/static/a.gif")
+    trace = Trace.from_columns(
+        {"session": np.arange(n), "t": np.arange(n) * 0.01, "path": paths,
+         "cls": np.where(dyn, "dynamic", "static"), "bytes": np.full(n, 2048)},
+    )  # fmt: skip
+    path = trace.write_parquet(tmp_path / "synth.parquet")
+    mix = workload_mix(trace)
+    assert mix["dynamic_work_us"] == 9000 and mix["dynamic_fraction"] == 0.05
+    pred = Prediction(machine={}, mappings={}, recommended=None, reason="",
+                      thresholds={"mean": 0.005, "p999": 0.5})  # fmt: skip
+    line = _sim_workload(path, pred)
+    assert "5.0% dynamic (PHP work 9 ms a page, from the trace's work= parameters)" in line
+    assert "thresholds mean < 5 ms, p99.9 < 500 ms" in line and "3.25 ms" in line
+
+
+def test_whatif_names_its_workload_demands_and_thresholds():
+    r = run("whatif", "--machine", SPEC, "--workload", "support", "--no-sweep")
+    assert r.exit_code == 0, r.output
+    assert "workload support: 5.0% dynamic (calibrated:" in r.stdout
+    assert "thresholds mean < 5 ms, p99.9 < 500 ms" in r.stdout

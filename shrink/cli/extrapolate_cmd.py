@@ -31,6 +31,27 @@ def _fmt_ci(stat: dict[str, Any]) -> str:
     return f"{mat_text(stat.get('mat'), stat.get('status'), stat.get('ci')):>10}"
 
 
+def _workload_text(d: dict[str, Any]) -> str | None:
+    """The workload and thresholds a what-if is for, and the demands it calibrated: the
+    simulator and ``predict`` on a synthesized trace may run another workload."""
+    wl = d.get("workload")
+    if not wl:
+        return None
+    thr = ", ".join(threshold_text(s, t) for s, t in (wl.get("thresholds") or {}).items())
+    par = (d.get("calibration") or {}).get("parameters") or {}
+    ds, dd = (par.get(k, {}).get("value") for k in ("demand_static", "demand_dynamic"))
+    demands = (
+        ""
+        if ds is None or dd is None
+        else f" (calibrated: {ds * 1e6:,.3g} us a static request, {dd * 1e3:,.3g} ms a "
+        "PHP page, one core)"
+    )
+    return (
+        f"workload {wl.get('name')}: {100 * wl.get('dynamic_fraction', 0):.1f}% dynamic"
+        f"{demands}; thresholds {thr}"
+    )
+
+
 def _print_prediction(d: dict[str, Any], title: str) -> None:
     typer.echo(f"== {title} ==")
     first = next(iter(d["mappings"].values()))
@@ -42,6 +63,9 @@ def _print_prediction(d: dict[str, Any], title: str) -> None:
         cols = "".join(f"{_fmt_ci(m[s]):<34} " for s in stats)
         typer.echo(f"{name:<22} {cols}{mark}")
     typer.echo(f"reason: {d['reason']}")
+    line = _workload_text(d)
+    if line:
+        typer.echo(line)
     sweep = d.get("sweep")
     if sweep:
         rows = ", ".join(f"{r['dynamic_fraction']:g}:{r['best']}" for r in sweep["rows"])

@@ -21,6 +21,7 @@ from shrink.cli._common import (
     parse_duration_option,
     stat_label,
     stat_thresholds,
+    threshold_text,
 )
 from shrink.cli._progress import line_progress, on_terminal
 from shrink.defaults import ALPHA, DURATION, MAX_LEVELS, REPS, THRESHOLDS_TEXT, WARMUP
@@ -230,7 +231,27 @@ def predict(
         echo_json(pred.to_dict())
     else:
         _print_summary(pred, out)
+        if target.startswith("sim:"):
+            typer.echo(_sim_workload(trace, pred))
     exit_if_bound(bounded_mats(pred.mappings))
+
+
+def _sim_workload(trace_path: Path, pred: Prediction) -> str:
+    """On the simulator: the workload and thresholds this answer is for. ``whatif`` and
+    ``sim --workload support`` run the papers' Support, whose PHP pages take 3.25 ms;
+    a synthesized trace's pages name their own work, and the MATs differ with it."""
+    from shrink.cli.sim_cmd import mix_text
+    from shrink.sim.params import SimParams
+    from shrink.sim.scaling import workload_mix
+    from shrink.trace import Trace
+
+    mix = workload_mix(Trace.read_parquet(trace_path))
+    thr = ", ".join(threshold_text(s, t) for s, t in (pred.thresholds or {}).items())
+    return (
+        f"{mix_text(trace_path.name, mix)}; thresholds {thr} (whatif's and sim's "
+        f"--workload support: PHP work {SimParams().dynamic_php_us / 1e3:g} ms a page, "
+        "mean < 5 ms)"
+    )
 
 
 def _skip_seconds(text: str) -> float:

@@ -106,15 +106,25 @@ def _workload_line(res: dict[str, Any]) -> str:
     """Which workload and thresholds a MAT is for: whatif, sim and predict differ in both."""
     mix = res.get("workload_mix") or {}
     thr = ", ".join(threshold_text(s, t) for s, t in res["thresholds"].items())
+    return f"{mix_text(res.get('workload') or 'trace', mix)}; thresholds {thr}"
+
+
+def mix_text(name: str, mix: dict[str, Any]) -> str:
+    """``workload support: 5.2% dynamic (PHP work 3.25 ms a page, ...), static mean 82 KiB``."""
+    parts = [f"workload {name}"]
     dyn = mix.get("dynamic_fraction")
-    size = mix.get("static_mean_bytes")
-    what = res.get("workload") or "trace"
-    parts = [f"workload {what}"]
     if dyn is not None:
-        parts.append(f"{100 * dyn:.1f}% dynamic")
+        work = mix.get("dynamic_work_us")
+        how = (
+            ""
+            if work is None
+            else f" (PHP work {work / 1e3:,.3g} ms a page, from {mix['dynamic_work_source']})"
+        )
+        parts.append(f"{100 * dyn:.1f}% dynamic{how}")
+    size = mix.get("static_mean_bytes")
     if size is not None:
         parts.append(f"static mean {size / 1024:,.1f} KiB")
-    return f"{', '.join(parts)}; thresholds {thr}"
+    return ", ".join(parts)
 
 
 def scaling_cmd(

@@ -240,7 +240,7 @@ def scaling(
     return {
         "schema": "shrink.sim-scaling/1",
         "workload": workload,
-        "workload_mix": workload_mix(trace),
+        "workload_mix": workload_mix(trace, params),
         "machine": machine.to_dict(),
         "mapping": mapping,
         "thresholds": thresholds,
@@ -258,18 +258,35 @@ def _replicas_of(mapping: str) -> int:
     return int(head) if head.isdigit() else 1
 
 
-def workload_mix(trace: Trace) -> dict[str, Any]:
-    """What sets a MAT besides the machine: the trace's mix and sizes (for "why do two
-    answers differ": whatif's Support and a synthesized trace are not the same workload)."""
+def workload_mix(trace: Trace, params: SimParams | None = None) -> dict[str, Any]:
+    """What sets a simulated MAT besides the machine: the trace's mix, sizes and the CPU
+    work of its dynamic pages. Two answers for "Support" differ when these do: the
+    papers' Support (whatif, ``--workload support``) has PHP pages of
+    ``dynamic_php_us`` (3.25 ms), a synthesized trace's pages name their own work
+    (``work=W`` in the path, W us: 6-12 ms in ``shrink synth support``)."""
+    from shrink.sim.target import _work_units
+
+    p = params or SimParams()
     cls = trace.column("cls")
     nbytes = trace.column("bytes")
+    dyn = cls == "dynamic"
     out: dict[str, Any] = {
         "requests": len(trace),
-        "dynamic_fraction": float(np.mean(cls == "dynamic")) if len(trace) else 0.0,
+        "dynamic_fraction": float(np.mean(dyn)) if len(trace) else 0.0,
     }
     for c in ("static", "dynamic"):
         sel = (cls == c) & (nbytes >= 0)
         out[f"{c}_mean_bytes"] = float(nbytes[sel].mean()) if sel.any() else None
+    work = _work_units(trace.table.column("path"))[dyn]
+    named = np.isfinite(work)
+    if dyn.any():
+        demand = np.where(named, work, p.dynamic_php_us)
+        out["dynamic_work_us"] = float(demand.mean())
+        out["dynamic_work_source"] = (
+            "the trace's work= parameters" if named.all() else
+            "the simulator's dynamic_php_us" if not named.any() else
+            "the trace's work= parameters and dynamic_php_us"
+        )  # fmt: skip
     return out
 
 
@@ -308,7 +325,7 @@ def compare_mappings(
     return {
         "schema": "shrink.sim-mappings/1",
         "workload": workload,
-        "workload_mix": workload_mix(trace),
+        "workload_mix": workload_mix(trace, params),
         "machine": machine.to_dict(),
         "thresholds": thresholds,
         "seed": seed,
