@@ -499,3 +499,35 @@ def test_whatif_names_its_workload_demands_and_thresholds():
     assert r.exit_code == 0, r.output
     assert "workload support: 5.0% dynamic (calibrated:" in r.stdout
     assert "thresholds mean < 5 ms, p99.9 < 500 ms" in r.stdout
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["--reps", "0"], ["--max-levels", "1"], ["--level", "foo"], ["--alpha", "2"],
+        ["--skip", "foo"], ["--share-kind", "foo"], ["--thresholds", "p100=5ms"],
+        ["--warmup", "x"], ["--budget", "0s"],
+    ],
+    ids=lambda o: o[0],
+)  # fmt: skip
+def test_predict_refuses_every_option_before_any_run(tmp_path, trace_file, option):
+    out = tmp_path / "out"
+    r = run("predict", trace_file, "--target", f"sim:{SPEC}", "-o", out, *option)
+    assert r.exit_code == 2, r.output
+    assert option[0] in r.stderr and "rate_factor" not in r.output
+    assert not out.exists()
+
+
+def test_predict_refuses_a_target_it_does_not_know(tmp_path, trace_file):
+    r = run("predict", trace_file, "--target", "simx", "-o", tmp_path / "out")
+    assert r.exit_code == 2 and "--target" in r.stderr and "sim:SPEC.toml" in r.stderr
+
+
+@pytest.mark.parametrize(
+    "args, option",
+    [(["--cores", "1,16"], "--cores"), (["--cores", "1,8", "--mapping", "3-replica"], "--mapping")],
+)
+def test_sim_scaling_checks_every_core_count_first(args, option):
+    r = run("sim", "scaling", "--machine", SPEC, *args)
+    assert r.exit_code == 2, r.output
+    assert option in r.stderr and "rate factor" not in r.output

@@ -168,9 +168,10 @@ def whatif(
         output_path(output)
         mach = Machine.read_toml(machine)
         model = load_calibration(calibration)
+        # every workload named before the first is predicted
+        resolved = [resolve_workload(w, model) for w in workload]
         preds = {}
-        for w in workload:
-            wl = resolve_workload(w, model)
+        for wl in resolved:
             preds[wl.name] = run_whatif(mach, wl, model, sweep=sweep).to_dict()
         doc: dict[str, Any] = (
             next(iter(preds.values()))

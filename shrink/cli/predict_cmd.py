@@ -176,7 +176,7 @@ def predict(
     Writes DIR/prediction.json, DIR/report.md, DIR/report.html and figures.
     """
     from shrink.autolevels import AutoPlan
-    from shrink.checks import parse_duration, parse_thresholds
+    from shrink.checks import parse_thresholds
     from shrink.pipeline import run_predict
     from shrink.topology import parse_cpulist
 
@@ -190,14 +190,21 @@ def predict(
         if not names or not all(names):
             raise OptionError("--mappings", f"{mappings!r}: must be 'all' or a comma list")
         check_mapping_names(names)  # the machine's CPUs are checked before the first run
+        _check_options(
+            alpha=alpha, level=level, share_kind=share_kind, reps=reps, max_levels=max_levels,
+            target=target, calibration=calibration, server=server,
+        )  # fmt: skip
         plan = AutoPlan(
             warmup=parse_duration_option(warmup, "warmup", zero_ok=True),
             duration=parse_duration_option(duration, "duration"),
             reps=reps,
             max_levels=max_levels,
-            budget_s=None if budget is None else parse_duration(budget, "budget"),
+            budget_s=None if budget is None else parse_duration_option(budget, "budget"),
         )
-        cpus = parse_cpulist(server_cpus) if server_cpus else None
+        with as_option("--server-cpus"):
+            cpus = parse_cpulist(server_cpus) if server_cpus else None
+        with as_option("--skip"):
+            skip_s = None if skip == "auto" else _skip_seconds(skip)
         from shrink.cli.testbed_cmd import warn_docroot, warn_stale
 
         warn_stale()  # what a killed predict left: `shrink testbed down --stale`
@@ -223,7 +230,7 @@ def predict(
                 progress=progress,
                 paired_full_run=paired_full_run,
                 time_scaling=time_scaling,
-                skip=None if skip == "auto" else _skip_seconds(skip),
+                skip=skip_s,
                 server=server,
                 cluster=cluster_spec(cluster, generators),
             )
@@ -252,6 +259,47 @@ def _sim_workload(trace_path: Path, pred: Prediction) -> str:
         f"--workload support: PHP work {SimParams().dynamic_php_us / 1e3:g} ms a page, "
         "mean < 5 ms)"
     )
+
+
+def _check_options(
+    *,
+    alpha: float,
+    level: str,
+    share_kind: str,
+    reps: int,
+    max_levels: int,
+    target: str,
+    calibration: str,
+    server: str,
+) -> None:
+    """Every option predict would otherwise refuse only after its sweep: one line, exit 2."""
+    from samplers.consistency import SAMPLE_LEVELS
+    from shrink.checks import check_alpha, check_int
+    from shrink.testbed.servers import load_recipe
+
+    with as_option("--alpha"):
+        check_alpha(alpha)
+    if level not in SAMPLE_LEVELS:
+        raise OptionError("--level", f"{level!r}; accepted: {', '.join(SAMPLE_LEVELS)}")
+    if share_kind not in ("auto", "cores", "cpu_time"):
+        raise OptionError("--share-kind", f"{share_kind!r}; accepted: auto, cores, cpu_time")
+    with as_option("--reps"):
+        check_int(reps, "reps", low=1)
+    with as_option("--max-levels"):
+        # a MAT is read between two levels: the probe and one more at least
+        check_int(max_levels, "max levels", low=2)
+    if target != "testbed" and not target.startswith("sim:"):
+        raise OptionError("--target", f"{target!r}; accepted: testbed or sim:SPEC.toml")
+    if target.startswith("sim:"):
+        from shrink.machine import Machine
+
+        Machine.read_toml(target[4:])  # a bad spec names its file and line
+    if calibration != "published":
+        from extrapolate.calibration import load_calibration
+
+        load_calibration(calibration)  # a bad file names itself now, not after the sweep
+    if target == "testbed":
+        load_recipe(server)
 
 
 def _skip_seconds(text: str) -> float:

@@ -23,7 +23,7 @@ from shrink.cli._common import (
 from shrink.cli._replay_opts import _Export
 from shrink.cli.sweep_cmd import _levels
 from shrink.defaults import DURATION, REPS, WARMUP
-from shrink.errors import ParameterError
+from shrink.errors import OptionError, ParameterError, TopologyError
 from shrink.mat import mat_text
 
 sim_app = typer.Typer(
@@ -87,7 +87,26 @@ def _cores(text: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ParameterError(f"--cores == {text!r}, must be a list such as 1,2,4,8.") from None
+        raise OptionError("--cores", f"{text!r}: must be a list such as 1,2,4,8") from None
+
+
+def _check_cores(machine: Any, counts: list[int], mapping: str) -> list[int]:
+    """Every core count and its mapping, checked before the first (minutes-long) search."""
+    from shrink.mapping import check_mapping_names, check_mappings
+    from shrink.sim.scaling import compact_cpus, replicas_of
+
+    if not counts:
+        raise OptionError("--cores", "name at least one core count, e.g. 1,2,4,8")
+    check_mapping_names([mapping], "--mapping")
+    for n in counts:
+        try:
+            cpus = compact_cpus(machine, n)
+        except TopologyError as exc:
+            raise OptionError("--cores", str(exc)) from None
+        # fewer cores than replicas: the scaling runs one replica there (shrink.sim.scaling)
+        name = mapping if n >= replicas_of(mapping) else "1-replica"
+        check_mappings([name], machine, cpus, "--mapping")
+    return counts
 
 
 def _counts(res: dict[str, Any]) -> list[Any]:
@@ -158,12 +177,14 @@ def scaling_cmd(
         from shrink.sim.scaling import MatSearch, scaling
 
         m = Machine.read_toml(machine)
+        with as_option("--thresholds"):
+            thr = parse_thresholds(stat_thresholds(thresholds)) if thresholds else None
+        counts = _check_cores(m, _cores(cores), mapping)
         trace = _workload(workload, seed)
-        thr = parse_thresholds(stat_thresholds(thresholds)) if thresholds else None
         res = scaling(
             m,
             trace,
-            _cores(cores),
+            counts,
             thresholds=thr,
             params=_params(param),
             mapping=mapping,

@@ -222,7 +222,7 @@ def scaling(
     utils: dict[str, float] = {}
     for n in cores:
         cpus = compact_cpus(machine, n)
-        name = mapping if n >= _replicas_of(mapping) else "1-replica"
+        name = mapping if n >= replicas_of(mapping) else "1-replica"
         target = SimTarget(machine, name, Share.cores_of(machine, cpus), params)
         if progress is not None:
             progress(f"{n} core(s), {name}")
@@ -253,7 +253,8 @@ def scaling(
     }
 
 
-def _replicas_of(mapping: str) -> int:
+def replicas_of(mapping: str) -> int:
+    """The replicas a mapping's name asks for (``4-replica``: 4)."""
     head = mapping.split("-", 1)[0]
     return int(head) if head.isdigit() else 1
 
