@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -56,6 +56,29 @@ _Skip = Annotated[
         "--skip",
         help="Trace time left out at the start of every run, e.g. 30s; 'auto': a tenth "
         "of the trace's span, at most 1m (its first seconds are not its steady mix).",
+    ),
+]
+_Thresholds = Annotated[
+    str,
+    typer.Option(
+        "--thresholds",
+        help="SLA thresholds: STAT=DURATION, STAT mean or a percentile (p95, p99.9).",
+    ),
+]
+_Target = Annotated[
+    str,
+    typer.Option(
+        "--target",
+        help="Where to measure: 'testbed' (start the server here) or sim:SPEC.toml "
+        "(the simulator). sweep's and replay's --target name a running server instead.",
+    ),
+]
+_Server = Annotated[
+    str,
+    typer.Option(
+        "--server",
+        help="Server recipe of the testbed: lighttpd-php-cgi (default), nginx-php-fpm, "
+        "or a RECIPE.toml file.",
     ),
 ]
 _Budget = Annotated[
@@ -115,32 +138,12 @@ def predict(
     mappings: Annotated[
         str, typer.Option("--mappings", help="'all' or a comma list of mappings.")
     ] = "all",
-    thresholds: Annotated[
-        str,
-        typer.Option(
-            "--thresholds",
-            help="SLA thresholds: STAT=DURATION, STAT mean or a percentile (p95, p99.9).",
-        ),
-    ] = THRESHOLDS_TEXT,
-    target: Annotated[
-        str,
-        typer.Option(
-            "--target",
-            help="Where to measure: 'testbed' (start the server here) or sim:SPEC.toml "
-            "(the simulator). sweep's and replay's --target name a running server instead.",
-        ),
-    ] = "testbed",
+    thresholds: _Thresholds = THRESHOLDS_TEXT,
+    target: _Target = "testbed",
     docroot: Annotated[
         Path | None, typer.Option("--docroot", help="Document root for the testbed.")
     ] = None,
-    server: Annotated[
-        str,
-        typer.Option(
-            "--server",
-            help="Server recipe of the testbed: lighttpd-php-cgi (default), nginx-php-fpm, "
-            "or a RECIPE.toml file.",
-        ),
-    ] = "lighttpd-php-cgi",
+    server: _Server = "lighttpd-php-cgi",
     share_kind: Annotated[
         str, typer.Option("--share-kind", help="auto | cores | cpu_time.")
     ] = "auto",
@@ -175,7 +178,6 @@ def predict(
     CPU-time share), sweeps load levels around the knee, and extrapolates.
     Writes DIR/prediction.json, DIR/report.md, DIR/report.html and figures.
     """
-    from shrink.autolevels import AutoPlan
     from shrink.checks import parse_thresholds
     from shrink.pipeline import run_predict
     from shrink.topology import parse_cpulist
@@ -184,23 +186,12 @@ def predict(
         output_path(out, kind="dir")
         with as_option("--thresholds"):
             th = parse_thresholds(stat_thresholds(thresholds))
-        names = (
-            BUILTIN_MAPPINGS if mappings == "all" else tuple(m.strip() for m in mappings.split(","))
-        )
-        if not names or not all(names):
-            raise OptionError("--mappings", f"{mappings!r}: must be 'all' or a comma list")
-        check_mapping_names(names)  # the machine's CPUs are checked before the first run
+        names = _mapping_names(mappings)
         _check_options(
             alpha=alpha, level=level, share_kind=share_kind, reps=reps, max_levels=max_levels,
             target=target, calibration=calibration, server=server,
         )  # fmt: skip
-        plan = AutoPlan(
-            warmup=parse_duration_option(warmup, "warmup", zero_ok=True),
-            duration=parse_duration_option(duration, "duration"),
-            reps=reps,
-            max_levels=max_levels,
-            budget_s=None if budget is None else parse_duration_option(budget, "budget"),
-        )
+        plan = _plan(warmup, duration, reps, max_levels, budget)
         with as_option("--server-cpus"):
             cpus = parse_cpulist(server_cpus) if server_cpus else None
         with as_option("--skip"):
@@ -258,6 +249,29 @@ def _sim_workload(trace_path: Path, pred: Prediction) -> str:
         f"{mix_text(trace_path.name, mix)}; thresholds {thr} (whatif's and sim's "
         f"--workload support: PHP work {SimParams().dynamic_php_us / 1e3:g} ms a page, "
         "mean < 5 ms)"
+    )
+
+
+def _mapping_names(mappings: str) -> tuple[str, ...]:
+    """``--mappings``: 'all' or a comma list, each name checked (the machine's CPUs are
+    checked against them before the first run)."""
+    names = BUILTIN_MAPPINGS if mappings == "all" else tuple(m.strip() for m in mappings.split(","))
+    if not names or not all(names):
+        raise OptionError("--mappings", f"{mappings!r}: must be 'all' or a comma list")
+    check_mapping_names(names)
+    return names
+
+
+def _plan(warmup: str, duration: str, reps: int, max_levels: int, budget: str | None) -> Any:
+    """The sweep's plan from the options (each refused by its name)."""
+    from shrink.autolevels import AutoPlan
+
+    return AutoPlan(
+        warmup=parse_duration_option(warmup, "warmup", zero_ok=True),
+        duration=parse_duration_option(duration, "duration"),
+        reps=reps,
+        max_levels=max_levels,
+        budget_s=None if budget is None else parse_duration_option(budget, "budget"),
     )
 
 
