@@ -236,7 +236,8 @@ def test_sweep_prints_a_line_per_run_off_a_terminal(tmp_path):
         curve = tmp_path / "curve.json"
         r = RUN(app, ["sweep", str(trace), "--target", f"http://127.0.0.1:{port}",
                       "--levels", "1,2", "--warmup", "200ms", "--duration", "500ms",
-                      "--reps", "1", "--lag-limit", "50ms", "-o", str(curve), "--json"])  # fmt: skip
+                      "--reps", "1", "--lag-limit", "50ms", "-o", str(curve),
+                      "--json"])  # fmt: skip
     finally:
         proc.kill()
         proc.wait()
