@@ -531,3 +531,10 @@ def test_sim_scaling_checks_every_core_count_first(args, option):
     r = run("sim", "scaling", "--machine", SPEC, *args)
     assert r.exit_code == 2, r.output
     assert option in r.stderr and "rate factor" not in r.output
+
+
+@pytest.mark.parametrize("option", ["--routing", "--mode", "--engine"])
+def test_sweep_refuses_a_generator_option_by_name(tmp_path, trace_file, option):
+    r = run("sweep", trace_file, "--target", "http://127.0.0.1:1", "--levels", "1",
+            "-o", tmp_path / "c.json", option, "foo")  # fmt: skip
+    assert r.exit_code == 2 and option in r.stderr and "accepted" in r.stderr

@@ -12,6 +12,7 @@ import typer
 
 from shrink.checks import parse_duration
 from shrink.cli._common import console
+from shrink.errors import OptionError
 from shrink.replay.cluster import ClusterSpec
 from shrink.topology import parse_cpulist
 
@@ -120,6 +121,13 @@ def _target(
 ) -> Any:
     from shrink.replay.live import LiveTarget
 
+    for option, value, accepted in (
+        ("--routing", routing, ("hash", "round-robin")),
+        ("--mode", mode, ("auto", "session", "open")),
+        ("--engine", engine, ("auto", "native", "python")),
+    ):
+        if value not in accepted:
+            raise OptionError(option, f"{value!r}; accepted: {', '.join(accepted)}")
     items = [x for t in targets for x in t.split(",") if x]
     return LiveTarget.from_targets(
         items,
