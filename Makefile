@@ -1,27 +1,44 @@
 # The two commands a new user needs: `make demo` (set up + the main job) and `make test`.
+# Everything runs in the virtual environment .venv that `make setup` makes with
+# $(PYTHON) (default python3: the system's is fine) and fills from requirements-dev.lock.
 PYTHON ?= python3
-SETUP_STAMP := .setup-done
+VENV := .venv
+PY := $(VENV)/bin/python
+# Commands started by a target (shrink, ruff, maturin) come from the venv too.
+IN_VENV := PATH="$(CURDIR)/$(VENV)/bin:$$PATH"
+SETUP_STAMP := $(VENV)/.setup-done
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test lint bench lock clean
 
-$(SETUP_STAMP): pyproject.toml scripts/setup.sh native/Cargo.toml native/src/*.rs
-	bash scripts/setup.sh
+$(SETUP_STAMP): pyproject.toml requirements-dev.lock scripts/setup.sh native/Cargo.toml native/src/*.rs
+	PYTHON="$(PYTHON)" bash scripts/setup.sh
 	touch $(SETUP_STAMP)
 
 setup: $(SETUP_STAMP)
 
 demo: $(SETUP_STAMP)
-	$(PYTHON) -m shrink.demo --out demo-out
+	$(IN_VENV) $(PY) -m shrink.demo --out demo-out
 
 test: $(SETUP_STAMP)
-	$(PYTHON) -m ruff check .
-	$(PYTHON) -m pytest -q
+	$(IN_VENV) $(PY) -m ruff check .
+	$(IN_VENV) $(PY) -m pytest -q
 
 lint: $(SETUP_STAMP)
-	$(PYTHON) -m ruff check .
+	$(IN_VENV) $(PY) -m ruff check .
 
 bench: $(SETUP_STAMP)
-	bash bench/run_all.sh
+	$(IN_VENV) bash bench/run_all.sh
+
+# Re-resolves requirements-dev.lock (then requirements.lock, the same versions less
+# the dev tools and Ray) from pyproject.toml, keeping every pin that still fits;
+# `make lock UPGRADE=1` takes the newest versions within pyproject's bounds instead.
+# Run make test after, and commit the lock files with the change that needed them.
+LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --quiet \
+	--custom-compile-command "make lock" $(if $(UPGRADE),--upgrade)
+lock: $(SETUP_STAMP)
+	$(VENV)/bin/uv pip compile pyproject.toml --extra dev $(LOCK_FLAGS) -o requirements-dev.lock
+	$(VENV)/bin/uv pip compile pyproject.toml -c requirements-dev.lock $(LOCK_FLAGS) \
+		-o requirements.lock
 
 clean:
-	rm -rf $(SETUP_STAMP) demo-out build *.egg-info .pytest_cache native/target
+	rm -rf $(SETUP_STAMP) .setup-done demo-out build *.egg-info .pytest_cache native/target

@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.php_children_per_core is not None and a.php_children_per_core < 1:
         ap.error(f"--php-children-per-core must be at least 1, not {a.php_children_per_core}")
     with tempfile.TemporaryDirectory(prefix="shrink-level-cost-") as tmp:
+        os.chmod(tmp, 0o711)  # as root the servers run as www-data, who must reach the docroot
         work = Path(tmp)
         trace_path, docroot = _synth(work, Console(stderr=True))
         whole = Trace.read_parquet(trace_path)

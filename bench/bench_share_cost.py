@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -109,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         for s in ([False, True] if args.spin else [False])
     ]
     with tempfile.TemporaryDirectory(prefix="shrink-share-cost-") as tmp:
+        os.chmod(tmp, 0o711)  # as root the servers run as www-data, who must reach the docroot
         work = Path(tmp)
         trace_path, docroot = _synth(work, Console(stderr=True))
         rows = []

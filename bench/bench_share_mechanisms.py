@@ -194,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ[k] = v
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="shrink-mech-") as tmp:
+        os.chmod(tmp, 0o711)  # as root the servers run as www-data, who must reach the docroot
         work = Path(tmp)
         docroot = _docroot(work)
         order = ["whole", *a.mechanisms]

@@ -7,9 +7,9 @@ On the demo's workload (its Support trace and docroot; the share gets alpha 0.25
 the sessions on a 25% CPU-time share of CPU 1, the full target is the whole CPU 1),
 per mechanism:
 
-1. ``shrink.speed.measure_speed`` probes each request class on both targets, at
-   each probe load of ``--loads`` (the full target's utilization; 0.4 is its
-   default, 0.8 is where MATs are measured); it predicts the full / share CPU per
+1. ``shrink.scaling.calibrate`` runs each request class on both targets, at
+   each load of ``--loads`` (the full target's utilization; 0.1 is the bound a
+   prediction keeps, 0.8 is where MATs are measured); it predicts the full / share CPU per
    request of the trace's mix as ``effective / nominal`` (``effective`` is the
    demand-weighted harmonic mean of the class speeds).
 2. A pilot finds the rate factor that keeps the full target ~80% busy; the full
@@ -60,8 +60,8 @@ def bench(
     mech: str, work: Path, trace: Any, sample: Any, docroot: Path, pairs: int, loads: list[float]
 ) -> dict:
     from shrink.providers import TestbedProvider
+    from shrink.scaling import calibrate
     from shrink.share import Share
-    from shrink.speed import measure_speed
 
     prov = TestbedProvider(docroot, run_dir=work / f"runs-{mech}", enforce=mech)
     with (
@@ -71,7 +71,7 @@ def bench(
         probes = []
         for load in loads:
             t0 = time.monotonic()
-            sp = measure_speed(share, full, sample, nominal=ALPHA, seed=1, load=load)
+            sp = calibrate(share, full, sample, nominal=ALPHA, seed=1, busy=load)
             probes.append((load, sp, time.monotonic() - t0))
         speed = probes[0][1]
         f_full = _busy_factor(full, trace, 0.8, seed=3)
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--enforce", nargs="+", default=["cfs", "corunner"])
     ap.add_argument("--pairs", type=int, default=2)
     ap.add_argument(
-        "--loads", type=float, nargs="+", default=[0.4, 0.8], help="probe loads to compare"
+        "--loads", type=float, nargs="+", default=[0.1, 0.8], help="calibration loads to compare"
     )
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="shrink-speed-") as tmp:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -82,6 +83,8 @@ def main() -> None:
 
     work = args.out or Path(tempfile.mkdtemp(prefix="bench-stacks-"))
     work.mkdir(parents=True, exist_ok=True)
+    if args.out is None:
+        os.chmod(work, 0o711)  # as root the servers run as www-data, who must reach the docroot
     trace, docroot = _synth(work, Console(stderr=True))
     rows: list[dict[str, Any]] = []
     ratios: dict[str, list[float]] = {s: [] for s in DEMO["thresholds"]}

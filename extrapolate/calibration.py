@@ -50,6 +50,7 @@ from extrapolate.observations import (
 from extrapolate.shrink_scaling import scale_to_full
 from extrapolate.usl import usl_from_curves
 from shrink import files
+from shrink.atomic import write_text
 from shrink.errors import ExtrapolationError, TraceFormatError
 from shrink.jsonout import dumps
 from shrink.loadcurve import LoadCurve
@@ -344,8 +345,7 @@ class CrossSocketModel(BaseEstimator):
 
     def write_json(self, path: str | Path) -> Path:
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
+        write_text(path, dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
         return path
 
 

@@ -1,12 +1,30 @@
 #!/usr/bin/env bash
-# Installs everything shrink needs on a fresh Debian machine: the Debian packages
-# of the built-in servers (lighttpd + php-cgi, nginx + php-fpm) and the test
-# oracles (when run as root), then the Python package with its dev extras. Safe to
-# run again.
+# Installs everything shrink needs on a fresh Debian or Ubuntu machine: the Debian
+# packages of the built-in servers (lighttpd + php-cgi, nginx + php-fpm), the test
+# oracles and Python's venv (when run as root); then a virtual environment .venv with
+# the pinned dependencies of requirements-dev.lock, shrink itself (editable), the
+# native replay core and the co-runner. Safe to run again. Quiet when all is well:
+# one line per step that did something, and whatever went wrong in full.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DEBS=(lighttpd php-cgi nginx php-fpm tshark tcpdump wrk httperf)
+VENV=.venv
+PY=${PYTHON:-python3}  # the Python that makes the venv: the system's (Debian's python3) is fine
+LOCK=requirements-dev.lock
+
+# Prints "$@"'s output only when it fails (apt and dpkg narrate every package).
+quiet() {
+  local log
+  log=$(mktemp)
+  if ! "$@" >"$log" 2>&1; then
+    cat "$log" >&2
+    rm -f "$log"
+    return 1
+  fi
+  rm -f "$log"
+}
+
+DEBS=(lighttpd php-cgi nginx php-fpm tshark tcpdump wrk httperf python3-venv python3-pip)
 missing=()
 for pkg in "${DEBS[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -17,8 +35,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     # tshark asks whether non-root users may capture; answer before installing.
     echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
-    apt-get update -q
-    apt-get install -y -q --no-install-recommends "${missing[@]}"
+    quiet apt-get update
+    quiet apt-get install -y --no-install-recommends "${missing[@]}"
   else
     echo "setup: missing Debian packages: ${missing[*]}" >&2
     echo "setup: run 'sudo apt-get install ${missing[*]}' (or run make setup as root)." >&2
@@ -34,22 +52,65 @@ if [ "$(id -u)" -eq 0 ]; then
   done
   for unit in $(printf '%s\n' "${units[@]}" | sort -u); do
     if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-      systemctl stop "$unit" >/dev/null 2>&1 || true
-      systemctl disable "$unit" >/dev/null 2>&1 || true
+      did=()
+      if systemctl is-active --quiet "$unit" 2>/dev/null; then
+        systemctl stop "$unit" >/dev/null 2>&1 && did+=(stopped)
+      fi
+      if systemctl is-enabled --quiet "$unit" 2>/dev/null; then
+        systemctl disable "$unit" >/dev/null 2>&1 && did+=(disabled)
+      fi
     elif [ -x "/etc/init.d/$unit" ]; then
-      "/etc/init.d/$unit" stop >/dev/null 2>&1 || true
-      command -v update-rc.d >/dev/null 2>&1 && update-rc.d "$unit" disable >/dev/null 2>&1 || true
+      did=()
+      if "/etc/init.d/$unit" status >/dev/null 2>&1; then
+        "/etc/init.d/$unit" stop >/dev/null 2>&1 && did+=(stopped)
+      fi
+      if compgen -G "/etc/rc[2-5].d/S[0-9][0-9]$unit" >/dev/null; then
+        update-rc.d "$unit" disable >/dev/null 2>&1 && did+=(disabled)
+      fi
+    else
+      continue
+    fi
+    if [ ${#did[@]} -gt 0 ]; then
+      what=${did[0]}
+      [ ${#did[@]} -gt 1 ] && what="$what and ${did[1]}"
+      echo "setup: $what the system's $unit service (shrink runs its own servers)"
     fi
   done
 fi
 
-PY=${PYTHON:-python3}
-"$PY" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-"$PY" -m pip install -q -e ".[dev]"
+# As root, shrink runs the servers as an unprivileged user: www-data (Debian's), else
+# shrink-www, made here once (no home, no login).
+if [ "$(id -u)" -eq 0 ] && ! id -u www-data >/dev/null 2>&1 && ! id -u shrink-www >/dev/null 2>&1; then
+  echo "setup: creating the unprivileged server user shrink-www"
+  useradd --system --no-create-home --shell /usr/sbin/nologin shrink-www
+fi
+
+# The virtual environment: PEP 668 keeps pip out of the system's Python, and a venv
+# keeps the pinned versions out of everyone else's way.
+if ! "$VENV/bin/python" -m pip --version >/dev/null 2>&1; then
+  rm -rf "$VENV"  # a venv made without pip (no python3-venv) is of no use
+  if ! quiet "$PY" -m venv "$VENV"; then
+    rm -rf "$VENV"
+    echo "setup: $PY could not make a virtual environment; on Debian or Ubuntu:" \
+      "sudo apt-get install python3-venv (or run make setup as root)" >&2
+    exit 1
+  fi
+  echo "setup: made the virtual environment $VENV ($("$VENV/bin/python" --version))"
+fi
+VPY=$VENV/bin/python
+PIP=("$VPY" -m pip install -q --disable-pip-version-check)
+# Exactly the lock's versions and files (hashes); the builds below use its setuptools
+# and maturin instead of fetching the newest into a build environment.
+"${PIP[@]}" --require-hashes -r "$LOCK"
+"${PIP[@]}" --no-deps --no-build-isolation -e .
+# An editable install leaves shrink's own modules uncompiled; compile them now, so that
+# the first command (and every one where PYTHONDONTWRITEBYTECODE is set) starts at once.
+"$VPY" -m compileall -q -j 0 shrink samplers extrapolate >/dev/null
 # The native replay core (Rust, built by maturin from native/): without cargo the
 # Python engine runs instead, and every run's summary says which engine ran.
 if command -v cargo >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/cargo" ]; then
-  PATH="$HOME/.cargo/bin:$PATH" "$PY" -m pip install -q ./native \
+  # maturin's build backend runs the maturin command: the venv's, from the lock.
+  PATH="$PWD/$VENV/bin:$HOME/.cargo/bin:$PATH" "${PIP[@]}" --no-build-isolation ./native \
     || echo "setup: the native replay core did not build; the Python engine will run." >&2
 else
   echo "setup: no cargo (Rust); the native replay core is not built, the Python engine will run." >&2
@@ -57,5 +118,6 @@ else
 fi
 # The co-runner of a CPU-time share (--enforce corunner) is a tiny C program; build it
 # now (into ~/.cache/shrink) so the first run need not. Without a compiler, Python's.
-"$PY" -c 'from shrink.enforce.corunner import build_helper; print("setup: co-runner", build_helper() or "in Python (no C compiler)")'
-echo "setup: done ($("$PY" -c 'import shrink; print("shrink", shrink.__version__)'))"
+"$VPY" -c 'from shrink.enforce.corunner import build_helper; print("setup: co-runner", build_helper() or "in Python (no C compiler)")'
+echo "setup: done: $("$VENV/bin/shrink" --version) in $VENV;" \
+  "put shrink on PATH with: . $VENV/bin/activate"

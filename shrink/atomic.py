@@ -15,15 +15,80 @@ import contextlib
 import errno
 import os
 import secrets
+import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any
 
 from shrink.errors import WriteError
 
-__all__ = ["atomic_path", "open_exclusive", "write_bytes", "write_text"]
+__all__ = [
+    "atomic_file",
+    "atomic_path",
+    "make_dirs",
+    "open_exclusive",
+    "own_dir",
+    "write_bytes",
+    "write_text",
+]
 
 
-def open_exclusive(path: Path, suffix: str = ".tmp") -> tuple[int, Path]:
+def make_dirs(folder: str | Path, mode: int = 0o755) -> Path:
+    """Create ``folder`` and its missing parents, never through a planted symlink.
+
+    Folders that exist are taken as they are (the user named them), but a symlink
+    among them that another user owns is refused; each one created here is made by
+    ``mkdir`` (which does not follow a symlink) and then must be a real directory by
+    ``lstat``; a :class:`WriteError` naming it otherwise.
+    """
+    folder = Path(folder)
+    missing: list[Path] = []
+    p = folder
+    while not os.path.lexists(p) and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    _trusted(p)
+    for d in reversed(missing):
+        try:
+            with contextlib.suppress(FileExistsError):  # made meanwhile: checked below
+                os.mkdir(d, mode)
+            if not stat.S_ISDIR(os.lstat(d).st_mode):
+                raise NotADirectoryError(errno.ENOTDIR, "a symlink or not a directory", str(d))
+        except OSError as exc:
+            raise WriteError(d, exc) from None
+    return folder
+
+
+def _trusted(folder: Path) -> None:
+    """Refuse a symlink on the way to ``folder`` that neither root nor this user made:
+    one planted by another user in a folder they may write (the rule the kernel's
+    ``protected_symlinks`` applies in sticky folders, here in every folder)."""
+    me = os.geteuid()
+    p = Path(os.path.abspath(folder))
+    for d in (p, *p.parents):
+        try:
+            st = os.lstat(d)
+        except OSError as exc:
+            raise WriteError(d, exc) from None
+        if stat.S_ISLNK(st.st_mode) and st.st_uid not in (0, me):
+            why = OSError(errno.ELOOP, f"a symlink owned by UID {st.st_uid}, not followed")
+            raise WriteError(d, why)
+
+
+def own_dir(folder: str | Path, mode: int = 0o755) -> Path:
+    """A folder shrink names itself (an export's ``curve-hdr/``): made if missing, and
+    refused if it is a symlink or not a directory, so nothing is written where it points."""
+    folder = Path(folder)
+    try:
+        make_dirs(folder, mode)
+        if not stat.S_ISDIR(os.lstat(folder).st_mode):
+            raise NotADirectoryError(errno.ENOTDIR, "a symlink or not a directory", str(folder))
+    except OSError as exc:
+        raise WriteError(folder, exc) from None
+    return folder
+
+
+def open_exclusive(path: Path, suffix: str = ".tmp", mode: int = 0o644) -> tuple[int, Path]:
     """A new file beside ``path`` (hidden, random name), opened for writing: (fd, its path).
 
     ``O_EXCL | O_NOFOLLOW``: never an existing file, never through a symlink.
@@ -32,14 +97,14 @@ def open_exclusive(path: Path, suffix: str = ".tmp") -> tuple[int, Path]:
     for _ in range(16):
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}{suffix}")
         try:
-            return os.open(tmp, flags, 0o644), tmp
+            return os.open(tmp, flags, mode), tmp
         except FileExistsError:
             continue
     raise FileExistsError(errno.EEXIST, "no free temporary name", str(path))
 
 
 @contextlib.contextmanager
-def _replacing(path: Path) -> Iterator[tuple[int, Path]]:
+def _replacing(path: Path, mode: int = 0o644) -> Iterator[tuple[int, Path]]:
     """An exclusive temporary file beside ``path`` (fd, its path) that replaces it on success.
 
     The one place of the write-then-rename: the caller writes through the fd (and
@@ -47,8 +112,8 @@ def _replacing(path: Path) -> Iterator[tuple[int, Path]]:
     ``OSError`` becomes a :class:`WriteError` naming ``path``.
     """
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = open_exclusive(path)
+        make_dirs(path.parent)
+        fd, tmp = open_exclusive(path, mode=mode)
     except OSError as exc:
         raise WriteError(path, exc) from exc
     try:
@@ -77,16 +142,29 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         yield tmp
 
 
-def write_bytes(path: str | Path, data: bytes) -> Path:
+@contextlib.contextmanager
+def atomic_file(
+    path: str | Path, mode: str = "w", *, perm: int = 0o644, sync: bool = True, **open_kw: Any
+) -> Iterator[IO[Any]]:
+    """An open file (``mode`` "w" or "wb", ``open_kw`` as for :func:`open`) that
+    replaces ``path`` when the block ends without error; for writers that stream.
+    ``sync=False`` skips the fsync (a synthetic docroot of thousands of files, which
+    is rebuilt from its manifest if a crash loses it)."""
+    with _replacing(Path(path), perm) as (fd, _tmp), os.fdopen(fd, mode, **open_kw) as fh:
+        yield fh
+        fh.flush()
+        if sync:
+            os.fsync(fh.fileno())
+
+
+def write_bytes(path: str | Path, data: bytes, *, perm: int = 0o644, sync: bool = True) -> Path:
     """Write ``data`` to ``path`` atomically (see the module docstring)."""
     path = Path(path)
-    with _replacing(path) as (fd, _tmp), os.fdopen(fd, "wb") as fh:
+    with atomic_file(path, "wb", perm=perm, sync=sync) as fh:
         fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
     return path
 
 
-def write_text(path: str | Path, text: str) -> Path:
+def write_text(path: str | Path, text: str, *, perm: int = 0o644) -> Path:
     """Write ``text`` (UTF-8) to ``path`` atomically."""
-    return write_bytes(path, text.encode("utf-8"))
+    return write_bytes(path, text.encode("utf-8"), perm=perm)

@@ -3,12 +3,14 @@
 1. Write the bundled Support-like workload: ``shrink synth support`` with a fixed
    seed (byte-identical every time) and its document root.
 2. Predict one whole core of this machine (CPU 1; the load generator keeps CPU 0)
-   from alpha = 0.25: 25% of the sessions on a 25% CPU-time share of the core.
+   from alpha = 0.25: 25% of the sessions on a 25% CPU-time share of the core. The
+   prediction reads the full core only through a light calibration of the share's
+   speed (at most 10% busy, 20 s).
 3. Validate against the whole core with the full trace. Those full-scale runs are
    taken alongside the scaled ones, each repetition next to its scaled twin
-   (``--paired-full-run``): this VM's CPU speed drifts by up to 1.8x within a
-   minute, so a full run taken minutes after the prediction would compare two
-   different machines.
+   (``--paired-full-run``), then at levels of their own search: this VM's CPU speed
+   drifts within a minute, so a full run taken minutes after the prediction would
+   compare two different machines. They choose none of the share's levels.
 4. Predict the papers' two-socket Nehalem for all three mappings with the
    published calibration (a what-if from the trace's static/dynamic mix).
 
@@ -26,14 +28,15 @@ import argparse
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from rich.console import Console
 
+from shrink.atomic import write_text
 from shrink.autolevels import AutoPlan
-from shrink.defaults import THRESHOLDS
 from shrink.errors import ShrinkError
 from shrink.jsonout import dumps
 
@@ -70,7 +73,7 @@ DEMO: dict[str, Any] = {
     # stays at 500 ms, where the p99.9 curve climbs steeply (100-250 ms at half load,
     # 1-2 s in overload): at 100 ms it sat on the flat part, at 1 s on the plateau
     # that session think times put on an overloaded server's p99.9.
-    "thresholds": dict(THRESHOLDS),  # shrink.defaults: the CLI's too
+    "thresholds": {"mean": 0.010, "p999": 0.5},  # as shrink.defaults.THRESHOLDS
 }
 
 
@@ -242,7 +245,7 @@ def light_load_thresholds(
         "light_load_errors": sum(st.errors for st in stats),
         "thresholds": {s: v / (1.0 - KNEE_UTILIZATION) for s, v in light.items()},
     }
-    (out / "thresholds.json").write_text(dumps(record, indent=2) + "\n")
+    write_text(out / "thresholds.json", dumps(record, indent=2) + "\n")
     return record
 
 
@@ -310,27 +313,32 @@ def run_demo(
     with its ``source``; ``users``, ``duration``, ``seed``, ``rate`` for tcp and
     recorded, ``alpha``, ``thresholds``, ``title``); thresholds None are set by
     :func:`light_load_thresholds`. ``target``: ``testbed`` or
-    ``sim:SPEC.toml`` (for tests of the plumbing).
+    ``sim:SPEC.toml`` (for tests of the plumbing). A core subset instead of the
+    CPU-time share: ``share_kind`` ``cores`` with ``server_cpus`` (the full target) and
+    the generator's ``generator_cpus``, ``allow_overlap`` and ``realtime``.
     """
-    from shrink.pipeline import run_predict, run_validate
+    from shrink.pipeline import GeneratorPlacement, run_predict, run_validate
 
     cfg = {**DEMO, **(config or {})}
+    server = server or cfg.get("server")
     console = Console(stderr=True)
     t0 = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
-    work = out / "work"
-    work.mkdir(exist_ok=True)
+    work = _work_dir(out, target)
+    plan = _plan(plan, quick)
+    if cfg.get("share_kind") == "cores" and not quick:
+        plan = replace(plan, warm_run=True)  # no calibration has warmed the server
+    alpha = cfg["alpha"]
+    console.print(_intro(alpha, plan, out))
     console.rule(f"[bold]1. {cfg.get('title', 'The bundled Support-like workload')}")
     before = _check_quiet(console)
     trace_path, docroot = _synth(work, console, cfg)
-    plan = _plan(plan, quick)
     thresholds = _thresholds(cfg, trace_path, docroot, out, target, server, console)
-    console.rule("[bold]4. What-if: the papers' 2-socket machine (published calibration)")
     whatif = _whatif(trace_path, thresholds)
-    alpha = cfg["alpha"]
     console.rule(
-        f"[bold]2. Predict one core from alpha = {alpha} ({100 * alpha:g}% CPU-time share); "
-        "the full-scale runs alongside"
+        f"[bold]2. Predict the full target from alpha = {alpha} "
+        f"({'a core subset' if cfg.get('share_kind') == 'cores' else 'a CPU-time share'}); "
+        "the validation's full-scale runs alongside"
     )
     pred = run_predict(
         trace_path,
@@ -338,7 +346,13 @@ def run_demo(
         target=target,
         docroot=docroot,
         alpha=alpha,
-        share_kind="cpu_time",
+        share_kind=cfg.get("share_kind", "cpu_time"),
+        server_cpus=None if cfg.get("server_cpus") is None else tuple(cfg["server_cpus"]),
+        generator=GeneratorPlacement(
+            None if cfg.get("generator_cpus") is None else tuple(cfg["generator_cpus"]),
+            bool(cfg.get("allow_overlap", False)),
+            int(cfg.get("realtime", 0)),
+        ),
         mappings=("1-replica",),
         thresholds=thresholds,
         seed=cfg["seed"],
@@ -347,10 +361,14 @@ def run_demo(
         whatif=whatif,
         paired_full_run=True,
         server=server,
+        validation_budget_s=VALIDATION_BUDGET_S if plan.budget_s else None,
     )
     console.rule("[bold]3. Validate against the whole core with the full trace")
     v = run_validate(out / "prediction.json", full_run="paired")
     vd = v.to_dict()
+    console.rule("[bold]4. What-if: the papers' 2-socket machine (published calibration)")
+    if whatif is not None:
+        console.print(whatif.get("summary", ""))
     summary = {
         "seconds": round(time.monotonic() - t0, 1),
         "predicted": {s: pred.mappings["1-replica"].stats[s].mat for s in thresholds},
@@ -361,15 +379,16 @@ def run_demo(
         "generator_kept_up": (pred.self_checks or {})["generator_kept_up"],
         "steal_before": {str(c): round(u, 3) for c, u in before["steal"].items()},
         "max_generator_steal": (pred.self_checks or {}).get("max_generator_steal"),
-        # max / min of the full target's busy checks (shrink.busyspeed.host_drift): over
-        # STEADY_SPREAD, neither MAT here is surer than the host was steady.
-        "host_spread": (pred.self_checks or {}).get("host_spread"),
-        "host_steady": (pred.self_checks or {}).get("host_steady"),
+        # max / min of the full target's capacity over its busy validation runs
+        # (shrink.selfchecks.host_drift): a MAT here is no surer than the host was steady.
+        "host_spread": _host_spread(out),
+        # What the prediction asked of the full target (the calibration's light runs).
+        "full_target_use": pred.extra.get("full_target_use"),
         "whatif_recommended": None if whatif is None else whatif.get("recommended"),
         "server": pred.server,
         "report": str(out / "report.md"),
     }
-    (out / "demo-summary.json").write_text(dumps(summary, indent=2) + "\n")
+    write_text(out / "demo-summary.json", dumps(summary, indent=2) + "\n")
     console.rule("[bold]Done")
     console.print_json(dumps(summary))
     return summary
@@ -404,35 +423,72 @@ def _thresholds(
     return dict(rule["thresholds"])
 
 
+# The demo's time, after set-up, within six minutes: the share's sweep with the whole
+# core's validation runs beside it, then the whole core's own search for its crossings.
+SWEEP_BUDGET_S = 190.0
+VALIDATION_BUDGET_S = 40.0
+
+
 def _plan(plan: AutoPlan | None, quick: bool) -> AutoPlan:
     """The demo's sweep plan (``plan`` if given; ``quick``: a smoke test's)."""
     if quick:
         return AutoPlan(warmup=1.0, duration=3.0, reps=1, max_levels=5)
-    # Time-scaled pairs: the whole core runs 1 s + 3 s, the 25% share 1/s times as long
-    # (s its loaded speed, 0.19-0.23 here keeping up: about 4.5 s + 13 s), so that both
-    # reach the same queueing state and count as many requests (predict's time scaling). Two
-    # paired repetitions a level; the probe runs once and draws the light-load end. The
-    # coarse pass starts at 65% of the capacity the probe estimates: a light level's
-    # cost per request differs from the knee's (the whole core gets cheaper once busy, a
-    # quota dearer once behind), so a first level at 80% could land above the share's
-    # knee and leave one interpolation across it (2026-11-24, quiet host). The budget
-    # keeps the whole demo near 10 minutes whatever the host does (reruns included):
-    # with 450 s, two of three runs stopped with the whole core's knee bracketed and the
-    # share's not yet reached. 475 s, not 540 or 505: the full capacity's checks during
-    # the sweep (shrink.busyspeed.FullChecks) come out of it, and one more after it; at
-    # 540 s two of five runs took 10.0-10.2 minutes (session 11), and at 505 s `make
-    # demo` on a bare machine took 10 min 14 s, set-up (54 s) included (2026-11-25).
-    # The windows were 1.5 s + 4 s while the share's were 4x (1/alpha): 1/s at those
-    # windows leaves five levels.
+    # The whole core runs 0.5 s + 2.5 s a repetition, the 25% share 1/s times as long
+    # (time scaling: s its calibrated speed), so that both reach the same queueing state
+    # and count as many requests. Two repetitions a level, the probe once. No warm-up
+    # run: the calibration has just run every request class on both sides.
     return plan or AutoPlan(
-        warmup=1.0,
-        duration=3.0,
+        warmup=0.5,
+        duration=2.5,
         reps=2,
         probe_reps=1,
-        coarse=(0.65, 0.8, 0.9, 1.0, 1.1, 1.25),
+        warm_run=False,
         max_levels=9,
-        budget_s=475.0,
+        budget_s=SWEEP_BUDGET_S,
     )
+
+
+def _work_dir(out: Path, target: str) -> Path:
+    """Where the trace and the document root go: ``out/work``, unless the servers (run
+    as an unprivileged user) cannot read it there, as in a checkout under a private home;
+    then a fresh folder of its own that they can (its path in ``out/work-location``)."""
+    from shrink.testbed.private import check_reachable, server_user
+
+    work = out / "work"
+    work.mkdir(exist_ok=True)
+    user = server_user() if target == "testbed" else None
+    try:
+        check_reachable(work, user)
+        return work
+    except ShrinkError:
+        pass
+    import tempfile
+
+    elsewhere = Path(tempfile.mkdtemp(prefix="shrink-demo-", dir="/var/tmp"))
+    elsewhere.chmod(0o755)
+    write_text(out / "work-location", f"{elsewhere}\n")
+    return elsewhere
+
+
+def _intro(alpha: float, plan: AutoPlan, out: Path) -> str:
+    """The demo's first lines: what it will do, and about how long it takes."""
+    minutes = ((plan.budget_s or 0.0) + VALIDATION_BUDGET_S + 90.0) / 60.0
+    return (
+        f"shrink demo: predicts the capacity of one core of this machine from {alpha:g} of a "
+        f"Support-like trace on a {100 * alpha:g}% CPU-time share of it, then validates the "
+        f"prediction against the whole core. About {minutes:.0f} minutes: a light calibration "
+        "(under a minute), the share's sweep with the validation's runs beside it, the "
+        f"validation's own levels, the report. Output: {out / 'report.html'}."
+    )
+
+
+def _host_spread(out: Path) -> float | None:
+    """The validation's host drift (max / min capacity), from the full-scale curve."""
+    from shrink.loadcurve import LoadCurve
+    from shrink.selfchecks import host_drift
+
+    path = out / "full-curve.json"
+    return host_drift(LoadCurve.read_json(path)).get("host_spread") if path.exists() else None
 
 
 def _check_quiet(console: Console, seconds: float = 2.0) -> dict[str, dict[int, float]]:

@@ -9,7 +9,8 @@ Hierarchy::
     │   └── CaptureFormatError       a damaged pcap/pcapng: byte offset or record number
     ├── TopologyError                a machine spec, share or mapping the machine cannot give
     ├── TestbedError                 lighttpd/php-cgi missing, port in use, a replica died (PID)
-    │   └── RecipeError              a server recipe that cannot be read or run: names its file
+    │   ├── RecipeError              a server recipe that cannot be read or run: names its file
+    │   └── StateError               a state file naming what shrink did not make (a cgroup)
     ├── ReplayError                  the load generator could not run the schedule
     ├── MeasurementError             a load curve or MAT that cannot be computed
     ├── WriteError                   a result file that could not be written (disk full): names it
@@ -35,6 +36,7 @@ __all__ = [
     "RecipeError",
     "ReplayError",
     "ShrinkError",
+    "StateError",
     "TestbedError",
     "TopologyError",
     "TraceFormatError",
@@ -112,6 +114,11 @@ class TestbedError(ShrinkError):
     def __init__(self, message: str, *, pid: int | None = None) -> None:
         self.pid = pid
         super().__init__(f"{message} (PID {pid})" if pid is not None else message)
+
+
+class StateError(TestbedError):
+    """A testbed state file names something shrink did not make (a cgroup outside
+    shrink's own hierarchy): nothing it names is touched."""
 
 
 class RecipeError(TestbedError):

@@ -45,7 +45,6 @@ from shrink.mat import MATResult, mat
 
 __all__ = [
     "GROWTH_NEAR",
-    "SECOND_KNEE",
     "Refinement",
     "Side",
     "Step",
@@ -152,12 +151,6 @@ def all_over(level: Level, thresholds: Mapping[str, float]) -> bool:
 
 # A coarse level at most this much above the top level measured would teach little.
 COARSE_MARGIN = 1.02
-# A paired coarse pass, once the side with the lower capacity is over its thresholds:
-# the other side's knee, in fractions of its estimate from a busy level. Longer steps
-# than the first approach's, since a sweep's time went to the first knee, and levels
-# well over it are what bracket a p99.9 (2026-11-24: with the first approach's
-# fractions for both knees, two of three demo runs ran out of time below the share's).
-SECOND_KNEE = (1.0, 1.25, 1.5)
 # The search upward's step: without a capacity estimate the knee may lie anywhere
 # above, with one it is near.
 GROWTH_BLIND, GROWTH_NEAR = 2.0, 1.2
@@ -182,23 +175,10 @@ def past_knee(
     level: Level,
     thresholds: Mapping[str, float],
     over: Callable[[Level, Mapping[str, float]], bool],
-    twins: Sequence[tuple[Mapping[float, Level], Mapping[str, float]]] = (),
 ) -> bool:
     """No higher level is needed: the generator ran out of CPU at ``level``, or ``over``
-    (:func:`any_over`, :func:`all_over`) holds for it and for its twin on every other
-    curve that measured one (``twins``: those curves' levels and thresholds).
-
-    With a companion, both curves must cross: the prediction may be off either way.
-    """
-    if generator_saturated(level):
-        return True
-    if not over(level, thresholds):
-        return False
-    for levels, limits in twins:
-        twin = levels.get(level.level)
-        if twin is not None and not over(twin, limits):
-            return False
-    return True
+    (:func:`any_over`, :func:`all_over`) holds for it."""
+    return generator_saturated(level) or over(level, thresholds)
 
 
 def crossings(

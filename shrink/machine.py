@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from shrink import files
+from shrink.atomic import write_text
 from shrink.errors import TopologyError, TraceFormatError
 from shrink.schemas import MachineSpec
 
@@ -132,7 +133,7 @@ class Machine:
 
     def write_toml(self, path: str | Path) -> Path:
         path = Path(path)
-        path.write_text(self.to_toml())
+        write_text(path, self.to_toml())
         return path
 
     @classmethod

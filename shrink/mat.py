@@ -11,8 +11,8 @@ grows without bound at (fitted from the two levels). Near a knee latency stays l
 until the last few percent of the capacity, then shoots up; a straight line in log
 latency, used before, bends up too early and put the crossing too low (a demo run
 whose share was bracketed from 80% busy to saturated under-predicted by 10.2% read
-the old way, 6.0% the new; bench/RESULTS.md, 2026-11-25, has every saved run re-read
-with ``bench/bench_demo.py --revalidate``). Where throughput did not rise across the
+the old way, 6.0% the new; bench/RESULTS.md has every saved run re-read with
+``bench/bench_demo.py --revalidate``). Where throughput did not rise across the
 bracket (an overloaded server serves less), the MAT is the throughput of the level
 under the threshold: nothing higher was served, and that was served under it. Its
 confidence interval comes from the same interpolation on the
@@ -28,7 +28,7 @@ request met no threshold, so its statistic counting them is higher still, and th
 crossing lies below it. An overloaded server times requests out (the demo's share,
 one level above its knee, failed 0.7-1.9% of them with its mean latency several times
 the threshold), and without this its MAT was left a bound when the time budget
-allowed no level in between (2026-11-25).
+allowed no level in between.
 
 When the statistic stays under the threshold at every usable level, the result
 may carry ``stalled_ceiling``: the throughput of the lowest level above them
@@ -193,7 +193,7 @@ def crossing(x: np.ndarray, y: np.ndarray, threshold: float) -> tuple[float, str
         # achieved under the threshold, so x0 is the MAT. Interpolating towards x1 put
         # it below a throughput measured under the threshold: the whole core of one demo
         # run served 5,415 req/s at 1.7 ms mean, then 4,292 at 28 ms one level up, and
-        # read 4,704 (2026-11-25).
+        # read 4,704.
         return float(x0), "ok", i
     if y0 > 0 and threshold > 0:
         # A queue's latency near its knee, a / (C - X), through both levels (see the

@@ -195,7 +195,7 @@ def slow_motion(trace: Trace, k: float) -> Trace:
     users x requests / capacity - think time, not a queue that grows with the window.
     On a share at speed s with the sessions arriving at s of the rate, unscaled think
     times leave that response time the whole server's, and scaled by s it came out
-    0.2-0.3 of the whole core's in overload (2026-11-24, quiet host): the share's MAT
+    0.2-0.3 of the whole core's in overload (a 2-vCPU VM, quiet host): the share's MAT
     was never reached. Think times 1/s as long (``k``, the windows' own factor) make the
     share the whole server in slow motion. The recorded times move with them, because
     a looped run plans the sessions of earlier copies from those times

@@ -8,7 +8,7 @@ for a prediction, compares, writes validation.json and refreshes the report.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +28,20 @@ from shrink.share import Share
 from shrink.trace import Trace
 from shrink.validate import Validation, cost_adjusted_errors, cost_ratio, validate
 
-__all__ = ["run_predict", "run_validate"]
+__all__ = ["GeneratorPlacement", "run_predict", "run_validate"]
 
 Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class GeneratorPlacement:
+    """Where the load generator runs on this machine: its CPUs (None: the lowest CPU),
+    whether it may share the server's CPUs (a core subset on a small machine), and its
+    SCHED_FIFO priority (0: normal)."""
+
+    cpus: tuple[int, ...] | None = None
+    allow_overlap: bool = False
+    realtime: int = 0
 
 
 def run_predict(
@@ -56,6 +67,9 @@ def run_predict(
     skip: float | None = None,
     server: str | None = None,
     cluster: ClusterSpec | None = None,
+    generator: GeneratorPlacement | None = None,
+    calibrate: bool = True,
+    validation_budget_s: float | None = None,
 ) -> Prediction:
     """Predict from ``trace_path`` and write DIR/prediction.json + report; return the prediction.
 
@@ -66,7 +80,11 @@ def run_predict(
     repetition next to its scaled twin, into DIR/full-curve.json (for
     ``run_validate(..., full_run="paired")``). ``cluster``: the load generators run
     as Ray actors there (:mod:`shrink.replay.cluster`) instead of on this machine.
+    ``generator``: where the load generator runs on this machine (its CPUs, whether it
+    may share the server's, its SCHED_FIFO priority). ``calibrate``: a CPU-time
+    share's speed from light runs on the full target (False: its nominal fraction).
     """
+    gen = generator or GeneratorPlacement()
     out = Path(out_dir)
     trace = Trace.read_parquet(trace_path)
     provider = make_provider(
@@ -78,6 +96,9 @@ def run_predict(
         server=server,
         cluster=cluster,
         trace=trace,
+        generator_cpus=gen.cpus,
+        allow_overlap=gen.allow_overlap,
+        realtime=gen.realtime,
     )
     cfg = PredictConfig(
         alpha=alpha,
@@ -91,6 +112,8 @@ def run_predict(
         paired_full_run=paired_full_run,
         time_scaling=time_scaling,
         skip=skip,
+        calibrate=calibrate,
+        validation_budget_s=validation_budget_s,
     )
     res = predict(trace, provider, cfg, out, extrapolator=extrapolate_mappings, progress=progress)
     pred = res.prediction
@@ -100,6 +123,9 @@ def run_predict(
         "machine": machine,
         "docroot": None if docroot is None else str(docroot),
         "server_cpus": list(provider.server_cpus()),
+        "generator_cpus": None if gen.cpus is None else list(gen.cpus),
+        "allow_overlap": gen.allow_overlap,
+        "realtime": gen.realtime,
         "plan": plan.__dict__ if plan else AutoPlan().__dict__,
         # how many times longer the share's runs were than the plan's (SHRiNK time scaling)
         "scaled_time": res.measured.meta.get("scaled_time", 1.0),
@@ -174,6 +200,9 @@ def run_validate(
             server=server or inputs.get("server"),
             cluster=cluster,
             trace=full_trace,
+            generator_cpus=tuple(inputs.get("generator_cpus") or ()) or None,
+            allow_overlap=bool(inputs.get("allow_overlap", False)),
+            realtime=int(inputs.get("realtime", 0)),
         )
         plan = AutoPlan(**{**AutoPlan().__dict__, **(inputs.get("plan") or {})})
         # The same part of the trace as the prediction's runs (its skip), at the plan's

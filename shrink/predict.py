@@ -28,21 +28,24 @@ from shrink.autolevels import (
     SweepInterrupted,
     auto_sweep,
     companion_curve,
+    matched_plan,
+    sample_ratio,
 )
-from shrink.busyspeed import host_drift
 from shrink.checks import check_alpha
 from shrink.defaults import THRESHOLDS
-from shrink.loadcurve import FAILURE_LIMIT, LoadCurve
+from shrink.loadcurve import LoadCurve
 from shrink.machine import Machine
 from shrink.mapping import BUILTIN_MAPPINGS, check_mappings
 from shrink.mat import MATResult, mat
-from shrink.measure import default_loop_window, default_skip, offered_check
+from shrink.measure import default_loop_window, default_skip
 from shrink.prediction import MappingPrediction, Prediction, StatPrediction
 from shrink.recommend import reason_text, recommend
-from shrink.scaling import latency_scale, shrink_scaled_curve
-from shrink.share import Share
-from shrink.speed import speed_assumptions
-from shrink.speedsteps import SpeedSettings, speed_after, speed_before
+from shrink.report.assumptions import assumptions as assumptions_of
+from shrink.report.assumptions import confidence
+from shrink.scaling import calibrate, latency_scale, model_error, shrink_scaled_curve
+from shrink.scaling import constants as share_model_constants
+from shrink.selfchecks import host_drift, self_checks
+from shrink.share import Share, ShareSpeed
 from shrink.target import Target
 from shrink.trace import Trace
 from shrink.uncertainty import ErrorBudget, drift_sigma, error_budget, interval
@@ -88,8 +91,12 @@ class PredictConfig:
     calibration: str = "published"
     plan: AutoPlan = field(default_factory=AutoPlan)
     # Also measure the full target with the whole trace, rep by rep alongside the
-    # scaled runs, for validation on a machine whose speed drifts (see autolevels).
+    # scaled runs, for validation on a machine whose speed drifts (see autolevels); its
+    # runs never reach the prediction nor choose the share's levels. After the sweep the
+    # full target's own search brackets its crossings, for at most
+    # ``validation_budget_s`` more seconds (None: the plan's level budget only).
     paired_full_run: bool = False
+    validation_budget_s: float | None = None
     # SHRiNK's time scaling: on a CPU-time share (latencies 1/s longer, s its speed) the
     # share runs in slow motion, its warm-up, windows and users' think times 1/s times
     # the plan's and the trace's, so that it reaches the same queueing state and counts
@@ -98,13 +105,12 @@ class PredictConfig:
     # Trace seconds left out at the start of every run; None: a tenth of the trace's
     # span, at most a minute (``shrink.measure.default_skip``).
     skip: float | None = None
-    # Seconds the share's speed probe (shrink.speed.measure_speed) may spend on runs.
-    speed_budget: float = 20.0
-    # Measure the share's speed again with it loaded (shrink.busyspeed.loaded_speed): one
-    # more run on the share alone, since a quota's cost per request rises with load.
-    loaded_speed: bool = True
-    # Log-scale sd of the share's emulation error in the MAT intervals
-    # (shrink.uncertainty); None: the provider's ``model_error`` (0 on the simulator).
+    # Calibrate a CPU-time share's speed with light runs on the full target
+    # (shrink.scaling.calibrate: at most 10% busy, 20 s); False: the nominal fraction,
+    # for a user who cannot run the full target at all.
+    calibrate: bool = True
+    # Log-scale sd of the share model's error in the MAT intervals (shrink.uncertainty);
+    # None: the corpus-fitted one (shrink.scaling.model_error; 0 on the simulator).
     model_error: float | None = None
 
 
@@ -126,17 +132,15 @@ def _stat(res: MATResult, budget: ErrorBudget | None = None) -> StatPrediction:
 
 def scaled_mats(
     measured: LoadCurve,
-    full_curve: LoadCurve | None,
     thresholds: Mapping[str, float],
     emulation: float,
 ) -> tuple[LoadCurve, dict[str, MATResult], dict[str, ErrorBudget]]:
     """The full target's curve scaled from the share's ``measured`` one (its share's
     speed set), its MATs, and each MAT's error budget for a full-scale run at another
-    time (shrink.uncertainty; ``full_curve``, a paired full-scale run, adds to the
-    drift it pools). ``bench/bench_demo.py --revalidate`` calls it on saved runs."""
+    time (shrink.uncertainty). A function of the share's runs alone."""
     predicted = shrink_scaled_curve(measured)
     mats = {s: mat(predicted, s, t) for s, t in thresholds.items()}
-    drift = drift_sigma([measured] + ([full_curve] if full_curve is not None else []))
+    drift = drift_sigma([measured])
     speed = measured.share.speed
     speed_sd = speed.sigma if speed is not None else 0.0
     budgets = {s: error_budget(predicted, r, drift, emulation, speed_sd) for s, r in mats.items()}
@@ -153,57 +157,6 @@ class PredictionResult:
     sample: Trace
     files: dict[str, Path] = field(default_factory=dict)
     full: LoadCurve | None = None  # the paired full-scale curve, when measured
-
-
-def _self_checks(curve: LoadCurve, limits: Mapping[str, float]) -> dict[str, Any]:
-    """What the curve says about its own measurement; ``limits`` in the curve's own seconds."""
-    behind = [lv.level for lv in curve.levels if lv.generator_behind]
-    stalled = {
-        stat: [lv.level for lv in curve.stalled_over(stat, limit)] for stat, limit in limits.items()
-    }
-    reps_out = sum(lv.reps_behind for lv in curve.levels if not lv.generator_behind)
-    utils = [min(1.0, lv.utilization) for lv in curve.usable() if lv.utilization is not None]
-    umax = max(utils) if utils else None
-    others = [r.other_cpu for lv in curve.usable() for r in lv.kept if r.other_cpu is not None]
-    steal = [r.steal for lv in curve.usable() for r in lv.kept if r.steal is not None]
-    # Over every repetition, kept or not: steal there is what makes one fall behind.
-    gen_steal = [r.generator_steal for lv in curve.levels for r in lv.reps]
-    gen_steal = [x for x in gen_steal if x is not None]
-    # which replay engine measured the curve (native core or Python; live runs only)
-    engine = (curve.meta.get("target") or {}).get("engine")
-    cluster = (curve.meta.get("target") or {}).get("cluster")
-    return {
-        **({"generator_engine": engine} if engine else {}),
-        **({"generator_cluster": cluster} if cluster else {}),
-        "max_other_cpu": max(others) if others else None,
-        "max_steal": max(steal) if steal else None,
-        "max_generator_steal": max(gen_steal) if gen_steal else None,
-        "generator_kept_up": not behind,
-        "levels_behind": behind,
-        # Of those, the ones still over a threshold by their stall bound (never a MAT: a hint).
-        "levels_stalled_over": {k: v for k, v in stalled.items() if v},
-        "repetitions_excluded": reps_out,
-        "max_utilization": umax,
-        "utilization_reached": bool(umax is not None and umax >= 0.85),
-        "usable_levels": len(curve.usable()),
-        # Levels where requests failed (over FAILURE_LIMIT): never used for a MAT.
-        "levels_failed": [lv.level for lv in curve.failed_levels()],
-        "failures": _failure_totals(curve),
-        "failure_limit": FAILURE_LIMIT,
-        # A controlled load: offered load rises with the level, ~linearly.
-        **{k: v for k, v in offered_check(curve).items() if k != "offered"},
-        # How far the host's speed moved over the sweep (the full target's busy checks).
-        **host_drift(curve.share.speed),
-    }
-
-
-def _failure_totals(curve: LoadCurve) -> dict[str, int]:
-    """Failures by class over every repetition of the curve."""
-    out: dict[str, int] = {}
-    for lv in curve.levels:
-        for k, v in lv.failure_counts().items():
-            out[k] = out.get(k, 0) + v
-    return out
 
 
 def _recommend(mappings: dict[str, MappingPrediction], stat: str) -> tuple[str | None, str]:
@@ -264,18 +217,18 @@ def predict(
         # The simulator finds its capacity first: the search then starts near the knee.
         plan = replace(plan, probe_level=provider.probe_level(sample, share, config.knob))
     full_curve: LoadCurve | None = None
+    calibrating = share.kind == "cpu_time" and config.calibrate
     with ExitStack() as stack:
         target = stack.enter_context(provider.open(share, "1-replica"))
-        companion = None
         full_target = None
-        if config.paired_full_run:
+        if config.paired_full_run or calibrating:
             full_target = stack.enter_context(provider.open(Share.whole(cpus), "1-replica"))
-            companion = Companion(full_target, trace, dict(config.thresholds))
-        checks, speeds = None, SpeedSettings(config.seed, config.speed_budget, config.loaded_speed)
         if share.kind == "cpu_time":
-            share, plan, checks = speed_before(
-                target, full_target, trace, sample, share, speeds, plan, progress
-            )
+            share, plan = _speed(target, full_target if calibrating else None, trace, sample,
+                                 share, plan, config, progress)  # fmt: skip
+        companion = None
+        if config.paired_full_run and full_target is not None:
+            companion = Companion(full_target, trace, dict(config.thresholds))
         # On a CPU-time share latencies are 1/s longer: search the knee at scaled thresholds.
         share_thresholds = {s: t / share.speed_factor for s, t in config.thresholds.items()}
         try:
@@ -289,27 +242,31 @@ def predict(
                 alpha=alpha,
                 progress=progress,
                 companion=companion,
-                between=None if checks is None else checks.after_level,
             )
+            if companion is not None and full_target is not None:
+                full_curve = _validation_search(full_target, trace, companion, config, plan,
+                                                progress)  # fmt: skip
         except SweepInterrupted as stop:
             if out_dir is not None:
                 stop.kept.extend(_keep_partial(Path(out_dir), stop.curve, companion, config))
             raise
-        if companion is not None:
-            full_curve = companion_curve(companion, knob=config.knob, plan=config.plan)
-        share = speed_after(share, measured, speeds, checks)
-    # The share as planned and probed (the target's description lacks the speed).
+    # The share as planned and calibrated (the target's description lacks the speed).
     measured.share = replace(measured.share, speed=share.speed)
-    emulation = (
-        config.model_error
-        if config.model_error is not None
-        else float(getattr(provider, "model_error", 0.0))
-    )
-    predicted, full_mats, budgets = scaled_mats(measured, full_curve, config.thresholds, emulation)
+    if out_dir is not None:
+        # What was measured is kept before anything is read from it: a curve with no
+        # usable level (a generator behind at every level) stops the prediction below.
+        _write_curves(Path(out_dir), measured, full_curve)
+    if config.model_error is not None:
+        emulation = config.model_error
+        merr = {"sigma": emulation, "provenance": {"source": "PredictConfig.model_error"}}
+    else:
+        fitted = model_error(provider.name, share.kind)
+        emulation, merr = fitted.sigma, fitted.to_dict()
+    predicted, full_mats, budgets = scaled_mats(measured, config.thresholds, emulation)
     base = MappingPrediction(
         {s: _stat(r, budgets[s]) for s, r in full_mats.items()}, predicted.summary()
     )
-    assumptions = _assumptions(alpha, config, share, measured)
+    assumptions = assumptions_of(alpha, config, share, measured)
     mappings_out = _per_mapping(
         predicted, base, machine, cpus, config, extrapolator, assumptions, budgets
     )
@@ -334,8 +291,8 @@ def predict(
             s: _stat(mat(measured, s, t / latency_scale(measured)))
             for s, t in config.thresholds.items()
         },
-        confidence_summary=_confidence(base, config, budgets, emulation),
-        self_checks=_self_checks(
+        confidence_summary=confidence(base, config, budgets, emulation),
+        self_checks=self_checks(
             measured, {s: t / latency_scale(measured) for s, t in config.thresholds.items()}
         ),
         trace=_trace_summary(trace, sample),
@@ -343,52 +300,82 @@ def predict(
     )
     if share.speed is not None:
         prediction.extra["speed"] = share.speed.to_dict()
+    prediction.extra["model_error"] = merr
+    prediction.extra["share_model"] = share_model_constants()
+    # What the prediction asked of the full target: only the calibration's light runs.
+    prediction.extra["full_target_use"] = _full_target_use(share)
     if full_curve is not None:
-        prediction.full_run = _full_run_summary(full_curve, config)
+        prediction.full_run = _full_run_summary()
+        full_curve.meta["self_checks"] = {
+            **self_checks(full_curve, config.thresholds), **host_drift(full_curve)
+        }
     result = PredictionResult(prediction, measured, predicted, sample, full=full_curve)
     if out_dir is not None:
         _write_files(result, Path(out_dir))
     return result
 
 
-def _assumptions(
-    alpha: float, config: PredictConfig, share: Share, measured: LoadCurve
-) -> list[str]:
-    """What the prediction assumes, in words for the report."""
-    assumptions = [
-        f"SHRiNK: {alpha:g} of the sessions ({config.level} level, seed {config.seed}) on "
-        f"{alpha:g} of the server ({share.kind} share of CPUs {list(share.cpus)}) behaves like "
-        "the whole trace on the whole server at normalized load.",
-    ]
-    if share.kind == "cpu_time":
-        assumptions.extend(speed_assumptions(share))
-    if measured.meta.get("skip"):
-        assumptions.append(
-            f"Every run starts {measured.meta['skip']:.3g} s into the trace: a trace's first "
-            "seconds (sessions starting together, or cut by the start of a log) are not "
-            "its steady mix."
-        )
-    k = measured.meta.get("scaled_time", 1.0)
-    if k != 1.0:
-        assumptions.append(
-            f"Time scaling: the share's warm-up and measurement windows, and its users' "
-            f"think times, were {k:.3g} times the full-scale ones (1 over the speed the "
-            "sweep assumed): the share ran the whole server in slow motion. A server at s "
-            "of the speed moves through its queueing states 1/s slower and sees s of the "
-            "requests a second: with shorter windows the share would be caught nearer its "
-            "empty start, with fewer requests in its tail; with the users' own think times "
-            "its response time above the knee would stay the whole server's, not 1/s of it."
-        )
-    load = measured.meta.get("share_load", 1.0)
-    if load != 1.0:
-        assumptions.append(
-            f"Matched load: at every level the share replayed the sample at {load:.3g} "
-            "times the level's rate factor (its measured speed over alpha, and over the "
-            "sample's share of the loop window's requests relative to alpha), so that it "
-            "was as loaded as the full target at the same level; the scaling reads "
-            "throughputs, not levels, so this only chooses where the share is measured."
-        )
-    return assumptions
+def _speed(
+    target: Target,
+    full_target: Target | None,
+    trace: Trace,
+    sample: Trace,
+    share: Share,
+    plan: AutoPlan,
+    config: PredictConfig,
+    progress: Progress | None,
+) -> tuple[Share, AutoPlan]:
+    """A CPU-time share's speed (calibrated on ``full_target`` where there is one, else its
+    nominal fraction) and the sweep's plan matched to it."""
+    if full_target is None:
+        speed = ShareSpeed.assumed(share.cpu_fraction)
+    else:
+        if progress is not None:
+            progress("calibration (light runs on the full target)", 0, 1)
+        speed = calibrate(target, full_target, sample, nominal=share.cpu_fraction,
+                          seed=config.seed)  # fmt: skip
+    share = share.with_speed(speed)
+    ratio = sample_ratio(trace, sample, plan, share.cpu_fraction)
+    return share, matched_plan(plan, share.speed_factor, share.cpu_fraction, ratio)
+
+
+def _validation_search(
+    full_target: Target,
+    trace: Trace,
+    companion: Companion,
+    config: PredictConfig,
+    plan: AutoPlan,
+    progress: Progress | None,
+) -> LoadCurve:
+    """The full-scale curve for validation: the companion's levels, then the full
+    target's own search until its crossings are bracketed (its time is its own budget)."""
+    vplan = replace(
+        config.plan, skip=plan.skip, loop_window=plan.loop_window, scaled_time=1.0,
+        share_load=1.0, budget_s=config.validation_budget_s,
+        max_levels=max(0, config.plan.max_levels - len(companion.levels)) + len(companion.levels),
+    )  # fmt: skip
+    if progress is not None:
+        progress("validation: the full target's own search", 0, 1)
+    curve = auto_sweep(
+        full_target, trace, dict(config.thresholds), knob=config.knob, plan=vplan,
+        seed=config.seed + 7919, alpha=1.0, progress=progress, start=companion.levels,
+    )  # fmt: skip
+    curve.meta["paired"] = True
+    return curve
+
+
+def _full_target_use(share: Share) -> dict[str, Any]:
+    """What the prediction ran on the full target (the calibration's runs only)."""
+    sp = share.speed
+    runs = list(sp.full_target_runs) if sp is not None else []
+    return {
+        "runs": runs,
+        "seconds": sp.full_target_seconds if sp is not None else 0.0,
+        "max_utilization": max(
+            (float(r["utilization"]) for r in runs if r.get("utilization") is not None),
+            default=None,
+        ),
+    }
 
 
 def _per_mapping(
@@ -434,28 +421,6 @@ def _per_mapping(
     return mappings_out
 
 
-def _confidence(
-    base: MappingPrediction,
-    config: PredictConfig,
-    budgets: Mapping[str, ErrorBudget],
-    emulation: float,
-) -> str:
-    # One drift for every statistic: the pooled cost spread of the runs.
-    drift = max((b.drift for b in budgets.values()), default=0.0)
-    widths = [
-        (v.ci[1] - v.ci[0]) / v.mat / 2 for v in (base.stats[s] for s in config.thresholds) if v.mat
-    ]
-    conf = (
-        f"The MAT intervals are +/-{100 * max(widths):.0f}% at most: 95% prediction "
-        f"intervals for a full-scale run at another time, from the spread of "
-        f"{config.plan.reps} repetitions per level, the machine's drift between runs "
-        f"({100 * drift:.1f}%) and the share's emulation error ({100 * emulation:.0f}%)."
-        if widths
-        else ""
-    )
-    return conf
-
-
 def _trace_summary(trace: Trace, sample: Trace) -> dict[str, Any]:
     return {
         "source": trace.meta.get("source"),
@@ -488,17 +453,25 @@ def _provenance(
     }
 
 
-def _full_run_summary(full_curve: LoadCurve, config: PredictConfig) -> dict[str, Any]:
+def _full_run_summary() -> dict[str, Any]:
+    """Where the validation's paired full-scale curve is (its checks live with it)."""
     return {
         "paired": True,
-        "self_checks": _self_checks(full_curve, config.thresholds),
         "curve": "full-curve.json",
         "note": (
-            "The whole trace was also run on the full target, each repetition right "
-            "before or after the scaled one (alternating), so that the validation "
-            "compares runs taken seconds apart. The prediction uses the scaled runs only."
+            "For validation only: the whole trace was also run on the full target, each "
+            "repetition right before or after the scaled one (alternating), then at levels "
+            "of its own search. None of it reached the predicted numbers or chose the "
+            "share's levels."
         ),
     }
+
+
+def _write_curves(out: Path, measured: LoadCurve, full: LoadCurve | None) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    measured.write_json(out / "measured-curve.json")
+    if full is not None:
+        full.write_json(out / "full-curve.json")
 
 
 def _write_files(result: PredictionResult, out: Path) -> None:

@@ -8,6 +8,7 @@ signal a PID whose start time still matches.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from shrink.procfs import ProcInfo, cpu_seconds, proc_info
 from shrink.topology import parse_cpulist
@@ -26,6 +28,7 @@ __all__ = [
     "cpu_seconds",
     "descendants",
     "die_with_parent",
+    "exe_of",
     "is_alive",
     "proc_info",
     "start_process",
@@ -36,6 +39,20 @@ _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _PR_SET_PDEATHSIG = 1
 
 
+@functools.cache
+def _libc() -> Any:
+    """The C library, loaded once in the parent: finding it runs a program, which a
+    child between fork and exec (perhaps no longer root) must not have to do."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        return libc if hasattr(libc, "prctl") else None
+    except OSError:
+        return None
+
+
 def die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> None:
     """In a child: have the kernel send ``sig`` when the parent dies (even by kill -9).
 
@@ -43,17 +60,12 @@ def die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> Non
     expects as its parent: if that one already died (before the call), exit at once.
     Linux only; elsewhere nothing happens.
     """
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-    except (OSError, AttributeError):
+    libc = _libc()
+    if libc is None:
         return
+    libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
     if parent is not None and os.getppid() != parent:
         os._exit(1)
-
 
 
 def is_alive(pid: int, starttime: int | None = None) -> bool:
@@ -87,6 +99,14 @@ def descendants(pid: int, tree: dict[int, list[int]] | None = None) -> list[int]
     return out
 
 
+def exe_of(pid: int) -> str | None:
+    """The program ``pid`` runs (``/proc/PID/exe``); None if gone or not readable."""
+    try:
+        return os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")
+    except OSError:
+        return None
+
+
 def allowed_cpus(pid: int) -> tuple[int, ...]:
     """The CPUs ``pid`` may run on, read from ``Cpus_allowed_list`` in /proc/PID/status."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -103,6 +123,7 @@ def start_process(
     log_path: Path | None = None,
     env: dict[str, str] | None = None,
     owned: bool = False,
+    user: tuple[int, int] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start ``argv`` in its own session, already pinned to ``cpus`` and in the cgroup.
 
@@ -110,16 +131,23 @@ def start_process(
     afterwards (lighttpd workers, php-cgi) inherits them from the first instruction.
     ``owned``: the process gets SIGTERM when this one dies, even by kill -9
     (:func:`die_with_parent`; lighttpd then stops its workers and php-cgi).
+    ``user``: (uid, gid) it runs as, set after it joined the cgroup (which needs root).
     """
     me = os.getpid()
+    if owned:
+        _libc()  # loaded here, before the fork
 
     def _prepare() -> None:
-        if owned:
-            die_with_parent(signal.SIGTERM, me)
         if join_cgroup is not None:
             join_cgroup(os.getpid())
         if cpus:
             os.sched_setaffinity(0, cpus)
+        if user is not None:
+            os.setgroups([])
+            os.setgid(user[1])
+            os.setuid(user[0])
+        if owned:  # after setuid, which clears a parent-death signal
+            die_with_parent(signal.SIGTERM, me)
 
     log = open(log_path, "ab") if log_path is not None else subprocess.DEVNULL  # noqa: SIM115
     try:

@@ -21,7 +21,6 @@ from shrink.share import Share
 from shrink.target import RunResult, Target
 from shrink.testbed.config import PHP_CHILDREN_PER_CORE
 from shrink.trace import Trace
-from shrink.uncertainty import EMULATION_ERROR
 
 __all__ = ["SimProvider", "TestbedProvider", "make_provider"]
 
@@ -99,8 +98,6 @@ class TestbedProvider:
 
     __test__ = False
     name = "testbed"
-    # The share's emulation error in the MAT intervals (shrink.uncertainty).
-    model_error = EMULATION_ERROR
 
     def __init__(
         self,
@@ -116,6 +113,8 @@ class TestbedProvider:
         enforce: str | None = None,
         cluster: ClusterSpec | None = None,
         php: Any = None,
+        allow_overlap: bool = False,
+        realtime: int = 0,
     ) -> None:
         from shrink.testbed.servers import load_recipe
         from shrink.topology import discover
@@ -127,6 +126,13 @@ class TestbedProvider:
         gen = tuple(generator_cpus) if generator_cpus else (allowed[0],)
         if server_cpus is None:
             server_cpus = tuple(c for c in allowed if c not in gen)
+        overlap = sorted(set(gen) & set(server_cpus))
+        if overlap and not allow_overlap:
+            raise TopologyError(
+                f"generator CPUs {list(gen)} overlap the server's CPUs {list(server_cpus)} "
+                f"(CPU {', '.join(map(str, overlap))}); pass --allow-overlap to measure anyway "
+                "(the generator then takes cycles from the server, and the report says how many)"
+            )
         if not server_cpus:
             raise TopologyError(
                 f"no CPU left for the server: this process may use {allowed} and the "
@@ -141,6 +147,8 @@ class TestbedProvider:
         self.cluster = cluster  # generators on a Ray cluster instead of this machine
         self._opened = 0
         self.php = php  # shrink.testbed.config.PhpLimits (None: the defaults)
+        self.allow_overlap = allow_overlap  # the generator may share the server's CPUs
+        self.realtime = realtime  # SCHED_FIFO priority of the generator (0: normal)
 
     def machine(self) -> Machine:
         return self._machine
@@ -154,6 +162,8 @@ class TestbedProvider:
             "docroot": str(self.docroot),
             "server_cpus": list(self._server),
             "generator_cpus": list(self.generator_cpus),
+            "allow_overlap": self.allow_overlap,
+            "realtime": self.realtime,
             "server": self.server_record(),
             "enforce": self.enforce or _default_enforce(),
         }
@@ -193,6 +203,8 @@ class TestbedProvider:
             live = LiveTarget.from_state(
                 state_path,
                 generator_cpus=list(self.generator_cpus),
+                allow_overlap=self.allow_overlap,
+                realtime=self.realtime,
                 config=self.engine,
                 cluster=self.cluster,
             )
@@ -209,7 +221,6 @@ class SimProvider:
     """The simulator (``sim:SPEC.toml``): the whole machine is the full target."""
 
     name = "sim"
-    model_error = 0.0  # the simulated share is exactly a slower (or smaller) server
 
     def __init__(self, machine: Machine, params: Any = None) -> None:
         self._machine = machine
@@ -268,6 +279,9 @@ def make_provider(
     server: str | None = None,
     cluster: ClusterSpec | None = None,
     trace: Any = None,
+    generator_cpus: tuple[int, ...] | None = None,
+    allow_overlap: bool = False,
+    realtime: int = 0,
 ) -> TestbedProvider | SimProvider:
     """``testbed`` (the real server on this machine, run by the ``server`` recipe) or
     ``sim:SPEC.toml``. With ``trace``, PHP's ``post_max_size`` holds its largest body."""
@@ -288,4 +302,7 @@ def make_provider(
         server=server,
         cluster=cluster,
         php=None if trace is None else PhpLimits.for_trace(trace),
+        generator_cpus=generator_cpus,
+        allow_overlap=allow_overlap,
+        realtime=realtime,
     )

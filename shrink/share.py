@@ -101,7 +101,7 @@ class ShareSpeed:
     scale as ``nominal`` (0.25 means "a quarter of the full target's speed").
     ``effective``: the speed of the trace's mix, the demand-weighted harmonic mean
     of ``per_class`` (what throughput scales by). ``method``: how it was obtained
-    (``probe``: a light-load probe on the share and the full target; ``nominal``:
+    (``calibrated``: light runs on the share and the full target, shrink.scaling; ``nominal``:
     assumed equal to ``nominal``, no measurement). ``cost_s``: seconds the
     measurement took. ``notes``: what the report should say about it (a class
     whose probe was unusable and was assumed nominal, and why).
@@ -116,27 +116,23 @@ class ShareSpeed:
     # Log-scale sd of ``effective`` from the probe's own sampling (0: not measured);
     # the MAT interval carries it (shrink.uncertainty).
     sigma: float = 0.0
-    # The full target's capacity for the trace's mix (req/s at 100% busy), from the
-    # probe's per-class capacities; None when the probe had no utilization.
+    # The full target's light-load capacity for the trace's mix (req/s at 100% busy),
+    # from the calibration's per-class runs: recorded, never used to predict.
     full_capacity: float | None = None
-    # Every busy measurement of the full capacity, in time order (shrink.busyspeed:
-    # the loaded run, then the checks during and after the sweep); ``full_capacity``
-    # is their median once there are several.
-    full_capacities: tuple[float, ...] = ()
-    # Level -> the full capacity measured busy right after it (shrink.busyspeed.
-    # FullChecks), kept in the curve's JSON for analysis; repetitions are scaled
-    # against the median (shrink.scaling.rep_speed).
-    full_capacity_at: dict[float, float] = field(default_factory=dict)
-    # The light probe's ``effective`` when busy runs replaced it (shrink.speed.
-    # loaded_speed, knee_speed): a light probe misreads both sides once they are busy.
-    light: float | None = None
+    # What the calibration ran on the full target, run by run: class, seconds,
+    # offered rate (req/s) and utilization (shrink.scaling.calibrate).
+    full_target_runs: tuple[dict[str, Any], ...] = ()
 
     @property
-    def measured_busy(self) -> bool:
-        """Whether the full capacity was measured busy (shrink.busyspeed): only such a
-        capacity shares a scale with a sweep repetition's throughput over utilization
-        (a light probe's reads 15-25% low on this project's VM)."""
-        return self.method in ("probe+loaded", "probe+knee") and bool(self.full_capacity)
+    def full_target_seconds(self) -> float:
+        """Seconds of the full target's time the calibration took."""
+        return round(float(sum(r.get("seconds", 0.0) for r in self.full_target_runs)), 6)
+
+    @property
+    def full_target_busy(self) -> float | None:
+        """The highest utilization of the full target during the calibration."""
+        us = [r["utilization"] for r in self.full_target_runs if r.get("utilization") is not None]
+        return max(us) if us else None
 
     @classmethod
     def assumed(cls, nominal: float) -> ShareSpeed:
@@ -153,10 +149,9 @@ class ShareSpeed:
             "notes": list(self.notes),
             "sigma": self.sigma,
             "full_capacity": self.full_capacity,
-            "light": self.light,
-            "full_capacities": list(self.full_capacities),
-            # pairs, since a JSON key is a string and a level a float
-            "full_capacity_at": [[lv, c] for lv, c in sorted(self.full_capacity_at.items())],
+            "full_target_runs": [dict(r) for r in self.full_target_runs],
+            "full_target_seconds": self.full_target_seconds,
+            "full_target_busy": self.full_target_busy,
         }
 
     @classmethod
@@ -170,9 +165,7 @@ class ShareSpeed:
             notes=tuple(str(n) for n in d.get("notes", ())),
             sigma=float(d.get("sigma", 0.0)),
             full_capacity=_float_or_none(d.get("full_capacity")),
-            light=_float_or_none(d.get("light")),
-            full_capacities=tuple(float(c) for c in d.get("full_capacities", ())),
-            full_capacity_at={float(lv): float(c) for lv, c in d.get("full_capacity_at", ())},
+            full_target_runs=tuple(dict(r) for r in d.get("full_target_runs", ())),
         )
 
 

@@ -45,6 +45,7 @@ import pyarrow.parquet as pq
 
 from shrink import files
 from shrink._version import __version__
+from shrink.atomic import atomic_file, atomic_path
 from shrink.errors import TraceFormatError
 from shrink.jsonout import dumps
 from shrink.schemas import TraceMeta
@@ -299,12 +300,12 @@ class Trace:
     def write_parquet(self, path: str | Path) -> Path:
         """Write Parquet with provenance in the schema metadata; same inputs give same bytes."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         meta = {"shrink_version": _shrink_version(), **self.meta}
         table = self._table.replace_schema_metadata(
             {META_KEY: dumps(meta, sort_keys=True, default=str).encode()}
         )
-        pq.write_table(table, path, compression="zstd")
+        with atomic_path(path) as tmp:
+            pq.write_table(table, tmp, compression="zstd")
         return path
 
     @classmethod
@@ -330,9 +331,8 @@ class Trace:
     def write_jsonl(self, path: str | Path) -> Path:
         """JSON Lines, one request per line (NaN rt written as null)."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         rows = self._table.to_pylist()
-        with path.open("w", encoding="utf-8") as fh:
+        with atomic_file(path, "w", encoding="utf-8") as fh:
             for row in rows:
                 rt = row.get("rt")
                 if rt is not None and rt != rt:  # NaN

@@ -9,13 +9,14 @@ their errors relative), the terms are independent and add in variance:
   (:func:`repetition_sigma`), and as much again for the full run it is checked
   against (which has repetitions of its own);
 * ``drift``: how much the machine's speed moves between runs: the spread of the
-  CPU seconds a request cost across repetitions of one level (pooled over the
-  levels, both sides of paired runs), counted once for each of the two runs;
+  CPU seconds a request cost across the scaled runs' repetitions of one level
+  (pooled over the levels), counted once for each of the two runs;
 * ``speed``: the share's measured speed's own sampling error (the probe's
   ``ShareSpeed.sigma``), counted once: every scaled MAT is divided by that one speed;
-* ``emulation``: the share's emulation error: how far the share is from the slower
-  (or smaller) server SHRiNK assumes. A calibrated model error: 0 on the simulator,
-  whose share is exact; on the live testbed :data:`EMULATION_ERROR`.
+* ``emulation``: the share model's error: how far the share is from the slower
+  (or smaller) server SHRiNK assumes. 0 on the simulator, whose share is exact; on
+  the live testbed fitted on a corpus of configurations leaving one out
+  (:func:`shrink.scaling.model_error`).
 
 The interval is ``mat * exp(+-q * sqrt(sum of variances))``, where ``q`` is Student's
 t quantile for the degrees of freedom the repetitions' spread was pooled over (a
@@ -37,7 +38,6 @@ from shrink.mat import MATResult
 from shrink.validate import cpu_seconds_per_request
 
 __all__ = [
-    "EMULATION_ERROR",
     "ErrorBudget",
     "drift_sigma",
     "error_budget",
@@ -47,15 +47,6 @@ __all__ = [
 ]
 
 Z95 = 1.959964
-# Relative (log-scale) standard deviation of the live share's emulation error: the
-# root mean square of the log errors of every conclusive (statistic, run) pair this
-# design gave on a quiet host (2026-11-24, bench/RESULTS.md, session 8): five fresh
-# demo runs (14.0% over their ten pairs) and the untuned configurations, where a 50%
-# share of another Support trace under-predicted by 28-29% (its quota's gaps bring
-# the server's cliff on earlier than on the whole core). 18.0% over the 13 pairs; the
-# earlier design's ten runs gave 7.7%. ``bench/bench_demo.py --summarize`` and
-# ``bench/bench_configs.py --summarize`` print what new runs calibrate.
-EMULATION_ERROR = 0.18
 
 
 @dataclass(frozen=True)

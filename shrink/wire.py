@@ -7,15 +7,48 @@ anything is sent; :mod:`shrink.replay._http` re-exports them.
 
 from __future__ import annotations
 
+import ipaddress
 import re
+from urllib.parse import urlsplit
 
-__all__ = ["wire_method", "wire_target"]
+__all__ = ["is_loopback", "loopback_url_host", "wire_method", "wire_target"]
 
 # What a request-target may hold as it is (RFC 3986 unreserved, sub-delims, ":@/?" and
 # "%" starting an escape); anything else is percent-encoded as UTF-8.
 _NOT_SENDABLE = re.compile(r"[^A-Za-z0-9\-._~!$&'()*+,;=:@/?%]|%(?![0-9A-Fa-f]{2})")
 _SMUGGLING = re.compile(r"[\r\n\x00]")
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 token: a method name
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address, IPv6 without brackets) is this machine's
+    loopback: the only place shrink sends load or probes without ``--allow-remote``."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def loopback_url_host(url: str) -> str | None:
+    """None if ``url`` is ``http://`` to a loopback host, with no user part; else why not.
+
+    Only parsed, never fetched: ``http://127.0.0.1:80@10.0.0.1/`` names 10.0.0.1.
+    """
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+        parts.port  # noqa: B018 - a bad port raises here
+    except ValueError as exc:
+        return f"not a URL ({exc})"
+    if parts.scheme != "http":
+        return "must start with http://"
+    if "@" in parts.netloc:
+        return f"names a user part ({parts.netloc!r}); the host is what follows '@'"
+    if not host or not is_loopback(host):
+        return f"host {host!r} is not a loopback address"
+    return None
 
 
 def wire_target(path: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,32 @@ def machine():
     if len(os.sched_getaffinity(0)) < 2 or set(m.all_cpus) - os.sched_getaffinity(0):
         pytest.skip("needs at least 2 CPUs, all allowed to this process")
     return m
+
+
+def pytest_configure(config):
+    """As root, a testbed's servers run as an unprivileged user (www-data), who must reach
+    a document root under tmp_path. pytest keeps /tmp/pytest-of-root at 0700 (and resets
+    it whenever another session starts), so a root session gets its own base folder."""
+    if os.geteuid() == 0 and config.option.basetemp is None and not hasattr(config, "workerinput"):
+        config.option.basetemp = tempfile.mkdtemp(prefix="shrink-pytest-")
+        config._shrink_basetemp = config.option.basetemp
+
+
+def pytest_unconfigure(config):
+    made = getattr(config, "_shrink_basetemp", None)
+    if made:
+        shutil.rmtree(made, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _server_user_may_enter_tmp_path(request):
+    """Let others pass through (not list: 0711) the folders down to tmp_path, as a user
+    would for a real document root: pytest makes them 0700."""
+    if os.geteuid() != 0 or "tmp_path" not in request.fixturenames:
+        return
+    tmp = request.getfixturevalue("tmp_path")
+    top = request.config._tmp_path_factory.getbasetemp()
+    for d in (tmp, *tmp.parents):
+        os.chmod(d, os.stat(d).st_mode | 0o011)
+        if d == top:
+            break

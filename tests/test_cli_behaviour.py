@@ -100,7 +100,7 @@ def test_mat_exit_99_says_why_on_stderr(curve):
 
 def test_cluster_help_keeps_its_brackets():
     r = run("replay", "--help")
-    assert "shrink[ray]" in r.output
+    assert "shrink-capacity[ray]" in r.output
 
 
 # --- options checked before anything runs ------------------------------------------------

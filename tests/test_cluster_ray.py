@@ -24,7 +24,9 @@ from shrink.replay.writer import RunLogWriter
 from shrink.runlog import RunLog
 from shrink.schedule import build_schedule, trace_extent
 
-pytestmark = pytest.mark.skipif(not ray_available(), reason="ray is not installed (shrink[ray])")
+pytestmark = pytest.mark.skipif(
+    not ray_available(), reason="ray is not installed (shrink-capacity[ray])"
+)
 
 
 def _rows(log: RunLog) -> list[tuple[int, float, str]]:
@@ -245,9 +247,9 @@ def test_a_lost_node_loses_only_its_own_rows_and_is_named(cluster, server):
 
 
 def test_the_report_names_each_generator_slot_and_what_it_lost():
-    from shrink.predict import _self_checks
     from shrink.replay.live import LiveTarget
     from shrink.report.sections.self_checks import cluster_text as _cluster_text
+    from shrink.selfchecks import self_checks as _self_checks
 
     tgt = LiveTarget([("127.0.0.1", 1)], cluster=ClusterSpec("10.0.0.5:6379", 2))
     run = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from rich.console import Console
 
 import shrink.replay.live as live
@@ -56,3 +57,30 @@ def test_ctrl_c_during_the_demo_is_one_line_naming_what_was_kept(monkeypatch, tm
     monkeypatch.setattr(demo, "run_demo", plain)
     assert demo.main(["--out", str(tmp_path)]) == 130
     assert capsys.readouterr().err.strip() == f"interrupted: the runs so far are in {tmp_path}"
+
+
+def test_the_demo_puts_its_docroot_where_the_unprivileged_servers_can_read_it(tmp_path):
+    """A checkout under a private home (0700): the trace and document root go to a fresh
+    folder the servers' user can enter, and out/work-location says where."""
+    import shutil
+
+    from shrink.errors import TestbedError
+    from shrink.testbed.private import check_reachable, server_user
+
+    user = server_user()
+    if user is None:
+        pytest.skip("the servers drop root only when shrink runs as root")
+    home = tmp_path / "home"
+    home.mkdir()
+    home.chmod(0o700)
+    out = home / "out"
+    out.mkdir()
+    with pytest.raises(TestbedError):
+        check_reachable(out, user)
+    work = demo._work_dir(out, "testbed")
+    try:
+        assert not work.is_relative_to(home)
+        assert (out / "work-location").read_text().strip() == str(work)
+        check_reachable(work, user)  # raises if the user cannot read it
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -1,4 +1,4 @@
-"""The demo's pieces with other configurations (bench/bench_configs.py), on a fake
+"""The demo's pieces with other configurations (bench/bench_fidelity.py), on a fake
 target: the plumbing only, no live server (accuracy is measured by the benchmark)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from tests.helpers.fake_provider import FakeProvider
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
-import bench_configs
+import bench_fidelity
 
 
 def test_the_default_trace_is_the_demos_own(tmp_path):
@@ -30,10 +30,10 @@ def test_the_default_trace_is_the_demos_own(tmp_path):
 
 
 def test_a_config_replaces_the_demos_trace(tmp_path):
-    cfg = {**demo.DEMO, **bench_configs.CONFIGS["support-s7-a50"], "duration": 60}
+    cfg = {**demo.DEMO, **bench_fidelity.CONFIGS["support-s7-u600"], "duration": 60}
     trace_path, _ = demo._synth(tmp_path, Console(record=True), cfg)
     assert Trace.read_parquet(trace_path).info().requests != 238890
-    tcp = {**demo.DEMO, **bench_configs.CONFIGS["tcp-a25"]}
+    tcp = {**demo.DEMO, **bench_fidelity.CONFIGS["static-tcp-a25"]}
     trace_path, docroot = demo._synth(tmp_path / "tcp", Console(record=True), tcp)
     info = Trace.read_parquet(trace_path).info()
     assert info.request_rate == pytest.approx(2000, rel=0.05)
@@ -48,78 +48,85 @@ def fake_target(monkeypatch):
     monkeypatch.setattr(demo, "_check_quiet", lambda console: {"busy": {}, "steal": {}})
 
 
-def test_a_tcp_config_runs_end_to_end_with_rule_thresholds(tmp_path, fake_target, capsys):
-    bench_configs.CONFIGS["tcp-test"] = {**bench_configs.CONFIGS["tcp-a25"], "duration": 20}
-    try:
-        got = bench_configs.run_config("tcp-test", tmp_path / "run-0", quick=True)
-    finally:
-        del bench_configs.CONFIGS["tcp-test"]
+def test_a_tcp_config_runs_end_to_end_with_rule_thresholds(tmp_path, fake_target, monkeypatch):
+    cfg = {**bench_fidelity.CONFIGS["static-tcp-a25"], "duration": 20}
+    monkeypatch.setitem(bench_fidelity.CONFIGS, "tcp-test", cfg)
+    monkeypatch.setattr(demo, "_plan", lambda plan, quick, _p=demo._plan: _p(None, True))
+    got = bench_fidelity.run_config("tcp-test", tmp_path / "run-0")
     out = tmp_path / "run-0"
     rule = json.loads((out / "thresholds.json").read_text())
     # The rule: light-load value / (1 - 0.8), measured on the whole (fake) core.
     for s in ("mean", "p999"):
         assert rule["thresholds"][s] == pytest.approx(rule["light_load"][s] / 0.2)
-        assert got["thresholds"][s] == pytest.approx(rule["thresholds"][s])
     # The fake core's light load: 0.5 ms requests, 10% of 2,000 req/s.
     assert 0.0004 < rule["light_load"]["mean"] < 0.001
-    assert rule["light_load_utilization"] is None or rule["light_load_utilization"] < 0.3
     pred = json.loads((out / "prediction.json").read_text())
     assert pred["inputs"]["plan"]["max_levels"] == 5  # the quick plan
     assert json.loads((out / "config.json").read_text())["config"]["alpha"] == 0.25
-    assert got["config"] == "tcp-test"
-    assert {"mean_ratio", "p999_ratio", "mean_covered", "p999_covered"} <= set(got)
-    # --summarize finds the run under its folder and names its configuration.
-    assert bench_configs.main(["--summarize", str(tmp_path)]) == 0
+    assert got["config"] == "tcp-test" and got["share_kind"] == "cpu_time"
+    for s in ("mean", "p999"):
+        assert {"predicted", "measured", "ci", "status", "covered", "budget"} <= set(got[s])
+    # What the prediction read of the full target: the calibration's light runs only.
+    use = got["full_target_use"]
+    assert use["runs"] and use["seconds"] <= 20 and use["max_utilization"] <= 0.1
+
+
+def test_summarize_tabulates_the_runs_it_finds(tmp_path, fake_target, monkeypatch, capsys):
+    cfg = {**bench_fidelity.CONFIGS["static-tcp-a25"], "duration": 20}
+    monkeypatch.setitem(bench_fidelity.CONFIGS, "tcp-test", cfg)
+    monkeypatch.setattr(demo, "_plan", lambda plan, quick, _p=demo._plan: _p(None, True))
+    bench_fidelity.run_config("tcp-test", tmp_path / "tcp-test" / "run-0")
+    assert bench_fidelity.main(["--summarize", str(tmp_path)]) == 0
     text = capsys.readouterr().out
-    assert "| tcp-test | " in text and "tcp-test:" in text
-    assert "interval covered the measured MAT in" in text or "no conclusive run" in text
-    _check_knees(out, tmp_path / "run-missing", capsys)
+    assert "| tcp-test | run-0 | " in text and "tcp-test:" in text
+    assert "all configurations:" in text
 
 
-def _check_knees(run: Path, missing: Path, capsys) -> None:
-    """bench_demo --knees on a finished run and on a folder with no run: one row each,
-    the share's and the whole core's level brackets, and their ratio where both hold."""
-    import re
+def _cell(config, predicted, measured, rep=0.02, kind="cpu_time"):
+    import math
 
-    import bench_demo
-
-    assert bench_demo.main(["--knees", str(run), str(missing)]) == 0
-    rows = capsys.readouterr().out.splitlines()[2:]
-    assert len(rows) == 2 and rows[1].startswith(f"| {missing} | unreadable: ")
-    cells = [c.strip() for c in rows[0].strip("|").split("|")]
-    assert cells[0] == str(run) and float(cells[1]) > 0
-    side = r"(\d+\.\d\d-\d+\.\d\d|not bracketed)"
-    for cell in cells[2:]:
-        m = re.fullmatch(rf"{side} / {side}( = \d+\.\d\d)?", cell)
-        assert m is not None, cell
-        both = "not bracketed" not in cell
-        assert (m.group(3) is not None) == both, cell
+    return {
+        "config": config,
+        "dir": f"{config}/{predicted}",
+        "share_kind": kind,
+        "mean": {
+            "predicted": predicted, "measured": measured, "ci": None, "status": "ok/ok",
+            "covered": None, "log_error": math.log(predicted / measured),
+            "budget": {"repetition": rep, "drift": 0.0, "speed": 0.0, "dof": 20},
+        },
+    }  # fmt: skip
 
 
-def test_summarize_counts_errors_and_coverage():
-    rows = [
-        {"config": "a", "mean_ratio": 1.05, "mean_status": "ok/ok", "mean_covered": True},
-        {"config": "a", "mean_ratio": 0.80, "mean_status": "ok/ok", "mean_covered": False},
-        {"config": "a", "mean_ratio": 1.5, "mean_status": "ok/not_reached", "mean_covered": None},
-    ]
-    mean, p999 = bench_configs.accuracy(rows)
-    assert mean == (
-        "mean: error from -20.0% to +5.0%, median |error| 12.5%, within 10% in 1 of 2 "
-        "conclusive runs (1 inconclusive or failed); interval covered the measured MAT in 1 of 2"
-    )
-    assert p999 == "p999: no conclusive run (3 runs)"
+def test_the_model_error_is_the_excess_variance_and_judged_leaving_a_configuration_out():
+    """Errors of +-10% where the repetitions explain 2% each: the model error is what is
+    left, about 9.6%; a configuration's coverage uses the fit without it, so a config
+    that alone misses by 40% is not covered by an interval the others set."""
+    import math
+
+    rows = [_cell("a", 110, 100), _cell("a", 90, 100), _cell("b", 110, 100),
+            _cell("b", 90, 100), _cell("c", 140, 100)]  # fmt: skip
+    pairs = bench_fidelity._pairs(rows[:4])
+    # mean of log(1.1)^2 and log(0.9)^2, less 2 x 0.02^2
+    want = (math.log(1.1) ** 2 + math.log(0.9) ** 2) / 2 - 2 * 0.02**2
+    assert bench_fidelity.fit_sigma(pairs) == pytest.approx(math.sqrt(want))
+    loo = bench_fidelity.leave_one_out(rows)
+    assert [c["covered"] for c in loo["c"]["cells"]] == [False]
+    assert all(c["covered"] for c in loo["a"]["cells"] + loo["b"]["cells"])
+    # "a" is judged with the model error fitted on "b" and "c" (the 40% miss widens it).
+    assert loo["a"]["sigma"] > loo["c"]["sigma"]
+    assert bench_fidelity.fit_sigma([]) == 0.0
 
 
 def test_summarize_says_when_there_is_nothing(tmp_path, capsys):
-    assert bench_configs.main(["--summarize", str(tmp_path)]) == 1
-    assert "no run (validation.json or error.txt)" in capsys.readouterr().out
+    assert bench_fidelity.main(["--summarize", str(tmp_path)]) == 1
+    assert "no run under" in capsys.readouterr().err
 
 
 def test_a_recorded_trace_is_time_compressed_and_served_as_recorded(real_dir, tmp_path):
     from shrink.synth.docroot import missing_paths
 
     source = real_dir / "nasa_aug95_excerpt.repaired.log"
-    cfg = {**demo.DEMO, **bench_configs.CONFIGS["nasa-a50"], "source": source}
+    cfg = {**demo.DEMO, **bench_fidelity.CONFIGS["nasa-a50"], "source": source}
     trace_path, docroot = demo._synth(tmp_path, Console(record=True), cfg)
     tr = Trace.read_parquet(trace_path)
     # Of the 1,880 lines, the plain files answered 200 (the rest counted and said).
@@ -145,12 +152,12 @@ def test_a_run_that_finds_no_answer_is_recorded_and_summarized(tmp_path, monkeyp
         raise MeasurementError("load curve has no usable level: the generator fell behind")
 
     monkeypatch.setattr(demo, "run_demo", fails)
-    got = bench_configs.run_config("tcp-a25", tmp_path / "tcp-a25" / "run-0")
+    got = bench_fidelity.run_config("static-tcp-a25", tmp_path / "static-tcp-a25" / "run-0")
     assert got["error"].startswith("load curve has no usable level")
-    assert bench_configs.main(["--summarize", str(tmp_path)]) == 0
+    assert bench_fidelity.main(["--summarize", str(tmp_path)]) == 0
     text = capsys.readouterr().out
-    assert "| tcp-a25 | " in text and "failed: load curve has no usable level" in text
-    assert "mean: no conclusive run (1 runs)" in text
+    assert "| static-tcp-a25 | " in text and "failed: load curve has no usable level" in text
+    assert "mean: no conclusive run of 1" in text
 
 
 def test_the_default_demo_predicts_as_before(tmp_path, monkeypatch):
@@ -168,6 +175,7 @@ def test_the_default_demo_predicts_as_before(tmp_path, monkeypatch):
             mappings={"1-replica": SimpleNamespace(stats={"mean": stat, "p999": stat})},
             self_checks={"generator_kept_up": True},
             server=None,
+            extra={},
         )
 
     mats = {s: {"measured": 1.0} for s in ("mean", "p999")}
@@ -181,22 +189,18 @@ def test_the_default_demo_predicts_as_before(tmp_path, monkeypatch):
     assert (seen["alpha"], seen["seed"], seen["target"]) == (0.25, 1, "testbed")
     assert seen["thresholds"] == {"mean": 0.010, "p999": 0.5}
     assert seen["plan"] == AutoPlan(
-        warmup=1.0,
-        duration=3.0,
-        reps=2,
-        probe_reps=1,
-        coarse=(0.65, 0.8, 0.9, 1.0, 1.1, 1.25),
-        max_levels=9,
-        budget_s=475.0,
-    )
+        warmup=0.5, duration=2.5, reps=2, probe_reps=1, warm_run=False, max_levels=9,
+        budget_s=demo.SWEEP_BUDGET_S,
+    )  # fmt: skip
+    assert seen["share_kind"] == "cpu_time" and seen["validation_budget_s"] > 0
     assert not (tmp_path / "thresholds.json").exists()
 
 
-@pytest.mark.parametrize("name", sorted(bench_configs.CONFIGS))
+@pytest.mark.parametrize("name", sorted(bench_fidelity.CONFIGS))
 def test_every_config_writes_a_trace_its_document_root_serves(name, tmp_path):
     from shrink.synth.docroot import missing_paths
 
-    cfg = {**demo.DEMO, **bench_configs.CONFIGS[name], "duration": 30}
+    cfg = {**demo.DEMO, **bench_fidelity.CONFIGS[name], "duration": 30}
     if cfg.get("workload") == "recorded" and not Path(cfg["source"]).exists():
         pytest.skip(f"recorded trace not found: {cfg['source']}")
     trace_path, docroot = demo._synth(tmp_path, Console(record=True), cfg)
@@ -215,8 +219,8 @@ def test_a_rerun_adds_runs_and_writes_over_none(tmp_path, monkeypatch):
 
     monkeypatch.setattr(demo, "run_demo", fails)
     for _ in range(2):
-        bench_configs.main(["--config", "tcp-a25", "--out", str(tmp_path)])
-    assert sorted(p.name for p in (tmp_path / "tcp-a25").iterdir()) == ["run-0", "run-1"]
+        bench_fidelity.main(["--config", "static-tcp-a25", "--out", str(tmp_path)])
+    assert sorted(p.name for p in (tmp_path / "static-tcp-a25").iterdir()) == ["run-0", "run-1"]
 
 
 def test_the_light_load_is_a_tenth_of_the_whole_core_whatever_the_trace_rate(tmp_path, monkeypatch):
@@ -224,7 +228,7 @@ def test_the_light_load_is_a_tenth_of_the_whole_core_whatever_the_trace_rate(tmp
     # load runs at five times the pilot's rate.
     fast = FakeProvider(demand={"static": 0.0001, "dynamic": 0.001})
     monkeypatch.setattr(shrink.providers, "make_provider", lambda *a, **k: fast)
-    cfg = {**demo.DEMO, **bench_configs.CONFIGS["tcp-a25"], "duration": 20}
+    cfg = {**demo.DEMO, **bench_fidelity.CONFIGS["static-tcp-a25"], "duration": 20}
     trace_path, docroot = demo._synth(tmp_path, Console(record=True), cfg)
     rule = demo.light_load_thresholds(trace_path, docroot, tmp_path, seed=1)
     assert rule["pilot_utilization"] == pytest.approx(0.02, abs=0.005)
@@ -235,33 +239,11 @@ def test_the_light_load_is_a_tenth_of_the_whole_core_whatever_the_trace_rate(tmp
     assert json.loads((tmp_path / "thresholds.json").read_text()) == rule
 
 
-def test_bench_demo_splits_its_errors_by_whether_the_host_held_steady(capsys):
-    """bench_demo's summary: runs by the spread of their full-capacity checks, steady
-    (within STEADY_SPREAD) apart from moving, each with its errors; no spread, no row."""
-    import bench_demo
-
-    rows = [
-        {"host_spread": 1.10, "mean_ratio": 1.02, "mean_status": "ok/ok", "p999_status": "ok/ok",
-         "p999_ratio": 0.97},
-        {"host_spread": 1.60, "mean_ratio": 1.30, "mean_status": "ok/ok",
-         "p999_status": "ok/not_reached", "p999_ratio": 1.2},
-        {"host_spread": None, "mean_ratio": 2.0, "mean_status": "ok/ok"},
-    ]  # fmt: skip
-    bench_demo._by_host(rows)
-    out = capsys.readouterr().out.strip().splitlines()
-    assert [line for line in out if line] == [
-        "host steady (full capacity checks spread 1.10-1.10, limit 1.25): 1 run(s); "
-        "mean +2.0%; p99.9 -3.0%",
-        "host moving (full capacity checks spread 1.60-1.60, limit 1.25): 1 run(s); "
-        "mean +30.0%; p99.9 inconclusive",
-    ]
-
-
-def test_ctrl_c_in_bench_configs_is_one_line_and_keeps_the_finished_runs(
+def test_ctrl_c_in_bench_fidelity_is_one_line_and_keeps_the_finished_runs(
     tmp_path, monkeypatch, capsys
 ):
     """A run cut short is named in one line; the runs before it still make the report."""
-    done = {"config": "support-s7-a50", "dir": "x", "error": "no level kept up"}
+    done = {"config": "support-s7-u600", "dir": "x", "error": "no level kept up"}
     calls = iter([done])
 
     def run(name, out, **kw):
@@ -271,11 +253,11 @@ def test_ctrl_c_in_bench_configs_is_one_line_and_keeps_the_finished_runs(
             raise KeyboardInterrupt
         return got
 
-    monkeypatch.setattr(bench_configs, "run_config", run)
-    argv = ["--config", "support-s7-a50", "--runs", "3", "--out", str(tmp_path)]
-    assert bench_configs.main(argv) == 130
+    monkeypatch.setattr(bench_fidelity, "run_config", run)
+    argv = ["--config", "support-s7-u600", "--runs", "3", "--out", str(tmp_path)]
+    assert bench_fidelity.main(argv) == 130
     captured = capsys.readouterr()
     assert captured.err.strip() == (
-        f"interrupted: the runs so far are in {tmp_path / 'support-s7-a50' / 'run-1'}"
+        f"interrupted: the runs so far are in {tmp_path / 'support-s7-u600' / 'run-1'}"
     )
     assert "Traceback" not in captured.out + captured.err

@@ -16,7 +16,7 @@ from shrink.machine import Machine
 from shrink.predict import PredictConfig, predict
 from shrink.prediction import Prediction
 from shrink.report.build import write_report
-from shrink.share import Share, ShareSpeed
+from shrink.share import Share
 from shrink.trace import Trace
 from shrink.validate import validate
 
@@ -58,15 +58,19 @@ def test_predict_then_validate_on_a_processor_sharing_fake(tmp_path):
         res = predict(trace, provider, cfg, tmp_path)
         pred = res.prediction
         assert pred.share.kind == "cpu_time"
-        assert res.measured.meta["scaled_time"] == 4.0  # time scaling is on by default
+        s = pred.share.speed_factor
+        # The calibration measured the exact share of the fake within its noise, and the
+        # share ran in slow motion by 1/s (time scaling is on by default).
+        assert pred.share.speed.method == "calibrated" and s == pytest.approx(0.25, rel=0.1)
+        assert res.measured.meta["scaled_time"] == pytest.approx(1 / s)
         assert pred.self_checks["generator_kept_up"]
         assert pred.mappings["1-replica"].stats["mean"].status == "ok"
-        # The share's own MATs (at its own, 1/alpha longer, thresholds) are the
-        # prediction's before the throughput is scaled by 1/alpha.
+        # The share's own MATs (at its own, 1/s longer, thresholds) are the
+        # prediction's before the throughput is scaled by 1/s.
         for stat in thresholds:
             own, full_mat = pred.measured_mats[stat], pred.mappings["1-replica"].stats[stat]
-            assert own.threshold == pytest.approx(thresholds[stat] / 0.25)
-            assert own.mat / 0.25 == pytest.approx(full_mat.mat)
+            assert own.threshold == pytest.approx(thresholds[stat] / s)
+            assert own.mat / s == pytest.approx(full_mat.mat)
         # The full-scale run on the whole (fake) core.
         with provider.open(Share.whole((1,)), "1-replica") as tgt:
             full = auto_sweep(tgt, trace, thresholds, plan=plan, seed=seed + 4, alpha=1.0)
@@ -177,7 +181,8 @@ def test_paired_full_run_is_measured_with_the_prediction_and_validated(tmp_path)
     written = json.loads((tmp_path / "prediction.json").read_text())
     assert res.prediction.to_dict() == written
     assert Prediction.read_json(tmp_path / "prediction.json").to_dict() == written
-    assert {lv.level for lv in res.full.levels} == {lv.level for lv in res.measured.levels}
+    # The full target ran every level the share did, then levels of its own search.
+    assert {lv.level for lv in res.full.levels} >= {lv.level for lv in res.measured.levels}
     v = run_validate(tmp_path / "prediction.json", full_run="paired")
     assert v.meta["paired"]
     # Plumbing, one seed: accuracy over seeds is the processor-sharing test's job (this
@@ -249,12 +254,8 @@ class _StopsAfter(FakeProvider):
             yield target
 
 
-def test_an_interrupted_prediction_keeps_the_levels_it_finished(tmp_path, monkeypatch):
-    # The runs are counted from the sweep's first: the share's speed probe is left out.
-    monkeypatch.setattr(
-        "shrink.speedsteps.measure_speed",
-        lambda s, f, t, *, nominal, **kw: ShareSpeed.assumed(nominal),
-    )
+def test_an_interrupted_prediction_keeps_the_levels_it_finished(tmp_path):
+    # The runs are counted from the sweep's first: no calibration runs before it.
     plan = AutoPlan(warmup=1, duration=5, reps=2, probe_level=1.0, warm_run=False)
     cfg = PredictConfig(
         alpha=0.25,
@@ -262,6 +263,7 @@ def test_an_interrupted_prediction_keeps_the_levels_it_finished(tmp_path, monkey
         mappings=["1-replica"],
         plan=plan,
         paired_full_run=True,
+        calibrate=False,
     )
     # Paired: 4 runs a level; stopped in the third level.
     with pytest.raises(KeyboardInterrupt):
@@ -271,3 +273,25 @@ def test_an_interrupted_prediction_keeps_the_levels_it_finished(tmp_path, monkey
     assert scaled.meta["interrupted"] and full.meta["interrupted"]
     assert len(scaled.levels) == len(full.levels) == 2
     assert not (tmp_path / "prediction.json").exists()
+
+
+def test_a_prediction_with_no_usable_level_keeps_its_curves(tmp_path):
+    """The generator behind at every level: no MAT can be read, the prediction stops with
+    the reason, and the curves it measured are on disk (nothing measured is lost)."""
+    from shrink.errors import MeasurementError
+
+    class Behind(FakeProvider):
+        @contextmanager
+        def open(self, share, mapping):
+            with super().open(share, mapping) as target:
+                target.generator_capacity = 0.2  # requests a second, under any level
+                yield target
+
+    plan = AutoPlan(warmup=1, duration=5, reps=2, probe_level=1.0, max_levels=3)
+    cfg = PredictConfig(alpha=0.25, thresholds={"mean": 0.004}, mappings=["1-replica"],
+                        plan=plan, paired_full_run=True)  # fmt: skip
+    with pytest.raises(MeasurementError, match="no usable level"):
+        predict(_sessions(3000), Behind(), cfg, tmp_path)
+    kept = LoadCurve.read_json(tmp_path / "measured-curve.json")
+    assert kept.levels and all(lv.generator_behind for lv in kept.levels)
+    assert (tmp_path / "full-curve.json").exists()

@@ -1,11 +1,13 @@
-"""The README's command tour runs as written (STYLE: the README run as a test).
+"""The README and the tour run as written (STYLE: the README run as a test).
 
-Each ```sh block under "A tour of the commands" is run line by line with bash in a
-scratch directory that has ``examples/`` linked in. The first block reads only what
-the project ships (``examples/traces``, made by ``examples/traces/make_traces.py``)
-or makes, so it runs on a fresh clone; the live-server block needs lighttpd and
-php-cgi; the last block reads the real traces through ``$SHARED`` and runs only
-where they are.
+The README's ```sh block under "Try it without a server" and every ```sh block of
+docs/tour.md are run line by line with bash in a scratch directory that has
+``examples/`` linked in. The README's block and the tour's first read only what the
+project ships (``examples/traces``, made by ``examples/traces/make_traces.py``) or
+make, so they run on a fresh clone; the tour's live-server block needs lighttpd and
+php-cgi; its last block reads the real traces through ``$SHARED`` and runs only
+where they are. Commands that need a server of yours ("Predict your own server")
+are checked against the CLI by tests/test_docs.py instead.
 """
 
 from __future__ import annotations
@@ -22,13 +24,25 @@ import pytest
 from tests.conftest import REAL, ROOT, SHARED
 
 README = ROOT / "README.md"
+TOUR = ROOT / "docs" / "tour.md"
+# A reader gets from the top of the README to predicting their own server in this
+# many lines, and reads all of it in five minutes.
+OWN_SERVER_BY_LINE = 60
+README_LINES = 200
+
+
+def _sh_blocks(text: str) -> list[str]:
+    return re.findall(r"```sh\n(.*?)```", text, flags=re.S)
+
+
+def _section(text: str, heading: str) -> str:
+    start = text.index(f"\n## {heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end > 0 else None]
 
 
 def _tour_blocks() -> list[str]:
-    text = README.read_text()
-    start = text.index("## A tour of the commands")
-    end = text.index("\n## ", start + 1)
-    return re.findall(r"```sh\n(.*?)```", text[start:end], flags=re.S)
+    return _sh_blocks(TOUR.read_text())
 
 
 STALLED = "no usable level: the generator fell behind at every level"
@@ -67,8 +81,31 @@ def scratch(tmp_path: Path) -> Path:
 def test_the_readme_has_the_two_commands_first():
     head = README.read_text().split("## ", 1)[0]
     assert "make demo" in head and "make test" in head
+    first = _sh_blocks(head)[0].splitlines()
+    assert first[0].startswith("make demo") and first[1].startswith("make test")
     ci = (ROOT / ".ci" / "run").read_text()
     assert "make test" in ci
+
+
+def test_the_readme_is_short_and_shows_your_own_server_early():
+    lines = README.read_text().splitlines()
+    assert len(lines) <= README_LINES, len(lines)
+    at = lines.index("## Predict your own server")
+    own = _sh_blocks(_section(README.read_text(), "Predict your own server"))[0]
+    commands = [ln for ln in own.splitlines() if ln.startswith("shrink ")]
+    assert [c.split()[1] for c in commands] == ["ingest", "predict", "validate"]
+    block_end = at + lines[at:].index("```", lines[at:].index("```sh") + 1)
+    assert block_end < OWN_SERVER_BY_LINE, block_end
+    # Dated results live in bench/RESULTS.md only.
+    dated = re.compile(r"[Ss]ession [0-9]+|20[0-9]{2}-[01][0-9]-[0-3][0-9]")
+    assert not [ln for ln in lines if dated.search(ln)]
+
+
+def test_the_readme_try_it_block_runs(scratch: Path):
+    blocks = _sh_blocks(_section(README.read_text(), "Try it without a server"))
+    assert len(blocks) == 1
+    _run_block(blocks[0], scratch)
+    assert (scratch / "support-25.parquet").exists() and (scratch / "access.parquet").exists()
 
 
 def test_tour_of_the_commands_runs(scratch: Path):

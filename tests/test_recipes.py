@@ -102,10 +102,12 @@ def test_templates_fill_every_placeholder_and_keep_literal_braces(tmp_path):
     r = CommandRecipe.read(f)
     assert r.stop_signal == 2 and r.commands[0][0] == str(tmp_path / "bin" / "srv")
     rep = build_mapping("1-replica", discover(), (0, 1), base_port=8123).replicas[0]
-    ctx = ReplicaContext(rep, Path("/d"), Path("/run/r0"), Path("/s"), 2, 5.0, spawn=None)  # type: ignore[arg-type]
+    srv = Path("/run/r0/srv")
+    ctx = ReplicaContext(rep, Path("/d"), Path("/run/r0"), srv, 2, 5.0, spawn=None)  # type: ignore[arg-type]
     vals = r.values(ctx)
     argv = [a.format(**vals) for a in r.commands[0][1:]]
-    want = ["--listen=127.0.0.1:8123", "--cpus=0-1", "-w6", "/d", "/run/r0/x.sock", "{json}"]
+    # {run_dir}: the replica's folder the server (not root) may write
+    want = ["--listen=127.0.0.1:8123", "--cpus=0-1", "-w6", "/d", f"{srv}/x.sock", "{json}"]
     assert argv == want
 
 
@@ -115,12 +117,12 @@ def test_nginx_config_pins_one_worker_per_core_and_has_its_own_pool(tmp_path):
     rep = build_mapping("2-replica-direct", discover(), (0, 1), base_port=8123).replicas[1]
     ctx = ReplicaContext(rep, tmp_path / "doc", tmp_path / "r1", tmp_path, 3, 5.0, spawn=None)  # type: ignore[arg-type]
     sock = tmp_path / "php-fpm.sock"
-    conf = render_nginx_conf(ctx, sock, tmp_path / "probe", as_root=False)
+    conf = render_nginx_conf(ctx, sock, tmp_path / "probe")
     assert "worker_processes 1;" in conf and "worker_cpu_affinity 10;" in conf
-    assert "listen 127.0.0.2:8123" in conf and f"fastcgi_pass unix:{sock};" in conf
-    assert "daemon off;" in conf and "user " not in conf
+    assert "listen 127.0.0.2:8123" in conf and f'fastcgi_pass "unix:{sock}";' in conf
+    assert "daemon off;" in conf and "user " not in conf and "disable_symlinks on;" in conf
     fpm = render_fpm_conf(ctx, sock, 3)
-    assert "[r1]" in fpm and f"listen = {sock}" in fpm
+    assert "[r1]" in fpm and f'listen = "{sock}"' in fpm
     assert "pm = static" in fpm and "pm.max_children = 3" in fpm and "pm.max_requests = 0" in fpm
 
 

@@ -8,12 +8,13 @@ adds levels inside each crossing's bracket until the MAT interval is narrow or t
 level budget is spent. Without a utilization reading, a geometric pass finds the
 knee instead.
 
-A *companion* (the full target with the full trace) can be measured alongside:
-every repetition of every level then runs on both, back to back, in alternating
-order (scaled first, then full first, ...). Two runs minutes apart on a machine
-whose speed drifts (a VM whose CPU speed moves by 1.8x within a minute) differ by
-that drift; two runs seconds apart, in counterbalanced order, see nearly the same
-machine. Refinement then splits the brackets of both curves' crossings.
+A *companion* (the full target with the full trace, for a validation) can be
+measured alongside: every repetition of every level then runs on both, back to
+back, in alternating order (scaled first, then full first, ...). Two runs minutes
+apart on a machine whose speed drifts differ by that drift; two runs seconds apart,
+in counterbalanced order, see nearly the same machine. The companion only follows:
+it chooses no level of the scaled sweep. Its own search (``auto_sweep(...,
+start=companion.levels)``) then brackets its crossings.
 
 Which level comes next is the knee search's decision (:mod:`shrink.knee`); this
 package measures. Its parts: ``_plan`` (:class:`AutoPlan`, :class:`Companion`, the
@@ -28,7 +29,7 @@ import typing as _typing
 
 from shrink.autolevels import _level
 from shrink.autolevels._curve import companion_curve
-from shrink.autolevels._plan import AutoPlan, Companion
+from shrink.autolevels._plan import AutoPlan, Companion, matched_plan, sample_ratio
 from shrink.autolevels._sweep import Progress, auto_sweep, last_level
 from shrink.knee import above as _knee_above
 from shrink.measure import SweepInterrupted
@@ -46,6 +47,8 @@ __all__ = [
     "auto_sweep",
     "companion_curve",
     "last_level",
+    "matched_plan",
+    "sample_ratio",
 ]
 
 

@@ -60,10 +60,9 @@ def run_level(
     if companion is not None:
         c_target, c_trace = companion.target, companion.trace
         pair = side_run(c_target, c_trace, factor, plan.warmup, plan.duration, 1.0, plan)
-    # Time scaling stays exact: the scaled side runs k times its twin's seconds, so at
-    # share_load times the rate it measures k * share_load times its twin's copies.
-    copies = None if pair is None else round(k * plan.share_load * pair[1].copies)
-    mine = side_run(target, trace, scaled, k * plan.warmup, k * plan.duration, k, plan, copies)
+    # The scaled side's run is its own, whether a companion runs beside it or not: the
+    # companion steers nothing of it.
+    mine = side_run(target, trace, scaled, k * plan.warmup, k * plan.duration, k, plan)
     # Each side with the rate factor it runs at: the share's scaled, its twin's the level's.
     got = [(mine, scaled)] + ([(pair, factor)] if companion is not None else [])
     if any(side is None for side, _ in got):

@@ -4,7 +4,7 @@ measured alongside)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from shrink.loadcurve import Level
 from shrink.measure import LOOP_SESSIONS, default_loop_window
@@ -84,3 +84,35 @@ def loop_span(trace: Trace, plan: AutoPlan) -> float:
         return float(plan.loop_window)
     alpha = float(trace.meta.get("alpha") or 1.0)
     return default_loop_window(trace, plan.skip, round(LOOP_SESSIONS * alpha))
+
+
+def matched_plan(plan: AutoPlan, speed: float, nominal: float, sample_ratio: float) -> AutoPlan:
+    """``plan`` for a CPU-time share of ``nominal`` whose speed is ``speed``.
+
+    The share's load per level is its speed over its nominal fraction, over the
+    sample's own share of the loop window's requests relative to alpha
+    (``sample_ratio``): at one level the share is then as loaded as the full target
+    would be, so one sweep's levels reach its knee. Its time runs slow by 1/speed
+    (shrink.measure.slow_motion): a server at speed s moves through its queueing
+    states 1/s slower. Both only choose where and how long the share is measured;
+    the scaling reads throughputs, not levels.
+    """
+    load = speed / nominal if nominal > 0 and speed > 0 else 1.0
+    scaled = plan.scaled_time / load if plan.scaled_time != 1.0 else 1.0
+    return replace(plan, share_load=load / sample_ratio, scaled_time=scaled)
+
+
+def sample_ratio(trace: Trace, sample: Trace, plan: AutoPlan, alpha: float) -> float:
+    """The sample's request rate over ``alpha`` times the trace's in the window the sweep
+    loops (after ``plan.skip``); 1 without a window or where either is empty."""
+    from shrink.errors import ParameterError
+    from shrink.measure import loop_window
+
+    if not plan.loop_window or alpha <= 0 or len(sample) == 0:
+        return 1.0
+    try:
+        mine = len(loop_window(sample, plan.skip, plan.loop_window))
+        whole = len(loop_window(trace, plan.skip, plan.loop_window))
+    except ParameterError:  # no session starts in the window: nothing to compare
+        return 1.0
+    return mine / (alpha * whole) if mine and whole else 1.0

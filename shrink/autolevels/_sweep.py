@@ -15,7 +15,6 @@ from shrink.autolevels._plan import AutoPlan, Companion, loop_span
 from shrink.errors import MeasurementError
 from shrink.knee import (
     GROWTH_NEAR,
-    SECOND_KNEE,
     Refinement,
     all_over,
     any_over,
@@ -45,14 +44,18 @@ def auto_sweep(
     alpha: float | None = None,
     progress: Progress | None = None,
     companion: Companion | None = None,
-    between: Callable[[float], None] | None = None,
+    start: Mapping[float, Level] | None = None,
 ) -> LoadCurve:
     """Sweep ``trace`` on ``target`` with levels chosen around the thresholds' crossings.
 
     With a ``companion``, every repetition also runs on the companion's target
-    (see :class:`Companion`); its levels land in ``companion.levels``. ``between``
-    is called after each new level with its knob value (predict checks the full
-    target's capacity there); its seconds count against ``plan.budget_s``.
+    (see :class:`Companion`); its levels land in ``companion.levels``. The companion
+    only follows: its results choose no level and re-run no repetition of the swept
+    side, so the swept curve is the same with or without it.
+
+    ``start``: levels already measured on ``target`` (a companion's, for a
+    validation): the sweep goes on from them with its own search upward and
+    refinement until its own crossings are bracketed, without a probe or coarse pass.
     """
     plan = plan or AutoPlan()
     if companion is not None and knob != "rate_factor":
@@ -77,7 +80,9 @@ def auto_sweep(
     base_rate = trace.info().request_rate
     if plan.scaled_time != 1.0:
         trace = slow_motion(trace, plan.scaled_time)
-    sweep = _Sweep(target, trace, thresholds, knob, plan, seed, alpha, progress, companion, between)
+    sweep = _Sweep(target, trace, thresholds, knob, plan, seed, alpha, progress, companion)
+    if start:
+        sweep.levels.update({float(round(k, 6)): v for k, v in start.items()})
     try:
         sweep.measure()
     except KeyboardInterrupt as exc:
@@ -121,7 +126,6 @@ class _Sweep:
         alpha: float | None,
         progress: Progress | None,
         companion: Companion | None,
-        between: Callable[[float], None] | None = None,
     ) -> None:
         self.alpha = alpha
         self.target = target
@@ -133,17 +137,19 @@ class _Sweep:
         self.progress = progress
         self.companion = companion
         self.levels: dict[float, Level] = {}
-        # the companion's levels, each the twin of the level of the same knob value
-        self.twins = [] if companion is None else [(companion.levels, companion.thresholds)]
         self.too_short: list[float] = []
         self.out_of_time: list[float] = []
         self.retried: list[float] = []
         self.budget = plan.max_levels
         self.step = 0
         self.clock = Clock(plan, companion is not None)
-        self.between = between
 
     def measure(self) -> None:
+        if self.levels:  # going on from measured levels (a validation's own search)
+            last = self.levels[last_level(self.levels)]
+            self._search(last, None)
+            self._refine()
+            return
         plan, knob = self.plan, self.knob
         unit = {"rate_factor": 1.0, "users": float(self.trace.meta.get("users") or 1.0)}
         probe = plan.probe_level if plan.probe_level is not None else 0.1 * unit.get(knob, 1.0)
@@ -157,11 +163,10 @@ class _Sweep:
                 f"level ({knob} {probe:g}) with {plan.warmup:g} s warm-up and a "
                 f"{plan.min_duration:g} s window; use a longer trace or a lower probe level"
             )
-        ests = self._capacities(first, probe)
-        est = min(ests.values()) if ests else None
+        est = self._capacity(first, probe)
         last: Level | None = first
-        if ests:
-            last, est = self._coarse(first, ests)
+        if est is not None:
+            last, est = self._coarse(first, est)
         self._search(last, est)
         self._refine()
 
@@ -171,32 +176,9 @@ class _Sweep:
         unit = _unit_rate(self.trace, self.knob)
         return None if unit is None else unit * self.plan.share_load
 
-    def _capacities(self, level: Level, knob_value: float) -> dict[str, float]:
-        """The capacity estimates that may steer the coarse pass at ``level``, by side
-        ("swept", "companion").
-
-        Without a companion it is the swept side's. With one, the coarse pass steps by
-        the lower of the two sides' that are not yet over all their thresholds: both
-        crossings must be bracketed, and the share's estimate alone once led the coarse
-        pass from 64% of the whole core's capacity straight to twice it, so that the
-        full-scale MAT (the truth a prediction is judged by) was an interpolation across
-        that gap (2026-11-24, two of three demo runs).
-        """
-        est = capacity(level, knob_value, self._unit_rate())
-        if self.companion is None:
-            return {} if est is None else {"swept": est}
-        ests = {}
-        if est is not None and not all_over(level, self.thresholds):
-            ests["swept"] = est
-        twin = self.companion.levels.get(level.level)
-        if twin is not None and not all_over(twin, self.companion.thresholds):
-            unit = _unit_rate(self.companion.trace, self.knob)
-            twin_est = capacity(twin, knob_value, unit)
-            if twin_est is not None:
-                ests["companion"] = twin_est
-        if not ests and est is not None:
-            ests["swept"] = est
-        return ests
+    def _capacity(self, level: Level, knob_value: float) -> float | None:
+        """The swept side's capacity estimate at ``level`` (None without one)."""
+        return capacity(level, knob_value, self._unit_rate())
 
     def _warm(self, probe: float) -> None:
         """A discarded run first: a server that just started has cold caches, PHP
@@ -215,19 +197,14 @@ class _Sweep:
             self.companion,
         )
 
-    def _coarse(self, last: Level, ests: dict[str, float]) -> tuple[Level, float]:
+    def _coarse(self, last: Level, est: float) -> tuple[Level, float]:
         """Levels at fractions of the estimated capacity.
 
         Re-estimates from each new level, since utilization grows faster than
         linearly near the knee on real servers (caches, PHP pools) and a single
-        light probe misjudges it. With a companion it steps by the lower of the two
-        sides' estimates; once that side is over its thresholds, the other side's knee
-        is bracketed in the longer steps of SECOND_KNEE (its estimate now comes from a
-        busy level, and the refinement splits the bracket afterwards).
+        light probe misjudges it.
         """
         fractions = list(self.plan.coarse)
-        est = min(ests.values())
-        side = min(ests, key=ests.__getitem__)
         while self.budget > 0:
             lvl = coarse_next(fractions, est, last_level(self.levels))
             if lvl is None:
@@ -237,15 +214,9 @@ class _Sweep:
             if lv is None:  # the trace cannot fill a window this fast: no higher level can
                 break
             last = lv
-            if past_knee(lv, self.thresholds, all_over, self.twins):
+            if past_knee(lv, self.thresholds, all_over):
                 break
-            ests = self._capacities(lv, lvl)
-            if not ests:
-                continue
-            if side not in ests:  # the side that steered is over: the other's knee next
-                fractions = list(SECOND_KNEE)
-            side = min(ests, key=ests.__getitem__)
-            est = ests[side]
+            est = self._capacity(lv, lvl) or est
         return last, est
 
     def _search(self, last: Level | None, est: float | None) -> None:
@@ -253,7 +224,7 @@ class _Sweep:
         while (
             self.budget > 0
             and last is not None
-            and not past_knee(last, self.thresholds, any_over, self.twins)
+            and not past_knee(last, self.thresholds, any_over)
         ):
             lv = self.run(search_level(last_level(self.levels), est), "search")
             self.budget -= 1
@@ -262,21 +233,14 @@ class _Sweep:
             last = lv
 
     def _refine(self) -> None:
-        """Split the bracket of each statistic's crossing (on both curves, with a companion)."""
-        companion = self.companion
+        """Split the bracket of each statistic's crossing on the swept curve."""
         # Steps up for a statistic not crossed yet: the search upward stops once any
-        # statistic is over, and a p99.9 whose knee lies above the mean's was left only a
-        # bound (the whole core's in two of seven demo runs, session 12).
+        # statistic is over, and a p99.9 whose knee lies above the mean's would be left
+        # only a bound.
         policy = Refinement(rel_width=self.plan.refine_rel_width, up=GROWTH_NEAR)
         while self.budget > 0:
             curve = curve_of(self.levels, self.knob, self.target, self.trace, self.alpha)
-            sides = [(curve, self.thresholds)]
-            if companion is not None:
-                c_curve = curve_of(
-                    companion.levels, self.knob, companion.target, companion.trace, 1.0
-                )
-                sides.append((c_curve, companion.thresholds))
-            step = next_step(sides, policy)
+            step = next_step([(curve, self.thresholds)], policy)
             if step is None:
                 break
             self.budget -= 1
@@ -316,8 +280,6 @@ class _Sweep:
         self.levels[level] = got[0]
         if self.companion is not None and got[1] is not None:
             self.companion.levels[level] = got[1]
-        if self.between is not None:
-            self.clock.timed(0, self.between, level)
         return got[0]
 
     def _rerun_behind(
@@ -327,13 +289,13 @@ class _Sweep:
         should not end a sweep: run one more (paired) repetition until enough kept up,
         and keep every repetition (those that fell behind are left out of the
         statistics). A generator that really cannot keep up stops this at once or
-        after ``reps`` more."""
+        after ``reps`` more. Only the swept side decides: the companion steers nothing."""
         extra = 0
         while (
             self.plan.retry_behind
             and extra < lplan.reps
-            and behind(got, lplan.reps)
-            and not surely_over(got, lplan.reps, self.thresholds, self.companion)
+            and behind((got[0], None), lplan.reps)
+            and not surely_over((got[0], None), lplan.reps, self.thresholds, None)
             and not generator_saturated(got[0])
             and self.clock.fits(1)
         ):

@@ -2,13 +2,25 @@
 
 Each command group lives in its own module with a ``register(app)`` function.
 Exit statuses are listed in :mod:`shrink.cli._common`.
+
+Start-up is kept short (``bench/bench_cli.py``): the command modules import the
+library inside their commands, so ``shrink --help`` never loads numpy, pyarrow or
+pydantic; :func:`main` builds only the command that the arguments name (typer builds
+every command's options before parsing, which costs more than importing typer);
+help is click's plain text (typer's rich help imports rich's Markdown and traceback
+renderers, about as much again as typer itself).
 """
 
 from __future__ import annotations
 
+import copy
+import inspect
+import os
+import sys
+
 import typer
 
-from shrink._version import __version__
+from shrink._version import DISTRIBUTION, __version__
 from shrink.cli import (
     extrapolate_cmd,
     ingest_cmd,
@@ -28,14 +40,14 @@ app = typer.Typer(
     name="shrink",
     help="Predict a multi-core web server's capacity from scaled-down (SHRiNK) experiments.",
     no_args_is_help=True,
-    add_completion=False,
+    rich_markup_mode=None,
     pretty_exceptions_enable=False,
 )
 
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"shrink {__version__}")
+        typer.echo(f"{DISTRIBUTION} {__version__}")
         raise typer.Exit()
 
 
@@ -66,5 +78,41 @@ tidy(app)
 guard_all(app)
 
 
-def main() -> None:
-    app()
+def _stub(info: typer.models.CommandInfo) -> typer.models.CommandInfo:
+    """``info`` with a callback of no options: the same name and help in a list of commands."""
+
+    def listed() -> None:
+        raise AssertionError("a listed-only command ran")  # main() builds the one that runs
+
+    listed.__doc__ = inspect.getdoc(info.callback) if info.callback else None
+    stub = copy.copy(info)
+    stub.callback = listed
+    return stub
+
+
+def _pruned(group: typer.Typer, keep: str | None) -> typer.Typer:
+    """``group`` with every command but ``keep`` (a command or sub-group's name) listed only."""
+    out = copy.copy(group)
+    out.registered_commands = [
+        c if keep is not None and c.name == keep else _stub(c) for c in group.registered_commands
+    ]
+    out.registered_groups = []
+    for g in group.registered_groups:
+        if not (keep is not None and g.name == keep) and g.typer_instance is not None:
+            g = copy.copy(g)
+            g.typer_instance = _pruned(g.typer_instance, None)
+        out.registered_groups.append(g)
+    return out
+
+
+def app_for(args: list[str]) -> typer.Typer:
+    """The app with only the command that ``args`` name built in full (all of it to complete)."""
+    if any(k.startswith("_") and k.endswith("_COMPLETE") for k in os.environ):
+        return app  # completing a word needs every command's options
+    keep = next((a for a in args if not a.startswith("-")), None)
+    return _pruned(app, keep)
+
+
+def main(args: list[str] | None = None) -> None:
+    """The ``shrink`` command: ``args`` (default: the command line's) run as typer runs them."""
+    app_for(sys.argv[1:] if args is None else args)(args=args)

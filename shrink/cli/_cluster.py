@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from shrink.replay.cluster import ClusterSpec, parse_cluster
+if TYPE_CHECKING:
+    from shrink.replay.cluster import ClusterSpec
 
 __all__ = ["ClusterOpt", "GeneratorsOpt", "cluster_spec"]
 
@@ -15,7 +16,7 @@ ClusterOpt = Annotated[
     typer.Option(
         "--cluster",
         help="Run the load generators on a Ray cluster: ray:ADDRESS as ray.init takes it "
-        "(ray:auto: the running cluster). Needs pip install 'shrink\\[ray]'.",
+        "(ray:auto: the running cluster). Needs pip install 'shrink-capacity[ray]'.",
     ),
 ]
 GeneratorsOpt = Annotated[
@@ -29,4 +30,6 @@ GeneratorsOpt = Annotated[
 
 def cluster_spec(cluster: str | None, generators: int | None) -> ClusterSpec | None:
     """The cluster to run on, or None (``--generators`` alone is ignored, as documented)."""
+    from shrink.replay.cluster import parse_cluster
+
     return parse_cluster(cluster, generators)

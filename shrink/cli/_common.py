@@ -25,18 +25,15 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import click
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from shrink.errors import OptionError, ParameterError, ShrinkError
-from shrink.files import check_output
 from shrink.jsonout import dumps
 
-console = Console(stderr=True)
+if TYPE_CHECKING:
+    from rich.console import Console
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -46,11 +43,27 @@ EXIT_INTERRUPTED = 130
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+@functools.cache
+def console() -> Console:
+    """rich's Console on stderr, made on first use (importing rich.console costs about
+    what importing typer does, and ``shrink --help`` needs neither it nor its markup)."""
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def escape(text: str) -> str:
+    """``text`` shown as it is in rich markup (``x[/y]`` is text, not a tag)."""
+    from rich.markup import escape
+
+    return escape(text)
+
+
 def _error_line(text: str) -> None:
     # One line: a message with a newline (a subprocess's stderr) is folded.
     # Escaped: a path or field name like "x[/y]" is text, not a rich markup tag.
     line = escape(" ".join(str(text).split()))
-    console.print(f"[bold red]error:[/] {line}", highlight=False, soft_wrap=True)
+    console().print(f"[bold red]error:[/] {line}", highlight=False, soft_wrap=True)
 
 
 @contextmanager
@@ -58,7 +71,7 @@ def cli_errors() -> Iterator[None]:
     """Turn shrink's errors into one clear line on stderr and exit code 1."""
     try:
         yield
-    except (typer.Exit, click.exceptions.Exit, click.ClickException, click.Abort):
+    except (typer.Exit, typer.Abort, typer.TyperException):
         raise
     except OptionError as exc:
         _error_line(str(exc))
@@ -74,7 +87,7 @@ def cli_errors() -> Iterator[None]:
     except KeyboardInterrupt as exc:
         # Say only what exists: a command that kept files lists them on the exception.
         kept = [escape(str(k)) for k in getattr(exc, "kept", [])]
-        console.print(
+        console().print(
             "[yellow]interrupted[/]: "
             + (f"kept {', '.join(kept)}" if kept else "nothing measured was written"),
             highlight=False,
@@ -117,6 +130,8 @@ def output_path(path: Path | None, *, kind: str = "file", what: str = "output") 
 
     A path that cannot be written is a refused option: one line, exit status 2.
     """
+    from shrink.files import check_output
+
     if path is None:
         return None
     try:
@@ -245,7 +260,7 @@ def exit_if_bound(bounds: list[str]) -> None:
     from shrink.mat import EXIT_BOUND
 
     shown = ", ".join(bounds[:4]) + (f" and {len(bounds) - 4} more" if len(bounds) > 4 else "")
-    console.print(
+    console().print(
         f"[yellow]bound[/]: {escape(shown)}: the threshold was not crossed within the "
         f"measured range (exit status {EXIT_BOUND})",
         highlight=False,

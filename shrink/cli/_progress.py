@@ -18,7 +18,7 @@ Progress = Callable[[str, int, int], None]
 
 def on_terminal() -> bool:
     """Whether a progress bar can be seen: stdout and the (stderr) console are terminals."""
-    return sys.stdout.isatty() and console.is_terminal
+    return sys.stdout.isatty() and console().is_terminal
 
 
 def line_progress(title: str, unit: str = "") -> Progress:

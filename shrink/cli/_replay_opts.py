@@ -4,17 +4,18 @@ target they build from them, and how they print a latency, a failure limit and p
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import numpy as np
 import typer
 
 from shrink.checks import parse_duration
 from shrink.cli._common import console
 from shrink.errors import OptionError
-from shrink.replay.cluster import ClusterSpec
-from shrink.topology import parse_cpulist
+
+if TYPE_CHECKING:
+    from shrink.replay.cluster import ClusterSpec
 
 _Targets = Annotated[
     list[str],
@@ -96,6 +97,8 @@ GENERATOR_HINT = (
 
 
 def _cpus(text: str | None) -> list[int] | None:
+    from shrink.topology import parse_cpulist
+
     return None if text is None else list(parse_cpulist(text))
 
 
@@ -153,7 +156,7 @@ def _target(
 
 
 def _ms(x: float | None) -> str:
-    return "-" if x is None or not np.isfinite(x) else f"{x * 1e3:.3f} ms"
+    return "-" if x is None or not math.isfinite(x) else f"{x * 1e3:.3f} ms"
 
 
 def _limit_text() -> str:
@@ -179,7 +182,7 @@ def _progress_sweep(fn: Any) -> Any:
         BarColumn(),
         TextColumn("{task.completed}/{task.total} runs"),
         TimeRemainingColumn(),
-        console=console,
+        console=console(),
         transient=True,
     ) as bar:
         task = bar.add_task("starting", total=1)

@@ -5,6 +5,10 @@
 - The usage line names arguments in capitals, as Unix tools do: ``TRACE``, and
   ``[TRACE]`` when optional (not ``{trace}``).
 - ``--output`` is a hidden alias of ``--out``: ``-o`` means ``--out`` everywhere.
+- ``--help`` and the completion flags, not given, are ``False`` (typer leaves them
+  ``None``, then coerces that with a pydantic validator: importing pydantic for
+  it doubled the time a command took to start). Only flags whose value goes to
+  their callback alone: a flag of a command may mean something by ``None``.
 
 ``tidy(app)`` gives every command and group of a Typer app these classes.
 """
@@ -24,8 +28,11 @@ def _tidy_param(param: Any) -> None:
     if getattr(param, "param_type_name", "") == "argument":
         if param.metavar is None:
             param.metavar = param.name.upper()
-    elif getattr(param, "is_flag", False) and param.metavar is None:
-        param.metavar = ""
+    elif getattr(param, "is_flag", False):
+        if param.metavar is None:
+            param.metavar = ""
+        if param.default is None and not param.expose_value:
+            param.default = False
 
 
 def _usage_pieces(cmd: Any, ctx: Any) -> list[str]:

@@ -20,7 +20,6 @@ from shrink.cli._common import (
 )
 from shrink.defaults import THRESHOLDS_TEXT
 from shrink.jsonout import dumps
-from shrink.mapping import check_mapping_names, check_mappings
 
 _CAL_HELP = "'published' (fit the papers' figures) or a calibration JSON from 'shrink calibrate'."
 
@@ -179,8 +178,9 @@ def whatif(
             else {"schema": "shrink.whatif/1", "predictions": preds}
         )
         if output:
-            output.parent.mkdir(parents=True, exist_ok=True)
-            output.write_text(dumps(doc, indent=1, sort_keys=True, default=float) + "\n")
+            from shrink.atomic import write_text
+
+            write_text(output, dumps(doc, indent=1, sort_keys=True, default=float) + "\n")
         if json_out:
             echo_json(doc)
             return
@@ -208,6 +208,7 @@ def extrapolate(
     from shrink.checks import parse_thresholds
     from shrink.loadcurve import LoadCurve
     from shrink.machine import Machine
+    from shrink.mapping import check_mapping_names, check_mappings
 
     with cli_errors():
         output_path(output)

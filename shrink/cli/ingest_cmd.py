@@ -99,7 +99,7 @@ def ingest(
     typer.echo(_skipped_line(fmt, trace.meta, summary["skipped"], summary["skipped_lines"]))
     repaired = trace.meta.get("repaired_lines") or []
     if repaired:
-        console.print(
+        console().print(
             f"note: accepted {trace.meta.get('repaired')} line(s) whose last quote is missing: "
             + ", ".join(str(n) for n in repaired[:_SHOWN_SKIPS]),
             highlight=False,

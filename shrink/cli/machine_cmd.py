@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 
 from shrink.cli._common import cli_errors, echo_json
-from shrink.topology import format_cpulist, load_machine
 
 machine_app = typer.Typer(
     help="Machine topology: discover it, or read a spec.", no_args_is_help=True
@@ -26,6 +25,8 @@ def show(
     toml: Annotated[bool, typer.Option("--toml", help="Print the TOML spec.")] = False,
 ) -> None:
     """Sockets, cores per socket, SMT threads, last-level cache and NIC queues."""
+    from shrink.topology import format_cpulist, load_machine
+
     with cli_errors():
         m = load_machine(machine)
     if as_json:
@@ -55,6 +56,8 @@ def write(
     machine: MachineOpt = "this",
 ) -> None:
     """Write the machine (default: this one, discovered) as a TOML spec."""
+    from shrink.topology import load_machine
+
     with cli_errors():
         load_machine(machine).write_toml(out)
     typer.echo(f"wrote {out}")

@@ -30,10 +30,10 @@ from shrink.cli._replay_opts import (
 )
 from shrink.defaults import MAX_LEVELS
 from shrink.errors import ParameterError
-from shrink.mat import MATResult, mat_text
 
 if TYPE_CHECKING:
     from shrink.loadcurve import LoadCurve
+    from shrink.mat import MATResult
 
 
 def mat_cmd(
@@ -142,6 +142,8 @@ def mat_cmd(
 
 
 def _print_mat(res: MATResult, stat: str, thr: float, added: list[float], lc: LoadCurve) -> None:
+    from shrink.mat import mat_text
+
     ci = "" if res.bound else f"  CI [{res.ci[0]:,.1f}, {res.ci[1]:,.1f}]"
     typer.echo(
         f"MAT ({threshold_text(stat, thr)}): "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -24,20 +24,23 @@ from shrink.cli._common import (
     threshold_text,
 )
 from shrink.cli._progress import line_progress, on_terminal
+from shrink.cli._replay_opts import _GenCpus, _Overlap, _Realtime
 from shrink.defaults import ALPHA, DURATION, MAX_LEVELS, REPS, THRESHOLDS_TEXT, WARMUP
 from shrink.errors import OptionError
 from shrink.jsonout import dumps
-from shrink.mapping import BUILTIN_MAPPINGS, check_mapping_names
-from shrink.prediction import Prediction
+
+if TYPE_CHECKING:
+    from shrink.prediction import Prediction
 
 # The options with long help, named here to keep the command short.
 _PairedFullRun = Annotated[
     bool,
     typer.Option(
         "--paired-full-run",
-        help="Also run the whole trace on the full target, each repetition next to its "
-        "scaled twin, for 'shrink validate --full-run paired' on a machine whose speed "
-        "drifts (a VM). Doubles the measuring time; the prediction uses the scaled runs.",
+        help="For validation: also run the whole trace on the full target, each repetition "
+        "next to its scaled twin, then at levels of its own search, for 'shrink validate "
+        "--full-run paired' on a machine whose speed drifts (a VM). None of it reaches the "
+        "prediction or chooses the share's levels.",
     ),
 ]
 _TimeScaling = Annotated[
@@ -81,6 +84,15 @@ _Server = Annotated[
         "or a RECIPE.toml file.",
     ),
 ]
+_Calibrate = Annotated[
+    bool,
+    typer.Option(
+        "--calibrate/--no-calibrate",
+        help="On a CPU-time share, calibrate its speed with light runs on the full target "
+        "(at most 10%% busy, 20 s in all; prediction.json records them). --no-calibrate: "
+        "take the nominal fraction, for a full target you cannot run at all.",
+    ),
+]
 _Budget = Annotated[
     str | None,
     typer.Option(
@@ -105,7 +117,7 @@ def _progress_bar():
         TextColumn("{task.completed}/{task.total}"),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
-        console=console,
+        console=console(),
         transient=False,
     )
 
@@ -170,6 +182,10 @@ def predict(
     budget: _Budget = None,
     cluster: ClusterOpt = None,
     generators: GeneratorsOpt = None,
+    generator_cpus: _GenCpus = None,
+    allow_overlap: _Overlap = False,
+    realtime: _Realtime = 0,
+    calibrate: _Calibrate = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print prediction.json.")] = False,
 ) -> None:
     """Predict the full machine's MAT for each mapping from a scaled-down run.
@@ -179,7 +195,7 @@ def predict(
     Writes DIR/prediction.json, DIR/report.md, DIR/report.html and figures.
     """
     from shrink.checks import parse_thresholds
-    from shrink.pipeline import run_predict
+    from shrink.pipeline import GeneratorPlacement, run_predict
     from shrink.topology import parse_cpulist
 
     with cli_errors():
@@ -194,6 +210,8 @@ def predict(
         plan = _plan(warmup, duration, reps, max_levels, budget)
         with as_option("--server-cpus"):
             cpus = parse_cpulist(server_cpus) if server_cpus else None
+        with as_option("--generator-cpus"):
+            gen_cpus = None if generator_cpus is None else tuple(parse_cpulist(generator_cpus))
         with as_option("--skip"):
             skip_s = None if skip == "auto" else _skip_seconds(skip)
         from shrink.cli.testbed_cmd import warn_docroot, warn_stale
@@ -224,6 +242,8 @@ def predict(
                 skip=skip_s,
                 server=server,
                 cluster=cluster_spec(cluster, generators),
+                generator=GeneratorPlacement(gen_cpus, allow_overlap, realtime),
+                calibrate=calibrate,
             )
     if as_json:
         echo_json(pred.to_dict())
@@ -255,6 +275,8 @@ def _sim_workload(trace_path: Path, pred: Prediction) -> str:
 def _mapping_names(mappings: str) -> tuple[str, ...]:
     """``--mappings``: 'all' or a comma list, each name checked (the machine's CPUs are
     checked against them before the first run)."""
+    from shrink.mapping import BUILTIN_MAPPINGS, check_mapping_names
+
     names = BUILTIN_MAPPINGS if mappings == "all" else tuple(m.strip() for m in mappings.split(","))
     if not names or not all(names):
         raise OptionError("--mappings", f"{mappings!r}: must be 'all' or a comma list")

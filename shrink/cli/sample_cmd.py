@@ -10,7 +10,6 @@ from typing import Annotated, Any
 import typer
 
 from shrink.cli._common import cli_errors, console, echo_json, output_path, plural
-from shrink.trace import Trace
 
 
 class Level(StrEnum):
@@ -56,6 +55,7 @@ def sample(
     """
     import samplers
     from samplers import SamplerWarning
+    from shrink.trace import Trace
 
     with cli_errors(), warnings.catch_warnings(record=True) as caught:
         output_path(out)
@@ -77,7 +77,7 @@ def sample(
         result.write_parquet(out)
     for w in caught:
         if issubclass(w.category, SamplerWarning):
-            console.print(f"[yellow]warning:[/] {w.message}", highlight=False, soft_wrap=True)
+            console().print(f"[yellow]warning:[/] {w.message}", highlight=False, soft_wrap=True)
     summary = {
         "out": str(out),
         **{
@@ -118,6 +118,7 @@ def split(
     replica addresses each replay one part.
     """
     import samplers
+    from shrink.trace import Trace
 
     with cli_errors():
         output_path(out, kind="dir")

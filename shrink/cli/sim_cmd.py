@@ -24,7 +24,6 @@ from shrink.cli._replay_opts import _Export
 from shrink.cli.sweep_cmd import _levels
 from shrink.defaults import DURATION, REPS, WARMUP
 from shrink.errors import OptionError, ParameterError, TopologyError
-from shrink.mat import mat_text
 
 sim_app = typer.Typer(
     help="Simulate a multi-socket web server (sockets, RSS queues, workers, PHP, L3).",
@@ -118,7 +117,7 @@ def _progress(msg: str) -> None:
     """A line on stderr per step: ``sim mappings`` and ``sim scaling`` take minutes."""
     from rich.markup import escape
 
-    console.print(f"[dim]{escape(msg)}[/]", highlight=False)
+    console().print(f"[dim]{escape(msg)}[/]", highlight=False)
 
 
 def _workload_line(res: dict[str, Any]) -> str:
@@ -174,6 +173,7 @@ def scaling_cmd(
     with cli_errors():
         from shrink.checks import parse_thresholds
         from shrink.machine import Machine
+        from shrink.mat import mat_text
         from shrink.sim.scaling import MatSearch, scaling
 
         m = Machine.read_toml(machine)
@@ -235,6 +235,7 @@ def mappings_cmd(
         from shrink.checks import parse_thresholds
         from shrink.machine import Machine
         from shrink.mapping import check_mappings
+        from shrink.mat import mat_text
         from shrink.sim.scaling import MatSearch, compare_mappings
 
         names = [x.strip() for x in mappings.split(",") if x.strip()]

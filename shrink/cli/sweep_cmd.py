@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
-import numpy as np
 import typer
 
 from shrink.checks import parse_duration
@@ -53,7 +53,7 @@ def _levels(text: str) -> list[float]:
         out = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise OptionError("--levels", f"{text!r}: must be numbers separated by commas") from None
-    if not out or not all(np.isfinite(x) and x > 0 for x in out):
+    if not out or not all(math.isfinite(x) and x > 0 for x in out):
         raise OptionError("--levels", f"{text!r}: must name at least one level, each > 0")
     return out
 
@@ -62,7 +62,7 @@ def _curve_summary(curve: Any) -> list[dict[str, Any]]:
     """Per level: each statistic as [mean over repetitions, 95% CI low, high] (NaN: null)."""
 
     def triple(lv: Any, stat: str) -> list[float | None]:
-        return [None if not np.isfinite(v) else float(v) for v in lv.stat(stat)]
+        return [None if not math.isfinite(v) else float(v) for v in lv.stat(stat)]
 
     return [
         {
@@ -253,7 +253,7 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
             "failed": x.failed,
             "send_lag_p99": _max_lag(x),
             # why mean and p99.9 are null (JSON has no NaN)
-            **({} if np.isfinite(x.stat("mean")[0]) else {"note": "no request was served"}),
+            **({} if math.isfinite(x.stat("mean")[0]) else {"note": "no request was served"}),
         }
         for x in curve.levels
     ]
@@ -305,7 +305,7 @@ def _metrics(recorder: Any, port: int | None) -> Iterator[None]:
     from shrink.export.metrics import MetricsServer
 
     with MetricsServer(recorder.runs, port) as server:
-        console.print(f"metrics: http://127.0.0.1:{server.port}/metrics", highlight=False)
+        console().print(f"metrics: http://127.0.0.1:{server.port}/metrics", highlight=False)
         yield
 
 

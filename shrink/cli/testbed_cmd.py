@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from shrink.cli._common import cli_errors, echo_json, output_path, plural
-from shrink.enforce import DEFAULT as DEFAULT_ENFORCE
 from shrink.errors import ParameterError, TestbedError
-from shrink.irq import apply_plan, format_plan, plan_irq_affinity
-from shrink.machine import Machine
-from shrink.mapping import Mapping
-from shrink.share import Share
-from shrink.testbed import lifecycle
-from shrink.testbed.config import PHP_CHILDREN_PER_CORE, PhpLimits
-from shrink.testbed.state import TestbedState
-from shrink.topology import format_cpulist, load_machine
+
+if TYPE_CHECKING:
+    from shrink.machine import Machine
+    from shrink.mapping import Mapping
+    from shrink.testbed.config import PhpLimits
+
+# The defaults of shrink.enforce.DEFAULT and shrink.testbed.config.PHP_CHILDREN_PER_CORE,
+# written out so that `shrink --help` need not import the testbed (a test checks they agree).
+DEFAULT_ENFORCE = "cfs"
+PHP_CHILDREN_PER_CORE = 1
 
 testbed_app = typer.Typer(help="Start, check and stop the real testbed.", no_args_is_help=True)
 
@@ -105,6 +106,10 @@ def up(
     as_json: Annotated[bool, typer.Option("--json", help="Print the state as JSON.")] = False,
 ) -> None:
     """Start one server replica per mapping replica, pinned to its cores, capped by the share."""
+    from shrink.share import Share
+    from shrink.testbed import lifecycle
+    from shrink.topology import format_cpulist, load_machine
+
     warn_stale()
     with cli_errors():
         output_path(state, what="--state")
@@ -141,12 +146,15 @@ def up(
             f"  {r.name}  http://{r.address}:{r.port}/  CPUs {format_cpulist(r.cpus)}  "
             + "  ".join(f"{role} {pids}" for role, pids in r.processes.items())
         )
-    for note in st.notes:
-        typer.echo(f"note: {note}")
+    for note in st.notes:  # a warning (another testbed on these CPUs) says so itself
+        warn = note.startswith("warning: ")
+        typer.echo(note if warn else f"note: {note}", err=warn)
     typer.echo(f"state: {state}   stop with: shrink testbed down --state {state}")
 
 
 def _irq(mapping: Mapping, machine: Machine, nic: list[str], apply: bool) -> None:
+    from shrink.irq import apply_plan, format_plan, plan_irq_affinity
+
     plan = plan_irq_affinity(mapping, machine, nic, Path("/proc/interrupts").read_text())
     typer.echo(format_plan(plan))
     if apply:
@@ -165,6 +173,10 @@ def status(
 
     After ``shrink testbed down`` it says the testbed is down (exit code 1: not up).
     """
+    from shrink.testbed import lifecycle
+    from shrink.testbed.state import TestbedState
+    from shrink.topology import format_cpulist
+
     with cli_errors():
         st = TestbedState.read(state)
         reps = lifecycle.status(state)
@@ -217,6 +229,8 @@ def down(
     ] = False,
 ) -> None:
     """Stop exactly the processes `up` started (and anything they forked); leave none."""
+    from shrink.testbed import lifecycle
+
     if stale:
         _down_stale()
         if state is None:
@@ -235,6 +249,8 @@ def down(
 
 
 def _down_stale() -> None:
+    from shrink.testbed import lifecycle
+
     with cli_errors():
         done = lifecycle.down_stale()
     if not done:
@@ -249,6 +265,7 @@ def _php_limits(trace: Path | None, max_execution: str, memory_limit: str) -> Ph
     import math
 
     from shrink.cli._common import parse_duration_option
+    from shrink.testbed.config import PhpLimits
 
     seconds = math.ceil(parse_duration_option(max_execution, "php-max-execution"))
     if trace is None:

@@ -6,10 +6,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from shrink.cli._common import cli_errors, echo_json, fmt_number
-from shrink.trace import Trace
 
 trace_app = typer.Typer(help="Look at traces.", no_args_is_help=True)
 
@@ -21,6 +19,7 @@ def info(
 ) -> None:
     """Sessions, requests, duration, rate, static/dynamic mix, reply sizes, think times."""
     from shrink.schedule import trace_extent
+    from shrink.trace import Trace
 
     with cli_errors():
         tr = Trace.read_parquet(trace)
@@ -31,6 +30,7 @@ def info(
         echo_json({**inf.to_dict(), "span": span})
         return
     from rich.console import Console
+    from rich.table import Table
 
     t = Table(title=str(trace), show_header=False)
     t.add_row("sessions", f"{inf.sessions:,}")

@@ -13,7 +13,7 @@ of the speed. Mechanisms (``--enforce``):
   runs in the gaps, so the CPU is slower at a 1 ms grain for everything on it,
   softirqs included, and the vCPU never halts in the gaps.
 
-SCHED_DEADLINE (what was found, 2026-11-24, kernel 6.18): it cannot hold a
+SCHED_DEADLINE (what was found on kernel 6.18, a 2-vCPU VM): it cannot hold a
 shared budget for a group. Its budgets are per task (each php-cgi child would get
 its own ``f``), and a deadline task may not be pinned (``sched_setattr`` with a
 one-CPU affinity: EPERM; pinning a deadline task: EBUSY) unless cpusets split the
@@ -23,8 +23,8 @@ either. The kernel's per-CPU fair server (a deadline server for all normal
 tasks, 6.12+) would be the exact mechanism with a FIFO spinner at 100%, but its
 knobs live in debugfs, which this VM refuses (EPERM) even to root.
 
-Why memory-heavy requests cost more on a time-sliced core (measured 2026-11-24 on
-a busy 2-core VM, ``bench/bench_share_mechanisms.py``; RESULTS.md "share
+Why memory-heavy requests cost more on a time-sliced core (measured on a busy
+2-vCPU VM, ``bench/bench_share_mechanisms.py``; RESULTS.md "share
 mechanisms"). The demo's page of 2 ms of CPU over an 8 MiB working set:
 
 * It faults in a fresh 8 MiB every request: 2,085 minor faults a request (8 MiB of
@@ -44,7 +44,7 @@ mechanisms"). The demo's page of 2 ms of CPU over an 8 MiB working set:
   (A 1.5 MiB working set, inside the chunk and the L2, cost 1.06 and 1.76 under
   the quota in two runs: on this host the noise is as large as the effect.)
 * So no server setting makes the share faithful for every class, and the share's
-  speed is measured per class (:mod:`shrink.speed`). php-cgi inherits
+  speed is calibrated per class (:mod:`shrink.scaling`). php-cgi inherits
   ``USE_ZEND_ALLOC`` and ``USE_ZEND_ALLOC_HUGE_PAGES`` from ``testbed up``'s
   environment, so the allocator is a choice of the server under test. Every
   figure here was taken while other processes took 60-80% of the server's CPU:

@@ -51,7 +51,9 @@ __all__ = [
     "CgroupLayout",
     "can_write_cgroups",
     "cgroup_layout",
+    "cgroup_mounts",
     "choose_period_us",
+    "foreign_cgroup",
     "scheduler_tick_us",
 ]
 
@@ -255,6 +257,44 @@ class Cgroup:
     def from_dict(cls, d: dict[str, Any]) -> Cgroup:
         lay = CgroupLayout(int(d.get("version", 1)), None, None, None)
         return cls(d["name"], lay, dict(d.get("dirs", {})))
+
+
+def cgroup_mounts(mounts_text: str | None = None) -> set[Path]:
+    """Every cgroup (v1 or v2) mount point of this machine."""
+    if mounts_text is None:
+        mounts_text = Path("/proc/self/mounts").read_text()
+    return {
+        Path(f[1]) for f in (line.split() for line in mounts_text.splitlines())
+        if len(f) >= 3 and f[2] in ("cgroup", "cgroup2")
+    }  # fmt: skip
+
+
+def foreign_cgroup(d: dict[str, Any], mounts: set[Path] | None = None) -> str | None:
+    """None if a recorded cgroup (:meth:`Cgroup.to_dict`'s form) is one shrink makes:
+    each of its folders ``<a cgroup mount>/shrink/<its name>``; else what is wrong.
+
+    A state file is not trusted: ``down`` moves, kills and removes only what this says
+    is shrink's own."""
+    name = d.get("name")
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,200}", name) or (
+        name in (".", "..")
+    ):
+        return f"cgroup name {name!r} is not one shrink makes"
+    mounts = cgroup_mounts() if mounts is None else mounts
+    dirs = d.get("dirs") or {}
+    if not isinstance(dirs, dict):
+        return "cgroup folders are not a table"
+    for v in dirs.values():
+        p = Path(str(v))
+        if not (
+            p.is_absolute()
+            and ".." not in p.parts
+            and p.name == name
+            and p.parent.name == Cgroup.PARENT
+            and p.parent.parent in mounts
+        ):
+            return f"cgroup {v} is outside shrink's own hierarchy (<cgroup mount>/shrink/)"
+    return None
 
 
 def _mkgroup(mount: Path, parent: str, name: str) -> Path:

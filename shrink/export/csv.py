@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from shrink.atomic import atomic_file
 from shrink.export.samples import RunSamples
 
 PERCENTILES = (50, 66, 75, 80, 90, 95, 98, 99, 99.9, 99.99, 100)
@@ -121,7 +122,7 @@ def _stats_row(level: float, cls: str, runs: Sequence[RunSamples], mask_of) -> l
 
 def write_stats(path: Path, runs: Sequence[RunSamples]) -> Path:
     """Locust's ``_stats.csv``: per level, one row per class and an Aggregated row."""
-    with path.open("w", newline="") as f:
+    with atomic_file(path, "w", newline="") as f:
         w = csv.writer(f, quoting=csv.QUOTE_MINIMAL)
         w.writerow(STATS_COLUMNS)
         for level in sorted({r.level for r in runs}):
@@ -142,7 +143,7 @@ def write_history(path: Path, runs: Sequence[RunSamples]) -> Path:
     failures among requests intended in it); the Total columns are the
     repetition's so far. Timestamp is Unix seconds.
     """
-    with path.open("w", newline="") as f:
+    with atomic_file(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(HISTORY_COLUMNS)
         for r in sorted(runs, key=lambda r: (r.level, r.rep)):
@@ -213,5 +214,6 @@ def write_k6(path: Path, runs: Sequence[RunSamples]) -> Path:
         cols["extra_tags"] = pa.array([f"level={r.level:g}&rep={r.rep + 1}"] * n)
         tables.append(pa.table([cols[c] for c in K6_COLUMNS], names=K6_COLUMNS))
     table = pa.concat_tables(tables) if tables else pa.table({c: [] for c in K6_COLUMNS})
-    pacsv.write_csv(table, path, write_options=pacsv.WriteOptions(quoting_style="none"))
+    with atomic_file(path, "wb") as f:
+        pacsv.write_csv(table, f, write_options=pacsv.WriteOptions(quoting_style="none"))
     return path

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 from hdrh.histogram import HdrHistogram
 
+from shrink.atomic import own_dir, write_text
 from shrink.export.samples import RunSamples
 
 SIGNIFICANT_DIGITS = 3
@@ -60,7 +61,7 @@ def write_interval_log(path: Path, runs: Sequence[RunSamples], *, comment: str =
             f"Tag={level_tag(r.level)},{start:.3f},{length:.3f},"
             f"{h.get_max_value() / US_PER_MS:.3f},{payload}"
         )
-    path.write_text("\n".join(lines) + "\n")
+    write_text(path, "\n".join(lines) + "\n")
     return path
 
 
@@ -82,7 +83,7 @@ def percentile_spectrum(latency_s: np.ndarray, title: str) -> str:
 
 def write_hdr(folder: Path, runs: Sequence[RunSamples]) -> list[Path]:
     """``level-L.hlog`` (interval log) and ``level-L.hgrm`` (spectrum) for each level."""
-    folder.mkdir(parents=True, exist_ok=True)
+    own_dir(folder)
     written: list[Path] = []
     for level in sorted({r.level for r in runs}):
         mine = [r for r in runs if r.level == level]
@@ -96,6 +97,6 @@ def write_hdr(folder: Path, runs: Sequence[RunSamples]) -> list[Path]:
         )
         lat = np.concatenate([r.latency for r in mine]) if mine else np.array([])
         text = percentile_spectrum(lat, f"{level_tag(level)}, {len(mine)} repetition(s)")
-        (folder / f"{name}.hgrm").write_text(text)
+        write_text(folder / f"{name}.hgrm", text)
         written.append(folder / f"{name}.hgrm")
     return written

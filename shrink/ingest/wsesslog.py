@@ -65,6 +65,7 @@ from typing import Any
 
 import numpy as np
 
+from shrink.atomic import write_bytes
 from shrink.checks import check_rate, check_scalar
 from shrink.classify import Classifier
 from shrink.errors import TraceFormatError
@@ -389,6 +390,5 @@ def write_wsesslog(trace: Trace, path: str | Path, *, think_default: float = 0.0
     """
     path = Path(path)
     text = format_wsesslog(trace, think_default=think_default, source=str(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(text.encode("utf-8"))
+    write_bytes(path, text.encode("utf-8"))
     return path

@@ -27,7 +27,7 @@ report within its run's horizon plus ``GRACE`` is recorded in ``lost`` with its
 slot, node and reason; the other actors' rows are kept, and nothing waits past
 the grace. A cluster that cannot be reached is a one-line :class:`ReplayError`.
 
-Ray is an optional extra (``pip install shrink[ray]``); without it, asking for a
+Ray is an optional extra (``pip install 'shrink-capacity[ray]'``); without it, asking for a
 cluster is a one-line error naming the extra.
 """
 
@@ -175,7 +175,7 @@ class _Generator:
 def _connect(spec: ClusterSpec) -> Any:
     if not ray_available():
         raise ReplayError(
-            "--cluster needs Ray: install the extra with pip install 'shrink[ray]'"
+            "--cluster needs Ray: install the extra with pip install 'shrink-capacity[ray]'"
         )
     import ray
 

@@ -13,7 +13,6 @@ is measuring). Targets must be loopback unless ``allow_remote=True``.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import threading
 from dataclasses import asdict, replace
@@ -38,6 +37,7 @@ from shrink.schemas import TestbedStateFile
 from shrink.target import RunResult
 from shrink.testbed.state import TestbedState
 from shrink.trace import Trace
+from shrink.wire import is_loopback
 
 __all__ = ["IDLE_BOUND", "LiveTarget", "cpu_times", "parse_url", "utilization", "wait_idle"]
 
@@ -54,15 +54,6 @@ def parse_url(url: str) -> tuple[str, int]:
     if not parts.hostname:
         raise ParameterError(f"url == {url!r}, must name a host.")
     return parts.hostname, parts.port or 80
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _running(pids: list[int]) -> list[int]:
@@ -142,7 +133,7 @@ class LiveTarget:
         if not addresses:
             raise ReplayError("no target address (a testbed state with replicas, or a URL)")
         for host, _ in addresses:
-            if not allow_remote and not _is_loopback(host):
+            if not allow_remote and not is_loopback(host):
                 raise ReplayError(
                     f"target {host} is not a loopback address; pass allow_remote=True "
                     "(--allow-remote) to load another machine"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass, field
+from pathlib import Path
 
 __all__ = ["Doc", "render_html", "render_markdown"]
 
@@ -28,8 +29,10 @@ class Doc:
     def table(self, headers: list[str], rows: list[list[str]]) -> None:
         self.blocks.append(("table", headers, rows))
 
-    def img(self, path: str, caption: str) -> None:
-        self.blocks.append(("img", path, caption))
+    def img(self, path: str, caption: str, alt: str = "") -> None:
+        """A figure: ``alt`` names it (the image's text), ``caption`` says what it shows,
+        once, under it."""
+        self.blocks.append(("img", path, caption, alt or Path(path).stem))
 
     def note(self, text: str) -> None:
         self.blocks.append(("note", text))
@@ -54,7 +57,7 @@ def render_markdown(doc: Doc) -> str:
             out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
             out.append("")
         elif kind == "img":
-            out += [f"![{b[2]}]({b[1]})", "", f"*{b[2]}*", ""]
+            out += [f"![{b[3]}]({b[1]})", "", f"*{b[2]}*", ""]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -108,7 +111,7 @@ def render_html(doc: Doc) -> str:
             out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
         elif kind == "img":
             out.append(
-                f'<figure><img src="{html.escape(b[1])}" alt="{html.escape(b[2])}">'
+                f'<figure><img src="{html.escape(b[1])}" alt="{html.escape(b[3])}">'
                 f"<figcaption>{_inline(b[2])}</figcaption></figure>"
             )
     out.append("</body></html>")

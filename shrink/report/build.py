@@ -1,11 +1,14 @@
 """Build DIR/report.md, DIR/report.html and the PNG figures from a prediction.
 
-The report answers, in this order: which mapping to deploy and how sure the tool
-is (the MAT table with intervals), what the curves look like (figures), whether
-the measurement can be trusted (generator self-checks, utilization reached,
-validation when there is one), and what was assumed. Each section is a module
-of :mod:`shrink.report.sections`; :mod:`shrink.report.blocks` writes the
-Markdown and the HTML from the same blocks.
+The report answers first and explains after. In this order: which mapping to deploy,
+its MATs with their intervals and the validation's errors (the answer); whether the
+measurement can be trusted, one line per check (the load generator, failed requests,
+saturation, the share's speed, the host's drift); the curves; the validation and the
+what-if, when there are any. An appendix then holds the method: the levels measured,
+what was assumed, the validation's details and the provenance. Each section is a
+module of :mod:`shrink.report.sections` that writes its main part into the report and
+its details into the appendix; :mod:`shrink.report.blocks` writes the Markdown and
+the HTML from the same blocks.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from shrink.atomic import make_dirs, write_text
 from shrink.loadcurve import LoadCurve
 from shrink.prediction import SCHEMA_ID, Prediction
 from shrink.report.blocks import Doc, render_html, render_markdown
@@ -26,7 +30,9 @@ from shrink.report.sections.whatif import add_whatif
 from shrink.report.series import curve_series
 from shrink.validate import Validation
 
-__all__ = ["curve_series", "write_report"]
+__all__ = ["APPENDIX", "curve_series", "write_report"]
+
+APPENDIX = "Appendix: how it was measured"
 
 
 def write_report(
@@ -47,21 +53,25 @@ def write_report(
     """
     pred = _as_prediction(prediction)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    make_dirs(out)
     thresholds = {k: float(v) for k, v in (pred.thresholds or {}).items()}
-    doc = Doc(title)
+    doc, appendix = Doc(title), Doc(APPENDIX)
     files: dict[str, Path] = {}
-    add_answer(doc, pred, thresholds, validation)
-    add_curves(doc, out, files, pred, thresholds, measured, measured_label, full_run)
+    add_answer(doc, pred, thresholds, validation, appendix=appendix)
+    add_self_checks(doc, pred, thresholds, measured, measured_label, full_run, appendix=appendix)
+    add_curves(
+        doc, out, files, pred, thresholds, measured, measured_label, full_run, appendix=appendix
+    )
     if validation is not None:
-        add_validation(doc, validation)
+        add_validation(doc, validation, appendix=appendix)
     if whatif is not None:
         add_whatif(doc, out, files, _as_prediction(whatif), thresholds)
-    add_self_checks(doc, pred, thresholds, measured, measured_label, full_run)
-    add_assumptions(doc, pred)
+    add_assumptions(appendix, pred)
+    doc.h(1, APPENDIX)
+    doc.blocks += appendix.blocks
     md = render_markdown(doc)
-    (out / "report.md").write_text(md)
-    (out / "report.html").write_text(render_html(doc))
+    write_text(out / "report.md", md)
+    write_text(out / "report.html", render_html(doc))
     files["md"] = out / "report.md"
     files["html"] = out / "report.html"
     return files

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +14,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from shrink.atomic import write_bytes
 from shrink.loadcurve import QGRID, Level, LoadCurve
 from shrink.mat import isotonic
 
@@ -49,6 +51,14 @@ class Series:
     mat_status: Mapping[str, str] = field(default_factory=dict)
     # Requests per repetition behind each point (the fewest of its repetitions).
     counts: Sequence[int] | None = None
+
+
+def _save(fig, path: str | Path, **kw) -> None:
+    """Render ``fig`` in memory, then write it through the one safe writer (never
+    through a symlink at ``path``); the format is the file's suffix (png, svg, pdf)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format=Path(path).suffix.lstrip(".") or "png", **kw)
+    write_bytes(path, buf.getvalue())
 
 
 def _ms_ticks(value: float, _pos: int) -> str:
@@ -240,7 +250,7 @@ def latency_figure(
     fig.tight_layout()
     _legend_below(fig, axes[0])
     path = Path(path)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    _save(fig, path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -310,6 +320,6 @@ def cdf_figure(
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path, dpi=110)
+    _save(fig, path, dpi=110)
     plt.close(fig)
     return path

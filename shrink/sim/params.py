@@ -36,7 +36,7 @@ ACCEPT_POLICIES = ("idle-first", "random")
 
 FITTED = {
     "command": "python bench/calibrate_sim.py --verify",
-    "date": "2026-11-21",
+    "results": 'bench/RESULTS.md, "sim"',
     "method": "closed-form solve from mean demands, corrected by the simulated MATs, 2 iterations",
     "targets": "tcp: 1-core MAT 23,200, 8-core MAT 146,000, direct +12.3%, indirect +6.5%; "
     "support: 8-core MAT 23,000, 1->8 mean scaling 7.8",

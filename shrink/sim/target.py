@@ -106,7 +106,7 @@ class SimTarget:
     """A simulated multi-socket web server (see :mod:`shrink.sim`)."""
 
     # Runs take simulated time: what they cost in wall time says nothing about the
-    # run, and must not steer anything that should be reproducible (shrink.speed).
+    # run, and must not steer anything that should be reproducible (shrink.scaling).
     simulated = True
 
     def __init__(

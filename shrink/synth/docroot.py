@@ -19,7 +19,6 @@ temporary name and renamed, so a server reading the tree never sees half a file.
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -29,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from shrink import files
+from shrink.atomic import atomic_file, write_bytes
 from shrink.errors import ParameterError, ShrinkError
 from shrink.jsonout import dumps
 from shrink.schemas import ManifestFile
@@ -133,30 +133,20 @@ def _content(block: bytes, start: int, stop: int) -> bytes:
 
 
 def _write_file(target: Path, size: int, block: bytes) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
     chunk = block * _CHUNK_BLOCKS
-    try:
-        with tmp.open("wb") as fh:
-            left = size
-            while left > 0:
-                piece = chunk if left >= len(chunk) else chunk[:left]
-                fh.write(piece)
-                left -= len(piece)
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with atomic_file(target, "wb", sync=False) as fh:
+        left = size
+        while left > 0:
+            piece = chunk if left >= len(chunk) else chunk[:left]
+            fh.write(piece)
+            left -= len(piece)
 
 
 def _write_text(target: Path, text: str) -> bool:
     data = text.encode()
     if target.is_file() and target.read_bytes() == data:
         return False
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, target)
+    write_bytes(target, data, sync=False)
     return True
 
 

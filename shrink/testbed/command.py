@@ -22,10 +22,12 @@ argument list whose first output line is that program's version),
 
 Templates: ``{port}``, ``{address}``, ``{cpus}`` (a CPU list such as ``0-1``),
 ``{workers}`` (cores of the replica times ``workers_per_core``), ``{docroot}``
-and ``{run_dir}`` (the replica's own directory, for configs, logs and sockets);
-``{{`` and ``}}`` are literal braces. Commands run as argument lists, never
-through a shell, pinned to the replica's CPUs and in its cgroup; everything
-they fork is found through /proc and the cgroup, and stopped by PID.
+and ``{run_dir}`` (the replica's own directory, for configs, logs and sockets,
+writable by the server); ``{{`` and ``}}`` are literal braces. Commands run as
+argument lists, never through a shell, pinned to the replica's CPUs and in its
+cgroup, and as root's unprivileged server user (:mod:`shrink.testbed.private`);
+everything they fork is found through /proc and the cgroup, and stopped by PID.
+``health_url`` must name a loopback host.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from typing import Any
 
 from shrink.errors import RecipeError, TestbedError
 from shrink.testbed.health import probe
+from shrink.testbed.private import can_run
 from shrink.testbed.recipe import (
     ReplicaContext,
     Started,
@@ -51,6 +54,7 @@ from shrink.testbed.recipe import (
 )
 from shrink.testbed.state import ReplicaState
 from shrink.topology import format_cpulist
+from shrink.wire import loopback_url_host
 
 __all__ = ["PLACEHOLDERS", "CommandRecipe"]
 
@@ -120,9 +124,11 @@ class CommandRecipe:
         commands = [_argv(c, source, f"{key}[{i}]", base) for i, c in enumerate(raw)]
         health_url = _text(d.get("health_url", "http://{address}:{port}/"), source, "health_url")
         _check_templates(health_url, source, "health_url", allowed=("address", "port"))
-        if not health_url.startswith("http://"):
-            raise RecipeError(f"{health_url!r} must start with http://", recipe=source,
-                              field="health_url")  # fmt: skip
+        # Checked as it will be filled in (a replica's address is loopback): parsed
+        # only, so a recipe cannot point shrink's probes at another machine.
+        why = loopback_url_host(health_url.format(address="127.0.0.1", port=80))
+        if why is not None:
+            raise RecipeError(f"{health_url!r} {why}", recipe=source, field="health_url")
         versions = d.get("versions", {})
         if not isinstance(versions, dict):
             raise RecipeError("must be a table: name = [argv]", recipe=source, field="versions")
@@ -174,7 +180,7 @@ class CommandRecipe:
             "cpus": format_cpulist(r.cpus),
             "workers": str(len(r.cpus) * self.workers_per_core),
             "docroot": str(ctx.docroot),
-            "run_dir": str(ctx.run_dir),
+            "run_dir": str(ctx.sock_dir),  # the server user's own folder: it may write there
         }
 
     def start(self, ctx: ReplicaContext) -> Started:
@@ -183,6 +189,14 @@ class CommandRecipe:
         argvs = [[a.format(**vals) for a in argv] for argv in self.commands]
         for i, argv in enumerate(argvs):
             argv[0] = self._program(argv[0], f"commands[{i}]")
+            if not can_run(argv[0], ctx.user):
+                raise RecipeError(
+                    f"program {argv[0]} cannot be run by {ctx.user.name if ctx.user else ''}, "
+                    "the unprivileged user the servers run as (a folder on its way is "
+                    "private); install it where that user can run it",
+                    recipe=self.source,
+                    field=f"commands[{i}]",
+                )
         env = {**os.environ, **self.env} if self.env else None
         masters = []
         for i, argv in enumerate(argvs):
@@ -201,7 +215,9 @@ class CommandRecipe:
     def health(self, address: str, port: int) -> str | None:
         host = f"[{address}]" if ":" in address else address
         # Only address and port are known here; the file's check allows no others in it.
-        return probe(self.health_url.format(address=host, port=port))
+        target = self.health_url.format(address=host, port=port)
+        why = loopback_url_host(target)
+        return f"{target}: {why}, not probed" if why is not None else probe(target)
 
     def pids(self, replica: ReplicaState) -> list[int]:
         return replica_pids(replica)

@@ -9,6 +9,12 @@ the whole run: a respawned child would lose its pinning.
 
 A small probe directory is aliased at ``/__shrink/`` so the health check can
 fetch both a static file and a PHP page without touching the document root.
+
+lighttpd is started as the server user (:mod:`shrink.testbed.private`), so it and
+the php-cgi it spawns never hold root; its error log lies in the server user's
+own folder. ``server.follow-symlink = "disable"``: a symlink in the document root
+(to ``/``, say) is not followed. Every path written into the config is checked
+by :func:`shrink.testbed.private.config_value` and quoted.
 """
 
 from __future__ import annotations
@@ -19,8 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shrink.atomic import make_dirs, write_text
 from shrink.errors import ParameterError
 from shrink.mapping import Replica
+from shrink.testbed.private import config_value, readable
 
 __all__ = [
     "HEALTH_PHP",
@@ -30,6 +38,7 @@ __all__ = [
     "ReplicaConfig",
     "render_lighttpd_conf",
     "write_probe",
+    "write_probe_pages",
 ]
 
 # One php-cgi child per core. This project's pages are CPU-bound (no I/O to wait
@@ -159,6 +168,7 @@ class ReplicaConfig:
     php_max_execution_s: int = PHP_MAX_EXECUTION_S
     php_memory_limit: str = PHP_MEMORY_LIMIT
     php_post_max_mib: int = PHP_POST_MAX_MIB
+    own_dir: Path | None = None  # the server user's folder (its log); else run_dir
 
     @property
     def conf_path(self) -> Path:
@@ -166,7 +176,7 @@ class ReplicaConfig:
 
     @property
     def errorlog(self) -> Path:
-        return self.run_dir / "error.log"
+        return (self.own_dir or self.run_dir) / "error.log"
 
     @property
     def probe_dir(self) -> Path:
@@ -175,6 +185,11 @@ class ReplicaConfig:
 
 def _q(value: str | Path) -> str:
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _path(value: str | Path, what: str) -> str:
+    """A path for the config: refused if it could break out of its quotes, then quoted."""
+    return _q(config_value(value, what))
 
 
 def _php_bin(c: ReplicaConfig) -> str:
@@ -190,12 +205,14 @@ def render_lighttpd_conf(c: ReplicaConfig) -> str:
     """The lighttpd.conf text for one replica."""
     r = c.replica
     mimes = ",\n".join(f"    {_q(ext)} => {_q(t)}" for ext, t in MIME_TYPES.items())
+    config_value(c.php_cgi, "php-cgi")
     return f"""# shrink testbed replica {r.name}: CPUs {list(r.cpus)}, NIC socket {r.nic_socket}
 server.modules = ("mod_access", "mod_alias", "mod_fastcgi")
-server.document-root = {_q(c.docroot)}
+server.document-root = {_path(c.docroot, "document root")}
+server.follow-symlink = "disable"
 server.bind = {_q(r.address)}
 server.port = {r.port}
-server.errorlog = {_q(c.errorlog)}
+server.errorlog = {_path(c.errorlog, "error log")}
 server.tag = "lighttpd (shrink testbed)"
 server.max-worker = {c.workers}
 server.event-handler = "linux-sysepoll"
@@ -210,13 +227,13 @@ server.max-write-idle = 120
 index-file.names = ("index.html", "index.php")
 url.access-deny = ("~", ".inc")
 static-file.exclude-extensions = (".php")
-alias.url = ("/__shrink/" => {_q(str(c.probe_dir) + "/")})
+alias.url = ("/__shrink/" => {_path(str(c.probe_dir) + "/", "probe folder")})
 mimetype.assign = (
 {mimes}
 )
 fastcgi.server = (".php" => ((
     "bin-path" => {_q(_php_bin(c))},
-    "socket" => {_q(c.socket_path)},
+    "socket" => {_path(c.socket_path, "socket")},
     "max-procs" => 1,
     "bin-environment" => (
         "PHP_FCGI_CHILDREN" => "{c.php_children}",
@@ -228,9 +245,15 @@ fastcgi.server = (".php" => ((
 """
 
 
+def write_probe_pages(probe_dir: Path) -> None:
+    """The health check's static file and PHP page, readable by the server user."""
+    make_dirs(probe_dir)
+    write_text(probe_dir / "health.txt", HEALTH_BODY)
+    write_text(probe_dir / "health.php", f'<?php echo "{HEALTH_BODY}";\n')
+    readable(probe_dir, probe_dir / "health.txt", probe_dir / "health.php")
+
+
 def write_probe(c: ReplicaConfig) -> None:
     """Write the config and the health-check probe files into the replica's run dir."""
-    c.probe_dir.mkdir(parents=True, exist_ok=True)
-    (c.probe_dir / "health.txt").write_text(HEALTH_BODY)
-    (c.probe_dir / "health.php").write_text(f'<?php echo "{HEALTH_BODY}";\n')
-    c.conf_path.write_text(render_lighttpd_conf(c))
+    write_probe_pages(c.probe_dir)
+    readable(write_text(c.conf_path, render_lighttpd_conf(c)))

@@ -37,6 +37,9 @@ class FakeRecipe:
     name = "fake"
     source = "fake"
     stop_signal = signal.SIGTERM
+    # A test double run by the test's own interpreter, which the unprivileged server
+    # user may not be able to reach: it runs as the test does.
+    drops_root = False
 
     def __init__(self, fail: str | None = None) -> None:
         self.fail = fail

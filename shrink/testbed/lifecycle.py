@@ -6,21 +6,29 @@ makes each replica's cgroup, and lets the recipe start the replica through a
 spawn function that starts every process already pinned to the replica's CPUs
 and inside its cgroup (set between fork and exec); the recipe pins its workers
 to their cores. ``up`` then waits until the replica answers its health check and
-records every PID (with its start time) in the state file. If anything fails,
-every process spawned so far is stopped, with all it forked, and the error names
-the recipe and what failed. ``down`` stops exactly those PIDs, plus any
-descendant or cgroup member found at that moment, and checks that none is left.
+records every PID (with its start time and program) in the state file. If
+anything fails, every process spawned so far is stopped, with all it forked, and
+the error names the recipe and what failed. ``down`` stops exactly those PIDs
+(still the same processes: start time and program), plus any descendant or
+member of the replica's cgroup found at that moment, checks that none is left,
+and removes the run directories.
+
+As root, the servers run as an unprivileged user, and run directories and
+sockets live in a fresh private folder (:mod:`shrink.testbed.private`). A state
+file is not trusted: one naming a cgroup outside shrink's own hierarchy is
+refused (:class:`~shrink.errors.StateError`), and nothing it names is touched.
+One ``up`` at a time per state file (a lock); another testbed on the same CPUs
+is warned about.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import os
+import shutil
 import socket
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -30,12 +38,21 @@ from typing import Any
 from shrink import processes as process
 from shrink.enforce import DEFAULT as DEFAULT_ENFORCE
 from shrink.enforce import Enforcer, check_mechanism, enforcer_from_dict, make_enforcer
-from shrink.errors import RecipeError, TestbedError, TopologyError
+from shrink.errors import RecipeError, StateError, TestbedError, TopologyError
 from shrink.machine import Machine
 from shrink.mapping import Mapping, Replica, build_mapping
 from shrink.share import Cgroup, Share, can_write_cgroups, cgroup_layout
 from shrink.testbed import registry
 from shrink.testbed.config import PHP_CHILDREN_PER_CORE, PhpLimits
+from shrink.testbed.private import (
+    ServerUser,
+    UpLock,
+    check_reachable,
+    new_run_root,
+    remove_run_root,
+    replica_dirs,
+    server_user,
+)
 from shrink.testbed.recipe import (
     ReplicaContext,
     ServerRecipe,
@@ -103,32 +120,24 @@ def _free_port(addresses: list[str]) -> int:
     raise TestbedError(f"found no port free on all of {addresses}")
 
 
-def _socket_dir(run_dir: Path) -> Path:
-    # A Unix socket path must fit in 108 bytes; long run dirs get a short one in /tmp.
-    if len(str(run_dir / "r00" / "php.sock-0")) < 100:
-        return run_dir
-    tag = hashlib.sha1(str(run_dir).encode()).hexdigest()[:10]
-    return Path(tempfile.gettempdir()) / f"shrink-{tag}"
-
-
 def _start_replica(
     recipe: ServerRecipe,
     r: Replica,
     *,
     docroot: Path,
     run_root: Path,
-    sock_root: Path,
     children_per_core: int,
     enforcer: Enforcer | None,
     timeout_s: float,
     owned: bool = False,
     php: PhpLimits | None = None,
+    user: ServerUser | None = None,
 ) -> ReplicaState:
     """Start one replica through the recipe; on any failure stop all it spawned."""
-    run_dir = run_root / r.name
-    run_dir.mkdir(parents=True, exist_ok=True)
-    sock_dir = sock_root / r.name
-    sock_dir.mkdir(parents=True, exist_ok=True)
+    run_dir, sock_dir = replica_dirs(run_root, r.name, user)
+    if len(str(sock_dir / "php-fpm.sock-00")) > 107:  # a Unix socket path holds 108 bytes
+        raise TestbedError(f"{sock_dir}: too long a path for a Unix socket; set a shorter "
+                           "SHRINK_RUN_DIR")  # fmt: skip
     spawned: list[subprocess.Popen[bytes]] = []
     logs: list[Path] = []
 
@@ -146,6 +155,7 @@ def _start_replica(
                 log_path=run_dir / log_name,
                 env=env,
                 owned=owned,
+                user=(user.uid, user.gid) if user is not None else None,
             )
         except (OSError, subprocess.SubprocessError) as exc:
             why = getattr(exc, "strerror", None) or exc
@@ -155,8 +165,9 @@ def _start_replica(
         return proc
 
     ctx = ReplicaContext(
-        r, docroot, run_dir, sock_dir, children_per_core, timeout_s, spawn, php or PhpLimits()
-    )
+        r, docroot, run_dir, sock_dir, children_per_core, timeout_s, spawn, php or PhpLimits(),
+        user,
+    )  # fmt: skip
     try:
         if enforcer is not None:
             enforcer.start(r.cpus)
@@ -216,8 +227,11 @@ def _record(recipe: ServerRecipe, rs: ReplicaState) -> None:
                 rs.pinned.setdefault(p, list(process.allowed_cpus(p)))
     for p in rs.pids:
         info = process.proc_info(p)
+        exe = process.exe_of(p)
         if info is not None:
             rs.starttimes[p] = info.starttime
+        if exe is not None:
+            rs.exes[p] = exe
 
 
 def up(
@@ -254,21 +268,73 @@ def up(
         raise TestbedError(
             f"document root {docroot} is not a directory (make one with shrink synth)"
         )
+    if docroot == Path(docroot.anchor):
+        raise TestbedError(f"document root {docroot}: the whole file system; name a folder")
+    # A test double may run as the caller; every real recipe drops root.
+    user = server_user() if getattr(recipe, "drops_root", True) else None
+    check_reachable(docroot, user)
     state_path = Path(state_path).resolve()
-    if state_path.exists():
-        _refuse_if_running(state_path)
-    versions = recipe.versions()
-    m, notes = mapping_for(mapping, machine, share, port)
-    php = php or PhpLimits()
-    if recipe.name == "lighttpd-php-cgi":  # the limits it runs with, printed by testbed up
-        notes.append(php.describe(php_children_per_core))
-    m = _with_free_ports(m, port)
-    use_cg, layout = _use_cgroups(share, cgroups, enforce)
-    run_root = state_path.with_name(state_path.stem + ".run")
-    run_root.mkdir(parents=True, exist_ok=True)
-    sock_root = _socket_dir(run_root)
-    tag = f"{state_path.stem}-{os.getpid()}-{int(time.time())}"
-    timeout_s = float(getattr(recipe, "start_timeout", None) or timeout_s)
+    base = registry.private_dir()
+    with UpLock(base, state_path):
+        if state_path.exists():
+            _refuse_if_running(state_path)
+        versions = recipe.versions()
+        m, notes = mapping_for(mapping, machine, share, port)
+        php = php or PhpLimits()
+        if recipe.name == "lighttpd-php-cgi":  # the limits it runs with, printed by testbed up
+            notes.append(php.describe(php_children_per_core))
+        notes.extend(_others_on(share.cpus, state_path))
+        m = _with_free_ports(m, port)
+        use_cg, layout = _use_cgroups(share, cgroups, enforce)
+        run_root = new_run_root(base, state_path, user)
+        try:
+            started, enfs = _start_all(
+                recipe, m, share, docroot, run_root,
+                tag=f"{state_path.stem}-{os.getpid()}-{int(time.time())}",
+                cgroups=(use_cg, layout), enforce=enforce,
+                timeout_s=float(getattr(recipe, "start_timeout", None) or timeout_s),
+                children_per_core=php_children_per_core, owned=owned, php=php, user=user,
+            )  # fmt: skip
+        except BaseException:
+            shutil.rmtree(run_root, ignore_errors=True)
+            raise
+        state = TestbedState(
+            replicas=started,
+            share=share,
+            mapping=m.to_dict(),
+            machine=machine.to_dict(),
+            docroot=str(docroot),
+            versions=versions,
+            started=datetime.now(UTC).isoformat(timespec="seconds"),
+            notes=notes,
+            server=server_record(recipe),
+            share_enforce=enfs[0].describe() if enfs else None,
+        )
+        state.write(state_path)
+        # ``owned``: it dies with this process (a parent-death signal) and is recorded with
+        # this process as owner, so ``down --stale`` finds what a kill -9 left.
+        registry.record(state_path, state, owned=owned)
+    return state
+
+
+def _start_all(
+    recipe: ServerRecipe,
+    m: Mapping,
+    share: Share,
+    docroot: Path,
+    run_root: Path,
+    *,
+    tag: str,
+    cgroups: tuple[bool, Any],
+    enforce: str,
+    timeout_s: float,
+    children_per_core: int,
+    owned: bool,
+    php: PhpLimits,
+    user: ServerUser | None,
+) -> tuple[list[ReplicaState], list[Enforcer]]:
+    """Start every replica; if one fails, stop those started and raise."""
+    use_cg, layout = cgroups
     started: list[ReplicaState] = []
     enfs: list[Enforcer] = []
     try:
@@ -289,12 +355,12 @@ def up(
                     r,
                     docroot=docroot,
                     run_root=run_root,
-                    sock_root=sock_root,
-                    children_per_core=php_children_per_core,
+                    children_per_core=children_per_core,
                     enforcer=enf,
                     timeout_s=timeout_s,
                     owned=owned,
                     php=php,
+                    user=user,
                 )
             )
     except BaseException:
@@ -303,23 +369,22 @@ def up(
         for enf in enfs[len(started) :]:
             enf.stop()
         raise
-    state = TestbedState(
-        replicas=started,
-        share=share,
-        mapping=m.to_dict(),
-        machine=machine.to_dict(),
-        docroot=str(docroot),
-        versions=versions,
-        started=datetime.now(UTC).isoformat(timespec="seconds"),
-        notes=notes,
-        server=server_record(recipe),
-        share_enforce=enfs[0].describe() if enfs else None,
-    )
-    state.write(state_path)
-    # ``owned``: it dies with this process (a parent-death signal) and is recorded with
-    # this process as owner, so ``down --stale`` finds what a kill -9 left.
-    registry.record(state_path, state, owned=owned)
-    return state
+    return started, enfs
+
+
+def _others_on(cpus: tuple[int, ...] | list[int], state_path: Path) -> list[str]:
+    """A warning for each other running testbed (another state file) on any of ``cpus``."""
+    out = []
+    for other, st in registry.running():
+        if other == state_path:
+            continue
+        shared = sorted({c for r in st.replicas for c in r.cpus} & set(cpus))
+        if shared:
+            out.append(
+                f"warning: CPU(s) {shared} also run the testbed of {other} (started "
+                f"{st.started}); the two disturb each other's measurements"
+            )
+    return out
 
 
 def server_record(recipe: ServerRecipe) -> dict[str, Any]:
@@ -484,8 +549,8 @@ def _down_damaged(state_path: str | Path) -> dict[str, list[int]]:
     """Stop what a damaged state file still names, by PID, never a stranger.
 
     A PID with its recorded start time is stopped if that process still runs; one
-    without (the start times were lost) only if it runs a server shrink starts. The
-    file is left as it is, for the user to look at.
+    without (the start times were lost) never is: a name such as ``nginx`` does not
+    make a process ours. The file is left as it is, for the user to look at.
     """
     found = salvage_pids(state_path)
     targets: dict[int, int | None] = {}
@@ -495,8 +560,6 @@ def _down_damaged(state_path: str | Path) -> dict[str, list[int]]:
             continue
         if start is not None and info.starttime == start:
             targets[pid] = start
-        elif start is None and info.comm.startswith(_SERVER_COMMS):
-            targets[pid] = info.starttime
     for pid, start in list(targets.items()):
         if process.is_alive(pid, start):
             for d in process.descendants(pid):
@@ -546,6 +609,8 @@ def down(state_path: str | Path) -> dict[str, list[int]]:
     """
     try:
         st = TestbedState.read(state_path)
+    except StateError:
+        raise  # names what shrink did not make: touch nothing
     except TestbedError:
         if not Path(state_path).is_file():
             raise
@@ -553,10 +618,18 @@ def down(state_path: str | Path) -> dict[str, list[int]]:
     recipe = recipe_of(st)
     sig = int(st.server.get("stop_signal", 15))
     out = {r.name: _stop_replica(recipe, r, sig) for r in st.replicas}
+    _remove_run_dirs(st)
     st.stopped = datetime.now(UTC).isoformat(timespec="seconds")
     st.write(state_path)
     registry.forget(state_path)
     return out
+
+
+def _remove_run_dirs(st: TestbedState) -> None:
+    """Remove the run roots ``up`` made (only those under shrink's private folder)."""
+    base = registry.run_dir()
+    for r in st.replicas:
+        remove_run_root(r.run_dir, base)
 
 
 def down_stale() -> list[tuple[registry.StaleTestbed, dict[str, list[int]]]]:
@@ -566,6 +639,7 @@ def down_stale() -> list[tuple[registry.StaleTestbed, dict[str, list[int]]]]:
         recipe = recipe_of(sb.state)
         sig = int(sb.state.server.get("stop_signal", 15))
         stopped = {r.name: _stop_replica(recipe, r, sig) for r in sb.state.replicas}
+        _remove_run_dirs(sb.state)
         sb.entry.unlink(missing_ok=True)
         out.append((sb, stopped))
     return out

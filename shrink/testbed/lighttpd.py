@@ -4,7 +4,8 @@
 per core and spawns php-cgi, which forks its children. lighttpd has no per-worker
 CPU affinity option, so each worker is pinned to its own core after the fork,
 and the php-cgi children evenly over the cores. The config is rendered by
-:mod:`shrink.testbed.config`.
+:mod:`shrink.testbed.config`. As root, lighttpd starts as the server user
+(``ctx.spawn``), so neither it nor php-cgi ever holds root.
 """
 
 from __future__ import annotations
@@ -55,9 +56,12 @@ class LighttpdPhpCgi(BuiltinRecipe):
             php_max_execution_s=ctx.php.max_execution_s,
             php_memory_limit=ctx.php.memory_limit,
             php_post_max_mib=ctx.php.post_max_mib,
+            own_dir=ctx.sock_dir,
         )
         write_probe(cfg)
-        recipe.check_config([lighttpd, "-tt", "-f", str(cfg.conf_path)], "lighttpd", cfg.conf_path)
+        recipe.check_config(
+            [lighttpd, "-tt", "-f", str(cfg.conf_path)], "lighttpd", cfg.conf_path, ctx.user
+        )
         master = ctx.spawn([lighttpd, "-D", "-f", str(cfg.conf_path)], "stdout.log")
         tree: dict[str, list[int]] = {}
         want_workers = ctx.workers if ctx.workers > 1 else 0

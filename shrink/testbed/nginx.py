@@ -11,20 +11,24 @@ Per replica, two masters start pinned to the replica's CPUs and in its cgroup:
   itself). The probe directory is aliased at ``/__shrink/`` as for lighttpd.
 
 Debian installs php-fpm as ``php-fpmX.Y``; the binary is looked up at run time.
-As root, both run their workers as root (``user root``, ``-R``): the document
-roots shrink writes may be readable by root alone, and lighttpd runs so too.
+As root, both masters start as the unprivileged server user (``ctx.spawn``,
+:mod:`shrink.testbed.private`), so no nginx or PHP process ever holds root; their
+pid files, temp files, logs and socket live in the server user's own folder.
+``disable_symlinks on``: a symlink in the document root is not followed. Every
+path written into either config is checked and quoted (``fastcgi_pass`` too).
 """
 
 from __future__ import annotations
 
 import glob
-import os
 from pathlib import Path
 
 from shrink import processes as process
+from shrink.atomic import write_text
 from shrink.errors import TestbedError
 from shrink.testbed import recipe
-from shrink.testbed.config import HEALTH_BODY, MIME_TYPES
+from shrink.testbed.config import MIME_TYPES, write_probe_pages
+from shrink.testbed.private import config_value, readable
 from shrink.testbed.recipe import BuiltinRecipe, ReplicaContext, Started
 
 __all__ = ["INSTALL_HINT", "NginxPhpFpm", "cpu_affinity_masks", "php_fpm_names"]
@@ -56,24 +60,22 @@ def cpu_affinity_masks(cpus: tuple[int, ...]) -> str:
     return " ".join(("1" + "0" * c).rjust(width, "0") for c in cpus)
 
 
-def _q(value: str | Path) -> str:
-    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+def _q(value: str | Path, what: str = "path") -> str:
+    """A path, refused if it could break out of its quotes (:func:`config_value`), quoted."""
+    return '"' + config_value(value, what) + '"'
 
 
-def render_nginx_conf(
-    ctx: ReplicaContext, socket_path: Path, probe_dir: Path, *, as_root: bool
-) -> str:
+def render_nginx_conf(ctx: ReplicaContext, socket_path: Path, probe_dir: Path) -> str:
     """The nginx.conf text for one replica."""
     r = ctx.replica
-    run = ctx.run_dir
+    run = ctx.sock_dir  # the server user's own folder: pid, logs, temp files
     listen = f"[{r.address}]:{r.port}" if ":" in r.address else f"{r.address}:{r.port}"
     types = "\n".join(f"        {t} {ext.lstrip('.')};" for ext, t in MIME_TYPES.items() if ext)
     fastcgi = f"""            include /etc/nginx/fastcgi_params;
             fastcgi_param SCRIPT_FILENAME $request_filename;
-            fastcgi_pass unix:{socket_path};"""
-    user = "user root root;\n" if as_root else ""
+            fastcgi_pass {_q("unix:" + str(socket_path), "socket")};"""
     return f"""# shrink testbed replica {r.name}: CPUs {list(r.cpus)}, NIC socket {r.nic_socket}
-{user}daemon off;
+daemon off;
 master_process on;
 worker_processes {ctx.workers};
 worker_cpu_affinity {cpu_affinity_masks(r.cpus)};
@@ -86,11 +88,11 @@ events {{
 }}
 http {{
     access_log off;
-    client_body_temp_path {_q(run / "tmp" / "body")};
-    proxy_temp_path {_q(run / "tmp" / "proxy")};
-    fastcgi_temp_path {_q(run / "tmp" / "fastcgi")};
-    uwsgi_temp_path {_q(run / "tmp" / "uwsgi")};
-    scgi_temp_path {_q(run / "tmp" / "scgi")};
+    client_body_temp_path {_q(run / "tmp-body")};
+    proxy_temp_path {_q(run / "tmp-proxy")};
+    fastcgi_temp_path {_q(run / "tmp-fastcgi")};
+    uwsgi_temp_path {_q(run / "tmp-uwsgi")};
+    scgi_temp_path {_q(run / "tmp-scgi")};
     types {{
 {types}
     }}
@@ -100,12 +102,13 @@ http {{
     keepalive_requests 10000;
     keepalive_timeout 30s;
     server_tokens off;
+    disable_symlinks on;
     server {{
         listen {listen} backlog=4096;
-        root {_q(ctx.docroot)};
+        root {_q(ctx.docroot, "document root")};
         index index.html index.php;
         location ^~ /__shrink/ {{
-            alias {_q(str(probe_dir) + "/")};
+            alias {_q(str(probe_dir) + "/", "probe folder")};
             location ~ \\.php$ {{
 {fastcgi}
             }}
@@ -121,16 +124,16 @@ http {{
 
 def render_fpm_conf(ctx: ReplicaContext, socket_path: Path, children: int) -> str:
     """The php-fpm config for one replica: its own pool on its own socket."""
-    run = ctx.run_dir
+    run = ctx.sock_dir
     return f"""; shrink testbed replica {ctx.replica.name}
 [global]
-pid = {run / "php-fpm.pid"}
-error_log = {run / "php-fpm.log"}
+pid = {_q(run / "php-fpm.pid")}
+error_log = {_q(run / "php-fpm.log")}
 daemonize = no
 process_control_timeout = 2
 
 [{ctx.replica.name}]
-listen = {socket_path}
+listen = {_q(socket_path, "socket")}
 listen.backlog = 4096
 pm = static
 pm.max_children = {children}
@@ -160,27 +163,23 @@ class NginxPhpFpm(BuiltinRecipe):
 
     def _write(self, ctx: ReplicaContext, nginx: str) -> tuple[Path, Path, Path, int]:
         run = ctx.run_dir
-        for d in ("tmp", "probe"):
-            (run / d).mkdir(parents=True, exist_ok=True)
         probe = run / "probe"
-        (probe / "health.txt").write_text(HEALTH_BODY)
-        (probe / "health.php").write_text(f'<?php echo "{HEALTH_BODY}";\n')
+        write_probe_pages(probe)
         sock = ctx.sock_dir / "php-fpm.sock"
         children = ctx.children_per_core * len(ctx.replica.cpus)
-        as_root = os.geteuid() == 0
         nginx_conf, fpm_conf = run / "nginx.conf", run / "php-fpm.conf"
-        nginx_conf.write_text(render_nginx_conf(ctx, sock, probe, as_root=as_root))
-        fpm_conf.write_text(render_fpm_conf(ctx, sock, children))
-        argv = [nginx, "-t", "-q", "-p", str(run), "-e", str(run / "error.log")]
-        recipe.check_config([*argv, "-c", str(nginx_conf)], "nginx", nginx_conf)
+        write_text(nginx_conf, render_nginx_conf(ctx, sock, probe))
+        write_text(fpm_conf, render_fpm_conf(ctx, sock, children))
+        readable(nginx_conf, fpm_conf)
+        recipe.check_config([*_nginx_argv(nginx, ctx), "-t", "-q", "-c", str(nginx_conf)],
+                            "nginx", nginx_conf, ctx.user)  # fmt: skip
         return nginx_conf, fpm_conf, sock, children
 
     def start(self, ctx: ReplicaContext) -> Started:
         nginx, fpm = self._tools()
         nginx_conf, fpm_conf, sock, children = self._write(ctx, nginx)
         r = ctx.replica
-        fpm_argv = [fpm, "-F", "-O", "-y", str(fpm_conf)] + (["-R"] if os.geteuid() == 0 else [])
-        fpm_master = ctx.spawn(fpm_argv, "php-fpm.out")
+        fpm_master = ctx.spawn([fpm, "-F", "-O", "-y", str(fpm_conf)], "php-fpm.out")
         found: dict[str, list[int]] = {}
 
         def pool_ready() -> str | None:
@@ -191,11 +190,7 @@ class NginxPhpFpm(BuiltinRecipe):
             return f"php-fpm started {len(kids)} of {children} children"
 
         recipe.wait_until(pool_ready, [fpm_master], ctx.timeout_s)
-        nginx_master = ctx.spawn(
-            [nginx, "-p", str(ctx.run_dir), "-e", str(ctx.run_dir / "error.log"),
-             "-c", str(nginx_conf)],
-            "nginx.out",
-        )  # fmt: skip
+        nginx_master = ctx.spawn([*_nginx_argv(nginx, ctx), "-c", str(nginx_conf)], "nginx.out")
 
         def workers_ready() -> str | None:
             kids = sorted(process.children_map().get(nginx_master.pid, []))
@@ -209,7 +204,7 @@ class NginxPhpFpm(BuiltinRecipe):
         try:
             recipe.wait_until(workers_ready, [fpm_master, nginx_master], ctx.timeout_s)
         except TestbedError as exc:
-            tail = recipe.tail_log(ctx.run_dir / "error.log")
+            tail = recipe.tail_log(ctx.sock_dir / "error.log")
             raise TestbedError(f"{exc}; error log: {tail}") from None
         # nginx pins its workers itself (worker_cpu_affinity); record what they got.
         pinned = {w: list(process.allowed_cpus(w)) for w in found["nginx"]}
@@ -222,8 +217,13 @@ class NginxPhpFpm(BuiltinRecipe):
             },
             pinned=pinned,
             config=str(nginx_conf),
-            errorlog=str(ctx.run_dir / "error.log"),
+            errorlog=str(ctx.sock_dir / "error.log"),
         )
+
+
+def _nginx_argv(nginx: str, ctx: ReplicaContext) -> list[str]:
+    """nginx with its prefix and first error log in the server user's own folder."""
+    return [nginx, "-p", str(ctx.sock_dir), "-e", str(ctx.sock_dir / "error.log")]
 
 
 def _allowed(pid: int) -> tuple[int, ...]:

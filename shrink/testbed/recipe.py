@@ -37,6 +37,7 @@ from shrink.mapping import Replica
 from shrink.share import Cgroup
 from shrink.testbed import health
 from shrink.testbed.config import PhpLimits
+from shrink.testbed.private import ServerUser
 from shrink.testbed.state import ReplicaState
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "kill_spawned",
     "label",
     "pin_evenly",
+    "recorded_alive",
     "replica_pids",
     "signal_number",
     "stop_replica",
@@ -70,8 +72,11 @@ class ReplicaContext:
     """What a recipe gets to start one replica.
 
     ``spawn(argv, log_name, env=None)`` starts a process pinned to the replica's
-    CPUs, in its cgroup, with stdout and stderr appended to ``run_dir/log_name``.
-    ``sock_dir`` is a short directory for Unix sockets (108-byte path limit).
+    CPUs, in its cgroup, as ``user`` (the unprivileged server user when shrink runs
+    as root; None: as shrink's own user), with stdout and stderr appended to
+    ``run_dir/log_name``. ``run_dir`` is root's (configs, probe pages); ``sock_dir``
+    is the server user's own short folder: sockets (108-byte path limit), pid
+    files, temp files and the server's own logs (:mod:`shrink.testbed.private`).
     """
 
     replica: Replica
@@ -82,6 +87,7 @@ class ReplicaContext:
     timeout_s: float
     spawn: Spawn
     php: PhpLimits = field(default_factory=PhpLimits)
+    user: ServerUser | None = None
 
     @property
     def workers(self) -> int:
@@ -175,10 +181,12 @@ def first_line(argv: list[str], recipe: str) -> str:
     return text[0].strip() if text else "unknown"
 
 
-def check_config(argv: list[str], server: str, conf: Path) -> None:
-    """Run the server's own config test (``lighttpd -tt``, ``nginx -t``); a refusal is a
-    TestbedError naming the file, with the test's last lines of output."""
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+def check_config(argv: list[str], server: str, conf: Path, user: ServerUser | None = None) -> None:
+    """Run the server's own config test (``lighttpd -tt``, ``nginx -t``) as the user the
+    server will run as; a refusal is a TestbedError naming the file, with the test's
+    last lines of output."""
+    as_user = {"user": user.uid, "group": user.gid, "extra_groups": []} if user else {}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=20, **as_user)
     if done.returncode != 0:
         text = " | ".join(done.stderr.strip().splitlines()[-3:])
         raise TestbedError(f"{server} refused {conf}: {text}")
@@ -227,15 +235,32 @@ def pin_evenly(pids: list[int], cpus: tuple[int, ...]) -> dict[int, list[int]]:
     return out
 
 
+def recorded_alive(r: ReplicaState) -> dict[int, int]:
+    """The recorded PIDs that are still the processes ``up`` started: PID -> start time.
+
+    A state file is not trusted: a PID counts only with its recorded start time (the
+    kernel's, /proc/PID/stat field 22) and, where recorded, its program, both the same
+    now. A PID the file names without them is never signalled."""
+    out = {}
+    for p in r.pids:
+        start = r.starttimes.get(p)
+        if start is None or not process.is_alive(p, start):
+            continue
+        exe = r.exes.get(p)
+        if exe is not None and process.exe_of(p) != exe:
+            continue
+        out[p] = start
+    return out
+
+
 def replica_pids(r: ReplicaState) -> list[int]:
-    """Every live process of the replica: the recorded ones (start times checked), what
+    """Every live process of the replica: the recorded ones (:func:`recorded_alive`), what
     they forked since (a respawned pool child), and whatever is in its cgroup."""
     out: dict[int, None] = {}
     tree = process.children_map()
-    for p in r.pids:
-        if process.is_alive(p, r.starttimes.get(p)):
-            out[p] = None
-            out.update(dict.fromkeys(process.descendants(p, tree)))
+    for p in recorded_alive(r):
+        out[p] = None
+        out.update(dict.fromkeys(process.descendants(p, tree)))
     if r.cgroup:
         out.update(dict.fromkeys(Cgroup.from_dict(r.cgroup).pids()))
     return [p for p in out if process.is_alive(p)]
@@ -245,7 +270,7 @@ def stop_replica(r: ReplicaState, stop_signal: int = signal.SIGTERM) -> list[int
     """Stop the replica's processes by PID: ``stop_signal`` to the masters first, then
     SIGTERM to the rest, then SIGKILL. Raise if any survives. (Its cgroup is the
     lifecycle's to remove: the share's enforcement is not the recipe's business.)"""
-    targets: dict[int, int | None] = {p: r.starttimes.get(p) for p in r.pids}
+    targets: dict[int, int | None] = dict(recorded_alive(r))
     for p in replica_pids(r):
         targets.setdefault(p, None)
     stopped = process.stop_processes(targets, first=r.masters, first_signal=stop_signal)

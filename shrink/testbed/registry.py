@@ -21,29 +21,45 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from shrink import files
 from shrink import processes as process
-from shrink.atomic import write_text
+from shrink.atomic import make_dirs, write_text
 from shrink.errors import TestbedError, TraceFormatError
 from shrink.jsonout import dumps
 from shrink.schemas import RegistryEntryFile
+from shrink.testbed.private import secure_dir
 from shrink.testbed.state import TestbedState
 
-__all__ = ["StaleTestbed", "forget", "record", "run_dir", "stale"]
+__all__ = ["StaleTestbed", "forget", "private_dir", "record", "run_dir", "running", "stale"]
 
 
 def run_dir() -> Path:
-    """Where entries live: ``$SHRINK_RUN_DIR``, else /run/shrink (root) or /tmp/shrink-UID."""
+    """shrink's private folder (entries, locks, run roots): ``$SHRINK_RUN_DIR``, else
+    /run/shrink (root), ``$XDG_RUNTIME_DIR/shrink``, or /tmp/shrink-UID. It is used
+    only once :func:`private_dir` has checked it is this user's and no one else's."""
     env = os.environ.get("SHRINK_RUN_DIR")
     if env:
         return Path(env)
     if os.geteuid() == 0 and os.access("/run", os.W_OK):
         return Path("/run/shrink")
-    return Path(f"/tmp/shrink-{os.geteuid()}")
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg) / "shrink"
+    return Path(tempfile.gettempdir()) / f"shrink-{os.geteuid()}"
+
+
+def private_dir() -> Path:
+    """:func:`run_dir`, made if missing (its parents too) and checked: a real folder of
+    this user's, writable by no one else. Mode 0711 as root (the server user passes
+    through it to its sockets), else 0700."""
+    d = run_dir()
+    make_dirs(d.parent)
+    return secure_dir(d, 0o711 if os.geteuid() == 0 else 0o700)
 
 
 def _entry(state_path: Path) -> Path:
@@ -58,10 +74,10 @@ def record(state_path: str | Path, state: TestbedState, *, owned: bool) -> Path:
     if owned:
         info = process.proc_info(os.getpid())
         owner = {"pid": os.getpid(), "starttime": info.starttime if info else None}
+    private_dir()
     entry = _entry(state_path)
-    entry.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     doc = {"state_path": str(state_path), "owner": owner, "state": state.to_dict()}
-    return write_text(entry, dumps(doc, indent=1) + "\n")
+    return write_text(entry, dumps(doc, indent=1) + "\n", perm=0o600)
 
 
 def forget(state_path: str | Path) -> None:
@@ -111,6 +127,18 @@ def _why_stale(doc: dict[str, Any]) -> str | None:
     if isinstance(on_disk, dict) and on_disk.get("stopped"):
         return f"{path} says it was stopped"
     return None
+
+
+def running() -> list[tuple[Path, TestbedState]]:
+    """Every recorded testbed that is not stale: (its state file, its state)."""
+    root = run_dir()
+    out = []
+    for entry in sorted(root.glob("testbed-*.json")) if root.is_dir() else []:
+        doc = _load(entry)
+        if doc is not None and _why_stale(doc) is None:
+            state = TestbedState.from_dict(doc["state"], source=str(entry))
+            out.append((Path(doc["state_path"]), state))
+    return out
 
 
 def stale() -> list[StaleTestbed]:

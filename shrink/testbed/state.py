@@ -31,7 +31,8 @@ from typing import Any
 
 from shrink import files
 from shrink.atomic import write_text
-from shrink.errors import TestbedError, TopologyError, TraceFormatError
+from shrink.enforce.cfs import foreign_cgroup
+from shrink.errors import StateError, TestbedError, TopologyError, TraceFormatError
 from shrink.jsonout import dumps
 from shrink.schemas import TestbedStateFile
 from shrink.share import Share
@@ -59,6 +60,7 @@ class ReplicaState:
     nic_socket: int | None = None
     cgroup: dict[str, Any] | None = None
     enforce: dict[str, Any] | None = None  # shrink.enforce: mechanism, its PIDs and groups
+    exes: dict[int, str] = field(default_factory=dict)  # the program each PID ran at start
 
     @property
     def pids(self) -> list[int]:
@@ -92,10 +94,18 @@ class ReplicaState:
             "nic_socket": self.nic_socket,
             "cgroup": self.cgroup,
             "enforce": self.enforce,
+            "exes": {str(k): v for k, v in self.exes.items()},
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ReplicaState:
+        """The replica a state file records; a :class:`StateError` if it names a cgroup
+        outside shrink's own hierarchy (``down`` would kill its members and remove it)."""
+        for where, cg in (("cgroup", d.get("cgroup")), ("enforce.cgroup", _enforce_cg(d))):
+            if cg:
+                why = foreign_cgroup(cg) if isinstance(cg, dict) else "not a table"
+                if why is not None:
+                    raise StateError(f"replica {d.get('name')!r}: field {where!r}: {why}")
         if "processes" in d:
             processes = {str(k): [int(p) for p in v] for k, v in d["processes"].items()}
         else:  # written before recipes: lighttpd + php-cgi
@@ -119,7 +129,13 @@ class ReplicaState:
             nic_socket=d.get("nic_socket"),
             cgroup=d.get("cgroup"),
             enforce=d.get("enforce"),
+            exes={int(k): str(v) for k, v in (d.get("exes") or {}).items()},
         )
+
+
+def _enforce_cg(d: dict[str, Any]) -> Any:
+    enf = d.get("enforce")
+    return enf.get("cgroup") if isinstance(enf, dict) else None
 
 
 @dataclass
@@ -176,8 +192,12 @@ class TestbedState:
             typed = Share.from_dict(share)
         except (TopologyError, TypeError, ValueError) as exc:
             raise TestbedError(f"{source or 'state'}: field 'share': {exc}") from None
+        try:
+            replicas = [ReplicaState.from_dict(r) for r in d["replicas"]]
+        except StateError as exc:
+            raise StateError(f"{source or 'state'}: {exc}; nothing it names was touched") from None
         return cls(
-            replicas=[ReplicaState.from_dict(r) for r in d["replicas"]],
+            replicas=replicas,
             share=typed,
             mapping=d["mapping"],
             machine=d["machine"],

@@ -9,13 +9,14 @@ def public_names(module: types.ModuleType) -> set[str]:
     """Every name a user can import from ``module`` that does not start with ``_``.
 
     Submodules are left out (they are reached by their dotted name), and so is
-    ``annotations`` from ``from __future__ import annotations``.
+    ``annotations`` from ``from __future__ import annotations``. Names a module
+    loads on first use (PEP 562 ``__getattr__``, listed by its ``__dir__``) count.
     """
     return {
         name
-        for name, value in vars(module).items()
+        for name in dir(module)
         if not name.startswith("_")
-        and not isinstance(value, types.ModuleType)
+        and not isinstance(getattr(module, name), types.ModuleType)
         and name != "annotations"
     }
 

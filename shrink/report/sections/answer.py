@@ -15,9 +15,15 @@ __all__ = ["STALLED_NOTE", "add_answer"]
 
 
 def add_answer(
-    doc: Doc, pred: Prediction, thresholds: dict[str, float], validation: Validation | None
+    doc: Doc,
+    pred: Prediction,
+    thresholds: dict[str, float],
+    validation: Validation | None,
+    *,
+    appendix: Doc | None = None,
 ) -> None:
-    """1. The answer: which mapping, its MATs, how sure."""
+    """1. The answer: which mapping, its MATs with their intervals, and the validation's
+    errors when there is one; the dagger's explanation goes to ``appendix``."""
     rec = pred.recommended
     doc.h(1, "Answer")
     if rec:
@@ -26,46 +32,47 @@ def add_answer(
         doc.note(pred.reason[0].upper() + pred.reason[1:])
     headers, rows = mat_table(pred, thresholds)
     doc.p(
-        f"Predicted maximum achievable throughput (MAT) of the full target "
-        f"({pred.target_description or 'the whole machine'}) for each replica "
-        "mapping: the highest throughput at which the statistic stays under its threshold."
+        f"Maximum achievable throughput (MAT) of {pred.target_description or 'the whole machine'}"
+        " per replica mapping: the highest throughput at which the statistic stays under "
+        "its threshold."
     )
     doc.table(headers, rows)
     if _any_stalled(pred, thresholds):
-        doc.p(STALLED_NOTE)
-    sure = pred.confidence_summary
-    if sure:
-        doc.p(sure)
-    speed = _speed_text(pred)
-    if speed:
-        doc.p(speed)
+        where = appendix if appendix is not None else doc
+        if appendix is not None:
+            doc.p("\u2020 Only a bound, with a hint where the crossing lies: see the appendix.")
+            where.h(2, "Levels where the generator stalled")
+        where.p(STALLED_NOTE)
+    if pred.confidence_summary:
+        doc.p(pred.confidence_summary)
     if validation is not None:
-        vmats = validation.to_dict()["mats"]
-        held = [STAT_NAME.get(st, st) for st, c in validation.covered.items() if c]
-        missed = [STAT_NAME.get(st, st) for st, c in validation.covered.items() if c is False]
-        if held or missed:
-            doc.p(
-                "The intervals held the measured MAT for: "
-                + (", ".join(held) or "none")
-                + ("; **missed** for: " + ", ".join(missed) if missed else "")
-                + "."
-            )
-        errs = [
-            f"{STAT_NAME.get(s, s)} {error_text(vmats[s])}"
-            for s, e in validation.mat_error.items()
-            if e is not None and math.isfinite(e) and s in vmats
-        ]
-        if errs:
-            doc.p(
-                "Checked against a full-scale run of the whole trace: the predicted MATs "
-                f"were off by {', '.join(errs)} (details under Validation)."
-            )
-    other = (pred.self_checks or {}).get("max_other_cpu")
-    if other is not None and other > 0.10:
-        doc.note(
-            f"Caution: other work took up to {100 * other:.0f}% of a CPU on the share's CPUs "
-            "while it was measured; see the self-checks."
+        text = _validation_text(validation)
+        if text:
+            doc.p(text)
+
+
+def _validation_text(validation: Validation) -> str:
+    """One sentence: the validation's errors and which intervals held the measured MAT."""
+    vmats = validation.to_dict()["mats"]
+    errs = [
+        f"{STAT_NAME.get(s, s)} {error_text(vmats[s])}"
+        for s, e in validation.mat_error.items()
+        if e is not None and math.isfinite(e) and s in vmats
+    ]
+    held = [STAT_NAME.get(st, st) for st, c in validation.covered.items() if c]
+    missed = [STAT_NAME.get(st, st) for st, c in validation.covered.items() if c is False]
+    parts = []
+    if errs:
+        parts.append(f"the predicted MATs were off by {', '.join(errs)}")
+    if held or missed:
+        parts.append(
+            "the 95% intervals held the measured MAT for "
+            + (", ".join(held) or "none")
+            + ("; **missed** for " + ", ".join(missed) if missed else "")
         )
+    if not parts:
+        return ""
+    return "Checked against a full-scale run: " + "; ".join(parts) + " (see Validation)."
 
 
 STALLED_NOTE = (
@@ -86,21 +93,4 @@ def _any_stalled(pred: Prediction, thresholds: dict[str, float]) -> bool:
         for m in pred.mappings.values()
         for s in thresholds
         if s in m.stats
-    )
-
-
-def _speed_text(pred: Prediction) -> str:
-    """The CPU-time share's speed: nominal and measured (or assumed), and what it cost."""
-    share = pred.share
-    if share is None or share.kind != "cpu_time":
-        return ""
-    sp = share.speed
-    if sp is None or sp.method == "nominal":
-        return (
-            f"Share speed: {share.cpu_fraction:g} of the full target's, **assumed** (its "
-            "nominal CPU-time fraction, not measured)."
-        )
-    return (
-        f"Share speed: nominal {sp.nominal:g}, measured {sp.effective:.3g} ({sp.method}, "
-        f"{sp.cost_s:.1f} s of runs); the scaling uses the measured speed."
     )

@@ -1,17 +1,17 @@
-"""Section 2: the curves: latency against load, and the CDFs near 80% utilization."""
+"""Section 3: the curves: latency against load, and the CDFs near 80% utilization."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from shrink.loadcurve import LoadCurve
+from shrink.loadcurve import Level, LoadCurve
 from shrink.prediction import Prediction
 from shrink.report.blocks import Doc
 from shrink.report.figures import cdf_figure, latency_figure, level_near_utilization
 from shrink.report.series import curve_series, mapping_series
 from shrink.scaling import latency_scale
 
-__all__ = ["add_curves"]
+__all__ = ["add_curves", "cdf_levels_text"]
 
 
 def add_curves(
@@ -23,8 +23,11 @@ def add_curves(
     measured: LoadCurve | None,
     measured_label: str,
     full_run: LoadCurve | None,
+    *,
+    appendix: Doc | None = None,
 ) -> None:
-    """2. The curves: latency against load, and the CDFs near 80% utilization."""
+    """3. The curves: latency against load, and the CDFs at the level nearest 80%
+    utilization, titled with the utilization of the level each one shows."""
     doc.h(1, "Latency against load")
     series = mapping_series(pred)
     if measured is not None:
@@ -44,42 +47,43 @@ def add_curves(
             out / "latency.png",
             series,
             thresholds,
-            title="Latency against normalized load; dotted: MATs (vertical shading: 95% CI); "
-            "bars and bands: range of the repetitions",
+            title="Latency against normalized load",
         )
         doc.img(
             "latency.png",
-            "Mean and 99.9th-percentile response time against normalized "
-            "throughput for each mapping, with the thresholds (red) and the MATs (dotted). "
-            "Lines are the monotone fit the MATs are read from, through each level's "
-            "median repetition; bars and bands span the repetitions at each level.",
+            "Mean and p99.9 response time against normalized throughput per mapping: "
+            "thresholds red, MATs dotted (shading: their 95% interval). Lines are the "
+            "monotone fit the MATs are read from; bars and bands span the repetitions.",
+            alt="Latency against load",
         )
     cdf_entries = []
     if measured is not None:
         lv = level_near_utilization(measured)
         if lv is not None:
-            u = "" if lv.utilization is None else f", {100 * lv.utilization:.0f}% utilization"
-            cdf_entries.append((f"predicted from the share{u}", lv, latency_scale(measured)))
+            cdf_entries.append(("predicted from the share", lv, latency_scale(measured)))
     if full_run is not None:
         lv = level_near_utilization(full_run)
         if lv is not None:
-            u = "" if lv.utilization is None else f", {100 * lv.utilization:.0f}% utilization"
-            cdf_entries.append((f"full-scale run{u}", lv, 1.0))
+            cdf_entries.append(("full-scale run", lv, 1.0))
     if not cdf_entries:
         return
+    shown = cdf_levels_text(cdf_entries)
     files["cdf"] = cdf_figure(
         out / "cdf.png",
-        cdf_entries,
-        title="Response-time CDFs per class at the level nearest 80% utilization (its "
-        "utilization in the legend; cf. the papers' Fig. 7, 11)",
+        [(f"{label}, {_utilization(lv)}", lv, scale) for label, lv, scale in cdf_entries],
+        title=f"Response-time CDFs per class{shown} (cf. the papers' Fig. 7, 11)",
     )
     doc.img(
         "cdf.png",
-        "Response-time distribution of static and dynamic requests at the level "
-        "nearest 80% utilization of the server (the legend gives its utilization).",
+        "Response-time distribution of static and dynamic requests at the measured level "
+        f"nearest 80% utilization of the server{shown}.",
+        alt="Response-time CDFs",
     )
     if pred.share is not None and pred.share.kind == "cpu_time":
-        doc.p(
+        where = appendix if appendix is not None else doc
+        if appendix is not None:
+            where.h(2, "Distributions on a CPU-time share")
+        where.p(
             "On a CPU-time share the server runs at full speed until its quota is spent, "
             "then not at all until the next period. A short (static) request either "
             "finishes at full speed or waits for the next period, so its predicted "
@@ -87,3 +91,20 @@ def add_curves(
             "(dynamic) requests span many periods and come closer to a slower server. The MATs "
             "rest on the mean and p99.9, which the long requests dominate here."
         )
+
+
+def _utilization(lv: Level) -> str:
+    if lv.utilization is None:
+        return f"{lv.throughput:,.0f} req/s (level {lv.level:.3g})"
+    return f"{100 * lv.utilization:.0f}% utilization (level {lv.level:.3g})"
+
+
+def cdf_levels_text(entries: list[tuple[str, Level, float]]) -> str:
+    """The levels the CDF figure shows, as its title ends: " at" one utilization where
+    every entry's level has the same (rounded), else ":" and each entry's."""
+    texts = [_utilization(lv) for _, lv, _ in entries]
+    if len(set(texts)) == 1:
+        return f" at {texts[0]}"
+    return ": " + "; ".join(
+        f"{label} at {t}" for (label, _, _), t in zip(entries, texts, strict=True)
+    )

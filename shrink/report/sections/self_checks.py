@@ -1,4 +1,4 @@
-"""Section 5: can the measurement be trusted? The generator, failures, load, utilization, steal."""
+"""Section 2: can the measurement be trusted? One row per check, levels in the appendix."""
 
 from __future__ import annotations
 
@@ -10,8 +10,13 @@ from shrink.report.blocks import Doc
 from shrink.report.tables import level_table
 from shrink.report.text import STAT_NAME
 from shrink.scaling import latency_scale
+from shrink.share import Share
 
 __all__ = ["add_self_checks", "cluster_text"]
+
+# Steal in a window above this is worth a sentence on what it does; below it the
+# figure alone says enough.
+STEAL_NOTABLE = 0.02
 
 
 def add_self_checks(
@@ -21,47 +26,77 @@ def add_self_checks(
     measured: LoadCurve | None,
     measured_label: str,
     full_run: LoadCurve | None,
+    *,
+    appendix: Doc | None = None,
 ) -> None:
-    """5. Can the measurement be trusted?
-
-    One item per check (the generator, failed requests, offered load, the server
-    and its CPUs), then the levels of each curve.
-    """
-    doc.h(1, "Self-checks")
+    """2. Can the measurement be trusted? One row per check: the load generator, failed
+    requests, offered load, saturation, the share's speed, other work and steal on the
+    CPUs, the host's drift. The levels of each curve go to ``appendix`` (else here)."""
+    doc.h(1, "Checks")
     checks = pred.self_checks or {}
-    full_checks = (pred.full_run or {}).get("self_checks") or {}
-    items = [
+    full_checks = full_run_checks(full_run, thresholds)
+    rows = [
         *_generator_items(checks),
         *_failure_items(checks),
         *_server_items(checks, full_checks),
+        *_speed_items(getattr(pred, "share", None)),
         *_steal_items(checks, full_checks),
-        *_host_items(checks),
+        *_host_items(full_checks),
     ]
     if checks.get("generator_capacity_note"):
-        items.append(checks["generator_capacity_note"])
-    if items:
-        doc.ul(items)
+        rows.append(["Load generator's capacity", checks["generator_capacity_note"]])
+    if rows:
+        doc.table(["check", "result"], rows)
+    where = appendix if appendix is not None else doc
+    if measured is not None or full_run is not None:
+        where.h(2, "Levels measured")
     if measured is not None:
-        doc.p(
+        where.p(
             f"Levels {measured_label} (throughput, mean and p99.9: the median over the "
             "repetitions that kept up):"
         )
         scale = latency_scale(measured)
         h, r = level_table(measured, {s: t / scale for s, t in thresholds.items()})
-        doc.table(h, r)
+        where.table(h, r)
     if full_run is not None:
-        doc.p("Levels of the full-scale run:")
+        where.p("Levels of the full-scale run:")
         h, r = level_table(full_run, thresholds)
-        doc.table(h, r)
+        where.table(h, r)
 
 
-def _generator_items(checks: dict[str, Any]) -> list[str]:
+def _speed_items(share: Share | None) -> list[list[str]]:
+    """What the prediction read of the full target: nothing on a core subset; on a
+    CPU-time share its speed, calibrated (with what the calibration ran) or assumed."""
+    if share is None or share.kind == "all":
+        return []
+    if share.kind != "cpu_time":
+        return [["Full target read", "nothing: a core subset needs no calibration"]]
+    sp = share.speed
+    if sp is None or sp.method == "nominal":
+        text = (
+            f"{share.cpu_fraction:g} of the full target's, **assumed** (its nominal "
+            "CPU-time fraction, not measured; nothing ran on the full target): a "
+            "time-sliced core costs more per request, by class, so the prediction is "
+            "likely low; calibrate if the full target can run lightly"
+        )
+    else:
+        busy = sp.full_target_busy
+        text = (
+            f"nominal {sp.nominal:g}, calibrated {sp.effective:.3g}: the full target ran "
+            f"{sp.full_target_seconds:.1f} s at light load (at most "
+            f"{'an unknown load' if busy is None else f'{100 * busy:.1f}% busy'}); nothing "
+            "else of it reached the prediction"
+        )
+    return [["Share's speed", text]]
+
+
+def _generator_items(checks: dict[str, Any]) -> list[list[str]]:
     """Whether the load generator kept to its schedule, and where it ran."""
     items = []
     if "generator_kept_up" in checks:
-        items.append(
-            "Load generator kept to its schedule at every level used: "
-            + (
+        items.append([
+            "Load generator kept to its schedule at every level used",
+            (
                 "**yes**"
                 if checks["generator_kept_up"]
                 else f"**no** - levels excluded: {checks.get('levels_behind')}"
@@ -77,22 +112,29 @@ def _generator_items(checks: dict[str, Any]) -> list[str]:
                 f" (replay engine: {checks['generator_engine']})"
                 if checks.get("generator_engine")
                 else ""
-            )
-        )
+            ),
+        ])  # fmt: skip
+    if checks.get("max_generator_cpu") is not None:
+        items.append([
+            "Load generator's CPU",
+            f"up to {100 * checks['max_generator_cpu']:.0f}% of a CPU in a repetition: where "
+            "it shares a CPU with the server (a core subset on a small machine), that much "
+            "was taken from the server",
+        ])  # fmt: skip
     if checks.get("generator_cluster"):
-        items.append(cluster_text(checks["generator_cluster"]))
+        items.append(["Load generators", cluster_text(checks["generator_cluster"])])
     return items
 
 
-def _failure_items(checks: dict[str, Any]) -> list[str]:
+def _failure_items(checks: dict[str, Any]) -> list[list[str]]:
     """Whether every level used was answered whole, and the failures counted."""
     if "levels_failed" not in checks:
         return []
     totals = checks.get("failures") or {}
     limit = 100 * float(checks.get("failure_limit") or 0.001)
-    return [
-        "Requests answered whole with a 2xx/3xx status at every level used: "
-        + (
+    return [[
+        "Requests answered whole with a 2xx/3xx status at every level used",
+        (
             "**yes**"
             if not checks["levels_failed"]
             else f"**no** - levels excluded (failures over {limit:g}% of their requests): "
@@ -104,85 +146,90 @@ def _failure_items(checks: dict[str, Any]) -> list[str]:
             + ")"
             if any(totals.values())
             else ""
-        )
-    ]
+        ),
+    ]]  # fmt: skip
 
 
-def _server_items(checks: dict[str, Any], full_checks: dict[str, Any]) -> list[str]:
+def _server_items(checks: dict[str, Any], full_checks: dict[str, Any]) -> list[list[str]]:
     """Offered load, the utilization reached, and other work on the share's CPUs."""
     items = []
     if checks.get("offered_monotone") is not None:
-        items.append(_offered_text(checks, full_checks))
+        items.append(["Offered load rises with the level", _offered_text(checks, full_checks)])
     if checks.get("max_utilization") is not None:
-        reached = (
-            "saturated: the knee was measured"
+        top = f"{100 * checks['max_utilization']:.0f}%"
+        items.append([
+            "Share driven to saturation (its knee measured)",
+            f"**yes**: {top} busy at the top level"
             if checks.get("utilization_reached")
-            else "**the server was not driven to saturation**"
-        )
-        items.append(
-            f"Highest utilization of the share reached: "
-            f"{100 * checks['max_utilization']:.0f}% ({reached})."
-        )
+            else f"**no**: {top} busy at most, so the knee was not measured; give the "
+            "sweep more levels or time (--max-levels, --budget)",
+        ])  # fmt: skip
     if checks.get("max_other_cpu") is not None:
         other = 100 * float(checks["max_other_cpu"])
-        items.append(
-            f"Other work on the share's CPUs (kernel threads, softirqs, other processes): "
+        items.append([
+            "Other work on the share's CPUs (kernel threads, softirqs, other processes)",
             f"up to {other:.0f}% of a CPU in a window"
             + (
                 ". **The share was not quiet**: on a CPU-time share whatever runs in the "
                 "quota's gaps evicts the server's caches and slows it more than the full "
                 "server; rerun on a quiet machine."
                 if other > 10
-                else " (quiet)."
-            )
-        )
+                else " (quiet)"
+            ),
+        ])  # fmt: skip
     return items
 
 
-def _steal_items(checks: dict[str, Any], full_checks: dict[str, Any]) -> list[str]:
+def _steal_items(checks: dict[str, Any], full_checks: dict[str, Any]) -> list[list[str]]:
     """Steal time (a VM's host taking the CPU) on the server's and the generator's CPUs."""
-    items = []
-    steals = [
-        f"{100 * float(c['max_steal']):.0f}% {what}"
+    parts = [
+        f"{100 * float(c['max_steal']):.0f}% on the server's CPUs {what}"
         for c, what in ((checks, "during the scaled runs"), (full_checks, "during the full runs"))
         if c.get("max_steal") is not None
     ]
-    if steals:
-        items.append(
-            "Steal time on the server's CPUs (the VM's host running something else), worst "
-            f"window: {', '.join(steals)}. It slows whichever runs it hits, and pairing "
-            "cannot cancel what hits one side only."
-        )
     gen = [
         float(c["max_generator_steal"])
         for c in (checks, full_checks)
         if c.get("max_generator_steal") is not None
     ]
     if gen:
-        items.append(
-            f"Steal on the load generator's CPU, worst window: {100 * max(gen):.0f}%. "
-            "A vCPU the host takes away stalls the generator: the sends it owes go out "
-            "late and bunched, and the level is flagged behind."
-        )
-    return items
+        parts.append(f"{100 * max(gen):.0f}% on the load generator's CPU")
+    if not parts:
+        return []
+    worst = max([float(c.get("max_steal") or 0) for c in (checks, full_checks)] + gen, default=0.0)
+    hint = (
+        ". It slows whichever runs it hits (pairing cannot cancel what hits one side "
+        "only) and stalls the generator; rerun when the host is quieter"
+        if worst > STEAL_NOTABLE
+        else ""
+    )
+    return [["Steal (the VM's host running something else), worst window", ", ".join(parts) + hint]]
 
 
-def _host_items(checks: dict[str, Any]) -> list[str]:
-    """How far the host's speed moved over the sweep (shrink.busyspeed.host_drift)."""
+def full_run_checks(full_run: LoadCurve | None, thresholds: dict[str, float]) -> dict[str, Any]:
+    """A full-scale curve's own checks: those it carries, else computed from it."""
+    if full_run is None:
+        return {}
+    from shrink.selfchecks import host_drift, self_checks
+
+    return full_run.meta.get("self_checks") or {
+        **self_checks(full_run, thresholds),
+        **host_drift(full_run),
+    }
+
+
+def _host_items(checks: dict[str, Any]) -> list[list[str]]:
+    """How far the host's speed moved over the validation's runs (shrink.selfchecks)."""
     if checks.get("host_spread") is None:
         return []
     lo, hi = checks["host_capacity_range"]
-    text = (
-        f"The full target's capacity, measured busy {checks['host_checks']} times over the "
-        f"sweep: {lo:,.0f}-{hi:,.0f} req/s (max / min {checks['host_spread']:.2f})"
-    )
-    if checks.get("host_steady"):
-        return [text + ": the host held steady."]
-    return [
-        text + ". **The host's speed moved during the run**: a MAT measured on it, the "
-        "prediction's and a full-scale run's alike, is only as sure as that spread (the "
-        "interval carries it). Rerun when the host is steadier."
-    ]
+    return [[
+        "Host's drift over the validation's runs",
+        f"the full target's capacity over its {checks['host_checks']} busy repetitions read "
+        f"{lo:,.0f}-{hi:,.0f} req/s (max / min {checks['host_spread']:.2f}); a validation "
+        "error is only as sure as that spread: the host moves the prediction's runs and the "
+        "validation's alike",
+    ]]  # fmt: skip
 
 
 def cluster_text(cluster: dict[str, Any]) -> str:
@@ -246,7 +293,5 @@ def _offered_text(checks: dict[str, Any], full: dict[str, Any]) -> str:
             f"{what} runs: {rises}, {c['offered_per_level']:,.0f} req/s per unit of level, "
             f"within {100 * c['offered_linearity']:.1f}% of linear{_linear_verdict(c)}"
         )
-    return (
-        "Offered load (every level loops the same window of the trace at level times its "
-        "rate): " + "; ".join(parts) + "."
-    )
+    # Every level loops the same window of the trace at level times its rate.
+    return "; ".join(parts)

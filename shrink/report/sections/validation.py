@@ -1,4 +1,4 @@
-"""Section 3: validation against a full-scale run, and the error texts the answer repeats."""
+"""Section 4: validation against a full-scale run, and the error texts the answer repeats."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ from shrink.validate import Validation
 __all__ = ["add_validation", "error_text"]
 
 
-def add_validation(doc: Doc, validation: Validation) -> None:
-    """3. Validation against a full-scale run."""
+def add_validation(doc: Doc, validation: Validation, *, appendix: Doc | None = None) -> None:
+    """4. Validation against a full-scale run: the MATs side by side here; how the runs
+    were paired, their cost per request and the distributions' distances in ``appendix``."""
     vd = validation.to_dict()
+    more = appendix if appendix is not None else doc
     doc.h(1, "Validation against a full-scale run")
     vrows = []
     for s, m in vd["mats"].items():
@@ -28,8 +30,11 @@ def add_validation(doc: Doc, validation: Validation) -> None:
             ]
         )
     doc.table(["statistic", "threshold", "predicted MAT", "measured MAT", "error"], vrows)
+    if appendix is not None:
+        more.h(2, "Validation details")
     if (vd.get("meta") or {}).get("paired"):
-        doc.p(
+        doc.p("The full-scale runs were paired with the scaled ones, seconds apart.")
+        more.p(
             "The full-scale runs were taken alongside the scaled ones: each repetition of "
             "each load level ran on the share and on the full target back to back, in "
             "alternating order, so both saw the machine at nearly the same moment. The "
@@ -37,7 +42,7 @@ def add_validation(doc: Doc, validation: Validation) -> None:
         )
         cost = vd.get("cost_ratio")
         if cost:
-            doc.p(_cost_text(cost))
+            more.p(_cost_text(cost))
     else:
         doc.p(
             "The full-scale run was measured after the prediction. On a machine whose "
@@ -55,11 +60,11 @@ def add_validation(doc: Doc, validation: Validation) -> None:
             ]
             for w in vd["wasserstein"]
         ]
-        doc.p(
+        more.p(
             "Latency distributions at matched normalized loads (Wasserstein-1 distance "
             "between the predicted and measured response-time distributions):"
         )
-        doc.table(
+        more.table(
             ["throughput (req/s)", "measured mean", "predicted mean", "W1", "W1 / mean"], wrows
         )
 

@@ -1,4 +1,4 @@
-"""Section 4: the what-if on another machine."""
+"""Section 5: the what-if on another machine."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ __all__ = ["add_whatif"]
 def add_whatif(
     doc: Doc, out: Path, files: dict[str, Path], whatif: Prediction, thresholds: dict[str, float]
 ) -> None:
-    """4. What-if on another machine."""
+    """5. What-if on another machine."""
     name = whatif.machine.get("name", "")
     doc.h(1, f"What-if: {name or 'another machine'}")
     doc.p(whatif.extra.get("summary", "Predicted with the published calibration."))
@@ -36,4 +36,5 @@ def add_whatif(
         doc.img(
             "whatif.png",
             "Predicted latency against load for each mapping of the what-if machine.",
+            alt="What-if curves",
         )

@@ -1,0 +1,113 @@
+"""The prediction's assumptions and confidence, in words (prediction.json carries them)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from shrink.share import Share, ShareSpeed
+
+if TYPE_CHECKING:
+    from shrink.loadcurve import LoadCurve
+    from shrink.predict import PredictConfig
+    from shrink.prediction import MappingPrediction
+    from shrink.uncertainty import ErrorBudget
+
+__all__ = ["assumptions", "confidence"]
+
+
+def assumptions(
+    alpha: float, config: PredictConfig, share: Share, measured: LoadCurve
+) -> list[str]:
+    """What the prediction assumes, in words for the report."""
+    assumptions = [
+        f"SHRiNK: {alpha:g} of the sessions ({config.level} level, seed {config.seed}) on "
+        f"{alpha:g} of the server ({share.kind} share of CPUs {list(share.cpus)}) behaves like "
+        "the whole trace on the whole server at normalized load.",
+    ]
+    if share.kind == "cpu_time":
+        assumptions.extend(speed_assumptions(share))
+    if measured.meta.get("skip"):
+        assumptions.append(
+            f"Every run starts {measured.meta['skip']:.3g} s into the trace: a trace's first "
+            "seconds (sessions starting together, or cut by the start of a log) are not "
+            "its steady mix."
+        )
+    k = measured.meta.get("scaled_time", 1.0)
+    if k != 1.0:
+        assumptions.append(
+            f"Time scaling: the share's warm-up and measurement windows, and its users' "
+            f"think times, were {k:.3g} times the full-scale ones (1 over the speed the "
+            "sweep assumed): the share ran the whole server in slow motion. A server at s "
+            "of the speed moves through its queueing states 1/s slower and sees s of the "
+            "requests a second: with shorter windows the share would be caught nearer its "
+            "empty start, with fewer requests in its tail; with the users' own think times "
+            "its response time above the knee would stay the whole server's, not 1/s of it."
+        )
+    load = measured.meta.get("share_load", 1.0)
+    if load != 1.0:
+        assumptions.append(
+            f"Matched load: at every level the share replayed the sample at {load:.3g} "
+            "times the level's rate factor (its measured speed over alpha, and over the "
+            "sample's share of the loop window's requests relative to alpha), so that it "
+            "was as loaded as the full target at the same level; the scaling reads "
+            "throughputs, not levels, so this only chooses where the share is measured."
+        )
+    return assumptions
+
+
+def speed_assumptions(share: Share) -> list[str]:
+    """What the report says about a CPU-time share's speed."""
+    sp = share.speed or ShareSpeed.assumed(share.cpu_fraction)
+    if sp.method == "nominal":
+        speed = (
+            f"Share speed: assumed, not measured: {sp.nominal:g} (the nominal CPU-time "
+            "fraction; no calibration on the full target). A time-sliced core costs more "
+            "CPU per request than a whole one, so the share's real speed is likely lower, "
+            "and a prediction scaled by this one likely too low."
+        )
+    else:
+        per = ", ".join(f"{c} {v:.3g}" for c, v in sorted(sp.per_class.items()))
+        busy = sp.full_target_busy
+        speed = (
+            f"Share speed: nominal {sp.nominal:g}, calibrated {sp.effective:.3g} for the "
+            f"trace's mix ({per or 'no per-class figures'}): the CPU a request costs on "
+            "each side at the same light load. The calibration ran the full target for "
+            f"{sp.full_target_seconds:.1f} s at most "
+            f"{'an unknown load' if busy is None else f'{100 * busy:.1f}% busy'}; nothing "
+            "else of the full target reached the prediction."
+        )
+        if sp.notes:
+            speed += f" Calibration notes: {'; '.join(sp.notes)}."
+    return [
+        speed,
+        f"CPU-time share: the server is taken as a processor-sharing server at speed "
+        f"s = {share.speed_factor:.3g} of the full target's, so response times are scaled "
+        "by s and throughputs by 1/s (R_full(X) = s * R_share(s * X)). A busy whole core "
+        "costs less per request than a lightly loaded one, which a light calibration "
+        "cannot see: the model error in the interval, fitted on a corpus, carries it.",
+    ]
+
+
+def confidence(
+    base: MappingPrediction,
+    config: PredictConfig,
+    budgets: Mapping[str, ErrorBudget],
+    emulation: float,
+) -> str:
+    # One drift for every statistic: the pooled cost spread of the runs.
+    drift = max((b.drift for b in budgets.values()), default=0.0)
+    widths = [
+        (v.ci[1] - v.ci[0]) / v.mat / 2 for v in (base.stats[s] for s in config.thresholds) if v.mat
+    ]
+    conf = (
+        f"The MAT intervals are +/-{100 * max(widths):.0f}% at most: 95% prediction "
+        f"intervals for a full-scale run at another time, from the spread of "
+        f"{config.plan.reps} repetitions per level, the machine's drift between runs "
+        f"({100 * drift:.1f}%) and the share's emulation error ({100 * emulation:.0f}%)."
+        if widths
+        else ""
+    )
+    return conf
+
+

@@ -1,0 +1,94 @@
+"""What a measured curve says about its own measurement: the prediction's self-checks."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from shrink.loadcurve import FAILURE_LIMIT, LoadCurve
+from shrink.measure import offered_check
+
+__all__ = ["host_drift", "self_checks"]
+
+# A repetition at least this busy shows the full target's capacity (X / U) near its
+# knee, where a validation's MAT lies.
+BUSY = 0.5
+
+
+def self_checks(curve: LoadCurve, limits: Mapping[str, float]) -> dict[str, Any]:
+    """What the curve says about its own measurement; ``limits`` in the curve's own seconds."""
+    behind = [lv.level for lv in curve.levels if lv.generator_behind]
+    stalled = {
+        stat: [lv.level for lv in curve.stalled_over(stat, limit)] for stat, limit in limits.items()
+    }
+    reps_out = sum(lv.reps_behind for lv in curve.levels if not lv.generator_behind)
+    utils = [min(1.0, lv.utilization) for lv in curve.usable() if lv.utilization is not None]
+    umax = max(utils) if utils else None
+    gen_cpu = [r.generator_cpu for lv in curve.levels for r in lv.reps]
+    gen_cpu = [x for x in gen_cpu if x is not None]
+    others = [r.other_cpu for lv in curve.usable() for r in lv.kept if r.other_cpu is not None]
+    steal = [r.steal for lv in curve.usable() for r in lv.kept if r.steal is not None]
+    # Over every repetition, kept or not: steal there is what makes one fall behind.
+    gen_steal = [r.generator_steal for lv in curve.levels for r in lv.reps]
+    gen_steal = [x for x in gen_steal if x is not None]
+    # which replay engine measured the curve (native core or Python; live runs only)
+    engine = (curve.meta.get("target") or {}).get("engine")
+    cluster = (curve.meta.get("target") or {}).get("cluster")
+    return {
+        **({"generator_engine": engine} if engine else {}),
+        **({"generator_cluster": cluster} if cluster else {}),
+        "max_other_cpu": max(others) if others else None,
+        "max_steal": max(steal) if steal else None,
+        "max_generator_steal": max(gen_steal) if gen_steal else None,
+        # The generator's CPU (seconds a second, at most): on a core subset that shares a
+        # CPU with it, what it took from the server.
+        "max_generator_cpu": max(gen_cpu) if gen_cpu else None,
+        "generator_kept_up": not behind,
+        "levels_behind": behind,
+        # Of those, the ones still over a threshold by their stall bound (never a MAT: a hint).
+        "levels_stalled_over": {k: v for k, v in stalled.items() if v},
+        "repetitions_excluded": reps_out,
+        "max_utilization": umax,
+        "utilization_reached": bool(umax is not None and umax >= 0.85),
+        "usable_levels": len(curve.usable()),
+        # Levels where requests failed (over FAILURE_LIMIT): never used for a MAT.
+        "levels_failed": [lv.level for lv in curve.failed_levels()],
+        "failures": _failure_totals(curve),
+        "failure_limit": FAILURE_LIMIT,
+        # A controlled load: offered load rises with the level, ~linearly.
+        **{k: v for k, v in offered_check(curve).items() if k != "offered"},
+    }
+
+
+def _failure_totals(curve: LoadCurve) -> dict[str, int]:
+    """Failures by class over every repetition of the curve."""
+    out: dict[str, int] = {}
+    for lv in curve.levels:
+        for k, v in lv.failure_counts().items():
+            out[k] = out.get(k, 0) + v
+    return out
+
+
+
+
+def host_drift(full: LoadCurve) -> dict[str, Any]:
+    """How far the full target's speed moved over a validation's runs.
+
+    Its capacity (throughput over utilization) in every kept repetition at least BUSY
+    busy, in the order they ran: the range and its spread (max / min). A host whose
+    speed moves moves a prediction's and a validation's MATs alike; the spread says by
+    how much. Empty without two such repetitions.
+    """
+    caps = [
+        r.throughput / r.utilization
+        for lv in full.usable()
+        for r in lv.kept
+        if r.utilization is not None and r.utilization >= BUSY and r.throughput > 0
+    ]
+    if len(caps) < 2:
+        return {}
+    return {
+        "host_checks": len(caps),
+        "host_capacity_range": [min(caps), max(caps)],
+        "host_spread": max(caps) / min(caps),
+    }

@@ -1,0 +1,267 @@
+"""Where a testbed keeps its run directories and sockets, and as whom its servers run.
+
+shrink runs as root to pin, cap and start servers; the servers must not run as
+root. As root, every recipe runs its workers as an unprivileged **server user**:
+``www-data`` where it exists (Debian's web server user), else ``shrink-www``
+(which the set-up creates). A user who is not root runs the servers as itself.
+
+Each ``testbed up`` gets a fresh **run root** (``mkdtemp``: a name nobody can
+guess or plant beforehand) under shrink's private directory
+(:func:`shrink.testbed.registry.run_dir`: ``/run/shrink`` as root,
+``$XDG_RUNTIME_DIR/shrink``, or a folder of this user's checked before use).
+Each replica's configs, logs, probe pages and sockets live in it; ``down``
+removes it. What the server user may touch there:
+
+* enter the run root and a replica's folder (mode 0711: no listing, no writing);
+* read the probe pages (``probe/``, 0755);
+* its own folder, ``srv/`` (0700, the server user's): sockets, pid files, temp
+  files and the server's own error log.
+
+Every process a recipe starts is started as the server user (after it joined
+the replica's cgroup): it never holds root, so nothing it reads, writes or runs
+does so as root.
+
+Config files and the state stay root's, not writable by the server user.
+Values written into a server's config (paths) are refused if they hold a
+character the config syntax gives a meaning (:func:`config_value`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import grp
+import hashlib
+import os
+import pwd
+import re
+import shutil
+import stat
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from shrink.errors import TestbedError
+
+__all__ = [
+    "SERVER_USERS",
+    "ServerUser",
+    "UpLock",
+    "can_run",
+    "check_reachable",
+    "config_value",
+    "new_run_root",
+    "readable",
+    "remove_run_root",
+    "secure_dir",
+    "server_user",
+]
+
+SERVER_USERS = ("www-data", "shrink-www")
+
+
+@dataclass(frozen=True)
+class ServerUser:
+    """The unprivileged user the servers run as (root only)."""
+
+    name: str
+    group: str
+    uid: int
+    gid: int
+
+    def groups(self) -> set[int]:
+        return set(os.getgrouplist(self.name, self.gid))
+
+
+def server_user() -> ServerUser | None:
+    """The server user when shrink runs as root; None otherwise (servers run as this user)."""
+    if os.geteuid() != 0:
+        return None
+    for name in SERVER_USERS:
+        try:
+            pw = pwd.getpwnam(name)
+        except KeyError:
+            continue
+        if pw.pw_uid == 0:
+            continue
+        try:
+            group = grp.getgrgid(pw.pw_gid).gr_name
+        except KeyError:
+            group = str(pw.pw_gid)
+        return ServerUser(name, group, pw.pw_uid, pw.pw_gid)
+    raise TestbedError(
+        f"no unprivileged user to run the servers as ({' or '.join(SERVER_USERS)}); create "
+        "one: useradd --system --no-create-home --shell /usr/sbin/nologin shrink-www "
+        "(scripts/setup.sh does this)"
+    )
+
+
+def secure_dir(path: Path, mode: int = 0o700) -> Path:
+    """``path`` as a directory of this user that no one else may write, made if missing.
+
+    ``mkdir`` never follows a symlink; one that exists must be a real directory
+    owned by this user and not writable by group or others, else it is refused (a
+    folder someone planted at a predictable name)."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, mode)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise TestbedError(
+            f"{path} is not a private folder of this user (a symlink, another owner, or "
+            "writable by others): not used; remove it or set SHRINK_RUN_DIR"
+        )
+    if stat.S_IMODE(st.st_mode) != mode:
+        os.chmod(path, mode)
+    return path
+
+
+def new_run_root(base: Path, state_path: Path, user: ServerUser | None) -> Path:
+    """A fresh run root for one ``up`` under the private ``base`` (see the module docstring)."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", state_path.stem)[:16] or "testbed"
+    root = Path(tempfile.mkdtemp(prefix=f"up-{stem}-", dir=base))
+    if user is not None:
+        os.chmod(root, 0o711)  # the server user may pass through, not list or write
+    return root
+
+
+def replica_dirs(root: Path, name: str, user: ServerUser | None) -> tuple[Path, Path]:
+    """A replica's run dir (root's, 0711: configs, probe pages, start-up output) and the
+    server user's own folder in it (0700: sockets, pid files, the server's own logs)."""
+    run = root / name
+    os.mkdir(run, 0o700)
+    os.chmod(run, 0o711 if user is not None else 0o700)  # exactly, whatever the umask
+    own = run / "srv"
+    os.mkdir(own, 0o700)
+    if user is not None:
+        os.chown(own, user.uid, user.gid)
+    return run, own
+
+
+def readable(*paths: Path) -> None:
+    """Files (0644) and folders (0755) the server user reads: configs, probe pages. Set
+    exactly, whatever the umask; they stay root's, so it cannot change them."""
+    for p in paths:
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
+
+
+def can_run(program: str, user: ServerUser | None) -> bool:
+    """Whether ``user`` may run ``program`` (enter every folder on its way, execute it)."""
+    if user is None:
+        return True
+    try:
+        _check_access(Path(program).resolve(), user, 0o1)
+    except (TestbedError, OSError):
+        return False
+    return True
+
+
+def _check_access(target: Path, user: ServerUser, bits: int, what: str = "") -> None:
+    groups = user.groups()
+
+    def may(st: os.stat_result, need: int) -> bool:
+        if st.st_uid == user.uid:
+            return st.st_mode & (need << 6) == need << 6
+        if st.st_gid in groups:
+            return st.st_mode & (need << 3) == need << 3
+        return st.st_mode & need == need
+
+    for d in (*reversed(target.parents), target):
+        st = os.stat(d)
+        need = bits if d == target else 0o1
+        if not may(st, need):
+            fix = f"chmod o+x {d} (pass through only)" if d != target else f"chmod o+rx {d}"
+            raise TestbedError(
+                f"{what or target}: the servers run as {user.name}, not root, and "
+                f"{user.name} cannot {'use' if d == target else 'enter'} {d} (mode "
+                f"{stat.S_IMODE(st.st_mode):04o}); {fix}, or put it elsewhere"
+            )
+
+
+def remove_run_root(run_dir: str | Path, base: Path) -> bool:
+    """Remove the run root of a replica's ``run_dir`` if it is one ``up`` made under ``base``.
+
+    A state file is not trusted: a run dir anywhere else is left alone. True if removed.
+    """
+    if not run_dir:
+        return False
+    root = Path(run_dir).parent
+    try:
+        ours = (
+            root.parent.resolve() == base.resolve()
+            and root.name.startswith("up-")
+            and not root.is_symlink()
+            and os.lstat(root).st_uid == os.geteuid()
+        )
+    except OSError:
+        return False
+    if ours:
+        shutil.rmtree(root, ignore_errors=True)
+    return ours and not root.exists()
+
+
+# Characters a path may not hold to be written into lighttpd's, nginx's or php-fpm's
+# config: quotes and backslashes end or escape a string, ; { } # end a directive or
+# start a block or comment, $ expands a variable in nginx, control characters end a line.
+_UNSAFE = re.compile(r"[\"'\\;{}#$\x00-\x1f\x7f]")
+
+
+def config_value(value: str | Path, what: str) -> str:
+    """``value`` (a path) as it may be written, quoted, into a server's config; a
+    one-line TestbedError naming it if it holds a character that could break out."""
+    text = str(value)
+    m = _UNSAFE.search(text)
+    if m is not None:
+        raise TestbedError(
+            f"{what} {text!r} holds {m.group()!r}, which cannot be written into a server "
+            "config safely; use a path without it"
+        )
+    return text
+
+
+def check_reachable(docroot: Path, user: ServerUser | None) -> None:
+    """The server user must be able to read the document root: say which folder stops it."""
+    if user is not None:
+        _check_access(docroot, user, 0o5, f"document root {docroot}")
+
+
+class UpLock:
+    """An exclusive lock on one state file while ``testbed up`` runs: a second ``up``
+    with the same ``--state`` fails at once, naming the PID that holds it."""
+
+    def __init__(self, base: Path, state_path: Path) -> None:
+        key = hashlib.sha1(str(state_path).encode()).hexdigest()[:16]
+        self.path = base / f"up-{key}.lock"
+        self.state_path = state_path
+        self.fd: int | None = None
+
+    def __enter__(self) -> UpLock:
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                os.close(fd)
+                raise TestbedError(
+                    f"{self.state_path}: another `testbed up` (PID {holder}) is starting a "
+                    "testbed with this state file; wait for it, or give another --state"
+                ) from None
+            # The holder before us may have removed the file after we opened it: then
+            # our lock is on a file no one else will find; take the one at the path.
+            try:
+                if os.stat(self.path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self.fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)  # while still held: see __enter__
+            os.close(self.fd)
+            self.fd = None

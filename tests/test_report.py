@@ -1,0 +1,135 @@
+"""The report's words: it leads with the answer and its checks, the method sits in an
+appendix, each caption appears once, figure titles say what they show, and the
+provenance reads as a table of values.
+
+The report is the demo's, run end to end on the tests' fake one-core provider (the
+plumbing only: a quick plan, a CPU-time share, paired full-scale runs, a what-if).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import shrink.pipeline
+import shrink.providers
+from shrink import demo
+from shrink.loadcurve import LoadCurve
+from shrink.prediction import Prediction
+from shrink.report.build import write_report
+from tests.helpers.fake_provider import FakeProvider
+
+# What a person reads before the appendix: the answer, the checks, the figures.
+MAIN_WORDS = 800
+
+
+@pytest.fixture(scope="module")
+def demo_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    mp = pytest.MonkeyPatch()
+    mp.setattr(shrink.providers, "make_provider", lambda *a, **k: FakeProvider())
+    mp.setattr(shrink.pipeline, "make_provider", lambda *a, **k: FakeProvider())
+    mp.setattr(demo, "_check_quiet", lambda console: {"busy": {}, "steal": {}})
+    out = tmp_path_factory.mktemp("demo")
+    cfg = {"workload": "tcp", "rate": 2000.0, "duration": 20, "alpha": 0.25, "thresholds": None}
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(printed):
+            demo.run_demo(out, quick=True, config=cfg)
+    finally:
+        mp.undo()
+    (out / "console.txt").write_text(printed.getvalue())
+    return out
+
+
+def _sections(md: str) -> list[str]:
+    return re.findall(r"^## (.+)$", md, flags=re.M)
+
+
+def test_the_report_leads_with_the_answer_and_its_checks(demo_out: Path):
+    from shrink.report.build import APPENDIX
+
+    md = (demo_out / "report.md").read_text()
+    heads = _sections(md)
+    assert heads[:2] == ["Answer", "Checks"], heads
+    assert heads.index(APPENDIX) > heads.index("Latency against load")
+    main, appendix = md.split(f"## {APPENDIX}")
+    # The answer: the mapping, its MATs with intervals, the validation's errors.
+    assert "Deploy **1-replica**" in main and "95% interval" in main
+    assert "Checked against a full-scale run: the predicted MATs were off by mean" in main
+    # The checks a reader needs first: the generator, the host's drift, the share's speed.
+    checks = main.split("## Checks")[1].split("\n## ")[0]
+    for row in (
+        "| Load generator kept to its schedule",
+        "| Host's drift over the validation's runs",
+        "| Share's speed",
+    ):
+        assert row in checks, checks
+    # The method's prose and the levels measured are in the appendix, not before it.
+    for prose in ("Levels measured on the share", "Method and assumptions", "Provenance"):
+        assert prose not in main and prose in appendix
+    assert "Wasserstein" not in main and "Wasserstein" in appendix
+    assert len(main.split()) < MAIN_WORDS, len(main.split())
+
+
+def test_every_caption_appears_once(demo_out: Path):
+    md = (demo_out / "report.md").read_text()
+    captions = re.findall(r"^\*(.+)\*$", md, flags=re.M)
+    assert len(captions) == 3  # latency, CDFs, what-if
+    for caption in captions:
+        assert md.count(caption) == 1, caption
+    html = (demo_out / "report.html").read_text()
+    for caption in captions:
+        assert html.count(caption.split(":")[0]) == 1, caption
+
+
+def test_the_cdf_title_names_the_level_it_shows(demo_out: Path, monkeypatch, tmp_path):
+    """With levels at 10% and 90% utilization the one nearest 80% is at 90%: the title
+    says 90%, not "nearest 80%"."""
+    import shrink.report.sections.curves as curves
+
+    titles = []
+    real = curves.cdf_figure
+
+    def spy(path, entries, *, title):
+        titles.append(title)
+        return real(path, entries, title=title)
+
+    monkeypatch.setattr(curves, "cdf_figure", spy)
+    measured = LoadCurve.read_json(demo_out / "measured-curve.json")
+    shown = [lv for lv in measured.levels if lv.utilization is not None]
+    shown = [min(shown, key=lambda lv: lv.utilization), max(shown, key=lambda lv: lv.utilization)]
+    top = round(100 * shown[1].utilization)
+    assert abs(top - 80) < abs(round(100 * shown[0].utilization) - 80)
+    curve = dataclasses.replace(measured, levels=shown)
+    pred = Prediction.from_dict(json.loads((demo_out / "prediction.json").read_text()))
+    md = write_report(tmp_path, pred, measured=curve)["md"].read_text()
+    assert len(titles) == 1 and f"at {top}% utilization (level " in titles[0], titles
+    assert "nearest 80%" not in titles[0]
+    assert f"at {top}% utilization (level " in md
+
+
+def test_the_provenance_is_a_table_of_readable_values(demo_out: Path):
+    from shrink.report.sections.assumptions import provenance_rows
+
+    md = (demo_out / "report.md").read_text()
+    prov = md.split("## Provenance")[1]
+    assert "{" not in prov and "`{}`" not in md, prov
+    assert "| share | CPU-time share: CPUs 1, fraction 0.25, quota 4000 us every 16000 us" in prov
+    rows = provenance_rows(
+        {"target": "{}", "share": "", "seed": 1, "server_cpus": [0, 1, 2, 3], "x": None}
+    )
+    assert rows == [["seed", "1"], ["server cpus", "0-3"]]
+    versions = provenance_rows({"target": json.dumps({"lighttpd": "1.4.69", "php": "8.2"})})
+    assert versions == [["target", "lighttpd 1.4.69, php 8.2"]]
+
+
+def test_the_demo_prints_its_sections_in_order(demo_out: Path):
+    printed = (demo_out / "console.txt").read_text()
+    numbers = [int(n) for n in re.findall(r"─ (\d)\. ", printed)]
+    assert numbers == [1, 2, 3, 4], printed

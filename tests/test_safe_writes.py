@@ -1,0 +1,149 @@
+"""Every output goes through the one safe writer: a symlink planted at an output's
+name (as root, in a folder others may write) is replaced, never written through."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shrink.atomic import make_dirs, own_dir, write_text
+from shrink.errors import WriteError
+from shrink.export.csv import write_history, write_k6, write_stats
+from shrink.export.hdr import write_hdr
+from shrink.export.samples import RunSamples
+from shrink.ingest.wsesslog import write_wsesslog
+from shrink.loadcurve import ClassStats, Level, LevelStats, LoadCurve
+from shrink.machine import Machine
+from shrink.mat import mat
+from shrink.report.build import write_report
+from shrink.trace import Trace
+
+OUTSIDE = "keep me: not shrink's to write"
+
+
+def _runs() -> list[RunSamples]:
+    rng = np.random.default_rng(0)
+    n = 200
+    intended = np.sort(rng.uniform(0.0, 2.0, n))
+    return [
+        RunSamples(
+            rate_factor=1.0,
+            window=(0.0, 2.0),
+            epoch=1.7e9,
+            intended=intended,
+            done=intended + rng.exponential(0.002, n),
+            ok=np.ones(n, dtype=bool),
+            cls=np.array(["static"] * n),
+            status=np.full(n, 200),
+            nbytes=np.full(n, 1000),
+            level=2.0,
+        )
+    ]
+
+
+def _trace() -> Trace:
+    return Trace.from_columns(
+        {"session": [0, 0], "t": [0.0, 0.5], "path": ["/a", "/b"]}, meta={"mode": "closed"}
+    )
+
+
+def _curve() -> LoadCurve:
+    def rep(m: float, thr: float) -> LevelStats:
+        st = ClassStats(n=1000, throughput=thr, mean=m, p50=m, p90=m, p99=m, p999=2 * m)
+        return LevelStats(throughput=thr, overall=st, generator_cpu=0.02, send_lag_max=0.0)
+
+    points = ((0.5, 0.002, 500), (1.0, 0.01, 900))
+    return LoadCurve(levels=[Level(x, [rep(m, t), rep(m, t)]) for x, m, t in points])
+
+
+def _report(out: Path) -> None:
+    curve = _curve()
+    prediction = {
+        "thresholds": {"mean": 0.005},
+        "mappings": {"1-replica": {"mean": mat(curve, "mean", 0.005).to_dict()}},
+    }
+    write_report(out, prediction, measured=curve)
+
+
+# (output file name under the folder, the writer that makes it)
+WRITERS: dict[str, tuple[str, Callable[[Path], object]]] = {
+    "curve_stats.csv": ("curve_stats.csv", lambda d: write_stats(d / "curve_stats.csv", _runs())),
+    "curve_stats_history.csv": (
+        "curve_stats_history.csv",
+        lambda d: write_history(d / "curve_stats_history.csv", _runs()),
+    ),
+    "curve_requests.csv": (
+        "curve_requests.csv",
+        lambda d: write_k6(d / "curve_requests.csv", _runs()),
+    ),
+    "hlog": ("curve-hdr/level-2.hlog", lambda d: write_hdr(d / "curve-hdr", _runs())),
+    "hgrm": ("curve-hdr/level-2.hgrm", lambda d: write_hdr(d / "curve-hdr", _runs())),
+    "report.md": ("report.md", _report),
+    "report.html": ("report.html", _report),
+    "latency.png": ("latency.png", _report),
+    "curve.json": ("curve.json", lambda d: _curve().write_json(d / "curve.json")),
+    "trace.parquet": ("t.parquet", lambda d: _trace().write_parquet(d / "t.parquet")),
+    "trace.jsonl": ("t.jsonl", lambda d: _trace().write_jsonl(d / "t.jsonl")),
+    "wsesslog": ("t.wsesslog", lambda d: write_wsesslog(_trace(), d / "t.wsesslog")),
+    "machine.toml": (
+        "m.toml",
+        lambda d: Machine(name="m", sockets=1, cores_per_socket=2).write_toml(d / "m.toml"),
+    ),
+}
+
+
+@pytest.mark.parametrize("which", sorted(WRITERS))
+def test_a_symlink_at_an_output_is_replaced_never_written_through(tmp_path, which):
+    name, writer = WRITERS[which]
+    out = tmp_path / "out"
+    (out / name).parent.mkdir(parents=True, exist_ok=True)
+    victim = tmp_path / "victim"
+    victim.write_text(OUTSIDE)
+    (out / name).symlink_to(victim)
+    writer(out)
+    assert victim.read_text() == OUTSIDE
+    assert not (out / name).is_symlink() and (out / name).is_file()
+    assert (out / name).stat().st_size > 0
+    assert not [p for p in out.rglob(".*") if p.name.endswith(".tmp")]  # no temp file left
+
+
+def test_a_symlinked_export_folder_is_refused_and_nothing_is_written_there(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "curve-hdr").symlink_to(elsewhere)
+    with pytest.raises(WriteError, match="curve-hdr"):
+        write_hdr(tmp_path / "curve-hdr", _runs())
+    assert list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.root
+def test_a_folder_symlink_another_user_planted_is_not_followed(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to plant a symlink owned by another user")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "b").symlink_to(elsewhere)  # where shrink will make b/c/
+    os.lchown(tmp_path / "a" / "b", 65534, 65534)  # planted by nobody
+    with pytest.raises(WriteError, match="owned by UID 65534"):
+        write_text(tmp_path / "a" / "b" / "c" / "f.txt", "x")
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_missing_folders_are_made_and_an_own_symlink_is_followed(tmp_path):
+    assert make_dirs(tmp_path / "x" / "y").is_dir() and own_dir(tmp_path / "x" / "y")
+    (tmp_path / "mine").symlink_to(tmp_path / "x")  # the user's own link: kept working
+    write_text(tmp_path / "mine" / "z" / "f.txt", "x")
+    assert (tmp_path / "x" / "z" / "f.txt").read_text() == "x"
+
+
+def test_the_error_is_one_line_naming_the_file(tmp_path):
+    (tmp_path / "curve-hdr").symlink_to(tmp_path)
+    with pytest.raises(WriteError) as e:
+        write_hdr(tmp_path / "curve-hdr", _runs())
+    assert "\n" not in str(e.value) and str(tmp_path / "curve-hdr") in str(e.value)
+    assert os.path.islink(tmp_path / "curve-hdr")

@@ -1,0 +1,207 @@
+"""The prediction is a function of the scaled-down runs: the full target reaches it only
+through the calibration's light runs, which stay within their bounds and are recorded."""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+from helpers.fake_provider import DEMAND, FakeProvider, sessions
+
+from shrink.autolevels import AutoPlan
+from shrink.predict import PredictConfig, predict
+from shrink.scaling import CALIBRATION_BUSY, CALIBRATION_S, calibrate
+from shrink.target import FakeTarget
+
+PLAN = AutoPlan(warmup=1, duration=10, reps=2, max_levels=6, probe_level=1.0)
+THRESHOLDS = {"mean": 0.004, "p999": 0.040}
+
+
+class _BusyCheaper(FakeTarget):
+    """A whole core whose cost per request falls by ``discount`` once it is more than
+    ``knee`` busy (a busy core stops idling between requests): the same as any other
+    whole core under the calibration's load, a different capacity above it."""
+
+    def __init__(self, demand, discount, knee=2 * CALIBRATION_BUSY):
+        super().__init__(servers=1, demand=demand)
+        self.light, self.discount, self.knee = dict(demand), discount, knee
+
+    def run(self, trace, *, rate_factor, warmup, duration, seed):
+        span = float(trace.column("t").max() - trace.column("t").min()) or 1.0
+        cls = trace.column("cls").astype(str)
+        work = sum(self.light.get(c, self.light["static"]) for c in cls) * rate_factor / span
+        f = 1.0 - self.discount if work > self.knee else 1.0
+        self.demand = {k: v * f for k, v in self.light.items()}
+        return super().run(
+            trace, rate_factor=rate_factor, warmup=warmup, duration=duration, seed=seed
+        )
+
+
+class _TwoCores(FakeProvider):
+    """The share is the ideal slower server of FakeProvider; the full target is a
+    _BusyCheaper core, with ``discount`` of its cost gone when busy."""
+
+    def __init__(self, discount):
+        super().__init__()
+        self.discount = discount
+        self.full_runs: list[tuple[float, float]] = []  # (seconds, rate factor)
+
+    @contextmanager
+    def open(self, share, mapping):
+        if share.kind == "cpu_time":
+            with super().open(share, mapping) as target:
+                yield target
+            return
+        target = _BusyCheaper(dict(DEMAND), self.discount)
+        desc = target.describe
+        target.describe = lambda: {**desc(), "share": share.to_dict(), "mapping": {"name": mapping}}
+        yield target
+
+
+def _prediction_bytes(provider, tmp_path, **kw) -> bytes:
+    cfg = PredictConfig(
+        alpha=0.25, thresholds=THRESHOLDS, mappings=["1-replica"], seed=4, plan=PLAN, **kw
+    )
+    res = predict(sessions(8000, 2), provider, cfg, tmp_path)
+    return (tmp_path / "prediction.json").read_bytes(), res
+
+
+def test_full_targets_of_different_capacity_give_byte_identical_predictions(tmp_path):
+    """Two full targets alike at light load, 40% apart in capacity when busy: the same
+    share runs predict the same bytes, with or without the paired validation runs."""
+    a, res_a = _prediction_bytes(_TwoCores(0.0), tmp_path / "a", paired_full_run=True)
+    b, res_b = _prediction_bytes(_TwoCores(0.4), tmp_path / "b", paired_full_run=True)
+    c, _ = _prediction_bytes(_TwoCores(0.4), tmp_path / "c")
+    # The validation's curves do differ: the full targets are not alike when busy.
+    full_a = max(lv.throughput for lv in res_a.full.usable())
+    full_b = max(lv.throughput for lv in res_b.full.usable())
+    assert full_b > 1.2 * full_a
+    assert a == b
+    # Without the paired runs only the validation's summary is missing.
+    da, dc = json.loads(a), json.loads(c)
+    assert da.pop("full_run") is not None and dc.pop("full_run", None) is None
+    assert da == dc
+
+
+def test_the_companion_chooses_no_level_of_the_share(tmp_path):
+    """A validation's runs alongside the share's (for a drifting VM) steer nothing: the
+    share's curve is the same level for level, repetition for repetition."""
+    _, paired = _prediction_bytes(_TwoCores(0.4), tmp_path / "p", paired_full_run=True)
+    _, alone = _prediction_bytes(_TwoCores(0.4), tmp_path / "u")
+    assert [lv.level for lv in paired.measured.levels] == [lv.level for lv in alone.measured.levels]
+    assert paired.measured.to_dict()["levels"] == alone.measured.to_dict()["levels"]
+
+
+@pytest.mark.parametrize("discount", [0.0, 0.4])
+def test_the_calibration_stays_light_and_short_and_is_recorded(tmp_path, discount):
+    _, res = _prediction_bytes(_TwoCores(discount), tmp_path)
+    use = res.prediction.extra["full_target_use"]
+    assert use["runs"] and use["seconds"] <= CALIBRATION_S
+    assert use["max_utilization"] <= CALIBRATION_BUSY
+    for run in use["runs"]:
+        assert {"class", "seconds", "offered_rate", "utilization"} <= set(run)
+    speed = res.prediction.share.speed
+    assert speed.method == "calibrated" and speed.full_target_seconds == use["seconds"]
+    # The model error the interval carries says where it came from.
+    assert "provenance" in res.prediction.extra["model_error"]
+    assert res.prediction.extra["share_model"]["calibration_busy"] == CALIBRATION_BUSY
+
+
+def test_calibration_reads_a_slower_class_on_a_time_sliced_share():
+    """Static pages at 0.9 of the quota, dynamic ones at 0.4 (a memory-heavy page loses
+    its caches in every gap): the calibration finds each class's speed within its noise,
+    over many seeds, and never runs the full target over its bounds.
+
+    The fake's service times are exponential (a CV of 1, far above a real page's), and
+    the full target's bounds allow about fifty 5 ms pages at 7% busy: a dynamic
+    class's speed is then good to about 20% a seed, its median over seeds to 10%."""
+    full = {"static": 0.001, "dynamic": 0.005}
+    true = {"static": 0.25 * 0.9, "dynamic": 0.25 * 0.4}
+    trace = sessions(4000, 1)
+    got = {c: [] for c in full}
+    for seed in range(12):
+        sp = calibrate(
+            FakeTarget(demand={c: full[c] / true[c] for c in full}),
+            FakeTarget(demand=full),
+            trace,
+            nominal=0.25,
+            seed=seed,
+        )
+        assert sp.full_target_seconds <= CALIBRATION_S
+        assert sp.full_target_busy is not None and sp.full_target_busy <= CALIBRATION_BUSY
+        for c in full:
+            got[c].append(sp.per_class[c])
+    # A class with too few requests is taken at nominal, and the notes say so.
+    fell_back = [x for x in got["dynamic"] if x == 0.25]
+    assert len(fell_back) <= 2, got["dynamic"]
+    got["dynamic"] = [x for x in got["dynamic"] if x != 0.25]
+    for c, tol in (("static", 0.05), ("dynamic", 0.10)):
+        assert np.median(got[c]) == pytest.approx(true[c], rel=tol), (c, got[c])
+        # Three of a seed's standard deviations (about 10% and 20%).
+        assert max(abs(np.log(np.array(got[c]) / true[c]))) < 6 * tol, (c, got[c])
+
+
+def test_a_core_subset_needs_no_calibration(tmp_path):
+    """alpha of the cores, alpha of the sessions: the full target is never opened."""
+    from shrink.machine import Machine
+
+    opened = []
+
+    class Cores(FakeProvider):
+        def machine(self):
+            return Machine(name="fake-2c", sockets=1, cores_per_socket=2)
+
+        def server_cpus(self):
+            return (0, 1)
+
+        @contextmanager
+        def open(self, share, mapping):
+            opened.append(share.kind)
+            target = FakeTarget(servers=len(share.cpus), demand=dict(DEMAND))
+            desc = target.describe
+            target.describe = lambda: {**desc(), "share": share.to_dict(), "mapping": {}}
+            yield target
+
+    cfg = PredictConfig(alpha=0.5, thresholds=THRESHOLDS, mappings=["1-replica"], plan=PLAN)
+    res = predict(sessions(8000, 2), Cores(), cfg, tmp_path)
+    assert opened == ["cores"]
+    assert res.prediction.share.kind == "cores" and res.prediction.share.speed is None
+    assert res.prediction.extra["full_target_use"]["runs"] == []
+
+
+def test_predict_takes_the_generators_placement_and_no_calibration(tmp_path, monkeypatch):
+    """A core subset on a small machine: the generator on the share's CPU, allowed, at a
+    SCHED_FIFO priority; --no-calibrate for a full target the user cannot run."""
+    from typer.testing import CliRunner
+
+    import shrink.pipeline
+    from shrink.cli import app
+    from shrink.pipeline import GeneratorPlacement
+
+    seen = {}
+
+    def run_predict(trace_path, out, **kwargs):
+        seen.update(kwargs)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(shrink.pipeline, "run_predict", run_predict)
+    trace = tmp_path / "t.parquet"
+    sessions(10, 1).write_parquet(trace)
+    args = ["predict", str(trace), "-o", str(tmp_path / "p"), "--share-kind", "cores",
+            "--server-cpus", "0-1", "--generator-cpus", "0", "--allow-overlap",
+            "--realtime", "10", "--no-calibrate"]  # fmt: skip
+    CliRunner().invoke(app, args)
+    assert seen["generator"] == GeneratorPlacement((0,), True, 10)
+    assert seen["calibrate"] is False and seen["server_cpus"] == (0, 1)
+
+
+def test_a_generator_on_the_servers_cpus_needs_allow_overlap(tmp_path):
+    from shrink.errors import TopologyError
+    from shrink.providers import TestbedProvider
+
+    with pytest.raises(TopologyError, match="--allow-overlap"):
+        TestbedProvider(tmp_path, server_cpus=(0, 1), generator_cpus=(0,))
+    ok = TestbedProvider(tmp_path, server_cpus=(0, 1), generator_cpus=(0,), allow_overlap=True)
+    assert ok.describe()["allow_overlap"] and ok.generator_cpus == (0,)

@@ -1,0 +1,406 @@
+"""The testbed, run as root, trusts nothing it did not make: a recipe's health URL
+stays on loopback, state files name only shrink's own cgroups and processes,
+config values cannot break out of their quotes, run dirs are private, and two
+``testbed up`` runs never share one."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from shrink import processes as process
+from shrink.enforce.cfs import cgroup_mounts
+from shrink.errors import RecipeError, StateError, TestbedError
+from shrink.mapping import build_mapping
+from shrink.share import Share
+from shrink.testbed import down, up
+from shrink.testbed.command import CommandRecipe
+from shrink.testbed.config import ReplicaConfig, render_lighttpd_conf
+from shrink.testbed.fake_recipe import FakeRecipe
+from shrink.testbed.nginx import render_fpm_conf, render_nginx_conf
+from shrink.testbed.recipe import ReplicaContext, stop_replica
+from shrink.testbed.state import ReplicaState, TestbedState
+from shrink.topology import discover
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://10.0.0.1/",
+        "http://{address}:{port}@10.0.0.1/",
+        "http://{address}@10.0.0.1:{port}/",
+        "http://example.com:{port}/",
+        "http://[::ffff:10.0.0.1]/",
+    ],
+)
+def test_a_health_url_off_loopback_is_refused_by_parsing_alone(tmp_path, url):
+    f = tmp_path / "r.toml"
+    f.write_text(f'commands = [["srv"]]\nhealth_url = "{url}"\n')
+    with pytest.raises(RecipeError) as err:
+        CommandRecipe.read(f)
+    msg = str(err.value)
+    assert msg.startswith(f"recipe {f}: health_url: ") and "\n" not in msg
+
+
+@pytest.mark.parametrize(
+    "url", ["http://{address}:{port}/", "http://127.0.0.1:{port}/ok", "http://localhost:{port}/"]
+)
+def test_a_loopback_health_url_is_accepted(tmp_path, url):
+    f = tmp_path / "r.toml"
+    f.write_text(f'commands = [["srv"]]\nhealth_url = "{url}"\n')
+    assert CommandRecipe.read(f).health_url == url
+
+
+def test_a_health_url_filled_in_off_loopback_is_never_probed():
+    r = CommandRecipe(name="r", source="r.toml", commands=[["srv"]])
+    assert "not a loopback address, not probed" in (r.health("10.0.0.1", 80) or "")
+
+
+# -- state files, run dirs and config values (item 3) ----------------------------------
+
+
+def _state_with(tmp_path, **replica) -> Path:
+    rs = ReplicaState(
+        name="r0", address="127.0.0.1", port=80, cpus=[0], masters=[1],
+        processes={"lighttpd": [1]}, starttimes={}, pinned={}, config="c", errorlog="e",
+        run_dir="d",
+    )  # fmt: skip
+    d = TestbedState([rs], {}, {"name": "1-replica"}, {}, "doc", {}, "t").to_dict()
+    d["replicas"][0].update(replica)
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(d))
+    return path
+
+
+@pytest.mark.parametrize(
+    "dirs",
+    [
+        {"cpu": "/etc"},
+        {"cpu": "/sys/fs/cgroup/cpu/user.slice"},
+        {"cpu": "/sys/fs/cgroup/cpu/shrink/../user.slice"},
+        {"cpu": "/tmp/shrink/g"},
+    ],
+)
+def test_a_state_naming_a_cgroup_outside_shrinks_hierarchy_is_refused(tmp_path, dirs):
+    name = Path(dirs["cpu"]).name
+    path = _state_with(tmp_path, cgroup={"name": name, "version": 1, "dirs": dirs})
+    with pytest.raises(StateError) as err:
+        TestbedState.read(path)
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(StateError):
+        down(path)  # not the damaged-file fallback: nothing it names is touched
+
+
+@pytest.mark.root
+def test_down_leaves_a_process_in_another_cgroup_alive(tmp_path):
+    """A state file naming another cgroup: ``down`` refuses and kills nothing in it."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a cgroup")
+    mounts = sorted(m for m in cgroup_mounts() if (m / "cgroup.procs").exists())
+    victim = None
+    for m in mounts:
+        with contextlib.suppress(OSError):
+            (m / f"shrink-test-victim-{os.getpid()}").mkdir()
+            victim = m / f"shrink-test-victim-{os.getpid()}"
+            break
+    if victim is None:
+        pytest.skip("cannot make a cgroup here")
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        (victim / "cgroup.procs").write_text(str(sleeper.pid))
+        start = process.proc_info(sleeper.pid).starttime
+        path = _state_with(
+            tmp_path,
+            processes={"lighttpd": [sleeper.pid]},
+            masters=[sleeper.pid],
+            starttimes={str(sleeper.pid): start},
+            cgroup={"name": victim.name, "version": 1, "dirs": {"cpu": str(victim)}},
+        )
+        with pytest.raises(StateError, match="outside shrink's own hierarchy"):
+            down(path)
+        time.sleep(0.2)
+        assert process.is_alive(sleeper.pid, start) and victim.is_dir()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        time.sleep(0.1)
+        with contextlib.suppress(OSError):  # the old code removed it itself
+            victim.rmdir()
+
+
+def test_a_recorded_pid_is_signalled_only_if_start_time_and_program_match():
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        info = process.proc_info(sleeper.pid)
+        exe = process.exe_of(sleeper.pid)
+
+        def replica(starttimes, exes):
+            return ReplicaState(
+                name="r0", address="127.0.0.1", port=80, cpus=[0], masters=[sleeper.pid],
+                processes={"server": [sleeper.pid]}, starttimes=starttimes, pinned={},
+                config="c", errorlog="e", run_dir="", exes=exes,
+            )  # fmt: skip
+
+        # No start time recorded (a hand-written state file): never signalled.
+        assert stop_replica(replica({}, {})) == []
+        # The same PID and start time but another program: not ours either.
+        assert stop_replica(replica({sleeper.pid: info.starttime}, {sleeper.pid: "/x"})) == []
+        assert process.is_alive(sleeper.pid, info.starttime)
+        # What up recorded, both matching: stopped.
+        got = stop_replica(replica({sleeper.pid: info.starttime}, {sleeper.pid: exe}))
+        assert got == [sleeper.pid]
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_run_dirs_are_private_fresh_and_removed_by_down(tmp_path, monkeypatch, machine):
+    """The run dir is no longer beside the state, nor at a predictable /tmp/shrink-<sha1>:
+    a symlink planted there (to a folder another user owns) is never followed."""
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "runs"))
+    (tmp_path / "doc").mkdir()
+    deep = tmp_path / ("d" * 60) / ("e" * 60)  # long: the old code put sockets in /tmp
+    deep.mkdir(parents=True)
+    state = deep / "s.json"
+    old_run = state.with_name("s.run")
+    tag = hashlib.sha1(str(old_run).encode()).hexdigest()[:10]
+    planted = Path(tempfile.gettempdir()) / f"shrink-{tag}"
+    nobody = tmp_path / "nobody"
+    nobody.mkdir()
+    planted.symlink_to(nobody)
+    try:
+        st = up(tmp_path / "doc", machine, Share.all_of(machine), "2-replica-direct",
+                state_path=state, port=0, server=FakeRecipe())  # fmt: skip
+        try:
+            assert list(nobody.iterdir()) == [] and not old_run.exists()
+            roots = {Path(r.run_dir).parent for r in st.replicas}
+            assert len(roots) == 1
+            root = roots.pop()
+            assert root.parent == (tmp_path / "runs").resolve()
+            assert stat.S_IMODE(os.stat(tmp_path / "runs").st_mode) & 0o066 == 0
+            assert stat.S_IMODE(os.stat(root).st_mode) & 0o066 == 0
+        finally:
+            down(state)
+        assert not root.exists()
+    finally:
+        planted.unlink()
+
+
+@pytest.mark.parametrize("bad", [";}location / {alias /;}", 'a"b', "a\nb", "$document_root"])
+def test_a_path_that_would_break_a_server_config_is_refused(tmp_path, bad):
+    rep = build_mapping("1-replica", discover(), (0,), base_port=8123).replicas[0]
+    odd = tmp_path / f"x{bad}y"
+    ctx = ReplicaContext(rep, tmp_path, tmp_path, odd, 1, 5.0, spawn=None)  # type: ignore[arg-type]
+    for render in (
+        lambda: render_nginx_conf(ctx, odd / "php-fpm.sock", tmp_path / "probe"),
+        lambda: render_fpm_conf(ctx, odd / "php-fpm.sock", 1),
+        lambda: render_lighttpd_conf(
+            ReplicaConfig(rep, odd, tmp_path, tmp_path / "php.sock", "php-cgi", 1, 1)
+        ),
+    ):
+        with pytest.raises(TestbedError) as err:
+            render()
+        assert "cannot be written into a server config" in str(err.value)
+        assert "\n" not in str(err.value)
+
+
+def test_a_path_with_a_space_is_quoted(tmp_path):
+    rep = build_mapping("1-replica", discover(), (0,), base_port=8123).replicas[0]
+    spaced = tmp_path / "a b"
+    ctx = ReplicaContext(rep, spaced, tmp_path, spaced, 1, 5.0, spawn=None)  # type: ignore[arg-type]
+    conf = render_nginx_conf(ctx, spaced / "php-fpm.sock", tmp_path / "probe")
+    assert f'fastcgi_pass "unix:{spaced}/php-fpm.sock";' in conf
+    assert f'root "{spaced}";' in conf
+
+
+# -- one up per state file, a warning for another testbed on the same CPUs (item 14) ----
+
+
+class _SlowFake(FakeRecipe):
+    def start(self, ctx):
+        time.sleep(1.5)
+        return super().start(ctx)
+
+
+def test_a_second_up_on_the_same_state_fails_at_once_naming_the_first(
+    tmp_path, monkeypatch, machine
+):
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "runs"))
+    (tmp_path / "doc").mkdir()
+    state = tmp_path / "s.json"
+    first: dict[str, object] = {}
+
+    def run_first():
+        try:
+            first["state"] = up(tmp_path / "doc", machine, Share.all_of(machine),
+                                state_path=state, port=0, server=_SlowFake())  # fmt: skip
+        except BaseException as exc:  # reported by the assert below
+            first["error"] = exc
+
+    t = threading.Thread(target=run_first)
+    t.start()
+    try:
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        with pytest.raises(TestbedError) as err:
+            up(tmp_path / "doc", machine, Share.all_of(machine), state_path=state, port=0,
+               server=FakeRecipe())  # fmt: skip
+        assert time.monotonic() - t0 < 1.0  # at once, not after a start-up timeout
+        msg = str(err.value)
+        assert str(state) in msg and f"PID {os.getpid()}" in msg and "\n" not in msg
+    finally:
+        t.join()
+        if state.exists():
+            down(state)
+    assert "error" not in first and len(first["state"].replicas) == 1  # type: ignore[union-attr]
+
+
+def test_another_testbed_on_the_same_cpus_is_warned_about(tmp_path, monkeypatch, machine):
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "runs"))
+    (tmp_path / "doc").mkdir()
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    share = Share.all_of(machine)
+    st_a = up(tmp_path / "doc", machine, share, state_path=a, port=0, server=FakeRecipe())
+    try:
+        assert not [n for n in st_a.notes if n.startswith("warning:")]
+        st_b = up(tmp_path / "doc", machine, share, state_path=b, port=0, server=FakeRecipe())
+        try:
+            warned = [n for n in st_b.notes if n.startswith("warning:")]
+            assert len(warned) == 1 and str(a.resolve()) in warned[0], st_b.notes
+        finally:
+            down(b)
+    finally:
+        down(a)
+
+
+# -- servers without root (item 2) -------------------------------------------------------
+
+WHOAMI_PHP = (
+    '<?php echo function_exists("posix_geteuid") ? posix_geteuid() : '
+    "preg_replace('/.*\\nUid:\\s+\\d+\\s+(\\d+).*/s', '$1', "
+    'file_get_contents("/proc/self/status"));\n'
+)
+
+
+def _euid(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Uid:"):
+            return int(line.split()[2])
+    raise AssertionError(f"no Uid line for PID {pid}")
+
+
+@pytest.mark.live
+@pytest.mark.root
+@pytest.mark.parametrize("recipe", ["lighttpd-php-cgi", "nginx-php-fpm"])
+def test_the_servers_run_without_root_and_follow_no_symlink_out(
+    tmp_path, machine, recipe, monkeypatch
+):
+    if os.geteuid() != 0:
+        pytest.skip("as another user the servers run as that user anyway")
+    from shrink.testbed.servers import load_recipe
+
+    try:
+        load_recipe(recipe).versions()
+    except RecipeError as exc:
+        pytest.skip(str(exc))
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "runs"))
+    doc = tmp_path / "doc"
+    doc.mkdir()
+    (doc / "whoami.php").write_text(WHOAMI_PHP)
+    (doc / "fs").symlink_to("/")  # a page someone planted: the whole file system
+    state = tmp_path / "s.json"
+    st = up(doc, machine, Share.all_of(machine), state_path=state, port=0, server=recipe)
+    try:
+        r = st.replicas[0]
+        pids = [p for p in r.pids if process.is_alive(p)]
+        assert pids and all(_euid(p) != 0 for p in pids), {p: _euid(p) for p in pids}
+        base = f"http://{r.address}:{r.port}"
+        with httpx.Client(trust_env=False, timeout=5) as c:
+            who = c.get(f"{base}/whoami.php")
+            assert who.status_code == 200 and who.text.strip().isdigit()
+            assert who.text.strip() != "0"
+            for path in ("/fs/etc/shadow", "/fs/etc/passwd"):
+                assert c.get(base + path).status_code != 200, path
+        # The configs and the run dir are root's, not writable by the server user.
+        for f in (Path(r.config), Path(r.run_dir)):
+            s = os.stat(f)
+            assert s.st_uid == 0 and not s.st_mode & 0o022, f
+    finally:
+        down(state)
+
+
+def test_a_docroot_that_is_the_whole_file_system_is_refused(tmp_path, machine):
+    (tmp_path / "doc").symlink_to("/")
+    with pytest.raises(TestbedError, match="the whole file system"):
+        up(tmp_path / "doc", machine, Share.all_of(machine), state_path=tmp_path / "s.json",
+           port=0, server=FakeRecipe())  # fmt: skip
+
+
+@pytest.mark.root
+def test_a_docroot_the_server_user_cannot_read_is_named(tmp_path, machine):
+    if os.geteuid() != 0:
+        pytest.skip("only root runs the servers as another user")
+    private = tmp_path / "private"
+    (private / "doc").mkdir(parents=True)
+    private.chmod(0o700)
+    with pytest.raises(TestbedError) as err:
+        up(private / "doc", machine, Share.all_of(machine), state_path=tmp_path / "s.json",
+           port=0)  # fmt: skip
+    assert f"cannot enter {private} (mode 0700)" in str(err.value)
+
+
+def test_a_damaged_state_naming_a_server_without_its_start_time_stops_nothing(tmp_path):
+    """A process named like a server (nginx here) is not ours for its name alone."""
+    fake_nginx = tmp_path / "nginx"
+    fake_nginx.write_bytes(Path("/bin/sleep").read_bytes())
+    fake_nginx.chmod(0o755)
+    proc = subprocess.Popen([str(fake_nginx), "60"])
+    try:
+        for _ in range(100):
+            info = process.proc_info(proc.pid)
+            if info is not None and info.comm == "nginx":
+                break
+            time.sleep(0.01)
+        path = tmp_path / "s.json"
+        path.write_text(
+            json.dumps(
+                {"schema": "shrink.testbed/1", "replicas": [{"port": "broken", "pids": [proc.pid]}]}
+            )
+        )
+        assert list(down(path).values()) == [[]]
+        time.sleep(0.1)
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_planted_private_folder_is_refused(tmp_path, monkeypatch):
+    """shrink's private folder may sit at a predictable name (/tmp/shrink-UID): one that
+    someone else made, or a symlink, or one others may write, is not used."""
+    from shrink.testbed import registry
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "runs"))
+    (tmp_path / "runs").symlink_to(elsewhere)
+    with pytest.raises(TestbedError, match="not a private folder"):
+        registry.private_dir()
+    (tmp_path / "runs").unlink()
+    (tmp_path / "runs").mkdir(mode=0o777)
+    os.chmod(tmp_path / "runs", 0o777)
+    with pytest.raises(TestbedError, match="not a private folder"):
+        registry.private_dir()
+    os.chmod(tmp_path / "runs", 0o700)
+    assert registry.private_dir() == tmp_path / "runs"
