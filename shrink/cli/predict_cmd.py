@@ -89,7 +89,7 @@ _Calibrate = Annotated[
     typer.Option(
         "--calibrate/--no-calibrate",
         help="On a CPU-time share, calibrate its speed with light runs on the full target "
-        "(at most 10%% busy, 20 s in all; prediction.json records them). --no-calibrate: "
+        "(at most 10% busy, 20 s in all; prediction.json records them). --no-calibrate: "
         "take the nominal fraction, for a full target you cannot run at all.",
     ),
 ]
