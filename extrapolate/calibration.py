@@ -26,7 +26,6 @@ Calibrations are stored as JSON (``schema: shrink.calibration/1``).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import fields
@@ -53,6 +52,7 @@ from extrapolate.usl import usl_from_curves
 from shrink import files
 from shrink.atomic import write_text
 from shrink.errors import ExtrapolationError, TraceFormatError
+from shrink.jsonout import dumps
 from shrink.loadcurve import LoadCurve
 from shrink.machine import Machine
 from shrink.mat import mat as mat_of
@@ -345,7 +345,7 @@ class CrossSocketModel(BaseEstimator):
 
     def write_json(self, path: str | Path) -> Path:
         path = Path(path)
-        write_text(path, json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
+        write_text(path, dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
         return path
 
 

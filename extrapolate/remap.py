@@ -45,7 +45,8 @@ from shrink.loadcurve import STATS, LoadCurve
 from shrink.machine import Machine
 from shrink.mapping import Mapping, build_mapping
 from shrink.mat import mat
-from shrink.prediction import MappingPrediction, Prediction, StatPrediction, rank_mappings
+from shrink.prediction import MappingPrediction, Prediction, StatPrediction
+from shrink.recommend import reason_text, recommend
 
 __all__ = ["extrapolate_curve", "share_cores"]
 
@@ -266,8 +267,9 @@ def extrapolate_curve(
         k_half = 0.5 * (math.log(khi) - math.log(klo)) if klo > 0 else 0.0
         out[name] = _mapping_prediction(pred, k, k_half, thresholds)
     key = "mean" if "mean" in thresholds else next(iter(thresholds))
-    best = rank_mappings(out, [key])[0]
-    reason = (
+    rec = recommend(out, [key])  # the one rule (shrink.recommend): never on bounds
+    best = rec.mapping
+    reason = reason_text(rec) if rec.rule != "higher" else (
         f"{best} has the highest {key}-threshold MAT ({out[best].stats[key].mat:,.0f} req/s) when "
         f"the measured share ({n_share} cores, {kind}) is re-mapped with the calibrated "
         f"per-class demand ratios; dynamic fraction {wl.dynamic_fraction:.1%}, "

@@ -38,7 +38,8 @@ from extrapolate.crosssocket import Physics, Workload, build_network, demand_fac
 from shrink.errors import ExtrapolationError
 from shrink.machine import Machine
 from shrink.mapping import build_mapping
-from shrink.prediction import MappingPrediction, Prediction, StatPrediction, rank_mappings
+from shrink.prediction import MappingPrediction, Prediction, StatPrediction
+from shrink.recommend import reason_text, recommend
 
 __all__ = ["SWEEP_FRACTIONS", "dynamic_sweep", "machine_mappings", "resolve_workload", "whatif"]
 
@@ -176,8 +177,9 @@ def whatif(
     order = list(out[names[0]].stats)
     if not order:
         raise ExtrapolationError(f"workload {workload.name!r} has no SLA thresholds")
-    best = rank_mappings(out, order, decimals=-1)[0]
-    reason = _reason(best, names, out, workload)
+    rec = recommend(out, order, decimals=-1)  # the one rule (shrink.recommend)
+    best = rec.mapping
+    reason = reason_text(rec) if best is None else _reason(best, names, out, workload)
     extra: dict[str, Any] = {"workload": workload.to_dict()}
     if sweep:
         extra["sweep"] = dynamic_sweep(machine, workload, physics, names)

@@ -20,6 +20,7 @@ __all__ = [
     "check_positive",
     "check_rate",
     "parse_duration",
+    "parse_stat",
     "parse_threshold",
     "parse_thresholds",
 ]
@@ -98,8 +99,11 @@ def parse_duration(
     name: str = "duration",
     *,
     units: tuple[str, ...] | None = None,
+    zero_ok: bool = False,
 ) -> float:
     """Parse ``"5ms"``, ``"0.5 s"``, ``"2m"`` into seconds (> 0): every command's durations.
+
+    ``zero_ok``: ``0s`` is allowed too (a warm-up may be left out).
 
     A bare number is seconds, unless ``units`` is given: then the text must name
     one of them (thresholds: ``--threshold 5`` is refused, since 5 could mean 5 ms
@@ -109,7 +113,7 @@ def parse_duration(
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         if units is not None:
             raise ParameterError(_unit_message(name, text, units))
-        return check_scalar(float(text), name, low=0.0, closed="neither")
+        return check_scalar(float(text), name, low=0.0, closed="left" if zero_ok else "neither")
     m = _DURATION.match(str(text))
     unit = None if m is None or m.group(2) is None else m.group(2).replace("µ", "u")
     if not m or (unit is not None and unit not in allowed):
@@ -121,7 +125,7 @@ def parse_duration(
     if unit is None and units is not None:
         raise ParameterError(_unit_message(name, text, units))
     seconds = float(m.group(1)) * _UNIT_SECONDS[unit or "s"]
-    return check_scalar(seconds, name, low=0.0, closed="neither")
+    return check_scalar(seconds, name, low=0.0, closed="left" if zero_ok else "neither")
 
 
 def _unit_message(name: str, text: object, units: tuple[str, ...]) -> str:
@@ -136,18 +140,59 @@ def parse_threshold(text: str | float | int, name: str = "threshold") -> float:
     return parse_duration(text, name, units=THRESHOLD_UNITS)
 
 
+# How users write a percentile (k6, Locust, wrk2): p95, p99.9, p99.99; "p999" is how
+# the files spell p99.9 (two digits of the integer part, then the decimals).
+_PERCENTILE = re.compile(r"^p(\d{1,2})(?:\.(\d+))?$|^p(\d{2})(\d+)$")
+STAT_HELP = "mean, or a percentile: p50, p75, p90, p95, p99, p99.9 or any pNN(.N)"
+
+
+def parse_stat(text: str, name: str = "stat") -> str:
+    """A statistic as the files spell it: ``mean``, ``p95``, ``p999`` (for p99.9).
+
+    Any percentile in [1, 100) is accepted, written as users write it (``p95``,
+    ``p99.9``, ``median``) or as the files do (``p999``); under 10 it is ``p05``.
+    """
+    t = str(text).strip().lower()
+    if t in ("mean", "avg", "average"):
+        return "mean"
+    if t == "median":
+        return "p50"
+    m = _PERCENTILE.match(t)
+    if m is None:
+        raise ParameterError(f"{name} == {text!r}, must be {STAT_HELP}.")
+    whole, decimals = (m.group(1), m.group(2) or "") if m.group(1) else (m.group(3), m.group(4))
+    if m.group(4) is not None and decimals.endswith("0"):
+        # "p100" is not p10.0 spelled as the files do (they never end in 0): refuse it.
+        raise ParameterError(f"{name} == {text!r}, must be {STAT_HELP} (under p100).")
+    decimals = decimals.rstrip("0")
+    if int(whole) < 1:
+        raise ParameterError(f"{name} == {text!r}, must be {STAT_HELP} (at least p1).")
+    return f"p{int(whole):02d}{decimals}"
+
+
+def stat_quantile(stat: str) -> float | None:
+    """The quantile (0.95 for ``p95``) of a statistic as the files spell it; None for mean."""
+    if not stat.startswith("p") or not stat[1:].isdigit() or len(stat) < 3:
+        return None
+    digits = stat[1:]
+    return round(float(f"{digits[:2]}.{digits[2:] or 0}") / 100.0, 12)
+
+
+def stat_label(stat: str) -> str:
+    """How a statistic is written for people: ``p999`` is ``p99.9``, ``p05`` is ``p5``."""
+    q = stat_quantile(stat)
+    return stat if q is None else f"p{100 * q:.10g}"
+
+
 def parse_thresholds(text: str) -> dict[str, float]:
-    """Parse ``"mean=5ms,p999=500ms"`` into ``{"mean": 0.005, "p999": 0.5}`` (seconds)."""
+    """Parse ``"mean=5ms,p99.9=500ms"`` into ``{"mean": 0.005, "p999": 0.5}`` (seconds)."""
     out: dict[str, float] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         if "=" not in part:
             raise ParameterError(f"thresholds == {text!r}, each item must be STAT=DURATION.")
         stat, value = (s.strip() for s in part.split("=", 1))
-        if stat not in ("mean", "p50", "p90", "p99", "p999"):
-            raise ParameterError(
-                f"threshold statistic == {stat!r}, must be one of mean, p50, p90, p99, p999."
-            )
-        out[stat] = parse_threshold(value, f"threshold {stat}")
+        stat = parse_stat(stat, "threshold statistic")
+        out[stat] = parse_threshold(value, f"threshold {stat_label(stat)}")
     if not out:
         raise ParameterError(f"thresholds == {text!r}, must name at least one STAT=DURATION.")
     return out

@@ -25,7 +25,6 @@ trace; thresholds by a stated rule) go through the same steps with
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Mapping
@@ -39,6 +38,7 @@ from rich.console import Console
 from shrink.atomic import write_text
 from shrink.autolevels import AutoPlan
 from shrink.errors import ShrinkError
+from shrink.jsonout import dumps
 
 if TYPE_CHECKING:
     from shrink.target import RunResult, Target
@@ -73,7 +73,7 @@ DEMO: dict[str, Any] = {
     # stays at 500 ms, where the p99.9 curve climbs steeply (100-250 ms at half load,
     # 1-2 s in overload): at 100 ms it sat on the flat part, at 1 s on the plateau
     # that session think times put on an overloaded server's p99.9.
-    "thresholds": {"mean": 0.010, "p999": 0.5},
+    "thresholds": {"mean": 0.010, "p999": 0.5},  # as shrink.defaults.THRESHOLDS
 }
 
 
@@ -245,7 +245,7 @@ def light_load_thresholds(
         "light_load_errors": sum(st.errors for st in stats),
         "thresholds": {s: v / (1.0 - KNEE_UTILIZATION) for s, v in light.items()},
     }
-    write_text(out / "thresholds.json", json.dumps(record, indent=2) + "\n")
+    write_text(out / "thresholds.json", dumps(record, indent=2) + "\n")
     return record
 
 
@@ -388,9 +388,9 @@ def run_demo(
         "server": pred.server,
         "report": str(out / "report.md"),
     }
-    write_text(out / "demo-summary.json", json.dumps(summary, indent=2) + "\n")
+    write_text(out / "demo-summary.json", dumps(summary, indent=2) + "\n")
     console.rule("[bold]Done")
-    console.print_json(json.dumps(summary))
+    console.print_json(dumps(summary))
     return summary
 
 

@@ -4,6 +4,7 @@ Hierarchy::
 
     ShrinkError                      root: catch this to catch everything of ours
     ├── ParameterError (ValueError)  a bad argument: alpha, rate, percentile, duration
+    │   └── OptionError              a command-line option refused before anything runs (exit 2)
     ├── TraceFormatError             bad input file: names the file and the line/packet/offset
     │   └── CaptureFormatError       a damaged pcap/pcapng: byte offset or record number
     ├── TopologyError                a machine spec, share or mapping the machine cannot give
@@ -31,6 +32,7 @@ __all__ = [
     "ExtrapolationError",
     "MeasurementError",
     "NotFittedError",
+    "OptionError",
     "ParameterError",
     "RecipeError",
     "ReplayError",
@@ -83,6 +85,15 @@ class ShrinkError(Exception):
 
 class ParameterError(ShrinkError, ValueError):
     """A parameter outside its allowed range, e.g. ``alpha == 1.7, must be in (0, 1].``"""
+
+
+class OptionError(ParameterError):
+    """A command-line option's value refused before anything is measured: names the
+    option and what it accepts. The CLI exits 2 on it, as on any usage error."""
+
+    def __init__(self, option: str, message: str) -> None:
+        self.option = option
+        super().__init__(f"{option}: {message}")
 
 
 class TraceFormatError(ShrinkError):

@@ -56,7 +56,8 @@ def check_output(path: str | Path, *, kind: str = "file", what: str = "output") 
 
     Commands call this before measuring, so a run is never lost to an output path
     that is a directory, sits under a file, or lies in a folder this user may not
-    write. Missing folders are fine: writers create them.
+    write. Its parent folder must exist (a typo in a path must not create a tree of
+    folders); a ``kind="dir"`` output itself may be new.
     """
     path = Path(path)
     if kind == "file" and path.is_dir():
@@ -68,8 +69,8 @@ def check_output(path: str | Path, *, kind: str = "file", what: str = "output") 
             raise ParameterError(f"{what} {path} is not writable")
         return path
     parent = path.absolute().parent
-    while not parent.exists():
-        parent = parent.parent
+    if not parent.exists():
+        raise ParameterError(f"{what} {path}: its folder {parent} does not exist; create it first")
     if not parent.is_dir():
         raise ParameterError(f"{what} {path}: {parent} is not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):

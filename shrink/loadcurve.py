@@ -13,7 +13,6 @@ Wasserstein distances can be computed without the per-request arrays.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -25,6 +24,7 @@ import numpy as np
 from shrink import files
 from shrink.atomic import write_text
 from shrink.errors import MeasurementError, TopologyError, TraceFormatError
+from shrink.jsonout import dumps
 from shrink.schemas import LoadCurveFile
 from shrink.share import Share
 
@@ -76,7 +76,18 @@ class ClassStats:
     dist: list[float] | None = None  # latency quantiles at QGRID
 
     def get(self, stat: str) -> float:
-        return float(getattr(self, stat))
+        if stat in ("n", "throughput", "mean", "p50", "p90", "p99", "p999"):
+            return float(getattr(self, stat))
+        # Any other percentile (p75, p95, p99.99) from the quantile grid, which holds
+        # p75 and p95 exactly and is fine in the tail; NaN where none was kept.
+        from shrink.checks import stat_quantile
+
+        q = stat_quantile(stat)
+        if q is None:
+            raise AttributeError(stat)
+        if not self.dist:
+            return float("nan")
+        return float(np.interp(q, QGRID, self.dist))
 
 
 def latency_stats(latencies: np.ndarray, window: float, *, with_dist: bool = True) -> ClassStats:
@@ -437,7 +448,7 @@ class LoadCurve:
         )
 
     def write_json(self, path: str | Path) -> Path:
-        return write_text(path, json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
+        return write_text(path, dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
 
     @classmethod
     def read_json(cls, path: str | Path) -> LoadCurve:

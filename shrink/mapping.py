@@ -21,10 +21,18 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from shrink.errors import TopologyError
+from shrink.errors import OptionError, TopologyError
 from shrink.machine import Machine
 
-__all__ = ["BUILTIN_MAPPINGS", "Mapping", "Replica", "build_mapping", "remote_nic_probability"]
+__all__ = [
+    "BUILTIN_MAPPINGS",
+    "Mapping",
+    "Replica",
+    "build_mapping",
+    "check_mapping_names",
+    "check_mappings",
+    "remote_nic_probability",
+]
 
 BUILTIN_MAPPINGS = ("1-replica", "2-replica-direct", "2-replica-indirect")
 
@@ -170,3 +178,50 @@ def build_mapping(
             )
         )
     return Mapping(name, tuple(replicas))
+
+
+_NAMES_HELP = f"{', '.join(BUILTIN_MAPPINGS)} or K-replica[-direct|-indirect]"
+
+
+def check_mapping_names(names: tuple[str, ...] | list[str], option: str = "--mappings") -> None:
+    """Refuse a name no machine can run (``1-replicaa``), before a trace is even read."""
+    for name in names:
+        m = _K_REPLICA.match(name)
+        if not m or int(m.group(1)) < 1:
+            raise OptionError(option, f"unknown mapping {name!r}; accepted: {_NAMES_HELP}")
+
+
+def check_mappings(
+    names: tuple[str, ...] | list[str],
+    machine: Machine,
+    cpus: tuple[int, ...],
+    option: str = "--mappings",
+) -> None:
+    """Refuse, before anything is measured, a mapping ``cpus`` of ``machine`` cannot give.
+
+    The message names the mappings this machine can run (``3-replica`` on 8 CPUs
+    lists 1-, 2-, 4- and 8-replica).
+    """
+    check_mapping_names(names, option)
+    for name in names:
+        try:
+            build_mapping(name, machine, cpus)
+        except TopologyError as exc:
+            ks = [k for k in range(3, len(cpus) + 1) if len(cpus) % k == 0]
+            here = [
+                n
+                for n in (*BUILTIN_MAPPINGS, *(f"{k}-replica" for k in ks))
+                if _runs(n, machine, cpus)
+            ]
+            raise OptionError(
+                option,
+                f"{exc}; accepted on these {len(cpus)} CPUs: {', '.join(here) or 'none'}",
+            ) from None
+
+
+def _runs(name: str, machine: Machine, cpus: tuple[int, ...]) -> bool:
+    try:
+        build_mapping(name, machine, cpus)
+    except TopologyError:
+        return False
+    return True

@@ -14,6 +14,7 @@ from typing import Any
 
 from extrapolate.mappings import extrapolate_mappings
 from shrink.autolevels import AutoPlan, auto_sweep
+from shrink.defaults import THRESHOLDS
 from shrink.errors import ParameterError
 from shrink.loadcurve import LoadCurve
 from shrink.mapping import BUILTIN_MAPPINGS
@@ -102,7 +103,7 @@ def run_predict(
     cfg = PredictConfig(
         alpha=alpha,
         level=level,
-        thresholds=dict(thresholds or {"mean": 0.005, "p999": 0.5}),
+        thresholds=dict(thresholds or THRESHOLDS),
         mappings=tuple(mappings),
         share_kind=share_kind,
         seed=seed,

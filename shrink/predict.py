@@ -32,13 +32,15 @@ from shrink.autolevels import (
     sample_ratio,
 )
 from shrink.checks import check_alpha
+from shrink.defaults import THRESHOLDS
 from shrink.errors import ShrinkError
 from shrink.loadcurve import LoadCurve
 from shrink.machine import Machine
-from shrink.mapping import BUILTIN_MAPPINGS
+from shrink.mapping import BUILTIN_MAPPINGS, check_mappings
 from shrink.mat import MATResult, mat
 from shrink.measure import default_loop_window, default_skip
-from shrink.prediction import MappingPrediction, Prediction, StatPrediction, rank_mappings
+from shrink.prediction import MappingPrediction, Prediction, StatPrediction
+from shrink.recommend import reason_text, recommend
 from shrink.report.assumptions import assumptions as assumptions_of
 from shrink.report.assumptions import confidence
 from shrink.scaling import calibrate, latency_scale, model_error, shrink_scaled_curve
@@ -82,7 +84,7 @@ class TargetProvider(Protocol):
 class PredictConfig:
     alpha: float = 0.25
     level: str = "session"
-    thresholds: Mapping[str, float] = field(default_factory=lambda: {"mean": 0.005, "p999": 0.5})
+    thresholds: Mapping[str, float] = field(default_factory=lambda: dict(THRESHOLDS))
     mappings: Sequence[str] = BUILTIN_MAPPINGS
     share_kind: str = "auto"  # auto | cores | cpu_time
     seed: int = 0
@@ -158,28 +160,9 @@ class PredictionResult:
     full: LoadCurve | None = None  # the paired full-scale curve, when measured
 
 
-def _recommend(mappings: dict[str, MappingPrediction], stat: str) -> tuple[str, str]:
-    ranked = [(name, mappings[name]) for name in rank_mappings(mappings, [stat])]
-    best, runner = ranked[0], ranked[1] if len(ranked) > 1 else None
-    if runner is None:
-        return best[0], "It is the only mapping this machine can run."
-    b, r = best[1].stats[stat], runner[1].stats[stat]
-    gain = (b.mat - r.mat) / r.mat if r.mat else float("nan")
-    overlap = b.ci[0] <= r.ci[1]
-    if abs(gain) < 1e-9:
-        return "1-replica" if "1-replica" in mappings else best[0], (
-            "The mappings are predicted equal here (on one socket they coincide); "
-            "1-replica is the simplest to run."
-        )
-    why = (
-        f"Its {'mean' if stat == 'mean' else 'p99.9'} MAT is {100 * gain:.1f}% above {runner[0]}'s"
-    )
-    why += (
-        " but the intervals overlap: treat the two as close."
-        if overlap
-        else "; the intervals do not overlap."
-    )
-    return best[0], why
+def _recommend(mappings: dict[str, MappingPrediction], stat: str) -> tuple[str | None, str]:
+    rec = recommend(mappings, [stat])  # the one rule (shrink.recommend): never on bounds
+    return rec.mapping, reason_text(rec)
 
 
 def _keep_partial(
@@ -227,9 +210,13 @@ def predict(
     alpha = check_alpha(config.alpha)
     machine = provider.machine()
     cpus = provider.server_cpus()
+    check_mappings(config.mappings, machine, cpus)  # before anything is measured
     share = Share.plan(cpus, machine, alpha, config.share_kind)
     sample = samplers.sample(trace, alpha, seed=config.seed, level=config.level)
     plan = _sweep_plan(trace, share, config)
+    if plan.probe_level is None and hasattr(provider, "probe_level"):
+        # The simulator finds its capacity first: the search then starts near the knee.
+        plan = replace(plan, probe_level=provider.probe_level(sample, share, config.knob))
     full_curve: LoadCurve | None = None
     calibrating = share.kind == "cpu_time" and config.calibrate
     with ExitStack() as stack:

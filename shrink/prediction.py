@@ -20,7 +20,6 @@ Other keys (``workload``, ``sweep``, ``source_curve``) are kept in ``extra``.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 from shrink import files
 from shrink.atomic import write_text
 from shrink.errors import TraceFormatError
+from shrink.jsonout import dumps
 from shrink.schemas import PredictionFile
 from shrink.share import Share
 
@@ -171,7 +171,8 @@ class Prediction:
 
     machine: dict[str, Any]
     mappings: dict[str, MappingPrediction]
-    recommended: str
+    # None: no mapping is recommended (the MATs compared are bounds); ``reason`` says why
+    recommended: str | None
     reason: str
     calibration: dict[str, Any] = field(default_factory=dict)
     assumptions: list[str] = field(default_factory=list)
@@ -234,7 +235,7 @@ class Prediction:
         return cls(
             machine=dict(d.get("machine", {})),
             mappings={k: MappingPrediction.from_dict(v) for k, v in d["mappings"].items()},
-            recommended=str(d.get("recommended", "")),
+            recommended=str(d["recommended"]) if d.get("recommended") else None,
             reason=str(d.get("reason", "")),
             calibration=dict(d.get("calibration", {})),
             assumptions=list(d.get("assumptions", [])),
@@ -248,7 +249,7 @@ class Prediction:
         return None if m is None else m.stats.get(stat)
 
     def write_json(self, path: str | Path, *, indent: int = 1) -> Path:
-        text = json.dumps(self.to_dict(), indent=indent, sort_keys=True, default=_json)
+        text = dumps(self.to_dict(), indent=indent, sort_keys=True, default=_json)
         return write_text(path, text + "\n")  # atomic: never a half-written file
 
     @classmethod

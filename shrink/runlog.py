@@ -28,7 +28,6 @@ response: refused, reset, timeout, cut, a malformed or 1xx-only answer),
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ import pyarrow.parquet as pq
 from shrink import files
 from shrink.atomic import atomic_path
 from shrink.errors import TraceFormatError
+from shrink.jsonout import dumps
 from shrink.schemas import TraceMeta
 
 __all__ = ["FAILURE_CLASSES", "RUNLOG_SCHEMA", "RunLog"]
@@ -187,7 +187,7 @@ class RunLog:
     def write_parquet(self, path: str | Path) -> Path:
         path = Path(path)
         table = self._table.replace_schema_metadata(
-            {META_KEY: json.dumps(self.meta, sort_keys=True, default=str).encode()}
+            {META_KEY: dumps(self.meta, sort_keys=True, default=str).encode()}
         )
         with atomic_path(path) as tmp:
             pq.write_table(table, tmp, compression="zstd")

@@ -292,7 +292,7 @@ class PredictionFile(_Open):
     schema_: Literal["shrink.prediction/1"] = Field(alias="schema")
     machine: dict[str, Any] = {}
     mappings: Annotated[dict[Name, MappingPredictionModel], Field(max_length=1_000)]
-    recommended: Name = ""
+    recommended: Name | None = None
     reason: Text = ""
     calibration: dict[str, Any] = {}
     assumptions: Annotated[list[Any], Field(max_length=MAX_LIST)] = []

@@ -33,7 +33,6 @@ Provenance (source file, reader, sampler, alpha, seed, parent id ...) lives in
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +47,7 @@ from shrink import files
 from shrink._version import __version__
 from shrink.atomic import atomic_file, atomic_path
 from shrink.errors import TraceFormatError
+from shrink.jsonout import dumps
 from shrink.schemas import TraceMeta
 
 __all__ = [
@@ -302,7 +302,7 @@ class Trace:
         path = Path(path)
         meta = {"shrink_version": _shrink_version(), **self.meta}
         table = self._table.replace_schema_metadata(
-            {META_KEY: json.dumps(meta, sort_keys=True, default=str).encode()}
+            {META_KEY: dumps(meta, sort_keys=True, default=str).encode()}
         )
         with atomic_path(path) as tmp:
             pq.write_table(table, tmp, compression="zstd")
@@ -338,7 +338,7 @@ class Trace:
                 rt = row.get("rt")
                 if rt is not None and rt != rt:  # NaN
                     row["rt"] = None
-                fh.write(json.dumps(row, separators=(",", ":")) + "\n")
+                fh.write(dumps(row, separators=(",", ":")) + "\n")
         return path
 
     # statistics ----------------------------------------------------------------

@@ -10,7 +10,6 @@ functions, W1 = integral over p of |F^-1(p) - G^-1(p)| dp.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ import numpy as np
 
 from shrink.atomic import write_text
 from shrink.errors import MeasurementError
+from shrink.jsonout import dumps
 from shrink.loadcurve import QGRID, LoadCurve
 from shrink.mat import MATResult, mat
 from shrink.share import Share
@@ -178,7 +178,7 @@ class Validation:
     def write_json(self, path: str | Path) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=True, default=str) + "\n")
+        write_text(path, dumps(self.to_dict(), indent=2, sort_keys=True, default=str) + "\n")
         return path
 
 

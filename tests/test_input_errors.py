@@ -245,7 +245,7 @@ def test_a_threshold_needs_a_unit() -> None:
     assert parse_threshold("5 ms") == pytest.approx(5e-3)
     assert parse_duration("5") == 5.0  # a duration (not a threshold) may be bare seconds
     r = runner.invoke(app, ["mat", "x.json", "--threshold", "5"])
-    assert r.exit_code == 1 and "has no unit" in r.output
+    assert r.exit_code == 2 and "has no unit" in r.output  # a refused option
 
 
 # --------------------------------------------------------------------- the wire
@@ -301,9 +301,10 @@ def test_output_paths_are_checked_before_measuring(tmp_path: Path) -> None:
     # sweep against a port nobody listens on: the output check comes first
     r = runner.invoke(app, ["sweep", str(trace), "--target", "http://127.0.0.1:9/",
                             "--levels", "1", "-o", str(out)])  # fmt: skip
-    assert r.exit_code == 1 and f"output {out} is a directory" in r.output
+    # a refused output is a refused option: exit status 2, as click's usage errors
+    assert r.exit_code == 2 and f"output {out} is a directory" in r.output
     r = runner.invoke(app, ["sample", str(trace), "--alpha", "0.5", "-o", str(trace / "x")])
-    assert r.exit_code == 1 and "is not a directory" in r.output
+    assert r.exit_code == 2 and "is not a directory" in r.output
     with pytest.raises(ShrinkError, match="is a file; name a directory"):
         files.check_output(trace, kind="dir")
 

@@ -442,19 +442,20 @@ def test_cli_sweep_with_repetitions_and_mat(fake, tmp_path: Path):
     d = json.loads(r.stdout)
     assert d["status"] == "not_reached" and d["mat"] == pytest.approx(300, rel=0.1)
     assert d["bound"] == "lower" and d["ci"] is None and d["text"].startswith(">= ")
-    # never crossed: the adaptive search measures above the highest level
+    # never crossed: the adaptive search measures above the highest level (--max-levels
+    # counts the curve's levels in all, as predict's: the two measured and one added)
     out = tmp_path / "curve2.json"
     r = runner.invoke(
         app,
         ["mat", str(curve), "--stat", "p999", "--threshold", "1s", "--adaptive",
          "--trace", str(trace), "--target", f"http://127.0.0.1:{fake[1]}",
-         "--max-levels", "1", "--lag-limit", "50ms", "-o", str(out), "--json"],
+         "--max-levels", "3", "--lag-limit", "50ms", "-o", str(out), "--json"],
     )  # fmt: skip
     assert r.exit_code == 99, r.output  # still under 1 s at the added level: still a bound
     assert json.loads(r.stdout)["added_levels"] == [4.5]
     assert [lv.level for lv in LoadCurve.read_json(out).levels] == [1, 3, 4.5]
-    r = runner.invoke(app, ["mat", str(curve), "--stat", "p42", "--threshold", "1s"])
-    assert r.exit_code == 1 and "p42" in r.output
+    r = runner.invoke(app, ["mat", str(curve), "--stat", "p100", "--threshold", "1s"])
+    assert r.exit_code == 2 and "p100" in r.output  # a refused option (p42 is a percentile)
 
 
 def test_keep_alive_closed_by_the_server_during_think_time_is_reopened():

@@ -259,7 +259,7 @@ def test_cli_run_sweep_and_scaling(tmp_path):
     assert r.exit_code == 0, r.output
     import json
 
-    res = json.loads(r.output)
+    res = json.loads(r.stdout)  # progress goes to stderr; stdout stays JSON
     assert set(res["scaling"]) == {"mean", "p999"}
     assert res["scaling"]["mean"]["1"] == 1.0
     assert res["scaling"]["mean"]["2"] == pytest.approx(1.9, abs=0.4)  # in (1.5, 2.3)

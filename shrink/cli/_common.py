@@ -6,7 +6,8 @@ Exit status of every command:
 0     done
 1     an error of shrink's (bad input, bad parameter, testbed, replay ...),
       or the system refused a file (no space, permission): one line on stderr
-2     a usage error (unknown option, missing argument), from click
+2     a usage error: an unknown option, a missing argument (from click), or an
+      option's value refused before anything runs (:class:`shrink.errors.OptionError`)
 70    a bug in shrink: one line, and ``SHRINK_TRACEBACK=1`` shows the traceback
 99    a MAT command (``mat``, ``predict``, ``extrapolate``, ``validate``, ``sim
       scaling``, ``sim mappings``): a threshold was not crossed within the measured
@@ -21,7 +22,6 @@ Exit status of every command:
 from __future__ import annotations
 
 import functools
-import json
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -32,12 +32,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import typer
 
 from shrink import interrupts
-from shrink.errors import ShrinkError, printable
+from shrink.errors import OptionError, ParameterError, ShrinkError, printable
+from shrink.jsonout import dumps
 
 if TYPE_CHECKING:
     from rich.console import Console
 
 EXIT_ERROR = 1
+EXIT_USAGE = 2
 EXIT_BUG = 70
 EXIT_INTERRUPTED = 130
 
@@ -75,6 +77,9 @@ def cli_errors() -> Iterator[None]:
         yield
     except (typer.Exit, typer.Abort, typer.TyperException):
         raise
+    except OptionError as exc:
+        _error_line(str(exc))
+        raise typer.Exit(code=EXIT_USAGE) from None
     except ShrinkError as exc:
         # An error that stopped a sweep says, on the same line, what it kept.
         kept = "; kept " + ", ".join(str(k) for k in exc.kept) if exc.kept else ""
@@ -127,14 +132,22 @@ def guard_all(app: typer.Typer) -> None:
 
 
 def output_path(path: Path | None, *, kind: str = "file", what: str = "output") -> Path | None:
-    """Check an output path before any measuring (see :func:`shrink.files.check_output`)."""
+    """Check an output path before any measuring (see :func:`shrink.files.check_output`).
+
+    A path that cannot be written is a refused option: one line, exit status 2.
+    """
     from shrink.files import check_output
 
-    return None if path is None else check_output(path, kind=kind, what=what)
+    if path is None:
+        return None
+    try:
+        return check_output(path, kind=kind, what=what)
+    except ParameterError as exc:
+        raise OptionError(what if what.startswith("--") else "--out", str(exc)) from None
 
 
 def echo_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=True, default=_default) + "\n")
+    sys.stdout.write(dumps(obj, indent=2, sort_keys=True, default=_default) + "\n")
 
 
 def _default(o: Any) -> Any:
@@ -149,11 +162,19 @@ def _default(o: Any) -> Any:
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
 
-def parse_duration_option(text: str, name: str) -> float:
-    """An option's duration in seconds: ``2s``, ``500ms``, ``1m`` (one spelling everywhere)."""
+def parse_duration_option(text: str, name: str, *, zero_ok: bool = False) -> float:
+    """An option's duration in seconds: ``2s``, ``500ms``, ``1m`` (one spelling everywhere).
+
+    A bad one is a refused option (exit status 2) naming ``--NAME``.
+    """
     from shrink.checks import parse_duration
 
-    return parse_duration(text, name)
+    try:
+        return parse_duration(text, name, zero_ok=zero_ok)
+    except OptionError:
+        raise
+    except ParameterError as exc:
+        raise OptionError(f"--{name.replace(' ', '-')}", str(exc)) from None
 
 
 def plural(n: int, noun: str) -> str:
@@ -180,13 +201,31 @@ def fmt_number(x: float, digits: int = 4) -> str:
 
 
 STATS = ("mean", "p50", "p90", "p99", "p999")
-_STAT_ALIASES = {"p99.9": "p999", "p50.0": "p50", "p90.0": "p90", "p99.0": "p99", "median": "p50"}
 
 
-def stat_name(text: str) -> str:
-    """A statistic's name as the files spell it: ``p99.9`` (as users write it) is ``p999``."""
-    t = text.strip().lower()
-    return _STAT_ALIASES.get(t, t)
+@contextmanager
+def as_option(option: str) -> Iterator[None]:
+    """A :class:`ParameterError` inside is the refused value of ``option`` (exit status 2)."""
+    try:
+        yield
+    except OptionError:
+        raise
+    except ParameterError as exc:
+        raise OptionError(option, str(exc)) from None
+
+
+def stat_name(text: str, name: str = "stat") -> str:
+    """A statistic's name as the files spell it: ``p99.9`` (as users write it) is ``p999``.
+
+    Any percentile users write (``p95``, ``p99.99``) is accepted; see
+    :func:`shrink.checks.parse_stat`. A ``name`` like ``--stat`` is an option's.
+    """
+    from shrink.checks import parse_stat
+
+    if not name.startswith("--"):
+        return parse_stat(text, name)
+    with as_option(name):
+        return parse_stat(text, name.lstrip("-"))
 
 
 def stat_thresholds(text: str) -> str:
@@ -194,13 +233,26 @@ def stat_thresholds(text: str) -> str:
     parts = []
     for part in text.split(","):
         stat, eq, value = part.partition("=")
-        parts.append(stat_name(stat) + eq + value if eq else part)
+        parts.append(stat_name(stat, "threshold statistic") + eq + value if eq else part)
     return ",".join(parts)
 
 
 def stat_label(stat: str) -> str:
     """How a statistic is written for people: ``p999`` is ``p99.9``."""
-    return "p99.9" if stat == "p999" else stat
+    from shrink.checks import stat_label as label
+
+    return label(stat)
+
+
+def threshold_text(stat: str, seconds: float) -> str:
+    """One way to write a threshold for people: ``mean < 10 ms``, ``p99.9 < 500 ms``."""
+    return f"{stat_label(stat)} < {seconds * 1e3:,.6g} ms"
+
+
+def exit_nothing_served(reason: str) -> None:
+    """Exit with status 1 after a replay or sweep that served nothing: ``reason`` says why."""
+    _error_line(f"nothing was served: {reason}")
+    raise typer.Exit(code=EXIT_ERROR)
 
 
 def exit_if_bound(bounds: list[str]) -> None:

@@ -12,6 +12,7 @@ import typer
 
 from shrink.checks import parse_duration
 from shrink.cli._common import console
+from shrink.errors import OptionError
 
 if TYPE_CHECKING:
     from shrink.replay.cluster import ClusterSpec
@@ -20,10 +21,20 @@ _Targets = Annotated[
     list[str],
     typer.Option(
         "--target",
-        help="Testbed state JSON (shrink testbed up) or http://ADDR:PORT URLs; repeat per replica.",
+        help="A running server: testbed state JSON (shrink testbed up) or http://ADDR:PORT "
+        "URLs, repeated per replica. (predict's --target says where to start one.)",
     ),
 ]
 _Json = Annotated[bool, typer.Option("--json", help="Print a JSON summary.")]
+_Export = Annotated[
+    str | None,
+    typer.Option(
+        "--export",
+        help="Also write the sweep's requests for other tools (default: none): hdr "
+        "(CURVE-hdr/: HdrHistogram logs, wrk2 spectra), locust (CURVE_stats.csv, "
+        "CURVE_stats_history.csv), k6 (CURVE_requests.csv), csv (locust and k6), all.",
+    ),
+]
 _Mode = Annotated[
     str, typer.Option("--mode", help="auto (from the trace) | session (wsesslog) | open.")
 ]
@@ -77,6 +88,14 @@ _EngineOpt = Annotated[
 ]
 
 
+# What to do when the load generator could not keep to its schedule.
+GENERATOR_HINT = (
+    "hint: the load generator fell behind its schedule at {levels} (not the server's "
+    "result): give it CPUs of its own (--generator-cpus), run it SCHED_FIFO "
+    "(--realtime 10, as root), or accept a later send (--lag-limit)"
+)
+
+
 def _cpus(text: str | None) -> list[int] | None:
     from shrink.topology import parse_cpulist
 
@@ -105,6 +124,13 @@ def _target(
 ) -> Any:
     from shrink.replay.live import LiveTarget
 
+    for option, value, accepted in (
+        ("--routing", routing, ("hash", "round-robin")),
+        ("--mode", mode, ("auto", "session", "open")),
+        ("--engine", engine, ("auto", "native", "python")),
+    ):
+        if value not in accepted:
+            raise OptionError(option, f"{value!r}; accepted: {', '.join(accepted)}")
     items = [x for t in targets for x in t.split(",") if x]
     return LiveTarget.from_targets(
         items,

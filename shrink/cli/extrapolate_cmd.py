@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from shrink.cli._common import (
+    as_option,
     bounded_mats,
     cli_errors,
     echo_json,
@@ -15,7 +16,10 @@ from shrink.cli._common import (
     fmt_number,
     output_path,
     stat_thresholds,
+    threshold_text,
 )
+from shrink.defaults import THRESHOLDS_TEXT
+from shrink.jsonout import dumps
 
 _CAL_HELP = "'published' (fit the papers' figures) or a calibration JSON from 'shrink calibrate'."
 
@@ -26,20 +30,41 @@ def _fmt_ci(stat: dict[str, Any]) -> str:
     return f"{mat_text(stat.get('mat'), stat.get('status'), stat.get('ci')):>10}"
 
 
+def _workload_text(d: dict[str, Any]) -> str | None:
+    """The workload and thresholds a what-if is for, and the demands it calibrated: the
+    simulator and ``predict`` on a synthesized trace may run another workload."""
+    wl = d.get("workload")
+    if not wl:
+        return None
+    thr = ", ".join(threshold_text(s, t) for s, t in (wl.get("thresholds") or {}).items())
+    par = (d.get("calibration") or {}).get("parameters") or {}
+    ds, dd = (par.get(k, {}).get("value") for k in ("demand_static", "demand_dynamic"))
+    demands = (
+        ""
+        if ds is None or dd is None
+        else f" (calibrated: {ds * 1e6:,.3g} us a static request, {dd * 1e3:,.3g} ms a "
+        "PHP page, one core)"
+    )
+    return (
+        f"workload {wl.get('name')}: {100 * wl.get('dynamic_fraction', 0):.1f}% dynamic"
+        f"{demands}; thresholds {thr}"
+    )
+
+
 def _print_prediction(d: dict[str, Any], title: str) -> None:
     typer.echo(f"== {title} ==")
     first = next(iter(d["mappings"].values()))
     stats = [k for k, v in first.items() if isinstance(v, dict) and "mat" in v]
-    head = "".join(
-        f"{'MAT ' + ('p99.9' if s == 'p999' else s) + '<' + _ms(first[s]['threshold']):<34} "
-        for s in stats
-    )
+    head = "".join(f"{'MAT ' + threshold_text(s, first[s]['threshold']):<34} " for s in stats)
     typer.echo(f"{'mapping':<22} {head}")
     for name, m in d["mappings"].items():
         mark = "  <- recommended" if name == d["recommended"] else ""
         cols = "".join(f"{_fmt_ci(m[s]):<34} " for s in stats)
         typer.echo(f"{name:<22} {cols}{mark}")
     typer.echo(f"reason: {d['reason']}")
+    line = _workload_text(d)
+    if line:
+        typer.echo(line)
     sweep = d.get("sweep")
     if sweep:
         rows = ", ".join(f"{r['dynamic_fraction']:g}:{r['best']}" for r in sweep["rows"])
@@ -82,8 +107,8 @@ def calibrate(
         list[Path] | None, typer.Argument(help="LoadCurve JSON files (none: the published fit).")
     ] = None,
     thresholds: Annotated[
-        str, typer.Option(help="SLA thresholds for the MATs, e.g. mean=5ms,p999=500ms.")
-    ] = "mean=5ms,p999=500ms",
+        str, typer.Option(help="SLA thresholds for the MATs, e.g. mean=10ms,p99.9=500ms.")
+    ] = THRESHOLDS_TEXT,
     machine: Annotated[
         Path | None, typer.Option(help="Machine spec TOML the curves were measured on.")
     ] = None,
@@ -142,9 +167,10 @@ def whatif(
         output_path(output)
         mach = Machine.read_toml(machine)
         model = load_calibration(calibration)
+        # every workload named before the first is predicted
+        resolved = [resolve_workload(w, model) for w in workload]
         preds = {}
-        for w in workload:
-            wl = resolve_workload(w, model)
+        for wl in resolved:
             preds[wl.name] = run_whatif(mach, wl, model, sweep=sweep).to_dict()
         doc: dict[str, Any] = (
             next(iter(preds.values()))
@@ -152,11 +178,9 @@ def whatif(
             else {"schema": "shrink.whatif/1", "predictions": preds}
         )
         if output:
-            import json
-
             from shrink.atomic import write_text
 
-            write_text(output, json.dumps(doc, indent=1, sort_keys=True, default=float) + "\n")
+            write_text(output, dumps(doc, indent=1, sort_keys=True, default=float) + "\n")
         if json_out:
             echo_json(doc)
             return
@@ -173,8 +197,8 @@ def extrapolate(
     ] = None,
     calibration: Annotated[str, typer.Option(help=_CAL_HELP)] = "published",
     thresholds: Annotated[
-        str, typer.Option(help="SLA thresholds, e.g. mean=5ms,p999=500ms.")
-    ] = "mean=5ms,p999=500ms",
+        str, typer.Option(help="SLA thresholds, e.g. mean=10ms,p99.9=500ms (p95: any percentile).")
+    ] = THRESHOLDS_TEXT,
     output: Annotated[Path | None, typer.Option("-o", "--out", help="Write JSON here.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
@@ -184,13 +208,17 @@ def extrapolate(
     from shrink.checks import parse_thresholds
     from shrink.loadcurve import LoadCurve
     from shrink.machine import Machine
+    from shrink.mapping import check_mapping_names, check_mappings
 
     with cli_errors():
         output_path(output)
-        lc = LoadCurve.read_json(curve)
+        with as_option("--thresholds"):
+            th = parse_thresholds(stat_thresholds(thresholds))
+        check_mapping_names(mapping or [], "--mapping")
         mach = Machine.read_toml(machine)
+        check_mappings(mapping or [], mach, mach.all_cpus, "--mapping")
+        lc = LoadCurve.read_json(curve)
         model = load_calibration(calibration)
-        th = parse_thresholds(stat_thresholds(thresholds))
         pred, _ = extrapolate_curve(lc, model, mach, mappings=mapping or None, thresholds=th)
         if output:
             pred.write_json(output)
@@ -204,7 +232,10 @@ def extrapolate(
                 f"{s} {_fmt_ci(v)}" for s, v in m.items() if isinstance(v, dict) and "mat" in v
             ]
             typer.echo(f"{name:<22} " + "  ".join(parts))
-        typer.echo(f"recommended: {d['recommended']}: {d['reason']}")
+        if d["recommended"]:
+            typer.echo(f"recommended: {d['recommended']}: {d['reason']}")
+        else:
+            typer.echo(d["reason"])
         if output:
             typer.echo(f"wrote {output}")
     exit_if_bound(bounded_mats(pred.mappings))

@@ -8,19 +8,27 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from shrink.checks import parse_threshold
-from shrink.cli._common import STATS, cli_errors, echo_json, output_path, stat_label, stat_name
+from shrink.checks import STAT_HELP, parse_threshold
+from shrink.cli._common import (
+    as_option,
+    cli_errors,
+    echo_json,
+    exit_if_bound,
+    output_path,
+    stat_name,
+    threshold_text,
+)
 from shrink.cli._replay_opts import (
     _EngineOpt,
     _GenCpus,
     _Json,
     _LagLimit,
     _limit_text,
-    _ms,
     _Overlap,
     _progress_sweep,
     _target,
 )
+from shrink.defaults import MAX_LEVELS
 from shrink.errors import ParameterError
 
 if TYPE_CHECKING:
@@ -31,7 +39,7 @@ if TYPE_CHECKING:
 def mat_cmd(
     curve: Annotated[Path, typer.Argument(help="LoadCurve JSON (shrink sweep).")],
     stat: Annotated[
-        str, typer.Option("--stat", help="mean | p50 | p90 | p99 | p999 (or p99.9).")
+        str, typer.Option("--stat", help=STAT_HELP[0].upper() + STAT_HELP[1:] + ".")
     ] = "mean",
     threshold: Annotated[
         str, typer.Option("--threshold", help="SLA on the statistic, e.g. 5ms or 500ms.")
@@ -54,8 +62,13 @@ def mat_cmd(
         typer.Option("--rel-width", help="With --adaptive: stop when CI width / MAT <= this."),
     ] = 0.1,
     max_levels: Annotated[
-        int, typer.Option("--max-levels", help="With --adaptive: at most this many added levels.")
-    ] = 4,
+        int,
+        typer.Option(
+            "--max-levels",
+            help="With --adaptive: load levels of the curve in all (those it has included), "
+            "at most, as predict's --max-levels.",
+        ),
+    ] = MAX_LEVELS,
     output: Annotated[
         Path | None,
         typer.Option("-o", "--out", help="With --adaptive: write the extended curve here."),
@@ -73,22 +86,19 @@ def mat_cmd(
     the command exits with status 99 (as k6 does when a threshold fails).
     """
     from shrink.loadcurve import LoadCurve
-    from shrink.mat import EXIT_BOUND, mat
+    from shrink.mat import mat
     from shrink.replay.adaptive import refine
 
     with cli_errors():
         output_path(output)
-        thr = parse_threshold(threshold, "threshold")
+        with as_option("--threshold"):
+            thr = parse_threshold(threshold, "threshold")
+        stat = stat_name(stat, "--stat")
+        if adaptive and (trace is None or not target):
+            raise ParameterError("--adaptive needs --trace and --target to run more levels.")
         lc = LoadCurve.read_json(curve)
-        stat = stat_name(stat)
-        if stat not in STATS:
-            raise ParameterError(
-                f"stat == {stat!r}, must be one of mean, p50, p90, p99, p999 (or p99.9)."
-            )
         added: list[float] = []
         if adaptive:
-            if trace is None or not target:
-                raise ParameterError("--adaptive needs --trace and --target to run more levels.")
             from shrink.trace import Trace
 
             tgt = _target(
@@ -113,7 +123,7 @@ def mat_cmd(
                     thr,
                     cls=cls,
                     rel_width=rel_width,
-                    max_levels=max_levels,
+                    max_levels=max(0, max_levels - len(lc.levels)),
                     progress=progress,
                 )
             )
@@ -126,18 +136,17 @@ def mat_cmd(
     else:
         _print_mat(res, stat, thr, added, lc)
     if res.bound is not None:
-        # The threshold was not crossed inside the measured range: not a MAT, a bound.
-        raise typer.Exit(code=EXIT_BOUND)
+        # The threshold was not crossed inside the measured range: not a MAT, a bound;
+        # one line on stderr says so (exit status 99), as every MAT command does.
+        exit_if_bound([threshold_text(stat, thr)])
 
 
-def _print_mat(
-    res: MATResult, stat: str, thr: float, added: list[float], lc: LoadCurve
-) -> None:
+def _print_mat(res: MATResult, stat: str, thr: float, added: list[float], lc: LoadCurve) -> None:
     from shrink.mat import mat_text
 
     ci = "" if res.bound else f"  CI [{res.ci[0]:,.1f}, {res.ci[1]:,.1f}]"
     typer.echo(
-        f"MAT ({stat_label(stat)} <= {_ms(thr)}): "
+        f"MAT ({threshold_text(stat, thr)}): "
         f"{mat_text(res.mat, res.status, fmt=',.1f')} req/s{ci}  ({res.status})"
     )
     if res.bound == "lower":

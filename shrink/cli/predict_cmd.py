@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
 from shrink.cli._common import (
+    as_option,
     bounded_mats,
     cli_errors,
     console,
@@ -21,10 +21,13 @@ from shrink.cli._common import (
     parse_duration_option,
     stat_label,
     stat_thresholds,
+    threshold_text,
 )
 from shrink.cli._progress import line_progress, on_terminal
 from shrink.cli._replay_opts import _GenCpus, _Overlap, _Realtime
-from shrink.errors import ParameterError
+from shrink.defaults import ALPHA, DURATION, MAX_LEVELS, REPS, THRESHOLDS_TEXT, WARMUP
+from shrink.errors import OptionError
+from shrink.jsonout import dumps
 
 if TYPE_CHECKING:
     from shrink.prediction import Prediction
@@ -58,12 +61,35 @@ _Skip = Annotated[
         "of the trace's span, at most 1m (its first seconds are not its steady mix).",
     ),
 ]
+_Thresholds = Annotated[
+    str,
+    typer.Option(
+        "--thresholds",
+        help="SLA thresholds: STAT=DURATION, STAT mean or a percentile (p95, p99.9).",
+    ),
+]
+_Target = Annotated[
+    str,
+    typer.Option(
+        "--target",
+        help="Where to measure: 'testbed' (start the server here) or sim:SPEC.toml "
+        "(the simulator). sweep's and replay's --target name a running server instead.",
+    ),
+]
+_Server = Annotated[
+    str,
+    typer.Option(
+        "--server",
+        help="Server recipe of the testbed: lighttpd-php-cgi (default), nginx-php-fpm, "
+        "or a RECIPE.toml file.",
+    ),
+]
 _Calibrate = Annotated[
     bool,
     typer.Option(
         "--calibrate/--no-calibrate",
         help="On a CPU-time share, calibrate its speed with light runs on the full target "
-        "(at most 10%% busy, 20 s in all; prediction.json records them). --no-calibrate: "
+        "(at most 10% busy, 20 s in all; prediction.json records them). --no-calibrate: "
         "take the nominal fraction, for a full target you cannot run at all.",
     ),
 ]
@@ -117,30 +143,19 @@ def predict(
     machine: Annotated[
         str, typer.Option("--machine", help="'this' or a TOML machine spec.")
     ] = "this",
-    alpha: Annotated[float, typer.Option("--alpha", help="Sample fraction, in (0, 1].")] = 0.25,
+    alpha: Annotated[float, typer.Option("--alpha", help="Sample fraction, in (0, 1].")] = ALPHA,
     level: Annotated[
         str, typer.Option("--level", help="Sampling level: session|object|request|stratified.")
     ] = "session",
     mappings: Annotated[
         str, typer.Option("--mappings", help="'all' or a comma list of mappings.")
     ] = "all",
-    thresholds: Annotated[
-        str, typer.Option("--thresholds", help="SLA thresholds, e.g. mean=5ms,p999=500ms.")
-    ] = "mean=5ms,p999=500ms",
-    target: Annotated[
-        str, typer.Option("--target", help="'testbed' (real server here) or sim:SPEC.toml.")
-    ] = "testbed",
+    thresholds: _Thresholds = THRESHOLDS_TEXT,
+    target: _Target = "testbed",
     docroot: Annotated[
         Path | None, typer.Option("--docroot", help="Document root for the testbed.")
     ] = None,
-    server: Annotated[
-        str,
-        typer.Option(
-            "--server",
-            help="Server recipe of the testbed: lighttpd-php-cgi (default), nginx-php-fpm, "
-            "or a RECIPE.toml file.",
-        ),
-    ] = "lighttpd-php-cgi",
+    server: _Server = "lighttpd-php-cgi",
     share_kind: Annotated[
         str, typer.Option("--share-kind", help="auto | cores | cpu_time.")
     ] = "auto",
@@ -151,12 +166,16 @@ def predict(
         str, typer.Option("--calibration", help="'published' or a calibration JSON.")
     ] = "published",
     seed: Annotated[int, typer.Option("--seed", help="Seed of the sample and the runs.")] = 0,
-    reps: Annotated[int, typer.Option("--reps", help="Repetitions per load level.")] = 2,
-    warmup: Annotated[str, typer.Option("--warmup", help="Warm-up per level, e.g. 2s.")] = "2s",
+    reps: Annotated[int, typer.Option("--reps", help="Repetitions per load level.")] = REPS,
+    warmup: Annotated[
+        str, typer.Option("--warmup", help="Warm-up per level, e.g. 2s (0s: none).")
+    ] = WARMUP,
     duration: Annotated[
         str, typer.Option("--duration", help="Measurement window per level, e.g. 8s.")
-    ] = "8s",
-    max_levels: Annotated[int, typer.Option("--max-levels", help="Load levels at most.")] = 10,
+    ] = DURATION,
+    max_levels: Annotated[
+        int, typer.Option("--max-levels", help="Load levels of the curve in all, at most.")
+    ] = MAX_LEVELS,
     paired_full_run: _PairedFullRun = False,
     time_scaling: _TimeScaling = True,
     skip: _Skip = "auto",
@@ -175,28 +194,26 @@ def predict(
     CPU-time share), sweeps load levels around the knee, and extrapolates.
     Writes DIR/prediction.json, DIR/report.md, DIR/report.html and figures.
     """
-    from shrink.autolevels import AutoPlan
-    from shrink.checks import parse_duration, parse_thresholds
-    from shrink.mapping import BUILTIN_MAPPINGS
+    from shrink.checks import parse_thresholds
     from shrink.pipeline import GeneratorPlacement, run_predict
     from shrink.topology import parse_cpulist
 
     with cli_errors():
         output_path(out, kind="dir")
-        th = parse_thresholds(stat_thresholds(thresholds))
-        names = (
-            BUILTIN_MAPPINGS if mappings == "all" else tuple(m.strip() for m in mappings.split(","))
-        )
-        if not names:
-            raise ParameterError("mappings == '', must be 'all' or a comma list.")
-        plan = AutoPlan(
-            warmup=parse_duration_option(warmup, "warmup"),
-            duration=parse_duration_option(duration, "duration"),
-            reps=reps,
-            max_levels=max_levels,
-            budget_s=None if budget is None else parse_duration(budget, "budget"),
-        )
-        cpus = parse_cpulist(server_cpus) if server_cpus else None
+        with as_option("--thresholds"):
+            th = parse_thresholds(stat_thresholds(thresholds))
+        names = _mapping_names(mappings)
+        _check_options(
+            alpha=alpha, level=level, share_kind=share_kind, reps=reps, max_levels=max_levels,
+            target=target, calibration=calibration, server=server,
+        )  # fmt: skip
+        plan = _plan(warmup, duration, reps, max_levels, budget)
+        with as_option("--server-cpus"):
+            cpus = parse_cpulist(server_cpus) if server_cpus else None
+        with as_option("--generator-cpus"):
+            gen_cpus = None if generator_cpus is None else tuple(parse_cpulist(generator_cpus))
+        with as_option("--skip"):
+            skip_s = None if skip == "auto" else _skip_seconds(skip)
         from shrink.cli.testbed_cmd import warn_docroot, warn_stale
 
         warn_stale()  # what a killed predict left: `shrink testbed down --stale`
@@ -222,21 +239,103 @@ def predict(
                 progress=progress,
                 paired_full_run=paired_full_run,
                 time_scaling=time_scaling,
-                skip=None if skip == "auto" else _skip_seconds(skip),
+                skip=skip_s,
                 server=server,
                 cluster=cluster_spec(cluster, generators),
-                generator=GeneratorPlacement(
-                    None if generator_cpus is None else tuple(parse_cpulist(generator_cpus)),
-                    allow_overlap,
-                    realtime,
-                ),
+                generator=GeneratorPlacement(gen_cpus, allow_overlap, realtime),
                 calibrate=calibrate,
             )
     if as_json:
         echo_json(pred.to_dict())
     else:
         _print_summary(pred, out)
+        if target.startswith("sim:"):
+            typer.echo(_sim_workload(trace, pred))
     exit_if_bound(bounded_mats(pred.mappings))
+
+
+def _sim_workload(trace_path: Path, pred: Prediction) -> str:
+    """On the simulator: the workload and thresholds this answer is for. ``whatif`` and
+    ``sim --workload support`` run the papers' Support, whose PHP pages take 3.25 ms;
+    a synthesized trace's pages name their own work, and the MATs differ with it."""
+    from shrink.cli.sim_cmd import mix_text
+    from shrink.sim.params import SimParams
+    from shrink.sim.scaling import workload_mix
+    from shrink.trace import Trace
+
+    mix = workload_mix(Trace.read_parquet(trace_path))
+    thr = ", ".join(threshold_text(s, t) for s, t in (pred.thresholds or {}).items())
+    return (
+        f"{mix_text(trace_path.name, mix)}; thresholds {thr} (whatif's and sim's "
+        f"--workload support: PHP work {SimParams().dynamic_php_us / 1e3:g} ms a page, "
+        "mean < 5 ms)"
+    )
+
+
+def _mapping_names(mappings: str) -> tuple[str, ...]:
+    """``--mappings``: 'all' or a comma list, each name checked (the machine's CPUs are
+    checked against them before the first run)."""
+    from shrink.mapping import BUILTIN_MAPPINGS, check_mapping_names
+
+    names = BUILTIN_MAPPINGS if mappings == "all" else tuple(m.strip() for m in mappings.split(","))
+    if not names or not all(names):
+        raise OptionError("--mappings", f"{mappings!r}: must be 'all' or a comma list")
+    check_mapping_names(names)
+    return names
+
+
+def _plan(warmup: str, duration: str, reps: int, max_levels: int, budget: str | None) -> Any:
+    """The sweep's plan from the options (each refused by its name)."""
+    from shrink.autolevels import AutoPlan
+
+    return AutoPlan(
+        warmup=parse_duration_option(warmup, "warmup", zero_ok=True),
+        duration=parse_duration_option(duration, "duration"),
+        reps=reps,
+        max_levels=max_levels,
+        budget_s=None if budget is None else parse_duration_option(budget, "budget"),
+    )
+
+
+def _check_options(
+    *,
+    alpha: float,
+    level: str,
+    share_kind: str,
+    reps: int,
+    max_levels: int,
+    target: str,
+    calibration: str,
+    server: str,
+) -> None:
+    """Every option predict would otherwise refuse only after its sweep: one line, exit 2."""
+    from samplers.consistency import SAMPLE_LEVELS
+    from shrink.checks import check_alpha, check_int
+    from shrink.testbed.servers import load_recipe
+
+    with as_option("--alpha"):
+        check_alpha(alpha)
+    if level not in SAMPLE_LEVELS:
+        raise OptionError("--level", f"{level!r}; accepted: {', '.join(SAMPLE_LEVELS)}")
+    if share_kind not in ("auto", "cores", "cpu_time"):
+        raise OptionError("--share-kind", f"{share_kind!r}; accepted: auto, cores, cpu_time")
+    with as_option("--reps"):
+        check_int(reps, "reps", low=1)
+    with as_option("--max-levels"):
+        # a MAT is read between two levels: the probe and one more at least
+        check_int(max_levels, "max levels", low=2)
+    if target != "testbed" and not target.startswith("sim:"):
+        raise OptionError("--target", f"{target!r}; accepted: testbed or sim:SPEC.toml")
+    if target.startswith("sim:"):
+        from shrink.machine import Machine
+
+        Machine.read_toml(target[4:])  # a bad spec names its file and line
+    if calibration != "published":
+        from extrapolate.calibration import load_calibration
+
+        load_calibration(calibration)  # a bad file names itself now, not after the sweep
+    if target == "testbed":
+        load_recipe(server)
 
 
 def _skip_seconds(text: str) -> float:
@@ -247,6 +346,7 @@ def _skip_seconds(text: str) -> float:
 
 def _print_summary(pred: Prediction, out: Path) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from shrink.mat import mat_text
@@ -266,7 +366,10 @@ def _print_summary(pred: Prediction, out: Path) -> None:
             )
         t.add_row(("* " if name == pred.recommended else "  ") + name, *cells)
     Console().print(t)
-    Console().print(f"recommended: [bold]{pred.recommended}[/] - {pred.reason}")
+    if pred.recommended:
+        Console().print(f"recommended: [bold]{pred.recommended}[/] - {escape(pred.reason)}")
+    else:
+        Console().print(escape(pred.reason), highlight=False)
     Console().print(f"report: {out / 'report.md'} and {out / 'report.html'}")
 
 
@@ -336,7 +439,7 @@ def validate(
             f"req/s, measured {mat_text(m['measured'], m.get('measured_status'))} req/s, "
             f"error {100 * m['error']:+.1f}%" + ("" if conclusive else " (a MAT is only a bound)")
         )
-    typer.echo(f"wrote {json.dumps(str((out or prediction.parent) / 'validation.json'))}")
+    typer.echo(f"wrote {dumps(str((out or prediction.parent) / 'validation.json'))}")
     exit_if_bound(bounds)
 
 

@@ -15,8 +15,9 @@ from shrink import interrupts
 from shrink.checks import check_positive, parse_duration
 from shrink.cli import mat_cmd, sweep_cmd
 from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
-from shrink.cli._common import cli_errors, echo_json, output_path
+from shrink.cli._common import cli_errors, echo_json, exit_nothing_served, output_path
 from shrink.cli._replay_opts import (
+    GENERATOR_HINT,
     _Conns,
     _EngineOpt,
     _GenCpus,
@@ -133,6 +134,9 @@ def replay(
         _print_summary(summary)
     if summary["interrupted"]:
         raise typer.Exit(code=interrupts.exit_status())
+    if summary["served"] == 0:
+        # Written and printed first; then the status says no server answered.
+        exit_nothing_served(summary["nothing_served"])
 
 
 def _summary(res: Any, output: Path) -> dict[str, Any]:
@@ -141,9 +145,15 @@ def _summary(res: Any, output: Path) -> dict[str, Any]:
     st = level_stats(res)
     g = res.generator
     o = st.overall
+    served = int(o.n)
     return {
         "schema": "shrink.replay-summary/1",
         "runlog": str(output),
+        # requests answered without error in the window: 0 means no server result at all
+        "served": served,
+        "nothing_served": None if served else _nothing_served(st.requests, st.failures),
+        # why the latencies are null (JSON has no NaN)
+        "latency_note": None if served else "no request was served in the window",
         "engine": (res.describe or {}).get("engine", {}).get("engine"),
         "requests": len(res.runlog),
         "window": list(res.window),
@@ -167,6 +177,22 @@ def _summary(res: Any, output: Path) -> dict[str, Any]:
         },
         "interrupted": was_interrupted(res),
     }
+
+
+def _nothing_served(requests: int | None, failures: dict[str, int] | None) -> str:
+    """Why a run served nothing, and what to check."""
+    f = failures or {}
+    if not requests:
+        return "no request was sent in the window (a trace shorter than the warm-up?)"
+    if f.get("transport"):
+        return (
+            f"all {requests:,} requests failed to connect or timed out (transport "
+            f"{f['transport']:,}): is the server up at the --target address?"
+        )
+    return (
+        f"all {requests:,} requests failed (4xx {f.get('http_4xx', 0):,}, "
+        f"5xx {f.get('http_5xx', 0):,}): does the server have the trace's pages?"
+    )
 
 
 def _failure_text(s: dict[str, Any]) -> str:
@@ -194,12 +220,7 @@ def _print_summary(s: dict[str, Any]) -> None:
     )
     if s["generator_behind"]:
         typer.echo(f"GENERATOR BEHIND: {s['behind_reason']} (not a server result)")
-        if not s.get("realtime"):
-            typer.echo(
-                "  at default scheduling any other work on the generator's CPU takes turns "
-                "with its loop: give it a CPU of its own (--generator-cpus) and, as root, "
-                "run it with --realtime 10 (SCHED_FIFO) to keep the schedule"
-            )
+        typer.echo(GENERATOR_HINT.format(levels="this run"), err=True)
     if s["failed"]:
         typer.echo(
             f"FAILED REQUESTS: {s['errors']} of {s['requests']:,} (over {_limit_text()}): "

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from shrink.cli._common import (
+    as_option,
     bounded_mats,
     cli_errors,
     console,
@@ -17,8 +18,12 @@ from shrink.cli._common import (
     parse_duration_option,
     plural,
     stat_thresholds,
+    threshold_text,
 )
-from shrink.errors import ParameterError
+from shrink.cli._replay_opts import _Export
+from shrink.cli.sweep_cmd import _levels
+from shrink.defaults import DURATION, REPS, WARMUP
+from shrink.errors import OptionError, ParameterError, TopologyError
 
 sim_app = typer.Typer(
     help="Simulate a multi-socket web server (sockets, RSS queues, workers, PHP, L3).",
@@ -81,7 +86,26 @@ def _cores(text: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ParameterError(f"--cores == {text!r}, must be a list such as 1,2,4,8.") from None
+        raise OptionError("--cores", f"{text!r}: must be a list such as 1,2,4,8") from None
+
+
+def _check_cores(machine: Any, counts: list[int], mapping: str) -> list[int]:
+    """Every core count and its mapping, checked before the first (minutes-long) search."""
+    from shrink.mapping import check_mapping_names, check_mappings
+    from shrink.sim.scaling import compact_cpus, replicas_of
+
+    if not counts:
+        raise OptionError("--cores", "name at least one core count, e.g. 1,2,4,8")
+    check_mapping_names([mapping], "--mapping")
+    for n in counts:
+        try:
+            cpus = compact_cpus(machine, n)
+        except TopologyError as exc:
+            raise OptionError("--cores", str(exc)) from None
+        # fewer cores than replicas: the scaling runs one replica there (shrink.sim.scaling)
+        name = mapping if n >= replicas_of(mapping) else "1-replica"
+        check_mappings([name], machine, cpus, "--mapping")
+    return counts
 
 
 def _counts(res: dict[str, Any]) -> list[Any]:
@@ -90,7 +114,35 @@ def _counts(res: dict[str, Any]) -> list[Any]:
 
 
 def _progress(msg: str) -> None:
-    console().print(f"[dim]{msg}[/]", highlight=False)
+    """A line on stderr per step: ``sim mappings`` and ``sim scaling`` take minutes."""
+    from rich.markup import escape
+
+    console().print(f"[dim]{escape(msg)}[/]", highlight=False)
+
+
+def _workload_line(res: dict[str, Any]) -> str:
+    """Which workload and thresholds a MAT is for: whatif, sim and predict differ in both."""
+    mix = res.get("workload_mix") or {}
+    thr = ", ".join(threshold_text(s, t) for s, t in res["thresholds"].items())
+    return f"{mix_text(res.get('workload') or 'trace', mix)}; thresholds {thr}"
+
+
+def mix_text(name: str, mix: dict[str, Any]) -> str:
+    """``workload support: 5.2% dynamic (PHP work 3.25 ms a page, ...), static mean 82 KiB``."""
+    parts = [f"workload {name}"]
+    dyn = mix.get("dynamic_fraction")
+    if dyn is not None:
+        work = mix.get("dynamic_work_us")
+        how = (
+            ""
+            if work is None
+            else f" (PHP work {work / 1e3:,.3g} ms a page, from {mix['dynamic_work_source']})"
+        )
+        parts.append(f"{100 * dyn:.1f}% dynamic{how}")
+    size = mix.get("static_mean_bytes")
+    if size is not None:
+        parts.append(f"static mean {size / 1024:,.1f} KiB")
+    return ", ".join(parts)
 
 
 def scaling_cmd(
@@ -125,24 +177,27 @@ def scaling_cmd(
         from shrink.sim.scaling import MatSearch, scaling
 
         m = Machine.read_toml(machine)
+        with as_option("--thresholds"):
+            thr = parse_thresholds(stat_thresholds(thresholds)) if thresholds else None
+        counts = _check_cores(m, _cores(cores), mapping)
         trace = _workload(workload, seed)
-        thr = parse_thresholds(stat_thresholds(thresholds)) if thresholds else None
         res = scaling(
             m,
             trace,
-            _cores(cores),
+            counts,
             thresholds=thr,
             params=_params(param),
             mapping=mapping,
             seed=seed,
             search=MatSearch(requests_per_level=requests),
-            progress=None if json_out else _progress,
+            progress=_progress,  # on stderr: --json's stdout stays JSON
         )
         if json_out:
             echo_json(res)
         else:
+            typer.echo(_workload_line(res))
             for stat, per in res["mat"].items():
-                typer.echo(f"{stat} (threshold {res['thresholds'][stat] * 1e3:g} ms):")
+                typer.echo(f"{threshold_text(stat, res['thresholds'][stat])}:")
                 for n, r in per.items():
                     typer.echo(
                         f"  {n:>2} cores  MAT {mat_text(r['mat'], r['status']):>10} req/s  "
@@ -164,27 +219,45 @@ def mappings_cmd(
     ] = "1-replica,2-replica-direct,2-replica-indirect",
     seed: SeedOpt = 0,
     requests: Annotated[int, typer.Option("--requests", help="Requests per level.")] = 60_000,
+    thresholds: Annotated[
+        str | None,
+        typer.Option(
+            "--thresholds", help="mean=5ms,p99.9=500ms (default: the papers' for tcp/support)."
+        ),
+    ] = None,
     param: ParamOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Mean and p99.9 MAT of each replica mapping on the whole machine."""
+    """Mean and p99.9 MAT of each replica mapping on the whole machine.
+
+    Progress goes to stderr (a run takes minutes)."""
     with cli_errors():
+        from shrink.checks import parse_thresholds
         from shrink.machine import Machine
+        from shrink.mapping import check_mappings
         from shrink.mat import mat_text
         from shrink.sim.scaling import MatSearch, compare_mappings
 
+        names = [x.strip() for x in mappings.split(",") if x.strip()]
         m = Machine.read_toml(machine)
+        check_mappings(names, m, m.all_cpus)
+        with as_option("--thresholds"):
+            thr = parse_thresholds(stat_thresholds(thresholds)) if thresholds else None
+        params = _params(param)
         res = compare_mappings(
             m,
             _workload(workload, seed),
-            [x.strip() for x in mappings.split(",") if x.strip()],
-            params=_params(param),
+            names,
+            thresholds=thr,
+            params=params,
             seed=seed,
             search=MatSearch(requests_per_level=requests),
+            progress=_progress,
         )
         if json_out:
             echo_json(res)
         else:
+            typer.echo(_workload_line(res))
             for name, r in res["mappings"].items():
                 mean, p999 = r["mean"], r["p999"]
                 typer.echo(
@@ -223,7 +296,7 @@ def run_cmd(
         res = target.run(
             Trace.read_parquet(trace),
             rate_factor=rate_factor,
-            warmup=parse_duration_option(warmup, "warmup"),
+            warmup=parse_duration_option(warmup, "warmup", zero_ok=True),
             duration=parse_duration_option(duration, "duration"),
             seed=seed,
         )
@@ -258,26 +331,29 @@ def sweep_cmd(
     ] = "rate_factor",
     mapping: MappingOpt = "1-replica",
     share: ShareOpt = "all",
-    reps: Annotated[int, typer.Option("--reps", help="Repetitions per level.")] = 1,
+    reps: Annotated[int, typer.Option("--reps", help="Repetitions per level.")] = REPS,
     warmup: Annotated[
-        str, typer.Option("--warmup", help="Time before each window, e.g. 2s.")
-    ] = "2s",
-    duration: Annotated[str, typer.Option("--duration", help="Window, e.g. 10s.")] = "10s",
+        str, typer.Option("--warmup", help="Time before each window, e.g. 2s (0s: none).")
+    ] = WARMUP,
+    duration: Annotated[str, typer.Option("--duration", help="Window, e.g. 8s.")] = DURATION,
     seed: SeedOpt = 0,
     param: ParamOpt = None,
+    export: _Export = None,
 ) -> None:
-    """Sweep TRACE over load levels on the simulator and write the LoadCurve."""
+    """Sweep TRACE over load levels on the simulator and write the LoadCurve
+    (and, with --export, the requests for other tools, as ``shrink sweep`` does)."""
     with cli_errors():
         output_path(output)
-        from shrink.export import RecordingTarget, level_samples, write_sweep_exports
+        from shrink.export import RecordingTarget, level_samples, parse_exports, write_sweep_exports
+
+        formats = parse_exports(export)
+        w = parse_duration_option(warmup, "warmup", zero_ok=True)
+        d = parse_duration_option(duration, "duration")
         from shrink.measure import sweep
         from shrink.sim.target import SimTarget
         from shrink.trace import Trace
 
-        try:
-            lv = [float(x) for x in levels.split(",") if x.strip()]
-        except ValueError:
-            raise ParameterError(f"--levels == {levels!r}, must be numbers.") from None
+        lv = _levels(levels)
         target = RecordingTarget(SimTarget.from_toml(machine, mapping, share, _params(param)))
         tr = Trace.read_parquet(trace)
         curve = sweep(
@@ -286,16 +362,18 @@ def sweep_cmd(
             lv,
             knob=knob,
             reps=reps,
-            warmup=parse_duration_option(warmup, "warmup"),
-            duration=parse_duration_option(duration, "duration"),
+            warmup=w,
+            duration=d,
             seed=seed,
         )
         curve.write_json(output)
-        exports = write_sweep_exports(output, level_samples(curve, tr, target.runs))
-        typer.echo(
-            f"{plural(len(curve.levels), 'level')} -> {output} "
-            f"(and {plural(len(exports), 'export file')}: HdrHistogram, CSV)"
+        exports = (
+            write_sweep_exports(output, level_samples(curve, tr, target.runs), formats)
+            if formats
+            else []
         )
+        also = f" (and {plural(len(exports), 'export file')}: {', '.join(formats)})"
+        typer.echo(f"{plural(len(curve.levels), 'level')} -> {output}" + (also if exports else ""))
 
 
 def register(app: typer.Typer) -> None:

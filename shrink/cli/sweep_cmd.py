@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,10 +13,20 @@ import typer
 
 from shrink.checks import parse_duration
 from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
-from shrink.cli._common import cli_errors, console, echo_json, output_path
+from shrink.cli._common import (
+    cli_errors,
+    console,
+    echo_json,
+    exit_nothing_served,
+    output_path,
+    parse_duration_option,
+    plural,
+)
 from shrink.cli._replay_opts import (
+    GENERATOR_HINT,
     _Conns,
     _EngineOpt,
+    _Export,
     _GenCpus,
     _Json,
     _LagLimit,
@@ -34,26 +45,25 @@ from shrink.cli._replay_opts import (
     _Timeout,
     _warn_docroot,
 )
-from shrink.errors import ParameterError, ShrinkError, WriteError
+from shrink.defaults import DURATION, REPS, WARMUP
+from shrink.errors import OptionError, ShrinkError, WriteError
 
 
 def _levels(text: str) -> list[float]:
     try:
         out = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ParameterError(f"levels == {text!r}, must be numbers separated by commas.") from None
-    if not out:
-        raise ParameterError(f"levels == {text!r}, must name at least one level.")
+        raise OptionError("--levels", f"{text!r}: must be numbers separated by commas") from None
+    if not out or not all(math.isfinite(x) and x > 0 for x in out):
+        raise OptionError("--levels", f"{text!r}: must name at least one level, each > 0")
     return out
 
 
 def _curve_summary(curve: Any) -> list[dict[str, Any]]:
     """Per level: each statistic as [mean over repetitions, 95% CI low, high] (NaN: null)."""
 
-    import numpy as np
-
     def triple(lv: Any, stat: str) -> list[float | None]:
-        return [None if not np.isfinite(v) else float(v) for v in lv.stat(stat)]
+        return [None if not math.isfinite(v) else float(v) for v in lv.stat(stat)]
 
     return [
         {
@@ -121,9 +131,11 @@ def sweep_cmd(
     knob: Annotated[
         str, typer.Option("--knob", help="What levels are: rate_factor | users | rate.")
     ] = "rate_factor",
-    warmup: Annotated[str, typer.Option("--warmup", help="Warm-up per run.")] = "2s",
-    duration: Annotated[str, typer.Option("--duration", help="Measurement window.")] = "10s",
-    reps: Annotated[int, typer.Option("--reps", help="Repetitions per level.")] = 1,
+    warmup: Annotated[str, typer.Option("--warmup", help="Warm-up per run (0s: none).")] = WARMUP,
+    duration: Annotated[
+        str, typer.Option("--duration", help="Measurement window per level.")
+    ] = DURATION,
+    reps: Annotated[int, typer.Option("--reps", help="Repetitions per level.")] = REPS,
     seed: Annotated[int, typer.Option("--seed", help="Base seed.")] = 0,
     runlogs: Annotated[
         Path | None, typer.Option("--runlogs", help="Keep every run's RunLog in this folder.")
@@ -152,25 +164,31 @@ def sweep_cmd(
             "127.0.0.1:PORT/metrics while it runs (0: any free port).",
         ),
     ] = None,
+    export: _Export = None,
     as_json: _Json = False,
 ) -> None:
     """Measure latency and throughput at each load level; write a LoadCurve JSON.
 
-    Beside it: CURVE-hdr/level-L.hlog (HdrHistogram log, one interval per
-    repetition) and level-L.hgrm (wrk2's percentile spectrum), CURVE_stats.csv and
+    With --export, beside it: CURVE-hdr/level-L.hlog (HdrHistogram log, one interval
+    per repetition) and level-L.hgrm (wrk2's percentile spectrum), CURVE_stats.csv and
     CURVE_stats_history.csv (Locust's --csv), CURVE_requests.csv (k6's --out csv).
 
     Per level: throughput, mean, p50/p90/p99/p99.9 (exact), per class, the share's
     CPU utilization, errors, and the generator's self-check (a level where it fell
     behind is flagged and left out of every MAT).
     """
-    from shrink.export import RecordingTarget, level_samples, write_sweep_exports
+    from shrink.export import RecordingTarget, level_samples, parse_exports, write_sweep_exports
     from shrink.measure import SweepInterrupted, sweep
     from shrink.trace import Trace
 
     with cli_errors():
         output_path(output)
         output_path(runlogs, kind="dir", what="--runlogs")
+        # Every option before the trace is read or the target touched.
+        lv = _levels(levels)
+        w = parse_duration_option(warmup, "warmup", zero_ok=True)
+        d = parse_duration_option(duration, "duration")
+        formats = parse_exports(export)
         tr = Trace.read_parquet(trace)
         tgt = _target(
             target,
@@ -189,8 +207,6 @@ def sweep_cmd(
             engine=engine,
             cluster=cluster_spec(cluster, generators),
         )
-        lv = _levels(levels)
-        w, d = parse_duration(warmup, "warmup"), parse_duration(duration, "duration")
         _warn_docroot(tgt, tr, trace)
         try:
             recorder = RecordingTarget(tgt)
@@ -223,8 +239,37 @@ def sweep_cmd(
         except WriteError as exc:
             exc.kept = _keep_smaller(curve, output, exc)
             raise
-        exports = write_sweep_exports(output, level_samples(curve, tr, recorder.runs))
+        exports = (
+            write_sweep_exports(output, level_samples(curve, tr, recorder.runs), formats)
+            if formats
+            else []
+        )
     _print_sweep(curve, knob, output, exports, as_json)
+    why = _nothing_served(curve)
+    if why is not None:
+        exit_nothing_served(why)  # everything is written and printed first
+
+
+def _nothing_served(curve: Any) -> str | None:
+    """Why no level measured the server (None when one did): exit status 1."""
+    served = [lv for lv in curve.levels if any(r.overall.n for r in lv.reps)]
+    if not served:
+        fails: dict[str, int] = {}
+        for lv in curve.levels:
+            for k, v in lv.failure_counts().items():
+                fails[k] = fails.get(k, 0) + v
+        if fails.get("transport"):
+            return (
+                f"no level had a request answered ({fails['transport']:,} failed to connect "
+                "or timed out): is the server up at the --target address?"
+            )
+        return "no level had a request answered: does the server have the trace's pages?"
+    if all(lv.failed for lv in curve.levels):
+        return (
+            f"every level failed (over {_limit_text()} of its requests): not the server "
+            "serving the trace; check the server's error log and the trace's pages"
+        )
+    return None
 
 
 def _generator_meta(routing: str, conns: int, lag_limit: str, tgt: Any) -> dict[str, Any]:
@@ -249,6 +294,9 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
             "generator_behind": x.generator_behind,
             "errors": sum(r.errors for r in x.reps),
             "failed": x.failed,
+            "send_lag_p99": _max_lag(x),
+            # why mean and p99.9 are null (JSON has no NaN)
+            **({} if math.isfinite(x.stat("mean")[0]) else {"note": "no request was served"}),
         }
         for x in curve.levels
     ]
@@ -257,8 +305,12 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
         exported = [str(p) for p in exports]
         echo_json({"curve": str(output), "engine": engine_ran, "levels": rows, "exports": exported})
         return
+    limit = curve.meta["generator"]["lag_limit"]
     for r in rows:
-        flag = "  GENERATOR BEHIND (excluded)" if r["generator_behind"] else ""
+        flag = ""
+        if r["generator_behind"]:
+            lag = "" if r["send_lag_p99"] is None else f"send lag p99 {_ms(r['send_lag_p99'])} > "
+            flag = f"  GENERATOR BEHIND ({lag}{_ms(limit)}: excluded)"
         if r["failed"]:
             flag += f"  {r['errors']} FAILED (over {_limit_text()}: excluded)"
         elif r["errors"]:
@@ -269,7 +321,16 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
             f"p99.9 {_ms(r['p999'])}  util {util}{flag}"
         )
     typer.echo(f"curve: {output} (engine: {engine_ran})")
-    typer.echo(f"also: {', '.join(str(p) for p in _export_summary(exports))}")
+    behind = sum(bool(r["generator_behind"]) for r in rows)
+    if behind:
+        typer.echo(GENERATOR_HINT.format(levels=plural(behind, "level")), err=True)
+    if exports:
+        typer.echo(f"also: {', '.join(str(p) for p in _export_summary(exports))}")
+
+
+def _max_lag(lv: Any) -> float | None:
+    lags = [r.send_lag_p99 for r in lv.reps if r.send_lag_p99 is not None]
+    return max(lags) if lags else None
 
 
 def _export_summary(paths: list[Path]) -> list[Path]:

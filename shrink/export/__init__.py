@@ -16,6 +16,14 @@ measurement window (the same ones the LoadCurve's statistics are taken over).
 from __future__ import annotations
 
 from shrink.export.samples import RecordingTarget, RunSamples, level_samples
-from shrink.export.write import write_sweep_exports
+from shrink.export.write import EXPORT_FORMATS, EXPORT_HELP, parse_exports, write_sweep_exports
 
-__all__ = ["RecordingTarget", "RunSamples", "level_samples", "write_sweep_exports"]
+__all__ = [
+    "EXPORT_FORMATS",
+    "EXPORT_HELP",
+    "RecordingTarget",
+    "RunSamples",
+    "level_samples",
+    "parse_exports",
+    "write_sweep_exports",
+]

@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
-import json
 import os
 import time
 from array import array
@@ -39,6 +38,7 @@ import pyarrow.parquet as pq
 
 from shrink.atomic import open_exclusive
 from shrink.errors import WriteError
+from shrink.jsonout import dumps
 from shrink.runlog import META_KEY, RUNLOG_SCHEMA, RunLog
 
 __all__ = ["RESERVE_BYTES", "WRITER_SCHEMA", "RunLogWriter"]
@@ -175,7 +175,7 @@ class RunLogWriter:
         """Open the file at the first flush, so ``meta`` may be completed until then."""
         self._opened = True
         self._schema = WRITER_SCHEMA.with_metadata(
-            {META_KEY: json.dumps(self.meta, sort_keys=True, default=str).encode()}
+            {META_KEY: dumps(self.meta, sort_keys=True, default=str).encode()}
         )
         if self.path is None or self._writer is not None:
             return

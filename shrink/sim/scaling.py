@@ -43,6 +43,12 @@ THRESHOLDS: dict[str, dict[str, float]] = {
     "support": {"mean": 0.005, "p999": 0.5},
 }
 COARSE = (0.3, 0.5, 0.65, 0.75, 0.82, 0.88, 0.93, 0.97)
+# Where the coarse pass left a threshold uncrossed: further levels, as fractions of the
+# pilot's saturation estimate. Past saturation the queue grows through the window, so
+# every statistic crosses eventually; 4 times saturation bounds the search.
+UPWARD = (1.03, 1.1, 1.25, 1.5, 2.0, 3.0, 4.0)
+# And below the coarse pass, where even its lightest level was over a threshold.
+DOWNWARD = (0.15, 0.05, 0.015)
 
 
 def compact_cpus(machine: Machine, n: int) -> tuple[int, ...]:
@@ -142,6 +148,8 @@ def find_mats(
         )
 
     run_levels(coarse_levels(cap, s.coarse), seed)
+    for i, (stat, thr) in enumerate(thresholds.items()):
+        _search_on(curve, run_levels, stat, thr, cap, seed + 50_000 * (1 + i))
     mats: dict[str, MATResult] = {}
     for stat, thr in thresholds.items():
         res = mat(curve(), stat, thr)
@@ -152,6 +160,34 @@ def find_mats(
     for stat, thr in thresholds.items():
         mats[stat] = mat(final, stat, thr)
     return MatOutcome(final, mats, cap, runs)
+
+
+def _search_on(
+    curve: Callable[[], LoadCurve],
+    run_levels: Callable[[Sequence[float], int], None],
+    stat: str,
+    thr: float,
+    cap: float,
+    seed: int,
+) -> None:
+    """Add levels beyond the measured range until ``stat`` crosses ``thr`` there: a
+    simulator can always search further, so a MAT is a bound only past these limits."""
+    res = mat(curve(), stat, thr)
+    if res.status == "not_reached":
+        steps = [cap * x for x in UPWARD]
+    elif res.status == "below_range":
+        steps = [cap * x for x in DOWNWARD]
+    else:
+        return
+    measured = [lv.level for lv in curve().levels]
+    for k, f in enumerate(steps):
+        if res.status == "not_reached" and f <= max(measured):
+            continue
+        if res.status == "below_range" and f >= min(measured):
+            continue
+        run_levels([f], seed + 1000 * k)
+        if mat(curve(), stat, thr).status == "ok":
+            return
 
 
 def scaling(
@@ -186,7 +222,7 @@ def scaling(
     utils: dict[str, float] = {}
     for n in cores:
         cpus = compact_cpus(machine, n)
-        name = mapping if n >= _replicas_of(mapping) else "1-replica"
+        name = mapping if n >= replicas_of(mapping) else "1-replica"
         target = SimTarget(machine, name, Share.cores_of(machine, cpus), params)
         if progress is not None:
             progress(f"{n} core(s), {name}")
@@ -204,6 +240,7 @@ def scaling(
     return {
         "schema": "shrink.sim-scaling/1",
         "workload": workload,
+        "workload_mix": workload_mix(trace, params),
         "machine": machine.to_dict(),
         "mapping": mapping,
         "thresholds": thresholds,
@@ -216,9 +253,42 @@ def scaling(
     }
 
 
-def _replicas_of(mapping: str) -> int:
+def replicas_of(mapping: str) -> int:
+    """The replicas a mapping's name asks for (``4-replica``: 4)."""
     head = mapping.split("-", 1)[0]
     return int(head) if head.isdigit() else 1
+
+
+def workload_mix(trace: Trace, params: SimParams | None = None) -> dict[str, Any]:
+    """What sets a simulated MAT besides the machine: the trace's mix, sizes and the CPU
+    work of its dynamic pages. Two answers for "Support" differ when these do: the
+    papers' Support (whatif, ``--workload support``) has PHP pages of
+    ``dynamic_php_us`` (3.25 ms), a synthesized trace's pages name their own work
+    (``work=W`` in the path, W us: 6-12 ms in ``shrink synth support``)."""
+    from shrink.sim.target import _work_units
+
+    p = params or SimParams()
+    cls = trace.column("cls")
+    nbytes = trace.column("bytes")
+    dyn = cls == "dynamic"
+    out: dict[str, Any] = {
+        "requests": len(trace),
+        "dynamic_fraction": float(np.mean(dyn)) if len(trace) else 0.0,
+    }
+    for c in ("static", "dynamic"):
+        sel = (cls == c) & (nbytes >= 0)
+        out[f"{c}_mean_bytes"] = float(nbytes[sel].mean()) if sel.any() else None
+    work = _work_units(trace.table.column("path"))[dyn]
+    named = np.isfinite(work)
+    if dyn.any():
+        demand = np.where(named, work, p.dynamic_php_us)
+        out["dynamic_work_us"] = float(demand.mean())
+        out["dynamic_work_source"] = (
+            "the trace's work= parameters" if named.all() else
+            "the simulator's dynamic_php_us" if not named.any() else
+            "the trace's work= parameters and dynamic_php_us"
+        )  # fmt: skip
+    return out
 
 
 def quick_level(target: SimTarget, trace: Trace, factor: float, **kw: Any) -> Any:
@@ -235,6 +305,7 @@ def compare_mappings(
     params: SimParams | None = None,
     seed: int = 0,
     search: MatSearch | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """MATs of each mapping on the whole machine; changes relative to the first mapping."""
     workload = str(trace.meta.get("workload") or "")
@@ -242,9 +313,11 @@ def compare_mappings(
     if not thresholds:
         raise ParameterError(f"workload == {workload!r} has no published thresholds; pass some.")
     out: dict[str, Any] = {}
-    for name in mappings:
+    for i, name in enumerate(mappings):
         target = SimTarget(machine, name, None, params)
-        res = find_mats(target, trace, thresholds, seed=seed, search=search)
+        if progress is not None:
+            progress(f"mapping {i + 1}/{len(mappings)}: {name}")
+        res = find_mats(target, trace, thresholds, seed=seed, search=search, progress=progress)
         out[name] = {stat: r.to_dict() for stat, r in res.mats.items()}
     first = out[mappings[0]]
     for r in out.values():
@@ -253,6 +326,7 @@ def compare_mappings(
     return {
         "schema": "shrink.sim-mappings/1",
         "workload": workload,
+        "workload_mix": workload_mix(trace, params),
         "machine": machine.to_dict(),
         "thresholds": thresholds,
         "seed": seed,

@@ -19,7 +19,6 @@ temporary name and renamed, so a server reading the tree never sees half a file.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -31,6 +30,7 @@ import numpy as np
 from shrink import files
 from shrink.atomic import atomic_file, write_bytes
 from shrink.errors import ParameterError, ShrinkError
+from shrink.jsonout import dumps
 from shrink.schemas import ManifestFile
 from shrink.synth.support import PAGES, SupportSite, expected_dynamic_fraction, images_per_page
 from shrink.synth.tcp import TCP_BYTES, TCP_PATH
@@ -206,7 +206,7 @@ def write_docroot(
             "params": dict(params),
         }
         target = root / "manifest.json"
-        _write_text(target, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+        _write_text(target, dumps(manifest, indent=1, sort_keys=True) + "\n")
     except OSError as exc:
         raise ShrinkError(f"{root}: cannot write the docroot ({exc})") from exc
     return DocrootReport(root, target, len(files), written, unchanged, on_disk, capped)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import tempfile
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from shrink import files
 from shrink import processes as process
 from shrink.atomic import make_dirs, write_text
 from shrink.errors import TestbedError, TraceFormatError
+from shrink.jsonout import dumps
 from shrink.schemas import RegistryEntryFile
 from shrink.testbed.private import secure_dir
 from shrink.testbed.state import TestbedState
@@ -77,7 +77,7 @@ def record(state_path: str | Path, state: TestbedState, *, owned: bool) -> Path:
     private_dir()
     entry = _entry(state_path)
     doc = {"state_path": str(state_path), "owner": owner, "state": state.to_dict()}
-    return write_text(entry, json.dumps(doc, indent=1) + "\n", perm=0o600)
+    return write_text(entry, dumps(doc, indent=1) + "\n", perm=0o600)
 
 
 def forget(state_path: str | Path) -> None:

@@ -33,6 +33,7 @@ from shrink import files
 from shrink.atomic import write_text
 from shrink.enforce.cfs import foreign_cgroup
 from shrink.errors import StateError, TestbedError, TopologyError, TraceFormatError
+from shrink.jsonout import dumps
 from shrink.schemas import TestbedStateFile
 from shrink.share import Share
 
@@ -211,7 +212,7 @@ class TestbedState:
 
     def write(self, path: str | Path) -> Path:
         """Write atomically (a reader never sees half a file)."""
-        return write_text(path, json.dumps(self.to_dict(), indent=2) + "\n")
+        return write_text(path, dumps(self.to_dict(), indent=2) + "\n")
 
     @classmethod
     def read(cls, path: str | Path) -> TestbedState:

@@ -263,6 +263,23 @@ def _stalled_text(stalled: dict[str, list[float]]) -> str:
     )
 
 
+def _linear_verdict(c: dict[str, Any]) -> str:
+    """Whether the offered load followed the level, and what to check when it did not."""
+    ok = c.get("offered_linear")
+    if ok is None:
+        return ""
+    tol = 100 * c.get("offered_linear_tolerance", 0.1)
+    if ok:
+        return f" (linear: within {tol:g}%)"
+    worst = c.get("offered_worst_level")
+    at = "" if worst is None else f", furthest at level {worst:g}"
+    return (
+        f" (**not linear**: more than {tol:g}%{at}; the load did not follow the level "
+        "there: check that the generator kept up, and that the trace window the "
+        "levels loop holds enough sessions (a longer trace or --skip))"
+    )
+
+
 def _offered_text(checks: dict[str, Any], full: dict[str, Any]) -> str:
     """Offered load against the level: a controlled load rises with it, ~linearly."""
     parts = []
@@ -274,7 +291,7 @@ def _offered_text(checks: dict[str, Any], full: dict[str, Any]) -> str:
         )
         parts.append(
             f"{what} runs: {rises}, {c['offered_per_level']:,.0f} req/s per unit of level, "
-            f"within {100 * c['offered_linearity']:.1f}% of linear"
+            f"within {100 * c['offered_linearity']:.1f}% of linear{_linear_verdict(c)}"
         )
     # Every level loops the same window of the trace at level times its rate.
     return "; ".join(parts)

@@ -1,0 +1,33 @@
+"""The defaults every command, the demo and the README share, defined once.
+
+Thresholds: the demo's (and the README tour's): a mean under 10 ms and a p99.9
+under 500 ms. The papers' Support thresholds are 5 ms / 500 ms; on the testbed a
+light-load request already takes a few ms (PHP pages of 15-20 ms CPU), so 10 ms
+leaves room for queueing before the knee (shrink.demo says more).
+
+A run: warm-up, measurement window and repetitions per load level, the same for
+``predict`` and ``sweep`` (two repetitions: a MAT's interval needs two).
+
+``max_levels`` is the number of load levels of a curve in all (``predict``'s
+search, ``mat --adaptive``'s curve, the levels it had included).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ALPHA",
+    "DURATION",
+    "MAX_LEVELS",
+    "REPS",
+    "THRESHOLDS",
+    "THRESHOLDS_TEXT",
+    "WARMUP",
+]
+
+THRESHOLDS: dict[str, float] = {"mean": 0.010, "p999": 0.5}
+THRESHOLDS_TEXT = "mean=10ms,p99.9=500ms"
+WARMUP = "2s"
+DURATION = "8s"
+REPS = 2
+MAX_LEVELS = 10
+ALPHA = 0.25

@@ -1,0 +1,136 @@
+"""The one recommendation rule: which mapping to deploy, or none, and why.
+
+``predict``, ``extrapolate`` (a measured curve re-mapped) and ``whatif`` all call
+:func:`recommend`. The mappings rank by their MATs (:func:`shrink.prediction.rank_mappings`);
+a mapping is recommended only when the comparison that makes it best is conclusive.
+A MAT that is only a bound (the threshold was not crossed within the measured range:
+``>= X`` or ``< X``) decides nothing against another MAT it might exceed or fall
+short of: then no mapping is recommended. ``1-replica >= 81,084`` against
+``2-replica-direct 90,000`` says nothing about which is higher.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from shrink.mat import bound_of
+from shrink.prediction import MappingPrediction, StatPrediction, rank_mappings
+
+__all__ = ["NO_RECOMMENDATION", "Recommendation", "reason_text", "recommend"]
+
+NO_RECOMMENDATION = "no recommendation: MATs are bounds"
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The rule's verdict, as facts (:func:`reason_text` puts it in words).
+
+    ``rule``: ``only`` (one mapping), ``equal`` (the best two predicted equal: the
+    simplest, 1-replica, is named), ``higher`` (the best MAT is higher, conclusively),
+    ``bounds`` (a bound leaves the order open: ``mapping`` is None), ``none`` (no MAT).
+    """
+
+    mapping: str | None
+    rule: str
+    stat: str
+    runner_up: str | None = None
+    gain: float | None = None  # best over runner-up, minus 1
+    overlap: bool | None = None  # the two intervals overlap: treat them as close
+    bounds: tuple[str, ...] = field(default_factory=tuple)  # mappings whose MAT is a bound
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mapping": self.mapping,
+            "rule": self.rule,
+            "stat": self.stat,
+            "runner_up": self.runner_up,
+            "gain": self.gain,
+            "overlap": self.overlap,
+            "bounds": list(self.bounds),
+        }
+
+
+def _range(sp: StatPrediction | None) -> tuple[float, float] | None:
+    """Where the MAT may lie: a point, [X, inf) for ``>= X``, [0, X) for ``< X``."""
+    if sp is None or sp.mat is None or not math.isfinite(sp.mat):
+        return None
+    kind = bound_of(sp.status)
+    if kind == "lower":
+        return sp.mat, math.inf
+    if kind == "upper":
+        return 0.0, sp.mat
+    return sp.mat, sp.mat
+
+
+def recommend(
+    mappings: Mapping[str, MappingPrediction],
+    stats: Sequence[str],
+    *,
+    decimals: int | None = None,
+) -> Recommendation:
+    """The mapping to deploy by ``stats`` (the first decides), or None when bounds leave
+    the order open. ``decimals`` as :func:`shrink.prediction.rank_mappings`."""
+    stat = stats[0]
+    ranked = rank_mappings(dict(mappings), list(stats), decimals=decimals)
+    bounds = tuple(
+        n for n in ranked if (sp := mappings[n].stats.get(stat)) is not None and sp.is_bound
+    )
+    if len(ranked) == 1:
+        return Recommendation(ranked[0], "only", stat, bounds=bounds)
+    best, runner = ranked[0], ranked[1]
+    b, r = mappings[best].stats.get(stat), mappings[runner].stats.get(stat)
+    rb = _range(b)
+    if rb is None:
+        return Recommendation(None, "none", stat, bounds=bounds)
+    # Conclusive only if the best's lowest possible MAT is at least every other's
+    # highest possible one (two points compare as points).
+    for other in ranked[1:]:
+        ro = _range(mappings[other].stats.get(stat))
+        either_bound = b is not None and (b.is_bound or mappings[other].stats[stat].is_bound)
+        if ro is not None and either_bound and rb[0] < ro[1]:
+            return Recommendation(None, "bounds", stat, runner_up=other, bounds=bounds)
+    assert b is not None and b.mat is not None
+    if r is None or not r.mat:
+        return Recommendation(best, "higher", stat, runner, None, None, bounds)
+    gain = (b.mat - r.mat) / r.mat
+    if abs(gain) < 1e-9:
+        simplest = "1-replica" if "1-replica" in mappings else best
+        return Recommendation(simplest, "equal", stat, runner, 0.0, True, bounds)
+    overlap = b.ci[0] is not None and r.ci[1] is not None and b.ci[0] <= r.ci[1]
+    return Recommendation(best, "higher", stat, runner, gain, overlap, bounds)
+
+
+def _label(stat: str) -> str:
+    from shrink.checks import stat_label
+
+    return stat_label(stat)
+
+
+def reason_text(rec: Recommendation) -> str:
+    """The verdict in words, for the summary and the report."""
+    if rec.rule == "bounds":
+        return (
+            f"{NO_RECOMMENDATION} ({', '.join(rec.bounds)} did not cross the "
+            f"{_label(rec.stat)} threshold within the measured range, so the order is "
+            "open; measure higher load levels for the MATs themselves)."
+        )
+    if rec.rule == "none":
+        return f"no recommendation: no mapping has a {_label(rec.stat)} MAT."
+    if rec.rule == "only":
+        return "It is the only mapping this machine can run."
+    if rec.rule == "equal":
+        return (
+            "The mappings are predicted equal here (on one socket they coincide); "
+            "1-replica is the simplest to run."
+        )
+    if rec.gain is None:
+        return f"Its {_label(rec.stat)} MAT is the only one predicted."
+    why = f"Its {_label(rec.stat)} MAT is {100 * rec.gain:.1f}% above {rec.runner_up}'s"
+    return why + (
+        " but the intervals overlap: treat the two as close."
+        if rec.overlap
+        else "; the intervals do not overlap."
+    )
