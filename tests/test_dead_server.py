@@ -176,7 +176,7 @@ def test_lighttpd_killed_during_a_sweep_stops_it_with_exit_1(tmp_path):
         killer.start()
         out = subprocess.run(
             [sys.executable, "-m", "shrink", "sweep", str(trace), "--target", str(state),
-             "--levels", "0.5,1,1.5,2", "--warmup", "0.5s", "--duration", "1s",
+             "--levels", "0.5,1,1.5,2", "--reps", "1", "--warmup", "0.5s", "--duration", "1s",
              "-o", str(curve), "--runlogs", str(logs), "--allow-overlap"],
             env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
             timeout=120,
@@ -192,7 +192,7 @@ def test_lighttpd_killed_during_a_sweep_stops_it_with_exit_1(tmp_path):
         down(state)
         again = subprocess.run(
             [sys.executable, "-m", "shrink", "sweep", str(trace), "--target", str(state),
-             "--levels", "1", "--warmup", "0.5s", "--duration", "1s",
+             "--levels", "1", "--reps", "1", "--warmup", "0.5s", "--duration", "1s",
              "-o", str(tmp_path / "c2.json"), "--allow-overlap"],
             env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
             timeout=60,

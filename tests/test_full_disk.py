@@ -46,11 +46,13 @@ def sweep(tmp_path, monkeypatch):
         {"session": np.arange(t.size), "t": t, "path": ["/f"] * t.size}, meta={"mode": "open"}
     ).write_parquet(trace)
 
-    def run(target: _Target):
+    def run(target: _Target, *extra: str):
         monkeypatch.setattr(sweep_mod, "_target", lambda *a, **kw: target)
+        (tmp_path / "out").mkdir(exist_ok=True)  # an output's folder must exist
         out = str(tmp_path / "out" / "curve.json")
         args = ["sweep", str(trace), "--target", "http://127.0.0.1:9", "--levels", "1,2,3",
-                "--warmup", "0.5s", "--duration", "2s", "-o", out]  # fmt: skip
+                "--reps", "1", "--warmup", "0.5s", "--duration", "2s", "-o", out,
+                *extra]  # fmt: skip
         return CliRunner().invoke(app, args)
 
     return run
@@ -95,7 +97,7 @@ def test_an_export_that_cannot_be_written_is_named_and_not_left_truncated(
         raise OSError(errno.ENOSPC, "Error writing bytes to file")  # pyarrow's, no name
 
     monkeypatch.setattr("shrink.export.csv.write_k6", k6)
-    r = sweep(_Target())
+    r = sweep(_Target(), "--export", "k6")
     out = tmp_path / "out"
     assert r.exit_code == 1, r.output
     assert "curve_requests.csv: cannot write" in r.output and "ENOSPC" in r.output

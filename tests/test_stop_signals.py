@@ -49,7 +49,7 @@ def test_a_signal_after_the_first_level_keeps_it(tmp_path, server, sig, status, 
     logs = tmp_path / "logs"
     sweep = subprocess.Popen(
         [sys.executable, "-m", "shrink", "sweep", str(trace), "--target", server,
-         "--levels", "1,2,3,4", "--warmup", "0.2s", "--duration", "1.5s",
+         "--levels", "1,2,3,4", "--reps", "1", "--warmup", "0.2s", "--duration", "1.5s",
          "-o", str(tmp_path / "curve.json"), "--runlogs", str(logs)],
         env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True,

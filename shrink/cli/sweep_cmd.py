@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -47,6 +46,7 @@ from shrink.cli._replay_opts import (
 )
 from shrink.defaults import DURATION, REPS, WARMUP
 from shrink.errors import OptionError, ShrinkError, WriteError
+from shrink.jsonout import dumps
 
 
 def _levels(text: str) -> list[float]:
@@ -114,9 +114,9 @@ def _keep_smaller(curve: Any, path: Path, exc: WriteError) -> list[str]:
     summary = {"knob": curve.knob, "summary": _curve_summary(curve), "not_written": str(exc)}
     small = path.with_name(path.name.removesuffix(".json") + ".summary.json")
     try:
-        write_text(small, json.dumps(summary, indent=1, sort_keys=True) + "\n")
+        write_text(small, dumps(summary, indent=1, sort_keys=True) + "\n")
     except WriteError:
-        typer.echo(json.dumps(summary, sort_keys=True))
+        typer.echo(dumps(summary, sort_keys=True))
         return [f"a summary of the {n} finished levels, printed above"]
     return [f"{small} (a summary of the {n} finished levels)"]
 
