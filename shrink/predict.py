@@ -259,12 +259,7 @@ def predict(
         # What was measured is kept before anything is read from it: a curve with no
         # usable level (a generator behind at every level) stops the prediction below.
         _write_curves(Path(out_dir), measured, full_curve)
-    if config.model_error is not None:
-        emulation = config.model_error
-        merr = {"sigma": emulation, "provenance": {"source": "PredictConfig.model_error"}}
-    else:
-        fitted = model_error(provider.name, share.kind)
-        emulation, merr = fitted.sigma, fitted.to_dict()
+    emulation, merr = _model_error(config, provider.name, share.kind)
     predicted, full_mats, budgets = scaled_mats(measured, config.thresholds, emulation)
     base = MappingPrediction(
         {s: _stat(r, budgets[s]) for s, r in full_mats.items()}, predicted.summary()
@@ -301,12 +296,7 @@ def predict(
         trace=_trace_summary(trace, sample),
         provenance=_provenance(machine, cpus, share, alpha, config, measured),
     )
-    if share.speed is not None:
-        prediction.extra["speed"] = share.speed.to_dict()
-    prediction.extra["model_error"] = merr
-    prediction.extra["share_model"] = share_model_constants()
-    # What the prediction asked of the full target: only the calibration's light runs.
-    prediction.extra["full_target_use"] = _full_target_use(share)
+    _record_share_model(prediction, share, merr)
     if full_curve is not None:
         prediction.full_run = _full_run_summary()
         full_curve.meta["self_checks"] = {
@@ -316,6 +306,27 @@ def predict(
     if out_dir is not None:
         _write_files(result, Path(out_dir))
     return result
+
+
+def _model_error(config: PredictConfig, target: str, kind: str) -> tuple[float, dict[str, Any]]:
+    """The share model's error (log-scale sd) for the interval, and its record."""
+    if config.model_error is not None:
+        return config.model_error, {
+            "sigma": config.model_error,
+            "provenance": {"source": "PredictConfig.model_error"},
+        }
+    fitted = model_error(target, kind)
+    return fitted.sigma, fitted.to_dict()
+
+
+def _record_share_model(prediction: Prediction, share: Share, merr: dict[str, Any]) -> None:
+    """The share model in prediction.json: its speed, constants and fitted error, and what
+    the prediction asked of the full target (only the calibration's light runs)."""
+    if share.speed is not None:
+        prediction.extra["speed"] = share.speed.to_dict()
+    prediction.extra["model_error"] = merr
+    prediction.extra["share_model"] = share_model_constants()
+    prediction.extra["full_target_use"] = _full_target_use(share)
 
 
 def _speed(

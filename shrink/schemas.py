@@ -189,6 +189,8 @@ class ReplicaModel(_Open):
     lighttpd_pids: Annotated[list[Pid], Field(max_length=MAX_CPUS)] | None = None
     php_pids: Annotated[list[Pid], Field(max_length=MAX_LIST)] | None = None
     starttimes: Annotated[dict[Pid, Count], Field(max_length=MAX_LIST)] = {}
+    # The program each process ran (its executable's path), checked before a signal.
+    exes: Annotated[dict[Pid, Text], Field(max_length=MAX_LIST)] = {}
     pinned: Annotated[
         dict[Pid, Annotated[list[Cpu], Field(max_length=MAX_CPUS)]], Field(max_length=MAX_LIST)
     ] = {}

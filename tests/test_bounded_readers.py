@@ -51,7 +51,8 @@ def test_a_sparse_file_of_zeros_fails_fast_in_bounded_memory(tmp_path, sparse, f
     status, err, rss = _ingest(str(sparse), "-o", str(tmp_path / "t.parquet"), "--format", fmt)
     assert status == 1, err
     assert str(sparse) in err and "empty" not in err and len(err.strip().splitlines()) == 1
-    assert rss < 300, f"{rss} MB"
+    # About 150 MB of interpreter and libraries, loaded or not: well under the file.
+    assert rss < 400, f"{rss} MB"
 
 
 def test_a_gzip_inflating_to_one_long_line_fails_at_the_bound(tmp_path):
@@ -59,12 +60,12 @@ def test_a_gzip_inflating_to_one_long_line_fails_at_the_bound(tmp_path):
     c = zlib.compressobj(1, zlib.DEFLATED, 31)
     block = b"a" * (1 << 20)
     with bomb.open("wb") as f:
-        for _ in range(256):  # 256 MiB inflated, a few hundred KiB on disk
+        for _ in range(512):  # 512 MiB inflated, a few hundred KiB on disk
             f.write(c.compress(block))
         f.write(c.flush())
     status, err, rss = _ingest(str(bomb), "-o", str(tmp_path / "t.parquet"), "--format", "clf")
     assert status == 1 and f"{bomb}, line 1: a line longer than 1,048,576 bytes" in err, err
-    assert rss < 300, f"{rss} MB"
+    assert rss < 400, f"{rss} MB"  # reading the line whole would take over 660 MB
 
 
 def test_the_bound_is_configurable_and_names_the_line(tmp_path):

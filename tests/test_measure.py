@@ -120,31 +120,6 @@ def test_paired_sweep_runs_each_rep_on_both_sides_in_alternating_order():
     assert scaled_mat == pytest.approx(full_mat, rel=0.10)
 
 
-def test_a_paired_coarse_pass_steps_by_the_lower_capacity_of_the_two_sides():
-    """A share faster than its load says (its knee at twice the full target's level)
-    must not lead the coarse pass past the full target's knee: the full-scale MAT is
-    the truth a prediction is judged by, and it needs levels on both sides of it."""
-    from shrink.autolevels import AutoPlan, Companion, auto_sweep, companion_curve
-
-    calls: list = []
-    side = _Recorder("scaled", calls, 0.002)  # a quarter of the load at half the cost
-    comp = Companion(_Recorder("full", calls, 0.001), _open_trace(400.0, 200.0), {"mean": 0.005})
-    plan = AutoPlan(warmup=1, duration=10, reps=1, max_levels=9)
-    curve = auto_sweep(
-        side, _open_trace(100.0, 200.0), {"mean": 0.010}, plan=plan, seed=3, companion=comp
-    )
-    # the full target's knee is approached (a level 75-97% busy) before it is passed,
-    # in the order the levels ran (not filled in later by the refinement)
-    busy = [lv.utilization for lv in comp.levels.values()]
-    first_saturated = next(i for i, u in enumerate(busy) if u >= 0.97)
-    assert any(0.75 <= u < 0.97 for u in busy[:first_saturated]), busy
-    # and both crossings end up bracketed, the share's (twice higher) one afterwards
-    for one, limit in ((companion_curve(comp, plan=plan), 0.005), (curve, 0.010)):
-        res = mat(one, "mean", limit)
-        assert res.status == "ok" and res.bracket is not None
-        assert res.bracket[1] / res.bracket[0] <= 1.3, res.bracket
-
-
 def test_the_scaled_side_runs_1_over_alpha_longer_than_its_companion():
     from shrink.autolevels import AutoPlan, Companion, auto_sweep
 
@@ -157,17 +132,20 @@ def test_the_scaled_side_runs_1_over_alpha_longer_than_its_companion():
         side, _open_trace(100.0, 200.0), {"mean": 0.020}, plan=plan, seed=3, companion=comp
     )
     assert len(side.windows) == len(full.windows) > 4
-    # Each pair: window four times longer on the share (both hold whole copies of the
-    # loop window, the share four times as many); warm-ups at most the plan's, each
-    # starting at the first request of a copy (within one gap between requests).
+    # Each pair: the share's window about four times longer (each side holds the whole
+    # copies of the loop window nearest its own planned window, so a level's two round
+    # apart: the share's run is its own, not set by its companion); warm-ups at most the
+    # plan's, each starting at the first request of a copy (within one gap).
+    ratios = [a[1] / b[1] for a, b in zip(side.windows, full.windows, strict=True)]
+    assert float(np.median(ratios)) == pytest.approx(4.0, rel=0.25), ratios
     assert all(
-        a[1] == pytest.approx(4 * b[1])
-        and 4 * plan.warmup - 0.05 <= a[0] <= 4 * plan.warmup
+        4 * plan.warmup - 0.05 <= a[0] <= 4 * plan.warmup
         and plan.warmup - 0.05 <= b[0] <= plan.warmup
         for a, b in zip(side.windows, full.windows, strict=True)
     )
-    # The light probe holds no whole copy: it measures the plan's windows, time-scaled.
-    assert side.windows[0][1] == 40.0 and full.windows[0][1] == 10.0
+    # The light probe: the companion's holds no whole copy and measures the plan's window;
+    # the share's (four times longer) holds one copy, at most twice its planned 40 s.
+    assert 40.0 <= side.windows[0][1] <= 80.0 and full.windows[0][1] == 10.0
     assert curve.meta["scaled_time"] == 4.0
 
 
@@ -198,8 +176,8 @@ def test_the_scaled_side_runs_at_share_load_times_its_companions_rate_factor():
         by = {a[0]: a, b[0]: b}
         assert by["scaled"][1] == pytest.approx(load * by["full"][1])
         assert by["scaled"][2] == by["full"][2]
-    for a, b in zip(side.windows, full.windows, strict=True):
-        assert a[1] == pytest.approx(4 * b[1], rel=0.15)
+    ratios = [a[1] / b[1] for a, b in zip(side.windows, full.windows, strict=True)]
+    assert float(np.median(ratios)) == pytest.approx(4.0, rel=0.25), ratios
     assert curve.meta["share_load"] == load
     assert set(comp.levels) == {lv.level for lv in curve.levels}
     # Matched loads: at each level both sides are equally busy (the share is 0.75 of

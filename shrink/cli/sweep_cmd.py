@@ -121,6 +121,18 @@ def _keep_smaller(curve: Any, path: Path, exc: WriteError) -> list[str]:
     return [f"{small} (a summary of the {n} finished levels)"]
 
 
+_MetricsPort = Annotated[
+    int | None,
+    typer.Option(
+        "--metrics-port",
+        min=0,
+        max=65535,
+        help="Serve the sweep's progress as OpenMetrics (Prometheus) on "
+        "127.0.0.1:PORT/metrics while it runs (0: any free port).",
+    ),
+]
+
+
 def sweep_cmd(
     trace: Annotated[Path, typer.Argument(help="Trace Parquet file.")],
     target: _Targets = ...,  # type: ignore[assignment]
@@ -154,16 +166,7 @@ def sweep_cmd(
     engine: _EngineOpt = "auto",
     cluster: ClusterOpt = None,
     generators: GeneratorsOpt = None,
-    metrics_port: Annotated[
-        int | None,
-        typer.Option(
-            "--metrics-port",
-            min=0,
-            max=65535,
-            help="Serve the sweep's progress as OpenMetrics (Prometheus) on "
-            "127.0.0.1:PORT/metrics while it runs (0: any free port).",
-        ),
-    ] = None,
+    metrics_port: _MetricsPort = None,
     export: _Export = None,
     as_json: _Json = False,
 ) -> None:
@@ -224,12 +227,9 @@ def sweep_cmd(
                         progress=progress,
                     )
                 )
-        except SweepInterrupted as stop:
+        except (SweepInterrupted, ShrinkError) as stop:
+            # A signal, a dead server, a full disk: the levels finished before it are kept.
             _keep_partial_sweep(stop, output, runlogs)
-            raise
-        except ShrinkError as exc:
-            # A dead server, a full disk: the levels finished before it are kept.
-            _keep_partial_sweep(exc, output, runlogs)
             raise
         curve.meta["summary"] = _curve_summary(curve)
         curve.meta["generator"] = _generator_meta(routing, conns, lag_limit, tgt)

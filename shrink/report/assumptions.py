@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from shrink.share import Share, ShareSpeed
 
 if TYPE_CHECKING:
     from shrink.loadcurve import LoadCurve
-    from shrink.predict import PredictConfig
     from shrink.prediction import MappingPrediction
     from shrink.uncertainty import ErrorBudget
 
@@ -17,9 +16,10 @@ __all__ = ["assumptions", "confidence"]
 
 
 def assumptions(
-    alpha: float, config: PredictConfig, share: Share, measured: LoadCurve
+    alpha: float, config: Any, share: Share, measured: LoadCurve
 ) -> list[str]:
-    """What the prediction assumes, in words for the report."""
+    """What the prediction assumes, in words for the report (``config``: the
+    prediction's PredictConfig, read for its level and seed)."""
     assumptions = [
         f"SHRiNK: {alpha:g} of the sessions ({config.level} level, seed {config.seed}) on "
         f"{alpha:g} of the server ({share.kind} share of CPUs {list(share.cpus)}) behaves like "
@@ -120,7 +120,7 @@ def speed_assumptions(share: Share) -> list[str]:
 
 def confidence(
     base: MappingPrediction,
-    config: PredictConfig,
+    config: Any,
     budgets: Mapping[str, ErrorBudget],
     emulation: float,
 ) -> str:
