@@ -15,11 +15,12 @@ records). The reference is the full target measured in the same run, by its own
 level search, its repetitions interleaved with the share's to cancel the host's
 drift; the ratio printed is predicted / measured MAT.
 
-The interval. A prediction's 95% interval carries the scaled runs' repetition spread,
-the host's drift, the calibration's noise and the share model's error. The model
-error is fitted here: the variance of the log errors beyond the measured terms, over
-the conclusive (statistic, run) pairs. To judge it honestly each configuration's
-coverage and interval width are computed with the model error fitted on the *other*
+The model error. Over the conclusive (statistic, run) pairs of a share kind, the mean
+log error of the uncorrected predictions is the share model's bias (its throughputs
+are divided by exp(bias)), and the variance of the log errors about it, beyond what
+the repetitions, the drift and the calibration's noise explain, its spread (which the
+95% interval carries). To judge both honestly each configuration's errors, coverage
+and interval widths are computed with the bias and spread fitted on the *other*
 configurations (leave one configuration out); ``--fit`` then writes the fit over all
 of them to shrink/data/model_error.json, with its provenance.
 
@@ -126,6 +127,8 @@ def row(out: Path, seconds: float | None = None) -> dict[str, Any]:
     if seconds is None and summary.exists():
         seconds = json.loads(summary.read_text()).get("seconds")
     mapping = next(iter(pred["mappings"].values()))
+    # The bias the prediction was corrected by when it ran: the fit reads errors without it.
+    applied = float((pred.get("extra", {}).get("model_error") or {}).get("bias", 0.0))
     r: dict[str, Any] = {
         "config": name,
         "dir": str(out),
@@ -140,14 +143,17 @@ def row(out: Path, seconds: float | None = None) -> dict[str, Any]:
     for s, m in val["mats"].items():
         budget = (mapping.get(s) or {}).get("error_budget") or {}
         r[s] = {
+            "stat": s,
             "predicted": m["predicted"],
             "measured": m["measured"],
             "ci": m.get("predicted_ci"),
             "status": f"{m['predicted_status']}/{m['measured_status']}",
             "covered": m.get("covered"),
-            "log_error": math.log(m["predicted"] / m["measured"])
+            # log(predicted / measured) as the share model alone predicts, uncorrected
+            "log_error": math.log(m["predicted"] / m["measured"]) + applied
             if m.get("predicted") and m.get("measured")
             else None,
+            "applied_bias": applied,
             "budget": budget,
         }
     return r
@@ -181,21 +187,33 @@ def _pairs(rows: list[dict[str, Any]], kind: str | None = None) -> list[tuple[st
     return out
 
 
-def fit_sigma(pairs: list[tuple[str, dict]]) -> float:
-    """The model error: the log errors' variance beyond the measured terms' (at least 0)."""
+def fit_bias(pairs: list[tuple[str, dict]]) -> float:
+    """The model's bias: the mean uncorrected log error (0 without pairs)."""
+    return statistics.fmean(c["log_error"] for _, c in pairs) if pairs else 0.0
+
+
+def fit_sigma(pairs: list[tuple[str, dict]], bias: float = 0.0) -> float:
+    """The model error's spread: the log errors' variance about ``bias`` beyond the
+    measured terms' (at least 0)."""
     if not pairs:
         return 0.0
-    excess = [c["log_error"] ** 2 - _measured_var(c["budget"]) for _, c in pairs]
+    excess = [(c["log_error"] - bias) ** 2 - _measured_var(c["budget"]) for _, c in pairs]
     return math.sqrt(max(0.0, statistics.fmean(excess)))
 
 
-def _interval(cell: dict[str, Any], sigma: float) -> tuple[float, float]:
-    """The 95% interval of a cell with model error ``sigma`` in place of the recorded one."""
+def _corrected(cell: dict[str, Any], bias: float) -> float:
+    """The cell's predicted MAT as the share model with ``bias`` corrects it."""
+    return cell["measured"] * math.exp(cell["log_error"] - bias)
+
+
+def _interval(cell: dict[str, Any], bias: float, sigma: float) -> tuple[float, float]:
+    """The 95% interval of a cell corrected by ``bias``, with model error ``sigma``."""
     b = cell["budget"]
     dof = int(b.get("dof") or 0)
     q = float(student_t.ppf(0.975, dof)) if dof else 1.959964
     w = math.exp(q * math.sqrt(_measured_var(b) + sigma**2))
-    return cell["predicted"] / w, cell["predicted"] * w
+    centre = _corrected(cell, bias)
+    return centre / w, centre * w
 
 
 def leave_one_out(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -205,20 +223,22 @@ def leave_one_out(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         pairs = _pairs(rows, kind)
         for name in sorted({n for n, _ in pairs}):
             others = [p for p in pairs if p[0] != name]
-            sigma = fit_sigma(others)
+            bias = fit_bias(others)
+            sigma = fit_sigma(others, bias)
             cells = []
             for n, c in pairs:
                 if n != name:
                     continue
-                lo, hi = _interval(c, sigma)
+                lo, hi = _interval(c, bias, sigma)
                 cells.append(
                     {
+                        "stat": c["stat"],
                         "covered": lo <= c["measured"] <= hi,
                         "half_width": (hi / lo) ** 0.5 - 1,
-                        "error": c["predicted"] / c["measured"] - 1,
+                        "error": _corrected(c, bias) / c["measured"] - 1,
                     }
                 )
-            out[name] = {"sigma": sigma, "n_fit": len(others), "cells": cells}
+            out[name] = {"bias": bias, "sigma": sigma, "n_fit": len(others), "cells": cells}
     return out
 
 
@@ -275,6 +295,15 @@ def accuracy(rows: list[dict[str, Any]], loo: dict[str, dict[str, Any]]) -> list
         )
     names = {r["config"] for r in rows}
     cells = [c for n in names for c in loo.get(n, {}).get("cells", [])]
+    for s in STATS:
+        mine = [c for c in cells if c["stat"] == s]
+        if mine:
+            errs = [c["error"] for c in mine]
+            lines.append(
+                f"{s}, corrected by the bias fitted without the configuration: error "
+                f"{100 * min(errs):+.1f}% to {100 * max(errs):+.1f}%, median |error| "
+                f"{100 * statistics.median(abs(e) for e in errs):.1f}%"
+            )
     if cells:
         lines.append(
             f"leave-one-configuration-out 95% intervals: covered {sum(c['covered'] for c in cells)}"
@@ -289,9 +318,10 @@ def report(rows: list[dict[str, Any]]) -> str:
     out = [table(rows), ""]
     names = sorted({r["config"] for r in rows})
     for name in names:
-        sigma = loo.get(name, {}).get("sigma")
-        out.append(f"{name}:" + ("" if sigma is None else f" (model error fitted without it: "
-                                                          f"{100 * sigma:.1f}%)"))
+        fit_out = loo.get(name)
+        out.append(f"{name}:" + ("" if fit_out is None else (
+            f" (fitted without it: bias {100 * fit_out['bias']:+.1f}% in log, spread "
+            f"{100 * fit_out['sigma']:.1f}%)")))  # fmt: skip
         out.extend(f"  {line}" for line in accuracy([r for r in rows if r["config"] == name], loo))
     out.append("all configurations:")
     out.extend(f"  {line}" for line in accuracy(rows, loo))
@@ -306,14 +336,17 @@ def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
         pairs = _pairs(rows, kind)
         if not pairs:
             continue
+        bias = fit_bias(pairs)
         data["share_kinds"][kind] = {
-            "sigma": round(fit_sigma(pairs), 4),
+            "bias": round(bias, 4),
+            "sigma": round(fit_sigma(pairs, bias), 4),
             "provenance": {
                 "machine": "2-vCPU VM, one NUMA node (the project's polyglot kind)",
                 "date": today,
                 "runs": len({r["dir"] for r in rows if r.get("share_kind") == kind}),
                 "pairs": len(pairs),
                 "configurations": sorted({n for n, _ in pairs}),
+                "command": "python bench/bench_fidelity.py --summarize DIR... --fit",
             },
         }
     MODEL_ERROR.write_text(json.dumps(data, indent=2) + "\n")

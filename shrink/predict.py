@@ -43,7 +43,13 @@ from shrink.prediction import MappingPrediction, Prediction, StatPrediction
 from shrink.recommend import reason_text, recommend
 from shrink.report.assumptions import assumptions as assumptions_of
 from shrink.report.assumptions import confidence
-from shrink.scaling import calibrate, latency_scale, model_error, shrink_scaled_curve
+from shrink.scaling import (
+    ModelError,
+    calibrate,
+    latency_scale,
+    model_error,
+    shrink_scaled_curve,
+)
 from shrink.scaling import constants as share_model_constants
 from shrink.selfchecks import host_drift, self_checks
 from shrink.share import Share, ShareSpeed
@@ -135,11 +141,13 @@ def scaled_mats(
     measured: LoadCurve,
     thresholds: Mapping[str, float],
     emulation: float,
+    correction: float = 1.0,
 ) -> tuple[LoadCurve, dict[str, MATResult], dict[str, ErrorBudget]]:
     """The full target's curve scaled from the share's ``measured`` one (its share's
-    speed set), its MATs, and each MAT's error budget for a full-scale run at another
-    time (shrink.uncertainty). A function of the share's runs alone."""
-    predicted = shrink_scaled_curve(measured)
+    speed set, its throughputs times the model error's ``correction``), its MATs, and
+    each MAT's error budget for a full-scale run at another time (shrink.uncertainty).
+    A function of the share's runs alone."""
+    predicted = shrink_scaled_curve(measured, correction)
     mats = {s: mat(predicted, s, t) for s, t in thresholds.items()}
     drift = drift_sigma([measured])
     speed = measured.share.speed
@@ -259,8 +267,10 @@ def predict(
         # What was measured is kept before anything is read from it: a curve with no
         # usable level (a generator behind at every level) stops the prediction below.
         _write_curves(Path(out_dir), measured, full_curve)
-    emulation, merr = _model_error(config, provider.name, share.kind)
-    predicted, full_mats, budgets = scaled_mats(measured, config.thresholds, emulation)
+    merr = _model_error(config, provider.name, share.kind)
+    predicted, full_mats, budgets = scaled_mats(
+        measured, config.thresholds, merr.sigma, merr.correction
+    )
     base = MappingPrediction(
         {s: _stat(r, budgets[s]) for s, r in full_mats.items()}, predicted.summary()
     )
@@ -289,7 +299,7 @@ def predict(
             s: _stat(mat(measured, s, t / latency_scale(measured)))
             for s, t in config.thresholds.items()
         },
-        confidence_summary=confidence(base, config, budgets, emulation),
+        confidence_summary=confidence(base, config, budgets, merr.sigma, merr.correction),
         self_checks=self_checks(
             measured, {s: t / latency_scale(measured) for s, t in config.thresholds.items()}
         ),
@@ -308,23 +318,19 @@ def predict(
     return result
 
 
-def _model_error(config: PredictConfig, target: str, kind: str) -> tuple[float, dict[str, Any]]:
-    """The share model's error (log-scale sd) for the interval, and its record."""
+def _model_error(config: PredictConfig, target: str, kind: str) -> ModelError:
+    """The share model's error: the corpus-fitted one, or the config's spread (no bias)."""
     if config.model_error is not None:
-        return config.model_error, {
-            "sigma": config.model_error,
-            "provenance": {"source": "PredictConfig.model_error"},
-        }
-    fitted = model_error(target, kind)
-    return fitted.sigma, fitted.to_dict()
+        return ModelError(config.model_error, {"source": "PredictConfig.model_error"})
+    return model_error(target, kind)
 
 
-def _record_share_model(prediction: Prediction, share: Share, merr: dict[str, Any]) -> None:
+def _record_share_model(prediction: Prediction, share: Share, merr: ModelError) -> None:
     """The share model in prediction.json: its speed, constants and fitted error, and what
     the prediction asked of the full target (only the calibration's light runs)."""
     if share.speed is not None:
         prediction.extra["speed"] = share.speed.to_dict()
-    prediction.extra["model_error"] = merr
+    prediction.extra["model_error"] = merr.to_dict()
     prediction.extra["share_model"] = share_model_constants()
     prediction.extra["full_target_use"] = _full_target_use(share)
 

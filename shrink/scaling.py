@@ -35,13 +35,16 @@ scales by it). What the calibration ran on the full target (seconds, offered rat
 utilization) is recorded with the speed and in prediction.json.
 
 What the calibration cannot see: a busy whole core costs less per request than a
-lightly loaded one (it stops idling between requests), and the share never runs
-the whole core busy. That, and whatever else separates a quota from a slower
-server, is the model error: measured on a corpus of configurations with known
-outcomes, fitted leaving one configuration out (``bench/bench_fidelity.py``), and
-stored with its provenance in ``shrink/data/model_error.json``
-(:func:`model_error`). The prediction's interval carries it; no constant of this
-module was set from a demo run.
+lightly loaded one (it stops idling between requests: a light run's requests each
+wake a halted vCPU), and a quota costs more once it is busy; the share never runs
+the whole core busy. That, and whatever else separates a share from the server it
+stands for, is the model error: measured on a corpus of configurations with known
+outcomes (``bench/bench_fidelity.py``), as a mean log error (a bias the prediction's
+throughputs are corrected by) and the spread left around it, each configuration
+judged with the fit of the others (leave one out), and stored with its provenance in
+``shrink/data/model_error.json`` (:func:`model_error`). Both are properties of the
+machine kind and the share mechanism; on another machine, refit them. No constant of
+this module was set from a demo run.
 
 Without a full target to calibrate on (``calibrate=False``) the share is taken at
 its nominal speed, and the report says so.
@@ -157,10 +160,11 @@ def _scale_class(c: ClassStats, thr: float, lat: float) -> None:
         c.dist = [v * lat for v in c.dist]
 
 
-def shrink_scaled_curve(curve: LoadCurve) -> LoadCurve:
-    """The full target's predicted curve from a scaled one (see the module docstring)."""
+def shrink_scaled_curve(curve: LoadCurve, correction: float = 1.0) -> LoadCurve:
+    """The full target's predicted curve from a scaled one (see the module docstring);
+    its throughputs times ``correction``, the model error's (:class:`ModelError`)."""
     alpha = share_fraction(curve)
-    thr = throughput_scale(curve)
+    thr = throughput_scale(curve) * correction
     lat = latency_scale(curve)
     share = curve.share
     out = LoadCurve.from_dict(curve.to_dict())
@@ -184,6 +188,7 @@ def shrink_scaled_curve(curve: LoadCurve) -> LoadCurve:
             "alpha": alpha,
             "latency_scale": lat,
             "throughput_scale": thr,
+            "correction": correction,
             "speed": share.speed.to_dict() if share.speed is not None else None,
         },
     }
@@ -197,16 +202,29 @@ def shrink_scaled_curve(curve: LoadCurve) -> LoadCurve:
 class ModelError:
     """The share model's error against full-scale runs, for one share kind.
 
-    ``sigma``: the log-scale sd of a prediction's error beyond what the scaled runs'
-    own repetitions show, fitted on a corpus leaving one configuration out.
-    ``provenance``: where it was measured (machine kind, runs, configurations, date).
+    ``bias``: the mean log error (predicted / measured MAT) over a corpus of
+    configurations run to the end; the prediction's throughputs are divided by
+    ``exp(bias)`` (:attr:`correction`). ``sigma``: the log-scale sd of the errors left,
+    beyond what the scaled runs' own repetitions and drift show. Both are fitted by
+    ``bench/bench_fidelity.py --fit``, and judged leaving one configuration out.
+    ``provenance``: where they were measured (machine kind, runs, configurations, date).
     """
 
     sigma: float
     provenance: dict[str, Any]
+    bias: float = 0.0
+
+    @property
+    def correction(self) -> float:
+        return math.exp(-self.bias)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"sigma": self.sigma, "provenance": dict(self.provenance)}
+        return {
+            "sigma": self.sigma,
+            "bias": self.bias,
+            "correction": self.correction,
+            "provenance": dict(self.provenance),
+        }
 
 
 def model_error(target: str, share_kind: str) -> ModelError:
@@ -223,7 +241,7 @@ def model_error(target: str, share_kind: str) -> ModelError:
     )
     entry = data["share_kinds"].get(share_kind) or data["share_kinds"]["cpu_time"]
     prov = {**data.get("provenance", {}), **entry.get("provenance", {})}
-    return ModelError(float(entry["sigma"]), prov)
+    return ModelError(float(entry["sigma"]), prov, float(entry.get("bias", 0.0)))
 
 
 # ---------------------------------------------------------------- the calibration

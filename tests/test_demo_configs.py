@@ -90,31 +90,36 @@ def _cell(config, predicted, measured, rep=0.02, kind="cpu_time"):
         "dir": f"{config}/{predicted}",
         "share_kind": kind,
         "mean": {
-            "predicted": predicted, "measured": measured, "ci": None, "status": "ok/ok",
-            "covered": None, "log_error": math.log(predicted / measured),
+            "stat": "mean", "predicted": predicted, "measured": measured, "ci": None,
+            "status": "ok/ok", "covered": None, "log_error": math.log(predicted / measured),
+            "applied_bias": 0.0,
             "budget": {"repetition": rep, "drift": 0.0, "speed": 0.0, "dof": 20},
         },
     }  # fmt: skip
 
 
-def test_the_model_error_is_the_excess_variance_and_judged_leaving_a_configuration_out():
-    """Errors of +-10% where the repetitions explain 2% each: the model error is what is
-    left, about 9.6%; a configuration's coverage uses the fit without it, so a config
-    that alone misses by 40% is not covered by an interval the others set."""
+def test_the_model_error_is_a_bias_and_a_spread_judged_leaving_a_configuration_out():
+    """Predictions 30% low, give or take 10%, where the repetitions explain 2%: the bias
+    is their mean log error and the spread what is left about it; a configuration is
+    judged with the fit of the others, so one that alone is far off stays uncovered."""
     import math
 
-    rows = [_cell("a", 110, 100), _cell("a", 90, 100), _cell("b", 110, 100),
-            _cell("b", 90, 100), _cell("c", 140, 100)]  # fmt: skip
+    rows = [_cell("a", 77, 100), _cell("a", 63, 100), _cell("b", 77, 100),
+            _cell("b", 63, 100), _cell("c", 140, 100)]  # fmt: skip
     pairs = bench_fidelity._pairs(rows[:4])
-    # mean of log(1.1)^2 and log(0.9)^2, less 2 x 0.02^2
-    want = (math.log(1.1) ** 2 + math.log(0.9) ** 2) / 2 - 2 * 0.02**2
-    assert bench_fidelity.fit_sigma(pairs) == pytest.approx(math.sqrt(want))
+    logs = [math.log(0.77), math.log(0.63)]
+    bias = sum(logs) / 2
+    assert bench_fidelity.fit_bias(pairs) == pytest.approx(bias)
+    want = sum((x - bias) ** 2 for x in logs) / 2 - 2 * 0.02**2
+    assert bench_fidelity.fit_sigma(pairs, bias) == pytest.approx(math.sqrt(want))
     loo = bench_fidelity.leave_one_out(rows)
+    # "c" is corrected by the others' bias (about x1.43): 140 -> about 200, not covered.
     assert [c["covered"] for c in loo["c"]["cells"]] == [False]
-    assert all(c["covered"] for c in loo["a"]["cells"] + loo["b"]["cells"])
-    # "a" is judged with the model error fitted on "b" and "c" (the 40% miss widens it).
+    assert loo["c"]["cells"][0]["error"] == pytest.approx(1.4 / math.exp(bias) - 1)
+    # "a" is judged with the fit of "b" and "c": c's miss widens the spread.
     assert loo["a"]["sigma"] > loo["c"]["sigma"]
-    assert bench_fidelity.fit_sigma([]) == 0.0
+    assert all(c["covered"] for c in loo["a"]["cells"])
+    assert bench_fidelity.fit_bias([]) == 0.0 and bench_fidelity.fit_sigma([]) == 0.0
 
 
 def test_summarize_says_when_there_is_nothing(tmp_path, capsys):

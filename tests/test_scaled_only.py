@@ -221,3 +221,24 @@ def test_a_core_subset_says_what_it_cannot_show_and_what_the_generator_took():
     assert "CPU 0" in words[1] and "12% of a CPU" in words[1]
     curve.meta["target"]["generator_cpus"] = [2]  # a generator on its own CPU
     assert len(core_subset_assumptions(Share("cores", (0,), 0.5), curve)) == 1
+
+
+def test_the_fitted_bias_corrects_the_predicted_throughputs_and_is_recorded(tmp_path, monkeypatch):
+    """A model error with a bias of log(0.8) (predictions 20% low over the corpus) makes
+    every predicted MAT 1/0.8 times the uncorrected one, and prediction.json says so."""
+    import math
+
+    from shrink.scaling import ModelError
+
+    _, plain = _prediction_bytes(_TwoCores(0.0), tmp_path / "plain")
+    fitted = ModelError(0.1, {"source": "test"}, bias=math.log(0.8))
+    monkeypatch.setattr("shrink.predict.model_error", lambda target, kind: fitted)
+    _, corrected = _prediction_bytes(_TwoCores(0.0), tmp_path / "corrected")
+    for stat in THRESHOLDS:
+        a = plain.prediction.mappings["1-replica"].stats[stat]
+        b = corrected.prediction.mappings["1-replica"].stats[stat]
+        if a.status == "ok":
+            assert b.mat == pytest.approx(a.mat / 0.8, rel=1e-6)
+    rec = corrected.prediction.extra["model_error"]
+    assert rec["correction"] == pytest.approx(1.25) and rec["sigma"] == 0.1
+    assert corrected.predicted.meta["shrink_scaled"]["correction"] == pytest.approx(1.25)

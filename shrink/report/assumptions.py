@@ -123,7 +123,9 @@ def confidence(
     config: Any,
     budgets: Mapping[str, ErrorBudget],
     emulation: float,
+    correction: float = 1.0,
 ) -> str:
+    """The intervals' width and what makes it, and the model's correction, in words."""
     # One drift for every statistic: the pooled cost spread of the runs.
     drift = max((b.drift for b in budgets.values()), default=0.0)
     widths = [
@@ -133,10 +135,16 @@ def confidence(
         f"The MAT intervals are +/-{100 * max(widths):.0f}% at most: 95% prediction "
         f"intervals for a full-scale run at another time, from the spread of "
         f"{config.plan.reps} repetitions per level, the machine's drift between runs "
-        f"({100 * drift:.1f}%) and the share's emulation error ({100 * emulation:.0f}%)."
+        f"({100 * drift:.1f}%) and the share model's error ({100 * emulation:.0f}%)."
         if widths
         else ""
     )
+    if conf and correction != 1.0:
+        conf += (
+            f" The predicted throughputs are {correction:.3g} times the share's scaled ones: "
+            "the share model's bias, fitted on a corpus of runs of this machine kind "
+            "against the full target (prediction.json: extra.model_error)."
+        )
     return conf
 
 
