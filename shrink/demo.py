@@ -436,12 +436,15 @@ def _plan(plan: AutoPlan | None, quick: bool) -> AutoPlan:
     # The whole core runs 0.5 s + 2.5 s a repetition, the 25% share 1/s times as long
     # (time scaling: s its calibrated speed), so that both reach the same queueing state
     # and count as many requests. Two repetitions a level, the probe once. No warm-up
-    # run: the calibration has just run every request class on both sides.
+    # run: the calibration has just run every request class on both sides. The coarse
+    # pass starts at 65% of the capacity the probe estimates, not 35%: a time-scaled
+    # level of the share costs about 40 s here, and the budget holds five or six.
     return plan or AutoPlan(
         warmup=0.5,
         duration=2.5,
         reps=2,
         probe_reps=1,
+        coarse=(0.65, 0.8, 0.9, 1.0, 1.1, 1.25),
         warm_run=False,
         max_levels=9,
         budget_s=SWEEP_BUDGET_S,

@@ -195,7 +195,7 @@ def test_the_default_demo_predicts_as_before(tmp_path, monkeypatch):
     assert seen["thresholds"] == {"mean": 0.010, "p999": 0.5}
     assert seen["plan"] == AutoPlan(
         warmup=0.5, duration=2.5, reps=2, probe_reps=1, warm_run=False, max_levels=9,
-        budget_s=demo.SWEEP_BUDGET_S,
+        coarse=(0.65, 0.8, 0.9, 1.0, 1.1, 1.25), budget_s=demo.SWEEP_BUDGET_S,
     )  # fmt: skip
     assert seen["share_kind"] == "cpu_time" and seen["validation_budget_s"] > 0
     assert not (tmp_path / "thresholds.json").exists()
