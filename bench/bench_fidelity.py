@@ -331,12 +331,20 @@ def report(rows: list[dict[str, Any]]) -> str:
 def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The model error per share kind over every configuration, with its provenance."""
     data = json.loads(MODEL_ERROR.read_text())
+    data["provenance"] = {
+        "fitted_by": "python bench/bench_fidelity.py --summarize DIR... --fit",
+        "method": "per share kind, over the conclusive (statistic, run) pairs: bias = the "
+        "mean log(predicted / measured MAT) of the uncorrected predictions, sigma = the "
+        "spread of the log errors about it beyond the repetitions, drift and calibration "
+        "noise; a bias needs two configurations or more (else 0: one configuration cannot "
+        "be judged leaving one out)",
+    }
     today = datetime.date.today().isoformat()
     for kind in ("cpu_time", "cores"):
         pairs = _pairs(rows, kind)
         if not pairs:
             continue
-        bias = fit_bias(pairs)
+        bias = fit_bias(pairs) if len({n for n, _ in pairs}) >= 2 else 0.0
         data["share_kinds"][kind] = {
             "bias": round(bias, 4),
             "sigma": round(fit_sigma(pairs, bias), 4),
