@@ -181,7 +181,9 @@ def test_a_recipe_file_that_cannot_be_read_still_stops(tmp_path, machine):
     st = lifecycle.up(tmp_path / "doc", machine, Share.all_of(machine), state_path=state,
                       port=0, server=recipe)  # fmt: skip
     f.unlink()  # the recipe is gone; the state file alone says what to stop
-    (rep,) = lifecycle.status(state)
+    from shrink.testbed.status import status
+
+    (rep,) = status(state)
     assert "cannot be read" in (rep.problem or "")
     assert lifecycle.down(state)["r0"] == st.replicas[0].pids
     assert not process.is_alive(st.replicas[0].master_pid)

@@ -173,13 +173,14 @@ def status(
 
     After ``shrink testbed down`` it says the testbed is down (exit code 1: not up).
     """
-    from shrink.testbed import lifecycle
     from shrink.testbed.state import TestbedState
     from shrink.topology import format_cpulist
 
     with cli_errors():
         st = TestbedState.read(state)
-        reps = lifecycle.status(state)
+        from shrink.testbed.status import status as testbed_status
+
+        reps = testbed_status(state)
     ok = all(r.ok for r in reps) and st.stopped is None
     if as_json:
         echo_json(

@@ -7,10 +7,11 @@ default), ``nginx-php-fpm``, or a user's TOML file (:mod:`shrink.testbed.command
 in-process fake target for unit tests of later stages is :mod:`shrink.testbed.fake`.
 """
 
-from shrink.testbed.lifecycle import down, status, up
+from shrink.testbed.lifecycle import down, up
 from shrink.testbed.recipe import BUILTIN_RECIPES, ServerRecipe
 from shrink.testbed.servers import load_recipe
 from shrink.testbed.state import ReplicaState, TestbedState
+from shrink.testbed.status import status
 
 __all__ = [
     "BUILTIN_RECIPES",

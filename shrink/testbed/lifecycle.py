@@ -30,7 +30,6 @@ import shutil
 import socket
 import subprocess
 import time
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -65,7 +64,7 @@ from shrink.testbed.recipe import (
 from shrink.testbed.servers import load_recipe
 from shrink.testbed.state import ReplicaState, TestbedState, salvage_pids
 
-__all__ = ["ReplicaStatus", "down", "mapping_for", "recipe_of", "status", "up"]
+__all__ = ["down", "mapping_for", "recipe_of", "up"]
 
 
 def mapping_for(name: str, machine: Machine, share: Share, port: int) -> tuple[Mapping, list[str]]:
@@ -461,85 +460,6 @@ def _refuse_if_running(state_path: Path) -> None:
             f"{state_path} records a testbed that still runs (PIDs {running}); "
             f"stop it first: shrink testbed down --state {state_path}"
         )
-
-
-@dataclass
-class ReplicaStatus:
-    """What ``status`` found for one replica."""
-
-    name: str
-    address: str
-    port: int
-    cpus: list[int]
-    pids: list[int]
-    alive: list[int]
-    dead: list[int]
-    answering: bool
-    problem: str | None = None
-    usage_s: float | None = None
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.dead and self.answering
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "address": self.address,
-            "port": self.port,
-            "cpus": self.cpus,
-            "pids": self.pids,
-            "alive": self.alive,
-            "dead": self.dead,
-            "answering": self.answering,
-            "ok": self.ok,
-            "problem": self.problem,
-            "cpu_seconds": self.usage_s,
-        }
-
-
-def status(state_path: str | Path, *, check_health: bool = True) -> list[ReplicaStatus]:
-    """Which recorded processes still run and whether each replica answers."""
-    st = TestbedState.read(state_path)
-    recipe = recipe_of(st)
-    out = []
-    for r in st.replicas:
-        alive = [p for p in r.pids if process.is_alive(p, r.starttimes.get(p))]
-        dead = [p for p in r.pids if p not in alive]
-        problem = None
-        if dead:
-            problem = "crashed or killed: " + ", ".join(f"{r.role(p)} PID {p}" for p in dead)
-        answering = False
-        if check_health and st.stopped is None:
-            err = (
-                recipe.health(r.address, r.port)
-                if recipe is not None
-                else f"recipe {st.server.get('source')} cannot be read to check health"
-            )
-            answering = err is None
-            if err and not problem:
-                problem = err
-        enf = _enforcer(r)
-        usage = enf.usage_s() if enf is not None else None
-        if usage is None:
-            usage = process.cpu_seconds(alive)
-        out.append(
-            ReplicaStatus(
-                r.name,
-                r.address,
-                r.port,
-                r.cpus,
-                r.pids,
-                alive,
-                dead,
-                answering,
-                problem,
-                usage,
-                list(st.notes),
-            )
-        )
-    return out
 
 
 _SERVER_COMMS = ("lighttpd", "php-cgi", "php", "nginx")
