@@ -387,14 +387,12 @@ def _validation_search(
 def _full_target_use(share: Share) -> dict[str, Any]:
     """What the prediction ran on the full target (the calibration's runs only)."""
     sp = share.speed
-    runs = list(sp.full_target_runs) if sp is not None else []
+    if sp is None:
+        return {"runs": [], "seconds": 0.0, "max_utilization": None}
     return {
-        "runs": runs,
-        "seconds": sp.full_target_seconds if sp is not None else 0.0,
-        "max_utilization": max(
-            (float(r["utilization"]) for r in runs if r.get("utilization") is not None),
-            default=None,
-        ),
+        "runs": list(sp.full_target_runs),
+        "seconds": sp.full_target_seconds,
+        "max_utilization": sp.full_target_busy,
     }
 
 
