@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from shrink.demo import _synth
     from shrink.measure import default_loop_window, default_skip, loop_window
-    from shrink.providers import make_provider
+    from shrink.providers import TargetSettings, make_provider
     from shrink.share import Share
     from shrink.trace import Trace
 
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         trace = Trace.read_parquet(trace_path)
         skip = default_skip(trace)
         looped = loop_window(trace, skip, default_loop_window(trace, skip))
-        prov = make_provider("testbed", docroot=docroot, run_dir=work / "runs")
+        prov = make_provider(TargetSettings(docroot=docroot), run_dir=work / "runs")
         cpus = prov.server_cpus()
         with prov.open(Share.whole(cpus), "1-replica") as target:
             for kernel in kernels:

@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         loop_window,
         looped_run,
     )
-    from shrink.providers import make_provider
+    from shrink.providers import TargetSettings, make_provider
     from shrink.share import Share
     from shrink.trace import Trace
 
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             trace = samplers.sample(whole, a.alpha, seed=1, level="session")
         looped = loop_window(trace, skip, span)
         k = 1.0 / a.alpha
-        prov = make_provider("testbed", docroot=docroot, run_dir=work / "runs")
+        prov = make_provider(TargetSettings(docroot=docroot), run_dir=work / "runs")
         if a.php_children_per_core is not None:
             prov.php_children_per_core = a.php_children_per_core
         prov.enforce = a.enforce  # None: shrink.enforce's default

@@ -41,7 +41,7 @@ def measure(work: Path, trace_path: Path, docroot: Path, variant: dict[str, Any]
     import samplers
     import shrink.share as share_mod
     from shrink.autolevels import AutoPlan, Companion, _run_level
-    from shrink.providers import make_provider
+    from shrink.providers import TargetSettings, make_provider
     from shrink.trace import Trace
     from shrink.validate import cpu_seconds_per_request
 
@@ -50,7 +50,7 @@ def measure(work: Path, trace_path: Path, docroot: Path, variant: dict[str, Any]
     chosen = share_mod.choose_period_us
     if variant["period_us"]:
         share_mod.choose_period_us = lambda f, n, tick_us=None: variant["period_us"]
-    prov = make_provider("testbed", docroot=docroot, run_dir=work / f"runs-{rnd}")
+    prov = make_provider(TargetSettings(docroot=docroot), run_dir=work / f"runs-{rnd}")
     share = share_mod.Share.cpu_time((1,), 0.25)
     whole = share_mod.Share.whole((1,))
     rows = []

@@ -30,7 +30,8 @@ def predict_once(work: Path, trace: Path, docroot: Path, server: str, budget: fl
     from shrink.autolevels import AutoPlan
     from shrink.demo import DEMO
     from shrink.errors import MeasurementError
-    from shrink.pipeline import run_predict
+    from shrink.pipeline import TargetSettings, run_predict
+    from shrink.predict import PredictConfig
 
     # The demo's plan with a smaller budget: time-scaled pairs, the probe once, the
     # coarse pass from 80% of the estimated capacity.
@@ -48,15 +49,15 @@ def predict_once(work: Path, trace: Path, docroot: Path, server: str, budget: fl
         pred = run_predict(
             trace,
             work,
-            target="testbed",
-            docroot=docroot,
-            alpha=DEMO["alpha"],
-            share_kind="cpu_time",
-            mappings=("1-replica",),
-            thresholds=dict(DEMO["thresholds"]),
-            seed=DEMO["seed"],
-            plan=plan,
-            server=server,
+            PredictConfig(
+                alpha=DEMO["alpha"],
+                share_kind="cpu_time",
+                mappings=("1-replica",),
+                thresholds=dict(DEMO["thresholds"]),
+                seed=DEMO["seed"],
+                plan=plan,
+            ),
+            target=TargetSettings(target="testbed", docroot=docroot, server=server),
         )
     except MeasurementError as exc:  # a host so busy that the generator never kept up
         return {"server": server, "seconds": round(time.monotonic() - t0), "error": str(exc)}

@@ -33,13 +33,13 @@ def _open(work: Path):
 
     import samplers
     from shrink.demo import _synth
-    from shrink.providers import make_provider
+    from shrink.providers import TargetSettings, make_provider
     from shrink.trace import Trace
 
     trace_path, docroot = _synth(work, Console(stderr=True))
     trace = Trace.read_parquet(trace_path)
     sample = samplers.sample(trace, 0.25, seed=0, level="session")
-    prov = make_provider("testbed", docroot=docroot, run_dir=work / "runs")
+    prov = make_provider(TargetSettings(docroot=docroot), run_dir=work / "runs")
     return trace, sample, prov
 
 

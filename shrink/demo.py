@@ -215,14 +215,15 @@ def light_load_thresholds(
     import statistics
 
     from shrink.measure import default_loop_window, default_skip, level_stats, loop_window
-    from shrink.providers import make_provider
+    from shrink.providers import TargetSettings, make_provider
     from shrink.share import Share
     from shrink.trace import Trace
 
     trace = Trace.read_parquet(trace_path)
     skip = default_skip(trace)
     looped = loop_window(trace, skip, default_loop_window(trace, skip))
-    provider = make_provider(target, docroot=docroot, run_dir=out / "runs", server=server)
+    settings = TargetSettings(target=target, docroot=docroot, server=server)
+    provider = make_provider(settings, run_dir=out / "runs")
     with provider.open(Share.whole(provider.server_cpus()), "1-replica") as full:
         pilot = _light_run(full, looped, LIGHT_LOAD["pilot_rate_factor"], seed + 7_907)
         factor = _light_factor(pilot)
@@ -317,7 +318,8 @@ def run_demo(
     CPU-time share: ``share_kind`` ``cores`` with ``server_cpus`` (the full target) and
     the generator's ``generator_cpus``, ``allow_overlap`` and ``realtime``.
     """
-    from shrink.pipeline import GeneratorPlacement, run_predict, run_validate
+    from shrink.pipeline import GeneratorPlacement, TargetSettings, run_predict, run_validate
+    from shrink.predict import PredictConfig
 
     cfg = {**DEMO, **(config or {})}
     server = server or cfg.get("server")
@@ -343,25 +345,29 @@ def run_demo(
     pred = run_predict(
         trace_path,
         out,
-        target=target,
-        docroot=docroot,
-        alpha=alpha,
-        share_kind=cfg.get("share_kind", "cpu_time"),
-        server_cpus=None if cfg.get("server_cpus") is None else tuple(cfg["server_cpus"]),
-        generator=GeneratorPlacement(
-            None if cfg.get("generator_cpus") is None else tuple(cfg["generator_cpus"]),
-            bool(cfg.get("allow_overlap", False)),
-            int(cfg.get("realtime", 0)),
+        PredictConfig(
+            alpha=alpha,
+            thresholds=thresholds,
+            mappings=("1-replica",),
+            share_kind=cfg.get("share_kind", "cpu_time"),
+            seed=cfg["seed"],
+            plan=plan,
+            paired_full_run=True,
+            validation_budget_s=VALIDATION_BUDGET_S if plan.budget_s else None,
         ),
-        mappings=("1-replica",),
-        thresholds=thresholds,
-        seed=cfg["seed"],
-        plan=plan,
-        progress=_printer(console, "scaled + full runs"),
+        target=TargetSettings(
+            target=target,
+            docroot=docroot,
+            server_cpus=None if cfg.get("server_cpus") is None else tuple(cfg["server_cpus"]),
+            server=server,
+            generator=GeneratorPlacement(
+                None if cfg.get("generator_cpus") is None else tuple(cfg["generator_cpus"]),
+                bool(cfg.get("allow_overlap", False)),
+                int(cfg.get("realtime", 0)),
+            ),
+        ),
         whatif=whatif,
-        paired_full_run=True,
-        server=server,
-        validation_budget_s=VALIDATION_BUDGET_S if plan.budget_s else None,
+        progress=_printer(console, "scaled + full runs"),
     )
     console.rule("[bold]3. Validate against the whole core with the full trace")
     v = run_validate(out / "prediction.json", full_run="paired")

@@ -7,154 +7,65 @@ for a prediction, compares, writes validation.json and refreshes the report.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from extrapolate.mappings import extrapolate_mappings
 from shrink.autolevels import AutoPlan, auto_sweep
-from shrink.defaults import THRESHOLDS
 from shrink.errors import ParameterError
 from shrink.loadcurve import LoadCurve
-from shrink.mapping import BUILTIN_MAPPINGS
 from shrink.mat import MATResult
 from shrink.predict import PredictConfig, predict
 from shrink.prediction import Prediction
-from shrink.providers import make_provider
+from shrink.providers import TargetSettings, make_provider
 from shrink.replay.cluster import ClusterSpec
 from shrink.report.build import write_report
+from shrink.run_inputs import RunInputs, target_settings
 from shrink.share import Share
+from shrink.target import GeneratorPlacement
 from shrink.trace import Trace
 from shrink.validate import Validation, cost_adjusted_errors, cost_ratio, validate
 
-__all__ = ["GeneratorPlacement", "run_predict", "run_validate"]
+__all__ = ["GeneratorPlacement", "TargetSettings", "run_predict", "run_validate"]
 
 Progress = Callable[[str, int, int], None]
-
-
-@dataclass(frozen=True)
-class GeneratorPlacement:
-    """Where the load generator runs on this machine: its CPUs (None: the lowest CPU),
-    whether it may share the server's CPUs (a core subset on a small machine), and its
-    SCHED_FIFO priority (0: normal)."""
-
-    cpus: tuple[int, ...] | None = None
-    allow_overlap: bool = False
-    realtime: int = 0
 
 
 def run_predict(
     trace_path: str | Path,
     out_dir: str | Path,
+    config: PredictConfig | None = None,
     *,
-    machine: str = "this",
-    target: str = "testbed",
-    docroot: str | Path | None = None,
-    alpha: float = 0.25,
-    level: str = "session",
-    mappings: Sequence[str] = BUILTIN_MAPPINGS,
-    thresholds: Mapping[str, float] | None = None,
-    share_kind: str = "auto",
-    server_cpus: tuple[int, ...] | None = None,
-    calibration: str = "published",
-    seed: int = 0,
-    plan: AutoPlan | None = None,
-    progress: Progress | None = None,
+    target: TargetSettings | None = None,
     whatif: dict[str, Any] | None = None,
-    paired_full_run: bool = False,
-    time_scaling: bool = True,
-    skip: float | None = None,
-    server: str | None = None,
-    cluster: ClusterSpec | None = None,
-    generator: GeneratorPlacement | None = None,
-    calibrate: bool = True,
-    validation_budget_s: float | None = None,
+    progress: Progress | None = None,
 ) -> Prediction:
     """Predict from ``trace_path`` and write DIR/prediction.json + report; return the prediction.
 
-    ``server``: the testbed's server recipe (``lighttpd-php-cgi``, the default,
-    ``nginx-php-fpm`` or ``RECIPE.toml``); recorded, with its versions, in the result.
-
+    ``config``: the method's settings (alpha, thresholds, mappings, the sweep's plan;
     ``paired_full_run`` also measures the full target with the whole trace, each
-    repetition next to its scaled twin, into DIR/full-curve.json (for
-    ``run_validate(..., full_run="paired")``). ``cluster``: the load generators run
-    as Ray actors there (:mod:`shrink.replay.cluster`) instead of on this machine.
-    ``generator``: where the load generator runs on this machine (its CPUs, whether it
-    may share the server's, its SCHED_FIFO priority). ``calibrate``: a CPU-time
-    share's speed from light runs on the full target (False: its nominal fraction).
+    repetition next to its scaled twin, into DIR/full-curve.json, for
+    ``run_validate(..., full_run="paired")``). ``target``: where the runs happen
+    (:class:`~shrink.providers.TargetSettings`: the testbed with its server recipe,
+    which is recorded with its versions in the result, or the simulator; the load
+    generator's placement here, or a Ray cluster). ``whatif``: a what-if prediction
+    the report shows beside this one.
     """
-    gen = generator or GeneratorPlacement()
+    config = config or PredictConfig()
+    target = target or TargetSettings()
     out = Path(out_dir)
     trace = Trace.read_parquet(trace_path)
-    provider = make_provider(
-        target,
-        machine=machine,
-        docroot=docroot,
-        run_dir=out / "runs",
-        server_cpus=server_cpus,
-        server=server,
-        cluster=cluster,
-        trace=trace,
-        generator_cpus=gen.cpus,
-        allow_overlap=gen.allow_overlap,
-        realtime=gen.realtime,
-    )
-    cfg = PredictConfig(
-        alpha=alpha,
-        level=level,
-        thresholds=dict(thresholds or THRESHOLDS),
-        mappings=tuple(mappings),
-        share_kind=share_kind,
-        seed=seed,
-        calibration=calibration,
-        plan=plan or AutoPlan(),
-        paired_full_run=paired_full_run,
-        time_scaling=time_scaling,
-        skip=skip,
-        calibrate=calibrate,
-        validation_budget_s=validation_budget_s,
-    )
-    res = predict(trace, provider, cfg, out, extrapolator=extrapolate_mappings, progress=progress)
+    provider = make_provider(target, run_dir=out / "runs", trace=trace)
+    inputs = RunInputs(trace_path, target, whatif)
+    res = predict(
+        trace, provider, config, out,
+        extrapolator=extrapolate_mappings, progress=progress, inputs=inputs,
+    )  # fmt: skip
     pred = res.prediction
-    pred.inputs = {
-        "trace": str(Path(trace_path)),
-        "target": target,
-        "machine": machine,
-        "docroot": None if docroot is None else str(docroot),
-        "server_cpus": list(provider.server_cpus()),
-        "generator_cpus": None if gen.cpus is None else list(gen.cpus),
-        "allow_overlap": gen.allow_overlap,
-        "realtime": gen.realtime,
-        "plan": plan.__dict__ if plan else AutoPlan().__dict__,
-        # how many times longer the share's runs were than the plan's (SHRiNK time scaling)
-        "scaled_time": res.measured.meta.get("scaled_time", 1.0),
-        "skip": res.measured.meta.get("skip", 0.0),
-        "server": server,
-        # the trace seconds every level looped (a controlled load), for the full run
-        "loop_window": res.measured.meta.get("loop_window"),
-    }
-    _record_server(pred, provider, res.measured)
-    pred.whatif = whatif
-    pred.write_json(out / "prediction.json", indent=2)
     write_report(out, pred, measured=res.measured, predicted_curve=res.predicted, whatif=whatif)
     return pred
-
-
-def _record_server(pred: Prediction, provider: Any, measured: LoadCurve) -> None:
-    """Name the server recipe and its versions in the prediction and its report."""
-    record = getattr(provider, "server_record", None)
-    if record is None:
-        return  # the simulator: no server recipe
-    versions = dict(measured.meta.get("target", {}).get("versions", {}))
-    server = {**record(), "versions": versions}
-    pred.server = server
-    pred.target_description = f"{pred.target_description or ''}, server {server['name']}"
-    pred.provenance = {
-        **(pred.provenance or {}),
-        "server": f"{server['name']} ({server['source']}): "
-        + ", ".join(v for k, v in versions.items() if k != "recipe"),
-    }
 
 
 def run_validate(
@@ -191,19 +102,8 @@ def run_validate(
         inputs = pred.inputs or {}
         trace_path = Path(trace) if trace else Path(inputs["trace"])
         full_trace = Trace.read_parquet(trace_path)
-        provider = make_provider(
-            inputs.get("target", "testbed"),
-            machine=inputs.get("machine", "this"),
-            docroot=inputs.get("docroot"),
-            run_dir=out / "runs-full",
-            server_cpus=tuple(inputs.get("server_cpus") or ()) or None,
-            server=server or inputs.get("server"),
-            cluster=cluster,
-            trace=full_trace,
-            generator_cpus=tuple(inputs.get("generator_cpus") or ()) or None,
-            allow_overlap=bool(inputs.get("allow_overlap", False)),
-            realtime=int(inputs.get("realtime", 0)),
-        )
+        settings = target_settings(inputs, server=server, cluster=cluster)
+        provider = make_provider(settings, run_dir=out / "runs-full", trace=full_trace)
         plan = AutoPlan(**{**AutoPlan().__dict__, **(inputs.get("plan") or {})})
         # The same part of the trace as the prediction's runs (its skip), at the plan's
         # own time scale: the full target is the unscaled one.

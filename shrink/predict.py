@@ -43,6 +43,7 @@ from shrink.prediction import MappingPrediction, Prediction, StatPrediction
 from shrink.recommend import reason_text, recommend
 from shrink.report.assumptions import assumptions as assumptions_of
 from shrink.report.assumptions import confidence
+from shrink.run_inputs import RunInputs, record_inputs
 from shrink.scaling import (
     ModelError,
     calibrate,
@@ -207,13 +208,15 @@ def predict(
     *,
     extrapolator: Callable[..., dict[str, MappingPrediction]] | None = None,
     progress: Progress | None = None,
+    inputs: RunInputs | None = None,
 ) -> PredictionResult:
     """Sample, measure on the share, scale to the full target and extrapolate each mapping.
 
     ``extrapolator(predicted_curve, machine=..., mappings=..., thresholds=...,
     calibration=...)`` returns ``{mapping: MappingPrediction}``;
     without one (or on a one-socket machine, where mappings cannot differ by
-    socket) every mapping gets the SHRiNK-scaled prediction.
+    socket) every mapping gets the SHRiNK-scaled prediction. ``inputs``: the trace file,
+    target settings and what-if the prediction records (:mod:`shrink.run_inputs`).
     """
     alpha = check_alpha(config.alpha)
     machine = provider.machine()
@@ -307,6 +310,8 @@ def predict(
         provenance=_provenance(machine, cpus, share, alpha, config, measured),
     )
     _record_share_model(prediction, share, merr)
+    if inputs is not None:
+        record_inputs(prediction, inputs, provider, measured, config.plan)
     if full_curve is not None:
         prediction.full_run = _full_run_summary()
         full_curve.meta["self_checks"] = {

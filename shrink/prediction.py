@@ -13,7 +13,7 @@ The what-if (:mod:`extrapolate.whatif`) fills in only these. The main job
 ``stalled_ceiling`` and records what it measured and how (``target``,
 ``alpha``, ``share``, ``thresholds``, ``measured_mats``, ``self_checks``,
 ``trace``, ``provenance``, ``full_run``; ``inputs``, ``whatif`` and ``server``
-(the testbed's recipe and its versions) from :func:`shrink.pipeline.run_predict`).
+(the testbed's recipe and its versions) from its caller's :mod:`shrink.run_inputs`).
 A field that is None is not written.
 Other keys (``workload``, ``sweep``, ``source_curve``) are kept in ``extra``.
 """

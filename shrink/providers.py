@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +18,11 @@ from shrink.errors import TopologyError
 from shrink.machine import Machine
 from shrink.replay.cluster import ClusterSpec
 from shrink.share import Share
-from shrink.target import RunResult, Target
+from shrink.target import GeneratorPlacement, RunResult, Target
 from shrink.testbed.config import PHP_CHILDREN_PER_CORE
 from shrink.trace import Trace
 
-__all__ = ["SimProvider", "TestbedProvider", "make_provider"]
+__all__ = ["SimProvider", "TargetSettings", "TestbedProvider", "make_provider"]
 
 
 class _ShareUtilization:
@@ -90,8 +90,8 @@ def _default_enforce() -> str:
 class TestbedProvider:
     """The real testbed on this machine, driven by the replay engine.
 
-    The generator keeps ``generator_cpus`` (default: the lowest CPU); the full
-    target is every other CPU (on a 2-core machine: CPU 1). ``server`` is the
+    The generator keeps its ``generator`` placement's CPUs (default: the lowest CPU);
+    the full target is every other CPU (on a 2-core machine: CPU 1). ``server`` is the
     server recipe: ``lighttpd-php-cgi`` (default), ``nginx-php-fpm`` or a
     ``RECIPE.toml`` file (read once, here, so a bad one fails before any run).
     """
@@ -105,7 +105,7 @@ class TestbedProvider:
         *,
         machine: Machine | None = None,
         server_cpus: tuple[int, ...] | None = None,
-        generator_cpus: tuple[int, ...] | None = None,
+        generator: GeneratorPlacement = GeneratorPlacement(),
         run_dir: str | Path = ".",
         engine: dict[str, Any] | None = None,
         php_children_per_core: int = PHP_CHILDREN_PER_CORE,
@@ -113,8 +113,6 @@ class TestbedProvider:
         enforce: str | None = None,
         cluster: ClusterSpec | None = None,
         php: Any = None,
-        allow_overlap: bool = False,
-        realtime: int = 0,
     ) -> None:
         from shrink.testbed.servers import load_recipe
         from shrink.topology import discover
@@ -123,11 +121,11 @@ class TestbedProvider:
         self.docroot = Path(docroot)
         self._machine = machine or discover()
         allowed = sorted(os.sched_getaffinity(0))
-        gen = tuple(generator_cpus) if generator_cpus else (allowed[0],)
+        gen = tuple(generator.cpus) if generator.cpus else (allowed[0],)
         if server_cpus is None:
             server_cpus = tuple(c for c in allowed if c not in gen)
         overlap = sorted(set(gen) & set(server_cpus))
-        if overlap and not allow_overlap:
+        if overlap and not generator.allow_overlap:
             raise TopologyError(
                 f"generator CPUs {list(gen)} overlap the server's CPUs {list(server_cpus)} "
                 f"(CPU {', '.join(map(str, overlap))}); pass --allow-overlap to measure anyway "
@@ -147,8 +145,8 @@ class TestbedProvider:
         self.cluster = cluster  # generators on a Ray cluster instead of this machine
         self._opened = 0
         self.php = php  # shrink.testbed.config.PhpLimits (None: the defaults)
-        self.allow_overlap = allow_overlap  # the generator may share the server's CPUs
-        self.realtime = realtime  # SCHED_FIFO priority of the generator (0: normal)
+        self.allow_overlap = generator.allow_overlap  # the generator may share the server's CPUs
+        self.realtime = generator.realtime  # SCHED_FIFO priority of the generator (0: normal)
 
     def machine(self) -> Machine:
         return self._machine
@@ -269,40 +267,49 @@ class SimProvider:
         return None
 
 
+@dataclass(frozen=True)
+class TargetSettings:
+    """Where a prediction's runs happen, as the user named it.
+
+    ``target``: ``testbed`` (the real server on this machine) or ``sim:SPEC.toml``;
+    ``machine``: ``this`` or a TOML machine spec; ``docroot``: the testbed's document
+    root; ``server_cpus``: the full target's CPUs (None: all but the generator's);
+    ``server``: the testbed's recipe; ``cluster``: the load generators as Ray actors
+    there; ``generator``: where the load generator runs on this machine.
+    """
+
+    target: str = "testbed"
+    machine: str = "this"
+    docroot: str | Path | None = None
+    server_cpus: tuple[int, ...] | None = None
+    server: str | None = None
+    cluster: ClusterSpec | None = None
+    generator: GeneratorPlacement = field(default_factory=GeneratorPlacement)
+
+
 def make_provider(
-    target: str,
-    *,
-    machine: str = "this",
-    docroot: str | Path | None = None,
-    run_dir: str | Path = ".",
-    server_cpus: tuple[int, ...] | None = None,
-    server: str | None = None,
-    cluster: ClusterSpec | None = None,
-    trace: Any = None,
-    generator_cpus: tuple[int, ...] | None = None,
-    allow_overlap: bool = False,
-    realtime: int = 0,
+    settings: TargetSettings, *, run_dir: str | Path = ".", trace: Any = None
 ) -> TestbedProvider | SimProvider:
-    """``testbed`` (the real server on this machine, run by the ``server`` recipe) or
-    ``sim:SPEC.toml``. With ``trace``, PHP's ``post_max_size`` holds its largest body."""
+    """The testbed (the real server on this machine, run by the ``server`` recipe) or the
+    simulator the ``settings`` name, its runs' files under ``run_dir``. With ``trace``,
+    PHP's ``post_max_size`` holds its largest body."""
     from shrink.testbed.config import PhpLimits
     from shrink.topology import load_machine
 
+    target = settings.target
     if target.startswith("sim:"):
         return SimProvider(Machine.read_toml(target[4:]))
     if target != "testbed":
         raise TopologyError(f"target == {target!r}, must be 'testbed' or 'sim:SPEC.toml'")
-    if docroot is None:
+    if settings.docroot is None:
         raise TopologyError("the testbed needs a document root (--docroot, from shrink synth)")
     return TestbedProvider(
-        docroot,
-        machine=load_machine(machine),
+        settings.docroot,
+        machine=load_machine(settings.machine),
         run_dir=run_dir,
-        server_cpus=server_cpus,
-        server=server,
-        cluster=cluster,
+        server_cpus=settings.server_cpus,
+        server=settings.server,
+        cluster=settings.cluster,
         php=None if trace is None else PhpLimits.for_trace(trace),
-        generator_cpus=generator_cpus,
-        allow_overlap=allow_overlap,
-        realtime=realtime,
+        generator=settings.generator,
     )

@@ -21,7 +21,7 @@ from shrink.runlog import RunLog
 from shrink.schedule import build_schedule
 from shrink.trace import Trace
 
-__all__ = ["FakeTarget", "GeneratorCheck", "RunResult", "Target"]
+__all__ = ["FakeTarget", "GeneratorCheck", "GeneratorPlacement", "RunResult", "Target"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,17 @@ class GeneratorCheck:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class GeneratorPlacement:
+    """Where the load generator runs on this machine: its CPUs (None: the lowest CPU),
+    whether it may share the server's CPUs (a core subset on a small machine), and its
+    SCHED_FIFO priority (0: normal)."""
+
+    cpus: tuple[int, ...] | None = None
+    allow_overlap: bool = False
+    realtime: int = 0
 
 
 @dataclass

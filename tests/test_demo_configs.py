@@ -173,8 +173,8 @@ def test_the_default_demo_predicts_as_before(tmp_path, monkeypatch):
 
     seen = {}
 
-    def run_predict(trace_path, out, **kwargs):
-        seen.update(kwargs, trace=Path(trace_path).name)
+    def run_predict(trace_path, out, config, **kwargs):
+        seen.update(kwargs, config=config, trace=Path(trace_path).name)
         stat = SimpleNamespace(mat=1.0)
         return SimpleNamespace(
             mappings={"1-replica": SimpleNamespace(stats={"mean": stat, "p999": stat})},
@@ -191,13 +191,14 @@ def test_the_default_demo_predicts_as_before(tmp_path, monkeypatch):
     monkeypatch.setattr(demo, "_whatif", lambda trace_path, thresholds: None)
     demo.run_demo(tmp_path)
     assert seen["trace"] == "support-demo.parquet"
-    assert (seen["alpha"], seen["seed"], seen["target"]) == (0.25, 1, "testbed")
-    assert seen["thresholds"] == {"mean": 0.010, "p999": 0.5}
-    assert seen["plan"] == AutoPlan(
+    cfg = seen["config"]
+    assert (cfg.alpha, cfg.seed, seen["target"].target) == (0.25, 1, "testbed")
+    assert cfg.thresholds == {"mean": 0.010, "p999": 0.5}
+    assert cfg.plan == AutoPlan(
         warmup=0.5, duration=2.5, reps=2, probe_reps=1, warm_run=False, max_levels=9,
         coarse=(0.65, 0.8, 0.9, 1.0, 1.1, 1.25), budget_s=demo.SWEEP_BUDGET_S,
     )  # fmt: skip
-    assert seen["share_kind"] == "cpu_time" and seen["validation_budget_s"] > 0
+    assert cfg.share_kind == "cpu_time" and cfg.validation_budget_s > 0
     assert not (tmp_path / "thresholds.json").exists()
 
 

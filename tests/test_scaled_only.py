@@ -182,8 +182,8 @@ def test_predict_takes_the_generators_placement_and_no_calibration(tmp_path, mon
 
     seen = {}
 
-    def run_predict(trace_path, out, **kwargs):
-        seen.update(kwargs)
+    def run_predict(trace_path, out, config, **kwargs):
+        seen.update(kwargs, config=config)
         raise SystemExit(0)
 
     monkeypatch.setattr(shrink.pipeline, "run_predict", run_predict)
@@ -193,17 +193,18 @@ def test_predict_takes_the_generators_placement_and_no_calibration(tmp_path, mon
             "--server-cpus", "0-1", "--generator-cpus", "0", "--allow-overlap",
             "--realtime", "10", "--no-calibrate"]  # fmt: skip
     CliRunner().invoke(app, args)
-    assert seen["generator"] == GeneratorPlacement((0,), True, 10)
-    assert seen["calibrate"] is False and seen["server_cpus"] == (0, 1)
+    assert seen["target"].generator == GeneratorPlacement((0,), True, 10)
+    assert seen["config"].calibrate is False and seen["target"].server_cpus == (0, 1)
 
 
 def test_a_generator_on_the_servers_cpus_needs_allow_overlap(tmp_path):
     from shrink.errors import TopologyError
     from shrink.providers import TestbedProvider
+    from shrink.target import GeneratorPlacement
 
     with pytest.raises(TopologyError, match="--allow-overlap"):
-        TestbedProvider(tmp_path, server_cpus=(0, 1), generator_cpus=(0,))
-    ok = TestbedProvider(tmp_path, server_cpus=(0, 1), generator_cpus=(0,), allow_overlap=True)
+        TestbedProvider(tmp_path, server_cpus=(0, 1), generator=GeneratorPlacement((0,)))
+    ok = TestbedProvider(tmp_path, server_cpus=(0, 1), generator=GeneratorPlacement((0,), True))
     assert ok.describe()["allow_overlap"] and ok.generator_cpus == (0,)
 
 

@@ -195,7 +195,8 @@ def predict(
     Writes DIR/prediction.json, DIR/report.md, DIR/report.html and figures.
     """
     from shrink.checks import parse_thresholds
-    from shrink.pipeline import GeneratorPlacement, run_predict
+    from shrink.pipeline import GeneratorPlacement, TargetSettings, run_predict
+    from shrink.predict import PredictConfig
     from shrink.topology import parse_cpulist
 
     with cli_errors():
@@ -224,26 +225,30 @@ def predict(
             pred = run_predict(
                 trace,
                 out,
-                machine=machine,
-                target=target,
-                docroot=docroot,
-                alpha=alpha,
-                level=level,
-                mappings=names,
-                thresholds=th,
-                share_kind=share_kind,
-                server_cpus=cpus,
-                calibration=calibration,
-                seed=seed,
-                plan=plan,
+                PredictConfig(
+                    alpha=alpha,
+                    level=level,
+                    thresholds=th,
+                    mappings=names,
+                    share_kind=share_kind,
+                    seed=seed,
+                    calibration=calibration,
+                    plan=plan,
+                    paired_full_run=paired_full_run,
+                    time_scaling=time_scaling,
+                    skip=skip_s,
+                    calibrate=calibrate,
+                ),
+                target=TargetSettings(
+                    target=target,
+                    machine=machine,
+                    docroot=docroot,
+                    server_cpus=cpus,
+                    server=server,
+                    cluster=cluster_spec(cluster, generators),
+                    generator=GeneratorPlacement(gen_cpus, allow_overlap, realtime),
+                ),
                 progress=progress,
-                paired_full_run=paired_full_run,
-                time_scaling=time_scaling,
-                skip=skip_s,
-                server=server,
-                cluster=cluster_spec(cluster, generators),
-                generator=GeneratorPlacement(gen_cpus, allow_overlap, realtime),
-                calibrate=calibrate,
             )
     if as_json:
         echo_json(pred.to_dict())

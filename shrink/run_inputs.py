@@ -1,0 +1,98 @@
+"""What a prediction records of its inputs, and the target settings read back from it.
+
+prediction.json's ``inputs``: the trace file, the target as the user named it
+(target, machine, document root, server recipe, generator placement), the full
+target's CPUs, the user's sweep plan and what the sweep derived from it (its
+time scale, skip and loop window). Its ``server``: the testbed's recipe with its
+versions. ``shrink validate`` reads them back to run the full target as the
+prediction's runs ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shrink.autolevels import AutoPlan
+from shrink.loadcurve import LoadCurve
+from shrink.prediction import Prediction
+from shrink.providers import TargetSettings
+from shrink.replay.cluster import ClusterSpec
+from shrink.target import GeneratorPlacement
+
+__all__ = ["RunInputs", "record_inputs", "target_settings"]
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """What the caller of a prediction knows and the prediction records: the trace
+    file, the target settings, and the what-if to report beside it."""
+
+    trace: str | Path
+    target: TargetSettings = field(default_factory=TargetSettings)
+    whatif: dict[str, Any] | None = None
+
+
+def record_inputs(
+    pred: Prediction, inputs: RunInputs, provider: Any, measured: LoadCurve, plan: AutoPlan
+) -> None:
+    """Record ``inputs`` in ``pred``, with the full target's CPUs, the user's ``plan`` and
+    what the sweep of ``measured`` derived from it, and the server recipe."""
+    ts = inputs.target
+    gen = ts.generator
+    pred.inputs = {
+        "trace": str(Path(inputs.trace)),
+        "target": ts.target,
+        "machine": ts.machine,
+        "docroot": None if ts.docroot is None else str(ts.docroot),
+        "server_cpus": list(provider.server_cpus()),
+        "generator_cpus": None if gen.cpus is None else list(gen.cpus),
+        "allow_overlap": gen.allow_overlap,
+        "realtime": gen.realtime,
+        "plan": plan.__dict__,
+        # how many times longer the share's runs were than the plan's (SHRiNK time scaling)
+        "scaled_time": measured.meta.get("scaled_time", 1.0),
+        "skip": measured.meta.get("skip", 0.0),
+        "server": ts.server,
+        # the trace seconds every level looped (a controlled load), for the full run
+        "loop_window": measured.meta.get("loop_window"),
+    }
+    _record_server(pred, provider, measured)
+    pred.whatif = inputs.whatif
+
+
+def _record_server(pred: Prediction, provider: Any, measured: LoadCurve) -> None:
+    """Name the server recipe and its versions in the prediction and its report."""
+    record = getattr(provider, "server_record", None)
+    if record is None:
+        return  # the simulator: no server recipe
+    versions = dict(measured.meta.get("target", {}).get("versions", {}))
+    server = {**record(), "versions": versions}
+    pred.server = server
+    pred.target_description = f"{pred.target_description or ''}, server {server['name']}"
+    pred.provenance = {
+        **(pred.provenance or {}),
+        "server": f"{server['name']} ({server['source']}): "
+        + ", ".join(v for k, v in versions.items() if k != "recipe"),
+    }
+
+
+def target_settings(
+    inputs: Mapping[str, Any], *, server: str | None = None, cluster: ClusterSpec | None = None
+) -> TargetSettings:
+    """The target settings a prediction's ``inputs`` record (``server``: another recipe)."""
+    return TargetSettings(
+        target=inputs.get("target", "testbed"),
+        machine=inputs.get("machine", "this"),
+        docroot=inputs.get("docroot"),
+        server_cpus=tuple(inputs.get("server_cpus") or ()) or None,
+        server=server or inputs.get("server"),
+        cluster=cluster,
+        generator=GeneratorPlacement(
+            tuple(inputs.get("generator_cpus") or ()) or None,
+            bool(inputs.get("allow_overlap", False)),
+            int(inputs.get("realtime", 0)),
+        ),
+    )
