@@ -30,6 +30,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -97,9 +98,11 @@ def main(argv: list[str] | None = None) -> int:
         looped = loop_window(trace, skip, span)
         k = 1.0 / a.alpha
         prov = make_provider(TargetSettings(docroot=docroot), run_dir=work / "runs")
-        if a.php_children_per_core is not None:
-            prov.php_children_per_core = a.php_children_per_core
-        prov.enforce = a.enforce  # None: shrink.enforce's default
+        children = a.php_children_per_core
+        if children is None:
+            children = prov.server.php_children_per_core
+        # enforce None: shrink.enforce's default
+        prov.server = replace(prov.server, php_children_per_core=children, enforce=a.enforce)
         cpus = prov.server_cpus()
         share = Share.whole(cpus) if a.alpha == 1 else Share.cpu_time(cpus, a.alpha)
         print(

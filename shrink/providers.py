@@ -19,7 +19,7 @@ from shrink.machine import Machine
 from shrink.replay.cluster import ClusterSpec
 from shrink.share import Share
 from shrink.target import GeneratorPlacement, RunResult, Target
-from shrink.testbed.config import PHP_CHILDREN_PER_CORE
+from shrink.testbed.config import ServerSettings
 from shrink.trace import Trace
 
 __all__ = ["SimProvider", "TargetSettings", "TestbedProvider", "make_provider"]
@@ -91,8 +91,8 @@ class TestbedProvider:
     """The real testbed on this machine, driven by the replay engine.
 
     The generator keeps its ``generator`` placement's CPUs (default: the lowest CPU);
-    the full target is every other CPU (on a 2-core machine: CPU 1). ``server`` is the
-    server recipe: ``lighttpd-php-cgi`` (default), ``nginx-php-fpm`` or a
+    the full target is every other CPU (on a 2-core machine: CPU 1). ``server``: how the
+    server runs, its recipe ``lighttpd-php-cgi`` (default), ``nginx-php-fpm`` or a
     ``RECIPE.toml`` file (read once, here, so a bad one fails before any run).
     """
 
@@ -108,16 +108,14 @@ class TestbedProvider:
         generator: GeneratorPlacement = GeneratorPlacement(),
         run_dir: str | Path = ".",
         engine: dict[str, Any] | None = None,
-        php_children_per_core: int = PHP_CHILDREN_PER_CORE,
-        server: str | None = None,
-        enforce: str | None = None,
+        server: ServerSettings = ServerSettings(),
         cluster: ClusterSpec | None = None,
-        php: Any = None,
     ) -> None:
         from shrink.testbed.servers import load_recipe
         from shrink.topology import discover
 
-        self.recipe = load_recipe(server)
+        self.recipe = load_recipe(server.recipe)
+        self.server = replace(server, recipe=self.recipe)
         self.docroot = Path(docroot)
         self._machine = machine or discover()
         allowed = sorted(os.sched_getaffinity(0))
@@ -140,11 +138,8 @@ class TestbedProvider:
         self.generator_cpus = gen
         self.run_dir = Path(run_dir)
         self.engine = engine or {}
-        self.php_children_per_core = php_children_per_core
-        self.enforce = enforce  # shrink.enforce mechanism; None: its default
         self.cluster = cluster  # generators on a Ray cluster instead of this machine
         self._opened = 0
-        self.php = php  # shrink.testbed.config.PhpLimits (None: the defaults)
         self.allow_overlap = generator.allow_overlap  # the generator may share the server's CPUs
         self.realtime = generator.realtime  # SCHED_FIFO priority of the generator (0: normal)
 
@@ -163,7 +158,7 @@ class TestbedProvider:
             "allow_overlap": self.allow_overlap,
             "realtime": self.realtime,
             "server": self.server_record(),
-            "enforce": self.enforce or _default_enforce(),
+            "enforce": self.server.enforce or _default_enforce(),
         }
 
     def server_record(self) -> dict[str, Any]:
@@ -191,11 +186,8 @@ class TestbedProvider:
             mapping,
             state_path=state_path,
             port=0,
-            php_children_per_core=self.php_children_per_core,
             owned=True,  # dies with this process, even by kill -9
-            server=self.recipe,
-            php=self.php,
-            **({"enforce": self.enforce} if self.enforce else {}),
+            server=self.server,
         )
         try:
             live = LiveTarget.from_state(
@@ -303,13 +295,13 @@ def make_provider(
         raise TopologyError(f"target == {target!r}, must be 'testbed' or 'sim:SPEC.toml'")
     if settings.docroot is None:
         raise TopologyError("the testbed needs a document root (--docroot, from shrink synth)")
+    php = PhpLimits() if trace is None else PhpLimits.for_trace(trace)
     return TestbedProvider(
         settings.docroot,
         machine=load_machine(settings.machine),
         run_dir=run_dir,
         server_cpus=settings.server_cpus,
-        server=settings.server,
+        server=ServerSettings(settings.server, php=php),
         cluster=settings.cluster,
-        php=None if trace is None else PhpLimits.for_trace(trace),
         generator=settings.generator,
     )

@@ -133,7 +133,7 @@ def _live_docroot(tmp_path: Path) -> Path:
 @pytest.mark.root
 def test_testbed_with_a_corunner_records_it_and_down_stops_it(tmp_path):
     from shrink.share import Share
-    from shrink.testbed import down, up
+    from shrink.testbed import ServerSettings, down, up
     from shrink.topology import discover
 
     require_root()
@@ -147,7 +147,7 @@ def test_testbed_with_a_corunner_records_it_and_down_stops_it(tmp_path):
         Share.parse("1@25%", m),
         state_path=state,
         port=0,
-        enforce="corunner",
+        server=ServerSettings(enforce="corunner"),
     )
     rec = st.replicas[0].enforce
     try:
@@ -166,7 +166,7 @@ def test_testbed_with_a_corunner_records_it_and_down_stops_it(tmp_path):
 def test_a_refused_enforcer_leaves_no_server_behind(tmp_path, monkeypatch):
     from shrink import processes as proc
     from shrink.share import Share
-    from shrink.testbed import up
+    from shrink.testbed import ServerSettings, up
     from shrink.topology import discover
 
     require_root()
@@ -186,7 +186,7 @@ def test_a_refused_enforcer_leaves_no_server_behind(tmp_path, monkeypatch):
             Share.parse("1@25%", m),
             state_path=tmp_path / "s.json",
             port=0,
-            enforce="corunner",
+            server=ServerSettings(enforce="corunner"),
         )
     born = [p for p in proc.descendants(os.getpid()) if p not in before]
     assert not [p for p in born if proc.is_alive(p)]

@@ -16,7 +16,7 @@ from shrink import processes as process
 from shrink.errors import RecipeError, TestbedError
 from shrink.mapping import build_mapping
 from shrink.share import Share
-from shrink.testbed import lifecycle
+from shrink.testbed import ServerSettings, lifecycle
 from shrink.testbed.command import CommandRecipe
 from shrink.testbed.fake_recipe import FakeRecipe
 from shrink.testbed.lighttpd import LighttpdPhpCgi
@@ -132,7 +132,7 @@ def test_the_lifecycle_works_through_the_recipe(tmp_path, machine):
     fake = FakeRecipe()
     state = tmp_path / "s.json"
     st = lifecycle.up(tmp_path / "doc", machine, Share.all_of(machine), "2-replica-direct",
-                      state_path=state, port=0, server=fake)  # fmt: skip
+                      state_path=state, port=0, server=ServerSettings(fake))  # fmt: skip
     try:
         assert fake.calls["versions"] == 1 and fake.calls["start"] == 2
         assert fake.calls["health"] >= 2 and fake.calls["pids"] >= 2
@@ -164,7 +164,8 @@ def test_a_failed_start_names_the_recipe_and_leaves_nothing(tmp_path, machine, f
     state = tmp_path / "s.json"
     with pytest.raises(RecipeError) as err:
         lifecycle.up(tmp_path / "doc", machine, Share.all_of(machine), "2-replica-direct",
-                     state_path=state, port=0, server=FakeRecipe(fail), timeout_s=1.0)  # fmt: skip
+                     state_path=state, port=0, server=ServerSettings(FakeRecipe(fail)),
+                     timeout_s=1.0)  # fmt: skip
     msg = str(err.value)
     assert msg.startswith("recipe fake: replica r0 (127.0.0.1:") and "\n" not in msg, msg
     assert re.search(what, msg), msg
@@ -179,7 +180,7 @@ def test_a_recipe_file_that_cannot_be_read_still_stops(tmp_path, machine):
     recipe.health = lambda address, port: None  # type: ignore[method-assign]
     state = tmp_path / "s.json"
     st = lifecycle.up(tmp_path / "doc", machine, Share.all_of(machine), state_path=state,
-                      port=0, server=recipe)  # fmt: skip
+                      port=0, server=ServerSettings(recipe))  # fmt: skip
     f.unlink()  # the recipe is gone; the state file alone says what to stop
     from shrink.testbed.status import status
 
@@ -194,5 +195,6 @@ def test_a_program_that_is_not_installed_is_named_before_anything_starts(tmp_pat
     f = _write(tmp_path, 'commands = [["sleep", "60"], ["no-such-server-xyz", "{port}"]]\n')
     with pytest.raises(TestbedError, match=r"r\.toml: commands\[1\]: program 'no-such-server-xyz'"):
         lifecycle.up(tmp_path / "doc", machine, Share.all_of(machine),
-                     state_path=tmp_path / "s.json", port=0, server=str(f))  # fmt: skip
+                     state_path=tmp_path / "s.json", port=0,
+                     server=ServerSettings(str(f)))  # fmt: skip
     assert running_under(tmp_path) == []

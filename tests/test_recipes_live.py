@@ -24,7 +24,7 @@ from shrink import processes as process
 from shrink.cli import app
 from shrink.mapping import BUILTIN_MAPPINGS
 from shrink.share import Share
-from shrink.testbed import down, status, up
+from shrink.testbed import ServerSettings, down, status, up
 from shrink.testbed.nginx import php_fpm_names
 from shrink.testbed.state import TestbedState
 
@@ -64,7 +64,7 @@ def test_builtin_recipe_serves_pinned_and_stops(docroot, machine, tmp_path, reci
     _require(recipe)
     state = tmp_path / "state.json"
     st = up(docroot, machine, Share.all_of(machine), mapping, state_path=state, port=0,
-            server=recipe)  # fmt: skip
+            server=ServerSettings(recipe))  # fmt: skip
     try:
         assert st.server["name"] == recipe and all(st.versions.values())
         assert_replicas_serve(st, POOL[recipe])
@@ -92,7 +92,7 @@ def test_nginx_on_a_cpu_time_share_has_every_process_in_the_quota(docroot, machi
     cpu = machine.all_cpus[-1]
     state = tmp_path / "state.json"
     st = up(docroot, machine, Share.parse(f"{cpu}@25%", machine), state_path=state, port=0,
-            server="nginx-php-fpm")  # fmt: skip
+            server=ServerSettings("nginx-php-fpm"))  # fmt: skip
     try:
         (r,) = st.replicas
         cg = Path(r.cgroup["dirs"]["cpu"])

@@ -16,7 +16,7 @@ from shrink.errors import ParameterError
 from shrink.mapping import Replica
 from shrink.replay.live import wait_idle
 from shrink.share import Share
-from shrink.testbed import down, up
+from shrink.testbed import ServerSettings, down, up
 from shrink.testbed.config import PhpLimits, ReplicaConfig, render_lighttpd_conf
 from shrink.testbed.coverage import docroot_coverage
 from shrink.topology import discover
@@ -106,7 +106,8 @@ def test_an_abandoned_php_request_stops_at_its_time_limit(tmp_path):
     state = tmp_path / "tb.json"
     os.environ["SHRINK_RUN_DIR"] = str(tmp_path / "runs")
     # a 1 s limit, to keep the test short
-    st = up(doc, m, Share.all_of(m), state_path=state, port=0, php=PhpLimits(max_execution_s=1))
+    limits = ServerSettings(php=PhpLimits(max_execution_s=1))
+    st = up(doc, m, Share.all_of(m), state_path=state, port=0, server=limits)
     assert any("max_execution_time 1 s" in n for n in st.notes)  # said in the state
     try:
         r = st.replicas[0]

@@ -16,7 +16,7 @@ from shrink.errors import RecipeError, TestbedError, TopologyError
 from shrink.machine import Machine
 from shrink.mapping import build_mapping
 from shrink.share import Share
-from shrink.testbed import lifecycle
+from shrink.testbed import ServerSettings, lifecycle
 from shrink.testbed import recipe as recipe_mod
 from shrink.testbed.config import ReplicaConfig, render_lighttpd_conf, write_probe
 from shrink.testbed.fake import FakeServer
@@ -177,7 +177,7 @@ def test_port_in_use_is_refused(tmp_path):
         with pytest.raises(TestbedError, match=f"port {port} on 127.0.0.1 is in use"):
             lifecycle.up(tmp_path / "doc", TWO_CORE, Share.parse("0.5", TWO_CORE),
                          state_path=tmp_path / "s.json", port=port,
-                         server=FakeRecipe())  # fmt: skip
+                         server=ServerSettings(FakeRecipe()))  # fmt: skip
 
 
 def test_cpu_time_share_without_cgroup_permission(tmp_path, monkeypatch):
@@ -188,7 +188,7 @@ def test_cpu_time_share_without_cgroup_permission(tmp_path, monkeypatch):
     share = Share.parse(f"{m.all_cpus[0]}@50%", m)
     with pytest.raises(TopologyError, match=r"no permission for cgroups.*Without root"):
         lifecycle.up(tmp_path / "doc", m, share, state_path=tmp_path / "s.json", port=0,
-                     server=FakeRecipe())  # fmt: skip
+                     server=ServerSettings(FakeRecipe()))  # fmt: skip
 
 
 def test_fake_target_serves_sizes_and_counts():

@@ -24,7 +24,7 @@ from shrink.enforce.cfs import cgroup_mounts
 from shrink.errors import RecipeError, StateError, TestbedError
 from shrink.mapping import build_mapping
 from shrink.share import Share
-from shrink.testbed import down, up
+from shrink.testbed import ServerSettings, down, up
 from shrink.testbed.command import CommandRecipe
 from shrink.testbed.config import ReplicaConfig, render_lighttpd_conf
 from shrink.testbed.fake_recipe import FakeRecipe
@@ -181,7 +181,7 @@ def test_run_dirs_are_private_fresh_and_removed_by_down(tmp_path, monkeypatch, m
     planted.symlink_to(nobody)
     try:
         st = up(tmp_path / "doc", machine, Share.all_of(machine), "2-replica-direct",
-                state_path=state, port=0, server=FakeRecipe())  # fmt: skip
+                state_path=state, port=0, server=ServerSettings(FakeRecipe()))  # fmt: skip
         try:
             assert list(nobody.iterdir()) == [] and not old_run.exists()
             roots = {Path(r.run_dir).parent for r in st.replicas}
@@ -243,8 +243,8 @@ def test_a_second_up_on_the_same_state_fails_at_once_naming_the_first(
 
     def run_first():
         try:
-            first["state"] = up(tmp_path / "doc", machine, Share.all_of(machine),
-                                state_path=state, port=0, server=_SlowFake())  # fmt: skip
+            first["state"] = up(tmp_path / "doc", machine, Share.all_of(machine), state_path=state,
+                                port=0, server=ServerSettings(_SlowFake()))  # fmt: skip
         except BaseException as exc:  # reported by the assert below
             first["error"] = exc
 
@@ -255,7 +255,7 @@ def test_a_second_up_on_the_same_state_fails_at_once_naming_the_first(
         t0 = time.monotonic()
         with pytest.raises(TestbedError) as err:
             up(tmp_path / "doc", machine, Share.all_of(machine), state_path=state, port=0,
-               server=FakeRecipe())  # fmt: skip
+               server=ServerSettings(FakeRecipe()))  # fmt: skip
         assert time.monotonic() - t0 < 1.0  # at once, not after a start-up timeout
         msg = str(err.value)
         assert str(state) in msg and f"PID {os.getpid()}" in msg and "\n" not in msg
@@ -271,10 +271,11 @@ def test_another_testbed_on_the_same_cpus_is_warned_about(tmp_path, monkeypatch,
     (tmp_path / "doc").mkdir()
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     share = Share.all_of(machine)
-    st_a = up(tmp_path / "doc", machine, share, state_path=a, port=0, server=FakeRecipe())
+    fake_a, fake_b = ServerSettings(FakeRecipe()), ServerSettings(FakeRecipe())
+    st_a = up(tmp_path / "doc", machine, share, state_path=a, port=0, server=fake_a)
     try:
         assert not [n for n in st_a.notes if n.startswith("warning:")]
-        st_b = up(tmp_path / "doc", machine, share, state_path=b, port=0, server=FakeRecipe())
+        st_b = up(tmp_path / "doc", machine, share, state_path=b, port=0, server=fake_b)
         try:
             warned = [n for n in st_b.notes if n.startswith("warning:")]
             assert len(warned) == 1 and str(a.resolve()) in warned[0], st_b.notes
@@ -320,7 +321,8 @@ def test_the_servers_run_without_root_and_follow_no_symlink_out(
     (doc / "whoami.php").write_text(WHOAMI_PHP)
     (doc / "fs").symlink_to("/")  # a page someone planted: the whole file system
     state = tmp_path / "s.json"
-    st = up(doc, machine, Share.all_of(machine), state_path=state, port=0, server=recipe)
+    server = ServerSettings(recipe)
+    st = up(doc, machine, Share.all_of(machine), state_path=state, port=0, server=server)
     try:
         r = st.replicas[0]
         pids = [p for p in r.pids if process.is_alive(p)]
@@ -344,7 +346,7 @@ def test_a_docroot_that_is_the_whole_file_system_is_refused(tmp_path, machine):
     (tmp_path / "doc").symlink_to("/")
     with pytest.raises(TestbedError, match="the whole file system"):
         up(tmp_path / "doc", machine, Share.all_of(machine), state_path=tmp_path / "s.json",
-           port=0, server=FakeRecipe())  # fmt: skip
+           port=0, server=ServerSettings(FakeRecipe()))  # fmt: skip
 
 
 @pytest.mark.root

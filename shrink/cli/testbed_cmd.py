@@ -108,6 +108,7 @@ def up(
     """Start one server replica per mapping replica, pinned to its cores, capped by the share."""
     from shrink.share import Share
     from shrink.testbed import lifecycle
+    from shrink.testbed.config import ServerSettings
     from shrink.topology import format_cpulist, load_machine
 
     warn_stale()
@@ -127,11 +128,8 @@ def up(
             mapping,
             state_path=state,
             port=port,
-            php_children_per_core=php_children,
+            server=ServerSettings(server, php_children, php, enforce),
             cgroups=cgroups,
-            server=server,
-            enforce=enforce,
-            php=php,
         )
     if as_json:
         echo_json(st.to_dict())

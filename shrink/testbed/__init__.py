@@ -7,6 +7,7 @@ default), ``nginx-php-fpm``, or a user's TOML file (:mod:`shrink.testbed.command
 in-process fake target for unit tests of later stages is :mod:`shrink.testbed.fake`.
 """
 
+from shrink.testbed.config import ServerSettings
 from shrink.testbed.lifecycle import down, up
 from shrink.testbed.recipe import BUILTIN_RECIPES, ServerRecipe
 from shrink.testbed.servers import load_recipe
@@ -17,6 +18,7 @@ __all__ = [
     "BUILTIN_RECIPES",
     "ReplicaState",
     "ServerRecipe",
+    "ServerSettings",
     "TestbedState",
     "down",
     "load_recipe",

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +150,20 @@ class PhpLimits:
             f"memory_limit {self.memory_limit} (--php-memory-limit), "
             f"post_max_size {self.post_max_mib}M{body}"
         )
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """How the testbed runs its server: the ``recipe`` (a recipe, a built-in recipe's name,
+    ``lighttpd-php-cgi`` or ``nginx-php-fpm``, or a ``RECIPE.toml``; None: lighttpd-php-cgi),
+    the PHP pool's ``php_children_per_core`` (the built-in recipes), PHP's ``php`` limits,
+    and ``enforce``, the mechanism of a CPU-time share (:mod:`shrink.enforce`; None: its
+    default)."""
+
+    recipe: Any = None  # str | shrink.testbed.recipe.ServerRecipe | None
+    php_children_per_core: int = PHP_CHILDREN_PER_CORE
+    php: PhpLimits = field(default_factory=PhpLimits)
+    enforce: str | None = None
 
 
 @dataclass(frozen=True)

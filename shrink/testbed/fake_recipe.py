@@ -9,7 +9,7 @@ the way real recipes break: ``"exit"`` (the process dies at start-up),
 ``"silent"`` (it runs but never answers) or ``"start"`` (start raises)::
 
     recipe = FakeRecipe()
-    up(docroot, machine, share, state_path=..., server=recipe)
+    up(docroot, machine, share, state_path=..., server=ServerSettings(recipe))
     assert recipe.calls["start"] == 1
 """
 

@@ -30,6 +30,7 @@ import shutil
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ from shrink.machine import Machine
 from shrink.mapping import Mapping, Replica, build_mapping
 from shrink.share import Cgroup, Share, can_write_cgroups, cgroup_layout
 from shrink.testbed import registry
-from shrink.testbed.config import PHP_CHILDREN_PER_CORE, PhpLimits
+from shrink.testbed.config import PhpLimits, ServerSettings
 from shrink.testbed.private import (
     ServerUser,
     UpLock,
@@ -119,21 +120,26 @@ def _free_port(addresses: list[str]) -> int:
     raise TestbedError(f"found no port free on all of {addresses}")
 
 
-def _start_replica(
-    recipe: ServerRecipe,
-    r: Replica,
-    *,
-    docroot: Path,
-    run_root: Path,
-    children_per_core: int,
-    enforcer: Enforcer | None,
-    timeout_s: float,
-    owned: bool = False,
-    php: PhpLimits | None = None,
-    user: ServerUser | None = None,
-) -> ReplicaState:
+@dataclass(frozen=True)
+class _Launch:
+    """What every replica of one ``up`` starts with: the recipe, the document root, the
+    run folder, how long a start may take, whether the servers die with this process,
+    the PHP pool and limits, and the unprivileged user (None: the caller)."""
+
+    recipe: ServerRecipe
+    docroot: Path
+    run_root: Path
+    timeout_s: float
+    owned: bool
+    children_per_core: int
+    php: PhpLimits
+    user: ServerUser | None
+
+
+def _start_replica(launch: _Launch, r: Replica, enforcer: Enforcer | None) -> ReplicaState:
     """Start one replica through the recipe; on any failure stop all it spawned."""
-    run_dir, sock_dir = replica_dirs(run_root, r.name, user)
+    recipe, user, owned = launch.recipe, launch.user, launch.owned
+    run_dir, sock_dir = replica_dirs(launch.run_root, r.name, user)
     if len(str(sock_dir / "php-fpm.sock-00")) > 107:  # a Unix socket path holds 108 bytes
         raise TestbedError(f"{sock_dir}: too long a path for a Unix socket; set a shorter "
                            "SHRINK_RUN_DIR")  # fmt: skip
@@ -164,8 +170,8 @@ def _start_replica(
         return proc
 
     ctx = ReplicaContext(
-        r, docroot, run_dir, sock_dir, children_per_core, timeout_s, spawn, php or PhpLimits(),
-        user,
+        r, launch.docroot, run_dir, sock_dir, launch.children_per_core, launch.timeout_s, spawn,
+        launch.php, user,
     )  # fmt: skip
     try:
         if enforcer is not None:
@@ -196,7 +202,7 @@ def _start_replica(
             problem = recipe.health(r.address, r.port)
             return None if problem is None else f"no healthy answer ({problem})"
 
-        wait_until(answering, spawned, timeout_s)
+        wait_until(answering, spawned, launch.timeout_s)
         _record(recipe, rs)
     except BaseException as exc:
         kill_spawned(spawned)
@@ -241,27 +247,25 @@ def up(
     *,
     state_path: str | Path,
     port: int = 8080,
-    php_children_per_core: int = PHP_CHILDREN_PER_CORE,
+    server: ServerSettings = ServerSettings(),
     cgroups: str = "auto",
     timeout_s: float = 15.0,
-    server: str | ServerRecipe | None = None,
-    enforce: str = DEFAULT_ENFORCE,
     owned: bool = False,
-    php: PhpLimits | None = None,
 ) -> TestbedState:
     """Start one server replica per replica of ``mapping`` over ``share``; write the state.
 
-    ``server``: a recipe, a built-in recipe's name (``lighttpd-php-cgi``, the
-    default, or ``nginx-php-fpm``) or a recipe file ``RECIPE.toml``.
-    ``php_children_per_core`` sizes the PHP pool of the built-in recipes. ``port``
-    0 picks a port free on every replica's address. ``cgroups``: ``"auto"`` uses
-    them where we may write them (always needed for a CPU-time share), ``"no"``
-    uses CPU affinity alone. ``enforce``: the mechanism of a CPU-time share
-    (:mod:`shrink.enforce`: ``cfs`` or ``corunner``). ``php``: PHP's limits
-    (default :class:`PhpLimits`'s), said in the state's notes.
+    ``server``: how the server runs (:class:`ServerSettings`: its recipe, a recipe, a
+    built-in recipe's name (``lighttpd-php-cgi``, the default, or ``nginx-php-fpm``) or a
+    recipe file ``RECIPE.toml``; the PHP pool of the built-in recipes; PHP's limits, said
+    in the state's notes; the mechanism of a CPU-time share, :mod:`shrink.enforce`:
+    ``cfs`` or ``corunner``). ``port`` 0 picks a port free on every replica's address.
+    ``cgroups``: ``"auto"`` uses them where we may write them (always needed for a
+    CPU-time share), ``"no"`` uses CPU affinity alone.
     """
+    enforce = server.enforce or DEFAULT_ENFORCE
     check_mechanism(enforce)
-    recipe = server if server is not None and not isinstance(server, str) else load_recipe(server)
+    recipe = server.recipe
+    recipe = recipe if recipe is not None and not isinstance(recipe, str) else load_recipe(recipe)
     docroot = Path(docroot).resolve()
     if not docroot.is_dir():
         raise TestbedError(
@@ -279,20 +283,21 @@ def up(
             _refuse_if_running(state_path)
         versions = recipe.versions()
         m, notes = mapping_for(mapping, machine, share, port)
-        php = php or PhpLimits()
         if recipe.name == "lighttpd-php-cgi":  # the limits it runs with, printed by testbed up
-            notes.append(php.describe(php_children_per_core))
+            notes.append(server.php.describe(server.php_children_per_core))
         notes.extend(_others_on(share.cpus, state_path))
         m = _with_free_ports(m, port)
         use_cg, layout = _use_cgroups(share, cgroups, enforce)
         run_root = new_run_root(base, state_path, user)
+        launch = _Launch(
+            recipe, docroot, run_root,
+            timeout_s=float(getattr(recipe, "start_timeout", None) or timeout_s), owned=owned,
+            children_per_core=server.php_children_per_core, php=server.php, user=user,
+        )  # fmt: skip
         try:
             started, enfs = _start_all(
-                recipe, m, share, docroot, run_root,
-                tag=f"{state_path.stem}-{os.getpid()}-{int(time.time())}",
+                launch, m, share, tag=f"{state_path.stem}-{os.getpid()}-{int(time.time())}",
                 cgroups=(use_cg, layout), enforce=enforce,
-                timeout_s=float(getattr(recipe, "start_timeout", None) or timeout_s),
-                children_per_core=php_children_per_core, owned=owned, php=php, user=user,
             )  # fmt: skip
         except BaseException:
             shutil.rmtree(run_root, ignore_errors=True)
@@ -317,20 +322,7 @@ def up(
 
 
 def _start_all(
-    recipe: ServerRecipe,
-    m: Mapping,
-    share: Share,
-    docroot: Path,
-    run_root: Path,
-    *,
-    tag: str,
-    cgroups: tuple[bool, Any],
-    enforce: str,
-    timeout_s: float,
-    children_per_core: int,
-    owned: bool,
-    php: PhpLimits,
-    user: ServerUser | None,
+    launch: _Launch, m: Mapping, share: Share, *, tag: str, cgroups: tuple[bool, Any], enforce: str
 ) -> tuple[list[ReplicaState], list[Enforcer]]:
     """Start every replica; if one fails, stop those started and raise."""
     use_cg, layout = cgroups
@@ -348,23 +340,10 @@ def _start_all(
                     layout=layout if use_cg else None,
                 )
                 enfs.append(enf)
-            started.append(
-                _start_replica(
-                    recipe,
-                    r,
-                    docroot=docroot,
-                    run_root=run_root,
-                    children_per_core=children_per_core,
-                    enforcer=enf,
-                    timeout_s=timeout_s,
-                    owned=owned,
-                    php=php,
-                    user=user,
-                )
-            )
+            started.append(_start_replica(launch, r, enf))
     except BaseException:
         for rs in started:
-            _stop_replica(recipe, rs)
+            _stop_replica(launch.recipe, rs)
         for enf in enfs[len(started) :]:
             enf.stop()
         raise
