@@ -8,6 +8,7 @@ creating one Python string per row, which is what keeps generation fast.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -16,11 +17,19 @@ import pyarrow.compute as pc
 
 from shrink.trace import Trace
 
-__all__ = ["trace_from_vocab"]
+__all__ = ["VocabColumn", "trace_from_vocab"]
 
 
-def _take(vocab: Sequence[str], index: np.ndarray) -> pa.Array:
-    return pc.take(pa.array(list(vocab), type=pa.string()), pa.array(index, type=pa.int32()))
+@dataclass(frozen=True)
+class VocabColumn:
+    """A string column as each row's index into a small vocabulary: ``vocab[index]``."""
+
+    vocab: Sequence[str]
+    index: np.ndarray
+
+    def take(self) -> pa.Array:
+        vocab = pa.array(list(self.vocab), type=pa.string())
+        return pc.take(vocab, pa.array(self.index, type=pa.int32()))
 
 
 def trace_from_vocab(
@@ -29,14 +38,11 @@ def trace_from_vocab(
     burst: np.ndarray,
     t: np.ndarray,
     think: np.ndarray,
-    path_vocab: Sequence[str],
-    path_index: np.ndarray,
-    cls_vocab: Sequence[str],
-    cls_index: np.ndarray,
+    path: VocabColumn,
+    cls: VocabColumn,
     nbytes: np.ndarray,
     status: np.ndarray,
-    client_vocab: Sequence[str],
-    client_index: np.ndarray,
+    client: VocabColumn,
     meta: Mapping[str, Any],
 ) -> Trace:
     """A trace whose string columns are ``vocab[index]``; numeric columns as given."""
@@ -47,13 +53,13 @@ def trace_from_vocab(
             "burst": pa.array(burst, type=pa.int32()),
             "t": pa.array(t, type=pa.float64()),
             "think": pa.array(think, type=pa.float64()),
-            "method": _take(["GET"], np.zeros(n, dtype=np.int32)),
-            "path": _take(path_vocab, path_index),
-            "cls": _take(cls_vocab, cls_index),
+            "method": VocabColumn(["GET"], np.zeros(n, dtype=np.int32)).take(),
+            "path": path.take(),
+            "cls": cls.take(),
             "bytes": pa.array(nbytes, type=pa.int64()),
             "status": pa.array(status, type=pa.int32()),
             "rt": pa.array(np.full(n, np.nan), type=pa.float64()),
-            "client": _take(client_vocab, client_index),
+            "client": client.take(),
         }
     )
     return Trace.from_table(table, meta)

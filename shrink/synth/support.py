@@ -36,7 +36,7 @@ import numpy as np
 
 from shrink.checks import check_int, check_positive
 from shrink.errors import ParameterError
-from shrink.synth._table import trace_from_vocab
+from shrink.synth._table import VocabColumn, trace_from_vocab
 from shrink.synth.support_params import (
     DOWNLOAD,
     DOWNLOAD_CLASSES,
@@ -313,14 +313,11 @@ def synth_support(
         burst=step[row_burst],
         t=t[row_burst],
         think=think[row_burst],
-        path_vocab=site.paths,
-        path_index=path_index,
-        cls_vocab=["static", "dynamic"],
-        cls_index=site.dynamic[path_index].astype(np.int32),
+        path=VocabColumn(site.paths, path_index),
+        cls=VocabColumn(["static", "dynamic"], site.dynamic[path_index].astype(np.int32)),
         nbytes=nbytes,
         status=status,
-        client_vocab=[f"user{i}" for i in range(users)],
-        client_index=slot[row_burst],
+        client=VocabColumn([f"user{i}" for i in range(users)], slot[row_burst]),
         meta=meta,
     )
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from shrink.checks import check_positive, check_rate
 from shrink.errors import ParameterError
-from shrink.synth._table import trace_from_vocab
+from shrink.synth._table import VocabColumn, trace_from_vocab
 from shrink.trace import Trace
 
 __all__ = ["ARRIVALS", "TCP_BYTES", "TCP_PATH", "synth_tcp"]
@@ -86,13 +86,10 @@ def synth_tcp(
         burst=zeros,
         t=t,
         think=np.zeros(n),
-        path_vocab=[TCP_PATH],
-        path_index=zeros,
-        cls_vocab=["static"],
-        cls_index=zeros,
+        path=VocabColumn([TCP_PATH], zeros),
+        cls=VocabColumn(["static"], zeros),
         nbytes=np.full(n, TCP_BYTES, dtype=np.int64),
         status=np.full(n, 200, dtype=np.int32),
-        client_vocab=[""],
-        client_index=zeros,
+        client=VocabColumn([""], zeros),
         meta=meta,
     )
