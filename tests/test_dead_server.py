@@ -24,6 +24,7 @@ from shrink.loadcurve import LoadCurve
 from shrink.measure import sweep
 from shrink.replay.engine import EngineStats
 from shrink.replay.live import LiveTarget
+from shrink.replay.writer import RunLogRow
 from shrink.target import FakeTarget
 from shrink.trace import Trace
 
@@ -78,7 +79,8 @@ def _refusing_engine(error: str):
         t0 = on_ready()
         for i in range(200):
             tc = writer.targets.code("127.0.0.1:9")
-            writer.add(i / 100, i / 100, np.nan, np.nan, 0, 0, 0, i, tc, writer.errors.code(error))
+            error_code = writer.errors.code(error)
+            writer.add(RunLogRow(i / 100, i / 100, np.nan, np.nan, 0, 0, 0, i, tc, error_code))
         writer.close()
         return EngineStats(t0=t0, t0_unix=0.0, wall=2.0, cpu=0.0, requests=200)
 

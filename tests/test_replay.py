@@ -21,6 +21,7 @@ from shrink.errors import ReplayError
 from shrink.replay import (
     EngineConfig,
     LiveTarget,
+    RunLogRow,
     RunLogWriter,
     build_schedule,
     generator_check,
@@ -155,7 +156,7 @@ def test_writer_flushes_row_groups_and_reads_back(tmp_path: Path):
     w = RunLogWriter(tmp_path / "r.parquet", {"x": 1}, flush_rows=3)
     tc = w.targets.code("127.0.0.1:1")
     for i in range(7):
-        w.add(
+        w.add(RunLogRow(
             i,
             i + 0.1,
             i + 0.2,
@@ -166,7 +167,7 @@ def test_writer_flushes_row_groups_and_reads_back(tmp_path: Path):
             i,
             tc,
             w.errors.code("timeout" if i == 6 else ""),
-        )
+        ))
         w.maybe_flush()
     w.close()
     f = pq.ParquetFile(tmp_path / "r.parquet")

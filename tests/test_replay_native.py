@@ -342,7 +342,7 @@ def test_a_writer_without_typed_columns_gets_the_rows_one_by_one():
             self.rows: list[tuple] = []
             self.flushes = 0
 
-        def add(self, *row) -> None:
+        def add(self, row: tuple) -> None:
             self.rows.append(row)
 
         def maybe_flush(self) -> None:

@@ -15,14 +15,14 @@ from shrink.atomic import write_text
 from shrink.errors import WriteError
 from shrink.loadcurve import LoadCurve
 from shrink.replay import writer as writer_mod
-from shrink.replay.writer import RunLogWriter
+from shrink.replay.writer import RunLogRow, RunLogWriter
 from shrink.runlog import RunLog
 
 
 def _fill(w: RunLogWriter, n: int, start: int = 0) -> None:
     w.targets.code("127.0.0.1:80")
     for i in range(start, start + n):
-        w.add(i * 1e-3, i * 1e-3, i * 1e-3 + 1e-4, i * 1e-3 + 2e-4, 200, 100, 0, i, 0, 0)
+        w.add(RunLogRow(i * 1e-3, i * 1e-3, i * 1e-3 + 1e-4, i * 1e-3 + 2e-4, 200, 100, 0, i, 0, 0))
 
 
 def test_a_long_run_keeps_no_flushed_tables(tmp_path):
@@ -131,7 +131,7 @@ def test_a_real_full_tmpfs(tmp_path):
         while w.error is None and i < 2_000_000:  # random values do not compress
             for _ in range(20_000):
                 x = float(rng.random())
-                w.add(x, x, x, x, 200, i, 0, i, 0, 0, x)
+                w.add(RunLogRow(x, x, x, x, 200, i, 0, i, 0, 0, x))
                 i += 1
             w.flush()
         w.close()

@@ -19,7 +19,7 @@ from shrink.replay.live import LiveTarget
 from shrink.replay.native import select_engine
 from shrink.replay.scaleout import EngineRun, run_engines, split_sessions
 from shrink.replay.selfcheck import generator_check
-from shrink.replay.writer import RunLogWriter
+from shrink.replay.writer import RunLogRow, RunLogWriter
 from shrink.schedule import Schedule, build_schedule, open_loop_trace
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "EngineStats",
     "FakeEngine",
     "LiveTarget",
+    "RunLogRow",
     "RunLogWriter",
     "Schedule",
     "build_schedule",

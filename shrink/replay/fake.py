@@ -14,7 +14,7 @@ from typing import Unpack
 
 from shrink.replay._config import EngineConfig
 from shrink.replay.contract import EngineStats, RunOptions, zero_time
-from shrink.replay.writer import RunLogWriter
+from shrink.replay.writer import RunLogRow, RunLogWriter
 from shrink.schedule import Schedule, session_hash
 
 __all__ = ["FakeEngine"]
@@ -40,8 +40,8 @@ class FakeEngine:
         def row(row: int, session: int, tidx: int, start: float) -> float:
             nonlocal count
             done = start + svc[int(cls[row])]
-            writer.add(start, start, done, done, 200, 0, int(cls[row]), session, codes[tidx], 0,
-                       start)  # fmt: skip
+            writer.add(RunLogRow(start, start, done, done, 200, 0, int(cls[row]), session,
+                                 codes[tidx], 0, start))  # fmt: skip
             count += 1
             return done
 

@@ -49,7 +49,7 @@ from shrink.errors import ParameterError, ReplayError
 from shrink.replay._http import build_request
 from shrink.replay.contract import EngineStats, RunOptions, run_stats, wants_signals, zero_time
 from shrink.replay.engine import EngineConfig, run_schedule
-from shrink.replay.writer import RunLogWriter
+from shrink.replay.writer import RunLogRow, RunLogWriter
 from shrink.schedule import Schedule, session_hash
 
 try:  # the core is optional: the Python engine is the fallback
@@ -206,7 +206,7 @@ def _appender(
             pairs = zip(columns, _DTYPES, strict=True)
             arrays = [np.frombuffer(b, dtype=t).tolist() for b, t in pairs]
             for row in zip(*arrays, strict=True):
-                writer.add(*row)
+                writer.add(RunLogRow(*row))
         writer.maybe_flush()
         return stop[0]
 

@@ -30,7 +30,7 @@ import os
 import time
 from array import array
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -41,7 +41,7 @@ from shrink.errors import WriteError
 from shrink.jsonout import dumps
 from shrink.runlog import META_KEY, RUNLOG_SCHEMA, RunLog
 
-__all__ = ["RESERVE_BYTES", "WRITER_SCHEMA", "RunLogWriter"]
+__all__ = ["RESERVE_BYTES", "WRITER_SCHEMA", "RunLogRow", "RunLogWriter"]
 
 # Room kept free for the last row group and the footer when the disk fills: a
 # flush of 65,536 rows is about 6 MB before compression.
@@ -54,6 +54,23 @@ _TYPECODES = ("d", "d", "d", "d", "i", "q", "b", "q", "i", "i", "d")
 # connection (or began connecting for it). ``dispatched - intended`` is the
 # generator's own lateness; ``sent`` also includes the server's TCP accept.
 WRITER_SCHEMA = pa.schema([*RUNLOG_SCHEMA, pa.field("dispatched", pa.float64())])
+
+
+class RunLogRow(NamedTuple):
+    """One request's row, in :data:`WRITER_SCHEMA`'s order; ``cls_code``, ``target_code``
+    and ``error_code`` from the writer's ``cls``, ``targets`` and ``errors``."""
+
+    intended: float
+    sent: float
+    first_byte: float
+    done: float
+    status: int
+    nbytes: int
+    cls_code: int
+    session: int
+    target_code: int
+    error_code: int
+    dispatched: float = float("nan")
 
 
 class _Codes:
@@ -204,25 +221,8 @@ class RunLogWriter:
         os.close(fd)
         return reserve
 
-    def add(
-        self,
-        intended: float,
-        sent: float,
-        first_byte: float,
-        done: float,
-        status: int,
-        nbytes: int,
-        cls_code: int,
-        session: int,
-        target_code: int,
-        error_code: int,
-        dispatched: float = float("nan"),
-    ) -> None:
-        """One request's row (codes from :attr:`cls`, :attr:`targets`, :attr:`errors`)."""
-        row = (
-            intended, sent, first_byte, done, status, nbytes, cls_code, session,
-            target_code, error_code, dispatched,
-        )  # fmt: skip
+    def add(self, row: RunLogRow) -> None:
+        """One request's row (the engine's hot path appends to :attr:`appends` itself)."""
         for append, value in zip(self.appends, row, strict=True):
             append(value)
 
