@@ -487,12 +487,10 @@ def sweep(
     step = 0
     desc: dict[str, Any] = {}
     meta = {"seed": seed, "warmup": warmup, "duration": duration, "reps": reps}
+    plan = _LevelRuns(knob, reps, warmup, duration, seed, total, progress)
     try:
         for i, level in enumerate(levels):
-            step = _sweep_level(
-                target, trace, i, level, knob, reps, warmup, duration, seed, step, total,
-                progress, out, desc,
-            )  # fmt: skip
+            step = _sweep_level(target, trace, i, level, plan, step, out, desc)
     except KeyboardInterrupt as exc:
         # Keep what was measured: the finished levels, as a curve marked partial.
         partial = _sweep_curve(target, trace, out, knob, alpha, {**meta, "last_run": desc})
@@ -509,23 +507,32 @@ def sweep(
     return _sweep_curve(target, trace, out, knob, alpha, {**meta, "last_run": desc})
 
 
+@dataclass(frozen=True)
+class _LevelRuns:
+    """How every level of a fixed-level sweep is run: its knob, repetitions, warm-up,
+    window and base seed, and the progress callback with the sweep's runs in all."""
+
+    knob: str
+    reps: int
+    warmup: float
+    duration: float
+    seed: int
+    total: int
+    progress: Callable[[str, int, int], None] | None
+
+
 def _sweep_level(
     target: Target,
     trace: Trace,
     i: int,
     level: float,
-    knob: str,
-    reps: int,
-    warmup: float,
-    duration: float,
-    seed: int,
+    plan: _LevelRuns,
     step: int,
-    total: int,
-    progress: Callable[[str, int, int], None] | None,
     out: list[Level],
     desc: dict[str, Any],
 ) -> int:
     """Run one level's repetitions, append it to ``out``; returns the runs done so far."""
+    knob, reps, warmup, duration = plan.knob, plan.reps, plan.warmup, plan.duration
     factor = rate_factor_for(trace, level, knob)
     loops = bool(getattr(target, "loops_trace", False))
     window = window_for(trace, factor, warmup, duration, min(duration, 3.0), loops=loops)
@@ -537,14 +544,14 @@ def _sweep_level(
         )
     stats = []
     for r in range(reps):
-        if progress is not None:
-            progress(f"{knob} {level:g} rep {r + 1}/{reps}", step, total)
+        if plan.progress is not None:
+            plan.progress(f"{knob} {level:g} rep {r + 1}/{reps}", step, plan.total)
         res = target.run(
             trace,
             rate_factor=factor,
             warmup=warmup,
             duration=window,
-            seed=seed + 1000 * i + r,
+            seed=plan.seed + 1000 * i + r,
         )
         stop_if_interrupted(res)
         if res.describe:
