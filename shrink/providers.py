@@ -16,7 +16,6 @@ from typing import Any
 
 from shrink.errors import TopologyError
 from shrink.machine import Machine
-from shrink.replay.cluster import ClusterSpec
 from shrink.share import Share
 from shrink.target import GeneratorPlacement, RunResult, Target
 from shrink.testbed.config import ServerSettings
@@ -109,7 +108,6 @@ class TestbedProvider:
         run_dir: str | Path = ".",
         engine: dict[str, Any] | None = None,
         server: ServerSettings = ServerSettings(),
-        cluster: ClusterSpec | None = None,
     ) -> None:
         from shrink.testbed.servers import load_recipe
         from shrink.topology import discover
@@ -138,10 +136,8 @@ class TestbedProvider:
         self.generator_cpus = gen
         self.run_dir = Path(run_dir)
         self.engine = engine or {}
-        self.cluster = cluster  # generators on a Ray cluster instead of this machine
+        self.generator = replace(generator, cpus=gen)
         self._opened = 0
-        self.allow_overlap = generator.allow_overlap  # the generator may share the server's CPUs
-        self.realtime = generator.realtime  # SCHED_FIFO priority of the generator (0: normal)
 
     def machine(self) -> Machine:
         return self._machine
@@ -155,8 +151,8 @@ class TestbedProvider:
             "docroot": str(self.docroot),
             "server_cpus": list(self._server),
             "generator_cpus": list(self.generator_cpus),
-            "allow_overlap": self.allow_overlap,
-            "realtime": self.realtime,
+            "allow_overlap": self.generator.allow_overlap,
+            "realtime": self.generator.realtime,
             "server": self.server_record(),
             "enforce": self.server.enforce or _default_enforce(),
         }
@@ -190,14 +186,7 @@ class TestbedProvider:
             server=self.server,
         )
         try:
-            live = LiveTarget.from_state(
-                state_path,
-                generator_cpus=list(self.generator_cpus),
-                allow_overlap=self.allow_overlap,
-                realtime=self.realtime,
-                config=self.engine,
-                cluster=self.cluster,
-            )
+            live = LiveTarget.from_state(state_path, generator=self.generator, config=self.engine)
             yield _ShareUtilization(live, share.cpu_fraction, len(share.cpus))
         finally:
             testbed.down(state_path)
@@ -266,8 +255,8 @@ class TargetSettings:
     ``target``: ``testbed`` (the real server on this machine) or ``sim:SPEC.toml``;
     ``machine``: ``this`` or a TOML machine spec; ``docroot``: the testbed's document
     root; ``server_cpus``: the full target's CPUs (None: all but the generator's);
-    ``server``: the testbed's recipe; ``cluster``: the load generators as Ray actors
-    there; ``generator``: where the load generator runs on this machine.
+    ``server``: the testbed's recipe; ``generator``: where and how the load generator
+    runs (on this machine, or as Ray actors on a cluster).
     """
 
     target: str = "testbed"
@@ -275,7 +264,6 @@ class TargetSettings:
     docroot: str | Path | None = None
     server_cpus: tuple[int, ...] | None = None
     server: str | None = None
-    cluster: ClusterSpec | None = None
     generator: GeneratorPlacement = field(default_factory=GeneratorPlacement)
 
 
@@ -302,6 +290,5 @@ def make_provider(
         run_dir=run_dir,
         server_cpus=settings.server_cpus,
         server=ServerSettings(settings.server, php=php),
-        cluster=settings.cluster,
         generator=settings.generator,
     )

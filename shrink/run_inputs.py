@@ -89,10 +89,10 @@ def target_settings(
         docroot=inputs.get("docroot"),
         server_cpus=tuple(inputs.get("server_cpus") or ()) or None,
         server=server or inputs.get("server"),
-        cluster=cluster,
         generator=GeneratorPlacement(
             tuple(inputs.get("generator_cpus") or ()) or None,
             bool(inputs.get("allow_overlap", False)),
             int(inputs.get("realtime", 0)),
+            cluster=cluster,
         ),
     )

@@ -45,6 +45,7 @@ __all__ = [
     "Chunk",
     "Schedule",
     "ScheduleArrays",
+    "ScheduleOptions",
     "build_schedule",
     "open_loop_trace",
     "schedule_arrays",
@@ -410,6 +411,17 @@ def trace_extent(trace: Trace, mode: str = "auto") -> tuple[float, float, int]:
     else:  # one arrival (or all at once): a copy as long as its bursts, at least 1 s
         span = max(float(t_all.max()) - origin, 1.0)
     return origin, span, int(sess.max()) + 1
+
+
+@dataclass(frozen=True)
+class ScheduleOptions:
+    """How a run replays its trace (:func:`build_schedule`'s options): ``mode``
+    ``session``, ``open`` or ``auto`` (from the trace), ``loop`` (repeat the trace until
+    the horizon) and ``warm_start`` (a looped session run starts in the steady state)."""
+
+    mode: str = "auto"
+    loop: bool = True
+    warm_start: bool = True
 
 
 def build_schedule(

@@ -13,13 +13,16 @@ window ``[warmup, warmup + duration)`` seconds after the run's start (the first
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from shrink.runlog import RunLog
 from shrink.schedule import build_schedule
 from shrink.trace import Trace
+
+if TYPE_CHECKING:
+    from shrink.replay.cluster import ClusterSpec
 
 __all__ = ["FakeTarget", "GeneratorCheck", "GeneratorPlacement", "RunResult", "Target"]
 
@@ -43,13 +46,19 @@ class GeneratorCheck:
 
 @dataclass(frozen=True)
 class GeneratorPlacement:
-    """Where the load generator runs on this machine: its CPUs (None: the lowest CPU),
-    whether it may share the server's CPUs (a core subset on a small machine), and its
-    SCHED_FIFO priority (0: normal)."""
+    """Where and how the load generator runs: its CPUs on this machine (None: the testbed
+    keeps the lowest CPU, a replay every CPU off the share's), whether it may share the
+    server's CPUs (a core subset on a small machine), its SCHED_FIFO priority (0:
+    normal), its engine processes (None: one per CPU), the engine (``auto``, ``native``,
+    ``python`` or a stand-in such as :class:`shrink.replay.fake.FakeEngine`; None:
+    ``auto``), or Ray actors on a ``cluster`` instead (:mod:`shrink.replay.cluster`)."""
 
     cpus: tuple[int, ...] | None = None
     allow_overlap: bool = False
     realtime: int = 0
+    processes: int | None = None
+    engine: Any = None
+    cluster: ClusterSpec | None = None
 
 
 @dataclass

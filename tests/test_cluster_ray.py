@@ -22,7 +22,8 @@ from shrink.replay.cluster import ClusterSpec, parse_cluster, ray_available, run
 from shrink.replay.scaleout import split_sessions
 from shrink.replay.writer import RunLogWriter
 from shrink.runlog import RunLog
-from shrink.schedule import build_schedule, trace_extent
+from shrink.schedule import ScheduleOptions, build_schedule, trace_extent
+from shrink.target import GeneratorPlacement
 
 pytestmark = pytest.mark.skipif(
     not ray_available(), reason="ray is not installed (shrink-capacity[ray])"
@@ -117,9 +118,11 @@ def test_two_ray_generators_send_exactly_what_one_process_sends(cluster):
     c, _ = cluster
     tr = session_trace(90, gap=0.05, think=0.3, bursts=3)
     cfg = EngineConfig([("127.0.0.1", 1), ("127.0.0.1", 2)], conns_per_session=2)
-    kw = dict(rate_factor=2.0, horizon=5.0, engine=FakeEngine())
-    one, _ = run_engines(tr, cfg, processes=1, **kw)
-    two, eng = run_engines(tr, cfg, cluster=ClusterSpec(c.address, 2), **kw)
+    fake = FakeEngine()
+    kw = dict(rate_factor=2.0, horizon=5.0)
+    one, _ = run_engines(tr, cfg, generator=GeneratorPlacement(processes=1, engine=fake), **kw)
+    ray = GeneratorPlacement(engine=fake, cluster=ClusterSpec(c.address, 2))
+    two, eng = run_engines(tr, cfg, generator=ray, **kw)
     assert len(one) > 1000 and _rows(one) == _rows(two)
     gens = eng.extra["generators"]
     assert len(gens) == 2 and not any(g["lost"] for g in gens)
@@ -164,12 +167,12 @@ def test_two_generators_against_a_live_server_match_one(cluster, server):
     c, _ = cluster
     tr = session_trace(400, gap=0.01, think=0.05, bursts=4)
     cfg = EngineConfig([server])
-    kw = dict(rate_factor=1.0, horizon=4.0, loop=False)
+    kw = dict(rate_factor=1.0, horizon=4.0, schedule=ScheduleOptions(loop=False))
     figures: dict[str, list[tuple[float, float, float]]] = {"one": [], "ray": []}
     for _rep in range(3):
-        for name, extra in (("one", {"processes": 1}),
-                            ("ray", {"cluster": ClusterSpec(c.address, 2)})):  # fmt: skip
-            log, _ = run_engines(tr, cfg, **kw, **extra)
+        ray = GeneratorPlacement(cluster=ClusterSpec(c.address, 2))
+        for name, gen in (("one", GeneratorPlacement(processes=1)), ("ray", ray)):
+            log, _ = run_engines(tr, cfg, generator=gen, **kw)
             # the measurement window, as a sweep takes it: requests intended in it
             win = log.window(0.5, 3.0)
             lat = win.latencies()
@@ -221,8 +224,8 @@ def test_a_lost_node_loses_only_its_own_rows_and_is_named(cluster, server):
     def replay() -> None:
         try:
             result["out"] = run_engines(
-                tr, cfg, rate_factor=1.0, horizon=8.0, loop=False,
-                cluster=ClusterSpec(c.address, 2),
+                tr, cfg, rate_factor=1.0, horizon=8.0, schedule=ScheduleOptions(loop=False),
+                generator=GeneratorPlacement(cluster=ClusterSpec(c.address, 2)),
             )  # fmt: skip
         except Exception as exc:  # shown by the assertion below, not lost in the thread
             result["error"] = exc
@@ -251,7 +254,9 @@ def test_the_report_names_each_generator_slot_and_what_it_lost():
     from shrink.report.sections.self_checks import cluster_text as _cluster_text
     from shrink.selfchecks import self_checks as _self_checks
 
-    tgt = LiveTarget([("127.0.0.1", 1)], cluster=ClusterSpec("10.0.0.5:6379", 2))
+    tgt = LiveTarget(
+        [("127.0.0.1", 1)], generator=GeneratorPlacement(cluster=ClusterSpec("10.0.0.5:6379", 2))
+    )
     run = [
         {"slot": 0, "node": "gen-a", "clock_offset": 2e-4, "clock_rtt": 1e-3, "lost": False},
         {"slot": 1, "node": "gen-b", "clock_offset": -5e-4, "clock_rtt": 2e-3, "lost": True},

@@ -25,7 +25,7 @@ from shrink.measure import sweep
 from shrink.replay.engine import EngineStats
 from shrink.replay.live import LiveTarget
 from shrink.replay.writer import RunLogRow
-from shrink.target import FakeTarget
+from shrink.target import FakeTarget, GeneratorPlacement
 from shrink.trace import Trace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,8 +102,8 @@ def _state(pids: list[int], starttimes: dict[int, int], **more) -> dict:
 def _target(state: dict, engine) -> LiveTarget:
     cpus = sorted(os.sched_getaffinity(0))
     return LiveTarget(
-        [("127.0.0.1", 9)], state=state, share_cpus=cpus[-1:], allow_overlap=True,
-        engine=engine, generator_cpus=cpus[:1], idle_bound=0.1,
+        [("127.0.0.1", 9)], state=state, share_cpus=cpus[-1:],
+        generator=GeneratorPlacement(tuple(cpus[:1]), True, engine=engine), idle_bound=0.1,
     )  # fmt: skip
 
 

@@ -15,7 +15,7 @@ from shrink.loadcurve import LoadCurve
 from shrink.measure import SweepInterrupted, sweep
 from shrink.replay.engine import EngineStats
 from shrink.replay.live import LiveTarget
-from shrink.target import FakeTarget
+from shrink.target import FakeTarget, GeneratorPlacement
 from shrink.trace import Trace
 
 
@@ -81,8 +81,8 @@ def test_an_interrupted_live_run_does_not_wait_for_the_planned_end():
 
     cpus = sorted(os.sched_getaffinity(0))
     target = LiveTarget(
-        [("127.0.0.1", 9)], share_cpus=cpus[-1:], allow_overlap=True, engine=engine,
-        generator_cpus=cpus[:1],
+        [("127.0.0.1", 9)], share_cpus=cpus[-1:],
+        generator=GeneratorPlacement(tuple(cpus[:1]), True, engine=engine),
     )  # fmt: skip
     start = time.monotonic()
     res = target.run(_trace(), rate_factor=1.0, warmup=1.0, duration=30.0)

@@ -31,6 +31,8 @@ from shrink.replay import (
 )
 from shrink.replay._http import build_request, parse_head
 from shrink.runlog import RunLog
+from shrink.schedule import ScheduleOptions
+from shrink.target import GeneratorPlacement
 from shrink.trace import Trace
 
 # Functional tests judge behaviour, not speed: other work shares this machine, so
@@ -286,7 +288,8 @@ def test_hash_routing_keeps_sessions_on_one_address_and_splits_evenly(fake):
 def test_scale_out_partitions_sessions_and_shares_the_clock(fake):
     tr = session_trace(120, ["/a?bytes=10", "/b?bytes=10"], gap=0.01, think=0.0)
     log, eng = run_engines(
-        tr, EngineConfig([fake]), rate_factor=1.0, horizon=1.5, loop=False, processes=2
+        tr, EngineConfig([fake]), rate_factor=1.0, horizon=1.5,
+        schedule=ScheduleOptions(loop=False), generator=GeneratorPlacement(processes=2),
     )
     assert len(eng.stats) == 2 and all(s.requests > 0 for s in eng.stats), eng
     assert len(log) == 240, eng
@@ -305,7 +308,8 @@ def test_over_driving_the_generator_is_flagged(fake):
     # VM's fast minutes the engine met it at 86% CPU and a 0.98 ms send-lag p99.)
     # The Python engine: the native core kept 400k/s on schedule on a quiet machine.
     tr = open_loop_trace("/x?bytes=10", 400_000.0, 0.6)
-    target = LiveTarget([fake], config={"max_pool": 64, "drain": 0.5}, engine="python")
+    python = GeneratorPlacement(engine="python")
+    target = LiveTarget([fake], config={"max_pool": 64, "drain": 0.5}, generator=python)
     res = target.run(tr, rate_factor=1.0, warmup=0.1, duration=0.5)
     assert res.generator.behind
     from shrink.measure import level_stats
@@ -315,7 +319,7 @@ def test_over_driving_the_generator_is_flagged(fake):
 
 def test_a_modest_rate_is_not_flagged(fake):
     tr = open_loop_trace("/x?bytes=1024", 200.0, 2.0)
-    target = LiveTarget([fake], lag_limit=LOOSE_LAG, realtime=RT)
+    target = LiveTarget([fake], lag_limit=LOOSE_LAG, generator=GeneratorPlacement(realtime=RT))
     # This VM's host stalls it now and then (77 ms once, at 6% generator CPU): one
     # run can be flagged by that. A generator that cannot keep 200/s fails all three.
     reasons = []
@@ -334,8 +338,8 @@ def test_generator_refuses_the_shares_cpus(fake):
     with pytest.raises(ReplayError, match="allow_overlap"):
         LiveTarget([fake], share_cpus=allowed)
     with pytest.raises(ReplayError, match="overlap"):
-        LiveTarget([fake], share_cpus=[allowed[0]], generator_cpus=[allowed[0]])
-    t = LiveTarget([fake], share_cpus=allowed, allow_overlap=True)
+        LiveTarget([fake], share_cpus=[allowed[0]], generator=GeneratorPlacement((allowed[0],)))
+    t = LiveTarget([fake], share_cpus=allowed, generator=GeneratorPlacement(allow_overlap=True))
     assert t.generator_cpus == allowed
     if len(allowed) > 1:
         assert LiveTarget([fake], share_cpus=allowed[1:]).generator_cpus == allowed[:1]
@@ -521,9 +525,10 @@ def test_scale_out_over_three_processes_equals_one_process():
 
     tr = session_trace(90, ["/a", "/b", "/c", "/d"], gap=0.05, think=0.3, bursts=3)
     cfg = EngineConfig([("127.0.0.1", 1), ("127.0.0.1", 2)], conns_per_session=2)
-    kw = dict(rate_factor=2.0, horizon=5.0, engine=FakeEngine())
-    one, _ = run_engines(tr, cfg, processes=1, **kw)
-    three, eng = run_engines(tr, cfg, processes=3, **kw)
+    fake = FakeEngine()
+    kw = dict(rate_factor=2.0, horizon=5.0)
+    one, _ = run_engines(tr, cfg, generator=GeneratorPlacement(processes=1, engine=fake), **kw)
+    three, eng = run_engines(tr, cfg, generator=GeneratorPlacement(processes=3, engine=fake), **kw)
     assert len(eng.stats) == 3 and sum(s.requests for s in eng.stats) == len(three)
 
     def rows(log):
@@ -539,7 +544,8 @@ def test_live_target_sweep_with_the_fake_engine():
     from shrink.replay import FakeEngine
 
     tr = open_loop_trace("/x", 100.0, 60.0)
-    target = LiveTarget([("127.0.0.1", 9)], engine=FakeEngine({"static": 0.002}))
+    fake = GeneratorPlacement(engine=FakeEngine({"static": 0.002}))
+    target = LiveTarget([("127.0.0.1", 9)], generator=fake)
     curve = sweep(target, tr, [1, 2, 4], warmup=1.0, duration=5.0)
     assert [lv.throughput for lv in curve.levels] == pytest.approx([100, 200, 400], rel=0.01)
     assert all(lv.stat("mean")[0] == pytest.approx(0.002) for lv in curve.levels)

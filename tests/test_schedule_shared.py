@@ -12,7 +12,7 @@ from shrink.replay.engine import EngineStats
 from shrink.schedule import Schedule, build_schedule, schedule_arrays, trace_extent
 from shrink.share import Share
 from shrink.sim import SimTarget, support_trace
-from shrink.target import FakeTarget
+from shrink.target import FakeTarget, GeneratorPlacement
 from shrink.trace import Trace
 
 MACHINE = Machine(name="m", sockets=1, cores_per_socket=2, llc_mib=8.0, ghz=2.0)
@@ -49,7 +49,7 @@ def test_the_simulator_and_the_engine_build_the_same_schedule(monkeypatch, seed)
 
     run_engines(
         trace, EngineConfig(targets=[("127.0.0.1", 9)]), rate_factor=2.0, horizon=8.0,
-        engine=engine,
+        generator=GeneratorPlacement(engine=engine),
     )  # fmt: skip
     _same(built[0], engine_got[0])
     # and the simulator sent what that schedule holds, each request in its session

@@ -123,6 +123,8 @@ def _target(
     cluster: ClusterSpec | None = None,
 ) -> Any:
     from shrink.replay.live import LiveTarget
+    from shrink.schedule import ScheduleOptions
+    from shrink.target import GeneratorPlacement
 
     for option, value, accepted in (
         ("--routing", routing, ("hash", "round-robin")),
@@ -132,10 +134,17 @@ def _target(
         if value not in accepted:
             raise OptionError(option, f"{value!r}; accepted: {', '.join(accepted)}")
     items = [x for t in targets for x in t.split(",") if x]
+    gen_cpus = _cpus(generator_cpus)
     return LiveTarget.from_targets(
         items,
-        generator_cpus=_cpus(generator_cpus),
-        allow_overlap=allow_overlap,
+        generator=GeneratorPlacement(
+            None if gen_cpus is None else tuple(gen_cpus),
+            allow_overlap,
+            realtime,
+            processes,
+            engine,
+            cluster,
+        ),
         allow_remote=allow_remote,
         config={
             "routing": routing,
@@ -143,15 +152,9 @@ def _target(
             "timeout": parse_duration(timeout, "timeout"),
             "conn_per_request": conn_per_request,
         },
-        mode=mode,
-        loop=loop,
-        warm_start=warm_start,
+        schedule=ScheduleOptions(mode, loop, warm_start),
         lag_limit=parse_duration(lag_limit, "lag limit"),
         runlog_dir=runlog_dir,
-        realtime=realtime,
-        processes=processes,
-        engine=engine,
-        cluster=cluster,
     )
 
 

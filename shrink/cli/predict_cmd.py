@@ -245,8 +245,9 @@ def predict(
                     docroot=docroot,
                     server_cpus=cpus,
                     server=server,
-                    cluster=cluster_spec(cluster, generators),
-                    generator=GeneratorPlacement(gen_cpus, allow_overlap, realtime),
+                    generator=GeneratorPlacement(
+                        gen_cpus, allow_overlap, realtime, cluster=cluster_spec(cluster, generators)
+                    ),
                 ),
                 progress=progress,
             )

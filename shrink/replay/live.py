@@ -30,14 +30,14 @@ from shrink._version import __version__
 from shrink.errors import ParameterError, ReplayError, TestbedError
 from shrink.processes import is_alive
 from shrink.procfs import cpu_seconds, cpu_times, proc_info, steal_times, utilization
-from shrink.replay.cluster import ClusterSpec
 from shrink.replay.engine import EngineConfig
 from shrink.replay.native import engine_name, select_engine
 from shrink.replay.scaleout import EngineRun, run_engines
 from shrink.replay.selfcheck import LAG_LIMIT, generator_check
 from shrink.runlog import RunLog
+from shrink.schedule import ScheduleOptions
 from shrink.schemas import TestbedStateFile
-from shrink.target import RunResult
+from shrink.target import GeneratorPlacement, RunResult
 from shrink.testbed.state import ReplicaState, TestbedState
 from shrink.trace import Trace
 from shrink.wire import is_loopback
@@ -147,20 +147,13 @@ class LiveTarget:
         *,
         state: dict[str, Any] | None = None,
         share_cpus: list[int] | None = None,
-        generator_cpus: list[int] | None = None,
-        allow_overlap: bool = False,
+        generator: GeneratorPlacement = GeneratorPlacement(),
         allow_remote: bool = False,
         config: dict[str, Any] | None = None,
-        mode: str = "auto",
-        loop: bool = True,
-        warm_start: bool = True,
+        schedule: ScheduleOptions = ScheduleOptions(),
         lag_limit: float = LAG_LIMIT,
         runlog_dir: str | Path | None = None,
-        realtime: int = 0,
-        processes: int | None = None,
-        engine: Any = None,
         idle_bound: float = IDLE_BOUND,
-        cluster: ClusterSpec | None = None,
     ) -> None:
         if not addresses:
             raise ReplayError("no target address (a testbed state with replicas, or a URL)")
@@ -173,20 +166,21 @@ class LiveTarget:
         self.addresses = list(addresses)
         self.state = state or {}
         self.share_cpus = sorted(share_cpus or [])
-        self.generator_cpus = self._generator_cpus(generator_cpus, allow_overlap)
+        self.generator_cpus = self._generator_cpus(generator.cpus, generator.allow_overlap)
         self.config = dict(config or {})
-        self.mode = mode
-        self.loop = loop
-        self.warm_start = warm_start  # start a looped run in the trace's steady state
+        self.mode = schedule.mode
+        self.loop = schedule.loop
+        self.warm_start = schedule.warm_start  # start a looped run in the trace's steady state
         self.lag_limit = lag_limit
         self.runlog_dir = None if runlog_dir is None else Path(runlog_dir)
-        self.realtime = realtime
+        self.realtime = generator.realtime
         # one engine process per generator CPU unless told fewer
-        self.processes = processes
+        self.processes = generator.processes
         # "auto" | "native" | "python", or an engine callable such as a FakeEngine
+        engine = generator.engine
         self.engine = engine if callable(engine) else select_engine(engine or "auto")
         self.idle_bound = idle_bound  # longest wait for an idle server before a run
-        self.cluster = cluster  # generators as Ray actors (shrink.replay.cluster)
+        self.cluster = generator.cluster  # generators as Ray actors (shrink.replay.cluster)
         self._slots: dict[int, dict[str, Any]] = {}  # per generator slot, over the runs
         self.last_engine: EngineRun | None = None
         self._runs = 0
@@ -214,7 +208,9 @@ class LiveTarget:
             return cls.from_state(targets[0], **kw)
         return cls([parse_url(u) for u in targets], **kw)
 
-    def _generator_cpus(self, wanted: list[int] | None, allow_overlap: bool) -> list[int] | None:
+    def _generator_cpus(
+        self, wanted: tuple[int, ...] | None, allow_overlap: bool
+    ) -> list[int] | None:
         share = set(self.share_cpus)
         if wanted is not None:
             overlap = share & set(wanted)
@@ -236,11 +232,15 @@ class LiveTarget:
             "generator would compete with the server; pass allow_overlap=True (--allow-overlap)"
         )
 
-    def _engine_cpus(self) -> list[int] | None:
+    def _placement(self) -> GeneratorPlacement:
+        """The engine processes of a run: on the generator's CPUs (as many as asked)."""
         cpus = self.generator_cpus
         if cpus is not None and self.processes is not None and self.processes < len(cpus):
-            return cpus[: self.processes]
-        return cpus
+            cpus = cpus[: self.processes]
+        return GeneratorPlacement(
+            None if cpus is None else tuple(cpus), realtime=self.realtime,
+            processes=self.processes, engine=self.engine, cluster=self.cluster,
+        )  # fmt: skip
 
     def _count_slots(self, generators: list[dict[str, Any]]) -> None:
         """Each cluster slot's record over the runs: where, runs lost, worst clock offset."""
@@ -327,17 +327,11 @@ class LiveTarget:
                 cfg,
                 rate_factor=rate_factor,
                 horizon=horizon,
-                mode=self.mode,
-                loop=self.loop,
-                warm_start=self.warm_start,
-                cpus=self._engine_cpus(),
-                processes=self.processes,
+                schedule=ScheduleOptions(self.mode, self.loop, self.warm_start),
+                generator=self._placement(),
                 out=out,
                 meta=meta,
                 on_start=on_start,
-                realtime=self.realtime,
-                engine=self.engine,
-                cluster=self.cluster,
                 avoid_cpus=frozenset(self.share_cpus),
             )
         except BaseException:

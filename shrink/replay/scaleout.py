@@ -31,7 +31,8 @@ from shrink.replay.cluster import ClusterSpec, run_on_cluster
 from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
 from shrink.replay.writer import RunLogWriter
 from shrink.runlog import RunLog
-from shrink.schedule import build_schedule, trace_extent, trace_mode
+from shrink.schedule import ScheduleOptions, build_schedule, trace_extent, trace_mode
+from shrink.target import GeneratorPlacement
 from shrink.trace import Trace
 
 __all__ = ["EngineRun", "run_engines", "split_sessions"]
@@ -147,30 +148,34 @@ def run_engines(
     *,
     rate_factor: float,
     horizon: float,
-    mode: str = "auto",
-    loop: bool = True,
-    warm_start: bool = True,
-    cpus: list[int] | None = None,
-    processes: int | None = None,
+    schedule: ScheduleOptions = ScheduleOptions(),
+    generator: GeneratorPlacement = GeneratorPlacement(),
     out: str | Path | None = None,
     meta: dict[str, Any] | None = None,
     on_start: Callable[[float], None] | None = None,
-    realtime: int = 0,
-    engine: Any = run_schedule,
-    cluster: ClusterSpec | None = None,
     avoid_cpus: set[int] | frozenset[int] = frozenset(),
 ) -> tuple[RunLog, EngineRun]:
-    """Replay ``trace`` over ``processes`` engine processes (default one per CPU in ``cpus``).
+    """Replay ``trace`` over the ``generator``'s engine processes (default one per CPU in
+    its ``cpus``, unpinned without them), as ``schedule`` says.
 
     Returns the merged RunLog (also written to ``out`` when given) and the
     processes' own figures. ``on_start(t0)`` is called with the run's monotonic
     zero just before the first request is due (to time the window's CPU snapshots).
-    ``realtime`` > 0 runs the engine processes SCHED_FIFO at that priority.
-    ``engine`` is :func:`run_schedule` or a stand-in such as
-    :class:`shrink.replay.fake.FakeEngine`. With ``cluster`` the parts run as Ray
-    actors instead (:mod:`shrink.replay.cluster`), one per generator slot, never
-    pinned to ``avoid_cpus`` on this host; ``cpus`` and ``processes`` are then unused.
+    The generator's ``realtime`` > 0 runs the engine processes SCHED_FIFO at that
+    priority; its ``engine`` is :func:`run_schedule` (None), an engine's name or a
+    stand-in such as :class:`shrink.replay.fake.FakeEngine`. With its ``cluster`` the
+    parts run as Ray actors instead (:mod:`shrink.replay.cluster`), one per generator
+    slot, never pinned to ``avoid_cpus`` on this host; ``cpus`` and ``processes`` are
+    then unused.
     """
+    cpus = None if generator.cpus is None else list(generator.cpus)
+    processes, realtime, cluster = generator.processes, generator.realtime, generator.cluster
+    engine = generator.engine or run_schedule
+    if isinstance(engine, str):
+        from shrink.replay.native import select_engine
+
+        engine = select_engine(engine)
+    mode, loop, warm_start = schedule.mode, schedule.loop, schedule.warm_start
     mode = trace_mode(trace, mode)
     n = processes or (len(cpus) if cpus else 1)
     if cpus is not None and n > len(cpus):
