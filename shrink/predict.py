@@ -213,10 +213,9 @@ def predict(
     """Sample, measure on the share, scale to the full target and extrapolate each mapping.
 
     ``extrapolator(predicted_curve, machine=..., mappings=..., thresholds=...,
-    calibration=...)`` returns ``{mapping: MappingPrediction}``;
-    without one (or on a one-socket machine, where mappings cannot differ by
-    socket) every mapping gets the SHRiNK-scaled prediction. ``inputs``: the trace file,
-    target settings and what-if the prediction records (:mod:`shrink.run_inputs`).
+    calibration=...)`` returns ``{mapping: MappingPrediction}``; without one (or on a
+    one-socket machine, where mappings cannot differ by socket) every mapping gets the
+    SHRiNK-scaled prediction. ``inputs``: recorded in it (:mod:`shrink.run_inputs`).
     """
     alpha = check_alpha(config.alpha)
     machine = provider.machine()
@@ -310,8 +309,7 @@ def predict(
         provenance=_provenance(machine, cpus, share, alpha, config, measured),
     )
     _record_share_model(prediction, share, merr)
-    if inputs is not None:
-        record_inputs(prediction, inputs, provider, measured, config.plan)
+    record_inputs(prediction, inputs, provider, measured, config.plan)
     if full_curve is not None:
         prediction.full_run = _full_run_summary()
         full_curve.meta["self_checks"] = {

@@ -36,10 +36,13 @@ class RunInputs:
 
 
 def record_inputs(
-    pred: Prediction, inputs: RunInputs, provider: Any, measured: LoadCurve, plan: AutoPlan
+    pred: Prediction, inputs: RunInputs | None, provider: Any, measured: LoadCurve, plan: AutoPlan
 ) -> None:
     """Record ``inputs`` in ``pred``, with the full target's CPUs, the user's ``plan`` and
-    what the sweep of ``measured`` derived from it, and the server recipe."""
+    what the sweep of ``measured`` derived from it, and the server recipe. Without
+    ``inputs`` (a caller with no trace file, such as an example in Python) nothing is."""
+    if inputs is None:
+        return
     ts = inputs.target
     gen = ts.generator
     pred.inputs = {

@@ -158,18 +158,20 @@ def test_writer_flushes_row_groups_and_reads_back(tmp_path: Path):
     w = RunLogWriter(tmp_path / "r.parquet", {"x": 1}, flush_rows=3)
     tc = w.targets.code("127.0.0.1:1")
     for i in range(7):
-        w.add(RunLogRow(
-            i,
-            i + 0.1,
-            i + 0.2,
-            i + 0.3,
-            200,
-            10,
-            i % 2,
-            i,
-            tc,
-            w.errors.code("timeout" if i == 6 else ""),
-        ))
+        w.add(
+            RunLogRow(
+                i,
+                i + 0.1,
+                i + 0.2,
+                i + 0.3,
+                200,
+                10,
+                i % 2,
+                i,
+                tc,
+                w.errors.code("timeout" if i == 6 else ""),
+            )
+        )
         w.maybe_flush()
     w.close()
     f = pq.ParquetFile(tmp_path / "r.parquet")
@@ -288,8 +290,12 @@ def test_hash_routing_keeps_sessions_on_one_address_and_splits_evenly(fake):
 def test_scale_out_partitions_sessions_and_shares_the_clock(fake):
     tr = session_trace(120, ["/a?bytes=10", "/b?bytes=10"], gap=0.01, think=0.0)
     log, eng = run_engines(
-        tr, EngineConfig([fake]), rate_factor=1.0, horizon=1.5,
-        schedule=ScheduleOptions(loop=False), generator=GeneratorPlacement(processes=2),
+        tr,
+        EngineConfig([fake]),
+        rate_factor=1.0,
+        horizon=1.5,
+        schedule=ScheduleOptions(loop=False),
+        generator=GeneratorPlacement(processes=2),
     )
     assert len(eng.stats) == 2 and all(s.requests > 0 for s in eng.stats), eng
     assert len(log) == 240, eng

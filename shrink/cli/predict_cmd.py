@@ -220,37 +220,17 @@ def predict(
         warn_stale()  # what a killed predict left: `shrink testbed down --stale`
         if docroot is not None:
             warn_docroot(trace, docroot)  # a missing page is measured as a failure
+        config = PredictConfig(
+            alpha=alpha, level=level, thresholds=th, mappings=names, share_kind=share_kind,
+            seed=seed, calibration=calibration, plan=plan, paired_full_run=paired_full_run,
+            time_scaling=time_scaling, skip=skip_s, calibrate=calibrate,
+        )  # fmt: skip
+        placement = GeneratorPlacement(gen_cpus, allow_overlap, realtime,
+                                       cluster=cluster_spec(cluster, generators))  # fmt: skip
+        settings = TargetSettings(target, machine, docroot, cpus, server, placement)
         title = "scaled + full runs" if paired_full_run else "scaled run"
         with _progress(title) as progress:
-            pred = run_predict(
-                trace,
-                out,
-                PredictConfig(
-                    alpha=alpha,
-                    level=level,
-                    thresholds=th,
-                    mappings=names,
-                    share_kind=share_kind,
-                    seed=seed,
-                    calibration=calibration,
-                    plan=plan,
-                    paired_full_run=paired_full_run,
-                    time_scaling=time_scaling,
-                    skip=skip_s,
-                    calibrate=calibrate,
-                ),
-                target=TargetSettings(
-                    target=target,
-                    machine=machine,
-                    docroot=docroot,
-                    server_cpus=cpus,
-                    server=server,
-                    generator=GeneratorPlacement(
-                        gen_cpus, allow_overlap, realtime, cluster=cluster_spec(cluster, generators)
-                    ),
-                ),
-                progress=progress,
-            )
+            pred = run_predict(trace, out, config, target=settings, progress=progress)
     if as_json:
         echo_json(pred.to_dict())
     else:
