@@ -12,7 +12,13 @@ if TYPE_CHECKING:
     from shrink.prediction import MappingPrediction
     from shrink.uncertainty import ErrorBudget
 
-__all__ = ["assumptions", "confidence"]
+__all__ = [
+    "ONE_SOCKET_ASSUMPTION",
+    "PAIRED_FULL_RUN_NOTE",
+    "assumptions",
+    "confidence",
+    "cross_socket_assumption",
+]
 
 
 def assumptions(
@@ -148,3 +154,25 @@ def confidence(
     return conf
 
 
+def cross_socket_assumption(calibration: str) -> str:
+    """What the mappings' predictions assume where the full target spans sockets."""
+    return (
+        "Cross-socket effects (remote NIC processing, sharing between workers on two "
+        "sockets, the LLC a replica sees) are modelled with the "
+        f"'{calibration}' calibration; they cannot be measured on a share inside "
+        "one socket."
+    )
+
+
+ONE_SOCKET_ASSUMPTION = (
+    "The full target lies on one socket: no traffic crosses sockets, so the "
+    "mappings differ only in how the cores are split; on loopback each replica's "
+    "'NIC' is an address and its socket is nominal."
+)
+
+PAIRED_FULL_RUN_NOTE = (
+    "For validation only: the whole trace was also run on the full target, each "
+    "repetition right before or after the scaled one (alternating), then at levels "
+    "of its own search. None of it reached the predicted numbers or chose the "
+    "share's levels."
+)

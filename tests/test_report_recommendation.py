@@ -1,0 +1,65 @@
+"""The recommendation in words (shrink.report.recommendation): the only tests that read
+the verdict's wording; the rule itself is tested on its facts (test_cli_behaviour)."""
+
+from __future__ import annotations
+
+import pytest
+
+from extrapolate.calibration import load_calibration
+from extrapolate.whatif import whatif
+from shrink.machine import Machine
+from shrink.prediction import MappingPrediction, StatPrediction
+from shrink.recommend import Recommendation, recommend
+from shrink.report.recommendation import (
+    NO_RECOMMENDATION,
+    reason_text,
+    remap_reason,
+    whatif_reason,
+)
+
+
+def _mp(mat: float, status: str = "ok", ci: tuple[float, float] | None = None):
+    return MappingPrediction({"mean": StatPrediction(mat, ci or (mat, mat), 0.01, status)}, {})
+
+
+def test_bounds_say_there_is_no_recommendation_and_name_the_bounds():
+    rec = recommend({"1-replica": _mp(81084, "not_reached"), "2-replica-direct": _mp(90000)},
+                    ["mean"])  # fmt: skip
+    text = reason_text(rec)
+    assert text.startswith(NO_RECOMMENDATION) and "1-replica did not cross" in text
+
+
+@pytest.mark.parametrize(
+    ("rec", "words"),
+    [
+        (Recommendation("a", "only", "mean"), "only mapping"),
+        (Recommendation("1-replica", "equal", "mean", "b", 0.0, True), "predicted equal"),
+        (Recommendation(None, "none", "mean"), "no mapping has a mean MAT"),
+        (Recommendation("a", "higher", "mean", "b", 0.05, True), "5.0% above b's but"),
+        (Recommendation("a", "higher", "mean", "b", 0.05, False), "do not overlap"),
+    ],
+)
+def test_each_verdict_in_words(rec, words):
+    assert words in reason_text(rec)
+
+
+def test_remap_and_whatif_word_only_a_higher_verdict_their_own_way():
+    out = {"1-replica": _mp(100.0), "2-replica-direct": _mp(100.0)}
+    equal = recommend(out, ["mean"])
+    assert equal.rule == "equal"
+    assert remap_reason(equal, 100.0, (4, "cores"), 0.1, 2.0, 1e-4) == reason_text(equal)
+    assert whatif_reason(equal, list(out), out, 0.1) == reason_text(equal)
+    out = {"1-replica": _mp(100.0), "2-replica-direct": _mp(120.0)}
+    higher = recommend(out, ["mean"])
+    text = remap_reason(higher, 120.0, (4, "cores"), 0.1, 2.0, 1e-4)
+    assert text.startswith("2-replica-direct has the highest mean-threshold MAT (120 req/s)")
+    text = whatif_reason(higher, list(out), out, 0.0)
+    assert "120 req/s (vs 1-replica 100 (+20.0%))" in text
+
+
+def test_whatif_on_one_socket_says_the_rules_verdict():
+    """One mapping is the rule's ``only``, not a "highest MAT" against no other mapping."""
+    cal = load_calibration("published")
+    p = whatif(Machine("one", 1, 4), cal.workloads_["tcp"], cal, sweep=False)
+    assert p.recommended == "1-replica"
+    assert p.reason == reason_text(Recommendation("1-replica", "only", "mean"))
