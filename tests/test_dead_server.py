@@ -14,14 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import typer
-from helpers.fake_targets import FailsAt, steady_trace
+from helpers.fake_targets import FailsAt, partial_sweep_exit, steady_trace
 
 from shrink import processes as process
-from shrink.cli._common import cli_errors
-from shrink.cli.sweep_cmd import _keep_partial_sweep
 from shrink.errors import TestbedError
-from shrink.loadcurve import LoadCurve
 from shrink.measure import sweep
 from shrink.replay.engine import EngineStats
 from shrink.replay.live import LiveTarget
@@ -41,12 +37,7 @@ def test_a_dead_server_stops_the_sweep_and_the_finished_levels_are_kept(tmp_path
     assert [lv.level for lv in exc.curve.levels] == [1, 2] and "lighttpd PID 7" in exc.curve.meta[
         "stopped"
     ]
-    _keep_partial_sweep(exc, tmp_path / "curve.json", None)
-    kept = LoadCurve.read_json(tmp_path / "curve.partial.json")
-    assert [lv.level for lv in kept.levels] == [1, 2]
-    with pytest.raises(typer.Exit) as ex, cli_errors():
-        raise exc
-    assert ex.value.exit_code == 1
+    assert partial_sweep_exit(exc, tmp_path / "curve.json") == ([1, 2], 1)
     err = capsys.readouterr().err
     assert "lighttpd PID 7" in err and "kept" in err and "curve.partial.json" in err
     assert len(err.strip().splitlines()) == 1

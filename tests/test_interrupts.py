@@ -7,11 +7,10 @@ import time
 
 import pytest
 import typer
-from helpers.fake_targets import FailsAt, steady_trace
+from helpers.fake_targets import FailsAt, partial_sweep_exit, steady_trace
 
 from shrink.cli._common import cli_errors
 from shrink.cli.sweep_cmd import _keep_partial_sweep
-from shrink.loadcurve import LoadCurve
 from shrink.measure import SweepInterrupted, sweep
 from shrink.replay.engine import EngineStats
 from shrink.replay.live import LiveTarget
@@ -33,12 +32,7 @@ def test_sweep_cli_writes_the_partial_curve_without_runlogs(tmp_path, capsys):
     with pytest.raises(SweepInterrupted) as info:
         sweep(_stops_at(3), steady_trace(), [1, 2, 3], reps=1, warmup=0.5, duration=2)
     stop = info.value
-    _keep_partial_sweep(stop, tmp_path / "curve.json", None)
-    got = LoadCurve.read_json(tmp_path / "curve.partial.json")
-    assert [lv.level for lv in got.levels] == [1, 2]
-    with pytest.raises(typer.Exit) as ex, cli_errors():
-        raise stop
-    assert ex.value.exit_code == 130
+    assert partial_sweep_exit(stop, tmp_path / "curve.json") == ([1, 2], 130)
     err = capsys.readouterr().err
     assert "curve.partial.json (2 finished levels)" in err and "run logs" not in err
 

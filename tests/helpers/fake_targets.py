@@ -1,9 +1,19 @@
-"""A fake target that breaks at a given run, and the steady trace the stop tests replay."""
+"""A fake target that breaks at a given run, the steady trace the stop tests replay, and
+what the sweep command makes of a stopped sweep."""
 
 from __future__ import annotations
 
-import numpy as np
+from pathlib import Path
 
+import numpy as np
+import pytest
+import typer
+
+from shrink.cli._common import cli_errors
+from shrink.cli.sweep_cmd import _keep_partial_sweep
+from shrink.errors import ShrinkError
+from shrink.loadcurve import LoadCurve
+from shrink.measure import SweepInterrupted
 from shrink.target import FakeTarget
 from shrink.trace import Trace
 
@@ -28,3 +38,13 @@ class FailsAt(FakeTarget):
         if self.runs >= self.n:
             raise self.error
         return super().run(trace, **kw)
+
+
+def partial_sweep_exit(stop: ShrinkError | SweepInterrupted, out: Path) -> tuple[list[float], int]:
+    """What ``shrink sweep -o out`` does with a sweep stopped by ``stop``: the levels it
+    keeps in ``out``'s ``.partial.json``, and the exit status it gives."""
+    _keep_partial_sweep(stop, out, None)
+    kept = LoadCurve.read_json(out.with_name(f"{out.stem}.partial.json"))
+    with pytest.raises(typer.Exit) as ex, cli_errors():
+        raise stop
+    return [lv.level for lv in kept.levels], ex.value.exit_code
