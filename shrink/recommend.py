@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from shrink.mat import bound_of
 from shrink.prediction import MappingPrediction, StatPrediction, rank_mappings
@@ -39,17 +38,6 @@ class Recommendation:
     gain: float | None = None  # best over runner-up, minus 1
     overlap: bool | None = None  # the two intervals overlap: treat them as close
     bounds: tuple[str, ...] = field(default_factory=tuple)  # mappings whose MAT is a bound
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "mapping": self.mapping,
-            "rule": self.rule,
-            "stat": self.stat,
-            "runner_up": self.runner_up,
-            "gain": self.gain,
-            "overlap": self.overlap,
-            "bounds": list(self.bounds),
-        }
 
 
 def _range(sp: StatPrediction | None) -> tuple[float, float] | None:
