@@ -58,14 +58,19 @@ pub const E_CUT: usize = 6;
 pub const E_UNSENT: usize = 7;
 pub const N_ERRORS: usize = 8;
 
-pub fn mono() -> f64 {
+/// The time of ``clock`` in seconds.
+fn clock_s(clock: libc::clockid_t) -> f64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes into the timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+pub fn mono() -> f64 {
+    clock_s(libc::CLOCK_MONOTONIC)
 }
 
 fn errno() -> i32 {
@@ -1417,25 +1422,14 @@ impl Engine {
 
 /// This thread's CPU time in seconds.
 fn thread_cpu() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime into our timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+    clock_s(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 fn real_offset() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
     let m0 = mono();
-    // SAFETY: clock_gettime into our timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    let real = clock_s(libc::CLOCK_REALTIME);
     let m1 = mono();
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9 - (m0 + m1) / 2.0
+    real - (m0 + m1) / 2.0
 }
 
 /// recvmsg into `buf`; (bytes or -1, the kernel's receive stamp of the last segment read).
