@@ -1024,6 +1024,19 @@ impl Engine {
         self.submit(c, rid);
     }
 
+    /// Send session `s`'s next queued request over its connection `slot`, intended `now`.
+    #[inline]
+    fn sess_send_next(&mut self, s: usize, slot: usize, now: f64) {
+        let st = &mut self.sess[s];
+        st.outstanding += 1;
+        let r = st.q_next;
+        st.q_next += 1;
+        let (sid, tidx) = (st.sid, st.tidx);
+        let rid = self.new_req(r, sid, tidx, now);
+        let c = self.sess_conn(s, slot);
+        self.submit(c, rid);
+    }
+
     fn sess_finished(&mut self, s: usize, ci: usize, row: i64) {
         self.sess[s].outstanding -= 1;
         // What follows a response is intended when it arrived (its receive stamp): a
@@ -1033,33 +1046,21 @@ impl Engine {
         } else {
             self.finish_t
         };
-        let (sid, tidx) = (self.sess[s].sid, self.sess[s].tidx);
         let st = &self.sess[s];
         if st.q_next < st.q_end && now < self.horizon {
             if st.outstanding == 0 && row == self.plan.burst_first[st.bi] {
                 // the first request is back: embedded requests go out over N connections
                 for slot in 0..self.sess[s].conns.len() {
-                    let st = &mut self.sess[s];
+                    let st = &self.sess[s];
                     if st.q_next >= st.q_end {
                         break;
                     }
-                    st.outstanding += 1;
-                    let r = st.q_next;
-                    st.q_next += 1;
-                    let rid = self.new_req(r, sid, tidx, now);
-                    let c = self.sess_conn(s, slot);
-                    self.submit(c, rid);
+                    self.sess_send_next(s, slot, now);
                 }
                 return;
             }
             let slot = self.slot_of(s, ci);
-            let st = &mut self.sess[s];
-            st.outstanding += 1;
-            let r = st.q_next;
-            st.q_next += 1;
-            let rid = self.new_req(r, sid, tidx, now);
-            let c = self.sess_conn(s, slot);
-            self.submit(c, rid);
+            self.sess_send_next(s, slot, now);
             return;
         }
         if st.outstanding > 0 {
