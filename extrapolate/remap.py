@@ -39,7 +39,7 @@ from extrapolate.calibration import CrossSocketModel
 from extrapolate.crosssocket import Physics, Workload, build_network
 from extrapolate.measured_share import share_of
 from extrapolate.shrink_scaling import CfsCorrection, scale_to_full
-from extrapolate.whatif import ASSUMPTIONS, calibration_summary, machine_mappings
+from extrapolate.whatif import calibration_summary, machine_mappings
 from shrink.errors import ExtrapolationError
 from shrink.loadcurve import STATS, LoadCurve
 from shrink.machine import Machine
@@ -47,6 +47,7 @@ from shrink.mapping import Mapping, build_mapping
 from shrink.mat import mat
 from shrink.prediction import MappingPrediction, Prediction, StatPrediction
 from shrink.recommend import recommend
+from shrink.report.assumptions import MODEL_ASSUMPTIONS, REMAPPED_SHAPE_ASSUMPTION
 from shrink.report.recommendation import remap_reason
 
 __all__ = ["extrapolate_curve", "share_cores"]
@@ -277,11 +278,7 @@ def extrapolate_curve(
         recommended=rec.mapping,
         reason=reason,
         calibration=calibration_summary(model),
-        assumptions=[
-            *ASSUMPTIONS,
-            "the measured curve's shape (mean and quantiles vs utilization) is kept; only the "
-            "utilization and latency axes are re-mapped by the demand ratios",
-        ],
+        assumptions=[*MODEL_ASSUMPTIONS, REMAPPED_SHAPE_ASSUMPTION],
         extra={
             "source_curve": {
                 "alpha": curve.alpha,

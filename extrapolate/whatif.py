@@ -39,26 +39,13 @@ from shrink.machine import Machine
 from shrink.mapping import build_mapping
 from shrink.prediction import MappingPrediction, Prediction, StatPrediction
 from shrink.recommend import recommend
+from shrink.report.assumptions import MODEL_ASSUMPTIONS
 from shrink.report.recommendation import whatif_reason
 
 __all__ = ["SWEEP_FRACTIONS", "dynamic_sweep", "machine_mappings", "resolve_workload", "whatif"]
 
 SWEEP_FRACTIONS = (0.0, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
 
-ASSUMPTIONS = [
-    "each core is an M/G/1 processor-sharing station fed 1/n of the load (RSS and the "
-    "listening socket spread connections); mean response per class D_c/(1-rho) is exact "
-    "for PS whatever the demand distribution",
-    "p99.9: per class, the M/M/1-PS response time's mean and variance matched by a gamma "
-    "distribution; the whole is the mixture over classes and replicas",
-    "cross-socket effects act on per-class demands: remote NIC processing and cross-socket "
-    "data sharing add time to every request; dynamic requests' LLC-miss time shrinks when "
-    "their replica sees both sockets' LLC (misses then hit the remote LLC at 1/1.6 the cost)",
-    "within a socket the Universal Scalability Law inflates demands with active cores",
-    "baseline 1-core demands come from the calibration (published: derived from the papers' "
-    "MATs; Support's static requests cost what tcp's 1 KB file costs)",
-    "load is balanced across replicas in proportion to their cores",
-]
 
 
 def machine_mappings(machine: Machine) -> list[str]:
@@ -188,7 +175,7 @@ def whatif(
         recommended=rec.mapping,
         reason=reason,
         calibration=calibration_summary(model),
-        assumptions=list(ASSUMPTIONS),
+        assumptions=list(MODEL_ASSUMPTIONS),
         extra=extra,
     )
 
