@@ -1,21 +1,29 @@
-"""The recommendation in words (shrink.report.recommendation): the only tests that read
-the verdict's wording; the rule itself is tested on its facts (test_cli_behaviour)."""
+"""The prediction's facts in words: the recommendation (shrink.report.recommendation)
+and the assumptions (shrink.report.assumptions). Tests elsewhere check the facts these
+sentences are made of (the rule in test_cli_behaviour, the share's speed and load in
+test_share_speed); only these read the wording."""
 
 from __future__ import annotations
+
+from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
 from extrapolate.calibration import load_calibration
 from extrapolate.whatif import whatif
+from shrink.loadcurve import LoadCurve
 from shrink.machine import Machine
 from shrink.prediction import MappingPrediction, StatPrediction
 from shrink.recommend import Recommendation, recommend
+from shrink.report.assumptions import assumptions
 from shrink.report.recommendation import (
     NO_RECOMMENDATION,
     reason_text,
     remap_reason,
     whatif_reason,
 )
+from shrink.share import Share, ShareSpeed
 
 
 def _mp(mat: float, status: str = "ok", ci: tuple[float, float] | None = None):
@@ -63,3 +71,19 @@ def test_whatif_on_one_socket_says_the_rules_verdict():
     p = whatif(Machine("one", 1, 4), cal.workloads_["tcp"], cal, sweep=False)
     assert p.recommended == "1-replica"
     assert p.reason == reason_text(Recommendation("1-replica", "only", "mean"))
+
+
+def _assumed(share: Share, **meta: float) -> str:
+    curve = LoadCurve([], knob="rate_factor", alpha=0.25, share=share, meta=meta)
+    return " ".join(assumptions(0.25, SimpleNamespace(level="session", seed=3), share, curve))
+
+
+def test_the_assumptions_name_the_speed_the_time_scaling_and_the_matched_load():
+    share = Share("cpu_time", (1,), 0.25)
+    speed = ShareSpeed(0.25, {"static": 0.2, "dynamic": 0.2}, 0.2, "calibrated", 3.0)
+    text = _assumed(replace(share, speed=speed), scaled_time=5.0, share_load=3.2)
+    assert "nominal 0.25, calibrated 0.2" in text and "were 5 times the full-scale" in text
+    assert "Matched load" in text and "at 3.2 times" in text
+    text = _assumed(share, scaled_time=4.0)
+    assert "assumed, not measured: 0.25" in text and "were 4 times the full-scale" in text
+    assert "Matched load" not in text
