@@ -79,7 +79,7 @@ def _assumed(share: Share, **meta: float) -> str:
 
 
 def test_the_assumptions_name_the_speed_the_time_scaling_and_the_matched_load():
-    share = Share("cpu_time", (1,), 0.25)
+    share = Share("cpu_time", (1,), fraction=0.25, cpu_fraction=0.25)
     speed = ShareSpeed(0.25, {"static": 0.2, "dynamic": 0.2}, 0.2, "calibrated", 3.0)
     text = _assumed(replace(share, speed=speed), scaled_time=5.0, share_load=3.2)
     assert "nominal 0.25, calibrated 0.2" in text and "were 5 times the full-scale" in text
