@@ -1,7 +1,8 @@
-"""The prediction's facts in words: the recommendation (shrink.report.recommendation)
-and the assumptions (shrink.report.assumptions). Tests elsewhere check the facts these
-sentences are made of (the rule in test_cli_behaviour, the share's speed and load in
-test_share_speed); only these read the wording."""
+"""The prediction's facts in words: the recommendation (shrink.report.recommendation),
+the assumptions (shrink.report.assumptions) and the validation's error
+(shrink.report.sections.validation). Tests elsewhere check the facts these sentences are
+made of (the rule in test_cli_behaviour, the share's speed and load in test_share_speed);
+only these read the wording."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from shrink.report.recommendation import (
     remap_reason,
     whatif_reason,
 )
+from shrink.report.sections.validation import error_text
 from shrink.share import Share, ShareSpeed
 
 
@@ -87,3 +89,32 @@ def test_the_assumptions_name_the_speed_the_time_scaling_and_the_matched_load():
     text = _assumed(share, scaled_time=4.0)
     assert "assumed, not measured: 0.25" in text and "were 4 times the full-scale" in text
     assert "Matched load" not in text
+
+
+def test_an_error_from_a_bound_gets_its_other_end_from_a_stalled_hint():
+    m = {
+        "error": (964 - 809) / 809,
+        "predicted": 964.0,
+        "measured": 809.0,
+        "predicted_status": "ok",
+        "measured_status": "not_reached",
+        "measured_stalled_ceiling": 1000.0,
+    }
+    assert error_text(m) == "at most +19.2% (at least -3.6% by the stalled levels' hint)"
+
+
+@pytest.mark.parametrize(
+    ("predicted", "measured", "text"),
+    [
+        ("ok", "ok", "+5.0%"),
+        # A prediction that only says ">= X" can be off by more, not less.
+        ("not_reached", "ok", "at least +5.0%"),
+        ("below_range", "ok", "at most +5.0%"),
+        ("ok", "not_reached", "at most +5.0%"),
+        ("ok", "below_range", "at least +5.0%"),
+        ("not_reached", "not_reached", "+5.0% (both MATs are only bounds)"),
+    ],
+)
+def test_the_report_states_an_error_from_a_bound_as_a_bound(predicted, measured, text):
+    m = {"error": 0.05, "predicted_status": predicted, "measured_status": measured}
+    assert error_text(m) == text
