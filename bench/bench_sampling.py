@@ -53,6 +53,7 @@ def build_trace(n_requests: int, seed: int = 0) -> Trace:
 
 
 def best_of(repeat: int, fn) -> float:
+    """The shortest of ``repeat`` timed calls of ``fn``, in seconds."""
     best = float("inf")
     for _ in range(repeat):
         start = time.perf_counter()

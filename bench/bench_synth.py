@@ -22,16 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_sampling import best_of  # this script's folder is on sys.path
+
 from shrink.synth import SupportParams, build_site, support_docroot, synth_support, synth_tcp
-
-
-def _best(fn, repeats: int = 3) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def _python_rows(n: int) -> list[tuple]:
@@ -46,12 +39,12 @@ def _python_rows(n: int) -> list[tuple]:
 
 def bench_generators() -> None:
     n_support = len(synth_support(1000, 60, seed=1))
-    ours = _best(lambda: synth_support(1000, 60, seed=1))
-    ref = _best(lambda: _python_rows(n_support))
+    ours = best_of(3, lambda: synth_support(1000, 60, seed=1))
+    ref = best_of(3, lambda: _python_rows(n_support))
     print(f"synth support 1000 users 60 s: {n_support:,} rows in {ours * 1e3:.0f} ms; "
           f"python loop {ref * 1e3:.0f} ms; ratio {ref / ours:.1f}x")  # fmt: skip
-    ours = _best(lambda: synth_tcp(100_000, 10, seed=1))
-    ref = _best(lambda: _python_rows(1_000_000), repeats=1)
+    ours = best_of(3, lambda: synth_tcp(100_000, 10, seed=1))
+    ref = best_of(1, lambda: _python_rows(1_000_000))
     print(f"synth tcp 1,000,000 requests: {ours * 1e3:.0f} ms; python loop {ref * 1e3:.0f} ms; "
           f"ratio {ref / ours:.1f}x")  # fmt: skip
 

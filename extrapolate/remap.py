@@ -39,14 +39,16 @@ from extrapolate.calibration import CrossSocketModel
 from extrapolate.crosssocket import Physics, Workload, build_network
 from extrapolate.measured_share import share_of
 from extrapolate.shrink_scaling import CfsCorrection, scale_to_full
-from extrapolate.whatif import ASSUMPTIONS, calibration_summary, machine_mappings
+from extrapolate.whatif import calibration_summary, machine_mappings
 from shrink.errors import ExtrapolationError
 from shrink.loadcurve import STATS, LoadCurve
 from shrink.machine import Machine
 from shrink.mapping import Mapping, build_mapping
 from shrink.mat import mat
 from shrink.prediction import MappingPrediction, Prediction, StatPrediction
-from shrink.recommend import reason_text, recommend
+from shrink.recommend import recommend
+from shrink.report.assumptions import MODEL_ASSUMPTIONS, REMAPPED_SHAPE_ASSUMPTION
+from shrink.report.recommendation import remap_reason
 
 __all__ = ["extrapolate_curve", "share_cores"]
 
@@ -268,25 +270,15 @@ def extrapolate_curve(
         out[name] = _mapping_prediction(pred, k, k_half, thresholds)
     key = "mean" if "mean" in thresholds else next(iter(thresholds))
     rec = recommend(out, [key])  # the one rule (shrink.recommend): never on bounds
-    best = rec.mapping
-    reason = reason_text(rec) if rec.rule != "higher" else (
-        f"{best} has the highest {key}-threshold MAT ({out[best].stats[key].mat:,.0f} req/s) when "
-        f"the measured share ({n_share} cores, {kind}) is re-mapped with the calibrated "
-        f"per-class demand ratios; dynamic fraction {wl.dynamic_fraction:.1%}, "
-        f"D_dynamic/D_static {ratio:.3g} and fixed latency {l0 * 1e6:.0f} us fitted to the "
-        "measured per-class means."
-    )
+    best_mat = out[rec.mapping].stats[key].mat if rec.mapping is not None else math.nan
+    reason = remap_reason(rec, best_mat, (n_share, kind), wl.dynamic_fraction, ratio, l0)
     prediction = Prediction(
         machine=machine.to_dict(),
         mappings=out,
-        recommended=best,
+        recommended=rec.mapping,
         reason=reason,
         calibration=calibration_summary(model),
-        assumptions=[
-            *ASSUMPTIONS,
-            "the measured curve's shape (mean and quantiles vs utilization) is kept; only the "
-            "utilization and latency axes are re-mapped by the demand ratios",
-        ],
+        assumptions=[*MODEL_ASSUMPTIONS, REMAPPED_SHAPE_ASSUMPTION],
         extra={
             "source_curve": {
                 "alpha": curve.alpha,

@@ -28,7 +28,6 @@ the best mean MAT at each fraction, and where the best one changes.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -39,26 +38,14 @@ from shrink.errors import ExtrapolationError
 from shrink.machine import Machine
 from shrink.mapping import build_mapping
 from shrink.prediction import MappingPrediction, Prediction, StatPrediction
-from shrink.recommend import reason_text, recommend
+from shrink.recommend import recommend
+from shrink.report.assumptions import MODEL_ASSUMPTIONS
+from shrink.report.recommendation import whatif_reason
 
 __all__ = ["SWEEP_FRACTIONS", "dynamic_sweep", "machine_mappings", "resolve_workload", "whatif"]
 
 SWEEP_FRACTIONS = (0.0, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
 
-ASSUMPTIONS = [
-    "each core is an M/G/1 processor-sharing station fed 1/n of the load (RSS and the "
-    "listening socket spread connections); mean response per class D_c/(1-rho) is exact "
-    "for PS whatever the demand distribution",
-    "p99.9: per class, the M/M/1-PS response time's mean and variance matched by a gamma "
-    "distribution; the whole is the mixture over classes and replicas",
-    "cross-socket effects act on per-class demands: remote NIC processing and cross-socket "
-    "data sharing add time to every request; dynamic requests' LLC-miss time shrinks when "
-    "their replica sees both sockets' LLC (misses then hit the remote LLC at 1/1.6 the cost)",
-    "within a socket the Universal Scalability Law inflates demands with active cores",
-    "baseline 1-core demands come from the calibration (published: derived from the papers' "
-    "MATs; Support's static requests cost what tcp's 1 KB file costs)",
-    "load is balanced across replicas in proportion to their cores",
-]
 
 
 def machine_mappings(machine: Machine) -> list[str]:
@@ -178,54 +165,19 @@ def whatif(
     if not order:
         raise ExtrapolationError(f"workload {workload.name!r} has no SLA thresholds")
     rec = recommend(out, order, decimals=-1)  # the one rule (shrink.recommend)
-    best = rec.mapping
-    reason = reason_text(rec) if best is None else _reason(best, names, out, workload)
+    reason = whatif_reason(rec, names, out, workload.dynamic_fraction)
     extra: dict[str, Any] = {"workload": workload.to_dict()}
     if sweep:
         extra["sweep"] = dynamic_sweep(machine, workload, physics, names)
     return Prediction(
         machine=machine.to_dict(),
         mappings=out,
-        recommended=best,
+        recommended=rec.mapping,
         reason=reason,
         calibration=calibration_summary(model),
-        assumptions=list(ASSUMPTIONS),
+        assumptions=list(MODEL_ASSUMPTIONS),
         extra=extra,
     )
-
-
-def _gain(best: float, other: float) -> str:
-    """`` (+12.3%)``: how much higher ``best`` is; nothing where ``other`` is no rate
-    (a model that predicts no capacity, e.g. far outside what it was fitted on)."""
-    if not (math.isfinite(best) and math.isfinite(other)) or other <= 0:
-        return ""
-    return f" ({best / other - 1:+.1%})"
-
-
-def _reason(best: str, names: list[str], out: dict[str, MappingPrediction], wl: Workload) -> str:
-    m = out[best]
-    others = [n for n in names if n != best]
-    key = next(iter(m.stats))
-    best_mat = m.stats[key].mat
-    cmp = ", ".join(
-        f"{n} {out[n].stats[key].mat:,.0f}{_gain(best_mat, out[n].stats[key].mat)}"
-        for n in others
-    )
-    ref = out.get("1-replica", m).detail
-    text = (
-        f"{best} has the highest {key}-threshold MAT, {best_mat:,.0f} req/s "
-        f"(vs {cmp or 'no other mapping'}). Mix: {wl.dynamic_fraction:.1%} dynamic requests, "
-        f"{ref.get('dynamic_demand_share', 0.0):.0%} of the CPU demand. Against a one-socket "
-        f"share, one replica over the whole machine changes static demand by "
-        f"{ref.get('static_demand_change', 0.0):+.1%} (remote NIC processing, cross-socket "
-        "sharing)"
-    )
-    if wl.dynamic_fraction > 0:
-        text += (
-            f" and dynamic demand by {ref.get('dynamic_demand_change', 0.0):+.1%} "
-            f"(its replica sees {ref.get('llc_seen_mib', 0.0):g} MiB of LLC)"
-        )
-    return text + "."
 
 
 def dynamic_sweep(

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from shrink.checks import check_alpha, check_int
 from shrink.errors import ParameterError
@@ -28,9 +30,9 @@ __all__ = [
     "available",
     "check_seed",
     "get_sampler",
-    "provenance",
     "register_sampler",
     "sample",
+    "sampled",
 ]
 
 
@@ -93,21 +95,21 @@ def check_args(alpha: object, seed: object) -> tuple[float, int]:
     return check_alpha(alpha), check_seed(seed)
 
 
-def provenance(
+def sampled(
     parent: Trace,
-    *,
+    kept: pa.Table,
     sampler: str,
     alpha: float,
     seed: int,
-    kept_rows: int,
-    kept_sessions: int,
+    *,
     scales_users: bool,
     warnings: list[str] | None = None,
     parent_id: str | None = None,
     parent_sessions: int | None = None,
     **extra: Any,
-) -> dict[str, Any]:
-    """The meta of a sample: the parent's, plus what produced this sample.
+) -> Trace:
+    """The sample ``kept`` (rows taken from ``parent``) with its provenance in the meta:
+    the parent's meta, plus what produced this sample.
 
     ``parent`` is the parent's content fingerprint (pass ``parent_id`` and
     ``parent_sessions`` when already known: hashing a large parent costs time).
@@ -131,8 +133,8 @@ def provenance(
         parent=parent_id if parent_id is not None else parent.fingerprint(),
         parent_requests=len(parent),
         parent_sessions=parent_sessions if parent_sessions is not None else parent.n_sessions,
-        kept_requests=kept_rows,
-        kept_sessions=kept_sessions,
+        kept_requests=kept.num_rows,
+        kept_sessions=pc.count_distinct(kept.column("session")).as_py(),
         alpha_total=prior * alpha,
     )
     if warnings:
@@ -141,7 +143,7 @@ def provenance(
         meta["parent_users"] = meta["users"]
         meta["users"] = max(1, round(meta["users"] * alpha))
     meta.update(extra)
-    return meta
+    return Trace(kept, meta)
 
 
 def sample(

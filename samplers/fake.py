@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from samplers._protocol import check_args, provenance
+from samplers._protocol import check_args, sampled
 from shrink.trace import Trace
 
 __all__ = ["FirstSessionsSampler"]
@@ -28,13 +28,4 @@ class FirstSessionsSampler:
         wanted = ids[np.argsort(first)][: int(np.floor(alpha * ids.size + 0.5))]
         keep = np.isin(sessions, wanted)
         kept = trace.table.filter(keep)
-        meta = provenance(
-            trace,
-            sampler=self.name,
-            alpha=alpha,
-            seed=seed,
-            kept_rows=kept.num_rows,
-            kept_sessions=int(wanted.size),
-            scales_users=True,
-        )
-        return Trace(kept, meta)
+        return sampled(trace, kept, self.name, alpha, seed, scales_users=True)

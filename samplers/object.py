@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from samplers._hash import DOMAIN_OBJECT, unit_hash
-from samplers._protocol import check_args, provenance, register_sampler
+from samplers._protocol import check_args, register_sampler, sampled
 from samplers._structure import Structure, is_open_loop, structure
 from shrink.trace import Trace
 
@@ -67,18 +67,10 @@ class ObjectSampler:
         u = unit_hash(seed, st.session, st.burst, pos, domain=DOMAIN_OBJECT)
         keep = st.ungrouped(u < alpha)
         kept = trace.table.filter(keep)
-        meta = provenance(
-            trace,
-            sampler=self.name,
-            alpha=alpha,
-            seed=seed,
-            parent_sessions=st.n_sessions,
-            kept_rows=kept.num_rows,
-            kept_sessions=int(np.unique(st.row_session[u < alpha]).size),
-            scales_users=True,
-            objects="requests (open loop)",
-        )
-        return Trace(kept, meta)
+        return sampled(
+            trace, kept, self.name, alpha, seed,
+            scales_users=True, parent_sessions=st.n_sessions, objects="requests (open loop)",
+        )  # fmt: skip
 
     def _closed(self, trace: Trace, st: Structure, alpha: float, seed: int) -> Trace:
         table = trace.table
@@ -121,20 +113,11 @@ class ObjectSampler:
             table.schema.get_field_index("t"), "t", pa.array(st.ungrouped(new_t))
         )
         kept = table.filter(st.ungrouped(keep_rows))
-        meta = provenance(
-            trace,
-            sampler=self.name,
-            alpha=alpha,
-            seed=seed,
-            parent_sessions=st.n_sessions,
-            kept_rows=kept.num_rows,
-            kept_sessions=int(np.unique(st.burst_session[keep_b]).size),
-            scales_users=False,
-            objects="bursts (closed loop)",
-            kept_bursts=int(keep_b.sum()),
-            parent_bursts=nb,
-        )
-        return Trace(kept, meta)
+        return sampled(
+            trace, kept, self.name, alpha, seed,
+            scales_users=False, parent_sessions=st.n_sessions, objects="bursts (closed loop)",
+            kept_bursts=int(keep_b.sum()), parent_bursts=nb,
+        )  # fmt: skip
 
     def __repr__(self) -> str:
         return "ObjectSampler()"

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import warnings
 
-import numpy as np
-
 from samplers._hash import DOMAIN_REQUEST, unit_hash
-from samplers._protocol import StructureWarning, check_args, provenance, register_sampler
+from samplers._protocol import StructureWarning, check_args, register_sampler, sampled
 from samplers._structure import is_open_loop, structure
 from shrink.trace import Trace
 
@@ -46,18 +44,10 @@ class RequestSampler:
         if not is_open_loop(trace, st) and alpha < 1.0:
             warnings.warn(STRUCTURE_CAVEAT, StructureWarning, stacklevel=2)
             caveats.append(STRUCTURE_CAVEAT)
-        meta = provenance(
-            trace,
-            sampler=self.name,
-            alpha=alpha,
-            seed=seed,
-            parent_sessions=st.n_sessions,
-            kept_rows=kept.num_rows,
-            kept_sessions=int(np.unique(st.row_session[keep_grouped]).size),
-            scales_users=False,
-            warnings=caveats,
-        )
-        return Trace(kept, meta)
+        return sampled(
+            trace, kept, self.name, alpha, seed,
+            scales_users=False, parent_sessions=st.n_sessions, warnings=caveats,
+        )  # fmt: skip
 
     def __repr__(self) -> str:
         return "RequestSampler()"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from samplers._hash import DOMAIN_SESSION, unit_hash
-from samplers._protocol import check_args, provenance, register_sampler
+from samplers._protocol import check_args, register_sampler, sampled
 from shrink.trace import Trace
 
 __all__ = ["SessionSampler", "session_u"]
@@ -36,17 +36,7 @@ class SessionSampler:
         sessions = trace.table.column("session").to_numpy()
         keep = session_u(sessions, seed) < alpha
         kept = trace.table.filter(keep)
-        kept_sessions = int(np.unique(sessions[keep]).size)
-        meta = provenance(
-            trace,
-            sampler=self.name,
-            alpha=alpha,
-            seed=seed,
-            kept_rows=kept.num_rows,
-            kept_sessions=kept_sessions,
-            scales_users=True,
-        )
-        return Trace(kept, meta)
+        return sampled(trace, kept, self.name, alpha, seed, scales_users=True)
 
     def __repr__(self) -> str:
         return "SessionSampler()"

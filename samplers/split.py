@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from samplers._protocol import check_seed, provenance
+from samplers._protocol import check_seed, sampled
 from samplers.session import session_u
 from shrink.checks import check_int
 from shrink.trace import Trace
@@ -37,17 +37,7 @@ def split(trace: Trace, k: int, *, seed: int = 0) -> list[Trace]:
     for i in range(k):
         mask = part_of == i
         kept = trace.table.filter(mask)
-        meta = provenance(
-            trace,
-            sampler="split",
-            alpha=1.0 / k,
-            seed=seed,
-            kept_rows=kept.num_rows,
-            kept_sessions=int(np.unique(sessions[mask]).size),
-            scales_users=True,
-            **known,
-            part=i,
-            parts=k,
+        parts.append(
+            sampled(trace, kept, "split", 1 / k, seed, scales_users=True, **known, part=i, parts=k)
         )
-        parts.append(Trace(kept, meta))
     return parts

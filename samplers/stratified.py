@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from samplers._hash import DOMAIN_OBJECT, DOMAIN_SESSION, unit_hash
-from samplers._protocol import check_args, provenance, register_sampler
+from samplers._protocol import check_args, register_sampler, sampled
 from samplers._structure import is_open_loop, structure
 from shrink.errors import ParameterError
 from shrink.trace import Trace
@@ -97,20 +97,11 @@ class StratifiedSampler:
             str(v): {"units": int(n), "kept": int(m)}
             for v, n, m in zip(values, total, taken, strict=True)
         }
-        meta = provenance(
-            trace,
-            sampler=self.name,
-            alpha=alpha,
-            seed=seed,
-            parent_sessions=st.n_sessions,
-            kept_rows=kept.num_rows,
-            kept_sessions=int(np.unique(st.row_session[keep_rows]).size),
-            scales_users=True,
-            stratify_by=self.column,
-            strata_units=units,
-            strata=strata,
-        )
-        return Trace(kept, meta)
+        return sampled(
+            trace, kept, self.name, alpha, seed,
+            scales_users=True, parent_sessions=st.n_sessions,
+            stratify_by=self.column, strata_units=units, strata=strata,
+        )  # fmt: skip
 
     def __repr__(self) -> str:
         return f"StratifiedSampler(column={self.column!r})"

@@ -515,23 +515,27 @@ def _check_quiet(console: Console, seconds: float = 2.0) -> dict[str, dict[int, 
     busy = utilization(before, cpu_times(), sorted(before))
     stolen = utilization(stolen_before, steal_times(), sorted(stolen_before))
     # /proc/stat counts steal as busy: other work is what is left.
-    hot = {c: u - stolen.get(c, 0.0) for c, u in busy.items()}
-    hot = {c: u for c, u in hot.items() if u > 0.10}
-    if hot:
-        console.print(
-            "[yellow]warning:[/] CPUs already busy before the demo starts: "
-            + ", ".join(f"CPU {c} {100 * u:.0f}%" for c, u in sorted(hot.items()))
-            + ". Other work skews the measurements (the report's self-checks show how much)."
-        )
-    taken = {c: u for c, u in stolen.items() if u > 0.05}
-    if taken:
-        console.print(
-            "[yellow]warning:[/] the VM's host is taking CPU time (steal): "
-            + ", ".join(f"CPU {c} {100 * u:.0f}%" for c, u in sorted(taken.items()))
-            + ". Steal stalls the load generator; levels where it falls behind are left "
-            "out, and with enough of them the validation comes out inconclusive."
-        )
+    other = {c: u - stolen.get(c, 0.0) for c, u in busy.items()}
+    _warn_cpus(
+        console, other, 0.10, "CPUs already busy before the demo starts",
+        "Other work skews the measurements (the report's self-checks show how much).",
+    )  # fmt: skip
+    _warn_cpus(
+        console, stolen, 0.05, "the VM's host is taking CPU time (steal)",
+        "Steal stalls the load generator; levels where it falls behind are left out, and "
+        "with enough of them the validation comes out inconclusive.",
+    )  # fmt: skip
     return {"busy": busy, "steal": stolen}
+
+
+def _warn_cpus(
+    console: Console, share: dict[int, float], over: float, what: str, effect: str
+) -> None:
+    """A warning naming the CPUs whose ``share`` of time is over ``over``, if any."""
+    hot = {c: u for c, u in share.items() if u > over}
+    if hot:
+        cpus = ", ".join(f"CPU {c} {100 * u:.0f}%" for c, u in sorted(hot.items()))
+        console.print(f"[yellow]warning:[/] {what}: {cpus}. {effect}")
 
 
 def _printer(console: Console, title: str):

@@ -42,14 +42,6 @@ class IrqAssignment:
     replica: str
     cpus: tuple[int, ...]
 
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "irq": self.irq,
-            "queue": self.queue,
-            "replica": self.replica,
-            "cpus": list(self.cpus),
-        }
-
 
 def interface_irq_names(interface: str, sys_root: str | Path = "/sys") -> list[str]:
     """Names an interface's queue interrupts may carry: its own, and for virtio NICs

@@ -40,9 +40,15 @@ from shrink.mapping import BUILTIN_MAPPINGS, check_mappings
 from shrink.mat import MATResult, mat
 from shrink.measure import default_loop_window, default_skip
 from shrink.prediction import MappingPrediction, Prediction, StatPrediction
-from shrink.recommend import reason_text, recommend
+from shrink.recommend import recommend
+from shrink.report.assumptions import (
+    ONE_SOCKET_ASSUMPTION,
+    PAIRED_FULL_RUN_NOTE,
+    confidence,
+    cross_socket_assumption,
+)
 from shrink.report.assumptions import assumptions as assumptions_of
-from shrink.report.assumptions import confidence
+from shrink.report.recommendation import reason_text
 from shrink.run_inputs import RunInputs, record_inputs
 from shrink.scaling import (
     ModelError,
@@ -424,21 +430,12 @@ def _per_mapping(
             calibration=config.calibration,
         )
         mappings_out = {k: _widen(v, budgets) for k, v in extrapolated.items()}
-        assumptions.append(
-            "Cross-socket effects (remote NIC processing, sharing between workers on two "
-            "sockets, the LLC a replica sees) are modelled with the "
-            f"'{config.calibration}' calibration; they cannot be measured on a share inside "
-            "one socket."
-        )
+        assumptions.append(cross_socket_assumption(config.calibration))
     else:
         for name in config.mappings:
             mappings_out[name] = base
         if len(sockets) <= 1:
-            assumptions.append(
-                "The full target lies on one socket: no traffic crosses sockets, so the "
-                "mappings differ only in how the cores are split; on loopback each replica's "
-                "'NIC' is an address and its socket is nominal."
-            )
+            assumptions.append(ONE_SOCKET_ASSUMPTION)
     return mappings_out
 
 
@@ -479,12 +476,7 @@ def _full_run_summary() -> dict[str, Any]:
     return {
         "paired": True,
         "curve": "full-curve.json",
-        "note": (
-            "For validation only: the whole trace was also run on the full target, each "
-            "repetition right before or after the scaled one (alternating), then at levels "
-            "of its own search. None of it reached the predicted numbers or chose the "
-            "share's levels."
-        ),
+        "note": PAIRED_FULL_RUN_NOTE,
     }
 
 

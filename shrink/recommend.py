@@ -14,19 +14,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from shrink.mat import bound_of
 from shrink.prediction import MappingPrediction, StatPrediction, rank_mappings
 
-__all__ = ["NO_RECOMMENDATION", "Recommendation", "reason_text", "recommend"]
-
-NO_RECOMMENDATION = "no recommendation: MATs are bounds"
+__all__ = ["Recommendation", "recommend"]
 
 
 @dataclass(frozen=True)
 class Recommendation:
-    """The rule's verdict, as facts (:func:`reason_text` puts it in words).
+    """The rule's verdict, as facts (:func:`shrink.report.recommendation.reason_text`
+    puts it in words).
 
     ``rule``: ``only`` (one mapping), ``equal`` (the best two predicted equal: the
     simplest, 1-replica, is named), ``higher`` (the best MAT is higher, conclusively),
@@ -40,17 +38,6 @@ class Recommendation:
     gain: float | None = None  # best over runner-up, minus 1
     overlap: bool | None = None  # the two intervals overlap: treat them as close
     bounds: tuple[str, ...] = field(default_factory=tuple)  # mappings whose MAT is a bound
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "mapping": self.mapping,
-            "rule": self.rule,
-            "stat": self.stat,
-            "runner_up": self.runner_up,
-            "gain": self.gain,
-            "overlap": self.overlap,
-            "bounds": list(self.bounds),
-        }
 
 
 def _range(sp: StatPrediction | None) -> tuple[float, float] | None:
@@ -101,36 +88,3 @@ def recommend(
         return Recommendation(simplest, "equal", stat, runner, 0.0, True, bounds)
     overlap = b.ci[0] is not None and r.ci[1] is not None and b.ci[0] <= r.ci[1]
     return Recommendation(best, "higher", stat, runner, gain, overlap, bounds)
-
-
-def _label(stat: str) -> str:
-    from shrink.checks import stat_label
-
-    return stat_label(stat)
-
-
-def reason_text(rec: Recommendation) -> str:
-    """The verdict in words, for the summary and the report."""
-    if rec.rule == "bounds":
-        return (
-            f"{NO_RECOMMENDATION} ({', '.join(rec.bounds)} did not cross the "
-            f"{_label(rec.stat)} threshold within the measured range, so the order is "
-            "open; measure higher load levels for the MATs themselves)."
-        )
-    if rec.rule == "none":
-        return f"no recommendation: no mapping has a {_label(rec.stat)} MAT."
-    if rec.rule == "only":
-        return "It is the only mapping this machine can run."
-    if rec.rule == "equal":
-        return (
-            "The mappings are predicted equal here (on one socket they coincide); "
-            "1-replica is the simplest to run."
-        )
-    if rec.gain is None:
-        return f"Its {_label(rec.stat)} MAT is the only one predicted."
-    why = f"Its {_label(rec.stat)} MAT is {100 * rec.gain:.1f}% above {rec.runner_up}'s"
-    return why + (
-        " but the intervals overlap: treat the two as close."
-        if rec.overlap
-        else "; the intervals do not overlap."
-    )

@@ -37,11 +37,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from shrink import files
-from shrink.atomic import atomic_path
 from shrink.errors import TraceFormatError
-from shrink.jsonout import dumps
-from shrink.schemas import TraceMeta
+from shrink.parquet_meta import META_KEY as META_KEY  # the run log writer streams with it
+from shrink.parquet_meta import meta_of, write_with_meta
 
 __all__ = ["FAILURE_CLASSES", "RUNLOG_SCHEMA", "RunLog"]
 
@@ -60,7 +58,6 @@ RUNLOG_SCHEMA = pa.schema(
     ]
 )
 RUNLOG_COLUMNS: tuple[str, ...] = tuple(RUNLOG_SCHEMA.names)
-META_KEY = b"shrink"
 FAILURE_CLASSES: tuple[str, ...] = ("transport", "http_4xx", "http_5xx")
 
 
@@ -185,13 +182,7 @@ class RunLog:
         return RunLog(self._table.filter(pa.array(mask)), self.meta)
 
     def write_parquet(self, path: str | Path) -> Path:
-        path = Path(path)
-        table = self._table.replace_schema_metadata(
-            {META_KEY: dumps(self.meta, sort_keys=True, default=str).encode()}
-        )
-        with atomic_path(path) as tmp:
-            pq.write_table(table, tmp, compression="zstd")
-        return path
+        return write_with_meta(self._table, self.meta, Path(path))
 
     @classmethod
     def read_parquet(cls, path: str | Path) -> RunLog:
@@ -203,6 +194,5 @@ class RunLog:
         except (pa.ArrowException, OSError, ValueError, TypeError, IndexError) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
             raise TraceFormatError(f"not a readable Parquet run log ({first})", path=path) from None
-        raw = (table.schema.metadata or {}).get(META_KEY)
-        meta = files.parse_json(raw, TraceMeta, source=path, what="run log metadata") if raw else {}
+        meta = meta_of(table, path, "run log metadata")
         return cls(table.replace_schema_metadata(None), meta)

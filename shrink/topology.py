@@ -26,7 +26,7 @@ import shutil
 import socket as _socket
 import subprocess
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from shrink.errors import TopologyError
@@ -217,18 +217,8 @@ def discover(sys_root: str | Path = "/sys", *, name: str | None = None) -> Machi
     )
     ports, queues = _nic(root)
     extra = dict(m.extra, source=source, llc_shared_by_cpus=width)
-    return Machine(
-        name=m.name,
-        sockets=m.sockets,
-        cores_per_socket=m.cores_per_socket,
-        threads_per_core=m.threads_per_core,
-        llc_mib=m.llc_mib,
-        ghz=m.ghz,
-        cpus=m.cpus,
-        nic_ports=ports,
-        nic_queues_per_port=queues,
-        extra=extra,
-    )
+    # nic_port_socket (): derived again for the ports found
+    return replace(m, nic_ports=ports, nic_queues_per_port=queues, nic_port_socket=(), extra=extra)
 
 
 def load_machine(spec: str | Path) -> Machine:

@@ -43,12 +43,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from shrink import files
 from shrink._version import __version__
-from shrink.atomic import atomic_file, atomic_path
+from shrink.atomic import atomic_file
 from shrink.errors import TraceFormatError
 from shrink.jsonout import dumps
-from shrink.schemas import TraceMeta
+from shrink.parquet_meta import meta_of, write_with_meta
 
 __all__ = [
     "COLUMNS",
@@ -93,8 +92,6 @@ _DEFAULTS: dict[str, Any] = {
     "rt": float("nan"),
     "client": "",
 }
-
-META_KEY = b"shrink"
 
 
 def _shrink_version() -> str:
@@ -299,23 +296,14 @@ class Trace:
     # I/O ---------------------------------------------------------------------
     def write_parquet(self, path: str | Path) -> Path:
         """Write Parquet with provenance in the schema metadata; same inputs give same bytes."""
-        path = Path(path)
         meta = {"shrink_version": _shrink_version(), **self.meta}
-        table = self._table.replace_schema_metadata(
-            {META_KEY: dumps(meta, sort_keys=True, default=str).encode()}
-        )
-        with atomic_path(path) as tmp:
-            pq.write_table(table, tmp, compression="zstd")
-        return path
+        return write_with_meta(self._table, meta, Path(path))
 
     @classmethod
     def read_parquet(cls, path: str | Path) -> Trace:
         path = Path(path)
         table = _read_table(path, "trace")
-        raw = (table.schema.metadata or {}).get(META_KEY)
-        meta: dict[str, Any] = (
-            files.parse_json(raw, TraceMeta, source=path, what="trace's metadata") if raw else {}
-        )
+        meta = meta_of(table, path, "trace's metadata")
         missing = [c for c in COLUMNS if c not in table.column_names]
         if missing:
             raise TraceFormatError(f"Parquet file lacks trace columns {missing}", path=path)

@@ -3,25 +3,14 @@ search's (shrink.knee), not one of its own."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
+from helpers.session_traces import poisson_trace
 from helpers.surface import exported, public_names
 
 import shrink.autolevels as autolevels
 from shrink.autolevels import _sweep
 from shrink.knee import next_step
 from shrink.target import FakeTarget
-from shrink.trace import Trace
-
-
-def _open_trace(rate: float, duration: float, seed: int = 0) -> Trace:
-    rng = np.random.default_rng(seed)
-    t = np.cumsum(rng.exponential(1 / rate, int(rate * duration * 1.2)))
-    t = t[t < duration]
-    return Trace.from_columns(
-        {"session": np.arange(t.size), "t": t, "path": ["/static/file1k.bin"] * t.size},
-        meta={"mode": "open"},
-    )
 
 
 def test_public_surface_is_all_of_its_names():
@@ -40,7 +29,7 @@ def test_the_sweep_refines_where_the_knee_search_says(monkeypatch):
     monkeypatch.setattr(_sweep, "next_step", recorded)
     plan = autolevels.AutoPlan(warmup=1, duration=10, reps=1, max_levels=10)
     target = FakeTarget(servers=1, demand={"static": 0.001})
-    curve = autolevels.auto_sweep(target, _open_trace(100.0, 200.0), {"mean": 0.005}, plan=plan)
+    curve = autolevels.auto_sweep(target, poisson_trace(100.0, 200.0), {"mean": 0.005}, plan=plan)
     steps = [s for _, s in asked if s is not None]
     assert steps and all(s.why in ("refine", "re-measure") for s in steps)
     # Each step was measured, and nothing else while the knee search chose the levels.
@@ -62,7 +51,7 @@ def test_a_p999_whose_knee_lies_above_the_means_still_gets_bracketed():
     for seed in range(4):
         target = FakeTarget(servers=1, demand={"static": 0.001})
         curve = autolevels.auto_sweep(
-            target, _open_trace(100.0, 400.0, seed), thresholds, plan=plan, seed=seed
+            target, poisson_trace(100.0, 400.0, seed), thresholds, plan=plan, seed=seed
         )
         res = mat(curve, "p999", 0.1)
         assert res.status == "ok", (seed, [lv.level for lv in curve.levels])

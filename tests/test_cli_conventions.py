@@ -17,6 +17,7 @@ from typing import get_args
 
 import pytest
 import typer
+from helpers.servers import fake_server
 from typer.testing import CliRunner
 
 from shrink.cli import app
@@ -227,20 +228,14 @@ def test_predict_prints_a_line_per_level_off_a_terminal(tmp_path):
 def test_sweep_prints_a_line_per_run_off_a_terminal(tmp_path):
     from shrink.schedule import open_loop_trace
 
-    proc = subprocess.Popen([sys.executable, "-m", "shrink.replay.fakeserver", "--port", "0"],
-                            stdout=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        port = int(proc.stdout.readline().split()[2])
-        trace = tmp_path / "open.parquet"
-        open_loop_trace("/x?bytes=512", 100.0, 20.0).write_parquet(trace)
-        curve = tmp_path / "curve.json"
+    trace = tmp_path / "open.parquet"
+    open_loop_trace("/x?bytes=512", 100.0, 20.0).write_parquet(trace)
+    curve = tmp_path / "curve.json"
+    with fake_server() as port:
         r = RUN(app, ["sweep", str(trace), "--target", f"http://127.0.0.1:{port}",
                       "--levels", "1,2", "--warmup", "200ms", "--duration", "500ms",
                       "--reps", "1", "--lag-limit", "50ms", "-o", str(curve),
                       "--json"])  # fmt: skip
-    finally:
-        proc.kill()
-        proc.wait()
     assert r.exit_code == 0, r.output
     lines = [ln for ln in r.stderr.splitlines() if re.search(r"\[\d+/2 runs, [\d,]+ s\]$", ln)]
     assert [ln.split("  [")[0] for ln in lines] == [

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.fake_provider import three_bursts
 
 from shrink.autolevels import AutoPlan, auto_sweep
 from shrink.machine import Machine
@@ -36,16 +37,8 @@ def _surging(seed: int) -> Trace:
     rate = 20.0 * (1.5 + np.sin(grid / 3.0) + 0.5 * np.sin(grid / 0.7))
     n = rng.poisson(rate * 0.05)
     start = np.repeat(grid, n) + rng.uniform(0, 0.05, n.sum())
-    rows: dict[str, list] = {"session": [], "burst": [], "t": [], "path": [], "cls": []}
-    for s, t0 in enumerate(np.sort(start)):
-        for b in range(3):
-            dyn = rng.random() < 0.1
-            rows["session"].append(s)
-            rows["burst"].append(b)
-            rows["t"].append(t0 + 0.5 * b)
-            rows["path"].append("/app/x.php" if dyn else "/s/a.gif")
-            rows["cls"].append("dynamic" if dyn else "static")
-    return Trace.from_columns(rows, meta={"source": "test", "mode": "session"})
+    meta = {"source": "test", "mode": "session"}
+    return three_bursts(np.sort(start), rng, gap=0.5, static="/s/a.gif", meta=meta)
 
 
 def _offered(trace: Trace, *, loop: bool, seed: int) -> np.ndarray:

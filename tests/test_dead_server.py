@@ -14,59 +14,32 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import typer
+from helpers.fake_targets import FailsAt, partial_sweep_exit, steady_trace
 
 from shrink import processes as process
-from shrink.cli._common import cli_errors
-from shrink.cli.sweep_cmd import _keep_partial_sweep
 from shrink.errors import TestbedError
-from shrink.loadcurve import LoadCurve
 from shrink.measure import sweep
 from shrink.replay.engine import EngineStats
 from shrink.replay.live import LiveTarget
 from shrink.replay.writer import RunLogRow
-from shrink.target import FakeTarget, GeneratorPlacement
-from shrink.trace import Trace
+from shrink.target import GeneratorPlacement
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _trace(path: str = "/f") -> Trace:
-    t = np.arange(5000) / 100.0
-    return Trace.from_columns(
-        {"session": np.arange(t.size), "t": t, "path": [path] * t.size}, meta={"mode": "open"}
-    )
-
-
-class _DiesAt(FakeTarget):
-    """A fake target whose server dies during its ``n``-th run."""
-
-    def __init__(self, n: int) -> None:
-        super().__init__()
-        self.n, self.runs = n, 0
-
-    def run(self, trace, **kw):
-        self.runs += 1
-        if self.runs >= self.n:
-            raise TestbedError("the server under test is down: crashed or killed: lighttpd PID 7")
-        return super().run(trace, **kw)
+_DOWN = "the server under test is down: crashed or killed: lighttpd PID 7"
 
 
 def test_a_dead_server_stops_the_sweep_and_the_finished_levels_are_kept(tmp_path, capsys):
-    target = _DiesAt(3)
+    target = FailsAt(3, TestbedError(_DOWN))
     with pytest.raises(TestbedError) as info:
-        sweep(target, _trace(), [1, 2, 3, 4], reps=1, warmup=0.5, duration=2)
+        sweep(target, steady_trace(), [1, 2, 3, 4], reps=1, warmup=0.5, duration=2)
     assert target.runs == 3  # no level is run after the server died
     exc = info.value
     assert [lv.level for lv in exc.curve.levels] == [1, 2] and "lighttpd PID 7" in exc.curve.meta[
         "stopped"
     ]
-    _keep_partial_sweep(exc, tmp_path / "curve.json", None)
-    kept = LoadCurve.read_json(tmp_path / "curve.partial.json")
-    assert [lv.level for lv in kept.levels] == [1, 2]
-    with pytest.raises(typer.Exit) as ex, cli_errors():
-        raise exc
-    assert ex.value.exit_code == 1
+    assert partial_sweep_exit(exc, tmp_path / "curve.json") == ([1, 2], 1)
     err = capsys.readouterr().err
     assert "lighttpd PID 7" in err and "kept" in err and "curve.partial.json" in err
     assert len(err.strip().splitlines()) == 1
@@ -118,7 +91,7 @@ def test_a_testbed_whose_server_died_is_refused_before_measuring():
 
     target = _target(_state([gone.pid], {}), engine)
     with pytest.raises(TestbedError, match=f"crashed or killed: lighttpd PID {gone.pid}"):
-        target.run(_trace(), rate_factor=1.0, warmup=0.5, duration=1.0)
+        target.run(steady_trace(), rate_factor=1.0, warmup=0.5, duration=1.0)
     assert not ran
 
 
@@ -127,7 +100,7 @@ def test_a_stopped_testbed_is_refused_before_measuring():
     state = _state([me], {}, stopped="2026-01-01T00:00:00+00:00")
     with pytest.raises(TestbedError, match="brought down"):
         _target(state, _refusing_engine("refused")).run(
-            _trace(), rate_factor=1.0, warmup=0.5, duration=1.0
+            steady_trace(), rate_factor=1.0, warmup=0.5, duration=1.0
         )
 
 
@@ -135,12 +108,12 @@ def test_a_run_whose_requests_all_found_no_server_is_a_testbed_error():
     target = _target(_state([os.getpid()], {}), _refusing_engine("refused"))
     want = r"200 of 200 requests found no server at 127\.0\.0\.1:9"
     with pytest.raises(TestbedError, match=want):
-        target.run(_trace(), rate_factor=1.0, warmup=0.0, duration=2.0)
+        target.run(steady_trace(), rate_factor=1.0, warmup=0.0, duration=2.0)
 
 
 def test_timeouts_of_an_overloaded_server_are_not_a_dead_server():
     target = _target(_state([os.getpid()], {}), _refusing_engine("timeout"))
-    res = target.run(_trace(), rate_factor=1.0, warmup=0.0, duration=2.0)
+    res = target.run(steady_trace(), rate_factor=1.0, warmup=0.0, duration=2.0)
     assert len(res.runlog) == 200
 
 
@@ -162,7 +135,7 @@ def test_lighttpd_killed_during_a_sweep_stops_it_with_exit_1(tmp_path):
     st = up(doc, machine, Share.parse(str(cpus[-1]), machine), state_path=state, port=0,
             cgroups="no")  # fmt: skip
     trace = tmp_path / "t.parquet"
-    _trace("/static/file1k.bin").write_parquet(trace)
+    steady_trace("/static/file1k.bin").write_parquet(trace)
     logs, curve = tmp_path / "logs", tmp_path / "curve.json"
     lighttpd = st.replicas[0].processes["lighttpd"][0]
     try:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
+from helpers.curves import mm1_curve
 
 from shrink import ParameterError, Trace
 from shrink.checks import check_alpha, parse_duration, parse_thresholds
 from shrink.errors import TraceFormatError
-from shrink.loadcurve import Level, LevelStats, LoadCurve, latency_stats
+from shrink.loadcurve import Level, LoadCurve
 from shrink.machine import Machine
 from shrink.mapping import build_mapping, remote_nic_probability
 from shrink.mat import mat
@@ -69,16 +69,8 @@ def test_durations_and_thresholds():
         parse_duration("fast")
 
 
-def _mm1_curve(rates, mu, reps=3, n=20000, seed=0):
-    rng = np.random.default_rng(seed)
-    levels = []
-    for lam in rates:
-        rs = []
-        for _ in range(reps):
-            lat = rng.exponential(1 / (mu - lam), n)
-            rs.append(LevelStats(throughput=float(lam), overall=latency_stats(lat, n / lam)))
-        levels.append(Level(float(lam), rs))
-    return LoadCurve(levels, knob="rate")
+def _mm1_curve(rates, mu):
+    return mm1_curve(rates, mu, reps=3, n=20000)
 
 
 def test_mat_interpolates_mm1_mean_crossing(tmp_path):

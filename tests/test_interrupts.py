@@ -5,65 +5,42 @@ from __future__ import annotations
 import os
 import time
 
-import numpy as np
 import pytest
 import typer
+from helpers.fake_targets import FailsAt, partial_sweep_exit, steady_trace
 
 from shrink.cli._common import cli_errors
 from shrink.cli.sweep_cmd import _keep_partial_sweep
-from shrink.loadcurve import LoadCurve
 from shrink.measure import SweepInterrupted, sweep
 from shrink.replay.engine import EngineStats
 from shrink.replay.live import LiveTarget
-from shrink.target import FakeTarget, GeneratorPlacement
-from shrink.trace import Trace
+from shrink.target import GeneratorPlacement
 
 
-def _trace() -> Trace:
-    t = np.arange(5000) / 100.0
-    return Trace.from_columns(
-        {"session": np.arange(t.size), "t": t, "path": ["/f"] * t.size}, meta={"mode": "open"}
-    )
-
-
-class _StopsAt(FakeTarget):
+def _stops_at(n: int) -> FailsAt:
     """A fake target whose ``n``-th run is interrupted (as the engine reports a SIGINT)."""
-
-    def __init__(self, n: int) -> None:
-        super().__init__()
-        self.n, self.runs = n, 0
-
-    def run(self, trace, **kw):
-        self.runs += 1
-        if self.runs == self.n:
-            raise KeyboardInterrupt
-        return super().run(trace, **kw)
+    return FailsAt(n, KeyboardInterrupt())
 
 
 def test_an_interrupted_sweep_carries_its_finished_levels():
     with pytest.raises(SweepInterrupted) as info:
-        sweep(_StopsAt(4), _trace(), [1, 2, 3, 4], reps=1, warmup=0.5, duration=2)
+        sweep(_stops_at(4), steady_trace(), [1, 2, 3, 4], reps=1, warmup=0.5, duration=2)
     curve = info.value.curve
     assert [lv.level for lv in curve.levels] == [1, 2, 3] and curve.meta["interrupted"]
 
 
 def test_sweep_cli_writes_the_partial_curve_without_runlogs(tmp_path, capsys):
     with pytest.raises(SweepInterrupted) as info:
-        sweep(_StopsAt(3), _trace(), [1, 2, 3], reps=1, warmup=0.5, duration=2)
+        sweep(_stops_at(3), steady_trace(), [1, 2, 3], reps=1, warmup=0.5, duration=2)
     stop = info.value
-    _keep_partial_sweep(stop, tmp_path / "curve.json", None)
-    got = LoadCurve.read_json(tmp_path / "curve.partial.json")
-    assert [lv.level for lv in got.levels] == [1, 2]
-    with pytest.raises(typer.Exit) as ex, cli_errors():
-        raise stop
-    assert ex.value.exit_code == 130
+    assert partial_sweep_exit(stop, tmp_path / "curve.json") == ([1, 2], 130)
     err = capsys.readouterr().err
     assert "curve.partial.json (2 finished levels)" in err and "run logs" not in err
 
 
 def test_nothing_finished_says_nothing_was_written(tmp_path, capsys):
     with pytest.raises(SweepInterrupted) as info:
-        sweep(_StopsAt(1), _trace(), [1, 2], reps=1, warmup=0.5, duration=2)
+        sweep(_stops_at(1), steady_trace(), [1, 2], reps=1, warmup=0.5, duration=2)
     _keep_partial_sweep(info.value, tmp_path / "curve.json", tmp_path / "logs")
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(typer.Exit), cli_errors():
@@ -85,7 +62,7 @@ def test_an_interrupted_live_run_does_not_wait_for_the_planned_end():
         generator=GeneratorPlacement(tuple(cpus[:1]), True, engine=engine),
     )  # fmt: skip
     start = time.monotonic()
-    res = target.run(_trace(), rate_factor=1.0, warmup=1.0, duration=30.0)
+    res = target.run(steady_trace(), rate_factor=1.0, warmup=1.0, duration=30.0)
     assert time.monotonic() - start < 5.0 and res.describe["engine"]["interrupted"]
 
 

@@ -6,22 +6,12 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from helpers.session_traces import poisson_trace
 
 from shrink.errors import MeasurementError, ParameterError
 from shrink.mat import mat
 from shrink.measure import rate_factor_for, sweep
 from shrink.target import FakeTarget, Target
-from shrink.trace import Trace
-
-
-def _open_trace(rate: float, duration: float, seed: int = 0) -> Trace:
-    rng = np.random.default_rng(seed)
-    t = np.cumsum(rng.exponential(1 / rate, int(rate * duration * 1.2)))
-    t = t[t < duration]
-    return Trace.from_columns(
-        {"session": np.arange(t.size), "t": t, "path": ["/static/file1k.bin"] * t.size},
-        meta={"mode": "open"},
-    )
 
 
 def test_fake_is_a_target():
@@ -30,7 +20,7 @@ def test_fake_is_a_target():
 
 def test_sweep_on_mm1_fake_finds_the_mat():
     # Base trace 100 req/s; rate factors 3..9.5 give 300..950 req/s on a 1 ms server.
-    trace = _open_trace(100.0, 200.0)
+    trace = poisson_trace(100.0, 200.0)
     target = FakeTarget(servers=1, demand={"static": 0.001})
     curve = sweep(target, trace, [3, 5, 7, 8.5, 9.5], reps=3, warmup=2, duration=20, seed=1)
     thr = [lv.throughput for lv in curve.levels]
@@ -45,7 +35,7 @@ def test_sweep_on_mm1_fake_finds_the_mat():
 
 
 def test_levels_where_the_generator_fell_behind_are_flagged_and_excluded():
-    trace = _open_trace(100.0, 200.0)
+    trace = poisson_trace(100.0, 200.0)
     target = FakeTarget(servers=1, demand={"static": 0.001}, generator_capacity=600.0)
     curve = sweep(target, trace, [3, 5, 8], warmup=1, duration=10)
     assert [lv.generator_behind for lv in curve.levels] == [False, False, True]
@@ -53,7 +43,7 @@ def test_levels_where_the_generator_fell_behind_are_flagged_and_excluded():
 
 
 def test_users_knob_needs_users_in_meta():
-    trace = _open_trace(10.0, 5.0)
+    trace = poisson_trace(10.0, 5.0)
     with pytest.raises(ParameterError, match="users"):
         rate_factor_for(trace, 100, "users")
     assert rate_factor_for(trace.with_meta(users=50), 100, "users") == 2.0
@@ -62,7 +52,7 @@ def test_users_knob_needs_users_in_meta():
 def test_auto_sweep_places_levels_around_the_knee():
     from shrink.autolevels import AutoPlan, auto_sweep
 
-    trace = _open_trace(100.0, 200.0)
+    trace = poisson_trace(100.0, 200.0)
     target = FakeTarget(servers=1, demand={"static": 0.001})
     plan = AutoPlan(warmup=1, duration=10, reps=2, max_levels=10)
     curve = auto_sweep(target, trace, {"mean": 0.005, "p999": 0.030}, plan=plan, seed=3)
@@ -97,8 +87,8 @@ class _Recorder:
 def test_paired_sweep_runs_each_rep_on_both_sides_in_alternating_order():
     from shrink.autolevels import AutoPlan, Companion, auto_sweep, companion_curve
 
-    full = _open_trace(400.0, 200.0)
-    scaled = _open_trace(100.0, 200.0)
+    full = poisson_trace(400.0, 200.0)
+    scaled = poisson_trace(100.0, 200.0)
     calls: list = []
     # The scaled side is a 4x slower server with a quarter of the load: same knee.
     side = _Recorder("scaled", calls, 0.004)
@@ -126,10 +116,10 @@ def test_the_scaled_side_runs_1_over_alpha_longer_than_its_companion():
     calls: list = []
     side = _Recorder("scaled", calls, 0.004)
     full = _Recorder("full", calls, 0.001)
-    comp = Companion(full, _open_trace(400.0, 200.0), {"mean": 0.005})
+    comp = Companion(full, poisson_trace(400.0, 200.0), {"mean": 0.005})
     plan = AutoPlan(warmup=1, duration=10, reps=2, max_levels=4, scaled_time=4.0)
     curve = auto_sweep(
-        side, _open_trace(100.0, 200.0), {"mean": 0.020}, plan=plan, seed=3, companion=comp
+        side, poisson_trace(100.0, 200.0), {"mean": 0.020}, plan=plan, seed=3, companion=comp
     )
     assert len(side.windows) == len(full.windows) > 4
     # Each pair: the share's window about four times longer (each side holds the whole
@@ -159,12 +149,12 @@ def test_the_scaled_side_runs_at_share_load_times_its_companions_rate_factor():
     # A share at 0.75 of alpha's speed (0.004 / 0.75 s a request at a quarter of the load).
     side = _Recorder("scaled", calls, 0.004 / 0.75)
     full = _Recorder("full", calls, 0.001)
-    comp = Companion(full, _open_trace(400.0, 200.0), {"mean": 0.005})
+    comp = Companion(full, poisson_trace(400.0, 200.0), {"mean": 0.005})
     plan = AutoPlan(warmup=1, duration=10, reps=2, max_levels=6, scaled_time=4.0)
     load = 0.75
     curve = auto_sweep(
         side,
-        _open_trace(100.0, 200.0),
+        poisson_trace(100.0, 200.0),
         {"mean": 0.020 / 0.75},
         plan=replace(plan, share_load=load),
         seed=3,
@@ -195,9 +185,9 @@ def test_a_short_trace_shrinks_both_windows_of_a_time_scaled_pair():
     side, full = _Recorder("scaled", calls, 0.004), _Recorder("full", calls, 0.001)
     # 60 s of trace at rate factor 1: the share (warm-up 8 s) can fill 52 s, i.e. 13 s
     # of the plan's time; the full side could fill 20 s.
-    comp = Companion(full, _open_trace(400.0, 60.0), {"mean": 0.005})
+    comp = Companion(full, poisson_trace(400.0, 60.0), {"mean": 0.005})
     plan = AutoPlan(warmup=2, duration=20, reps=1, scaled_time=4.0)
-    got = _run_level(side, _open_trace(100.0, 60.0), 1.0, "rate_factor", plan, 0, comp)
+    got = _run_level(side, poisson_trace(100.0, 60.0), 1.0, "rate_factor", plan, 0, comp)
     assert got is not None
     (w_s, d_s), (w_f, d_f) = side.windows[0], full.windows[0]
     assert (w_s, w_f) == (8.0, 2.0)
@@ -207,7 +197,7 @@ def test_a_short_trace_shrinks_both_windows_of_a_time_scaled_pair():
 def test_a_time_budget_stops_the_sweep_before_a_level_that_would_overrun_it():
     from shrink.autolevels import AutoPlan, auto_sweep
 
-    trace = _open_trace(100.0, 200.0)
+    trace = poisson_trace(100.0, 200.0)
     target = FakeTarget(servers=1, demand={"static": 0.001})
     # 11 planned seconds a repetition: warm run 11, probe 22, then 22 a level. The fake
     # takes no time, so the planned seconds are what counts: room for two more levels.
@@ -224,7 +214,7 @@ def test_a_time_budget_stops_the_sweep_before_a_level_that_would_overrun_it():
 def test_paired_sweep_needs_the_rate_factor_knob():
     from shrink.autolevels import Companion, auto_sweep
 
-    trace = _open_trace(100.0, 50.0).with_meta(users=10)
+    trace = poisson_trace(100.0, 50.0).with_meta(users=10)
     comp = Companion(FakeTarget(), trace, {"mean": 0.005})
     with pytest.raises(MeasurementError, match="rate_factor"):
         auto_sweep(FakeTarget(), trace, {"mean": 0.005}, knob="users", companion=comp)
@@ -248,7 +238,7 @@ def test_share_utilization_reports_other_work_on_the_share_cpus():
             return res
 
     res = _ShareUtilization(Inner(), 0.25, 1).run(
-        _open_trace(50.0, 20.0), rate_factor=1.0, warmup=1.0, duration=5.0, seed=0
+        poisson_trace(50.0, 20.0), rate_factor=1.0, warmup=1.0, duration=5.0, seed=0
     )
     st = level_stats(res)
     assert st.other_cpu == pytest.approx(0.30)
@@ -262,7 +252,7 @@ def test_a_repetition_that_fell_behind_is_left_out_not_the_level():
 
     from shrink.loadcurve import Level
 
-    trace = _open_trace(200.0, 60.0)
+    trace = poisson_trace(200.0, 60.0)
     ok = [level_stats_of(FakeTarget(), trace, seed) for seed in (1, 2)]
     stalled = replace(ok[0], generator_behind=True, overall=ok[0].overall)
     stalled = replace(stalled, throughput=1.0)  # what a stalled run looks like
@@ -314,7 +304,7 @@ class _Stalling(_Tampered):
 def test_stalls_are_rerun_and_merged_and_the_knee_still_found():
     from shrink.autolevels import AutoPlan, auto_sweep
 
-    trace = _open_trace(100.0, 200.0)
+    trace = poisson_trace(100.0, 200.0)
     plan = AutoPlan(warmup=1, duration=10, reps=2, max_levels=10)
     clean = auto_sweep(
         FakeTarget(servers=1, demand={"static": 0.001}), trace, {"mean": 0.005}, plan=plan, seed=3
@@ -356,7 +346,7 @@ class _StallsWhenOverloaded:
 def test_overloaded_levels_where_the_generator_stalled_are_not_measured_again():
     from shrink.autolevels import AutoPlan, auto_sweep
 
-    trace = _open_trace(100.0, 200.0)
+    trace = poisson_trace(100.0, 200.0)
     # Probe, three coarse levels (the last near 9.8, far over 5 ms), then refinement.
     # Each level replays the trace from its start (no loop window): the stall geometry
     # below (stalls from 8.5, the MAT near 8.0) was set for that, on fresh arrivals.
@@ -389,7 +379,7 @@ def test_a_threshold_hidden_behind_excluded_levels_gets_a_level_in_between():
     from shrink.autolevels import _above
     from shrink.loadcurve import Level, LoadCurve
 
-    trace = _open_trace(100.0, 60.0)
+    trace = poisson_trace(100.0, 60.0)
     target = FakeTarget(servers=1, demand={"static": 0.001})
     runs = {f: level_stats_of_factor(target, trace, f) for f in (2.0, 4.0, 9.5)}
     # A stall as long as the latency itself: the level says nothing, not even "over".
@@ -427,7 +417,7 @@ def test_the_median_of_three_repetitions_outvotes_one_disturbed_window():
 
     from shrink.loadcurve import Level
 
-    trace = _open_trace(200.0, 60.0)
+    trace = poisson_trace(200.0, 60.0)
     a, b = (level_stats_of(FakeTarget(), trace, seed) for seed in (1, 2))
     # A slow minute of the host: one window's mean latency five times the others'.
     slow = replace(a, overall=replace(a.overall, mean=5 * max(a.overall.mean, b.overall.mean)))
@@ -444,7 +434,7 @@ def test_the_median_of_three_repetitions_outvotes_one_disturbed_window():
 def test_with_three_repetitions_one_stall_is_not_rerun_two_are():
     from shrink.autolevels import AutoPlan, auto_sweep
 
-    trace = _open_trace(100.0, 200.0)
+    trace = poisson_trace(100.0, 200.0)
     plan = AutoPlan(warmup=1, duration=10, reps=3, probe_reps=1, max_levels=3, warm_run=False)
     # Calls: 0 the probe (one repetition), 1-3 the first coarse level, 4-6 the next.
     one = auto_sweep(_Stalling({2}), trace, {"mean": 0.005}, plan=plan, seed=3)
@@ -471,7 +461,7 @@ def test_a_signal_stops_the_whole_sweep_not_one_run(at):
     from shrink.autolevels import AutoPlan, auto_sweep
     from shrink.measure import sweep
 
-    trace = _open_trace(100.0, 200.0)
+    trace = poisson_trace(100.0, 200.0)
     target = _Interrupted({at})
     with pytest.raises(KeyboardInterrupt):
         sweep(target, trace, [1.0, 2.0, 3.0], reps=2, warmup=1, duration=5)
@@ -485,7 +475,7 @@ def test_a_signal_stops_the_whole_sweep_not_one_run(at):
 def test_an_interrupted_sweep_hands_back_the_levels_it_finished():
     from shrink.autolevels import AutoPlan, SweepInterrupted, auto_sweep
 
-    trace = _open_trace(100.0, 200.0)
+    trace = poisson_trace(100.0, 200.0)
     plan = AutoPlan(warmup=1, duration=5, reps=2, warm_run=False)
     # Calls 0-1: the probe; 2-3: the first coarse level; 4: stopped mid-level.
     with pytest.raises(SweepInterrupted) as stop:
@@ -502,7 +492,7 @@ def test_an_interrupted_sweep_hands_back_the_levels_it_finished():
 def test_skip_start_drops_the_first_seconds_and_shifts_the_rest():
     from shrink.measure import default_skip, skip_start
 
-    trace = _open_trace(100.0, 200.0)
+    trace = poisson_trace(100.0, 200.0)
     t0 = float(trace.column("t").min())
     later = skip_start(trace, 50.0)
     kept = trace.column("t") >= t0 + 50.0
@@ -524,7 +514,7 @@ def test_a_sweep_with_skip_replays_the_trace_from_there():
     seen = []
     run = side.run
     side.run = lambda tr, **kw: (seen.append(float(tr.column("t").max())), run(tr, **kw))[1]
-    trace = _open_trace(100.0, 200.0)
+    trace = poisson_trace(100.0, 200.0)
     plan = AutoPlan(warmup=1, duration=5, reps=1, max_levels=3, skip=120.0)
     curve = auto_sweep(side, trace, {"mean": 0.005}, plan=plan, seed=3)
     assert curve.meta["skip"] == 120.0

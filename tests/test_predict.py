@@ -198,39 +198,6 @@ def test_paired_full_run_is_measured_with_the_prediction_and_validated(tmp_path)
         run_validate(unpaired / "prediction.json", full_run="paired")
 
 
-def test_an_error_from_a_bound_gets_its_other_end_from_a_stalled_hint():
-    from shrink.report.sections.validation import error_text as _error_text
-
-    m = {
-        "error": (964 - 809) / 809,
-        "predicted": 964.0,
-        "measured": 809.0,
-        "predicted_status": "ok",
-        "measured_status": "not_reached",
-        "measured_stalled_ceiling": 1000.0,
-    }
-    assert _error_text(m) == "at most +19.2% (at least -3.6% by the stalled levels' hint)"
-
-
-@pytest.mark.parametrize(
-    ("predicted", "measured", "text"),
-    [
-        ("ok", "ok", "+5.0%"),
-        # A prediction that only says ">= X" can be off by more, not less.
-        ("not_reached", "ok", "at least +5.0%"),
-        ("below_range", "ok", "at most +5.0%"),
-        ("ok", "not_reached", "at most +5.0%"),
-        ("ok", "below_range", "at least +5.0%"),
-        ("not_reached", "not_reached", "+5.0% (both MATs are only bounds)"),
-    ],
-)
-def test_the_report_states_an_error_from_a_bound_as_a_bound(predicted, measured, text):
-    from shrink.report.sections.validation import error_text as _error_text
-
-    m = {"error": 0.05, "predicted_status": predicted, "measured_status": measured}
-    assert _error_text(m) == text
-
-
 class _StopsAfter(FakeProvider):
     """A provider whose targets' runs are stopped by a signal from run ``n`` on."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.curves import mm1_curve
 
 from shrink.loadcurve import QGRID, Level, LevelStats, LoadCurve, latency_stats
 from shrink.mat import mat
@@ -11,18 +12,8 @@ from shrink.scaling import shrink_scaled_curve
 from shrink.validate import validate, wasserstein1
 
 
-def _mm1(rates, mu, *, alpha=1.0, share=None, seed=0, n=40000, reps=2):
-    """Exponential response times of an M/M/1 (FIFO == PS in the mean) at each rate."""
-    rng = np.random.default_rng(seed)
-    levels = []
-    for lam in rates:
-        reps_ = []
-        for _ in range(reps):
-            lat = rng.exponential(1 / (mu - lam), n)
-            s = latency_stats(lat, n / lam)
-            reps_.append(LevelStats(throughput=float(lam), overall=s, per_class={"static": s}))
-        levels.append(Level(float(lam), reps_))
-    return LoadCurve(levels, knob="rate", alpha=alpha, share=share or {"kind": "all"})
+def _mm1(rates, mu, *, n=40000, reps=2, **kw):
+    return mm1_curve(rates, mu, n=n, reps=reps, **kw)
 
 
 def test_cpu_time_share_scaling_recovers_the_full_server():

@@ -10,6 +10,7 @@ import time
 
 import httpx
 import pytest
+from helpers.testbed import lighttpd_replica
 
 from shrink import processes as process
 from shrink.errors import RecipeError, TestbedError, TopologyError
@@ -71,12 +72,7 @@ def test_rendered_config_passes_lighttpd_check(tmp_path):
 
 
 def test_state_round_trip(tmp_path):
-    rs = ReplicaState(
-        name="r0", address="127.0.0.1", port=80, cpus=[0], masters=[10],
-        processes={"lighttpd": [10], "php-cgi": [11, 12]}, starttimes={10: 5, 11: 6, 12: 6},
-        pinned={12: [0]}, config="c",
-        errorlog="e", run_dir="d", nic_socket=0, cgroup=None,
-    )  # fmt: skip
+    rs = lighttpd_replica()
     st = TestbedState([rs], {"kind": "all"}, {"name": "1-replica"}, {}, "doc", {"php": "8"}, "t")
     path = st.write(tmp_path / "s.json")
     d = json.loads(path.read_text())

@@ -58,14 +58,19 @@ pub const E_CUT: usize = 6;
 pub const E_UNSENT: usize = 7;
 pub const N_ERRORS: usize = 8;
 
-pub fn mono() -> f64 {
+/// The time of ``clock`` in seconds.
+fn clock_s(clock: libc::clockid_t) -> f64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes into the timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+pub fn mono() -> f64 {
+    clock_s(libc::CLOCK_MONOTONIC)
 }
 
 fn errno() -> i32 {
@@ -1019,6 +1024,19 @@ impl Engine {
         self.submit(c, rid);
     }
 
+    /// Send session `s`'s next queued request over its connection `slot`, intended `now`.
+    #[inline]
+    fn sess_send_next(&mut self, s: usize, slot: usize, now: f64) {
+        let st = &mut self.sess[s];
+        st.outstanding += 1;
+        let r = st.q_next;
+        st.q_next += 1;
+        let (sid, tidx) = (st.sid, st.tidx);
+        let rid = self.new_req(r, sid, tidx, now);
+        let c = self.sess_conn(s, slot);
+        self.submit(c, rid);
+    }
+
     fn sess_finished(&mut self, s: usize, ci: usize, row: i64) {
         self.sess[s].outstanding -= 1;
         // What follows a response is intended when it arrived (its receive stamp): a
@@ -1028,33 +1046,21 @@ impl Engine {
         } else {
             self.finish_t
         };
-        let (sid, tidx) = (self.sess[s].sid, self.sess[s].tidx);
         let st = &self.sess[s];
         if st.q_next < st.q_end && now < self.horizon {
             if st.outstanding == 0 && row == self.plan.burst_first[st.bi] {
                 // the first request is back: embedded requests go out over N connections
                 for slot in 0..self.sess[s].conns.len() {
-                    let st = &mut self.sess[s];
+                    let st = &self.sess[s];
                     if st.q_next >= st.q_end {
                         break;
                     }
-                    st.outstanding += 1;
-                    let r = st.q_next;
-                    st.q_next += 1;
-                    let rid = self.new_req(r, sid, tidx, now);
-                    let c = self.sess_conn(s, slot);
-                    self.submit(c, rid);
+                    self.sess_send_next(s, slot, now);
                 }
                 return;
             }
             let slot = self.slot_of(s, ci);
-            let st = &mut self.sess[s];
-            st.outstanding += 1;
-            let r = st.q_next;
-            st.q_next += 1;
-            let rid = self.new_req(r, sid, tidx, now);
-            let c = self.sess_conn(s, slot);
-            self.submit(c, rid);
+            self.sess_send_next(s, slot, now);
             return;
         }
         if st.outstanding > 0 {
@@ -1417,25 +1423,14 @@ impl Engine {
 
 /// This thread's CPU time in seconds.
 fn thread_cpu() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime into our timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+    clock_s(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 fn real_offset() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
     let m0 = mono();
-    // SAFETY: clock_gettime into our timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    let real = clock_s(libc::CLOCK_REALTIME);
     let m1 = mono();
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9 - (m0 + m1) / 2.0
+    real - (m0 + m1) / 2.0
 }
 
 /// recvmsg into `buf`; (bytes or -1, the kernel's receive stamp of the last segment read).

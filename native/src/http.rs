@@ -38,6 +38,18 @@ fn header<'a>(lower: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
     Some(&rest[..end])
 }
 
+/// Where `needle` starts in `buf`; without it, wait for more bytes (all of `buf` kept),
+/// unless `buf` is already longer than a head may be.
+fn find_or_wait(buf: &[u8], needle: &[u8]) -> Result<usize, Outcome> {
+    find(buf, needle).ok_or_else(|| {
+        if buf.len() > HEAD_LIMIT {
+            Outcome::Bad
+        } else {
+            Outcome::More(buf.len())
+        }
+    })
+}
+
 pub fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     if needle.len() > hay.len() {
         return None;
@@ -125,14 +137,9 @@ impl Parser {
         loop {
             match self.st {
                 St::Head => {
-                    let i = match find(buf, b"\r\n\r\n") {
-                        Some(i) => i,
-                        None => {
-                            if buf.len() > HEAD_LIMIT {
-                                return Outcome::Bad;
-                            }
-                            return Outcome::More(buf.len());
-                        }
+                    let i = match find_or_wait(buf, b"\r\n\r\n") {
+                        Ok(i) => i,
+                        Err(o) => return o,
                     };
                     let (status, clen, chunked, close) = match parse_head(&buf[..i]) {
                         Some(h) => h,
@@ -168,14 +175,9 @@ impl Parser {
                     return Outcome::More(0);
                 }
                 St::ChunkSize => {
-                    let j = match find(buf, b"\r\n") {
-                        Some(j) => j,
-                        None => {
-                            if buf.len() > HEAD_LIMIT {
-                                return Outcome::Bad;
-                            }
-                            return Outcome::More(buf.len());
-                        }
+                    let j = match find_or_wait(buf, b"\r\n") {
+                        Ok(j) => j,
+                        Err(o) => return o,
                     };
                     let line = &buf[..j];
                     let digits = match line.iter().position(|&c| c == b';') {

@@ -12,22 +12,22 @@ use std::net::ToSocketAddrs;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-fn f64s(b: &[u8], name: &str) -> PyResult<Vec<f64>> {
+/// A column of 8-byte numbers from its native-endian bytes (``kind`` names it in errors).
+fn words<T>(b: &[u8], name: &str, kind: &str, read: fn([u8; 8]) -> T) -> PyResult<Vec<T>> {
     if !b.len().is_multiple_of(8) {
-        return Err(PyValueError::new_err(format!("{name}: not float64 bytes")));
+        return Err(PyValueError::new_err(format!("{name}: not {kind} bytes")));
     }
     Ok(b.chunks_exact(8)
-        .map(|c| f64::from_ne_bytes(c.try_into().unwrap()))
+        .map(|c| read(c.try_into().unwrap()))
         .collect())
 }
 
+fn f64s(b: &[u8], name: &str) -> PyResult<Vec<f64>> {
+    words(b, name, "float64", f64::from_ne_bytes)
+}
+
 fn i64s(b: &[u8], name: &str) -> PyResult<Vec<i64>> {
-    if !b.len().is_multiple_of(8) {
-        return Err(PyValueError::new_err(format!("{name}: not int64 bytes")));
-    }
-    Ok(b.chunks_exact(8)
-        .map(|c| i64::from_ne_bytes(c.try_into().unwrap()))
-        .collect())
+    words(b, name, "int64", i64::from_ne_bytes)
 }
 
 fn raw<T>(v: &[T]) -> &[u8] {

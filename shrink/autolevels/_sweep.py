@@ -6,7 +6,7 @@ The levels are the knee search's (:mod:`shrink.knee`); this module measures them
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from shrink.autolevels._clock import Clock
 from shrink.autolevels._curve import curve_of
@@ -116,6 +116,7 @@ def auto_sweep(
     return curve
 
 
+@dataclass(eq=False)
 class _Sweep:
     """One sweep's state and its steps: probe, coarse pass, search upward, refinement.
 
@@ -123,34 +124,26 @@ class _Sweep:
     the seconds (``plan.budget_s``).
     """
 
-    def __init__(
-        self,
-        target: Target,
-        trace: Trace,
-        thresholds: Mapping[str, float],
-        knob: str,
-        plan: AutoPlan,
-        seed: int,
-        alpha: float | None,
-        progress: Progress | None,
-        companion: Companion | None,
-    ) -> None:
-        self.alpha = alpha
-        self.target = target
-        self.trace = trace
-        self.thresholds = thresholds
-        self.knob = knob
-        self.plan = plan
-        self.seed = seed
-        self.progress = progress
-        self.companion = companion
-        self.levels: dict[float, Level] = {}
-        self.too_short: list[float] = []
-        self.out_of_time: list[float] = []
-        self.retried: list[float] = []
-        self.budget = plan.max_levels
-        self.step = 0
-        self.clock = Clock(plan, companion is not None)
+    target: Target
+    trace: Trace
+    thresholds: Mapping[str, float]
+    knob: str
+    plan: AutoPlan
+    seed: int
+    alpha: float | None
+    progress: Progress | None
+    companion: Companion | None
+    levels: dict[float, Level] = field(default_factory=dict, init=False)
+    too_short: list[float] = field(default_factory=list, init=False)
+    out_of_time: list[float] = field(default_factory=list, init=False)
+    retried: list[float] = field(default_factory=list, init=False)
+    step: int = field(default=0, init=False)
+    budget: int = field(init=False)
+    clock: Clock = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.budget = self.plan.max_levels
+        self.clock = Clock(self.plan, self.companion is not None)
 
     def measure(self) -> None:
         if self.levels:  # going on from measured levels (a validation's own search)

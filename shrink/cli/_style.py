@@ -57,13 +57,17 @@ def _aliases(args: list[str]) -> list[str]:
     return out
 
 
-class ShrinkCommand(TyperCommand):
+class _TidyParams:
+    """A command's or group's parameters with the metavars its help shows (:func:`_tidy_param`)."""
+
     def get_params(self, ctx: Any) -> list[Any]:
-        params = super().get_params(ctx)
+        params = super().get_params(ctx)  # type: ignore[misc]
         for p in params:
             _tidy_param(p)
         return params
 
+
+class ShrinkCommand(_TidyParams, TyperCommand):
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         return _usage_pieces(self, ctx)
 
@@ -71,12 +75,8 @@ class ShrinkCommand(TyperCommand):
         return super().parse_args(ctx, _aliases(args))
 
 
-class ShrinkGroup(TyperGroup):
-    def get_params(self, ctx: Any) -> list[Any]:
-        params = super().get_params(ctx)
-        for p in params:
-            _tidy_param(p)
-        return params
+class ShrinkGroup(_TidyParams, TyperGroup):
+    pass
 
 
 def tidy(app: typer.Typer) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass
 from time import monotonic
 from typing import Any, Protocol
 
@@ -21,18 +22,19 @@ _NAN = float("nan")
 _HEAD, _BODY, _CHUNK_SIZE, _CHUNK_DATA, _TRAILER, _UNTIL_CLOSE = range(6)
 
 
+@dataclass(slots=True, eq=False)
 class _Req:
-    __slots__ = ("dispatched", "first_byte", "intended", "row", "sent", "session", "tidx", "tries")
+    """A request of the trace in flight: its row, session, engine thread and intended
+    send time, then the times it was dispatched, sent and answered, and its tries."""
 
-    def __init__(self, row: int, session: int, tidx: int, intended: float) -> None:
-        self.row = row
-        self.session = session
-        self.tidx = tidx
-        self.intended = intended
-        self.sent = _NAN
-        self.first_byte = _NAN
-        self.dispatched = _NAN
-        self.tries = 0
+    row: int
+    session: int
+    tidx: int
+    intended: float
+    sent: float = _NAN
+    first_byte: float = _NAN
+    dispatched: float = _NAN
+    tries: int = 0
 
 
 class EngineCore(Protocol):

@@ -12,7 +12,15 @@ if TYPE_CHECKING:
     from shrink.prediction import MappingPrediction
     from shrink.uncertainty import ErrorBudget
 
-__all__ = ["assumptions", "confidence"]
+__all__ = [
+    "MODEL_ASSUMPTIONS",
+    "ONE_SOCKET_ASSUMPTION",
+    "PAIRED_FULL_RUN_NOTE",
+    "REMAPPED_SHAPE_ASSUMPTION",
+    "assumptions",
+    "confidence",
+    "cross_socket_assumption",
+]
 
 
 def assumptions(
@@ -148,3 +156,47 @@ def confidence(
     return conf
 
 
+def cross_socket_assumption(calibration: str) -> str:
+    """What the mappings' predictions assume where the full target spans sockets."""
+    return (
+        "Cross-socket effects (remote NIC processing, sharing between workers on two "
+        "sockets, the LLC a replica sees) are modelled with the "
+        f"'{calibration}' calibration; they cannot be measured on a share inside "
+        "one socket."
+    )
+
+
+ONE_SOCKET_ASSUMPTION = (
+    "The full target lies on one socket: no traffic crosses sockets, so the "
+    "mappings differ only in how the cores are split; on loopback each replica's "
+    "'NIC' is an address and its socket is nominal."
+)
+
+PAIRED_FULL_RUN_NOTE = (
+    "For validation only: the whole trace was also run on the full target, each "
+    "repetition right before or after the scaled one (alternating), then at levels "
+    "of its own search. None of it reached the predicted numbers or chose the "
+    "share's levels."
+)
+
+# What the cross-socket model (extrapolate.crosssocket) assumes, for the what-if and a
+# re-mapped curve.
+MODEL_ASSUMPTIONS = (
+    "each core is an M/G/1 processor-sharing station fed 1/n of the load (RSS and the "
+    "listening socket spread connections); mean response per class D_c/(1-rho) is exact "
+    "for PS whatever the demand distribution",
+    "p99.9: per class, the M/M/1-PS response time's mean and variance matched by a gamma "
+    "distribution; the whole is the mixture over classes and replicas",
+    "cross-socket effects act on per-class demands: remote NIC processing and cross-socket "
+    "data sharing add time to every request; dynamic requests' LLC-miss time shrinks when "
+    "their replica sees both sockets' LLC (misses then hit the remote LLC at 1/1.6 the cost)",
+    "within a socket the Universal Scalability Law inflates demands with active cores",
+    "baseline 1-core demands come from the calibration (published: derived from the papers' "
+    "MATs; Support's static requests cost what tcp's 1 KB file costs)",
+    "load is balanced across replicas in proportion to their cores",
+)
+
+REMAPPED_SHAPE_ASSUMPTION = (
+    "the measured curve's shape (mean and quantiles vs utilization) is kept; only the "
+    "utilization and latency axes are re-mapped by the demand ratios"
+)

@@ -42,13 +42,21 @@ def sessions(n_sessions: int, seed: int = 0, span: float = 2000.0) -> Trace:
     """Sessions starting uniformly over ``span`` s: three bursts 2 s apart, 10% dynamic."""
     rng = np.random.default_rng(seed)
     start = np.sort(rng.uniform(0, span, n_sessions))
-    rows: dict[str, list] = {"session": [], "t": [], "path": [], "cls": [], "burst": []}
+    return three_bursts(start, rng, gap=2.0, static="/static/a.gif", meta={"source": "test"})
+
+
+def three_bursts(
+    start: np.ndarray, rng: np.random.Generator, *, gap: float, static: str, meta: dict
+) -> Trace:
+    """A session starting at each of ``start`` (sorted): three one-request bursts ``gap`` s
+    apart, each a PHP page with chance 0.1 (drawn from ``rng``), else ``static``."""
+    rows: dict[str, list] = {"session": [], "burst": [], "t": [], "path": [], "cls": []}
     for s, t0 in enumerate(start):
         for b in range(3):
             dyn = rng.random() < 0.1
             rows["session"].append(s)
             rows["burst"].append(b)
-            rows["t"].append(t0 + 2 * b)
-            rows["path"].append("/app/x.php" if dyn else "/static/a.gif")
+            rows["t"].append(t0 + gap * b)
+            rows["path"].append("/app/x.php" if dyn else static)
             rows["cls"].append("dynamic" if dyn else "static")
-    return Trace.from_columns(rows, meta={"source": "test"})
+    return Trace.from_columns(rows, meta=meta)

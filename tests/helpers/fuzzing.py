@@ -387,16 +387,12 @@ def _read_prediction(p: Path) -> None:
 
 
 def _seed_state(tmp: Path) -> list[bytes]:
-    from shrink.testbed.state import ReplicaState, TestbedState
+    from helpers.testbed import lighttpd_replica
+    from shrink.testbed.state import TestbedState
 
-    rs = ReplicaState(
-        name="r0", address="127.0.0.1", port=8080, cpus=[0], masters=[10],
-        processes={"lighttpd": [10], "php-cgi": [11, 12]}, starttimes={10: 5, 11: 6, 12: 6},
-        pinned={12: [0]}, config="c",
-        errorlog="e", run_dir="d", nic_socket=0, cgroup=None,
-    )  # fmt: skip
     st = TestbedState(
-        [rs], {"kind": "cpu_time", "cpus": [1], "fraction": 0.25}, {"name": "1-replica"},
+        [lighttpd_replica(8080)], {"kind": "cpu_time", "cpus": [1], "fraction": 0.25},
+        {"name": "1-replica"},
         {"name": "m", "sockets": 1, "cores_per_socket": 2}, "doc", {"php": "8"}, "t",
     )  # fmt: skip
     return [st.write(tmp / "state.json").read_bytes()]

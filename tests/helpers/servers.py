@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -29,3 +32,18 @@ def wait_listening(port: int, proc: subprocess.Popen, timeout: float = 10.0) -> 
         except OSError:
             time.sleep(0.05)
     pytest.fail(f"{name} (PID {proc.pid}) did not listen on {port} within {timeout} s")
+
+
+@contextmanager
+def fake_server(*extra: str, env: dict[str, str] | None = None) -> Iterator[int]:
+    """shrink's own loopback HTTP server on a free port: yields the port, kills it on exit."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shrink.replay.fakeserver", "--port", "0", *extra],
+        stdout=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        yield int(proc.stdout.readline().split()[2])
+    finally:
+        proc.kill()
+        proc.wait()

@@ -1,8 +1,11 @@
-"""Small session traces for the replay tests, built by hand (no sampler, no randomness)."""
+"""Small traces for the tests, built by hand (no sampler): sessions for the replay tests,
+a Poisson stream of single requests for the level searches."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+import numpy as np
 
 from shrink.trace import Trace
 
@@ -34,3 +37,14 @@ def session_trace(
                 cols["path"].append(p)
                 cols["cls"].append("dynamic" if k == 0 else "static")
     return Trace.from_columns(cols, meta={"mode": "session"})
+
+
+def poisson_trace(rate: float, duration: float, seed: int = 0) -> Trace:
+    """An open-loop trace: Poisson arrivals at ``rate`` for ``duration`` s, one request each."""
+    rng = np.random.default_rng(seed)
+    t = np.cumsum(rng.exponential(1 / rate, int(rate * duration * 1.2)))
+    t = t[t < duration]
+    return Trace.from_columns(
+        {"session": np.arange(t.size), "t": t, "path": ["/static/file1k.bin"] * t.size},
+        meta={"mode": "open"},
+    )

@@ -8,7 +8,17 @@ from pathlib import Path
 import httpx
 
 from shrink import processes as process
-from shrink.testbed.state import TestbedState
+from shrink.testbed.state import ReplicaState, TestbedState
+
+
+def lighttpd_replica(port: int = 80) -> ReplicaState:
+    """A recorded replica on CPU 0: lighttpd PID 10, its php-cgi children 11 and 12 (12
+    pinned), with their start times; the files' names are placeholders."""
+    return ReplicaState(
+        name="r0", address="127.0.0.1", port=port, cpus=[0], masters=[10],
+        processes={"lighttpd": [10], "php-cgi": [11, 12]}, starttimes={10: 5, 11: 6, 12: 6},
+        pinned={12: [0]}, config="c", errorlog="e", run_dir="d", nic_socket=0, cgroup=None,
+    )  # fmt: skip
 
 
 def write_docroot(root: Path, page_php: str, **more_php: str) -> Path:

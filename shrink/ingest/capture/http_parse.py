@@ -102,6 +102,42 @@ class _Parser:
         h = w.find(b"\n\n")
         return w, m, h, (p + h + 2 if h >= 0 else -1)
 
+    def head(
+        self, rx: re.Pattern[bytes], w: bytes, p: int, end: int
+    ) -> tuple[bytes, re.Match[bytes] | None, int, int]:
+        """:meth:`header`, trying first the window ``w`` the caller already holds."""
+        m = rx.match(w)
+        h = w.find(b"\r\n\r\n") if m is not None else -1
+        if h >= 0:
+            return w, m, h, p + h + 4
+        return self.header(rx, p, end)
+
+    def unusable(
+        self,
+        m: re.Match[bytes] | None,
+        h: int,
+        p: int,
+        body: int,
+        end: int,
+        find: Callable[[bytes, int, int], int],
+        what: str,
+    ) -> int | None:
+        """None if the ``what`` (request or response) header block at ``p`` can be read;
+        else where to read on (-1: stop), the reason counted: no start line (resync at
+        the next one), a block cut by ``end``, a block in a capture gap (one byte on)."""
+        if m is None:
+            q = self.search(find, p + 1, end)
+            if q >= 0:
+                self.counts["http-resync"] += 1
+            return q
+        if h < 0:
+            self.counts[f"incomplete-{what}-header"] += 1
+            return -1
+        if self.gaps and self.st.has_gap(p, body):
+            self.counts[f"{what}-header-in-gap"] += 1
+            return p + 1
+        return None
+
     def chunked(self, p: int, end: int) -> tuple[int, int, bool]:
         """Walk a chunked body from ``p``: (decoded bytes, end offset, complete)."""
         win = self.win
@@ -139,7 +175,7 @@ class _Parser:
 
     def requests(self, c: Connection, d: int) -> tuple[list[int], list[str]]:
         """Append every complete request of stream ``d``; (offsets, methods)."""
-        out, counts, methods = self.out, self.counts, self.methods
+        out, methods = self.out, self.methods
         p, end = c.span[d]
         offs: list[int] = []
         meths: list[str] = []
@@ -153,7 +189,7 @@ class _Parser:
             offs, meths, paths = quick
             p = end
         starts, srcs, lens, mv = st._starts, st._src, st._len, st._mv
-        match, plain = REQ_LINE.match, REQ_PLAIN.match
+        plain = REQ_PLAIN.match
         gaps, cookie = self.gaps, self.cookie
         while p < end:
             # Fast path, inlined (it runs per message): the header block inside
@@ -177,26 +213,14 @@ class _Parser:
                     cookies.append(cookie_value(w[: m.end() - 4], cookie, b"cookie"))
                 p += m.end()
                 continue
-            m = match(w)
-            h = w.find(b"\r\n\r\n") if m is not None else -1
-            if h >= 0:
-                body = p + h + 4
-            else:
-                w, m, h, body = self.header(REQ_LINE, p, end)
-            if m is None:
-                q = self.search(find_request, p + 1, end)
+            w, m, h, body = self.head(REQ_LINE, w, p, end)
+            q = self.unusable(m, h, p, body, end, find_request, "request")
+            if q is not None:
                 if q < 0:
                     break
-                counts["http-resync"] += 1
                 p = q
                 continue
-            if h < 0:
-                counts["incomplete-request-header"] += 1
-                break
-            if self.gaps and self.st.has_gap(p, body):
-                counts["request-header-in-gap"] += 1
-                p += 1
-                continue
+            assert m is not None
             low = w[m.end() - 1 : h].lower()
             nxt = body
             if b"\ncontent-length:" in low or b"\ntransfer-encoding:" in low:
@@ -225,7 +249,7 @@ class _Parser:
         """Pair responses of stream ``d`` with the requests at ``base``...; (seen, orphans)."""
         st, out, counts = self.st, self.out, self.counts
         starts, ts, srcs, lens, mv = st._starts, st._ts, st._src, st._len, st._mv
-        match, plain = STATUS_LINE.match, RESP_PLAIN.match
+        plain = RESP_PLAIN.match
         p, end = c.span[d]
         if self.cookie is None and not (self.gaps and st.has_gap(p, end)):
             quick = plain_responses(st, p, end, t_req, meths)
@@ -256,26 +280,14 @@ class _Parser:
                 length = m.group(2)
                 framing = (False, -1 if length is None else int(length))
             else:
-                m = match(w)
-                h = w.find(b"\r\n\r\n") if m is not None else -1
-                if h >= 0:
-                    body = p + h + 4
-                else:
-                    w, m, h, body = self.header(STATUS_LINE, p, end)
-            if m is None:
-                q = self.search(find_response, p + 1, end)
+                w, m, h, body = self.head(STATUS_LINE, w, p, end)
+            q = self.unusable(m, h, p, body, end, find_response, "response")
+            if q is not None:
                 if q < 0:
                     break
-                counts["http-resync"] += 1
                 p = q
                 continue
-            if h < 0:
-                counts["incomplete-response-header"] += 1
-                break
-            if self.gaps and st.has_gap(p, body):
-                counts["response-header-in-gap"] += 1
-                p += 1
-                continue
+            assert m is not None
             status = int(m.group(1))
             if 100 <= status < 200 and status != 101:
                 seen += 1

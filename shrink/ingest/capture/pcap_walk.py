@@ -108,18 +108,8 @@ def _starts(
     good = np.ones(at.size, dtype=bool)
     p = at
     for _ in range(_DEPTH):
-        inside = p <= n - HEADER
-        h = view[np.where(inside, p, 0)]
-        incl = h["incl"].astype(np.int64)
-        good &= (
-            inside
-            & (incl <= limit)
-            & (p + HEADER + incl <= n)
-            & (h["orig"] <= (1 << 24))
-            & (h["sub"] < tick)
-            & (np.abs(h["sec"].astype(np.int64) - sec0) < (1 << 24))
-        )
-        p = p + HEADER + incl
+        ok, p = _sane(view, p, n, limit, tick, sec0)
+        good &= ok
     bi, at = bi[good], at[good]
     _, first = np.unique(bi, return_index=True)  # nonzero's order: by block, then position
     return at[first]
@@ -195,6 +185,28 @@ def walk_chain(
         i = j
 
 
+def _sane(
+    view: np.ndarray, p: np.ndarray, n: int, limit: int, tick: int, sec0: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(whether the record header at each offset ``p`` is sane, the offset after it).
+
+    Sane: inside the file, a captured length within ``limit`` and the file, an original
+    length under 2**24, sub-seconds below ``tick``, seconds within 2**24 of ``sec0``.
+    """
+    inside = p <= n - HEADER
+    h = view[np.where(inside, p, 0)]
+    incl = h["incl"].astype(np.int64)
+    ok = (
+        inside
+        & (incl <= limit)
+        & (p + HEADER + incl <= n)
+        & (h["orig"] <= (1 << 24))
+        & (h["sub"] < tick)
+        & (np.abs(h["sec"].astype(np.int64) - sec0) < (1 << 24))
+    )
+    return ok, p + HEADER + incl
+
+
 # Bytes searched at a time for a record start past damage: a window's headers are
 # tested at once, and most damage is followed by a good record within the window.
 _RESYNC_WINDOW = 1 << 20
@@ -215,18 +227,7 @@ def resync(data: np.ndarray, n: int, endian: str, limit: int, tick: int, start: 
     sec0 = int(view[24]["sec"])
 
     def sane(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        inside = p <= n - HEADER
-        h = view[np.where(inside, p, 0)]
-        incl = h["incl"].astype(np.int64)
-        ok = (
-            inside
-            & (incl <= limit)
-            & (p + HEADER + incl <= n)
-            & (h["orig"] <= (1 << 24))
-            & (h["sub"] < tick)
-            & (np.abs(h["sec"].astype(np.int64) - sec0) < (1 << 24))
-        )
-        return ok, p + HEADER + incl
+        return _sane(view, p, n, limit, tick, sec0)
 
     pos = start
     window = 4096  # growing: a good record is usually close, and many damages are cheap

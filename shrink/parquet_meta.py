@@ -1,0 +1,40 @@
+"""Provenance in a Parquet file: the meta as sorted JSON under one schema-metadata key.
+
+Traces and run logs carry what produced them this way, readable by any Parquet tool
+(pyarrow, DuckDB, polars); the same table and meta give the same bytes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from shrink import files
+from shrink.atomic import atomic_path
+from shrink.jsonout import dumps
+from shrink.schemas import TraceMeta
+
+__all__ = ["META_KEY", "meta_of", "schema_meta", "write_with_meta"]
+
+META_KEY = b"shrink"
+
+
+def schema_meta(meta: dict[str, Any]) -> dict[bytes, bytes]:
+    """The schema metadata that carries ``meta``."""
+    return {META_KEY: dumps(meta, sort_keys=True, default=str).encode()}
+
+
+def write_with_meta(table: pa.Table, meta: dict[str, Any], path: Path) -> Path:
+    """Write ``table`` to ``path`` (zstd, atomically) with ``meta`` in its schema metadata."""
+    with atomic_path(path) as tmp:
+        pq.write_table(table.replace_schema_metadata(schema_meta(meta)), tmp, compression="zstd")
+    return path
+
+
+def meta_of(table: pa.Table, path: Path, what: str) -> dict[str, Any]:
+    """The meta a file's schema metadata carries, validated; {} if none."""
+    raw = (table.schema.metadata or {}).get(META_KEY)
+    return files.parse_json(raw, TraceMeta, source=path, what=what) if raw else {}

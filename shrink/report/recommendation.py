@@ -1,0 +1,114 @@
+"""The recommendation in words: the verdict of :func:`shrink.recommend.recommend` and
+what backs it (prediction.json carries the sentence as ``reason``).
+
+The rule decides; these functions only say what it decided, by its ``rule``. A
+``higher`` verdict of the re-mapped curve and of the what-if names the figures behind it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from shrink.checks import stat_label
+
+if TYPE_CHECKING:
+    from shrink.prediction import MappingPrediction
+    from shrink.recommend import Recommendation
+
+__all__ = ["NO_RECOMMENDATION", "reason_text", "remap_reason", "whatif_reason"]
+
+NO_RECOMMENDATION = "no recommendation: MATs are bounds"
+
+
+def reason_text(rec: Recommendation) -> str:
+    """The verdict in words, for the summary and the report."""
+    label = stat_label(rec.stat)
+    if rec.rule == "bounds":
+        return (
+            f"{NO_RECOMMENDATION} ({', '.join(rec.bounds)} did not cross the "
+            f"{label} threshold within the measured range, so the order is "
+            "open; measure higher load levels for the MATs themselves)."
+        )
+    if rec.rule == "none":
+        return f"no recommendation: no mapping has a {label} MAT."
+    if rec.rule == "only":
+        return "It is the only mapping this machine can run."
+    if rec.rule == "equal":
+        return (
+            "The mappings are predicted equal here (on one socket they coincide); "
+            "1-replica is the simplest to run."
+        )
+    if rec.gain is None:
+        return f"Its {label} MAT is the only one predicted."
+    why = f"Its {label} MAT is {100 * rec.gain:.1f}% above {rec.runner_up}'s"
+    return why + (
+        " but the intervals overlap: treat the two as close."
+        if rec.overlap
+        else "; the intervals do not overlap."
+    )
+
+
+def remap_reason(
+    rec: Recommendation,
+    mat: float,
+    share: tuple[int, str],
+    dynamic_fraction: float,
+    demand_ratio: float,
+    fixed_latency: float,
+) -> str:
+    """A measured share's curve re-mapped: the verdict, with the fitted figures behind a
+    ``higher`` one (``share``: the share's core count and kind)."""
+    if rec.rule != "higher":
+        return reason_text(rec)
+    return (
+        f"{rec.mapping} has the highest {rec.stat}-threshold MAT ({mat:,.0f} req/s) when "
+        f"the measured share ({share[0]} cores, {share[1]}) is re-mapped with the calibrated "
+        f"per-class demand ratios; dynamic fraction {dynamic_fraction:.1%}, "
+        f"D_dynamic/D_static {demand_ratio:.3g} and fixed latency {fixed_latency * 1e6:.0f} "
+        "us fitted to the measured per-class means."
+    )
+
+
+def _gain(best: float, other: float) -> str:
+    """`` (+12.3%)``: how much higher ``best`` is; nothing where ``other`` is no rate
+    (a model that predicts no capacity, e.g. far outside what it was fitted on)."""
+    if not (math.isfinite(best) and math.isfinite(other)) or other <= 0:
+        return ""
+    return f" ({best / other - 1:+.1%})"
+
+
+def whatif_reason(
+    rec: Recommendation,
+    names: Sequence[str],
+    out: Mapping[str, MappingPrediction],
+    dynamic_fraction: float,
+) -> str:
+    """The what-if's verdict, with a ``higher`` one each mapping's MAT and the
+    cross-socket effects the model gives one replica over the whole machine
+    (``MappingPrediction.detail``)."""
+    best, key = rec.mapping, rec.stat
+    if rec.rule != "higher" or best is None:
+        return reason_text(rec)
+    m = out[best]
+    others = [n for n in names if n != best]
+    best_mat = m.stats[key].mat
+    cmp = ", ".join(
+        f"{n} {out[n].stats[key].mat:,.0f}{_gain(best_mat, out[n].stats[key].mat)}" for n in others
+    )
+    ref = out.get("1-replica", m).detail
+    text = (
+        f"{best} has the highest {key}-threshold MAT, {best_mat:,.0f} req/s "
+        f"(vs {cmp or 'no other mapping'}). Mix: {dynamic_fraction:.1%} dynamic requests, "
+        f"{ref.get('dynamic_demand_share', 0.0):.0%} of the CPU demand. Against a one-socket "
+        f"share, one replica over the whole machine changes static demand by "
+        f"{ref.get('static_demand_change', 0.0):+.1%} (remote NIC processing, cross-socket "
+        "sharing)"
+    )
+    if dynamic_fraction > 0:
+        text += (
+            f" and dynamic demand by {ref.get('dynamic_demand_change', 0.0):+.1%} "
+            f"(its replica sees {ref.get('llc_seen_mib', 0.0):g} MiB of LLC)"
+        )
+    return text + "."

@@ -1,0 +1,50 @@
+"""A fake target that breaks at a given run, the steady trace the stop tests replay, and
+what the sweep command makes of a stopped sweep."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import typer
+
+from shrink.cli._common import cli_errors
+from shrink.cli.sweep_cmd import _keep_partial_sweep
+from shrink.errors import ShrinkError
+from shrink.loadcurve import LoadCurve
+from shrink.measure import SweepInterrupted
+from shrink.target import FakeTarget
+from shrink.trace import Trace
+
+
+def steady_trace(path: str = "/f") -> Trace:
+    """Open loop: one request to ``path`` every 10 ms for 50 s."""
+    t = np.arange(5000) / 100.0
+    return Trace.from_columns(
+        {"session": np.arange(t.size), "t": t, "path": [path] * t.size}, meta={"mode": "open"}
+    )
+
+
+class FailsAt(FakeTarget):
+    """A fake target whose ``n``-th run, and any after it, raises ``error``."""
+
+    def __init__(self, n: int, error: BaseException) -> None:
+        super().__init__()
+        self.n, self.error, self.runs = n, error, 0
+
+    def run(self, trace, **kw):
+        self.runs += 1
+        if self.runs >= self.n:
+            raise self.error
+        return super().run(trace, **kw)
+
+
+def partial_sweep_exit(stop: ShrinkError | SweepInterrupted, out: Path) -> tuple[list[float], int]:
+    """What ``shrink sweep -o out`` does with a sweep stopped by ``stop``: the levels it
+    keeps in ``out``'s ``.partial.json``, and the exit status it gives."""
+    _keep_partial_sweep(stop, out, None)
+    kept = LoadCurve.read_json(out.with_name(f"{out.stem}.partial.json"))
+    with pytest.raises(typer.Exit) as ex, cli_errors():
+        raise stop
+    return [lv.level for lv in kept.levels], ex.value.exit_code

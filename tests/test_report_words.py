@@ -1,0 +1,120 @@
+"""The prediction's facts in words: the recommendation (shrink.report.recommendation),
+the assumptions (shrink.report.assumptions) and the validation's error
+(shrink.report.sections.validation). Tests elsewhere check the facts these sentences are
+made of (the rule in test_cli_behaviour, the share's speed and load in test_share_speed);
+only these read the wording."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+
+from extrapolate.calibration import load_calibration
+from extrapolate.whatif import whatif
+from shrink.loadcurve import LoadCurve
+from shrink.machine import Machine
+from shrink.prediction import MappingPrediction, StatPrediction
+from shrink.recommend import Recommendation, recommend
+from shrink.report.assumptions import assumptions
+from shrink.report.recommendation import (
+    NO_RECOMMENDATION,
+    reason_text,
+    remap_reason,
+    whatif_reason,
+)
+from shrink.report.sections.validation import error_text
+from shrink.share import Share, ShareSpeed
+
+
+def _mp(mat: float, status: str = "ok", ci: tuple[float, float] | None = None):
+    return MappingPrediction({"mean": StatPrediction(mat, ci or (mat, mat), 0.01, status)}, {})
+
+
+def test_bounds_say_there_is_no_recommendation_and_name_the_bounds():
+    rec = recommend({"1-replica": _mp(81084, "not_reached"), "2-replica-direct": _mp(90000)},
+                    ["mean"])  # fmt: skip
+    text = reason_text(rec)
+    assert text.startswith(NO_RECOMMENDATION) and "1-replica did not cross" in text
+
+
+@pytest.mark.parametrize(
+    ("rec", "words"),
+    [
+        (Recommendation("a", "only", "mean"), "only mapping"),
+        (Recommendation("1-replica", "equal", "mean", "b", 0.0, True), "predicted equal"),
+        (Recommendation(None, "none", "mean"), "no mapping has a mean MAT"),
+        (Recommendation("a", "higher", "mean", "b", 0.05, True), "5.0% above b's but"),
+        (Recommendation("a", "higher", "mean", "b", 0.05, False), "do not overlap"),
+    ],
+)
+def test_each_verdict_in_words(rec, words):
+    assert words in reason_text(rec)
+
+
+def test_remap_and_whatif_word_only_a_higher_verdict_their_own_way():
+    out = {"1-replica": _mp(100.0), "2-replica-direct": _mp(100.0)}
+    equal = recommend(out, ["mean"])
+    assert equal.rule == "equal"
+    assert remap_reason(equal, 100.0, (4, "cores"), 0.1, 2.0, 1e-4) == reason_text(equal)
+    assert whatif_reason(equal, list(out), out, 0.1) == reason_text(equal)
+    out = {"1-replica": _mp(100.0), "2-replica-direct": _mp(120.0)}
+    higher = recommend(out, ["mean"])
+    text = remap_reason(higher, 120.0, (4, "cores"), 0.1, 2.0, 1e-4)
+    assert text.startswith("2-replica-direct has the highest mean-threshold MAT (120 req/s)")
+    text = whatif_reason(higher, list(out), out, 0.0)
+    assert "120 req/s (vs 1-replica 100 (+20.0%))" in text
+
+
+def test_whatif_on_one_socket_says_the_rules_verdict():
+    """One mapping is the rule's ``only``, not a "highest MAT" against no other mapping."""
+    cal = load_calibration("published")
+    p = whatif(Machine("one", 1, 4), cal.workloads_["tcp"], cal, sweep=False)
+    assert p.recommended == "1-replica"
+    assert p.reason == reason_text(Recommendation("1-replica", "only", "mean"))
+
+
+def _assumed(share: Share, **meta: float) -> str:
+    curve = LoadCurve([], knob="rate_factor", alpha=0.25, share=share, meta=meta)
+    return " ".join(assumptions(0.25, SimpleNamespace(level="session", seed=3), share, curve))
+
+
+def test_the_assumptions_name_the_speed_the_time_scaling_and_the_matched_load():
+    share = Share("cpu_time", (1,), fraction=0.25, cpu_fraction=0.25)
+    speed = ShareSpeed(0.25, {"static": 0.2, "dynamic": 0.2}, 0.2, "calibrated", 3.0)
+    text = _assumed(replace(share, speed=speed), scaled_time=5.0, share_load=3.2)
+    assert "nominal 0.25, calibrated 0.2" in text and "were 5 times the full-scale" in text
+    assert "Matched load" in text and "at 3.2 times" in text
+    text = _assumed(share, scaled_time=4.0)
+    assert "assumed, not measured: 0.25" in text and "were 4 times the full-scale" in text
+    assert "Matched load" not in text
+
+
+def test_an_error_from_a_bound_gets_its_other_end_from_a_stalled_hint():
+    m = {
+        "error": (964 - 809) / 809,
+        "predicted": 964.0,
+        "measured": 809.0,
+        "predicted_status": "ok",
+        "measured_status": "not_reached",
+        "measured_stalled_ceiling": 1000.0,
+    }
+    assert error_text(m) == "at most +19.2% (at least -3.6% by the stalled levels' hint)"
+
+
+@pytest.mark.parametrize(
+    ("predicted", "measured", "text"),
+    [
+        ("ok", "ok", "+5.0%"),
+        # A prediction that only says ">= X" can be off by more, not less.
+        ("not_reached", "ok", "at least +5.0%"),
+        ("below_range", "ok", "at most +5.0%"),
+        ("ok", "not_reached", "at most +5.0%"),
+        ("ok", "below_range", "at least +5.0%"),
+        ("not_reached", "not_reached", "+5.0% (both MATs are only bounds)"),
+    ],
+)
+def test_the_report_states_an_error_from_a_bound_as_a_bound(predicted, measured, text):
+    m = {"error": 0.05, "predicted_status": predicted, "measured_status": measured}
+    assert error_text(m) == text
