@@ -76,7 +76,7 @@ def _speed_items(share: Share | None) -> list[list[str]]:
         text = (
             f"{share.cpu_fraction:g} of the full target's, **assumed** (its nominal "
             "CPU-time fraction, not measured; nothing ran on the full target): a "
-            "time-sliced core costs more per request, by class, so the prediction is "
+            "time-sliced core costs more per request, so the prediction is "
             "likely low; calibrate if the full target can run lightly"
         )
     else:
