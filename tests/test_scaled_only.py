@@ -233,3 +233,25 @@ def test_the_fitted_bias_corrects_the_predicted_throughputs_and_is_recorded(tmp_
     rec = corrected.prediction.extra["model_error"]
     assert rec["correction"] == pytest.approx(1.25) and rec["sigma"] == 0.1
     assert corrected.predicted.meta["shrink_scaled"]["correction"] == pytest.approx(1.25)
+
+
+def test_the_full_targets_load_dependence_is_a_self_check():
+    """The validation's curve says whether the full target's cost moved with its load
+    (the calibration reads it light): light over busy capacity, or nothing without both."""
+    from shrink.loadcurve import Level, LevelStats, LoadCurve, latency_stats
+    from shrink.selfchecks import load_dependence
+    from shrink.share import Share
+
+    def rep(x, u):
+        stats = latency_stats(np.full(50, 0.001), 1.0)
+        return LevelStats(throughput=x, overall=stats, utilization=u)
+
+    def curve(reps):
+        levels = [Level(level=i + 1.0, reps=[r]) for i, r in enumerate(reps)]
+        return LoadCurve(levels=levels, share=Share.whole((1,)), alpha=1.0)
+
+    got = load_dependence(curve([rep(100, 0.1), rep(900, 0.6), rep(1300, 0.9)]))
+    assert got["light_capacity"] == pytest.approx(1000)
+    assert got["busy_capacity"] == pytest.approx((1500 + 1444.44) / 2, rel=1e-3)
+    assert got["light_over_busy"] == pytest.approx(1000 / got["busy_capacity"])
+    assert load_dependence(curve([rep(900, 0.6), rep(1300, 0.9)])) == {}
