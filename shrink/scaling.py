@@ -431,13 +431,19 @@ def _doubt(full: _Side, share: _Side, speed: float) -> str:
 
 
 def probe_trace(trace: Trace, rate: float, seconds: float, seed: int) -> Trace:
-    """Requests of ``trace`` drawn by frequency (its mix), one a session, ``rate`` a
+    """Requests of ``trace`` drawn by frequency (its mix, by class), one a session, ``rate`` a
     second: a constant, exactly planned load at any rate, where the trace's own
     sessions, looped, cannot be slowed to a few requests a second (their think times
     are real seconds)."""
     n = max(2, math.ceil(rate * seconds) + 1)
     rng = np.random.default_rng(seed)
-    src = trace.take(rng.integers(0, len(trace), n))
+    # Stratified by class (evenly spaced draws over the requests sorted by class, in
+    # random order): each class's count is its share of n to one request, so that
+    # the mix's composition adds no noise to its cost on either side.
+    order = np.argsort(trace.column("cls").astype(str), kind="stable")
+    at = (rng.random() + np.arange(n)) * (len(trace) / n)
+    pick = order[np.minimum(at.astype(np.int64), len(trace) - 1)]
+    src = trace.take(rng.permutation(pick))
     columns = {
         name: src.column(name)
         for name in ("method", "path", "cls", "bytes", "status", "client")
