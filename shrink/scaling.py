@@ -118,12 +118,16 @@ MIN_REQUESTS = 20
 MAX_RATE = 2000.0  # req/s: what one generator CPU sends with a wide margin
 # The calibration runs the trace's mix (its requests drawn by frequency), not a class.
 MIX = "mix"
+# Which calibration made a speed (recorded in prediction.json): a model error is
+# fitted on runs of one calibration only.
+CALIBRATION = "mix: the full target light, the share near its knee"
 
 
 def constants() -> dict[str, Any]:
     """This module's constants, as prediction.json records them: the calibration's
     bounds (the method's contract) and its design choices; none was fitted to a run."""
     return {
+        "calibration": CALIBRATION,
         "calibration_busy": CALIBRATION_BUSY,
         "calibration_s": CALIBRATION_S,
         "pilot_rate": PILOT_RATE,
