@@ -131,16 +131,15 @@ def row(out: Path, seconds: float | None = None) -> dict[str, Any]:
         seconds = json.loads(summary.read_text()).get("seconds")
     mapping = next(iter(pred["mappings"].values()))
     # The bias the prediction was corrected by when it ran: the fit reads errors without it.
-    applied = float((pred.get("extra", {}).get("model_error") or {}).get("bias", 0.0))
+    applied = float((_extra(pred, "model_error") or {}).get("bias", 0.0))
     r: dict[str, Any] = {
         "config": name,
         "dir": str(out),
         "seconds": seconds,
         "share_kind": (pred.get("share") or {}).get("kind"),
         # Which calibration made the share's speed: errors of another are not this one's.
-        "calibration": (pred.get("extra", {}).get("share_model") or {}).get("calibration"),
-        "full_target_use": pred.get("extra", {}).get("full_target_use")
-        or pred.get("full_target_use"),
+        "calibration": (_extra(pred, "share_model") or {}).get("calibration"),
+        "full_target_use": _extra(pred, "full_target_use"),
         "generator_kept_up": (pred.get("self_checks") or {}).get("generator_kept_up"),
         "max_generator_cpu": (pred.get("self_checks") or {}).get("max_generator_cpu"),
         "host_spread": _host_spread(out),
@@ -162,6 +161,12 @@ def row(out: Path, seconds: float | None = None) -> dict[str, Any]:
             "budget": budget,
         }
     return r
+
+
+def _extra(pred: dict[str, Any], key: str) -> Any:
+    """A key prediction.json keeps beside its own fields (Prediction.extra is written
+    at the top level, not under "extra")."""
+    return pred.get(key, (pred.get("extra") or {}).get(key))
 
 
 def _host_spread(out: Path) -> float | None:

@@ -135,6 +135,27 @@ def test_a_fit_uses_only_the_runs_of_this_calibration():
     assert left == 2 and [r["dir"] for r in keep] == ["a/77", "c/90"]
 
 
+def test_a_runs_error_is_read_without_the_bias_it_was_corrected_by(tmp_path):
+    """prediction.json keeps the model error at its top level: a run corrected by a
+    bias of -0.2 (x1.22) that predicted 122 against 100 was, uncorrected, exact."""
+    import math
+
+    pred = {
+        "mappings": {"1-replica": {"mean": {"error_budget": {}}}},
+        "share": {"kind": "cpu_time"},
+        "model_error": {"bias": -0.2},
+        "share_model": {"calibration": bench_fidelity.CALIBRATION},
+    }
+    val = {"mats": {"mean": {"predicted": 100 * math.exp(0.2), "measured": 100.0,
+                             "predicted_status": "ok", "measured_status": "ok"}}}  # fmt: skip
+    (tmp_path / "prediction.json").write_text(json.dumps(pred))
+    (tmp_path / "validation.json").write_text(json.dumps(val))
+    got = bench_fidelity.row(tmp_path)
+    assert got["mean"]["log_error"] == pytest.approx(0.0, abs=1e-12)
+    assert got["mean"]["applied_bias"] == -0.2
+    assert got["calibration"] == bench_fidelity.CALIBRATION
+
+
 def test_summarize_says_when_there_is_nothing(tmp_path, capsys):
     assert bench_fidelity.main(["--summarize", str(tmp_path)]) == 1
     assert "no run under" in capsys.readouterr().err
