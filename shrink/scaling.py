@@ -38,10 +38,10 @@ where it holds for the prediction:
   loaded it pays the quota's gaps on nearly every request), and the share's time is
   not the full target's to spare.
 
-Both sides run the same requests, the sample's mix drawn by frequency at a constant
-rate, so that the mix's noise cancels; each opens its own connection on both sides
-(the sweep's sessions share theirs), a cost the ratio takes as scaling with the rest.
-Every class is scaled by the mix's speed. What the calibration ran on each
+Both sides replay the sample's sessions, looped as the sweep replays them (requests
+share their connections as they do there), so that the same mix runs on each; a rate
+too low for whole sessions, and the pilot, draw the sample's requests by class instead,
+one a session. Every class is scaled by the mix's speed. What the calibration ran on each
 side (seconds, offered rate, utilization) is recorded with the speed and in
 prediction.json.
 
@@ -69,7 +69,7 @@ from typing import Any
 import numpy as np
 
 from shrink.checks import check_alpha, check_positive
-from shrink.errors import ExtrapolationError, MeasurementError
+from shrink.errors import ExtrapolationError, MeasurementError, ShrinkError
 from shrink.loadcurve import ClassStats, LoadCurve
 from shrink.share import Share, ShareSpeed
 from shrink.target import RunResult, Target
@@ -301,21 +301,84 @@ class _FullBudget:
     def planned(self) -> float:
         return round(float(sum(r["seconds"] for r in self.runs)), 6)
 
-    def run(
-        self, target: Target, trace: Trace, rate: float, warm: float, dur: float, seed: int
-    ) -> RunResult | None:
-        if self.planned + warm + dur > self.seconds + 1e-9:
+    def run(self, target: Target, planned: _Planned) -> RunResult | None:
+        if self.planned + planned.seconds > self.seconds + 1e-9:
             return None
-        res = _run(target, trace, rate, warm, dur, seed)
+        res = planned.run(target)
         self.runs.append(
             {
                 "class": MIX,
-                "seconds": warm + dur,
-                "offered_rate": rate,
+                "replayed": planned.how,
+                "seconds": planned.seconds,
+                "offered_rate": planned.rate,
                 "utilization": res.utilization,
             }
         )
         return res
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """One calibration run: what to replay, at which rate factor, for how long."""
+
+    trace: Trace
+    rate: float  # req/s planned
+    factor: float
+    warmup: float
+    duration: float
+    how: str  # "sessions" (the sample's, looped) or "requests" (drawn, one a session)
+    seed: int
+
+    @property
+    def seconds(self) -> float:
+        return round(self.warmup + self.duration, 6)
+
+    def run(self, target: Target) -> RunResult:
+        return target.run(
+            self.trace, rate_factor=self.factor, warmup=self.warmup, duration=self.duration,
+            seed=self.seed,
+        )  # fmt: skip
+
+
+class _Mix:
+    """The sample's mix as the calibration replays it: its sessions, looped as the sweep
+    replays them (requests share their connections as they do there), or, where a
+    rate is too low for whole sessions (their think times are real seconds) and for the
+    pilot, its requests drawn by class, one a session (each opens a connection: a cost
+    per request no lower than the sessions', which is what a pilot's bound needs)."""
+
+    def __init__(self, trace: Trace) -> None:
+        from shrink.measure import default_loop_window, default_skip, loop_window
+
+        self.trace = trace
+        self.window: Trace | None = None
+        try:
+            skip = default_skip(trace)
+            self.window = loop_window(trace, skip, default_loop_window(trace, skip))
+        except ShrinkError:
+            self.window = None  # no whole session to loop: requests only
+
+    def plan(
+        self, rate: float, warm: float, dur: float, seed: int, *, sessions: bool = True
+    ) -> _Planned:
+        from shrink.measure import looped_run
+
+        w = self.window
+        if sessions and w is not None and len(w) and float(w.meta.get("loop_span", 0)) > 0:
+            factor = rate * float(w.meta["loop_span"]) / len(w)
+            try:
+                run = looped_run(w, factor, warm, dur, copies=0)
+            except ShrinkError:
+                run = None
+            # A rate too low for the sessions (few requests, a window cut short) takes
+            # drawn requests instead.
+            if run is not None and len(run.trace) >= rate * (warm + dur) / 2 and (
+                run.duration >= dur / 2
+            ):
+                return _Planned(run.trace, rate, factor, run.warmup, run.duration,
+                                "sessions", seed)  # fmt: skip
+        probe = probe_trace(self.trace, rate, warm + dur, seed)
+        return _Planned(probe, rate, 1.0, warm, dur, "requests", seed)
 
 
 def calibrate(
@@ -342,13 +405,14 @@ def calibrate(
         raise MeasurementError("calibrate: the trace has no requests to probe")
     budget = _FullBudget(seconds)
     dur = max(1.0, math.floor(10 * (seconds - sum(PILOT_S) - WARMUP_S * RAMP_STEPS)) / 10)
-    got = _full_side(budget, full_target, trace, seed, busy, dur)
+    mix = _Mix(trace)
+    got = _full_side(budget, full_target, mix, seed, busy, dur)
     if got is None:
         raise MeasurementError(
             f"calibrate: {seconds:g} s of the full target cannot pay for the pilot run"
         )
     full, rate = got
-    share, share_runs = _share_side(share_target, trace, full, rate, nominal, dur, seed)
+    share, share_runs = _share_side(share_target, mix, full, rate, nominal, dur, seed)
     if full.n == 0 and share.n == 0:
         raise MeasurementError(
             "calibrate: no request completed on either target; is the server answering?"
@@ -377,7 +441,7 @@ def calibrate(
 
 
 def _share_side(
-    target: Target, trace: Trace, full: _Side, rate: float, nominal: float, dur: float,
+    target: Target, mix: _Mix, full: _Side, rate: float, nominal: float, dur: float,
     seed: int,
 ) -> tuple[_Side, list[dict[str, Any]]]:  # fmt: skip
     """The mix on the share: first as loaded as the full target was (alpha times its
@@ -388,9 +452,15 @@ def _share_side(
     runs: list[dict[str, Any]] = []
 
     def run(r: float, d: float, k: int) -> _Side:
-        res = _run(target, trace, r, WARMUP_S, d, seed + 2 + k)
+        planned = mix.plan(r, WARMUP_S, d, seed + 2 + k)
+        res = planned.run(target)
         runs.append(
-            {"seconds": WARMUP_S + d, "offered_rate": r, "utilization": res.utilization}
+            {
+                "replayed": planned.how,
+                "seconds": planned.seconds,
+                "offered_rate": r,
+                "utilization": res.utilization,
+            }
         )
         return _measured(res)
 
@@ -468,22 +538,15 @@ def probe_trace(trace: Trace, rate: float, seconds: float, seed: int) -> Trace:
     )
 
 
-def _run(
-    target: Target, trace: Trace, rate: float, warm: float, dur: float, seed: int
-) -> RunResult:
-    probe = probe_trace(trace, rate, warm + dur, seed)
-    return target.run(probe, rate_factor=1.0, warmup=warm, duration=dur, seed=seed)
-
-
 def _full_side(
-    budget: _FullBudget, full: Target, trace: Trace, seed: int, busy: float, dur: float
+    budget: _FullBudget, full: Target, mix: _Mix, seed: int, busy: float, dur: float
 ) -> tuple[_Side, float] | None:
     """The mix on the full target, light: a pilot at PILOT_RATE, then RAMP_STEPS runs of
     ``dur`` in all, each at the rate the requests so far say keeps it AIM x ``busy``
     busy, by the upper bound of their cost (a few requests can read a cost low by a
     few standard errors, and the bound must hold). The side pools every run; the rate
     is the last one's. None when the budget cannot pay for the pilot."""
-    res = budget.run(full, trace, PILOT_RATE, PILOT_S[0], PILOT_S[1], seed)
+    res = budget.run(full, mix.plan(PILOT_RATE, PILOT_S[0], PILOT_S[1], seed, sessions=False))
     if res is None:
         return None
     runs = [_measured(res)]
@@ -499,7 +562,7 @@ def _full_side(
             upper = 1.0 + 3.0 * cv / math.sqrt(max(1, pooled.n))
             aimed = AIM * busy * cap / upper
             rate = min(MAX_RATE, RAMP_FACTOR * rate, max(PILOT_RATE / 4, aimed))
-        res = budget.run(full, trace, rate, WARMUP_S, dur / RAMP_STEPS, seed + 1 + step)
+        res = budget.run(full, mix.plan(rate, WARMUP_S, dur / RAMP_STEPS, seed + 1 + step))
         if res is None:
             break
         runs.append(_measured(res))

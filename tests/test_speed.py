@@ -12,6 +12,7 @@ import pytest
 
 from shrink.errors import MeasurementError, ParameterError
 from shrink.machine import Machine
+from shrink.measure import default_loop_window, default_skip, loop_window
 from shrink.scaling import calibrate
 from shrink.share import Share, ShareSpeed
 from shrink.sim import SimTarget
@@ -70,6 +71,9 @@ def test_the_calibration_replays_the_samples_mix_at_the_planned_rate():
     full, share = _Recording(demand=FULL), _Recording(demand=SHARE)
     got = calibrate(share, full, trace, nominal=0.25)
     paths = set(trace.column("path"))
+    skip = default_skip(trace)
+    window = loop_window(trace, skip, default_loop_window(trace, skip))
+    span = float(window.meta["loop_span"])
     for target, runs in ((full, got.full_target_runs), (share, got.share_runs)):
         assert len(target.ran) == len(runs)
         cls = np.concatenate([t.column("cls").astype(str) for t, _ in target.ran])
@@ -77,9 +81,16 @@ def test_the_calibration_replays_the_samples_mix_at_the_planned_rate():
         assert cls.size > 400 and 0.18 < float(np.mean(cls == "dynamic")) < 0.32
         for (t, factor), run in zip(target.ran, runs, strict=True):
             assert set(t.column("path")) <= paths  # the trace's own requests
-            # the planned rate (req/s), a constant one
-            assert factor == 1.0
-            assert np.allclose(np.diff(t.column("t")), 1 / run["offered_rate"])
+            if run["replayed"] == "requests":  # drawn, at the planned rate exactly
+                assert factor == 1.0
+                assert np.allclose(np.diff(t.column("t")), 1 / run["offered_rate"])
+            else:  # the sessions at the factor that gives the planned rate
+                assert run["replayed"] == "sessions"
+                assert factor == pytest.approx(run["offered_rate"] * span / len(window))
+    # The pilot draws requests (its bound needs a cost no lower than the sessions'); the
+    # runs after it replay the sample's sessions.
+    assert got.full_target_runs[0]["replayed"] == "requests"
+    assert {r["replayed"] for r in got.full_target_runs[1:]} == {"sessions"}
 
 
 def test_the_mix_speed_is_recovered_over_seeds():
