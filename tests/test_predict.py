@@ -90,7 +90,8 @@ def test_predict_then_validate_on_a_processor_sharing_fake(tmp_path):
     # here: its truth is itself a sweep's p99.9, which wanders (above), and the
     # interval holds the prediction's noise only.
     assert np.median(err[:, 0]) < 0.15 and np.median(err[:, 1]) < 0.20, err
-    assert err[:, 0].max() < 0.45 and err[:, 1].max() < 1.1, err
+    # No seed beyond three of the calibration's sigmas (about 0.3) and the sweep's own.
+    assert err[:, 0].max() < 0.5 and err[:, 1].max() < 1.1, err
     assert covered["mean"] >= 6, covered
     assert (tmp_path / "prediction.json").exists()
     files = write_report(
