@@ -48,6 +48,9 @@ from scipy.stats import t as student_t
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("SHRINK_SHARED", ROOT.parent / "shared"))
 MODEL_ERROR = ROOT / "shrink" / "data" / "model_error.json"
+sys.path.insert(0, str(ROOT))
+from shrink.scaling import CALIBRATION  # noqa: E402
+
 STATS = ("mean", "p999")
 
 # Each configuration: keys that replace shrink.demo.DEMO's. "thresholds": None means
@@ -128,14 +131,15 @@ def row(out: Path, seconds: float | None = None) -> dict[str, Any]:
         seconds = json.loads(summary.read_text()).get("seconds")
     mapping = next(iter(pred["mappings"].values()))
     # The bias the prediction was corrected by when it ran: the fit reads errors without it.
-    applied = float((pred.get("extra", {}).get("model_error") or {}).get("bias", 0.0))
+    applied = float((_extra(pred, "model_error") or {}).get("bias", 0.0))
     r: dict[str, Any] = {
         "config": name,
         "dir": str(out),
         "seconds": seconds,
         "share_kind": (pred.get("share") or {}).get("kind"),
-        "full_target_use": pred.get("extra", {}).get("full_target_use")
-        or pred.get("full_target_use"),
+        # Which calibration made the share's speed: errors of another are not this one's.
+        "calibration": (_extra(pred, "share_model") or {}).get("calibration"),
+        "full_target_use": _extra(pred, "full_target_use"),
         "generator_kept_up": (pred.get("self_checks") or {}).get("generator_kept_up"),
         "max_generator_cpu": (pred.get("self_checks") or {}).get("max_generator_cpu"),
         "host_spread": _host_spread(out),
@@ -157,6 +161,12 @@ def row(out: Path, seconds: float | None = None) -> dict[str, Any]:
             "budget": budget,
         }
     return r
+
+
+def _extra(pred: dict[str, Any], key: str) -> Any:
+    """A key prediction.json keeps beside its own fields (Prediction.extra is written
+    at the top level, not under "extra")."""
+    return pred.get(key, (pred.get("extra") or {}).get(key))
 
 
 def _host_spread(out: Path) -> float | None:
@@ -361,6 +371,16 @@ def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return data
 
 
+def current(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """The rows a fit of this code may use, and how many were left out: a CPU-time
+    share's errors belong to the calibration that made its speed."""
+    keep = [
+        r for r in rows
+        if r.get("share_kind") != "cpu_time" or r.get("calibration") == CALIBRATION
+    ]  # fmt: skip
+    return keep, len(rows) - len(keep)
+
+
 def run_dirs(paths: list[Path]) -> list[Path]:
     found: list[Path] = []
     for p in paths:
@@ -407,6 +427,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"no run under {', '.join(map(str, args.summarize))}", file=sys.stderr)
             return 1
         rows = [row(d) if (d / "validation.json").exists() else _failed(d) for d in dirs]
+        rows, older = current(rows)
+        if older:
+            print(f"left out {older} run(s) of CPU-time shares calibrated another way "
+                  f"(this code's: {CALIBRATION!r})", file=sys.stderr)
     else:
         rows, out = [], args.out
         try:

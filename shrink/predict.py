@@ -58,7 +58,7 @@ from shrink.scaling import (
     shrink_scaled_curve,
 )
 from shrink.scaling import constants as share_model_constants
-from shrink.selfchecks import host_drift, self_checks
+from shrink.selfchecks import host_drift, load_dependence, self_checks
 from shrink.share import Share, ShareSpeed
 from shrink.target import Target
 from shrink.trace import Trace
@@ -319,7 +319,8 @@ def predict(
     if full_curve is not None:
         prediction.full_run = _full_run_summary()
         full_curve.meta["self_checks"] = {
-            **self_checks(full_curve, config.thresholds), **host_drift(full_curve)
+            **self_checks(full_curve, config.thresholds), **host_drift(full_curve),
+            **load_dependence(full_curve),
         }
     result = PredictionResult(prediction, measured, predicted, sample, full=full_curve)
     if out_dir is not None:

@@ -17,28 +17,36 @@ needs the two equal, and :func:`share_fraction` checks it) predicts the full tar
   latencies are scaled by their class's speed.
 
 **The share's speed s.** Nominally s is the quota, alpha. A time-sliced core costs
-more CPU per request than a whole one, by an amount that depends on the request
-class (memory-heavy pages lose their caches in every gap of the quota), so s is
-below alpha, and a prediction scaled by alpha is too low by alpha / s. One quantity
-per request class fixes that, and it can be measured without loading the full
-target: the CPU a request costs on each side at the same light load,
+more CPU per request than a whole one (in every gap of the quota the server loses its
+caches, and on a VM the idle vCPU halts and gives its host CPU away), so s is below
+alpha, and a prediction scaled by alpha is too low by alpha / s. The speed is the
+ratio of what a request of the trace's mix costs on each side,
 
-    s_c = alpha * cost_full_c / cost_share_c,
+    s = alpha * cost_full / cost_share,
 
-each cost being a run's utilization over its throughput (the utilization law). The
-calibration (:func:`calibrate`) runs each class of the sample on the full target at
-light load (at most :data:`CALIBRATION_BUSY` busy, at most :data:`CALIBRATION_S`
-seconds of the full target in all) and on the share at alpha times that rate, so
-that both sides are equally loaded relative to their nominal speed. The mix's speed
-is the demand-weighted harmonic mean of the classes' (its throughput at saturation
-scales by it). What the calibration ran on the full target (seconds, offered rate,
-utilization) is recorded with the speed and in prediction.json.
+each cost being a run's utilization over its throughput (the utilization law), read
+where it holds for the prediction:
 
-What the calibration cannot see: a busy whole core costs less per request than a
-lightly loaded one (it stops idling between requests: a light run's requests each
-wake a halted vCPU), and a quota costs more once it is busy; the share never runs
-the whole core busy. That, and whatever else separates a share from the server it
-stands for, is the model error: measured on a corpus of configurations with known
+* on the full target, light (:func:`calibrate`: at most :data:`CALIBRATION_BUSY` busy,
+  at most :data:`CALIBRATION_S` seconds in all). A whole core's cost per request of a
+  mix does not depend on its load: its validation curves read the same cost from 5%
+  busy to saturation, and the report's self-checks compare the two on every validated
+  run. (A single class run alone at a few requests a second does not hold this: each
+  request then wakes a halted vCPU, which is why the calibration runs the mix.)
+* on the share, near its knee (:data:`SHARE_LOAD` of the capacity its previous run
+  showed), where its MATs are read: a share's cost does depend on its load (lightly
+  loaded it pays the quota's gaps on nearly every request), and the share's time is
+  not the full target's to spare.
+
+Both sides replay the sample's sessions, looped as the sweep replays them (requests
+share their connections as they do there), so that the same mix runs on each; a rate
+too low for whole sessions, and the pilot, draw the sample's requests by class instead,
+one a session. Every class is scaled by the mix's speed. What the calibration ran on each
+side (seconds, offered rate, utilization) is recorded with the speed and in
+prediction.json.
+
+What the calibration cannot see, and whatever else separates a share from the server
+it stands for, is the model error: measured on a corpus of configurations with known
 outcomes (``bench/bench_fidelity.py``), as a mean log error (a bias the prediction's
 throughputs are corrected by) and the spread left around it, each configuration
 judged with the fit of the others (leave one out), and stored with its provenance in
@@ -61,7 +69,7 @@ from typing import Any
 import numpy as np
 
 from shrink.checks import check_alpha, check_positive
-from shrink.errors import ExtrapolationError, MeasurementError
+from shrink.errors import ExtrapolationError, MeasurementError, ShrinkError
 from shrink.loadcurve import ClassStats, LoadCurve
 from shrink.share import Share, ShareSpeed
 from shrink.target import RunResult, Target
@@ -91,21 +99,35 @@ CALIBRATION_S = 20.0
 PILOT_RATE = 5.0
 PILOT_S = (0.3, 2.0)  # warm-up, window of the pilot
 WARMUP_S = 0.5
-# The share's calibration runs are at most this many times as long as the full target's.
-SHARE_RUNS = 4
-# Runs after the pilot on the full target, each at the rate its requests so far allow.
-RAMP_STEPS = 2
+# Runs after the pilot on the full target, each at the rate its requests so far allow,
+# and at most RAMP_FACTOR times the last one's: a mix's rare heavy pages can be missing
+# from a few requests, and utilization grows in proportion to the rate.
+RAMP_STEPS = 3
+RAMP_FACTOR = 4.0
 # The calibration aims below its bound: the pilot's cost estimate rests on a second
 # of requests.
 AIM = 0.7
+# The share is read where its MATs are read, near its knee: SHARE_STEPS runs, each at
+# SHARE_LOAD of the capacity the previous one showed (by the lower bound of its
+# requests).
+SHARE_LOAD = 0.9
+SHARE_STEPS = 3
+# A share run is at most this many times as long as one of the full target's.
+SHARE_RUNS = 4
 MIN_REQUESTS = 20
 MAX_RATE = 2000.0  # req/s: what one generator CPU sends with a wide margin
+# The calibration runs the trace's mix (its requests drawn by frequency), not a class.
+MIX = "mix"
+# Which calibration made a speed (recorded in prediction.json): a model error is
+# fitted on runs of one calibration only.
+CALIBRATION = "mix: the full target light, the share near its knee"
 
 
 def constants() -> dict[str, Any]:
     """This module's constants, as prediction.json records them: the calibration's
     bounds (the method's contract) and its design choices; none was fitted to a run."""
     return {
+        "calibration": CALIBRATION,
         "calibration_busy": CALIBRATION_BUSY,
         "calibration_s": CALIBRATION_S,
         "pilot_rate": PILOT_RATE,
@@ -113,6 +135,9 @@ def constants() -> dict[str, Any]:
         "warmup_s": WARMUP_S,
         "aim": AIM,
         "ramp_steps": RAMP_STEPS,
+        "ramp_factor": RAMP_FACTOR,
+        "share_load": SHARE_LOAD,
+        "share_steps": SHARE_STEPS,
         "share_runs": SHARE_RUNS,
         "min_requests": MIN_REQUESTS,
         "max_rate": MAX_RATE,
@@ -249,7 +274,7 @@ def model_error(target: str, share_kind: str) -> ModelError:
 
 @dataclass(frozen=True)
 class _Side:
-    """One class on one target: requests measured, capacity (req/s at 100% busy)."""
+    """The mix on one target: requests measured, capacity (req/s at 100% busy)."""
 
     n: int
     capacity: float | None  # throughput / utilization; None without a utilization
@@ -276,22 +301,84 @@ class _FullBudget:
     def planned(self) -> float:
         return round(float(sum(r["seconds"] for r in self.runs)), 6)
 
-    def run(
-        self, target: Target, trace: Trace, cls: str, rate: float, warm: float, dur: float,
-        seed: int,
-    ) -> RunResult | None:  # fmt: skip
-        if self.planned + warm + dur > self.seconds + 1e-9:
+    def run(self, target: Target, planned: _Planned) -> RunResult | None:
+        if self.planned + planned.seconds > self.seconds + 1e-9:
             return None
-        res = _run(target, trace, cls, rate, warm, dur, seed)
+        res = planned.run(target)
         self.runs.append(
             {
-                "class": cls,
-                "seconds": warm + dur,
-                "offered_rate": rate,
+                "class": MIX,
+                "replayed": planned.how,
+                "seconds": planned.seconds,
+                "offered_rate": planned.rate,
                 "utilization": res.utilization,
             }
         )
         return res
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """One calibration run: what to replay, at which rate factor, for how long."""
+
+    trace: Trace
+    rate: float  # req/s planned
+    factor: float
+    warmup: float
+    duration: float
+    how: str  # "sessions" (the sample's, looped) or "requests" (drawn, one a session)
+    seed: int
+
+    @property
+    def seconds(self) -> float:
+        return round(self.warmup + self.duration, 6)
+
+    def run(self, target: Target) -> RunResult:
+        return target.run(
+            self.trace, rate_factor=self.factor, warmup=self.warmup, duration=self.duration,
+            seed=self.seed,
+        )  # fmt: skip
+
+
+class _Mix:
+    """The sample's mix as the calibration replays it: its sessions, looped as the sweep
+    replays them (requests share their connections as they do there), or, where a
+    rate is too low for whole sessions (their think times are real seconds) and for the
+    pilot, its requests drawn by class, one a session (each opens a connection: a cost
+    per request no lower than the sessions', which is what a pilot's bound needs)."""
+
+    def __init__(self, trace: Trace) -> None:
+        from shrink.measure import default_loop_window, default_skip, loop_window
+
+        self.trace = trace
+        self.window: Trace | None = None
+        try:
+            skip = default_skip(trace)
+            self.window = loop_window(trace, skip, default_loop_window(trace, skip))
+        except ShrinkError:
+            self.window = None  # no whole session to loop: requests only
+
+    def plan(
+        self, rate: float, warm: float, dur: float, seed: int, *, sessions: bool = True
+    ) -> _Planned:
+        from shrink.measure import looped_run
+
+        w = self.window
+        if sessions and w is not None and len(w) and float(w.meta.get("loop_span", 0)) > 0:
+            factor = rate * float(w.meta["loop_span"]) / len(w)
+            try:
+                run = looped_run(w, factor, warm, dur, copies=0)
+            except ShrinkError:
+                run = None
+            # A rate too low for the sessions (few requests, a window cut short) takes
+            # drawn requests instead.
+            if run is not None and len(run.trace) >= rate * (warm + dur) / 2 and (
+                run.duration >= dur / 2
+            ):
+                return _Planned(run.trace, rate, factor, run.warmup, run.duration,
+                                "sessions", seed)  # fmt: skip
+        probe = probe_trace(self.trace, rate, warm + dur, seed)
+        return _Planned(probe, rate, 1.0, warm, dur, "requests", seed)
 
 
 def calibrate(
@@ -304,107 +391,96 @@ def calibrate(
     seconds: float = CALIBRATION_S,
     busy: float = CALIBRATION_BUSY,
 ) -> ShareSpeed:
-    """The CPU-time share's speed per class, from light runs on both sides (module docstring).
+    """The CPU-time share's speed for the mix of ``trace`` (module docstring).
 
-    At most ``busy`` of the full target's CPU and ``seconds`` of its time. A class whose
-    runs cannot be trusted (too few requests, no budget left, a speed outside (0, 1]) is
-    taken at ``nominal``, and ``notes`` says so.
+    The full target runs the mix light: at most ``busy`` of its CPU and ``seconds`` of
+    its time. The share runs the same mix near its knee, where its MATs are read.
+    Runs that cannot be trusted (too few requests, a speed outside (0, 1]) leave the
+    share at ``nominal``, and ``notes`` says so.
     """
     nominal = check_alpha(nominal, "nominal")
     seconds = check_positive(seconds, "seconds")
     busy = check_alpha(busy, "busy")
-    cls = trace.column("cls") if len(trace) else np.array([], dtype=object)
-    classes, counts = np.unique(cls.astype(str), return_counts=True)
-    if classes.size == 0:
+    if len(trace) == 0:
         raise MeasurementError("calibrate: the trace has no requests to probe")
     budget = _FullBudget(seconds)
-    share_s = 0.0
-    speeds: dict[str, float] = {}
-    demand: dict[str, float] = {}
-    full_caps: dict[str, float | None] = {}
-    sigmas: dict[str, float] = {}
-    notes: list[str] = []
-    # Each class gets an equal part of the full target's seconds: its pilot, then its
-    # run, each allowed RUN_OVERHEAD_S of start-up on a live target.
-    # (in tenths of a second, rounded down, so that the sum stays within the bound)
-    dur = max(1.0, math.floor(10 * (seconds / classes.size - sum(PILOT_S))) / 10)
-    dur = math.floor(10 * (dur - WARMUP_S * RAMP_STEPS)) / 10
-    for k, c in enumerate(classes.tolist()):
-        rng_seed = seed + 101 * k
-        got = _full_side(budget, full_target, trace, c, rng_seed, busy, dur)
-        if got is None:
-            notes.append(f"class {c!r}: assumed nominal {nominal:g} (calibration time spent)")
-            speeds[c], sigmas[c], demand[c], full_caps[c] = nominal, 0.0, 0.0, None
-            continue
-        full, rate = got
-        # The share's time is not bounded: at alpha of the rate it runs 1/alpha as long
-        # (at most SHARE_RUNS times), to measure about as many requests as the full side.
-        share_dur = min(1.0 / nominal, SHARE_RUNS) * dur
-        share = _measured(
-            _run(share_target, trace, c, rate * nominal, WARMUP_S, share_dur, rng_seed + 2)
+    dur = max(1.0, math.floor(10 * (seconds - sum(PILOT_S) - WARMUP_S * RAMP_STEPS)) / 10)
+    mix = _Mix(trace)
+    got = _full_side(budget, full_target, mix, seed, busy, dur)
+    if got is None:
+        raise MeasurementError(
+            f"calibrate: {seconds:g} s of the full target cannot pay for the pilot run"
         )
-        share_s += WARMUP_S + share_dur
-        if full.n == 0 and share.n == 0:
-            raise MeasurementError(
-                f"calibrate: class {c!r}: no request completed on either target; is the "
-                "server answering?"
-            )
-        speed = _speed(full, share, nominal)
-        doubt = _doubt(full, share, speed)
-        if doubt:
-            notes.append(f"class {c!r}: assumed nominal {nominal:g} ({doubt})")
-            speed = nominal
-        elif full.behind or share.behind:
-            # X / U holds at any load, so a late generator leaves the speed usable.
-            notes.append(f"class {c!r}: the generator fell behind; measured lighter than planned")
-        speeds[c] = speed
-        sigmas[c] = 0.0 if doubt else _sigma(full, share)
-        # CPU demand of the class on the full target: its count times its cost.
-        cost = 1.0 / full.capacity if full.capacity else full.latency
-        demand[c] = float(counts[k]) * cost
-        full_caps[c] = full.capacity
-    effective, sigma = _mix(speeds, demand, sigmas, nominal)
+    full, rate = got
+    share, share_runs = _share_side(share_target, mix, full, rate, nominal, dur, seed)
+    if full.n == 0 and share.n == 0:
+        raise MeasurementError(
+            "calibrate: no request completed on either target; is the server answering?"
+        )
+    notes: list[str] = []
+    speed = _speed(full, share, nominal)
+    doubt = _doubt(full, share, speed)
+    if doubt:
+        notes.append(f"assumed nominal {nominal:g} ({doubt})")
+        speed = nominal
+    elif full.behind or share.behind:
+        # X / U holds at any load, so a late generator leaves the speed usable.
+        notes.append("the generator fell behind; measured lighter than planned")
     return ShareSpeed(
         nominal=nominal,
-        per_class=speeds,
-        effective=effective,
+        per_class={},
+        effective=float(speed),
         method="calibrated",
-        cost_s=budget.planned + share_s,
+        cost_s=budget.planned + sum(r["seconds"] for r in share_runs),
         notes=tuple(notes),
-        sigma=sigma,
-        full_capacity=_mix_capacity(
-            dict(zip(classes.tolist(), counts.tolist(), strict=True)), full_caps
-        ),
+        sigma=0.0 if doubt else _sigma(full, share),
+        full_capacity=full.capacity,
         full_target_runs=tuple(budget.runs),
+        share_runs=tuple(share_runs),
     )
 
 
-def _mix(
-    speeds: dict[str, float], demand: dict[str, float], sigmas: dict[str, float], nominal: float
-) -> tuple[float, float]:
-    """The mix's speed (demand-weighted harmonic mean) and its log-sd.
+def _share_side(
+    target: Target, mix: _Mix, full: _Side, rate: float, nominal: float, dur: float,
+    seed: int,
+) -> tuple[_Side, list[dict[str, Any]]]:  # fmt: skip
+    """The mix on the share: first as loaded as the full target was (alpha times its
+    rate), then SHARE_STEPS runs, each at SHARE_LOAD of the capacity the latest run
+    shows by the lower bound of its requests (a run past the knee reads nothing
+    steady), for about as many requests as the full side measured. The speed pools
+    the last two runs: the share near its knee."""
+    runs: list[dict[str, Any]] = []
 
-    Each class weighs in the sd by its share of the time the mix takes on the share
-    (d log effective / d log speed_c)."""
-    total = sum(demand.values())
-    slow = sum(demand[c] / speeds[c] for c in speeds)
-    if total <= 0 or slow <= 0:
-        return nominal, 0.0
-    sd = math.sqrt(sum((demand[c] / speeds[c] / slow) ** 2 * sigmas[c] ** 2 for c in speeds))
-    return float(total / slow), float(sd)
+    def run(r: float, d: float, k: int) -> _Side:
+        planned = mix.plan(r, WARMUP_S, d, seed + 2 + k)
+        res = planned.run(target)
+        runs.append(
+            {
+                "replayed": planned.how,
+                "seconds": planned.seconds,
+                "offered_rate": r,
+                "utilization": res.utilization,
+            }
+        )
+        return _measured(res)
 
-
-def _mix_capacity(counts: dict[str, int], caps: dict[str, float | None]) -> float | None:
-    """Requests a second of the mix ``counts`` at 100% busy, from per-class capacities
-    (a light-load figure: recorded, never used to predict)."""
-    if not counts or any(not caps.get(c) for c in counts):
-        return None
-    seconds = sum(n / caps[c] for c, n in counts.items())  # type: ignore[operator]
-    return sum(counts.values()) / seconds if seconds > 0 else None
+    sides = [run(rate * nominal, dur / RAMP_STEPS, 0)]
+    for k in range(SHARE_STEPS):
+        latest = sides[-1]
+        cap = latest.capacity or (1 / latest.latency if latest.latency > 0 else None)
+        if not cap:
+            break
+        cv = max(1.0, latest.cv) if math.isfinite(latest.cv) else 2.0
+        upper = 1.0 + 3.0 * cv / math.sqrt(max(1, latest.n))
+        r = min(MAX_RATE * nominal, SHARE_LOAD * cap / upper)
+        want = max(MIN_REQUESTS, full.n) / SHARE_STEPS
+        d = min(SHARE_RUNS * dur / RAMP_STEPS, max(PILOT_S[1], want / r))
+        sides.append(run(r, math.ceil(10 * d) / 10, 1 + k))
+    return _pooled(sides[-2:]) if len(sides) > 2 else sides[-1], runs
 
 
 def _sigma(full: _Side, share: _Side) -> float:
-    """Log-sd of a class's speed from the requests each side measured.
+    """Log-sd of the speed from the requests each side measured.
 
     Each capacity is the reciprocal of a mean service time over n requests, drawn
     separately on each side, so its relative sd is the service times' coefficient of
@@ -418,7 +494,7 @@ def _sigma(full: _Side, share: _Side) -> float:
 
 
 def _doubt(full: _Side, share: _Side, speed: float) -> str:
-    """Why a class's runs cannot be trusted, or ''."""
+    """Why the runs cannot be trusted, or ''."""
     if min(full.n, share.n) < MIN_REQUESTS:
         return f"{min(full.n, share.n)} requests measured, under {MIN_REQUESTS}"
     if (full.behind or share.behind) and not (full.capacity and share.capacity):
@@ -428,13 +504,20 @@ def _doubt(full: _Side, share: _Side, speed: float) -> str:
     return ""
 
 
-def probe_trace(trace: Trace, cls: str, rate: float, seconds: float, seed: int) -> Trace:
-    """``cls``'s requests of ``trace`` (drawn by frequency), one a session, ``rate`` a second."""
-    idx = np.flatnonzero(trace.column("cls").astype(str) == cls)
+def probe_trace(trace: Trace, rate: float, seconds: float, seed: int) -> Trace:
+    """Requests of ``trace`` drawn by frequency (its mix, by class), one a session, ``rate`` a
+    second: a constant, exactly planned load at any rate, where the trace's own
+    sessions, looped, cannot be slowed to a few requests a second (their think times
+    are real seconds)."""
     n = max(2, math.ceil(rate * seconds) + 1)
     rng = np.random.default_rng(seed)
-    pick = idx[rng.integers(0, idx.size, n)]
-    src = trace.take(pick)
+    # Stratified by class (evenly spaced draws over the requests sorted by class, in
+    # random order): each class's count is its share of n to one request, so that
+    # the mix's composition adds no noise to its cost on either side.
+    order = np.argsort(trace.column("cls").astype(str), kind="stable")
+    at = (rng.random() + np.arange(n)) * (len(trace) / n)
+    pick = order[np.minimum(at.astype(np.int64), len(trace) - 1)]
+    src = trace.take(rng.permutation(pick))
     columns = {
         name: src.column(name)
         for name in ("method", "path", "cls", "bytes", "status", "client")
@@ -451,27 +534,19 @@ def probe_trace(trace: Trace, cls: str, rate: float, seconds: float, seed: int) 
             "think": np.zeros(n),
             "rt": np.full(n, np.nan),
         },
-        meta={"probe": cls, "rate": rate, "seed": seed},
+        meta={"probe": MIX, "rate": rate, "seed": seed},
     )
 
 
-def _run(
-    target: Target, trace: Trace, cls: str, rate: float, warm: float, dur: float, seed: int
-) -> RunResult:
-    probe = probe_trace(trace, cls, rate, warm + dur, seed)
-    return target.run(probe, rate_factor=1.0, warmup=warm, duration=dur, seed=seed)
-
-
 def _full_side(
-    budget: _FullBudget, full: Target, trace: Trace, cls: str, seed: int, busy: float,
-    dur: float,
-) -> tuple[_Side, float] | None:  # fmt: skip
-    """``cls`` on the full target, light: a pilot at PILOT_RATE, then RAMP_STEPS runs of
+    budget: _FullBudget, full: Target, mix: _Mix, seed: int, busy: float, dur: float
+) -> tuple[_Side, float] | None:
+    """The mix on the full target, light: a pilot at PILOT_RATE, then RAMP_STEPS runs of
     ``dur`` in all, each at the rate the requests so far say keeps it AIM x ``busy``
     busy, by the upper bound of their cost (a few requests can read a cost low by a
     few standard errors, and the bound must hold). The side pools every run; the rate
     is the last one's. None when the budget cannot pay for the pilot."""
-    res = budget.run(full, trace, cls, PILOT_RATE, PILOT_S[0], PILOT_S[1], seed)
+    res = budget.run(full, mix.plan(PILOT_RATE, PILOT_S[0], PILOT_S[1], seed, sessions=False))
     if res is None:
         return None
     runs = [_measured(res)]
@@ -481,9 +556,13 @@ def _full_side(
         # Without a utilization a light server's response time is its service time.
         cap = pooled.capacity or (1 / pooled.latency if pooled.latency > 0 else None)
         if cap:
-            upper = 1.0 + 2.0 / math.sqrt(max(1, pooled.n))
-            rate = min(MAX_RATE, max(PILOT_RATE / 4, AIM * busy * cap / upper))
-        res = budget.run(full, trace, cls, rate, WARMUP_S, dur / RAMP_STEPS, seed + 1 + step)
+            # A mix's costs spread more than one class's: its response times' CV (at
+            # least 1) stands in for theirs, three standard errors for the bound.
+            cv = max(1.0, pooled.cv) if math.isfinite(pooled.cv) else 2.0
+            upper = 1.0 + 3.0 * cv / math.sqrt(max(1, pooled.n))
+            aimed = AIM * busy * cap / upper
+            rate = min(MAX_RATE, RAMP_FACTOR * rate, max(PILOT_RATE / 4, aimed))
+        res = budget.run(full, mix.plan(rate, WARMUP_S, dur / RAMP_STEPS, seed + 1 + step))
         if res is None:
             break
         runs.append(_measured(res))
@@ -491,8 +570,8 @@ def _full_side(
 
 
 def _pooled(sides: list[_Side]) -> _Side:
-    """Several light runs of one class on one target as one: requests and CPU seconds
-    add up, so the capacity is all the requests over all the CPU they took."""
+    """Several runs on one target as one: requests and CPU seconds add up, so the
+    capacity is all the requests over all the CPU they took."""
     n = sum(s.n for s in sides)
     cpu = sum(s.n / s.capacity for s in sides if s.capacity and s.n)
     cap = n / cpu if cpu > 0 and all(s.capacity for s in sides if s.n) else None
@@ -521,6 +600,8 @@ def _measured(res: RunResult) -> _Side:
 
 
 def _speed(full: _Side, share: _Side, nominal: float) -> float:
+    """alpha x (CPU a request costs on the full target) / (on the share): the ratio of
+    the two capacities, the share's normalized to its quota."""
     if full.n == 0 or share.n == 0:
         return nominal  # _doubt says why
     if full.capacity and share.capacity:

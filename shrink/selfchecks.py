@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping
 from typing import Any
 
 from shrink.loadcurve import FAILURE_LIMIT, LoadCurve
 from shrink.measure import offered_check
 
-__all__ = ["host_drift", "self_checks"]
+__all__ = ["host_drift", "load_dependence", "self_checks"]
 
 # A repetition at least this busy shows the full target's capacity (X / U) near its
 # knee, where a validation's MAT lies.
 BUSY = 0.5
+# A repetition at most this busy is as light as a calibration's runs (at most 10%)
+# with room for the validation's lowest level.
+LIGHT = 0.2
 
 
 def self_checks(curve: LoadCurve, limits: Mapping[str, float]) -> dict[str, Any]:
@@ -92,3 +96,25 @@ def host_drift(full: LoadCurve) -> dict[str, Any]:
         "host_capacity_range": [min(caps), max(caps)],
         "host_spread": max(caps) / min(caps),
     }
+
+
+def load_dependence(full: LoadCurve) -> dict[str, Any]:
+    """Whether the full target's cost per request depends on its load, as the CPU-time
+    share's calibration takes it not to (shrink.scaling): the median capacity (X / U)
+    of the validation's light repetitions (at most LIGHT busy) over its busy ones (at
+    least BUSY). Empty without both."""
+    light, busy = [], []
+    for lv in full.usable():
+        for r in lv.kept:
+            if r.utilization is None or r.utilization <= 0 or r.throughput <= 0:
+                continue
+            cap = r.throughput / r.utilization
+            if r.utilization <= LIGHT:
+                light.append(cap)
+            elif r.utilization >= BUSY:
+                busy.append(cap)
+    if not light or not busy:
+        return {}
+    lo, hi = statistics.median(light), statistics.median(busy)
+    return {"light_capacity": lo, "busy_capacity": hi, "light_over_busy": lo / hi}
+

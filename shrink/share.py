@@ -88,23 +88,21 @@ def select_compact(machine: Machine, alpha: float) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class ShareSpeed:
-    """The speed a share really delivered, relative to the full target, per request class.
+    """The speed a share really delivered, relative to the full target.
 
     A CPU-time share of alpha is nominally a server at alpha of the speed, but a
-    time-sliced core costs more CPU per request than a whole one, and by how much
-    depends on the request class (../shared/DESIGN.md: ~10% for CPU-bound pages,
-    ~2.5x for memory-heavy ones). So the speed is measured, per class, and the
-    scaling uses it instead of the nominal alpha.
+    time-sliced core costs more CPU per request than a whole one, so the speed is
+    measured (shrink.scaling.calibrate) and the scaling uses it instead of the
+    nominal alpha.
 
     ``nominal``: the share's fraction of the target (alpha for a CPU-time share).
-    ``per_class``: measured speed per class (``static``, ``dynamic``), on the same
-    scale as ``nominal`` (0.25 means "a quarter of the full target's speed").
-    ``effective``: the speed of the trace's mix, the demand-weighted harmonic mean
-    of ``per_class`` (what throughput scales by). ``method``: how it was obtained
-    (``calibrated``: light runs on the share and the full target, shrink.scaling; ``nominal``:
-    assumed equal to ``nominal``, no measurement). ``cost_s``: seconds the
-    measurement took. ``notes``: what the report should say about it (a class
-    whose probe was unusable and was assumed nominal, and why).
+    ``per_class``: a speed per request class where one was measured (older results;
+    the calibration measures the trace's mix, and every class takes ``effective``).
+    ``effective``: the speed of the trace's mix (what throughput scales by).
+    ``method``: how it was obtained (``calibrated``: runs of the mix on the share and
+    light runs on the full target; ``nominal``: assumed equal to ``nominal``, no
+    measurement). ``cost_s``: seconds the measurement took. ``notes``: what the
+    report should say about it (runs that were unusable, and why).
     """
 
     nominal: float
@@ -117,11 +115,14 @@ class ShareSpeed:
     # the MAT interval carries it (shrink.uncertainty).
     sigma: float = 0.0
     # The full target's light-load capacity for the trace's mix (req/s at 100% busy),
-    # from the calibration's per-class runs: recorded, never used to predict.
+    # from the calibration's runs: recorded, never used to predict.
     full_capacity: float | None = None
-    # What the calibration ran on the full target, run by run: class, seconds,
-    # offered rate (req/s) and utilization (shrink.scaling.calibrate).
+    # What the calibration ran on the full target, run by run: what it ran ("mix"),
+    # seconds, offered rate (req/s) and utilization (shrink.scaling.calibrate).
     full_target_runs: tuple[dict[str, Any], ...] = ()
+    # What the calibration ran on the share, run by run: seconds, offered rate (req/s)
+    # and utilization of its quota.
+    share_runs: tuple[dict[str, Any], ...] = ()
 
     @property
     def full_target_seconds(self) -> float:
@@ -152,6 +153,7 @@ class ShareSpeed:
             "full_target_runs": [dict(r) for r in self.full_target_runs],
             "full_target_seconds": self.full_target_seconds,
             "full_target_busy": self.full_target_busy,
+            "share_runs": [dict(r) for r in self.share_runs],
         }
 
     @classmethod
@@ -166,6 +168,7 @@ class ShareSpeed:
             sigma=float(d.get("sigma", 0.0)),
             full_capacity=_float_or_none(d.get("full_capacity")),
             full_target_runs=tuple(dict(r) for r in d.get("full_target_runs", ())),
+            share_runs=tuple(dict(r) for r in d.get("share_runs", ())),
         )
 
 

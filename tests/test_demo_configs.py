@@ -122,6 +122,40 @@ def test_the_model_error_is_a_bias_and_a_spread_judged_leaving_a_configuration_o
     assert bench_fidelity.fit_bias([]) == 0.0 and bench_fidelity.fit_sigma([]) == 0.0
 
 
+def test_a_fit_uses_only_the_runs_of_this_calibration():
+    """A CPU-time share's errors belong to the calibration that made its speed: runs of
+    another are left out and counted; core subsets need none and all stay."""
+    rows = [
+        {**_cell("a", 77, 100), "calibration": bench_fidelity.CALIBRATION},
+        {**_cell("a", 63, 100), "calibration": "per class, light on both sides"},
+        {**_cell("b", 70, 100)},  # older result: no calibration recorded
+        {**_cell("c", 90, 100, kind="cores")},
+    ]
+    keep, left = bench_fidelity.current(rows)
+    assert left == 2 and [r["dir"] for r in keep] == ["a/77", "c/90"]
+
+
+def test_a_runs_error_is_read_without_the_bias_it_was_corrected_by(tmp_path):
+    """prediction.json keeps the model error at its top level: a run corrected by a
+    bias of -0.2 (x1.22) that predicted 122 against 100 was, uncorrected, exact."""
+    import math
+
+    pred = {
+        "mappings": {"1-replica": {"mean": {"error_budget": {}}}},
+        "share": {"kind": "cpu_time"},
+        "model_error": {"bias": -0.2},
+        "share_model": {"calibration": bench_fidelity.CALIBRATION},
+    }
+    val = {"mats": {"mean": {"predicted": 100 * math.exp(0.2), "measured": 100.0,
+                             "predicted_status": "ok", "measured_status": "ok"}}}  # fmt: skip
+    (tmp_path / "prediction.json").write_text(json.dumps(pred))
+    (tmp_path / "validation.json").write_text(json.dumps(val))
+    got = bench_fidelity.row(tmp_path)
+    assert got["mean"]["log_error"] == pytest.approx(0.0, abs=1e-12)
+    assert got["mean"]["applied_bias"] == -0.2
+    assert got["calibration"] == bench_fidelity.CALIBRATION
+
+
 def test_summarize_says_when_there_is_nothing(tmp_path, capsys):
     assert bench_fidelity.main(["--summarize", str(tmp_path)]) == 1
     assert "no run under" in capsys.readouterr().err

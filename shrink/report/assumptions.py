@@ -104,12 +104,18 @@ def speed_assumptions(share: Share) -> list[str]:
             "and a prediction scaled by this one likely too low."
         )
     else:
-        per = ", ".join(f"{c} {v:.3g}" for c, v in sorted(sp.per_class.items()))
         busy = sp.full_target_busy
+        share_u = [r["utilization"] for r in sp.share_runs[-2:] if r.get("utilization") is not None]
+        where = (
+            f"on the share at {100 * min(share_u):.0f}-{100 * max(share_u):.0f}% of its quota"
+            if share_u
+            else "on the share"
+        )
         speed = (
             f"Share speed: nominal {sp.nominal:g}, calibrated {sp.effective:.3g} for the "
-            f"trace's mix ({per or 'no per-class figures'}): the CPU a request costs on "
-            "each side at the same light load. The calibration ran the full target for "
+            "trace's mix: the CPU a request costs on the full target, lightly loaded, over "
+            f"what it costs {where}, near its knee (a share's cost depends on its load, a "
+            "whole core's does not). The calibration ran the full target for "
             f"{sp.full_target_seconds:.1f} s at most "
             f"{'an unknown load' if busy is None else f'{100 * busy:.1f}% busy'}; nothing "
             "else of the full target reached the prediction."
@@ -120,9 +126,9 @@ def speed_assumptions(share: Share) -> list[str]:
         speed,
         f"CPU-time share: the server is taken as a processor-sharing server at speed "
         f"s = {share.speed_factor:.3g} of the full target's, so response times are scaled "
-        "by s and throughputs by 1/s (R_full(X) = s * R_share(s * X)). A busy whole core "
-        "costs less per request than a lightly loaded one, which a light calibration "
-        "cannot see: the model error in the interval, fitted on a corpus, carries it.",
+        "by s and throughputs by 1/s (R_full(X) = s * R_share(s * X)). Whatever else "
+        "separates the share from the server it stands for is the model error in the "
+        "interval, fitted on a corpus.",
     ]
 
 

@@ -42,6 +42,7 @@ def add_self_checks(
         *_speed_items(getattr(pred, "share", None)),
         *_steal_items(checks, full_checks),
         *_host_items(full_checks),
+        *_load_items(full_checks),
     ]
     if checks.get("generator_capacity_note"):
         rows.append(["Load generator's capacity", checks["generator_capacity_note"]])
@@ -76,7 +77,7 @@ def _speed_items(share: Share | None) -> list[list[str]]:
         text = (
             f"{share.cpu_fraction:g} of the full target's, **assumed** (its nominal "
             "CPU-time fraction, not measured; nothing ran on the full target): a "
-            "time-sliced core costs more per request, by class, so the prediction is "
+            "time-sliced core costs more per request, so the prediction is "
             "likely low; calibrate if the full target can run lightly"
         )
     else:
@@ -210,11 +211,12 @@ def full_run_checks(full_run: LoadCurve | None, thresholds: dict[str, float]) ->
     """A full-scale curve's own checks: those it carries, else computed from it."""
     if full_run is None:
         return {}
-    from shrink.selfchecks import host_drift, self_checks
+    from shrink.selfchecks import host_drift, load_dependence, self_checks
 
     return full_run.meta.get("self_checks") or {
         **self_checks(full_run, thresholds),
         **host_drift(full_run),
+        **load_dependence(full_run),
     }
 
 
@@ -229,6 +231,19 @@ def _host_items(checks: dict[str, Any]) -> list[list[str]]:
         f"{lo:,.0f}-{hi:,.0f} req/s (max / min {checks['host_spread']:.2f}); a validation "
         "error is only as sure as that spread: the host moves the prediction's runs and the "
         "validation's alike",
+    ]]  # fmt: skip
+
+
+def _load_items(checks: dict[str, Any]) -> list[list[str]]:
+    """Whether the full target's cost per request moved with its load (the CPU-time
+    share's calibration reads it light and takes it not to)."""
+    if checks.get("light_over_busy") is None:
+        return []
+    return [[
+        "Full target's capacity, light over busy (the calibration takes it as 1)",
+        f"{checks['light_capacity']:,.0f} req/s at most 20% busy, "
+        f"{checks['busy_capacity']:,.0f} at least 50% busy: "
+        f"**{checks['light_over_busy']:.2f}**",
     ]]  # fmt: skip
 
 
