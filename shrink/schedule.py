@@ -29,6 +29,7 @@ span of its arrivals plus one mean gap, as ``shrink trace info`` reports it: see
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -350,7 +351,24 @@ def schedule_arrays(sched: Schedule) -> ScheduleArrays:
     )
 
 
+# The last trace's request keys: a search builds a schedule of one trace at level
+# after level, and checking every row's method and path was most of a simulated run.
+# Keyed by the (immutable) Arrow table, held weakly so a dropped trace is not kept.
+_last_keys: tuple[weakref.ref, list[tuple[str, str, str]], np.ndarray] | None = None
+
+
 def _request_keys(trace: Trace) -> tuple[list[tuple[str, str, str]], np.ndarray]:
+    global _last_keys
+    last = _last_keys
+    if last is not None and last[0]() is trace.table:
+        return list(last[1]), last[2]
+    keys, codes = _check_request_keys(trace)
+    codes.flags.writeable = False  # shared by every schedule of this trace
+    _last_keys = (weakref.ref(trace.table), keys, codes)
+    return list(keys), codes
+
+
+def _check_request_keys(trace: Trace) -> tuple[list[tuple[str, str, str]], np.ndarray]:
     methods = trace.column("method")
     paths = trace.column("path")
     bodies = trace.column("body") if trace.has("body") else None
