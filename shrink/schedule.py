@@ -351,20 +351,21 @@ def schedule_arrays(sched: Schedule) -> ScheduleArrays:
     )
 
 
-# The last trace's request keys: a search builds a schedule of one trace at level
-# after level, and checking every row's method and path was most of a simulated run.
-# Keyed by the (immutable) Arrow table, held weakly so a dropped trace is not kept.
-_last_keys: tuple[weakref.ref, list[tuple[str, str, str]], np.ndarray] | None = None
+# The request keys of the last few traces: a search builds schedules of one trace (a
+# paired search: of the sample and of the whole trace) at level after level, and
+# checking every row's method and path was most of a simulated run. Keyed by the
+# (immutable) Arrow table, held weakly so a dropped trace is not kept.
+_KEPT = 4
+_recent_keys: list[tuple[weakref.ref, list[tuple[str, str, str]], np.ndarray]] = []
 
 
 def _request_keys(trace: Trace) -> tuple[list[tuple[str, str, str]], np.ndarray]:
-    global _last_keys
-    last = _last_keys
-    if last is not None and last[0]() is trace.table:
-        return list(last[1]), last[2]
+    for ref, keys, codes in _recent_keys:
+        if ref() is trace.table:
+            return list(keys), codes
     keys, codes = _check_request_keys(trace)
     codes.flags.writeable = False  # shared by every schedule of this trace
-    _last_keys = (weakref.ref(trace.table), keys, codes)
+    _recent_keys[:] = [(weakref.ref(trace.table), keys, codes), *_recent_keys[: _KEPT - 1]]
     return list(keys), codes
 
 
