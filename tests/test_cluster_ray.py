@@ -83,11 +83,11 @@ def test_replay_cli_with_an_unreachable_cluster_is_one_line(tmp_path):
     assert len(lines) == 1 and "cannot reach Ray cluster '127.0.0.1:1'" in lines[0], res.output
 
 
-def test_the_live_comparison_flags_a_start_off_by_50_ms():
+def test_the_live_comparison_flags_late_requests_and_lost_ones():
     """The rule of the live comparison below, on figures like a loaded host's (the mean
     within 2 ms, the p99.9 within 40 ms from run to run): nine repetitions a side
-    agree; a generator whose start is 50 ms off (half the requests 50 ms later, so the
-    mean 25 ms higher) does not, nor one that lost a tenth of its requests."""
+    agree; two generators whose requests wait 25 ms longer on average (sent late, or
+    stamped in another clock) do not, nor two that lost a tenth of the requests."""
     rng = np.random.default_rng(0)
 
     def reps(n: int, mean: float, count: float = 2000.0) -> np.ndarray:
@@ -226,10 +226,10 @@ def test_two_generators_against_a_live_server_match_one(cluster, server):
     Three repetitions a side decide on a quiet host. On a host whose load changes from
     run to run (the other work of a shared CI machine), three can disagree by chance,
     mostly in the p99.9 of 2,000 requests: then three more a side are measured and the
-    check is made again on all of them, up to nine. A real disagreement (a start or a
-    clock off by tens of ms, lost or doubled requests) is in every repetition, so more
-    of them do not bring the medians together; the rule itself is the same as for three
-    (test_the_live_comparison_flags_a_start_off_by_50_ms)."""
+    check is made again on all of them, up to nine. A real disagreement (requests sent
+    late or stamped in another clock, lost or doubled requests) is in every repetition,
+    so more of them do not bring the medians together; the rule itself is the same as
+    for three (test_the_live_comparison_flags_late_requests_and_lost_ones)."""
     one, ray_ = _one_and_ray_figures(cluster, server, 3)
     for _more in range(2):
         if not _disagreements(one, ray_):
