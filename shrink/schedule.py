@@ -29,6 +29,7 @@ span of its arrivals plus one mean gap, as ``shrink trace info`` reports it: see
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -351,7 +352,25 @@ def schedule_arrays(sched: Schedule) -> ScheduleArrays:
     )
 
 
+# The request keys of the last few traces: a search builds schedules of one trace (a
+# paired search: of the sample and of the whole trace) at level after level, and
+# checking every row's method and path was most of a simulated run. Keyed by the
+# (immutable) Arrow table, held weakly so a dropped trace is not kept.
+_KEPT = 4
+_recent_keys: list[tuple[weakref.ref, list[tuple[str, str, str]], np.ndarray]] = []
+
+
 def _request_keys(trace: Trace) -> tuple[list[tuple[str, str, str]], np.ndarray]:
+    for ref, keys, codes in _recent_keys:
+        if ref() is trace.table:
+            return list(keys), codes
+    keys, codes = _check_request_keys(trace)
+    codes.flags.writeable = False  # shared by every schedule of this trace
+    _recent_keys[:] = [(weakref.ref(trace.table), keys, codes), *_recent_keys[: _KEPT - 1]]
+    return list(keys), codes
+
+
+def _check_request_keys(trace: Trace) -> tuple[list[tuple[str, str, str]], np.ndarray]:
     methods = trace.column("method")
     paths = trace.column("path")
     bodies = trace.column("body") if trace.has("body") else None

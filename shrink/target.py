@@ -12,6 +12,7 @@ window ``[warmup, warmup + duration)`` seconds after the run's start (the first
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -133,13 +134,7 @@ class FakeTarget:
         sent = intended.copy()
         if behind:  # a generator that cannot keep up sends late, evenly spaced
             sent = np.maximum(intended, np.arange(len(intended)) / self.generator_capacity)
-        free = np.zeros(self.servers)
-        done = np.empty_like(sent)
-        for i, (s, d) in enumerate(zip(sent, service, strict=True)):
-            k = int(np.argmin(free))
-            start = max(s, free[k])
-            free[k] = start + d
-            done[i] = free[k]
+        done = np.asarray(_fifo_done(sent.tolist(), service.tolist(), self.servers), np.float64)
         sessions = trace.table.column("session").take(idx).to_numpy()
         log = RunLog.from_columns(
             {
@@ -170,3 +165,25 @@ class FakeTarget:
             reason="offered rate above generator capacity" if behind else "",
         )
         return RunResult(log, window, gen, utilization=min(1.0, busy), describe=self.describe())
+
+
+def _fifo_done(sent: list[float], service: list[float], servers: int) -> list[float]:
+    """Completion times of a FIFO queue with ``servers`` servers: each request starts on
+    the server free first (the lowest index among ties) at ``max(sent, free)``.
+
+    A heap of (free time, server) in plain floats: a test replays hundreds of thousands
+    of requests through this fake, and a numpy call per request was most of its time."""
+    if servers == 1:  # one server needs no heap
+        free, done = 0.0, []
+        for s, d in zip(sent, service, strict=True):
+            free = max(s, free) + d
+            done.append(free)
+        return done
+    heap = [(0.0, k) for k in range(servers)]
+    done = []
+    for s, d in zip(sent, service, strict=True):
+        free, k = heapq.heappop(heap)
+        end = max(s, free) + d
+        heapq.heappush(heap, (end, k))
+        done.append(end)
+    return done

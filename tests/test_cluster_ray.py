@@ -84,6 +84,26 @@ def test_replay_cli_with_an_unreachable_cluster_is_one_line(tmp_path):
     assert len(lines) == 1 and "cannot reach Ray cluster '127.0.0.1:1'" in lines[0], res.output
 
 
+def test_the_live_comparison_flags_late_requests_and_lost_ones():
+    """The rule of the live comparison below, on figures like a loaded host's (the mean
+    within 2 ms, the p99.9 within 40 ms from run to run): nine repetitions a side
+    agree; two generators whose requests wait 25 ms longer on average (sent late, or
+    stamped in another clock) do not, nor two that lost a tenth of the requests."""
+    rng = np.random.default_rng(0)
+
+    def reps(n: int, mean: float, count: float = 1600.0) -> np.ndarray:
+        return np.column_stack([
+            count + rng.normal(0, 10, n),
+            mean + rng.uniform(-0.002, 0.002, n),
+            0.08 + rng.uniform(-0.04, 0.04, n),
+        ])  # fmt: skip
+
+    one = reps(9, 0.004)
+    assert _disagreements(one, reps(9, 0.004)) == []
+    assert _disagreements(one, reps(9, 0.004 + 0.025)) == ["mean"]
+    assert _disagreements(one, reps(9, 0.004, count=1440.0)) == ["count"]
+
+
 # --- a real local cluster ------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def server():
@@ -159,37 +179,71 @@ def test_merged_percentiles_equal_those_of_the_concatenated_parts(cluster):
     assert a.mean == pytest.approx(b.mean, rel=1e-12)  # a sum in another order
 
 
+def _one_and_ray_figures(cluster, server, reps: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ok count, mean, p99.9) of the measurement window, ``reps`` times through one
+    process and through two Ray generators, in alternating order (one-ray, ray-one, ...)
+    so a load that rises or falls over the runs weighs on both sides alike."""
+    c, _ = cluster
+    tr = session_trace(400, gap=0.01, think=0.05, bursts=4)
+    cfg = EngineConfig([server])
+    kw = dict(rate_factor=1.0, horizon=3.0, schedule=ScheduleOptions(loop=False))
+    sides = (
+        ("one", GeneratorPlacement(processes=1)),
+        ("ray", GeneratorPlacement(cluster=ClusterSpec(c.address, 2))),
+    )
+    figures: dict[str, list[tuple[float, float, float]]] = {"one": [], "ray": []}
+    for rep in range(reps):
+        for name, gen in sides if rep % 2 == 0 else sides[::-1]:
+            log, _ = run_engines(tr, cfg, generator=gen, **kw)
+            # the measurement window, as a sweep takes it: requests intended in it
+            win = log.window(0.5, 2.5)
+            lat = win.latencies()
+            figures[name].append((float(win.ok_mask().sum()), float(np.mean(lat)),
+                                  float(np.quantile(lat, 0.999))))  # fmt: skip
+    return np.array(figures["one"]), np.array(figures["ray"])
+
+
+def _disagreements(one: np.ndarray, ray_: np.ndarray) -> list[str]:
+    """What the two ways of sending disagree on (empty if nothing)."""
+    bad = []
+    # about 1,600 requests in the window on both sides (800 a second): a session's next
+    # burst is due a think time after its previous one completed (httperf's wsesslog),
+    # so the count moves a little with latency, on either side alike
+    if abs(np.median(ray_[:, 0]) - np.median(one[:, 0])) > 0.02 * np.median(one[:, 0]):
+        bad.append("count")
+    if not 1520 <= np.median(one[:, 0]) <= 1680:
+        bad.append("count of one")
+    # latency: the medians agree within the larger side's spread, with a floor for
+    # what a busy 2-core host does to a loopback server's tail (requests that wait 25 ms
+    # longer on one side, or times in the wrong clock, still fail it)
+    for col, floor, name in ((1, 2e-3, "mean"), (2, 25e-3, "p99.9")):
+        spread = max(np.ptp(one[:, col]), np.ptp(ray_[:, col]), floor)
+        if abs(np.median(one[:, col]) - np.median(ray_[:, col])) > 2 * spread:
+            bad.append(name)
+    return bad
+
+
 @pytest.mark.slow
 @pytest.mark.live
 def test_two_generators_against_a_live_server_match_one(cluster, server):
     """Same offered load through one process and through two Ray generators: the
-    throughput, mean and p99.9 agree within the repetitions' spread."""
-    c, _ = cluster
-    tr = session_trace(400, gap=0.01, think=0.05, bursts=4)
-    cfg = EngineConfig([server])
-    kw = dict(rate_factor=1.0, horizon=4.0, schedule=ScheduleOptions(loop=False))
-    figures: dict[str, list[tuple[float, float, float]]] = {"one": [], "ray": []}
-    for _rep in range(3):
-        ray = GeneratorPlacement(cluster=ClusterSpec(c.address, 2))
-        for name, gen in (("one", GeneratorPlacement(processes=1)), ("ray", ray)):
-            log, _ = run_engines(tr, cfg, generator=gen, **kw)
-            # the measurement window, as a sweep takes it: requests intended in it
-            win = log.window(0.5, 3.0)
-            lat = win.latencies()
-            figures[name].append((float(win.ok_mask().sum()), float(np.mean(lat)),
-                                  float(np.quantile(lat, 0.999))))  # fmt: skip
-    one, ray_ = np.array(figures["one"]), np.array(figures["ray"])
-    # about 2,000 requests in the window on both sides: a session's next burst is due a
-    # think time after its previous one completed (httperf's wsesslog), so the count
-    # moves a little with latency, on either side alike
-    assert abs(np.median(ray_[:, 0]) - np.median(one[:, 0])) <= 0.02 * np.median(one[:, 0])
-    assert 1900 <= np.median(one[:, 0]) <= 2100
-    # latency: the medians agree within the larger side's spread, with a floor for
-    # what a busy 2-core host does to a loopback server's tail (a start off by even
-    # 50 ms, or times in the wrong clock, would still fail it)
-    for col, floor in ((1, 2e-3), (2, 25e-3)):
-        spread = max(np.ptp(one[:, col]), np.ptp(ray_[:, col]), floor)
-        assert abs(np.median(one[:, col]) - np.median(ray_[:, col])) <= 2 * spread
+    throughput, mean and p99.9 agree within the repetitions' spread.
+
+    Three repetitions a side decide on a quiet host. On a host whose load changes from
+    run to run (the other work of a shared CI machine), three can disagree by chance,
+    mostly in the p99.9 of 1,600 requests: then three more a side are measured and the
+    check is made again on all of them, up to nine. A real disagreement (requests sent
+    late or stamped in another clock, lost or doubled requests) is in every repetition,
+    so more of them do not bring the medians together; the rule itself is the same as
+    for three (test_the_live_comparison_flags_late_requests_and_lost_ones)."""
+    one, ray_ = _one_and_ray_figures(cluster, server, 3)
+    for _more in range(2):
+        if not _disagreements(one, ray_):
+            break
+        more_one, more_ray = _one_and_ray_figures(cluster, server, 3)
+        one, ray_ = np.vstack([one, more_one]), np.vstack([ray_, more_ray])
+    bad = _disagreements(one, ray_)
+    assert not bad, f"{bad}: (count, mean, p99.9) one {one.tolist()}, ray {ray_.tolist()}"
 
 
 @pytest.mark.slow
@@ -220,19 +274,27 @@ def test_a_lost_node_loses_only_its_own_rows_and_is_named(cluster, server):
     tr = session_trace(200, gap=0.02, think=0.5, bursts=3)
     cfg = EngineConfig([server])
     result: dict[str, object] = {}
+    started, started_at = threading.Event(), {}
+
+    def on_start(t0: float) -> None:
+        started_at["t0"] = t0
+        started.set()
 
     def replay() -> None:
         try:
             result["out"] = run_engines(
                 tr, cfg, rate_factor=1.0, horizon=8.0, schedule=ScheduleOptions(loop=False),
-                generator=GeneratorPlacement(cluster=ClusterSpec(c.address, 2)),
+                generator=GeneratorPlacement(cluster=ClusterSpec(c.address, 2)), on_start=on_start,
             )  # fmt: skip
         except Exception as exc:  # shown by the assertion below, not lost in the thread
             result["error"] = exc
 
     th = threading.Thread(target=replay)
     th.start()
-    time.sleep(4.0)  # start-up plus a few seconds of the run
+    # a few seconds into the run itself: a fixed sleep from here could fall in the
+    # actors' start-up on a loaded host, and lose a node before it ran anything
+    assert started.wait(timeout=180), "the run never started"
+    time.sleep(max(0.0, started_at["t0"] + 2.0 - time.monotonic()))
     c.remove_node(workers[1])
     th.join(timeout=120)
     assert not th.is_alive(), "the driver hung on a lost node"

@@ -170,6 +170,10 @@ def test_a_broken_recipe_is_one_line_and_leaves_nothing(docroot, tmp_path, comma
 
 
 def test_predict_on_nginx_and_validate_against_the_whole_core(tmp_path):
+    """The recipe carried through predict and validate: its name and versions in the
+    prediction, the curves, the validation and the report. Three short levels a side
+    are enough for that (a MAT may be only a bound, exit 99); how close a prediction
+    comes is checked on the simulator and the fakes, where it is deterministic."""
     _require("nginx-php-fpm")
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs a CPU for the generator and one for the server")
@@ -182,12 +186,12 @@ def test_predict_on_nginx_and_validate_against_the_whole_core(tmp_path):
     r = runner.invoke(app, ["predict", str(tmp_path / "t.parquet"), "--server", "nginx-php-fpm",
                             "--docroot", str(tmp_path / "doc"), "--alpha", "0.5",
                             "--mappings", "1-replica", "--share-kind", "cpu_time", "--warmup",
-                            "0.5", "--duration", "1.5", "--reps", "1", "--max-levels", "4",
+                            "0.5", "--duration", "1.5", "--reps", "1", "--max-levels", "3",
                             "--skip", "0", "--thresholds", "mean=10ms,p999=500ms",
                             "--no-calibrate", "-o",
                             str(out)])  # fmt: skip
     _skip_if_the_host_starved_the_generator(r.output)
-    assert r.exit_code in (0, 99), r.output  # 99: a MAT is only a bound (4 short levels)
+    assert r.exit_code in (0, 99), r.output  # 99: a MAT is only a bound (3 short levels)
     pred = json.loads((out / "prediction.json").read_text())
     assert pred["server"]["name"] == "nginx-php-fpm" and pred["inputs"]["server"] == "nginx-php-fpm"
     assert pred["server"]["versions"]["nginx"].startswith("nginx/")
@@ -197,7 +201,7 @@ def test_predict_on_nginx_and_validate_against_the_whole_core(tmp_path):
     assert curve["meta"]["target"]["server"]["name"] == "nginx-php-fpm"
     r = runner.invoke(app, ["validate", str(out / "prediction.json"), "--full-run", "run"])
     _skip_if_the_host_starved_the_generator(r.output)
-    assert r.exit_code in (0, 99), r.output  # 99: a MAT is only a bound (4 short levels)
+    assert r.exit_code in (0, 99), r.output  # 99: a MAT is only a bound (3 short levels)
     v = json.loads((out / "validation.json").read_text())
     assert v["meta"]["server"]["name"] == "nginx-php-fpm"
     assert v["meta"]["server_versions"]["nginx"].startswith("nginx/")
