@@ -549,3 +549,78 @@ def test_measure_is_split_by_concept_and_keeps_its_names():
             assert getattr(measure, name) is getattr(module, name), name
             assert getattr(module, name).__module__ == module.__name__, name
     assert set(measure.__all__) == {n for m in home for n in m.__all__}
+
+
+def test_the_level_search_stops_at_the_policys_end_a_measured_stop_or_the_budget():
+    from shrink.measure.search import level_search
+
+    def run(levels: list[float], stop_at: float | None, budget: int | None) -> list[float]:
+        ahead = iter(levels)
+        seen: list[float] = []
+
+        def measure(level: float) -> bool:
+            seen.append(level)
+            return level != stop_at
+
+        assert level_search(lambda: next(ahead, None), measure, budget) == len(seen)
+        return seen
+
+    assert run([1.0, 2.0, 3.0], None, None) == [1.0, 2.0, 3.0]  # the policy has no more
+    assert run([1.0, 2.0, 3.0], 2.0, None) == [1.0, 2.0]  # level 2 ended it
+    assert run([1.0, 2.0, 3.0], None, 2) == [1.0, 2.0]  # the budget
+    assert run([1.0, 2.0], None, 0) == []
+
+
+def test_the_three_level_searches_run_through_one_driver(monkeypatch):
+    """The knee search, the simulator's MAT search and the adaptive refinement each
+    measure the levels their policy chooses through shrink.measure.search."""
+    import importlib
+
+    import shrink.autolevels._sweep as knee_search
+    import shrink.replay.adaptive as adaptive
+    from shrink.autolevels import AutoPlan, auto_sweep
+    from shrink.machine import Machine
+    from shrink.measure.search import level_search
+    from shrink.share import Share
+    from shrink.sim.target import SimTarget
+    from shrink.sim.workloads import tcp_trace
+    from tests.conftest import ROOT
+
+    # the package shrink.sim exports a function named scaling, which hides the module
+    sim_scaling = importlib.import_module("shrink.sim.scaling")
+    driven: dict[str, list] = {}
+
+    def recording(name: str):
+        def drive(choose, measure, budget=None):
+            def chosen():
+                step = choose()
+                if step is not None:
+                    driven.setdefault(name, []).append(step)
+                return step
+
+            return level_search(chosen, measure, budget)
+
+        return drive
+
+    for name, module in (("knee", knee_search), ("sim", sim_scaling), ("adaptive", adaptive)):
+        monkeypatch.setattr(module, "level_search", recording(name))
+    target = FakeTarget(servers=1, demand={"static": 0.001})
+    trace = poisson_trace(100.0, 200.0)
+    plan = AutoPlan(warmup=1, duration=5, reps=1, max_levels=6)
+    curve = auto_sweep(target, trace, {"mean": 0.005}, plan=plan, seed=1)
+    # every level after the probe was chosen by a policy the driver ran
+    assert len(curve.levels) - 1 == len(driven["knee"]) > 0
+    fixed = sweep(target, trace, [3.0, 9.5], reps=2, warmup=2, duration=20, seed=1)
+    _, added = adaptive.refine(target, trace, fixed, "mean", 0.005, rel_width=0.01)
+    assert added == [step.level for step in driven["adaptive"]] and added
+    machine = Machine.read_toml(ROOT / "examples" / "machines" / "nehalem-2s.toml")
+    cpus = Share.cores_of(machine, sim_scaling.compact_cpus(machine, 1))
+    # a mean of 5 ms on tcp's 40 us requests lies past saturation: the search goes up
+    mats = sim_scaling.find_mats(
+        SimTarget(machine, "1-replica", cpus, None),
+        tcp_trace(10_000.0, 20.0, seed=0),
+        {"mean": 0.005},
+        search=sim_scaling.MatSearch(requests_per_level=1000, coarse=(0.5, 0.9), refine=0),
+    )
+    above = [lv.level for lv in mats.curve.levels if lv.level > mats.capacity_factor]
+    assert [f for _, f in driven["sim"]] and set(f for _, f in driven["sim"]) <= set(above)

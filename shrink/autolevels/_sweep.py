@@ -16,6 +16,7 @@ from shrink.errors import MeasurementError, ParameterError, ShrinkError
 from shrink.knee import (
     GROWTH_NEAR,
     Refinement,
+    Step,
     all_over,
     any_over,
     capacity,
@@ -27,6 +28,7 @@ from shrink.knee import (
 )
 from shrink.loadcurve import Level, LoadCurve
 from shrink.measure import SweepInterrupted, loop_window, skip_start, slow_motion, trace_span
+from shrink.measure.search import level_search
 from shrink.target import Target
 from shrink.trace import Trace
 
@@ -215,32 +217,40 @@ class _Sweep:
         light probe misjudges it.
         """
         fractions = list(self.plan.coarse)
-        while self.budget > 0:
-            lvl = coarse_next(fractions, est, last_level(self.levels))
-            if lvl is None:
-                break
+
+        def choose() -> float | None:
+            return coarse_next(fractions, est, last_level(self.levels))
+
+        def measure(lvl: float) -> bool:
+            nonlocal last, est
             lv = self.run(lvl, "coarse")
-            self.budget -= 1
             if lv is None:  # the trace cannot fill a window this fast: no higher level can
-                break
+                return False
             last = lv
             if past_knee(lv, self.thresholds, all_over):
-                break
+                return False
             est = self._capacity(lv, lvl) or est
+            return True
+
+        self.budget -= level_search(choose, measure, self.budget)
         return last, est
 
     def _search(self, last: Level | None, est: float | None) -> None:
         """Nothing crossed yet (no utilization, or it misled): step up geometrically."""
-        while (
-            self.budget > 0
-            and last is not None
-            and not past_knee(last, self.thresholds, any_over)
-        ):
-            lv = self.run(search_level(last_level(self.levels), est), "search")
-            self.budget -= 1
-            if lv is None:
-                break
-            last = lv
+
+        def choose() -> float | None:
+            if last is None or past_knee(last, self.thresholds, any_over):
+                return None
+            return search_level(last_level(self.levels), est)
+
+        def measure(lvl: float) -> bool:
+            nonlocal last
+            lv = self.run(lvl, "search")
+            if lv is not None:
+                last = lv
+            return lv is not None
+
+        self.budget -= level_search(choose, measure, self.budget)
 
     def _refine(self) -> None:
         """Split the bracket of each statistic's crossing on the swept curve."""
@@ -248,14 +258,15 @@ class _Sweep:
         # statistic is over, and a p99.9 whose knee lies above the mean's would be left
         # only a bound.
         policy = Refinement(rel_width=self.plan.refine_rel_width, up=GROWTH_NEAR)
-        while self.budget > 0:
+
+        def choose() -> Step | None:
             curve = curve_of(self.levels, self.knob, self.target, self.trace, self.alpha)
-            step = next_step([(curve, self.thresholds)], policy)
-            if step is None:
-                break
-            self.budget -= 1
-            if self.run(step.level, step.why) is None:
-                break
+            return next_step([(curve, self.thresholds)], policy)
+
+        def measure(step: Step) -> bool:
+            return self.run(step.level, step.why) is not None
+
+        self.budget -= level_search(choose, measure, self.budget)
 
     def run(
         self, level: float, what: str, lplan: AutoPlan | None = None, must: bool = False

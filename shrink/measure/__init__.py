@@ -6,7 +6,9 @@
   followed the levels;
 - :mod:`shrink.measure.interrupt`: a sweep stopped by a signal, and what it kept;
 - :mod:`shrink.measure.fixed_sweep`: a sweep over a fixed list of levels (a module
-  name apart from the function :func:`sweep`, which the package exports).
+  name apart from the function :func:`sweep`, which the package exports);
+- :mod:`shrink.measure.search`: the loop of every level search (choose, measure, stop),
+  its policy a parameter.
 """
 
 from __future__ import annotations
