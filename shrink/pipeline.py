@@ -8,7 +8,7 @@ for a prediction, compares, writes validation.json and refreshes the report.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from shrink.validate import Validation, cost_adjusted_errors, cost_ratio, valida
 __all__ = ["GeneratorPlacement", "TargetSettings", "run_predict", "run_validate"]
 
 Progress = Callable[[str, int, int], None]
+PLAN_FIELDS = frozenset(f.name for f in fields(AutoPlan))
 
 
 def run_predict(
@@ -104,12 +105,12 @@ def run_validate(
         full_trace = Trace.read_parquet(trace_path)
         settings = target_settings(inputs, server=server, cluster=cluster)
         provider = make_provider(settings, run_dir=out / "runs-full", trace=full_trace)
-        plan = AutoPlan(**{**AutoPlan().__dict__, **(inputs.get("plan") or {})})
-        # The same part of the trace as the prediction's runs (its skip), at the plan's
-        # own time scale: the full target is the unscaled one.
-        plan = replace(
-            plan, skip=float(inputs.get("skip", 0.0)), scaled_time=1.0, share_load=1.0
-        )
+        # The user's plan; a prediction written before the sweep's scaling left the plan
+        # still lists it there (scaled_time, share_load): the full target runs unscaled.
+        recorded = {k: v for k, v in (inputs.get("plan") or {}).items() if k in PLAN_FIELDS}
+        plan = AutoPlan(**{**AutoPlan().__dict__, **recorded})
+        # The same part of the trace as the prediction's runs (its skip).
+        plan = replace(plan, skip=float(inputs.get("skip", 0.0)))
         if inputs.get("loop_window") is not None:
             plan = replace(plan, loop_window=float(inputs["loop_window"]))
         cpus = list(provider.server_cpus())

@@ -111,15 +111,21 @@ def test_paired_sweep_runs_each_rep_on_both_sides_in_alternating_order():
 
 
 def test_the_scaled_side_runs_1_over_alpha_longer_than_its_companion():
-    from shrink.autolevels import AutoPlan, Companion, auto_sweep
+    from shrink.autolevels import AutoPlan, Companion, SweepScaling, auto_sweep
 
     calls: list = []
     side = _Recorder("scaled", calls, 0.004)
     full = _Recorder("full", calls, 0.001)
     comp = Companion(full, poisson_trace(400.0, 200.0), {"mean": 0.005})
-    plan = AutoPlan(warmup=1, duration=10, reps=2, max_levels=4, scaled_time=4.0)
+    plan = AutoPlan(warmup=1, duration=10, reps=2, max_levels=4)
     curve = auto_sweep(
-        side, poisson_trace(100.0, 200.0), {"mean": 0.020}, plan=plan, seed=3, companion=comp
+        side,
+        poisson_trace(100.0, 200.0),
+        {"mean": 0.020},
+        plan=plan,
+        seed=3,
+        companion=comp,
+        scaling=SweepScaling(scaled_time=4.0),
     )
     assert len(side.windows) == len(full.windows) > 4
     # Each pair: the share's window about four times longer (each side holds the whole
@@ -143,22 +149,23 @@ def test_the_scaled_side_runs_at_share_load_times_its_companions_rate_factor():
     """A share measured slower than alpha (share_load < 1) gets the full target's
     normalized load at every level: its rate factor is share_load times its twin's, its
     windows stay k times its twin's, and the levels stay the companion's."""
-    from shrink.autolevels import AutoPlan, Companion, auto_sweep
+    from shrink.autolevels import AutoPlan, Companion, SweepScaling, auto_sweep
 
     calls: list = []
     # A share at 0.75 of alpha's speed (0.004 / 0.75 s a request at a quarter of the load).
     side = _Recorder("scaled", calls, 0.004 / 0.75)
     full = _Recorder("full", calls, 0.001)
     comp = Companion(full, poisson_trace(400.0, 200.0), {"mean": 0.005})
-    plan = AutoPlan(warmup=1, duration=10, reps=2, max_levels=6, scaled_time=4.0)
+    plan = AutoPlan(warmup=1, duration=10, reps=2, max_levels=6)
     load = 0.75
     curve = auto_sweep(
         side,
         poisson_trace(100.0, 200.0),
         {"mean": 0.020 / 0.75},
-        plan=replace(plan, share_load=load),
+        plan=plan,
         seed=3,
         companion=comp,
+        scaling=SweepScaling(scaled_time=4.0, share_load=load),
     )
     pairs = [calls[i : i + 2] for i in range(0, len(calls), 2)]
     assert len(pairs) > 4
@@ -179,15 +186,24 @@ def test_the_scaled_side_runs_at_share_load_times_its_companions_rate_factor():
 
 
 def test_a_short_trace_shrinks_both_windows_of_a_time_scaled_pair():
-    from shrink.autolevels import AutoPlan, Companion, _run_level
+    from shrink.autolevels import AutoPlan, Companion, SweepScaling, _run_level
 
     calls: list = []
     side, full = _Recorder("scaled", calls, 0.004), _Recorder("full", calls, 0.001)
     # 60 s of trace at rate factor 1: the share (warm-up 8 s) can fill 52 s, i.e. 13 s
     # of the plan's time; the full side could fill 20 s.
     comp = Companion(full, poisson_trace(400.0, 60.0), {"mean": 0.005})
-    plan = AutoPlan(warmup=2, duration=20, reps=1, scaled_time=4.0)
-    got = _run_level(side, poisson_trace(100.0, 60.0), 1.0, "rate_factor", plan, 0, comp)
+    plan = AutoPlan(warmup=2, duration=20, reps=1)
+    got = _run_level(
+        side,
+        poisson_trace(100.0, 60.0),
+        1.0,
+        "rate_factor",
+        plan,
+        0,
+        comp,
+        scaling=SweepScaling(scaled_time=4.0),
+    )
     assert got is not None
     (w_s, d_s), (w_f, d_f) = side.windows[0], full.windows[0]
     assert (w_s, w_f) == (8.0, 2.0)
