@@ -120,3 +120,14 @@ def test_the_sweeps_scaling_is_a_frozen_value_apart_from_the_users_plan():
     assert scaling.meta() == {"scaled_time": scaling.scaled_time, "share_load": scaling.share_load}
     assert scaling.share_load == pytest.approx(0.76)
     assert SweepScaling().meta() == {}
+
+
+def test_a_validation_reads_a_prediction_whose_plan_lists_the_sweeps_scaling():
+    """prediction.json files whose ``inputs.plan`` lists scaled_time and share_load still
+    validate: the full run takes the user's settings, its skip and loop window, unscaled."""
+    from shrink.pipeline import full_run_plan
+
+    plan = {**AutoPlan(reps=3).__dict__, "scaled_time": 4.0, "share_load": 0.9}
+    inputs = {"plan": plan, "skip": 5.0, "loop_window": 30.0}
+    assert full_run_plan(inputs) == AutoPlan(reps=3, skip=5.0, loop_window=30.0)
+    assert full_run_plan({}) == AutoPlan()
