@@ -8,7 +8,7 @@ for a prediction, compares, writes validation.json and refreshes the report.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from shrink.validate import Validation, cost_adjusted_errors, cost_ratio, valida
 __all__ = ["GeneratorPlacement", "TargetSettings", "run_predict", "run_validate"]
 
 Progress = Callable[[str, int, int], None]
+PLAN_FIELDS = frozenset(f.name for f in fields(AutoPlan))
 
 
 def run_predict(
@@ -104,14 +105,7 @@ def run_validate(
         full_trace = Trace.read_parquet(trace_path)
         settings = target_settings(inputs, server=server, cluster=cluster)
         provider = make_provider(settings, run_dir=out / "runs-full", trace=full_trace)
-        plan = AutoPlan(**{**AutoPlan().__dict__, **(inputs.get("plan") or {})})
-        # The same part of the trace as the prediction's runs (its skip), at the plan's
-        # own time scale: the full target is the unscaled one.
-        plan = replace(
-            plan, skip=float(inputs.get("skip", 0.0)), scaled_time=1.0, share_load=1.0
-        )
-        if inputs.get("loop_window") is not None:
-            plan = replace(plan, loop_window=float(inputs["loop_window"]))
+        plan = full_run_plan(inputs)
         cpus = list(provider.server_cpus())
         with provider.open(Share.whole(cpus), _validated_mapping(pred)) as target:
             full = auto_sweep(
@@ -173,6 +167,20 @@ def run_validate(
         whatif=pred.whatif,
     )
     return v
+
+
+def full_run_plan(inputs: dict[str, Any]) -> AutoPlan:
+    """The plan of a validation's full run, from a prediction's ``inputs``: the user's
+    plan over the same part of the trace as the prediction's runs (its skip and loop
+    window). The full target runs unscaled: keys of ``inputs.plan`` that are no
+    AutoPlan setting (the swept side's ``scaled_time`` and ``share_load``, which some
+    prediction.json files list there) are left out."""
+    recorded = {k: v for k, v in (inputs.get("plan") or {}).items() if k in PLAN_FIELDS}
+    plan = AutoPlan(**{**AutoPlan().__dict__, **recorded})
+    plan = replace(plan, skip=float(inputs.get("skip", 0.0)))
+    if inputs.get("loop_window") is not None:
+        plan = replace(plan, loop_window=float(inputs["loop_window"]))
+    return plan
 
 
 def _validated_mapping(pred: Prediction) -> str:

@@ -26,10 +26,11 @@ from shrink.autolevels import (
     AutoPlan,
     Companion,
     SweepInterrupted,
+    SweepScaling,
     auto_sweep,
     companion_curve,
-    matched_plan,
     sample_ratio,
+    sweep_scaling,
 )
 from shrink.checks import check_alpha
 from shrink.defaults import THRESHOLDS
@@ -195,14 +196,11 @@ def _keep_partial(
 
 
 def _sweep_plan(trace: Trace, share: Share, config: PredictConfig) -> AutoPlan:
-    """The sweep's plan: ``config.plan`` with its skip, loop window and time scaling."""
+    """The sweep's plan: ``config.plan`` with its skip and loop window."""
     plan = replace(config.plan, skip=default_skip(trace) if config.skip is None else config.skip)
     if plan.loop_window is None:
         # One window for the share and the full target, chosen on the whole trace.
         plan = replace(plan, loop_window=default_loop_window(trace, plan.skip))
-    if config.time_scaling and share.kind == "cpu_time":
-        # Time scaling by the nominal alpha; speed_before rescales it by the measured speed.
-        plan = replace(plan, scaled_time=1.0 / share.cpu_fraction)
     return plan
 
 
@@ -240,9 +238,10 @@ def predict(
         full_target = None
         if config.paired_full_run or calibrating:
             full_target = stack.enter_context(provider.open(Share.whole(cpus), "1-replica"))
+        scaling = SweepScaling()
         if share.kind == "cpu_time":
-            share, plan = _speed(target, full_target if calibrating else None, trace, sample,
-                                 share, plan, config, progress)  # fmt: skip
+            share, scaling = _speed(target, full_target if calibrating else None, trace, sample,
+                                    share, plan, config, progress)  # fmt: skip
         companion = None
         if config.paired_full_run and full_target is not None:
             companion = Companion(full_target, trace, dict(config.thresholds))
@@ -259,6 +258,7 @@ def predict(
                 alpha=alpha,
                 progress=progress,
                 companion=companion,
+                scaling=scaling,
             )
             if companion is not None and full_target is not None:
                 full_curve = _validation_search(full_target, trace, companion, config, plan,
@@ -315,7 +315,7 @@ def predict(
         provenance=_provenance(machine, cpus, share, alpha, config, measured),
     )
     _record_share_model(prediction, share, merr)
-    record_inputs(prediction, inputs, provider, measured, config.plan)
+    record_inputs(prediction, inputs, provider, measured, config.plan, scaling)
     if full_curve is not None:
         prediction.full_run = _full_run_summary()
         full_curve.meta["self_checks"] = {
@@ -354,9 +354,9 @@ def _speed(
     plan: AutoPlan,
     config: PredictConfig,
     progress: Progress | None,
-) -> tuple[Share, AutoPlan]:
+) -> tuple[Share, SweepScaling]:
     """A CPU-time share's speed (calibrated on ``full_target`` where there is one, else its
-    nominal fraction) and the sweep's plan matched to it."""
+    nominal fraction) and the swept side's scaling derived from it."""
     if full_target is None:
         speed = ShareSpeed.assumed(share.cpu_fraction)
     else:
@@ -366,7 +366,8 @@ def _speed(
                           seed=config.seed)  # fmt: skip
     share = share.with_speed(speed)
     ratio = sample_ratio(trace, sample, plan, share.cpu_fraction)
-    return share, matched_plan(plan, share.speed_factor, share.cpu_fraction, ratio)
+    scaling = sweep_scaling(share.speed_factor, share.cpu_fraction, ratio, config.time_scaling)
+    return share, scaling
 
 
 def _validation_search(
@@ -380,8 +381,8 @@ def _validation_search(
     """The full-scale curve for validation: the companion's levels, then the full
     target's own search until its crossings are bracketed (its time is its own budget)."""
     vplan = replace(
-        config.plan, skip=plan.skip, loop_window=plan.loop_window, scaled_time=1.0,
-        share_load=1.0, budget_s=config.validation_budget_s,
+        config.plan, skip=plan.skip, loop_window=plan.loop_window,
+        budget_s=config.validation_budget_s,
         max_levels=max(0, config.plan.max_levels - len(companion.levels)) + len(companion.levels),
     )  # fmt: skip
     if progress is not None:

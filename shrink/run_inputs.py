@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shrink.autolevels import AutoPlan
+from shrink.autolevels import AutoPlan, SweepScaling
 from shrink.loadcurve import LoadCurve
 from shrink.prediction import Prediction
 from shrink.providers import TargetSettings
@@ -36,7 +36,12 @@ class RunInputs:
 
 
 def record_inputs(
-    pred: Prediction, inputs: RunInputs | None, provider: Any, measured: LoadCurve, plan: AutoPlan
+    pred: Prediction,
+    inputs: RunInputs | None,
+    provider: Any,
+    measured: LoadCurve,
+    plan: AutoPlan,
+    scaling: SweepScaling = SweepScaling(),
 ) -> None:
     """Record ``inputs`` in ``pred``, with the full target's CPUs, the user's ``plan`` and
     what the sweep of ``measured`` derived from it, and the server recipe. Without
@@ -56,7 +61,7 @@ def record_inputs(
         "realtime": gen.realtime,
         "plan": plan.__dict__,
         # how many times longer the share's runs were than the plan's (SHRiNK time scaling)
-        "scaled_time": measured.meta.get("scaled_time", 1.0),
+        "scaled_time": scaling.scaled_time,
         "skip": measured.meta.get("skip", 0.0),
         "server": ts.server,
         # the trace seconds every level looped (a controlled load), for the full run

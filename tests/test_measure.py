@@ -111,15 +111,21 @@ def test_paired_sweep_runs_each_rep_on_both_sides_in_alternating_order():
 
 
 def test_the_scaled_side_runs_1_over_alpha_longer_than_its_companion():
-    from shrink.autolevels import AutoPlan, Companion, auto_sweep
+    from shrink.autolevels import AutoPlan, Companion, SweepScaling, auto_sweep
 
     calls: list = []
     side = _Recorder("scaled", calls, 0.004)
     full = _Recorder("full", calls, 0.001)
     comp = Companion(full, poisson_trace(400.0, 200.0), {"mean": 0.005})
-    plan = AutoPlan(warmup=1, duration=10, reps=2, max_levels=4, scaled_time=4.0)
+    plan = AutoPlan(warmup=1, duration=10, reps=2, max_levels=4)
     curve = auto_sweep(
-        side, poisson_trace(100.0, 200.0), {"mean": 0.020}, plan=plan, seed=3, companion=comp
+        side,
+        poisson_trace(100.0, 200.0),
+        {"mean": 0.020},
+        plan=plan,
+        seed=3,
+        companion=comp,
+        scaling=SweepScaling(scaled_time=4.0),
     )
     assert len(side.windows) == len(full.windows) > 4
     # Each pair: the share's window about four times longer (each side holds the whole
@@ -143,22 +149,23 @@ def test_the_scaled_side_runs_at_share_load_times_its_companions_rate_factor():
     """A share measured slower than alpha (share_load < 1) gets the full target's
     normalized load at every level: its rate factor is share_load times its twin's, its
     windows stay k times its twin's, and the levels stay the companion's."""
-    from shrink.autolevels import AutoPlan, Companion, auto_sweep
+    from shrink.autolevels import AutoPlan, Companion, SweepScaling, auto_sweep
 
     calls: list = []
     # A share at 0.75 of alpha's speed (0.004 / 0.75 s a request at a quarter of the load).
     side = _Recorder("scaled", calls, 0.004 / 0.75)
     full = _Recorder("full", calls, 0.001)
     comp = Companion(full, poisson_trace(400.0, 200.0), {"mean": 0.005})
-    plan = AutoPlan(warmup=1, duration=10, reps=2, max_levels=6, scaled_time=4.0)
+    plan = AutoPlan(warmup=1, duration=10, reps=2, max_levels=6)
     load = 0.75
     curve = auto_sweep(
         side,
         poisson_trace(100.0, 200.0),
         {"mean": 0.020 / 0.75},
-        plan=replace(plan, share_load=load),
+        plan=plan,
         seed=3,
         companion=comp,
+        scaling=SweepScaling(scaled_time=4.0, share_load=load),
     )
     pairs = [calls[i : i + 2] for i in range(0, len(calls), 2)]
     assert len(pairs) > 4
@@ -179,15 +186,24 @@ def test_the_scaled_side_runs_at_share_load_times_its_companions_rate_factor():
 
 
 def test_a_short_trace_shrinks_both_windows_of_a_time_scaled_pair():
-    from shrink.autolevels import AutoPlan, Companion, _run_level
+    from shrink.autolevels import AutoPlan, Companion, SweepScaling, _run_level
 
     calls: list = []
     side, full = _Recorder("scaled", calls, 0.004), _Recorder("full", calls, 0.001)
     # 60 s of trace at rate factor 1: the share (warm-up 8 s) can fill 52 s, i.e. 13 s
     # of the plan's time; the full side could fill 20 s.
     comp = Companion(full, poisson_trace(400.0, 60.0), {"mean": 0.005})
-    plan = AutoPlan(warmup=2, duration=20, reps=1, scaled_time=4.0)
-    got = _run_level(side, poisson_trace(100.0, 60.0), 1.0, "rate_factor", plan, 0, comp)
+    plan = AutoPlan(warmup=2, duration=20, reps=1)
+    got = _run_level(
+        side,
+        poisson_trace(100.0, 60.0),
+        1.0,
+        "rate_factor",
+        plan,
+        0,
+        comp,
+        scaling=SweepScaling(scaled_time=4.0),
+    )
     assert got is not None
     (w_s, d_s), (w_f, d_f) = side.windows[0], full.windows[0]
     assert (w_s, w_f) == (8.0, 2.0)
@@ -530,3 +546,97 @@ def test_isotonic_is_the_least_squares_monotone_fit():
     w = np.array([1.0, 1.0, 3.0, 1.0, 1.0, 1.0])
     assert isotonic(y, w).tolist() == pytest.approx([1.0, 2.2, 2.2, 2.2, 4.5, 4.5])
     assert isotonic(np.array([])).size == 0
+
+
+def test_measure_is_split_by_concept_and_keeps_its_names():
+    """Each public name of shrink.measure lives in the module of its concept, and the
+    package still exports it for callers."""
+    import shrink.measure as measure
+    from shrink.measure import fixed_sweep, interrupt, stats, window
+
+    home = {
+        window: ["skip_start", "loop_window", "looped_run", "slow_motion", "rate_factor_for"],
+        stats: ["level_stats", "offered_check"],
+        interrupt: ["SweepInterrupted", "stop_if_interrupted", "was_interrupted"],
+        fixed_sweep: ["sweep"],
+    }
+    for module, names in home.items():
+        for name in names:
+            assert getattr(measure, name) is getattr(module, name), name
+            assert getattr(module, name).__module__ == module.__name__, name
+    assert set(measure.__all__) == {n for m in home for n in m.__all__}
+
+
+def test_the_level_search_stops_at_the_policys_end_a_measured_stop_or_the_budget():
+    from shrink.measure.search import level_search
+
+    def run(levels: list[float], stop_at: float | None, budget: int | None) -> list[float]:
+        ahead = iter(levels)
+        seen: list[float] = []
+
+        def measure(level: float) -> bool:
+            seen.append(level)
+            return level != stop_at
+
+        assert level_search(lambda: next(ahead, None), measure, budget) == len(seen)
+        return seen
+
+    assert run([1.0, 2.0, 3.0], None, None) == [1.0, 2.0, 3.0]  # the policy has no more
+    assert run([1.0, 2.0, 3.0], 2.0, None) == [1.0, 2.0]  # level 2 ended it
+    assert run([1.0, 2.0, 3.0], None, 2) == [1.0, 2.0]  # the budget
+    assert run([1.0, 2.0], None, 0) == []
+
+
+def test_the_three_level_searches_run_through_one_driver(monkeypatch):
+    """The knee search, the simulator's MAT search and the adaptive refinement each
+    measure the levels their policy chooses through shrink.measure.search."""
+    import importlib
+
+    import shrink.autolevels._sweep as knee_search
+    import shrink.replay.adaptive as adaptive
+    from shrink.autolevels import AutoPlan, auto_sweep
+    from shrink.machine import Machine
+    from shrink.measure.search import level_search
+    from shrink.share import Share
+    from shrink.sim.target import SimTarget
+    from shrink.sim.workloads import tcp_trace
+    from tests.conftest import ROOT
+
+    # the package shrink.sim exports a function named scaling, which hides the module
+    sim_scaling = importlib.import_module("shrink.sim.scaling")
+    driven: dict[str, list] = {}
+
+    def recording(name: str):
+        def drive(choose, measure, budget=None):
+            def chosen():
+                step = choose()
+                if step is not None:
+                    driven.setdefault(name, []).append(step)
+                return step
+
+            return level_search(chosen, measure, budget)
+
+        return drive
+
+    for name, module in (("knee", knee_search), ("sim", sim_scaling), ("adaptive", adaptive)):
+        monkeypatch.setattr(module, "level_search", recording(name))
+    target = FakeTarget(servers=1, demand={"static": 0.001})
+    trace = poisson_trace(100.0, 200.0)
+    plan = AutoPlan(warmup=1, duration=5, reps=1, max_levels=6)
+    curve = auto_sweep(target, trace, {"mean": 0.005}, plan=plan, seed=1)
+    # every level after the probe was chosen by a policy the driver ran
+    assert len(curve.levels) - 1 == len(driven["knee"]) > 0
+    fixed = sweep(target, trace, [3.0, 9.5], reps=2, warmup=2, duration=20, seed=1)
+    _, added = adaptive.refine(target, trace, fixed, "mean", 0.005, rel_width=0.01)
+    assert added == [step.level for step in driven["adaptive"]] and added
+    machine = Machine.read_toml(ROOT / "examples" / "machines" / "nehalem-2s.toml")
+    cpus = Share.cores_of(machine, sim_scaling.compact_cpus(machine, 1))
+    # a mean of 5 ms on tcp's 40 us requests lies past saturation: the search goes up
+    mats = sim_scaling.find_mats(
+        SimTarget(machine, "1-replica", cpus, None),
+        tcp_trace(10_000.0, 20.0, seed=0),
+        {"mean": 0.005},
+        search=sim_scaling.MatSearch(requests_per_level=1000, coarse=(0.5, 0.9), refine=0),
+    )
+    above = [lv.level for lv in mats.curve.levels if lv.level > mats.capacity_factor]
+    assert [f for _, f in driven["sim"]] and set(f for _, f in driven["sim"]) <= set(above)

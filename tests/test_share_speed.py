@@ -95,10 +95,39 @@ def test_scaled_by_the_measured_speed_the_share_predicts_the_paired_truth_over_s
 def test_the_share_runs_at_its_speed_over_alpha_and_in_slow_motion_by_it(
     effective, ratio, want_load, want_time
 ):
-    """The plan follows the calibrated speed: the share's load per level is its speed
-    over alpha (over the sample's own rate ratio), and its time runs 1/s slow."""
-    from shrink.autolevels import matched_plan
+    """The sweep's scaling follows the calibrated speed: the share's load per level is its
+    speed over alpha (over the sample's own rate ratio), and its time runs 1/s slow."""
+    from shrink.autolevels import sweep_scaling
 
-    plan = matched_plan(AutoPlan(scaled_time=4.0), effective, 0.25, ratio)
-    assert plan.share_load == pytest.approx(want_load)
-    assert plan.scaled_time == pytest.approx(want_time)
+    scaling = sweep_scaling(effective, 0.25, ratio)
+    assert scaling.share_load == pytest.approx(want_load)
+    assert scaling.scaled_time == pytest.approx(want_time)
+    # without time scaling only the load follows the speed
+    assert sweep_scaling(effective, 0.25, ratio, time_scaling=False).scaled_time == 1.0
+
+
+def test_the_sweeps_scaling_is_a_frozen_value_apart_from_the_users_plan():
+    """The plan holds only the user's settings; what the sweep derives from the share's
+    speed is one frozen value, and the curve's meta records it."""
+    import dataclasses
+
+    from shrink.autolevels import SweepScaling, sweep_scaling
+
+    assert not {"scaled_time", "share_load"} & {f.name for f in dataclasses.fields(AutoPlan)}
+    scaling = sweep_scaling(0.19, 0.25, 1.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        scaling.share_load = 1.0  # type: ignore[misc]
+    assert scaling.meta() == {"scaled_time": scaling.scaled_time, "share_load": scaling.share_load}
+    assert scaling.share_load == pytest.approx(0.76)
+    assert SweepScaling().meta() == {}
+
+
+def test_a_validation_reads_a_prediction_whose_plan_lists_the_sweeps_scaling():
+    """prediction.json files whose ``inputs.plan`` lists scaled_time and share_load still
+    validate: the full run takes the user's settings, its skip and loop window, unscaled."""
+    from shrink.pipeline import full_run_plan
+
+    plan = {**AutoPlan(reps=3).__dict__, "scaled_time": 4.0, "share_load": 0.9}
+    inputs = {"plan": plan, "skip": 5.0, "loop_window": 30.0}
+    assert full_run_plan(inputs) == AutoPlan(reps=3, skip=5.0, loop_window=30.0)
+    assert full_run_plan({}) == AutoPlan()

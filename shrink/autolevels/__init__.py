@@ -17,10 +17,10 @@ it chooses no level of the scaled sweep. Its own search (``auto_sweep(...,
 start=companion.levels)``) then brackets its crossings.
 
 Which level comes next is the knee search's decision (:mod:`shrink.knee`); this
-package measures. Its parts: ``_plan`` (:class:`AutoPlan`, :class:`Companion`, the
-loop window), ``_clock`` (the time budget), ``_level`` (one level's repetitions,
-paired, and whether one more is worth it), ``_sweep`` (the steps) and ``_curve``
-(the curves handed back).
+package measures. Its parts: ``_plan`` (:class:`AutoPlan`, :class:`SweepScaling`,
+:class:`Companion`, the loop window), ``_clock`` (the time budget), ``_level`` (one
+level's repetitions, paired, and whether one more is worth it), ``_sweep`` (the
+steps) and ``_curve`` (the curves handed back).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import typing as _typing
 
 from shrink.autolevels import _level
 from shrink.autolevels._curve import companion_curve
-from shrink.autolevels._plan import AutoPlan, Companion, matched_plan, sample_ratio
+from shrink.autolevels._plan import AutoPlan, Companion, SweepScaling, sample_ratio, sweep_scaling
 from shrink.autolevels._sweep import Progress, auto_sweep, last_level
 from shrink.knee import above as _knee_above
 from shrink.measure import SweepInterrupted
@@ -44,11 +44,12 @@ __all__ = [
     "Companion",
     "Progress",
     "SweepInterrupted",
+    "SweepScaling",
     "auto_sweep",
     "companion_curve",
     "last_level",
-    "matched_plan",
     "sample_ratio",
+    "sweep_scaling",
 ]
 
 

@@ -21,10 +21,10 @@ class Clock:
     far (start-up and teardown included), end within the budget.
     """
 
-    def __init__(self, plan: AutoPlan, paired: bool) -> None:
+    def __init__(self, plan: AutoPlan, paired: bool, scaled_time: float = 1.0) -> None:
         self.budget = plan.budget_s
         side = plan.warmup + plan.duration
-        self.planned = side * plan.scaled_time + (side if paired else 0.0)
+        self.planned = side * scaled_time + (side if paired else 0.0)
         self.spent = 0.0
         self.reps = 0
         self.per_rep = self.planned

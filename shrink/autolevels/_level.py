@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from shrink.autolevels._plan import AutoPlan, Companion
+from shrink.autolevels._plan import AutoPlan, Companion, SweepScaling
 from shrink.loadcurve import Level, LevelStats
 from shrink.measure import (
     LoopedRun,
@@ -51,11 +51,13 @@ def run_level(
     seed: int,
     companion: Companion | None = None,
     first_rep: int = 0,
+    scaling: SweepScaling = SweepScaling(),
 ) -> tuple[Level, Level | None] | None:
-    """Run ``plan.reps`` repetitions (numbered from ``first_rep``) of one level."""
+    """Run ``plan.reps`` repetitions (numbered from ``first_rep``) of one level, the
+    swept side's as ``scaling`` says."""
     factor = rate_factor_for(trace, level, knob)
-    k = plan.scaled_time
-    scaled = factor * plan.share_load
+    k = scaling.scaled_time
+    scaled = factor * scaling.share_load
     pair = None
     if companion is not None:
         c_target, c_trace = companion.target, companion.trace

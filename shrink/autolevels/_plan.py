@@ -4,7 +4,7 @@ measured alongside)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from shrink.loadcurve import Level
 from shrink.measure import LOOP_SESSIONS, default_loop_window
@@ -32,21 +32,6 @@ class AutoPlan:
     min_duration: float = 3.0  # shortest measurement window a level may have
     refine_rel_width: float = 0.05  # stop refining when the bracket is this narrow (relative)
     util_target: float = 0.8  # a level near this utilization is kept for the CDF figures
-    # The swept (scaled) target's warm-up and window are this many times the plan's;
-    # the companion keeps the plan's. A server at alpha of the speed moves through its
-    # queueing states 1/alpha slower and sees alpha of the requests a second, so SHRiNK
-    # needs 1/alpha longer runs on a CPU-time share for the same state and the same
-    # number of requests (set by ``shrink.predict``).
-    scaled_time: float = 1.0
-    # The swept (scaled) side's rate factor is the level's times this; the companion's is
-    # the level's. Set by ``shrink.predict`` to the share's measured speed over its
-    # nominal fraction (``effective / alpha``): a share slower than alpha then gets the
-    # same normalized load as the full target at every level, so one paired level sits
-    # as near the share's knee as the full target's, and the levels that bracket one
-    # crossing bracket the other (with equal rate factors a share at 0.19 of a core
-    # against a nominal 0.25 saturated at 75% of the full target's knee level, and the
-    # time budget went to levels above one knee and below the other).
-    share_load: float = 1.0
     # Trace seconds left out at the start of every run (``shrink.measure.skip_start``):
     # a trace's first seconds (sessions starting together) are not its steady mix.
     skip: float = 0.0
@@ -59,6 +44,40 @@ class AutoPlan:
     # sessions of the whole trace, at most the rest of it; 0: no loop, each level
     # replays the trace from its start (the older design).
     loop_window: float | None = None
+
+
+@dataclass(frozen=True)
+class SweepScaling:
+    """How the swept (scaled) side's runs depart from the plan, derived once from the
+    plan, the share and its calibrated speed (:func:`sweep_scaling`), never rewritten.
+
+    ``scaled_time``: its warm-up, window and users' think times are this many times the
+    plan's; the companion keeps the plan's. A server at alpha of the speed moves through
+    its queueing states 1/alpha slower and sees alpha of the requests a second, so
+    SHRiNK needs 1/alpha longer runs on a CPU-time share for the same state and the same
+    number of requests.
+
+    ``share_load``: its rate factor is the level's times this; the companion's is the
+    level's. The share's measured speed over its nominal fraction (``effective /
+    alpha``): a share slower than alpha then gets the same normalized load as the full
+    target at every level, so one paired level sits as near the share's knee as the
+    full target's, and the levels that bracket one crossing bracket the other (with
+    equal rate factors a share at 0.19 of a core against a nominal 0.25 saturated at 75%
+    of the full target's knee level, and the time budget went to levels above one knee
+    and below the other).
+    """
+
+    scaled_time: float = 1.0
+    share_load: float = 1.0
+
+    def meta(self) -> dict[str, float]:
+        """The curve's meta keys for what departs from the plan (none: the plan's runs)."""
+        out = {}
+        if self.scaled_time != 1.0:
+            out["scaled_time"] = self.scaled_time
+        if self.share_load != 1.0:
+            out["share_load"] = self.share_load
+        return out
 
 
 @dataclass
@@ -86,20 +105,24 @@ def loop_span(trace: Trace, plan: AutoPlan) -> float:
     return default_loop_window(trace, plan.skip, round(LOOP_SESSIONS * alpha))
 
 
-def matched_plan(plan: AutoPlan, speed: float, nominal: float, sample_ratio: float) -> AutoPlan:
-    """``plan`` for a CPU-time share of ``nominal`` whose speed is ``speed``.
+def sweep_scaling(
+    speed: float, nominal: float, sample_ratio: float, time_scaling: bool = True
+) -> SweepScaling:
+    """The swept side's scaling on a CPU-time share of ``nominal`` whose speed is ``speed``.
 
     The share's load per level is its speed over its nominal fraction, over the
     sample's own share of the loop window's requests relative to alpha
     (``sample_ratio``): at one level the share is then as loaded as the full target
-    would be, so one sweep's levels reach its knee. Its time runs slow by 1/speed
-    (shrink.measure.slow_motion): a server at speed s moves through its queueing
-    states 1/s slower. Both only choose where and how long the share is measured;
-    the scaling reads throughputs, not levels.
+    would be, so one sweep's levels reach its knee. With ``time_scaling`` its time runs
+    slow by 1/speed (shrink.measure.slow_motion): a server at speed s moves through its
+    queueing states 1/s slower. Both only choose where and how long the share is
+    measured; the scaling reads throughputs, not levels.
     """
     load = speed / nominal if nominal > 0 and speed > 0 else 1.0
-    scaled = plan.scaled_time / load if plan.scaled_time != 1.0 else 1.0
-    return replace(plan, share_load=load / sample_ratio, scaled_time=scaled)
+    # Time scaling by the nominal alpha, rescaled by the measured speed.
+    nominal_time = 1.0 / nominal if time_scaling else 1.0
+    scaled = nominal_time / load if nominal_time != 1.0 else 1.0
+    return SweepScaling(scaled_time=scaled, share_load=load / sample_ratio)
 
 
 def sample_ratio(trace: Trace, sample: Trace, plan: AutoPlan, alpha: float) -> float:

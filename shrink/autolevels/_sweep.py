@@ -11,11 +11,12 @@ from dataclasses import dataclass, field, replace
 from shrink.autolevels._clock import Clock
 from shrink.autolevels._curve import curve_of
 from shrink.autolevels._level import behind, merge, run_level, surely_over
-from shrink.autolevels._plan import AutoPlan, Companion, loop_span
+from shrink.autolevels._plan import AutoPlan, Companion, SweepScaling, loop_span
 from shrink.errors import MeasurementError, ParameterError, ShrinkError
 from shrink.knee import (
     GROWTH_NEAR,
     Refinement,
+    Step,
     all_over,
     any_over,
     capacity,
@@ -27,6 +28,7 @@ from shrink.knee import (
 )
 from shrink.loadcurve import Level, LoadCurve
 from shrink.measure import SweepInterrupted, loop_window, skip_start, slow_motion, trace_span
+from shrink.measure.search import level_search
 from shrink.target import Target
 from shrink.trace import Trace
 
@@ -45,6 +47,7 @@ def auto_sweep(
     progress: Progress | None = None,
     companion: Companion | None = None,
     start: Mapping[float, Level] | None = None,
+    scaling: SweepScaling = SweepScaling(),
 ) -> LoadCurve:
     """Sweep ``trace`` on ``target`` with levels chosen around the thresholds' crossings.
 
@@ -56,6 +59,9 @@ def auto_sweep(
     ``start``: levels already measured on ``target`` (a companion's, for a
     validation): the sweep goes on from them with its own search upward and
     refinement until its own crossings are bracketed, without a probe or coarse pass.
+
+    ``scaling``: how the swept side's runs depart from the plan (time scaling, matched
+    load), recorded in the curve's meta.
     """
     plan = plan or AutoPlan()
     if companion is not None and knob != "rate_factor":
@@ -78,9 +84,9 @@ def auto_sweep(
     # The rate before slow motion: sessions start as often, and send as many requests a
     # second once the run is in its steady state; only each session lasts longer.
     base_rate = trace.info().request_rate
-    if plan.scaled_time != 1.0:
-        trace = slow_motion(trace, plan.scaled_time)
-    sweep = _Sweep(target, trace, thresholds, knob, plan, seed, alpha, progress, companion)
+    if scaling.scaled_time != 1.0:
+        trace = slow_motion(trace, scaling.scaled_time)
+    sweep = _Sweep(target, trace, thresholds, knob, plan, seed, alpha, progress, companion, scaling)
     if start:
         sweep.levels.update({float(round(k, 6)): v for k, v in start.items()})
     try:
@@ -105,10 +111,7 @@ def auto_sweep(
         curve.meta["levels_skipped_trace_too_short"] = sweep.too_short
     if sweep.out_of_time:
         curve.meta["levels_skipped_time_budget"] = sweep.out_of_time
-    if plan.scaled_time != 1.0:
-        curve.meta["scaled_time"] = plan.scaled_time
-    if plan.share_load != 1.0:
-        curve.meta["share_load"] = plan.share_load
+    curve.meta.update(scaling.meta())
     if plan.skip > 0:
         curve.meta["skip"] = plan.skip
     if sweep.retried:
@@ -133,6 +136,7 @@ class _Sweep:
     alpha: float | None
     progress: Progress | None
     companion: Companion | None
+    scaling: SweepScaling
     levels: dict[float, Level] = field(default_factory=dict, init=False)
     too_short: list[float] = field(default_factory=list, init=False)
     out_of_time: list[float] = field(default_factory=list, init=False)
@@ -143,7 +147,7 @@ class _Sweep:
 
     def __post_init__(self) -> None:
         self.budget = self.plan.max_levels
-        self.clock = Clock(self.plan, self.companion is not None)
+        self.clock = Clock(self.plan, self.companion is not None, self.scaling.scaled_time)
 
     def measure(self) -> None:
         if self.levels:  # going on from measured levels (a validation's own search)
@@ -184,7 +188,7 @@ class _Sweep:
         """Requests a second one unit of the level offers the swept side (at share_load
         times the companion's rate factor)."""
         unit = _unit_rate(self.trace, self.knob)
-        return None if unit is None else unit * self.plan.share_load
+        return None if unit is None else unit * self.scaling.share_load
 
     def _capacity(self, level: Level, knob_value: float) -> float | None:
         """The swept side's capacity estimate at ``level`` (None without one)."""
@@ -205,6 +209,7 @@ class _Sweep:
             replace(self.plan, reps=1),
             self.seed + 999_983,
             self.companion,
+            scaling=self.scaling,
         )
 
     def _coarse(self, last: Level, est: float) -> tuple[Level, float]:
@@ -215,32 +220,40 @@ class _Sweep:
         light probe misjudges it.
         """
         fractions = list(self.plan.coarse)
-        while self.budget > 0:
-            lvl = coarse_next(fractions, est, last_level(self.levels))
-            if lvl is None:
-                break
+
+        def choose() -> float | None:
+            return coarse_next(fractions, est, last_level(self.levels))
+
+        def measure(lvl: float) -> bool:
+            nonlocal last, est
             lv = self.run(lvl, "coarse")
-            self.budget -= 1
             if lv is None:  # the trace cannot fill a window this fast: no higher level can
-                break
+                return False
             last = lv
             if past_knee(lv, self.thresholds, all_over):
-                break
+                return False
             est = self._capacity(lv, lvl) or est
+            return True
+
+        self.budget -= level_search(choose, measure, self.budget)
         return last, est
 
     def _search(self, last: Level | None, est: float | None) -> None:
         """Nothing crossed yet (no utilization, or it misled): step up geometrically."""
-        while (
-            self.budget > 0
-            and last is not None
-            and not past_knee(last, self.thresholds, any_over)
-        ):
-            lv = self.run(search_level(last_level(self.levels), est), "search")
-            self.budget -= 1
-            if lv is None:
-                break
-            last = lv
+
+        def choose() -> float | None:
+            if last is None or past_knee(last, self.thresholds, any_over):
+                return None
+            return search_level(last_level(self.levels), est)
+
+        def measure(lvl: float) -> bool:
+            nonlocal last
+            lv = self.run(lvl, "search")
+            if lv is not None:
+                last = lv
+            return lv is not None
+
+        self.budget -= level_search(choose, measure, self.budget)
 
     def _refine(self) -> None:
         """Split the bracket of each statistic's crossing on the swept curve."""
@@ -248,14 +261,15 @@ class _Sweep:
         # statistic is over, and a p99.9 whose knee lies above the mean's would be left
         # only a bound.
         policy = Refinement(rel_width=self.plan.refine_rel_width, up=GROWTH_NEAR)
-        while self.budget > 0:
+
+        def choose() -> Step | None:
             curve = curve_of(self.levels, self.knob, self.target, self.trace, self.alpha)
-            step = next_step([(curve, self.thresholds)], policy)
-            if step is None:
-                break
-            self.budget -= 1
-            if self.run(step.level, step.why) is None:
-                break
+            return next_step([(curve, self.thresholds)], policy)
+
+        def measure(step: Step) -> bool:
+            return self.run(step.level, step.why) is not None
+
+        self.budget -= level_search(choose, measure, self.budget)
 
     def run(
         self, level: float, what: str, lplan: AutoPlan | None = None, must: bool = False
@@ -280,6 +294,7 @@ class _Sweep:
             lplan,
             self.seed + 1000 * self.step,
             self.companion,
+            scaling=self.scaling,
         )
         self.step += 1
         if got is not None:
@@ -322,6 +337,7 @@ class _Sweep:
                 self.seed + 1000 * self.step + 500,
                 self.companion,
                 first_rep=lplan.reps + extra,
+                scaling=self.scaling,
             )
             extra += 1
             if again is None:

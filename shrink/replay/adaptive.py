@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from shrink.errors import MeasurementError
-from shrink.knee import Refinement, level_for, next_step
+from shrink.knee import Refinement, Step, level_for, next_step
 from shrink.loadcurve import LoadCurve
 from shrink.mat import MATResult
 from shrink.measure import sweep
+from shrink.measure.search import level_search
 from shrink.target import Target
 from shrink.trace import Trace
 
@@ -59,13 +60,16 @@ def refine(
     seed = int(meta.get("seed", 0))
     added: list[float] = []
     policy = _policy(rel_width)
-    for k in range(max_levels):
-        step = next_step([(curve, {stat: threshold})], policy, cls=cls, strict=True)
-        if step is None:  # narrow enough, or the next level was measured already
-            break
+
+    def choose() -> Step | None:
+        # None: narrow enough, or the next level was measured already
+        return next_step([(curve, {stat: threshold})], policy, cls=cls, strict=True)
+
+    def measure(step: Step) -> bool:
+        nonlocal curve
         level = step.level
         if progress is not None:
-            progress(f"adaptive: {curve.knob} {level:g}", k, max_levels)
+            progress(f"adaptive: {curve.knob} {level:g}", len(added), max_levels)
         extra = sweep(
             target,
             trace,
@@ -89,6 +93,9 @@ def refine(
             meta={**meta, "adaptive": [*meta.get("adaptive", []), level]},
         )
         added.append(level)
+        return True
+
+    level_search(choose, measure, max_levels)
     if progress is not None:
         progress("done", max_levels, max_levels)
     return curve, added

@@ -31,6 +31,7 @@ from shrink.loadcurve import Level, LoadCurve
 from shrink.machine import Machine
 from shrink.mat import MATResult, mat
 from shrink.measure import level_stats, sweep
+from shrink.measure.search import level_search
 from shrink.share import Share, select_compact
 from shrink.sim.params import SimParams
 from shrink.sim.target import SimTarget
@@ -180,14 +181,24 @@ def _search_on(
     else:
         return
     measured = [lv.level for lv in curve().levels]
-    for k, f in enumerate(steps):
-        if res.status == "not_reached" and f <= max(measured):
-            continue
-        if res.status == "below_range" and f >= min(measured):
-            continue
+    # Each step's seed is by its place in the list, the steps left out too.
+    ahead = iter(enumerate(steps))
+
+    def choose() -> tuple[int, float] | None:
+        for k, f in ahead:
+            if res.status == "not_reached" and f <= max(measured):
+                continue
+            if res.status == "below_range" and f >= min(measured):
+                continue
+            return k, f
+        return None
+
+    def measure(step: tuple[int, float]) -> bool:
+        k, f = step
         run_levels([f], seed + 1000 * k)
-        if mat(curve(), stat, thr).status == "ok":
-            return
+        return mat(curve(), stat, thr).status != "ok"
+
+    level_search(choose, measure)
 
 
 def scaling(

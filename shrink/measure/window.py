@@ -1,49 +1,36 @@
-"""From runs to a LoadCurve: per-level statistics and the load sweep.
+"""A trace as a level's runs replay it: the start skipped, the loop window every level
+replays, its copies looped for one run at a rate factor, and slow motion.
 
-Throughput counts requests *completed* inside the measurement window (so an
-overloaded server shows its real rate, not the offered one); latency statistics
-cover requests *intended* inside the window that completed (coordinated
-omission: counted from the intended time). Requests intended in the window that
-did not succeed (no whole 2xx/3xx response) are errors, counted by class
-(:meth:`shrink.runlog.RunLog.failures`); a repetition with more than
-:data:`shrink.loadcurve.FAILURE_LIMIT` of them keeps its level out of every MAT.
+A level is a controlled load: level L replays the same stretch of the trace at L
+times its rate (:func:`loop_window`, :func:`looped_run`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from shrink.checks import check_int, check_positive
-from shrink.errors import ParameterError, ShrinkError
-from shrink.loadcurve import Level, LevelStats, LoadCurve, latency_stats
-from shrink.share import Share
-from shrink.target import RunResult, Target
+from shrink.checks import check_positive
+from shrink.errors import ParameterError
 from shrink.trace import Trace
 
 __all__ = [
     "LOOP_SESSIONS",
+    "WHOLE_SESSION_QUANTILE",
     "LoopedRun",
-    "SweepInterrupted",
+    "complete_end",
     "default_loop_window",
-    "level_stats",
+    "default_skip",
     "loop_window",
     "looped_run",
-    "offered_check",
     "rate_factor_for",
+    "skip_start",
     "slow_motion",
-    "stop_if_interrupted",
-    "sweep",
-    "was_interrupted",
+    "trace_span",
+    "window_for",
 ]
-
-CLASSES = ("static", "dynamic")
-# Utilization from which a level counts as saturated for the offered-load check.
-SATURATED = 0.9
 
 
 def trace_span(trace: Trace) -> float:
@@ -281,62 +268,6 @@ def looped_run(
     return LoopedRun(run, max(0.0, -first), body / factor - late, n)
 
 
-# Offered load per unit of level may stray this far from its median and still count as
-# following the level: a light level's short window holds few sessions, and what they
-# offer strays by several percent (shrink.knee.capacity says more).
-LINEAR_TOLERANCE = 0.10
-
-
-def offered_check(curve: LoadCurve) -> dict[str, Any]:
-    """Does offered load rise with the level? A controlled load offers ``level`` times
-    one rate: monotone in the level, and ``offered / level`` the same at every level.
-
-    ``offered_monotone``: offered load rises with the level (by level, repetitions
-    averaged). ``offered_per_level``: the median of offered / level.
-    ``offered_linearity``: the largest relative departure of offered / level from it;
-    ``offered_linear``: the verdict, that departure at most :data:`LINEAR_TOLERANCE`,
-    and ``offered_worst_level`` the level it was largest at.
-    ``offered``: ``[level, offered]`` pairs. ``offered_saturated``: levels left out,
-    where the server was saturated (utilization at least :data:`SATURATED`): a
-    session sends its next burst only after the last one's responses (httperf's
-    wsesslog), so a saturated server holds the offered load down, as it would a
-    user's; that is the server's answer, not the load's control.
-    """
-    pts = []
-    saturated = []
-    for lv in sorted(curve.levels, key=lambda lv: lv.level):
-        x = [r.offered for r in lv.reps if r.offered and r.offered > 0]
-        u = lv.utilization
-        if u is not None and u >= SATURATED:
-            saturated.append(float(lv.level))
-            continue
-        if x and lv.level > 0:
-            pts.append((float(lv.level), float(np.mean(x))))
-    if len(pts) < 2:
-        return {
-            "offered_monotone": None,
-            "offered_per_level": None,
-            "offered_linearity": None,
-            "offered_saturated": saturated,
-        }
-    lvl, off = np.array(pts).T
-    ratio = off / lvl
-    med = float(np.median(ratio))
-    linearity = float(np.max(np.abs(ratio / med - 1)))
-    return {
-        "offered_monotone": bool(np.all(np.diff(off) > 0)),
-        "offered_per_level": med,
-        "offered_linearity": linearity,
-        # the verdict: within LINEAR_TOLERANCE the load followed the level
-        "offered_linear": linearity <= LINEAR_TOLERANCE,
-        "offered_linear_tolerance": LINEAR_TOLERANCE,
-        # the level furthest from linear (where to look)
-        "offered_worst_level": float(lvl[int(np.argmax(np.abs(ratio / med - 1)))]),
-        "offered": [[a, b] for a, b in pts],
-        "offered_saturated": saturated,
-    }
-
-
 def window_for(
     trace: Trace,
     factor: float,
@@ -358,80 +289,6 @@ def window_for(
     if avail < min_duration:
         return None
     return min(duration, avail)
-
-
-def was_interrupted(result: RunResult) -> bool:
-    """The replay engine was stopped by SIGINT/SIGTERM/SIGHUP during this run."""
-    engine = (result.describe or {}).get("engine") or {}
-    return bool(engine.get("interrupted", False))
-
-
-def stop_if_interrupted(result: RunResult) -> None:
-    """Raise KeyboardInterrupt when the run was stopped by SIGINT/SIGTERM/SIGHUP.
-
-    The replay engine catches those signals to close its run log cleanly and return
-    what it measured; a sweep must then stop too, not go on to the next run (a user's
-    Ctrl-C would otherwise stop one run of dozens). The run logs already written stay.
-    """
-    if was_interrupted(result):
-        raise KeyboardInterrupt
-
-
-class SweepInterrupted(KeyboardInterrupt):
-    """A sweep stopped by SIGINT/SIGTERM/SIGHUP, carrying the levels measured before it.
-
-    ``curve`` holds the swept target's finished levels (meta ``interrupted``); a
-    companion's finished levels stay in ``companion.levels``. Whoever writes them
-    to disk appends the paths to ``kept``, so that the message about what was kept
-    names only files that exist.
-    """
-
-    def __init__(self, curve: LoadCurve) -> None:
-        super().__init__()
-        self.curve = curve
-        self.kept: list[str] = []
-
-
-def level_stats(result: RunResult) -> LevelStats:
-    """Exact statistics of one run's measurement window."""
-    log = result.runlog
-    start, end = result.window
-    width = end - start
-    intended = log.column("intended")
-    done = log.column("done")
-    cls = log.column("cls")
-    ok = log.ok_mask()
-    in_win = (intended >= start) & (intended < end)
-    finished_in_win = ok & (done >= start) & (done < end)
-    lat = done - intended
-    measured = in_win & ok
-    per_class = {}
-    for c in CLASSES:
-        m = cls == c
-        if np.any(in_win & m):
-            st = latency_stats(lat[measured & m], width)
-            st.throughput = float(np.sum(finished_in_win & m)) / width
-            per_class[c] = st
-    overall = latency_stats(lat[measured], width)
-    overall.throughput = float(np.sum(finished_in_win)) / width
-    g = result.generator
-    return LevelStats(
-        throughput=overall.throughput,
-        overall=overall,
-        per_class=per_class,
-        offered=float(np.sum(in_win)) / width,
-        utilization=result.utilization,
-        errors=int(np.sum(in_win & ~ok)),
-        failures=log.failures(in_win),
-        requests=int(np.sum(in_win)),
-        generator_behind=g.behind,
-        send_lag_p99=g.send_lag_p99,
-        send_lag_max=g.send_lag_max,
-        generator_cpu=g.cpu,
-        other_cpu=(result.describe or {}).get("share_other_cpu"),
-        steal=(result.describe or {}).get("share_steal"),
-        generator_steal=(result.describe or {}).get("generator_steal"),
-    )
 
 
 def rate_factor_for(trace: Trace, level: float, knob: str) -> float:
@@ -456,134 +313,3 @@ def rate_factor_for(trace: Trace, level: float, knob: str) -> float:
             raise ParameterError("levels as a request rate need a trace with a duration")
         return check_positive(level, "rate") / rate
     raise ParameterError(f"knob == {knob!r}, must be one of rate_factor, users, rate.")
-
-
-def sweep(
-    target: Target,
-    trace: Trace,
-    levels: Sequence[float],
-    *,
-    knob: str = "rate_factor",
-    reps: int = 1,
-    warmup: float = 2.0,
-    duration: float = 10.0,
-    seed: int = 0,
-    alpha: float | None = None,
-    progress: Callable[[str, int, int], None] | None = None,
-) -> LoadCurve:
-    """Run ``trace`` on ``target`` at each level ``reps`` times; return the LoadCurve.
-
-    Each repetition gets its own seed (``seed + 1000 * level_index + rep``) so runs
-    are independent yet the whole sweep is reproducible.
-    """
-    check_int(reps, "reps", low=1)
-    check_positive(duration, "duration")
-    if warmup < 0:
-        raise ParameterError(f"warmup == {warmup:g}, must be in [0, inf).")
-    if not levels:
-        raise ParameterError("levels is empty, must name at least one load level.")
-    out: list[Level] = []
-    total = len(levels) * reps
-    step = 0
-    desc: dict[str, Any] = {}
-    meta = {"seed": seed, "warmup": warmup, "duration": duration, "reps": reps}
-    plan = _LevelRuns(knob, reps, warmup, duration, seed, total, progress)
-    try:
-        for i, level in enumerate(levels):
-            step = _sweep_level(target, trace, i, level, plan, step, out, desc)
-    except KeyboardInterrupt as exc:
-        # Keep what was measured: the finished levels, as a curve marked partial.
-        partial = _sweep_curve(target, trace, out, knob, alpha, {**meta, "last_run": desc})
-        partial.meta["interrupted"] = True
-        raise SweepInterrupted(partial) from exc
-    except ShrinkError as exc:
-        # A dead server or a full disk stops the sweep; the finished levels stay.
-        if out:
-            exc.curve = _sweep_curve(target, trace, out, knob, alpha, {**meta, "last_run": desc})
-            exc.curve.meta["stopped"] = str(exc)
-        raise
-    if progress is not None:
-        progress("done", total, total)
-    return _sweep_curve(target, trace, out, knob, alpha, {**meta, "last_run": desc})
-
-
-@dataclass(frozen=True)
-class _LevelRuns:
-    """How every level of a fixed-level sweep is run: its knob, repetitions, warm-up,
-    window and base seed, and the progress callback with the sweep's runs in all."""
-
-    knob: str
-    reps: int
-    warmup: float
-    duration: float
-    seed: int
-    total: int
-    progress: Callable[[str, int, int], None] | None
-
-
-def _sweep_level(
-    target: Target,
-    trace: Trace,
-    i: int,
-    level: float,
-    plan: _LevelRuns,
-    step: int,
-    out: list[Level],
-    desc: dict[str, Any],
-) -> int:
-    """Run one level's repetitions, append it to ``out``; returns the runs done so far."""
-    knob, reps, warmup, duration = plan.knob, plan.reps, plan.warmup, plan.duration
-    factor = rate_factor_for(trace, level, knob)
-    loops = bool(getattr(target, "loops_trace", False))
-    window = window_for(trace, factor, warmup, duration, min(duration, 3.0), loops=loops)
-    if window is None:
-        raise ParameterError(
-            f"{knob} {level:g}: the trace spans {trace_span(trace):.1f} s, which sped up "
-            f"{factor:g}x cannot fill {warmup:g} s of warm-up and a measurement window; "
-            "use a longer trace or lower levels"
-        )
-    stats = []
-    for r in range(reps):
-        if plan.progress is not None:
-            plan.progress(f"{knob} {level:g} rep {r + 1}/{reps}", step, plan.total)
-        res = target.run(
-            trace,
-            rate_factor=factor,
-            warmup=warmup,
-            duration=window,
-            seed=plan.seed + 1000 * i + r,
-        )
-        stop_if_interrupted(res)
-        if res.describe:
-            desc.clear()
-            desc.update(res.describe)
-        stats.append(level_stats(res))
-        step += 1
-    out.append(Level(float(level), stats))
-    return step
-
-
-def _sweep_curve(
-    target: Target,
-    trace: Trace,
-    levels: list[Level],
-    knob: str,
-    alpha: float | None,
-    meta: dict[str, Any],
-) -> LoadCurve:
-    describe = target.describe()
-    return LoadCurve(
-        levels=list(levels),
-        knob=knob,
-        alpha=float(alpha if alpha is not None else trace.meta.get("alpha", 1.0)),
-        share=Share.from_dict(describe.get("share")),
-        mapping=describe.get("mapping", {}).get("name", "")
-        if isinstance(describe.get("mapping"), dict)
-        else str(describe.get("mapping", "")),
-        machine=describe.get("machine", {}),
-        meta={
-            "target": describe,
-            "trace": {k: trace.meta.get(k) for k in ("source", "workload", "users", "sampler")},
-            **meta,
-        },
-    )

@@ -1,0 +1,150 @@
+"""A fixed-level sweep: each of a list of levels run its repetitions, into a LoadCurve."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shrink.checks import check_int, check_positive
+from shrink.errors import ParameterError, ShrinkError
+from shrink.loadcurve import Level, LoadCurve
+from shrink.measure.interrupt import SweepInterrupted, stop_if_interrupted
+from shrink.measure.stats import level_stats
+from shrink.measure.window import rate_factor_for, trace_span, window_for
+from shrink.share import Share
+from shrink.target import Target
+from shrink.trace import Trace
+
+__all__ = ["sweep"]
+
+
+def sweep(
+    target: Target,
+    trace: Trace,
+    levels: Sequence[float],
+    *,
+    knob: str = "rate_factor",
+    reps: int = 1,
+    warmup: float = 2.0,
+    duration: float = 10.0,
+    seed: int = 0,
+    alpha: float | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> LoadCurve:
+    """Run ``trace`` on ``target`` at each level ``reps`` times; return the LoadCurve.
+
+    Each repetition gets its own seed (``seed + 1000 * level_index + rep``) so runs
+    are independent yet the whole sweep is reproducible.
+    """
+    check_int(reps, "reps", low=1)
+    check_positive(duration, "duration")
+    if warmup < 0:
+        raise ParameterError(f"warmup == {warmup:g}, must be in [0, inf).")
+    if not levels:
+        raise ParameterError("levels is empty, must name at least one load level.")
+    out: list[Level] = []
+    total = len(levels) * reps
+    step = 0
+    desc: dict[str, Any] = {}
+    meta = {"seed": seed, "warmup": warmup, "duration": duration, "reps": reps}
+    plan = _LevelRuns(knob, reps, warmup, duration, seed, total, progress)
+    try:
+        for i, level in enumerate(levels):
+            step = _sweep_level(target, trace, i, level, plan, step, out, desc)
+    except KeyboardInterrupt as exc:
+        # Keep what was measured: the finished levels, as a curve marked partial.
+        partial = _sweep_curve(target, trace, out, knob, alpha, {**meta, "last_run": desc})
+        partial.meta["interrupted"] = True
+        raise SweepInterrupted(partial) from exc
+    except ShrinkError as exc:
+        # A dead server or a full disk stops the sweep; the finished levels stay.
+        if out:
+            exc.curve = _sweep_curve(target, trace, out, knob, alpha, {**meta, "last_run": desc})
+            exc.curve.meta["stopped"] = str(exc)
+        raise
+    if progress is not None:
+        progress("done", total, total)
+    return _sweep_curve(target, trace, out, knob, alpha, {**meta, "last_run": desc})
+
+
+@dataclass(frozen=True)
+class _LevelRuns:
+    """How every level of a fixed-level sweep is run: its knob, repetitions, warm-up,
+    window and base seed, and the progress callback with the sweep's runs in all."""
+
+    knob: str
+    reps: int
+    warmup: float
+    duration: float
+    seed: int
+    total: int
+    progress: Callable[[str, int, int], None] | None
+
+
+def _sweep_level(
+    target: Target,
+    trace: Trace,
+    i: int,
+    level: float,
+    plan: _LevelRuns,
+    step: int,
+    out: list[Level],
+    desc: dict[str, Any],
+) -> int:
+    """Run one level's repetitions, append it to ``out``; returns the runs done so far."""
+    knob, reps, warmup, duration = plan.knob, plan.reps, plan.warmup, plan.duration
+    factor = rate_factor_for(trace, level, knob)
+    loops = bool(getattr(target, "loops_trace", False))
+    window = window_for(trace, factor, warmup, duration, min(duration, 3.0), loops=loops)
+    if window is None:
+        raise ParameterError(
+            f"{knob} {level:g}: the trace spans {trace_span(trace):.1f} s, which sped up "
+            f"{factor:g}x cannot fill {warmup:g} s of warm-up and a measurement window; "
+            "use a longer trace or lower levels"
+        )
+    stats = []
+    for r in range(reps):
+        if plan.progress is not None:
+            plan.progress(f"{knob} {level:g} rep {r + 1}/{reps}", step, plan.total)
+        res = target.run(
+            trace,
+            rate_factor=factor,
+            warmup=warmup,
+            duration=window,
+            seed=plan.seed + 1000 * i + r,
+        )
+        stop_if_interrupted(res)
+        if res.describe:
+            desc.clear()
+            desc.update(res.describe)
+        stats.append(level_stats(res))
+        step += 1
+    out.append(Level(float(level), stats))
+    return step
+
+
+def _sweep_curve(
+    target: Target,
+    trace: Trace,
+    levels: list[Level],
+    knob: str,
+    alpha: float | None,
+    meta: dict[str, Any],
+) -> LoadCurve:
+    describe = target.describe()
+    return LoadCurve(
+        levels=list(levels),
+        knob=knob,
+        alpha=float(alpha if alpha is not None else trace.meta.get("alpha", 1.0)),
+        share=Share.from_dict(describe.get("share")),
+        mapping=describe.get("mapping", {}).get("name", "")
+        if isinstance(describe.get("mapping"), dict)
+        else str(describe.get("mapping", "")),
+        machine=describe.get("machine", {}),
+        meta={
+            "target": describe,
+            "trace": {k: trace.meta.get(k) for k in ("source", "workload", "users", "sampler")},
+            **meta,
+        },
+    )
