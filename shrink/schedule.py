@@ -29,17 +29,16 @@ span of its arrivals plus one mean gap, as ``shrink trace info`` reports it: see
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
 
+from shrink import request_keys
 from shrink.checks import check_positive, check_rate
-from shrink.errors import ParameterError, TraceFormatError
+from shrink.errors import ParameterError
 from shrink.trace import Trace
-from shrink.wire import wire_method, wire_target
 
 __all__ = [
     "CHUNK",
@@ -352,55 +351,6 @@ def schedule_arrays(sched: Schedule) -> ScheduleArrays:
     )
 
 
-# The request keys of the last few traces: a search builds schedules of one trace (a
-# paired search: of the sample and of the whole trace) at level after level, and
-# checking every row's method and path was most of a simulated run. Keyed by the
-# (immutable) Arrow table, held weakly so a dropped trace is not kept.
-_KEPT = 4
-_recent_keys: list[tuple[weakref.ref, list[tuple[str, str, str]], np.ndarray]] = []
-
-
-def _request_keys(trace: Trace) -> tuple[list[tuple[str, str, str]], np.ndarray]:
-    for ref, keys, codes in _recent_keys:
-        if ref() is trace.table:
-            return list(keys), codes
-    keys, codes = _check_request_keys(trace)
-    codes.flags.writeable = False  # shared by every schedule of this trace
-    _recent_keys[:] = [(weakref.ref(trace.table), keys, codes), *_recent_keys[: _KEPT - 1]]
-    return list(keys), codes
-
-
-def _check_request_keys(trace: Trace) -> tuple[list[tuple[str, str, str]], np.ndarray]:
-    methods = trace.column("method")
-    paths = trace.column("path")
-    bodies = trace.column("body") if trace.has("body") else None
-    index: dict[tuple[str, str, str], int] = {}
-    codes = np.empty(len(trace), np.int64)
-    raw: dict[tuple[str, str, str], int] = {}
-    for i in range(len(trace)):
-        k = (methods[i], paths[i], "" if bodies is None else (bodies[i] or ""))
-        c = raw.get(k)
-        if c is None:
-            # Checked once per distinct request, before anything is sent.
-            sent = (_on_wire(trace, i, wire_method, k[0]), _on_wire(trace, i, wire_target, k[1]))
-            c = raw[k] = index.setdefault((*sent, k[2]), len(index))
-        codes[i] = c
-    return list(index), codes
-
-
-def _on_wire(trace: Trace, row: int, check: Callable[[str], str], value: str) -> str:
-    """``check(value)``; its ValueError becomes a TraceFormatError naming the trace row."""
-    try:
-        return check(value)
-    except ValueError as exc:
-        source = trace.meta.get("source")
-        origin = f", read from {source}" if isinstance(source, str) else ""
-        session = trace.table.column("session")[row].as_py()
-        raise TraceFormatError(
-            f"trace row {row} (session {session}{origin}): {value[:60]!r} cannot be sent: {exc}"
-        ) from None
-
-
 def trace_extent(trace: Trace, mode: str = "auto") -> tuple[float, float, int]:
     """(origin, span, id stride) of a trace.
 
@@ -471,7 +421,7 @@ def build_schedule(
     check_positive(rate_factor, "rate factor")
     check_positive(horizon, "horizon")
     mode = trace_mode(trace, mode)
-    keys, key_of_row = _request_keys(trace)
+    keys, key_of_row = request_keys.request_keys(trace)
     cls_of_row = (trace.column("cls") == "dynamic").astype(np.int8)
     sched = Schedule(mode, keys, key_of_row, cls_of_row, horizon=horizon, rate_factor=rate_factor)
     if len(trace) == 0:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from helpers.session_traces import session_trace
 
-from shrink import schedule
+from shrink import request_keys
 from shrink.errors import TraceFormatError
 from shrink.schedule import build_schedule
 from shrink.trace import Trace
@@ -20,14 +20,14 @@ from shrink.trace import Trace
 def checks(monkeypatch) -> list[int]:
     """Counts the row-by-row checks of request keys."""
     calls: list[int] = []
-    real = schedule._check_request_keys
+    real = request_keys._check_request_keys
 
     def counted(trace: Trace):
         calls.append(len(trace))
         return real(trace)
 
-    monkeypatch.setattr(schedule, "_check_request_keys", counted)
-    monkeypatch.setattr(schedule, "_recent_keys", [])
+    monkeypatch.setattr(request_keys, "_check_request_keys", counted)
+    monkeypatch.setattr(request_keys, "_recent_keys", [])
     return calls
 
 

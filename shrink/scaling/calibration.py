@@ -1,93 +1,19 @@
-"""The share model and the SHRiNK transform: from a curve measured on a share to the full target.
-
-A prediction is a function of the scaled-down runs. This module holds everything
-that turns them into the full target's curve, and the one measurement a CPU-time
-share may add on the full target.
-
-**The transform.** A curve measured with a sample fraction alpha of the sessions on
-a share of fraction alpha of the full target (:class:`shrink.share.Share`; SHRiNK
-needs the two equal, and :func:`share_fraction` checks it) predicts the full target:
-
-* a share of the **cores** (fewer servers, SHRiNK's scaling by servers): the same
-  response times at normalized throughput, R_full(X) = R_share(alpha X), so
-  MAT_full(T) = MAT_share(T) / alpha. Nothing is measured on the full target.
-* a share of the **CPU time** (a slower server): a processor-sharing server at speed
-  s, loaded in proportion, has the same utilization and response times 1/s longer,
-  so R_full(X) = s R_share(s X) and MAT_full(T) = MAT_share(T / s) / s. Per-class
-  latencies are scaled by their class's speed.
-
-**The share's speed s.** Nominally s is the quota, alpha. A time-sliced core costs
-more CPU per request than a whole one (in every gap of the quota the server loses its
-caches, and on a VM the idle vCPU halts and gives its host CPU away), so s is below
-alpha, and a prediction scaled by alpha is too low by alpha / s. The speed is the
-ratio of what a request of the trace's mix costs on each side,
-
-    s = alpha * cost_full / cost_share,
-
-each cost being a run's utilization over its throughput (the utilization law), read
-where it holds for the prediction:
-
-* on the full target, light (:func:`calibrate`: at most :data:`CALIBRATION_BUSY` busy,
-  at most :data:`CALIBRATION_S` seconds in all). A whole core's cost per request of a
-  mix does not depend on its load: its validation curves read the same cost from 5%
-  busy to saturation, and the report's self-checks compare the two on every validated
-  run. (A single class run alone at a few requests a second does not hold this: each
-  request then wakes a halted vCPU, which is why the calibration runs the mix.)
-* on the share, near its knee (:data:`SHARE_LOAD` of the capacity its previous run
-  showed), where its MATs are read: a share's cost does depend on its load (lightly
-  loaded it pays the quota's gaps on nearly every request), and the share's time is
-  not the full target's to spare.
-
-Both sides replay the sample's sessions, looped as the sweep replays them (requests
-share their connections as they do there), so that the same mix runs on each; a rate
-too low for whole sessions, and the pilot, draw the sample's requests by class instead,
-one a session. Every class is scaled by the mix's speed. What the calibration ran on each
-side (seconds, offered rate, utilization) is recorded with the speed and in
-prediction.json.
-
-What the calibration cannot see, and whatever else separates a share from the server
-it stands for, is the model error: measured on a corpus of configurations with known
-outcomes (``bench/bench_fidelity.py``), as a mean log error (a bias the prediction's
-throughputs are corrected by) and the spread left around it, each configuration
-judged with the fit of the others (leave one out), and stored with its provenance in
-``shrink/data/model_error.json`` (:func:`model_error`). Both are properties of the
-machine kind and the share mechanism; on another machine, refit them. No constant of
-this module was set from a demo run.
-
-Without a full target to calibrate on (``calibrate=False``) the share is taken at
-its nominal speed, and the report says so.
-"""
+"""The calibration of a CPU-time share's speed, as :mod:`shrink.scaling` describes it:
+the sample's mix light on the full target, near its knee on the share."""
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 import numpy as np
 
 from shrink.checks import check_alpha, check_positive
-from shrink.errors import ExtrapolationError, MeasurementError, ShrinkError
-from shrink.loadcurve import ClassStats, LoadCurve
-from shrink.share import Share, ShareSpeed
+from shrink.errors import MeasurementError, ShrinkError
+from shrink.share import ShareSpeed
 from shrink.target import RunResult, Target
 from shrink.trace import Trace
-
-__all__ = [
-    "CALIBRATION_BUSY",
-    "CALIBRATION_S",
-    "ModelError",
-    "calibrate",
-    "constants",
-    "latency_scale",
-    "model_error",
-    "probe_trace",
-    "share_fraction",
-    "shrink_scaled_curve",
-    "throughput_scale",
-]
 
 # The calibration's bounds on the full target: the method's contract (a prediction
 # may ask the full target for a light, bounded calibration, never for its capacity).
@@ -141,135 +67,9 @@ def constants() -> dict[str, Any]:
         "share_runs": SHARE_RUNS,
         "min_requests": MIN_REQUESTS,
         "max_rate": MAX_RATE,
-        "provenance": "design choices and the method's bounds (shrink/scaling.py); the "
+        "provenance": "design choices and the method's bounds (shrink/scaling/calibration.py); the "
         "model error is fitted (shrink/data/model_error.json)",
     }
-
-
-def share_fraction(curve: LoadCurve) -> float:
-    """The curve's alpha, checked against its share's fraction (within 1 %).
-
-    SHRiNK needs the sampled fraction of the load on the same fraction of the
-    full target; a share of ``all`` (the full target itself) takes any alpha.
-    """
-    alpha = curve.alpha
-    if not 0 < alpha <= 1:
-        raise ExtrapolationError(f"curve alpha == {alpha}, must be in (0, 1]")
-    share = curve.share
-    if share.kind != "all" and abs(share.fraction - alpha) > 0.01 * alpha:
-        raise ExtrapolationError(
-            f"sample alpha == {alpha:g} but the share's fraction is {share.fraction:g}: SHRiNK "
-            "scaling needs the sampled fraction of the load on the same fraction of the "
-            "full target"
-        )
-    return alpha
-
-
-def latency_scale(curve: LoadCurve) -> float:
-    """Factor from the share's latencies to the full target's: s for a CPU-time share, else 1."""
-    return curve.share.speed_factor
-
-
-def throughput_scale(curve: LoadCurve) -> float:
-    """Factor from the share's throughputs to the full target's: 1/s (CPU time) or 1/alpha."""
-    if curve.share.kind == "cpu_time":
-        return 1.0 / curve.share.speed_factor
-    return 1.0 / curve.alpha
-
-
-def _scale_class(c: ClassStats, thr: float, lat: float) -> None:
-    c.throughput *= thr
-    for name in ("mean", "p50", "p90", "p99", "p999"):
-        setattr(c, name, getattr(c, name) * lat)
-    if c.dist:
-        c.dist = [v * lat for v in c.dist]
-
-
-def shrink_scaled_curve(curve: LoadCurve, correction: float = 1.0) -> LoadCurve:
-    """The full target's predicted curve from a scaled one (see the module docstring);
-    its throughputs times ``correction``, the model error's (:class:`ModelError`)."""
-    alpha = share_fraction(curve)
-    thr = throughput_scale(curve) * correction
-    lat = latency_scale(curve)
-    share = curve.share
-    out = LoadCurve.from_dict(curve.to_dict())
-    for lv in out.levels:
-        for r in lv.reps:
-            r.throughput *= thr
-            r.offered *= thr
-            _scale_class(r.overall, thr, lat)
-            for name, c in r.per_class.items():
-                _scale_class(c, thr, share.class_speed(name))
-            # The generator's lags bound latencies (Level.stall_bound): they move with them.
-            if r.send_lag_p99 is not None:
-                r.send_lag_p99 *= lat
-            if r.send_lag_max is not None:
-                r.send_lag_max *= lat
-    out.alpha = 1.0
-    out.share = Share("all", (), 1.0, predicted_from=share)
-    out.meta = {
-        **curve.meta,
-        "shrink_scaled": {
-            "alpha": alpha,
-            "latency_scale": lat,
-            "throughput_scale": thr,
-            "correction": correction,
-            "speed": share.speed.to_dict() if share.speed is not None else None,
-        },
-    }
-    return out
-
-
-# ---------------------------------------------------------------- the model error
-
-
-@dataclass(frozen=True)
-class ModelError:
-    """The share model's error against full-scale runs, for one share kind.
-
-    ``bias``: the mean log error (predicted / measured MAT) over a corpus of
-    configurations run to the end; the prediction's throughputs are divided by
-    ``exp(bias)`` (:attr:`correction`). ``sigma``: the log-scale sd of the errors left,
-    beyond what the scaled runs' own repetitions and drift show. Both are fitted by
-    ``bench/bench_fidelity.py --fit``, and judged leaving one configuration out.
-    ``provenance``: where they were measured (machine kind, runs, configurations, date).
-    """
-
-    sigma: float
-    provenance: dict[str, Any]
-    bias: float = 0.0
-
-    @property
-    def correction(self) -> float:
-        return math.exp(-self.bias)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "sigma": self.sigma,
-            "bias": self.bias,
-            "correction": self.correction,
-            "provenance": dict(self.provenance),
-        }
-
-
-def model_error(target: str, share_kind: str) -> ModelError:
-    """The model error of ``share_kind`` shares on ``target`` (``testbed`` or ``sim``).
-
-    The simulator's share is exactly a slower (or smaller) server: 0. A live share's
-    comes from ``shrink/data/model_error.json``, which ``bench/bench_fidelity.py
-    --fit`` writes from its corpus.
-    """
-    if target != "testbed":
-        return ModelError(0.0, {"why": "the simulated share is exactly the model's server"})
-    data = json.loads(
-        resources.files("shrink").joinpath("data/model_error.json").read_text(encoding="utf-8")
-    )
-    entry = data["share_kinds"].get(share_kind) or data["share_kinds"]["cpu_time"]
-    prov = {**data.get("provenance", {}), **entry.get("provenance", {})}
-    return ModelError(float(entry["sigma"]), prov, float(entry.get("bias", 0.0)))
-
-
-# ---------------------------------------------------------------- the calibration
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,91 @@
+"""The share model and the SHRiNK transform: from a curve measured on a share to the full target.
+
+A prediction is a function of the scaled-down runs. This module holds everything
+that turns them into the full target's curve, and the one measurement a CPU-time
+share may add on the full target.
+
+**The transform.** A curve measured with a sample fraction alpha of the sessions on
+a share of fraction alpha of the full target (:class:`shrink.share.Share`; SHRiNK
+needs the two equal, and :func:`share_fraction` checks it) predicts the full target:
+
+* a share of the **cores** (fewer servers, SHRiNK's scaling by servers): the same
+  response times at normalized throughput, R_full(X) = R_share(alpha X), so
+  MAT_full(T) = MAT_share(T) / alpha. Nothing is measured on the full target.
+* a share of the **CPU time** (a slower server): a processor-sharing server at speed
+  s, loaded in proportion, has the same utilization and response times 1/s longer,
+  so R_full(X) = s R_share(s X) and MAT_full(T) = MAT_share(T / s) / s. Per-class
+  latencies are scaled by their class's speed.
+
+**The share's speed s.** Nominally s is the quota, alpha. A time-sliced core costs
+more CPU per request than a whole one (in every gap of the quota the server loses its
+caches, and on a VM the idle vCPU halts and gives its host CPU away), so s is below
+alpha, and a prediction scaled by alpha is too low by alpha / s. The speed is the
+ratio of what a request of the trace's mix costs on each side,
+
+    s = alpha * cost_full / cost_share,
+
+each cost being a run's utilization over its throughput (the utilization law), read
+where it holds for the prediction:
+
+* on the full target, light (:func:`calibrate`: at most :data:`CALIBRATION_BUSY` busy,
+  at most :data:`CALIBRATION_S` seconds in all). A whole core's cost per request of a
+  mix does not depend on its load: its validation curves read the same cost from 5%
+  busy to saturation, and the report's self-checks compare the two on every validated
+  run. (A single class run alone at a few requests a second does not hold this: each
+  request then wakes a halted vCPU, which is why the calibration runs the mix.)
+* on the share, near its knee (:data:`SHARE_LOAD` of the capacity its previous run
+  showed), where its MATs are read: a share's cost does depend on its load (lightly
+  loaded it pays the quota's gaps on nearly every request), and the share's time is
+  not the full target's to spare.
+
+Both sides replay the sample's sessions, looped as the sweep replays them (requests
+share their connections as they do there), so that the same mix runs on each; a rate
+too low for whole sessions, and the pilot, draw the sample's requests by class instead,
+one a session. Every class is scaled by the mix's speed. What the calibration ran on each
+side (seconds, offered rate, utilization) is recorded with the speed and in
+prediction.json.
+
+What the calibration cannot see, and whatever else separates a share from the server
+it stands for, is the model error: measured on a corpus of configurations with known
+outcomes (``bench/bench_fidelity.py``), as a mean log error (a bias the prediction's
+throughputs are corrected by) and the spread left around it, each configuration
+judged with the fit of the others (leave one out), and stored with its provenance in
+``shrink/data/model_error.json`` (:func:`model_error`). Both are properties of the
+machine kind and the share mechanism; on another machine, refit them. No constant of
+this module was set from a demo run.
+
+Without a full target to calibrate on (``calibrate=False``) the share is taken at
+its nominal speed, and the report says so.
+"""
+
+from shrink.scaling.calibration import (
+    CALIBRATION,
+    CALIBRATION_BUSY,
+    CALIBRATION_S,
+    calibrate,
+    constants,
+    probe_trace,
+)
+from shrink.scaling.transform import (
+    ModelError,
+    latency_scale,
+    model_error,
+    share_fraction,
+    shrink_scaled_curve,
+    throughput_scale,
+)
+
+__all__ = [
+    "CALIBRATION",
+    "CALIBRATION_BUSY",
+    "CALIBRATION_S",
+    "ModelError",
+    "calibrate",
+    "constants",
+    "latency_scale",
+    "model_error",
+    "probe_trace",
+    "share_fraction",
+    "shrink_scaled_curve",
+    "throughput_scale",
+]

@@ -1,0 +1,137 @@
+"""The SHRiNK transform (a curve measured on a share to the full target's) and the share
+model's error, as :mod:`shrink.scaling` describes them."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from shrink.errors import ExtrapolationError
+from shrink.loadcurve import ClassStats, LoadCurve
+from shrink.share import Share
+
+
+def share_fraction(curve: LoadCurve) -> float:
+    """The curve's alpha, checked against its share's fraction (within 1 %).
+
+    SHRiNK needs the sampled fraction of the load on the same fraction of the
+    full target; a share of ``all`` (the full target itself) takes any alpha.
+    """
+    alpha = curve.alpha
+    if not 0 < alpha <= 1:
+        raise ExtrapolationError(f"curve alpha == {alpha}, must be in (0, 1]")
+    share = curve.share
+    if share.kind != "all" and abs(share.fraction - alpha) > 0.01 * alpha:
+        raise ExtrapolationError(
+            f"sample alpha == {alpha:g} but the share's fraction is {share.fraction:g}: SHRiNK "
+            "scaling needs the sampled fraction of the load on the same fraction of the "
+            "full target"
+        )
+    return alpha
+
+
+def latency_scale(curve: LoadCurve) -> float:
+    """Factor from the share's latencies to the full target's: s for a CPU-time share, else 1."""
+    return curve.share.speed_factor
+
+
+def throughput_scale(curve: LoadCurve) -> float:
+    """Factor from the share's throughputs to the full target's: 1/s (CPU time) or 1/alpha."""
+    if curve.share.kind == "cpu_time":
+        return 1.0 / curve.share.speed_factor
+    return 1.0 / curve.alpha
+
+
+def _scale_class(c: ClassStats, thr: float, lat: float) -> None:
+    c.throughput *= thr
+    for name in ("mean", "p50", "p90", "p99", "p999"):
+        setattr(c, name, getattr(c, name) * lat)
+    if c.dist:
+        c.dist = [v * lat for v in c.dist]
+
+
+def shrink_scaled_curve(curve: LoadCurve, correction: float = 1.0) -> LoadCurve:
+    """The full target's predicted curve from a scaled one (see the module docstring);
+    its throughputs times ``correction``, the model error's (:class:`ModelError`)."""
+    alpha = share_fraction(curve)
+    thr = throughput_scale(curve) * correction
+    lat = latency_scale(curve)
+    share = curve.share
+    out = LoadCurve.from_dict(curve.to_dict())
+    for lv in out.levels:
+        for r in lv.reps:
+            r.throughput *= thr
+            r.offered *= thr
+            _scale_class(r.overall, thr, lat)
+            for name, c in r.per_class.items():
+                _scale_class(c, thr, share.class_speed(name))
+            # The generator's lags bound latencies (Level.stall_bound): they move with them.
+            if r.send_lag_p99 is not None:
+                r.send_lag_p99 *= lat
+            if r.send_lag_max is not None:
+                r.send_lag_max *= lat
+    out.alpha = 1.0
+    out.share = Share("all", (), 1.0, predicted_from=share)
+    out.meta = {
+        **curve.meta,
+        "shrink_scaled": {
+            "alpha": alpha,
+            "latency_scale": lat,
+            "throughput_scale": thr,
+            "correction": correction,
+            "speed": share.speed.to_dict() if share.speed is not None else None,
+        },
+    }
+    return out
+
+
+# ---------------------------------------------------------------- the model error
+
+
+@dataclass(frozen=True)
+class ModelError:
+    """The share model's error against full-scale runs, for one share kind.
+
+    ``bias``: the mean log error (predicted / measured MAT) over a corpus of
+    configurations run to the end; the prediction's throughputs are divided by
+    ``exp(bias)`` (:attr:`correction`). ``sigma``: the log-scale sd of the errors left,
+    beyond what the scaled runs' own repetitions and drift show. Both are fitted by
+    ``bench/bench_fidelity.py --fit``, and judged leaving one configuration out.
+    ``provenance``: where they were measured (machine kind, runs, configurations, date).
+    """
+
+    sigma: float
+    provenance: dict[str, Any]
+    bias: float = 0.0
+
+    @property
+    def correction(self) -> float:
+        return math.exp(-self.bias)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "sigma": self.sigma,
+            "bias": self.bias,
+            "correction": self.correction,
+            "provenance": dict(self.provenance),
+        }
+
+
+def model_error(target: str, share_kind: str) -> ModelError:
+    """The model error of ``share_kind`` shares on ``target`` (``testbed`` or ``sim``).
+
+    The simulator's share is exactly a slower (or smaller) server: 0. A live share's
+    comes from ``shrink/data/model_error.json``, which ``bench/bench_fidelity.py
+    --fit`` writes from its corpus.
+    """
+    if target != "testbed":
+        return ModelError(0.0, {"why": "the simulated share is exactly the model's server"})
+    data = json.loads(
+        resources.files("shrink").joinpath("data/model_error.json").read_text(encoding="utf-8")
+    )
+    entry = data["share_kinds"].get(share_kind) or data["share_kinds"]["cpu_time"]
+    prov = {**data.get("provenance", {}), **entry.get("provenance", {})}
+    return ModelError(float(entry["sigma"]), prov, float(entry.get("bias", 0.0)))
