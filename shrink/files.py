@@ -29,7 +29,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from shrink.errors import ParameterError, TraceFormatError
 
@@ -49,6 +49,7 @@ __all__ = [
 MAX_BYTES = 16 * 1024 * 1024
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 
 def check_output(path: str | Path, *, kind: str = "file", what: str = "output") -> Path:
@@ -159,10 +160,30 @@ def validate(
     return obj.model_dump(exclude_unset=True, by_alias=True)
 
 
-def _describe(exc: ValidationError, what: str) -> str:
+def adapt(
+    adapter: TypeAdapter[T],
+    doc: Any,
+    *,
+    what: str,
+    at: str | None = None,
+    source: str | Path | None = None,
+) -> T:
+    """``doc`` read as the type of ``adapter`` (a typed file format); one line if it is not.
+
+    ``at``: where ``doc`` is in its file (``share``), named in the error before the field.
+    """
+    try:
+        return adapter.validate_python(doc)
+    except ValidationError as exc:
+        raise TraceFormatError(_describe(exc, what, at), path=source) from None
+    except RecursionError:
+        raise TraceFormatError(f"not a {what}: nested too deeply") from None
+
+
+def _describe(exc: ValidationError, what: str, at: str | None = None) -> str:
     errs = exc.errors(include_url=False)
     e = errs[0]
-    loc = _loc(e.get("loc", ()))
+    loc = _loc(((at,) if at else ()) + tuple(e.get("loc", ())))
     msg = str(e.get("msg", "invalid")).rstrip(".")
     if e.get("type") == "missing":
         text = f"{what} lacks {loc or 'a field'}"

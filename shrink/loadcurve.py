@@ -23,10 +23,10 @@ import numpy as np
 
 from shrink import files
 from shrink.atomic import write_text
-from shrink.errors import MeasurementError, TopologyError, TraceFormatError
+from shrink.errors import MeasurementError, TraceFormatError
 from shrink.jsonout import dumps
 from shrink.schemas import LoadCurveFile
-from shrink.share import Share
+from shrink.share import SHARE_FORMAT, Share
 
 __all__ = [
     "FAILURE_LIMIT",
@@ -433,10 +433,9 @@ class LoadCurve:
                 }
                 reps.append(LevelStats(**_unclean(r)))
             levels.append(Level(level=float(lv["level"]), reps=reps))
-        try:
-            share = Share.from_dict(d.get("share"))
-        except (TopologyError, TypeError, ValueError) as exc:
-            raise TraceFormatError(f"field 'share': {exc}", path=source) from None
+        share = files.adapt(
+            SHARE_FORMAT, d.get("share"), what="load curve", at="share", source=source
+        )
         return cls(
             levels=levels,
             knob=d.get("knob", "rate_factor"),

@@ -29,7 +29,7 @@ from shrink.atomic import write_text
 from shrink.errors import TraceFormatError
 from shrink.jsonout import dumps
 from shrink.schemas import PredictionFile
-from shrink.share import Share
+from shrink.share import SHARE_FORMAT, Share
 
 __all__ = ["SCHEMA_ID", "MappingPrediction", "Prediction", "StatPrediction", "rank_mappings"]
 
@@ -227,7 +227,9 @@ class Prediction:
         known = {f.name for f in fields(cls)} | {"schema"}
         recorded: dict[str, Any] = {k: d.get(k) for k in _RECORDED}
         if recorded["share"] is not None:
-            recorded["share"] = Share.from_dict(recorded["share"])
+            recorded["share"] = files.adapt(
+                SHARE_FORMAT, recorded["share"], what="prediction", at="share", source=source
+            )
         if recorded["measured_mats"] is not None:
             recorded["measured_mats"] = {
                 k: StatPrediction.from_dict(v) for k, v in recorded["measured_mats"].items()

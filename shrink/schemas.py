@@ -93,14 +93,9 @@ class MachineSpec(_Open):
         return self
 
 
-class ShareModel(_Open):
-    kind: Name = "all"
-    cpus: Annotated[list[Cpu], Field(max_length=MAX_CPUS)] | None = None
-    fraction: Fraction | None = None
-    # Read back into a Share, whose CFS quota is computed from these two (found by
-    # fuzzing: a NaN or infinite fraction crashed it).
-    cpu_fraction: Fraction | None = None
-    period_us: Annotated[int, Field(ge=1, le=10**7)] | None = None
+# A share (the ``share`` of curves, states and predictions) is read as
+# :class:`shrink.share.Share`, its one definition, by the stage that reads the file.
+ShareDoc = dict[str, Any]
 
 
 # LoadCurve ---------------------------------------------------------------------
@@ -165,7 +160,7 @@ class LoadCurveFile(_Open):
     schema_: Literal["shrink.loadcurve/1"] = Field(alias="schema")
     knob: Name = "rate_factor"
     alpha: Alpha = 1.0
-    share: ShareModel = ShareModel()
+    share: ShareDoc = {}
     mapping: Name = ""
     machine: dict[str, Any] = {}
     meta: CurveMeta = CurveMeta()
@@ -220,7 +215,7 @@ class TestbedStateFile(_Open):
 
     schema_: Literal["shrink.testbed/1"] = Field(alias="schema")
     replicas: Annotated[list[ReplicaModel], Field(min_length=1, max_length=1_024)]
-    share: ShareModel
+    share: ShareDoc
     mapping: dict[str, Any]
     machine: dict[str, Any]
     docroot: Text
@@ -303,7 +298,7 @@ class PredictionFile(_Open):
     alpha: Alpha | None = None
     level: Name | None = None
     seed: Annotated[int, Field(ge=0, le=2**63)] | None = None
-    share: ShareModel | None = None
+    share: ShareDoc | None = None
     thresholds: dict[Stat, Positive] | None = None
     measured_mats: dict[Stat, StatPredictionModel] | None = None
     confidence_summary: Text | None = None
