@@ -184,7 +184,8 @@ def _describe(exc: ValidationError, what: str, at: str | None = None) -> str:
     errs = exc.errors(include_url=False)
     e = errs[0]
     loc = _loc(((at,) if at else ()) + tuple(e.get("loc", ())))
-    msg = str(e.get("msg", "invalid")).rstrip(".")
+    # A validator's own ValueError is already a sentence; pydantic prefixes it.
+    msg = str(e.get("msg", "invalid")).rstrip(".").removeprefix("Value error, ")
     if e.get("type") == "missing":
         text = f"{what} lacks {loc or 'a field'}"
     else:

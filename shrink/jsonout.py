@@ -71,5 +71,5 @@ def dumps(
 
 
 def plain(adapter: TypeAdapter[T], value: T) -> dict[str, Any]:
-    """``value`` in its file form, by the TypeAdapter of its type (numpy scalars as numbers)."""
-    return adapter.dump_python(value, mode="json", by_alias=True, fallback=finite)
+    """``value`` in its file form, by the TypeAdapter of its type: JSON values, NaN as None."""
+    return finite(adapter.dump_python(value, mode="json", by_alias=True, fallback=finite))

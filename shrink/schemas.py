@@ -17,7 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 __all__ = [
     "CalibrationFile",
-    "LoadCurveFile",
+    "CurveMeta",
     "MachineSpec",
     "ManifestFile",
     "PredictionFile",
@@ -98,46 +98,7 @@ class MachineSpec(_Open):
 ShareDoc = dict[str, Any]
 
 
-# LoadCurve ---------------------------------------------------------------------
-OptFloat = NonNeg | None
-
-
-class ClassStatsModel(_Open):
-    n: Count
-    throughput: OptFloat
-    mean: OptFloat
-    p50: OptFloat
-    p90: OptFloat
-    p99: OptFloat
-    p999: OptFloat
-    dist: Annotated[list[OptFloat], Field(max_length=10_000)] | None = None
-
-
-class LevelStatsModel(_Open):
-    throughput: OptFloat
-    overall: ClassStatsModel
-    per_class: Annotated[dict[Name, ClassStatsModel], Field(max_length=1_000)] = {}
-    offered: OptFloat = None
-    utilization: OptFloat = None
-    errors: Count = 0
-    generator_behind: bool = False
-    send_lag_p99: Finite | None = None
-    send_lag_max: Finite | None = None
-    generator_cpu: OptFloat = None
-    other_cpu: Finite | None = None
-    steal: Finite | None = None
-    generator_steal: Finite | None = None
-    # Failures by class over the window and the requests intended in it (absent in
-    # curves written before failures were counted).
-    failures: Annotated[dict[Name, Count], Field(max_length=64)] | None = None
-    requests: Count | None = None
-
-
-class LevelModel(_Open):
-    level: NonNeg
-    reps: Annotated[list[LevelStatsModel], Field(max_length=10_000)]
-
-
+# LoadCurve (its levels: shrink.loadcurve.CURVE_FORMAT) ------------------------------
 class GeneratorMeta(_Open):
     routing: Name = "hash"
     conns_per_session: Annotated[int, Field(ge=1, le=1_000)] = 1
@@ -154,17 +115,6 @@ class CurveMeta(_Open):
     skip: NonNeg = 0.0
     workload: Name = "measured"
     target: dict[str, Any] = {}
-
-
-class LoadCurveFile(_Open):
-    schema_: Literal["shrink.loadcurve/1"] = Field(alias="schema")
-    knob: Name = "rate_factor"
-    alpha: Alpha = 1.0
-    share: ShareDoc = {}
-    mapping: Name = ""
-    machine: dict[str, Any] = {}
-    meta: CurveMeta = CurveMeta()
-    levels: Annotated[list[LevelModel], Field(max_length=MAX_LIST)]
 
 
 # Testbed state -------------------------------------------------------------------
