@@ -13,14 +13,13 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
     "CalibrationFile",
     "CurveMeta",
     "MachineSpec",
     "ManifestFile",
-    "PredictionFile",
     "RegistryEntryFile",
     "TestbedStateFile",
     "TraceMeta",
@@ -93,11 +92,6 @@ class MachineSpec(_Open):
         return self
 
 
-# A share (the ``share`` of curves, states and predictions) is read as
-# :class:`shrink.share.Share`, its one definition, by the stage that reads the file.
-ShareDoc = dict[str, Any]
-
-
 # LoadCurve (its levels: shrink.loadcurve.CURVE_FORMAT) ------------------------------
 class GeneratorMeta(_Open):
     routing: Name = "hash"
@@ -165,7 +159,7 @@ class TestbedStateFile(_Open):
 
     schema_: Literal["shrink.testbed/1"] = Field(alias="schema")
     replicas: Annotated[list[ReplicaModel], Field(min_length=1, max_length=1_024)]
-    share: ShareDoc
+    share: dict[str, Any]  # read as shrink.share.Share (SHARE_FORMAT) by TestbedState
     mapping: dict[str, Any]
     machine: dict[str, Any]
     docroot: Text
@@ -189,15 +183,7 @@ class RegistryEntryFile(_Open):
     state: TestbedStateFile
 
 
-# Prediction (shrink predict's prediction.json) -------------------------------------
-class StatPredictionModel(_Open):
-    mat: Loose | None
-    ci: Annotated[list[Loose | None], Field(min_length=2, max_length=2)] | None = None
-    threshold: Positive
-    status: Literal["ok", "not_reached", "below_range"] | None = None
-    stalled_ceiling: NonNeg | None = None
-
-
+# Prediction (the rest: shrink.prediction.PREDICTION_FORMAT) --------------------------
 class ValidateInputs(_Open):
     """What ``shrink validate --full-run run`` reads from ``prediction.json``'s inputs."""
 
@@ -208,56 +194,6 @@ class ValidateInputs(_Open):
     server_cpus: Annotated[list[Cpu], Field(max_length=MAX_CPUS)] | None = None
     plan: dict[str, Any] | None = None
     skip: NonNeg = 0.0
-
-
-class MappingPredictionModel(_Open):
-    mean: StatPredictionModel | None = None
-    p50: StatPredictionModel | None = None
-    p90: StatPredictionModel | None = None
-    p99: StatPredictionModel | None = None
-    p999: StatPredictionModel | None = None
-    curve: dict[Name, Annotated[list[Loose | None], Field(max_length=MAX_LIST)]] = {}
-    detail: dict[str, Any] = {}
-
-    @model_validator(mode="after")
-    def _other_stats(self) -> MappingPredictionModel:
-        # A reader takes any other key holding a dict with "mat" for a statistic too.
-        for key, value in (self.model_extra or {}).items():
-            if isinstance(value, dict) and "mat" in value:
-                try:
-                    StatPredictionModel.model_validate(value)
-                except ValidationError as exc:
-                    err = exc.errors(include_url=False)[0]
-                    where = ".".join(str(x) for x in (key, *err.get("loc", ())))
-                    raise ValueError(f"{where}: {err.get('msg', 'invalid')}") from None
-        return self
-
-
-class PredictionFile(_Open):
-    """``shrink.prediction/1`` (:mod:`shrink.prediction`); the main job's fields are optional."""
-
-    schema_: Literal["shrink.prediction/1"] = Field(alias="schema")
-    machine: dict[str, Any] = {}
-    mappings: Annotated[dict[Name, MappingPredictionModel], Field(max_length=1_000)]
-    recommended: Name | None = None
-    reason: Text = ""
-    calibration: dict[str, Any] = {}
-    assumptions: Annotated[list[Any], Field(max_length=MAX_LIST)] = []
-    target: Name | None = None
-    target_description: Text | None = None
-    alpha: Alpha | None = None
-    level: Name | None = None
-    seed: Annotated[int, Field(ge=0, le=2**63)] | None = None
-    share: ShareDoc | None = None
-    thresholds: dict[Stat, Positive] | None = None
-    measured_mats: dict[Stat, StatPredictionModel] | None = None
-    confidence_summary: Text | None = None
-    self_checks: dict[str, Any] | None = None
-    trace: dict[str, Any] | None = None
-    provenance: dict[str, Any] | None = None
-    full_run: dict[str, Any] | None = None
-    inputs: ValidateInputs | None = None
-    whatif: dict[str, Any] | None = None
 
 
 # Calibration ------------------------------------------------------------------------
