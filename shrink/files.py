@@ -22,16 +22,18 @@ get back the validated document as plain Python values.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError, computed_field, model_validator
 
 from shrink.errors import ParameterError, TraceFormatError
+from shrink.jsonout import plain
 
 __all__ = [
     "MAX_BYTES",
@@ -177,7 +179,55 @@ def adapt(
     except ValidationError as exc:
         raise TraceFormatError(_describe(exc, what, at), path=source) from None
     except RecursionError:
-        raise TraceFormatError(f"not a {what}: nested too deeply") from None
+        raise TraceFormatError(f"not a {what}: nested too deeply", path=source) from None
+
+
+class FileFormat:
+    """A dataclass that is a file format: its TypeAdapter is the schema, reader and writer.
+
+    ``to_dict`` and ``from_dict`` are the adapter's, so the dataclass's fields (their
+    types, bounds and defaults) are the one definition of the format. ``WHAT`` names it
+    in errors.
+    """
+
+    WHAT: ClassVar[str] = "file"
+
+    @classmethod
+    def file_format(cls) -> TypeAdapter[Self]:
+        return _adapter(cls)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The file form: JSON values, NaN as None."""
+        return plain(_adapter(type(self)), self)
+
+    @classmethod
+    def from_dict(cls, d: Any, *, source: str | Path | None = None) -> Self:
+        """Read the file form, or an older file's (the type's defaults fill in)."""
+        return adapt(_adapter(cls), d, what=cls.WHAT, source=source)
+
+
+class VersionedFile(FileFormat):
+    """A file format that names itself: ``schema`` (:attr:`SCHEMA`) is written and checked."""
+
+    SCHEMA: ClassVar[str] = ""
+
+    @computed_field(alias="schema")  # type: ignore[prop-decorator]
+    @property
+    def schema_id(self) -> str:
+        """The format's name and version, written as ``schema``."""
+        return self.SCHEMA
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named(cls, d: Any) -> Any:
+        if isinstance(d, dict) and d.get("schema") != cls.SCHEMA:
+            raise ValueError(f"schema == {d.get('schema')!r}, expected {cls.SCHEMA!r}")
+        return d
+
+
+@functools.cache
+def _adapter(cls: type) -> TypeAdapter[Any]:
+    return TypeAdapter(cls)
 
 
 def _describe(exc: ValidationError, what: str, at: str | None = None) -> str:

@@ -24,15 +24,13 @@ from pydantic import (
     AfterValidator,
     BeforeValidator,
     Field,
-    TypeAdapter,
-    computed_field,
     model_validator,
 )
 
 from shrink import files
 from shrink.atomic import write_text
 from shrink.errors import MeasurementError
-from shrink.jsonout import dumps, plain
+from shrink.jsonout import dumps
 from shrink.schemas import MAX_LIST, Alpha, Count, CurveMeta, Finite, Name, NonNeg
 from shrink.share import Share
 
@@ -327,7 +325,7 @@ def _has(rep: LevelStats, cls: str | None) -> bool:
 
 
 @dataclass
-class LoadCurve:
+class LoadCurve(files.VersionedFile):
     """Latency against load for one target (machine x mapping x share) and one sample.
 
     ``knob`` names what ``Level.level`` is: ``rate_factor``, ``users`` or ``rate``.
@@ -431,28 +429,14 @@ class LoadCurve:
         return out
 
     # I/O ---------------------------------------------------------------------
-    @computed_field(alias="schema")  # type: ignore[prop-decorator]
-    @property
-    def schema_id(self) -> str:
-        """The format's name and version, written as ``schema``."""
-        return SCHEMA_ID
+    SCHEMA = SCHEMA_ID
+    WHAT = "load curve"
 
     @model_validator(mode="before")
     @classmethod
-    def _a_curve(cls, d: Any) -> Any:
-        if isinstance(d, dict):
-            if d.get("schema") != SCHEMA_ID:
-                raise ValueError(f"schema == {d.get('schema')!r}, expected {SCHEMA_ID!r}")
-            # A curve file without a mapping named none (the default is for new curves).
-            return {"mapping": "", **d}
-        return d
-
-    def to_dict(self) -> dict[str, Any]:
-        return plain(CURVE_FORMAT, self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], *, source: str | Path | None = None) -> LoadCurve:
-        return files.adapt(CURVE_FORMAT, d, what="load curve", source=source)
+    def _mapping_named(cls, d: Any) -> Any:
+        # A curve file without a mapping named none (the default is for new curves).
+        return {"mapping": "", **d} if isinstance(d, dict) else d
 
     def write_json(self, path: str | Path) -> Path:
         return write_text(path, dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
@@ -460,7 +444,7 @@ class LoadCurve:
     @classmethod
     def read_json(cls, path: str | Path) -> LoadCurve:
         """Read a curve, checked against its type (:data:`CURVE_FORMAT`)."""
-        return cls.from_dict(files.read_json(path, what="load curve"), source=path)
+        return cls.from_dict(files.read_json(path, what=cls.WHAT), source=path)
 
     @classmethod
     def from_levels(
@@ -475,4 +459,4 @@ class LoadCurve:
             )
 
 
-CURVE_FORMAT: TypeAdapter[LoadCurve] = TypeAdapter(LoadCurve)
+CURVE_FORMAT = LoadCurve.file_format()

@@ -28,7 +28,6 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     Field,
-    TypeAdapter,
     computed_field,
     model_serializer,
     model_validator,
@@ -36,7 +35,7 @@ from pydantic import (
 
 from shrink import files
 from shrink.atomic import write_text
-from shrink.jsonout import dumps, plain
+from shrink.jsonout import dumps
 from shrink.schemas import (
     MAX_LIST,
     Alpha,
@@ -83,7 +82,7 @@ Bounds = tuple[Loose | None, Loose | None]
 
 
 @dataclass(frozen=True)
-class StatPrediction:
+class StatPrediction(files.FileFormat):
     """A MAT (req/s) under a threshold (s), with its interval.
 
     ``status`` (``ok``, ``not_reached``, ``below_range``) comes with a MAT read
@@ -136,19 +135,14 @@ class StatPrediction:
             d.pop("stalled_ceiling", None)
         return d
 
-    def to_dict(self) -> dict[str, Any]:
-        return plain(STAT_FORMAT, self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> StatPrediction:
-        return files.adapt(STAT_FORMAT, d, what="MAT")
+    WHAT = "MAT"
 
 
-STAT_FORMAT: TypeAdapter[StatPrediction] = TypeAdapter(StatPrediction)
+STAT_FORMAT = StatPrediction.file_format()
 
 
 @dataclass(frozen=True)
-class MappingPrediction:
+class MappingPrediction(files.FileFormat):
     stats: Annotated[dict[Name, StatPrediction], Field(max_length=1_000)]
     curve: dict[Name, Annotated[list[Loose | None], Field(max_length=MAX_LIST)]] = field(
         default_factory=dict
@@ -173,15 +167,10 @@ class MappingPrediction:
         d: dict[str, Any] = handler(self)
         return {**d.pop("stats"), **d}
 
-    def to_dict(self) -> dict[str, Any]:
-        return plain(MAPPING_FORMAT, self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> MappingPrediction:
-        return files.adapt(MAPPING_FORMAT, d, what="mapping's prediction")
+    WHAT = "mapping's prediction"
 
 
-MAPPING_FORMAT: TypeAdapter[MappingPrediction] = TypeAdapter(MappingPrediction)
+MAPPING_FORMAT = MappingPrediction.file_format()
 
 
 def rank_mappings(
@@ -208,7 +197,7 @@ def rank_mappings(
 
 
 @dataclass
-class Prediction:
+class Prediction(files.VersionedFile):
     """What the full machine is predicted to do under each mapping."""
 
     machine: dict[str, Any]
@@ -241,21 +230,17 @@ class Prediction:
     # Keys this version does not know (``workload``, ``sweep``), kept and written back.
     extra: Annotated[dict[str, Any], Field(exclude=True)] = field(default_factory=dict)
 
-    @computed_field(alias="schema")  # type: ignore[prop-decorator]
-    @property
-    def schema_id(self) -> str:
-        """The format's name and version, written as ``schema``."""
-        return SCHEMA_ID
+    SCHEMA = SCHEMA_ID
+    WHAT = "prediction"
 
     @model_validator(mode="before")
     @classmethod
     def _read(cls, d: Any) -> Any:
         if not isinstance(d, Mapping):
             return d
-        if d.get("schema") != SCHEMA_ID:
-            raise ValueError(f"schema == {d.get('schema')!r}, expected {SCHEMA_ID!r}")
         known = {f.name for f in fields(cls)}
         out = {k: v for k, v in d.items() if k in known}
+        out["schema"] = d.get("schema")  # checked by VersionedFile, in either order
         out["extra"] = {k: v for k, v in d.items() if k not in known and k != "schema"}
         out["recommended"] = d.get("recommended") or None
         # The what-if's files may lack the main job's machine and reason.
@@ -266,13 +251,6 @@ class Prediction:
     @model_serializer(mode="wrap")
     def _written(self, handler: Any) -> dict[str, Any]:
         return {**handler(self), **self.extra}
-
-    def to_dict(self) -> dict[str, Any]:
-        return plain(PREDICTION_FORMAT, self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], *, source: str | Path | None = None) -> Prediction:
-        return files.adapt(PREDICTION_FORMAT, d, what="prediction", source=source)
 
     def mapping_stat(self, mapping: str, stat: str) -> StatPrediction | None:
         """The prediction for ``stat`` under ``mapping``, or None when it has none."""
@@ -286,7 +264,7 @@ class Prediction:
     @classmethod
     def read_json(cls, path: str | Path) -> Prediction:
         """Read a prediction, checked against its type (:data:`PREDICTION_FORMAT`)."""
-        return cls.from_dict(files.read_json(path, what="prediction"), source=path)
+        return cls.from_dict(files.read_json(path, what=cls.WHAT), source=path)
 
 
-PREDICTION_FORMAT: TypeAdapter[Prediction] = TypeAdapter(Prediction)
+PREDICTION_FORMAT = Prediction.file_format()

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, TypeAdapter, computed_field, model_validator
+from pydantic import Field, computed_field, model_validator
 
 from shrink import files
 from shrink.checks import check_alpha
@@ -44,7 +44,6 @@ from shrink.enforce.cfs import (
     scheduler_tick_us,
 )
 from shrink.errors import ParameterError, TopologyError
-from shrink.jsonout import plain
 from shrink.machine import Machine
 from shrink.schemas import MAX_CPUS, Cpu, Fraction, Name
 from shrink.topology import format_cpulist, parse_cpulist
@@ -94,7 +93,7 @@ def select_compact(machine: Machine, alpha: float) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
-class ShareSpeed:
+class ShareSpeed(files.FileFormat):
     """The speed a share really delivered, relative to the full target.
 
     A CPU-time share of alpha is nominally a server at alpha of the speed, but a
@@ -157,15 +156,10 @@ class ShareSpeed:
             return {**d, "effective": d["nominal"]}
         return d
 
-    def to_dict(self) -> dict[str, Any]:
-        return plain(SPEED_FORMAT, self)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> ShareSpeed:
-        return files.adapt(SPEED_FORMAT, d, what="share speed")
+    WHAT = "share speed"
 
 
-SPEED_FORMAT: TypeAdapter[ShareSpeed] = TypeAdapter(ShareSpeed)
+SPEED_FORMAT = ShareSpeed.file_format()
 
 
 KINDS = ("all", "cores", "cpu_time")
@@ -177,7 +171,7 @@ def _absent(value: Any) -> bool:
 
 
 @dataclass(frozen=True)
-class Share:
+class Share(files.FileFormat):
     """What a scaled run gets of its full target (the server it stands for).
 
     ``kind``: ``all``, ``cores`` (a CPU subset at full speed) or ``cpu_time`` (CPUs
@@ -362,17 +356,12 @@ class Share:
         """The full target itself: all of ``cpus``, at full speed."""
         return cls("all", tuple(cpus), 1.0, text="all")
 
-    def to_dict(self) -> dict[str, Any]:
-        """The state/result-file form (``shrink.testbed/1`` and LoadCurve ``share``)."""
-        return plain(SHARE_FORMAT, self)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | Share | None) -> Share:
-        """Read :meth:`to_dict`'s form, or older files' (a Share is returned as it is)."""
-        return files.adapt(SHARE_FORMAT, d, what="share")
+    # The state/result-file form (``shrink.testbed/1`` and LoadCurve ``share``); a
+    # Share is read as it is.
+    WHAT = "share"
 
 
-SHARE_FORMAT: TypeAdapter[Share] = TypeAdapter(Share)
+SHARE_FORMAT = Share.file_format()
 
 
 def _parse_quota(text: str, whole: str) -> float:
