@@ -3,9 +3,11 @@
 Every JSON or TOML file shrink reads (LoadCurve, prediction, calibration,
 testbed state, machine spec, docroot manifest, and the JSON kept in a Parquet
 file's metadata) goes through :func:`read_json` / :func:`read_toml` /
-:func:`parse_json`, with a pydantic model of its schema
-(:mod:`shrink.schemas`). A bad file gives one line naming the file and what is
-wrong, never a traceback:
+:func:`parse_json`, and is checked against its schema: a pydantic model
+(:mod:`shrink.schemas`), or, for a format whose dataclass is a
+:class:`FileFormat` (share, load curve, prediction), the dataclass itself through
+its TypeAdapter (:func:`adapt`). A bad file gives one line naming the file and
+what is wrong, never a traceback:
 
 - the file is missing, a directory, unreadable or larger than ``MAX_BYTES``;
 - a byte that is not UTF-8 (its offset is named);
@@ -16,8 +18,8 @@ wrong, never a traceback:
 
 Bounds on every size (sockets, cores, list lengths, string lengths) live in the
 models, so a hostile number cannot make a later stage allocate gigabytes.
-The models allow keys they do not know (a newer writer may add some); readers
-get back the validated document as plain Python values.
+Keys a reader does not know are allowed (a newer writer may add some); readers
+get back the validated document as plain Python values, or the format's type.
 """
 
 from __future__ import annotations
