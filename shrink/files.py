@@ -3,9 +3,11 @@
 Every JSON or TOML file shrink reads (LoadCurve, prediction, calibration,
 testbed state, machine spec, docroot manifest, and the JSON kept in a Parquet
 file's metadata) goes through :func:`read_json` / :func:`read_toml` /
-:func:`parse_json`, with a pydantic model of its schema
-(:mod:`shrink.schemas`). A bad file gives one line naming the file and what is
-wrong, never a traceback:
+:func:`parse_json`, and is checked against its schema: a pydantic model
+(:mod:`shrink.schemas`), or, for a format whose dataclass is a
+:class:`FileFormat` (share, load curve, prediction), the dataclass itself through
+its TypeAdapter (:func:`adapt`). A bad file gives one line naming the file and
+what is wrong, never a traceback:
 
 - the file is missing, a directory, unreadable or larger than ``MAX_BYTES``;
 - a byte that is not UTF-8 (its offset is named);
@@ -16,22 +18,24 @@ wrong, never a traceback:
 
 Bounds on every size (sockets, cores, list lengths, string lengths) live in the
 models, so a hostile number cannot make a later stage allocate gigabytes.
-The models allow keys they do not know (a newer writer may add some); readers
-get back the validated document as plain Python values.
+Keys a reader does not know are allowed (a newer writer may add some); readers
+get back the validated document as plain Python values, or the format's type.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError, computed_field, model_validator
 
 from shrink.errors import ParameterError, TraceFormatError
+from shrink.jsonout import plain
 
 __all__ = [
     "MAX_BYTES",
@@ -49,6 +53,7 @@ __all__ = [
 MAX_BYTES = 16 * 1024 * 1024
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 
 def check_output(path: str | Path, *, kind: str = "file", what: str = "output") -> Path:
@@ -159,11 +164,80 @@ def validate(
     return obj.model_dump(exclude_unset=True, by_alias=True)
 
 
-def _describe(exc: ValidationError, what: str) -> str:
+def adapt(
+    adapter: TypeAdapter[T],
+    doc: Any,
+    *,
+    what: str,
+    at: str | None = None,
+    source: str | Path | None = None,
+) -> T:
+    """``doc`` read as the type of ``adapter`` (a typed file format); one line if it is not.
+
+    ``at``: where ``doc`` is in its file (``share``), named in the error before the field.
+    """
+    try:
+        return adapter.validate_python(doc)
+    except ValidationError as exc:
+        raise TraceFormatError(_describe(exc, what, at), path=source) from None
+    except RecursionError:
+        raise TraceFormatError(f"not a {what}: nested too deeply", path=source) from None
+
+
+class FileFormat:
+    """A dataclass that is a file format: its TypeAdapter is the schema, reader and writer.
+
+    ``to_dict`` and ``from_dict`` are the adapter's, so the dataclass's fields (their
+    types, bounds and defaults) are the one definition of the format. ``WHAT`` names it
+    in errors.
+    """
+
+    WHAT: ClassVar[str] = "file"
+
+    @classmethod
+    def file_format(cls) -> TypeAdapter[Self]:
+        return _adapter(cls)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The file form: JSON values, NaN as None."""
+        return plain(_adapter(type(self)), self)
+
+    @classmethod
+    def from_dict(cls, d: Any, *, source: str | Path | None = None) -> Self:
+        """Read the file form, or an older file's (the type's defaults fill in)."""
+        return adapt(_adapter(cls), d, what=cls.WHAT, source=source)
+
+
+class VersionedFile(FileFormat):
+    """A file format that names itself: ``schema`` (:attr:`SCHEMA`) is written and checked."""
+
+    SCHEMA: ClassVar[str] = ""
+
+    @computed_field(alias="schema")  # type: ignore[prop-decorator]
+    @property
+    def schema_id(self) -> str:
+        """The format's name and version, written as ``schema``."""
+        return self.SCHEMA
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named(cls, d: Any) -> Any:
+        if isinstance(d, dict) and d.get("schema") != cls.SCHEMA:
+            raise ValueError(f"schema == {d.get('schema')!r}, expected {cls.SCHEMA!r}")
+        return d
+
+
+@functools.cache
+def _adapter(cls: type) -> TypeAdapter[Any]:
+    return TypeAdapter(cls)
+
+
+def _describe(exc: ValidationError, what: str, at: str | None = None) -> str:
     errs = exc.errors(include_url=False)
     e = errs[0]
-    loc = _loc(e.get("loc", ()))
-    msg = str(e.get("msg", "invalid")).rstrip(".")
+    loc = _loc(((at,) if at else ()) + tuple(e.get("loc", ())))
+    # A validator's own ValueError is already a sentence; pydantic prefixes it.
+    msg = str(e.get("msg", "invalid")).rstrip(".").removeprefix("Value error, ")
     if e.get("type") == "missing":
         text = f"{what} lacks {loc or 'a field'}"
     else:

@@ -11,9 +11,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["dumps", "finite"]
+from pydantic import TypeAdapter
+
+T = TypeVar("T")
+
+__all__ = ["dumps", "finite", "plain"]
 
 
 def finite(obj: Any) -> Any:
@@ -64,3 +68,8 @@ def dumps(
         allow_nan=False,
         separators=separators,
     )
+
+
+def plain(adapter: TypeAdapter[T], value: T) -> dict[str, Any]:
+    """``value`` in its file form, by the TypeAdapter of its type: JSON values, NaN as None."""
+    return finite(adapter.dump_python(value, mode="json", by_alias=True, fallback=finite))

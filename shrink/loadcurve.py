@@ -15,20 +15,27 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    model_validator,
+)
 
 from shrink import files
 from shrink.atomic import write_text
-from shrink.errors import MeasurementError, TopologyError, TraceFormatError
+from shrink.errors import MeasurementError
 from shrink.jsonout import dumps
-from shrink.schemas import LoadCurveFile
+from shrink.schemas import MAX_LIST, Alpha, Count, CurveMeta, Finite, Name, NonNeg
 from shrink.share import Share
 
 __all__ = [
+    "CURVE_FORMAT",
     "FAILURE_LIMIT",
     "GENERATOR_SATURATED",
     "QGRID",
@@ -62,18 +69,38 @@ QGRID: tuple[float, ...] = tuple(
 )
 
 
+def _null_is_nan(v: Any) -> Any:
+    return float("nan") if v is None else v
+
+
+def _nan_or_bounded(v: float) -> float:
+    if not math.isnan(v) and not 0.0 <= v <= 1e15:
+        raise ValueError("must be null or a number in [0, 1e15]")
+    return v
+
+
+def _meta_checked(meta: Any) -> dict[str, Any]:
+    """A curve's ``meta``: the keys later stages read checked (:class:`CurveMeta`), all kept."""
+    return CurveMeta.model_validate(meta).model_dump(exclude_unset=True)
+
+
+# A measured figure: JSON has no NaN, so "none measured" is written null and read NaN.
+Measured = Annotated[float, BeforeValidator(_null_is_nan), AfterValidator(_nan_or_bounded)]
+
+
 @dataclass
 class ClassStats:
     """Latency statistics of one request class (or all) at one level, one repetition."""
 
-    n: int
-    throughput: float
-    mean: float
-    p50: float
-    p90: float
-    p99: float
-    p999: float
-    dist: list[float] | None = None  # latency quantiles at QGRID
+    n: Count
+    throughput: Measured
+    mean: Measured
+    p50: Measured
+    p90: Measured
+    p99: Measured
+    p999: Measured
+    # latency quantiles at QGRID
+    dist: Annotated[list[NonNeg | None], Field(max_length=10_000)] | None = None
 
     def get(self, stat: str) -> float:
         if stat in ("n", "throughput", "mean", "p50", "p90", "p99", "p999"):
@@ -116,27 +143,29 @@ def latency_stats(latencies: np.ndarray, window: float, *, with_dist: bool = Tru
 class LevelStats:
     """One repetition at one load level."""
 
-    throughput: float
+    throughput: Measured
     overall: ClassStats
-    per_class: dict[str, ClassStats] = field(default_factory=dict)
-    offered: float = float("nan")  # intended request rate in the window
+    per_class: Annotated[dict[Name, ClassStats], Field(max_length=1_000)] = field(
+        default_factory=dict
+    )
+    offered: Measured = float("nan")  # intended request rate in the window
     # Busy fraction of what the share may use, 0..1: for a CPU-time share of 25% a
     # core busy 25% of the time is at 1.0 (so utilizations compare across shares).
-    utilization: float | None = None
-    errors: int = 0
+    utilization: NonNeg | None = None
+    errors: Count = 0
     generator_behind: bool = False
-    send_lag_p99: float | None = None
-    send_lag_max: float | None = None  # the longest stall before a send (bounds its effect)
-    generator_cpu: float | None = None  # generator CPU seconds / wall seconds
+    send_lag_p99: Finite | None = None
+    send_lag_max: Finite | None = None  # the longest stall before a send (bounds its effect)
+    generator_cpu: NonNeg | None = None  # generator CPU seconds / wall seconds
     # CPU (in CPUs) used on the share's CPUs by anything but the server's processes,
     # and the hypervisor's steal on them (a VM's host running something else).
-    other_cpu: float | None = None
-    steal: float | None = None
-    generator_steal: float | None = None  # the largest on any of the generator's CPUs
+    other_cpu: Finite | None = None
+    steal: Finite | None = None
+    generator_steal: Finite | None = None  # the largest on any of the generator's CPUs
     # Failures by class over the window (shrink.runlog.FAILURE_CLASSES) and the requests
     # intended in it; None in curves written before they were counted.
-    failures: dict[str, int] | None = None
-    requests: int | None = None
+    failures: Annotated[dict[Name, Count], Field(max_length=64)] | None = None
+    requests: Count | None = None
 
     @property
     def failure_fraction(self) -> float | None:
@@ -162,8 +191,8 @@ class LevelStats:
 class Level:
     """A load level (the knob's value) with its repetitions."""
 
-    level: float
-    reps: list[LevelStats]
+    level: NonNeg
+    reps: Annotated[list[LevelStats], Field(max_length=10_000)]
 
     @property
     def kept(self) -> list[LevelStats]:
@@ -296,7 +325,7 @@ def _has(rep: LevelStats, cls: str | None) -> bool:
 
 
 @dataclass
-class LoadCurve:
+class LoadCurve(files.VersionedFile):
     """Latency against load for one target (machine x mapping x share) and one sample.
 
     ``knob`` names what ``Level.level`` is: ``rate_factor``, ``users`` or ``rate``.
@@ -305,13 +334,13 @@ class LoadCurve:
     :meth:`shrink.share.Share.to_dict`'s form is read as one).
     """
 
-    levels: list[Level]
-    knob: str = "rate_factor"
-    alpha: float = 1.0
+    levels: Annotated[list[Level], Field(max_length=MAX_LIST)]
+    knob: Name = "rate_factor"
+    alpha: Alpha = 1.0
     share: Share = field(default_factory=lambda: Share("all", (), 1.0))
-    mapping: str = "1-replica"
+    mapping: Name = "1-replica"
     machine: dict[str, Any] = field(default_factory=dict)
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: Annotated[dict[str, Any], AfterValidator(_meta_checked)] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.levels = sorted(self.levels, key=lambda lv: lv.level)
@@ -400,61 +429,22 @@ class LoadCurve:
         return out
 
     # I/O ---------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema": SCHEMA_ID,
-            "knob": self.knob,
-            "alpha": self.alpha,
-            "share": self.share.to_dict(),
-            "mapping": self.mapping,
-            "machine": self.machine,
-            "meta": self.meta,
-            "levels": [
-                {"level": lv.level, "reps": [_clean(asdict(r)) for r in lv.reps]}
-                for lv in self.levels
-            ],
-        }
+    SCHEMA = SCHEMA_ID
+    WHAT = "load curve"
 
+    @model_validator(mode="before")
     @classmethod
-    def from_dict(cls, d: dict[str, Any], *, source: str | None = None) -> LoadCurve:
-        if d.get("schema") != SCHEMA_ID:
-            raise TraceFormatError(
-                f"schema == {d.get('schema')!r}, expected {SCHEMA_ID!r}", path=source
-            )
-        levels = []
-        for lv in d["levels"]:
-            reps = []
-            for r in lv["reps"]:
-                r = _known(r, _REP_FIELDS)
-                r["overall"] = ClassStats(**_unclean(_known(r["overall"], _CLASS_FIELDS)))
-                r["per_class"] = {
-                    k: ClassStats(**_unclean(_known(v, _CLASS_FIELDS)))
-                    for k, v in r.get("per_class", {}).items()
-                }
-                reps.append(LevelStats(**_unclean(r)))
-            levels.append(Level(level=float(lv["level"]), reps=reps))
-        try:
-            share = Share.from_dict(d.get("share"))
-        except (TopologyError, TypeError, ValueError) as exc:
-            raise TraceFormatError(f"field 'share': {exc}", path=source) from None
-        return cls(
-            levels=levels,
-            knob=d.get("knob", "rate_factor"),
-            alpha=float(d.get("alpha", 1.0)),
-            share=share,
-            mapping=d.get("mapping", ""),
-            machine=d.get("machine", {}),
-            meta=d.get("meta", {}),
-        )
+    def _mapping_named(cls, d: Any) -> Any:
+        # A curve file without a mapping named none (the default is for new curves).
+        return {"mapping": "", **d} if isinstance(d, dict) else d
 
     def write_json(self, path: str | Path) -> Path:
         return write_text(path, dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
 
     @classmethod
     def read_json(cls, path: str | Path) -> LoadCurve:
-        """Read a curve, checked against its schema (:class:`shrink.schemas.LoadCurveFile`)."""
-        d = files.read_json(path, LoadCurveFile, what="load curve")
-        return cls.from_dict(d, source=str(path))
+        """Read a curve, checked against its type (:data:`CURVE_FORMAT`)."""
+        return cls.from_dict(files.read_json(path, what=cls.WHAT), source=path)
 
     @classmethod
     def from_levels(
@@ -469,28 +459,4 @@ class LoadCurve:
             )
 
 
-def _clean(obj: Any) -> Any:
-    """JSON has no NaN: write null."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_clean(v) for v in obj]
-    return obj
-
-
-_FLOAT_FIELDS = {"throughput", "mean", "p50", "p90", "p99", "p999", "offered"}
-
-
-_REP_FIELDS = frozenset(f.name for f in fields(LevelStats))
-_CLASS_FIELDS = frozenset(f.name for f in fields(ClassStats))
-
-
-def _known(d: dict[str, Any], names: frozenset[str]) -> dict[str, Any]:
-    """The keys this version knows: a newer writer's additions are ignored, not fatal."""
-    return {k: v for k, v in d.items() if k in names}
-
-
-def _unclean(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: (float("nan") if v is None and k in _FLOAT_FIELDS else v) for k, v in d.items()}
+CURVE_FORMAT = LoadCurve.file_format()

@@ -466,7 +466,7 @@ def _provenance(
         "kernel": platform.release(),
         "machine": machine.name,
         "server_cpus": list(cpus),
-        "share": json.dumps(share.to_dict()),
+        "share": json.dumps(share.to_dict(), sort_keys=True),
         "alpha": alpha,
         "seed": config.seed,
         "target": json.dumps(measured.meta.get("target", {}).get("versions", {})),

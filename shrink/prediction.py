@@ -20,28 +20,69 @@ Other keys (``workload``, ``sweep``, ``source_curve``) are kept in ``extra``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    Field,
+    computed_field,
+    model_serializer,
+    model_validator,
+)
 
 from shrink import files
 from shrink.atomic import write_text
-from shrink.errors import TraceFormatError
 from shrink.jsonout import dumps
-from shrink.schemas import PredictionFile
+from shrink.schemas import (
+    MAX_LIST,
+    Alpha,
+    Loose,
+    Name,
+    NonNeg,
+    Positive,
+    Stat,
+    Text,
+    ValidateInputs,
+)
 from shrink.share import Share
 
-__all__ = ["SCHEMA_ID", "MappingPrediction", "Prediction", "StatPrediction", "rank_mappings"]
+__all__ = [
+    "PREDICTION_FORMAT",
+    "SCHEMA_ID",
+    "MappingPrediction",
+    "Prediction",
+    "StatPrediction",
+    "rank_mappings",
+]
 
 SCHEMA_ID = "shrink.prediction/1"
 
 
-def _float(x: Any) -> float | None:
-    return None if x is None else float(x)
+def _none(value: Any) -> bool:
+    return value is None
+
+
+def _empty(value: Any) -> bool:
+    return not value
+
+
+def _inputs_checked(inputs: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What ``shrink validate`` reads back checked (:class:`ValidateInputs`), all kept."""
+    return (
+        None
+        if inputs is None
+        else ValidateInputs.model_validate(inputs).model_dump(exclude_unset=True)
+    )
+
+
+Bounds = tuple[Loose | None, Loose | None]
 
 
 @dataclass(frozen=True)
-class StatPrediction:
+class StatPrediction(files.FileFormat):
     """A MAT (req/s) under a threshold (s), with its interval.
 
     ``status`` (``ok``, ``not_reached``, ``below_range``) comes with a MAT read
@@ -51,74 +92,85 @@ class StatPrediction:
     levels and writes no hint (``measured`` False).
     """
 
-    mat: float | None
-    ci: tuple[float | None, float | None]
-    threshold: float
-    status: str | None = None
-    stalled_ceiling: float | None = None
-    measured: bool = True
+    mat: Loose | None
+    ci: Bounds
+    threshold: Positive
+    status: Annotated[
+        Literal["ok", "not_reached", "below_range"] | None, Field(exclude_if=_none)
+    ] = None
+    stalled_ceiling: NonNeg | None = None
+    # Not written: a reader knows it by the "stalled_ceiling" key being there.
+    measured: Annotated[bool, Field(exclude=True)] = True
     # The main job's intervals are prediction intervals (shrink.uncertainty): the
     # repetitions' own CI and the terms added to it are kept beside them.
-    ci_repetitions: tuple[float | None, float | None] | None = None
-    error_budget: dict[str, float] | None = None
+    ci_repetitions: Annotated[Bounds | None, Field(exclude_if=_none)] = None
+    error_budget: Annotated[dict[str, float] | None, Field(exclude_if=_none)] = None
 
     @property
     def is_bound(self) -> bool:
         """Whether the MAT is only a bound (the curve did not cross inside its levels)."""
         return self.status not in (None, "ok")
 
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"mat": self.mat, "ci": [self.ci[0], self.ci[1]]}
-        d["threshold"] = self.threshold
-        if self.status is not None:
-            d["status"] = self.status
-            # "lower" (the MAT is at least mat), "upper" (below it) or None: see shrink.mat
-            d["bound"] = {"not_reached": "lower", "below_range": "upper"}.get(self.status)
-            if self.measured:
-                d["stalled_ceiling"] = self.stalled_ceiling
-        if self.ci_repetitions is not None:
-            d["ci_repetitions"] = list(self.ci_repetitions)
-        if self.error_budget is not None:
-            d["error_budget"] = dict(self.error_budget)
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def bound(self) -> Literal["lower", "upper"] | None:
+        """ "lower" (the MAT is at least mat), "upper" (below it) or None: see shrink.mat."""
+        return {"not_reached": "lower", "below_range": "upper"}.get(self.status or "")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read(cls, d: Any) -> Any:
+        if isinstance(d, Mapping):
+            return {**d, "measured": "stalled_ceiling" in d, "ci": d.get("ci") or (None, None)}
         return d
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> StatPrediction:
-        ci = d.get("ci") or (None, None)
-        rep = d.get("ci_repetitions")
-        return cls(
-            _float(d["mat"]),
-            (_float(ci[0]), _float(ci[1])),
-            float(d["threshold"]),
-            None if d.get("status") is None else str(d["status"]),
-            _float(d.get("stalled_ceiling")),
-            "stalled_ceiling" in d,
-            None if rep is None else (_float(rep[0]), _float(rep[1])),
-            None if d.get("error_budget") is None else dict(d["error_budget"]),
-        )
+    @model_serializer(mode="wrap")
+    def _written(self, handler: Any) -> dict[str, Any]:
+        # A MAT read off a curve says what it is (status, bound) and, where measured,
+        # the hint its stalled levels give; a modelled MAT writes neither.
+        d: dict[str, Any] = handler(self)
+        if self.status is None:
+            d.pop("bound", None)
+        if self.status is None or not self.measured:
+            d.pop("stalled_ceiling", None)
+        return d
+
+    WHAT = "MAT"
+
+
+STAT_FORMAT = StatPrediction.file_format()
 
 
 @dataclass(frozen=True)
-class MappingPrediction:
-    stats: dict[str, StatPrediction]
-    curve: dict[str, list[float]]
-    detail: dict[str, Any] = field(default_factory=dict)
+class MappingPrediction(files.FileFormat):
+    stats: Annotated[dict[Name, StatPrediction], Field(max_length=1_000)]
+    curve: dict[Name, Annotated[list[Loose | None], Field(max_length=MAX_LIST)]] = field(
+        default_factory=dict
+    )
+    detail: Annotated[dict[str, Any], Field(exclude_if=_empty)] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {k: v.to_dict() for k, v in self.stats.items()}
-        d["curve"] = self.curve
-        if self.detail:
-            d["detail"] = self.detail
+    @model_validator(mode="before")
+    @classmethod
+    def _read(cls, d: Any) -> Any:
+        # The file holds the statistics beside the curve: any key holding a MAT is one.
+        if isinstance(d, Mapping) and "stats" not in d:
+            stats = {
+                k: v
+                for k, v in d.items()
+                if k not in ("curve", "detail") and isinstance(v, Mapping) and "mat" in v
+            }
+            return {"stats": stats, "curve": d.get("curve", {}), "detail": d.get("detail", {})}
         return d
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> MappingPrediction:
-        stats = {
-            k: StatPrediction.from_dict(v)
-            for k, v in d.items()
-            if k not in ("curve", "detail") and isinstance(v, dict) and "mat" in v
-        }
-        return cls(stats, dict(d.get("curve", {})), dict(d.get("detail", {})))
+    @model_serializer(mode="wrap")
+    def _written(self, handler: Any) -> dict[str, Any]:
+        d: dict[str, Any] = handler(self)
+        return {**d.pop("stats"), **d}
+
+    WHAT = "mapping's prediction"
+
+
+MAPPING_FORMAT = MappingPrediction.file_format()
 
 
 def rank_mappings(
@@ -144,104 +196,61 @@ def rank_mappings(
     return sorted(mappings, key=key, reverse=True)
 
 
-# The main job's fields, in the order a reader meets them; None: not written.
-_RECORDED = (
-    "target",
-    "target_description",
-    "alpha",
-    "level",
-    "seed",
-    "share",
-    "thresholds",
-    "measured_mats",
-    "confidence_summary",
-    "self_checks",
-    "trace",
-    "provenance",
-    "full_run",
-    "inputs",
-    "whatif",
-    "server",
-)
-
-
 @dataclass
-class Prediction:
+class Prediction(files.VersionedFile):
     """What the full machine is predicted to do under each mapping."""
 
     machine: dict[str, Any]
-    mappings: dict[str, MappingPrediction]
+    mappings: Annotated[dict[Name, MappingPrediction], Field(max_length=1_000)]
     # None: no mapping is recommended (the MATs compared are bounds); ``reason`` says why
-    recommended: str | None
-    reason: str
+    recommended: Name | None
+    reason: Text
     calibration: dict[str, Any] = field(default_factory=dict)
-    assumptions: list[str] = field(default_factory=list)
-    # What the main job measured, and how (see the module docstring).
-    target: str | None = None
-    target_description: str | None = None
-    alpha: float | None = None
-    level: str | None = None
-    seed: int | None = None
-    share: Share | None = None
-    thresholds: dict[str, float] | None = None
-    measured_mats: dict[str, StatPrediction] | None = None
-    confidence_summary: str | None = None
-    self_checks: dict[str, Any] | None = None
-    trace: dict[str, Any] | None = None
-    provenance: dict[str, Any] | None = None
-    full_run: dict[str, Any] | None = None
-    inputs: dict[str, Any] | None = None
-    whatif: dict[str, Any] | None = None
-    server: dict[str, Any] | None = None  # the testbed's recipe: name, source, versions
-    extra: dict[str, Any] = field(default_factory=dict)
+    assumptions: Annotated[list[Any], Field(max_length=MAX_LIST)] = field(default_factory=list)
+    # What the main job measured, and how (see the module docstring); None: not written.
+    target: Annotated[Name | None, Field(exclude_if=_none)] = None
+    target_description: Annotated[Text | None, Field(exclude_if=_none)] = None
+    alpha: Annotated[Alpha | None, Field(exclude_if=_none)] = None
+    level: Annotated[Name | None, Field(exclude_if=_none)] = None
+    seed: Annotated[Annotated[int, Field(ge=0, le=2**63)] | None, Field(exclude_if=_none)] = None
+    share: Annotated[Share | None, Field(exclude_if=_none)] = None
+    thresholds: Annotated[dict[Stat, Positive] | None, Field(exclude_if=_none)] = None
+    measured_mats: Annotated[dict[Stat, StatPrediction] | None, Field(exclude_if=_none)] = None
+    confidence_summary: Annotated[Text | None, Field(exclude_if=_none)] = None
+    self_checks: Annotated[dict[str, Any] | None, Field(exclude_if=_none)] = None
+    trace: Annotated[dict[str, Any] | None, Field(exclude_if=_none)] = None
+    provenance: Annotated[dict[str, Any] | None, Field(exclude_if=_none)] = None
+    full_run: Annotated[dict[str, Any] | None, Field(exclude_if=_none)] = None
+    inputs: Annotated[
+        dict[str, Any] | None, AfterValidator(_inputs_checked), Field(exclude_if=_none)
+    ] = None
+    whatif: Annotated[dict[str, Any] | None, Field(exclude_if=_none)] = None
+    # the testbed's recipe: name, source, versions
+    server: Annotated[dict[str, Any] | None, Field(exclude_if=_none)] = None
+    # Keys this version does not know (``workload``, ``sweep``), kept and written back.
+    extra: Annotated[dict[str, Any], Field(exclude=True)] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {
-            "schema": SCHEMA_ID,
-            "machine": self.machine,
-            "mappings": {k: v.to_dict() for k, v in self.mappings.items()},
-            "recommended": self.recommended,
-            "reason": self.reason,
-            "calibration": self.calibration,
-            "assumptions": self.assumptions,
-        }
-        for name in _RECORDED:
-            value = getattr(self, name)
-            if value is None:
-                continue
-            if name == "measured_mats":
-                value = {k: v.to_dict() for k, v in value.items()}
-            elif name == "share":
-                value = value.to_dict()
-            d[name] = value
-        return {**d, **self.extra}
+    SCHEMA = SCHEMA_ID
+    WHAT = "prediction"
 
+    @model_validator(mode="before")
     @classmethod
-    def from_dict(cls, d: dict[str, Any], *, source: str | Path | None = None) -> Prediction:
-        if d.get("schema") != SCHEMA_ID:
-            raise TraceFormatError(
-                f"schema == {d.get('schema')!r}, expected {SCHEMA_ID!r}", path=source
-            )
-        if not isinstance(d.get("mappings"), dict):
-            raise TraceFormatError("a prediction without 'mappings'", path=source)
-        known = {f.name for f in fields(cls)} | {"schema"}
-        recorded: dict[str, Any] = {k: d.get(k) for k in _RECORDED}
-        if recorded["share"] is not None:
-            recorded["share"] = Share.from_dict(recorded["share"])
-        if recorded["measured_mats"] is not None:
-            recorded["measured_mats"] = {
-                k: StatPrediction.from_dict(v) for k, v in recorded["measured_mats"].items()
-            }
-        return cls(
-            machine=dict(d.get("machine", {})),
-            mappings={k: MappingPrediction.from_dict(v) for k, v in d["mappings"].items()},
-            recommended=str(d["recommended"]) if d.get("recommended") else None,
-            reason=str(d.get("reason", "")),
-            calibration=dict(d.get("calibration", {})),
-            assumptions=list(d.get("assumptions", [])),
-            extra={k: v for k, v in d.items() if k not in known},
-            **recorded,
-        )
+    def _read(cls, d: Any) -> Any:
+        if not isinstance(d, Mapping):
+            return d
+        known = {f.name for f in fields(cls)}
+        out = {k: v for k, v in d.items() if k in known}
+        out["schema"] = d.get("schema")  # checked by VersionedFile, in either order
+        out["extra"] = {k: v for k, v in d.items() if k not in known and k != "schema"}
+        out["recommended"] = d.get("recommended") or None
+        # The what-if's files may lack the main job's machine and reason.
+        out.setdefault("machine", {})
+        out.setdefault("reason", "")
+        return out
+
+    @model_serializer(mode="wrap")
+    def _written(self, handler: Any) -> dict[str, Any]:
+        return {**handler(self), **self.extra}
 
     def mapping_stat(self, mapping: str, stat: str) -> StatPrediction | None:
         """The prediction for ``stat`` under ``mapping``, or None when it has none."""
@@ -249,19 +258,13 @@ class Prediction:
         return None if m is None else m.stats.get(stat)
 
     def write_json(self, path: str | Path, *, indent: int = 1) -> Path:
-        text = dumps(self.to_dict(), indent=indent, sort_keys=True, default=_json)
+        text = dumps(self.to_dict(), indent=indent, sort_keys=True)
         return write_text(path, text + "\n")  # atomic: never a half-written file
 
     @classmethod
     def read_json(cls, path: str | Path) -> Prediction:
-        """Read a prediction, checked against :class:`shrink.schemas.PredictionFile`."""
-        d = files.read_json(path, PredictionFile, what="prediction")
-        return cls.from_dict(d, source=path)
+        """Read a prediction, checked against its type (:data:`PREDICTION_FORMAT`)."""
+        return cls.from_dict(files.read_json(path, what=cls.WHAT), source=path)
 
 
-def _json(o: Any) -> Any:
-    """numpy scalars as Python numbers (a MAT computed with numpy is a numpy float)."""
-    item = getattr(o, "item", None)
-    if item is None:
-        raise TypeError(type(o).__name__)
-    return item()
+PREDICTION_FORMAT = Prediction.file_format()

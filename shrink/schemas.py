@@ -13,14 +13,13 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
     "CalibrationFile",
-    "LoadCurveFile",
+    "CurveMeta",
     "MachineSpec",
     "ManifestFile",
-    "PredictionFile",
     "RegistryEntryFile",
     "TestbedStateFile",
     "TraceMeta",
@@ -93,56 +92,7 @@ class MachineSpec(_Open):
         return self
 
 
-class ShareModel(_Open):
-    kind: Name = "all"
-    cpus: Annotated[list[Cpu], Field(max_length=MAX_CPUS)] | None = None
-    fraction: Fraction | None = None
-    # Read back into a Share, whose CFS quota is computed from these two (found by
-    # fuzzing: a NaN or infinite fraction crashed it).
-    cpu_fraction: Fraction | None = None
-    period_us: Annotated[int, Field(ge=1, le=10**7)] | None = None
-
-
-# LoadCurve ---------------------------------------------------------------------
-OptFloat = NonNeg | None
-
-
-class ClassStatsModel(_Open):
-    n: Count
-    throughput: OptFloat
-    mean: OptFloat
-    p50: OptFloat
-    p90: OptFloat
-    p99: OptFloat
-    p999: OptFloat
-    dist: Annotated[list[OptFloat], Field(max_length=10_000)] | None = None
-
-
-class LevelStatsModel(_Open):
-    throughput: OptFloat
-    overall: ClassStatsModel
-    per_class: Annotated[dict[Name, ClassStatsModel], Field(max_length=1_000)] = {}
-    offered: OptFloat = None
-    utilization: OptFloat = None
-    errors: Count = 0
-    generator_behind: bool = False
-    send_lag_p99: Finite | None = None
-    send_lag_max: Finite | None = None
-    generator_cpu: OptFloat = None
-    other_cpu: Finite | None = None
-    steal: Finite | None = None
-    generator_steal: Finite | None = None
-    # Failures by class over the window and the requests intended in it (absent in
-    # curves written before failures were counted).
-    failures: Annotated[dict[Name, Count], Field(max_length=64)] | None = None
-    requests: Count | None = None
-
-
-class LevelModel(_Open):
-    level: NonNeg
-    reps: Annotated[list[LevelStatsModel], Field(max_length=10_000)]
-
-
+# LoadCurve (its levels: shrink.loadcurve.CURVE_FORMAT) ------------------------------
 class GeneratorMeta(_Open):
     routing: Name = "hash"
     conns_per_session: Annotated[int, Field(ge=1, le=1_000)] = 1
@@ -159,17 +109,6 @@ class CurveMeta(_Open):
     skip: NonNeg = 0.0
     workload: Name = "measured"
     target: dict[str, Any] = {}
-
-
-class LoadCurveFile(_Open):
-    schema_: Literal["shrink.loadcurve/1"] = Field(alias="schema")
-    knob: Name = "rate_factor"
-    alpha: Alpha = 1.0
-    share: ShareModel = ShareModel()
-    mapping: Name = ""
-    machine: dict[str, Any] = {}
-    meta: CurveMeta = CurveMeta()
-    levels: Annotated[list[LevelModel], Field(max_length=MAX_LIST)]
 
 
 # Testbed state -------------------------------------------------------------------
@@ -220,7 +159,7 @@ class TestbedStateFile(_Open):
 
     schema_: Literal["shrink.testbed/1"] = Field(alias="schema")
     replicas: Annotated[list[ReplicaModel], Field(min_length=1, max_length=1_024)]
-    share: ShareModel
+    share: dict[str, Any]  # read as shrink.share.Share (SHARE_FORMAT) by TestbedState
     mapping: dict[str, Any]
     machine: dict[str, Any]
     docroot: Text
@@ -244,15 +183,7 @@ class RegistryEntryFile(_Open):
     state: TestbedStateFile
 
 
-# Prediction (shrink predict's prediction.json) -------------------------------------
-class StatPredictionModel(_Open):
-    mat: Loose | None
-    ci: Annotated[list[Loose | None], Field(min_length=2, max_length=2)] | None = None
-    threshold: Positive
-    status: Literal["ok", "not_reached", "below_range"] | None = None
-    stalled_ceiling: NonNeg | None = None
-
-
+# Prediction (the rest: shrink.prediction.PREDICTION_FORMAT) --------------------------
 class ValidateInputs(_Open):
     """What ``shrink validate --full-run run`` reads from ``prediction.json``'s inputs."""
 
@@ -263,56 +194,6 @@ class ValidateInputs(_Open):
     server_cpus: Annotated[list[Cpu], Field(max_length=MAX_CPUS)] | None = None
     plan: dict[str, Any] | None = None
     skip: NonNeg = 0.0
-
-
-class MappingPredictionModel(_Open):
-    mean: StatPredictionModel | None = None
-    p50: StatPredictionModel | None = None
-    p90: StatPredictionModel | None = None
-    p99: StatPredictionModel | None = None
-    p999: StatPredictionModel | None = None
-    curve: dict[Name, Annotated[list[Loose | None], Field(max_length=MAX_LIST)]] = {}
-    detail: dict[str, Any] = {}
-
-    @model_validator(mode="after")
-    def _other_stats(self) -> MappingPredictionModel:
-        # A reader takes any other key holding a dict with "mat" for a statistic too.
-        for key, value in (self.model_extra or {}).items():
-            if isinstance(value, dict) and "mat" in value:
-                try:
-                    StatPredictionModel.model_validate(value)
-                except ValidationError as exc:
-                    err = exc.errors(include_url=False)[0]
-                    where = ".".join(str(x) for x in (key, *err.get("loc", ())))
-                    raise ValueError(f"{where}: {err.get('msg', 'invalid')}") from None
-        return self
-
-
-class PredictionFile(_Open):
-    """``shrink.prediction/1`` (:mod:`shrink.prediction`); the main job's fields are optional."""
-
-    schema_: Literal["shrink.prediction/1"] = Field(alias="schema")
-    machine: dict[str, Any] = {}
-    mappings: Annotated[dict[Name, MappingPredictionModel], Field(max_length=1_000)]
-    recommended: Name | None = None
-    reason: Text = ""
-    calibration: dict[str, Any] = {}
-    assumptions: Annotated[list[Any], Field(max_length=MAX_LIST)] = []
-    target: Name | None = None
-    target_description: Text | None = None
-    alpha: Alpha | None = None
-    level: Name | None = None
-    seed: Annotated[int, Field(ge=0, le=2**63)] | None = None
-    share: ShareModel | None = None
-    thresholds: dict[Stat, Positive] | None = None
-    measured_mats: dict[Stat, StatPredictionModel] | None = None
-    confidence_summary: Text | None = None
-    self_checks: dict[str, Any] | None = None
-    trace: dict[str, Any] | None = None
-    provenance: dict[str, Any] | None = None
-    full_run: dict[str, Any] | None = None
-    inputs: ValidateInputs | None = None
-    whatif: dict[str, Any] | None = None
 
 
 # Calibration ------------------------------------------------------------------------

@@ -27,8 +27,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Annotated, Any, Literal
 
+from pydantic import Field, computed_field, model_validator
+
+from shrink import files
 from shrink.checks import check_alpha
 from shrink.enforce.cfs import (
     MAX_PERIOD_US,
@@ -42,12 +45,15 @@ from shrink.enforce.cfs import (
 )
 from shrink.errors import ParameterError, TopologyError
 from shrink.machine import Machine
+from shrink.schemas import MAX_CPUS, Cpu, Fraction, Name
 from shrink.topology import format_cpulist, parse_cpulist
 
 __all__ = [
     "KINDS",
     "MAX_PERIOD_US",
     "MIN_QUOTA_US",
+    "SHARE_FORMAT",
+    "SPEED_FORMAT",
     "Cgroup",
     "CgroupLayout",
     "Share",
@@ -87,7 +93,7 @@ def select_compact(machine: Machine, alpha: float) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
-class ShareSpeed:
+class ShareSpeed(files.FileFormat):
     """The speed a share really delivered, relative to the full target.
 
     A CPU-time share of alpha is nominally a server at alpha of the speed, but a
@@ -124,11 +130,13 @@ class ShareSpeed:
     # and utilization of its quota.
     share_runs: tuple[dict[str, Any], ...] = ()
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def full_target_seconds(self) -> float:
         """Seconds of the full target's time the calibration took."""
         return round(float(sum(r.get("seconds", 0.0) for r in self.full_target_runs)), 6)
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def full_target_busy(self) -> float | None:
         """The highest utilization of the full target during the calibration."""
@@ -140,47 +148,30 @@ class ShareSpeed:
         """No measurement: the share is taken to run at its nominal fraction."""
         return cls(nominal=nominal, per_class={}, effective=nominal, method="nominal")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "nominal": self.nominal,
-            "per_class": dict(self.per_class),
-            "effective": self.effective,
-            "method": self.method,
-            "cost_s": self.cost_s,
-            "notes": list(self.notes),
-            "sigma": self.sigma,
-            "full_capacity": self.full_capacity,
-            "full_target_runs": [dict(r) for r in self.full_target_runs],
-            "full_target_seconds": self.full_target_seconds,
-            "full_target_busy": self.full_target_busy,
-            "share_runs": [dict(r) for r in self.share_runs],
-        }
-
+    @model_validator(mode="before")
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ShareSpeed:
-        return cls(
-            nominal=float(d["nominal"]),
-            per_class={str(k): float(v) for k, v in dict(d.get("per_class", {})).items()},
-            effective=float(d.get("effective", d["nominal"])),
-            method=str(d.get("method", "nominal")),
-            cost_s=float(d.get("cost_s", 0.0)),
-            notes=tuple(str(n) for n in d.get("notes", ())),
-            sigma=float(d.get("sigma", 0.0)),
-            full_capacity=_float_or_none(d.get("full_capacity")),
-            full_target_runs=tuple(dict(r) for r in d.get("full_target_runs", ())),
-            share_runs=tuple(dict(r) for r in d.get("share_runs", ())),
-        )
+    def _effective_defaults_to_nominal(cls, d: Any) -> Any:
+        # Files written before the speed was measured have no "effective".
+        if isinstance(d, Mapping) and "effective" not in d and "nominal" in d:
+            return {**d, "effective": d["nominal"]}
+        return d
+
+    WHAT = "share speed"
 
 
-def _float_or_none(v: Any) -> float | None:
-    return None if v is None else float(v)
+SPEED_FORMAT = ShareSpeed.file_format()
 
 
 KINDS = ("all", "cores", "cpu_time")
+Kind = Literal["all", "cores", "cpu_time"]
+
+
+def _absent(value: Any) -> bool:
+    return value is None
 
 
 @dataclass(frozen=True)
-class Share:
+class Share(files.FileFormat):
     """What a scaled run gets of its full target (the server it stands for).
 
     ``kind``: ``all``, ``cores`` (a CPU subset at full speed) or ``cpu_time`` (CPUs
@@ -200,14 +191,46 @@ class Share:
     full target, the share it was measured on.
     """
 
-    kind: str
-    cpus: tuple[int, ...]
-    fraction: float
-    cpu_fraction: float = 1.0
-    period_us: int | None = None
-    text: str = field(default="", compare=False)
-    speed: ShareSpeed | None = field(default=None, compare=False)
-    predicted_from: Share | None = field(default=None, compare=False)
+    kind: Kind = "all"
+    cpus: Annotated[tuple[Cpu, ...], Field(max_length=MAX_CPUS)] = ()
+    fraction: Fraction = 1.0
+    cpu_fraction: Fraction = 1.0
+    period_us: Annotated[int, Field(ge=1, le=10**7)] | None = None
+    text: Name = field(default="", compare=False)
+    speed: Annotated[ShareSpeed | None, Field(exclude_if=_absent)] = field(
+        default=None, compare=False
+    )
+    predicted_from: Annotated[Share | None, Field(exclude_if=_absent)] = field(
+        default=None, compare=False
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_files(cls, d: Any) -> Any:
+        """Older files may lack keys or hold null for them (the defaults), and gave a
+        CPU-time share's ``fraction`` of the whole machine; by the definition above it
+        is its ``cpu_fraction``, so that is what is read."""
+        if d is None:
+            return {}
+        if not isinstance(d, Mapping):
+            return d
+        d = {k: v for k, v in d.items() if v is not None}
+        if d.get("kind") == "cpu_time":
+            d["cpu_fraction"] = d.get("cpu_fraction", d.get("fraction", 1.0))
+            d.pop("fraction", None)  # taken from cpu_fraction, once that is checked
+        return d
+
+    @model_validator(mode="after")
+    def _cpu_time_fraction(self) -> Share:
+        if self.kind == "cpu_time" and self.fraction != self.cpu_fraction:
+            return replace(self, fraction=self.cpu_fraction)
+        return self
+
+    @computed_field(alias="quota_us")  # type: ignore[prop-decorator]
+    @property
+    def group_quota_us(self) -> int | None:
+        """The CFS quota of all of the share's CPUs (written as ``quota_us``)."""
+        return self.quota_us()
 
     @property
     def speed_factor(self) -> float:
@@ -333,53 +356,12 @@ class Share:
         """The full target itself: all of ``cpus``, at full speed."""
         return cls("all", tuple(cpus), 1.0, text="all")
 
-    def to_dict(self) -> dict[str, Any]:
-        """The state/result-file form (``shrink.testbed/1`` and LoadCurve ``share``)."""
-        d: dict[str, Any] = {
-            "kind": self.kind,
-            "cpus": list(self.cpus),
-            "fraction": self.fraction,
-            "cpu_fraction": self.cpu_fraction,
-            "quota_us": self.quota_us(),
-            "period_us": self.period_us,
-            "text": self.text,
-        }
-        if self.speed is not None:
-            d["speed"] = self.speed.to_dict()
-        if self.predicted_from is not None:
-            d["predicted_from"] = self.predicted_from.to_dict()
-        return d
+    # The state/result-file form (``shrink.testbed/1`` and LoadCurve ``share``); a
+    # Share is read as it is.
+    WHAT = "share"
 
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | Share | None) -> Share:
-        """Read :meth:`to_dict`'s form; also older files, whose keys may be missing.
 
-        Older files gave a CPU-time share's ``fraction`` of the whole machine; it is
-        its ``cpu_fraction`` by the definition above, so that is what is read. A
-        Share (a testbed state's, already read) is returned as it is.
-        """
-        if isinstance(d, Share):
-            return d
-        d = dict(d or {})
-        kind = str(d.get("kind", "all"))
-        if kind not in KINDS:
-            raise TopologyError(f"share kind == {kind!r}, must be one of {', '.join(KINDS)}.")
-        cpu_fraction = float(d.get("cpu_fraction", d.get("fraction", 1.0)))
-        if kind != "cpu_time":
-            cpu_fraction = float(d.get("cpu_fraction", 1.0))
-        fraction = cpu_fraction if kind == "cpu_time" else float(d.get("fraction", 1.0))
-        speed = d.get("speed")
-        origin = d.get("predicted_from")
-        return cls(
-            kind=kind,
-            cpus=tuple(int(c) for c in d.get("cpus") or ()),
-            fraction=fraction,
-            cpu_fraction=cpu_fraction,
-            period_us=d.get("period_us"),
-            text=str(d.get("text", "")),
-            speed=ShareSpeed.from_dict(speed) if speed else None,
-            predicted_from=cls.from_dict(origin) if origin is not None else None,
-        )
+SHARE_FORMAT = Share.file_format()
 
 
 def _parse_quota(text: str, whole: str) -> float:

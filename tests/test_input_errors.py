@@ -4,6 +4,7 @@ trace content is made fit for the wire; output paths are checked before measurin
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from shrink.machine import Machine
 from shrink.mat import mat, mat_text
 from shrink.replay._http import build_request, wire_target
 from shrink.schedule import build_schedule
-from shrink.schemas import LoadCurveFile, MachineSpec
+from shrink.schemas import MachineSpec
 from shrink.testbed import lifecycle
 from shrink.trace import Trace
 
@@ -56,6 +57,39 @@ def test_read_json_names_file_and_field(tmp_path: Path) -> None:
         LoadCurve.read_json(p)
 
 
+def test_the_curve_format_is_the_curve_type(tmp_path: Path) -> None:
+    """One definition: LoadCurve and its parts are the schema, reader and writer."""
+    from shrink.loadcurve import CURVE_FORMAT
+
+    defs = CURVE_FORMAT.json_schema(mode="serialization")["$defs"]
+    assert defs["ClassStats"]["properties"]["n"]["minimum"] == 0
+    assert "schema" in CURVE_FORMAT.json_schema(mode="serialization")["properties"]
+    doc = _curve((1, 0.001, 100), (2, 0.002, 200)).to_dict()
+    assert doc["schema"] == "shrink.loadcurve/1"
+    # A repetition written before failures, send lags and steal were recorded, with no
+    # latency measured (null), still reads: the defaults, and NaN for the figure.
+    rep = doc["levels"][0]["reps"][0]
+    for key in ("failures", "requests", "send_lag_max", "steal", "generator_cpu"):
+        del rep[key]
+    rep["overall"]["p999"] = None
+    doc["meta"] = {"scaled_time": 2.0, "note": "kept"}
+    p = tmp_path / "c.json"
+    p.write_text(json.dumps(doc))
+    back = LoadCurve.read_json(p)
+    old = back.levels[0].reps[0]
+    assert (old.failures, old.requests, old.send_lag_max) == (None, None, None)
+    assert math.isnan(old.overall.p999) and back.meta == doc["meta"]
+    again = back.write_json(tmp_path / "again.json")
+    assert LoadCurve.read_json(again).write_json(tmp_path / "3.json").read_bytes() == (
+        again.read_bytes()
+    )
+    # The meta keys later stages read are checked, by name.
+    doc["meta"]["scaled_time"] = -1
+    p.write_text(json.dumps(doc))
+    with pytest.raises(TraceFormatError, match=r"c\.json: meta\.scaled_time: "):
+        LoadCurve.read_json(p)
+
+
 @pytest.mark.parametrize(
     ("data", "match"),
     [
@@ -76,7 +110,7 @@ def test_read_json_refuses_in_one_line(tmp_path: Path, data: bytes, match: str) 
 
 def test_directory_and_missing_file(tmp_path: Path) -> None:
     with pytest.raises(TraceFormatError, match="is a directory"):
-        files.read_json(tmp_path, LoadCurveFile, what="load curve")
+        LoadCurve.read_json(tmp_path)
     with pytest.raises(TraceFormatError, match="no such load curve"):
         LoadCurve.read_json(tmp_path / "none.json")
 

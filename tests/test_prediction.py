@@ -42,3 +42,36 @@ def test_prediction_round_trip_and_schema(tmp_path):
     assert back.to_dict() == d
     with pytest.raises(TraceFormatError, match=r"expected 'shrink\.prediction/1'"):
         Prediction.from_dict({**d, "schema": "shrink.mat/1"})
+
+
+def test_the_prediction_format_is_the_prediction_type(tmp_path):
+    """One definition: Prediction and its parts are the schema, reader and writer."""
+    import json
+
+    import numpy as np
+
+    from shrink.prediction import PREDICTION_FORMAT
+
+    defs = PREDICTION_FORMAT.json_schema()["$defs"]
+    assert defs["StatPrediction"]["properties"]["status"]["anyOf"][0]["enum"] == [
+        "ok",
+        "not_reached",
+        "below_range",
+    ]
+    # A what-if's file: no machine, no reason, a statistic by any name, keys of its own.
+    doc = {
+        "schema": "shrink.prediction/1",
+        "mappings": {"m": {"p95": {"mat": 5.0, "ci": [4, 6], "threshold": 0.1}, "curve": {}}},
+        "workload": {"name": "w"},
+    }
+    back = Prediction.from_dict(doc)
+    assert back.mappings["m"].stats["p95"].mat == 5.0 and back.extra == {"workload": {"name": "w"}}
+    assert (back.machine, back.reason, back.recommended) == ({}, "", None)
+    back.mappings["m"].stats["p95"] = StatPrediction(np.float64(7.5), (None, None), 0.1)
+    written = json.loads(back.write_json(tmp_path / "p.json").read_text())
+    assert written["mappings"]["m"]["p95"]["mat"] == 7.5 and written["workload"] == {"name": "w"}
+    # A MAT the main job measured with a threshold that is no time is refused, by name.
+    doc["measured_mats"] = {"mean": {"mat": 1.0, "ci": [1, 1], "threshold": -1}}
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    with pytest.raises(TraceFormatError, match=r"p\.json: measured_mats\.mean\.threshold: "):
+        Prediction.read_json(tmp_path / "p.json")

@@ -227,3 +227,28 @@ def test_real_cgroup_quota_on_this_machine():
         proc.wait()
         cg.remove()
     assert not Path(cpu).exists()
+
+
+def test_the_share_format_is_the_share_type(tmp_path):
+    """One definition: the Share and ShareSpeed types are the schema, reader and writer."""
+    from shrink.errors import TraceFormatError
+    from shrink.loadcurve import LoadCurve
+    from shrink.share import SHARE_FORMAT, ShareSpeed
+
+    schema = SHARE_FORMAT.json_schema()["$defs"]
+    assert schema["Share"]["properties"]["kind"]["enum"] == ["all", "cores", "cpu_time"]
+    assert schema["Share"]["properties"]["cpus"]["items"]["minimum"] == 0
+    assert schema["ShareSpeed"]["required"] == ["nominal"]
+    speed = ShareSpeed(0.25, effective=0.2, method="calibrated", share_runs=({"seconds": 2.5},))
+    s = Share.cpu_time((0, 1), 0.25, period_us=8000).with_speed(speed)
+    back = Share.from_dict(s.to_dict())
+    assert (back, back.speed) == (s, speed)
+    assert s.to_dict()["speed"]["full_target_seconds"] == 0.0  # derived, written for readers
+    # A speed written before "share_runs" and "effective" existed still reads.
+    old = ShareSpeed.from_dict({"nominal": 0.5, "per_class": {"php": 0.4}})
+    assert (old.effective, old.share_runs, old.per_class) == (0.5, (), {"php": 0.4})
+    # A curve whose share's speed is not a number is refused in one line naming the field.
+    path = LoadCurve(levels=[], share=s).write_json(tmp_path / "curve.json")
+    path.write_text(path.read_text().replace('"effective": 0.2', '"effective": "fast"'))
+    with pytest.raises(TraceFormatError, match=r"curve\.json: share\.speed\.effective: "):
+        LoadCurve.read_json(path)

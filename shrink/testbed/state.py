@@ -32,10 +32,10 @@ from typing import Any
 from shrink import files
 from shrink.atomic import write_text
 from shrink.enforce.cfs import foreign_cgroup
-from shrink.errors import StateError, TestbedError, TopologyError, TraceFormatError
+from shrink.errors import StateError, TestbedError, TraceFormatError
 from shrink.jsonout import dumps
 from shrink.schemas import TestbedStateFile
-from shrink.share import Share
+from shrink.share import SHARE_FORMAT, Share
 
 __all__ = ["SCHEMA", "ReplicaState", "TestbedState", "salvage_pids"]
 
@@ -189,9 +189,9 @@ class TestbedState:
         share = dict(d["share"])
         try:
             enforce = share.pop("enforce", None)
-            typed = Share.from_dict(share)
-        except (TopologyError, TypeError, ValueError) as exc:
-            raise TestbedError(f"{source or 'state'}: field 'share': {exc}") from None
+            typed = files.adapt(SHARE_FORMAT, share, what="testbed state", at="share")
+        except TraceFormatError as exc:
+            raise TestbedError(f"{source or 'state'}: {exc.reason}") from None
         try:
             replicas = [ReplicaState.from_dict(r) for r in d["replicas"]]
         except StateError as exc:
