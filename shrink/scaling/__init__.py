@@ -28,22 +28,24 @@ each cost being a run's utilization over its throughput (the utilization law), r
 where it holds for the prediction:
 
 * on the full target, light (:func:`calibrate`: at most :data:`CALIBRATION_BUSY` busy,
-  at most :data:`CALIBRATION_S` seconds in all). A whole core's cost per request of a
-  mix does not depend on its load: its validation curves read the same cost from 5%
-  busy to saturation, and the report's self-checks compare the two on every validated
-  run. (A single class run alone at a few requests a second does not hold this: each
-  request then wakes a halted vCPU, which is why the calibration runs the mix.)
+  at most :data:`CALIBRATION_S` seconds in all). The calibration takes a whole core's
+  cost per request of a mix not to depend on its load: the corpus's validation curves
+  (bench/RESULTS.md) read the demo's mix at about 0.45-0.55 ms a request from 5% busy
+  to saturation, and the report's self-checks compare light and busy on every
+  validated run. (A single class run alone at a few requests a second does not hold
+  this: each request then wakes a halted vCPU, which is why the calibration runs the
+  mix.)
 * on the share, near its knee (:data:`SHARE_LOAD` of the capacity its previous run
   showed), where its MATs are read: a share's cost does depend on its load (lightly
   loaded it pays the quota's gaps on nearly every request), and the share's time is
   not the full target's to spare.
 
-Both sides replay the sample's sessions, looped as the sweep replays them (requests
-share their connections as they do there), so that the same mix runs on each; a rate
-too low for whole sessions, and the pilot, draw the sample's requests by class instead,
-one a session. Every class is scaled by the mix's speed. What the calibration ran on each
-side (seconds, offered rate, utilization) is recorded with the speed and in
-prediction.json.
+Both sides run the same requests: the sample's, drawn by class at a constant rate,
+one a session, so that the mix's composition adds no noise (its own sessions, looped,
+cannot be slowed to a few requests a second, and at the light rates they reach they
+arrive in bursts a light run's bound cannot hold). Every class is scaled by the mix's
+speed. What the calibration ran on each side (seconds, offered rate, utilization) is
+recorded with the speed and in prediction.json.
 
 What the calibration cannot see, and whatever else separates a share from the server
 it stands for, is the model error: measured on a corpus of configurations with known

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from shrink.checks import check_alpha, check_positive
-from shrink.errors import MeasurementError, ShrinkError
+from shrink.errors import MeasurementError
 from shrink.share import ShareSpeed
 from shrink.target import RunResult, Target
 from shrink.trace import Trace
@@ -25,10 +25,12 @@ CALIBRATION_S = 20.0
 PILOT_RATE = 5.0
 PILOT_S = (0.3, 2.0)  # warm-up, window of the pilot
 WARMUP_S = 0.5
-# Runs after the pilot on the full target, each at the rate its requests so far allow,
-# and at most RAMP_FACTOR times the last one's: a mix's rare heavy pages can be missing
-# from a few requests, and utilization grows in proportion to the rate.
+# Short runs after the pilot on the full target, then one for the seconds left, each at
+# the rate its requests so far allow, and at most RAMP_FACTOR times the last one's: a
+# mix's rare heavy pages can be missing from a few requests, and utilization grows in
+# proportion to the rate.
 RAMP_STEPS = 3
+RAMP_S = 2.0
 RAMP_FACTOR = 4.0
 # The calibration aims below its bound: the pilot's cost estimate rests on a second
 # of requests.
@@ -38,8 +40,10 @@ AIM = 0.7
 # requests).
 SHARE_LOAD = 0.9
 SHARE_STEPS = 3
-# A share run is at most this many times as long as one of the full target's.
-SHARE_RUNS = 4
+# The share's first run (as loaded as the full target), and the longest of its runs
+# near the knee (each long enough for about as many requests as the full side read).
+SHARE_LIGHT_S = 5.0
+SHARE_RUN_S = 10.0
 MIN_REQUESTS = 20
 MAX_RATE = 2000.0  # req/s: what one generator CPU sends with a wide margin
 # The calibration runs the trace's mix (its requests drawn by frequency), not a class.
@@ -61,10 +65,12 @@ def constants() -> dict[str, Any]:
         "warmup_s": WARMUP_S,
         "aim": AIM,
         "ramp_steps": RAMP_STEPS,
+        "ramp_s": RAMP_S,
         "ramp_factor": RAMP_FACTOR,
         "share_load": SHARE_LOAD,
         "share_steps": SHARE_STEPS,
-        "share_runs": SHARE_RUNS,
+        "share_light_s": SHARE_LIGHT_S,
+        "share_run_s": SHARE_RUN_S,
         "min_requests": MIN_REQUESTS,
         "max_rate": MAX_RATE,
         "provenance": "design choices and the method's bounds (shrink/scaling/calibration.py); the "
@@ -108,7 +114,6 @@ class _FullBudget:
         self.runs.append(
             {
                 "class": MIX,
-                "replayed": planned.how,
                 "seconds": planned.seconds,
                 "offered_rate": planned.rate,
                 "utilization": res.utilization,
@@ -119,14 +124,12 @@ class _FullBudget:
 
 @dataclass(frozen=True)
 class _Planned:
-    """One calibration run: what to replay, at which rate factor, for how long."""
+    """One calibration run: what to replay, at which rate, for how long."""
 
     trace: Trace
     rate: float  # req/s planned
-    factor: float
     warmup: float
     duration: float
-    how: str  # "sessions" (the sample's, looped) or "requests" (drawn, one a session)
     seed: int
 
     @property
@@ -135,50 +138,24 @@ class _Planned:
 
     def run(self, target: Target) -> RunResult:
         return target.run(
-            self.trace, rate_factor=self.factor, warmup=self.warmup, duration=self.duration,
+            self.trace, rate_factor=1.0, warmup=self.warmup, duration=self.duration,
             seed=self.seed,
         )  # fmt: skip
 
 
 class _Mix:
-    """The sample's mix as the calibration replays it: its sessions, looped as the sweep
-    replays them (requests share their connections as they do there), or, where a
-    rate is too low for whole sessions (their think times are real seconds) and for the
-    pilot, its requests drawn by class, one a session (each opens a connection: a cost
-    per request no lower than the sessions', which is what a pilot's bound needs)."""
+    """The sample's mix as the calibration replays it on both sides: its requests drawn
+    by class, one a session, at a constant rate (:func:`probe_trace`). The sample's own
+    sessions, looped, cannot be slowed to a few requests a second (their think times
+    are real seconds), and at the light rates they can reach they arrive in bursts that
+    a light run's bound cannot hold."""
 
     def __init__(self, trace: Trace) -> None:
-        from shrink.measure import default_loop_window, default_skip, loop_window
-
         self.trace = trace
-        self.window: Trace | None = None
-        try:
-            skip = default_skip(trace)
-            self.window = loop_window(trace, skip, default_loop_window(trace, skip))
-        except ShrinkError:
-            self.window = None  # no whole session to loop: requests only
 
-    def plan(
-        self, rate: float, warm: float, dur: float, seed: int, *, sessions: bool = True
-    ) -> _Planned:
-        from shrink.measure import looped_run
-
-        w = self.window
-        if sessions and w is not None and len(w) and float(w.meta.get("loop_span", 0)) > 0:
-            factor = rate * float(w.meta["loop_span"]) / len(w)
-            try:
-                run = looped_run(w, factor, warm, dur, copies=0)
-            except ShrinkError:
-                run = None
-            # A rate too low for the sessions (few requests, a window cut short) takes
-            # drawn requests instead.
-            if run is not None and len(run.trace) >= rate * (warm + dur) / 2 and (
-                run.duration >= dur / 2
-            ):
-                return _Planned(run.trace, rate, factor, run.warmup, run.duration,
-                                "sessions", seed)  # fmt: skip
+    def plan(self, rate: float, warm: float, dur: float, seed: int) -> _Planned:
         probe = probe_trace(self.trace, rate, warm + dur, seed)
-        return _Planned(probe, rate, 1.0, warm, dur, "requests", seed)
+        return _Planned(probe, rate, warm, dur, seed)
 
 
 def calibrate(
@@ -204,15 +181,14 @@ def calibrate(
     if len(trace) == 0:
         raise MeasurementError("calibrate: the trace has no requests to probe")
     budget = _FullBudget(seconds)
-    dur = max(1.0, math.floor(10 * (seconds - sum(PILOT_S) - WARMUP_S * RAMP_STEPS)) / 10)
     mix = _Mix(trace)
-    got = _full_side(budget, full_target, mix, seed, busy, dur)
+    got = _full_side(budget, full_target, mix, seed, busy)
     if got is None:
         raise MeasurementError(
             f"calibrate: {seconds:g} s of the full target cannot pay for the pilot run"
         )
     full, rate = got
-    share, share_runs = _share_side(share_target, mix, full, rate, nominal, dur, seed)
+    share, share_runs = _share_side(share_target, mix, full, rate, nominal, seed)
     if full.n == 0 and share.n == 0:
         raise MeasurementError(
             "calibrate: no request completed on either target; is the server answering?"
@@ -241,9 +217,8 @@ def calibrate(
 
 
 def _share_side(
-    target: Target, mix: _Mix, full: _Side, rate: float, nominal: float, dur: float,
-    seed: int,
-) -> tuple[_Side, list[dict[str, Any]]]:  # fmt: skip
+    target: Target, mix: _Mix, full: _Side, rate: float, nominal: float, seed: int
+) -> tuple[_Side, list[dict[str, Any]]]:
     """The mix on the share: first as loaded as the full target was (alpha times its
     rate), then SHARE_STEPS runs, each at SHARE_LOAD of the capacity the latest run
     shows by the lower bound of its requests (a run past the knee reads nothing
@@ -255,26 +230,21 @@ def _share_side(
         planned = mix.plan(r, WARMUP_S, d, seed + 2 + k)
         res = planned.run(target)
         runs.append(
-            {
-                "replayed": planned.how,
-                "seconds": planned.seconds,
-                "offered_rate": r,
-                "utilization": res.utilization,
-            }
+            {"seconds": planned.seconds, "offered_rate": r, "utilization": res.utilization}
         )
         return _measured(res)
 
-    sides = [run(rate * nominal, dur / RAMP_STEPS, 0)]
+    sides = [run(rate * nominal, SHARE_LIGHT_S, 0)]
     for k in range(SHARE_STEPS):
         latest = sides[-1]
-        cap = latest.capacity or (1 / latest.latency if latest.latency > 0 else None)
+        cap = latest.capacity
         if not cap:
-            break
+            break  # without a utilization the light run's latency is the figure
         cv = max(1.0, latest.cv) if math.isfinite(latest.cv) else 2.0
         upper = 1.0 + 3.0 * cv / math.sqrt(max(1, latest.n))
         r = min(MAX_RATE * nominal, SHARE_LOAD * cap / upper)
         want = max(MIN_REQUESTS, full.n) / SHARE_STEPS
-        d = min(SHARE_RUNS * dur / RAMP_STEPS, max(PILOT_S[1], want / r))
+        d = min(SHARE_RUN_S, max(PILOT_S[1], want / r))
         sides.append(run(r, math.ceil(10 * d) / 10, 1 + k))
     return _pooled(sides[-2:]) if len(sides) > 2 else sides[-1], runs
 
@@ -285,11 +255,13 @@ def _sigma(full: _Side, share: _Side) -> float:
     Each capacity is the reciprocal of a mean service time over n requests, drawn
     separately on each side, so its relative sd is the service times' coefficient of
     variation over sqrt(n). At light load a response time is mostly its service
-    time: the full side's response-time CV stands in for it (capped at 2).
+    time: the full side's response-time CV stands in for it. A mix's page costs are
+    heavy-tailed, so it is not capped (capped at 2, the simulator's Support mix read a
+    sigma of 5% against a spread of 15% over seeds).
     """
     if full.n <= 0 or share.n <= 0:
         return 0.0
-    cv = min(2.0, full.cv) if math.isfinite(full.cv) else 1.0
+    cv = full.cv if math.isfinite(full.cv) else 1.0
     return cv * math.sqrt(1.0 / full.n + 1.0 / share.n)
 
 
@@ -305,10 +277,8 @@ def _doubt(full: _Side, share: _Side, speed: float) -> str:
 
 
 def probe_trace(trace: Trace, rate: float, seconds: float, seed: int) -> Trace:
-    """Requests of ``trace`` drawn by frequency (its mix, by class), one a session, ``rate`` a
-    second: a constant, exactly planned load at any rate, where the trace's own
-    sessions, looped, cannot be slowed to a few requests a second (their think times
-    are real seconds)."""
+    """Requests of ``trace`` drawn by frequency (its mix, by class), one a session,
+    ``rate`` a second: a constant, exactly planned load at any rate."""
     n = max(2, math.ceil(rate * seconds) + 1)
     rng = np.random.default_rng(seed)
     # Stratified by class (evenly spaced draws over the requests sorted by class, in
@@ -339,19 +309,20 @@ def probe_trace(trace: Trace, rate: float, seconds: float, seed: int) -> Trace:
 
 
 def _full_side(
-    budget: _FullBudget, full: Target, mix: _Mix, seed: int, busy: float, dur: float
+    budget: _FullBudget, full: Target, mix: _Mix, seed: int, busy: float
 ) -> tuple[_Side, float] | None:
-    """The mix on the full target, light: a pilot at PILOT_RATE, then RAMP_STEPS runs of
-    ``dur`` in all, each at the rate the requests so far say keeps it AIM x ``busy``
-    busy, by the upper bound of their cost (a few requests can read a cost low by a
-    few standard errors, and the bound must hold). The side pools every run; the rate
-    is the last one's. None when the budget cannot pay for the pilot."""
-    res = budget.run(full, mix.plan(PILOT_RATE, PILOT_S[0], PILOT_S[1], seed, sessions=False))
+    """The mix on the full target, light: a pilot at PILOT_RATE, RAMP_STEPS short runs,
+    then one run for the seconds left, each at the rate the requests so far say keeps
+    it AIM x ``busy`` busy, by the upper bound of their cost (a few requests can read a
+    cost low by a few standard errors, and the bound must hold), and at most
+    RAMP_FACTOR times the last one's. The side pools every run; the rate is the last
+    one's. None when the budget cannot pay for the pilot."""
+    res = budget.run(full, mix.plan(PILOT_RATE, PILOT_S[0], PILOT_S[1], seed))
     if res is None:
         return None
     runs = [_measured(res)]
     rate = PILOT_RATE
-    for step in range(RAMP_STEPS):
+    for step in range(RAMP_STEPS + 1):
         pooled = _pooled(runs)
         # Without a utilization a light server's response time is its service time.
         cap = pooled.capacity or (1 / pooled.latency if pooled.latency > 0 else None)
@@ -362,7 +333,11 @@ def _full_side(
             upper = 1.0 + 3.0 * cv / math.sqrt(max(1, pooled.n))
             aimed = AIM * busy * cap / upper
             rate = min(MAX_RATE, RAMP_FACTOR * rate, max(PILOT_RATE / 4, aimed))
-        res = budget.run(full, mix.plan(rate, WARMUP_S, dur / RAMP_STEPS, seed + 1 + step))
+        left = budget.seconds - budget.planned - WARMUP_S
+        dur = RAMP_S if step < RAMP_STEPS else math.floor(10 * left) / 10
+        if dur < 1.0:
+            break
+        res = budget.run(full, mix.plan(rate, WARMUP_S, dur, seed + 1 + step))
         if res is None:
             break
         runs.append(_measured(res))
