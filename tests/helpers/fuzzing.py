@@ -400,11 +400,12 @@ def _seed_state(tmp: Path) -> list[bytes]:
 
 def _read_state(p: Path) -> None:
     from shrink.replay.live import LiveTarget
+    from shrink.target import GeneratorPlacement
     from shrink.testbed.state import TestbedState, salvage_pids
 
     salvage_pids(p)  # testbed down's fallback: must never raise
     TestbedState.read(p).to_dict()
-    LiveTarget.from_state(p, allow_overlap=True).describe()
+    LiveTarget.from_state(p, generator=GeneratorPlacement(allow_overlap=True)).describe()
 
 
 def _seed_manifest(tmp: Path) -> list[bytes]:
