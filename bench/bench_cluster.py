@@ -25,6 +25,8 @@ sys.path.insert(0, str(ROOT))
 
 from shrink.replay import EngineConfig, run_engines  # noqa: E402
 from shrink.replay.cluster import ClusterSpec  # noqa: E402
+from shrink.schedule import ScheduleOptions  # noqa: E402
+from shrink.target import GeneratorPlacement  # noqa: E402
 from shrink.trace import Trace  # noqa: E402
 
 
@@ -66,13 +68,16 @@ def main() -> None:
         port = int(server.stdout.readline().split()[2])
         tr = _trace(args.sessions)
         cfg = EngineConfig([("127.0.0.1", port)])
-        kw = dict(rate_factor=1.0, horizon=args.seconds, loop=False)
-        sides = {"one": {"processes": 1}, "ray": {"cluster": ClusterSpec(cluster.address, 2)}}
+        kw = dict(rate_factor=1.0, horizon=args.seconds, schedule=ScheduleOptions(loop=False))
+        sides = {
+            "one": GeneratorPlacement(processes=1),
+            "ray": GeneratorPlacement(cluster=ClusterSpec(cluster.address, 2)),
+        }
         figs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in sides}
         clocks = []
         for _ in range(args.reps):
-            for name, extra in sides.items():
-                log, eng = run_engines(tr, cfg, **kw, **extra)
+            for name, gen in sides.items():
+                log, eng = run_engines(tr, cfg, generator=gen, **kw)
                 win = log.window(0.5, args.seconds - 1.0)
                 lat = win.latencies()
                 figs[name].append((float(win.ok_mask().sum()), float(np.mean(lat)),

@@ -50,6 +50,8 @@ sys.path.insert(0, str(ROOT))
 from shrink.replay import EngineConfig, open_loop_trace, run_engines  # noqa: E402
 from shrink.replay.native import engine_name, select_engine  # noqa: E402
 from shrink.replay.selfcheck import generator_check  # noqa: E402
+from shrink.schedule import ScheduleOptions  # noqa: E402
+from shrink.target import GeneratorPlacement  # noqa: E402
 from shrink.trace import Trace  # noqa: E402
 
 SERVER_CPU, GEN_CPU = 1, 0
@@ -133,9 +135,8 @@ def run_engine(port: int, rate: float, seconds: float, out: Path | None = None) 
         cfg,
         rate_factor=1.0,
         horizon=seconds,
-        loop=False,
-        cpus=[GEN_CPU],
-        engine=ENGINE,
+        schedule=ScheduleOptions(loop=False),
+        generator=GeneratorPlacement(cpus=(GEN_CPU,), engine=ENGINE),
         out=out,
     )
     warm = min(0.5, seconds / 4)

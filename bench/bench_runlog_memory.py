@@ -44,6 +44,7 @@ _LIVE = """
 import resource, sys, subprocess, tempfile
 sys.path.insert(0, {root!r})
 from shrink.replay import EngineConfig, open_loop_trace, run_engines
+from shrink.schedule import ScheduleOptions
 n = int(sys.argv[1])
 srv = subprocess.Popen([sys.executable, "-m", "shrink.replay.fakeserver", "--port", "0"],
                        stdout=subprocess.PIPE, text=True)
@@ -53,7 +54,8 @@ tr = open_loop_trace("/x?bytes=100", rate, n / rate)
 d = tempfile.mkdtemp()
 try:
     log, _ = run_engines(tr, EngineConfig(targets=[("127.0.0.1", port)]), rate_factor=1.0,
-                         horizon=n / rate, loop=False, out=d + "/r.parquet")
+                         horizon=n / rate, schedule=ScheduleOptions(loop=False),
+                         out=d + "/r.parquet")  # fmt: skip
 finally:
     srv.kill()
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, len(log))

@@ -62,8 +62,11 @@ def bench(
     from shrink.providers import TestbedProvider
     from shrink.scaling import calibrate
     from shrink.share import Share
+    from shrink.testbed import ServerSettings
 
-    prov = TestbedProvider(docroot, run_dir=work / f"runs-{mech}", enforce=mech)
+    prov = TestbedProvider(
+        docroot, run_dir=work / f"runs-{mech}", server=ServerSettings(enforce=mech)
+    )
     with (
         prov.open(Share.cpu_time((1,), ALPHA), "1-replica") as share,
         prov.open(Share.whole((1,)), "1-replica") as full,

@@ -54,6 +54,8 @@ from bench_replay import GEN_CPU, start_lighttpd  # noqa: E402
 
 from shrink.replay import EngineConfig, open_loop_trace, run_engines  # noqa: E402
 from shrink.replay.native import engine_name, select_engine  # noqa: E402
+from shrink.schedule import ScheduleOptions  # noqa: E402
+from shrink.target import GeneratorPlacement  # noqa: E402
 
 WRK2_CALIBRATION = 10.0  # seconds wrk2 measures before it starts recording
 _UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
@@ -101,8 +103,9 @@ def run_shrink(port: int, rate: float, seconds: float, engine: Any) -> dict[str,
     warm = 1.0
     tr = open_loop_trace("/static/file1k.bin", rate, warm + seconds)
     cfg = EngineConfig([("127.0.0.1", port)], drain=1.0)
-    log, _ = run_engines(tr, cfg, rate_factor=1.0, horizon=warm + seconds, loop=False,
-                         cpus=[GEN_CPU], engine=engine)  # fmt: skip
+    log, _ = run_engines(tr, cfg, rate_factor=1.0, horizon=warm + seconds,
+                         schedule=ScheduleOptions(loop=False),
+                         generator=GeneratorPlacement(cpus=(GEN_CPU,), engine=engine))  # fmt: skip
     intended, sent, done = log.column("intended"), log.column("sent"), log.column("done")
     keep = (intended >= warm) & log.ok_mask()
     lat, svc = (done - intended)[keep], (done - sent)[keep]
