@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="shrink-speed-") as tmp:
         work = Path(tmp)
+        work.chmod(0o711)  # the servers run unprivileged: they pass through to the docroot
         trace_path, docroot = _synth(work, Console(stderr=True))
         trace = Trace.read_parquet(trace_path)
         sample = samplers.sample(trace, ALPHA, seed=0, level="session")
