@@ -1,8 +1,8 @@
 """Text-log readers on a large file: wall time and peak RSS, this checkout against another.
 
 Generates one log per format in a fresh temporary folder (``--mib`` MiB each, default
-200): a Combined Log Format access log (20,000 clients, 50,000 paths, 40 user
-agents), a recorded-session TSV (``specweb``) and an httperf session log
+200): a Combined Log Format access log (20,000 clients, each with one of 40 user
+agents, 50,000 paths), a recorded-session TSV (``specweb``) and an httperf session log
 (``wsesslog``). Each read runs in a fresh process that reports its wall time, its
 peak RSS (``ru_maxrss``) and its RSS once the reader was imported (the baseline),
 so that the growth is the reader's own. With ``--code DIR`` the same reads run
@@ -79,9 +79,10 @@ def make_clf(path: Path, size: int) -> int:
         s = stamps.get(t) or stamps.setdefault(t, _stamp(t))
         if len(stamps) > 1000:
             stamps.clear()
+        h = rnd.randrange(len(hosts))  # a client keeps its user agent
         return (
-            f'{rnd.choice(hosts)} - - [{s}] "GET {rnd.choice(paths)} HTTP/1.1" 200 '
-            f'{rnd.randrange(100, 200_000)} "http://example.com/" "{rnd.choice(agents)}"\n'
+            f'{hosts[h]} - - [{s}] "GET {rnd.choice(paths)} HTTP/1.1" 200 '
+            f'{rnd.randrange(100, 200_000)} "http://example.com/" "{agents[h % 40]}"\n'
         )
 
     return _write(path, size, line)

@@ -57,5 +57,6 @@ class Columns:
 def classify_paths(paths: pa.Array, classifier: Classifier | None) -> pa.Array:
     """The class of each path; each distinct path is classified once."""
     distinct = pc.unique(paths)
-    classes = pa.array((classifier or Classifier()).classify_many(distinct.to_pylist()).tolist())
+    classify = (classifier or Classifier()).classify
+    classes = pa.array([classify(p) for p in distinct.to_pylist()], pa.string())
     return pc.take(classes, pc.index_in(paths, value_set=distinct))

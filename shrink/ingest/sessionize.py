@@ -112,21 +112,30 @@ def sessionize(
     )
 
 
+_SLICE = 65_536  # rows turned into Python objects at a time (a log may hold millions)
+
+
 def _bursts(tm: np.ndarray, new_session: np.ndarray, burst_gap: float) -> tuple[np.ndarray, ...]:
     """Burst index inside the session and burst-start flags, anchored on each burst's first send."""
-    burst: list[int] = []
-    start: list[bool] = []
+    burst = np.empty(tm.size, dtype=np.int64)
+    start = np.empty(tm.size, dtype=bool)
     b = -1
     anchor = 0.0
-    for ti, first in zip(tm.tolist(), new_session.tolist(), strict=True):
-        if first or ti - anchor > burst_gap:
-            b = 0 if first else b + 1
-            anchor = ti
-            start.append(True)
-        else:
-            start.append(False)
-        burst.append(b)
-    return np.asarray(burst, dtype=np.int64), np.asarray(start, dtype=bool)
+    for lo in range(0, tm.size, _SLICE):
+        out_b: list[int] = []
+        out_s: list[bool] = []
+        times = tm[lo : lo + _SLICE].tolist()
+        for ti, first in zip(times, new_session[lo : lo + _SLICE].tolist(), strict=True):
+            if first or ti - anchor > burst_gap:
+                b = 0 if first else b + 1
+                anchor = ti
+                out_s.append(True)
+            else:
+                out_s.append(False)
+            out_b.append(b)
+        burst[lo : lo + len(out_b)] = out_b
+        start[lo : lo + len(out_s)] = out_s
+    return burst, start
 
 
 def non_negative_duration(value: float | str, name: str) -> float:
