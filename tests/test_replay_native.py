@@ -10,7 +10,6 @@ both the server's log and the RunLog identify it.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import socket
 import subprocess
@@ -375,24 +374,3 @@ def test_native_requests_waiting_for_a_connection_go_in_order(fake):
     lag = log.column("dispatched") - log.column("intended")
     assert np.median(lag) < 5e-3  # a wait for a connection is latency, not send lag
 
-
-@needs_core
-@pytest.mark.skipif(os.geteuid() != 0, reason="nice -20 needs root (CAP_SYS_NICE)")
-def test_native_loop_runs_raised_and_the_row_thread_stays_as_it_was(fake):
-    """At default scheduling the loop thread runs at nice -20 (with a 0.1 ms slice where
-    the kernel has them) and the thread that moves the rows keeps SCHED_OTHER: at
-    SCHED_IDLE it starved behind any busy neighbour on its CPU."""
-    seen: list[int] = []
-
-    class Watching(RunLogWriter):
-        def maybe_flush(self, now: float | None = None) -> None:
-            seen.append(os.sched_getscheduler(0))
-            super().maybe_flush(now)
-
-    sched = build_schedule(open_loop_trace("/x", 2000.0, 0.4), 1.0, 0.4, loop=False)
-    w = Watching(None)
-    stats = native.run_native(sched, EngineConfig(targets=[fake]), w, handle_signals=False)
-    assert len(w.runlog()) == 800
-    assert seen and set(seen) == {os.SCHED_OTHER}
-    nice, slice_ns = stats.extra["loop_priority"]
-    assert nice == -20 and slice_ns in (0, 100_000)

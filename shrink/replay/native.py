@@ -9,9 +9,8 @@ the routing computed here as the Python engine computes it, and the request
 bytes from :func:`~shrink.replay._http.build_request`, so both engines follow
 the same schedule by construction.
 
-The loop runs on a thread of its own (same CPU and scheduling policy; at default
-scheduling it is raised to nice -20 with a 0.1 ms slice, see
-:mod:`shrink.replay._priority`). Every 100 ms this thread takes its finished rows into the same
+The loop runs on a thread of its own (same CPU and scheduling policy). Every
+100 ms this thread takes its finished rows into the same
 :class:`~shrink.replay.writer.RunLogWriter` (so Ctrl-C keeps what was measured)
 and runs Python's signal handlers; a Parquet flush here never delays a send.
 Where the core differs from the Python engine, it is in time stamps and
@@ -46,7 +45,6 @@ import numpy as np
 from shrink import interrupts
 from shrink.errors import ParameterError, ReplayError
 from shrink.replay._http import build_request
-from shrink.replay._priority import LoopPriority
 from shrink.replay.contract import EngineStats, RunOptions, run_stats, wants_signals, zero_time
 from shrink.replay.engine import EngineConfig, run_schedule
 from shrink.replay.writer import RunLogWriter
@@ -133,20 +131,16 @@ _NO_END = 3.2e8
 _DTYPES = ("f8", "f8", "f8", "f8", "i4", "i8", "i1", "i8", "i4", "i4", "f8")
 
 
-def _appender(
-    writer: RunLogWriter, stop: list[bool], first: Callable[[], None] = lambda: None
-) -> Callable[[list[bytes]], bool]:
+def _appender(writer: RunLogWriter, stop: list[bool]) -> Callable[[list[bytes]], bool]:
     """The core's callback: finished rows into the writer; True once told to stop.
 
     The fast path extends the writer's typed column arrays with the core's bytes;
     a writer without them gets the rows one by one through :meth:`RunLogWriter.add`.
-    ``first`` is called at each call before the rows are moved (the run's thread set-up).
     """
     cols = getattr(writer, "cols_", None)
     fast = cols is not None and [getattr(c, "typecode", "") for c in cols] == list("ddddiqbqiid")
 
     def on_rows(columns: list[bytes]) -> bool:
-        first()
         if fast:
             for col, data in zip(cols, columns, strict=True):  # type: ignore[arg-type]
                 col.frombytes(data)
@@ -188,14 +182,11 @@ def run_native(
     # As in the Python engine: no collector pass over a big heap inside the run.
     gc_was_enabled = gc.isenabled()
     gc.disable()
-    loop_priority = LoopPriority()
-    loop_priority.begin()
     try:
         recorded, pool_waits, interrupted, counts = _core.run(
-            **args, t0=t0, on_rows=_appender(writer, stop, loop_priority)
+            **args, t0=t0, on_rows=_appender(writer, stop)
         )
     finally:
-        loop_priority.end()
         for sig, old in installed:
             signal.signal(sig, old)
         writer.close()
@@ -209,8 +200,6 @@ def run_native(
         interrupted=bool(interrupted or stop[0]),
         extra={
             "pool_waits": int(pool_waits),
-            # what the loop thread was given at default scheduling: (nice, slice ns)
-            "loop_priority": list(next(iter(loop_priority.applied.values()), ())),
             "engine": "native",
             # how often the loop slept: on a virtual CPU each wake-up costs tens of us
             "loop": dict(zip(_COUNTS, counts, strict=True)),
