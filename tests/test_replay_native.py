@@ -373,4 +373,3 @@ def test_native_requests_waiting_for_a_connection_go_in_order(fake):
     assert by_sent.tolist() == sorted(by_sent.tolist())
     lag = log.column("dispatched") - log.column("intended")
     assert np.median(lag) < 5e-3  # a wait for a connection is latency, not send lag
-
