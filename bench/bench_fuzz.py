@@ -1,6 +1,7 @@
 """Benchmark: a long mutation-fuzzing campaign against every reader.
 
-Run as ``python bench/bench_fuzz.py [--inputs N] [--readers a,b] [--seed S] [--limit S]``.
+Run as ``python bench/bench_fuzz.py [--inputs N] [--readers a,b] [--seed S] [--limit S]
+[--budget S]``.
 
 For each reader of tests/helpers/fuzzing.py (specweb, CLF, wsesslog, pcap/pcapng, Parquet
 trace, machine TOML, server recipe TOML, calibration, LoadCurve, prediction, testbed state, docroot
@@ -56,12 +57,12 @@ def _seed_read_s(name: str, tmp: Path) -> float:
     return times[len(times) // 2]
 
 
-def run_one(name: str, inputs: int, seed: int, limit: float) -> dict:
+def run_one(name: str, inputs: int, seed: int, limit: float, budget: float | None) -> dict:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         ref = _seed_read_s(name, tmp)
         t0 = time.perf_counter()
-        out = campaign(READERS[name], inputs, seed=seed, tmp=tmp, limit_s=limit)
+        out = campaign(READERS[name], inputs, seed=seed, tmp=tmp, limit_s=limit, budget_s=budget)
         wall = time.perf_counter() - t0
     return {
         "reader": name,
@@ -85,11 +86,14 @@ def main() -> None:
     ap.add_argument("--readers", default=",".join(READERS), help="comma-separated readers")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--limit", type=float, default=5.0, help="seconds after which an input hangs")
+    ap.add_argument(
+        "--budget", type=float, help="seconds per reader; the inputs run by then are counted"
+    )
     ap.add_argument("--code", help="fuzz the shrink of this checkout instead (a reference)")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one reader, print JSON
     a = ap.parse_args()
     if a.one:
-        print(json.dumps(run_one(a.one, a.inputs, a.seed, a.limit)))
+        print(json.dumps(run_one(a.one, a.inputs, a.seed, a.limit, a.budget)))
         return
     print(f"{'reader':<12} {'crashes / inputs':>18} {'hangs':>6} {'refused':>8} "
           f"{'slowest wall':>13} {'(CPU)':>7} {'seed read':>10} {'ratio':>7} {'peak RSS':>9} "
@@ -98,6 +102,8 @@ def main() -> None:
     for name in a.readers.split(","):
         cmd = [sys.executable, __file__, "--one", name, "--inputs", str(a.inputs),
                "--seed", str(a.seed), "--limit", str(a.limit)]  # fmt: skip
+        if a.budget is not None:
+            cmd += ["--budget", str(a.budget)]
         env = {**os.environ, "SHRINK_FUZZ_CODE": str(Path(a.code).resolve())} if a.code else None
         p = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if p.returncode != 0:

@@ -119,7 +119,7 @@ class ReplicaModel(_Open):
     cpus: Annotated[list[Cpu], Field(max_length=MAX_CPUS)]
     # Written since the server recipes: the masters and each program's processes;
     # before them: master_pid, lighttpd_pids and php_pids. One of the two is needed.
-    masters: Annotated[list[Pid], Field(max_length=MAX_CPUS)] | None = None
+    masters: Annotated[list[Pid], Field(min_length=1, max_length=MAX_CPUS)] | None = None
     processes: Annotated[
         dict[Name, Annotated[list[Pid], Field(max_length=MAX_LIST)]], Field(max_length=64)
     ] | None = None

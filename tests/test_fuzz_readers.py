@@ -62,3 +62,30 @@ def test_a_curves_share_that_no_quota_can_come_from_is_refused(share, tmp_path: 
     path.write_text(json.dumps(doc))
     with pytest.raises(ShrinkError, match=r"curve\.json: share\.(cpu_fraction|period_us)"):
         reader.read(path)
+
+
+@pytest.mark.parametrize(
+    ("change", "refused"),
+    [
+        ({"masters": None}, None),  # master_pid stands in
+        ({"masters": []}, r"masters"),
+        ({"processes": None, "lighttpd_pids": [10], "php_pids": [11, 12]}, None),
+    ],
+)
+def test_a_state_field_written_as_null_or_empty(change, refused, tmp_path: Path) -> None:
+    """Found at 100,000 inputs (bench_fuzz.py): ``masters: null`` (with master_pid) was a
+    TypeError, ``masters: []`` an IndexError, ``processes: null`` an AttributeError."""
+    import json
+
+    from shrink.errors import ShrinkError
+
+    reader = READERS["state"]
+    doc = json.loads(reader.seeds(tmp_path)[0])
+    doc["replicas"][0].update(change)
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(doc))
+    if refused is None:
+        reader.read(path)
+    else:
+        with pytest.raises(ShrinkError, match=refused):
+            reader.read(path)

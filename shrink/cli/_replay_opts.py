@@ -91,7 +91,8 @@ _EngineOpt = Annotated[
 # What to do when the load generator could not keep to its schedule.
 GENERATOR_HINT = (
     "hint: the load generator fell behind its schedule at {levels} (not the server's "
-    "result): give it CPUs of its own (--generator-cpus), run it SCHED_FIFO "
+    "result); other work on its CPU delays it: give it a CPU nothing else runs on "
+    "(--generator-cpus, the server and other jobs elsewhere), run it SCHED_FIFO "
     "(--realtime 10, as root), or accept a later send (--lag-limit)"
 )
 

@@ -1,13 +1,13 @@
-"""Reading text traces: whole file as bytes (gzip opened transparently), lines split on LF only."""
+"""Reading text traces: lines in batches (gzip opened transparently), split on LF only."""
 
 from __future__ import annotations
 
 import gzip
 import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
-
-import numpy as np
 
 from shrink.errors import TraceFormatError
 
@@ -16,30 +16,44 @@ GZIP_MAGIC = b"\x1f\x8b"
 
 # The longest line a text trace may have (bytes): real log lines are at most a few KiB
 # (a URL of 64 KiB is already past every server's limit). A file whose "line" runs on
-# past this is not a log (binary, or all zeros), and reading it whole would take its
-# size in memory before saying so. ``--max-line`` changes it.
+# past this is not a log (binary, or all zeros), and holding it to find its end would
+# take its size in memory before saying so. ``--max-line`` changes it.
 MAX_LINE = 1 << 20
 _CHUNK = 1 << 20
 
 
-def read_bytes(path: str | Path, *, max_line: int = MAX_LINE) -> bytes:
-    """The file's bytes, decompressed when it is gzip; a missing file is a TraceFormatError.
+@dataclass
+class LineBatch:
+    """Consecutive lines of a text trace, without their LF; ``first`` is the number of the
+    first (1-based). ``terminated`` is False only for the file's last line when no LF
+    follows it."""
 
-    Read in chunks, each line's length checked on the way: a line longer than
-    ``max_line`` bytes stops the reading at once, with an error naming the file and
-    the line (a gzip that inflates to a gigabyte without a line break fails in the
-    first MiB, not after filling the memory).
+    first: int
+    lines: list[bytes]
+    terminated: bool = True
+
+
+def line_batches(path: str | Path, *, max_line: int = MAX_LINE) -> Iterator[LineBatch]:
+    """The file's lines in batches of about 1 MiB, decompressed when it is gzip.
+
+    Split on LF only, as :func:`split_lines` does: only what one batch holds is in
+    memory, so a reader that keeps its rows in compact columns reads a large log in
+    memory that grows with its output, not with its text. A missing file, damaged gzip
+    data, or a line longer than ``max_line`` bytes is a TraceFormatError naming the
+    file (and the line): a gzip that inflates to a gigabyte without a line break fails
+    in its first MiB.
     """
     path = Path(path)
     try:
         with path.open("rb") as fh:
             if fh.read(2) != GZIP_MAGIC:
                 fh.seek(0)
-                return _bounded(fh, path, max_line)
+                yield from _batches(fh, path, max_line)
+                return
             fh.seek(0)
             try:
                 with gzip.open(fh) as gz:
-                    return _bounded(gz, path, max_line)
+                    yield from _batches(gz, path, max_line)
             except (OSError, EOFError, zlib.error) as exc:
                 raise TraceFormatError(f"damaged gzip data ({exc})", path=path) from exc
     except FileNotFoundError:
@@ -48,29 +62,42 @@ def read_bytes(path: str | Path, *, max_line: int = MAX_LINE) -> bytes:
         raise TraceFormatError("is a directory, not a trace file", path=path) from None
 
 
-def _bounded(stream: BinaryIO, path: Path, max_line: int) -> bytes:
-    """All of ``stream``, refused at the first line longer than ``max_line`` bytes."""
-    chunks: list[bytes] = []
-    run = 0  # bytes since the last line break
-    lines = 0  # line breaks so far
+def _too_long(path: Path, line: int, max_line: int) -> TraceFormatError:
+    return TraceFormatError(
+        f"a line longer than {max_line:,} bytes (no line break): not a text trace, "
+        "or raise --max-line",
+        path=path,
+        line=line,
+    )
+
+
+def _batches(stream: BinaryIO, path: Path, max_line: int) -> Iterator[LineBatch]:
+    """The lines of ``stream``, a batch per chunk read that ends at least one line."""
+    parts: list[bytes] = []  # the line not yet ended, in the pieces it came in
+    pending = 0  # its length
+    number = 1  # the number of that line
     while chunk := stream.read(_CHUNK):
-        breaks = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10)
-        ends = np.r_[breaks, len(chunk)]
-        lengths = np.diff(np.r_[-1, ends]) - 1
-        lengths[0] += run
-        over = np.flatnonzero(lengths > max_line)
-        if over.size:
-            line = lines + int(over[0]) + 1
-            raise TraceFormatError(
-                f"a line longer than {max_line:,} bytes (no line break): not a text trace, "
-                "or raise --max-line",
-                path=path,
-                line=line,
-            )
-        run = int(lengths[-1])
-        lines += breaks.size
-        chunks.append(chunk)
-    return b"".join(chunks)
+        pieces = chunk.split(b"\n")
+        if len(pieces) == 1:
+            parts.append(chunk)
+            pending += len(chunk)
+            if pending > max_line:
+                raise _too_long(path, number, max_line)
+            continue
+        tail = pieces.pop()
+        if parts:
+            pieces[0] = b"".join(parts) + pieces[0]
+        if max(map(len, pieces)) > max_line:
+            over = next(i for i, p in enumerate(pieces) if len(p) > max_line)
+            raise _too_long(path, number + over, max_line)
+        yield LineBatch(number, pieces)
+        number += len(pieces)
+        parts = [tail] if tail else []
+        pending = len(tail)
+        if pending > max_line:
+            raise _too_long(path, number, max_line)
+    if parts:
+        yield LineBatch(number, [b"".join(parts)], terminated=False)
 
 
 def head_bytes(path: str | Path, size: int = 65536) -> bytes:

@@ -38,15 +38,17 @@ from __future__ import annotations
 
 import calendar
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+import pyarrow as pa
 
 from shrink.checks import parse_duration
 from shrink.classify import Classifier
 from shrink.errors import TraceFormatError
-from shrink.ingest._io import MAX_LINE, decode_line, read_bytes, split_lines
+from shrink.ingest._columns import Columns, classify_paths
+from shrink.ingest._io import MAX_LINE, LineBatch, decode_line, line_batches
 from shrink.ingest.sessionize import non_negative_duration, sessionize
 from shrink.trace import Trace
 
@@ -101,6 +103,40 @@ def _split_request(request: str) -> tuple[str, str] | None:
     return words[0], " ".join(words[1:])
 
 
+@dataclass
+class _Tally:
+    """What the reader counts besides the rows: lines, and the skipped and repaired ones."""
+
+    lines: int = 0
+    combined: int = 0
+    skipped: int = 0
+    repaired: int = 0
+    skipped_lines: list[int] = field(default_factory=list)  # the first _MAX_LISTED
+    repaired_lines: list[int] = field(default_factory=list)
+
+    def skip(self, number: int) -> None:
+        self.skipped += 1
+        if len(self.skipped_lines) < _MAX_LISTED:
+            self.skipped_lines.append(number)
+
+    def repair(self, number: int) -> None:
+        self.repaired += 1
+        if len(self.repaired_lines) < _MAX_LISTED:
+            self.repaired_lines.append(number)
+
+
+_COLUMNS = {
+    "key": pa.int64(),
+    "time": pa.float64(),
+    "method": pa.string(),
+    "path": pa.string(),
+    "bytes": pa.int64(),
+    "status": pa.int32(),
+    "client": pa.string(),
+}
+_TIMES_CACHED = 65_536  # distinct time stamps remembered (a log's are mostly in order)
+
+
 def read_clf(
     path: str | Path,
     *,
@@ -115,20 +151,69 @@ def read_clf(
     ``idle_gap`` and ``burst_gap`` are seconds or durations such as ``"30m"``;
     ``burst_gap`` may be 0 (only requests in the same second share a burst).
     ``max_line``: the longest line, in bytes; a longer one is an error naming it.
+    The file is read in batches of lines, its rows kept in Arrow columns, so the
+    memory grows with the requests, not with the text.
     """
     path = Path(path)
     idle = parse_duration(idle_gap, "idle_gap")
     bgap = non_negative_duration(burst_gap, "burst_gap")
-    lines = split_lines(read_bytes(path, max_line=max_line))
-
+    rows = Columns(_COLUMNS)
+    tally = _Tally()
     keys: dict[tuple[str, str], int] = {}
-    cols: dict[str, list[Any]] = {k: [] for k in ("key", "time", "method", "path")}
-    cols.update({k: [] for k in ("bytes", "status", "client")})
-    skipped: list[int] = []
-    repaired: list[int] = []
-    combined = 0
     time_cache: dict[str, float] = {}
-    for number, raw in enumerate(lines, start=1):
+    for batch in line_batches(path, max_line=max_line):
+        _read_batch(batch, path, strict, rows, tally, keys, time_cache)
+        rows.flush()
+        if len(time_cache) > _TIMES_CACHED:
+            time_cache.clear()
+
+    n = rows.rows
+    combined = tally.combined
+    meta: dict[str, Any] = {
+        "reader": "clf",
+        "source": str(path),
+        "flavor": "combined" if combined == n and n else ("common" if combined == 0 else "mixed"),
+        "lines": tally.lines,
+        "skipped": tally.skipped,
+        "skipped_lines": tally.skipped_lines,
+        "repaired": tally.repaired,
+        "repaired_lines": tally.repaired_lines,
+        "mode": "session",
+        "idle_gap": idle,
+        "burst_gap": bgap,
+    }
+    if n == 0:
+        return Trace.empty({**meta, "origin_epoch": None})
+    s = sessionize(rows.numpy("key"), rows.numpy("time"), burst_gap=bgap, idle_gap=idle)
+    o = pa.array(s.order)
+    paths = rows.array("path").take(o)
+    out = {
+        "session": s.session,
+        "burst": s.burst,
+        "t": s.t,
+        "think": s.think,
+        "method": rows.array("method").take(o),
+        "path": paths,
+        "cls": classify_paths(paths, classifier),
+        "bytes": rows.array("bytes").take(o),
+        "status": rows.array("status").take(o),
+        "client": rows.array("client").take(o),
+    }
+    return Trace.from_columns(out, {**meta, "origin_epoch": s.origin})
+
+
+def _read_batch(
+    batch: LineBatch,
+    path: Path,
+    strict: bool,
+    rows: Columns,
+    tally: _Tally,
+    keys: dict[tuple[str, str], int],
+    time_cache: dict[str, float],
+) -> None:
+    """Parse one batch of lines into ``rows``; a line that is not a log line is counted."""
+    cols = rows.lists
+    for number, raw in enumerate(batch.lines, start=batch.first):
         text = decode_line(raw).rstrip("\r")
         m = CLF_LINE.match(text)
         why = ""
@@ -156,14 +241,14 @@ def read_clf(
         if why:
             if strict:
                 raise TraceFormatError(why, path=path, line=number)
-            skipped.append(number)
+            tally.skip(number)
             continue
         assert m is not None and req is not None
         agent = m["agent"]
         if agent is not None:
-            combined += 1
+            tally.combined += 1
             if not m["closed"]:
-                repaired.append(number)
+                tally.repair(number)
             if "\\" in agent:
                 agent = _UNESCAPE.sub(r"\1", agent)
         host = m["host"]
@@ -175,36 +260,4 @@ def read_clf(
         cols["bytes"].append(0 if m["bytes"] == "-" else int(m["bytes"]))
         cols["status"].append(0 if m["status"] == "-" else int(m["status"]))
         cols["client"].append(host)
-
-    n = len(cols["key"])
-    meta: dict[str, Any] = {
-        "reader": "clf",
-        "source": str(path),
-        "flavor": "combined" if combined == n and n else ("common" if combined == 0 else "mixed"),
-        "lines": len(lines),
-        "skipped": len(skipped),
-        "skipped_lines": skipped[:_MAX_LISTED],
-        "repaired": len(repaired),
-        "repaired_lines": repaired[:_MAX_LISTED],
-        "mode": "session",
-        "idle_gap": idle,
-        "burst_gap": bgap,
-    }
-    if n == 0:
-        return Trace.empty({**meta, "origin_epoch": None})
-    s = sessionize(np.asarray(cols["key"]), np.asarray(cols["time"]), burst_gap=bgap, idle_gap=idle)
-    o = s.order
-    paths = [cols["path"][i] for i in o]
-    out = {
-        "session": s.session,
-        "burst": s.burst,
-        "t": s.t,
-        "think": s.think,
-        "method": [cols["method"][i] for i in o],
-        "path": paths,
-        "cls": (classifier or Classifier()).classify_many(paths),
-        "bytes": np.asarray(cols["bytes"], dtype=np.int64)[o],
-        "status": np.asarray(cols["status"], dtype=np.int32)[o],
-        "client": [cols["client"][i] for i in o],
-    }
-    return Trace.from_columns(out, {**meta, "origin_epoch": s.origin})
+    tally.lines += len(batch.lines)

@@ -61,72 +61,82 @@ def sessionize(
     key = np.asarray(key, dtype=np.int64)
     time = np.asarray(time, dtype=np.float64)
     n = key.size
-    if rt is None:
-        rt = np.full(n, np.nan)
-    rt = np.asarray(rt, dtype=np.float64)
     if n == 0:
         empty_f = np.empty(0, dtype=np.float64)
         empty_i = np.empty(0, dtype=np.int64)
         return Sessions(empty_i, empty_i, empty_i.astype(np.int32), empty_f, empty_f, 0.0)
 
-    # lexsort is stable: ties in (key, time) keep file order.
+    # lexsort is stable: ties in (key, time) keep file order. A log may hold millions
+    # of rows: each array is dropped (del) once the next step no longer needs it.
     order = np.lexsort((np.arange(n), time, key))
     k = key[order]
     tm = time[order]
     new_session = np.r_[True, k[1:] != k[:-1]]
+    del k
     if idle_gap is not None:
         new_session[1:] |= (tm[1:] - tm[:-1]) > idle_gap
-    raw_session = np.cumsum(new_session) - 1
 
     burst, burst_start = _bursts(tm, new_session, burst_gap)
 
     # End of each burst: latest send + rt; think = next burst start - end, same session only.
-    end = tm + np.nan_to_num(rt[order], nan=0.0)
+    end = tm if rt is None else tm + np.nan_to_num(np.asarray(rt, dtype=np.float64)[order], nan=0.0)
     starts = np.flatnonzero(burst_start)
     burst_end = np.maximum.reduceat(end, starts)
+    del end
     burst_t0 = tm[starts]
     think_b = np.zeros(starts.size)
     same = ~new_session[starts[1:]]
     gaps = burst_t0[1:] - burst_end[:-1]
     think_b[:-1] = np.where(same, np.maximum(gaps, 0.0), 0.0)
+    del starts, burst_end, same, gaps
     burst_of_row = np.cumsum(burst_start) - 1
+    del burst_start
 
     # Number sessions by start time; the stable sort keeps each session's rows together.
     session_first = np.flatnonzero(new_session)
     session_t0 = tm[session_first]
+    origin = float(tm.min())
+    del tm
     rank = np.empty(session_first.size, dtype=np.int64)
     rank[np.lexsort((np.arange(session_first.size), session_t0))] = np.arange(session_first.size)
-    session = rank[raw_session]
+    session = rank[np.cumsum(new_session) - 1]
+    del new_session, rank
     regroup = np.argsort(session, kind="stable")
-
-    origin = float(tm.min())
-    t = burst_t0[burst_of_row] - origin
-    think = think_b[burst_of_row]
+    burst_of_row = burst_of_row[regroup]
     return Sessions(
         order=order[regroup],
         session=session[regroup],
         burst=burst[regroup].astype(np.int32),
-        t=t[regroup],
-        think=think[regroup],
+        t=burst_t0[burst_of_row] - origin,
+        think=think_b[burst_of_row],
         origin=origin,
     )
 
 
+_SLICE = 65_536  # rows turned into Python objects at a time (a log may hold millions)
+
+
 def _bursts(tm: np.ndarray, new_session: np.ndarray, burst_gap: float) -> tuple[np.ndarray, ...]:
     """Burst index inside the session and burst-start flags, anchored on each burst's first send."""
-    burst: list[int] = []
-    start: list[bool] = []
+    burst = np.empty(tm.size, dtype=np.int64)
+    start = np.empty(tm.size, dtype=bool)
     b = -1
     anchor = 0.0
-    for ti, first in zip(tm.tolist(), new_session.tolist(), strict=True):
-        if first or ti - anchor > burst_gap:
-            b = 0 if first else b + 1
-            anchor = ti
-            start.append(True)
-        else:
-            start.append(False)
-        burst.append(b)
-    return np.asarray(burst, dtype=np.int64), np.asarray(start, dtype=bool)
+    for lo in range(0, tm.size, _SLICE):
+        out_b: list[int] = []
+        out_s: list[bool] = []
+        times = tm[lo : lo + _SLICE].tolist()
+        for ti, first in zip(times, new_session[lo : lo + _SLICE].tolist(), strict=True):
+            if first or ti - anchor > burst_gap:
+                b = 0 if first else b + 1
+                anchor = ti
+                out_s.append(True)
+            else:
+                out_s.append(False)
+            out_b.append(b)
+        burst[lo : lo + len(out_b)] = out_b
+        start[lo : lo + len(out_s)] = out_s
+    return burst, start
 
 
 def non_negative_duration(value: float | str, name: str) -> float:

@@ -47,11 +47,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+import pyarrow as pa
 
 from shrink.classify import Classifier
 from shrink.errors import TraceFormatError
-from shrink.ingest._io import MAX_LINE, decode_line, read_bytes, split_lines
+from shrink.ingest._columns import Columns, classify_paths
+from shrink.ingest._io import MAX_LINE, decode_line, line_batches
 from shrink.ingest.sessionize import non_negative_duration, sessionize
 from shrink.trace import Trace
 
@@ -117,6 +118,18 @@ def _row(values: list[str], names: tuple[str, ...]) -> tuple[Any, ...]:
     return time, session, url, method, status, nbytes, rt
 
 
+_COLUMNS = {
+    "time": pa.float64(),
+    "key": pa.int64(),
+    "path": pa.string(),
+    "method": pa.string(),
+    "status": pa.int32(),
+    "bytes": pa.int64(),
+    "rt": pa.float64(),
+    "client": pa.string(),
+}
+
+
 def read_specweb(
     path: str | Path,
     *,
@@ -128,84 +141,102 @@ def read_specweb(
     """Read a recorded-session log (TSV or CSV) into a Trace (see the module docstring).
 
     ``max_line``: the longest line, in bytes; a longer one is an error naming it.
+    The file is read in batches of lines, its rows kept in Arrow columns, so the
+    memory grows with the requests, not with the text.
     """
     path = Path(path)
     bgap = non_negative_duration(burst_gap, "burst_gap")
-    lines = split_lines(read_bytes(path, max_line=max_line))
     names: tuple[str, ...] | None = None
     delimiter: str | None = None
-    rows: list[tuple[Any, ...]] = []
-    row_lines: list[int] = []
-    skipped: list[int] = []
-    for number, raw in enumerate(lines, start=1):
-        text = decode_line(raw).rstrip("\r")
-        if not text.strip():
-            continue
-        if text.startswith("#"):
-            if number == 1 and text.startswith(MAGIC):
-                version = text[len(MAGIC) :].strip()
-                if version != "v1":
-                    raise TraceFormatError(
-                        f"{MAGIC} version {version!r}, this reader knows v1", path=path, line=1
-                    )
+    rows = Columns(_COLUMNS)
+    cols = rows.lists
+    ids: dict[str, int] = {}
+    skipped = 0
+    skipped_lines: list[int] = []
+    for batch in line_batches(path, max_line=max_line):
+        for number, raw in enumerate(batch.lines, start=batch.first):
+            text = decode_line(raw).rstrip("\r")
+            if not text.strip():
                 continue
-            m = _FIELDS_LINE.match(text)
-            if m:
-                if delimiter is not None:
-                    raise TraceFormatError(
-                        "'# fields:' must come before the first data line", path=path, line=number
-                    )
-                names = _parse_fields(m.group(1), path, number)
-            continue
-        if delimiter is None:
-            delimiter = "\t" if "\t" in text else ","
-        try:
-            # csv.Error (a bare CR or a NUL inside a field, a field over csv's size limit)
-            # is a bad line like any other: inside the try, so lenient mode skips it.
-            values = next(csv.reader([text])) if delimiter == "," else text.split("\t")
-            want = names or FIELDS[: len(values)]
-            if len(values) != len(want) or len(values) < len(_REQUIRED):
-                raise _BadLine(f"{len(values)} columns, expected {len(names or _REQUIRED)}")
-            rows.append(_row(values, want))
-            row_lines.append(number)
-        except _BadLine as exc:
-            if strict:
-                raise TraceFormatError(str(exc), path=path, line=number) from None
-            skipped.append(number)
-        except csv.Error as exc:
-            if strict:
-                raise TraceFormatError(f"bad CSV ({exc})", path=path, line=number) from None
-            skipped.append(number)
+            if text.startswith("#"):
+                if number == 1 and text.startswith(MAGIC):
+                    version = text[len(MAGIC) :].strip()
+                    if version != "v1":
+                        raise TraceFormatError(
+                            f"{MAGIC} version {version!r}, this reader knows v1", path=path, line=1
+                        )
+                    continue
+                m = _FIELDS_LINE.match(text)
+                if m:
+                    if delimiter is not None:
+                        raise TraceFormatError(
+                            "'# fields:' must come before the first data line",
+                            path=path,
+                            line=number,
+                        )
+                    names = _parse_fields(m.group(1), path, number)
+                continue
+            if delimiter is None:
+                delimiter = "\t" if "\t" in text else ","
+            try:
+                # csv.Error (a bare CR or a NUL inside a field, a field over csv's size
+                # limit) is a bad line like any other: inside the try, so lenient mode
+                # skips it.
+                values = next(csv.reader([text])) if delimiter == "," else text.split("\t")
+                want = names or FIELDS[: len(values)]
+                if len(values) != len(want) or len(values) < len(_REQUIRED):
+                    raise _BadLine(f"{len(values)} columns, expected {len(names or _REQUIRED)}")
+                time, session, url, method, status, nbytes, rt = _row(values, want)
+            except (_BadLine, csv.Error) as exc:
+                if strict:
+                    why = f"bad CSV ({exc})" if isinstance(exc, csv.Error) else str(exc)
+                    raise TraceFormatError(why, path=path, line=number) from None
+                skipped += 1
+                if len(skipped_lines) < _MAX_LISTED:
+                    skipped_lines.append(number)
+                continue
+            cols["time"].append(time)
+            cols["key"].append(ids.setdefault(session, len(ids)))
+            cols["path"].append(url)
+            cols["method"].append(method)
+            cols["status"].append(status)
+            cols["bytes"].append(nbytes)
+            cols["rt"].append(rt)
+            cols["client"].append(session)
+        rows.flush()
 
     meta: dict[str, Any] = {
         "reader": "specweb",
         "source": str(path),
         "delimiter": {"\t": "tab", ",": "comma", None: None}[delimiter],
         "fields": list(names or FIELDS),
-        "skipped": len(skipped),
-        "skipped_lines": skipped[:_MAX_LISTED],
+        "skipped": skipped,
+        "skipped_lines": skipped_lines,
         "mode": "session",
         "burst_gap": bgap,
     }
-    if not rows:
+    if not rows.rows:
         return Trace.empty({**meta, "origin": None})
-    time, session, url, method, status, nbytes, rt = (list(c) for c in zip(*rows, strict=True))
-    ids: dict[str, int] = {}
-    key = np.asarray([ids.setdefault(s, len(ids)) for s in session], dtype=np.int64)
-    s = sessionize(key, np.asarray(time), np.asarray(rt, dtype=np.float64), burst_gap=bgap)
-    o = s.order
-    paths = [url[i] for i in o]
+    return _trace(rows, bgap, classifier, meta)
+
+
+def _trace(rows: Columns, bgap: float, classifier: Classifier | None, meta: dict) -> Trace:
+    """The Trace of the rows read: sessions cut into bursts, in session order."""
+    rt = rows.numpy("rt")
+    s = sessionize(rows.numpy("key"), rows.numpy("time"), rt, burst_gap=bgap)
+    o = pa.array(s.order)
+    paths = rows.array("path").take(o)
     out = {
         "session": s.session,
         "burst": s.burst,
         "t": s.t,
         "think": s.think,
-        "method": [method[i] for i in o],
+        "method": rows.array("method").take(o),
         "path": paths,
-        "cls": (classifier or Classifier()).classify_many(paths),
-        "bytes": np.asarray(nbytes, dtype=np.int64)[o],
-        "status": np.asarray(status, dtype=np.int32)[o],
-        "rt": np.asarray(rt, dtype=np.float64)[o],
-        "client": [session[i] for i in o],
+        "cls": classify_paths(paths, classifier),
+        "bytes": rows.array("bytes").take(o),
+        "status": rows.array("status").take(o),
+        "rt": rt[s.order],
+        "client": rows.array("client").take(o),
     }
     return Trace.from_columns(out, {**meta, "origin": s.origin})

@@ -59,17 +59,18 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from shrink.atomic import write_bytes
 from shrink.checks import check_rate, check_scalar
 from shrink.classify import Classifier
 from shrink.errors import TraceFormatError
-from shrink.ingest._io import MAX_LINE, decode_line, read_bytes, split_lines
+from shrink.ingest._columns import Columns, classify_paths
+from shrink.ingest._io import MAX_LINE, LineBatch, decode_line, line_batches
 from shrink.trace import Trace
 
 __all__ = ["METHODS", "read_wsesslog", "write_wsesslog"]
@@ -79,53 +80,93 @@ METHODS: tuple[str, ...] = ("DELETE", "GET", "HEAD", "OPTIONS", "POST", "PUT", "
 _ESCAPES = {"n": "\n", "r": "\r", "t": "\t"}
 
 
-@dataclass
-class _Request:
-    path: str
-    method: str = "GET"
-    body: str = ""
-
-
-@dataclass
-class _Burst:
-    think: float
-    requests: list[_Request] = field(default_factory=list)
-
-
 class _Lines:
-    """The file's lines with 1-based numbers; the contents parser may pull the next one."""
+    """The file's lines with 1-based numbers, a batch at a time; the contents parser may
+    pull the next one."""
 
-    def __init__(self, path: Path, data: bytes) -> None:
+    def __init__(self, path: Path, batches: Iterator[LineBatch]) -> None:
         self.path = path
-        try:
-            # One decode for the whole file when it is UTF-8 (the usual case): much faster.
-            self.text: list[str] | None = data.decode("utf-8").split("\n")
-            if self.text[-1] == "":
-                self.text.pop()
-        except UnicodeDecodeError:
-            self.text = None
-        self.raw = split_lines(data)
-        self.count = len(self.raw)
-        self.ends_with_lf = data.endswith(b"\n")
-        self.index = 0
+        self._batches = batches
+        self._lines: list[bytes] = []
+        self._first = 1
+        self._terminated = True
+        self._i = 0
 
     def __iter__(self) -> Iterator[tuple[int, str, bool]]:
         return self
 
     def __next__(self) -> tuple[int, str, bool]:
         """(line number, text without LF and its CR, whether an LF followed)."""
-        i = self.index
-        if i >= self.count:
-            raise StopIteration
-        self.index += 1
-        text = self.text[i] if self.text is not None else decode_line(self.raw[i])
+        while self._i >= len(self._lines):
+            batch = next(self._batches)  # its StopIteration ends this iteration too
+            self._lines, self._first, self._terminated = batch.lines, batch.first, batch.terminated
+            self._i = 0
+        i = self._i
+        self._i += 1
+        text = decode_line(self._lines[i])
         if text.endswith("\r"):
             text = text[:-1]
-        has_lf = i < self.count - 1 or self.ends_with_lf
-        return i + 1, text, has_lf
+        return self._first + i, text, self._terminated or i < len(self._lines) - 1
 
     def error(self, message: str, line: int) -> TraceFormatError:
         return TraceFormatError(message, path=self.path, line=line)
+
+
+class _Sessions:
+    """The requests read so far, in Arrow columns: a row per request naming its burst,
+    and a row per burst (its session, index, start time and think time) once the burst
+    is complete, that is when its think time is final."""
+
+    def __init__(self, think_default: float, rate: float) -> None:
+        self.requests = Columns(
+            {"burst": pa.int64(), "method": pa.string(), "path": pa.string(), "body": pa.string()}
+        )
+        self.bursts = Columns(
+            {"session": pa.int64(), "index": pa.int32(), "t": pa.float64(), "think": pa.float64()}
+        )
+        self.think_default = think_default
+        self.rate = rate
+        self.session = 0  # the session being read (sessions before it are complete)
+        self.count = 0  # bursts in it so far; 0 while no session is open
+        self.burst = -1  # the burst being read, counted over the file
+        self.t = 0.0  # its start time
+        self.think = think_default  # its think time so far
+        self.bodies = False  # a request had a body
+
+    def new_burst(self) -> None:
+        if self.count:
+            self._close_burst()
+        else:
+            self.t = self.session / self.rate
+        self.count += 1
+        self.burst += 1
+        self.think = self.think_default
+
+    def end_session(self) -> None:
+        if self.count:
+            self._close_burst()
+            self.session += 1
+            self.count = 0
+
+    def _close_burst(self) -> None:
+        cols = self.bursts.lists
+        cols["session"].append(self.session)
+        cols["index"].append(self.count - 1)
+        cols["t"].append(self.t)
+        cols["think"].append(self.think)
+        self.t += self.think
+
+    def request(self, path: str, method: str, body: str) -> None:
+        cols = self.requests.lists
+        cols["burst"].append(self.burst)
+        cols["method"].append(method)
+        cols["path"].append(path)
+        cols["body"].append(body)
+        self.bodies = self.bodies or bool(body)
+
+    def flush(self) -> None:
+        self.requests.flush()
+        self.bursts.flush()
 
 
 # C isspace() in the C locale is " \t\n\v\f\r": what sscanf("%s") stops at.
@@ -202,42 +243,35 @@ def _parse_think(word: str, lines: _Lines, lineno: int) -> float:
     return think
 
 
-def parse_sessions(path: Path, data: bytes, think_default: float) -> list[list[_Burst]]:
-    """The sessions of a wsesslog file, as httperf would build them."""
-    lines = _Lines(path, data)
-    sessions: list[list[_Burst]] = []
-    current: list[_Burst] = []
+def _read_sessions(lines: _Lines, out: _Sessions) -> None:
+    """Read the sessions of a wsesslog file into ``out``, as httperf would build them."""
     for lineno, text, has_lf in lines:
         if text.startswith("#"):
             continue
         first = _WORD.search(text)
         if first is None:
-            if current:
-                sessions.append(current)
-                current = []
+            out.end_session()
             continue
-        req = _Request(path=first.group())
-        if not current or first.start() == 0:
-            current.append(_Burst(think=think_default))
-        burst = current[-1]
-        burst.requests.append(req)
+        if not out.count or first.start() == 0:
+            out.new_burst()
+        method, body = "GET", ""
         pos = first.end()
         while (m := _WORD.search(text, pos)) is not None:
             word = m.group()
             if word.startswith("method=") and len(word) > len("method="):
-                method = _match_method(word[len("method=") :])
-                if method is None:
+                known = _match_method(word[len("method=") :])
+                if known is None:
                     raise lines.error(
                         f"unknown method in {word!r} (httperf knows {', '.join(METHODS)})",
                         lineno,
                     )
-                req.method = method
+                method = known
                 pos = m.end()
             elif word.startswith("think=") and len(word) > len("think="):
-                burst.think = _parse_think(word, lines, lineno)
+                out.think = _parse_think(word, lines, lineno)
                 pos = m.end()
             elif word.startswith("contents=") and len(word) > len("contents="):
-                req.body, lineno, text, has_lf, pos = _parse_contents(
+                body, lineno, text, has_lf, pos = _parse_contents(
                     lines, lineno, text, has_lf, m.start() + len("contents=")
                 )
             else:
@@ -245,9 +279,11 @@ def parse_sessions(path: Path, data: bytes, think_default: float) -> list[list[_
                     f"unknown argument {word!r} (httperf knows think=, method=, contents=)",
                     lineno,
                 )
-    if current:
-        sessions.append(current)
-    return sessions
+        out.request(first.group(), method, body)
+        if out.requests.full():
+            out.flush()
+    out.end_session()
+    out.flush()
 
 
 def read_wsesslog(
@@ -265,30 +301,15 @@ def read_wsesslog(
     is the think time of bursts without ``think=``. The syntax has no lenient
     mode: any error raises (``strict`` is accepted for a uniform reader API).
     ``max_line``: the longest line, in bytes; a longer one is an error naming it.
+    The file is read in batches of lines, its requests kept in Arrow columns, so the
+    memory grows with the requests, not with the text.
     """
     del strict  # every syntax error is fatal, as in httperf
     path = Path(path)
     rate = check_rate(session_rate, "session_rate")
     think_default = check_scalar(think_default, "think_default", low=0.0)
-    sessions = parse_sessions(path, read_bytes(path, max_line=max_line), think_default)
-    cols: dict[str, list[Any]] = {
-        k: [] for k in ("session", "burst", "t", "think", "method", "path", "body")
-    }
-    for sid, bursts in enumerate(sessions):
-        t = sid / rate
-        for bid, burst in enumerate(bursts):
-            for req in burst.requests:
-                cols["session"].append(sid)
-                cols["burst"].append(bid)
-                cols["t"].append(t)
-                cols["think"].append(burst.think)
-                cols["method"].append(req.method)
-                cols["path"].append(req.path)
-                cols["body"].append(req.body)
-            t += burst.think
-    if not any(cols["body"]):
-        del cols["body"]
-    cols["cls"] = list((classifier or Classifier()).classify_many(cols["path"]))
+    sessions = _Sessions(think_default, rate)
+    _read_sessions(_Lines(path, line_batches(path, max_line=max_line)), sessions)
     meta = {
         "reader": "wsesslog",
         "source": str(path),
@@ -298,8 +319,20 @@ def read_wsesslog(
         "session_rate": rate,
         "think_default": think_default,
     }
-    if not cols["session"]:
+    if not sessions.requests.rows:
         return Trace.empty(meta)
+    burst = sessions.requests.array("burst")
+    paths = sessions.requests.array("path")
+    cols: dict[str, Any] = {
+        name: sessions.bursts.array(field).take(burst)
+        for name, field in (("session", "session"), ("burst", "index"), ("t", "t"))
+    }
+    cols["think"] = sessions.bursts.array("think").take(burst)
+    cols["method"] = sessions.requests.array("method")
+    cols["path"] = paths
+    cols["cls"] = classify_paths(paths, classifier)
+    if sessions.bodies:
+        cols["body"] = sessions.requests.array("body")
     return Trace.from_columns(cols, meta)
 
 

@@ -33,10 +33,8 @@ record their name in the RunLog metadata (``engine``) and in
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
-import resource
 import signal
 from collections.abc import Callable
 from time import monotonic
@@ -133,72 +131,16 @@ _NO_END = 3.2e8
 _DTYPES = ("f8", "f8", "f8", "f8", "i4", "i8", "i1", "i8", "i4", "i4", "f8")
 
 
-class IdleWhileRunning:
-    """Puts the thread that moves the core's rows (and flushes the RunLog) at
-    SCHED_IDLE for the run, and back at the end.
-
-    That thread shares the generator's CPU with the core's loop thread. At default
-    scheduling the kernel lets a running thread finish its slice before a woken one
-    (the loop, its next send due) gets the CPU: a RunLog flush (zstd over a second's
-    rows, milliseconds) then delayed sends by as much, and the send lag's p99 went to
-    milliseconds at 20,000 requests/s. At SCHED_IDLE every wake-up of the loop
-    preempts it at once. (Under SCHED_FIFO the core lowers that thread itself.)
-
-    Called first from the core's callback, so after the core started its loop thread,
-    which inherits its creator's policy; only where the thread may return to
-    SCHED_OTHER afterwards (root, or an RLIMIT_NICE that allows its nice value).
-    """
-
-    def __init__(self) -> None:
-        self.demoted = False
-        self.tried = False
-        # Taken before the run: under SCHED_FIFO the core has lowered this thread to
-        # SCHED_OTHER by the first callback, and puts it back itself.
-        self.default = os.sched_getscheduler(0) == os.SCHED_OTHER
-
-    def __call__(self) -> None:
-        if self.tried:
-            return
-        self.tried = True
-        if not self.default or not _may_return_from_idle():
-            return
-        try:
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-            self.demoted = True
-        except OSError:
-            pass
-
-    def restore(self) -> None:
-        if self.demoted:
-            self.demoted = False
-            with contextlib.suppress(OSError):
-                os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-
-
-def _may_return_from_idle() -> bool:
-    """Whether this thread may go from SCHED_IDLE back to SCHED_OTHER (see sched(7))."""
-    if not hasattr(os, "SCHED_IDLE"):
-        return False
-    if os.geteuid() == 0:
-        return True
-    soft = resource.getrlimit(resource.RLIMIT_NICE)[0]
-    return soft == resource.RLIM_INFINITY or os.getpriority(os.PRIO_PROCESS, 0) >= 20 - soft
-
-
-def _appender(
-    writer: RunLogWriter, stop: list[bool], first: Callable[[], None] = lambda: None
-) -> Callable[[list[bytes]], bool]:
+def _appender(writer: RunLogWriter, stop: list[bool]) -> Callable[[list[bytes]], bool]:
     """The core's callback: finished rows into the writer; True once told to stop.
 
     The fast path extends the writer's typed column arrays with the core's bytes;
     a writer without them gets the rows one by one through :meth:`RunLogWriter.add`.
-    ``first`` is called at each call before the rows are moved (the run's thread set-up).
     """
     cols = getattr(writer, "cols_", None)
     fast = cols is not None and [getattr(c, "typecode", "") for c in cols] == list("ddddiqbqiid")
 
     def on_rows(columns: list[bytes]) -> bool:
-        first()
         if fast:
             for col, data in zip(cols, columns, strict=True):  # type: ignore[arg-type]
                 col.frombytes(data)
@@ -240,13 +182,11 @@ def run_native(
     # As in the Python engine: no collector pass over a big heap inside the run.
     gc_was_enabled = gc.isenabled()
     gc.disable()
-    idle = IdleWhileRunning()
     try:
         recorded, pool_waits, interrupted, counts = _core.run(
-            **args, t0=t0, on_rows=_appender(writer, stop, idle)
+            **args, t0=t0, on_rows=_appender(writer, stop)
         )
     finally:
-        idle.restore()
         for sig, old in installed:
             signal.signal(sig, old)
         writer.close()

@@ -106,7 +106,8 @@ class ReplicaState:
                 why = foreign_cgroup(cg) if isinstance(cg, dict) else "not a table"
                 if why is not None:
                     raise StateError(f"replica {d.get('name')!r}: field {where!r}: {why}")
-        if "processes" in d:
+        # (a key written as null is absent: the schema lets the older fields stand in)
+        if d.get("processes") is not None:
             processes = {str(k): [int(p) for p in v] for k, v in d["processes"].items()}
         else:  # written before recipes: lighttpd + php-cgi
             processes = {
@@ -119,7 +120,7 @@ class ReplicaState:
             port=int(d["port"]),
             cpus=[int(c) for c in d["cpus"]],
             # (not d.get("masters", [d["master_pid"]]): that default is evaluated always)
-            masters=[int(p) for p in (d["masters"] if "masters" in d else [d["master_pid"]])],
+            masters=[int(p) for p in (d["masters"] if d.get("masters") else [d["master_pid"]])],
             processes=processes,
             starttimes={int(k): int(v) for k, v in d.get("starttimes", {}).items()},
             pinned={int(k): [int(c) for c in v] for k, v in d.get("pinned", {}).items()},

@@ -506,9 +506,19 @@ def _site(exc: BaseException) -> str:
 
 
 def campaign(
-    reader: Reader, inputs: int, *, seed: int, tmp: Path, limit_s: float = 5.0
+    reader: Reader,
+    inputs: int,
+    *,
+    seed: int,
+    tmp: Path,
+    limit_s: float = 5.0,
+    budget_s: float | None = None,
 ) -> Outcome:
-    """``inputs`` mutated inputs for ``reader``, seeded; see the module docstring."""
+    """``inputs`` mutated inputs for ``reader``, seeded; see the module docstring.
+
+    With ``budget_s``, no input starts after that many seconds: ``inputs`` on the
+    outcome is then the count that was run, the first inputs of the same sequence.
+    """
     rnd = random.Random(seed)
     seeds = reader.seeds(tmp)
     if not seeds:
@@ -517,8 +527,11 @@ def campaign(
     path = tmp / "docroot" / "manifest.json" if manifest else tmp / f"fuzz{reader.suffix}"
     out = Outcome(reader.name)
     dog = Watchdog()
+    stop = None if budget_s is None else time.monotonic() + budget_s
     try:
         for k in range(inputs):
+            if stop is not None and time.monotonic() > stop:
+                break
             base = rnd.choice(seeds)
             use_structural = reader.structural is not None and rnd.random() < 0.6
             mutator = reader.structural if use_structural else mutate
