@@ -365,6 +365,7 @@ def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "pairs": len(pairs),
                 "configurations": sorted({n for n, _ in pairs}),
                 "command": "python bench/bench_fidelity.py --summarize DIR... --fit",
+                **({"calibration": CALIBRATION} if kind == "cpu_time" else {}),
             },
         }
     MODEL_ERROR.write_text(json.dumps(data, indent=2) + "\n")

@@ -31,8 +31,9 @@ where it holds for the prediction:
   at most :data:`CALIBRATION_S` seconds in all). The calibration takes a whole core's
   cost per request of a mix not to depend on its load: the corpus's validation curves
   (bench/RESULTS.md) read the demo's mix at about 0.45-0.55 ms a request from 5% busy
-  to saturation, and the report's self-checks compare light and busy on every
-  validated run. (A single class run alone at a few requests a second does not hold
+  to saturation, and their light over busy capacity at 0.77-1.04; the report's
+  self-checks compare light and busy on every validated run, and what the assumption
+  misses is in the model error. (A single class run alone at a few requests a second does not hold
   this: each request then wakes a halted vCPU, which is why the calibration runs the
   mix.)
 * on the share, near its knee (:data:`SHARE_LOAD` of the capacity its previous run
