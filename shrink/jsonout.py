@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from typing import Any, TypeVar
-
-from pydantic import TypeAdapter
+from typing import TYPE_CHECKING, Any, TypeVar
 
 T = TypeVar("T")
+
+if TYPE_CHECKING:  # pydantic is heavy: the CLI's start-up must not load it
+    from pydantic import TypeAdapter
 
 __all__ = ["dumps", "finite", "plain"]
 
