@@ -25,6 +25,7 @@ from shrink._version import __version__
 from shrink.autolevels import (
     AutoPlan,
     Companion,
+    Pairing,
     SweepInterrupted,
     SweepScaling,
     auto_sweep,
@@ -59,7 +60,7 @@ from shrink.scaling import (
     shrink_scaled_curve,
 )
 from shrink.scaling import constants as share_model_constants
-from shrink.selfchecks import host_drift, load_dependence, self_checks
+from shrink.selfchecks import full_checks, self_checks
 from shrink.share import Share, ShareSpeed
 from shrink.target import Target
 from shrink.trace import Trace
@@ -257,7 +258,7 @@ def predict(
                 seed=config.seed,
                 alpha=alpha,
                 progress=progress,
-                companion=companion,
+                pairing=Pairing(companion=companion),
                 scaling=scaling,
             )
             if companion is not None and full_target is not None:
@@ -318,10 +319,7 @@ def predict(
     record_inputs(prediction, inputs, provider, measured, config.plan, scaling)
     if full_curve is not None:
         prediction.full_run = _full_run_summary()
-        full_curve.meta["self_checks"] = {
-            **self_checks(full_curve, config.thresholds), **host_drift(full_curve),
-            **load_dependence(full_curve),
-        }
+        full_curve.meta["self_checks"] = full_checks(full_curve, config.thresholds)
     result = PredictionResult(prediction, measured, predicted, sample, full=full_curve)
     if out_dir is not None:
         _write_files(result, Path(out_dir))
@@ -389,7 +387,8 @@ def _validation_search(
         progress("validation: the full target's own search", 0, 1)
     curve = auto_sweep(
         full_target, trace, dict(config.thresholds), knob=config.knob, plan=vplan,
-        seed=config.seed + 7919, alpha=1.0, progress=progress, start=companion.levels,
+        seed=config.seed + 7919, alpha=1.0, progress=progress,
+        pairing=Pairing(start=companion.levels),
     )  # fmt: skip
     curve.meta["paired"] = True
     return curve

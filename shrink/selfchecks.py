@@ -9,7 +9,7 @@ from typing import Any
 from shrink.loadcurve import FAILURE_LIMIT, LoadCurve
 from shrink.measure import offered_check
 
-__all__ = ["host_drift", "load_dependence", "self_checks"]
+__all__ = ["full_checks", "host_drift", "load_dependence", "self_checks"]
 
 # A repetition at least this busy shows the full target's capacity (X / U) near its
 # knee, where a validation's MAT lies.
@@ -117,4 +117,10 @@ def load_dependence(full: LoadCurve) -> dict[str, Any]:
         return {}
     lo, hi = statistics.median(light), statistics.median(busy)
     return {"light_capacity": lo, "busy_capacity": hi, "light_over_busy": lo / hi}
+
+
+def full_checks(full: LoadCurve, limits: Mapping[str, float]) -> dict[str, Any]:
+    """A full-scale (validation) curve's checks: its own, the host's drift over it, and
+    whether its cost per request moved with its load."""
+    return {**self_checks(full, limits), **host_drift(full), **load_dependence(full)}
 

@@ -85,7 +85,7 @@ class _Recorder:
 
 
 def test_paired_sweep_runs_each_rep_on_both_sides_in_alternating_order():
-    from shrink.autolevels import AutoPlan, Companion, auto_sweep, companion_curve
+    from shrink.autolevels import AutoPlan, Companion, Pairing, auto_sweep, companion_curve
 
     full = poisson_trace(400.0, 200.0)
     scaled = poisson_trace(100.0, 200.0)
@@ -94,7 +94,9 @@ def test_paired_sweep_runs_each_rep_on_both_sides_in_alternating_order():
     side = _Recorder("scaled", calls, 0.004)
     comp = Companion(_Recorder("full", calls, 0.001), full, {"mean": 0.005})
     plan = AutoPlan(warmup=1, duration=10, reps=3, max_levels=6)
-    curve = auto_sweep(side, scaled, {"mean": 0.020}, plan=plan, seed=3, companion=comp)
+    curve = auto_sweep(
+        side, scaled, {"mean": 0.020}, plan=plan, seed=3, pairing=Pairing(companion=comp)
+    )
     assert set(comp.levels) == {lv.level for lv in curve.levels}
     assert all(len(lv.reps) == 3 for lv in comp.levels.values())
     # Every rep is a pair at one rate factor and seed; the order alternates within a level.
@@ -111,7 +113,7 @@ def test_paired_sweep_runs_each_rep_on_both_sides_in_alternating_order():
 
 
 def test_the_scaled_side_runs_1_over_alpha_longer_than_its_companion():
-    from shrink.autolevels import AutoPlan, Companion, SweepScaling, auto_sweep
+    from shrink.autolevels import AutoPlan, Companion, Pairing, SweepScaling, auto_sweep
 
     calls: list = []
     side = _Recorder("scaled", calls, 0.004)
@@ -124,7 +126,7 @@ def test_the_scaled_side_runs_1_over_alpha_longer_than_its_companion():
         {"mean": 0.020},
         plan=plan,
         seed=3,
-        companion=comp,
+        pairing=Pairing(companion=comp),
         scaling=SweepScaling(scaled_time=4.0),
     )
     assert len(side.windows) == len(full.windows) > 4
@@ -149,7 +151,7 @@ def test_the_scaled_side_runs_at_share_load_times_its_companions_rate_factor():
     """A share measured slower than alpha (share_load < 1) gets the full target's
     normalized load at every level: its rate factor is share_load times its twin's, its
     windows stay k times its twin's, and the levels stay the companion's."""
-    from shrink.autolevels import AutoPlan, Companion, SweepScaling, auto_sweep
+    from shrink.autolevels import AutoPlan, Companion, Pairing, SweepScaling, auto_sweep
 
     calls: list = []
     # A share at 0.75 of alpha's speed (0.004 / 0.75 s a request at a quarter of the load).
@@ -164,7 +166,7 @@ def test_the_scaled_side_runs_at_share_load_times_its_companions_rate_factor():
         {"mean": 0.020 / 0.75},
         plan=plan,
         seed=3,
-        companion=comp,
+        pairing=Pairing(companion=comp),
         scaling=SweepScaling(scaled_time=4.0, share_load=load),
     )
     pairs = [calls[i : i + 2] for i in range(0, len(calls), 2)]
@@ -228,12 +230,14 @@ def test_a_time_budget_stops_the_sweep_before_a_level_that_would_overrun_it():
 
 
 def test_paired_sweep_needs_the_rate_factor_knob():
-    from shrink.autolevels import Companion, auto_sweep
+    from shrink.autolevels import Companion, Pairing, auto_sweep
 
     trace = poisson_trace(100.0, 50.0).with_meta(users=10)
     comp = Companion(FakeTarget(), trace, {"mean": 0.005})
     with pytest.raises(MeasurementError, match="rate_factor"):
-        auto_sweep(FakeTarget(), trace, {"mean": 0.005}, knob="users", companion=comp)
+        auto_sweep(
+            FakeTarget(), trace, {"mean": 0.005}, knob="users", pairing=Pairing(companion=comp)
+        )
 
 
 def test_share_utilization_reports_other_work_on_the_share_cpus():

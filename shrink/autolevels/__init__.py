@@ -14,7 +14,7 @@ back, in alternating order (scaled first, then full first, ...). Two runs minute
 apart on a machine whose speed drifts differ by that drift; two runs seconds apart,
 in counterbalanced order, see nearly the same machine. The companion only follows:
 it chooses no level of the scaled sweep. Its own search (``auto_sweep(...,
-start=companion.levels)``) then brackets its crossings.
+pairing=Pairing(start=companion.levels))``) then brackets its crossings.
 
 Which level comes next is the knee search's decision (:mod:`shrink.knee`); this
 package measures. Its parts: ``_plan`` (:class:`AutoPlan`, :class:`SweepScaling`,
@@ -29,7 +29,14 @@ import typing as _typing
 
 from shrink.autolevels import _level
 from shrink.autolevels._curve import companion_curve
-from shrink.autolevels._plan import AutoPlan, Companion, SweepScaling, sample_ratio, sweep_scaling
+from shrink.autolevels._plan import (
+    AutoPlan,
+    Companion,
+    Pairing,
+    SweepScaling,
+    sample_ratio,
+    sweep_scaling,
+)
 from shrink.autolevels._sweep import Progress, auto_sweep, last_level
 from shrink.knee import above as _knee_above
 from shrink.measure import SweepInterrupted
@@ -42,6 +49,7 @@ if _typing.TYPE_CHECKING:
 __all__ = [
     "AutoPlan",
     "Companion",
+    "Pairing",
     "Progress",
     "SweepInterrupted",
     "SweepScaling",

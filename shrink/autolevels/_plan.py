@@ -139,3 +139,15 @@ def sample_ratio(trace: Trace, sample: Trace, plan: AutoPlan, alpha: float) -> f
     except ParameterError:  # no session starts in the window: nothing to compare
         return 1.0
     return mine / (alpha * whole) if mine and whole else 1.0
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """How a sweep is paired with a full-scale one: a ``companion`` that follows its
+    levels (the share's sweep, :class:`Companion`), or the levels a companion already
+    measured on this sweep's target, to go on from (``start``: the validation's own
+    search). Neither: a sweep on its own."""
+
+    companion: Companion | None = None
+    start: Mapping[float, Level] | None = None
+

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from shrink.autolevels._clock import Clock
 from shrink.autolevels._curve import curve_of
 from shrink.autolevels._level import behind, merge, run_level, surely_over
-from shrink.autolevels._plan import AutoPlan, Companion, SweepScaling, loop_span
+from shrink.autolevels._plan import AutoPlan, Companion, Pairing, SweepScaling, loop_span
 from shrink.errors import MeasurementError, ParameterError, ShrinkError
 from shrink.knee import (
     GROWTH_NEAR,
@@ -45,16 +45,16 @@ def auto_sweep(
     seed: int = 0,
     alpha: float | None = None,
     progress: Progress | None = None,
-    companion: Companion | None = None,
-    start: Mapping[float, Level] | None = None,
+    pairing: Pairing = Pairing(),
     scaling: SweepScaling = SweepScaling(),
 ) -> LoadCurve:
     """Sweep ``trace`` on ``target`` with levels chosen around the thresholds' crossings.
 
-    With a ``companion``, every repetition also runs on the companion's target
-    (see :class:`Companion`); its levels land in ``companion.levels``. The companion
-    only follows: its results choose no level and re-run no repetition of the swept
-    side, so the swept curve is the same with or without it.
+    ``pairing`` (:class:`Pairing`): with a ``companion``, every repetition also runs on
+    the companion's target (see :class:`Companion`); its levels land in
+    ``companion.levels``. The companion only follows: its results choose no level and
+    re-run no repetition of the swept side, so the swept curve is the same with or
+    without it.
 
     ``start``: levels already measured on ``target`` (a companion's, for a
     validation): the sweep goes on from them with its own search upward and
@@ -63,6 +63,7 @@ def auto_sweep(
     ``scaling``: how the swept side's runs depart from the plan (time scaling, matched
     load), recorded in the curve's meta.
     """
+    companion, start = pairing.companion, pairing.start
     plan = plan or AutoPlan()
     if companion is not None and knob != "rate_factor":
         raise MeasurementError(

@@ -211,13 +211,9 @@ def full_run_checks(full_run: LoadCurve | None, thresholds: dict[str, float]) ->
     """A full-scale curve's own checks: those it carries, else computed from it."""
     if full_run is None:
         return {}
-    from shrink.selfchecks import host_drift, load_dependence, self_checks
+    from shrink.selfchecks import full_checks
 
-    return full_run.meta.get("self_checks") or {
-        **self_checks(full_run, thresholds),
-        **host_drift(full_run),
-        **load_dependence(full_run),
-    }
+    return full_run.meta.get("self_checks") or full_checks(full_run, thresholds)
 
 
 def _host_items(checks: dict[str, Any]) -> list[list[str]]:
