@@ -60,3 +60,29 @@ def classify_paths(paths: pa.Array, classifier: Classifier | None) -> pa.Array:
     classify = (classifier or Classifier()).classify
     classes = pa.array([classify(p) for p in distinct.to_pylist()], pa.string())
     return pc.take(classes, pc.index_in(paths, value_set=distinct))
+
+
+def session_columns(
+    rows: Columns, s: Any, classifier: Any, rt: np.ndarray | None = None
+) -> dict[str, Any]:
+    """A trace's columns from the rows read, in the session order ``s`` (a
+    :func:`shrink.ingest.sessionize.sessionize` result) gives; ``rt`` where the log
+    records response times."""
+    o = pa.array(s.order)
+    paths = rows.array("path").take(o)
+    out = {
+        "session": s.session,
+        "burst": s.burst,
+        "t": s.t,
+        "think": s.think,
+        "method": rows.array("method").take(o),
+        "path": paths,
+        "cls": classify_paths(paths, classifier),
+        "bytes": rows.array("bytes").take(o),
+        "status": rows.array("status").take(o),
+    }
+    if rt is not None:
+        out["rt"] = rt[s.order]
+    out["client"] = rows.array("client").take(o)
+    return out
+

@@ -47,7 +47,7 @@ import pyarrow as pa
 from shrink.checks import parse_duration
 from shrink.classify import Classifier
 from shrink.errors import TraceFormatError
-from shrink.ingest._columns import Columns, classify_paths
+from shrink.ingest._columns import Columns, session_columns
 from shrink.ingest._io import MAX_LINE, LineBatch, decode_line, line_batches
 from shrink.ingest.sessionize import non_negative_duration, sessionize
 from shrink.trace import Trace
@@ -185,20 +185,7 @@ def read_clf(
     if n == 0:
         return Trace.empty({**meta, "origin_epoch": None})
     s = sessionize(rows.numpy("key"), rows.numpy("time"), burst_gap=bgap, idle_gap=idle)
-    o = pa.array(s.order)
-    paths = rows.array("path").take(o)
-    out = {
-        "session": s.session,
-        "burst": s.burst,
-        "t": s.t,
-        "think": s.think,
-        "method": rows.array("method").take(o),
-        "path": paths,
-        "cls": classify_paths(paths, classifier),
-        "bytes": rows.array("bytes").take(o),
-        "status": rows.array("status").take(o),
-        "client": rows.array("client").take(o),
-    }
+    out = session_columns(rows, s, classifier)
     return Trace.from_columns(out, {**meta, "origin_epoch": s.origin})
 
 

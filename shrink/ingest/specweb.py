@@ -51,7 +51,7 @@ import pyarrow as pa
 
 from shrink.classify import Classifier
 from shrink.errors import TraceFormatError
-from shrink.ingest._columns import Columns, classify_paths
+from shrink.ingest._columns import Columns, session_columns
 from shrink.ingest._io import MAX_LINE, decode_line, line_batches
 from shrink.ingest.sessionize import non_negative_duration, sessionize
 from shrink.trace import Trace
@@ -224,19 +224,5 @@ def _trace(rows: Columns, bgap: float, classifier: Classifier | None, meta: dict
     """The Trace of the rows read: sessions cut into bursts, in session order."""
     rt = rows.numpy("rt")
     s = sessionize(rows.numpy("key"), rows.numpy("time"), rt, burst_gap=bgap)
-    o = pa.array(s.order)
-    paths = rows.array("path").take(o)
-    out = {
-        "session": s.session,
-        "burst": s.burst,
-        "t": s.t,
-        "think": s.think,
-        "method": rows.array("method").take(o),
-        "path": paths,
-        "cls": classify_paths(paths, classifier),
-        "bytes": rows.array("bytes").take(o),
-        "status": rows.array("status").take(o),
-        "rt": rt[s.order],
-        "client": rows.array("client").take(o),
-    }
+    out = session_columns(rows, s, classifier, rt)
     return Trace.from_columns(out, {**meta, "origin": s.origin})
