@@ -143,19 +143,13 @@ class _Planned:
         )  # fmt: skip
 
 
-class _Mix:
-    """The sample's mix as the calibration replays it on both sides: its requests drawn
-    by class, one a session, at a constant rate (:func:`probe_trace`). The sample's own
-    sessions, looped, cannot be slowed to a few requests a second (their think times
-    are real seconds), and at the light rates they can reach they arrive in bursts that
-    a light run's bound cannot hold."""
-
-    def __init__(self, trace: Trace) -> None:
-        self.trace = trace
-
-    def plan(self, rate: float, warm: float, dur: float, seed: int) -> _Planned:
-        probe = probe_trace(self.trace, rate, warm + dur, seed)
-        return _Planned(probe, rate, warm, dur, seed)
+def _plan(trace: Trace, rate: float, warm: float, dur: float, seed: int) -> _Planned:
+    """One run of the sample's mix, the same on both sides: its requests drawn by class,
+    one a session, at a constant rate (:func:`probe_trace`). The sample's own sessions,
+    looped, cannot be slowed to a few requests a second (their think times are real
+    seconds), and at the light rates they reach they arrive in bursts that a light
+    run's bound cannot hold."""
+    return _Planned(probe_trace(trace, rate, warm + dur, seed), rate, warm, dur, seed)
 
 
 def calibrate(
@@ -181,14 +175,13 @@ def calibrate(
     if len(trace) == 0:
         raise MeasurementError("calibrate: the trace has no requests to probe")
     budget = _FullBudget(seconds)
-    mix = _Mix(trace)
-    got = _full_side(budget, full_target, mix, seed, busy)
+    got = _full_side(budget, full_target, trace, seed, busy)
     if got is None:
         raise MeasurementError(
             f"calibrate: {seconds:g} s of the full target cannot pay for the pilot run"
         )
     full, rate = got
-    share, share_runs = _share_side(share_target, mix, full, rate, nominal, seed)
+    share, share_runs = _share_side(share_target, trace, full, rate, nominal, seed)
     if full.n == 0 and share.n == 0:
         raise MeasurementError(
             "calibrate: no request completed on either target; is the server answering?"
@@ -217,7 +210,7 @@ def calibrate(
 
 
 def _share_side(
-    target: Target, mix: _Mix, full: _Side, rate: float, nominal: float, seed: int
+    target: Target, trace: Trace, full: _Side, rate: float, nominal: float, seed: int
 ) -> tuple[_Side, list[dict[str, Any]]]:
     """The mix on the share: first as loaded as the full target was (alpha times its
     rate), then SHARE_STEPS runs, each at SHARE_LOAD of the capacity the latest run
@@ -227,7 +220,7 @@ def _share_side(
     runs: list[dict[str, Any]] = []
 
     def run(r: float, d: float, k: int) -> _Side:
-        planned = mix.plan(r, WARMUP_S, d, seed + 2 + k)
+        planned = _plan(trace, r, WARMUP_S, d, seed + 2 + k)
         res = planned.run(target)
         runs.append(
             {"seconds": planned.seconds, "offered_rate": r, "utilization": res.utilization}
@@ -309,7 +302,7 @@ def probe_trace(trace: Trace, rate: float, seconds: float, seed: int) -> Trace:
 
 
 def _full_side(
-    budget: _FullBudget, full: Target, mix: _Mix, seed: int, busy: float
+    budget: _FullBudget, full: Target, trace: Trace, seed: int, busy: float
 ) -> tuple[_Side, float] | None:
     """The mix on the full target, light: a pilot at PILOT_RATE, RAMP_STEPS short runs,
     then one run for the seconds left, each at the rate the requests so far say keeps
@@ -317,7 +310,7 @@ def _full_side(
     cost low by a few standard errors, and the bound must hold), and at most
     RAMP_FACTOR times the last one's. The side pools every run; the rate is the last
     one's. None when the budget cannot pay for the pilot."""
-    res = budget.run(full, mix.plan(PILOT_RATE, PILOT_S[0], PILOT_S[1], seed))
+    res = budget.run(full, _plan(trace, PILOT_RATE, PILOT_S[0], PILOT_S[1], seed))
     if res is None:
         return None
     runs = [_measured(res)]
@@ -337,7 +330,7 @@ def _full_side(
         dur = RAMP_S if step < RAMP_STEPS else math.floor(10 * left) / 10
         if dur < 1.0:
             break
-        res = budget.run(full, mix.plan(rate, WARMUP_S, dur, seed + 1 + step))
+        res = budget.run(full, _plan(trace, rate, WARMUP_S, dur, seed + 1 + step))
         if res is None:
             break
         runs.append(_measured(res))
