@@ -590,20 +590,20 @@ def test_finished_sessions_are_freed_during_the_run(fake):
     trace = session_trace(300, ["/a?bytes=100", "/b?bytes=100"], gap=0.002, think=0.0, bursts=2)
     sched = build_schedule(trace, 1.0, 0.6, loop=False)
     alive: list[int] = []
-    real_sweep = run_schedule.__globals__["_Engine"].sweep
+    engine = run_schedule.__globals__["_Engine"]
+    real_finish = engine.finish
 
-    def sweep(self):  # near the end of the run: count the sessions still in memory
-        if self.recorded >= 1100 and not alive:
-            alive.append(sum(isinstance(o, _Session) for o in gc.get_objects()))
-        real_sweep(self)
+    def finish(self):  # at the end of the run, once: count the sessions still in memory
+        alive.append(sum(isinstance(o, _Session) for o in gc.get_objects()))
+        real_finish(self)
 
     gc.collect()
     w = RunLogWriter(None)
     try:
-        run_schedule.__globals__["_Engine"].sweep = sweep
+        engine.finish = finish
         run_schedule(sched, EngineConfig(targets=[fake]), w, handle_signals=False)
     finally:
-        run_schedule.__globals__["_Engine"].sweep = real_sweep
+        engine.finish = real_finish
     assert len(w.runlog()) == 1200
-    # The live ones (a few, at 500 sessions/s and ~1 ms each) stay; 300 without the fix.
-    assert alive and alive[0] < 100
+    # Every session has ended by then: none should be held; 300 without the fix.
+    assert len(alive) == 1 and alive[0] < 100

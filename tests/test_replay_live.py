@@ -90,16 +90,23 @@ def test_server_killed_mid_run_gives_error_rows(tmp_path):
     port = int(proc.stdout.readline().split()[2])
     from shrink.replay import LiveTarget, open_loop_trace
 
-    tr = open_loop_trace("/x?bytes=10", 100.0, 2.0)
+    tr = open_loop_trace("/x?bytes=10", 100.0, 3.0)
     target = LiveTarget([("127.0.0.1", port)], config={"timeout": 0.5, "drain": 0.5})
     import threading
 
-    threading.Timer(0.8, proc.kill).start()
-    res = target.run(tr, rate_factor=1.0, warmup=0.0, duration=2.0)
+    # The kill lands after the run's start-up, whose length varies with the machine's
+    # load: what is checked is the order (answers before the kill, errors after), not
+    # how many requests the start-up left time for.
+    threading.Timer(1.2, proc.kill).start()
+    res = target.run(tr, rate_factor=1.0, warmup=0.0, duration=3.0)
     proc.wait()
     err = res.runlog.column("error")
-    assert len(res.runlog) == 200
-    assert 40 <= int(np.sum(err == "")) <= 120
+    assert len(res.runlog) == 300
+    ok = err == ""
+    assert int(np.sum(ok)) > 0 and int(np.sum(~ok)) >= 100
+    intended = res.runlog.column("intended")
+    # Requests in flight at the kill fail with it; none sent after it is answered.
+    assert intended[ok].max() <= intended[~ok].min() + 0.1
     assert set(err[err != ""]) <= {"refused", "reset", "closed", "cut", "timeout"}
 
 
