@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.curves import half_share_curve
 from helpers.machines import NEHALEM
 from helpers.surface import exported, public_names
 from hypothesis import example, given, settings
@@ -354,17 +355,7 @@ def test_cpu_time_share_extrapolates_like_a_cores_share():
     the sessions) must give the cores-share prediction: SHRiNK's speed rule."""
     t = Truth()
     model = _perfect_model(t, NEHALEM)
-    cores = truth_curve(
-        t,
-        NEHALEM,
-        "1-replica",
-        (0, 1, 2, 3),
-        dyn=0.05,
-        smr=1 / 3.6,
-        workload="w",
-        alpha=0.5,
-        seed=5,
-    )
+    cores = half_share_curve(NEHALEM, workload="w", seed=5)
     slow = LoadCurve.from_dict(cores.to_dict())
     slow.share = Share.cpu_time((0, 1, 2, 3), 0.5)
     for lv in slow.levels:
