@@ -15,7 +15,14 @@ from hypothesis import strategies as st
 from sklearn.base import clone
 
 import extrapolate
-from extrapolate._synthetic import DESIGN_WORKLOADS, Truth, design_curves, truth_curve, truth_mat
+from extrapolate._synthetic import (
+    DESIGN_WORKLOADS,
+    Truth,
+    design_curves,
+    design_runs,
+    truth_curve,
+    truth_mat,
+)
 from extrapolate.calibration import CrossSocketModel, fit_curves, fit_published, load_calibration
 from extrapolate.crosssocket import (
     SUPPORT,
@@ -425,15 +432,7 @@ def test_cross_validation_holds_figures_out():
 
     t = Truth()
     mach = Machine("m", 2, 4, llc_mib=12.0)
-    runs = [
-        ("1-replica", (0,)),
-        ("1-replica", (0, 1)),
-        ("1-replica", (0, 1, 2)),
-        ("1-replica", (0, 1, 2, 3)),
-        ("1-replica", (0, 1, 4, 5)),
-        ("2-replica-direct", (0, 1, 4, 5)),
-        ("2-replica-indirect", (0, 1, 4, 5)),
-    ]
+    runs = design_runs(mach)
     obs = [
         extrapolate.Observation(
             f"{mp}:{len(c)}",
