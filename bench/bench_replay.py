@@ -53,26 +53,18 @@ from shrink.replay.selfcheck import generator_check  # noqa: E402
 from shrink.schedule import ScheduleOptions  # noqa: E402
 from shrink.target import GeneratorPlacement  # noqa: E402
 from shrink.trace import Trace  # noqa: E402
+from tests.helpers.servers import static_lighttpd  # noqa: E402
 
 SERVER_CPU, GEN_CPU = 1, 0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_lighttpd(root: Path) -> tuple[subprocess.Popen[bytes], int]:
-    (root / "www" / "static").mkdir(parents=True)
-    (root / "www" / "static" / "file1k.bin").write_bytes(bytes(range(256)) * 4)
-    port = _free_port()
-    conf = root / "lighttpd.conf"
-    conf.write_text(
-        f'server.document-root = "{root / "www"}"\nserver.port = {port}\n'
-        'server.bind = "127.0.0.1"\nserver.max-keep-alive-requests = 1000000\n'
-        "server.max-keep-alive-idle = 60\nserver.max-connections = 4096\n"
-        "server.max-fds = 8192\n"
+    conf, port = static_lighttpd(
+        root,
+        max_keep_alive_requests=1000000,
+        max_keep_alive_idle=60,
+        max_connections=4096,
+        max_fds=8192,
     )
     proc = subprocess.Popen(["/usr/sbin/lighttpd", "-D", "-f", str(conf)])
     os.sched_setaffinity(proc.pid, {SERVER_CPU})

@@ -19,24 +19,21 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import httpx
 import numpy as np
 
-from shrink import processes as process
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from shrink.share import Share
 from shrink.testbed import down, up
 from shrink.testbed.fake import FakeServer
 from shrink.testbed.state import ReplicaState
 from shrink.topology import discover
+from tests.helpers.testbed import SPIN_PHP, cpu_rate, favoured, spinning
 
-SPIN = (
-    '<?php $end = microtime(true) + (float) $_GET["s"]; $x = 0;'
-    " while (microtime(true) < $end) { $x++; } echo $x;\n"
-)
 PAGE = "<?php $x = 0; for ($i = 0; $i < 20000; $i++) { $x += $i % 7; } echo $x;\n"
 N = 300
 
@@ -55,29 +52,8 @@ def latencies(url: str, n: int = N) -> np.ndarray:
 
 def cpu_delivered(r: ReplicaState, seconds: float = 2.0) -> float:
     """CPU (of a core) the replica used while two requests spun on it."""
-    if r.cgroup and "cpu" in r.cgroup["dirs"]:
-        cg = Path(r.cgroup["dirs"]["cpu"])
-        for group in (cg, cg.parent):
-            name = "cpu.shares" if r.cgroup["version"] == 1 else "cpu.weight"
-            (group / name).write_text("262144" if r.cgroup["version"] == 1 else "10000")
-    url = f"http://{r.address}:{r.port}/app/spin.php?s={seconds + 0.5}"
-
-    def spin() -> None:
-        with httpx.Client(trust_env=False, timeout=30) as c:
-            c.get(url)
-
-    threads = [threading.Thread(target=spin) for _ in range(2)]
-    for t in threads:
-        t.start()
-    time.sleep(0.25)
-    before, t0 = process.cpu_seconds(r.pids), time.monotonic()
-    time.sleep(seconds)
-    used = (process.cpu_seconds(r.pids) - before) / (time.monotonic() - t0)
-    for t in threads:
-        t.join()
-    if r.cgroup and r.cgroup["version"] == 1 and "cpu" in r.cgroup["dirs"]:
-        (Path(r.cgroup["dirs"]["cpu"]).parent / "cpu.shares").write_text("1024")
-    return used
+    with favoured(r), spinning(r, seconds + 0.5):
+        return cpu_rate(r.pids, seconds)
 
 
 def main() -> int:
@@ -88,7 +64,7 @@ def main() -> int:
         doc = Path(tmp, "doc")
         (doc / "app").mkdir(parents=True)
         (doc / "app" / "page.php").write_text(PAGE)
-        (doc / "app" / "spin.php").write_text(SPIN)
+        (doc / "app" / "spin.php").write_text(SPIN_PHP)
         (doc / "file1k.bin").write_bytes(b"x" * 1024)
         state = Path(tmp, "state.json")
 

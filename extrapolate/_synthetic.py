@@ -29,6 +29,7 @@ __all__ = [
     "DESIGN_WORKLOADS",
     "Truth",
     "design_curves",
+    "design_runs",
     "truth_curve",
     "truth_demands",
     "truth_mat",
@@ -222,22 +223,28 @@ def truth_curve(
     )
 
 
+def design_runs(machine: Machine) -> list[tuple[str, tuple[int, ...]]]:
+    """The calibration design's runs, as (mapping, CPUs): shares of 1-4 cores on socket 0
+    under ``1-replica``, and 2 + 2 cores over both sockets in each mapping."""
+    both = machine.cpus[0][:2] + machine.cpus[1][:2]
+    runs = [("1-replica", machine.cpus[0][:n]) for n in (1, 2, 3, 4)]
+    return runs + [(mp, both) for mp in DESIGN_MAPPINGS]
+
+
 def design_curves(
     t: Truth, machine: Machine, seed: int, *, seed_stride: int = 100
 ) -> list[LoadCurve]:
-    """The calibration design's runs, per workload: shares of 1-4 cores on socket 0, and
-    2 + 2 cores over both sockets in each mapping.
+    """The calibration design's runs (:func:`design_runs`) for each workload, each with
+    its share of the machine's CPUs as alpha.
 
     Curve k of the design draws its noise with seed ``seed * seed_stride + k``.
     """
     n_cpus = len(machine.all_cpus)
-    both = machine.cpus[0][:2] + machine.cpus[1][:2]
     curves = []
     k = 0
     for name, (dyn, smr) in DESIGN_WORKLOADS.items():
-        plan = [("1-replica", machine.cpus[0][:n], n / n_cpus) for n in (1, 2, 3, 4)]
-        plan += [(mp, both, len(both) / n_cpus) for mp in DESIGN_MAPPINGS]
-        for mapping, cpus, alpha in plan:
+        for mapping, cpus in design_runs(machine):
+            alpha = len(cpus) / n_cpus
             curves.append(
                 truth_curve(
                     t, machine, mapping, cpus, dyn=dyn, smr=smr, workload=name, alpha=alpha,

@@ -283,7 +283,7 @@ def make_provider(
         raise TopologyError(f"target == {target!r}, must be 'testbed' or 'sim:SPEC.toml'")
     if settings.docroot is None:
         raise TopologyError("the testbed needs a document root (--docroot, from shrink synth)")
-    php = PhpLimits() if trace is None else PhpLimits.for_trace(trace)
+    php = PhpLimits() if trace is None else PhpLimits().for_trace(trace)
     return TestbedProvider(
         settings.docroot,
         machine=load_machine(settings.machine),

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -72,14 +72,8 @@ class ErrorBudget:
         return float(student_t.ppf(0.975, self.dof)) if self.dof else Z95
 
     def to_dict(self) -> dict[str, float]:
-        return {
-            "repetition": self.repetition,
-            "drift": self.drift,
-            "emulation": self.emulation,
-            "speed": self.speed,
-            "dof": float(self.dof or 0),
-            "total": self.total,
-        }
+        """The terms, ``dof`` (0: taken as known) and ``total``."""
+        return asdict(self) | {"dof": float(self.dof or 0), "total": self.total}
 
 
 def repetition_sigma(curve: LoadCurve, res: MATResult) -> float:

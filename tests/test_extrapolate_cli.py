@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers.curves import half_share_curve
 from typer.testing import CliRunner
 
 from extrapolate._synthetic import Truth, truth_curve
@@ -147,19 +148,7 @@ def test_calibrate_published_and_from_curves(tmp_path):
 
 def test_extrapolate_a_share_curve(tmp_path):
     mach = Machine.read_toml(SPEC)
-    c = truth_curve(
-        Truth(),
-        mach,
-        "1-replica",
-        (0, 1, 2, 3),
-        dyn=0.05,
-        smr=1 / 3.6,
-        workload="support",
-        alpha=0.5,
-        levels=16,
-        reps=2,
-        seed=3,
-    )
+    c = half_share_curve(mach, levels=16, reps=2, seed=3)
     src = c.write_json(tmp_path / "share.json")
     out = tmp_path / "pred.json"
     r = _invoke(
@@ -212,8 +201,7 @@ def test_calibrate_takes_cpu_time_shares_like_core_runs():
 def test_extrapolate_exits_99_when_a_mat_is_only_a_bound(tmp_path, thresholds, bound):
     """As ``shrink mat`` (and k6 on a failed threshold): status 99, everything still written."""
     mach = Machine.read_toml(SPEC)
-    c = truth_curve(Truth(), mach, "1-replica", (0, 1, 2, 3), dyn=0.05, smr=1 / 3.6,
-                    workload="support", alpha=0.5, levels=8, reps=2, seed=3)  # fmt: skip
+    c = half_share_curve(mach, levels=8, reps=2, seed=3)
     src = c.write_json(tmp_path / "share.json")
     out = tmp_path / "pred.json"
     args = ["extrapolate", str(src), "--machine", SPEC, "--mapping", "1-replica"]

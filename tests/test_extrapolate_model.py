@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.curves import half_share_curve
 from helpers.machines import NEHALEM
 from helpers.surface import exported, public_names
 from hypothesis import example, given, settings
@@ -14,7 +15,14 @@ from hypothesis import strategies as st
 from sklearn.base import clone
 
 import extrapolate
-from extrapolate._synthetic import DESIGN_WORKLOADS, Truth, design_curves, truth_curve, truth_mat
+from extrapolate._synthetic import (
+    DESIGN_WORKLOADS,
+    Truth,
+    design_curves,
+    design_runs,
+    truth_curve,
+    truth_mat,
+)
 from extrapolate.calibration import CrossSocketModel, fit_curves, fit_published, load_calibration
 from extrapolate.crosssocket import (
     SUPPORT,
@@ -354,17 +362,7 @@ def test_cpu_time_share_extrapolates_like_a_cores_share():
     the sessions) must give the cores-share prediction: SHRiNK's speed rule."""
     t = Truth()
     model = _perfect_model(t, NEHALEM)
-    cores = truth_curve(
-        t,
-        NEHALEM,
-        "1-replica",
-        (0, 1, 2, 3),
-        dyn=0.05,
-        smr=1 / 3.6,
-        workload="w",
-        alpha=0.5,
-        seed=5,
-    )
+    cores = half_share_curve(NEHALEM, workload="w", seed=5)
     slow = LoadCurve.from_dict(cores.to_dict())
     slow.share = Share.cpu_time((0, 1, 2, 3), 0.5)
     for lv in slow.levels:
@@ -434,15 +432,7 @@ def test_cross_validation_holds_figures_out():
 
     t = Truth()
     mach = Machine("m", 2, 4, llc_mib=12.0)
-    runs = [
-        ("1-replica", (0,)),
-        ("1-replica", (0, 1)),
-        ("1-replica", (0, 1, 2)),
-        ("1-replica", (0, 1, 2, 3)),
-        ("1-replica", (0, 1, 4, 5)),
-        ("2-replica-direct", (0, 1, 4, 5)),
-        ("2-replica-indirect", (0, 1, 4, 5)),
-    ]
+    runs = design_runs(mach)
     obs = [
         extrapolate.Observation(
             f"{mp}:{len(c)}",

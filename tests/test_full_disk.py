@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from shrink.cli import app
-from shrink.cli import sweep_cmd as sweep_mod
+from shrink.cli._replay_opts import EngineOptions
 from shrink.errors import WriteError
 from shrink.loadcurve import LoadCurve
 from shrink.target import FakeTarget
@@ -47,7 +47,7 @@ def sweep(tmp_path, monkeypatch):
     ).write_parquet(trace)
 
     def run(target: _Target, *extra: str):
-        monkeypatch.setattr(sweep_mod, "_target", lambda *a, **kw: target)
+        monkeypatch.setattr(EngineOptions, "target", lambda *a, **kw: target)
         (tmp_path / "out").mkdir(exist_ok=True)  # an output's folder must exist
         out = str(tmp_path / "out" / "curve.json")
         args = ["sweep", str(trace), "--target", "http://127.0.0.1:9", "--levels", "1,2,3",

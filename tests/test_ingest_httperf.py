@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import require_tool
+from helpers.wsesslog_quirks import NON_CANONICAL, with_thinks_scaled
 
 from shrink.ingest.wsesslog import METHODS, read_wsesslog, write_wsesslog
 from shrink.trace import Trace
@@ -75,29 +76,8 @@ def _ours(trace: Trace) -> list[tuple[str, str, str]]:
     return sorted(rows)
 
 
-# The non-canonical syntax of test_ingest_wsesslog, with short think times.
-QUIRKS = (
-    "\n\n# a comment in column 1\n"
-    "/index.html think=0.01\n"
-    "    /style.css\n"
-    "\t \t/img/logo.gif\n"
-    '/app/search.php?q=shrink method=POSTX contents="q=shrink&page=1" think=0.02\n'
-    "  /img/result.png\n"
-    "\t"
-    r"""/api/track method=PUTTY contents={\"event\":' "view", "note": '\"it\'s\ \\\ here\"}"""
-    "\n"
-    "/app/cart.php method=DELETE think=0.03\n"
-    "    /dummy think=0.01\n"
-    "/app/status.php method=HEADER   \n"
-    "   \t  \n\n\n"
-    "/ method=OPTIONS think=1e-3\r\n"
-    "\t/form.php method=POST contents='line one\\\n"
-    "line two\\r\\\n"
-    "\\tindented  spaces'\n"
-    "/debug method=TRACE\n"
-    "\n"
-    "   /menu.html contents=cr\\éme' 'brûlée"
-)
+# The non-canonical syntax of the reader's tests, with short think times.
+QUIRKS = with_thinks_scaled(NON_CANONICAL, 0.002)
 
 
 def test_httperf_sends_what_our_reader_reads_from_quirky_syntax(recorder, tmp_path):

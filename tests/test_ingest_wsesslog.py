@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.wsesslog_quirks import NON_CANONICAL
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -70,32 +71,6 @@ def test_session_rate_spaces_session_starts(tmp_path):
 
 
 # -- non-canonical syntax: same meaning ---------------------------------------------
-
-NON_CANONICAL = (
-    "\n\n# a comment in column 1\n"
-    "/index.html think=2.5\n"
-    "    /style.css\n"  # spaces instead of a tab
-    "\t \t/img/logo.gif\n"
-    '/app/search.php?q=shrink method=POSTX contents="q=shrink&page=1" think=1.25\n'
-    "  /img/result.png\n"
-    "\t"
-    r"""/api/track method=PUTTY contents={\"event\":' "view", "note": '\"it\'s\ \\\ here\"}"""
-    "\n"
-    "/app/cart.php method=DELETE think=7\n"
-    "    /dummy think=10\n"  # an embedded line sets its burst's think time; the last wins
-    "/app/status.php method=HEADER   \n"
-    "   \t  \n"
-    "\n"
-    "\n"
-    "# several blank lines make one session break\n"
-    "/ method=OPTIONS think=1e-3\r\n"
-    "\t/form.php method=POST contents='line one\\\n"
-    "line two\\r\\\n"
-    "\\tindented  spaces'\n"
-    "/debug method=TRACE\n"
-    "\n"
-    "   /caf%C3%A9/men%C3%BC.html contents=cr\\éme' 'brûlée"  # indented first line, no final LF
-)
 
 
 def test_non_canonical_file_reads_like_the_canonical_one(tmp_path):

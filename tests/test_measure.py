@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from helpers.fake_targets import Altered
 from helpers.session_traces import poisson_trace
 
 from shrink.errors import MeasurementError, ParameterError
@@ -288,26 +289,21 @@ def level_stats_of(target, trace, seed):
     return level_stats(target.run(trace, rate_factor=1.0, warmup=1.0, duration=10.0, seed=seed))
 
 
-class _Tampered:
+class _Tampered(Altered):
     """FakeTarget whose runs numbered in ``at`` get ``tamper(result)`` applied."""
 
     def __init__(self, at: set[int]):
-        self.inner = FakeTarget(servers=1, demand={"static": 0.001})
+        super().__init__(FakeTarget(servers=1, demand={"static": 0.001}))
         self.at = at
         self.calls = 0
-
-    def describe(self):
-        return self.inner.describe()
 
     def tamper(self, res):
         raise NotImplementedError
 
-    def run(self, trace, **kw):
-        res = self.inner.run(trace, **kw)
+    def alter(self, res, kw):
         if self.calls in self.at:
             self.tamper(res)
         self.calls += 1
-        return res
 
 
 class _Stalling(_Tampered):
@@ -341,26 +337,21 @@ def test_stalls_are_rerun_and_merged_and_the_knee_still_found():
     assert res.mat == pytest.approx(ref.mat, rel=0.08)
 
 
-class _StallsWhenOverloaded:
+class _StallsWhenOverloaded(Altered):
     """FakeTarget whose generator stalls (idle CPU, ``lag`` s longest) above ``factor``."""
 
     def __init__(self, factor: float, lag: float):
-        self.inner = FakeTarget(servers=1, demand={"static": 0.001})
+        super().__init__(FakeTarget(servers=1, demand={"static": 0.001}))
         self.factor, self.lag = factor, lag
         self.calls: list[float] = []
 
-    def describe(self):
-        return self.inner.describe()
-
-    def run(self, trace, **kw):
-        res = self.inner.run(trace, **kw)
+    def alter(self, res, kw):
         self.calls.append(kw["rate_factor"])
         if kw["rate_factor"] >= self.factor:
             res.generator = replace(
                 res.generator, behind=True, send_lag_p99=self.lag / 2, send_lag_max=self.lag,
                 cpu=0.03,
             )  # fmt: skip
-        return res
 
 
 def test_overloaded_levels_where_the_generator_stalled_are_not_measured_again():

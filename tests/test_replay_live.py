@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from conftest import require_root, require_tool
 from helpers.realtime import RT
-from helpers.servers import free_port, wait_listening
+from helpers.servers import static_lighttpd, wait_listening
 from typer.testing import CliRunner
 
 from shrink.cli import app
@@ -35,17 +35,7 @@ def lighttpd(tmp_path_factory) -> int:
     if not Path(LIGHTTPD).exists():
         pytest.skip("lighttpd is not installed (make setup installs it as root)")
     d = tmp_path_factory.mktemp("lighttpd")
-    (d / "www" / "static").mkdir(parents=True)
-    (d / "www" / "static" / "file1k.bin").write_bytes(bytes(range(256)) * 4)
-    port = free_port()
-    conf = d / "lighttpd.conf"
-    conf.write_text(
-        f'server.document-root = "{d / "www"}"\n'
-        f"server.port = {port}\n"
-        'server.bind = "127.0.0.1"\n'
-        "server.max-keep-alive-requests = 100000\n"
-        "server.max-keep-alive-idle = 30\n"
-    )
+    conf, port = static_lighttpd(d, max_keep_alive_requests=100000, max_keep_alive_idle=30)
     proc = subprocess.Popen([LIGHTTPD, "-D", "-f", str(conf)], stderr=subprocess.DEVNULL)
     try:
         if 1 in os.sched_getaffinity(0):

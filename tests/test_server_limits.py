@@ -38,10 +38,10 @@ def test_php_limits_hold_the_traces_largest_body_and_are_said():
     tr = Trace.from_columns({"session": [0, 1, 2], "t": [0.0, 1.0, 2.0], "path": ["/a.php"] * 3,
                              "method": ["GET", "POST", "POST"],
                              "body": ["", "x" * 100, "é" * (6 * 2**20)]})  # fmt: skip
-    php = PhpLimits.for_trace(tr, 30, "512M")
+    php = PhpLimits(30, "512M").for_trace(tr)
     assert php.largest_body == 12 * 2**20  # bytes on the wire, not characters
     assert php.post_max_mib == 24 and php.max_execution_s == 30  # twice the body, in MiB
-    assert PhpLimits.for_trace(tr.take([0, 1])).post_max_mib == 8  # PHP's default is enough
+    assert PhpLimits().for_trace(tr.take([0, 1])).post_max_mib == 8  # PHP's default is enough
     text = php.describe(2)
     assert "2 children per core" in text and "max_execution_time 30 s" in text
     assert "memory_limit 512M" in text and "post_max_size 24M" in text and "12,582,912" in text

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+from helpers.fake_targets import Altered
 
 from shrink.errors import MeasurementError, ParameterError
 from shrink.machine import Machine
@@ -32,19 +33,11 @@ def _trace(n: int = 400, dynamic_every: int = 4) -> Trace:
     )
 
 
-class _NoUtilization:
+class _NoUtilization(Altered):
     """A target that reports no utilization (the latency fallback is used)."""
 
-    def __init__(self, inner: FakeTarget) -> None:
-        self.inner = inner
-
-    def describe(self) -> dict[str, Any]:
-        return self.inner.describe()
-
-    def run(self, trace: Trace, **kw: Any) -> RunResult:
-        res = self.inner.run(trace, **kw)
+    def alter(self, res: RunResult, kw: dict[str, Any]) -> None:
         res.utilization = None
-        return res
 
 
 def _mix_speed(trace: Trace, share: dict[str, float]) -> float:
@@ -214,17 +207,10 @@ def test_the_probe_load_is_a_choice():
         calibrate(FakeTarget(), FakeTarget(), _trace(), nominal=0.25, busy=0)
 
 
-class _Silent:
+class _Silent(Altered):
     """A target whose server answers nothing (every request an error)."""
 
-    def __init__(self, inner: FakeTarget) -> None:
-        self.inner = inner
-
-    def describe(self) -> dict[str, Any]:
-        return self.inner.describe()
-
-    def run(self, trace: Trace, **kw: Any) -> RunResult:
-        res = self.inner.run(trace, **kw)
+    def alter(self, res: RunResult, kw: dict[str, Any]) -> None:
         t = res.runlog.table
         res.runlog = type(res.runlog)(
             t.set_column(
@@ -232,7 +218,6 @@ class _Silent:
             ),
             res.runlog.meta,
         )
-        return res
 
 
 def test_a_silent_share_is_noted_and_a_silent_server_is_an_error():

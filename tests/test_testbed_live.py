@@ -8,14 +8,19 @@ from __future__ import annotations
 import json
 import os
 import signal
-import threading
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 from conftest import require_lighttpd, require_root
-from helpers.testbed import assert_replicas_serve, write_docroot
+from helpers.testbed import (
+    SPIN_PHP,
+    assert_replicas_serve,
+    cpu_rate,
+    favoured,
+    spinning,
+    write_docroot,
+)
 from typer.testing import CliRunner
 
 from shrink import processes as process
@@ -26,12 +31,6 @@ from shrink.testbed import down, status, up
 from shrink.testbed.state import TestbedState
 
 pytestmark = pytest.mark.live
-
-# Spins for s seconds of wall time, using whatever CPU it is given.
-SPIN_PHP = (
-    '<?php $end = microtime(true) + (float) ($_GET["s"] ?? 1); $x = 0;'
-    " while (microtime(true) < $end) { $x++; } echo $x;\n"
-)
 
 
 @pytest.fixture
@@ -100,39 +99,14 @@ def test_half_a_core_quota_caps_the_replica(docroot, machine, tmp_path):
         capped = quota.read_text().strip()
         share = Share.from_dict(st.share)
         assert capped.split()[0] == str(share.quota_us())
-        # Compete on equal terms with whatever else runs on the core: a cgroup competes
-        # as one entity, so the group's weight counts, not its members' nice values.
-        for group in (cg, cg.parent):  # the parent competes with the root's tasks
-            if r.cgroup["version"] == 1:
-                (group / "cpu.shares").write_text("262144")
-            else:
-                (group / "cpu.weight").write_text("10000")
-        url = f"http://{r.address}:{r.port}/app/spin.php?s=3.6"
-
-        def spin() -> None:
-            with httpx.Client(trust_env=False, timeout=15) as c:
-                c.get(url)
-
-        threads = [threading.Thread(target=spin) for _ in range(2)]
-        for t in threads:
-            t.start()
-        time.sleep(0.2)
-
-        def usage(seconds: float) -> float:
-            before, t0 = process.cpu_seconds(r.pids), time.monotonic()
-            time.sleep(seconds)
-            return (process.cpu_seconds(r.pids) - before) / (time.monotonic() - t0)
-
-        quota.write_text("-1" if r.cgroup["version"] == 1 else "max")
-        free = usage(0.8)
-        quota.write_text(capped)
-        time.sleep(0.1)
-        used = usage(2.2)
-        for t in threads:
-            t.join()
+        # Compete on equal terms with whatever else runs on the core.
+        with favoured(r), spinning(r, 3.6):
+            quota.write_text("-1" if r.cgroup["version"] == 1 else "max")
+            free = cpu_rate(r.pids, 0.8)
+            quota.write_text(capped)
+            time.sleep(0.1)
+            used = cpu_rate(r.pids, 2.2)
     finally:
-        if r.cgroup["version"] == 1:  # the parent outlives us if other testbeds run
-            (cg.parent / "cpu.shares").write_text("1024")
         down(state)
     print(
         f"50% quota, period {share.period_us} us: {used:.2f} of core {cpu} ({free:.2f} unquota'd)"

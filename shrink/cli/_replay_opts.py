@@ -4,18 +4,23 @@ target they build from them, and how they print a latency, a failure limit and p
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
 import math
+import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 
 from shrink.checks import parse_duration
+from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
 from shrink.cli._common import console
 from shrink.errors import OptionError
 
-if TYPE_CHECKING:
-    from shrink.replay.cluster import ClusterSpec
+F = TypeVar("F", bound=Callable[..., Any])
 
 _Targets = Annotated[
     list[str],
@@ -103,60 +108,103 @@ def _cpus(text: str | None) -> list[int] | None:
     return None if text is None else list(parse_cpulist(text))
 
 
-def _target(
-    targets: list[str],
-    *,
-    routing: str,
-    conns: int,
-    timeout: str,
-    generator_cpus: str | None,
-    allow_overlap: bool,
-    allow_remote: bool,
-    lag_limit: str,
-    mode: str,
-    loop: bool = True,
-    warm_start: bool = True,
-    runlog_dir: Path | None = None,
-    realtime: int = 0,
-    conn_per_request: bool = False,
-    processes: int | None = None,
-    engine: str = "auto",
-    cluster: ClusterSpec | None = None,
-) -> Any:
-    from shrink.replay.live import LiveTarget
-    from shrink.schedule import ScheduleOptions
-    from shrink.target import GeneratorPlacement
+@dataclasses.dataclass(frozen=True)
+class EngineOptions:
+    """The live load generator's options: one set of flags for ``replay`` and ``sweep``.
 
-    for option, value, accepted in (
-        ("--routing", routing, ("hash", "round-robin")),
-        ("--mode", mode, ("auto", "session", "open")),
-        ("--engine", engine, ("auto", "native", "python")),
-    ):
-        if value not in accepted:
-            raise OptionError(option, f"{value!r}; accepted: {', '.join(accepted)}")
-    items = [x for t in targets for x in t.split(",") if x]
-    gen_cpus = _cpus(generator_cpus)
-    return LiveTarget.from_targets(
-        items,
-        generator=GeneratorPlacement(
-            None if gen_cpus is None else tuple(gen_cpus),
-            allow_overlap,
-            realtime,
-            processes,
-            engine,
-            cluster,
-        ),
-        allow_remote=allow_remote,
-        config={
-            "routing": routing,
-            "conns_per_session": conns,
-            "timeout": parse_duration(timeout, "timeout"),
-            "conn_per_request": conn_per_request,
-        },
-        schedule=ScheduleOptions(mode, loop, warm_start),
-        lag_limit=parse_duration(lag_limit, "lag limit"),
-        runlog_dir=runlog_dir,
-    )
+    A command takes them as one parameter (see :func:`engine_options`); each field's
+    type is its option, and its default the option's.
+    """
+
+    mode: _Mode = "auto"
+    routing: _Routing = "hash"
+    conns: _Conns = 1
+    timeout: _Timeout = "10s"
+    generator_cpus: _GenCpus = None
+    allow_overlap: _Overlap = False
+    allow_remote: _Remote = False
+    lag_limit: _LagLimit = "1ms"
+    realtime: _Realtime = 0
+    conn_per_request: _NewConn = False
+    processes: _Procs = None
+    engine: _EngineOpt = "auto"
+    cluster: ClusterOpt = None
+    generators: GeneratorsOpt = None
+
+    def target(
+        self,
+        targets: list[str],
+        *,
+        loop: bool = True,
+        warm_start: bool = True,
+        runlog_dir: Path | None = None,
+    ) -> Any:
+        """The LiveTarget these options describe, on the servers ``targets`` name."""
+        from shrink.replay.live import LiveTarget
+        from shrink.schedule import ScheduleOptions
+        from shrink.target import GeneratorPlacement
+
+        cluster = cluster_spec(self.cluster, self.generators)
+        for option, value, accepted in (
+            ("--routing", self.routing, ("hash", "round-robin")),
+            ("--mode", self.mode, ("auto", "session", "open")),
+            ("--engine", self.engine, ("auto", "native", "python")),
+        ):
+            if value not in accepted:
+                raise OptionError(option, f"{value!r}; accepted: {', '.join(accepted)}")
+        items = [x for t in targets for x in t.split(",") if x]
+        gen_cpus = _cpus(self.generator_cpus)
+        return LiveTarget.from_targets(
+            items,
+            generator=GeneratorPlacement(
+                None if gen_cpus is None else tuple(gen_cpus),
+                self.allow_overlap,
+                self.realtime,
+                self.processes,
+                self.engine,
+                cluster,
+            ),
+            allow_remote=self.allow_remote,
+            config={
+                "routing": self.routing,
+                "conns_per_session": self.conns,
+                "timeout": parse_duration(self.timeout, "timeout"),
+                "conn_per_request": self.conn_per_request,
+            },
+            schedule=ScheduleOptions(self.mode, loop, warm_start),
+            lag_limit=parse_duration(self.lag_limit, "lag limit"),
+            runlog_dir=runlog_dir,
+        )
+
+
+ENGINE_DEFAULTS = EngineOptions()
+
+
+def engine_options(command: F) -> F:
+    """``command`` with its ``live: EngineOptions`` parameter shown to typer as the options.
+
+    The options stand where ``live`` stands, in the order of EngineOptions' fields, so
+    every command that takes them lists them alike; the command gets them as one value.
+    """
+    hints = typing.get_type_hints(EngineOptions, include_extras=True)
+    group = [
+        inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
+                          annotation=hints[f.name])
+        for f in dataclasses.fields(EngineOptions)
+    ]  # fmt: skip
+    sig = inspect.signature(command, eval_str=True)
+    params = []
+    for p in sig.parameters.values():
+        params += group if p.name == "live" else [p.replace(kind=p.KEYWORD_ONLY)]
+
+    @functools.wraps(command)
+    def run(**kw: Any) -> Any:
+        live = EngineOptions(**{f.name: kw.pop(f.name) for f in dataclasses.fields(EngineOptions)})
+        return command(live=live, **kw)
+
+    run.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in params}
+    return typing.cast(F, run)
 
 
 def _ms(x: float | None) -> str:

@@ -19,6 +19,7 @@ from shrink.cli._common import (
     threshold_text,
 )
 from shrink.cli._replay_opts import (
+    EngineOptions,
     _EngineOpt,
     _GenCpus,
     _Json,
@@ -26,7 +27,6 @@ from shrink.cli._replay_opts import (
     _limit_text,
     _Overlap,
     _progress_sweep,
-    _target,
 )
 from shrink.defaults import MAX_LEVELS
 from shrink.errors import ParameterError
@@ -101,18 +101,14 @@ def mat_cmd(
         if adaptive:
             from shrink.trace import Trace
 
-            tgt = _target(
-                target,
+            tgt = EngineOptions(
                 routing=str(lc.meta.get("generator", {}).get("routing", "hash")),
                 conns=int(lc.meta.get("generator", {}).get("conns_per_session", 1)),
-                timeout="10s",
                 generator_cpus=generator_cpus,
                 allow_overlap=allow_overlap,
-                allow_remote=False,
                 lag_limit=lag_limit,
-                mode="auto",
                 engine=engine,
-            )
+            ).target(target)
             tr = Trace.read_parquet(trace)
             lc, added = _progress_sweep(
                 lambda progress: refine(

@@ -14,32 +14,22 @@ import typer
 from shrink import interrupts
 from shrink.checks import check_positive, parse_duration
 from shrink.cli import mat_cmd, sweep_cmd
-from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
 from shrink.cli._common import cli_errors, echo_json, exit_nothing_served, output_path
 from shrink.cli._replay_opts import (
+    ENGINE_DEFAULTS,
     GENERATOR_HINT,
-    _Conns,
-    _EngineOpt,
-    _GenCpus,
+    EngineOptions,
     _Json,
-    _LagLimit,
     _limit_text,
-    _Mode,
     _ms,
-    _NewConn,
-    _Overlap,
-    _Procs,
-    _Realtime,
-    _Remote,
-    _Routing,
-    _target,
     _Targets,
-    _Timeout,
     _warn_docroot,
+    engine_options,
 )
 from shrink.errors import ParameterError
 
 
+@engine_options
 def replay(
     trace: Annotated[
         Path | None, typer.Argument(help="Trace Parquet file (omit with --rate for open loop).")
@@ -64,20 +54,7 @@ def replay(
         str, typer.Option("--path", help="With --rate: the URL path to request.")
     ] = "/static/file1k.bin",
     seed: Annotated[int, typer.Option("--seed", help="Seed of Poisson arrivals.")] = 0,
-    mode: _Mode = "auto",
-    routing: _Routing = "hash",
-    conns: _Conns = 1,
-    timeout: _Timeout = "10s",
-    generator_cpus: _GenCpus = None,
-    allow_overlap: _Overlap = False,
-    allow_remote: _Remote = False,
-    lag_limit: _LagLimit = "1ms",
-    realtime: _Realtime = 0,
-    conn_per_request: _NewConn = False,
-    processes: _Procs = None,
-    engine: _EngineOpt = "auto",
-    cluster: ClusterOpt = None,
-    generators: GeneratorsOpt = None,
+    live: EngineOptions = ENGINE_DEFAULTS,
     as_json: _Json = False,
 ) -> None:
     """Replay a trace (or an open-loop rate) against a live server; write the RunLog.
@@ -105,29 +82,16 @@ def replay(
                 seconds = max(span / rf, 1e-3)
             else:
                 seconds = parse_duration(duration)
-        tgt = _target(
+        tgt = live.target(
             target,
-            routing=routing,
-            conns=conns,
-            timeout=timeout,
-            generator_cpus=generator_cpus,
-            allow_overlap=allow_overlap,
-            allow_remote=allow_remote,
-            lag_limit=lag_limit,
-            mode=mode,
             loop=duration is not None and rate is None,
             # as httperf: the run starts empty (a sweep starts in the steady state)
             warm_start=False,
-            realtime=realtime,
-            conn_per_request=conn_per_request,
-            processes=processes,
-            engine=engine,
-            cluster=cluster_spec(cluster, generators),
         )
         _warn_docroot(tgt, tr, trace)
         res = tgt.run(tr, rate_factor=rf, warmup=0.0, duration=seconds, out=output)
         summary = _summary(res, output)
-        summary["realtime"] = realtime
+        summary["realtime"] = live.realtime
     if as_json:
         echo_json(summary)
     else:

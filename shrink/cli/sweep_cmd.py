@@ -11,7 +11,6 @@ from typing import Annotated, Any
 import typer
 
 from shrink.checks import parse_duration
-from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
 from shrink.cli._common import (
     cli_errors,
     console,
@@ -22,27 +21,17 @@ from shrink.cli._common import (
     plural,
 )
 from shrink.cli._replay_opts import (
+    ENGINE_DEFAULTS,
     GENERATOR_HINT,
-    _Conns,
-    _EngineOpt,
+    EngineOptions,
     _Export,
-    _GenCpus,
     _Json,
-    _LagLimit,
     _limit_text,
-    _Mode,
     _ms,
-    _NewConn,
-    _Overlap,
-    _Procs,
     _progress_sweep,
-    _Realtime,
-    _Remote,
-    _Routing,
-    _target,
     _Targets,
-    _Timeout,
     _warn_docroot,
+    engine_options,
 )
 from shrink.defaults import DURATION, REPS, WARMUP
 from shrink.errors import OptionError, ShrinkError, WriteError
@@ -133,6 +122,7 @@ _MetricsPort = Annotated[
 ]
 
 
+@engine_options
 def sweep_cmd(
     trace: Annotated[Path, typer.Argument(help="Trace Parquet file.")],
     target: _Targets = ...,  # type: ignore[assignment]
@@ -152,20 +142,7 @@ def sweep_cmd(
     runlogs: Annotated[
         Path | None, typer.Option("--runlogs", help="Keep every run's RunLog in this folder.")
     ] = None,
-    mode: _Mode = "auto",
-    routing: _Routing = "hash",
-    conns: _Conns = 1,
-    timeout: _Timeout = "10s",
-    generator_cpus: _GenCpus = None,
-    allow_overlap: _Overlap = False,
-    allow_remote: _Remote = False,
-    lag_limit: _LagLimit = "1ms",
-    realtime: _Realtime = 0,
-    conn_per_request: _NewConn = False,
-    processes: _Procs = None,
-    engine: _EngineOpt = "auto",
-    cluster: ClusterOpt = None,
-    generators: GeneratorsOpt = None,
+    live: EngineOptions = ENGINE_DEFAULTS,
     metrics_port: _MetricsPort = None,
     export: _Export = None,
     as_json: _Json = False,
@@ -193,23 +170,7 @@ def sweep_cmd(
         d = parse_duration_option(duration, "duration")
         formats = parse_exports(export)
         tr = Trace.read_parquet(trace)
-        tgt = _target(
-            target,
-            routing=routing,
-            conns=conns,
-            timeout=timeout,
-            generator_cpus=generator_cpus,
-            allow_overlap=allow_overlap,
-            allow_remote=allow_remote,
-            lag_limit=lag_limit,
-            mode=mode,
-            runlog_dir=runlogs,
-            realtime=realtime,
-            conn_per_request=conn_per_request,
-            processes=processes,
-            engine=engine,
-            cluster=cluster_spec(cluster, generators),
-        )
+        tgt = live.target(target, runlog_dir=runlogs)
         _warn_docroot(tgt, tr, trace)
         try:
             recorder = RecordingTarget(tgt)
@@ -232,7 +193,7 @@ def sweep_cmd(
             _keep_partial_sweep(stop, output, runlogs)
             raise
         curve.meta["summary"] = _curve_summary(curve)
-        curve.meta["generator"] = _generator_meta(routing, conns, lag_limit, tgt)
+        curve.meta["generator"] = _generator_meta(live, tgt)
         try:
             # The finished levels first, before any export (a full disk keeps them).
             curve.write_json(output)
@@ -272,12 +233,12 @@ def _nothing_served(curve: Any) -> str | None:
     return None
 
 
-def _generator_meta(routing: str, conns: int, lag_limit: str, tgt: Any) -> dict[str, Any]:
+def _generator_meta(live: EngineOptions, tgt: Any) -> dict[str, Any]:
     """How the sweep's load generator was set up, and which replay engine ran."""
     return {
-        "routing": routing,
-        "conns_per_session": conns,
-        "lag_limit": parse_duration(lag_limit, "lag limit"),
+        "routing": live.routing,
+        "conns_per_session": live.conns,
+        "lag_limit": parse_duration(live.lag_limit, "lag limit"),
         "engine": tgt.describe()["engine"],
     }
 

@@ -271,7 +271,8 @@ def _php_limits(trace: Path | None, max_execution: str, memory_limit: str) -> Ph
         return PhpLimits(seconds, memory_limit)
     from shrink.trace import Trace
 
-    return PhpLimits.for_trace(Trace.read_parquet(trace), seconds, memory_limit)
+    tr = Trace.read_parquet(trace)  # (read before the limits are checked, as always)
+    return PhpLimits(seconds, memory_limit).for_trace(tr)
 
 
 def warn_docroot(trace: Path, docroot: Path | str) -> None:

@@ -21,6 +21,7 @@ from shrink.atomic import make_dirs, write_text
 from shrink.loadcurve import LoadCurve
 from shrink.prediction import SCHEMA_ID, Prediction
 from shrink.report.blocks import Doc, render_html, render_markdown
+from shrink.report.sections import Measured
 from shrink.report.sections.answer import add_answer
 from shrink.report.sections.assumptions import add_assumptions
 from shrink.report.sections.curves import add_curves
@@ -58,10 +59,9 @@ def write_report(
     doc, appendix = Doc(title), Doc(APPENDIX)
     files: dict[str, Path] = {}
     add_answer(doc, pred, thresholds, validation, appendix=appendix)
-    add_self_checks(doc, pred, thresholds, measured, measured_label, full_run, appendix=appendix)
-    add_curves(
-        doc, out, files, pred, thresholds, measured, measured_label, full_run, appendix=appendix
-    )
+    m = Measured(pred, thresholds, measured, measured_label, full_run)
+    add_self_checks(doc, m, appendix=appendix)
+    add_curves(doc, out, files, m, appendix=appendix)
     if validation is not None:
         add_validation(doc, validation, appendix=appendix)
     if whatif is not None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -104,16 +104,11 @@ class PhpLimits:
     post_max_mib: int = PHP_POST_MAX_MIB
     largest_body: int | None = None  # bytes, when read from a trace
 
-    @classmethod
-    def for_bodies(
-        cls,
-        largest_body: int,
-        max_execution_s: int = PHP_MAX_EXECUTION_S,
-        memory_limit: str = PHP_MEMORY_LIMIT,
-    ) -> PhpLimits:
-        """Limits whose ``post_max_size`` holds a trace's largest body (bytes), with room."""
+    def for_bodies(self, largest_body: int) -> PhpLimits:
+        """These limits, with a ``post_max_size`` that holds a trace's largest body (bytes),
+        with room."""
         need = math.ceil(2 * max(largest_body, 0) / 2**20)  # twice: multipart overhead
-        return cls(max_execution_s, memory_limit, max(PHP_POST_MAX_MIB, need), largest_body)
+        return replace(self, post_max_mib=max(self.post_max_mib, need), largest_body=largest_body)
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_execution_s <= 86_400:
@@ -126,17 +121,10 @@ class PhpLimits:
                 "256M, 1G or -1 (no limit)."
             )
 
-    @classmethod
-    def for_trace(
-        cls,
-        trace: Any,
-        max_execution_s: int = PHP_MAX_EXECUTION_S,
-        memory_limit: str = PHP_MEMORY_LIMIT,
-    ) -> PhpLimits:
+    def for_trace(self, trace: Any) -> PhpLimits:
         """:meth:`for_bodies` with a :class:`~shrink.trace.Trace`'s largest body."""
         bodies = trace.column("body") if trace.has("body") else []
-        largest = max((len((b or "").encode()) for b in bodies), default=0)
-        return cls.for_bodies(largest, max_execution_s, memory_limit)
+        return self.for_bodies(max((len((b or "").encode()) for b in bodies), default=0))
 
     def describe(self, children_per_core: int) -> str:
         body = (

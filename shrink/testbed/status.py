@@ -3,7 +3,7 @@ replica answers."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,19 +35,14 @@ class ReplicaStatus:
         return not self.dead and self.answering
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "address": self.address,
-            "port": self.port,
-            "cpus": self.cpus,
-            "pids": self.pids,
-            "alive": self.alive,
-            "dead": self.dead,
-            "answering": self.answering,
-            "ok": self.ok,
-            "problem": self.problem,
-            "cpu_seconds": self.usage_s,
-        }
+        """``status --json``'s replica: the fields (``usage_s`` as ``cpu_seconds``) and ``ok``.
+
+        The state's notes are left out: the command prints them once, not per replica.
+        """
+        d = asdict(self)
+        del d["notes"]
+        d["cpu_seconds"] = d.pop("usage_s")
+        return d | {"ok": self.ok}
 
 
 def status(state_path: str | Path, *, check_health: bool = True) -> list[ReplicaStatus]:

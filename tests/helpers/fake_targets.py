@@ -1,9 +1,10 @@
-"""A fake target that breaks at a given run, the steady trace the stop tests replay, and
-what the sweep command makes of a stopped sweep."""
+"""A fake target that breaks at a given run, one whose results are altered, the steady
+trace the stop tests replay, and what the sweep command makes of a stopped sweep."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from shrink.cli.sweep_cmd import _keep_partial_sweep
 from shrink.errors import ShrinkError
 from shrink.loadcurve import LoadCurve
 from shrink.measure import SweepInterrupted
-from shrink.target import FakeTarget
+from shrink.target import FakeTarget, RunResult
 from shrink.trace import Trace
 
 
@@ -24,6 +25,25 @@ def steady_trace(path: str = "/f") -> Trace:
     return Trace.from_columns(
         {"session": np.arange(t.size), "t": t, "path": [path] * t.size}, meta={"mode": "open"}
     )
+
+
+class Altered:
+    """A target that runs ``inner`` and hands each result, with the run's keywords, to
+    :meth:`alter`: a server that reports less or answers nothing, a generator that stalls."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def describe(self) -> dict[str, Any]:
+        return self.inner.describe()
+
+    def run(self, trace: Trace, **kw: Any) -> RunResult:
+        res = self.inner.run(trace, **kw)
+        self.alter(res, kw)
+        return res
+
+    def alter(self, res: RunResult, kw: dict[str, Any]) -> None:
+        raise NotImplementedError
 
 
 class FailsAt(FakeTarget):

@@ -1,4 +1,5 @@
-"""Servers the live tests start themselves on loopback: a free port, and the wait for it."""
+"""Servers the live tests start themselves on loopback: a free port, the wait for it, and a
+static site's lighttpd config (bench_replay's too)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +19,24 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def static_lighttpd(root: Path, **settings: int) -> tuple[Path, int]:
+    """``root/www`` with one 1 KiB file, ``static/file1k.bin``, and a lighttpd config that
+    serves it on a free loopback port: (the config, the port). ``settings``: more
+    ``server.*`` lines, underscores for dashes (``max_keep_alive_idle=30``)."""
+    (root / "www" / "static").mkdir(parents=True)
+    (root / "www" / "static" / "file1k.bin").write_bytes(bytes(range(256)) * 4)
+    port = free_port()
+    lines = [
+        f'server.document-root = "{root / "www"}"',
+        f"server.port = {port}",
+        'server.bind = "127.0.0.1"',
+        *(f"server.{k.replace('_', '-')} = {v}" for k, v in settings.items()),
+    ]
+    conf = root / "lighttpd.conf"
+    conf.write_text("\n".join(lines) + "\n")
+    return conf, port
 
 
 def wait_listening(port: int, proc: subprocess.Popen, timeout: float = 10.0) -> None:

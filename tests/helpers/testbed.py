@@ -1,8 +1,13 @@
-"""What the testbed tests share: a small document root and the processes a test left."""
+"""What the testbed tests (and bench_testbed) share: a small document root, the processes
+a test left, and two PHP requests spinning on a replica's CPU while its share is read."""
 
 from __future__ import annotations
 
 import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -56,3 +61,58 @@ def assert_replicas_serve(st: TestbedState, pool: str) -> None:
             page = c.get(f"{base}/app/page.php")
             assert page.status_code == 200 and page.text.startswith("page:")
             assert int(page.text[5:]) in r.processes[pool]  # served by this replica's pool
+
+
+# Spins for s seconds of wall time (1 by default), using whatever CPU it is given.
+SPIN_PHP = (
+    '<?php $end = microtime(true) + (float) ($_GET["s"] ?? 1); $x = 0;'
+    " while (microtime(true) < $end) { $x++; } echo $x;\n"
+)
+
+
+@contextmanager
+def favoured(r: ReplicaState) -> Iterator[None]:
+    """The replica's cgroup, and its parent (which competes with the root's tasks), at the
+    highest weight while the block runs. A cgroup competes as one entity, so the group's
+    weight, not its members' nice values, decides what other work on the CPU takes."""
+    cg = r.cgroup
+    if not cg or "cpu" not in cg["dirs"]:
+        yield
+        return
+    group = Path(cg["dirs"]["cpu"])
+    v1 = cg["version"] == 1
+    try:
+        for g in (group, group.parent):
+            (g / ("cpu.shares" if v1 else "cpu.weight")).write_text("262144" if v1 else "10000")
+        yield
+    finally:
+        if v1:  # the parent outlives the replica if other testbeds run
+            (group.parent / "cpu.shares").write_text("1024")
+
+
+@contextmanager
+def spinning(r: ReplicaState, seconds: float) -> Iterator[None]:
+    """Two requests spin the replica's ``app/spin.php`` (:data:`SPIN_PHP`) for ``seconds``;
+    the block runs once they are under way, and they are waited for after it."""
+    url = f"http://{r.address}:{r.port}/app/spin.php?s={seconds}"
+
+    def spin() -> None:
+        with httpx.Client(trust_env=False, timeout=seconds + 10) as c:
+            c.get(url)
+
+    threads = [threading.Thread(target=spin) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(0.25)
+        yield
+    finally:
+        for t in threads:
+            t.join()
+
+
+def cpu_rate(pids: list[int], seconds: float) -> float:
+    """CPU seconds per wall second that ``pids`` use over the next ``seconds``."""
+    before, t0 = process.cpu_seconds(pids), time.monotonic()
+    time.sleep(seconds)
+    return (process.cpu_seconds(pids) - before) / (time.monotonic() - t0)

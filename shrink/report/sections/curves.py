@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shrink.loadcurve import Level, LoadCurve
-from shrink.prediction import Prediction
+from shrink.loadcurve import Level
 from shrink.report.blocks import Doc
 from shrink.report.figures import cdf_figure, latency_figure, level_near_utilization
+from shrink.report.sections import Measured
 from shrink.report.series import curve_series, mapping_series
 from shrink.scaling import latency_scale
 
@@ -18,35 +18,31 @@ def add_curves(
     doc: Doc,
     out: Path,
     files: dict[str, Path],
-    pred: Prediction,
-    thresholds: dict[str, float],
-    measured: LoadCurve | None,
-    measured_label: str,
-    full_run: LoadCurve | None,
+    m: Measured,
     *,
     appendix: Doc | None = None,
 ) -> None:
     """3. The curves: latency against load, and the CDFs at the level nearest 80%
     utilization, titled with the utilization of the level each one shows."""
     doc.h(1, "Latency against load")
-    series = mapping_series(pred)
-    if measured is not None:
+    series = mapping_series(m.pred)
+    if m.curve is not None:
         series.append(
             curve_series(
-                measured,
-                f"{measured_label} (normalized)",
+                m.curve,
+                f"{m.label} (normalized)",
                 points=True,
-                thr_scale=1.0 / measured.alpha,
-                lat_scale=latency_scale(measured),
+                thr_scale=1.0 / m.curve.alpha,
+                lat_scale=latency_scale(m.curve),
             )
         )
-    if full_run is not None:
-        series.append(curve_series(full_run, "full-scale run (validation)", points=True))
+    if m.full_run is not None:
+        series.append(curve_series(m.full_run, "full-scale run (validation)", points=True))
     if series:
         files["latency"] = latency_figure(
             out / "latency.png",
             series,
-            thresholds,
+            m.thresholds,
             title="Latency against normalized load",
         )
         doc.img(
@@ -57,12 +53,12 @@ def add_curves(
             alt="Latency against load",
         )
     cdf_entries = []
-    if measured is not None:
-        lv = level_near_utilization(measured)
+    if m.curve is not None:
+        lv = level_near_utilization(m.curve)
         if lv is not None:
-            cdf_entries.append(("predicted from the share", lv, latency_scale(measured)))
-    if full_run is not None:
-        lv = level_near_utilization(full_run)
+            cdf_entries.append(("predicted from the share", lv, latency_scale(m.curve)))
+    if m.full_run is not None:
+        lv = level_near_utilization(m.full_run)
         if lv is not None:
             cdf_entries.append(("full-scale run", lv, 1.0))
     if not cdf_entries:
@@ -79,7 +75,7 @@ def add_curves(
         f"nearest 80% utilization of the server{shown}.",
         alt="Response-time CDFs",
     )
-    if pred.share is not None and pred.share.kind == "cpu_time":
+    if m.pred.share is not None and m.pred.share.kind == "cpu_time":
         where = appendix if appendix is not None else doc
         if appendix is not None:
             where.h(2, "Distributions on a CPU-time share")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from shrink.loadcurve import LoadCurve
-from shrink.prediction import Prediction
 from shrink.report.blocks import Doc
+from shrink.report.sections import Measured
 from shrink.report.tables import level_table
 from shrink.report.text import STAT_NAME
 from shrink.scaling import latency_scale
@@ -21,11 +21,7 @@ STEAL_NOTABLE = 0.02
 
 def add_self_checks(
     doc: Doc,
-    pred: Prediction,
-    thresholds: dict[str, float],
-    measured: LoadCurve | None,
-    measured_label: str,
-    full_run: LoadCurve | None,
+    m: Measured,
     *,
     appendix: Doc | None = None,
 ) -> None:
@@ -33,13 +29,13 @@ def add_self_checks(
     requests, offered load, saturation, the share's speed, other work and steal on the
     CPUs, the host's drift. The levels of each curve go to ``appendix`` (else here)."""
     doc.h(1, "Checks")
-    checks = pred.self_checks or {}
-    full_checks = full_run_checks(full_run, thresholds)
+    checks = m.pred.self_checks or {}
+    full_checks = full_run_checks(m.full_run, m.thresholds)
     rows = [
         *_generator_items(checks),
         *_failure_items(checks),
         *_server_items(checks, full_checks),
-        *_speed_items(getattr(pred, "share", None)),
+        *_speed_items(getattr(m.pred, "share", None)),
         *_steal_items(checks, full_checks),
         *_host_items(full_checks),
         *_load_items(full_checks),
@@ -49,19 +45,19 @@ def add_self_checks(
     if rows:
         doc.table(["check", "result"], rows)
     where = appendix if appendix is not None else doc
-    if measured is not None or full_run is not None:
+    if m.curve is not None or m.full_run is not None:
         where.h(2, "Levels measured")
-    if measured is not None:
+    if m.curve is not None:
         where.p(
-            f"Levels {measured_label} (throughput, mean and p99.9: the median over the "
+            f"Levels {m.label} (throughput, mean and p99.9: the median over the "
             "repetitions that kept up):"
         )
-        scale = latency_scale(measured)
-        h, r = level_table(measured, {s: t / scale for s, t in thresholds.items()})
+        scale = latency_scale(m.curve)
+        h, r = level_table(m.curve, {s: t / scale for s, t in m.thresholds.items()})
         where.table(h, r)
-    if full_run is not None:
+    if m.full_run is not None:
         where.p("Levels of the full-scale run:")
-        h, r = level_table(full_run, thresholds)
+        h, r = level_table(m.full_run, m.thresholds)
         where.table(h, r)
 
 
