@@ -55,6 +55,7 @@ from shrink.run_inputs import RunInputs, record_inputs
 from shrink.scaling import (
     ModelError,
     calibrate,
+    knee_speed,
     latency_scale,
     model_error,
     shrink_scaled_curve,
@@ -270,7 +271,8 @@ def predict(
                 kept = _keep_partial(Path(out_dir), stop.curve, companion, config)
                 stop.kept = [*stop.kept, *kept]
             raise
-    # The share as planned and calibrated (the target's description lacks the speed).
+    # The share as calibrated, its side read again on the sweep's runs near its knee.
+    share = share.with_speed(knee_speed(share.speed, measured))
     measured.share = replace(measured.share, speed=share.speed)
     if out_dir is not None:
         # What was measured is kept before anything is read from it: a curve with no

@@ -121,7 +121,7 @@ class ShareSpeed(files.FileFormat):
     # the MAT interval carries it (shrink.uncertainty).
     sigma: float = 0.0
     # The full target's light-load capacity for the trace's mix (req/s at 100% busy),
-    # from the calibration's runs: recorded, never used to predict.
+    # from the calibration's runs: ``effective`` is the share's over it.
     full_capacity: float | None = None
     # What the calibration ran on the full target, run by run: what it ran ("mix"),
     # seconds, offered rate (req/s) and utilization (shrink.scaling.calibrate).
@@ -129,6 +129,10 @@ class ShareSpeed(files.FileFormat):
     # What the calibration ran on the share, run by run: seconds, offered rate (req/s)
     # and utilization of its quota.
     share_runs: tuple[dict[str, Any], ...] = ()
+    # The share's side read again on the sweep's own repetitions near its knee
+    # (shrink.scaling.knee_speed): their capacity, count and utilization band, and the
+    # calibration's share runs' capacity it replaced; None where it was not read.
+    share_knee: dict[str, Any] | None = None
 
     @computed_field  # type: ignore[prop-decorator]
     @property

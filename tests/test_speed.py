@@ -13,7 +13,7 @@ from helpers.fake_targets import Altered
 
 from shrink.errors import MeasurementError, ParameterError
 from shrink.machine import Machine
-from shrink.scaling import calibrate
+from shrink.scaling import calibrate, probe_trace
 from shrink.share import Share, ShareSpeed
 from shrink.sim import SimTarget
 from shrink.target import FakeTarget, RunResult
@@ -72,8 +72,31 @@ def test_the_calibration_runs_the_samples_mix_at_the_planned_rate():
         for (t, factor), run in zip(target.ran, runs, strict=True):
             assert set(t.column("path")) <= paths  # the trace's own requests
             assert factor == 1.0  # at the planned rate exactly, one request a session
-            assert np.allclose(np.diff(t.column("t")), 1 / run["offered_rate"])
+            k = run.get("burst", 1)
+            # the full target's runs after the pilot in bursts sent at once, the share's
+            # evenly spaced: the planned rate either way
+            assert (k > 1) == (target is full and run is not runs[0])
+            at = np.arange(len(t)) // k * k / run["offered_rate"]
+            assert np.allclose(t.column("t") - t.column("t")[0], at)
+            if k > 1:  # whole bursts in the window, half a gap from its edges
+                gap = k / run["offered_rate"]
+                starts = np.unique(t.column("t"))
+                inside = starts[(starts >= 0.5) & (starts < run["seconds"])]
+                assert np.allclose((inside - 0.5) % gap, gap / 2)
             assert t.n_sessions == len(t)
+
+
+def test_a_burst_is_kept_whole_and_the_window_holds_several():
+    from shrink.scaling.calibration import BURST, MIN_BURSTS, _burst
+
+    assert _burst(200.0, 12.0) == BURST
+    assert _burst(20.0, 2.0) == 10  # 2 s at 20/s: 40 requests, 4 bursts
+    assert _burst(1.0, 2.0) == 1
+    for rate, dur in ((3.0, 2.0), (37.0, 2.0), (150.0, 9.5)):
+        k = _burst(rate, dur)
+        assert k == 1 or rate * dur / k >= MIN_BURSTS
+    with pytest.raises(MeasurementError, match="burst of 0"):
+        probe_trace(_trace(n=50), 10.0, 1.0, 0, burst=0)
 
 
 def test_the_mix_speed_is_recovered_over_seeds():
@@ -250,3 +273,49 @@ def test_the_speeds_sigma_is_honest_on_a_heavy_tailed_mix():
         z.append(math.log(got.effective / 0.5) / got.sigma)
     assert max(abs(x) for x in z) < 3, z
     assert 0.4 < statistics.pstdev(z) < 1.6, z
+
+
+def test_the_share_side_is_read_again_on_the_sweeps_runs_near_its_knee():
+    from types import SimpleNamespace as NS
+
+    from shrink.scaling import knee_speed
+
+    cal = ShareSpeed(nominal=0.25, effective=0.2, method="calibrated", full_capacity=1000.0)
+
+    def curve(*reps: tuple[float, float, bool]) -> Any:
+        rows = [NS(throughput=x, utilization=u, generator_behind=b) for x, u, b in reps]
+        return NS(levels=[NS(reps=rows)])
+
+    # (throughput, utilization, generator behind): light, saturated and behind runs
+    # are left out; the rest pool as all their requests over all their CPU.
+    got = knee_speed(
+        cal,
+        curve((30, 0.1, False), (150, 0.6, False), (240, 0.8, False), (300, 1.0, False),
+              (260, 0.7, True)),
+    )  # fmt: skip
+    assert got is not None and got.effective == pytest.approx((150 + 240) / 1.4 / 1000)
+    assert got.share_knee == {
+        "capacity": pytest.approx(390 / 1.4),
+        "repetitions": 2,
+        "utilization_band": [0.5, 0.95],
+        "calibration_capacity": pytest.approx(200.0),
+    }
+    assert ShareSpeed.from_dict(got.to_dict()) == got
+    # Too few runs near the knee, a speed over 1, or no calibration: unchanged.
+    assert knee_speed(cal, curve((150, 0.6, False), (300, 1.0, False))) is cal
+    assert knee_speed(cal, curve((900, 0.6, False), (950, 0.7, False))) is cal
+    nominal = ShareSpeed.assumed(0.25)
+    assert knee_speed(nominal, curve((150, 0.6, False), (240, 0.8, False))) is nominal
+    assert knee_speed(None, curve()) is None
+
+
+def test_a_bias_fitted_on_another_calibration_is_not_applied(monkeypatch):
+    import shrink.scaling.transform as transform
+
+    fitted = transform.model_error("testbed", "cpu_time")
+    assert fitted.provenance["calibration"] == transform.CALIBRATION  # the shipped fit's
+    assert "bias_not_applied" not in fitted.provenance
+    monkeypatch.setattr(transform, "CALIBRATION", "another calibration")
+    other = transform.model_error("testbed", "cpu_time")
+    assert other.bias == 0.0 and other.correction == 1.0 and other.sigma == fitted.sigma
+    assert "fitted on another calibration" in other.provenance["bias_not_applied"]

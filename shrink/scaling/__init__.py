@@ -28,23 +28,26 @@ each cost being a run's utilization over its throughput (the utilization law), r
 where it holds for the prediction:
 
 * on the full target, light (:func:`calibrate`: at most :data:`CALIBRATION_BUSY` busy,
-  at most :data:`CALIBRATION_S` seconds in all). The calibration takes a whole core's
-  cost per request of a mix not to depend on its load: the corpus's validation curves
-  (bench/RESULTS.md) read the demo's mix at about 0.45-0.55 ms a request from 5% busy
-  to saturation, and their light over busy capacity at 0.77-1.04; the report's
-  self-checks compare light and busy on every validated run, and what the assumption
-  misses is in the model error. (A single class run alone at a few requests a second does not hold
-  this: each request then wakes a halted vCPU, which is why the calibration runs the
-  mix.)
-* on the share, near its knee (:data:`SHARE_LOAD` of the capacity its previous run
-  showed), where its MATs are read: a share's cost does depend on its load (lightly
-  loaded it pays the quota's gaps on nearly every request), and the share's time is
-  not the full target's to spare.
+  at most :data:`CALIBRATION_S` seconds in all), its requests sent in bursts of up to
+  ``BURST`` at once: the core works through a burst busy, as it does at the MATs.
+  Evenly spaced, each request wakes a halted vCPU and costs more (the demo's mix read
+  0.62-0.77 ms a request evenly spaced at 5-6% busy, 0.42-0.66 ms in bursts of 16 at
+  3-5% busy, 0.55-0.63 ms at 83-94% busy). Whatever light bursts still miss of the
+  busy core is in the model error; the report's self-checks compare light and busy on
+  every validated run.
+* on the share, near its knee, where its MATs are read: a share's cost does depend on
+  its load (lightly loaded it pays the quota's gaps on nearly every request), and the
+  share's time is not the full target's to spare. The calibration reads it first in
+  runs at :data:`SHARE_LOAD` of the capacity its previous run showed, to set the
+  sweep's time scale and levels; after the sweep, :func:`knee_speed` reads it again on
+  the sweep's own repetitions near the knee (utilization in ``KNEE_BAND``): many more
+  requests, taken when the MATs were, so a slow spell of the host moves the share's
+  MAT and its speed alike instead of setting one against the other.
 
-Both sides run the same requests: the sample's, drawn by class at a constant rate,
-one a session, so that the mix's composition adds no noise (its own sessions, looped,
-cannot be slowed to a few requests a second, and at the light rates they reach they
-arrive in bursts a light run's bound cannot hold). Every class is scaled by the mix's
+The calibration's runs on both sides are the same requests: the sample's, drawn by
+class at a planned rate, one a session, so that the mix's composition adds no noise
+(its own sessions, looped, cannot be slowed to a few requests a second, and at the
+light rates they reach they arrive in bursts a light run's bound cannot hold). Every class is scaled by the mix's
 speed. What the calibration ran on each side (seconds, offered rate, utilization) is
 recorded with the speed and in prediction.json.
 
@@ -67,6 +70,7 @@ from shrink.scaling.calibration import (
     CALIBRATION_S,
     calibrate,
     constants,
+    knee_speed,
     probe_trace,
 )
 from shrink.scaling.transform import (
@@ -85,6 +89,7 @@ __all__ = [
     "ModelError",
     "calibrate",
     "constants",
+    "knee_speed",
     "latency_scale",
     "model_error",
     "probe_trace",

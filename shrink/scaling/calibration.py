@@ -4,13 +4,14 @@ the sample's mix light on the full target, near its knee on the share."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from shrink.checks import check_alpha, check_positive
 from shrink.errors import MeasurementError
+from shrink.loadcurve import LoadCurve
 from shrink.share import ShareSpeed
 from shrink.target import RunResult, Target
 from shrink.trace import Trace
@@ -46,11 +47,27 @@ SHARE_LIGHT_S = 5.0
 SHARE_RUN_S = 10.0
 MIN_REQUESTS = 20
 MAX_RATE = 2000.0  # req/s: what one generator CPU sends with a wide margin
+# The full target's runs after the pilot send their requests in bursts of up to BURST
+# at once (a run's window holds at least MIN_BURSTS of them): the core then works
+# through each burst busy, as it does at the MATs, instead of waking from idle for
+# every request. Evenly spaced requests read the demo's mix at 0.62-0.77 ms a request
+# at 5-6% busy against 0.55-0.63 ms at 83-94% busy; bursts of 16 read 0.42-0.66 ms
+# at 3-5% busy (2-vCPU VM of the polyglot kind, n=3 runs a pattern, interleaved).
+# The bound is on the run's mean utilization; a burst is busy for a few ms.
+BURST = 16
+MIN_BURSTS = 4
+BEHIND_SHORT = 0.9  # a burst run whose generator sent less of its planned rate is behind
+# After the sweep, the share's side is read again on the sweep's own repetitions whose
+# utilization is in KNEE_BAND (near its knee, not saturated: X / U holds there), when
+# there are MIN_KNEE_REPS or more: many more requests than the calibration's share
+# runs, taken at the times the MATs were, so the host's drift moves both alike.
+KNEE_BAND = (0.5, 0.95)
+MIN_KNEE_REPS = 2
 # The calibration runs the trace's mix (its requests drawn by frequency), not a class.
 MIX = "mix"
 # Which calibration made a speed (recorded in prediction.json): a model error is
 # fitted on runs of one calibration only.
-CALIBRATION = "mix: the full target light, the share near its knee"
+CALIBRATION = "mix: the full target light in bursts, the share near its knee"
 
 
 def constants() -> dict[str, Any]:
@@ -72,6 +89,11 @@ def constants() -> dict[str, Any]:
         "share_light_s": SHARE_LIGHT_S,
         "share_run_s": SHARE_RUN_S,
         "min_requests": MIN_REQUESTS,
+        "burst": BURST,
+        "min_bursts": MIN_BURSTS,
+        "behind_short": BEHIND_SHORT,
+        "knee_band": list(KNEE_BAND),
+        "min_knee_reps": MIN_KNEE_REPS,
         "max_rate": MAX_RATE,
         "provenance": "design choices and the method's bounds (shrink/scaling/calibration.py); the "
         "model error is fitted (shrink/data/model_error.json)",
@@ -116,6 +138,7 @@ class _FullBudget:
                 "class": MIX,
                 "seconds": planned.seconds,
                 "offered_rate": planned.rate,
+                "burst": planned.burst,
                 "utilization": res.utilization,
             }
         )
@@ -131,6 +154,7 @@ class _Planned:
     warmup: float
     duration: float
     seed: int
+    burst: int = 1
 
     @property
     def seconds(self) -> float:
@@ -143,13 +167,28 @@ class _Planned:
         )  # fmt: skip
 
 
-def _plan(trace: Trace, rate: float, warm: float, dur: float, seed: int) -> _Planned:
-    """One run of the sample's mix, the same on both sides: its requests drawn by class,
-    one a session, at a constant rate (:func:`probe_trace`). The sample's own sessions,
-    looped, cannot be slowed to a few requests a second (their think times are real
-    seconds), and at the light rates they reach they arrive in bursts that a light
-    run's bound cannot hold."""
-    return _Planned(probe_trace(trace, rate, warm + dur, seed), rate, warm, dur, seed)
+def _plan(
+    trace: Trace, rate: float, warm: float, dur: float, seed: int, burst: int = 1
+) -> _Planned:
+    """One run of the sample's mix, the same requests on both sides: drawn by class,
+    one a session, at a planned rate (:func:`probe_trace`), in bursts of ``burst``.
+    The sample's own sessions, looped, cannot be slowed to a few requests a second
+    (their think times are real seconds), and at the light rates they reach they
+    arrive in bursts that a light run's bound cannot hold."""
+    if burst <= 1:
+        return _Planned(probe_trace(trace, rate, warm + dur, seed), rate, warm, dur, seed)
+    # Whole bursts in the window, each mid-way between two gaps: a burst cut by the
+    # window's edge would count its CPU on one side and its requests on the other.
+    gap = dur / max(1, round(dur * rate / burst))
+    rate = burst / gap
+    tr = probe_trace(trace, rate, warm + dur, seed, burst, offset=(warm + gap / 2) % gap)
+    return _Planned(tr, rate, warm, dur, seed, burst)
+
+
+def _burst(rate: float, dur: float) -> int:
+    """The full target's burst at ``rate`` for a window of ``dur`` s: BURST, fewer when
+    the window would hold under MIN_BURSTS bursts."""
+    return max(1, min(BURST, math.floor(rate * dur / MIN_BURSTS)))
 
 
 def calibrate(
@@ -248,13 +287,15 @@ def _sigma(full: _Side, share: _Side) -> float:
     Each capacity is the reciprocal of a mean service time over n requests, drawn
     separately on each side, so its relative sd is the service times' coefficient of
     variation over sqrt(n). At light load a response time is mostly its service
-    time: the full side's response-time CV stands in for it. A mix's page costs are
-    heavy-tailed, so it is not capped (capped at 2, the simulator's Support mix read a
-    sigma of 5% against a spread of 15% over seeds).
+    time: the full side's unbursted runs' response-time CV stands in for it, or the
+    share's if larger (near its knee, queueing adds to it: the bound errs wide). A
+    mix's page costs are heavy-tailed, so it is not capped (capped at 2, the
+    simulator's Support mix read a sigma of 5% against a spread of 15% over seeds).
     """
     if full.n <= 0 or share.n <= 0:
         return 0.0
-    cv = full.cv if math.isfinite(full.cv) else 1.0
+    cvs = [c for c in (full.cv, share.cv) if math.isfinite(c)]
+    cv = max(cvs) if cvs else 1.0
     return cv * math.sqrt(1.0 / full.n + 1.0 / share.n)
 
 
@@ -269,9 +310,15 @@ def _doubt(full: _Side, share: _Side, speed: float) -> str:
     return ""
 
 
-def probe_trace(trace: Trace, rate: float, seconds: float, seed: int) -> Trace:
+def probe_trace(
+    trace: Trace, rate: float, seconds: float, seed: int, burst: int = 1, offset: float = 0.0
+) -> Trace:
     """Requests of ``trace`` drawn by frequency (its mix, by class), one a session,
-    ``rate`` a second: a constant, exactly planned load at any rate."""
+    ``rate`` a second: an exactly planned load at any rate, evenly spaced, or in
+    bursts of ``burst`` requests sent at once (each on its own connection), the first
+    ``offset`` seconds in."""
+    if burst < 1:
+        raise MeasurementError(f"probe_trace: a burst of {burst} requests")
     n = max(2, math.ceil(rate * seconds) + 1)
     rng = np.random.default_rng(seed)
     # Stratified by class (evenly spaced draws over the requests sorted by class, in
@@ -293,11 +340,11 @@ def probe_trace(trace: Trace, rate: float, seconds: float, seed: int) -> Trace:
             **columns,
             "session": np.arange(n, dtype=np.int64),
             "burst": np.zeros(n, dtype=np.int32),
-            "t": np.arange(n, dtype=np.float64) / rate,
+            "t": offset + (np.arange(n) // burst * burst).astype(np.float64) / rate,
             "think": np.zeros(n),
             "rt": np.full(n, np.nan),
         },
-        meta={"probe": MIX, "rate": rate, "seed": seed},
+        meta={"probe": MIX, "rate": rate, "seed": seed, "burst": burst},
     )
 
 
@@ -330,10 +377,11 @@ def _full_side(
         dur = RAMP_S if step < RAMP_STEPS else math.floor(10 * left) / 10
         if dur < 1.0:
             break
-        res = budget.run(full, _plan(trace, rate, WARMUP_S, dur, seed + 1 + step))
+        planned = _plan(trace, rate, WARMUP_S, dur, seed + 1 + step, _burst(rate, dur))
+        res = budget.run(full, planned)
         if res is None:
             break
-        runs.append(_measured(res))
+        runs.append(_measured(res, planned))
     return _pooled(runs), float(rate)
 
 
@@ -346,7 +394,7 @@ def _pooled(sides: list[_Side]) -> _Side:
     lat = [s.latency for s in sides if s.n and math.isfinite(s.latency)]
     w = [s.n for s in sides if s.n and math.isfinite(s.latency)]
     mean_lat = float(np.average(lat, weights=w)) if lat else math.nan
-    cvs = [s.cv for s in sides if s.n]
+    cvs = [s.cv for s in sides if s.n and math.isfinite(s.cv)]
     us = [s.utilization for s in sides if s.utilization is not None]
     return _Side(
         n, cap, mean_lat, float(max(cvs)) if cvs else 1.0, max(us) if us else None,
@@ -354,8 +402,12 @@ def _pooled(sides: list[_Side]) -> _Side:
     )  # fmt: skip
 
 
-def _measured(res: RunResult) -> _Side:
-    """One run's side: its requests, capacity (X / U), latency and spread."""
+def _measured(res: RunResult, planned: _Planned | None = None) -> _Side:
+    """One run's side: its requests, capacity (X / U), latency and spread. In a burst,
+    requests queue behind each other: their spread is not their service times', and
+    is left unknown (nan); and a burst's last requests leave late by design, so the
+    generator is behind only if it sent fewer of the window's requests than planned."""
+    burst = planned.burst if planned is not None else 1
     log = res.runlog.window(*res.window)
     n = int(log.ok_mask().sum())
     span = res.window[1] - res.window[0]
@@ -364,7 +416,13 @@ def _measured(res: RunResult) -> _Side:
     cv = float(np.std(lat) / mean_lat) if lat.size > 1 and mean_lat > 0 else 1.0
     u = res.utilization
     cap = (n / span) / u if u and u > 0 and n and span > 0 else None
-    return _Side(n, cap, mean_lat, cv, u, bool(res.generator.behind))
+    behind = bool(res.generator.behind)
+    if planned is not None and burst > 1:
+        cv = math.nan
+        g = res.generator
+        # a window may cut a burst: one burst's worth of slack
+        behind = g.achieved_rate < BEHIND_SHORT * g.intended_rate - burst / max(span, 1e-9)
+    return _Side(n, cap, mean_lat, cv, u, behind)
 
 
 def _speed(full: _Side, share: _Side, nominal: float) -> float:
@@ -377,3 +435,35 @@ def _speed(full: _Side, share: _Side, nominal: float) -> float:
     if full.latency > 0 and share.latency > 0:
         return full.latency / share.latency
     return nominal
+
+
+def knee_speed(speed: ShareSpeed | None, curve: LoadCurve) -> ShareSpeed | None:
+    """``speed`` with its share side read on the share's own sweep (``curve``): all the
+    requests over all the CPU of the repetitions whose utilization is in KNEE_BAND and
+    whose generator kept up, over the full target's calibrated capacity. The share's
+    MATs are read on those same runs, so a slow spell of the host moves the MAT and
+    the speed together. Unchanged without a calibrated full capacity, with fewer than
+    MIN_KNEE_REPS such repetitions, or if the speed read would not be in (0, 1]."""
+    if speed is None or speed.method != "calibrated" or not speed.full_capacity:
+        return speed
+    lo, hi = KNEE_BAND
+    reps = [
+        r
+        for lv in curve.levels
+        for r in lv.reps
+        if r.utilization is not None and lo <= r.utilization < hi and not r.generator_behind
+        and math.isfinite(r.throughput) and r.throughput > 0
+    ]  # fmt: skip
+    if len(reps) < MIN_KNEE_REPS:
+        return speed
+    cap = sum(r.throughput for r in reps) / sum(float(r.utilization or 0.0) for r in reps)
+    effective = cap / speed.full_capacity
+    if not 0 < effective <= 1:
+        return speed
+    knee = {
+        "capacity": cap,
+        "repetitions": len(reps),
+        "utilization_band": list(KNEE_BAND),
+        "calibration_capacity": speed.effective * speed.full_capacity,
+    }
+    return replace(speed, effective=float(effective), share_knee=knee)

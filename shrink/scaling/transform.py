@@ -11,6 +11,7 @@ from typing import Any
 
 from shrink.errors import ExtrapolationError
 from shrink.loadcurve import ClassStats, LoadCurve
+from shrink.scaling.calibration import CALIBRATION
 from shrink.share import Share
 
 
@@ -134,4 +135,10 @@ def model_error(target: str, share_kind: str) -> ModelError:
     )
     entry = data["share_kinds"].get(share_kind) or data["share_kinds"]["cpu_time"]
     prov = {**data.get("provenance", {}), **entry.get("provenance", {})}
-    return ModelError(float(entry["sigma"]), prov, float(entry.get("bias", 0.0)))
+    bias = float(entry.get("bias", 0.0))
+    fitted_on = prov.get("calibration")
+    if share_kind == "cpu_time" and fitted_on is not None and fitted_on != CALIBRATION:
+        # A bias belongs to the calibration it was fitted on: another one's is not applied.
+        prov["bias_not_applied"] = f"fitted on another calibration ({fitted_on}): {bias:g}"
+        bias = 0.0
+    return ModelError(float(entry["sigma"]), prov, bias)
