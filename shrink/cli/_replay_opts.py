@@ -72,11 +72,12 @@ _LagLimit = Annotated[
 ]
 _Timeout = Annotated[str, typer.Option("--timeout", help="Per-request timeout.")]
 _Realtime = Annotated[
-    int,
+    int | None,
     typer.Option(
         "--realtime",
-        help="Run the engine SCHED_FIFO at this priority (root; for machines shared with "
-        "other work). 0: normal scheduling.",
+        help="Run the engine's send thread SCHED_FIFO at this priority (root). Default: 10 "
+        "as root when the generator is pinned to CPUs the server does not use, else normal "
+        "scheduling. 0: normal scheduling.",
     ),
 ]
 _EngineOpt = Annotated[
@@ -95,6 +96,21 @@ GENERATOR_HINT = (
     "(--generator-cpus, the server and other jobs elsewhere), run it SCHED_FIFO "
     "(--realtime 10, as root), or accept a later send (--lag-limit)"
 )
+
+
+# Said once when the default put the send thread under SCHED_FIFO.
+REALTIME_NOTE = (
+    "note: the load generator's send thread runs SCHED_FIFO {priority} on CPU {cpus} (as "
+    "root, on CPUs the server does not use) so that other work cannot delay its sends; "
+    "--realtime 0 for normal scheduling"
+)
+
+
+def note_realtime(target: Any) -> None:
+    """Print :data:`REALTIME_NOTE` when the default chose SCHED_FIFO for ``target``'s generator."""
+    if getattr(target, "realtime_by_default", False):
+        cpus = ",".join(map(str, target.generator_cpus))
+        typer.echo(REALTIME_NOTE.format(priority=target.realtime, cpus=cpus), err=True)
 
 
 def _cpus(text: str | None) -> list[int] | None:
@@ -117,7 +133,7 @@ def _target(
     loop: bool = True,
     warm_start: bool = True,
     runlog_dir: Path | None = None,
-    realtime: int = 0,
+    realtime: int | None = None,
     conn_per_request: bool = False,
     processes: int | None = None,
     engine: str = "auto",
@@ -136,7 +152,7 @@ def _target(
             raise OptionError(option, f"{value!r}; accepted: {', '.join(accepted)}")
     items = [x for t in targets for x in t.split(",") if x]
     gen_cpus = _cpus(generator_cpus)
-    return LiveTarget.from_targets(
+    target = LiveTarget.from_targets(
         items,
         generator=GeneratorPlacement(
             None if gen_cpus is None else tuple(gen_cpus),
@@ -157,6 +173,8 @@ def _target(
         lag_limit=parse_duration(lag_limit, "lag limit"),
         runlog_dir=runlog_dir,
     )
+    note_realtime(target)
+    return target
 
 
 def _ms(x: float | None) -> str:

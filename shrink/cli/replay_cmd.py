@@ -72,7 +72,7 @@ def replay(
     allow_overlap: _Overlap = False,
     allow_remote: _Remote = False,
     lag_limit: _LagLimit = "1ms",
-    realtime: _Realtime = 0,
+    realtime: _Realtime = None,
     conn_per_request: _NewConn = False,
     processes: _Procs = None,
     engine: _EngineOpt = "auto",
@@ -127,7 +127,7 @@ def replay(
         _warn_docroot(tgt, tr, trace)
         res = tgt.run(tr, rate_factor=rf, warmup=0.0, duration=seconds, out=output)
         summary = _summary(res, output)
-        summary["realtime"] = realtime
+        summary["realtime"] = tgt.realtime
     if as_json:
         echo_json(summary)
     else:

@@ -160,7 +160,7 @@ def sweep_cmd(
     allow_overlap: _Overlap = False,
     allow_remote: _Remote = False,
     lag_limit: _LagLimit = "1ms",
-    realtime: _Realtime = 0,
+    realtime: _Realtime = None,
     conn_per_request: _NewConn = False,
     processes: _Procs = None,
     engine: _EngineOpt = "auto",
