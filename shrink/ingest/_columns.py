@@ -20,10 +20,6 @@ from shrink.classify import Classifier
 __all__ = ["Columns", "classify_paths"]
 
 BATCH_ROWS = 65_536  # rows held as Python objects at most, for a reader that asks (full)
-# A read's columns are allocated by the C library's allocator, not pyarrow's default
-# (mimalloc), which keeps the pages of freed chunks and copies for reuse: the read's
-# peak RSS grew by 3.2 times the trace's table with it, by about 2.4 with this.
-POOL = pa.system_memory_pool()
 
 
 class Columns:
@@ -39,7 +35,7 @@ class Columns:
         """Move the rows gathered since the last flush into Arrow arrays (lists emptied)."""
         for name, values in self.lists.items():
             if values:
-                self._chunks[name].append(pa.array(values, self.types[name], memory_pool=POOL))
+                self._chunks[name].append(pa.array(values, self.types[name]))
         self.rows += len(next(iter(self.lists.values()), []))
         for values in self.lists.values():
             values.clear()
@@ -52,13 +48,7 @@ class Columns:
         """Every row of column ``name`` (flushed first), as one array; handed over once."""
         self.flush()
         chunks = self._chunks.pop(name)
-        if not chunks:
-            return pa.array([], self.types[name])
-        return pa.concat_arrays(chunks, memory_pool=POOL)
-
-    def take(self, name: str, indices: pa.Array) -> pa.Array:
-        """Column ``name``'s rows at ``indices`` (handed over once, as :meth:`array`)."""
-        return pc.take(self.array(name), indices, memory_pool=POOL)
+        return pa.concat_arrays(chunks) if chunks else pa.array([], self.types[name])
 
     def numpy(self, name: str) -> np.ndarray:
         return self.array(name).to_numpy(zero_copy_only=False)
@@ -66,11 +56,10 @@ class Columns:
 
 def classify_paths(paths: pa.Array, classifier: Classifier | None) -> pa.Array:
     """The class of each path; each distinct path is classified once."""
-    distinct = pc.unique(paths, memory_pool=POOL)
+    distinct = pc.unique(paths)
     classify = (classifier or Classifier()).classify
     classes = pa.array([classify(p) for p in distinct.to_pylist()], pa.string())
-    index = pc.index_in(paths, value_set=distinct, memory_pool=POOL)
-    return pc.take(classes, index, memory_pool=POOL)
+    return pc.take(classes, pc.index_in(paths, value_set=distinct))
 
 
 def session_columns(
@@ -80,20 +69,20 @@ def session_columns(
     :func:`shrink.ingest.sessionize.sessionize` result) gives; ``rt`` where the log
     records response times."""
     o = pa.array(s.order)
-    paths = rows.take("path", o)
+    paths = rows.array("path").take(o)
     out = {
         "session": s.session,
         "burst": s.burst,
         "t": s.t,
         "think": s.think,
-        "method": rows.take("method", o),
+        "method": rows.array("method").take(o),
         "path": paths,
         "cls": classify_paths(paths, classifier),
-        "bytes": rows.take("bytes", o),
-        "status": rows.take("status", o),
+        "bytes": rows.array("bytes").take(o),
+        "status": rows.array("status").take(o),
     }
     if rt is not None:
         out["rt"] = rt[s.order]
-    out["client"] = rows.take("client", o)
+    out["client"] = rows.array("client").take(o)
     return out
 

@@ -324,10 +324,10 @@ def read_wsesslog(
     burst = sessions.requests.array("burst")
     paths = sessions.requests.array("path")
     cols: dict[str, Any] = {
-        name: sessions.bursts.take(field, burst)
+        name: sessions.bursts.array(field).take(burst)
         for name, field in (("session", "session"), ("burst", "index"), ("t", "t"))
     }
-    cols["think"] = sessions.bursts.take("think", burst)
+    cols["think"] = sessions.bursts.array("think").take(burst)
     cols["method"] = sessions.requests.array("method")
     cols["path"] = paths
     cols["cls"] = classify_paths(paths, classifier)
