@@ -102,3 +102,15 @@ def test_the_cli_says_in_one_line_that_the_default_chose_it(
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert "SCHED_FIFO 10 on CPU 0" in err and "--realtime 0" in err
+
+
+@pytest.mark.parametrize(
+    ("recorded", "expected"),
+    [({}, None), ({"realtime": None}, None), ({"realtime": 0}, 0), ({"realtime": 10}, 10)],
+)
+def test_a_predictions_recorded_priority_is_run_again_as_it_was(
+    recorded: dict[str, Any], expected: int | None
+) -> None:
+    from shrink.run_inputs import target_settings
+
+    assert target_settings(recorded).generator.realtime == expected
