@@ -106,12 +106,12 @@ def default_realtime(
     the send thread runs SCHED_FIFO :data:`AUTO_REALTIME` when this process may, and
     the generator is pinned to CPUs that none of the server's (known) CPUs are
     among, without ``allow_overlap``; else normally. At normal scheduling the
-    thread's wake-ups wait behind other work on its CPU for up to a scheduler
-    tick and more (its nice value counts only inside its session's autogroup, not
-    against the other sessions'), a send lag of milliseconds; under SCHED_FIFO it
-    preempts them, and the kernel's RT throttling (95% of each second) still
-    leaves the CPU's other work a share. On a CPU the server shares it would take
-    the server's cycles, so it is never chosen there by default.
+    thread's wake-ups wait behind other work on its CPU for up to a scheduler tick
+    and more (with the kernel's autogroup on, its nice value counts only inside its
+    own session, not against other sessions), a send lag of milliseconds; under
+    SCHED_FIFO it preempts them, and the kernel's RT throttling (95% of each
+    second) still leaves the CPU's other work a share. On a CPU the server shares
+    it would take the server's cycles, so it is never chosen there by default.
     """
     if requested is not None:
         return requested
