@@ -1,7 +1,7 @@
 """Benchmark: a long mutation-fuzzing campaign against every reader.
 
 Run as ``python bench/bench_fuzz.py [--inputs N] [--readers a,b] [--seed S] [--limit S]
-[--budget S]``.
+[--budget S] [--rerun K,K]``.
 
 For each reader of tests/helpers/fuzzing.py (specweb, CLF, wsesslog, pcap/pcapng, Parquet
 trace, machine TOML, server recipe TOML, calibration, LoadCurve, prediction, testbed state, docroot
@@ -13,7 +13,10 @@ input (wall time, and CPU time, which a busy machine does not inflate), peak RSS
 and, as the reference measured in the same run, the CPU time to read the reader's
 unmutated seed files: the ratio slowest input / seed read (both CPU) says how far
 the worst mutated input is from a normal read. The issue's bar: no crash, no
-hang over 5 s, no growth past 1 GiB.
+hang over 5 s, no growth past 1 GiB. A hang's input numbers are printed;
+``--rerun K,K --readers R --seed S`` reads those inputs of the same sequence again,
+one by one, and prints each one's wall and CPU time (a hang on a busy machine
+with little CPU is the machine's, not the input's).
 """
 
 from __future__ import annotations
@@ -57,12 +60,19 @@ def _seed_read_s(name: str, tmp: Path) -> float:
     return times[len(times) // 2]
 
 
-def run_one(name: str, inputs: int, seed: int, limit: float, budget: float | None) -> dict:
+def run_one(
+    name: str, inputs: int, seed: int, limit: float, budget: float | None,
+    only: frozenset[int] | None = None,
+) -> dict:  # fmt: skip
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         ref = _seed_read_s(name, tmp)
         t0 = time.perf_counter()
-        out = campaign(READERS[name], inputs, seed=seed, tmp=tmp, limit_s=limit, budget_s=budget)
+        if only is not None:
+            inputs = max(only) + 1
+        out = campaign(
+            READERS[name], inputs, seed=seed, tmp=tmp, limit_s=limit, budget_s=budget, only=only
+        )
         wall = time.perf_counter() - t0
     return {
         "reader": name,
@@ -71,6 +81,8 @@ def run_one(name: str, inputs: int, seed: int, limit: float, budget: float | Non
         "crash_sites": sorted(out.crash_sites),
         "first_crash": out.crashes[0] if out.crashes else None,
         "hangs": len(out.hangs),
+        "hang_inputs": out.hangs[:50],
+        "timings": out.timings,
         "errors": out.errors,
         "slowest_s": out.slowest_s,
         "slowest_cpu_s": out.slowest_cpu_s,
@@ -90,10 +102,12 @@ def main() -> None:
         "--budget", type=float, help="seconds per reader; the inputs run by then are counted"
     )
     ap.add_argument("--code", help="fuzz the shrink of this checkout instead (a reference)")
+    ap.add_argument("--rerun", help="read only these input numbers (comma-separated) again")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one reader, print JSON
     a = ap.parse_args()
+    only = None if a.rerun is None else frozenset(int(k) for k in a.rerun.split(","))
     if a.one:
-        print(json.dumps(run_one(a.one, a.inputs, a.seed, a.limit, a.budget)))
+        print(json.dumps(run_one(a.one, a.inputs, a.seed, a.limit, a.budget, only)))
         return
     print(f"{'reader':<12} {'crashes / inputs':>18} {'hangs':>6} {'refused':>8} "
           f"{'slowest wall':>13} {'(CPU)':>7} {'seed read':>10} {'ratio':>7} {'peak RSS':>9} "
@@ -104,6 +118,8 @@ def main() -> None:
                "--seed", str(a.seed), "--limit", str(a.limit)]  # fmt: skip
         if a.budget is not None:
             cmd += ["--budget", str(a.budget)]
+        if a.rerun is not None:
+            cmd += ["--rerun", a.rerun]
         env = {**os.environ, "SHRINK_FUZZ_CODE": str(Path(a.code).resolve())} if a.code else None
         p = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if p.returncode != 0:
@@ -123,6 +139,10 @@ def main() -> None:
         )
         if r["crashes"]:
             print(f"{'':<12} sites: {', '.join(r['crash_sites'])}; first: {r['first_crash']}")
+        if r["hang_inputs"]:
+            print(f"{'':<12} hangs at inputs {','.join(map(str, r['hang_inputs']))} (--rerun)")
+        for k, wall, cpu in r["timings"]:
+            print(f"{'':<12} input {k}: {wall:.3f} s wall, {cpu:.3f} s CPU")
         failed |= bool(r["crashes"] or r["hangs"] or r["peak_rss_mib"] > 1024)
     sys.exit(1 if failed else 0)
 

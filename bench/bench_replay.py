@@ -14,11 +14,16 @@ reported at 50%, 80% and 100% of that capacity.
 requests, 10 ms think time, two connections per session, opened and closed by
 each session) instead of independent requests; the rates are then requests/s.
 
-``--default-lag CAPACITY`` measures the generator as users run it: default
-scheduling (no SCHED_FIFO, no nice) for the server and the generator, the RunLog
-written to a file as ``shrink replay -o`` and ``sweep --runlogs`` write it, at 50% and
-80% of CAPACITY (requests/s; the engine's capacity from a run without it), ``--runs``
-times each, and reports each run's send-lag p99.
+``--default-lag CAPACITY`` measures the generator as users run it: the server at
+default scheduling in a session of its own (as ``shrink testbed up`` starts it), the
+generator with shrink's default scheduling (as root on a CPU the server does not
+use: its send thread SCHED_FIFO, see ``shrink.replay.scaleout.default_realtime``;
+``--realtime 0`` for normal scheduling), the RunLog written to a file as ``shrink
+replay -o`` and ``sweep --runlogs`` write it, at 50% and 80% of CAPACITY
+(requests/s; the engine's capacity from a run without it), ``--runs`` times each. It
+reports each run's send-lag p99 (the generator's self-check: when a request was
+dispatched), and the medians of the true send time's lag (``sent``, which includes
+waits for a connection the server still holds) and of the latency.
 
 ``--engine`` picks the replay engine (auto: the native core when built); the
 output names the one that ran.
@@ -41,6 +46,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -49,6 +55,7 @@ sys.path.insert(0, str(ROOT))
 
 from shrink.replay import EngineConfig, open_loop_trace, run_engines  # noqa: E402
 from shrink.replay.native import engine_name, select_engine  # noqa: E402
+from shrink.replay.scaleout import default_realtime  # noqa: E402
 from shrink.replay.selfcheck import generator_check  # noqa: E402
 from shrink.schedule import ScheduleOptions  # noqa: E402
 from shrink.target import GeneratorPlacement  # noqa: E402
@@ -66,7 +73,9 @@ def start_lighttpd(root: Path) -> tuple[subprocess.Popen[bytes], int]:
         max_connections=4096,
         max_fds=8192,
     )
-    proc = subprocess.Popen(["/usr/sbin/lighttpd", "-D", "-f", str(conf)])
+    # A session of its own, as the testbed starts servers: in the generator's session
+    # (one autogroup) the server's CPU share would shrink with the generator's load.
+    proc = subprocess.Popen(["/usr/sbin/lighttpd", "-D", "-f", str(conf)], start_new_session=True)
     os.sched_setaffinity(proc.pid, {SERVER_CPU})
     for _ in range(200):
         with socket.socket() as s:
@@ -97,6 +106,8 @@ def run_wrk(port: int, seconds: float, conns: int, prio: list[str]) -> tuple[flo
 
 ENGINE = select_engine("auto")
 SESSIONS = False
+# The send thread's SCHED_FIFO priority (0: normal; None: shrink's default).
+REALTIME: int | None = None
 
 
 def session_trace(rate: float, seconds: float) -> Trace:
@@ -128,8 +139,9 @@ def run_engine(port: int, rate: float, seconds: float, out: Path | None = None) 
         rate_factor=1.0,
         horizon=seconds,
         schedule=ScheduleOptions(loop=False),
-        generator=GeneratorPlacement(cpus=(GEN_CPU,), engine=ENGINE),
+        generator=GeneratorPlacement(cpus=(GEN_CPU,), engine=ENGINE, realtime=REALTIME),
         out=out,
+        avoid_cpus=frozenset({SERVER_CPU}),
     )
     warm = min(0.5, seconds / 4)
     g = generator_check(log, (warm, seconds), cpu=eng.cpu_seconds / max(eng.wall, 1e-9))
@@ -142,11 +154,21 @@ def run_engine(port: int, rate: float, seconds: float, out: Path | None = None) 
         "achieved": g.achieved_rate,
         "lag_p50": g.send_lag_p50,
         "lag_p99": g.send_lag_p99,
+        "sent_p99": _sent_lag_p99(log, (warm, seconds)),
         "cpu": g.cpu or float("nan"),
         "errors": float(np.sum(~ok)),
         "lat_p50": float(np.median(log.latencies())) if ok.any() else float("nan"),
         "behind": float(g.behind),
     }
+
+
+def _sent_lag_p99(log: Any, window: tuple[float, float]) -> float:
+    """The 99th percentile of ``sent - intended`` over the window (never sent: 1e9 s)."""
+    intended, sent = log.column("intended"), log.column("sent")
+    inside = (intended >= window[0]) & (intended < window[1])
+    lag = sent[inside] - intended[inside]
+    lag = np.where(np.isfinite(lag), lag, 1e9)
+    return float(np.quantile(lag, 0.99)) if lag.size else 0.0
 
 
 def _on_schedule(r: dict[str, float]) -> bool:
@@ -168,10 +190,14 @@ def main() -> None:
         help="send-lag p99 at default scheduling, at 50%% and 80%% of CAPACITY",
     )
     p.add_argument("--runs", type=int, default=5, help="runs per rate for --default-lag")
+    p.add_argument(
+        "--realtime", type=int, default=None, help="with --default-lag: 0 for normal scheduling"
+    )
     a = p.parse_args()
-    global ENGINE, SESSIONS
+    global ENGINE, SESSIONS, REALTIME
     ENGINE = select_engine(a.engine)
     SESSIONS = a.sessions
+    REALTIME = a.realtime
     if a.default_lag is not None:
         default_lag(a.default_lag, a.seconds, a.runs)
         return
@@ -184,6 +210,7 @@ def main() -> None:
     if not {SERVER_CPU, GEN_CPU} <= os.sched_getaffinity(0):
         sys.exit("needs CPUs 0 and 1")
     realtime = not a.no_realtime and os.geteuid() == 0
+    REALTIME = None if realtime else 0  # --no-realtime: no SCHED_FIFO anywhere
     if realtime:
         prio = ["chrt", "-f", "10"]
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
@@ -264,21 +291,30 @@ def default_lag(capacity: float, seconds: float, runs: int) -> None:
     """Send-lag p99 at 50% and 80% of ``capacity``, default scheduling, RunLog to a file."""
     if not {SERVER_CPU, GEN_CPU} <= os.sched_getaffinity(0):
         sys.exit("needs CPUs 0 and 1")
-    print(f"engine: {engine_name(ENGINE)}; default scheduling; server CPU {SERVER_CPU}, "
-          f"generator CPU {GEN_CPU}; {seconds:g} s per run, RunLog to a file")  # fmt: skip
+    rt = default_realtime(REALTIME, (GEN_CPU,), (SERVER_CPU,))
+    policy = f"send thread SCHED_FIFO {rt}" if rt else "normal scheduling"
+    print(f"engine: {engine_name(ENGINE)}; generator: {policy} "
+          f"({'--realtime ' + str(REALTIME) if REALTIME is not None else 'the default'}); "
+          f"server at default scheduling; server CPU {SERVER_CPU}, generator CPU {GEN_CPU}; "
+          f"{seconds:g} s per run, RunLog to a file; load average "
+          f"{os.getloadavg()[0]:.1f}")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         proc, port = start_lighttpd(Path(tmp))
         try:
             run_engine(port, 0.2 * capacity, 1.0)  # warm the server and the connections
             for frac in (0.5, 0.8):
-                lags = []
-                for i in range(runs):
-                    r = run_engine(port, frac * capacity, seconds, Path(tmp) / f"r{i}.parquet")
-                    lags.append(r["lag_p99"] * 1e3)
+                rs = [
+                    run_engine(port, frac * capacity, seconds, Path(tmp) / f"r{i}.parquet")
+                    for i in range(runs)
+                ]
+                lags = [r["lag_p99"] * 1e3 for r in rs]
+                sent = float(np.median([r["sent_p99"] for r in rs])) * 1e3
+                lat = float(np.median([r["lat_p50"] for r in rs])) * 1e3
                 print(
                     f"  {int(frac * 100)}% ({frac * capacity:,.0f}/s): send-lag p99 ms per run "
                     + " ".join(f"{x:.3f}" for x in lags)
                     + f"; median {float(np.median(lags)):.3f}, max {max(lags):.3f}"
+                    f" | sent-lag p99 median {sent:.3f} ms, latency p50 median {lat:.3f} ms"
                 )
         finally:
             proc.terminate()

@@ -363,7 +363,7 @@ def run_demo(
             generator=GeneratorPlacement(
                 None if cfg.get("generator_cpus") is None else tuple(cfg["generator_cpus"]),
                 bool(cfg.get("allow_overlap", False)),
-                int(cfg.get("realtime", 0)),
+                None if cfg.get("realtime") is None else int(cfg["realtime"]),
             ),
         ),
         whatif=whatif,

@@ -100,7 +100,12 @@ def target_settings(
         generator=GeneratorPlacement(
             tuple(inputs.get("generator_cpus") or ()) or None,
             bool(inputs.get("allow_overlap", False)),
-            int(inputs.get("realtime", 0)),
+            _priority(inputs.get("realtime")),
             cluster=cluster,
         ),
     )
+
+
+def _priority(value: Any) -> int | None:
+    """A recorded ``realtime``: None (the default's choice) stays None."""
+    return None if value is None else int(value)

@@ -49,14 +49,16 @@ class GeneratorCheck:
 class GeneratorPlacement:
     """Where and how the load generator runs: its CPUs on this machine (None: the testbed
     keeps the lowest CPU, a replay every CPU off the share's), whether it may share the
-    server's CPUs (a core subset on a small machine), its SCHED_FIFO priority (0:
-    normal), its engine processes (None: one per CPU), the engine (``auto``, ``native``,
-    ``python`` or a stand-in such as :class:`shrink.replay.fake.FakeEngine`; None:
-    ``auto``), or Ray actors on a ``cluster`` instead (:mod:`shrink.replay.cluster`)."""
+    server's CPUs (a core subset on a small machine), its send thread's SCHED_FIFO
+    priority (0: normal; None: SCHED_FIFO as root on CPUs the server does not use, see
+    :func:`shrink.replay.scaleout.default_realtime`), its engine processes (None: one per
+    CPU), the engine (``auto``, ``native``, ``python`` or a stand-in such as
+    :class:`shrink.replay.fake.FakeEngine`; None: ``auto``), or Ray actors on a
+    ``cluster`` instead (:mod:`shrink.replay.cluster`)."""
 
     cpus: tuple[int, ...] | None = None
     allow_overlap: bool = False
-    realtime: int = 0
+    realtime: int | None = None
     processes: int | None = None
     engine: Any = None
     cluster: ClusterSpec | None = None

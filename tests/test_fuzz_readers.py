@@ -89,3 +89,17 @@ def test_a_state_field_written_as_null_or_empty(change, refused, tmp_path: Path)
     else:
         with pytest.raises(ShrinkError, match=refused):
             reader.read(path)
+
+
+def test_a_hang_of_a_long_campaign_can_be_read_again_alone(tmp_path: Path) -> None:
+    from helpers.fuzzing import Reader, mutate_json
+
+    seen: list[bytes] = []
+    reader = Reader("probe", ".json", lambda tmp: [b'{"a": [1, 2], "b": "x"}'],
+                    lambda p: seen.append(p.read_bytes()), mutate_json)  # fmt: skip
+    campaign(reader, 12, seed=3, tmp=tmp_path)
+    whole = list(seen)
+    seen.clear()
+    out = campaign(reader, 12, seed=3, tmp=tmp_path, only=frozenset({4, 9}))
+    assert seen == [whole[4], whole[9]]  # the same inputs, and no other read
+    assert [k for k, _, _ in out.timings] == [4, 9]

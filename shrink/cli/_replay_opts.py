@@ -77,11 +77,12 @@ _LagLimit = Annotated[
 ]
 _Timeout = Annotated[str, typer.Option("--timeout", help="Per-request timeout.")]
 _Realtime = Annotated[
-    int,
+    int | None,
     typer.Option(
         "--realtime",
-        help="Run the engine SCHED_FIFO at this priority (root; for machines shared with "
-        "other work). 0: normal scheduling.",
+        help="Run the engine's send thread SCHED_FIFO at this priority (root). Default: 10 "
+        "as root when the generator is pinned to CPUs the server does not use, else normal "
+        "scheduling. 0: normal scheduling.",
     ),
 ]
 _EngineOpt = Annotated[
@@ -100,6 +101,21 @@ GENERATOR_HINT = (
     "(--generator-cpus, the server and other jobs elsewhere), run it SCHED_FIFO "
     "(--realtime 10, as root), or accept a later send (--lag-limit)"
 )
+
+
+# Said once when the default put the send thread under SCHED_FIFO.
+REALTIME_NOTE = (
+    "note: the load generator's send thread runs SCHED_FIFO {priority} on CPU {cpus} (as "
+    "root, on CPUs the server does not use) so that other work cannot delay its sends; "
+    "--realtime 0 for normal scheduling"
+)
+
+
+def note_realtime(target: Any) -> None:
+    """Print :data:`REALTIME_NOTE` when the default chose SCHED_FIFO for ``target``'s generator."""
+    if getattr(target, "realtime_by_default", False):
+        cpus = ",".join(map(str, target.generator_cpus))
+        typer.echo(REALTIME_NOTE.format(priority=target.realtime, cpus=cpus), err=True)
 
 
 def _cpus(text: str | None) -> list[int] | None:
@@ -124,7 +140,7 @@ class EngineOptions:
     allow_overlap: _Overlap = False
     allow_remote: _Remote = False
     lag_limit: _LagLimit = "1ms"
-    realtime: _Realtime = 0
+    realtime: _Realtime = None
     conn_per_request: _NewConn = False
     processes: _Procs = None
     engine: _EngineOpt = "auto"
@@ -154,7 +170,7 @@ class EngineOptions:
                 raise OptionError(option, f"{value!r}; accepted: {', '.join(accepted)}")
         items = [x for t in targets for x in t.split(",") if x]
         gen_cpus = _cpus(self.generator_cpus)
-        return LiveTarget.from_targets(
+        target = LiveTarget.from_targets(
             items,
             generator=GeneratorPlacement(
                 None if gen_cpus is None else tuple(gen_cpus),
@@ -175,6 +191,8 @@ class EngineOptions:
             lag_limit=parse_duration(self.lag_limit, "lag limit"),
             runlog_dir=runlog_dir,
         )
+        note_realtime(target)
+        return target
 
 
 ENGINE_DEFAULTS = EngineOptions()

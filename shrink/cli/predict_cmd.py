@@ -184,7 +184,7 @@ def predict(
     generators: GeneratorsOpt = None,
     generator_cpus: _GenCpus = None,
     allow_overlap: _Overlap = False,
-    realtime: _Realtime = 0,
+    realtime: _Realtime = None,
     calibrate: _Calibrate = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print prediction.json.")] = False,
 ) -> None:

@@ -91,7 +91,7 @@ def replay(
         _warn_docroot(tgt, tr, trace)
         res = tgt.run(tr, rate_factor=rf, warmup=0.0, duration=seconds, out=output)
         summary = _summary(res, output)
-        summary["realtime"] = live.realtime
+        summary["realtime"] = tgt.realtime
     if as_json:
         echo_json(summary)
     else:

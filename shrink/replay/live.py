@@ -32,7 +32,7 @@ from shrink.processes import is_alive
 from shrink.procfs import cpu_seconds, cpu_times, proc_info, steal_times, utilization
 from shrink.replay.engine import EngineConfig
 from shrink.replay.native import engine_name, select_engine
-from shrink.replay.scaleout import EngineRun, run_engines
+from shrink.replay.scaleout import EngineRun, default_realtime, run_engines
 from shrink.replay.selfcheck import LAG_LIMIT, generator_check
 from shrink.runlog import RunLog
 from shrink.schedule import ScheduleOptions
@@ -173,7 +173,12 @@ class LiveTarget:
         self.warm_start = schedule.warm_start  # start a looped run in the trace's steady state
         self.lag_limit = lag_limit
         self.runlog_dir = None if runlog_dir is None else Path(runlog_dir)
-        self.realtime = generator.realtime
+        # the send thread's SCHED_FIFO priority (0: normal), and whether the default chose it
+        self.realtime = default_realtime(
+            generator.realtime, self.generator_cpus, self.share_cpus,
+            allow_overlap=generator.allow_overlap,
+        )  # fmt: skip
+        self.realtime_by_default = generator.realtime is None and self.realtime > 0
         # one engine process per generator CPU unless told fewer
         self.processes = generator.processes
         # "auto" | "native" | "python", or an engine callable such as a FakeEngine
@@ -263,6 +268,7 @@ class LiveTarget:
             "generator_cpus": self.generator_cpus,
             "share_cpus": self.share_cpus,
             "realtime": self.realtime,
+            "realtime_by_default": self.realtime_by_default,
             "engine": engine_name(self.engine),
         }
         if self.cluster is not None:

@@ -19,7 +19,7 @@ import multiprocessing as mp
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from time import monotonic
@@ -35,7 +35,7 @@ from shrink.schedule import ScheduleOptions, build_schedule, trace_extent, trace
 from shrink.target import GeneratorPlacement
 from shrink.trace import Trace
 
-__all__ = ["EngineRun", "run_engines", "split_sessions"]
+__all__ = ["AUTO_REALTIME", "EngineRun", "default_realtime", "run_engines", "split_sessions"]
 
 # The partition's hash seed: distinct from any sampler seed a user would pick, so
 # that a session-sampled trace still spreads evenly over the processes.
@@ -76,6 +76,48 @@ class EngineRun:
     @property
     def interrupted(self) -> bool:
         return any(s.interrupted for s in self.stats)
+
+
+# The SCHED_FIFO priority the send thread gets by default (see default_realtime).
+AUTO_REALTIME = 10
+
+
+def may_realtime() -> bool:
+    """Whether this process may put a thread under SCHED_FIFO (root, CAP_SYS_NICE)."""
+    try:
+        old = (os.sched_getscheduler(0), os.sched_getparam(0))
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        os.sched_setscheduler(0, *old)
+    except OSError:
+        return False
+    return True
+
+
+def default_realtime(
+    requested: int | None,
+    generator_cpus: Sequence[int] | None,
+    server_cpus: Iterable[int] = (),
+    *,
+    allow_overlap: bool = False,
+) -> int:
+    """The SCHED_FIFO priority of the engine's send thread (0: normal scheduling).
+
+    ``requested`` (``--realtime``) decides when given. Left to the default (None),
+    the send thread runs SCHED_FIFO :data:`AUTO_REALTIME` when this process may, and
+    the generator is pinned to CPUs that none of the server's (known) CPUs are
+    among, without ``allow_overlap``; else normally. At normal scheduling the
+    thread's wake-ups wait behind other work on its CPU for up to a scheduler tick
+    and more (with the kernel's autogroup on, its nice value counts only inside its
+    own session, not against other sessions), a send lag of milliseconds; under
+    SCHED_FIFO it preempts them, and the kernel's RT throttling (95% of each
+    second) still leaves the CPU's other work a share. On a CPU the server shares
+    it would take the server's cycles, so it is never chosen there by default.
+    """
+    if requested is not None:
+        return requested
+    if generator_cpus is None or allow_overlap or set(generator_cpus) & set(server_cpus):
+        return 0
+    return AUTO_REALTIME if may_realtime() else 0
 
 
 def set_realtime(priority: int) -> tuple[int, os.sched_param] | None:
@@ -119,11 +161,12 @@ def _child(
     die_with_parent(signal.SIGTERM, parent_pid)
     writer: RunLogWriter | None = None
     try:
-        set_realtime(realtime)
         if cpu is not None:
             os.sched_setaffinity(0, {cpu})
         sched = build_schedule(trace, **params)
         writer = RunLogWriter(path, meta)
+        # (after the schedule is built: that CPU work need not preempt the neighbours)
+        set_realtime(realtime)
 
         def ready() -> float:
             gc.collect()
@@ -162,14 +205,18 @@ def run_engines(
     processes' own figures. ``on_start(t0)`` is called with the run's monotonic
     zero just before the first request is due (to time the window's CPU snapshots).
     The generator's ``realtime`` > 0 runs the engine processes SCHED_FIFO at that
-    priority; its ``engine`` is :func:`run_schedule` (None), an engine's name or a
-    stand-in such as :class:`shrink.replay.fake.FakeEngine`. With its ``cluster`` the
-    parts run as Ray actors instead (:mod:`shrink.replay.cluster`), one per generator
-    slot, never pinned to ``avoid_cpus`` on this host; ``cpus`` and ``processes`` are
-    then unused.
+    priority (the native core's send thread alone), 0 normally, and None as
+    :func:`default_realtime` picks with ``avoid_cpus`` as the server's CPUs; its
+    ``engine`` is :func:`run_schedule` (None), an engine's name or a stand-in such as
+    :class:`shrink.replay.fake.FakeEngine`. With its ``cluster`` the parts run as Ray
+    actors instead (:mod:`shrink.replay.cluster`), one per generator slot, never
+    pinned to ``avoid_cpus`` on this host; ``cpus`` and ``processes`` are then unused.
     """
     cpus = None if generator.cpus is None else list(generator.cpus)
-    processes, realtime, cluster = generator.processes, generator.realtime, generator.cluster
+    processes, cluster = generator.processes, generator.cluster
+    realtime = default_realtime(
+        generator.realtime, generator.cpus, avoid_cpus, allow_overlap=generator.allow_overlap
+    )
     engine = generator.engine or run_schedule
     if isinstance(engine, str):
         from shrink.replay.native import select_engine
@@ -242,7 +289,7 @@ def _run_inline(
     engine: Any,
 ) -> tuple[RunLog, EngineRun]:
     old = os.sched_getaffinity(0)
-    old_sched = set_realtime(realtime)
+    old_sched = None
     if cpus:
         os.sched_setaffinity(0, set(cpus))
 
@@ -257,6 +304,8 @@ def _run_inline(
     try:
         sched = build_schedule(trace, **params)
         writer = RunLogWriter(out, meta)
+        # (after the schedule is built: that CPU work need not preempt the neighbours)
+        old_sched = set_realtime(realtime)
         stats = engine(sched, config, writer, on_ready=ready)
     except BaseException:
         # Stopped before the engine closed its log (Ctrl-C while it set up): no

@@ -47,9 +47,9 @@ where it holds for the prediction:
 The calibration's runs on both sides are the same requests: the sample's, drawn by
 class at a planned rate, one a session, so that the mix's composition adds no noise
 (its own sessions, looped, cannot be slowed to a few requests a second, and at the
-light rates they reach they arrive in bursts a light run's bound cannot hold). Every class is scaled by the mix's
-speed. What the calibration ran on each side (seconds, offered rate, utilization) is
-recorded with the speed and in prediction.json.
+light rates they reach they arrive in bursts a light run's bound cannot hold). Every
+class is scaled by the mix's speed. What the calibration ran on each side (seconds,
+offered rate, burst, utilization) is recorded with the speed and in prediction.json.
 
 What the calibration cannot see, and whatever else separates a share from the server
 it stands for, is the model error: measured on a corpus of configurations with known

@@ -485,6 +485,8 @@ class Outcome:
     errors: int = 0  # ShrinkError: the documented outcome of a bad input
     crashes: list[str] = field(default_factory=list)  # "type: message @ file:line"
     hangs: list[int] = field(default_factory=list)  # input numbers past the limit
+    # per input read: (input number, wall s, CPU s), when the campaign is asked to keep them
+    timings: list[tuple[int, float, float]] = field(default_factory=list)
     slowest_s: float = 0.0  # wall time: what the hang limit is about
     slowest_cpu_s: float = 0.0  # CPU time: the input's own cost, steady on a busy machine
     peak_rss_mib: float = 0.0
@@ -513,11 +515,15 @@ def campaign(
     tmp: Path,
     limit_s: float = 5.0,
     budget_s: float | None = None,
+    only: frozenset[int] | None = None,
 ) -> Outcome:
     """``inputs`` mutated inputs for ``reader``, seeded; see the module docstring.
 
     With ``budget_s``, no input starts after that many seconds: ``inputs`` on the
     outcome is then the count that was run, the first inputs of the same sequence.
+    With ``only``, just the inputs of those numbers in the same sequence are read (the
+    others are made, not read), each one's wall and CPU time kept in ``timings``: a
+    hang of a long campaign is read again alone.
     """
     rnd = random.Random(seed)
     seeds = reader.seeds(tmp)
@@ -536,6 +542,8 @@ def campaign(
             use_structural = reader.structural is not None and rnd.random() < 0.6
             mutator = reader.structural if use_structural else mutate
             data = mutator(base, rnd)  # type: ignore[misc]
+            if only is not None and k not in only:
+                continue
             path.write_bytes(data)
             t0 = time.monotonic()
             c0 = time.process_time()
@@ -552,9 +560,12 @@ def campaign(
             finally:
                 dog.armed = False
                 dog.deadline = None
-            out.slowest_s = max(out.slowest_s, time.monotonic() - t0)
-            out.slowest_cpu_s = max(out.slowest_cpu_s, time.process_time() - c0)
+            wall, cpu = time.monotonic() - t0, time.process_time() - c0
+            out.slowest_s = max(out.slowest_s, wall)
+            out.slowest_cpu_s = max(out.slowest_cpu_s, cpu)
             out.inputs += 1
+            if only is not None:
+                out.timings.append((k, wall, cpu))
     finally:
         dog.close()
     out.peak_rss_mib = peak_rss_mib()
