@@ -143,6 +143,7 @@ def row(out: Path, seconds: float | None = None) -> dict[str, Any]:
         "generator_kept_up": (pred.get("self_checks") or {}).get("generator_kept_up"),
         "max_generator_cpu": (pred.get("self_checks") or {}).get("max_generator_cpu"),
         "host_spread": _host_spread(out),
+        "calibrated_over_busy": _calibrated_over_busy(out, pred),
     }
     for s, m in val["mats"].items():
         budget = (mapping.get(s) or {}).get("error_budget") or {}
@@ -175,6 +176,28 @@ def _host_spread(out: Path) -> float | None:
 
     path = out / "full-curve.json"
     return host_drift(LoadCurve.read_json(path)).get("host_spread") if path.exists() else None
+
+
+def _calibrated_over_busy(out: Path, pred: dict[str, Any]) -> float | None:
+    """The calibration's full capacity (light) over the validation's busy one: all the
+    requests over all the CPU of its repetitions in the knee band whose generator kept
+    up. 1 is a calibration that read the busy core."""
+    from shrink.loadcurve import LoadCurve
+    from shrink.scaling.calibration import KNEE_BAND
+
+    full = ((pred.get("share") or {}).get("speed") or {}).get("full_capacity")
+    path = out / "full-curve.json"
+    if not full or not path.exists():
+        return None
+    lo, hi = KNEE_BAND
+    reps = [
+        r
+        for lv in LoadCurve.read_json(path).levels
+        for r in lv.reps
+        if r.utilization is not None and lo <= r.utilization < hi and not r.generator_behind
+    ]
+    u = sum(float(r.utilization or 0.0) for r in reps)
+    return float(full) / (sum(r.throughput for r in reps) / u) if reps and u > 0 else None
 
 
 def _measured_var(b: dict[str, Any]) -> float:
@@ -255,12 +278,14 @@ def leave_one_out(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| config | run | wall | mean: predicted [95%] / measured | p99.9: predicted [95%] / "
-        "measured | full target read | host drift |",
-        "|---|---|---|---|---|---|---|",
+        "measured | full target read | calibrated over busy | host drift |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['config']} | {r['dir']} | - | failed: {r['error']} | - | - | - |")
+            lines.append(
+                f"| {r['config']} | {r['dir']} | - | failed: {r['error']} | - | - | - | - |"
+            )
             continue
         secs = r.get("seconds")
         use = r.get("full_target_use") or {}
@@ -270,11 +295,12 @@ def table(rows: list[dict[str, Any]]) -> str:
             if busy is not None
             else "nothing"
         )
-        spread = r.get("host_spread")
+        spread, cal = r.get("host_spread"), r.get("calibrated_over_busy")
         lines.append(
             f"| {r['config']} | {Path(r['dir']).name} | "
             f"{'-' if secs is None else f'{secs / 60:.1f} min'} | {_cell(r.get('mean'))} | "
-            f"{_cell(r.get('p999'))} | {read} | {'-' if spread is None else f'{spread:.2f}'} |"
+            f"{_cell(r.get('p999'))} | {read} | {'-' if cal is None else f'{cal:.2f}'} | "
+            f"{'-' if spread is None else f'{spread:.2f}'} |"
         )
     return "\n".join(lines)
 
