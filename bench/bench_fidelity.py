@@ -182,22 +182,16 @@ def _calibrated_over_busy(out: Path, pred: dict[str, Any]) -> float | None:
     """The calibration's full capacity (light) over the validation's busy one: all the
     requests over all the CPU of its repetitions in the knee band whose generator kept
     up. 1 is a calibration that read the busy core."""
-    from shrink.loadcurve import LoadCurve
+    from shrink.loadcurve import LoadCurve, pooled_capacity
     from shrink.scaling.calibration import KNEE_BAND
 
     full = ((pred.get("share") or {}).get("speed") or {}).get("full_capacity")
     path = out / "full-curve.json"
     if not full or not path.exists():
         return None
-    lo, hi = KNEE_BAND
-    reps = [
-        r
-        for lv in LoadCurve.read_json(path).levels
-        for r in lv.reps
-        if r.utilization is not None and lo <= r.utilization < hi and not r.generator_behind
-    ]
-    u = sum(float(r.utilization or 0.0) for r in reps)
-    return float(full) / (sum(r.throughput for r in reps) / u) if reps and u > 0 else None
+    reps = (r for lv in LoadCurve.read_json(path).levels for r in lv.reps)
+    busy = pooled_capacity(reps, KNEE_BAND)
+    return float(full) / busy[0] if busy else None
 
 
 def _measured_var(b: dict[str, Any]) -> float:

@@ -180,6 +180,13 @@ class LevelStats:
         frac = self.failure_fraction
         return frac is not None and frac > FAILURE_LIMIT
 
+    @property
+    def capacity(self) -> float | None:
+        """Throughput at 100% busy by the utilization law (X / U); None without both."""
+        u = self.utilization
+        ok = u is not None and u > 0 and math.isfinite(self.throughput) and self.throughput > 0
+        return self.throughput / u if ok and u else None
+
     def get(self, stat: str, cls: str | None = None) -> float:
         if stat == "throughput":
             return self.throughput if cls is None else self.per_class[cls].throughput
@@ -460,3 +467,21 @@ class LoadCurve(files.VersionedFile):
 
 
 CURVE_FORMAT = LoadCurve.file_format()
+
+
+def pooled_capacity(
+    reps: Iterable[LevelStats], band: tuple[float, float] = (0.0, math.inf)
+) -> tuple[float, int] | None:
+    """All the requests over all the CPU of the repetitions whose utilization is in
+    ``band`` (from inclusive, to exclusive) and whose generator kept up, and how many
+    they are: a capacity by the utilization law. None without one."""
+    lo, hi = band
+    kept = [
+        r for r in reps
+        if r.capacity is not None and lo <= float(r.utilization or 0.0) < hi
+        and not r.generator_behind
+    ]  # fmt: skip
+    if not kept:
+        return None
+    busy = sum(float(r.utilization or 0.0) for r in kept)
+    return sum(r.throughput for r in kept) / busy, len(kept)

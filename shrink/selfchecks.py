@@ -84,10 +84,10 @@ def host_drift(full: LoadCurve) -> dict[str, Any]:
     how much. Empty without two such repetitions.
     """
     caps = [
-        r.throughput / r.utilization
+        r.capacity
         for lv in full.usable()
         for r in lv.kept
-        if r.utilization is not None and r.utilization >= BUSY and r.throughput > 0
+        if r.capacity is not None and (r.utilization or 0.0) >= BUSY
     ]
     if len(caps) < 2:
         return {}
@@ -106,9 +106,9 @@ def load_dependence(full: LoadCurve) -> dict[str, Any]:
     light, busy = [], []
     for lv in full.usable():
         for r in lv.kept:
-            if r.utilization is None or r.utilization <= 0 or r.throughput <= 0:
+            cap = r.capacity
+            if cap is None or r.utilization is None:
                 continue
-            cap = r.throughput / r.utilization
             if r.utilization <= LIGHT:
                 light.append(cap)
             elif r.utilization >= BUSY:

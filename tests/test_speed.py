@@ -283,7 +283,9 @@ def test_the_share_side_is_read_again_on_the_sweeps_runs_near_its_knee():
     cal = ShareSpeed(nominal=0.25, effective=0.2, method="calibrated", full_capacity=1000.0)
 
     def curve(*reps: tuple[float, float, bool]) -> Any:
-        rows = [NS(throughput=x, utilization=u, generator_behind=b) for x, u, b in reps]
+        rows = [
+            NS(throughput=x, utilization=u, generator_behind=b, capacity=x / u) for x, u, b in reps
+        ]
         return NS(levels=[NS(reps=rows)])
 
     # (throughput, utilization, generator behind): light, saturated and behind runs
@@ -319,3 +321,20 @@ def test_a_bias_fitted_on_another_calibration_is_not_applied(monkeypatch):
     other = transform.model_error("testbed", "cpu_time")
     assert other.bias == 0.0 and other.correction == 1.0 and other.sigma == fitted.sigma
     assert "fitted on another calibration" in other.provenance["bias_not_applied"]
+
+
+def test_capacity_is_the_utilization_law_and_pools_as_requests_over_cpu():
+    from shrink.loadcurve import ClassStats, LevelStats, pooled_capacity
+
+    cs = ClassStats(1, 1.0, 0.1, 0.1, 0.1, 0.1, 0.1)
+
+    def rep(x: float, u: float | None, behind: bool = False) -> LevelStats:
+        return LevelStats(x, cs, utilization=u, generator_behind=behind)
+
+    assert rep(300.0, 0.6).capacity == pytest.approx(500.0)
+    assert rep(300.0, None).capacity is None and rep(300.0, 0.0).capacity is None
+    assert rep(float("nan"), 0.5).capacity is None
+    reps = [rep(100.0, 0.2), rep(300.0, 0.6), rep(400.0, 0.9), rep(500.0, 1.0), rep(1.0, 0.7, True)]
+    assert pooled_capacity(reps) == (pytest.approx(1300 / 2.7), 4)
+    assert pooled_capacity(reps, (0.5, 0.95)) == (pytest.approx(700 / 1.5), 2)
+    assert pooled_capacity(reps, (0.95, 0.99)) is None

@@ -11,7 +11,7 @@ import numpy as np
 
 from shrink.checks import check_alpha, check_positive
 from shrink.errors import MeasurementError
-from shrink.loadcurve import LoadCurve
+from shrink.loadcurve import LoadCurve, pooled_capacity
 from shrink.share import ShareSpeed
 from shrink.target import RunResult, Target
 from shrink.trace import Trace
@@ -446,23 +446,16 @@ def knee_speed(speed: ShareSpeed | None, curve: LoadCurve) -> ShareSpeed | None:
     MIN_KNEE_REPS such repetitions, or if the speed read would not be in (0, 1]."""
     if speed is None or speed.method != "calibrated" or not speed.full_capacity:
         return speed
-    lo, hi = KNEE_BAND
-    reps = [
-        r
-        for lv in curve.levels
-        for r in lv.reps
-        if r.utilization is not None and lo <= r.utilization < hi and not r.generator_behind
-        and math.isfinite(r.throughput) and r.throughput > 0
-    ]  # fmt: skip
-    if len(reps) < MIN_KNEE_REPS:
+    pooled = pooled_capacity((r for lv in curve.levels for r in lv.reps), KNEE_BAND)
+    if pooled is None or pooled[1] < MIN_KNEE_REPS:
         return speed
-    cap = sum(r.throughput for r in reps) / sum(float(r.utilization or 0.0) for r in reps)
+    cap, n_reps = pooled
     effective = cap / speed.full_capacity
     if not 0 < effective <= 1:
         return speed
     knee = {
         "capacity": cap,
-        "repetitions": len(reps),
+        "repetitions": n_reps,
         "utilization_band": list(KNEE_BAND),
         "calibration_capacity": speed.effective * speed.full_capacity,
     }
