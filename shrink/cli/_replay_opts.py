@@ -76,15 +76,12 @@ _LagLimit = Annotated[
     str, typer.Option("--lag-limit", help="Send-lag p99 above which the generator is behind.")
 ]
 _Timeout = Annotated[str, typer.Option("--timeout", help="Per-request timeout.")]
-_Realtime = Annotated[
-    int | None,
-    typer.Option(
-        "--realtime",
-        help="Run the engine's send thread SCHED_FIFO at this priority (root). Default: 10 "
-        "as root when the generator is pinned to CPUs the server does not use, else normal "
-        "scheduling. 0: normal scheduling.",
-    ),
-]
+REALTIME_HELP = (
+    "Run the engine's send thread SCHED_FIFO at this priority (root). Default: 10 as root "
+    "when the generator is pinned to CPUs the server does not use, else normal scheduling. "
+    "0: normal scheduling."
+)
+_Realtime = Annotated[int | None, typer.Option("--realtime", help=REALTIME_HELP)]
 _EngineOpt = Annotated[
     str,
     typer.Option(
