@@ -52,7 +52,8 @@ MAX_RATE = 2000.0  # req/s: what one generator CPU sends with a wide margin
 # through each burst busy, as it does at the MATs, instead of waking from idle for
 # every request. Evenly spaced requests read the demo's mix at 0.62-0.77 ms a request
 # at 5-6% busy against 0.55-0.63 ms at 83-94% busy; bursts of 16 read 0.42-0.66 ms
-# at 3-5% busy (2-vCPU VM of the polyglot kind, n=3 runs a pattern, interleaved).
+# at 3-5% busy (2-vCPU VM of the polyglot kind, n=3 runs a pattern, interleaved;
+# bench/bench_burst_cost.py, bench/RESULTS.md "burst cost").
 # The bound is on the run's mean utilization; a burst is busy for a few ms.
 BURST = 16
 MIN_BURSTS = 4

@@ -1,0 +1,98 @@
+"""What a request of the demo's mix costs on the whole core, light (evenly spaced or in
+bursts) and busy, and on its 25% CPU-time share: the calibration's burst (BURST) rests
+on it.
+
+    python bench/bench_burst_cost.py                  # 3 rounds, 4 s windows
+    python bench/bench_burst_cost.py --rounds 5
+
+The server is the demo's (lighttpd + php-cgi on CPU 1, the generator elsewhere); each
+round runs every pattern once, in the same order, so that the host's drift spreads
+over all of them. CPU per request is the run's server utilization times its window
+over its requests (the utilization law): the same reading the calibration makes. The
+reference measured in the same run is the busy whole core (``busy``); each light
+pattern prints its ratio to it (1: the light run read the busy core's cost).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+ALPHA = 0.25
+LIGHT_RATE = 80.0  # req/s: 4-6% of the whole core here
+BUSY_RATE = 1500.0  # req/s: 80-95% of it here
+SHARE_RATE = 300.0  # req/s: near the 25% share's knee here
+
+
+def _cpu_per_request(res: Any) -> float | None:
+    log = res.runlog.window(*res.window)
+    n = int(log.ok_mask().sum())
+    u = res.utilization
+    return u * (res.window[1] - res.window[0]) / n if u and n else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+
+    import samplers
+    from shrink.demo import _synth
+    from shrink.providers import TestbedProvider
+    from shrink.scaling.calibration import probe_trace
+    from shrink.share import Share
+    from shrink.testbed import ServerSettings
+    from shrink.trace import Trace
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=4.0, help="each run's window")
+    a = ap.parse_args(argv)
+    warm = 0.5
+    span = warm + a.seconds
+
+    def bursty(rate: float, k: int, seed: int) -> Trace:
+        gap = k / rate
+        return probe_trace(sample, rate, span, seed, burst=k, offset=(warm + gap / 2) % gap)
+
+    with tempfile.TemporaryDirectory(prefix="shrink-burst-") as tmp:
+        work = Path(tmp)
+        work.chmod(0o711)  # the servers run unprivileged: they pass through to the docroot
+        trace_path, docroot = _synth(work, Console(stderr=True))
+        sample = samplers.sample(Trace.read_parquet(trace_path), ALPHA, seed=0, level="session")
+        prov = TestbedProvider(docroot, run_dir=work / "runs", server=ServerSettings())
+        costs: dict[str, list[float]] = {}
+        with (
+            prov.open(Share.whole((1,)), "1-replica") as full,
+            prov.open(Share.cpu_time((1,), ALPHA), "1-replica") as share,
+        ):
+            patterns = {
+                "evenly spaced": lambda s: (full, probe_trace(sample, LIGHT_RATE, span, s)),
+                "bursts of 16": lambda s: (full, bursty(LIGHT_RATE, 16, s)),
+                "bursts of 64": lambda s: (full, bursty(LIGHT_RATE, 64, s)),
+                "busy": lambda s: (full, probe_trace(sample, BUSY_RATE, span, s)),
+                "share near its knee": lambda s: (share, probe_trace(sample, SHARE_RATE, span, s)),
+            }
+            for k in range(a.rounds):
+                for i, (name, make) in enumerate(patterns.items()):
+                    target, tr = make(100 * k + i)
+                    res = target.run(tr, rate_factor=1.0, warmup=warm, duration=a.seconds, seed=k)
+                    c = _cpu_per_request(res)
+                    if c is not None:
+                        # The share's utilization is of its quota: its CPU is alpha of it.
+                        costs.setdefault(name, []).append(c * (ALPHA if target is share else 1))
+    busy = statistics.median(costs.get("busy") or [float("nan")])
+    print("| pattern | CPU per request, ms (runs) | median over busy |")
+    print("|---|---|---|")
+    for name, xs in costs.items():
+        runs = ", ".join(f"{1e3 * x:.3f}" for x in xs)
+        print(f"| {name} | {runs} | {statistics.median(xs) / busy:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
