@@ -327,10 +327,10 @@ def run_demo(
     t0 = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
     work = _work_dir(out, target)
-    plan = _plan(plan, quick)
+    alpha = cfg["alpha"]
+    plan = _plan(plan, quick, alpha if cfg.get("share_kind", "cpu_time") == "cpu_time" else None)
     if cfg.get("share_kind") == "cores" and not quick:
         plan = replace(plan, warm_run=True)  # no calibration has warmed the server
-    alpha = cfg["alpha"]
     console.print(_intro(alpha, plan, out))
     console.rule(f"[bold]1. {cfg.get('title', 'The bundled Support-like workload')}")
     before = _check_quiet(console)
@@ -438,10 +438,18 @@ SWEEP_BUDGET_S = 250.0
 VALIDATION_BUDGET_S = 40.0
 
 
-def _plan(plan: AutoPlan | None, quick: bool) -> AutoPlan:
-    """The demo's sweep plan (``plan`` if given; ``quick``: a smoke test's)."""
+def _plan(plan: AutoPlan | None, quick: bool, time_share: float | None = None) -> AutoPlan:
+    """The demo's sweep plan (``plan`` if given; ``quick``: a smoke test's).
+
+    ``time_share``: a CPU-time share's alpha. Its runs last 1/s as long (s its speed,
+    about alpha), so a smaller share gets a budget larger in proportion: as many levels
+    as the demo's 25% share gets, where SWEEP_BUDGET_S alone left alpha 0.125 short of
+    its crossings in every corpus run."""
     if quick:
         return AutoPlan(warmup=1.0, duration=3.0, reps=1, max_levels=5)
+    if plan is None and time_share is not None:
+        budget = SWEEP_BUDGET_S * max(1.0, DEMO["alpha"] / time_share)
+        return replace(_plan(None, quick), budget_s=budget)
     # The whole core runs 0.5 s + 2.5 s a repetition, the 25% share 1/s times as long
     # (time scaling: s its calibrated speed), so that both reach the same queueing state
     # and count as many requests. Two repetitions a level, the probe once. No warm-up

@@ -51,7 +51,7 @@ def fake_target(monkeypatch):
 def test_a_tcp_config_runs_end_to_end_with_rule_thresholds(tmp_path, fake_target, monkeypatch):
     cfg = {**bench_fidelity.CONFIGS["static-tcp-a25"], "duration": 20}
     monkeypatch.setitem(bench_fidelity.CONFIGS, "tcp-test", cfg)
-    monkeypatch.setattr(demo, "_plan", lambda plan, quick, _p=demo._plan: _p(None, True))
+    monkeypatch.setattr(demo, "_plan", lambda plan, quick, *_, _p=demo._plan: _p(None, True))
     got = bench_fidelity.run_config("tcp-test", tmp_path / "run-0")
     out = tmp_path / "run-0"
     rule = json.loads((out / "thresholds.json").read_text())
@@ -74,7 +74,7 @@ def test_a_tcp_config_runs_end_to_end_with_rule_thresholds(tmp_path, fake_target
 def test_summarize_tabulates_the_runs_it_finds(tmp_path, fake_target, monkeypatch, capsys):
     cfg = {**bench_fidelity.CONFIGS["static-tcp-a25"], "duration": 20}
     monkeypatch.setitem(bench_fidelity.CONFIGS, "tcp-test", cfg)
-    monkeypatch.setattr(demo, "_plan", lambda plan, quick, _p=demo._plan: _p(None, True))
+    monkeypatch.setattr(demo, "_plan", lambda plan, quick, *_, _p=demo._plan: _p(None, True))
     bench_fidelity.run_config("tcp-test", tmp_path / "tcp-test" / "run-0")
     assert bench_fidelity.main(["--summarize", str(tmp_path)]) == 0
     text = capsys.readouterr().out
@@ -301,3 +301,15 @@ def test_ctrl_c_in_bench_fidelity_is_one_line_and_keeps_the_finished_runs(
         f"interrupted: the runs so far are in {tmp_path / 'support-s7-u600' / 'run-1'}"
     )
     assert "Traceback" not in captured.out + captured.err
+
+
+def test_a_smaller_time_share_gets_a_budget_in_proportion():
+    """Its runs last 1/s as long: the budget holds as many levels at any alpha."""
+    base = demo._plan(None, False).budget_s
+    assert base == demo.SWEEP_BUDGET_S
+    assert demo._plan(None, False, 0.25).budget_s == base
+    assert demo._plan(None, False, 0.5).budget_s == base  # never less than the demo's
+    assert demo._plan(None, False, 0.125).budget_s == pytest.approx(2 * base)
+    given = demo._plan(None, False)
+    assert demo._plan(given, False, 0.125) is given  # a caller's plan is kept
+    assert demo._plan(None, True, 0.125).budget_s is None  # a smoke test's has none

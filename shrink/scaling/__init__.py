@@ -45,9 +45,13 @@ where it holds for the prediction:
   MAT and its speed alike instead of setting one against the other.
 
 The calibration's runs on both sides are the same requests: the sample's, drawn by
-class at a planned rate, one a session, so that the mix's composition adds no noise
-(its own sessions, looped, cannot be slowed to a few requests a second, and at the
-light rates they reach they arrive in bursts a light run's bound cannot hold). Every
+class at a planned rate, so that the mix's composition adds no noise (its own
+sessions, looped, cannot be slowed to a few requests a second, and at the light rates
+they reach they arrive in bursts a light run's bound cannot hold). They are sent
+open-loop on a pool of keep-alive connections, as the sweep's sessions reuse theirs:
+a connection for every request made a cheap page dear (the calibrated full capacity
+was a third of the busy core's on a 1 KiB static file, 0.59-0.95 of it on the
+Support mix). Every
 class is scaled by the mix's speed. What the calibration ran on each side (seconds,
 offered rate, burst, utilization) is recorded with the speed and in prediction.json.
 

@@ -68,7 +68,9 @@ MIN_KNEE_REPS = 2
 MIX = "mix"
 # Which calibration made a speed (recorded in prediction.json): a model error is
 # fitted on runs of one calibration only.
-CALIBRATION = "mix: the full target light in bursts, the share near its knee"
+CALIBRATION = (
+    "mix on keep-alive connections: the full target light in bursts, the share near its knee"
+)
 
 
 def constants() -> dict[str, Any]:
@@ -172,7 +174,8 @@ def _plan(
     trace: Trace, rate: float, warm: float, dur: float, seed: int, burst: int = 1
 ) -> _Planned:
     """One run of the sample's mix, the same requests on both sides: drawn by class,
-    one a session, at a planned rate (:func:`probe_trace`), in bursts of ``burst``.
+    at a planned rate on keep-alive connections (:func:`probe_trace`), in bursts of
+    ``burst``.
     The sample's own sessions, looped, cannot be slowed to a few requests a second
     (their think times are real seconds), and at the light rates they reach they
     arrive in bursts that a light run's bound cannot hold."""
@@ -314,10 +317,17 @@ def _doubt(full: _Side, share: _Side, speed: float) -> str:
 def probe_trace(
     trace: Trace, rate: float, seconds: float, seed: int, burst: int = 1, offset: float = 0.0
 ) -> Trace:
-    """Requests of ``trace`` drawn by frequency (its mix, by class), one a session,
-    ``rate`` a second: an exactly planned load at any rate, evenly spaced, or in
-    bursts of ``burst`` requests sent at once (each on its own connection), the first
-    ``offset`` seconds in."""
+    """Requests of ``trace`` drawn by frequency (its mix, by class), ``rate`` a second:
+    an exactly planned load at any rate, evenly spaced, or in bursts of ``burst``
+    requests sent at once, the first ``offset`` seconds in.
+
+    The probe is replayed open-loop on keep-alive connections (a pool, reused from
+    burst to burst), as the sweep replays the sample's sessions (over a hundred
+    requests a connection in the Support traces) and an open-loop trace's requests. A
+    connection opened for every request made the probe dear on a cheap page: on the
+    1 KiB static trace the calibrated full capacity was a third of the whole core's
+    busy one, on the Support mix 0.59-0.95. A target told to open a connection for
+    every request (``--conn-per-request``) does so for the probe too."""
     if burst < 1:
         raise MeasurementError(f"probe_trace: a burst of {burst} requests")
     n = max(2, math.ceil(rate * seconds) + 1)
@@ -345,7 +355,7 @@ def probe_trace(
             "think": np.zeros(n),
             "rt": np.full(n, np.nan),
         },
-        meta={"probe": MIX, "rate": rate, "seed": seed, "burst": burst},
+        meta={"probe": MIX, "mode": "open", "rate": rate, "seed": seed, "burst": burst},
     )
 
 
