@@ -43,13 +43,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scipy.stats import t as student_t
-
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("SHRINK_SHARED", ROOT.parent / "shared"))
 MODEL_ERROR = ROOT / "shrink" / "data" / "model_error.json"
 sys.path.insert(0, str(ROOT))
 from shrink.scaling import CALIBRATION  # noqa: E402
+from shrink.uncertainty import ErrorBudget, interval  # noqa: E402
 
 STATS = ("mean", "p999")
 
@@ -194,11 +193,25 @@ def _calibrated_over_busy(out: Path, pred: dict[str, Any]) -> float | None:
     return float(full) / busy[0] if busy else None
 
 
+def _budget(b: dict[str, Any], sigma: float = 0.0, dof: int | None = None) -> ErrorBudget:
+    """A run's recorded error budget with the model error ``sigma`` of ``dof`` in place
+    of the one it ran with: the prediction's own interval (shrink.uncertainty)."""
+    return ErrorBudget(
+        b.get("repetition", 0.0), b.get("drift", 0.0), sigma, b.get("speed", 0.0),
+        int(b.get("dof") or 0) or None, dof,
+    )  # fmt: skip
+
+
 def _measured_var(b: dict[str, Any]) -> float:
     """The variance the measured terms of a budget give (all but the model error)."""
-    return 2 * b.get("repetition", 0.0) ** 2 + 2 * b.get("drift", 0.0) ** 2 + b.get(
-        "speed", 0.0
-    ) ** 2
+    return _budget(b).total ** 2
+
+
+def fit_dof(pairs: list[tuple[str, dict]], bias_fitted: bool) -> int | None:
+    """The model error's degrees of freedom: its conclusive runs (a run's two statistics
+    are not independent), less one for a fitted bias."""
+    dof = len({c["run"] for _, c in pairs}) - int(bias_fitted)
+    return dof if dof > 0 else None
 
 
 def _pairs(rows: list[dict[str, Any]], kind: str | None = None) -> list[tuple[str, dict]]:
@@ -210,7 +223,7 @@ def _pairs(rows: list[dict[str, Any]], kind: str | None = None) -> list[tuple[st
         for s in STATS:
             c = r.get(s)
             if c and c["status"] == "ok/ok" and c["log_error"] is not None:
-                out.append((r["config"], c))
+                out.append((r["config"], {**c, "run": r["dir"]}))
     return out
 
 
@@ -233,14 +246,12 @@ def _corrected(cell: dict[str, Any], bias: float) -> float:
     return cell["measured"] * math.exp(cell["log_error"] - bias)
 
 
-def _interval(cell: dict[str, Any], bias: float, sigma: float) -> tuple[float, float]:
-    """The 95% interval of a cell corrected by ``bias``, with model error ``sigma``."""
-    b = cell["budget"]
-    dof = int(b.get("dof") or 0)
-    q = float(student_t.ppf(0.975, dof)) if dof else 1.959964
-    w = math.exp(q * math.sqrt(_measured_var(b) + sigma**2))
-    centre = _corrected(cell, bias)
-    return centre / w, centre * w
+def _interval(
+    cell: dict[str, Any], bias: float, sigma: float, dof: int | None = None
+) -> tuple[float, float]:
+    """The 95% interval of a cell corrected by ``bias``, with model error ``sigma`` of
+    ``dof`` degrees of freedom."""
+    return interval(_corrected(cell, bias), _budget(cell["budget"], sigma, dof))
 
 
 def leave_one_out(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -252,11 +263,12 @@ def leave_one_out(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             others = [p for p in pairs if p[0] != name]
             bias = fit_bias(others)
             sigma = fit_sigma(others, bias)
+            dof = fit_dof(others, bias_fitted=True)
             cells = []
             for n, c in pairs:
                 if n != name:
                     continue
-                lo, hi = _interval(c, bias, sigma)
+                lo, hi = _interval(c, bias, sigma, dof)
                 cells.append(
                     {
                         "stat": c["stat"],
@@ -374,7 +386,8 @@ def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
         pairs = _pairs(rows, kind)
         if not pairs:
             continue
-        bias = fit_bias(pairs) if len({n for n, _ in pairs}) >= 2 else 0.0
+        fitted = len({n for n, _ in pairs}) >= 2
+        bias = fit_bias(pairs) if fitted else 0.0
         data["share_kinds"][kind] = {
             "bias": round(bias, 4),
             "sigma": round(fit_sigma(pairs, bias), 4),
@@ -383,6 +396,7 @@ def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "date": today,
                 "runs": len({r["dir"] for r in rows if r.get("share_kind") == kind}),
                 "pairs": len(pairs),
+                "dof": fit_dof(pairs, fitted) or 0,
                 "configurations": sorted({n for n, _ in pairs}),
                 "command": "python bench/bench_fidelity.py --summarize DIR... --fit",
                 **({"calibration": CALIBRATION} if kind == "cpu_time" else {}),

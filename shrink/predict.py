@@ -150,19 +150,20 @@ def _stat(res: MATResult, budget: ErrorBudget | None = None) -> StatPrediction:
 def scaled_mats(
     measured: LoadCurve,
     thresholds: Mapping[str, float],
-    emulation: float,
-    correction: float = 1.0,
+    model: ModelError,
 ) -> tuple[LoadCurve, dict[str, MATResult], dict[str, ErrorBudget]]:
     """The full target's curve scaled from the share's ``measured`` one (its share's
-    speed set, its throughputs times the model error's ``correction``), its MATs, and
+    speed set, its throughputs times the model error's correction), its MATs, and
     each MAT's error budget for a full-scale run at another time (shrink.uncertainty).
     A function of the share's runs alone."""
-    predicted = shrink_scaled_curve(measured, correction)
+    predicted = shrink_scaled_curve(measured, model.correction)
     mats = {s: mat(predicted, s, t) for s, t in thresholds.items()}
     drift = drift_sigma([measured])
     speed = measured.share.speed
-    speed_sd = speed.sigma if speed is not None else 0.0
-    budgets = {s: error_budget(predicted, r, drift, emulation, speed_sd) for s, r in mats.items()}
+    sd = speed.sigma if speed is not None else 0.0
+    budgets = {
+        s: error_budget(predicted, r, drift, model.sigma, sd, model.dof) for s, r in mats.items()
+    }
     return predicted, mats, budgets
 
 
@@ -279,9 +280,7 @@ def predict(
         # usable level (a generator behind at every level) stops the prediction below.
         _write_curves(Path(out_dir), measured, full_curve)
     merr = _model_error(config, provider.name, share.kind)
-    predicted, full_mats, budgets = scaled_mats(
-        measured, config.thresholds, merr.sigma, merr.correction
-    )
+    predicted, full_mats, budgets = scaled_mats(measured, config.thresholds, merr)
     base = MappingPrediction(
         {s: _stat(r, budgets[s]) for s, r in full_mats.items()}, predicted.summary()
     )

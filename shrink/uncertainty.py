@@ -19,8 +19,13 @@ their errors relative), the terms are independent and add in variance:
   (:func:`shrink.scaling.model_error`).
 
 The interval is ``mat * exp(+-q * sqrt(sum of variances))``, where ``q`` is Student's
-t quantile for the degrees of freedom the repetitions' spread was pooled over (a
-spread estimated from a few repetitions is itself uncertain; 1.96 only with many).
+t quantile for the total's effective degrees of freedom (Welch-Satterthwaite, as the
+GUM combines variances of different dof): the repetitions' and drift's spread was
+pooled over a few repetitions, the model error over the corpus's runs, and the
+speed's sampling error counts thousands of requests and is taken as known. A term
+estimated from few runs widens the interval only as much as it weighs in the total:
+a t quantile of the repetitions' dof applied to a total the speed dominates would
+widen the speed's term by its dof too (2.78 instead of 1.96 with 4 dof).
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ class ErrorBudget:
     emulation: float
     speed: float = 0.0
     dof: int | None = None  # of the pooled repetition spread; None: taken as known
+    emulation_dof: int | None = None  # of the model error's fit; None: taken as known
 
     @property
     def total(self) -> float:
@@ -67,13 +73,32 @@ class ErrorBudget:
         )
 
     @property
+    def effective_dof(self) -> float | None:
+        """The total variance's degrees of freedom by Welch-Satterthwaite: its square
+        over the sum of each estimated term's square over its dof (None: every term
+        weighing in it is taken as known)."""
+        terms = (
+            (2 * self.repetition**2 + 2 * self.drift**2, self.dof),
+            (self.emulation**2, self.emulation_dof),
+        )
+        denom = sum(v * v / d for v, d in terms if d and v > 0)
+        return self.total**4 / denom if denom > 0 else None
+
+    @property
     def quantile(self) -> float:
-        """The two-sided 95% multiplier: Student's t for ``dof``, else the normal's."""
-        return float(student_t.ppf(0.975, self.dof)) if self.dof else Z95
+        """The two-sided 95% multiplier: Student's t for :attr:`effective_dof`, else the
+        normal's."""
+        dof = self.effective_dof
+        return float(student_t.ppf(0.975, dof)) if dof else Z95
 
     def to_dict(self) -> dict[str, float]:
-        """The terms, ``dof`` (0: taken as known) and ``total``."""
-        return asdict(self) | {"dof": float(self.dof or 0), "total": self.total}
+        """The terms, the dofs (0: taken as known), the effective dof and ``total``."""
+        return asdict(self) | {
+            "dof": float(self.dof or 0),
+            "emulation_dof": float(self.emulation_dof or 0),
+            "effective_dof": float(self.effective_dof or 0),
+            "total": self.total,
+        }
 
 
 def repetition_sigma(curve: LoadCurve, res: MATResult) -> float:
@@ -136,11 +161,18 @@ def drift_sigma(curves: Sequence[LoadCurve]) -> float:
 
 
 def error_budget(
-    curve: LoadCurve, res: MATResult, drift: float, emulation: float, speed: float = 0.0
+    curve: LoadCurve,
+    res: MATResult,
+    drift: float,
+    emulation: float,
+    speed: float = 0.0,
+    emulation_dof: int | None = None,
 ) -> ErrorBudget:
     """The terms for ``res``, a MAT of ``curve``."""
     dof = repetition_dof(curve, res)
-    return ErrorBudget(repetition_sigma(curve, res), drift, emulation, speed, dof or None)
+    return ErrorBudget(
+        repetition_sigma(curve, res), drift, emulation, speed, dof or None, emulation_dof
+    )
 
 
 def interval(mat: float, budget: ErrorBudget, z: float | None = None) -> tuple[float, float]:

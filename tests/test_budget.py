@@ -53,3 +53,21 @@ def test_a_budget_that_holds_no_repetition_is_refused_before_measuring(clock):
     with pytest.raises(ParameterError, match="budget of 30 s cannot hold one repetition"):
         auto_sweep(target, _trace(), {"mean": 0.005}, plan=plan)
     assert clock[0] == 0
+
+
+def test_a_budget_short_of_the_coarse_pass_keeps_its_highest_fractions(clock):
+    """The crossing lies at or above the knee: with room for three levels after the
+    probe, the coarse pass measures its three highest fractions, and the mean's
+    crossing is bracketed. Its three lowest (35-80% of the capacity) would all have
+    stayed under the threshold, leaving the MAT a bound."""
+    plan = AutoPlan(
+        warmup=1, duration=9, reps=1, budget_s=40, loop_window=0, max_levels=8, warm_run=False
+    )
+    target = _Clocked(clock)
+    curve = auto_sweep(target, _trace(), {"mean": 0.004}, plan=plan)
+    levels = sorted(lv.level for lv in curve.levels)
+    assert len(levels) == 4 and clock[0] <= 40  # the probe and three
+    cap = 1.0 / 0.001 / 50.0  # the fake's capacity in rate factors
+    assert all(lv > 0.75 * cap for lv in levels[1:]), levels  # 35-80%: 7-16
+    means = [lv.stat("mean", None)[0] for lv in sorted(curve.levels, key=lambda lv: lv.level)]
+    assert means[0] < 0.004 < max(means), means

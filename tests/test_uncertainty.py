@@ -111,3 +111,45 @@ def test_intervals_cover_the_measured_mat_on_the_simulator_over_seeds():
     need = int(binom.ppf(0.02, n, 0.95))
     assert sum(covered) >= need, (sum(covered), n)
     assert np.median(halves) < 0.6, halves
+
+
+def test_the_quantile_takes_the_dof_of_the_terms_that_weigh():
+    """Welch-Satterthwaite: a term estimated from few runs widens the interval as much
+    as it weighs in the total, and a term taken as known not at all."""
+    from scipy.stats import t as student_t
+
+    only_reps = ErrorBudget(repetition=0.05, drift=0.0, emulation=0.0, dof=4)
+    assert only_reps.effective_dof == pytest.approx(4.0)
+    assert only_reps.quantile == pytest.approx(student_t.ppf(0.975, 4))
+    known = ErrorBudget(repetition=0.05, drift=0.0, emulation=0.0, speed=0.05)
+    assert known.effective_dof is None and known.quantile == pytest.approx(1.959964)
+    # the speed (thousands of requests) dominates: close to the normal's quantile
+    speed = ErrorBudget(repetition=0.005, drift=0.01, emulation=0.0, speed=0.19, dof=4)
+    assert speed.effective_dof > 1000 and speed.quantile < 1.97
+    # the model error's fit dominates: its dof
+    fitted = ErrorBudget(0.001, 0.0, emulation=0.2, dof=4, emulation_dof=9)
+    assert fitted.effective_dof == pytest.approx(9.0, rel=1e-3)
+    # two terms of equal weight and dof k give about 2k (both estimated, independent)
+    both = ErrorBudget(0.1 / math.sqrt(2), 0.0, emulation=0.1, dof=5, emulation_dof=5)
+    assert both.effective_dof == pytest.approx(10.0)
+    d = fitted.to_dict()
+    assert d["emulation_dof"] == 9.0 and d["effective_dof"] == pytest.approx(9.0, rel=1e-3)
+
+
+def test_intervals_cover_at_their_level_whatever_term_dominates():
+    """Drawn many times, with the repetitions' spread estimated from 4 dof beside a
+    known speed error: the intervals cover about 95% whichever term weighs more. The
+    repetitions' t quantile on the whole total over-covered where the speed dominates
+    (about 99.5%): wider than the data support."""
+    rng = np.random.default_rng(7)
+    n, dof = 4000, 4
+    for rep_sd, speed_sd in ((0.10, 0.0), (0.06, 0.10), (0.02, 0.15)):
+        true_sd = math.sqrt(2 * rep_sd**2 + speed_sd**2)
+        err = rng.normal(0.0, true_sd, n)
+        est = rep_sd * np.sqrt(rng.chisquare(dof, n) / dof)  # the pooled estimate
+        hits = 0
+        for e, r in zip(err, est, strict=True):
+            lo, hi = interval(1.0, ErrorBudget(r, 0.0, 0.0, speed_sd, dof))
+            hits += lo <= math.exp(e) <= hi
+        lo_ok, hi_ok = binom.ppf(0.001, n, 0.95) / n, binom.ppf(0.999, n, 0.95) / n
+        assert lo_ok - 0.01 <= hits / n <= hi_ok + 0.005, (rep_sd, speed_sd, hits / n)

@@ -32,6 +32,13 @@ class Clock:
     def fits(self, reps: int) -> bool:
         return self.budget is None or self.spent + reps * self.per_rep <= self.budget
 
+    def levels_that_fit(self, reps: int) -> float:
+        """How many more levels of ``reps`` repetitions end within the budget (inf
+        without one)."""
+        if self.budget is None:
+            return float("inf")
+        return max(0, (self.budget - self.spent) // (reps * self.per_rep))
+
     def reps_that_fit(self, reps: int) -> int:
         """How many of ``reps`` repetitions end within the budget (0 to ``reps``)."""
         while reps > 0 and not self.fits(reps):

@@ -218,11 +218,16 @@ class _Sweep:
 
         Re-estimates from each new level, since utilization grows faster than
         linearly near the knee on real servers (caches, PHP pools) and a single
-        light probe misjudges it.
+        light probe misjudges it. When the time budget cannot hold every fraction left,
+        the lowest go first: the crossings lie at or above the knee, and a light probe
+        reads the capacity low (a server's cost per request falls with its load), so
+        a pass that ran out of time below the knee would leave every MAT a bound.
         """
         fractions = list(self.plan.coarse)
 
         def choose() -> float | None:
+            room = int(min(len(fractions), self.clock.levels_that_fit(self.plan.reps)))
+            del fractions[: len(fractions) - max(1, room)]
             return coarse_next(fractions, est, last_level(self.levels))
 
         def measure(lvl: float) -> bool:

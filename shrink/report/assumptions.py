@@ -142,6 +142,7 @@ def confidence(
     """The intervals' width and what makes it, and the model's correction, in words."""
     # One drift for every statistic: the pooled cost spread of the runs.
     drift = max((b.drift for b in budgets.values()), default=0.0)
+    speed = max((b.speed for b in budgets.values()), default=0.0)
     widths = [
         (v.ci[1] - v.ci[0]) / v.mat / 2 for v in (base.stats[s] for s in config.thresholds) if v.mat
     ]
@@ -149,7 +150,8 @@ def confidence(
         f"The MAT intervals are +/-{100 * max(widths):.0f}% at most: 95% prediction "
         f"intervals for a full-scale run at another time, from the spread of "
         f"{config.plan.reps} repetitions per level, the machine's drift between runs "
-        f"({100 * drift:.1f}%) and the share model's error ({100 * emulation:.0f}%)."
+        f"({100 * drift:.1f}%), the share's measured speed ({100 * speed:.0f}%) and the "
+        f"share model's error ({100 * emulation:.0f}%)."
         if widths
         else ""
     )

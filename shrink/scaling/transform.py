@@ -112,11 +112,21 @@ class ModelError:
     def correction(self) -> float:
         return math.exp(-self.bias)
 
+    @property
+    def dof(self) -> int | None:
+        """The degrees of freedom of ``sigma``: the fit's own ``dof`` (its conclusive
+        runs, less one for a fitted bias), else its (statistic, run) pairs less one;
+        None (taken as known) for a sigma that was not fitted."""
+        prov = self.provenance
+        dof = prov.get("dof", int(prov.get("pairs", 0)) - 1)
+        return int(dof) if self.sigma > 0 and dof and int(dof) > 0 else None
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "sigma": self.sigma,
             "bias": self.bias,
             "correction": self.correction,
+            "dof": self.dof or 0,
             "provenance": dict(self.provenance),
         }
 
