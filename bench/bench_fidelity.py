@@ -143,6 +143,7 @@ def row(out: Path, seconds: float | None = None) -> dict[str, Any]:
         "max_generator_cpu": (pred.get("self_checks") or {}).get("max_generator_cpu"),
         "host_spread": _host_spread(out),
         "calibrated_over_busy": _calibrated_over_busy(out, pred),
+        "host_after_over_beside": _host_moved(out),
     }
     for s, m in val["mats"].items():
         budget = (mapping.get(s) or {}).get("error_budget") or {}
@@ -175,6 +176,19 @@ def _host_spread(out: Path) -> float | None:
 
     path = out / "full-curve.json"
     return host_drift(LoadCurve.read_json(path)).get("host_spread") if path.exists() else None
+
+
+def _host_moved(out: Path) -> float | None:
+    """The validation's busy capacity on its own levels over that on the levels it ran
+    beside the share's (shrink.selfchecks.host_moved)."""
+    from shrink.loadcurve import LoadCurve
+    from shrink.selfchecks import host_moved
+
+    full, share = out / "full-curve.json", out / "measured-curve.json"
+    if not full.exists() or not share.exists():
+        return None
+    got = host_moved(LoadCurve.read_json(full), LoadCurve.read_json(share))
+    return got.get("host_after_over_beside")
 
 
 def _calibrated_over_busy(out: Path, pred: dict[str, Any]) -> float | None:
@@ -284,13 +298,14 @@ def leave_one_out(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| config | run | wall | mean: predicted [95%] / measured | p99.9: predicted [95%] / "
-        "measured | full target read | calibrated over busy | host drift |",
-        "|---|---|---|---|---|---|---|---|",
+        "measured | full target read | calibrated over busy | host drift | host after / "
+        "beside |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if "error" in r:
             lines.append(
-                f"| {r['config']} | {r['dir']} | - | failed: {r['error']} | - | - | - | - |"
+                f"| {r['config']} | {r['dir']} | - | failed: {r['error']} | - | - | - | - | - |"
             )
             continue
         secs = r.get("seconds")
@@ -302,11 +317,13 @@ def table(rows: list[dict[str, Any]]) -> str:
             else "nothing"
         )
         spread, cal = r.get("host_spread"), r.get("calibrated_over_busy")
+        moved = r.get("host_after_over_beside")
         lines.append(
             f"| {r['config']} | {Path(r['dir']).name} | "
             f"{'-' if secs is None else f'{secs / 60:.1f} min'} | {_cell(r.get('mean'))} | "
             f"{_cell(r.get('p999'))} | {read} | {'-' if cal is None else f'{cal:.2f}'} | "
-            f"{'-' if spread is None else f'{spread:.2f}'} |"
+            f"{'-' if spread is None else f'{spread:.2f}'} | "
+            f"{'-' if moved is None else f'{moved:.2f}'} |"
         )
     return "\n".join(lines)
 

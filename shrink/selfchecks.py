@@ -6,10 +6,10 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
-from shrink.loadcurve import FAILURE_LIMIT, LoadCurve
+from shrink.loadcurve import FAILURE_LIMIT, LoadCurve, pooled_capacity
 from shrink.measure import offered_check
 
-__all__ = ["full_checks", "host_drift", "load_dependence", "self_checks"]
+__all__ = ["full_checks", "host_drift", "host_moved", "load_dependence", "self_checks"]
 
 # A repetition at least this busy shows the full target's capacity (X / U) near its
 # knee, where a validation's MAT lies.
@@ -95,6 +95,31 @@ def host_drift(full: LoadCurve) -> dict[str, Any]:
         "host_checks": len(caps),
         "host_capacity_range": [min(caps), max(caps)],
         "host_spread": max(caps) / min(caps),
+    }
+
+
+def host_moved(full: LoadCurve, paired: LoadCurve) -> dict[str, Any]:
+    """How far the full target's speed moved between the runs beside the share's
+    (the validation's levels that are also ``paired``'s, run interleaved with them)
+    and its own search afterwards: the busy capacity (all requests over all CPU of the
+    repetitions at least BUSY busy) of its own levels over that of the paired ones.
+    The validation's MAT is read on its own levels, the prediction's on the share's:
+    a host faster (above 1) or slower afterwards moves the measured MAT, not the
+    predicted one. Empty without busy repetitions on both."""
+    beside = {round(lv.level, 6) for lv in paired.levels}
+    caps = [
+        pooled_capacity(
+            (r for lv in full.usable() if (round(lv.level, 6) in beside) == side for r in lv.kept),
+            (BUSY, 1.01),
+        )
+        for side in (True, False)
+    ]
+    if caps[0] is None or caps[1] is None:
+        return {}
+    return {
+        "host_beside_share": caps[0][0],
+        "host_after_share": caps[1][0],
+        "host_after_over_beside": caps[1][0] / caps[0][0],
     }
 
 

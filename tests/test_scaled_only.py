@@ -256,3 +256,28 @@ def test_the_full_targets_load_dependence_is_a_self_check():
     assert got["busy_capacity"] == pytest.approx((1500 + 1444.44) / 2, rel=1e-3)
     assert got["light_over_busy"] == pytest.approx(1000 / got["busy_capacity"])
     assert load_dependence(curve([rep(900, 0.6), rep(1300, 0.9)])) == {}
+
+
+def test_how_far_the_host_moved_after_the_share_is_a_self_check():
+    """The validation's busy capacity on its own levels over that on the levels it ran
+    beside the share's: what a drifting host moved the measured MAT by."""
+    from shrink.loadcurve import Level, LevelStats, LoadCurve, latency_stats
+    from shrink.selfchecks import host_moved
+    from shrink.share import Share
+
+    def curve(points):
+        stats = latency_stats(np.full(50, 0.001), 1.0)
+        levels = [
+            Level(level=lv, reps=[LevelStats(throughput=x, overall=stats, utilization=u)])
+            for lv, x, u in points
+        ]
+        return LoadCurve(levels=levels, share=Share.whole((1,)), alpha=1.0)
+
+    share = curve([(1.0, 90, 0.3), (2.0, 180, 0.6)])
+    # beside the share: 1.0 (too light to count) and 2.0; after it: 3.0 and 4.0
+    full = curve([(1.0, 300, 0.3), (2.0, 600, 0.6), (3.0, 1100, 0.88), (4.0, 1200, 0.96)])
+    got = host_moved(full, share)
+    assert got["host_beside_share"] == pytest.approx(1000)
+    assert got["host_after_share"] == pytest.approx(2300 / 1.84)
+    assert got["host_after_over_beside"] == pytest.approx(2300 / 1.84 / 1000)
+    assert host_moved(curve([(2.0, 600, 0.6)]), share) == {}  # nothing after the share
