@@ -67,6 +67,7 @@ def test_the_report_leads_with_the_answer_and_its_checks(demo_out: Path):
     for row in (
         "| Load generator kept to its schedule",
         "| Host's drift over the validation's runs",
+        "| Host between the share's runs and the validation's own levels",
         "| Share's speed",
     ):
         assert row in checks, checks

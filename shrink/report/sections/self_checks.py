@@ -38,6 +38,7 @@ def add_self_checks(
         *_speed_items(getattr(m.pred, "share", None)),
         *_steal_items(checks, full_checks),
         *_host_items(full_checks),
+        *_moved_items(m.full_run, m.curve),
         *_load_items(full_checks),
     ]
     if checks.get("generator_capacity_note"):
@@ -223,6 +224,24 @@ def _host_items(checks: dict[str, Any]) -> list[list[str]]:
         f"{lo:,.0f}-{hi:,.0f} req/s (max / min {checks['host_spread']:.2f}); a validation "
         "error is only as sure as that spread: the host moves the prediction's runs and the "
         "validation's alike",
+    ]]  # fmt: skip
+
+
+def _moved_items(full_run: LoadCurve | None, curve: LoadCurve | None) -> list[list[str]]:
+    """How far the host moved between the validation's runs beside the share's and its
+    own search, where its MAT is read (shrink.selfchecks.host_moved)."""
+    from shrink.selfchecks import host_moved
+
+    got = host_moved(full_run, curve) if full_run is not None and curve is not None else {}
+    if not got:
+        return []
+    return [[
+        "Host between the share's runs and the validation's own levels",
+        f"the full target's busy capacity read {got['host_beside_share']:,.0f} req/s beside "
+        f"the share's runs and {got['host_after_share']:,.0f} on its own levels afterwards: "
+        f"**{got['host_after_over_beside']:.2f}**; the measured MAT is read on its own levels, "
+        "the prediction's on the share's, so a host that moved (or a core cheaper when "
+        "busier) moves the validation's error by about as much",
     ]]  # fmt: skip
 
 
