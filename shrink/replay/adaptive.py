@@ -90,6 +90,7 @@ def refine(
             share=curve.share,
             mapping=curve.mapping,
             machine=curve.machine,
+            sweep=curve.sweep,
             meta={**meta, "adaptive": [*meta.get("adaptive", []), level]},
         )
         added.append(level)
