@@ -22,6 +22,7 @@ from scipy.special import gammainc, gammaincinv
 from shrink.loadcurve import ClassStats, Level, LevelStats, LoadCurve
 from shrink.machine import Machine
 from shrink.mapping import build_mapping
+from shrink.schemas import CurveMeta
 from shrink.share import Share
 
 __all__ = [
@@ -219,7 +220,8 @@ def truth_curve(
         share=share,
         mapping=mapping,
         machine=machine.to_dict(),
-        meta={"workload": workload, "synthetic": True},
+        sweep=CurveMeta(workload=workload),
+        meta={"synthetic": True},
     )
 
 

@@ -419,7 +419,7 @@ def observations_from_curves(
     """MAT observations from measured LoadCurves (one per curve and threshold).
 
     Each curve's configuration is its share's CPU list (all of the machine's
-    when it has none) and its mapping; its workload is ``meta["workload"]`` with
+    when it has none) and its mapping; its workload is ``sweep.workload`` with
     the class mix of its per-class throughputs. The precision is the MAT's
     interval half-width, at least ``min_precision`` of the value.
     """
@@ -430,7 +430,7 @@ def observations_from_curves(
             raise ExtrapolationError(f"curve {i} is a {type(c).__name__}, not a LoadCurve")
         m = machine or Machine.from_dict(c.machine)
         cpus, c, per_cpu = _full_speed(c, m)
-        wl = str(c.meta.get("workload", "measured"))
+        wl = c.sweep.workload
         thr = {
             k: sum(
                 r.per_class[k].throughput for lv in c.usable() for r in lv.reps if k in r.per_class
@@ -533,7 +533,7 @@ def _usl_summary(curves: Sequence[Any], thresholds: dict[str, float]) -> dict[st
     out: dict[str, Any] = {}
     by_wl: dict[str, list[Any]] = {}
     for c in curves:
-        by_wl.setdefault(str(c.meta.get("workload", "measured")), []).append(c)
+        by_wl.setdefault(c.sweep.workload, []).append(c)
     for wl, cs in by_wl.items():
         try:
             u = usl_from_curves(cs, stat, thresholds[stat], n_bootstrap=100)

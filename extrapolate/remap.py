@@ -213,7 +213,7 @@ def extrapolate_curve(
     physics0 = model.physics_
     mix = _class_mix(scaled, workload)
     wl = Workload(
-        (workload.name if workload else curve.meta.get("workload", "measured")),
+        (workload.name if workload else curve.sweep.workload),
         mix["dynamic"],
         workload.static_memory_ratio if workload else (0.0 if mix["dynamic"] == 0 else 1 / 3.6),
         dict(thresholds),

@@ -24,6 +24,8 @@ from pydantic import (
     AfterValidator,
     BeforeValidator,
     Field,
+    SerializerFunctionWrapHandler,
+    field_serializer,
     model_validator,
 )
 
@@ -79,9 +81,9 @@ def _nan_or_bounded(v: float) -> float:
     return v
 
 
-def _meta_checked(meta: Any) -> dict[str, Any]:
-    """A curve's ``meta``: the keys later stages read checked (:class:`CurveMeta`), all kept."""
-    return CurveMeta.model_validate(meta).model_dump(exclude_unset=True)
+def _open_keys(meta: dict[str, Any]) -> dict[str, Any]:
+    """A curve's ``meta`` less the keys :class:`CurveMeta` types (``LoadCurve.sweep``)."""
+    return {k: v for k, v in meta.items() if k not in CurveMeta.model_fields}
 
 
 # A measured figure: JSON has no NaN, so "none measured" is written null and read NaN.
@@ -339,6 +341,11 @@ class LoadCurve(files.VersionedFile):
     ``alpha`` is the sample fraction of the trace, ``share`` the part of the full
     target the curve was measured on (:class:`shrink.share.Share`; a mapping in
     :meth:`shrink.share.Share.to_dict`'s form is read as one).
+
+    A file's ``meta`` is two fields here: ``sweep``, the keys later stages read, typed
+    and frozen (:class:`shrink.schemas.CurveMeta`), and ``meta``, the other keys as
+    written (notes no stage reads as a type). Both are written back as one ``meta``.
+    Typed keys passed in ``meta`` to the constructor are moved to ``sweep``.
     """
 
     levels: Annotated[list[Level], Field(max_length=MAX_LIST)]
@@ -347,12 +354,19 @@ class LoadCurve(files.VersionedFile):
     share: Share = field(default_factory=lambda: Share("all", (), 1.0))
     mapping: Name = "1-replica"
     machine: dict[str, Any] = field(default_factory=dict)
-    meta: Annotated[dict[str, Any], AfterValidator(_meta_checked)] = field(default_factory=dict)
+    sweep: Annotated[CurveMeta, Field(validation_alias="meta", exclude=True)] = field(
+        default_factory=CurveMeta
+    )
+    meta: Annotated[dict[str, Any], AfterValidator(_open_keys)] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.levels = sorted(self.levels, key=lambda lv: lv.level)
         if not isinstance(self.share, Share):
             self.share = Share.from_dict(self.share)
+        typed = {k: v for k, v in self.meta.items() if k in CurveMeta.model_fields}
+        if typed:
+            self.sweep = self.sweep.with_(**typed)
+            self.meta = _open_keys(self.meta)
 
     # views ------------------------------------------------------------------
     def usable(self) -> list[Level]:
@@ -444,6 +458,13 @@ class LoadCurve(files.VersionedFile):
     def _mapping_named(cls, d: Any) -> Any:
         # A curve file without a mapping named none (the default is for new curves).
         return {"mapping": "", **d} if isinstance(d, dict) else d
+
+    @field_serializer("meta", mode="wrap")
+    def _one_meta(
+        self, meta: dict[str, Any], handler: SerializerFunctionWrapHandler
+    ) -> dict[str, Any]:
+        # The file keeps one ``meta``: the open keys and the typed ones stated.
+        return handler({**meta, **self.sweep.model_dump(exclude_unset=True)})
 
     def write_json(self, path: str | Path) -> Path:
         return write_text(path, dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")

@@ -141,7 +141,7 @@ def run_validate(
             status = sp.status or "ok"
             predicted_mats[s] = MATResult(sp.mat, ci, s, thresholds[s], status)
     v = validate(predicted, full, thresholds, predicted_mats=predicted_mats)
-    if full.meta.get("paired"):
+    if full.sweep.paired:
         near = [m["measured"] for m in v.mats.values() if m.get("measured_status") == "ok"]
         v.cost_ratio = cost_ratio(measured, full, near)
         if v.cost_ratio is not None:
@@ -152,9 +152,9 @@ def run_validate(
         "prediction": str(ppath),
         "full_run": full_run,
         "mapping": mapping,
-        "paired": bool(full.meta.get("paired")),
-        "server": full.meta.get("target", {}).get("server") or pred.server,
-        "server_versions": full.meta.get("target", {}).get("versions"),
+        "paired": full.sweep.paired,
+        "server": full.sweep.target.get("server") or pred.server,
+        "server_versions": full.sweep.target.get("versions"),
     }
     v.write_json(out / "validation.json")
     write_report(

@@ -391,7 +391,7 @@ def _validation_search(
         seed=config.seed + 7919, alpha=1.0, progress=progress,
         pairing=Pairing(start=companion.levels),
     )  # fmt: skip
-    curve.meta["paired"] = True
+    curve.sweep = curve.sweep.with_(paired=True)
     return curve
 
 
@@ -469,7 +469,7 @@ def _provenance(
         "share": json.dumps(share.to_dict(), sort_keys=True),
         "alpha": alpha,
         "seed": config.seed,
-        "target": json.dumps(measured.meta.get("target", {}).get("versions", {})),
+        "target": json.dumps(measured.sweep.target.get("versions", {})),
     }
 
 

@@ -62,7 +62,7 @@ def record_inputs(
         "plan": plan.__dict__,
         # how many times longer the share's runs were than the plan's (SHRiNK time scaling)
         "scaled_time": scaling.scaled_time,
-        "skip": measured.meta.get("skip", 0.0),
+        "skip": measured.sweep.skip,
         "server": ts.server,
         # the trace seconds every level looped (a controlled load), for the full run
         "loop_window": measured.meta.get("loop_window"),
@@ -76,7 +76,7 @@ def _record_server(pred: Prediction, provider: Any, measured: LoadCurve) -> None
     record = getattr(provider, "server_record", None)
     if record is None:
         return  # the simulator: no server recipe
-    versions = dict(measured.meta.get("target", {}).get("versions", {}))
+    versions = dict(measured.sweep.target.get("versions", {}))
     server = {**record(), "versions": versions}
     pred.server = server
     pred.target_description = f"{pred.target_description or ''}, server {server['name']}"

@@ -11,9 +11,17 @@ Floats that a writer stores as ``null`` for NaN are ``float | None``.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 __all__ = [
     "CalibrationFile",
@@ -93,14 +101,48 @@ class MachineSpec(_Open):
 
 
 # LoadCurve (its levels: shrink.loadcurve.CURVE_FORMAT) ------------------------------
-class GeneratorMeta(_Open):
+class _Stated(BaseModel):
+    """A frozen part of a curve: written back with the keys it was given and no others.
+
+    A default is not written where no writer stated it, so a file reads and writes
+    back unchanged, and a curve measured now writes what one measured before did.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    @model_serializer(mode="wrap")
+    def _stated(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if k in self.model_fields_set}
+
+    def with_(self, **changes: Any) -> Self:
+        """A copy with ``changes`` stated, checked as a file's would be."""
+        unknown = sorted(set(changes) - set(type(self).model_fields))
+        if unknown and self.model_config.get("extra") != "allow":
+            raise TypeError(f"{type(self).__name__} has no key {', '.join(unknown)}")
+        return self.model_validate({**self.model_dump(exclude_unset=True), **changes})
+
+
+class GeneratorMeta(_Stated):
+    """How a live sweep's load generator was set up (other keys kept as written)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
     routing: Name = "hash"
     conns_per_session: Annotated[int, Field(ge=1, le=1_000)] = 1
     engine: Name | None = None
+    lag_limit: NonNeg | None = None  # seconds of send lag past which a rep fell behind
 
 
-class CurveMeta(_Open):
-    """The keys of a curve's ``meta`` that later stages read."""
+class CurveMeta(_Stated):
+    """The keys of a curve's ``meta`` that later stages read: ``LoadCurve.sweep``.
+
+    How the curve was measured: the generator's set-up, whether it is the full-scale
+    side of a paired sweep, the swept side's time scaling and load per level, the
+    trace seconds skipped, the workload and the target's description. The other keys
+    of ``meta`` are notes no stage reads as a type (``LoadCurve.meta``).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
     generator: GeneratorMeta = GeneratorMeta()
     paired: bool = False

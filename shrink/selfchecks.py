@@ -36,8 +36,8 @@ def self_checks(curve: LoadCurve, limits: Mapping[str, float]) -> dict[str, Any]
     gen_steal = [r.generator_steal for lv in curve.levels for r in lv.reps]
     gen_steal = [x for x in gen_steal if x is not None]
     # which replay engine measured the curve (native core or Python; live runs only)
-    engine = (curve.meta.get("target") or {}).get("engine")
-    cluster = (curve.meta.get("target") or {}).get("cluster")
+    engine = curve.sweep.target.get("engine")
+    cluster = curve.sweep.target.get("cluster")
     return {
         **({"generator_engine": engine} if engine else {}),
         **({"generator_cluster": cluster} if cluster else {}),

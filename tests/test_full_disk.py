@@ -29,13 +29,17 @@ class _Target(FakeTarget):
         self.state: dict = {}
 
     def describe(self):
-        return {**super().describe(), "engine": {"engine": "fake"}}
+        # As LiveTarget's: the engine's name (a curve's meta.generator.engine is one);
+        # a run's describes the engine's run.
+        return {**super().describe(), "engine": "fake"}
 
     def run(self, trace, **kw):
         self.runs += 1
         if self.runs == self.fail_at:
             raise WriteError(self.runlog, ENOSPC)
-        return super().run(trace, **kw)
+        res = super().run(trace, **kw)
+        res.describe = {**res.describe, "engine": {"engine": "fake"}}
+        return res
 
 
 @pytest.fixture

@@ -78,7 +78,8 @@ def test_the_curve_format_is_the_curve_type(tmp_path: Path) -> None:
     back = LoadCurve.read_json(p)
     old = back.levels[0].reps[0]
     assert (old.failures, old.requests, old.send_lag_max) == (None, None, None)
-    assert math.isnan(old.overall.p999) and back.meta == doc["meta"]
+    assert math.isnan(old.overall.p999) and back.to_dict()["meta"] == doc["meta"]
+    assert (back.sweep.scaled_time, back.meta) == (2.0, {"note": "kept"})
     again = back.write_json(tmp_path / "again.json")
     assert LoadCurve.read_json(again).write_json(tmp_path / "3.json").read_bytes() == (
         again.read_bytes()

@@ -106,7 +106,7 @@ def test_paired_sweep_runs_each_rep_on_both_sides_in_alternating_order():
     firsts = [p[0][0] for p in pairs[1:4]]  # the probe's three reps (after the warm run)
     assert firsts == ["scaled", "full", "scaled"]
     full_curve = companion_curve(comp, plan=plan)
-    assert full_curve.alpha == 1.0 and full_curve.meta["paired"]
+    assert full_curve.alpha == 1.0 and full_curve.sweep.paired
     scaled_mat = mat(curve, "mean", 0.020).mat * 4
     full_mat = mat(full_curve, "mean", 0.005).mat
     assert mat(full_curve, "mean", 0.005).status == "ok"
@@ -145,7 +145,7 @@ def test_the_scaled_side_runs_1_over_alpha_longer_than_its_companion():
     # The light probe: the companion's holds no whole copy and measures the plan's window;
     # the share's (four times longer) holds one copy, at most twice its planned 40 s.
     assert 40.0 <= side.windows[0][1] <= 80.0 and full.windows[0][1] == 10.0
-    assert curve.meta["scaled_time"] == 4.0
+    assert curve.sweep.scaled_time == 4.0
 
 
 def test_the_scaled_side_runs_at_share_load_times_its_companions_rate_factor():
@@ -178,7 +178,7 @@ def test_the_scaled_side_runs_at_share_load_times_its_companions_rate_factor():
         assert by["scaled"][2] == by["full"][2]
     ratios = [a[1] / b[1] for a, b in zip(side.windows, full.windows, strict=True)]
     assert float(np.median(ratios)) == pytest.approx(4.0, rel=0.25), ratios
-    assert curve.meta["share_load"] == load
+    assert curve.sweep.share_load == load
     assert set(comp.levels) == {lv.level for lv in curve.levels}
     # Matched loads: at each level both sides are equally busy (the share is 0.75 of
     # alpha's speed and gets 0.75 of alpha's load), so one level brackets both knees.
@@ -528,7 +528,7 @@ def test_a_sweep_with_skip_replays_the_trace_from_there():
     trace = poisson_trace(100.0, 200.0)
     plan = AutoPlan(warmup=1, duration=5, reps=1, max_levels=3, skip=120.0)
     curve = auto_sweep(side, trace, {"mean": 0.005}, plan=plan, seed=3)
-    assert curve.meta["skip"] == 120.0
+    assert curve.sweep.skip == 120.0
     # Every run saw the trace from 120 s on (its last request near 80 s, not 200 s).
     assert seen and all(x < 81.0 for x in seen)
 

@@ -70,7 +70,7 @@ def test_predict_then_validate_on_a_processor_sharing_fake(tmp_path):
         # again on the sweep's own repetitions near its knee.
         assert sp.share_knee is not None and sp.share_knee["repetitions"] >= 2
         calibrated = sp.share_knee["calibration_capacity"] / sp.full_capacity
-        assert res.measured.meta["scaled_time"] == pytest.approx(1 / calibrated)
+        assert res.measured.sweep.scaled_time == pytest.approx(1 / calibrated)
         assert pred.self_checks["generator_kept_up"]
         assert pred.mappings["1-replica"].stats["mean"].status == "ok"
         # The share's own MATs (at its own, 1/s longer, thresholds) are the

@@ -169,7 +169,7 @@ def test_sweep_of_support_on_the_1_core_testbed_gives_a_curve_and_mats(tmp_path)
     assert rep.steal is not None and rep.generator_steal is not None
     assert 0 <= rep.generator_steal <= 1
     assert set(rep.per_class) == {"static", "dynamic"}
-    assert lc.meta["target"]["share"]["cpus"] == [1]
+    assert lc.sweep.target["share"]["cpus"] == [1]
     for stat in ("mean", "p999"):
         values = [lv.stat(stat)[0] for lv in lc.usable()]
         # at 85% busy the last level queues, the light ones do not; their order among

@@ -211,7 +211,7 @@ def test_a_core_subset_says_what_it_cannot_show_and_what_the_generator_took():
     words = core_subset_assumptions(Share("cores", (0,), 0.5), curve)
     assert len(words) == 2 and "one listening socket" in words[0]
     assert "CPU 0" in words[1] and "12% of a CPU" in words[1]
-    curve.meta["target"]["generator_cpus"] = [2]  # a generator on its own CPU
+    curve.sweep = curve.sweep.with_(target={"generator_cpus": [2]})  # a generator on its own CPU
     assert len(core_subset_assumptions(Share("cores", (0,), 0.5), curve)) == 1
 
 

@@ -34,7 +34,7 @@ def test_predict_scales_by_the_calibrated_speed_and_reports_it(monkeypatch, tmp_
     assert calls == ([(True, 0.25)] if paired else [])
     # The share's load follows the sample's own rate in the loop window, relative to
     # alpha's (a sample holds a few percent more or fewer of its requests).
-    skip, span = res.measured.meta.get("skip", 0.0), res.measured.meta["loop_window"]
+    skip, span = res.measured.sweep.skip, res.measured.meta["loop_window"]
     ratio = len(loop_window(res.sample, skip, span)) / (0.25 * len(loop_window(trace, skip, span)))
     assert ratio != pytest.approx(1.0, abs=1e-3)
     assert pred.share.speed == ShareSpeed.from_dict(pred.to_dict()["speed"])
@@ -48,15 +48,15 @@ def test_predict_scales_by_the_calibrated_speed_and_reports_it(monkeypatch, tmp_
         truth = mat(res.full, "mean", 0.004).mat
         # The share ran at its measured speed over alpha times each level's rate factor.
         load = 0.8 / ratio
-        assert res.measured.meta["share_load"] == pytest.approx(load)
+        assert res.measured.sweep.share_load == pytest.approx(load)
         # Its windows were 1/s = 5 times the full target's, not 1/alpha = 4: a share at
         # speed 0.2 moves through its queueing states five times slower.
-        assert res.measured.meta["scaled_time"] == pytest.approx(5.0)
+        assert res.measured.sweep.scaled_time == pytest.approx(5.0)
         assert pred.mappings["1-replica"].stats["mean"].mat == pytest.approx(truth, rel=0.25)
     else:
         assert pred.share.speed.method == "nominal" and pred.share.speed.effective == 0.25
-        assert res.measured.meta["share_load"] == pytest.approx(1.0 / ratio)
-        assert res.measured.meta["scaled_time"] == 4.0
+        assert res.measured.sweep.share_load == pytest.approx(1.0 / ratio)
+        assert res.measured.sweep.scaled_time == 4.0
     # The words say what was measured (which words: test_report_words).
     words = assumptions_of(0.25, cfg, pred.share, res.measured)
     assert pred.assumptions[: len(words)] == words

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from shrink.autolevels._plan import AutoPlan, Companion
 from shrink.loadcurve import Level, LoadCurve
+from shrink.schemas import CurveMeta
 from shrink.share import Share
 from shrink.target import Target
 from shrink.trace import Trace
@@ -25,7 +26,7 @@ def companion_curve(
         base_rate=companion.trace.info().request_rate,
         plan=plan,
     )
-    curve.meta["paired"] = True
+    curve.sweep = curve.sweep.with_(paired=True)
     return curve
 
 
@@ -43,7 +44,6 @@ def curve_of(
     desc = target.describe()
     mapping = desc.get("mapping", "")
     meta = {
-        "target": desc,
         "trace": {k: trace.meta.get(k) for k in ("source", "workload", "users", "sampler", "seed")},
         "auto_levels": True,
     }
@@ -60,5 +60,6 @@ def curve_of(
         share=Share.from_dict(desc.get("share")),
         mapping=mapping.get("name", "") if isinstance(mapping, dict) else str(mapping),
         machine=desc.get("machine", {}),
+        sweep=CurveMeta(target=desc),
         meta=meta,
     )

@@ -112,9 +112,9 @@ def auto_sweep(
         curve.meta["levels_skipped_trace_too_short"] = sweep.too_short
     if sweep.out_of_time:
         curve.meta["levels_skipped_time_budget"] = sweep.out_of_time
-    curve.meta.update(scaling.meta())
-    if plan.skip > 0:
-        curve.meta["skip"] = plan.skip
+    curve.sweep = curve.sweep.with_(
+        **scaling.meta(), **({"skip": plan.skip} if plan.skip > 0 else {})
+    )
     if sweep.retried:
         curve.meta["levels_rerun_generator_behind"] = sweep.retried
     return curve

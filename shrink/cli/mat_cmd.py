@@ -102,8 +102,8 @@ def mat_cmd(
             from shrink.trace import Trace
 
             tgt = EngineOptions(
-                routing=str(lc.meta.get("generator", {}).get("routing", "hash")),
-                conns=int(lc.meta.get("generator", {}).get("conns_per_session", 1)),
+                routing=lc.sweep.generator.routing,
+                conns=lc.sweep.generator.conns_per_session,
                 generator_cpus=generator_cpus,
                 allow_overlap=allow_overlap,
                 lag_limit=lag_limit,

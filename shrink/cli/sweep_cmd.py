@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -36,6 +36,9 @@ from shrink.cli._replay_opts import (
 from shrink.defaults import DURATION, REPS, WARMUP
 from shrink.errors import OptionError, ShrinkError, WriteError
 from shrink.jsonout import dumps
+
+if TYPE_CHECKING:  # pydantic is heavy: the CLI's start-up must not load it
+    from shrink.schemas import GeneratorMeta
 
 
 def _levels(text: str) -> list[float]:
@@ -193,7 +196,7 @@ def sweep_cmd(
             _keep_partial_sweep(stop, output, runlogs)
             raise
         curve.meta["summary"] = _curve_summary(curve)
-        curve.meta["generator"] = _generator_meta(live, tgt)
+        curve.sweep = curve.sweep.with_(generator=_generator_meta(live, tgt))
         try:
             # The finished levels first, before any export (a full disk keeps them).
             curve.write_json(output)
@@ -233,14 +236,16 @@ def _nothing_served(curve: Any) -> str | None:
     return None
 
 
-def _generator_meta(live: EngineOptions, tgt: Any) -> dict[str, Any]:
+def _generator_meta(live: EngineOptions, tgt: Any) -> GeneratorMeta:
     """How the sweep's load generator was set up, and which replay engine ran."""
-    return {
-        "routing": live.routing,
-        "conns_per_session": live.conns,
-        "lag_limit": parse_duration(live.lag_limit, "lag limit"),
-        "engine": tgt.describe()["engine"],
-    }
+    from shrink.schemas import GeneratorMeta
+
+    return GeneratorMeta(
+        routing=live.routing,
+        conns_per_session=live.conns,
+        lag_limit=parse_duration(live.lag_limit, "lag limit"),
+        engine=tgt.describe()["engine"],
+    )
 
 
 def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_json: bool) -> None:
@@ -261,12 +266,12 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
         }
         for x in curve.levels
     ]
-    engine_ran = curve.meta["generator"]["engine"]
+    engine_ran = curve.sweep.generator.engine
     if as_json:
         exported = [str(p) for p in exports]
         echo_json({"curve": str(output), "engine": engine_ran, "levels": rows, "exports": exported})
         return
-    limit = curve.meta["generator"]["lag_limit"]
+    limit = curve.sweep.generator.lag_limit
     for r in rows:
         flag = ""
         if r["generator_behind"]:

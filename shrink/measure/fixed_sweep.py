@@ -12,6 +12,7 @@ from shrink.loadcurve import Level, LoadCurve
 from shrink.measure.interrupt import SweepInterrupted, stop_if_interrupted
 from shrink.measure.stats import level_stats
 from shrink.measure.window import rate_factor_for, trace_span, window_for
+from shrink.schemas import CurveMeta
 from shrink.share import Share
 from shrink.target import Target
 from shrink.trace import Trace
@@ -142,8 +143,8 @@ def _sweep_curve(
         if isinstance(describe.get("mapping"), dict)
         else str(describe.get("mapping", "")),
         machine=describe.get("machine", {}),
+        sweep=CurveMeta(target=describe),
         meta={
-            "target": describe,
             "trace": {k: trace.meta.get(k) for k in ("source", "workload", "users", "sampler")},
             **meta,
         },

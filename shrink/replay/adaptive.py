@@ -13,6 +13,7 @@ module measures what it chooses.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from shrink.errors import MeasurementError
 from shrink.knee import Refinement, Step, level_for, next_step
@@ -83,13 +84,10 @@ def refine(
         )
         if not extra.levels:
             raise MeasurementError(f"level {level:g} produced no measurement")
-        curve = LoadCurve(
+        # The same curve (its typed sweep too) with the new levels, the level noted.
+        curve = replace(
+            curve,
             levels=[*curve.levels, *extra.levels],
-            knob=curve.knob,
-            alpha=curve.alpha,
-            share=curve.share,
-            mapping=curve.mapping,
-            machine=curve.machine,
             meta={**meta, "adaptive": [*meta.get("adaptive", []), level]},
         )
         added.append(level)

@@ -37,13 +37,13 @@ def assumptions(
         assumptions.extend(speed_assumptions(share))
     if share.kind == "cores":
         assumptions.extend(core_subset_assumptions(share, measured))
-    if measured.meta.get("skip"):
+    if measured.sweep.skip:
         assumptions.append(
-            f"Every run starts {measured.meta['skip']:.3g} s into the trace: a trace's first "
+            f"Every run starts {measured.sweep.skip:.3g} s into the trace: a trace's first "
             "seconds (sessions starting together, or cut by the start of a log) are not "
             "its steady mix."
         )
-    k = measured.meta.get("scaled_time", 1.0)
+    k = measured.sweep.scaled_time
     if k != 1.0:
         assumptions.append(
             f"Time scaling: the share's warm-up and measurement windows, and its users' "
@@ -54,7 +54,7 @@ def assumptions(
             "empty start, with fewer requests in its tail; with the users' own think times "
             "its response time above the knee would stay the whole server's, not 1/s of it."
         )
-    load = measured.meta.get("share_load", 1.0)
+    load = measured.sweep.share_load
     if load != 1.0:
         assumptions.append(
             f"Matched load: at every level the share replayed the sample at {load:.3g} "
@@ -69,7 +69,7 @@ def assumptions(
 def core_subset_assumptions(share: Share, measured: LoadCurve) -> list[str]:
     """What a core subset cannot show, on this machine: the generator on a server CPU,
     the loopback work it carries, and the full target's workers behind one socket."""
-    target = measured.meta.get("target") or {}
+    target = measured.sweep.target
     gen = set(target.get("generator_cpus") or [])
     shared = sorted(gen & set(share.cpus))
     gen_cpu = [r.generator_cpu for lv in measured.levels for r in lv.reps if r.generator_cpu]

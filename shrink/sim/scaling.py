@@ -32,6 +32,7 @@ from shrink.machine import Machine
 from shrink.mat import MATResult, mat
 from shrink.measure import level_stats, sweep
 from shrink.measure.search import level_search
+from shrink.schemas import CurveMeta
 from shrink.share import Share, select_compact
 from shrink.sim.params import SimParams
 from shrink.sim.target import SimTarget
@@ -145,7 +146,8 @@ def find_mats(
             share=desc["share"],
             mapping=desc["mapping"]["name"],
             machine=desc["machine"],
-            meta={"target": desc, "seed": seed, "search": s.__dict__ | {"coarse": list(s.coarse)}},
+            sweep=CurveMeta(target=desc),
+            meta={"seed": seed, "search": s.__dict__ | {"coarse": list(s.coarse)}},
         )
 
     run_levels(coarse_levels(cap, s.coarse), seed)
