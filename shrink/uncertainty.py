@@ -161,13 +161,9 @@ def drift_sigma(curves: Sequence[LoadCurve]) -> float:
 
 
 def error_budget(
-    curve: LoadCurve,
-    res: MATResult,
-    drift: float,
-    emulation: float,
-    speed: float = 0.0,
+    curve: LoadCurve, res: MATResult, drift: float, emulation: float, speed: float = 0.0,
     emulation_dof: int | None = None,
-) -> ErrorBudget:
+) -> ErrorBudget:  # fmt: skip
     """The terms for ``res``, a MAT of ``curve``."""
     dof = repetition_dof(curve, res)
     return ErrorBudget(
