@@ -94,6 +94,17 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "thresholds": None,
     },
 }
+# Each configuration in a few words, as README's accuracy table names it.
+SUMMARY = {
+    "demo": "Support-like, 25% CPU-time share of one core",
+    "support-a50": "50% CPU-time share",
+    "support-a125": "12.5% CPU-time share",
+    "support-s7-u600": "another seed, 600 users",
+    "static-tcp-a25": "one 1 KiB file, open loop",
+    "nginx-a25": "nginx + PHP-FPM, 25% CPU-time share",
+    "cores-1to2": "one core of two, half the sessions",
+    "nasa-a50": "the NASA log, 50% CPU-time share",
+}
 # Run when no --config is given: the issue's corpus.
 DEFAULT = (
     "demo", "support-a50", "support-a125", "support-s7-u600", "static-tcp-a25", "nginx-a25",
@@ -372,6 +383,45 @@ def accuracy(rows: list[dict[str, Any]], loo: dict[str, dict[str, Any]]) -> list
     return lines
 
 
+def _errors(cells: list[dict[str, Any]], loo_cells: list[dict[str, Any]]) -> str:
+    """One statistic's errors over a configuration's runs, as README writes them: the
+    conclusive ones (in brackets, corrected by the others' bias), then the bounds."""
+    pct = lambda e: f"{100 * e:+.1f}%"  # noqa: E731
+    ok = [pct(c["predicted"] / c["measured"] - 1) for c in cells if c["status"] == "ok/ok"]
+    parts = [", ".join(ok)] if ok else []
+    if ok and loo_cells:
+        parts[0] += f" ({', '.join(pct(c['error']) for c in loo_cells)})"
+    for status, what in (("not_reached/", "bound"), ("/not_reached", "full-side bound")):
+        b = [
+            pct(c["predicted"] / c["measured"] - 1) for c in cells
+            if status in c["status"] and c.get("predicted") and c.get("measured")
+        ]  # fmt: skip
+        if b:
+            parts.append(f"{what}{'s' if len(b) > 1 else ''} {', '.join(b)}")
+    return "; ".join(parts) or "-"
+
+
+def readme_table(rows: list[dict[str, Any]], loo: dict[str, dict[str, Any]]) -> str:
+    """README's accuracy table: per configuration its runs, each statistic's errors,
+    the leave-one-out intervals' median half-width and coverage."""
+    lines = [
+        "| configuration | runs | mean-threshold error | p99.9 error | 95% half-width | covered |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in [n for n in CONFIGS if any(r["config"] == n for r in rows)]:
+        mine = [r for r in rows if r["config"] == name and "error" not in r]
+        cells = (loo.get(name) or {}).get("cells", [])
+        errs = [
+            _errors([r[s] for r in mine if r.get(s)], [c for c in cells if c["stat"] == s])
+            for s in STATS
+        ]
+        half = f"{100 * statistics.median(c['half_width'] for c in cells):.0f}%" if cells else "-"
+        cov = f"{sum(c['covered'] for c in cells)} of {len(cells)}" if cells else "-"
+        label = f"{name}: {SUMMARY[name]}" if name in SUMMARY else name
+        lines.append(f"| {label} | {len(mine)} | {errs[0]} | {errs[1]} | {half} | {cov} |")
+    return "\n".join(lines)
+
+
 def report(rows: list[dict[str, Any]]) -> str:
     loo = leave_one_out(rows)
     out = [table(rows), ""]
@@ -384,6 +434,7 @@ def report(rows: list[dict[str, Any]]) -> str:
         out.extend(f"  {line}" for line in accuracy([r for r in rows if r["config"] == name], loo))
     out.append("all configurations:")
     out.extend(f"  {line}" for line in accuracy(rows, loo))
+    out.extend(["", "README's table:", readme_table(rows, loo)])
     return "\n".join(out)
 
 

@@ -122,6 +122,25 @@ def test_the_model_error_is_a_bias_and_a_spread_judged_leaving_a_configuration_o
     assert bench_fidelity.fit_bias([]) == 0.0 and bench_fidelity.fit_sigma([]) == 0.0
 
 
+def test_the_readme_table_is_made_from_the_runs():
+    """Conclusive errors (corrected by the others' bias), then bounds; the leave-one-out
+    intervals' half-width and coverage, per configuration."""
+    rows = [_cell("demo", 77, 100), _cell("demo", 63, 100), _cell("support-a50", 70, 100)]
+    bound = _cell("support-a50", 90, 100)
+    bound["mean"]["status"] = "not_reached/ok"
+    loo = bench_fidelity.leave_one_out([*rows, bound])
+    table = bench_fidelity.readme_table([*rows, bound], loo).splitlines()
+    assert table[0].startswith("| configuration | runs | mean-threshold error")
+    demo = table[2].split(" | ")
+    assert demo[0] == "| demo: Support-like, 25% CPU-time share of one core" and demo[1] == "2"
+    corrected = [f"{100 * (c['error']):+.1f}%" for c in loo["demo"]["cells"]]
+    assert demo[2] == f"-23.0%, -37.0% ({', '.join(corrected)})"
+    assert demo[3] == "-" and demo[4].endswith("%")  # no p99.9 cell in these rows
+    assert demo[5] == f"{sum(c['covered'] for c in loo['demo']['cells'])} of 2 |"
+    a50 = table[3].split(" | ")
+    assert a50[1] == "2" and a50[2].endswith("; bound -10.0%"), a50
+
+
 def test_a_fit_uses_only_the_runs_of_this_calibration():
     """A CPU-time share's errors belong to the calibration that made its speed: runs of
     another are left out and counted; core subsets need none and all stay."""
