@@ -1,6 +1,6 @@
-"""What a request of the demo's mix costs on the whole core, light (evenly spaced or in
-bursts) and busy, and on its 25% CPU-time share: the calibration's burst (BURST) rests
-on it.
+"""What a request of the demo's mix costs on the whole core, light (evenly spaced, in
+bursts, or in short periods at the knee's load) and busy, and on its 25% CPU-time
+share: the calibration's light pattern rests on it.
 
     python bench/bench_burst_cost.py                  # 3 rounds, 4 s windows
     python bench/bench_burst_cost.py --rounds 5
@@ -9,8 +9,10 @@ The server is the demo's (lighttpd + php-cgi on CPU 1, the generator elsewhere);
 round runs every pattern once, in the same order, so that the host's drift spreads
 over all of them. CPU per request is the run's server utilization times its window
 over its requests (the utilization law): the same reading the calibration makes. The
-reference measured in the same run is the busy whole core (``busy``); each light
-pattern prints its ratio to it (1: the light run read the busy core's cost).
+calibration's probe sends the sample's requests drawn by class on keep-alive
+connections. The reference measured in the same run is what a validation measures:
+the whole trace's own sessions, looped, with the whole core busy (``sessions busy``);
+every pattern prints its ratio to it (1: the pattern read the busy core's cost).
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ ALPHA = 0.25
 LIGHT_RATE = 80.0  # req/s: 4-6% of the whole core here
 BUSY_RATE = 1500.0  # req/s: 80-95% of it here
 SHARE_RATE = 300.0  # req/s: near the 25% share's knee here
+SESSIONS_FACTOR = 4.0  # the whole trace's sessions at 4x their rate: about BUSY_RATE
+# Knee-load periods: PERIOD_S at BUSY_RATE, one every PERIOD_GAP_S (light on average).
+PERIOD_S, PERIOD_GAP_S = 0.25, 2.0
 
 
 def _cpu_per_request(res: Any) -> float | None:
@@ -38,10 +43,12 @@ def _cpu_per_request(res: Any) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import numpy as np
     from rich.console import Console
 
     import samplers
     from shrink.demo import _synth
+    from shrink.measure import default_loop_window, default_skip, loop_window
     from shrink.providers import TestbedProvider
     from shrink.scaling.calibration import probe_trace
     from shrink.share import Share
@@ -59,11 +66,25 @@ def main(argv: list[str] | None = None) -> int:
         gap = k / rate
         return probe_trace(sample, rate, span, seed, burst=k, offset=(warm + gap / 2) % gap)
 
+    def periods(seed: int) -> Trace:
+        """Requests at BUSY_RATE for PERIOD_S, one period every PERIOD_GAP_S, each
+        period whole in the window (mid-way between two gaps)."""
+        n = max(1, round(a.seconds / PERIOD_GAP_S))
+        tr = probe_trace(sample, BUSY_RATE, n * PERIOD_S, seed)
+        tr = tr.take(np.flatnonzero(tr.column("t") < n * PERIOD_S))
+        t = tr.column("t")
+        k = np.floor(t / PERIOD_S)
+        start = warm + (a.seconds / n - PERIOD_S) / 2
+        return tr.with_column("t", start + k * (a.seconds / n) + (t - k * PERIOD_S))
+
     with tempfile.TemporaryDirectory(prefix="shrink-burst-") as tmp:
         work = Path(tmp)
         work.chmod(0o711)  # the servers run unprivileged: they pass through to the docroot
         trace_path, docroot = _synth(work, Console(stderr=True))
-        sample = samplers.sample(Trace.read_parquet(trace_path), ALPHA, seed=0, level="session")
+        whole = Trace.read_parquet(trace_path)
+        sample = samplers.sample(whole, ALPHA, seed=0, level="session")
+        skip = default_skip(whole)
+        looped = loop_window(whole, skip, default_loop_window(whole, skip))
         prov = TestbedProvider(docroot, run_dir=work / "runs", server=ServerSettings())
         costs: dict[str, list[float]] = {}
         with (
@@ -74,19 +95,24 @@ def main(argv: list[str] | None = None) -> int:
                 "evenly spaced": lambda s: (full, probe_trace(sample, LIGHT_RATE, span, s)),
                 "bursts of 16": lambda s: (full, bursty(LIGHT_RATE, 16, s)),
                 "bursts of 64": lambda s: (full, bursty(LIGHT_RATE, 64, s)),
+                "knee-load periods": lambda s: (full, periods(s)),
                 "busy": lambda s: (full, probe_trace(sample, BUSY_RATE, span, s)),
+                "sessions busy": lambda s: (full, looped),
                 "share near its knee": lambda s: (share, probe_trace(sample, SHARE_RATE, span, s)),
             }
             for k in range(a.rounds):
                 for i, (name, make) in enumerate(patterns.items()):
                     target, tr = make(100 * k + i)
-                    res = target.run(tr, rate_factor=1.0, warmup=warm, duration=a.seconds, seed=k)
+                    factor = SESSIONS_FACTOR if tr is looped else 1.0
+                    res = target.run(
+                        tr, rate_factor=factor, warmup=warm, duration=a.seconds, seed=k
+                    )
                     c = _cpu_per_request(res)
                     if c is not None:
                         # The share's utilization is of its quota: its CPU is alpha of it.
                         costs.setdefault(name, []).append(c * (ALPHA if target is share else 1))
-    busy = statistics.median(costs.get("busy") or [float("nan")])
-    print("| pattern | CPU per request, ms (runs) | median over busy |")
+    busy = statistics.median(costs.get("sessions busy") or [float("nan")])
+    print("| pattern | CPU per request, ms (runs) | median over sessions busy |")
     print("|---|---|---|")
     for name, xs in costs.items():
         runs = ", ".join(f"{1e3 * x:.3f}" for x in xs)
