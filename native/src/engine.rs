@@ -120,6 +120,24 @@ pub struct Rows {
     pub dispatched: Vec<f64>,
 }
 
+impl Rows {
+    /// Room for ``n`` more rows in every column (address space only: its pages are
+    /// touched as the rows come).
+    pub fn reserve(&mut self, n: usize) {
+        self.intended.reserve(n);
+        self.sent.reserve(n);
+        self.first_byte.reserve(n);
+        self.done.reserve(n);
+        self.status.reserve(n);
+        self.nbytes.reserve(n);
+        self.cls.reserve(n);
+        self.session.reserve(n);
+        self.target.reserve(n);
+        self.error.reserve(n);
+        self.dispatched.reserve(n);
+    }
+}
+
 struct Req {
     row: i64,
     session: i64,
