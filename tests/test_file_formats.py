@@ -1,0 +1,100 @@
+"""Each file format is its type: the dataclass's fields are what is written and read back.
+
+A field added to the type appears in the written file with no other edit; an older
+file lacking a field reads (the type's default fills it); a bad field gives one line
+naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import pytest
+from helpers.curves import mm1_curve
+
+from shrink.errors import TraceFormatError
+from shrink.mat import MATResult, mat
+from shrink.validate import Validation, validate
+
+# Validation (validation.json) -------------------------------------------------------
+
+
+def _validation() -> Validation:
+    full = mm1_curve([400, 600, 750, 850, 920], 1000.0, reps=2, n=4000, seed=3)
+    low = mm1_curve([400, 600, 700], 1000.0, reps=2, n=4000, seed=4)
+    return validate(low, full, {"mean": 0.005})
+
+
+def test_a_field_added_to_validation_is_written():
+    @dataclass
+    class Wider(Validation):
+        note: str = "new"
+
+    assert Wider(mats={}).to_dict()["note"] == "new"
+
+
+def test_validation_reads_back_what_it_wrote(tmp_path):
+    v = _validation()
+    v.meta = {"mapping": "1-replica"}
+    back = Validation.read_json(v.write_json(tmp_path / "validation.json"))
+    assert back.to_dict() == v.to_dict()
+    assert back.mats["mean"]["predicted_status"] == "not_reached"
+    assert back.to_dict()["mat_error_mean"] == v.mat_error["mean"]
+    assert "cost_ratio" not in back.to_dict()
+
+
+def test_validation_writes_a_nan_error_as_null(tmp_path):
+    v = _validation()
+    v.mats["mean"]["error"] = math.nan
+    doc = json.loads(v.write_json(tmp_path / "v.json").read_text())
+    assert doc["mats"]["mean"]["error"] is None and doc["mat_error_mean"] is None
+
+
+def test_an_older_validation_reads_with_defaults(tmp_path):
+    doc = _validation().to_dict()
+    for key in ("wasserstein", "meta", "wasserstein_median", "conclusive"):
+        del doc[key]
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    back = Validation.read_json(tmp_path / "old.json")
+    assert back.wasserstein == [] and back.meta == {} and back.conclusive == {"mean": False}
+
+
+def test_a_bad_validation_names_the_file_and_field(tmp_path):
+    doc = _validation().to_dict()
+    doc["mats"]["mean"]["threshold"] = "fast"
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    with pytest.raises(TraceFormatError) as err:
+        Validation.read_json(tmp_path / "bad.json")
+    assert "bad.json" in str(err.value) and "mats.mean.threshold" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+# MATResult (shrink.mat/1) -----------------------------------------------------------
+
+
+def test_a_field_added_to_a_mat_is_written():
+    @dataclass(frozen=True)
+    class Wider(MATResult):
+        note: str = "new"
+
+    assert Wider(1.0, (0.5, 2.0), "mean", 0.1).to_dict()["note"] == "new"
+
+
+def test_a_mat_reads_back_what_it_wrote():
+    curve = mm1_curve([400, 600, 750, 850, 920], 1000.0, reps=2, n=4000, seed=3)
+    for threshold in (0.005, 1e-9, 100.0):  # a crossing, below range, not reached
+        res = mat(curve, "mean", threshold)
+        back = MATResult.from_dict(json.loads(json.dumps(res.to_dict())))
+        assert back.to_dict() == res.to_dict() and back.status == res.status
+    assert res.to_dict()["ci"] is None and math.isnan(back.ci[0])
+
+
+def test_a_bad_mat_names_the_field():
+    doc = {**MATResult(1.0, (0.5, 2.0), "mean", 0.1).to_dict(), "status": "fine"}
+    with pytest.raises(TraceFormatError, match=r"^m\.json: status: ") as err:
+        MATResult.from_dict(doc, source="m.json")
+    assert "\n" not in str(err.value)
+    with pytest.raises(TraceFormatError, match=r"lacks threshold"):
+        MATResult.from_dict({"schema": "shrink.mat/1", "mat": 1.0, "ci": None, "stat": "mean"})
