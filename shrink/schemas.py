@@ -26,7 +26,6 @@ from pydantic import (
 __all__ = [
     "CalibrationFile",
     "CurveMeta",
-    "MachineSpec",
     "ManifestFile",
     "RegistryEntryFile",
     "TestbedStateFile",
@@ -68,36 +67,6 @@ class _Open(BaseModel):
     """A part of a file: known keys checked, unknown keys kept."""
 
     model_config = ConfigDict(extra="allow")
-
-
-# Machine spec (TOML, and the ``machine`` of curves, states and calibrations) ----
-class NicSpec(_Open):
-    ports: Annotated[int, Field(ge=1, le=64)] = 1
-    queues_per_port: Annotated[int, Field(ge=1, le=4_096)] = 1
-    port_socket: Annotated[list[Annotated[int, Field(ge=0, le=63)]], Field(max_length=64)] = []
-
-
-class MachineSpec(_Open):
-    name: Name = "unnamed"
-    sockets: Annotated[int, Field(ge=1, le=64)]
-    cores_per_socket: Annotated[int, Field(ge=1, le=4_096)]
-    threads_per_core: Annotated[int, Field(ge=1, le=16)] = 1
-    llc_mib: Annotated[float, Field(allow_inf_nan=False, ge=0.0, le=1e6)] = 0.0
-    ghz: Annotated[float, Field(allow_inf_nan=False, gt=0.0, le=1e3)] | None = None
-    cpus: Annotated[
-        list[Annotated[list[Cpu], Field(max_length=MAX_CPUS)]], Field(max_length=64)
-    ] = []
-    nic: NicSpec = NicSpec()
-    extra: dict[str, Any] = {}
-
-    @model_validator(mode="after")
-    def _total(self) -> MachineSpec:
-        n = self.sockets * self.cores_per_socket * self.threads_per_core
-        if n > MAX_CPUS:
-            raise ValueError(
-                f"sockets x cores_per_socket x threads_per_core == {n}, must be <= {MAX_CPUS}"
-            )
-        return self
 
 
 # LoadCurve (its levels: shrink.loadcurve.CURVE_FORMAT) ------------------------------
@@ -273,7 +242,7 @@ class CalibrationFile(_Open):
     x: Annotated[list[Finite], Field(max_length=100)]
     cov: Annotated[list[Annotated[list[Finite], Field(max_length=100)]], Field(max_length=100)]
     model_error: Finite = 0.0
-    machine: MachineSpec
+    machine: dict[str, Any]  # read as shrink.machine.Machine by CrossSocketModel
     workloads: Annotated[dict[Name, WorkloadModel], Field(max_length=1_000)]
     observations: Annotated[list[ObservationModel], Field(max_length=MAX_LIST)] = []
     fitted: dict[Name, Finite] = {}

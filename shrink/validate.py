@@ -182,10 +182,6 @@ class CostRatio(TypedDict):
     adjusted_error: NotRequired[dict[Name, Loose | None]]
 
 
-def _none(value: Any) -> bool:
-    return value is None
-
-
 @dataclass
 class Validation(files.VersionedFile):
     """A prediction checked against a full-scale run: ``validation.json``.
@@ -195,12 +191,10 @@ class Validation(files.VersionedFile):
     """
 
     mats: Annotated[dict[Name, MatCheck], Field(max_length=1_000)]
-    wasserstein: Annotated[list[Distance], Field(max_length=MAX_LIST)] = field(
-        default_factory=list
-    )
+    wasserstein: Annotated[list[Distance], Field(max_length=MAX_LIST)] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
     # Full-scale over scaled CPU per request, paired runs only (see cost_ratio).
-    cost_ratio: Annotated[CostRatio | None, Field(exclude_if=_none)] = None
+    cost_ratio: Annotated[CostRatio | None, Field(exclude_if=files.is_none)] = None
 
     SCHEMA = "shrink.checks/1"
     WHAT = "validation"

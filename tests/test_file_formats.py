@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from helpers.curves import mm1_curve
 
 from shrink.errors import TraceFormatError
+from shrink.machine import Machine
 from shrink.mat import MATResult, mat
 from shrink.validate import Validation, validate
 
@@ -98,3 +100,62 @@ def test_a_bad_mat_names_the_field():
     assert "\n" not in str(err.value)
     with pytest.raises(TraceFormatError, match=r"lacks threshold"):
         MATResult.from_dict({"schema": "shrink.mat/1", "mat": 1.0, "ci": None, "stat": "mean"})
+
+
+# Machine (a machine spec: TOML, and the ``machine`` of curves, states, calibrations) --
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "machines"
+
+
+def test_a_field_added_to_a_machine_is_written():
+    @dataclass(frozen=True)
+    class Wider(Machine):
+        note: str = "new"
+
+    assert Wider("m", 1, 2).to_dict()["note"] == "new"
+
+
+@pytest.mark.parametrize("spec", sorted(EXAMPLES.glob("*.toml")), ids=lambda p: p.name)
+def test_a_machine_spec_reads_back_what_it_wrote(spec, tmp_path):
+    m = Machine.read_toml(spec)
+    back = Machine.read_toml(m.write_toml(tmp_path / "m.toml"))
+    assert back == m and Machine.from_dict(json.loads(json.dumps(m.to_dict()))) == m
+    assert m.to_dict()["nic"] == {
+        "ports": 2,
+        "queues_per_port": m.nic_queues_per_port,
+        "port_socket": [0, 1],
+    }
+
+
+def test_a_short_machine_spec_reads_with_defaults(tmp_path):
+    (tmp_path / "m.toml").write_text("sockets = 2\ncores_per_socket = 2\n")
+    m = Machine.read_toml(tmp_path / "m.toml")
+    assert (m.name, m.cpus, m.nic_port_socket) == ("unnamed", ((0, 1), (2, 3)), (0,))
+    assert "ghz" not in m.to_dict() and "extra" not in m.to_dict()
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("sockets = 2\ncores_per_socket = 2\n[nic]\nports = 100\n", r"nic\.ports: "),
+        ("sockets = 2\ncores_per_socket = 2\nnic = 3\n", r"nic must be a table"),
+        ("sockets = 2\ncores_per_socket = 2\ncpus = [[0, -1]]\n", r"cpus\[0\]\[1\]: "),
+        ("cores_per_socket = 2\n", r"machine spec lacks sockets"),
+    ],
+)
+def test_a_bad_machine_spec_names_the_file_and_field(text, field, tmp_path):
+    (tmp_path / "m.toml").write_text(text)
+    with pytest.raises(TraceFormatError, match=r"m\.toml: .*" + field) as err:
+        Machine.read_toml(tmp_path / "m.toml")
+    assert "\n" not in str(err.value)
+
+
+def test_a_calibration_names_its_machine_field(tmp_path):
+    from extrapolate.calibration import load_calibration
+
+    load_calibration("published").write_json(tmp_path / "c.json")
+    doc = json.loads((tmp_path / "c.json").read_text())
+    doc["machine"]["nic"]["queues_per_port"] = 0
+    (tmp_path / "c.json").write_text(json.dumps(doc))
+    with pytest.raises(TraceFormatError, match=r"c\.json: machine\.nic\.queues_per_port: "):
+        load_calibration(tmp_path / "c.json")
