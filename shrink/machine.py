@@ -33,11 +33,10 @@ from pydantic import AliasPath, Field, model_serializer, model_validator
 from shrink import files
 from shrink.atomic import write_text
 from shrink.errors import TopologyError, TraceFormatError
-from shrink.schemas import MAX_CPUS, Cpu, Name
+from shrink.schemas import MAX_CPUS, Cpu, Name, Socket
 
 __all__ = ["Machine"]
 
-Socket = Annotated[int, Field(ge=0, le=63)]
 # The file's ``[nic]`` table holds these fields, without their ``nic_`` prefix.
 NIC = ("nic_ports", "nic_queues_per_port", "nic_port_socket")
 

@@ -45,6 +45,7 @@ Count = Annotated[int, Field(ge=0, le=10**12)]
 Pid = Annotated[int, Field(ge=1, le=2**22)]  # the kernel's pid_max limit
 Cpu = Annotated[int, Field(ge=0, lt=MAX_CPUS)]
 Port = Annotated[int, Field(ge=0, le=65_535)]
+Socket = Annotated[int, Field(ge=0, le=63)]
 Finite = Annotated[float, Field(allow_inf_nan=False, ge=-1e15, le=1e15)]
 NonNeg = Annotated[float, Field(allow_inf_nan=False, ge=0.0, le=1e15)]
 Positive = Annotated[float, Field(allow_inf_nan=False, gt=0.0, le=1e15)]

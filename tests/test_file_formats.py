@@ -17,6 +17,7 @@ from helpers.curves import mm1_curve
 
 from shrink.errors import TraceFormatError
 from shrink.machine import Machine
+from shrink.mapping import Mapping, Replica, build_mapping
 from shrink.mat import MATResult, mat
 from shrink.validate import Validation, validate
 
@@ -159,3 +160,34 @@ def test_a_calibration_names_its_machine_field(tmp_path):
     (tmp_path / "c.json").write_text(json.dumps(doc))
     with pytest.raises(TraceFormatError, match=r"c\.json: machine\.nic\.queues_per_port: "):
         load_calibration(tmp_path / "c.json")
+
+
+# Mapping and Replica (the ``mapping`` of a curve's target and of a testbed state) ----
+
+
+def test_a_field_added_to_a_replica_is_written():
+    @dataclass(frozen=True)
+    class Wider(Replica):
+        note: str = "new"
+
+    assert Wider("r0", (0, 1), "127.0.0.1", 8080, (0, 0)).to_dict()["note"] == "new"
+
+
+def test_a_mapping_reads_back_what_it_wrote():
+    m = Machine.read_toml(EXAMPLES / "nehalem-2s.toml")
+    for name in ("1-replica", "2-replica-direct", "4-replica"):
+        mp = build_mapping(name, m, m.all_cpus)
+        assert Mapping.from_dict(json.loads(json.dumps(mp.to_dict()))) == mp
+    r = mp.to_dict()["replicas"][0]
+    assert list(r) == ["name", "cpus", "address", "port", "sockets", "nic_socket"]
+    del r["nic_socket"]  # an older file's: the default fills it
+    assert Replica.from_dict(r).nic_socket is None
+
+
+def test_a_bad_mapping_names_the_field():
+    m = Machine.read_toml(EXAMPLES / "nehalem-2s.toml")
+    doc = build_mapping("2-replica-direct", m, m.all_cpus).to_dict()
+    doc["replicas"][1]["port"] = 70_000
+    with pytest.raises(TraceFormatError, match=r"^s\.json: replicas\[1\]\.port: ") as err:
+        Mapping.from_dict(doc, source="s.json")
+    assert "\n" not in str(err.value)
