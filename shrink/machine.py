@@ -120,7 +120,9 @@ class Machine(files.FileFormat):
     def _written(self, handler: Any) -> dict[str, Any]:
         d: dict[str, Any] = handler(self)
         nic = {k.removeprefix("nic_"): d.pop(k) for k in NIC}
-        return {**d, "nic": nic}
+        # The order files have always had (a state file is written unsorted).
+        last = {k: d.pop(k) for k in ("ghz", "extra") if k in d}
+        return {**d, "nic": nic, **last}
 
     @property
     def n_cores(self) -> int:

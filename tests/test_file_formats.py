@@ -128,6 +128,15 @@ def test_a_machine_spec_reads_back_what_it_wrote(spec, tmp_path):
     }
 
 
+def test_a_machine_is_written_in_its_files_key_order():
+    # A testbed state file holds the machine unsorted: its bytes must not move.
+    d = Machine("m", 1, 2, ghz=2.0, extra={"numa_nodes": 1}).to_dict()
+    assert list(d) == [
+        "name", "sockets", "cores_per_socket", "threads_per_core", "llc_mib", "cpus", "nic",
+        "ghz", "extra",
+    ]  # fmt: skip
+
+
 def test_a_short_machine_spec_reads_with_defaults(tmp_path):
     (tmp_path / "m.toml").write_text("sockets = 2\ncores_per_socket = 2\n")
     m = Machine.read_toml(tmp_path / "m.toml")
