@@ -28,7 +28,6 @@ __all__ = [
     "CurveMeta",
     "ManifestFile",
     "RegistryEntryFile",
-    "TestbedStateFile",
     "TraceMeta",
 ]
 
@@ -123,65 +122,7 @@ class CurveMeta(_Stated):
     target: dict[str, Any] = {}
 
 
-# Testbed state -------------------------------------------------------------------
-class ReplicaModel(_Open):
-    name: Name
-    address: Name
-    port: Port
-    cpus: Annotated[list[Cpu], Field(max_length=MAX_CPUS)]
-    # Written since the server recipes: the masters and each program's processes;
-    # before them: master_pid, lighttpd_pids and php_pids. One of the two is needed.
-    masters: Annotated[list[Pid], Field(min_length=1, max_length=MAX_CPUS)] | None = None
-    processes: Annotated[
-        dict[Name, Annotated[list[Pid], Field(max_length=MAX_LIST)]], Field(max_length=64)
-    ] | None = None
-    master_pid: Pid | None = None
-    pids: Annotated[list[Pid], Field(max_length=MAX_LIST)] = []
-    lighttpd_pids: Annotated[list[Pid], Field(max_length=MAX_CPUS)] | None = None
-    php_pids: Annotated[list[Pid], Field(max_length=MAX_LIST)] | None = None
-    starttimes: Annotated[dict[Pid, Count], Field(max_length=MAX_LIST)] = {}
-    # The program each process ran (its executable's path), checked before a signal.
-    exes: Annotated[dict[Pid, Text], Field(max_length=MAX_LIST)] = {}
-    pinned: Annotated[
-        dict[Pid, Annotated[list[Cpu], Field(max_length=MAX_CPUS)]], Field(max_length=MAX_LIST)
-    ] = {}
-    config: Text
-    errorlog: Text = ""
-    run_dir: Text = ""
-    nic_socket: Annotated[int, Field(ge=0, le=63)] | None = None
-    cgroup: dict[str, Any] | None = None
-    enforce: dict[str, Any] | None = None
-
-    @model_validator(mode="after")
-    def _pids_recorded(self) -> ReplicaModel:
-        if self.processes is None and (self.lighttpd_pids is None or self.php_pids is None):
-            raise ValueError("needs processes (or lighttpd_pids and php_pids)")
-        if self.masters is None and self.master_pid is None:
-            raise ValueError("needs masters (or master_pid)")
-        return self
-
-
-class ServerInfo(_Open):
-    name: Name = "lighttpd-php"
-    stop_signal: Annotated[int, Field(ge=1, le=64)] = 15
-
-
-class TestbedStateFile(_Open):
-    __test__ = False  # not a pytest test class, despite the name
-
-    schema_: Literal["shrink.testbed/1"] = Field(alias="schema")
-    replicas: Annotated[list[ReplicaModel], Field(min_length=1, max_length=1_024)]
-    share: dict[str, Any]  # read as shrink.share.Share (SHARE_FORMAT) by TestbedState
-    mapping: dict[str, Any]
-    machine: dict[str, Any]
-    docroot: Text
-    versions: dict[Name, Text]
-    started: Name
-    notes: Annotated[list[Text], Field(max_length=10_000)] = []
-    stopped: Name | None = None
-    server: ServerInfo = ServerInfo()
-
-
+# Testbed registry (the state itself: shrink.testbed.state.TestbedState) -------------
 class RegistryOwner(_Open):
     pid: Pid
     starttime: Count | None = None
@@ -192,7 +133,7 @@ class RegistryEntryFile(_Open):
 
     state_path: Text
     owner: RegistryOwner | None = None
-    state: TestbedStateFile
+    state: dict[str, Any]  # read as shrink.testbed.state.TestbedState by the registry
 
 
 # Prediction (the rest: shrink.prediction.PREDICTION_FORMAT) --------------------------

@@ -14,11 +14,13 @@ from pathlib import Path
 
 import pytest
 from helpers.curves import mm1_curve
+from helpers.testbed import lighttpd_replica
 
-from shrink.errors import TraceFormatError
+from shrink.errors import TestbedError, TraceFormatError
 from shrink.machine import Machine
 from shrink.mapping import Mapping, Replica, build_mapping
 from shrink.mat import MATResult, mat
+from shrink.testbed.state import ReplicaState, TestbedState
 from shrink.validate import Validation, validate
 
 # Validation (validation.json) -------------------------------------------------------
@@ -199,4 +201,73 @@ def test_a_bad_mapping_names_the_field():
     doc["replicas"][1]["port"] = 70_000
     with pytest.raises(TraceFormatError, match=r"^s\.json: replicas\[1\]\.port: ") as err:
         Mapping.from_dict(doc, source="s.json")
+    assert "\n" not in str(err.value)
+
+
+# The testbed state (shrink.testbed/1): ReplicaState and TestbedState -----------------
+
+
+def _state() -> TestbedState:
+    return TestbedState(
+        [lighttpd_replica(8080)], {"kind": "all"}, {"name": "1-replica"}, {}, "doc",
+        {"php": "8"}, "t", server={"name": "nginx-php-fpm", "source": "built-in", "stop_signal": 3},
+    )  # fmt: skip
+
+
+def test_a_field_added_to_a_replica_state_is_written():
+    @dataclass
+    class Wider(ReplicaState):
+        note: str = "new"
+
+    r = lighttpd_replica(8080)
+    d = Wider(**{f: getattr(r, f) for f in r.__dataclass_fields__}).to_dict()
+    assert d["note"] == "new" and d["pids"] == [10, 11, 12] and d["master_pid"] == 10
+
+
+def test_a_field_added_to_a_testbed_state_is_written():
+    @dataclass
+    class Wider(TestbedState):
+        note: str = "new"
+
+    st = _state()
+    assert Wider(**{f: getattr(st, f) for f in st.__dataclass_fields__}).to_dict()["note"] == "new"
+
+
+def test_a_state_reads_back_and_writes_the_same_bytes(tmp_path):
+    path = _state().write(tmp_path / "s.json")
+    d = json.loads(path.read_text())
+    assert list(d) == [
+        "schema", "server", "replicas", "share", "mapping", "machine", "docroot", "versions",
+        "started", "notes",
+    ]  # fmt: skip
+    assert list(d["replicas"][0])[:6] == ["name", "address", "port", "pids", "cpus", "master_pid"]
+    # a state read back writes what it read: the server's keys keep their order too
+    before = path.read_bytes()
+    assert TestbedState.read(path).write(tmp_path / "again.json").read_bytes() == before
+
+
+def test_an_older_state_reads_with_defaults(tmp_path):
+    d = _state().to_dict()
+    del d["server"], d["notes"], d["replicas"][0]["pinned"], d["replicas"][0]["exes"]
+    (tmp_path / "s.json").write_text(json.dumps(d))
+    st = TestbedState.read(tmp_path / "s.json")
+    assert st.server == {"name": "lighttpd-php-cgi", "source": "built-in"} and st.notes == []
+    assert st.replicas[0].pinned == {} and st.replicas[0].exes == {}
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "field"),
+    [
+        ("server", {"stop_signal": 99}, r"server\.stop_signal: "),
+        ("replica", {"starttimes": {"10": -1}}, r"replicas\[0\]\.starttimes\.10: "),
+        ("replica", {"masters": [0]}, r"replicas\[0\]\.masters\[0\]: "),
+        ("replica", {"exes": {"x": "/bin/sh"}}, r"replicas\[0\]\.exes\.x\.\[key\]: "),
+    ],
+)
+def test_a_bad_state_names_the_file_and_field(where, value, field, tmp_path):
+    d = _state().to_dict()
+    (d["server"] if where == "server" else d["replicas"][0]).update(value)
+    (tmp_path / "s.json").write_text(json.dumps(d))
+    with pytest.raises(TestbedError, match=r"s\.json: " + field) as err:
+        TestbedState.read(tmp_path / "s.json")
     assert "\n" not in str(err.value)
