@@ -103,13 +103,6 @@ def mat_text(
     return text
 
 
-def _read_mat(d: Any) -> Any:
-    # A bound is written without its interval (it means nothing): read as NaN.
-    if isinstance(d, Mapping) and d.get("ci", ()) is None:
-        return {**d, "ci": (math.nan, math.nan)}
-    return d
-
-
 @dataclass(frozen=True)
 class MATResult(files.VersionedFile):
     """A MAT with its interval (``shrink.mat/1``).
@@ -144,7 +137,13 @@ class MATResult(files.VersionedFile):
     def text(self, fmt: str = ",.1f") -> str:
         return mat_text(self.mat, self.status, self.ci, fmt=fmt)
 
-    _read = model_validator(mode="before")(_read_mat)
+    @model_validator(mode="before")
+    @classmethod
+    def _read(cls, d: Any) -> Any:
+        # A bound is written without its interval (it means nothing): read as NaN.
+        if isinstance(d, Mapping) and d.get("ci", ()) is None:
+            return {**d, "ci": (math.nan, math.nan)}
+        return d
 
     @model_serializer(mode="wrap")
     def _written(self, handler: Any) -> dict[str, Any]:

@@ -224,7 +224,8 @@ class Validation(files.VersionedFile):
     @property
     def wasserstein_median(self) -> float | None:
         """The median W1 over the levels compared; None without one."""
-        w = [x["w1"] for x in self.wasserstein]
+        # (a file read back holds a NaN as null)
+        w = [x["w1"] for x in self.wasserstein if x["w1"] is not None]
         return float(np.median(w)) if w else None
 
     @model_serializer(mode="wrap")
