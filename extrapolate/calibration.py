@@ -322,7 +322,7 @@ class CrossSocketModel(BaseEstimator):
             m = cls(
                 free=tuple(d["free"]),
                 fixed=d.get("fixed") or None,
-                machine=Machine.from_dict(d["machine"]),
+                machine=Machine.from_dict(d["machine"], source=source, at="machine"),
                 workloads=wls,
             )
             m.free_ = list(d["free"])

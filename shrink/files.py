@@ -5,9 +5,9 @@ testbed state, machine spec, docroot manifest, and the JSON kept in a Parquet
 file's metadata) goes through :func:`read_json` / :func:`read_toml` /
 :func:`parse_json`, and is checked against its schema: a pydantic model
 (:mod:`shrink.schemas`), or, for a format whose dataclass is a
-:class:`FileFormat` (share, load curve, prediction), the dataclass itself through
-its TypeAdapter (:func:`adapt`). A bad file gives one line naming the file and
-what is wrong, never a traceback:
+:class:`FileFormat` (share, load curve, prediction, validation, MAT, machine spec,
+mapping, testbed state), the dataclass itself through its TypeAdapter (:func:`adapt`).
+A bad file gives one line naming the file and what is wrong, never a traceback:
 
 - the file is missing, a directory, unreadable or larger than ``MAX_BYTES``;
 - a byte that is not UTF-8 (its offset is named);
@@ -182,6 +182,16 @@ def adapt(
         raise TraceFormatError(_describe(exc, what, at), path=source) from None
     except RecursionError:
         raise TraceFormatError(f"not a {what}: nested too deeply", path=source) from None
+
+
+def is_none(value: Any) -> bool:
+    """A field's ``exclude_if``: a None is not written (a reader's default fills it)."""
+    return value is None
+
+
+def is_empty(value: Any) -> bool:
+    """A field's ``exclude_if``: an empty value is not written."""
+    return not value
 
 
 class FileFormat:

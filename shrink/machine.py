@@ -23,31 +23,62 @@ predictions can target it. TOML layout::
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AliasPath, Field, model_serializer, model_validator
 
 from shrink import files
 from shrink.atomic import write_text
 from shrink.errors import TopologyError, TraceFormatError
-from shrink.schemas import MachineSpec
+from shrink.schemas import MAX_CPUS, Cpu, Name, Socket
 
 __all__ = ["Machine"]
 
+# The file's ``[nic]`` table holds these fields, without their ``nic_`` prefix.
+NIC = ("nic_ports", "nic_queues_per_port", "nic_port_socket")
+
+
+def _nic(key: str) -> AliasPath:
+    return AliasPath("nic", key)
+
 
 @dataclass(frozen=True)
-class Machine:
-    name: str
-    sockets: int
-    cores_per_socket: int
-    threads_per_core: int = 1
-    llc_mib: float = 0.0
-    ghz: float | None = None
-    cpus: tuple[tuple[int, ...], ...] = ()
-    nic_ports: int = 1
-    nic_queues_per_port: int = 1
-    nic_port_socket: tuple[int, ...] = ()
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+class Machine(files.FileFormat):
+    """A machine spec: its fields are the file's keys (see the module docstring).
+
+    Sizes are bounded here, so a hostile spec cannot make a later stage allocate
+    gigabytes; ``__post_init__`` checks what the fields say together.
+    """
+
+    name: Name
+    sockets: Annotated[int, Field(ge=1, le=64)]
+    cores_per_socket: Annotated[int, Field(ge=1, le=4_096)]
+    threads_per_core: Annotated[int, Field(ge=1, le=16)] = 1
+    llc_mib: Annotated[float, Field(allow_inf_nan=False, ge=0.0, le=1e6)] = 0.0
+    ghz: Annotated[
+        float | None, Field(allow_inf_nan=False, gt=0.0, le=1e3, exclude_if=files.is_none)
+    ] = None
+    # default: socket-major order
+    cpus: Annotated[
+        tuple[Annotated[tuple[Cpu, ...], Field(max_length=MAX_CPUS)], ...], Field(max_length=64)
+    ] = ()
+    # The file's [nic] table: ports, queues_per_port, port_socket.
+    nic_ports: Annotated[int, Field(ge=1, le=64, validation_alias=_nic("ports"))] = 1
+    nic_queues_per_port: Annotated[
+        int, Field(ge=1, le=4_096, validation_alias=_nic("queues_per_port"))
+    ] = 1
+    # default: port p's queues have their interrupts on socket p % sockets
+    nic_port_socket: Annotated[
+        tuple[Socket, ...], Field(max_length=64, validation_alias=_nic("port_socket"))
+    ] = ()
+    extra: Annotated[dict[str, Any], Field(exclude_if=files.is_empty)] = field(
+        default_factory=dict, compare=False
+    )
+
+    WHAT = "machine spec"
 
     def __post_init__(self) -> None:
         if self.sockets < 1 or self.cores_per_socket < 1 or self.threads_per_core < 1:
@@ -55,6 +86,11 @@ class Machine:
                 f"machine {self.name!r}: sockets, cores and threads per core must be >= 1"
             )
         per = self.cores_per_socket * self.threads_per_core
+        if self.sockets * per > MAX_CPUS:
+            raise TopologyError(
+                f"machine {self.name!r}: sockets x cores_per_socket x threads_per_core == "
+                f"{self.sockets * per}, must be <= {MAX_CPUS}"
+            )
         if not self.cpus:
             cpus = tuple(tuple(range(s * per, (s + 1) * per)) for s in range(self.sockets))
             object.__setattr__(self, "cpus", cpus)
@@ -72,6 +108,21 @@ class Machine:
                 f"machine {self.name!r}: nic port_socket must name a socket in "
                 f"0..{self.sockets - 1} for each of the {self.nic_ports} ports"
             )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read(cls, d: Any) -> Any:
+        if isinstance(d, Mapping) and not isinstance(d.get("nic", {}), Mapping):
+            raise ValueError("nic must be a table (ports, queues_per_port, port_socket)")
+        return {"name": "unnamed", **d} if isinstance(d, Mapping) else d
+
+    @model_serializer(mode="wrap")
+    def _written(self, handler: Any) -> dict[str, Any]:
+        d: dict[str, Any] = handler(self)
+        nic = {k.removeprefix("nic_"): d.pop(k) for k in NIC}
+        # The order files have always had (a state file is written unsorted).
+        last = {k: d.pop(k) for k in ("ghz", "extra") if k in d}
+        return {**d, "nic": nic, **last}
 
     @property
     def n_cores(self) -> int:
@@ -98,26 +149,6 @@ class Machine:
         raise TopologyError(f"CPU {cpu} is not on machine {self.name!r} (CPUs {self.all_cpus})")
 
     # TOML ------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {
-            "name": self.name,
-            "sockets": self.sockets,
-            "cores_per_socket": self.cores_per_socket,
-            "threads_per_core": self.threads_per_core,
-            "llc_mib": self.llc_mib,
-            "cpus": [list(c) for c in self.cpus],
-            "nic": {
-                "ports": self.nic_ports,
-                "queues_per_port": self.nic_queues_per_port,
-                "port_socket": list(self.nic_port_socket),
-            },
-        }
-        if self.ghz is not None:
-            d["ghz"] = self.ghz
-        if self.extra:
-            d["extra"] = self.extra
-        return d
-
     def to_toml(self) -> str:
         d = self.to_dict()
         lines = [f'name = "{self.name}"']
@@ -144,25 +175,15 @@ class Machine:
         return path
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], *, source: str | None = None) -> Machine:
-        """A machine from its spec (TOML's or ``to_dict``'s form), checked against
-        :class:`shrink.schemas.MachineSpec` (which bounds sockets, cores and lists)."""
-        d = files.validate(d, MachineSpec, source=source, what="machine spec")
-        nic = d.get("nic", {})
+    def from_dict(
+        cls, d: Any, *, source: str | Path | None = None, at: str | None = None
+    ) -> Machine:
+        """A machine from its spec (TOML's or ``to_dict``'s form), checked against its type.
+
+        ``at``: where the spec is in its file (``machine``), named in an error.
+        """
         try:
-            return cls(
-                name=str(d.get("name", "unnamed")),
-                sockets=int(d["sockets"]),
-                cores_per_socket=int(d["cores_per_socket"]),
-                threads_per_core=int(d.get("threads_per_core", 1)),
-                llc_mib=float(d.get("llc_mib", 0.0)),
-                ghz=None if d.get("ghz") is None else float(d["ghz"]),
-                cpus=tuple(tuple(int(c) for c in s) for s in d.get("cpus", ())),
-                nic_ports=int(nic.get("ports", 1)),
-                nic_queues_per_port=int(nic.get("queues_per_port", 1)),
-                nic_port_socket=tuple(int(s) for s in nic.get("port_socket", ())),
-                extra=dict(d.get("extra", {})),
-            )
+            return files.adapt(cls.file_format(), d, what=cls.WHAT, at=at, source=source)
         except TopologyError as exc:
             if source is None:
                 raise
@@ -170,8 +191,7 @@ class Machine:
 
     @classmethod
     def read_toml(cls, path: str | Path) -> Machine:
-        d = files.read_toml(path, MachineSpec, what="machine spec")
-        return cls.from_dict(d, source=str(path))
+        return cls.from_dict(files.read_toml(path, what=cls.WHAT), source=str(path))
 
 
 def _toml_value(v: Any) -> str:

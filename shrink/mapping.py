@@ -19,10 +19,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated
 
+from pydantic import Field
+
+from shrink import files
 from shrink.errors import OptionError, TopologyError
 from shrink.machine import Machine
+from shrink.schemas import MAX_CPUS, Cpu, Name, Port, Socket
 
 __all__ = [
     "BUILTIN_MAPPINGS",
@@ -38,46 +42,31 @@ BUILTIN_MAPPINGS = ("1-replica", "2-replica-direct", "2-replica-indirect")
 
 
 @dataclass(frozen=True)
-class Replica:
+class Replica(files.FileFormat):
     """One server instance: its CPUs, its address, and the socket of the NIC queues feeding it.
 
     ``nic_socket`` is None when RSS spreads the replica's connections over the
     queues of all the sockets its CPUs are on.
     """
 
-    name: str
-    cpus: tuple[int, ...]
-    address: str
-    port: int
-    sockets: tuple[int, ...]
-    nic_socket: int | None = None
+    name: Name
+    cpus: Annotated[tuple[Cpu, ...], Field(max_length=MAX_CPUS)]
+    address: Name
+    port: Port
+    sockets: Annotated[tuple[Socket, ...], Field(max_length=MAX_CPUS)]
+    nic_socket: Socket | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "cpus": list(self.cpus),
-            "address": self.address,
-            "port": self.port,
-            "sockets": list(self.sockets),
-            "nic_socket": self.nic_socket,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Replica:
-        return cls(
-            name=d["name"],
-            cpus=tuple(d["cpus"]),
-            address=d["address"],
-            port=int(d["port"]),
-            sockets=tuple(d["sockets"]),
-            nic_socket=d.get("nic_socket"),
-        )
+    WHAT = "replica"
 
 
 @dataclass(frozen=True)
-class Mapping:
-    name: str
-    replicas: tuple[Replica, ...]
+class Mapping(files.FileFormat):
+    """The replicas of a mapping (``1-replica``, ...): the ``mapping`` of a curve or state."""
+
+    name: Name
+    replicas: Annotated[tuple[Replica, ...], Field(max_length=1_024)]
+
+    WHAT = "mapping"
 
     @property
     def cpus(self) -> tuple[int, ...]:
@@ -86,13 +75,6 @@ class Mapping:
     @property
     def addresses(self) -> list[tuple[str, int]]:
         return [(r.address, r.port) for r in self.replicas]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "replicas": [r.to_dict() for r in self.replicas]}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Mapping:
-        return cls(d["name"], tuple(Replica.from_dict(r) for r in d["replicas"]))
 
 
 def remote_nic_probability(replica: Replica) -> float:

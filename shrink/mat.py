@@ -54,14 +54,17 @@ bound: the threshold was not crossed within the measured range (as k6 exits
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import computed_field, model_serializer, model_validator
 
+from shrink import files
 from shrink.errors import MeasurementError
 from shrink.loadcurve import FAILURE_LIMIT, Level, LoadCurve
+from shrink.schemas import Loose, Name, NonNeg
 
 __all__ = ["BOUNDS", "EXIT_BOUND", "MATResult", "bound_of", "crossing", "mat", "mat_text"]
 
@@ -101,48 +104,51 @@ def mat_text(
 
 
 @dataclass(frozen=True)
-class MATResult:
-    """A MAT with its interval.
+class MATResult(files.VersionedFile):
+    """A MAT with its interval (``shrink.mat/1``).
 
     ``status`` is ``ok`` (crossing bracketed by two levels), ``not_reached``
     (the statistic stayed under the threshold at every level: ``mat`` is a lower
     bound, the highest throughput measured) or ``below_range`` (already over the
-    threshold at the lowest level: ``mat`` is an upper bound).
+    threshold at the lowest level: ``mat`` is an upper bound). Written beside the
+    fields: ``bound`` and ``text``; ``ci`` is null for a bound.
     """
 
-    mat: float
-    ci: tuple[float, float]
-    stat: str
-    threshold: float
-    status: str = "ok"
-    bracket: tuple[float, float] | None = None  # the two levels' knob values
-    cls: str | None = None
+    mat: Loose
+    ci: tuple[Loose, Loose]
+    stat: Name
+    threshold: NonNeg
+    status: Literal["ok", "not_reached", "below_range"] = "ok"
+    bracket: tuple[Loose, Loose] | None = None  # the two levels' knob values
+    cls: Name | None = None
     # Not reached: where a level the generator stalled at was still over (a hint, not a
     # MAT; see the module docstring).
-    stalled_ceiling: float | None = None
+    stalled_ceiling: NonNeg | None = None
 
+    SCHEMA = "shrink.mat/1"
+    WHAT = "MAT"
+
+    @computed_field  # type: ignore[prop-decorator]
     @property
-    def bound(self) -> str | None:
+    def bound(self) -> Literal["lower", "upper"] | None:
         """``"lower"``, ``"upper"`` or None: see the module docstring."""
-        return bound_of(self.status)
+        return bound_of(self.status)  # type: ignore[return-value]
 
     def text(self, fmt: str = ",.1f") -> str:
         return mat_text(self.mat, self.status, self.ci, fmt=fmt)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema": "shrink.mat/1",
-            "mat": self.mat,
-            "bound": self.bound,
-            "text": self.text(),
-            "ci": None if self.bound else list(self.ci),
-            "stat": self.stat,
-            "threshold": self.threshold,
-            "status": self.status,
-            "bracket": None if self.bracket is None else list(self.bracket),
-            "cls": self.cls,
-            "stalled_ceiling": self.stalled_ceiling,
-        }
+    @model_validator(mode="before")
+    @classmethod
+    def _read(cls, d: Any) -> Any:
+        # A bound is written without its interval (it means nothing): read as NaN.
+        if isinstance(d, Mapping) and d.get("ci", ()) is None:
+            return {**d, "ci": (math.nan, math.nan)}
+        return d
+
+    @model_serializer(mode="wrap")
+    def _written(self, handler: Any) -> dict[str, Any]:
+        d: dict[str, Any] = handler(self)
+        return {**d, "text": self.text(), "ci": None if self.bound else d["ci"]}
 
     def scaled(self, factor: float) -> MATResult:
         """The MAT with throughputs multiplied by ``factor`` (e.g. 1/alpha)."""

@@ -26,10 +26,8 @@ from pydantic import (
 __all__ = [
     "CalibrationFile",
     "CurveMeta",
-    "MachineSpec",
     "ManifestFile",
     "RegistryEntryFile",
-    "TestbedStateFile",
     "TraceMeta",
 ]
 
@@ -46,6 +44,7 @@ Count = Annotated[int, Field(ge=0, le=10**12)]
 Pid = Annotated[int, Field(ge=1, le=2**22)]  # the kernel's pid_max limit
 Cpu = Annotated[int, Field(ge=0, lt=MAX_CPUS)]
 Port = Annotated[int, Field(ge=0, le=65_535)]
+Socket = Annotated[int, Field(ge=0, le=63)]
 Finite = Annotated[float, Field(allow_inf_nan=False, ge=-1e15, le=1e15)]
 NonNeg = Annotated[float, Field(allow_inf_nan=False, ge=0.0, le=1e15)]
 Positive = Annotated[float, Field(allow_inf_nan=False, gt=0.0, le=1e15)]
@@ -68,36 +67,6 @@ class _Open(BaseModel):
     """A part of a file: known keys checked, unknown keys kept."""
 
     model_config = ConfigDict(extra="allow")
-
-
-# Machine spec (TOML, and the ``machine`` of curves, states and calibrations) ----
-class NicSpec(_Open):
-    ports: Annotated[int, Field(ge=1, le=64)] = 1
-    queues_per_port: Annotated[int, Field(ge=1, le=4_096)] = 1
-    port_socket: Annotated[list[Annotated[int, Field(ge=0, le=63)]], Field(max_length=64)] = []
-
-
-class MachineSpec(_Open):
-    name: Name = "unnamed"
-    sockets: Annotated[int, Field(ge=1, le=64)]
-    cores_per_socket: Annotated[int, Field(ge=1, le=4_096)]
-    threads_per_core: Annotated[int, Field(ge=1, le=16)] = 1
-    llc_mib: Annotated[float, Field(allow_inf_nan=False, ge=0.0, le=1e6)] = 0.0
-    ghz: Annotated[float, Field(allow_inf_nan=False, gt=0.0, le=1e3)] | None = None
-    cpus: Annotated[
-        list[Annotated[list[Cpu], Field(max_length=MAX_CPUS)]], Field(max_length=64)
-    ] = []
-    nic: NicSpec = NicSpec()
-    extra: dict[str, Any] = {}
-
-    @model_validator(mode="after")
-    def _total(self) -> MachineSpec:
-        n = self.sockets * self.cores_per_socket * self.threads_per_core
-        if n > MAX_CPUS:
-            raise ValueError(
-                f"sockets x cores_per_socket x threads_per_core == {n}, must be <= {MAX_CPUS}"
-            )
-        return self
 
 
 # LoadCurve (its levels: shrink.loadcurve.CURVE_FORMAT) ------------------------------
@@ -153,65 +122,7 @@ class CurveMeta(_Stated):
     target: dict[str, Any] = {}
 
 
-# Testbed state -------------------------------------------------------------------
-class ReplicaModel(_Open):
-    name: Name
-    address: Name
-    port: Port
-    cpus: Annotated[list[Cpu], Field(max_length=MAX_CPUS)]
-    # Written since the server recipes: the masters and each program's processes;
-    # before them: master_pid, lighttpd_pids and php_pids. One of the two is needed.
-    masters: Annotated[list[Pid], Field(min_length=1, max_length=MAX_CPUS)] | None = None
-    processes: Annotated[
-        dict[Name, Annotated[list[Pid], Field(max_length=MAX_LIST)]], Field(max_length=64)
-    ] | None = None
-    master_pid: Pid | None = None
-    pids: Annotated[list[Pid], Field(max_length=MAX_LIST)] = []
-    lighttpd_pids: Annotated[list[Pid], Field(max_length=MAX_CPUS)] | None = None
-    php_pids: Annotated[list[Pid], Field(max_length=MAX_LIST)] | None = None
-    starttimes: Annotated[dict[Pid, Count], Field(max_length=MAX_LIST)] = {}
-    # The program each process ran (its executable's path), checked before a signal.
-    exes: Annotated[dict[Pid, Text], Field(max_length=MAX_LIST)] = {}
-    pinned: Annotated[
-        dict[Pid, Annotated[list[Cpu], Field(max_length=MAX_CPUS)]], Field(max_length=MAX_LIST)
-    ] = {}
-    config: Text
-    errorlog: Text = ""
-    run_dir: Text = ""
-    nic_socket: Annotated[int, Field(ge=0, le=63)] | None = None
-    cgroup: dict[str, Any] | None = None
-    enforce: dict[str, Any] | None = None
-
-    @model_validator(mode="after")
-    def _pids_recorded(self) -> ReplicaModel:
-        if self.processes is None and (self.lighttpd_pids is None or self.php_pids is None):
-            raise ValueError("needs processes (or lighttpd_pids and php_pids)")
-        if self.masters is None and self.master_pid is None:
-            raise ValueError("needs masters (or master_pid)")
-        return self
-
-
-class ServerInfo(_Open):
-    name: Name = "lighttpd-php"
-    stop_signal: Annotated[int, Field(ge=1, le=64)] = 15
-
-
-class TestbedStateFile(_Open):
-    __test__ = False  # not a pytest test class, despite the name
-
-    schema_: Literal["shrink.testbed/1"] = Field(alias="schema")
-    replicas: Annotated[list[ReplicaModel], Field(min_length=1, max_length=1_024)]
-    share: dict[str, Any]  # read as shrink.share.Share (SHARE_FORMAT) by TestbedState
-    mapping: dict[str, Any]
-    machine: dict[str, Any]
-    docroot: Text
-    versions: dict[Name, Text]
-    started: Name
-    notes: Annotated[list[Text], Field(max_length=10_000)] = []
-    stopped: Name | None = None
-    server: ServerInfo = ServerInfo()
-
-
+# Testbed registry (the state itself: shrink.testbed.state.TestbedState) -------------
 class RegistryOwner(_Open):
     pid: Pid
     starttime: Count | None = None
@@ -222,7 +133,7 @@ class RegistryEntryFile(_Open):
 
     state_path: Text
     owner: RegistryOwner | None = None
-    state: TestbedStateFile
+    state: dict[str, Any]  # read as shrink.testbed.state.TestbedState by the registry
 
 
 # Prediction (the rest: shrink.prediction.PREDICTION_FORMAT) --------------------------
@@ -273,7 +184,7 @@ class CalibrationFile(_Open):
     x: Annotated[list[Finite], Field(max_length=100)]
     cov: Annotated[list[Annotated[list[Finite], Field(max_length=100)]], Field(max_length=100)]
     model_error: Finite = 0.0
-    machine: MachineSpec
+    machine: dict[str, Any]  # read as shrink.machine.Machine by CrossSocketModel
     workloads: Annotated[dict[Name, WorkloadModel], Field(max_length=1_000)]
     observations: Annotated[list[ObservationModel], Field(max_length=MAX_LIST)] = []
     fitted: dict[Name, Finite] = {}

@@ -13,15 +13,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, NotRequired
 
 import numpy as np
+from pydantic import Field, computed_field, model_serializer
 
+# pydantic reads typing.TypedDict only from Python 3.12 on
+from typing_extensions import TypedDict
+
+from shrink import files
 from shrink.atomic import write_text
 from shrink.errors import MeasurementError
 from shrink.jsonout import dumps
 from shrink.loadcurve import QGRID, LoadCurve
 from shrink.mat import MATResult, mat
+from shrink.schemas import MAX_LIST, Count, Loose, Name, NonNeg, Positive
 from shrink.share import Share
 
 __all__ = [
@@ -132,20 +138,74 @@ def cost_adjusted_errors(mats: Mapping[str, Mapping[str, Any]], ratio: float) ->
     }
 
 
-@dataclass
-class Validation:
-    """A prediction checked against a full-scale run."""
+class MatCheck(TypedDict):
+    """A statistic's MAT, predicted and measured (:func:`validate`)."""
 
-    mats: dict[str, dict[str, Any]]
-    wasserstein: list[dict[str, float]] = field(default_factory=list)
+    threshold: Positive
+    predicted: Loose | None
+    predicted_ci: list[Loose | None]
+    predicted_status: Name
+    predicted_bound: Name | None
+    measured: Loose | None
+    measured_ci: list[Loose | None]
+    measured_status: Name
+    measured_bound: Name | None
+    # (predicted - measured) / measured; NaN (null) without a measured MAT
+    error: Loose | None
+    # The predicted interval held the measured MAT; None where either is a bound.
+    covered: bool | None
+    # Hints where a MAT was left open over stalled levels (never a MAT themselves).
+    predicted_stalled_ceiling: NotRequired[NonNeg]
+    measured_stalled_ceiling: NotRequired[NonNeg]
+
+
+class Distance(TypedDict):
+    """The latency distributions compared at one measured level (:func:`validate`)."""
+
+    throughput: Loose | None
+    utilization: Loose | None
+    w1: Loose | None
+    w1_relative_to_mean: Loose | None
+    measured_mean: Loose | None
+    predicted_mean: Loose | None
+
+
+class CostRatio(TypedDict):
+    """Full-scale over scaled CPU per request (:func:`cost_ratio`)."""
+
+    median: Loose
+    min: Loose
+    max: Loose
+    pairs: Count
+    levels: Annotated[list[Loose], Field(max_length=MAX_LIST)]
+    # The MAT errors had the full target cost per request what the share did.
+    adjusted_error: NotRequired[dict[Name, Loose | None]]
+
+
+@dataclass
+class Validation(files.VersionedFile):
+    """A prediction checked against a full-scale run: ``validation.json``.
+
+    Written beside the fields: ``mat_error_<stat>`` (each statistic's error), and
+    ``conclusive``, ``covered`` and ``wasserstein_median`` (computed from them).
+    """
+
+    mats: Annotated[dict[Name, MatCheck], Field(max_length=1_000)]
+    wasserstein: Annotated[list[Distance], Field(max_length=MAX_LIST)] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
     # Full-scale over scaled CPU per request, paired runs only (see cost_ratio).
-    cost_ratio: dict[str, Any] | None = None
+    cost_ratio: Annotated[CostRatio | None, Field(exclude_if=files.is_none)] = None
+
+    SCHEMA = "shrink.checks/1"
+    WHAT = "validation"
 
     @property
     def mat_error(self) -> dict[str, float]:
-        return {s: v["error"] for s, v in self.mats.items()}
+        return {s: v["error"] for s, v in self.mats.items()}  # type: ignore[misc]
 
+    # An error between two crossings that were both found; a MAT that is only a
+    # bound ("not reached", "below range") makes the error a bound or meaningless.
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def conclusive(self) -> dict[str, bool]:
         """Per statistic: both MATs are crossings found (status ok), not bounds."""
@@ -154,32 +214,35 @@ class Validation:
             for s, v in self.mats.items()
         }
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def covered(self) -> dict[str, bool | None]:
         """Per statistic: the predicted MAT's interval held the measured MAT (None: a bound)."""
         return {s: v.get("covered") for s, v in self.mats.items()}
 
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"schema": "shrink.checks/1", "mats": self.mats}
-        for stat, err in self.mat_error.items():
-            d[f"mat_error_{stat}"] = err
-        # An error between two crossings that were both found; a MAT that is only a
-        # bound ("not reached", "below range") makes the error a bound or meaningless.
-        d["conclusive"] = self.conclusive
-        d["covered"] = self.covered
-        w = [x["w1"] for x in self.wasserstein]
-        d["wasserstein"] = self.wasserstein
-        d["wasserstein_median"] = float(np.median(w)) if w else None
-        d["meta"] = self.meta
-        if self.cost_ratio is not None:
-            d["cost_ratio"] = self.cost_ratio
-        return d
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def wasserstein_median(self) -> float | None:
+        """The median W1 over the levels compared; None without one."""
+        # (a file read back holds a NaN as null)
+        w = [x["w1"] for x in self.wasserstein if x["w1"] is not None]
+        return float(np.median(w)) if w else None
+
+    @model_serializer(mode="wrap")
+    def _written(self, handler: Any) -> dict[str, Any]:
+        errors = {f"mat_error_{stat}": err for stat, err in self.mat_error.items()}
+        return {**handler(self), **errors}
 
     def write_json(self, path: str | Path) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text(path, dumps(self.to_dict(), indent=2, sort_keys=True, default=str) + "\n")
         return path
+
+    @classmethod
+    def read_json(cls, path: str | Path) -> Validation:
+        """Read a ``validation.json``, checked against its type."""
+        return cls.from_dict(files.read_json(path, what=cls.WHAT), source=path)
 
 
 def validate(
@@ -192,7 +255,7 @@ def validate(
     """Compare ``predicted`` (a full-machine curve) with ``measured`` (a full-scale run)."""
     if not measured.usable():
         raise MeasurementError("the full-scale run has no usable level to validate against")
-    mats: dict[str, dict[str, Any]] = {}
+    mats: dict[str, Any] = {}
     for stat, limit in thresholds.items():
         p = predicted_mats[stat] if predicted_mats and stat in predicted_mats else None
         p = p or mat(predicted, stat, limit)

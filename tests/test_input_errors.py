@@ -27,7 +27,6 @@ from shrink.machine import Machine
 from shrink.mat import mat, mat_text
 from shrink.replay._http import build_request, wire_target
 from shrink.schedule import build_schedule
-from shrink.schemas import MachineSpec
 from shrink.testbed import lifecycle
 from shrink.trace import Trace
 
@@ -127,7 +126,7 @@ def test_machine_sizes_are_bounded(tmp_path: Path) -> None:
     p.write_text('sockets = 2\ncores_per_socket = 2\n[nic]\nports = 1\nport_socket = [5]\n')
     with pytest.raises(TraceFormatError, match="port_socket must name a socket"):
         Machine.read_toml(p)
-    assert files.validate({"sockets": 2, "cores_per_socket": 4}, MachineSpec)["sockets"] == 2
+    assert Machine.from_dict({"sockets": 2, "cores_per_socket": 4}).sockets == 2
 
 
 def test_testbed_state_errors_are_testbed_errors(tmp_path: Path) -> None:

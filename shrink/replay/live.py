@@ -36,7 +36,6 @@ from shrink.replay.scaleout import EngineRun, default_realtime, run_engines
 from shrink.replay.selfcheck import LAG_LIMIT, generator_check
 from shrink.runlog import RunLog
 from shrink.schedule import ScheduleOptions
-from shrink.schemas import TestbedStateFile
 from shrink.target import GeneratorPlacement, RunResult
 from shrink.testbed.state import ReplicaState, TestbedState
 from shrink.trace import Trace
@@ -198,7 +197,7 @@ class LiveTarget:
     @classmethod
     def from_state(cls, path: str | Path, **kw: Any) -> LiveTarget:
         """A target over the replicas of a ``shrink testbed up`` state file."""
-        state = files.read_json(path, TestbedStateFile, what="testbed state")
+        state = files.read_json(path, what=TestbedState.WHAT)
         st = TestbedState.from_dict(state, source=str(path))
         if kw.get("share_cpus") is None:
             # The generator keeps off the share's CPUs (an older state: its replicas').

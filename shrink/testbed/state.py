@@ -25,42 +25,92 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Self
+
+from pydantic import ConfigDict, Field, model_serializer, model_validator, with_config
+
+# pydantic reads typing.TypedDict only from Python 3.12 on
+from typing_extensions import TypedDict
 
 from shrink import files
 from shrink.atomic import write_text
 from shrink.enforce.cfs import foreign_cgroup
 from shrink.errors import StateError, TestbedError, TraceFormatError
 from shrink.jsonout import dumps
-from shrink.schemas import TestbedStateFile
-from shrink.share import SHARE_FORMAT, Share
+from shrink.schemas import MAX_CPUS, MAX_LIST, Count, Cpu, Name, Pid, Port, Socket, Text
+from shrink.share import Share
 
 __all__ = ["SCHEMA", "ReplicaState", "TestbedState", "salvage_pids"]
 
 SCHEMA = "shrink.testbed/1"
 
 
-@dataclass
-class ReplicaState:
-    """One running replica."""
+@with_config(ConfigDict(extra="allow"))
+class ServerRecord(TypedDict, total=False):
+    """The recipe that started the testbed (``shrink.testbed.lifecycle.server_record``)."""
 
-    name: str
-    address: str
-    port: int
-    cpus: list[int]
-    masters: list[int]
-    processes: dict[str, list[int]]
-    starttimes: dict[int, int]
-    pinned: dict[int, list[int]]
-    config: str
-    errorlog: str
-    run_dir: str
-    nic_socket: int | None = None
+    name: Name
+    source: Text
+    stop_signal: Annotated[int, Field(ge=1, le=64)]  # sent to its masters on ``down``
+
+
+def _legacy(d: Mapping[str, Any]) -> dict[str, Any]:
+    """A replica as written before recipes (``lighttpd_pids``, ``php_pids``, ``master_pid``)
+    in today's form; a key written as null is absent (the older fields stand in)."""
+    out = dict(d)
+    if d.get("processes") is None:
+        if d.get("lighttpd_pids") is None or d.get("php_pids") is None:
+            raise ValueError("needs processes (or lighttpd_pids and php_pids)")
+        out["processes"] = {"lighttpd": d["lighttpd_pids"], "php-cgi": d["php_pids"]}
+    if d.get("masters") is None:
+        if d.get("master_pid") is None:
+            raise ValueError("needs masters (or master_pid)")
+        out["masters"] = [d["master_pid"]]
+    return out
+
+
+def _ours(d: Mapping[str, Any]) -> None:
+    """A :class:`StateError` if the replica names a cgroup outside shrink's own hierarchy
+    (``down`` would kill its members and remove it)."""
+    enf = d.get("enforce")
+    enforce_cg = enf.get("cgroup") if isinstance(enf, Mapping) else None
+    for where, cg in (("cgroup", d.get("cgroup")), ("enforce.cgroup", enforce_cg)):
+        if cg:
+            why = foreign_cgroup(cg) if isinstance(cg, dict) else "not a table"
+            if why is not None:
+                raise StateError(f"replica {d.get('name')!r}: field {where!r}: {why}")
+
+
+@dataclass
+class ReplicaState(files.FileFormat):
+    """One running replica. Written beside the fields: ``pids`` and ``master_pid``."""
+
+    name: Name
+    address: Name
+    port: Port
+    cpus: Annotated[list[Cpu], Field(max_length=MAX_CPUS)]
+    masters: Annotated[list[Pid], Field(min_length=1, max_length=MAX_CPUS)]
+    processes: Annotated[
+        dict[Name, Annotated[list[Pid], Field(max_length=MAX_LIST)]], Field(max_length=64)
+    ]
+    # kernel start times, so that a reused PID is never signalled
+    starttimes: Annotated[dict[Pid, Count], Field(max_length=MAX_LIST)]
+    pinned: Annotated[
+        dict[Pid, Annotated[list[Cpu], Field(max_length=MAX_CPUS)]], Field(max_length=MAX_LIST)
+    ]
+    config: Text
+    errorlog: Text = ""
+    run_dir: Text = ""
+    nic_socket: Socket | None = None
     cgroup: dict[str, Any] | None = None
     enforce: dict[str, Any] | None = None  # shrink.enforce: mechanism, its PIDs and groups
-    exes: dict[int, str] = field(default_factory=dict)  # the program each PID ran at start
+    # the program each PID ran at start, checked before a signal
+    exes: Annotated[dict[Pid, Text], Field(max_length=MAX_LIST)] = field(default_factory=dict)
+
+    WHAT = "replica"
 
     @property
     def pids(self) -> list[int]:
@@ -76,88 +126,48 @@ class ReplicaState:
         """The role of a recorded PID (``lighttpd``, ``php-fpm``, ...); ``server`` if none."""
         return next((k for k, v in self.processes.items() if pid in v), "server")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "address": self.address,
-            "port": self.port,
-            "pids": self.pids,
-            "cpus": self.cpus,
-            "master_pid": self.master_pid,
-            "masters": self.masters,
-            "processes": self.processes,
-            "starttimes": {str(k): v for k, v in self.starttimes.items()},
-            "pinned": {str(k): v for k, v in self.pinned.items()},
-            "config": self.config,
-            "errorlog": self.errorlog,
-            "run_dir": self.run_dir,
-            "nic_socket": self.nic_socket,
-            "cgroup": self.cgroup,
-            "enforce": self.enforce,
-            "exes": {str(k): v for k, v in self.exes.items()},
-        }
-
+    @model_validator(mode="before")
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ReplicaState:
-        """The replica a state file records; a :class:`StateError` if it names a cgroup
-        outside shrink's own hierarchy (``down`` would kill its members and remove it)."""
-        for where, cg in (("cgroup", d.get("cgroup")), ("enforce.cgroup", _enforce_cg(d))):
-            if cg:
-                why = foreign_cgroup(cg) if isinstance(cg, dict) else "not a table"
-                if why is not None:
-                    raise StateError(f"replica {d.get('name')!r}: field {where!r}: {why}")
-        # (a key written as null is absent: the schema lets the older fields stand in)
-        if d.get("processes") is not None:
-            processes = {str(k): [int(p) for p in v] for k, v in d["processes"].items()}
-        else:  # written before recipes: lighttpd + php-cgi
-            processes = {
-                "lighttpd": [int(p) for p in d["lighttpd_pids"]],
-                "php-cgi": [int(p) for p in d["php_pids"]],
-            }
-        return cls(
-            name=d["name"],
-            address=d["address"],
-            port=int(d["port"]),
-            cpus=[int(c) for c in d["cpus"]],
-            # (not d.get("masters", [d["master_pid"]]): that default is evaluated always)
-            masters=[int(p) for p in (d["masters"] if d.get("masters") else [d["master_pid"]])],
-            processes=processes,
-            starttimes={int(k): int(v) for k, v in d.get("starttimes", {}).items()},
-            pinned={int(k): [int(c) for c in v] for k, v in d.get("pinned", {}).items()},
-            config=d["config"],
-            errorlog=d.get("errorlog", ""),
-            run_dir=d.get("run_dir", ""),
-            nic_socket=d.get("nic_socket"),
-            cgroup=d.get("cgroup"),
-            enforce=d.get("enforce"),
-            exes={int(k): str(v) for k, v in (d.get("exes") or {}).items()},
-        )
+    def _read(cls, d: Any) -> Any:
+        if not isinstance(d, Mapping):
+            return d
+        _ours(d)
+        return {"starttimes": {}, "pinned": {}, **_legacy(d)}
+
+    @model_serializer(mode="wrap")
+    def _written(self, handler: Any) -> dict[str, Any]:
+        # pids and master_pid stand where they always have (the file is written unsorted)
+        d: dict[str, Any] = handler(self)
+        head = {k: d.pop(k) for k in ("name", "address", "port")}
+        cpus = d.pop("cpus")
+        return {**head, "pids": self.pids, "cpus": cpus, "master_pid": self.master_pid, **d}
 
 
-def _enforce_cg(d: dict[str, Any]) -> Any:
-    enf = d.get("enforce")
-    return enf.get("cgroup") if isinstance(enf, dict) else None
+def _default_server() -> dict[str, Any]:
+    return {"name": "lighttpd-php-cgi", "source": "built-in"}
 
 
 @dataclass
-class TestbedState:
-    """Everything ``up`` started, as written to STATE.json."""
+class TestbedState(files.VersionedFile):
+    """Everything ``up`` started, as written to STATE.json (see the module docstring)."""
 
     __test__ = False  # not a pytest test class
 
-    replicas: list[ReplicaState]
+    replicas: Annotated[list[ReplicaState], Field(min_length=1, max_length=1_024)]
     share: Share
-    mapping: dict[str, Any]
-    machine: dict[str, Any]
-    docroot: str
-    versions: dict[str, str]
-    started: str
-    notes: list[str] = field(default_factory=list)
-    stopped: str | None = None
-    server: dict[str, Any] = field(
-        default_factory=lambda: {"name": "lighttpd-php-cgi", "source": "built-in"}
-    )
-    share_enforce: dict[str, Any] | None = None  # how the share is held (shrink.enforce)
+    mapping: dict[str, Any]  # Mapping.to_dict()
+    machine: dict[str, Any]  # Machine.to_dict()
+    docroot: Text
+    versions: dict[Name, Text]
+    started: Name
+    notes: Annotated[list[Text], Field(max_length=10_000)] = field(default_factory=list)
+    stopped: Annotated[Name | None, Field(exclude_if=files.is_none)] = None
+    server: ServerRecord = field(default_factory=_default_server)  # type: ignore[assignment]
+    # How the share is held (shrink.enforce): written as the share's "enforce".
+    share_enforce: Annotated[dict[str, Any] | None, Field(exclude=True)] = None
+
+    SCHEMA = SCHEMA
+    WHAT = "testbed state"
 
     def __post_init__(self) -> None:
         # The file's form (Share.to_dict() plus "enforce") is read as a Share.
@@ -166,50 +176,32 @@ class TestbedState:
             self.share_enforce = d.pop("enforce", self.share_enforce)
             self.share = Share.from_dict(d)
 
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {
-            "schema": SCHEMA,
-            "server": self.server,
-            "replicas": [r.to_dict() for r in self.replicas],
-            "share": self.share.to_dict() | {"enforce": self.share_enforce},
-            "mapping": self.mapping,
-            "machine": self.machine,
-            "docroot": self.docroot,
-            "versions": self.versions,
-            "started": self.started,
-            "notes": self.notes,
-        }
-        if self.stopped is not None:
-            d["stopped"] = self.stopped
-        return d
+    @model_validator(mode="before")
+    @classmethod
+    def _read(cls, d: Any) -> Any:
+        if not isinstance(d, Mapping) or not isinstance(d.get("share"), Mapping):
+            return d
+        share = dict(d["share"])
+        enforce = share.pop("enforce", None)
+        server = d.get("server") or _default_server()
+        return {**d, "share": share, "share_enforce": enforce, "server": server}
+
+    @model_serializer(mode="wrap")
+    def _written(self, handler: Any) -> dict[str, Any]:
+        d: dict[str, Any] = handler(self)
+        d["share"] = {**d["share"], "enforce": self.share_enforce}
+        return {"schema": d.pop("schema"), "server": d.pop("server"), **d}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], *, source: str | None = None) -> TestbedState:
-        if d.get("schema") != SCHEMA:
-            raise TestbedError(f"{source or 'state'}: schema {d.get('schema')!r}, want {SCHEMA!r}")
-        share = dict(d["share"])
+    def from_dict(cls, d: Any, *, source: str | Path | None = None) -> Self:
+        """The state a file holds: a :class:`TestbedError` naming the file and field if it
+        is not one, a :class:`StateError` if it names what shrink did not make."""
         try:
-            enforce = share.pop("enforce", None)
-            typed = files.adapt(SHARE_FORMAT, share, what="testbed state", at="share")
+            return super().from_dict(d, source=source or "state")
         except TraceFormatError as exc:
-            raise TestbedError(f"{source or 'state'}: {exc.reason}") from None
-        try:
-            replicas = [ReplicaState.from_dict(r) for r in d["replicas"]]
+            raise TestbedError(str(exc)) from None
         except StateError as exc:
             raise StateError(f"{source or 'state'}: {exc}; nothing it names was touched") from None
-        return cls(
-            replicas=replicas,
-            share=typed,
-            mapping=d["mapping"],
-            machine=d["machine"],
-            docroot=d["docroot"],
-            versions=d["versions"],
-            started=d["started"],
-            notes=list(d.get("notes", [])),
-            stopped=d.get("stopped"),
-            server=dict(d.get("server") or {"name": "lighttpd-php-cgi", "source": "built-in"}),
-            share_enforce=enforce,
-        )
 
     def write(self, path: str | Path) -> Path:
         """Write atomically (a reader never sees half a file)."""
@@ -217,12 +209,12 @@ class TestbedState:
 
     @classmethod
     def read(cls, path: str | Path) -> TestbedState:
-        """The state, checked against :class:`shrink.schemas.TestbedStateFile`."""
+        """The state, checked against its type."""
         path = Path(path)
         if not path.exists():
             raise TestbedError(f"{path}: no such testbed state file (was `testbed up` run?)")
         try:
-            d = files.read_json(path, TestbedStateFile, what="testbed state")
+            d = files.read_json(path, what=cls.WHAT)
         except TraceFormatError as exc:
             raise TestbedError(str(exc)) from None
         return cls.from_dict(d, source=str(path))

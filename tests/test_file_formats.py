@@ -1,0 +1,273 @@
+"""Each file format is its type: the dataclass's fields are what is written and read back.
+
+A field added to the type appears in the written file with no other edit; an older
+file lacking a field reads (the type's default fills it); a bad field gives one line
+naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from helpers.curves import mm1_curve
+from helpers.testbed import lighttpd_replica
+
+from shrink.errors import TestbedError, TraceFormatError
+from shrink.machine import Machine
+from shrink.mapping import Mapping, Replica, build_mapping
+from shrink.mat import MATResult, mat
+from shrink.testbed.state import ReplicaState, TestbedState
+from shrink.validate import Validation, validate
+
+# Validation (validation.json) -------------------------------------------------------
+
+
+def _validation() -> Validation:
+    full = mm1_curve([400, 600, 750, 850, 920], 1000.0, reps=2, n=4000, seed=3)
+    low = mm1_curve([400, 600, 700], 1000.0, reps=2, n=4000, seed=4)
+    return validate(low, full, {"mean": 0.005})
+
+
+def test_a_field_added_to_validation_is_written():
+    @dataclass
+    class Wider(Validation):
+        note: str = "new"
+
+    assert Wider(mats={}).to_dict()["note"] == "new"
+
+
+def test_validation_reads_back_what_it_wrote(tmp_path):
+    v = _validation()
+    v.meta = {"mapping": "1-replica"}
+    back = Validation.read_json(v.write_json(tmp_path / "validation.json"))
+    assert back.to_dict() == v.to_dict()
+    assert back.mats["mean"]["predicted_status"] == "not_reached"
+    assert back.to_dict()["mat_error_mean"] == v.mat_error["mean"]
+    assert "cost_ratio" not in back.to_dict()
+
+
+def test_validation_writes_a_nan_error_as_null(tmp_path):
+    v = _validation()
+    v.mats["mean"]["error"] = math.nan
+    doc = json.loads(v.write_json(tmp_path / "v.json").read_text())
+    assert doc["mats"]["mean"]["error"] is None and doc["mat_error_mean"] is None
+
+
+def test_an_older_validation_reads_with_defaults(tmp_path):
+    doc = _validation().to_dict()
+    for key in ("wasserstein", "meta", "wasserstein_median", "conclusive"):
+        del doc[key]
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    back = Validation.read_json(tmp_path / "old.json")
+    assert back.wasserstein == [] and back.meta == {} and back.conclusive == {"mean": False}
+
+
+def test_a_bad_validation_names_the_file_and_field(tmp_path):
+    doc = _validation().to_dict()
+    doc["mats"]["mean"]["threshold"] = "fast"
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    with pytest.raises(TraceFormatError) as err:
+        Validation.read_json(tmp_path / "bad.json")
+    assert "bad.json" in str(err.value) and "mats.mean.threshold" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+# MATResult (shrink.mat/1) -----------------------------------------------------------
+
+
+def test_a_field_added_to_a_mat_is_written():
+    @dataclass(frozen=True)
+    class Wider(MATResult):
+        note: str = "new"
+
+    assert Wider(1.0, (0.5, 2.0), "mean", 0.1).to_dict()["note"] == "new"
+
+
+def test_a_mat_reads_back_what_it_wrote():
+    curve = mm1_curve([400, 600, 750, 850, 920], 1000.0, reps=2, n=4000, seed=3)
+    for threshold in (0.005, 1e-9, 100.0):  # a crossing, below range, not reached
+        res = mat(curve, "mean", threshold)
+        back = MATResult.from_dict(json.loads(json.dumps(res.to_dict())))
+        assert back.to_dict() == res.to_dict() and back.status == res.status
+    assert res.to_dict()["ci"] is None and math.isnan(back.ci[0])
+
+
+def test_a_bad_mat_names_the_field():
+    doc = {**MATResult(1.0, (0.5, 2.0), "mean", 0.1).to_dict(), "status": "fine"}
+    with pytest.raises(TraceFormatError, match=r"^m\.json: status: ") as err:
+        MATResult.from_dict(doc, source="m.json")
+    assert "\n" not in str(err.value)
+    with pytest.raises(TraceFormatError, match=r"lacks threshold"):
+        MATResult.from_dict({"schema": "shrink.mat/1", "mat": 1.0, "ci": None, "stat": "mean"})
+
+
+# Machine (a machine spec: TOML, and the ``machine`` of curves, states, calibrations) --
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "machines"
+
+
+def test_a_field_added_to_a_machine_is_written():
+    @dataclass(frozen=True)
+    class Wider(Machine):
+        note: str = "new"
+
+    assert Wider("m", 1, 2).to_dict()["note"] == "new"
+
+
+@pytest.mark.parametrize("spec", sorted(EXAMPLES.glob("*.toml")), ids=lambda p: p.name)
+def test_a_machine_spec_reads_back_what_it_wrote(spec, tmp_path):
+    m = Machine.read_toml(spec)
+    back = Machine.read_toml(m.write_toml(tmp_path / "m.toml"))
+    assert back == m and Machine.from_dict(json.loads(json.dumps(m.to_dict()))) == m
+    assert m.to_dict()["nic"] == {
+        "ports": 2,
+        "queues_per_port": m.nic_queues_per_port,
+        "port_socket": [0, 1],
+    }
+
+
+def test_a_machine_is_written_in_its_files_key_order():
+    # A testbed state file holds the machine unsorted: its bytes must not move.
+    d = Machine("m", 1, 2, ghz=2.0, extra={"numa_nodes": 1}).to_dict()
+    assert list(d) == [
+        "name", "sockets", "cores_per_socket", "threads_per_core", "llc_mib", "cpus", "nic",
+        "ghz", "extra",
+    ]  # fmt: skip
+
+
+def test_a_short_machine_spec_reads_with_defaults(tmp_path):
+    (tmp_path / "m.toml").write_text("sockets = 2\ncores_per_socket = 2\n")
+    m = Machine.read_toml(tmp_path / "m.toml")
+    assert (m.name, m.cpus, m.nic_port_socket) == ("unnamed", ((0, 1), (2, 3)), (0,))
+    assert "ghz" not in m.to_dict() and "extra" not in m.to_dict()
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("sockets = 2\ncores_per_socket = 2\n[nic]\nports = 100\n", r"nic\.ports: "),
+        ("sockets = 2\ncores_per_socket = 2\nnic = 3\n", r"nic must be a table"),
+        ("sockets = 2\ncores_per_socket = 2\ncpus = [[0, -1]]\n", r"cpus\[0\]\[1\]: "),
+        ("cores_per_socket = 2\n", r"machine spec lacks sockets"),
+    ],
+)
+def test_a_bad_machine_spec_names_the_file_and_field(text, field, tmp_path):
+    (tmp_path / "m.toml").write_text(text)
+    with pytest.raises(TraceFormatError, match=r"m\.toml: .*" + field) as err:
+        Machine.read_toml(tmp_path / "m.toml")
+    assert "\n" not in str(err.value)
+
+
+def test_a_calibration_names_its_machine_field(tmp_path):
+    from extrapolate.calibration import load_calibration
+
+    load_calibration("published").write_json(tmp_path / "c.json")
+    doc = json.loads((tmp_path / "c.json").read_text())
+    doc["machine"]["nic"]["queues_per_port"] = 0
+    (tmp_path / "c.json").write_text(json.dumps(doc))
+    with pytest.raises(TraceFormatError, match=r"c\.json: machine\.nic\.queues_per_port: "):
+        load_calibration(tmp_path / "c.json")
+
+
+# Mapping and Replica (the ``mapping`` of a curve's target and of a testbed state) ----
+
+
+def test_a_field_added_to_a_replica_is_written():
+    @dataclass(frozen=True)
+    class Wider(Replica):
+        note: str = "new"
+
+    assert Wider("r0", (0, 1), "127.0.0.1", 8080, (0, 0)).to_dict()["note"] == "new"
+
+
+def test_a_mapping_reads_back_what_it_wrote():
+    m = Machine.read_toml(EXAMPLES / "nehalem-2s.toml")
+    for name in ("1-replica", "2-replica-direct", "4-replica"):
+        mp = build_mapping(name, m, m.all_cpus)
+        assert Mapping.from_dict(json.loads(json.dumps(mp.to_dict()))) == mp
+    r = mp.to_dict()["replicas"][0]
+    assert list(r) == ["name", "cpus", "address", "port", "sockets", "nic_socket"]
+    del r["nic_socket"]  # an older file's: the default fills it
+    assert Replica.from_dict(r).nic_socket is None
+
+
+def test_a_bad_mapping_names_the_field():
+    m = Machine.read_toml(EXAMPLES / "nehalem-2s.toml")
+    doc = build_mapping("2-replica-direct", m, m.all_cpus).to_dict()
+    doc["replicas"][1]["port"] = 70_000
+    with pytest.raises(TraceFormatError, match=r"^s\.json: replicas\[1\]\.port: ") as err:
+        Mapping.from_dict(doc, source="s.json")
+    assert "\n" not in str(err.value)
+
+
+# The testbed state (shrink.testbed/1): ReplicaState and TestbedState -----------------
+
+
+def _state() -> TestbedState:
+    return TestbedState(
+        [lighttpd_replica(8080)], {"kind": "all"}, {"name": "1-replica"}, {}, "doc",
+        {"php": "8"}, "t", server={"name": "nginx-php-fpm", "source": "built-in", "stop_signal": 3},
+    )  # fmt: skip
+
+
+def test_a_field_added_to_a_replica_state_is_written():
+    @dataclass
+    class Wider(ReplicaState):
+        note: str = "new"
+
+    r = lighttpd_replica(8080)
+    d = Wider(**{f: getattr(r, f) for f in r.__dataclass_fields__}).to_dict()
+    assert d["note"] == "new" and d["pids"] == [10, 11, 12] and d["master_pid"] == 10
+
+
+def test_a_field_added_to_a_testbed_state_is_written():
+    @dataclass
+    class Wider(TestbedState):
+        note: str = "new"
+
+    st = _state()
+    assert Wider(**{f: getattr(st, f) for f in st.__dataclass_fields__}).to_dict()["note"] == "new"
+
+
+def test_a_state_reads_back_and_writes_the_same_bytes(tmp_path):
+    path = _state().write(tmp_path / "s.json")
+    d = json.loads(path.read_text())
+    assert list(d) == [
+        "schema", "server", "replicas", "share", "mapping", "machine", "docroot", "versions",
+        "started", "notes",
+    ]  # fmt: skip
+    assert list(d["replicas"][0])[:6] == ["name", "address", "port", "pids", "cpus", "master_pid"]
+    # a state read back writes what it read: the server's keys keep their order too
+    before = path.read_bytes()
+    assert TestbedState.read(path).write(tmp_path / "again.json").read_bytes() == before
+
+
+def test_an_older_state_reads_with_defaults(tmp_path):
+    d = _state().to_dict()
+    del d["server"], d["notes"], d["replicas"][0]["pinned"], d["replicas"][0]["exes"]
+    (tmp_path / "s.json").write_text(json.dumps(d))
+    st = TestbedState.read(tmp_path / "s.json")
+    assert st.server == {"name": "lighttpd-php-cgi", "source": "built-in"} and st.notes == []
+    assert st.replicas[0].pinned == {} and st.replicas[0].exes == {}
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "field"),
+    [
+        ("server", {"stop_signal": 99}, r"server\.stop_signal: "),
+        ("replica", {"starttimes": {"10": -1}}, r"replicas\[0\]\.starttimes\.10: "),
+        ("replica", {"masters": [0]}, r"replicas\[0\]\.masters\[0\]: "),
+        ("replica", {"exes": {"x": "/bin/sh"}}, r"replicas\[0\]\.exes\.x\.\[key\]: "),
+    ],
+)
+def test_a_bad_state_names_the_file_and_field(where, value, field, tmp_path):
+    d = _state().to_dict()
+    (d["server"] if where == "server" else d["replicas"][0]).update(value)
+    (tmp_path / "s.json").write_text(json.dumps(d))
+    with pytest.raises(TestbedError, match=r"s\.json: " + field) as err:
+        TestbedState.read(tmp_path / "s.json")
+    assert "\n" not in str(err.value)
