@@ -173,6 +173,77 @@ def test_a_calibration_names_its_machine_field(tmp_path):
         load_calibration(tmp_path / "c.json")
 
 
+# Calibration (shrink.calibration/1: physics, workloads, observations, machine) -------
+
+
+def _calibration(tmp_path: Path) -> tuple[Path, dict]:
+    from extrapolate.calibration import load_calibration
+
+    path = load_calibration("published").write_json(tmp_path / "cal.json")
+    return path, json.loads(path.read_text())
+
+
+def test_a_field_added_to_a_calibration_is_written():
+    from extrapolate.calibration import CalibrationFile, load_calibration
+
+    @dataclass
+    class Wider(CalibrationFile):
+        note: str = "new"
+
+    f = load_calibration("published").to_file()
+    assert Wider(**vars(f)).to_dict()["note"] == "new"
+
+
+def test_a_calibration_reads_back_and_writes_the_same_bytes(tmp_path):
+    from extrapolate.calibration import load_calibration
+
+    path, doc = _calibration(tmp_path)
+    doc["usl"] = {"tcp": {"stat": "mean", "sigma": 0.01, "core_counts": [1, 2, 4]}}
+    path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    back = load_calibration(path).write_json(tmp_path / "back.json")
+    assert back.read_text() == path.read_text()  # the papers' MATs stay ints, usl is kept
+    assert '"value": 146000,' in back.read_text()
+
+
+def test_an_older_calibration_reads_with_defaults(tmp_path):
+    from extrapolate.calibration import load_calibration
+
+    path, doc = _calibration(tmp_path)
+    for key in ("name", "observations", "fitted", "checks", "usl", "parameters", "model_error"):
+        del doc[key]
+    doc["fixed"] = None
+    (tmp_path / "old-cal.json").write_text(json.dumps(doc))
+    back = load_calibration(tmp_path / "old-cal.json")
+    assert back.name_ == "old-cal" and back.observations_ == [] and back.fixed is None
+    assert back.to_dict()["fixed"] == {} and back.model_error_ == 0.0
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "field"),
+    [
+        (("physics", "speed"), 1.0, r"physics\.speed: "),
+        (("physics", "llc_miss_fraction"), 2.0, r"physics: llc_miss_fraction == 2"),
+        (("workloads", "tcp", "dynamic_fraction"), 3.0, r"workloads\.tcp: dynamic_fraction"),
+        (("workloads", "tcp", "thresholds", "p95"), 1.0, r"workloads\.tcp\.thresholds\.p95"),
+        (("observations", 2, "value"), "x", r"observations\[2\]\.value: "),
+        (("observations", 0, "config", "n_cores"), 0, r"observations\[0\]\.config\.n_cores"),
+        (("observations", 2, "kind"), "guess", r"observation kind == 'guess'"),
+    ],
+)
+def test_a_bad_calibration_names_the_file_and_field(where, value, field, tmp_path):
+    from extrapolate.calibration import load_calibration
+
+    path, doc = _calibration(tmp_path)
+    part = doc
+    for key in where[:-1]:
+        part = part[key]
+    part[where[-1]] = value
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TraceFormatError, match=r"^\S*cal\.json: " + field) as err:
+        load_calibration(path)
+    assert "\n" not in str(err.value)
+
+
 # Mapping and Replica (the ``mapping`` of a curve's target and of a testbed state) ----
 
 
