@@ -208,7 +208,7 @@ def test_a_calibration_reads_back_and_writes_the_same_bytes(tmp_path):
 def test_an_older_calibration_reads_with_defaults(tmp_path):
     from extrapolate.calibration import load_calibration
 
-    path, doc = _calibration(tmp_path)
+    _, doc = _calibration(tmp_path)
     for key in ("name", "observations", "fitted", "checks", "usl", "parameters", "model_error"):
         del doc[key]
     doc["fixed"] = None
