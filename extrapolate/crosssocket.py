@@ -122,9 +122,7 @@ class Workload(files.FileFormat):
     name: Name
     dynamic_fraction: Finite
     static_memory_ratio: Finite = 0.0
-    thresholds: dict[Stat, Positive] = field(
-        default_factory=lambda: {"mean": 5e-3, "p999": 0.5}
-    )
+    thresholds: dict[Stat, Positive] = field(default_factory=lambda: {"mean": 5e-3, "p999": 0.5})
     notes: Text = ""
 
     WHAT = "workload"

@@ -36,7 +36,6 @@ __all__ = [
 KINDS = ("mat", "ratio", "change", "utilization")
 
 
-
 def _as_printed(v: Any, handler: ValidatorFunctionWrapHandler) -> float:
     checked = handler(v)
     return v if type(v) is int else checked
