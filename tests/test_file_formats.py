@@ -16,6 +16,10 @@ import pytest
 from helpers.curves import mm1_curve
 from helpers.testbed import lighttpd_replica
 
+from shrink.enforce import enforcer_from_dict
+from shrink.enforce.cfs import CfsQuota, Cgroup, CgroupLayout
+from shrink.enforce.corunner import CoRunner
+from shrink.enforce.fake import FakeEnforcer
 from shrink.errors import TestbedError, TraceFormatError
 from shrink.machine import Machine
 from shrink.mapping import Mapping, Replica, build_mapping
@@ -342,3 +346,105 @@ def test_a_bad_state_names_the_file_and_field(where, value, field, tmp_path):
     with pytest.raises(TestbedError, match=r"s\.json: " + field) as err:
         TestbedState.read(tmp_path / "s.json")
     assert "\n" not in str(err.value)
+
+
+# The enforcers (a testbed state's replica ``enforce`` and ``cgroup``) ---------------
+# Only their records: nothing here makes a cgroup or starts a co-runner.
+
+V1 = CgroupLayout(1, None, None, None)
+
+
+def _enforcers() -> list:
+    cfs = CfsQuota("r0", V1, cpu_fraction=0.25, period_us=16000)
+    cfs.quota_us = 4000
+    cfs.cgroup.dirs = {"cpu": "/sys/fs/cgroup/cpu/shrink/r0"}
+    co = CoRunner("r1", V1, cpu_fraction=0.3)
+    co.cpus, co.spinners, co.helper = (0, 1), {1234: 99887766}, "c"
+    fake = FakeEnforcer(0.5)
+    fake.start((2,))
+    fake.add([10, 11])
+    return [cfs, co, CoRunner("r2", None, cpu_fraction=0.5, period_us=2000), fake]
+
+
+def test_a_field_added_to_an_enforcer_is_written():
+    @dataclass(init=False, eq=False)
+    class WiderCfs(CfsQuota):
+        note: str = "new"
+
+    @dataclass(eq=False)
+    class WiderFake(FakeEnforcer):
+        note: str = "new"
+
+    @dataclass
+    class WiderCgroup(Cgroup):
+        note: str = "new"
+
+    cfs = WiderCfs("r0", V1, cpu_fraction=0.5, period_us=8000).to_dict()
+    assert cfs["note"] == "new" and next(iter(cfs)) == "mechanism" and cfs["cgroup"]["version"] == 1
+    assert WiderFake(0.5).to_dict()["note"] == "new"
+    assert WiderCgroup("g", V1).to_dict() == {"name": "g", "version": 1, "dirs": {}, "note": "new"}
+
+
+def test_an_enforcer_reads_back_what_it_wrote():
+    for enf in _enforcers():
+        doc = json.loads(json.dumps(enf.to_dict()))
+        back = enforcer_from_dict(doc)
+        assert type(back) is type(enf) and back.to_dict() == doc
+        assert back.describe() == enf.describe()
+    assert list(_enforcers()[1].to_dict()) == [
+        "mechanism", "cpu_fraction", "period_us", "spin_us", "helper", "cpus", "spinners", "cgroup",
+    ]  # fmt: skip
+
+
+def test_an_older_enforcer_record_reads_with_defaults():
+    cg = Cgroup.from_dict({"name": "g"})
+    assert cg.layout.version == 1 and cg.dirs == {}
+    cfs = enforcer_from_dict({"cgroup": {"name": "g", "version": 2}})
+    assert isinstance(cfs, CfsQuota) and (cfs.cpu_fraction, cfs.quota_us, cfs.period_us) == (
+        1.0, None, None,
+    )  # fmt: skip
+    co = enforcer_from_dict({"mechanism": "corunner", "cpu_fraction": 0.25, "period_us": 1000})
+    assert (co.spin_us, co.helper, co.spinners, co.cgroup) == (750, "", {}, None)
+
+
+def _enforced_state() -> dict:
+    d = _state().to_dict()
+    d["replicas"] = [dict(d["replicas"][0], enforce=e.to_dict()) for e in _enforcers()]
+    for i, r in enumerate(d["replicas"]):
+        r["name"], r["port"] = f"r{i}", 8080 + i
+        if r["enforce"].get("cgroup"):
+            r["enforce"]["cgroup"]["dirs"] = {}  # folders under this machine's mounts: not here
+    return d
+
+
+@pytest.mark.parametrize(
+    ("replica", "where", "value", "field"),
+    [
+        (0, ("cpu_fraction",), 3, r"replicas\[0\]\.enforce: cpu_fraction: "),
+        (0, ("cgroup", "version"), 3, r"replicas\[0\]\.enforce: cgroup\.version: must be 1 or 2"),
+        (1, ("spinners", "x"), 1, r"replicas\[1\]\.enforce: spinners\.x"),
+        (1, ("cpu_fraction",), 0.01, r"replicas\[1\]\.enforce: cpu_fraction == 0\.01: "),
+        (2, ("period_us",), None, r"replicas\[2\]\.enforce: co-runner lacks period_us"),
+        (3, ("members",), "all", r"replicas\[3\]\.enforce: members: "),
+    ],
+)
+def test_a_bad_enforcer_in_a_state_names_the_file_and_field(replica, where, value, field, tmp_path):
+    d = _enforced_state()
+    part = d["replicas"][replica]["enforce"]
+    for key in where[:-1]:
+        part = part[key]
+    if value is None:
+        del part[where[-1]]
+    else:
+        part[where[-1]] = value
+    (tmp_path / "s.json").write_text(json.dumps(d))
+    with pytest.raises(TestbedError, match=r"s\.json: " + field) as err:
+        TestbedState.read(tmp_path / "s.json")
+    assert "\n" not in str(err.value)
+
+
+def test_a_state_with_enforcers_reads_back_and_writes_the_same_bytes(tmp_path):
+    (tmp_path / "s.json").write_text(json.dumps(_enforced_state(), indent=2) + "\n")
+    st = TestbedState.read(tmp_path / "s.json")
+    assert st.write(tmp_path / "again.json").read_text() == (tmp_path / "s.json").read_text()
+    assert isinstance(enforcer_from_dict(st.replicas[1].enforce), CoRunner)
