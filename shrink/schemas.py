@@ -24,7 +24,6 @@ from pydantic import (
 
 __all__ = [
     "CurveMeta",
-    "ManifestFile",
     "RegistryEntryFile",
     "TraceMeta",
 ]
@@ -147,10 +146,6 @@ class ValidateInputs(_Open):
     skip: NonNeg = 0.0
 
 
-# Docroot manifest and Parquet metadata ---------------------------------------------
-class ManifestFile(_Open):
-    schema_: Name = Field(alias="schema")
-
-
+# Parquet metadata ------------------------------------------------------------------
 class TraceMeta(_Open):
     """The JSON a trace keeps in its Parquet metadata (provenance)."""

@@ -21,9 +21,11 @@ from shrink.enforce.cfs import CfsQuota, Cgroup, CgroupLayout
 from shrink.enforce.corunner import CoRunner
 from shrink.enforce.fake import FakeEnforcer
 from shrink.errors import TestbedError, TraceFormatError
+from shrink.jsonout import dumps
 from shrink.machine import Machine
 from shrink.mapping import Mapping, Replica, build_mapping
 from shrink.mat import MATResult, mat
+from shrink.synth.docroot import Manifest, StaticFile, read_manifest, tcp_docroot
 from shrink.testbed.state import ReplicaState, TestbedState
 from shrink.validate import Validation, validate
 
@@ -448,3 +450,50 @@ def test_a_state_with_enforcers_reads_back_and_writes_the_same_bytes(tmp_path):
     st = TestbedState.read(tmp_path / "s.json")
     assert st.write(tmp_path / "again.json").read_text() == (tmp_path / "s.json").read_text()
     assert isinstance(enforcer_from_dict(st.replicas[1].enforce), CoRunner)
+
+
+# The docroot manifest (shrink.docroot/1) -------------------------------------------
+
+
+def test_a_field_added_to_a_manifest_is_written():
+    @dataclass
+    class Wider(Manifest):
+        note: str = "new"
+
+    d = Wider("tcp", [StaticFile("/a", 10, 10), StaticFile("/b", 5, 9)], []).to_dict()
+    assert d["note"] == "new" and d["schema"] == "shrink.docroot/1"
+    # a nominal size is written only where a cap made the file smaller
+    assert d["static"][0] == {"path": "/a", "bytes": 10}
+    assert d["static"][1] == {"path": "/b", "bytes": 5, "nominal_bytes": 9}
+
+
+def test_a_manifest_reads_back_and_writes_the_same_bytes(tmp_path):
+    tcp_docroot(tmp_path)
+    again = dumps(read_manifest(tmp_path).to_dict(), indent=1, sort_keys=True) + "\n"
+    assert again == (tmp_path / "manifest.json").read_text()
+
+
+def test_an_older_manifest_reads_with_defaults(tmp_path):
+    (tmp_path / "manifest.json").write_text(
+        json.dumps({"schema": "shrink.docroot/1", "workload": "tcp", "static": [], "dynamic": []})
+    )
+    m = read_manifest(tmp_path)
+    assert m.params == {} and m.php["work_unit_us"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "field"),
+    [
+        ("static", [{"path": "/a", "bytes": -1}], r"static\[0\]\.bytes: "),
+        ("dynamic", [{"path": "/a", "bytes": 1, "work": 1}], r"lacks dynamic\[0\]\.mem_kib"),
+        ("schema", "shrink.docroot/9", r"schema == 'shrink\.docroot/9'"),
+    ],
+)
+def test_a_bad_manifest_names_the_file_and_field(key, value, field, tmp_path):
+    tcp_docroot(tmp_path)
+    doc = json.loads((tmp_path / "manifest.json").read_text())
+    doc[key] = value
+    (tmp_path / "manifest.json").write_text(json.dumps(doc))
+    with pytest.raises(TraceFormatError, match=r"manifest\.json: .*" + field) as err:
+        read_manifest(tmp_path)
+    assert "\n" not in str(err.value)
