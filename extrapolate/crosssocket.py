@@ -52,7 +52,7 @@ from shrink.checks import check_fraction, check_scalar
 from shrink.errors import TopologyError
 from shrink.machine import Machine
 from shrink.mapping import Mapping, build_mapping, remote_nic_probability
-from shrink.schemas import Finite, Name, Positive, Stat, Text
+from shrink.schemas import Fraction, Name, NonNeg, Positive, Stat, Text
 
 __all__ = [
     "SUPPORT",
@@ -75,22 +75,22 @@ class Physics(files.FileFormat):
 
     __pydantic_config__ = ConfigDict(extra="forbid")
 
-    demand_static: Finite = 40e-6  # one core, one socket: CPU s per static request
-    demand_dynamic: Finite = 5e-3  # the same for a dynamic (PHP) request
-    usl_sigma: Finite = 0.0  # within-socket contention
-    usl_kappa: Finite = 0.0  # within-socket coherency
+    demand_static: NonNeg = 40e-6  # one core, one socket: CPU s per static request
+    demand_dynamic: NonNeg = 5e-3  # the same for a dynamic (PHP) request
+    usl_sigma: NonNeg = 0.0  # within-socket contention
+    usl_kappa: NonNeg = 0.0  # within-socket coherency
     # The dynamic class's own USL (PHP: LLC and memory-bandwidth contention); None: the same
     # as the static class's. Told apart by two workloads of different mixes at several cores.
-    usl_sigma_dynamic: Finite | None = None
-    usl_kappa_dynamic: Finite | None = None
-    nic_remote_penalty: Finite = 0.0  # (a) x D_s when network processing is remote
-    share_penalty: Finite = 0.0  # (b) x D_s for a replica spanning two sockets
-    llc_miss_fraction: Finite = 0.0  # (c) mu: memory-stall share of D_d at llc_ref_mib
-    llc_exponent: Finite = 1.0  # miss rate ~ capacity^-beta
-    remote_cache_cost: Finite = 1.0 / 1.6  # remote-LLC hit / memory access (published)
-    llc_ref_mib: Finite = 12.0  # the LLC a one-socket share's replica sees
-    fixed_latency: Finite = 0.0  # load-independent latency added to every response
-    queue_tail: Finite = 0.0  # p99.9 delay per extra NIC queue serviced by a core
+    usl_sigma_dynamic: NonNeg | None = None
+    usl_kappa_dynamic: NonNeg | None = None
+    nic_remote_penalty: NonNeg = 0.0  # (a) x D_s when network processing is remote
+    share_penalty: NonNeg = 0.0  # (b) x D_s for a replica spanning two sockets
+    llc_miss_fraction: Fraction = 0.0  # (c) mu: memory-stall share of D_d at llc_ref_mib
+    llc_exponent: NonNeg = 1.0  # miss rate ~ capacity^-beta
+    remote_cache_cost: NonNeg = 1.0 / 1.6  # remote-LLC hit / memory access (published)
+    llc_ref_mib: NonNeg = 12.0  # the LLC a one-socket share's replica sees
+    fixed_latency: NonNeg = 0.0  # load-independent latency added to every response
+    queue_tail: NonNeg = 0.0  # p99.9 delay per extra NIC queue serviced by a core
 
     WHAT = "physics"
 
@@ -120,8 +120,8 @@ class Workload(files.FileFormat):
     """A request mix: dynamic fraction, static memory ratio and the SLA thresholds (s)."""
 
     name: Name
-    dynamic_fraction: Finite
-    static_memory_ratio: Finite = 0.0
+    dynamic_fraction: Fraction
+    static_memory_ratio: Fraction = 0.0
     thresholds: dict[Stat, Positive] = field(default_factory=lambda: {"mean": 5e-3, "p999": 0.5})
     notes: Text = ""
 

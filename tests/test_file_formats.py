@@ -228,8 +228,9 @@ def test_an_older_calibration_reads_with_defaults(tmp_path):
     ("where", "value", "field"),
     [
         (("physics", "speed"), 1.0, r"physics\.speed: "),
-        (("physics", "llc_miss_fraction"), 2.0, r"physics: llc_miss_fraction == 2"),
-        (("workloads", "tcp", "dynamic_fraction"), 3.0, r"workloads\.tcp: dynamic_fraction"),
+        (("physics", "llc_miss_fraction"), 2.0, r"physics\.llc_miss_fraction: "),
+        (("physics", "demand_static"), -1.0, r"physics\.demand_static: "),
+        (("workloads", "tcp", "dynamic_fraction"), 3.0, r"workloads\.tcp\.dynamic_fraction: "),
         (("workloads", "tcp", "thresholds", "p95"), 1.0, r"workloads\.tcp\.thresholds\.p95"),
         (("observations", 2, "value"), "x", r"observations\[2\]\.value: "),
         (("observations", 0, "config", "n_cores"), 0, r"observations\[0\]\.config\.n_cores"),
