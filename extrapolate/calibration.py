@@ -21,18 +21,20 @@ intervals by the delta method on log MAT (:meth:`CrossSocketModel.interval`),
 widened by ``model_error_`` -- the root mean square relative misfit of the
 figures the model could not reproduce, so that a model that does not fit says so.
 
-Calibrations are stored as JSON (``schema: shrink.calibration/1``).
+Calibrations are stored as JSON (``schema: shrink.calibration/1``), in the form
+:class:`CalibrationFile` defines (its fields are the file's keys).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+from pydantic import Field, model_validator
 from scipy.optimize import least_squares
 from sklearn.base import BaseEstimator
 
@@ -51,16 +53,17 @@ from extrapolate.shrink_scaling import scale_to_full
 from extrapolate.usl import usl_from_curves
 from shrink import files
 from shrink.atomic import write_text
-from shrink.errors import ExtrapolationError, TraceFormatError
+from shrink.errors import ExtrapolationError, ShrinkError, TraceFormatError
 from shrink.jsonout import dumps
 from shrink.loadcurve import LoadCurve
 from shrink.machine import Machine
 from shrink.mat import mat as mat_of
-from shrink.schemas import CalibrationFile
+from shrink.schemas import MAX_LIST, Finite, Name
 
 __all__ = [
     "DEFAULT_FREE",
     "DEFAULT_PRIORS",
+    "CalibrationFile",
     "CrossSocketModel",
     "fit_curves",
     "fit_published",
@@ -115,6 +118,46 @@ def _from_x(name: str, x: float) -> float:
     if name in _FRACTIONS:
         return 1.0 / (1.0 + math.exp(-x))
     return math.exp(x)
+
+
+Row = Annotated[list[Finite], Field(max_length=100)]
+
+
+@dataclass
+class CalibrationFile(files.VersionedFile):
+    """A fitted :class:`CrossSocketModel` as written (``shrink.calibration/1``).
+
+    ``x`` and ``cov`` are the free parameters in the fitted (log or logit) space;
+    ``parameters`` (each free parameter's value and interval), ``checks`` and ``usl``
+    are written for the reader of the file and are not needed to use the model.
+    """
+
+    physics: Physics
+    free: Annotated[list[Name], Field(max_length=100)]
+    x: Row
+    cov: Annotated[list[Row], Field(max_length=100)]
+    machine: Machine
+    workloads: Annotated[dict[Name, Workload], Field(max_length=1_000)]
+    model_error: Finite = 0.0
+    parameters: dict[Name, dict[Name, float]] = field(default_factory=dict)
+    observations: Annotated[list[Observation], Field(max_length=MAX_LIST)] = field(
+        default_factory=list
+    )
+    fitted: dict[Name, Finite] = field(default_factory=dict)
+    fixed: dict[Name, Finite] | None = None
+    name: Name | None = None  # None: the file's name
+    checks: Annotated[list[Any], Field(max_length=MAX_LIST)] = field(default_factory=list)
+    usl: dict[Name, Any] = field(default_factory=dict)
+
+    SCHEMA = SCHEMA_ID
+    WHAT = "calibration"
+
+    @model_validator(mode="after")
+    def _shapes(self) -> CalibrationFile:
+        n = len(self.free)
+        if len(self.x) != n or len(self.cov) != n or any(len(r) != n for r in self.cov):
+            raise ValueError(f"x and cov must have {n} entries (one per free parameter)")
+        return self
 
 
 class CrossSocketModel(BaseEstimator):
@@ -288,60 +331,59 @@ class CrossSocketModel(BaseEstimator):
         return out
 
     # ------------------------------------------------------------------ I/O
-    def to_dict(self) -> dict[str, Any]:
+    def to_file(self) -> CalibrationFile:
+        """The fitted model as its file."""
         check_is_fitted(self, "physics_")
-        return {
-            "schema": SCHEMA_ID,
-            "physics": self.physics_.to_dict(),
-            "free": list(self.free_),
-            "x": self.x_.tolist(),
-            "cov": self.cov_.tolist(),
-            "model_error": self.model_error_,
-            "parameters": self.parameter_intervals(),
-            "machine": self.machine_.to_dict(),
-            "workloads": {k: w.to_dict() for k, w in self.workloads_.items()},
-            "observations": [o.to_dict() for o in self.observations_],
-            "fitted": self.predicted_,
-            "fixed": dict(self.fixed or {}),
-            "name": getattr(self, "name_", "custom"),
-            "checks": list(getattr(self, "checks_", [])),
-            "usl": dict(getattr(self, "usl_", {})),
-        }
+        return CalibrationFile(
+            physics=self.physics_,
+            free=list(self.free_),
+            x=self.x_.tolist(),
+            cov=self.cov_.tolist(),
+            machine=self.machine_,
+            workloads=dict(self.workloads_),
+            model_error=self.model_error_,
+            parameters=self.parameter_intervals(),
+            observations=list(self.observations_),
+            fitted=self.predicted_,
+            fixed=dict(self.fixed or {}),
+            name=getattr(self, "name_", "custom"),
+            checks=list(getattr(self, "checks_", [])),
+            usl=dict(getattr(self, "usl_", {})),
+        )
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], *, source: str | None = None) -> CrossSocketModel:
-        if d.get("schema") != SCHEMA_ID:
-            raise TraceFormatError(
-                f"schema == {d.get('schema')!r}, expected {SCHEMA_ID!r}", path=source
-            )
-        try:
-            wls = {
-                k: Workload(**{**w, "thresholds": dict(w["thresholds"])})
-                for k, w in d["workloads"].items()
-            }
-            m = cls(
-                free=tuple(d["free"]),
-                fixed=d.get("fixed") or None,
-                machine=Machine.from_dict(d["machine"], source=source, at="machine"),
-                workloads=wls,
-            )
-            m.free_ = list(d["free"])
-            m.x_ = np.array(d["x"], dtype=np.float64)
-            m.cov_ = np.array(d["cov"], dtype=np.float64)
-            m.physics_ = Physics.from_dict(d["physics"])
-            m.model_error_ = float(d.get("model_error", 0.0))
-            m.machine_ = m.machine
-            m.workloads_ = wls
-            m.observations_ = [Observation.from_dict(o) for o in d.get("observations", [])]
-            m.predicted_ = dict(d.get("fitted", {}))
-            m.name_ = str(d.get("name", Path(source).stem if source else "custom"))
-            m.checks_ = list(d.get("checks", []))
-            m.residuals_ = {
-                o.name: m.predicted_.get(o.name, o.value) - o.value for o in m.observations_
-            }
-        except (KeyError, TypeError, ValueError) as exc:
-            raise TraceFormatError(f"bad calibration file: {exc}", path=source) from None
+    def from_file(cls, f: CalibrationFile, *, source: str | None = None) -> CrossSocketModel:
+        """The model a calibration file holds (its name, when it states none, the file's)."""
+        m = cls(free=tuple(f.free), fixed=f.fixed or None, machine=f.machine, workloads=f.workloads)
+        m.free_ = list(f.free)
+        m.x_ = np.array(f.x, dtype=np.float64)
+        m.cov_ = np.array(f.cov, dtype=np.float64)
+        m.physics_ = f.physics
+        m.model_error_ = f.model_error
+        m.machine_ = f.machine
+        m.workloads_ = f.workloads
+        m.observations_ = f.observations
+        m.predicted_ = f.fitted
+        m.name_ = f.name if f.name is not None else Path(source).stem if source else "custom"
+        m.checks_ = f.checks
+        m.usl_ = f.usl
+        m.residuals_ = {
+            o.name: m.predicted_.get(o.name, o.value) - o.value for o in m.observations_
+        }
         return m
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.to_file().to_dict()
+
+    @classmethod
+    def from_dict(cls, d: Any, *, source: str | None = None) -> CrossSocketModel:
+        try:
+            f = CalibrationFile.from_dict(d, source=source)
+        except TraceFormatError:
+            raise
+        except ShrinkError as exc:  # what the fields say together (an observation, a machine)
+            raise TraceFormatError(str(exc), path=source) from None
+        return cls.from_file(f, source=source)
 
     def write_json(self, path: str | Path) -> Path:
         path = Path(path)
@@ -393,8 +435,7 @@ def load_calibration(spec: str | Path) -> CrossSocketModel:
     if str(spec) == "published":
         return fit_published()
     path = Path(spec)
-    d = files.read_json(path, CalibrationFile, what="calibration")
-    return CrossSocketModel.from_dict(d, source=str(path))
+    return CrossSocketModel.from_dict(files.read_json(path, what="calibration"), source=str(path))
 
 
 CURVE_FREE = (

@@ -41,14 +41,18 @@ first that a core services.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from pydantic import ConfigDict
+
 from extrapolate.queueing import Network, Station
+from shrink import files
 from shrink.checks import check_fraction, check_scalar
-from shrink.errors import ExtrapolationError, TopologyError
+from shrink.errors import TopologyError
 from shrink.machine import Machine
 from shrink.mapping import Mapping, build_mapping, remote_nic_probability
+from shrink.schemas import Fraction, Name, NonNeg, Positive, Stat, Text
 
 __all__ = [
     "SUPPORT",
@@ -63,25 +67,32 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class Physics:
-    """The physically named parameters of the model (seconds, fractions, exponents)."""
+class Physics(files.FileFormat):
+    """The physically named parameters of the model (seconds, fractions, exponents).
 
-    demand_static: float = 40e-6  # one core, one socket: CPU s per static request
-    demand_dynamic: float = 5e-3  # the same for a dynamic (PHP) request
-    usl_sigma: float = 0.0  # within-socket contention
-    usl_kappa: float = 0.0  # within-socket coherency
+    The ``physics`` of a calibration file: a key that is not a parameter is refused.
+    """
+
+    __pydantic_config__ = ConfigDict(extra="forbid")
+
+    demand_static: NonNeg = 40e-6  # one core, one socket: CPU s per static request
+    demand_dynamic: NonNeg = 5e-3  # the same for a dynamic (PHP) request
+    usl_sigma: NonNeg = 0.0  # within-socket contention
+    usl_kappa: NonNeg = 0.0  # within-socket coherency
     # The dynamic class's own USL (PHP: LLC and memory-bandwidth contention); None: the same
     # as the static class's. Told apart by two workloads of different mixes at several cores.
-    usl_sigma_dynamic: float | None = None
-    usl_kappa_dynamic: float | None = None
-    nic_remote_penalty: float = 0.0  # (a) x D_s when network processing is remote
-    share_penalty: float = 0.0  # (b) x D_s for a replica spanning two sockets
-    llc_miss_fraction: float = 0.0  # (c) mu: memory-stall share of D_d at llc_ref_mib
-    llc_exponent: float = 1.0  # miss rate ~ capacity^-beta
-    remote_cache_cost: float = 1.0 / 1.6  # remote-LLC hit / memory access (published)
-    llc_ref_mib: float = 12.0  # the LLC a one-socket share's replica sees
-    fixed_latency: float = 0.0  # load-independent latency added to every response
-    queue_tail: float = 0.0  # p99.9 delay per extra NIC queue serviced by a core
+    usl_sigma_dynamic: NonNeg | None = None
+    usl_kappa_dynamic: NonNeg | None = None
+    nic_remote_penalty: NonNeg = 0.0  # (a) x D_s when network processing is remote
+    share_penalty: NonNeg = 0.0  # (b) x D_s for a replica spanning two sockets
+    llc_miss_fraction: Fraction = 0.0  # (c) mu: memory-stall share of D_d at llc_ref_mib
+    llc_exponent: NonNeg = 1.0  # miss rate ~ capacity^-beta
+    remote_cache_cost: NonNeg = 1.0 / 1.6  # remote-LLC hit / memory access (published)
+    llc_ref_mib: NonNeg = 12.0  # the LLC a one-socket share's replica sees
+    fixed_latency: NonNeg = 0.0  # load-independent latency added to every response
+    queue_tail: NonNeg = 0.0  # p99.9 delay per extra NIC queue serviced by a core
+
+    WHAT = "physics"
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -92,17 +103,6 @@ class Physics:
                 check_fraction(v, f.name)
             else:
                 check_scalar(v, f.name, low=0.0)
-
-    def to_dict(self) -> dict[str, float]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Physics:
-        names = {f.name for f in fields(cls)}
-        unknown = set(d) - names
-        if unknown:
-            raise ExtrapolationError(f"unknown physics parameters {sorted(unknown)}")
-        return cls(**{k: (None if v is None else float(v)) for k, v in d.items()})
 
     @property
     def usl_dynamic(self) -> tuple[float, float]:
@@ -116,14 +116,16 @@ class Physics:
 
 
 @dataclass(frozen=True)
-class Workload:
+class Workload(files.FileFormat):
     """A request mix: dynamic fraction, static memory ratio and the SLA thresholds (s)."""
 
-    name: str
-    dynamic_fraction: float
-    static_memory_ratio: float = 0.0
-    thresholds: dict[str, float] = field(default_factory=lambda: {"mean": 5e-3, "p999": 0.5})
-    notes: str = ""
+    name: Name
+    dynamic_fraction: Fraction
+    static_memory_ratio: Fraction = 0.0
+    thresholds: dict[Stat, Positive] = field(default_factory=lambda: {"mean": 5e-3, "p999": 0.5})
+    notes: Text = ""
+
+    WHAT = "workload"
 
     def __post_init__(self) -> None:
         check_fraction(self.dynamic_fraction, "dynamic_fraction")
@@ -135,9 +137,6 @@ class Workload:
 
     def with_dynamic_fraction(self, f: float) -> Workload:
         return replace(self, dynamic_fraction=f, name=f"{self.name}@rf={f:g}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 # The papers' two workloads; thresholds as published.

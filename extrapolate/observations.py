@@ -10,15 +10,19 @@ observations, so one fitter serves both (:mod:`extrapolate.calibration`).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field, PlainSerializer, ValidatorFunctionWrapHandler, WrapValidator
 
 from extrapolate.crosssocket import SUPPORT, TCP, Physics, Workload, active_mapping, build_network
+from shrink import files
 from shrink.errors import ExtrapolationError
 from shrink.machine import Machine
 from shrink.mapping import Mapping, build_mapping
+from shrink.schemas import MAX_CPUS, Cpu, Finite, Name, Text
 
 __all__ = [
     "Config",
@@ -32,14 +36,23 @@ __all__ = [
 KINDS = ("mat", "ratio", "change", "utilization")
 
 
+def _as_printed(v: Any, handler: ValidatorFunctionWrapHandler) -> float:
+    checked = handler(v)
+    return v if type(v) is int else checked
+
+
+# A figure as printed: an int stays an int (the papers' MATs), so it is written as read.
+Figure = Annotated[Finite, WrapValidator(_as_printed), PlainSerializer(lambda v: v)]
+
+
 @dataclass(frozen=True)
-class Config:
+class Config(files.FileFormat):
     """Active cores (the first ``n_cores`` in socket-major order, or exactly ``cpus``)
     and the mapping over them."""
 
-    n_cores: int
-    mapping: str = "1-replica"
-    cpus: tuple[int, ...] | None = None
+    n_cores: Annotated[int, Field(ge=1, le=MAX_CPUS)]
+    mapping: Name = "1-replica"
+    cpus: Annotated[tuple[Cpu, ...], Field(max_length=MAX_CPUS)] | None = None
 
     def build(self, machine: Machine) -> Mapping:
         if self.cpus:
@@ -48,7 +61,7 @@ class Config:
 
 
 @dataclass(frozen=True)
-class Observation:
+class Observation(files.FileFormat):
     """One figure. ``precision`` is the half-width its printing allows (or a 1-sigma error).
 
     kinds: ``mat`` (req/s at ``config``), ``ratio`` (MAT(config) / MAT(ref)),
@@ -56,16 +69,18 @@ class Observation:
     utilization at throughput ``at`` on ``config``).
     """
 
-    name: str
-    kind: str
-    workload: str
-    stat: str
+    name: Name
+    kind: Name
+    workload: Name
+    stat: Name
     config: Config
-    value: float
-    precision: float
+    value: Figure
+    precision: Finite
     ref: Config | None = None
-    at: float | None = None
-    source: str = ""
+    at: Finite | None = None
+    source: Text = ""
+
+    WHAT = "observation"
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -76,26 +91,6 @@ class Observation:
             raise ExtrapolationError(f"observation {self.name!r}: a utilization needs at")
         if not self.precision > 0:
             raise ExtrapolationError(f"observation {self.name!r}: precision must be > 0")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Observation:
-        d = dict(d)
-        d["config"] = _config(d["config"])
-        if d.get("ref") is not None:
-            d["ref"] = _config(d["ref"])
-        return cls(**d)
-
-
-def _config(d: dict[str, Any]) -> Config:
-    cpus = d.get("cpus")
-    return Config(
-        int(d["n_cores"]),
-        d.get("mapping", "1-replica"),
-        tuple(int(c) for c in cpus) if cpus else None,
-    )
 
 
 def model_value(

@@ -6,7 +6,8 @@ file's metadata) goes through :func:`read_json` / :func:`read_toml` /
 :func:`parse_json`, and is checked against its schema: a pydantic model
 (:mod:`shrink.schemas`), or, for a format whose dataclass is a
 :class:`FileFormat` (share, load curve, prediction, validation, MAT, machine spec,
-mapping, testbed state), the dataclass itself through its TypeAdapter (:func:`adapt`).
+mapping, testbed state and its enforcers, calibration, docroot manifest), the dataclass
+itself through its TypeAdapter (:func:`adapt`).
 A bad file gives one line naming the file and what is wrong, never a traceback:
 
 - the file is missing, a directory, unreadable or larger than ``MAX_BYTES``;

@@ -20,13 +20,10 @@ from pydantic import (
     Field,
     SerializerFunctionWrapHandler,
     model_serializer,
-    model_validator,
 )
 
 __all__ = [
-    "CalibrationFile",
     "CurveMeta",
-    "ManifestFile",
     "RegistryEntryFile",
     "TraceMeta",
 ]
@@ -149,61 +146,6 @@ class ValidateInputs(_Open):
     skip: NonNeg = 0.0
 
 
-# Calibration ------------------------------------------------------------------------
-class WorkloadModel(_Open):
-    name: Name
-    dynamic_fraction: Fraction
-    static_memory_ratio: Fraction = 0.0
-    thresholds: dict[Stat, Positive]
-    notes: Text = ""
-
-
-class ConfigModel(_Open):
-    n_cores: Annotated[int, Field(ge=1, le=MAX_CPUS)]
-    mapping: Name = "1-replica"
-    cpus: Annotated[list[Cpu], Field(max_length=MAX_CPUS)] | None = None
-
-
-class ObservationModel(_Open):
-    name: Name
-    kind: Name
-    workload: Name
-    stat: Name | None = None
-    config: ConfigModel
-    value: Finite
-    precision: Finite | None = None
-    ref: ConfigModel | None = None
-    at: Finite | None = None
-    source: Text = ""
-
-
-class CalibrationFile(_Open):
-    schema_: Name = Field(alias="schema")
-    physics: dict[Name, Finite | None]
-    free: Annotated[list[Name], Field(max_length=100)]
-    x: Annotated[list[Finite], Field(max_length=100)]
-    cov: Annotated[list[Annotated[list[Finite], Field(max_length=100)]], Field(max_length=100)]
-    model_error: Finite = 0.0
-    machine: dict[str, Any]  # read as shrink.machine.Machine by CrossSocketModel
-    workloads: Annotated[dict[Name, WorkloadModel], Field(max_length=1_000)]
-    observations: Annotated[list[ObservationModel], Field(max_length=MAX_LIST)] = []
-    fitted: dict[Name, Finite] = {}
-    fixed: dict[Name, Finite] | None = None
-    name: Name = "custom"
-    checks: Annotated[list[Any], Field(max_length=MAX_LIST)] = []
-
-    @model_validator(mode="after")
-    def _shapes(self) -> CalibrationFile:
-        n = len(self.free)
-        if len(self.x) != n or len(self.cov) != n or any(len(r) != n for r in self.cov):
-            raise ValueError(f"x and cov must have {n} entries (one per free parameter)")
-        return self
-
-
-# Docroot manifest and Parquet metadata ---------------------------------------------
-class ManifestFile(_Open):
-    schema_: Name = Field(alias="schema")
-
-
+# Parquet metadata ------------------------------------------------------------------
 class TraceMeta(_Open):
     """The JSON a trace keeps in its Parquet metadata (provenance)."""

@@ -16,10 +16,16 @@ import pytest
 from helpers.curves import mm1_curve
 from helpers.testbed import lighttpd_replica
 
+from shrink.enforce import enforcer_from_dict
+from shrink.enforce.cfs import CfsQuota, Cgroup, CgroupLayout
+from shrink.enforce.corunner import CoRunner
+from shrink.enforce.fake import FakeEnforcer
 from shrink.errors import TestbedError, TraceFormatError
+from shrink.jsonout import dumps
 from shrink.machine import Machine
 from shrink.mapping import Mapping, Replica, build_mapping
 from shrink.mat import MATResult, mat
+from shrink.synth.docroot import Manifest, StaticFile, read_manifest, tcp_docroot
 from shrink.testbed.state import ReplicaState, TestbedState
 from shrink.validate import Validation, validate
 
@@ -173,6 +179,78 @@ def test_a_calibration_names_its_machine_field(tmp_path):
         load_calibration(tmp_path / "c.json")
 
 
+# Calibration (shrink.calibration/1: physics, workloads, observations, machine) -------
+
+
+def _calibration(tmp_path: Path) -> tuple[Path, dict]:
+    from extrapolate.calibration import load_calibration
+
+    path = load_calibration("published").write_json(tmp_path / "cal.json")
+    return path, json.loads(path.read_text())
+
+
+def test_a_field_added_to_a_calibration_is_written():
+    from extrapolate.calibration import CalibrationFile, load_calibration
+
+    @dataclass
+    class Wider(CalibrationFile):
+        note: str = "new"
+
+    f = load_calibration("published").to_file()
+    assert Wider(**vars(f)).to_dict()["note"] == "new"
+
+
+def test_a_calibration_reads_back_and_writes_the_same_bytes(tmp_path):
+    from extrapolate.calibration import load_calibration
+
+    path, doc = _calibration(tmp_path)
+    doc["usl"] = {"tcp": {"stat": "mean", "sigma": 0.01, "core_counts": [1, 2, 4]}}
+    path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    back = load_calibration(path).write_json(tmp_path / "back.json")
+    assert back.read_text() == path.read_text()  # the papers' MATs stay ints, usl is kept
+    assert '"value": 146000,' in back.read_text()
+
+
+def test_an_older_calibration_reads_with_defaults(tmp_path):
+    from extrapolate.calibration import load_calibration
+
+    _, doc = _calibration(tmp_path)
+    for key in ("name", "observations", "fitted", "checks", "usl", "parameters", "model_error"):
+        del doc[key]
+    doc["fixed"] = None
+    (tmp_path / "old-cal.json").write_text(json.dumps(doc))
+    back = load_calibration(tmp_path / "old-cal.json")
+    assert back.name_ == "old-cal" and back.observations_ == [] and back.fixed is None
+    assert back.to_dict()["fixed"] == {} and back.model_error_ == 0.0
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "field"),
+    [
+        (("physics", "speed"), 1.0, r"physics\.speed: "),
+        (("physics", "llc_miss_fraction"), 2.0, r"physics\.llc_miss_fraction: "),
+        (("physics", "demand_static"), -1.0, r"physics\.demand_static: "),
+        (("workloads", "tcp", "dynamic_fraction"), 3.0, r"workloads\.tcp\.dynamic_fraction: "),
+        (("workloads", "tcp", "thresholds", "p95"), 1.0, r"workloads\.tcp\.thresholds\.p95"),
+        (("observations", 2, "value"), "x", r"observations\[2\]\.value: "),
+        (("observations", 0, "config", "n_cores"), 0, r"observations\[0\]\.config\.n_cores"),
+        (("observations", 2, "kind"), "guess", r"observation kind == 'guess'"),
+    ],
+)
+def test_a_bad_calibration_names_the_file_and_field(where, value, field, tmp_path):
+    from extrapolate.calibration import load_calibration
+
+    path, doc = _calibration(tmp_path)
+    part = doc
+    for key in where[:-1]:
+        part = part[key]
+    part[where[-1]] = value
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TraceFormatError, match=r"^\S*cal\.json: " + field) as err:
+        load_calibration(path)
+    assert "\n" not in str(err.value)
+
+
 # Mapping and Replica (the ``mapping`` of a curve's target and of a testbed state) ----
 
 
@@ -270,4 +348,153 @@ def test_a_bad_state_names_the_file_and_field(where, value, field, tmp_path):
     (tmp_path / "s.json").write_text(json.dumps(d))
     with pytest.raises(TestbedError, match=r"s\.json: " + field) as err:
         TestbedState.read(tmp_path / "s.json")
+    assert "\n" not in str(err.value)
+
+
+# The enforcers (a testbed state's replica ``enforce`` and ``cgroup``) ---------------
+# Only their records: nothing here makes a cgroup or starts a co-runner.
+
+V1 = CgroupLayout(1, None, None, None)
+
+
+def _enforcers() -> list:
+    cfs = CfsQuota("r0", V1, cpu_fraction=0.25, period_us=16000)
+    cfs.quota_us = 4000
+    cfs.cgroup.dirs = {"cpu": "/sys/fs/cgroup/cpu/shrink/r0"}
+    co = CoRunner("r1", V1, cpu_fraction=0.3)
+    co.cpus, co.spinners, co.helper = (0, 1), {1234: 99887766}, "c"
+    fake = FakeEnforcer(0.5)
+    fake.start((2,))
+    fake.add([10, 11])
+    return [cfs, co, CoRunner("r2", None, cpu_fraction=0.5, period_us=2000), fake]
+
+
+def test_a_field_added_to_an_enforcer_is_written():
+    @dataclass(init=False, eq=False)
+    class WiderCfs(CfsQuota):
+        note: str = "new"
+
+    @dataclass(eq=False)
+    class WiderFake(FakeEnforcer):
+        note: str = "new"
+
+    @dataclass
+    class WiderCgroup(Cgroup):
+        note: str = "new"
+
+    cfs = WiderCfs("r0", V1, cpu_fraction=0.5, period_us=8000).to_dict()
+    assert cfs["note"] == "new" and next(iter(cfs)) == "mechanism" and cfs["cgroup"]["version"] == 1
+    assert WiderFake(0.5).to_dict()["note"] == "new"
+    assert WiderCgroup("g", V1).to_dict() == {"name": "g", "version": 1, "dirs": {}, "note": "new"}
+
+
+def test_an_enforcer_reads_back_what_it_wrote():
+    for enf in _enforcers():
+        doc = json.loads(json.dumps(enf.to_dict()))
+        back = enforcer_from_dict(doc)
+        assert type(back) is type(enf) and back.to_dict() == doc
+        assert back.describe() == enf.describe()
+    assert list(_enforcers()[1].to_dict()) == [
+        "mechanism", "cpu_fraction", "period_us", "spin_us", "helper", "cpus", "spinners", "cgroup",
+    ]  # fmt: skip
+
+
+def test_an_older_enforcer_record_reads_with_defaults():
+    cg = Cgroup.from_dict({"name": "g"})
+    assert cg.layout.version == 1 and cg.dirs == {}
+    cfs = enforcer_from_dict({"cgroup": {"name": "g", "version": 2}})
+    assert isinstance(cfs, CfsQuota) and (cfs.cpu_fraction, cfs.quota_us, cfs.period_us) == (
+        1.0, None, None,
+    )  # fmt: skip
+    co = enforcer_from_dict({"mechanism": "corunner", "cpu_fraction": 0.25, "period_us": 1000})
+    assert (co.spin_us, co.helper, co.spinners, co.cgroup) == (750, "", {}, None)
+
+
+def _enforced_state() -> dict:
+    d = _state().to_dict()
+    d["replicas"] = [dict(d["replicas"][0], enforce=e.to_dict()) for e in _enforcers()]
+    for i, r in enumerate(d["replicas"]):
+        r["name"], r["port"] = f"r{i}", 8080 + i
+        if r["enforce"].get("cgroup"):
+            r["enforce"]["cgroup"]["dirs"] = {}  # folders under this machine's mounts: not here
+    return d
+
+
+@pytest.mark.parametrize(
+    ("replica", "where", "value", "field"),
+    [
+        (0, ("cpu_fraction",), 3, r"replicas\[0\]\.enforce: cpu_fraction: "),
+        (0, ("cgroup", "version"), 3, r"replicas\[0\]\.enforce: cgroup\.version: must be 1 or 2"),
+        (1, ("spinners", "x"), 1, r"replicas\[1\]\.enforce: spinners\.x"),
+        (1, ("cpu_fraction",), 0.01, r"replicas\[1\]\.enforce: cpu_fraction == 0\.01: "),
+        (2, ("period_us",), None, r"replicas\[2\]\.enforce: co-runner lacks period_us"),
+        (3, ("members",), "all", r"replicas\[3\]\.enforce: members: "),
+    ],
+)
+def test_a_bad_enforcer_in_a_state_names_the_file_and_field(replica, where, value, field, tmp_path):
+    d = _enforced_state()
+    part = d["replicas"][replica]["enforce"]
+    for key in where[:-1]:
+        part = part[key]
+    if value is None:
+        del part[where[-1]]
+    else:
+        part[where[-1]] = value
+    (tmp_path / "s.json").write_text(json.dumps(d))
+    with pytest.raises(TestbedError, match=r"s\.json: " + field) as err:
+        TestbedState.read(tmp_path / "s.json")
+    assert "\n" not in str(err.value)
+
+
+def test_a_state_with_enforcers_reads_back_and_writes_the_same_bytes(tmp_path):
+    (tmp_path / "s.json").write_text(json.dumps(_enforced_state(), indent=2) + "\n")
+    st = TestbedState.read(tmp_path / "s.json")
+    assert st.write(tmp_path / "again.json").read_text() == (tmp_path / "s.json").read_text()
+    assert isinstance(enforcer_from_dict(st.replicas[1].enforce), CoRunner)
+
+
+# The docroot manifest (shrink.docroot/1) -------------------------------------------
+
+
+def test_a_field_added_to_a_manifest_is_written():
+    @dataclass
+    class Wider(Manifest):
+        note: str = "new"
+
+    d = Wider("tcp", [StaticFile("/a", 10, 10), StaticFile("/b", 5, 9)], []).to_dict()
+    assert d["note"] == "new" and d["schema"] == "shrink.docroot/1"
+    # a nominal size is written only where a cap made the file smaller
+    assert d["static"][0] == {"path": "/a", "bytes": 10}
+    assert d["static"][1] == {"path": "/b", "bytes": 5, "nominal_bytes": 9}
+
+
+def test_a_manifest_reads_back_and_writes_the_same_bytes(tmp_path):
+    tcp_docroot(tmp_path)
+    again = dumps(read_manifest(tmp_path).to_dict(), indent=1, sort_keys=True) + "\n"
+    assert again == (tmp_path / "manifest.json").read_text()
+
+
+def test_an_older_manifest_reads_with_defaults(tmp_path):
+    (tmp_path / "manifest.json").write_text(
+        json.dumps({"schema": "shrink.docroot/1", "workload": "tcp", "static": [], "dynamic": []})
+    )
+    m = read_manifest(tmp_path)
+    assert m.params == {} and m.php["work_unit_us"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "field"),
+    [
+        ("static", [{"path": "/a", "bytes": -1}], r"static\[0\]\.bytes: "),
+        ("dynamic", [{"path": "/a", "bytes": 1, "work": 1}], r"lacks dynamic\[0\]\.mem_kib"),
+        ("schema", "shrink.docroot/9", r"schema == 'shrink\.docroot/9'"),
+    ],
+)
+def test_a_bad_manifest_names_the_file_and_field(key, value, field, tmp_path):
+    tcp_docroot(tmp_path)
+    doc = json.loads((tmp_path / "manifest.json").read_text())
+    doc[key] = value
+    (tmp_path / "manifest.json").write_text(json.dumps(doc))
+    with pytest.raises(TraceFormatError, match=r"manifest\.json: .*" + field) as err:
+        read_manifest(tmp_path)
     assert "\n" not in str(err.value)

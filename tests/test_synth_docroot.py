@@ -65,8 +65,8 @@ def test_every_trace_path_exists_in_the_docroot(support_run):
     paths = _unique_paths(trace)
     assert missing_paths(docroot, paths) == []
     manifest = read_manifest(docroot)
-    assert manifest["schema"] == MANIFEST_SCHEMA and manifest["workload"] == "support"
-    listed = {e["path"] for e in manifest["static"]} | {e["path"] for e in manifest["dynamic"]}
+    assert manifest.schema_id == MANIFEST_SCHEMA and manifest.workload == "support"
+    listed = {e.path for e in manifest.static} | {e.path for e in manifest.dynamic}
     assert set(paths) <= listed
     for name in ("_work.php", *(f"{p}.php" for p in PAGES)):
         assert (docroot / "app" / name).is_file()
@@ -79,15 +79,17 @@ def test_every_trace_path_exists_in_the_docroot(support_run):
 def test_manifest_sizes_match_files_and_cap_is_recorded(support_run):
     _, docroot, _ = support_run
     manifest = read_manifest(docroot)
-    for entry in manifest["static"]:
-        assert (docroot / entry["path"].lstrip("/")).stat().st_size == entry["bytes"]
+    for entry in manifest.static:
+        assert (docroot / entry.path.lstrip("/")).stat().st_size == entry.bytes
     assert (docroot / "static/file1k.bin").stat().st_size == 1024
-    capped = [e for e in manifest["static"] if "nominal_bytes" in e]
+    written = json.loads((docroot / "manifest.json").read_text())["static"]
+    capped = [e for e in written if "nominal_bytes" in e]
     assert capped and all(e["bytes"] == CAP < e["nominal_bytes"] for e in capped)
-    assert manifest["params"]["max_download_bytes"] == CAP
-    for d in manifest["dynamic"]:
-        assert f"bytes={d['bytes']}&work={d['work']}&mem={d['mem_kib']}&" in d["path"]
-        assert 10 * 1024 <= d["bytes"] <= 100_000
+    assert len(capped) == sum(e.nominal_bytes not in (None, e.bytes) for e in manifest.static)
+    assert manifest.params["max_download_bytes"] == CAP
+    for d in manifest.dynamic:
+        assert f"bytes={d.bytes}&work={d.work}&mem={d.mem_kib}&" in d.path
+        assert 10 * 1024 <= d.bytes <= 100_000
 
 
 def test_same_seed_same_parquet_bytes(tmp_path):
@@ -125,7 +127,7 @@ def test_tcp_cli_writes_the_1k_file(tmp_path):
     summary = json.loads(result.stdout)
     assert summary["requests"] == 6000 and summary["mode"] == "open"
     assert (docroot / "static/file1k.bin").stat().st_size == 1024
-    assert read_manifest(docroot)["workload"] == "tcp"
+    assert read_manifest(docroot).workload == "tcp"
     assert missing_paths(docroot, _unique_paths(Trace.read_parquet(out))) == []
 
 
@@ -156,7 +158,8 @@ def test_rerun_skips_identical_files_and_repairs_changed_ones(tmp_path):
 def test_tcp_docroot_alone(tmp_path):
     report = tcp_docroot(tmp_path)
     assert report.static_files == 1
-    assert read_manifest(tmp_path)["static"] == [{"path": "/static/file1k.bin", "bytes": 1024}]
+    written = read_manifest(tmp_path).to_dict()
+    assert written["static"] == [{"path": "/static/file1k.bin", "bytes": 1024}]
 
 
 def _php_cgi(script: Path, query: str) -> bytes:

@@ -38,9 +38,13 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import BeforeValidator, Field, model_serializer
+
+from shrink import files
 from shrink.errors import TopologyError
+from shrink.schemas import Count, Fraction, Name, Text
 from shrink.topology import format_cpulist
 
 __all__ = [
@@ -49,6 +53,7 @@ __all__ = [
     "CfsQuota",
     "Cgroup",
     "CgroupLayout",
+    "Recorded",
     "can_write_cgroups",
     "cgroup_layout",
     "cgroup_mounts",
@@ -145,15 +150,34 @@ def cgroup_layout(mounts_text: str | None = None, fs_root: str | Path = "/") -> 
     return CgroupLayout(1, v1.get("cpu"), v1.get("cpuset"), v1.get("cpuacct"))
 
 
-@dataclass
-class Cgroup:
-    """The cgroup(s) of one replica: created, filled with PIDs, read, removed."""
+def _layout(version: Any) -> CgroupLayout:
+    """The layout a recorded group names: its version only. A group read back is
+    accounted, emptied and removed through its folders; it is never created again."""
+    if isinstance(version, CgroupLayout):
+        return version
+    if version not in (1, 2) or isinstance(version, bool):
+        raise ValueError("must be 1 or 2")
+    return CgroupLayout(version, None, None, None)
 
-    name: str
-    layout: CgroupLayout
-    dirs: dict[str, str] = field(default_factory=dict)
+
+@dataclass
+class Cgroup(files.FileFormat):
+    """The cgroup(s) of one replica: created, filled with PIDs, read, removed.
+
+    Its record (a testbed state's ``cgroup``) is its name, its layout's ``version``
+    and its folders by controller.
+    """
+
+    name: Name
+    layout: Annotated[
+        CgroupLayout,
+        BeforeValidator(_layout),
+        Field(validation_alias="version", exclude=True),
+    ] = CgroupLayout(1, None, None, None)
+    dirs: Annotated[dict[Name, Text], Field(max_length=8)] = field(default_factory=dict)
 
     PARENT = "shrink"
+    WHAT = "cgroup"
 
     def create(self, cpus: tuple[int, ...], quota_us: int | None, period_us: int | None) -> None:
         """Make the groups and write the limits. Raises TopologyError without permission."""
@@ -250,13 +274,10 @@ class Cgroup:
                     p.rmdir()
         self.dirs = {}
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "version": self.layout.version, "dirs": dict(self.dirs)}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Cgroup:
-        lay = CgroupLayout(int(d.get("version", 1)), None, None, None)
-        return cls(d["name"], lay, dict(d.get("dirs", {})))
+    @model_serializer(mode="wrap")
+    def _written(self, handler: Any) -> dict[str, Any]:
+        d: dict[str, Any] = handler(self)
+        return {"name": d.pop("name"), "version": self.layout.version, **d}
 
 
 def cgroup_mounts(mounts_text: str | None = None) -> set[Path]:
@@ -330,14 +351,36 @@ def can_write_cgroups(layout: CgroupLayout) -> bool:
     return layout.cpu is not None and os.access(layout.cpu, os.W_OK)
 
 
-class CfsQuota:
+class Recorded(files.FileFormat):
+    """An enforcer whose fields are its record in a testbed state (``enforce``), which
+    :func:`shrink.enforce.enforcer_from_dict` reads back; written after its ``mechanism``.
+
+    Its ``__init__`` sets it up for a replica; a record read back skips it (the fields
+    are set as written), so what it derives must be a field.
+    """
+
+    mechanism = ""
+
+    @model_serializer(mode="wrap")
+    def _written(self, handler: Any) -> dict[str, Any]:
+        return {"mechanism": self.mechanism, **handler(self)}
+
+
+@dataclass(init=False, eq=False)
+class CfsQuota(Recorded):
     """The Enforcer of a CFS quota: one cgroup per replica, the quota on its CPUs.
 
     With ``cpu_fraction`` 1.0 (a core share) the group only pins (cpuset) and
     accounts (cpuacct): no quota is written.
     """
 
+    cpu_fraction: Fraction = 1.0
+    quota_us: Count | None = None
+    period_us: Count | None = None  # None: no quota (a core share)
+    cgroup: Cgroup  # type: ignore[misc]  # init=False: may follow fields with defaults
+
     mechanism = "cfs"
+    WHAT = "CFS quota"
 
     def __init__(
         self, name: str, layout: CgroupLayout, *, cpu_fraction: float, period_us: int | None
@@ -345,7 +388,7 @@ class CfsQuota:
         self.cgroup = Cgroup(name, layout)
         self.cpu_fraction = cpu_fraction
         self.period_us = period_us if cpu_fraction < 1.0 else None
-        self.quota_us: int | None = None
+        self.quota_us = None
 
     def start(self, cpus: tuple[int, ...]) -> None:
         if self.period_us is not None:
@@ -377,19 +420,3 @@ class CfsQuota:
             "quota_us": self.quota_us,
             "period_us": self.period_us,
         }
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.describe(), "mechanism": self.mechanism, "cgroup": self.cgroup.to_dict()}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> CfsQuota:
-        cg = Cgroup.from_dict(d["cgroup"])
-        out = cls(
-            cg.name,
-            cg.layout,
-            cpu_fraction=float(d.get("cpu_fraction", 1.0)),
-            period_us=d.get("period_us"),
-        )
-        out.cgroup = cg
-        out.quota_us = d.get("quota_us")
-        return out

@@ -24,12 +24,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from shrink import processes as process
-from shrink.enforce.cfs import Cgroup, CgroupLayout
+from shrink.enforce.cfs import Cgroup, CgroupLayout, Recorded
 from shrink.errors import TopologyError
+from shrink.schemas import MAX_CPUS, Count, Cpu, Fraction, Name, Pid
 
 __all__ = ["PERIOD_US", "CoRunner", "build_helper"]
 
@@ -66,10 +70,23 @@ def build_helper() -> Path | None:
     return path
 
 
-class CoRunner:
+@dataclass(init=False, eq=False)
+class CoRunner(Recorded):
     """The Enforcer of a duty-cycle co-runner (one spinner per CPU of the replica)."""
 
+    cpu_fraction: Fraction
+    period_us: Annotated[int, Field(ge=1, le=10**7)]
+    spin_us: Count = 0  # derived from the two above
+    helper: Name = ""  # "c" or "python": which spinner ran
+    cpus: Annotated[tuple[Cpu, ...], Field(max_length=MAX_CPUS)] = ()
+    spinners: Annotated[dict[Pid, Count], Field(max_length=MAX_CPUS)] = field(
+        default_factory=dict
+    )  # PID -> start time
+    # The group (no quota) pins and accounts the server, as for a core share.
+    cgroup: Cgroup | None = None
+
     mechanism = "corunner"
+    WHAT = "co-runner"
 
     def __init__(
         self,
@@ -79,19 +96,21 @@ class CoRunner:
         cpu_fraction: float,
         period_us: int = PERIOD_US,
     ) -> None:
-        if not 1 - RT_LIMIT <= cpu_fraction < 1.0:
-            raise TopologyError(
-                f"cpu_fraction == {cpu_fraction:g}: a co-runner gives a share in "
-                f"[{1 - RT_LIMIT:g}, 1) (real-time tasks may use at most {RT_LIMIT:.0%} of a CPU)."
-            )
-        # The group (no quota) pins and accounts the server, as for a core share.
         self.cgroup = Cgroup(name, layout) if layout is not None else None
         self.cpu_fraction = cpu_fraction
         self.period_us = period_us
-        self.spin_us = round((1 - cpu_fraction) * period_us)
-        self.cpus: tuple[int, ...] = ()
-        self.spinners: dict[int, int] = {}  # PID -> start time
+        self.cpus = ()
+        self.spinners = {}
         self.helper = ""
+        self.__post_init__()
+
+    def __post_init__(self) -> None:
+        if not 1 - RT_LIMIT <= self.cpu_fraction < 1.0:
+            raise TopologyError(
+                f"cpu_fraction == {self.cpu_fraction:g}: a co-runner gives a share in "
+                f"[{1 - RT_LIMIT:g}, 1) (real-time tasks may use at most {RT_LIMIT:.0%} of a CPU)."
+            )
+        self.spin_us = round((1 - self.cpu_fraction) * self.period_us)
 
     def start(self, cpus: tuple[int, ...]) -> None:
         self.cpus = tuple(cpus)
@@ -165,21 +184,3 @@ class CoRunner:
             "spin_us": self.spin_us,
             "helper": self.helper,
         }
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            **self.describe(),
-            "cpus": list(self.cpus),
-            "spinners": {str(p): t for p, t in self.spinners.items()},
-            "cgroup": self.cgroup.to_dict() if self.cgroup is not None else None,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> CoRunner:
-        out = cls("", None, cpu_fraction=float(d["cpu_fraction"]), period_us=int(d["period_us"]))
-        if d.get("cgroup"):
-            out.cgroup = Cgroup.from_dict(d["cgroup"])
-        out.cpus = tuple(int(c) for c in d.get("cpus", []))
-        out.spinners = {int(p): int(t) for p, t in d.get("spinners", {}).items()}
-        out.helper = str(d.get("helper", ""))
-        return out

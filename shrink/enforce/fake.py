@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from shrink.enforce.cfs import Recorded
+from shrink.schemas import Fraction
 
 __all__ = ["FakeEnforcer"]
 
 
-class FakeEnforcer:
+@dataclass(eq=False)
+class FakeEnforcer(Recorded):
     """Records calls; ``usage_s`` is whatever the test sets."""
 
-    mechanism = "fake"
+    cpu_fraction: Fraction = 1.0
+    cpus: tuple[int, ...] = ()
+    members: list[int] = field(default_factory=list)
+    # what a test reads from the fake itself, no part of its record
+    calls: Annotated[list[str], Field(exclude=True)] = field(default_factory=list)
+    usage: Annotated[float | None, Field(exclude=True)] = None
+    stopped: Annotated[bool, Field(exclude=True)] = False
 
-    def __init__(self, cpu_fraction: float = 1.0) -> None:
-        self.cpu_fraction = cpu_fraction
-        self.cpus: tuple[int, ...] = ()
-        self.members: list[int] = []
-        self.calls: list[str] = []
-        self.usage: float | None = None
-        self.stopped = False
+    mechanism = "fake"
+    WHAT = "fake enforcer"
 
     def start(self, cpus: tuple[int, ...]) -> None:
         self.calls.append("start")
@@ -44,13 +52,3 @@ class FakeEnforcer:
 
     def describe(self) -> dict[str, Any]:
         return {"mechanism": self.mechanism, "cpu_fraction": self.cpu_fraction}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.describe(), "cpus": list(self.cpus), "members": list(self.members)}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> FakeEnforcer:
-        out = cls(float(d.get("cpu_fraction", 1.0)))
-        out.cpus = tuple(d.get("cpus", []))
-        out.members = [int(p) for p in d.get("members", [])]
-        return out

@@ -20,18 +20,19 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+from pydantic import Field, model_serializer
 
 from shrink import files
 from shrink.atomic import atomic_file, write_bytes
 from shrink.errors import ParameterError, ShrinkError
 from shrink.jsonout import dumps
-from shrink.schemas import ManifestFile
+from shrink.schemas import MAX_LIST, Count, Text
 from shrink.synth.support import PAGES, SupportSite, expected_dynamic_fraction, images_per_page
 from shrink.synth.tcp import TCP_BYTES, TCP_PATH
 
@@ -39,6 +40,7 @@ __all__ = [
     "MANIFEST_SCHEMA",
     "DocrootReport",
     "DynamicPage",
+    "Manifest",
     "StaticFile",
     "missing_paths",
     "read_manifest",
@@ -54,22 +56,59 @@ _WHOLE_COMPARE = 1 << 20
 
 
 @dataclass(frozen=True)
-class StaticFile:
-    """A static file at URL ``path``; ``nominal_bytes`` is its size before a cap."""
+class StaticFile(files.FileFormat):
+    """A static file at URL ``path``; ``nominal_bytes`` is its size before a cap
+    (written only where the cap made it smaller)."""
 
-    path: str
-    bytes: int
-    nominal_bytes: int | None = None
+    path: Text
+    bytes: Count
+    nominal_bytes: Count | None = None
+
+    WHAT = "static file"
+
+    @model_serializer(mode="wrap")
+    def _written(self, handler: Any) -> dict[str, Any]:
+        d: dict[str, Any] = handler(self)
+        if self.nominal_bytes is None or self.nominal_bytes == self.bytes:
+            del d["nominal_bytes"]
+        return d
 
 
 @dataclass(frozen=True)
-class DynamicPage:
+class DynamicPage(files.FileFormat):
     """A dynamic URL and what the PHP page does for it (bytes out, work units, KiB touched)."""
 
-    path: str
-    bytes: int
-    work: int
-    mem_kib: int
+    path: Text
+    bytes: Count
+    work: Count
+    mem_kib: Count
+
+    WHAT = "dynamic page"
+
+
+def _php() -> dict[str, Any]:
+    return {
+        "pages": [f"/app/{p}.php" for p in PAGES],
+        "url": "/app/<page>.php?bytes=B&work=W&mem=M&id=I",
+        "work_unit_us": 1.0,
+    }
+
+
+@dataclass
+class Manifest(files.VersionedFile):
+    """``manifest.json``: what a document root holds (``shrink.docroot/1``).
+
+    ``php`` says how the PHP pages are called; ``params``, what the site was built from.
+    """
+
+    workload: Text
+    static: Annotated[list[StaticFile], Field(max_length=10 * MAX_LIST)]
+    dynamic: Annotated[list[DynamicPage], Field(max_length=10 * MAX_LIST)]
+    php: dict[Text, Any] = field(default_factory=_php)
+    params: dict[Text, Any] = field(default_factory=dict)
+
+    SCHEMA = MANIFEST_SCHEMA
+    WHAT = "docroot manifest"
 
 
 @dataclass(frozen=True)
@@ -190,33 +229,14 @@ def write_docroot(
             capped += int(f.nominal_bytes is not None and f.nominal_bytes != f.bytes)
         for name, text in _php_sources().items():
             written += _write_text(root / "app" / name, text)
-        manifest = {
-            "schema": MANIFEST_SCHEMA,
-            "workload": workload,
-            "static": [_static_entry(files[p]) for p in sorted(files)],
-            "dynamic": [
-                {"path": d.path, "bytes": d.bytes, "work": d.work, "mem_kib": d.mem_kib}
-                for d in dynamic
-            ],
-            "php": {
-                "pages": [f"/app/{p}.php" for p in PAGES],
-                "url": "/app/<page>.php?bytes=B&work=W&mem=M&id=I",
-                "work_unit_us": 1.0,
-            },
-            "params": dict(params),
-        }
+        manifest = Manifest(
+            workload, [files[p] for p in sorted(files)], list(dynamic), params=dict(params)
+        )
         target = root / "manifest.json"
-        _write_text(target, dumps(manifest, indent=1, sort_keys=True) + "\n")
+        _write_text(target, dumps(manifest.to_dict(), indent=1, sort_keys=True) + "\n")
     except OSError as exc:
         raise ShrinkError(f"{root}: cannot write the docroot ({exc})") from exc
     return DocrootReport(root, target, len(files), written, unchanged, on_disk, capped)
-
-
-def _static_entry(f: StaticFile) -> dict[str, Any]:
-    entry: dict[str, Any] = {"path": f.path, "bytes": f.bytes}
-    if f.nominal_bytes is not None and f.nominal_bytes != f.bytes:
-        entry["nominal_bytes"] = f.nominal_bytes
-    return entry
 
 
 def support_docroot(root: str | Path, site: SupportSite) -> DocrootReport:
@@ -247,13 +267,10 @@ def tcp_docroot(root: str | Path) -> DocrootReport:
     )
 
 
-def read_manifest(root: str | Path) -> dict[str, Any]:
+def read_manifest(root: str | Path) -> Manifest:
     """The manifest of a document root written by :func:`write_docroot`."""
     path = Path(root) / "manifest.json"
-    manifest = files.read_json(path, ManifestFile, what="docroot manifest")
-    if manifest.get("schema") != MANIFEST_SCHEMA:
-        raise ShrinkError(f"{path}: schema {manifest.get('schema')!r}, expected {MANIFEST_SCHEMA}")
-    return manifest
+    return Manifest.from_dict(files.read_json(path, what=Manifest.WHAT), source=path)
 
 
 def missing_paths(root: str | Path, paths: Iterable[str]) -> list[str]:

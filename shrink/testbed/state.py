@@ -25,20 +25,28 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Self
 
-from pydantic import ConfigDict, Field, model_serializer, model_validator, with_config
+from pydantic import (
+    AfterValidator,
+    ConfigDict,
+    Field,
+    model_serializer,
+    model_validator,
+    with_config,
+)
 
 # pydantic reads typing.TypedDict only from Python 3.12 on
 from typing_extensions import TypedDict
 
 from shrink import files
 from shrink.atomic import write_text
-from shrink.enforce.cfs import foreign_cgroup
-from shrink.errors import StateError, TestbedError, TraceFormatError
+from shrink.enforce import enforcer_from_dict
+from shrink.enforce.cfs import Cgroup, foreign_cgroup
+from shrink.errors import StateError, TestbedError, TopologyError, TraceFormatError
 from shrink.jsonout import dumps
 from shrink.schemas import MAX_CPUS, MAX_LIST, Count, Cpu, Name, Pid, Port, Socket, Text
 from shrink.share import Share
@@ -84,6 +92,21 @@ def _ours(d: Mapping[str, Any]) -> None:
                 raise StateError(f"replica {d.get('name')!r}: field {where!r}: {why}")
 
 
+def _read_as(read: Callable[[dict[str, Any]], Any]) -> AfterValidator:
+    """A record checked as ``read`` will read it when the state is used (an error names
+    its field), and kept as written."""
+
+    def check(d: dict[str, Any] | None) -> dict[str, Any] | None:
+        if d is not None:
+            try:
+                read(d)
+            except (TraceFormatError, TopologyError) as exc:
+                raise ValueError(str(exc)) from None
+        return d
+
+    return AfterValidator(check)
+
+
 @dataclass
 class ReplicaState(files.FileFormat):
     """One running replica. Written beside the fields: ``pids`` and ``master_pid``."""
@@ -105,8 +128,9 @@ class ReplicaState(files.FileFormat):
     errorlog: Text = ""
     run_dir: Text = ""
     nic_socket: Socket | None = None
-    cgroup: dict[str, Any] | None = None
-    enforce: dict[str, Any] | None = None  # shrink.enforce: mechanism, its PIDs and groups
+    cgroup: Annotated[dict[str, Any] | None, _read_as(Cgroup.from_dict)] = None
+    # shrink.enforce: mechanism, its PIDs and groups
+    enforce: Annotated[dict[str, Any] | None, _read_as(enforcer_from_dict)] = None
     # the program each PID ran at start, checked before a signal
     exes: Annotated[dict[Pid, Text], Field(max_length=MAX_LIST)] = field(default_factory=dict)
 
