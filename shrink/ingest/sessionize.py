@@ -66,31 +66,23 @@ def sessionize(
         empty_i = np.empty(0, dtype=np.int64)
         return Sessions(empty_i, empty_i, empty_i.astype(np.int32), empty_f, empty_f, 0.0)
 
-    # lexsort is stable: ties in (key, time) keep file order. A log may hold millions
-    # of rows: each array is dropped (del) once the next step no longer needs it.
-    order = np.lexsort((np.arange(n), time, key))
+    # lexsort is stable (each key sorted with a stable sort): ties in (key, time) keep
+    # file order. A log may hold millions of rows and every step below makes arrays of
+    # that length: each is dropped (del) or overwritten in place once the next step no
+    # longer needs it, so that few are alive at once.
+    order = np.lexsort((time, key))
     k = key[order]
-    tm = time[order]
     new_session = np.r_[True, k[1:] != k[:-1]]
     del k
+    tm = time[order]
     if idle_gap is not None:
         new_session[1:] |= (tm[1:] - tm[:-1]) > idle_gap
 
     burst, burst_start = _bursts(tm, new_session, burst_gap)
-
-    # End of each burst: latest send + rt; think = next burst start - end, same session only.
-    end = tm if rt is None else tm + np.nan_to_num(np.asarray(rt, dtype=np.float64)[order], nan=0.0)
     starts = np.flatnonzero(burst_start)
-    burst_end = np.maximum.reduceat(end, starts)
-    del end
-    burst_t0 = tm[starts]
-    think_b = np.zeros(starts.size)
-    same = ~new_session[starts[1:]]
-    gaps = burst_t0[1:] - burst_end[:-1]
-    think_b[:-1] = np.where(same, np.maximum(gaps, 0.0), 0.0)
-    del starts, burst_end, same, gaps
-    burst_of_row = np.cumsum(burst_start) - 1
     del burst_start
+    think_b = _think(tm, rt, order, new_session, starts)
+    burst_t0 = tm[starts]
 
     # Number sessions by start time; the stable sort keeps each session's rows together.
     session_first = np.flatnonzero(new_session)
@@ -99,18 +91,45 @@ def sessionize(
     del tm
     rank = np.empty(session_first.size, dtype=np.int64)
     rank[np.lexsort((np.arange(session_first.size), session_t0))] = np.arange(session_first.size)
-    session = rank[np.cumsum(new_session) - 1]
-    del new_session, rank
+    session = np.cumsum(new_session) - 1
+    del new_session
+    session = rank[session]
+    del rank
     regroup = np.argsort(session, kind="stable")
-    burst_of_row = burst_of_row[regroup]
-    return Sessions(
-        order=order[regroup],
-        session=session[regroup],
-        burst=burst[regroup].astype(np.int32),
-        t=burst_t0[burst_of_row] - origin,
-        think=think_b[burst_of_row],
-        origin=origin,
-    )
+    order = order[regroup]
+    session = session[regroup]
+    burst = burst[regroup].astype(np.int32, copy=False)
+    # The burst of each row (over the file), in the final order: where its burst starts.
+    burst_of_row = np.searchsorted(starts, regroup, side="right") - 1
+    del regroup, starts
+    t = burst_t0[burst_of_row]
+    t -= origin
+    think = think_b[burst_of_row]
+    return Sessions(order=order, session=session, burst=burst, t=t, think=think, origin=origin)
+
+
+def _think(
+    tm: np.ndarray,
+    rt: np.ndarray | None,
+    order: np.ndarray,
+    new_session: np.ndarray,
+    starts: np.ndarray,
+) -> np.ndarray:
+    """Think time after each burst: the gap from its end (latest send + rt) to the next
+    burst's first send time, in the same session only; ``starts`` are the bursts' first rows."""
+    if rt is None:
+        burst_end = np.maximum.reduceat(tm, starts)
+    else:
+        end = np.asarray(rt, dtype=np.float64)[order]
+        np.nan_to_num(end, copy=False, nan=0.0)
+        np.add(tm, end, out=end)
+        burst_end = np.maximum.reduceat(end, starts)
+        del end
+    think_b = np.zeros(starts.size)
+    same = ~new_session[starts[1:]]
+    gaps = tm[starts[1:]] - burst_end[:-1]
+    think_b[:-1] = np.where(same, np.maximum(gaps, 0.0), 0.0)
+    return think_b
 
 
 _SLICE = 65_536  # rows turned into Python objects at a time (a log may hold millions)
@@ -118,7 +137,8 @@ _SLICE = 65_536  # rows turned into Python objects at a time (a log may hold mil
 
 def _bursts(tm: np.ndarray, new_session: np.ndarray, burst_gap: float) -> tuple[np.ndarray, ...]:
     """Burst index inside the session and burst-start flags, anchored on each burst's first send."""
-    burst = np.empty(tm.size, dtype=np.int64)
+    # int32, the type of the trace's column, unless a session could have more bursts.
+    burst = np.empty(tm.size, dtype=np.int32 if tm.size <= 2**31 else np.int64)
     start = np.empty(tm.size, dtype=bool)
     b = -1
     anchor = 0.0
