@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from shrink.classify import Classifier
 
-__all__ = ["Columns", "classify_paths"]
+__all__ = ["Columns", "Distinct", "classify_paths"]
 
 BATCH_ROWS = 65_536  # rows held as Python objects at most, for a reader that asks (full)
 
@@ -62,27 +62,76 @@ def classify_paths(paths: pa.Array, classifier: Classifier | None) -> pa.Array:
     return pc.take(classes, pc.index_in(paths, value_set=distinct))
 
 
+class Distinct:
+    """The distinct values of a text field, numbered in order of first appearance.
+
+    A reader keeps such a field as int32 codes: a column of a few distinct values (a
+    method, a client) then takes 4 bytes a row until the trace's column is built from
+    the codes, once, in the trace's order, instead of a string column per batch, their
+    concatenation and its reordered copy.
+    """
+
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+
+    def code(self, value: str) -> int:
+        return self.index.setdefault(value, len(self.index))
+
+    def decode(self, codes: pa.Array) -> pa.Array:
+        """The values the codes stand for, as a string column."""
+        return pa.array(list(self.index), pa.string()).take(codes)
+
+
+def session_keys(key: np.ndarray, s: Any) -> np.ndarray:
+    """The key of each session of ``s`` (each row's ``key`` given in file order): a
+    session is the requests of one key, so what the key names (a client) is the
+    session's, and need not be kept row by row."""
+    first = np.flatnonzero(s.session[1:] != s.session[:-1]) + 1
+    return key[s.order[np.r_[0, first]]]
+
+
+def _in_order(order: np.ndarray) -> bool:
+    """Whether the permutation ``order`` leaves the rows where they are (a log already in
+    session order, as a recorded-session log usually is): then no column is reordered."""
+    return bool(np.all(order[1:] > order[:-1]))
+
+
 def session_columns(
-    rows: Columns, s: Any, classifier: Any, rt: np.ndarray | None = None
+    rows: Columns,
+    s: Any,
+    classifier: Any,
+    rt: np.ndarray | None = None,
+    *,
+    methods: Distinct,
+    clients: pa.Array,
 ) -> dict[str, Any]:
     """A trace's columns from the rows read, in the session order ``s`` (a
     :func:`shrink.ingest.sessionize.sessionize` result) gives; ``rt`` where the log
-    records response times."""
-    o = pa.array(s.order)
-    paths = rows.array("path").take(o)
-    out = {
+    records response times. ``rows`` holds the method as ``methods`` codes; ``clients``
+    is the client of each session (:func:`session_keys`). Each column is built on its
+    own, its rows released before the next, so that one extra column is alive at most.
+    """
+    if _in_order(s.order):
+        def take(a: Any) -> Any:
+            return a
+    else:
+        o = pa.array(s.order)
+
+        def take(a: Any) -> Any:
+            return a.take(o)
+
+    out: dict[str, Any] = {
         "session": s.session,
         "burst": s.burst,
         "t": s.t,
         "think": s.think,
-        "method": rows.array("method").take(o),
-        "path": paths,
-        "cls": classify_paths(paths, classifier),
-        "bytes": rows.array("bytes").take(o),
-        "status": rows.array("status").take(o),
+        "client": clients.take(pa.array(s.session)),
     }
+    out["method"] = methods.decode(take(rows.array("method")))
+    out["path"] = take(rows.array("path"))
+    out["cls"] = classify_paths(out["path"], classifier)
+    out["bytes"] = take(rows.array("bytes"))
+    out["status"] = take(rows.array("status"))
     if rt is not None:
-        out["rt"] = rt[s.order]
-    out["client"] = rows.array("client").take(o)
+        out["rt"] = rt if _in_order(s.order) else rt[s.order]
     return out
-

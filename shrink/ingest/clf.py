@@ -47,7 +47,7 @@ import pyarrow as pa
 from shrink.checks import parse_duration
 from shrink.classify import Classifier
 from shrink.errors import TraceFormatError
-from shrink.ingest._columns import Columns, session_columns
+from shrink.ingest._columns import Columns, Distinct, session_columns, session_keys
 from shrink.ingest._io import MAX_LINE, LineBatch, decode_line, line_batches
 from shrink.ingest.sessionize import non_negative_duration, sessionize
 from shrink.trace import Trace
@@ -128,11 +128,10 @@ class _Tally:
 _COLUMNS = {
     "key": pa.int64(),
     "time": pa.float64(),
-    "method": pa.string(),
+    "method": pa.int32(),  # a code of the reader's methods (Distinct)
     "path": pa.string(),
     "bytes": pa.int64(),
     "status": pa.int32(),
-    "client": pa.string(),
 }
 _TIMES_CACHED = 65_536  # distinct time stamps remembered (a log's are mostly in order)
 
@@ -160,9 +159,10 @@ def read_clf(
     rows = Columns(_COLUMNS)
     tally = _Tally()
     keys: dict[tuple[str, str], int] = {}
+    methods = Distinct()
     time_cache: dict[str, float] = {}
     for batch in line_batches(path, max_line=max_line):
-        _read_batch(batch, path, strict, rows, tally, keys, time_cache)
+        _read_batch(batch, path, strict, rows, tally, keys, methods, time_cache)
         rows.flush()
         if len(time_cache) > _TIMES_CACHED:
             time_cache.clear()
@@ -184,9 +184,16 @@ def read_clf(
     }
     if n == 0:
         return Trace.empty({**meta, "origin_epoch": None})
-    s = sessionize(rows.numpy("key"), rows.numpy("time"), burst_gap=bgap, idle_gap=idle)
-    out = session_columns(rows, s, classifier)
-    return Trace.from_columns(out, {**meta, "origin_epoch": s.origin})
+    key = rows.numpy("key")
+    s = sessionize(key, rows.numpy("time"), burst_gap=bgap, idle_gap=idle)
+    # A session is one (host, agent) key's: its client is the key's host.
+    hosts = pa.array([host for host, _agent in keys], pa.string())
+    clients = hosts.take(session_keys(key, s))
+    del key, hosts
+    out = session_columns(rows, s, classifier, methods=methods, clients=clients)
+    meta["origin_epoch"] = s.origin
+    del s, clients  # the row order: out holds what the trace needs
+    return Trace.from_columns(out, meta)
 
 
 def _read_batch(
@@ -196,6 +203,7 @@ def _read_batch(
     rows: Columns,
     tally: _Tally,
     keys: dict[tuple[str, str], int],
+    methods: Distinct,
     time_cache: dict[str, float],
 ) -> None:
     """Parse one batch of lines into ``rows``; a line that is not a log line is counted."""
@@ -242,9 +250,8 @@ def _read_batch(
         k = (host, agent or "")
         cols["key"].append(keys.setdefault(k, len(keys)))
         cols["time"].append(epoch)
-        cols["method"].append(req[0])
+        cols["method"].append(methods.code(req[0]))
         cols["path"].append(req[1])
         cols["bytes"].append(0 if m["bytes"] == "-" else int(m["bytes"]))
         cols["status"].append(0 if m["status"] == "-" else int(m["status"]))
-        cols["client"].append(host)
     tally.lines += len(batch.lines)

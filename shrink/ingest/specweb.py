@@ -51,7 +51,7 @@ import pyarrow as pa
 
 from shrink.classify import Classifier
 from shrink.errors import TraceFormatError
-from shrink.ingest._columns import Columns, session_columns
+from shrink.ingest._columns import Columns, Distinct, session_columns, session_keys
 from shrink.ingest._io import MAX_LINE, decode_line, line_batches
 from shrink.ingest.sessionize import non_negative_duration, sessionize
 from shrink.trace import Trace
@@ -122,11 +122,10 @@ _COLUMNS = {
     "time": pa.float64(),
     "key": pa.int64(),
     "path": pa.string(),
-    "method": pa.string(),
+    "method": pa.int32(),  # a code of the reader's methods (Distinct)
     "status": pa.int32(),
     "bytes": pa.int64(),
     "rt": pa.float64(),
-    "client": pa.string(),
 }
 
 
@@ -151,6 +150,7 @@ def read_specweb(
     rows = Columns(_COLUMNS)
     cols = rows.lists
     ids: dict[str, int] = {}
+    methods = Distinct()
     skipped = 0
     skipped_lines: list[int] = []
     for batch in line_batches(path, max_line=max_line):
@@ -198,11 +198,10 @@ def read_specweb(
             cols["time"].append(time)
             cols["key"].append(ids.setdefault(session, len(ids)))
             cols["path"].append(url)
-            cols["method"].append(method)
+            cols["method"].append(methods.code(method))
             cols["status"].append(status)
             cols["bytes"].append(nbytes)
             cols["rt"].append(rt)
-            cols["client"].append(session)
         rows.flush()
 
     meta: dict[str, Any] = {
@@ -217,12 +216,27 @@ def read_specweb(
     }
     if not rows.rows:
         return Trace.empty({**meta, "origin": None})
-    return _trace(rows, bgap, classifier, meta)
+    return _trace(rows, (ids, methods), bgap, classifier, meta)
 
 
-def _trace(rows: Columns, bgap: float, classifier: Classifier | None, meta: dict) -> Trace:
-    """The Trace of the rows read: sessions cut into bursts, in session order."""
+def _trace(
+    rows: Columns,
+    codes: tuple[dict[str, int], Distinct],
+    bgap: float,
+    classifier: Classifier | None,
+    meta: dict,
+) -> Trace:
+    """The Trace of the rows read: sessions cut into bursts, in session order. ``codes``:
+    the numbers of the sessions (the ``key`` column) and the methods' codes."""
+    ids, methods = codes
     rt = rows.numpy("rt")
-    s = sessionize(rows.numpy("key"), rows.numpy("time"), rt, burst_gap=bgap)
-    out = session_columns(rows, s, classifier, rt)
-    return Trace.from_columns(out, {**meta, "origin": s.origin})
+    key = rows.numpy("key")
+    s = sessionize(key, rows.numpy("time"), rt, burst_gap=bgap)
+    # The client column is the session id: the text of each key.
+    clients = pa.array(list(ids), pa.string()).take(session_keys(key, s))
+    del key
+    out = session_columns(rows, s, classifier, rt, methods=methods, clients=clients)
+    del rt, clients
+    meta["origin"] = s.origin
+    del s  # the row order: out holds what the trace needs
+    return Trace.from_columns(out, meta)
