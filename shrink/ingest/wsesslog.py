@@ -69,7 +69,7 @@ from shrink.atomic import write_bytes
 from shrink.checks import check_rate, check_scalar
 from shrink.classify import Classifier
 from shrink.errors import TraceFormatError
-from shrink.ingest._columns import Columns, classify_paths
+from shrink.ingest._columns import Columns, Distinct, classify_paths, release
 from shrink.ingest._io import MAX_LINE, LineBatch, decode_line, line_batches
 from shrink.trace import Trace
 
@@ -119,8 +119,9 @@ class _Sessions:
 
     def __init__(self, think_default: float, rate: float) -> None:
         self.requests = Columns(
-            {"burst": pa.int64(), "method": pa.string(), "path": pa.string(), "body": pa.string()}
+            {"burst": pa.int64(), "method": pa.int32(), "path": pa.string(), "body": pa.string()}
         )
+        self.methods = Distinct()  # the method column holds their codes
         self.bursts = Columns(
             {"session": pa.int64(), "index": pa.int32(), "t": pa.float64(), "think": pa.float64()}
         )
@@ -159,7 +160,7 @@ class _Sessions:
     def request(self, path: str, method: str, body: str) -> None:
         cols = self.requests.lists
         cols["burst"].append(self.burst)
-        cols["method"].append(method)
+        cols["method"].append(self.methods.code(method))
         cols["path"].append(path)
         cols["body"].append(body)
         self.bodies = self.bodies or bool(body)
@@ -321,16 +322,20 @@ def read_wsesslog(
     }
     if not sessions.requests.rows:
         return Trace.empty(meta)
+    # Each column is built on its own and what it was made from released before the next.
+    if not sessions.bodies:
+        sessions.requests.discard("body")
     burst = sessions.requests.array("burst")
-    paths = sessions.requests.array("path")
-    cols: dict[str, Any] = {
-        name: sessions.bursts.array(field).take(burst)
-        for name, field in (("session", "session"), ("burst", "index"), ("t", "t"))
-    }
-    cols["think"] = sessions.bursts.array("think").take(burst)
-    cols["method"] = sessions.requests.array("method")
-    cols["path"] = paths
-    cols["cls"] = classify_paths(paths, classifier)
+    cols: dict[str, Any] = {}
+    for name, field in (("session", "session"), ("burst", "index"), ("t", "t"), ("think", "think")):
+        cols[name] = sessions.bursts.array(field).take(burst)
+        release()
+    del burst
+    cols["method"] = sessions.methods.decode(sessions.requests.array("method"))
+    release()
+    cols["path"] = sessions.requests.array("path")
+    cols["cls"] = classify_paths(cols["path"], classifier)
+    release()
     if sessions.bodies:
         cols["body"] = sessions.requests.array("body")
     return Trace.from_columns(cols, meta)
