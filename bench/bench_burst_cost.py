@@ -31,8 +31,10 @@ LIGHT_RATE = 80.0  # req/s: 4-6% of the whole core here
 BUSY_RATE = 1500.0  # req/s: 80-95% of it here
 SHARE_RATE = 300.0  # req/s: near the 25% share's knee here
 SESSIONS_FACTOR = 4.0  # the whole trace's sessions at 4x their rate: about BUSY_RATE
-# Knee-load periods: PERIOD_S at BUSY_RATE, one every PERIOD_GAP_S (light on average).
-PERIOD_S, PERIOD_GAP_S = 0.25, 2.0
+# Knee-load periods: period_s at BUSY_RATE, one every 8 periods (light on average),
+# long (0.25 s) and short (0.1 s).
+PERIODS_S = (0.25, 0.1)
+PERIOD_GAPS = 8
 
 
 def _cpu_per_request(res: Any) -> float | None:
@@ -66,16 +68,16 @@ def main(argv: list[str] | None = None) -> int:
         gap = k / rate
         return probe_trace(sample, rate, span, seed, burst=k, offset=(warm + gap / 2) % gap)
 
-    def periods(seed: int) -> Trace:
-        """Requests at BUSY_RATE for PERIOD_S, one period every PERIOD_GAP_S, each
-        period whole in the window (mid-way between two gaps)."""
-        n = max(1, round(a.seconds / PERIOD_GAP_S))
-        tr = probe_trace(sample, BUSY_RATE, n * PERIOD_S, seed)
-        tr = tr.take(np.flatnonzero(tr.column("t") < n * PERIOD_S))
+    def periods(period: float, seed: int) -> Trace:
+        """Requests at BUSY_RATE for ``period`` s, one period every PERIOD_GAPS
+        periods, each whole in the window (mid-way between two gaps)."""
+        n = max(1, round(a.seconds / (PERIOD_GAPS * period)))
+        tr = probe_trace(sample, BUSY_RATE, n * period, seed)
+        tr = tr.take(np.flatnonzero(tr.column("t") < n * period))
         t = tr.column("t")
-        k = np.floor(t / PERIOD_S)
-        start = warm + (a.seconds / n - PERIOD_S) / 2
-        return tr.with_column("t", start + k * (a.seconds / n) + (t - k * PERIOD_S))
+        k = np.floor(t / period)
+        start = warm + (a.seconds / n - period) / 2
+        return tr.with_column("t", start + k * (a.seconds / n) + (t - k * period))
 
     with tempfile.TemporaryDirectory(prefix="shrink-burst-") as tmp:
         work = Path(tmp)
@@ -95,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
                 "evenly spaced": lambda s: (full, probe_trace(sample, LIGHT_RATE, span, s)),
                 "bursts of 16": lambda s: (full, bursty(LIGHT_RATE, 16, s)),
                 "bursts of 64": lambda s: (full, bursty(LIGHT_RATE, 64, s)),
-                "knee-load periods": lambda s: (full, periods(s)),
+                "knee-load periods of 0.25 s": lambda s: (full, periods(PERIODS_S[0], s)),
+                "knee-load periods of 0.1 s": lambda s: (full, periods(PERIODS_S[1], s)),
                 "busy": lambda s: (full, probe_trace(sample, BUSY_RATE, span, s)),
                 "sessions busy": lambda s: (full, looped),
                 "share near its knee": lambda s: (share, probe_trace(sample, SHARE_RATE, span, s)),

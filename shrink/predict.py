@@ -36,7 +36,7 @@ from shrink.autolevels import (
 from shrink.checks import check_alpha
 from shrink.defaults import THRESHOLDS
 from shrink.errors import ShrinkError
-from shrink.loadcurve import LoadCurve
+from shrink.loadcurve import Level, LoadCurve
 from shrink.machine import Machine
 from shrink.mapping import BUILTIN_MAPPINGS, check_mappings
 from shrink.mat import MATResult, mat
@@ -53,9 +53,9 @@ from shrink.report.assumptions import assumptions as assumptions_of
 from shrink.report.recommendation import reason_text
 from shrink.run_inputs import RunInputs, record_inputs
 from shrink.scaling import (
+    Beside,
     ModelError,
-    calibrate,
-    knee_speed,
+    calibrate_beside,
     latency_scale,
     model_error,
     shrink_scaled_curve,
@@ -241,10 +241,10 @@ def predict(
         full_target = None
         if config.paired_full_run or calibrating:
             full_target = stack.enter_context(provider.open(Share.whole(cpus), "1-replica"))
-        scaling = SweepScaling()
+        scaling, beside = SweepScaling(), None
         if share.kind == "cpu_time":
-            share, scaling = _speed(target, full_target if calibrating else None, trace, sample,
-                                    share, plan, config, progress)  # fmt: skip
+            share, scaling, beside = _speed(target, full_target if calibrating else None, trace,
+                                            sample, share, plan, config, progress)  # fmt: skip
         companion = None
         if config.paired_full_run and full_target is not None:
             companion = Companion(full_target, trace, dict(config.thresholds))
@@ -260,9 +260,14 @@ def predict(
                 seed=config.seed,
                 alpha=alpha,
                 progress=progress,
-                pairing=Pairing(companion=companion),
+                pairing=Pairing(companion=companion, between=_beside(beside, share_thresholds,
+                                                                     config.thresholds)),
                 scaling=scaling,
             )
+            if beside is not None:
+                # The full side read beside the sweep, the share's on its levels near
+                # the knee (Beside.now).
+                share = share.with_speed(beside.finish())
             if companion is not None and full_target is not None:
                 full_curve = _validation_search(full_target, trace, companion, config, plan,
                                                 progress)  # fmt: skip
@@ -272,8 +277,6 @@ def predict(
                 kept = _keep_partial(Path(out_dir), stop.curve, companion, config)
                 stop.kept = [*stop.kept, *kept]
             raise
-    # The share as calibrated, its side read again on the sweep's runs near its knee.
-    share = share.with_speed(knee_speed(share.speed, measured))
     measured.share = replace(measured.share, speed=share.speed)
     if out_dir is not None:
         # What was measured is kept before anything is read from it: a curve with no
@@ -327,6 +330,24 @@ def predict(
     return result
 
 
+def _beside(
+    beside: Beside | None, share_thresholds: dict[str, float], thresholds: Mapping[str, float]
+) -> Callable[[Level], None] | None:
+    """After each of the share's levels: the calibration's run beside it, then the share's
+    thresholds at the speed the runs so far read (the sweep brackets the crossings the
+    prediction will read, not those of the speed it started from)."""
+    if beside is None:
+        return None
+
+    def between(level: Level) -> None:
+        beside.slice(level)
+        speed = beside.now().effective
+        if speed > 0:
+            share_thresholds.update({s: t / speed for s, t in thresholds.items()})
+
+    return between
+
+
 def _model_error(config: PredictConfig, target: str, kind: str) -> ModelError:
     """The share model's error: the corpus-fitted one, or the config's spread (no bias)."""
     if config.model_error is not None:
@@ -353,20 +374,23 @@ def _speed(
     plan: AutoPlan,
     config: PredictConfig,
     progress: Progress | None,
-) -> tuple[Share, SweepScaling]:
+) -> tuple[Share, SweepScaling, Beside | None]:
     """A CPU-time share's speed (calibrated on ``full_target`` where there is one, else its
-    nominal fraction) and the swept side's scaling derived from it."""
+    nominal fraction), the swept side's scaling derived from it, and the calibration's
+    runs left for beside the sweep."""
+    beside = None
     if full_target is None:
         speed = ShareSpeed.assumed(share.cpu_fraction)
     else:
         if progress is not None:
             progress("calibration (light runs on the full target)", 0, 1)
-        speed = calibrate(target, full_target, sample, nominal=share.cpu_fraction,
-                          seed=config.seed)  # fmt: skip
+        beside = calibrate_beside(target, full_target, sample, nominal=share.cpu_fraction,
+                                  seed=config.seed)  # fmt: skip
+        speed = beside.speed
     share = share.with_speed(speed)
     ratio = sample_ratio(trace, sample, plan, share.cpu_fraction)
     scaling = sweep_scaling(share.speed_factor, share.cpu_fraction, ratio, config.time_scaling)
-    return share, scaling
+    return share, scaling, beside
 
 
 def _validation_search(

@@ -29,6 +29,7 @@ span of its arrivals plus one mean gap, as ``shrink trace info`` reports it: see
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -354,7 +355,10 @@ def schedule_arrays(sched: Schedule) -> ScheduleArrays:
 def trace_extent(trace: Trace, mode: str = "auto") -> tuple[float, float, int]:
     """(origin, span, id stride) of a trace.
 
-    ``origin`` is its first time. ``span`` is the loop period (``shrink trace
+    ``origin`` is its first time, or its meta ``t_start`` where that is earlier: a
+    replay's time zero, for a trace whose first request is meant to come some time
+    into the run (the calibration's probe places its periods in the run's window).
+    ``span`` is the loop period (``shrink trace
     info`` reports it as the trace's span): the span of its arrivals (session
     starts; each request's in open mode) plus one mean gap between them. Copies
     follow on at the trace's own pace, as httperf --wsesslog starts the sessions
@@ -373,6 +377,9 @@ def trace_extent(trace: Trace, mode: str = "auto") -> tuple[float, float, int]:
     if mode == "session":  # the pace of session arrivals, not of their later pages
         t = t[np.r_[True, sess[1:] != sess[:-1]]]
     origin = float(t.min())
+    start = trace.meta.get("t_start")
+    if isinstance(start, int | float) and math.isfinite(start):
+        origin = min(origin, float(start))
     n_units = t.size
     raw = float(t.max() - origin)
     if raw > 0 and n_units > 1:

@@ -133,6 +133,10 @@ class ShareSpeed(files.FileFormat):
     # (shrink.scaling.knee_speed): their capacity, count and utilization band, and the
     # calibration's share runs' capacity it replaced; None where it was not read.
     share_knee: dict[str, Any] | None = None
+    # The speed the share's sweep was scaled by (its time scale and load), as read before
+    # it, where the full side was read again beside the sweep (shrink.scaling.Beside);
+    # None where the calibration ended before the sweep.
+    swept_at: float | None = None
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -69,8 +69,11 @@ def test_predict_then_validate_on_a_processor_sharing_fake(tmp_path):
         # The sweep ran at the calibration's speed; the share's side was then read
         # again on the sweep's own repetitions near its knee.
         assert sp.share_knee is not None and sp.share_knee["repetitions"] >= 2
-        calibrated = sp.share_knee["calibration_capacity"] / sp.full_capacity
-        assert res.measured.sweep.scaled_time == pytest.approx(1 / calibrated)
+        # The sweep ran at the speed read before it (the full side was read again
+        # beside the sweep's levels near its knee).
+        assert sp.swept_at is not None
+        assert res.measured.sweep.scaled_time == pytest.approx(1 / sp.swept_at)
+        assert any(r["phase"] == "beside" for r in sp.full_target_runs)
         assert pred.self_checks["generator_kept_up"]
         assert pred.mappings["1-replica"].stats["mean"].status == "ok"
         # The share's own MATs (at its own, 1/s longer, thresholds) are the

@@ -281,3 +281,64 @@ def test_how_far_the_host_moved_after_the_share_is_a_self_check():
     assert got["host_after_share"] == pytest.approx(2300 / 1.84)
     assert got["host_after_over_beside"] == pytest.approx(2300 / 1.84 / 1000)
     assert host_moved(curve([(2.0, 600, 0.6)]), share) == {}  # nothing after the share
+
+
+class _Host:
+    """A host whose speed changes once the share's sweep starts (its first run of a
+    trace that is not the calibration's probe): every demand divided by ``after``."""
+
+    def __init__(self, after: float) -> None:
+        self.after, self.sweeping = after, False
+
+
+class _OnHost(FakeTarget):
+    def __init__(self, host: _Host, demand: dict[str, float], share: bool) -> None:
+        super().__init__(servers=1, demand=demand)
+        self.host, self.base, self.share = host, dict(demand), share
+
+    def run(self, trace, **kw):
+        if self.share and "probe" not in trace.meta:
+            self.host.sweeping = True
+        f = self.host.after if self.host.sweeping else 1.0
+        self.demand = {k: v / f for k, v in self.base.items()}
+        return super().run(trace, **kw)
+
+
+class _Drifting(FakeProvider):
+    """FakeProvider's share (its nominal fraction of the core) and full core, both on
+    one host that gets ``after`` times faster when the share's sweep starts."""
+
+    def __init__(self, after: float) -> None:
+        super().__init__()
+        self.host = _Host(after)
+
+    @contextmanager
+    def open(self, share, mapping):
+        f = share.cpu_fraction if share.kind == "cpu_time" else 1.0
+        target = _OnHost(
+            self.host, {k: v / f for k, v in self.demand.items()}, share.kind == "cpu_time"
+        )
+        desc = target.describe
+        target.describe = lambda: {**desc(), "share": share.to_dict(), "mapping": {"name": mapping}}
+        yield target
+
+
+@pytest.mark.parametrize("after", [0.7, 1.5])
+def test_the_full_side_is_read_beside_the_sweep_so_the_hosts_drift_cancels(tmp_path, after):
+    """The host gets faster (or slower) once the share's sweep starts: the calibration's
+    full side, read on its runs beside the sweep's levels near the knee, sees the same
+    host as the share's knee, and the speed is what it is without the drift. A full
+    side read before the sweep would be off by the drift, ``after``."""
+    _, steady = _prediction_bytes(_Drifting(1.0), tmp_path / "steady")
+    _, res = _prediction_bytes(_Drifting(after), tmp_path / "drift")
+    speed, still = res.prediction.share.speed, steady.prediction.share.speed
+    assert speed.share_knee is not None  # the share's side read on the sweep's runs
+    # Within the speed's own noise of the steady host's (the rates after each run
+    # follow what it measured, so the requests differ), and of the truth: the drift
+    # (x0.7, x1.5) is four to six of its sigmas.
+    assert abs(np.log(speed.effective / still.effective)) < 2 * speed.sigma, (speed, still)
+    assert abs(np.log(speed.effective / 0.25)) < 2 * speed.sigma < abs(np.log(after)) / 2
+    runs = res.prediction.extra["full_target_use"]["runs"]
+    beside = [r for r in runs if r["phase"] == "beside"]
+    assert beside and sum(r["seconds"] for r in runs) <= CALIBRATION_S
+    assert max(r["utilization"] for r in runs) <= CALIBRATION_BUSY

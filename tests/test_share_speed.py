@@ -14,15 +14,31 @@ from shrink.report.assumptions import assumptions as assumptions_of
 from shrink.share import Share, ShareSpeed
 
 
+class _Fixed:
+    """A calibration that read ``speed`` and runs nothing beside the sweep."""
+
+    def __init__(self, speed: ShareSpeed) -> None:
+        self.speed = speed
+
+    def slice(self, level) -> None:
+        pass
+
+    def now(self) -> ShareSpeed:
+        return self.speed
+
+    def finish(self) -> ShareSpeed:
+        return self.speed
+
+
 @pytest.mark.parametrize("paired", [True, False])
 def test_predict_scales_by_the_calibrated_speed_and_reports_it(monkeypatch, tmp_path, paired):
     calls = []
 
     def probe(share_target, full_target, trace, *, nominal, seed):
         calls.append((full_target is not None, nominal))
-        return ShareSpeed(nominal, {"static": 0.2, "dynamic": 0.2}, 0.2, "calibrated", 3.0)
+        return _Fixed(ShareSpeed(nominal, {"static": 0.2, "dynamic": 0.2}, 0.2, "calibrated", 3.0))
 
-    monkeypatch.setattr("shrink.predict.calibrate", probe)
+    monkeypatch.setattr("shrink.predict.calibrate_beside", probe)
     plan = AutoPlan(warmup=2, duration=10, reps=2, max_levels=7, probe_level=1.0)
     cfg = PredictConfig(
         alpha=0.25, thresholds={"mean": 0.004}, mappings=["1-replica"], seed=3, plan=plan,
@@ -71,7 +87,7 @@ def test_scaled_by_the_measured_speed_the_share_predicts_the_paired_truth_over_s
     from shrink.mat import mat
 
     speed = ShareSpeed(0.25, {"static": 0.2, "dynamic": 0.2}, 0.2, "calibrated", 3.0)
-    monkeypatch.setattr("shrink.predict.calibrate", lambda *a, **k: speed)
+    monkeypatch.setattr("shrink.predict.calibrate_beside", lambda *a, **k: _Fixed(speed))
     plan = AutoPlan(warmup=2, duration=10, reps=2, max_levels=7, probe_level=1.0)
     trace = sessions(6000, 1, span=1000.0)
     errors = []

@@ -75,30 +75,39 @@ def test_the_calibration_runs_the_samples_mix_at_the_planned_rate():
             assert set(t.column("path")) <= paths  # the trace's own requests
             assert factor == 1.0  # at the planned rate exactly, one request a session
             k = run.get("burst", 1)
-            # the full target's runs after the pilot in bursts sent at once, the share's
-            # evenly spaced: the planned rate either way
+            # the full target's runs after the pilot in periods at the knee's rate, the
+            # share's evenly spaced: the planned mean rate either way
             assert (k > 1) == (target is full and run is not runs[0])
-            at = np.arange(len(t)) // k * k / run["offered_rate"]
+            within = run.get("period_rate") or math.inf
+            i = np.arange(len(t))
+            at = i // k * k / run["offered_rate"] + i % k / within
             assert np.allclose(t.column("t") - t.column("t")[0], at)
-            if k > 1:  # whole bursts in the window, half a gap from its edges
-                gap = k / run["offered_rate"]
-                starts = np.unique(t.column("t"))
+            if k > 1:  # whole periods in the window, centred half a gap from its edges
+                assert run["offered_rate"] < within < math.inf
+                gap, span = k / run["offered_rate"], (k - 1) / within
+                starts = t.column("t")[i % k == 0]
                 inside = starts[(starts >= 0.5) & (starts < run["seconds"])]
-                assert np.allclose((inside - 0.5) % gap, gap / 2)
+                assert inside.size and np.allclose((inside + span / 2 - 0.5) % gap, gap / 2)
             assert t.n_sessions == len(t)
 
 
-def test_a_burst_is_kept_whole_and_the_window_holds_several():
-    from shrink.scaling.calibration import BURST, MIN_BURSTS, _burst
+def test_a_period_is_at_the_knees_rate_and_the_window_holds_a_whole_one():
+    from shrink.scaling.calibration import PERIOD_S, _Aim
 
-    assert _burst(200.0, 12.0) == BURST
-    assert _burst(20.0, 2.0) == 10  # 2 s at 20/s: 40 requests, 4 bursts
-    assert _burst(1.0, 2.0) == 1
-    for rate, dur in ((3.0, 2.0), (37.0, 2.0), (150.0, 9.5)):
-        k = _burst(rate, dur)
-        assert k == 1 or rate * dur / k >= MIN_BURSTS
+    trace = _trace(n=50)
+    for rate, knee, dur in ((80.0, 1000.0, 1.5), (80.0, 1000.0, 12.0), (3.0, 500.0, 2.0)):
+        planned = _Aim(rate, knee, 0.1).plan(trace, 0.2, dur, 0)
+        # PERIOD_S at the knee's rate, shorter where the window would not hold one
+        assert planned.burst == max(1, min(math.floor(knee * PERIOD_S), math.floor(rate * dur)))
+        # the window holds whole periods, each within it
+        assert planned.rate * dur >= planned.burst - 1e-9
+        if planned.period_rate:
+            assert (planned.burst - 1) / planned.period_rate <= dur
+    assert _Aim(1.0, 1.0, 0.1).plan(trace, 0.2, 2.0, 0).period_rate is None  # one at a time
     with pytest.raises(MeasurementError, match="burst of 0"):
-        probe_trace(_trace(n=50), 10.0, 1.0, 0, burst=0)
+        probe_trace(trace, 10.0, 1.0, 0, burst=0)
+    with pytest.raises(MeasurementError, match="period at 5"):
+        probe_trace(trace, 10.0, 1.0, 0, burst=4, period_rate=5.0)
 
 
 def test_the_mix_speed_is_recovered_over_seeds():
@@ -288,7 +297,7 @@ def test_the_share_side_is_read_again_on_the_sweeps_runs_near_its_knee():
         rows = [
             NS(throughput=x, utilization=u, generator_behind=b, capacity=x / u) for x, u, b in reps
         ]
-        return NS(levels=[NS(reps=rows)])
+        return [NS(reps=rows)]
 
     # (throughput, utilization, generator behind): light, saturated and behind runs
     # are left out; the rest pool as all their requests over all their CPU.

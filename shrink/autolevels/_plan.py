@@ -3,7 +3,7 @@ measured alongside)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from shrink.loadcurve import Level
@@ -146,8 +146,11 @@ class Pairing:
     """How a sweep is paired with a full-scale one: a ``companion`` that follows its
     levels (the share's sweep, :class:`Companion`), or the levels a companion already
     measured on this sweep's target, to go on from (``start``: the validation's own
-    search). Neither: a sweep on its own."""
+    search). Neither: a sweep on its own. ``between``: called with each level of the
+    swept side once measured (a calibration's light runs on the full target, beside
+    the share's levels); it steers nothing either."""
 
     companion: Companion | None = None
     start: Mapping[float, Level] | None = None
+    between: Callable[[Level], None] | None = None
 

@@ -88,6 +88,7 @@ def auto_sweep(
     if scaling.scaled_time != 1.0:
         trace = slow_motion(trace, scaling.scaled_time)
     sweep = _Sweep(target, trace, thresholds, knob, plan, seed, alpha, progress, companion, scaling)
+    sweep.between = pairing.between
     if start:
         sweep.levels.update({float(round(k, 6)): v for k, v in start.items()})
     try:
@@ -143,6 +144,7 @@ class _Sweep:
     out_of_time: list[float] = field(default_factory=list, init=False)
     retried: list[float] = field(default_factory=list, init=False)
     step: int = field(default=0, init=False)
+    between: Callable[[Level], None] | None = field(default=None, init=False)
     budget: int = field(init=False)
     clock: Clock = field(init=False)
 
@@ -305,6 +307,8 @@ class _Sweep:
         self.step += 1
         if got is not None:
             got = self._rerun_behind(got, level, lplan)
+        if self.between is not None and got is not None:
+            self.clock.timed(0, self.between, got[0])
         if got is None:
             self.too_short.append(level)
             return None

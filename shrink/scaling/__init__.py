@@ -28,17 +28,23 @@ each cost being a run's utilization over its throughput (the utilization law), r
 where it holds for the prediction:
 
 * on the full target, light (:func:`calibrate`: at most :data:`CALIBRATION_BUSY` busy,
-  at most :data:`CALIBRATION_S` seconds in all), its requests sent in bursts of up to
-  ``BURST`` at once: the core works through a burst busy, as it does at the MATs.
-  Evenly spaced, each request wakes a halted vCPU and costs more (the demo's mix read
-  0.62-0.77 ms a request evenly spaced at 5-6% busy, 0.42-0.66 ms in bursts of 16 at
-  3-5% busy, 0.55-0.63 ms at 83-94% busy). Whatever light bursts still miss of the
-  busy core is in the model error; the report's self-checks compare light and busy on
-  every validated run.
+  at most :data:`CALIBRATION_S` seconds in all), its requests sent in short periods at
+  its knee's load (``PERIOD_S``), one every gap: through a period the core is as busy
+  as at the MATs. Against the whole trace's sessions on the busy core (what a
+  validation measures), the demo's mix cost 1.42x a request evenly spaced, 1.25-1.30x
+  in bursts of 16 sent at once, 1.27x in periods of 0.1 s and 1.07-1.10x in periods of
+  0.25 s, as if each period's start had a cost of its own (the halted vCPU wakes, the
+  caches refill) that a longer period spreads over more requests. After a
+  pilot and a short ramp that set the rates within the bound, the full target's
+  seconds left run beside the share's sweep (:class:`Beside`), a period after each of
+  its levels near the knee: the host's speed drifts through a prediction (1.03-3.3x
+  within a run here), and the full side is read at the times the share's knee is.
+  Whatever the periods still miss of the busy core is in the model error; the
+  report's self-checks compare light and busy on every validated run.
 * on the share, near its knee, where its MATs are read: a share's cost does depend on
   its load (lightly loaded it pays the quota's gaps on nearly every request), and the
   share's time is not the full target's to spare. The calibration reads it first in
-  runs at :data:`SHARE_LOAD` of the capacity its previous run showed, to set the
+  runs at ``KNEE_LOAD`` of the capacity its previous run showed, to set the
   sweep's time scale and levels; after the sweep, :func:`knee_speed` reads it again on
   the sweep's own repetitions near the knee (utilization in ``KNEE_BAND``): many more
   requests, taken when the MATs were, so a slow spell of the host moves the share's
@@ -72,7 +78,9 @@ from shrink.scaling.calibration import (
     CALIBRATION,
     CALIBRATION_BUSY,
     CALIBRATION_S,
+    Beside,
     calibrate,
+    calibrate_beside,
     constants,
     knee_speed,
     probe_trace,
@@ -90,8 +98,10 @@ __all__ = [
     "CALIBRATION",
     "CALIBRATION_BUSY",
     "CALIBRATION_S",
+    "Beside",
     "ModelError",
     "calibrate",
+    "calibrate_beside",
     "constants",
     "knee_speed",
     "latency_scale",

@@ -1,9 +1,11 @@
 """The calibration of a CPU-time share's speed, as :mod:`shrink.scaling` describes it:
-the sample's mix light on the full target, near its knee on the share."""
+the sample's mix light on the full target (in short periods at its knee's load, beside
+the share's levels near its knee), near its knee on the share."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -11,7 +13,8 @@ import numpy as np
 
 from shrink.checks import check_alpha, check_positive
 from shrink.errors import MeasurementError
-from shrink.loadcurve import LoadCurve, pooled_capacity
+from shrink.loadcurve import Level, pooled_capacity
+from shrink.scaling.probe import MIX, probe_trace
 from shrink.share import ShareSpeed
 from shrink.target import RunResult, Target
 from shrink.trace import Trace
@@ -26,20 +29,19 @@ CALIBRATION_S = 20.0
 PILOT_RATE = 5.0
 PILOT_S = (0.3, 2.0)  # warm-up, window of the pilot
 WARMUP_S = 0.5
-# Short runs after the pilot on the full target, then one for the seconds left, each at
-# the rate its requests so far allow, and at most RAMP_FACTOR times the last one's: a
-# mix's rare heavy pages can be missing from a few requests, and utilization grows in
+# Short runs after the pilot on the full target, then one holding a whole period, each
+# at the rate its requests so far allow, and at most RAMP_FACTOR times the last one's:
+# a mix's rare heavy pages can be missing from a few requests, and utilization grows in
 # proportion to the rate.
-RAMP_STEPS = 3
+RAMP_STEPS = 2
 RAMP_S = 2.0
 RAMP_FACTOR = 4.0
 # The calibration aims below its bound: the pilot's cost estimate rests on a second
 # of requests.
 AIM = 0.7
 # The share is read where its MATs are read, near its knee: SHARE_STEPS runs, each at
-# SHARE_LOAD of the capacity the previous one showed (by the lower bound of its
+# KNEE_LOAD of the capacity the previous one showed (by the lower bound of its
 # requests).
-SHARE_LOAD = 0.9
 SHARE_STEPS = 3
 # The share's first run (as loaded as the full target), and the longest of its runs
 # near the knee (each long enough for about as many requests as the full side read).
@@ -47,16 +49,25 @@ SHARE_LIGHT_S = 5.0
 SHARE_RUN_S = 10.0
 MIN_REQUESTS = 20
 MAX_RATE = 2000.0  # req/s: what one generator CPU sends with a wide margin
-# The full target's runs after the pilot send their requests in bursts of up to BURST
-# at once (a run's window holds at least MIN_BURSTS of them): the core then works
-# through each burst busy, as it does at the MATs, instead of waking from idle for
-# every request. Evenly spaced requests read the demo's mix at 0.62-0.77 ms a request
-# at 5-6% busy against 0.55-0.63 ms at 83-94% busy; bursts of 16 read 0.42-0.66 ms
-# at 3-5% busy (2-vCPU VM of the polyglot kind, n=3 runs a pattern, interleaved;
-# bench/bench_burst_cost.py, bench/RESULTS.md "burst cost").
-# The bound is on the run's mean utilization; a burst is busy for a few ms.
-BURST = 16
-MIN_BURSTS = 4
+# The full target's runs after the pilot send their requests in short periods at the
+# knee's load: PERIOD_S at KNEE_LOAD of the capacity the runs so far show, one period
+# every gap, so that the run's mean utilization stays within its bound (a run's window
+# holds at least one whole period: at a low mean rate a period is shorter). Through a
+# period the core is as busy as at the MATs. Cost per request of the demo's mix over
+# that of the whole trace's sessions with the core busy (what a validation measures),
+# two runs of bench/bench_burst_cost.py --rounds 8 (2-vCPU VM of the polyglot kind, n=8
+# runs a pattern each, interleaved; bench/RESULTS.md "burst cost"): evenly spaced
+# light requests 1.42 and 1.43, bursts of 16 sent at once 1.25 and 1.30, periods of
+# 0.25 s at the knee's load 1.07 and 1.10, periods of 0.1 s 1.27.
+PERIOD_S = 0.25
+KNEE_LOAD = 0.9
+# After the ramp, the full target's seconds left run beside the share's sweep: a run
+# of one whole period (after BESIDE_WARMUP_S) after each of its levels that ran at
+# least KNEE_BAND[0] busy (where its MATs are read), or one after the sweep if none did. The
+# host's speed drifted 1.03-3.3x within a prediction (max over min of the whole core's
+# busy capacity, 21 runs of bench_fidelity on a 2-vCPU VM of the polyglot kind): a full
+# side read before the sweep and a share read during it saw different hosts.
+BESIDE_WARMUP_S = 0.2
 BEHIND_SHORT = 0.9  # a burst run whose generator sent less of its planned rate is behind
 # After the sweep, the share's side is read again on the sweep's own repetitions whose
 # utilization is in KNEE_BAND (near its knee, not saturated: X / U holds there), when
@@ -64,12 +75,11 @@ BEHIND_SHORT = 0.9  # a burst run whose generator sent less of its planned rate 
 # runs, taken at the times the MATs were, so the host's drift moves both alike.
 KNEE_BAND = (0.5, 0.95)
 MIN_KNEE_REPS = 2
-# The calibration runs the trace's mix (its requests drawn by frequency), not a class.
-MIX = "mix"
 # Which calibration made a speed (recorded in prediction.json): a model error is
 # fitted on runs of one calibration only.
 CALIBRATION = (
-    "mix on keep-alive connections: the full target light in bursts, the share near its knee"
+    "mix on keep-alive connections: the full target light, in periods at its knee's load "
+    "beside the share's levels near its knee"
 )
 
 
@@ -87,13 +97,13 @@ def constants() -> dict[str, Any]:
         "ramp_steps": RAMP_STEPS,
         "ramp_s": RAMP_S,
         "ramp_factor": RAMP_FACTOR,
-        "share_load": SHARE_LOAD,
+        "knee_load": KNEE_LOAD,
         "share_steps": SHARE_STEPS,
         "share_light_s": SHARE_LIGHT_S,
         "share_run_s": SHARE_RUN_S,
         "min_requests": MIN_REQUESTS,
-        "burst": BURST,
-        "min_bursts": MIN_BURSTS,
+        "period_s": PERIOD_S,
+        "beside_warmup_s": BESIDE_WARMUP_S,
         "behind_short": BEHIND_SHORT,
         "knee_band": list(KNEE_BAND),
         "min_knee_reps": MIN_KNEE_REPS,
@@ -132,7 +142,7 @@ class _FullBudget:
     def planned(self) -> float:
         return round(float(sum(r["seconds"] for r in self.runs)), 6)
 
-    def run(self, target: Target, planned: _Planned) -> RunResult | None:
+    def run(self, target: Target, planned: _Planned, phase: str = "ramp") -> RunResult | None:
         if self.planned + planned.seconds > self.seconds + 1e-9:
             return None
         res = planned.run(target)
@@ -142,6 +152,8 @@ class _FullBudget:
                 "seconds": planned.seconds,
                 "offered_rate": planned.rate,
                 "burst": planned.burst,
+                "period_rate": planned.period_rate,
+                "phase": phase,
                 "utilization": res.utilization,
             }
         )
@@ -158,6 +170,7 @@ class _Planned:
     duration: float
     seed: int
     burst: int = 1
+    period_rate: float | None = None  # req/s within a burst (None: sent at once)
 
     @property
     def seconds(self) -> float:
@@ -171,11 +184,13 @@ class _Planned:
 
 
 def _plan(
-    trace: Trace, rate: float, warm: float, dur: float, seed: int, burst: int = 1
-) -> _Planned:
+    trace: Trace, rate: float, warm: float, dur: float, seed: int, burst: int = 1,
+    period_rate: float | None = None,
+) -> _Planned:  # fmt: skip
     """One run of the sample's mix, the same requests on both sides: drawn by class,
     at a planned rate on keep-alive connections (:func:`probe_trace`), in bursts of
-    ``burst``.
+    ``burst`` requests sent at ``period_rate`` (a period at the knee's load), or at
+    once without one.
     The sample's own sessions, looped, cannot be slowed to a few requests a second
     (their think times are real seconds), and at the light rates they reach they
     arrive in bursts that a light run's bound cannot hold."""
@@ -185,14 +200,10 @@ def _plan(
     # window's edge would count its CPU on one side and its requests on the other.
     gap = dur / max(1, round(dur * rate / burst))
     rate = burst / gap
-    tr = probe_trace(trace, rate, warm + dur, seed, burst, offset=(warm + gap / 2) % gap)
-    return _Planned(tr, rate, warm, dur, seed, burst)
-
-
-def _burst(rate: float, dur: float) -> int:
-    """The full target's burst at ``rate`` for a window of ``dur`` s: BURST, fewer when
-    the window would hold under MIN_BURSTS bursts."""
-    return max(1, min(BURST, math.floor(rate * dur / MIN_BURSTS)))
+    span = (burst - 1) / period_rate if period_rate else 0.0
+    offset = (warm + (gap - span) / 2) % gap
+    tr = probe_trace(trace, rate, warm + dur, seed, burst, offset, period_rate)
+    return _Planned(tr, rate, warm, dur, seed, burst, period_rate)
 
 
 def calibrate(
@@ -205,7 +216,26 @@ def calibrate(
     seconds: float = CALIBRATION_S,
     busy: float = CALIBRATION_BUSY,
 ) -> ShareSpeed:
-    """The CPU-time share's speed for the mix of ``trace`` (module docstring).
+    """The CPU-time share's speed for the mix of ``trace`` (module docstring), its
+    full side run at once: :func:`calibrate_beside`, then :meth:`Beside.finish`."""
+    return calibrate_beside(
+        share_target, full_target, trace, nominal=nominal, seed=seed, seconds=seconds, busy=busy
+    ).finish()
+
+
+def calibrate_beside(
+    share_target: Target,
+    full_target: Target,
+    trace: Trace,
+    *,
+    nominal: float,
+    seed: int = 0,
+    seconds: float = CALIBRATION_S,
+    busy: float = CALIBRATION_BUSY,
+) -> Beside:
+    """The calibration up to the share's sweep: the full target's pilot and ramp, then
+    the share near its knee. The full target's seconds left run beside the sweep
+    (:class:`Beside`).
 
     The full target runs the mix light: at most ``busy`` of its CPU and ``seconds`` of
     its time. The share runs the same mix near its knee, where its MATs are read.
@@ -223,8 +253,90 @@ def calibrate(
         raise MeasurementError(
             f"calibrate: {seconds:g} s of the full target cannot pay for the pilot run"
         )
-    full, rate = got
-    share, share_runs = _share_side(share_target, trace, full, rate, nominal, seed)
+    ramp, aim = got
+    # The share reads about as many requests as the full side will have read.
+    full_n = ramp.n + round(aim.rate * (budget.seconds - budget.planned))
+    share, share_runs = _share_side(share_target, trace, full_n, aim.rate, nominal, seed)
+    return Beside(full_target, trace, budget, ramp, _ShareRead(share, share_runs, nominal),
+                  aim, seed)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _ShareRead:
+    """The share's side of a calibration: the pooled runs near its knee, run by run."""
+
+    side: _Side
+    runs: list[dict[str, Any]]
+    nominal: float
+
+
+class Beside:
+    """A calibration whose full side is not finished: the full target's seconds left
+    after its ramp, run beside the share's sweep, one period after each of its levels
+    near the knee (:meth:`slice`), or after it if none was (:meth:`finish`).
+
+    The full side's capacity is then read on those runs: taken at the times the
+    share's MATs and its knee were, a host whose speed drifts through a prediction
+    moves both sides alike. ``speed``: the speed as read before the sweep (its scaling
+    and levels rest on it).
+    """
+
+    def __init__(
+        self, full_target: Target, trace: Trace, budget: _FullBudget, ramp: _Side,
+        share: _ShareRead, aim: _Aim, seed: int,
+    ) -> None:  # fmt: skip
+        self.full_target, self.trace, self.budget = full_target, trace, budget
+        self.ramp, self.share, self.aim, self.seed = ramp, share, aim, seed
+        self.runs: list[_Side] = []
+        self.levels: list[Level] = []  # the share's levels so far
+        self.speed = _speed_of(ramp, share, budget)
+
+    def slice(self, level: Level) -> None:
+        """One run on the full target holding one whole period, if the share's ``level``
+        ran at least KNEE_BAND[0] busy (where its MATs are read) and the budget holds
+        the run."""
+        self.levels.append(level)
+        if not any((r.utilization or 0.0) >= KNEE_BAND[0] for r in level.reps):
+            return
+        window = self.aim.period_window()
+        if self.budget.seconds - self.budget.planned >= BESIDE_WARMUP_S + window - 1e-9:
+            self._run(BESIDE_WARMUP_S, window)
+
+    def finish(self) -> ShareSpeed:
+        """:meth:`now`, after one run for the seconds left if none ran beside the sweep
+        (a run after the last level would move the speed, and the share's thresholds,
+        once the sweep can no longer follow them)."""
+        left = math.floor(10 * (self.budget.seconds - self.budget.planned - WARMUP_S)) / 10
+        if not self.runs and left >= 1.0:
+            self._run(WARMUP_S, left)
+        return self.now()
+
+    def now(self) -> ShareSpeed:
+        """The speed as the runs so far read it: the full side on the runs beside the
+        sweep (on every run after the pilot if those measured fewer than MIN_REQUESTS
+        requests or no utilization), the share's on the sweep's levels near its knee
+        (:func:`knee_speed`) once there are enough of them."""
+        beside = _pooled(self.runs) if self.runs else None
+        if beside is None or beside.n < MIN_REQUESTS or not beside.capacity:
+            beside = _pooled([self.ramp, *self.runs])
+        # The pilot's unbursted requests are the only ones whose spread is service's.
+        speed = _speed_of(replace(beside, cv=self.ramp.cv), self.share, self.budget)
+        if self.levels:
+            speed = replace(speed, swept_at=self.speed.effective)
+        return knee_speed(speed, self.levels) or speed
+
+    def _run(self, warm: float, window: float) -> None:
+        planned = self.aim.plan(self.trace, warm, window, self.seed + 101 + len(self.runs))
+        res = self.budget.run(self.full_target, planned, "beside")
+        if res is not None:
+            self.runs.append(_measured(res, planned))
+            # The next run at the rates all the requests so far allow.
+            self.aim = _aim(_pooled([self.ramp, *self.runs]), self.aim)
+
+
+def _speed_of(full: _Side, read: _ShareRead, budget: _FullBudget) -> ShareSpeed:
+    """The speed the two sides read, or the nominal one where they cannot be trusted."""
+    share, nominal = read.side, read.nominal
     if full.n == 0 and share.n == 0:
         raise MeasurementError(
             "calibrate: no request completed on either target; is the server answering?"
@@ -243,20 +355,20 @@ def calibrate(
         per_class={},
         effective=float(speed),
         method="calibrated",
-        cost_s=budget.planned + sum(r["seconds"] for r in share_runs),
+        cost_s=round(budget.planned + sum(r["seconds"] for r in read.runs), 6),
         notes=tuple(notes),
         sigma=0.0 if doubt else _sigma(full, share),
         full_capacity=full.capacity,
         full_target_runs=tuple(budget.runs),
-        share_runs=tuple(share_runs),
+        share_runs=tuple(read.runs),
     )
 
 
 def _share_side(
-    target: Target, trace: Trace, full: _Side, rate: float, nominal: float, seed: int
+    target: Target, trace: Trace, full_n: int, rate: float, nominal: float, seed: int
 ) -> tuple[_Side, list[dict[str, Any]]]:
     """The mix on the share: first as loaded as the full target was (alpha times its
-    rate), then SHARE_STEPS runs, each at SHARE_LOAD of the capacity the latest run
+    rate), then SHARE_STEPS runs, each at KNEE_LOAD of the capacity the latest run
     shows by the lower bound of its requests (a run past the knee reads nothing
     steady), for about as many requests as the full side measured. The speed pools
     the last two runs: the share near its knee."""
@@ -278,8 +390,8 @@ def _share_side(
             break  # without a utilization the light run's latency is the figure
         cv = max(1.0, latest.cv) if math.isfinite(latest.cv) else 2.0
         upper = 1.0 + 3.0 * cv / math.sqrt(max(1, latest.n))
-        r = min(MAX_RATE * nominal, SHARE_LOAD * cap / upper)
-        want = max(MIN_REQUESTS, full.n) / SHARE_STEPS
+        r = min(MAX_RATE * nominal, KNEE_LOAD * cap / upper)
+        want = max(MIN_REQUESTS, full_n) / SHARE_STEPS
         d = min(SHARE_RUN_S, max(PILOT_S[1], want / r))
         sides.append(run(r, math.ceil(10 * d) / 10, 1 + k))
     return _pooled(sides[-2:]) if len(sides) > 2 else sides[-1], runs
@@ -314,86 +426,68 @@ def _doubt(full: _Side, share: _Side, speed: float) -> str:
     return ""
 
 
-def probe_trace(
-    trace: Trace, rate: float, seconds: float, seed: int, burst: int = 1, offset: float = 0.0
-) -> Trace:
-    """Requests of ``trace`` drawn by frequency (its mix, by class), ``rate`` a second:
-    an exactly planned load at any rate, evenly spaced, or in bursts of ``burst``
-    requests sent at once, the first ``offset`` seconds in.
-
-    The probe is replayed open-loop on keep-alive connections (a pool, reused from
-    burst to burst), as the sweep replays the sample's sessions (over a hundred
-    requests a connection in the Support traces) and an open-loop trace's requests. A
-    connection opened for every request made the probe dear on a cheap page: on the
-    1 KiB static trace the calibrated full capacity was a third of the whole core's
-    busy one, on the Support mix 0.59-0.95. A target told to open a connection for
-    every request (``--conn-per-request``) does so for the probe too."""
-    if burst < 1:
-        raise MeasurementError(f"probe_trace: a burst of {burst} requests")
-    n = max(2, math.ceil(rate * seconds) + 1)
-    rng = np.random.default_rng(seed)
-    # Stratified by class (evenly spaced draws over the requests sorted by class, in
-    # random order): each class's count is its share of n to one request, so that
-    # the mix's composition adds no noise to its cost on either side.
-    order = np.argsort(trace.column("cls").astype(str), kind="stable")
-    at = (rng.random() + np.arange(n)) * (len(trace) / n)
-    pick = order[np.minimum(at.astype(np.int64), len(trace) - 1)]
-    src = trace.take(rng.permutation(pick))
-    columns = {
-        name: src.column(name)
-        for name in ("method", "path", "cls", "bytes", "status", "client")
-        if name in src.columns
-    }
-    if "body" in src.columns:
-        columns["body"] = src.column("body")
-    return Trace.from_columns(
-        {
-            **columns,
-            "session": np.arange(n, dtype=np.int64),
-            "burst": np.zeros(n, dtype=np.int32),
-            "t": offset + (np.arange(n) // burst * burst).astype(np.float64) / rate,
-            "think": np.zeros(n),
-            "rt": np.full(n, np.nan),
-        },
-        meta={"probe": MIX, "mode": "open", "rate": rate, "seed": seed, "burst": burst},
-    )
-
-
 def _full_side(
     budget: _FullBudget, full: Target, trace: Trace, seed: int, busy: float
-) -> tuple[_Side, float] | None:
-    """The mix on the full target, light: a pilot at PILOT_RATE, RAMP_STEPS short runs,
-    then one run for the seconds left, each at the rate the requests so far say keeps
-    it AIM x ``busy`` busy, by the upper bound of their cost (a few requests can read a
-    cost low by a few standard errors, and the bound must hold), and at most
-    RAMP_FACTOR times the last one's. The side pools every run; the rate is the last
-    one's. None when the budget cannot pay for the pilot."""
-    res = budget.run(full, _plan(trace, PILOT_RATE, PILOT_S[0], PILOT_S[1], seed))
+) -> tuple[_Side, _Aim] | None:
+    """The mix on the full target, light: a pilot at PILOT_RATE, then RAMP_STEPS short
+    runs, each in periods at the rates the requests so far allow (:func:`_aim`). The
+    side pools every run; the aim is for the runs after the ramp. None when the budget
+    cannot pay for the pilot."""
+    res = budget.run(full, _plan(trace, PILOT_RATE, PILOT_S[0], PILOT_S[1], seed), "pilot")
     if res is None:
         return None
     runs = [_measured(res)]
-    rate = PILOT_RATE
+    aim = _Aim(PILOT_RATE, PILOT_RATE, busy)
     for step in range(RAMP_STEPS + 1):
-        pooled = _pooled(runs)
-        # Without a utilization a light server's response time is its service time.
-        cap = pooled.capacity or (1 / pooled.latency if pooled.latency > 0 else None)
-        if cap:
-            # A mix's costs spread more than one class's: its response times' CV (at
-            # least 1) stands in for theirs, three standard errors for the bound.
-            cv = max(1.0, pooled.cv) if math.isfinite(pooled.cv) else 2.0
-            upper = 1.0 + 3.0 * cv / math.sqrt(max(1, pooled.n))
-            aimed = AIM * busy * cap / upper
-            rate = min(MAX_RATE, RAMP_FACTOR * rate, max(PILOT_RATE / 4, aimed))
-        left = budget.seconds - budget.planned - WARMUP_S
-        dur = RAMP_S if step < RAMP_STEPS else math.floor(10 * left) / 10
-        if dur < 1.0:
+        aim = _aim(_pooled(runs), aim)
+        # The ramp's last run holds a whole period: the sweep's speed, its levels and
+        # the share's thresholds until a run beside it, rest on it.
+        dur = RAMP_S if step < RAMP_STEPS else aim.period_window()
+        if budget.seconds - budget.planned < WARMUP_S + dur:
             break
-        planned = _plan(trace, rate, WARMUP_S, dur, seed + 1 + step, _burst(rate, dur))
+        planned = aim.plan(trace, WARMUP_S, dur, seed + 1 + step)
         res = budget.run(full, planned)
         if res is None:
             break
         runs.append(_measured(res, planned))
-    return _pooled(runs), float(rate)
+    return _pooled(runs), _aim(_pooled(runs), aim)
+
+
+@dataclass(frozen=True)
+class _Aim:
+    """The full target's next run: its mean rate and the rate within its periods."""
+
+    rate: float
+    knee_rate: float
+    busy: float  # the bound on the run's mean utilization
+
+    def period_window(self) -> float:
+        """A window holding one whole period of PERIOD_S (at least 1 s)."""
+        return max(1.0, math.ceil(10 * math.floor(self.knee_rate * PERIOD_S) / self.rate) / 10)
+
+    def plan(self, trace: Trace, warm: float, dur: float, seed: int) -> _Planned:
+        k = max(1, min(math.floor(self.knee_rate * PERIOD_S), math.floor(self.rate * dur)))
+        return _plan(trace, self.rate, warm, dur, seed, k, self.knee_rate if k > 1 else None)
+
+
+def _aim(pooled: _Side, last: _Aim) -> _Aim:
+    """The rates the requests so far allow: a mean rate that keeps the full target AIM x
+    its bound busy, by the upper bound of their cost (a few requests can read a cost low
+    by a few standard errors, and the bound must hold), at most RAMP_FACTOR times the
+    last one's, in periods at KNEE_LOAD of the capacity (a window holds at least one
+    whole period)."""
+    # Without a utilization a light server's response time is its service time.
+    cap = pooled.capacity or (1 / pooled.latency if pooled.latency > 0 else None)
+    if not cap:
+        return last
+    # A mix's costs spread more than one class's: its response times' CV (at least 1)
+    # stands in for theirs, three standard errors for the bound.
+    cv = max(1.0, pooled.cv) if math.isfinite(pooled.cv) else 2.0
+    upper = 1.0 + 3.0 * cv / math.sqrt(max(1, pooled.n))
+    aimed = AIM * last.busy * cap / upper
+    rate = min(MAX_RATE, RAMP_FACTOR * last.rate, max(PILOT_RATE / 4, aimed))
+    # A period's load needs no bound (the run's mean has one): the point estimate.
+    return _Aim(rate, max(rate, KNEE_LOAD * cap), last.busy)
 
 
 def _pooled(sides: list[_Side]) -> _Side:
@@ -431,8 +525,8 @@ def _measured(res: RunResult, planned: _Planned | None = None) -> _Side:
     if planned is not None and burst > 1:
         cv = math.nan
         g = res.generator
-        # a window may cut a burst: one burst's worth of slack
-        behind = g.achieved_rate < BEHIND_SHORT * g.intended_rate - burst / max(span, 1e-9)
+        # the window holds whole bursts (_plan): none is cut by its edges
+        behind = g.achieved_rate < BEHIND_SHORT * g.intended_rate
     return _Side(n, cap, mean_lat, cv, u, behind)
 
 
@@ -448,8 +542,8 @@ def _speed(full: _Side, share: _Side, nominal: float) -> float:
     return nominal
 
 
-def knee_speed(speed: ShareSpeed | None, curve: LoadCurve) -> ShareSpeed | None:
-    """``speed`` with its share side read on the share's own sweep (``curve``): all the
+def knee_speed(speed: ShareSpeed | None, levels: Iterable[Level]) -> ShareSpeed | None:
+    """``speed`` with its share side read on the share's own sweep (its ``levels``): all the
     requests over all the CPU of the repetitions whose utilization is in KNEE_BAND and
     whose generator kept up, over the full target's calibrated capacity. The share's
     MATs are read on those same runs, so a slow spell of the host moves the MAT and
@@ -457,7 +551,7 @@ def knee_speed(speed: ShareSpeed | None, curve: LoadCurve) -> ShareSpeed | None:
     MIN_KNEE_REPS such repetitions, or if the speed read would not be in (0, 1]."""
     if speed is None or speed.method != "calibrated" or not speed.full_capacity:
         return speed
-    pooled = pooled_capacity((r for lv in curve.levels for r in lv.reps), KNEE_BAND)
+    pooled = pooled_capacity((r for lv in levels for r in lv.reps), KNEE_BAND)
     if pooled is None or pooled[1] < MIN_KNEE_REPS:
         return speed
     cap, n_reps = pooled
