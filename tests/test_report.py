@@ -71,6 +71,10 @@ def test_the_report_leads_with_the_answer_and_its_checks(demo_out: Path):
         "| Share's speed",
     ):
         assert row in checks, checks
+    # The calibration's runs beside the share's levels are named, with what they read.
+    speed_row = next(line for line in checks.splitlines() if line.startswith("| Share's speed"))
+    assert "s of it beside the share's levels, read as its side" in speed_row, speed_row
+    assert "the share's sweep started from" in speed_row
     # The method's prose and the levels measured are in the appendix, not before it.
     for prose in ("Levels measured on the share", "Method and assumptions", "Provenance"):
         assert prose not in main and prose in appendix

@@ -79,12 +79,16 @@ def _speed_items(share: Share | None) -> list[list[str]]:
         )
     else:
         busy = sp.full_target_busy
+        beside = sum(r["seconds"] for r in sp.full_target_runs if r.get("phase") == "beside")
         text = (
             f"nominal {sp.nominal:g}, calibrated {sp.effective:.3g}: the full target ran "
             f"{sp.full_target_seconds:.1f} s at light load (at most "
-            f"{'an unknown load' if busy is None else f'{100 * busy:.1f}% busy'}); nothing "
-            "else of it reached the prediction"
-        )
+            f"{'an unknown load' if busy is None else f'{100 * busy:.1f}% busy'}"
+            + (f", {beside:.1f} s of it beside the share's levels, read as its side" if beside
+               else "")
+            + "); nothing else of it reached the prediction"
+            + (f"; the share's sweep started from {sp.swept_at:.3g}" if sp.swept_at else "")
+        )  # fmt: skip
     return [["Share's speed", text]]
 
 
