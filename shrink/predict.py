@@ -264,9 +264,7 @@ def predict(
                                                                      config.thresholds)),
                 scaling=scaling,
             )
-            if beside is not None:
-                # The full side read beside the sweep, the share's on its levels near
-                # the knee (Beside.now).
+            if beside is not None:  # the speed as read beside the sweep (Beside.now)
                 share = share.with_speed(beside.finish())
             if companion is not None and full_target is not None:
                 full_curve = _validation_search(full_target, trace, companion, config, plan,

@@ -83,8 +83,10 @@ def test_intervals_cover_the_measured_mat_on_the_simulator_over_seeds():
     nominal 95%, the test fails when fewer are covered than the 2% quantile of that
     binomial (a 2% false-alarm rate); and intervals may not be uselessly wide: with
     1.5 s windows and two repetitions (about 6 degrees of freedom, t = 2.45) and a
-    probed speed good to 6-10%, a median half-width of 45% is what the data support;
-    over 60% would mean a term counted twice.
+    probed speed whose full side is read on the runs beside the share's sweep alone
+    (about a thousand light requests of a mix whose response-time CV is near 3, so a
+    speed term of 18-28%), a median half-width of 55-65% is what the data support;
+    over 75% would mean a term counted twice.
     """
     machine = Machine(name="one", sockets=1, cores_per_socket=1)
     provider = SimProvider(machine)
@@ -110,7 +112,7 @@ def test_intervals_cover_the_measured_mat_on_the_simulator_over_seeds():
     assert n >= 16, "too few conclusive pairs to judge coverage"
     need = int(binom.ppf(0.02, n, 0.95))
     assert sum(covered) >= need, (sum(covered), n)
-    assert np.median(halves) < 0.6, halves
+    assert np.median(halves) < 0.75, halves
 
 
 def test_the_quantile_takes_the_dof_of_the_terms_that_weigh():
