@@ -33,14 +33,17 @@ where it holds for the prediction:
   as at the MATs. Against the whole trace's sessions on the busy core (what a
   validation measures), the demo's mix cost 1.42x a request evenly spaced, 1.25-1.30x
   in bursts of 16 sent at once, 1.27x in periods of 0.1 s and 1.07-1.10x in periods of
-  0.25 s, as if each period's start had a cost of its own (the halted vCPU wakes, the
-  caches refill) that a longer period spreads over more requests. After a
-  pilot and a short ramp that set the rates within the bound, the full target's
-  seconds left run beside the share's sweep (:class:`Beside`), a period after each of
-  its levels near the knee: the host's speed drifts through a prediction (1.03-3.3x
-  within a run here), and the full side is read at the times the share's knee is.
-  Whatever the periods still miss of the busy core is in the model error; the
-  report's self-checks compare light and busy on every validated run.
+  0.25 s, each of those periods a few seconds after another; a period after the core
+  sat idle for 40 s cost 1.2-1.35x one right after another (``bench/bench_idle_cost.py``).
+  After a pilot and a short ramp that set the rates within the bound, the full
+  target's seconds left run beside the share's sweep (:class:`Beside`), a period after
+  each of its levels at least half busy: the host's speed drifts through a prediction
+  (1.03-3.3x within a run here), and the full side is read at the times the share's
+  knee is. Such a run follows the share's level: on a prediction alone the full target
+  idled through it (a minute or so); on a validated one the validation's repetitions
+  ran on it, and the period finds it warm. The corpus that fits the model error is
+  validated runs. What the periods still miss of the busy core is in the model error;
+  the report's self-checks compare light and busy on every validated run.
 * on the share, near its knee, where its MATs are read: a share's cost does depend on
   its load (lightly loaded it pays the quota's gaps on nearly every request), and the
   share's time is not the full target's to spare. The calibration reads it first in
