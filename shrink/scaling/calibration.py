@@ -208,21 +208,11 @@ def _plan(
     return _Planned(tr, rate, warm, dur, seed, burst, period_rate)
 
 
-def calibrate(
-    share_target: Target,
-    full_target: Target,
-    trace: Trace,
-    *,
-    nominal: float,
-    seed: int = 0,
-    seconds: float = CALIBRATION_S,
-    busy: float = CALIBRATION_BUSY,
-) -> ShareSpeed:
+def calibrate(share_target: Target, full_target: Target, trace: Trace, **kw: Any) -> ShareSpeed:
     """The CPU-time share's speed for the mix of ``trace`` (module docstring), its
-    full side run at once: :func:`calibrate_beside`, then :meth:`Beside.finish`."""
-    return calibrate_beside(
-        share_target, full_target, trace, nominal=nominal, seed=seed, seconds=seconds, busy=busy
-    ).finish()
+    full side run at once: :func:`calibrate_beside` (the same keywords), then
+    :meth:`Beside.finish`."""
+    return calibrate_beside(share_target, full_target, trace, **kw).finish()
 
 
 def calibrate_beside(
