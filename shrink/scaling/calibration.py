@@ -265,7 +265,8 @@ class _ShareRead:
 class Beside:
     """A calibration whose full side is not finished: the full target's seconds left
     after its ramp, run beside the share's sweep, one period after each of its levels
-    near the knee (:meth:`slice`), or after it if none was (:meth:`finish`).
+    that ran at least half busy (:meth:`slice`), or after it if none did
+    (:meth:`finish`).
 
     The full side's capacity is then read on those runs: taken at the times the
     share's MATs and its knee were, a host whose speed drifts through a prediction
@@ -305,9 +306,9 @@ class Beside:
 
     def now(self) -> ShareSpeed:
         """The speed as the runs so far read it: the full side on the runs beside the
-        sweep (on every run after the pilot if those measured fewer than MIN_REQUESTS
-        requests or no utilization), the share's on the sweep's levels near its knee
-        (:func:`knee_speed`) once there are enough of them."""
+        sweep (on every run, the pilot's and the ramp's too, if those measured fewer
+        than MIN_REQUESTS requests or no utilization), the share's on the sweep's levels
+        near its knee (:func:`knee_speed`) once there are enough of them."""
         beside = _pooled(self.runs) if self.runs else None
         if beside is None or beside.n < MIN_REQUESTS or not beside.capacity:
             beside = _pooled([self.ramp, *self.runs])
