@@ -34,7 +34,8 @@ where it holds for the prediction:
   validation measures), the demo's mix cost 1.42x a request evenly spaced, 1.25-1.30x
   in bursts of 16 sent at once, 1.27x in periods of 0.1 s and 1.07-1.10x in periods of
   0.25 s, each of those periods a few seconds after another; a period after the core
-  sat idle for 40 s cost 1.2-1.35x one right after another (``bench/bench_idle_cost.py``).
+  sat idle for 40 s cost 1.28x and 1.08x one right after another (two runs of
+  ``bench/bench_idle_cost.py``, 4 rounds each: not settled).
   After a pilot and a short ramp that set the rates within the bound, the full
   target's seconds left run beside the share's sweep (:class:`Beside`), a period after
   each of its levels at least half busy: the host's speed drifts through a prediction

@@ -59,8 +59,8 @@ MAX_RATE = 2000.0  # req/s: what one generator CPU sends with a wide margin
 # runs a pattern each, interleaved; bench/RESULTS.md "burst cost"): evenly spaced
 # light requests 1.42 and 1.43, bursts of 16 sent at once 1.25 and 1.30, periods of
 # 0.25 s at the knee's load 1.07 and 1.10, periods of 0.1 s 1.27 (each period a few
-# seconds after another; after 40 s idle one costs 1.2-1.35x more, n=4,
-# bench/bench_idle_cost.py).
+# seconds after another; after 40 s idle one cost 1.28x and 1.08x one right after
+# another, medians of two runs of 4 rounds, bench/bench_idle_cost.py: not settled).
 PERIOD_S = 0.25
 KNEE_LOAD = 0.9
 # After the ramp, the full target's seconds left run beside the share's sweep: a run
