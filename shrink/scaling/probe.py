@@ -60,8 +60,14 @@ def probe_trace(
         },
         # The run starts at 0 of these times, not at the first request: the periods
         # stay where they were placed in its window.
-        meta={"probe": MIX, "mode": "open", "rate": rate, "seed": seed, "burst": burst}
-        | {"t_start": 0.0},
+        meta={
+            "probe": MIX,
+            "mode": "open",
+            "rate": rate,
+            "seed": seed,
+            "burst": burst,
+            "t_start": 0.0,
+        },
     )
 
 
