@@ -7,6 +7,7 @@ import pytest
 
 from shrink.schedule import build_schedule, open_loop_trace
 from shrink.sim import support_trace
+from shrink.trace import Trace
 
 
 def _reference_sessions(trace, rate_factor, horizon):
@@ -67,3 +68,20 @@ def test_flat_bursts_match_the_sessions_plans():
                        think[off[i] : off[i + 1]].tolist(), strict=True))  # fmt: skip
         assert got == plans[i]
     assert len(sched) == int((end - first).sum())
+
+
+def test_a_traces_t_start_is_the_runs_time_zero():
+    """A probe places its first period some time into the run (``meta["t_start"]``):
+    the schedule keeps it there instead of starting the run at the first request."""
+    from shrink.schedule import build_schedule, trace_extent
+
+    tr = Trace.from_columns(
+        {"session": np.arange(3), "t": np.array([1.5, 1.6, 1.7]), "path": ["/a"] * 3},
+        meta={"mode": "open", "t_start": 0.0},
+    )
+    assert trace_extent(tr)[0] == 0.0
+    cols = {c: tr.column(c) for c in ("session", "t", "path")}
+    plain = Trace.from_columns(cols, meta={"mode": "open"})
+    assert trace_extent(plain)[0] == 1.5
+    sched = build_schedule(tr, 1.0, 3.0)
+    assert np.allclose(sched.base_t[:3], [1.5, 1.6, 1.7])
