@@ -13,6 +13,7 @@ from helpers.fake_provider import DEMAND, FakeProvider, sessions
 from shrink.autolevels import AutoPlan
 from shrink.predict import PredictConfig, predict
 from shrink.scaling import CALIBRATION_BUSY, CALIBRATION_S, calibrate
+from shrink.scaling.calibration import RAMP_STEPS
 from shrink.target import FakeTarget
 
 PLAN = AutoPlan(warmup=1, duration=10, reps=2, max_levels=6, probe_level=1.0)
@@ -341,4 +342,9 @@ def test_the_full_side_is_read_beside_the_sweep_so_the_hosts_drift_cancels(tmp_p
     runs = res.prediction.extra["full_target_use"]["runs"]
     beside = [r for r in runs if r["phase"] == "beside"]
     assert beside and sum(r["seconds"] for r in runs) <= CALIBRATION_S
+    # Before the sweep, only the pilot and the ramp that set the rates: every period
+    # that reads the full side runs beside the share's levels.
+    before = [r["phase"] for r in runs[: len(runs) - len(beside)]]
+    assert before == ["pilot"] + ["ramp"] * RAMP_STEPS
+    assert all(r["phase"] == "beside" for r in runs[len(runs) - len(beside) :])
     assert max(r["utilization"] for r in runs) <= CALIBRATION_BUSY

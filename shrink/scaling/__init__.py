@@ -40,9 +40,12 @@ where it holds for the prediction:
   target's seconds left run beside the share's sweep (:class:`Beside`), a period after
   each of its levels at least half busy: the host's speed drifts through a prediction
   (1.03-3.3x within a run here), and the full side is read at the times the share's
-  knee is. Such a run follows the share's level: on a prediction alone the full target
-  idled through it (a minute or so); on a validated one the validation's repetitions
-  ran on it, and the period finds it warm. The corpus that fits the model error is
+  knee is (a period read just before the sweep erred by a log-sd of 0.33 over 12
+  runs, one beside it by 0.22). Such a run follows the share's level: on a prediction
+  alone the full target idled through it (a minute or so); on a validated one the
+  validation's repetitions ran on it, and the period finds it warm. Its rates are
+  slowed as far as the share's level shows the host slowed, so that it stays within
+  its bound. The corpus that fits the model error is
   validated runs. What the periods still miss of the busy core is in the model error;
   the report's self-checks compare light and busy on every validated run.
 * on the share, near its knee, where its MATs are read: a share's cost does depend on

@@ -29,10 +29,10 @@ CALIBRATION_S = 20.0
 PILOT_RATE = 5.0
 PILOT_S = (0.3, 2.0)  # warm-up, window of the pilot
 WARMUP_S = 0.5
-# Short runs after the pilot on the full target, then one holding a whole period, each
-# at the rate its requests so far allow, and at most RAMP_FACTOR times the last one's:
-# a mix's rare heavy pages can be missing from a few requests, and utilization grows in
-# proportion to the rate.
+# Short runs after the pilot on the full target, each at the rate its requests so far
+# allow, and at most RAMP_FACTOR times the last one's: a mix's rare heavy pages can be
+# missing from a few requests, and utilization grows in proportion to the rate. They
+# set the rates; the capacity is read beside the sweep.
 RAMP_STEPS = 2
 RAMP_S = 2.0
 RAMP_FACTOR = 4.0
@@ -68,7 +68,10 @@ KNEE_LOAD = 0.9
 # least KNEE_BAND[0] busy (where its MATs are read), or one after the sweep if none did. The
 # host's speed drifted 1.03-3.3x within a prediction (max over min of the whole core's
 # busy capacity, 21 runs of bench_fidelity on a 2-vCPU VM of the polyglot kind): a full
-# side read before the sweep and a share read during it saw different hosts.
+# side read before the sweep and a share read during it saw different hosts. Read on a
+# period just before the sweep, the MATs of 12 runs of that kind erred by a log-sd of
+# 0.33; on one beside it, 0.22: the seconds a period before the sweep took go to more
+# periods beside it.
 BESIDE_WARMUP_S = 0.2
 BEHIND_SHORT = 0.9  # a burst run whose generator sent less of its planned rate is behind
 # After the sweep, the share's side is read again on the sweep's own repetitions whose
@@ -81,7 +84,7 @@ MIN_KNEE_REPS = 2
 # fitted on runs of one calibration only.
 CALIBRATION = (
     "mix on keep-alive connections: the full target light, in periods at its knee's load "
-    "beside the share's levels near its knee"
+    "beside the share's levels near its knee, every period there"
 )
 
 
@@ -291,6 +294,11 @@ class Beside:
         self.levels.append(level)
         if not any((r.utilization or 0.0) >= KNEE_BAND[0] for r in level.reps):
             return
+        # The rates were set on an earlier host: slowed as the share's level shows it
+        # slowed, so that the run stays within its bound (a faster host needs nothing).
+        now = pooled_capacity(level.reps, KNEE_BAND)
+        if now is not None and self.share.side.capacity:
+            self.aim = self.aim.slowed(now[0] / self.share.side.capacity)
         window = self.aim.period_window()
         if self.budget.seconds - self.budget.planned >= BESIDE_WARMUP_S + window - 1e-9:
             self._run(BESIDE_WARMUP_S, window)
@@ -424,21 +432,18 @@ def _full_side(
 ) -> tuple[_Side, _Aim] | None:
     """The mix on the full target, light: a pilot at PILOT_RATE, then RAMP_STEPS short
     runs, each in periods at the rates the requests so far allow (:func:`_aim`). The
-    side pools every run; the aim is for the runs after the ramp. None when the budget
-    cannot pay for the pilot."""
+    side pools every run (the sweep starts from it); the aim is for the runs beside the
+    sweep. None when the budget cannot pay for the pilot."""
     res = budget.run(full, _plan(trace, PILOT_RATE, PILOT_S[0], PILOT_S[1], seed), "pilot")
     if res is None:
         return None
     runs = [_measured(res)]
     aim = _Aim(PILOT_RATE, PILOT_RATE, busy)
-    for step in range(RAMP_STEPS + 1):
+    for step in range(RAMP_STEPS):
         aim = _aim(_pooled(runs), aim)
-        # The ramp's last run holds a whole period: the sweep's speed, its levels and
-        # the share's thresholds until a run beside it, rest on it.
-        dur = RAMP_S if step < RAMP_STEPS else aim.period_window()
-        if budget.seconds - budget.planned < WARMUP_S + dur:
+        if budget.seconds - budget.planned < WARMUP_S + RAMP_S:
             break
-        planned = aim.plan(trace, WARMUP_S, dur, seed + 1 + step)
+        planned = aim.plan(trace, WARMUP_S, RAMP_S, seed + 1 + step)
         res = budget.run(full, planned)
         if res is None:
             break
@@ -457,6 +462,12 @@ class _Aim:
     def period_window(self) -> float:
         """A window holding one whole period of PERIOD_S (at least 1 s)."""
         return max(1.0, math.ceil(10 * math.floor(self.knee_rate * PERIOD_S) / self.rate) / 10)
+
+    def slowed(self, factor: float) -> _Aim:
+        """The rates on a host ``factor`` as fast as the one they were set on (at most
+        as fast): the period keeps its requests and its share of the window."""
+        f = min(1.0, factor)
+        return _Aim(self.rate * f, self.knee_rate * f, self.busy)
 
     def plan(self, trace: Trace, warm: float, dur: float, seed: int) -> _Planned:
         k = max(1, min(math.floor(self.knee_rate * PERIOD_S), math.floor(self.rate * dur)))
