@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import socketserver
 import statistics
@@ -396,3 +397,44 @@ def test_the_probe_reuses_keep_alive_connections_from_burst_to_burst(engine):
     # (a connection still busy when the next burst is due adds one: a loaded machine).
     # A connection a request would have opened as many as there were requests.
     assert server.accepted <= len(log) // 4, (server.accepted, len(log))
+
+
+class _Swinging(FakeTarget):
+    """A full core on a host whose speed swings from run to run: each run's demands
+    (a quarter of FULL's: the Support mix's capacity here) times the next of
+    ``factors`` (the last one repeated)."""
+
+    def __init__(self, factors: list[float]) -> None:
+        super().__init__(demand=FULL)
+        self.factors, self.runs = factors, 0
+
+    def run(self, trace: Trace, **kw: Any) -> RunResult:
+        f = self.factors[min(self.runs, len(self.factors) - 1)]
+        self.runs += 1
+        self.demand = {c: d * f / 4 for c, d in FULL.items()}
+        return super().run(trace, **kw)
+
+
+def test_beside_the_sweep_the_rate_grows_slowly_so_a_fast_spell_does_not_break_the_bound():
+    """The host's speed swings from run to run: on the project's VM a period beside the
+    sweep read the full core 3.2x cheaper than the ramp, the next run's rate grew 2.6x,
+    and its period cost 4.4x the one before (13.5% busy against a 10% bound). Beside
+    the sweep a run's rate grows at most BESIDE_GROWTH times the last one's."""
+    from types import SimpleNamespace as NS
+
+    from shrink.scaling import CALIBRATION_BUSY, calibrate_beside
+    from shrink.scaling.calibration import BESIDE_GROWTH
+
+    # the pilot and the ramp, a fast spell beside the sweep, then the host as it was
+    full = _Swinging([1.0, 1.0, 1.0, 0.3, 1.0])
+    share = FakeTarget(demand={c: d / 4 for c, d in SHARE.items()})
+    beside = calibrate_beside(share, full, _trace(n=2000), nominal=0.25)
+    knee = NS(reps=[NS(throughput=200.0, utilization=0.8, generator_behind=False, capacity=250.0)])
+    for _ in range(6):
+        beside.slice(knee)
+    runs = [r for r in beside.finish().full_target_runs if r["phase"] == "beside"]
+    assert len(runs) >= 2
+    # (a window holds whole periods: the planned rate rounds to them, by a few percent)
+    assert all(b["offered_rate"] <= BESIDE_GROWTH * a["offered_rate"] * 1.05
+               for a, b in itertools.pairwise(runs))  # fmt: skip
+    assert max(r["utilization"] for r in runs) <= CALIBRATION_BUSY

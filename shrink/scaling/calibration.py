@@ -73,6 +73,11 @@ KNEE_LOAD = 0.9
 # 0.33; on one beside it, 0.22: the seconds a period before the sweep took go to more
 # periods beside it.
 BESIDE_WARMUP_S = 0.2
+# Beside the sweep a run's rates grow at most BESIDE_GROWTH times the last one's: a run
+# reads one period, one spell of the host, and the next may find it slower (on a 2-vCPU
+# VM of the polyglot kind a beside run read the full core 3.2x cheaper than the ramp, the
+# rate grew 2.6x, and the next period cost 4.4x the one before: 13.5% busy against 10%).
+BESIDE_GROWTH = 1.5
 BEHIND_SHORT = 0.9  # a burst run whose generator sent less of its planned rate is behind
 # After the sweep, the share's side is read again on the sweep's own repetitions whose
 # utilization is in KNEE_BAND (near its knee, not saturated: X / U holds there), when
@@ -109,6 +114,7 @@ def constants() -> dict[str, Any]:
         "min_requests": MIN_REQUESTS,
         "period_s": PERIOD_S,
         "beside_warmup_s": BESIDE_WARMUP_S,
+        "beside_growth": BESIDE_GROWTH,
         "behind_short": BEHIND_SHORT,
         "knee_band": list(KNEE_BAND),
         "min_knee_reps": MIN_KNEE_REPS,
@@ -248,12 +254,13 @@ def calibrate_beside(
         raise MeasurementError(
             f"calibrate: {seconds:g} s of the full target cannot pay for the pilot run"
         )
-    ramp, aim = got
+    ramp_runs, aim = got
+    ramp = _pooled(ramp_runs)
     # The share reads about as many requests as the full side will have read.
     full_n = ramp.n + round(aim.rate * (budget.seconds - budget.planned))
     share, share_runs = _share_side(share_target, trace, full_n, aim.rate, nominal, seed)
-    return Beside(full_target, trace, budget, ramp, _ShareRead(share, share_runs, nominal),
-                  aim, seed)  # fmt: skip
+    return Beside(full_target, trace, budget, ramp_runs,
+                  _ShareRead(share, share_runs, nominal), aim, seed)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -278,14 +285,15 @@ class Beside:
     """
 
     def __init__(
-        self, full_target: Target, trace: Trace, budget: _FullBudget, ramp: _Side,
+        self, full_target: Target, trace: Trace, budget: _FullBudget, ramp_runs: list[_Side],
         share: _ShareRead, aim: _Aim, seed: int,
     ) -> None:  # fmt: skip
         self.full_target, self.trace, self.budget = full_target, trace, budget
-        self.ramp, self.share, self.aim, self.seed = ramp, share, aim, seed
+        self.ramp_runs, self.ramp = ramp_runs, _pooled(ramp_runs)
+        self.share, self.aim, self.seed = share, aim, seed
         self.runs: list[_Side] = []
         self.levels: list[Level] = []  # the share's levels so far
-        self.speed = _speed_of(ramp, share, budget)
+        self.speed = _speed_of(self.ramp, share, budget)
 
     def slice(self, level: Level) -> None:
         """One run on the full target holding one whole period, if the share's ``level``
@@ -294,10 +302,12 @@ class Beside:
         self.levels.append(level)
         if not any((r.utilization or 0.0) >= KNEE_BAND[0] for r in level.reps):
             return
-        # The rates were set on an earlier host: slowed as the share's level shows it
-        # slowed, so that the run stays within its bound (a faster host needs nothing).
+        # Before a run beside the sweep has read the host, the rates were set on the
+        # host before it: slowed as the share's level shows it slowed, so that the run
+        # stays within its bound (a faster host needs nothing). After one, they are set
+        # at the slowest spell read (:func:`_aim`).
         now = pooled_capacity(level.reps, KNEE_BAND)
-        if now is not None and self.share.side.capacity:
+        if not self.runs and now is not None and self.share.side.capacity:
             self.aim = self.aim.slowed(now[0] / self.share.side.capacity)
         window = self.aim.period_window()
         if self.budget.seconds - self.budget.planned >= BESIDE_WARMUP_S + window - 1e-9:
@@ -332,7 +342,7 @@ class Beside:
         if res is not None:
             self.runs.append(_measured(res, planned))
             # The next run at the rates all the requests so far allow.
-            self.aim = _aim(_pooled([self.ramp, *self.runs]), self.aim)
+            self.aim = _aim([*self.ramp_runs, *self.runs], self.aim, BESIDE_GROWTH)
 
 
 def _speed_of(full: _Side, read: _ShareRead, budget: _FullBudget) -> ShareSpeed:
@@ -429,7 +439,7 @@ def _doubt(full: _Side, share: _Side, speed: float) -> str:
 
 def _full_side(
     budget: _FullBudget, full: Target, trace: Trace, seed: int, busy: float
-) -> tuple[_Side, _Aim] | None:
+) -> tuple[list[_Side], _Aim] | None:
     """The mix on the full target, light: a pilot at PILOT_RATE, then RAMP_STEPS short
     runs, each in periods at the rates the requests so far allow (:func:`_aim`). The
     side pools every run (the sweep starts from it); the aim is for the runs beside the
@@ -440,7 +450,7 @@ def _full_side(
     runs = [_measured(res)]
     aim = _Aim(PILOT_RATE, PILOT_RATE, busy)
     for step in range(RAMP_STEPS):
-        aim = _aim(_pooled(runs), aim)
+        aim = _aim(runs, aim)
         if budget.seconds - budget.planned < WARMUP_S + RAMP_S:
             break
         planned = aim.plan(trace, WARMUP_S, RAMP_S, seed + 1 + step)
@@ -448,7 +458,7 @@ def _full_side(
         if res is None:
             break
         runs.append(_measured(res, planned))
-    return _pooled(runs), _aim(_pooled(runs), aim)
+    return runs, _aim(runs, aim)
 
 
 @dataclass(frozen=True)
@@ -474,12 +484,13 @@ class _Aim:
         return _plan(trace, self.rate, warm, dur, seed, k, self.knee_rate if k > 1 else None)
 
 
-def _aim(pooled: _Side, last: _Aim) -> _Aim:
-    """The rates the requests so far allow: a mean rate that keeps the full target AIM x
+def _aim(sides: list[_Side], last: _Aim, growth: float = RAMP_FACTOR) -> _Aim:
+    """The rates the runs so far allow: a mean rate that keeps the full target AIM x
     its bound busy, by the upper bound of their cost (a few requests can read a cost low
-    by a few standard errors, and the bound must hold), at most RAMP_FACTOR times the
+    by a few standard errors, and the bound must hold), at most ``growth`` times the
     last one's, in periods at KNEE_LOAD of the capacity (a window holds at least one
     whole period)."""
+    pooled = _pooled(sides)
     # Without a utilization a light server's response time is its service time.
     cap = pooled.capacity or (1 / pooled.latency if pooled.latency > 0 else None)
     if not cap:
@@ -489,7 +500,7 @@ def _aim(pooled: _Side, last: _Aim) -> _Aim:
     cv = max(1.0, pooled.cv) if math.isfinite(pooled.cv) else 2.0
     upper = 1.0 + 3.0 * cv / math.sqrt(max(1, pooled.n))
     aimed = AIM * last.busy * cap / upper
-    rate = min(MAX_RATE, RAMP_FACTOR * last.rate, max(PILOT_RATE / 4, aimed))
+    rate = min(MAX_RATE, growth * last.rate, max(PILOT_RATE / 4, aimed))
     # A period's load needs no bound (the run's mean has one): the point estimate.
     return _Aim(rate, max(rate, KNEE_LOAD * cap), last.busy)
 
