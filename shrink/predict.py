@@ -53,6 +53,8 @@ from shrink.report.assumptions import assumptions as assumptions_of
 from shrink.report.recommendation import reason_text
 from shrink.run_inputs import RunInputs, record_inputs
 from shrink.scaling import (
+    CALIBRATION_BUSY,
+    CALIBRATION_S,
     Beside,
     ModelError,
     calibrate_beside,
@@ -422,10 +424,16 @@ def _full_target_use(share: Share) -> dict[str, Any]:
     sp = share.speed
     if sp is None:
         return {"runs": [], "seconds": 0.0, "max_utilization": None}
+    busy = sp.full_target_busy
     return {
         "runs": list(sp.full_target_runs),
         "seconds": sp.full_target_seconds,
-        "max_utilization": sp.full_target_busy,
+        "max_utilization": busy,
+        # The bounds are the calibration's aim, set before each run: a host that slows
+        # within one can take a run past them, and this says so.
+        "bounds": {"seconds": CALIBRATION_S, "utilization": CALIBRATION_BUSY},
+        "within_bounds": sp.full_target_seconds <= CALIBRATION_S
+        and (busy is None or busy <= CALIBRATION_BUSY),
     }
 
 

@@ -118,3 +118,18 @@ def test_an_error_from_a_bound_gets_its_other_end_from_a_stalled_hint():
 def test_the_report_states_an_error_from_a_bound_as_a_bound(predicted, measured, text):
     m = {"error": 0.05, "predicted_status": predicted, "measured_status": measured}
     assert error_text(m) == text
+
+
+@pytest.mark.parametrize(("busy", "over"), [(0.062, False), (0.135, True)])
+def test_the_speed_row_says_when_a_calibration_run_went_past_its_bound(busy, over):
+    """The bounds are the calibration's aim, set before each run: a host that slows
+    within one can take it past them, and the report says so rather than keep quiet."""
+    from shrink.report.sections.self_checks import _speed_items
+    from shrink.share import Share, ShareSpeed
+
+    run = {"seconds": 4.9, "offered_rate": 95.7, "utilization": busy, "phase": "beside"}
+    speed = ShareSpeed(nominal=0.25, effective=0.2, method="calibrated", full_target_runs=(run,))
+    share = Share(kind="cpu_time", cpus=(1,), cpu_fraction=0.25).with_speed(speed)
+    (row,) = _speed_items(share)
+    assert f"{100 * busy:.1f}% busy" in row[1]
+    assert ("over the calibration's bound" in row[1]) is over

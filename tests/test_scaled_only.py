@@ -101,6 +101,8 @@ def test_the_calibration_stays_light_and_short_and_is_recorded(tmp_path, discoun
     use = res.prediction.extra["full_target_use"]
     assert use["runs"] and use["seconds"] <= CALIBRATION_S
     assert use["max_utilization"] <= CALIBRATION_BUSY
+    assert use["bounds"] == {"seconds": CALIBRATION_S, "utilization": CALIBRATION_BUSY}
+    assert use["within_bounds"] is True
     for run in use["runs"]:
         assert {"class", "seconds", "offered_rate", "utilization"} <= set(run)
     speed = res.prediction.share.speed

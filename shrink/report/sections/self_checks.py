@@ -9,7 +9,7 @@ from shrink.report.blocks import Doc
 from shrink.report.sections import Measured
 from shrink.report.tables import level_table
 from shrink.report.text import STAT_NAME
-from shrink.scaling import latency_scale
+from shrink.scaling import CALIBRATION_BUSY, latency_scale
 from shrink.share import Share
 
 __all__ = ["add_self_checks", "cluster_text"]
@@ -86,7 +86,11 @@ def _speed_items(share: Share | None) -> list[list[str]]:
             f"{'an unknown load' if busy is None else f'{100 * busy:.1f}% busy'}"
             + (f", {beside:.1f} s of it beside the share's levels, read as its side" if beside
                else "")
-            + "); nothing else of it reached the prediction"
+            + ")"
+            + (f"; **over the calibration's bound of {100 * CALIBRATION_BUSY:g}% busy**: the "
+               "host slowed within a run" if busy is not None and busy > CALIBRATION_BUSY
+               else "")
+            + "; nothing else of it reached the prediction"
             + (f"; the share's sweep started from {sp.swept_at:.3g}" if sp.swept_at else "")
         )  # fmt: skip
     return [["Share's speed", text]]
