@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from shrink.errors import ParameterError, TraceFormatError
+from shrink.ingest._io import regular_file
 from shrink.ingest.clf import read_clf
 from shrink.ingest.detect import detect_format
 from shrink.ingest.specweb import read_specweb
@@ -79,7 +80,7 @@ def read_trace(path: str | Path, format: str = "auto", strict: bool = False, **o
                 f"option(s) {', '.join(extra)} do not apply to the {fmt} format "
                 f"(it takes {', '.join(sorted(accepted - {'strict'}))})."
             )
-    return reader(path, strict=strict, **opts)
+    return reader(regular_file(path), strict=strict, **opts)
 
 
 def write_trace(trace: Trace, path: str | Path, format: str, **opts: Any) -> Path:
