@@ -6,7 +6,9 @@ Each is one line naming the file (and the line), never a hang, a traceback or ex
 
 from __future__ import annotations
 
+import gzip
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -39,3 +41,23 @@ def test_a_fifo_without_a_writer_is_refused_at_once(tmp_path: Path) -> None:
         f"error: {fifo}: not a regular file (a pipe, socket or device): a trace is read "
         "more than once, so save it to a file first"
     ]
+
+
+def test_a_gzip_capture_that_inflates_too_far_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A pcap header and zeros: 4 MB of this gzip inflated to 4 GB before any record was read.
+    from shrink.ingest.capture import pcap_files
+
+    monkeypatch.setattr(pcap_files, "MAX_INFLATED", 1 << 20, raising=False)
+    header = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)
+    bomb = tmp_path / "bomb.pcap.gz"
+    bomb.write_bytes(gzip.compress(header + bytes(2 << 20)))
+    for strict in (False, True):
+        with pytest.raises(
+            TraceFormatError, match=r"bomb\.pcap\.gz: gzip data inflates past 1 MiB"
+        ):
+            read_trace(bomb, strict=strict)
+    small = tmp_path / "small.pcap.gz"
+    small.write_bytes(gzip.compress(header) * 2)  # two members, both read
+    assert len(read_trace(small)) == 0
