@@ -61,3 +61,34 @@ def test_a_gzip_capture_that_inflates_too_far_is_refused(
     small = tmp_path / "small.pcap.gz"
     small.write_bytes(gzip.compress(header) * 2)  # two members, both read
     assert len(read_trace(small)) == 0
+
+
+_CLF = '1.2.3.4 - - [{}] "GET /a HTTP/1.0" 200 10\n'
+
+
+@pytest.mark.parametrize(
+    "stamp",
+    [
+        "31/Feb/2000:13:55:36 -0700",  # was read as 2 March
+        "29/Feb/2001:13:55:36 +0000",
+        "00/Jan/2000:13:55:36 +0000",
+        "10/Oct/2000:25:00:00 +0000",  # was read as the next day
+        "10/Oct/2000:13:61:00 +0000",
+        "10/Oct/2000:13:55:99 +0000",
+        "10/Oct/2000:13:55:36 +9999",
+        "10/Oct/0000:13:55:36 +0000",
+    ],
+)
+def test_an_impossible_clf_time_is_a_bad_line(tmp_path: Path, stamp: str) -> None:
+    log = tmp_path / "access.log"
+    log.write_text(_CLF.format("10/Oct/2000:13:55:36 -0700") + _CLF.format(stamp))
+    with pytest.raises(TraceFormatError, match=r"access\.log, line 2: bad time"):
+        read_trace(log, format="clf", strict=True)
+    tr = read_trace(log, format="clf")
+    assert len(tr) == 1 and tr.meta["skipped_lines"] == [2]
+
+
+def test_the_last_day_of_february_and_a_leap_second_are_times(tmp_path: Path) -> None:
+    log = tmp_path / "access.log"
+    log.write_text(_CLF.format("29/Feb/2000:23:59:60 +1400") + _CLF.format("1/Mar/2000:10:00:00"))
+    assert len(read_trace(log, format="clf", strict=True)) == 2
