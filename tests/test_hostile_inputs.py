@@ -92,3 +92,20 @@ def test_the_last_day_of_february_and_a_leap_second_are_times(tmp_path: Path) ->
     log = tmp_path / "access.log"
     log.write_text(_CLF.format("29/Feb/2000:23:59:60 +1400") + _CLF.format("1/Mar/2000:10:00:00"))
     assert len(read_trace(log, format="clf", strict=True)) == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "fmt", "refused"),
+    [
+        ("0\tu1\t/a\n1e300\tu1\t/b\n", "specweb", r"row 1: t == 1e\+300"),
+        ("/a think=1e200\n\n/b\n", "wsesslog", r"row 0: think == 1e\+200"),
+    ],
+)
+def test_a_log_is_not_written_as_a_trace_no_command_reads(
+    tmp_path: Path, text: str, fmt: str, refused: str
+) -> None:
+    # The Parquet reader refuses times past a century; ingest wrote them all the same.
+    log = tmp_path / "log.txt"
+    log.write_text(text)
+    with pytest.raises(TraceFormatError, match=rf"log\.txt: read as a trace, {refused}"):
+        read_trace(log, format=fmt)
