@@ -109,3 +109,37 @@ def test_a_log_is_not_written_as_a_trace_no_command_reads(
     log.write_text(text)
     with pytest.raises(TraceFormatError, match=rf"log\.txt: read as a trace, {refused}"):
         read_trace(log, format=fmt)
+
+
+_EVIL = "ev\x1b[2Jil\nFORGED"  # clears the screen, then starts a line of its own
+
+
+def test_names_on_the_success_lines_are_escaped(tmp_path: Path) -> None:
+    # The error line escaped names; the lines a command prints when it succeeds did not.
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    root = Path(__file__).resolve().parent.parent
+    evil = tmp_path / _EVIL
+    evil.mkdir()
+    spec = tmp_path / "m.toml"
+    spec.write_text('name = "a\\nFORGED\\u001b[2J"\nsockets = 2\ncores_per_socket = 4\n')
+    trace = evil / "t.parquet"
+    runs = [
+        ["ingest", str(root / "examples/traces/support-access.log"), "-o", str(trace)],
+        ["export", str(trace), "-o", str(evil / "t.ws")],
+        ["sample", str(trace), "--alpha", "0.5", "-o", str(evil / "s.parquet")],
+        ["split", str(trace), "--parts", "2", "-o", str(evil / "parts")],
+        ["trace", "info", str(trace)],
+        ["machine", "show", "--machine", str(spec)],
+        ["machine", "write", str(evil / "m.toml"), "--machine", str(spec)],
+        ["synth", "tcp", "--rate", "10", "--duration", "2s", "-o", str(evil / "tcp.parquet")],
+        ["whatif", "--machine", str(spec), "--workload", str(trace), "--no-sweep"],
+        ["sim", "run", str(trace), "--machine", str(spec), "-o", str(evil / "r.parquet"),
+         "--duration", "1s", "--warmup", "0s"],
+    ]  # fmt: skip
+    for args in runs:
+        r = CliRunner().invoke(app, args, color=True)  # color: click strips no escape
+        assert r.exit_code == 0, (args, r.output)
+        assert "\x1b" not in r.output and "\nFORGED" not in r.output, (args, r.output)

@@ -106,9 +106,9 @@ def ingest(
         echo_json(summary)
         return
     typer.echo(
-        f"{input} ({fmt}): {plural(info.requests, 'request')}, "
+        f"{printable(input)} ({fmt}): {plural(info.requests, 'request')}, "
         f"{plural(info.sessions, 'session')}, {plural(info.bursts, 'burst')}, "
-        f"{info.duration:,.3f} s -> {out}"
+        f"{info.duration:,.3f} s -> {printable(out)}"
     )
     typer.echo(_skipped_line(fmt, trace.meta, summary["skipped"], summary["skipped_lines"]))
     if trace.meta.get("damage"):
@@ -160,7 +160,8 @@ def export(
         tr = Trace.read_parquet(trace)
         write_trace(tr, out, format.value, **opts)
     typer.echo(
-        f"{trace}: {plural(len(tr), 'request')}, {plural(tr.n_sessions, 'session')} -> {out} "
+        f"{printable(trace)}: {plural(len(tr), 'request')}, "
+        f"{plural(tr.n_sessions, 'session')} -> {printable(out)} "
         f"({format.value})"
     )
 

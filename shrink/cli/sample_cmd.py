@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from shrink.cli._common import cli_errors, console, echo_json, output_path, plural
+from shrink.errors import printable
 
 
 class Level(StrEnum):
@@ -99,7 +100,8 @@ def sample(
         echo_json(summary)
         return
     typer.echo(
-        f"{out}: kept {summary['kept_sessions']:,} of {summary['parent_sessions']:,} sessions, "
+        f"{printable(out)}: kept {summary['kept_sessions']:,} of "
+        f"{summary['parent_sessions']:,} sessions, "
         f"{summary['kept_requests']:,} of {summary['parent_requests']:,} requests "
         f"({level.value} sampling, alpha {alpha:g}, seed {seed})"
     )
@@ -140,7 +142,8 @@ def split(
         return
     for r in rows:
         typer.echo(
-            f"{r['file']}: {plural(r['sessions'], 'session')}, {plural(r['requests'], 'request')}"
+            f"{printable(r['file'])}: {plural(r['sessions'], 'session')}, "
+            f"{plural(r['requests'], 'request')}"
         )
 
 

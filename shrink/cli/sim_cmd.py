@@ -23,7 +23,7 @@ from shrink.cli._common import (
 from shrink.cli._replay_opts import _Export
 from shrink.cli.sweep_cmd import _levels
 from shrink.defaults import DURATION, REPS, WARMUP
-from shrink.errors import OptionError, ParameterError, TopologyError
+from shrink.errors import OptionError, ParameterError, TopologyError, printable
 
 sim_app = typer.Typer(
     help="Simulate a multi-socket web server (sockets, RSS queues, workers, PHP, L3).",
@@ -129,7 +129,7 @@ def _workload_line(res: dict[str, Any]) -> str:
 
 def mix_text(name: str, mix: dict[str, Any]) -> str:
     """``workload support: 5.2% dynamic (PHP work 3.25 ms a page, ...), static mean 82 KiB``."""
-    parts = [f"workload {name}"]
+    parts = [f"workload {printable(name)}"]
     dyn = mix.get("dynamic_fraction")
     if dyn is not None:
         work = mix.get("dynamic_work_us")
@@ -315,7 +315,8 @@ def run_cmd(
             echo_json(summary)
         else:
             typer.echo(
-                f"{summary['requests']:,} requests -> {output}; {st.throughput:,.0f} req/s, "
+                f"{summary['requests']:,} requests -> {printable(output)}; "
+                f"{st.throughput:,.0f} req/s, "
                 f"mean {st.overall.mean * 1e3:.3f} ms, p99.9 {st.overall.p999 * 1e3:.3f} ms, "
                 f"utilization {res.utilization:.2f}"
             )
@@ -373,7 +374,8 @@ def sweep_cmd(
             else []
         )
         also = f" (and {plural(len(exports), 'export file')}: {', '.join(formats)})"
-        typer.echo(f"{plural(len(curve.levels), 'level')} -> {output}" + (also if exports else ""))
+        shown = f"{plural(len(curve.levels), 'level')} -> {printable(output)}"
+        typer.echo(shown + (also if exports else ""))
 
 
 def register(app: typer.Typer) -> None:
