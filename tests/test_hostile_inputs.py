@@ -143,3 +143,16 @@ def test_names_on_the_success_lines_are_escaped(tmp_path: Path) -> None:
         r = CliRunner().invoke(app, args, color=True)  # color: click strips no escape
         assert r.exit_code == 0, (args, r.output)
         assert "\x1b" not in r.output and "\nFORGED" not in r.output, (args, r.output)
+
+
+def test_split_refuses_more_parts_than_it_can_name(tmp_path: Path) -> None:
+    # --parts 1000000000 ran a pass over the trace per part, for hours, writing nothing.
+    import samplers
+    from samplers.split import MAX_PARTS
+    from shrink.errors import ParameterError
+    from shrink.trace import Trace
+
+    trace = Trace.from_columns({"session": [1, 2], "t": [0.0, 0.5], "path": ["/a", "/b"]})
+    assert len(samplers.split(trace, MAX_PARTS)) == MAX_PARTS == 1000
+    with pytest.raises(ParameterError, match=r"parts == 1001, must be in \[1, 1000\]"):
+        samplers.split(trace, 1001)

@@ -109,7 +109,7 @@ def sample(
 
 def split(
     trace: Annotated[Path, typer.Argument(help="Trace Parquet file to partition.")],
-    parts: Annotated[int, typer.Option(help="Number of disjoint parts (>= 1).")],
+    parts: Annotated[int, typer.Option(help="Number of disjoint parts, 1 to 1000.")],
     out: Annotated[Path, typer.Option("-o", "--out", help="Output directory.")],
     seed: Annotated[int, typer.Option(help="Seed of the session hash.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
