@@ -156,3 +156,25 @@ def test_split_refuses_more_parts_than_it_can_name(tmp_path: Path) -> None:
     assert len(samplers.split(trace, MAX_PARTS)) == MAX_PARTS == 1000
     with pytest.raises(ParameterError, match=r"parts == 1001, must be in \[1, 1000\]"):
         samplers.split(trace, 1001)
+
+
+def test_a_synthetic_trace_too_large_to_hold_is_refused_before_drawing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # --rate 1e12 asked numpy for 7 PiB (exit 70); --duration 1e12s walked sessions for days.
+    from shrink.errors import ParameterError
+    from shrink.synth import _table, build_site, synth_support, synth_tcp
+    from shrink.synth.support_params import SupportParams
+
+    with pytest.raises(ParameterError, match=r"about 1e\+15 requests, more than the 50,000,000"):
+        synth_tcp(1e12, 1000.0)
+    with pytest.raises(ParameterError, match="must be at most 3155760000 s"):
+        synth_tcp(1e-9, 1e12)
+    for seeded in (lambda: synth_tcp(10, 1.0, seed=-1), lambda: synth_support(5, 5.0, seed=-1)):
+        with pytest.raises(ParameterError, match=r"seed == -1"):  # was numpy's ValueError
+            seeded()
+    with pytest.raises(ParameterError, match=r"users == 2e\+06, must be in \[1, 1e\+06\]"):
+        build_site(SupportParams(), 2_000_000)
+    monkeypatch.setattr(_table, "MAX_REQUESTS", 1000, raising=False)
+    with pytest.raises(ParameterError, match=r"200 users for 120 s make about"):
+        synth_support(200, 120.0)
