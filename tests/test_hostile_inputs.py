@@ -178,3 +178,32 @@ def test_a_synthetic_trace_too_large_to_hold_is_refused_before_drawing(
     monkeypatch.setattr(_table, "MAX_REQUESTS", 1000, raising=False)
     with pytest.raises(ParameterError, match=r"200 users for 120 s make about"):
         synth_support(200, 120.0)
+
+
+def test_a_run_that_repeats_its_trace_past_memory_is_refused() -> None:
+    # sim run --duration 1e9s (or --rate-factor 1e12) planned terabytes: a MemoryError, exit 70.
+    from shrink.errors import ParameterError
+    from shrink.schedule import build_schedule
+    from shrink.trace import Trace
+
+    trace = Trace.from_columns({"session": [1, 2], "t": [0.0, 0.5], "path": ["/a", "/b"]})
+    with pytest.raises(ParameterError, match=r"requests 1,000,000,000 times, more than the 50,"):
+        build_schedule(trace, 1.0, 1e9)
+    assert build_schedule(trace, 1.0, 1e9, loop=False).copies == 1  # one pass: any size
+
+
+@pytest.mark.parametrize("command", [["sim", "run"], ["sim", "sweep", "--levels", "1"]])
+def test_a_negative_seed_is_a_usage_error(tmp_path: Path, command: list[str]) -> None:
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+    from shrink.trace import Trace
+
+    root = Path(__file__).resolve().parent.parent
+    trace = Trace.from_columns({"session": [1, 2], "t": [0.0, 0.5], "path": ["/a", "/b"]})
+    trace.write_parquet(tmp_path / "t.parquet")
+    args = [*command, str(tmp_path / "t.parquet"), "--seed", "-1", "--duration", "1s",
+            "--machine", str(root / "examples/machines/nehalem-2s.toml"),
+            "-o", str(tmp_path / "out")]  # fmt: skip
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2 and "--seed" in r.output, r.output  # was numpy's ValueError, 70

@@ -41,7 +41,9 @@ ShareOpt = Annotated[
         "--share", help="CPUs (0-3, 0,4), an alpha of the cores (0.5), optionally @SPEED (all@0.5)."
     ),
 ]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Seed: the same seed gives the same output.")]
+SeedOpt = Annotated[
+    int, typer.Option("--seed", min=0, help="Seed: the same seed gives the same output.")
+]
 ParamOpt = Annotated[
     list[str] | None,
     typer.Option("--param", help="Override a simulator parameter: NAME=VALUE (repeatable)."),
