@@ -207,3 +207,17 @@ def test_a_negative_seed_is_a_usage_error(tmp_path: Path, command: list[str]) ->
             "-o", str(tmp_path / "out")]  # fmt: skip
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 2 and "--seed" in r.output, r.output  # was numpy's ValueError, 70
+
+
+def test_sim_mappings_prints_the_statistics_it_was_given() -> None:
+    # Thresholds without p99.9 (or without mean) were a KeyError after the whole search: 70.
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    root = Path(__file__).resolve().parent.parent
+    args = ["sim", "mappings", "--machine", str(root / "examples/machines/nehalem-2s.toml"),
+            "--mappings", "1-replica", "--thresholds", "p99=5ms", "--requests", "2000"]  # fmt: skip
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code in (0, 99), r.output
+    assert "1-replica            p99 MAT" in r.output

@@ -17,6 +17,7 @@ from shrink.cli._common import (
     output_path,
     parse_duration_option,
     plural,
+    stat_label,
     stat_thresholds,
     threshold_text,
 )
@@ -260,13 +261,14 @@ def mappings_cmd(
             echo_json(res)
         else:
             typer.echo(_workload_line(res))
+            # The statistics are the thresholds' (--thresholds p99=5ms has no mean).
             for name, r in res["mappings"].items():
-                mean, p999 = r["mean"], r["p999"]
-                typer.echo(
-                    f"{name:<20} mean MAT {mat_text(mean['mat'], mean['status']):>10}  "
-                    f"({r['mean_change']:+.1%})   "
-                    f"p99.9 MAT {mat_text(p999['mat'], p999['status']):>10}"
-                )
+                cols = [
+                    f"{stat_label(s)} MAT {mat_text(r[s]['mat'], r[s]['status']):>10}"
+                    + (f"  ({r[f'{s}_change']:+.1%})" if i == 0 else "")
+                    for i, s in enumerate(res["thresholds"])
+                ]
+                typer.echo(f"{name:<20} " + "   ".join(cols))
     exit_if_bound(bounded_mats(res["mappings"]))
 
 
