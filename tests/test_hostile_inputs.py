@@ -221,3 +221,16 @@ def test_sim_mappings_prints_the_statistics_it_was_given() -> None:
     r = CliRunner().invoke(app, args)
     assert r.exit_code in (0, 99), r.output
     assert "1-replica            p99 MAT" in r.output
+
+
+@pytest.mark.parametrize("command", [["sim", "mappings"], ["sim", "scaling", "--cores", "1"]])
+def test_requests_per_level_must_be_positive(command: list[str]) -> None:
+    # --requests 0 was "duration == 0, must be in (0, inf)": no option named.
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    root = Path(__file__).resolve().parent.parent
+    machine = str(root / "examples/machines/nehalem-2s.toml")
+    r = CliRunner().invoke(app, [*command, "--machine", machine, "--requests", "0"])
+    assert r.exit_code == 2 and "'--requests'" in r.output, r.output

@@ -161,7 +161,7 @@ def scaling_cmd(
     mapping: MappingOpt = "1-replica",
     seed: SeedOpt = 0,
     requests: Annotated[
-        int, typer.Option("--requests", help="Requests per load level's window.")
+        int, typer.Option("--requests", min=1, help="Requests per load level's window.")
     ] = 100_000,
     thresholds: Annotated[
         str | None,
@@ -221,7 +221,9 @@ def mappings_cmd(
         str, typer.Option("--mappings", help="Comma-separated mappings to compare.")
     ] = "1-replica,2-replica-direct,2-replica-indirect",
     seed: SeedOpt = 0,
-    requests: Annotated[int, typer.Option("--requests", help="Requests per level.")] = 60_000,
+    requests: Annotated[
+        int, typer.Option("--requests", min=1, help="Requests per level.")
+    ] = 60_000,
     thresholds: Annotated[
         str | None,
         typer.Option(
