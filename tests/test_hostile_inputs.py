@@ -234,3 +234,20 @@ def test_requests_per_level_must_be_positive(command: list[str]) -> None:
     machine = str(root / "examples/machines/nehalem-2s.toml")
     r = CliRunner().invoke(app, [*command, "--machine", machine, "--requests", "0"])
     assert r.exit_code == 2 and "'--requests'" in r.output, r.output
+
+
+@pytest.mark.parametrize("value", ["nan", "-1", "inf"])
+def test_export_refuses_a_think_default_httperf_cannot_take(tmp_path: Path, value: str) -> None:
+    # NaN equals no think time, so the file was written with every think time in it.
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+    from shrink.trace import Trace
+
+    trace = Trace.from_columns({"session": [1, 2], "t": [0.0, 0.5], "path": ["/a", "/b"]})
+    trace.write_parquet(tmp_path / "t.parquet")
+    out = tmp_path / "t.ws"
+    args = ["export", str(tmp_path / "t.parquet"), "-o", str(out), f"--think-default={value}"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2 and "--think-default: think_default ==" in r.output, r.output
+    assert not out.exists()

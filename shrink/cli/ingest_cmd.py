@@ -8,7 +8,14 @@ from typing import Annotated, Any
 
 import typer
 
-from shrink.cli._common import cli_errors, console, echo_json, output_path, plural
+from shrink.cli._common import (
+    as_option,
+    cli_errors,
+    console,
+    echo_json,
+    output_path,
+    plural,
+)
 from shrink.errors import printable
 
 _SHOWN_SKIPS = 20
@@ -158,7 +165,8 @@ def export(
     with cli_errors():
         output_path(out)
         tr = Trace.read_parquet(trace)
-        write_trace(tr, out, format.value, **opts)
+        with as_option("--think-default"):  # the one option write_trace checks
+            write_trace(tr, out, format.value, **opts)
     typer.echo(
         f"{printable(trace)}: {plural(len(tr), 'request')}, "
         f"{plural(tr.n_sessions, 'session')} -> {printable(out)} "
