@@ -251,3 +251,21 @@ def test_export_refuses_a_think_default_httperf_cannot_take(tmp_path: Path, valu
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 2 and "--think-default: think_default ==" in r.output, r.output
     assert not out.exists()
+
+
+def test_extrapolate_keeps_a_repetition_whose_throughput_was_not_measured(tmp_path: Path) -> None:
+    # null is the file's "not measured"; the tail's root search got NaN: exit 70.
+    from helpers.curves import half_share_curve
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+    from shrink.machine import Machine
+
+    spec = str(Path(__file__).resolve().parent.parent / "examples/machines/nehalem-2s.toml")
+    curve = half_share_curve(Machine.read_toml(spec), levels=8, reps=2, seed=3)
+    curve.levels[0].reps[0].throughput = float("nan")
+    src = curve.write_json(tmp_path / "share.json")
+    assert '"throughput": null' in src.read_text()
+    args = ["extrapolate", str(src), "--machine", spec, "--mapping", "1-replica"]
+    r = CliRunner().invoke(app, [*args, "--thresholds", "mean=1.5ms"])
+    assert r.exit_code in (0, 99), r.output
