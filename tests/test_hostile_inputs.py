@@ -269,3 +269,33 @@ def test_extrapolate_keeps_a_repetition_whose_throughput_was_not_measured(tmp_pa
     args = ["extrapolate", str(src), "--machine", spec, "--mapping", "1-replica"]
     r = CliRunner().invoke(app, [*args, "--thresholds", "mean=1.5ms"])
     assert r.exit_code in (0, 99), r.output
+
+
+def test_an_output_that_is_a_device_pipe_or_descriptor_is_left_as_it_is(tmp_path: Path) -> None:
+    # The rename put a regular file in its place: as root, -o /dev/null replaced /dev/null.
+    import stat
+
+    from typer.testing import CliRunner
+
+    from shrink.atomic import write_text
+    from shrink.cli import app
+    from shrink.errors import WriteError
+
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    stdout = tmp_path / "stdout"
+    stdout.symlink_to("/proc/self/fd/1")  # what /dev/stdout is
+    targets = [fifo, stdout]
+    if os.geteuid() == 0:
+        os.mknod(tmp_path / "null", 0o644 | stat.S_IFCHR, os.makedev(1, 3))
+        targets.append(tmp_path / "null")
+    log = Path(__file__).resolve().parent.parent / "examples/traces/support-access.log"
+    for target in targets:
+        before = os.lstat(target)
+        with pytest.raises(WriteError, match="a device, pipe, socket or descriptor"):
+            write_text(target, "x")
+        r = CliRunner().invoke(app, ["ingest", str(log), "-o", str(target)])
+        assert r.exit_code == 2 and "device, pipe, socket or descriptor" in r.output, r.output
+        after = os.lstat(target)
+        assert (after.st_mode, after.st_ino) == (before.st_mode, before.st_ino)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(t.name for t in targets)
