@@ -299,3 +299,19 @@ def test_an_output_that_is_a_device_pipe_or_descriptor_is_left_as_it_is(tmp_path
         after = os.lstat(target)
         assert (after.st_mode, after.st_ino) == (before.st_mode, before.st_ino)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(t.name for t in targets)
+
+
+def test_trace_info_escapes_the_metadata_it_shows(tmp_path: Path) -> None:
+    # A trace's metadata is the file's: an ESC or a newline in it reached the terminal.
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+    from shrink.trace import Trace
+
+    meta = {"reader": "\x1b[2Jx\nFORGED", "source": "[red]markup[/red]"}
+    trace = Trace.from_columns({"session": [1, 2], "t": [0.0, 0.5], "path": ["/a", "/b"]})
+    Trace.from_table(trace.table, meta).write_parquet(tmp_path / "t.parquet")
+    r = CliRunner().invoke(app, ["trace", "info", str(tmp_path / "t.parquet")])
+    assert r.exit_code == 0, r.output
+    assert "\x1b" not in r.output and "FORGED" not in r.output.replace("\\nFORGED", "")
+    assert "\\x1b[2Jx\\nFORGED" in r.output and "[red]markup[/red]" in r.output

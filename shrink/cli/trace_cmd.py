@@ -64,7 +64,7 @@ def info(
         "warnings",
     ):
         if k in inf.meta:
-            t.add_row(k, str(inf.meta[k]))
+            t.add_row(k, escape(printable(inf.meta[k])))  # the file's, not ours: escaped
     Console().print(t)
 
 
