@@ -315,3 +315,13 @@ def test_trace_info_escapes_the_metadata_it_shows(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     assert "\x1b" not in r.output and "FORGED" not in r.output.replace("\\nFORGED", "")
     assert "\\x1b[2Jx\\nFORGED" in r.output and "[red]markup[/red]" in r.output
+
+
+def test_a_machine_spec_listing_a_cpu_twice_is_refused(tmp_path: Path) -> None:
+    # whatif counted CPU 1 in both sockets; only a mapping later noticed it twice.
+    from shrink.machine import Machine
+
+    spec = tmp_path / "m.toml"
+    spec.write_text('name = "x"\nsockets = 2\ncores_per_socket = 2\ncpus = [[0, 1], [1, 2]]\n')
+    with pytest.raises(TraceFormatError, match=r"m\.toml: machine 'x': cpus lists CPU 1 twice"):
+        Machine.read_toml(spec)
