@@ -325,3 +325,15 @@ def test_a_machine_spec_listing_a_cpu_twice_is_refused(tmp_path: Path) -> None:
     spec.write_text('name = "x"\nsockets = 2\ncores_per_socket = 2\ncpus = [[0, 1], [1, 2]]\n')
     with pytest.raises(TraceFormatError, match=r"m\.toml: machine 'x': cpus lists CPU 1 twice"):
         Machine.read_toml(spec)
+
+
+def test_an_error_quoting_a_long_field_stays_a_short_line(tmp_path: Path) -> None:
+    # The field was quoted whole: a 500 KB argument made a 500 KB error line.
+    log = tmp_path / "sessions.log"
+    log.write_text("/a " + "z" * 500_000 + "\n")
+    with pytest.raises(TraceFormatError) as e:
+        read_trace(log, format="wsesslog")
+    text = str(e.value)
+    assert len(text) < 2100 and "\n" not in text
+    assert text.startswith(f"{log}, line 1: unknown argument 'zzz")
+    assert "characters cut" in text and text.endswith("(httperf knows think=, method=, contents=)")
