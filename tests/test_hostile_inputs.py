@@ -337,3 +337,30 @@ def test_an_error_quoting_a_long_field_stays_a_short_line(tmp_path: Path) -> Non
     assert len(text) < 2100 and "\n" not in text
     assert text.startswith(f"{log}, line 1: unknown argument 'zzz")
     assert "characters cut" in text and text.endswith("(httperf knows think=, method=, contents=)")
+
+
+def test_a_port_past_65535_is_refused_before_anything_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # build_mapping took 70000 and the testbed's bind() raised OverflowError: exit 70.
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+    from shrink.errors import ParameterError
+    from shrink.machine import Machine
+    from shrink.mapping import build_mapping
+    from shrink.testbed import lifecycle
+
+    spec = Path(__file__).resolve().parent.parent / "examples/machines/nehalem-2s.toml"
+    for port in (70_000, -1):
+        with pytest.raises(ParameterError, match=rf"port == {port}, must be in \[0, 65535\]"):
+            build_mapping("2-replica-direct", Machine.read_toml(spec), base_port=port)
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("testbed up ran with a port past 65535")
+
+    monkeypatch.setattr(lifecycle, "up", never)  # nothing may start, even before the fix
+    r = CliRunner().invoke(
+        app, ["testbed", "up", "--port", "70000", "--state", str(tmp_path / "tb.json")]
+    )
+    assert r.exit_code == 2 and "'--port'" in r.output, r.output
