@@ -364,3 +364,24 @@ def test_a_port_past_65535_is_refused_before_anything_starts(
         app, ["testbed", "up", "--port", "70000", "--state", str(tmp_path / "tb.json")]
     )
     assert r.exit_code == 2 and "'--port'" in r.output, r.output
+
+
+@pytest.mark.parametrize("name", ["demand_static", "demand_dynamic", "llc_ref_mib"])
+def test_a_calibration_with_a_zero_divisor_is_refused_by_name(tmp_path: Path, name: str) -> None:
+    # 0 passed the file's bounds and was a ZeroDivisionError or an overflow later: exit 70.
+    import json
+
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    spec = str(Path(__file__).resolve().parent.parent / "examples/machines/nehalem-2s.toml")
+    cal = tmp_path / "cal.json"
+    assert CliRunner().invoke(app, ["calibrate", "-o", str(cal)]).exit_code == 0
+    doc = json.loads(cal.read_text())
+    doc["physics"][name] = 0
+    cal.write_text(json.dumps(doc))
+    args = ["whatif", "--machine", spec, "--workload", "support", "--no-sweep"]
+    r = CliRunner().invoke(app, [*args, "--calibration", str(cal)])
+    assert r.exit_code == 1, r.output
+    assert f"cal.json: physics.{name}: Input should be greater than 0" in r.output
