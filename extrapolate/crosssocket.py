@@ -66,6 +66,11 @@ __all__ = [
 ]
 
 
+# Parameters the model divides by: 0 in a calibration file was a ZeroDivisionError or an
+# overflow deep in whatif and extrapolate (exit 70), so they must be positive.
+_DIVISORS = ("demand_static", "demand_dynamic", "llc_ref_mib")
+
+
 @dataclass(frozen=True)
 class Physics(files.FileFormat):
     """The physically named parameters of the model (seconds, fractions, exponents).
@@ -75,8 +80,8 @@ class Physics(files.FileFormat):
 
     __pydantic_config__ = ConfigDict(extra="forbid")
 
-    demand_static: NonNeg = 40e-6  # one core, one socket: CPU s per static request
-    demand_dynamic: NonNeg = 5e-3  # the same for a dynamic (PHP) request
+    demand_static: Positive = 40e-6  # one core, one socket: CPU s per static request
+    demand_dynamic: Positive = 5e-3  # the same for a dynamic (PHP) request
     usl_sigma: NonNeg = 0.0  # within-socket contention
     usl_kappa: NonNeg = 0.0  # within-socket coherency
     # The dynamic class's own USL (PHP: LLC and memory-bandwidth contention); None: the same
@@ -88,7 +93,7 @@ class Physics(files.FileFormat):
     llc_miss_fraction: Fraction = 0.0  # (c) mu: memory-stall share of D_d at llc_ref_mib
     llc_exponent: NonNeg = 1.0  # miss rate ~ capacity^-beta
     remote_cache_cost: NonNeg = 1.0 / 1.6  # remote-LLC hit / memory access (published)
-    llc_ref_mib: NonNeg = 12.0  # the LLC a one-socket share's replica sees
+    llc_ref_mib: Positive = 12.0  # the LLC a one-socket share's replica sees
     fixed_latency: NonNeg = 0.0  # load-independent latency added to every response
     queue_tail: NonNeg = 0.0  # p99.9 delay per extra NIC queue serviced by a core
 
@@ -101,6 +106,8 @@ class Physics(files.FileFormat):
                 continue
             if f.name == "llc_miss_fraction":
                 check_fraction(v, f.name)
+            elif f.name in _DIVISORS:
+                check_scalar(v, f.name, low=0.0, closed="right")
             else:
                 check_scalar(v, f.name, low=0.0)
 

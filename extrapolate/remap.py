@@ -308,7 +308,9 @@ def _remapped(
         for rep in lv.reps:
             x_norm = rep.throughput
             rho = x_norm / n_equiv * d_share
-            kt = kt_of(rho)
+            # A repetition whose throughput was not measured (null in the file) stays
+            # unmeasured: the tail's root search cannot start from a NaN load.
+            kt = kt_of(rho) if math.isfinite(rho) else math.nan
             f = n_cores / n_equiv / k["all"]
             rep.throughput = x_norm * f
             rep.offered = rep.offered * f

@@ -17,7 +17,11 @@ from samplers.session import session_u
 from shrink.checks import check_int
 from shrink.trace import Trace
 
-__all__ = ["split", "split_index"]
+__all__ = ["MAX_PARTS", "split", "split_index"]
+
+# Each part is a pass over the trace and, from ``shrink split``, a file
+# (part-000 ... part-999): a billion parts ran for hours before writing one.
+MAX_PARTS = 1000
 
 
 def split_index(sessions: np.ndarray, k: int, *, seed: int = 0) -> np.ndarray:
@@ -28,7 +32,7 @@ def split_index(sessions: np.ndarray, k: int, *, seed: int = 0) -> np.ndarray:
 
 def split(trace: Trace, k: int, *, seed: int = 0) -> list[Trace]:
     """The k parts, rows in the parent's order; meta ``part``, ``parts`` and ``parent``."""
-    k = check_int(k, "parts", low=1)
+    k = check_int(k, "parts", low=1, high=MAX_PARTS)
     seed = check_seed(seed)
     sessions = trace.table.column("session").to_numpy()
     part_of = split_index(sessions, k, seed=seed)

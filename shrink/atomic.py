@@ -4,7 +4,9 @@ The data goes to a fresh temporary file in the target's own folder (so that the
 rename stays on one file system), created with ``O_CREAT | O_EXCL | O_NOFOLLOW``:
 a name someone placed beforehand, a symlink included, makes the open fail rather
 than write through it. It is flushed and fsynced, then ``os.replace``-d over the
-target (which replaces a symlink itself, never the file it points at). On any
+target (which replaces a symlink itself, never the file it points at). A target that
+is, or links to, a device, pipe, socket or a descriptor in ``/proc`` is refused, as
+the rename would put a regular file in its place (``/dev/null``). On any
 error, a full disk among them, the temporary file is removed and the target is
 left as it was.
 """
@@ -25,6 +27,7 @@ from shrink.errors import WriteError
 __all__ = [
     "atomic_file",
     "atomic_path",
+    "is_plain_target",
     "make_dirs",
     "open_exclusive",
     "own_dir",
@@ -103,6 +106,29 @@ def open_exclusive(path: Path, suffix: str = ".tmp", mode: int = 0o644) -> tuple
     raise FileExistsError(errno.EEXIST, "no free temporary name", str(path))
 
 
+def _replaceable(path: Path) -> None:
+    """Refuse a target that is, or links to, a device, pipe or socket: the rename would
+    put a regular file in its place, and as root ``-o /dev/null`` (or ``/dev/stdout``,
+    a symlink to a descriptor) replaced the system's own node."""
+    if not is_plain_target(path):
+        raise OSError(
+            errno.EINVAL, "a device, pipe, socket or descriptor, not a file: left as it is"
+        )
+
+
+def is_plain_target(path: str | Path) -> bool:
+    """Whether ``path`` is new, a regular file or directory, or a symlink that a rename may
+    replace: not one to a device, pipe or socket, nor to a descriptor in ``/proc``
+    (``/dev/stdout`` is one even when the shell redirected it to a file)."""
+    try:
+        if os.path.islink(path) and os.readlink(path).startswith("/proc/"):
+            return False
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return True  # new, or a dangling symlink (the rename replaces the link itself)
+    return stat.S_ISREG(mode) or stat.S_ISDIR(mode)
+
+
 @contextlib.contextmanager
 def _replacing(path: Path, mode: int = 0o644) -> Iterator[tuple[int, Path]]:
     """An exclusive temporary file beside ``path`` (fd, its path) that replaces it on success.
@@ -113,6 +139,7 @@ def _replacing(path: Path, mode: int = 0o644) -> Iterator[tuple[int, Path]]:
     """
     try:
         make_dirs(path.parent)
+        _replaceable(path)
         fd, tmp = open_exclusive(path, mode=mode)
     except OSError as exc:
         raise WriteError(path, exc) from exc

@@ -47,6 +47,8 @@ __all__ = [
 
 
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+# The longest message an error prints (characters); a longer one loses its middle.
+_MAX_MESSAGE = 2000
 
 
 def printable(text: object) -> str:
@@ -79,8 +81,14 @@ class ShrinkError(Exception):
     kept: tuple[str, ...] = ()
 
     def __str__(self) -> str:
-        # Messages carry names from the field (file names, paths in a log): escaped.
-        return printable(super().__str__())
+        # Messages carry names from the field (file names, paths in a log): escaped, and
+        # cut in the middle when long, as a field quoted from a 1 MiB line made the one
+        # line of an error 500 KB long; the head names the place, the tail the remedy.
+        text = printable(super().__str__())
+        if len(text) <= _MAX_MESSAGE:
+            return text
+        head, tail = _MAX_MESSAGE * 3 // 4, _MAX_MESSAGE // 4
+        return f"{text[:head]} ...({len(text) - head - tail:,} characters cut)... {text[-tail:]}"
 
 
 class ParameterError(ShrinkError, ValueError):

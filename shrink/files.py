@@ -35,6 +35,7 @@ from typing import Any, ClassVar, Self, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError, computed_field, model_validator
 
+from shrink.atomic import is_plain_target
 from shrink.errors import ParameterError, TraceFormatError
 from shrink.jsonout import plain
 
@@ -70,6 +71,12 @@ def check_output(path: str | Path, *, kind: str = "file", what: str = "output") 
         raise ParameterError(f"{what} {path} is a directory; name a file")
     if kind == "dir" and path.exists() and not path.is_dir():
         raise ParameterError(f"{what} {path} is a file; name a directory")
+    if not is_plain_target(path):
+        # Written by rename, it would become a regular file: as root, -o /dev/null
+        # replaced the system's /dev/null.
+        raise ParameterError(
+            f"{what} {path} is a device, pipe, socket or descriptor; name a regular file"
+        )
     if path.exists():
         if not os.access(path, os.W_OK | (os.X_OK if kind == "dir" else 0)):
             raise ParameterError(f"{what} {path} is not writable")

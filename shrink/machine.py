@@ -98,6 +98,13 @@ class Machine(files.FileFormat):
             raise TopologyError(
                 f"machine {self.name!r}: cpus must list {self.sockets} sockets of {per} CPUs each"
             )
+        listed = [c for sock in self.cpus for c in sock]
+        if len(set(listed)) != len(listed):
+            # One CPU in two sockets: whatif counted it twice, and a mapping pinned two
+            # replicas to it.
+            seen: set[int] = set()
+            twice = next(c for c in listed if c in seen or seen.add(c))
+            raise TopologyError(f"machine {self.name!r}: cpus lists CPU {twice} twice")
         if not self.nic_port_socket:
             ports = tuple(p % self.sockets for p in range(self.nic_ports))
             object.__setattr__(self, "nic_port_socket", ports)

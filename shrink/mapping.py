@@ -24,6 +24,7 @@ from typing import Annotated
 from pydantic import Field
 
 from shrink import files
+from shrink.checks import check_int
 from shrink.errors import OptionError, TopologyError
 from shrink.machine import Machine
 from shrink.schemas import MAX_CPUS, Cpu, Name, Port, Socket
@@ -112,6 +113,9 @@ def build_mapping(
     cpus = tuple(cpus) if cpus is not None else machine.all_cpus
     if not cpus:
         raise TopologyError("a mapping needs at least one CPU")
+    # The replicas' port, as the mapping's file format bounds it (a socket's bind()
+    # raised OverflowError on 70000, after the share was set up).
+    check_int(base_port, "port", low=0, high=65_535)
     m = _K_REPLICA.match(name)
     if not m:
         raise TopologyError(

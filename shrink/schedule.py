@@ -43,6 +43,7 @@ from shrink.trace import Trace
 
 __all__ = [
     "CHUNK",
+    "MAX_REQUESTS",
     "Chunk",
     "Schedule",
     "ScheduleArrays",
@@ -56,6 +57,9 @@ __all__ = [
 ]
 
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
+# The most requests one run may plan by repeating its trace (a trace that is larger
+# alone is still sent once, whole).
+MAX_REQUESTS = 50_000_000
 
 
 def session_hash(sessions: np.ndarray, salt: int = 0) -> np.ndarray:
@@ -450,6 +454,14 @@ def build_schedule(
         base_t, base_ids = raw_t[order], sess[first][order].astype(np.int64)
     period = span / rate_factor
     copies = max(1, int(np.ceil(horizon / period))) if loop else 1
+    if copies > 1 and copies * len(trace) > MAX_REQUESTS:
+        # Every copy's times and the run log's rows are held in memory: a window of
+        # 1e9 s, or a rate factor of 1e12, asked for terabytes and ended in a MemoryError.
+        raise ParameterError(
+            f"rate factor {rate_factor:g} over {horizon:g} s repeats the trace's "
+            f"{len(trace):,} requests {copies:,} times, more than the {MAX_REQUESTS:,} "
+            "requests one run may hold; shorten the window or lower the level."
+        )
     sched.copies, sched.period, sched.id_stride = copies, period, id_stride
     sched.base_t, sched.base_ids = base_t, base_ids
     if not loop:

@@ -55,6 +55,7 @@ __all__ = [
     "SCHEMA",
     "Trace",
     "TraceInfo",
+    "check_values",
 ]
 
 SCHEMA = pa.schema(
@@ -311,7 +312,7 @@ class Trace:
             raise TraceFormatError(
                 f"a column has the wrong type: {_first_line(exc)}", path=path
             ) from None
-        _check_columns(trace._table, path)
+        check_values(trace._table, path)
         return trace
 
     def write_jsonl(self, path: str | Path) -> Path:
@@ -438,7 +439,7 @@ def _typed_columns(table: pa.Table, path: Path) -> pa.Table:
 MAX_SECONDS = 100 * 365.25 * 86400.0
 
 
-def _check_columns(table: pa.Table, path: Path) -> None:
+def check_values(table: pa.Table, path: Path) -> None:
     """Values later stages rely on: no nulls, finite non-negative times (names the row)."""
     for name in table.column_names:
         col = table.column(name)

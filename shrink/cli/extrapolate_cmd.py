@@ -19,6 +19,7 @@ from shrink.cli._common import (
     threshold_text,
 )
 from shrink.defaults import THRESHOLDS_TEXT
+from shrink.errors import printable
 from shrink.jsonout import dumps
 
 _CAL_HELP = "'published' (fit the papers' figures) or a calibration JSON from 'shrink calibrate'."
@@ -46,13 +47,13 @@ def _workload_text(d: dict[str, Any]) -> str | None:
         "PHP page, one core)"
     )
     return (
-        f"workload {wl.get('name')}: {100 * wl.get('dynamic_fraction', 0):.1f}% dynamic"
+        f"workload {printable(wl.get('name'))}: {100 * wl.get('dynamic_fraction', 0):.1f}% dynamic"
         f"{demands}; thresholds {thr}"
     )
 
 
 def _print_prediction(d: dict[str, Any], title: str) -> None:
-    typer.echo(f"== {title} ==")
+    typer.echo(f"== {printable(title)} ==")
     first = next(iter(d["mappings"].values()))
     stats = [k for k, v in first.items() if isinstance(v, dict) and "mat" in v]
     head = "".join(f"{'MAT ' + threshold_text(s, first[s]['threshold']):<34} " for s in stats)
@@ -85,7 +86,7 @@ def _with_interval(value: float, lo: float, hi: float) -> str:
 
 
 def _print_calibration(cal: dict[str, Any]) -> None:
-    typer.echo(f"calibration: {cal.get('name', '')}")
+    typer.echo(f"calibration: {printable(cal.get('name', ''))}")
     for name, p in cal["parameters"].items():
         typer.echo(f"  {name:<20} {_with_interval(p['value'], p['lo'], p['hi'])}")
     if cal.get("figures"):
@@ -144,7 +145,7 @@ def calibrate(
                         f"kappa {_with_interval(u['kappa'], *u['kappa_ci'])}"
                     )
             if output:
-                typer.echo(f"wrote {output}")
+                typer.echo(f"wrote {printable(output)}")
 
 
 def whatif(
@@ -237,7 +238,7 @@ def extrapolate(
         else:
             typer.echo(d["reason"])
         if output:
-            typer.echo(f"wrote {output}")
+            typer.echo(f"wrote {printable(output)}")
     exit_if_bound(bounded_mats(pred.mappings))
 
 

@@ -8,7 +8,14 @@ from typing import Annotated, Any
 
 import typer
 
-from shrink.cli._common import cli_errors, console, echo_json, output_path, plural
+from shrink.cli._common import (
+    as_option,
+    cli_errors,
+    console,
+    echo_json,
+    output_path,
+    plural,
+)
 from shrink.errors import printable
 
 _SHOWN_SKIPS = 20
@@ -106,9 +113,9 @@ def ingest(
         echo_json(summary)
         return
     typer.echo(
-        f"{input} ({fmt}): {plural(info.requests, 'request')}, "
+        f"{printable(input)} ({fmt}): {plural(info.requests, 'request')}, "
         f"{plural(info.sessions, 'session')}, {plural(info.bursts, 'burst')}, "
-        f"{info.duration:,.3f} s -> {out}"
+        f"{info.duration:,.3f} s -> {printable(out)}"
     )
     typer.echo(_skipped_line(fmt, trace.meta, summary["skipped"], summary["skipped_lines"]))
     if trace.meta.get("damage"):
@@ -158,9 +165,11 @@ def export(
     with cli_errors():
         output_path(out)
         tr = Trace.read_parquet(trace)
-        write_trace(tr, out, format.value, **opts)
+        with as_option("--think-default"):  # the one option write_trace checks
+            write_trace(tr, out, format.value, **opts)
     typer.echo(
-        f"{trace}: {plural(len(tr), 'request')}, {plural(tr.n_sessions, 'session')} -> {out} "
+        f"{printable(trace)}: {plural(len(tr), 'request')}, "
+        f"{plural(tr.n_sessions, 'session')} -> {printable(out)} "
         f"({format.value})"
     )
 

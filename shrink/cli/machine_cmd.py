@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from shrink.cli._common import cli_errors, echo_json
+from shrink.errors import printable
 
 machine_app = typer.Typer(
     help="Machine topology: discover it, or read a spec.", no_args_is_help=True
@@ -35,7 +36,7 @@ def show(
     if toml:
         typer.echo(m.to_toml(), nl=False)
         return
-    typer.echo(f"machine          {m.name}")
+    typer.echo(f"machine          {printable(m.name)}")
     typer.echo(
         f"sockets          {m.sockets} x {m.cores_per_socket} cores x "
         f"{m.threads_per_core} thread(s) = {m.n_cpus} CPUs"
@@ -60,7 +61,7 @@ def write(
 
     with cli_errors():
         load_machine(machine).write_toml(out)
-    typer.echo(f"wrote {out}")
+    typer.echo(f"wrote {printable(out)}")
 
 
 def register(app: typer.Typer) -> None:

@@ -165,7 +165,9 @@ def predict(
     calibration: Annotated[
         str, typer.Option("--calibration", help="'published' or a calibration JSON.")
     ] = "published",
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the sample and the runs.")] = 0,
+    seed: Annotated[
+        int, typer.Option("--seed", min=0, help="Seed of the sample and the runs.")
+    ] = 0,
     reps: Annotated[int, typer.Option("--reps", help="Repetitions per load level.")] = REPS,
     warmup: Annotated[
         str, typer.Option("--warmup", help="Warm-up per level, e.g. 2s (0s: none).")

@@ -53,7 +53,7 @@ def replay(
     path: Annotated[
         str, typer.Option("--path", help="With --rate: the URL path to request.")
     ] = "/static/file1k.bin",
-    seed: Annotated[int, typer.Option("--seed", help="Seed of Poisson arrivals.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Seed of Poisson arrivals.")] = 0,
     live: EngineOptions = ENGINE_DEFAULTS,
     as_json: _Json = False,
 ) -> None:

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from shrink.cli._common import cli_errors, console, echo_json, output_path, plural
+from shrink.errors import printable
 
 
 class Level(StrEnum):
@@ -99,7 +100,8 @@ def sample(
         echo_json(summary)
         return
     typer.echo(
-        f"{out}: kept {summary['kept_sessions']:,} of {summary['parent_sessions']:,} sessions, "
+        f"{printable(out)}: kept {summary['kept_sessions']:,} of "
+        f"{summary['parent_sessions']:,} sessions, "
         f"{summary['kept_requests']:,} of {summary['parent_requests']:,} requests "
         f"({level.value} sampling, alpha {alpha:g}, seed {seed})"
     )
@@ -107,7 +109,7 @@ def sample(
 
 def split(
     trace: Annotated[Path, typer.Argument(help="Trace Parquet file to partition.")],
-    parts: Annotated[int, typer.Option(help="Number of disjoint parts (>= 1).")],
+    parts: Annotated[int, typer.Option(help="Number of disjoint parts, 1 to 1000.")],
     out: Annotated[Path, typer.Option("-o", "--out", help="Output directory.")],
     seed: Annotated[int, typer.Option(help="Seed of the session hash.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
@@ -140,7 +142,8 @@ def split(
         return
     for r in rows:
         typer.echo(
-            f"{r['file']}: {plural(r['sessions'], 'session')}, {plural(r['requests'], 'request')}"
+            f"{printable(r['file'])}: {plural(r['sessions'], 'session')}, "
+            f"{plural(r['requests'], 'request')}"
         )
 
 

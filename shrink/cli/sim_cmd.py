@@ -17,13 +17,14 @@ from shrink.cli._common import (
     output_path,
     parse_duration_option,
     plural,
+    stat_label,
     stat_thresholds,
     threshold_text,
 )
 from shrink.cli._replay_opts import _Export
 from shrink.cli.sweep_cmd import _levels
 from shrink.defaults import DURATION, REPS, WARMUP
-from shrink.errors import OptionError, ParameterError, TopologyError
+from shrink.errors import OptionError, ParameterError, TopologyError, printable
 
 sim_app = typer.Typer(
     help="Simulate a multi-socket web server (sockets, RSS queues, workers, PHP, L3).",
@@ -41,7 +42,9 @@ ShareOpt = Annotated[
         "--share", help="CPUs (0-3, 0,4), an alpha of the cores (0.5), optionally @SPEED (all@0.5)."
     ),
 ]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Seed: the same seed gives the same output.")]
+SeedOpt = Annotated[
+    int, typer.Option("--seed", min=0, help="Seed: the same seed gives the same output.")
+]
 ParamOpt = Annotated[
     list[str] | None,
     typer.Option("--param", help="Override a simulator parameter: NAME=VALUE (repeatable)."),
@@ -129,7 +132,7 @@ def _workload_line(res: dict[str, Any]) -> str:
 
 def mix_text(name: str, mix: dict[str, Any]) -> str:
     """``workload support: 5.2% dynamic (PHP work 3.25 ms a page, ...), static mean 82 KiB``."""
-    parts = [f"workload {name}"]
+    parts = [f"workload {printable(name)}"]
     dyn = mix.get("dynamic_fraction")
     if dyn is not None:
         work = mix.get("dynamic_work_us")
@@ -158,7 +161,7 @@ def scaling_cmd(
     mapping: MappingOpt = "1-replica",
     seed: SeedOpt = 0,
     requests: Annotated[
-        int, typer.Option("--requests", help="Requests per load level's window.")
+        int, typer.Option("--requests", min=1, help="Requests per load level's window.")
     ] = 100_000,
     thresholds: Annotated[
         str | None,
@@ -218,7 +221,9 @@ def mappings_cmd(
         str, typer.Option("--mappings", help="Comma-separated mappings to compare.")
     ] = "1-replica,2-replica-direct,2-replica-indirect",
     seed: SeedOpt = 0,
-    requests: Annotated[int, typer.Option("--requests", help="Requests per level.")] = 60_000,
+    requests: Annotated[
+        int, typer.Option("--requests", min=1, help="Requests per level.")
+    ] = 60_000,
     thresholds: Annotated[
         str | None,
         typer.Option(
@@ -258,13 +263,14 @@ def mappings_cmd(
             echo_json(res)
         else:
             typer.echo(_workload_line(res))
+            # The statistics are the thresholds' (--thresholds p99=5ms has no mean).
             for name, r in res["mappings"].items():
-                mean, p999 = r["mean"], r["p999"]
-                typer.echo(
-                    f"{name:<20} mean MAT {mat_text(mean['mat'], mean['status']):>10}  "
-                    f"({r['mean_change']:+.1%})   "
-                    f"p99.9 MAT {mat_text(p999['mat'], p999['status']):>10}"
-                )
+                cols = [
+                    f"{stat_label(s)} MAT {mat_text(r[s]['mat'], r[s]['status']):>10}"
+                    + (f"  ({r[f'{s}_change']:+.1%})" if i == 0 else "")
+                    for i, s in enumerate(res["thresholds"])
+                ]
+                typer.echo(f"{name:<20} " + "   ".join(cols))
     exit_if_bound(bounded_mats(res["mappings"]))
 
 
@@ -315,7 +321,8 @@ def run_cmd(
             echo_json(summary)
         else:
             typer.echo(
-                f"{summary['requests']:,} requests -> {output}; {st.throughput:,.0f} req/s, "
+                f"{summary['requests']:,} requests -> {printable(output)}; "
+                f"{st.throughput:,.0f} req/s, "
                 f"mean {st.overall.mean * 1e3:.3f} ms, p99.9 {st.overall.p999 * 1e3:.3f} ms, "
                 f"utilization {res.utilization:.2f}"
             )
@@ -373,7 +380,8 @@ def sweep_cmd(
             else []
         )
         also = f" (and {plural(len(exports), 'export file')}: {', '.join(formats)})"
-        typer.echo(f"{plural(len(curve.levels), 'level')} -> {output}" + (also if exports else ""))
+        shown = f"{plural(len(curve.levels), 'level')} -> {printable(output)}"
+        typer.echo(shown + (also if exports else ""))
 
 
 def register(app: typer.Typer) -> None:

@@ -141,7 +141,7 @@ def sweep_cmd(
         str, typer.Option("--duration", help="Measurement window per level.")
     ] = DURATION,
     reps: Annotated[int, typer.Option("--reps", help="Repetitions per level.")] = REPS,
-    seed: Annotated[int, typer.Option("--seed", help="Base seed.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Base seed.")] = 0,
     runlogs: Annotated[
         Path | None, typer.Option("--runlogs", help="Keep every run's RunLog in this folder.")
     ] = None,

@@ -9,6 +9,7 @@ import typer
 
 from shrink.checks import parse_duration
 from shrink.cli._common import cli_errors, echo_json, output_path, plural
+from shrink.errors import printable
 
 synth_app = typer.Typer(help="Synthetic workloads (Support-like sessions, 1 KB tcp).",
                         no_args_is_help=True)  # fmt: skip
@@ -28,14 +29,14 @@ def _report(summary: dict[str, Any], as_json: bool) -> None:
         echo_json(summary)
         return
     typer.echo(
-        f"wrote {summary['trace']}: {plural(summary['requests'], 'request')}, "
+        f"wrote {printable(summary['trace'])}: {plural(summary['requests'], 'request')}, "
         f"{plural(summary['sessions'], 'session')}, "
         f"dynamic {100 * summary['dynamic_fraction']:.2f} %"
     )
     if "docroot" in summary:
         d = summary["docroot"]
         typer.echo(
-            f"docroot {d['root']}: {d['static_files']} static files "
+            f"docroot {printable(d['root'])}: {d['static_files']} static files "
             f"({d['written']} written, {d['unchanged']} unchanged, "
             f"{d['bytes_on_disk'] / 2**20:,.1f} MiB, {d['capped']} capped)"
         )

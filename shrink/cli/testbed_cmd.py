@@ -52,7 +52,10 @@ def up(
         str, typer.Option("--machine", help="'this' or a TOML spec naming this machine's CPUs.")
     ] = "this",
     port: Annotated[
-        int, typer.Option("--port", help="Listen port of every replica; 0 picks a free one.")
+        int,
+        typer.Option(
+            "--port", min=0, max=65_535, help="Listen port of every replica; 0 picks a free one."
+        ),
     ] = 8080,
     server: ServerOpt = "lighttpd-php-cgi",
     php_children: Annotated[

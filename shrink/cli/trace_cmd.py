@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from shrink.cli._common import cli_errors, echo_json, fmt_number
+from shrink.cli._common import cli_errors, echo_json, escape, fmt_number
+from shrink.errors import printable
 
 trace_app = typer.Typer(help="Look at traces.", no_args_is_help=True)
 
@@ -32,7 +33,7 @@ def info(
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=str(trace), show_header=False)
+    t = Table(title=escape(printable(trace)), show_header=False)
     t.add_row("sessions", f"{inf.sessions:,}")
     t.add_row("requests", f"{inf.requests:,}")
     t.add_row("bursts", f"{inf.bursts:,}")
@@ -63,7 +64,7 @@ def info(
         "warnings",
     ):
         if k in inf.meta:
-            t.add_row(k, str(inf.meta[k]))
+            t.add_row(k, escape(printable(inf.meta[k])))  # the file's, not ours: escaped
     Console().print(t)
 
 

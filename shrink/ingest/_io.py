@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gzip
+import os
+import stat
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -60,6 +62,32 @@ def line_batches(path: str | Path, *, max_line: int = MAX_LINE) -> Iterator[Line
         raise TraceFormatError("no such file", path=path) from None
     except IsADirectoryError:
         raise TraceFormatError("is a directory, not a trace file", path=path) from None
+
+
+def regular_file(path: str | Path) -> Path:
+    """``path`` if it names a regular file; a one-line TraceFormatError naming it if not.
+
+    Every reader reads a trace more than once (its head to tell the format, then the
+    whole), which a pipe or a device cannot give: a FIFO would block until a writer
+    came and then lose its first bytes to the format check, and /dev/zero never ends.
+    ``stat`` neither opens nor blocks.
+    """
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise TraceFormatError("no such file", path=path) from None
+    except OSError as exc:
+        raise TraceFormatError(f"cannot read ({exc.strerror or exc})", path=path) from None
+    if stat.S_ISDIR(mode):
+        raise TraceFormatError("is a directory, not a trace file", path=path)
+    if not stat.S_ISREG(mode):
+        raise TraceFormatError(
+            "not a regular file (a pipe, socket or device): a trace is read more than "
+            "once, so save it to a file first",
+            path=path,
+        )
+    return path
 
 
 def _too_long(path: Path, line: int, max_line: int) -> TraceFormatError:

@@ -86,7 +86,16 @@ def parse_clf_time(text: str) -> float:
     month = _MONTHS.get(mon.lower())
     if month is None:
         raise ValueError(f"bad month {mon!r}")
-    epoch = calendar.timegm((int(year), month, int(day), int(hh), int(mm), int(ss), 0, 0, 0))
+    # timegm rolls an impossible date over (31/Feb is 2 March, 25:61 the next day), so a
+    # damaged stamp would pass as another time: each field is checked against its range.
+    y, d = int(year), int(day)
+    if not (y >= 1 and 1 <= d <= calendar.monthrange(y, month)[1]):
+        raise ValueError(f"no day {day}/{mon}/{year}")
+    if int(hh) > 23 or int(mm) > 59 or int(ss) > 60:  # 60: a leap second
+        raise ValueError(f"no time of day {hh}:{mm}:{ss}")
+    if sign and (int(zh) > 23 or int(zm) > 59):  # a UTC offset is under a day
+        raise ValueError(f"bad time zone {sign}{zh}{zm}")
+    epoch = calendar.timegm((y, month, d, int(hh), int(mm), int(ss), 0, 0, 0))
     if sign:
         offset = int(zh) * 3600 + int(zm) * 60
         epoch -= offset if sign == "+" else -offset

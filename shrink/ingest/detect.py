@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 
 from shrink.errors import TraceFormatError
-from shrink.ingest._io import GZIP_MAGIC, decode_line, head_bytes, split_lines
+from shrink.ingest._io import GZIP_MAGIC, decode_line, head_bytes, regular_file, split_lines
 from shrink.ingest.clf import CLF_LINE
 from shrink.ingest.specweb import MAGIC
 
@@ -46,7 +46,7 @@ def is_capture(head: bytes) -> bool:
 
 def detect_format(path: str | Path) -> str:
     """``wsesslog``, ``specweb``, ``clf``, ``pcap`` or ``parquet`` from the file's content."""
-    path = Path(path)
+    path = regular_file(path)
     head = head_bytes(path)
     if is_capture(head):
         return "pcap"

@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from shrink.errors import ParameterError, TraceFormatError
+from shrink.ingest._io import regular_file
 from shrink.ingest.clf import read_clf
 from shrink.ingest.detect import detect_format
 from shrink.ingest.specweb import read_specweb
 from shrink.ingest.wsesslog import read_wsesslog, write_wsesslog
-from shrink.trace import Trace
+from shrink.trace import Trace, check_values
 
 __all__ = ["READ_FORMATS", "WRITE_FORMATS", "Reader", "read_trace", "write_trace"]
 
@@ -79,7 +80,15 @@ def read_trace(path: str | Path, format: str = "auto", strict: bool = False, **o
                 f"option(s) {', '.join(extra)} do not apply to the {fmt} format "
                 f"(it takes {', '.join(sorted(accepted - {'strict'}))})."
             )
-    return reader(path, strict=strict, **opts)
+    trace = reader(regular_file(path), strict=strict, **opts)
+    if fmt != "parquet":
+        # What a reader made must be a trace every command reads back: a time 1e300 s
+        # after the first, or a think time past a century, was written and then refused.
+        try:
+            check_values(trace.table, path)
+        except TraceFormatError as exc:
+            raise TraceFormatError(f"read as a trace, {exc.reason}", path=path) from None
+    return trace
 
 
 def write_trace(trace: Trace, path: str | Path, format: str, **opts: Any) -> Path:

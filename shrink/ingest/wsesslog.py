@@ -362,6 +362,9 @@ def _quote_body(body: str) -> str:
 
 def format_wsesslog(trace: Trace, *, think_default: float = 0.0, source: str = "") -> str:
     """The canonical wsesslog text of ``trace`` (see the module docstring)."""
+    # httperf's default think time (--wsesslog N,X,F) is seconds >= 0; NaN equals no
+    # think time, so it silently wrote every one.
+    think_default = check_scalar(think_default, "think_default", low=0.0)
     n = len(trace)
     if n == 0:
         return ""

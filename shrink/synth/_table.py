@@ -15,9 +15,34 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shrink.trace import Trace
+from shrink.checks import check_int, check_positive
+from shrink.errors import ParameterError
+from shrink.trace import MAX_SECONDS, Trace
 
-__all__ = ["VocabColumn", "trace_from_vocab"]
+__all__ = ["MAX_REQUESTS", "VocabColumn", "check_size", "trace_from_vocab"]
+
+# The most requests a synthetic trace may hold: about 60 bytes a row in memory, and a
+# few copies while it is built, so a few GB. Past it the arrays were asked for anyway
+# (7 PiB for --rate 1e12) or the session walk ran for days.
+MAX_REQUESTS = 50_000_000
+
+
+def check_size(duration: float, seed: object, expected: float, asked: str) -> float:
+    """``duration`` if a trace of it, drawn with ``seed``, holds a trace's times and about
+    ``expected`` requests (what ``asked`` gives) fit; a ParameterError before any draw."""
+    duration = check_positive(duration, "duration")
+    check_int(seed, "seed", low=0)
+    if duration > MAX_SECONDS:
+        raise ParameterError(
+            f"duration == {duration:g} s, must be at most {MAX_SECONDS:.0f} s (a century, "
+            "the longest a trace may span)."
+        )
+    if not expected <= MAX_REQUESTS:
+        raise ParameterError(
+            f"{asked} make about {expected:.3g} requests, more than the {MAX_REQUESTS:,} "
+            "a synthetic trace may hold; shorten the duration."
+        )
+    return duration
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ import numpy as np
 
 from shrink.checks import check_int, check_positive
 from shrink.errors import ParameterError
-from shrink.synth._table import VocabColumn, trace_from_vocab
+from shrink.synth._table import VocabColumn, check_size, trace_from_vocab
 from shrink.synth.support_params import (
     DOWNLOAD,
     DOWNLOAD_CLASSES,
@@ -51,6 +51,7 @@ from shrink.trace import Trace
 
 __all__ = [
     "DOWNLOAD_CLASSES",
+    "MAX_USERS",
     "PAGES",
     "STATES",
     "SupportParams",
@@ -61,6 +62,10 @@ __all__ = [
     "synth_support",
     "visits_per_session",
 ]
+
+# Download directories grow with the users (dirscaling): 1e11 users was 6e8 of them,
+# built before a single session was drawn.
+MAX_USERS = 1_000_000
 
 
 @dataclass(frozen=True, eq=False)
@@ -108,7 +113,7 @@ def _log_uniform(rng: np.random.Generator, lo: float, hi: float, n: int) -> np.n
 
 def build_site(params: SupportParams, users: int) -> SupportSite:
     """The site for ``users`` concurrent users (the download directories scale with them)."""
-    users = check_int(users, "users", low=1)
+    users = check_int(users, "users", low=1, high=MAX_USERS)
     rng = np.random.default_rng(np.random.SeedSequence([params.site_seed, 0x5E7]))
     n_ids = params.ids_per_page
     n_dirs = max(1, round(params.dirscaling * users))
@@ -239,14 +244,17 @@ def synth_support(
     reuse one built by :func:`build_site` for the same params and users.
     """
     params = params or SupportParams()
-    users = check_int(users, "users", low=1)
-    duration = check_positive(duration, "duration")
+    users = check_int(users, "users", low=1, high=MAX_USERS)
+    m = images_per_page(params)
+    # Each user opens a burst about every mean think time, of a page and its images.
+    bursts = users * (check_positive(duration, "duration") / params.think_time_mean() + 1)
+    asked = f"{users:,} users for {duration:g} s"
+    duration = check_size(duration, seed, bursts * (1 + float(m.max())), asked)
     site = site or build_site(params, users)
     if site.params != params or site.users != users:
         raise ParameterError("site was built for other params or users; pass the same ones.")
     stagger = params.think_time_mean() if stagger_s is None else float(stagger_s)
     check_positive(stagger, "stagger_s")
-    m = images_per_page(params)
     walk_rng, page_rng, rf_rng = (
         np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3)
     )

@@ -18,9 +18,9 @@ from typing import Literal
 
 import numpy as np
 
-from shrink.checks import check_positive, check_rate
+from shrink.checks import check_rate
 from shrink.errors import ParameterError
-from shrink.synth._table import VocabColumn, trace_from_vocab
+from shrink.synth._table import VocabColumn, check_size, trace_from_vocab
 from shrink.trace import Trace
 
 __all__ = ["ARRIVALS", "TCP_BYTES", "TCP_PATH", "synth_tcp"]
@@ -61,7 +61,7 @@ def synth_tcp(
     (seeded, so the same seed gives the same trace).
     """
     rate = check_rate(rate)
-    duration = check_positive(duration, "duration")
+    duration = check_size(duration, seed, rate * duration, f"{rate:g} req/s for {duration:g} s")
     if arrival not in ARRIVALS:
         raise ParameterError(f"arrival == {arrival!r}, must be one of {', '.join(ARRIVALS)}.")
     if arrival == "constant":
