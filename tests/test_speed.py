@@ -16,7 +16,7 @@ from helpers.fake_targets import Altered
 
 from shrink.errors import MeasurementError, ParameterError
 from shrink.machine import Machine
-from shrink.scaling import calibrate, probe_trace
+from shrink.scaling import calibrate, calibrate_beside, probe_trace
 from shrink.share import Share, ShareSpeed
 from shrink.sim import SimTarget
 from shrink.target import FakeTarget, RunResult
@@ -438,3 +438,34 @@ def test_beside_the_sweep_the_rate_grows_slowly_so_a_fast_spell_does_not_break_t
     assert all(b["offered_rate"] <= BESIDE_GROWTH * a["offered_rate"] * 1.05
                for a, b in itertools.pairwise(runs))  # fmt: skip
     assert max(r["utilization"] for r in runs) <= CALIBRATION_BUSY
+
+
+class _DearInShortPeriods(FakeTarget):
+    """A full core whose requests cost ``penalty`` times more in a run whose periods are
+    shorter than PERIOD_S (the ramp's), their plain cost in whole ones."""
+
+    def __init__(self, penalty: float) -> None:
+        super().__init__(demand=FULL)
+        self.penalty = penalty
+
+    def run(self, trace: Trace, **kw: Any) -> RunResult:
+        from shrink.scaling.calibration import PERIOD_S
+
+        k, t = int(trace.meta.get("burst", 1)), trace.column("t")
+        span = float(t[k - 1] - t[0]) if 1 < k <= len(t) else 0.0
+        f = self.penalty if span < 0.9 * PERIOD_S else 1.0
+        self.demand = {c: d * f for c, d in FULL.items()}
+        return super().run(trace, **kw)
+
+
+def test_the_sweep_starts_no_faster_than_the_shares_fraction():
+    """The ramp's short periods read the full core dear, and the speed they read errs
+    high (on the project's VM up to twice the one read beside the sweep): the sweep
+    starts from the share's nominal fraction at most; the runs beside it read it."""
+    trace = _trace(n=2000)
+    true = _mix_speed(trace, SHARE)
+    beside = calibrate_beside(FakeTarget(demand=SHARE), _DearInShortPeriods(2.0), trace,
+                              nominal=0.25)  # fmt: skip
+    assert beside.speed.effective == 0.25 > true
+    got = beside.finish()
+    assert abs(math.log(got.effective / true)) < 3 * got.sigma, (got, true)

@@ -280,8 +280,8 @@ class Beside:
 
     The full side's capacity is then read on those runs: taken at the times the
     share's MATs and its knee were, a host whose speed drifts through a prediction
-    moves both sides alike. ``speed``: the speed as read before the sweep (its scaling
-    and levels rest on it).
+    moves both sides alike. ``speed``: the speed as read before the sweep, at most the
+    share's nominal fraction (its scaling and levels rest on it).
     """
 
     def __init__(
@@ -293,7 +293,13 @@ class Beside:
         self.share, self.aim, self.seed = share, aim, seed
         self.runs: list[_Side] = []
         self.levels: list[Level] = []  # the share's levels so far
-        self.speed = _speed_of(self.ramp, share, budget)
+        read = _speed_of(self.ramp, share, budget)
+        # The ramp's short, light periods read the full core dear (its requests cost
+        # 1.25-1.42x those of a period at the knee's load, bench_burst_cost), so the
+        # speed they read errs high: up to twice the one read beside the sweep on the
+        # project's VM, which set the share's first levels twice too fast. A time-sliced
+        # share is not faster than its fraction: the sweep starts from the lower.
+        self.speed = replace(read, effective=min(read.effective, share.nominal))
 
     def slice(self, level: Level) -> None:
         """One run on the full target holding one whole period, if the share's ``level``
