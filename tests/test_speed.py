@@ -469,3 +469,34 @@ def test_the_sweep_starts_no_faster_than_the_shares_fraction():
     assert beside.speed.effective == 0.25 > true
     got = beside.finish()
     assert abs(math.log(got.effective / true)) < 3 * got.sigma, (got, true)
+
+
+class _StoppedAt(Altered):
+    """A target whose engine is stopped by a signal in its ``at``-th run (from 0): the
+    run ends early and returns what it measured, marked interrupted."""
+
+    def __init__(self, inner: Any, at: int) -> None:
+        super().__init__(inner)
+        self.at, self.runs = at, 0
+
+    def alter(self, res: RunResult, kw: dict[str, Any]) -> None:
+        if self.runs == self.at:
+            res.describe = {**(res.describe or {}), "engine": {"interrupted": True}}
+        self.runs += 1
+
+
+@pytest.mark.parametrize("at", [0, 2, 4])
+def test_a_stop_signal_in_a_calibration_run_stops_the_calibration(at):
+    """SIGINT, SIGTERM or SIGHUP during one of the full target's runs (before the sweep,
+    or beside it) stops the calibration as it stops a level: a short run is not taken
+    for a whole one and the signal lost (a SIGTERM was, and the prediction went on)."""
+    from types import SimpleNamespace as NS
+
+    knee = NS(reps=[NS(throughput=200.0, utilization=0.8, generator_behind=False, capacity=250.0)])
+    full = _StoppedAt(FakeTarget(demand=FULL), at)
+    with pytest.raises(KeyboardInterrupt):
+        beside = calibrate_beside(FakeTarget(demand=SHARE), full, _trace(n=2000), nominal=0.25)
+        for _ in range(6):
+            beside.slice(knee)
+        beside.finish()
+    assert full.runs == at + 1  # nothing ran after it

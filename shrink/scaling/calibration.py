@@ -14,6 +14,7 @@ import numpy as np
 from shrink.checks import check_alpha, check_positive
 from shrink.errors import MeasurementError
 from shrink.loadcurve import Level, pooled_capacity
+from shrink.measure.interrupt import stop_if_interrupted
 from shrink.scaling.probe import MIX, probe_trace
 from shrink.share import ShareSpeed
 from shrink.target import RunResult, Target
@@ -188,10 +189,15 @@ class _Planned:
         return round(self.warmup + self.duration, 6)
 
     def run(self, target: Target) -> RunResult:
-        return target.run(
+        res = target.run(
             self.trace, rate_factor=1.0, warmup=self.warmup, duration=self.duration,
             seed=self.seed,
         )  # fmt: skip
+        # A stop signal ends the engine's run early, which returns what it measured: the
+        # calibration stops too (beside the sweep, the sweep keeps its finished levels),
+        # or the signal would be lost on a short run taken for a whole one.
+        stop_if_interrupted(res)
+        return res
 
 
 def _plan(
