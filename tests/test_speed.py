@@ -7,6 +7,7 @@ import math
 import socketserver
 import statistics
 import threading
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -320,6 +321,16 @@ def test_the_share_side_is_read_again_on_the_sweeps_runs_near_its_knee():
     assert knee_speed(cal, curve((900, 0.6, False), (950, 0.7, False))) is cal
     nominal = ShareSpeed.assumed(0.25)
     assert knee_speed(nominal, curve((150, 0.6, False), (240, 0.8, False))) is nominal
+    # A calibration that could read the share only light (a cheap page at the
+    # generator's rate cap): one repetition near the knee is read; none, and it says
+    # the speed likely errs low.
+    light = replace(cal, share_runs=({"utilization": 0.12}, {"utilization": 0.11}))
+    one = knee_speed(light, curve((150, 0.6, False), (300, 1.0, False)))
+    assert one is not None and one.effective == pytest.approx(0.25)
+    assert one.share_knee is not None and one.share_knee["repetitions"] == 1
+    none = knee_speed(light, curve((30, 0.1, False), (300, 1.0, False)))
+    assert none is not None and none.effective == light.effective
+    assert any("read under its knee" in n for n in none.notes)
     assert knee_speed(None, curve()) is None
 
 
