@@ -89,9 +89,9 @@ from shrink.scaling.calibration import (
     calibrate,
     calibrate_beside,
     constants,
-    knee_speed,
     probe_trace,
 )
+from shrink.scaling.knee_read import knee_speed
 from shrink.scaling.transform import (
     ModelError,
     latency_scale,
