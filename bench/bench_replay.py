@@ -20,7 +20,10 @@ generator with shrink's default scheduling (as root on a CPU the server does not
 use: its send thread SCHED_FIFO, see ``shrink.replay.scaleout.default_realtime``;
 ``--realtime 0`` for normal scheduling), the RunLog written to a file as ``shrink
 replay -o`` and ``sweep --runlogs`` write it, at 50% and 80% of CAPACITY
-(requests/s; the engine's capacity from a run without it), ``--runs`` times each. It
+(requests/s), ``--runs`` times each. Without CAPACITY (``--default-lag`` alone) the
+capacity is measured first in the same run, as it runs by default: the highest rate of
+the scan kept on schedule, confirmed by a second run (the reference the fractions are
+of, measured beside them, not on another day or at another priority). It
 reports each run's send-lag p99 (the generator's self-check: when a request was
 dispatched), and the medians of the true send time's lag (``sent``, which includes
 waits for a connection the server still holds) and of the latency.
@@ -185,9 +188,12 @@ def main() -> None:
     p.add_argument(
         "--default-lag",
         type=float,
+        nargs="?",
+        const=0.0,
         default=None,
         metavar="CAPACITY",
-        help="send-lag p99 at default scheduling, at 50%% and 80%% of CAPACITY",
+        help="send-lag p99 at default scheduling, at 50%% and 80%% of CAPACITY "
+        "(without it: of the capacity measured first, in the same run)",
     )
     p.add_argument("--runs", type=int, default=5, help="runs per rate for --default-lag")
     p.add_argument(
@@ -198,15 +204,16 @@ def main() -> None:
     ENGINE = select_engine(a.engine)
     SESSIONS = a.sessions
     REALTIME = a.realtime
-    if a.default_lag is not None:
-        default_lag(a.default_lag, a.seconds, a.runs)
-        return
     if a.rates is None:
         a.rates = (
             "10000,15000,20000,22500,25000,27500,30000,35000"
             if engine_name(ENGINE) == "python"
             else "20000,40000,60000,80000,90000,100000,110000,120000,130000,140000,160000"
         )
+    if a.default_lag is not None:
+        rates = [float(x) for x in a.rates.split(",")]
+        default_lag(a.default_lag or None, rates, a.seconds, a.runs)
+        return
     if not {SERVER_CPU, GEN_CPU} <= os.sched_getaffinity(0):
         sys.exit("needs CPUs 0 and 1")
     realtime = not a.no_realtime and os.geteuid() == 0
@@ -233,44 +240,10 @@ def main() -> None:
             busy = (server_cpu(proc.pid) - s0) / (2 * a.seconds)
             print(f"wrk -t1 (closed loop, CPU {GEN_CPU}): {wrk[0]:,.0f} req/s, cpu {wrk[1]:.2f}; "
                   f"server cpu {busy:.2f}")  # fmt: skip
-            rows = []
-            for rate in (float(x) for x in a.rates.split(",")):
-                # A rate that misses its schedule runs once more: one host stall (a lag
-                # p99 of milliseconds in one 3 s run) is not the engine's ceiling.
-                for attempt in (1, 2):
-                    s0, t0 = server_cpu(proc.pid), time.monotonic()
-                    r = run_engine(port, rate, a.seconds)
-                    # the server's CPU over the engine's run (its drain and set-up too, so
-                    # a lower bound): near 1, the server set the pace, not the engine
-                    r["server_cpu"] = (server_cpu(proc.pid) - s0) / (time.monotonic() - t0)
-                    print(
-                        f"engine {'sessions' if SESSIONS else 'open loop'} {rate:>8,.0f}/s: "
-                        f"achieved {r['achieved']:>8,.0f}/s  "
-                        f"lag p50 {r['lag_p50'] * 1e3:.3f} ms p99 {r['lag_p99'] * 1e3:.3f} ms  "
-                        f"cpu {r['cpu']:.2f}  server cpu {r['server_cpu']:.2f}  "
-                        f"latency p50 {r['lat_p50'] * 1e3:.3f} ms  "
-                        f"errors {r['errors']:.0f}  sleeps/request {r['wakes']:.2f}"
-                        + ("  (retry)" if attempt == 2 else "")
-                    )
-                    if _on_schedule(r):
-                        break
-                rows.append(r)
-                if not _on_schedule(r):
-                    break
-            kept = sorted((r for r in rows if _on_schedule(r)), key=lambda r: r["rate"])
-            # The capacity must hold twice: confirm it, else step down a rate.
-            while kept:
-                cap, cpu_at_cap = kept[-1]["rate"], kept[-1]["cpu"]
-                confirm = run_engine(port, cap, a.seconds)
-                if _on_schedule(confirm):
-                    break
-                print(f"  {cap:,.0f}/s not confirmed (lag p99 {confirm['lag_p99'] * 1e3:.3f} ms)")
-                kept.pop()
-            else:
-                cap, cpu_at_cap = rows[0]["achieved"], rows[0]["cpu"]
-            print(f"engine capacity (on schedule: >= 97% achieved, lag p99 <= 1 ms): {cap:,.0f}/s")
+            cap, cpu_at_cap, confirm = scan(proc.pid, port, [float(x) for x in a.rates.split(",")],
+                                            a.seconds)  # fmt: skip
             for frac in (0.5, 0.8, 1.0):
-                r = confirm if frac == 1.0 and kept else run_engine(port, cap * frac, a.seconds)
+                r = confirm if frac == 1.0 and confirm else run_engine(port, cap * frac, a.seconds)
                 print(
                     f"  {int(frac * 100):>3}% of capacity ({cap * frac:,.0f}/s): send-lag p99 "
                     f"{r['lag_p99'] * 1e3:.3f} ms, p50 {r['lag_p50'] * 1e3:.3f} ms, "
@@ -287,8 +260,54 @@ def main() -> None:
             proc.wait()
 
 
-def default_lag(capacity: float, seconds: float, runs: int) -> None:
-    """Send-lag p99 at 50% and 80% of ``capacity``, default scheduling, RunLog to a file."""
+def scan(
+    pid: int, port: int, rates: list[float], seconds: float
+) -> tuple[float, float, dict[str, float] | None]:
+    """The engine's capacity: the highest of ``rates`` kept on schedule, confirmed by a
+    second run (else a rate lower), with the generator's CPU there and the confirming
+    run (None when no rate held)."""
+    rows = []
+    for rate in rates:
+        # A rate that misses its schedule runs once more: one host stall (a lag
+        # p99 of milliseconds in one 3 s run) is not the engine's ceiling.
+        for attempt in (1, 2):
+            s0, t0 = server_cpu(pid), time.monotonic()
+            r = run_engine(port, rate, seconds)
+            # the server's CPU over the engine's run (its drain and set-up too, so
+            # a lower bound): near 1, the server set the pace, not the engine
+            r["server_cpu"] = (server_cpu(pid) - s0) / (time.monotonic() - t0)
+            print(
+                f"engine {'sessions' if SESSIONS else 'open loop'} {rate:>8,.0f}/s: "
+                f"achieved {r['achieved']:>8,.0f}/s  "
+                f"lag p50 {r['lag_p50'] * 1e3:.3f} ms p99 {r['lag_p99'] * 1e3:.3f} ms  "
+                f"cpu {r['cpu']:.2f}  server cpu {r['server_cpu']:.2f}  "
+                f"latency p50 {r['lat_p50'] * 1e3:.3f} ms  "
+                f"errors {r['errors']:.0f}  sleeps/request {r['wakes']:.2f}"
+                + ("  (retry)" if attempt == 2 else "")
+            )
+            if _on_schedule(r):
+                break
+        rows.append(r)
+        if not _on_schedule(r):
+            break
+    kept = sorted((r for r in rows if _on_schedule(r)), key=lambda r: r["rate"])
+    # The capacity must hold twice: confirm it, else step down a rate.
+    while kept:
+        cap, cpu_at_cap = kept[-1]["rate"], kept[-1]["cpu"]
+        confirm = run_engine(port, cap, seconds)
+        if _on_schedule(confirm):
+            break
+        print(f"  {cap:,.0f}/s not confirmed (lag p99 {confirm['lag_p99'] * 1e3:.3f} ms)")
+        kept.pop()
+    else:
+        cap, cpu_at_cap, confirm = rows[0]["achieved"], rows[0]["cpu"], None
+    print(f"engine capacity (on schedule: >= 97% achieved, lag p99 <= 1 ms): {cap:,.0f}/s")
+    return cap, cpu_at_cap, confirm
+
+
+def default_lag(capacity: float | None, rates: list[float], seconds: float, runs: int) -> None:
+    """Send-lag p99 at 50% and 80% of ``capacity`` (None: of the capacity :func:`scan`
+    measures first, at the same scheduling), default scheduling, RunLog to a file."""
     if not {SERVER_CPU, GEN_CPU} <= os.sched_getaffinity(0):
         sys.exit("needs CPUs 0 and 1")
     rt = default_realtime(REALTIME, (GEN_CPU,), (SERVER_CPU,))
@@ -301,7 +320,9 @@ def default_lag(capacity: float, seconds: float, runs: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         proc, port = start_lighttpd(Path(tmp))
         try:
-            run_engine(port, 0.2 * capacity, 1.0)  # warm the server and the connections
+            run_engine(port, 0.2 * (capacity or rates[0]), 1.0)  # warm the server, connections
+            if capacity is None:
+                capacity = scan(proc.pid, port, rates, seconds)[0]
             for frac in (0.5, 0.8):
                 rs = [
                     run_engine(port, frac * capacity, seconds, Path(tmp) / f"r{i}.parquet")
