@@ -309,15 +309,18 @@ def test_scale_out_partitions_sessions_and_shares_the_clock(fake):
 
 
 def test_over_driving_the_generator_is_flagged(fake):
-    # 400k requests/s is far past what one Python engine can send: the level
-    # must come back flagged, never as a server result. (150k was not: in one of this
-    # VM's fast minutes the engine met it at 86% CPU and a 0.98 ms send-lag p99.)
-    # The Python engine: the native core kept 400k/s on schedule on a quiet machine.
-    tr = open_loop_trace("/x?bytes=10", 400_000.0, 0.6)
+    # 3M requests/s is far past what one Python engine can send: the level must
+    # come back flagged, never as a server result. Saturated, the engine here sends
+    # about 590k/s (97% CPU). 400k was not far enough: on one CI machine the engine
+    # met it at 89.8% CPU and a 0.92 ms send-lag p99, under both limits. The
+    # native core is not judged here: it kept 400k/s on schedule on a quiet machine.
+    tr = open_loop_trace("/x?bytes=10", 3_000_000.0, 0.3)
     python = GeneratorPlacement(engine="python")
     target = LiveTarget([fake], config={"max_pool": 64, "drain": 0.5}, generator=python)
-    res = target.run(tr, rate_factor=1.0, warmup=0.1, duration=0.5)
+    res = target.run(tr, rate_factor=1.0, warmup=0.1, duration=0.2)
     assert res.generator.behind
+    # Behind on the schedule itself, not only on the CPU limit.
+    assert res.generator.achieved_rate < 0.5 * res.generator.intended_rate
     from shrink.measure import level_stats
 
     assert level_stats(res).generator_behind
