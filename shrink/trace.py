@@ -468,13 +468,27 @@ def check_values(table: pa.Table, path: Path) -> None:
             raise TraceFormatError(
                 f"row {row}: {name} == {int(values[row])}, must be {span}{unknown}", path=path
             )
-    rt = table.column("rt").to_numpy()
-    bad = np.isinf(rt) | (rt < 0)
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        raise TraceFormatError(
-            f"row {row}: rt == {float(rt[row])!r}, must be seconds >= 0 (NaN: unknown)", path=path
-        )
+    for name in ("rt", "ttfb"):
+        if name not in table.column_names:
+            continue
+        secs = table.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
+        bad = np.isinf(secs) | (secs < 0) | (secs > MAX_SECONDS)
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise TraceFormatError(
+                f"row {row}: {name} == {float(secs[row])!r}, must be seconds in "
+                f"[0, {MAX_SECONDS:.0f}] (NaN: unknown)",
+                path=path,
+            )
+    if "conn" in table.column_names:
+        conn = table.column("conn")
+        negative = pc.less(conn, 0)
+        if pc.any(negative).as_py():
+            row = int(pc.index(negative, True).as_py())
+            raise TraceFormatError(
+                f"row {row}: conn == {conn[row].as_py()}, must be a connection number >= 0",
+                path=path,
+            )
 
 
 def _as_list_or_np(values: Iterable[Any]) -> Any:

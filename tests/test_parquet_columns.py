@@ -54,3 +54,34 @@ def test_good_columns_of_another_width_still_read(tmp_path):
     assert Trace.read_parquet(path).column("bytes").tolist() == [1, 2, 3, 4, 5]
     path = _written(tmp_path, "t", np.array([0, 1, 2, 3, 4], dtype=np.int64))
     assert Trace.read_parquet(path).column("t").tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def _with_column(tmp_path, name: str, values) -> str:
+    good = Trace.from_columns(
+        {"session": np.arange(5), "t": np.arange(5) / 10.0, "path": ["/a"] * 5, "bytes": [10] * 5}
+    ).table
+    path = tmp_path / "t.parquet"
+    pq.write_table(good.append_column(name, pa.array(values)), path)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("column", "values", "said"),
+    [
+        ("conn", [0, 1, -3, 1, 2], "row 2: conn == -3, must be a connection number >= 0"),
+        ("ttfb", [0.1, 0.1, 0.1, -0.5, 0.1], "row 3: ttfb == -0.5"),
+        ("ttfb", [0.1, math.inf, 0.1, 0.1, 0.1], "row 1: ttfb == inf"),
+    ],
+)
+def test_a_bad_optional_column_is_refused_by_name(tmp_path, column, values, said):
+    with pytest.raises(TraceFormatError, match=r"\S") as err:
+        Trace.read_parquet(_with_column(tmp_path, column, values))
+    assert said in str(err.value)
+
+
+def test_unknown_values_in_optional_columns_still_read(tmp_path):
+    tr = Trace.read_parquet(_with_column(tmp_path, "ttfb", [0.1, math.nan, None, 0.0, 0.2]))
+    assert np.isnan(tr.column("ttfb")[1])
+    assert (
+        Trace.read_parquet(_with_column(tmp_path, "conn", [0, None, 1, 1, 2])).table.num_rows == 5
+    )
