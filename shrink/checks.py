@@ -192,6 +192,10 @@ def parse_thresholds(text: str) -> dict[str, float]:
             raise ParameterError(f"thresholds == {text!r}, each item must be STAT=DURATION.")
         stat, value = (s.strip() for s in part.split("=", 1))
         stat = parse_stat(stat, "threshold statistic")
+        if stat in out:
+            raise ParameterError(
+                f"thresholds == {text!r}, name {stat_label(stat)} twice: give each statistic once."
+            )
         out[stat] = parse_threshold(value, f"threshold {stat_label(stat)}")
     if not out:
         raise ParameterError(f"thresholds == {text!r}, must name at least one STAT=DURATION.")

@@ -18,6 +18,7 @@ __all__ = [
     "ALPHA",
     "DURATION",
     "MAX_LEVELS",
+    "MAX_REPS",
     "REPS",
     "THRESHOLDS",
     "THRESHOLDS_TEXT",
@@ -29,5 +30,8 @@ THRESHOLDS_TEXT = "mean=10ms,p99.9=500ms"
 WARMUP = "2s"
 DURATION = "8s"
 REPS = 2
+# A repetition's seed is seed + 1000 x level + rep: past 1000 repetitions two levels
+# would replay the same sample.
+MAX_REPS = 1000
 MAX_LEVELS = 10
 ALPHA = 0.25

@@ -73,8 +73,6 @@ def _failure_totals(curve: LoadCurve) -> dict[str, int]:
     return out
 
 
-
-
 def host_drift(full: LoadCurve) -> dict[str, Any]:
     """How far the full target's speed moved over a validation's runs.
 
@@ -148,4 +146,3 @@ def full_checks(full: LoadCurve, limits: Mapping[str, float]) -> dict[str, Any]:
     """A full-scale (validation) curve's checks: its own, the host's drift over it, and
     whether its cost per request moved with its load."""
     return {**self_checks(full, limits), **host_drift(full), **load_dependence(full)}
-

@@ -118,9 +118,7 @@ def test_cluster_help_keeps_its_brackets():
 )
 def test_predict_refuses_a_mapping_before_any_run(tmp_path, trace_file, mapping, accepted):
     out = tmp_path / "out"
-    r = run(
-        "predict", trace_file, "--target", f"sim:{SPEC}", "--mappings", mapping, "-o", out
-    )
+    r = run("predict", trace_file, "--target", f"sim:{SPEC}", "--mappings", mapping, "-o", out)
     assert r.exit_code == 2, r.output
     assert "--mappings" in r.output and accepted in r.output
     assert "rate_factor" not in r.output  # no level was run

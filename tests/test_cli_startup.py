@@ -35,10 +35,7 @@ HEAVY = (
 
 def _loaded_after(code: str) -> list[str]:
     """The heavy modules in ``sys.modules`` after running ``code`` in a fresh interpreter."""
-    probe = (
-        f"import sys\n{code}\n"
-        f"print('loaded:', *(m for m in {HEAVY!r} if m in sys.modules))"
-    )
+    probe = f"import sys\n{code}\nprint('loaded:', *(m for m in {HEAVY!r} if m in sys.modules))"
     r = subprocess.run(
         [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60
     )

@@ -115,8 +115,11 @@ def test_curves_written_before_failures_were_counted_still_read():
 
 def test_level_stats_counts_only_the_window():
     log = _log([503] * 50 + [200] * 50)
-    res = RunResult(log, (0.5, 1.0), FakeTarget().run(_trace(), rate_factor=1, warmup=0,
-                                                        duration=1, seed=0).generator)
+    res = RunResult(
+        log,
+        (0.5, 1.0),
+        FakeTarget().run(_trace(), rate_factor=1, warmup=0, duration=1, seed=0).generator,
+    )
     st = level_stats(res)
     assert st.requests == 50 and st.failures == {"transport": 0, "http_4xx": 0, "http_5xx": 0}
     res = RunResult(log, (0.0, 0.5), res.generator)

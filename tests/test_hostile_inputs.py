@@ -385,3 +385,37 @@ def test_a_calibration_with_a_zero_divisor_is_refused_by_name(tmp_path: Path, na
     r = CliRunner().invoke(app, [*args, "--calibration", str(cal)])
     assert r.exit_code == 1, r.output
     assert f"cal.json: physics.{name}: Input should be greater than 0" in r.output
+
+
+@pytest.mark.parametrize("command", [["sim", "sweep", "--levels", "1"], ["sweep", "--levels", "1"]])
+def test_repetitions_past_the_seeds_room_are_a_usage_error(
+    tmp_path: Path, command: list[str]
+) -> None:
+    # sim sweep --reps 1000000000 ran unbounded; past 1000 two levels share seeds.
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+    from shrink.trace import Trace
+
+    root = Path(__file__).resolve().parent.parent
+    Trace.from_columns({"session": [1, 2], "t": [0.0, 0.5], "path": ["/a", "/b"]}).write_parquet(
+        tmp_path / "t.parquet"
+    )
+    where = ["--machine", str(root / "examples/machines/nehalem-2s.toml")]
+    if command[0] == "sweep":
+        where = ["--target", "http://127.0.0.1:9/"]
+    args = [*command, str(tmp_path / "t.parquet"), *where, "--reps", "1000000000",
+            "-o", str(tmp_path / "out.json")]  # fmt: skip
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2 and "--reps" in r.output and "1000" in r.output, r.output
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_the_sweep_api_bounds_its_repetitions() -> None:
+    from shrink.errors import ParameterError
+    from shrink.measure import sweep
+    from shrink.trace import Trace
+
+    trace = Trace.from_columns({"session": [1], "t": [0.0], "path": ["/a"]})
+    with pytest.raises(ParameterError, match=r"reps == 1001, must be in \[1, 1000\]"):
+        sweep(object(), trace, [1.0], reps=1001)  # type: ignore[arg-type]

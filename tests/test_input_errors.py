@@ -123,7 +123,7 @@ def test_machine_sizes_are_bounded(tmp_path: Path) -> None:
     p.write_text('name = "x"\nsockets = 64\ncores_per_socket = 4096\nthreads_per_core = 16\n')
     with pytest.raises(TraceFormatError, match="must be <= 8192"):
         Machine.read_toml(p)
-    p.write_text('sockets = 2\ncores_per_socket = 2\n[nic]\nports = 1\nport_socket = [5]\n')
+    p.write_text("sockets = 2\ncores_per_socket = 2\n[nic]\nports = 1\nport_socket = [5]\n")
     with pytest.raises(TraceFormatError, match="port_socket must name a socket"):
         Machine.read_toml(p)
     assert Machine.from_dict({"sockets": 2, "cores_per_socket": 4}).sockets == 2
@@ -280,6 +280,17 @@ def test_a_threshold_needs_a_unit() -> None:
     assert parse_duration("5") == 5.0  # a duration (not a threshold) may be bare seconds
     r = runner.invoke(app, ["mat", "x.json", "--threshold", "5"])
     assert r.exit_code == 2 and "has no unit" in r.output  # a refused option
+
+
+def test_a_statistic_given_twice_is_refused() -> None:
+    # "mean=5ms,mean=50ms" kept the last silently; p99.9 and p999 are one statistic.
+    for text in ("mean=5ms,mean=50ms", "p99.9=500ms,p999=1s"):
+        with pytest.raises(ParameterError, match=r"twice: give each statistic once"):
+            parse_thresholds(text)
+    machine = Path(__file__).resolve().parent.parent / "examples/machines/nehalem-2s.toml"
+    args = ["sim", "mappings", "--machine", str(machine), "--thresholds", "mean=5ms,mean=50ms"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2 and "twice" in r.output, r.output
 
 
 # --------------------------------------------------------------------- the wire

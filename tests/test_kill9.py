@@ -114,8 +114,10 @@ def test_an_owned_testbed_dies_with_its_owner_and_down_stale_cleans_up(tmp_path)
         os.environ.pop("SHRINK_RUN_DIR", None)
         if owner.poll() is None:
             owner.kill()
-        for p in [p for r in json.loads(state.read_text())["replicas"] for p in r["pids"]] if (
-            state.exists()
-        ) else []:
+        for p in (
+            [p for r in json.loads(state.read_text())["replicas"] for p in r["pids"]]
+            if (state.exists())
+            else []
+        ):
             if process.is_alive(p):
                 os.kill(p, signal.SIGKILL)

@@ -334,7 +334,6 @@ def test_without_the_core_auto_is_the_python_engine(monkeypatch):
                           EngineConfig([("127.0.0.1", 1)]), RunLogWriter(None))  # fmt: skip
 
 
-
 def test_a_writer_without_typed_columns_gets_the_rows_one_by_one():
     # the adapter's slow path, for a writer laid out otherwise than in typed arrays
     class Stub:

@@ -80,7 +80,11 @@ def test_docroot_coverage_names_what_is_missing(tmp_path):
             "session": [0, 0, 1, 1, 2],
             "t": [0.0, 0.0, 1.0, 1.0, 2.0],
             "path": [
-                "/static/a.bin?x=1", "/app/", "/missing.gif", "/missing.gif", "/../etc/passwd",
+                "/static/a.bin?x=1",
+                "/app/",
+                "/missing.gif",
+                "/missing.gif",
+                "/../etc/passwd",
             ],
         }
     )
@@ -99,7 +103,7 @@ def test_an_abandoned_php_request_stops_at_its_time_limit(tmp_path):
     doc = tmp_path / "doc"
     doc.mkdir()
     (doc / "spin.php").write_text(
-        '<?php $end = microtime(true) + 20; $x = 0; while (microtime(true) < $end) { $x++; }'
+        "<?php $end = microtime(true) + 20; $x = 0; while (microtime(true) < $end) { $x++; }"
         " echo $x;\n"
     )
     m = discover()

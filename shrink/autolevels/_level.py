@@ -74,8 +74,7 @@ def run_level(
         # Without a loop a short trace shrinks a window: both sides alike, time-scaled.
         d = min(sides[0][1].duration / k, sides[1][1].duration)
         sides = [
-            (t, replace(r, duration=d * f), x)
-            for (t, r, x), f in zip(sides, (k, 1.0), strict=True)
+            (t, replace(r, duration=d * f), x) for (t, r, x), f in zip(sides, (k, 1.0), strict=True)
         ]
     reps, c_reps = [], []
     for r in range(first_rep, first_rep + plan.reps):

@@ -153,4 +153,3 @@ class Pairing:
     companion: Companion | None = None
     start: Mapping[float, Level] | None = None
     between: Callable[[Level], None] | None = None
-

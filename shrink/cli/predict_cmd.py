@@ -25,7 +25,7 @@ from shrink.cli._common import (
 )
 from shrink.cli._progress import line_progress, on_terminal
 from shrink.cli._replay_opts import _GenCpus, _Overlap, _Realtime
-from shrink.defaults import ALPHA, DURATION, MAX_LEVELS, REPS, THRESHOLDS_TEXT, WARMUP
+from shrink.defaults import ALPHA, DURATION, MAX_LEVELS, MAX_REPS, REPS, THRESHOLDS_TEXT, WARMUP
 from shrink.errors import OptionError
 from shrink.jsonout import dumps
 
@@ -168,7 +168,9 @@ def predict(
     seed: Annotated[
         int, typer.Option("--seed", min=0, help="Seed of the sample and the runs.")
     ] = 0,
-    reps: Annotated[int, typer.Option("--reps", help="Repetitions per load level.")] = REPS,
+    reps: Annotated[
+        int, typer.Option("--reps", min=1, max=MAX_REPS, help="Repetitions per load level.")
+    ] = REPS,
     warmup: Annotated[
         str, typer.Option("--warmup", help="Warm-up per level, e.g. 2s (0s: none).")
     ] = WARMUP,
@@ -308,7 +310,7 @@ def _check_options(
     if share_kind not in ("auto", "cores", "cpu_time"):
         raise OptionError("--share-kind", f"{share_kind!r}; accepted: auto, cores, cpu_time")
     with as_option("--reps"):
-        check_int(reps, "reps", low=1)
+        check_int(reps, "reps", low=1, high=MAX_REPS)
     with as_option("--max-levels"):
         # a MAT is read between two levels: the probe and one more at least
         check_int(max_levels, "max levels", low=2)

@@ -23,7 +23,7 @@ from shrink.cli._common import (
 )
 from shrink.cli._replay_opts import _Export
 from shrink.cli.sweep_cmd import _levels
-from shrink.defaults import DURATION, REPS, WARMUP
+from shrink.defaults import DURATION, MAX_REPS, REPS, WARMUP
 from shrink.errors import OptionError, ParameterError, TopologyError, printable
 
 sim_app = typer.Typer(
@@ -338,7 +338,9 @@ def sweep_cmd(
     ] = "rate_factor",
     mapping: MappingOpt = "1-replica",
     share: ShareOpt = "all",
-    reps: Annotated[int, typer.Option("--reps", help="Repetitions per level.")] = REPS,
+    reps: Annotated[
+        int, typer.Option("--reps", min=1, max=MAX_REPS, help="Repetitions per level.")
+    ] = REPS,
     warmup: Annotated[
         str, typer.Option("--warmup", help="Time before each window, e.g. 2s (0s: none).")
     ] = WARMUP,

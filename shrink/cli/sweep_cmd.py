@@ -33,7 +33,7 @@ from shrink.cli._replay_opts import (
     _warn_docroot,
     engine_options,
 )
-from shrink.defaults import DURATION, REPS, WARMUP
+from shrink.defaults import DURATION, MAX_REPS, REPS, WARMUP
 from shrink.errors import OptionError, ShrinkError, WriteError
 from shrink.jsonout import dumps
 
@@ -140,7 +140,9 @@ def sweep_cmd(
     duration: Annotated[
         str, typer.Option("--duration", help="Measurement window per level.")
     ] = DURATION,
-    reps: Annotated[int, typer.Option("--reps", help="Repetitions per level.")] = REPS,
+    reps: Annotated[
+        int, typer.Option("--reps", min=1, max=MAX_REPS, help="Repetitions per level.")
+    ] = REPS,
     seed: Annotated[int, typer.Option("--seed", min=0, help="Base seed.")] = 0,
     runlogs: Annotated[
         Path | None, typer.Option("--runlogs", help="Keep every run's RunLog in this folder.")

@@ -297,8 +297,10 @@ def foreign_cgroup(d: dict[str, Any], mounts: set[Path] | None = None) -> str | 
     A state file is not trusted: ``down`` moves, kills and removes only what this says
     is shrink's own."""
     name = d.get("name")
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,200}", name) or (
-        name in (".", "..")
+    if (
+        not isinstance(name, str)
+        or not re.fullmatch(r"[A-Za-z0-9_.-]{1,200}", name)
+        or (name in (".", ".."))
     ):
         return f"cgroup name {name!r} is not one shrink makes"
     mounts = cgroup_mounts() if mounts is None else mounts

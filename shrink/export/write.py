@@ -59,8 +59,11 @@ def write_sweep_exports(
         written.extend(write_hdr(p["hdr"], runs))
     # Each CSV goes to a temporary file renamed into place: a full disk leaves no
     # truncated CSV, and the error names the file.
-    csvs = [("stats", csv_out.write_stats, "locust"), ("history", csv_out.write_history, "locust"),
-            ("requests", csv_out.write_k6, "k6")]
+    csvs = [
+        ("stats", csv_out.write_stats, "locust"),
+        ("history", csv_out.write_history, "locust"),
+        ("requests", csv_out.write_k6, "k6"),
+    ]
     for key, write, fmt in csvs:
         if fmt in formats:
             with atomic_path(p[key]) as tmp:

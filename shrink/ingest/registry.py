@@ -1,6 +1,5 @@
 """The registry of trace readers and writers: ``read_trace`` and ``write_trace``."""
 
-
 from __future__ import annotations
 
 import inspect

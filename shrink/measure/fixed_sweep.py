@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shrink.checks import check_int, check_positive
+from shrink.defaults import MAX_REPS
 from shrink.errors import ParameterError, ShrinkError
 from shrink.loadcurve import Level, LoadCurve
 from shrink.measure.interrupt import SweepInterrupted, stop_if_interrupted
@@ -38,7 +39,7 @@ def sweep(
     Each repetition gets its own seed (``seed + 1000 * level_index + rep``) so runs
     are independent yet the whole sweep is reproducible.
     """
-    check_int(reps, "reps", low=1)
+    check_int(reps, "reps", low=1, high=MAX_REPS)
     check_positive(duration, "duration")
     if warmup < 0:
         raise ParameterError(f"warmup == {warmup:g}, must be in [0, inf).")

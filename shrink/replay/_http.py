@@ -12,6 +12,7 @@ __all__ = ["build_request", "parse_head", "parse_head_cached", "wire_method", "w
 
 _HEAD_LIMIT = 65536
 
+
 def build_request(method: str, path: str, host: str, body: str = "") -> bytes:
     """The bytes of one HTTP/1.1 keep-alive request."""
     lines = [f"{method} {path} HTTP/1.1", f"Host: {host}", "User-Agent: shrink", "Accept: */*"]

@@ -205,9 +205,7 @@ def _check_reachable(address: str) -> None:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=5.0):
             pass
     except OSError as exc:
-        raise ReplayError(
-            f"cannot reach Ray cluster {address!r}: {exc.strerror or exc}"
-        ) from None
+        raise ReplayError(f"cannot reach Ray cluster {address!r}: {exc.strerror or exc}") from None
 
 
 def _offsets(ray: Any, actors: list[Any]) -> list[dict[str, float]]:

@@ -23,9 +23,7 @@ __all__ = [
 ]
 
 
-def assumptions(
-    alpha: float, config: Any, share: Share, measured: LoadCurve
-) -> list[str]:
+def assumptions(alpha: float, config: Any, share: Share, measured: LoadCurve) -> list[str]:
     """What the prediction assumes, in words for the report (``config``: the
     prediction's PredictConfig, read for its level and seed)."""
     assumptions = [

@@ -394,9 +394,7 @@ def _share_side(
     def run(r: float, d: float, k: int) -> _Side:
         planned = _plan(trace, r, WARMUP_S, d, seed + 2 + k)
         res = planned.run(target)
-        runs.append(
-            {"seconds": planned.seconds, "offered_rate": r, "utilization": res.utilization}
-        )
+        runs.append({"seconds": planned.seconds, "offered_rate": r, "utilization": res.utilization})
         return _measured(res)
 
     sides = [run(rate * nominal, SHARE_LIGHT_S, 0)]
