@@ -329,9 +329,7 @@ def _mapping_prediction(
     stats = {}
     for stat, thr in thresholds.items():
         r = mat(pred, stat, thr)
-        m_half = (
-            0.5 * (math.log(r.ci[1]) - math.log(r.ci[0])) if r.ci[0] > 0 and r.mat > 0 else 0.0
-        )
+        m_half = 0.5 * (math.log(r.ci[1]) - math.log(r.ci[0])) if r.ci[0] > 0 and r.mat > 0 else 0.0
         half = math.hypot(m_half, k_half)
         ci = (r.mat * math.exp(-half), r.mat * math.exp(half))
         # a re-mapped curve that does not cross gives a bound, written as one (">= X")

@@ -28,6 +28,7 @@ the best mean MAT at each fraction, and where the best one changes.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,6 @@ from shrink.report.recommendation import whatif_reason
 __all__ = ["SWEEP_FRACTIONS", "dynamic_sweep", "machine_mappings", "resolve_workload", "whatif"]
 
 SWEEP_FRACTIONS = (0.0, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
-
 
 
 def machine_mappings(machine: Machine) -> list[str]:
@@ -139,6 +139,30 @@ def _effects(physics: Physics, workload: Workload, machine: Machine, name: str) 
     }
 
 
+def usl_range(physics: Physics, machine: Machine) -> dict[str, Any]:
+    """Where the machine sits on the calibration's Universal Scalability Law.
+
+    The law's throughput n / (1 + sigma (n-1) + kappa n (n-1)) peaks at
+    n* = sqrt((1 - sigma) / kappa) cores a socket. Past n*, the model gives less
+    throughput with more cores, and the network inflates every request's demand
+    as if all the socket's cores were busy, even at light load: far past it the
+    MATs fall to 0. Those MATs are the law's retrograde region, not a measurement.
+    """
+    n = machine.cores_per_socket * machine.threads_per_core
+    peaks: dict[str, float | None] = {}
+    for cls, (sigma, kappa) in (
+        ("static", (physics.usl_sigma, physics.usl_kappa)),
+        ("dynamic", physics.usl_dynamic),
+    ):
+        peaks[cls] = math.sqrt(max(0.0, 1.0 - sigma) / kappa) if kappa > 0 else None
+    finite = [x for x in peaks.values() if x is not None]
+    return {
+        "cores_per_socket": n,
+        "peak_cores_per_socket": peaks,
+        "past_peak": bool(finite) and n > min(finite),
+    }
+
+
 def whatif(
     machine: Machine,
     workload: Workload,
@@ -166,7 +190,7 @@ def whatif(
         raise ExtrapolationError(f"workload {workload.name!r} has no SLA thresholds")
     rec = recommend(out, order, decimals=-1)  # the one rule (shrink.recommend)
     reason = whatif_reason(rec, names, out, workload.dynamic_fraction)
-    extra: dict[str, Any] = {"workload": workload.to_dict()}
+    extra: dict[str, Any] = {"workload": workload.to_dict(), "usl": usl_range(physics, machine)}
     if sweep:
         extra["sweep"] = dynamic_sweep(machine, workload, physics, names)
     return Prediction(

@@ -28,7 +28,8 @@ class Recommendation:
 
     ``rule``: ``only`` (one mapping), ``equal`` (the best two predicted equal: the
     simplest, 1-replica, is named), ``higher`` (the best MAT is higher, conclusively),
-    ``bounds`` (a bound leaves the order open: ``mapping`` is None), ``none`` (no MAT).
+    ``bounds`` (a bound leaves the order open: ``mapping`` is None), ``none`` (no MAT),
+    ``zero`` (the best MAT is 0: no load meets the threshold, so none is deployable).
     """
 
     mapping: str | None
@@ -80,6 +81,8 @@ def recommend(
         if ro is not None and either_bound and rb[0] < ro[1]:
             return Recommendation(None, "bounds", stat, runner_up=other, bounds=bounds)
     assert b is not None and b.mat is not None
+    if b.mat <= 0 and not b.is_bound:
+        return Recommendation(None, "zero", stat, runner_up=runner, bounds=bounds)
     if r is None or not r.mat:
         return Recommendation(best, "higher", stat, runner, None, None, bounds)
     gain = (b.mat - r.mat) / r.mat

@@ -55,7 +55,26 @@ def test_whatif_on_a_machine_with_thousands_of_cores(tmp_path):
     r = RUN(app, ["whatif", "--machine", str(spec), "--workload", "tcp",
                   "--calibration", "published"])  # fmt: skip
     assert r.exit_code == 0, r.output
-    assert "reason:" in r.output
+    # MAT 0 everywhere is the USL's retrograde region: no mapping is recommended, and
+    # the output says the machine is past the calibration's scalability peak.
+    assert "reason: no recommendation: no mapping meets the mean threshold" in r.output
+    assert "256 cores a socket is past the calibration's scalability peak" in r.output
+    assert "<- recommended" not in r.output
+
+
+def test_whatif_within_the_scalability_peak_says_nothing_of_it():
+    from pathlib import Path
+
+    spec = Path(__file__).resolve().parent.parent / "examples/machines/nehalem-2s.toml"
+    r = RUN(app, ["whatif", "--machine", str(spec), "--workload", "tcp", "--no-sweep", "--json"])
+    assert r.exit_code == 0, r.output
+    import json
+
+    usl = json.loads(r.stdout)["usl"]
+    assert usl["cores_per_socket"] == 4 and usl["past_peak"] is False
+    assert 5 < usl["peak_cores_per_socket"]["static"] < 20  # sqrt((1 - sigma) / kappa)
+    plain = RUN(app, ["whatif", "--machine", str(spec), "--workload", "tcp", "--no-sweep"])
+    assert "scalability peak" not in plain.output and "<- recommended" in plain.output
 
 
 @pytest.mark.parametrize("port", ["70000", "-1"])

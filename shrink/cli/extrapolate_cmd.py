@@ -63,6 +63,11 @@ def _print_prediction(d: dict[str, Any], title: str) -> None:
         cols = "".join(f"{_fmt_ci(m[s]):<34} " for s in stats)
         typer.echo(f"{name:<22} {cols}{mark}")
     typer.echo(f"reason: {d['reason']}")
+    from shrink.report.recommendation import usl_note
+
+    note = usl_note(d.get("usl"))
+    if note:
+        typer.echo(note)
     line = _workload_text(d)
     if line:
         typer.echo(line)

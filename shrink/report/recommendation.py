@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from shrink.checks import stat_label
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from shrink.prediction import MappingPrediction
     from shrink.recommend import Recommendation
 
-__all__ = ["NO_RECOMMENDATION", "reason_text", "remap_reason", "whatif_reason"]
+__all__ = ["NO_RECOMMENDATION", "reason_text", "remap_reason", "usl_note", "whatif_reason"]
 
 NO_RECOMMENDATION = "no recommendation: MATs are bounds"
 
@@ -33,6 +33,8 @@ def reason_text(rec: Recommendation) -> str:
         )
     if rec.rule == "none":
         return f"no recommendation: no mapping has a {label} MAT."
+    if rec.rule == "zero":
+        return f"no recommendation: no mapping meets the {label} threshold at any load (MAT 0)."
     if rec.rule == "only":
         return "It is the only mapping this machine can run."
     if rec.rule == "equal":
@@ -112,3 +114,16 @@ def whatif_reason(
             f"(its replica sees {ref.get('llc_seen_mib', 0.0):g} MiB of LLC)"
         )
     return text + "."
+
+
+def usl_note(usl: Mapping[str, Any] | None) -> str | None:
+    """A what-if past its Universal Scalability Law's peak, in words (None if not past)."""
+    if not usl or not usl.get("past_peak"):
+        return None
+    peaks = [x for x in (usl.get("peak_cores_per_socket") or {}).values() if x is not None]
+    return (
+        f"note: {usl['cores_per_socket']} cores a socket is past the calibration's "
+        f"scalability peak (about {min(peaks):.0f} cores a socket): the model gives less "
+        "throughput with more cores there, and inflates each request as if every core "
+        "were busy, so its MATs (0 far past the peak) are an extrapolation, not a forecast"
+    )
