@@ -316,7 +316,8 @@ def run_demo(
     :func:`light_load_thresholds`. ``target``: ``testbed`` or
     ``sim:SPEC.toml`` (for tests of the plumbing). A core subset instead of the
     CPU-time share: ``share_kind`` ``cores`` with ``server_cpus`` (the full target) and
-    the generator's ``generator_cpus``, ``allow_overlap`` and ``realtime``.
+    the generator's ``generator_cpus``, ``allow_overlap``, ``realtime`` and ``lag_limit``
+    (seconds of send-lag p99 past which a run is behind).
     """
     from shrink.pipeline import GeneratorPlacement, TargetSettings, run_predict, run_validate
     from shrink.predict import PredictConfig
@@ -364,6 +365,7 @@ def run_demo(
                 None if cfg.get("generator_cpus") is None else tuple(cfg["generator_cpus"]),
                 bool(cfg.get("allow_overlap", False)),
                 None if cfg.get("realtime") is None else int(cfg["realtime"]),
+                lag_limit=None if cfg.get("lag_limit") is None else float(cfg["lag_limit"]),
             ),
         ),
         whatif=whatif,

@@ -54,7 +54,8 @@ class GeneratorPlacement:
     :func:`shrink.replay.scaleout.default_realtime`), its engine processes (None: one per
     CPU), the engine (``auto``, ``native``, ``python`` or a stand-in such as
     :class:`shrink.replay.fake.FakeEngine`; None: ``auto``), or Ray actors on a
-    ``cluster`` instead (:mod:`shrink.replay.cluster`)."""
+    ``cluster`` instead (:mod:`shrink.replay.cluster`), and the send-lag p99 past which
+    a run is behind (seconds; None: :data:`shrink.replay.selfcheck.LAG_LIMIT`)."""
 
     cpus: tuple[int, ...] | None = None
     allow_overlap: bool = False
@@ -62,6 +63,7 @@ class GeneratorPlacement:
     processes: int | None = None
     engine: Any = None
     cluster: ClusterSpec | None = None
+    lag_limit: float | None = None
 
 
 @dataclass

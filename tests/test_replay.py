@@ -342,6 +342,27 @@ def test_a_modest_rate_is_not_flagged(fake):
     assert res.runlog.ok_mask().all()
 
 
+def test_the_lag_limit_comes_from_the_call_else_the_placement_else_the_default():
+    from shrink.replay.selfcheck import LAG_LIMIT
+
+    where = [("127.0.0.1", 9)]
+    assert LiveTarget(where).lag_limit == LAG_LIMIT
+    placed = GeneratorPlacement(lag_limit=0.005)
+    assert LiveTarget(where, generator=placed).lag_limit == 0.005
+    assert LiveTarget(where, generator=placed).describe()["lag_limit"] == 0.005
+    assert LiveTarget(where, generator=placed, lag_limit=0.002).lag_limit == 0.002
+
+
+def test_predict_takes_a_lag_limit_as_sweep_does(tmp_path):
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    args = ["predict", str(tmp_path / "t.parquet"), "-o", str(tmp_path / "o")]
+    r = CliRunner().invoke(app, [*args, "--lag-limit", "soon"])
+    assert r.exit_code == 2 and "--lag-limit" in r.output, r.output
+
+
 def test_generator_refuses_the_shares_cpus(fake):
     allowed = sorted(os.sched_getaffinity(0))
     with pytest.raises(ReplayError, match="allow_overlap"):

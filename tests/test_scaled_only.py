@@ -185,9 +185,9 @@ def test_predict_takes_the_generators_placement_and_no_calibration(tmp_path, mon
     sessions(10, 1).write_parquet(trace)
     args = ["predict", str(trace), "-o", str(tmp_path / "p"), "--share-kind", "cores",
             "--server-cpus", "0-1", "--generator-cpus", "0", "--allow-overlap",
-            "--realtime", "10", "--no-calibrate"]  # fmt: skip
+            "--realtime", "10", "--lag-limit", "5ms", "--no-calibrate"]  # fmt: skip
     CliRunner().invoke(app, args)
-    assert seen["target"].generator == GeneratorPlacement((0,), True, 10)
+    assert seen["target"].generator == GeneratorPlacement((0,), True, 10, lag_limit=0.005)
     assert seen["config"].calibrate is False and seen["target"].server_cpus == (0, 1)
 
 

@@ -24,7 +24,7 @@ from shrink.cli._common import (
     threshold_text,
 )
 from shrink.cli._progress import line_progress, on_terminal
-from shrink.cli._replay_opts import _GenCpus, _Overlap, _Realtime
+from shrink.cli._replay_opts import _GenCpus, _LagLimit, _Overlap, _Realtime
 from shrink.defaults import ALPHA, DURATION, MAX_LEVELS, MAX_REPS, REPS, THRESHOLDS_TEXT, WARMUP
 from shrink.errors import OptionError
 from shrink.jsonout import dumps
@@ -189,6 +189,7 @@ def predict(
     generator_cpus: _GenCpus = None,
     allow_overlap: _Overlap = False,
     realtime: _Realtime = None,
+    lag_limit: _LagLimit = "1ms",
     calibrate: _Calibrate = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print prediction.json.")] = False,
 ) -> None:
@@ -229,7 +230,8 @@ def predict(
             seed=seed, calibration=calibration, plan=plan, paired_full_run=paired_full_run,
             time_scaling=time_scaling, skip=skip_s, calibrate=calibrate,
         )  # fmt: skip
-        placement = GeneratorPlacement(gen_cpus, allow_overlap, realtime,
+        lag = parse_duration_option(lag_limit, "lag limit")
+        placement = GeneratorPlacement(gen_cpus, allow_overlap, realtime, lag_limit=lag,
                                        cluster=cluster_spec(cluster, generators))  # fmt: skip
         settings = TargetSettings(target, machine, docroot, cpus, server, placement)
         title = "scaled + full runs" if paired_full_run else "scaled run"

@@ -150,7 +150,7 @@ class LiveTarget:
         allow_remote: bool = False,
         config: dict[str, Any] | None = None,
         schedule: ScheduleOptions = ScheduleOptions(),
-        lag_limit: float = LAG_LIMIT,
+        lag_limit: float | None = None,
         runlog_dir: str | Path | None = None,
         idle_bound: float = IDLE_BOUND,
     ) -> None:
@@ -170,7 +170,9 @@ class LiveTarget:
         self.mode = schedule.mode
         self.loop = schedule.loop
         self.warm_start = schedule.warm_start  # start a looped run in the trace's steady state
-        self.lag_limit = lag_limit
+        # the caller's limit, else the generator placement's, else the default
+        limit = lag_limit if lag_limit is not None else generator.lag_limit
+        self.lag_limit = LAG_LIMIT if limit is None else limit
         self.runlog_dir = None if runlog_dir is None else Path(runlog_dir)
         # the send thread's SCHED_FIFO priority (0: normal), and whether the default chose it
         self.realtime = default_realtime(
@@ -269,6 +271,7 @@ class LiveTarget:
             "realtime": self.realtime,
             "realtime_by_default": self.realtime_by_default,
             "engine": engine_name(self.engine),
+            "lag_limit": self.lag_limit,
         }
         if self.cluster is not None:
             out["cluster"] = {**self.cluster.describe(), "slots": list(self._slots.values())}
