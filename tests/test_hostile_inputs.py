@@ -419,3 +419,24 @@ def test_the_sweep_api_bounds_its_repetitions() -> None:
     trace = Trace.from_columns({"session": [1], "t": [0.0], "path": ["/a"]})
     with pytest.raises(ParameterError, match=r"reps == 1001, must be in \[1, 1000\]"):
         sweep(object(), trace, [1.0], reps=1001)  # type: ignore[arg-type]
+
+
+def _synth_support(tmp_path: Path, *options: str) -> tuple[int, str]:
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    out = tmp_path / "s.parquet"
+    args = ["synth", "support", "--users", "5", "--duration", "10s", "-o", str(out), *options]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code != 0 or out.exists(), r.output
+    return r.exit_code, " ".join(r.output.split())
+
+
+def test_a_vanishing_dynamic_fraction_is_refused_by_name(tmp_path: Path) -> None:
+    # 1e-320 asked for inf images a page: OverflowError in the message itself, exit 70.
+    for value in ("1e-320", "1e-300"):
+        code, text = _synth_support(tmp_path, "--dynamic-fraction", value)
+        assert code == 1 and "dynamic_fraction ==" in text and "too small" in text, text
+    code, text = _synth_support(tmp_path, "--dynamic-fraction", "1e-5")
+    assert code == 1 and "n_images == 64, must be at least 99999" in text, text

@@ -294,7 +294,8 @@ def images_per_page(params: SupportParams) -> np.ndarray:
     visits = visits_per_session(params)
     v_page, v_dl = visits[: len(PAGES)], visits[DOWNLOAD]
     weight = params.page_weights("image_weight")
-    needed = v_page.sum() / params.dynamic_fraction - v_page.sum() - v_dl
+    # Python floats: a tiny fraction overflows to inf without numpy's warning line.
+    needed = float(v_page.sum()) / params.dynamic_fraction - float(v_page.sum() + v_dl)
     if needed < 0:
         most = v_page.sum() / (v_page.sum() + v_dl)
         raise ParameterError(
@@ -304,11 +305,17 @@ def images_per_page(params: SupportParams) -> np.ndarray:
     base = float(v_page @ weight)
     if needed > 0 and base == 0:
         raise ParameterError("image_weight == 0 for every visited page, cannot add images.")
-    m = weight * (needed / base if base > 0 else 0.0)
-    if np.ceil(m).max() > params.n_images:
+    with np.errstate(over="ignore", invalid="ignore"):
+        m = weight * (needed / base if base > 0 else 0.0)
+    least = float(np.ceil(m).max())
+    if not least <= params.n_images:
+        # A fraction near 0 (1e-320) asks for an overflowing count of images: say so.
         raise ParameterError(
-            f"n_images == {params.n_images}, must be at least {int(np.ceil(m).max())} "
+            f"n_images == {params.n_images}, must be at least {int(least)} "
             f"for dynamic_fraction {params.dynamic_fraction:g}."
+            if least < 1e9
+            else f"dynamic_fraction == {params.dynamic_fraction:g}, too small: a page "
+            f"would need over a billion images (n_images == {params.n_images})."
         )
     # Check the calibration: the closed form must give back the parameter.
     share = v_page.sum() / (v_page @ (1.0 + m) + v_dl)
