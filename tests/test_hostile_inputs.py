@@ -440,3 +440,12 @@ def test_a_vanishing_dynamic_fraction_is_refused_by_name(tmp_path: Path) -> None
         assert code == 1 and "dynamic_fraction ==" in text and "too small" in text, text
     code, text = _synth_support(tmp_path, "--dynamic-fraction", "1e-5")
     assert code == 1 and "n_images == 64, must be at least 99999" in text, text
+
+
+def test_download_directories_past_what_a_site_may_hold_are_refused(tmp_path: Path) -> None:
+    # --dirscaling 1e308 was an OverflowError (exit 70); 1e6 held 80 million paths in memory.
+    for value in ("1e308", "1e6"):
+        code, text = _synth_support(tmp_path, "--dirscaling", value)
+        assert code == 1 and f"dirscaling == {float(value):g} for 5 users" in text, text
+        assert "more than the 250,000 a site may hold" in text, text
+    assert _synth_support(tmp_path, "--dirscaling", "1")[0] == 0
