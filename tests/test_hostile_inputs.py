@@ -449,3 +449,19 @@ def test_download_directories_past_what_a_site_may_hold_are_refused(tmp_path: Pa
         assert code == 1 and f"dirscaling == {float(value):g} for 5 users" in text, text
         assert "more than the 250,000 a site may hold" in text, text
     assert _synth_support(tmp_path, "--dirscaling", "1")[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "shown"),
+    [
+        ("--dynamic-work-us", "1e308", "dynamic work_us == 1e+308, must be in [0, 1e+07]"),
+        ("--dynamic-mem-kib", "1e308", "dynamic mem_kib == 1e+308, must be in [1, 65536]"),
+        ("--dynamic-mem-kib", "65537", "dynamic mem_kib == 65537, must be in [1, 65536]"),
+    ],
+)
+def test_dynamic_work_past_what_the_page_script_does_is_refused(
+    tmp_path: Path, option: str, value: str, shown: str
+) -> None:
+    # The trace said work=6e307 and mem=7e307; the PHP page caps both, or reads 0 past 18 digits.
+    code, text = _synth_support(tmp_path, option, value)
+    assert code == 1 and shown in text, text

@@ -28,6 +28,11 @@ __all__ = [
     "visits_per_session",
 ]
 
+# The page script's own caps (SHRINK_MAX_WORK, SHRINK_MAX_MEM_KIB in php/_work.php):
+# past them the server does less than the trace says (past 18 digits, none at all).
+MAX_WORK_US = 10_000_000
+MAX_MEM_KIB = 65_536
+
 #: Dynamic page types, in the order of every per-page table below.
 PAGES: tuple[str, ...] = ("index", "search", "catalog", "product", "fileCatalog", "file")
 #: Markov-chain states: the pages, then ``download`` (a large static file, no images).
@@ -205,8 +210,8 @@ class SupportParams:
                 )
         for page in PAGES:
             check_scalar(self.image_weight[page], f"image_weight[{page}]", low=0.0)
-            check_scalar(self.work_us[page], f"work_us[{page}]", low=0.0)
-            check_scalar(self.mem_kib[page], f"mem_kib[{page}]", low=1.0)
+            check_scalar(self.work_us[page], f"work_us[{page}]", low=0.0, high=MAX_WORK_US)
+            check_scalar(self.mem_kib[page], f"mem_kib[{page}]", low=1.0, high=MAX_MEM_KIB)
         if set(self.transitions) != set(STATES):
             raise ParameterError(
                 f"transitions keys == {sorted(self.transitions)}, must be {sorted(STATES)}."
@@ -251,11 +256,12 @@ class SupportParams:
         for name, target in (("work_us", work_us), ("mem_kib", mem_kib)):
             if target is None:
                 continue
-            target = check_scalar(target, f"dynamic {name}", low=0.0 if name == "work_us" else 1.0)
+            low, high = (0.0, MAX_WORK_US) if name == "work_us" else (1.0, MAX_MEM_KIB)
+            target = check_scalar(target, f"dynamic {name}", low=low, high=high)
             values = self.page_weights(name)
             mean = float(share @ values)
             factor = target / mean if mean > 0 else 0.0
-            changes[name] = {p: float(v * factor) for p, v in zip(PAGES, values, strict=True)}
+            changes[name] = {p: float(v) * factor for p, v in zip(PAGES, values, strict=True)}
         return replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
