@@ -465,3 +465,9 @@ def test_dynamic_work_past_what_the_page_script_does_is_refused(
     # The trace said work=6e307 and mem=7e307; the PHP page caps both, or reads 0 past 18 digits.
     code, text = _synth_support(tmp_path, option, value)
     assert code == 1 and shown in text, text
+
+
+def test_a_download_cap_past_int64_is_refused(tmp_path: Path) -> None:
+    # 99999999999999999999 reached np.minimum: OverflowError, exit 70.
+    code, text = _synth_support(tmp_path, "--max-download-bytes", "99999999999999999999")
+    assert code == 1 and "max_download_bytes == 1e+20, must be in [1, 1e+18]" in text, text

@@ -189,7 +189,8 @@ class SupportParams:
         check_positive(self.dirscaling, "dirscaling")
         check_positive(self.zipf_exponent, "zipf_exponent")
         if self.max_download_bytes is not None:
-            check_int(self.max_download_bytes, "max_download_bytes", low=1)
+            # Sizes are int64 (numpy, Parquet): a cap past 1 EB is no cap, and 1e20 overflowed.
+            check_int(self.max_download_bytes, "max_download_bytes", low=1, high=10**18)
         lo, hi = self.image_bytes
         if not 0 < lo <= hi < 10_000:
             raise ParameterError(
