@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from shrink.errors import TraceFormatError
+from shrink.errors import ParameterError, TraceFormatError
 from shrink.ingest import read_trace
 
 
@@ -471,3 +471,15 @@ def test_a_download_cap_past_int64_is_refused(tmp_path: Path) -> None:
     # 99999999999999999999 reached np.minimum: OverflowError, exit 70.
     code, text = _synth_support(tmp_path, "--max-download-bytes", "99999999999999999999")
     assert code == 1 and "max_download_bytes == 1e+20, must be in [1, 1e+18]" in text, text
+
+
+def test_a_session_rate_that_starts_sessions_past_a_century_names_the_option(
+    tmp_path: Path,
+) -> None:
+    # The error blamed the file: "read as a trace, row 8: t == inf".
+    log = tmp_path / "sessions.log"
+    log.write_text("/a\n\n/b\n")
+    shown = r"^session_rate == 1e-300 starts session 1 at 1e\+300 s"
+    with pytest.raises(ParameterError, match=shown):
+        read_trace(log, format="wsesslog", session_rate=1e-300)
+    assert len(read_trace(log, format="wsesslog", session_rate=1e-6)) == 2
