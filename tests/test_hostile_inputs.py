@@ -483,3 +483,45 @@ def test_a_session_rate_that_starts_sessions_past_a_century_names_the_option(
     with pytest.raises(ParameterError, match=shown):
         read_trace(log, format="wsesslog", session_rate=1e-300)
     assert len(read_trace(log, format="wsesslog", session_rate=1e-6)) == 2
+
+
+def _shrink(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "shrink", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_a_fifo_without_a_writer_as_a_json_or_toml_input_is_read_at_once(tmp_path: Path) -> None:
+    # open() blocked until a writer came: mat, calibrate, machine show hung for ever.
+    fifo = tmp_path / "in.fifo"
+    os.mkfifo(fifo)
+    for args, shown in (
+        (["mat", str(fifo), "--threshold", "5ms"], "line 1: not JSON"),
+        (["calibrate", str(fifo)], "line 1: not JSON"),
+        (["machine", "show", "--machine", str(fifo)], "machine spec lacks sockets"),
+    ):
+        r = _shrink(*args)
+        assert r.returncode == 1 and f"error: {fifo}" in r.stderr and shown in r.stderr, r.stderr
+
+
+def test_a_pipe_with_a_writer_is_still_read_as_json() -> None:
+    # bash's <(...) hands over a pipe whose writer is slow: it is read to its end.
+    shrink = f"{sys.executable} -m shrink calibrate <(sleep 0.5; printf '{{}}')"
+    r = subprocess.run(["bash", "-c", shrink], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1, r.stderr
+    assert "schema == None, expected 'shrink.loadcurve/1'" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_pipe_or_device_as_a_parquet_input_is_named_as_such(tmp_path: Path, kind: str) -> None:
+    # It was "no such file" (pyarrow's FileNotFoundError) for a file that is there.
+    from shrink.runlog import RunLog
+    from shrink.trace import Trace
+
+    path = Path("/dev/null")
+    if kind == "fifo":
+        path = tmp_path / "t.fifo"
+        os.mkfifo(path)
+    for read in (Trace.read_parquet, RunLog.read_parquet):
+        with pytest.raises(TraceFormatError, match=r"not a regular file \(a pipe, socket"):
+            read(path)
