@@ -73,6 +73,12 @@ def check_output(path: str | Path, *, kind: str = "file", what: str = "output") 
         raise ParameterError(f"{what} {path} is a directory; name a file")
     if kind == "dir" and path.exists() and not path.is_dir():
         raise ParameterError(f"{what} {path} is a file; name a directory")
+    if kind == "dir" and path.is_symlink() and not path.exists():
+        # mkdir cannot follow it: the write failed later, after other outputs were written.
+        raise ParameterError(
+            f"{what} {path} is a symlink to {os.readlink(path)}, which does not exist; "
+            "create it or name another directory"
+        )
     if not is_plain_target(path):
         # Written by rename, it would become a regular file: as root, -o /dev/null
         # replaced the system's /dev/null.

@@ -525,3 +525,23 @@ def test_a_pipe_or_device_as_a_parquet_input_is_named_as_such(tmp_path: Path, ki
     for read in (Trace.read_parquet, RunLog.read_parquet):
         with pytest.raises(TraceFormatError, match=r"not a regular file \(a pipe, socket"):
             read(path)
+
+
+def test_an_output_directory_that_is_a_dangling_symlink_is_refused_first(tmp_path: Path) -> None:
+    # It passed the check; the trace was written, then the docroot failed with ENOENT.
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+    from shrink.trace import Trace
+
+    dangling = tmp_path / "root"
+    dangling.symlink_to(tmp_path / "missing")
+    out = tmp_path / "t.parquet"
+    args = ["synth", "tcp", "--rate", "10", "--duration", "2s", "-o", str(out)]
+    r = CliRunner().invoke(app, [*args, "--docroot", str(dangling)])
+    text = " ".join(r.output.split())
+    assert r.exit_code == 2 and "--docroot" in text and "which does not exist" in text, text
+    assert not out.exists()
+    Trace.from_columns({"session": [1], "t": [0.0], "path": ["/a"]}).write_parquet(out)
+    r = CliRunner().invoke(app, ["split", str(out), "--parts", "2", "-o", str(dangling)])
+    assert r.exit_code == 2 and "is a symlink to" in r.output, r.output
