@@ -545,3 +545,22 @@ def test_an_output_directory_that_is_a_dangling_symlink_is_refused_first(tmp_pat
     Trace.from_columns({"session": [1], "t": [0.0], "path": ["/a"]}).write_parquet(out)
     r = CliRunner().invoke(app, ["split", str(out), "--parts", "2", "-o", str(dangling)])
     assert r.exit_code == 2 and "is a symlink to" in r.output, r.output
+
+
+def test_mat_names_a_request_class_the_curve_did_not_measure(tmp_path: Path) -> None:
+    # --cls STATIC (or a typo) was "no level has a finite throughput and statistic".
+    from helpers.curves import half_share_curve
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+    from shrink.machine import Machine
+
+    spec = Path(__file__).resolve().parent.parent / "examples/machines/nehalem-2s.toml"
+    curve = half_share_curve(Machine.read_toml(spec), levels=4, reps=1, seed=3)
+    src = curve.write_json(tmp_path / "share.json")
+    classes = sorted({c for lv in curve.levels for r in lv.reps for c in r.per_class})
+    for cls in ("STATIC", "\x1b[31m"):
+        r = CliRunner().invoke(app, ["mat", str(src), "--threshold", "5ms", "--cls", cls])
+        assert r.exit_code == 2, r.output
+        assert f"must be a class the curve measured: {', '.join(classes) or 'it'}" in r.output
+        assert "--cls: cls ==" in r.output and "\x1b" not in r.output
