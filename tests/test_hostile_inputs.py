@@ -564,3 +564,17 @@ def test_mat_names_a_request_class_the_curve_did_not_measure(tmp_path: Path) -> 
         assert r.exit_code == 2, r.output
         assert f"must be a class the curve measured: {', '.join(classes) or 'it'}" in r.output
         assert "--cls: cls ==" in r.output and "\x1b" not in r.output
+
+
+def test_sim_scaling_refuses_a_mapping_no_core_count_can_run() -> None:
+    # Every count ran 1-replica while the output said "mapping": "99999999999999999999-replica".
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    machine = str(Path(__file__).resolve().parent.parent / "examples/machines/nehalem-2s.toml")
+    for mapping in ("99999999999999999999-replica", "4-replica"):
+        args = ["sim", "scaling", "--machine", machine, "--cores", "1,2", "--mapping", mapping]
+        r = CliRunner().invoke(app, [*args, "--requests", "500"])
+        text = " ".join(r.output.split())
+        assert r.exit_code == 2 and "--mapping" in text and "at none of them" in text, text

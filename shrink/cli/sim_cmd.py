@@ -100,6 +100,13 @@ def _check_cores(machine: Any, counts: list[int], mapping: str) -> list[int]:
     if not counts:
         raise OptionError("--cores", "name at least one core count, e.g. 1,2,4,8")
     check_mapping_names([mapping], "--mapping")
+    if max(counts) < replicas_of(mapping):
+        # Each count would run 1-replica, and the output was labelled with this mapping.
+        raise OptionError(
+            "--mapping",
+            f"mapping {mapping!r} needs at least {replicas_of(mapping):,} cores and the most "
+            f"--cores names is {max(counts)}: it would run at none of them",
+        )
     for n in counts:
         try:
             cpus = compact_cpus(machine, n)
