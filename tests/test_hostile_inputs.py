@@ -578,3 +578,35 @@ def test_sim_scaling_refuses_a_mapping_no_core_count_can_run() -> None:
         r = CliRunner().invoke(app, [*args, "--requests", "500"])
         text = " ".join(r.output.split())
         assert r.exit_code == 2 and "--mapping" in text and "at none of them" in text, text
+
+
+@pytest.mark.parametrize(
+    ("param", "shown"),
+    [
+        ("reference_ghz=inf", "reference_ghz == inf, must be in [0, 1000]"),
+        ("static_cv=1e308", "static_cv == 1e+308, must be in [0, 100]"),
+        ("llc_local_ns=inf", "llc_local_ns == inf, must be in [0, 1e+09]"),
+        ("contention_static=inf", "contention_static == inf, must be in [0, 100]"),
+        ("llc_local_ns=1e9", "llc_local_ns == 1e+09, must be at most llc_remote_ns"),
+        ("cross_socket=ture", "--param cross_socket == 'ture', must be true or false"),
+    ],
+)
+def test_a_simulator_parameter_the_engine_cannot_compute_with_is_refused(
+    tmp_path: Path, param: str, shown: str
+) -> None:
+    # inf passed "v >= 0": ZeroDivisionError or IndexError in the engine (exit 70), or
+    # NaN latencies written; llc_local_ns above memory's gave negative latencies.
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+    from shrink.trace import Trace
+
+    Trace.from_columns({"session": [1, 2], "t": [0.0, 0.5], "path": ["/a", "/b"]}).write_parquet(
+        tmp_path / "t.parquet"
+    )
+    machine = str(Path(__file__).resolve().parent.parent / "examples/machines/nehalem-2s.toml")
+    out = tmp_path / "run.parquet"
+    args = ["sim", "run", str(tmp_path / "t.parquet"), "--machine", machine, "-o", str(out)]
+    r = CliRunner().invoke(app, [*args, "--duration", "1s", "--param", param])
+    assert r.exit_code == 1 and shown in " ".join(r.output.split()), r.output
+    assert not out.exists()

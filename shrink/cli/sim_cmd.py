@@ -63,6 +63,9 @@ def _params(items: list[str] | None) -> Any:
         k, v = (x.strip() for x in item.split("=", 1))
         cur = getattr(p, k, None)
         if isinstance(cur, bool):
+            # Any other word was read as false: cross_socket=ture turned the effects off.
+            if v.lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+                raise ParameterError(f"--param {k} == {v!r}, must be true or false.")
             changes[k] = v.lower() in ("1", "true", "yes", "on")
         elif isinstance(cur, float):
             try:
