@@ -610,3 +610,31 @@ def test_a_simulator_parameter_the_engine_cannot_compute_with_is_refused(
     r = CliRunner().invoke(app, [*args, "--duration", "1s", "--param", param])
     assert r.exit_code == 1 and shown in " ".join(r.output.split()), r.output
     assert not out.exists()
+
+
+def _sim_run(tmp_path: Path, *options: str) -> tuple[int, str]:
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+    from shrink.trace import Trace
+
+    Trace.from_columns({"session": [1, 2], "t": [0.0, 0.5], "path": ["/a", "/b"]}).write_parquet(
+        tmp_path / "t.parquet"
+    )
+    machine = str(Path(__file__).resolve().parent.parent / "examples/machines/nehalem-2s.toml")
+    args = ["sim", "run", str(tmp_path / "t.parquet"), "--machine", machine, "--duration", "1s"]
+    r = CliRunner().invoke(app, [*args, "-o", str(tmp_path / "run.parquet"), *options])
+    assert r.exit_code != 0 or (tmp_path / "run.parquet").exists()
+    return r.exit_code, " ".join(r.output.split())
+
+
+def test_a_cpu_range_past_the_most_cpus_is_refused_before_it_is_built(tmp_path: Path) -> None:
+    # --share 0-99999999999999999999 built a set of 1e20 CPUs: MemoryError, exit 70.
+    from shrink.errors import TopologyError
+    from shrink.topology import parse_cpulist
+
+    with pytest.raises(TopologyError, match=r"CPU 8192 is past the most a machine may have"):
+        parse_cpulist("0-8192")
+    assert parse_cpulist("8190-8191") == (8190, 8191)
+    code, text = _sim_run(tmp_path, "--share", "0-99999999999999999999")
+    assert code == 1 and "CPU 99999999999999999999 is past the most" in text, text
