@@ -638,3 +638,15 @@ def test_a_cpu_range_past_the_most_cpus_is_refused_before_it_is_built(tmp_path: 
     assert parse_cpulist("8190-8191") == (8190, 8191)
     code, text = _sim_run(tmp_path, "--share", "0-99999999999999999999")
     assert code == 1 and "CPU 99999999999999999999 is past the most" in text, text
+
+
+def test_a_vanishing_cpu_time_share_is_refused_by_the_period_rule(tmp_path: Path) -> None:
+    # all@1e-320 needed an inf period and math.ceil raised OverflowError: exit 70.
+    from shrink.enforce.cfs import choose_period_us
+    from shrink.errors import TopologyError
+
+    with pytest.raises(TopologyError, match=r"needs a period over 1000000 us"):
+        choose_period_us(1e-320, 8, tick_us=4000)
+    assert choose_period_us(0.5, 1, tick_us=4000) == 8000
+    code, text = _sim_run(tmp_path, "--share", "all@1e-320")
+    assert code == 1 and "a CPU-time share of 9.99989e-321 on 8 CPU(s) needs a period" in text
