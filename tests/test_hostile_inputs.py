@@ -650,3 +650,12 @@ def test_a_vanishing_cpu_time_share_is_refused_by_the_period_rule(tmp_path: Path
     assert choose_period_us(0.5, 1, tick_us=4000) == 8000
     code, text = _sim_run(tmp_path, "--share", "all@1e-320")
     assert code == 1 and "a CPU-time share of 9.99989e-321 on 8 CPU(s) needs a period" in text
+
+
+def test_a_rate_factor_that_stretches_the_trace_past_a_century_is_refused(tmp_path: Path) -> None:
+    # 1e-320 made every time inf, then NaN: a ValueError in the schedule, exit 70.
+    code, text = _sim_run(tmp_path, "--rate-factor", "1e-320")
+    assert code == 1 and "stretches the trace's 1 s to inf s, past the" in text, text
+    # 1e308 made the copies' count inf: OverflowError in int(), exit 70.
+    code, text = _sim_run(tmp_path, "--rate-factor", "1e308")
+    assert code == 1 and "repeats the trace's 2 requests inf times, more than the" in text, text
