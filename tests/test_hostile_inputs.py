@@ -659,3 +659,21 @@ def test_a_rate_factor_that_stretches_the_trace_past_a_century_is_refused(tmp_pa
     # 1e308 made the copies' count inf: OverflowError in int(), exit 70.
     code, text = _sim_run(tmp_path, "--rate-factor", "1e308")
     assert code == 1 and "repeats the trace's 2 requests inf times, more than the" in text, text
+
+
+def test_a_level_named_twice_is_a_usage_error(tmp_path: Path) -> None:
+    # --levels 1,1 wrote a curve with two levels of value 1, each with its own repetitions.
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+    from shrink.trace import Trace
+
+    Trace.from_columns({"session": [1, 2], "t": [0.0, 0.5], "path": ["/a", "/b"]}).write_parquet(
+        tmp_path / "t.parquet"
+    )
+    machine = str(Path(__file__).resolve().parent.parent / "examples/machines/nehalem-2s.toml")
+    out = tmp_path / "curve.json"
+    args = ["sim", "sweep", str(tmp_path / "t.parquet"), "--machine", machine, "-o", str(out)]
+    r = CliRunner().invoke(app, [*args, "--levels", "2,1,1.0"])
+    assert r.exit_code == 2 and "--levels: '2,1,1.0' names level 1 twice" in r.output, r.output
+    assert not out.exists()
