@@ -677,3 +677,21 @@ def test_a_level_named_twice_is_a_usage_error(tmp_path: Path) -> None:
     r = CliRunner().invoke(app, [*args, "--levels", "2,1,1.0"])
     assert r.exit_code == 2 and "--levels: '2,1,1.0' names level 1 twice" in r.output, r.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "shown"),
+    [
+        (["--mappings", ""], "--mappings: name at least one mapping"),  # was an IndexError
+        (["--mappings", " , "], "--mappings: name at least one mapping"),
+        (["--requests", "100000000"], "'--requests'"),  # a MemoryError in the pilot run
+    ],
+)
+def test_sim_mappings_refuses_no_mapping_and_runs_past_memory(args: list[str], shown: str) -> None:
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    machine = str(Path(__file__).resolve().parent.parent / "examples/machines/nehalem-2s.toml")
+    r = CliRunner().invoke(app, ["sim", "mappings", "--machine", machine, *args])
+    assert r.exit_code == 2 and shown in r.output, r.output

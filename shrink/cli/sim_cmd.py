@@ -50,6 +50,9 @@ ParamOpt = Annotated[
     typer.Option("--param", help="Override a simulator parameter: NAME=VALUE (repeatable)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+# The engine holds about 1 KB of Python objects per request of a run (500,000 took
+# 550 MB): 1e8 was a MemoryError (exit 70) in the first, pilot, run.
+MAX_SIM_REQUESTS = 2_000_000
 
 
 def _params(items: list[str] | None) -> Any:
@@ -171,7 +174,10 @@ def scaling_cmd(
     mapping: MappingOpt = "1-replica",
     seed: SeedOpt = 0,
     requests: Annotated[
-        int, typer.Option("--requests", min=1, help="Requests per load level's window.")
+        int,
+        typer.Option(
+            "--requests", min=1, max=MAX_SIM_REQUESTS, help="Requests per load level's window."
+        ),
     ] = 100_000,
     thresholds: Annotated[
         str | None,
@@ -232,7 +238,7 @@ def mappings_cmd(
     ] = "1-replica,2-replica-direct,2-replica-indirect",
     seed: SeedOpt = 0,
     requests: Annotated[
-        int, typer.Option("--requests", min=1, help="Requests per level.")
+        int, typer.Option("--requests", min=1, max=MAX_SIM_REQUESTS, help="Requests per level.")
     ] = 60_000,
     thresholds: Annotated[
         str | None,
@@ -253,7 +259,10 @@ def mappings_cmd(
         from shrink.mat import mat_text
         from shrink.sim.scaling import MatSearch, compare_mappings
 
-        names = [x.strip() for x in mappings.split(",") if x.strip()]
+        # Each mapping once, in order; none at all was an IndexError after the search.
+        names = list(dict.fromkeys(x.strip() for x in mappings.split(",") if x.strip()))
+        if not names:
+            raise OptionError("--mappings", "name at least one mapping, e.g. 1-replica")
         m = Machine.read_toml(machine)
         check_mappings(names, m, m.all_cpus)
         with as_option("--thresholds"):
