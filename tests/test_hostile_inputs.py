@@ -695,3 +695,17 @@ def test_sim_mappings_refuses_no_mapping_and_runs_past_memory(args: list[str], s
     machine = str(Path(__file__).resolve().parent.parent / "examples/machines/nehalem-2s.toml")
     r = CliRunner().invoke(app, ["sim", "mappings", "--machine", machine, *args])
     assert r.exit_code == 2 and shown in r.output, r.output
+
+
+def test_a_simulated_run_past_what_the_engine_holds_is_refused_before_planning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # --duration 1e6s planned 49 million requests (about 50 GB of engine objects): the
+    # schedule's 50 million limit is the live engine's; it was a MemoryError, exit 70.
+    from shrink.sim import target
+
+    monkeypatch.setattr(target, "MAX_SIM_REQUESTS", 100, raising=False)
+    code, text = _sim_run(tmp_path, "--duration", "100s", "--warmup", "0s")
+    assert code == 1 and "more than the 100 requests a simulated run may hold" in text, text
+    code, text = _sim_run(tmp_path, "--duration", "10s", "--warmup", "0s")
+    assert code == 0, text
