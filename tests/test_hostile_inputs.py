@@ -709,3 +709,16 @@ def test_a_simulated_run_past_what_the_engine_holds_is_refused_before_planning(
     assert code == 1 and "more than the 100 requests a simulated run may hold" in text, text
     code, text = _sim_run(tmp_path, "--duration", "10s", "--warmup", "0s")
     assert code == 0, text
+
+
+@pytest.mark.parametrize("curves", [[], ["curve.json"]])
+def test_calibrate_refuses_bad_thresholds_by_the_option(tmp_path: Path, curves: list[str]) -> None:
+    # Without curves mean=5min went unnoticed (exit 0); with them the option was unnamed.
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    args = ["calibrate", *(str(tmp_path / c) for c in curves), "--thresholds", "mean=5min"]
+    r = CliRunner().invoke(app, [*args, "-o", str(tmp_path / "cal.json")])
+    assert r.exit_code == 2 and "--thresholds: threshold mean == '5min'" in r.output, r.output
+    assert not (tmp_path / "cal.json").exists()
