@@ -722,3 +722,19 @@ def test_calibrate_refuses_bad_thresholds_by_the_option(tmp_path: Path, curves: 
     r = CliRunner().invoke(app, [*args, "-o", str(tmp_path / "cal.json")])
     assert r.exit_code == 2 and "--thresholds: threshold mean == '5min'" in r.output, r.output
     assert not (tmp_path / "cal.json").exists()
+
+
+@pytest.mark.parametrize("value", ["-1", "100", "99999999999999999999"])
+def test_a_realtime_priority_sched_fifo_has_not_is_a_usage_error(
+    tmp_path: Path, value: str
+) -> None:
+    # 100 was EINVAL in each engine process, -1 normal scheduling without a word.
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    spec = str(Path(__file__).resolve().parent.parent / "examples/machines/nehalem-2s.toml")
+    args = ["predict", str(tmp_path / "t.parquet"), "-o", str(tmp_path / "p"), "--machine", spec]
+    r = CliRunner().invoke(app, [*args, "--target", f"sim:{spec}", "--realtime", value])
+    assert r.exit_code == 2 and "'--realtime'" in r.output, r.output
+    assert not (tmp_path / "p").exists()
