@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -738,3 +739,25 @@ def test_a_realtime_priority_sched_fifo_has_not_is_a_usage_error(
     r = CliRunner().invoke(app, [*args, "--target", f"sim:{spec}", "--realtime", value])
     assert r.exit_code == 2 and "'--realtime'" in r.output, r.output
     assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize(
+    ("line", "shown"),
+    [
+        ("llc_mib = 1e-320", "llc_mib == 9.99989e-321, must be 0 (not known) or at least"),
+        ("ghz = 1e-320", "ghz: Input should be greater than or equal to 0.01"),
+    ],
+)
+def test_a_machine_spec_with_a_vanishing_cache_or_clock_is_refused(
+    tmp_path: Path, line: str, shown: str
+) -> None:
+    # llc_mib 1e-320 overflowed the what-if's miss rates (exit 70); a 1e-320 GHz clock
+    # made every simulated demand inf.
+    from shrink.machine import Machine
+
+    spec = tmp_path / "m.toml"
+    spec.write_text(f'name = "x"\nsockets = 1\ncores_per_socket = 2\n{line}\n')
+    with pytest.raises(TraceFormatError, match=r"m\.toml: .*" + re.escape(shown)):
+        Machine.read_toml(spec)
+    spec.write_text('name = "x"\nsockets = 1\ncores_per_socket = 2\nllc_mib = 0.0\nghz = 0.8\n')
+    assert Machine.read_toml(spec).llc_mib == 0.0
