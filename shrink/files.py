@@ -29,6 +29,7 @@ import functools
 import json
 import math
 import os
+import stat
 import tomllib
 from pathlib import Path
 from typing import Any, ClassVar, Self, TypeVar
@@ -46,6 +47,7 @@ __all__ = [
     "read_json",
     "read_text",
     "read_toml",
+    "seekable_file",
     "validate",
 ]
 
@@ -71,6 +73,12 @@ def check_output(path: str | Path, *, kind: str = "file", what: str = "output") 
         raise ParameterError(f"{what} {path} is a directory; name a file")
     if kind == "dir" and path.exists() and not path.is_dir():
         raise ParameterError(f"{what} {path} is a file; name a directory")
+    if kind == "dir" and path.is_symlink() and not path.exists():
+        # mkdir cannot follow it: the write failed later, after other outputs were written.
+        raise ParameterError(
+            f"{what} {path} is a symlink to {os.readlink(path)}, which does not exist; "
+            "create it or name another directory"
+        )
     if not is_plain_target(path):
         # Written by rename, it would become a regular file: as root, -o /dev/null
         # replaced the system's /dev/null.
@@ -91,13 +99,39 @@ def check_output(path: str | Path, *, kind: str = "file", what: str = "output") 
     return path
 
 
+def seekable_file(path: str | Path, *, what: str) -> Path:
+    """``path`` if it names a regular file (a Parquet file is read by seeking); a
+    one-line :class:`TraceFormatError` naming it if not. ``stat`` neither opens nor blocks."""
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise TraceFormatError("no such file", path=path) from None
+    except OSError as exc:
+        raise TraceFormatError(f"cannot read ({exc.strerror or exc})", path=path) from None
+    if stat.S_ISDIR(mode):
+        raise TraceFormatError(f"is a directory, not a Parquet {what}", path=path)
+    if not stat.S_ISREG(mode):
+        # pyarrow called a FIFO or /dev/null "no such file".
+        raise TraceFormatError(
+            f"not a regular file (a pipe, socket or device): a Parquet {what} is read "
+            "by seeking, so save it to a file first",
+            path=path,
+        )
+    return path
+
+
 def read_text(path: str | Path, *, what: str = "file", max_bytes: int = MAX_BYTES) -> str:
     """The file's text, decoded as UTF-8; a one-line :class:`TraceFormatError` otherwise."""
     path = Path(path)
     try:
         if path.is_dir():
             raise TraceFormatError(f"is a directory, not a {what}", path=path)
-        with path.open("rb") as f:
+        # A FIFO without a writer blocked open() for ever; opened non-blocking it reads
+        # as empty, and one with a writer (bash's <(...)) is still read to its end.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as f:
             data = f.read(max_bytes + 1)
     except FileNotFoundError:
         raise TraceFormatError(f"no such {what}", path=path) from None

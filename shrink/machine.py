@@ -45,6 +45,9 @@ def _nic(key: str) -> AliasPath:
     return AliasPath("nic", key)
 
 
+MIN_LLC_MIB = 1 / 1024
+
+
 @dataclass(frozen=True)
 class Machine(files.FileFormat):
     """A machine spec: its fields are the file's keys (see the module docstring).
@@ -59,7 +62,7 @@ class Machine(files.FileFormat):
     threads_per_core: Annotated[int, Field(ge=1, le=16)] = 1
     llc_mib: Annotated[float, Field(allow_inf_nan=False, ge=0.0, le=1e6)] = 0.0
     ghz: Annotated[
-        float | None, Field(allow_inf_nan=False, gt=0.0, le=1e3, exclude_if=files.is_none)
+        float | None, Field(allow_inf_nan=False, ge=0.01, le=1e3, exclude_if=files.is_none)
     ] = None
     # default: socket-major order
     cpus: Annotated[
@@ -81,6 +84,13 @@ class Machine(files.FileFormat):
     WHAT = "machine spec"
 
     def __post_init__(self) -> None:
+        # 0 is "not known"; 1e-320 made the what-if's miss rates overflow (exit 70), as a
+        # 1e-320 GHz clock made every simulated demand inf. Neither is any processor's.
+        if 0.0 < self.llc_mib < MIN_LLC_MIB:
+            raise TopologyError(
+                f"machine {self.name!r}: llc_mib == {self.llc_mib:g}, must be 0 (not known) "
+                f"or at least {MIN_LLC_MIB:g} (1 KiB)"
+            )
         if self.sockets < 1 or self.cores_per_socket < 1 or self.threads_per_core < 1:
             raise TopologyError(
                 f"machine {self.name!r}: sockets, cores and threads per core must be >= 1"

@@ -62,11 +62,20 @@ import numpy as np
 from pydantic import computed_field, model_serializer, model_validator
 
 from shrink import files
-from shrink.errors import MeasurementError
+from shrink.errors import MeasurementError, ParameterError
 from shrink.loadcurve import FAILURE_LIMIT, Level, LoadCurve
 from shrink.schemas import Loose, Name, NonNeg
 
-__all__ = ["BOUNDS", "EXIT_BOUND", "MATResult", "bound_of", "crossing", "mat", "mat_text"]
+__all__ = [
+    "BOUNDS",
+    "EXIT_BOUND",
+    "MATResult",
+    "bound_of",
+    "check_class",
+    "crossing",
+    "mat",
+    "mat_text",
+]
 
 # status -> which side of the true MAT the reported value lies on
 BOUNDS = {"not_reached": "lower", "below_range": "upper"}
@@ -224,6 +233,19 @@ def _why_none(curve: LoadCurve) -> str:
     if len(failed) < len(curve.levels):
         why += "; the generator fell behind at the others"
     return why
+
+
+def check_class(curve: LoadCurve, cls: str | None) -> None:
+    """Refuse a request class no repetition of ``curve`` measured, naming those it did."""
+    if cls is None:
+        return
+    # A typo was "no level has a finite throughput and statistic": the class went unnamed.
+    classes = sorted({c for lv in curve.levels for r in lv.reps for c in r.per_class})
+    if cls not in classes:
+        raise ParameterError(
+            f"cls == {cls!r}, must be a class the curve measured: "
+            + (", ".join(classes) if classes else "it measured none")
+        )
 
 
 def mat(curve: LoadCurve, stat: str, threshold: float, *, cls: str | None = None) -> MATResult:

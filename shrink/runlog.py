@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from shrink import files
 from shrink.errors import TraceFormatError
 from shrink.parquet_meta import META_KEY as META_KEY  # the run log writer streams with it
 from shrink.parquet_meta import meta_of, write_with_meta
@@ -186,7 +187,7 @@ class RunLog:
 
     @classmethod
     def read_parquet(cls, path: str | Path) -> RunLog:
-        path = Path(path)
+        path = files.seekable_file(path, what="run log")
         try:
             table = pq.read_table(path)
         except FileNotFoundError:

@@ -39,7 +39,7 @@ import numpy as np
 from shrink import request_keys
 from shrink.checks import check_positive, check_rate
 from shrink.errors import ParameterError
-from shrink.trace import Trace
+from shrink.trace import MAX_SECONDS, Trace
 
 __all__ = [
     "CHUNK",
@@ -443,6 +443,13 @@ def build_schedule(
     origin = own[0] if origin is None else origin
     span = own[1] if span is None else span
     id_stride = own[2] if id_stride is None else id_stride
+    if not span / rate_factor <= MAX_SECONDS:
+        # 1e-320 made the trace's times inf, then NaN: a ValueError in the window, exit 70.
+        raise ParameterError(
+            f"rate factor {rate_factor:g} stretches the trace's {span:g} s to "
+            f"{span / rate_factor:.3g} s, past the {MAX_SECONDS:.0f} s (a century) a run "
+            "may span; raise the level."
+        )
     if mode == "open":
         order = np.argsort(t, kind="stable")
         base_t, base_ids = (t[order] - origin) / rate_factor, sess[order].astype(np.int64)
@@ -453,13 +460,16 @@ def build_schedule(
         order = np.argsort(raw_t, kind="stable")  # the units in start order
         base_t, base_ids = raw_t[order], sess[first][order].astype(np.int64)
     period = span / rate_factor
-    copies = max(1, int(np.ceil(horizon / period))) if loop else 1
-    if copies > 1 and copies * len(trace) > MAX_REQUESTS:
+    ratio = horizon / period if loop else 1.0
+    # A rate factor of 1e308 made the ratio inf: int() raised OverflowError, exit 70.
+    copies = max(1, int(np.ceil(ratio))) if ratio < 1e15 else None
+    if copies is None or (copies > 1 and copies * len(trace) > MAX_REQUESTS):
         # Every copy's times and the run log's rows are held in memory: a window of
         # 1e9 s, or a rate factor of 1e12, asked for terabytes and ended in a MemoryError.
+        times = f"{ratio:.3g}" if copies is None else f"{copies:,}"
         raise ParameterError(
             f"rate factor {rate_factor:g} over {horizon:g} s repeats the trace's "
-            f"{len(trace):,} requests {copies:,} times, more than the {MAX_REQUESTS:,} "
+            f"{len(trace):,} requests {times} times, more than the {MAX_REQUESTS:,} "
             "requests one run may hold; shorten the window or lower the level."
         )
     sched.copies, sched.period, sched.id_stride = copies, period, id_stride

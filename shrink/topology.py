@@ -31,6 +31,7 @@ from pathlib import Path
 
 from shrink.errors import TopologyError
 from shrink.machine import Machine
+from shrink.schemas import MAX_CPUS
 
 __all__ = ["CpuInfo", "discover", "format_cpulist", "load_machine", "parse_cpulist"]
 
@@ -56,6 +57,12 @@ def parse_cpulist(text: str) -> tuple[int, ...]:
         hi = int(m.group(2)) if m.group(2) is not None else lo
         if hi < lo:
             raise TopologyError(f"CPU list == {text!r}: range {part} runs backwards.")
+        if hi >= MAX_CPUS:
+            # 0-99999999999999999999 was a set of 1e20 CPUs: MemoryError, exit 70.
+            raise TopologyError(
+                f"CPU list == {text!r}: CPU {hi} is past the most a machine may have "
+                f"({MAX_CPUS:,}: CPUs 0-{MAX_CPUS - 1})."
+            )
         out.update(range(lo, hi + 1))
     return tuple(sorted(out))
 

@@ -43,6 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from shrink import files
 from shrink._version import __version__
 from shrink.atomic import atomic_file
 from shrink.errors import TraceFormatError
@@ -361,8 +362,7 @@ class Trace:
 
 def _read_table(path: Path, what: str) -> pa.Table:
     """A Parquet file as a table; anything pyarrow cannot read is one line naming the file."""
-    if path.is_dir():
-        raise TraceFormatError(f"is a directory, not a Parquet {what}", path=path)
+    files.seekable_file(path, what=what)
     try:
         table = pq.read_table(path)
         # Parquet does not promise valid UTF-8 in string columns; a bad byte would

@@ -81,7 +81,9 @@ REALTIME_HELP = (
     "when the generator is pinned to CPUs the server does not use, else normal scheduling. "
     "0: normal scheduling."
 )
-_Realtime = Annotated[int | None, typer.Option("--realtime", help=REALTIME_HELP)]
+# SCHED_FIFO priorities are 1-99 on Linux: 100 was EINVAL in every engine process,
+# -1 meant normal scheduling silently, 1e20 overflowed sched_param.
+_Realtime = Annotated[int | None, typer.Option("--realtime", min=0, max=99, help=REALTIME_HELP)]
 _EngineOpt = Annotated[
     str,
     typer.Option(

@@ -130,10 +130,13 @@ def calibrate(
 
     with cli_errors():
         output_path(output)
+        # Checked with or without curves: mean=5min went unnoticed with none.
+        with as_option("--thresholds"):
+            thr = parse_thresholds(stat_thresholds(thresholds))
         if curves:
             loaded = [LoadCurve.read_json(p) for p in curves]
             m = Machine.read_toml(machine) if machine else None
-            model = fit_curves(loaded, parse_thresholds(stat_thresholds(thresholds)), machine=m)
+            model = fit_curves(loaded, thr, machine=m)
         else:
             model = fit_published()
         if output:

@@ -86,7 +86,7 @@ def mat_cmd(
     the command exits with status 99 (as k6 does when a threshold fails).
     """
     from shrink.loadcurve import LoadCurve
-    from shrink.mat import mat
+    from shrink.mat import check_class, mat
     from shrink.replay.adaptive import refine
 
     with cli_errors():
@@ -97,6 +97,8 @@ def mat_cmd(
         if adaptive and (trace is None or not target):
             raise ParameterError("--adaptive needs --trace and --target to run more levels.")
         lc = LoadCurve.read_json(curve)
+        with as_option("--cls"):
+            check_class(lc, cls)
         added: list[float] = []
         if adaptive:
             from shrink.trace import Trace

@@ -50,6 +50,9 @@ ParamOpt = Annotated[
     typer.Option("--param", help="Override a simulator parameter: NAME=VALUE (repeatable)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+# The engine holds about 1 KB of Python objects per request of a run (500,000 took
+# 550 MB): 1e8 was a MemoryError (exit 70) in the first, pilot, run.
+MAX_SIM_REQUESTS = 2_000_000
 
 
 def _params(items: list[str] | None) -> Any:
@@ -63,6 +66,9 @@ def _params(items: list[str] | None) -> Any:
         k, v = (x.strip() for x in item.split("=", 1))
         cur = getattr(p, k, None)
         if isinstance(cur, bool):
+            # Any other word was read as false: cross_socket=ture turned the effects off.
+            if v.lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+                raise ParameterError(f"--param {k} == {v!r}, must be true or false.")
             changes[k] = v.lower() in ("1", "true", "yes", "on")
         elif isinstance(cur, float):
             try:
@@ -100,6 +106,13 @@ def _check_cores(machine: Any, counts: list[int], mapping: str) -> list[int]:
     if not counts:
         raise OptionError("--cores", "name at least one core count, e.g. 1,2,4,8")
     check_mapping_names([mapping], "--mapping")
+    if max(counts) < replicas_of(mapping):
+        # Each count would run 1-replica, and the output was labelled with this mapping.
+        raise OptionError(
+            "--mapping",
+            f"mapping {mapping!r} needs at least {replicas_of(mapping):,} cores and the most "
+            f"--cores names is {max(counts)}: it would run at none of them",
+        )
     for n in counts:
         try:
             cpus = compact_cpus(machine, n)
@@ -161,7 +174,10 @@ def scaling_cmd(
     mapping: MappingOpt = "1-replica",
     seed: SeedOpt = 0,
     requests: Annotated[
-        int, typer.Option("--requests", min=1, help="Requests per load level's window.")
+        int,
+        typer.Option(
+            "--requests", min=1, max=MAX_SIM_REQUESTS, help="Requests per load level's window."
+        ),
     ] = 100_000,
     thresholds: Annotated[
         str | None,
@@ -222,7 +238,7 @@ def mappings_cmd(
     ] = "1-replica,2-replica-direct,2-replica-indirect",
     seed: SeedOpt = 0,
     requests: Annotated[
-        int, typer.Option("--requests", min=1, help="Requests per level.")
+        int, typer.Option("--requests", min=1, max=MAX_SIM_REQUESTS, help="Requests per level.")
     ] = 60_000,
     thresholds: Annotated[
         str | None,
@@ -243,7 +259,10 @@ def mappings_cmd(
         from shrink.mat import mat_text
         from shrink.sim.scaling import MatSearch, compare_mappings
 
-        names = [x.strip() for x in mappings.split(",") if x.strip()]
+        # Each mapping once, in order; none at all was an IndexError after the search.
+        names = list(dict.fromkeys(x.strip() for x in mappings.split(",") if x.strip()))
+        if not names:
+            raise OptionError("--mappings", "name at least one mapping, e.g. 1-replica")
         m = Machine.read_toml(machine)
         check_mappings(names, m, m.all_cpus)
         with as_option("--thresholds"):

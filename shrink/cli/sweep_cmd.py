@@ -48,6 +48,12 @@ def _levels(text: str) -> list[float]:
         raise OptionError("--levels", f"{text!r}: must be numbers separated by commas") from None
     if not out or not all(math.isfinite(x) and x > 0 for x in out):
         raise OptionError("--levels", f"{text!r}: must name at least one level, each > 0")
+    twice = sorted({x for x in out if out.count(x) > 1})
+    if twice:
+        # The curve held two levels of one value, each with its own repetitions.
+        raise OptionError(
+            "--levels", f"{text!r} names level {twice[0]:g} twice; use --reps to repeat a level"
+        )
     return out
 
 

@@ -91,7 +91,9 @@ def _kernel_config() -> str:
 def choose_period_us(fraction: float, n_cpus: int, *, tick_us: int | None = None) -> int:
     """Shortest CFS period (us, multiple of 100) whose quota is >= 1 ms and >= one tick."""
     tick = scheduler_tick_us() if tick_us is None else tick_us
-    need = max(MIN_QUOTA_US, tick) / (fraction * n_cpus)
+    # Past twice the longest period only "too long" matters: a share of 1e-320 needed inf,
+    # which math.ceil refused (OverflowError, exit 70).
+    need = min(max(MIN_QUOTA_US, tick) / (fraction * n_cpus), 2.0 * MAX_PERIOD_US)
     period = max(MIN_QUOTA_US, math.ceil(need / 100 - 1e-9) * 100)
     if period > MAX_PERIOD_US and fraction * n_cpus * MAX_PERIOD_US >= MIN_QUOTA_US:
         period = MAX_PERIOD_US  # under a tick, but the longest period the kernel allows

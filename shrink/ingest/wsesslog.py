@@ -68,10 +68,10 @@ import pyarrow as pa
 from shrink.atomic import write_bytes
 from shrink.checks import check_rate, check_scalar
 from shrink.classify import Classifier
-from shrink.errors import TraceFormatError
+from shrink.errors import ParameterError, TraceFormatError
 from shrink.ingest._columns import Columns, Distinct, classify_paths, release
 from shrink.ingest._io import MAX_LINE, LineBatch, decode_line, line_batches
-from shrink.trace import Trace
+from shrink.trace import MAX_SECONDS, Trace
 
 __all__ = ["METHODS", "read_wsesslog", "write_wsesslog"]
 
@@ -139,6 +139,13 @@ class _Sessions:
             self._close_burst()
         else:
             self.t = self.session / self.rate
+            if self.t > MAX_SECONDS:
+                # The option's fault, not the file's: it was "row 8: t == inf" (rate 1e-320).
+                raise ParameterError(
+                    f"session_rate == {self.rate:g} starts session {self.session} at "
+                    f"{self.t:.3g} s, past the {MAX_SECONDS:.0f} s (a century) a trace may "
+                    "span; raise it."
+                )
         self.count += 1
         self.burst += 1
         self.think = self.think_default

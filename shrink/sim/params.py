@@ -53,6 +53,16 @@ FITTED = {
 """How the fitted defaults were obtained (bench/calibrate_sim.py), and what they gave."""
 
 
+# The largest value of each kind the engine computes with in floats: far past any
+# machine's (1000 s of CPU a request, a second of memory latency), short of overflow.
+_HIGH = {"us": 1e9, "ns": 1e9, "mib": 1e9, "ghz": 1e3, "refs": 1e12, "fraction": 100.0}
+
+
+def _unit(name: str) -> str:
+    tail = name.rsplit("_", 1)[-1]
+    return tail if tail in _HIGH else "fraction"  # cv, sharing, contention
+
+
 @dataclass(frozen=True)
 class SimParams:
     """Physically named parameters of the simulated server (see the module docstring)."""
@@ -157,10 +167,20 @@ class SimParams:
     def __post_init__(self) -> None:
         for f in fields(self):
             v = getattr(self, f.name)
-            if isinstance(v, float) and not (v >= 0.0):
-                raise ParameterError(f"{f.name} == {v!r}, must be in [0, inf).")
+            if isinstance(v, float) and not (0.0 <= v <= _HIGH[_unit(f.name)]):
+                # inf passed a bare v >= 0: the engine divided by it (exit 70) or wrote NaN.
+                raise ParameterError(
+                    f"{f.name} == {v!r}, must be in [0, {_HIGH[_unit(f.name)]:g}]."
+                )
+        dearer = min(self.llc_remote_ns, self.mem_local_ns, self.mem_remote_ns)
+        if self.llc_local_ns > dearer:
+            # The model charges each slower level's difference from it: negative latencies.
+            raise ParameterError(
+                f"llc_local_ns == {self.llc_local_ns:g}, must be at most llc_remote_ns, "
+                f"mem_local_ns and mem_remote_ns (the least is {dearer:g})."
+            )
         if self.reference_ghz <= 0:
-            raise ParameterError(f"reference_ghz == {self.reference_ghz:g}, must be in (0, inf).")
+            raise ParameterError(f"reference_ghz == {self.reference_ghz:g}, must be in (0, 1000].")
         if self.accept_policy not in ACCEPT_POLICIES:
             raise ParameterError(
                 f"accept_policy == {self.accept_policy!r}, must be one of "

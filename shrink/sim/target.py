@@ -46,6 +46,10 @@ _SALT = 0x5131  # keeps the simulator's random streams apart from other seeded u
 # results stay what they were; a live sweep's LiveTarget starts warm: pass
 # warm_start=True to replay exactly its schedule.
 WARM_START = False
+# The engine holds about 1 KB of Python objects a request (500,000 took 550 MB), far
+# more than the live engine the schedule's own limit is for: past this a run is
+# refused before it is planned (--duration 1e6s planned 49 million, a MemoryError).
+MAX_SIM_REQUESTS = 10_000_000
 
 
 @dataclass
@@ -203,6 +207,14 @@ class SimTarget:
         sched = build_schedule(
             b.trace, rate_factor, horizon, mode=b.mode, warm_start=self.warm_start
         )
+        planned = sched.copies * len(b.trace)
+        if sched.copies > 1 and planned > MAX_SIM_REQUESTS:
+            raise ParameterError(
+                f"rate factor {rate_factor:g} over {horizon:g} s repeats the trace's "
+                f"{len(b.trace):,} requests {sched.copies:,} times, more than the "
+                f"{MAX_SIM_REQUESTS:,} requests a simulated run may hold; shorten the "
+                "window or lower the level."
+            )
         sp = schedule_arrays(sched)
         if sp.sess_start.size == 0:
             raise ParameterError("no session starts inside the horizon")

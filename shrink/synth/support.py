@@ -66,6 +66,8 @@ __all__ = [
 # Download directories grow with the users (dirscaling): 1e11 users was 6e8 of them,
 # built before a single session was drawn.
 MAX_USERS = 1_000_000
+# SPEC's own dirscaling (0.25) at MAX_USERS; each directory holds 16 files.
+MAX_DIRS = 250_000
 
 
 @dataclass(frozen=True, eq=False)
@@ -116,7 +118,14 @@ def build_site(params: SupportParams, users: int) -> SupportSite:
     users = check_int(users, "users", low=1, high=MAX_USERS)
     rng = np.random.default_rng(np.random.SeedSequence([params.site_seed, 0x5E7]))
     n_ids = params.ids_per_page
-    n_dirs = max(1, round(params.dirscaling * users))
+    dirs = params.dirscaling * users
+    if not dirs <= MAX_DIRS:
+        # Each directory is 16 paths held in memory: bounded as the users are.
+        raise ParameterError(
+            f"dirscaling == {params.dirscaling:g} for {users:,} users makes {dirs:.3g} "
+            f"download directories, more than the {MAX_DIRS:,} a site may hold."
+        )
+    n_dirs = max(1, round(dirs))
     paths: list[str] = []
     nbytes: list[np.ndarray] = []
     work: list[np.ndarray] = []

@@ -28,6 +28,11 @@ __all__ = [
     "visits_per_session",
 ]
 
+# The page script's own caps (SHRINK_MAX_WORK, SHRINK_MAX_MEM_KIB in php/_work.php):
+# past them the server does less than the trace says (past 18 digits, none at all).
+MAX_WORK_US = 10_000_000
+MAX_MEM_KIB = 65_536
+
 #: Dynamic page types, in the order of every per-page table below.
 PAGES: tuple[str, ...] = ("index", "search", "catalog", "product", "fileCatalog", "file")
 #: Markov-chain states: the pages, then ``download`` (a large static file, no images).
@@ -184,7 +189,8 @@ class SupportParams:
         check_positive(self.dirscaling, "dirscaling")
         check_positive(self.zipf_exponent, "zipf_exponent")
         if self.max_download_bytes is not None:
-            check_int(self.max_download_bytes, "max_download_bytes", low=1)
+            # Sizes are int64 (numpy, Parquet): a cap past 1 EB is no cap, and 1e20 overflowed.
+            check_int(self.max_download_bytes, "max_download_bytes", low=1, high=10**18)
         lo, hi = self.image_bytes
         if not 0 < lo <= hi < 10_000:
             raise ParameterError(
@@ -205,8 +211,8 @@ class SupportParams:
                 )
         for page in PAGES:
             check_scalar(self.image_weight[page], f"image_weight[{page}]", low=0.0)
-            check_scalar(self.work_us[page], f"work_us[{page}]", low=0.0)
-            check_scalar(self.mem_kib[page], f"mem_kib[{page}]", low=1.0)
+            check_scalar(self.work_us[page], f"work_us[{page}]", low=0.0, high=MAX_WORK_US)
+            check_scalar(self.mem_kib[page], f"mem_kib[{page}]", low=1.0, high=MAX_MEM_KIB)
         if set(self.transitions) != set(STATES):
             raise ParameterError(
                 f"transitions keys == {sorted(self.transitions)}, must be {sorted(STATES)}."
@@ -251,11 +257,12 @@ class SupportParams:
         for name, target in (("work_us", work_us), ("mem_kib", mem_kib)):
             if target is None:
                 continue
-            target = check_scalar(target, f"dynamic {name}", low=0.0 if name == "work_us" else 1.0)
+            low, high = (0.0, MAX_WORK_US) if name == "work_us" else (1.0, MAX_MEM_KIB)
+            target = check_scalar(target, f"dynamic {name}", low=low, high=high)
             values = self.page_weights(name)
             mean = float(share @ values)
             factor = target / mean if mean > 0 else 0.0
-            changes[name] = {p: float(v * factor) for p, v in zip(PAGES, values, strict=True)}
+            changes[name] = {p: float(v) * factor for p, v in zip(PAGES, values, strict=True)}
         return replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -294,7 +301,8 @@ def images_per_page(params: SupportParams) -> np.ndarray:
     visits = visits_per_session(params)
     v_page, v_dl = visits[: len(PAGES)], visits[DOWNLOAD]
     weight = params.page_weights("image_weight")
-    needed = v_page.sum() / params.dynamic_fraction - v_page.sum() - v_dl
+    # Python floats: a tiny fraction overflows to inf without numpy's warning line.
+    needed = float(v_page.sum()) / params.dynamic_fraction - float(v_page.sum() + v_dl)
     if needed < 0:
         most = v_page.sum() / (v_page.sum() + v_dl)
         raise ParameterError(
@@ -304,11 +312,17 @@ def images_per_page(params: SupportParams) -> np.ndarray:
     base = float(v_page @ weight)
     if needed > 0 and base == 0:
         raise ParameterError("image_weight == 0 for every visited page, cannot add images.")
-    m = weight * (needed / base if base > 0 else 0.0)
-    if np.ceil(m).max() > params.n_images:
+    with np.errstate(over="ignore", invalid="ignore"):
+        m = weight * (needed / base if base > 0 else 0.0)
+    least = float(np.ceil(m).max())
+    if not least <= params.n_images:
+        # A fraction near 0 (1e-320) asks for an overflowing count of images: say so.
         raise ParameterError(
-            f"n_images == {params.n_images}, must be at least {int(np.ceil(m).max())} "
+            f"n_images == {params.n_images}, must be at least {int(least)} "
             f"for dynamic_fraction {params.dynamic_fraction:g}."
+            if least < 1e9
+            else f"dynamic_fraction == {params.dynamic_fraction:g}, too small: a page "
+            f"would need over a billion images (n_images == {params.n_images})."
         )
     # Check the calibration: the closed form must give back the parameter.
     share = v_page.sum() / (v_page @ (1.0 + m) + v_dl)
