@@ -42,15 +42,15 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Field
 
 from extrapolate.queueing import Network, Station
 from shrink import files
 from shrink.checks import check_fraction, check_scalar
 from shrink.errors import TopologyError
-from shrink.machine import Machine
+from shrink.machine import MIN_LLC_MIB, Machine
 from shrink.mapping import Mapping, build_mapping, remote_nic_probability
 from shrink.schemas import Fraction, Name, NonNeg, Positive, Stat, Text
 
@@ -67,8 +67,14 @@ __all__ = [
 
 
 # Parameters the model divides by: 0 in a calibration file was a ZeroDivisionError or an
-# overflow deep in whatif and extrapolate (exit 70), so they must be positive.
-_DIVISORS = ("demand_static", "demand_dynamic", "llc_ref_mib")
+# overflow deep in whatif and extrapolate (exit 70), so they must be positive, and not
+# vanishingly so: a demand of 1e-320 s overflowed the interval's exp (exit 70). No
+# request costs less than a nanosecond, and a cache is at least a KiB (as a machine's).
+MIN_DEMAND_S = 1e-9
+_DIVISORS = {"demand_static": MIN_DEMAND_S, "demand_dynamic": MIN_DEMAND_S,
+             "llc_ref_mib": MIN_LLC_MIB}  # fmt: skip
+Demand = Annotated[float, Field(allow_inf_nan=False, ge=MIN_DEMAND_S, le=1e15)]
+CacheMiB = Annotated[float, Field(allow_inf_nan=False, ge=MIN_LLC_MIB, le=1e6)]
 
 
 @dataclass(frozen=True)
@@ -80,8 +86,8 @@ class Physics(files.FileFormat):
 
     __pydantic_config__ = ConfigDict(extra="forbid")
 
-    demand_static: Positive = 40e-6  # one core, one socket: CPU s per static request
-    demand_dynamic: Positive = 5e-3  # the same for a dynamic (PHP) request
+    demand_static: Demand = 40e-6  # one core, one socket: CPU s per static request
+    demand_dynamic: Demand = 5e-3  # the same for a dynamic (PHP) request
     usl_sigma: NonNeg = 0.0  # within-socket contention
     usl_kappa: NonNeg = 0.0  # within-socket coherency
     # The dynamic class's own USL (PHP: LLC and memory-bandwidth contention); None: the same
@@ -93,7 +99,7 @@ class Physics(files.FileFormat):
     llc_miss_fraction: Fraction = 0.0  # (c) mu: memory-stall share of D_d at llc_ref_mib
     llc_exponent: NonNeg = 1.0  # miss rate ~ capacity^-beta
     remote_cache_cost: NonNeg = 1.0 / 1.6  # remote-LLC hit / memory access (published)
-    llc_ref_mib: Positive = 12.0  # the LLC a one-socket share's replica sees
+    llc_ref_mib: CacheMiB = 12.0  # the LLC a one-socket share's replica sees
     fixed_latency: NonNeg = 0.0  # load-independent latency added to every response
     queue_tail: NonNeg = 0.0  # p99.9 delay per extra NIC queue serviced by a core
 
@@ -107,7 +113,7 @@ class Physics(files.FileFormat):
             if f.name == "llc_miss_fraction":
                 check_fraction(v, f.name)
             elif f.name in _DIVISORS:
-                check_scalar(v, f.name, low=0.0, closed="right")
+                check_scalar(v, f.name, low=_DIVISORS[f.name])
             else:
                 check_scalar(v, f.name, low=0.0)
 

@@ -362,9 +362,13 @@ def test_a_port_past_65535_is_refused_before_anything_starts(
     assert r.exit_code == 2 and "'--port'" in r.output, r.output
 
 
+@pytest.mark.parametrize("value", [0, 1e-320])
 @pytest.mark.parametrize("name", ["demand_static", "demand_dynamic", "llc_ref_mib"])
-def test_a_calibration_with_a_zero_divisor_is_refused_by_name(tmp_path: Path, name: str) -> None:
-    # 0 passed the file's bounds and was a ZeroDivisionError or an overflow later: exit 70.
+def test_a_calibration_with_a_zero_divisor_is_refused_by_name(
+    tmp_path: Path, name: str, value: float
+) -> None:
+    # 0 passed the file's bounds and was a ZeroDivisionError or an overflow later: exit 70;
+    # 1e-320 passed "positive" and overflowed the interval's exp.
     import json
 
     from typer.testing import CliRunner
@@ -375,12 +379,12 @@ def test_a_calibration_with_a_zero_divisor_is_refused_by_name(tmp_path: Path, na
     cal = tmp_path / "cal.json"
     assert CliRunner().invoke(app, ["calibrate", "-o", str(cal)]).exit_code == 0
     doc = json.loads(cal.read_text())
-    doc["physics"][name] = 0
+    doc["physics"][name] = value
     cal.write_text(json.dumps(doc))
     args = ["whatif", "--machine", spec, "--workload", "support", "--no-sweep"]
     r = CliRunner().invoke(app, [*args, "--calibration", str(cal)])
     assert r.exit_code == 1, r.output
-    assert f"cal.json: physics.{name}: Input should be greater than 0" in r.output
+    assert f"cal.json: physics.{name}: Input should be greater than or equal to" in r.output
 
 
 @pytest.mark.parametrize("command", [["sim", "sweep", "--levels", "1"], ["sweep", "--levels", "1"]])
