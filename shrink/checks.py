@@ -51,8 +51,15 @@ def check_scalar(
     below = low is not None and (v < low or (v == low and closed in ("neither", "right")))
     above = high is not None and (v > high or (v == high and closed in ("neither", "left")))
     if below or above:
-        raise ParameterError(f"{name} == {v:g}, must be in {_interval(low, high, closed)}.")
+        raise ParameterError(f"{name} == {_shown(v)}, must be in {_interval(low, high, closed)}.")
     return v
+
+
+def _shown(v: float) -> str:
+    """``v`` short where that is exact, else every digit: 1.0000001 refused as "alpha
+    == 1, must be in (0, 1]" read as a contradiction."""
+    short = f"{v:g}"
+    return short if float(short) == v else repr(v)
 
 
 def check_alpha(alpha: object, name: str = "alpha") -> float:

@@ -396,3 +396,13 @@ def test_parquet_strings_that_are_not_utf8(tmp_path: Path) -> None:
     p.write_bytes(bytes(data))
     with pytest.raises(TraceFormatError, match="Invalid UTF8"):
         Trace.read_parquet(p)
+
+
+def test_a_refused_value_is_shown_with_the_digits_that_refuse_it() -> None:
+    # 1.0000001 was shown as 1 ("alpha == 1, must be in (0, 1]"), which reads as a contradiction.
+    from shrink.checks import check_alpha
+
+    with pytest.raises(ParameterError, match=r"^alpha == 1\.0000001, must be in \(0, 1\]"):
+        check_alpha(1.0000001)
+    with pytest.raises(ParameterError, match=r"^alpha == 1\.5, must be in \(0, 1\]"):
+        check_alpha(1.5)
