@@ -359,3 +359,13 @@ def test_a_machine_spec_with_a_vanishing_cache_or_clock_is_refused(
         Machine.read_toml(spec)
     spec.write_text('name = "x"\nsockets = 1\ncores_per_socket = 2\nllc_mib = 0.0\nghz = 0.8\n')
     assert Machine.read_toml(spec).llc_mib == 0.0
+
+
+def test_predict_bounds_its_levels() -> None:
+    # --max-levels 99999999999999999999 was accepted.
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    r = CliRunner().invoke(app, ["predict", "t.parquet", "-o", "out", "--max-levels", "1001"])
+    assert r.exit_code == 2 and "--max-levels" in r.output and "1000" in r.output, r.output

@@ -315,7 +315,7 @@ def _check_options(
         check_int(reps, "reps", low=1, high=MAX_REPS)
     with as_option("--max-levels"):
         # a MAT is read between two levels: the probe and one more at least
-        check_int(max_levels, "max levels", low=2)
+        check_int(max_levels, "max levels", low=2, high=1000)  # each level runs seconds
     if target != "testbed" and not target.startswith("sim:"):
         raise OptionError("--target", f"{target!r}; accepted: testbed or sim:SPEC.toml")
     if target.startswith("sim:"):
