@@ -47,6 +47,7 @@ __all__ = [
     "read_json",
     "read_text",
     "read_toml",
+    "regular_file",
     "seekable_file",
     "validate",
 ]
@@ -99,9 +100,10 @@ def check_output(path: str | Path, *, kind: str = "file", what: str = "output") 
     return path
 
 
-def seekable_file(path: str | Path, *, what: str) -> Path:
-    """``path`` if it names a regular file (a Parquet file is read by seeking); a
-    one-line :class:`TraceFormatError` naming it if not. ``stat`` neither opens nor blocks."""
+def regular_file(path: str | Path, *, kind: str, reason: str) -> Path:
+    """``path`` if it names a regular file; a one-line :class:`TraceFormatError` naming it
+    if not: ``is a directory, not KIND``, or ``not a regular file ...: REASON``.
+    ``stat`` neither opens nor blocks (a FIFO's ``open`` waits for a writer)."""
     path = Path(path)
     try:
         mode = os.stat(path).st_mode
@@ -110,15 +112,21 @@ def seekable_file(path: str | Path, *, what: str) -> Path:
     except OSError as exc:
         raise TraceFormatError(f"cannot read ({exc.strerror or exc})", path=path) from None
     if stat.S_ISDIR(mode):
-        raise TraceFormatError(f"is a directory, not a Parquet {what}", path=path)
+        raise TraceFormatError(f"is a directory, not {kind}", path=path)
     if not stat.S_ISREG(mode):
-        # pyarrow called a FIFO or /dev/null "no such file".
         raise TraceFormatError(
-            f"not a regular file (a pipe, socket or device): a Parquet {what} is read "
-            "by seeking, so save it to a file first",
+            f"not a regular file (a pipe, socket or device): {reason}, so save it to a file first",
             path=path,
         )
     return path
+
+
+def seekable_file(path: str | Path, *, what: str) -> Path:
+    """``path`` if it names a regular file: a Parquet file is read by seeking (pyarrow
+    called a FIFO or /dev/null "no such file")."""
+    return regular_file(
+        path, kind=f"a Parquet {what}", reason=f"a Parquet {what} is read by seeking"
+    )
 
 
 def read_text(path: str | Path, *, what: str = "file", max_bytes: int = MAX_BYTES) -> str:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import gzip
-import os
-import stat
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from shrink import files
 from shrink.errors import TraceFormatError
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -70,24 +69,8 @@ def regular_file(path: str | Path) -> Path:
     Every reader reads a trace more than once (its head to tell the format, then the
     whole), which a pipe or a device cannot give: a FIFO would block until a writer
     came and then lose its first bytes to the format check, and /dev/zero never ends.
-    ``stat`` neither opens nor blocks.
     """
-    path = Path(path)
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        raise TraceFormatError("no such file", path=path) from None
-    except OSError as exc:
-        raise TraceFormatError(f"cannot read ({exc.strerror or exc})", path=path) from None
-    if stat.S_ISDIR(mode):
-        raise TraceFormatError("is a directory, not a trace file", path=path)
-    if not stat.S_ISREG(mode):
-        raise TraceFormatError(
-            "not a regular file (a pipe, socket or device): a trace is read more than "
-            "once, so save it to a file first",
-            path=path,
-        )
-    return path
+    return files.regular_file(path, kind="a trace file", reason="a trace is read more than once")
 
 
 def _too_long(path: Path, line: int, max_line: int) -> TraceFormatError:
