@@ -369,3 +369,22 @@ def test_predict_bounds_its_levels() -> None:
 
     r = CliRunner().invoke(app, ["predict", "t.parquet", "-o", "out", "--max-levels", "1001"])
     assert r.exit_code == 2 and "--max-levels" in r.output and "1000" in r.output, r.output
+
+
+@pytest.mark.parametrize("command", ["predict", "sweep"])
+def test_a_lag_limit_is_a_latency(tmp_path: Path, command: str) -> None:
+    # --lag-limit 5min was accepted: a send lag takes a latency's units, us, ms or s.
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+    from shrink.trace import Trace
+
+    trace = tmp_path / "t.parquet"
+    Trace.from_columns({"session": [1, 2], "t": [0.0, 0.5], "path": ["/a", "/b"]}).write_parquet(
+        trace
+    )
+    args = [command, str(trace), "-o", str(tmp_path / "out"), "--lag-limit", "5min"]
+    if command == "sweep":  # refused before anything is sent (port 9: discard)
+        args += ["--target", "http://127.0.0.1:9/", "--levels", "1"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2 and "--lag-limit" in r.output and "us, ms, s" in r.output, r.output

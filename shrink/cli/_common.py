@@ -162,15 +162,18 @@ def _default(o: Any) -> Any:
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
 
-def parse_duration_option(text: str, name: str, *, zero_ok: bool = False) -> float:
-    """An option's duration in seconds: ``2s``, ``500ms``, ``1m`` (one spelling everywhere).
+def parse_duration_option(
+    text: str, name: str, *, zero_ok: bool = False, units: tuple[str, ...] | None = None
+) -> float:
+    """An option's duration in seconds: ``2s``, ``500ms``, ``1m`` (one spelling everywhere;
+    ``units`` narrows it, as a latency's us, ms or s).
 
     A bad one is a refused option (exit status 2) naming ``--NAME``.
     """
     from shrink.checks import parse_duration
 
     try:
-        return parse_duration(text, name, zero_ok=zero_ok)
+        return parse_duration(text, name, zero_ok=zero_ok, units=units)
     except OptionError:
         raise
     except ParameterError as exc:
@@ -293,3 +296,10 @@ def bounded_mats(mappings: dict[str, Any]) -> list[str]:
             if bound_of(status) is not None:
                 out.append(f"{name} {stat_label(stat)}")
     return out
+
+
+def parse_lag_limit(text: str) -> float:
+    """``--lag-limit``: a send lag, so a latency's units (us, ms, s); 5min was accepted."""
+    from shrink.checks import THRESHOLD_UNITS
+
+    return parse_duration_option(text, "lag limit", units=THRESHOLD_UNITS)

@@ -17,7 +17,7 @@ import typer
 
 from shrink.checks import parse_duration
 from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
-from shrink.cli._common import console
+from shrink.cli._common import console, parse_lag_limit
 from shrink.errors import OptionError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -187,7 +187,7 @@ class EngineOptions:
                 "conn_per_request": self.conn_per_request,
             },
             schedule=ScheduleOptions(self.mode, loop, warm_start),
-            lag_limit=parse_duration(self.lag_limit, "lag limit"),
+            lag_limit=parse_lag_limit(self.lag_limit),
             runlog_dir=runlog_dir,
         )
         note_realtime(target)

@@ -19,6 +19,7 @@ from shrink.cli._common import (
     exit_if_bound,
     output_path,
     parse_duration_option,
+    parse_lag_limit,
     stat_label,
     stat_thresholds,
     threshold_text,
@@ -230,7 +231,7 @@ def predict(
             seed=seed, calibration=calibration, plan=plan, paired_full_run=paired_full_run,
             time_scaling=time_scaling, skip=skip_s, calibrate=calibrate,
         )  # fmt: skip
-        lag = parse_duration_option(lag_limit, "lag limit")
+        lag = parse_lag_limit(lag_limit)
         placement = GeneratorPlacement(gen_cpus, allow_overlap, realtime, lag_limit=lag,
                                        cluster=cluster_spec(cluster, generators))  # fmt: skip
         settings = TargetSettings(target, machine, docroot, cpus, server, placement)

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from shrink.checks import parse_duration
 from shrink.cli._common import (
     cli_errors,
     console,
@@ -18,6 +17,7 @@ from shrink.cli._common import (
     exit_nothing_served,
     output_path,
     parse_duration_option,
+    parse_lag_limit,
     plural,
 )
 from shrink.cli._replay_opts import (
@@ -251,7 +251,7 @@ def _generator_meta(live: EngineOptions, tgt: Any) -> GeneratorMeta:
     return GeneratorMeta(
         routing=live.routing,
         conns_per_session=live.conns,
-        lag_limit=parse_duration(live.lag_limit, "lag limit"),
+        lag_limit=parse_lag_limit(live.lag_limit),
         engine=tgt.describe()["engine"],
     )
 
