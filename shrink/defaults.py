@@ -19,6 +19,7 @@ __all__ = [
     "DURATION",
     "MAX_LEVELS",
     "MAX_REPS",
+    "MOST_LEVELS",
     "REPS",
     "THRESHOLDS",
     "THRESHOLDS_TEXT",
@@ -34,4 +35,6 @@ REPS = 2
 # would replay the same sample.
 MAX_REPS = 1000
 MAX_LEVELS = 10
+# The most levels a curve may ask for: each runs seconds, so more is no budget.
+MOST_LEVELS = 1000
 ALPHA = 0.25

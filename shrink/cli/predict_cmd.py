@@ -26,7 +26,16 @@ from shrink.cli._common import (
 )
 from shrink.cli._progress import line_progress, on_terminal
 from shrink.cli._replay_opts import _GenCpus, _LagLimit, _Overlap, _Realtime
-from shrink.defaults import ALPHA, DURATION, MAX_LEVELS, MAX_REPS, REPS, THRESHOLDS_TEXT, WARMUP
+from shrink.defaults import (
+    ALPHA,
+    DURATION,
+    MAX_LEVELS,
+    MAX_REPS,
+    MOST_LEVELS,
+    REPS,
+    THRESHOLDS_TEXT,
+    WARMUP,
+)
 from shrink.errors import OptionError
 from shrink.jsonout import dumps
 
@@ -316,7 +325,7 @@ def _check_options(
         check_int(reps, "reps", low=1, high=MAX_REPS)
     with as_option("--max-levels"):
         # a MAT is read between two levels: the probe and one more at least
-        check_int(max_levels, "max levels", low=2, high=1000)  # each level runs seconds
+        check_int(max_levels, "max levels", low=2, high=MOST_LEVELS)
     if target != "testbed" and not target.startswith("sim:"):
         raise OptionError("--target", f"{target!r}; accepted: testbed or sim:SPEC.toml")
     if target.startswith("sim:"):

@@ -52,7 +52,7 @@ ParamOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 # The engine holds about 1 KB of Python objects per request of a run (500,000 took
 # 550 MB): 1e8 was a MemoryError (exit 70) in the first, pilot, run.
-MAX_SIM_REQUESTS = 2_000_000
+MAX_WINDOW_REQUESTS = 2_000_000
 
 
 def _params(items: list[str] | None) -> Any:
@@ -176,7 +176,7 @@ def scaling_cmd(
     requests: Annotated[
         int,
         typer.Option(
-            "--requests", min=1, max=MAX_SIM_REQUESTS, help="Requests per load level's window."
+            "--requests", min=1, max=MAX_WINDOW_REQUESTS, help="Requests per load level's window."
         ),
     ] = 100_000,
     thresholds: Annotated[
@@ -238,7 +238,7 @@ def mappings_cmd(
     ] = "1-replica,2-replica-direct,2-replica-indirect",
     seed: SeedOpt = 0,
     requests: Annotated[
-        int, typer.Option("--requests", min=1, max=MAX_SIM_REQUESTS, help="Requests per level.")
+        int, typer.Option("--requests", min=1, max=MAX_WINDOW_REQUESTS, help="Requests per level.")
     ] = 60_000,
     thresholds: Annotated[
         str | None,
