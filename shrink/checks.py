@@ -13,6 +13,7 @@ from numbers import Real
 from shrink.errors import ParameterError
 
 __all__ = [
+    "MAX_SECONDS",
     "check_alpha",
     "check_fraction",
     "check_int",
@@ -32,6 +33,12 @@ def _interval(low: float | None, high: float | None, closed: str) -> str:
     left = "[" if closed in ("both", "left") else "("
     right = "]" if closed in ("both", "right") else ")"
     return f"{left}{lo}, {hi}{right}"
+
+
+# The longest span a time or a duration may have (seconds): a century, past any
+# recording or run, but far below the values (1e300) whose arithmetic loses every
+# digit of a request's time. Traces, schedules and every duration option share it.
+MAX_SECONDS = 100 * 365.25 * 86400.0
 
 
 def check_scalar(
@@ -120,7 +127,11 @@ def parse_duration(
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         if units is not None:
             raise ParameterError(_unit_message(name, text, units))
-        return check_scalar(float(text), name, low=0.0, closed="left" if zero_ok else "neither")
+        return _at_most_a_century(
+            check_scalar(float(text), name, low=0.0, closed="left" if zero_ok else "neither"),
+            name,
+            text,
+        )
     m = _DURATION.match(str(text))
     unit = None if m is None or m.group(2) is None else m.group(2).replace("µ", "u")
     if not m or (unit is not None and unit not in allowed):
@@ -132,7 +143,16 @@ def parse_duration(
     if unit is None and units is not None:
         raise ParameterError(_unit_message(name, text, units))
     seconds = float(m.group(1)) * _UNIT_SECONDS[unit or "s"]
-    return check_scalar(seconds, name, low=0.0, closed="left" if zero_ok else "neither")
+    seconds = check_scalar(seconds, name, low=0.0, closed="left" if zero_ok else "neither")
+    return _at_most_a_century(seconds, name, text)
+
+
+def _at_most_a_century(seconds: float, name: str, text: object) -> float:
+    if seconds > MAX_SECONDS:
+        raise ParameterError(
+            f"{name} == {str(text).strip()!r}, must be at most {MAX_SECONDS:.0f} s (a century)."
+        )
+    return seconds
 
 
 def _unit_message(name: str, text: object, units: tuple[str, ...]) -> str:

@@ -37,9 +37,9 @@ from functools import cached_property
 import numpy as np
 
 from shrink import request_keys
-from shrink.checks import check_positive, check_rate
+from shrink.checks import MAX_SECONDS, check_positive, check_rate
 from shrink.errors import ParameterError
-from shrink.trace import MAX_SECONDS, Trace
+from shrink.trace import Trace
 
 __all__ = [
     "CHUNK",

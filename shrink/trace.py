@@ -46,6 +46,7 @@ import pyarrow.parquet as pq
 from shrink import files
 from shrink._version import __version__
 from shrink.atomic import atomic_file
+from shrink.checks import MAX_SECONDS
 from shrink.errors import TraceFormatError
 from shrink.jsonout import dumps
 from shrink.parquet_meta import meta_of, write_with_meta
@@ -432,11 +433,6 @@ def _typed_columns(table: pa.Table, path: Path) -> pa.Table:
             ) from None
         table = table.set_column(i, pa.field(name, want), cast)
     return table
-
-
-# The latest time a trace may hold (seconds): a century, past any recording, but far
-# below the values (1e300) whose arithmetic loses every digit of a request's time.
-MAX_SECONDS = 100 * 365.25 * 86400.0
 
 
 def check_values(table: pa.Table, path: Path) -> None:

@@ -388,3 +388,15 @@ def test_a_lag_limit_is_a_latency(tmp_path: Path, command: str) -> None:
         args += ["--target", "http://127.0.0.1:9/", "--levels", "1"]
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 2 and "--lag-limit" in r.output and "us, ms, s" in r.output, r.output
+
+
+@pytest.mark.parametrize("text", ["1e308s", "1e308", "6e7m", "3155760001s"])
+def test_a_duration_past_a_century_is_refused_by_the_option(tmp_path: Path, text: str) -> None:
+    # sim sweep --duration 1e308 was accepted and written into the curve as its window.
+    from shrink.checks import MAX_SECONDS, parse_duration
+
+    with pytest.raises(ParameterError, match=r"must be at most 3155760000 s \(a century\)"):
+        parse_duration(text)
+    assert parse_duration(f"{MAX_SECONDS:.0f}s") == MAX_SECONDS
+    code, text = _sim_run(tmp_path, "--duration", text)
+    assert code == 2 and "--duration" in text and "must be at most 3155760000 s" in text, text

@@ -66,12 +66,12 @@ import numpy as np
 import pyarrow as pa
 
 from shrink.atomic import write_bytes
-from shrink.checks import check_rate, check_scalar
+from shrink.checks import MAX_SECONDS, check_rate, check_scalar
 from shrink.classify import Classifier
 from shrink.errors import ParameterError, TraceFormatError
 from shrink.ingest._columns import Columns, Distinct, classify_paths, release
 from shrink.ingest._io import MAX_LINE, LineBatch, decode_line, line_batches
-from shrink.trace import MAX_SECONDS, Trace
+from shrink.trace import Trace
 
 __all__ = ["METHODS", "read_wsesslog", "write_wsesslog"]
 

@@ -15,9 +15,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shrink.checks import check_int, check_positive
+from shrink.checks import MAX_SECONDS, check_int, check_positive
 from shrink.errors import ParameterError
-from shrink.trace import MAX_SECONDS, Trace
+from shrink.trace import Trace
 
 __all__ = ["MAX_REQUESTS", "VocabColumn", "check_size", "trace_from_vocab"]
 
