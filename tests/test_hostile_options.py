@@ -400,3 +400,13 @@ def test_a_duration_past_a_century_is_refused_by_the_option(tmp_path: Path, text
     assert parse_duration(f"{MAX_SECONDS:.0f}s") == MAX_SECONDS
     code, text = _sim_run(tmp_path, "--duration", text)
     assert code == 2 and "--duration" in text and "must be at most 3155760000 s" in text, text
+
+
+def test_an_empty_argument_is_named_not_read_as_the_working_directory() -> None:
+    # "" became the path ".": the error said "`.`: is a directory".
+    r = _shrink("trace", "stats", "")
+    assert r.returncode == 2, r.stderr
+    assert "argument 3 (after stats) is empty: a path or a value was left blank" in r.stderr
+    assert "`.`" not in r.stderr and "Traceback" not in r.stderr
+    r = _shrink("sim", "sweep", "--machine", "", "t.parquet")
+    assert r.returncode == 2 and "argument 4 (after --machine) is empty" in r.stderr, r.stderr

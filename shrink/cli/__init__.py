@@ -34,7 +34,7 @@ from shrink.cli import (
     testbed_cmd,
     trace_cmd,
 )
-from shrink.cli._common import guard_all
+from shrink.cli._common import guard_all, refuse_empty
 from shrink.cli._style import tidy
 
 app = typer.Typer(
@@ -118,4 +118,6 @@ def main(args: list[str] | None = None) -> None:
     """The ``shrink`` command: ``args`` (default: the command line's) run as typer runs them."""
     # SIGTERM and SIGHUP stop a command as Ctrl-C does: what was measured is kept.
     interrupts.install()
-    app_for(sys.argv[1:] if args is None else args)(args=args)
+    argv = sys.argv[1:] if args is None else args
+    refuse_empty(argv)
+    app_for(argv)(args=args)

@@ -70,6 +70,16 @@ def _error_line(text: str) -> None:
     console().print(f"[bold red]error:[/] {line}", highlight=False, soft_wrap=True)
 
 
+def refuse_empty(argv: list[str]) -> None:
+    """Exit 2 on an empty argument: typer reads ``""`` as the path ``.``, and the
+    error then named the working directory, not the blank the user left."""
+    if "" in argv:
+        i = argv.index("")
+        after = f" (after {argv[i - 1]})" if i > 0 else ""
+        _error_line(f"argument {i + 1}{after} is empty: a path or a value was left blank")
+        raise SystemExit(EXIT_USAGE)
+
+
 @contextmanager
 def cli_errors() -> Iterator[None]:
     """Turn shrink's errors into one clear line on stderr and exit code 1."""
