@@ -162,6 +162,8 @@ def run_engine(port: int, rate: float, seconds: float, out: Path | None = None) 
         "errors": float(np.sum(~ok)),
         "lat_p50": float(np.median(log.latencies())) if ok.any() else float("nan"),
         "behind": float(g.behind),
+        # the widest wake-up window the native loop opened (us; nan for Python)
+        "window_us": float(loop.get("window_us_max", float("nan"))),
     }
 
 
@@ -331,11 +333,13 @@ def default_lag(capacity: float | None, rates: list[float], seconds: float, runs
                 lags = [r["lag_p99"] * 1e3 for r in rs]
                 sent = float(np.median([r["sent_p99"] for r in rs])) * 1e3
                 lat = float(np.median([r["lat_p50"] for r in rs])) * 1e3
+                win = " ".join(f"{r['window_us']:.0f}" for r in rs)
                 print(
                     f"  {int(frac * 100)}% ({frac * capacity:,.0f}/s): send-lag p99 ms per run "
                     + " ".join(f"{x:.3f}" for x in lags)
                     + f"; median {float(np.median(lags)):.3f}, max {max(lags):.3f}"
                     f" | sent-lag p99 median {sent:.3f} ms, latency p50 median {lat:.3f} ms"
+                    f" | widest wake-up window per run (us) {win}"
                 )
         finally:
             proc.terminate()

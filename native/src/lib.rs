@@ -4,7 +4,7 @@
 mod engine;
 mod http;
 
-use engine::{mono, Engine, Plan, Rows, N_ERRORS};
+use engine::{batch_rows, mono, Engine, Plan, Rows, N_ERRORS, SWEEP_S};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -50,13 +50,14 @@ fn take_rows<'py>(py: Python<'py>, r: &mut Rows) -> Vec<Bound<'py, PyBytes>> {
         PyBytes::new(py, raw(&r.error)),
         PyBytes::new(py, raw(&r.dispatched)),
     ];
-    *r = Rows::default();
+    r.clear();
     out
 }
 
 /// Replay a schedule (see shrink/replay/native.py for the arguments' meaning).
 ///
-/// Every 100 ms (and at the end) ``on_rows(columns)`` gets the finished rows;
+/// Every 100 ms (and at the end) ``on_rows(columns)`` gets the finished rows (a
+/// call a batch: more than one when this thread fell behind, else one, maybe empty);
 /// it returns True to stop the run (a signal). Returns (requests, pool waits,
 /// interrupted, counts): counts are the loop's turns, the waits that slept, socket
 /// events, timer arms, connects, sends and the widest wake-up window (us).
@@ -134,8 +135,14 @@ fn run(
         tcodes,
         ecodes: ecodes.try_into().unwrap(),
     };
+    let room = batch_rows(&plan);
     let eng = Engine::new(plan, t0).map_err(|e| PyOSError::new_err(e.to_string()))?;
     let shared = Arc::new(Shared::default());
+    shared
+        .spare
+        .lock()
+        .unwrap()
+        .extend((0..SPARES).map(|_| Rows::with_room(room)));
     let sh = shared.clone();
     // The loop runs on its own thread (same CPU and policy, inherited) so that
     // Python's work on the rows (a Parquet flush takes milliseconds) never holds
@@ -149,7 +156,7 @@ fn run(
     let mut result = None;
     loop {
         let finished = py.allow_threads(|| {
-            let until = mono() + 0.1;
+            let until = mono() + SWEEP_S;
             // (a loop thread that panicked never says done: is_finished covers it)
             while mono() < until {
                 if shared.done.load(Ordering::Acquire) || handle.is_finished() {
@@ -170,18 +177,20 @@ fn run(
         }
         // (only a swap under the lock: the loop thread never waits while this
         // thread, which the loop thread preempts, builds the columns)
-        let mut rows = std::mem::take(&mut *shared.rows.lock().unwrap());
-        let cols = take_rows(py, &mut rows);
-        match on_rows.call1(py, (cols,)) {
-            Ok(v) => {
-                if v.extract::<bool>(py).unwrap_or(false) {
-                    shared.stop.store(true, Ordering::Release);
-                }
+        let batches = std::mem::take(&mut *shared.full.lock().unwrap());
+        if batches.is_empty() {
+            let cols = take_rows(py, &mut Rows::default());
+            deliver(py, &on_rows, cols, &shared, &mut pending_err);
+        }
+        for mut batch in batches {
+            let cols = take_rows(py, &mut batch);
+            // The emptied batch goes back to the loop thread, memory and all.
+            let mut spare = shared.spare.lock().unwrap();
+            if spare.len() < SPARES {
+                spare.push(batch);
             }
-            Err(e) => {
-                shared.stop.store(true, Ordering::Release);
-                pending_err.get_or_insert(e);
-            }
+            drop(spare); // (a batch past SPARES is freed here, on this thread)
+            deliver(py, &on_rows, cols, &shared, &mut pending_err);
         }
         if result.is_some() {
             break;
@@ -196,46 +205,71 @@ fn run(
     Ok(out)
 }
 
+/// Hands ``on_rows`` a batch's columns; an error or a True (a signal) stops the run.
+fn deliver(
+    py: Python<'_>,
+    on_rows: &PyObject,
+    cols: Vec<Bound<'_, PyBytes>>,
+    shared: &Shared,
+    pending_err: &mut Option<PyErr>,
+) {
+    match on_rows.call1(py, (cols,)) {
+        Ok(v) => {
+            if v.extract::<bool>(py).unwrap_or(false) {
+                shared.stop.store(true, Ordering::Release);
+            }
+        }
+        Err(e) => {
+            shared.stop.store(true, Ordering::Release);
+            pending_err.get_or_insert(e);
+        }
+    }
+}
+
+/// Emptied batches kept for the loop thread to fill again, at most.
+const SPARES: usize = 4;
+
 #[derive(Default)]
 struct Shared {
-    rows: Mutex<Rows>,
+    /// Batches of finished rows, oldest first, for the Python thread.
+    full: Mutex<Vec<Rows>>,
+    /// Batches the Python thread emptied, their memory kept, for the loop thread.
+    spare: Mutex<Vec<Rows>>,
     stop: AtomicBool,
     done: AtomicBool,
 }
 
-/// Finished rows move to the shared buffer (taken by the Python thread); false
-/// when that thread holds it (`wait` false): the rows stay for the next try.
+/// Finished rows move, whole, to the queue the Python thread takes from; false when
+/// that thread holds the queue (`wait` false): the rows stay for the next try.
+///
+/// The loop thread neither copies rows nor, while the Python thread keeps up,
+/// allocates: a batch appended to one that thread had not yet taken (the columns
+/// grown, copied, new pages faulted in) held up the sends due by 0.2-1.2 ms on a VM,
+/// and a fresh batch's allocation 0.05-0.23 ms. It writes on into a batch made ready
+/// before the run or emptied and given back by the Python thread, else into one
+/// reserved at this batch's size (growing from nothing would copy at every doubling).
 fn hand_over(sh: &Shared, rows: &mut Rows, wait: bool) -> bool {
-    let mut o = if wait {
-        sh.rows.lock().unwrap()
+    if rows.intended.is_empty() {
+        return true;
+    }
+    let mut full = if wait {
+        sh.full.lock().unwrap()
     } else {
-        match sh.rows.try_lock() {
-            Ok(o) => o,
+        match sh.full.try_lock() {
+            Ok(f) => f,
             Err(_) => return false,
         }
     };
-    if o.intended.is_empty() {
-        // The Python thread took the last batch: this one moves whole, by a swap. Copied
-        // into the fresh (empty) buffer it left, a tenth of a second of rows (a megabyte
-        // at 100,000 req/s, with the new pages' faults) held up the sends due meanwhile.
-        // The loop's next rows go into buffers reserved at this batch's size: growing
-        // them from nothing would copy them at every doubling.
-        let n = rows.intended.len();
-        std::mem::swap(&mut *o, rows);
-        rows.reserve(n);
-        return true;
-    }
-    o.intended.append(&mut rows.intended);
-    o.sent.append(&mut rows.sent);
-    o.first_byte.append(&mut rows.first_byte);
-    o.done.append(&mut rows.done);
-    o.status.append(&mut rows.status);
-    o.nbytes.append(&mut rows.nbytes);
-    o.cls.append(&mut rows.cls);
-    o.session.append(&mut rows.session);
-    o.target.append(&mut rows.target);
-    o.error.append(&mut rows.error);
-    o.dispatched.append(&mut rows.dispatched);
+    let n = rows.intended.len();
+    let next = sh
+        .spare
+        .try_lock()
+        .ok()
+        .and_then(|mut s| s.pop())
+        .unwrap_or_default();
+    full.push(std::mem::replace(rows, next));
+    drop(full);
+    rows.reserve(n);
     true
 }
 
@@ -250,7 +284,7 @@ fn engine_thread(mut eng: Engine, sh: &Shared) -> (u64, u64, bool, Vec<u64>) {
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
     eng.preopen();
-    let mut next_sweep = mono() + 0.1;
+    let mut next_sweep = mono() + SWEEP_S;
     loop {
         if sh.stop.load(Ordering::Acquire) && !eng.interrupted {
             eng.interrupt();
@@ -263,7 +297,7 @@ fn engine_thread(mut eng: Engine, sh: &Shared) -> (u64, u64, bool, Vec<u64>) {
             // preempted holding the lock) stalled the loop for tens of ms. Rows
             // it holds then go at the next sweep.
             hand_over(sh, &mut eng.rows, false);
-            next_sweep = mono() + 0.1;
+            next_sweep = mono() + SWEEP_S;
             continue;
         }
         if !eng.turn(left) {
