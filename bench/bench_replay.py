@@ -3,9 +3,10 @@
 The server (lighttpd, one 1 KiB static file) is pinned to CPU 1, the generator
 to CPU 0. wrk (closed loop, one thread) gives the reference request rate per
 generator core; the engine runs open loop at increasing rates, its capacity is
-the highest rate it keeps on schedule (achieved >= 97% of intended and send-lag
-p99 <= 1 ms) in a scan and again in a confirming run, and its send-lag p99 is
-reported at 50%, 80% and 100% of that capacity.
+the highest rate it keeps on schedule (achieved >= 97% of intended, and the p99
+of both the dispatch's lag and the true send's at most 1 ms: the server keeping up)
+in a scan and again in a confirming run, and its send-lag p99 is reported at 50%,
+80% and 100% of that capacity.
 
     python bench/bench_replay.py [--seconds 3] [--no-realtime] [--engine auto|native|python]
                                  [--sessions]
@@ -177,7 +178,11 @@ def _sent_lag_p99(log: Any, window: tuple[float, float]) -> float:
 
 
 def _on_schedule(r: dict[str, float]) -> bool:
-    return r["achieved"] >= 0.97 * r["rate"] and r["lag_p99"] <= 1e-3
+    # The true send too: past the server's capacity the core still hands each request
+    # to the pool on time, but it waits there for a connection the server holds
+    # (sent-lag p99 of 0.2-1 s at 128,000/s against a server that kept 100,000/s),
+    # and 80% of such a "capacity" overloads the server, not the generator.
+    return r["achieved"] >= 0.97 * r["rate"] and max(r["lag_p99"], r["sent_p99"]) <= 1e-3
 
 
 def main() -> None:
@@ -299,11 +304,17 @@ def scan(
         confirm = run_engine(port, cap, seconds)
         if _on_schedule(confirm):
             break
-        print(f"  {cap:,.0f}/s not confirmed (lag p99 {confirm['lag_p99'] * 1e3:.3f} ms)")
+        print(
+            f"  {cap:,.0f}/s not confirmed (dispatch lag p99 {confirm['lag_p99'] * 1e3:.3f} ms, "
+            f"send lag p99 {confirm['sent_p99'] * 1e3:.3f} ms)"
+        )
         kept.pop()
     else:
         cap, cpu_at_cap, confirm = rows[0]["achieved"], rows[0]["cpu"], None
-    print(f"engine capacity (on schedule: >= 97% achieved, lag p99 <= 1 ms): {cap:,.0f}/s")
+    print(
+        f"engine capacity (on schedule: >= 97% achieved, dispatch and send lag p99 <= 1 ms): "
+        f"{cap:,.0f}/s"
+    )
     return cap, cpu_at_cap, confirm
 
 
