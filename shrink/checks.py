@@ -14,6 +14,7 @@ from shrink.errors import ParameterError
 
 __all__ = [
     "MAX_SECONDS",
+    "MIN_WINDOW_S",
     "check_alpha",
     "check_fraction",
     "check_int",
@@ -35,6 +36,10 @@ def _interval(low: float | None, high: float | None, closed: str) -> str:
     return f"{left}{lo}, {hi}{right}"
 
 
+# The shortest measurement window (seconds): a window below float resolution at its
+# start time (2 s + 1e-320 s) was empty, and its throughput divided by zero; no web
+# measurement is shorter than a millisecond.
+MIN_WINDOW_S = 1e-3
 # The longest span a time or a duration may have (seconds): a century, past any
 # recording or run, but far below the values (1e300) whose arithmetic loses every
 # digit of a request's time. Traces, schedules and every duration option share it.
@@ -114,10 +119,12 @@ def parse_duration(
     *,
     units: tuple[str, ...] | None = None,
     zero_ok: bool = False,
+    least: float = 0.0,
 ) -> float:
     """Parse ``"5ms"``, ``"0.5 s"``, ``"2m"`` into seconds (> 0): every command's durations.
 
-    ``zero_ok``: ``0s`` is allowed too (a warm-up may be left out).
+    ``zero_ok``: ``0s`` is allowed too (a warm-up may be left out). ``least``: the
+    shortest a nonzero duration may be (a measurement window: :data:`MIN_WINDOW_S`).
 
     A bare number is seconds, unless ``units`` is given: then the text must name
     one of them (thresholds: ``--threshold 5`` is refused, since 5 could mean 5 ms
@@ -127,11 +134,8 @@ def parse_duration(
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         if units is not None:
             raise ParameterError(_unit_message(name, text, units))
-        return _at_most_a_century(
-            check_scalar(float(text), name, low=0.0, closed="left" if zero_ok else "neither"),
-            name,
-            text,
-        )
+        seconds = check_scalar(float(text), name, low=0.0, closed="left" if zero_ok else "neither")
+        return _within(seconds, name, text, least)
     m = _DURATION.match(str(text))
     unit = None if m is None or m.group(2) is None else m.group(2).replace("µ", "u")
     if not m or (unit is not None and unit not in allowed):
@@ -144,10 +148,15 @@ def parse_duration(
         raise ParameterError(_unit_message(name, text, units))
     seconds = float(m.group(1)) * _UNIT_SECONDS[unit or "s"]
     seconds = check_scalar(seconds, name, low=0.0, closed="left" if zero_ok else "neither")
-    return _at_most_a_century(seconds, name, text)
+    return _within(seconds, name, text, least)
 
 
-def _at_most_a_century(seconds: float, name: str, text: object) -> float:
+def _within(seconds: float, name: str, text: object, least: float) -> float:
+    if 0 < seconds < least:
+        raise ParameterError(
+            f"{name} == {str(text).strip()!r}, must be at least {least * 1e3:g} ms "
+            "(a measurement window)."
+        )
     if seconds > MAX_SECONDS:
         raise ParameterError(
             f"{name} == {str(text).strip()!r}, must be at most {MAX_SECONDS:.0f} s (a century)."

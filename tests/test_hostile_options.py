@@ -410,3 +410,67 @@ def test_an_empty_argument_is_named_not_read_as_the_working_directory() -> None:
     assert "`.`" not in r.stderr and "Traceback" not in r.stderr
     r = _shrink("sim", "sweep", "--machine", "", "t.parquet")
     assert r.returncode == 2 and "argument 4 (after --machine) is empty" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("text", ["1e-320", "0.5ms", "999us"])
+def test_a_window_shorter_than_a_millisecond_is_refused_by_the_option(
+    tmp_path: Path, text: str
+) -> None:
+    # sim run --duration 1e-320 left the window [2 s, 2 s): ZeroDivisionError, exit 70.
+    from shrink.checks import MIN_WINDOW_S, parse_duration
+
+    with pytest.raises(ParameterError, match=r"must be at least 1 ms \(a measurement window\)"):
+        parse_duration(text, least=MIN_WINDOW_S)
+    assert parse_duration("1ms", least=MIN_WINDOW_S) == MIN_WINDOW_S
+    assert parse_duration("0s", zero_ok=True, least=MIN_WINDOW_S) == 0.0
+    code, out = _sim_run(tmp_path, "--duration", text)
+    assert code == 2 and "must be at least 1 ms" in out, out
+
+
+def test_an_empty_measurement_window_is_an_error_not_a_division_by_zero() -> None:
+    from types import SimpleNamespace
+
+    from shrink.measure.stats import level_stats
+
+    with pytest.raises(ParameterError, match=r"the measurement window \[2 s, 2 s\) is empty"):
+        level_stats(SimpleNamespace(runlog=None, window=(2.0, 2.0 + 1e-320)))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [("--duration", "1e-320"), ("--think-mean", "99999999999999999999"), ("--stagger", "1e308")],
+)
+def test_a_support_trace_that_draws_no_session_is_refused(
+    tmp_path: Path, options: tuple[str, str]
+) -> None:
+    # An empty trace was written and the command exited 0.
+    code, text = _synth_support(tmp_path, *options)
+    assert code == 1 and "the parameters drew no request" in text and "seed 0)" in text, text
+    assert "lengthen the duration" in text and not (tmp_path / "s.parquet").exists()
+
+
+def test_a_tcp_trace_that_draws_no_request_is_refused(tmp_path: Path) -> None:
+    # synth tcp --rate 1e-320 wrote an empty trace, exit 0.
+    out = tmp_path / "never.parquet"
+    r = _shrink("synth", "tcp", "--rate", "1e-320", "--duration", "1s", "-o", str(out))
+    assert r.returncode == 1 and "drew no request (1 s, seed 0); raise the rate" in r.stderr
+    assert not out.exists()
+
+
+def test_a_sample_that_keeps_nothing_is_refused_and_not_written(tmp_path: Path) -> None:
+    # sample --alpha 1e-320 wrote an empty trace, exit 0: every later step refused it.
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    code, _ = _synth_support(tmp_path)
+    assert code == 0
+    out = tmp_path / "k.parquet"
+    r = CliRunner().invoke(
+        app, ["sample", str(tmp_path / "s.parquet"), "--alpha", "1e-9", "-o", str(out)]
+    )
+    text = " ".join(r.output.split())
+    assert r.exit_code == 1 and "alpha 1e-09 kept none of its" in text and "raise alpha" in text, (
+        text
+    )
+    assert not out.exists()

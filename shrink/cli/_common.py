@@ -173,7 +173,12 @@ def _default(o: Any) -> Any:
 
 
 def parse_duration_option(
-    text: str, name: str, *, zero_ok: bool = False, units: tuple[str, ...] | None = None
+    text: str,
+    name: str,
+    *,
+    zero_ok: bool = False,
+    units: tuple[str, ...] | None = None,
+    least: float = 0.0,
 ) -> float:
     """An option's duration in seconds: ``2s``, ``500ms``, ``1m`` (one spelling everywhere;
     ``units`` narrows it, as a latency's us, ms or s).
@@ -183,7 +188,7 @@ def parse_duration_option(
     from shrink.checks import parse_duration
 
     try:
-        return parse_duration(text, name, zero_ok=zero_ok, units=units)
+        return parse_duration(text, name, zero_ok=zero_ok, units=units, least=least)
     except OptionError:
         raise
     except ParameterError as exc:

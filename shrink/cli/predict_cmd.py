@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from shrink.checks import MIN_WINDOW_S
 from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
 from shrink.cli._common import (
     as_option,
@@ -292,7 +293,7 @@ def _plan(warmup: str, duration: str, reps: int, max_levels: int, budget: str | 
 
     return AutoPlan(
         warmup=parse_duration_option(warmup, "warmup", zero_ok=True),
-        duration=parse_duration_option(duration, "duration"),
+        duration=parse_duration_option(duration, "duration", least=MIN_WINDOW_S),
         reps=reps,
         max_levels=max_levels,
         budget_s=None if budget is None else parse_duration_option(budget, "budget"),

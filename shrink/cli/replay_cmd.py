@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from shrink import interrupts
-from shrink.checks import check_positive, parse_duration
+from shrink.checks import MIN_WINDOW_S, check_positive, parse_duration
 from shrink.cli import mat_cmd, sweep_cmd
 from shrink.cli._common import cli_errors, echo_json, exit_nothing_served, output_path
 from shrink.cli._replay_opts import (
@@ -68,7 +68,7 @@ def replay(
     with cli_errors():
         output_path(output)
         if rate is not None:
-            seconds = parse_duration(duration or "10s")
+            seconds = parse_duration(duration or "10s", least=MIN_WINDOW_S)
             tr = open_loop_trace(path, rate, seconds, arrival=arrival, seed=seed)
             rf = 1.0
         elif trace is None:
@@ -79,9 +79,9 @@ def replay(
             if duration is None:
                 t = tr.table.column("t").to_numpy()
                 span = float(t.max() - t.min()) if t.size else 0.0
-                seconds = max(span / rf, 1e-3)
+                seconds = max(span / rf, MIN_WINDOW_S)
             else:
-                seconds = parse_duration(duration)
+                seconds = parse_duration(duration, least=MIN_WINDOW_S)
         tgt = live.target(
             target,
             loop=duration is not None and rate is None,

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from shrink.cli._common import cli_errors, console, echo_json, output_path, plural
-from shrink.errors import printable
+from shrink.errors import ParameterError, printable
 
 
 class Level(StrEnum):
@@ -71,6 +71,12 @@ def sample(
         )
         options: dict[str, Any] = {"column": column} if level is Level.stratified else {}
         result = samplers.sample(parent, alpha, seed=seed, level=level.value, **options)
+        if len(result) == 0 and len(parent) > 0:
+            # (an empty trace was written, exit 0: every later step then refused it)
+            raise ParameterError(
+                f"{printable(trace)}: alpha {alpha:g} kept none of its {len(parent):,} "
+                f"requests ({level.value} sampling, seed {seed}); raise alpha."
+            )
         extra: dict[str, Any] = {"balance": balance.value, "keepalive": keepalive}
         if why is not None:
             extra["forced"] = why

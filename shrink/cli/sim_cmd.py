@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
+from shrink.checks import MIN_WINDOW_S
 from shrink.cli._common import (
     as_option,
     bounded_mats,
@@ -322,7 +323,7 @@ def run_cmd(
             Trace.read_parquet(trace),
             rate_factor=rate_factor,
             warmup=parse_duration_option(warmup, "warmup", zero_ok=True),
-            duration=parse_duration_option(duration, "duration"),
+            duration=parse_duration_option(duration, "duration", least=MIN_WINDOW_S),
             seed=seed,
         )
         res.runlog.write_parquet(output)
@@ -376,7 +377,7 @@ def sweep_cmd(
 
         formats = parse_exports(export)
         w = parse_duration_option(warmup, "warmup", zero_ok=True)
-        d = parse_duration_option(duration, "duration")
+        d = parse_duration_option(duration, "duration", least=MIN_WINDOW_S)
         from shrink.measure import sweep
         from shrink.sim.target import SimTarget
         from shrink.trace import Trace

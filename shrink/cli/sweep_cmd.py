@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from shrink.checks import MIN_WINDOW_S
 from shrink.cli._common import (
     cli_errors,
     console,
@@ -178,7 +179,7 @@ def sweep_cmd(
         # Every option before the trace is read or the target touched.
         lv = _levels(levels)
         w = parse_duration_option(warmup, "warmup", zero_ok=True)
-        d = parse_duration_option(duration, "duration")
+        d = parse_duration_option(duration, "duration", least=MIN_WINDOW_S)
         formats = parse_exports(export)
         tr = Trace.read_parquet(trace)
         tgt = live.target(target, runlog_dir=runlogs)

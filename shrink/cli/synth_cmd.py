@@ -112,6 +112,7 @@ def support(
         trace = synth_support(
             users, seconds, seed=seed, params=params, site=site, stagger_s=stagger
         )
+        _refuse_empty(trace, "lengthen the duration, or shorten --stagger or --think-mean")
         trace.write_parquet(output)
         summary = _summary(trace, output)
         if docroot is not None:
@@ -139,12 +140,26 @@ def tcp(
         output_path(output)
         output_path(docroot, kind="dir", what="--docroot")
         trace = synth_tcp(rate, parse_duration(duration), seed=seed, arrival=arrival)  # type: ignore[arg-type]
+        _refuse_empty(trace, "raise the rate or the duration")
         trace.write_parquet(output)
         summary = _summary(trace, output)
         if docroot is not None:
             summary["docroot"] = tcp_docroot(docroot).to_dict()
             _check_paths(trace, docroot)
     _report(summary, as_json)
+
+
+def _refuse_empty(trace: Any, advice: str) -> None:
+    """An empty draw is the library's answer to too short a trace, but a file of it
+    was useless (exit 0, and every later step refused it): the command says so."""
+    from shrink.errors import ParameterError
+
+    if len(trace) == 0:
+        meta = trace.meta
+        raise ParameterError(
+            f"the parameters drew no request ({meta.get('duration', 0):g} s, seed "
+            f"{meta.get('seed')}); {advice}."
+        )
 
 
 def _check_paths(trace: Any, docroot: Path) -> None:

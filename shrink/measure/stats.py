@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from shrink.errors import ParameterError
 from shrink.loadcurve import LevelStats, LoadCurve, latency_stats
 from shrink.target import RunResult
 
@@ -31,6 +32,8 @@ def level_stats(result: RunResult) -> LevelStats:
     log = result.runlog
     start, end = result.window
     width = end - start
+    if not width > 0:
+        raise ParameterError(f"the measurement window [{start:g} s, {end:g} s) is empty.")
     intended = log.column("intended")
     done = log.column("done")
     cls = log.column("cls")
