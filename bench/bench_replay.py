@@ -165,6 +165,11 @@ def run_engine(port: int, rate: float, seconds: float, out: Path | None = None) 
         "behind": float(g.behind),
         # the widest wake-up window the native loop opened (us; nan for Python)
         "window_us": float(loop.get("window_us_max", float("nan"))),
+        # the loop thread's time waiting on this machine's run queue (ms), and how often
+        # it was switched out against its will: a late run whose thread never waited was
+        # held up below the scheduler (the kernel's work, or the host not running the vCPU)
+        "runq_ms": float(loop.get("runq_wait_us", float("nan"))) / 1e3,
+        "preempted": float(loop.get("preempted", float("nan"))),
     }
 
 
@@ -345,12 +350,14 @@ def default_lag(capacity: float | None, rates: list[float], seconds: float, runs
                 sent = float(np.median([r["sent_p99"] for r in rs])) * 1e3
                 lat = float(np.median([r["lat_p50"] for r in rs])) * 1e3
                 win = " ".join(f"{r['window_us']:.0f}" for r in rs)
+                runq = " ".join(f"{r['runq_ms']:.2f}/{r['preempted']:.0f}" for r in rs)
                 print(
                     f"  {int(frac * 100)}% ({frac * capacity:,.0f}/s): send-lag p99 ms per run "
                     + " ".join(f"{x:.3f}" for x in lags)
                     + f"; median {float(np.median(lags)):.3f}, max {max(lags):.3f}"
                     f" | sent-lag p99 median {sent:.3f} ms, latency p50 median {lat:.3f} ms"
                     f" | widest wake-up window per run (us) {win}"
+                    f" | loop thread's run-queue wait (ms) / involuntary switches per run {runq}"
                 )
         finally:
             proc.terminate()

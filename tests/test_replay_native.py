@@ -372,3 +372,17 @@ def test_native_requests_waiting_for_a_connection_go_in_order(fake):
     assert by_sent.tolist() == sorted(by_sent.tolist())
     lag = log.column("dispatched") - log.column("intended")
     assert np.median(lag) < 5e-3  # a wait for a connection is latency, not send lag
+
+
+@needs_core
+def test_native_reports_its_loop_threads_run_queue_wait(fake):
+    sched = build_schedule(open_loop_trace("/x", 400.0, 0.5), 1.0, 0.5, loop=False)
+    w = RunLogWriter(None)
+    stats = native.run_native(sched, EngineConfig(targets=[fake]), w, handle_signals=False)
+    loop = stats.extra["loop"]
+    assert loop["sends"] == len(w.runlog()) > 150
+    # the thread's own counters over the run, read from /proc: a wait and a count, each
+    # bounded by the run (a field read off by one would be the thread's CPU time, or
+    # its time slices, and a counter not taken as a difference would be the process's)
+    assert 0 <= loop["runq_wait_us"] <= 1e6 * stats.wall
+    assert 0 <= loop["preempted"] <= loop["turns"]

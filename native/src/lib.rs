@@ -60,7 +60,8 @@ fn take_rows<'py>(py: Python<'py>, r: &mut Rows) -> Vec<Bound<'py, PyBytes>> {
 /// call a batch: more than one when this thread fell behind, else one, maybe empty);
 /// it returns True to stop the run (a signal). Returns (requests, pool waits,
 /// interrupted, counts): counts are the loop's turns, the waits that slept, socket
-/// events, timer arms, connects, sends and the widest wake-up window (us).
+/// events, timer arms, connects, sends, the widest wake-up window (us), and the loop
+/// thread's time on a run queue (us) and involuntary context switches over the run.
 #[pyfunction]
 #[pyo3(signature = (
     open, targets, req_bytes, key_of_row, cls_of_row, head_only_of_key, times, route, rows,
@@ -284,6 +285,7 @@ fn engine_thread(mut eng: Engine, sh: &Shared) -> (u64, u64, bool, Vec<u64>) {
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
     eng.preopen();
+    let sched0 = thread_sched();
     let mut next_sweep = mono() + SWEEP_S;
     loop {
         if sh.stop.load(Ordering::Acquire) && !eng.interrupted {
@@ -306,12 +308,33 @@ fn engine_thread(mut eng: Engine, sh: &Shared) -> (u64, u64, bool, Vec<u64>) {
     }
     hand_over(sh, &mut eng.rows, true);
     sh.done.store(true, Ordering::Release);
-    (
-        eng.recorded,
-        eng.pool_waits,
-        eng.interrupted,
-        eng.counts.to_vec(),
-    )
+    let sched1 = thread_sched();
+    let mut counts = eng.counts.to_vec();
+    for i in 0..2 {
+        counts.push(sched1[i].saturating_sub(sched0[i]));
+    }
+    (eng.recorded, eng.pool_waits, eng.interrupted, counts)
+}
+
+/// The calling thread's time waiting on a run queue (us) and its involuntary context
+/// switches, as the kernel counts them (zeros where /proc does not say). A late send
+/// whose loop thread waited on the run queue was held up by another thread of this
+/// machine; one whose thread did not wait was held up below the scheduler: the
+/// kernel's own work, or, on a VM, the host not running the virtual CPU.
+fn thread_sched() -> [u64; 2] {
+    let delay = std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |ns| ns / 1000);
+    let switches = std::fs::read_to_string("/proc/thread-self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("nonvoluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    [delay, switches]
 }
 
 /// Under SCHED_FIFO/RR this thread steps down to SCHED_OTHER for the run, so that
