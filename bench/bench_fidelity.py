@@ -556,6 +556,9 @@ def main(argv: list[str] | None = None) -> int:
             print(interrupted_line(exc, out), file=sys.stderr)
             interrupted = True
     print(report(rows))
+    from fidelity_speed import speed_report
+
+    print(speed_report([(r["config"], Path(r["dir"])) for r in rows if "error" not in r]))
     if args.fit:
         data = fit(rows)
         print(f"wrote {MODEL_ERROR.relative_to(ROOT)}: "
