@@ -208,6 +208,29 @@ def test_selfcheck_on_time_late_and_short():
     assert g.behind and "achieved" in g.reason and g.achieved_rate == pytest.approx(900)
 
 
+def test_a_late_level_says_whether_its_send_thread_waited_for_its_cpu():
+    from types import SimpleNamespace
+
+    from shrink.replay.selfcheck import thread_wait
+
+    t = np.arange(1000) / 1000.0
+    late = _log(t, t + np.where(np.arange(1000) % 50 == 0, 5e-3, 1e-4))
+    held = generator_check(late, (0.0, 1.0), thread_wait=0.0508, realtime=True)
+    assert held.behind and held.thread_wait == 0.0508
+    assert "waited 50.8 ms for its CPU" in held.reason and "normal tasks" in held.reason
+    crowded = generator_check(late, (0.0, 1.0), thread_wait=0.004)
+    assert "other work ran there" in crowded.reason and "SCHED_FIFO" in crowded.reason
+    below = generator_check(late, (0.0, 1.0), thread_wait=0.0004, realtime=True)
+    assert "waited only 0.4 ms" in below.reason and "below the scheduler" in below.reason
+    # unknown (the Python engine): the reason is the lag alone; on time: no reason at all
+    assert generator_check(late, (0.0, 1.0)).reason.endswith("> 1 ms")
+    assert generator_check(_log(t, t + 1e-4), (0.0, 1.0), thread_wait=0.05).reason == ""
+    # the longest wait over the engine's processes, from their counted microseconds
+    stats = [SimpleNamespace(extra={"loop": {"runq_wait_us": us}}) for us in (300, 50800)]
+    assert thread_wait(stats) == pytest.approx(0.0508)
+    assert thread_wait([SimpleNamespace(extra={"engine": "python"})]) is None
+
+
 # --- the engine ------------------------------------------------------------------------------
 def test_wsesslog_semantics_first_alone_then_embedded_over_n_connections(fake):
     paths = ["/p?bytes=100&delay_us=20000"] + [f"/e{i}?bytes=2000&delay_us=10000" for i in range(4)]

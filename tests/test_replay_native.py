@@ -386,3 +386,16 @@ def test_native_reports_its_loop_threads_run_queue_wait(fake):
     # its time slices, and a counter not taken as a difference would be the process's)
     assert 0 <= loop["runq_wait_us"] <= 1e6 * stats.wall
     assert 0 <= loop["preempted"] <= loop["turns"]
+
+
+def test_the_python_engine_reports_its_threads_run_queue_wait(fake, tmp_path: Path):
+    sched = build_schedule(open_loop_trace("/x", 400.0, 0.5), 1.0, 0.5, loop=False)
+    w = RunLogWriter(None)
+    stats = native.run_python(sched, EngineConfig(targets=[fake]), w, handle_signals=False)
+    assert 0 <= stats.extra["loop"]["runq_wait_us"] <= 1e6 * stats.wall
+    # the field read is the wait, not the time on the CPU before it or the slices after
+    fake_stat = tmp_path / "schedstat"
+    fake_stat.write_text("123456789 987654321 42\n")
+    assert native._run_queue_wait(str(fake_stat)) == 987654
+    fake_stat.write_text("")
+    assert native._run_queue_wait(str(fake_stat)) is None

@@ -33,7 +33,7 @@ from shrink.procfs import cpu_seconds, cpu_times, proc_info, steal_times, utiliz
 from shrink.replay.engine import EngineConfig
 from shrink.replay.native import engine_name, select_engine
 from shrink.replay.scaleout import EngineRun, default_realtime, run_engines
-from shrink.replay.selfcheck import LAG_LIMIT, generator_check
+from shrink.replay.selfcheck import LAG_LIMIT, generator_check, thread_wait
 from shrink.runlog import RunLog
 from shrink.schedule import ScheduleOptions
 from shrink.target import GeneratorPlacement, RunResult
@@ -372,6 +372,8 @@ class LiveTarget:
             cpu=engine.cpu_seconds / wall if wall > 0 else None,
             lag_limit=self.lag_limit,
             processes=max(1, len(engine.stats)),
+            thread_wait=thread_wait(engine.stats),
+            realtime=self.realtime > 0,
         )
         self._count_slots(engine.extra.get("generators") or [])
         lost = engine.extra.get("lost_generators") or []

@@ -18,9 +18,19 @@ generator. A request that was never dispatched has an infinite lag.
 
 The generator's CPU (seconds of CPU per wall second, summed over its processes)
 comes from the processes' own counters (:func:`process_cpu_seconds`).
+
+Where the engine says how long its send thread waited on the run queue
+(``thread_wait``), a late level says which of two causes it was: the thread waited at
+least ``lag_limit`` for its CPU (other work of this machine ran there; under
+SCHED_FIFO, the kernel still gives normal tasks up to 50 ms of each second), or it
+never did, and what held the sends was below the scheduler (interrupts, or on a VM
+the host not running the virtual CPU), which no setting of shrink's can win back.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -35,6 +45,7 @@ __all__ = [
     "MIN_REQUESTS",
     "generator_check",
     "process_cpu_seconds",
+    "thread_wait",
 ]
 
 LAG_LIMIT = 1e-3
@@ -52,8 +63,12 @@ def generator_check(
     min_ratio: float = MIN_RATIO,
     processes: int = 1,
     cpu_limit: float = CPU_LIMIT,
+    thread_wait: float | None = None,
+    realtime: bool = False,
 ) -> GeneratorCheck:
-    """Rates and send-lag percentiles over ``window``; ``behind`` per the module's criterion."""
+    """Rates and send-lag percentiles over ``window``; ``behind`` per the module's criterion.
+    ``thread_wait``: the send thread's seconds on the run queue over the run;
+    ``realtime``: whether it ran SCHED_FIFO (the module docstring says what both tell)."""
     start, end = window
     width = end - start
     intended = log.column("intended")
@@ -77,7 +92,10 @@ def generator_check(
     achieved_rate = achieved / width if width > 0 else 0.0
     reasons = []
     if p99 > lag_limit:
-        reasons.append(f"send-lag p99 {p99 * 1e3:.3g} ms > {lag_limit * 1e3:g} ms")
+        reasons.append(
+            f"send-lag p99 {p99 * 1e3:.3g} ms > {lag_limit * 1e3:g} ms"
+            + _held_by(thread_wait, lag_limit, realtime)
+        )
     if n_int >= MIN_REQUESTS and achieved_rate < min_ratio * intended_rate:
         reasons.append(
             f"achieved {achieved_rate:.1f} req/s < {min_ratio:g} x intended {intended_rate:.1f}"
@@ -95,4 +113,35 @@ def generator_check(
         cpu=cpu,
         behind=bool(reasons),
         reason="; ".join(reasons),
+        thread_wait=thread_wait,
+    )
+
+
+def thread_wait(stats: Iterable[Any]) -> float | None:
+    """The longest send-thread wait for its CPU over a run's engine processes, seconds
+    (None where no engine counted it: the Python engine, or an older native core)."""
+    waits = [
+        float(us) / 1e6
+        for st in stats
+        if (us := ((getattr(st, "extra", None) or {}).get("loop") or {}).get("runq_wait_us"))
+        is not None
+    ]
+    return max(waits) if waits else None
+
+
+def _held_by(thread_wait: float | None, lag_limit: float, realtime: bool) -> str:
+    """What held the late sends, from the send thread's wait for its CPU ('' unknown)."""
+    if thread_wait is None:
+        return ""
+    if thread_wait >= lag_limit:
+        how = (
+            "the kernel still runs normal tasks there, up to 50 ms a second: lower the rate "
+            "or give the generator more CPUs"
+            if realtime
+            else "other work ran there: free the generator's CPUs, or run as root for SCHED_FIFO"
+        )
+        return f" (its send thread waited {thread_wait * 1e3:.3g} ms for its CPU: {how})"
+    return (
+        f" (its send thread waited only {thread_wait * 1e3:.3g} ms for its CPU: the delay was "
+        "below the scheduler, interrupts or the host not running this virtual CPU)"
     )
