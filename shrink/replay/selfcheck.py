@@ -134,14 +134,15 @@ def _held_by(thread_wait: float | None, lag_limit: float, realtime: bool) -> str
     if thread_wait is None:
         return ""
     if thread_wait >= lag_limit:
-        how = (
-            "the kernel still runs normal tasks there, up to 50 ms a second: lower the rate "
-            "or give the generator more CPUs"
+        why = (
+            "under SCHED_FIFO the kernel still gives normal tasks up to 50 ms a second "
+            "there; lower the rate or add generator CPUs"
             if realtime
-            else "other work ran there: free the generator's CPUs, or run as root for SCHED_FIFO"
+            else "other work ran there"
         )
-        return f" (its send thread waited {thread_wait * 1e3:.3g} ms for its CPU: {how})"
+        return f" (its send thread waited {thread_wait * 1e3:.3g} ms for its CPU: {why})"
     return (
         f" (its send thread waited only {thread_wait * 1e3:.3g} ms for its CPU: the delay was "
-        "below the scheduler, interrupts or the host not running this virtual CPU)"
+        "below the scheduler, interrupts or the host not running this virtual CPU, which "
+        "no setting here wins back)"
     )
