@@ -40,8 +40,8 @@ class GeneratorCheck:
     cpu: float | None = None  # generator CPU seconds per wall second, summed over its cores
     behind: bool = False
     reason: str = ""
-    # Seconds the send thread waited on this machine's run queue over the run (the
-    # longest over the generator's processes; None: the engine does not say).
+    # The send thread's time on this machine's run queue over the run's time (the most
+    # over the generator's processes; None: the engine does not say).
     thread_wait: float | None = None
 
     def to_dict(self) -> dict[str, Any]:

@@ -214,23 +214,24 @@ def test_a_late_level_says_whether_its_send_thread_waited_for_its_cpu():
     from shrink.replay.selfcheck import thread_wait
 
     t = np.arange(1000) / 1000.0
+    # 2% of the sends 5 ms late: a thread held that long waited at least half of it
     late = _log(t, t + np.where(np.arange(1000) % 50 == 0, 5e-3, 1e-4))
-    held = generator_check(late, (0.0, 1.0), thread_wait=0.0508, realtime=True)
-    assert held.behind and held.thread_wait == 0.0508
-    assert "waited 50.8 ms for its CPU" in held.reason and "normal tasks" in held.reason
-    crowded = generator_check(late, (0.0, 1.0), thread_wait=0.004)
+    held = generator_check(late, (0.0, 1.0), thread_wait=0.015, realtime=True)
+    assert held.behind and held.thread_wait == 0.015
+    assert "waited for its CPU 1.5% of the run: under SCHED_FIFO" in held.reason
+    crowded = generator_check(late, (0.0, 1.0), thread_wait=0.03)
     assert crowded.reason.endswith(
-        "(its send thread waited 4 ms for its CPU: other work ran there)"
+        "(its send thread waited for its CPU 3% of the run: other work ran there)"
     )
-    below = generator_check(late, (0.0, 1.0), thread_wait=0.0004, realtime=True)
-    assert "waited only 0.4 ms" in below.reason and "below the scheduler" in below.reason
-    # unknown (the Python engine): the reason is the lag alone; on time: no reason at all
+    below = generator_check(late, (0.0, 1.0), thread_wait=0.0002, realtime=True)
+    assert "0.02% of the run, 2% of its sends were late: the delay was below" in below.reason
+    # unknown (an older core): the reason is the lag alone; on time: no reason at all
     assert generator_check(late, (0.0, 1.0)).reason.endswith("> 1 ms")
     assert generator_check(_log(t, t + 1e-4), (0.0, 1.0), thread_wait=0.05).reason == ""
-    # the longest wait over the engine's processes, from their counted microseconds
-    stats = [SimpleNamespace(extra={"loop": {"runq_wait_us": us}}) for us in (300, 50800)]
-    assert thread_wait(stats) == pytest.approx(0.0508)
-    assert thread_wait([SimpleNamespace(extra={"engine": "python"})]) is None
+    # the most over the engine's processes, from their counted microseconds and wall time
+    stats = [SimpleNamespace(extra={"loop": {"runq_wait_us": us}}, wall=2.0) for us in (300, 50800)]
+    assert thread_wait(stats) == pytest.approx(0.0254)
+    assert thread_wait([SimpleNamespace(extra={"engine": "python"}, wall=2.0)]) is None
 
 
 # --- the engine ------------------------------------------------------------------------------

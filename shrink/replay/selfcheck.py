@@ -20,11 +20,14 @@ The generator's CPU (seconds of CPU per wall second, summed over its processes)
 comes from the processes' own counters (:func:`process_cpu_seconds`).
 
 Where the engine says how long its send thread waited on the run queue
-(``thread_wait``), a late level says which of two causes it was: the thread waited at
-least ``lag_limit`` for its CPU (other work of this machine ran there; under
-SCHED_FIFO, the kernel still gives normal tasks up to 50 ms of each second), or it
-never did, and what held the sends was below the scheduler (interrupts, or on a VM
-the host not running the virtual CPU), which no setting of shrink's can win back.
+(``thread_wait``, a fraction of the run's time), a late level says which of two
+causes it was. A send is late for as long as the thread waits while sends fall due,
+so a thread that waited at least half as long as its sends were late (the fraction
+of the window's sends later than ``lag_limit``) was held by other work of this
+machine on its CPU (under SCHED_FIFO, the kernel still gives normal tasks up to 50 ms
+of each second). One that waited less, only its wake-ups' worth, was held below the
+scheduler (interrupts, or on a VM the host not running the virtual CPU), which no
+setting of shrink's can win back.
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ def generator_check(
     realtime: bool = False,
 ) -> GeneratorCheck:
     """Rates and send-lag percentiles over ``window``; ``behind`` per the module's criterion.
-    ``thread_wait``: the send thread's seconds on the run queue over the run;
+    ``thread_wait``: the send thread's time on the run queue over the run's time;
     ``realtime``: whether it ran SCHED_FIFO (the module docstring says what both tell)."""
     start, end = window
     width = end - start
@@ -94,7 +97,7 @@ def generator_check(
     if p99 > lag_limit:
         reasons.append(
             f"send-lag p99 {p99 * 1e3:.3g} ms > {lag_limit * 1e3:g} ms"
-            + _held_by(thread_wait, lag_limit, realtime)
+            + _held_by(thread_wait, float(np.mean(lag > lag_limit)), realtime)
         )
     if n_int >= MIN_REQUESTS and achieved_rate < min_ratio * intended_rate:
         reasons.append(
@@ -118,31 +121,34 @@ def generator_check(
 
 
 def thread_wait(stats: Iterable[Any]) -> float | None:
-    """The longest send-thread wait for its CPU over a run's engine processes, seconds
-    (None where no engine counted it: the Python engine, or an older native core)."""
-    waits = [
-        float(us) / 1e6
-        for st in stats
-        if (us := ((getattr(st, "extra", None) or {}).get("loop") or {}).get("runq_wait_us"))
-        is not None
-    ]
+    """The send thread's time waiting for its CPU over its run's time, the most over a
+    run's engine processes (None where no engine counted it: an older native core, or a
+    machine whose /proc does not say)."""
+    waits = []
+    for st in stats:
+        us = ((getattr(st, "extra", None) or {}).get("loop") or {}).get("runq_wait_us")
+        wall = getattr(st, "wall", 0.0)
+        if us is not None and wall > 0:
+            waits.append(float(us) / 1e6 / wall)
     return max(waits) if waits else None
 
 
-def _held_by(thread_wait: float | None, lag_limit: float, realtime: bool) -> str:
-    """What held the late sends, from the send thread's wait for its CPU ('' unknown)."""
-    if thread_wait is None:
+def _held_by(wait: float | None, late: float, realtime: bool) -> str:
+    """What held the late sends (``late``: the fraction of them over the limit), from the
+    send thread's wait for its CPU (a fraction of the run; '' when unknown)."""
+    if wait is None:
         return ""
-    if thread_wait >= lag_limit:
+    facts = f"its send thread waited for its CPU {100 * wait:.2g}% of the run"
+    if wait >= late / 2:
         why = (
             "under SCHED_FIFO the kernel still gives normal tasks up to 50 ms a second "
             "there; lower the rate or add generator CPUs"
             if realtime
             else "other work ran there"
         )
-        return f" (its send thread waited {thread_wait * 1e3:.3g} ms for its CPU: {why})"
+        return f" ({facts}: {why})"
     return (
-        f" (its send thread waited only {thread_wait * 1e3:.3g} ms for its CPU: the delay was "
-        "below the scheduler, interrupts or the host not running this virtual CPU, which "
-        "no setting here wins back)"
+        f" ({facts}, {100 * late:.2g}% of its sends were late: the delay was below the "
+        "scheduler, interrupts or the host not running this virtual CPU, which no setting "
+        "here wins back)"
     )
