@@ -311,29 +311,34 @@ fn engine_thread(mut eng: Engine, sh: &Shared) -> (u64, u64, bool, Vec<u64>) {
     let sched1 = thread_sched();
     let mut counts = eng.counts.to_vec();
     for i in 0..2 {
-        counts.push(sched1[i].saturating_sub(sched0[i]));
+        counts.push(match (sched0[i], sched1[i]) {
+            (Some(a), Some(b)) => b.saturating_sub(a),
+            _ => UNKNOWN,
+        });
     }
     (eng.recorded, eng.pool_waits, eng.interrupted, counts)
 }
 
+/// A count /proc did not give (the Python side drops it).
+const UNKNOWN: u64 = u64::MAX;
+
 /// The calling thread's time waiting on a run queue (us) and its involuntary context
-/// switches, as the kernel counts them (zeros where /proc does not say). A late send
+/// switches, as the kernel counts them (None where /proc does not say). A late send
 /// whose loop thread waited on the run queue was held up by another thread of this
 /// machine; one whose thread did not wait was held up below the scheduler: the
 /// kernel's own work, or, on a VM, the host not running the virtual CPU.
-fn thread_sched() -> [u64; 2] {
+fn thread_sched() -> [Option<u64>; 2] {
     let delay = std::fs::read_to_string("/proc/thread-self/schedstat")
         .ok()
         .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .map_or(0, |ns| ns / 1000);
+        .map(|ns| ns / 1000);
     let switches = std::fs::read_to_string("/proc/thread-self/status")
         .ok()
         .and_then(|s| {
             s.lines()
                 .find_map(|l| l.strip_prefix("nonvoluntary_ctxt_switches:"))
                 .and_then(|v| v.trim().parse::<u64>().ok())
-        })
-        .unwrap_or(0);
+        });
     [delay, switches]
 }
 
