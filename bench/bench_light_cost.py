@@ -15,8 +15,8 @@ CPU read three ways over the same run:
   a tick-accounting kernel it is sampled at the timer tick);
 * ``idle``: the run's wall time less CPU 1's idle time (which a tickless kernel
   counts exactly);
-* ``sched``: the server's processes' own run time from /proc/<pid>/task/*/schedstat,
-  in nanoseconds.
+* ``sched``: the server's processes' own run time (``shrink.procfs.cpu_seconds``: the
+  threads' schedstat, in nanoseconds), as the testbed's ``server_cpu`` reads it.
 
 The reference measured in the same run is the busy runs of the same round: the ratio
 printed is light over busy (1 would be a calibration that reads the busy core). With
@@ -28,7 +28,6 @@ too: only ``sched`` counts).
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import statistics
 import subprocess
@@ -40,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from shrink.procfs import cpu_seconds
 
 ALPHA = 0.25
 CPU = 1
@@ -64,26 +65,13 @@ def _proc_stat() -> tuple[int, int]:
     raise SystemExit(f"no cpu{CPU} in /proc/stat")
 
 
-def _run_time(pids: list[int]) -> float:
-    """The processes' threads' run time, seconds (exact: the scheduler's own count)."""
-    ns = 0
-    for p in pids:
-        for path in glob.glob(f"/proc/{p}/task/*/schedstat"):
-            try:
-                with open(path) as f:
-                    ns += int(f.read().split()[0])
-            except (OSError, ValueError, IndexError):
-                pass  # a thread that ended between the listing and the read
-    return ns / 1e9
-
-
 def _costs(
     run: Callable[..., Any], pids: list[int], *args: Any, **kw: Any
 ) -> dict[str, float] | None:
     hz = os.sysconf("SC_CLK_TCK")
-    (b0, i0), s0, w0 = _proc_stat(), _run_time(pids), time.monotonic()
+    (b0, i0), s0, w0 = _proc_stat(), cpu_seconds(pids), time.monotonic()
     res = run(*args, **kw)
-    (b1, i1), s1, w1 = _proc_stat(), _run_time(pids), time.monotonic()
+    (b1, i1), s1, w1 = _proc_stat(), cpu_seconds(pids), time.monotonic()
     n = int(res.runlog.ok_mask().sum())
     if n == 0:
         return None

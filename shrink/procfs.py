@@ -77,6 +77,16 @@ def _schedstat_seconds(pid: int | str) -> float | None:
     return total / 1e9 if total > 0 else None
 
 
+def run_queue_wait_us(path: str = "/proc/thread-self/schedstat") -> int | None:
+    """The calling thread's time on a run queue so far, us (None where /proc does not say):
+    schedstat's second field (the first is its time on the CPU, the third its slices)."""
+    try:
+        with open(path, encoding="ascii") as fh:
+            return int(fh.read().split()[1]) // 1000
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def process_cpu_seconds(pid: int | str = "self") -> float:
     """CPU seconds of a process (schedstat's ns, else stat's ticks); OSError if it is gone."""
     precise = _schedstat_seconds(pid)

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from shrink.errors import ParameterError, ReplayError
+from shrink.procfs import run_queue_wait_us
 from shrink.replay import EngineConfig, RunLogWriter, build_schedule, native, open_loop_trace
 from shrink.runlog import RunLog
 from shrink.trace import Trace
@@ -396,6 +397,6 @@ def test_the_python_engine_reports_its_threads_run_queue_wait(fake, tmp_path: Pa
     # the field read is the wait, not the time on the CPU before it or the slices after
     fake_stat = tmp_path / "schedstat"
     fake_stat.write_text("123456789 987654321 42\n")
-    assert native._run_queue_wait(str(fake_stat)) == 987654
+    assert run_queue_wait_us(str(fake_stat)) == 987654
     fake_stat.write_text("")
-    assert native._run_queue_wait(str(fake_stat)) is None
+    assert run_queue_wait_us(str(fake_stat)) is None

@@ -44,6 +44,7 @@ import numpy as np
 
 from shrink import interrupts
 from shrink.errors import ParameterError, ReplayError
+from shrink.procfs import run_queue_wait_us
 from shrink.replay._http import build_request
 from shrink.replay.contract import EngineStats, RunOptions, run_stats, wants_signals, zero_time
 from shrink.replay.engine import EngineConfig, run_schedule
@@ -226,24 +227,14 @@ def run_python(
 ) -> EngineStats:
     """The Python (asyncio) reference engine, with its name recorded."""
     writer.meta["engine"] = "python"
-    wait0 = _run_queue_wait()
+    wait0 = run_queue_wait_us()
     stats = run_schedule(schedule, config, writer, **options)
     stats.extra["engine"] = "python"
-    wait1 = _run_queue_wait()
+    wait1 = run_queue_wait_us()
     if wait0 is not None and wait1 is not None:
         # its event loop is this thread: what it waited for its CPU, as the native core's
         stats.extra["loop"] = {"runq_wait_us": max(0, wait1 - wait0)}
     return stats
-
-
-def _run_queue_wait(path: str = "/proc/thread-self/schedstat") -> int | None:
-    """The calling thread's time on a run queue so far, us (None where /proc does not say):
-    schedstat's second field (the first is its time on the CPU, the third its slices)."""
-    try:
-        with open(path) as f:
-            return int(f.read().split()[1]) // 1000
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def select_engine(name: str = "auto") -> Callable[..., EngineStats]:
