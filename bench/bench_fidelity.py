@@ -6,6 +6,8 @@
     python bench/bench_fidelity.py --config demo --config cores-1to2
     python bench/bench_fidelity.py --summarize bench-fidelity-out          # tabulate
     python bench/bench_fidelity.py --summarize bench-fidelity-out --fit    # and refit
+    python bench/bench_fidelity.py --summarize bench-fidelity-out --record bench/corpus/PASS
+    python bench/bench_fidelity.py --summarize bench/corpus --fit          # the kept corpus
 
 Each run is the main job (``shrink.demo.run_demo``) with one configuration: a trace,
 an alpha, a share (a CPU-time share of one core, or a core subset), a server stack.
@@ -22,7 +24,9 @@ the repetitions, the drift and the calibration's noise explain, its spread (whic
 95% interval carries). To judge both honestly each configuration's errors, coverage
 and interval widths are computed with the bias and spread fitted on the *other*
 configurations (leave one configuration out); ``--fit`` then writes the fit over all
-of them to shrink/data/model_error.json, with its provenance.
+of them to shrink/data/model_error.json, with its provenance. ``--record`` keeps a
+small record of each run in the repository (bench/fidelity_corpus.py), so that the fit
+can be made again, from a clone, on the runs it was made on.
 
 The table gives, per configuration and over all: the errors (range, median |error|),
 how many conclusive runs, the leave-one-out intervals' median half-width and
@@ -120,12 +124,14 @@ DEFAULT = (
 
 def run_config(name: str, out: Path) -> dict[str, Any]:
     """One run of configuration ``name`` into ``out``; its summary row."""
+    from fidelity_corpus import commit
+
     from shrink.demo import DEMO, run_demo
     from shrink.errors import ShrinkError
 
     cfg = CONFIGS[name]
     out.mkdir(parents=True, exist_ok=True)
-    record = {"name": name, "config": {**DEMO, **cfg}}
+    record = {"name": name, "commit": commit(ROOT), "config": {**DEMO, **cfg}}
     (out / "config.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
     t0 = time.monotonic()
     try:
@@ -137,11 +143,15 @@ def run_config(name: str, out: Path) -> dict[str, Any]:
 
 
 def row(out: Path, seconds: float | None = None) -> dict[str, Any]:
-    """What one run gives the corpus: per statistic its MATs, error, status and budget."""
+    """What one run gives the corpus: per statistic its MATs, error, status and budget;
+    the three speeds of a CPU-time share (fidelity_speed.decompose)."""
+    from fidelity_speed import decompose
+
     pred = json.loads((out / "prediction.json").read_text())
     val = json.loads((out / "validation.json").read_text())
     conf = out / "config.json"
-    name = json.loads(conf.read_text())["name"] if conf.exists() else "demo"
+    meta = json.loads(conf.read_text()) if conf.exists() else {"name": "demo"}
+    name = meta["name"]
     summary = out / "demo-summary.json"
     if seconds is None and summary.exists():
         seconds = json.loads(summary.read_text()).get("seconds")
@@ -161,6 +171,8 @@ def row(out: Path, seconds: float | None = None) -> dict[str, Any]:
         "host_spread": _host_spread(out),
         "calibrated_over_busy": _calibrated_over_busy(out, pred),
         "host_after_over_beside": _host_moved(out),
+        "commit": meta.get("commit"),
+        "speeds": {s: decompose(out, s) for s in STATS},
     }
     for s, m in val["mats"].items():
         budget = (mapping.get(s) or {}).get("error_budget") or {}
@@ -369,6 +381,17 @@ def accuracy(rows: list[dict[str, Any]], loo: dict[str, dict[str, Any]]) -> list
             f"{100 * max(errs):+.1f}%, median |error| "
             f"{100 * statistics.median(abs(e) for e in errs):.1f}%"
         )
+    ran = [
+        r[s] for r in rows for s in STATS
+        if "error" not in r and r.get(s) and r[s]["status"] == "ok/ok" and r[s].get("ci")
+    ]  # fmt: skip
+    if ran:
+        half = statistics.median((c["ci"][1] / c["ci"][0]) ** 0.5 - 1 for c in ran)
+        lines.append(
+            f"the 95% intervals as the predictions gave them (the model error they ran with): "
+            f"covered {sum(bool(c.get('covered')) for c in ran)} of {len(ran)}, median "
+            f"half-width {100 * half:.1f}%"
+        )
     names = {r["config"] for r in rows}
     cells = [c for n in names for c in loo.get(n, {}).get("cells", [])]
     for s in STATS:
@@ -522,6 +545,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("bench-fidelity-out"))
     ap.add_argument("--summarize", type=Path, nargs="*", help="run dirs (or folders of them)")
     ap.add_argument("--fit", action="store_true", help="write shrink/data/model_error.json")
+    ap.add_argument(
+        "--record", type=Path, metavar="bench/corpus/PASS", help="keep a record of each run there"
+    )
     ap.add_argument("--list", action="store_true", help="print the configurations and exit")
     args = ap.parse_args(argv)
     if args.list:
@@ -531,15 +557,28 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))
     interrupted = False
     if args.summarize is not None:
-        dirs = run_dirs(args.summarize)
-        if not dirs:
+        import fidelity_corpus
+
+        dirs, kept = run_dirs(args.summarize), fidelity_corpus.records(args.summarize)
+        if not dirs and not kept:
             print(f"no run under {', '.join(map(str, args.summarize))}", file=sys.stderr)
             return 1
-        rows = [row(d) if (d / "validation.json").exists() else _failed(d) for d in dirs]
+        try:
+            rows = [row(d) if (d / "validation.json").exists() else _failed(d) for d in dirs]
+            rows += [fidelity_corpus.read(p) for p in kept]
+            if args.record:
+                for p in fidelity_corpus.write(rows, args.record):
+                    print(f"kept {p}", file=sys.stderr)
+        except fidelity_corpus.RecordError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
         rows, older = current(rows)
         if older:
-            print(f"left out {older} run(s) of CPU-time shares calibrated another way "
-                  f"(this code's: {CALIBRATION!r})", file=sys.stderr)
+            print(
+                f"left out {older} run(s) of CPU-time shares calibrated another way "
+                f"(this code's: {CALIBRATION!r})",
+                file=sys.stderr,
+            )
     else:
         rows, out = [], args.out
         try:
@@ -558,11 +597,13 @@ def main(argv: list[str] | None = None) -> int:
     print(report(rows))
     from fidelity_speed import speed_report
 
-    print(speed_report([(r["config"], Path(r["dir"])) for r in rows if "error" not in r]))
+    print(speed_report([r for r in rows if "error" not in r]))
     if args.fit:
         data = fit(rows)
-        print(f"wrote {MODEL_ERROR.relative_to(ROOT)}: "
-              + ", ".join(f"{k} {v['sigma']}" for k, v in data["share_kinds"].items()))
+        print(
+            f"wrote {MODEL_ERROR.relative_to(ROOT)}: "
+            + ", ".join(f"{k} {v['sigma']}" for k, v in data["share_kinds"].items())
+        )
     return 130 if interrupted else 0
 
 

@@ -122,8 +122,9 @@ def decompose(run: Path, stat: str = "mean") -> dict[str, Any] | None:
     return {"calibrated": share.share.speed.effective, "hit": hit, "busy": busy}
 
 
-def speed_report(runs: list[tuple[str, Path]], stat: str = "mean") -> str:
-    """A table of the three speeds per CPU-time run, and the spread of each ratio."""
+def speed_report(rows: list[dict[str, Any]], stat: str = "mean") -> str:
+    """A table of the three speeds per CPU-time run (a corpus row's ``speeds``, as
+    :func:`decompose` read them), and the spread of each ratio."""
     lines = [
         f"Where the CPU-time shares' errors come from ({stat} threshold; bench/fidelity_speed.py):",
         "| config | run | speed calibrated / busy-cost / that hits | calibrated over hit "
@@ -131,8 +132,8 @@ def speed_report(runs: list[tuple[str, Path]], stat: str = "mean") -> str:
         "|---|---|---|---|---|",
     ]
     cal, busy = [], []
-    for name, run in runs:
-        d = decompose(run, stat)
+    for r in rows:
+        d = (r.get("speeds") or {}).get(stat)
         if d is None:
             continue
         b = d["busy"]
@@ -140,8 +141,8 @@ def speed_report(runs: list[tuple[str, Path]], stat: str = "mean") -> str:
         busy += [math.log(b / d["hit"])] if b else []
         b_speed, b_ratio = ("-", "-") if b is None else (f"{b:.3f}", f"{b / d['hit']:.2f}")
         lines.append(
-            f"| {name} | {run.name} | {d['calibrated']:.3f} / {b_speed} / {d['hit']:.3f} | "
-            f"{d['calibrated'] / d['hit']:.2f} | {b_ratio} |"
+            f"| {r['config']} | {Path(r['dir']).name} | {d['calibrated']:.3f} / {b_speed} / "
+            f"{d['hit']:.3f} | {d['calibrated'] / d['hit']:.2f} | {b_ratio} |"
         )
     for label, xs in (("calibrated", cal), ("busy-cost", busy)):
         if len(xs) > 1:

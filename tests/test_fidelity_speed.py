@@ -87,7 +87,9 @@ def test_the_report_reads_a_run_directory_and_says_how_far_the_calibration_was(t
     assert got["hit"] == pytest.approx(0.2, rel=0.03) and got["busy"] == pytest.approx(
         0.2, rel=0.03
     )
-    text = fidelity_speed.speed_report([("demo", tmp_path)])
+    text = fidelity_speed.speed_report(
+        [{"config": "demo", "dir": str(tmp_path), "speeds": {"mean": got}}]
+    )
     assert f"| demo | {tmp_path.name} | 0.250 / " in text
     assert f"| {0.25 / got['hit']:.2f} |" in text
     assert math.isclose(0.25 / got["hit"], 1.25, rel_tol=0.04)

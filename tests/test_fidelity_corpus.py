@@ -1,0 +1,128 @@
+"""The corpus kept in the repository (bench/fidelity_corpus.py): a record per run that
+the fit and the tables read as they read the run's directory, and that names no path
+of the machine it ran on."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+
+import bench_fidelity
+import fidelity_corpus
+
+
+def _row(tmp: Path, config: str, k: int, predicted: float, measured: float, kind="cpu_time"):
+    cell = {
+        "stat": "mean", "predicted": predicted, "measured": measured, "ci": [0.5 * predicted,
+        2 * predicted], "status": "ok/ok", "covered": True,
+        "log_error": math.log(predicted / measured), "applied_bias": 0.0,
+        "budget": {"repetition": 0.03, "drift": 0.01, "speed": 0.02, "dof": 12},
+    }  # fmt: skip
+    return {
+        "config": config, "dir": str(tmp / "somewhere" / config / f"run-{k}"),
+        "share_kind": kind, "calibration": bench_fidelity.CALIBRATION, "seconds": 300.0,
+        "full_target_use": {"seconds": 15.0, "max_utilization": 0.05},
+        "commit": "0" * 40, "mean": cell,
+        "speeds": {"mean": {"calibrated": 0.2, "hit": 0.22, "busy": 0.21}, "p999": None},
+    }  # fmt: skip
+
+
+def _rows(tmp: Path):
+    return [
+        _row(tmp, "a", 0, 90, 100), _row(tmp, "a", 1, 120, 100), _row(tmp, "b", 0, 80, 100),
+        _row(tmp, "b", 1, 95, 100), _row(tmp, "c", 0, 130, 100),
+    ]  # fmt: skip
+
+
+def test_a_kept_run_reads_back_as_its_row_under_its_key_and_names_no_local_path(tmp_path):
+    rows = _rows(tmp_path)
+    written = fidelity_corpus.write(rows, tmp_path / "corpus" / "pass-1")
+    assert len(written) == 5
+    for path in written:
+        assert str(tmp_path) not in path.read_text()
+    back = sorted((fidelity_corpus.read(p) for p in written), key=lambda r: r["dir"])
+    assert [r["dir"] for r in back] == ["pass-1/a/run-0", "pass-1/a/run-1", "pass-1/b/run-0",
+                                        "pass-1/b/run-1", "pass-1/c/run-0"]  # fmt: skip
+    for r in back:
+        orig = next(o for o in rows if o["config"] == r["config"] and o["dir"].endswith(
+            Path(r["dir"]).name))  # fmt: skip
+        assert {**orig, "dir": r["dir"]} == r
+
+
+def test_the_fit_and_the_tables_from_records_equal_those_from_the_rows(tmp_path, capsys):
+    rows = _rows(tmp_path)
+    fidelity_corpus.write(rows, tmp_path / "corpus" / "p")
+    back = [fidelity_corpus.read(p) for p in fidelity_corpus.records([tmp_path / "corpus"])]
+    assert bench_fidelity.leave_one_out(back) == bench_fidelity.leave_one_out(rows)
+    pairs = bench_fidelity._pairs(back)
+    assert bench_fidelity.fit_bias(pairs) == pytest.approx(
+        sum(math.log(p / 100) for p in (90, 120, 80, 95, 130)) / 5
+    )
+    assert bench_fidelity.main(["--summarize", str(tmp_path / "corpus")]) == 0
+    text = capsys.readouterr().out
+    assert "| a | run-0 | " in text and "README's table:" in text
+    assert "| a | run-1 | 0.200 / 0.210 / 0.220 | 0.91 | 0.95 |" in text
+    # As run: each prediction's own interval, [p / 2, 2 p], held its measured MAT.
+    assert (
+        "as the predictions gave them (the model error they ran with): covered 5 of 5, "
+        "median half-width 100.0%" in text
+    )
+
+
+def test_a_kept_record_is_not_overwritten_and_a_pass_name_is_a_plain_name(tmp_path):
+    rows = _rows(tmp_path)
+    fidelity_corpus.write(rows[:1], tmp_path / "p")
+    with pytest.raises(fidelity_corpus.RecordError, match="already kept"):
+        fidelity_corpus.write(rows[:1], tmp_path / "p")
+    for bad in ("../up", "a b", "", "x" * 81):
+        with pytest.raises(fidelity_corpus.RecordError, match="pass name"):
+            fidelity_corpus.record(rows[0], bad)
+    # A failed run has nothing to keep.
+    assert fidelity_corpus.write([{"config": "a", "dir": "x", "error": "no"}], tmp_path / "q") == []
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("{", "not a corpus record"),
+        ('{"schema": "other"}', "schema is not"),
+        ('{"schema": "shrink.fidelity_run/1", "run": "p/a/run-0", "config": 3}', "'config'"),
+        ('{"schema": "shrink.fidelity_run/1", "run": "p/a/run-0", "config": "a", '
+         '"share_kind": "cpu_time", "mean": {"budget": {}, "predicted": -1}}', "mean.predicted"),
+        ('{"schema": "shrink.fidelity_run/1", "run": "p/a/run-0", "config": "a", '
+         '"share_kind": "cpu_time", "p999": [1]}', "'p999'"),
+    ],
+)  # fmt: skip
+def test_a_bad_record_is_named_with_its_field(tmp_path, text, says):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(fidelity_corpus.RecordError, match=says) as err:
+        fidelity_corpus.read(path)
+    assert str(path) in str(err.value)
+
+
+def test_summarize_says_which_record_is_bad_in_one_line(tmp_path, capsys):
+    fidelity_corpus.write(_rows(tmp_path), tmp_path / "c" / "p")
+    bad = tmp_path / "c" / "p" / "a--run-0.json"
+    data = json.loads(bad.read_text())
+    data["config"] = None
+    bad.write_text(json.dumps(data))
+    assert bench_fidelity.main(["--summarize", str(tmp_path / "c")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {bad}: field 'config' is missing or not a string"]
+
+
+def test_only_records_are_read_from_a_folder_and_a_symlink_is_not_followed(tmp_path):
+    fidelity_corpus.write(_rows(tmp_path)[:2], tmp_path / "c" / "p")
+    (tmp_path / "c" / "notes.json").write_text('{"anything": 1}')
+    outside = tmp_path / "elsewhere.json"
+    outside.write_text((tmp_path / "c" / "p" / "a--run-0.json").read_text())
+    (tmp_path / "c" / "p" / "link.json").symlink_to(outside)
+    got = fidelity_corpus.records([tmp_path / "c"])
+    assert sorted(p.name for p in got) == ["a--run-0.json", "a--run-1.json"]
