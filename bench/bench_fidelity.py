@@ -348,7 +348,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         spread, cal = r.get("host_spread"), r.get("calibrated_over_busy")
         moved = r.get("host_after_over_beside")
         lines.append(
-            f"| {r['config']} | {Path(r['dir']).name} | "
+            f"| {r['config']} | {r.get('label') or Path(r['dir']).name} | "
             f"{'-' if secs is None else f'{secs / 60:.1f} min'} | {_cell(r.get('mean'))} | "
             f"{_cell(r.get('p999'))} | {read} | {'-' if cal is None else f'{cal:.2f}'} | "
             f"{'-' if spread is None else f'{spread:.2f}'} | "

@@ -56,7 +56,7 @@ def record(row: dict[str, Any], pass_name: str) -> dict[str, Any]:
     """What the corpus keeps of one row: the row with its path replaced by its key."""
     if not PASS_NAME.fullmatch(pass_name):
         raise RecordError(f"pass name {pass_name!r}: use letters, digits, '.', '-' or '_'")
-    out = {k: v for k, v in row.items() if k != "dir"}
+    out = {k: v for k, v in row.items() if k not in ("dir", "label")}
     return {"schema": SCHEMA, "run": key(pass_name, row), **out}
 
 
@@ -123,4 +123,6 @@ def read(path: Path) -> dict[str, Any]:
             if v is not None and not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
                 raise RecordError(f"{path}: field {stat}.{field} is not a throughput: {v!r}")
     row = {k: v for k, v in data.items() if k not in ("schema", "run")}
-    return {**row, "dir": data["run"]}
+    # In a table the run is its pass and folder (its configuration has a column).
+    parts = data["run"].split("/")
+    return {**row, "dir": data["run"], "label": f"{parts[0]}/{parts[-1]}"}

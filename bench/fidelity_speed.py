@@ -141,7 +141,8 @@ def speed_report(rows: list[dict[str, Any]], stat: str = "mean") -> str:
         busy += [math.log(b / d["hit"])] if b else []
         b_speed, b_ratio = ("-", "-") if b is None else (f"{b:.3f}", f"{b / d['hit']:.2f}")
         lines.append(
-            f"| {r['config']} | {Path(r['dir']).name} | {d['calibrated']:.3f} / {b_speed} / "
+            f"| {r['config']} | {r.get('label') or Path(r['dir']).name} | "
+            f"{d['calibrated']:.3f} / {b_speed} / "
             f"{d['hit']:.3f} | {d['calibrated'] / d['hit']:.2f} | {b_ratio} |"
         )
     for label, xs in (("calibrated", cal), ("busy-cost", busy)):

@@ -52,7 +52,8 @@ def test_a_kept_run_reads_back_as_its_row_under_its_key_and_names_no_local_path(
     for r in back:
         orig = next(o for o in rows if o["config"] == r["config"] and o["dir"].endswith(
             Path(r["dir"]).name))  # fmt: skip
-        assert {**orig, "dir": r["dir"]} == r
+        label = f"pass-1/{Path(r['dir']).name}"
+        assert {**orig, "dir": r["dir"], "label": label} == r
 
 
 def test_the_fit_and_the_tables_from_records_equal_those_from_the_rows(tmp_path, capsys):
@@ -66,8 +67,8 @@ def test_the_fit_and_the_tables_from_records_equal_those_from_the_rows(tmp_path,
     )
     assert bench_fidelity.main(["--summarize", str(tmp_path / "corpus")]) == 0
     text = capsys.readouterr().out
-    assert "| a | run-0 | " in text and "README's table:" in text
-    assert "| a | run-1 | 0.200 / 0.210 / 0.220 | 0.91 | 0.95 |" in text
+    assert "| a | p/run-0 | " in text and "README's table:" in text
+    assert "| a | p/run-1 | 0.200 / 0.210 / 0.220 | 0.91 | 0.95 |" in text
     # As run: each prediction's own interval, [p / 2, 2 p], held its measured MAT.
     assert (
         "as the predictions gave them (the model error they ran with): covered 5 of 5, "
