@@ -565,10 +565,10 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         try:
             rows = [row(d) if (d / "validation.json").exists() else _failed(d) for d in dirs]
+            # Only runs read from their directories are recorded: a record is kept once.
+            for p in fidelity_corpus.write(rows, args.record) if args.record else []:
+                print(f"kept {p}", file=sys.stderr)
             rows += [fidelity_corpus.read(p) for p in kept]
-            if args.record:
-                for p in fidelity_corpus.write(rows, args.record):
-                    print(f"kept {p}", file=sys.stderr)
         except fidelity_corpus.RecordError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1

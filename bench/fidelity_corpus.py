@@ -61,14 +61,13 @@ def record(row: dict[str, Any], pass_name: str) -> dict[str, Any]:
 
 
 def write(rows: list[dict[str, Any]], dest: Path) -> list[Path]:
-    """One record per validated row into ``dest`` (a folder named for the pass), each
-    written whole or not at all; an existing record is not overwritten."""
+    """One record per row into ``dest`` (a folder named for the pass), each written
+    whole or not at all; an existing record is not overwritten. A run that failed is
+    kept too, with its error: the corpus counts it."""
     from shrink import atomic
 
     written = []
     for r in rows:
-        if "error" in r:
-            continue
         rec = record(r, dest.name)
         path = dest / f"{r['config']}--{Path(r['dir']).name}.json"
         if path.exists():
@@ -109,7 +108,8 @@ def read(path: Path) -> dict[str, Any]:
         raise RecordError(f"{path}: not a corpus record ({exc})") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise RecordError(f"{path}: not a corpus record (schema is not {SCHEMA!r})")
-    for field in ("run", "config", "share_kind"):
+    failed = "error" in data
+    for field in ("run", "config", "error") if failed else ("run", "config", "share_kind"):
         if not isinstance(data.get(field), str):
             raise RecordError(f"{path}: field {field!r} is missing or not a string")
     for stat in ("mean", "p999"):
@@ -122,6 +122,8 @@ def read(path: Path) -> dict[str, Any]:
             v = cell.get(field)
             if v is not None and not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
                 raise RecordError(f"{path}: field {stat}.{field} is not a throughput: {v!r}")
+    if failed:
+        return {"config": data["config"], "dir": data["run"], "error": data["error"]}
     row = {k: v for k, v in data.items() if k not in ("schema", "run")}
     # In a table the run is its pass and folder (its configuration has a column).
     parts = data["run"].split("/")

@@ -84,8 +84,22 @@ def test_a_kept_record_is_not_overwritten_and_a_pass_name_is_a_plain_name(tmp_pa
     for bad in ("../up", "a b", "", "x" * 81):
         with pytest.raises(fidelity_corpus.RecordError, match="pass name"):
             fidelity_corpus.record(rows[0], bad)
-    # A failed run has nothing to keep.
-    assert fidelity_corpus.write([{"config": "a", "dir": "x", "error": "no"}], tmp_path / "q") == []
+    # A failed run is kept with its error: the corpus counts it.
+    failed = {"config": "a", "dir": str(tmp_path / "a" / "run-3"), "error": "the share died"}
+    (path,) = fidelity_corpus.write([failed], tmp_path / "q")
+    assert fidelity_corpus.read(path) == {
+        "config": "a",
+        "dir": "q/a/run-3",
+        "error": "the share died",
+    }
+
+
+def test_summarize_records_the_runs_it_read_and_not_the_records(tmp_path, capsys):
+    fidelity_corpus.write(_rows(tmp_path), tmp_path / "c" / "p")
+    assert bench_fidelity.main(["--summarize", str(tmp_path / "c"), "--record",
+                                str(tmp_path / "c" / "again")]) == 0  # fmt: skip
+    assert not (tmp_path / "c" / "again").exists()
+    assert "| a | p/run-0 | " in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
