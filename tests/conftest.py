@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -16,6 +17,13 @@ from hypothesis import settings
 # example it found is pinned in that test.
 settings.register_profile("shrink", derandomize=True, database=None)
 settings.load_profile("shrink")
+
+# A suite started in the background by a shell without job control inherits SIGINT
+# ignored, and so would every shrink it starts: the tests that interrupt one with
+# SIGINT would wait out their deadline. An ignored disposition survives exec, a handler
+# does not: with Python's own handler here, each child starts with the default again.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ROOT = Path(__file__).resolve().parent.parent
 # The real traces live outside the project, in ../shared (never copied in).
