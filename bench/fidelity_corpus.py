@@ -122,6 +122,11 @@ def read(path: Path) -> dict[str, Any]:
             v = cell.get(field)
             if v is not None and not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
                 raise RecordError(f"{path}: field {stat}.{field} is not a throughput: {v!r}")
+        if not isinstance(cell.get("status"), str):
+            raise RecordError(f"{path}: field {stat}.status is missing or not a string")
+        v = cell.get("log_error")
+        if v is not None and not (isinstance(v, int | float) and math.isfinite(v)):
+            raise RecordError(f"{path}: field {stat}.log_error is not a number: {v!r}")
     if failed:
         return {"config": data["config"], "dir": data["run"], "error": data["error"]}
     row = {k: v for k, v in data.items() if k not in ("schema", "run")}

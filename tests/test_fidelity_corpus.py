@@ -112,6 +112,11 @@ def test_summarize_records_the_runs_it_read_and_not_the_records(tmp_path, capsys
          '"share_kind": "cpu_time", "mean": {"budget": {}, "predicted": -1}}', "mean.predicted"),
         ('{"schema": "shrink.fidelity_run/1", "run": "p/a/run-0", "config": "a", '
          '"share_kind": "cpu_time", "p999": [1]}', "'p999'"),
+        ('{"schema": "shrink.fidelity_run/1", "run": "p/a/run-0", "config": "a", '
+         '"share_kind": "cpu_time", "mean": {"budget": {}}}', "mean.status"),
+        ('{"schema": "shrink.fidelity_run/1", "run": "p/a/run-0", "config": "a", '
+         '"share_kind": "cpu_time", "mean": {"budget": {}, "status": "ok/ok", '
+         '"log_error": "x"}}', "mean.log_error"),
     ],
 )  # fmt: skip
 def test_a_bad_record_is_named_with_its_field(tmp_path, text, says):
