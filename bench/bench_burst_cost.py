@@ -13,14 +13,24 @@ calibration's probe sends the sample's requests drawn by class on keep-alive
 connections. The reference measured in the same run is what a validation measures:
 the whole trace's own sessions, looped, with the whole core busy (``sessions busy``);
 every pattern prints its ratio to it (1: the pattern read the busy core's cost).
+
+The patterns "kept awake" run with a spinner at SCHED_IDLE on the whole core's CPU: it
+runs only when nothing else wants the CPU, so the server's requests preempt it at
+once, but the vCPU never halts between them (an idle vCPU halts and gives its host CPU
+away; a busy core never does). If a light pattern kept awake costs what the busy core
+does, the light calibration's gap is the halt's.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +45,31 @@ SESSIONS_FACTOR = 4.0  # the whole trace's sessions at 4x their rate: about BUSY
 # long (0.25 s) and short (0.1 s).
 PERIODS_S = (0.25, 0.1)
 PERIOD_GAPS = 8
+AWAKE = "kept awake: "
+
+
+# The spinner: pinned by its parent, lowest policy, and gone with its parent.
+_SPIN = (
+    "import os, sys\n"
+    "os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
+    "parent = int(sys.argv[1])\n"
+    "while os.getppid() == parent:\n"
+    "    for _ in range(100000): pass\n"
+)
+
+
+@contextlib.contextmanager
+def _kept_awake(cpu: int) -> Iterator[None]:
+    """A SCHED_IDLE spinner on ``cpu`` while the block runs (stopped by its PID)."""
+    spin = subprocess.Popen(
+        [sys.executable, "-c", _SPIN, str(os.getpid())],
+        preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),
+    )
+    try:
+        yield
+    finally:
+        spin.kill()
+        spin.wait()
 
 
 def _cpu_per_request(res: Any) -> float | None:
@@ -99,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
                 "bursts of 64": lambda s: (full, bursty(LIGHT_RATE, 64, s)),
                 "knee-load periods of 0.25 s": lambda s: (full, periods(PERIODS_S[0], s)),
                 "knee-load periods of 0.1 s": lambda s: (full, periods(PERIODS_S[1], s)),
+                AWAKE + "evenly spaced": lambda s: (full, probe_trace(sample, LIGHT_RATE, span, s)),
+                AWAKE + "knee-load periods of 0.25 s": lambda s: (full, periods(PERIODS_S[0], s)),
                 "busy": lambda s: (full, probe_trace(sample, BUSY_RATE, span, s)),
                 "sessions busy": lambda s: (full, looped),
                 "share near its knee": lambda s: (share, probe_trace(sample, SHARE_RATE, span, s)),
@@ -107,9 +144,11 @@ def main(argv: list[str] | None = None) -> int:
                 for i, (name, make) in enumerate(patterns.items()):
                     target, tr = make(100 * k + i)
                     factor = SESSIONS_FACTOR if tr is looped else 1.0
-                    res = target.run(
-                        tr, rate_factor=factor, warmup=warm, duration=a.seconds, seed=k
-                    )
+                    awake = _kept_awake(1) if name.startswith(AWAKE) else contextlib.nullcontext()
+                    with awake:
+                        res = target.run(
+                            tr, rate_factor=factor, warmup=warm, duration=a.seconds, seed=k
+                        )
                     c = _cpu_per_request(res)
                     if c is not None:
                         # The share's utilization is of its quota: its CPU is alpha of it.
