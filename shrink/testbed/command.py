@@ -18,7 +18,8 @@ Keys: ``commands`` (required; a list of argument lists, started in order, or
 healthy), ``stop_signal`` (default SIGTERM), ``versions`` (a table of name ->
 argument list whose first output line is that program's version),
 ``start_timeout`` (seconds, default 15), ``workers_per_core`` (default 1) and
-``env`` (a table of extra environment variables).
+``env`` (a table of extra environment variables, set over the environment every
+server gets: as root, not root's, :func:`shrink.testbed.private.server_env`).
 
 Templates: ``{port}``, ``{address}``, ``{cpus}`` (a CPU list such as ``0-1``),
 ``{workers}`` (cores of the replica times ``workers_per_core``), ``{docroot}``
@@ -219,7 +220,7 @@ class CommandRecipe:
                     recipe=self.source,
                     field=f"commands[{i}]",
                 )
-        env = {**os.environ, **self.env} if self.env else None
+        env = dict(self.env) or None  # over the environment spawn gives every server
         masters = []
         for i, argv in enumerate(argvs):
             try:

@@ -51,6 +51,7 @@ from shrink.testbed.private import (
     new_run_root,
     remove_run_root,
     replica_dirs,
+    server_env,
     server_user,
 )
 from shrink.testbed.recipe import (
@@ -158,7 +159,7 @@ def _start_replica(launch: _Launch, r: Replica, enforcer: Enforcer | None) -> Re
                 cpus=r.cpus,
                 join_cgroup=enforcer.join if enforcer is not None else None,
                 log_path=run_dir / log_name,
-                env=env,
+                env=server_env(user, env),
                 owned=owned,
                 user=(user.uid, user.gid) if user is not None else None,
             )

@@ -21,6 +21,12 @@ Every process a recipe starts is started as the server user (after it joined
 the replica's cgroup): it never holds root, so nothing it reads, writes or runs
 does so as root.
 
+Its environment is not root's: only what a server needs (the locale, the time zone,
+PHP's allocator switches, a ``PATH`` without relative entries) is passed on, with
+``HOME``, ``USER`` and ``LOGNAME`` the server user's (:func:`server_env`); root's
+variables (tokens, ``HOME=/root``) would be readable in ``/proc/PID/environ`` by the
+server user, and by every PHP page through ``getenv``.
+
 Config files and the state stay root's, not writable by the server user.
 Values written into a server's config (paths) are refused if they hold a
 character the config syntax gives a meaning (:func:`config_value`).
@@ -54,6 +60,7 @@ __all__ = [
     "readable",
     "remove_run_root",
     "secure_dir",
+    "server_env",
     "server_user",
 ]
 
@@ -94,6 +101,37 @@ def server_user() -> ServerUser | None:
         "one: useradd --system --no-create-home --shell /usr/sbin/nologin shrink-www "
         "(scripts/setup.sh does this)"
     )
+
+
+# What a server started as the server user inherits from shrink's environment: the
+# locale and time zone (its logs and output), and PHP's allocator switches (a choice of
+# the server under test, :mod:`shrink.enforce`). Nothing else of root's is passed on.
+_PASSED_ON = ("LANG", "LANGUAGE", "TZ", "USE_ZEND_ALLOC", "USE_ZEND_ALLOC_HUGE_PAGES")
+
+
+def server_env(
+    user: ServerUser | None, extra: dict[str, str] | None = None
+) -> dict[str, str] | None:
+    """The environment a server process starts with: ``extra`` (a recipe's ``env``) over
+    shrink's own environment when it runs as this user (None: inherited as it is), or,
+    as the server user, over only what :data:`_PASSED_ON` names and ``LC_*``, with
+    that user's ``HOME``, ``USER`` and ``LOGNAME`` and a ``PATH`` without relative
+    entries (a server's lookups must not depend on the folder it runs in)."""
+    if user is None:
+        return {**os.environ, **extra} if extra else None
+    env = {k: v for k, v in os.environ.items() if k in _PASSED_ON or k.startswith("LC_")}
+    path = [d for d in os.environ.get("PATH", "").split(os.pathsep) if os.path.isabs(d)]
+    try:
+        home = pwd.getpwuid(user.uid).pw_dir or "/"
+    except KeyError:
+        home = "/"
+    env.update(
+        PATH=os.pathsep.join(path) or os.defpath.lstrip(os.pathsep),
+        HOME=home,
+        USER=user.name,
+        LOGNAME=user.name,
+    )
+    return {**env, **(extra or {})}
 
 
 def secure_dir(path: Path, mode: int = 0o700) -> Path:

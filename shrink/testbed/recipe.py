@@ -74,7 +74,9 @@ class ReplicaContext:
     ``spawn(argv, log_name, env=None)`` starts a process pinned to the replica's
     CPUs, in its cgroup, as ``user`` (the unprivileged server user when shrink runs
     as root; None: as shrink's own user), with stdout and stderr appended to
-    ``run_dir/log_name``. ``run_dir`` is root's (configs, probe pages); ``sock_dir``
+    ``run_dir/log_name``; ``env`` holds extra variables, set over the environment
+    every server gets (:func:`shrink.testbed.private.server_env`: as the server user,
+    not root's). ``run_dir`` is root's (configs, probe pages); ``sock_dir``
     is the server user's own short folder: sockets (108-byte path limit), pid
     files, temp files and the server's own logs (:mod:`shrink.testbed.private`).
     """

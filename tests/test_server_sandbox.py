@@ -1,0 +1,104 @@
+"""What a server started as root's unprivileged server user gets from shrink: not
+root's environment, no group of root's, no capability, and no file root opened
+beyond its own output."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import httpx
+import pytest
+
+from shrink import processes as process
+from shrink.errors import RecipeError
+from shrink.share import Share
+from shrink.testbed import ServerSettings, down, up
+from shrink.testbed.private import ServerUser, server_env
+
+SECRET = "SHRINK_PROBE_ROOT_SECRET"
+GETENV_PHP = (
+    f'<?php echo getenv("{SECRET}") === false ? "none" : "leaked"; echo " ", getenv("HOME");\n'
+)
+
+
+def test_the_server_users_environment_is_not_roots(monkeypatch):
+    monkeypatch.setenv(SECRET, "a token of root's")
+    monkeypatch.setenv("HOME", "/root")
+    monkeypatch.setenv("USE_ZEND_ALLOC", "0")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    monkeypatch.setenv("PATH", f".:/usr/bin::relative/bin:{os.defpath}")
+    user = ServerUser("shrink-probe-nobody", "nogroup", 2**31 - 7, 2**31 - 7)
+    env = server_env(user, {"APP_MODE": "bench"})
+    assert env is not None
+    assert SECRET not in env
+    assert env["HOME"] != "/root" and env["USER"] == env["LOGNAME"] == user.name
+    assert env["USE_ZEND_ALLOC"] == "0" and env["LC_ALL"] == "C.UTF-8"  # the server's choice
+    assert env["APP_MODE"] == "bench"  # a recipe's own env
+    assert all(os.path.isabs(d) for d in env["PATH"].split(os.pathsep)), env["PATH"]
+
+
+def test_as_this_user_the_environment_is_inherited(monkeypatch):
+    monkeypatch.setenv(SECRET, "mine")
+    assert server_env(None) is None
+    assert server_env(None, {"A": "1"}) == {**os.environ, "A": "1"}
+
+
+def _status(pid: int) -> dict[str, str]:
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        out[key] = value.strip()
+    return out
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(e.decode(errors="replace").partition("=")[::2] for e in raw if e)
+
+
+@pytest.mark.live
+@pytest.mark.root
+@pytest.mark.parametrize("recipe", ["lighttpd-php-cgi", "nginx-php-fpm"])
+def test_every_server_process_holds_nothing_of_roots(tmp_path, machine, recipe, monkeypatch):
+    if os.geteuid() != 0:
+        pytest.skip("as another user the servers run as that user anyway")
+    from shrink.testbed.servers import load_recipe
+
+    try:
+        load_recipe(recipe).versions()
+    except RecipeError as exc:
+        pytest.skip(str(exc))
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv(SECRET, "a token of root's")
+    monkeypatch.setenv("HOME", "/root")
+    doc = tmp_path / "doc"
+    doc.mkdir()
+    (doc / "env.php").write_text(GETENV_PHP)
+    state = tmp_path / "s.json"
+    st = up(doc, machine, Share.all_of(machine), state_path=state, port=0,
+            server=ServerSettings(recipe))  # fmt: skip
+    try:
+        r = st.replicas[0]
+        with httpx.Client(trust_env=False, timeout=5) as c:
+            page = c.get(f"http://{r.address}:{r.port}/env.php")
+        assert page.status_code == 200 and page.text.startswith("none"), page.text
+        assert "/root" not in page.text
+        pids = [p for p in r.pids if process.is_alive(p)]
+        assert pids
+        for p in pids:
+            s, env = _status(p), _environ(p)
+            assert SECRET not in env and env.get("HOME") != "/root", (p, sorted(env))
+            assert s["Uid"].split()[0] != "0" and s["Gid"].split()[0] != "0", (p, s)
+            assert "0" not in s["Groups"].split(), (p, s["Groups"])
+            assert int(s["CapEff"], 16) == 0 and int(s["CapPrm"], 16) == 0, (p, s)
+            # No descriptor to the state file, nor to a root-owned file other than its
+            # own output log in root's run dir.
+            for fd in Path(f"/proc/{p}/fd").iterdir():
+                target = os.readlink(fd)
+                assert target != str(state), (p, fd)
+                if target.startswith("/") and os.path.isfile(target):
+                    owner = os.stat(target).st_uid
+                    assert owner != 0 or target.startswith(r.run_dir), (p, target)
+    finally:
+        down(state)
