@@ -4,7 +4,10 @@ The data goes to a fresh temporary file in the target's own folder (so that the
 rename stays on one file system), created with ``O_CREAT | O_EXCL | O_NOFOLLOW``:
 a name someone placed beforehand, a symlink included, makes the open fail rather
 than write through it. It is flushed and fsynced, then ``os.replace``-d over the
-target (which replaces a symlink itself, never the file it points at). A target that
+target (which replaces a symlink itself, never the file it points at), once the
+temporary name is seen to hold that same file still (in a folder another user may
+write, it could have been swapped meanwhile). Writers write through the open file,
+never by reopening its name. A target that
 is, or links to, a device, pipe, socket or a descriptor in ``/proc`` is refused, as
 the rename would put a regular file in its place (``/dev/null``). On any
 error, a full disk among them, the temporary file is removed and the target is
@@ -26,7 +29,6 @@ from shrink.errors import WriteError
 
 __all__ = [
     "atomic_file",
-    "atomic_path",
     "is_plain_target",
     "make_dirs",
     "open_exclusive",
@@ -129,6 +131,15 @@ def is_plain_target(path: str | Path) -> bool:
     return stat.S_ISREG(mode) or stat.S_ISDIR(mode)
 
 
+def _still_ours(tmp: Path, made: os.stat_result) -> None:
+    """Refuse to rename ``tmp`` into place if its name no longer holds the file made for
+    it: in a folder another user may write, the temporary name can be unlinked and
+    replaced (by a symlink, say) while the data is written."""
+    now = os.lstat(tmp)
+    if (now.st_dev, now.st_ino) != (made.st_dev, made.st_ino):
+        raise OSError(errno.EEXIST, "its temporary file was replaced by someone else", str(tmp))
+
+
 @contextlib.contextmanager
 def _replacing(path: Path, mode: int = 0o644) -> Iterator[tuple[int, Path]]:
     """An exclusive temporary file beside ``path`` (fd, its path) that replaces it on success.
@@ -141,10 +152,12 @@ def _replacing(path: Path, mode: int = 0o644) -> Iterator[tuple[int, Path]]:
         make_dirs(path.parent)
         _replaceable(path)
         fd, tmp = open_exclusive(path, mode=mode)
+        made = os.fstat(fd)
     except OSError as exc:
         raise WriteError(path, exc) from exc
     try:
         yield fd, tmp
+        _still_ours(tmp, made)
         os.replace(tmp, path)
     except OSError as exc:
         with contextlib.suppress(OSError):
@@ -154,19 +167,6 @@ def _replacing(path: Path, mode: int = 0o644) -> Iterator[tuple[int, Path]]:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
-
-
-@contextlib.contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a fresh temporary path to write; on success it replaces ``path``.
-
-    For writers that want a file name (``pyarrow.parquet.write_table``). The
-    temporary file already exists (empty, created exclusively); the writer
-    truncates it.
-    """
-    with _replacing(Path(path)) as (fd, tmp):
-        os.close(fd)
-        yield tmp
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shrink import files
-from shrink.atomic import atomic_path
+from shrink.atomic import atomic_file
 from shrink.jsonout import dumps
 from shrink.schemas import TraceMeta
 
@@ -29,8 +29,10 @@ def schema_meta(meta: dict[str, Any]) -> dict[bytes, bytes]:
 
 def write_with_meta(table: pa.Table, meta: dict[str, Any], path: Path) -> Path:
     """Write ``table`` to ``path`` (zstd, atomically) with ``meta`` in its schema metadata."""
-    with atomic_path(path) as tmp:
-        pq.write_table(table.replace_schema_metadata(schema_meta(meta)), tmp, compression="zstd")
+    # Through the open temporary file, never its name: in a folder another user may
+    # write, the name could be swapped for a symlink while pyarrow reopens it.
+    with atomic_file(path, "wb") as fh:
+        pq.write_table(table.replace_schema_metadata(schema_meta(meta)), fh, compression="zstd")
     return path
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from shrink.atomic import atomic_file
 from shrink.cli import app
 from shrink.cli._replay_opts import EngineOptions
 from shrink.errors import WriteError
@@ -97,8 +98,10 @@ def test_an_export_that_cannot_be_written_is_named_and_not_left_truncated(
     tmp_path, sweep, monkeypatch
 ):
     def k6(path, runs):
-        path.write_text("metric_name,timestamp\nhttp_req_duration,1")  # half a row
-        raise OSError(errno.ENOSPC, "Error writing bytes to file")  # pyarrow's, no name
+        # As the real writer does: pyarrow writes into the writer's temporary file.
+        with atomic_file(path, "w") as f:
+            f.write("metric_name,timestamp\nhttp_req_duration,1")  # half a row
+            raise OSError(errno.ENOSPC, "Error writing bytes to file")  # pyarrow's, no name
 
     monkeypatch.setattr("shrink.export.csv.write_k6", k6)
     r = sweep(_Target(), "--export", "k6")

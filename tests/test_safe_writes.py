@@ -147,3 +147,47 @@ def test_the_error_is_one_line_naming_the_file(tmp_path):
         write_hdr(tmp_path / "curve-hdr", _runs())
     assert "\n" not in str(e.value) and str(tmp_path / "curve-hdr") in str(e.value)
     assert os.path.islink(tmp_path / "curve-hdr")
+
+
+def test_a_temporary_name_swapped_for_a_symlink_is_never_written_through(tmp_path, monkeypatch):
+    """In a folder another user may write, the temporary file's name is visible: they can
+    unlink it and plant a symlink there while the data is written. The writer writes
+    through the file it opened, and the swapped name is not renamed into place."""
+    import pyarrow.parquet as pq
+
+    from shrink import parquet_meta
+
+    out = tmp_path / "out"
+    out.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text(OUTSIDE)
+    real = pq.write_table
+
+    def swap_then_write(table, where, **kw):
+        for tmp in out.glob(".t.parquet.*.tmp"):
+            tmp.unlink()
+            tmp.symlink_to(victim)  # what the other user does, between open and write
+        return real(table, where, **kw)
+
+    monkeypatch.setattr(parquet_meta.pq, "write_table", swap_then_write)
+    with pytest.raises(WriteError, match="replaced by someone else"):
+        _trace().write_parquet(out / "t.parquet")
+    assert victim.read_text() == OUTSIDE
+    assert not (out / "t.parquet").exists()
+
+
+@pytest.mark.root
+def test_a_runlog_folder_symlink_another_user_planted_is_not_followed(tmp_path):
+    """``--runlogs DIR``: the run log is created in DIR before the run; a folder on the
+    way that is a symlink another user planted is refused, as for every other output."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to plant a symlink owned by another user")
+    from shrink.replay.writer import RunLogWriter
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "runlogs").symlink_to(elsewhere)
+    os.lchown(tmp_path / "runlogs", 65534, 65534)  # planted by nobody
+    with pytest.raises(WriteError, match="owned by UID 65534"):
+        RunLogWriter(tmp_path / "runlogs" / "run000-rf1.parquet")
+    assert list(elsewhere.iterdir()) == []

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from shrink.atomic import atomic_path
 from shrink.errors import OptionError
 from shrink.export import csv as csv_out
 from shrink.export.hdr import write_hdr
@@ -57,8 +56,8 @@ def write_sweep_exports(
     written: list[Path] = []
     if "hdr" in formats:
         written.extend(write_hdr(p["hdr"], runs))
-    # Each CSV goes to a temporary file renamed into place: a full disk leaves no
-    # truncated CSV, and the error names the file.
+    # Each CSV writer writes a temporary file renamed into place (atomic_file): a full
+    # disk leaves no truncated CSV, and the error names the file.
     csvs = [
         ("stats", csv_out.write_stats, "locust"),
         ("history", csv_out.write_history, "locust"),
@@ -66,7 +65,5 @@ def write_sweep_exports(
     ]
     for key, write, fmt in csvs:
         if fmt in formats:
-            with atomic_path(p[key]) as tmp:
-                write(tmp, runs)
-            written.append(p[key])
+            written.append(write(p[key], runs))
     return written

@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from shrink.atomic import open_exclusive
+from shrink.atomic import make_dirs, open_exclusive
 from shrink.errors import WriteError
 from shrink.jsonout import dumps
 from shrink.runlog import META_KEY, RUNLOG_SCHEMA, RunLog
@@ -183,7 +183,8 @@ class RunLogWriter:
             # The file is created now, before anything is measured: a path that
             # cannot be written is an error before the run, not after it.
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+                # Never through a folder symlink another user planted (--runlogs DIR).
+                make_dirs(self.path.parent)
                 self._fd, self._tmp = open_exclusive(self.path)
             except OSError as exc:
                 raise WriteError(self.path, exc) from exc
