@@ -102,3 +102,23 @@ def test_every_server_process_holds_nothing_of_roots(tmp_path, machine, recipe, 
                     assert owner != 0 or target.startswith(r.run_dir), (p, target)
     finally:
         down(state)
+
+
+@pytest.mark.root
+def test_a_recipe_files_version_commands_do_not_run_as_root(tmp_path, monkeypatch):
+    """A recipe file's commands are the user's: its ``versions`` commands run as the
+    server user, as its servers do, never as root."""
+    if os.geteuid() != 0:
+        pytest.skip("as another user they run as that user anyway")
+    from shrink.testbed.command import CommandRecipe
+
+    monkeypatch.setenv(SECRET, "a token of root's")
+    f = tmp_path / "r.toml"
+    f.write_text(
+        'commands = [["true"]]\n'
+        'versions = { uid = ["id", "-u"], groups = ["id", "-G"], '
+        f'env = ["sh", "-c", "printenv {SECRET} || echo none"] }}\n'
+    )
+    got = CommandRecipe.read(f).versions()
+    assert got["uid"] != "0" and "0" not in got["groups"].split(), got
+    assert got["env"] == "none", got

@@ -16,7 +16,8 @@ Keys: ``commands`` (required; a list of argument lists, started in order, or
 ``command``, one argument list), ``name`` (default: the file's stem),
 ``health_url`` (default ``http://{address}:{port}/``; any 2xx or 3xx answer is
 healthy), ``stop_signal`` (default SIGTERM), ``versions`` (a table of name ->
-argument list whose first output line is that program's version),
+argument list whose first output line is that program's version; run, like the
+commands, as the server user),
 ``start_timeout`` (seconds, default 15), ``workers_per_core`` (default 1) and
 ``env`` (a table of extra environment variables, set over the environment every
 server gets: as root, not root's, :func:`shrink.testbed.private.server_env`).
@@ -44,7 +45,7 @@ from typing import Any
 from shrink import files
 from shrink.errors import RecipeError, TestbedError, TraceFormatError
 from shrink.testbed.health import probe
-from shrink.testbed.private import can_run
+from shrink.testbed.private import can_run, server_user
 from shrink.testbed.recipe import (
     ReplicaContext,
     Started,
@@ -181,10 +182,17 @@ class CommandRecipe:
         )
 
     def versions(self) -> dict[str, str]:
+        # A recipe file's commands are the user's, not shrink's: as root they run as the
+        # server user, the version commands as much as the servers.
+        user = server_user()
         out = {"recipe": self.name}
         for key, argv in self.version_commands.items():
-            out[key] = first_line([self._program(argv[0], f"versions.{key}"), *argv[1:]],
-                                  self.source)  # fmt: skip
+            prog = self._program(argv[0], f"versions.{key}")
+            if not can_run(prog, user):
+                raise RecipeError(f"program {prog} cannot be run by {user.name if user else ''}, "
+                                  "the unprivileged user the servers run as", recipe=self.source,
+                                  field=f"versions.{key}")  # fmt: skip
+            out[key] = first_line([prog, *argv[1:]], self.source, user)
         return out
 
     def _program(self, name: str, where: str) -> str:

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from shrink import processes as process
 from shrink.errors import RecipeError, TestbedError
@@ -37,7 +37,7 @@ from shrink.mapping import Replica
 from shrink.share import Cgroup
 from shrink.testbed import health
 from shrink.testbed.config import PhpLimits
-from shrink.testbed.private import ServerUser
+from shrink.testbed.private import ServerUser, server_env
 from shrink.testbed.state import ReplicaState
 
 __all__ = [
@@ -173,10 +173,15 @@ def find_tool(recipe: str, *names: str, hint: str) -> str:
     raise RecipeError(f"{' or '.join(names)} is not installed: {hint}", recipe=recipe)
 
 
-def first_line(argv: list[str], recipe: str) -> str:
-    """The first line ``argv`` prints (stdout, else stderr: nginx -v writes there)."""
+def first_line(argv: list[str], recipe: str, user: ServerUser | None = None) -> str:
+    """The first line ``argv`` prints (stdout, else stderr: nginx -v writes there); run as
+    ``user`` (with its environment, :func:`~shrink.testbed.private.server_env`) if given."""
+    as_user: dict[str, Any] = {}
+    if user is not None:
+        as_user = {"user": user.uid, "group": user.gid, "extra_groups": [],
+                   "env": server_env(user)}  # fmt: skip
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=10, **as_user)
     except (OSError, subprocess.SubprocessError) as exc:
         raise RecipeError(f"{' '.join(argv)} failed: {exc}", recipe=recipe) from None
     text = (done.stdout.strip() or done.stderr.strip()).splitlines()
