@@ -5,6 +5,7 @@ beyond its own output."""
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import httpx
@@ -122,3 +123,27 @@ def test_a_recipe_files_version_commands_do_not_run_as_root(tmp_path, monkeypatc
     got = CommandRecipe.read(f).versions()
     assert got["uid"] != "0" and "0" not in got["groups"].split(), got
     assert got["env"] == "none", got
+
+
+def test_a_servers_log_it_replaced_is_not_read(tmp_path):
+    """Logs in the server user's folder are its to replace: a symlink or a hard link to a
+    file it may not read is not printed into an error by root, and a FIFO does not hang
+    ``up``; a plain log's last lines are."""
+    from shrink.testbed.recipe import tail_log
+
+    secret = tmp_path / "secret"
+    secret.write_text("root:$6$hash:19000::::::\n")
+    own = tmp_path / "srv"
+    own.mkdir()
+    (own / "sym.log").symlink_to(secret)
+    os.link(secret, own / "hard.log")
+    os.mkfifo(own / "fifo.log")
+    assert tail_log(own / "sym.log") == ""
+    assert tail_log(own / "hard.log") == ""
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(tail_log(own / "fifo.log")), daemon=True)
+    reader.start()
+    reader.join(5)
+    assert got == [""]  # at once: no writer is waited for
+    (own / "error.log").write_text("a\nb\nc\nd\n")
+    assert tail_log(own / "error.log") == "b | c | d"

@@ -24,6 +24,7 @@ import contextlib
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Callable
@@ -223,12 +224,31 @@ def wait_until(
         time.sleep(0.02)
 
 
+# How much of a log's end is read for its last lines.
+_TAIL_BYTES = 64 * 1024
+
+
 def tail_log(path: Path, n: int = 3) -> str:
-    """The last ``n`` lines of a server's log, on one line (for an error); "" if unreadable."""
+    """The last ``n`` lines of a server's log, on one line (for an error); "" if unreadable.
+
+    A log in the server user's own folder is that user's to replace: read as root, a
+    symlink or a hard link there (to /etc/shadow) would print a root file into the
+    error, and a FIFO would hang ``up``. Only a regular file with one link, opened
+    without following a symlink and without blocking, is read."""
     try:
-        lines = path.read_text(errors="replace").strip().splitlines()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return ""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            return ""
+        data = os.pread(fd, _TAIL_BYTES, max(st.st_size - _TAIL_BYTES, 0))
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+    lines = data.decode(errors="replace").strip().splitlines()
     return " | ".join(line.strip() for line in lines[-n:])
 
 
