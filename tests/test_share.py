@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 from pathlib import Path
 
@@ -252,3 +253,42 @@ def test_the_share_format_is_the_share_type(tmp_path):
     path.write_text(path.read_text().replace('"effective": 0.2', '"effective": "fast"'))
     with pytest.raises(TraceFormatError, match=r"curve\.json: share\.speed\.effective: "):
         LoadCurve.read_json(path)
+
+
+def test_cgroup_folders_are_not_writable_by_others_whatever_the_umask(tmp_path):
+    """Run with umask 000, shrink made its cgroups 0777: any user could make a group in
+    one (so ``down`` could not remove it) and run processes of theirs in the share."""
+    for c in ("cpu", "cpuacct", "cpuset"):
+        (tmp_path / "sys/fs/cgroup" / c).mkdir(parents=True)
+    (tmp_path / "sys/fs/cgroup/cpuset/cpuset.cpus").write_text("0-7\n")
+    (tmp_path / "sys/fs/cgroup/cpuset/cpuset.mems").write_text("0\n")
+    lay = cgroup_layout(HYBRID, fs_root=tmp_path)
+    # A run under umask 000 before this one left the shared parent writable by all.
+    (tmp_path / "sys/fs/cgroup/cpu/shrink").mkdir(mode=0o777)
+    os.chmod(tmp_path / "sys/fs/cgroup/cpu/shrink", 0o777)
+    old = os.umask(0)
+    try:
+        cg = Cgroup("t-r0", lay)
+        cg.create((4, 5), 1000, 2000)
+    finally:
+        os.umask(old)
+    for d in cg.dirs.values():
+        for p in (Path(d), Path(d).parent):
+            assert stat.S_IMODE(os.stat(p).st_mode) & 0o022 == 0, p
+
+
+@pytest.mark.root
+def test_a_cgroup_another_user_made_at_a_replicas_name_is_not_used(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a folder owned by another user")
+    for c in ("cpu", "cpuacct", "cpuset"):
+        (tmp_path / "sys/fs/cgroup" / c).mkdir(parents=True)
+    (tmp_path / "sys/fs/cgroup/cpuset/cpuset.cpus").write_text("0-7\n")
+    (tmp_path / "sys/fs/cgroup/cpuset/cpuset.mems").write_text("0\n")
+    lay = cgroup_layout(HYBRID, fs_root=tmp_path)
+    planted = tmp_path / "sys/fs/cgroup/cpu/shrink/t-r0"
+    planted.mkdir(parents=True)
+    os.chown(planted, 65534, 65534)  # made by nobody before up
+    with pytest.raises(TopologyError, match="not made by shrink"):
+        Cgroup("t-r0", lay).create((4, 5), 1000, 2000)
+    assert not (planted / "cpu.cfs_quota_us").exists()

@@ -36,6 +36,7 @@ import contextlib
 import math
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -201,14 +202,12 @@ class Cgroup(files.FileFormat):
         self, cpus: tuple[int, ...], quota_us: int | None, period_us: int | None
     ) -> None:
         assert self.layout.cpu is not None
-        parent = self.layout.cpu / self.PARENT
-        parent.mkdir(exist_ok=True)
+        parent = _own_group(self.layout.cpu / self.PARENT)
         wanted = ["+cpu"] + (["+cpuset"] if self.layout.cpuset else [])
         for d in (self.layout.cpu, parent):
             for c in wanted:
                 _write(d / "cgroup.subtree_control", c, missing_ok=True)
-        d = parent / self.name
-        d.mkdir(exist_ok=True)
+        d = _own_group(parent / self.name)
         self.dirs = {"cpu": str(d), "cpuacct": str(d)}
         if quota_us is not None:
             _write(d / "cpu.max", f"{quota_us} {period_us}")
@@ -232,12 +231,10 @@ class Cgroup(files.FileFormat):
         if lay.cpuset is not None:
             # v1 cpusets start empty: parent and child need cpus and mems before tasks join.
             mems = _read(lay.cpuset / "cpuset.mems") or "0"
-            parent = lay.cpuset / self.PARENT
-            parent.mkdir(exist_ok=True)
+            parent = _own_group(lay.cpuset / self.PARENT)
             _write(parent / "cpuset.cpus", _read(lay.cpuset / "cpuset.cpus") or "0")
             _write(parent / "cpuset.mems", mems)
-            d = parent / self.name
-            d.mkdir(exist_ok=True)
+            d = _own_group(parent / self.name)
             _write(d / "cpuset.cpus", format_cpulist(cpus))
             _write(d / "cpuset.mems", mems)
             self.dirs["cpuset"] = str(d)
@@ -323,8 +320,27 @@ def foreign_cgroup(d: dict[str, Any], mounts: set[Path] | None = None) -> str | 
 
 
 def _mkgroup(mount: Path, parent: str, name: str) -> Path:
-    d = mount / parent / name
-    d.mkdir(parents=True, exist_ok=True)
+    return _own_group(_own_group(mount / parent) / name)
+
+
+def _own_group(d: Path) -> Path:
+    """``d``, a cgroup folder of this user's that no one else may write: made if missing
+    (mode 0755 whatever the umask) and checked if it exists.
+
+    A group others may write lets them make groups in it (so ``down`` cannot remove
+    it) and, in a group of their own there, run their processes in the server's
+    share; one another user made before ``up`` (its name is predictable) has
+    control files they may write: a quota or CPU list of theirs."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(d, 0o755)
+    st = os.lstat(d)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise TopologyError(
+            f"cgroup {d} was not made by shrink (owned by UID {st.st_uid}, or not a "
+            "folder): not used; remove it"
+        )
+    if st.st_mode & 0o022:  # made by a run under a permissive umask
+        os.chmod(d, stat.S_IMODE(st.st_mode) & ~0o022)
     return d
 
 
