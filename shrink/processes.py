@@ -149,7 +149,7 @@ def start_process(
         if owned:  # after setuid, which clears a parent-death signal
             die_with_parent(signal.SIGTERM, me)
 
-    log = open(log_path, "ab") if log_path is not None else subprocess.DEVNULL  # noqa: SIM115
+    log = _open_log(log_path) if log_path is not None else subprocess.DEVNULL
     try:
         return subprocess.Popen(
             argv,
@@ -163,7 +163,19 @@ def start_process(
         )
     finally:
         if log is not subprocess.DEVNULL:
-            log.close()
+            os.close(log)
+
+
+def _open_log(path: Path) -> int:
+    """``path`` opened to append a process's output: never through a symlink, and 0644
+    whatever the umask (under umask 000 a root-owned log was writable by every user)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        os.fchmod(fd, 0o644)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _reap(pid: int) -> None:

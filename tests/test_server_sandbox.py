@@ -5,6 +5,7 @@ beyond its own output."""
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from shrink.testbed import ServerSettings, down, up
 from shrink.testbed.private import ServerUser, server_env
 
 SECRET = "SHRINK_PROBE_ROOT_SECRET"
+OUTSIDE = "keep me: not shrink's to write"
 GETENV_PHP = (
     f'<?php echo getenv("{SECRET}") === false ? "none" : "leaked"; echo " ", getenv("HOME");\n'
 )
@@ -147,3 +149,24 @@ def test_a_servers_log_it_replaced_is_not_read(tmp_path):
     assert got == [""]  # at once: no writer is waited for
     (own / "error.log").write_text("a\nb\nc\nd\n")
     assert tail_log(own / "error.log") == "b | c | d"
+
+
+def test_a_servers_output_log_is_not_writable_by_others_whatever_the_umask(tmp_path):
+    log = tmp_path / "stdout.log"
+    old = os.umask(0)
+    try:
+        proc = process.start_process(["sh", "-c", "echo started"], log_path=log)
+    finally:
+        os.umask(old)
+    assert proc.wait(10) == 0
+    assert log.read_text() == "started\n"
+    assert stat.S_IMODE(log.stat().st_mode) == 0o644
+
+
+def test_a_servers_output_log_is_never_opened_through_a_symlink(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text(OUTSIDE)
+    (tmp_path / "stdout.log").symlink_to(victim)
+    with pytest.raises(OSError):
+        process.start_process(["true"], log_path=tmp_path / "stdout.log")
+    assert victim.read_text() == OUTSIDE
