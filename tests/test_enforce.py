@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import stat
 import time
 from pathlib import Path
 
@@ -217,3 +219,43 @@ def test_cli_refuses_an_unknown_mechanism_in_one_line(tmp_path):
     assert r.exit_code == 1
     assert "enforce == 'deadline', must be one of cfs, corunner" in r.output
     assert "Traceback" not in r.output
+
+
+def _plant_helper(cache: Path) -> Path:
+    from shrink.enforce.corunner import _helper_path
+
+    helper = _helper_path()
+    assert helper.parent == cache / "shrink"
+    helper.parent.mkdir(parents=True, exist_ok=True)
+    helper.write_text("#!/bin/sh\necho planted\n")
+    helper.chmod(0o755)
+    return helper
+
+
+def test_a_co_runner_in_a_folder_others_may_write_is_not_run(tmp_path, monkeypatch):
+    """The helper runs as root from a folder the environment names: one planted where
+    another user may write (a shared cache, XDG_CACHE_HOME kept by su) is not used."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    helper = _plant_helper(cache)
+    os.chmod(helper.parent, 0o777)  # anyone could have put it there
+    assert build_helper() is None
+    os.chmod(helper.parent, 0o755)
+    os.chmod(helper, 0o777)  # anyone could have rewritten it
+    assert build_helper() is None
+    os.chmod(helper, 0o755)
+    assert build_helper() == helper  # this user's own, in its own folder: run
+
+
+def test_the_co_runner_is_built_for_no_one_else_to_write_whatever_the_umask(tmp_path, monkeypatch):
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    old = os.umask(0)
+    try:
+        helper = build_helper()
+    finally:
+        os.umask(old)
+    assert helper is not None
+    for p in (helper, helper.parent, helper.parent.parent):
+        assert stat.S_IMODE(os.stat(p).st_mode) & 0o022 == 0, p

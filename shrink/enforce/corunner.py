@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -31,8 +32,9 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from shrink import processes as process
+from shrink.atomic import make_dirs
 from shrink.enforce.cfs import Cgroup, CgroupLayout, Recorded
-from shrink.errors import TopologyError
+from shrink.errors import TopologyError, WriteError
 from shrink.schemas import MAX_CPUS, Count, Cpu, Fraction, Name, Pid
 
 __all__ = ["PERIOD_US", "CoRunner", "build_helper"]
@@ -49,14 +51,23 @@ def _helper_path() -> Path:
 
 
 def build_helper() -> Path | None:
-    """The compiled co-runner (built now if missing and a compiler exists), else None."""
+    """The compiled co-runner (built now if missing and a compiler exists), else None.
+
+    It runs as root, from a folder the environment names (``XDG_CACHE_HOME``,
+    ``HOME``): one that another user may write, or a program they put there, is not
+    run (None: the Python spinner is used instead)."""
     path = _helper_path()
     if path.exists():
-        return path
+        return path if _safe_to_run(path) else None
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         return None
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        make_dirs(path.parent, 0o755)
+    except WriteError:
+        return None
+    if not _safe_to_run(path.parent):
+        return None
     tmp = Path(tempfile.mkdtemp(dir=path.parent)) / "corunner"
     try:
         done = subprocess.run(
@@ -64,10 +75,33 @@ def build_helper() -> Path | None:
         )
         if done.returncode != 0:
             return None
+        os.chmod(tmp, 0o755)  # whatever the umask: a program root runs is no one else's to write
         os.replace(tmp, path)  # atomic: two builders at once both end with a whole file
     finally:
         shutil.rmtree(tmp.parent, ignore_errors=True)
-    return path
+    return path if _safe_to_run(path) else None
+
+
+def _safe_to_run(path: Path) -> bool:
+    """Whether root may run ``path``: it and every folder above it, as named and as
+    resolved, are this user's or root's and writable by no one else (a sticky folder's
+    entries excepted), so no other user could have put or swapped a program there."""
+    me = os.geteuid()
+    named = Path(os.path.abspath(path))
+    real = Path(os.path.realpath(path))
+    try:
+        for p in dict.fromkeys([named, *named.parents, real, *real.parents]):
+            st = os.lstat(p)
+            if st.st_uid not in (0, me):
+                return False
+            if stat.S_ISLNK(st.st_mode):
+                continue
+            sticky = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
+            if st.st_mode & 0o022 and not sticky:
+                return False
+    except OSError:
+        return False
+    return True
 
 
 @dataclass(init=False, eq=False)
