@@ -406,3 +406,66 @@ def test_a_planted_private_folder_is_refused(tmp_path, monkeypatch):
         registry.private_dir()
     os.chmod(tmp_path / "runs", 0o700)
     assert registry.private_dir() == tmp_path / "runs"
+
+
+def _forged_state(path: Path, pid: int) -> Path:
+    """A state naming ``pid`` with its true start time and program: all readable in /proc."""
+    info = process.proc_info(pid)
+    assert info is not None
+    rs = ReplicaState(
+        name="r0", address="127.0.0.1", port=80, cpus=[0], masters=[pid],
+        processes={"lighttpd": [pid]}, starttimes={pid: info.starttime},
+        exes={pid: process.exe_of(pid) or ""}, pinned={}, config="c", errorlog="e", run_dir="d",
+    )  # fmt: skip
+    TestbedState([rs], {}, {"name": "1-replica"}, {}, "doc", {}, "t").write(path)
+    return path
+
+
+@pytest.mark.root
+def test_a_state_another_user_wrote_stops_nothing(tmp_path, monkeypatch):
+    """``down`` on a state file another user could have written: its PIDs, start times and
+    programs are public in /proc, so it could name any process (sshd): none is signalled."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to write a file as another user")
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "runs"))
+    victim = subprocess.Popen(["sleep", "30"])
+    try:
+        time.sleep(0.05)
+        theirs = tmp_path / "theirs"
+        theirs.mkdir()
+        os.chown(theirs, 65534, 65534)  # a folder of nobody's, where root runs down
+        state = _forged_state(theirs / "s.json", victim.pid)
+        os.chown(state, 65534, 65534)
+        with pytest.raises(StateError, match="another user could have written"):
+            down(state)
+        os.chown(state, 0, 0)  # root's file, but in nobody's folder: they could swap it
+        with pytest.raises(StateError, match="another user could have written"):
+            down(state)
+        state.write_bytes(state.read_bytes()[:-5])  # damaged: salvaged PIDs are no better
+        os.chown(state, 65534, 65534)
+        with pytest.raises(StateError, match="another user could have written"):
+            down(state)
+        assert victim.poll() is None
+        mine = _forged_state(tmp_path / "mine.json", victim.pid)  # root's own: trusted
+        assert list(down(mine).values()) == [[victim.pid]]
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_down_stops_what_up_recorded_not_what_the_file_says_now(tmp_path, monkeypatch, machine):
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "runs"))
+    (tmp_path / "doc").mkdir()
+    state = tmp_path / "s.json"
+    bystander = subprocess.Popen(["sleep", "30"])
+    try:
+        st = up(tmp_path / "doc", machine, Share.all_of(machine), state_path=state, port=0,
+                server=ServerSettings(FakeRecipe()))  # fmt: skip
+        server = st.replicas[0].masters[0]
+        _forged_state(state, bystander.pid)  # rewritten since up (by whoever could)
+        stopped = down(state)
+        assert list(stopped.values()) == [[server]]
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()

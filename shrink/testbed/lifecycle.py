@@ -48,6 +48,7 @@ from shrink.testbed.private import (
     ServerUser,
     UpLock,
     check_reachable,
+    forgeable,
     new_run_root,
     remove_run_root,
     replica_dirs,
@@ -445,6 +446,15 @@ def _refuse_if_running(state_path: Path) -> None:
 _SERVER_COMMS = ("lighttpd", "php-cgi", "php", "nginx")
 
 
+def _refuse_if_forgeable(state_path: str | Path) -> None:
+    why = forgeable(state_path)
+    if why is not None:
+        raise StateError(
+            f"{state_path}: shrink keeps no record of this testbed, and another user could "
+            f"have written the file ({why}): nothing it names is touched"
+        )
+
+
 def _down_damaged(state_path: str | Path) -> dict[str, list[int]]:
     """Stop what a damaged state file still names, by PID, never a stranger.
 
@@ -506,6 +516,12 @@ def down(state_path: str | Path) -> dict[str, list[int]]:
 
     A state file that no longer validates (damaged, hand-edited) is not a dead
     end: the PIDs it still names are stopped (see :func:`_down_damaged`).
+
+    What is stopped is read from the copy ``up`` kept in shrink's private folder
+    (:func:`registry.recorded`), or, without one, from the state file only if no
+    other user could have written it (:func:`forgeable`): its PIDs, start times and
+    programs can all be read in /proc, so a file another user wrote could name any
+    process on the machine.
     """
     try:
         st = TestbedState.read(state_path)
@@ -514,7 +530,17 @@ def down(state_path: str | Path) -> dict[str, list[int]]:
     except TestbedError:
         if not Path(state_path).is_file():
             raise
-        return _down_damaged(state_path)
+        kept = registry.recorded(state_path)
+        if kept is None:
+            _refuse_if_forgeable(state_path)
+            return _down_damaged(state_path)
+        st = kept
+    else:
+        kept = registry.recorded(state_path)
+        if kept is None:
+            _refuse_if_forgeable(state_path)
+        else:
+            st.replicas = kept.replicas  # what up started, not what the file now says
     recipe = recipe_of(st)
     sig = int(st.server.get("stop_signal", 15))
     out = {r.name: _stop_replica(recipe, r, sig) for r in st.replicas}

@@ -56,6 +56,7 @@ __all__ = [
     "can_run",
     "check_reachable",
     "config_value",
+    "forgeable",
     "new_run_root",
     "readable",
     "remove_run_root",
@@ -254,6 +255,26 @@ def config_value(value: str | Path, what: str) -> str:
             "config safely; use a path without it"
         )
     return text
+
+
+def forgeable(path: str | Path) -> str | None:
+    """Why another user could have written ``path`` (a state file ``down`` would act on),
+    or None if only this user or root could: it is theirs and no one else may write it,
+    nor replace it in its folder (one no one else may write, or a sticky one).
+
+    A state names PIDs with their start times and programs, all of which anyone can
+    read in /proc: a file another user wrote could name any process on the machine."""
+    me = os.geteuid()
+    p = Path(os.path.realpath(path))
+    try:
+        st, folder = os.stat(p), os.stat(p.parent)
+    except OSError as exc:
+        return f"cannot check it ({exc.strerror})"
+    if st.st_uid not in (0, me) or st.st_mode & 0o022:
+        return f"it is owned by UID {st.st_uid} or writable by others"
+    if folder.st_uid not in (0, me) or (folder.st_mode & 0o022 and not folder.st_mode & 0o1000):
+        return f"its folder {p.parent} is UID {folder.st_uid}'s or writable by others"
+    return None
 
 
 def check_reachable(docroot: Path, user: ServerUser | None) -> None:

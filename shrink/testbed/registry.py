@@ -35,7 +35,16 @@ from shrink.schemas import RegistryEntryFile
 from shrink.testbed.private import secure_dir
 from shrink.testbed.state import TestbedState
 
-__all__ = ["StaleTestbed", "forget", "private_dir", "record", "run_dir", "running", "stale"]
+__all__ = [
+    "StaleTestbed",
+    "forget",
+    "private_dir",
+    "record",
+    "recorded",
+    "run_dir",
+    "running",
+    "stale",
+]
 
 
 def run_dir() -> Path:
@@ -78,6 +87,19 @@ def record(state_path: str | Path, state: TestbedState, *, owned: bool) -> Path:
     entry = _entry(state_path)
     doc = {"state_path": str(state_path), "owner": owner, "state": state.to_dict()}
     return write_text(entry, dumps(doc, indent=1) + "\n", perm=0o600)
+
+
+def recorded(state_path: str | Path) -> TestbedState | None:
+    """The state ``up`` recorded for ``state_path`` in shrink's private folder (a copy no
+    other user could have written); None if there is none (or it is damaged)."""
+    entry = _entry(Path(state_path))
+    if not run_dir().is_dir() or not entry.is_file():
+        return None
+    private_dir()  # still this user's and no one else's
+    doc = _load(entry)
+    if doc is None:
+        return None
+    return TestbedState.from_dict(doc["state"], source=str(entry))
 
 
 def forget(state_path: str | Path) -> None:
