@@ -469,3 +469,34 @@ def test_down_stops_what_up_recorded_not_what_the_file_says_now(tmp_path, monkey
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_a_private_folder_inside_a_folder_others_may_write_is_refused(tmp_path, monkeypatch):
+    """XDG_RUNTIME_DIR (or SHRINK_RUN_DIR) naming a folder another user may write: they
+    could rename shrink's folder away and put one of theirs, configs and all, in its
+    place, so it is not used."""
+    from shrink.testbed import registry
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)  # writable by all, not sticky
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(shared / "shrink"))  # as XDG_RUNTIME_DIR/shrink
+    with pytest.raises(TestbedError, match=f"{shared} is another user's or writable by others"):
+        registry.private_dir()
+    assert not (shared / "shrink").exists()
+    os.chmod(shared, 0o1777)  # sticky, as /tmp: no one may rename what is not theirs
+    assert registry.private_dir() == shared / "shrink"
+
+
+@pytest.mark.root
+def test_a_private_folder_inside_another_users_folder_is_refused(tmp_path, monkeypatch):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a folder owned by another user")
+    from shrink.testbed import registry
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, 65534, 65534)
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(theirs / "shrink"))
+    with pytest.raises(TestbedError, match="another user's or writable by others"):
+        registry.private_dir()

@@ -141,6 +141,13 @@ def secure_dir(path: Path, mode: int = 0o700) -> Path:
     ``mkdir`` never follows a symlink; one that exists must be a real directory
     owned by this user and not writable by group or others, else it is refused (a
     folder someone planted at a predictable name)."""
+    swappable = _swappable_above(path)
+    if swappable is not None:
+        raise TestbedError(
+            f"{path} is not a private folder of this user: {swappable} is another user's or "
+            "writable by others, who could replace it; set SHRINK_RUN_DIR (or "
+            "XDG_RUNTIME_DIR) to a folder of this user's"
+        )
     with contextlib.suppress(FileExistsError):
         os.mkdir(path, mode)
     st = os.lstat(path)
@@ -152,6 +159,18 @@ def secure_dir(path: Path, mode: int = 0o700) -> Path:
     if stat.S_IMODE(st.st_mode) != mode:
         os.chmod(path, mode)
     return path
+
+
+def _swappable_above(path: Path) -> Path | None:
+    """The first folder above ``path`` (resolved) that another user could change: theirs,
+    or writable by others and not sticky (they could rename ``path`` away and put a
+    folder or symlink of theirs in its place). None if there is none."""
+    me = os.geteuid()
+    for d in Path(os.path.realpath(path)).parents:
+        st = os.stat(d)
+        if st.st_uid not in (0, me) or (st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX):
+            return d
+    return None
 
 
 def new_run_root(base: Path, state_path: Path, user: ServerUser | None) -> Path:
