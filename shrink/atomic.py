@@ -31,6 +31,7 @@ __all__ = [
     "atomic_file",
     "is_plain_target",
     "make_dirs",
+    "open_dir",
     "open_exclusive",
     "own_dir",
     "write_bytes",
@@ -93,19 +94,71 @@ def own_dir(folder: str | Path, mode: int = 0o755) -> Path:
     return folder
 
 
-def open_exclusive(path: Path, suffix: str = ".tmp", mode: int = 0o644) -> tuple[int, Path]:
+def open_exclusive(
+    path: Path, suffix: str = ".tmp", mode: int = 0o644, *, dir_fd: int | None = None
+) -> tuple[int, Path]:
     """A new file beside ``path`` (hidden, random name), opened for writing: (fd, its path).
 
-    ``O_EXCL | O_NOFOLLOW``: never an existing file, never through a symlink.
+    ``O_EXCL | O_NOFOLLOW``: never an existing file, never through a symlink. With
+    ``dir_fd`` (``path``'s folder, held open), it is made in that folder whatever its
+    name leads to meanwhile.
     """
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC
     for _ in range(16):
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}{suffix}")
         try:
-            return os.open(tmp, flags, mode), tmp
+            where = tmp.name if dir_fd is not None else tmp
+            return os.open(where, flags, mode, dir_fd=dir_fd), tmp
         except FileExistsError:
             continue
     raise FileExistsError(errno.EEXIST, "no free temporary name", str(path))
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def open_dir(folder: str | Path) -> int:
+    """A descriptor of ``folder``, reached one name at a time from ``/`` without following
+    a symlink that neither root nor this user made (the rule of :func:`make_dirs`).
+
+    Checking the path and then using it by name would leave a gap: in a folder another
+    user may write, they can rename a checked folder away and put a symlink in its
+    place before the write. Held open, the folder is the one checked, whatever its
+    name leads to afterwards.
+    """
+    me = os.geteuid()
+    todo = list((Path.cwd() / folder).parts[1:])  # ".." kept: the kernel resolves it
+    fd = os.open("/", _DIR_FLAGS)
+    links = 0
+    try:
+        while todo:
+            name = todo.pop(0)
+            try:
+                nxt = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if not stat.S_ISLNK(st.st_mode):
+                    raise
+                links += 1
+                if st.st_uid not in (0, me):
+                    why = f"a symlink owned by UID {st.st_uid}, not followed"
+                    raise OSError(errno.ELOOP, why, name) from None
+                if links > 40:
+                    raise OSError(errno.ELOOP, "too many symlinks", str(folder)) from None
+                target = Path(os.readlink(name, dir_fd=fd))
+                todo[:0] = target.parts[1:] if target.is_absolute() else target.parts
+                if target.is_absolute():
+                    os.close(fd)
+                    fd = os.open("/", _DIR_FLAGS)
+                continue
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _replaceable(path: Path) -> None:
@@ -131,11 +184,11 @@ def is_plain_target(path: str | Path) -> bool:
     return stat.S_ISREG(mode) or stat.S_ISDIR(mode)
 
 
-def _still_ours(tmp: Path, made: os.stat_result) -> None:
+def _still_ours(tmp: Path, made: os.stat_result, dir_fd: int) -> None:
     """Refuse to rename ``tmp`` into place if its name no longer holds the file made for
     it: in a folder another user may write, the temporary name can be unlinked and
     replaced (by a symlink, say) while the data is written."""
-    now = os.lstat(tmp)
+    now = os.stat(tmp.name, dir_fd=dir_fd, follow_symlinks=False)
     if (now.st_dev, now.st_ino) != (made.st_dev, made.st_ino):
         raise OSError(errno.EEXIST, "its temporary file was replaced by someone else", str(tmp))
 
@@ -148,25 +201,31 @@ def _replacing(path: Path, mode: int = 0o644) -> Iterator[tuple[int, Path]]:
     closes it) or through the path; any error removes the temporary file, and an
     ``OSError`` becomes a :class:`WriteError` naming ``path``.
     """
+    dir_fd = -1
     try:
         make_dirs(path.parent)
+        dir_fd = open_dir(path.parent)
         _replaceable(path)
-        fd, tmp = open_exclusive(path, mode=mode)
+        fd, tmp = open_exclusive(path, mode=mode, dir_fd=dir_fd)
         made = os.fstat(fd)
     except OSError as exc:
+        if dir_fd >= 0:
+            os.close(dir_fd)
         raise WriteError(path, exc) from exc
     try:
         yield fd, tmp
-        _still_ours(tmp, made)
-        os.replace(tmp, path)
+        _still_ours(tmp, made, dir_fd)
+        os.replace(tmp.name, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except OSError as exc:
         with contextlib.suppress(OSError):
-            tmp.unlink()
+            os.unlink(tmp.name, dir_fd=dir_fd)
         raise WriteError(path, exc) from exc
     except BaseException:
         with contextlib.suppress(OSError):
-            tmp.unlink()
+            os.unlink(tmp.name, dir_fd=dir_fd)
         raise
+    finally:
+        os.close(dir_fd)
 
 
 @contextlib.contextmanager

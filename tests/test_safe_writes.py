@@ -191,3 +191,51 @@ def test_a_runlog_folder_symlink_another_user_planted_is_not_followed(tmp_path):
     with pytest.raises(WriteError, match="owned by UID 65534"):
         RunLogWriter(tmp_path / "runlogs" / "run000-rf1.parquet")
     assert list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.root
+def test_a_folder_swapped_for_a_symlink_after_the_check_is_not_written_through(
+    tmp_path, monkeypatch
+):
+    """In a folder another user owns, they may rename a checked folder away and plant a
+    symlink in its place between the check and the write: the write goes to the folder
+    that was checked, held open, never through the symlink."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to plant a symlink owned by another user")
+    import shrink.atomic as atomic
+
+    theirs = tmp_path / "theirs"
+    (theirs / "out").mkdir(parents=True)
+    os.chown(theirs, 65534, 65534)
+    elsewhere = tmp_path / "elsewhere"  # /etc, say
+    elsewhere.mkdir()
+    real_make_dirs = atomic.make_dirs
+
+    def check_then_swap(folder, mode=0o755):
+        done = real_make_dirs(folder, mode)
+        if Path(folder) == theirs / "out" and not (theirs / "out").is_symlink():
+            (theirs / "out").rename(theirs / "moved")  # what nobody does, just after the check
+            (theirs / "out").symlink_to(elsewhere)
+            os.lchown(theirs / "out", 65534, 65534)
+        return done
+
+    monkeypatch.setattr(atomic, "make_dirs", check_then_swap)
+    with pytest.raises(WriteError, match="owned by UID 65534"):
+        write_text(theirs / "out" / "prediction.json", "{}")
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_folder_reached_through_own_symlinks_and_dots_is_opened(tmp_path):
+    from shrink.atomic import open_dir
+
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "rel").symlink_to("a/b")
+    (tmp_path / "abs").symlink_to(tmp_path / "a")
+    for folder in (tmp_path / "rel", tmp_path / "abs" / "b", tmp_path / "a" / "b" / ".." / "b"):
+        fd = open_dir(folder)
+        try:
+            assert os.path.samestat(os.fstat(fd), os.stat(tmp_path / "a" / "b")), folder
+        finally:
+            os.close(fd)
+    write_text(tmp_path / "rel" / "f.txt", "x")
+    assert (tmp_path / "a" / "b" / "f.txt").read_text() == "x"
