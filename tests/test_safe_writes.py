@@ -239,3 +239,29 @@ def test_a_folder_reached_through_own_symlinks_and_dots_is_opened(tmp_path):
             os.close(fd)
     write_text(tmp_path / "rel" / "f.txt", "x")
     assert (tmp_path / "a" / "b" / "f.txt").read_text() == "x"
+
+
+@pytest.mark.root
+def test_a_runlog_folder_swapped_after_the_check_is_not_written_through(tmp_path, monkeypatch):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to plant a symlink owned by another user")
+    from shrink.replay import writer as writer_mod
+
+    theirs = tmp_path / "theirs"
+    (theirs / "runlogs").mkdir(parents=True)
+    os.chown(theirs, 65534, 65534)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    real_make_dirs = writer_mod.make_dirs
+
+    def check_then_swap(folder, mode=0o755):
+        done = real_make_dirs(folder, mode)
+        (theirs / "runlogs").rename(theirs / "moved")
+        (theirs / "runlogs").symlink_to(elsewhere)
+        os.lchown(theirs / "runlogs", 65534, 65534)
+        return done
+
+    monkeypatch.setattr(writer_mod, "make_dirs", check_then_swap)
+    with pytest.raises(WriteError, match="owned by UID 65534"):
+        writer_mod.RunLogWriter(theirs / "runlogs" / "run000-rf1.parquet")
+    assert list(elsewhere.iterdir()) == []

@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from shrink.atomic import make_dirs, open_exclusive
+from shrink.atomic import make_dirs, open_dir, open_exclusive
 from shrink.errors import WriteError
 from shrink.jsonout import dumps
 from shrink.runlog import META_KEY, RUNLOG_SCHEMA, RunLog
@@ -179,15 +179,24 @@ class RunLogWriter:
         self.closed = False
         self._schema = WRITER_SCHEMA
         self._fd = -1
+        self._dir_fd = -1  # the file's folder, held: what is made and renamed stays in it
         if self.path is not None:
             # The file is created now, before anything is measured: a path that
             # cannot be written is an error before the run, not after it.
             try:
-                # Never through a folder symlink another user planted (--runlogs DIR).
+                # Never through a folder symlink another user planted (--runlogs DIR),
+                # nor one swapped in after the check: the folder is held open.
                 make_dirs(self.path.parent)
-                self._fd, self._tmp = open_exclusive(self.path)
+                self._dir_fd = open_dir(self.path.parent)
+                self._fd, self._tmp = open_exclusive(self.path, dir_fd=self._dir_fd)
             except OSError as exc:
+                self._close_dir()
                 raise WriteError(self.path, exc) from exc
+
+    def _close_dir(self) -> None:
+        if self._dir_fd >= 0:
+            os.close(self._dir_fd)
+            self._dir_fd = -1
 
     def _open(self) -> None:
         """Open the file at the first flush, so ``meta`` may be completed until then."""
@@ -210,7 +219,7 @@ class RunLogWriter:
         """Allocate the reserve beside the file (None where the disk is already too full)."""
         assert self.path is not None
         try:
-            fd, reserve = open_exclusive(self.path, suffix=".reserve")
+            fd, reserve = open_exclusive(self.path, suffix=".reserve", dir_fd=self._dir_fd)
         except OSError:
             return None
         try:
@@ -309,7 +318,10 @@ class RunLogWriter:
                 self._open()  # an empty run still leaves a readable file
         finally:
             self.closed = True
-            self._finish()
+            try:
+                self._finish()
+            finally:
+                self._close_dir()
 
     def discard(self) -> None:
         """Give the file up unwritten (a run stopped before its engine took over): the
@@ -325,6 +337,7 @@ class RunLogWriter:
                 os.close(self._fd)
         if self._tmp is not None:
             self._tmp.unlink(missing_ok=True)
+        self._close_dir()
 
     def _finish(self) -> None:
         if self._writer is None:
@@ -342,7 +355,9 @@ class RunLogWriter:
             self._tmp.unlink(missing_ok=True)  # never put a file without a footer in place
             return
         try:
-            os.replace(self._tmp, self.path)
+            os.replace(
+                self._tmp.name, self.path.name, src_dir_fd=self._dir_fd, dst_dir_fd=self._dir_fd
+            )
         except OSError as exc:
             self._fail(exc)
 
