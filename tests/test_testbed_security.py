@@ -500,3 +500,23 @@ def test_a_private_folder_inside_another_users_folder_is_refused(tmp_path, monke
     monkeypatch.setenv("SHRINK_RUN_DIR", str(theirs / "shrink"))
     with pytest.raises(TestbedError, match="another user's or writable by others"):
         registry.private_dir()
+
+
+@pytest.mark.parametrize(
+    "address", ["10.0.0.1", "169.254.169.254", "example.com", "::ffff:10.0.0.1"]
+)
+def test_a_replica_address_off_loopback_is_never_probed(tmp_path, monkeypatch, address):
+    """``testbed status`` probes each replica at the address its state file names, and
+    a state file is anyone's to write: an address off loopback is not probed."""
+    from shrink.testbed import health
+    from shrink.testbed.status import status
+
+    def no_client(*a, **k):
+        raise AssertionError("a request was about to be sent")
+
+    monkeypatch.setattr(health.httpx, "Client", no_client)
+    assert "not a loopback address, not probed" in (health.check(address, 80) or "")
+    assert "not probed" in (health.probe(f"http://{address}:80/") or "")
+    state = _state_with(tmp_path, address=address)
+    (got,) = status(state)  # no request sent (no_client)
+    assert not got.answering

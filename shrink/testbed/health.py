@@ -9,6 +9,7 @@ import httpx
 
 from shrink.errors import TestbedError
 from shrink.testbed.config import HEALTH_BODY, HEALTH_PHP, HEALTH_STATIC
+from shrink.wire import is_loopback, loopback_url_host
 
 __all__ = ["check", "probe", "url", "wait_healthy"]
 
@@ -20,7 +21,11 @@ def url(address: str, port: int, path: str) -> str:
 
 
 def probe(target: str, *, timeout_s: float = 1.0) -> str | None:
-    """None if ``target`` answers 2xx or 3xx; else what went wrong, in words."""
+    """None if ``target`` answers 2xx or 3xx; else what went wrong, in words. A target
+    off loopback is never probed."""
+    why = loopback_url_host(target)
+    if why is not None:
+        return f"{target}: {why}, not probed"
     with httpx.Client(timeout=timeout_s, trust_env=False) as client:
         try:
             resp = client.get(target)
@@ -32,7 +37,13 @@ def probe(target: str, *, timeout_s: float = 1.0) -> str | None:
 
 
 def check(address: str, port: int, *, timeout_s: float = 2.0) -> str | None:
-    """None if both probes answer ``shrink-ok``; else what went wrong, in words."""
+    """None if both probes answer ``shrink-ok``; else what went wrong, in words.
+
+    ``address`` comes from a state file (``testbed status``), which anyone may have
+    written: one off loopback is never probed (root's requests would reach another
+    machine, or a cloud's metadata service)."""
+    if not is_loopback(address):
+        return f"{address} is not a loopback address, not probed"
     # trust_env=False: a proxy from the environment must never see loopback traffic.
     with httpx.Client(timeout=timeout_s, trust_env=False) as client:
         for path in (HEALTH_STATIC, HEALTH_PHP):
