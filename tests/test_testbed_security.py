@@ -463,9 +463,13 @@ def test_down_stops_what_up_recorded_not_what_the_file_says_now(tmp_path, monkey
                 server=ServerSettings(FakeRecipe()))  # fmt: skip
         server = st.replicas[0].masters[0]
         _forged_state(state, bystander.pid)  # rewritten since up (by whoever could)
+        forged = json.loads(state.read_text())
+        forged["server"] = {"name": "x", "source": str(tmp_path / "x.toml"), "stop_signal": 9}
+        state.write_text(json.dumps(forged))
         stopped = down(state)
         assert list(stopped.values()) == [[server]]
         assert bystander.poll() is None
+        assert json.loads(state.read_text())["server"]["stop_signal"] == 15  # up's recipe
     finally:
         bystander.kill()
         bystander.wait()

@@ -540,7 +540,9 @@ def down(state_path: str | Path) -> dict[str, list[int]]:
         if kept is None:
             _refuse_if_forgeable(state_path)
         else:
-            st.replicas = kept.replicas  # what up started, not what the file now says
+            # What up started, and how it stops (the recipe, its signal), not what the
+            # file says now.
+            st.replicas, st.server = kept.replicas, kept.server
     recipe = recipe_of(st)
     sig = int(st.server.get("stop_signal", 15))
     out = {r.name: _stop_replica(recipe, r, sig) for r in st.replicas}
