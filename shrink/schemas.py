@@ -11,7 +11,7 @@ Floats that a writer stores as ``null`` for NaN are ``float | None``.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Self
 
 from pydantic import (
     AfterValidator,
@@ -57,7 +57,10 @@ def _bounded_or_nan(v: float) -> float:
 
 # A figure a writer may store as NaN (json.dumps writes NaN), but never a huge one.
 Loose = Annotated[float, AfterValidator(_bounded_or_nan)]
-Stat = Literal["mean", "p50", "p90", "p99", "p999"]
+# A statistic as the files spell it (shrink.checks.parse_stat): mean, or any percentile
+# in [1, 100), p95 or p9999 for p99.99 (the decimals never end in 0), as predict writes
+# the thresholds users give.
+Stat = Annotated[str, Field(pattern=r"^(mean|p(0[1-9]|[1-9][0-9])([0-9]*[1-9])?)$", max_length=64)]
 
 
 class _Open(BaseModel):

@@ -231,7 +231,7 @@ def test_an_older_calibration_reads_with_defaults(tmp_path):
         (("physics", "llc_miss_fraction"), 2.0, r"physics\.llc_miss_fraction: "),
         (("physics", "demand_static"), -1.0, r"physics\.demand_static: "),
         (("workloads", "tcp", "dynamic_fraction"), 3.0, r"workloads\.tcp\.dynamic_fraction: "),
-        (("workloads", "tcp", "thresholds", "p95"), 1.0, r"workloads\.tcp\.thresholds\.p95"),
+        (("workloads", "tcp", "thresholds", "p100"), 1.0, r"workloads\.tcp\.thresholds\.p100"),
         (("observations", 2, "value"), "x", r"observations\[2\]\.value: "),
         (("observations", 0, "config", "n_cores"), 0, r"observations\[0\]\.config\.n_cores"),
         (("observations", 2, "kind"), "guess", r"observation kind == 'guess'"),

@@ -75,3 +75,16 @@ def test_the_prediction_format_is_the_prediction_type(tmp_path):
     (tmp_path / "p.json").write_text(json.dumps(doc))
     with pytest.raises(TraceFormatError, match=r"p\.json: measured_mats\.mean\.threshold: "):
         Prediction.read_json(tmp_path / "p.json")
+
+
+def test_a_prediction_with_any_percentile_threshold_reads_back(tmp_path):
+    # predict --thresholds p95=5ms wrote "p95" (and p99.99 as "p9999"); the reader took
+    # only mean, p50, p90, p99 and p999, so validate refused the prediction it made.
+    p = Prediction({"name": "m"}, {"1-replica": _mp(p95=10.0, p9999=5.0)}, "1-replica", "one")
+    p.thresholds = {"p95": 0.005, "p9999": 0.01, "p05": 0.001}
+    p.measured_mats = {"p95": StatPrediction(2.0, (2.0, 2.0), 0.005)}
+    back = Prediction.read_json(p.write_json(tmp_path / "p.json"))
+    assert back.thresholds == p.thresholds and back.to_dict() == p.to_dict()
+    for bad in ("p100", "p0", "p5", "p950", "P95", "median"):
+        with pytest.raises(TraceFormatError, match=r"thresholds\."):
+            Prediction.from_dict({**p.to_dict(), "thresholds": {bad: 0.005}})
