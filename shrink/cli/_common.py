@@ -232,6 +232,18 @@ def as_option(option: str) -> Iterator[None]:
         raise OptionError(option, str(exc)) from None
 
 
+def cpu_list(text: str, option: str) -> list[int]:
+    """The CPUs of a CPU-list option (``0-3,8``); a malformed one is the refused value
+    of ``option`` (exit status 2), not a machine's error."""
+    from shrink.errors import TopologyError
+    from shrink.topology import parse_cpulist
+
+    try:
+        return list(parse_cpulist(text))
+    except TopologyError as exc:
+        raise OptionError(option, str(exc)) from None
+
+
 def stat_name(text: str, name: str = "stat") -> str:
     """A statistic's name as the files spell it: ``p99.9`` (as users write it) is ``p999``.
 

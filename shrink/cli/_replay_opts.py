@@ -17,7 +17,7 @@ import typer
 
 from shrink.checks import parse_duration
 from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
-from shrink.cli._common import console, parse_lag_limit
+from shrink.cli._common import as_option, console, cpu_list, parse_lag_limit
 from shrink.errors import OptionError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -56,7 +56,9 @@ _Conns = Annotated[
 ]
 _Procs = Annotated[
     int | None,
-    typer.Option("--processes", help="Engine processes (default: one per generator CPU)."),
+    typer.Option(
+        "--processes", min=1, max=1_000, help="Engine processes (default: one per generator CPU)."
+    ),
 ]
 _NewConn = Annotated[
     bool,
@@ -118,9 +120,7 @@ def note_realtime(target: Any) -> None:
 
 
 def _cpus(text: str | None) -> list[int] | None:
-    from shrink.topology import parse_cpulist
-
-    return None if text is None else list(parse_cpulist(text))
+    return None if text is None else cpu_list(text, "--generator-cpus")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,7 +155,7 @@ class EngineOptions:
         runlog_dir: Path | None = None,
     ) -> Any:
         """The LiveTarget these options describe, on the servers ``targets`` name."""
-        from shrink.replay.live import LiveTarget
+        from shrink.replay.live import LiveTarget, parse_url
         from shrink.schedule import ScheduleOptions
         from shrink.target import GeneratorPlacement
 
@@ -168,6 +168,11 @@ class EngineOptions:
             if value not in accepted:
                 raise OptionError(option, f"{value!r}; accepted: {', '.join(accepted)}")
         items = [x for t in targets for x in t.split(",") if x]
+        with as_option("--target"):
+            # A bad URL is refused before anything runs, naming the option.
+            for item in items:
+                if not item.endswith(".json"):
+                    parse_url(item)
         gen_cpus = _cpus(self.generator_cpus)
         target = LiveTarget.from_targets(
             items,

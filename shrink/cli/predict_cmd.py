@@ -16,6 +16,7 @@ from shrink.cli._common import (
     bounded_mats,
     cli_errors,
     console,
+    cpu_list,
     echo_json,
     exit_if_bound,
     output_path,
@@ -213,7 +214,6 @@ def predict(
     from shrink.checks import parse_thresholds
     from shrink.pipeline import GeneratorPlacement, TargetSettings, run_predict
     from shrink.predict import PredictConfig
-    from shrink.topology import parse_cpulist
 
     with cli_errors():
         output_path(out, kind="dir")
@@ -225,10 +225,10 @@ def predict(
             target=target, calibration=calibration, server=server,
         )  # fmt: skip
         plan = _plan(warmup, duration, reps, max_levels, budget)
-        with as_option("--server-cpus"):
-            cpus = parse_cpulist(server_cpus) if server_cpus else None
-        with as_option("--generator-cpus"):
-            gen_cpus = None if generator_cpus is None else tuple(parse_cpulist(generator_cpus))
+        cpus = cpu_list(server_cpus, "--server-cpus") if server_cpus else None
+        gen_cpus = (
+            None if generator_cpus is None else tuple(cpu_list(generator_cpus, "--generator-cpus"))
+        )
         with as_option("--skip"):
             skip_s = None if skip == "auto" else _skip_seconds(skip)
         from shrink.cli.testbed_cmd import warn_docroot, warn_stale

@@ -50,12 +50,25 @@ IDLE_BOUND = 20.0
 
 def parse_url(url: str) -> tuple[str, int]:
     """``http://127.0.0.1:8080`` (or ``127.0.0.1:8080``) -> (address, port)."""
-    parts = urlsplit(url if "//" in url else f"http://{url}")
+    if url.startswith("sim:"):
+        # predict's --target sim:SPEC.toml; here a target is a server that runs.
+        raise ParameterError(
+            f"url == {url!r}: the simulator is not a running server; "
+            "simulate with shrink sim sweep, or predict --target sim:SPEC.toml"
+        )
+    try:
+        parts = urlsplit(url if "//" in url else f"http://{url}")
+        port = parts.port  # urllib raises ValueError on a port that is not 0-65535
+    except ValueError as exc:
+        raise ParameterError(f"url == {url!r}, must be http://ADDR:PORT ({exc}).") from None
     if parts.scheme not in ("http", ""):
         raise ParameterError(f"url == {url!r}, must be http:// (the engine speaks plain HTTP/1.1).")
     if not parts.hostname:
         raise ParameterError(f"url == {url!r}, must name a host.")
-    return parts.hostname, parts.port or 80
+    if port == 0:
+        # Nothing listens on port 0: every request would fail to connect.
+        raise ParameterError(f"url == {url!r}: port 0 is no server's; give the port it listens on.")
+    return parts.hostname, port or 80
 
 
 # Errors of a request that never reached a server: nothing listens, or it hung up.
