@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -208,7 +208,31 @@ class Machine(files.FileFormat):
 
     @classmethod
     def read_toml(cls, path: str | Path) -> Machine:
-        return cls.from_dict(files.read_toml(path, what=cls.WHAT), source=str(path))
+        d = files.read_toml(path, what=cls.WHAT)
+        _check_keys(d, path)
+        return cls.from_dict(d, source=str(path))
+
+
+# The keys a spec file may hold (the module docstring); [extra] holds anything else.
+_KEYS = frozenset({f.name for f in fields(Machine)} - set(NIC) | {"nic"})
+_NIC_KEYS = frozenset(k.removeprefix("nic_") for k in NIC)
+
+
+def _check_keys(d: Any, path: str | Path) -> None:
+    """Refuse a key the spec does not know: a misspelt one (``llc_mb``) was dropped
+    silently, and its field took the default (an unknown cache, one thread per core)."""
+    if not isinstance(d, Mapping):
+        return
+    nic = d.get("nic")
+    unknown = sorted(set(d) - _KEYS)
+    if isinstance(nic, Mapping):
+        unknown += sorted(f"nic.{k}" for k in set(nic) - _NIC_KEYS)
+    if unknown:
+        raise TraceFormatError(
+            f"unknown key(s) {unknown} in a machine spec; known: {sorted(_KEYS - {'nic'})} "
+            f"and [nic] {sorted(_NIC_KEYS)} (put notes under [extra])",
+            path=path,
+        )
 
 
 def _toml_value(v: Any) -> str:

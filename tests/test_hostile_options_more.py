@@ -101,3 +101,24 @@ def test_replay_names_a_malformed_generator_cpu_list(tmp_path: Path, trace_file:
     args = ["replay", str(trace_file), "-o", str(tmp_path / "r.parquet"), "--target", "127.0.0.1:1"]
     code, text = _run(*args, "--generator-cpus", "0-")
     assert code == 2 and "error: --generator-cpus: CPU list == '0-'" in text, text
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("llc_mb = 12.0\n", "['llc_mb']"),
+        ("threads_per_cores = 2\n", "['threads_per_cores']"),
+        ("[nic]\nports = 1\nqueues = 4\n", "['nic.queues']"),
+    ],
+)
+def test_a_machine_spec_key_it_does_not_know_is_named(
+    tmp_path: Path, text: str, shown: str
+) -> None:
+    # A misspelt key was dropped: llc_mb = 12 left the cache unknown (0), and the spec
+    # was read and used as if it said nothing.
+    spec = tmp_path / "m.toml"
+    spec.write_text('name = "m"\nsockets = 1\ncores_per_socket = 2\n' + text)
+    code, out = _run("machine", "show", "--machine", str(spec))
+    assert code == 1 and f"error: {spec}: unknown key(s) {shown} in a machine spec" in out, out
+    spec.write_text('name = "m"\nsockets = 1\ncores_per_socket = 2\n[extra]\nnote = "x"\n')
+    assert _run("machine", "show", "--machine", str(spec))[0] == 0
