@@ -122,3 +122,17 @@ def test_a_machine_spec_key_it_does_not_know_is_named(
     assert code == 1 and f"error: {spec}: unknown key(s) {shown} in a machine spec" in out, out
     spec.write_text('name = "m"\nsockets = 1\ncores_per_socket = 2\n[extra]\nnote = "x"\n')
     assert _run("machine", "show", "--machine", str(spec))[0] == 0
+
+
+def test_an_ingest_that_reads_no_request_is_an_error_and_writes_nothing(tmp_path: Path) -> None:
+    # A pcap read as clf skipped every line and wrote an empty trace with exit 0; the
+    # error came only at the sweep ("the trace spans 0.0 s").
+    log = tmp_path / "blank.log"
+    log.write_text("not a log line\n\n")
+    out = tmp_path / "t.parquet"
+    code, text = _run("ingest", str(log), "-o", str(out), "-f", "clf")
+    assert code == 1 and f"error: {log}: no request read as clf (2 lines skipped)" in text, text
+    assert not out.exists()
+    pcap = ROOT / "examples" / "traces" / "support.pcap"
+    code, text = _run("ingest", str(pcap), "-o", str(out), "-f", "clf")
+    assert code == 1 and "no request read as clf" in text and not out.exists(), text

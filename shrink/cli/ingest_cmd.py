@@ -16,9 +16,11 @@ from shrink.cli._common import (
     output_path,
     plural,
 )
-from shrink.errors import printable
+from shrink.errors import TraceFormatError, printable
 
 _SHOWN_SKIPS = 20
+# What a lenient reader skips, by format: packets of a capture, lines of a log.
+_UNIT = {"pcap": "packet"}
 
 
 class ReadFormat(StrEnum):
@@ -92,6 +94,14 @@ def ingest(
         output_path(out)
         fmt = detect_format(input) if format is ReadFormat.auto else format.value
         trace = read_trace(input, format=fmt, strict=strict, **opts)
+        if len(trace) == 0:
+            # Every line skipped (a capture read as a log): an empty trace written with
+            # exit 0 failed only later, in a sweep, far from the file that caused it.
+            skipped = plural(int(trace.meta.get("skipped", 0)), _UNIT.get(fmt, "line"))
+            raise TraceFormatError(
+                f"no request read as {fmt} ({skipped} skipped); nothing written: check --format",
+                path=input,
+            )
         trace.write_parquet(out)
     info = trace.info()
     skipped_lines = list(trace.meta.get("skipped_lines", []))
