@@ -99,10 +99,14 @@ def test_completing_a_word_builds_every_command(monkeypatch: pytest.MonkeyPatch)
 def test_the_testbed_defaults_are_the_libraries() -> None:
     from shrink.cli import testbed_cmd
     from shrink.enforce import DEFAULT
+    from shrink.testbed.command import MAX_WORKERS_PER_CORE
     from shrink.testbed.config import PHP_CHILDREN_PER_CORE
+    from shrink.testbed.lifecycle import CGROUPS
 
     assert testbed_cmd.DEFAULT_ENFORCE == DEFAULT
     assert testbed_cmd.PHP_CHILDREN_PER_CORE == PHP_CHILDREN_PER_CORE
+    assert testbed_cmd.MAX_WORKERS_PER_CORE == MAX_WORKERS_PER_CORE
+    assert testbed_cmd.CGROUPS == CGROUPS
 
 
 def test_shell_completion_is_offered() -> None:

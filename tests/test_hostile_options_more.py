@@ -136,3 +136,23 @@ def test_an_ingest_that_reads_no_request_is_an_error_and_writes_nothing(tmp_path
     pcap = ROOT / "examples" / "traces" / "support.pcap"
     code, text = _run("ingest", str(pcap), "-o", str(out), "-f", "clf")
     assert code == 1 and "no request read as clf" in text and not out.exists(), text
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "shown"),
+    [
+        ("--cgroups", "maybe", "error: --cgroups: 'maybe'; accepted: auto, yes, no"),
+        ("--php-children-per-core", "0", "Invalid value for '--php-children-per-core'"),
+        ("--php-children-per-core", "100000000", "Invalid value for '--php-children-per-core'"),
+    ],
+)
+def test_testbed_up_refuses_a_pool_or_cgroups_value_before_starting(
+    tmp_path: Path, option: str, value: str, shown: str
+) -> None:
+    # --cgroups maybe ran as "no"; 100,000,000 PHP children per core went into the
+    # server's config (0 and -1 too), where the recipe file's workers stop at 1024.
+    state = tmp_path / "state.json"
+    args = ["testbed", "up", "--docroot", str(tmp_path), "--state", str(state), option, value]
+    code, text = _run(*args)
+    assert code == 2 and shown in text, text
+    assert not state.exists()

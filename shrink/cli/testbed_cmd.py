@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from shrink.cli._common import cli_errors, echo_json, output_path, plural
-from shrink.errors import ParameterError, TestbedError
+from shrink.errors import OptionError, ParameterError, TestbedError
 
 if TYPE_CHECKING:
     from shrink.machine import Machine
@@ -16,9 +16,12 @@ if TYPE_CHECKING:
     from shrink.testbed.config import PhpLimits
 
 # The defaults of shrink.enforce.DEFAULT and shrink.testbed.config.PHP_CHILDREN_PER_CORE,
+# the bound shrink.testbed.command.MAX_WORKERS_PER_CORE and shrink.testbed.lifecycle.CGROUPS,
 # written out so that `shrink --help` need not import the testbed (a test checks they agree).
 DEFAULT_ENFORCE = "cfs"
 PHP_CHILDREN_PER_CORE = 1
+MAX_WORKERS_PER_CORE = 1024
+CGROUPS = ("auto", "yes", "no")
 
 testbed_app = typer.Typer(help="Start, check and stop the real testbed.", no_args_is_help=True)
 
@@ -59,7 +62,13 @@ def up(
     ] = 8080,
     server: ServerOpt = "lighttpd-php-cgi",
     php_children: Annotated[
-        int, typer.Option("--php-children-per-core", help="PHP pool children per core.")
+        int,
+        typer.Option(
+            "--php-children-per-core",
+            min=1,
+            max=MAX_WORKERS_PER_CORE,
+            help="PHP pool children per core.",
+        ),
     ] = PHP_CHILDREN_PER_CORE,
     php_max_execution: Annotated[
         str,
@@ -117,6 +126,9 @@ def up(
     warn_stale()
     with cli_errors():
         output_path(state, what="--state")
+        if cgroups not in CGROUPS:
+            # Anything but yes or auto read as no: a typo ran the share without its cgroups.
+            raise OptionError("--cgroups", f"{cgroups!r}; accepted: {', '.join(CGROUPS)}")
         if trace is not None:
             warn_docroot(trace, docroot)
         php = _php_limits(trace, php_max_execution, php_memory_limit)

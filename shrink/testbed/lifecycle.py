@@ -38,7 +38,7 @@ from typing import Any
 from shrink import processes as process
 from shrink.enforce import DEFAULT as DEFAULT_ENFORCE
 from shrink.enforce import Enforcer, check_mechanism, enforcer_from_dict, make_enforcer
-from shrink.errors import RecipeError, StateError, TestbedError, TopologyError
+from shrink.errors import ParameterError, RecipeError, StateError, TestbedError, TopologyError
 from shrink.machine import Machine
 from shrink.mapping import Mapping, Replica, build_mapping
 from shrink.share import Cgroup, Share, can_write_cgroups, cgroup_layout
@@ -67,7 +67,10 @@ from shrink.testbed.recipe import (
 from shrink.testbed.servers import load_recipe
 from shrink.testbed.state import ReplicaState, TestbedState, salvage_pids
 
-__all__ = ["down", "mapping_for", "recipe_of", "up"]
+__all__ = ["CGROUPS", "down", "mapping_for", "recipe_of", "up"]
+
+# What up's ``cgroups`` may be (its docstring).
+CGROUPS = ("auto", "yes", "no")
 
 
 def mapping_for(name: str, machine: Machine, share: Share, port: int) -> tuple[Mapping, list[str]]:
@@ -266,6 +269,9 @@ def up(
     """
     enforce = server.enforce or DEFAULT_ENFORCE
     check_mechanism(enforce)
+    if cgroups not in CGROUPS:
+        # Anything but yes or auto read as no: a typo ran the share without its cgroups.
+        raise ParameterError(f"cgroups == {cgroups!r}, must be one of {', '.join(CGROUPS)}.")
     recipe = server.recipe
     recipe = recipe if recipe is not None and not isinstance(recipe, str) else load_recipe(recipe)
     docroot = Path(docroot).resolve()
