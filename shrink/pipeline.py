@@ -14,7 +14,7 @@ from typing import Any
 
 from extrapolate.mappings import extrapolate_mappings
 from shrink.autolevels import AutoPlan, auto_sweep
-from shrink.errors import ParameterError
+from shrink.errors import ParameterError, TraceFormatError
 from shrink.loadcurve import LoadCurve
 from shrink.mat import MATResult
 from shrink.predict import PredictConfig, predict
@@ -97,6 +97,9 @@ def run_validate(
     base = ppath.parent
     out = Path(out_dir) if out_dir else base
     thresholds = {k: float(v) for k, v in (pred.thresholds or {}).items()}
+    if not thresholds:
+        # Nothing to compare: a validation of no MAT was written and exited 0.
+        raise TraceFormatError("prediction has no thresholds: no MAT to validate", path=ppath)
     predicted = LoadCurve.read_json(base / "predicted-curve.json")
     measured = LoadCurve.read_json(base / "measured-curve.json")
     if full_run == "run":

@@ -156,3 +156,58 @@ def test_testbed_up_refuses_a_pool_or_cgroups_value_before_starting(
     code, text = _run(*args)
     assert code == 2 and shown in text, text
     assert not state.exists()
+
+
+@pytest.fixture(scope="module")
+def sim_prediction(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A prediction made on the simulator, and a full-scale curve for it."""
+    from helpers.curves import half_share_curve
+
+    from shrink.machine import Machine
+
+    d = tmp_path_factory.mktemp("pred")
+    trace = d / "t.parquet"
+    r = CliRunner().invoke(
+        app, ["synth", "tcp", "--rate", "2000", "--duration", "12s", "-o", str(trace)]
+    )
+    assert r.exit_code == 0, r.output
+    args = ["predict", str(trace), "-o", str(d / "p"), "--machine", str(SPEC)]
+    args += ["--target", f"sim:{SPEC}", "--duration", "1s", "--warmup", "0s", "--reps", "1"]
+    r = CliRunner().invoke(app, [*args, "--max-levels", "3", "--mappings", "1-replica"])
+    assert r.exit_code in (0, 99), r.output
+    full = half_share_curve(Machine.read_toml(SPEC), levels=3, reps=1, seed=2)
+    return d / "p" / "prediction.json", full.write_json(d / "full.json")
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--trace", "t.parquet"), ("--cluster", "ray:auto"), ("--generators", "3")],
+)
+def test_validate_refuses_a_run_option_when_it_runs_nothing(
+    tmp_path: Path, sim_prediction: tuple[Path, Path], option: str, value: str
+) -> None:
+    # --server was refused so; --trace and --cluster were ignored without a word.
+    pred, full = sim_prediction
+    out = tmp_path / "v"
+    code, text = _run("validate", str(pred), "--full-run", str(full), "-o", str(out), option, value)
+    assert code == 2 and f"error: {option}: {value} would set up a full-scale run" in text, text
+    assert not (out / "validation.json").exists()
+
+
+def test_validate_refuses_a_prediction_without_thresholds(
+    tmp_path: Path, sim_prediction: tuple[Path, Path]
+) -> None:
+    # It compared no MAT, wrote an empty validation.json and exited 0.
+    import json
+    import shutil
+
+    pred, full = sim_prediction
+    for name in ("predicted-curve.json", "measured-curve.json"):
+        shutil.copy(pred.parent / name, tmp_path / name)
+    doc = json.loads(pred.read_text())
+    doc["thresholds"] = {}
+    bare = tmp_path / "prediction.json"
+    bare.write_text(json.dumps(doc))
+    code, text = _run("validate", str(bare), "--full-run", str(full))
+    assert code == 1 and f"error: {bare}: prediction has no thresholds" in text, text
+    assert not (tmp_path / "validation.json").exists()

@@ -425,6 +425,7 @@ def validate(
                     cluster=cluster_spec(cluster, generators),
                 )
         else:  # nothing to run: no progress bar
+            _refuse_run_options(full_run, trace=trace, cluster=cluster, generators=generators)
             v = run_validate(prediction, full_run=full_run, trace=trace, out_dir=out, server=server)
     d = v.to_dict()
     # a predicted or measured MAT that is only a bound: the error is not a figure
@@ -444,6 +445,18 @@ def validate(
         )
     typer.echo(f"wrote {dumps(str((out or prediction.parent) / 'validation.json'))}")
     exit_if_bound(bounds)
+
+
+def _refuse_run_options(full_run: str, **given: object) -> None:
+    """An option of the full-scale run made now, given where none is made: it was
+    ignored, and the validation read as if it had used it."""
+    for name, value in given.items():
+        if value is not None:
+            raise OptionError(
+                f"--{name}",
+                f"{value} would set up a full-scale run made now, but --full-run {full_run} "
+                "runs nothing (use --full-run run)",
+            )
 
 
 def register(app: typer.Typer) -> None:
