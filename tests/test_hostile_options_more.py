@@ -211,3 +211,26 @@ def test_validate_refuses_a_prediction_without_thresholds(
     code, text = _run("validate", str(bare), "--full-run", str(full))
     assert code == 1 and f"error: {bare}: prediction has no thresholds" in text, text
     assert not (tmp_path / "validation.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "shown"),
+    [
+        ("--rel-width", "nan", "rel width == nan, must be finite"),
+        ("--rel-width", "-1", "rel width == -1, must be in (0, inf)"),
+        ("--max-levels", "0", "max levels == 0, must be in [1, 1000]"),
+        ("--max-levels", "-1", "max levels == -1, must be in [1, 1000]"),
+    ],
+)
+def test_mat_refuses_an_adaptive_bound_that_cannot_stop_or_add(
+    tmp_path: Path, option: str, value: str, shown: str
+) -> None:
+    # nan never reads as narrow (every level was run); -1 levels added none, silently.
+    from helpers.curves import half_share_curve
+
+    from shrink.machine import Machine
+
+    curve = half_share_curve(Machine.read_toml(SPEC), levels=3, reps=1, seed=1)
+    src = curve.write_json(tmp_path / "c.json")
+    code, text = _run("mat", str(src), "--threshold", "5ms", option, value)
+    assert code == 2 and f"error: {option}: {shown}" in text, text

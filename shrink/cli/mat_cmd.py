@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from shrink.checks import STAT_HELP, parse_threshold
+from shrink.checks import STAT_HELP, check_int, check_positive, parse_threshold
 from shrink.cli._common import (
     as_option,
     cli_errors,
@@ -28,7 +28,7 @@ from shrink.cli._replay_opts import (
     _Overlap,
     _progress_sweep,
 )
-from shrink.defaults import MAX_LEVELS
+from shrink.defaults import MAX_LEVELS, MOST_LEVELS
 from shrink.errors import ParameterError
 
 if TYPE_CHECKING:
@@ -94,6 +94,12 @@ def mat_cmd(
         with as_option("--threshold"):
             thr = parse_threshold(threshold, "threshold")
         stat = stat_name(stat, "--stat")
+        # nan or a negative width never reads as narrow, and a count under one adds
+        # nothing: each was taken without a word.
+        with as_option("--rel-width"):
+            check_positive(rel_width, "rel width")
+        with as_option("--max-levels"):
+            check_int(max_levels, "max levels", low=1, high=MOST_LEVELS)
         if adaptive and (trace is None or not target):
             raise ParameterError("--adaptive needs --trace and --target to run more levels.")
         lc = LoadCurve.read_json(curve)
