@@ -95,6 +95,12 @@ def estimate_demands(
         classes = ["all"]
         series["all"] = scaled.series("mean")
     x = scaled.series("mean")["throughput"]
+    if not np.isfinite(x).any() or not all(np.isfinite(series[c]["value"]).any() for c in classes):
+        # Every repetition without a throughput or a mean (a hand-edited or empty curve):
+        # the fit's start was NaN and scipy refused it (exit 70).
+        raise ExtrapolationError(
+            "no level of the curve has a finite throughput and mean latency: nothing to fit"
+        )
     f = {c: (mix[c] if c != "all" else 1.0) for c in classes}
     fsum = sum(f.values())
     r0 = {c: float(np.nanmin(series[c]["value"])) for c in classes}

@@ -234,3 +234,27 @@ def test_mat_refuses_an_adaptive_bound_that_cannot_stop_or_add(
     src = curve.write_json(tmp_path / "c.json")
     code, text = _run("mat", str(src), "--threshold", "5ms", option, value)
     assert code == 2 and f"error: {option}: {shown}" in text, text
+
+
+@pytest.mark.parametrize("damage", ["no_reps", "no_throughput"])
+def test_extrapolate_names_a_curve_with_nothing_to_fit(tmp_path: Path, damage: str) -> None:
+    # The fit started from NaN: RuntimeWarnings, then scipy's ValueError (exit 70).
+    import json
+
+    from helpers.curves import half_share_curve
+
+    from shrink.machine import Machine
+
+    doc = half_share_curve(Machine.read_toml(SPEC), levels=3, reps=1, seed=1).to_dict()
+    for lv in doc["levels"]:
+        if damage == "no_reps":
+            lv["reps"] = []
+        for r in lv["reps"]:
+            r["throughput"] = None
+    src = tmp_path / "c.json"
+    src.write_text(json.dumps(doc))
+    r = CliRunner().invoke(app, ["extrapolate", str(src), "--machine", str(SPEC)])
+    text = " ".join(r.output.split())
+    assert r.exit_code == 1, text
+    shown = "error: no level of the curve has a finite throughput and mean latency: nothing to fit"
+    assert text == shown, text
