@@ -161,10 +161,6 @@ def test_testbed_up_refuses_a_pool_or_cgroups_value_before_starting(
 @pytest.fixture(scope="module")
 def sim_prediction(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A prediction made on the simulator, and a full-scale curve for it."""
-    from helpers.curves import half_share_curve
-
-    from shrink.machine import Machine
-
     d = tmp_path_factory.mktemp("pred")
     trace = d / "t.parquet"
     r = CliRunner().invoke(
@@ -175,8 +171,13 @@ def sim_prediction(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path
     args += ["--target", f"sim:{SPEC}", "--duration", "1s", "--warmup", "0s", "--reps", "1"]
     r = CliRunner().invoke(app, [*args, "--max-levels", "3", "--mappings", "1-replica"])
     assert r.exit_code in (0, 99), r.output
-    full = half_share_curve(Machine.read_toml(SPEC), levels=3, reps=1, seed=2)
-    return d / "p" / "prediction.json", full.write_json(d / "full.json")
+    full = d / "full.json"
+    args = ["sim", "sweep", str(trace), "--machine", str(SPEC), "-o", str(full)]
+    r = CliRunner().invoke(
+        app, [*args, "--levels", "1,2", "--reps", "1", "--warmup", "0s", "--duration", "1s"]
+    )
+    assert r.exit_code == 0, r.output
+    return d / "p" / "prediction.json", full
 
 
 @pytest.mark.parametrize(
@@ -258,3 +259,23 @@ def test_extrapolate_names_a_curve_with_nothing_to_fit(tmp_path: Path, damage: s
     assert r.exit_code == 1, text
     shown = "error: no level of the curve has a finite throughput and mean latency: nothing to fit"
     assert text == shown, text
+
+
+def test_a_control_character_in_a_mapping_name_is_escaped_in_the_figures(
+    tmp_path: Path, sim_prediction: tuple[Path, Path]
+) -> None:
+    # matplotlib warned "Glyph 27 missing from font(s)" on the terminal, with its path.
+    import json
+    import shutil
+    import warnings
+
+    pred, full = sim_prediction
+    for name in ("predicted-curve.json", "measured-curve.json"):
+        shutil.copy(pred.parent / name, tmp_path / name)
+    doc = json.loads(pred.read_text())
+    doc["mappings"] = {"\x1b[31mred": doc["mappings"]["1-replica"]}
+    (tmp_path / "prediction.json").write_text(json.dumps(doc))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        code, text = _run("validate", str(tmp_path / "prediction.json"), "--full-run", str(full))
+    assert code in (0, 99) and "Glyph" not in text and "\x1b" not in text, text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from shrink.errors import printable
 from shrink.loadcurve import LoadCurve
 from shrink.mat import bound_of
 from shrink.prediction import Prediction
@@ -64,9 +65,8 @@ def mapping_series(pred: Prediction) -> list[Series]:
                 lo_ci, hi_ci = (float("nan") if x is None else x for x in sp.ci)
                 mats[s] = (float(sp.mat), float(lo_ci), float(hi_ci))
                 status[s] = sp.status or "ok"
-        out.append(
-            Series(
-                f"predicted: {name}", c["throughput"], vals, lo, hi, mats=mats, mat_status=status
-            )
-        )
+        # Escaped: a control character in a (hand-edited) mapping name has no glyph, and
+        # matplotlib warned of it on the terminal, with its own source path.
+        label = f"predicted: {printable(name)}"
+        out.append(Series(label, c["throughput"], vals, lo, hi, mats=mats, mat_status=status))
     return out
