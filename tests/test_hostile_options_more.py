@@ -279,3 +279,31 @@ def test_a_control_character_in_a_mapping_name_is_escaped_in_the_figures(
         warnings.simplefilter("error")
         code, text = _run("validate", str(tmp_path / "prediction.json"), "--full-run", str(full))
     assert code in (0, 99) and "Glyph" not in text and "\x1b" not in text, text
+
+
+def test_predict_prints_a_machine_name_and_a_folder_escaped(tmp_path: Path) -> None:
+    # The summary's table title and its "report:" line printed them raw: an ANSI escape
+    # recoloured the terminal, and "[b]" in a folder name was read as rich markup.
+    spec = tmp_path / "m.toml"
+    spec.write_text(SPEC.read_text().replace('name = "nehalem-2s"', 'name = "\\u001b[31mred"'))
+    trace = tmp_path / "t.parquet"
+    r = CliRunner().invoke(
+        app, ["synth", "tcp", "--rate", "2000", "--duration", "12s", "-o", str(trace)]
+    )
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "o[b]\x1b[32m"
+    args = [
+        "predict",
+        str(trace),
+        "-o",
+        str(out),
+        "--machine",
+        str(spec),
+        "--target",
+        f"sim:{spec}",
+    ]
+    args += ["--duration", "1s", "--warmup", "0s", "--reps", "1", "--max-levels", "3"]
+    r = CliRunner().invoke(app, [*args, "--mappings", "1-replica"])
+    assert r.exit_code in (0, 99), r.output
+    assert "\x1b" not in r.output, r.output
+    assert "of \\x1b[31mred)" in r.output and "o[b]\\x1b[32m/report." in r.output, r.output

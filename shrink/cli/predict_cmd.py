@@ -38,7 +38,7 @@ from shrink.defaults import (
     THRESHOLDS_TEXT,
     WARMUP,
 )
-from shrink.errors import OptionError
+from shrink.errors import OptionError, printable
 from shrink.jsonout import dumps
 
 if TYPE_CHECKING:
@@ -354,8 +354,13 @@ def _print_summary(pred: Prediction, out: Path) -> None:
 
     from shrink.mat import mat_text
 
+    def shown(text: object) -> str:
+        # A machine name or a folder is text: an ANSI escape is shown escaped, and "[b]"
+        # is not rich markup.
+        return escape(printable(text))
+
     thresholds = pred.thresholds or {}
-    t = Table(title=f"Predicted MAT ({pred.target_description})")
+    t = Table(title=f"Predicted MAT ({shown(pred.target_description)})")
     t.add_column("mapping")
     for stat, limit in thresholds.items():
         t.add_column(f"{stat_label(stat)} < {limit * 1e3:,g} ms (req/s)", justify="right")
@@ -367,13 +372,13 @@ def _print_summary(pred: Prediction, out: Path) -> None:
             cells.append(
                 "-" if r is None else mat_text(r.mat, r.status, r.ci) + hint.get(r.status or "", "")
             )
-        t.add_row(("* " if name == pred.recommended else "  ") + name, *cells)
+        t.add_row(("* " if name == pred.recommended else "  ") + shown(name), *cells)
     Console().print(t)
     if pred.recommended:
-        Console().print(f"recommended: [bold]{pred.recommended}[/] - {escape(pred.reason)}")
+        Console().print(f"recommended: [bold]{shown(pred.recommended)}[/] - {shown(pred.reason)}")
     else:
-        Console().print(escape(pred.reason), highlight=False)
-    Console().print(f"report: {out / 'report.md'} and {out / 'report.html'}")
+        Console().print(shown(pred.reason), highlight=False)
+    Console().print(f"report: {shown(out / 'report.md')} and {shown(out / 'report.html')}")
 
 
 def validate(
