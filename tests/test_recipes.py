@@ -63,6 +63,22 @@ def test_every_recipe_is_a_server_recipe(tmp_path):
         ('commands = [["srv"]]\nstart_timeout = -1\n', "start_timeout", "seconds > 0"),
         ('commands = [["srv"]]\nworkers_per_core = 0\n', "workers_per_core", ">= 1"),
         ('commands = [["srv"]]\nenv = { A = 1 }\n', "env", "table of strings"),
+        # Each of these was read, then failed when the testbed started (exit 70), or,
+        # as a stop signal no signal has, left down unable to ask the server to stop.
+        ('commands = [["srv", "{port:x}"]]\n', r"commands\[0\]", "no format spec"),
+        ('commands = [["srv", "{port:>99999999}"]]\n', r"commands\[0\]", "no format spec"),
+        ('commands = [["srv", "{port!r}"]]\n', r"commands\[0\]", "or conversion"),
+        (
+            'commands = [["srv"]]\nhealth_url = "http://{address}:{port:d}/"\n',
+            "health_url",
+            "no format spec",
+        ),
+        ('commands = [["srv", "a\\u0000b"]]\n', r"commands\[0\]", "NUL character"),
+        ('commands = [["srv"]]\nenv = { "A=B" = "1" }\n', "env", "without '='"),
+        ('commands = [["srv"]]\nenv = { "" = "1" }\n', "env", "non-empty"),
+        ('commands = [["srv"]]\nstop_signal = 99999\n', "stop_signal", "not a signal"),
+        ('commands = [["srv"]]\nstop_signal = 0\n', "stop_signal", "not a signal"),
+        ('commands = [["srv"]]\nstop_signal = "-1"\n', "stop_signal", "not a signal"),
     ],
 )
 def test_a_bad_recipe_file_names_the_file_and_the_key(tmp_path, text, field, what):

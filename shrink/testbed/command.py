@@ -167,6 +167,15 @@ class CommandRecipe:
         env = d.get("env", {})
         if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
             raise RecipeError("must be a table of strings", recipe=source, field="env")
+        for k, v in env.items():
+            # "A=B", "" or a NUL: the start failed ("illegal environment variable name").
+            if not k or "=" in k or "\0" in k or "\0" in v:
+                raise RecipeError(
+                    f"{k!r} = {v!r}: a name must be non-empty, without '=' or NUL, and a "
+                    "value without NUL",
+                    recipe=source,
+                    field="env",
+                )
         return cls(
             name=_text(d.get("name", Path(source).stem), source, "name"),
             source=source,
@@ -267,10 +276,23 @@ def _check_templates(
     text: str, source: str, key: str, allowed: tuple[str, ...] = PLACEHOLDERS
 ) -> None:
     try:
-        names = [f for _, f, _, _ in string.Formatter().parse(text) if f is not None]
+        fields = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(text)]
     except ValueError as exc:
         raise RecipeError(f"{text!r}: {exc} (write {{{{ for a brace)", recipe=source,
                           field=key) from None  # fmt: skip
+    names = [f for f, _, _ in fields if f is not None]
+    for f, spec, conv in fields:
+        if f is not None and (spec or conv):
+            # {port:x} or {port:>99999999999999999999} failed only when the testbed
+            # started (exit 70), and {port:>99999999} filled a 100 MB argument.
+            raise RecipeError(
+                f"placeholder {{{f}}} in {text!r} takes no format spec or conversion",
+                recipe=source,
+                field=key,
+            )
+    if "\0" in text:
+        # The kernel takes no NUL in an argument or the environment: the start failed.
+        raise RecipeError(f"{text!r} holds a NUL character", recipe=source, field=key)
     bad = [n for n in names if n not in allowed]
     if bad:
         raise RecipeError(

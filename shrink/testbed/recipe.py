@@ -324,14 +324,16 @@ def kill_spawned(spawned: list[subprocess.Popen[bytes]]) -> None:
 
 def signal_number(name: str | int, *, recipe: str) -> int:
     """``SIGTERM``, ``TERM``, ``15`` -> 15; anything else is a RecipeError on ``stop_signal``."""
-    if isinstance(name, int) and not isinstance(name, bool):
-        return name
     text = str(name).strip().upper()
-    if text.isdigit():
-        return int(text)
     try:
+        if isinstance(name, int) and not isinstance(name, bool):
+            # A number no signal has (0, 99999) was taken: down's kill then failed
+            # (EINVAL) or sent nothing, and the server was never asked to stop.
+            return int(signal.Signals(name))
+        if text.isdigit():
+            return int(signal.Signals(int(text)))
         return int(signal.Signals[text if text.startswith("SIG") else "SIG" + text])
-    except KeyError:
+    except (KeyError, ValueError):
         raise RecipeError(
             f"{name!r} is not a signal (e.g. SIGTERM, SIGINT, SIGQUIT)",
             recipe=recipe,
