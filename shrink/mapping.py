@@ -95,7 +95,8 @@ def remote_nic_probability(replica: Replica) -> float:
     return remote / len(replica.sockets)
 
 
-_K_REPLICA = re.compile(r"^(\d+)-replica(?:-(direct|indirect))?$")
+# [0-9], not \d: "١-replica" (an Arabic-Indic one) ran as 1-replica under that name.
+_K_REPLICA = re.compile(r"^([0-9]+)-replica(?:-(direct|indirect))?$")
 
 
 def build_mapping(

@@ -50,7 +50,7 @@ def parse_cpulist(text: str) -> tuple[int, ...]:
     """Parse a kernel CPU list such as ``"0-3,8,10-11"`` into sorted CPU ids."""
     out: set[int] = set()
     for part in filter(None, (p.strip() for p in text.strip().split(","))):
-        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        m = re.fullmatch(r"([0-9]+)(?:-([0-9]+))?", part)  # \d also takes "١" (Arabic-Indic)
         if not m:
             raise TopologyError(f"CPU list == {text!r}, must look like 0-3,8,10-11.")
         lo = int(m.group(1))

@@ -307,3 +307,17 @@ def test_predict_prints_a_machine_name_and_a_folder_escaped(tmp_path: Path) -> N
     assert r.exit_code in (0, 99), r.output
     assert "\x1b" not in r.output, r.output
     assert "of \\x1b[31mred)" in r.output and "o[b]\\x1b[32m/report." in r.output, r.output
+
+
+def test_digits_of_other_scripts_are_not_a_mapping_or_a_cpu() -> None:
+    # \d matched "١" (Arabic-Indic one): --mapping ١-replica ran and was reported under
+    # that name, and a CPU list "١" was CPU 1.
+    from shrink.errors import TopologyError
+    from shrink.topology import parse_cpulist
+
+    curve = ROOT / "tests" / "no-such-curve.json"  # refused before it is read
+    code, text = _run("extrapolate", str(curve), "--machine", str(SPEC), "--mapping", "١-replica")
+    assert code == 2 and "--mapping: unknown mapping '١-replica'" in text, text
+    with pytest.raises(TopologyError, match="must look like"):
+        parse_cpulist("١")
+    assert parse_cpulist("0-1,3") == (0, 1, 3)
