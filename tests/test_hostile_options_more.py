@@ -321,3 +321,13 @@ def test_digits_of_other_scripts_are_not_a_mapping_or_a_cpu() -> None:
     with pytest.raises(TopologyError, match="must look like"):
         parse_cpulist("١")
     assert parse_cpulist("0-1,3") == (0, 1, 3)
+
+
+@pytest.mark.parametrize(
+    ("cores", "shown"),
+    [("0", "a core count must be at least 1"), ("-1", "at least 1"), ("1,2,1", "names 1 twice")],
+)
+def test_sim_scaling_names_a_core_count_that_cannot_run(cores: str, shown: str) -> None:
+    # 0 and -1 were blamed on --mapping ("needs at least 1 cores"); 1,1 was taken silently.
+    code, text = _run("sim", "scaling", "--machine", str(SPEC), "--cores", cores)
+    assert code == 2 and f"error: --cores: '{cores}'" in text and shown in text, text

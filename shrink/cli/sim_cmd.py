@@ -94,9 +94,17 @@ def _workload(spec: str, seed: int) -> Any:
 
 def _cores(text: str) -> list[int]:
     try:
-        return [int(x) for x in text.split(",") if x.strip()]
+        counts = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise OptionError("--cores", f"{text!r}: must be a list such as 1,2,4,8") from None
+    # 0 or -1 was blamed on --mapping ("needs at least 1 cores"); a count named twice is
+    # refused as --levels refuses a level named twice.
+    for n in counts:
+        if n < 1:
+            raise OptionError("--cores", f"{text!r}: a core count must be at least 1")
+        if counts.count(n) > 1:
+            raise OptionError("--cores", f"{text!r} names {n} twice")
+    return counts
 
 
 def _check_cores(machine: Any, counts: list[int], mapping: str) -> list[int]:
