@@ -11,6 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import BaseModel
 
 from shrink import files
 from shrink.atomic import atomic_file
@@ -36,7 +37,9 @@ def write_with_meta(table: pa.Table, meta: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def meta_of(table: pa.Table, path: Path, what: str) -> dict[str, Any]:
-    """The meta a file's schema metadata carries, validated; {} if none."""
+def meta_of(
+    table: pa.Table, path: Path, what: str, model: type[BaseModel] = TraceMeta
+) -> dict[str, Any]:
+    """The meta a file's schema metadata carries, validated against ``model``; {} if none."""
     raw = (table.schema.metadata or {}).get(META_KEY)
-    return files.parse_json(raw, TraceMeta, source=path, what=what) if raw else {}
+    return files.parse_json(raw, model, source=path, what=what) if raw else {}

@@ -41,6 +41,7 @@ from shrink import files
 from shrink.errors import TraceFormatError
 from shrink.parquet_meta import META_KEY as META_KEY  # the run log writer streams with it
 from shrink.parquet_meta import meta_of, write_with_meta
+from shrink.schemas import ParquetMeta
 
 __all__ = ["FAILURE_CLASSES", "RUNLOG_SCHEMA", "RunLog"]
 
@@ -195,5 +196,5 @@ class RunLog:
         except (pa.ArrowException, OSError, ValueError, TypeError, IndexError) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
             raise TraceFormatError(f"not a readable Parquet run log ({first})", path=path) from None
-        meta = meta_of(table, path, "run log metadata")
+        meta = meta_of(table, path, "run log metadata", ParquetMeta)
         return cls(table.replace_schema_metadata(None), meta)

@@ -11,7 +11,8 @@ Floats that a writer stores as ``null`` for NaN are ``float | None``.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Self
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     AfterValidator,
@@ -24,6 +25,7 @@ from pydantic import (
 
 __all__ = [
     "CurveMeta",
+    "ParquetMeta",
     "RegistryEntryFile",
     "TraceMeta",
 ]
@@ -150,5 +152,48 @@ class ValidateInputs(_Open):
 
 
 # Parquet metadata ------------------------------------------------------------------
-class TraceMeta(_Open):
-    """The JSON a trace keeps in its Parquet metadata (provenance)."""
+class ParquetMeta(_Open):
+    """The JSON a Parquet file of shrink's (a trace, a run log) keeps in its metadata."""
+
+
+def _number_in(low: float, high: float, *, above: bool = False) -> Callable[[Any], Any]:
+    """A check that a value is a number in [low, high] (``above``: in (low, high]) that keeps
+    it as the writer stored it: an int stays an int (not 1 -> 1.0), so a trace read and
+    written again has the same metadata bytes."""
+
+    def check(value: Any) -> Any:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or not (value > low if above else value >= low)
+            or value > high
+        ):
+            raise ValueError(f"must be a number in {'(' if above else '['}{low:g}, {high:g}]")
+        return value
+
+    return check
+
+
+_MetaAlpha = Annotated[Any, AfterValidator(_number_in(0.0, 1.0, above=True))]
+_MetaCount = Annotated[Any, AfterValidator(_number_in(0.0, 1e12))]
+_MetaSpan = Annotated[Any, AfterValidator(_number_in(0.0, 1e15, above=True))]
+_MetaTime = Annotated[Any, AfterValidator(_number_in(-1e15, 1e15))]
+
+
+class TraceMeta(ParquetMeta):
+    """The JSON a trace keeps in its Parquet metadata (provenance).
+
+    The keys later stages compute with are typed: a trace file whose ``alpha`` was a
+    list or ``users`` a word stopped ``sample`` and ``predict`` with a traceback.
+    """
+
+    alpha: _MetaAlpha = None
+    alpha_total: _MetaAlpha = None
+    users: _MetaCount = None
+    parent_users: _MetaCount = None
+    loop_span: _MetaSpan = None
+    t_start: _MetaTime = None
+    mode: Literal["session", "open"] | None = None
+    lineage: Annotated[list[dict[str, Any]], Field(max_length=MAX_LIST)] | None = None
+    warnings: Annotated[list[Text], Field(max_length=MAX_LIST)] | None = None

@@ -1,0 +1,54 @@
+"""More hostile inputs: a trace's metadata of the wrong type, truncated gzip text and
+captures, odd encodings. Each is one line naming the file, never a traceback or exit 70."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+import samplers
+from shrink.errors import TraceFormatError
+from shrink.trace import Trace
+
+
+def _trace_with_meta(tmp_path: Path, **meta: object) -> Path:
+    table = Trace.from_columns({"session": np.arange(4), "t": np.arange(4.0), "path": ["/a"] * 4})
+    path = tmp_path / "t.parquet"
+    pq.write_table(table.table.replace_schema_metadata({b"shrink": json.dumps(meta)}), path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("meta", "said"),
+    [
+        ({"alpha": [1]}, "alpha: must be a number in (0, 1]"),
+        ({"alpha": "x"}, "alpha: must be a number in (0, 1] (got 'x')"),
+        ({"alpha_total": 0}, "alpha_total: must be a number in (0, 1] (got 0)"),
+        ({"users": "many"}, "users: must be a number in [0, 1e+12]"),
+        ({"loop_span": -1}, "loop_span: must be a number in (0, 1e+15]"),
+        ({"t_start": "x"}, "t_start: must be a number"),
+        ({"mode": 5}, "mode: Input should be 'session' or 'open'"),
+        ({"lineage": 5, "sampler": "session"}, "lineage: Input should be a valid list"),
+        ({"warnings": 5}, "warnings: Input should be a valid list"),
+    ],
+)
+def test_meta_that_later_stages_compute_with_is_typed(
+    tmp_path: Path, meta: dict[str, object], said: str
+) -> None:
+    # float(meta["alpha"]) in the sampler and the sweep stopped them with exit 70.
+    path = _trace_with_meta(tmp_path, **meta)
+    with pytest.raises(TraceFormatError) as err:
+        samplers.sample(Trace.read_parquet(path), 0.5)
+    assert str(err.value).startswith(f"{path}: {said}")
+
+
+def test_meta_numbers_keep_their_type(tmp_path: Path) -> None:
+    # An int read back as a float would change the bytes of a trace written again.
+    path = _trace_with_meta(tmp_path, alpha=1, users=400, loop_span=3, t_start=0, mode="open")
+    meta = Trace.read_parquet(path).meta
+    assert meta == {"alpha": 1, "users": 400, "loop_span": 3, "t_start": 0, "mode": "open"}
+    assert all(type(meta[k]) is int for k in ("alpha", "users", "loop_span", "t_start"))
