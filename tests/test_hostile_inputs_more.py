@@ -3,6 +3,7 @@ captures, odd encodings. Each is one line naming the file, never a traceback or 
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 import samplers
 from shrink.errors import TraceFormatError
+from shrink.ingest import detect_format, read_trace
 from shrink.trace import Trace
 
 
@@ -52,3 +54,39 @@ def test_meta_numbers_keep_their_type(tmp_path: Path) -> None:
     meta = Trace.read_parquet(path).meta
     assert meta == {"alpha": 1, "users": 400, "loop_span": 3, "t_start": 0, "mode": "open"}
     assert all(type(meta[k]) is int for k in ("alpha", "users", "loop_span", "t_start"))
+
+
+def test_a_truncated_gzip_capture_is_read_up_to_the_cut(tmp_path: Path) -> None:
+    # Cut before 64 KiB inflated, the format check got nothing and said "the file is empty".
+    from helpers.captures import mixed
+    from helpers.pcap_synth import write_capture
+
+    plain = write_capture(tmp_path / "c.pcap", mixed())
+    packed = gzip.compress(plain.read_bytes())
+    cut = tmp_path / "c.pcap.gz"
+    cut.write_bytes(packed[: len(packed) * 2 // 3])
+    assert detect_format(cut) == "pcap"
+    trace = read_trace(cut)
+    assert len(trace) > 0 and "record cut short" in trace.meta["damage"]
+    with pytest.raises(TraceFormatError, match=r"c\.pcap\.gz, byte offset \d+: gzip stream"):
+        read_trace(cut, strict=True)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"\x1f\x8b", b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03", b"\x1f\x8bnot deflate at all"],
+)
+def test_a_gzip_that_inflates_to_nothing_is_damaged_not_empty(tmp_path: Path, data: bytes) -> None:
+    path = tmp_path / "log.gz"
+    path.write_bytes(data)
+    with pytest.raises(TraceFormatError, match=r"log\.gz: damaged gzip data \("):
+        detect_format(path)
+
+
+def test_a_truncated_gzip_log_names_the_damage(tmp_path: Path) -> None:
+    line = b'h - - [01/Aug/1995:00:00:01 -0400] "GET /a HTTP/1.0" 200 10\n'
+    packed = gzip.compress(line * 50)
+    path = tmp_path / "access.log.gz"
+    path.write_bytes(packed[:-10])
+    with pytest.raises(TraceFormatError, match=r"access\.log\.gz: damaged gzip data"):
+        read_trace(path)

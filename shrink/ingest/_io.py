@@ -119,17 +119,37 @@ def head_bytes(path: str | Path, size: int = 65536) -> bytes:
             magic = fh.read(2)
             fh.seek(0)
             if magic == GZIP_MAGIC:
-                try:
-                    with gzip.open(fh) as gz:
-                        return gz.read(size)
-                except (OSError, EOFError, zlib.error):
-                    # A truncated gzip still tells us what it holds from its first bytes.
-                    return b""
+                return _gunzip_head(fh, path, size)
             return fh.read(size)
     except FileNotFoundError:
         raise TraceFormatError("no such file", path=path) from None
     except IsADirectoryError:
         raise TraceFormatError("is a directory, not a trace file", path=path) from None
+
+
+def _gunzip_head(fh: BinaryIO, path: Path, size: int) -> bytes:
+    """Up to ``size`` bytes of the gzip data in ``fh``: what inflates before any damage.
+
+    A truncated gzip still tells what it holds from its first bytes. Read whole, a cut
+    stream shorter than ``size`` gave nothing, so a truncated gzip capture was called
+    "empty" instead of being read up to the cut. Damage before the first byte inflates
+    is a TraceFormatError: there is nothing to tell the format from.
+    """
+    parts: list[bytes] = []
+    got = 0
+    with gzip.open(fh) as gz:
+        try:
+            while got < size and (piece := gz.read(min(_HEAD_PIECE, size - got))):
+                parts.append(piece)
+                got += len(piece)
+        except (OSError, EOFError, zlib.error) as exc:
+            if not parts:
+                raise TraceFormatError(f"damaged gzip data ({exc})", path=path) from None
+            # The reader that reads the whole file names the damage (or keeps what precedes it).
+    return b"".join(parts)
+
+
+_HEAD_PIECE = 4096
 
 
 def decode_line(raw: bytes) -> str:
