@@ -90,3 +90,22 @@ def test_a_truncated_gzip_log_names_the_damage(tmp_path: Path) -> None:
     path.write_bytes(packed[:-10])
     with pytest.raises(TraceFormatError, match=r"access\.log\.gz: damaged gzip data"):
         read_trace(path)
+
+
+def test_a_first_line_longer_than_64_kib_but_within_the_bound_is_told(tmp_path: Path) -> None:
+    # A 200 KiB URL (readers take lines up to 1 MiB) was "no line break in the first 64 KiB".
+    url = "/" + "a" * (200 << 10)
+    line = f'h - - [01/Aug/1995:00:00:01 -0400] "GET {url} HTTP/1.0" 200 1\n'
+    path = tmp_path / "long.log"
+    path.write_text(line * 3)
+    assert detect_format(path) == "clf"
+    assert read_trace(path).column("path").tolist() == [url] * 3
+    with pytest.raises(TraceFormatError, match=r"long\.log: no line break in the first 100,001"):
+        read_trace(path, max_line=100_000)
+
+
+def test_bytes_without_a_line_break_past_the_bound_are_no_text_trace(tmp_path: Path) -> None:
+    path = tmp_path / "blob.bin"
+    path.write_bytes(b"x" * (300 << 10))
+    with pytest.raises(TraceFormatError, match=r"blob\.bin: no line break in the first 200,001"):
+        detect_format(path, max_line=200_000)

@@ -92,7 +92,8 @@ def ingest(
         opts["max_line"] = max_line
     with cli_errors():
         output_path(out)
-        fmt = detect_format(input) if format is ReadFormat.auto else format.value
+        bound = {"max_line": max_line} if max_line is not None else {}
+        fmt = detect_format(input, **bound) if format is ReadFormat.auto else format.value
         trace = read_trace(input, format=fmt, strict=strict, **opts)
         if len(trace) == 0:
             # Every line skipped (a capture read as a log): an empty trace written with

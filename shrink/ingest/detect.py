@@ -21,7 +21,14 @@ import re
 from pathlib import Path
 
 from shrink.errors import TraceFormatError
-from shrink.ingest._io import GZIP_MAGIC, decode_line, head_bytes, regular_file, split_lines
+from shrink.ingest._io import (
+    GZIP_MAGIC,
+    MAX_LINE,
+    decode_line,
+    head_bytes,
+    regular_file,
+    split_lines,
+)
 from shrink.ingest.clf import CLF_LINE
 from shrink.ingest.specweb import MAGIC
 
@@ -37,6 +44,7 @@ PCAP_MAGICS: tuple[bytes, ...] = (
 PARQUET_MAGIC = b"PAR1"
 _WSESSLOG_ARG = re.compile(r"(^|\s)(think|method|contents)=")
 _SAMPLE = 20
+_HEAD = 65536  # bytes read to tell the format; more only when no line ends in them
 
 
 def is_capture(head: bytes) -> bool:
@@ -44,23 +52,32 @@ def is_capture(head: bytes) -> bool:
     return head[:4] in PCAP_MAGICS
 
 
-def detect_format(path: str | Path) -> str:
-    """``wsesslog``, ``specweb``, ``clf``, ``pcap`` or ``parquet`` from the file's content."""
+def detect_format(path: str | Path, *, max_line: int = MAX_LINE) -> str:
+    """``wsesslog``, ``specweb``, ``clf``, ``pcap`` or ``parquet`` from the file's content.
+
+    ``max_line``: the longest line a text trace may have, as its reader is told.
+    """
     path = regular_file(path)
-    head = head_bytes(path)
+    size = _HEAD
+    head = head_bytes(path, size)
     if is_capture(head):
         return "pcap"
     if head[:4] == PARQUET_MAGIC:
         return "parquet"
-    if len(head) == 65536 and b"\n" not in head:
-        # Not empty: 64 KiB without a line break is no text trace (binary, or zeros).
+    if len(head) == size and b"\n" not in head and max_line >= size:
+        # A first line past 64 KiB but within the readers' bound (a long URL) is read
+        # to its end, as the reader will: only that line is held.
+        size = max_line + 1
+        head = head_bytes(path, size)
+    if len(head) == size and b"\n" not in head:
+        # Not empty: no line break within the longest line is no text trace (binary, or zeros).
         raise TraceFormatError(
-            "no line break in the first 64 KiB: not a text trace (a capture would have "
-            "a pcap or pcapng magic); pass --format to read it as one anyway",
+            f"no line break in the first {size:,} bytes: not a text trace (a capture would "
+            "have a pcap or pcapng magic); pass --format to read it as one anyway",
             path=path,
         )
     lines = split_lines(head)
-    if len(head) == 65536 and lines:
+    if len(head) == size and lines:
         lines.pop()  # the last line may be cut
     texts = [decode_line(raw).rstrip("\r") for raw in lines]
     if not any(t.strip() for t in texts):

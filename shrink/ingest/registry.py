@@ -58,6 +58,11 @@ def _options(reader: Reader) -> set[str] | None:
     return {p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
 
+def _line_bound(opts: dict[str, Any]) -> dict[str, Any]:
+    """The ``max_line`` among a text reader's options, for telling the format as it reads."""
+    return {"max_line": opts["max_line"]} if "max_line" in opts else {}
+
+
 def read_trace(path: str | Path, format: str = "auto", strict: bool = False, **opts: Any) -> Trace:
     """Read a trace file of any known format into a Trace.
 
@@ -65,7 +70,7 @@ def read_trace(path: str | Path, format: str = "auto", strict: bool = False, **o
     ``opts`` go to the format's reader, and one it does not take is a
     ParameterError naming the options it does take.
     """
-    fmt = detect_format(path) if format == "auto" else format
+    fmt = detect_format(path, **_line_bound(opts)) if format == "auto" else format
     reader = _READERS.get(fmt)
     if reader is None:
         raise ParameterError(
