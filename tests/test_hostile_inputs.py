@@ -97,8 +97,9 @@ def test_the_last_day_of_february_and_a_leap_second_are_times(tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("text", "fmt", "refused"),
     [
-        ("0\tu1\t/a\n1e300\tu1\t/b\n", "specweb", r"row 1: t == 1e\+300"),
-        ("/a think=1e200\n\n/b\n", "wsesslog", r"row 0: think == 1e\+200"),
+        ("0\tu1\t/a\n1e300\tu1\t/b\n", "specweb", r": read as a trace, row 1: t == 1e\+300"),
+        # The session log's reader refuses it itself, by its line.
+        ("/a think=1e200\n\n/b\n", "wsesslog", r", line 1: think=1e200 is past a century"),
     ],
 )
 def test_a_log_is_not_written_as_a_trace_no_command_reads(
@@ -107,7 +108,7 @@ def test_a_log_is_not_written_as_a_trace_no_command_reads(
     # The Parquet reader refuses times past a century; ingest wrote them all the same.
     log = tmp_path / "log.txt"
     log.write_text(text)
-    with pytest.raises(TraceFormatError, match=rf"log\.txt: read as a trace, {refused}"):
+    with pytest.raises(TraceFormatError, match=rf"log\.txt{refused}"):
         read_trace(log, format=fmt)
 
 

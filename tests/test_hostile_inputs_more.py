@@ -109,3 +109,29 @@ def test_bytes_without_a_line_break_past_the_bound_are_no_text_trace(tmp_path: P
     path.write_bytes(b"x" * (300 << 10))
     with pytest.raises(TraceFormatError, match=r"blob\.bin: no line break in the first 200,001"):
         detect_format(path, max_line=200_000)
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("/a think=1e308\n/b\n", r"s\.txt, line 1: think=1e308 is past a century"),
+        ("/a think=3e9\n/b think=3e9\n/c\n", r"s\.txt, line 3: this burst starts 6e\+09 s into"),
+    ],
+)
+def test_a_session_log_past_a_century_names_the_line(tmp_path: Path, text: str, said: str) -> None:
+    # It was refused by a row of the trace it made ("row 1: t == 1e+308"), not by its line.
+    path = tmp_path / "s.txt"
+    path.write_text(text)
+    with pytest.raises(TraceFormatError, match=said):
+        read_trace(path, format="wsesslog")
+
+
+def test_a_response_time_past_a_century_is_a_bad_line(tmp_path: Path) -> None:
+    # A finite rt of 1e308 s was read, then the whole file refused by a row of the trace,
+    # even in lenient mode, which skips bad lines.
+    path = tmp_path / "s.tsv"
+    path.write_text("# fields: time session url rt\n1\tu\t/a\t0.1\n2\tu\t/b\t1e308\n")
+    trace = read_trace(path)
+    assert (len(trace), trace.meta["skipped_lines"]) == (1, [3])
+    with pytest.raises(TraceFormatError, match=r"s\.tsv, line 3: rt must be seconds in \[0, "):
+        read_trace(path, strict=True)

@@ -49,6 +49,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from shrink.checks import MAX_SECONDS
 from shrink.classify import Classifier
 from shrink.errors import TraceFormatError
 from shrink.ingest._columns import Columns, Distinct, session_columns, session_keys
@@ -111,8 +112,11 @@ def _row(values: list[str], names: tuple[str, ...]) -> tuple[Any, ...]:
         rt = math.nan if rec.get("rt", "") in _UNKNOWN else float(rec["rt"])
     except ValueError as exc:
         raise _BadLine(f"bad number ({exc})") from None
-    if not (math.isnan(rt) or (math.isfinite(rt) and rt >= 0)) or not -1 <= nbytes < 2**62:
-        raise _BadLine("rt must be >= 0 and bytes >= 0 (or - for unknown)")
+    if not (math.isnan(rt) or 0 <= rt <= MAX_SECONDS) or not -1 <= nbytes < 2**62:
+        # A finite rt past a century was read, then refused for the whole file by row.
+        raise _BadLine(
+            f"rt must be seconds in [0, {MAX_SECONDS:.0f}] and bytes >= 0 (or - for unknown)"
+        )
     if not 0 <= status <= 999:
         raise _BadLine(f"status {status} is not an HTTP status (0-999, or - for unknown)")
     return time, session, url, method, status, nbytes, rt

@@ -248,6 +248,9 @@ def _parse_think(word: str, lines: _Lines, lineno: int) -> float:
         raise lines.error(f"think={value!r} is not a number of seconds", lineno) from None
     if not math.isfinite(think) or think < 0:
         raise lines.error(f"think={value} must be a finite number of seconds >= 0", lineno)
+    if think > MAX_SECONDS:
+        # Read, it became the next burst's start and the error named a row of the trace.
+        raise lines.error(f"think={value} is past a century ({MAX_SECONDS:.0f} s)", lineno)
     return think
 
 
@@ -262,6 +265,12 @@ def _read_sessions(lines: _Lines, out: _Sessions) -> None:
             continue
         if not out.count or first.start() == 0:
             out.new_burst()
+            if out.t > MAX_SECONDS:
+                raise lines.error(
+                    f"this burst starts {out.t:.3g} s into the trace (the think times "
+                    f"before it), past a century ({MAX_SECONDS:.0f} s)",
+                    lineno,
+                )
         method, body = "GET", ""
         pos = first.end()
         while (m := _WORD.search(text, pos)) is not None:
