@@ -135,3 +135,41 @@ def test_a_response_time_past_a_century_is_a_bad_line(tmp_path: Path) -> None:
     assert (len(trace), trace.meta["skipped_lines"]) == (1, [3])
     with pytest.raises(TraceFormatError, match=r"s\.tsv, line 3: rt must be seconds in \[0, "):
         read_trace(path, strict=True)
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+def test_a_utf8_byte_order_mark_is_not_part_of_line_1(tmp_path: Path) -> None:
+    # Kept, it made '#shrink-sessions v1' a data line ("'# fields:' must come before the
+    # first data line") and went into the first URL of a wsesslog and the host of a log.
+    specweb = tmp_path / "s.tsv"
+    specweb.write_bytes(BOM + b"#shrink-sessions v1\n# fields: url session time\n/a\tu\t1\n")
+    assert read_trace(specweb).column("path").tolist() == ["/a"]
+    wsesslog = tmp_path / "w.txt"
+    wsesslog.write_bytes(BOM + b"/index.html think=1\n/b\n")
+    assert read_trace(wsesslog).column("path").tolist() == ["/index.html", "/b"]
+    clf = tmp_path / "a.log"
+    clf.write_bytes(BOM + b'h - - [01/Aug/1995:00:00:01 -0400] "GET /a HTTP/1.0" 200 1\n')
+    assert read_trace(clf).column("client").tolist() == ["h"]
+
+
+@pytest.mark.parametrize(
+    ("head", "said"),
+    [
+        ("\ufeff/a\n".encode("utf-16-le"), "UTF-16 text: convert it to UTF-8 first"),
+        (b"\xfd7zXZ\x00\x00\x04\xe6\xd6\xb4F", "xz-compressed: decompress it first"),
+        (b"BZh91AY&SY\x03\x94\xcf<", "bzip2-compressed: decompress it first"),
+        (b"\x28\xb5\x2f\xfd\x64\x46", "zstd-compressed: decompress it first"),
+        (b"PK\x03\x04\x14\x00", "a zip archive: extract the trace from it first"),
+    ],
+)
+@pytest.mark.parametrize("fmt", ["auto", "clf", "wsesslog"])
+def test_text_that_needs_converting_says_how(
+    tmp_path: Path, head: bytes, said: str, fmt: str
+) -> None:
+    # Read as text it was "cannot tell the format" quoting binary, or every line skipped.
+    path = tmp_path / "trace.log"
+    path.write_bytes(head + b"\n" * 3)
+    with pytest.raises(TraceFormatError, match=rf"^{path}: {said}"):
+        read_trace(path, format=fmt)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from shrink import files
 from shrink.errors import TraceFormatError
 
 GZIP_MAGIC = b"\x1f\x8b"
+UTF8_BOM = b"\xef\xbb\xbf"
 
 
 # The longest line a text trace may have (bytes): real log lines are at most a few KiB
@@ -82,12 +84,47 @@ def _too_long(path: Path, line: int, max_line: int) -> TraceFormatError:
     )
 
 
+# Starts of files that are text only once converted: read as text, each line was garbage
+# (skipped one by one, or quoted as "the first data line" of an unknown format).
+_UTF16 = "UTF-16 text: convert it to UTF-8 first (iconv -f UTF-16 -t UTF-8)"
+_CONVERT_FIRST = (
+    (re.compile(rb"\xff\xfe|\xfe\xff"), _UTF16),
+    (re.compile(rb"\xfd7zXZ\x00"), "xz-compressed: decompress it first (xz -d)"),
+    (re.compile(rb"BZh[1-9]1AY&SY"), "bzip2-compressed: decompress it first (bunzip2)"),
+    (re.compile(rb"\x28\xb5\x2f\xfd"), "zstd-compressed: decompress it first (zstd -d)"),
+    (re.compile(rb"PK\x03\x04"), "a zip archive: extract the trace from it first"),
+)
+
+
+def check_not_foreign(head: bytes, path: Path) -> None:
+    """A one-line TraceFormatError when ``head`` (a file's first bytes) starts as UTF-16
+    text or as a compressed file other than gzip: what to run to make it readable."""
+    for magic, what in _CONVERT_FIRST:
+        if magic.match(head):
+            raise TraceFormatError(what, path=path)
+
+
+def _chunks(stream: BinaryIO, path: Path) -> Iterator[bytes]:
+    """The stream's bytes in chunks, without a UTF-8 byte order mark at the start.
+
+    Editors on Windows save one: kept, it made line 1 of a session log not the
+    ``#shrink-sessions`` line, and went into the first host or URL of other logs.
+    """
+    first = stream.read(_CHUNK)
+    check_not_foreign(first, path)
+    first = first.removeprefix(UTF8_BOM)
+    if first:
+        yield first
+    while chunk := stream.read(_CHUNK):
+        yield chunk
+
+
 def _batches(stream: BinaryIO, path: Path, max_line: int) -> Iterator[LineBatch]:
     """The lines of ``stream``, a batch per chunk read that ends at least one line."""
     parts: list[bytes] = []  # the line not yet ended, in the pieces it came in
     pending = 0  # its length
     number = 1  # the number of that line
-    while chunk := stream.read(_CHUNK):
+    for chunk in _chunks(stream, path):
         pieces = chunk.split(b"\n")
         if len(pieces) == 1:
             parts.append(chunk)

@@ -24,6 +24,8 @@ from shrink.errors import TraceFormatError
 from shrink.ingest._io import (
     GZIP_MAGIC,
     MAX_LINE,
+    UTF8_BOM,
+    check_not_foreign,
     decode_line,
     head_bytes,
     regular_file,
@@ -64,6 +66,7 @@ def detect_format(path: str | Path, *, max_line: int = MAX_LINE) -> str:
         return "pcap"
     if head[:4] == PARQUET_MAGIC:
         return "parquet"
+    check_not_foreign(head, path)
     if len(head) == size and b"\n" not in head and max_line >= size:
         # A first line past 64 KiB but within the readers' bound (a long URL) is read
         # to its end, as the reader will: only that line is held.
@@ -76,7 +79,7 @@ def detect_format(path: str | Path, *, max_line: int = MAX_LINE) -> str:
             "have a pcap or pcapng magic); pass --format to read it as one anyway",
             path=path,
         )
-    lines = split_lines(head)
+    lines = split_lines(head.removeprefix(UTF8_BOM))  # as the readers read it
     if len(head) == size and lines:
         lines.pop()  # the last line may be cut
     texts = [decode_line(raw).rstrip("\r") for raw in lines]
