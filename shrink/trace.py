@@ -1,7 +1,9 @@
 """The Trace: sessions -> bursts -> requests, columnar, with its provenance.
 
 One row per request, in session order then burst order then the order of the
-requests inside the burst. The columns are fixed by DESIGN.md:
+requests inside the burst (a Parquet file whose rows interleave sessions, sorted
+by time, is read grouped: rows stably sorted by session, then burst). The columns
+are fixed by DESIGN.md:
 
 =========  ========  =========================================================
 column     type      meaning
@@ -315,7 +317,8 @@ class Trace:
                 f"a column has the wrong type: {_first_line(exc)}", path=path
             ) from None
         check_values(trace._table, path)
-        return trace
+        grouped = _grouped(trace._table)
+        return trace if grouped is trace._table else cls(grouped, meta)
 
     def write_jsonl(self, path: str | Path) -> Path:
         """JSON Lines, one request per line (NaN rt written as null)."""
@@ -485,6 +488,23 @@ def check_values(table: pa.Table, path: Path) -> None:
                 f"row {row}: conn == {conn[row].as_py()}, must be a connection number >= 0",
                 path=path,
             )
+
+
+def _grouped(table: pa.Table) -> pa.Table:
+    """``table`` with each session's rows together and its bursts in order, as every stage
+    reads a trace (the schedule starts a session at its first row and a burst where the
+    index changes). A file sorted by time (another tool's) was replayed as thousands of
+    one-burst sessions, without a word; the samplers already grouped such a trace. The
+    order is a stable sort by (session, burst), and a grouped table is left as it is."""
+    session = table.column("session").to_numpy()
+    if session.size < 2:
+        return table
+    burst = table.column("burst").to_numpy()
+    same = session[1:] == session[:-1]
+    runs = session[np.r_[0, np.flatnonzero(~same) + 1]]  # the session of each run of rows
+    if np.unique(runs).size == runs.size and not np.any(same & (burst[1:] < burst[:-1])):
+        return table
+    return table.take(pa.array(np.lexsort((burst, session))))
 
 
 def _as_list_or_np(values: Iterable[Any]) -> Any:

@@ -173,3 +173,34 @@ def test_text_that_needs_converting_says_how(
     path.write_bytes(head + b"\n" * 3)
     with pytest.raises(TraceFormatError, match=rf"^{path}: {said}"):
         read_trace(path, format=fmt)
+
+
+def test_a_trace_sorted_by_time_is_read_grouped_by_session(tmp_path: Path) -> None:
+    # Another tool's file, rows in time order: the schedule started a session at each of
+    # its runs of rows, so it was replayed as many one-burst sessions, without a word.
+    from shrink.schedule import build_schedule
+
+    grouped = Trace.from_columns(
+        {
+            "session": [0, 0, 0, 1, 1, 2],
+            "burst": [0, 0, 1, 0, 1, 0],
+            "t": [0.0, 0.0, 5.0, 1.0, 3.0, 2.0],
+            "think": [4.0, 4.0, 0.0, 1.0, 0.0, 0.0],
+            "path": ["/a", "/a.gif", "/b", "/c", "/d", "/e"],
+        }
+    )
+    by_time = grouped.take(np.argsort(grouped.column("t"), kind="stable"))
+    path = tmp_path / "by_time.parquet"
+    pq.write_table(by_time.table, path)
+    read = Trace.read_parquet(path)
+    assert read.same_rows(grouped)
+    assert len(build_schedule(read, 1.0, 10.0).plans) == 3
+
+
+def test_a_grouped_trace_is_read_in_its_own_order(tmp_path: Path) -> None:
+    trace = Trace.from_columns(
+        {"session": [7, 7, 2, 9, 9], "burst": [0, 1, 0, 0, 0], "t": [0.0] * 5, "path": ["/a"] * 5}
+    )
+    path = tmp_path / "t.parquet"
+    pq.write_table(trace.table, path)
+    assert Trace.read_parquet(path).column("session").tolist() == [7, 7, 2, 9, 9]
