@@ -100,15 +100,18 @@ def test_a_first_line_longer_than_64_kib_but_within_the_bound_is_told(tmp_path: 
     path.write_text(line * 3)
     assert detect_format(path) == "clf"
     assert read_trace(path).column("path").tolist() == [url] * 3
-    with pytest.raises(TraceFormatError, match=r"long\.log: no line break in the first 100,001"):
+    with pytest.raises(TraceFormatError, match=r"long\.log, line 1: a line longer than 100,000"):
         read_trace(path, max_line=100_000)
 
 
 def test_bytes_without_a_line_break_past_the_bound_are_no_text_trace(tmp_path: Path) -> None:
     path = tmp_path / "blob.bin"
     path.write_bytes(b"x" * (300 << 10))
-    with pytest.raises(TraceFormatError, match=r"blob\.bin: no line break in the first 200,001"):
+    with pytest.raises(TraceFormatError, match=r"blob\.bin, line 1: a line longer than 200,000"):
         detect_format(path, max_line=200_000)
+    # A bound far past the file is not read (allocated) at once: it was a MemoryError.
+    with pytest.raises(TraceFormatError, match=r"blob\.bin: cannot tell the format of this text"):
+        detect_format(path, max_line=10**15)
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,7 @@ from shrink.ingest._io import (
     check_not_foreign,
     decode_line,
     head_bytes,
+    line_batches,
     regular_file,
     split_lines,
 )
@@ -60,28 +61,13 @@ def detect_format(path: str | Path, *, max_line: int = MAX_LINE) -> str:
     ``max_line``: the longest line a text trace may have, as its reader is told.
     """
     path = regular_file(path)
-    size = _HEAD
-    head = head_bytes(path, size)
+    head = head_bytes(path, _HEAD)
     if is_capture(head):
         return "pcap"
     if head[:4] == PARQUET_MAGIC:
         return "parquet"
     check_not_foreign(head, path)
-    if len(head) == size and b"\n" not in head and max_line >= size:
-        # A first line past 64 KiB but within the readers' bound (a long URL) is read
-        # to its end, as the reader will: only that line is held.
-        size = max_line + 1
-        head = head_bytes(path, size)
-    if len(head) == size and b"\n" not in head:
-        # Not empty: no line break within the longest line is no text trace (binary, or zeros).
-        raise TraceFormatError(
-            f"no line break in the first {size:,} bytes: not a text trace (a capture would "
-            "have a pcap or pcapng magic); pass --format to read it as one anyway",
-            path=path,
-        )
-    lines = split_lines(head.removeprefix(UTF8_BOM))  # as the readers read it
-    if len(head) == size and lines:
-        lines.pop()  # the last line may be cut
+    lines = _first_lines(path, head, max_line)
     texts = [decode_line(raw).rstrip("\r") for raw in lines]
     if not any(t.strip() for t in texts):
         raise TraceFormatError("the file is empty: cannot tell its format", path=path)
@@ -113,6 +99,19 @@ def detect_format(path: str | Path, *, max_line: int = MAX_LINE) -> str:
         "pass --format wsesslog|specweb|clf|pcap",
         path=path,
     )
+
+
+def _first_lines(path: Path, head: bytes, max_line: int) -> list[bytes]:
+    """The whole lines among the file's first bytes ``head``, as the readers split them."""
+    if len(head) == _HEAD and b"\n" not in head:
+        # A first line past 64 KiB is read to its end as the reader reads it: only that
+        # line is held, and a "line" past ``max_line`` (binary, zeros) is refused at the
+        # bound, naming it. It was refused at 64 KiB, a long URL's log with it.
+        return next(line_batches(path, max_line=max_line)).lines
+    lines = split_lines(head.removeprefix(UTF8_BOM))  # as the readers read it
+    if len(head) == _HEAD and lines:
+        lines.pop()  # the last line may be cut
+    return lines
 
 
 def _is_number(text: str) -> bool:
