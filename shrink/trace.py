@@ -35,6 +35,7 @@ Provenance (source file, reader, sampler, alpha, seed, parent id ...) lives in
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -368,6 +369,7 @@ def _read_table(path: Path, what: str) -> pa.Table:
     """A Parquet file as a table; anything pyarrow cannot read is one line naming the file."""
     files.seekable_file(path, what=what)
     try:
+        _unique_names(pq.read_schema(path).names, path)
         table = pq.read_table(path)
         # Parquet does not promise valid UTF-8 in string columns; a bad byte would
         # otherwise surface as a UnicodeDecodeError wherever a column is first read.
@@ -380,6 +382,18 @@ def _read_table(path: Path, what: str) -> pa.Table:
         raise TraceFormatError(
             f"not a readable Parquet {what} ({_first_line(exc)})", path=path
         ) from None
+
+
+def _unique_names(names: list[str], path: Path) -> None:
+    """A column named twice is refused by its name: pyarrow's own message ("Multiple
+    matches for FieldRef.Name(path) in session: int64 not null ...") quoted the schema."""
+    twice = sorted(n for n, k in Counter(names).items() if k > 1)
+    if twice:
+        raise TraceFormatError(
+            f"column(s) {', '.join(map(repr, twice))} appear more than once; a trace "
+            "names each column once",
+            path=path,
+        )
 
 
 def _first_line(exc: BaseException) -> str:

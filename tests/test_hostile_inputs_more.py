@@ -207,3 +207,15 @@ def test_a_grouped_trace_is_read_in_its_own_order(tmp_path: Path) -> None:
     path = tmp_path / "t.parquet"
     pq.write_table(trace.table, path)
     assert Trace.read_parquet(path).column("session").tolist() == [7, 7, 2, 9, 9]
+
+
+def test_a_column_named_twice_is_refused_by_its_name(tmp_path: Path) -> None:
+    # pyarrow's message quoted the schema: "Multiple matches for FieldRef.Name(path) in ...".
+    table = Trace.from_columns({"session": [0], "t": [0.0], "path": ["/a"]}).table
+    path = tmp_path / "t.parquet"
+    pq.write_table(table.append_column("path", table.column("path")), path)
+    with pytest.raises(TraceFormatError) as err:
+        Trace.read_parquet(path)
+    assert str(err.value) == (
+        f"{path}: column(s) 'path' appear more than once; a trace names each column once"
+    )
