@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import samplers
-from shrink.errors import TraceFormatError
+from shrink.errors import ParameterError, TraceFormatError
 from shrink.ingest import detect_format, read_trace
 from shrink.trace import Trace
 
@@ -219,3 +221,30 @@ def test_a_column_named_twice_is_refused_by_its_name(tmp_path: Path) -> None:
     assert str(err.value) == (
         f"{path}: column(s) 'path' appear more than once; a trace names each column once"
     )
+
+
+@pytest.mark.parametrize("option", ["session_rate", "max_line"])
+def test_an_option_a_capture_does_not_take_is_named(tmp_path: Path, option: str) -> None:
+    # read_capture(**opts) raised a TypeError: `shrink ingest x.pcap --max-line 100`, exit 70.
+    from helpers.captures import mixed
+    from helpers.pcap_synth import write_capture
+
+    path = write_capture(tmp_path / "c.pcap", mixed())
+    with pytest.raises(ParameterError, match=rf"option\(s\) {option} do not apply to the pcap"):
+        read_trace(path, **{option: 100})
+
+
+def test_the_cli_names_an_option_the_format_does_not_take(tmp_path: Path) -> None:
+    from helpers.captures import mixed
+    from helpers.pcap_synth import write_capture
+
+    path = write_capture(tmp_path / "c.pcap", mixed())
+    out = tmp_path / "t.parquet"
+    r = subprocess.run(
+        [sys.executable, "-m", "shrink", "ingest", str(path), "-o", str(out), "--max-line", "9"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.startswith("error: option(s) max_line do not apply to the pcap format")

@@ -30,6 +30,7 @@ def _read_capture(path: str | Path, *, strict: bool = False, **opts: Any) -> Tra
                 "pcap/pcapng support is missing (no module shrink.ingest.capture)", path=path
             ) from exc
         raise
+    _check_options(read_capture, "pcap", opts)  # a TypeError (exit 70) otherwise
     return read_capture(path, strict=strict, **opts)
 
 
@@ -58,6 +59,19 @@ def _options(reader: Reader) -> set[str] | None:
     return {p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
 
+def _check_options(reader: Reader, fmt: str, opts: dict[str, Any]) -> None:
+    """A ParameterError naming the options in ``opts`` that ``reader`` does not take."""
+    accepted = _options(reader)
+    if accepted is None:
+        return
+    extra = sorted(set(opts) - accepted)
+    if extra:
+        takes = ", ".join(sorted(accepted - {"strict"})) or "none"
+        raise ParameterError(
+            f"option(s) {', '.join(extra)} do not apply to the {fmt} format (it takes {takes})."
+        )
+
+
 def _line_bound(opts: dict[str, Any]) -> dict[str, Any]:
     """The ``max_line`` among a text reader's options, for telling the format as it reads."""
     return {"max_line": opts["max_line"]} if "max_line" in opts else {}
@@ -76,14 +90,7 @@ def read_trace(path: str | Path, format: str = "auto", strict: bool = False, **o
         raise ParameterError(
             f"format == {format!r}, must be one of auto, {', '.join(READ_FORMATS)}."
         )
-    accepted = _options(reader)
-    if accepted is not None:
-        extra = sorted(set(opts) - accepted)
-        if extra:
-            raise ParameterError(
-                f"option(s) {', '.join(extra)} do not apply to the {fmt} format "
-                f"(it takes {', '.join(sorted(accepted - {'strict'}))})."
-            )
+    _check_options(reader, fmt, opts)
     trace = reader(regular_file(path), strict=strict, **opts)
     if fmt != "parquet":
         # What a reader made must be a trace every command reads back: a time 1e300 s
