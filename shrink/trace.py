@@ -369,6 +369,7 @@ def _read_table(path: Path, what: str) -> pa.Table:
     """A Parquet file as a table; anything pyarrow cannot read is one line naming the file."""
     files.seekable_file(path, what=what)
     try:
+        _parquet_magic(path, what)
         _unique_names(pq.read_schema(path).names, path)
         table = pq.read_table(path)
         # Parquet does not promise valid UTF-8 in string columns; a bad byte would
@@ -382,6 +383,21 @@ def _read_table(path: Path, what: str) -> pa.Table:
         raise TraceFormatError(
             f"not a readable Parquet {what} ({_first_line(exc)})", path=path
         ) from None
+
+
+def _parquet_magic(path: Path, what: str) -> None:
+    """A file that is no Parquet at all (a log, a capture) is told what reads it: pyarrow
+    said "Parquet magic bytes not found in footer. Either the file is corrupted or ..."."""
+    with path.open("rb") as fh:
+        head = fh.read(4)
+    if not head:
+        raise TraceFormatError(f"the file is empty: not a Parquet {what}", path=path)
+    if head != b"PAR1":
+        raise TraceFormatError(
+            f"not a Parquet {what} (it does not start with PAR1); a log or a capture is "
+            "read by 'shrink ingest FILE -o TRACE.parquet' first",
+            path=path,
+        )
 
 
 def _unique_names(names: list[str], path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -248,3 +249,18 @@ def test_the_cli_names_an_option_the_format_does_not_take(tmp_path: Path) -> Non
     )
     assert r.returncode == 1, r.stderr
     assert r.stderr.startswith("error: option(s) max_line do not apply to the pcap format")
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        (b"h - - [01/Aug/1995:00:00:01 -0400] ...\n", "not a Parquet trace (it does not start"),
+        (b"", "the file is empty: not a Parquet trace"),
+    ],
+)
+def test_a_log_given_as_a_trace_says_what_reads_it(tmp_path: Path, data: bytes, said: str) -> None:
+    # pyarrow's "Parquet magic bytes not found in footer. Either the file is corrupted ..."
+    path = tmp_path / "access.log"
+    path.write_bytes(data)
+    with pytest.raises(TraceFormatError, match=rf"access\.log: {re.escape(said)}"):
+        Trace.read_parquet(path)
