@@ -264,3 +264,13 @@ def test_a_log_given_as_a_trace_says_what_reads_it(tmp_path: Path, data: bytes, 
     path.write_bytes(data)
     with pytest.raises(TraceFormatError, match=rf"access\.log: {re.escape(said)}"):
         Trace.read_parquet(path)
+
+
+def test_a_body_continued_over_many_lines_is_bounded(tmp_path: Path) -> None:
+    # Each line is short, but the body ran on for the whole file, held a pointer per
+    # character (20 MB of it took 270 MB): it is bounded as a line is.
+    path = tmp_path / "body.txt"
+    path.write_text("/a contents='" + ("b" * 99 + "\\\n") * 30 + "end'\n")
+    with pytest.raises(TraceFormatError, match=r"body\.txt, line 1: contents= body longer than"):
+        read_trace(path, max_line=1000)
+    assert len(read_trace(path, max_line=4000).column("body")[0]) == 30 * 100 + 3

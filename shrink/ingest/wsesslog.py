@@ -84,8 +84,9 @@ class _Lines:
     """The file's lines with 1-based numbers, a batch at a time; the contents parser may
     pull the next one."""
 
-    def __init__(self, path: Path, batches: Iterator[LineBatch]) -> None:
+    def __init__(self, path: Path, batches: Iterator[LineBatch], max_line: int) -> None:
         self.path = path
+        self.max_line = max_line
         self._batches = batches
         self._lines: list[bytes] = []
         self._first = 1
@@ -200,6 +201,7 @@ def _parse_contents(
     out: list[str] = []
     quote = ""  # "'" or '"' while inside quotes
     escaped = False
+    start = lineno
     while True:
         if pos < len(text):
             ch = text[pos]
@@ -217,6 +219,14 @@ def _parse_contents(
             escaped = False
             if ch == "\n":
                 out.append("\n")
+                if len(out) > lines.max_line:
+                    # Continued over line after line, a body was as long as the file and
+                    # held a pointer per character: 20 MB of it took 270 MB.
+                    raise lines.error(
+                        f"contents= body longer than {lines.max_line:,} characters (continued "
+                        f"over lines up to line {lineno}); raise --max-line",
+                        start,
+                    )
                 try:
                     lineno, text, has_lf = next(lines)
                 except StopIteration:
@@ -317,7 +327,8 @@ def read_wsesslog(
     ``session_rate`` (sessions/s) spaces the session start times; ``think_default``
     is the think time of bursts without ``think=``. The syntax has no lenient
     mode: any error raises (``strict`` is accepted for a uniform reader API).
-    ``max_line``: the longest line, in bytes; a longer one is an error naming it.
+    ``max_line``: the longest line, in bytes, and the longest ``contents=`` body
+    continued over lines, in characters; a longer one is an error naming it.
     The file is read in batches of lines, its requests kept in Arrow columns, so the
     memory grows with the requests, not with the text.
     """
@@ -326,7 +337,7 @@ def read_wsesslog(
     rate = check_rate(session_rate, "session_rate")
     think_default = check_scalar(think_default, "think_default", low=0.0)
     sessions = _Sessions(think_default, rate)
-    _read_sessions(_Lines(path, line_batches(path, max_line=max_line)), sessions)
+    _read_sessions(_Lines(path, line_batches(path, max_line=max_line), max_line), sessions)
     meta = {
         "reader": "wsesslog",
         "source": str(path),
