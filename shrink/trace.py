@@ -392,6 +392,10 @@ def _parquet_magic(path: Path, what: str) -> None:
         head = fh.read(4)
     if not head:
         raise TraceFormatError(f"the file is empty: not a Parquet {what}", path=path)
+    if head[:2] == b"\x1f\x8b":
+        raise TraceFormatError(
+            f"gzip-compressed: gunzip it first (a Parquet {what} is read by seeking)", path=path
+        )
     if head != b"PAR1":
         raise TraceFormatError(
             f"not a Parquet {what} (it does not start with PAR1); a log or a capture is "
