@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -275,3 +276,23 @@ def test_a_body_continued_over_many_lines_is_bounded(tmp_path: Path) -> None:
     with pytest.raises(TraceFormatError, match=r"body\.txt, line 1: contents= body longer than"):
         read_trace(path, max_line=1000)
     assert len(read_trace(path, max_line=4000).column("body")[0]) == 30 * 100 + 3
+
+
+def test_obsolete_pcapng_packet_blocks_are_read(tmp_path: Path) -> None:
+    # Older writers' packet blocks (type 2) were skipped: no request, "skipped 0 packets".
+    from helpers.captures import mixed
+    from helpers.pcap_synth import write_capture
+
+    data = bytearray(write_capture(tmp_path / "new.pcapng", mixed(), fmt="pcapng").read_bytes())
+    off = 0
+    while off < len(data):
+        btype, blen = struct.unpack_from("<II", data, off)
+        if btype == 6:
+            ifid = struct.unpack_from("<I", data, off + 8)[0]
+            struct.pack_into("<IIHH", data, off, 2, blen, ifid, 0)
+        off += blen
+    old = tmp_path / "old.pcapng"
+    old.write_bytes(bytes(data))
+    want = read_trace(tmp_path / "new.pcapng")
+    assert len(want) > 0
+    assert read_trace(old).same_rows(want)

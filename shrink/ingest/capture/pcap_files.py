@@ -321,7 +321,7 @@ def _tsresol(opts: bytes, endian: str) -> int:
 
 
 def _read_pcapng(data: np.ndarray, n: int, path: Path, strict: bool) -> RawRecords:
-    """Walk pcapng blocks: section headers, interfaces, enhanced and simple packets."""
+    """Walk pcapng blocks: section headers, interfaces, packets (enhanced, simple, obsolete)."""
     off = 0
     endian = "<"
     ifaces: list[tuple[int, int, int]] = []  # linktype, ticks/s, snaplen
@@ -371,7 +371,7 @@ def _read_pcapng(data: np.ndarray, n: int, path: Path, strict: bool) -> RawRecor
             )
             break
         body = off + 8
-        need = {1: 20, 6: 32, 3: 16}.get(btype_i, 12)
+        need = {1: 20, 6: 32, 2: 32, 3: 16}.get(btype_i, 12)
         if blen < need:
             damage, _ = _damaged(
                 f"block of type {btype_i:#x} is too short ({blen} bytes)",
@@ -384,8 +384,9 @@ def _read_pcapng(data: np.ndarray, n: int, path: Path, strict: bool) -> RawRecor
         if btype_i == 1:  # interface description
             lt, snap = struct.unpack_from(endian + "HxxI", data, body)
             ifaces.append((lt, _tsresol(bytes(data[body + 8 : off + blen - 4]), endian), snap))
-        elif btype_i == 6:  # enhanced packet
+        elif btype_i in (6, 2):  # enhanced packet; 2: older writers' block (16-bit if id)
             ifid, hi, lo, cap, wire = struct.unpack_from(endian + "5I", data, body)
+            ifid = ifid if btype_i == 6 else struct.unpack_from(endian + "H", data, body)[0]
             if ifid >= len(ifaces) or 20 + cap > blen - 12:
                 damage, _ = _damaged(
                     "enhanced packet block names no interface or overruns its block",
