@@ -296,3 +296,21 @@ def test_obsolete_pcapng_packet_blocks_are_read(tmp_path: Path) -> None:
     want = read_trace(tmp_path / "new.pcapng")
     assert len(want) > 0
     assert read_trace(old).same_rows(want)
+
+
+def test_an_output_that_is_the_input_is_refused(tmp_path: Path) -> None:
+    # `shrink ingest x.log -o x.log` replaced the only copy of the log with its Parquet.
+    log = tmp_path / "x.log"
+    text = 'h - - [01/Aug/1995:00:00:01 -0400] "GET /a HTTP/1.0" 200 1\n'
+    log.write_text(text)
+    (tmp_path / "link.log").symlink_to(log)
+    for out in (log, tmp_path / "link.log"):
+        r = subprocess.run(
+            [sys.executable, "-m", "shrink", "ingest", str(log), "-o", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.strip() == f"error: --out: {out} is the input file; name another file"
+    assert log.read_text() == text

@@ -156,6 +156,17 @@ def output_path(path: Path | None, *, kind: str = "file", what: str = "output") 
         raise OptionError(what if what.startswith("--") else "--out", str(exc)) from None
 
 
+def not_the_input(out: Path, source: Path) -> None:
+    """Refuse (exit 2) an output that is the input file itself: written in another format,
+    it replaced the only copy of a log (``shrink ingest x.log -o x.log``)."""
+    try:
+        same = out.exists() and os.path.samefile(out, source)
+    except OSError:
+        return  # the input is missing or unreadable: its reader says so
+    if same:
+        raise OptionError("--out", f"{out} is the input file; name another file")
+
+
 def echo_json(obj: Any) -> None:
     sys.stdout.write(dumps(obj, indent=2, sort_keys=True, default=_default) + "\n")
 

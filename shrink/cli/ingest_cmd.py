@@ -13,6 +13,7 @@ from shrink.cli._common import (
     cli_errors,
     console,
     echo_json,
+    not_the_input,
     output_path,
     plural,
 )
@@ -92,6 +93,7 @@ def ingest(
         opts["max_line"] = max_line
     with cli_errors():
         output_path(out)
+        not_the_input(out, input)
         bound = {"max_line": max_line} if max_line is not None else {}
         fmt = detect_format(input, **bound) if format is ReadFormat.auto else format.value
         trace = read_trace(input, format=fmt, strict=strict, **opts)
@@ -175,6 +177,7 @@ def export(
     )
     with cli_errors():
         output_path(out)
+        not_the_input(out, trace)
         tr = Trace.read_parquet(trace)
         with as_option("--think-default"):  # the one option write_trace checks
             write_trace(tr, out, format.value, **opts)
