@@ -314,3 +314,29 @@ def test_an_output_that_is_the_input_is_refused(tmp_path: Path) -> None:
         assert r.returncode == 2, r.stderr
         assert r.stderr.strip() == f"error: --out: {out} is the input file; name another file"
     assert log.read_text() == text
+
+
+def _ingest(source: Path, out: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "shrink", "ingest", str(source), "-o", str(out), *options],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_file_whose_every_line_is_skipped_writes_no_trace(tmp_path: Path) -> None:
+    # An empty trace was written with exit 0, and every later step refused it.
+    log = tmp_path / "x.log"
+    log.write_text("not a log line\nnor this\n")
+    out = tmp_path / "t.parquet"
+    r = _ingest(log, out, "--format", "clf")
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.strip() == (
+        f"error: {log}: no request read: every data line was skipped as unreadable "
+        "(2 lines: 1, 2); --strict names what is wrong with the first"
+    )
+    assert not out.exists()
+    # A session log of comments only is a valid empty one, as httperf reads it.
+    log.write_text("# nothing yet\n")
+    assert _ingest(log, out).returncode == 0 and out.exists()

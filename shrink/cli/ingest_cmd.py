@@ -97,14 +97,7 @@ def ingest(
         bound = {"max_line": max_line} if max_line is not None else {}
         fmt = detect_format(input, **bound) if format is ReadFormat.auto else format.value
         trace = read_trace(input, format=fmt, strict=strict, **opts)
-        if len(trace) == 0:
-            # Every line skipped (a capture read as a log): an empty trace written with
-            # exit 0 failed only later, in a sweep, far from the file that caused it.
-            skipped = plural(int(trace.meta.get("skipped", 0)), _UNIT.get(fmt, "line"))
-            raise TraceFormatError(
-                f"no request read as {fmt} ({skipped} skipped); nothing written: check --format",
-                path=input,
-            )
+        _not_all_skipped(input, fmt, trace.meta, len(trace))
         trace.write_parquet(out)
     info = trace.info()
     skipped_lines = list(trace.meta.get("skipped_lines", []))
@@ -141,6 +134,28 @@ def ingest(
             + ", ".join(str(n) for n in repaired[:_SHOWN_SKIPS]),
             highlight=False,
         )
+
+
+def _not_all_skipped(source: Path, fmt: str, meta: dict[str, Any], requests: int) -> None:
+    """A TraceFormatError when the lenient reader skipped everything it read: an empty
+    trace was written, exit 0, and every later step refused it (a UTF-16 log read as
+    clf, a log in another format, a capture of no HTTP)."""
+    from shrink.errors import TraceFormatError
+
+    skipped = int(meta.get("skipped", 0))
+    if requests or not skipped:
+        return
+    listed = list(meta.get("skipped_lines", []))[:_SHOWN_SKIPS]
+    numbers = ", ".join(str(n) for n in listed) + (" ..." if skipped > len(listed) else "")
+    if fmt == "pcap":
+        raise TraceFormatError(
+            f"no HTTP request read: {_skipped_line(fmt, meta, skipped, listed)}", path=source
+        )
+    raise TraceFormatError(
+        f"no request read: every data line was skipped as unreadable ({plural(skipped, 'line')}"
+        f": {numbers}); --strict names what is wrong with the first",
+        path=source,
+    )
 
 
 def _skipped_line(fmt: str, meta: dict[str, Any], skipped: int, numbers: list[int]) -> str:
