@@ -140,8 +140,6 @@ def _not_all_skipped(source: Path, fmt: str, meta: dict[str, Any], requests: int
     """A TraceFormatError when the lenient reader skipped everything it read: an empty
     trace was written, exit 0, and every later step refused it (a UTF-16 log read as
     clf, a log in another format, a capture of no HTTP)."""
-    from shrink.errors import TraceFormatError
-
     skipped = int(meta.get("skipped", 0))
     if requests or not skipped:
         return
