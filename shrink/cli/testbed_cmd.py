@@ -13,7 +13,9 @@ from shrink.errors import OptionError, ParameterError, TestbedError
 if TYPE_CHECKING:
     from shrink.machine import Machine
     from shrink.mapping import Mapping
+    from shrink.share import Share
     from shrink.testbed.config import PhpLimits
+    from shrink.testbed.state import TestbedState
 
 # The defaults of shrink.enforce.DEFAULT and shrink.testbed.config.PHP_CHILDREN_PER_CORE,
 # the bound shrink.testbed.command.MAX_WORKERS_PER_CORE and shrink.testbed.lifecycle.CGROUPS,
@@ -121,7 +123,7 @@ def up(
     from shrink.share import Share
     from shrink.testbed import lifecycle
     from shrink.testbed.config import ServerSettings
-    from shrink.topology import format_cpulist, load_machine
+    from shrink.topology import load_machine
 
     warn_stale()
     with cli_errors():
@@ -149,6 +151,13 @@ def up(
     if as_json:
         echo_json(st.to_dict())
         return
+    _print_up(st, m, sh, state)
+
+
+def _print_up(st: TestbedState, m: Machine, sh: Share, state: Path) -> None:
+    """What testbed up started, one line per replica, and how to stop it."""
+    from shrink.topology import format_cpulist
+
     typer.echo(
         f"testbed up: {st.mapping['name']} on {m.name}, share {sh.text} "
         f"(alpha {sh.fraction:g} of the server it stands for); server {st.server['name']}: "
