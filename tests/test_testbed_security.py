@@ -524,3 +524,19 @@ def test_a_replica_address_off_loopback_is_never_probed(tmp_path, monkeypatch, a
     state = _state_with(tmp_path, address=address)
     (got,) = status(state)  # no request sent (no_client)
     assert not got.answering
+
+
+def test_stale_testbeds_are_read_only_from_a_private_folder(tmp_path, monkeypatch):
+    """``down --stale`` stops the PIDs the entries in shrink's folder name: entries in a
+    folder another user may write (a /tmp/shrink-UID they made first) are not read."""
+    from shrink.testbed import registry
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    os.chmod(runs, 0o777)
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(runs))
+    (runs / "testbed-0123456789abcdef.json").write_text("{}")
+    with pytest.raises(TestbedError, match="not a private folder"):
+        registry.stale()
+    with pytest.raises(TestbedError, match="not a private folder"):
+        registry.running()

@@ -151,11 +151,21 @@ def _why_stale(doc: dict[str, Any]) -> str | None:
     return None
 
 
+def _entries() -> list[Path]:
+    """The recorded testbeds, read only from a folder that is still private: an entry
+    names PIDs (with start times and programs anyone can read in /proc) that
+    ``down --stale`` stops, so one another user could have put there is not read."""
+    root = run_dir()
+    if not root.is_dir():
+        return []
+    private_dir()
+    return sorted(root.glob("testbed-*.json"))
+
+
 def running() -> list[tuple[Path, TestbedState]]:
     """Every recorded testbed that is not stale: (its state file, its state)."""
-    root = run_dir()
     out = []
-    for entry in sorted(root.glob("testbed-*.json")) if root.is_dir() else []:
+    for entry in _entries():
         doc = _load(entry)
         if doc is not None and _why_stale(doc) is None:
             state = TestbedState.from_dict(doc["state"], source=str(entry))
@@ -165,9 +175,8 @@ def running() -> list[tuple[Path, TestbedState]]:
 
 def stale() -> list[StaleTestbed]:
     """Every recorded testbed that is stale (see the module docstring)."""
-    root = run_dir()
     out = []
-    for entry in sorted(root.glob("testbed-*.json")) if root.is_dir() else []:
+    for entry in _entries():
         doc = _load(entry)
         if doc is None:
             continue
