@@ -262,8 +262,10 @@ def predict(
                 seed=config.seed,
                 alpha=alpha,
                 progress=progress,
-                pairing=Pairing(companion=companion, between=_beside(beside, share_thresholds,
-                                                                     config.thresholds)),
+                pairing=Pairing(
+                    companion=companion,
+                    between=_beside(beside, share_thresholds, config.thresholds),
+                ),
                 scaling=scaling,
             )
             if beside is not None:  # the speed as read beside the sweep (Beside.now)
