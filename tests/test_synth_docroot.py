@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from shrink import Trace
 from shrink.cli import app
+from shrink.errors import WriteError
 from shrink.synth import (
     MANIFEST_SCHEMA,
     PAGES,
@@ -153,6 +154,31 @@ def test_rerun_skips_identical_files_and_repairs_changed_ones(tmp_path):
     assert second.written == 1 and second.unchanged == second.static_files - 1
     assert victim.read_bytes() == good
     assert not list(tmp_path.rglob(".*tmp*"))
+
+
+def test_a_link_at_a_docroot_file_is_neither_read_nor_written_through(tmp_path):
+    # The rerun compares a file's bytes before rewriting it: a symlink planted at the
+    # name must be neither read (to a FIFO no one writes, root hung on the compare)
+    # nor written through (to a file of the same size, root read it and kept the link).
+    root = tmp_path / "root"
+    tcp_docroot(root)
+    target = root / "static/file1k.bin"
+    secret = tmp_path / "secret"
+    secret.write_bytes(target.read_bytes())
+    secret.chmod(0o600)
+    target.unlink()
+    target.symlink_to(secret)
+    assert tcp_docroot(root).written == 1
+    assert not target.is_symlink() and secret.stat().st_mode & 0o777 == 0o600
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for name in ("static/file1k.bin", "app/_work.php"):
+        (root / name).unlink()
+        (root / name).symlink_to(fifo)
+        with pytest.raises(WriteError, match="not a file: left as it is"):
+            tcp_docroot(root)  # refused at once, named: not read, not written
+        (root / name).unlink()
+    assert fifo.is_fifo()
 
 
 def test_tcp_docroot_alone(tmp_path):

@@ -19,11 +19,13 @@ temporary name and renamed, so a server reading the tree never sees half a file.
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, BinaryIO
 
 import numpy as np
 from pydantic import Field, model_serializer
@@ -149,19 +151,34 @@ def _local(root: Path, url_path: str) -> Path:
 
 
 def _same(target: Path, size: int, block: bytes) -> bool:
-    try:
-        if target.stat().st_size != size:
-            return False
-        with target.open("rb") as fh:
-            if size <= _WHOLE_COMPARE:
-                return fh.read() == _content(block, 0, size)
-            if fh.read(_BLOCK) != block:
-                return False
-            tail = size - _BLOCK
-            fh.seek(tail)
-            return fh.read() == _content(block, tail, size)
-    except OSError:
+    fh = _open_regular(target, size)
+    if fh is None:
         return False
+    with fh:
+        if size <= _WHOLE_COMPARE:
+            return fh.read(size + 1) == _content(block, 0, size)
+        if fh.read(_BLOCK) != block:
+            return False
+        tail = size - _BLOCK
+        fh.seek(tail)
+        return fh.read(_BLOCK + 1) == _content(block, tail, size)
+
+
+def _open_regular(target: Path, size: int) -> BinaryIO | None:
+    """``target`` open for reading if it is a regular file of ``size`` bytes, opened
+    without following a symlink or blocking; else None. The rerun compares what is
+    there before rewriting it: a link or FIFO planted in the docroot must not have
+    root read another file, or hang on one no one writes."""
+    try:
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    fh = os.fdopen(fd, "rb")
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size != size:
+        fh.close()
+        return None
+    return fh
 
 
 def _content(block: bytes, start: int, stop: int) -> bytes:
@@ -183,10 +200,19 @@ def _write_file(target: Path, size: int, block: bytes) -> None:
 
 def _write_text(target: Path, text: str) -> bool:
     data = text.encode()
-    if target.is_file() and target.read_bytes() == data:
+    if _holds(target, data):
         return False
     write_bytes(target, data, sync=False)
     return True
+
+
+def _holds(target: Path, data: bytes) -> bool:
+    """Whether ``target`` is a regular file holding ``data`` (:func:`_open_regular`)."""
+    fh = _open_regular(target, len(data))
+    if fh is None:
+        return False
+    with fh:
+        return fh.read(len(data) + 1) == data
 
 
 def _php_sources() -> dict[str, str]:
