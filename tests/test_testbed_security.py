@@ -540,3 +540,23 @@ def test_stale_testbeds_are_read_only_from_a_private_folder(tmp_path, monkeypatc
         registry.stale()
     with pytest.raises(TestbedError, match="not a private folder"):
         registry.running()
+
+
+def test_a_replay_reads_its_parts_back_only_from_a_folder_no_one_else_can_swap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A scale-out replay writes its parts in a temporary folder and reads them back:
+    # in a $TMPDIR others may write (no sticky bit), another user could rename that
+    # folder away and put their own parts, their measurements, in its place.
+    from shrink.testbed import registry
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    private = tmp_path / "private"
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(private))
+    monkeypatch.setattr(tempfile, "tempdir", str(shared))
+    assert registry.scratch_base() == private
+    assert stat.S_IMODE(private.stat().st_mode) & 0o077 in (0, 0o011)
+    shared.chmod(0o1777)  # sticky, as /tmp: a folder in it is its maker's alone
+    assert registry.scratch_base() == shared

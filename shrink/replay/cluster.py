@@ -49,6 +49,7 @@ from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
 from shrink.replay.writer import RunLogWriter
 from shrink.runlog import RunLog
 from shrink.schedule import build_schedule
+from shrink.testbed.registry import scratch_base
 from shrink.trace import Trace
 
 __all__ = [
@@ -156,7 +157,7 @@ class _Generator:
         if cpu is not None:
             os.sched_setaffinity(0, {cpu})
         sched = build_schedule(trace, **params)
-        with tempfile.TemporaryDirectory(prefix="shrink-ray-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="shrink-ray-", dir=scratch_base()) as tmp:
             path = Path(tmp) / "part.parquet"
             writer = RunLogWriter(path, meta)
 

@@ -33,6 +33,7 @@ from shrink.replay.writer import RunLogWriter
 from shrink.runlog import RunLog
 from shrink.schedule import ScheduleOptions, build_schedule, trace_extent, trace_mode
 from shrink.target import GeneratorPlacement
+from shrink.testbed.registry import scratch_base
 from shrink.trace import Trace
 
 __all__ = ["AUTO_REALTIME", "EngineRun", "default_realtime", "run_engines", "split_sessions"]
@@ -340,7 +341,7 @@ def _run_spawned(
 
     ctx = mp.get_context("fork")
     parts = split_sessions(trace, n)
-    tmp = tempfile.TemporaryDirectory(prefix="shrink-replay-")
+    tmp = tempfile.TemporaryDirectory(prefix="shrink-replay-", dir=scratch_base())
     base = Path(out).with_suffix("") if out is not None else Path(tmp.name) / "run"
     paths = [f"{base}.part{i}.parquet" for i in range(n)]
     procs, pipes = [], []

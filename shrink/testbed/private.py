@@ -63,6 +63,7 @@ __all__ = [
     "secure_dir",
     "server_env",
     "server_user",
+    "swappable_above",
 ]
 
 SERVER_USERS = ("www-data", "shrink-www")
@@ -141,7 +142,7 @@ def secure_dir(path: Path, mode: int = 0o700) -> Path:
     ``mkdir`` never follows a symlink; one that exists must be a real directory
     owned by this user and not writable by group or others, else it is refused (a
     folder someone planted at a predictable name)."""
-    swappable = _swappable_above(path)
+    swappable = swappable_above(path)
     if swappable is not None:
         raise TestbedError(
             f"{path} is not a private folder of this user: {swappable} is another user's or "
@@ -161,7 +162,7 @@ def secure_dir(path: Path, mode: int = 0o700) -> Path:
     return path
 
 
-def _swappable_above(path: Path) -> Path | None:
+def swappable_above(path: Path) -> Path | None:
     """The first folder above ``path`` (resolved) that another user could change: theirs,
     or writable by others and not sticky (they could rename ``path`` away and put a
     folder or symlink of theirs in its place). None if there is none."""

@@ -32,7 +32,7 @@ from shrink.atomic import make_dirs, write_text
 from shrink.errors import TestbedError, TraceFormatError
 from shrink.jsonout import dumps
 from shrink.schemas import RegistryEntryFile
-from shrink.testbed.private import secure_dir
+from shrink.testbed.private import secure_dir, swappable_above
 from shrink.testbed.state import TestbedState
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "recorded",
     "run_dir",
     "running",
+    "scratch_base",
     "stale",
 ]
 
@@ -69,6 +70,17 @@ def private_dir() -> Path:
     d = run_dir()
     make_dirs(d.parent)
     return secure_dir(d, 0o711 if os.geteuid() == 0 else 0o700)
+
+
+def scratch_base() -> Path:
+    """Where shrink makes a temporary folder whose files it reads back (a replay's
+    parts): the system's temporary folder, unless another user could swap a folder in
+    it ($TMPDIR theirs, or writable by others without the sticky bit; they could put
+    their own files in the place of the ones shrink wrote); then :func:`private_dir`."""
+    base = Path(tempfile.gettempdir())
+    if swappable_above(base / "scratch") is None:
+        return base
+    return private_dir()
 
 
 def _entry(state_path: Path) -> Path:
