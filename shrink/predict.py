@@ -35,7 +35,7 @@ from shrink.autolevels import (
 )
 from shrink.checks import check_alpha
 from shrink.defaults import THRESHOLDS
-from shrink.errors import ShrinkError
+from shrink.errors import ParameterError, ShrinkError
 from shrink.loadcurve import Level, LoadCurve
 from shrink.machine import Machine
 from shrink.mapping import BUILTIN_MAPPINGS, check_mappings
@@ -232,6 +232,12 @@ def predict(
     check_mappings(config.mappings, machine, cpus)  # before anything is measured
     share = Share.plan(cpus, machine, alpha, config.share_kind)
     sample = samplers.sample(trace, alpha, seed=config.seed, level=config.level)
+    if len(sample) == 0 and len(trace) > 0:
+        # Else the first run on the share found an empty trace, and said only that.
+        raise ParameterError(
+            f"alpha {alpha:g} kept none of the trace's {len(trace):,} requests "
+            f"({config.level} sampling, seed {config.seed}); raise alpha or record a longer trace"
+        )
     plan = _sweep_plan(trace, share, config)
     if plan.probe_level is None and hasattr(provider, "probe_level"):
         # The simulator finds its capacity first: the search then starts near the knee.

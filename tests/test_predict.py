@@ -10,7 +10,7 @@ import pytest
 from helpers.fake_provider import FakeProvider, sessions
 
 from shrink.autolevels import AutoPlan
-from shrink.errors import TopologyError
+from shrink.errors import ParameterError, TopologyError
 from shrink.loadcurve import LoadCurve
 from shrink.machine import Machine
 from shrink.predict import PredictConfig, predict
@@ -284,3 +284,13 @@ def test_a_prediction_with_no_usable_level_keeps_its_curves(tmp_path):
     kept = LoadCurve.read_json(tmp_path / "measured-curve.json")
     assert kept.levels and all(lv.generator_behind for lv in kept.levels)
     assert (tmp_path / "full-curve.json").exists()
+
+
+def test_a_sample_that_keeps_no_session_is_named_by_its_alpha(tmp_path):
+    # Two sessions at alpha 0.05: the sample is empty, and the first run on the share
+    # said only "the trace is empty", far from the cause.
+    trace = sessions(2, seed=1)
+    cfg = PredictConfig(alpha=0.05, thresholds={"mean": 0.004}, mappings=["1-replica"])
+    with pytest.raises(ParameterError, match=r"alpha 0\.05 kept none of the trace's 6 requests"):
+        predict(trace, FakeProvider(), cfg, tmp_path)
+    assert not list(tmp_path.iterdir())  # nothing was measured, nothing written
