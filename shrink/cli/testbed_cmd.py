@@ -25,6 +25,17 @@ PHP_CHILDREN_PER_CORE = 1
 MAX_WORKERS_PER_CORE = 1024
 CGROUPS = ("auto", "yes", "no")
 
+# At most as many as a recipe file's workers_per_core: a pool past it is no server's.
+_PhpChildren = Annotated[
+    int,
+    typer.Option(
+        "--php-children-per-core",
+        min=1,
+        max=MAX_WORKERS_PER_CORE,
+        help="PHP pool children per core.",
+    ),
+]
+
 testbed_app = typer.Typer(help="Start, check and stop the real testbed.", no_args_is_help=True)
 
 StateOpt = Annotated[Path, typer.Option("--state", help="Testbed state JSON file.")]
@@ -63,15 +74,7 @@ def up(
         ),
     ] = 8080,
     server: ServerOpt = "lighttpd-php-cgi",
-    php_children: Annotated[
-        int,
-        typer.Option(
-            "--php-children-per-core",
-            min=1,
-            max=MAX_WORKERS_PER_CORE,
-            help="PHP pool children per core.",
-        ),
-    ] = PHP_CHILDREN_PER_CORE,
+    php_children: _PhpChildren = PHP_CHILDREN_PER_CORE,
     php_max_execution: Annotated[
         str,
         typer.Option(
