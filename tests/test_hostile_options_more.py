@@ -91,8 +91,10 @@ def test_predict_names_a_malformed_cpu_list_option(
     tmp_path: Path, trace_file: Path, option: str, value: str, shown: str
 ) -> None:
     # The as_option guard took only ParameterError: the TopologyError was exit 1, unnamed.
+    # On the testbed (on the simulator --server-cpus is refused as the testbed's): the
+    # list is refused before anything starts.
     args = ["predict", str(trace_file), "-o", str(tmp_path / "p"), "--machine", str(SPEC)]
-    code, text = _run(*args, "--target", f"sim:{SPEC}", option, value)
+    code, text = _run(*args, "--target", "testbed", option, value)
     assert code == 2 and f"error: {option}: CPU list == '{value}'" in text and shown in text, text
     assert not (tmp_path / "p" / "prediction.json").exists()
 
@@ -331,3 +333,35 @@ def test_sim_scaling_names_a_core_count_that_cannot_run(cores: str, shown: str) 
     # 0 and -1 were blamed on --mapping ("needs at least 1 cores"); 1,1 was taken silently.
     code, text = _run("sim", "scaling", "--machine", str(SPEC), "--cores", cores)
     assert code == 2 and f"error: --cores: '{cores}'" in text and shown in text, text
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "shown"),
+    [
+        ("--machine", "OTHER", "is not the simulated machine"),
+        ("--server-cpus", "0-3", "is the testbed's"),
+        ("--docroot", ".", "is the testbed's"),
+    ],
+)
+def test_predict_on_the_simulator_refuses_a_testbed_option(
+    tmp_path: Path, trace_file: Path, option: str, value: str, shown: str
+) -> None:
+    # Each was ignored: --machine other.toml predicted the sim spec's machine, and
+    # --server-cpus 99 (a CPU the machine lacks) passed without a word.
+    if value == "OTHER":
+        value = str(ROOT / "examples" / "machines" / "xeon-2s-8c.toml")
+    out = tmp_path / "p"
+    args = ["predict", str(trace_file), "-o", str(out), "--target", f"sim:{SPEC}"]
+    code, text = _run(*args, option, value)
+    assert code == 2 and f"error: {option}: " in text and shown in text, text
+    assert not out.exists()
+    code, text = _run("predict", str(trace_file), "-o", str(out), "--target", "sim:")
+    assert code == 2 and "'sim:' names no spec" in text, text
+
+
+def test_predict_on_the_simulator_takes_its_own_spec_as_the_machine(
+    tmp_path: Path, trace_file: Path
+) -> None:
+    args = ["predict", str(trace_file), "-o", str(tmp_path / "p"), "--target", f"sim:{SPEC}"]
+    code, text = _run(*args, "--machine", str(SPEC), "--reps", "0")
+    assert code == 2 and "--reps" in text, text  # past the machine check, refused by --reps

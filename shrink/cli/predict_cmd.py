@@ -220,6 +220,7 @@ def predict(
         with as_option("--thresholds"):
             th = parse_thresholds(stat_thresholds(thresholds))
         names = _mapping_names(mappings)
+        _check_sim_options(target, machine=machine, docroot=docroot, server_cpus=server_cpus)
         _check_options(
             alpha=alpha, level=level, share_kind=share_kind, reps=reps, max_levels=max_levels,
             target=target, calibration=calibration, server=server,
@@ -339,6 +340,30 @@ def _check_options(
         load_calibration(calibration)  # a bad file names itself now, not after the sweep
     if target == "testbed":
         load_recipe(server)
+
+
+def _check_sim_options(
+    target: str, *, machine: str, docroot: Path | None, server_cpus: str | None
+) -> None:
+    """The simulator runs the whole machine of its own spec: a testbed option given with
+    it was ignored without a word (the prediction was the spec's, not --machine's)."""
+    if not target.startswith("sim:"):
+        return
+    spec = target[4:]
+    if not spec.strip():
+        # Path("") is ".": the error named the working directory as the spec.
+        raise OptionError("--target", "'sim:' names no spec; give sim:SPEC.toml")
+    if machine != "this" and Path(machine).resolve() != Path(spec).resolve():
+        raise OptionError(
+            "--machine",
+            f"{machine} is not the simulated machine: with --target {target} the prediction "
+            "is for that spec's machine; leave --machine out, or give the same spec",
+        )
+    for option, value in (("--server-cpus", server_cpus), ("--docroot", docroot)):
+        if value is not None:
+            raise OptionError(
+                option, f"is the testbed's; --target {target} simulates the spec's every CPU"
+            )
 
 
 def _skip_seconds(text: str) -> float:
