@@ -298,7 +298,8 @@ class Share(files.FileFormat):
                     f"{machine.name!r} does not have (its CPUs: "
                     f"{format_cpulist(machine.all_cpus)})."
                 )
-        cpu_fraction = _parse_quota(quota_part, raw) if quota_part else 1.0
+        # "0-3@" with nothing after the '@' ran at full speed: a fraction left out is named.
+        cpu_fraction = _parse_quota(quota_part, raw) if "@" in raw else 1.0
         if cpu_fraction < 1.0:
             return cls.cpu_time(cpus, cpu_fraction, period_us=period_us, text=raw)
         return cls.cores_of(machine, cpus, text=raw)

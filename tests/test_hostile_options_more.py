@@ -365,3 +365,16 @@ def test_predict_on_the_simulator_takes_its_own_spec_as_the_machine(
     args = ["predict", str(trace_file), "-o", str(tmp_path / "p"), "--target", f"sim:{SPEC}"]
     code, text = _run(*args, "--machine", str(SPEC), "--reps", "0")
     assert code == 2 and "--reps" in text, text  # past the machine check, refused by --reps
+
+
+@pytest.mark.parametrize("share", ["0-3@", "@", "all@ "])
+def test_a_share_with_an_empty_cpu_time_fraction_is_refused(share: str) -> None:
+    # Nothing after the '@' ran at full speed, as if no fraction had been asked for.
+    from shrink.errors import TopologyError
+    from shrink.machine import Machine
+    from shrink.share import Share
+
+    m = Machine.read_toml(SPEC)
+    with pytest.raises(TopologyError, match=r"quota '' must be a percentage"):
+        Share.parse(share, m)
+    assert Share.parse("0-3@50%", m).cpu_fraction == 0.5
