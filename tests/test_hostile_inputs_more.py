@@ -312,7 +312,10 @@ def test_an_output_that_is_the_input_is_refused(tmp_path: Path) -> None:
             timeout=60,
         )
         assert r.returncode == 2, r.stderr
-        assert r.stderr.strip() == f"error: --out: {out} is the input file; name another file"
+        assert r.stderr.strip() == (
+            f"error: --out: output {out} is the input {log}, which writing it would destroy; "
+            "name another file"
+        )
     assert log.read_text() == text
 
 

@@ -378,3 +378,26 @@ def test_a_share_with_an_empty_cpu_time_fraction_is_refused(share: str) -> None:
     with pytest.raises(TopologyError, match=r"quota '' must be a percentage"):
         Share.parse(share, m)
     assert Share.parse("0-3@50%", m).cpu_fraction == 0.5
+
+
+def test_an_output_that_is_the_input_is_refused_before_it_is_read(
+    tmp_path: Path, trace_file: Path
+) -> None:
+    # sample t.parquet -o t.parquet replaced the trace with its sample; ingest LOG -o LOG
+    # replaced the log with Parquet; extrapolate CURVE -o CURVE lost the measured curve.
+    before = trace_file.read_bytes()
+    link = tmp_path / "link.parquet"
+    link.symlink_to(trace_file)
+    for args in (
+        ["sample", str(trace_file), "--alpha", "0.5", "-o", str(trace_file)],
+        ["export", str(trace_file), "-o", str(link)],
+        ["sim", "run", str(trace_file), "--machine", str(SPEC), "-o", str(trace_file)],
+    ):
+        code, text = _run(*args)
+        assert code == 2 and "--out: output" in text and "which writing it would destroy" in text
+    assert trace_file.read_bytes() == before
+    log = tmp_path / "a.log"
+    log.write_text('1.2.3.4 - - [01/Aug/1995:00:00:01 -0400] "GET / HTTP/1.0" 200 5\n')
+    code, text = _run("ingest", str(log), "-o", str(log))
+    assert code == 2 and f"is the input {log}" in text, text
+    assert log.read_text().startswith("1.2.3.4")

@@ -141,30 +141,41 @@ def guard_all(app: typer.Typer) -> None:
             guard_all(group.typer_instance)
 
 
-def output_path(path: Path | None, *, kind: str = "file", what: str = "output") -> Path | None:
+def output_path(
+    path: Path | None,
+    *,
+    kind: str = "file",
+    what: str = "output",
+    inputs: tuple[Path | None, ...] = (),
+) -> Path | None:
     """Check an output path before any measuring (see :func:`shrink.files.check_output`).
 
-    A path that cannot be written is a refused option: one line, exit status 2.
+    A path that cannot be written is a refused option: one line, exit status 2; so is
+    one that is the file ``inputs`` read (a sample written over its trace lost it).
     """
     from shrink.files import check_output
 
     if path is None:
         return None
+    option = what if what.startswith("--") else "--out"
+    for src in inputs:
+        if src is not None and _same_file(path, src):
+            raise OptionError(
+                option,
+                f"{what} {path} is the input {src}, which writing it would destroy; "
+                "name another file",
+            )
     try:
         return check_output(path, kind=kind, what=what)
     except ParameterError as exc:
-        raise OptionError(what if what.startswith("--") else "--out", str(exc)) from None
+        raise OptionError(option, str(exc)) from None
 
 
-def not_the_input(out: Path, source: Path) -> None:
-    """Refuse (exit 2) an output that is the input file itself: written in another format,
-    it replaced the only copy of a log (``shrink ingest x.log -o x.log``)."""
+def _same_file(a: Path, b: Path) -> bool:
     try:
-        same = out.exists() and os.path.samefile(out, source)
-    except OSError:
-        return  # the input is missing or unreadable: its reader says so
-    if same:
-        raise OptionError("--out", f"{out} is the input file; name another file")
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):  # either one missing, or a name the system refuses
+        return False
 
 
 def echo_json(obj: Any) -> None:

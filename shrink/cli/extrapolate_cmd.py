@@ -129,7 +129,7 @@ def calibrate(
     from shrink.machine import Machine
 
     with cli_errors():
-        output_path(output)
+        output_path(output, inputs=(*(curves or ()), machine))
         # Checked with or without curves: mean=5min went unnoticed with none.
         with as_option("--thresholds"):
             thr = parse_thresholds(stat_thresholds(thresholds))
@@ -173,7 +173,7 @@ def whatif(
     from shrink.machine import Machine
 
     with cli_errors():
-        output_path(output)
+        output_path(output, inputs=(machine,))
         mach = Machine.read_toml(machine)
         model = load_calibration(calibration)
         # every workload named before the first is predicted
@@ -220,7 +220,7 @@ def extrapolate(
     from shrink.mapping import check_mapping_names, check_mappings
 
     with cli_errors():
-        output_path(output)
+        output_path(output, inputs=(curve, machine))
         with as_option("--thresholds"):
             th = parse_thresholds(stat_thresholds(thresholds))
         check_mapping_names(mapping or [], "--mapping")

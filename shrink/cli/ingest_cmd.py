@@ -13,7 +13,6 @@ from shrink.cli._common import (
     cli_errors,
     console,
     echo_json,
-    not_the_input,
     output_path,
     plural,
 )
@@ -92,8 +91,7 @@ def ingest(
     if max_line is not None:
         opts["max_line"] = max_line
     with cli_errors():
-        output_path(out)
-        not_the_input(out, input)
+        output_path(out, inputs=(input,))
         bound = {"max_line": max_line} if max_line is not None else {}
         fmt = detect_format(input, **bound) if format is ReadFormat.auto else format.value
         trace = read_trace(input, format=fmt, strict=strict, **opts)
@@ -189,8 +187,7 @@ def export(
         {"think_default": think_default} if format is WriteFormat.wsesslog else {}
     )
     with cli_errors():
-        output_path(out)
-        not_the_input(out, trace)
+        output_path(out, inputs=(trace,))
         tr = Trace.read_parquet(trace)
         with as_option("--think-default"):  # the one option write_trace checks
             write_trace(tr, out, format.value, **opts)

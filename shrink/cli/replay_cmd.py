@@ -66,7 +66,7 @@ def replay(
     from shrink.trace import Trace
 
     with cli_errors():
-        output_path(output)
+        output_path(output, inputs=(trace,))
         if rate is not None:
             seconds = parse_duration(duration or "10s", least=MIN_WINDOW_S)
             tr = open_loop_trace(path, rate, seconds, arrival=arrival, seed=seed)

@@ -59,7 +59,7 @@ def sample(
     from shrink.trace import Trace
 
     with cli_errors(), warnings.catch_warnings(record=True) as caught:
-        output_path(out)
+        output_path(out, inputs=(trace,))
         warnings.simplefilter("always", SamplerWarning)
         parent = Trace.read_parquet(trace)
         why = samplers.check_consistency(

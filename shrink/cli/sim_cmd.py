@@ -321,7 +321,7 @@ def run_cmd(
 ) -> None:
     """Simulate one run of TRACE and write its RunLog (same columns as the live engine)."""
     with cli_errors():
-        output_path(output)
+        output_path(output, inputs=(trace, machine))
         from shrink.measure import level_stats
         from shrink.sim.target import SimTarget
         from shrink.trace import Trace
@@ -380,7 +380,7 @@ def sweep_cmd(
     """Sweep TRACE over load levels on the simulator and write the LoadCurve
     (and, with --export, the requests for other tools, as ``shrink sweep`` does)."""
     with cli_errors():
-        output_path(output)
+        output_path(output, inputs=(trace, machine))
         from shrink.export import RecordingTarget, level_samples, parse_exports, write_sweep_exports
 
         formats = parse_exports(export)

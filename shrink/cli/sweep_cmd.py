@@ -174,7 +174,7 @@ def sweep_cmd(
     from shrink.trace import Trace
 
     with cli_errors():
-        output_path(output)
+        output_path(output, inputs=(trace,))
         output_path(runlogs, kind="dir", what="--runlogs")
         # Every option before the trace is read or the target touched.
         lv = _levels(levels)
