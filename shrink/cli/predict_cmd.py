@@ -226,7 +226,7 @@ def predict(
             target=target, calibration=calibration, server=server,
         )  # fmt: skip
         plan = _plan(warmup, duration, reps, max_levels, budget)
-        cpus = cpu_list(server_cpus, "--server-cpus") if server_cpus else None
+        cpus = tuple(cpu_list(server_cpus, "--server-cpus")) if server_cpus else None
         gen_cpus = (
             None if generator_cpus is None else tuple(cpu_list(generator_cpus, "--generator-cpus"))
         )
