@@ -209,6 +209,18 @@ def _sweep_plan(trace: Trace, share: Share, config: PredictConfig) -> AutoPlan:
     return plan
 
 
+def _sample(trace: Trace, alpha: float, config: PredictConfig) -> Trace:
+    """The share's sample of ``trace``; one that keeps no request is refused by its alpha
+    (else the first run on the share found an empty trace, and said only that)."""
+    sample = samplers.sample(trace, alpha, seed=config.seed, level=config.level)
+    if len(sample) == 0 and len(trace) > 0:
+        raise ParameterError(
+            f"alpha {alpha:g} kept none of the trace's {len(trace):,} requests "
+            f"({config.level} sampling, seed {config.seed}); raise alpha or record a longer trace"
+        )
+    return sample
+
+
 def predict(
     trace: Trace,
     provider: TargetProvider,
@@ -231,13 +243,7 @@ def predict(
     cpus = provider.server_cpus()
     check_mappings(config.mappings, machine, cpus)  # before anything is measured
     share = Share.plan(cpus, machine, alpha, config.share_kind)
-    sample = samplers.sample(trace, alpha, seed=config.seed, level=config.level)
-    if len(sample) == 0 and len(trace) > 0:
-        # Else the first run on the share found an empty trace, and said only that.
-        raise ParameterError(
-            f"alpha {alpha:g} kept none of the trace's {len(trace):,} requests "
-            f"({config.level} sampling, seed {config.seed}); raise alpha or record a longer trace"
-        )
+    sample = _sample(trace, alpha, config)
     plan = _sweep_plan(trace, share, config)
     if plan.probe_level is None and hasattr(provider, "probe_level"):
         # The simulator finds its capacity first: the search then starts near the knee.
@@ -258,6 +264,7 @@ def predict(
             companion = Companion(full_target, trace, dict(config.thresholds))
         # On a CPU-time share latencies are 1/s longer: search the knee at scaled thresholds.
         share_thresholds = {s: t / share.speed_factor for s, t in config.thresholds.items()}
+        between = _beside(beside, share_thresholds, config.thresholds)
         try:
             measured = auto_sweep(
                 target,
@@ -268,10 +275,7 @@ def predict(
                 seed=config.seed,
                 alpha=alpha,
                 progress=progress,
-                pairing=Pairing(
-                    companion=companion,
-                    between=_beside(beside, share_thresholds, config.thresholds),
-                ),
+                pairing=Pairing(companion=companion, between=between),
                 scaling=scaling,
             )
             if beside is not None:  # the speed as read beside the sweep (Beside.now)
