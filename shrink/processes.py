@@ -37,6 +37,7 @@ __all__ = [
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _PR_SET_PDEATHSIG = 1
+_PR_SET_NO_NEW_PRIVS = 38
 
 
 @functools.cache
@@ -134,7 +135,7 @@ def start_process(
     ``user``: (uid, gid) it runs as, set after it joined the cgroup (which needs root).
     """
     me = os.getpid()
-    if owned:
+    if owned or user is not None:
         _libc()  # loaded here, before the fork
 
     def _prepare() -> None:
@@ -146,6 +147,11 @@ def start_process(
             os.setgroups([])
             os.setgid(user[1])
             os.setuid(user[0])
+            # Nor can it gain privileges again: a PHP page that runs a setuid program
+            # (su, passwd, a misconfigured one) gets no more than the server user has.
+            libc = _libc()
+            if libc is not None:
+                libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         if owned:  # after setuid, which clears a parent-death signal
             die_with_parent(signal.SIGTERM, me)
 

@@ -95,6 +95,7 @@ def test_every_server_process_holds_nothing_of_roots(tmp_path, machine, recipe, 
             assert s["Uid"].split()[0] != "0" and s["Gid"].split()[0] != "0", (p, s)
             assert "0" not in s["Groups"].split(), (p, s["Groups"])
             assert int(s["CapEff"], 16) == 0 and int(s["CapPrm"], 16) == 0, (p, s)
+            assert s["NoNewPrivs"] == "1", (p, s)  # a setuid program gives it nothing
             # No descriptor to the state file, nor to a root-owned file other than its
             # own output log in root's run dir.
             for fd in Path(f"/proc/{p}/fd").iterdir():
