@@ -22,6 +22,7 @@ __all__ = [
     "check_positive",
     "check_rate",
     "parse_duration",
+    "parse_number",
     "parse_stat",
     "parse_threshold",
     "parse_thresholds",
@@ -151,6 +152,21 @@ def parse_duration(
     return _within(seconds, name, text, least)
 
 
+# A number as an option or a parameter writes it: ASCII digits only, no '_' (float()
+# reads "1_0" as 10 and other scripts' digits as ours).
+_NUMBER = re.compile(
+    r"^\s*[-+]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|inf|infinity|nan)\s*$",
+    re.IGNORECASE,
+)
+
+
+def parse_number(text: str, name: str = "value") -> float:
+    """``text`` as a float, written as a person writes a number (``1.5``, ``2e3``)."""
+    if not _NUMBER.match(str(text)):
+        raise ParameterError(f"{name} == {str(text).strip()!r}, must be a number.")
+    return float(text)
+
+
 def _within(seconds: float, name: str, text: object, least: float) -> float:
     if 0 < seconds < least:
         raise ParameterError(
@@ -178,7 +194,7 @@ def parse_threshold(text: str | float | int, name: str = "threshold") -> float:
 
 # How users write a percentile (k6, Locust, wrk2): p95, p99.9, p99.99; "p999" is how
 # the files spell p99.9 (two digits of the integer part, then the decimals).
-_PERCENTILE = re.compile(r"^p(\d{1,2})(?:\.(\d+))?$|^p(\d{2})(\d+)$")
+_PERCENTILE = re.compile(r"^p(\d{1,2})(?:\.(\d+))?$|^p(\d{2})(\d+)$", re.ASCII)
 STAT_HELP = "mean, or a percentile: p50, p75, p90, p95, p99, p99.9 or any pNN(.N)"
 
 

@@ -401,3 +401,33 @@ def test_an_output_that_is_the_input_is_refused_before_it_is_read(
     code, text = _run("ingest", str(log), "-o", str(log))
     assert code == 2 and f"is the input {log}" in text, text
     assert log.read_text().startswith("1.2.3.4")
+
+
+@pytest.mark.parametrize("value", ["1_0", "\u0661", "0x10", "1e"])
+def test_levels_and_params_take_numbers_as_people_write_them(
+    tmp_path: Path, trace_file: Path, value: str
+) -> None:
+    # float() read "1_0" as 10 and "\u0661" (an Arabic-Indic one) as 1: a level or a
+    # simulator parameter ran at a value no one wrote.
+    out = str(tmp_path / "c.json")
+    code, text = _run(
+        "sim", "sweep", str(trace_file), "--machine", str(SPEC), "--levels", f"0.5,{value}",
+        "-o", out,
+    )  # fmt: skip
+    assert code == 2 and "--levels" in text and "must be numbers" in text, text
+    code, text = _run(
+        "sim", "sweep", str(trace_file), "--machine", str(SPEC), "--levels", "1",
+        "--param", f"static_base_us={value}", "-o", out,
+    )  # fmt: skip
+    assert code != 0 and "--param static_base_us" in text and "must be a number" in text, text
+    assert not Path(out).exists()
+
+
+def test_a_percentile_takes_ascii_digits_only() -> None:
+    # \d matched other scripts' digits: "p\u0669\u0669" was p99.
+    from shrink.checks import parse_stat
+    from shrink.errors import ParameterError
+
+    assert parse_stat("p99") == "p99"
+    with pytest.raises(ParameterError, match="must be mean, or a percentile"):
+        parse_stat("p\u0669\u0669")

@@ -57,6 +57,7 @@ MAX_WINDOW_REQUESTS = 2_000_000
 
 
 def _params(items: list[str] | None) -> Any:
+    from shrink.checks import parse_number
     from shrink.sim.params import SimParams
 
     p = SimParams()
@@ -72,10 +73,7 @@ def _params(items: list[str] | None) -> Any:
                 raise ParameterError(f"--param {k} == {v!r}, must be true or false.")
             changes[k] = v.lower() in ("1", "true", "yes", "on")
         elif isinstance(cur, float):
-            try:
-                changes[k] = float(v)
-            except ValueError:
-                raise ParameterError(f"--param {k} == {v!r}, must be a number.") from None
+            changes[k] = parse_number(v, f"--param {k}")
         else:
             changes[k] = v
     return p.with_(**changes)

@@ -35,7 +35,7 @@ from shrink.cli._replay_opts import (
     engine_options,
 )
 from shrink.defaults import DURATION, MAX_REPS, REPS, WARMUP
-from shrink.errors import OptionError, ShrinkError, WriteError
+from shrink.errors import OptionError, ParameterError, ShrinkError, WriteError
 from shrink.jsonout import dumps
 
 if TYPE_CHECKING:  # pydantic is heavy: the CLI's start-up must not load it
@@ -43,9 +43,11 @@ if TYPE_CHECKING:  # pydantic is heavy: the CLI's start-up must not load it
 
 
 def _levels(text: str) -> list[float]:
+    from shrink.checks import parse_number
+
     try:
-        out = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
+        out = [parse_number(x) for x in text.split(",") if x.strip()]
+    except ParameterError:
         raise OptionError("--levels", f"{text!r}: must be numbers separated by commas") from None
     if not out or not all(math.isfinite(x) and x > 0 for x in out):
         raise OptionError("--levels", f"{text!r}: must name at least one level, each > 0")
