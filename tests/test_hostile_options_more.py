@@ -3,6 +3,9 @@ the option (exit 2), never an internal error (exit 70) or a value taken silently
 
 from __future__ import annotations
 
+import json
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -197,20 +200,23 @@ def test_validate_refuses_a_run_option_when_it_runs_nothing(
     assert not (out / "validation.json").exists()
 
 
+def _edited_prediction(pred: Path, folder: Path, edit: Callable[[dict], object]) -> Path:
+    """A copy of ``pred`` in ``folder``, with its curves beside it, as ``edit`` left it."""
+    for name in ("predicted-curve.json", "measured-curve.json"):
+        shutil.copy(pred.parent / name, folder / name)
+    doc = json.loads(pred.read_text())
+    edit(doc)
+    out = folder / "prediction.json"
+    out.write_text(json.dumps(doc))
+    return out
+
+
 def test_validate_refuses_a_prediction_without_thresholds(
     tmp_path: Path, sim_prediction: tuple[Path, Path]
 ) -> None:
     # It compared no MAT, wrote an empty validation.json and exited 0.
-    import json
-    import shutil
-
     pred, full = sim_prediction
-    for name in ("predicted-curve.json", "measured-curve.json"):
-        shutil.copy(pred.parent / name, tmp_path / name)
-    doc = json.loads(pred.read_text())
-    doc["thresholds"] = {}
-    bare = tmp_path / "prediction.json"
-    bare.write_text(json.dumps(doc))
+    bare = _edited_prediction(pred, tmp_path, lambda doc: doc.update(thresholds={}))
     code, text = _run("validate", str(bare), "--full-run", str(full))
     assert code == 1 and f"error: {bare}: prediction has no thresholds" in text, text
     assert not (tmp_path / "validation.json").exists()
@@ -242,8 +248,6 @@ def test_mat_refuses_an_adaptive_bound_that_cannot_stop_or_add(
 @pytest.mark.parametrize("damage", ["no_reps", "no_throughput"])
 def test_extrapolate_names_a_curve_with_nothing_to_fit(tmp_path: Path, damage: str) -> None:
     # The fit started from NaN: RuntimeWarnings, then scipy's ValueError (exit 70).
-    import json
-
     from helpers.curves import half_share_curve
 
     from shrink.machine import Machine
@@ -267,19 +271,14 @@ def test_a_control_character_in_a_mapping_name_is_escaped_in_the_figures(
     tmp_path: Path, sim_prediction: tuple[Path, Path]
 ) -> None:
     # matplotlib warned "Glyph 27 missing from font(s)" on the terminal, with its path.
-    import json
-    import shutil
     import warnings
 
     pred, full = sim_prediction
-    for name in ("predicted-curve.json", "measured-curve.json"):
-        shutil.copy(pred.parent / name, tmp_path / name)
-    doc = json.loads(pred.read_text())
-    doc["mappings"] = {"\x1b[31mred": doc["mappings"]["1-replica"]}
-    (tmp_path / "prediction.json").write_text(json.dumps(doc))
+    red = {"\x1b[31mred": json.loads(pred.read_text())["mappings"]["1-replica"]}
+    edited = _edited_prediction(pred, tmp_path, lambda doc: doc.update(mappings=red))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        code, text = _run("validate", str(tmp_path / "prediction.json"), "--full-run", str(full))
+        code, text = _run("validate", str(edited), "--full-run", str(full))
     assert code in (0, 99) and "Glyph" not in text and "\x1b" not in text, text
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from helpers.testbed import as_root_with
 
 from shrink import processes as process
-from shrink.errors import RecipeError
 from shrink.share import Share
 from shrink.testbed import ServerSettings, down, up
 from shrink.testbed.private import ServerUser, server_env
@@ -64,15 +64,7 @@ def _environ(pid: int) -> dict[str, str]:
 @pytest.mark.root
 @pytest.mark.parametrize("recipe", ["lighttpd-php-cgi", "nginx-php-fpm"])
 def test_every_server_process_holds_nothing_of_roots(tmp_path, machine, recipe, monkeypatch):
-    if os.geteuid() != 0:
-        pytest.skip("as another user the servers run as that user anyway")
-    from shrink.testbed.servers import load_recipe
-
-    try:
-        load_recipe(recipe).versions()
-    except RecipeError as exc:
-        pytest.skip(str(exc))
-    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "runs"))
+    as_root_with(recipe, monkeypatch, tmp_path / "runs")
     monkeypatch.setenv(SECRET, "a token of root's")
     monkeypatch.setenv("HOME", "/root")
     doc = tmp_path / "doc"

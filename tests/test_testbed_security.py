@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from helpers.testbed import as_root_with
 
 from shrink import processes as process
 from shrink.enforce.cfs import cgroup_mounts
@@ -307,15 +308,7 @@ def _euid(pid: int) -> int:
 def test_the_servers_run_without_root_and_follow_no_symlink_out(
     tmp_path, machine, recipe, monkeypatch
 ):
-    if os.geteuid() != 0:
-        pytest.skip("as another user the servers run as that user anyway")
-    from shrink.testbed.servers import load_recipe
-
-    try:
-        load_recipe(recipe).versions()
-    except RecipeError as exc:
-        pytest.skip(str(exc))
-    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "runs"))
+    as_root_with(recipe, monkeypatch, tmp_path / "runs")
     doc = tmp_path / "doc"
     doc.mkdir()
     (doc / "whoami.php").write_text(WHOAMI_PHP)

@@ -11,9 +11,26 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 
 from shrink import processes as process
+from shrink.errors import RecipeError
 from shrink.testbed.state import ReplicaState, TestbedState
+
+
+def as_root_with(recipe: str, monkeypatch: pytest.MonkeyPatch, runs: Path) -> None:
+    """Skip unless root runs this (as another user the servers run as that user anyway)
+    and ``recipe``'s programs are installed; then keep the testbed's run folders in
+    ``runs``."""
+    from shrink.testbed.servers import load_recipe
+
+    if os.geteuid() != 0:
+        pytest.skip("as another user the servers run as that user anyway")
+    try:
+        load_recipe(recipe).versions()
+    except RecipeError as exc:
+        pytest.skip(str(exc))
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(runs))
 
 
 def lighttpd_replica(port: int = 80) -> ReplicaState:
