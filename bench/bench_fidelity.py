@@ -597,7 +597,10 @@ def main(argv: list[str] | None = None) -> int:
     print(report(rows))
     from fidelity_speed import speed_report
 
-    print(speed_report([r for r in rows if "error" not in r]))
+    from shrink.demo import DEMO
+
+    alphas = {name: float({**DEMO, **cfg}["alpha"]) for name, cfg in CONFIGS.items()}
+    print(speed_report([r for r in rows if "error" not in r], alphas=alphas))
     if args.fit:
         data = fit(rows)
         print(

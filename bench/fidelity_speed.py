@@ -122,22 +122,34 @@ def decompose(run: Path, stat: str = "mean") -> dict[str, Any] | None:
     return {"calibrated": share.share.speed.effective, "hit": hit, "busy": busy}
 
 
-def speed_report(rows: list[dict[str, Any]], stat: str = "mean") -> str:
+def speed_report(
+    rows: list[dict[str, Any]], stat: str = "mean", alphas: dict[str, float] | None = None
+) -> str:
     """A table of the three speeds per CPU-time run (a corpus row's ``speeds``, as
-    :func:`decompose` read them), and the spread of each ratio."""
+    :func:`decompose` read them), and the spread of each ratio.
+
+    With ``alphas`` (each configuration's alpha) it also compares the calibration with
+    no calibration at all: the nominal speed alpha over the speed that hits, whose
+    spread is what a constant correction of alpha would leave, and how closely the
+    calibrated and nominal errors move together (a correlation near 1: the
+    calibration adds little to a constant)."""
     lines = [
         f"Where the CPU-time shares' errors come from ({stat} threshold; bench/fidelity_speed.py):",
         "| config | run | speed calibrated / busy-cost / that hits | calibrated over hit "
         "| busy over hit |",
         "|---|---|---|---|---|",
     ]
-    cal, busy = [], []
+    cal, busy, nominal, paired = [], [], [], []
     for r in rows:
         d = (r.get("speeds") or {}).get(stat)
         if d is None:
             continue
         b = d["busy"]
         cal.append(math.log(d["calibrated"] / d["hit"]))
+        alpha = (alphas or {}).get(r["config"])
+        if alpha:
+            nominal.append(math.log(alpha / d["hit"]))
+            paired.append(cal[-1])
         busy += [math.log(b / d["hit"])] if b else []
         b_speed, b_ratio = ("-", "-") if b is None else (f"{b:.3f}", f"{b / d['hit']:.2f}")
         lines.append(
@@ -145,10 +157,15 @@ def speed_report(rows: list[dict[str, Any]], stat: str = "mean") -> str:
             f"{d['calibrated']:.3f} / {b_speed} / "
             f"{d['hit']:.3f} | {d['calibrated'] / d['hit']:.2f} | {b_ratio} |"
         )
-    for label, xs in (("calibrated", cal), ("busy-cost", busy)):
+    for label, xs in (("calibrated", cal), ("busy-cost", busy), ("nominal (alpha)", nominal)):
         if len(xs) > 1:
             lines.append(
                 f"{label} speed over the speed that hits, in log: mean "
                 f"{statistics.fmean(xs):+.3f}, sd {statistics.stdev(xs):.3f} over {len(xs)} runs"
             )
+    if len(nominal) > 2 and statistics.stdev(nominal) > 0 and statistics.stdev(paired) > 0:
+        lines.append(
+            "correlation of the calibrated and nominal errors: "
+            f"{statistics.correlation(paired, nominal):.2f} over {len(nominal)} runs"
+        )
     return "\n".join(lines) if cal else ""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -93,3 +94,25 @@ def test_the_report_reads_a_run_directory_and_says_how_far_the_calibration_was(t
     assert f"| demo | {tmp_path.name} | 0.250 / " in text
     assert f"| {0.25 / got['hit']:.2f} |" in text
     assert math.isclose(0.25 / got["hit"], 1.25, rel_tol=0.04)
+
+
+def test_speed_report_compares_the_calibration_with_the_nominal_speed() -> None:
+    """With each configuration's alpha the report adds alpha over the speed that hits,
+    and the correlation of the two errors: here the calibrated speed is alpha times a
+    constant, so the two errors move together exactly."""
+    rows = [
+        {"config": c, "dir": f"/x/{c}-{k}", "speeds": {"mean": {"calibrated": 0.9 * a,
+                                                                "hit": h, "busy": None}}}
+        for k, (c, a, h) in enumerate(
+            [("a", 0.25, 0.2), ("a", 0.25, 0.17), ("b", 0.5, 0.45), ("b", 0.5, 0.3)]
+        )
+    ]  # fmt: skip
+    text = fidelity_speed.speed_report(rows, alphas={"a": 0.25, "b": 0.5})
+    nominal = [math.log(a / h) for a, h in ((0.25, 0.2), (0.25, 0.17), (0.5, 0.45), (0.5, 0.3))]
+    assert (
+        f"nominal (alpha) speed over the speed that hits, in log: mean "
+        f"{statistics.fmean(nominal):+.3f}, sd {statistics.stdev(nominal):.3f} over 4 runs"
+    ) in text
+    assert "correlation of the calibrated and nominal errors: 1.00 over 4 runs" in text
+    # Without the alphas there is nothing to compare with.
+    assert "nominal" not in fidelity_speed.speed_report(rows)
