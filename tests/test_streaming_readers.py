@@ -18,7 +18,7 @@ import pytest
 
 import shrink.ingest._io as io_mod
 from shrink.errors import TraceFormatError
-from shrink.ingest import read_clf, read_specweb, read_wsesslog
+from shrink.ingest import detect_format, read_clf, read_specweb, read_wsesslog
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data"
@@ -97,6 +97,48 @@ def test_errors_name_the_same_line_wherever_the_batches_are_cut(
     ws.write_bytes(b"/a contents='x\\\ny'\n/b think=1\n")
     trace = read_wsesslog(ws)
     assert trace.table.column("body").to_pylist() == ["x\ny", ""]
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1 << 20])
+def test_a_file_whose_lines_end_in_cr_alone_reads_as_its_lf_twin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    # Classic Mac OS line ends: split on LF only, a log was one line (every request
+    # skipped as one bad line), a session log "unknown argument" at line 1.
+    monkeypatch.setattr(io_mod, "_CHUNK", chunk)
+    for fmt, p in _files(tmp_path):
+        if p.suffix == ".gz":
+            continue
+        lf = p.read_bytes().replace(b"\r\n", b"\n")
+        for name, data in (("lf", lf), ("cr", lf.replace(b"\n", b"\r"))):
+            (tmp_path / f"{name}-{p.name}").write_bytes(data)
+            (tmp_path / f"{name}-{p.name}.gz").write_bytes(gzip.compress(data))
+        for suffix in ("", ".gz"):
+            lf_file, cr = (tmp_path / f"{name}-{p.name}{suffix}" for name in ("lf", "cr"))
+            ref = READERS[fmt](lf_file)
+            assert _format_told(cr) == _format_told(lf_file), cr.name
+            got = READERS[fmt](cr)
+            assert len(got) == len(ref) > 0, cr.name
+            assert got.same_rows(ref), cr.name
+            assert {**got.meta, "source": ""} == {**ref.meta, "source": ""}, cr.name
+    log = tmp_path / "strict.log"  # and an error names the line an editor shows
+    log.write_bytes(CLF.replace(b"\r\n", b"\n").replace(b"\n", b"\r"))
+    with pytest.raises(TraceFormatError, match=r"strict\.log, line 2: not a Common"):
+        read_clf(log, strict=True)
+
+
+def _format_told(path: Path) -> str:
+    """What ``--format auto`` says of ``path``: the format, or why it cannot tell."""
+    try:
+        return detect_format(path)
+    except TraceFormatError as exc:
+        return exc.reason
+
+
+def test_a_cr_inside_a_line_of_an_lf_file_stays_in_it(tmp_path: Path) -> None:
+    data = b"#shrink-sessions v1\n1.0\tu1\t/a\rb\n2.0\tu1\t/c\n"
+    (tmp_path / "s.tsv").write_bytes(data)
+    assert read_specweb(tmp_path / "s.tsv").column("path").tolist() == ["/a\rb", "/c"]
 
 
 # The same requests written with short or long text around them (a referer, blanks,

@@ -1,4 +1,5 @@
-"""Reading text traces: lines in batches (gzip opened transparently), split on LF only."""
+"""Reading text traces: lines in batches (gzip opened transparently), split on LF, or on
+CR in a file whose lines end in CR alone (classic Mac OS)."""
 
 from __future__ import annotations
 
@@ -23,13 +24,16 @@ UTF8_BOM = b"\xef\xbb\xbf"
 # take its size in memory before saying so. ``--max-line`` changes it.
 MAX_LINE = 1 << 20
 _CHUNK = 1 << 20
+# Bytes that tell how the file's lines end (:func:`line_end`): a fixed amount, so that
+# how the rest is read in chunks never changes the answer.
+_LINE_END_PROBE = 1 << 16
 
 
 @dataclass
 class LineBatch:
-    """Consecutive lines of a text trace, without their LF; ``first`` is the number of the
-    first (1-based). ``terminated`` is False only for the file's last line when no LF
-    follows it."""
+    """Consecutive lines of a text trace, without their line end; ``first`` is the number
+    of the first (1-based). ``terminated`` is False only for the file's last line when no
+    line end follows it."""
 
     first: int
     lines: list[bytes]
@@ -39,7 +43,8 @@ class LineBatch:
 def line_batches(path: str | Path, *, max_line: int = MAX_LINE) -> Iterator[LineBatch]:
     """The file's lines in batches of about 1 MiB, decompressed when it is gzip.
 
-    Split on LF only, as :func:`split_lines` does: only what one batch holds is in
+    Split as :func:`split_lines` splits (on LF, or on CR when the lines end in CR
+    alone, see :func:`line_end`): only what one batch holds is in
     memory, so a reader that keeps its rows in compact columns reads a large log in
     memory that grows with its output, not with its text. A missing file, damaged gzip
     data, or a line longer than ``max_line`` bytes is a TraceFormatError naming the
@@ -104,19 +109,35 @@ def check_not_foreign(head: bytes, path: Path) -> None:
             raise TraceFormatError(what, path=path)
 
 
-def _chunks(stream: BinaryIO, path: Path) -> Iterator[bytes]:
-    """The stream's bytes in chunks, without a UTF-8 byte order mark at the start.
+def line_end(head: bytes) -> bytes:
+    """How the lines of a file that starts with ``head`` end: CR when ``head`` holds a CR
+    and no LF (a file saved on classic Mac OS, or by a tool that kept its line ends), else LF.
+
+    Split on LF alone, such a file was one line: a log's every request skipped as one
+    unreadable line, a session log refused at line 1. A CRLF file splits on LF (the
+    readers drop the CR before it), and a CR inside a line of an LF file stays in it.
+    """
+    return b"\r" if b"\n" not in head and b"\r" in head else b"\n"
+
+
+def _chunks(stream: BinaryIO, path: Path) -> tuple[bytes, Iterator[bytes]]:
+    """(the file's line end, the stream's bytes in chunks), without a UTF-8 byte order
+    mark at the start.
 
     Editors on Windows save one: kept, it made line 1 of a session log not the
     ``#shrink-sessions`` line, and went into the first host or URL of other logs.
     """
-    first = stream.read(_CHUNK)
-    check_not_foreign(first, path)
-    first = first.removeprefix(UTF8_BOM)
-    if first:
-        yield first
-    while chunk := stream.read(_CHUNK):
-        yield chunk
+    head = stream.read(_LINE_END_PROBE)
+    check_not_foreign(head, path)
+    head = head.removeprefix(UTF8_BOM)
+
+    def chunks() -> Iterator[bytes]:
+        for at in range(0, len(head), _CHUNK):
+            yield head[at : at + _CHUNK]
+        while chunk := stream.read(_CHUNK):
+            yield chunk
+
+    return line_end(head), chunks()
 
 
 def _batches(stream: BinaryIO, path: Path, max_line: int) -> Iterator[LineBatch]:
@@ -124,8 +145,9 @@ def _batches(stream: BinaryIO, path: Path, max_line: int) -> Iterator[LineBatch]
     parts: list[bytes] = []  # the line not yet ended, in the pieces it came in
     pending = 0  # its length
     number = 1  # the number of that line
-    for chunk in _chunks(stream, path):
-        pieces = chunk.split(b"\n")
+    sep, chunks = _chunks(stream, path)
+    for chunk in chunks:
+        pieces = chunk.split(sep)
         if len(pieces) == 1:
             parts.append(chunk)
             pending += len(chunk)
@@ -198,8 +220,9 @@ def decode_line(raw: bytes) -> str:
 
 
 def split_lines(data: bytes) -> list[bytes]:
-    """Lines split on LF only (CR, VT, FF stay inside a line); no empty last line for a final LF."""
-    lines = data.split(b"\n")
+    """Lines split on LF (CR, VT, FF stay inside a line), or on CR when the lines end in CR
+    alone (:func:`line_end`); no empty last line for a final line end."""
+    lines = data.split(line_end(data[:_LINE_END_PROBE]))
     if lines and lines[-1] == b"":
         lines.pop()
     return lines

@@ -29,6 +29,7 @@ from shrink.ingest._io import (
     decode_line,
     head_bytes,
     line_batches,
+    line_end,
     regular_file,
     split_lines,
 )
@@ -103,7 +104,7 @@ def detect_format(path: str | Path, *, max_line: int = MAX_LINE) -> str:
 
 def _first_lines(path: Path, head: bytes, max_line: int) -> list[bytes]:
     """The whole lines among the file's first bytes ``head``, as the readers split them."""
-    if len(head) == _HEAD and b"\n" not in head:
+    if len(head) == _HEAD and line_end(head) not in head:
         # A first line past 64 KiB is read to its end as the reader reads it: only that
         # line is held, and a "line" past ``max_line`` (binary, zeros) is refused at the
         # bound, naming it. It was refused at 64 KiB, a long URL's log with it.

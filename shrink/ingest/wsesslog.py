@@ -33,7 +33,8 @@ Where shrink is stricter than httperf (each an error with the line): a think tim
 that is not a whole finite number >= 0 (httperf's ``sscanf`` would take
 ``think=2s`` as 2), a quote left open at the end of a line (httperf would take
 the newline into the body and go on), a backslash-newline at the end of the
-file. A CR before the LF is dropped, so CRLF files read like LF files.
+file. A CR before the LF is dropped, so CRLF files read like LF files; a file whose
+lines end in CR alone is split on CR (:func:`shrink.ingest._io.line_end`).
 
 **Mapping to the Trace.** A session log records no times. Session ``i`` (0, 1,
 ... in file order) starts at ``i / session_rate`` seconds (default 1 session/s:
