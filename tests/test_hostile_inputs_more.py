@@ -9,6 +9,7 @@ import re
 import struct
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -87,13 +88,66 @@ def test_a_gzip_that_inflates_to_nothing_is_damaged_not_empty(tmp_path: Path, da
         detect_format(path)
 
 
-def test_a_truncated_gzip_log_names_the_damage(tmp_path: Path) -> None:
-    line = b'h - - [01/Aug/1995:00:00:01 -0400] "GET /a HTTP/1.0" 200 10\n'
-    packed = gzip.compress(line * 50)
+def _text_lines(fmt: str, n: int) -> list[bytes]:
+    """``n`` lines of a text trace of format ``fmt``, their paths random (so that the gzip
+    of many is large: past 64 KiB, the bytes read to tell the format, and past 1 MiB
+    inflated, a batch of lines)."""
+    rng = np.random.default_rng(0)
+    words = [f"/{w:016x}" for w in rng.integers(0, 2**62, n).tolist()]
+    if fmt == "clf":
+        return [f'h - - [01/Aug/1995:00:00:01 -0400] "GET {w} HTTP/1.0" 200 1\n'.encode()
+                for w in words]  # fmt: skip
+    if fmt == "specweb":
+        return [f"{i * 0.01:.2f}\tu{i % 7}\t{w}\n".encode() for i, w in enumerate(words)]
+    return [f"{w} think=1\n".encode() for w in words]
+
+
+@pytest.mark.parametrize("fmt", ["clf", "specweb", "wsesslog"])
+@pytest.mark.parametrize("lines", [50, 60_000])
+def test_a_truncated_gzip_log_is_read_up_to_the_cut(tmp_path: Path, fmt: str, lines: int) -> None:
+    # A cut gzip log was refused whole, leniently too: "damaged gzip data".
+    packed = gzip.compress(b"".join(_text_lines(fmt, lines)))
+    path = tmp_path / f"{fmt}.log.gz"
+    path.write_bytes(packed[: len(packed) * 2 // 3])
+    whole = _inflated(path.read_bytes()).count(b"\n")  # the lines zcat writes whole
+    trace = read_trace(path, format=fmt)
+    assert len(trace) == whole > 0
+    assert trace.meta["damage"].startswith(f"{path}: damaged gzip data (")
+    assert f"read the {whole:,} whole lines before it" in trace.meta["damage"]
+    assert f"not the line it cut (line {whole + 1})" in trace.meta["damage"]
+    shown = rf"{fmt}\.log\.gz, line {whole + 1}: damaged gzip data \(.*without --strict"
+    with pytest.raises(TraceFormatError, match=shown):
+        read_trace(path, format=fmt, strict=True)
+
+
+def _inflated(cut: bytes) -> bytes:
+    """What inflates of the gzip data ``cut`` (cut short), as zcat writes it."""
+    return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(cut)
+
+
+def test_a_gzip_log_cut_before_its_first_line_ends_is_refused(tmp_path: Path) -> None:
+    packed = gzip.compress(b"".join(_text_lines("clf", 3)))
+    path = tmp_path / "access.log.gz"
+    path.write_bytes(packed[:30])
+    with pytest.raises(TraceFormatError, match=r"log\.gz, line 1: damaged gzip .* first whole"):
+        read_trace(path, format="clf")
+
+
+def test_ingest_warns_of_a_truncated_gzip_log_and_strict_refuses_it(tmp_path: Path) -> None:
+    packed = gzip.compress(b"".join(_text_lines("clf", 50)))
     path = tmp_path / "access.log.gz"
     path.write_bytes(packed[:-10])
-    with pytest.raises(TraceFormatError, match=r"access\.log\.gz: damaged gzip data"):
-        read_trace(path)
+    out = tmp_path / "t.parquet"
+    run = [sys.executable, "-m", "shrink", "ingest", str(path), "-o", str(out)]
+    lenient = subprocess.run(run, capture_output=True, text=True, timeout=60)
+    assert lenient.returncode == 0, lenient.stderr
+    assert lenient.stderr.startswith(f"warning: {path}: damaged gzip data"), lenient.stderr
+    whole = _inflated(path.read_bytes()).count(b"\n")
+    assert len(Trace.read_parquet(out)) == whole > 0
+    strict = subprocess.run([*run, "--strict"], capture_output=True, text=True, timeout=60)
+    assert strict.returncode == 1
+    said = f"error: {path}, line {whole + 1}: damaged gzip data"
+    assert strict.stderr.startswith(said), strict.stderr
 
 
 def test_a_first_line_longer_than_64_kib_but_within_the_bound_is_told(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from shrink.cli._common import (
     cli_errors,
     console,
     echo_json,
+    escape,
     output_path,
     plural,
 )
@@ -123,8 +124,13 @@ def ingest(
     )
     typer.echo(_skipped_line(fmt, trace.meta, summary["skipped"], summary["skipped_lines"]))
     if trace.meta.get("damage"):
-        # A damaged capture read leniently: where, and what was skipped past it.
-        console().print(f"note: {printable(trace.meta['damage'])}", highlight=False, markup=False)
+        # A damaged file read leniently (a capture, a gzip cut short): where, and what was
+        # kept. A warning: what lay past the damage is not in the trace.
+        console().print(
+            f"[yellow]warning:[/] {escape(printable(trace.meta['damage']))}",
+            highlight=False,
+            soft_wrap=True,
+        )
     repaired = trace.meta.get("repaired_lines") or []
     if repaired:
         console().print(

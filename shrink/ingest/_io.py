@@ -33,41 +33,95 @@ _LINE_END_PROBE = 1 << 16
 class LineBatch:
     """Consecutive lines of a text trace, without their line end; ``first`` is the number
     of the first (1-based). ``terminated`` is False only for the file's last line when no
-    line end follows it."""
+    line end follows it. ``damage``, on the last batch of a damaged gzip file read
+    leniently, says where its data broke off and what was kept (the batch holds no line)."""
 
     first: int
     lines: list[bytes]
     terminated: bool = True
+    damage: str | None = None
 
 
-def line_batches(path: str | Path, *, max_line: int = MAX_LINE) -> Iterator[LineBatch]:
+def line_batches(
+    path: str | Path, *, max_line: int = MAX_LINE, strict: bool = False
+) -> Iterator[LineBatch]:
     """The file's lines in batches of about 1 MiB, decompressed when it is gzip.
 
     Split as :func:`split_lines` splits (on LF, or on CR when the lines end in CR
     alone, see :func:`line_end`): only what one batch holds is in
     memory, so a reader that keeps its rows in compact columns reads a large log in
-    memory that grows with its output, not with its text. A missing file, damaged gzip
-    data, or a line longer than ``max_line`` bytes is a TraceFormatError naming the
-    file (and the line): a gzip that inflates to a gigabyte without a line break fails
-    in its first MiB.
+    memory that grows with its output, not with its text. A missing file, or a line
+    longer than ``max_line`` bytes is a TraceFormatError naming the file (and the
+    line): a gzip that inflates to a gigabyte without a line break fails in its first
+    MiB. Damaged gzip data (a file cut short while copied or written, corrupt bytes)
+    is one too with ``strict``; without, the whole lines inflated before it are read,
+    and the last batch's ``damage`` says so.
     """
     path = Path(path)
     try:
         with path.open("rb") as fh:
             if fh.read(2) != GZIP_MAGIC:
                 fh.seek(0)
-                yield from _batches(fh, path, max_line)
+                yield from _batches(_plain_chunks(fh), path, max_line, strict)
                 return
             fh.seek(0)
-            try:
-                with gzip.open(fh) as gz:
-                    yield from _batches(gz, path, max_line)
-            except (OSError, EOFError, zlib.error) as exc:
-                raise TraceFormatError(f"damaged gzip data ({exc})", path=path) from exc
+            with gzip.open(fh) as gz:
+                yield from _batches(_gunzipped_chunks(gz), path, max_line, strict)
     except FileNotFoundError:
         raise TraceFormatError("no such file", path=path) from None
     except IsADirectoryError:
         raise TraceFormatError("is a directory, not a trace file", path=path) from None
+
+
+class _GzipDamage(Exception):
+    """Gzip data that breaks off: cut short, corrupt, or followed by what is not gzip."""
+
+
+def _plain_chunks(fh: BinaryIO) -> Iterator[bytes]:
+    while chunk := fh.read(_CHUNK):
+        yield chunk
+
+
+def _gunzipped_chunks(gz: gzip.GzipFile) -> Iterator[bytes]:
+    """The inflated bytes of ``gz`` in chunks of about ``_CHUNK``, every byte that inflates
+    before damage, then :class:`_GzipDamage`.
+
+    Read in pieces (``read1``): a ``read`` of 1 MiB that meets the damage raises and
+    drops the bytes it had inflated, up to 1 MiB of whole lines.
+    """
+    parts: list[bytes] = []
+    size = 0
+    try:
+        while piece := gz.read1(_CHUNK):
+            parts.append(piece)
+            size += len(piece)
+            if size >= _CHUNK:
+                yield b"".join(parts)
+                parts, size = [], 0
+    except (OSError, EOFError, zlib.error) as exc:
+        if parts:
+            yield b"".join(parts)
+        raise _GzipDamage(str(exc)) from None
+    if parts:
+        yield b"".join(parts)
+
+
+def _damaged(path: Path, why: str, line: int, cut: bool, strict: bool) -> LineBatch:
+    """The last batch of a gzip file whose data broke off in ``line`` (``cut``: part of
+    that line had inflated): it says so, or, with ``strict`` or no whole line before
+    the damage, a TraceFormatError naming the file and the line."""
+    reason = f"damaged gzip data ({why}): cut short or corrupt"
+    if line == 1:
+        raise TraceFormatError(f"{reason}, before its first whole line", path=path, line=1)
+    if strict:
+        raise TraceFormatError(
+            f"{reason}; without --strict the {line - 1:,} lines before it are read",
+            path=path,
+            line=line,
+        )
+    kept = f"read the {line - 1:,} whole lines before it"
+    dropped = f", not the line it cut (line {line})" if cut else ""
+    return LineBatch(line, [], damage=f"{path}: {reason}: {kept}{dropped}")
 
 
 def regular_file(path: str | Path) -> Path:
@@ -120,52 +174,66 @@ def line_end(head: bytes) -> bytes:
     return b"\r" if b"\n" not in head and b"\r" in head else b"\n"
 
 
-def _chunks(stream: BinaryIO, path: Path) -> tuple[bytes, Iterator[bytes]]:
-    """(the file's line end, the stream's bytes in chunks), without a UTF-8 byte order
-    mark at the start.
+def _chunks(raw: Iterator[bytes], path: Path) -> tuple[bytes, Iterator[bytes]]:
+    """(the file's line end, its bytes in chunks of ``_CHUNK``), without a UTF-8 byte
+    order mark at the start. Damage in the first bytes comes after them, as in the rest.
 
     Editors on Windows save one: kept, it made line 1 of a session log not the
     ``#shrink-sessions`` line, and went into the first host or URL of other logs.
     """
-    head = stream.read(_LINE_END_PROBE)
+    pieces: list[bytes] = []
+    got = 0
+    damage: _GzipDamage | None = None
+    try:
+        while got < _LINE_END_PROBE and (piece := next(raw, b"")):
+            pieces.append(piece)
+            got += len(piece)
+    except _GzipDamage as exc:
+        damage = exc
+    head = b"".join(pieces)
     check_not_foreign(head, path)
     head = head.removeprefix(UTF8_BOM)
 
     def chunks() -> Iterator[bytes]:
         for at in range(0, len(head), _CHUNK):
             yield head[at : at + _CHUNK]
-        while chunk := stream.read(_CHUNK):
-            yield chunk
+        if damage is not None:
+            raise damage
+        yield from raw
 
-    return line_end(head), chunks()
+    return line_end(head[:_LINE_END_PROBE]), chunks()
 
 
-def _batches(stream: BinaryIO, path: Path, max_line: int) -> Iterator[LineBatch]:
-    """The lines of ``stream``, a batch per chunk read that ends at least one line."""
+def _batches(raw: Iterator[bytes], path: Path, max_line: int, strict: bool) -> Iterator[LineBatch]:
+    """The lines of the file's bytes ``raw``, a batch per chunk that ends at least one line."""
     parts: list[bytes] = []  # the line not yet ended, in the pieces it came in
     pending = 0  # its length
     number = 1  # the number of that line
-    sep, chunks = _chunks(stream, path)
-    for chunk in chunks:
-        pieces = chunk.split(sep)
-        if len(pieces) == 1:
-            parts.append(chunk)
-            pending += len(chunk)
+    sep, chunks = _chunks(raw, path)
+    try:
+        for chunk in chunks:
+            pieces = chunk.split(sep)
+            if len(pieces) == 1:
+                parts.append(chunk)
+                pending += len(chunk)
+                if pending > max_line:
+                    raise _too_long(path, number, max_line)
+                continue
+            tail = pieces.pop()
+            if parts:
+                pieces[0] = b"".join(parts) + pieces[0]
+            if max(map(len, pieces)) > max_line:
+                over = next(i for i, p in enumerate(pieces) if len(p) > max_line)
+                raise _too_long(path, number + over, max_line)
+            yield LineBatch(number, pieces)
+            number += len(pieces)
+            parts = [tail] if tail else []
+            pending = len(tail)
             if pending > max_line:
                 raise _too_long(path, number, max_line)
-            continue
-        tail = pieces.pop()
-        if parts:
-            pieces[0] = b"".join(parts) + pieces[0]
-        if max(map(len, pieces)) > max_line:
-            over = next(i for i, p in enumerate(pieces) if len(p) > max_line)
-            raise _too_long(path, number + over, max_line)
-        yield LineBatch(number, pieces)
-        number += len(pieces)
-        parts = [tail] if tail else []
-        pending = len(tail)
-        if pending > max_line:
-            raise _too_long(path, number, max_line)
+    except _GzipDamage as exc:
+        yield _damaged(path, str(exc), number, bool(parts), strict)
+        return
     if parts:
         yield LineBatch(number, [b"".join(parts)], terminated=False)
 
@@ -192,13 +260,15 @@ def _gunzip_head(fh: BinaryIO, path: Path, size: int) -> bytes:
     A truncated gzip still tells what it holds from its first bytes. Read whole, a cut
     stream shorter than ``size`` gave nothing, so a truncated gzip capture was called
     "empty" instead of being read up to the cut. Damage before the first byte inflates
-    is a TraceFormatError: there is nothing to tell the format from.
+    is a TraceFormatError: there is nothing to tell the format from. Read with ``read1``,
+    as :func:`_gunzipped_chunks` reads: a ``read`` that meets the damage drops what it
+    had inflated, so a log cut in its first 4 KiB was "damaged" with lines to read.
     """
     parts: list[bytes] = []
     got = 0
     with gzip.open(fh) as gz:
         try:
-            while got < size and (piece := gz.read(min(_HEAD_PIECE, size - got))):
+            while got < size and (piece := gz.read1(min(_HEAD_PIECE, size - got))):
                 parts.append(piece)
                 got += len(piece)
         except (OSError, EOFError, zlib.error) as exc:

@@ -32,6 +32,9 @@ accepts and how it maps lines to the Trace:
   :class:`TraceFormatError` with its line number. A line whose last quoted field
   (the user agent) lacks its closing quote at the end of the line is accepted
   in lenient mode and listed under ``repaired_lines``; strict mode rejects it.
+* **A damaged gzip log** (cut short while copied or written): the lines before the
+  damage are read and meta ``damage`` says where it broke off; with ``strict=True``
+  it is a :class:`TraceFormatError` naming the file and line.
 """
 
 from __future__ import annotations
@@ -170,11 +173,13 @@ def read_clf(
     keys: dict[tuple[str, str], int] = {}
     methods = Distinct()
     time_cache: dict[str, float] = {}
-    for batch in line_batches(path, max_line=max_line):
+    damage = None
+    for batch in line_batches(path, max_line=max_line, strict=strict):
         _read_batch(batch, path, strict, rows, tally, keys, methods, time_cache)
         rows.flush()
         if len(time_cache) > _TIMES_CACHED:
             time_cache.clear()
+        damage = batch.damage
 
     n = rows.rows
     combined = tally.combined
@@ -191,6 +196,8 @@ def read_clf(
         "idle_gap": idle,
         "burst_gap": bgap,
     }
+    if damage:
+        meta["damage"] = damage
     if n == 0:
         return Trace.empty({**meta, "origin_epoch": None})
     key = rows.numpy("key")

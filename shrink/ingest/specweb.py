@@ -27,6 +27,9 @@ it asked for. shrink reads them in this layout (``shrink-sessions v1``)::
   number, an empty session or URL, a negative rt) is skipped and counted with
   its line number (meta ``skipped``, ``skipped_lines``); ``strict=True`` raises
   :class:`TraceFormatError` at the first one instead.
+* A damaged gzip log (cut short while copied or written): the lines before the
+  damage are read and meta ``damage`` says where it broke off; ``strict=True``
+  raises :class:`TraceFormatError` naming the file and line.
 
 Mapping to the Trace (rules in :mod:`shrink.ingest.sessionize`): requests of one
 session whose send times lie within ``burst_gap`` (default 0.5 s) of the burst's
@@ -157,7 +160,9 @@ def read_specweb(
     methods = Distinct()
     skipped = 0
     skipped_lines: list[int] = []
-    for batch in line_batches(path, max_line=max_line):
+    damage = None
+    for batch in line_batches(path, max_line=max_line, strict=strict):
+        damage = batch.damage
         for number, raw in enumerate(batch.lines, start=batch.first):
             text = decode_line(raw).rstrip("\r")
             if not text.strip():
@@ -218,6 +223,8 @@ def read_specweb(
         "mode": "session",
         "burst_gap": bgap,
     }
+    if damage:
+        meta["damage"] = damage
     if not rows.rows:
         return Trace.empty({**meta, "origin": None})
     return _trace(rows, (ids, methods), bgap, classifier, meta)

@@ -93,6 +93,7 @@ class _Lines:
         self._first = 1
         self._terminated = True
         self._i = 0
+        self.damage: str | None = None  # a damaged gzip file's, read leniently
 
     def __iter__(self) -> Iterator[tuple[int, str, bool]]:
         return self
@@ -102,6 +103,7 @@ class _Lines:
         while self._i >= len(self._lines):
             batch = next(self._batches)  # its StopIteration ends this iteration too
             self._lines, self._first, self._terminated = batch.lines, batch.first, batch.terminated
+            self.damage = batch.damage or self.damage
             self._i = 0
         i = self._i
         self._i += 1
@@ -327,19 +329,22 @@ def read_wsesslog(
 
     ``session_rate`` (sessions/s) spaces the session start times; ``think_default``
     is the think time of bursts without ``think=``. The syntax has no lenient
-    mode: any error raises (``strict`` is accepted for a uniform reader API).
+    mode: any error raises. ``strict`` says only what a damaged gzip file is (cut short
+    while copied or written): an error with it; without, the lines before the damage
+    are read, and meta ``damage`` says where it broke off.
     ``max_line``: the longest line, in bytes, and the longest ``contents=`` body
     continued over lines, in characters; a longer one is an error naming it.
     The file is read in batches of lines, its requests kept in Arrow columns, so the
     memory grows with the requests, not with the text.
     """
-    del strict  # every syntax error is fatal, as in httperf
     path = Path(path)
     rate = check_rate(session_rate, "session_rate")
     think_default = check_scalar(think_default, "think_default", low=0.0)
     sessions = _Sessions(think_default, rate)
-    _read_sessions(_Lines(path, line_batches(path, max_line=max_line), max_line), sessions)
-    meta = {
+    # Every syntax error is fatal, as in httperf: strict says only what damaged gzip is.
+    lines = _Lines(path, line_batches(path, max_line=max_line, strict=strict), max_line)
+    _read_sessions(lines, sessions)
+    meta: dict[str, Any] = {
         "reader": "wsesslog",
         "source": str(path),
         "skipped": 0,
@@ -348,6 +353,8 @@ def read_wsesslog(
         "session_rate": rate,
         "think_default": think_default,
     }
+    if lines.damage:
+        meta["damage"] = lines.damage
     if not sessions.requests.rows:
         return Trace.empty(meta)
     # Each column is built on its own and what it was made from released before the next.
