@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import struct
 import subprocess
@@ -75,6 +76,73 @@ def test_a_truncated_gzip_capture_is_read_up_to_the_cut(tmp_path: Path) -> None:
     assert len(trace) > 0 and "record cut short" in trace.meta["damage"]
     with pytest.raises(TraceFormatError, match=r"c\.pcap\.gz, byte offset \d+: gzip stream"):
         read_trace(cut, strict=True)
+
+
+# Loads a capture as the fast engine does, cuts the file, then reads the buffer's last
+# byte (the record walk and the HTTP parser index it later, the same way).
+_CUT_WHILE_HELD = r"""
+import os, sys
+from pathlib import Path
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tests"]
+from helpers.captures import mixed
+from helpers.pcap_synth import write_capture
+from shrink.ingest.capture import pcap_files
+path = write_capture(Path(sys.argv[2]), mixed() * 40)
+buf, n, _ = pcap_files.load_buffer(path, strict=False)
+os.truncate(path, 100)
+print(int(buf[n - 1]))
+"""
+
+
+def test_a_capture_cut_after_it_was_loaded_does_not_kill_the_reader(tmp_path: Path) -> None:
+    # The file was mapped: cut (a capture rotated) while it was read, the pages past its
+    # new end faulted, and the kernel killed shrink with SIGBUS, naming nothing.
+    root = str(Path(__file__).resolve().parent.parent)
+    run = [sys.executable, "-c", _CUT_WHILE_HELD, root, str(tmp_path / "c.pcap")]
+    done = subprocess.run(run, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+
+
+def test_a_capture_cut_while_it_is_read_is_an_error_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from helpers.captures import mixed
+    from helpers.pcap_synth import write_capture
+
+    from shrink.ingest.capture import pcap_files
+
+    path = write_capture(tmp_path / "c.pcap", mixed())
+    real = os.fstat
+    size = path.stat().st_size
+
+    def opened_larger(fd: int) -> os.stat_result:
+        # The size when opened, before the cut: the read then ends short of it.
+        st = list(real(fd))
+        st[6] += 4096  # st_size
+        return os.stat_result(st)
+
+    monkeypatch.setattr(pcap_files.os, "fstat", opened_larger)
+    for strict in (False, True):
+        shown = rf"c\.pcap: the file was cut while it was read \({size:,} of its {size + 4096:,}"
+        with pytest.raises(TraceFormatError, match=shown):
+            read_trace(path, strict=strict)
+
+
+def test_a_capture_past_the_held_size_is_mapped_and_reads_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from helpers.captures import mixed
+    from helpers.pcap_synth import write_capture
+
+    from shrink.ingest.capture import pcap_files
+
+    path = write_capture(tmp_path / "c.pcap", mixed())
+    held = read_trace(path)
+    monkeypatch.setattr(pcap_files, "MAX_HELD", 100)
+    buf, n, _ = pcap_files.load_buffer(path, strict=True)
+    assert isinstance(buf.base.obj, pcap_files.mmap.mmap) and n == path.stat().st_size
+    mapped = read_trace(path)
+    assert len(held) > 0 and mapped.same_rows(held)
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,8 @@
 """Capture file containers: gzip, classic pcap and pcapng, read into flat record arrays.
 
-The fast path never builds a Python object per packet. The file is mapped
-(or decompressed if it is gzip), the classic-pcap record chain is followed for
+The fast path never builds a Python object per packet. The file is read into
+memory (mapped past :data:`MAX_HELD`, decompressed if it is gzip), the classic-pcap
+record chain is followed for
 all blocks of the file at once (:mod:`shrink.ingest.capture.pcap_walk`; pcapng blocks
 in a loop), and every record's header and first frame bytes are then read in
 one numpy gather. Packet bytes stay where they are; later stages index into
@@ -21,6 +22,7 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -36,6 +38,7 @@ from shrink.ingest.capture.pcap_walk import (
 )
 
 __all__ = [
+    "MAX_HELD",
     "MAX_NS",
     "PCAPNG_MAGIC",
     "PCAP_MAGICS",
@@ -61,6 +64,12 @@ MAX_NS = (1 << 63) - 1  # times are int64 nanoseconds
 # A gzip capture is inflated into memory; a larger one is read far cheaper gunzipped
 # (mapped from disk), so past this it is refused, not held.
 MAX_INFLATED = 1 << 30
+# A plain capture up to this size is read into memory, past it mapped. A mapping shows
+# the file as it is now: cut while it was read (a capture rotated, a copy redone), the
+# bytes past the new end fault, and the kernel kills the reader (SIGBUS) with no word of
+# which file. Read, it is a copy no one else changes; the cost is the memory, as a gzip
+# capture's, and a copy at memory speed (bench/RESULTS.md, "capture").
+MAX_HELD = MAX_INFLATED
 _INFLATE_CHUNK = 1 << 24
 
 
@@ -75,7 +84,7 @@ class RawRecords:
     stopped, or is None.
     """
 
-    buf: np.ndarray  # uint8, read-only: the file's bytes (memory-mapped) or inflated gzip
+    buf: np.ndarray  # uint8, read-only: the file's bytes (read, or mapped) or inflated gzip
     data_off: np.ndarray
     caplen: np.ndarray
     wirelen: np.ndarray
@@ -157,19 +166,20 @@ def _map(fd: int) -> mmap.mmap:
 def load_buffer(path: Path, *, strict: bool) -> tuple[np.ndarray, int, str | None]:
     """(buffer, data length, damage): the capture's bytes as a read-only uint8 array.
 
-    A plain file is memory-mapped, so the fast engine copies nothing: only the
-    pages holding record and packet headers (and the HTTP header blocks) are
-    read. A gzip file is inflated into memory. Readers index only inside
-    ``[0, n)``.
+    A plain file is read into memory (:func:`_read_whole`), one past
+    :data:`MAX_HELD` memory-mapped; a gzip file is inflated into memory. Readers
+    index only inside ``[0, n)``.
     """
     try:
         with path.open("rb") as fh:
             head = fh.read(24)
             size = os.fstat(fh.fileno()).st_size
             if head[:2] != GZIP_MAGIC and size > 0:
-                # Checked before the map, which reads the whole file in: 2 GB of zeros
-                # was 2 GB of memory before the magic said it was no capture.
+                # Checked before the file is read or mapped (the map reads it all in): 2 GB
+                # of zeros was 2 GB of memory before the magic said it was no capture.
                 capture_format(head, path, size)
+                if size <= MAX_HELD:
+                    return _read_whole(fh, path, size), size, None
                 mm = _map(fh.fileno())
                 return np.frombuffer(mm, dtype=np.uint8), size, None
     except FileNotFoundError:
@@ -178,6 +188,28 @@ def load_buffer(path: Path, *, strict: bool) -> tuple[np.ndarray, int, str | Non
         raise CaptureFormatError(f"cannot read ({exc.strerror})", path=path) from exc
     data, damage = load_bytes(path, strict=strict)
     return np.frombuffer(data, dtype=np.uint8), len(data), damage
+
+
+def _read_whole(fh: BinaryIO, path: Path, size: int) -> np.ndarray:
+    """The file's ``size`` bytes (its size when opened), read into a read-only array.
+
+    A file that ends sooner was cut while it was read (rotated, copied again): an error
+    naming it, not a capture read up to wherever the cut fell.
+    """
+    buf = np.empty(size, dtype=np.uint8)
+    view = memoryview(buf)
+    fh.seek(0)
+    got = 0
+    while got < size and (n := fh.readinto(view[got:])):
+        got += n
+    if got < size:
+        raise CaptureFormatError(
+            f"the file was cut while it was read ({got:,} of its {size:,} bytes): read it "
+            "when nothing writes it (copy it first)",
+            path=path,
+        )
+    buf.flags.writeable = False
+    return buf
 
 
 def capture_format(data: bytes | np.ndarray, path: Path, n: int | None = None) -> str:
