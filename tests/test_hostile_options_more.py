@@ -422,6 +422,26 @@ def test_levels_and_params_take_numbers_as_people_write_them(
     assert not Path(out).exists()
 
 
+@pytest.mark.parametrize("command", ["sim", "sweep"])
+def test_levels_in_users_are_whole_numbers(tmp_path: Path, trace_file: Path, command: str) -> None:
+    # 10.5 users ran as rate factor 10.5 / users and was written as a level of 10.5 users.
+    out = tmp_path / "c.json"
+    where = {"sim": ["sim", "sweep", "--machine", str(SPEC)],
+             "sweep": ["sweep", "--target", "http://127.0.0.1:9"]}[command]  # fmt: skip
+    args = [*where, str(trace_file), "--knob", "users", "-o", str(out), "--levels"]
+    code, text = _run(*args, "10,10.5")
+    assert code == 2, text
+    assert "--levels: '10,10.5': with --knob users a level is a number of users" in text
+    assert "(10.5 is not)" in text and not out.exists()
+    if command == "sim":  # whole, however written, they run
+        n = 40
+        columns = {"session": list(range(n)), "t": [i / 2 for i in range(n)], "path": ["/a"] * n}
+        Trace.from_columns(columns, {"users": 2}).write_parquet(trace_file)
+        code, text = _run(*args, "1e0,2", "--reps", "1", "--warmup", "0s", "--duration", "1s")
+        assert code == 0, text
+        assert [lv["level"] for lv in json.loads(out.read_text())["levels"]] == [1.0, 2.0]
+
+
 def test_a_percentile_takes_ascii_digits_only() -> None:
     # \d matched other scripts' digits: "p\u0669\u0669" was p99.
     from shrink.checks import parse_stat

@@ -388,7 +388,7 @@ def sweep_cmd(
         from shrink.sim.target import SimTarget
         from shrink.trace import Trace
 
-        lv = _levels(levels)
+        lv = _levels(levels, knob)
         target = RecordingTarget(SimTarget.from_toml(machine, mapping, share, _params(param)))
         tr = Trace.read_parquet(trace)
         curve = sweep(

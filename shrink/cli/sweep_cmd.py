@@ -42,7 +42,8 @@ if TYPE_CHECKING:  # pydantic is heavy: the CLI's start-up must not load it
     from shrink.schemas import GeneratorMeta
 
 
-def _levels(text: str) -> list[float]:
+def _levels(text: str, knob: str = "rate_factor") -> list[float]:
+    """The levels of ``--levels``: numbers > 0, each once; whole numbers with ``--knob users``."""
     from shrink.checks import parse_number
 
     try:
@@ -51,6 +52,15 @@ def _levels(text: str) -> list[float]:
         raise OptionError("--levels", f"{text!r}: must be numbers separated by commas") from None
     if not out or not all(math.isfinite(x) and x > 0 for x in out):
         raise OptionError("--levels", f"{text!r}: must name at least one level, each > 0")
+    part = next((x for x in out if knob == "users" and not x.is_integer()), None)
+    if part is not None:
+        # Taken, 10.5 users ran as a rate factor of 10.5 / the trace's users, and the curve
+        # named a level of users no one can have.
+        raise OptionError(
+            "--levels",
+            f"{text!r}: with --knob users a level is a number of users, a whole number "
+            f"({part:g} is not); use --knob rate_factor for a fraction of the trace's load",
+        )
     twice = sorted({x for x in out if out.count(x) > 1})
     if twice:
         # The curve held two levels of one value, each with its own repetitions.
@@ -179,7 +189,7 @@ def sweep_cmd(
         output_path(output, inputs=(trace,))
         output_path(runlogs, kind="dir", what="--runlogs")
         # Every option before the trace is read or the target touched.
-        lv = _levels(levels)
+        lv = _levels(levels, knob)
         w = parse_duration_option(warmup, "warmup", zero_ok=True)
         d = parse_duration_option(duration, "duration", least=MIN_WINDOW_S)
         formats = parse_exports(export)
