@@ -442,6 +442,19 @@ def test_levels_in_users_are_whole_numbers(tmp_path: Path, trace_file: Path, com
         assert [lv["level"] for lv in json.loads(out.read_text())["levels"]] == [1.0, 2.0]
 
 
+@pytest.mark.parametrize("command", ["sim", "sweep"])
+def test_an_unknown_knob_is_refused_by_its_option(
+    tmp_path: Path, trace_file: Path, command: str
+) -> None:
+    # It was "knob == 'user', must be one of ...", exit 1, once the trace was read.
+    out = tmp_path / "c.json"
+    where = {"sim": ["sim", "sweep", "--machine", str(SPEC)],
+             "sweep": ["sweep", "--target", "http://127.0.0.1:9"]}[command]  # fmt: skip
+    code, text = _run(*where, str(trace_file), "--knob", "user", "--levels", "1", "-o", str(out))
+    assert code == 2 and "--knob: 'user'; accepted: rate_factor, users, rate" in text, text
+    assert not out.exists()
+
+
 def test_a_percentile_takes_ascii_digits_only() -> None:
     # \d matched other scripts' digits: "p\u0669\u0669" was p99.
     from shrink.checks import parse_stat

@@ -43,8 +43,16 @@ if TYPE_CHECKING:  # pydantic is heavy: the CLI's start-up must not load it
 
 
 def _levels(text: str, knob: str = "rate_factor") -> list[float]:
-    """The levels of ``--levels``: numbers > 0, each once; whole numbers with ``--knob users``."""
+    """The levels of ``--levels``: numbers > 0, each once; whole numbers with ``--knob users``.
+
+    ``knob`` is checked first: an unknown one was refused as "knob == ..." (exit 1), once
+    the trace was read and the target set up, naming no option.
+    """
     from shrink.checks import parse_number
+    from shrink.measure import KNOBS
+
+    if knob not in KNOBS:
+        raise OptionError("--knob", f"{knob!r}; accepted: {', '.join(KNOBS)}")
 
     try:
         out = [parse_number(x) for x in text.split(",") if x.strip()]

@@ -23,6 +23,7 @@ from shrink.measure.stats import (
     offered_check,
 )
 from shrink.measure.window import (
+    KNOBS,
     LOOP_SESSIONS,
     WHOLE_SESSION_QUANTILE,
     LoopedRun,
@@ -40,6 +41,7 @@ from shrink.measure.window import (
 
 __all__ = [
     "CLASSES",
+    "KNOBS",
     "LINEAR_TOLERANCE",
     "LOOP_SESSIONS",
     "SATURATED",

@@ -17,6 +17,7 @@ from shrink.errors import ParameterError
 from shrink.trace import Trace
 
 __all__ = [
+    "KNOBS",
     "LOOP_SESSIONS",
     "WHOLE_SESSION_QUANTILE",
     "LoopedRun",
@@ -291,6 +292,10 @@ def window_for(
     return min(duration, avail)
 
 
+# What a load level can be: a rate factor, a number of users, a request rate.
+KNOBS = ("rate_factor", "users", "rate")
+
+
 def rate_factor_for(trace: Trace, level: float, knob: str) -> float:
     """The rate factor that realises ``level`` of ``knob`` on ``trace``.
 
@@ -312,4 +317,4 @@ def rate_factor_for(trace: Trace, level: float, knob: str) -> float:
         if not np.isfinite(rate) or rate <= 0:
             raise ParameterError("levels as a request rate need a trace with a duration")
         return check_positive(level, "rate") / rate
-    raise ParameterError(f"knob == {knob!r}, must be one of rate_factor, users, rate.")
+    raise ParameterError(f"knob == {knob!r}, must be one of {', '.join(KNOBS)}.")
