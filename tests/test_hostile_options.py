@@ -36,7 +36,8 @@ def test_a_vanishing_dynamic_fraction_is_refused_by_name(tmp_path: Path) -> None
     # 1e-320 asked for inf images a page: OverflowError in the message itself, exit 70.
     for value in ("1e-320", "1e-300"):
         code, text = _synth_support(tmp_path, "--dynamic-fraction", value)
-        assert code == 1 and "dynamic_fraction ==" in text and "too small" in text, text
+        assert code == 2 and "--dynamic-fraction: dynamic_fraction ==" in text, text
+        assert "too small" in text, text
     code, text = _synth_support(tmp_path, "--dynamic-fraction", "1e-5")
     assert code == 1 and "n_images == 64, must be at least 99999" in text, text
 
@@ -45,7 +46,7 @@ def test_download_directories_past_what_a_site_may_hold_are_refused(tmp_path: Pa
     # --dirscaling 1e308 was an OverflowError (exit 70); 1e6 held 80 million paths in memory.
     for value in ("1e308", "1e6"):
         code, text = _synth_support(tmp_path, "--dirscaling", value)
-        assert code == 1 and f"dirscaling == {float(value):g} for 5 users" in text, text
+        assert code == 2 and f"--dirscaling: dirscaling == {float(value):g} for 5" in text, text
         assert "more than the 250,000 a site may hold" in text, text
     assert _synth_support(tmp_path, "--dirscaling", "1")[0] == 0
 
@@ -63,13 +64,14 @@ def test_dynamic_work_past_what_the_page_script_does_is_refused(
 ) -> None:
     # The trace said work=6e307 and mem=7e307; the PHP page caps both, or reads 0 past 18 digits.
     code, text = _synth_support(tmp_path, option, value)
-    assert code == 1 and shown in text, text
+    assert code == 2 and f"{option}: {shown}" in text, text
 
 
 def test_a_download_cap_past_int64_is_refused(tmp_path: Path) -> None:
     # 99999999999999999999 reached np.minimum: OverflowError, exit 70.
     code, text = _synth_support(tmp_path, "--max-download-bytes", "99999999999999999999")
-    assert code == 1 and "max_download_bytes == 1e+20, must be in [1, 1e+18]" in text, text
+    shown = "--max-download-bytes: max_download_bytes == 1e+20, must be in [1, 1e+18]"
+    assert code == 2 and shown in text, text
 
 
 def test_a_session_rate_that_starts_sessions_past_a_century_names_the_option(

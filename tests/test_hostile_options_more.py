@@ -455,6 +455,45 @@ def test_an_unknown_knob_is_refused_by_its_option(
     assert not out.exists()
 
 
+_LOG = ROOT / "examples" / "traces" / "support-access.log"
+_SESSIONS = ROOT / "tests" / "data" / "wsesslog_all_features.txt"
+
+
+@pytest.mark.parametrize(
+    ("args", "shown"),
+    [
+        (["ingest", str(_LOG), "--idle-gap", "0"], "--idle-gap: idle_gap == 0, must be"),
+        (["ingest", str(_LOG), "--burst-gap", "1h5"], "--burst-gap: burst_gap == '1h5', must"),
+        (["ingest", str(_SESSIONS), "--session-rate", "0"], "--session-rate: session_rate == 0,"),
+        (["sample", "TRACE", "--alpha", "2"], "--alpha: alpha == 2, must be in (0, 1]"),
+        (["sample", "TRACE", "--alpha", ".5", "--level", "stratified", "--column", "x"],
+         "--column: column == 'x', must be one of"),
+        (["split", "TRACE", "--parts", "0"], "--parts: parts == 0, must be in [1, 1000]"),
+        (["sim", "run", "TRACE", "--machine", str(SPEC), "--rate-factor", "0"],
+         "--rate-factor: rate factor == 0, must be"),
+        (["replay", "TRACE", "--target", "127.0.0.1:1", "--rate-factor", "-1"],
+         "--rate-factor: rate factor == -1, must be"),
+        (["synth", "support", "--users", "0", "--duration", "9s"], "--users: users == 0, must"),
+        (["synth", "support", "--users", "5", "--duration", "9s", "--think-mean", "-1"],
+         "--think-mean: think_mean_s == -1, must"),
+        (["synth", "support", "--users", "5", "--duration", "9s", "--stagger", "-1"],
+         "--stagger: stagger_s == -1, must"),
+        (["synth", "tcp", "--rate", "0", "--duration", "9s"], "--rate: rate == 0, must be"),
+        (["synth", "tcp", "--rate", "9", "--duration", "9s", "--arrival", "x"],
+         "--arrival: arrival == 'x', must be one of constant, poisson"),
+    ],
+)  # fmt: skip
+def test_a_value_checked_under_another_name_is_refused_by_its_option(
+    tmp_path: Path, trace_file: Path, args: list[str], shown: str
+) -> None:
+    # Each said "idle_gap == 0", "think_mean_s == -1" ... (exit 1): a name the user never
+    # wrote, for an option the user did.
+    out = tmp_path / "out.parquet"
+    code, text = _run(*(str(trace_file) if a == "TRACE" else a for a in args), "-o", str(out))
+    assert code == 2 and text.startswith(f"error: {shown}"), text
+    assert not out.exists()
+
+
 def test_a_percentile_takes_ascii_digits_only() -> None:
     # \d matched other scripts' digits: "p\u0669\u0669" was p99.
     from shrink.checks import parse_stat

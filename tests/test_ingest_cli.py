@@ -55,8 +55,10 @@ def test_undetectable_files_ask_for_a_format(tmp_path):
 def test_unknown_format_and_foreign_options_are_parameter_errors():
     with pytest.raises(ParameterError, match="format == 'xml'"):
         read_trace(FIXTURE, format="xml")
-    with pytest.raises(ParameterError, match="idle_gap do not apply to the wsesslog format"):
+    with pytest.raises(ParameterError, match=r"^idle_gap == 60, does not apply to the wsesslog"):
         read_trace(FIXTURE, idle_gap=60)
+    with pytest.raises(ParameterError, match=r"^burst_gap == 1, .* format \(nor do idle_gap\)"):
+        read_trace(FIXTURE, idle_gap=60, burst_gap=1)
     assert set(READ_FORMATS) == {"wsesslog", "specweb", "clf", "pcap", "parquet"}
 
 
@@ -150,7 +152,7 @@ def test_ingest_options_reach_the_reader(real_dir, tmp_path):
     assert split["bursts"] > default["bursts"]
     assert Trace.read_parquet(out).meta["idle_gap"] == 60.0
     bad = _invoke("ingest", FIXTURE, "-o", out, "--idle-gap", "10m")
-    assert bad.exit_code == 1 and "do not apply" in bad.output
+    assert bad.exit_code == 2 and "--idle-gap: idle_gap == '10m', does not apply" in bad.output
     forced = _invoke("ingest", real_dir / NASA, "-o", out, "--format", "wsesslog")
     assert forced.exit_code == 1 and "line 1" in forced.output
 

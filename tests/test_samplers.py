@@ -414,7 +414,7 @@ def test_cli_stratified_and_bad_alpha(parent, tmp_path):
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["sampler"] == "stratified"
     res = runner.invoke(app, ["sample", str(src), "--alpha", "1.5", "-o", str(tmp_path / "x")])
-    assert res.exit_code == 1 and "alpha == 1.5, must be in (0, 1]." in res.output
+    assert res.exit_code == 2 and "--alpha: alpha == 1.5, must be in (0, 1]." in res.output
 
 
 def test_cli_split_writes_numbered_parts(parent, tmp_path):

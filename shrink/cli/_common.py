@@ -254,6 +254,23 @@ def as_option(option: str) -> Iterator[None]:
         raise OptionError(option, str(exc)) from None
 
 
+@contextmanager
+def options_named(options: dict[str, str]) -> Iterator[None]:
+    """A :class:`ParameterError` about a value the library checks under another name (its
+    message starts ``NAME == ``, the form of :mod:`shrink.checks`) is the refused value of
+    the option ``options[NAME]`` (exit status 2): ``think_mean_s == -1`` named no option
+    the user wrote, ``--think-mean``. Any other passes on as it is."""
+    try:
+        yield
+    except OptionError:
+        raise
+    except ParameterError as exc:
+        option = options.get(str(exc).split(" == ", 1)[0])
+        if option is None:
+            raise
+        raise OptionError(option, str(exc)) from None
+
+
 def cpu_list(text: str, option: str) -> list[int]:
     """The CPUs of a CPU-list option (``0-3,8``); a malformed one is the refused value
     of ``option`` (exit status 2), not a machine's error."""

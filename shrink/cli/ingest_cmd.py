@@ -14,12 +14,20 @@ from shrink.cli._common import (
     console,
     echo_json,
     escape,
+    options_named,
     output_path,
     plural,
 )
 from shrink.errors import TraceFormatError, printable
 
 _SHOWN_SKIPS = 20
+# The readers' names of the options ingest passes them.
+_READER_OPTIONS = {
+    "idle_gap": "--idle-gap",
+    "burst_gap": "--burst-gap",
+    "session_rate": "--session-rate",
+    "max_line": "--max-line",
+}
 # What a lenient reader skips, by format: packets of a capture, lines of a log.
 _UNIT = {"pcap": "packet"}
 
@@ -95,7 +103,8 @@ def ingest(
         output_path(out, inputs=(input,))
         bound = {"max_line": max_line} if max_line is not None else {}
         fmt = detect_format(input, **bound) if format is ReadFormat.auto else format.value
-        trace = read_trace(input, format=fmt, strict=strict, **opts)
+        with options_named(_READER_OPTIONS):
+            trace = read_trace(input, format=fmt, strict=strict, **opts)
         _not_all_skipped(input, fmt, trace.meta, len(trace))
         trace.write_parquet(out)
     info = trace.info()

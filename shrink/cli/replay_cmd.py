@@ -14,7 +14,13 @@ import typer
 from shrink import interrupts
 from shrink.checks import MIN_WINDOW_S, check_positive, parse_duration
 from shrink.cli import mat_cmd, sweep_cmd
-from shrink.cli._common import cli_errors, echo_json, exit_nothing_served, output_path
+from shrink.cli._common import (
+    as_option,
+    cli_errors,
+    echo_json,
+    exit_nothing_served,
+    output_path,
+)
 from shrink.cli._replay_opts import (
     ENGINE_DEFAULTS,
     GENERATOR_HINT,
@@ -75,7 +81,8 @@ def replay(
             raise ParameterError("give a TRACE file, or --rate for a pure open-loop run.")
         else:
             tr = Trace.read_parquet(trace)
-            rf = check_positive(rate_factor, "rate factor")
+            with as_option("--rate-factor"):
+                rf = check_positive(rate_factor, "rate factor")
             if duration is None:
                 t = tr.table.column("t").to_numpy()
                 span = float(t.max() - t.min()) if t.size else 0.0

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from shrink.cli._common import cli_errors, console, echo_json, output_path, plural
+from shrink.cli._common import cli_errors, console, echo_json, options_named, output_path, plural
 from shrink.errors import ParameterError, printable
 
 
@@ -70,7 +70,8 @@ def sample(
             open_loop=samplers.is_open_loop(parent),
         )
         options: dict[str, Any] = {"column": column} if level is Level.stratified else {}
-        result = samplers.sample(parent, alpha, seed=seed, level=level.value, **options)
+        with options_named({"alpha": "--alpha", "column": "--column"}):
+            result = samplers.sample(parent, alpha, seed=seed, level=level.value, **options)
         if len(result) == 0 and len(parent) > 0:
             # (an empty trace was written, exit 0: every later step then refused it)
             raise ParameterError(
@@ -130,7 +131,9 @@ def split(
 
     with cli_errors():
         output_path(out, kind="dir")
-        pieces = samplers.split(Trace.read_parquet(trace), parts, seed=seed)
+        tr = Trace.read_parquet(trace)
+        with options_named({"parts": "--parts"}):
+            pieces = samplers.split(tr, parts, seed=seed)
         files = [
             piece.write_parquet(out / f"part-{i:03d}.parquet") for i, piece in enumerate(pieces)
         ]

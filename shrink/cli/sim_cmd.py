@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from shrink.checks import MIN_WINDOW_S
+from shrink.checks import MIN_WINDOW_S, check_positive
 from shrink.cli._common import (
     as_option,
     bounded_mats,
@@ -324,6 +324,8 @@ def run_cmd(
         from shrink.sim.target import SimTarget
         from shrink.trace import Trace
 
+        with as_option("--rate-factor"):
+            check_positive(rate_factor, "rate factor")
         target = SimTarget.from_toml(machine, mapping, share, _params(param))
         res = target.run(
             Trace.read_parquet(trace),

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from shrink.checks import parse_duration
-from shrink.cli._common import cli_errors, echo_json, output_path, plural
+from shrink.cli._common import cli_errors, echo_json, options_named, output_path, plural
 from shrink.errors import printable
 
 synth_app = typer.Typer(help="Synthetic workloads (Support-like sessions, 1 KB tcp).",
@@ -22,6 +22,29 @@ _Docroot = Annotated[
     Path | None, typer.Option("--docroot", help="Also write the document root here.")
 ]
 _Json = Annotated[bool, typer.Option("--json", help="Print a JSON summary.")]
+# The generators' names of the values the options give.
+_SUPPORT_OPTIONS = {
+    "users": "--users",
+    "duration": "--duration",
+    "seed": "--seed",
+    "dynamic_fraction": "--dynamic-fraction",
+    "rf": "--rf",
+    "dynamic work_us": "--dynamic-work-us",
+    "dynamic mem_kib": "--dynamic-mem-kib",
+    "think_mean_s": "--think-mean",
+    "think_max_s": "--think-mean",
+    "exit_probability": "--exit-probability",
+    "not_modified_fraction": "--not-modified-fraction",
+    "dirscaling": "--dirscaling",
+    "stagger_s": "--stagger",
+    "max_download_bytes": "--max-download-bytes",
+}
+_TCP_OPTIONS = {
+    "rate": "--rate",
+    "duration": "--duration",
+    "seed": "--seed",
+    "arrival": "--arrival",
+}
 
 
 def _report(summary: dict[str, Any], as_json: bool) -> None:
@@ -95,23 +118,24 @@ def support(
     with cli_errors():
         output_path(output)
         output_path(docroot, kind="dir", what="--docroot")
-        seconds = parse_duration(duration)
-        params = SupportParams(
-            dynamic_fraction=dynamic_fraction,
-            rf=rf,
-            think_mean_s=think_mean,
-            think_max_s=6.0 * think_mean,
-            exit_probability=exit_probability,
-            not_modified_fraction=not_modified_fraction,
-            dirscaling=dirscaling,
-            max_download_bytes=max_download_bytes,
-        )
-        if dynamic_work_us is not None or dynamic_mem_kib is not None:
-            params = params.scaled(work_us=dynamic_work_us, mem_kib=dynamic_mem_kib)
-        site = build_site(params, users)
-        trace = synth_support(
-            users, seconds, seed=seed, params=params, site=site, stagger_s=stagger
-        )
+        with options_named(_SUPPORT_OPTIONS):
+            seconds = parse_duration(duration)
+            params = SupportParams(
+                dynamic_fraction=dynamic_fraction,
+                rf=rf,
+                think_mean_s=think_mean,
+                think_max_s=6.0 * think_mean,
+                exit_probability=exit_probability,
+                not_modified_fraction=not_modified_fraction,
+                dirscaling=dirscaling,
+                max_download_bytes=max_download_bytes,
+            )
+            if dynamic_work_us is not None or dynamic_mem_kib is not None:
+                params = params.scaled(work_us=dynamic_work_us, mem_kib=dynamic_mem_kib)
+            site = build_site(params, users)
+            trace = synth_support(
+                users, seconds, seed=seed, params=params, site=site, stagger_s=stagger
+            )
         _refuse_empty(trace, "lengthen the duration, or shorten --stagger or --think-mean")
         trace.write_parquet(output)
         summary = _summary(trace, output)
@@ -139,7 +163,9 @@ def tcp(
     with cli_errors():
         output_path(output)
         output_path(docroot, kind="dir", what="--docroot")
-        trace = synth_tcp(rate, parse_duration(duration), seed=seed, arrival=arrival)  # type: ignore[arg-type]
+        with options_named(_TCP_OPTIONS):
+            seconds = parse_duration(duration)
+            trace = synth_tcp(rate, seconds, seed=seed, arrival=arrival)  # type: ignore[arg-type]
         _refuse_empty(trace, "raise the rate or the duration")
         trace.write_parquet(output)
         summary = _summary(trace, output)

@@ -66,9 +66,12 @@ def _check_options(reader: Reader, fmt: str, opts: dict[str, Any]) -> None:
         return
     extra = sorted(set(opts) - accepted)
     if extra:
+        # "NAME == value, ..." as every check says it: the CLI names its option from NAME.
         takes = ", ".join(sorted(accepted - {"strict"})) or "none"
+        nor = f" (nor do {', '.join(extra[1:])})" if len(extra) > 1 else ""
         raise ParameterError(
-            f"option(s) {', '.join(extra)} do not apply to the {fmt} format (it takes {takes})."
+            f"{extra[0]} == {opts[extra[0]]!r}, does not apply to the {fmt} format{nor}; "
+            f"it takes {takes}."
         )
 
 
