@@ -155,6 +155,9 @@ def start_process(
         if owned:  # after setuid, which clears a parent-death signal
             die_with_parent(signal.SIGTERM, me)
 
+    # The one descriptor a server keeps (close_fds) is its output and error, open to write
+    # to root's log: where lighttpd, nginx and php say what stops them before their own
+    # error log is open. Root only reads its last lines, escaped, into an error (tail_log).
     log = _open_log(log_path) if log_path is not None else subprocess.DEVNULL
     try:
         return subprocess.Popen(

@@ -553,3 +553,68 @@ def test_a_replay_reads_its_parts_back_only_from_a_folder_no_one_else_can_swap(
     assert stat.S_IMODE(private.stat().st_mode) & 0o077 in (0, 0o011)
     shared.chmod(0o1777)  # sticky, as /tmp: a folder in it is its maker's alone
     assert registry.scratch_base() == shared
+
+
+def test_a_docroot_others_may_change_is_named_with_the_folder_and_how(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Any local user who may write the document root, or rename it away, could plant the
+    # pages the server serves and the PHP it runs as the server user.
+    from shrink.testbed import private
+    from shrink.testbed.private import ServerUser, docroot_writers
+
+    user = ServerUser("srv", "srv", 2**31 - 9, 2**31 - 9)
+    doc = tmp_path / "site" / "doc"
+    doc.mkdir(parents=True)
+    doc.chmod(0o755)
+    assert docroot_writers(doc, user) is None
+    doc.chmod(0o777)
+    assert docroot_writers(doc, user) == (doc, "writable by every user (mode 0777)")
+    doc.chmod(0o1777)  # sticky: others may still add pages to the root itself
+    assert docroot_writers(doc, user) == (doc, "writable by every user (mode 1777)")
+    doc.chmod(0o755)
+    site = doc.parent
+    site.chmod(0o777)  # others may rename the root away and put theirs in its place
+    assert docroot_writers(doc, user) == (site, "writable by every user (mode 0777)")
+    site.chmod(0o1777)  # not when sticky, as /tmp
+    assert docroot_writers(doc, user) is None
+    site.chmod(0o755)
+    doc.chmod(0o775)
+    monkeypatch.setattr(private, "_group_members", lambda gid: {0, user.uid})
+    assert docroot_writers(doc, user) is None  # a group of root's and the server user's
+    monkeypatch.setattr(private, "_group_members", lambda gid: {0, 4242})
+    found = docroot_writers(doc, user)
+    assert found is not None and found[0] == doc and found[1].startswith("writable by group ")
+    doc.chmod(0o755)
+    if os.geteuid() != 0:
+        return  # the owner's part needs a file of another user's
+    stranger = 2**31 - 11  # a UID no account has
+    os.chown(doc, stranger, -1)
+    assert docroot_writers(doc, user) == (doc, f"owned by UID {stranger}")
+    os.chown(doc, user.uid, -1)  # the server user's own
+    assert docroot_writers(doc, user) is None
+
+
+def test_testbed_up_warns_of_a_docroot_others_may_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+    from shrink.testbed import private
+
+    monkeypatch.setattr(private, "server_user", lambda: None)  # servers run as this user
+    doc = tmp_path / "doc"
+    doc.mkdir()
+    doc.chmod(0o777)
+    # A recipe that is not there: refused before any server starts, after the warning.
+    args = ["testbed", "up", "--docroot", str(doc), "--state", str(tmp_path / "s.json"),
+            "--server", str(tmp_path / "missing.toml")]  # fmt: skip
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 1, r.output
+    lines = [x for x in r.output.splitlines() if x.startswith("warning: document root")]
+    assert len(lines) == 1, r.output
+    assert lines[0].startswith(f"warning: document root {doc} is writable by every user (mode"), (
+        lines
+    )
+    assert "or PHP it runs as" in lines[0] and "let only root and" in lines[0], lines

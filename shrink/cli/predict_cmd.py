@@ -232,11 +232,12 @@ def predict(
         )
         with as_option("--skip"):
             skip_s = None if skip == "auto" else _skip_seconds(skip)
-        from shrink.cli.testbed_cmd import warn_docroot, warn_stale
+        from shrink.cli.testbed_cmd import warn_docroot, warn_stale, warn_writable_docroot
 
         warn_stale()  # what a killed predict left: `shrink testbed down --stale`
         if docroot is not None:
             warn_docroot(trace, docroot)  # a missing page is measured as a failure
+            warn_writable_docroot(docroot)
         config = PredictConfig(
             alpha=alpha, level=level, thresholds=th, mappings=names, share_kind=share_kind,
             seed=seed, calibration=calibration, plan=plan, paired_full_run=paired_full_run,

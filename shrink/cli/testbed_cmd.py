@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from shrink.cli._common import cli_errors, echo_json, output_path, plural
-from shrink.errors import OptionError, ParameterError, TestbedError
+from shrink.errors import OptionError, ParameterError, TestbedError, printable
 
 if TYPE_CHECKING:
     from shrink.machine import Machine
@@ -136,6 +137,7 @@ def up(
             raise OptionError("--cgroups", f"{cgroups!r}; accepted: {', '.join(CGROUPS)}")
         if trace is not None:
             warn_docroot(trace, docroot)
+        warn_writable_docroot(docroot)
         php = _php_limits(trace, php_max_execution, php_memory_limit)
         m = load_machine(machine)
         sh = Share.parse(share, m, period_us=period)
@@ -312,6 +314,35 @@ def warn_docroot(trace: Path, docroot: Path | str) -> None:
     line = docroot_coverage(Trace.read_parquet(trace), docroot).warning(str(trace))
     if line:
         typer.echo(line, err=True)
+
+
+def warn_writable_docroot(docroot: Path | str) -> None:
+    """Warn (one line, stderr) when a user other than root and the servers' user may
+    change ``docroot`` or a folder on its path: a warning, as the user may mean it."""
+    import pwd
+
+    from shrink.testbed.private import docroot_writers, server_user
+
+    if not Path(docroot).is_dir():
+        return  # up says so itself
+    try:
+        user = server_user()
+    except TestbedError:
+        return  # up says so itself
+    found = docroot_writers(Path(docroot), user)
+    if found is None:
+        return
+    folder, how = found
+    runs_as = user.name if user is not None else pwd.getpwuid(os.geteuid()).pw_name
+    where = "" if folder == Path(docroot).resolve() else f": {folder}, a folder above it,"
+    typer.echo(
+        printable(
+            f"warning: document root {docroot}{where} is {how}: they could put pages there "
+            f"that the server serves, or PHP it runs as {runs_as}; let only root and "
+            f"{runs_as} write it"
+        ),
+        err=True,
+    )
 
 
 def warn_stale() -> None:

@@ -56,6 +56,7 @@ __all__ = [
     "can_run",
     "check_reachable",
     "config_value",
+    "docroot_writers",
     "forgeable",
     "new_run_root",
     "readable",
@@ -295,6 +296,56 @@ def forgeable(path: str | Path) -> str | None:
     if folder.st_uid not in (0, me) or (folder.st_mode & 0o022 and not folder.st_mode & 0o1000):
         return f"its folder {p.parent} is UID {folder.st_uid}'s or writable by others"
     return None
+
+
+def docroot_writers(docroot: Path, user: ServerUser | None) -> tuple[Path, str] | None:
+    """The first folder, the document root or one on its path, that a user other than
+    root and the servers' user (this user, when not root) may change, and how: its owner,
+    every user, or a group with other members. None if there is none.
+
+    Any such user could put pages there that the server serves, and PHP that it runs as
+    the servers' user. Above the root a folder open to all but sticky (``/tmp``) is not
+    one: others may add to it, not rename the root away; the root itself it is.
+    """
+    allowed = {0, user.uid if user is not None else os.geteuid()}
+    root = Path(os.path.realpath(docroot))
+    for d in (root, *root.parents):
+        st = os.stat(d)
+        sticky = d != root and st.st_mode & stat.S_ISVTX
+        if st.st_uid not in allowed:
+            return d, f"owned by {_user_name(st.st_uid)}"
+        if st.st_mode & 0o002 and not sticky:
+            return d, f"writable by every user (mode {stat.S_IMODE(st.st_mode):04o})"
+        if st.st_mode & 0o020 and not sticky and _group_members(st.st_gid) - allowed:
+            return d, f"writable by group {_group_name(st.st_gid)}, which has other members"
+    return None
+
+
+def _group_members(gid: int) -> set[int]:
+    """UIDs of the users in group ``gid``: listed in it, or with it as their own."""
+    try:
+        names = set(grp.getgrgid(gid).gr_mem)
+    except KeyError:
+        names = set()
+    uids = set()
+    for pw in pwd.getpwall():
+        if pw.pw_gid == gid or pw.pw_name in names:
+            uids.add(pw.pw_uid)
+    return uids
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (UID {uid})"
+    except KeyError:
+        return f"UID {uid}"
+
+
+def _group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
 
 
 def check_reachable(docroot: Path, user: ServerUser | None) -> None:
