@@ -13,7 +13,7 @@ import pytest
 
 from shrink.classify import Classifier
 from shrink.errors import ParameterError, TraceFormatError
-from shrink.ingest import read_clf, read_trace
+from shrink.ingest import detect_format, read_clf, read_trace
 from shrink.ingest.clf import parse_clf_time
 
 NASA = "nasa_aug95_excerpt.repaired.log"
@@ -240,3 +240,87 @@ def test_gzip_log_reads_like_plain(real_dir, tmp_path):
     packed = read_trace(gz)
     assert packed.same_rows(plain)
     assert packed.meta["reader"] == "clf"
+
+
+_AGENT = ' "-" "Mozilla/5.0 (X11)"'
+
+
+def test_vhost_combined_lines_are_read(tmp_path):
+    # Apache's vhost_combined: "%v:%p %h %l %u %t ..." (Debian's default for virtual hosts)
+    p = _log(
+        tmp_path,
+        [
+            "www.example.com:443 "
+            + _line("192.0.2.1", "10/Oct/2023:13:55:36 +0200", "GET / HTTP/1.1", tail=_AGENT),
+            "other.org "
+            + _line("2001:db8::7", "10/Oct/2023:13:55:37 +0200", "GET /b HTTP/1.1", "304", "-"),
+            _line("192.0.2.3", "10/Oct/2023:13:55:38 +0200", "GET /c HTTP/1.1"),
+        ],
+    )
+    assert detect_format(p) == "clf"
+    trace = read_clf(p, strict=True)
+    assert trace.column("client").tolist() == ["192.0.2.1", "2001:db8::7", "192.0.2.3"]
+    assert trace.column("path").tolist() == ["/", "/b", "/c"]
+    assert trace.column("bytes").tolist() == [10, 0, 10]
+    assert trace.meta["vhost_lines"] == 2
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        _AGENT + " 0.005 0.004",  # nginx: $request_time $upstream_response_time
+        _AGENT + " 1.234 1.230, 0.002",  # upstream times of two tried backends
+        _AGENT + ' "-" rt=0.005 uct="0.000" urt="0.004"',  # a common nginx "timed" format
+        _AGENT + " 5230",  # Apache %D
+        " 2",  # Apache common format with %T
+    ],
+)
+def test_fields_after_the_format_are_ignored_and_counted(tmp_path, tail):
+    p = _log(
+        tmp_path,
+        [
+            _line("192.0.2.1", "10/Oct/2023:13:55:36 +0000", "GET /a HTTP/1.1", tail=tail),
+            _line("192.0.2.1", "10/Oct/2023:13:55:37 +0000", "GET /b HTTP/1.1", "404", "7", tail),
+        ],
+    )
+    assert detect_format(p) == "clf"
+    trace = read_clf(p, strict=True)
+    assert trace.column("path").tolist() == ["/a", "/b"]
+    assert trace.column("status").tolist() == [200, 404]
+    assert trace.column("bytes").tolist() == [10, 7]
+    assert np.isnan(trace.column("rt")).all()  # the unit of an appended time is not known
+    assert trace.meta["extra_field_lines"] == 2 and trace.meta["skipped"] == 0
+
+
+def test_a_broken_combined_tail_is_not_read_as_common_with_extras(tmp_path):
+    p = _log(tmp_path, [_line("h", "10/Oct/2023:13:55:36 +0000", "GET /a", tail=' "ref" x"y')])
+    trace = read_clf(p)
+    assert len(trace) == 0 and trace.meta["skipped_lines"] == [1]
+
+
+def test_iso_and_fractional_time_stamps(tmp_path):
+    assert parse_clf_time("2023-10-10T13:55:36+02:00") == parse_clf_time(
+        "10/Oct/2023:11:55:36 +0000"
+    )
+    assert parse_clf_time("2023-10-10T11:55:36Z") == parse_clf_time("10/Oct/2023:11:55:36 +0000")
+    assert (
+        parse_clf_time("10/Oct/2023:11:55:36.250 +0000")
+        == parse_clf_time("10/Oct/2023:11:55:36 +0000") + 0.25
+    )
+    for bad in (
+        "2023-13-10T11:55:36Z",
+        "2023-02-30T11:55:36Z",
+        "10/Oct/2023:11:55:36.",
+        "1０/Oct/2023:11:55:36",
+    ):
+        with pytest.raises(ValueError):
+            parse_clf_time(bad)
+    p = _log(
+        tmp_path,
+        [
+            _line("h", "2023-10-10T13:55:36+02:00", "GET /a HTTP/1.1"),
+            _line("h", "2023-10-10T13:55:38.5+02:00", "GET /b HTTP/1.1"),
+        ],
+    )
+    trace = read_clf(p, strict=True, burst_gap=0)
+    assert trace.column("t").tolist() == [0.0, 2.5]

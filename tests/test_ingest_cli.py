@@ -191,3 +191,14 @@ def test_export_refuses_a_method_httperf_lacks(tmp_path):
     ).write_parquet(tmp_path / "p.parquet")
     result = _invoke("export", parquet, "-o", tmp_path / "p.log")
     assert result.exit_code == 1 and "PATCH" in result.output
+
+
+def test_ingest_says_fields_after_the_log_format_are_not_read(tmp_path):
+    src = tmp_path / "nginx.log"
+    src.write_text(
+        '192.0.2.1 - - [10/Oct/2023:13:55:36 +0000] "GET / HTTP/1.1" 200 5 "-" "curl/8" 0.005 -\n'
+    )
+    result = _invoke("ingest", src, "-o", tmp_path / "n.parquet")
+    assert result.exit_code == 0, result.output
+    assert "(clf): 1 request" in result.output
+    assert "are not read: 1 line had some" in result.output

@@ -140,6 +140,12 @@ def ingest(
             highlight=False,
             soft_wrap=True,
         )
+    extra = int(trace.meta.get("extra_field_lines") or 0)
+    if extra:
+        typer.echo(
+            f"note: fields after the log format's own (a response time?) are not read: "
+            f"{plural(extra, 'line')} had some"
+        )
     repaired = trace.meta.get("repaired_lines") or []
     if repaired:
         console().print(

@@ -11,8 +11,14 @@ accepts and how it maps lines to the Trace:
   (HTTP/0.9-style lines, common in 1995 logs); a URL with blanks in it is kept
   whole. A request field that is not a request (``"-"``, one word, garbage)
   makes the line skipped.
+* **Variants**: a leading virtual host (Apache's ``vhost_combined``, ``%v:%p %h
+  ...``; meta ``vhost_lines``) is accepted and not used. Fields after the format's
+  own (nginx's ``$request_time``, Apache's ``%D`` or ``%T`` appended) are accepted
+  and counted (meta ``extra_field_lines``), not read: their unit and order depend
+  on a configuration the log does not carry, so ``rt`` stays unknown.
 * **Time** with its zone offset is converted to UTC epoch seconds; ``t`` counts
-  from the earliest request (meta ``origin_epoch`` is that instant).
+  from the earliest request (meta ``origin_epoch`` is that instant). Fractions of
+  a second and ISO 8601 stamps (nginx's ``$time_iso8601``) are read too.
 * **bytes** ``-`` means the server sent no body, so it becomes 0; **status**
   ``-`` becomes 0 (unknown). ``rt`` is NaN: access logs in these formats do not
   record response times. ``client`` is the host field.
@@ -62,14 +68,28 @@ __all__ = ["CLF_LINE", "parse_clf_time", "read_clf"]
 # the engine retry the trailing [ \t]* at every blank: quadratic in the line length
 # (23 s for a 100 KB line).
 _QUOTED = r'[^"\\]*+(?:\\.[^"\\]*+)*+'
+# An optional leading virtual host (Apache's vhost_combined, ``%v:%p %h ...``): a plain
+# line has three words before ``[``, so the longer alternative cannot take one of them.
+# Fields after the format's own (nginx's $request_time, Apache's %D or %T appended) are
+# kept in ``extra``, possessively: a lazy match there retried the trailing blanks at
+# every position. Without a user agent they may not start with a quote: that is a
+# Combined line gone wrong, which would otherwise pass as a Common one.
 CLF_LINE = re.compile(
-    r"^(?P<host>\S+) (?P<ident>\S+) (?P<user>\S+) \[(?P<time>[^\]]+)\] "
+    r"^(?:(?P<vhost>\S+) )?(?P<host>\S+) (?P<ident>\S+) (?P<user>\S+) \[(?P<time>[^\]]+)\] "
     rf'"(?P<request>{_QUOTED})" (?P<status>\d{{3}}|-) (?P<bytes>\d+|-)'
     rf'(?: "(?P<referer>{_QUOTED})" "(?P<agent>{_QUOTED})(?P<closed>"?))?'
-    r"[ \t]*$"
+    r"""(?:[ \t](?(agent)|(?!"))(?P<extra>.*+))?$"""
 )
 _TIME = re.compile(
-    r"^(\d{1,2})/([A-Za-z]{3})/(\d{4}):(\d{2}):(\d{2}):(\d{2})(?: ([+-])(\d{2}):?(\d{2}))?$"
+    r"^(\d{1,2})/([A-Za-z]{3})/(\d{4}):(\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?"
+    r"(?: ([+-])(\d{2}):?(\d{2}))?$",
+    re.ASCII,
+)
+# nginx's $time_iso8601 put where $time_local stands: 2023-10-10T13:55:36+02:00.
+_ISO_TIME = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?"
+    r"(?:(Z)|([+-])(\d{2}):?(\d{2}))?$",
+    re.ASCII,
 )
 _MONTHS = {m.lower(): i for i, m in enumerate(calendar.month_abbr) if m}
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 token: a method name
@@ -80,15 +100,24 @@ _MAX_LISTED = 100
 def parse_clf_time(text: str) -> float:
     """``01/Aug/1995:00:00:01 -0400`` -> UTC epoch seconds; ValueError if malformed.
 
-    A missing zone is taken as UTC.
+    A missing zone is taken as UTC. Fractions of a second (``00:00:01.250``, as
+    custom formats with ``%{msec_frac}t`` write) are kept, and an ISO 8601 stamp
+    (``1995-08-01T00:00:01-04:00``, nginx's ``$time_iso8601``) is read too.
     """
     m = _TIME.match(text)
-    if not m:
-        raise ValueError(f"bad time {text!r}")
-    day, mon, year, hh, mm, ss, sign, zh, zm = m.groups()
-    month = _MONTHS.get(mon.lower())
-    if month is None:
-        raise ValueError(f"bad month {mon!r}")
+    if m:
+        day, mon, year, hh, mm, ss, frac, sign, zh, zm = m.groups()
+        month = _MONTHS.get(mon.lower())
+        if month is None:
+            raise ValueError(f"bad month {mon!r}")
+    else:
+        iso = _ISO_TIME.match(text)
+        if not iso:
+            raise ValueError(f"bad time {text!r}")
+        year, mon, day, hh, mm, ss, frac, _z, sign, zh, zm = iso.groups()
+        month = int(mon)
+        if not 1 <= month <= 12:
+            raise ValueError(f"bad month {mon!r}")
     # timegm rolls an impossible date over (31/Feb is 2 March, 25:61 the next day), so a
     # damaged stamp would pass as another time: each field is checked against its range.
     y, d = int(year), int(day)
@@ -102,7 +131,7 @@ def parse_clf_time(text: str) -> float:
     if sign:
         offset = int(zh) * 3600 + int(zm) * 60
         epoch -= offset if sign == "+" else -offset
-    return float(epoch)
+    return epoch + int(frac) / 10 ** len(frac) if frac else float(epoch)
 
 
 def _split_request(request: str) -> tuple[str, str] | None:
@@ -123,6 +152,8 @@ class _Tally:
     combined: int = 0
     skipped: int = 0
     repaired: int = 0
+    vhost: int = 0  # lines that start with a virtual host (vhost_combined)
+    extra: int = 0  # lines with fields after the format's own (ignored)
     skipped_lines: list[int] = field(default_factory=list)  # the first _MAX_LISTED
     repaired_lines: list[int] = field(default_factory=list)
 
@@ -192,6 +223,8 @@ def read_clf(
         "skipped_lines": tally.skipped_lines,
         "repaired": tally.repaired,
         "repaired_lines": tally.repaired_lines,
+        "vhost_lines": tally.vhost,
+        "extra_field_lines": tally.extra,
         "mode": "session",
         "idle_gap": idle,
         "burst_gap": bgap,
@@ -262,6 +295,10 @@ def _read_batch(
                 tally.repair(number)
             if "\\" in agent:
                 agent = _UNESCAPE.sub(r"\1", agent)
+        if m["vhost"] is not None:
+            tally.vhost += 1
+        if m["extra"] and not m["extra"].isspace():
+            tally.extra += 1
         host = m["host"]
         k = (host, agent or "")
         cols["key"].append(keys.setdefault(k, len(keys)))
