@@ -324,3 +324,53 @@ def test_iso_and_fractional_time_stamps(tmp_path):
     )
     trace = read_clf(p, strict=True, burst_gap=0)
     assert trace.column("t").tolist() == [0.0, 2.5]
+
+
+@pytest.mark.parametrize(
+    ("stamps", "bad"),
+    [
+        (
+            [
+                "01/Jan/1970:00:00:00 +0000",
+                "31/Dec/9999:23:59:59 +0000",
+                "10/Oct/2023:13:55:36 +0000",
+            ],
+            2,
+        ),
+        (
+            [
+                "10/Oct/2023:13:55:36 +0000",
+                "10/Oct/2023:13:55:37 +0000",
+                "10/Oct/2153:13:55:37 +0000",
+            ],
+            3,
+        ),
+        (
+            [
+                "10/Oct/2153:13:55:37 +0000",
+                "10/Oct/2023:13:55:37 +0000",
+                "11/Oct/2023:13:55:37 +0000",
+            ],
+            1,  # the later of the two is named
+        ),
+    ],
+)
+def test_times_a_century_apart_name_the_lines(tmp_path, stamps, bad):
+    # Left to the trace check, this named a row of the sorted trace instead of a line.
+    p = _log(tmp_path, [_line("h", s, f"GET /{i}") for i, s in enumerate(stamps)])
+    with pytest.raises(TraceFormatError, match="at most a century") as info:
+        read_trace(p)
+    assert info.value.line == bad and f"access.log, line {bad}:" in str(info.value)
+    assert "years after line" in str(info.value)
+
+
+def test_times_from_1970_to_now_are_kept(tmp_path):
+    # A device without a clock logs 1970 until it syncs: within a century, read as written.
+    p = _log(
+        tmp_path,
+        [
+            _line("h", "01/Jan/1970:00:00:00 +0000", "GET /a"),
+            _line("h", "10/Oct/2023:13:55:36 +0000", "GET /b"),
+        ],
+    )
+    assert len(read_trace(p)) == 2

@@ -149,3 +149,12 @@ def test_detects_session_logs(tmp_path):
 def test_empty_log_gives_empty_trace(tmp_path):
     trace = read_specweb(_write(tmp_path, "#shrink-sessions v1\n# fields: time session url\n"))
     assert len(trace) == 0 and trace.meta["skipped"] == 0
+
+
+def test_times_a_century_apart_name_the_line(tmp_path):
+    # Left to the trace check, this named row 2 of the sorted trace, not line 4.
+    p = _write(tmp_path, "# fields: session url time\nu1\t/a\t0.0\nu1\t/b\t1.5\nu2\t/c\t1e12\n")
+    with pytest.raises(TraceFormatError, match="at most a century") as info:
+        read_trace(p)
+    assert info.value.line == 4 and "line 2's 0.0" in str(info.value)
+    assert "time 1e12 is 31,688 years after" in str(info.value)

@@ -18,7 +18,8 @@ accepts and how it maps lines to the Trace:
   on a configuration the log does not carry, so ``rt`` stays unknown.
 * **Time** with its zone offset is converted to UTC epoch seconds; ``t`` counts
   from the earliest request (meta ``origin_epoch`` is that instant). Fractions of
-  a second and ISO 8601 stamps (nginx's ``$time_iso8601``) are read too.
+  a second and ISO 8601 stamps (nginx's ``$time_iso8601``) are read too. Times
+  more than a century apart are an error naming the later line: one is wrong.
 * **bytes** ``-`` means the server sent no body, so it becomes 0; **status**
   ``-`` becomes 0 (unknown). ``rt`` is NaN: access logs in these formats do not
   record response times. ``client`` is the host field.
@@ -58,7 +59,7 @@ from shrink.classify import Classifier
 from shrink.errors import TraceFormatError
 from shrink.ingest._columns import Columns, Distinct, session_columns, session_keys
 from shrink.ingest._io import MAX_LINE, LineBatch, decode_line, line_batches
-from shrink.ingest.sessionize import non_negative_duration, sessionize
+from shrink.ingest.sessionize import TimeSpan, non_negative_duration, sessionize
 from shrink.trace import Trace
 
 __all__ = ["CLF_LINE", "parse_clf_time", "read_clf"]
@@ -156,6 +157,7 @@ class _Tally:
     extra: int = 0  # lines with fields after the format's own (ignored)
     skipped_lines: list[int] = field(default_factory=list)  # the first _MAX_LISTED
     repaired_lines: list[int] = field(default_factory=list)
+    span: TimeSpan = field(default_factory=TimeSpan)
 
     def skip(self, number: int) -> None:
         self.skipped += 1
@@ -211,6 +213,7 @@ def read_clf(
         if len(time_cache) > _TIMES_CACHED:
             time_cache.clear()
         damage = batch.damage
+    tally.span.check(path)
 
     n = rows.rows
     combined = tally.combined
@@ -299,6 +302,7 @@ def _read_batch(
             tally.vhost += 1
         if m["extra"] and not m["extra"].isspace():
             tally.extra += 1
+        tally.span.see(epoch, number, f"[{m['time']}]")
         host = m["host"]
         k = (host, agent or "")
         cols["key"].append(keys.setdefault(k, len(keys)))

@@ -22,12 +22,45 @@ The rules, applied by :func:`sessionize`:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from shrink.checks import check_scalar, parse_duration
+from shrink.checks import MAX_SECONDS, check_scalar, parse_duration
+from shrink.errors import TraceFormatError
 
-__all__ = ["Sessions", "non_negative_duration", "sessionize"]
+__all__ = ["Sessions", "TimeSpan", "non_negative_duration", "sessionize"]
+
+
+class TimeSpan:
+    """The earliest and the latest send time a log reader read, with their line numbers
+    and the time as written: :meth:`check` refuses a log spanning more than a trace may
+    (a century), naming the lines. Left to the trace check, that error named a row of
+    the sorted trace, which no line number leads to."""
+
+    def __init__(self) -> None:
+        self.low: tuple[float, int, str] = (float("inf"), 0, "")
+        self.high: tuple[float, int, str] = (float("-inf"), 0, "")
+
+    def see(self, time: float, line: int, text: str) -> None:
+        if time < self.low[0]:
+            self.low = (time, line, text)
+        if time > self.high[0]:
+            self.high = (time, line, text)
+
+    def check(self, path: Path) -> None:
+        """A TraceFormatError naming the later line when the times span over a century."""
+        (first, at, text), (last, at2, text2) = self.low, self.high
+        if last - first <= MAX_SECONDS:
+            return
+        years = (last - first) / (365.25 * 86400)
+        apart = f"{years:,.0f}" if years < 1e6 else f"{years:.1e}"
+        raise TraceFormatError(
+            f"time {text2} is {apart} years after line {at}'s {text}: a trace spans at "
+            "most a century, so one of the two is wrong; fix or remove it",
+            path=path,
+            line=at2,
+        )
 
 
 @dataclass(frozen=True)

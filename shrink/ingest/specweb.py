@@ -57,7 +57,7 @@ from shrink.classify import Classifier
 from shrink.errors import TraceFormatError
 from shrink.ingest._columns import Columns, Distinct, session_columns, session_keys
 from shrink.ingest._io import MAX_LINE, decode_line, line_batches
-from shrink.ingest.sessionize import non_negative_duration, sessionize
+from shrink.ingest.sessionize import TimeSpan, non_negative_duration, sessionize
 from shrink.trace import Trace
 
 __all__ = ["FIELDS", "MAGIC", "read_specweb"]
@@ -161,6 +161,7 @@ def read_specweb(
     skipped = 0
     skipped_lines: list[int] = []
     damage = None
+    span = TimeSpan()
     for batch in line_batches(path, max_line=max_line, strict=strict):
         damage = batch.damage
         for number, raw in enumerate(batch.lines, start=batch.first):
@@ -204,6 +205,7 @@ def read_specweb(
                 if len(skipped_lines) < _MAX_LISTED:
                     skipped_lines.append(number)
                 continue
+            span.see(time, number, values[want.index("time")].strip())
             cols["time"].append(time)
             cols["key"].append(ids.setdefault(session, len(ids)))
             cols["path"].append(url)
@@ -212,6 +214,7 @@ def read_specweb(
             cols["bytes"].append(nbytes)
             cols["rt"].append(rt)
         rows.flush()
+    span.check(path)
 
     meta: dict[str, Any] = {
         "reader": "specweb",
