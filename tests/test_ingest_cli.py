@@ -202,3 +202,48 @@ def test_ingest_says_fields_after_the_log_format_are_not_read(tmp_path):
     assert result.exit_code == 0, result.output
     assert "(clf): 1 request" in result.output
     assert "are not read: 1 line had some" in result.output
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        (
+            "#Software: Microsoft Internet Information Services 10.0\n#Version: 1.0\n"
+            "#Fields: date time s-ip cs-method cs-uri-stem cs-uri-query s-port c-ip sc-status\n"
+            "2023-10-10 13:55:36 10.0.0.1 GET /index.html - 80 192.0.2.1 200\n",
+            "W3C extended log",
+        ),
+        (
+            "http 2018-07-02T22:23:00.186641Z app/my-lb/50dc6c495c0c9188 192.168.131.39:2817 "
+            '10.0.0.1:80 0.000 0.001 0.000 200 200 34 366 "GET http://example.com:80/ HTTP/1.1" '
+            '"curl/7.46.0" - -\n',
+            "Application Load Balancer",
+        ),
+        (
+            "2015-05-13T23:39:43.945958Z my-lb 192.168.131.39:2817 10.0.0.1:80 0.000073 0.001048 "
+            '0.000057 200 200 0 29 "GET http://www.example.com:80/ HTTP/1.1" "curl/7.38.0" - -\n',
+            "Classic Load Balancer",
+        ),
+        (
+            '{"time":"2023-10-10T13:55:36+00:00","remote_addr":"192.0.2.1","status":200}\n',
+            "JSON-lines log",
+        ),
+    ],
+)
+def test_access_logs_of_other_formats_are_named(tmp_path, text, named):
+    # An ALB log was taken for a session log ("unknown argument '2018-07-02T...'"); the others
+    # were "cannot tell the format", which sent the user to --format clf and no request read.
+    src = tmp_path / "access.log"
+    src.write_text(text)
+    with pytest.raises(TraceFormatError, match=named) as info:
+        detect_format(src)
+    assert "access.log" in str(info.value) and "Combined Log Format" in str(info.value)
+    result = _invoke("ingest", src, "-o", tmp_path / "t.parquet")
+    assert result.exit_code == 1 and named in result.output and "Traceback" not in result.output
+
+
+def test_a_jsonl_trace_export_is_named(real_dir, tmp_path):
+    trace = read_clf(real_dir / NASA)
+    out = write_trace(trace, tmp_path / "t.jsonl", "jsonl")
+    with pytest.raises(TraceFormatError, match="JSON-lines trace"):
+        detect_format(out)

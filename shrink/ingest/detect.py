@@ -11,12 +11,15 @@ gzip), from its first lines:
 * the first data line's first word starts with ``/`` or ``http`` or the line
   carries ``think=``, ``method=`` or ``contents=``: ``wsesslog``.
 
-Anything else is a TraceFormatError asking for an explicit format.
+Access logs of formats shrink does not read (W3C extended / IIS, AWS load
+balancer, JSON lines) are a TraceFormatError naming the format; anything else is
+a TraceFormatError asking for an explicit format.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import re
 from pathlib import Path
 
@@ -82,6 +85,13 @@ def detect_format(path: str | Path, *, max_line: int = MAX_LINE) -> str:
     if sum(1 for t in sample if CLF_LINE.match(t)) * 2 >= len(sample):
         return "clf"
     first = data[0]
+    foreign = _foreign_log(texts, first)
+    if foreign:
+        raise TraceFormatError(
+            f"{foreign}, a format shrink does not read (first data line {first[:80]!r}); "
+            'convert it to Combined Log Format: host - - [time] "request" status bytes',
+            path=path,
+        )
     for delimiter in ("\t", ","):
         if delimiter in first:
             try:
@@ -100,6 +110,34 @@ def detect_format(path: str | Path, *, max_line: int = MAX_LINE) -> str:
         "pass --format wsesslog|specweb|clf|pcap",
         path=path,
     )
+
+
+# Access logs of other formats that users have: told apart by name, because read as
+# what they resemble they gave a misleading error (an ALB log's "http" as the first word
+# made it a session log with an "unknown argument").
+_ISO_STAMP = r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?Z"
+_ALB = re.compile(rf"^(?:https?|h2|grpcs|ws|wss) {_ISO_STAMP} \S+ \S+ \S+ ")
+_ELB = re.compile(rf"^{_ISO_STAMP} \S+ \S+ \S+ [-\d.]+ [-\d.]+ [-\d.]+ ")
+
+
+def _foreign_log(texts: list[str], first: str) -> str | None:
+    """The name of a known access-log format shrink does not read, if the lines are one."""
+    if any(t.startswith("#Fields:") for t in texts):
+        return "a W3C extended log (IIS, '#Fields:' header)"
+    if _ALB.match(first):
+        return "an AWS Application Load Balancer access log"
+    if _ELB.match(first):
+        return "an AWS Classic Load Balancer access log"
+    if first.lstrip().startswith("{"):
+        try:
+            row = json.loads(first)
+        except ValueError:
+            return None
+        if isinstance(row, dict) and {"session", "burst", "t", "path"} <= row.keys():
+            return "a JSON-lines trace (shrink export writes it; read the Parquet trace)"
+        if isinstance(row, dict):
+            return "a JSON-lines log"
+    return None
 
 
 def _first_lines(path: Path, head: bytes, max_line: int) -> list[bytes]:
