@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import struct
 import sys
 import types
 from pathlib import Path
 
 import pytest
+from helpers.pcap_synth import Conn, http_response, write_capture
 from helpers.surface import exported, public_names
 from typer.testing import CliRunner
 
@@ -247,3 +249,41 @@ def test_a_jsonl_trace_export_is_named(real_dir, tmp_path):
     out = write_trace(trace, tmp_path / "t.jsonl", "jsonl")
     with pytest.raises(TraceFormatError, match="JSON-lines trace"):
         detect_format(out)
+
+
+def _one_way(src: Path, dst: Path, sport: int) -> Path:
+    """The packets of a little-endian Ethernet/IPv4 pcap sent from TCP port ``sport``."""
+    data = src.read_bytes()
+    out, off = bytearray(data[:24]), 24
+    while off < len(data):
+        incl = struct.unpack_from("<I", data, off + 8)[0]
+        frame = data[off + 16 : off + 16 + incl]
+        ihl = (frame[14] & 15) * 4
+        if struct.unpack_from(">H", frame, 14 + ihl)[0] == sport:
+            out += data[off : off + 16 + incl]
+        off += 16 + incl
+    dst.write_bytes(bytes(out))
+    return dst
+
+
+def test_a_capture_without_requests_says_why(tmp_path):
+    # Each of these wrote an empty trace with exit 0, or blamed packets skipped as not HTTP.
+    conns = [Conn([(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n", http_response(3000))] * 3)]
+    whole = write_capture(tmp_path / "whole.pcap", conns)
+    cut = write_capture(tmp_path / "cut.pcap", conns, snaplen=70)
+    replies = _one_way(whole, tmp_path / "replies.pcap", 80)
+    empty = tmp_path / "empty.pcap"
+    empty.write_bytes(whole.read_bytes()[:24])
+    for src, why in [
+        (cut, "12 of 24 packets were cut by the capture's snapshot length"),
+        (replies, "only responses were captured (3 responses without their request)"),
+        (empty, "the capture holds no packet"),
+    ]:
+        out = tmp_path / "t.parquet"
+        result = _invoke("ingest", src, "-o", out)
+        assert result.exit_code == 1, result.output
+        assert f"{src.name}: no HTTP request read: {why}" in result.output
+        assert not out.exists()
+    requests_only = _one_way(whole, tmp_path / "requests.pcap", 40000)
+    result = _invoke("ingest", requests_only, "-o", tmp_path / "r.parquet")
+    assert result.exit_code == 0 and "(pcap): 3 requests" in result.output

@@ -160,19 +160,45 @@ def _not_all_skipped(source: Path, fmt: str, meta: dict[str, Any], requests: int
     trace was written, exit 0, and every later step refused it (a UTF-16 log read as
     clf, a log in another format, a capture of no HTTP)."""
     skipped = int(meta.get("skipped", 0))
-    if requests or not skipped:
+    if requests:
         return
     listed = list(meta.get("skipped_lines", []))[:_SHOWN_SKIPS]
     numbers = ", ".join(str(n) for n in listed) + (" ..." if skipped > len(listed) else "")
     if fmt == "pcap":
-        raise TraceFormatError(
-            f"no HTTP request read: {_skipped_line(fmt, meta, skipped, listed)}", path=source
-        )
+        raise TraceFormatError(f"no HTTP request read: {_no_request(meta, listed)}", path=source)
+    if not skipped:
+        return
     raise TraceFormatError(
         f"no request read: every data line was skipped as unreadable ({plural(skipped, 'line')}"
         f": {numbers}); --strict names what is wrong with the first",
         path=source,
     )
+
+
+def _no_request(meta: dict[str, Any], listed: list[int]) -> str:
+    """Why a capture gave no request, from what its reader counted. An empty trace was
+    written, exit 0, for a capture cut by its snapshot length, one of responses only, or
+    one with no packet; or the error blamed the packets skipped as not HTTP."""
+    packets = int(meta.get("packets", 0))
+    truncated = int(meta.get("truncated", 0))
+    orphans = int(meta.get("orphan_responses", 0))
+    if not packets:
+        damage = meta.get("damage")
+        return f"no packet could be read ({damage})" if damage else "the capture holds no packet"
+    if orphans:
+        return (
+            f"only responses were captured ({plural(orphans, 'response')} without their "
+            "request): capture both directions of the traffic"
+        )
+    if truncated:
+        return (
+            f"{truncated:,} of {plural(packets, 'packet')} were cut by the capture's snapshot "
+            "length, so no request was read whole: capture again with tcpdump -s 0"
+        )
+    skipped = int(meta.get("skipped", 0))
+    if skipped:
+        return _skipped_line("pcap", meta, skipped, listed)
+    return f"none of its {plural(packets, 'packet')} carries an HTTP/1.x request"
 
 
 def _skipped_line(fmt: str, meta: dict[str, Any], skipped: int, numbers: list[int]) -> str:
