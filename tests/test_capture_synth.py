@@ -254,3 +254,29 @@ def test_interim_responses_and_how_connections_end(tmp_path: Path) -> None:
     assert tr.meta["http_anomalies"] == {"response-incomplete": 1}
     if shutil.which("tshark"):
         assert tshark_counts(p) == (3, 3)
+
+
+def test_null_link_type_of_a_big_endian_writer(tmp_path: Path) -> None:
+    # DLT_NULL's family is in the writer's byte order: a big-endian capture (or one
+    # converted from it) gave "non-ip" for every packet and no request.
+    import struct
+
+    p = write_capture(tmp_path / "le.pcap", mixed(), linktype=0)
+    d = p.read_bytes()
+    be = bytearray(struct.pack(">IHHiIII", *struct.unpack("<IHHiIII", d[:24])))
+    swapped = bytearray(d[:24])
+    off = 24
+    while off < len(d):
+        sec, usec, cap, wire = struct.unpack("<IIII", d[off : off + 16])
+        body = struct.pack(">I", struct.unpack("<I", d[off + 16 : off + 20])[0])
+        body += d[off + 20 : off + 16 + cap]
+        be += struct.pack(">IIII", sec, usec, cap, wire) + body
+        swapped += d[off : off + 16] + body
+        off += 16 + cap
+    le_tr = read_capture(p)
+    for name, data in (("be.pcap", be), ("swapped.pcap", swapped)):
+        q = tmp_path / name
+        q.write_bytes(bytes(data))
+        tr = read_capture(q)
+        assert tr.same_rows(le_tr) and tr.meta["skipped"] == 0, name
+        assert read_capture(q, engine="scapy").same_rows(tr), name  # scapy swaps it too

@@ -84,11 +84,15 @@ def _link(word: Words, recs: RawRecords, end: np.ndarray) -> tuple[np.ndarray, n
         sel = lt == code
         l3[sel] = d[sel]
         ver[sel] = fixed
-    for code, fam_of in ((0, le32), (108, lambda v, k: be32(v, k))):
-        sel = lt == code  # NULL: host byte order (little-endian writers); LOOP: network order
+    for code in (0, 108):
+        sel = lt == code  # NULL: the writer's byte order; LOOP: network order
         if sel.any():
             ds = d[sel]
-            fam = fam_of(word(ds), 0)
+            fam = be32(word(ds), 0) if code == 108 else le32(word(ds), 0)
+            if code == 0:
+                # A big-endian writer's family reads past 16 bits little-endian (as
+                # Wireshark tells them apart): every such packet was skipped as non-IP.
+                fam = np.where(fam > 0xFFFF, be32(word(ds), 0), fam)
             l3[sel] = ds + 4
             v = np.where(fam == 2, 4, np.where(np.isin(fam, _AF_INET6), 6, 0))
             ver[sel] = np.where(ds + 4 <= end[sel], v, 0)

@@ -30,6 +30,8 @@ from shrink.ingest.capture.tcp_segments import Segments
 __all__ = ["scapy_segments"]
 
 _IPV6_EXT = (0, 43, 60, 51)
+# AF_INET6 of FreeBSD (28) and macOS (30) on the NULL link, in either writer's byte order.
+_NULL_INET6 = (b"\x1c\0\0\0", b"\x1e\0\0\0", b"\0\0\0\x1c", b"\0\0\0\x1e")
 
 
 def _addr16(text: str, v4: bool) -> bytes:
@@ -73,7 +75,7 @@ class _Collector:
         if linktype not in LINKTYPES or cls is None:
             self.skipped["unsupported-link"] += 1
             return
-        if linktype == 0 and raw[:4] in (b"\x1c\0\0\0", b"\x1e\0\0\0"):
+        if linktype == 0 and raw[:4] in _NULL_INET6:
             # FreeBSD/macOS AF_INET6 on the NULL link; scapy binds only 10 and 24.
             p = IPv6(raw[4:]) if len(raw) >= 44 else Raw(raw[4:])
         else:
