@@ -17,9 +17,15 @@ needs the two equal, and :func:`share_fraction` checks it) predicts the full tar
   latencies are scaled by their class's speed.
 
 **The share's speed s.** Nominally s is the quota, alpha. A time-sliced core costs
-more CPU per request than a whole one (in every gap of the quota the server loses its
-caches, and on a VM the idle vCPU halts and gives its host CPU away), so s is below
-alpha, and a prediction scaled by alpha is too low by alpha / s. The speed is the
+more CPU per request than a whole one, so s is below alpha, and a prediction scaled by
+alpha is too low by alpha / s. Part of the excess is paid in every gap of the quota
+(the server loses its caches, and on a VM the idle vCPU halts and gives its host CPU
+away): with a CFS period of 128 ms to 1 s instead of the default, the demo's share cost
+5-32% less a request. The rest is not: even then it cost 1.1-1.5x the busy whole core,
+its server idling between requests within its quota as a light whole core does, by an
+amount that moved with its load (``bench/bench_share_period.py``, 2-vCPU VM of the
+polyglot kind, alpha 0.125-0.5, 3 rounds each). No one-parameter model of the share
+held, so s is read on both sides. The speed is the
 ratio of what a request of the trace's mix costs on each side,
 
     s = alpha * cost_full / cost_share,
