@@ -294,7 +294,7 @@ def predict(
         # What was measured is kept before anything is read from it: a curve with no
         # usable level (a generator behind at every level) stops the prediction below.
         _write_curves(Path(out_dir), measured, full_curve)
-    merr = _model_error(config, provider.name, share.kind)
+    merr = _model_error(config, provider.name, share)
     predicted, full_mats, budgets = scaled_mats(measured, config.thresholds, merr)
     base = MappingPrediction(
         {s: _stat(r, budgets[s]) for s, r in full_mats.items()}, predicted.summary()
@@ -360,11 +360,13 @@ def _beside(
     return between
 
 
-def _model_error(config: PredictConfig, target: str, kind: str) -> ModelError:
-    """The share model's error: the corpus-fitted one, or the config's spread (no bias)."""
+def _model_error(config: PredictConfig, target: str, share: Share) -> ModelError:
+    """The share model's error: the corpus-fitted one for the way the share's speed was
+    read (calibrated, or its nominal fraction), or the config's spread (no bias)."""
     if config.model_error is not None:
         return ModelError(config.model_error, {"source": "PredictConfig.model_error"})
-    return model_error(target, kind)
+    calibrated = share.speed is not None and share.speed.method == "calibrated"
+    return model_error(target, share.kind, calibrated=calibrated)
 
 
 def _record_share_model(prediction: Prediction, share: Share, merr: ModelError) -> None:

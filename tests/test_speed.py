@@ -347,6 +347,49 @@ def test_a_bias_fitted_on_another_calibration_is_not_applied(monkeypatch):
     assert "fitted on another calibration" in other.provenance["bias_not_applied"]
 
 
+def test_a_share_at_its_nominal_speed_takes_the_nominal_fit_or_no_bias(monkeypatch):
+    """A CPU-time share not calibrated (its nominal fraction) errs otherwise than a
+    calibrated one: the calibrated fit's bias is never applied to it; the corpus's
+    nominal entry is, when there is one."""
+    import json as json_
+
+    import shrink.scaling.transform as transform
+
+    shipped = json_.loads(
+        transform.resources.files("shrink").joinpath("data/model_error.json").read_text()
+    )
+    calibrated = shipped["share_kinds"]["cpu_time"]
+    kinds = {"cpu_time": calibrated, "cores": shipped["share_kinds"]["cores"]}
+
+    def with_kinds(k: dict) -> None:
+        text = json_.dumps({**shipped, "share_kinds": k})
+
+        class _Files:
+            def joinpath(self, _name: str) -> _Files:
+                return self
+
+            def read_text(self, encoding: str = "utf-8") -> str:
+                return text
+
+        monkeypatch.setattr(transform.resources, "files", lambda _pkg: _Files())
+
+    monkeypatch.setattr(transform, "CALIBRATION", calibrated["provenance"]["calibration"])
+    with_kinds(kinds)
+    assert transform.model_error("testbed", "cpu_time").bias == calibrated["bias"] != 0
+    bare = transform.model_error("testbed", "cpu_time", calibrated=False)
+    assert bare.bias == 0.0 and bare.sigma == calibrated["sigma"]
+    assert "fitted on another calibration" in bare.provenance["bias_not_applied"]
+    nominal = {"bias": -0.3, "sigma": 0.2, "provenance": {"calibration": transform.NOMINAL}}
+    with_kinds({**kinds, transform.NOMINAL_ENTRY: nominal})
+    got = transform.model_error("testbed", "cpu_time", calibrated=False)
+    assert (got.bias, got.sigma) == (-0.3, 0.2) and "bias_not_applied" not in got.provenance
+    assert transform.model_error("testbed", "cpu_time").bias == calibrated["bias"]
+    # A core subset has no speed to read: its own entry either way.
+    assert (
+        transform.model_error("testbed", "cores", calibrated=False).sigma == kinds["cores"]["sigma"]
+    )
+
+
 def test_capacity_is_the_utilization_law_and_pools_as_requests_over_cpu():
     from shrink.loadcurve import ClassStats, LevelStats, pooled_capacity
 

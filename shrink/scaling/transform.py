@@ -131,23 +131,36 @@ class ModelError:
         }
 
 
-def model_error(target: str, share_kind: str) -> ModelError:
+# The model-error entry of a CPU-time share taken at its nominal fraction (no
+# calibration): its errors are not a calibrated share's, so neither is its fit.
+NOMINAL_ENTRY = "cpu_time_nominal"
+NOMINAL = "none: the share taken at its nominal fraction"
+
+
+def model_error(target: str, share_kind: str, *, calibrated: bool = True) -> ModelError:
     """The model error of ``share_kind`` shares on ``target`` (``testbed`` or ``sim``).
 
     The simulator's share is exactly a slower (or smaller) server: 0. A live share's
     comes from ``shrink/data/model_error.json``, which ``bench/bench_fidelity.py
-    --fit`` writes from its corpus.
+    --fit`` writes from its corpus. A CPU-time share whose speed was not calibrated
+    (``calibrated=False``: its nominal fraction) takes the entry fitted on the corpus's
+    runs read at their nominal speed; without one, no bias (a calibrated share's is not
+    its own) and the calibrated share's spread, and the provenance says so.
     """
     if target != "testbed":
         return ModelError(0.0, {"why": "the simulated share is exactly the model's server"})
     data = json.loads(
         resources.files("shrink").joinpath("data/model_error.json").read_text(encoding="utf-8")
     )
-    entry = data["share_kinds"].get(share_kind) or data["share_kinds"]["cpu_time"]
+    kinds = data["share_kinds"]
+    nominal = share_kind == "cpu_time" and not calibrated
+    entry = (kinds.get(NOMINAL_ENTRY) if nominal else None) or kinds.get(share_kind)
+    entry = entry or kinds["cpu_time"]
     prov = {**data.get("provenance", {}), **entry.get("provenance", {})}
     bias = float(entry.get("bias", 0.0))
     fitted_on = prov.get("calibration")
-    if share_kind == "cpu_time" and fitted_on is not None and fitted_on != CALIBRATION:
+    expected = NOMINAL if nominal else CALIBRATION
+    if share_kind == "cpu_time" and fitted_on is not None and fitted_on != expected:
         # A bias belongs to the calibration it was fitted on: another one's is not applied.
         prov["bias_not_applied"] = f"fitted on another calibration ({fitted_on}): {bias:g}"
         bias = 0.0
