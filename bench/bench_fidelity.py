@@ -52,6 +52,7 @@ SHARED = Path(os.environ.get("SHRINK_SHARED", ROOT.parent / "shared"))
 MODEL_ERROR = ROOT / "shrink" / "data" / "model_error.json"
 sys.path.insert(0, str(ROOT))
 from shrink.scaling import CALIBRATION  # noqa: E402
+from shrink.scaling.transform import NOMINAL, NOMINAL_ENTRY  # noqa: E402
 from shrink.uncertainty import ErrorBudget, interval  # noqa: E402
 
 STATS = ("mean", "p999")
@@ -122,14 +123,15 @@ DEFAULT = (
 )  # fmt: skip
 
 
-def run_config(name: str, out: Path) -> dict[str, Any]:
-    """One run of configuration ``name`` into ``out``; its summary row."""
+def run_config(name: str, out: Path, calibrate: bool = True) -> dict[str, Any]:
+    """One run of configuration ``name`` into ``out`` (``calibrate=False``: the share at
+    its nominal speed); its summary row."""
     from fidelity_corpus import commit
 
     from shrink.demo import DEMO, run_demo
     from shrink.errors import ShrinkError
 
-    cfg = CONFIGS[name]
+    cfg = CONFIGS[name] if calibrate else {**CONFIGS[name], "calibrate": False}
     out.mkdir(parents=True, exist_ok=True)
     record = {"name": name, "commit": commit(ROOT), "config": {**DEMO, **cfg}}
     (out / "config.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
@@ -164,7 +166,9 @@ def row(out: Path, seconds: float | None = None) -> dict[str, Any]:
         "seconds": seconds,
         "share_kind": (pred.get("share") or {}).get("kind"),
         # Which calibration made the share's speed: errors of another are not this one's.
-        "calibration": (_extra(pred, "share_model") or {}).get("calibration"),
+        "calibration": NOMINAL
+        if ((pred.get("share") or {}).get("speed") or {}).get("method") == "nominal"
+        else (_extra(pred, "share_model") or {}).get("calibration"),
         "full_target_use": _extra(pred, "full_target_use"),
         "generator_kept_up": (pred.get("self_checks") or {}).get("generator_kept_up"),
         "max_generator_cpu": (pred.get("self_checks") or {}).get("max_generator_cpu"),
@@ -467,8 +471,10 @@ def report(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The model error per share kind over every configuration, with its provenance."""
+def fit(rows: list[dict[str, Any]], nominal: bool = False) -> dict[str, Any]:
+    """The model error per share kind over every configuration, with its provenance;
+    ``nominal``: of CPU-time shares at their nominal speed (``fidelity_nominal``'s
+    rows), written as its own entry."""
     data = json.loads(MODEL_ERROR.read_text())
     data["provenance"] = {
         "fitted_by": "python bench/bench_fidelity.py --summarize DIR... --fit",
@@ -479,13 +485,16 @@ def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "be judged leaving one out)",
     }
     today = datetime.date.today().isoformat()
-    for kind in ("cpu_time", "cores"):
+    entries = [("cpu_time", NOMINAL_ENTRY)] if nominal else [("cpu_time", "cpu_time"),
+                                                             ("cores", "cores")]  # fmt: skip
+    for kind, entry in entries:
         pairs = _pairs(rows, kind)
         if not pairs:
             continue
         fitted = len({n for n, _ in pairs}) >= 2
         bias = fit_bias(pairs) if fitted else 0.0
-        data["share_kinds"][kind] = {
+        label = NOMINAL if nominal else CALIBRATION
+        data["share_kinds"][entry] = {
             "bias": round(bias, 4),
             "sigma": round(fit_sigma(pairs, bias), 4),
             "provenance": {
@@ -496,11 +505,21 @@ def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "dof": fit_dof(pairs, fitted) or 0,
                 "configurations": sorted({n for n, _ in pairs}),
                 "command": "python bench/bench_fidelity.py --summarize DIR... --fit",
-                **({"calibration": CALIBRATION} if kind == "cpu_time" else {}),
+                **({"calibration": label} if kind == "cpu_time" else {}),
+                **(
+                    {"recomputed_runs": len({c["run"] for _n, c in pairs if _recomputed(rows, c)})}
+                    if nominal
+                    else {}
+                ),
             },
         }
     MODEL_ERROR.write_text(json.dumps(data, indent=2) + "\n")
     return data
+
+
+def _recomputed(rows: list[dict[str, Any]], cell: dict[str, Any]) -> bool:
+    """Whether ``cell``'s run is a calibrated one read at the nominal speed."""
+    return any(r.get("recomputed") and r["dir"] == cell["run"] for r in rows)
 
 
 def current(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
@@ -549,6 +568,18 @@ def main(argv: list[str] | None = None) -> int:
         "--record", type=Path, metavar="bench/corpus/PASS", help="keep a record of each run there"
     )
     ap.add_argument("--list", action="store_true", help="print the configurations and exit")
+    ap.add_argument(
+        "--no-calibrate",
+        action="store_true",
+        help="run CPU-time shares at their nominal speed (shrink predict --no-calibrate)",
+    )
+    ap.add_argument(
+        "--speed",
+        choices=("calibrated", "nominal"),
+        default="calibrated",
+        help="with --summarize: read CPU-time shares as calibrated (the default) or at their "
+        "nominal speed (fidelity_nominal; --fit then writes the nominal entry)",
+    )
     args = ap.parse_args(argv)
     if args.list:
         for name, cfg in CONFIGS.items():
@@ -572,7 +603,12 @@ def main(argv: list[str] | None = None) -> int:
         except fidelity_corpus.RecordError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
-        rows, older = current(rows)
+        if args.speed == "nominal":
+            from fidelity_nominal import nominal_rows
+
+            rows, older = nominal_rows(rows, NOMINAL), 0
+        else:
+            rows, older = current(rows)
         if older:
             print(
                 f"left out {older} run(s) of CPU-time shares calibrated another way "
@@ -587,7 +623,7 @@ def main(argv: list[str] | None = None) -> int:
                 # every configuration alike.
                 for name in args.config or list(DEFAULT):
                     out = next_run_dir(args.out / name)
-                    rows.append(run_config(name, out))
+                    rows.append(run_config(name, out, calibrate=not args.no_calibrate))
                     print(table(rows[-1:]), flush=True)
         except KeyboardInterrupt as exc:
             from shrink.demo import interrupted_line
@@ -602,7 +638,7 @@ def main(argv: list[str] | None = None) -> int:
     alphas = {name: float({**DEMO, **cfg}["alpha"]) for name, cfg in CONFIGS.items()}
     print(speed_report([r for r in rows if "error" not in r], alphas=alphas))
     if args.fit:
-        data = fit(rows)
+        data = fit(rows, nominal=args.speed == "nominal")
         print(
             f"wrote {MODEL_ERROR.relative_to(ROOT)}: "
             + ", ".join(f"{k} {v['sigma']}" for k, v in data["share_kinds"].items())

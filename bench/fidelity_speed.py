@@ -103,7 +103,10 @@ def busy_speed(share: Any, full: Any, measured: float, s_hit: float) -> float | 
 
 
 def decompose(run: Path, stat: str = "mean") -> dict[str, Any] | None:
-    """The three speeds of one validated run of a CPU-time share (None otherwise)."""
+    """The three speeds of one validated run of a CPU-time share (None otherwise; ``hit``
+    and ``busy`` None where no speed hits), and the MAT its share's curve predicts at
+    the nominal speed alpha (``nominal``, uncorrected; None with ``nominal_status``
+    ``not_reached`` or ``exceeded`` where the threshold is not crossed there)."""
     from shrink.loadcurve import LoadCurve
 
     share_path, full_path = run / "measured-curve.json", run / "full-curve.json"
@@ -115,11 +118,15 @@ def decompose(run: Path, stat: str = "mean") -> dict[str, Any] | None:
     m = json.loads((run / "validation.json").read_text())["mats"].get(stat) or {}
     if m.get("measured_status") != "ok" or not m.get("measured"):
         return None
+    nominal = predicted_mat(share, share.share.cpu_fraction, stat, m["threshold"])
+    status = "ok" if 0 < nominal < math.inf else "not_reached" if nominal else "exceeded"
     hit = speed_to_hit(share, stat, m["threshold"], m["measured"])
-    if hit is None:
-        return None
-    busy = busy_speed(share, LoadCurve.read_json(full_path), m["measured"], hit)
-    return {"calibrated": share.share.speed.effective, "hit": hit, "busy": busy}
+    busy = None if hit is None else busy_speed(share, LoadCurve.read_json(full_path),
+                                               m["measured"], hit)  # fmt: skip
+    return {
+        "calibrated": share.share.speed.effective, "hit": hit, "busy": busy,
+        "nominal": nominal if status == "ok" else None, "nominal_status": status,
+    }  # fmt: skip
 
 
 def speed_report(
@@ -142,7 +149,7 @@ def speed_report(
     cal, busy, nominal, paired = [], [], [], []
     for r in rows:
         d = (r.get("speeds") or {}).get(stat)
-        if d is None:
+        if d is None or d.get("hit") is None:
             continue
         b = d["busy"]
         cal.append(math.log(d["calibrated"] / d["hit"]))

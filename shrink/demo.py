@@ -317,7 +317,8 @@ def run_demo(
     ``sim:SPEC.toml`` (for tests of the plumbing). A core subset instead of the
     CPU-time share: ``share_kind`` ``cores`` with ``server_cpus`` (the full target) and
     the generator's ``generator_cpus``, ``allow_overlap``, ``realtime`` and ``lag_limit``
-    (seconds of send-lag p99 past which a run is behind).
+    (seconds of send-lag p99 past which a run is behind). ``calibrate`` False takes a
+    CPU-time share at its nominal speed (``predict --no-calibrate``).
     """
     from shrink.pipeline import GeneratorPlacement, TargetSettings, run_predict, run_validate
     from shrink.predict import PredictConfig
@@ -354,6 +355,7 @@ def run_demo(
             seed=cfg["seed"],
             plan=plan,
             paired_full_run=True,
+            calibrate=bool(cfg.get("calibrate", True)),
             validation_budget_s=VALIDATION_BUDGET_S if plan.budget_s else None,
         ),
         target=TargetSettings(

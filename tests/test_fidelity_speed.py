@@ -85,6 +85,9 @@ def test_the_report_reads_a_run_directory_and_says_how_far_the_calibration_was(t
     (tmp_path / "validation.json").write_text(json.dumps(val))
     got = fidelity_speed.decompose(tmp_path)
     assert got is not None and got["calibrated"] == 0.25
+    # The MAT the share's curve predicts at its nominal speed, as --no-calibrate would.
+    at_nominal = fidelity_speed.predicted_mat(share, share.share.cpu_fraction, "mean", THRESHOLD)
+    assert got["nominal_status"] == "ok" and got["nominal"] == at_nominal < measured
     assert got["hit"] == pytest.approx(0.2, rel=0.03) and got["busy"] == pytest.approx(
         0.2, rel=0.03
     )
