@@ -99,7 +99,8 @@ def speed_assumptions(share: Share) -> list[str]:
             f"Share speed: assumed, not measured: {sp.nominal:g} (the nominal CPU-time "
             "fraction; no calibration on the full target). A time-sliced core costs more "
             "CPU per request than a whole one, so the share's real speed is likely lower, "
-            "and a prediction scaled by this one likely too low."
+            "and a prediction scaled by this one too low unless the share model's bias, "
+            "fitted for shares at their nominal speed, corrects it (the intervals, below)."
         )
     else:
         busy = sp.full_target_busy

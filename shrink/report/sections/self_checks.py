@@ -74,8 +74,9 @@ def _speed_items(share: Share | None) -> list[list[str]]:
         text = (
             f"{share.cpu_fraction:g} of the full target's, **assumed** (its nominal "
             "CPU-time fraction, not measured; nothing ran on the full target): a "
-            "time-sliced core costs more per request, so the prediction is "
-            "likely low; calibrate if the full target can run lightly"
+            "time-sliced core costs more per request, so the scaled runs read "
+            "low, as far as the share model's fitted bias does not correct them; "
+            "calibrate if the full target can run lightly"
         )
     else:
         busy = sp.full_target_busy
