@@ -163,3 +163,51 @@ def test_header_only_and_udp_only_captures(tmp_path: Path) -> None:
         tr = _read(tmp_path, udp, engine=engine)
         assert isinstance(tr, Trace) and len(tr) == 0
         assert tr.meta["skipped_kinds"] == {"udp": 1} and tr.meta["skipped_lines"] == [1]
+
+
+def _blocks(data: bytes) -> list[tuple[int, int, int]]:
+    """(offset, type, length) of each block of a little-endian pcapng file."""
+    import struct
+
+    out, off = [], 0
+    while off < len(data):
+        btype, blen = struct.unpack_from("<II", data, off)
+        out.append((off, btype, blen))
+        off += blen
+    return out
+
+
+@pytest.mark.parametrize("engine", ["fast", "scapy"])
+def test_pcapng_packet_block_of_an_undeclared_interface(
+    tmp_path: Path, captures: dict[str, bytes], engine: str
+) -> None:
+    import struct
+
+    data = captures["pcapng"]
+    whole = _read(tmp_path, data, engine=engine)
+    assert isinstance(whole, Trace)
+    # A copy of the third packet's block, naming interface 7 (the section has one),
+    # goes in before the third packet (block 4: after the SHB, the IDB and two packets).
+    off, btype, blen = _blocks(data)[4]
+    assert btype == 6
+    stray = bytearray(data[off : off + blen])
+    struct.pack_into("<I", stray, 8, 7)
+    # And a simple packet block before the interface is described: packet 1.
+    spb_body = struct.pack("<I", 60) + bytes(60)
+    spb = (
+        struct.pack("<II", 3, 12 + len(spb_body)) + spb_body + struct.pack("<I", 12 + len(spb_body))
+    )
+    shb_len = _blocks(data)[0][2]
+    edited = data[:shb_len] + spb + data[shb_len:off] + bytes(stray) + data[off:]
+    tr = _read(tmp_path, edited, engine=engine)
+    assert isinstance(tr, Trace)
+    assert "damage" not in tr.meta  # read to the end
+    assert str(tr.table.to_pylist()) == str(whole.table.to_pylist())  # NaN: no response
+    assert tr.meta["packets"] == whole.meta["packets"] + 2
+    assert tr.meta["skipped_kinds"] == {**whole.meta["skipped_kinds"], "undeclared-interface": 2}
+    assert {1, 4} <= set(tr.meta["skipped_lines"])
+    err = _read(tmp_path, data[:off] + bytes(stray) + data[off:], strict=True, engine=engine)
+    assert isinstance(err, CaptureFormatError)
+    assert (err.record, err.offset) == (3, off) and "interface" in str(err)
+    err = _read(tmp_path, edited, strict=True, engine=engine)
+    assert isinstance(err, CaptureFormatError) and (err.record, err.offset) == (1, shb_len)

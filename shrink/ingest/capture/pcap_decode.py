@@ -16,7 +16,7 @@ from collections import Counter
 import numpy as np
 
 from shrink.ingest.capture.ip_fragments import Fragment, defragment
-from shrink.ingest.capture.pcap_files import RawRecords
+from shrink.ingest.capture.pcap_files import NO_INTERFACE, RawRecords
 from shrink.ingest.capture.pcap_walk import FRAME, gather
 from shrink.ingest.capture.pcap_words import Words, b, be16, be32, ip_addresses, le32
 from shrink.ingest.capture.tcp_segments import Segments
@@ -148,7 +148,9 @@ def _general(
     n = len(recs)
     end = recs.data_off + recs.caplen
     l3, ver = _link(word, recs, end)
-    skipped["unsupported-link"] += int(np.count_nonzero(ver < 0))
+    undeclared = recs.linktype == NO_INTERFACE
+    skipped["undeclared-interface"] += int(np.count_nonzero(undeclared))
+    skipped["unsupported-link"] += int(np.count_nonzero((ver < 0) & ~undeclared))
     skipped["non-ip"] += int(np.count_nonzero(ver == 0))
     idx = np.flatnonzero(ver > 0)
     if idx.size < n:

@@ -12,6 +12,9 @@ A damaged file (truncated record, impossible record length, bad block) stops
 the walk at the first bad record: strict readers raise
 :class:`~shrink.errors.CaptureFormatError` with the record number and byte
 offset, lenient readers keep every record before it and say where it stopped.
+A pcapng packet block whole but naming an interface its section never described
+is no damage to the file: lenient readers skip that packet and count it
+(``undeclared-interface``), strict ones refuse it at its byte offset.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from shrink.ingest.capture.pcap_walk import (
 __all__ = [
     "MAX_HELD",
     "MAX_NS",
+    "NO_INTERFACE",
     "PCAPNG_MAGIC",
     "PCAP_MAGICS",
     "RawRecords",
@@ -61,6 +65,9 @@ GZIP_MAGIC = b"\x1f\x8b"
 # The largest record tshark accepts; a longer one is garbage, not a packet.
 MAX_RECORD = 262_144
 MAX_NS = (1 << 63) - 1  # times are int64 nanoseconds
+# Link type of a pcapng packet block naming an interface its section never described:
+# no link type is negative, so the decoder skips it by this alone.
+NO_INTERFACE = -1
 # A gzip capture is inflated into memory; a larger one is read far cheaper gunzipped
 # (mapped from disk), so past this it is refused, not held.
 MAX_INFLATED = 1 << 30
@@ -352,122 +359,132 @@ def _tsresol(opts: bytes, endian: str) -> int:
     return 1_000_000
 
 
+@dataclass
+class _Packets:
+    """The packet records a pcapng walk has found so far, as parallel lists."""
+
+    offs: list[int] = field(default_factory=list)
+    caps: list[int] = field(default_factory=list)
+    wires: list[int] = field(default_factory=list)
+    tss: list[int] = field(default_factory=list)
+    lts: list[int] = field(default_factory=list)
+
+    def add(self, off: int, cap: int, wire: int, ts: int, lt: int) -> None:
+        self.offs.append(off)
+        self.caps.append(cap)
+        self.wires.append(wire)
+        self.tss.append(ts)
+        self.lts.append(lt)
+
+    def last_ts(self) -> int:
+        return self.tss[-1] if self.tss else 0
+
+
+def _block_header(data: np.ndarray, n: int, off: int, endian: str) -> tuple[str, int, int] | str:
+    """(byte order, type, length) of the block at ``off``, or what is wrong with it.
+
+    A section header sets the byte order of every block up to the next one.
+    """
+    if off + 12 > n:
+        return f"block header cut short ({n - off} bytes left)"
+    if bytes(data[off : off + 4]) == PCAPNG_MAGIC:
+        bom = bytes(data[off + 8 : off + 12])
+        if bom not in (b"\x4d\x3c\x2b\x1a", b"\x1a\x2b\x3c\x4d"):
+            return "section header has a bad byte-order magic"
+        endian = "<" if bom == b"\x4d\x3c\x2b\x1a" else ">"
+    btype, blen = struct.unpack_from(endian + "II", data, off)
+    if blen < 12 or blen % 4 or off + blen > n:
+        return f"block of type {btype:#x} has a bad length {blen} ({n - off} bytes left)"
+    if struct.unpack_from(endian + "I", data, off + blen - 4)[0] != blen:
+        return f"block of type {btype:#x} has mismatched lengths"
+    if blen < {1: 20, 6: 32, 2: 32, 3: 16}.get(btype, 12):
+        return f"block of type {btype:#x} is too short ({blen} bytes)"
+    return endian, btype, blen
+
+
+def _packet_block(
+    data: np.ndarray,
+    off: int,
+    btype: int,
+    blen: int,
+    endian: str,
+    ifaces: list[tuple[int, int, int]],
+    out: _Packets,
+    strict: bool,
+) -> str | None:
+    """Add the packet of an enhanced (6), obsolete (2) or simple (3) packet block to
+    ``out``; what is wrong with the block when the walk stops at it.
+
+    A block naming an interface its section never described is whole, so a lenient
+    walk goes on past it: it becomes a record of link type :data:`NO_INTERFACE`, which
+    the decoder skips and counts, and every later packet keeps its number. A strict
+    walk stops at it.
+    """
+    body = off + 8
+    if btype == 3:  # simple packet: no timestamp, first interface
+        wire = struct.unpack_from(endian + "I", data, body)[0]
+        if not ifaces:
+            if strict:
+                return "simple packet block before any interface description block"
+            out.add(body + 4, 0, wire, out.last_ts(), NO_INTERFACE)
+            return None
+        lt, _, snap = ifaces[0]
+        out.add(body + 4, min(wire, snap or wire, blen - 16), wire, out.last_ts(), lt)
+        return None
+    ifid, hi, lo, cap, wire = struct.unpack_from(endian + "5I", data, body)
+    ifid = ifid if btype == 6 else struct.unpack_from(endian + "H", data, body)[0]
+    if 20 + cap > blen - 12:
+        return f"packet block's captured length {cap} overruns its block ({blen} bytes)"
+    if ifid >= len(ifaces):
+        if strict:
+            return (
+                f"packet block names interface {ifid}, but its section describes "
+                f"{len(ifaces)} (no interface description block for it)"
+            )
+        out.add(body + 20, cap, wire, out.last_ts(), NO_INTERFACE)
+        return None
+    lt, tick, _ = ifaces[ifid]
+    ts = ((hi << 32) | lo) * 1_000_000_000 // tick
+    if ts > MAX_NS:
+        return "packet time beyond the year 2262 (bad if_tsresol?)"
+    out.add(body + 20, cap, wire, ts, lt)
+    return None
+
+
 def _read_pcapng(data: np.ndarray, n: int, path: Path, strict: bool) -> RawRecords:
     """Walk pcapng blocks: section headers, interfaces, packets (enhanced, simple, obsolete)."""
     off = 0
     endian = "<"
     ifaces: list[tuple[int, int, int]] = []  # linktype, ticks/s, snaplen
-    offs: list[int] = []
-    caps: list[int] = []
-    wires: list[int] = []
-    tss: list[int] = []
-    lts: list[int] = []
+    out = _Packets()
     damage = None
     skipped_blocks = 0
     while off < n:
-        if off + 12 > n:
-            damage, _ = _damaged(
-                f"block header cut short ({n - off} bytes left)", path, len(offs) + 1, off, strict
-            )
+        head = _block_header(data, n, off, endian)
+        if isinstance(head, str):
+            damage, _ = _damaged(head, path, len(out.offs) + 1, off, strict)
             break
-        btype = bytes(data[off : off + 4])
-        if btype == PCAPNG_MAGIC:
-            bom = bytes(data[off + 8 : off + 12])
-            if bom == b"\x4d\x3c\x2b\x1a":
-                endian = "<"
-            elif bom == b"\x1a\x2b\x3c\x4d":
-                endian = ">"
-            else:
-                damage, _ = _damaged(
-                    "section header has a bad byte-order magic", path, len(offs) + 1, off, strict
-                )
-                break
+        endian, btype, blen = head
+        if btype == 0x0A0D0D0A:
             ifaces = []
-        btype_i, blen = struct.unpack_from(endian + "II", data, off)
-        if blen < 12 or blen % 4 or off + blen > n:
-            damage, _ = _damaged(
-                f"block of type {btype_i:#x} has a bad length {blen} ({n - off} bytes left)",
-                path,
-                len(offs) + 1,
-                off,
-                strict,
-            )
-            break
-        if struct.unpack_from(endian + "I", data, off + blen - 4)[0] != blen:
-            damage, _ = _damaged(
-                f"block of type {btype_i:#x} has mismatched lengths",
-                path,
-                len(offs) + 1,
-                off,
-                strict,
-            )
-            break
-        body = off + 8
-        need = {1: 20, 6: 32, 2: 32, 3: 16}.get(btype_i, 12)
-        if blen < need:
-            damage, _ = _damaged(
-                f"block of type {btype_i:#x} is too short ({blen} bytes)",
-                path,
-                len(offs) + 1,
-                off,
-                strict,
-            )
-            break
-        if btype_i == 1:  # interface description
-            lt, snap = struct.unpack_from(endian + "HxxI", data, body)
-            ifaces.append((lt, _tsresol(bytes(data[body + 8 : off + blen - 4]), endian), snap))
-        elif btype_i in (6, 2):  # enhanced packet; 2: older writers' block (16-bit if id)
-            ifid, hi, lo, cap, wire = struct.unpack_from(endian + "5I", data, body)
-            ifid = ifid if btype_i == 6 else struct.unpack_from(endian + "H", data, body)[0]
-            if ifid >= len(ifaces) or 20 + cap > blen - 12:
-                damage, _ = _damaged(
-                    "enhanced packet block names no interface or overruns its block",
-                    path,
-                    len(offs) + 1,
-                    off,
-                    strict,
-                )
+        elif btype == 1:  # interface description
+            lt, snap = struct.unpack_from(endian + "HxxI", data, off + 8)
+            ifaces.append((lt, _tsresol(bytes(data[off + 16 : off + blen - 4]), endian), snap))
+        elif btype in (6, 2, 3):  # 2: older writers' packet block (16-bit interface id)
+            problem = _packet_block(data, off, btype, blen, endian, ifaces, out, strict)
+            if problem is not None:
+                damage, _ = _damaged(problem, path, len(out.offs) + 1, off, strict)
                 break
-            lt, tick, _ = ifaces[ifid]
-            ts = ((hi << 32) | lo) * 1_000_000_000 // tick
-            if ts > MAX_NS:
-                damage, _ = _damaged(
-                    "packet time beyond the year 2262 (bad if_tsresol?)",
-                    path,
-                    len(offs) + 1,
-                    off,
-                    strict,
-                )
-                break
-            offs.append(body + 20)
-            caps.append(cap)
-            wires.append(wire)
-            tss.append(ts)
-            lts.append(lt)
-        elif btype_i == 3:  # simple packet: no timestamp, first interface
-            if not ifaces:
-                damage, _ = _damaged(
-                    "simple packet block before any interface", path, len(offs) + 1, off, strict
-                )
-                break
-            wire = struct.unpack_from(endian + "I", data, body)[0]
-            lt, _, snap = ifaces[0]
-            cap = min(wire, snap or wire, blen - 16)
-            offs.append(body + 4)
-            caps.append(cap)
-            wires.append(wire)
-            tss.append(tss[-1] if tss else 0)
-            lts.append(lt)
-        elif btype_i != 0x0A0D0D0A:
+        else:
             skipped_blocks += 1
         off += blen
     return RawRecords(
         buf=data,
-        data_off=np.asarray(offs, dtype=np.int64),
-        caplen=np.asarray(caps, dtype=np.int64),
-        wirelen=np.asarray(wires, dtype=np.int64),
-        ts_ns=np.asarray(tss, dtype=np.int64),
-        linktype=np.asarray(lts, dtype=np.int64),
+        data_off=np.asarray(out.offs, dtype=np.int64),
+        caplen=np.asarray(out.caps, dtype=np.int64),
+        wirelen=np.asarray(out.wires, dtype=np.int64),
+        ts_ns=np.asarray(out.tss, dtype=np.int64),
+        linktype=np.asarray(out.lts, dtype=np.int64),
         fmt="pcapng",
         damage=damage,
         notes={"pcapng_other_blocks": skipped_blocks} if skipped_blocks else {},

@@ -12,6 +12,7 @@ import socket
 import struct
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -212,7 +213,7 @@ class _Collector:
 
 def scapy_segments(path: Path, *, strict: bool) -> tuple[Segments, str, str | None]:
     """(segments, file format, damage) read with scapy's RawPcapReader/RawPcapNgReader."""
-    from scapy.utils import RawPcapNgReader, RawPcapReader
+    from scapy.utils import RawPcapReader
 
     data, gz_damage = load_bytes(path, strict=strict)
     fmt = capture_format(data, path)
@@ -242,27 +243,84 @@ def scapy_segments(path: Path, *, strict: bool) -> tuple[Segments, str, str | No
         if fh.tell() != len(data):
             damage = _damage(path, data, fh.tell(), packets + 1, strict)
     else:
-        try:
-            reader = RawPcapNgReader(fh)
-        except Exception as exc:  # scapy raises its own Scapy_Exception
-            raise CaptureFormatError(f"unreadable pcapng ({exc})", path=path, offset=0) from exc
-        while True:
-            pos = fh.tell()
-            try:
-                raw, meta = reader._read_packet(size=MAX_RECORD)
-            except EOFError:
-                break
-            ts = ((meta.tshigh << 32) | meta.tslow) * 1_000_000_000 // meta.tsresol
-            if ts > MAX_NS:
-                break
-            packets += 1
-            truncated += len(raw) < meta.wirelen
-            col.add_or_skip(packets, ts, raw, meta.linktype)
-        if fh.tell() != len(data):
-            damage = _damage(path, data, pos, packets + 1, strict)
+        packets, truncated, damage = _read_pcapng(data, path, strict, col)
     if gz_damage and not damage:
         damage = f"{path}: {gz_damage}"
     return col.segments(packets, truncated), fmt, damage
+
+
+def _read_pcapng(
+    data: bytes, path: Path, strict: bool, col: _Collector
+) -> tuple[int, int, str | None]:
+    """(packets, truncated, damage) of a pcapng file, its packets added to ``col``."""
+    fh = io.BytesIO(data)
+    try:
+        reader = _pcapng_reader(fh, len(data))
+    except Exception as exc:  # scapy raises its own Scapy_Exception
+        raise CaptureFormatError(f"unreadable pcapng ({exc})", path=path, offset=0) from exc
+    packets = truncated = 0
+    while True:
+        pos = fh.tell()
+        try:
+            got = reader._read_packet(size=MAX_RECORD)
+        except EOFError:
+            got = None
+        for at in reader.undeclared:  # blocks before this packet, numbered before it
+            packets += 1
+            if strict:
+                raise CaptureFormatError(
+                    "packet block names an interface its section never described",
+                    path=path,
+                    record=packets,
+                    offset=at,
+                )
+            col.skipped["undeclared-interface"] += 1
+            col.skipped_pkts.append(packets)
+        reader.undeclared.clear()
+        if got is None:
+            break
+        raw, meta = got
+        ts = ((meta.tshigh << 32) | meta.tslow) * 1_000_000_000 // meta.tsresol
+        if ts > MAX_NS:
+            break
+        packets += 1
+        truncated += len(raw) < meta.wirelen
+        col.add_or_skip(packets, ts, raw, meta.linktype)
+    damage = None
+    if fh.tell() != len(data):
+        damage = _damage(path, data, pos, packets + 1, strict)
+    return packets, truncated, damage
+
+
+def _pcapng_reader(fh: io.BytesIO, size: int) -> Any:
+    """scapy's pcapng reader, but a whole packet block naming an interface its section
+    never described is passed over and its offset noted in ``undeclared`` (as the
+    fast reader counts it), where scapy's versions skip it unnoted or fail on it."""
+    from scapy.utils import RawPcapNgReader
+
+    class Reader(RawPcapNgReader):  # type: ignore[misc]
+        def __init__(self, *args: Any) -> None:  # scapy's metaclass passes three
+            self.undeclared: list[int] = []
+            super().__init__(*args)
+
+        def _read_block(self, size: int = MAX_RECORD) -> Any:
+            start = self.f.tell()
+            head = self.f.read(12)
+            self.f.seek(start)
+            if len(head) == 12:
+                btype, blen, ifid = struct.unpack(self.endian + "III", head)
+                if btype == 2:  # the obsolete block's interface id is 16 bits
+                    ifid = struct.unpack(self.endian + "H", head[8:10])[0]
+                ifid = 0 if btype == 3 else ifid  # a simple block's is the first
+                whole = blen >= 12 and start + blen <= size_of_file
+                if btype in (2, 3, 6) and whole and ifid >= len(self.interfaces):
+                    self.undeclared.append(start)
+                    self.f.seek(start + blen)
+                    return None
+            return super()._read_block(size=size)
+
+    size_of_file = size
+    return Reader(fh)
 
 
 def _damage(path: Path, data: bytes, offset: int, record: int, strict: bool) -> str:

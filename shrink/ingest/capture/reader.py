@@ -18,7 +18,8 @@ rows, slower, and is what the tests compare the fast engine against.
 
 Meta: ``reader``, ``source``, ``format``, ``link_types``, ``packets``,
 ``skipped`` (packets not used: not TCP over IP, or in a connection that is not
-HTTP, or a fragment of an IP datagram never completed (``ip-fragment``); by
+HTTP, or a fragment of an IP datagram never completed (``ip-fragment``), or a
+pcapng packet block naming an interface never described (``undeclared-interface``); by
 kind in ``skipped_kinds``, numbers in ``skipped_lines``),
 ``truncated`` (records cut by the snapshot length), ``missing_bytes`` (stream
 bytes never captured), ``requests`` and ``responses`` (counted as tshark counts
@@ -48,7 +49,7 @@ from shrink.errors import ParameterError
 from shrink.ingest.capture.http_parse import parse_http
 from shrink.ingest.capture.http_sessions import parse_sessions, sessionize
 from shrink.ingest.capture.pcap_decode import LINKTYPES, decode_records
-from shrink.ingest.capture.pcap_files import read_records
+from shrink.ingest.capture.pcap_files import NO_INTERFACE, read_records
 from shrink.ingest.capture.tcp_reassembly import reassemble
 from shrink.ingest.capture.tcp_segments import Segments
 from shrink.trace import Trace
@@ -72,7 +73,8 @@ def read_segments(
         return seg, {"format": fmt, "damage": damage, "reader": "capture-scapy"}
     recs = read_records(path, strict=strict)
     seg = decode_records(recs)
-    links = sorted({LINKTYPES.get(int(x), str(int(x))) for x in set(recs.linktype.tolist())})
+    types = set(recs.linktype.tolist()) - {NO_INTERFACE}
+    links = sorted({LINKTYPES.get(int(x), str(int(x))) for x in types})
     return seg, {
         "format": recs.fmt,
         "damage": recs.damage,

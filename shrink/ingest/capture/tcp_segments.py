@@ -17,6 +17,7 @@ __all__ = ["SKIP_KINDS", "Segments"]
 # Kinds of packets a capture reader skips, in the order reports list them.
 SKIP_KINDS = (
     "unsupported-link",
+    "undeclared-interface",  # a pcapng packet block naming no described interface
     "non-ip",
     "ip-fragment",  # a fragment of an IP datagram never completed
     "udp",
