@@ -213,6 +213,21 @@ def test_a_simulator_parameter_the_engine_cannot_compute_with_is_refused(
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("param", "shown"),
+    [
+        ("statc_cv=1", "--param: unknown simulator parameter 'statc_cv'; known: accept_policy,"),
+        ("static_cv", "--param: 'static_cv', must be NAME=VALUE."),
+    ],
+)
+def test_a_simulator_parameter_of_no_such_name_is_refused_naming_the_option(
+    tmp_path: Path, param: str, shown: str
+) -> None:
+    # It said "unknown simulator parameter(s) ['statc_cv']", exit 1, naming no option.
+    code, text = _sim_run(tmp_path, "--param", param)
+    assert code == 2 and text.startswith(f"error: {shown}") and text.count("error") == 1, text
+
+
 def _sim_run(tmp_path: Path, *options: str) -> tuple[int, str]:
     from typer.testing import CliRunner
 

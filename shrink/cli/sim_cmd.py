@@ -57,16 +57,23 @@ MAX_WINDOW_REQUESTS = 2_000_000
 
 
 def _params(items: list[str] | None) -> Any:
+    from dataclasses import fields
+
     from shrink.checks import parse_number
     from shrink.sim.params import SimParams
 
     p = SimParams()
+    known = sorted(f.name for f in fields(p))
     changes: dict[str, Any] = {}
     for item in items or []:
         if "=" not in item:
-            raise ParameterError(f"--param {item!r}, must be NAME=VALUE.")
+            raise OptionError("--param", f"{item!r}, must be NAME=VALUE.")
         k, v = (x.strip() for x in item.split("=", 1))
-        cur = getattr(p, k, None)
+        if k not in known:
+            raise OptionError(
+                "--param", f"unknown simulator parameter {k!r}; known: {', '.join(known)}"
+            )
+        cur = getattr(p, k)
         if isinstance(cur, bool):
             # Any other word was read as false: cross_socket=ture turned the effects off.
             if v.lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
