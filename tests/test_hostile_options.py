@@ -34,12 +34,17 @@ def _synth_support(tmp_path: Path, *options: str) -> tuple[int, str]:
 
 def test_a_vanishing_dynamic_fraction_is_refused_by_name(tmp_path: Path) -> None:
     # 1e-320 asked for inf images a page: OverflowError in the message itself, exit 70.
-    for value in ("1e-320", "1e-300"):
+    # 1e-5 was refused as "n_images == 64, must be at least 99999", exit 1: a name no
+    # option has, and a value no option sets.
+    for value in ("1e-320", "1e-300", "1e-5", "0.0153"):
         code, text = _synth_support(tmp_path, "--dynamic-fraction", value)
-        assert code == 2 and "--dynamic-fraction: dynamic_fraction ==" in text, text
-        assert "too small" in text, text
-    code, text = _synth_support(tmp_path, "--dynamic-fraction", "1e-5")
-    assert code == 1 and "n_images == 64, must be at least 99999" in text, text
+        assert code == 2, text
+        assert text == (
+            f"error: --dynamic-fraction: dynamic_fraction == {float(value):g}, must be at "
+            "least 0.0154 with these transitions: a page embeds at most 64 images."
+        )
+    code, text = _synth_support(tmp_path, "--dynamic-fraction", "0.0154")  # the least works
+    assert code == 0, text
 
 
 def test_download_directories_past_what_a_site_may_hold_are_refused(tmp_path: Path) -> None:

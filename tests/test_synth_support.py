@@ -239,7 +239,8 @@ def test_bad_parameters_name_themselves():
     with pytest.raises(ParameterError, match="other params"):
         synth_support(10, 10, site=build_site(SupportParams(), 20))
     p = replace(SupportParams(), n_images=4)
-    with pytest.raises(ParameterError, match="n_images == 4"):
+    least = r"dynamic_fraction == 0.05, must be at least 0.1977 .* at most 4 images"
+    with pytest.raises(ParameterError, match=least):
         images_per_page(p)
 
 

@@ -314,15 +314,16 @@ def images_per_page(params: SupportParams) -> np.ndarray:
         raise ParameterError("image_weight == 0 for every visited page, cannot add images.")
     with np.errstate(over="ignore", invalid="ignore"):
         m = weight * (needed / base if base > 0 else 0.0)
-    least = float(np.ceil(m).max())
-    if not least <= params.n_images:
-        # A fraction near 0 (1e-320) asks for an overflowing count of images: say so.
+    if not float(np.ceil(m).max()) <= params.n_images:
+        # Named as the value the user gave (the image pool is no option), with the
+        # smallest fraction the pool allows: most images on the heaviest page. A fraction
+        # near 0 (1e-320) asks for an overflowing count of images (m is inf or NaN).
+        c_most = params.n_images / float(weight.max())
+        least = float(v_page.sum()) / float(v_page.sum() + c_most * base + v_dl)
+        shown = math.ceil(least * 10_000) / 10_000  # rounded up: it is allowed
         raise ParameterError(
-            f"n_images == {params.n_images}, must be at least {int(least)} "
-            f"for dynamic_fraction {params.dynamic_fraction:g}."
-            if least < 1e9
-            else f"dynamic_fraction == {params.dynamic_fraction:g}, too small: a page "
-            f"would need over a billion images (n_images == {params.n_images})."
+            f"dynamic_fraction == {params.dynamic_fraction:g}, must be at least {shown:g} "
+            f"with these transitions: a page embeds at most {params.n_images} images."
         )
     # Check the calibration: the closed form must give back the parameter.
     share = v_page.sum() / (v_page @ (1.0 + m) + v_dl)
