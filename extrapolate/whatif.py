@@ -211,7 +211,9 @@ def dynamic_sweep(
     names: Sequence[str],
     fractions: Sequence[float] = SWEEP_FRACTIONS,
 ) -> dict[str, Any]:
-    """Mean-threshold MAT of each mapping as the dynamic fraction varies; the best per point."""
+    """Mean-threshold MAT of each mapping as the dynamic fraction varies; the best per point
+    (None where no mapping meets the threshold at any load: a MAT of 0 is none to deploy,
+    as :func:`shrink.recommend.recommend` rules)."""
     rows = []
     for f in fractions:
         wl = workload.with_dynamic_fraction(float(f))
@@ -221,10 +223,13 @@ def dynamic_sweep(
             )
             for n in names
         }
-        rows.append({"dynamic_fraction": float(f), "mat": mats, "best": max(mats, key=mats.get)})
+        best = max(mats, key=mats.get)
+        rows.append(
+            {"dynamic_fraction": float(f), "mat": mats, "best": best if mats[best] > 0 else None}
+        )
     crossovers = []
     for a, b in itertools.pairwise(rows):
-        if a["best"] != b["best"]:
+        if None not in (a["best"], b["best"]) and a["best"] != b["best"]:
             crossovers.append(_crossover(machine, workload, physics, names, a, b))
     return {"stat": "mean", "rows": rows, "crossovers": crossovers}
 
@@ -273,6 +278,6 @@ def calibration_summary(model: CrossSocketModel) -> dict[str, Any]:
     }
 
 
-def best_mapping_by_fraction(sweep: dict[str, Any]) -> list[tuple[float, str]]:
+def best_mapping_by_fraction(sweep: dict[str, Any]) -> list[tuple[float, str | None]]:
     """(dynamic fraction, best mapping) pairs from a sweep."""
     return [(r["dynamic_fraction"], r["best"]) for r in sweep["rows"]]

@@ -66,10 +66,14 @@ def recommend(
     bounds = tuple(
         n for n in ranked if (sp := mappings[n].stats.get(stat)) is not None and sp.is_bound
     )
+    b = mappings[ranked[0]].stats.get(stat)
     if len(ranked) == 1:
+        # One mapping, but no load meets the threshold: nothing to deploy, as with several.
+        if b is not None and b.mat is not None and b.mat <= 0 and not b.is_bound:
+            return Recommendation(None, "zero", stat, bounds=bounds)
         return Recommendation(ranked[0], "only", stat, bounds=bounds)
     best, runner = ranked[0], ranked[1]
-    b, r = mappings[best].stats.get(stat), mappings[runner].stats.get(stat)
+    r = mappings[runner].stats.get(stat)
     rb = _range(b)
     if rb is None:
         return Recommendation(None, "none", stat, bounds=bounds)

@@ -294,9 +294,25 @@ def test_whatif_sweep_finds_where_the_best_mapping_changes(published):
     d = whatif(NEHALEM, published.workloads_["support"], published).to_dict()
     assert d["recommended"] == "1-replica"
     rows = d["sweep"]["rows"]
-    assert rows[0]["best"] == "2-replica-direct" and rows[-1]["best"] == "1-replica"
+    assert rows[0]["best"] == "2-replica-direct" and rows[-2]["best"] == "1-replica"
+    # All PHP pages (5.65 ms each) never meet the 5 ms mean: no mapping is best there.
+    assert rows[-1]["dynamic_fraction"] == 1 and rows[-1]["best"] is None
     (cross,) = d["sweep"]["crossovers"]
     assert 0 < cross["dynamic_fraction"] < 0.05
+
+
+def test_a_mapping_no_load_serves_under_the_threshold_is_not_recommended(published):
+    # One socket of 1 core under tcp's 0.5 ms mean: past 5% PHP pages (5.65 ms each) no
+    # load meets the threshold. The sweep named 1-replica best there all the same, and a
+    # machine past the model's peak (MAT 0 everywhere) had its only mapping recommended.
+    d = whatif(Machine("one", 1, 1), published.workloads_["tcp"], published).to_dict()
+    assert d["recommended"] == "1-replica"
+    best = {r["dynamic_fraction"]: r["best"] for r in d["sweep"]["rows"]}
+    assert best[0.0] == "1-replica" and best[0.5] is None and best[1.0] is None
+    assert d["sweep"]["crossovers"] == []
+    huge = whatif(Machine("huge", 1, 4096), published.workloads_["tcp"], published, sweep=False)
+    assert huge.mappings["1-replica"].stats["mean"].mat == 0
+    assert huge.recommended is None and "MAT 0" in huge.reason
 
 
 def test_workload_from_trace_uses_its_mix():

@@ -73,7 +73,7 @@ def _print_prediction(d: dict[str, Any], title: str) -> None:
         typer.echo(line)
     sweep = d.get("sweep")
     if sweep:
-        rows = ", ".join(f"{r['dynamic_fraction']:g}:{r['best']}" for r in sweep["rows"])
+        rows = ", ".join(f"{r['dynamic_fraction']:g}:{r['best'] or 'none'}" for r in sweep["rows"])
         typer.echo(f"best mapping by dynamic fraction: {rows}")
         for c in sweep["crossovers"]:
             typer.echo(
