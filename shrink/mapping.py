@@ -120,7 +120,8 @@ def build_mapping(
     m = _K_REPLICA.match(name)
     if not m:
         raise TopologyError(
-            f"mapping == {name!r}, must be one of {', '.join(BUILTIN_MAPPINGS)} or K-replica"
+            f"mapping == {name!r}, must be one of {', '.join(BUILTIN_MAPPINGS)} or K-replica, "
+            "K a number of replicas (4-replica)"
         )
     k = int(m.group(1))
     feed = m.group(2) or ("spread" if k == 1 else "direct")
@@ -167,7 +168,10 @@ def build_mapping(
     return Mapping(name, tuple(replicas))
 
 
-_NAMES_HELP = f"{', '.join(BUILTIN_MAPPINGS)} or K-replica[-direct|-indirect]"
+_NAMES_HELP = (
+    f"{', '.join(BUILTIN_MAPPINGS)} or K-replica[-direct|-indirect], K a number of replicas "
+    "(4-replica)"
+)
 
 
 def check_mapping_names(names: tuple[str, ...] | list[str], option: str = "--mappings") -> None:

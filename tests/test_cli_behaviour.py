@@ -125,6 +125,24 @@ def test_predict_refuses_a_mapping_before_any_run(tmp_path, trace_file, mapping,
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    "mapping, accepted",
+    [("K-replica", "K a number of replicas (4-replica)"), ("3-replica", "4-replica, 8-replica")],
+)
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_sim_run_and_sweep_refuse_a_mapping_as_the_option(
+    tmp_path, trace_file, mapping, accepted, command
+):
+    # They said "mapping == 'K-replica', must be one of ... or K-replica", exit 1, naming
+    # no option and accepting what it refused; sim scaling and predict said --mapping(s).
+    out = tmp_path / "out"
+    more = ["--levels", "1"] if command == "sweep" else []
+    r = run("sim", command, trace_file, "--machine", SPEC, "--mapping", mapping, "-o", out, *more)
+    assert r.exit_code == 2, r.output
+    assert r.output.startswith("error: --mapping: ") and accepted in r.output, r.output
+    assert not out.exists()
+
+
 def test_warmup_0s_is_accepted(tmp_path, trace_file):
     out = tmp_path / "c.json"
     r = _sim_sweep(trace_file, out, "--warmup", "0s", "--duration", "1s")

@@ -86,6 +86,22 @@ def _params(items: list[str] | None) -> Any:
     return p.with_(**changes)
 
 
+def _sim_target(machine: Path, mapping: str, share: str, param: list[str] | None) -> Any:
+    """The simulated server of ``sim run`` and ``sim sweep``. A mapping the share's CPUs
+    cannot give is the refused value of --mapping (exit 2), naming those they can, as
+    ``sim scaling`` and ``predict`` refuse it."""
+    from shrink.machine import Machine
+    from shrink.mapping import check_mappings
+    from shrink.share import Share
+    from shrink.sim.target import SimTarget
+
+    params = _params(param)
+    m = Machine.read_toml(machine)
+    parsed = Share.parse(share, m) if share else None
+    check_mappings([mapping], m, (parsed or Share.all_of(m)).cpus, "--mapping")
+    return SimTarget(m, mapping, parsed, params)
+
+
 def _workload(spec: str, seed: int) -> Any:
     from shrink.sim.workloads import support_trace, tcp_trace
     from shrink.trace import Trace
@@ -328,12 +344,11 @@ def run_cmd(
     with cli_errors():
         output_path(output, inputs=(trace, machine))
         from shrink.measure import level_stats
-        from shrink.sim.target import SimTarget
         from shrink.trace import Trace
 
         with as_option("--rate-factor"):
             check_positive(rate_factor, "rate factor")
-        target = SimTarget.from_toml(machine, mapping, share, _params(param))
+        target = _sim_target(machine, mapping, share, param)
         res = target.run(
             Trace.read_parquet(trace),
             rate_factor=rate_factor,
@@ -394,11 +409,10 @@ def sweep_cmd(
         w = parse_duration_option(warmup, "warmup", zero_ok=True)
         d = parse_duration_option(duration, "duration", least=MIN_WINDOW_S)
         from shrink.measure import sweep
-        from shrink.sim.target import SimTarget
         from shrink.trace import Trace
 
         lv = _levels(levels, knob)
-        target = RecordingTarget(SimTarget.from_toml(machine, mapping, share, _params(param)))
+        target = RecordingTarget(_sim_target(machine, mapping, share, param))
         tr = Trace.read_parquet(trace)
         curve = sweep(
             target,
