@@ -53,9 +53,13 @@ MODEL_ERROR = ROOT / "shrink" / "data" / "model_error.json"
 sys.path.insert(0, str(ROOT))
 from shrink.scaling import CALIBRATION  # noqa: E402
 from shrink.scaling.transform import NOMINAL, NOMINAL_ENTRY  # noqa: E402
+from shrink.selfchecks import QUIET_OTHER_CPU  # noqa: E402
 from shrink.uncertainty import ErrorBudget, interval  # noqa: E402
 
 STATS = ("mean", "p999")
+# The report's self-check of other work on the share's CPUs fails over this: such a run
+# is not a measurement of the method.
+NOT_QUIET = QUIET_OTHER_CPU
 
 # Each configuration: keys that replace shrink.demo.DEMO's. "thresholds": None means
 # the light-load rule (shrink.demo.light_load_thresholds), fixed before any run.
@@ -172,6 +176,7 @@ def row(out: Path, seconds: float | None = None) -> dict[str, Any]:
         "full_target_use": _extra(pred, "full_target_use"),
         "generator_kept_up": (pred.get("self_checks") or {}).get("generator_kept_up"),
         "max_generator_cpu": (pred.get("self_checks") or {}).get("max_generator_cpu"),
+        "max_other_cpu": (pred.get("self_checks") or {}).get("max_other_cpu"),
         "host_spread": _host_spread(out),
         "calibrated_over_busy": _calibrated_over_busy(out, pred),
         "host_after_over_beside": _host_moved(out),
@@ -522,6 +527,14 @@ def _recomputed(rows: list[dict[str, Any]], cell: dict[str, Any]) -> bool:
     return any(r.get("recomputed") and r["dir"] == cell["run"] for r in rows)
 
 
+def quiet(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The runs whose share was quiet, and those whose prediction's own self-check says
+    it was not (other work over NOT_QUIET of its CPUs in a window): those measured the
+    other work as well as the method (``--quiet-only`` leaves them out)."""
+    noisy = [r for r in rows if (r.get("max_other_cpu") or 0.0) > NOT_QUIET]
+    return [r for r in rows if r not in noisy], noisy
+
+
 def current(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
     """The rows a fit of this code may use, and how many were left out: a CPU-time
     share's errors belong to the calibration that made its speed."""
@@ -572,6 +585,11 @@ def main(argv: list[str] | None = None) -> int:
         "--no-calibrate",
         action="store_true",
         help="run CPU-time shares at their nominal speed (shrink predict --no-calibrate)",
+    )
+    ap.add_argument(
+        "--quiet-only",
+        action="store_true",
+        help="leave out the runs whose share was not quiet (their report's self-check)",
     )
     ap.add_argument(
         "--speed",
@@ -630,6 +648,17 @@ def main(argv: list[str] | None = None) -> int:
 
             print(interrupted_line(exc, out), file=sys.stderr)
             interrupted = True
+    kept, noisy = quiet(rows)
+    for r in noisy:
+        print(
+            f"{'left out' if args.quiet_only else 'not quiet'}: {r['config']} "
+            f"{r.get('label') or r['dir']}: other work took up to "
+            f"{100 * r['max_other_cpu']:.0f}% of its share's CPUs (its report's self-check "
+            f"fails over {100 * NOT_QUIET:.0f}%)",
+            file=sys.stderr,
+        )
+    if args.quiet_only:
+        rows = kept
     print(report(rows))
     from fidelity_speed import speed_report
 

@@ -146,3 +146,22 @@ def test_only_records_are_read_from_a_folder_and_a_symlink_is_not_followed(tmp_p
     (tmp_path / "c" / "p" / "link.json").symlink_to(outside)
     got = fidelity_corpus.records([tmp_path / "c"])
     assert sorted(p.name for p in got) == ["a--run-0.json", "a--run-1.json"]
+
+
+def test_a_run_whose_share_was_not_quiet_is_named_and_left_out_on_request(tmp_path, capsys):
+    """A run whose own self-check says other work took its share's CPUs measured that
+    work as well as the method: it is named, and --quiet-only leaves it out."""
+    rows = _rows(tmp_path)
+    rows[4]["max_other_cpu"] = 0.97  # c's only run: the configuration drops out
+    rows[0]["max_other_cpu"] = 0.06
+    fidelity_corpus.write(rows, tmp_path / "corpus" / "p")
+    assert bench_fidelity.main(["--summarize", str(tmp_path / "corpus")]) == 0
+    out, err = capsys.readouterr()
+    assert "not quiet: c p/run-0: other work took up to 97% of its share's CPUs" in err
+    assert "| c | p/run-0 |" in out and "p/run-0: other work took up to 6%" not in err
+    assert bench_fidelity.main(["--summarize", str(tmp_path / "corpus"), "--quiet-only"]) == 0
+    out, err = capsys.readouterr()
+    assert "left out: c p/run-0: other work took up to 97%" in err
+    assert "| c | p/run-0 |" not in out and "| a | p/run-0 |" in out
+    kept, noisy = bench_fidelity.quiet(rows)
+    assert noisy == [rows[4]] and kept == rows[:4]

@@ -10,6 +10,7 @@ from shrink.report.sections import Measured
 from shrink.report.tables import level_table
 from shrink.report.text import STAT_NAME
 from shrink.scaling import CALIBRATION_BUSY, latency_scale
+from shrink.selfchecks import QUIET_OTHER_CPU
 from shrink.share import Share
 
 __all__ = ["add_self_checks", "cluster_text"]
@@ -180,7 +181,7 @@ def _server_items(checks: dict[str, Any], full_checks: dict[str, Any]) -> list[l
                 ". **The share was not quiet**: on a CPU-time share whatever runs in the "
                 "quota's gaps evicts the server's caches and slows it more than the full "
                 "server; rerun on a quiet machine."
-                if other > 10
+                if other > 100 * QUIET_OTHER_CPU
                 else " (quiet)"
             ),
         ])  # fmt: skip
