@@ -103,13 +103,23 @@ def mat_text(
         return "-"
     bound = bound_of(status)
     if bound == "lower":
-        return f">= {value:{fmt}}"
+        return f">= {_rate(value, fmt)}"
     if bound == "upper":
-        return f"< {value:{fmt}}"
-    text = f"{value:{fmt}}"
-    if ci is not None and len(ci) == 2 and all(c is not None and math.isfinite(c) for c in ci):
-        text += f" [{ci[0]:{fmt}}, {ci[1]:{fmt}}]"
+        return f"< {_rate(value, fmt)}"
+    text = _rate(value, fmt)
+    lo, hi = ci if ci is not None and len(ci) == 2 else (None, None)
+    if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi):
+        text += f" [{_rate(lo, fmt)}, {_rate(hi, fmt)}]"
     return text
+
+
+def _rate(x: float, fmt: str) -> str:
+    """``x`` as ``fmt`` writes it, but with three significant digits under 10: written
+    ``,.0f`` a bound of 0.215 req/s read ``< 0``, which says nothing."""
+    if x == 0 or abs(x) >= 10:
+        return f"{x:{fmt}}"
+    decimals = 2 - math.floor(math.log10(abs(x)))
+    return f"{x:.{decimals}f}".rstrip("0").rstrip(".")
 
 
 @dataclass(frozen=True)

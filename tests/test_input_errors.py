@@ -247,6 +247,25 @@ def test_shrink_mat_on_a_parquet_file(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------- bounds and thresholds
+def test_a_small_mat_keeps_its_significant_digits() -> None:
+    # Written ",.0f", a bound of 0.215 req/s read "< 0" in whatif, predict and the report.
+    from shrink.report.recommendation import whatif_reason
+    from shrink.report.text import rate_text
+
+    assert mat_text(0.215, "below_range") == "< 0.215"
+    assert mat_text(0.0042, "ok", [0.003, 0.00612]) == "0.0042 [0.003, 0.00612]"
+    assert mat_text(5.431, "not_reached") == ">= 5.43"
+    assert mat_text(12_345.6) == "12,346" and mat_text(0) == "0"
+    assert rate_text(0.215) == "0.215" and rate_text(1234.4) == "1,234"
+    from shrink.prediction import MappingPrediction, StatPrediction
+    from shrink.recommend import recommend
+
+    out = {n: MappingPrediction({"mean": StatPrediction(m, (m, m), 0.01)}, {})
+           for n, m in (("1-replica", 0.25), ("2-replica-direct", 0.5))}  # fmt: skip
+    text = whatif_reason(recommend(out, ["mean"]), list(out), out, 0.0)
+    assert "MAT, 0.5 req/s (vs 1-replica 0.25 (+100.0%))" in text, text
+
+
 def test_a_bounded_mat_is_never_a_point(tmp_path: Path) -> None:
     curve = _curve((1, 0.001, 100), (2, 0.002, 200), (3, 0.004, 300))
     low = mat(curve, "mean", 0.0005)  # over at the lowest level

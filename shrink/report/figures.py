@@ -17,6 +17,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from shrink.atomic import write_bytes
 from shrink.loadcurve import QGRID, Level, LoadCurve
 from shrink.mat import isotonic
+from shrink.report.text import rate_text
 
 __all__ = ["Series", "cdf_figure", "latency_figure", "level_near_utilization"]
 
@@ -156,7 +157,7 @@ def _draw_mat(ax, s: Series, stat: str, i: int) -> float | None:
         y = 0.93 - 0.08 * i
         ax.axvline(m, color=c, ls="-.", lw=1.0, alpha=0.8)
         ax.annotate(
-            f"MAT {text} {m:,.0f}", xy=(m, y), xycoords=("data", "axes fraction"),
+            f"MAT {text} {rate_text(m)}", xy=(m, y), xycoords=("data", "axes fraction"),
             xytext=(-sign * 4, 0), textcoords="offset points",
             ha="right" if sign > 0 else "left", va="center", fontsize=7, color=c,
         )  # fmt: skip

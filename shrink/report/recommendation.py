@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from shrink.checks import stat_label
+from shrink.report.text import rate_text
 
 if TYPE_CHECKING:
     from shrink.prediction import MappingPrediction
@@ -65,7 +66,7 @@ def remap_reason(
     if rec.rule != "higher":
         return reason_text(rec)
     return (
-        f"{rec.mapping} has the highest {rec.stat}-threshold MAT ({mat:,.0f} req/s) when "
+        f"{rec.mapping} has the highest {rec.stat}-threshold MAT ({rate_text(mat)} req/s) when "
         f"the measured share ({share[0]} cores, {share[1]}) is re-mapped with the calibrated "
         f"per-class demand ratios; dynamic fraction {dynamic_fraction:.1%}, "
         f"D_dynamic/D_static {demand_ratio:.3g} and fixed latency {fixed_latency * 1e6:.0f} "
@@ -97,11 +98,12 @@ def whatif_reason(
     others = [n for n in names if n != best]
     best_mat = m.stats[key].mat
     cmp = ", ".join(
-        f"{n} {out[n].stats[key].mat:,.0f}{_gain(best_mat, out[n].stats[key].mat)}" for n in others
+        f"{n} {rate_text(out[n].stats[key].mat)}{_gain(best_mat, out[n].stats[key].mat)}"
+        for n in others
     )
     ref = out.get("1-replica", m).detail
     text = (
-        f"{best} has the highest {key}-threshold MAT, {best_mat:,.0f} req/s "
+        f"{best} has the highest {key}-threshold MAT, {rate_text(best_mat)} req/s "
         f"(vs {cmp or 'no other mapping'}). Mix: {dynamic_fraction:.1%} dynamic requests, "
         f"{ref.get('dynamic_demand_share', 0.0):.0%} of the CPU demand. Against a one-socket "
         f"share, one replica over the whole machine changes static demand by "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from shrink.mat import bound_of
+from shrink.mat import bound_of, mat_text
 
 __all__ = ["STAT_NAME", "bound_prefix", "rate_text", "seconds_text"]
 
@@ -19,7 +19,8 @@ def seconds_text(x: float | None) -> str:
 
 
 def rate_text(x: float | None) -> str:
-    return "-" if x is None or not math.isfinite(x) else f"{x:,.0f}"
+    """A throughput as a MAT is written (:func:`shrink.mat.mat_text`)."""
+    return mat_text(x)
 
 
 def bound_prefix(status: str | None) -> str:
