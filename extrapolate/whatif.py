@@ -147,6 +147,10 @@ def usl_range(physics: Physics, machine: Machine) -> dict[str, Any]:
     throughput with more cores, and the network inflates every request's demand
     as if all the socket's cores were busy, even at light load: far past it the
     MATs fall to 0. Those MATs are the law's retrograde region, not a measurement.
+
+    The law's n counts CPUs, each hardware thread one (:func:`demand_factors` counts
+    a socket's active CPUs): ``cpus_per_socket`` and ``peak_cpus_per_socket`` are in
+    those, ``cores_per_socket`` and ``threads_per_core`` say what they are made of.
     """
     n = machine.cores_per_socket * machine.threads_per_core
     peaks: dict[str, float | None] = {}
@@ -157,8 +161,10 @@ def usl_range(physics: Physics, machine: Machine) -> dict[str, Any]:
         peaks[cls] = math.sqrt(max(0.0, 1.0 - sigma) / kappa) if kappa > 0 else None
     finite = [x for x in peaks.values() if x is not None]
     return {
-        "cores_per_socket": n,
-        "peak_cores_per_socket": peaks,
+        "cores_per_socket": machine.cores_per_socket,
+        "threads_per_core": machine.threads_per_core,
+        "cpus_per_socket": n,
+        "peak_cpus_per_socket": peaks,
         "past_peak": bool(finite) and n > min(finite),
     }
 

@@ -3,6 +3,7 @@ for a bad option."""
 
 from __future__ import annotations
 
+import json
 import socket
 
 import pytest
@@ -62,6 +63,24 @@ def test_whatif_on_a_machine_with_thousands_of_cores(tmp_path):
     assert "<- recommended" not in r.output
 
 
+def test_whatif_past_the_peak_tells_cores_from_hardware_threads(tmp_path):
+    # 32 cores x 2 threads read "64 cores a socket": the law counts threads, not cores.
+    cpus = f"[{list(range(64))}, {list(range(64, 128))}]"
+    spec = tmp_path / "smt.toml"
+    spec.write_text(
+        'name = "smt"\nsockets = 2\ncores_per_socket = 32\nthreads_per_core = 2\n'
+        f"llc_mib = 12.0\nghz = 2.8\ncpus = {cpus}\n"
+    )
+    args = ["whatif", "--machine", str(spec), "--workload", "tcp", "--no-sweep"]
+    r = RUN(app, args)
+    text = " ".join(r.output.split())
+    assert r.exit_code == 0, r.output
+    assert "64 cores" not in text, text
+    assert "64 hardware threads a socket (32 cores x 2 threads;" in text, text
+    usl = json.loads(RUN(app, [*args, "--json"]).stdout)["usl"]
+    assert (usl["cores_per_socket"], usl["threads_per_core"], usl["cpus_per_socket"]) == (32, 2, 64)
+
+
 def test_whatif_within_the_scalability_peak_says_nothing_of_it():
     from pathlib import Path
 
@@ -72,7 +91,8 @@ def test_whatif_within_the_scalability_peak_says_nothing_of_it():
 
     usl = json.loads(r.stdout)["usl"]
     assert usl["cores_per_socket"] == 4 and usl["past_peak"] is False
-    assert 5 < usl["peak_cores_per_socket"]["static"] < 20  # sqrt((1 - sigma) / kappa)
+    assert usl["cpus_per_socket"] == 4 and usl["threads_per_core"] == 1
+    assert 5 < usl["peak_cpus_per_socket"]["static"] < 20  # sqrt((1 - sigma) / kappa)
     plain = RUN(app, ["whatif", "--machine", str(spec), "--workload", "tcp", "--no-sweep"])
     assert "scalability peak" not in plain.output and "<- recommended" in plain.output
 

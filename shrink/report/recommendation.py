@@ -122,10 +122,21 @@ def usl_note(usl: Mapping[str, Any] | None) -> str | None:
     """A what-if past its Universal Scalability Law's peak, in words (None if not past)."""
     if not usl or not usl.get("past_peak"):
         return None
-    peaks = [x for x in (usl.get("peak_cores_per_socket") or {}).values() if x is not None]
+    peaks = [x for x in (usl.get("peak_cpus_per_socket") or {}).values() if x is not None]
+    cores, threads = usl["cores_per_socket"], usl.get("threads_per_core", 1)
+    # The law counts hardware threads: 32 cores x 2 threads are 64 of its "cores".
+    where, unit = (
+        (f"{cores} cores a socket", "cores")
+        if threads == 1
+        else (
+            f"{usl['cpus_per_socket']} hardware threads a socket ({cores} cores x {threads} "
+            "threads; the model counts each thread as a core)",
+            "threads",
+        )
+    )
     return (
-        f"note: {usl['cores_per_socket']} cores a socket is past the calibration's "
-        f"scalability peak (about {min(peaks):.0f} cores a socket): the model gives less "
-        "throughput with more cores there, and inflates each request as if every core "
-        "were busy, so its MATs (0 far past the peak) are an extrapolation, not a forecast"
+        f"note: {where} is past the calibration's scalability peak (about "
+        f"{min(peaks):.0f} {unit} a socket): the model gives less throughput with more "
+        f"{unit} there, and inflates each request as if every one were busy, so its MATs "
+        "(0 far past the peak) are an extrapolation, not a forecast"
     )
