@@ -29,7 +29,9 @@ class Recommendation:
     ``rule``: ``only`` (one mapping), ``equal`` (the best two predicted equal: the
     simplest, 1-replica, is named), ``higher`` (the best MAT is higher, conclusively),
     ``bounds`` (a bound leaves the order open: ``mapping`` is None), ``none`` (no MAT),
-    ``zero`` (the best MAT is 0: no load meets the threshold, so none is deployable).
+    ``zero`` (the best MAT is 0: no load meets the threshold, so none is deployable),
+    ``over`` (every MAT is ``< X``: the threshold was not met even at the lowest load
+    measured, so none is known to be deployable).
     """
 
     mapping: str | None
@@ -67,6 +69,10 @@ def recommend(
         n for n in ranked if (sp := mappings[n].stats.get(stat)) is not None and sp.is_bound
     )
     b = mappings[ranked[0]].stats.get(stat)
+    # "< X" everywhere: no measured load met the threshold, with one mapping or several.
+    statuses = [getattr(mappings[n].stats.get(stat), "status", None) for n in ranked]
+    if statuses and all(bound_of(s) == "upper" for s in statuses):
+        return Recommendation(None, "over", stat, bounds=bounds)
     if len(ranked) == 1:
         # One mapping, but no load meets the threshold: nothing to deploy, as with several.
         if b is not None and b.mat is not None and b.mat <= 0 and not b.is_bound:

@@ -39,6 +39,20 @@ def test_bounds_say_there_is_no_recommendation_and_name_the_bounds():
     assert text.startswith(NO_RECOMMENDATION) and "1-replica did not cross" in text
 
 
+def test_a_threshold_never_met_recommends_no_mapping_even_the_only_one():
+    # One mapping whose MAT is "< 0.2 req/s" was still "the only mapping this machine
+    # can run": a recommendation resting on a bound that says the threshold is not met.
+    one = {"1-replica": _mp(0.2, "below_range")}
+    for out in (one, {**one, "2-replica-direct": _mp(0.3, "below_range")}):
+        rec = recommend(out, ["mean"])
+        assert rec.mapping is None and rec.rule == "over", rec
+        text = reason_text(rec)
+        assert text.startswith("no recommendation: no mapping meets the mean threshold"), text
+        assert "only mapping" not in text and "lowest load measured" in text
+    # a lower bound on the only mapping still meets the threshold at every load measured
+    assert recommend({"1-replica": _mp(90.0, "not_reached")}, ["mean"]).mapping == "1-replica"
+
+
 @pytest.mark.parametrize(
     ("rec", "words"),
     [

@@ -36,6 +36,11 @@ def reason_text(rec: Recommendation) -> str:
         return f"no recommendation: no mapping has a {label} MAT."
     if rec.rule == "zero":
         return f"no recommendation: no mapping meets the {label} threshold at any load (MAT 0)."
+    if rec.rule == "over":
+        return (
+            f"no recommendation: no mapping meets the {label} threshold even at the lowest "
+            "load measured (its MAT is only a bound, < X); measure lower loads for the MAT itself."
+        )
     if rec.rule == "only":
         return "It is the only mapping this machine can run."
     if rec.rule == "equal":
