@@ -418,7 +418,7 @@ def test_levels_and_params_take_numbers_as_people_write_them(
         "sim", "sweep", str(trace_file), "--machine", str(SPEC), "--levels", "1",
         "--param", f"static_base_us={value}", "-o", out,
     )  # fmt: skip
-    assert code != 0 and "--param static_base_us" in text and "must be a number" in text, text
+    assert code == 2 and "--param: static_base_us" in text and "must be a number" in text, text
     assert not Path(out).exists()
 
 

@@ -25,7 +25,7 @@ from shrink.cli._common import (
 from shrink.cli._replay_opts import _Export
 from shrink.cli.sweep_cmd import _levels
 from shrink.defaults import DURATION, MAX_REPS, REPS, WARMUP
-from shrink.errors import OptionError, ParameterError, TopologyError, printable
+from shrink.errors import OptionError, TopologyError, printable
 
 sim_app = typer.Typer(
     help="Simulate a multi-socket web server (sockets, RSS queues, workers, PHP, L3).",
@@ -77,13 +77,16 @@ def _params(items: list[str] | None) -> Any:
         if isinstance(cur, bool):
             # Any other word was read as false: cross_socket=ture turned the effects off.
             if v.lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-                raise ParameterError(f"--param {k} == {v!r}, must be true or false.")
+                raise OptionError("--param", f"{k} == {v!r}, must be true or false.")
             changes[k] = v.lower() in ("1", "true", "yes", "on")
         elif isinstance(cur, float):
-            changes[k] = parse_number(v, f"--param {k}")
+            with as_option("--param"):
+                changes[k] = parse_number(v, k)
         else:
             changes[k] = v
-    return p.with_(**changes)
+    # A value out of range is as much the option's as an unknown name (exit 2).
+    with as_option("--param"):
+        return p.with_(**changes)
 
 
 def _sim_target(machine: Path, mapping: str, share: str, param: list[str] | None) -> Any:
