@@ -148,3 +148,28 @@ def test_curve_json_is_unchanged_by_the_exports(swept):
     _curve, _runs, _files, out = swept
     d = json.loads((out / "curve.json").read_text())
     assert d["schema"] == "shrink.loadcurve/1" and len(d["levels"]) == len(LEVELS)
+
+
+def test_trace_classes_cannot_inject_formulas_or_break_the_csvs(tmp_path):
+    # A class from a recorded log: '=cmd|...' was written as is (a spreadsheet runs it),
+    # and a comma, quote or line break in one made the k6 writer fail (exit 70).
+    from shrink.export.csv import write_k6, write_stats
+    from shrink.export.samples import RunSamples
+
+    nasty = ["=cmd|' /C calc'!A0", "+1", "-2", "@SUM(1)", "\tx", "\ry", 'a,b"c\nd', "static"]
+    n = 4 * len(nasty)
+    t = np.linspace(0.0, 1.0, n)
+    run = RunSamples(
+        rate_factor=1.0, window=(0.0, 1.0), epoch=1.7e9, intended=t, done=t + 0.001,
+        ok=np.ones(n, dtype=bool), cls=np.array(nasty * 4), status=np.full(n, 200),
+        nbytes=np.full(n, 100), level=2.0,
+    )  # fmt: skip
+    want = {("'" + c if c[0] in "=+-@\t\r" else c) for c in nasty}
+    with write_stats(tmp_path / "s.csv", [run]).open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["Name"] for r in rows} == want | {"Aggregated"}
+    assert all(len(r) == len(STATS_COLUMNS) and None not in r for r in rows)
+    with write_k6(tmp_path / "k.csv", [run]).open(newline="") as f:
+        reqs = list(csv.DictReader(f))
+    assert len(reqs) == n and {r["name"] for r in reqs} == want
+    assert all(len(r) == len(K6_COLUMNS) and None not in r for r in reqs)

@@ -8,6 +8,12 @@
   level, repetition and second of the measurement window.
 - ``PREFIX_requests.csv``: k6's ``--out csv`` rows, ``http_req_duration`` (ms)
   per request, tagged with level and repetition in ``extra_tags``.
+
+A request class comes from the trace, which a recorded log's author controls. A
+class that starts as a spreadsheet formula does (``=``, ``+``, ``-``, ``@``, TAB,
+CR) is written after a single quote, OWASP's advice against CSV injection, so a
+spreadsheet shows it as text instead of running it; a class with a comma, quote or
+line break is quoted, as RFC 4180 says.
 """
 
 from __future__ import annotations
@@ -79,6 +85,11 @@ K6_COLUMNS = [
 ]
 
 
+def _text_cell(text: str) -> str:
+    """A cell of trace text a spreadsheet shows and does not evaluate (see the module)."""
+    return "'" + text if text.startswith(("=", "+", "-", "@", "\t", "\r")) else text
+
+
 def _ms(x: float) -> str:
     return "" if not np.isfinite(x) else f"{x * 1e3:.3f}"
 
@@ -105,8 +116,8 @@ def _stats_row(level: float, cls: str, runs: Sequence[RunSamples], mask_of) -> l
     nan = float("nan")
     return [
         f"{level:g}",
-        "" if cls == "Aggregated" else cls,
-        cls,
+        "" if cls == "Aggregated" else _text_cell(cls),
+        _text_cell(cls),
         str(n),
         str(failures),
         _ms(float(np.median(lat)) if lat.size else nan),
@@ -198,6 +209,7 @@ def write_k6(path: Path, runs: Sequence[RunSamples]) -> Path:
     import pyarrow.csv as pacsv
 
     tables = []
+    quote = False  # k6 quotes nothing; a class that needs it makes the file quote strings
     for r in sorted(runs, key=lambda r: (r.level, r.rep)):
         order = np.argsort(r.intended, kind="stable")
         ok = r.ok[order]
@@ -209,11 +221,15 @@ def write_k6(path: Path, runs: Sequence[RunSamples]) -> Path:
         cols["metric_value"] = pa.array(np.round(lat_ms, 6), mask=~ok)
         cols["error"] = pa.array(np.where(ok, None, "request failed"), pa.string())
         cols["expected_response"] = pa.array(np.where(ok, "true", "false"))
-        cols["name"] = pa.array(r.cls[order].astype(str))
+        classes, which = np.unique(r.cls[order].astype(str), return_inverse=True)
+        names = np.array([_text_cell(str(c)) for c in classes], dtype=object)
+        quote = quote or any(ch in v for v in names for ch in ',"\r\n')
+        cols["name"] = pa.array(names[which], pa.string())
         cols["status"] = pa.array(r.status[order].astype(np.int64))
         cols["extra_tags"] = pa.array([f"level={r.level:g}&rep={r.rep + 1}"] * n)
         tables.append(pa.table([cols[c] for c in K6_COLUMNS], names=K6_COLUMNS))
     table = pa.concat_tables(tables) if tables else pa.table({c: [] for c in K6_COLUMNS})
     with atomic_file(path, "wb") as f:
-        pacsv.write_csv(table, f, write_options=pacsv.WriteOptions(quoting_style="none"))
+        style = "needed" if quote else "none"
+        pacsv.write_csv(table, f, write_options=pacsv.WriteOptions(quoting_style=style))
     return path
