@@ -86,3 +86,17 @@ def test_separate_lines_are_not_called_coinciding():
     a = Series("a", X, {"mean": MEAN})
     b = Series("b", X, {"mean": MEAN * 1.2})
     assert not figures._same_line(a, b, "mean") and figures._same_line(a, a, "mean")
+
+
+def test_names_with_dollars_are_drawn_as_written(tmp_path, monkeypatch):
+    # A machine's or mapping's name reaches a title or legend: mathtext read "$x^$" in
+    # one as a formula and the report failed (ParseSyntaxException).
+    kept = []
+    monkeypatch.setattr(figures.plt, "close", kept.append)
+    name = "$x^$ costs $5"
+    s = Series(f"predicted: {name}", X, {"mean": MEAN, "p999": P999})
+    latency_figure(tmp_path / "l.png", [s], {"mean": 0.01}, title=f"What-if on {name}")
+    (fig,) = kept
+    assert fig._suptitle.get_text() == f"What-if on {name}"
+    assert f"predicted: {name}" in _labels(fig)
+    assert not any(t.get_parse_math() for t in fig.findobj(lambda o: hasattr(o, "get_parse_math")))

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,6 +53,18 @@ class Series:
     mat_status: Mapping[str, str] = field(default_factory=dict)
     # Requests per repetition behind each point (the fewest of its repetitions).
     counts: Sequence[int] | None = None
+
+
+def _plain_text(figure: Callable[..., Path]) -> Callable[..., Path]:
+    """Draw ``figure``'s texts as written: a title or label carries names from the trace
+    and the machine spec, and mathtext read ``$x^$`` in one as a formula and failed."""
+
+    @functools.wraps(figure)
+    def drawn(*args: object, **kwargs: object) -> Path:
+        with matplotlib.rc_context({"text.parse_math": False}):
+            return figure(*args, **kwargs)
+
+    return drawn
 
 
 def _save(fig, path: str | Path, **kw) -> None:
@@ -185,6 +198,7 @@ def _legend_below(fig, axes) -> None:
     )  # fmt: skip
 
 
+@_plain_text
 def latency_figure(
     path: str | Path,
     series: Sequence[Series],
@@ -268,6 +282,7 @@ def level_near_utilization(curve: LoadCurve, target: float = 0.8) -> Level | Non
     return min(usable, key=lambda lv: abs(lv.throughput - target * top))
 
 
+@_plain_text
 def cdf_figure(
     path: str | Path,
     entries: Sequence[tuple[str, Level, float]],

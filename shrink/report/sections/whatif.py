@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from shrink.errors import printable
 from shrink.prediction import Prediction
 from shrink.report.blocks import Doc
 from shrink.report.figures import latency_figure
@@ -31,7 +32,7 @@ def add_whatif(
             out / "whatif.png",
             ws,
             limits,
-            title=f"What-if on {name}: predicted curves",
+            title=f"What-if on {printable(name)}: predicted curves",
         )
         doc.img(
             "whatif.png",
