@@ -4,6 +4,7 @@ not obeyed, in errors' str() and in the CLI's error line."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -43,3 +44,47 @@ def test_the_cli_error_line_is_escaped(tmp_path):
     err = out.stderr.decode()
     assert "\x1b[2J" not in err and "\r" not in err and "\x07" not in err
     assert len(err.strip().splitlines()) == 1 and "\\x1b[31mred\\rfake line\\n" in err
+
+
+HOSTILE = [
+    "<script>alert(1)</script>",
+    '"><img src=x onerror=alert(2)>',
+    "</style><b>x</b>",
+    "a|b|c",
+    "[l](javascript:alert(3))",
+    "![i](javascript:alert(4))",
+    "<javascript:alert(5)>",
+    "\\<script>alert(6)</script>",
+    "\\[m\\](javascript:alert(7))",
+    "line\n# heading\r\n| x | y |\r> quote",
+    "esc\x1b[31mred\x00nul\x07",
+]
+
+
+def test_the_report_shows_names_and_obeys_none_of_them(tmp_path):
+    # A machine's name went into report.md raw: its HTML stayed HTML, "|" cut the
+    # provenance table's row into more columns, "](javascript:" made a link, a line
+    # break began a heading, and ESC reached a terminal that showed the file.
+    from markdown_it import MarkdownIt
+
+    from shrink.report.blocks import Doc, render_html, render_markdown
+
+    doc = Doc("report")
+    for name in HOSTILE:
+        doc.p(f"Maximum achievable throughput of {name} per mapping.")
+        doc.table(["what", "value"], [["machine", name], ["alpha", "0.5"]])
+        doc.ul([f"on {name}"])
+        doc.note(f"**1-replica** on `{name}`")
+    md = render_markdown(doc)
+    page = MarkdownIt("commonmark").enable("table").render(md)
+    for shown in (page, render_html(doc)):
+        tags = set(re.findall(r"</?([a-z][a-z0-9]*)", shown.lower()))
+        assert tags <= {"h1", "p", "table", "thead", "tbody", "tr", "th", "td", "ul", "li",
+                        "blockquote", "strong", "code", "html", "head", "meta", "title",
+                        "style", "body"}, tags  # fmt: skip
+        assert shown.count("<style>") <= 1 and shown.count("</style>") <= 1
+        assert "\x1b" not in shown and "\x00" not in shown and "\x07" not in shown
+    assert page.count("<table>") == len(HOSTILE) and page.count("<blockquote>") == len(HOSTILE)
+    rows = re.findall(r"<tr>(.*?)</tr>", page, flags=re.S)
+    assert all(r.count("<td>") == 2 or r.count("<th>") == 2 for r in rows), rows
+    assert "a|b|c" in page and "alert(3)" in page and "\\x1b[31mred" in page

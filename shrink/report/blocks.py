@@ -1,13 +1,23 @@
 """A report as a list of blocks, rendered to Markdown and to standalone HTML.
 
 Keeping one structure for both formats means the two never disagree.
+
+The blocks' text carries names from the trace and the machine spec (a recorded log's
+author writes them), so both renderers show it and obey none of it: a line break is
+a space and other control characters are escaped (:func:`shrink.errors.printable`);
+HTML is escaped; in Markdown a backslash, a ``<`` that would open a tag, a ``]`` that
+would close a link and a ``|`` in a table cell are escaped with a backslash. ``**bold**`` and
+```code``` stay the report's only marks.
 """
 
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from shrink.errors import printable
 
 __all__ = ["Doc", "render_html", "render_markdown"]
 
@@ -38,26 +48,40 @@ class Doc:
         self.blocks.append(("note", text))
 
 
+def _one_line(text: object) -> str:
+    """``text`` on one line, its control characters escaped (see the module)."""
+    return printable(re.sub(r"\r\n|[\r\n]", " ", str(text)))
+
+
+def _md(text: object, *, cell: bool = False) -> str:
+    """``text`` as Markdown shows it and does not obey: no raw HTML, no autolink, no
+    link or image of its own, and in a table cell no column of its own."""
+    # A backslash of the text's own first, or "\\<" would escape the escape.
+    t = re.sub(r"<(?=[A-Za-z/!?])", r"\\<", _one_line(text).replace("\\", "\\\\"))
+    t = re.sub(r"\](?=[(\[:])", r"\\]", t)
+    return t.replace("|", r"\|") if cell else t
+
+
 def render_markdown(doc: Doc) -> str:
-    out = [f"# {doc.title}", ""]
+    out = [f"# {_md(doc.title)}", ""]
     for b in doc.blocks:
         kind = b[0]
         if kind == "h":
-            out += ["#" * (b[1] + 1) + " " + b[2], ""]
+            out += ["#" * (b[1] + 1) + " " + _md(b[2]), ""]
         elif kind == "p":
-            out += [b[1], ""]
+            out += [_md(b[1]), ""]
         elif kind == "note":
-            out += ["> " + b[1], ""]
+            out += ["> " + _md(b[1]), ""]
         elif kind == "ul":
-            out += [f"- {item}" for item in b[1]] + [""]
+            out += [f"- {_md(item)}" for item in b[1]] + [""]
         elif kind == "table":
             headers, rows = b[1], b[2]
-            out.append("| " + " | ".join(headers) + " |")
+            out.append("| " + " | ".join(_md(h, cell=True) for h in headers) + " |")
             out.append("|" + "|".join("---" for _ in headers) + "|")
-            out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+            out += ["| " + " | ".join(_md(c, cell=True) for c in row) + " |" for row in rows]
             out.append("")
         elif kind == "img":
-            out += [f"![{b[3]}]({b[1]})", "", f"*{b[2]}*", ""]
+            out += [f"![{_md(b[3])}]({b[1]})", "", f"*{_md(b[2])}*", ""]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -77,9 +101,7 @@ code{background:#edf2f7;padding:0 .2em}
 
 def _inline(text: str) -> str:
     """Escape, then render **bold** and `code` (the only inline marks the report uses)."""
-    import re
-
-    t = html.escape(text)
+    t = html.escape(_one_line(text))
     t = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", t)
     return re.sub(r"`(.+?)`", r"<code>\1</code>", t)
 
