@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 import typer
@@ -11,6 +12,7 @@ from helpers.fake_targets import FailsAt, partial_sweep_exit, steady_trace
 
 from shrink.cli._common import cli_errors
 from shrink.cli.sweep_cmd import _keep_partial_sweep
+from shrink.errors import ShrinkError
 from shrink.measure import SweepInterrupted, sweep
 from shrink.replay.engine import EngineStats
 from shrink.replay.live import LiveTarget
@@ -102,3 +104,28 @@ def test_sigint_to_a_scaled_out_replay_stops_its_engine_processes(tmp_path):
     finally:
         server.kill()
         server.wait()
+
+
+@pytest.mark.parametrize(
+    "stop, status",
+    [(KeyboardInterrupt(), 130), (ShrinkError("the simulator failed"), 1)],
+)
+def test_sim_sweep_keeps_the_levels_it_finished(tmp_path, monkeypatch, stop, status):
+    """``sim sweep`` lost every finished level to a signal: only ``shrink sweep`` kept them."""
+    from typer.testing import CliRunner
+
+    from shrink.cli import app, sim_cmd
+    from shrink.loadcurve import LoadCurve
+
+    trace, out = tmp_path / "t.parquet", tmp_path / "curve.json"
+    steady_trace().write_parquet(trace)
+    monkeypatch.setattr(sim_cmd, "_sim_target", lambda *a: FailsAt(3, stop))
+    spec = Path(__file__).resolve().parents[1] / "examples" / "machines" / "nehalem-2s.toml"
+    r = CliRunner().invoke(app, ["sim", "sweep", str(trace), "--machine", str(spec), "-o",
+                                 str(out), "--levels", "1,2,3", "--reps", "1",
+                                 "--warmup", "500ms", "--duration", "2s"])  # fmt: skip
+    assert r.exit_code == status, r.output
+    partial = tmp_path / "curve.partial.json"
+    assert [lv.level for lv in LoadCurve.read_json(partial).levels] == [1, 2]
+    assert f"kept {partial} (2 finished levels)" in " ".join(r.stderr.split())
+    assert not out.exists() and not list(tmp_path.glob(".*"))

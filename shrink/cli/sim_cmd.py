@@ -23,9 +23,9 @@ from shrink.cli._common import (
     threshold_text,
 )
 from shrink.cli._replay_opts import _Export
-from shrink.cli.sweep_cmd import _levels
+from shrink.cli.sweep_cmd import _keep_partial_sweep, _levels, _write_curve
 from shrink.defaults import DURATION, MAX_REPS, REPS, WARMUP
-from shrink.errors import OptionError, TopologyError, printable
+from shrink.errors import OptionError, ShrinkError, TopologyError, printable
 
 sim_app = typer.Typer(
     help="Simulate a multi-socket web server (sockets, RSS queues, workers, PHP, L3).",
@@ -411,23 +411,20 @@ def sweep_cmd(
         formats = parse_exports(export)
         w = parse_duration_option(warmup, "warmup", zero_ok=True)
         d = parse_duration_option(duration, "duration", least=MIN_WINDOW_S)
-        from shrink.measure import sweep
+        from shrink.measure import SweepInterrupted, sweep
         from shrink.trace import Trace
 
         lv = _levels(levels, knob)
         target = RecordingTarget(_sim_target(machine, mapping, share, param))
         tr = Trace.read_parquet(trace)
-        curve = sweep(
-            target,
-            tr,
-            lv,
-            knob=knob,
-            reps=reps,
-            warmup=w,
-            duration=d,
-            seed=seed,
-        )
-        curve.write_json(output)
+        try:
+            curve = sweep(target, tr, lv, knob=knob, reps=reps, warmup=w, duration=d, seed=seed)
+        except (SweepInterrupted, ShrinkError) as stop:
+            # A signal or an error part-way: the levels finished before it are kept,
+            # in CURVE.partial.json, as shrink sweep keeps them.
+            _keep_partial_sweep(stop, output, None)
+            raise
+        _write_curve(curve, output)
         exports = (
             write_sweep_exports(output, level_samples(curve, tr, target.runs), formats)
             if formats

@@ -99,6 +99,16 @@ def _curve_summary(curve: Any) -> list[dict[str, Any]]:
     ]
 
 
+def _write_curve(curve: Any, output: Path) -> None:
+    """Write a finished sweep's ``curve`` to ``output``; on a full disk its per-level
+    summary is kept instead, and the error names it."""
+    try:
+        curve.write_json(output)
+    except WriteError as exc:
+        exc.kept = _keep_smaller(curve, output, exc)
+        raise
+
+
 def _keep_partial_sweep(stop: Any, output: Path, runlogs: Path | None) -> None:
     """Write a stopped sweep's finished levels to OUTPUT's ``.partial.json`` twin.
 
@@ -226,12 +236,8 @@ def sweep_cmd(
             raise
         curve.meta["summary"] = _curve_summary(curve)
         curve.sweep = curve.sweep.with_(generator=_generator_meta(live, tgt))
-        try:
-            # The finished levels first, before any export (a full disk keeps them).
-            curve.write_json(output)
-        except WriteError as exc:
-            exc.kept = _keep_smaller(curve, output, exc)
-            raise
+        # The finished levels first, before any export (a full disk keeps them).
+        _write_curve(curve, output)
         exports = (
             write_sweep_exports(output, level_samples(curve, tr, recorder.runs), formats)
             if formats
