@@ -34,9 +34,29 @@ __all__ = [
     "open_dir",
     "open_exclusive",
     "own_dir",
+    "recording",
     "write_bytes",
     "write_text",
 ]
+
+
+# The files put in place inside each open :func:`recording` block, innermost last.
+_ledgers: list[list[Path]] = []
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[list[Path]]:
+    """The paths that writes inside the block put in place, in order, each once.
+
+    A command that stops part-way (a full disk, a signal) names what it had already
+    written from this list: those files are whole, and the user should know they exist.
+    """
+    ledger: list[Path] = []
+    _ledgers.append(ledger)
+    try:
+        yield ledger
+    finally:
+        _ledgers.remove(ledger)
 
 
 def make_dirs(folder: str | Path, mode: int = 0o755) -> Path:
@@ -216,6 +236,8 @@ def _replacing(path: Path, mode: int = 0o644) -> Iterator[tuple[int, Path]]:
         yield fd, tmp
         _still_ours(tmp, made, dir_fd)
         os.replace(tmp.name, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        if _ledgers and path not in _ledgers[-1]:
+            _ledgers[-1].append(path)
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp.name, dir_fd=dir_fd)

@@ -110,3 +110,48 @@ def test_an_export_that_cannot_be_written_is_named_and_not_left_truncated(
     assert "curve_requests.csv: cannot write" in r.output and "ENOSPC" in r.output
     assert (out / "curve.json").exists()  # the finished levels were written first
     assert not (out / "curve_requests.csv").exists() and not list(out.glob(".*.tmp"))
+    assert f"kept {out / 'curve.json'}" in " ".join(r.output.split())
+
+
+def _fails_on_write(monkeypatch, n: int, error: BaseException) -> None:
+    """The ``n``-th file written (its fsync) raises ``error``: a disk full part-way, or a
+    signal that lands between two outputs."""
+    import os
+
+    calls = [0]
+    fsync = os.fsync
+
+    def failing(fd: int) -> None:
+        calls[0] += 1
+        if calls[0] == n:
+            raise error
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", failing)
+
+
+def _split(tmp_path, monkeypatch, error: BaseException):
+    t = np.arange(300) / 100.0
+    trace = tmp_path / "t.parquet"
+    Trace.from_columns({"session": np.arange(t.size), "t": t, "path": ["/f"] * t.size}
+                       ).write_parquet(trace)  # fmt: skip
+    _fails_on_write(monkeypatch, 3, error)
+    parts = tmp_path / "parts"
+    r = CliRunner().invoke(app, ["split", str(trace), "--parts", "4", "-o", str(parts)])
+    return r, parts, " ".join(r.stderr.split())
+
+
+def test_a_disk_full_part_way_names_the_files_already_written(tmp_path, monkeypatch):
+    """Outputs written whole before the failure stay, and the one line says which."""
+    r, parts, err = _split(tmp_path, monkeypatch, OSError(errno.ENOSPC, "No space left"))
+    assert r.exit_code == 1, r.output
+    assert "part-002.parquet: cannot write (no space left on the device, ENOSPC)" in err
+    assert f"kept {parts / 'part-000.parquet'}, {parts / 'part-001.parquet'}" in err
+    assert sorted(p.name for p in parts.iterdir()) == ["part-000.parquet", "part-001.parquet"]
+
+
+def test_a_signal_part_way_names_the_files_already_written(tmp_path, monkeypatch):
+    r, parts, err = _split(tmp_path, monkeypatch, KeyboardInterrupt())
+    assert r.exit_code == 130, r.output
+    assert f"interrupted: kept {parts / 'part-000.parquet'}, {parts / 'part-001.parquet'}" in err
+    assert "nothing measured was written" not in err

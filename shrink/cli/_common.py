@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -80,11 +80,41 @@ def refuse_empty(argv: list[str]) -> None:
         raise SystemExit(EXIT_USAGE)
 
 
+def kept_files(kept: Sequence[object], written: Sequence[Path]) -> list[str]:
+    """What a stopped command leaves, in words: ``kept`` (what it wrote to keep its
+    measurements) and then the files it had ``written`` before the stop that those do
+    not name; more than three in one folder are counted there, not listed."""
+    said = " ".join(str(k) for k in kept)
+    new = [p for p in written if str(p) not in said]
+    folders: dict[Path, list[Path]] = {}
+    for p in new:
+        folders.setdefault(p.parent, []).append(p)
+    out = [str(k) for k in kept]
+    for folder, files in folders.items():
+        out += [str(p) for p in files] if len(files) <= 3 else [f"{len(files)} files in {folder}"]
+    return out
+
+
 @contextmanager
 def cli_errors() -> Iterator[None]:
-    """Turn shrink's errors into one clear line on stderr and exit code 1."""
+    """Turn shrink's errors into one clear line on stderr and exit code 1.
+
+    A command stopped part-way (a full disk, a signal) also names the files it had
+    written: they are whole, and stay.
+    """
+    from shrink.atomic import recording
+
+    with recording() as written:
+        try:
+            yield
+        except BaseException as exc:
+            _report(exc, written)
+
+
+def _report(exc: BaseException, written: list[Path]) -> None:
+    """One line for ``exc`` (see :func:`cli_errors`), then the exit it calls for."""
     try:
-        yield
+        raise exc
     except (typer.Exit, typer.Abort, typer.TyperException):
         raise
     except OptionError as exc:
@@ -92,17 +122,18 @@ def cli_errors() -> Iterator[None]:
         raise typer.Exit(code=EXIT_USAGE) from None
     except ShrinkError as exc:
         # An error that stopped a sweep says, on the same line, what it kept.
-        kept = "; kept " + ", ".join(str(k) for k in exc.kept) if exc.kept else ""
-        _error_line(str(exc) + kept)
+        kept = kept_files(exc.kept, written)
+        _error_line(str(exc) + ("; kept " + ", ".join(kept) if kept else ""))
         raise typer.Exit(code=EXIT_ERROR) from None
     except OSError as exc:
         # The system refused a file (full disk, permission, read-only file system).
         where = f"{exc.filename}: " if exc.filename else ""
-        _error_line(f"{where}{exc.strerror or exc}")
+        kept = kept_files((), written)
+        _error_line(f"{where}{exc.strerror or exc}" + ("; kept " + ", ".join(kept) if kept else ""))
         raise typer.Exit(code=EXIT_ERROR) from None
     except KeyboardInterrupt as exc:
         # Say only what exists: a command that kept files lists them on the exception.
-        kept = [escape(printable(k)) for k in getattr(exc, "kept", [])]
+        kept = [escape(printable(k)) for k in kept_files(getattr(exc, "kept", []), written)]
         console().print(
             f"[yellow]{interrupts.stopped_by()}[/]: "
             + (f"kept {', '.join(kept)}" if kept else "nothing measured was written"),
