@@ -35,7 +35,7 @@ from shrink.autolevels import (
 )
 from shrink.checks import check_alpha
 from shrink.defaults import THRESHOLDS
-from shrink.errors import ParameterError, ShrinkError
+from shrink.errors import ParameterError, ShrinkError, WriteError
 from shrink.loadcurve import Level, LoadCurve
 from shrink.machine import Machine
 from shrink.mapping import BUILTIN_MAPPINGS, check_mappings
@@ -528,7 +528,12 @@ def _full_run_summary() -> dict[str, Any]:
 
 def _write_curves(out: Path, measured: LoadCurve, full: LoadCurve | None) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    measured.write_json(out / "measured-curve.json")
+    try:
+        measured.write_json(out / "measured-curve.json")
+    except WriteError as exc:
+        # The error carries the measured levels, so that the CLI can keep a summary.
+        exc.curve = measured
+        raise
     if full is not None:
         full.write_json(out / "full-curve.json")
 

@@ -155,3 +155,30 @@ def test_a_signal_part_way_names_the_files_already_written(tmp_path, monkeypatch
     assert r.exit_code == 130, r.output
     assert f"interrupted: kept {parts / 'part-000.parquet'}, {parts / 'part-001.parquet'}" in err
     assert "nothing measured was written" not in err
+
+
+def test_predict_keeps_a_summary_when_its_measured_curve_does_not_fit(tmp_path, monkeypatch):
+    """Nothing measured is lost: predict lost every level when measured-curve.json failed."""
+    from pathlib import Path
+
+    spec = Path(__file__).resolve().parents[1] / "examples" / "machines" / "nehalem-2s.toml"
+    trace = tmp_path / "tcp.parquet"
+    assert CliRunner().invoke(app, ["synth", "tcp", "--rate", "50000", "--duration", "8s",
+                                    "--seed", "1", "-o", str(trace)]).exit_code == 0  # fmt: skip
+    write = LoadCurve.write_json
+
+    def full(self, path, *a, **kw):
+        if Path(path).name == "measured-curve.json":
+            raise WriteError(path, ENOSPC)
+        return write(self, path, *a, **kw)
+
+    monkeypatch.setattr(LoadCurve, "write_json", full)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, ["predict", str(trace), "--target", f"sim:{spec}", "--alpha",
+                                 "0.5", "--mappings", "1-replica", "--thresholds",
+                                 "mean=0.5ms,p99.9=4ms", "--warmup", "300ms", "--duration", "1s",
+                                 "--reps", "1", "--max-levels", "4", "-o", str(out)])  # fmt: skip
+    assert r.exit_code == 1, r.output
+    summary = out / "measured-curve.summary.json"
+    assert f"kept {summary} (a summary of the" in " ".join(r.stderr.split())
+    assert json.loads(summary.read_text())["summary"]

@@ -28,6 +28,7 @@ from shrink.cli._common import (
 )
 from shrink.cli._progress import line_progress, on_terminal
 from shrink.cli._replay_opts import _GenCpus, _LagLimit, _Overlap, _Realtime
+from shrink.cli.sweep_cmd import _keep_smaller
 from shrink.defaults import (
     ALPHA,
     DURATION,
@@ -38,7 +39,7 @@ from shrink.defaults import (
     THRESHOLDS_TEXT,
     WARMUP,
 )
-from shrink.errors import OptionError, printable
+from shrink.errors import OptionError, WriteError, printable
 from shrink.jsonout import dumps
 
 if TYPE_CHECKING:
@@ -248,8 +249,14 @@ def predict(
                                        cluster=cluster_spec(cluster, generators))  # fmt: skip
         settings = TargetSettings(target, machine, docroot, cpus, server, placement)
         title = "scaled + full runs" if paired_full_run else "scaled run"
-        with _progress(title) as progress:
-            pred = run_predict(trace, out, config, target=settings, progress=progress)
+        try:
+            with _progress(title) as progress:
+                pred = run_predict(trace, out, config, target=settings, progress=progress)
+        except WriteError as exc:
+            if exc.curve is not None and not exc.kept:
+                # No room for the measured curve: its summary is kept, as sweep keeps it.
+                exc.kept = _keep_smaller(exc.curve, out / "measured-curve.json", exc)
+            raise
     if as_json:
         echo_json(pred.to_dict())
     else:
