@@ -5,19 +5,53 @@ then returns what it measured), so the same code keeps the finished levels and
 says what it kept, whichever signal came. The exit status tells them apart:
 128 + the signal's number (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP), as
 a shell reports a command killed by it.
+
+Outside a command's work (:func:`working`) the same signal is not a
+KeyboardInterrupt: typer turns one into a silent exit 130, whatever the signal.
+Before the work begins (imports, parsing the arguments) it raises
+:class:`NotStarted`, which the entry point reports as a stop with nothing written
+(:func:`exit_not_started`); once the work is done, its outputs written, the
+signal is ignored and the command exits with its own status.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import sys
 import threading
+from collections.abc import Callable, Iterator
 from types import FrameType
+from typing import NoReturn
 
-__all__ = ["STOP_SIGNALS", "exit_status", "handled", "install", "note", "received", "stopped_by"]
+__all__ = [
+    "STOP_SIGNALS",
+    "NotStarted",
+    "exit_not_started",
+    "exit_status",
+    "handled",
+    "install",
+    "note",
+    "received",
+    "stopped_by",
+    "working",
+]
 
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 _last = [int(signal.SIGINT)]
+# The signals install() took, and how many working() blocks are open.
+_taken: list[signal.Signals] = []
+_depth = [0]
+_pending = [False]
+
+
+class NotStarted(BaseException):
+    """A stop signal before the command began its work: nothing was written.
+
+    Not a KeyboardInterrupt, which typer would turn into a silent exit 130, nor an
+    Exception, which code on the way could take for an error of its own.
+    """
 
 
 def note(signum: int) -> None:
@@ -43,7 +77,20 @@ def exit_status() -> int:
 
 def _stop(signum: int, frame: FrameType | None) -> None:
     note(signum)
+    if _depth[0] == 0:
+        # Kept until the work would begin: a handler that runs inside a callback of
+        # the import system (or a finalizer) has its exception dropped.
+        _pending[0] = True
+        raise NotStarted
     raise KeyboardInterrupt
+
+
+def _unraisable(args: sys.UnraisableHookArgs) -> None:
+    """A NotStarted dropped where it could not be raised: not shown, since
+    :func:`working` raises it again before any work."""
+    if args.exc_type is not None and issubclass(args.exc_type, NotStarted):
+        return
+    sys.__unraisablehook__(args)
 
 
 def handled() -> list[signal.Signals]:
@@ -52,9 +99,54 @@ def handled() -> list[signal.Signals]:
     return [s for s in STOP_SIGNALS if signal.getsignal(s) != signal.SIG_IGN]
 
 
+def _take(handler: Callable[[int, FrameType | None], None] | signal.Handlers) -> None:
+    if threading.current_thread() is threading.main_thread():
+        for sig in _taken:
+            signal.signal(sig, handler)
+
+
 def install() -> None:
-    """Make every stop signal raise KeyboardInterrupt (on the main thread only)."""
+    """Make every stop signal stop the command (on the main thread only): before its
+    work, :class:`NotStarted`; during it, KeyboardInterrupt (see :func:`working`)."""
     if threading.current_thread() is not threading.main_thread():
         return
-    for sig in handled():
-        signal.signal(sig, _stop)
+    if not _taken:
+        _taken.extend(handled())
+    sys.unraisablehook = _unraisable
+    _take(_stop)
+
+
+def ignore() -> None:
+    """Ignore the stop signals :func:`install` took: the command has finished (or is
+    saying why it stopped), and a signal now would only lose its last line. ``SIG_IGN``,
+    not a handler of Python's: the interpreter resets those as it exits."""
+    _take(signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def working() -> Iterator[None]:
+    """A command's work: a stop signal inside raises KeyboardInterrupt, and the command
+    keeps what it measured and says so. When the outermost block ends the work is done
+    and its outputs written: a stop signal from then on is ignored, and the command
+    exits with its own status. (Nothing changes unless :func:`install` ran.)"""
+    if _pending[0]:
+        raise NotStarted
+    if _depth[0] == 0:
+        _take(_stop)  # a command may work in more than one block
+    _depth[0] += 1
+    try:
+        yield
+    finally:
+        _depth[0] -= 1
+        if _depth[0] == 0:
+            ignore()
+
+
+def exit_not_started() -> NoReturn:
+    """Say in one line that a stop signal came before the command began (nothing was
+    written), and exit with 128 + its number."""
+    ignore()
+    with contextlib.suppress(OSError):
+        sys.stderr.write(f"{stopped_by()} before the command started: nothing was written\n")
+        sys.stderr.flush()
+    raise SystemExit(exit_status())

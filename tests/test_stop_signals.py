@@ -93,3 +93,83 @@ def test_a_signal_ignored_at_start_stays_ignored():
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert out.returncode == 0 and out.stdout.strip() == "alive", out.stderr
+
+
+# The signal sent from inside the CLI at a chosen point: while typer reads the
+# arguments (before any command's work), or once the command has returned.
+_AT_POINT = """
+import os, signal, sys
+from typer.core import TyperGroup
+from shrink.cli import main
+point, sig = sys.argv[1], signal.Signals[sys.argv[2]]
+if point == "parsing":
+    make_context = TyperGroup.make_context
+    def parse(self, *args, **kw):
+        os.kill(os.getpid(), sig)
+        return make_context(self, *args, **kw)
+    TyperGroup.make_context = parse
+else:
+    invoke = TyperGroup.invoke
+    def invoke_then_signal(self, ctx):
+        try:
+            return invoke(self, ctx)
+        finally:
+            os.kill(os.getpid(), sig)
+            print("signalled", file=sys.stderr)
+    TyperGroup.invoke = invoke_then_signal
+main(["trace", "info", sys.argv[3]])
+"""
+
+
+def _shown(err: str) -> list[str]:
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    return err.splitlines()
+
+
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129),
+                                             (signal.SIGINT, 130)])  # fmt: skip
+def test_a_signal_before_the_command_starts_says_so(tmp_path, sig, status):
+    """typer turned it into a silent exit 130, whatever the signal."""
+    r = subprocess.run(
+        [sys.executable, "-c", _AT_POINT, "parsing", sig.name, str(tmp_path / "none.parquet")],
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == status, r.stderr
+    (line,) = _shown(r.stderr)
+    assert line.endswith("before the command started: nothing was written"), line
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_signal_after_the_command_finished_is_ignored(tmp_path, sig):
+    """Its work done and said, the command exits with its own status, not 130."""
+    missing = tmp_path / "none.parquet"
+    r = subprocess.run(
+        [sys.executable, "-c", _AT_POINT, "finished", sig.name, str(missing)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 1, r.stderr
+    first, *then = _shown(r.stderr)
+    assert first == f"error: {missing}: no such file" and then and set(then) == {"signalled"}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_at_any_moment_of_the_start_is_one_documented_exit(tmp_path, sig):
+    """``python -m shrink`` signalled at once and a little later: killed by the signal
+    before shrink's code runs (no line), stopped with one line, or (finished) ignored."""
+    missing = tmp_path / "none.parquet"
+    for delay in (0.0, 0.05, 0.1, 0.15, 0.2, 0.3):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "shrink", "trace", "info", str(missing)], cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        time.sleep(delay)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+        lines = _shown(err)
+        if proc.returncode == -sig:
+            assert lines == [], err
+        elif proc.returncode == 1:
+            assert lines == [f"error: {missing}: no such file"], err
+        else:
+            assert proc.returncode == 128 + sig, (delay, proc.returncode, err)
+            assert len(lines) == 1 and lines[0].startswith(f"stopped by {sig.name}"), err

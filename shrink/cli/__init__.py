@@ -118,6 +118,9 @@ def main(args: list[str] | None = None) -> None:
     """The ``shrink`` command: ``args`` (default: the command line's) run as typer runs them."""
     # SIGTERM and SIGHUP stop a command as Ctrl-C does: what was measured is kept.
     interrupts.install()
-    argv = sys.argv[1:] if args is None else args
-    refuse_empty(argv)
-    app_for(argv)(args=args)
+    try:
+        argv = sys.argv[1:] if args is None else args
+        refuse_empty(argv)
+        app_for(argv)(args=args)
+    except interrupts.NotStarted:
+        interrupts.exit_not_started()

@@ -15,7 +15,9 @@ Exit status of every command:
       threshold fails). Everything is still written and printed first.
 129   stopped by SIGHUP  } 128 + the signal's number; each keeps what was
 130   interrupted (Ctrl-C) } measured and says in one line what it kept, as
-143   stopped by SIGTERM   } Ctrl-C does (:mod:`shrink.interrupts`)
+143   stopped by SIGTERM   } Ctrl-C does (:mod:`shrink.interrupts`); before the
+                           } command began, the line says nothing was written;
+                           } after it finished, the signal is ignored
 ====  =================================================================
 """
 
@@ -100,14 +102,16 @@ def cli_errors() -> Iterator[None]:
     """Turn shrink's errors into one clear line on stderr and exit code 1.
 
     A command stopped part-way (a full disk, a signal) also names the files it had
-    written: they are whole, and stay.
+    written: they are whole, and stay. A stop signal is the command's inside the
+    block, and ignored once the outermost one ends (:func:`shrink.interrupts.working`).
     """
     from shrink.atomic import recording
 
-    with recording() as written:
+    with recording() as written, interrupts.working():
         try:
             yield
         except BaseException as exc:
+            interrupts.ignore()  # stopped: a second signal would cut its one line short
             _report(exc, written)
 
 
