@@ -50,13 +50,16 @@ def recording() -> Iterator[list[Path]]:
 
     A command that stops part-way (a full disk, a signal) names what it had already
     written from this list: those files are whole, and the user should know they exist.
+    A write inside nested blocks is in each block's list: the outer one's names what
+    an inner block wrote before it ended.
     """
     ledger: list[Path] = []
     _ledgers.append(ledger)
     try:
         yield ledger
     finally:
-        _ledgers.remove(ledger)
+        # By identity: two blocks' lists can be equal.
+        _ledgers[:] = [other for other in _ledgers if other is not ledger]
 
 
 def make_dirs(folder: str | Path, mode: int = 0o755) -> Path:
@@ -236,8 +239,9 @@ def _replacing(path: Path, mode: int = 0o644) -> Iterator[tuple[int, Path]]:
         yield fd, tmp
         _still_ours(tmp, made, dir_fd)
         os.replace(tmp.name, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        if _ledgers and path not in _ledgers[-1]:
-            _ledgers[-1].append(path)
+        for ledger in _ledgers:
+            if path not in ledger:
+                ledger.append(path)
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp.name, dir_fd=dir_fd)

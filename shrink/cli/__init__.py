@@ -34,7 +34,7 @@ from shrink.cli import (
     testbed_cmd,
     trace_cmd,
 )
-from shrink.cli._common import guard_all, refuse_empty
+from shrink.cli._common import EXIT_ERROR, EXIT_PIPE, guard_all, refuse_empty, stdout_closed
 from shrink.cli._style import tidy
 
 app = typer.Typer(
@@ -124,3 +124,9 @@ def main(args: list[str] | None = None) -> None:
         app_for(argv)(args=args)
     except interrupts.NotStarted:
         interrupts.exit_not_started()
+    except SystemExit as exc:
+        # typer met a closed stdout outside a command (``shrink --help | head -1``):
+        # it put a wrapper in stdout's place and exits 1; SIGPIPE's status is 141.
+        if exc.code == EXIT_ERROR and sys.stdout is not sys.__stdout__ and stdout_closed():
+            raise SystemExit(EXIT_PIPE) from None
+        raise

@@ -18,13 +18,17 @@ Exit status of every command:
 143   stopped by SIGTERM   } Ctrl-C does (:mod:`shrink.interrupts`); before the
                            } command began, the line says nothing was written;
                            } after it finished, the signal is ignored
+141   stdout closed (``shrink ... | head -1``), as SIGPIPE ends a command: quietly,
+      or, when files were written, one line naming them (they are whole)
 ====  =================================================================
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -44,6 +48,7 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_BUG = 70
 EXIT_INTERRUPTED = 130
+EXIT_PIPE = 128 + signal.SIGPIPE
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -52,9 +57,52 @@ F = TypeVar("F", bound=Callable[..., Any])
 def console() -> Console:
     """rich's Console on stderr, made on first use (importing rich.console costs about
     what importing typer does, and ``shrink --help`` needs neither it nor its markup)."""
+    return _console_type()(stderr=True)
+
+
+def out_console() -> Console:
+    """rich's Console on stdout: a closed stdout stops the command as SIGPIPE does
+    (:data:`EXIT_PIPE`), where rich's own exits 1 and says nothing."""
+    return _console_type()()
+
+
+@functools.cache
+def _console_type() -> type[Console]:
     from rich.console import Console
 
-    return Console(stderr=True)
+    class PipeConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True  # nothing more can be shown on it
+            if not self.stderr:  # stdout's reader has gone: see _report
+                raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+    return PipeConsole
+
+
+def stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (``shrink ... | head -1``)."""
+    import select
+
+    try:
+        poll = select.poll()
+        poll.register(1, select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in poll.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
+def exit_stdout_closed(kept: list[str]) -> None:
+    """Exit as a command that SIGPIPE ended (:data:`EXIT_PIPE`): stdout's reader has
+    gone, so nothing more is printed there. Quietly, unless files were written:
+    those are whole, and one line names them (``kept``)."""
+    # What is still buffered for stdout goes nowhere, not into a second error at exit.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    if kept:
+        shown = ", ".join(escape(printable(k)) for k in kept)
+        console().print(f"[yellow]stdout closed[/]: kept {shown}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code=EXIT_PIPE)
 
 
 def escape(text: str) -> str:
@@ -130,6 +178,8 @@ def _report(exc: BaseException, written: list[Path]) -> None:
         _error_line(str(exc) + ("; kept " + ", ".join(kept) if kept else ""))
         raise typer.Exit(code=EXIT_ERROR) from None
     except OSError as exc:
+        if exc.errno == errno.EPIPE and stdout_closed():
+            exit_stdout_closed(kept_files((), written))
         # The system refused a file (full disk, permission, read-only file system).
         where = f"{exc.filename}: " if exc.filename else ""
         kept = kept_files((), written)
@@ -215,6 +265,7 @@ def _same_file(a: Path, b: Path) -> bool:
 
 def echo_json(obj: Any) -> None:
     sys.stdout.write(dumps(obj, indent=2, sort_keys=True, default=_default) + "\n")
+    sys.stdout.flush()  # a closed stdout is met inside the command, not at exit
 
 
 def _default(o: Any) -> Any:

@@ -19,6 +19,7 @@ from shrink.cli._common import (
     cpu_list,
     echo_json,
     exit_if_bound,
+    out_console,
     output_path,
     parse_duration_option,
     parse_lag_limit,
@@ -381,7 +382,6 @@ def _skip_seconds(text: str) -> float:
 
 
 def _print_summary(pred: Prediction, out: Path) -> None:
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
@@ -395,6 +395,7 @@ def _print_summary(pred: Prediction, out: Path) -> None:
     thresholds = pred.thresholds or {}
     t = Table(title=f"Predicted MAT ({shown(pred.target_description)})")
     t.add_column("mapping")
+    screen = out_console()
     for stat, limit in thresholds.items():
         t.add_column(f"{stat_label(stat)} < {limit * 1e3:,g} ms (req/s)", justify="right")
     for name, m in pred.mappings.items():
@@ -406,12 +407,12 @@ def _print_summary(pred: Prediction, out: Path) -> None:
                 "-" if r is None else mat_text(r.mat, r.status, r.ci) + hint.get(r.status or "", "")
             )
         t.add_row(("* " if name == pred.recommended else "  ") + shown(name), *cells)
-    Console().print(t)
+    screen.print(t)
     if pred.recommended:
-        Console().print(f"recommended: [bold]{shown(pred.recommended)}[/] - {shown(pred.reason)}")
+        screen.print(f"recommended: [bold]{shown(pred.recommended)}[/] - {shown(pred.reason)}")
     else:
-        Console().print(shown(pred.reason), highlight=False)
-    Console().print(f"report: {shown(out / 'report.md')} and {shown(out / 'report.html')}")
+        screen.print(shown(pred.reason), highlight=False)
+    screen.print(f"report: {shown(out / 'report.md')} and {shown(out / 'report.html')}")
 
 
 def validate(

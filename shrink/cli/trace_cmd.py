@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from shrink.cli._common import cli_errors, echo_json, escape, fmt_number
+from shrink.cli._common import cli_errors, echo_json, escape, fmt_number, out_console
 from shrink.errors import printable
 
 trace_app = typer.Typer(help="Look at traces.", no_args_is_help=True)
@@ -30,7 +30,6 @@ def info(
     if as_json:
         echo_json({**inf.to_dict(), "span": span})
         return
-    from rich.console import Console
     from rich.table import Table
 
     t = Table(title=escape(printable(trace)), show_header=False)
@@ -65,7 +64,7 @@ def info(
     ):
         if k in inf.meta:
             t.add_row(k, escape(printable(inf.meta[k])))  # the file's, not ours: escaped
-    Console().print(t)
+    out_console().print(t)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,67 @@
+"""A closed stdout (``shrink ... | head -1``) ends a command as SIGPIPE does: exit 141,
+no traceback, no "error" naming nothing; one line names the files written, which
+are whole, and nothing is said when none were."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shrink.trace import Trace
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _closed_stdout(*args: str) -> tuple[int, list[str]]:
+    """(exit status, stderr's lines) of ``shrink ARGS`` whose stdout's reader has gone."""
+    r, w = os.pipe()
+    os.close(r)  # before the command writes a byte: its first write fails
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "shrink", *args], stdout=w, stderr=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(ROOT)}, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        os.close(w)
+    assert "Traceback" not in out.stderr and "error" not in out.stderr, out.stderr
+    return out.returncode, out.stderr.splitlines()
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory) -> Path:
+    t = np.arange(200) / 10.0
+    path = tmp_path_factory.mktemp("trace") / "t.parquet"
+    Trace.from_columns(
+        {"session": np.arange(t.size) % 20, "t": t, "path": ["/x?bytes=10"] * t.size},
+        meta={"mode": "open"},
+    ).write_parquet(path)
+    return path
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_split_keeps_its_parts_whole_and_names_them(tmp_path, trace, as_json):
+    """It said "error: Broken pipe" and exited 1."""
+    parts = tmp_path / "parts"
+    status, lines = _closed_stdout(
+        "split", str(trace), "--parts", "2", "-o", str(parts), *(["--json"] if as_json else [])
+    )
+    assert status == 141, lines
+    files = [parts / "part-000.parquet", parts / "part-001.parquet"]
+    assert lines == [f"stdout closed: kept {files[0]}, {files[1]}"]
+    assert sum(len(Trace.read_parquet(f)) for f in files) == len(Trace.read_parquet(trace))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["trace", "info", "{trace}"], ["trace", "info", "{trace}", "--json"], ["--help"]],
+    ids=["rich table", "json", "help"],
+)
+def test_nothing_written_exits_quietly(trace, args):
+    """rich's table (as predict's) exited 1 saying nothing; typer's help, 1 as well."""
+    status, lines = _closed_stdout(*(a.format(trace=trace) for a in args))
+    assert (status, lines) == (141, [])
