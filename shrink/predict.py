@@ -290,10 +290,8 @@ def predict(
                 stop.kept = [*stop.kept, *kept]
             raise
     measured.share = replace(measured.share, speed=share.speed)
-    if out_dir is not None:
-        # What was measured is kept before anything is read from it: a curve with no
-        # usable level (a generator behind at every level) stops the prediction below.
-        _write_curves(Path(out_dir), measured, full_curve)
+    out = None if out_dir is None else Path(out_dir)
+    _write_curves(out, measured, full_curve, config.thresholds)
     merr = _model_error(config, provider.name, share)
     predicted, full_mats, budgets = scaled_mats(measured, config.thresholds, merr)
     base = MappingPrediction(
@@ -335,10 +333,9 @@ def predict(
     record_inputs(prediction, inputs, provider, measured, config.plan, scaling)
     if full_curve is not None:
         prediction.full_run = _full_run_summary()
-        full_curve.meta["self_checks"] = full_checks(full_curve, config.thresholds)
     result = PredictionResult(prediction, measured, predicted, sample, full=full_curve)
-    if out_dir is not None:
-        _write_files(result, Path(out_dir))
+    if out is not None:
+        _write_files(result, out)
     return result
 
 
@@ -526,25 +523,38 @@ def _full_run_summary() -> dict[str, Any]:
     }
 
 
-def _write_curves(out: Path, measured: LoadCurve, full: LoadCurve | None) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    try:
-        measured.write_json(out / "measured-curve.json")
-    except WriteError as exc:
-        # The error carries the measured levels, so that the CLI can keep a summary.
-        exc.curve = measured
-        raise
+def _write_curves(
+    out: Path | None, measured: LoadCurve, full: LoadCurve | None, limits: Mapping[str, float]
+) -> None:
+    """The measured curves into ``out`` (None: nothing is written), each once and whole.
+
+    What was measured is kept before anything is read from it: a curve with no usable
+    level (a generator behind at every level) stops the prediction after this. The
+    full curve is written with its self-checks, so that no later rewrite can fail
+    and leave the first copy without them.
+    """
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        try:
+            measured.write_json(out / "measured-curve.json")
+        except WriteError as exc:
+            # The error carries the measured levels, so that the CLI can keep a summary.
+            exc.curve = measured
+            raise
     if full is not None:
-        full.write_json(out / "full-curve.json")
+        full.meta["self_checks"] = full_checks(full, limits)
+        if out is not None:
+            full.write_json(out / "full-curve.json")
 
 
 def _write_files(result: PredictionResult, out: Path) -> None:
-    """The curves and prediction.json into ``out`` (their paths into ``result.files``)."""
+    """The predicted curve and prediction.json into ``out``, beside the measured curves
+    (:func:`_write_curves`); every path into ``result.files``."""
     out.mkdir(parents=True, exist_ok=True)
-    result.files["measured"] = result.measured.write_json(out / "measured-curve.json")
+    result.files["measured"] = out / "measured-curve.json"
     result.files["predicted"] = result.predicted.write_json(out / "predicted-curve.json")
     if result.full is not None:
-        result.files["full"] = result.full.write_json(out / "full-curve.json")
+        result.files["full"] = out / "full-curve.json"
     result.files["prediction"] = result.prediction.write_json(out / "prediction.json", indent=2)
 
 

@@ -157,8 +157,9 @@ def test_a_signal_part_way_names_the_files_already_written(tmp_path, monkeypatch
     assert "nothing measured was written" not in err
 
 
-def test_predict_keeps_a_summary_when_its_measured_curve_does_not_fit(tmp_path, monkeypatch):
-    """Nothing measured is lost: predict lost every level when measured-curve.json failed."""
+def _predict(tmp_path, monkeypatch, fails):
+    """``predict`` on the simulator, each curve's write first asking ``fails(path)``
+    (True: no room for it); the result and the outputs' folder."""
     from pathlib import Path
 
     spec = Path(__file__).resolve().parents[1] / "examples" / "machines" / "nehalem-2s.toml"
@@ -168,7 +169,7 @@ def test_predict_keeps_a_summary_when_its_measured_curve_does_not_fit(tmp_path, 
     write = LoadCurve.write_json
 
     def full(self, path, *a, **kw):
-        if Path(path).name == "measured-curve.json":
+        if fails(Path(path)):
             raise WriteError(path, ENOSPC)
         return write(self, path, *a, **kw)
 
@@ -178,7 +179,49 @@ def test_predict_keeps_a_summary_when_its_measured_curve_does_not_fit(tmp_path, 
                                  "0.5", "--mappings", "1-replica", "--thresholds",
                                  "mean=0.5ms,p99.9=4ms", "--warmup", "300ms", "--duration", "1s",
                                  "--reps", "1", "--max-levels", "4", "-o", str(out)])  # fmt: skip
+    return r, out
+
+
+def test_predict_keeps_a_summary_when_its_measured_curve_does_not_fit(tmp_path, monkeypatch):
+    """Nothing measured is lost: predict lost every level when measured-curve.json failed."""
+    r, out = _predict(tmp_path, monkeypatch, lambda p: p.name == "measured-curve.json")
     assert r.exit_code == 1, r.output
     summary = out / "measured-curve.summary.json"
     assert f"kept {summary} (a summary of the" in " ".join(r.stderr.split())
     assert json.loads(summary.read_text())["summary"]
+
+
+def test_predict_writes_each_curve_once(tmp_path, monkeypatch):
+    """measured-curve.json was written again at the end: with no room then, predict
+    stopped, saying it could not write measured-curve.json and kept measured-curve.json."""
+    seen: list[str] = []
+
+    def again(path):
+        seen.append(path.name)
+        return seen.count(path.name) > 1
+
+    r, out = _predict(tmp_path, monkeypatch, again)
+    assert r.exit_code in (0, 99), r.output  # 99: a MAT is a bound, every file written
+    assert "error" not in r.stderr
+    assert sorted(seen) == ["measured-curve.json", "predicted-curve.json"]
+    assert LoadCurve.read_json(out / "measured-curve.json").levels
+
+
+def test_a_failed_rewrite_says_its_earlier_copy_is_kept(tmp_path, monkeypatch, capsys):
+    """A file written twice, the second time with no room: the error named it as not
+    written and then as kept."""
+    import typer
+
+    from shrink.atomic import write_text
+    from shrink.cli._common import cli_errors
+
+    out, other = tmp_path / "a.json", tmp_path / "b.json"
+    _fails_on_write(monkeypatch, 3, OSError(errno.ENOSPC, "No space left"))
+    with pytest.raises(typer.Exit), cli_errors():
+        write_text(out, "{}")
+        write_text(other, "{}")
+        write_text(out, '{"more": 1}')
+    err = " ".join(capsys.readouterr().err.split())
+    assert err == (f"error: {out}: cannot write (no space left on the device, ENOSPC); "
+                   f"kept its earlier whole copy (without this update), {other}")  # fmt: skip
+    assert out.read_text() == "{}"

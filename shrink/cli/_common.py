@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import typer
 
 from shrink import interrupts
-from shrink.errors import OptionError, ParameterError, ShrinkError, printable
+from shrink.errors import OptionError, ParameterError, ShrinkError, WriteError, printable
 from shrink.jsonout import dumps
 
 if TYPE_CHECKING:
@@ -130,16 +130,23 @@ def refuse_empty(argv: list[str]) -> None:
         raise SystemExit(EXIT_USAGE)
 
 
-def kept_files(kept: Sequence[object], written: Sequence[Path]) -> list[str]:
+def kept_files(
+    kept: Sequence[object], written: Sequence[Path], failed: str | None = None
+) -> list[str]:
     """What a stopped command leaves, in words: ``kept`` (what it wrote to keep its
     measurements) and then the files it had ``written`` before the stop that those do
-    not name; more than three in one folder are counted there, not listed."""
+    not name; more than three in one folder are counted there, not listed. A file
+    written once and then ``failed`` to be written again is its earlier copy, whole:
+    said so, since the error's line names it first as the file not written."""
     said = " ".join(str(k) for k in kept)
     new = [p for p in written if str(p) not in said]
+    out = [str(k) for k in kept]
+    if failed is not None and Path(failed) in new:
+        new.remove(Path(failed))
+        out.append("its earlier whole copy (without this update)")
     folders: dict[Path, list[Path]] = {}
     for p in new:
         folders.setdefault(p.parent, []).append(p)
-    out = [str(k) for k in kept]
     for folder, files in folders.items():
         out += [str(p) for p in files] if len(files) <= 3 else [f"{len(files)} files in {folder}"]
     return out
@@ -174,7 +181,8 @@ def _report(exc: BaseException, written: list[Path]) -> None:
         raise typer.Exit(code=EXIT_USAGE) from None
     except ShrinkError as exc:
         # An error that stopped a sweep says, on the same line, what it kept.
-        kept = kept_files(exc.kept, written)
+        failed = exc.path if isinstance(exc, WriteError) else None
+        kept = kept_files(exc.kept, written, failed)
         _error_line(str(exc) + ("; kept " + ", ".join(kept) if kept else ""))
         raise typer.Exit(code=EXIT_ERROR) from None
     except OSError as exc:
