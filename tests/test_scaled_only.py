@@ -227,7 +227,7 @@ def test_the_fitted_bias_corrects_the_predicted_throughputs_and_is_recorded(tmp_
 
     _, plain = _prediction_bytes(_TwoCores(0.0), tmp_path / "plain")
     fitted = ModelError(0.1, {"source": "test"}, bias=math.log(0.8))
-    monkeypatch.setattr("shrink.predict.model_error", lambda target, kind: fitted)
+    monkeypatch.setattr("shrink.predict.model_error", lambda target, kind, **_: fitted)
     _, corrected = _prediction_bytes(_TwoCores(0.0), tmp_path / "corrected")
     for stat in THRESHOLDS:
         a = plain.prediction.mappings["1-replica"].stats[stat]

@@ -132,13 +132,13 @@ def test_tcp_cli_writes_the_1k_file(tmp_path):
     assert missing_paths(docroot, _unique_paths(Trace.read_parquet(out))) == []
 
 
-def test_cli_bad_parameter_exits_1_with_the_rule(tmp_path):
+def test_cli_bad_parameter_exits_2_naming_the_option_and_the_rule(tmp_path):
     result = runner.invoke(
         app, ["synth", "support", "--users", "10", "--duration", "5", "--rf", "2",
               "-o", str(tmp_path / "x.parquet")],
     )  # fmt: skip
-    assert result.exit_code == 1
-    assert "rf == 2, must be in [0, 1]." in result.output
+    assert result.exit_code == 2
+    assert "--rf: rf == 2, must be in [0, 1]." in result.output
 
 
 def test_rerun_skips_identical_files_and_repairs_changed_ones(tmp_path):
