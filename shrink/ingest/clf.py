@@ -86,7 +86,7 @@ _TIME = re.compile(
     r"(?: ([+-])(\d{2}):?(\d{2}))?$",
     re.ASCII,
 )
-# nginx's $time_iso8601 put where $time_local stands: 2023-10-10T13:55:36+02:00.
+# nginx's $time_iso8601 put where $time_local stands: YYYY-MM-DDThh:mm:ss+hh:mm.
 _ISO_TIME = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?"
     r"(?:(Z)|([+-])(\d{2}):?(\d{2}))?$",
