@@ -51,12 +51,23 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("SHRINK_SHARED", ROOT.parent / "shared"))
 MODEL_ERROR = ROOT / "shrink" / "data" / "model_error.json"
 sys.path.insert(0, str(ROOT))
-from shrink.scaling import CALIBRATION  # noqa: E402
+sys.path.insert(0, str(ROOT / "bench"))
+from fidelity_fit import (  # noqa: E402
+    STATS,
+    _measured_var,
+    _pairs,
+    fit_bias,
+    fit_dof,
+    fit_model,
+    fit_sigma,
+    leave_one_out,
+)
+
+from shrink.scaling import CALIBRATION, CONTENT_TERM  # noqa: E402
 from shrink.scaling.transform import NOMINAL, NOMINAL_ENTRY  # noqa: E402
 from shrink.selfchecks import QUIET_OTHER_CPU  # noqa: E402
-from shrink.uncertainty import ErrorBudget, interval  # noqa: E402
 
-STATS = ("mean", "p999")
+__all__ = ["_measured_var", "fit_bias", "fit_sigma", "leave_one_out"]
 # The report's self-check of other work on the share's CPUs fails over this: such a run
 # is not a measurement of the method.
 NOT_QUIET = QUIET_OTHER_CPU
@@ -127,15 +138,15 @@ DEFAULT = (
 )  # fmt: skip
 
 
-def run_config(name: str, out: Path, calibrate: bool = True) -> dict[str, Any]:
-    """One run of configuration ``name`` into ``out`` (``calibrate=False``: the share at
-    its nominal speed); its summary row."""
+def run_config(name: str, out: Path, calibrate: bool = False) -> dict[str, Any]:
+    """One run of configuration ``name`` into ``out`` (``calibrate=True``: its CPU-time
+    share's speed calibrated on the full target); its summary row."""
     from fidelity_corpus import commit
 
     from shrink.demo import DEMO, run_demo
     from shrink.errors import ShrinkError
 
-    cfg = CONFIGS[name] if calibrate else {**CONFIGS[name], "calibrate": False}
+    cfg = {**CONFIGS[name], "calibrate": calibrate}
     out.mkdir(parents=True, exist_ok=True)
     record = {"name": name, "commit": commit(ROOT), "config": {**DEMO, **cfg}}
     (out / "config.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
@@ -182,6 +193,8 @@ def row(out: Path, seconds: float | None = None) -> dict[str, Any]:
         "host_after_over_beside": _host_moved(out),
         "commit": meta.get("commit"),
         "speeds": {s: decompose(out, s) for s in STATS},
+        "alpha": pred.get("alpha"),
+        "dynamic_share": _dynamic_share(out, pred),
     }
     for s, m in val["mats"].items():
         budget = (mapping.get(s) or {}).get("error_budget") or {}
@@ -200,6 +213,19 @@ def row(out: Path, seconds: float | None = None) -> dict[str, Any]:
             "budget": budget,
         }
     return r
+
+
+def _dynamic_share(out: Path, pred: dict[str, Any]) -> float | None:
+    """The share's dynamic part as its prediction read it, else from its measured curve
+    (a run made before predictions kept it)."""
+    prov = (_extra(pred, "model_error") or {}).get("provenance") or {}
+    if "dynamic_share" in prov:
+        return prov["dynamic_share"]
+    from shrink.loadcurve import LoadCurve
+    from shrink.scaling import dynamic_share
+
+    path = out / "measured-curve.json"
+    return dynamic_share(LoadCurve.read_json(path)) if path.exists() else None
 
 
 def _extra(pred: dict[str, Any], key: str) -> Any:
@@ -243,94 +269,6 @@ def _calibrated_over_busy(out: Path, pred: dict[str, Any]) -> float | None:
     reps = (r for lv in LoadCurve.read_json(path).levels for r in lv.reps)
     busy = pooled_capacity(reps, KNEE_BAND)
     return float(full) / busy[0] if busy else None
-
-
-def _budget(b: dict[str, Any], sigma: float = 0.0, dof: int | None = None) -> ErrorBudget:
-    """A run's recorded error budget with the model error ``sigma`` of ``dof`` in place
-    of the one it ran with: the prediction's own interval (shrink.uncertainty)."""
-    return ErrorBudget(
-        b.get("repetition", 0.0), b.get("drift", 0.0), sigma, b.get("speed", 0.0),
-        int(b.get("dof") or 0) or None, dof,
-    )  # fmt: skip
-
-
-def _measured_var(b: dict[str, Any]) -> float:
-    """The variance the measured terms of a budget give (all but the model error)."""
-    return _budget(b).total ** 2
-
-
-def fit_dof(pairs: list[tuple[str, dict]], bias_fitted: bool) -> int | None:
-    """The model error's degrees of freedom: its conclusive runs (a run's two statistics
-    are not independent), less one for a fitted bias."""
-    dof = len({c["run"] for _, c in pairs}) - int(bias_fitted)
-    return dof if dof > 0 else None
-
-
-def _pairs(rows: list[dict[str, Any]], kind: str | None = None) -> list[tuple[str, dict]]:
-    """Conclusive (configuration, statistic cell) pairs, of share ``kind`` if given."""
-    out = []
-    for r in rows:
-        if "error" in r or (kind is not None and r.get("share_kind") != kind):
-            continue
-        for s in STATS:
-            c = r.get(s)
-            if c and c["status"] == "ok/ok" and c["log_error"] is not None:
-                out.append((r["config"], {**c, "run": r["dir"]}))
-    return out
-
-
-def fit_bias(pairs: list[tuple[str, dict]]) -> float:
-    """The model's bias: the mean uncorrected log error (0 without pairs)."""
-    return statistics.fmean(c["log_error"] for _, c in pairs) if pairs else 0.0
-
-
-def fit_sigma(pairs: list[tuple[str, dict]], bias: float = 0.0) -> float:
-    """The model error's spread: the log errors' variance about ``bias`` beyond the
-    measured terms' (at least 0)."""
-    if not pairs:
-        return 0.0
-    excess = [(c["log_error"] - bias) ** 2 - _measured_var(c["budget"]) for _, c in pairs]
-    return math.sqrt(max(0.0, statistics.fmean(excess)))
-
-
-def _corrected(cell: dict[str, Any], bias: float) -> float:
-    """The cell's predicted MAT as the share model with ``bias`` corrects it."""
-    return cell["measured"] * math.exp(cell["log_error"] - bias)
-
-
-def _interval(
-    cell: dict[str, Any], bias: float, sigma: float, dof: int | None = None
-) -> tuple[float, float]:
-    """The 95% interval of a cell corrected by ``bias``, with model error ``sigma`` of
-    ``dof`` degrees of freedom."""
-    return interval(_corrected(cell, bias), _budget(cell["budget"], sigma, dof))
-
-
-def leave_one_out(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per configuration: the model error fitted without it, and its cells' intervals."""
-    out: dict[str, dict[str, Any]] = {}
-    for kind in sorted({r.get("share_kind") for r in rows if "error" not in r} - {None}):
-        pairs = _pairs(rows, kind)
-        for name in sorted({n for n, _ in pairs}):
-            others = [p for p in pairs if p[0] != name]
-            bias = fit_bias(others)
-            sigma = fit_sigma(others, bias)
-            dof = fit_dof(others, bias_fitted=True)
-            cells = []
-            for n, c in pairs:
-                if n != name:
-                    continue
-                lo, hi = _interval(c, bias, sigma, dof)
-                cells.append(
-                    {
-                        "stat": c["stat"],
-                        "covered": lo <= c["measured"] <= hi,
-                        "half_width": (hi / lo) ** 0.5 - 1,
-                        "error": _corrected(c, bias) / c["measured"] - 1,
-                    }
-                )
-            out[name] = {"bias": bias, "sigma": sigma, "n_fit": len(others), "cells": cells}
-    return out
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -467,8 +405,8 @@ def report(rows: list[dict[str, Any]]) -> str:
     for name in names:
         fit_out = loo.get(name)
         out.append(f"{name}:" + ("" if fit_out is None else (
-            f" (fitted without it: bias {100 * fit_out['bias']:+.1f}% in log, spread "
-            f"{100 * fit_out['sigma']:.1f}%)")))  # fmt: skip
+            f" (fitted without it: bias {100 * fit_out['bias']:+.1f}% in log, slope "
+            f"{fit_out['slope']:.3f}, spread {100 * fit_out['sigma']:.1f}%)")))  # fmt: skip
         out.extend(f"  {line}" for line in accuracy([r for r in rows if r["config"] == name], loo))
     out.append("all configurations:")
     out.extend(f"  {line}" for line in accuracy(rows, loo))
@@ -479,15 +417,17 @@ def report(rows: list[dict[str, Any]]) -> str:
 def fit(rows: list[dict[str, Any]], nominal: bool = False) -> dict[str, Any]:
     """The model error per share kind over every configuration, with its provenance;
     ``nominal``: of CPU-time shares at their nominal speed (``fidelity_nominal``'s
-    rows), written as its own entry."""
+    rows), written as its own entry (fidelity_fit's rules)."""
     data = json.loads(MODEL_ERROR.read_text())
     data["provenance"] = {
         "fitted_by": "python bench/bench_fidelity.py --summarize DIR... --fit",
-        "method": "per share kind, over the conclusive (statistic, run) pairs: bias = the "
-        "mean log(predicted / measured MAT) of the uncorrected predictions, sigma = the "
-        "spread of the log errors about it beyond the repetitions, drift and calibration "
-        "noise; a bias needs two configurations or more (else 0: one configuration cannot "
-        "be judged leaving one out)",
+        "method": "per share kind, over the conclusive (statistic, run) pairs of the "
+        "uncorrected predictions: a CPU-time share's log(predicted / measured MAT) is "
+        f"fitted as -slope * ({CONTENT_TERM}), through the origin; another share's (or "
+        "one without its content) as a constant bias, their mean. sigma = the spread of "
+        "the log errors about the fit beyond the repetitions, drift and calibration noise. "
+        "A fit needs two configurations or more (else 0: one configuration cannot be "
+        "judged leaving one out)",
     }
     today = datetime.date.today().isoformat()
     entries = [("cpu_time", NOMINAL_ENTRY)] if nominal else [("cpu_time", "cpu_time"),
@@ -496,12 +436,13 @@ def fit(rows: list[dict[str, Any]], nominal: bool = False) -> dict[str, Any]:
         pairs = _pairs(rows, kind)
         if not pairs:
             continue
+        model = fit_model(pairs)
         fitted = len({n for n, _ in pairs}) >= 2
-        bias = fit_bias(pairs) if fitted else 0.0
         label = NOMINAL if nominal else CALIBRATION
         data["share_kinds"][entry] = {
-            "bias": round(bias, 4),
-            "sigma": round(fit_sigma(pairs, bias), 4),
+            "bias": round(model.bias, 4),
+            "slope": round(model.slope, 4),
+            "sigma": round(model.sigma, 4),
             "provenance": {
                 "machine": "2-vCPU VM, one NUMA node (the project's polyglot kind)",
                 "date": today,
@@ -582,9 +523,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--list", action="store_true", help="print the configurations and exit")
     ap.add_argument(
-        "--no-calibrate",
+        "--calibrate",
         action="store_true",
-        help="run CPU-time shares at their nominal speed (shrink predict --no-calibrate)",
+        help="calibrate CPU-time shares' speed on the full target (shrink predict "
+        "--calibrate); by default they run at their nominal fraction",
     )
     ap.add_argument(
         "--quiet-only",
@@ -593,10 +535,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--speed",
-        choices=("calibrated", "nominal"),
-        default="calibrated",
-        help="with --summarize: read CPU-time shares as calibrated (the default) or at their "
-        "nominal speed (fidelity_nominal; --fit then writes the nominal entry)",
+        choices=("nominal", "calibrated"),
+        default="nominal",
+        help="with --summarize: read CPU-time shares at their nominal fraction (the "
+        "default, as predict runs them: fresh runs as run, calibrated ones read at alpha by "
+        "fidelity_nominal; --fit writes the nominal entry) or as calibrated (the "
+        "calibrated runs only; --fit writes the calibrated and core-subset entries)",
     )
     args = ap.parse_args(argv)
     if args.list:
@@ -641,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
                 # every configuration alike.
                 for name in args.config or list(DEFAULT):
                     out = next_run_dir(args.out / name)
-                    rows.append(run_config(name, out, calibrate=not args.no_calibrate))
+                    rows.append(run_config(name, out, calibrate=args.calibrate))
                     print(table(rows[-1:]), flush=True)
         except KeyboardInterrupt as exc:
             from shrink.demo import interrupted_line

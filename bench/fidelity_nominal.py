@@ -25,13 +25,12 @@ STATS = ("mean", "p999")
 
 
 def nominal_rows(rows: list[dict[str, Any]], nominal: str) -> list[dict[str, Any]]:
-    """The CPU-time ``rows`` as predictions at the nominal speed; ``nominal`` is the
-    calibration label of runs made without a calibration (kept as they are)."""
+    """``rows`` as predictions at the nominal speed; ``nominal`` is the calibration
+    label of runs made without a calibration. Those, the failed runs and the other
+    shares' runs (a core subset has no calibration) are kept as they are."""
     out = []
     for r in rows:
-        if "error" in r or r.get("share_kind") != "cpu_time":
-            continue
-        if r.get("calibration") == nominal:
+        if "error" in r or r.get("share_kind") != "cpu_time" or r.get("calibration") == nominal:
             out.append(r)
             continue
         row = {**r, "calibration": nominal, "recomputed": True}

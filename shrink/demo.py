@@ -4,8 +4,9 @@
    seed (byte-identical every time) and its document root.
 2. Predict one whole core of this machine (CPU 1; the load generator keeps CPU 0)
    from alpha = 0.25: 25% of the sessions on a 25% CPU-time share of the core. The
-   prediction reads the full core only through a light calibration of the share's
-   speed (at most 10% busy, 20 s).
+   prediction reads nothing of the full core: the share is taken at its nominal
+   fraction, corrected by the model error fitted for it on the corpus
+   (``shrink.scaling.model_error``; ``calibrate`` adds a light calibration).
 3. Validate against the whole core with the full trace. Those full-scale runs are
    taken alongside the scaled ones, each repetition next to its scaled twin
    (``--paired-full-run``), then at levels of their own search: this VM's CPU speed
@@ -317,8 +318,9 @@ def run_demo(
     ``sim:SPEC.toml`` (for tests of the plumbing). A core subset instead of the
     CPU-time share: ``share_kind`` ``cores`` with ``server_cpus`` (the full target) and
     the generator's ``generator_cpus``, ``allow_overlap``, ``realtime`` and ``lag_limit``
-    (seconds of send-lag p99 past which a run is behind). ``calibrate`` False takes a
-    CPU-time share at its nominal speed (``predict --no-calibrate``).
+    (seconds of send-lag p99 past which a run is behind). ``calibrate`` True reads a
+    CPU-time share's speed with light runs on the full target (``predict
+    --calibrate``); by default it is taken at its nominal fraction.
     """
     from shrink.pipeline import GeneratorPlacement, TargetSettings, run_predict, run_validate
     from shrink.predict import PredictConfig
@@ -355,7 +357,7 @@ def run_demo(
             seed=cfg["seed"],
             plan=plan,
             paired_full_run=True,
-            calibrate=bool(cfg.get("calibrate", True)),
+            calibrate=bool(cfg.get("calibrate", False)),
             validation_budget_s=VALIDATION_BUDGET_S if plan.budget_s else None,
         ),
         target=TargetSettings(
@@ -392,7 +394,7 @@ def run_demo(
         # max / min of the full target's capacity over its busy validation runs
         # (shrink.selfchecks.host_drift): a MAT here is no surer than the host was steady.
         "host_spread": _host_spread(out),
-        # What the prediction asked of the full target (the calibration's light runs).
+        # What the prediction asked of the full target (none, or a calibration's light runs).
         "full_target_use": pred.extra.get("full_target_use"),
         "whatif_recommended": None if whatif is None else whatif.get("recommended"),
         "server": pred.server,
@@ -455,9 +457,9 @@ def _plan(plan: AutoPlan | None, quick: bool, time_share: float | None = None) -
         budget = SWEEP_BUDGET_S * max(1.0, DEMO["alpha"] / time_share)
         return replace(_plan(None, quick), budget_s=budget)
     # The whole core runs 0.5 s + 2.5 s a repetition, the 25% share 1/s times as long
-    # (time scaling: s its calibrated speed), so that both reach the same queueing state
-    # and count as many requests. Two repetitions a level, the probe once. No warm-up
-    # run: the calibration has just run every request class on both sides. The coarse
+    # (time scaling: s its speed), so that both reach the same queueing state and count
+    # as many requests. Two repetitions a level, the probe once. No warm-up run: the
+    # probe, the lightest level, runs every request class first on both sides. The coarse
     # pass starts at 65% of the capacity the probe estimates, not 35%: a time-scaled
     # level of the share costs about 40 s here, and the budget holds five or six.
     return plan or AutoPlan(
@@ -496,13 +498,13 @@ def _work_dir(out: Path, target: str) -> Path:
 
 def _intro(alpha: float, plan: AutoPlan, out: Path) -> str:
     """The demo's first lines: what it will do, and about how long it takes."""
-    # The calibration and the report fit in about half a minute beside the two budgets.
+    # Set-up and the report fit in about half a minute beside the two budgets.
     minutes = ((plan.budget_s or 0.0) + VALIDATION_BUDGET_S + 30.0) / 60.0
     return (
         f"shrink demo: predicts the capacity of one core of this machine from {alpha:g} of a "
         f"Support-like trace on a {100 * alpha:g}% CPU-time share of it, then validates the "
-        f"prediction against the whole core. About {minutes:.0f} minutes: a light calibration "
-        "(under a minute), the share's sweep with the validation's runs beside it, the "
+        f"prediction against the whole core. About {minutes:.0f} minutes: the share's sweep "
+        "with the validation's runs beside it (the prediction reads only the share's), the "
         f"validation's own levels, the report. Output: {out / 'report.html'}."
     )
 

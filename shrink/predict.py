@@ -58,6 +58,7 @@ from shrink.scaling import (
     Beside,
     ModelError,
     calibrate_beside,
+    dynamic_share,
     latency_scale,
     model_error,
     shrink_scaled_curve,
@@ -124,10 +125,12 @@ class PredictConfig:
     # Trace seconds left out at the start of every run; None: a tenth of the trace's
     # span, at most a minute (``shrink.measure.default_skip``).
     skip: float | None = None
-    # Calibrate a CPU-time share's speed with light runs on the full target
-    # (shrink.scaling.calibrate: at most 10% busy, 20 s); False: the nominal fraction,
-    # for a user who cannot run the full target at all.
-    calibrate: bool = True
+    # A CPU-time share at its nominal fraction, corrected by the model error fitted for
+    # it (nothing runs on the full target); True: calibrate its speed with light runs on
+    # the full target (shrink.scaling.calibrate: at most 10% busy, 20 s). On the corpus
+    # the nominal share with its content term erred less than the calibrated one
+    # (bench/RESULTS.md, "The share's content term").
+    calibrate: bool = False
     # Log-scale sd of the share model's error in the MAT intervals (shrink.uncertainty);
     # None: the corpus-fitted one (shrink.scaling.model_error; 0 on the simulator).
     model_error: float | None = None
@@ -292,7 +295,7 @@ def predict(
     measured.share = replace(measured.share, speed=share.speed)
     out = None if out_dir is None else Path(out_dir)
     _write_curves(out, measured, full_curve, config.thresholds)
-    merr = _model_error(config, provider.name, share)
+    merr = _model_error(config, provider.name, share, measured)
     predicted, full_mats, budgets = scaled_mats(measured, config.thresholds, merr)
     base = MappingPrediction(
         {s: _stat(r, budgets[s]) for s, r in full_mats.items()}, predicted.summary()
@@ -357,13 +360,19 @@ def _beside(
     return between
 
 
-def _model_error(config: PredictConfig, target: str, share: Share) -> ModelError:
+def _model_error(
+    config: PredictConfig, target: str, share: Share, measured: LoadCurve
+) -> ModelError:
     """The share model's error: the corpus-fitted one for the way the share's speed was
-    read (calibrated, or its nominal fraction), or the config's spread (no bias)."""
+    read (calibrated, or its nominal fraction) and for what the share served (its
+    dynamic work's part, shrink.scaling.dynamic_share), or the config's spread (no bias)."""
     if config.model_error is not None:
         return ModelError(config.model_error, {"source": "PredictConfig.model_error"})
     calibrated = share.speed is not None and share.speed.method == "calibrated"
-    return model_error(target, share.kind, calibrated=calibrated)
+    return model_error(
+        target, share.kind, calibrated=calibrated, alpha=measured.alpha,
+        dynamic=dynamic_share(measured),
+    )  # fmt: skip
 
 
 def _record_share_model(prediction: Prediction, share: Share, merr: ModelError) -> None:

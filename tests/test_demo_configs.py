@@ -66,9 +66,12 @@ def test_a_tcp_config_runs_end_to_end_with_rule_thresholds(tmp_path, fake_target
     assert got["config"] == "tcp-test" and got["share_kind"] == "cpu_time"
     for s in ("mean", "p999"):
         assert {"predicted", "measured", "ci", "status", "covered", "budget"} <= set(got[s])
-    # What the prediction read of the full target: the calibration's light runs only.
+    # By default a CPU-time share is taken at its nominal fraction: the prediction read
+    # nothing of the full target.
     use = got["full_target_use"]
-    assert use["runs"] and use["seconds"] <= 20 and use["max_utilization"] <= 0.1
+    assert use["runs"] == [] and use["seconds"] == 0.0
+    # What the content term reads: alpha, and a static page's dynamic part, none.
+    assert got["alpha"] == 0.25 and got["dynamic_share"] == 0.0
 
 
 def test_summarize_tabulates_the_runs_it_finds(tmp_path, fake_target, monkeypatch, capsys):

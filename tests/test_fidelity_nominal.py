@@ -50,9 +50,11 @@ def test_a_nominal_mat_not_crossed_is_a_bound_and_a_run_without_one_is_left_out(
     old = _row("a", 1, None)
     del old["speeds"]["mean"]["nominal_status"]  # a record made before the field
     assert fidelity_nominal.nominal_rows([old], "n")[0]["mean"] is None
-    # Not a CPU-time share, or a failed run: nothing to read at a nominal speed.
+    # Not a CPU-time share, or a failed run: nothing to read at a nominal speed, so
+    # they stay as they ran (a core subset has no calibration; a failure is counted).
     cores = {**_row("c", 0, 80.0), "share_kind": "cores"}
-    assert fidelity_nominal.nominal_rows([cores, {"config": "x", "error": "boom"}], "n") == []
+    failed = {"config": "x", "error": "boom"}
+    assert fidelity_nominal.nominal_rows([cores, failed], "n") == [cores, failed]
 
 
 def test_a_run_made_at_the_nominal_speed_keeps_its_own_cells():

@@ -54,8 +54,9 @@ def test_predict_then_validate_on_a_processor_sharing_fake(tmp_path):
         trace = _sessions(12000, seed=seed % 5)
         provider = FakeProvider()
         cfg = PredictConfig(
-            alpha=0.25, thresholds=thresholds, mappings=["1-replica"], seed=seed, plan=plan
-        )
+            alpha=0.25, thresholds=thresholds, mappings=["1-replica"], seed=seed, plan=plan,
+            calibrate=True,
+        )  # fmt: skip
         res = predict(trace, provider, cfg, tmp_path)
         pred = res.prediction
         assert pred.share.kind == "cpu_time"

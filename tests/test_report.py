@@ -71,10 +71,11 @@ def test_the_report_leads_with_the_answer_and_its_checks(demo_out: Path):
         "| Share's speed",
     ):
         assert row in checks, checks
-    # The calibration's runs beside the share's levels are named, with what they read.
+    # The demo's share is taken at its nominal fraction: the row says so, and how the
+    # model error's content term corrects it (a static page: no dynamic work, x1.00).
     speed_row = next(line for line in checks.splitlines() if line.startswith("| Share's speed"))
-    assert "s of it beside the share's levels, read as its side" in speed_row, speed_row
-    assert "the share's sweep started from" in speed_row
+    assert "**assumed**" in speed_row and "nothing ran on the full target" in speed_row
+    assert "nothing corrects them here: the simulated share" in speed_row, speed_row
     # The method's prose and the levels measured are in the appendix, not before it.
     for prose in ("Levels measured on the share", "Method and assumptions", "Provenance"):
         assert prose not in main and prose in appendix
@@ -138,3 +139,23 @@ def test_the_demo_prints_its_sections_in_order(demo_out: Path):
     printed = (demo_out / "console.txt").read_text()
     numbers = [int(n) for n in re.findall(r"─ (\d)\. ", printed)]
     assert numbers == [1, 2, 3, 4], printed
+
+
+def test_the_share_speed_row_says_how_the_content_term_corrects_a_nominal_share():
+    from shrink.report.sections.self_checks import _speed_items
+    from shrink.share import Share
+
+    share = Share("cpu_time", (1,), 0.25)
+    merr = {
+        "correction": 1.6,
+        "provenance": {"slope": 0.34, "dynamic_share": 0.9, "runs": 40, "machine": "a VM"},
+    }
+    [[name, text]] = _speed_items(share, merr)
+    assert name == "Share's speed" and "**assumed**" in text
+    assert (
+        "corrects them by x1.60 (its dynamic pages took 90% of its light-load work; "
+        "slope 0.34, fitted on 40 runs, a VM)" in text
+    )
+    # No slope fitted (an older model error): it says so rather than claim a correction.
+    [[_, bare]] = _speed_items(share, {"correction": 1.0, "provenance": {}})
+    assert bare.endswith("no fitted term corrects them")

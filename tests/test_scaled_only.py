@@ -63,7 +63,12 @@ class _TwoCores(FakeProvider):
 
 def _prediction_bytes(provider, tmp_path, **kw) -> bytes:
     cfg = PredictConfig(
-        alpha=0.25, thresholds=THRESHOLDS, mappings=["1-replica"], seed=4, plan=PLAN, **kw
+        alpha=0.25,
+        thresholds=THRESHOLDS,
+        mappings=["1-replica"],
+        seed=4,
+        plan=PLAN,
+        **{"calibrate": True, **kw},
     )
     res = predict(sessions(8000, 2), provider, cfg, tmp_path)
     return (tmp_path / "prediction.json").read_bytes(), res

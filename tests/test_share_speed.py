@@ -94,7 +94,7 @@ def test_scaled_by_the_measured_speed_the_share_predicts_the_paired_truth_over_s
     for seed in range(8):
         cfg = PredictConfig(
             alpha=0.25, thresholds={"mean": 0.004}, mappings=["1-replica"], seed=seed,
-            plan=plan, paired_full_run=True,
+            plan=plan, paired_full_run=True, calibrate=True,
         )  # fmt: skip
         res = predict(trace, FakeProvider(speed=0.2), cfg)
         truth = mat(res.full, "mean", 0.004).mat

@@ -337,12 +337,14 @@ def test_the_share_side_is_read_again_on_the_sweeps_runs_near_its_knee():
 def test_a_bias_fitted_on_another_calibration_is_not_applied(monkeypatch):
     import shrink.scaling.transform as transform
 
-    shipped = transform.model_error("testbed", "cpu_time").provenance["calibration"]
+    # A dynamic share of a quarter: the content term is not 0, nor is the bias.
+    at = {"calibrated": True, "alpha": 0.25, "dynamic": 0.9}
+    shipped = transform.model_error("testbed", "cpu_time", **at).provenance["calibration"]
     monkeypatch.setattr(transform, "CALIBRATION", shipped)
-    fitted = transform.model_error("testbed", "cpu_time")
+    fitted = transform.model_error("testbed", "cpu_time", **at)
     assert fitted.bias != 0.0 and "bias_not_applied" not in fitted.provenance
     monkeypatch.setattr(transform, "CALIBRATION", "another calibration")
-    other = transform.model_error("testbed", "cpu_time")
+    other = transform.model_error("testbed", "cpu_time", **at)
     assert other.bias == 0.0 and other.correction == 1.0 and other.sigma == fitted.sigma
     assert "fitted on another calibration" in other.provenance["bias_not_applied"]
 
@@ -375,14 +377,25 @@ def test_a_share_at_its_nominal_speed_takes_the_nominal_fit_or_no_bias(monkeypat
 
     monkeypatch.setattr(transform, "CALIBRATION", calibrated["provenance"]["calibration"])
     with_kinds(kinds)
-    assert transform.model_error("testbed", "cpu_time").bias == calibrated["bias"] != 0
-    bare = transform.model_error("testbed", "cpu_time", calibrated=False)
+    at = {"alpha": 0.25, "dynamic": 0.9}
+    x = 0.9 * math.log(4)
+    want = calibrated["bias"] - calibrated["slope"] * x
+    got_cal = transform.model_error("testbed", "cpu_time", calibrated=True, **at)
+    assert got_cal.bias == pytest.approx(want) and want != 0
+    bare = transform.model_error("testbed", "cpu_time", calibrated=False, **at)
     assert bare.bias == 0.0 and bare.sigma == calibrated["sigma"]
     assert "fitted on another calibration" in bare.provenance["bias_not_applied"]
     nominal = {"bias": -0.3, "sigma": 0.2, "provenance": {"calibration": transform.NOMINAL}}
     with_kinds({**kinds, transform.NOMINAL_ENTRY: nominal})
-    got = transform.model_error("testbed", "cpu_time", calibrated=False)
+    got = transform.model_error("testbed", "cpu_time", calibrated=False, **at)
     assert (got.bias, got.sigma) == (-0.3, 0.2) and "bias_not_applied" not in got.provenance
+    # With a slope, the bias follows the content term: none for static pages or alpha 1.
+    with_kinds({**kinds, transform.NOMINAL_ENTRY: {**nominal, "bias": 0.0, "slope": 0.3}})
+    got = transform.model_error("testbed", "cpu_time", calibrated=False, **at)
+    assert got.bias == pytest.approx(-0.3 * x) and got.provenance["dynamic_share"] == 0.9
+    for alpha, dynamic in ((0.25, 0.0), (1.0, 0.9), (0.25, None)):
+        flat = transform.model_error("testbed", "cpu_time", alpha=alpha, dynamic=dynamic)
+        assert flat.bias == 0.0 and flat.correction == 1.0
     assert transform.model_error("testbed", "cpu_time").bias == calibrated["bias"]
     # A core subset has no speed to read: its own entry either way.
     assert (

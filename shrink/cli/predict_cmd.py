@@ -102,9 +102,10 @@ _Calibrate = Annotated[
     bool,
     typer.Option(
         "--calibrate/--no-calibrate",
-        help="On a CPU-time share, calibrate its speed with light runs on the full target "
-        "(at most 10% busy, 20 s in all; prediction.json records them). --no-calibrate: "
-        "take the nominal fraction, for a full target you cannot run at all.",
+        help="On a CPU-time share: --no-calibrate (the default) takes its nominal "
+        "fraction and nothing runs on the full target; --calibrate adds light runs on it "
+        "to read the share's speed (at most 10% busy, 20 s in all; prediction.json "
+        "records them). Each has its own corpus-fitted model error.",
     ),
 ]
 _Budget = Annotated[
@@ -204,7 +205,7 @@ def predict(
     allow_overlap: _Overlap = False,
     realtime: _Realtime = None,
     lag_limit: _LagLimit = "1ms",
-    calibrate: _Calibrate = True,
+    calibrate: _Calibrate = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print prediction.json.")] = False,
 ) -> None:
     """Predict the full machine's MAT for each mapping from a scaled-down run.

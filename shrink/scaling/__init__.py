@@ -21,12 +21,37 @@ more CPU per request than a whole one, so s is below alpha, and a prediction sca
 alpha is too low by alpha / s. Part of the excess is paid in every gap of the quota
 (the server loses its caches, and on a VM the idle vCPU halts and gives its host CPU
 away): with a CFS period of 128 ms to 1 s instead of the default, the demo's share cost
-5-32% less a request. The rest is not: even then it cost 1.1-1.5x the busy whole core,
-its server idling between requests within its quota as a light whole core does, by an
-amount that moved with its load (``bench/bench_share_period.py``, 2-vCPU VM of the
-polyglot kind, alpha 0.125-0.5, 3 rounds each). No one-parameter model of the share
-held, so s is read on both sides. The speed is the
-ratio of what a request of the trace's mix costs on each side,
+5-32% less a request (``bench/bench_share_period.py``, 2-vCPU VM of the polyglot kind,
+alpha 0.125-0.5, 3 rounds each).
+
+**The content term.** What a share loses depends on what it serves and on how small
+it is. On the corpus (``bench/bench_fidelity.py``), a share at its nominal fraction
+read static pages' MATs right (within the repetitions' noise) and the PHP pages' low,
+the more the smaller the share: about 17% at alpha 0.5, 33% at 0.25, 45% at 0.125 -
+the same fraction for each halving of the share. So the model error is one slope
+times a content term (:func:`content_term`),
+
+    log(predicted / true MAT) = -slope * dynamic * ln(1 / alpha),
+
+``dynamic`` being the part of the share's light-load work that is not static pages
+(:func:`dynamic_share`: the non-static classes' throughput times response time over
+all the classes', at the share's lightest level). As a speed, the share runs at
+``alpha ** (1 + slope * dynamic)``. The term is 0 for static pages and at alpha 1,
+so the fit goes through the origin: one parameter per way of reading the speed,
+fitted leaving one configuration out (:func:`model_error`, ``shrink/data/
+model_error.json``). Of five forms tried on the corpus (``dynamic`` alone, ``ln(1 /
+alpha)`` alone, ``dynamic`` times ``1 - alpha``, ``1 / alpha - 1`` or ``ln(1 /
+alpha)``), the last erred least leaving one configuration out (bench/RESULTS.md, "The
+share's content term"). The corpus's traces are either static pages or PHP-heavy
+(``dynamic`` 0 or 0.83-0.98): a mix in between is interpolated, not measured.
+
+**The default: no calibration.** A CPU-time share is taken at its nominal fraction
+and its MATs corrected by the content term: nothing runs on the full target. With
+the term, the nominal share erred less on the corpus than the calibrated one below.
+
+**The calibration** (``calibrate=True``), for a user who wants the share's speed read
+on the full target. The speed is the ratio of what a request of the trace's mix costs
+on each side,
 
     s = alpha * cost_full / cost_share,
 
@@ -83,8 +108,8 @@ judged with the fit of the others (leave one out), and stored with its provenanc
 machine kind and the share mechanism; on another machine, refit them. No constant of
 this module was set from a demo run.
 
-Without a full target to calibrate on (``calibrate=False``) the share is taken at
-its nominal speed, and the report says so.
+A share taken at its nominal speed (``calibrate=False``, the default) takes the model
+error fitted on runs read that way, and the report says what it corrected.
 """
 
 from shrink.scaling.calibration import (
@@ -99,7 +124,10 @@ from shrink.scaling.calibration import (
 )
 from shrink.scaling.knee_read import knee_speed
 from shrink.scaling.transform import (
+    CONTENT_TERM,
     ModelError,
+    content_term,
+    dynamic_share,
     latency_scale,
     model_error,
     share_fraction,
@@ -111,11 +139,14 @@ __all__ = [
     "CALIBRATION",
     "CALIBRATION_BUSY",
     "CALIBRATION_S",
+    "CONTENT_TERM",
     "Beside",
     "ModelError",
     "calibrate",
     "calibrate_beside",
     "constants",
+    "content_term",
+    "dynamic_share",
     "knee_speed",
     "latency_scale",
     "model_error",

@@ -137,15 +137,61 @@ NOMINAL_ENTRY = "cpu_time_nominal"
 NOMINAL = "none: the share taken at its nominal fraction"
 
 
-def model_error(target: str, share_kind: str, *, calibrated: bool = True) -> ModelError:
-    """The model error of ``share_kind`` shares on ``target`` (``testbed`` or ``sim``).
+def dynamic_share(curve: LoadCurve) -> float | None:
+    """The share of the server's work that is not static pages: at the curve's lightest
+    level, the non-static classes' throughput times mean response time over all the
+    classes' (pooled over its kept repetitions). At light load a request's response
+    time stands for its demand (the utilization law's D = U / X, split by class); the
+    lightest level is the one least moved by queueing, which in a time-sliced share
+    falls on the long requests first. None without per-class statistics."""
+    levels = [lv for lv in curve.levels if lv.reps]
+    if not levels:
+        return None
+    lightest = min(levels, key=lambda lv: lv.level)
+    busy = dynamic = 0.0
+    for rep in lightest.kept:
+        for name, c in rep.per_class.items():
+            w = float(c.throughput) * float(c.mean)
+            if not math.isfinite(w) or w < 0:
+                continue
+            busy += w
+            if name != "static":
+                dynamic += w
+    return dynamic / busy if busy > 0 else None
+
+
+def content_term(alpha: float, dynamic: float | None) -> float:
+    """The share model's content term, ``dynamic * ln(1 / alpha)``: 0 for a share with
+    no dynamic work or no share at all (alpha 1), and growing as the quota's slices
+    shrink. A CPU-time share's fitted ``slope`` times it is how far in log its MAT
+    reads low: as if its speed were ``alpha ** (1 + slope * dynamic)``."""
+    if dynamic is None or not 0 < alpha <= 1:
+        return 0.0
+    return float(dynamic) * math.log(1.0 / alpha)
+
+
+CONTENT_TERM = "dynamic_share * ln(1 / alpha)"
+
+
+def model_error(
+    target: str,
+    share_kind: str,
+    *,
+    calibrated: bool = False,
+    alpha: float = 1.0,
+    dynamic: float | None = None,
+) -> ModelError:
+    """The model error of ``share_kind`` shares on ``target`` (``testbed`` or ``sim``),
+    for a share of ``alpha`` whose work is ``dynamic`` (:func:`dynamic_share`) not
+    static pages.
 
     The simulator's share is exactly a slower (or smaller) server: 0. A live share's
     comes from ``shrink/data/model_error.json``, which ``bench/bench_fidelity.py
-    --fit`` writes from its corpus. A CPU-time share whose speed was not calibrated
-    (``calibrated=False``: its nominal fraction) takes the entry fitted on the corpus's
-    runs read at their nominal speed; without one, no bias (a calibrated share's is not
-    its own) and the calibrated share's spread, and the provenance says so.
+    --fit`` writes from its corpus: a bias ``bias - slope * content_term(alpha,
+    dynamic)`` (:func:`content_term`) and a spread. A CPU-time share taken at its
+    nominal fraction (``calibrated=False``) takes the entry fitted on runs read that
+    way; a calibrated one (``calibrated=True``) the calibration's own. An entry fitted
+    on another calibration lends its spread, not its bias, and the provenance says so.
     """
     if target != "testbed":
         return ModelError(0.0, {"why": "the simulated share is exactly the model's server"})
@@ -157,7 +203,12 @@ def model_error(target: str, share_kind: str, *, calibrated: bool = True) -> Mod
     entry = (kinds.get(NOMINAL_ENTRY) if nominal else None) or kinds.get(share_kind)
     entry = entry or kinds["cpu_time"]
     prov = {**data.get("provenance", {}), **entry.get("provenance", {})}
-    bias = float(entry.get("bias", 0.0))
+    slope = float(entry.get("slope", 0.0))
+    x = content_term(alpha, dynamic)
+    bias = float(entry.get("bias", 0.0)) - slope * x
+    prov.update(
+        {"slope": slope, "content_term": CONTENT_TERM, "dynamic_share": dynamic, "alpha": alpha}
+    )
     fitted_on = prov.get("calibration")
     expected = NOMINAL if nominal else CALIBRATION
     if share_kind == "cpu_time" and fitted_on is not None and fitted_on != expected:

@@ -36,7 +36,7 @@ def add_self_checks(
         *_generator_items(checks),
         *_failure_items(checks),
         *_server_items(checks, full_checks),
-        *_speed_items(getattr(m.pred, "share", None)),
+        *_speed_items(getattr(m.pred, "share", None), _extra(m.pred, "model_error")),
         *_steal_items(checks, full_checks),
         *_host_items(full_checks),
         *_moved_items(m.full_run, m.curve),
@@ -63,9 +63,29 @@ def add_self_checks(
         where.table(h, r)
 
 
-def _speed_items(share: Share | None) -> list[list[str]]:
+def _extra(pred: Any, key: str) -> dict[str, Any]:
+    return (getattr(pred, "extra", None) or {}).get(key) or {}
+
+
+def _content_text(merr: dict[str, Any]) -> str:
+    """How the model error's content term corrects a share's throughputs."""
+    prov = merr.get("provenance") or {}
+    slope, dynamic = prov.get("slope"), prov.get("dynamic_share")
+    if prov.get("why"):
+        return f"nothing corrects them here: {prov['why']}"
+    if not slope or dynamic is None:
+        return "no fitted term corrects them"
+    return (
+        f"the share model corrects them by x{merr.get('correction', 1.0):.2f} (its dynamic "
+        f"pages took {100 * dynamic:.0f}% of its light-load work; slope {slope:g}, fitted "
+        f"on {prov.get('runs', '?')} runs, {prov.get('machine', 'machine kind not recorded')})"
+    )
+
+
+def _speed_items(share: Share | None, merr: dict[str, Any] | None = None) -> list[list[str]]:
     """What the prediction read of the full target: nothing on a core subset; on a
-    CPU-time share its speed, calibrated (with what the calibration ran) or assumed."""
+    CPU-time share its speed, assumed (and how the model error corrects it) or
+    calibrated (with what the calibration ran)."""
     if share is None or share.kind == "all":
         return []
     if share.kind != "cpu_time":
@@ -75,9 +95,8 @@ def _speed_items(share: Share | None) -> list[list[str]]:
         text = (
             f"{share.cpu_fraction:g} of the full target's, **assumed** (its nominal "
             "CPU-time fraction, not measured; nothing ran on the full target): a "
-            "time-sliced core costs more per request, so the scaled runs read "
-            "low, as far as the share model's fitted bias does not correct them; "
-            "calibrate if the full target can run lightly"
+            "time-sliced core costs more per request, the more so for dynamic pages and "
+            f"small shares, so the scaled runs read low; {_content_text(merr or {})}"
         )
     else:
         busy = sp.full_target_busy
