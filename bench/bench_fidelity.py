@@ -534,6 +534,12 @@ def main(argv: list[str] | None = None) -> int:
         help="leave out the runs whose share was not quiet (their report's self-check)",
     )
     ap.add_argument(
+        "--fresh-only",
+        action="store_true",
+        help="with --speed nominal: leave out the calibrated runs read at alpha "
+        "(fidelity_nominal), keeping the runs made as predict now runs them",
+    )
+    ap.add_argument(
         "--speed",
         choices=("nominal", "calibrated"),
         default="nominal",
@@ -569,6 +575,10 @@ def main(argv: list[str] | None = None) -> int:
             from fidelity_nominal import nominal_rows
 
             rows, older = nominal_rows(rows, NOMINAL), 0
+            if args.fresh_only:
+                read = [r for r in rows if r.get("recomputed")]
+                rows = [r for r in rows if not r.get("recomputed")]
+                print(f"left out {len(read)} calibrated run(s) read at alpha", file=sys.stderr)
         else:
             rows, older = current(rows)
         if older:
