@@ -142,3 +142,14 @@ def test_leaving_out_the_smallest_alpha_the_others_predict_it():
     ))  # fmt: skip
     x = content_term(0.125, 0.9)
     assert abs(math.exp(-0.34 * x - const.bias) - 1) > 0.25
+
+
+def test_the_forms_bench_ranks_the_form_the_errors_follow_first():
+    """On runs whose errors follow d * ln(1/alpha), that form errs least leaving one
+    configuration out, and a constant bias most."""
+    import fidelity_forms
+
+    rows = _corpus(0.34, 0.01, 3)
+    got = {form: fidelity_forms.judge(rows, form)["median"] for form in fidelity_forms.FORMS}
+    assert min(got, key=got.get) == "d * ln(1/alpha)"
+    assert max(got, key=got.get) == "constant"
