@@ -580,6 +580,14 @@ def open_loop_trace(
     """
     check_rate(rate)
     check_positive(duration, "duration")
+    expected = rate * duration
+    if not expected <= MAX_REQUESTS:
+        # Every arrival's time is drawn at once: --rate 1e12 asked numpy for 7 TiB and
+        # ended in a MemoryError (exit 70) before anything was sent.
+        raise ParameterError(
+            f"rate {rate:g}/s over {duration:g} s makes about {expected:.3g} requests, more "
+            f"than the {MAX_REQUESTS:,} one run may hold; lower the rate or shorten the run."
+        )
     if arrival == "constant":
         t = np.arange(int(np.ceil(rate * duration))) / rate
     elif arrival == "poisson":

@@ -423,3 +423,15 @@ def test_the_sweep_api_bounds_its_repetitions() -> None:
     trace = Trace.from_columns({"session": [1], "t": [0.0], "path": ["/a"]})
     with pytest.raises(ParameterError, match=r"reps == 1001, must be in \[1, 1000\]"):
         sweep(object(), trace, [1.0], reps=1001)  # type: ignore[arg-type]
+
+
+def test_an_open_loop_rate_too_large_to_hold_is_refused_before_drawing() -> None:
+    # replay --rate 1e12 --duration 1s asked numpy for 7 TiB of times: a MemoryError, exit 70.
+    from shrink.schedule import open_loop_trace
+
+    for rate, duration in ((1e12, 1.0), (1e300, 1e10)):
+        with pytest.raises(ParameterError, match=r"requests, more than the 50,000,000"):
+            open_loop_trace("/x", rate, duration)
+        with pytest.raises(ParameterError, match=r"requests, more than the 50,000,000"):
+            open_loop_trace("/x", rate, duration, arrival="poisson")
+    assert len(open_loop_trace("/x", 1000.0, 2.0)) == 2000
