@@ -29,7 +29,9 @@ from shrink.ingest.capture import read_capture
         (1, "pcap", None),
         (1, "pcapng", 7),
         (113, "pcap", None),
+        (113, "pcap", 7),
         (276, "pcapng", None),
+        (276, "pcapng", 7),  # every packet was skipped as non-IP: the tag was read too early
         (101, "pcap", None),
         (0, "pcap", None),
         (0, "pcapng", None),

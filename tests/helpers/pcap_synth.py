@@ -87,14 +87,18 @@ class _Writer:
     def l2(self, v6: bool) -> bytes:
         et = 0x86DD if v6 else 0x0800
         lt = self.linktype
+        # A VLAN tag (TCI, then the real ethertype) opens the payload; the header's
+        # own ethertype field says 802.1Q.
+        tag = b"" if self.vlan is None else struct.pack(">HH", self.vlan, et)
+        if tag:
+            et = 0x8100
         if lt == 1:
-            tag = b"" if self.vlan is None else struct.pack(">HH", 0x8100, self.vlan)
             eth = b"\x00\x11\x22\x33\x44\x55\x00\x66\x77\x88\x99\xaa"
-            return eth + tag + struct.pack(">H", et)
+            return eth + struct.pack(">H", et) + tag
         if lt == 113:
-            return struct.pack(">HHH8sH", 0, 1, 6, b"\x00" * 8, et)
+            return struct.pack(">HHH8sH", 0, 1, 6, b"\x00" * 8, et) + tag
         if lt == 276:
-            return struct.pack(">HHIHBB8s", et, 0, 1, 1, 0, 6, b"\x00" * 8)
+            return struct.pack(">HHIHBB8s", et, 0, 1, 1, 0, 6, b"\x00" * 8) + tag
         if lt == 0:
             return struct.pack("<I", 30 if v6 else 2)
         return b""  # raw IP (101)

@@ -48,33 +48,26 @@ def _link(word: Words, recs: RawRecords, end: np.ndarray) -> tuple[np.ndarray, n
     ver = np.zeros(n, dtype=np.int64)
     ver[~np.isin(lt, list(LINKTYPES))] = -1
 
-    def ethertype(sel: np.ndarray, et_off: np.ndarray) -> None:
-        # Ethertype at et_off, payload after it; up to two VLAN tags.
+    def ethertype(sel: np.ndarray, et_off: np.ndarray, payload: np.ndarray) -> None:
+        # Ethertype at et_off, the payload at ``payload``; up to two VLAN tags (TCI and
+        # the next ethertype) open the payload. SLL2 puts its ethertype first and the
+        # payload 20 bytes on, so a tag is not always right after the ethertype.
         e = end[sel]
-        v = word(et_off)
-        et = np.where(et_off + 2 <= e, be16(v, 0), -1)
-        nxt = et_off + 2
-        tag = np.isin(et, _VLAN) & (nxt + 4 <= e)
-        if tag.any():
-            et = np.where(tag, be16(v, 4), et)
+        et = np.where(et_off + 2 <= e, be16(word(et_off), 0), -1)
+        nxt = payload
+        for _ in range(2):
+            tag = np.isin(et, _VLAN) & (nxt + 4 <= e)
+            if not tag.any():
+                break
+            et = np.where(tag, be16(word(nxt + 2), 0), et)
             nxt = np.where(tag, nxt + 4, nxt)
-            tag2 = np.isin(et, _VLAN) & (nxt + 4 <= e)
-            if tag2.any():
-                et = np.where(tag2, be16(word(nxt + 2), 0), et)
-                nxt = np.where(tag2, nxt + 4, nxt)
         l3[sel] = nxt
         ver[sel] = np.where(et == 0x0800, 4, np.where(et == 0x86DD, 6, 0))
 
-    eth = lt == 1
-    if eth.any():
-        ethertype(eth, d[eth] + 12)
-    sll = lt == 113
-    if sll.any():
-        ethertype(sll, d[sll] + 14)
-    sll2 = lt == 276
-    if sll2.any():
-        ethertype(sll2, d[sll2])
-        l3[sll2] = d[sll2] + 20 + (l3[sll2] - d[sll2] - 2)
+    for code, et_at, header in ((1, 12, 14), (113, 14, 16), (276, 0, 20)):
+        sel = lt == code  # Ethernet, Linux cooked v1 (SLL) and v2 (SLL2)
+        if sel.any():
+            ethertype(sel, d[sel] + et_at, d[sel] + header)
     raw = np.isin(lt, (12, 14, 101))
     if raw.any():
         l3[raw] = d[raw]
