@@ -282,3 +282,22 @@ def test_null_link_type_of_a_big_endian_writer(tmp_path: Path) -> None:
         tr = read_capture(q)
         assert tr.same_rows(le_tr) and tr.meta["skipped"] == 0, name
         assert read_capture(q, engine="scapy").same_rows(tr), name  # scapy swaps it too
+
+
+def test_a_bare_lf_message_ends_at_its_own_empty_line(tmp_path: Path) -> None:
+    # A header block ended by LF LF was taken to run on to the next CRLF CRLF: the
+    # following request (or response) on the connection was swallowed, and a blank
+    # line in a body moved the body's start.
+    lf_req = b"GET /lf HTTP/1.1\nHost: t\n\n"
+    lf_resp = b"HTTP/1.1 200 OK\nContent-Length: 9\n\n" + b"<p>\r\n\r\nok"
+    conns = [
+        Conn([(lf_req, http_response(3)), (req("/crlf"), http_response(4))]),
+        Conn([(req("/x"), lf_resp), (req("/y"), http_response(7))], cport=40021, start=1.0),
+    ]
+    p = write_capture(tmp_path / "lf.pcap", conns)
+    tr = read_capture(p)
+    assert rows_by_path(tr) == {"/lf": (200, 3), "/crlf": (200, 4), "/x": (200, 9), "/y": (200, 7)}
+    assert (tr.meta["requests"], tr.meta["responses"]) == (4, 4)
+    assert not tr.meta.get("http_anomalies")
+    if shutil.which("tshark"):
+        assert tshark_counts(p) == (4, 4)

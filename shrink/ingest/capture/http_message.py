@@ -30,6 +30,7 @@ __all__ = [
     "cookie_value",
     "find_request",
     "find_response",
+    "header_end",
     "header_value",
 ]
 
@@ -107,6 +108,23 @@ def find_response(data: bytes, p: int, end: int) -> int:
         if STATUS_LINE.match(data, h, end):
             return h
         q = h + 1
+
+
+def header_end(w: bytes) -> tuple[int, int]:
+    """(end of the header lines, start of the body) in ``w``, which starts at a start
+    line (or a trailer section); (-1, -1) when ``w`` holds no empty line yet.
+
+    The block ends at its first empty line, CRLF or a bare LF (RFC 9112 lets a
+    recipient take LF alone as a line end): whichever comes first, so a bare-LF block
+    is not run on to a later CRLF CRLF (the next message's on the connection, or a
+    blank line in a body), losing the messages in between.
+    """
+    crlf = w.find(b"\n\r\n")
+    lf = w.find(b"\n\n", 0, len(w) if crlf < 0 else crlf + 2)  # only an earlier one counts
+    if crlf < 0 and lf < 0:
+        return -1, -1
+    k, body = (crlf, crlf + 3) if lf < 0 or 0 <= crlf < lf else (lf, lf + 2)
+    return (k - 1 if k and w[k - 1] == 13 else k), body  # 13: the CR of a CRLF
 
 
 def header_value(block: bytes, low: bytes, name: bytes) -> bytes | None:

@@ -40,6 +40,7 @@ from shrink.ingest.capture.http_message import (
     cookie_value,
     find_request,
     find_response,
+    header_end,
 )
 from shrink.ingest.capture.http_plain import REQ_PLAIN, RESP_PLAIN, plain_requests, plain_responses
 from shrink.ingest.capture.tcp_reassembly import Connection, Streams
@@ -88,28 +89,25 @@ class _Parser:
         b = min(st._len[i], lim - st._starts[i])
         w = bytes(st._mv[src + a : src + b]) if src >= 0 else bytes(b - a)
         m = rx.match(w)
-        h = w.find(b"\r\n\r\n") if m is not None else -1
+        h, at = header_end(w) if m is not None else (-1, -1)
         size = max(HEADER_WINDOW, 2 * len(w))
         while h < 0 and len(w) < lim - p and (m is not None or b"\n" not in w):
             w = self.win(p, min(lim, p + size))
             m = rx.match(w)
-            h = w.find(b"\r\n\r\n") if m is not None else -1
+            h, at = header_end(w) if m is not None else (-1, -1)
             size *= 8  # a long header block (or start line): look further
         if m is None:
             return w, None, -1, -1
-        if h >= 0:
-            return w, m, h, p + h + 4
-        h = w.find(b"\n\n")
-        return w, m, h, (p + h + 2 if h >= 0 else -1)
+        return w, m, h, (p + at if h >= 0 else -1)
 
     def head(
         self, rx: re.Pattern[bytes], w: bytes, p: int, end: int
     ) -> tuple[bytes, re.Match[bytes] | None, int, int]:
         """:meth:`header`, trying first the window ``w`` the caller already holds."""
         m = rx.match(w)
-        h = w.find(b"\r\n\r\n") if m is not None else -1
+        h, at = header_end(w) if m is not None else (-1, -1)
         if h >= 0:
-            return w, m, h, p + h + 4
+            return w, m, h, p + at
         return self.header(rx, p, end)
 
     def unusable(
@@ -163,11 +161,8 @@ class _Parser:
                     return body, p + 2, True
                 if w.startswith(b"\n"):
                     return body, p + 1, True
-                k = w.find(b"\r\n\r\n")
-                if k >= 0:
-                    return body, p + k + 4, True
-                k = w.find(b"\n\n")
-                return (body, p + k + 2, True) if k >= 0 else (body, end, False)
+                k, at = header_end(w)
+                return (body, p + at, True) if k >= 0 else (body, end, False)
             if p + size > end:
                 return body + (end - p), end, False
             body += size
