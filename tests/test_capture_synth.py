@@ -301,3 +301,27 @@ def test_a_bare_lf_message_ends_at_its_own_empty_line(tmp_path: Path) -> None:
     assert not tr.meta.get("http_anomalies")
     if shutil.which("tshark"):
         assert tshark_counts(p) == (4, 4)
+
+
+def test_frames_with_an_fcs_said_in_the_link_type_field(tmp_path: Path) -> None:
+    # Above its 16-bit link type the pcap header may say the frames end in an FCS (the
+    # P flag, bit 26, and the FCS length in 16-bit words, bits 28-31): the link read
+    # as 0x4000001 and every packet was skipped as an unsupported link.
+    import struct
+
+    p = write_capture(tmp_path / "plain.pcap", mixed())
+    d = p.read_bytes()
+    fcs = bytearray(d[:20]) + struct.pack("<I", 1 | 1 << 26 | 2 << 28)
+    off = 24
+    while off < len(d):
+        sec, usec, cap, wire = struct.unpack("<IIII", d[off : off + 16])
+        fcs += struct.pack("<IIII", sec, usec, cap + 4, wire + 4)
+        fcs += d[off + 16 : off + 16 + cap] + b"\xde\xad\xbe\xef"
+        off += 16 + cap
+    q = tmp_path / "fcs.pcap"
+    q.write_bytes(bytes(fcs))
+    for engine in ("fast", "scapy"):
+        tr = read_capture(q, engine=engine)
+        assert tr.same_rows(read_capture(p)) and tr.meta["skipped"] == 0, engine
+    if shutil.which("tshark"):
+        assert tshark_counts(q) == (11, 10)

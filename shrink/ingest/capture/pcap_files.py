@@ -322,7 +322,9 @@ def _read_on(
 
 def _read_pcap(data: np.ndarray, n: int, path: Path, strict: bool) -> RawRecords:
     endian, tick = PCAP_MAGICS[bytes(data[:4])]
-    linktype = struct.unpack_from(endian + "I", data, 20)[0] & 0x0FFFFFFF
+    # The link type is the low 16 bits: above them a writer may say its frames end in
+    # an FCS (the P flag, bit 26, and the FCS length, bits 28-31), as tshark reads them.
+    linktype = struct.unpack_from(endian + "I", data, 20)[0] & 0xFFFF
     o, caplen, damage = _walk_pcap(data, n, path, strict)
     # One gather reads every record's header and its frame's first bytes (for the
     # decoder): the file is far larger than the cache, so each pass costs a trip to

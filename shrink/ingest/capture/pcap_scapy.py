@@ -239,7 +239,7 @@ def scapy_segments(path: Path, *, strict: bool) -> tuple[Segments, str, str | No
             packets += 1
             truncated += meta.caplen < meta.wirelen
             ts = meta.sec * 1_000_000_000 + meta.usec * (1_000_000_000 // tick)
-            col.add_or_skip(packets, ts, raw, reader.linktype)
+            col.add_or_skip(packets, ts, raw, reader.linktype & 0xFFFF)  # FCS bits above
         if fh.tell() != len(data):
             damage = _damage(path, data, fh.tell(), packets + 1, strict)
     else:
