@@ -325,3 +325,17 @@ def test_frames_with_an_fcs_said_in_the_link_type_field(tmp_path: Path) -> None:
         assert tr.same_rows(read_capture(p)) and tr.meta["skipped"] == 0, engine
     if shutil.which("tshark"):
         assert tshark_counts(q) == (11, 10)
+
+
+def test_a_raw_non_ascii_target_is_replayed_as_the_bytes_captured(tmp_path: Path) -> None:
+    # Targets were read as Latin-1 and sent as UTF-8: a raw UTF-8 /café went out as
+    # /caf%C3%83%C2%A9, and the server looked for another file.
+    from shrink.wire import wire_target
+
+    utf8, latin1 = "GET /café?q=é HTTP/1.1\r\n\r\n".encode(), b"GET /caf\xe9 HTTP/1.1\r\n\r\n"
+    conns = [Conn([(utf8, http_response(3)), (latin1, http_response(4))])]
+    p = write_capture(tmp_path / "u.pcap", conns)
+    for engine in ("fast", "scapy"):
+        paths = read_capture(p, engine=engine).column("path").tolist()
+        assert paths == ["/café?q=é", "/caf%E9"], engine
+        assert [wire_target(x) for x in paths] == ["/caf%C3%A9?q=%C3%A9", "/caf%E9"]

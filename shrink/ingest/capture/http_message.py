@@ -32,11 +32,13 @@ __all__ = [
     "find_response",
     "header_end",
     "header_value",
+    "target_text",
 ]
 
 REQ_LINE = re.compile(rb"([A-Z][A-Z0-9_-]{0,19}) ([^ \r\n]+) HTTP/1\.[01]\r?\n")
 STATUS_LINE = re.compile(rb"HTTP/1\.[01] ([0-9]{3})(?:[ \t][^\r\n]*)?\r?\n")
 METHOD_TAIL = re.compile(rb"[A-Z][A-Z0-9_-]{0,19} [^ \r\n]+\Z")
+_HIGH_BYTE = re.compile("[\x80-\xff]")
 MAX_HEADER = 64 * 1024
 DETECT_WINDOW = 64 * 1024
 HEADER_WINDOW = 512  # first look at a header block; widened up to MAX_HEADER
@@ -125,6 +127,21 @@ def header_end(w: bytes) -> tuple[int, int]:
         return -1, -1
     k, body = (crlf, crlf + 3) if lf < 0 or 0 <= crlf < lf else (lf, lf + 2)
     return (k - 1 if k and w[k - 1] == 13 else k), body  # 13: the CR of a CRLF
+
+
+def target_text(raw: bytes) -> str:
+    """A request-target as the trace's path, such that the replay sends its bytes.
+
+    The replay percent-encodes a path's non-ASCII text as UTF-8
+    (:func:`shrink.wire.wire_target`). So a raw UTF-8 target (``/café``, which some
+    clients send unescaped) is decoded as UTF-8: read as Latin-1 it went out as other
+    bytes (``/caf%C3%83%C2%A9``). One that is not UTF-8 has its bytes past ASCII
+    percent-encoded (``/caf%E9``): no text would go out as those bytes, the escapes do.
+    """
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return _HIGH_BYTE.sub(lambda m: f"%{ord(m[0]):02X}", raw.decode("latin-1"))
 
 
 def header_value(block: bytes, low: bytes, name: bytes) -> bytes | None:

@@ -41,6 +41,7 @@ from shrink.ingest.capture.http_message import (
     find_request,
     find_response,
     header_end,
+    target_text,
 )
 from shrink.ingest.capture.http_plain import REQ_PLAIN, RESP_PLAIN, plain_requests, plain_responses
 from shrink.ingest.capture.tcp_reassembly import Connection, Streams
@@ -203,7 +204,7 @@ class _Parser:
                     meth = methods[g] = g.decode("ascii")
                 offs.append(p)
                 meths.append(meth)
-                paths.append(path.decode("latin-1"))
+                paths.append(target_text(path))
                 if cookie is not None:
                     cookies.append(cookie_value(w[: m.end() - 4], cookie, b"cookie"))
                 p += m.end()
@@ -227,7 +228,7 @@ class _Parser:
                 meth = methods[g] = g.decode("ascii")
             offs.append(p)
             meths.append(meth)
-            paths.append(m.group(2).decode("latin-1"))
+            paths.append(target_text(m.group(2)))
             if self.cookie is not None:
                 cookies.append(cookie_value(w[:h], self.cookie, b"cookie"))
             p = nxt

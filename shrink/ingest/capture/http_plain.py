@@ -21,6 +21,7 @@ from bisect import bisect_right
 
 import numpy as np
 
+from shrink.ingest.capture.http_message import target_text
 from shrink.ingest.capture.tcp_reassembly import Streams
 
 __all__ = ["REQ_PLAIN", "RESP_PLAIN", "plain_requests", "plain_responses"]
@@ -73,7 +74,7 @@ def plain_requests(
         if meth is None:
             meth = methods[g] = g.decode("ascii")
         meths.append(meth)
-    return offs, meths, [path.decode("latin-1") for _, path in heads]
+    return offs, meths, [target_text(path) for _, path in heads]
 
 
 def plain_responses(

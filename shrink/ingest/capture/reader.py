@@ -33,7 +33,8 @@ request, as every Trace keeps it), seconds from the capture's first request;
 no response came); ``ttfb`` to the first response byte; ``bytes`` is the
 response body as on the wire after de-chunking, before content-decoding (-1
 if no response); ``status`` 0 if none; ``answered`` says whether a response
-was seen.
+was seen. ``path`` is the request-target: UTF-8, or with its bytes past ASCII
+percent-encoded where it is not UTF-8, so that the replay sends the bytes captured.
 """
 
 from __future__ import annotations
