@@ -374,3 +374,19 @@ def test_times_from_1970_to_now_are_kept(tmp_path):
         ],
     )
     assert len(read_trace(p)) == 2
+
+
+def test_bytes_logged_as_hex_escapes_are_replayed_as_those_bytes(tmp_path):
+    # Apache and nginx log a request's bytes past ASCII as \xhh; kept as written, the
+    # replay sent /caf%5Cxc3%5Cxa9 where the client had sent /caf\xc3\xa9.
+    from shrink.wire import wire_target
+
+    requests = [
+        r"GET /caf\xc3\xa9.html HTTP/1.1",  # UTF-8
+        r"GET /caf\xE9 HTTP/1.1",  # Latin-1: not text the replay could encode
+        r"GET /a\x01b\\xc3 HTTP/1.1",  # a control byte; an escaped backslash stays
+    ]
+    p = _log(tmp_path, [_line("h", "01/Jun/1995:00:00:59 -0600", r) for r in requests])
+    paths = read_clf(p, strict=True).column("path").tolist()
+    assert paths == ["/café.html", "/caf%E9", "/a%01b\\xc3"]
+    assert [wire_target(x) for x in paths] == ["/caf%C3%A9.html", "/caf%E9", "/a%01b%5Cxc3"]

@@ -5,8 +5,10 @@ followed in the Combined format by ``"referer" "user-agent"``. What the reader
 accepts and how it maps lines to the Trace:
 
 * **Quoted fields** may hold escaped quotes and backslashes (``\"``, ``\\``), as
-  Apache writes them; they are unescaped. Other backslash sequences (Apache's
-  ``\xhh`` for odd bytes) are kept as written.
+  Apache writes them; they are unescaped. In the request, the ``\xhh`` that Apache
+  and nginx write for odd bytes become the UTF-8 text they spell, else ``%hh``,
+  so the replay sends the bytes the client sent. Other backslash sequences are
+  kept as written.
 * **Request line** ``METHOD URL [HTTP/x.y]``: the version may be missing
   (HTTP/0.9-style lines, common in 1995 logs); a URL with blanks in it is kept
   whole. A request field that is not a request (``"-"``, one word, garbage)
@@ -95,6 +97,8 @@ _ISO_TIME = re.compile(
 _MONTHS = {m.lower(): i for i, m in enumerate(calendar.month_abbr) if m}
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 token: a method name
 _UNESCAPE = re.compile(r"\\([\"\\])")
+# Apache and nginx log a request's odd bytes (controls, and all past ASCII) as \xhh.
+_LOG_ESCAPE = re.compile(r"\\([\"\\])|\\x([0-9A-Fa-f]{2})")
 _MAX_LISTED = 100
 
 
@@ -135,9 +139,29 @@ def parse_clf_time(text: str) -> float:
     return epoch + int(frac) / 10 ** len(frac) if frac else float(epoch)
 
 
+def _unescape_request(request: str) -> str:
+    """A request field with its log escapes undone, such that the replay sends the bytes
+    the client sent: ``\\"`` and ``\\\\`` are the characters; ``\\xhh`` bytes past ASCII
+    that spell UTF-8 are that text (the replay encodes text as UTF-8), any other
+    ``\\xhh`` becomes ``%hh``. Kept as written, ``/caf\\xc3\\xa9`` was replayed as
+    ``/caf%5Cxc3%5Cxa9``: a file no server has.
+    """
+
+    def text(m: re.Match[str]) -> str:
+        if m[1]:
+            return m[1]
+        v = int(m[2], 16)
+        return chr(v) if v >= 0x80 else f"%{v:02X}"
+
+    try:
+        return _LOG_ESCAPE.sub(text, request).encode("latin-1").decode("utf-8")
+    except UnicodeError:  # not UTF-8 (or text past Latin-1 beside the escapes)
+        return _LOG_ESCAPE.sub(lambda m: m[1] or f"%{m[2].upper()}", request)
+
+
 def _split_request(request: str) -> tuple[str, str] | None:
     """(method, url) of a request line, or None when it is not one."""
-    words = (_UNESCAPE.sub(r"\1", request) if "\\" in request else request).split()
+    words = (_unescape_request(request) if "\\" in request else request).split()
     if len(words) < 2 or not _TOKEN.match(words[0]):
         return None
     if len(words) >= 3 and words[-1].upper().startswith("HTTP/"):
