@@ -59,13 +59,22 @@ def share_cores(curve: LoadCurve, machine: Machine) -> int:
 
 
 def _class_mix(curve: LoadCurve, workload: Workload | None) -> dict[str, float]:
+    """The static and dynamic shares of the measured requests.
+
+    The model knows two kinds of request. One of a class the trace names otherwise
+    (neither ``static`` nor ``dynamic``) counts as static, as the simulator serves it:
+    only a request labelled dynamic pays a dynamic request's demand. Those requests
+    are in the overall throughput but in no per-class one, so the shares are of the
+    overall throughput, not of the two classes' sum.
+    """
     thr = {}
     for c in ("static", "dynamic"):
         s = curve.series("throughput", c) if _has_class(curve, c) else None
         thr[c] = float(np.nansum(s["value"])) if s is not None else 0.0
-    tot = sum(thr.values())
-    if tot > 0:
-        return {c: v / tot for c, v in thr.items()}
+    tot = max(float(np.nansum(curve.series("throughput")["value"])), sum(thr.values()))
+    if sum(thr.values()) > 0:
+        dynamic = thr["dynamic"] / tot
+        return {"static": 1.0 - dynamic, "dynamic": dynamic}
     if workload is not None:
         return workload.mix
     return {"static": 1.0, "dynamic": 0.0}
@@ -86,16 +95,15 @@ def estimate_demands(
     """
     from scipy.optimize import least_squares
 
-    classes = [c for c in ("static", "dynamic") if mix.get(c, 0) > 0 and _has_class(scaled, c)]
-    series = {}
-    if classes:
-        for c in classes:
-            series[c] = scaled.series("mean", c)
-    else:
-        classes = ["all"]
+    measured = [c for c in ("static", "dynamic") if mix.get(c, 0) > 0 and _has_class(scaled, c)]
+    classes = [c for c in ("static", "dynamic") if mix.get(c, 0) > 0] if measured else ["all"]
+    series = {c: scaled.series("mean", c) for c in measured}
+    if len(measured) < len(classes) or not measured:
+        # A class in the mix without means of its own (requests of the trace's other
+        # classes, counted as static, beside dynamic ones) is seen in the overall mean.
         series["all"] = scaled.series("mean")
     x = scaled.series("mean")["throughput"]
-    if not np.isfinite(x).any() or not all(np.isfinite(series[c]["value"]).any() for c in classes):
+    if not np.isfinite(x).any() or not all(np.isfinite(s["value"]).any() for s in series.values()):
         # Every repetition without a throughput or a mean (a hand-edited or empty curve):
         # the fit's start was NaN and scipy refused it (exit 70).
         raise ExtrapolationError(
@@ -103,7 +111,7 @@ def estimate_demands(
         )
     f = {c: (mix[c] if c != "all" else 1.0) for c in classes}
     fsum = sum(f.values())
-    r0 = {c: float(np.nanmin(series[c]["value"])) for c in classes}
+    r0 = {c: float(np.nanmin(series[c if c in series else "all"]["value"])) for c in classes}
     x_max = float(np.nanmax(x))
 
     def unpack(p: np.ndarray) -> tuple[float, dict[str, float]]:
@@ -115,7 +123,7 @@ def estimate_demands(
         l0, d = unpack(p)
         dbar = sum(f[c] * d[c] for c in classes) / fsum
         rho = np.minimum(x / n_equiv * dbar, 0.999)
-        out = [np.log((l0 + d[c] / (1 - rho)) / series[c]["value"]) for c in classes]
+        out = [np.log((l0 + d.get(c, dbar) / (1 - rho)) / s["value"]) for c, s in series.items()]
         r = np.concatenate(out)
         return np.where(np.isfinite(r), r, 0.0)
 
@@ -234,7 +242,7 @@ def extrapolate_curve(
     # are not added twice.
     share_mp = build_mapping("1-replica", machine, cpus)
     l0, d_meas = estimate_demands(scaled, n_equiv, mix)
-    if mix["dynamic"] > 0 and mix["static"] > 0 and _has_class(scaled, "dynamic"):
+    if mix["dynamic"] > 0 and _has_class(scaled, "static") and _has_class(scaled, "dynamic"):
         ratio = light_load_ratio(scaled, l0)
     else:
         ratio = physics0.demand_dynamic / physics0.demand_static

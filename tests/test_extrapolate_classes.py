@@ -1,0 +1,68 @@
+"""The cross-socket extrapolation of a trace whose classes are not only static and dynamic."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from helpers.machines import NEHALEM
+
+from extrapolate._synthetic import Truth, truth_curve, truth_mat
+from extrapolate.calibration import CrossSocketModel
+from extrapolate.crosssocket import Physics
+from extrapolate.remap import extrapolate_curve
+from shrink.loadcurve import LoadCurve
+
+THRESHOLDS = {"mean": 1.5e-3, "p999": 20e-3}
+DYN, SMR = 0.05, 1 / 3.6
+
+
+def _model(t: Truth) -> CrossSocketModel:
+    """A model holding the truth's physics, as a perfect calibration would."""
+    ph = Physics(
+        demand_static=t.demand_static,
+        demand_dynamic=t.demand_dynamic,
+        usl_sigma=t.sigma,
+        usl_kappa=t.kappa,
+        nic_remote_penalty=t.nic_penalty,
+        share_penalty=t.share_penalty,
+        llc_miss_fraction=t.miss_fraction,
+        fixed_latency=t.fixed_latency,
+    )
+    m = CrossSocketModel(machine=NEHALEM)
+    m.physics_, m.free_, m.x_ = ph, ["demand_static"], np.array([math.log(ph.demand_static)])
+    m.cov_, m.model_error_, m.observations_, m.predicted_, m.workloads_ = (
+        np.zeros((1, 1)), 0.0, [], {}, {},
+    )  # fmt: skip
+    return m
+
+
+def _relabelled(curve: LoadCurve, static_kept: float) -> LoadCurve:
+    """``curve`` with all but ``static_kept`` of its static requests in a class of the
+    trace's own (``image``): served alike, so in the overall statistics, but in no
+    per-class ones (a run keeps per-class statistics for static and dynamic only)."""
+    out = LoadCurve.from_dict(curve.to_dict())
+    for lv in out.levels:
+        for rep in lv.reps:
+            if static_kept == 0:
+                del rep.per_class["static"]
+            else:
+                rep.per_class["static"].throughput *= static_kept
+    return out
+
+
+@pytest.mark.parametrize("static_kept", [0.5, 0.0])
+def test_requests_of_other_classes_count_as_static(static_kept):
+    """Half the static requests labelled ``image`` (or all of them, beside the dynamic
+    ones): the mix is still 5% dynamic and the full machine's MATs are the truth's."""
+    t = Truth()
+    share = truth_curve(
+        t, NEHALEM, "1-replica", (0, 1, 2, 3), dyn=DYN, smr=SMR, workload="w", alpha=0.5, seed=11
+    )
+    pred, _ = extrapolate_curve(_relabelled(share, static_kept), _model(t), NEHALEM,
+                                     thresholds=THRESHOLDS)  # fmt: skip
+    for mp, mpred in pred.mappings.items():
+        for stat, thr in THRESHOLDS.items():
+            truth = truth_mat(t, NEHALEM, mp, NEHALEM.all_cpus, DYN, SMR, stat, thr)
+            assert mpred.stats[stat].mat == pytest.approx(truth, rel=0.03), (mp, stat)
