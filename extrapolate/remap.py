@@ -21,7 +21,9 @@ The share's fixed (load-independent) latency L0 and per-class demands are
 fitted to the measured per-class means, R_c = L0 + D_c/(1-rho)
 (:func:`estimate_demands`); L0 is kept as it is and only the rest is scaled,
 and D_dynamic/D_static comes from the per-class means extrapolated to zero load
-(:func:`light_load_ratio`), which holds for any work-conserving discipline.
+(:func:`light_load_ratio`), which holds for any work-conserving discipline; where
+the light levels cannot show it, from the fitted demands; and where a class was
+not measured, from the calibration.
 MAT intervals combine the measured repetitions' interval (from
 :func:`shrink.mat.mat`) with the calibration's uncertainty of k, in quadrature
 on the log scale.
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -51,6 +53,9 @@ from shrink.report.assumptions import MODEL_ASSUMPTIONS, REMAPPED_SHAPE_ASSUMPTI
 from shrink.report.recommendation import remap_reason
 
 __all__ = ["extrapolate_curve", "share_cores"]
+
+# Where the model's D_dynamic / D_static came from (:func:`_dynamic_static_ratio`).
+RatioFrom = Literal["light-load means", "fitted demands", "calibration"]
 
 
 def share_cores(curve: LoadCurve, machine: Machine) -> int:
@@ -138,14 +143,17 @@ def estimate_demands(
     return l0, d
 
 
-def light_load_ratio(scaled: LoadCurve, l0: float) -> float:
+def light_load_ratio(scaled: LoadCurve, l0: float) -> float | None:
     """D_dynamic / D_static from the per-class means extrapolated to zero load.
 
     As the load goes to 0 every work-conserving discipline gives R_c -> L0 + D_c,
     so the ratio does not depend on the PS assumption (a FIFO server would bias a
     PS fit over all levels). A line through the lighter half of the levels (at
     least two) gives each class's intercept; under PS the intercepts minus L0 are
-    D_c times one common factor, so the ratio is exact there too.
+    D_c times one common factor, so the ratio is exact there too. None where a
+    class's light-load mean is not above L0: its demand is lost in the fixed
+    latency's noise (a static request of a few microseconds beside a fixed latency
+    of tens), and no ratio can be read at light load.
     """
     s = scaled.series("mean", "static")
     d = scaled.series("mean", "dynamic")
@@ -162,7 +170,21 @@ def light_load_ratio(scaled: LoadCurve, l0: float) -> float:
     if a_s <= 0 or a_d <= 0:  # too few or too noisy light levels: fall back to the lightest
         i = int(np.argmin(x))
         a_s, a_d = rs[i] - l0, rd[i] - l0
-    return float(a_d / a_s)
+    return float(a_d / a_s) if a_s > 0 and a_d > 0 else None
+
+
+def _dynamic_static_ratio(
+    scaled: LoadCurve, mix: dict[str, float], l0: float, d_meas: dict[str, float], ph: Physics
+) -> tuple[float, RatioFrom]:
+    """D_dynamic / D_static for the model, and what it was read from."""
+    if mix["dynamic"] > 0 and _has_class(scaled, "static") and _has_class(scaled, "dynamic"):
+        ratio = light_load_ratio(scaled, l0)
+        if ratio is not None:
+            return ratio, "light-load means"
+        # The PS fit over every level: positive by construction, where the light levels
+        # gave a negative ratio (and a negative demand the model refused).
+        return d_meas["dynamic"] / d_meas["static"], "fitted demands"
+    return ph.demand_dynamic / ph.demand_static, "calibration"
 
 
 def _per_core_demands(physics: Physics, wl: Workload, machine: Machine, mp: Mapping) -> dict:
@@ -242,10 +264,7 @@ def extrapolate_curve(
     # are not added twice.
     share_mp = build_mapping("1-replica", machine, cpus)
     l0, d_meas = estimate_demands(scaled, n_equiv, mix)
-    if mix["dynamic"] > 0 and _has_class(scaled, "static") and _has_class(scaled, "dynamic"):
-        ratio = light_load_ratio(scaled, l0)
-    else:
-        ratio = physics0.demand_dynamic / physics0.demand_static
+    ratio, ratio_from = _dynamic_static_ratio(scaled, mix, l0, d_meas, physics0)
 
     def physics_for(ph: Physics) -> Physics:
         return ph.with_(demand_dynamic=ph.demand_static * ratio)
@@ -273,6 +292,8 @@ def extrapolate_curve(
             "demand_ratio": k,
             "fixed_latency": l0,
             "measured_demands": d_meas,
+            "dynamic_static_ratio": ratio,
+            "dynamic_static_ratio_from": ratio_from,
         }
         curves[name] = pred
 
@@ -285,7 +306,9 @@ def extrapolate_curve(
     key = "mean" if "mean" in thresholds else next(iter(thresholds))
     rec = recommend(out, [key])  # the one rule (shrink.recommend): never on bounds
     best_mat = out[rec.mapping].stats[key].mat if rec.mapping is not None else math.nan
-    reason = remap_reason(rec, best_mat, (n_share, kind), wl.dynamic_fraction, ratio, l0)
+    reason = remap_reason(
+        rec, best_mat, (n_share, kind), wl.dynamic_fraction, (ratio, ratio_from), l0
+    )
     prediction = Prediction(
         machine=machine.to_dict(),
         mappings=out,

@@ -66,3 +66,21 @@ def test_requests_of_other_classes_count_as_static(static_kept):
         for stat, thr in THRESHOLDS.items():
             truth = truth_mat(t, NEHALEM, mp, NEHALEM.all_cpus, DYN, SMR, stat, thr)
             assert mpred.stats[stat].mat == pytest.approx(truth, rel=0.03), (mp, stat)
+
+
+def test_a_static_demand_lost_in_the_fixed_latency_gives_no_negative_demand():
+    """Static requests of 0.1 us beside a fixed latency of 50 us: at light load the static
+    mean is the fixed latency give or take its noise, and this seed's lightest levels put
+    it below the fitted L0 (a ratio of -2e4, and demand_dynamic < 0 refused by the model).
+    The ratio is then the fitted demands', positive, and said to be."""
+    t = Truth(demand_static=1e-7)
+    share = truth_curve(t, NEHALEM, "1-replica", (0, 1, 2, 3), dyn=DYN, smr=SMR, workload="w",
+                        alpha=0.5, seed=2, levels=6, reps=2)  # fmt: skip
+    pred, curves = extrapolate_curve(share, _model(t), NEHALEM, thresholds=THRESHOLDS)
+    meta = curves["1-replica"].meta
+    assert meta["dynamic_static_ratio_from"] == "fitted demands"
+    assert meta["dynamic_static_ratio"] == pytest.approx(
+        t.demand_dynamic / t.demand_static, rel=0.2
+    )
+    truth = truth_mat(t, NEHALEM, "1-replica", NEHALEM.all_cpus, DYN, SMR, "mean", 1.5e-3)
+    assert pred.mappings["1-replica"].stats["mean"].mat == pytest.approx(truth, rel=0.03)

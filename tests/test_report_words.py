@@ -71,12 +71,16 @@ def test_remap_and_whatif_word_only_a_higher_verdict_their_own_way():
     out = {"1-replica": _mp(100.0), "2-replica-direct": _mp(100.0)}
     equal = recommend(out, ["mean"])
     assert equal.rule == "equal"
-    assert remap_reason(equal, 100.0, (4, "cores"), 0.1, 2.0, 1e-4) == reason_text(equal)
+    ratio = (2.0, "calibration")
+    assert remap_reason(equal, 100.0, (4, "cores"), 0.1, ratio, 1e-4) == reason_text(equal)
     assert whatif_reason(equal, list(out), out, 0.1) == reason_text(equal)
     out = {"1-replica": _mp(100.0), "2-replica-direct": _mp(120.0)}
     higher = recommend(out, ["mean"])
-    text = remap_reason(higher, 120.0, (4, "cores"), 0.1, 2.0, 1e-4)
+    text = remap_reason(higher, 120.0, (4, "cores"), 0.1, ratio, 1e-4)
     assert text.startswith("2-replica-direct has the highest mean-threshold MAT (120 req/s)")
+    assert "D_dynamic/D_static 2 (the calibration's: the share measured one class only)" in text
+    text = remap_reason(higher, 120.0, (4, "cores"), 0.1, (2.0, "fitted demands"), 1e-4)
+    assert "could not tell a class's demand from the fixed latency" in text
     text = whatif_reason(higher, list(out), out, 0.0)
     assert "120 req/s (vs 1-replica 100 (+20.0%))" in text
 

@@ -63,20 +63,31 @@ def remap_reason(
     mat: float,
     share: tuple[int, str],
     dynamic_fraction: float,
-    demand_ratio: float,
+    demand_ratio: tuple[float, str],
     fixed_latency: float,
 ) -> str:
     """A measured share's curve re-mapped: the verdict, with the fitted figures behind a
-    ``higher`` one (``share``: the share's core count and kind)."""
+    ``higher`` one (``share``: the share's core count and kind; ``demand_ratio``:
+    D_dynamic/D_static and what it was read from, :data:`extrapolate.remap.RatioFrom`)."""
     if rec.rule != "higher":
         return reason_text(rec)
+    ratio, ratio_from = demand_ratio
+    source = _RATIO_FROM.get(ratio_from, ratio_from)
     return (
         f"{rec.mapping} has the highest {rec.stat}-threshold MAT ({rate_text(mat)} req/s) when "
         f"the measured share ({share[0]} cores, {share[1]}) is re-mapped with the calibrated "
         f"per-class demand ratios; dynamic fraction {dynamic_fraction:.1%}, "
-        f"D_dynamic/D_static {demand_ratio:.3g} and fixed latency {fixed_latency * 1e6:.0f} "
-        "us fitted to the measured per-class means."
+        f"D_dynamic/D_static {ratio:.3g} ({source}) and fixed latency "
+        f"{fixed_latency * 1e6:.0f} us fitted to the measured means."
     )
+
+
+_RATIO_FROM = {
+    "light-load means": "from the per-class means at light load",
+    "fitted demands": "from the per-class demands fitted over every level: the light levels "
+    "could not tell a class's demand from the fixed latency",
+    "calibration": "the calibration's: the share measured one class only",
+}
 
 
 def _gain(best: float, other: float) -> str:
