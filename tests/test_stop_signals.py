@@ -173,3 +173,37 @@ def test_a_signal_at_any_moment_of_the_start_is_one_documented_exit(tmp_path, si
         else:
             assert proc.returncode == 128 + sig, (delay, proc.returncode, err)
             assert len(lines) == 1 and lines[0].startswith(f"stopped by {sig.name}"), err
+
+
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_the_python_engine_gives_back_the_handlers_it_replaced(monkeypatch, loop):
+    """Without this, a SIGTERM between two levels of a sweep was lost (uvloop left its
+    closed loop's handler) or killed shrink without a word (asyncio left SIG_DFL). The
+    run is against a loopback port that refuses connections (each request an error
+    row), so no server is needed."""
+    import asyncio
+    import socket
+
+    from helpers.session_traces import session_trace
+
+    from shrink.replay import EngineConfig, build_schedule, engine, run_schedule
+
+    if loop == "asyncio":
+        monkeypatch.setattr(engine, "new_event_loop", asyncio.new_event_loop)
+
+    def handler(signum, frame):  # shrink.interrupts' stands here
+        raise AssertionError("no signal is sent")
+
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    before = {s: signal.signal(s, handler) for s in sigs}
+    with socket.socket() as closed:  # bound, not listening: connections are refused
+        closed.bind(("127.0.0.1", 0))
+        try:
+            sched = build_schedule(session_trace(3, gap=0.01, think=0.0), 1.0, 0.1, loop=False)
+            w = RunLogWriter(None)
+            run_schedule(sched, EngineConfig(targets=[closed.getsockname()]), w)
+            assert len(w.runlog()) == 6
+            assert {s: signal.getsignal(s) for s in sigs} == dict.fromkeys(sigs, handler)
+        finally:
+            for s, h in before.items():
+                signal.signal(s, h)

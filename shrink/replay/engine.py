@@ -25,6 +25,7 @@ import asyncio
 import gc
 import heapq
 import os
+import signal
 from collections.abc import Callable
 from time import monotonic
 from typing import Any, Unpack
@@ -334,7 +335,7 @@ def run_schedule(
     eng.loop = loop
     eng.done_fut = loop.create_future()
     signals = wants_signals(options)
-    installed = []
+    installed: list[tuple[signal.Signals, Any]] = []
     cpu0 = os.times()
     wall0 = monotonic()
     # A collector pass over a big heap stalls the loop for milliseconds; the hot
@@ -345,9 +346,10 @@ def run_schedule(
     try:
         if signals:
             for sig in interrupts.handled():
+                before = signal.getsignal(sig)
                 try:
                     loop.add_signal_handler(sig, _stop_on, sig, eng)
-                    installed.append(sig)
+                    installed.append((sig, before))
                 except (ValueError, RuntimeError, NotImplementedError):
                     pass
         eng.timer = WakeTimer(
@@ -359,8 +361,13 @@ def run_schedule(
     finally:
         if not eng.done_fut.done():
             eng.finish()
-        for sig in installed:
+        for sig, before in installed:
             loop.remove_signal_handler(sig)
+            # Neither loop gives back the handler it replaced: asyncio leaves SIG_DFL
+            # (a signal between two runs of a sweep kills shrink without a word), uvloop
+            # its own closed loop's (the signal is lost). None: set outside Python.
+            if before is not None:
+                signal.signal(sig, before)
         if eng.timer is not None:
             eng.timer.close()
         pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
