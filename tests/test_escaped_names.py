@@ -88,3 +88,30 @@ def test_the_report_shows_names_and_obeys_none_of_them(tmp_path):
     rows = re.findall(r"<tr>(.*?)</tr>", page, flags=re.S)
     assert all(r.count("<td>") == 2 or r.count("<th>") == 2 for r in rows), rows
     assert "a|b|c" in page and "alert(3)" in page and "\\x1b[31mred" in page
+
+
+def test_a_dollar_in_a_name_is_no_formula_in_report_md():
+    """GitHub renders ``$...$`` and ``$$...$$`` in Markdown as math: a trace named
+    ``$x^2$.parquet`` showed a formula. Every ``$`` is escaped (after an even run of
+    backslashes, the name's own doubled), and CommonMark shows the name as it is."""
+    import html
+
+    from markdown_it import MarkdownIt
+
+    from shrink.report.blocks import Doc, render_markdown
+
+    names = ["$x^2$.parquet", "m$$a$$", "\\$y$", "cost $5 | $6"]
+    doc = Doc(f"Capacity of {names[0]}")
+    for name in names:
+        doc.h(1, name)
+        doc.p(f"Maximum achievable throughput of {name}.")
+        doc.table(["what", "value"], [["machine", name]])
+        doc.ul([f"class {name}"])
+        doc.note(f"on {name}")
+        doc.img("fig.png", f"latency of {name}", alt=name)
+    md = render_markdown(doc)
+    for m in re.finditer(r"(\\*)\$", md):
+        assert len(m.group(1)) % 2 == 1, md[max(0, m.start() - 20) : m.end() + 20]
+    page = MarkdownIt("commonmark").enable("table").render(md)
+    for name in names:
+        assert page.count(html.escape(name, quote=False)) >= 6, name

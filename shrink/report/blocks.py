@@ -6,7 +6,8 @@ The blocks' text carries names from the trace and the machine spec (a recorded l
 author writes them), so both renderers show it and obey none of it: a line break is
 a space and other control characters are escaped (:func:`shrink.errors.printable`);
 HTML is escaped; in Markdown a backslash, a ``<`` that would open a tag, a ``]`` that
-would close a link and a ``|`` in a table cell are escaped with a backslash. ``**bold**`` and
+would close a link, a ``$`` that would open a formula (GitHub renders ``$...$`` as
+math) and a ``|`` in a table cell are escaped with a backslash. ``**bold**`` and
 ```code``` stay the report's only marks.
 """
 
@@ -55,10 +56,11 @@ def _one_line(text: object) -> str:
 
 def _md(text: object, *, cell: bool = False) -> str:
     """``text`` as Markdown shows it and does not obey: no raw HTML, no autolink, no
-    link or image of its own, and in a table cell no column of its own."""
+    link or image of its own, no formula, and in a table cell no column of its own."""
     # A backslash of the text's own first, or "\\<" would escape the escape.
     t = re.sub(r"<(?=[A-Za-z/!?])", r"\\<", _one_line(text).replace("\\", "\\\\"))
     t = re.sub(r"\](?=[(\[:])", r"\\]", t)
+    t = t.replace("$", r"\$")
     return t.replace("|", r"\|") if cell else t
 
 
