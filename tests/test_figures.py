@@ -100,3 +100,27 @@ def test_names_with_dollars_are_drawn_as_written(tmp_path, monkeypatch):
     assert fig._suptitle.get_text() == f"What-if on {name}"
     assert f"predicted: {name}" in _labels(fig)
     assert not any(t.get_parse_math() for t in fig.findobj(lambda o: hasattr(o, "get_parse_math")))
+
+
+def test_a_long_name_keeps_the_title_inside_its_figure(tmp_path, monkeypatch):
+    """A machine or trace name of thousands of characters (one word of wide letters, or
+    many words): the title is wrapped and cut (two lines, an ellipsis), its drawn width
+    within the figure's, and the latency figure, saved with a tight box, not stretched."""
+    from helpers.curves import mm1_curve
+    from PIL import Image
+
+    kept = []
+    monkeypatch.setattr(figures.plt, "close", kept.append)
+    s = Series("predicted: 1-replica", X, {"mean": MEAN, "p999": P999})
+    png = latency_figure(tmp_path / "l.png", [s], {"mean": 0.01, "p999": 0.5},
+                         title=f"What-if on {'m' * 3000}")  # fmt: skip
+    level = mm1_curve([50.0], 100.0, reps=1, n=2000).levels[0]
+    figures.cdf_figure(tmp_path / "cdf.png", [("full-scale run", level, 1.0)],
+                       title=" ".join(["a-long-trace-name"] * 200))  # fmt: skip
+    for fig in kept:
+        fig.canvas.draw()
+        text = fig._suptitle.get_text()
+        assert text.count("\n") == 1 and text.endswith("\u2026"), text
+        assert fig._suptitle.get_window_extent().width <= fig.bbox.width
+    # 12.4 in at 110 dpi, and a little for the legend below the panels.
+    assert Image.open(png).size[0] <= 1.05 * 12.4 * 110

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import io
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +66,34 @@ def _plain_text(figure: Callable[..., Path]) -> Callable[..., Path]:
             return figure(*args, **kwargs)
 
     return drawn
+
+
+# A figure's title carries names from the trace and the machine spec: a name of thousands
+# of characters ran off the CDFs and stretched the latency figure (saved with a tight box)
+# to match. Wrapped to the figure's width and cut after two lines, it stays inside.
+# DejaVu Sans at 11 pt averages under 6.5 pt a character (11 an inch); wide letters
+# (a run of "m") take more, so the drawn width is measured and the wrap narrowed to fit.
+_TITLE_CHARS_PER_INCH = 11
+_TITLE_LINES = 2
+
+
+def _wrapped(title: str, width: int) -> str:
+    lines = textwrap.wrap(title, width) or [""]
+    if len(lines) > _TITLE_LINES:
+        lines = lines[:_TITLE_LINES]
+        lines[-1] = lines[-1][: width - 1] + "\u2026"
+    return "\n".join(lines)
+
+
+def _title(fig, title: str) -> None:
+    """Set ``fig``'s title, wrapped to its width; what does not fit ends in an ellipsis."""
+    width = int(fig.get_figwidth() * _TITLE_CHARS_PER_INCH)
+    renderer = fig.canvas.get_renderer()
+    while True:
+        text = fig.suptitle(_wrapped(title, width), fontsize=11)
+        if width <= 10 or text.get_window_extent(renderer).width <= 0.98 * fig.bbox.width:
+            return
+        width = int(width * 0.85)
 
 
 def _save(fig, path: str | Path, **kw) -> None:
@@ -261,7 +290,7 @@ def latency_figure(
         ax.set_ylabel(f"{_STAT_LABEL.get(stat, stat)} (ms)")
         ax.set_title(_STAT_LABEL.get(stat, stat))
         ax.grid(True, which="both", alpha=0.25)
-    fig.suptitle(title, fontsize=11)
+    _title(fig, title)
     fig.tight_layout()
     _legend_below(fig, axes[0])
     path = Path(path)
@@ -333,7 +362,7 @@ def cdf_figure(
                 va="center",
                 color="#718096",
             )
-    fig.suptitle(title, fontsize=11)
+    _title(fig, title)
     fig.tight_layout()
     path = Path(path)
     _save(fig, path, dpi=110)
