@@ -3,6 +3,7 @@ captures, odd encodings. Each is one line naming the file, never a traceback or 
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 import os
@@ -87,20 +88,53 @@ sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tests"]
 from helpers.captures import mixed
 from helpers.pcap_synth import write_capture
 from shrink.ingest.capture import pcap_files
+pcap_files.MAX_HELD = int(sys.argv[3])
 path = write_capture(Path(sys.argv[2]), mixed() * 40)
+last = path.read_bytes()[-1]
 buf, n, _ = pcap_files.load_buffer(path, strict=False)
 os.truncate(path, 100)
-print(int(buf[n - 1]))
+assert int(buf[n - 1]) == last
 """
 
 
-def test_a_capture_cut_after_it_was_loaded_does_not_kill_the_reader(tmp_path: Path) -> None:
+@pytest.mark.parametrize("held", [1 << 30, 100], ids=["read", "past MAX_HELD"])
+def test_a_capture_cut_after_it_was_loaded_does_not_kill_the_reader(
+    tmp_path: Path, held: int
+) -> None:
     # The file was mapped: cut (a capture rotated) while it was read, the pages past its
-    # new end faulted, and the kernel killed shrink with SIGBUS, naming nothing.
+    # new end faulted, and the kernel killed shrink with SIGBUS, naming nothing. Past
+    # MAX_HELD (made small here) a copy of shrink's own is mapped, which no one cuts.
     root = str(Path(__file__).resolve().parent.parent)
-    run = [sys.executable, "-c", _CUT_WHILE_HELD, root, str(tmp_path / "c.pcap")]
+    run = [sys.executable, "-c", _CUT_WHILE_HELD, root, str(tmp_path / "c.pcap"), str(held)]
     done = subprocess.run(run, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+
+
+def test_a_capture_past_the_held_size_cut_while_it_is_copied_is_an_error_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copy of a capture past MAX_HELD stops short where another process cut the
+    file (after the copy's first chunk here): the same error as a read cut short."""
+    from helpers.captures import mixed
+    from helpers.pcap_synth import write_capture
+
+    from shrink.ingest.capture import pcap_files
+
+    path = write_capture(tmp_path / "c.pcap", mixed())
+    size = path.stat().st_size
+    monkeypatch.setattr(pcap_files, "MAX_HELD", 100)
+    monkeypatch.setattr(pcap_files, "_COPY_CHUNK", 4096)
+    real = os.copy_file_range
+
+    def cut_after_the_first_chunk(src: int, dst: int, count: int, *offsets: int) -> int:
+        n = real(src, dst, count, *offsets)
+        os.truncate(path, 4096)
+        return n
+
+    monkeypatch.setattr(pcap_files.os, "copy_file_range", cut_after_the_first_chunk)
+    shown = rf"c\.pcap: the file was cut while it was read \(4,096 of its {size:,} bytes\)"
+    with pytest.raises(TraceFormatError, match=shown):
+        read_trace(path)
 
 
 def test_a_capture_cut_while_it_is_read_is_an_error_naming_it(
@@ -139,10 +173,38 @@ def test_a_capture_past_the_held_size_is_mapped_and_reads_the_same(
     path = write_capture(tmp_path / "c.pcap", mixed())
     held = read_trace(path)
     monkeypatch.setattr(pcap_files, "MAX_HELD", 100)
+    monkeypatch.setattr(pcap_files, "_COPY_CHUNK", 4096)  # the copy in many chunks
     buf, n, _ = pcap_files.load_buffer(path, strict=True)
     assert isinstance(buf.base.obj, pcap_files.mmap.mmap) and n == path.stat().st_size
+    assert bytes(buf) == path.read_bytes()
     mapped = read_trace(path)
     assert len(held) > 0 and mapped.same_rows(held)
+
+    def no_kernel_copy(*args: int) -> int:
+        raise OSError(errno.EXDEV, "cross-device")
+
+    monkeypatch.setattr(pcap_files.os, "copy_file_range", no_kernel_copy)
+    assert read_trace(path).same_rows(held)
+
+
+def test_no_room_for_the_copy_of_a_large_capture_is_one_line_naming_where(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from helpers.captures import mixed
+    from helpers.pcap_synth import write_capture
+
+    from shrink.ingest.capture import pcap_files
+
+    path = write_capture(tmp_path / "c.pcap", mixed())
+    monkeypatch.setattr(pcap_files, "MAX_HELD", 100)
+
+    def full(*args: int) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pcap_files.os, "copy_file_range", full)
+    with pytest.raises(TraceFormatError, match=r"c\.pcap: a capture over 0 MiB .* no copy") as e:
+        read_trace(path)
+    assert str(tmp_path) in str(e.value) and "No space left on device" in str(e.value)
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,8 @@
 """Capture file containers: gzip, classic pcap and pcapng, read into flat record arrays.
 
 The fast path never builds a Python object per packet. The file is read into
-memory (mapped past :data:`MAX_HELD`, decompressed if it is gzip), the classic-pcap
+memory (past :data:`MAX_HELD`, copied to a file of shrink's own and mapped from it;
+decompressed if it is gzip), the classic-pcap
 record chain is followed for
 all blocks of the file at once (:mod:`shrink.ingest.capture.pcap_walk`; pcapng blocks
 in a loop), and every record's header and first frame bytes are then read in
@@ -19,9 +20,11 @@ is no damage to the file: lenient readers skip that packet and count it
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import struct
+import tempfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,13 +74,16 @@ NO_INTERFACE = -1
 # A gzip capture is inflated into memory; a larger one is read far cheaper gunzipped
 # (mapped from disk), so past this it is refused, not held.
 MAX_INFLATED = 1 << 30
-# A plain capture up to this size is read into memory, past it mapped. A mapping shows
-# the file as it is now: cut while it was read (a capture rotated, a copy redone), the
-# bytes past the new end fault, and the kernel kills the reader (SIGBUS) with no word of
-# which file. Read, it is a copy no one else changes; the cost is the memory, as a gzip
-# capture's, and a copy at memory speed (bench/RESULTS.md, "capture").
+# A plain capture up to this size is read into memory; past it, copied into a file of
+# shrink's own (unlinked: no one else can cut it) and that copy mapped, so the memory
+# stays the page cache's. The capture itself is never mapped: a mapping shows the file
+# as it is now, and cut while it was read (a capture rotated, a copy redone) the bytes
+# past its new end fault and the kernel kills the reader (SIGBUS) with no word of which
+# file. Read or copied, a cut shows as a short read, an error naming the file. The cost:
+# the memory, as a gzip capture's, or a copy on disk (bench/RESULTS.md, "capture").
 MAX_HELD = MAX_INFLATED
 _INFLATE_CHUNK = 1 << 24
+_COPY_CHUNK = 1 << 26
 
 
 @dataclass
@@ -162,6 +168,61 @@ def _inflate(raw: bytes, path: Path) -> tuple[bytes, str | None]:
     return bytes(out), None
 
 
+def _copy(fh: BinaryIO, dst: BinaryIO, path: Path, size: int) -> None:
+    """The file's first ``size`` bytes into ``dst``, in the kernel where it can (a reflink
+    on a file system that shares blocks); a source that ends sooner was cut (see
+    :func:`_read_whole`)."""
+    src, out, got = fh.fileno(), dst.fileno(), 0
+    try:
+        while got < size:
+            n = os.copy_file_range(src, out, min(_COPY_CHUNK, size - got), got, got)
+            if not n:
+                break
+            got += n
+    except OSError as exc:  # no copy_file_range between these files: through a buffer
+        if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+            raise
+        buf = bytearray(_COPY_CHUNK)
+        fh.seek(got)
+        dst.seek(got)
+        while got < size:
+            n = fh.readinto(memoryview(buf)[: min(_COPY_CHUNK, size - got)])
+            if not n:
+                break
+            dst.write(memoryview(buf)[:n])
+            got += n
+        dst.flush()
+    if got < size:
+        raise CaptureFormatError(_cut_message(got, size), path=path)
+
+
+def _cut_message(got: int, size: int) -> str:
+    return (
+        f"the file was cut while it was read ({got:,} of its {size:,} bytes): read it "
+        "when nothing writes it (copy it first)"
+    )
+
+
+def _private_copy(fh: BinaryIO, path: Path, size: int) -> mmap.mmap:
+    """A mapping of a copy of the capture that only this process holds: beside the
+    capture (the same file system, so a reflink where it can), else in the temporary
+    directory. The copy has no name; the mapping keeps it until it is unmapped."""
+    tried = []
+    for where in (path.parent, Path(tempfile.gettempdir())):
+        try:
+            with tempfile.TemporaryFile(dir=where) as dst:
+                _copy(fh, dst, path, size)
+                return _map(dst.fileno())
+        except OSError as exc:
+            tried.append(f"{where} ({exc.strerror or exc})")
+    raise CaptureFormatError(
+        f"a capture over {MAX_HELD >> 20:,} MiB is read from a copy of its own, and no "
+        f"copy of its {size:,} bytes could be made in {' or '.join(tried)}: free the "
+        "space, or split the capture (editcap -c)",
+        path=path,
+    )
+
+
 def _map(fd: int) -> mmap.mmap:
     """Map a file read-only; on Linux prefault it in one call (cheaper than a fault a page)."""
     populate = getattr(mmap, "MAP_POPULATE", 0)
@@ -174,8 +235,8 @@ def load_buffer(path: Path, *, strict: bool) -> tuple[np.ndarray, int, str | Non
     """(buffer, data length, damage): the capture's bytes as a read-only uint8 array.
 
     A plain file is read into memory (:func:`_read_whole`), one past
-    :data:`MAX_HELD` memory-mapped; a gzip file is inflated into memory. Readers
-    index only inside ``[0, n)``.
+    :data:`MAX_HELD` copied and its copy memory-mapped (:func:`_private_copy`); a gzip
+    file is inflated into memory. Readers index only inside ``[0, n)``.
     """
     try:
         with path.open("rb") as fh:
@@ -187,7 +248,7 @@ def load_buffer(path: Path, *, strict: bool) -> tuple[np.ndarray, int, str | Non
                 capture_format(head, path, size)
                 if size <= MAX_HELD:
                     return _read_whole(fh, path, size), size, None
-                mm = _map(fh.fileno())
+                mm = _private_copy(fh, path, size)
                 return np.frombuffer(mm, dtype=np.uint8), size, None
     except FileNotFoundError:
         raise CaptureFormatError("no such file", path=path) from None
@@ -210,11 +271,7 @@ def _read_whole(fh: BinaryIO, path: Path, size: int) -> np.ndarray:
     while got < size and (n := fh.readinto(view[got:])):
         got += n
     if got < size:
-        raise CaptureFormatError(
-            f"the file was cut while it was read ({got:,} of its {size:,} bytes): read it "
-            "when nothing writes it (copy it first)",
-            path=path,
-        )
+        raise CaptureFormatError(_cut_message(got, size), path=path)
     buf.flags.writeable = False
     return buf
 
