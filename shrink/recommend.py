@@ -31,7 +31,9 @@ class Recommendation:
     ``bounds`` (a bound leaves the order open: ``mapping`` is None), ``none`` (no MAT),
     ``zero`` (the best MAT is 0: no load meets the threshold, so none is deployable),
     ``over`` (every MAT is ``< X``: the threshold was not met even at the lowest load
-    measured, so none is known to be deployable).
+    measured, so none is known to be deployable), ``only_at_least`` (one mapping, and
+    its MAT only ``>= X``: the threshold was met at every load measured, so it is the
+    one to run, but its MAT was not reached; ``at_least`` is X).
     """
 
     mapping: str | None
@@ -41,6 +43,7 @@ class Recommendation:
     gain: float | None = None  # best over runner-up, minus 1
     overlap: bool | None = None  # the two intervals overlap: treat them as close
     bounds: tuple[str, ...] = field(default_factory=tuple)  # mappings whose MAT is a bound
+    at_least: float | None = None  # the lone mapping's ">= X" (rule only_at_least)
 
 
 def _range(sp: StatPrediction | None) -> tuple[float, float] | None:
@@ -77,6 +80,10 @@ def recommend(
         # One mapping, but no load meets the threshold: nothing to deploy, as with several.
         if b is not None and b.mat is not None and b.mat <= 0 and not b.is_bound:
             return Recommendation(None, "zero", stat, bounds=bounds)
+        if b is not None and bound_of(b.status) == "lower":
+            # The only mapping, but ">= X" is all that is known of its MAT: say so, not
+            # only that it is the one to run.
+            return Recommendation(ranked[0], "only_at_least", stat, bounds=bounds, at_least=b.mat)
         return Recommendation(ranked[0], "only", stat, bounds=bounds)
     best, runner = ranked[0], ranked[1]
     r = mappings[runner].stats.get(stat)

@@ -53,6 +53,18 @@ def test_a_threshold_never_met_recommends_no_mapping_even_the_only_one():
     assert recommend({"1-replica": _mp(90.0, "not_reached")}, ["mean"]).mapping == "1-replica"
 
 
+def test_the_only_mapping_with_a_lower_bound_is_named_with_its_bound_not_a_mat():
+    """One mapping whose MAT is ">= 90" was recommended as "the only mapping this machine
+    can run", as if its MAT were known: it is the one to run, at least 90 req/s, and the
+    MAT itself was not reached."""
+    rec = recommend({"1-replica": _mp(90.0, "not_reached")}, ["mean"])
+    assert (rec.mapping, rec.rule) == ("1-replica", "only_at_least") and rec.at_least == 90.0
+    text = reason_text(rec)
+    assert "only mapping" in text and "mean MAT is at least 90 req/s, not reached" in text
+    # a point MAT on the only mapping: nothing more to say than that it is the only one
+    assert recommend({"1-replica": _mp(90.0)}, ["mean"]).rule == "only"
+
+
 @pytest.mark.parametrize(
     ("rec", "words"),
     [

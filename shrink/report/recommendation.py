@@ -43,6 +43,12 @@ def reason_text(rec: Recommendation) -> str:
         )
     if rec.rule == "only":
         return "It is the only mapping this machine can run."
+    if rec.rule == "only_at_least":
+        return (
+            f"It is the only mapping this machine can run; its {label} MAT is at least "
+            f"{rate_text(rec.at_least)} req/s, not reached: the threshold was not crossed "
+            "within the measured range (measure higher loads for the MAT itself)."
+        )
     if rec.rule == "equal":
         return (
             "The mappings are predicted equal here (on one socket they coincide); "
