@@ -28,6 +28,7 @@ from shrink.jsonout import dumps
 from shrink.loadcurve import QGRID, LoadCurve
 from shrink.mat import MATResult, mat
 from shrink.schemas import MAX_LIST, Count, Loose, Name, NonNeg, Positive
+from shrink.selfchecks import QUIET_OTHER_CPU
 from shrink.share import Share
 
 __all__ = [
@@ -195,6 +196,9 @@ class Validation(files.VersionedFile):
     meta: dict[str, Any] = field(default_factory=dict)
     # Full-scale over scaled CPU per request, paired runs only (see cost_ratio).
     cost_ratio: Annotated[CostRatio | None, Field(exclude_if=files.is_none)] = None
+    # The most CPU anything but the server took on the full target's CPUs in a kept
+    # repetition of a usable level, steal included (None: not measured).
+    full_other_cpu: Annotated[NonNeg | None, Field(exclude_if=files.is_none)] = None
 
     SCHEMA = "shrink.checks/1"
     WHAT = "validation"
@@ -207,10 +211,20 @@ class Validation(files.VersionedFile):
     # bound ("not reached", "below range") makes the error a bound or meaningless.
     @computed_field  # type: ignore[prop-decorator]
     @property
+    def full_quiet(self) -> bool:
+        """Whether the full-scale run measured the server alone: other work and steal on
+        its CPUs stayed within the share's own self-check (QUIET_OTHER_CPU)."""
+        return self.full_other_cpu is None or self.full_other_cpu <= QUIET_OTHER_CPU
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
     def conclusive(self) -> dict[str, bool]:
-        """Per statistic: both MATs are crossings found (status ok), not bounds."""
+        """Per statistic: both MATs are crossings found (status ok), not bounds, and the
+        full-scale run was quiet (a MAT measured beside other work is not the server's)."""
         return {
-            s: v.get("predicted_status") == "ok" and v.get("measured_status") == "ok"
+            s: v.get("predicted_status") == "ok"
+            and v.get("measured_status") == "ok"
+            and self.full_quiet
             for s, v in self.mats.items()
         }
 
@@ -298,4 +312,20 @@ def validate(
                 "predicted_mean": float(np.trapezoid(q_pred, _P)),
             }
         )
-    return Validation(mats=mats, wasserstein=rows)
+    return Validation(mats=mats, wasserstein=rows, full_other_cpu=_other_cpu(measured))
+
+
+def _other_cpu(curve: LoadCurve) -> float | None:
+    """The most CPU other work and steal took on the curve's CPUs in a kept repetition of
+    a usable level (None where neither was measured). A generator placed on those CPUs
+    (``--allow-overlap``) is the run's own: its CPU is not other work."""
+    gen = set(curve.sweep.target.get("generator_cpus") or ())
+    overlap = bool(gen & set(curve.share.cpus))
+    seen = [
+        max(0.0, (r.other_cpu or 0.0) - (r.generator_cpu or 0.0 if overlap else 0.0))
+        + (r.steal or 0.0)
+        for lv in curve.usable()
+        for r in lv.kept
+        if r.other_cpu is not None or r.steal is not None
+    ]
+    return max(seen) if seen else None

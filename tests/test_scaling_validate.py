@@ -63,6 +63,39 @@ def test_an_error_between_bounds_is_marked_inconclusive():
     assert v.to_dict()["conclusive"] == {"mean": False}
 
 
+def test_a_full_scale_run_beside_other_work_is_inconclusive():
+    """Other work (or steal) over the share's own self-check on the full target's CPUs,
+    in any kept repetition of a usable level: its MATs are not the server's alone."""
+    thresholds = {"mean": 0.005}
+    full = _mm1([400, 600, 750, 850, 920], 1000.0, seed=3)
+    for lv in full.levels:
+        for r in lv.reps:
+            r.other_cpu, r.steal = 0.02, 0.01
+    quiet = validate(full, full, thresholds).to_dict()
+    assert quiet["conclusive"] == {"mean": True} and quiet["full_quiet"] is True
+    assert quiet["full_other_cpu"] == pytest.approx(0.03)
+    full.levels[1].reps[0].other_cpu = 0.5
+    noisy = validate(full, full, thresholds).to_dict()
+    assert noisy["conclusive"] == {"mean": False} and noisy["full_quiet"] is False
+    assert noisy["full_other_cpu"] == pytest.approx(0.51)
+    # Read back from validation.json, the same.
+    from shrink.validate import Validation
+
+    again = Validation.from_dict(noisy)
+    assert again.full_quiet is False and again.conclusive == {"mean": False}
+    # A generator placed on the target's own CPUs (--allow-overlap) is the run's own
+    # work: its CPU is not other work. Elsewhere it does not count at all.
+    from shrink.loadcurve import LoadCurve
+
+    d = full.to_dict()
+    d["share"] = {**d["share"], "cpus": [0, 1]}
+    for gen_cpus, want in (([0], True), ([2], False)):
+        d["meta"] = {**d["meta"], "target": {"generator_cpus": gen_cpus}}
+        mine = LoadCurve.from_dict(d)
+        mine.levels[1].reps[0].generator_cpu = 0.45
+        assert validate(mine, mine, thresholds).full_quiet is want
+
+
 def test_wasserstein_of_shifted_quantiles_is_the_shift():
     q = np.quantile(np.random.default_rng(0).exponential(1.0, 10000), QGRID)
     assert wasserstein1(q, q + 0.5) == pytest.approx(0.5)

@@ -30,6 +30,12 @@ def add_validation(doc: Doc, validation: Validation, *, appendix: Doc | None = N
             ]
         )
     doc.table(["statistic", "threshold", "predicted MAT", "measured MAT", "error"], vrows)
+    if not vd.get("full_quiet", True):
+        doc.p(
+            f"**Inconclusive:** other work took up to {100 * vd['full_other_cpu']:.0f}% of "
+            "the full target's CPUs during its runs, so its measured MATs are not the "
+            "server's alone."
+        )
     if appendix is not None:
         more.h(2, "Validation details")
     if (vd.get("meta") or {}).get("paired"):
