@@ -43,9 +43,7 @@ ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 def once(argv: list[str]) -> float:
     t0 = time.perf_counter()
-    subprocess.run(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV, check=False
-    )
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV, check=False)
     return time.perf_counter() - t0
 
 

@@ -378,7 +378,8 @@ def _errors(cells: list[dict[str, Any]], loo_cells: list[dict[str, Any]]) -> str
     parts = [", ".join(ok)] if ok else []
     if ok and loo_cells:
         parts[0] += f" ({', '.join(pct(c['error']) for c in loo_cells)})"
-    for status, what in (("not_reached/", "bound"), ("/not_reached", "full-side bound")):
+    for status, what in (("not_reached/", "bound"), ("/not_reached", "full-side bound"),
+                         ("/not_quiet", "not quiet")):  # fmt: skip
         b = [
             pct(c["predicted"] / c["measured"] - 1) for c in cells
             if status in c["status"] and c.get("predicted") and c.get("measured")
@@ -486,6 +487,25 @@ def quiet(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[s
     them out)."""
     noisy = [r for r in rows if _other(r) > NOT_QUIET]
     return [r for r in rows if r not in noisy], noisy
+
+
+def full_side_judged(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` with the measured side of each cell marked ``not_quiet`` where other
+    work took over NOT_QUIET of the full target's CPUs: its validation is inconclusive
+    (shrink.validate), so the run has no truth to judge the prediction by."""
+    out = []
+    for r in rows:
+        if (r.get("full_other_cpu") or 0.0) <= NOT_QUIET or "error" in r:
+            out.append(r)
+            continue
+        r = dict(r)
+        for s in STATS:
+            c = r.get(s)
+            if c:
+                pred_status = str(c["status"]).split("/")[0]
+                r[s] = {**c, "status": f"{pred_status}/not_quiet", "log_error": None}
+        out.append(r)
+    return out
 
 
 def _other(r: dict[str, Any]) -> float:
@@ -618,6 +638,7 @@ def main(argv: list[str] | None = None) -> int:
 
             print(interrupted_line(exc, out), file=sys.stderr)
             interrupted = True
+    rows = full_side_judged(rows)
     kept, noisy = quiet(rows)
     for r in noisy:
         print(

@@ -81,9 +81,9 @@ def parse_wrk2(text: str) -> dict[str, dict[float, float]]:
         elif block is not None:
             m = re.match(r"\s*([0-9.]+)%\s+([0-9.]+)(us|ms|s|m)\b", line)
             if m:
-                out.setdefault(block, {})[float(m.group(1))] = float(m.group(2)) * _UNITS[
-                    m.group(3)
-                ]
+                out.setdefault(block, {})[float(m.group(1))] = (
+                    float(m.group(2)) * _UNITS[m.group(3)]
+                )
             elif out.get(block):
                 block = None
     if "corrected" not in out:
@@ -181,11 +181,15 @@ def main() -> None:
     if "wrk2_lag_p50" in c:
         print(f"own send lag at p50 (corrected - uncorrected): wrk2 {_us(c['wrk2_lag_p50'])}, "
               f"shrink {_us(c['shrink_lag_p50'])}")  # fmt: skip
-    print("corrected: wrk2's figures hold its own millisecond-timer lag (above); shrink's "
-          "hold its send lag")
+    print(
+        "corrected: wrk2's figures hold its own millisecond-timer lag (above); shrink's "
+        "hold its send lag"
+    )
     if engine_name(engine) == "native":
-        print("uncorrected: the native core takes a response's time from the kernel's receive "
-              "stamp, wrk2 after its event loop wakes (the wake-up latency is the difference)")
+        print(
+            "uncorrected: the native core takes a response's time from the kernel's receive "
+            "stamp, wrk2 after its event loop wakes (the wake-up latency is the difference)"
+        )
 
 
 if __name__ == "__main__":

@@ -166,3 +166,21 @@ def test_a_run_whose_share_was_not_quiet_is_named_and_left_out_on_request(tmp_pa
     assert "| c | p/run-0 |" not in out and "| a | p/run-0 |" in out
     kept, noisy = bench_fidelity.quiet(rows)
     assert noisy == [rows[4]] and kept == rows[:4]
+
+
+def test_a_run_whose_full_target_was_not_quiet_has_no_truth_to_judge_by():
+    """Other work over the self-check's limit on the full target's CPUs makes the
+    validation inconclusive: the run's cells are marked and left out of every error."""
+    cell = {"stat": "mean", "predicted": 120.0, "measured": 100.0, "status": "ok/ok",
+            "log_error": 0.18, "budget": {}}  # fmt: skip
+    rows = [
+        {"config": "a", "dir": "p/a/run-0", "share_kind": "cpu_time", "mean": cell,
+         "full_other_cpu": 0.5},
+        {"config": "a", "dir": "p/a/run-1", "share_kind": "cpu_time", "mean": cell,
+         "full_other_cpu": 0.05},
+    ]  # fmt: skip
+    judged = bench_fidelity.full_side_judged(rows)
+    assert judged[0]["mean"]["status"] == "ok/not_quiet" and judged[0]["mean"]["log_error"] is None
+    assert judged[1] is rows[1] and rows[0]["mean"]["status"] == "ok/ok"  # not modified
+    assert [c["run"] for _, c in bench_fidelity._pairs(judged)] == ["p/a/run-1"]
+    assert "not quiet +20.0%" in bench_fidelity._errors([judged[0]["mean"]], [])
