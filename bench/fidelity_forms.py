@@ -74,12 +74,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--summarize", type=Path, nargs="*", default=[root / "corpus"])
     args = ap.parse_args(argv)
     import fidelity_corpus
-    from bench_fidelity import current
+    from bench_fidelity import current, full_side_judged
     from fidelity_nominal import nominal_rows
 
     from shrink.scaling.transform import NOMINAL
 
     rows = [fidelity_corpus.read(p) for p in fidelity_corpus.records(args.summarize)]
+    # A run whose validation is inconclusive (other work on the full target) has no truth.
+    rows = full_side_judged(rows)
     if not rows:
         print(f"no record under {', '.join(map(str, args.summarize))}", file=sys.stderr)
         return 1
