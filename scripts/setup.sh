@@ -61,9 +61,21 @@ if [ "$(id -u)" -eq 0 ]; then
       fi
     elif [ -x "/etc/init.d/$unit" ]; then
       did=()
-      if "/etc/init.d/$unit" status >/dev/null 2>&1; then
-        "/etc/init.d/$unit" stop >/dev/null 2>&1 && did+=(stopped)
-      fi
+      # Not "/etc/init.d/$unit stop": without its pidfile the script's start-stop-daemon
+      # matches every process of the server's executable, shrink's own testbeds
+      # included (a set-up run beside a prediction killed its PHP). Only the service's
+      # own master, named by its pidfile, is stopped.
+      for pidfile in "/run/$unit.pid" "/run/php/$unit.pid"; do
+        pid=$(cat "$pidfile" 2>/dev/null) || continue
+        case "$pid" in '' | *[!0-9]*) continue ;; esac
+        # A stale pidfile may name another process now: only a daemon (parent 1)
+        # running one of the three servers' executables is the service's.
+        exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || continue
+        case "$exe" in */lighttpd | */nginx | */php-fpm*) ;; *) continue ;; esac
+        [ "$(ps -o ppid= -p "$pid" 2>/dev/null | tr -d ' ')" = 1 ] || continue
+        kill -TERM "$pid" 2>/dev/null && did+=(stopped)
+        break
+      done
       if compgen -G "/etc/rc[2-5].d/S[0-9][0-9]$unit" >/dev/null; then
         update-rc.d "$unit" disable >/dev/null 2>&1 && did+=(disabled)
       fi
