@@ -385,7 +385,8 @@ def _errors(cells: list[dict[str, Any]], loo_cells: list[dict[str, Any]]) -> str
             if status in c["status"] and c.get("predicted") and c.get("measured")
         ]  # fmt: skip
         if b:
-            parts.append(f"{what}{'s' if len(b) > 1 else ''} {', '.join(b)}")
+            plural = "s" if len(b) > 1 and what != "not quiet" else ""
+            parts.append(f"{what}{plural} {', '.join(b)}")
     return "; ".join(parts) or "-"
 
 
