@@ -574,16 +574,11 @@ def open_loop_trace(
     cls: str = "static",
 ) -> Trace:
     """A pure open-loop trace: one request to ``path`` per arrival, each its own session.
-
-    ``arrival`` is ``constant`` (every 1/rate seconds) or ``poisson``
-    (exponential gaps, seeded).
-    """
+    ``arrival`` is ``constant`` (every 1/rate seconds) or ``poisson`` (exponential gaps,
+    seeded)."""
     check_rate(rate)
     check_positive(duration, "duration")
-    expected = rate * duration
-    if not expected <= MAX_REQUESTS:
-        # Every arrival's time is drawn at once: --rate 1e12 asked numpy for 7 TiB and
-        # ended in a MemoryError (exit 70) before anything was sent.
+    if not (expected := rate * duration) <= MAX_REQUESTS:  # all times are drawn at once
         raise ParameterError(
             f"rate {rate:g}/s over {duration:g} s makes about {expected:.3g} requests, more "
             f"than the {MAX_REQUESTS:,} one run may hold; lower the rate or shorten the run."

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import pytest
 from helpers.machines import NEHALEM
+from helpers.models import perfect_model
 
 from extrapolate._synthetic import Truth, truth_curve, truth_mat
 from extrapolate.calibration import CrossSocketModel
-from extrapolate.crosssocket import Physics
 from extrapolate.remap import extrapolate_curve
 from shrink.loadcurve import LoadCurve
 
@@ -19,23 +16,7 @@ DYN, SMR = 0.05, 1 / 3.6
 
 
 def _model(t: Truth) -> CrossSocketModel:
-    """A model holding the truth's physics, as a perfect calibration would."""
-    ph = Physics(
-        demand_static=t.demand_static,
-        demand_dynamic=t.demand_dynamic,
-        usl_sigma=t.sigma,
-        usl_kappa=t.kappa,
-        nic_remote_penalty=t.nic_penalty,
-        share_penalty=t.share_penalty,
-        llc_miss_fraction=t.miss_fraction,
-        fixed_latency=t.fixed_latency,
-    )
-    m = CrossSocketModel(machine=NEHALEM)
-    m.physics_, m.free_, m.x_ = ph, ["demand_static"], np.array([math.log(ph.demand_static)])
-    m.cov_, m.model_error_, m.observations_, m.predicted_, m.workloads_ = (
-        np.zeros((1, 1)), 0.0, [], {}, {},
-    )  # fmt: skip
-    return m
+    return perfect_model(t, NEHALEM)
 
 
 def _relabelled(curve: LoadCurve, static_kept: float) -> LoadCurve:

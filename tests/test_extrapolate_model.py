@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from helpers.curves import half_share_curve
 from helpers.machines import NEHALEM
+from helpers.models import perfect_model
 from helpers.surface import exported, public_names
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -229,34 +230,10 @@ def test_usl_from_one_socket_shares_has_bootstrap_intervals():
     assert lo <= u.sigma_ <= hi and hi - lo < 0.05
 
 
-def _perfect_model(t: Truth, machine: Machine) -> CrossSocketModel:
-    """A model holding the truth's physics, as a perfect calibration would."""
-    ph = Physics(
-        demand_static=t.demand_static,
-        demand_dynamic=t.demand_dynamic,
-        usl_sigma=t.sigma,
-        usl_kappa=t.kappa,
-        nic_remote_penalty=t.nic_penalty,
-        share_penalty=t.share_penalty,
-        llc_miss_fraction=t.miss_fraction,
-        fixed_latency=t.fixed_latency,
-    )
-    m = CrossSocketModel(machine=machine)
-    m.physics_, m.free_, m.x_ = ph, ["demand_static"], np.array([math.log(ph.demand_static)])
-    m.cov_, m.model_error_, m.observations_, m.predicted_, m.workloads_ = (
-        np.zeros((1, 1)),
-        0.0,
-        [],
-        {},
-        {},
-    )
-    return m
-
-
 @pytest.mark.parametrize(("dyn", "smr"), [(0.0, 0.0), (0.05, 1 / 3.6)])
 def test_remapped_share_curve_predicts_the_full_machine(dyn, smr):
     t = Truth()
-    model = _perfect_model(t, NEHALEM)
+    model = perfect_model(t, NEHALEM)
     share = truth_curve(
         t, NEHALEM, "1-replica", (0, 1, 2, 3), dyn=dyn, smr=smr, workload="w", alpha=0.5, seed=11
     )
@@ -377,7 +354,7 @@ def test_cpu_time_share_extrapolates_like_a_cores_share():
     """The same 4 cores measured at half their CPU time (a slower server carrying half
     the sessions) must give the cores-share prediction: SHRiNK's speed rule."""
     t = Truth()
-    model = _perfect_model(t, NEHALEM)
+    model = perfect_model(t, NEHALEM)
     cores = half_share_curve(NEHALEM, workload="w", seed=5)
     slow = LoadCurve.from_dict(cores.to_dict())
     slow.share = Share.cpu_time((0, 1, 2, 3), 0.5)
@@ -431,7 +408,7 @@ def test_pipeline_hook_takes_the_leads_scaled_curve_and_a_two_socket_share():
         machine=NEHALEM,
         mappings=["1-replica", "2-replica-direct"],
         thresholds=CHECK_T,
-        calibration=_perfect_model(t, NEHALEM),
+        calibration=perfect_model(t, NEHALEM),
     )
     for mp in ("1-replica", "2-replica-direct"):
         for stat, thr in CHECK_T.items():
