@@ -6,9 +6,13 @@ import os
 import shutil
 import signal
 import tempfile
+import weakref
 from pathlib import Path
+from typing import Any
 
 import pytest
+import typer
+import typer.testing
 from hypothesis import settings
 
 # Tests are deterministic: hypothesis draws the same examples on every run (seeded by
@@ -24,6 +28,41 @@ settings.load_profile("shrink")
 # does not: with Python's own handler here, each child starts with the default again.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _command_fingerprint(app: typer.Typer) -> tuple[object, ...]:
+    """What typer builds a click command from: the registered callbacks, recursively."""
+    groups = tuple(
+        (g.name, _command_fingerprint(g.typer_instance))
+        for g in app.registered_groups
+        if g.typer_instance is not None
+    )
+    commands = tuple((c.name, id(c.callback)) for c in app.registered_commands)
+    return (id(app.registered_callback), commands, groups)
+
+
+_built: weakref.WeakKeyDictionary[typer.Typer, tuple[tuple[object, ...], Any]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _cached_get_command(app: typer.Typer) -> Any:  # typer's (vendored) click Command
+    """typer's ``get_command``, built once per app and reused while its commands stay.
+
+    ``CliRunner().invoke`` builds the whole click command tree on every call: every
+    command's options from its annotations (``typing.get_type_hints`` evaluates each
+    string annotation), 60-80 ms for shrink's app, some 500 times a suite. A click
+    command is reusable (each invocation parses into a fresh context), so the tree is
+    built again only if an app's registered commands change."""
+    key = _command_fingerprint(app)
+    hit = _built.get(app)
+    if hit is None or hit[0] != key:
+        hit = _built[app] = (key, _typer_get_command(app))
+    return hit[1]
+
+
+_typer_get_command = typer.testing._get_command
+typer.testing._get_command = _cached_get_command
 
 ROOT = Path(__file__).resolve().parent.parent
 # The real traces live outside the project, in ../shared (never copied in).
