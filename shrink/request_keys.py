@@ -3,10 +3,13 @@ checked once, each row's index among them, kept for the last few traces."""
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Callable
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from shrink.errors import TraceFormatError
 from shrink.trace import Trace
@@ -36,21 +39,54 @@ def request_keys(trace: Trace) -> tuple[list[tuple[str, str, str]], np.ndarray]:
 
 
 def _check_request_keys(trace: Trace) -> tuple[list[tuple[str, str, str]], np.ndarray]:
-    methods = trace.column("method")
-    paths = trace.column("path")
-    bodies = trace.column("body") if trace.has("body") else None
+    # Arrow finds each distinct method, path and body, and each distinct (method, path,
+    # body); a value is checked once, at the first request that holds it (so a row that
+    # cannot be sent is named as before: the first). A loop over the rows in Python was
+    # most of the cost of a sampled trace's first schedule.
+    table = trace.table
+    columns = [table.column("method"), table.column("path")]
+    if trace.has("body"):
+        columns.append(pc.fill_null(table.column("body"), ""))
+    values: list[list[str]] = []
+    indices: list[np.ndarray] = []
+    for col in columns:
+        enc = pc.dictionary_encode(col.combine_chunks())
+        values.append(enc.dictionary.to_pylist())
+        indices.append(enc.indices.to_numpy().astype(np.int64))
+    if math.prod(max(1, len(v)) for v in values) < 2**62:
+        code = np.zeros(len(trace), np.int64)
+        for v, i in zip(values, indices, strict=True):
+            code = code * len(v) + i
+    else:  # one number per (method, path, body) would overflow: the rows themselves
+        code = np.unique(np.stack(indices, axis=1), axis=0, return_inverse=True)[1]
+    _, first, raw_of_row = np.unique(code.reshape(-1), return_index=True, return_inverse=True)
+    sent: list[dict[int, str]] = [{}, _plain_paths(values[1])]
+    checks = (wire_method, wire_target)
     index: dict[tuple[str, str, str], int] = {}
-    codes = np.empty(len(trace), np.int64)
-    raw: dict[tuple[str, str, str], int] = {}
-    for i in range(len(trace)):
-        k = (methods[i], paths[i], "" if bodies is None else (bodies[i] or ""))
-        c = raw.get(k)
-        if c is None:
-            # Checked once per distinct request, before anything is sent.
-            sent = (_on_wire(trace, i, wire_method, k[0]), _on_wire(trace, i, wire_target, k[1]))
-            c = raw[k] = index.setdefault((*sent, k[2]), len(index))
-        codes[i] = c
-    return list(index), codes
+    key_of_raw = np.empty(first.size, np.int64)
+    for raw in np.argsort(first, kind="stable").tolist():
+        row = int(first[raw])
+        wire = []
+        for c in (0, 1):
+            v = int(indices[c][row])
+            if v not in sent[c]:
+                sent[c][v] = _on_wire(trace, row, checks[c], values[c][v])
+            wire.append(sent[c][v])
+        body = values[2][int(indices[2][row])] if len(values) > 2 else ""
+        key_of_raw[raw] = index.setdefault((*wire, body), len(index))
+    return list(index), key_of_raw[raw_of_row.reshape(-1)]
+
+
+# Characters a path may hold and go on the wire as it is (``wire_target``'s, less the
+# "%" that must start an escape); a path of these alone needs no other look.
+_PLAIN = r"^[A-Za-z0-9\-._~!$&'()*+,;=:@/?]+$"
+
+
+def _plain_paths(paths: list[str]) -> dict[int, str]:
+    """The distinct paths that ``wire_target`` leaves as they are, found by Arrow at once
+    (synthetic traces hold a path per request), by their index in ``paths``."""
+    plain = pc.match_substring_regex(pa.array(paths, pa.string()), _PLAIN)
+    return {i: paths[i] for i in np.flatnonzero(plain.to_numpy(zero_copy_only=False)).tolist()}
 
 
 def _on_wire(trace: Trace, row: int, check: Callable[[str], str], value: str) -> str:

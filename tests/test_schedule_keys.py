@@ -52,3 +52,28 @@ def test_a_trace_whose_path_cannot_be_sent_fails_every_time(checks):
         with pytest.raises(TraceFormatError, match="cannot be sent"):
             build_schedule(bad, 1.0, 5.0)
     assert len(checks) == 2
+
+
+def test_keys_are_in_order_of_first_request_and_the_first_bad_row_is_named():
+    """Rows as a loop over them in order sees them: a key per distinct request as sent
+    (a blank encoded meets the same path written encoded), numbered as first met; a
+    missing body is an empty one; an unsendable row is named by its first occurrence."""
+    tr = Trace.from_columns(
+        {
+            "session": [1, 1, 2, 2, 3, 3],
+            "t": [0.0, 0.1, 0.2, 0.3, 0.4, 0.5],
+            "method": ["GET", "POST", "GET", "GET", "GET", "POST"],
+            "path": ["/b", "/a b", "/a%20b", "/b", "/é", "/a b"],
+            "body": [None, "x=1", "", "", None, "x=1"],
+        }
+    )
+    keys, codes = request_keys._check_request_keys(tr)
+    assert keys == [("GET", "/b", ""), ("POST", "/a%20b", "x=1"), ("GET", "/a%20b", ""),
+                    ("GET", "/%C3%A9", "")]  # fmt: skip
+    assert codes.tolist() == [0, 1, 2, 0, 3, 1]
+    bad = Trace.from_columns(
+        {"session": [1, 2, 3, 4], "t": [0.0, 0.1, 0.2, 0.3],
+         "method": ["GET", "GET", "G T", "G T"], "path": ["/a", "/x\r\n", "/a", "/x\r\n"]}
+    )  # fmt: skip
+    with pytest.raises(TraceFormatError, match=r"trace row 1 \(session 2\).*smuggle"):
+        request_keys._check_request_keys(bad)
