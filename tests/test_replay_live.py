@@ -123,12 +123,15 @@ def _testbed(tmp_path: Path) -> tuple[Path, Path]:
     return trace, state
 
 
-def _sweep(runner: CliRunner, trace: Path, state: Path, levels: list[int], out: Path) -> None:
+def _sweep(
+    runner: CliRunner, trace: Path, state: Path, levels: list[int], out: Path, reps: int = 2
+) -> None:
     r = runner.invoke(
         app,
         ["sweep", str(trace), "--target", str(state), "--knob", "users",
          "--levels", ",".join(map(str, levels)), "--warmup", "1s", "--duration", "3s",
-         "--lag-limit", "50ms", "-o", str(out), "--json", "--realtime", str(RT)],
+         "--reps", str(reps), "--lag-limit", "50ms", "-o", str(out), "--json",
+         "--realtime", str(RT)],
     )  # fmt: skip
     assert r.exit_code == 0, r.output
 
@@ -140,8 +143,8 @@ def _busy_users(runner: CliRunner, trace: Path, state: Path, out: Path) -> int:
     and this kind of machine 44% busy, where the light levels' order is noise. So the
     share's busy fraction at 400 users sets the level (busy fraction is linear in users
     until the core saturates; a saturated calibration only lowers the level, which
-    still queues)."""
-    _sweep(runner, trace, state, [400], out)
+    still queues). One repetition: only the first's busy fraction is read."""
+    _sweep(runner, trace, state, [400], out, reps=1)
     busy = LoadCurve.read_json(out).levels[0].reps[0].utilization
     assert busy is not None and busy > 0
     return round(400 * 0.85 / busy)
