@@ -136,9 +136,17 @@ def _server_user_may_enter_tmp_path(request):
     would for a real document root: pytest makes them 0700."""
     if os.geteuid() != 0 or "tmp_path" not in request.fixturenames:
         return
-    tmp = request.getfixturevalue("tmp_path")
-    top = request.config._tmp_path_factory.getbasetemp()
-    for d in (tmp, *tmp.parents):
+    server_user_may_enter(
+        request.getfixturevalue("tmp_path"), request.config._tmp_path_factory.getbasetemp()
+    )
+
+
+def server_user_may_enter(folder: Path, top: Path) -> None:
+    """As root, let others pass through ``folder`` and the folders above it up to ``top``
+    (pytest's base folder): a testbed's server user serves a document root from there."""
+    if os.geteuid() != 0:
+        return
+    for d in (folder, *folder.parents):
         os.chmod(d, os.stat(d).st_mode | 0o011)
         if d == top:
             break

@@ -2,7 +2,8 @@
 
 The README's ```sh block under "Try it without a server" and every ```sh block of
 docs/tour.md are run line by line with bash in a scratch directory that has
-``examples/`` linked in. The README's block and the tour's first read only what the
+``examples/`` linked in (the tour's first two blocks in one, in order, as a reader
+runs them). The README's block and the tour's first read only what the
 project ships (``examples/traces``, made by ``examples/traces/make_traces.py``) or
 make, so they run on a fresh clone; the tour's live-server block needs lighttpd and
 php-cgi; its last block reads the real traces through ``$SHARED`` and runs only
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REAL, ROOT, SHARED
+from tests.conftest import REAL, ROOT, SHARED, server_user_may_enter
 
 README = ROOT / "README.md"
 TOUR = ROOT / "docs" / "tour.md"
@@ -78,6 +79,18 @@ def scratch(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.fixture(scope="module")
+def tour(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tour's scratch directory after its first block, run once: the commands test
+    checks what it made, and the live-server block goes on from it, as a reader does
+    (its testbed serves the document root the first block synthesized)."""
+    d = tmp_path_factory.mktemp("tour")
+    server_user_may_enter(d, tmp_path_factory.getbasetemp())
+    (d / "examples").symlink_to(ROOT / "examples")
+    _run_block(_tour_blocks()[0], d)
+    return d
+
+
 def test_the_readme_has_the_two_commands_first():
     head = README.read_text().split("## ", 1)[0]
     assert "make demo" in head and "make test" in head
@@ -108,14 +121,13 @@ def test_the_readme_try_it_block_runs(scratch: Path):
     assert (scratch / "support-25.parquet").exists() and (scratch / "access.parquet").exists()
 
 
-def test_tour_of_the_commands_runs(scratch: Path):
+def test_tour_of_the_commands_runs(tour: Path):
     blocks = _tour_blocks()
     assert len(blocks) == 3
     assert "$SHARED" not in blocks[0] + blocks[1], "the tour must run on a fresh clone"
-    _run_block(blocks[0], scratch)
-    assert (scratch / "access.parquet").exists() and (scratch / "capture.parquet").exists()
-    assert (scratch / "support-25.parquet").exists()
-    assert (scratch / "parts" / "part-001.parquet").exists()
+    assert (tour / "access.parquet").exists() and (tour / "capture.parquet").exists()
+    assert (tour / "support-25.parquet").exists()
+    assert (tour / "parts" / "part-001.parquet").exists()
 
 
 def test_tour_with_the_real_traces_runs(scratch: Path):
@@ -139,35 +151,17 @@ def test_the_shipped_traces_are_the_projects_own(tmp_path: Path):
 
 
 @pytest.mark.live
-def test_tour_of_the_live_server_runs(scratch: Path):
+def test_tour_of_the_live_server_runs(tour: Path):
     for tool in ("lighttpd", "php-cgi"):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} is not installed (make setup installs it as root)")
-    blocks = _tour_blocks()
-    _run_block(blocks[0].split("# SHRiNK sampling")[0], scratch)  # the traces and docroot
-    subprocess.run(
-        [
-            "shrink",
-            "sample",
-            "support.parquet",
-            "--alpha",
-            "0.25",
-            "--seed",
-            "7",
-            "-o",
-            "support-25.parquet",
-        ],
-        cwd=scratch,
-        check=True,
-        capture_output=True,
-    )
     try:
-        _run_block(blocks[1], scratch)
+        _run_block(_tour_blocks()[1], tour)
     finally:
-        if (scratch / "tb.json").exists():
+        if (tour / "tb.json").exists():
             subprocess.run(
                 ["shrink", "testbed", "down", "--state", "tb.json"],
-                cwd=scratch,
+                cwd=tour,
                 capture_output=True,
             )
-    assert (scratch / "curve.json").exists()
+    assert (tour / "curve.json").exists()
