@@ -40,20 +40,29 @@ def test_a_config_replaces_the_demos_trace(tmp_path):
     assert (docroot / "static" / "file1k.bin").stat().st_size == 1024
 
 
-@pytest.fixture
-def fake_target(monkeypatch):
-    """Every provider the demo makes is the fake one-core provider; no pre-flight wait."""
-    monkeypatch.setattr(shrink.providers, "make_provider", lambda *a, **k: FakeProvider())
-    monkeypatch.setattr(shrink.pipeline, "make_provider", lambda *a, **k: FakeProvider())
-    monkeypatch.setattr(demo, "_check_quiet", lambda console: {"busy": {}, "steal": {}})
+TCP_TEST = {**bench_fidelity.CONFIGS["static-tcp-a25"], "duration": 20}
 
 
-def test_a_tcp_config_runs_end_to_end_with_rule_thresholds(tmp_path, fake_target, monkeypatch):
-    cfg = {**bench_fidelity.CONFIGS["static-tcp-a25"], "duration": 20}
-    monkeypatch.setitem(bench_fidelity.CONFIGS, "tcp-test", cfg)
-    monkeypatch.setattr(demo, "_plan", lambda plan, quick, *_, _p=demo._plan: _p(None, True))
-    got = bench_fidelity.run_config("tcp-test", tmp_path / "run-0")
-    out = tmp_path / "run-0"
+@pytest.fixture(scope="module")
+def tcp_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """One run of a tcp configuration on the fake target, with the quick plan, in
+    ``<folder>/tcp-test/run-0`` as bench_fidelity lays runs out: what it returned, and
+    the folder. Run once for the tests of its results and of its summary."""
+    base = tmp_path_factory.mktemp("configs")
+    with pytest.MonkeyPatch.context() as mp:
+        # every provider the demo makes is the fake one-core provider; no pre-flight wait
+        mp.setattr(shrink.providers, "make_provider", lambda *a, **k: FakeProvider())
+        mp.setattr(shrink.pipeline, "make_provider", lambda *a, **k: FakeProvider())
+        mp.setattr(demo, "_check_quiet", lambda console: {"busy": {}, "steal": {}})
+        mp.setitem(bench_fidelity.CONFIGS, "tcp-test", TCP_TEST)
+        mp.setattr(demo, "_plan", lambda plan, quick, *_, _p=demo._plan: _p(None, True))
+        got = bench_fidelity.run_config("tcp-test", base / "tcp-test" / "run-0")
+    return base, got
+
+
+def test_a_tcp_config_runs_end_to_end_with_rule_thresholds(tcp_run):
+    base, got = tcp_run
+    out = base / "tcp-test" / "run-0"
     rule = json.loads((out / "thresholds.json").read_text())
     # The rule: light-load value / (1 - 0.8), measured on the whole (fake) core.
     for s in ("mean", "p999"):
@@ -74,12 +83,10 @@ def test_a_tcp_config_runs_end_to_end_with_rule_thresholds(tmp_path, fake_target
     assert got["alpha"] == 0.25 and got["dynamic_share"] == 0.0
 
 
-def test_summarize_tabulates_the_runs_it_finds(tmp_path, fake_target, monkeypatch, capsys):
-    cfg = {**bench_fidelity.CONFIGS["static-tcp-a25"], "duration": 20}
-    monkeypatch.setitem(bench_fidelity.CONFIGS, "tcp-test", cfg)
-    monkeypatch.setattr(demo, "_plan", lambda plan, quick, *_, _p=demo._plan: _p(None, True))
-    bench_fidelity.run_config("tcp-test", tmp_path / "tcp-test" / "run-0")
-    assert bench_fidelity.main(["--summarize", str(tmp_path)]) == 0
+def test_summarize_tabulates_the_runs_it_finds(tcp_run, monkeypatch, capsys):
+    base, _ = tcp_run
+    monkeypatch.setitem(bench_fidelity.CONFIGS, "tcp-test", TCP_TEST)
+    assert bench_fidelity.main(["--summarize", str(base)]) == 0
     text = capsys.readouterr().out
     assert "| tcp-test | run-0 | " in text and "tcp-test:" in text
     assert "all configurations:" in text
