@@ -23,7 +23,10 @@ from helpers.servers import free_port
 
 pytestmark = pytest.mark.live
 
-# 4 sessions, 17 requests; session 4's last request is due 1.5 s after its first
+# 4 sessions, 17 requests; session 4's last request is due 1.5 s after its first.
+# Both clients start 4 sessions a second (httperf's --rate, shrink's --session-rate):
+# the sessions overlap, so each client interleaves requests of several connections.
+SESSION_RATE = "4"
 WSESSLOG = """\
 /index.html think=0.2
     /a.gif
@@ -103,7 +106,7 @@ def test_replay_matches_httperf_request_for_request(tmp_path: Path):
     try:
         subprocess.run(
             ["httperf", "--server", "127.0.0.1", "--port", str(port),
-             f"--wsesslog=4,0,{sess}", "--rate", "1", "--timeout", "5"],
+             f"--wsesslog=4,0,{sess}", "--rate", SESSION_RATE, "--timeout", "5"],
             check=True, capture_output=True, timeout=60,
         )  # fmt: skip
     finally:
@@ -113,7 +116,8 @@ def test_replay_matches_httperf_request_for_request(tmp_path: Path):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     trace = tmp_path / "t.parquet"
     subprocess.run(
-        [sys.executable, "-m", "shrink", "ingest", str(sess), "-o", str(trace)],
+        [sys.executable, "-m", "shrink", "ingest", str(sess), "--session-rate", SESSION_RATE,
+         "-o", str(trace)],
         check=True, capture_output=True, env=env, timeout=60,
     )  # fmt: skip
     server = _lighttpd(tmp_path, shrink_log, port)
