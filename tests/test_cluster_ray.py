@@ -179,6 +179,9 @@ def test_merged_percentiles_equal_those_of_the_concatenated_parts(cluster):
     assert a.mean == pytest.approx(b.mean, rel=1e-12)  # a sum in another order
 
 
+WINDOW = (0.5, 2.5)
+
+
 def _one_and_ray_figures(cluster, server, reps: int) -> tuple[np.ndarray, np.ndarray]:
     """(ok count, mean, p99.9) of the measurement window, ``reps`` times through one
     process and through two Ray generators, in alternating order (one-ray, ray-one, ...)
@@ -186,7 +189,8 @@ def _one_and_ray_figures(cluster, server, reps: int) -> tuple[np.ndarray, np.nda
     c, _ = cluster
     tr = session_trace(400, gap=0.01, think=0.05, bursts=4)
     cfg = EngineConfig([server])
-    kw = dict(rate_factor=1.0, horizon=3.0, schedule=ScheduleOptions(loop=False))
+    # the horizon is the window's end, as in a sweep (warm-up + duration)
+    kw = dict(rate_factor=1.0, horizon=WINDOW[1], schedule=ScheduleOptions(loop=False))
     sides = (
         ("one", GeneratorPlacement(processes=1)),
         ("ray", GeneratorPlacement(cluster=ClusterSpec(c.address, 2))),
@@ -196,7 +200,7 @@ def _one_and_ray_figures(cluster, server, reps: int) -> tuple[np.ndarray, np.nda
         for name, gen in sides if rep % 2 == 0 else sides[::-1]:
             log, _ = run_engines(tr, cfg, generator=gen, **kw)
             # the measurement window, as a sweep takes it: requests intended in it
-            win = log.window(0.5, 2.5)
+            win = log.window(*WINDOW)
             lat = win.latencies()
             figures[name].append((float(win.ok_mask().sum()), float(np.mean(lat)),
                                   float(np.quantile(lat, 0.999))))  # fmt: skip
