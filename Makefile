@@ -19,9 +19,16 @@ setup: $(SETUP_STAMP)
 demo: $(SETUP_STAMP)
 	$(IN_VENV) $(PY) -m shrink.demo --out demo-out
 
+# The tests marked compute (they compute only: no server, testbed, signal, timing or CPU
+# pinning) run first, TEST_WORKERS at a time (pytest-xdist; each module on one worker); then
+# the rest, which start servers, pin CPUs and time runs, one at a time with nothing
+# beside them. Both halves run; either failing fails the target.
+TEST_WORKERS ?= 2
 test: $(SETUP_STAMP)
 	$(IN_VENV) $(PY) -m ruff check .
-	$(IN_VENV) $(PY) -m pytest -q
+	$(IN_VENV) $(PY) -m pytest -q -m compute -n $(TEST_WORKERS) --dist loadfile; a=$$?; \
+	$(IN_VENV) $(PY) -m pytest -q -m "not compute"; b=$$?; \
+	[ $$a -eq 0 ] && [ $$b -eq 0 ]
 
 lint: $(SETUP_STAMP)
 	$(IN_VENV) $(PY) -m ruff check .

@@ -12,6 +12,8 @@ from shrink.autolevels import _sweep
 from shrink.knee import next_step
 from shrink.target import FakeTarget
 
+pytestmark = pytest.mark.compute
+
 
 def test_public_surface_is_all_of_its_names():
     assert public_names(autolevels) == exported(autolevels)

@@ -11,6 +11,8 @@ from shrink.errors import ParameterError
 from shrink.target import FakeTarget
 from shrink.trace import Trace
 
+pytestmark = pytest.mark.compute
+
 
 def _trace(rate: float = 50.0, duration: float = 400.0) -> Trace:
     t = np.arange(int(rate * duration)) / rate

@@ -20,6 +20,8 @@ from shrink.ingest.capture import read_capture
 from shrink.ingest.capture.ip_fragments import Defragmenter, Fragment, defragment
 from shrink.ingest.capture.pcap_files import read_records
 
+pytestmark = pytest.mark.compute
+
 
 def _fragmented(size: int, reverse: bool = False) -> list[Conn]:
     return [dataclasses.replace(c, fragment=size, fragment_reverse=reverse) for c in mixed()]

@@ -20,6 +20,8 @@ from shrink.ingest.capture import read_capture
 from shrink.ingest.capture.tcp_segments import SKIP_KINDS
 from shrink.trace import Trace
 
+pytestmark = pytest.mark.compute
+
 
 def _conns() -> list[Conn]:
     ex = [

@@ -16,6 +16,8 @@ from helpers.pcap_synth import Conn, http_response, write_capture
 
 from shrink.ingest.capture import http_parse, read_capture
 
+pytestmark = pytest.mark.compute
+
 
 def _both(monkeypatch: pytest.MonkeyPatch, path: Path, **kw) -> None:
     quick = read_capture(path, **kw)

@@ -23,6 +23,8 @@ from helpers.captures import FILES, ORACLE, tshark_counts
 from shrink.ingest.capture import read_capture
 from shrink.trace import Trace
 
+pytestmark = pytest.mark.compute
+
 # The one response in this capture arrives on another connection (port 64700) than
 # the only request (port 64698): it is counted, like tshark does, but answers nothing.
 ORPHANS = {"scapy_http_compressed.pcap": 1}

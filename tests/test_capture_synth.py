@@ -22,6 +22,8 @@ from helpers.pcap_synth import Conn, http_response, write_capture
 from shrink.errors import ParameterError
 from shrink.ingest.capture import read_capture
 
+pytestmark = pytest.mark.compute
+
 
 @pytest.mark.parametrize(
     ("linktype", "fmt", "vlan"),

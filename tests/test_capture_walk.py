@@ -15,6 +15,8 @@ import pytest
 from shrink.ingest.capture import pcap_walk
 from shrink.ingest.capture.pcap_walk import walk_chain, walk_plain
 
+pytestmark = pytest.mark.compute
+
 LIMIT = 262_144
 
 

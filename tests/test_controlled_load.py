@@ -26,6 +26,8 @@ from shrink.sim import SimParams, SimTarget, support_trace
 from shrink.target import FakeTarget
 from shrink.trace import Trace
 
+pytestmark = pytest.mark.compute
+
 LEVELS = (2.0, 3.0, 3.8, 4.5, 6.0, 8.0)
 
 

@@ -20,6 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 import bench_fidelity
 
+pytestmark = pytest.mark.compute
+
 
 def test_the_default_trace_is_the_demos_own(tmp_path):
     # Counts of the demo's trace as written before configurations existed.

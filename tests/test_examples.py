@@ -10,6 +10,8 @@ import pytest
 
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.compute
+
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 # The simulator example has its own test below, which also checks its numbers.
 QUICK = [p for p in EXAMPLES if p.name != "predict_on_simulator.py"]

@@ -13,6 +13,8 @@ from extrapolate._synthetic import Truth, truth_curve
 from shrink.cli import app
 from shrink.machine import Machine
 
+pytestmark = pytest.mark.compute
+
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = str(ROOT / "examples" / "machines" / "nehalem-2s.toml")
 runner = CliRunner()

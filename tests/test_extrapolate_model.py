@@ -45,6 +45,8 @@ from shrink.prediction import Prediction
 from shrink.share import Share
 from shrink.trace import Trace
 
+pytestmark = pytest.mark.compute
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -18,6 +18,8 @@ from shrink.loadcurve import ClassStats, Level, LevelStats, LoadCurve
 from shrink.mat import mat
 from shrink.share import Share, ShareSpeed
 
+pytestmark = pytest.mark.compute
+
 
 def _ps_curve(
     demand: float, cores: int, alpha: float, kind: str, *, slow: float = 1.0, fixed: float = 0.0

@@ -16,6 +16,8 @@ from shrink.runlog import RunLog
 from shrink.target import FakeTarget, RunResult
 from shrink.trace import Trace
 
+pytestmark = pytest.mark.compute
+
 
 def _log(status, error=None, done=None):
     n = len(status)

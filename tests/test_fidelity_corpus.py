@@ -16,6 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import bench_fidelity
 import fidelity_corpus
 
+pytestmark = pytest.mark.compute
+
 
 def _row(tmp: Path, config: str, k: int, predicted: float, measured: float, kind="cpu_time"):
     cell = {

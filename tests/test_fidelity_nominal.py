@@ -16,6 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import bench_fidelity
 import fidelity_nominal
 
+pytestmark = pytest.mark.compute
+
 
 def _row(config: str, k: int, nominal: float | None, status: str = "ok", **extra):
     cell = {

@@ -21,6 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 import fidelity_speed
 
+pytestmark = pytest.mark.compute
+
 MU, ALPHA, THRESHOLD = 1000.0, 0.25, 0.005
 
 

@@ -10,6 +10,8 @@ import pytest
 from shrink.report import figures
 from shrink.report.figures import Series, latency_figure
 
+pytestmark = pytest.mark.compute
+
 X = np.linspace(500, 5000, 12)
 MEAN = 0.002 + 0.0005 / (1 - X / 5600)
 P999 = 0.02 + 0.01 / (1 - X / 5600)

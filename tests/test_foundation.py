@@ -15,6 +15,8 @@ from shrink.machine import Machine
 from shrink.mapping import build_mapping, remote_nic_probability
 from shrink.mat import mat
 
+pytestmark = pytest.mark.compute
+
 
 def test_trace_parquet_roundtrip_keeps_rows_and_provenance(tmp_path):
     tr = Trace.from_columns(

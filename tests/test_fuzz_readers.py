@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from helpers.fuzzing import READERS, SHARED, campaign, peak_rss_mib
 
+pytestmark = pytest.mark.compute
+
 INPUTS = 300
 LIMIT_S = 5.0  # an input past this is a hang (the slowest seen on a busy 2-core VM: 0.7 s)
 

@@ -19,6 +19,8 @@ from shrink.ingest import READ_FORMATS, detect_format, read_clf, read_trace, wri
 from shrink.ingest.wsesslog import format_wsesslog
 from shrink.trace import Trace
 
+pytestmark = pytest.mark.compute
+
 runner = CliRunner()
 FIXTURE = Path(__file__).parent / "data" / "wsesslog_all_features.txt"
 NASA = "nasa_aug95_excerpt.repaired.log"

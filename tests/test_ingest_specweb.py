@@ -10,6 +10,8 @@ import pytest
 from shrink.errors import TraceFormatError
 from shrink.ingest import detect_format, read_specweb, read_trace
 
+pytestmark = pytest.mark.compute
+
 
 def _write(tmp_path: Path, text: str, name: str = "sessions.tsv") -> Path:
     p = tmp_path / name

@@ -17,6 +17,8 @@ from shrink.ingest import read_clf, read_trace
 from shrink.ingest.wsesslog import METHODS, format_wsesslog, read_wsesslog, write_wsesslog
 from shrink.trace import Trace
 
+pytestmark = pytest.mark.compute
+
 DATA = Path(__file__).parent / "data"
 FIXTURE = DATA / "wsesslog_all_features.txt"
 

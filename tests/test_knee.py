@@ -26,6 +26,8 @@ from shrink.knee import (
 from shrink.loadcurve import ClassStats, Level, LevelStats, LoadCurve
 from shrink.mat import mat
 
+pytestmark = pytest.mark.compute
+
 THRESHOLD = 0.005  # mean latency, seconds
 
 

@@ -15,6 +15,8 @@ from shrink.errors import TraceFormatError
 from shrink.loadcurve import ClassStats, Level, LevelStats, LoadCurve
 from shrink.schemas import CurveMeta, GeneratorMeta
 
+pytestmark = pytest.mark.compute
+
 ROOT = Path(__file__).resolve().parents[1]
 # A live sweep's meta as written: typed keys (one nested, with a key of its own),
 # notes no stage reads as a type, and no typed key left at its default.

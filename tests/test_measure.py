@@ -14,6 +14,8 @@ from shrink.mat import mat
 from shrink.measure import rate_factor_for, sweep
 from shrink.target import FakeTarget, Target
 
+pytestmark = pytest.mark.compute
+
 
 def test_fake_is_a_target():
     assert isinstance(FakeTarget(), Target)

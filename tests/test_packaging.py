@@ -14,6 +14,8 @@ from shrink._version import DISTRIBUTION, __version__
 from shrink.cli import app
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.compute
+
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 

@@ -13,6 +13,8 @@ import pytest
 from shrink.errors import TraceFormatError
 from shrink.trace import Trace
 
+pytestmark = pytest.mark.compute
+
 
 def _written(tmp_path, name: str, values) -> str:
     t = np.arange(5) / 10.0

@@ -11,6 +11,8 @@ import pytest
 from shrink.errors import CaptureFormatError
 from shrink.ingest.capture.reader import read_capture
 
+pytestmark = pytest.mark.compute
+
 
 def _offsets(data: bytes) -> list[int]:
     out, off = [], 24

@@ -20,6 +20,8 @@ from shrink.share import Share
 from shrink.trace import Trace
 from shrink.validate import validate
 
+pytestmark = pytest.mark.compute
+
 
 def _sessions(n_sessions: int, seed: int = 0) -> Trace:
     return sessions(n_sessions, seed)

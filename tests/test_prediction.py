@@ -7,6 +7,8 @@ import pytest
 from shrink.errors import TraceFormatError
 from shrink.prediction import MappingPrediction, Prediction, StatPrediction, rank_mappings
 
+pytestmark = pytest.mark.compute
+
 
 def _mp(**mats: float | None) -> MappingPrediction:
     return MappingPrediction({s: StatPrediction(m, (m, m), 0.01) for s, m in mats.items()}, {})

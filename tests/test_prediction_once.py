@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import shrink.pipeline
 from shrink.autolevels import AutoPlan
 from shrink.machine import Machine
@@ -21,6 +23,8 @@ from shrink.prediction import Prediction
 from shrink.providers import SimProvider
 from shrink.sim.workloads import tcp_trace
 from tests.conftest import ROOT
+
+pytestmark = pytest.mark.compute
 
 SPEC = ROOT / "examples" / "machines" / "nehalem-2s.toml"
 WHATIF = {"summary": "the papers' machine"}

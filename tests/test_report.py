@@ -25,6 +25,8 @@ from shrink.prediction import Prediction
 from shrink.report.build import write_report
 from tests.helpers.fake_provider import FakeProvider
 
+pytestmark = pytest.mark.compute
+
 # What a person reads before the appendix: the answer, the checks, the figures.
 MAIN_WORDS = 800
 

@@ -27,6 +27,8 @@ from shrink.report.recommendation import (
 from shrink.report.sections.validation import error_text
 from shrink.share import Share, ShareSpeed
 
+pytestmark = pytest.mark.compute
+
 
 def _mp(mat: float, status: str = "ok", ci: tuple[float, float] | None = None):
     return MappingPrediction({"mean": StatPrediction(mat, ci or (mat, mat), 0.01, status)}, {})

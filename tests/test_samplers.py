@@ -27,6 +27,8 @@ from shrink.cli import app
 from shrink.errors import ParameterError
 from shrink.trace import Trace
 
+pytestmark = pytest.mark.compute
+
 LEVELS = ("session", "object", "request", "stratified")
 
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 from helpers.sampler_traces import make_trace, row_ids
+
+pytestmark = pytest.mark.compute
 
 
 def test_make_trace_is_consistent_and_grouped():

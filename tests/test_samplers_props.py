@@ -14,12 +14,15 @@ import math
 import warnings
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import samplers
 from samplers import StructureWarning
 from shrink.trace import Trace
+
+pytestmark = pytest.mark.compute
 
 finite = st.floats(min_value=0.0, max_value=100.0, allow_nan=False)
 rt_values = st.one_of(st.just(math.nan), st.floats(min_value=0.0, max_value=5.0))

@@ -16,6 +16,8 @@ from scipy import stats
 import samplers
 from shrink.trace import Trace
 
+pytestmark = pytest.mark.compute
+
 SEEDS = 200
 LEVEL = 0.01  # per-test significance level
 # Most rejections a correct sampler may give in SEEDS tests at LEVEL (P(more) < 1e-3).

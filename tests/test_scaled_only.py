@@ -16,6 +16,8 @@ from shrink.scaling import CALIBRATION_BUSY, CALIBRATION_S, calibrate
 from shrink.scaling.calibration import RAMP_STEPS
 from shrink.target import FakeTarget
 
+pytestmark = pytest.mark.compute
+
 PLAN = AutoPlan(warmup=1, duration=10, reps=2, max_levels=6, probe_level=1.0)
 THRESHOLDS = {"mean": 0.004, "p999": 0.040}
 

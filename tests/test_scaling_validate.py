@@ -11,6 +11,8 @@ from shrink.mat import mat
 from shrink.scaling import shrink_scaled_curve
 from shrink.validate import validate, wasserstein1
 
+pytestmark = pytest.mark.compute
+
 
 def _mm1(rates, mu, *, n=40000, reps=2, **kw):
     return mm1_curve(rates, mu, n=n, reps=reps, **kw)

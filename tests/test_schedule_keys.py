@@ -15,6 +15,8 @@ from shrink.errors import TraceFormatError
 from shrink.schedule import build_schedule
 from shrink.trace import Trace
 
+pytestmark = pytest.mark.compute
+
 
 @pytest.fixture
 def checks(monkeypatch) -> list[int]:

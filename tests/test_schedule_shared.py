@@ -15,6 +15,8 @@ from shrink.sim import SimTarget, support_trace
 from shrink.target import FakeTarget, GeneratorPlacement
 from shrink.trace import Trace
 
+pytestmark = pytest.mark.compute
+
 MACHINE = Machine(name="m", sockets=1, cores_per_socket=2, llc_mib=8.0, ghz=2.0)
 
 

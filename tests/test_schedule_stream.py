@@ -9,6 +9,8 @@ from shrink.schedule import build_schedule, open_loop_trace
 from shrink.sim import support_trace
 from shrink.trace import Trace
 
+pytestmark = pytest.mark.compute
+
 
 def _reference_sessions(trace, rate_factor, horizon):
     """The looped plan spelled out whole (what build_schedule built before it streamed)."""

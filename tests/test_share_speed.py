@@ -13,6 +13,8 @@ from shrink.predict import PredictConfig, predict
 from shrink.report.assumptions import assumptions as assumptions_of
 from shrink.share import Share, ShareSpeed
 
+pytestmark = pytest.mark.compute
+
 
 class _Fixed:
     """A calibration that read ``speed`` and runs nothing beside the sweep."""

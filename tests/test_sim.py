@@ -21,6 +21,8 @@ from shrink.sim.model import build_layout
 from shrink.target import Target
 from shrink.trace import Trace
 
+pytestmark = pytest.mark.compute
+
 # A plain processor-sharing server: no contention, no cross-socket effects.
 PLAIN = SimParams(
     static_cv=1.0,

@@ -24,6 +24,8 @@ from shrink.sim.model import build_layout
 from shrink.sim.scaling import MatSearch
 from shrink.trace import Trace
 
+pytestmark = pytest.mark.compute
+
 FAST = MatSearch(requests_per_level=20_000, coarse=(0.5, 0.75, 0.85, 0.92, 0.97), refine=2)
 PUB = json.loads(resources.files("shrink").joinpath("data/published_calibration.json").read_text())
 

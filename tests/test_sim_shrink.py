@@ -18,6 +18,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pytest
 from helpers.machines import NEHALEM
 
 from shrink.loadcurve import LoadCurve
@@ -25,6 +26,8 @@ from shrink.measure import sweep
 from shrink.share import Share
 from shrink.sim import SimParams, SimTarget, tcp_trace
 from shrink.trace import Trace
+
+pytestmark = pytest.mark.compute
 
 ALPHA = 0.5
 LEVELS = [5.0, 10.0]  # rate factors on a 10,000 req/s trace: about 30% and 60% busy

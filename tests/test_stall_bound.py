@@ -11,6 +11,8 @@ from shrink.errors import MeasurementError
 from shrink.loadcurve import ClassStats, Level, LevelStats, LoadCurve
 from shrink.mat import mat
 
+pytestmark = pytest.mark.compute
+
 
 def _rep(
     mean: float,

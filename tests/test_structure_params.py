@@ -13,6 +13,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.compute
+
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT = 10
 

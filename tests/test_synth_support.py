@@ -27,6 +27,8 @@ from shrink.synth import (
 )
 from shrink.synth.support import _draw_downloads
 
+pytestmark = pytest.mark.compute
+
 SEEDS = range(6)
 
 

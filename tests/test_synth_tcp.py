@@ -9,6 +9,8 @@ from scipy import stats
 from shrink import ParameterError
 from shrink.synth import TCP_BYTES, TCP_PATH, synth_tcp
 
+pytestmark = pytest.mark.compute
+
 
 def test_poisson_count_and_gaps_over_seeds():
     rate, duration = 5_000.0, 20.0

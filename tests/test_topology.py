@@ -24,6 +24,8 @@ from shrink.topology import (
     parse_lscpu,
 )
 
+pytestmark = pytest.mark.compute
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples" / "machines").glob("*.toml"))
 

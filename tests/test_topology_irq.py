@@ -15,6 +15,8 @@ from shrink.irq import (
 )
 from shrink.mapping import build_mapping
 
+pytestmark = pytest.mark.compute
+
 
 def interrupts(ifaces=("eth0", "eth1"), queues=4, first=40) -> str:
     lines = ["           CPU0       CPU1       CPU2"]

@@ -18,6 +18,8 @@ from shrink.sim import support_trace
 from shrink.uncertainty import ErrorBudget, drift_sigma, interval, repetition_sigma
 from shrink.validate import validate
 
+pytestmark = pytest.mark.compute
+
 THRESHOLDS = {"mean": 0.002, "p999": 0.05}
 
 
