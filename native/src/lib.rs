@@ -1,8 +1,10 @@
-//! shrink's native replay core: the engine's hot loop in Rust, driven from
-//! shrink/replay/native.py with the schedule the Python side built.
+//! shrink's native core: the replay engine's hot loop in Rust, driven from
+//! shrink/replay/native.py with the schedule the Python side built; and the
+//! simulator's event loop (sim.rs), called by shrink/sim/engine.py.
 
 mod engine;
 mod http;
+mod sim;
 
 use engine::{batch_rows, mono, Engine, Plan, Rows, N_ERRORS, SWEEP_S};
 use pyo3::exceptions::{PyOSError, PyValueError};
@@ -368,9 +370,85 @@ fn restore_priority(old: Option<(i32, libc::sched_param)>) {
     }
 }
 
+/// The simulator's event loop (shrink/sim/engine.py's ``simulate``, which gives the
+/// arguments' meaning): per-request, per-burst, per-session and per-core columns as
+/// native-endian float64 or int64 bytes (``is_dyn`` as int64). Returns (sent, done,
+/// core, busy) as bytes of the same kinds, and the number of events.
+#[pyfunction]
+#[pyo3(signature = (
+    static_s, dyn_s, is_dyn, req_burst, req_session, burst_first, burst_end, burst_think,
+    burst_next, sess_start, sess_first_burst, sess_replica, sess_queue_socket, sess_accept_u,
+    static_factor, stall_s, core_socket, replica_cores, speed, remote_s, horizon, w0, w1,
+    idle_first
+))]
+#[allow(clippy::too_many_arguments)]
+fn simulate<'py>(
+    py: Python<'py>,
+    static_s: &[u8],
+    dyn_s: &[u8],
+    is_dyn: &[u8],
+    req_burst: &[u8],
+    req_session: &[u8],
+    burst_first: &[u8],
+    burst_end: &[u8],
+    burst_think: &[u8],
+    burst_next: &[u8],
+    sess_start: &[u8],
+    sess_first_burst: &[u8],
+    sess_replica: &[u8],
+    sess_queue_socket: &[u8],
+    sess_accept_u: &[u8],
+    static_factor: &[u8],
+    stall_s: &[u8],
+    core_socket: &[u8],
+    replica_cores: Vec<Vec<i64>>,
+    speed: f64,
+    remote_s: f64,
+    horizon: f64,
+    w0: f64,
+    w1: f64,
+    idle_first: bool,
+) -> PyResult<(Vec<Bound<'py, PyBytes>>, i64)> {
+    let inp = sim::Input {
+        static_s: f64s(static_s, "static_s")?,
+        dyn_s: f64s(dyn_s, "dyn_s")?,
+        is_dyn: i64s(is_dyn, "is_dyn")?.iter().map(|&d| d != 0).collect(),
+        req_burst: i64s(req_burst, "req_burst")?,
+        req_session: i64s(req_session, "req_session")?,
+        b_first: i64s(burst_first, "burst_first")?,
+        b_end: i64s(burst_end, "burst_end")?,
+        b_think: f64s(burst_think, "burst_think")?,
+        b_next: i64s(burst_next, "burst_next")?,
+        s_start: f64s(sess_start, "sess_start")?,
+        s_burst: i64s(sess_first_burst, "sess_first_burst")?,
+        s_rep: i64s(sess_replica, "sess_replica")?,
+        s_qsock: i64s(sess_queue_socket, "sess_queue_socket")?,
+        s_u: f64s(sess_accept_u, "sess_accept_u")?,
+        static_factor: f64s(static_factor, "static_factor")?,
+        stall_s: f64s(stall_s, "stall_s")?,
+        core_socket: i64s(core_socket, "core_socket")?,
+        replica_cores,
+        speed,
+        remote_s,
+        horizon,
+        w0,
+        w1,
+        idle_first,
+    };
+    let out = py.allow_threads(|| sim::simulate(&inp));
+    let cols = vec![
+        PyBytes::new(py, raw(&out.sent)),
+        PyBytes::new(py, raw(&out.done)),
+        PyBytes::new(py, raw(&out.core)),
+        PyBytes::new(py, raw(&out.busy)),
+    ];
+    Ok((cols, out.events))
+}
+
 #[pymodule]
 fn shrink_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run, m)?)?;
+    m.add_function(wrap_pyfunction!(simulate, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

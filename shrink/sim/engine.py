@@ -16,7 +16,9 @@ burst goes out the burst's think time (unscaled) after its last reply. A session
 is one keep-alive connection, served throughout by the worker that accepted it.
 Nothing is sent at or after the horizon; what was sent drains to completion.
 Demand sampling, routing draws and the session structure are prepared with numpy
-by the caller; this loop only moves jobs.
+by the caller; this loop only moves jobs. The native core (``shrink_core``, built by
+``make setup`` from native/src/sim.rs) runs the same loop step for step, to the same
+bits, many times faster; :func:`simulate` takes it wherever it is built.
 """
 
 from __future__ import annotations
@@ -27,9 +29,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shrink.errors import ParameterError
 from shrink.sim.model import Layout
 
-__all__ = ["EngineInput", "EngineOutput", "simulate"]
+try:  # the native core is optional: the Python loop below is the fallback
+    import shrink_core as _core
+except ImportError:  # pragma: no cover - depends on the build
+    _core = None
+
+__all__ = ["EngineInput", "EngineOutput", "native_available", "simulate"]
 
 
 @dataclass
@@ -69,8 +77,78 @@ class EngineOutput:
     events: int
 
 
-def simulate(inp: EngineInput, layout: Layout) -> EngineOutput:
-    """Run the event loop; see the module docstring for the semantics."""
+def native_available() -> bool:
+    """Whether the native core with the simulator's loop is built (an older build lacks it)."""
+    return _core is not None and hasattr(_core, "simulate")
+
+
+def simulate(inp: EngineInput, layout: Layout, *, native: bool | None = None) -> EngineOutput:
+    """Run the event loop; see the module docstring for the semantics.
+
+    ``native``: None runs the native core where it is built (and every input is
+    finite, which its comparisons assume), False the Python loop, True the native core
+    or ParameterError. Both give the same output, to the bit."""
+    if native is None:
+        native = native_available() and _finite(inp, layout)
+    if not native:
+        return _simulate_python(inp, layout)
+    if not native_available():
+        raise ParameterError("the native core is not built (make setup builds it with cargo)")
+    return _simulate_native(inp, layout)
+
+
+def _finite(inp: EngineInput, layout: Layout) -> bool:
+    arrays = (inp.static_s, inp.php_s, inp.burst_think, inp.sess_start, inp.sess_accept_u)
+    scalars = [inp.remote_nic_s, inp.horizon, *inp.window, layout.speed]
+    scalars += [x for c in layout.cores for x in (c.static_factor, c.dyn_stall_us)]
+    return all(bool(np.isfinite(a).all()) for a in arrays) and all(map(math.isfinite, scalars))
+
+
+def _simulate_native(inp: EngineInput, layout: Layout) -> EngineOutput:
+    def f64(values: object) -> bytes:
+        return np.ascontiguousarray(values, dtype=np.float64).tobytes()
+
+    def i64(values: object) -> bytes:
+        return np.ascontiguousarray(values, dtype=np.int64).tobytes()
+
+    w0, w1 = inp.window
+    (sent, done, core, busy), events = _core.simulate(
+        f64(inp.static_s),
+        f64(np.where(inp.is_dyn, inp.php_s, 0.0)),
+        i64(inp.is_dyn),
+        i64(inp.req_burst),
+        i64(inp.req_session),
+        i64(inp.burst_first),
+        i64(inp.burst_end),
+        f64(inp.burst_think),
+        i64(inp.burst_next),
+        f64(inp.sess_start),
+        i64(inp.sess_first_burst),
+        i64(inp.sess_replica),
+        i64(inp.sess_queue_socket),
+        f64(inp.sess_accept_u),
+        f64([c.static_factor for c in layout.cores]),
+        f64([c.dyn_stall_us * 1e-6 for c in layout.cores]),
+        i64([c.socket for c in layout.cores]),
+        [[int(c) for c in r] for r in layout.replica_cores],
+        float(layout.speed),
+        float(inp.remote_nic_s),
+        float(inp.horizon),
+        float(w0),
+        float(w1),
+        bool(inp.accept_idle_first),
+    )
+    return EngineOutput(
+        sent=np.frombuffer(sent, np.float64).copy(),
+        done=np.frombuffer(done, np.float64).copy(),
+        core=np.frombuffer(core, np.int64).copy(),
+        busy=np.frombuffer(busy, np.float64).copy(),
+        events=int(events),
+    )
+
+
+def _simulate_python(inp: EngineInput, layout: Layout) -> EngineOutput:
+    """The event loop in Python: the reference the native core is checked against."""
     heappush, heappop = heapq.heappush, heapq.heappop
     inf = math.inf
     n_req = int(inp.static_s.size)
