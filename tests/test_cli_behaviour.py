@@ -52,6 +52,7 @@ def trace_file(tmp_path_factory):
 # --- percentiles -------------------------------------------------------------------------
 
 
+@pytest.mark.compute
 @pytest.mark.parametrize("stat", ["p50", "p75", "p90", "p95", "p99", "p99.9", "p99.99", "mean"])
 def test_mat_takes_the_percentiles_users_write(curve, stat):
     r = run("mat", curve, "--stat", stat, "--threshold", "40ms", "--json")
@@ -59,6 +60,7 @@ def test_mat_takes_the_percentiles_users_write(curve, stat):
     assert json.loads(r.stdout)["mat"] is not None
 
 
+@pytest.mark.compute
 def test_p95_lies_between_p90_and_p99(curve):
     from shrink.loadcurve import LoadCurve
     from shrink.mat import mat
@@ -78,6 +80,7 @@ def test_thresholds_take_any_percentile():
     }
 
 
+@pytest.mark.compute
 @pytest.mark.parametrize("bad", ["p100", "p0", "q95", "p9.5.5"])
 def test_a_percentile_users_cannot_mean_is_refused(curve, bad):
     r = run("mat", curve, "--stat", bad, "--threshold", "5ms")
@@ -85,6 +88,7 @@ def test_a_percentile_users_cannot_mean_is_refused(curve, bad):
     assert "--stat" in r.output and "p95" in r.output
 
 
+@pytest.mark.compute
 def test_thresholds_print_one_way(curve):
     r = run("mat", curve, "--stat", "p99.9", "--threshold", "500ms")
     assert "MAT (p99.9 < 500 ms)" in r.stdout, r.stdout
@@ -93,6 +97,7 @@ def test_thresholds_print_one_way(curve):
 # --- mat's bound line, --cluster's help ---------------------------------------------------
 
 
+@pytest.mark.compute
 def test_mat_exit_99_says_why_on_stderr(curve):
     p = subprocess.run(
         [sys.executable, "-m", "shrink", "mat", str(curve), "--threshold", "1s"],
@@ -321,6 +326,7 @@ def test_predict_whatif_and_extrapolate_share_the_rule():
 # --- the simulator: its search starts near the knee and goes on until a threshold is crossed --
 
 
+@pytest.mark.compute
 def test_the_simulator_searches_past_saturation_until_the_threshold_is_crossed():
     from shrink.machine import Machine
     from shrink.share import Share
@@ -438,6 +444,7 @@ def test_mat_adaptive_max_levels_counts_the_curves_levels(monkeypatch, curve, tr
 # --- messages say what to do next ------------------------------------------------------------
 
 
+@pytest.mark.compute
 def test_offered_load_linearity_comes_with_a_verdict(curve):
     from shrink.loadcurve import LoadCurve
     from shrink.measure import offered_check
@@ -494,6 +501,7 @@ def test_a_simulated_answer_names_its_workload_and_thresholds(tmp_path):
     assert "thresholds mean < 5 ms, p99.9 < 500 ms" in line and "3.25 ms" in line
 
 
+@pytest.mark.compute
 def test_whatif_names_its_workload_demands_and_thresholds():
     r = run("whatif", "--machine", SPEC, "--workload", "support", "--no-sweep")
     assert r.exit_code == 0, r.output

@@ -119,6 +119,7 @@ def sim_curve(tmp_path_factory) -> Path:
     return curve
 
 
+@pytest.mark.compute
 def test_stat_p99_9_is_p999(sim_curve):
     assert stat_name("p99.9") == "p999" and stat_name("P999") == "p999"
     a = RUN(app, ["mat", str(sim_curve), "--stat", "p99.9", "--threshold", "2ms", "--json"])
@@ -130,6 +131,7 @@ def test_stat_p99_9_is_p999(sim_curve):
     assert bad.exit_code == 2 and "p99.9" in bad.output
 
 
+@pytest.mark.compute
 def test_sim_sweep_writes_the_exports_asked_for(sim_curve):
     assert (sim_curve.parent / "curve-hdr" / "level-1.hlog").exists()
     assert (sim_curve.parent / "curve_stats.csv").exists()
@@ -209,6 +211,7 @@ def test_the_non_root_hint_names_options_that_exist(tmp_path, monkeypatch):
         assert option in opts, (command, option)
 
 
+@pytest.mark.compute
 def test_predict_prints_a_line_per_level_off_a_terminal(tmp_path):
     trace = tmp_path / "tcp.parquet"
     assert RUN(app, ["synth", "tcp", "--rate", "50000", "--duration", "8s", "--seed", "1",

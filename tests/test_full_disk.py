@@ -18,6 +18,8 @@ from shrink.loadcurve import LoadCurve
 from shrink.target import FakeTarget
 from shrink.trace import Trace
 
+pytestmark = pytest.mark.compute
+
 ENOSPC = OSError(errno.ENOSPC, "No space left on device")
 
 
