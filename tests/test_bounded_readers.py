@@ -20,6 +20,8 @@ CHILD = """
 import resource, sys
 sys.argv = ["shrink", *sys.argv[1:]]
 from shrink.cli import main
+
+pytestmark = pytest.mark.compute
 try:
     main()
 finally:

@@ -16,6 +16,8 @@ import typer
 from shrink.cli import app, app_for
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.compute
+
 HEAVY = (
     "numpy",
     "pyarrow",

@@ -14,6 +14,8 @@ import pytest
 
 from shrink.trace import Trace
 
+pytestmark = pytest.mark.compute
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

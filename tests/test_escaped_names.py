@@ -13,6 +13,8 @@ import pytest
 
 from shrink.errors import TraceFormatError, WriteError, printable
 
+pytestmark = pytest.mark.compute
+
 ROOT = Path(__file__).resolve().parents[1]
 NASTY = "x\x1b[2J\x1b[31mred\rfake line\nerror: forged\x07.parquet"
 

@@ -23,6 +23,8 @@ from shrink.errors import ParameterError, TraceFormatError
 from shrink.ingest import detect_format, read_trace
 from shrink.trace import Trace
 
+pytestmark = pytest.mark.compute
+
 
 def _trace_with_meta(tmp_path: Path, **meta: object) -> Path:
     table = Trace.from_columns({"session": np.arange(4), "t": np.arange(4.0), "path": ["/a"] * 4})

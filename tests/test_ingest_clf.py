@@ -16,6 +16,8 @@ from shrink.errors import ParameterError, TraceFormatError
 from shrink.ingest import detect_format, read_clf, read_trace
 from shrink.ingest.clf import parse_clf_time
 
+pytestmark = pytest.mark.compute
+
 NASA = "nasa_aug95_excerpt.repaired.log"
 USASK = "usask_access_log_excerpt.log"
 ELASTIC = "elastic_apache_logs_combined.log"

@@ -22,6 +22,8 @@ from shrink.mat import mat
 from shrink.report.build import write_report
 from shrink.trace import Trace
 
+pytestmark = pytest.mark.compute
+
 OUTSIDE = "keep me: not shrink's to write"
 
 

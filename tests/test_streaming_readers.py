@@ -20,6 +20,8 @@ import shrink.ingest._io as io_mod
 from shrink.errors import TraceFormatError
 from shrink.ingest import detect_format, read_clf, read_specweb, read_wsesslog
 
+pytestmark = pytest.mark.compute
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data"
 

@@ -26,6 +26,8 @@ from shrink.synth import (
     tcp_docroot,
 )
 
+pytestmark = pytest.mark.compute
+
 runner = CliRunner()
 CAP = 150_000  # keep the test's download files small
 

@@ -18,6 +18,8 @@ from shrink.replay import writer as writer_mod
 from shrink.replay.writer import RunLogRow, RunLogWriter
 from shrink.runlog import RunLog
 
+pytestmark = pytest.mark.compute
+
 
 def _fill(w: RunLogWriter, n: int, start: int = 0) -> None:
     w.targets.code("127.0.0.1:80")
