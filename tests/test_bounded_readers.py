@@ -15,13 +15,13 @@ import pytest
 from shrink.errors import TraceFormatError
 from shrink.ingest import read_trace
 
+pytestmark = pytest.mark.compute
+
 ROOT = Path(__file__).resolve().parents[1]
 CHILD = """
 import resource, sys
 sys.argv = ["shrink", *sys.argv[1:]]
 from shrink.cli import main
-
-pytestmark = pytest.mark.compute
 try:
     main()
 finally:

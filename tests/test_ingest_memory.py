@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.compute
+
 ROOT = Path(__file__).resolve().parent.parent
 
 _READ = """
 import resource, sys
 from shrink.ingest import read_specweb, read_wsesslog
-
-pytestmark = pytest.mark.compute
 read = {"specweb": read_specweb, "wsesslog": read_wsesslog}[sys.argv[1]]
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 trace = read(sys.argv[2])
