@@ -115,6 +115,26 @@ def machine():
     return m
 
 
+# make test's two halves (see the Makefile) select with -m; a module that cannot hold a
+# test of its half is not imported at all, which saves each pytest process a few
+# seconds of imports and assertion rewriting. Read from the source, so only a module
+# that names the marker can hold compute tests, and only one whose every test is
+# compute (the module-wide mark) holds none of the rest.
+_WHOLE_MODULE = "\npytestmark = pytest.mark.compute\n"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    half = config.getoption("markexpr")
+    if half not in ("compute", "not compute") or not collection_path.name.startswith("test_"):
+        return None
+    if collection_path.suffix != ".py":
+        return None
+    source = collection_path.read_text()
+    if half == "compute":
+        return "pytest.mark.compute" not in source or None
+    return _WHOLE_MODULE in source or None
+
+
 def pytest_configure(config):
     """As root, a testbed's servers run as an unprivileged user (www-data), who must reach
     a document root under tmp_path. pytest keeps /tmp/pytest-of-root at 0700 (and resets
