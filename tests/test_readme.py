@@ -91,6 +91,7 @@ def tour(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
+@pytest.mark.compute
 def test_the_readme_has_the_two_commands_first():
     head = README.read_text().split("## ", 1)[0]
     assert "make demo" in head and "make test" in head
@@ -100,6 +101,7 @@ def test_the_readme_has_the_two_commands_first():
     assert "make test" in ci
 
 
+@pytest.mark.compute
 def test_the_readme_is_short_and_shows_your_own_server_early():
     lines = README.read_text().splitlines()
     assert len(lines) <= README_LINES, len(lines)
@@ -114,6 +116,7 @@ def test_the_readme_is_short_and_shows_your_own_server_early():
     assert not [ln for ln in lines if dated.search(ln)]
 
 
+@pytest.mark.compute
 def test_the_readme_try_it_block_runs(scratch: Path):
     blocks = _sh_blocks(_section(README.read_text(), "Try it without a server"))
     assert len(blocks) == 1
@@ -130,6 +133,7 @@ def test_tour_of_the_commands_runs(tour: Path):
     assert (tour / "parts" / "part-001.parquet").exists()
 
 
+@pytest.mark.compute
 def test_tour_with_the_real_traces_runs(scratch: Path):
     if not REAL.is_dir():
         pytest.skip(f"real traces not found at {REAL} (a fresh clone has none)")
@@ -139,6 +143,7 @@ def test_tour_with_the_real_traces_runs(scratch: Path):
     assert (scratch / "nasa.wsesslog").exists()
 
 
+@pytest.mark.compute
 def test_the_shipped_traces_are_the_projects_own(tmp_path: Path):
     """examples/traces holds exactly what make_traces.py writes (nothing fetched)."""
     import runpy
