@@ -97,6 +97,7 @@ def _shrink(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]
     )
 
 
+@pytest.mark.compute
 def test_a_fifo_without_a_writer_as_a_json_or_toml_input_is_read_at_once(tmp_path: Path) -> None:
     # open() blocked until a writer came: mat, calibrate, machine show hung for ever.
     fifo = tmp_path / "in.fifo"
@@ -110,6 +111,7 @@ def test_a_fifo_without_a_writer_as_a_json_or_toml_input_is_read_at_once(tmp_pat
         assert r.returncode == 1 and f"error: {fifo}" in r.stderr and shown in r.stderr, r.stderr
 
 
+@pytest.mark.compute
 def test_a_pipe_with_a_writer_is_still_read_as_json() -> None:
     # bash's <(...) hands over a pipe whose writer is slow: it is read to its end.
     shrink = f"{sys.executable} -m shrink calibrate <(sleep 0.5; printf '{{}}')"

@@ -266,6 +266,7 @@ def test_a_silent_share_is_noted_and_a_silent_server_is_an_error():
         calibrate(_Silent(FakeTarget()), _Silent(FakeTarget()), _trace(), nominal=0.25)
 
 
+@pytest.mark.compute
 def test_the_speeds_sigma_is_honest_on_a_heavy_tailed_mix():
     """The simulator's Support mix (page costs heavy-tailed): over seeds, each speed lies
     within three of its own sigmas of the exact 0.5, and their spread is about one
