@@ -18,14 +18,17 @@ from shrink.ingest import read_trace
 pytestmark = pytest.mark.compute
 
 ROOT = Path(__file__).resolve().parents[1]
+# The child's own peak RSS is /proc's VmHWM: ru_maxrss starts at the parent's peak
+# (Linux carries it across exec), so a large test process read as a large child.
 CHILD = """
-import resource, sys
+import re, sys
 sys.argv = ["shrink", *sys.argv[1:]]
 from shrink.cli import main
 try:
     main()
 finally:
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with open("/proc/self/status") as status:
+        rss = int(re.search(r"VmHWM:\\s+(\\d+) kB", status.read())[1])
     print(f"maxrss_kb {rss}", file=sys.stderr)
 """
 
