@@ -19,8 +19,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.compute
-
 ROOT = Path(__file__).resolve().parent.parent
 
 _READ = """
