@@ -14,11 +14,10 @@ Two modes, chosen by the trace's meta ``mode`` unless forced:
 
 Times are seconds from the run's start. Requests are identified by their row in
 the trace; identical (method, path, body) share one request key so that the
-engine builds each distinct request's bytes once per target.
-
-This is the one schedule builder: the live engine (:mod:`shrink.replay.engine`),
-the simulator (:class:`shrink.sim.target.SimTarget`), the fake engine and the
-fake target all replay what :func:`build_schedule` plans.
+engine builds each distinct request's bytes once per target. This is the one schedule
+builder: the live engine (:mod:`shrink.replay.engine`), the simulator
+(:class:`shrink.sim.target.SimTarget`), the fake engine and the fake target all replay
+what :func:`build_schedule` plans.
 
 **A pass sends every request.** Without ``loop`` the sessions starting up to the
 horizon run to their end (``Schedule.end`` is infinite), as httperf runs every
@@ -435,8 +434,7 @@ def build_schedule(
     mode = trace_mode(trace, mode)
     keys, key_of_row = request_keys.request_keys(trace)
     # compared in Arrow: the column as Python strings cost a tenth of a second a call
-    dynamic = pc.equal(trace.table.column("cls"), "dynamic")
-    cls_of_row = dynamic.to_numpy(zero_copy_only=False).astype(np.int8)
+    cls_of_row = pc.equal(trace.table.column("cls"), "dynamic").to_numpy(False).astype(np.int8)
     sched = Schedule(mode, keys, key_of_row, cls_of_row, horizon=horizon, rate_factor=rate_factor)
     if len(trace) == 0:
         return sched
