@@ -95,6 +95,11 @@ def test_docroot_coverage_names_what_is_missing(tmp_path):
     full = docroot_coverage(Trace.from_columns({"session": [0], "t": [0.0], "path": ["/app"]}),
                             tmp_path)  # fmt: skip
     assert full.warning("t") is None
+    # Read as the server reads a request-target: percent-decoded, and "//x" is a path.
+    paths = ["/static/a%2Ebin", "//static/a.bin", "/static/a.bin%00"]
+    odd = docroot_coverage(Trace.from_columns({"session": [0] * 3, "t": [0.0] * 3,
+                                               "path": paths}), tmp_path)  # fmt: skip
+    assert odd.missing == ["/static/a.bin%00"]
 
 
 @pytest.mark.live

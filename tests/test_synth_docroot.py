@@ -225,3 +225,20 @@ def test_php_page_survives_bad_parameters(tmp_path):
     tcp_docroot(tmp_path)
     body = _php_cgi(tmp_path / "app" / "index.php", "bytes=abc&work=-5&mem=x")
     assert len(body) == 10_240  # the default size
+
+
+def test_an_escaped_path_is_the_file_the_server_serves(tmp_path):
+    """A request for "/a%20b.gif" is served from the file "a b.gif": the docroot writes
+    that file, and the missing-paths check looks for it; an escaped ".." stays refused."""
+    from shrink.synth.docroot import StaticFile, write_docroot
+
+    root = tmp_path / "root"
+    write_docroot(root, workload="recorded", static=[StaticFile("/s/a%20b.gif", 10)],
+                  dynamic=[], params={})  # fmt: skip
+    assert (root / "s" / "a b.gif").stat().st_size == 10
+    assert not (root / "s" / "a%20b.gif").exists()
+    assert missing_paths(root, ["/s/a%20b.gif", "/s/a b.gif?x=%20"]) == []
+    assert missing_paths(root, ["/s/%2e%2e/%2e%2e/etc/passwd", "/s/a%00.gif"]) == [
+        "/s/%2e%2e/%2e%2e/etc/passwd",
+        "/s/a%00.gif",
+    ]

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, BinaryIO
+from urllib.parse import unquote
 
 import numpy as np
 from pydantic import Field, model_serializer
@@ -143,9 +144,10 @@ def _block(path: str) -> bytes:
 
 
 def _local(root: Path, url_path: str) -> Path:
-    rel = url_path.split("?", 1)[0].lstrip("/")
+    # Percent-decoded as the server decodes it: "/a%20b" is served from the file "a b".
+    rel = unquote(url_path.split("?", 1)[0]).lstrip("/")
     parts = Path(rel).parts
-    if not rel or ".." in parts:
+    if not rel or ".." in parts or "\x00" in rel:
         raise ParameterError(f"docroot path == {url_path!r}, must be a plain absolute URL path.")
     return root.joinpath(*parts)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 from shrink.trace import Trace
 
@@ -42,7 +42,10 @@ class DocrootCoverage:
 
 
 def _served(root: Path, path: str) -> bool:
-    rel = unquote(urlsplit(path).path).lstrip("/")
+    # Not urlsplit: it reads "//a/b" as host "a" and path "/b"; a request-target is a path.
+    rel = unquote(path.split("?", 1)[0]).lstrip("/")
+    if "\x00" in rel:
+        return False
     target = (root / rel).resolve()
     if target != root and root not in target.parents:
         return False  # outside the docroot: never served
