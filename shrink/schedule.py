@@ -579,10 +579,10 @@ def open_loop_trace(
     seeded)."""
     check_rate(rate)
     check_positive(duration, "duration")
-    if not (expected := rate * duration) <= MAX_REQUESTS:  # all times are drawn at once
+    if not 1.0 <= (expected := rate * duration) <= MAX_REQUESTS:  # all drawn at once
         raise ParameterError(
-            f"rate {rate:g}/s over {duration:g} s makes about {expected:.3g} requests, more "
-            f"than the {MAX_REQUESTS:,} one run may hold; lower the rate or shorten the run."
+            f"rate {rate:g}/s over {duration:g} s makes about {expected:.3g} requests; a run "
+            f"needs one at least and holds {MAX_REQUESTS:,} at most: change the rate or length."
         )
     if arrival == "constant":
         t = np.arange(int(np.ceil(rate * duration))) / rate

@@ -429,9 +429,11 @@ def test_an_open_loop_rate_too_large_to_hold_is_refused_before_drawing() -> None
     # replay --rate 1e12 --duration 1s asked numpy for 7 TiB of times: a MemoryError, exit 70.
     from shrink.schedule import open_loop_trace
 
-    for rate, duration in ((1e12, 1.0), (1e300, 1e10)):
-        with pytest.raises(ParameterError, match=r"requests, more than the 50,000,000"):
-            open_loop_trace("/x", rate, duration)
-        with pytest.raises(ParameterError, match=r"requests, more than the 50,000,000"):
-            open_loop_trace("/x", rate, duration, arrival="poisson")
+    # replay --rate 1e-30 --duration 10s sent one request at t = 0 as if that were the rate.
+    for rate, duration in ((1e12, 1.0), (1e300, 1e10), (1e-30, 10.0), (0.05, 10.0)):
+        for arrival in ("constant", "poisson"):
+            with pytest.raises(ParameterError, match=r"requests; a run needs one at least and "
+                               r"holds 50,000,000 at most"):  # fmt: skip
+                open_loop_trace("/x", rate, duration, arrival=arrival)
     assert len(open_loop_trace("/x", 1000.0, 2.0)) == 2000
+    assert len(open_loop_trace("/x", 0.1, 10.0)) == 1
