@@ -165,3 +165,16 @@ def test_the_speed_row_says_when_a_calibration_run_went_past_its_bound(busy, ove
     (row,) = _speed_items(share)
     assert f"{100 * busy:.1f}% busy" in row[1]
     assert ("over the calibration's bound" in row[1]) is over
+
+
+def test_the_interval_width_is_quoted_for_mats_not_for_bounds():
+    """With every MAT a bound, the answer still said "+/-14% at most": the width of the
+    interval around the last level run, which is no MAT's."""
+    from shrink.report.assumptions import confidence
+
+    config = SimpleNamespace(thresholds=["mean"], plan=SimpleNamespace(reps=2))
+    bound = _mp(100.0, "not_reached", (86.0, 114.0))
+    text = confidence(bound, config, {}, 0.1)
+    assert "+/-" not in text and "Every MAT is a bound" in text
+    point = confidence(_mp(100.0, "ok", (86.0, 114.0)), config, {}, 0.1)
+    assert point.startswith("The MAT intervals are +/-14% at most")

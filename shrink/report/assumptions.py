@@ -142,9 +142,14 @@ def confidence(
     # One drift for every statistic: the pooled cost spread of the runs.
     drift = max((b.drift for b in budgets.values()), default=0.0)
     speed = max((b.speed for b in budgets.values()), default=0.0)
-    widths = [
-        (v.ci[1] - v.ci[0]) / v.mat / 2 for v in (base.stats[s] for s in config.thresholds) if v.mat
-    ]
+    stats = [base.stats[s] for s in config.thresholds]
+    # A bound's interval is that of the level it stopped at, not of a MAT: not quoted.
+    widths = [(v.ci[1] - v.ci[0]) / v.mat / 2 for v in stats if v.mat and not v.is_bound]
+    if not widths and any(v.is_bound for v in stats):
+        return (
+            "Every MAT is a bound (the curve did not cross its threshold inside the levels "
+            "run), so no interval is quoted for it; run levels that reach the threshold."
+        )
     conf = (
         f"The MAT intervals are +/-{100 * max(widths):.0f}% at most: 95% prediction "
         f"intervals for a full-scale run at another time, from the spread of "
