@@ -126,3 +126,18 @@ def test_a_long_name_keeps_the_title_inside_its_figure(tmp_path, monkeypatch):
         assert fig._suptitle.get_window_extent().width <= fig.bbox.width
     # 12.4 in at 110 dpi, and a little for the legend below the panels.
     assert Image.open(png).size[0] <= 1.05 * 12.4 * 110
+
+
+def test_a_long_name_keeps_the_legend_inside_its_figure(tmp_path, monkeypatch):
+    """A mapping or trace name of thousands of characters in a legend label widened the
+    legend, and the latency figure saved with a tight box, to match: cut with an ellipsis."""
+    from PIL import Image
+
+    kept = []
+    monkeypatch.setattr(figures.plt, "close", kept.append)
+    s = Series(f"predicted: {'m' * 3000}", X, {"mean": MEAN, "p999": P999})
+    png = latency_figure(tmp_path / "l.png", [s], {"mean": 0.01, "p999": 0.5}, title="t")
+    (fig,) = kept
+    long = [t for t in _labels(fig) if t.startswith("predicted: ")]
+    assert long and all(len(t) <= 90 and t.endswith("\u2026") for t in long), long
+    assert Image.open(png).size[0] <= 1.05 * 12.4 * 110

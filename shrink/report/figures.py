@@ -96,9 +96,24 @@ def _title(fig, title: str) -> None:
         width = int(width * 0.85)
 
 
+# A legend label carries a mapping's or a trace's name too: a long one widened the
+# legend past the figure (and, saved with a tight box, the figure with it).
+_LABEL_CHARS = 90
+
+
+def _bound_legends(fig) -> None:
+    """Cut each legend label of ``fig`` to _LABEL_CHARS characters, ending in an ellipsis."""
+    for legend in [*fig.legends, *(ax.get_legend() for ax in fig.axes)]:
+        for text in legend.get_texts() if legend is not None else ():
+            label = text.get_text()
+            if len(label) > _LABEL_CHARS:
+                text.set_text(label[: _LABEL_CHARS - 1] + "\u2026")
+
+
 def _save(fig, path: str | Path, **kw) -> None:
     """Render ``fig`` in memory, then write it through the one safe writer (never
     through a symlink at ``path``); the format is the file's suffix (png, svg, pdf)."""
+    _bound_legends(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format=Path(path).suffix.lstrip(".") or "png", **kw)
     write_bytes(path, buf.getvalue())
