@@ -8,6 +8,7 @@ error) within the time limit, never anything else.
 from __future__ import annotations
 
 import gzip
+import struct
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,11 @@ def test_bad_magic_names_the_offset(tmp_path: Path) -> None:
     assert err.offset == 0 and "bad magic" in str(err)
     err = _read(tmp_path, b"")
     assert isinstance(err, CaptureFormatError) and "empty file" in str(err)
+    # the "modified" pcap was "bad magic 34cdb2a1", as if it were no capture at all
+    for magic in (b"\x34\xcd\xb2\xa1", b"\xa1\xb2\xcd\x34"):
+        err = _read(tmp_path, magic + bytes(100))
+        assert isinstance(err, CaptureFormatError) and err.offset == 0
+        assert "'modified' pcap" in str(err) and "editcap -F pcap" in str(err)
 
 
 def test_truncated_record_strict_and_lenient(tmp_path: Path, captures: dict[str, bytes]) -> None:
@@ -213,3 +219,25 @@ def test_pcapng_packet_block_of_an_undeclared_interface(
     assert (err.record, err.offset) == (3, off) and "interface" in str(err)
     err = _read(tmp_path, edited, strict=True, engine=engine)
     assert isinstance(err, CaptureFormatError) and (err.record, err.offset) == (1, shb_len)
+
+
+def test_pcapng_if_tsoffset_is_added_to_each_packet_time(tmp_path: Path) -> None:
+    """An interface's if_tsoffset (seconds) is part of each packet's time: it was ignored,
+    so the packets read 1e9 s early. Both engines add it; a time it pushes before 1970
+    is damage, not a wrapped number."""
+    from shrink.ingest.capture.pcap_files import read_records
+    from shrink.ingest.capture.pcap_scapy import scapy_segments
+
+    plain = write_capture(tmp_path / "a.pcapng", _conns(), fmt="pcapng")
+    shifted = write_capture(tmp_path / "b.pcapng", _conns(), fmt="pcapng", tsoffset=10**9)
+    want = read_records(plain, strict=True).ts_ns
+    assert want.min() > 1.6e18
+    assert (read_records(shifted, strict=True).ts_ns == want).all()
+    slow = scapy_segments(shifted, strict=True)[0].ts
+    assert (slow == scapy_segments(plain, strict=True)[0].ts).all()
+    early = write_capture(tmp_path / "c.pcapng", _conns(), fmt="pcapng", tsoffset=-(10**9),
+                          base_time=1e8)  # fmt: skip
+    data = early.read_bytes()
+    early.write_bytes(data.replace(struct.pack("<q", -(10**9)), struct.pack("<q", -(2 * 10**9))))
+    with pytest.raises(CaptureFormatError, match="before 1970"):
+        read_records(early, strict=True)

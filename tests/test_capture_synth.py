@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -341,3 +342,24 @@ def test_a_raw_non_ascii_target_is_replayed_as_the_bytes_captured(tmp_path: Path
         paths = read_capture(p, engine=engine).column("path").tolist()
         assert paths == ["/café?q=é", "/caf%E9"], engine
         assert [wire_target(x) for x in paths] == ["/caf%C3%A9?q=%C3%A9", "/caf%E9"]
+
+
+def test_an_ipv6_payload_length_of_zero_is_read_from_the_record(tmp_path: Path) -> None:
+    """Linux's BIG TCP hands the capture IPv6 segments whose payload length is 0 (as
+    segmentation offload does with IPv4's total length): they were counted malformed,
+    and the IPv6 connection's request was lost. Both engines trust the record instead."""
+    p = write_capture(tmp_path / "x.pcap", mixed(), linktype=101)
+    data = bytearray(p.read_bytes())
+    off, zeroed = 24, 0
+    while off < len(data):
+        incl = struct.unpack_from("<I", data, off + 8)[0]
+        frame = off + 16
+        if data[frame] >> 4 == 6:
+            data[frame + 4 : frame + 6] = b"\0\0"
+            zeroed += 1
+        off = frame + incl
+    p.write_bytes(bytes(data))
+    assert zeroed >= 4
+    fast = read_capture(p, engine="fast")
+    assert fast.same_rows(read_capture(p, engine="scapy"))
+    assert rows_by_path(fast) == EXPECTED and fast.meta["skipped"] == 0

@@ -235,8 +235,11 @@ def write_capture(
     snaplen: int = 65535,
     fmt: str = "pcap",
     base_time: float = 1_700_000_000.0,
+    tsoffset: int = 0,
 ) -> Path:
-    """Write the connections as one capture, packets in time order; returns the path."""
+    """Write the connections as one capture, packets in time order; returns the path.
+    ``tsoffset`` (pcapng): the interface's if_tsoffset in seconds, taken off each
+    packet's written time, so the packets' times are the same as without it."""
     w = _Writer(linktype, vlan, snaplen)
     for c in conns:
         w.fragment, w.fragment_reverse = c.fragment, c.fragment_reverse
@@ -253,11 +256,14 @@ def write_capture(
         shb_body = struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1)
         out += struct.pack("<II", 0x0A0D0D0A, 12 + len(shb_body)) + shb_body
         out += struct.pack("<I", 12 + len(shb_body))
-        opts = struct.pack("<HHB3x", 9, 1, 9) + struct.pack("<HH", 0, 0)  # tsresol: ns
+        opts = struct.pack("<HHB3x", 9, 1, 9)  # tsresol: ns
+        if tsoffset:
+            opts += struct.pack("<HHq", 14, 8, tsoffset)
+        opts += struct.pack("<HH", 0, 0)
         idb = struct.pack("<HHI", linktype, 0, snaplen) + opts
         out += struct.pack("<II", 1, 12 + len(idb)) + idb + struct.pack("<I", 12 + len(idb))
         for t, frame, wire in w.packets:
-            ts = round((base_time + t) * 1e9)
+            ts = round((base_time + t) * 1e9) - tsoffset * 10**9
             cap = frame[:snaplen]
             pad = b"\x00" * (-len(cap) % 4)
             body = struct.pack("<IIIII", 0, ts >> 32, ts & 0xFFFFFFFF, len(cap), wire) + cap + pad

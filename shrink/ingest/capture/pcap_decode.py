@@ -179,8 +179,9 @@ def _general(
         proto = np.where(ext, b(we, 0), proto)
         l4 = np.where(ext, l4 + size, l4)
     frag |= ~v4 & (proto == 44)
-    # A zero IPv4 total length comes from segmentation offload: trust the record.
-    ip_end = np.where(v4, np.where(tot4 == 0, end, l3 + tot4), l3 + 40 + plen6)
+    # A zero IPv4 total length comes from segmentation offload, a zero IPv6 payload
+    # length from the same (BIG TCP) or a jumbogram: trust the record.
+    ip_end = np.where(np.where(v4, tot4, plen6) == 0, end, l3 + np.where(v4, tot4, 40 + plen6))
     bad |= ip_end < l4
     skipped["malformed"] += int(np.count_nonzero(bad))
     fr = np.flatnonzero(frag & ~bad)

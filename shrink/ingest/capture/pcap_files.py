@@ -288,6 +288,14 @@ def capture_format(data: bytes | np.ndarray, path: Path, n: int | None = None) -
         return "pcap"
     if head == PCAPNG_MAGIC:
         return "pcapng"
+    if head in (b"\x34\xcd\xb2\xa1", b"\xa1\xb2\xcd\x34"):
+        # Its records have 8 more header bytes (interface, protocol, packet type).
+        raise CaptureFormatError(
+            "a 'modified' pcap (magic a1b2cd34, from Kuznetzov's patched libpcap) is not "
+            "read; convert it to a classic pcap first: editcap -F pcap IN OUT",
+            path=path,
+            offset=0,
+        )
     raise CaptureFormatError(
         f"not a pcap or pcapng capture (bad magic {head.hex() or 'empty file'})",
         path=path,
@@ -404,18 +412,22 @@ def _read_pcap(data: np.ndarray, n: int, path: Path, strict: bool) -> RawRecords
     )
 
 
-def _tsresol(opts: bytes, endian: str) -> int:
-    """Ticks per second from an interface's if_tsresol option (default microseconds)."""
+def _if_options(opts: bytes, endian: str) -> tuple[int, int]:
+    """(ticks per second, offset in ns) from an interface's if_tsresol and if_tsoffset
+    options: microseconds and 0 when absent; the first of each counts, as in scapy."""
+    tick, offset = 0, None
     p = 0
     while p + 4 <= len(opts):
         code, ln = struct.unpack_from(endian + "HH", opts, p)
-        if code == 0:
+        if code == 0 or p + 4 + ln > len(opts):
             break
-        if code == 9 and ln == 1:
+        if code == 9 and ln == 1 and not tick:
             v = opts[p + 4]
-            return (2 if v & 0x80 else 10) ** (v & 0x7F)
+            tick = (2 if v & 0x80 else 10) ** (v & 0x7F)
+        elif code == 14 and ln == 8 and offset is None:  # seconds added to every time
+            offset = struct.unpack_from(endian + "q", opts, p + 4)[0] * 1_000_000_000
         p += 4 + ln + (-ln % 4)
-    return 1_000_000
+    return tick or 1_000_000, offset or 0
 
 
 @dataclass
@@ -467,7 +479,7 @@ def _packet_block(
     btype: int,
     blen: int,
     endian: str,
-    ifaces: list[tuple[int, int, int]],
+    ifaces: list[tuple[int, int, int, int]],
     out: _Packets,
     strict: bool,
 ) -> str | None:
@@ -487,7 +499,7 @@ def _packet_block(
                 return "simple packet block before any interface description block"
             out.add(body + 4, 0, wire, out.last_ts(), NO_INTERFACE)
             return None
-        lt, _, snap = ifaces[0]
+        lt, snap, _, _ = ifaces[0]
         out.add(body + 4, min(wire, snap or wire, blen - 16), wire, out.last_ts(), lt)
         return None
     ifid, hi, lo, cap, wire = struct.unpack_from(endian + "5I", data, body)
@@ -502,10 +514,10 @@ def _packet_block(
             )
         out.add(body + 20, cap, wire, out.last_ts(), NO_INTERFACE)
         return None
-    lt, tick, _ = ifaces[ifid]
-    ts = ((hi << 32) | lo) * 1_000_000_000 // tick
-    if ts > MAX_NS:
-        return "packet time beyond the year 2262 (bad if_tsresol?)"
+    lt, _, tick, offset = ifaces[ifid]
+    ts = ((hi << 32) | lo) * 1_000_000_000 // tick + offset
+    if not 0 <= ts <= MAX_NS:
+        return "packet time before 1970 or past the year 2262 (bad if_tsresol or if_tsoffset?)"
     out.add(body + 20, cap, wire, ts, lt)
     return None
 
@@ -514,7 +526,7 @@ def _read_pcapng(data: np.ndarray, n: int, path: Path, strict: bool) -> RawRecor
     """Walk pcapng blocks: section headers, interfaces, packets (enhanced, simple, obsolete)."""
     off = 0
     endian = "<"
-    ifaces: list[tuple[int, int, int]] = []  # linktype, ticks/s, snaplen
+    ifaces: list[tuple[int, int, int, int]] = []  # linktype, snaplen, ticks/s, offset ns
     out = _Packets()
     damage = None
     skipped_blocks = 0
@@ -528,7 +540,8 @@ def _read_pcapng(data: np.ndarray, n: int, path: Path, strict: bool) -> RawRecor
             ifaces = []
         elif btype == 1:  # interface description
             lt, snap = struct.unpack_from(endian + "HxxI", data, off + 8)
-            ifaces.append((lt, _tsresol(bytes(data[off + 16 : off + blen - 4]), endian), snap))
+            opts = bytes(data[off + 16 : off + blen - 4])
+            ifaces.append((lt, snap, *_if_options(opts, endian)))
         elif btype in (6, 2, 3):  # 2: older writers' packet block (16-bit interface id)
             problem = _packet_block(data, off, btype, blen, endian, ifaces, out, strict)
             if problem is not None:

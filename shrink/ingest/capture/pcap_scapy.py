@@ -122,6 +122,12 @@ class _Collector:
             hdr_len = 40
             proto = l3.nh
             l4 = l3.payload
+            if not l3.plen:
+                # A zero payload length (BIG TCP's offloaded segments, as a zero IPv4
+                # length): trust the record. scapy would give the payload no bytes.
+                raw = bytes(l3.original)
+                ip_len = len(raw)
+                l4 = l3.guess_payload_class(raw[40:])(raw[40:])
             for _ in range(4):
                 if proto not in _IPV6_EXT or isinstance(l4, Raw) or not l4:
                     break
@@ -281,7 +287,8 @@ def _read_pcapng(
             break
         raw, meta = got
         ts = ((meta.tshigh << 32) | meta.tslow) * 1_000_000_000 // meta.tsresol
-        if ts > MAX_NS:
+        ts += reader.offset_ns
+        if not 0 <= ts <= MAX_NS:
             break
         packets += 1
         truncated += len(raw) < meta.wirelen
@@ -301,7 +308,17 @@ def _pcapng_reader(fh: io.BytesIO, size: int) -> Any:
     class Reader(RawPcapNgReader):  # type: ignore[misc]
         def __init__(self, *args: Any) -> None:  # scapy's metaclass passes three
             self.undeclared: list[int] = []
+            self.offset_ns = 0  # the if_tsoffset of the last packet's interface
             super().__init__(*args)
+
+        def _read_block_idb(self, block: bytes, size: int) -> None:
+            # scapy reads no if_tsoffset (option 14): seconds added to each packet's time.
+            super()._read_block_idb(block, size)
+            _, _, options = self.interfaces[-1]
+            offset = self._read_options(block[8:]).get(14)
+            offset = offset[0] if isinstance(offset, list) else offset
+            if isinstance(offset, bytes) and len(offset) == 8:
+                options["tsoffset"] = struct.unpack(self.endian + "q", offset)[0] * 10**9
 
         def _read_block(self, size: int = MAX_RECORD) -> Any:
             start = self.f.tell()
@@ -317,6 +334,8 @@ def _pcapng_reader(fh: io.BytesIO, size: int) -> Any:
                     self.undeclared.append(start)
                     self.f.seek(start + blen)
                     return None
+                if btype in (2, 6) and ifid < len(self.interfaces):
+                    self.offset_ns = self.interfaces[ifid][2].get("tsoffset", 0)
             return super()._read_block(size=size)
 
     size_of_file = size
