@@ -392,3 +392,21 @@ def test_bytes_logged_as_hex_escapes_are_replayed_as_those_bytes(tmp_path):
     paths = read_clf(p, strict=True).column("path").tolist()
     assert paths == ["/café.html", "/caf%E9", "/a%01b\\xc3"]
     assert [wire_target(x) for x in paths] == ["/caf%C3%A9.html", "/caf%E9", "/a%01b%5Cxc3"]
+
+
+def test_raw_bytes_that_are_not_utf8_are_replayed_as_those_bytes(tmp_path):
+    """A log written raw (no \\xhh escapes) with a Latin-1 byte: the line was read as
+    Latin-1 and replayed as /caf%C3%A9, a file the server never had; the UTF-8 text on
+    the same line was garbled with it. Each byte that is not UTF-8 reads as %hh."""
+    from shrink.ingest.wsesslog import read_wsesslog
+    from shrink.wire import wire_target
+
+    line = _line("h", "01/Jun/1995:00:00:59 -0600", "GET /caf\udce9/d\u00e9j\u00e0 HTTP/1.0")
+    p = tmp_path / "raw.log"
+    p.write_bytes(line.encode("utf-8", "surrogateescape") + b"\n")
+    (path,) = read_clf(p, strict=True).column("path").tolist()
+    assert path == "/caf%E9/d\u00e9j\u00e0"
+    assert wire_target(path) == "/caf%E9/d%C3%A9j%C3%A0"
+    w = tmp_path / "s.wsesslog"
+    w.write_bytes(b"/a\xff\xfe.html think=1\n\t/b\xc3\xa9\n")
+    assert read_wsesslog(w).column("path").tolist() == ["/a%FF%FE.html", "/b\u00e9"]

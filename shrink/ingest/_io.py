@@ -3,6 +3,7 @@ CR in a file whose lines end in CR alone (classic Mac OS)."""
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import re
 import zlib
@@ -281,12 +282,26 @@ def _gunzip_head(fh: BinaryIO, path: Path, size: int) -> bytes:
 _HEAD_PIECE = 4096
 
 
+def _percent(err: UnicodeError) -> tuple[str, int]:
+    if not isinstance(err, UnicodeDecodeError):  # registered for decoding only
+        raise err
+    return "".join(f"%{b:02X}" for b in err.object[err.start : err.end]), err.end
+
+
+codecs.register_error("shrink.percent", _percent)
+
+
 def decode_line(raw: bytes) -> str:
-    """UTF-8, falling back to Latin-1 so that any byte sequence gives text (old logs mix both)."""
+    """UTF-8; a byte that is not (old logs mix encodings) reads as its ``%hh`` escape.
+
+    A replay encodes text as UTF-8, so the Latin-1 reading of a raw 0xE9 went out as
+    ``%C3%A9``, a file the server never had; ``%E9`` sends the byte the client sent, as
+    the capture reader and the CLF reader's ``\\xhh`` escapes already did.
+    """
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
-        return raw.decode("latin-1")
+        return raw.decode("utf-8", "shrink.percent")
 
 
 def split_lines(data: bytes) -> list[bytes]:
