@@ -626,14 +626,18 @@ def main(argv: list[str] | None = None) -> int:
             )
     else:
         rows, out = [], args.out
+        from shrink import interrupts
+
         try:
-            for _ in range(args.runs):
-                # Interleaved run by run: a machine that drifts over the hour spreads over
-                # every configuration alike.
-                for name in args.config or list(DEFAULT):
-                    out = next_run_dir(args.out / name)
-                    rows.append(run_config(name, out, calibrate=args.calibrate))
-                    print(table(rows[-1:]), flush=True)
+            # Inside it a SIGTERM or SIGHUP stops the runs as Ctrl-C does (once installed).
+            with interrupts.working():
+                for _ in range(args.runs):
+                    # Interleaved run by run: a machine that drifts over the hour spreads
+                    # over every configuration alike.
+                    for name in args.config or list(DEFAULT):
+                        out = next_run_dir(args.out / name)
+                        rows.append(run_config(name, out, calibrate=args.calibrate))
+                        print(table(rows[-1:]), flush=True)
         except KeyboardInterrupt as exc:
             from shrink.demo import interrupted_line
 
@@ -665,8 +669,12 @@ def main(argv: list[str] | None = None) -> int:
             f"wrote {MODEL_ERROR.relative_to(ROOT)}: "
             + ", ".join(f"{k} {v['sigma']}" for k, v in data["share_kinds"].items())
         )
-    return 130 if interrupted else 0
+    from shrink import interrupts
+
+    return interrupts.exit_status() if interrupted else 0  # 130 for Ctrl-C, 143 for SIGTERM
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from shrink import interrupts
+
+    interrupts.run_main(main)  # SIGTERM and SIGHUP stop the runs as Ctrl-C does

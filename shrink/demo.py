@@ -20,7 +20,7 @@ PNG figures, and the measured curves. Run it as ``python -m shrink.demo``.
 
 Other configurations (another seed, user count, alpha, the tcp workload, a recorded
 trace; thresholds by a stated rule) go through the same steps with
-``run_demo(out, config=...)``: ``python bench/bench_configs.py --list``.
+``run_demo(out, config=...)``: ``python bench/bench_fidelity.py --list``.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from rich.console import Console
 
+from shrink import interrupts
 from shrink.atomic import write_text
 from shrink.autolevels import AutoPlan
 from shrink.errors import ShrinkError
@@ -261,15 +262,16 @@ def _light_factor(pilot: RunResult) -> float:
 
 def _light_run(full: Target, looped: Trace, factor: float, seed: int) -> RunResult:
     """One light-load run of the loop window at ``factor``, long enough for its requests."""
-    from shrink.measure import looped_run
+    from shrink.measure import looped_run, stop_if_interrupted
 
     rate = factor * len(looped) / float(looped.meta["loop_span"])
     duration = LIGHT_LOAD["min_requests"] / rate if rate > 0 else LIGHT_LOAD["max_duration"]
     duration = min(LIGHT_LOAD["max_duration"], max(LIGHT_LOAD["min_duration"], duration))
     run = looped_run(looped, factor, LIGHT_LOAD["warmup"], duration)
-    return full.run(
-        run.trace, rate_factor=factor, warmup=run.warmup, duration=run.duration, seed=seed
-    )
+    w, d = run.warmup, run.duration
+    res = full.run(run.trace, rate_factor=factor, warmup=w, duration=d, seed=seed)
+    stop_if_interrupted(res)  # a signal ended the run early: not lost on a short run
+    return res
 
 
 def _whatif(trace_path: Path, thresholds: dict[str, float]) -> dict[str, Any] | None:
@@ -575,24 +577,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     try:
-        run_demo(args.out, quick=args.quick, server=args.server)
+        with interrupts.working():  # SIGTERM, SIGHUP: as Ctrl-C, once installed (below)
+            run_demo(args.out, quick=args.quick, server=args.server)
     except ShrinkError as exc:
         # What was measured stays in --out (curves, runs); the reason is one line.
         print(f"error: {exc} (what was measured is in {args.out})", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:
         print(interrupted_line(exc, args.out), file=sys.stderr)
-        return 130
+        return interrupts.exit_status()
     return 0
 
 
 def interrupted_line(exc: KeyboardInterrupt, out: Path) -> str:
-    """One line for Ctrl-C (or SIGTERM) during a demo: what it kept, and where."""
-    kept = [str(k) for k in getattr(exc, "kept", [])]
-    return "interrupted: " + (
-        f"kept {', '.join(kept)}" if kept else f"the runs so far are in {out}"
-    )
+    """One line for Ctrl-C, SIGTERM or SIGHUP during a demo: what it kept, and where."""
+    kept = ", ".join(str(k) for k in getattr(exc, "kept", []))
+    where = f"kept {kept}" if kept else f"the runs so far are in {out}"
+    return f"{interrupts.stopped_by()}: {where}"
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    interrupts.run_main(main)

@@ -33,6 +33,7 @@ __all__ = [
     "install",
     "note",
     "received",
+    "run_main",
     "stopped_by",
     "working",
 ]
@@ -140,6 +141,18 @@ def working() -> Iterator[None]:
         _depth[0] -= 1
         if _depth[0] == 0:
             ignore()
+
+
+def run_main(main: Callable[[], int]) -> NoReturn:
+    """Run a script's ``main`` with the stop signals taken (:func:`install`) and exit with
+    its status: a script's SIGTERM or SIGHUP then stops it as Ctrl-C does. Not in the
+    script's main(), which tests call in their own process."""
+    install()
+    try:
+        code = main()
+    except NotStarted:
+        exit_not_started()
+    raise SystemExit(code)
 
 
 def exit_not_started() -> NoReturn:

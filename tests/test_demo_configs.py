@@ -344,3 +344,23 @@ def test_a_smaller_time_share_gets_a_budget_in_proportion():
     given = demo._plan(None, False)
     assert demo._plan(given, False, 0.125) is given  # a caller's plan is kept
     assert demo._plan(None, True, 0.125).budget_s is None  # a smoke test's has none
+
+
+def test_a_signal_during_a_light_load_run_stops_the_demo(monkeypatch):
+    """The light-load runs that set the thresholds let the engine's stop flag pass: the
+    run ended early, the demo went on, and a SIGTERM to bench_fidelity was lost."""
+    from types import SimpleNamespace
+
+    from shrink.measure import loop_window
+    from tests.helpers.session_traces import poisson_trace
+
+    looped = loop_window(poisson_trace(100.0, 200.0), 0.0, 50.0)
+    calls = []
+
+    def run(trace, **kw):
+        calls.append(kw["rate_factor"])
+        return SimpleNamespace(describe={"engine": {"interrupted": True}}, utilization=0.1)
+
+    with pytest.raises(KeyboardInterrupt):
+        demo._light_run(SimpleNamespace(run=run), looped, 1.0, seed=1)
+    assert calls == [1.0]

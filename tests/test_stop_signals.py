@@ -207,3 +207,31 @@ def test_the_python_engine_gives_back_the_handlers_it_replaced(monkeypatch, loop
         finally:
             for s, h in before.items():
                 signal.signal(s, h)
+
+
+_DEMO_SLEEPS = """
+import sys, time
+from shrink import demo, interrupts
+
+def run_demo(out, **kw):
+    print("working", flush=True)
+    time.sleep(60)
+
+demo.run_demo = run_demo
+interrupts.run_main(lambda: demo.main(["--out", sys.argv[1]]))
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_the_demo_stopped_by_sigterm_or_sighup_says_so_as_for_ctrl_c(tmp_path, sig):
+    """``make demo`` (and bench_fidelity, the same way) took no handler: a SIGTERM outside
+    a replay killed it without a word, and one inside a run was "interrupted", exit 130."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _DEMO_SLEEPS, str(tmp_path)], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert proc.stdout.readline() == "working\n"
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, err
+    assert _shown(err) == [f"stopped by {sig.name}: the runs so far are in {tmp_path}"]
