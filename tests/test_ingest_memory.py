@@ -1,12 +1,13 @@
-"""The streamed text readers' peak memory stays within a few times the trace they build.
+"""The streamed text readers' peak memory grows with the trace they build, by a small factor.
 
-Each read runs in a fresh Python process that reports the growth of its peak RSS
-(``ru_maxrss``) from the moment the reader was imported, and the size of the table
-read. The bounds sit between what the readers take now and what they took when
-every column's intermediates (batch chunks, their concatenation, the reordered
-copy, a list of n Python strings for a default column) stayed resident: for these
-logs about 2.3 and 0.75 times the table, against 4.0 and 1.5 before. The Common Log
-Format reader is left out: its growth at this size is mostly fixed costs.
+Each log is read in a fresh Python process that reports the growth of its own peak
+RSS (VmHWM, started afresh once the reader is imported) and the size of the table
+read, at two log sizes: the growth between the two over the table's is what each
+more row costs, the costs every read pays once (modules loaded on first use, the
+first batch of lines) cancelled. Measured on a 2-vCPU Debian 12 VM, 3 runs: 1.66-1.71
+(recorded-session log) and 0.79-0.83 (httperf session log); the bounds sit 20% over.
+The Common Log Format reader is left out: at this size its growth is mostly fixed
+costs.
 """
 
 from __future__ import annotations
@@ -21,17 +22,26 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# The child's own peak (VmHWM), started afresh at its RSS once the reader is imported.
+# Not ru_maxrss: Linux carries it over an exec, so a child of a big pytest process
+# started at pytest's peak and showed no growth under it.
 _READ = """
-import resource, sys
+import sys
 from shrink.ingest import read_specweb, read_wsesslog
+def status(field):
+    with open("/proc/self/status") as fh:
+        return next(int(x.split()[1]) * 1024 for x in fh if x.startswith(field + ":"))
 read = {"specweb": read_specweb, "wsesslog": read_wsesslog}[sys.argv[1]]
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+with open("/proc/self/clear_refs", "w") as fh:
+    fh.write("5")
+base = status("VmRSS")
 trace = read(sys.argv[2])
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print({"growth": (peak - base) * 1024, "table": trace.table.nbytes, "rows": len(trace)})
+peak = status("VmHWM")
+print({"growth": peak - base, "table": trace.table.nbytes, "rows": len(trace)})
 """
 
 _MIB = 2**20
+SIZES_MIB = (4, 12)  # two logs: the growth between them is the reader's per-row cost
 
 
 def _urls(rnd: random.Random, count: int) -> list[str]:
@@ -91,17 +101,25 @@ def _read_in_child(fmt: str, log: Path) -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("fmt", "write", "bound"),
-    [("specweb", _specweb_log, 3.2), ("wsesslog", _wsesslog, 1.1)],
+    [("specweb", _specweb_log, 2.0), ("wsesslog", _wsesslog, 1.0)],
 )
 def test_peak_memory_of_a_large_log_stays_near_its_trace(tmp_path, fmt, write, bound):
-    if not sys.platform.startswith("linux"):
-        pytest.skip("ru_maxrss is in KiB on Linux only")
-    log = tmp_path / f"big.{fmt}"
-    write(log, 10 * _MIB)
-    r = _read_in_child(fmt, log)
-    assert r["rows"] > 100_000
-    ratio = r["growth"] / r["table"]
+    if not Path("/proc/self/clear_refs").exists():
+        pytest.skip("the peak RSS is read from Linux's /proc/self (clear_refs, VmHWM)")
+    got = []
+    for mib in SIZES_MIB:
+        log = tmp_path / f"{mib}.{fmt}"
+        write(log, mib * _MIB)
+        got.append(_read_in_child(fmt, log))
+        log.unlink()
+    small, big = got
+    assert big["rows"] > 100_000
+    # What a larger log adds: the costs every read pays once (modules the reader loads
+    # on first use, the first batch of lines) cancel out.
+    ratio = (big["growth"] - small["growth"]) / (big["table"] - small["table"])
     assert ratio < bound, (
-        f"{fmt}: peak RSS grew {r['growth'] / _MIB:.0f} MiB for a "
-        f"{r['table'] / _MIB:.0f} MiB table ({ratio:.1f}x, bound {bound}x)"
+        f"{fmt}: from {SIZES_MIB[0]} to {SIZES_MIB[1]} MiB of log the peak RSS grew "
+        f"{(big['growth'] - small['growth']) / _MIB:.0f} MiB more for "
+        f"{(big['table'] - small['table']) / _MIB:.0f} MiB more table ({ratio:.2f}x, "
+        f"bound {bound}x)"
     )
