@@ -46,6 +46,8 @@ fi
 # Debian starts lighttpd, nginx and php-fpm (php8.2-fpm on Debian 12) as services on
 # install; shrink runs its own instances, so stop them and keep them from starting.
 if [ "$(id -u)" -eq 0 ]; then
+  # shellcheck source=scripts/stop_service.sh
+  . scripts/stop_service.sh
   units=(lighttpd nginx)
   for f in /lib/systemd/system/php*-fpm.service /etc/init.d/php*-fpm; do
     [ -e "$f" ] && units+=("$(basename "$f" .service)")
@@ -61,21 +63,8 @@ if [ "$(id -u)" -eq 0 ]; then
       fi
     elif [ -x "/etc/init.d/$unit" ]; then
       did=()
-      # Not "/etc/init.d/$unit stop": without its pidfile the script's start-stop-daemon
-      # matches every process of the server's executable, shrink's own testbeds
-      # included (a set-up run beside a prediction killed its PHP). Only the service's
-      # own master, named by its pidfile, is stopped.
-      for pidfile in "/run/$unit.pid" "/run/php/$unit.pid"; do
-        pid=$(cat "$pidfile" 2>/dev/null) || continue
-        case "$pid" in '' | *[!0-9]*) continue ;; esac
-        # A stale pidfile may name another process now: only a daemon (parent 1)
-        # running one of the three servers' executables is the service's.
-        exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || continue
-        case "$exe" in */lighttpd | */nginx | */php-fpm*) ;; *) continue ;; esac
-        [ "$(ps -o ppid= -p "$pid" 2>/dev/null | tr -d ' ')" = 1 ] || continue
-        kill -TERM "$pid" 2>/dev/null && did+=(stopped)
-        break
-      done
+      # Only the service's own master, named by its pidfile (scripts/stop_service.sh).
+      [ "$(stop_by_pidfile /run "$unit")" = stopped ] && did+=(stopped)
       if compgen -G "/etc/rc[2-5].d/S[0-9][0-9]$unit" >/dev/null; then
         update-rc.d "$unit" disable >/dev/null 2>&1 && did+=(disabled)
       fi

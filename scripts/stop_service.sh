@@ -1,0 +1,20 @@
+# Sourced by setup.sh: stop_by_pidfile RUN_DIR UNIT stops the system service UNIT's own
+# master process, named by its pidfile under RUN_DIR (/run), and prints "stopped".
+#
+# Not "/etc/init.d/$unit stop": without its pidfile the script's start-stop-daemon
+# matches every process of the server's executable, shrink's own testbeds included (a
+# set-up run beside a prediction killed its PHP). A stale pidfile may name another
+# process now: only a daemon (parent 1) running one of the three servers' executables
+# is the service's.
+stop_by_pidfile() {
+  local run=$1 unit=$2 pidfile pid exe
+  for pidfile in "$run/$unit.pid" "$run/php/$unit.pid"; do
+    pid=$(cat "$pidfile" 2>/dev/null) || continue
+    case "$pid" in '' | *[!0-9]*) continue ;; esac
+    exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || continue
+    case "$exe" in */lighttpd | */nginx | */php-fpm*) ;; *) continue ;; esac
+    [ "$(ps -o ppid= -p "$pid" 2>/dev/null | tr -d ' ')" = 1 ] || continue
+    kill -TERM "$pid" 2>/dev/null && echo stopped
+    return 0
+  done
+}

@@ -1,0 +1,79 @@
+"""scripts/stop_service.sh: set-up stops a system service by its own pidfile, and nothing
+else. "/etc/init.d/php8.2-fpm stop" without a pidfile matched every php-fpm on the
+machine: a set-up run beside a prediction killed the testbed's PHP."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "stop_service.sh"
+
+
+def _stop(run: Path, unit: str) -> str:
+    out = subprocess.run(
+        ["bash", "-c", f'. "{SCRIPT}"; stop_by_pidfile "$1" "$2"', "_", str(run), unit],
+        capture_output=True, text=True, check=True, timeout=30,
+    )  # fmt: skip
+    return out.stdout.strip()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _orphan(exe: Path) -> int:
+    """``exe 60`` started by a child that exits at once: a daemon, its parent now init
+    (or the nearest subreaper)."""
+    out = subprocess.run(
+        ["bash", "-c", f'setsid "{exe}" 60 >/dev/null 2>&1 < /dev/null & echo $!'],
+        capture_output=True, text=True, check=True, timeout=30,
+    )  # fmt: skip
+    return int(out.stdout)
+
+
+def test_only_a_daemon_running_a_server_named_by_the_pidfile_is_stopped(tmp_path):
+    sleep = shutil.which("sleep")
+    if sleep is None or not Path("/proc/self/exe").exists():
+        pytest.skip("needs sleep and /proc")
+    lighttpd = tmp_path / "bin" / "lighttpd"
+    lighttpd.parent.mkdir()
+    shutil.copy(sleep, lighttpd)
+    run = tmp_path / "run"
+    (run / "php").mkdir(parents=True)
+    # A testbed's server: the right executable, but a child of shrink, not a daemon.
+    child = subprocess.Popen([str(lighttpd), "60"])
+    other = _orphan(Path(sleep))  # a daemon, but not a server's executable
+    daemon = _orphan(lighttpd)
+    try:
+        (run / "lighttpd.pid").write_text(f"{child.pid}\n")
+        assert _stop(run, "lighttpd") == "" and child.poll() is None
+        (run / "lighttpd.pid").write_text(f"{other}\n")
+        assert _stop(run, "lighttpd") == "" and _alive(other)
+        (run / "php" / "php8.2-fpm.pid").write_text("12x\n")
+        assert _stop(run, "php8.2-fpm") == ""
+        assert _stop(run, "nginx") == ""  # no pidfile at all
+        ppid = int(Path(f"/proc/{daemon}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        if ppid != 1:
+            pytest.skip(f"an orphan's parent here is PID {ppid} (a subreaper), not init")
+        (run / "lighttpd.pid").write_text(f"{daemon}\n")
+        assert _stop(run, "lighttpd") == "stopped"
+        deadline = time.monotonic() + 10
+        while _alive(daemon) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(daemon)
+    finally:
+        child.kill()
+        child.wait()
+        for pid in (other, daemon):
+            if _alive(pid):
+                os.kill(pid, 9)
