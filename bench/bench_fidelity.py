@@ -138,6 +138,31 @@ DEFAULT = (
 )  # fmt: skip
 
 
+def run_passes(args: argparse.Namespace) -> tuple[list[dict[str, Any]], bool]:
+    """Run ``args.runs`` passes of the configurations asked for: their rows, and whether
+    a stop signal ended them (the line saying what was kept is printed)."""
+    from shrink import interrupts
+
+    rows: list[dict[str, Any]] = []
+    out = args.out
+    try:
+        # Inside it a SIGTERM or SIGHUP stops the runs as Ctrl-C does (once installed).
+        with interrupts.working():
+            for _ in range(args.runs):
+                # Interleaved run by run: a machine that drifts over the hour spreads over
+                # every configuration alike.
+                for name in args.config or list(DEFAULT):
+                    out = next_run_dir(args.out / name)
+                    rows.append(run_config(name, out, calibrate=args.calibrate))
+                    print(table(rows[-1:]), flush=True)
+    except KeyboardInterrupt as exc:
+        from shrink.demo import interrupted_line
+
+        print(interrupted_line(exc, out), file=sys.stderr)
+        return rows, True
+    return rows, False
+
+
 def run_config(name: str, out: Path, calibrate: bool = False) -> dict[str, Any]:
     """One run of configuration ``name`` into ``out`` (``calibrate=True``: its CPU-time
     share's speed calibrated on the full target); its summary row."""
@@ -625,24 +650,7 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
     else:
-        rows, out = [], args.out
-        from shrink import interrupts
-
-        try:
-            # Inside it a SIGTERM or SIGHUP stops the runs as Ctrl-C does (once installed).
-            with interrupts.working():
-                for _ in range(args.runs):
-                    # Interleaved run by run: a machine that drifts over the hour spreads
-                    # over every configuration alike.
-                    for name in args.config or list(DEFAULT):
-                        out = next_run_dir(args.out / name)
-                        rows.append(run_config(name, out, calibrate=args.calibrate))
-                        print(table(rows[-1:]), flush=True)
-        except KeyboardInterrupt as exc:
-            from shrink.demo import interrupted_line
-
-            print(interrupted_line(exc, out), file=sys.stderr)
-            interrupted = True
+        rows, interrupted = run_passes(args)
     rows = full_side_judged(rows)
     kept, noisy = quiet(rows)
     for r in noisy:
