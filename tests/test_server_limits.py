@@ -96,8 +96,9 @@ def test_docroot_coverage_names_what_is_missing(tmp_path):
                             tmp_path)  # fmt: skip
     assert full.warning("t") is None
     # Read as the server reads a request-target: percent-decoded, and "//x" is a path.
-    paths = ["/static/a%2Ebin", "//static/a.bin", "/static/a.bin%00"]
-    odd = docroot_coverage(Trace.from_columns({"session": [0] * 3, "t": [0.0] * 3,
+    (tmp_path / "static" / os.fsdecode(b"caf\xe9")).write_bytes(b"x")
+    paths = ["/static/a%2Ebin", "//static/a.bin", "/static/a.bin%00", "/static/caf%E9"]
+    odd = docroot_coverage(Trace.from_columns({"session": [0] * 4, "t": [0.0] * 4,
                                                "path": paths}), tmp_path)  # fmt: skip
     assert odd.missing == ["/static/a.bin%00"]
 

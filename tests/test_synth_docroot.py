@@ -238,6 +238,11 @@ def test_an_escaped_path_is_the_file_the_server_serves(tmp_path):
     assert (root / "s" / "a b.gif").stat().st_size == 10
     assert not (root / "s" / "a%20b.gif").exists()
     assert missing_paths(root, ["/s/a%20b.gif", "/s/a b.gif?x=%20"]) == []
+    # A byte that is not UTF-8 names the file by that byte, as the server reads it.
+    write_docroot(root, workload="recorded", static=[StaticFile("/s/caf%E9", 3)], dynamic=[],
+                  params={})  # fmt: skip
+    assert b"caf\xe9" in os.listdir(os.fsencode(root / "s"))
+    assert missing_paths(root, ["/s/caf%E9", "/s/caf%e9"]) == []
     assert missing_paths(root, ["/s/%2e%2e/%2e%2e/etc/passwd", "/s/a%00.gif"]) == [
         "/s/%2e%2e/%2e%2e/etc/passwd",
         "/s/a%00.gif",

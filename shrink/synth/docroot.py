@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, BinaryIO
-from urllib.parse import unquote
+from urllib.parse import unquote_to_bytes
 
 import numpy as np
 from pydantic import Field, model_serializer
@@ -144,8 +144,9 @@ def _block(path: str) -> bytes:
 
 
 def _local(root: Path, url_path: str) -> Path:
-    # Percent-decoded as the server decodes it: "/a%20b" is served from the file "a b".
-    rel = unquote(url_path.split("?", 1)[0]).lstrip("/")
+    # Percent-decoded to bytes as the server decodes it: "/a%20b" is served from the
+    # file "a b", "/caf%E9" from the file named by that byte (not U+FFFD).
+    rel = os.fsdecode(unquote_to_bytes(url_path.split("?", 1)[0])).lstrip("/")
     parts = Path(rel).parts
     if not rel or ".." in parts or "\x00" in rel:
         raise ParameterError(f"docroot path == {url_path!r}, must be a plain absolute URL path.")
