@@ -363,3 +363,9 @@ def test_an_ipv6_payload_length_of_zero_is_read_from_the_record(tmp_path: Path) 
     fast = read_capture(p, engine="fast")
     assert fast.same_rows(read_capture(p, engine="scapy"))
     assert rows_by_path(fast) == EXPECTED and fast.meta["skipped"] == 0
+    # A bare header with nothing after it is cut short, not a TCP segment of no bytes.
+    bare = struct.pack(">IHBB16s16s", 6 << 28, 0, 6, 64, bytes(16), bytes(16))
+    p.write_bytes(bytes(data) + struct.pack("<IIII", 1_700_000_009, 0, 40, 40) + bare)
+    for engine in ("fast", "scapy"):
+        tr = read_capture(p, engine=engine)
+        assert rows_by_path(tr) == EXPECTED and tr.meta["skipped"] == 1, engine

@@ -122,7 +122,7 @@ class _Collector:
             hdr_len = 40
             proto = l3.nh
             l4 = l3.payload
-            if not l3.plen:
+            if not l3.plen and len(l3.original) > 40:
                 # A zero payload length (BIG TCP's offloaded segments, as a zero IPv4
                 # length): trust the record. scapy would give the payload no bytes.
                 raw = bytes(l3.original)
