@@ -8,10 +8,11 @@ anything is sent; :mod:`shrink.replay._http` re-exports them.
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
-from urllib.parse import urlsplit
+from urllib.parse import unquote_to_bytes, urlsplit
 
-__all__ = ["is_loopback", "loopback_url_host", "wire_method", "wire_target"]
+__all__ = ["is_loopback", "loopback_url_host", "served_path", "wire_method", "wire_target"]
 
 # What a request-target may hold as it is (RFC 3986 unreserved, sub-delims, ":@/?" and
 # "%" starting an escape); anything else is percent-encoded as UTF-8.
@@ -64,6 +65,14 @@ def wire_target(path: str) -> str:
     if _NOT_SENDABLE.search(path) is None:
         return path
     return _NOT_SENDABLE.sub(lambda m: "".join(f"%{b:02X}" for b in m[0].encode()), path)
+
+
+def served_path(target: str) -> str:
+    """The file path, relative to a document root, that a server reads a request-target
+    as: the query dropped, percent-escapes decoded to the bytes they name ("/a%20b" is
+    "a b", "/caf%E9" the file named by that byte), the leading slashes dropped. Not
+    urlsplit, which reads "//a/b" as host "a" and path "/b"."""
+    return os.fsdecode(unquote_to_bytes(target.split("?", 1)[0])).lstrip("/")
 
 
 def wire_method(method: str) -> str:

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, BinaryIO
-from urllib.parse import unquote_to_bytes
 
 import numpy as np
 from pydantic import Field, model_serializer
@@ -38,6 +37,7 @@ from shrink.jsonout import dumps
 from shrink.schemas import MAX_LIST, Count, Text
 from shrink.synth.support import PAGES, SupportSite, expected_dynamic_fraction, images_per_page
 from shrink.synth.tcp import TCP_BYTES, TCP_PATH
+from shrink.wire import served_path
 
 __all__ = [
     "MANIFEST_SCHEMA",
@@ -144,9 +144,7 @@ def _block(path: str) -> bytes:
 
 
 def _local(root: Path, url_path: str) -> Path:
-    # Percent-decoded to bytes as the server decodes it: "/a%20b" is served from the
-    # file "a b", "/caf%E9" from the file named by that byte (not U+FFFD).
-    rel = os.fsdecode(unquote_to_bytes(url_path.split("?", 1)[0])).lstrip("/")
+    rel = served_path(url_path)
     parts = Path(rel).parts
     if not rel or ".." in parts or "\x00" in rel:
         raise ParameterError(f"docroot path == {url_path!r}, must be a plain absolute URL path.")

@@ -8,12 +8,11 @@ replay counts them as failures, and this check says so before anything runs.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote_to_bytes
 
 from shrink.trace import Trace
+from shrink.wire import served_path
 
 __all__ = ["DocrootCoverage", "docroot_coverage"]
 
@@ -43,8 +42,7 @@ class DocrootCoverage:
 
 
 def _served(root: Path, path: str) -> bool:
-    # Not urlsplit: it reads "//a/b" as host "a" and path "/b"; a request-target is a path.
-    rel = os.fsdecode(unquote_to_bytes(path.split("?", 1)[0])).lstrip("/")  # as bytes
+    rel = served_path(path)
     if "\x00" in rel:
         return False
     target = (root / rel).resolve()
