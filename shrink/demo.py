@@ -37,7 +37,7 @@ import numpy as np
 from rich.console import Console
 
 from shrink import interrupts
-from shrink.atomic import write_text
+from shrink.atomic import make_dirs, write_text
 from shrink.autolevels import AutoPlan
 from shrink.errors import ShrinkError
 from shrink.jsonout import dumps
@@ -331,7 +331,7 @@ def run_demo(
     server = server or cfg.get("server")
     console = Console(stderr=True)
     t0 = time.monotonic()
-    out.mkdir(parents=True, exist_ok=True)
+    make_dirs(out)
     work = _work_dir(out, target)
     alpha = cfg["alpha"]
     plan = _plan(plan, quick, alpha if cfg.get("share_kind", "cpu_time") == "cpu_time" else None)
@@ -483,7 +483,7 @@ def _work_dir(out: Path, target: str) -> Path:
     from shrink.testbed.private import check_reachable, server_user
 
     work = out / "work"
-    work.mkdir(exist_ok=True)
+    make_dirs(work)
     user = server_user() if target == "testbed" else None
     try:
         check_reachable(work, user)

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import samplers
 from shrink._version import __version__
+from shrink.atomic import make_dirs
 from shrink.autolevels import (
     AutoPlan,
     Companion,
@@ -543,7 +544,7 @@ def _write_curves(
     and leave the first copy without them.
     """
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
+        make_dirs(out)
         try:
             measured.write_json(out / "measured-curve.json")
         except WriteError as exc:
@@ -559,7 +560,7 @@ def _write_curves(
 def _write_files(result: PredictionResult, out: Path) -> None:
     """The predicted curve and prediction.json into ``out``, beside the measured curves
     (:func:`_write_curves`); every path into ``result.files``."""
-    out.mkdir(parents=True, exist_ok=True)
+    make_dirs(out)
     result.files["measured"] = out / "measured-curve.json"
     result.files["predicted"] = result.predicted.write_json(out / "predicted-curve.json")
     if result.full is not None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from shrink.atomic import make_dirs
 from shrink.errors import TopologyError
 from shrink.machine import Machine
 from shrink.share import Share
@@ -172,7 +173,7 @@ class TestbedProvider:
             share = replace(share, cpus=self._server)
         if share.kind == "cpu_time" and share.period_us is None:
             share = Share.cpu_time(share.cpus, share.cpu_fraction, text=share.text)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.run_dir)
         state_path = self.run_dir / f"testbed-{self._opened}.json"
         self._opened += 1
         testbed.up(

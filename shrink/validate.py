@@ -22,7 +22,7 @@ from pydantic import Field, computed_field, model_serializer
 from typing_extensions import TypedDict
 
 from shrink import files
-from shrink.atomic import write_text
+from shrink.atomic import make_dirs, write_text
 from shrink.errors import MeasurementError
 from shrink.jsonout import dumps
 from shrink.loadcurve import QGRID, LoadCurve
@@ -249,7 +249,7 @@ class Validation(files.VersionedFile):
 
     def write_json(self, path: str | Path) -> Path:
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(path.parent)
         write_text(path, dumps(self.to_dict(), indent=2, sort_keys=True, default=str) + "\n")
         return path
 

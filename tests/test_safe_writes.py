@@ -136,6 +136,37 @@ def test_a_folder_symlink_another_user_planted_is_not_followed(tmp_path):
     assert list(elsewhere.iterdir()) == []
 
 
+@pytest.mark.root
+@pytest.mark.parametrize("which", ["predict", "validate", "provider"])
+def test_an_output_folder_is_not_made_through_a_symlink_another_user_planted(tmp_path, which):
+    """The folders predict, validate and a testbed's run directory make for their files:
+    ``mkdir(parents=True)`` would make them where a planted symlink points, as root."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to plant a symlink owned by another user")
+    from shrink.predict import _write_curves
+    from shrink.providers import TestbedProvider
+    from shrink.share import Share
+    from shrink.validate import Validation
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "b").symlink_to(elsewhere)
+    os.lchown(tmp_path / "a" / "b", 65534, 65534)  # planted by nobody
+    out = tmp_path / "a" / "b" / "out"
+    with pytest.raises(WriteError, match="owned by UID 65534"):
+        if which == "predict":
+            _write_curves(out, _curve(), None, {"mean": 0.01})
+        elif which == "validate":
+            Validation(mats={}).write_json(out / "validation.json")
+        else:
+            provider = TestbedProvider.__new__(TestbedProvider)  # no server is started:
+            provider.run_dir, provider._opened = out, 0  # the folder comes first
+            with provider.open(Share.whole([0]), "1-replica"):
+                pass
+    assert list(elsewhere.iterdir()) == []
+
+
 def test_missing_folders_are_made_and_an_own_symlink_is_followed(tmp_path):
     assert make_dirs(tmp_path / "x" / "y").is_dir() and own_dir(tmp_path / "x" / "y")
     (tmp_path / "mine").symlink_to(tmp_path / "x")  # the user's own link: kept working
