@@ -1,8 +1,8 @@
 """Tell a trace file's format from its content (``--format auto``).
 
-Binary: pcap (either byte order, micro- or nanosecond) and pcapng by their
-magic numbers, also inside gzip; a Parquet trace by ``PAR1``. Text (plain or
-gzip), from its first lines:
+Binary: pcap (either byte order, micro- or nanosecond, and the variants patched
+tcpdumps wrote) and pcapng by their magic numbers, also inside gzip; a Parquet
+trace by ``PAR1``. Text (plain or gzip), from its first lines:
 
 * ``#shrink-sessions`` on line 1, or a ``# fields:`` line: ``specweb``;
 * most of the first 20 data lines are Common/Combined Log Format lines: ``clf``;
@@ -36,18 +36,12 @@ from shrink.ingest._io import (
     regular_file,
     split_lines,
 )
+from shrink.ingest.capture_magic import CAPTURE_MAGICS
 from shrink.ingest.clf import CLF_LINE
 from shrink.ingest.specweb import MAGIC
 
-__all__ = ["PCAP_MAGICS", "detect_format", "is_capture"]
+__all__ = ["detect_format", "is_capture"]
 
-PCAP_MAGICS: tuple[bytes, ...] = (
-    b"\xd4\xc3\xb2\xa1",  # pcap, little-endian, microseconds
-    b"\xa1\xb2\xc3\xd4",  # pcap, big-endian, microseconds
-    b"\x4d\x3c\xb2\xa1",  # pcap, little-endian, nanoseconds
-    b"\xa1\xb2\x3c\x4d",  # pcap, big-endian, nanoseconds
-    b"\x0a\x0d\x0d\x0a",  # pcapng section header block
-)
 PARQUET_MAGIC = b"PAR1"
 _WSESSLOG_ARG = re.compile(r"(^|\s)(think|method|contents)=")
 _SAMPLE = 20
@@ -56,7 +50,7 @@ _HEAD = 65536  # bytes read to tell the format; more only when no line ends in t
 
 def is_capture(head: bytes) -> bool:
     """Whether these first bytes are a pcap or pcapng file."""
-    return head[:4] in PCAP_MAGICS
+    return head[:4] in CAPTURE_MAGICS
 
 
 def detect_format(path: str | Path, *, max_line: int = MAX_LINE) -> str:

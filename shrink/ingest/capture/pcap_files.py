@@ -33,6 +33,7 @@ from typing import BinaryIO
 import numpy as np
 
 from shrink.errors import CaptureFormatError
+from shrink.ingest.capture.pcap_variants import as_classic
 from shrink.ingest.capture.pcap_walk import (
     FRAME,
     HEADER,
@@ -42,6 +43,7 @@ from shrink.ingest.capture.pcap_walk import (
     walk_chain,
     walk_plain,
 )
+from shrink.ingest.capture_magic import MODIFIED_MAGICS, PCAP_MAGICS, PCAPNG_MAGIC
 
 __all__ = [
     "MAX_HELD",
@@ -56,14 +58,6 @@ __all__ = [
     "read_records",
 ]
 
-PCAP_MAGICS: dict[bytes, tuple[str, int]] = {
-    # magic -> (byte order, ticks per second of the sub-second field)
-    b"\xd4\xc3\xb2\xa1": ("<", 1_000_000),
-    b"\xa1\xb2\xc3\xd4": (">", 1_000_000),
-    b"\x4d\x3c\xb2\xa1": ("<", 1_000_000_000),
-    b"\xa1\xb2\x3c\x4d": (">", 1_000_000_000),
-}
-PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
 GZIP_MAGIC = b"\x1f\x8b"
 # The largest record tshark accepts; a longer one is garbage, not a packet.
 MAX_RECORD = 262_144
@@ -280,7 +274,7 @@ def capture_format(data: bytes | np.ndarray, path: Path, n: int | None = None) -
     """``"pcap"`` or ``"pcapng"`` from the magic number, else a clear error."""
     n = len(data) if n is None else n
     head = bytes(data[: min(4, n)])
-    if head in PCAP_MAGICS:
+    if head in PCAP_MAGICS or head in MODIFIED_MAGICS:
         if n < 24:
             raise CaptureFormatError(
                 f"pcap file header is cut short ({n} of 24 bytes)", path=path, offset=0
@@ -288,14 +282,6 @@ def capture_format(data: bytes | np.ndarray, path: Path, n: int | None = None) -
         return "pcap"
     if head == PCAPNG_MAGIC:
         return "pcapng"
-    if head in (b"\x34\xcd\xb2\xa1", b"\xa1\xb2\xcd\x34"):
-        # Its records have 8 more header bytes (interface, protocol, packet type).
-        raise CaptureFormatError(
-            "a 'modified' pcap (magic a1b2cd34, from Kuznetzov's patched libpcap) is not "
-            "read; convert it to a classic pcap first: editcap -F pcap IN OUT",
-            path=path,
-            offset=0,
-        )
     raise CaptureFormatError(
         f"not a pcap or pcapng capture (bad magic {head.hex() or 'empty file'})",
         path=path,
@@ -567,8 +553,23 @@ def read_records(path: Path, *, strict: bool) -> RawRecords:
     """Every packet record of a pcap/pcapng (optionally gzip) file, without decoding."""
     data, n, gz_damage = load_buffer(path, strict=strict)
     fmt = capture_format(data, path, n)
-    read = _read_pcap if fmt == "pcap" else _read_pcapng
-    recs = read(data, n, path, strict)
+    if fmt == "pcapng":
+        recs = _read_pcapng(data, n, path, strict)
+    else:
+        data, n, fmt, damage = classic_pcap(data, n, path, strict)
+        recs = _read_pcap(data, n, path, strict)
+        recs.fmt, recs.damage = fmt, recs.damage or damage
     if gz_damage and not recs.damage:
         recs.damage = f"{path}: {gz_damage}"
     return recs
+
+
+def classic_pcap(
+    data: np.ndarray, n: int, path: Path, strict: bool
+) -> tuple[np.ndarray, int, str, str | None]:
+    """The pcap in ``data`` as classic pcap, whichever variant an old tcpdump wrote
+    (:mod:`~shrink.ingest.capture.pcap_variants`): (bytes, length, variant, damage)."""
+    magic = bytes(data[:4])
+    endian = MODIFIED_MAGICS.get(magic) or PCAP_MAGICS[magic][0]
+    snaplen = struct.unpack_from(endian + "I", data, 16)[0]
+    return as_classic(data, n, path, strict, limit=max(snaplen, MAX_RECORD), most=MAX_HELD)

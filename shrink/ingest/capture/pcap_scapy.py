@@ -24,6 +24,7 @@ from shrink.ingest.capture.pcap_files import (
     MAX_RECORD,
     PCAP_MAGICS,
     capture_format,
+    classic_pcap,
     load_bytes,
 )
 from shrink.ingest.capture.tcp_segments import Segments
@@ -225,10 +226,15 @@ def scapy_segments(path: Path, *, strict: bool) -> tuple[Segments, str, str | No
     fmt = capture_format(data, path)
     col = _Collector()
     packets = truncated = 0
-    damage = None
+    damage = variant_damage = None
+    if fmt != "pcapng":
+        raw = np.frombuffer(data, np.uint8)
+        arr, _, fmt, variant_damage = classic_pcap(raw, raw.size, path, strict)
+        if fmt != "pcap":  # a variant, copied as classic pcap
+            data = arr.tobytes()
     fh = io.BytesIO(data)
     magic = data[:4]
-    if fmt == "pcap":
+    if fmt != "pcapng":
         reader = RawPcapReader(fh)
         snaplen = max(reader.snaplen, MAX_RECORD)
         tick = PCAP_MAGICS[magic][1]
@@ -250,6 +256,7 @@ def scapy_segments(path: Path, *, strict: bool) -> tuple[Segments, str, str | No
             damage = _damage(path, data, fh.tell(), packets + 1, strict)
     else:
         packets, truncated, damage = _read_pcapng(data, path, strict, col)
+    damage = damage or variant_damage
     if gz_damage and not damage:
         damage = f"{path}: {gz_damage}"
     return col.segments(packets, truncated), fmt, damage

@@ -1,0 +1,149 @@
+"""The pcap variants patched tcpdumps wrote: read as the classic file they hold.
+
+Each variant puts 4, 8 or 12 more bytes after every record's header. The real
+captures are converted by wireshark's own editcap (a writer shrink did not write) and
+by the test's own insertion of the bytes (no editcap needed); both must read as the
+classic original does, in both engines.
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import subprocess
+
+import numpy as np
+import pytest
+from helpers.pcap_synth import Conn, http_response, write_capture
+
+from shrink.errors import CaptureFormatError
+from shrink.ingest.capture import read_capture, read_segments
+from shrink.ingest.capture.pcap_variants import as_classic
+from shrink.ingest.detect import detect_format
+
+pytestmark = pytest.mark.compute
+
+# wireshark's name -> (ours, extra bytes a record, magic of a little-endian file)
+VARIANTS = {
+    "modpcap": ("pcap-modified", 8, b"\x34\xcd\xb2\xa1"),
+    "suse6_3pcap": ("pcap-ss990915", 12, b"\x34\xcd\xb2\xa1"),
+    "rh6_1pcap": ("pcap-ss990417", 8, b"\xd4\xc3\xb2\xa1"),
+    "nokiapcap": ("pcap-nokia", 4, b"\xd4\xc3\xb2\xa1"),
+}
+ENGINES = ("fast", "scapy")
+
+
+def _records(data: bytes) -> list[tuple[int, int]]:
+    """(offset, captured length) of each record of a classic little-endian pcap."""
+    out, off = [], 24
+    while off < len(data):
+        incl = struct.unpack_from("<I", data, off + 8)[0]
+        out.append((off, incl))
+        off += 16 + incl
+    return out
+
+
+def _variant(classic: bytes, wireshark_name: str, filler: int = 0) -> bytes:
+    """The classic little-endian pcap rewritten as that variant, by hand."""
+    _, extra, magic = VARIANTS[wireshark_name]
+    parts = [magic, classic[4:24]]
+    for off, incl in _records(classic):
+        parts += [
+            classic[off : off + 16],
+            bytes([filler]) * extra,
+            classic[off + 16 : off + 16 + incl],
+        ]
+    return b"".join(parts)
+
+
+def _same(a, b) -> None:
+    assert len(a) == len(b) > 0
+    for col in ("t", "path", "session"):
+        assert np.array_equal(np.asarray(a.table[col]), np.asarray(b.table[col])), col
+
+
+@pytest.fixture(scope="module")
+def classic(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    ex = [
+        (b"GET /a HTTP/1.1\r\nHost: f\r\n\r\n", http_response(2000)),
+        (b"GET /b HTTP/1.1\r\nHost: f\r\n\r\n", http_response(3000, chunked=True)),
+    ]
+    conns = [Conn(ex, cport=30000), Conn(ex, cport=30001, start=0.3)]
+    d = tmp_path_factory.mktemp("variants")
+    return write_capture(d / "x.pcap", conns, fmt="pcap").read_bytes()
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_variant_reads_as_its_classic_file(tmp_path, classic, name, engine):
+    (tmp_path / "c.pcap").write_bytes(classic)
+    want = read_capture(tmp_path / "c.pcap", engine=engine)
+    for filler in (0, 0xFF):  # the extra bytes' values do not matter
+        p = tmp_path / f"{name}-{filler}.pcap"
+        p.write_bytes(_variant(classic, name, filler))
+        _same(read_capture(p, engine=engine, strict=True), want)
+        _, facts = read_segments(p, engine=engine)
+        assert facts["format"] == VARIANTS[name][0] and facts["damage"] is None
+        assert detect_format(p) == "pcap"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_real_captures_written_by_editcap_read_as_the_originals(tmp_path, real_dir, engine):
+    editcap = shutil.which("editcap")
+    if editcap is None:
+        pytest.skip("editcap (wireshark-common) is not installed")
+    originals = [
+        p for p in sorted(real_dir.glob("*.pcap")) if p.read_bytes()[:4] == b"\xd4\xc3\xb2\xa1"
+    ]
+    assert len(originals) >= 5
+    for src in originals:
+        want = read_capture(src, engine=engine)
+        for name, (ours, _, _) in VARIANTS.items():
+            out = tmp_path / f"{src.stem}.{name}"
+            subprocess.run([editcap, "-F", name, str(src), str(out)], check=True)
+            got = read_capture(out, engine=engine)
+            assert len(got) == len(want), (src.name, name)
+            if len(want):
+                _same(got, want)
+            assert read_segments(out, engine=engine)[1]["format"] == ours
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_damaged_variant_keeps_what_came_before_and_names_the_record(tmp_path, classic, engine):
+    data = bytearray(_variant(classic, "modpcap"))
+    offs, off = [], 24
+    while off < len(data):  # the variant's own record offsets, 24-byte headers
+        offs.append(off)
+        off += 24 + struct.unpack_from("<I", data, off + 8)[0]
+    bad = offs[3]
+    struct.pack_into("<I", data, bad + 8, 0x7FFFFFF0)  # an impossible length
+    p = tmp_path / "bad.pcap"
+    p.write_bytes(bytes(data))
+    with pytest.raises(CaptureFormatError) as err:
+        read_capture(p, engine=engine, strict=True)
+    assert err.value.record == 4 and err.value.offset == bad  # the file's own offset
+    assert str(err.value).startswith(str(p))
+    _, facts = read_segments(p, engine=engine)
+    assert facts["format"] == "pcap-modified"
+    assert "record 4" in facts["damage"] and f"byte offset {bad}" in facts["damage"]
+    assert f"the {len(data) - bad:,} bytes from there on were not read" in facts["damage"]
+
+
+def test_a_classic_file_damaged_at_its_first_record_is_not_taken_for_a_variant(tmp_path, classic):
+    data = bytearray(classic)
+    struct.pack_into("<I", data, 24 + 8, 0x7FFFFFF0)
+    p = tmp_path / "bad.pcap"
+    p.write_bytes(bytes(data))
+    _, facts = read_segments(p)
+    assert facts["format"] == "pcap" and "record 1" in facts["damage"]
+
+
+def test_a_large_variant_is_refused_naming_the_command_that_converts_it(tmp_path, classic):
+    data = np.frombuffer(_variant(classic, "modpcap"), np.uint8)
+    with pytest.raises(CaptureFormatError, match="editcap -F pcap IN OUT") as err:
+        as_classic(data, data.size, tmp_path / "big.pcap", False, limit=262144, most=100)
+    assert err.value.offset == 0
+    same = np.frombuffer(classic, np.uint8)
+    assert (
+        as_classic(same, same.size, tmp_path / "c.pcap", False, limit=262144, most=100)[2] == "pcap"
+    )
