@@ -14,7 +14,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from helpers.pcap_synth import Conn, http_response, write_capture
+from helpers.pcap_synth import Conn, http_response, pcap_variant, write_capture
 
 from shrink.errors import CaptureFormatError
 from shrink.ingest.capture import read_capture, read_segments
@@ -33,27 +33,9 @@ VARIANTS = {
 ENGINES = ("fast", "scapy")
 
 
-def _records(data: bytes) -> list[tuple[int, int]]:
-    """(offset, captured length) of each record of a classic little-endian pcap."""
-    out, off = [], 24
-    while off < len(data):
-        incl = struct.unpack_from("<I", data, off + 8)[0]
-        out.append((off, incl))
-        off += 16 + incl
-    return out
-
-
 def _variant(classic: bytes, wireshark_name: str, filler: int = 0) -> bytes:
-    """The classic little-endian pcap rewritten as that variant, by hand."""
     _, extra, magic = VARIANTS[wireshark_name]
-    parts = [magic, classic[4:24]]
-    for off, incl in _records(classic):
-        parts += [
-            classic[off : off + 16],
-            bytes([filler]) * extra,
-            classic[off + 16 : off + 16 + incl],
-        ]
-    return b"".join(parts)
+    return pcap_variant(classic, magic, extra, filler)
 
 
 def _same(a, b) -> None:

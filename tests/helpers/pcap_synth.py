@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Conn", "http_response", "write_capture"]
+__all__ = ["Conn", "http_response", "pcap_variant", "write_capture"]
 
 MSS = 1448
 
@@ -273,3 +273,19 @@ def write_capture(
     path = Path(path)
     path.write_bytes(bytes(out))
     return path
+
+
+def pcap_variant(classic: bytes, magic: bytes, extra: int, filler: int = 0) -> bytes:
+    """A classic little-endian pcap rewritten as a patched tcpdump's variant: ``magic``
+    for the file's, and ``extra`` bytes of ``filler`` after every record's header."""
+    parts = [magic, classic[4:24]]
+    off = 24
+    while off < len(classic):
+        incl = struct.unpack_from("<I", classic, off + 8)[0]
+        parts += [
+            classic[off : off + 16],
+            bytes([filler]) * extra,
+            classic[off + 16 : off + 16 + incl],
+        ]
+        off += 16 + incl
+    return b"".join(parts)
