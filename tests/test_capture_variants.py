@@ -33,9 +33,11 @@ VARIANTS = {
 ENGINES = ("fast", "scapy")
 
 
-def _variant(classic: bytes, wireshark_name: str, filler: int = 0) -> bytes:
+def _variant(classic: bytes, wireshark_name: str, filler: int = 0, byteorder: str = "<") -> bytes:
     _, extra, magic = VARIANTS[wireshark_name]
-    return pcap_variant(classic, magic, extra, filler)
+    return pcap_variant(
+        classic, magic if byteorder == "<" else magic[::-1], extra, filler, byteorder
+    )
 
 
 def _same(a, b) -> None:
@@ -60,9 +62,10 @@ def classic(tmp_path_factory: pytest.TempPathFactory) -> bytes:
 def test_a_variant_reads_as_its_classic_file(tmp_path, classic, name, engine):
     (tmp_path / "c.pcap").write_bytes(classic)
     want = read_capture(tmp_path / "c.pcap", engine=engine)
-    for filler in (0, 0xFF):  # the extra bytes' values do not matter
-        p = tmp_path / f"{name}-{filler}.pcap"
-        p.write_bytes(_variant(classic, name, filler))
+    # The extra bytes' values do not matter; a big-endian machine wrote big-endian files.
+    for filler, byteorder in ((0, "<"), (0xFF, "<"), (0, ">")):
+        p = tmp_path / f"{name}-{filler}{byteorder}.pcap"
+        p.write_bytes(_variant(classic, name, filler, byteorder))
         _same(read_capture(p, engine=engine, strict=True), want)
         _, facts = read_segments(p, engine=engine)
         assert facts["format"] == VARIANTS[name][0] and facts["damage"] is None

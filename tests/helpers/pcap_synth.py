@@ -275,17 +275,18 @@ def write_capture(
     return path
 
 
-def pcap_variant(classic: bytes, magic: bytes, extra: int, filler: int = 0) -> bytes:
+def pcap_variant(
+    classic: bytes, magic: bytes, extra: int, filler: int = 0, byteorder: str = "<"
+) -> bytes:
     """A classic little-endian pcap rewritten as a patched tcpdump's variant: ``magic``
-    for the file's, and ``extra`` bytes of ``filler`` after every record's header."""
-    parts = [magic, classic[4:24]]
+    for the file's, ``extra`` bytes of ``filler`` after every record's header, and the
+    headers' fields in ``byteorder`` ("<" or ">", which ``magic`` must match)."""
+    head = struct.unpack_from("<HHiIII", classic, 4)
+    parts = [magic, struct.pack(byteorder + "HHiIII", *head)]
     off = 24
     while off < len(classic):
-        incl = struct.unpack_from("<I", classic, off + 8)[0]
-        parts += [
-            classic[off : off + 16],
-            bytes([filler]) * extra,
-            classic[off + 16 : off + 16 + incl],
-        ]
-        off += 16 + incl
+        fields = struct.unpack_from("<4I", classic, off)
+        body = classic[off + 16 : off + 16 + fields[2]]
+        parts += [struct.pack(byteorder + "4I", *fields), bytes([filler]) * extra, body]
+        off += 16 + fields[2]
     return b"".join(parts)
