@@ -93,7 +93,9 @@ def _trusted(folder: Path) -> None:
     one planted by another user in a folder they may write (the rule the kernel's
     ``protected_symlinks`` applies in sticky folders, here in every folder)."""
     me = os.geteuid()
-    p = Path(os.path.abspath(folder))
+    # Not abspath: it drops "x/.." by name, but the kernel goes through x to reach its
+    # "..", so a planted symlink x before a ".." must be checked (and refused) too.
+    p = Path.cwd() / folder
     for d in (p, *p.parents):
         try:
             st = os.lstat(d)

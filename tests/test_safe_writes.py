@@ -167,6 +167,22 @@ def test_an_output_folder_is_not_made_through_a_symlink_another_user_planted(tmp
     assert list(elsewhere.iterdir()) == []
 
 
+def test_no_folder_is_made_through_a_planted_symlink_before_a_dot_dot(tmp_path):
+    """``link/../new``: the kernel reaches ``..`` through the link, so ``new`` would be
+    made beside where the link points; checking the path with ``..`` dropped by name
+    (abspath) never looked at the link."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to plant a symlink owned by another user")
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "deep").mkdir(parents=True)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "b").symlink_to(elsewhere / "deep")
+    os.lchown(tmp_path / "a" / "b", 65534, 65534)  # planted by nobody
+    with pytest.raises(WriteError, match="owned by UID 65534"):
+        write_text(tmp_path / "a" / "b" / ".." / "new" / "f.txt", "x")
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["deep"]
+
+
 def test_missing_folders_are_made_and_an_own_symlink_is_followed(tmp_path):
     assert make_dirs(tmp_path / "x" / "y").is_dir() and own_dir(tmp_path / "x" / "y")
     (tmp_path / "mine").symlink_to(tmp_path / "x")  # the user's own link: kept working
