@@ -401,6 +401,25 @@ def test_a_planted_private_folder_is_refused(tmp_path, monkeypatch):
     assert registry.private_dir() == tmp_path / "runs"
 
 
+def test_a_private_folder_holding_other_files_keeps_its_mode(tmp_path, monkeypatch):
+    """SHRINK_RUN_DIR naming a folder that is not shrink's own (``/``, ``/root``): its
+    mode was set to shrink's (``/`` 0711 hid it from every user's listing)."""
+    from shrink.testbed import registry
+
+    folder = tmp_path / "home"
+    folder.mkdir(mode=0o755)
+    os.chmod(folder, 0o755)
+    (folder / ".bashrc").write_text("x")
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(folder))
+    with pytest.raises(TestbedError, match=r"not shrink's \('\.bashrc' among them\)"):
+        registry.private_dir()
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o755
+    (folder / ".bashrc").unlink()
+    (folder / "up-s-1234").mkdir()  # shrink's own: its mode is set as before
+    assert registry.private_dir() == folder
+    assert stat.S_IMODE(os.stat(folder).st_mode) in (0o700, 0o711)
+
+
 def _forged_state(path: Path, pid: int) -> Path:
     """A state naming ``pid`` with its true start time and program: all readable in /proc."""
     info = process.proc_info(pid)

@@ -150,8 +150,10 @@ def secure_dir(path: Path, mode: int = 0o700) -> Path:
             "writable by others, who could replace it; set SHRINK_RUN_DIR (or "
             "XDG_RUNTIME_DIR) to a folder of this user's"
         )
+    made = False
     with contextlib.suppress(FileExistsError):
         os.mkdir(path, mode)
+        made = True
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
         raise TestbedError(
@@ -159,8 +161,27 @@ def secure_dir(path: Path, mode: int = 0o700) -> Path:
             "writable by others): not used; remove it or set SHRINK_RUN_DIR"
         )
     if stat.S_IMODE(st.st_mode) != mode:
+        # The mode is shrink's to set on a folder of its own only: SHRINK_RUN_DIR=/ (or
+        # /root, /usr/bin) made root chmod that folder to 0711, hiding / from every
+        # user's listing, or opening /root to them.
+        foreign = [] if made else sorted(n for n in os.listdir(path) if not _ours(n))
+        if foreign:
+            raise TestbedError(
+                f"{path} holds files that are not shrink's ({foreign[0]!r} among them) and "
+                f"has mode {stat.S_IMODE(st.st_mode):04o}, not {mode:04o}: its mode is left "
+                "as it is and it is not used; set SHRINK_RUN_DIR to a folder of shrink's own"
+            )
         os.chmod(path, mode)
     return path
+
+
+# What shrink keeps in its private folder: testbed entries (and their temporary
+# names), run roots and locks (up-), a replay's scratch folders (shrink-).
+_OUR_NAMES = ("testbed-", ".testbed-", "up-", "shrink-")
+
+
+def _ours(name: str) -> bool:
+    return name.startswith(_OUR_NAMES)
 
 
 def swappable_above(path: Path) -> Path | None:
