@@ -637,3 +637,16 @@ def test_testbed_up_warns_of_a_docroot_others_may_write(
         lines
     )
     assert "or PHP it runs as" in lines[0] and "let only root and" in lines[0], lines
+
+
+def test_a_relative_run_folder_is_refused(tmp_path, monkeypatch):
+    """A relative SHRINK_RUN_DIR named nothing where the servers run: up started them,
+    and every page, the health check's too, was an HTTP 500."""
+    from shrink.testbed import registry
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SHRINK_RUN_DIR", "rel-run")
+    with pytest.raises(TestbedError, match="SHRINK_RUN_DIR='rel-run': not an absolute path"):
+        registry.private_dir()
+    assert not (tmp_path / "rel-run").exists()
+

@@ -54,6 +54,10 @@ def run_dir() -> Path:
     only once :func:`private_dir` has checked it is this user's and no one else's."""
     env = os.environ.get("SHRINK_RUN_DIR")
     if env:
+        if not os.path.isabs(env):
+            # The servers run in another folder, where a relative name finds none of
+            # their configs and sockets (every page was an HTTP 500).
+            raise TestbedError(f"SHRINK_RUN_DIR={env!r}: not an absolute path")
         return Path(env)
     if os.geteuid() == 0 and os.access("/run", os.W_OK):
         return Path("/run/shrink")
