@@ -650,3 +650,11 @@ def test_a_relative_run_folder_is_refused(tmp_path, monkeypatch):
         registry.private_dir()
     assert not (tmp_path / "rel-run").exists()
 
+
+def test_a_stopped_command_names_only_the_files_still_there(tmp_path):
+    """A failed up removes the run root it wrote its configs into: "kept" named them."""
+    from shrink.cli._common import kept_files
+
+    whole, removed = tmp_path / "curve.json", tmp_path / "run" / "lighttpd.conf"
+    whole.write_text("{}")
+    assert kept_files([], [whole, removed]) == [str(whole)]

@@ -139,7 +139,9 @@ def kept_files(
     written once and then ``failed`` to be written again is its earlier copy, whole:
     said so, since the error's line names it first as the file not written."""
     said = " ".join(str(k) for k in kept)
-    new = [p for p in written if str(p) not in said]
+    # Only what is still there: a failed ``testbed up`` removes the run root it had
+    # written its configs into, and "kept" named those removed files.
+    new = [p for p in written if str(p) not in said and os.path.lexists(p)]
     out = [str(k) for k in kept]
     if failed is not None and Path(failed) in new:
         new.remove(Path(failed))
