@@ -140,6 +140,7 @@ class TraceInfo:
 
 
 _QUANTILES = (0.0, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0)
+_JSONL_BATCH = 65_536  # rows turned into Python objects at once by write_jsonl
 
 
 def _quantiles(values: np.ndarray) -> dict[str, float]:
@@ -324,13 +325,15 @@ class Trace:
     def write_jsonl(self, path: str | Path) -> Path:
         """JSON Lines, one request per line (NaN rt written as null)."""
         path = Path(path)
-        rows = self._table.to_pylist()
         with atomic_file(path, "w", encoding="utf-8") as fh:
-            for row in rows:
-                rt = row.get("rt")
-                if rt is not None and rt != rt:  # NaN
-                    row["rt"] = None
-                fh.write(dumps(row, separators=(",", ":")) + "\n")
+            # A batch at a time: the whole table as Python dicts took over 13 GB for
+            # a trace of 20 M requests (a 34 MB Parquet file) before a byte was written.
+            for batch in self._table.to_batches(max_chunksize=_JSONL_BATCH):
+                for row in batch.to_pylist():
+                    rt = row.get("rt")
+                    if rt is not None and rt != rt:  # NaN
+                        row["rt"] = None
+                    fh.write(dumps(row, separators=(",", ":")) + "\n")
         return path
 
     # statistics ----------------------------------------------------------------
