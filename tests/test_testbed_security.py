@@ -6,6 +6,7 @@ config values cannot break out of their quotes, run dirs are private, and two
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -22,7 +23,7 @@ from helpers.testbed import as_root_with
 
 from shrink import processes as process
 from shrink.enforce.cfs import cgroup_mounts
-from shrink.errors import RecipeError, StateError, TestbedError
+from shrink.errors import RecipeError, StateError, TestbedError, WriteError
 from shrink.mapping import build_mapping
 from shrink.share import Share
 from shrink.testbed import ServerSettings, down, up
@@ -658,3 +659,59 @@ def test_a_stopped_command_names_only_the_files_still_there(tmp_path):
     whole, removed = tmp_path / "curve.json", tmp_path / "run" / "lighttpd.conf"
     whole.write_text("{}")
     assert kept_files([], [whole, removed]) == [str(whole)]
+
+
+@pytest.mark.root
+def test_a_state_name_with_a_space_can_be_brought_down(tmp_path, monkeypatch, machine):
+    """``--state "my state.json"``: the cgroup was named after it, space and all, and
+    ``down`` refused a cgroup name it does not make: the servers ran on."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root for the cgroups")
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "runs"))
+    (tmp_path / "doc").mkdir()
+    state = tmp_path / "a b\x1b.json"
+    st = up(tmp_path / "doc", machine, Share.all_of(machine), state_path=state, port=0,
+            server=ServerSettings(FakeRecipe()), cgroups="yes")  # fmt: skip
+    pids = [p for r in st.replicas for p in r.pids]
+    assert st.replicas[0].cgroup, "the test needs a cgroup"
+    down(state)
+    assert not any(process.is_alive(p) for p in pids)
+
+
+@pytest.mark.root
+def test_a_state_path_through_a_planted_symlink_starts_nothing(tmp_path, monkeypatch, machine):
+    """``--state LINK/s.json``, LINK another user's: up resolved the path first, so the
+    check never saw the link, and the state was written where it pointed."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to plant a symlink owned by another user")
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "runs"))
+    (tmp_path / "doc").mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "link").symlink_to(elsewhere)
+    os.lchown(tmp_path / "link", 65534, 65534)  # planted by nobody
+    state = tmp_path / "link" / "s.json"
+    with pytest.raises(WriteError, match="owned by UID 65534"):
+        up(tmp_path / "doc", machine, Share.all_of(machine), state_path=state, port=0,
+           server=ServerSettings(FakeRecipe()))  # fmt: skip
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_an_up_whose_state_cannot_be_written_stops_its_servers(tmp_path, monkeypatch, machine):
+    """The state written last (a full disk, a path that takes no file): the servers
+    started were left running, with no state or record to stop them by."""
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "runs"))
+    (tmp_path / "doc").mkdir()
+    started: list[TestbedState] = []
+
+    def no_room(self: TestbedState, path: object) -> None:
+        started.append(self)
+        raise WriteError(str(path), OSError(errno.ENOSPC, "No space left on device"))
+
+    monkeypatch.setattr(TestbedState, "write", no_room)
+    with pytest.raises(WriteError, match="no space left"):
+        up(tmp_path / "doc", machine, Share.all_of(machine), state_path=tmp_path / "s.json",
+           port=0, server=ServerSettings(FakeRecipe()))  # fmt: skip
+    pids = [p for r in started[0].replicas for p in r.pids]
+    assert pids and not any(process.is_alive(p) for p in pids)
+    assert list((tmp_path / "runs").iterdir()) == []

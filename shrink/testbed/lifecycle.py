@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from shrink import processes as process
+from shrink.atomic import make_dirs
 from shrink.enforce import DEFAULT as DEFAULT_ENFORCE
 from shrink.enforce import Enforcer, check_mechanism, enforcer_from_dict, make_enforcer
 from shrink.errors import ParameterError, RecipeError, StateError, TestbedError, TopologyError
@@ -52,6 +53,7 @@ from shrink.testbed.private import (
     new_run_root,
     remove_run_root,
     replica_dirs,
+    safe_stem,
     server_env,
     server_user,
 )
@@ -284,6 +286,9 @@ def up(
     # A test double may run as the caller; every real recipe drops root.
     user = server_user() if getattr(recipe, "drops_root", True) else None
     check_reachable(docroot, user)
+    # Checked as the user named it: resolved, a symlink another user planted on the way
+    # is gone from the path, and the state was written where it pointed.
+    make_dirs(Path(state_path).parent)
     state_path = Path(state_path).resolve()
     base = registry.private_dir()
     with UpLock(base, state_path):
@@ -304,7 +309,7 @@ def up(
         )  # fmt: skip
         try:
             started, enfs = _start_all(
-                launch, m, share, tag=f"{state_path.stem}-{os.getpid()}-{int(time.time())}",
+                launch, m, share, tag=f"{safe_stem(state_path)}-{os.getpid()}-{int(time.time())}",
                 cgroups=(use_cg, layout), enforce=enforce,
             )  # fmt: skip
         except BaseException:
@@ -322,10 +327,19 @@ def up(
             server=server_record(recipe),
             share_enforce=enfs[0].describe() if enfs else None,
         )
-        state.write(state_path)
-        # ``owned``: it dies with this process (a parent-death signal) and is recorded with
-        # this process as owner, so ``down --stale`` finds what a kill -9 left.
-        registry.record(state_path, state, owned=owned)
+        try:
+            state.write(state_path)
+            # ``owned``: it dies with this process (a parent-death signal) and is recorded
+            # with this process as owner, so ``down --stale`` finds what a kill -9 left.
+            registry.record(state_path, state, owned=owned)
+        except BaseException:
+            # Without a state or a record nothing could stop them (a full disk, a state
+            # path that cannot be written): the servers ran on, untracked.
+            for rs in started:
+                _stop_replica(recipe, rs)
+            registry.forget(state_path)
+            shutil.rmtree(run_root, ignore_errors=True)
+            raise
     return state
 
 

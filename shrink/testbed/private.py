@@ -61,6 +61,7 @@ __all__ = [
     "new_run_root",
     "readable",
     "remove_run_root",
+    "safe_stem",
     "secure_dir",
     "server_env",
     "server_user",
@@ -196,10 +197,16 @@ def swappable_above(path: Path) -> Path | None:
     return None
 
 
+def safe_stem(state_path: Path) -> str:
+    """The state file's name in the names shrink makes for it (run roots, cgroups): only
+    the characters ``down`` accepts there, so that a testbed named ``my state.json`` can
+    be stopped (its cgroup ``my state-...`` was refused, the servers left running)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", state_path.stem)[:16] or "testbed"
+
+
 def new_run_root(base: Path, state_path: Path, user: ServerUser | None) -> Path:
     """A fresh run root for one ``up`` under the private ``base`` (see the module docstring)."""
-    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", state_path.stem)[:16] or "testbed"
-    root = Path(tempfile.mkdtemp(prefix=f"up-{stem}-", dir=base))
+    root = Path(tempfile.mkdtemp(prefix=f"up-{safe_stem(state_path)}-", dir=base))
     if user is not None:
         os.chmod(root, 0o711)  # the server user may pass through, not list or write
     return root
