@@ -661,6 +661,16 @@ def test_a_stopped_command_names_only_the_files_still_there(tmp_path):
     assert kept_files([], [whole, removed]) == [str(whole)]
 
 
+def test_a_file_written_under_two_names_is_named_once(tmp_path, monkeypatch):
+    """predict said "kept /abs/pt/runs/testbed-0.json, pt/runs/testbed-0.json": up wrote
+    the state by its resolved path, down by the one the user gave."""
+    from shrink.cli._common import kept_files
+
+    monkeypatch.chdir(tmp_path)
+    Path("s.json").write_text("{}")
+    assert kept_files([], [tmp_path / "s.json", Path("s.json")]) == [str(tmp_path / "s.json")]
+
+
 @pytest.mark.root
 def test_a_state_name_with_a_space_can_be_brought_down(tmp_path, monkeypatch, machine):
     """``--state "my state.json"``: the cgroup was named after it, space and all, and

@@ -142,6 +142,12 @@ def kept_files(
     # Only what is still there: a failed ``testbed up`` removes the run root it had
     # written its configs into, and "kept" named those removed files.
     new = [p for p in written if str(p) not in said and os.path.lexists(p)]
+    # One file written under two names (up wrote a state by its resolved path, down by
+    # the relative one the user gave) is said once.
+    once: dict[str, Path] = {}
+    for p in new:
+        once.setdefault(os.path.abspath(p), p)
+    new = list(once.values())
     out = [str(k) for k in kept]
     if failed is not None and Path(failed) in new:
         new.remove(Path(failed))
