@@ -180,6 +180,16 @@ def test_down_on_a_damaged_state_stops_what_it_names_and_no_stranger(tmp_path: P
         lifecycle.down(tmp_path / "none.json")
 
 
+def test_down_on_a_file_that_is_no_state_says_so_and_stops_nothing(tmp_path: Path) -> None:
+    """``testbed down --state /etc/shadow`` said "damaged state (PIDs it still names):
+    nothing was running" and exited 0, naming neither the file nor what was wrong."""
+    p = tmp_path / "shadow"
+    p.write_text("root:*:19000:0:99999:7:::\ndaemon:*:19000:0:99999:7:::\n")
+    with pytest.raises(TestbedError, match="names no process either: nothing was stopped") as err:
+        lifecycle.down(p)
+    assert str(p) in str(err.value) and "\n" not in str(err.value)
+
+
 # --------------------------------------------------------------------- text and Parquet readers
 def test_clf_is_linear_in_line_length(tmp_path: Path) -> None:
     # An unclosed user agent ending in blanks took 23.5 s at 100 KB (quadratic backtracking).

@@ -475,14 +475,18 @@ def _refuse_if_forgeable(state_path: str | Path) -> None:
         )
 
 
-def _down_damaged(state_path: str | Path) -> dict[str, list[int]]:
+def _down_damaged(state_path: str | Path, why: TestbedError) -> dict[str, list[int]]:
     """Stop what a damaged state file still names, by PID, never a stranger.
 
     A PID with its recorded start time is stopped if that process still runs; one
     without (the start times were lost) never is: a name such as ``nginx`` does not
-    make a process ours. The file is left as it is, for the user to look at.
+    make a process ours. The file is left as it is, for the user to look at. A file
+    that names no PID at all is no testbed's state (``--state /etc/shadow``): an
+    error saying why it could not be read, not "nothing was running".
     """
     found = salvage_pids(state_path)
+    if not found:
+        raise TestbedError(f"{why}; it names no process either: nothing was stopped")
     targets: dict[int, int | None] = {}
     for pid, start in found.items():
         info = process.proc_info(pid)
@@ -547,13 +551,13 @@ def down(state_path: str | Path) -> dict[str, list[int]]:
         st = TestbedState.read(state_path)
     except StateError:
         raise  # names what shrink did not make: touch nothing
-    except TestbedError:
+    except TestbedError as exc:
         if not Path(state_path).is_file():
             raise
         kept = registry.recorded(state_path)
         if kept is None:
             _refuse_if_forgeable(state_path)
-            return _down_damaged(state_path)
+            return _down_damaged(state_path, exc)
         st = kept
     else:
         kept = registry.recorded(state_path)
