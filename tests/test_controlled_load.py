@@ -11,6 +11,7 @@ import pytest
 from helpers.fake_provider import three_bursts
 
 from shrink.autolevels import AutoPlan, auto_sweep
+from shrink.errors import ParameterError
 from shrink.machine import Machine
 from shrink.measure import (
     level_stats,
@@ -97,6 +98,18 @@ def test_looped_run_holds_whole_copies_and_starts_in_steady_state():
     # Nothing is planned past the window's end: a single pass of the run ends with it
     # (sessions with minutes of think time would otherwise hold a low level for minutes).
     assert t.max() < run.warmup + run.duration
+
+
+def test_a_window_with_nothing_to_replay_says_what_to_change():
+    """A sparse trace and a short window: the error names the window and the remedy
+    ("the loop window holds no request to replay" alone left the user no next step)."""
+    one = Trace.from_columns(
+        {"session": [0], "burst": [0], "t": [50.0], "think": [0.0], "path": ["/a"]},
+        meta={"loop_span": 100.0},
+    )
+    with pytest.raises(ParameterError, match="longer --duration") as err:
+        looped_run(one, 1.0, 0.0, 1.0)
+    assert "spans 100 s" in str(err.value) and "in 1 s" in str(err.value)
 
 
 def test_auto_sweep_on_the_simulator_offers_a_controlled_load():

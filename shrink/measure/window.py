@@ -256,7 +256,11 @@ def looped_run(
     copy = np.repeat(ks - k_lo, len(window))[keep]
     real = real[keep]
     if real.size == 0:
-        raise ParameterError("the loop window holds no request to replay")
+        raise ParameterError(
+            f"the loop window holds no request to replay at rate factor {factor:g} in "
+            f"{duration:g} s (the trace's window spans {span:g} s): give a longer "
+            "--duration, or a trace with more requests in its steady part"
+        )
     first = float(real.min())
     sess = window.column("session").astype(np.int64)
     stride = int(sess.max()) + 1
