@@ -247,6 +247,22 @@ def test_a_co_runner_in_a_folder_others_may_write_is_not_run(tmp_path, monkeypat
     assert build_helper() == helper  # this user's own, in its own folder: run
 
 
+def test_no_folder_is_made_in_a_cache_folder_another_user_owns(tmp_path, monkeypatch):
+    """XDG_CACHE_HOME naming another user's world-writable folder: the helper was not
+    run, but root had made its folder there first."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a folder another user owns")
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler: no folder is made anyway")
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 65534, 65534)
+    os.chmod(theirs, 0o1777)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(theirs))
+    assert build_helper() is None
+    assert list(theirs.iterdir()) == []
+
+
 def test_the_co_runner_is_built_for_no_one_else_to_write_whatever_the_umask(tmp_path, monkeypatch):
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler")

@@ -62,6 +62,13 @@ def build_helper() -> Path | None:
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         return None
+    # Checked before a folder is made: in a cache folder another user owns (a hostile
+    # XDG_CACHE_HOME) root left a folder of its own, though it ran nothing from it.
+    above = path.parent
+    while not os.path.lexists(above) and above != above.parent:
+        above = above.parent
+    if not _safe_to_run(above):
+        return None
     try:
         make_dirs(path.parent, 0o755)
     except WriteError:
