@@ -267,3 +267,35 @@ def test_generated_round_trip_checks_can_fail(tmp_path):
     changed = trace.with_column("think", np.array([1.25, 0.0]))
     assert not back.same_rows(changed)
     assert math.isnan(back.column("rt")[0])
+
+
+def test_a_wsesslog_is_written_a_batch_at_a_time(tmp_path, monkeypatch):
+    """``export`` to wsesslog built the whole text (and the columns as Python lists)
+    first: about 10 GB for a trace of 20 M requests. Now one batch of rows at a time,
+    the same text as the whole."""
+    import tracemalloc
+
+    from shrink.ingest import wsesslog as ws
+
+    n = 50_000
+    tr = Trace.from_columns(
+        {
+            "session": np.arange(n) // 10,
+            "burst": np.arange(n) // 5,
+            "t": np.arange(n) * 0.01,
+            "think": np.where(np.arange(n) % 5 == 0, 1.5, 0.0),
+            "path": [f"/pages/a-page-with-a-long-name-{i:06d}.html" for i in range(n)],
+        },
+        meta={"mode": "closed"},
+    )
+    whole = format_wsesslog(tr)
+    monkeypatch.setattr(ws, "_WRITE_BATCH", 500)
+    tracemalloc.start()
+    try:
+        write_wsesslog(tr, tmp_path / "t.log")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * 2**20, f"{peak / 2**20:.1f} MiB for {n:,} rows"
+    assert len(whole) > 2_000_000  # the whole text alone would be over the bound
+    assert (tmp_path / "t.log").read_text(encoding="utf-8") == whole
