@@ -157,9 +157,16 @@ def test_sweep_of_support_on_the_1_core_testbed_gives_a_curve_and_mats(tmp_path)
     curve = tmp_path / "curve.json"
     try:
         busy = _busy_users(runner, trace, state, tmp_path / "calibration.json")
-        # the light levels keep the old ratios to the busy one (100 : 400 : 1400)
-        levels = [round(busy / 14), round(busy / 3.5), busy]
-        _sweep(runner, trace, state, levels, curve)
+        for _ in range(2):
+            # the light levels keep the old ratios to the busy one (100 : 400 : 1400)
+            levels = [round(busy / 14), round(busy / 3.5), busy]
+            _sweep(runner, trace, state, levels, curve)
+            top = LoadCurve.read_json(curve).levels[-1].reps[0].utilization or 0.0
+            if top >= 0.7:
+                break
+            # The host sped up after the calibration (a VM's drifts by tens of percent
+            # in minutes): the busy level did not queue, so it is set again, once.
+            busy = round(busy * 0.85 / max(top, 0.05))
     finally:
         runner.invoke(app, ["testbed", "down", "--state", str(state)])
     lc = LoadCurve.read_json(curve)
