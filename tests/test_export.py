@@ -187,7 +187,7 @@ def test_jsonl_is_written_a_batch_at_a_time(tmp_path, monkeypatch):
         {"session": np.arange(n) // 20, "t": np.arange(n) * 0.01, "path": ["/a.html"] * n},
         meta={"mode": "closed"},
     )
-    monkeypatch.setattr(trace_mod, "_JSONL_BATCH", 500)
+    monkeypatch.setattr(trace_mod, "WRITE_BATCH", 500)
     tracemalloc.start()
     try:
         tr.write_jsonl(tmp_path / "t.jsonl")

@@ -289,7 +289,7 @@ def test_a_wsesslog_is_written_a_batch_at_a_time(tmp_path, monkeypatch):
         meta={"mode": "closed"},
     )
     whole = format_wsesslog(tr)
-    monkeypatch.setattr(ws, "_WRITE_BATCH", 500)
+    monkeypatch.setattr(ws, "WRITE_BATCH", 500)
     tracemalloc.start()
     try:
         write_wsesslog(tr, tmp_path / "t.log")

@@ -72,7 +72,7 @@ from shrink.classify import Classifier
 from shrink.errors import ParameterError, TraceFormatError
 from shrink.ingest._columns import Columns, Distinct, classify_paths, release
 from shrink.ingest._io import MAX_LINE, LineBatch, decode_line, line_batches
-from shrink.trace import Trace
+from shrink.trace import WRITE_BATCH, Trace
 
 __all__ = ["METHODS", "read_wsesslog", "write_wsesslog"]
 
@@ -400,11 +400,6 @@ def format_wsesslog(trace: Trace, *, think_default: float = 0.0, source: str = "
     return "".join(wsesslog_chunks(trace, think_default=think_default, source=source))
 
 
-# Rows formatted at a time: the whole of a 20 M-request trace as one string (and its
-# columns as Python lists) took about 10 GB before a byte was written.
-_WRITE_BATCH = 65_536
-
-
 def wsesslog_chunks(trace: Trace, *, think_default: float = 0.0, source: str = "") -> Iterator[str]:
     """The canonical wsesslog text of ``trace``, a batch of rows at a time."""
     # httperf's default think time (--wsesslog N,X,F) is seconds >= 0; NaN equals no
@@ -418,8 +413,8 @@ def wsesslog_chunks(trace: Trace, *, think_default: float = 0.0, source: str = "
     new_session = np.r_[True, session[1:] != session[:-1]]
     new_burst = np.r_[True, burst[1:] != burst[:-1]] | new_session
     where = source or "trace"
-    for lo in range(0, n, _WRITE_BATCH):
-        part = trace.table.slice(lo, _WRITE_BATCH)
+    for lo in range(0, n, WRITE_BATCH):
+        part = trace.table.slice(lo, WRITE_BATCH)
         think = part.column("think").to_pylist()
         methods = part.column("method").to_pylist()
         paths = part.column("path").to_pylist()
