@@ -58,9 +58,9 @@ __all__ = [
     "COLUMNS",
     "EXTRA_COLUMNS",
     "SCHEMA",
+    "WRITE_BATCH",
     "Trace",
     "TraceInfo",
-    "WRITE_BATCH",
     "check_values",
 ]
 
