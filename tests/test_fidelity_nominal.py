@@ -79,3 +79,29 @@ def test_the_nominal_fit_is_its_own_entry_and_leaves_the_calibrated_one(tmp_path
     written = json.loads(path.read_text())
     assert written["share_kinds"]["cpu_time"] == shipped["share_kinds"]["cpu_time"]
     assert written["share_kinds"]["cores"] == shipped["share_kinds"]["cores"]
+
+
+def test_the_default_fit_writes_the_core_subset_entry_too(tmp_path, monkeypatch):
+    # A core subset has no calibration: the one fit the default reading makes must
+    # write its entry, or core-subset predictions keep a stale model error.
+    shipped = json.loads(bench_fidelity.MODEL_ERROR.read_text())
+    path = tmp_path / "model_error.json"
+    path.write_text(json.dumps(shipped))
+    monkeypatch.setattr(bench_fidelity, "MODEL_ERROR", path)
+    cores = [
+        {**_row(name, k, None), "share_kind": "cores", "calibration": None}
+        for name, k in (("c", 0), ("c", 1), ("d", 0))
+    ]
+    for r, x in zip(cores, (90.0, 80.0, 70.0), strict=True):
+        r["mean"] = {**r["mean"], "log_error": math.log(x / 100)}
+    data = bench_fidelity.fit(fidelity_nominal.nominal_rows(cores, bench_fidelity.NOMINAL), True)
+    entry = data["share_kinds"]["cores"]
+    assert entry["bias"] == pytest.approx(math.log(0.9 * 0.8 * 0.7) / 3, abs=1e-4)
+    assert entry["provenance"]["configurations"] == ["c", "d"]
+    assert "recomputed_runs" not in entry["provenance"]
+    assert "calibration" not in entry["provenance"]
+    written = json.loads(path.read_text())
+    assert (
+        written["share_kinds"][bench_fidelity.NOMINAL_ENTRY]
+        == shipped["share_kinds"][bench_fidelity.NOMINAL_ENTRY]
+    )
