@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import socket as _socket
 import subprocess
 from collections import defaultdict
@@ -31,6 +30,7 @@ from pathlib import Path
 
 from shrink.errors import TopologyError
 from shrink.machine import Machine
+from shrink.programs import trusted_which
 from shrink.schemas import MAX_CPUS
 
 __all__ = ["CpuInfo", "discover", "format_cpulist", "load_machine", "parse_cpulist"]
@@ -110,7 +110,7 @@ def _cpus_from_sysfs(sys_root: Path) -> list[CpuInfo] | None:
 
 
 def _cpus_from_lscpu() -> list[CpuInfo] | None:
-    exe = shutil.which("lscpu")
+    exe = trusted_which("lscpu")[0]  # run as root: never one another user could plant
     if exe is None:
         return None
     try:

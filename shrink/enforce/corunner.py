@@ -20,7 +20,6 @@ import contextlib
 import hashlib
 import os
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ from shrink import processes as process
 from shrink.atomic import make_dirs
 from shrink.enforce.cfs import Cgroup, CgroupLayout, Recorded
 from shrink.errors import TopologyError, WriteError
+from shrink.programs import safe_to_run, trusted_which
 from shrink.schemas import MAX_CPUS, Count, Cpu, Fraction, Name, Pid
 
 __all__ = ["PERIOD_US", "CoRunner", "build_helper"]
@@ -58,8 +58,8 @@ def build_helper() -> Path | None:
     run (None: the Python spinner is used instead)."""
     path = _helper_path()
     if path.exists():
-        return path if _safe_to_run(path) else None
-    cc = shutil.which("cc") or shutil.which("gcc")
+        return path if safe_to_run(path) else None
+    cc = trusted_which("cc")[0] or trusted_which("gcc")[0]
     if cc is None:
         return None
     # Checked before a folder is made: in a cache folder another user owns (a hostile
@@ -67,13 +67,13 @@ def build_helper() -> Path | None:
     above = path.parent
     while not os.path.lexists(above) and above != above.parent:
         above = above.parent
-    if not _safe_to_run(above):
+    if not safe_to_run(above):
         return None
     try:
         make_dirs(path.parent, 0o755)
     except WriteError:
         return None
-    if not _safe_to_run(path.parent):
+    if not safe_to_run(path.parent):
         return None
     tmp = Path(tempfile.mkdtemp(dir=path.parent)) / "corunner"
     try:
@@ -86,29 +86,7 @@ def build_helper() -> Path | None:
         os.replace(tmp, path)  # atomic: two builders at once both end with a whole file
     finally:
         shutil.rmtree(tmp.parent, ignore_errors=True)
-    return path if _safe_to_run(path) else None
-
-
-def _safe_to_run(path: Path) -> bool:
-    """Whether root may run ``path``: it and every folder above it, as named and as
-    resolved, are this user's or root's and writable by no one else (a sticky folder's
-    entries excepted), so no other user could have put or swapped a program there."""
-    me = os.geteuid()
-    named = Path(os.path.abspath(path))
-    real = Path(os.path.realpath(path))
-    try:
-        for p in dict.fromkeys([named, *named.parents, real, *real.parents]):
-            st = os.lstat(p)
-            if st.st_uid not in (0, me):
-                return False
-            if stat.S_ISLNK(st.st_mode):
-                continue
-            sticky = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
-            if st.st_mode & 0o022 and not sticky:
-                return False
-    except OSError:
-        return False
-    return True
+    return path if safe_to_run(path) else None
 
 
 @dataclass(init=False, eq=False)

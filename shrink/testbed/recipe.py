@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import stat
 import subprocess
@@ -35,6 +34,7 @@ from typing import Any, Protocol, runtime_checkable
 from shrink import processes as process
 from shrink.errors import RecipeError, TestbedError
 from shrink.mapping import Replica
+from shrink.programs import trusted_which
 from shrink.share import Cgroup
 from shrink.testbed import health
 from shrink.testbed.config import PhpLimits
@@ -165,12 +165,24 @@ def label(recipe: ServerRecipe) -> str:
 
 
 def find_tool(recipe: str, *names: str, hint: str) -> str:
-    """The path of the first of ``names`` installed; /usr/sbin is searched even if not on PATH."""
+    """The path of the first of ``names`` installed; /usr/sbin is searched even if not on PATH.
+
+    Root runs it (``-v``): a match another user could have put or changed (a folder
+    on ``PATH`` they may write) is skipped, and named if nothing else is found."""
     extra = os.pathsep.join(["/usr/sbin", "/usr/local/sbin", "/sbin"])
+    search = os.pathsep.join([os.environ.get("PATH", os.defpath), extra])
+    skipped: list[str] = []
     for name in names:
-        path = shutil.which(name) or shutil.which(name, path=extra)
+        path, passed = trusted_which(name, search)
+        skipped += passed
         if path is not None:
             return path
+    if skipped:
+        raise RecipeError(
+            f"{' or '.join(names)}: not run from {', '.join(dict.fromkeys(skipped))}, which a "
+            f"user other than root may change (it or a folder above it); {hint}",
+            recipe=recipe,
+        )
     raise RecipeError(f"{' or '.join(names)} is not installed: {hint}", recipe=recipe)
 
 
