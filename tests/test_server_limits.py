@@ -29,8 +29,8 @@ def test_php_cgi_runs_with_time_and_memory_limits(tmp_path):
                       php_max_execution_s=7, php_memory_limit="64M")  # fmt: skip
     conf = render_lighttpd_conf(c)
     assert (
-        '"bin-path" => "/usr/bin/php-cgi -d max_execution_time=7 -d memory_limit=64M '
-        '-d post_max_size=8M -d upload_max_filesize=8M"' in conf
+        '"bin-path" => "/usr/bin/php-cgi -d user_ini.filename= -d max_execution_time=7 '
+        '-d memory_limit=64M -d post_max_size=8M -d upload_max_filesize=8M"' in conf
     )
 
 

@@ -100,6 +100,30 @@ def test_every_server_process_holds_nothing_of_roots(tmp_path, machine, recipe, 
         down(state)
 
 
+@pytest.mark.live
+@pytest.mark.root
+@pytest.mark.parametrize("recipe", ["lighttpd-php-cgi", "nginx-php-fpm"])
+def test_a_user_ini_in_the_docroot_is_not_read(tmp_path, machine, recipe, monkeypatch):
+    """PHP reads a ``.user.ini`` in a page's folder: one planted in a folder of the
+    document root ran any file (an upload, ``upload.txt``) as PHP before every page."""
+    as_root_with(recipe, monkeypatch, tmp_path / "runs")
+    doc = tmp_path / "doc"
+    (doc / "up").mkdir(parents=True)
+    (doc / "up" / "upload.txt").write_text('<?php echo "ran as PHP ";\n')
+    (doc / "up" / ".user.ini").write_text(f"auto_prepend_file={doc / 'up' / 'upload.txt'}\n")
+    (doc / "up" / "page.php").write_text('<?php echo "page";\n')
+    state = tmp_path / "s.json"
+    st = up(doc, machine, Share.all_of(machine), state_path=state, port=0,
+            server=ServerSettings(recipe))  # fmt: skip
+    try:
+        r = st.replicas[0]
+        with httpx.Client(trust_env=False, timeout=5) as c:
+            page = c.get(f"http://{r.address}:{r.port}/up/page.php")
+        assert page.status_code == 200 and page.text == "page", page.text
+    finally:
+        down(state)
+
+
 @pytest.mark.root
 def test_a_recipe_files_version_commands_do_not_run_as_root(tmp_path, monkeypatch):
     """A recipe file's commands are the user's: its ``versions`` commands run as the

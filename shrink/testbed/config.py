@@ -195,9 +195,10 @@ def _path(value: str | Path, what: str) -> str:
 
 
 def _php_bin(c: ReplicaConfig) -> str:
-    """php-cgi with its time and memory limits (``-d`` overrides php.ini)."""
+    """php-cgi with its time and memory limits (``-d`` overrides php.ini), reading no
+    ``.user.ini`` in the document root (one planted there could run any file as PHP)."""
     return (
-        f"{c.php_cgi} -d max_execution_time={int(c.php_max_execution_s)} "
+        f"{c.php_cgi} -d user_ini.filename= -d max_execution_time={int(c.php_max_execution_s)} "
         f"-d memory_limit={c.php_memory_limit} -d post_max_size={c.php_post_max_mib}M "
         f"-d upload_max_filesize={c.php_post_max_mib}M"
     )

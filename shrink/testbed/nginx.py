@@ -140,6 +140,8 @@ pm.max_children = {children}
 pm.max_requests = 0
 catch_workers_output = yes
 clear_env = no
+; no .user.ini from the document root: one planted there could run any file as PHP
+php_admin_value[user_ini.filename] =
 """
 
 
