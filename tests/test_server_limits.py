@@ -34,6 +34,47 @@ def test_php_cgi_runs_with_time_and_memory_limits(tmp_path):
     )
 
 
+def test_php_fpm_runs_with_the_same_limits(tmp_path):
+    """nginx-php-fpm said the testbed's limits (``testbed up``'s note) but ran php.ini's:
+    a page took 64 MiB under ``--php-memory-limit 16M``."""
+    from shrink.testbed.nginx import render_fpm_conf
+    from shrink.testbed.recipe import ReplicaContext
+
+    r = Replica("r0", (0,), "127.0.0.1", 8080, (0,), 0)
+    ctx = ReplicaContext(r, tmp_path, tmp_path, tmp_path, 1, 5.0, spawn=None,  # type: ignore[arg-type]
+                         php=PhpLimits(7, "64M", 24))  # fmt: skip
+    conf = render_fpm_conf(ctx, tmp_path / "php-fpm.sock", 1)
+    lines = conf.splitlines()
+    assert "php_value[max_execution_time] = 7" in lines and "php_value[memory_limit] = 64M" in lines
+    assert "php_value[post_max_size] = 24M" in lines, conf
+    assert "php_value[upload_max_filesize] = 24M" in lines, conf
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("recipe", ["lighttpd-php-cgi", "nginx-php-fpm"])
+def test_a_page_sees_the_testbeds_php_limits(tmp_path, recipe, monkeypatch):
+    from helpers.testbed import as_root_with
+
+    as_root_with(recipe, monkeypatch, tmp_path / "runs")
+    doc = tmp_path / "doc"
+    doc.mkdir()
+    (doc / "ini.php").write_text(
+        '<?php foreach (["max_execution_time", "memory_limit", "post_max_size"] as $k) '
+        'echo ini_get($k), " ";\n'
+    )
+    machine = discover()
+    state = tmp_path / "s.json"
+    st = up(doc, machine, Share.all_of(machine), state_path=state, port=0,
+            server=ServerSettings(recipe, php=PhpLimits(7, "64M", 24)))  # fmt: skip
+    try:
+        r = st.replicas[0]
+        with httpx.Client(trust_env=False, timeout=5) as c:
+            page = c.get(f"http://{r.address}:{r.port}/ini.php")
+        assert page.text.split() == ["7", "64M", "24M"], page.text
+    finally:
+        down(state)
+
+
 def test_php_limits_hold_the_traces_largest_body_and_are_said():
     tr = Trace.from_columns({"session": [0, 1, 2], "t": [0.0, 1.0, 2.0], "path": ["/a.php"] * 3,
                              "method": ["GET", "POST", "POST"],

@@ -123,8 +123,10 @@ http {{
 
 
 def render_fpm_conf(ctx: ReplicaContext, socket_path: Path, children: int) -> str:
-    """The php-fpm config for one replica: its own pool on its own socket."""
+    """The php-fpm config for one replica: its own pool on its own socket, with the
+    testbed's PHP limits (``testbed up`` says them; php.ini's are not these)."""
     run = ctx.sock_dir
+    php = ctx.php
     return f"""; shrink testbed replica {ctx.replica.name}
 [global]
 pid = {_q(run / "php-fpm.pid")}
@@ -142,6 +144,10 @@ catch_workers_output = yes
 clear_env = no
 ; no .user.ini from the document root: one planted there could run any file as PHP
 php_admin_value[user_ini.filename] =
+php_value[max_execution_time] = {int(php.max_execution_s)}
+php_value[memory_limit] = {php.memory_limit}
+php_value[post_max_size] = {php.post_max_mib}M
+php_value[upload_max_filesize] = {php.post_max_mib}M
 """
 
 
