@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import io
 import os
 import sys
 
@@ -118,6 +119,11 @@ def main(args: list[str] | None = None) -> None:
     """The ``shrink`` command: ``args`` (default: the command line's) run as typer runs them."""
     # SIGTERM and SIGHUP stop a command as Ctrl-C does: what was measured is kept.
     interrupts.install()
+    # A character stdout's encoding lacks (a path's "ü" under PYTHONIOENCODING=ascii) is
+    # shown escaped, as on stderr, not an internal error after the work is done.
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     try:
         argv = sys.argv[1:] if args is None else args
         refuse_empty(argv)
