@@ -269,10 +269,11 @@ def _progress_sweep(fn: Any) -> Any:
 
 def _warn_docroot(tgt: Any, tr: Any, name: Any) -> None:
     """Before a run on a testbed: warn when its docroot lacks the trace's paths."""
+    from shrink.cli.testbed_cmd import coverage_user
     from shrink.testbed.coverage import docroot_coverage
 
     docroot = (tgt.state or {}).get("docroot")
     if docroot and Path(docroot).is_dir():
-        line = docroot_coverage(tr, docroot).warning(str(name or "the trace"))
+        line = docroot_coverage(tr, docroot, coverage_user()).warning(str(name or "the trace"))
         if line:
             typer.echo(line, err=True)

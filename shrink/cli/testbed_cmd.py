@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from shrink.mapping import Mapping
     from shrink.share import Share
     from shrink.testbed.config import PhpLimits
+    from shrink.testbed.private import ServerUser
     from shrink.testbed.state import TestbedState
 
 # The defaults of shrink.enforce.DEFAULT and shrink.testbed.config.PHP_CHILDREN_PER_CORE,
@@ -311,9 +312,19 @@ def warn_docroot(trace: Path, docroot: Path | str) -> None:
 
     if not Path(docroot).is_dir():
         return  # up says so itself
-    line = docroot_coverage(Trace.read_parquet(trace), docroot).warning(str(trace))
+    line = docroot_coverage(Trace.read_parquet(trace), docroot, coverage_user()).warning(str(trace))
     if line:
         typer.echo(line, err=True)
+
+
+def coverage_user() -> ServerUser | None:
+    """The user whose reads a docroot's coverage checks: the servers' (as root), else None."""
+    from shrink.testbed.private import server_user
+
+    try:
+        return server_user()
+    except TestbedError:
+        return None  # up says so itself
 
 
 def warn_writable_docroot(docroot: Path | str) -> None:

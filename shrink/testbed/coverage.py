@@ -8,9 +8,10 @@ replay counts them as failures, and this check says so before anything runs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from shrink.testbed.private import ServerUser, reader
 from shrink.trace import Trace
 from shrink.wire import served_path
 
@@ -28,11 +29,21 @@ class DocrootCoverage:
     missing: list[str]
     requests_missing: int
     requests: int
+    # there, but not for the server user (root wrote them under umask 077): each a 403
+    unreadable: list[str] = field(default_factory=list)
+    user: str = ""
 
     def warning(self, trace_name: str) -> str | None:
-        """One line for the user, or None when every path is there."""
+        """One line for the user, or None when every path is there (and readable)."""
         if not self.missing:
-            return None
+            if not self.unreadable:
+                return None
+            return (
+                f"warning: {self.user}, the user the servers run as, cannot read "
+                f"{len(self.unreadable):,} of the {self.paths:,} paths of {trace_name} in "
+                f"document root {self.docroot} (e.g. {', '.join(self.unreadable[:3])}): they "
+                f"will fail (403) and count as failures; chmod -R o+rX {self.docroot}"
+            )
         eg = ", ".join(self.missing[:3])
         return (
             f"warning: document root {self.docroot} lacks {len(self.missing):,} of the "
@@ -41,29 +52,42 @@ class DocrootCoverage:
         )
 
 
-def _served(root: Path, path: str) -> bool:
+def _served(root: Path, path: str) -> Path | None:
+    """The file ``path`` is served from (an index file for a folder), or None."""
     rel = served_path(path)
     if "\x00" in rel:
-        return False
+        return None
     target = (root / rel).resolve()
     if target != root and root not in target.parents:
-        return False  # outside the docroot: never served
+        return None  # outside the docroot: never served
     if target.is_file():
-        return True
-    return target.is_dir() and any((target / n).is_file() for n in _INDEX)
+        return target
+    if target.is_dir():
+        return next((target / n for n in _INDEX if (target / n).is_file()), None)
+    return None
 
 
-def docroot_coverage(trace: Trace, docroot: str | Path) -> DocrootCoverage:
-    """Which of ``trace``'s distinct paths ``docroot`` lacks."""
+def docroot_coverage(
+    trace: Trace, docroot: str | Path, user: ServerUser | None = None
+) -> DocrootCoverage:
+    """Which of ``trace``'s distinct paths ``docroot`` lacks, and (with the server
+    ``user``, when shrink runs as root) which of those there it cannot read."""
     root = Path(docroot).resolve()
     counts: dict[str, int] = {}
     for p in trace.column("path").tolist():
         counts[p] = counts.get(p, 0) + 1
-    missing = sorted(p for p in counts if not _served(root, str(p)))
+    served = {p: _served(root, str(p)) for p in counts}
+    missing = sorted(p for p, f in served.items() if f is None)
+    unreadable: list[str] = []
+    if user is not None:
+        readable = reader(user)
+        unreadable = sorted(p for p, f in served.items() if f is not None and not readable(f))
     return DocrootCoverage(
         docroot=root,
         paths=len(counts),
         missing=missing,
         requests_missing=sum(counts[p] for p in missing),
         requests=len(trace),
+        unreadable=unreadable,
+        user=user.name if user is not None else "",
     )

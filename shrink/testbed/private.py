@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import grp
 import hashlib
 import os
@@ -44,6 +45,7 @@ import re
 import shutil
 import stat
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,6 +62,7 @@ __all__ = [
     "forgeable",
     "new_run_root",
     "readable",
+    "reader",
     "remove_run_root",
     "safe_stem",
     "secure_dir",
@@ -243,20 +246,41 @@ def can_run(program: str, user: ServerUser | None) -> bool:
     return True
 
 
+def _may(st: os.stat_result, user: ServerUser, groups: set[int], need: int) -> bool:
+    """Whether ``user`` (in ``groups``) has the ``need`` bits (0o4 read, 0o1 pass) on ``st``."""
+    if st.st_uid == user.uid:
+        return st.st_mode & (need << 6) == need << 6
+    if st.st_gid in groups:
+        return st.st_mode & (need << 3) == need << 3
+    return st.st_mode & need == need
+
+
+def reader(user: ServerUser) -> Callable[[Path], bool]:
+    """Whether ``user`` may read a file (resolved), as a function that keeps what it
+    found of each folder: a trace's thousands of paths share a few folders."""
+    groups = user.groups()
+    passable: dict[Path, bool] = {}
+
+    def readable(target: Path) -> bool:
+        try:
+            for d in reversed(target.parents):
+                if d not in passable:
+                    passable[d] = _may(os.stat(d), user, groups, 0o1)
+                if not passable[d]:
+                    return False
+            return _may(os.stat(target), user, groups, 0o4)
+        except OSError:
+            return False
+
+    return functools.cache(readable)
+
+
 def _check_access(target: Path, user: ServerUser, bits: int, what: str = "") -> None:
     groups = user.groups()
-
-    def may(st: os.stat_result, need: int) -> bool:
-        if st.st_uid == user.uid:
-            return st.st_mode & (need << 6) == need << 6
-        if st.st_gid in groups:
-            return st.st_mode & (need << 3) == need << 3
-        return st.st_mode & need == need
-
     for d in (*reversed(target.parents), target):
         st = os.stat(d)
         need = bits if d == target else 0o1
-        if not may(st, need):
+        if not _may(st, user, groups, need):
             fix = f"chmod o+x {d} (pass through only)" if d != target else f"chmod o+rx {d}"
             raise TestbedError(
                 f"{what or target}: the servers run as {user.name}, not root, and "
