@@ -9,9 +9,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import matplotlib
+# isort: off
+from shrink.report._mpl import matplotlib  # first: how root may import it
 
-matplotlib.use("Agg")
+# isort: on
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter

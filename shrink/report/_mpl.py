@@ -1,0 +1,75 @@
+"""matplotlib imported so that root reads and writes nothing another user put in its way.
+
+At import, matplotlib reads ``./matplotlibrc`` (the working folder's) and makes its
+config and font-cache folders under ``$HOME`` (``~/.config/matplotlib``,
+``~/.cache/matplotlib``). As root with ``HOME`` another user's (``su`` without ``-``)
+it made root's folders and a font cache in their home; run from a shared folder
+such as ``/tmp``, a FIFO planted there as ``matplotlibrc`` hung the report. So: a
+config folder another user could change is replaced by a private temporary one, and
+a ``matplotlibrc`` in the working folder that is not a plain file of root's or this
+user's is not read (the import runs from ``/``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+
+from shrink.programs import safe_to_run
+
+__all__ = ["matplotlib"]
+
+
+def _trusted(folder: Path) -> bool:
+    """Whether ``folder``, or the nearest folder above it that exists, is this user's or
+    root's and no one else's to write (:func:`shrink.programs.safe_to_run`)."""
+    p = Path(os.path.abspath(folder))
+    while not os.path.lexists(p) and p != p.parent:
+        p = p.parent
+    return safe_to_run(p)
+
+
+def _config_dir() -> None:
+    named = os.environ.get("MPLCONFIGDIR")
+    home = Path(os.path.expanduser("~"))
+    wanted = (
+        [Path(named)]
+        if named
+        else [
+            Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config"),
+            Path(os.environ.get("XDG_CACHE_HOME") or home / ".cache"),
+        ]
+    )
+    if all(_trusted(d) for d in wanted):
+        return
+    from shrink.testbed.registry import scratch_base  # ($TMPDIR too may be theirs)
+
+    private = tempfile.mkdtemp(prefix="shrink-matplotlib-", dir=scratch_base())
+    atexit.register(shutil.rmtree, private, True)
+    os.environ["MPLCONFIGDIR"] = private
+
+
+def _working_rc_trusted() -> bool:
+    try:
+        st = os.lstat("matplotlibrc")
+    except OSError:
+        return True  # none (or no working folder): matplotlib reads none there either
+    mine = st.st_uid in (0, os.geteuid()) and not st.st_mode & 0o022
+    return stat.S_ISREG(st.st_mode) and mine
+
+
+_config_dir()
+if _working_rc_trusted():
+    import matplotlib
+else:
+    _here = os.getcwd()
+    os.chdir("/")
+    try:
+        import matplotlib
+    finally:
+        os.chdir(_here)
+matplotlib.use("Agg")

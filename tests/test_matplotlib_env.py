@@ -1,0 +1,40 @@
+"""The report's figures import matplotlib, which reads ``./matplotlibrc`` and makes its
+config and font-cache folders under ``$HOME``: as root, with another user's ``HOME``
+(``su`` without ``-``) it wrote root's folders into their home, and run from a shared
+folder a FIFO planted there as ``matplotlibrc`` hung the command."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.compute
+
+ROOT = Path(__file__).resolve().parents[1]
+IMPORT = [sys.executable, "-c", "import shrink.report.figures"]
+
+
+def _env(**more: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MPLCONFIGDIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME")}  # fmt: skip
+    return {**env, "PYTHONPATH": str(ROOT), **more}
+
+
+def test_nothing_is_written_into_a_home_another_user_may_change(tmp_path):
+    home = tmp_path / "theirs"
+    home.mkdir()
+    home.chmod(0o777)  # (as root, any mode: another user's; here, anyone's to write)
+    if os.geteuid() == 0:
+        os.chown(home, 65534, 65534)
+    subprocess.run(IMPORT, env=_env(HOME=str(home)), check=True, timeout=120)
+    assert list(home.iterdir()) == []
+
+
+def test_a_fifo_planted_as_matplotlibrc_in_the_working_folder_is_not_read(tmp_path):
+    os.mkfifo(tmp_path / "matplotlibrc")
+    done = subprocess.run(IMPORT, env=_env(), cwd=tmp_path, timeout=30, capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()
