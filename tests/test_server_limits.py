@@ -169,6 +169,17 @@ def test_docroot_coverage_names_what_the_server_user_cannot_read(tmp_path):
     assert docroot_coverage(tr.take([0]), tmp_path, user).warning("t") is None
 
 
+def test_a_symlink_loop_in_the_docroot_is_a_missing_path(tmp_path):
+    """``up --trace`` on a docroot holding a symlink loop was an internal error (exit 70)."""
+    (tmp_path / "loop").symlink_to("loop")
+    (tmp_path / "a").symlink_to("b")
+    (tmp_path / "b").symlink_to("a")
+    (tmp_path / "ok.bin").write_bytes(b"x")
+    paths = ["/loop/x", "/a", "/ok.bin"]
+    tr = Trace.from_columns({"session": [0] * 3, "t": [0.0] * 3, "path": paths})
+    assert docroot_coverage(tr, tmp_path).missing == ["/a", "/loop/x"]
+
+
 @pytest.mark.live
 def test_an_abandoned_php_request_stops_at_its_time_limit(tmp_path):
     require_lighttpd()

@@ -57,7 +57,10 @@ def _served(root: Path, path: str) -> Path | None:
     rel = served_path(path)
     if "\x00" in rel:
         return None
-    target = (root / rel).resolve()
+    try:
+        target = (root / rel).resolve()
+    except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13)
+        return None  # the server cannot open it either
     if target != root and root not in target.parents:
         return None  # outside the docroot: never served
     if target.is_file():
