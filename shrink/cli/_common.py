@@ -212,6 +212,14 @@ def _report(exc: BaseException, written: list[Path]) -> None:
         )
         raise typer.Exit(code=interrupts.exit_status()) from None
     except Exception as exc:
+        # Path.resolve() met a symlink loop (--docroot, --machine): before Python 3.13 a
+        # RuntimeError, not the OSError (ELOOP) every other read of that path gives.
+        if isinstance(exc, RuntimeError) and str(exc).startswith("Symlink loop from "):
+            loop = str(exc).removeprefix("Symlink loop from ").strip("'")
+            kept = kept_files((), written)
+            _error_line(f"{loop}: {os.strerror(errno.ELOOP)}"
+                        + ("; kept " + ", ".join(kept) if kept else ""))  # fmt: skip
+            raise typer.Exit(code=EXIT_ERROR) from None
         if os.environ.get("SHRINK_TRACEBACK"):
             raise
         _error_line(

@@ -1,0 +1,37 @@
+"""A symlink loop named as a path (``--docroot``, ``--machine``) is one line naming it,
+exit 1, as every other read of such a path is: ``Path.resolve()`` raised RuntimeError
+(before Python 3.13), and the command exited 70 as an internal error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from shrink.cli import app
+from shrink.trace import Trace
+
+pytestmark = pytest.mark.compute
+
+SPEC = Path(__file__).resolve().parent.parent / "examples" / "machines" / "nehalem-2s.toml"
+
+
+@pytest.mark.parametrize("where", ["docroot", "machine"])
+def test_a_symlink_loop_is_one_line_naming_it(tmp_path, where):
+    loop = tmp_path / "loop"
+    loop.symlink_to("loop")
+    trace = tmp_path / "t.parquet"
+    Trace.from_columns({"session": [0, 1], "t": [0.0, 1.0], "path": ["/a", "/b"]}).write_parquet(
+        trace
+    )
+    args = {
+        "docroot": ["testbed", "up", "--docroot", str(loop), "--state", str(tmp_path / "s.json"),
+                    "--port", "0"],
+        "machine": ["predict", str(trace), "--target", f"sim:{SPEC}", "--machine", str(loop),
+                    "--thresholds", "mean=10ms", "-o", str(tmp_path / "out")],
+    }[where]  # fmt: skip
+    res = CliRunner().invoke(app, args)
+    out = " ".join(res.output.split())
+    assert res.exit_code == 1, out
+    assert f"{loop}: Too many levels of symbolic links" in out and "internal" not in out
