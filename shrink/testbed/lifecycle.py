@@ -58,6 +58,7 @@ from shrink.testbed.private import (
     server_user,
 )
 from shrink.testbed.recipe import (
+    BUILTIN_RECIPES,
     ReplicaContext,
     ServerRecipe,
     kill_spawned,
@@ -296,7 +297,7 @@ def up(
             _refuse_if_running(state_path)
         versions = recipe.versions()
         m, notes = mapping_for(mapping, machine, share, port)
-        if recipe.name == "lighttpd-php-cgi":  # the limits it runs with, printed by testbed up
+        if recipe.name in BUILTIN_RECIPES:  # the PHP limits it runs with, printed by testbed up
             notes.append(server.php.describe(server.php_children_per_core))
         notes.extend(_others_on(share.cpus, state_path))
         m = _with_free_ports(m, port)
