@@ -14,7 +14,7 @@ import shutil
 import stat
 from pathlib import Path
 
-__all__ = ["safe_to_run", "trusted_which"]
+__all__ = ["safe_to_run", "trusted_path", "trusted_which"]
 
 
 def safe_to_run(path: str | Path) -> bool:
@@ -41,14 +41,22 @@ def safe_to_run(path: str | Path) -> bool:
 
 def trusted_which(name: str, path: str | None = None) -> tuple[str | None, list[str]]:
     """The first ``name`` on ``path`` (default ``PATH``) that :func:`safe_to_run` allows,
-    and the matches skipped before it (or all of them, with None), for the error."""
+    and the matches skipped before it (or all of them, with None), for the error. An
+    empty entry (the working folder, for a shell) is not searched."""
     folders = (os.environ.get("PATH", os.defpath) if path is None else path).split(os.pathsep)
     skipped: list[str] = []
-    for folder in dict.fromkeys(folders):
-        found = shutil.which(name, path=folder or os.curdir)
+    for folder in dict.fromkeys(f for f in folders if f):
+        found = shutil.which(name, path=folder)
         if found is None:
             continue
         if safe_to_run(found):
             return found, skipped
         skipped.append(found)
     return None, skipped
+
+
+def trusted_path() -> str:
+    """``PATH`` less its folders :func:`safe_to_run` refuses: for a program root runs that
+    runs others by ``PATH`` (``cc`` runs ``as`` and ``ld`` so)."""
+    folders = os.environ.get("PATH", os.defpath).split(os.pathsep)
+    return os.pathsep.join(f for f in dict.fromkeys(folders) if f and safe_to_run(f))

@@ -47,3 +47,17 @@ def test_lscpu_planted_on_path_is_not_run(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(evil.parent))
     topology._cpus_from_lscpu()
     assert not (evil.parent / "lscpu.ran").exists()
+
+
+def test_the_compiler_root_runs_does_not_run_an_assembler_planted_on_path(tmp_path, monkeypatch):
+    """``cc`` runs ``as`` and ``ld`` by ``PATH``: a planted ``as`` ran as root when the
+    co-runner's helper was built."""
+    from shrink.enforce import corunner
+
+    if trusted_which("cc")[0] is None and trusted_which("gcc")[0] is None:
+        pytest.skip("no C compiler")
+    evil = _planted(tmp_path / "evil", "as", 0o777)
+    monkeypatch.setenv("PATH", f"{evil.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert corunner.build_helper() is not None
+    assert not (evil.parent / "as.ran").exists()

@@ -34,7 +34,7 @@ from shrink import processes as process
 from shrink.atomic import make_dirs
 from shrink.enforce.cfs import Cgroup, CgroupLayout, Recorded
 from shrink.errors import TopologyError, WriteError
-from shrink.programs import safe_to_run, trusted_which
+from shrink.programs import safe_to_run, trusted_path, trusted_which
 from shrink.schemas import MAX_CPUS, Count, Cpu, Fraction, Name, Pid
 
 __all__ = ["PERIOD_US", "CoRunner", "build_helper"]
@@ -59,7 +59,8 @@ def build_helper() -> Path | None:
     path = _helper_path()
     if path.exists():
         return path if safe_to_run(path) else None
-    cc = trusted_which("cc")[0] or trusted_which("gcc")[0]
+    search = trusted_path()  # cc runs as and ld by PATH: only its trusted folders
+    cc = trusted_which("cc", search)[0] or trusted_which("gcc", search)[0]
     if cc is None:
         return None
     # Checked before a folder is made: in a cache folder another user owns (a hostile
@@ -78,8 +79,9 @@ def build_helper() -> Path | None:
     tmp = Path(tempfile.mkdtemp(dir=path.parent)) / "corunner"
     try:
         done = subprocess.run(
-            [cc, "-O2", "-o", str(tmp), str(SOURCE)], capture_output=True, text=True, timeout=60
-        )
+            [cc, "-O2", "-o", str(tmp), str(SOURCE)], capture_output=True, text=True,
+            timeout=60, env={**os.environ, "PATH": search},
+        )  # fmt: skip
         if done.returncode != 0:
             return None
         os.chmod(tmp, 0o755)  # whatever the umask: a program root runs is no one else's to write
