@@ -67,3 +67,18 @@ def test_nothing_written_exits_quietly(trace, args):
     """rich's table (as predict's) exited 1 saying nothing; typer's help, 1 as well."""
     status, lines = _closed_stdout(*(a.format(trace=trace) for a in args))
     assert (status, lines) == (141, [])
+
+
+def test_stdout_closed_before_the_start_is_a_closed_pipe(trace, tmp_path):
+    """fd 1 closed (``shrink ... >&-``): the table went nowhere and the command exited 0;
+    now it ends as when stdout's reader has gone, naming the files it wrote."""
+    out = tmp_path / "s.parquet"
+    for args, said in ((["trace", "info", str(trace)], []),
+                       (["sample", str(trace), "--alpha", "0.5", "-o", str(out)],
+                        [f"stdout closed: kept {out}"])):  # fmt: skip
+        done = subprocess.run(
+            ["sh", "-c", 'exec 1>&-; exec "$0" -m shrink "$@"', sys.executable, *args],
+            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)}, text=True,
+            timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 141 and done.stderr.splitlines() == said, done.stderr

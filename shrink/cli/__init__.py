@@ -115,10 +115,26 @@ def app_for(args: list[str]) -> typer.Typer:
     return _pruned(app, keep)
 
 
+def _stdout_closed_at_start() -> None:
+    """fd 1 closed (``shrink trace info T >&-``): Python makes sys.stdout None, and what
+    the command printed went nowhere, exit 0. It becomes a pipe no one reads, so the
+    first line printed stops the command as when stdout's reader has gone (exit 141,
+    the files written named)."""
+    if sys.stdout is not None:
+        return
+    r, w = os.pipe()  # (r may be the free fd 1 itself: dup2 then closes it)
+    os.dup2(w, 1)
+    for fd in {r, w} - {1}:
+        os.close(fd)
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.FileIO(1, "w", closefd=False),
+                                                   line_buffering=True)  # fmt: skip
+
+
 def main(args: list[str] | None = None) -> None:
     """The ``shrink`` command: ``args`` (default: the command line's) run as typer runs them."""
     # SIGTERM and SIGHUP stop a command as Ctrl-C does: what was measured is kept.
     interrupts.install()
+    _stdout_closed_at_start()
     # A character stdout's encoding lacks (a path's "ü" under PYTHONIOENCODING=ascii) is
     # shown escaped, as on stderr, not an internal error after the work is done.
     for stream in (sys.stdout, sys.stderr):
