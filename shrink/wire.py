@@ -12,7 +12,14 @@ import os
 import re
 from urllib.parse import unquote_to_bytes, urlsplit
 
-__all__ = ["is_loopback", "loopback_url_host", "served_path", "wire_method", "wire_target"]
+__all__ = [
+    "is_loopback",
+    "loopback_url_host",
+    "not_loopback_why",
+    "served_path",
+    "wire_method",
+    "wire_target",
+]
 
 # What a request-target may hold as it is (RFC 3986 unreserved, sub-delims, ":@/?" and
 # "%" starting an escape); anything else is percent-encoded as UTF-8.
@@ -30,6 +37,23 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def not_loopback_why(host: str) -> str:
+    """Why ``host`` is not taken as loopback (:func:`is_loopback` is False): another
+    machine's address, or a spelling read only by name (``127.1``, ``0x7f.1``,
+    ``2130706433``, ``localhost.``), which another resolver could send elsewhere."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return (
+            f"{host} is not an IP address or 'localhost' (loopback is taken as 127.0.0.0/8, "
+            "::1 or localhost, written out)"
+        )
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    if mapped is not None:
+        return f"{host} is an IPv4-mapped address, not read as loopback: write {mapped}"
+    return f"{host} is not a loopback address"
 
 
 def loopback_url_host(url: str) -> str | None:

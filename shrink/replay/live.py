@@ -40,7 +40,7 @@ from shrink.target import GeneratorPlacement, RunResult
 from shrink.testbed.state import ReplicaState, TestbedState
 from shrink.topology import format_cpulist
 from shrink.trace import Trace
-from shrink.wire import is_loopback
+from shrink.wire import is_loopback, not_loopback_why
 
 __all__ = ["IDLE_BOUND", "LiveTarget", "cpu_times", "parse_url", "utilization", "wait_idle"]
 
@@ -173,7 +173,7 @@ class LiveTarget:
         for host, _ in addresses:
             if not allow_remote and not is_loopback(host):
                 raise ReplayError(
-                    f"target {host} is not a loopback address; pass allow_remote=True "
+                    f"target {not_loopback_why(host)}; pass allow_remote=True "
                     "(--allow-remote) to load another machine"
                 )
         self.addresses = list(addresses)

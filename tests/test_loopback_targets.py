@@ -1,0 +1,36 @@
+"""Loopback spelled oddly (``127.1``, ``2130706433``, ``localhost.``, ``::ffff:127.0.0.1``)
+is refused, as only 127.0.0.0/8, ::1 and ``localhost`` written out are loopback to
+shrink; the error said "not a loopback address", which is wrong for each of them."""
+
+from __future__ import annotations
+
+import pytest
+
+from shrink.errors import ReplayError
+from shrink.replay.live import LiveTarget
+
+pytestmark = pytest.mark.compute
+
+
+@pytest.mark.parametrize(
+    ("host", "why"),
+    [
+        ("127.1", "127.1 is not an IP address or 'localhost'"),
+        ("2130706433", "2130706433 is not an IP address or 'localhost'"),
+        ("localhost.", "localhost. is not an IP address or 'localhost'"),
+        (
+            "::ffff:127.0.0.1",
+            "::ffff:127.0.0.1 is an IPv4-mapped address, not read as loopback: write 127.0.0.1",
+        ),
+        ("10.1.2.3", "10.1.2.3 is not a loopback address"),
+    ],
+)
+def test_an_odd_spelling_of_loopback_is_refused_saying_why(host, why):
+    with pytest.raises(ReplayError) as err:
+        LiveTarget([(host, 8080)])
+    assert str(err.value).startswith(f"target {why}") and "--allow-remote" in str(err.value)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.255.0.9", "::1", "localhost"])
+def test_loopback_written_out_is_taken(host):
+    assert LiveTarget([(host, 8080)]).addresses == [(host, 8080)]
