@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import secrets
 import stat
@@ -25,10 +26,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from shrink.errors import WriteError
+from shrink.errors import OutputBusyError, WriteError
 
 __all__ = [
     "atomic_file",
+    "claimed",
     "is_plain_target",
     "make_dirs",
     "open_dir",
@@ -184,6 +186,27 @@ def open_dir(folder: str | Path) -> int:
         os.close(fd)
         raise
     return fd
+
+
+@contextlib.contextmanager
+def claimed(folder: str | Path) -> Iterator[Path]:
+    """``folder`` (made if need be) held by this run alone while the block runs.
+
+    Two runs writing one output folder would each replace the other's files, one by
+    one, and each say it wrote them: the second is refused before it measures. The
+    lock is the kernel's (``flock`` on the folder itself, opened as :func:`open_dir`
+    opens it): it goes with the process, whatever stops it, and leaves no file behind.
+    """
+    path = make_dirs(folder)
+    fd = open_dir(path)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OutputBusyError(path) from None
+        yield path
+    finally:
+        os.close(fd)
 
 
 def _replaceable(path: Path) -> None:

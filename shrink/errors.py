@@ -14,6 +14,7 @@ Hierarchy::
     ├── ReplayError                  the load generator could not run the schedule
     ├── MeasurementError             a load curve or MAT that cannot be computed
     ├── WriteError                   a result file that could not be written (disk full): names it
+    ├── OutputBusyError              an output folder another shrink run is writing
     └── ExtrapolationError           a model asked to predict outside what it was fitted on
         └── NotFittedError (AttributeError)  a model used before fit (so hasattr() is False)
 
@@ -33,6 +34,7 @@ __all__ = [
     "MeasurementError",
     "NotFittedError",
     "OptionError",
+    "OutputBusyError",
     "ParameterError",
     "RecipeError",
     "ReplayError",
@@ -195,6 +197,17 @@ class ExtrapolationError(ShrinkError):
 class NotFittedError(ExtrapolationError, AttributeError):
     """A model used before ``fit``; an AttributeError too, as scikit-learn's, so that
     ``hasattr(model, "sigma_ci_")`` is False rather than an error."""
+
+
+class OutputBusyError(ShrinkError):
+    """Another shrink run holds the output folder (:func:`shrink.atomic.claimed`)."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(
+            f"{path}: another shrink run is writing this folder; name another output "
+            "folder (-o), or wait until it ends"
+        )
+        self.path = str(path)
 
 
 class WriteError(ShrinkError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from shrink.atomic import claimed
 from shrink.checks import MIN_WINDOW_S
 from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
 from shrink.cli._common import (
@@ -252,7 +254,7 @@ def predict(
         settings = TargetSettings(target, machine, docroot, cpus, server, placement)
         title = "scaled + full runs" if paired_full_run else "scaled run"
         try:
-            with _progress(title) as progress:
+            with claimed(out), _progress(title) as progress:
                 pred = run_predict(trace, out, config, target=settings, progress=progress)
         except WriteError as exc:
             if exc.curve is not None and not exc.kept:
@@ -382,6 +384,15 @@ def _skip_seconds(text: str) -> float:
     return 0.0 if text.strip() in ("0", "0s", "none") else parse_duration(text, "skip")
 
 
+def _claim(out: Path | None, prediction: Path) -> Any:
+    """The folder validate writes, held while it runs (:func:`shrink.atomic.claimed`):
+    ``out``, else the prediction's own, when there is one (a missing prediction is
+    said by run_validate, not made a folder here)."""
+    if out is None and not prediction.parent.is_dir():
+        return contextlib.nullcontext()
+    return claimed(out or prediction.parent)
+
+
 def _print_summary(pred: Prediction, out: Path) -> None:
     from rich.markup import escape
     from rich.table import Table
@@ -451,8 +462,7 @@ def validate(
     """
     from shrink.pipeline import run_validate
 
-    with cli_errors():
-        output_path(out, kind="dir")
+    with cli_errors(), _claim(output_path(out, kind="dir"), prediction):
         if full_run == "run":
             with _progress("full-scale run") as progress:
                 v = run_validate(

@@ -1,0 +1,85 @@
+"""One run at a time writes an output folder: a second predict or validate to a folder
+another run is writing is refused before it measures (two runs to one ``-o`` each
+replaced the other's files, one by one, and each said it wrote them)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from shrink.atomic import claimed
+from shrink.cli import app
+from shrink.errors import OutputBusyError
+
+pytestmark = pytest.mark.compute
+
+SPEC = Path(__file__).resolve().parents[1] / "examples" / "machines" / "nehalem-2s.toml"
+
+
+def test_a_held_folder_is_refused_to_a_second_claim_and_free_after(tmp_path):
+    out = tmp_path / "out"
+    with claimed(out) as held:
+        assert held == out and out.is_dir()
+        busy = pytest.raises(OutputBusyError, match=f"{out}: another shrink run is writing")
+        with busy, claimed(out):
+            pass  # pragma: no cover
+    with claimed(out):
+        pass  # released at the block's end
+    assert list(out.iterdir()) == []  # the lock leaves no file behind
+
+
+def test_the_lock_goes_with_a_killed_holder(tmp_path):
+    out = tmp_path / "out"
+    code = (
+        "import sys, time\nfrom shrink.atomic import claimed\n"
+        f"with claimed({str(out)!r}):\n    print('held', flush=True)\n    time.sleep(60)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "held"
+        with pytest.raises(OutputBusyError), claimed(out):
+            pass  # pragma: no cover
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    with claimed(out):
+        pass  # SIGKILL gave no chance to unlock: the kernel did
+
+
+def _trace(tmp_path: Path) -> Path:
+    trace = tmp_path / "tcp.parquet"
+    r = CliRunner().invoke(app, ["synth", "tcp", "--rate", "50000", "--duration", "8s",
+                                 "--seed", "1", "-o", str(trace)])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    return trace
+
+
+def test_predict_and_validate_to_a_folder_another_run_holds_are_refused(tmp_path):
+    trace = _trace(tmp_path)
+    out = tmp_path / "out"
+    args = ["predict", str(trace), "--target", f"sim:{SPEC}", "--alpha", "0.5", "--mappings",
+            "1-replica", "--thresholds", "mean=0.5ms,p99.9=4ms", "--warmup", "300ms",
+            "--duration", "1s", "--reps", "1", "--max-levels", "4", "-o", str(out)]  # fmt: skip
+    with claimed(out):
+        r = CliRunner().invoke(app, args)
+    assert r.exit_code == 1, r.output
+    assert f"{out}: another shrink run is writing this folder" in r.stderr
+    assert r.stderr.count("\n") == 1 and list(out.iterdir()) == []
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code in (0, 99), r.output  # free again: the same command runs
+    with claimed(out):
+        r = CliRunner().invoke(app, ["validate", str(out / "prediction.json")])
+    assert r.exit_code == 1 and "another shrink run is writing" in r.stderr, r.output
+    assert not (out / "validation.json").exists()
+
+
+def test_validate_of_a_missing_prediction_makes_no_folder(tmp_path):
+    r = CliRunner().invoke(app, ["validate", str(tmp_path / "nowhere" / "prediction.json")])
+    assert r.exit_code in (1, 2), r.output
+    assert not (tmp_path / "nowhere").exists()
