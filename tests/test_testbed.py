@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import time
@@ -18,7 +19,6 @@ from shrink.machine import Machine
 from shrink.mapping import build_mapping
 from shrink.share import Share
 from shrink.testbed import ServerSettings, lifecycle
-from shrink.testbed import recipe as recipe_mod
 from shrink.testbed.config import ReplicaConfig, render_lighttpd_conf, write_probe
 from shrink.testbed.fake import FakeServer
 from shrink.testbed.fake_recipe import FakeRecipe
@@ -141,7 +141,7 @@ def test_stop_leaves_alone_a_pid_whose_start_time_differs():
 
 
 def test_missing_servers_say_how_to_install(monkeypatch):
-    monkeypatch.setattr(recipe_mod.shutil, "which", lambda *a, **k: None)
+    monkeypatch.setattr(shutil, "which", lambda *a, **k: None)  # nothing installed anywhere
     with pytest.raises(RecipeError, match=r"lighttpd-php-cgi: lighttpd is not .*apt-get install"):
         LighttpdPhpCgi().versions()
     with pytest.raises(RecipeError, match=r"nginx-php-fpm: nginx is not .*apt-get install nginx"):
