@@ -196,7 +196,10 @@ def claimed(folder: str | Path) -> Iterator[Path]:
     one, and each say it wrote them: the second is refused before it measures. The
     lock is the kernel's (``flock`` on the folder itself, opened as :func:`open_dir`
     opens it): it goes with the process, whatever stops it, and leaves no file behind.
+    A folder made here and still empty at the end (the run refused its options) is
+    removed again.
     """
+    made = not os.path.lexists(folder)
     path = make_dirs(folder)
     fd = open_dir(path)
     try:
@@ -207,6 +210,9 @@ def claimed(folder: str | Path) -> Iterator[Path]:
         yield path
     finally:
         os.close(fd)
+        if made:
+            with contextlib.suppress(OSError):  # not empty: the run wrote there
+                os.rmdir(path)
 
 
 def _replaceable(path: Path) -> None:

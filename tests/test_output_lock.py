@@ -24,14 +24,19 @@ SPEC = Path(__file__).resolve().parents[1] / "examples" / "machines" / "nehalem-
 
 def test_a_held_folder_is_refused_to_a_second_claim_and_free_after(tmp_path):
     out = tmp_path / "out"
+    out.mkdir()
     with claimed(out) as held:
         assert held == out and out.is_dir()
         busy = pytest.raises(OutputBusyError, match=f"{out}: another shrink run is writing")
         with busy, claimed(out):
             pass  # pragma: no cover
+    (out / "kept").write_text("a result")
     with claimed(out):
         pass  # released at the block's end
-    assert list(out.iterdir()) == []  # the lock leaves no file behind
+    assert [p.name for p in out.iterdir()] == ["kept"]  # the lock leaves no file behind
+    with claimed(tmp_path / "new"):
+        pass
+    assert not (tmp_path / "new").exists()  # made for the run, left empty: removed
 
 
 def test_the_lock_goes_with_a_killed_holder(tmp_path):
@@ -66,6 +71,7 @@ def test_predict_and_validate_to_a_folder_another_run_holds_are_refused(tmp_path
     args = ["predict", str(trace), "--target", f"sim:{SPEC}", "--alpha", "0.5", "--mappings",
             "1-replica", "--thresholds", "mean=0.5ms,p99.9=4ms", "--warmup", "300ms",
             "--duration", "1s", "--reps", "1", "--max-levels", "4", "-o", str(out)]  # fmt: skip
+    out.mkdir()  # there before: kept, and empty after the refused run
     with claimed(out):
         r = CliRunner().invoke(app, args)
     assert r.exit_code == 1, r.output

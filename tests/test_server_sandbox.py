@@ -4,10 +4,13 @@ beyond its own output."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -60,6 +63,26 @@ def _environ(pid: int) -> dict[str, str]:
     return dict(e.decode(errors="replace").partition("=")[::2] for e in raw if e)
 
 
+@contextlib.contextmanager
+def _serving(
+    doc: Path, machine: Any, recipe: str, state: Path
+) -> Iterator[tuple[Any, Callable[[str], httpx.Response]]]:
+    """A testbed of ``recipe`` on ``doc``, brought down whatever the test does: its
+    replica and the page getter."""
+    st = up(doc, machine, Share.all_of(machine), state_path=state, port=0,
+            server=ServerSettings(recipe))  # fmt: skip
+    try:
+        r = st.replicas[0]
+
+        def get(path: str) -> httpx.Response:
+            with httpx.Client(trust_env=False, timeout=5) as c:
+                return c.get(f"http://{r.address}:{r.port}{path}")
+
+        yield r, get
+    finally:
+        down(state)
+
+
 @pytest.mark.live
 @pytest.mark.root
 @pytest.mark.parametrize("recipe", ["lighttpd-php-cgi", "nginx-php-fpm"])
@@ -71,12 +94,8 @@ def test_every_server_process_holds_nothing_of_roots(tmp_path, machine, recipe, 
     doc.mkdir()
     (doc / "env.php").write_text(GETENV_PHP)
     state = tmp_path / "s.json"
-    st = up(doc, machine, Share.all_of(machine), state_path=state, port=0,
-            server=ServerSettings(recipe))  # fmt: skip
-    try:
-        r = st.replicas[0]
-        with httpx.Client(trust_env=False, timeout=5) as c:
-            page = c.get(f"http://{r.address}:{r.port}/env.php")
+    with _serving(doc, machine, recipe, state) as (r, get):
+        page = get("/env.php")
         assert page.status_code == 200 and page.text.startswith("none"), page.text
         assert "/root" not in page.text
         pids = [p for p in r.pids if process.is_alive(p)]
@@ -96,8 +115,6 @@ def test_every_server_process_holds_nothing_of_roots(tmp_path, machine, recipe, 
                 if target.startswith("/") and os.path.isfile(target):
                     owner = os.stat(target).st_uid
                     assert owner != 0 or target.startswith(r.run_dir), (p, target)
-    finally:
-        down(state)
 
 
 @pytest.mark.live
@@ -112,16 +129,9 @@ def test_a_user_ini_in_the_docroot_is_not_read(tmp_path, machine, recipe, monkey
     (doc / "up" / "upload.txt").write_text('<?php echo "ran as PHP ";\n')
     (doc / "up" / ".user.ini").write_text(f"auto_prepend_file={doc / 'up' / 'upload.txt'}\n")
     (doc / "up" / "page.php").write_text('<?php echo "page";\n')
-    state = tmp_path / "s.json"
-    st = up(doc, machine, Share.all_of(machine), state_path=state, port=0,
-            server=ServerSettings(recipe))  # fmt: skip
-    try:
-        r = st.replicas[0]
-        with httpx.Client(trust_env=False, timeout=5) as c:
-            page = c.get(f"http://{r.address}:{r.port}/up/page.php")
+    with _serving(doc, machine, recipe, tmp_path / "s.json") as (_, get):
+        page = get("/up/page.php")
         assert page.status_code == 200 and page.text == "page", page.text
-    finally:
-        down(state)
 
 
 @pytest.mark.root
