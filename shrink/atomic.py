@@ -207,6 +207,8 @@ def claimed(folder: str | Path) -> Iterator[Path]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise OutputBusyError(path) from None
+        except OSError:
+            pass  # a file system that cannot lock a folder: the run goes on unguarded
         yield path
     finally:
         os.close(fd)

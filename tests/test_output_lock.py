@@ -89,3 +89,16 @@ def test_validate_of_a_missing_prediction_makes_no_folder(tmp_path):
     r = CliRunner().invoke(app, ["validate", str(tmp_path / "nowhere" / "prediction.json")])
     assert r.exit_code in (1, 2), r.output
     assert not (tmp_path / "nowhere").exists()
+
+
+def test_a_file_system_that_cannot_lock_a_folder_does_not_stop_the_run(tmp_path, monkeypatch):
+    import errno
+    import fcntl
+
+    def no_locks(fd: int, op: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with claimed(tmp_path / "out") as held:
+        (held / "result").write_text("kept")
+    assert (tmp_path / "out" / "result").read_text() == "kept"
