@@ -20,7 +20,7 @@ from shrink.machine import Machine
 from shrink.share import Share
 from shrink.target import GeneratorPlacement, RunResult, Target
 from shrink.testbed.config import ServerSettings
-from shrink.topology import format_cpulist
+from shrink.topology import foreign_cpus
 from shrink.trace import Trace
 
 __all__ = ["SimProvider", "TargetSettings", "TestbedProvider", "make_provider"]
@@ -120,11 +120,8 @@ class TestbedProvider:
         self._machine = machine or discover()
         allowed = sorted(os.sched_getaffinity(0))
         gen = tuple(generator.cpus) if generator.cpus else (allowed[0],)
-        if generator.cluster is None and set(gen) - set(allowed):
-            raise TopologyError(
-                f"generator CPUs {sorted(set(gen) - set(allowed))} (--generator-cpus) are not "
-                f"among the CPUs this process may use {format_cpulist(allowed)}"
-            )
+        if generator.cluster is None and (why := foreign_cpus(gen)):
+            raise TopologyError(why)  # before a testbed starts
         if server_cpus is None:
             server_cpus = tuple(c for c in allowed if c not in gen)
         overlap = sorted(set(gen) & set(server_cpus))

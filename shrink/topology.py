@@ -33,7 +33,14 @@ from shrink.machine import Machine
 from shrink.programs import trusted_which
 from shrink.schemas import MAX_CPUS
 
-__all__ = ["CpuInfo", "discover", "format_cpulist", "load_machine", "parse_cpulist"]
+__all__ = [
+    "CpuInfo",
+    "discover",
+    "foreign_cpus",
+    "format_cpulist",
+    "load_machine",
+    "parse_cpulist",
+]
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,19 @@ def format_cpulist(cpus: tuple[int, ...] | list[int]) -> str:
         parts.append(str(s[i]) if i == j else f"{s[i]}-{s[j]}")
         i = j + 1
     return ",".join(parts)
+
+
+def foreign_cpus(cpus: tuple[int, ...] | list[int] | None) -> str | None:
+    """Why this process cannot run the load generator on ``cpus`` (some are not among
+    the CPUs it may use), or None. Pinning to them would fail later, naming nothing."""
+    allowed = sorted(os.sched_getaffinity(0))
+    bad = sorted(set(cpus or ()) - set(allowed))
+    if not bad:
+        return None
+    return (
+        f"generator CPUs {bad} (--generator-cpus) are not among the CPUs this process may "
+        f"use {format_cpulist(allowed)}"
+    )
 
 
 def _read(path: Path) -> str | None:

@@ -38,7 +38,7 @@ from shrink.runlog import RunLog
 from shrink.schedule import ScheduleOptions
 from shrink.target import GeneratorPlacement, RunResult
 from shrink.testbed.state import ReplicaState, TestbedState
-from shrink.topology import format_cpulist
+from shrink.topology import foreign_cpus
 from shrink.trace import Trace
 from shrink.wire import is_loopback, not_loopback_why
 
@@ -180,14 +180,8 @@ class LiveTarget:
         self.state = state or {}
         self.share_cpus = sorted(share_cpus or [])
         self.generator_cpus = self._generator_cpus(generator.cpus, generator.allow_overlap)
-        allowed = os.sched_getaffinity(0)
-        if generator.cluster is None and set(self.generator_cpus or ()) - allowed:
-            # (else the first pinning failed with "Invalid argument", naming nothing)
-            raise ReplayError(
-                f"generator CPUs {sorted(set(self.generator_cpus or ()) - allowed)} "
-                f"(--generator-cpus) are not among the CPUs this process may use "
-                f"{format_cpulist(sorted(allowed))}"
-            )
+        if generator.cluster is None and (why := foreign_cpus(self.generator_cpus)):
+            raise ReplayError(why)  # (else the first pinning failed: "Invalid argument")
         self.config = dict(config or {})
         self.mode = schedule.mode
         self.loop = schedule.loop
