@@ -181,6 +181,21 @@ def test_a_symlink_loop_in_the_docroot_is_a_missing_path(tmp_path):
     assert docroot_coverage(tr, tmp_path).missing == ["/a", "/loop/x"]
 
 
+def test_hidden_paths_are_not_served_says_the_docroot_check(tmp_path):
+    """Both stacks refuse a path with a segment that starts with a dot (403): the
+    check counted ``/.git/config`` as served, and said nothing of the failures."""
+    for name in (".git/config", "%2Eenv", ".well-known/a.txt", "a.b/c.txt", "x.txt"):
+        f = tmp_path / name.replace("%2E", ".")
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("x")
+    paths = ["/.git/config", "/%2Eenv", "/.well-known/a.txt", "/a.b/c.txt", "/x.txt", "/y.txt"]
+    tr = Trace.from_columns({"session": [0] * 6, "t": [0.0] * 6, "path": paths})
+    cov = docroot_coverage(tr, tmp_path)
+    assert cov.missing == ["/%2Eenv", "/.git/config", "/y.txt"]
+    line = cov.warning("t")
+    assert line is not None and "(404, or 403 for the 2 hidden)" in line
+
+
 @pytest.mark.live
 def test_an_abandoned_php_request_stops_at_its_time_limit(tmp_path):
     require_lighttpd()

@@ -134,6 +134,30 @@ def test_a_user_ini_in_the_docroot_is_not_read(tmp_path, machine, recipe, monkey
         assert page.status_code == 200 and page.text == "page", page.text
 
 
+@pytest.mark.live
+@pytest.mark.root
+@pytest.mark.parametrize("recipe", ["lighttpd-php-cgi", "nginx-php-fpm"])
+def test_hidden_files_in_the_docroot_are_not_served(tmp_path, machine, recipe, monkeypatch):
+    """A document root copied from a site holds ``.git/``, ``.env``, ``.htpasswd``:
+    both stacks served them as static files (a ``.php`` under ``.git/`` ran). They
+    are refused now; ``/.well-known/`` stays a public folder, and ``a.b/`` is not
+    hidden."""
+    as_root_with(recipe, monkeypatch, tmp_path / "runs")
+    doc = tmp_path / "doc"
+    for name in (".git/config", ".env", "up/.htpasswd", ".well-known/x.txt", "a.b/x.txt"):
+        (doc / name).parent.mkdir(parents=True, exist_ok=True)
+        (doc / name).write_text("secret\n" if "x.txt" not in name else "public\n")
+    (doc / ".git" / "hook.php").write_text('<?php echo "PHP-RAN";\n')
+    with _serving(doc, machine, recipe, tmp_path / "s.json") as (_, get):
+        for path in ("/.git/config", "/.env", "/up/.htpasswd", "/.git/hook.php", "/%2egit/config"):
+            page = get(path)
+            assert page.status_code == 403 and "secret" not in page.text, (path, page.text)
+            assert "PHP-RAN" not in page.text, path
+        for path in ("/.well-known/x.txt", "/a.b/x.txt"):
+            page = get(path)
+            assert page.status_code == 200 and page.text == "public\n", (path, page.text)
+
+
 @pytest.mark.root
 def test_a_recipe_files_version_commands_do_not_run_as_root(tmp_path, monkeypatch):
     """A recipe file's commands are the user's: its ``versions`` commands run as the

@@ -33,6 +33,7 @@ from shrink.testbed.private import config_value, readable
 __all__ = [
     "HEALTH_PHP",
     "HEALTH_STATIC",
+    "HIDDEN_PATH_RE",
     "PHP_CHILDREN_PER_CORE",
     "PhpLimits",
     "ReplicaConfig",
@@ -55,6 +56,13 @@ PHP_CHILDREN_PER_CORE = 1
 HEALTH_STATIC = "/__shrink/health.txt"
 HEALTH_PHP = "/__shrink/health.php"
 HEALTH_BODY = "shrink-ok"
+
+# A path with a segment that starts with a dot (``/.git/config``, ``/.env``,
+# ``/up/.htpasswd``) is refused (403) by both stacks: a document root copied from a
+# site carries such files, and the testbed, started by root, must not hand them to
+# whoever reaches its port. ``/.well-known/`` is a real site's public folder and
+# stays served. Both servers match it against the decoded, normalised path.
+HIDDEN_PATH_RE = r"/\.(?!well-known(/|$))"
 
 # Enough types for the synthetic and recorded workloads; the rest is served as bytes.
 MIME_TYPES = {
@@ -229,6 +237,9 @@ server.max-read-idle = 60
 server.max-write-idle = 120
 index-file.names = ("index.html", "index.php")
 url.access-deny = ("~", ".inc")
+$HTTP["url"] =~ "{HIDDEN_PATH_RE}" {{
+    url.access-deny = ("")
+}}
 static-file.exclude-extensions = (".php")
 alias.url = ("/__shrink/" => {_path(str(c.probe_dir) + "/", "probe folder")})
 mimetype.assign = (

@@ -1,16 +1,19 @@
 """Does a document root serve a trace? The paths it lacks would all come back 404.
 
 A request's path (without its query string, percent-decoded) is served when it
-names a file under the docroot, or a folder with an index file. A replay against
+names a file under the docroot, or a folder with an index file, and no segment of
+it is hidden (starts with a dot; both stacks refuse those, 403). A replay against
 a docroot that lacks the trace's paths measures 404s, not the server's work; the
 replay counts them as failures, and this check says so before anything runs.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from shrink.testbed.config import HIDDEN_PATH_RE
 from shrink.testbed.private import ServerUser, reader
 from shrink.trace import Trace
 from shrink.wire import served_path
@@ -18,6 +21,7 @@ from shrink.wire import served_path
 __all__ = ["DocrootCoverage", "docroot_coverage"]
 
 _INDEX = ("index.html", "index.php")
+_HIDDEN = re.compile(HIDDEN_PATH_RE)
 
 
 @dataclass(frozen=True)
@@ -45,18 +49,21 @@ class DocrootCoverage:
                 f"will fail (403) and count as failures; chmod -R o+rX {self.docroot}"
             )
         eg = ", ".join(self.missing[:3])
+        hidden = sum(1 for p in self.missing if _HIDDEN.search("/" + served_path(p)))
+        why = f"404, or 403 for the {hidden:,} hidden" if hidden else "404"
         return (
             f"warning: document root {self.docroot} lacks {len(self.missing):,} of the "
             f"{self.paths:,} paths of {trace_name} ({self.requests_missing:,} of "
-            f"{self.requests:,} requests; e.g. {eg}): they will fail (404) and count as failures"
+            f"{self.requests:,} requests; e.g. {eg}): they will fail ({why}) and count as "
+            "failures"
         )
 
 
 def _served(root: Path, path: str) -> Path | None:
     """The file ``path`` is served from (an index file for a folder), or None."""
     rel = served_path(path)
-    if "\x00" in rel:
-        return None
+    if "\x00" in rel or _HIDDEN.search("/" + rel):
+        return None  # no file has it; a hidden one is refused (403)
     try:
         target = (root / rel).resolve()
     except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13)

@@ -27,7 +27,7 @@ from shrink import processes as process
 from shrink.atomic import write_text
 from shrink.errors import TestbedError
 from shrink.testbed import recipe
-from shrink.testbed.config import MIME_TYPES, write_probe_pages
+from shrink.testbed.config import HIDDEN_PATH_RE, MIME_TYPES, write_probe_pages
 from shrink.testbed.private import config_value, readable
 from shrink.testbed.recipe import BuiltinRecipe, ReplicaContext, Started
 
@@ -112,6 +112,9 @@ http {{
             location ~ \\.php$ {{
 {fastcgi}
             }}
+        }}
+        location ~ {HIDDEN_PATH_RE} {{
+            deny all;
         }}
         location ~ \\.php$ {{
             try_files $uri =404;
