@@ -82,3 +82,37 @@ def test_stdout_closed_before_the_start_is_a_closed_pipe(trace, tmp_path):
             timeout=120,
         )  # fmt: skip
         assert done.returncode == 141 and done.stderr.splitlines() == said, done.stderr
+
+
+def _full_stdout(*args: str) -> subprocess.CompletedProcess[str]:
+    with open("/dev/full", "w") as full:
+        return subprocess.run(
+            [sys.executable, "-m", "shrink", *args], stdout=full, stderr=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(ROOT)}, text=True, timeout=120,
+        )  # fmt: skip
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+@pytest.mark.parametrize(
+    "args",
+    [["--help"], ["--version"], ["machine", "--help"], ["machine", "show"], ["info"]],
+    ids=["help", "version", "group-help", "command", "trace-info"],
+)
+def test_a_stdout_that_refuses_a_write_is_named(trace, args):
+    """``shrink ... >/dev/full``: a command said "error: No space left on device",
+    naming nothing; ``--help`` and ``--version`` were a traceback."""
+    if args == ["info"]:
+        args = ["trace", "info", str(trace)]
+    out = _full_stdout(*args)
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.splitlines() == ["error: standard output: No space left on device"]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+def test_a_full_stdout_keeps_the_files_written_and_names_them(tmp_path, trace):
+    out = _full_stdout("sample", str(trace), "--alpha", "0.5", "-o", str(tmp_path / "s.parquet"))
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.splitlines() == [
+        f"error: standard output: No space left on device; kept {tmp_path / 's.parquet'}"
+    ]
+    assert len(Trace.read_parquet(tmp_path / "s.parquet")) > 0

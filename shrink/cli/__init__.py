@@ -14,6 +14,7 @@ renderers, about as much again as typer itself).
 from __future__ import annotations
 
 import copy
+import errno
 import inspect
 import io
 import os
@@ -35,7 +36,15 @@ from shrink.cli import (
     testbed_cmd,
     trace_cmd,
 )
-from shrink.cli._common import EXIT_ERROR, EXIT_PIPE, guard_all, refuse_empty, stdout_closed
+from shrink.cli._common import (
+    EXIT_ERROR,
+    EXIT_PIPE,
+    error_line,
+    guard_all,
+    refuse_empty,
+    stdout_closed,
+)
+from shrink.cli._stdout import STDOUT, name_stdout, silence_stdout
 from shrink.cli._style import tidy
 
 app = typer.Typer(
@@ -140,6 +149,7 @@ def main(args: list[str] | None = None) -> None:
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
+    name_stdout()
     try:
         argv = sys.argv[1:] if args is None else args
         refuse_empty(argv)
@@ -151,4 +161,25 @@ def main(args: list[str] | None = None) -> None:
         # it put a wrapper in stdout's place and exits 1; SIGPIPE's status is 141.
         if exc.code == EXIT_ERROR and sys.stdout is not sys.__stdout__ and stdout_closed():
             raise SystemExit(EXIT_PIPE) from None
+        if exc.code in (0, None):
+            try:  # what is still buffered, met here and not as an error at exit
+                sys.stdout.flush()
+            except OSError as err:
+                _stdout_refused(err)
         raise
+    except OSError as exc:
+        # stdout refused click's help or version text (``--help >/dev/full``): outside
+        # a command, so not met by the commands' error reporter.
+        _stdout_refused(exc)
+
+
+def _stdout_refused(exc: OSError) -> None:
+    """One line and exit 1 for a write stdout refused (exit 141 for a closed pipe);
+    ``exc`` itself when it is not stdout's."""
+    if exc.filename != STDOUT:
+        raise exc
+    silence_stdout()
+    if exc.errno == errno.EPIPE:
+        raise SystemExit(EXIT_PIPE) from None
+    error_line(f"{STDOUT}: {exc.strerror or exc}")
+    raise SystemExit(EXIT_ERROR) from None

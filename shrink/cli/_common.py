@@ -5,7 +5,8 @@ Exit status of every command:
 ====  =================================================================
 0     done
 1     an error of shrink's (bad input, bad parameter, testbed, replay ...),
-      or the system refused a file (no space, permission): one line on stderr
+      or the system refused a file or standard output (no space, permission):
+      one line on stderr, naming it
 2     a usage error: an unknown option, a missing argument (from click), or an
       option's value refused before anything runs (:class:`shrink.errors.OptionError`)
 70    a bug in shrink: one line, and ``SHRINK_TRACEBACK=1`` shows the traceback
@@ -38,6 +39,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import typer
 
 from shrink import interrupts
+from shrink.cli._stdout import STDOUT, silence_stdout
 from shrink.errors import OptionError, ParameterError, ShrinkError, WriteError, printable
 from shrink.jsonout import dumps
 
@@ -95,10 +97,7 @@ def exit_stdout_closed(kept: list[str]) -> None:
     """Exit as a command that SIGPIPE ended (:data:`EXIT_PIPE`): stdout's reader has
     gone, so nothing more is printed there. Quietly, unless files were written:
     those are whole, and one line names them (``kept``)."""
-    # What is still buffered for stdout goes nowhere, not into a second error at exit.
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    os.close(devnull)
+    silence_stdout()  # what is still buffered goes nowhere, not into an error at exit
     if kept:
         shown = ", ".join(escape(printable(k)) for k in kept)
         console().print(f"[yellow]stdout closed[/]: kept {shown}", highlight=False, soft_wrap=True)
@@ -112,7 +111,7 @@ def escape(text: str) -> str:
     return escape(text)
 
 
-def _error_line(text: str) -> None:
+def error_line(text: str) -> None:
     # One line: a message with a newline (a subprocess's stderr) is folded.
     # Escaped: a path or field name like "x[/y]" is text, not a rich markup tag.
     # Printable: a control character (an ANSI escape in a file name) is shown escaped.
@@ -126,7 +125,7 @@ def refuse_empty(argv: list[str]) -> None:
     if "" in argv:
         i = argv.index("")
         after = f" (after {argv[i - 1]})" if i > 0 else ""
-        _error_line(f"argument {i + 1}{after} is empty: a path or a value was left blank")
+        error_line(f"argument {i + 1}{after} is empty: a path or a value was left blank")
         raise SystemExit(EXIT_USAGE)
 
 
@@ -185,21 +184,24 @@ def _report(exc: BaseException, written: list[Path]) -> None:
     except (typer.Exit, typer.Abort, typer.TyperException):
         raise
     except OptionError as exc:
-        _error_line(str(exc))
+        error_line(str(exc))
         raise typer.Exit(code=EXIT_USAGE) from None
     except ShrinkError as exc:
         # An error that stopped a sweep says, on the same line, what it kept.
         failed = exc.path if isinstance(exc, WriteError) else None
         kept = kept_files(exc.kept, written, failed)
-        _error_line(str(exc) + ("; kept " + ", ".join(kept) if kept else ""))
+        error_line(str(exc) + ("; kept " + ", ".join(kept) if kept else ""))
         raise typer.Exit(code=EXIT_ERROR) from None
     except OSError as exc:
         if exc.errno == errno.EPIPE and stdout_closed():
             exit_stdout_closed(kept_files((), written))
-        # The system refused a file (full disk, permission, read-only file system).
+        # The system refused a file (full disk, permission, read-only file system),
+        # or stdout (``>/dev/full``: :mod:`shrink.cli._stdout` names it).
+        if exc.filename == STDOUT:
+            silence_stdout()
         where = f"{exc.filename}: " if exc.filename else ""
         kept = kept_files((), written)
-        _error_line(f"{where}{exc.strerror or exc}" + ("; kept " + ", ".join(kept) if kept else ""))
+        error_line(f"{where}{exc.strerror or exc}" + ("; kept " + ", ".join(kept) if kept else ""))
         raise typer.Exit(code=EXIT_ERROR) from None
     except KeyboardInterrupt as exc:
         # Say only what exists: a command that kept files lists them on the exception.
@@ -217,12 +219,12 @@ def _report(exc: BaseException, written: list[Path]) -> None:
         if isinstance(exc, RuntimeError) and str(exc).startswith("Symlink loop from "):
             loop = str(exc).removeprefix("Symlink loop from ").strip("'")
             kept = kept_files((), written)
-            _error_line(f"{loop}: {os.strerror(errno.ELOOP)}"
+            error_line(f"{loop}: {os.strerror(errno.ELOOP)}"
                         + ("; kept " + ", ".join(kept) if kept else ""))  # fmt: skip
             raise typer.Exit(code=EXIT_ERROR) from None
         if os.environ.get("SHRINK_TRACEBACK"):
             raise
-        _error_line(
+        error_line(
             f"internal error ({type(exc).__name__}: {exc}); this is a bug in shrink: "
             "rerun with SHRINK_TRACEBACK=1 to see where"
         )
@@ -430,7 +432,7 @@ def threshold_text(stat: str, seconds: float) -> str:
 
 def exit_nothing_served(reason: str) -> None:
     """Exit with status 1 after a replay or sweep that served nothing: ``reason`` says why."""
-    _error_line(f"nothing was served: {reason}")
+    error_line(f"nothing was served: {reason}")
     raise typer.Exit(code=EXIT_ERROR)
 
 
