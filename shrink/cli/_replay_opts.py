@@ -8,6 +8,7 @@ import dataclasses
 import functools
 import inspect
 import math
+import os
 import typing
 from collections.abc import Callable
 from pathlib import Path
@@ -123,6 +124,19 @@ def _cpus(text: str | None) -> list[int] | None:
     return None if text is None else cpu_list(text, "--generator-cpus")
 
 
+def _refuse_time_sliced(processes: int | None) -> None:
+    """More engine processes than the CPUs this process may run on can only take turns
+    on them: each falls behind its schedule while it waits (1,000 on 2 CPUs ran, flagged
+    behind). Pinned (``--generator-cpus``), the count is checked against that list."""
+    cpus = len(os.sched_getaffinity(0))
+    if processes is not None and processes > cpus:
+        raise OptionError(
+            "--processes",
+            f"{processes} engine processes on the {cpus} CPUs this process may use would "
+            f"take turns on them and fall behind the schedule; at most {cpus}",
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class EngineOptions:
     """The live load generator's options: one set of flags for ``replay`` and ``sweep``.
@@ -174,6 +188,8 @@ class EngineOptions:
                 if not item.endswith(".json"):
                     parse_url(item)
         gen_cpus = _cpus(self.generator_cpus)
+        if gen_cpus is None and cluster is None:
+            _refuse_time_sliced(self.processes)
         target = LiveTarget.from_targets(
             items,
             generator=GeneratorPlacement(
