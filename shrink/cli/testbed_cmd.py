@@ -278,15 +278,25 @@ def down(
 
 
 def _down_stale() -> None:
-    from shrink.testbed import lifecycle
+    from shrink.testbed import lifecycle, registry
 
     with cli_errors():
         done = lifecycle.down_stale()
+        unrecorded = registry.unrecorded_groups()
     if not done:
-        typer.echo("no stale testbed")
+        typer.echo(f"no stale testbed recorded in {registry.run_dir()}")
     for sb, stopped in done:
         n = sum(len(p) for p in stopped.values())
         typer.echo(f"{sb.state_path}: {sb.reason}; stopped {n} process(es), removed its cgroups")
+    for group, pids in unrecorded:
+        shown = ", ".join(str(p) for p in pids[:8]) + (", ..." if len(pids) > 8 else "")
+        where = printable(str(group))
+        typer.echo(
+            f"note: {where} holds PIDs {shown}, of no testbed recorded here: one started "
+            "under another SHRINK_RUN_DIR (or one since deleted)? Not stopped: run this "
+            "with that SHRINK_RUN_DIR, `shrink testbed down --state FILE`, or stop them by PID",
+            err=True,
+        )
 
 
 def _php_limits(trace: Path | None, max_execution: str, memory_limit: str) -> PhpLimits:

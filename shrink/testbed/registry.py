@@ -45,6 +45,7 @@ __all__ = [
     "running",
     "scratch_base",
     "stale",
+    "unrecorded_groups",
 ]
 
 
@@ -201,3 +202,45 @@ def stale() -> list[StaleTestbed]:
             state = TestbedState.from_dict(doc["state"], source=str(entry))
             out.append(StaleTestbed(entry, Path(doc["state_path"]), state, why))
     return out
+
+
+def _named_dirs(doc: dict[str, Any]) -> set[str]:
+    out: set[str] = set()
+    for r in doc.get("state", {}).get("replicas", []):
+        for cg in (r.get("cgroup"), (r.get("enforce") or {}).get("cgroup")):
+            if isinstance(cg, dict):
+                out.update(str(v) for v in (cg.get("dirs") or {}).values())
+    return out
+
+
+def unrecorded_groups(mounts: set[Path] | None = None) -> list[tuple[Path, list[int]]]:
+    """shrink's cgroups (``<cgroup mount>/shrink/<name>``) that hold processes while no
+    testbed recorded in :func:`run_dir` names them: (the group, its PIDs).
+
+    A testbed started under another ``SHRINK_RUN_DIR`` (one since deleted, say) is
+    recorded there, so ``down --stale`` cannot tell whose they are. They are named to
+    the user, never stopped on that guess: they may be a live testbed of another run."""
+    from shrink.enforce.cfs import Cgroup, cgroup_mounts
+
+    named: set[str] = set()
+    for entry in _entries():
+        doc = _load(entry)
+        if doc is not None:
+            named |= _named_dirs(doc)
+    out: dict[Path, list[int]] = {}
+    for mount in sorted(cgroup_mounts() if mounts is None else mounts):
+        parent = mount / Cgroup.PARENT
+        try:
+            groups = sorted(g for g in parent.iterdir() if g.is_dir() and not g.is_symlink())
+        except OSError:
+            continue
+        for g in groups:
+            if str(g) in named:
+                continue
+            try:
+                pids = [int(x) for x in (g / "cgroup.procs").read_text().split()]
+            except (OSError, ValueError):
+                continue
+            if pids:
+                out[g] = sorted(pids)
+    return sorted(out.items())

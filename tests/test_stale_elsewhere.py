@@ -1,0 +1,92 @@
+"""A testbed started under a ``SHRINK_RUN_DIR`` since deleted: its record went with that
+folder, and ``testbed down --stale`` said "no stale testbed" while its servers ran on
+in shrink's cgroups. It names those groups and their PIDs now, and stops none of them
+on a guess (they may be another run's live testbed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from shrink.testbed import registry
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _entry_naming(state_path: Path, group: Path) -> None:
+    """The registry entry ``up`` writes for a testbed whose replica's cgroup is ``group``."""
+    from dataclasses import replace
+
+    from shrink.testbed.state import TestbedState
+    from tests.helpers.testbed import lighttpd_replica
+
+    cg = {"name": group.name, "version": 2, "dirs": {"cpu": str(group)}}
+    rs = replace(lighttpd_replica(), cgroup=cg)
+    registry.record(state_path, TestbedState([rs], {}, {"name": "1-replica"}, {}, "doc", {}, "t"),
+                    owned=False)  # fmt: skip
+
+
+@pytest.mark.compute
+def test_groups_no_recorded_testbed_names_are_found_with_their_pids(tmp_path, monkeypatch):
+    mount = tmp_path / "cgroup"
+    for name, procs in (("mine", "11\n"), ("elsewhere", "42\n7\n"), ("empty", "")):
+        (mount / "shrink" / name).mkdir(parents=True)
+        (mount / "shrink" / name / "cgroup.procs").write_text(procs)
+    (mount / "shrink" / "link").symlink_to(mount / "shrink" / "elsewhere")
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "runs"))
+    monkeypatch.setattr("shrink.enforce.cfs.cgroup_mounts", lambda *a: {mount})
+    _entry_naming(tmp_path / "s.json", mount / "shrink" / "mine")
+    assert len(registry.stale()) == 1  # read back as up's (its state file is gone)
+    found = registry.unrecorded_groups()
+    assert found == [(mount / "shrink" / "elsewhere", [7, 42])]
+    shutil.rmtree(tmp_path / "runs")  # the record is gone: both groups are unnamed now
+    assert [g.name for g, _ in registry.unrecorded_groups()] == ["elsewhere", "mine"]
+    assert registry.unrecorded_groups({tmp_path / "no-such-mount"}) == []
+
+
+@pytest.mark.live
+@pytest.mark.root
+def test_down_stale_names_a_testbed_whose_run_dir_was_deleted(tmp_path):
+    from tests.helpers.testbed import as_root_with
+
+    as_root_with("lighttpd-php-cgi", pytest.MonkeyPatch(), tmp_path / "unused")
+    doc, runs, state = tmp_path / "doc", tmp_path / "runs", tmp_path / "s.json"
+    doc.mkdir()
+    (doc / "index.html").write_text("hi\n")
+    for p in (tmp_path, doc):
+        p.chmod(0o755)
+    (doc / "index.html").chmod(0o644)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def shrink(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "shrink", *args], env={**env, **extra},
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+
+    up = shrink("testbed", "up", "--docroot", str(doc), "--state", str(state), "--share",
+                "0.5", "--port", "0", SHRINK_RUN_DIR=str(runs))  # fmt: skip
+    if up.returncode != 0:
+        pytest.skip(f"no testbed with a CPU-time share here: {up.stderr.strip()[-300:]}")
+    try:
+        st = json.loads(state.read_text())
+        groups = [
+            d for r in st["replicas"] for d in (r.get("cgroup") or {}).get("dirs", {}).values()
+        ]
+        if not groups:
+            pytest.skip("this share is held without a cgroup here")
+        shutil.rmtree(runs)
+        out = shrink("testbed", "down", "--stale", SHRINK_RUN_DIR=str(tmp_path / "other"))
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.startswith(f"no stale testbed recorded in {tmp_path / 'other'}")
+        pids = [p for r in st["replicas"] for p in r["pids"]]
+        for g in set(groups):
+            line = next(x for x in out.stderr.splitlines() if x.startswith(f"note: {g} holds"))
+            assert any(str(p) in line for p in pids), line
+        assert all(Path(f"/proc/{p}").exists() for p in pids)  # named, not stopped
+    finally:
+        shrink("testbed", "down", "--state", str(state))
