@@ -39,6 +39,7 @@ from rich.console import Console
 from shrink import interrupts
 from shrink.atomic import make_dirs, write_text
 from shrink.autolevels import AutoPlan
+from shrink.demo_work import work_dir
 from shrink.errors import ShrinkError
 from shrink.jsonout import dumps
 
@@ -332,7 +333,7 @@ def run_demo(
     console = Console(stderr=True)
     t0 = time.monotonic()
     make_dirs(out)
-    work = _work_dir(out, target)
+    work = work_dir(out, target)
     alpha = cfg["alpha"]
     plan = _plan(plan, quick, alpha if cfg.get("share_kind", "cpu_time") == "cpu_time" else None)
     if cfg.get("share_kind") == "cores" and not quick:
@@ -474,28 +475,6 @@ def _plan(plan: AutoPlan | None, quick: bool, time_share: float | None = None) -
         max_levels=9,
         budget_s=SWEEP_BUDGET_S,
     )
-
-
-def _work_dir(out: Path, target: str) -> Path:
-    """Where the trace and the document root go: ``out/work``, unless the servers (run
-    as an unprivileged user) cannot read it there, as in a checkout under a private home;
-    then a fresh folder of its own that they can (its path in ``out/work-location``)."""
-    from shrink.testbed.private import check_reachable, server_user
-
-    work = out / "work"
-    make_dirs(work)
-    user = server_user() if target == "testbed" else None
-    try:
-        check_reachable(work, user)
-        return work
-    except ShrinkError:
-        pass
-    import tempfile
-
-    elsewhere = Path(tempfile.mkdtemp(prefix="shrink-demo-", dir="/var/tmp"))
-    elsewhere.chmod(0o755)
-    write_text(out / "work-location", f"{elsewhere}\n")
-    return elsewhere
 
 
 def _intro(alpha: float, plan: AutoPlan, out: Path) -> str:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from rich.console import Console
 
 import shrink.replay.live as live
 from shrink import demo
+from shrink.demo_work import WORK_BASE, work_dir
 
 
 def _scripted(monkeypatch, busy: dict[int, tuple[int, int]], steal: dict[int, tuple[int, int]]):
@@ -77,10 +80,21 @@ def test_the_demo_puts_its_docroot_where_the_unprivileged_servers_can_read_it(tm
     out.mkdir()
     with pytest.raises(TestbedError):
         check_reachable(out, user)
-    work = demo._work_dir(out, "testbed")
+    work = work_dir(out, "testbed")
     try:
         assert not work.is_relative_to(home)
         assert (out / "work-location").read_text().strip() == str(work)
         check_reachable(work, user)  # raises if the user cannot read it
+        # A rerun to the same --out made a second folder, and so on, one per run.
+        assert work_dir(out, "testbed") == work
+        # ... but only a folder the demo made and no one else may write.
+        work.chmod(0o777)
+        other = work_dir(out, "testbed")
+        assert other != work and (out / "work-location").read_text().strip() == str(other)
+        shutil.rmtree(other)
+        (out / "work-location").write_text("/etc\n")
+        other = work_dir(out, "testbed")
+        assert other.parent == Path(WORK_BASE) and other.name.startswith("shrink-demo-")
+        shutil.rmtree(other)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,54 @@
+"""Where the demo keeps its trace and document root: ``--out``'s ``work`` folder, or,
+when the servers' user cannot read that (a checkout under a private home), a folder
+of its own under /var/tmp, reused by a rerun to the same ``--out``."""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+from shrink.atomic import make_dirs, write_text
+from shrink.errors import ShrinkError
+
+__all__ = ["WORK_BASE", "work_dir"]
+
+# Where the demo puts its trace and document root when the servers' user cannot read
+# ``--out`` (a checkout under a private home): a folder every user may enter.
+WORK_BASE = "/var/tmp"
+
+
+def work_dir(out: Path, target: str) -> Path:
+    """Where the trace and the document root go: ``out/work``, unless the servers (run
+    as an unprivileged user) cannot read it there, as in a checkout under a private home;
+    then a fresh folder of its own that they can (its path in ``out/work-location``)."""
+    from shrink.testbed.private import check_reachable, server_user
+
+    work = out / "work"
+    make_dirs(work)
+    user = server_user() if target == "testbed" else None
+    try:
+        check_reachable(work, user)
+        return work
+    except ShrinkError:
+        pass
+    elsewhere = _earlier_work(out)
+    if elsewhere is None:  # (a rerun uses its earlier one: one folder per --out)
+        elsewhere = Path(tempfile.mkdtemp(prefix="shrink-demo-", dir=WORK_BASE))
+        elsewhere.chmod(0o755)
+        write_text(out / "work-location", f"{elsewhere}\n")
+    return elsewhere
+
+
+def _earlier_work(out: Path) -> Path | None:
+    """The folder an earlier demo to ``out`` made (``out/work-location``), if it is still
+    one of this user's, made where the demo makes them, and writable by no one else."""
+    try:
+        where = Path((out / "work-location").read_text(errors="replace").strip())
+        st = os.lstat(where)
+    except (OSError, ValueError):
+        return None
+    ours = stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+    made_here = where.parent == Path(WORK_BASE) and where.name.startswith("shrink-demo-")
+    return where if ours and made_here else None
