@@ -58,7 +58,10 @@ _Conns = Annotated[
 _Procs = Annotated[
     int | None,
     typer.Option(
-        "--processes", min=1, max=1_000, help="Engine processes (default: one per generator CPU)."
+        "--processes",
+        min=1,
+        max=1_000,
+        help="Engine processes (default: one per generator CPU; at most one per CPU).",
     ),
 ]
 _NewConn = Annotated[
