@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import sys
 from collections.abc import Callable
 from urllib.parse import parse_qs, urlsplit
@@ -28,7 +29,8 @@ class FakeHTTP(asyncio.Protocol):
     """One connection of the fake server.
 
     ``default_bytes`` is the body size without ``bytes=N``; ``service_time`` is
-    added to every reply's ``delay_us``; ``on_request(target)`` hears of each.
+    added to every reply's ``delay_us``; ``on_request(target)`` hears of each, and
+    ``on_body(target, body)`` of its body (the Content-Length bytes after the head).
     """
 
     def __init__(
@@ -37,10 +39,12 @@ class FakeHTTP(asyncio.Protocol):
         default_bytes: int = 1024,
         service_time: float = 0.0,
         on_request: Callable[[str], None] | None = None,
+        on_body: Callable[[str, bytes], None] | None = None,
     ) -> None:
         self.default_bytes = default_bytes
         self.service_time = service_time
         self.on_request = on_request
+        self.on_body = on_body
         self.buf = b""
         self.transport: asyncio.Transport | None = None
         self.idle: asyncio.TimerHandle | None = None
@@ -67,7 +71,13 @@ class FakeHTTP(asyncio.Protocol):
             i = self.buf.find(b"\r\n\r\n")
             if i < 0:
                 return
-            head, self.buf = self.buf[:i], self.buf[i + 4 :]
+            # A request's body is read past: taken for the next request's head, a POST
+            # body became a request for its text, answered twice.
+            length = _CONTENT_LENGTH.search(self.buf, 0, i)
+            end = i + 4 + (int(length[1]) if length else 0)
+            if len(self.buf) < end:
+                return  # the rest of the body is still to come
+            head, body, self.buf = self.buf[:i], self.buf[i + 4 : end], self.buf[end:]
             line = head.split(b"\r\n", 1)[0].decode("latin-1")
             parts = line.split(" ")
             target = parts[1] if len(parts) > 1 else "/"
@@ -78,6 +88,8 @@ class FakeHTTP(asyncio.Protocol):
             close = q.get("close") == "1" or b"connection: close" in head.lower()
             if self.on_request is not None:
                 self.on_request(target)
+            if self.on_body is not None:
+                self.on_body(target, body)
             if delay > 0:
                 asyncio.get_running_loop().call_later(delay, self._write, reply, close)
             else:
@@ -92,6 +104,7 @@ class FakeHTTP(asyncio.Protocol):
 
 
 _CACHE: dict[tuple[tuple[str, str], ...], bytes] = {}
+_CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*([0-9]{1,9})", re.IGNORECASE)
 
 
 def _reply(q: dict[str, str], *, head_only: bool) -> bytes:

@@ -4,7 +4,8 @@ For unit tests of later stages (replay engine, measurement) that need something
 to send requests to without lighttpd. It serves with the protocol of
 :mod:`shrink.replay.fakeserver` (the same query string steers it: a body of
 ``bytes=N`` bytes, default 100 here), after an optional service time, in a
-background thread, and counts what it served::
+background thread, and counts what it served (``paths``, and ``bodies``: the bytes
+each request carried)::
 
     with FakeServer(service_time_s=0.001) as fake:
         httpx.get(f"http://{fake.address}:{fake.port}/app/x.php?bytes=512")
@@ -31,6 +32,7 @@ class FakeServer:
         self.service_time_s = service_time_s
         self.requests = 0
         self.paths: list[str] = []
+        self.bodies: list[bytes] = []  # each request's, in the order served
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -40,9 +42,15 @@ class FakeServer:
         self.requests += 1
         self.paths.append(target)
 
+    def _body(self, target: str, body: bytes) -> None:
+        self.bodies.append(body)
+
     def _protocol(self) -> FakeHTTP:
         return FakeHTTP(
-            default_bytes=100, service_time=self.service_time_s, on_request=self._served
+            default_bytes=100,
+            service_time=self.service_time_s,
+            on_request=self._served,
+            on_body=self._body,
         )
 
     def _run(self) -> None:
