@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -23,12 +24,12 @@ __all__ = ["request_keys"]
 # checking every row's method and path was most of a simulated run. Keyed by the
 # (immutable) Arrow table, held weakly so a dropped trace is not kept.
 _KEPT = 4
-_recent_keys: list[tuple[weakref.ref, list[tuple[str, str, str]], np.ndarray]] = []
+_recent_keys: list[tuple[weakref.ref, list[tuple[str, str, bytes]], np.ndarray]] = []
 
 
-def request_keys(trace: Trace) -> tuple[list[tuple[str, str, str]], np.ndarray]:
-    """The trace's distinct requests as sent (method, target, body), and each row's
-    index among them; every distinct method and path checked once."""
+def request_keys(trace: Trace) -> tuple[list[tuple[str, str, bytes]], np.ndarray]:
+    """The trace's distinct requests as sent (method, target, body bytes), and each
+    row's index among them; every distinct method and path checked once."""
     for ref, keys, codes in _recent_keys:
         if ref() is trace.table:
             return list(keys), codes
@@ -38,7 +39,7 @@ def request_keys(trace: Trace) -> tuple[list[tuple[str, str, str]], np.ndarray]:
     return list(keys), codes
 
 
-def _check_request_keys(trace: Trace) -> tuple[list[tuple[str, str, str]], np.ndarray]:
+def _check_request_keys(trace: Trace) -> tuple[list[tuple[str, str, bytes]], np.ndarray]:
     # Arrow finds each distinct method, path and body, and each distinct (method, path,
     # body); a value is checked once, at the first request that holds it (so a row that
     # cannot be sent is named as before: the first). A loop over the rows in Python was
@@ -46,8 +47,8 @@ def _check_request_keys(trace: Trace) -> tuple[list[tuple[str, str, str]], np.nd
     table = trace.table
     columns = [table.column("method"), table.column("path")]
     if trace.has("body"):
-        columns.append(pc.fill_null(table.column("body"), ""))
-    values: list[list[str]] = []
+        columns.append(pc.fill_null(table.column("body"), b""))
+    values: list[list[Any]] = []  # each column's distinct strings (bytes: the body's)
     indices: list[np.ndarray] = []
     for col in columns:
         enc = pc.dictionary_encode(col.combine_chunks())
@@ -62,7 +63,7 @@ def _check_request_keys(trace: Trace) -> tuple[list[tuple[str, str, str]], np.nd
     _, first, raw_of_row = np.unique(code.reshape(-1), return_index=True, return_inverse=True)
     sent: list[dict[int, str]] = [{}, _plain_paths(values[1])]
     checks = (wire_method, wire_target)
-    index: dict[tuple[str, str, str], int] = {}
+    index: dict[tuple[str, str, bytes], int] = {}
     key_of_raw = np.empty(first.size, np.int64)
     for raw in np.argsort(first, kind="stable").tolist():
         row = int(first[raw])
@@ -72,7 +73,7 @@ def _check_request_keys(trace: Trace) -> tuple[list[tuple[str, str, str]], np.nd
             if v not in sent[c]:
                 sent[c][v] = _on_wire(trace, row, checks[c], values[c][v])
             wire.append(sent[c][v])
-        body = values[2][int(indices[2][row])] if len(values) > 2 else ""
+        body = values[2][int(indices[2][row])] if len(values) > 2 else b""
         key_of_raw[raw] = index.setdefault((*wire, body), len(index))
     return list(index), key_of_raw[raw_of_row.reshape(-1)]
 

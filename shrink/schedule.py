@@ -120,7 +120,7 @@ class Schedule:
     """
 
     mode: str
-    keys: list[tuple[str, str, str]]
+    keys: list[tuple[str, str, bytes]]
     key_of_row: np.ndarray
     cls_of_row: np.ndarray
     horizon: float = 0.0

@@ -24,7 +24,8 @@ client     string    client identity (address, user id), "" unknown
 =========  ========  =========================================================
 
 Optional columns a reader may add (kept through sampling and Parquet):
-``body`` (request body, for wsesslog ``contents=``), ``server``, ``conn``
+``body`` (binary: the request body's bytes as recorded, for wsesslog ``contents=``; a
+trace written with a string body reads as its UTF-8), ``server``, ``conn``
 (connection id), ``ttfb`` (recorded time to first response byte, seconds),
 ``answered`` (bool: a response was seen).
 
@@ -34,6 +35,7 @@ Provenance (source file, reader, sampler, alpha, seed, parent id ...) lives in
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -82,7 +84,7 @@ SCHEMA = pa.schema(
 COLUMNS: tuple[str, ...] = tuple(SCHEMA.names)
 
 EXTRA_COLUMNS: dict[str, pa.DataType] = {
-    "body": pa.string(),
+    "body": pa.binary(),
     "server": pa.string(),
     "conn": pa.int64(),
     "ttfb": pa.float64(),
@@ -237,9 +239,9 @@ class Trace:
     __hash__ = None  # type: ignore[assignment]
 
     def column(self, name: str) -> np.ndarray:
-        """One column as a numpy array (strings come back as an object array)."""
+        """One column as a numpy array (strings and bytes come back as an object array)."""
         col = self._table.column(name)
-        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        if pa.types.is_string(col.type) or pa.types.is_binary(col.type):
             return np.asarray(col.to_pylist(), dtype=object)
         return col.to_numpy()
 
@@ -326,7 +328,8 @@ class Trace:
         return trace if grouped is trace._table else cls(grouped, meta)
 
     def write_jsonl(self, path: str | Path) -> Path:
-        """JSON Lines, one request per line (NaN rt written as null)."""
+        """JSON Lines, one request per line (NaN rt written as null; a body that is not
+        UTF-8 as ``body_base64``)."""
         path = Path(path)
         with atomic_file(path, "w", encoding="utf-8") as fh:
             # A batch at a time: the whole table as Python dicts took over 13 GB for
@@ -336,6 +339,11 @@ class Trace:
                     rt = row.get("rt")
                     if rt is not None and rt != rt:  # NaN
                         row["rt"] = None
+                    if isinstance(body := row.get("body"), bytes):  # JSON holds text only
+                        try:
+                            row["body"] = body.decode("utf-8")
+                        except UnicodeDecodeError:
+                            row["body_base64"] = base64.b64encode(row.pop("body")).decode()
                     fh.write(dumps(row, separators=(",", ":")) + "\n")
         return path
 
@@ -435,6 +443,8 @@ def _kind(typ: pa.DataType) -> str:
         return "a number"
     if pa.types.is_boolean(typ):
         return "a boolean"
+    if pa.types.is_binary(typ):
+        return "bytes or a string"
     return "a string"
 
 
@@ -450,7 +460,10 @@ def _fits(got: pa.DataType, want: pa.DataType) -> bool:
         return pa.types.is_integer(got) or pa.types.is_floating(got)
     if pa.types.is_boolean(want):
         return pa.types.is_boolean(got)
-    return pa.types.is_string(got) or pa.types.is_large_string(got)
+    text = pa.types.is_string(got) or pa.types.is_large_string(got)
+    if pa.types.is_binary(want):  # a body: its bytes, or (a trace written before) its text
+        return text or pa.types.is_binary(got) or pa.types.is_large_binary(got)
+    return text
 
 
 def _typed_columns(table: pa.Table, path: Path) -> pa.Table:

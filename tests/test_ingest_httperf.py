@@ -26,14 +26,14 @@ FIXTURE = Path(__file__).parent / "data" / "wsesslog_all_features.txt"
 
 class _Recorder(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    seen: list[tuple[str, str, str]]
+    seen: list[tuple[str, str, bytes]]
 
     def _any(self) -> None:
         n = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(n) if n else b""
         # http.server decodes the request line as Latin-1; httperf sent UTF-8 bytes
         path = self.path.encode("latin-1").decode("utf-8")
-        self.server.seen.append((self.command, path, body.decode("utf-8")))  # type: ignore[attr-defined]
+        self.server.seen.append((self.command, path, body))  # type: ignore[attr-defined]
         self.send_response(200)
         self.send_header("Content-Length", "2")
         self.end_headers()
@@ -57,7 +57,7 @@ def recorder() -> Iterator[http.server.ThreadingHTTPServer]:
     server.server_close()
 
 
-def _httperf(server, log: Path, sessions: int) -> list[tuple[str, str, str]]:
+def _httperf(server, log: Path, sessions: int) -> list[tuple[str, str, bytes]]:
     httperf = require_tool("httperf")
     port = server.server_address[1]
     run = subprocess.run(
@@ -70,8 +70,8 @@ def _httperf(server, log: Path, sessions: int) -> list[tuple[str, str, str]]:
     return sorted(server.seen)
 
 
-def _ours(trace: Trace) -> list[tuple[str, str, str]]:
-    bodies = trace.column("body").tolist() if trace.has("body") else [""] * len(trace)
+def _ours(trace: Trace) -> list[tuple[str, str, bytes]]:
+    bodies = trace.column("body").tolist() if trace.has("body") else [b""] * len(trace)
     rows = zip(trace.column("method").tolist(), trace.column("path").tolist(), bodies, strict=True)
     return sorted(rows)
 
@@ -116,3 +116,11 @@ def test_httperf_reads_the_canonical_fixture(recorder, tmp_path):
     fast = fast.with_column("think", fast.column("think") / 1000)
     log = write_wsesslog(fast, tmp_path / "fast.log")
     assert _httperf(recorder, log, 3) == _ours(read_wsesslog(FIXTURE))
+
+
+def test_httperf_sends_the_bytes_of_a_body_that_is_not_utf8_as_we_read_them(recorder, tmp_path):
+    log = tmp_path / "bytes.log"
+    log.write_bytes(b"/p method=POST contents='\xff\x80\xc3\xa9 \\\xfe'\n/q\n")
+    ours = read_wsesslog(log)
+    assert ours.column("body").tolist() == [b"\xff\x80\xc3\xa9 \xfe", b""]
+    assert _httperf(recorder, log, 1) == _ours(ours)

@@ -58,10 +58,10 @@ def test_canonical_fixture_reads_as_written_by_hand():
     ids, starts = trace.session_starts()
     assert ids.tolist() == [0, 1, 2] and starts.tolist() == [0.0, 1.0, 2.0]
     bodies = dict(zip(trace.column("path"), trace.column("body"), strict=True))
-    assert bodies["/api/track"] == '{"event": "view", "note": "it\'s \\ here"}'
-    assert bodies["/form.php"] == "line one\nline two\r\n\tindented  spaces"
-    assert bodies["/caf%C3%A9/men%C3%BC.html"] == "créme brûlée"
-    assert bodies["/style.css"] == ""
+    assert bodies["/api/track"] == b'{"event": "view", "note": "it\'s \\ here"}'
+    assert bodies["/form.php"] == b"line one\nline two\r\n\tindented  spaces"
+    assert bodies["/caf%C3%A9/men%C3%BC.html"] == "créme brûlée".encode()
+    assert bodies["/style.css"] == b""
     assert trace.meta["reader"] == "wsesslog" and trace.meta["skipped"] == 0
     cls = dict(zip(trace.column("path"), trace.column("cls"), strict=True))
     assert cls["/app/search.php?q=shrink"] == "dynamic" and cls["/style.css"] == "static"

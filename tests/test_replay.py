@@ -88,7 +88,7 @@ def test_requests_are_prebuilt_http11_bytes():
     assert b.startswith(b"GET /a?b=1 HTTP/1.1\r\nHost: 127.0.0.1:80\r\n") and b.endswith(
         b"\r\n\r\n"
     )
-    p = build_request("POST", "/f", "h:1", "x=1")
+    p = build_request("POST", "/f", "h:1", b"x=1")
     assert b"Content-Length: 3\r\n" in p and p.endswith(b"\r\n\r\nx=1")
 
 

@@ -98,7 +98,7 @@ def test_errors_name_the_same_line_wherever_the_batches_are_cut(
         read_wsesslog(ws)
     ws.write_bytes(b"/a contents='x\\\ny'\n/b think=1\n")
     trace = read_wsesslog(ws)
-    assert trace.table.column("body").to_pylist() == ["x\ny", ""]
+    assert trace.table.column("body").to_pylist() == [b"x\ny", b""]
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 1 << 20])

@@ -24,7 +24,8 @@ The syntax is httperf's (man page, option ``--wsesslog``; parser in
     backslash before any other character keeps that character, and a backslash
     at the end of a line puts a newline in the body and continues the body on
     the next line. Unquoted blanks end the value. An empty body (``contents=''``)
-    means no body, as in httperf.
+    means no body, as in httperf. The body is the file's bytes as they are, as
+    httperf sends them: a byte that is not UTF-8 (raw, or after a backslash) too.
 
   Any other argument is an error (``TraceFormatError`` naming the file and line),
   as httperf panics on it too.
@@ -40,8 +41,9 @@ lines end in CR alone is split on CR (:func:`shrink.ingest._io.line_end`).
 ... in file order) starts at ``i / session_rate`` seconds (default 1 session/s:
 httperf's ``--rate``); a burst's ``t`` is its session's start plus the think times
 of the bursts before it (response times are unknown and counted as 0). ``rt`` is
-NaN, ``bytes`` -1, ``status`` 0, ``client`` "". The ``body`` column is present
-when any request has a body ("" for those without).
+NaN, ``bytes`` -1, ``status`` 0, ``client`` "". The ``body`` column (bytes) is present
+when any request has a body (b"" for those without). A path's byte that is not UTF-8
+reads as its ``%hh`` escape, as in the other readers.
 
 **Canonical form** (what :func:`write_wsesslog` writes): sessions separated by
 one blank line, no comments; a burst's first request in column 1, its embedded
@@ -107,7 +109,9 @@ class _Lines:
             self._i = 0
         i = self._i
         self._i += 1
-        text = decode_line(self._lines[i])
+        # Bytes that are not UTF-8 are kept as lone surrogates: a body gets them back as
+        # they were (:func:`_body`), a path and a message read them as %hh (:func:`_shown`).
+        text = self._lines[i].decode("utf-8", "surrogateescape")
         if text.endswith("\r"):
             text = text[:-1]
         return self._first + i, text, self._terminated or i < len(self._lines) - 1
@@ -123,7 +127,7 @@ class _Sessions:
 
     def __init__(self, think_default: float, rate: float) -> None:
         self.requests = Columns(
-            {"burst": pa.int64(), "method": pa.int32(), "path": pa.string(), "body": pa.string()}
+            {"burst": pa.int64(), "method": pa.int32(), "path": pa.string(), "body": pa.binary()}
         )
         self.methods = Distinct()  # the method column holds their codes
         self.bursts = Columns(
@@ -172,8 +176,8 @@ class _Sessions:
         cols = self.requests.lists
         cols["burst"].append(self.burst)
         cols["method"].append(self.methods.code(method))
-        cols["path"].append(path)
-        cols["body"].append(body)
+        cols["path"].append(_shown(path))
+        cols["body"].append(_body(body))
         self.bodies = self.bodies or bool(body)
 
     def flush(self) -> None:
@@ -184,6 +188,18 @@ class _Sessions:
 # C isspace() in the C locale is " \t\n\v\f\r": what sscanf("%s") stops at.
 _WORD = re.compile(r"[^ \t\n\v\f\r]+")
 _HAS_BLANK = re.compile(r"[ \t\n\v\f\r]")
+
+
+def _shown(text: str) -> str:
+    """A line's ``text`` as the other readers read text: a byte that is not UTF-8 (a lone
+    surrogate here) as its ``%hh`` escape."""
+    return text if text.isascii() else decode_line(text.encode("utf-8", "surrogateescape"))
+
+
+def _body(text: str) -> bytes:
+    """A parsed contents value as the bytes the file held (httperf sends them as they are:
+    a body sent as the ``%hh`` text of a byte that is not UTF-8 was another request)."""
+    return text.encode("utf-8", "surrogateescape")
 
 
 def _match_method(word: str) -> str | None:
@@ -258,7 +274,7 @@ def _parse_think(word: str, lines: _Lines, lineno: int) -> float:
     try:
         think = float(value)
     except ValueError:
-        raise lines.error(f"think={value!r} is not a number of seconds", lineno) from None
+        raise lines.error(f"think={_shown(value)!r} is not a number of seconds", lineno) from None
     if not math.isfinite(think) or think < 0:
         raise lines.error(f"think={value} must be a finite number of seconds >= 0", lineno)
     if think > MAX_SECONDS:
@@ -292,7 +308,7 @@ def _read_sessions(lines: _Lines, out: _Sessions) -> None:
                 known = _match_method(word[len("method=") :])
                 if known is None:
                     raise lines.error(
-                        f"unknown method in {word!r} (httperf knows {', '.join(METHODS)})",
+                        f"unknown method in {_shown(word)!r} (httperf knows {', '.join(METHODS)})",
                         lineno,
                     )
                 method = known
@@ -306,7 +322,7 @@ def _read_sessions(lines: _Lines, out: _Sessions) -> None:
                 )
             else:
                 raise lines.error(
-                    f"unknown argument {word!r} (httperf knows think=, method=, contents=)",
+                    f"unknown argument {_shown(word)!r} (httperf knows think=, method=, contents=)",
                     lineno,
                 )
         out.request(first.group(), method, body)
@@ -376,9 +392,11 @@ def read_wsesslog(
     return Trace.from_columns(cols, meta)
 
 
-def _quote_body(body: str) -> str:
+def _quote_body(body: bytes) -> str:
+    """``body`` quoted; a byte that is not UTF-8 as a lone surrogate, which the writer
+    turns back into that byte."""
     out = ["'"]
-    for ch in body:
+    for ch in body.decode("utf-8", "surrogateescape"):
         if ch == "\\":
             out.append("\\\\")
         elif ch == "'":
@@ -396,7 +414,8 @@ def _quote_body(body: str) -> str:
 
 
 def format_wsesslog(trace: Trace, *, think_default: float = 0.0, source: str = "") -> str:
-    """The canonical wsesslog text of ``trace`` (see the module docstring)."""
+    """The canonical wsesslog text of ``trace`` (see the module docstring); a body's byte
+    that is not UTF-8 as a lone surrogate (``encode("utf-8", "surrogateescape")``)."""
     return "".join(wsesslog_chunks(trace, think_default=think_default, source=source))
 
 
@@ -423,8 +442,8 @@ def wsesslog_chunks(trace: Trace, *, think_default: float = 0.0, source: str = "
         firsts = new_burst[lo : lo + len(part)].tolist()
         out: list[str] = []
         for j, (path, method) in enumerate(zip(paths, methods, strict=True)):
-            i, body = lo + j, bodies[j] or ""
-            if not path or _HAS_BLANK.search(path) or method not in METHODS or "\0" in body:
+            i, body = lo + j, bodies[j] or b""
+            if not path or _HAS_BLANK.search(path) or method not in METHODS or b"\0" in body:
                 _refuse(where, i, session[i], burst[i], path, method, body)
             if starts[j] and i > 0:
                 out.append("\n")
@@ -450,7 +469,7 @@ def _refuse(
     burst: int,
     path: str,
     method: str,
-    body: str,
+    body: bytes,
     think: float = 0.0,
 ) -> None:
     """Raise the TraceFormatError that says why row ``i`` cannot be written."""
@@ -461,7 +480,7 @@ def _refuse(
         raise TraceFormatError(
             f"{row}: httperf cannot send method {method!r} (it knows {', '.join(METHODS)})"
         )
-    if "\0" in body:
+    if b"\0" in body:
         raise TraceFormatError(f"{row}: a body with a NUL byte cannot be written")
     if path.startswith("#"):
         raise TraceFormatError(f"{row}: a burst cannot start with {path!r} (a comment)")
@@ -479,5 +498,5 @@ def write_wsesslog(trace: Trace, path: str | Path, *, think_default: float = 0.0
     # Streamed through one temporary file: a refused row or a full disk leaves nothing.
     with atomic_file(path, "wb") as fh:
         for chunk in wsesslog_chunks(trace, think_default=think_default, source=str(path)):
-            fh.write(chunk.encode("utf-8"))
+            fh.write(chunk.encode("utf-8", "surrogateescape"))
     return path

@@ -13,10 +13,11 @@ __all__ = ["build_request", "parse_head", "parse_head_cached", "wire_method", "w
 _HEAD_LIMIT = 65536
 
 
-def build_request(method: str, path: str, host: str, body: str = "") -> bytes:
-    """The bytes of one HTTP/1.1 keep-alive request."""
+def build_request(method: str, path: str, host: str, body: bytes = b"") -> bytes:
+    """The bytes of one HTTP/1.1 keep-alive request; ``body`` goes as it is (a trace's
+    recorded bytes, not necessarily UTF-8)."""
     lines = [f"{method} {path} HTTP/1.1", f"Host: {host}", "User-Agent: shrink", "Accept: */*"]
-    data = body.encode()
+    data = body
     if data or method in ("POST", "PUT", "PATCH"):
         lines.append("Content-Type: application/x-www-form-urlencoded")
         lines.append(f"Content-Length: {len(data)}")

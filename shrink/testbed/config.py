@@ -132,7 +132,7 @@ class PhpLimits:
     def for_trace(self, trace: Any) -> PhpLimits:
         """:meth:`for_bodies` with a :class:`~shrink.trace.Trace`'s largest body."""
         bodies = trace.column("body") if trace.has("body") else []
-        return self.for_bodies(max((len((b or "").encode()) for b in bodies), default=0))
+        return self.for_bodies(max((len(b or b"") for b in bodies), default=0))
 
     def describe(self, children_per_core: int) -> str:
         body = (
