@@ -17,8 +17,7 @@ import pytest
 from helpers.pcap_synth import Conn, http_response, pcap_variant, write_capture
 
 from shrink.errors import CaptureFormatError
-from shrink.ingest.capture import read_capture, read_segments
-from shrink.ingest.capture.pcap_variants import as_classic
+from shrink.ingest.capture import pcap_files, pcap_variants, read_capture, read_segments
 from shrink.ingest.detect import detect_format
 
 pytestmark = pytest.mark.compute
@@ -93,8 +92,12 @@ def test_real_captures_written_by_editcap_read_as_the_originals(tmp_path, real_d
             assert read_segments(out, engine=engine)[1]["format"] == ours
 
 
+@pytest.mark.parametrize("held", [1 << 30, 100], ids=["in memory", "past MAX_HELD"])
 @pytest.mark.parametrize("engine", ENGINES)
-def test_a_damaged_variant_keeps_what_came_before_and_names_the_record(tmp_path, classic, engine):
+def test_a_damaged_variant_keeps_what_came_before_and_names_the_record(
+    tmp_path, classic, engine, held, monkeypatch
+):
+    monkeypatch.setattr(pcap_files, "MAX_HELD", held)
     data = bytearray(_variant(classic, "modpcap"))
     offs, off = [], 24
     while off < len(data):  # the variant's own record offsets, 24-byte headers
@@ -123,12 +126,50 @@ def test_a_classic_file_damaged_at_its_first_record_is_not_taken_for_a_variant(t
     assert facts["format"] == "pcap" and "record 1" in facts["damage"]
 
 
-def test_a_large_variant_is_refused_naming_the_command_that_converts_it(tmp_path, classic):
-    data = np.frombuffer(_variant(classic, "modpcap"), np.uint8)
-    with pytest.raises(CaptureFormatError, match="editcap -F pcap IN OUT") as err:
-        as_classic(data, data.size, tmp_path / "big.pcap", False, limit=262144, most=100)
-    assert err.value.offset == 0
-    same = np.frombuffer(classic, np.uint8)
-    assert (
-        as_classic(same, same.size, tmp_path / "c.pcap", False, limit=262144, most=100)[2] == "pcap"
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_variant_past_the_size_held_in_memory_is_converted_in_a_file_of_its_own(
+    tmp_path, classic, engine, monkeypatch
+):
+    (tmp_path / "c.pcap").write_bytes(classic)
+    want = read_capture(tmp_path / "c.pcap", engine=engine)
+    # MAX_HELD made small: a variant past it was refused ("editcap -F pcap IN OUT").
+    monkeypatch.setattr(pcap_files, "MAX_HELD", 100)
+    for name in sorted(VARIANTS):
+        p = tmp_path / f"{name}.pcap"
+        p.write_bytes(_variant(classic, name))
+        _same(read_capture(p, engine=engine, strict=True), want)
+        assert read_segments(p, engine=engine)[1]["format"] == VARIANTS[name][0]
+    assert sorted(x.name for x in tmp_path.iterdir()) == sorted(
+        ["c.pcap", *(f"{name}.pcap" for name in VARIANTS)]
+    )  # the converted copies had no name and are gone
+
+
+def test_the_conversion_holds_a_window_of_the_file_not_the_file(classic, monkeypatch):
+    """Records are converted a window at a time: every write but the file header is at
+    most a window and one record, and together they are the classic file."""
+    monkeypatch.setattr(pcap_variants, "WINDOW", 300)
+    data = np.frombuffer(_variant(classic, "suse6_3pcap"), np.uint8)
+    writes: list[bytes] = []
+    records, end, why = pcap_variants._convert(
+        data, data.size, "<", 262144, 12, lambda b: writes.append(bytes(b))
     )
+    assert (records, end, why) == (len(_offsets(classic)), data.size, None)
+    assert b"".join(writes) == classic
+    longest = max(struct.unpack_from("<I", classic, off + 8)[0] for off in _offsets(classic))
+    assert 3 < len(writes) < records + 1  # windows of several records
+    assert max(len(w) for w in writes[1:]) <= 300 + 16 + longest
+
+
+def _offsets(classic: bytes) -> list[int]:
+    offs, off = [], 24
+    while off < len(classic):
+        offs.append(off)
+        off += 16 + struct.unpack_from("<I", classic, off + 8)[0]
+    return offs
+
+
+def test_a_classic_file_is_not_copied(tmp_path, classic):
+    same = np.frombuffer(classic, np.uint8)
+    got = pcap_variants.as_classic(same, same.size, tmp_path / "c.pcap", False, limit=262144,
+                                   held=0)  # fmt: skip
+    assert got[0] is same and got[2] == "pcap"

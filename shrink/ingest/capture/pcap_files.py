@@ -24,7 +24,6 @@ import errno
 import mmap
 import os
 import struct
-import tempfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import BinaryIO
 import numpy as np
 
 from shrink.errors import CaptureFormatError
+from shrink.ingest.capture.own_files import own_mapping
 from shrink.ingest.capture.pcap_variants import as_classic
 from shrink.ingest.capture.pcap_walk import (
     FRAME,
@@ -198,31 +198,15 @@ def _cut_message(got: int, size: int) -> str:
 
 
 def _private_copy(fh: BinaryIO, path: Path, size: int) -> mmap.mmap:
-    """A mapping of a copy of the capture that only this process holds: beside the
-    capture (the same file system, so a reflink where it can), else in the temporary
-    directory. The copy has no name; the mapping keeps it until it is unmapped."""
-    tried = []
-    for where in (path.parent, Path(tempfile.gettempdir())):
-        try:
-            with tempfile.TemporaryFile(dir=where) as dst:
-                _copy(fh, dst, path, size)
-                return _map(dst.fileno())
-        except OSError as exc:
-            tried.append(f"{where} ({exc.strerror or exc})")
-    raise CaptureFormatError(
-        f"a capture over {MAX_HELD >> 20:,} MiB is read from a copy of its own, and no "
-        f"copy of its {size:,} bytes could be made in {' or '.join(tried)}: free the "
-        "space, or split the capture (editcap -c)",
-        path=path,
+    """A mapping of a copy of the capture that only this process holds
+    (:func:`~shrink.ingest.capture.own_files.own_mapping`)."""
+    return own_mapping(
+        path,
+        lambda dst: _copy(fh, dst, path, size),
+        what=f"a capture over {MAX_HELD >> 20:,} MiB is read from a copy of its own, and no "
+        f"copy of its {size:,} bytes",
+        remedy="free the space, or split the capture (editcap -c)",
     )
-
-
-def _map(fd: int) -> mmap.mmap:
-    """Map a file read-only; on Linux prefault it in one call (cheaper than a fault a page)."""
-    populate = getattr(mmap, "MAP_POPULATE", 0)
-    if populate and hasattr(mmap, "MAP_SHARED"):
-        return mmap.mmap(fd, 0, flags=mmap.MAP_SHARED | populate, prot=mmap.PROT_READ)
-    return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
 
 
 def load_buffer(path: Path, *, strict: bool) -> tuple[np.ndarray, int, str | None]:
@@ -572,4 +556,4 @@ def classic_pcap(
     magic = bytes(data[:4])
     endian = MODIFIED_MAGICS.get(magic) or PCAP_MAGICS[magic][0]
     snaplen = struct.unpack_from(endian + "I", data, 16)[0]
-    return as_classic(data, n, path, strict, limit=max(snaplen, MAX_RECORD), most=MAX_HELD)
+    return as_classic(data, n, path, strict, limit=max(snaplen, MAX_RECORD), held=MAX_HELD)

@@ -21,19 +21,24 @@ as classic records, whatever their fields hold: a damaged classic file is read a
 before, never as a variant by accident.
 
 A variant's records are then copied without their extra bytes behind a classic
-file header, and both engines read that copy. A record whose length is impossible
-ends the copy: strict reading raises an error naming it and its byte offset in the
-file; lenient reading keeps the records before it and says how many bytes it left.
+file header, a window of the file at a time, whatever its size: into memory, or past
+the size a capture is read into memory at, into a file of shrink's own that is then
+mapped. Both engines read that copy. A record whose length is impossible ends the
+copy: strict reading raises an error naming it and its byte offset in the file;
+lenient reading keeps the records before it and says how many bytes it left.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from shrink.errors import CaptureFormatError
+from shrink.ingest.capture.own_files import own_mapping
 from shrink.ingest.capture.pcap_walk import HEADER
 from shrink.ingest.capture_magic import MODIFIED_MAGICS, PCAP_MAGICS
 
@@ -44,6 +49,7 @@ _MODIFIED = (("pcap-modified", 8), ("pcap-ss990915", 12))
 _CLASSIC = (("pcap-ss990417", 8), ("pcap-nokia", 4))
 _CLASSIC_USEC = {">": b"\xa1\xb2\xc3\xd4", "<": b"\xd4\xc3\xb2\xa1"}
 _PROBE = 8  # records walked to tell the variant (fewer when the file ends first)
+WINDOW = 1 << 24  # bytes of the file converted at once (and one record more)
 
 
 def _chains(data: np.ndarray, n: int, endian: str, limit: int, extra: int, plausible: bool) -> bool:
@@ -83,61 +89,102 @@ def _variant(data: np.ndarray, n: int, limit: int) -> tuple[str, int, str]:
     return "pcap", 0, endian
 
 
-def _copy_records(
-    data: np.ndarray, n: int, endian: str, limit: int, extra: int
-) -> tuple[np.ndarray, int, str | None]:
-    """(offsets of the records that are whole, where they end, why the walk stopped)."""
+def _convert(
+    data: np.ndarray, n: int, endian: str, limit: int, extra: int, write: Callable[[Any], object]
+) -> tuple[int, int, str | None]:
+    """Write the variant's records to ``write`` as classic records, behind a classic file
+    header, a window of the file at a time: (records written, where the copy stopped,
+    why it stopped before the end of the file, or None).
+
+    The memory the conversion takes is a window's bytes and offsets, whatever the
+    file's size: the whole file's offsets (8 bytes a record) and a second copy of the
+    whole file made it grow with the file.
+    """
     unpack = struct.Struct(endian + "I").unpack_from
     size = HEADER + extra
     snaplen = unpack(data, 16)[0]
-    offs: list[int] = []
-    off = 24
-    why = None
-    while off < n:
-        if off + size > n:
-            why = f"record header cut short ({n - off} of {size} bytes)"
-            break
-        incl = unpack(data, off + 8)[0]
-        if incl > limit:
-            why = f"record length {incl} exceeds the snapshot length {snaplen} (garbage?)"
-            break
-        if off + size + incl > n:
-            why = f"record cut short ({n - off - size} of {incl} bytes)"
-            break
-        offs.append(off)
-        off += size + incl
-    return np.asarray(offs, dtype=np.int64), off, why
+    head = np.array(data[:24], dtype=np.uint8)
+    head[:4] = np.frombuffer(_CLASSIC_USEC[endian], dtype=np.uint8)
+    write(head)
+    records, off, why = 0, 24, None
+    while off < n and why is None:
+        lo = off
+        offs: list[int] = []
+        while off < n and off - lo < WINDOW:
+            if off + size > n:
+                why = f"record header cut short ({n - off} of {size} bytes)"
+                break
+            incl = unpack(data, off + 8)[0]
+            if incl > limit:
+                why = f"record length {incl} exceeds the snapshot length {snaplen} (garbage?)"
+                break
+            if off + size + incl > n:
+                why = f"record cut short ({n - off - size} of {incl} bytes)"
+                break
+            offs.append(off)
+            off += size + incl
+        if offs:
+            keep = np.ones(off - lo, dtype=bool)
+            extra_at = np.asarray(offs, dtype=np.int64)[:, None] - lo + HEADER
+            keep[(extra_at + np.arange(extra)).ravel()] = False
+            write(np.asarray(data[lo:off], dtype=np.uint8)[keep])
+            records += len(offs)
+    return records, off, why
 
 
 def as_classic(
-    data: np.ndarray, n: int, path: Path, strict: bool, *, limit: int, most: int
+    data: np.ndarray,
+    n: int,
+    path: Path,
+    strict: bool,
+    *,
+    limit: int,
+    held: int,
 ) -> tuple[np.ndarray, int, str, str | None]:
     """(classic pcap bytes, their length, the variant's name, damage) of a pcap file.
 
     A classic file comes back as it is (name ``"pcap"``); a variant's records are
-    copied without their extra bytes. ``limit``: the longest record read; ``most``:
-    the largest file copied (a larger one is refused, naming the command that
-    converts it on disk).
+    copied without their extra bytes, a window at a time (:func:`_convert`): into
+    memory when the file is at most ``held`` bytes, else into a file of shrink's own,
+    mapped (:func:`~shrink.ingest.capture.own_files.own_mapping`). ``limit``: the
+    longest record read.
     """
     name, extra, endian = _variant(data, n, limit)
     if not extra:
         return data, n, name, None
-    if n > most:
-        raise CaptureFormatError(
-            f"a {name} capture over {most >> 20:,} MiB is not converted in memory; "
-            "convert it first: editcap -F pcap IN OUT",
-            path=path,
-            offset=0,
+    copied: list[tuple[int, int, str | None]] = []
+
+    def fill(write: Callable[[Any], object]) -> None:
+        copied.append(_convert(data, n, endian, limit, extra, write))
+        records, end, why = copied[-1]
+        if why is not None and strict:  # before the copy is mapped
+            raise CaptureFormatError(why, path=path, record=records + 1, offset=end)
+
+    if n <= held:
+        # The copy is never longer than the file; the pages past its end are never touched.
+        buf, at = np.empty(n, dtype=np.uint8), [0]
+
+        def put(chunk: np.ndarray) -> None:
+            buf[at[0] : at[0] + chunk.size] = chunk
+            at[0] += chunk.size
+
+        fill(put)
+        out = buf[: at[0]]
+    else:
+        out = np.frombuffer(
+            own_mapping(
+                path,
+                lambda fh: fill(fh.write),
+                what=f"a {name} capture over {held >> 20:,} MiB is converted to classic pcap "
+                "in a file of its own, and no such file",
+                remedy="free the space, or convert it first: editcap -F pcap IN OUT",
+            ),
+            dtype=np.uint8,
         )
-    offs, end, why = _copy_records(data, n, endian, limit, extra)
+    records, end, why = copied[-1]
     damage = None
     if why is not None:
-        err = CaptureFormatError(why, path=path, record=offs.size + 1, offset=end)
-        if strict:
-            raise err
+        err = CaptureFormatError(why, path=path, record=records + 1, offset=end)
         damage = f"{err}; the {n - end:,} bytes from there on were not read"
-    drop = (offs[:, None] + HEADER + np.arange(extra)).ravel()
-    out = np.delete(np.asarray(data[:end], dtype=np.uint8), drop)
-    out[:4] = np.frombuffer(_CLASSIC_USEC[endian], dtype=np.uint8)
     out.flags.writeable = False
     return out, int(out.size), name, damage
