@@ -12,8 +12,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers.pcap_synth import Conn, http_response, write_capture
 
 from shrink.errors import TraceFormatError
+from shrink.ingest.capture import read_capture
 from shrink.ingest.wsesslog import read_wsesslog, write_wsesslog
 from shrink.replay import EngineConfig, RunLogWriter, build_schedule, native
 from shrink.testbed.fake import FakeServer
@@ -121,3 +123,41 @@ def test_bodies_keep_their_bytes_through_parquet_the_session_log_writer_and_json
     rows = [json.loads(line) for line in no_nul.write_jsonl(tmp_path / "t.jsonl").open()]
     assert [r.get("body") for r in rows] == [None, "", "€"]
     assert base64.b64decode(rows[0]["body_base64"]) == bodies[0]
+
+
+# --- captures: a request's body is kept as the client sent it ---------------------
+CAPTURED = [
+    (b"POST /f.php HTTP/1.1\r\nHost: f\r\nContent-Length: 9\r\n\r\na=\x00\xff\x80\xc3\xa9=1",
+     http_response(20)),
+    (b"GET /g HTTP/1.1\r\nHost: f\r\n\r\n", http_response(20)),
+    (b"PUT /c HTTP/1.1\r\nHost: f\r\nTransfer-Encoding: chunked\r\n\r\n"
+     b"3\r\nab\x80\r\n2;x=1\r\n\xc3\xa9\r\n0\r\n\r\n", http_response(20)),
+]  # fmt: skip
+CAPTURED_BODIES = {"/f.php": b"a=\x00\xff\x80\xc3\xa9=1", "/g": b"", "/c": b"ab\x80\xc3\xa9"}
+
+
+@pytest.mark.parametrize("engine", ["fast", "scapy"])
+def test_a_captured_request_body_reads_as_the_bytes_sent(tmp_path, engine):
+    trace = read_capture(write_capture(tmp_path / "p.pcap", [Conn(CAPTURED)]), engine=engine)
+    assert dict(zip(trace.column("path"), trace.column("body"), strict=True)) == CAPTURED_BODIES
+    assert trace.meta["http_anomalies"] == {}
+
+
+@pytest.mark.parametrize("engine", ["fast", "scapy"])
+def test_a_captured_body_cut_short_keeps_what_came_and_is_counted(tmp_path, engine):
+    cut = [(b"POST /f HTTP/1.1\r\nHost: f\r\nContent-Length: 100\r\n\r\nonly this", b"")]
+    trace = read_capture(write_capture(tmp_path / "p.pcap", [Conn(cut)]), engine=engine)
+    assert trace.column("body").tolist() == [b"only this"]
+    assert trace.meta["http_anomalies"] == {"request-body-incomplete": 1}
+
+
+@needs_core
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_a_captured_body_is_replayed_as_the_bytes_sent(tmp_path, engine):
+    trace = read_capture(write_capture(tmp_path / "p.pcap", [Conn(CAPTURED)]))
+    sched = build_schedule(trace, 1.0, 5.0, loop=False)
+    with FakeServer() as fake:
+        w = RunLogWriter(None)
+        ENGINES[engine](sched, EngineConfig([("127.0.0.1", fake.port)]), w, handle_signals=False)
+        assert w.runlog().ok_mask().all()
+        assert dict(zip(fake.paths, fake.bodies, strict=True)) == CAPTURED_BODIES

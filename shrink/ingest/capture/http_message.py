@@ -62,6 +62,7 @@ class HttpResult:
     method: list[str] = field(default_factory=list)
     path: list[str] = field(default_factory=list)
     req_off: list[int] = field(default_factory=list)
+    req_body: list[bytes] = field(default_factory=list)  # as sent (chunks joined); b"": none
     status: list[int] = field(default_factory=list)
     first_off: list[int] = field(default_factory=list)
     last_off: list[int] = field(default_factory=list)

@@ -13,8 +13,9 @@ to a request the capture missed (a flow that starts mid-stream) and is
 counted, not paired.
 
 Only header blocks and chunk-size lines are looked at (copied out of the
-capture buffer through small windows); bodies are skipped by their length,
-never copied.
+capture buffer through small windows); a response's body is skipped by its length,
+never copied. A request's body is copied (a chunked one without its chunk lines): the
+replay sends it, as a session log's ``contents=`` is sent.
 """
 
 from __future__ import annotations
@@ -137,8 +138,9 @@ class _Parser:
             return p + 1
         return None
 
-    def chunked(self, p: int, end: int) -> tuple[int, int, bool]:
-        """Walk a chunked body from ``p``: (decoded bytes, end offset, complete)."""
+    def chunked(self, p: int, end: int, keep: list[bytes] | None = None) -> tuple[int, int, bool]:
+        """Walk a chunked body from ``p``: (decoded bytes, end offset, complete); the
+        chunks' data appended to ``keep`` when given."""
         win = self.win
         body = 0
         first = True
@@ -164,6 +166,8 @@ class _Parser:
                     return body, p + 1, True
                 k, at = header_end(w)
                 return (body, p + at, True) if k >= 0 else (body, end, False)
+            if keep is not None:
+                keep.append(win(p, min(p + size, end)))
             if p + size > end:
                 return body + (end - p), end, False
             body += size
@@ -177,12 +181,14 @@ class _Parser:
         meths: list[str] = []
         paths: list[str] = []
         cookies: list[str | None] = []
+        bodies: list[bytes] = []
         st = self.st
         quick = None
         if self.cookie is None and not (self.gaps and st.has_gap(p, end)):
             quick = plain_requests(st, p, end, methods)
         if quick is not None:
             offs, meths, paths = quick
+            bodies = [b""] * len(offs)
             p = end
         starts, srcs, lens, mv = st._starts, st._src, st._len, st._mv
         plain = REQ_PLAIN.match
@@ -205,6 +211,7 @@ class _Parser:
                 offs.append(p)
                 meths.append(meth)
                 paths.append(target_text(path))
+                bodies.append(b"")
                 if cookie is not None:
                     cookies.append(cookie_value(w[: m.end() - 4], cookie, b"cookie"))
                 p += m.end()
@@ -218,10 +225,9 @@ class _Parser:
                 continue
             assert m is not None
             low = w[m.end() - 1 : h].lower()
-            nxt = body
+            nxt, sent = body, b""
             if b"\ncontent-length:" in low or b"\ntransfer-encoding:" in low:
-                chunked, length = body_framing(low)
-                nxt = self.chunked(body, end)[1] if chunked else body + max(length, 0)
+                nxt, sent = self.request_body(low, body, end)
             g = m.group(1)
             meth = methods.get(g)
             if meth is None:
@@ -229,6 +235,7 @@ class _Parser:
             offs.append(p)
             meths.append(meth)
             paths.append(target_text(m.group(2)))
+            bodies.append(sent)
             if self.cookie is not None:
                 cookies.append(cookie_value(w[:h], self.cookie, b"cookie"))
             p = nxt
@@ -236,8 +243,27 @@ class _Parser:
         out.req_off += offs
         out.method += meths
         out.path += paths
+        out.req_body += bodies
         out.cookie += cookies if self.cookie is not None else [None] * k
         return offs, meths
+
+    def request_body(self, low: bytes, body: int, end: int) -> tuple[int, bytes]:
+        """(where the next request starts, the body's bytes) of a request whose header
+        block ``low`` (lower case) frames a body starting at ``body``. A body the
+        capture cut short, or with a hole in it, is kept as far as it goes, holes as
+        zeros, and counted."""
+        chunked, length = body_framing(low)
+        if chunked:
+            parts: list[bytes] = []
+            _, nxt, complete = self.chunked(body, end, parts)
+            sent = b"".join(parts)
+        else:
+            nxt = body + max(length, 0)
+            complete = nxt <= end
+            sent = self.win(body, min(nxt, end))
+        if not complete or (self.gaps and self.st.has_gap(body, min(nxt, end))):
+            self.counts["request-body-incomplete"] += 1
+        return nxt, sent
 
     def responses(
         self, c: Connection, d: int, base: int, t_req: list[int], meths: list[str]

@@ -156,7 +156,11 @@ def sessionize(
     client = np.array([text(http.client[i]) for i in first_req.tolist()] or [""], dtype=object)
     server_of = [server(http.server[i], http.sport[i]) for i in first_req.tolist()]
     srv = np.array(server_of or [""], dtype=object)
+    cols: dict[str, Any] = {}
+    if any(http.req_body):  # a request had a body: sent as the capture holds it
+        cols["body"] = list(http.req_body) if in_order else [http.req_body[i] for i in order]
     return {
+        **cols,
         "session": sess[rows],
         "burst": burst.astype(np.int32),
         "t": (t_start[bid] - t0) / 1e9,
