@@ -45,6 +45,21 @@ def test_the_fake_server_reads_a_request_body_past_and_records_it():
         assert fake.bodies == [body, b""]
 
 
+def test_the_fake_server_records_each_request_content_type():
+    # a Content-Type of its own: the replay sends a recorded one, else form data
+    two = (b"POST /p HTTP/1.1\r\nHost: h\r\ncontent-TYPE:  application/json; a=b \r\n"
+           b"Content-Length: 2\r\n\r\n{}GET /q HTTP/1.1\r\nHost: h\r\n\r\n")  # fmt: skip
+    with FakeServer() as fake:
+        with socket.create_connection(("127.0.0.1", fake.port), timeout=5) as s:
+            s.sendall(two)
+            got = b""
+            while got.count(b"HTTP/1.1 200") < 2 or not got.endswith(b"x" * 100):
+                chunk = s.recv(65536)
+                assert chunk, got
+                got += chunk
+        assert fake.content_types == ["application/json; a=b", None]
+
+
 # A body with NUL, bytes that are no UTF-8 (0xff, a lone continuation 0x80) and UTF-8
 # (é, €), written raw; then a byte no UTF-8 after a backslash (kept, as httperf keeps
 # any escaped character) and a \n escape. The path's byte 0xfe reads as %FE, as before.

@@ -30,7 +30,8 @@ class FakeHTTP(asyncio.Protocol):
 
     ``default_bytes`` is the body size without ``bytes=N``; ``service_time`` is
     added to every reply's ``delay_us``; ``on_request(target)`` hears of each, and
-    ``on_body(target, body)`` of its body (the Content-Length bytes after the head).
+    ``on_body(target, body, content_type)`` of its body (the Content-Length bytes after
+    the head) and its Content-Type header's value (None: it sent none).
     """
 
     def __init__(
@@ -39,7 +40,7 @@ class FakeHTTP(asyncio.Protocol):
         default_bytes: int = 1024,
         service_time: float = 0.0,
         on_request: Callable[[str], None] | None = None,
-        on_body: Callable[[str, bytes], None] | None = None,
+        on_body: Callable[[str, bytes, str | None], None] | None = None,
     ) -> None:
         self.default_bytes = default_bytes
         self.service_time = service_time
@@ -89,7 +90,8 @@ class FakeHTTP(asyncio.Protocol):
             if self.on_request is not None:
                 self.on_request(target)
             if self.on_body is not None:
-                self.on_body(target, body)
+                typ = _CONTENT_TYPE.search(head)
+                self.on_body(target, body, None if typ is None else typ[1].decode("latin-1"))
             if delay > 0:
                 asyncio.get_running_loop().call_later(delay, self._write, reply, close)
             else:
@@ -105,6 +107,7 @@ class FakeHTTP(asyncio.Protocol):
 
 _CACHE: dict[tuple[tuple[str, str], ...], bytes] = {}
 _CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*([0-9]{1,9})", re.IGNORECASE)
+_CONTENT_TYPE = re.compile(rb"\r\ncontent-type:[ \t]*([^\r\n]*?)[ \t]*(?:\r\n|$)", re.IGNORECASE)
 
 
 def _reply(q: dict[str, str], *, head_only: bool) -> bytes:

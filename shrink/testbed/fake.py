@@ -4,8 +4,8 @@ For unit tests of later stages (replay engine, measurement) that need something
 to send requests to without lighttpd. It serves with the protocol of
 :mod:`shrink.replay.fakeserver` (the same query string steers it: a body of
 ``bytes=N`` bytes, default 100 here), after an optional service time, in a
-background thread, and counts what it served (``paths``, and ``bodies``: the bytes
-each request carried)::
+background thread, and counts what it served (``paths``, ``bodies``: the bytes each
+request carried, and ``content_types``: their Content-Type headers)::
 
     with FakeServer(service_time_s=0.001) as fake:
         httpx.get(f"http://{fake.address}:{fake.port}/app/x.php?bytes=512")
@@ -33,6 +33,7 @@ class FakeServer:
         self.requests = 0
         self.paths: list[str] = []
         self.bodies: list[bytes] = []  # each request's, in the order served
+        self.content_types: list[str | None] = []  # each request's header (None: none)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -42,8 +43,9 @@ class FakeServer:
         self.requests += 1
         self.paths.append(target)
 
-    def _body(self, target: str, body: bytes) -> None:
+    def _body(self, target: str, body: bytes, content_type: str | None) -> None:
         self.bodies.append(body)
+        self.content_types.append(content_type)
 
     def _protocol(self) -> FakeHTTP:
         return FakeHTTP(
