@@ -1,5 +1,5 @@
-"""A trace's requests as they go on the wire: each distinct (method, target, body)
-checked once, each row's index among them, kept for the last few traces."""
+"""A trace's requests as they go on the wire: each distinct (method, target, body,
+Content-Type) checked once, each row's index among them, kept for the last few traces."""
 
 from __future__ import annotations
 
@@ -14,9 +14,12 @@ import pyarrow.compute as pc
 
 from shrink.errors import TraceFormatError
 from shrink.trace import Trace
-from shrink.wire import wire_method, wire_target
+from shrink.wire import wire_content_type, wire_method, wire_target
 
-__all__ = ["request_keys"]
+__all__ = ["Key", "request_keys"]
+
+# A request as it goes on the wire: (method, target, body, Content-Type or "" for none).
+Key = tuple[str, str, bytes, str]
 
 
 # The request keys of the last few traces: a search builds schedules of one trace (a
@@ -24,12 +27,13 @@ __all__ = ["request_keys"]
 # checking every row's method and path was most of a simulated run. Keyed by the
 # (immutable) Arrow table, held weakly so a dropped trace is not kept.
 _KEPT = 4
-_recent_keys: list[tuple[weakref.ref, list[tuple[str, str, bytes]], np.ndarray]] = []
+_recent_keys: list[tuple[weakref.ref, list[Key], np.ndarray]] = []
 
 
-def request_keys(trace: Trace) -> tuple[list[tuple[str, str, bytes]], np.ndarray]:
-    """The trace's distinct requests as sent (method, target, body bytes), and each
-    row's index among them; every distinct method and path checked once."""
+def request_keys(trace: Trace) -> tuple[list[Key], np.ndarray]:
+    """The trace's distinct requests as sent (method, target, body bytes, Content-Type or
+    "" for none), and each row's index among them; every distinct method, path and type
+    checked once."""
     for ref, keys, codes in _recent_keys:
         if ref() is trace.table:
             return list(keys), codes
@@ -39,18 +43,22 @@ def request_keys(trace: Trace) -> tuple[list[tuple[str, str, bytes]], np.ndarray
     return list(keys), codes
 
 
-def _check_request_keys(trace: Trace) -> tuple[list[tuple[str, str, bytes]], np.ndarray]:
-    # Arrow finds each distinct method, path and body, and each distinct (method, path,
-    # body); a value is checked once, at the first request that holds it (so a row that
-    # cannot be sent is named as before: the first). A loop over the rows in Python was
-    # most of the cost of a sampled trace's first schedule.
-    table = trace.table
-    columns = [table.column("method"), table.column("path")]
-    if trace.has("body"):
-        columns.append(pc.fill_null(table.column("body"), b""))
-    values: list[list[Any]] = []  # each column's distinct strings (bytes: the body's)
+def _check_request_keys(trace: Trace) -> tuple[list[Key], np.ndarray]:
+    # Arrow finds each distinct method, path, body and type, and each distinct (method,
+    # path, body, type); a value is checked once, at the first request that holds it (so
+    # a row that cannot be sent is named as before: the first). A loop over the rows in
+    # Python was most of the cost of a sampled trace's first schedule.
+    table, n = trace.table, len(trace)
+    values: list[list[Any]] = []  # each column's distinct values (bytes: the body's)
     indices: list[np.ndarray] = []
-    for col in columns:
+    for name, none in (("method", ""), ("path", ""), ("body", b""), ("content_type", "")):
+        if not trace.has(name):  # one value for every row: no body, no recorded type
+            values.append([none])
+            indices.append(np.zeros(n, np.int64))
+            continue
+        col = table.column(name)
+        if col.null_count:  # a missing body or type: none
+            col = pc.fill_null(col, none)
         enc = pc.dictionary_encode(col.combine_chunks())
         values.append(enc.dictionary.to_pylist())
         indices.append(enc.indices.to_numpy().astype(np.int64))
@@ -58,23 +66,24 @@ def _check_request_keys(trace: Trace) -> tuple[list[tuple[str, str, bytes]], np.
         code = np.zeros(len(trace), np.int64)
         for v, i in zip(values, indices, strict=True):
             code = code * len(v) + i
-    else:  # one number per (method, path, body) would overflow: the rows themselves
+    else:  # one number per (method, path, body, type) would overflow: the rows themselves
         code = np.unique(np.stack(indices, axis=1), axis=0, return_inverse=True)[1]
     _, first, raw_of_row = np.unique(code.reshape(-1), return_index=True, return_inverse=True)
-    sent: list[dict[int, str]] = [{}, _plain_paths(values[1])]
-    checks = (wire_method, wire_target)
-    index: dict[tuple[str, str, bytes], int] = {}
+    # per column the values checked so far, as sent (the body goes as it is)
+    sent: list[dict[int, Any]] = [{}, _plain_paths(values[1]), {}, {}]
+    checks = (wire_method, wire_target, None, wire_content_type)
+    index: dict[Key, int] = {}
     key_of_raw = np.empty(first.size, np.int64)
     for raw in np.argsort(first, kind="stable").tolist():
         row = int(first[raw])
         wire = []
-        for c in (0, 1):
+        for c, check in enumerate(checks):
             v = int(indices[c][row])
             if v not in sent[c]:
-                sent[c][v] = _on_wire(trace, row, checks[c], values[c][v])
+                value = values[c][v]
+                sent[c][v] = value if check is None else _on_wire(trace, row, check, value)
             wire.append(sent[c][v])
-        body = values[2][int(indices[2][row])] if len(values) > 2 else b""
-        key_of_raw[raw] = index.setdefault((*wire, body), len(index))
+        key_of_raw[raw] = index.setdefault(tuple(wire), len(index))  # type: ignore[arg-type]
     return list(index), key_of_raw[raw_of_row.reshape(-1)]
 
 

@@ -13,7 +13,7 @@ Two modes, chosen by the trace's meta ``mode`` unless forced:
   constant or Poisson rate).
 
 Times are seconds from the run's start. Requests are identified by their row in
-the trace; identical (method, path, body) share one request key so that the
+the trace; identical (method, path, body, Content-Type) share one request key so that the
 engine builds each distinct request's bytes once per target. This is the one schedule
 builder: the live engine (:mod:`shrink.replay.engine`), the simulator
 (:class:`shrink.sim.target.SimTarget`), the fake engine and the fake target all replay
@@ -115,12 +115,12 @@ class Schedule:
     ``open_sessions`` (open mode) are the whole plan at once, for the simulator,
     the fakes and the native core's arrays.
 
-    ``keys[key_of_row[r]]`` is row r's (method, path, body); ``cls_of_row`` holds
-    0 (static) or 1 (dynamic).
+    ``keys[key_of_row[r]]`` is row r's (method, path, body, Content-Type or "");
+    ``cls_of_row`` holds 0 (static) or 1 (dynamic).
     """
 
     mode: str
-    keys: list[tuple[str, str, bytes]]
+    keys: list[request_keys.Key]
     key_of_row: np.ndarray
     cls_of_row: np.ndarray
     horizon: float = 0.0

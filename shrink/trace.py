@@ -25,7 +25,8 @@ client     string    client identity (address, user id), "" unknown
 
 Optional columns a reader may add (kept through sampling and Parquet):
 ``body`` (binary: the request body's bytes as recorded, for wsesslog ``contents=``; a
-trace written with a string body reads as its UTF-8), ``server``, ``conn``
+trace written with a string body reads as its UTF-8), ``content_type`` (string: the
+Content-Type header the request carried, as sent; null or "" none), ``server``, ``conn``
 (connection id), ``ttfb`` (recorded time to first response byte, seconds),
 ``answered`` (bool: a response was seen).
 
@@ -85,6 +86,7 @@ COLUMNS: tuple[str, ...] = tuple(SCHEMA.names)
 
 EXTRA_COLUMNS: dict[str, pa.DataType] = {
     "body": pa.binary(),
+    "content_type": pa.string(),
     "server": pa.string(),
     "conn": pa.int64(),
     "ttfb": pa.float64(),

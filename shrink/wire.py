@@ -1,4 +1,5 @@
-"""What may go on a request line: a trace's method and path made safe for the wire.
+"""What may go on a request line and in its Content-Type: a trace's method, path and
+recorded type made safe for the wire.
 
 Outside :mod:`shrink.replay` because the schedule builder (:mod:`shrink.schedule`,
 which the replay engines import) checks every distinct request with these before
@@ -13,10 +14,12 @@ import re
 from urllib.parse import unquote_to_bytes, urlsplit
 
 __all__ = [
+    "MAX_CONTENT_TYPE",
     "is_loopback",
     "loopback_url_host",
     "not_loopback_why",
     "served_path",
+    "wire_content_type",
     "wire_method",
     "wire_target",
 ]
@@ -26,6 +29,12 @@ __all__ = [
 _NOT_SENDABLE = re.compile(r"[^A-Za-z0-9\-._~!$&'()*+,;=:@/?%]|%(?![0-9A-Fa-f]{2})")
 _SMUGGLING = re.compile(r"[\r\n\x00]")
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 token: a method name
+# What a header value may not hold (RFC 9110 field-value: visible characters, blanks and
+# obs-text; no other control character) or cannot go as one byte (past Latin-1).
+_NOT_FIELD_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\u0100-\U0010ffff]")
+# A recorded Content-Type's longest: a multipart boundary is at most 70 characters (RFC
+# 2046), so a real type with its parameters fits many times over.
+MAX_CONTENT_TYPE = 1024
 
 
 def is_loopback(host: str) -> bool:
@@ -104,3 +113,22 @@ def wire_method(method: str) -> str:
     if not _TOKEN.fullmatch(method):
         raise ValueError(f"method {method[:40]!r} is not an HTTP method name")
     return method
+
+
+def wire_content_type(value: str) -> str:
+    """``value`` if it can go on the wire as a Content-Type header's value: at most
+    :data:`MAX_CONTENT_TYPE` characters, none of them a control character (CR or LF
+    would end the header and smuggle another, or a second request) nor past Latin-1
+    (the header goes out a byte per character); ValueError otherwise."""
+    if len(value) > MAX_CONTENT_TYPE:
+        raise ValueError(
+            f"a Content-Type of {len(value)} characters, over the {MAX_CONTENT_TYPE} allowed"
+        )
+    bad = _NOT_FIELD_VALUE.search(value)
+    if bad is not None:
+        raise ValueError(
+            f"the Content-Type holds {bad[0]!r}: a header value holds no control character "
+            "(CR or LF would smuggle a header or a request past the server) and nothing "
+            "past Latin-1"
+        )
+    return value

@@ -111,8 +111,8 @@ def test_a_trace_written_with_a_string_body_still_reads_and_sends_its_utf8(tmp_p
     assert trace.table.schema.field("body").type == pa.binary()
     assert trace.table.column("body").to_pylist() == ["x=é".encode(), b"", None]
     keys = build_schedule(trace, 1.0, 5.0, loop=False).keys
-    assert sorted(keys) == [("GET", "/b", b""), ("POST", "/a", "x=é".encode()),
-                            ("POST", "/c", b"")]  # fmt: skip
+    assert sorted(keys) == [("GET", "/b", b"", ""), ("POST", "/a", "x=é".encode(), ""),
+                            ("POST", "/c", b"", "")]  # fmt: skip
 
 
 def test_a_body_column_of_another_kind_is_refused_by_name(tmp_path):

@@ -44,7 +44,7 @@ def test_schedules_of_one_trace_share_one_check(checks):
     assert not first.key_of_row.flags.writeable
     # a trace with other rows is checked on its own
     other = session_trace(30, paths=("/c",), gap=0.1, think=0.2)
-    assert build_schedule(other, 1.0, 5.0).keys == [("GET", "/c", b"")]
+    assert build_schedule(other, 1.0, 5.0).keys == [("GET", "/c", b"", "")]
     assert checks == [len(tr), len(other)]
 
 
@@ -70,8 +70,8 @@ def test_keys_are_in_order_of_first_request_and_the_first_bad_row_is_named():
         }
     )
     keys, codes = request_keys._check_request_keys(tr)
-    assert keys == [("GET", "/b", b""), ("POST", "/a%20b", b"x=1"), ("GET", "/a%20b", b""),
-                    ("GET", "/%C3%A9", b"")]  # fmt: skip
+    assert keys == [("GET", "/b", b"", ""), ("POST", "/a%20b", b"x=1", ""),
+                    ("GET", "/a%20b", b"", ""), ("GET", "/%C3%A9", b"", "")]  # fmt: skip
     assert codes.tolist() == [0, 1, 2, 0, 3, 1]
     bad = Trace.from_columns(
         {"session": [1, 2, 3, 4], "t": [0.0, 0.1, 0.2, 0.3],

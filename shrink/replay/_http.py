@@ -8,18 +8,31 @@ from __future__ import annotations
 
 from shrink.wire import wire_method, wire_target
 
-__all__ = ["build_request", "parse_head", "parse_head_cached", "wire_method", "wire_target"]
+__all__ = [
+    "DEFAULT_CONTENT_TYPE",
+    "build_request",
+    "parse_head",
+    "parse_head_cached",
+    "wire_method",
+    "wire_target",
+]
 
 _HEAD_LIMIT = 65536
+# A body's type when the trace recorded none (httperf's session logs cannot say one).
+DEFAULT_CONTENT_TYPE = "application/x-www-form-urlencoded"
 
 
-def build_request(method: str, path: str, host: str, body: bytes = b"") -> bytes:
+def build_request(
+    method: str, path: str, host: str, body: bytes = b"", content_type: str = ""
+) -> bytes:
     """The bytes of one HTTP/1.1 keep-alive request; ``body`` goes as it is (a trace's
-    recorded bytes, not necessarily UTF-8)."""
+    recorded bytes, not necessarily UTF-8), typed ``content_type`` (the recorded type,
+    checked by :func:`shrink.wire.wire_content_type`), or as form data when none was
+    recorded (a session log records none; PHP reads such a body as a form's)."""
     lines = [f"{method} {path} HTTP/1.1", f"Host: {host}", "User-Agent: shrink", "Accept: */*"]
     data = body
-    if data or method in ("POST", "PUT", "PATCH"):
-        lines.append("Content-Type: application/x-www-form-urlencoded")
+    if data or content_type or method in ("POST", "PUT", "PATCH"):
+        lines.append(f"Content-Type: {content_type or DEFAULT_CONTENT_TYPE}")
         lines.append(f"Content-Length: {len(data)}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + data
 

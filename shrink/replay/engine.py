@@ -75,7 +75,9 @@ class _Engine:
         self.tcodes: list[int] = []
         for addr, port in cfg.targets:
             host = f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
-            self.req_bytes.append([build_request(m, p, host, b) for m, p, b in schedule.keys])
+            self.req_bytes.append(
+                [build_request(m, p, host, b, ct) for m, p, b, ct in schedule.keys]
+            )
             self.tcodes.append(writer.targets.code(f"{addr}:{port}"))
         self.ecodes = writer.errors
         self.conns: set[_Conn] = set()

@@ -94,7 +94,7 @@ def _core_args(schedule: Schedule, cfg: EngineConfig, writer: RunLogWriter) -> d
     req_bytes = []
     for addr, port in cfg.targets:
         host = f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
-        req_bytes.append([build_request(m, p, host, b) for m, p, b in schedule.keys])
+        req_bytes.append([build_request(m, p, host, b, ct) for m, p, b, ct in schedule.keys])
     empty_i, empty_f = np.empty(0, np.int64), np.empty(0, np.float64)
     # The core takes the whole plan as arrays (its interface): made here from the
     # schedule's compact form, never a Python object per session or burst, and not

@@ -47,8 +47,9 @@ def probe_trace(
         for name in ("method", "path", "cls", "bytes", "status", "client")
         if name in src.columns
     }
-    if "body" in src.columns:
-        columns["body"] = src.column("body")
+    for name in ("body", "content_type"):  # what the requests send, as recorded
+        if name in src.columns:
+            columns[name] = src.column(name)
     return Trace.from_columns(
         {
             **columns,

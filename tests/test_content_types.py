@@ -1,0 +1,154 @@
+"""A request's Content-Type goes on the wire as recorded: the trace's ``content_type``
+column, kept through Parquet, sampling and the exports, sent again by both engines; a
+body without a recorded type goes as form data, as before."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+import samplers
+from shrink.cli import app
+from shrink.errors import TraceFormatError
+from shrink.ingest.wsesslog import read_wsesslog, write_wsesslog
+from shrink.replay import EngineConfig, RunLogWriter, build_schedule, native
+from shrink.replay._http import DEFAULT_CONTENT_TYPE, build_request
+from shrink.scaling import probe_trace
+from shrink.testbed.fake import FakeServer
+from shrink.trace import Trace
+
+needs_core = pytest.mark.skipif(
+    not native.available(), reason="the native core is not built (make setup: pip install ./native)"
+)
+ENGINES = {"python": native.run_python, "native": native.run_native}
+JSON = b'{"q":"caf\xc3\xa9","n":[1,2]}'
+FORM = b"a=1&b=%C3%A9"
+MULTIPART = b'--XyZ\r\nContent-Disposition: form-data; name="a"\r\n\r\n1\r\n--XyZ--\r\n'
+# a type travels with a body: a request that frames none records none
+TYPES = {
+    "/j.php": "application/json; charset=utf-8",
+    "/f.php": "application/x-www-form-urlencoded",
+    "/m.php": "multipart/form-data; boundary=XyZ",
+    "/n.php": None,
+    "/g": None,
+}
+BODIES = {"/j.php": JSON, "/f.php": FORM, "/m.php": MULTIPART, "/n.php": b"x=1", "/g": b""}
+
+
+def _typed() -> Trace:
+    """A trace of every request of ``BODIES`` (POST but the GET), typed by ``TYPES``."""
+    paths = list(BODIES)
+    return Trace.from_columns(
+        {"session": range(len(paths)), "t": [0.1 * i for i in range(len(paths))],
+         "method": ["GET" if p == "/g" else "POST" for p in paths], "path": paths,
+         "body": list(BODIES.values()), "content_type": [TYPES[p] for p in paths]}
+    )  # fmt: skip
+
+
+def _replay(trace: Trace, engine: str) -> tuple[dict[str, str | None], dict[str, bytes]]:
+    """What a recording server received, by path: Content-Type and body."""
+    sched = build_schedule(trace, 1.0, 5.0, loop=False)
+    with FakeServer() as fake:
+        w = RunLogWriter(None)
+        ENGINES[engine](sched, EngineConfig([("127.0.0.1", fake.port)]), w, handle_signals=False)
+        assert w.runlog().ok_mask().all()
+        types = dict(zip(fake.paths, fake.content_types, strict=True))
+        return types, dict(zip(fake.paths, fake.bodies, strict=True))
+
+
+@needs_core
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_both_engines_send_a_trace_s_recorded_types(engine):
+    types, bodies = _replay(_typed(), engine)
+    # a body with no recorded type goes as form data, as before; a GET without body bare
+    assert types == {**TYPES, "/n.php": DEFAULT_CONTENT_TYPE}
+    assert bodies == BODIES
+
+
+@needs_core
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_a_trace_written_before_the_column_replays_with_the_default(tmp_path, engine):
+    cols = {"session": [0, 0], "t": [0.0, 0.0], "method": ["POST", "GET"], "path": ["/p", "/g"],
+            "body": [b"a=1", b""]}  # fmt: skip
+    path = tmp_path / "old.parquet"
+    pq.write_table(Trace.from_columns(cols).table, path)
+    trace = Trace.read_parquet(path)
+    assert not trace.has("content_type")
+    types, bodies = _replay(trace, engine)
+    assert types == {"/p": DEFAULT_CONTENT_TYPE, "/g": None}
+    assert bodies == {"/p": b"a=1", "/g": b""}
+
+
+@pytest.mark.parametrize(
+    "typ", ["text/plain\r\nX-Injected: 1", "text/plain\n\nGET /x HTTP/1.1", "a\x00", "a\u20ac"]
+)
+def test_a_trace_type_that_would_inject_a_header_is_refused_naming_the_row(tmp_path, typ):
+    cols = {"session": [0, 1, 1], "t": [0.0, 1.0, 1.0], "method": ["POST"] * 3,
+            "path": ["/a", "/b", "/c"], "body": [b"x"] * 3,
+            "content_type": ["text/plain", "text/plain", typ]}  # fmt: skip
+    path = Trace.from_columns(cols, {"source": "hostile.pcap"}).write_parquet(tmp_path / "t.pq")
+    trace = Trace.read_parquet(path)
+    with pytest.raises(TraceFormatError) as err:
+        build_schedule(trace, 1.0, 5.0, loop=False)
+    msg = str(err.value)
+    assert msg.startswith("trace row 2 (session 1, read from hostile.pcap): ")
+    assert "cannot be sent: the Content-Type holds" in msg and "\n" not in msg
+
+
+def test_requests_that_differ_only_in_type_are_distinct():
+    types = ["application/json", "text/plain", "application/json", None]
+    cols = {"session": [0, 0, 0, 0], "t": [0.0] * 4, "method": ["POST"] * 4,
+            "path": ["/a"] * 4, "body": [b"{}"] * 4, "content_type": types}  # fmt: skip
+    sched = build_schedule(Trace.from_columns(cols), 1.0, 5.0, loop=False)
+    post = ("POST", "/a", b"{}")
+    assert sched.keys == [(*post, "application/json"), (*post, "text/plain"), (*post, "")]
+    assert sched.key_of_row.tolist() == [0, 1, 0, 2]
+
+
+def test_build_request_sends_the_recorded_type_else_form_data():
+    def head(*args) -> list[bytes]:
+        return build_request(*args).split(b"\r\n\r\n")[0].split(b"\r\n")[1:]
+
+    json_head = head("POST", "/a", "h", b"{}", "application/json")
+    assert b"Content-Type: application/json" in json_head and b"Content-Length: 2" in json_head
+    assert b"Content-Type: application/x-www-form-urlencoded" in head("POST", "/a", "h", b"a=1")
+    assert not [h for h in head("GET", "/a", "h") if h.startswith(b"Content-")]
+
+
+def test_the_column_is_checked_by_name_and_a_categorical_one_reads(tmp_path):
+    table = Trace.from_columns({"session": [0], "t": [0.0], "path": ["/a"]}).table
+    for bad, kind in ((pa.array([b"text/plain"]), "binary"), (pa.array([3]), "int64")):
+        path = tmp_path / f"{kind}.parquet"
+        pq.write_table(table.append_column("content_type", bad), path)
+        with pytest.raises(
+            TraceFormatError, match=f"column 'content_type' is of type {kind}, must be a string"
+        ):
+            Trace.read_parquet(path)
+    path = tmp_path / "dict.parquet"
+    typed = pa.array(["text/plain"]).dictionary_encode()
+    pq.write_table(table.append_column("content_type", typed), path)
+    assert Trace.read_parquet(path).table.column("content_type").to_pylist() == ["text/plain"]
+
+
+def test_the_column_is_kept_through_parquet_sampling_the_probe_info_and_exports(tmp_path):
+    trace = _typed()
+    path = trace.write_parquet(tmp_path / "t.parquet")
+    again = Trace.read_parquet(path)
+    assert again.column("content_type").tolist() == trace.column("content_type").tolist()
+    kept = samplers.sample(again, 1.0, seed=1)
+    assert kept.column("content_type").tolist() == trace.column("content_type").tolist()
+    probe = probe_trace(again, 100.0, 0.2, seed=3)
+    drawn = set(zip(probe.column("path"), probe.column("content_type"), strict=True))
+    assert drawn <= set(TYPES.items()) and len(drawn) > 1
+    info = CliRunner().invoke(app, ["trace", "info", str(path), "--json"])
+    assert info.exit_code == 0, info.output
+    assert json.loads(info.output)["requests"] == len(TYPES)
+    rows = [json.loads(line) for line in again.write_jsonl(tmp_path / "t.jsonl").open()]
+    assert {r["path"]: r["content_type"] for r in rows} == TYPES
+    # httperf's session log has no per-request header: the writer leaves the type out
+    log = read_wsesslog(write_wsesslog(again, tmp_path / "t.log"))
+    assert not log.has("content_type") and log.column("body").tolist() == list(BODIES.values())
