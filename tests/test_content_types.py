@@ -1,19 +1,22 @@
-"""A request's Content-Type goes on the wire as recorded: the trace's ``content_type``
-column, kept through Parquet, sampling and the exports, sent again by both engines; a
-body without a recorded type goes as form data, as before."""
+"""A request's Content-Type goes on the wire as recorded: read from a capture into the
+trace's ``content_type`` column, kept through Parquet, sampling and the exports, sent
+again by both engines; a body without a recorded type goes as form data, as before."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers.pcap_synth import Conn, http_response, write_capture
 from typer.testing import CliRunner
 
 import samplers
 from shrink.cli import app
 from shrink.errors import TraceFormatError
+from shrink.ingest.capture import read_capture
 from shrink.ingest.wsesslog import read_wsesslog, write_wsesslog
 from shrink.replay import EngineConfig, RunLogWriter, build_schedule, native
 from shrink.replay._http import DEFAULT_CONTENT_TYPE, build_request
@@ -152,3 +155,59 @@ def test_the_column_is_kept_through_parquet_sampling_the_probe_info_and_exports(
     # httperf's session log has no per-request header: the writer leaves the type out
     log = read_wsesslog(write_wsesslog(again, tmp_path / "t.log"))
     assert not log.has("content_type") and log.column("body").tolist() == list(BODIES.values())
+
+
+# --- captures: the type a client sent with a body -----------------------------------
+CAPTURED = [
+    (b"POST /j.php HTTP/1.1\r\nHost: f\r\nContent-Type: application/json; charset=utf-8\r\n"
+     b"Content-Length: %d\r\n\r\n%s" % (len(JSON), JSON), http_response(20)),
+    (b"POST /f.php HTTP/1.1\r\nHost: f\r\ncontent-type:  application/x-www-form-urlencoded \r\n"
+     b"Content-Length: %d\r\n\r\n%s" % (len(FORM), FORM), http_response(20)),
+    (b"PUT /m.php HTTP/1.1\r\nHost: f\r\nTransfer-Encoding: chunked\r\n"
+     b"Content-Type: multipart/form-data; boundary=XyZ\r\n\r\n"
+     b"%x\r\n%s\r\n0\r\n\r\n" % (len(MULTIPART), MULTIPART), http_response(20)),
+    (b"POST /n.php HTTP/1.1\r\nHost: f\r\nContent-Length: 3\r\n\r\nx=1", http_response(20)),
+    (b"GET /g HTTP/1.1\r\nHost: f\r\nContent-Type: text/plain\r\n\r\n", http_response(20)),
+]  # fmt: skip
+
+
+def _capture(tmp_path: Path, exchanges=CAPTURED, engine: str = "fast") -> Trace:
+    return read_capture(write_capture(tmp_path / "p.pcap", [Conn(exchanges)]), engine=engine)
+
+
+@pytest.mark.parametrize("engine", ["fast", "scapy"])
+def test_a_captured_request_type_reads_as_sent(tmp_path, engine):
+    trace = _capture(tmp_path, engine=engine)
+    assert trace.table.schema.field("content_type").type == pa.string()
+    assert dict(zip(trace.column("path"), trace.column("content_type"), strict=True)) == TYPES
+    assert trace.meta["http_anomalies"] == {}
+
+
+@needs_core
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_both_engines_send_the_captured_types_and_bodies(tmp_path, engine):
+    types, bodies = _replay(_capture(tmp_path), engine)
+    assert types == {**TYPES, "/n.php": DEFAULT_CONTENT_TYPE}
+    assert bodies == BODIES
+
+
+HOSTILE = [
+    b"text/plain\rX-Injected: 1",  # a bare CR: the header block's lines end at LF only
+    b"text/\x01plain",
+    b"text/plain; x=" + b"a" * 1024,
+]
+
+
+@pytest.mark.parametrize("engine", ["fast", "scapy"])
+def test_a_captured_type_that_cannot_go_on_the_wire_is_dropped_and_counted(tmp_path, engine):
+    exchanges = [
+        (b"POST /h%d HTTP/1.1\r\nHost: f\r\nContent-Type: %s\r\nContent-Length: 3\r\n\r\na=1"
+         % (i, typ), http_response(20))
+        for i, typ in enumerate(HOSTILE)
+    ]  # fmt: skip
+    trace = _capture(tmp_path, [*exchanges, CAPTURED[0]], engine)
+    # the requests are kept, their bodies too; only the type goes, as if none was sent
+    assert trace.column("path").tolist() == ["/h0", "/h1", "/h2", "/j.php"]
+    assert trace.column("body").tolist() == [b"a=1"] * 3 + [JSON]
+    assert trace.column("content_type").tolist() == [None] * 3 + [TYPES["/j.php"]]
+    assert trace.meta["http_anomalies"] == {"request-content-type-dropped": 3}

@@ -63,6 +63,7 @@ class HttpResult:
     path: list[str] = field(default_factory=list)
     req_off: list[int] = field(default_factory=list)
     req_body: list[bytes] = field(default_factory=list)  # as sent (chunks joined); b"": none
+    req_type: list[str | None] = field(default_factory=list)  # a body's Content-Type as sent
     status: list[int] = field(default_factory=list)
     first_off: list[int] = field(default_factory=list)
     last_off: list[int] = field(default_factory=list)

@@ -42,10 +42,12 @@ from shrink.ingest.capture.http_message import (
     find_request,
     find_response,
     header_end,
+    header_value,
     target_text,
 )
 from shrink.ingest.capture.http_plain import REQ_PLAIN, RESP_PLAIN, plain_requests, plain_responses
 from shrink.ingest.capture.tcp_reassembly import Connection, Streams
+from shrink.wire import wire_content_type
 
 __all__ = ["HttpResult", "find_request", "find_response", "parse_http"]
 
@@ -182,6 +184,7 @@ class _Parser:
         paths: list[str] = []
         cookies: list[str | None] = []
         bodies: list[bytes] = []
+        types: list[str | None] = []
         st = self.st
         quick = None
         if self.cookie is None and not (self.gaps and st.has_gap(p, end)):
@@ -189,6 +192,7 @@ class _Parser:
         if quick is not None:
             offs, meths, paths = quick
             bodies = [b""] * len(offs)
+            types = [None] * len(offs)
             p = end
         starts, srcs, lens, mv = st._starts, st._src, st._len, st._mv
         plain = REQ_PLAIN.match
@@ -212,6 +216,7 @@ class _Parser:
                 meths.append(meth)
                 paths.append(target_text(path))
                 bodies.append(b"")
+                types.append(None)
                 if cookie is not None:
                     cookies.append(cookie_value(w[: m.end() - 4], cookie, b"cookie"))
                 p += m.end()
@@ -225,9 +230,10 @@ class _Parser:
                 continue
             assert m is not None
             low = w[m.end() - 1 : h].lower()
-            nxt, sent = body, b""
+            nxt, sent, typ = body, b"", None
             if b"\ncontent-length:" in low or b"\ntransfer-encoding:" in low:
                 nxt, sent = self.request_body(low, body, end)
+                typ = self.content_type(w[m.end() - 1 : h], low)
             g = m.group(1)
             meth = methods.get(g)
             if meth is None:
@@ -236,6 +242,7 @@ class _Parser:
             meths.append(meth)
             paths.append(target_text(m.group(2)))
             bodies.append(sent)
+            types.append(typ)
             if self.cookie is not None:
                 cookies.append(cookie_value(w[:h], self.cookie, b"cookie"))
             p = nxt
@@ -244,6 +251,7 @@ class _Parser:
         out.method += meths
         out.path += paths
         out.req_body += bodies
+        out.req_type += types
         out.cookie += cookies if self.cookie is not None else [None] * k
         return offs, meths
 
@@ -264,6 +272,21 @@ class _Parser:
         if not complete or (self.gaps and self.st.has_gap(body, min(nxt, end))):
             self.counts["request-body-incomplete"] += 1
         return nxt, sent
+
+    def content_type(self, block: bytes, low: bytes) -> str | None:
+        """The Content-Type a request with a body sent (``block`` its header lines,
+        ``low`` the same lower-cased), as the replay sends it again: its bytes one
+        character each. None when it sent none, or one that cannot go on the wire again
+        (a control character, which could smuggle a header; longer than
+        :data:`~shrink.wire.MAX_CONTENT_TYPE`): that one is counted."""
+        raw = header_value(block, low, b"content-type")
+        if not raw:
+            return None
+        try:
+            return wire_content_type(raw.decode("latin-1"))
+        except ValueError:
+            self.counts["request-content-type-dropped"] += 1
+            return None
 
     def responses(
         self, c: Connection, d: int, base: int, t_req: list[int], meths: list[str]

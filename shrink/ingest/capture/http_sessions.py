@@ -159,6 +159,9 @@ def sessionize(
     cols: dict[str, Any] = {}
     if any(http.req_body):  # a request had a body: sent as the capture holds it
         cols["body"] = list(http.req_body) if in_order else [http.req_body[i] for i in order]
+    if any(http.req_type):  # a body's type: sent again, where the default was form data
+        types = http.req_type
+        cols["content_type"] = list(types) if in_order else [types[i] for i in order]
     return {
         **cols,
         "session": sess[rows],
