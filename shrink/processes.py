@@ -193,6 +193,29 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
+def own_children() -> set[int]:
+    """The live children of this process."""
+    return set(children_map().get(os.getpid(), ()))
+
+
+def stop_new_children(before: set[int]) -> list[int]:
+    """Stop this process's children not in ``before`` (:func:`own_children`), with all
+    they forked; return the PIDs stopped.
+
+    A stop signal can land inside ``subprocess.Popen`` after the fork, while it waits
+    for the exec: the child runs on, and its Popen never reaches the caller, which then
+    cannot stop it."""
+    tree = children_map()
+    new = sorted(set(tree.get(os.getpid(), ())) - before)
+    targets: dict[int, int | None] = {}
+    for child in new:
+        for p in (child, *descendants(child, tree)):
+            info = proc_info(p)
+            if info is not None:
+                targets[p] = info.starttime
+    return stop_processes(targets, first=new) if targets else []
+
+
 def stop_processes(
     pids: dict[int, int | None],
     *,

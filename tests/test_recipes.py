@@ -214,3 +214,30 @@ def test_a_program_that_is_not_installed_is_named_before_anything_starts(tmp_pat
                      state_path=tmp_path / "s.json", port=0,
                      server=ServerSettings(str(f)))  # fmt: skip
     assert running_under(tmp_path) == []
+
+
+def test_a_stop_signal_between_fork_and_popen_returning_leaves_no_server(
+    tmp_path, machine, monkeypatch
+):
+    # SIGHUP or SIGTERM during `testbed up` can land while subprocess.Popen waits for
+    # the child's exec: the server runs, but the caller never gets its Popen. A
+    # nginx master was left serving, untracked, and `down --stale` did not find it.
+    (tmp_path / "doc").mkdir()
+    real = process.start_process
+    started: list[int] = []
+
+    def start_then_stop(argv, **kw):
+        p = real(argv, **kw)
+        started.append(p.pid)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lifecycle.process, "start_process", start_then_stop)
+    state = tmp_path / "s.json"
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            lifecycle.up(tmp_path / "doc", machine, Share.all_of(machine), state_path=state,
+                         port=0, server=ServerSettings(FakeRecipe()), cgroups="no")  # fmt: skip
+        assert started and not any(process.is_alive(p) for p in started)
+    finally:
+        process.stop_processes(dict.fromkeys(started))
+    assert not state.exists()

@@ -160,6 +160,7 @@ def _start_replica(launch: _Launch, r: Replica, enforcer: Enforcer | None) -> Re
         # The one door every server process goes through: pinned and in the cgroup
         # from its first instruction, and known here for clean-up.
         (run_dir / log_name).unlink(missing_ok=True)  # a log of this start only
+        before = process.own_children()
         try:
             proc = process.start_process(
                 argv,
@@ -170,10 +171,14 @@ def _start_replica(launch: _Launch, r: Replica, enforcer: Enforcer | None) -> Re
                 owned=owned,
                 user=(user.uid, user.gid) if user is not None else None,
             )
+            spawned.append(proc)
         except (OSError, subprocess.SubprocessError) as exc:
             why = getattr(exc, "strerror", None) or exc
             raise TestbedError(f"cannot start {argv[0]}: {why}") from None
-        spawned.append(proc)
+        except BaseException:
+            # A stop signal after the fork: the server runs, but no Popen names it.
+            process.stop_new_children(before)
+            raise
         logs.append(run_dir / log_name)
         return proc
 
