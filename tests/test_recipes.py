@@ -6,6 +6,7 @@ they need neither lighttpd nor nginx; the built-in stacks are in test_recipes_li
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -241,3 +242,40 @@ def test_a_stop_signal_between_fork_and_popen_returning_leaves_no_server(
     finally:
         process.stop_processes(dict.fromkeys(started))
     assert not state.exists()
+    assert not list(Path("/sys/fs/cgroup").glob(f"*/shrink/s-{os.getpid()}-*"))
+
+
+@pytest.mark.parametrize("where", ["after a replica started", "before the state is written"])
+def test_a_stop_signal_between_the_steps_of_up_leaves_no_server(
+    tmp_path, machine, monkeypatch, where
+):
+    # Between a replica's start returning and its being listed, or between the last
+    # start and the state's write, a SIGTERM left lighttpd running, untracked, with its
+    # run folder.
+    (tmp_path / "doc").mkdir()
+    real_start = lifecycle._start_replica
+    started: list[int] = []
+
+    def start_then_stop(*a, **kw):
+        rs = real_start(*a, **kw)
+        started.extend(rs.pids)
+        if where == "after a replica started":
+            raise KeyboardInterrupt
+        return rs
+
+    def no_state(*a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lifecycle, "_start_replica", start_then_stop)
+    if where == "before the state is written":
+        monkeypatch.setattr(lifecycle, "TestbedState", no_state)
+    state = tmp_path / "s.json"
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            lifecycle.up(tmp_path / "doc", machine, Share.all_of(machine), state_path=state,
+                         port=0, server=ServerSettings(FakeRecipe()))  # fmt: skip
+        assert started and not any(process.is_alive(p) for p in started)
+    finally:
+        process.stop_processes(dict.fromkeys(started))
+    assert not state.exists()
+    assert not list(Path("/sys/fs/cgroup").glob(f"*/shrink/s-{os.getpid()}-*"))

@@ -313,6 +313,7 @@ def up(
             timeout_s=float(getattr(recipe, "start_timeout", None) or timeout_s), owned=owned,
             children_per_core=server.php_children_per_core, php=server.php, user=user,
         )  # fmt: skip
+        before = process.own_children()
         try:
             started, enfs = _start_all(
                 launch, m, share, tag=f"{safe_stem(state_path)}-{os.getpid()}-{int(time.time())}",
@@ -321,28 +322,30 @@ def up(
         except BaseException:
             shutil.rmtree(run_root, ignore_errors=True)
             raise
-        state = TestbedState(
-            replicas=started,
-            share=share,
-            mapping=m.to_dict(),
-            machine=machine.to_dict(),
-            docroot=str(docroot),
-            versions=versions,
-            started=datetime.now(UTC).isoformat(timespec="seconds"),
-            notes=notes,
-            server=server_record(recipe),
-            share_enforce=enfs[0].describe() if enfs else None,
-        )
         try:
+            state = TestbedState(
+                replicas=started,
+                share=share,
+                mapping=m.to_dict(),
+                machine=machine.to_dict(),
+                docroot=str(docroot),
+                versions=versions,
+                started=datetime.now(UTC).isoformat(timespec="seconds"),
+                notes=notes,
+                server=server_record(recipe),
+                share_enforce=enfs[0].describe() if enfs else None,
+            )
             state.write(state_path)
             # ``owned``: it dies with this process (a parent-death signal) and is recorded
             # with this process as owner, so ``down --stale`` finds what a kill -9 left.
             registry.record(state_path, state, owned=owned)
         except BaseException:
             # Without a state or a record nothing could stop them (a full disk, a state
-            # path that cannot be written): the servers ran on, untracked.
+            # path that cannot be written, a stop signal before the write): the servers
+            # ran on, untracked.
             for rs in started:
                 _stop_replica(recipe, rs)
+            process.stop_new_children(before)
             registry.forget(state_path)
             shutil.rmtree(run_root, ignore_errors=True)
             raise
@@ -356,6 +359,7 @@ def _start_all(
     use_cg, layout = cgroups
     started: list[ReplicaState] = []
     enfs: list[Enforcer] = []
+    before = process.own_children()
     try:
         for r in m.replicas:
             enf = None
@@ -372,8 +376,10 @@ def _start_all(
     except BaseException:
         for rs in started:
             _stop_replica(launch.recipe, rs)
+        # A replica that started as a stop signal came, before it was listed here.
+        process.stop_new_children(before)
         for enf in enfs[len(started) :]:
-            enf.stop()
+            _release(enf, enf.to_dict().get("cgroup"))
         raise
     return started, enfs
 
