@@ -18,11 +18,11 @@ from helpers.fake_targets import FailsAt, partial_sweep_exit, steady_trace
 
 from shrink import processes as process
 from shrink.errors import TestbedError
-from shrink.measure import sweep
+from shrink.measure import SweepInterrupted, sweep
 from shrink.replay.engine import EngineStats
 from shrink.replay.live import LiveTarget
 from shrink.replay.writer import RunLogRow
-from shrink.target import GeneratorPlacement
+from shrink.target import FakeTarget, GeneratorPlacement
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -178,3 +178,36 @@ def test_lighttpd_killed_during_a_sweep_stops_it_with_exit_1(tmp_path):
         for p in st.replicas[0].pids:
             if process.is_alive(p):
                 os.kill(p, signal.SIGKILL)
+
+
+class _StopsAt(FakeTarget):
+    """A one-server fake whose ``n``-th run raises ``error`` (a signal, a dead server)."""
+
+    def __init__(self, n: int, error: BaseException) -> None:
+        super().__init__(servers=1, demand={"static": 0.001})
+        self.n, self.error, self.runs = n, error, 0
+
+    def run(self, trace, **kw):
+        self.runs += 1
+        if self.runs == self.n:
+            raise self.error
+        return super().run(trace, **kw)
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt(), TestbedError(_DOWN)])
+def test_mat_adaptive_stopped_keeps_the_levels_it_added(tmp_path, error, capsys):
+    # `mat --adaptive` stopped by SIGTERM (or a dead server) after it had measured a
+    # level: "nothing measured was written", the added level lost.
+    from shrink.replay.adaptive import refine
+
+    trace = steady_trace()
+    curve = sweep(FakeTarget(servers=1, demand={"static": 0.001}), trace, [3, 9.5], reps=2,
+                  warmup=0.5, duration=2, seed=1)  # fmt: skip
+    target = _StopsAt(3, error)
+    with pytest.raises((SweepInterrupted, TestbedError)) as info:
+        refine(target, trace, curve, "mean", 0.005, rel_width=0.001, max_levels=4)
+    assert target.runs == 3
+    levels, status = partial_sweep_exit(info.value, tmp_path / "c.json")
+    assert len(levels) == 3 and {3, 9.5} < set(levels)
+    assert status == (1 if isinstance(error, TestbedError) else 130)
+    assert "c.partial.json" in capsys.readouterr().err

@@ -29,7 +29,7 @@ from shrink.cli._replay_opts import (
     _progress_sweep,
 )
 from shrink.defaults import MAX_LEVELS, MOST_LEVELS
-from shrink.errors import ParameterError
+from shrink.errors import ParameterError, ShrinkError
 
 if TYPE_CHECKING:
     from shrink.loadcurve import LoadCurve
@@ -107,6 +107,8 @@ def mat_cmd(
             check_class(lc, cls)
         added: list[float] = []
         if adaptive:
+            from shrink.cli.sweep_cmd import _keep_partial_sweep, _write_curve
+            from shrink.measure import SweepInterrupted
             from shrink.trace import Trace
 
             tgt = EngineOptions(
@@ -118,20 +120,17 @@ def mat_cmd(
                 engine=engine,
             ).target(target)
             tr = Trace.read_parquet(trace)
-            lc, added = _progress_sweep(
-                lambda progress: refine(
-                    tgt,
-                    tr,
-                    lc,
-                    stat,
-                    thr,
-                    cls=cls,
-                    rel_width=rel_width,
-                    max_levels=max(0, max_levels - len(lc.levels)),
-                    progress=progress,
-                )
-            )
-            lc.write_json(output or curve)
+            try:
+                lc, added = _progress_sweep(lambda progress: refine(
+                    tgt, tr, lc, stat, thr, cls=cls, rel_width=rel_width,
+                    max_levels=max(0, max_levels - len(lc.levels)), progress=progress,
+                ))  # fmt: skip
+            except (SweepInterrupted, ShrinkError) as stop:
+                # A signal, a dead server: the levels added before it are kept, as
+                # sweep keeps its finished levels, in OUT.partial.json.
+                _keep_partial_sweep(stop, output or curve, None)
+                raise
+            _write_curve(lc, output or curve)
         res = mat(lc, stat, thr, cls=cls)
     d = res.to_dict()
     d["added_levels"] = added

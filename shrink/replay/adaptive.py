@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from shrink.errors import MeasurementError
+from shrink.errors import MeasurementError, ShrinkError
 from shrink.knee import Refinement, Step, level_for, next_step
 from shrink.loadcurve import LoadCurve
 from shrink.mat import MATResult
-from shrink.measure import sweep
+from shrink.measure import SweepInterrupted, sweep
 from shrink.measure.search import level_search
 from shrink.target import Target
 from shrink.trace import Trace
@@ -93,7 +93,28 @@ def refine(
         added.append(level)
         return True
 
-    level_search(choose, measure, max_levels)
+    try:
+        level_search(choose, measure, max_levels)
+    except SweepInterrupted as stop:
+        # The levels added before the signal are measured: they stay, with the curve.
+        kept = _with_added(curve, added, stop.curve, "interrupted")
+        if kept is None:
+            raise
+        raise SweepInterrupted(kept) from stop
+    except ShrinkError as exc:  # a dead server, a full disk
+        exc.curve = _with_added(curve, added, exc.curve, "stopped")
+        raise
     if progress is not None:
         progress("done", max_levels, max_levels)
     return curve, added
+
+
+def _with_added(
+    curve: LoadCurve, added: list[float], part: LoadCurve | None, why: str
+) -> LoadCurve | None:
+    """``curve`` with the levels a stopped refinement finished (those of the stopped
+    level's own partial sweep ``part`` too), marked ``why``; None if it added none."""
+    extra = list(part.levels) if part is not None else []
+    if not added and not extra:
+        return None
+    return replace(curve, levels=[*curve.levels, *extra], meta={**curve.meta, why: True})
