@@ -501,3 +501,10 @@ def test_a_sample_that_keeps_nothing_is_refused_and_not_written(tmp_path: Path) 
         text
     )
     assert not out.exists()
+
+
+def test_a_simulator_with_no_php_work_runs(tmp_path: Path) -> None:
+    # dynamic_php_us=0 is in its range ([0, 1e9]: pages that do no PHP work) but the
+    # lognormal of a zero mean took log(0): exit 70.
+    code, text = _sim_run(tmp_path, "--param", "dynamic_php_us=0", "--param", "dynamic_cv=1")
+    assert code == 0, text

@@ -346,7 +346,7 @@ def _gamma(rng: np.random.Generator, mean: np.ndarray, cv: float) -> np.ndarray:
 
 
 def _lognormal(rng: np.random.Generator, mean: float, cv: float, n: int) -> np.ndarray:
-    if cv <= 0:
-        return np.full(n, mean)
+    if cv <= 0 or mean <= 0:  # no spread, or no work (a lognormal's log needs a mean > 0)
+        return np.full(n, max(mean, 0.0))
     sigma2 = math.log1p(cv * cv)
     return rng.lognormal(math.log(mean) - sigma2 / 2, math.sqrt(sigma2), n)
