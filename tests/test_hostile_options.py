@@ -508,3 +508,10 @@ def test_a_simulator_with_no_php_work_runs(tmp_path: Path) -> None:
     # lognormal of a zero mean took log(0): exit 70.
     code, text = _sim_run(tmp_path, "--param", "dynamic_php_us=0", "--param", "dynamic_cv=1")
     assert code == 0, text
+
+
+@pytest.mark.parametrize("param", ["static_cv=1e-300", "static_cv=1e-160", "dynamic_cv=1e-300"])
+def test_a_simulator_spread_too_small_to_compute_is_none(tmp_path: Path, param: str) -> None:
+    # In range ([0, 100]), but the gamma's shape 1/cv^2 divided by zero: exit 70.
+    code, text = _sim_run(tmp_path, "--param", param)
+    assert code == 0, text

@@ -338,15 +338,20 @@ def _version() -> str:
     return __version__
 
 
+# A coefficient of variation below this is none: 1/cv^2, the gamma's shape, overflowed
+# (static_cv=1e-300 divided by zero), and a spread this small changes no figure.
+_NO_SPREAD = 1e-6
+
+
 def _gamma(rng: np.random.Generator, mean: np.ndarray, cv: float) -> np.ndarray:
-    if cv <= 0:
+    if cv < _NO_SPREAD:
         return np.asarray(mean, dtype=np.float64).copy()
     shape = 1.0 / (cv * cv)
     return rng.gamma(shape, 1.0, np.shape(mean)) * (np.asarray(mean) / shape)
 
 
 def _lognormal(rng: np.random.Generator, mean: float, cv: float, n: int) -> np.ndarray:
-    if cv <= 0 or mean <= 0:  # no spread, or no work (a lognormal's log needs a mean > 0)
+    if cv < _NO_SPREAD or mean <= 0:  # no spread, or no work (a lognormal's log needs a mean > 0)
         return np.full(n, max(mean, 0.0))
     sigma2 = math.log1p(cv * cv)
     return rng.lognormal(math.log(mean) - sigma2 / 2, math.sqrt(sigma2), n)
