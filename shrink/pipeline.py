@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from extrapolate.mappings import extrapolate_mappings
+from shrink.atomic import make_dirs
 from shrink.autolevels import AutoPlan, auto_sweep
-from shrink.errors import ParameterError, TraceFormatError
+from shrink.errors import ParameterError, ShrinkError, TraceFormatError
 from shrink.loadcurve import LoadCurve
 from shrink.mat import MATResult
+from shrink.measure import SweepInterrupted
 from shrink.predict import PredictConfig, predict
 from shrink.prediction import Prediction
 from shrink.providers import TargetSettings, make_provider
@@ -103,24 +105,7 @@ def run_validate(
     predicted = LoadCurve.read_json(base / "predicted-curve.json")
     measured = LoadCurve.read_json(base / "measured-curve.json")
     if full_run == "run":
-        inputs = pred.inputs or {}
-        trace_path = Path(trace) if trace else Path(inputs["trace"])
-        full_trace = Trace.read_parquet(trace_path)
-        settings = target_settings(inputs, server=server, cluster=cluster)
-        provider = make_provider(settings, run_dir=out / "runs-full", trace=full_trace)
-        plan = full_run_plan(inputs)
-        cpus = list(provider.server_cpus())
-        with provider.open(Share.whole(cpus), _validated_mapping(pred)) as target:
-            full = auto_sweep(
-                target,
-                full_trace,
-                thresholds,
-                plan=plan,
-                seed=int(pred.seed or 0) + 7919,
-                alpha=1.0,
-                progress=progress,
-            )
-        full.write_json(out / "full-curve.json")
+        full = _measure_full(pred, out, trace, thresholds, progress, server=server, cluster=cluster)
     elif full_run == "paired":
         if not (pred.full_run or {}).get("paired"):
             raise ParameterError(
@@ -170,6 +155,47 @@ def run_validate(
         whatif=pred.whatif,
     )
     return v
+
+
+def _measure_full(
+    pred: Prediction,
+    out: Path,
+    trace: str | Path | None,
+    thresholds: dict[str, float],
+    progress: Progress | None,
+    *,
+    server: str | None,
+    cluster: ClusterSpec | None,
+) -> LoadCurve:
+    """Measure the full target now and write ``out/full-curve.json``.
+
+    Stopped part-way (a signal, a dead server), the finished levels are kept in
+    ``full-curve.partial.json``."""
+    inputs = pred.inputs or {}
+    trace_path = Path(trace) if trace else Path(inputs["trace"])
+    full_trace = Trace.read_parquet(trace_path)
+    settings = target_settings(inputs, server=server, cluster=cluster)
+    provider = make_provider(settings, run_dir=out / "runs-full", trace=full_trace)
+    plan = full_run_plan(inputs)
+    cpus = list(provider.server_cpus())
+    try:
+        with provider.open(Share.whole(cpus), _validated_mapping(pred)) as target:
+            full = auto_sweep(
+                target,
+                full_trace,
+                thresholds,
+                plan=plan,
+                seed=int(pred.seed or 0) + 7919,
+                alpha=1.0,
+                progress=progress,
+            )
+    except (SweepInterrupted, ShrinkError) as stop:
+        if stop.curve is not None and stop.curve.levels:
+            make_dirs(out)
+            stop.kept = [*stop.kept, str(stop.curve.write_json(out / "full-curve.partial.json"))]
+        raise
+    full.write_json(out / "full-curve.json")
+    return full
 
 
 def full_run_plan(inputs: dict[str, Any]) -> AutoPlan:

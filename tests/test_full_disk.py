@@ -159,7 +159,7 @@ def test_a_signal_part_way_names_the_files_already_written(tmp_path, monkeypatch
     assert "nothing measured was written" not in err
 
 
-def _predict(tmp_path, monkeypatch, fails):
+def _predict(tmp_path, monkeypatch, fails, *extra):
     """``predict`` on the simulator, each curve's write first asking ``fails(path)``
     (True: no room for it); the result and the outputs' folder."""
     from pathlib import Path
@@ -180,7 +180,8 @@ def _predict(tmp_path, monkeypatch, fails):
     r = CliRunner().invoke(app, ["predict", str(trace), "--target", f"sim:{spec}", "--alpha",
                                  "0.5", "--mappings", "1-replica", "--thresholds",
                                  "mean=0.5ms,p99.9=4ms", "--warmup", "300ms", "--duration", "1s",
-                                 "--reps", "1", "--max-levels", "4", "-o", str(out)])  # fmt: skip
+                                 "--reps", "1", "--max-levels", "4", "-o", str(out),
+                                 *extra])  # fmt: skip
     return r, out
 
 
@@ -227,3 +228,21 @@ def test_a_failed_rewrite_says_its_earlier_copy_is_kept(tmp_path, monkeypatch, c
     assert err == (f"error: {out}: cannot write (no space left on the device, ENOSPC); "
                    f"kept its earlier whole copy (without this update), {other}")  # fmt: skip
     assert out.read_text() == "{}"
+
+
+def test_validate_stopped_part_way_keeps_the_full_run_finished_levels(tmp_path, monkeypatch):
+    """SIGTERM during validate's full-scale run: "nothing measured was written"."""
+    from shrink import pipeline
+    from shrink.measure import SweepInterrupted
+
+    def stopped(*a, **kw):
+        done = LoadCurve.read_json(tmp_path / "out" / "measured-curve.json")
+        raise SweepInterrupted(done)
+
+    r, out = _predict(tmp_path, monkeypatch, lambda p: False)
+    monkeypatch.setattr(pipeline, "auto_sweep", stopped)
+    va = tmp_path / "va"
+    r = CliRunner().invoke(app, ["validate", str(out / "prediction.json"), "-o", str(va)])
+    assert r.exit_code == 130, r.output
+    assert f"interrupted: kept {va / 'full-curve.partial.json'}" in " ".join(r.stderr.split())
+    assert LoadCurve.read_json(va / "full-curve.partial.json").levels
