@@ -15,7 +15,7 @@ from typing import Any
 from extrapolate.mappings import extrapolate_mappings
 from shrink.atomic import make_dirs
 from shrink.autolevels import AutoPlan, auto_sweep
-from shrink.errors import ParameterError, ShrinkError, TraceFormatError
+from shrink.errors import ParameterError, ShrinkError, TraceFormatError, WriteError
 from shrink.loadcurve import LoadCurve
 from shrink.mat import MATResult
 from shrink.measure import SweepInterrupted
@@ -170,7 +170,8 @@ def _measure_full(
     """Measure the full target now and write ``out/full-curve.json``.
 
     Stopped part-way (a signal, a dead server), the finished levels are kept in
-    ``full-curve.partial.json``."""
+    ``full-curve.partial.json``; a full-curve.json that cannot be written (a full disk)
+    leaves its levels on the error, for the CLI to keep a summary of them."""
     inputs = pred.inputs or {}
     trace_path = Path(trace) if trace else Path(inputs["trace"])
     full_trace = Trace.read_parquet(trace_path)
@@ -194,7 +195,11 @@ def _measure_full(
             make_dirs(out)
             stop.kept = [*stop.kept, str(stop.curve.write_json(out / "full-curve.partial.json"))]
         raise
-    full.write_json(out / "full-curve.json")
+    try:
+        full.write_json(out / "full-curve.json")
+    except WriteError as exc:
+        exc.curve = full
+        raise
     return full
 
 

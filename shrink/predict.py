@@ -554,7 +554,11 @@ def _write_curves(
     if full is not None:
         full.meta["self_checks"] = full_checks(full, limits)
         if out is not None:
-            full.write_json(out / "full-curve.json")
+            try:
+                full.write_json(out / "full-curve.json")
+            except WriteError as exc:
+                exc.curve = full  # the paired full run's levels: the CLI keeps a summary
+                raise
 
 
 def _write_files(result: PredictionResult, out: Path) -> None:

@@ -230,6 +230,46 @@ def test_a_failed_rewrite_says_its_earlier_copy_is_kept(tmp_path, monkeypatch, c
     assert out.read_text() == "{}"
 
 
+def test_predict_keeps_a_summary_when_its_paired_full_curve_does_not_fit(tmp_path, monkeypatch):
+    """The paired full run's levels were lost: no summary, the error naming none kept."""
+    r, out = _predict(
+        tmp_path, monkeypatch, lambda p: p.name == "full-curve.json", "--paired-full-run"
+    )
+    assert r.exit_code == 1, r.output
+    summary = out / "full-curve.summary.json"
+    assert f"kept {summary} (a summary of the" in " ".join(r.stderr.split())
+    assert json.loads(summary.read_text())["summary"]
+
+
+def _validate(tmp_path, monkeypatch, fails):
+    """``validate`` measuring the full target now (on the simulator) of a prediction made
+    there, each curve's write first asking ``fails(path)``; the result and its folder."""
+    r, out = _predict(tmp_path, monkeypatch, lambda p: False)
+    assert r.exit_code in (0, 99), r.output
+    write = LoadCurve.write_json
+
+    def full(self, path, *a, **kw):
+        if fails(path):
+            raise WriteError(path, ENOSPC)
+        return write(self, path, *a, **kw)
+
+    monkeypatch.setattr(LoadCurve, "write_json", full)
+    va = tmp_path / "va"
+    r = CliRunner().invoke(app, ["validate", str(out / "prediction.json"), "-o", str(va)])
+    return r, va
+
+
+def test_validate_keeps_a_summary_when_its_full_curve_does_not_fit(tmp_path, monkeypatch):
+    """The full-scale run's levels (minutes on a testbed) were lost, nothing kept."""
+    from pathlib import Path
+
+    r, va = _validate(tmp_path, monkeypatch, lambda p: Path(p).name == "full-curve.json")
+    assert r.exit_code == 1, r.output
+    summary = va / "full-curve.summary.json"
+    assert f"kept {summary} (a summary of the" in " ".join(r.stderr.split())
+    assert json.loads(summary.read_text())["summary"]
+
+
 def test_validate_stopped_part_way_keeps_the_full_run_finished_levels(tmp_path, monkeypatch):
     """SIGTERM during validate's full-scale run: "nothing measured was written"."""
     from shrink import pipeline

@@ -259,7 +259,7 @@ def predict(
         except WriteError as exc:
             if exc.curve is not None and not exc.kept:
                 # No room for the measured curve: its summary is kept, as sweep keeps it.
-                exc.kept = _keep_smaller(exc.curve, out / "measured-curve.json", exc)
+                exc.kept = _keep_smaller(exc.curve, Path(exc.path), exc)
             raise
     if as_json:
         echo_json(pred.to_dict())
@@ -464,16 +464,22 @@ def validate(
 
     with cli_errors(), _claim(output_path(out, kind="dir"), prediction):
         if full_run == "run":
-            with _progress("full-scale run") as progress:
-                v = run_validate(
-                    prediction,
-                    full_run=full_run,
-                    trace=trace,
-                    out_dir=out,
-                    progress=progress,
-                    server=server,
-                    cluster=cluster_spec(cluster, generators),
-                )
+            try:
+                with _progress("full-scale run") as progress:
+                    v = run_validate(
+                        prediction,
+                        full_run=full_run,
+                        trace=trace,
+                        out_dir=out,
+                        progress=progress,
+                        server=server,
+                        cluster=cluster_spec(cluster, generators),
+                    )
+            except WriteError as exc:
+                if exc.curve is not None and not exc.kept:
+                    # No room for the full-scale curve: its summary is kept, as sweep's.
+                    exc.kept = _keep_smaller(exc.curve, Path(exc.path), exc)
+                raise
         else:  # nothing to run: no progress bar
             _refuse_run_options(full_run, trace=trace, cluster=cluster, generators=generators)
             v = run_validate(prediction, full_run=full_run, trace=trace, out_dir=out, server=server)
