@@ -279,3 +279,25 @@ def test_a_stop_signal_between_the_steps_of_up_leaves_no_server(
         process.stop_processes(dict.fromkeys(started))
     assert not state.exists()
     assert not list(Path("/sys/fs/cgroup").glob(f"*/shrink/s-{os.getpid()}-*"))
+
+
+@pytest.mark.parametrize(
+    ("script", "shown"),
+    [
+        # not UTF-8: exit 70 (UnicodeDecodeError)
+        ("import sys; sys.stdout.buffer.write(b'\\xff\\xfe v1\\n')", "\ufffd\ufffd v1"),
+        # an OSC title and a colour: printed raw by testbed up, kept in every result file
+        ("print('\\x1b]0;pwn\\x07v\\x1b[31m2')", "\\x1b]0;pwn\\x07v\\x1b[31m2"),
+        # without end: read whole for 10 s (11 GB), then "timed out"
+        ("import sys\nwhile True: sys.stdout.write('y' * 65536 + '\\n')", "y" * 200 + "..."),
+    ],
+)
+def test_a_version_command_output_is_bounded_decoded_and_escaped(script, shown):
+    import sys
+    import time
+
+    from shrink.testbed.recipe import first_line
+
+    t0 = time.monotonic()
+    assert first_line([sys.executable, "-c", script], "r.toml") == shown
+    assert time.monotonic() - t0 < 5

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import selectors
 import signal
 import stat
 import subprocess
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from shrink import processes as process
-from shrink.errors import RecipeError, TestbedError
+from shrink.errors import RecipeError, TestbedError, printable
 from shrink.mapping import Replica
 from shrink.programs import trusted_which
 from shrink.share import Cgroup
@@ -194,11 +195,56 @@ def first_line(argv: list[str], recipe: str, user: ServerUser | None = None) -> 
         as_user = {"user": user.uid, "group": user.gid, "extra_groups": [],
                    "env": server_env(user)}  # fmt: skip
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=10, **as_user)
+        out, err = _bounded_output(argv, timeout_s=10.0, **as_user)
     except (OSError, subprocess.SubprocessError) as exc:
         raise RecipeError(f"{' '.join(argv)} failed: {exc}", recipe=recipe) from None
-    text = (done.stdout.strip() or done.stderr.strip()).splitlines()
-    return text[0].strip() if text else "unknown"
+    # A recipe's version command is the user's: bytes that are not UTF-8 were exit 70,
+    # and escapes reached the terminal and every result file.
+    text = (out.strip() or err.strip()).decode(errors="replace").splitlines()
+    line = printable(text[0].strip()) if text else "unknown"
+    return line if len(line) <= _VERSION_CHARS else line[:_VERSION_CHARS] + "..."
+
+
+# What is read of a version command's output (each stream), and kept of its first line.
+_VERSION_BYTES = 64 * 1024
+_VERSION_CHARS = 200
+
+
+def _bounded_output(argv: list[str], *, timeout_s: float, **kw: Any) -> tuple[bytes, bytes]:
+    """``argv``'s stdout and stderr, at most :data:`_VERSION_BYTES` of each: a command
+    that prints without end (``yes``) is stopped once that much is read (read whole, it
+    took 11 GB in 10 s). A command still running after ``timeout_s`` is killed and is
+    a TimeoutExpired."""
+    with subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw
+    ) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        bufs = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+        deadline = time.monotonic() + timeout_s
+        with selectors.DefaultSelector() as sel:
+            for fd in bufs:
+                sel.register(fd, selectors.EVENT_READ)
+            while sel.get_map():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    proc.kill()
+                    raise subprocess.TimeoutExpired(argv, timeout_s)
+                for key, _ in sel.select(left):
+                    chunk = os.read(key.fd, 65536)
+                    buf = bufs[key.fd]
+                    buf += chunk[: _VERSION_BYTES - len(buf)]
+                    if not chunk:
+                        sel.unregister(key.fd)
+                    elif len(buf) >= _VERSION_BYTES:
+                        proc.kill()  # enough of it: the first line is in there
+                        sel.unregister(key.fd)
+        try:
+            proc.wait(max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+        out, err = bufs.values()
+    return bytes(out), bytes(err)
 
 
 def check_config(argv: list[str], server: str, conf: Path, user: ServerUser | None = None) -> None:
