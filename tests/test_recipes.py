@@ -80,6 +80,9 @@ def test_every_recipe_is_a_server_recipe(tmp_path):
         ('commands = [["srv"]]\nstop_signal = 99999\n', "stop_signal", "not a signal"),
         ('commands = [["srv"]]\nstop_signal = 0\n', "stop_signal", "not a signal"),
         ('commands = [["srv"]]\nstop_signal = "-1"\n', "stop_signal", "not a signal"),
+        # An OSC title, CR/LF: printed raw by testbed up and status, kept in result files.
+        ('commands = [["srv"]]\nname = "a\\u001b]0;t\\u0007\\r\\nb"\n', "name", "printable"),
+        ('commands = [["srv"]]\nversions = { "p\\u001b[31m" = ["v"] }\n', "versions", "printable"),
     ],
 )
 def test_a_bad_recipe_file_names_the_file_and_the_key(tmp_path, text, field, what):

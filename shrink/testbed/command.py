@@ -146,6 +146,8 @@ class CommandRecipe:
         versions = d.get("versions", {})
         if not isinstance(versions, dict):
             raise RecipeError("must be a table: name = [argv]", recipe=source, field="versions")
+        for k in versions:
+            _text(k, source, "versions")
         timeout = d.get("start_timeout", 15.0)
         per_core = d.get("workers_per_core", 1)
         if (
@@ -269,6 +271,11 @@ class CommandRecipe:
 def _text(v: Any, source: str, key: str) -> str:
     if not isinstance(v, str) or not v:
         raise RecipeError(f"== {v!r}, must be a non-empty string", recipe=source, field=key)
+    if not v.isprintable():
+        # A name is printed (testbed up, status) and kept in every result file: an
+        # escape or a CR/LF in it rewrote the terminal.
+        raise RecipeError(f"== {v!r}, must be printable (no control characters)",
+                          recipe=source, field=key)  # fmt: skip
     return v
 
 
