@@ -515,3 +515,18 @@ def test_a_simulator_spread_too_small_to_compute_is_none(tmp_path: Path, param: 
     # In range ([0, 100]), but the gamma's shape 1/cv^2 divided by zero: exit 70.
     code, text = _sim_run(tmp_path, "--param", param)
     assert code == 0, text
+
+
+def test_sim_scaling_with_no_mat_at_its_smallest_core_count_says_so() -> None:
+    # mem_local_ns=1e9 is in range: every load is over the threshold, the MAT 0, and
+    # the scaling factor divided by it (exit 70).
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    machine = str(Path(__file__).resolve().parent.parent / "examples/machines/nehalem-2s.toml")
+    r = CliRunner().invoke(app, ["sim", "scaling", "--machine", machine, "--workload", "support",
+                                 "--requests", "100", "--cores", "1",
+                                 "--param", "mem_local_ns=1e9"])  # fmt: skip
+    text = " ".join(r.output.split())
+    assert r.exit_code == 99 and "scaling n/a" in text, r.output

@@ -251,9 +251,10 @@ def scaling_cmd(
             for stat, per in res["mat"].items():
                 typer.echo(f"{threshold_text(stat, res['thresholds'][stat])}:")
                 for n, r in per.items():
+                    f = res["scaling"][stat][n]
                     typer.echo(
                         f"  {n:>2} cores  MAT {mat_text(r['mat'], r['status']):>10} req/s  "
-                        f"scaling {res['scaling'][stat][n]:.2f}  ({r['status']})"
+                        f"scaling {'n/a' if f is None else f'{f:.2f}'}  ({r['status']})"
                     )
     # per core count: "N cores stat"
     exit_if_bound(

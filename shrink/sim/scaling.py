@@ -246,8 +246,12 @@ def scaling(
             mats[stat][str(n)] = res.to_dict() | {"mapping": name}
         utils[str(n)] = float(out.capacity_factor)
     base = str(cores[0])
+    # None where the smallest count's MAT is 0 (over the threshold at every load):
+    # nothing to scale against.
     factors = {
-        stat: {k: (v["mat"] / per[base]["mat"]) for k, v in per.items()}
+        stat: {
+            k: (v["mat"] / per[base]["mat"] if per[base]["mat"] else None) for k, v in per.items()
+        }
         for stat, per in mats.items()
     }
     return {
