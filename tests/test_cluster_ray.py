@@ -46,6 +46,9 @@ def test_cluster_option_grammar():
             parse_cluster(bad)
     with pytest.raises(ParameterError, match="generators"):
         parse_cluster("ray:auto", 0)
+    # refused at once, naming the option: it was "parts == 100000" once Ray was reached
+    with pytest.raises(ParameterError, match=r"^--generators == 100000, must be in \[1, 1000\]"):
+        parse_cluster("ray:auto", 100_000)
 
 
 def test_an_unreachable_cluster_is_a_one_line_error():

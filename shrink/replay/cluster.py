@@ -93,9 +93,12 @@ def parse_cluster(text: str | None, generators: int | None = None) -> ClusterSpe
         raise ParameterError(
             f"--cluster {text!r}: expected ray:ADDRESS (e.g. ray:auto, ray:10.0.0.5:6379)."
         )
+    from samplers.split import MAX_PARTS  # each slot replays one part of the trace
+
     n = 2 if generators is None else generators
-    if n < 1:
-        raise ParameterError(f"--generators == {n}, must be at least 1.")
+    if not 1 <= n <= MAX_PARTS:
+        # Above it the split refused "parts == 100000", naming no option.
+        raise ParameterError(f"--generators == {n}, must be in [1, {MAX_PARTS}].")
     return ClusterSpec(address=address, generators=n)
 
 
