@@ -303,6 +303,12 @@ def test_a_level_named_twice_is_a_usage_error(tmp_path: Path) -> None:
     r = CliRunner().invoke(app, [*args, "--levels", "2,1,1.0"])
     assert r.exit_code == 2 and "--levels: '2,1,1.0' names level 1 twice" in r.output, r.output
     assert not out.exists()
+    # Two that print alike: --export hdr wrote level-1.hlog twice, the first level's lost
+    # (and "4 export files" said of 2).
+    r = CliRunner().invoke(app, [*args, "--levels", "1,1.0000000001", "--export", "hdr"])
+    text = " ".join(r.output.split())
+    assert r.exit_code == 2 and "'1,1.0000000001' names level 1 twice" in text, r.output
+    assert not out.exists()
 
 
 @pytest.mark.parametrize(

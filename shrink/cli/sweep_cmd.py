@@ -69,9 +69,12 @@ def _levels(text: str, knob: str = "rate_factor") -> list[float]:
             f"{text!r}: with --knob users a level is a number of users, a whole number "
             f"({part:g} is not); use --knob rate_factor for a fraction of the trace's load",
         )
-    twice = sorted({x for x in out if out.count(x) > 1})
+    shown = [f"{x:g}" for x in out]
+    twice = sorted({x for x, t in zip(out, shown, strict=True) if shown.count(t) > 1})
     if twice:
-        # The curve held two levels of one value, each with its own repetitions.
+        # The curve held two levels of one value, each with its own repetitions; two that
+        # print alike (1 and 1.0000000001) wrote one export file (level-1.hlog) twice,
+        # the first level's lost, and no output could tell them apart.
         raise OptionError(
             "--levels", f"{text!r} names level {twice[0]:g} twice; use --reps to repeat a level"
         )
