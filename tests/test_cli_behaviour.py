@@ -515,8 +515,10 @@ def test_whatif_names_its_workload_demands_and_thresholds():
         ["--reps", "0"], ["--max-levels", "1"], ["--level", "foo"], ["--alpha", "2"],
         ["--skip", "foo"], ["--share-kind", "foo"], ["--thresholds", "p100=5ms"],
         ["--warmup", "x"], ["--budget", "0s"],
+        # Below one repetition (warm-up and window): refused once a testbed had started.
+        ["--budget", "1s"],
     ],
-    ids=lambda o: o[0],
+    ids=lambda o: "".join(o),
 )  # fmt: skip
 def test_predict_refuses_every_option_before_any_run(tmp_path, trace_file, option):
     out = tmp_path / "out"

@@ -304,13 +304,23 @@ def _plan(warmup: str, duration: str, reps: int, max_levels: int, budget: str | 
     """The sweep's plan from the options (each refused by its name)."""
     from shrink.autolevels import AutoPlan
 
-    return AutoPlan(
+    plan = AutoPlan(
         warmup=parse_duration_option(warmup, "warmup", zero_ok=True),
         duration=parse_duration_option(duration, "duration", least=MIN_WINDOW_S),
         reps=reps,
         max_levels=max_levels,
         budget_s=None if budget is None else parse_duration_option(budget, "budget"),
     )
+    # The sweep refuses it too, but only once a testbed has started (5 s or so): a
+    # repetition takes at least its warm-up and window (a share's run is slower still).
+    side = plan.warmup + plan.duration
+    if plan.budget_s is not None and plan.budget_s < side:
+        raise OptionError(
+            "--budget",
+            f"{budget}: cannot hold one repetition ({side:g} s of warm-up and window); "
+            "allow more time or shorten --warmup and --duration",
+        )
+    return plan
 
 
 def _check_options(
