@@ -509,6 +509,31 @@ def test_a_sample_that_keeps_nothing_is_refused_and_not_written(tmp_path: Path) 
     assert not out.exists()
 
 
+def test_a_stratified_sample_by_a_column_of_distinct_values_says_why_it_kept_nothing(
+    tmp_path: Path,
+) -> None:
+    """``--level stratified --column t``: a stratum a session, each keeping none below
+    alpha 0.5; the error said "raise alpha", which cannot help below 0.5."""
+    import numpy as np
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+    from shrink.trace import Trace
+
+    trace, out = tmp_path / "t.parquet", tmp_path / "k.parquet"
+    n = 200
+    Trace.from_columns({"session": np.arange(n), "t": np.arange(n) / 10.0,
+                        "path": ["/a"] * n}).write_parquet(trace)  # fmt: skip
+    for column in ("t", "session"):
+        args = ["--level", "stratified", "--column", column, "--force", "-o", str(out)]
+        r = CliRunner().invoke(app, ["sample", str(trace), "--alpha", "0.3", *args])
+        text = " ".join(r.output.split())
+        assert r.exit_code == 1, text
+        assert f"--column {column} holds 200 distinct values over 200 requests" in text, text
+        assert "stratify by a column whose values repeat" in text
+        assert not out.exists()
+
+
 def test_a_simulator_with_no_php_work_runs(tmp_path: Path) -> None:
     # dynamic_php_us=0 is in its range ([0, 1e9]: pages that do no PHP work) but the
     # lognormal of a zero mean took log(0): exit 70.

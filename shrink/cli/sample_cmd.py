@@ -74,9 +74,18 @@ def sample(
             result = samplers.sample(parent, alpha, seed=seed, level=level.value, **options)
         if len(result) == 0 and len(parent) > 0:
             # (an empty trace was written, exit 0: every later step then refused it)
+            fix = "raise alpha"
+            if level is Level.stratified:
+                # A stratum keeps alpha of its units, rounded: one of a unit or two keeps
+                # none below alpha 0.5, and raising alpha short of that cannot help.
+                values = len(parent.table.column(column).unique())
+                fix = (f"--column {column} holds {values:,} distinct values over "
+                       f"{len(parent):,} requests, so each stratum is too small to keep "
+                       "alpha of; stratify by a column whose values repeat (such as cls), "
+                       "or raise alpha")  # fmt: skip
             raise ParameterError(
                 f"{printable(trace)}: alpha {alpha:g} kept none of its {len(parent):,} "
-                f"requests ({level.value} sampling, seed {seed}); raise alpha."
+                f"requests ({level.value} sampling, seed {seed}); {fix}."
             )
         extra: dict[str, Any] = {"balance": balance.value, "keepalive": keepalive}
         if why is not None:
