@@ -72,12 +72,16 @@ def test_p95_lies_between_p90_and_p99(curve):
 
 def test_thresholds_take_any_percentile():
     from shrink.checks import parse_thresholds
-    from shrink.cli._common import stat_thresholds
 
-    assert parse_thresholds(stat_thresholds("p95=20ms,p99.9=500ms")) == {
-        "p95": 0.02,
-        "p999": 0.5,
-    }
+    assert parse_thresholds("p95=20ms,p99.9=500ms") == {"p95": 0.02, "p999": 0.5}
+
+
+def test_a_threshold_named_twice_is_refused_in_the_users_words(tmp_path, trace_file):
+    """The error echoed ``p99.9=5ms,p99.9=6ms`` as ``p999=5ms,p999=6ms``."""
+    r = run("predict", trace_file, "--target", f"sim:{SPEC}", "-o", tmp_path / "out",
+            "--thresholds", "p99.9=5ms,P99.9=6ms")  # fmt: skip
+    assert r.exit_code == 2, r.output
+    assert "'p99.9=5ms,P99.9=6ms', name p99.9 twice" in r.stderr, r.stderr
 
 
 @pytest.mark.compute
@@ -413,9 +417,8 @@ def test_one_set_of_defaults():
     mat = _defaults("mat")
     assert predict["thresholds"] == defaults.THRESHOLDS_TEXT
     from shrink.checks import parse_thresholds
-    from shrink.cli._common import stat_thresholds
 
-    assert parse_thresholds(stat_thresholds(predict["thresholds"])) == DEMO["thresholds"]
+    assert parse_thresholds(predict["thresholds"]) == DEMO["thresholds"]
     assert dict(PredictConfig().thresholds) == defaults.THRESHOLDS
     for d in (predict, sweep, sim_sweep):
         assert (d["duration"], d["reps"], d["warmup"]) == (

@@ -409,15 +409,6 @@ def stat_name(text: str, name: str = "stat") -> str:
         return parse_stat(text, name.lstrip("-"))
 
 
-def stat_thresholds(text: str) -> str:
-    """``mean=5ms,p99.9=500ms`` with each statistic spelled as the files spell it."""
-    parts = []
-    for part in text.split(","):
-        stat, eq, value = part.partition("=")
-        parts.append(stat_name(stat, "threshold statistic") + eq + value if eq else part)
-    return ",".join(parts)
-
-
 def stat_label(stat: str) -> str:
     """How a statistic is written for people: ``p999`` is ``p99.9``."""
     from shrink.checks import stat_label as label

@@ -15,7 +15,6 @@ from shrink.cli._common import (
     exit_if_bound,
     fmt_number,
     output_path,
-    stat_thresholds,
     threshold_text,
 )
 from shrink.defaults import THRESHOLDS_TEXT
@@ -132,7 +131,7 @@ def calibrate(
         output_path(output, inputs=(*(curves or ()), machine))
         # Checked with or without curves: mean=5min went unnoticed with none.
         with as_option("--thresholds"):
-            thr = parse_thresholds(stat_thresholds(thresholds))
+            thr = parse_thresholds(thresholds)
         if curves:
             loaded = [LoadCurve.read_json(p) for p in curves]
             m = Machine.read_toml(machine) if machine else None
@@ -222,7 +221,7 @@ def extrapolate(
     with cli_errors():
         output_path(output, inputs=(curve, machine))
         with as_option("--thresholds"):
-            th = parse_thresholds(stat_thresholds(thresholds))
+            th = parse_thresholds(thresholds)
         check_mapping_names(mapping or [], "--mapping")
         mach = Machine.read_toml(machine)
         check_mappings(mapping or [], mach, mach.all_cpus, "--mapping")

@@ -26,7 +26,6 @@ from shrink.cli._common import (
     parse_duration_option,
     parse_lag_limit,
     stat_label,
-    stat_thresholds,
     threshold_text,
 )
 from shrink.cli._progress import line_progress, on_terminal
@@ -223,7 +222,7 @@ def predict(
     with cli_errors():
         output_path(out, kind="dir")
         with as_option("--thresholds"):
-            th = parse_thresholds(stat_thresholds(thresholds))
+            th = parse_thresholds(thresholds)
         names = _mapping_names(mappings)
         _check_sim_options(target, machine=machine, docroot=docroot, server_cpus=server_cpus)
         _check_options(

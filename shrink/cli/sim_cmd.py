@@ -19,7 +19,6 @@ from shrink.cli._common import (
     parse_duration_option,
     plural,
     stat_label,
-    stat_thresholds,
     threshold_text,
 )
 from shrink.cli._replay_opts import _Export
@@ -230,7 +229,7 @@ def scaling_cmd(
 
         m = Machine.read_toml(machine)
         with as_option("--thresholds"):
-            thr = parse_thresholds(stat_thresholds(thresholds)) if thresholds else None
+            thr = parse_thresholds(thresholds) if thresholds else None
         counts = _check_cores(m, _cores(cores), mapping)
         trace = _workload(workload, seed)
         res = scaling(
@@ -300,7 +299,7 @@ def mappings_cmd(
         m = Machine.read_toml(machine)
         check_mappings(names, m, m.all_cpus)
         with as_option("--thresholds"):
-            thr = parse_thresholds(stat_thresholds(thresholds)) if thresholds else None
+            thr = parse_thresholds(thresholds) if thresholds else None
         params = _params(param)
         res = compare_mappings(
             m,
