@@ -45,10 +45,30 @@ def _earlier_work(out: Path) -> Path | None:
     """The folder an earlier demo to ``out`` made (``out/work-location``), if it is still
     one of this user's, made where the demo makes them, and writable by no one else."""
     try:
-        where = Path((out / "work-location").read_text(errors="replace").strip())
+        where = Path(_location(out / "work-location"))
         st = os.lstat(where)
     except (OSError, ValueError):
         return None
     ours = stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
     made_here = where.parent == Path(WORK_BASE) and where.name.startswith("shrink-demo-")
     return where if ours and made_here else None
+
+
+# A work-location the demo wrote holds one path: more is not one it wrote.
+_MAX_LOCATION = 4096
+
+
+def _location(path: Path) -> str:
+    """The path in ``out/work-location``, read only from a plain file of this user's own
+    (not through a symlink, at most :data:`_MAX_LOCATION` bytes): ``--out`` may be a
+    folder others can write, and a FIFO planted there hung the demo, a symlink to
+    /dev/zero read without end. OSError when it is not such a file."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            raise OSError(f"{path}: not a plain file of this user's")
+        data = f.read(_MAX_LOCATION + 1)
+    if len(data) > _MAX_LOCATION:
+        raise OSError(f"{path}: longer than a path")
+    return data.decode("utf-8", "replace").strip()

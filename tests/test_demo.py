@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -98,3 +100,37 @@ def test_the_demo_puts_its_docroot_where_the_unprivileged_servers_can_read_it(tm
         shutil.rmtree(other)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def test_a_planted_work_location_is_not_followed_nor_read_without_end(tmp_path):
+    """``--out`` may be a folder others can write: a work-location that is a symlink (to
+    a folder of root's, or to /dev/zero) or a FIFO is not read; it hung the demo."""
+    import threading
+
+    from shrink import demo_work
+
+    earlier = Path(tempfile.mkdtemp(prefix="shrink-demo-", dir=WORK_BASE))
+    try:
+        (tmp_path / "elsewhere").write_text(f"{earlier}\n")
+        out = tmp_path / "out"
+        out.mkdir()
+        (out / "work-location").symlink_to(tmp_path / "elsewhere")
+        assert demo_work._earlier_work(out) is None  # a symlink: not this demo's file
+        (out / "work-location").unlink()
+        (out / "work-location").write_text(f"{earlier}\n")
+        assert demo_work._earlier_work(out) == earlier  # its own file is still read
+    finally:
+        earlier.rmdir()
+    got: list[object] = []
+    for plant in ("fifo", "zero"):
+        (out / "work-location").unlink()
+        if plant == "fifo":
+            os.mkfifo(out / "work-location")
+        else:
+            (out / "work-location").symlink_to("/dev/zero")
+        reader = threading.Thread(target=lambda: got.append(demo_work._earlier_work(out)))
+        reader.daemon = True
+        reader.start()
+        reader.join(5)
+        assert not reader.is_alive(), plant
+    assert got == [None, None]
