@@ -116,3 +116,34 @@ def test_a_full_stdout_keeps_the_files_written_and_names_them(tmp_path, trace):
         f"error: standard output: No space left on device; kept {tmp_path / 's.parquet'}"
     ]
     assert len(Trace.read_parquet(tmp_path / "s.parquet")) > 0
+
+
+def test_a_non_blocking_stdout_waits_for_its_reader():
+    """A stdout left non-blocking by its parent (O_NONBLOCK on the pipe) whose reader
+    is slow: the whole output arrives, exit 0. The write past the pipe's buffer failed
+    with EAGAIN: exit 1, "write could not complete without blocking", the rest lost."""
+    import fcntl
+    import time
+
+    want = subprocess.run(
+        [sys.executable, "-m", "shrink", "predict", "--help"], capture_output=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    r, w = os.pipe()
+    fcntl.fcntl(w, 1031, 4096)  # F_SETPIPE_SZ: the smallest pipe, filled by the help
+    fcntl.fcntl(w, fcntl.F_SETFL, fcntl.fcntl(w, fcntl.F_GETFL) | os.O_NONBLOCK)
+    assert len(want) > 4096
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shrink", "predict", "--help"], stdout=w,
+        stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    os.close(w)
+    try:
+        time.sleep(2)  # the reader is late: the pipe fills
+        got = b""
+        while chunk := os.read(r, 65536):
+            got += chunk
+        err = proc.communicate(timeout=120)[1].decode()
+    finally:
+        os.close(r)
+    assert (proc.returncode, err, got) == (0, "", want)

@@ -10,11 +10,27 @@ from __future__ import annotations
 
 import io
 import os
+import select
 import sys
 
 __all__ = ["STDOUT", "name_stdout", "silence_stdout"]
 
 STDOUT = "standard output"
+
+
+class _WaitingFile(io.FileIO):
+    """fd 1 that waits for its reader when it was left non-blocking (a parent's pipe set
+    ``O_NONBLOCK``): a full pipe made a write fail with EAGAIN, the output past the
+    pipe's buffer lost and the command ended "write could not complete without
+    blocking"; a blocking stdout would have waited. The file's own flags are not
+    changed: others (the parent) share them."""
+
+    def write(self, b):  # type: ignore[no-untyped-def, override]
+        while True:
+            n = super().write(b)
+            if n is not None:
+                return n
+            select.select([], [self], [])  # full: wait until the reader takes some
 
 
 class _NamedBuffer(io.BufferedWriter):
@@ -50,7 +66,7 @@ def name_stdout() -> None:
     except (OSError, ValueError):
         return  # nothing could be written yet: the first write says so, unnamed
     sys.stdout = sys.__stdout__ = io.TextIOWrapper(
-        _NamedBuffer(io.FileIO(1, "w", closefd=False)),
+        _NamedBuffer(_WaitingFile(1, "w", closefd=False)),
         encoding=old.encoding,
         errors=old.errors,
         line_buffering=old.line_buffering,
