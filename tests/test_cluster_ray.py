@@ -342,3 +342,21 @@ def test_the_report_names_each_generator_slot_and_what_it_lost():
     text = _cluster_text(checks["generator_cluster"])
     assert "slot 0 on gen-a: 2 run(s), clock offset up to 0.20 ms" in text
     assert "slot 1 on gen-b: 2 run(s), **lost in 1**" in text and "0.50 ms" in text
+
+
+def test_more_slots_than_a_local_cluster_has_cpus_are_refused_at_once(monkeypatch):
+    """``ray:local --generators 3`` on 2 CPUs waited silent for 120 s for a third CPU,
+    then said the cluster could not place them; refused at once, naming the option."""
+    from shrink.errors import ReplayError
+    from shrink.replay import cluster
+
+    class _Ray:
+        @staticmethod
+        def cluster_resources() -> dict[str, float]:
+            return {"CPU": 2.0}
+
+    monkeypatch.setattr(cluster, "_connect", lambda spec: _Ray)
+    monkeypatch.setattr(cluster, "READY_TIMEOUT", 0.01)
+    parts = [session_trace(2, gap=0.1, think=0.1, bursts=1)] * 3
+    with pytest.raises(ReplayError, match=r"^--generators 3: the local Ray cluster has 2 CPUs"):
+        run_on_cluster(ClusterSpec("local", 3), parts, None, {}, {})

@@ -248,10 +248,11 @@ def run_on_cluster(
     ``on_start(t0)`` gets the common zero in the driver's monotonic clock.
     """
     ray = _connect(spec)
+    n = len(parts)
+    _refuse_more_slots_than_local_cpus(ray, spec, n)
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    n = len(parts)
     pg = placement_group([{"CPU": 1}] * n, strategy="SPREAD")
     try:
         ray.get(pg.ready(), timeout=READY_TIMEOUT)
@@ -275,6 +276,21 @@ def run_on_cluster(
         for actor in actors:
             ray.kill(actor)
         remove_placement_group(pg)
+
+
+def _refuse_more_slots_than_local_cpus(ray: Any, spec: ClusterSpec, n: int) -> None:
+    """A cluster Ray starts here (``ray:local``) has this machine's CPUs and no more: more
+    generator slots than those waited, silent, for :data:`READY_TIMEOUT` for a CPU
+    that never came (``--generators 3`` on 2 CPUs), then said the cluster could not
+    place them. A cluster elsewhere may grow, so it is given that time."""
+    if spec.address != "local":
+        return
+    cpus = int(ray.cluster_resources().get("CPU", 0))
+    if n > cpus:
+        raise ReplayError(
+            f"--generators {n}: the local Ray cluster has {cpus} CPUs, one a generator "
+            f"slot; at most {cpus}"
+        )
 
 
 def _pin(ray: Any, actors: list[Any], avoid: set[int] | frozenset[int]) -> list[int | None]:
