@@ -360,3 +360,21 @@ def test_more_slots_than_a_local_cluster_has_cpus_are_refused_at_once(monkeypatc
     parts = [session_trace(2, gap=0.1, think=0.1, bursts=1)] * 3
     with pytest.raises(ReplayError, match=r"^--generators 3: the local Ray cluster has 2 CPUs"):
         run_on_cluster(ClusterSpec("local", 3), parts, None, {}, {})
+
+
+def test_processes_with_a_cluster_is_refused_not_dropped(tmp_path):
+    """--processes 8 --cluster ...: the run went on with --generators' 2 slots, the 8
+    dropped unsaid; refused before Ray is reached, naming --generators."""
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    trace = tmp_path / "t.parquet"
+    session_trace(4, gap=0.1, think=0.1, bursts=1).write_parquet(trace)
+    res = CliRunner().invoke(app, [
+        "replay", str(trace), "--target", "http://127.0.0.1:9", "--duration", "1s",
+        "-o", str(tmp_path / "r.parquet"), "--cluster", "ray:127.0.0.1:1", "--processes", "8",
+    ])  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert "--processes" in res.output and "--generators" in res.output
+    assert "cannot reach" not in res.output

@@ -177,6 +177,13 @@ class EngineOptions:
         from shrink.target import GeneratorPlacement
 
         cluster = cluster_spec(self.cluster, self.generators)
+        if cluster is not None and self.processes is not None:
+            # Each generator slot runs one engine process: the count was dropped unsaid.
+            raise OptionError(
+                "--processes",
+                f"{self.processes} does not apply with --cluster, where each generator slot "
+                "is one engine process; set how many with --generators",
+            )
         for option, value, accepted in (
             ("--routing", self.routing, ("hash", "round-robin")),
             ("--mode", self.mode, ("auto", "session", "open")),
