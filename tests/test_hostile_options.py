@@ -561,3 +561,29 @@ def test_sim_scaling_with_no_mat_at_its_smallest_core_count_says_so() -> None:
                                  "--param", "mem_local_ns=1e9"])  # fmt: skip
     text = " ".join(r.output.split())
     assert r.exit_code == 99 and "scaling n/a" in text, r.output
+
+
+def test_a_stratified_sample_by_a_column_whose_values_repeat_says_the_alpha_that_keeps_one(
+    tmp_path: Path,
+) -> None:
+    """``--column cls --alpha 0.001`` on a trace of two classes: the error told to
+    stratify by a column whose values repeat, "such as cls", the column given; it says
+    the alpha that keeps one unit of the largest stratum."""
+    import numpy as np
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+    from shrink.trace import Trace
+
+    trace, out = tmp_path / "t.parquet", tmp_path / "k.parquet"
+    n = 200
+    cls = ["static"] * 150 + ["dynamic"] * 50
+    Trace.from_columns({"session": np.arange(n), "t": np.arange(n) / 10.0, "path": ["/a"] * n,
+                        "cls": cls}).write_parquet(trace)  # fmt: skip
+    args = ["--level", "stratified", "--column", "cls", "--force", "-o", str(out)]
+    r = CliRunner().invoke(app, ["sample", str(trace), "--alpha", "0.001", *args])
+    text = " ".join(r.output.split())
+    assert r.exit_code == 1, text
+    assert "--column cls's largest stratum holds 150" in text, text
+    assert "alpha 0.00334 or more keeps one" in text and "such as cls" not in text
+    assert not out.exists()

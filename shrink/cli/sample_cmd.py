@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from enum import StrEnum
 from pathlib import Path
@@ -76,13 +77,7 @@ def sample(
             # (an empty trace was written, exit 0: every later step then refused it)
             fix = "raise alpha"
             if level is Level.stratified:
-                # A stratum keeps alpha of its units, rounded: one of a unit or two keeps
-                # none below alpha 0.5, and raising alpha short of that cannot help.
-                values = len(parent.table.column(column).unique())
-                fix = (f"--column {column} holds {values:,} distinct values over "
-                       f"{len(parent):,} requests, so each stratum is too small to keep "
-                       "alpha of; stratify by a column whose values repeat (such as cls), "
-                       "or raise alpha")  # fmt: skip
+                fix = _stratified_fix(parent, result, column)
             raise ParameterError(
                 f"{printable(trace)}: alpha {alpha:g} kept none of its {len(parent):,} "
                 f"requests ({level.value} sampling, seed {seed}); {fix}."
@@ -169,3 +164,25 @@ def register(app: typer.Typer) -> None:
     """Add ``sample`` and ``split`` to ``app``."""
     app.command("sample")(sample)
     app.command("split")(split)
+
+
+def _stratified_fix(parent: Any, result: Any, column: str) -> str:
+    """What to do when a stratified sample kept nothing: a stratum keeps alpha of its
+    units, rounded, so alpha below 0.5 over the largest stratum's units keeps none.
+    Strata of a unit or two (a column of distinct values) need alpha near 0.5 or more:
+    another column then; else the alpha that keeps one (a column whose values repeat
+    was told to stratify by a column whose values repeat)."""
+    strata = result.meta.get("strata") or {}
+    largest = max((int(s.get("units", 0)) for s in strata.values()), default=0)
+    units = str(result.meta.get("strata_units") or "units").split(" (")[0]
+    if largest > 2:
+        # 0.5 / largest rounded up to three figures: rounded to nearest, it could keep none
+        step = 10.0 ** (math.floor(math.log10(0.5 / largest)) - 2)
+        least = math.ceil(round(0.5 / largest / step, 6)) * step
+        return (f"--column {column}'s largest stratum holds {largest:,} {units}, and a "
+                f"stratum keeps alpha of its {units}, rounded: alpha {least:.3g} or more "
+                "keeps one")  # fmt: skip
+    values = len(parent.table.column(column).unique())
+    return (f"--column {column} holds {values:,} distinct values over {len(parent):,} "
+            "requests, so each stratum is too small to keep alpha of; stratify by a column "
+            "whose values repeat (such as cls), or raise alpha")  # fmt: skip
