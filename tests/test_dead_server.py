@@ -211,3 +211,26 @@ def test_mat_adaptive_stopped_keeps_the_levels_it_added(tmp_path, error, capsys)
     assert len(levels) == 3 and {3, 9.5} < set(levels)
     assert status == (1 if isinstance(error, TestbedError) else 130)
     assert "c.partial.json" in capsys.readouterr().err
+
+
+def test_a_dead_co_runner_is_a_testbed_error(tmp_path):
+    """kill -9 of the co-runner's spinner (``--enforce corunner``): the server ran on
+    the share's CPUs whole, ``status`` said ok and a sweep measured it as the share,
+    exit 0. Now the sweep stops naming it (``status`` reads it the same way)."""
+    from shrink.procfs import proc_info
+    from shrink.replay.live import server_problem
+    from shrink.testbed.state import ReplicaState
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    me = os.getpid()
+    enforce = {"mechanism": "corunner", "cpu_fraction": 0.5, "period_us": 1000, "spin_us": 500,
+               "helper": "c", "cpus": [0], "spinners": {str(gone.pid): 1}}  # fmt: skip
+    mine = proc_info(me).starttime
+    state = _state([me], {me: mine})
+    state["replicas"][0]["enforce"] = enforce
+    assert ReplicaState.from_dict(state["replicas"][0]).spinners == {gone.pid: 1}
+    problem = server_problem(state)
+    assert problem is not None and "co-runner" in problem and f"PID {gone.pid}" in problem
+    enforce["spinners"] = {str(me): mine}  # running: no problem
+    assert server_problem(state) is None

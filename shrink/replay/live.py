@@ -37,7 +37,7 @@ from shrink.replay.selfcheck import LAG_LIMIT, generator_check, thread_wait
 from shrink.runlog import RunLog
 from shrink.schedule import ScheduleOptions
 from shrink.target import GeneratorPlacement, RunResult
-from shrink.testbed.state import ReplicaState, TestbedState
+from shrink.testbed.state import SPINNER, ReplicaState, TestbedState
 from shrink.topology import foreign_cpus
 from shrink.trace import Trace
 from shrink.wire import is_loopback, not_loopback_why
@@ -90,6 +90,7 @@ def server_problem(state: dict[str, Any]) -> str | None:
     for d in state["replicas"]:
         r = ReplicaState.from_dict(d)
         dead += [f"{r.role(p)} PID {p}" for p in r.pids if not is_alive(p, r.starttimes.get(p))]
+        dead += [f"{SPINNER} PID {p}" for p, t in r.spinners.items() if not is_alive(p, t)]
     return "crashed or killed: " + ", ".join(dead) if dead else None
 
 

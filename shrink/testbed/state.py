@@ -107,6 +107,11 @@ def _read_as(read: Callable[[dict[str, Any]], Any]) -> AfterValidator:
     return AfterValidator(check)
 
 
+# A co-runner's spinner that is gone leaves the share's CPUs to the server whole: what
+# is measured is no longer the share.
+SPINNER = "co-runner (the CPU-time share is not enforced without it)"
+
+
 @dataclass
 class ReplicaState(files.FileFormat):
     """One running replica. Written beside the fields: ``pids`` and ``master_pid``."""
@@ -145,6 +150,15 @@ class ReplicaState(files.FileFormat):
     def master_pid(self) -> int:
         """The front server's master (lighttpd, nginx, the recipe's first command)."""
         return self.masters[0]
+
+    @property
+    def spinners(self) -> dict[int, int]:
+        """The co-runner's spinners (PID: kernel start time) when the share is enforced
+        by co-running: without them the share's CPUs run the server whole."""
+        enf = self.enforce or {}
+        if enf.get("mechanism") != "corunner":
+            return {}
+        return {int(p): int(t) for p, t in (enf.get("spinners") or {}).items()}
 
     def role(self, pid: int) -> str:
         """The role of a recorded PID (``lighttpd``, ``php-fpm``, ...); ``server`` if none."""

@@ -9,7 +9,7 @@ from typing import Any
 
 from shrink import processes as process
 from shrink.testbed.lifecycle import _enforcer, recipe_of
-from shrink.testbed.state import TestbedState
+from shrink.testbed.state import SPINNER, TestbedState
 
 __all__ = ["ReplicaStatus", "status"]
 
@@ -53,9 +53,14 @@ def status(state_path: str | Path, *, check_health: bool = True) -> list[Replica
     for r in st.replicas:
         alive = [p for p in r.pids if process.is_alive(p, r.starttimes.get(p))]
         dead = [p for p in r.pids if p not in alive]
+        gone = [f"{r.role(p)} PID {p}" for p in dead]
+        for pid, start in r.spinners.items():  # the share's enforcer, when it co-runs
+            if not process.is_alive(pid, start):
+                dead.append(pid)
+                gone.append(f"{SPINNER} PID {pid}")
         problem = None
-        if dead:
-            problem = "crashed or killed: " + ", ".join(f"{r.role(p)} PID {p}" for p in dead)
+        if gone:
+            problem = "crashed or killed: " + ", ".join(gone)
         answering = False
         if check_health and st.stopped is None:
             err = (
