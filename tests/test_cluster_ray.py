@@ -358,8 +358,13 @@ def test_more_slots_than_a_local_cluster_has_cpus_are_refused_at_once(monkeypatc
     monkeypatch.setattr(cluster, "_connect", lambda spec: _Ray)
     monkeypatch.setattr(cluster, "READY_TIMEOUT", 0.01)
     parts = [session_trace(2, gap=0.1, think=0.1, bursts=1)] * 3
+    monkeypatch.setattr(cluster.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     with pytest.raises(ReplayError, match=r"^--generators 3: the local Ray cluster has 2 CPUs"):
         run_on_cluster(ClusterSpec("local", 3), parts, None, {}, {})
+    # ... and as many as this process may use (taskset -c 0): two slots took turns on CPU 0
+    monkeypatch.setattr(cluster.os, "sched_getaffinity", lambda pid: {0})
+    with pytest.raises(ReplayError, match=r"^--generators 2: .* has 1 CPUs this process may use"):
+        run_on_cluster(ClusterSpec("local", 2), parts[:2], None, {}, {})
 
 
 def test_processes_with_a_cluster_is_refused_not_dropped(tmp_path):

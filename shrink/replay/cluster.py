@@ -282,14 +282,17 @@ def _refuse_more_slots_than_local_cpus(ray: Any, spec: ClusterSpec, n: int) -> N
     """A cluster Ray starts here (``ray:local``) has this machine's CPUs and no more: more
     generator slots than those waited, silent, for :data:`READY_TIMEOUT` for a CPU
     that never came (``--generators 3`` on 2 CPUs), then said the cluster could not
-    place them. A cluster elsewhere may grow, so it is given that time."""
+    place them. Its actors may run only on the CPUs this process may use (they are
+    pinned among those): more slots than those took turns on them (``taskset -c 0``, two
+    slots on CPU 0), each behind its schedule. A cluster elsewhere may grow, so it is
+    given that time."""
     if spec.address != "local":
         return
-    cpus = int(ray.cluster_resources().get("CPU", 0))
+    cpus = min(int(ray.cluster_resources().get("CPU", 0)), len(os.sched_getaffinity(0)))
     if n > cpus:
         raise ReplayError(
-            f"--generators {n}: the local Ray cluster has {cpus} CPUs, one a generator "
-            f"slot; at most {cpus}"
+            f"--generators {n}: the local Ray cluster has {cpus} CPUs this process may use, "
+            f"one a generator slot; at most {cpus}"
         )
 
 
