@@ -304,3 +304,20 @@ def test_a_version_command_output_is_bounded_decoded_and_escaped(script, shown):
     t0 = time.monotonic()
     assert first_line([sys.executable, "-c", script], "r.toml") == shown
     assert time.monotonic() - t0 < 5
+
+
+def test_nginx_takes_a_request_body_as_large_as_php_is_given(tmp_path):
+    """``up --trace`` with a body over 1 MiB: PHP's post_max_size was raised to hold it,
+    but nginx's own client_max_body_size (1 MiB by default) answered 413 before PHP saw
+    it; lighttpd passed it on. nginx now takes as much as PHP is given."""
+    from dataclasses import replace
+
+    from shrink.testbed.config import PhpLimits
+
+    rep = build_mapping("1-replica", discover(), (0,), base_port=8123).replicas[0]
+    ctx = ReplicaContext(rep, tmp_path / "doc", tmp_path / "r0", tmp_path, 1, 5.0, spawn=None)  # type: ignore[arg-type]
+    conf = render_nginx_conf(ctx, tmp_path / "php-fpm.sock", tmp_path / "probe")
+    assert f"client_max_body_size {ctx.php.post_max_mib}M;" in conf
+    big = replace(ctx, php=PhpLimits().for_bodies(300_000_000))
+    conf = render_nginx_conf(big, tmp_path / "php-fpm.sock", tmp_path / "probe")
+    assert big.php.post_max_mib >= 573 and f"client_max_body_size {big.php.post_max_mib}M;" in conf

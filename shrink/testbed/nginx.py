@@ -89,6 +89,9 @@ events {{
 http {{
     access_log off;
     client_body_temp_path {_q(run / "tmp-body")};
+    # as large a body as PHP is given (post_max_size, up to the trace's largest): nginx's
+    # own 1 MiB default answered 413 to a larger one, which lighttpd passed to PHP
+    client_max_body_size {ctx.php.post_max_mib}M;
     proxy_temp_path {_q(run / "tmp-proxy")};
     fastcgi_temp_path {_q(run / "tmp-fastcgi")};
     uwsgi_temp_path {_q(run / "tmp-uwsgi")};
