@@ -81,7 +81,9 @@ def _check_request_keys(trace: Trace) -> tuple[list[Key], np.ndarray]:
             v = int(indices[c][row])
             if v not in sent[c]:
                 value = values[c][v]
-                sent[c][v] = value if check is None else _on_wire(trace, row, check, value)
+                sent[c][v] = (
+                    value if check is None else _on_wire(trace, row, _COLUMNS[c], check, value)
+                )
             wire.append(sent[c][v])
         key_of_raw[raw] = index.setdefault(tuple(wire), len(index))  # type: ignore[arg-type]
     return list(index), key_of_raw[raw_of_row.reshape(-1)]
@@ -99,8 +101,13 @@ def _plain_paths(paths: list[str]) -> dict[int, str]:
     return {i: paths[i] for i in np.flatnonzero(plain.to_numpy(zero_copy_only=False)).tolist()}
 
 
-def _on_wire(trace: Trace, row: int, check: Callable[[str], str], value: str) -> str:
-    """``check(value)``; its ValueError becomes a TraceFormatError naming the trace row."""
+# The trace's columns a request key is made of, in the key's order.
+_COLUMNS = ("method", "path", "body", "content_type")
+
+
+def _on_wire(trace: Trace, row: int, column: str, check: Callable[[str], str], value: str) -> str:
+    """``check(value)``; its ValueError becomes a TraceFormatError naming the trace row
+    and the column."""
     try:
         return check(value)
     except ValueError as exc:
@@ -108,5 +115,6 @@ def _on_wire(trace: Trace, row: int, check: Callable[[str], str], value: str) ->
         origin = f", read from {source}" if isinstance(source, str) else ""
         session = trace.table.column("session")[row].as_py()
         raise TraceFormatError(
-            f"trace row {row} (session {session}{origin}): {value[:60]!r} cannot be sent: {exc}"
+            f"trace row {row} (session {session}{origin}), column {column}: {value[:60]!r} "
+            f"cannot be sent: {exc}"
         ) from None

@@ -98,7 +98,7 @@ def test_a_trace_type_that_would_inject_a_header_is_refused_naming_the_row(tmp_p
     with pytest.raises(TraceFormatError) as err:
         build_schedule(trace, 1.0, 5.0, loop=False)
     msg = str(err.value)
-    assert msg.startswith("trace row 2 (session 1, read from hostile.pcap): ")
+    assert msg.startswith("trace row 2 (session 1, read from hostile.pcap), column content_type: ")
     assert "cannot be sent: the Content-Type holds" in msg and "\n" not in msg
 
 
