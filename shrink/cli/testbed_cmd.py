@@ -288,9 +288,16 @@ def _down_stale() -> None:
     for sb, stopped in done:
         n = sum(len(p) for p in stopped.values())
         typer.echo(f"{sb.state_path}: {sb.reason}; stopped {n} process(es), removed its cgroups")
+    # One line a group: under cgroup v1 a group has a folder in each controller.
+    by_name: dict[str, tuple[list[Path], set[int]]] = {}
     for group, pids in unrecorded:
+        dirs, members = by_name.setdefault(group.name, ([], set()))
+        dirs.append(group)
+        members.update(pids)
+    for dirs, members in by_name.values():
+        pids = sorted(members)
         shown = ", ".join(str(p) for p in pids[:8]) + (", ..." if len(pids) > 8 else "")
-        where = printable(str(group))
+        where = printable(", ".join(str(d) for d in dirs))
         typer.echo(
             f"note: {where} holds PIDs {shown}, of no testbed recorded here: one started "
             "under another SHRINK_RUN_DIR (or one since deleted)? Not stopped: run this "
