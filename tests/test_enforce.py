@@ -88,13 +88,13 @@ def test_corunner_spins_the_rest_of_each_period():
 
 
 def test_a_state_file_from_before_the_mechanisms_reads_as_cfs():
-    from shrink.testbed.lifecycle import _enforcer
     from shrink.testbed.state import ReplicaState
+    from shrink.testbed.teardown import enforcer_of
 
     r = ReplicaState("r0", "127.0.0.1", 1, [1], 1, [1], [], {}, {}, "", "", "")
-    assert _enforcer(r) is None
+    assert enforcer_of(r) is None
     r.cgroup = {"name": "g", "version": 1, "dirs": {"cpu": "/nonexistent/g"}}
-    assert isinstance(_enforcer(r), CfsQuota)
+    assert isinstance(enforcer_of(r), CfsQuota)
 
 
 @pytest.mark.root

@@ -278,10 +278,10 @@ def down(
 
 
 def _down_stale() -> None:
-    from shrink.testbed import lifecycle, registry
+    from shrink.testbed import registry, teardown
 
     with cli_errors():
-        done = lifecycle.down_stale()
+        done = teardown.down_stale()
         unrecorded = registry.unrecorded_groups()
     if not done:
         typer.echo(f"no stale testbed recorded in {registry.run_dir()}")

@@ -3,7 +3,8 @@
 The server is a recipe (:mod:`shrink.testbed.recipe`): ``lighttpd-php-cgi`` (the
 default), ``nginx-php-fpm``, or a user's TOML file (:mod:`shrink.testbed.command`);
 :class:`shrink.testbed.fake_recipe.FakeRecipe` stands in for unit tests.
-``up`` / ``status`` / ``down`` live in :mod:`shrink.testbed.lifecycle`; the
+``up`` lives in :mod:`shrink.testbed.lifecycle`, ``status`` in
+:mod:`shrink.testbed.status`, ``down`` in :mod:`shrink.testbed.teardown`; the
 in-process fake target for unit tests of later stages is :mod:`shrink.testbed.fake`.
 """
 

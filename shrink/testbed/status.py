@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from shrink import processes as process
-from shrink.testbed.lifecycle import _enforcer, recipe_of
 from shrink.testbed.state import SPINNER, TestbedState
+from shrink.testbed.teardown import enforcer_of, recipe_of
 
 __all__ = ["ReplicaStatus", "status"]
 
@@ -71,7 +71,7 @@ def status(state_path: str | Path, *, check_health: bool = True) -> list[Replica
             answering = err is None
             if err and not problem:
                 problem = err
-        enf = _enforcer(r)
+        enf = enforcer_of(r)
         usage = enf.usage_s() if enf is not None else None
         if usage is None:
             usage = process.cpu_seconds(alive)

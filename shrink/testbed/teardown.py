@@ -1,0 +1,173 @@
+"""``down``: stop a testbed ``up`` started, and everything it left.
+
+What is stopped is what ``up`` recorded (PIDs with their start times and programs,
+and the replicas' cgroups), read from shrink's own copy where there is one; a state
+file another user could have written is not trusted. A damaged state file still
+stops the processes it names, never a stranger. See :mod:`shrink.testbed.lifecycle`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from shrink import processes as process
+from shrink.enforce import Enforcer, enforcer_from_dict
+from shrink.errors import RecipeError, StateError, TestbedError
+from shrink.share import Cgroup
+from shrink.testbed import registry
+from shrink.testbed.private import forgeable, remove_run_root
+from shrink.testbed.recipe import ServerRecipe, stop_replica
+from shrink.testbed.servers import load_recipe
+from shrink.testbed.state import ReplicaState, TestbedState, salvage_pids
+
+__all__ = ["down", "down_stale", "enforcer_of", "recipe_of", "release", "stop_and_release"]
+
+
+def recipe_of(st: TestbedState) -> ServerRecipe | None:
+    """The recipe that started a testbed; None if it can no longer be read (a recipe
+    file since deleted): the state file alone still suffices to stop it."""
+    spec = st.server.get("source")
+    if spec in (None, "built-in", "fake"):
+        spec = st.server.get("name")
+    try:
+        return load_recipe(spec)
+    except RecipeError:
+        return None
+
+
+_SERVER_COMMS = ("lighttpd", "php-cgi", "php", "nginx")
+
+
+def _refuse_if_forgeable(state_path: str | Path) -> None:
+    why = forgeable(state_path)
+    if why is not None:
+        raise StateError(
+            f"{state_path}: shrink keeps no record of this testbed, and another user could "
+            f"have written the file ({why}): nothing it names is touched"
+        )
+
+
+def _down_damaged(state_path: str | Path, why: TestbedError) -> dict[str, list[int]]:
+    """Stop what a damaged state file still names, by PID, never a stranger.
+
+    A PID with its recorded start time is stopped if that process still runs; one
+    without (the start times were lost) never is: a name such as ``nginx`` does not
+    make a process ours. The file is left as it is, for the user to look at. A file
+    that names no PID at all is no testbed's state (``--state /etc/shadow``): an
+    error saying why it could not be read, not "nothing was running".
+    """
+    found = salvage_pids(state_path)
+    if not found:
+        raise TestbedError(f"{why}; it names no process either: nothing was stopped")
+    targets: dict[int, int | None] = {}
+    for pid, start in found.items():
+        info = process.proc_info(pid)
+        if info is None or pid == os.getpid():
+            continue
+        if start is not None and info.starttime == start:
+            targets[pid] = start
+    for pid, start in list(targets.items()):
+        if process.is_alive(pid, start):
+            for d in process.descendants(pid):
+                if (info := process.proc_info(d)) and info.comm.startswith(_SERVER_COMMS):
+                    targets.setdefault(d, info.starttime)
+    stopped = process.stop_processes(targets) if targets else []
+    return {"damaged state (PIDs it still names)": stopped}
+
+
+def stop_and_release(recipe: ServerRecipe | None, r: ReplicaState, sig: int = 15) -> list[int]:
+    """Stop the replica's processes through its recipe (or, where the recipe can no longer
+    be read, by the state file and its stop signal); then remove its cgroup."""
+    stopped = recipe.stop(r) if recipe is not None else stop_replica(r, sig)
+    enf = enforcer_of(r)
+    if enf is not None:
+        release(enf, r.cgroup)
+    return stopped
+
+
+def enforcer_of(r: ReplicaState) -> Enforcer | None:
+    if r.enforce:
+        return enforcer_from_dict(r.enforce)
+    # a state file from before the mechanisms: its cgroup was a CFS group
+    return enforcer_from_dict({"mechanism": "cfs", "cgroup": r.cgroup}) if r.cgroup else None
+
+
+def release(enf: Enforcer, record: dict[str, Any] | None, wait_s: float = 3.0) -> None:
+    """Stop the share's enforcement and remove the replica's groups once empty. A killed
+    worker whose master died first is reaped by init, not by us, and stays a member
+    until then (a while on a busy host)."""
+    enf.stop()
+    deadline = time.monotonic() + wait_s
+    while record:
+        Cgroup.from_dict(record).remove()
+        if not any(Path(d).exists() for d in record.get("dirs", {}).values()):
+            return
+        if time.monotonic() > deadline:
+            return  # left for `testbed down` to retry; status shows its members
+        time.sleep(0.02)
+
+
+def down(state_path: str | Path) -> dict[str, list[int]]:
+    """Stop every process ``up`` recorded (and their descendants); return what was stopped.
+
+    A state file that no longer validates (damaged, hand-edited) is not a dead
+    end: the PIDs it still names are stopped (see :func:`_down_damaged`).
+
+    What is stopped is read from the copy ``up`` kept in shrink's private folder
+    (:func:`registry.recorded`), or, without one, from the state file only if no
+    other user could have written it (:func:`forgeable`): its PIDs, start times and
+    programs can all be read in /proc, so a file another user wrote could name any
+    process on the machine.
+    """
+    try:
+        st = TestbedState.read(state_path)
+    except StateError:
+        raise  # names what shrink did not make: touch nothing
+    except TestbedError as exc:
+        if not Path(state_path).is_file():
+            raise
+        kept = registry.recorded(state_path)
+        if kept is None:
+            _refuse_if_forgeable(state_path)
+            return _down_damaged(state_path, exc)
+        st = kept
+    else:
+        kept = registry.recorded(state_path)
+        if kept is None:
+            _refuse_if_forgeable(state_path)
+        else:
+            # What up started, and how it stops (the recipe, its signal), not what the
+            # file says now.
+            st.replicas, st.server = kept.replicas, kept.server
+    recipe = recipe_of(st)
+    sig = int(st.server.get("stop_signal", 15))
+    out = {r.name: stop_and_release(recipe, r, sig) for r in st.replicas}
+    _remove_run_dirs(st)
+    st.stopped = datetime.now(UTC).isoformat(timespec="seconds")
+    st.write(state_path)
+    registry.forget(state_path)
+    return out
+
+
+def _remove_run_dirs(st: TestbedState) -> None:
+    """Remove the run roots ``up`` made (only those under shrink's private folder)."""
+    base = registry.run_dir()
+    for r in st.replicas:
+        remove_run_root(r.run_dir, base)
+
+
+def down_stale() -> list[tuple[registry.StaleTestbed, dict[str, list[int]]]]:
+    """Stop every stale testbed (:func:`shrink.testbed.registry.stale`), remove its cgroups."""
+    out = []
+    for sb in registry.stale():
+        recipe = recipe_of(sb.state)
+        sig = int(sb.state.server.get("stop_signal", 15))
+        stopped = {r.name: stop_and_release(recipe, r, sig) for r in sb.state.replicas}
+        _remove_run_dirs(sb.state)
+        sb.entry.unlink(missing_ok=True)
+        out.append((sb, stopped))
+    return out
