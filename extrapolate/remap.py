@@ -118,6 +118,12 @@ def estimate_demands(
     fsum = sum(f.values())
     r0 = {c: float(np.nanmin(series[c if c in series else "all"]["value"])) for c in classes}
     x_max = float(np.nanmax(x))
+    if not x_max > 0:
+        # Every level with a throughput of zero (nothing answered in the window): the
+        # fit's start divided by it (exit 70).
+        raise ExtrapolationError(
+            "no level of the curve has a throughput above zero: nothing to fit"
+        )
 
     def unpack(p: np.ndarray) -> tuple[float, dict[str, float]]:
         return float(np.exp(p[0])), {

@@ -267,6 +267,24 @@ def test_extrapolate_names_a_curve_with_nothing_to_fit(tmp_path: Path, damage: s
     assert text == shown, text
 
 
+def test_extrapolate_names_a_curve_whose_every_throughput_is_zero(tmp_path: Path) -> None:
+    # The fit's start divided by the highest throughput: ZeroDivisionError (exit 70).
+    from helpers.curves import half_share_curve
+
+    from shrink.machine import Machine
+
+    doc = half_share_curve(Machine.read_toml(SPEC), levels=3, reps=1, seed=1).to_dict()
+    for lv in doc["levels"]:
+        for r in lv["reps"]:
+            r["throughput"] = 0.0
+    src = tmp_path / "c.json"
+    src.write_text(json.dumps(doc))
+    r = CliRunner().invoke(app, ["extrapolate", str(src), "--machine", str(SPEC)])
+    text = " ".join(r.output.split())
+    assert r.exit_code == 1, text
+    assert text == "error: no level of the curve has a throughput above zero: nothing to fit", text
+
+
 def test_a_control_character_in_a_mapping_name_is_escaped_in_the_figures(
     tmp_path: Path, sim_prediction: tuple[Path, Path]
 ) -> None:
