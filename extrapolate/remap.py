@@ -225,6 +225,21 @@ def _tail_ratio(
     return nf.quantile_response(xf) / ns.quantile_response(xs)
 
 
+def _refuse_past_bounds(scaled: LoadCurve, alpha: float) -> None:
+    """Refuse a curve whose alpha scales a throughput past what a curve may hold.
+
+    A hand-edited alpha of 1e-300 made the full machine's curve one that cannot be
+    read back: its validation error named no file and no alpha.
+    """
+    values = [v for lv in scaled.levels for r in lv.reps for v in (r.throughput, r.offered)]
+    top = max((v for v in values if v is not None and math.isfinite(v)), default=0.0)
+    if top > 1e15:
+        raise ExtrapolationError(
+            f"the curve's alpha {alpha:g} scales its throughput to {top:.3g} req/s, "
+            "past 1e15: check the curve's alpha"
+        )
+
+
 def extrapolate_curve(
     curve: LoadCurve,
     model: CrossSocketModel,
@@ -251,6 +266,7 @@ def extrapolate_curve(
         scaled = LoadCurve.from_dict(curve.to_dict())
     else:
         scaled = scale_to_full(curve, correction)
+    _refuse_past_bounds(scaled, alpha)
     scaled.require_levels(2)
     physics0 = model.physics_
     mix = _class_mix(scaled, workload)

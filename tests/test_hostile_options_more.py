@@ -285,6 +285,26 @@ def test_extrapolate_names_a_curve_whose_every_throughput_is_zero(tmp_path: Path
     assert text == "error: no level of the curve has a throughput above zero: nothing to fit", text
 
 
+def test_extrapolate_names_an_alpha_that_scales_past_what_a_curve_holds(tmp_path: Path) -> None:
+    # The scaled curve failed its own validation: "levels[0].reps[0].throughput: must
+    # be ... (got 3.5e+301)", naming neither the file nor the alpha.
+    from helpers.curves import half_share_curve
+
+    from shrink.machine import Machine
+
+    doc = half_share_curve(Machine.read_toml(SPEC), levels=3, reps=1, seed=1).to_dict()
+    doc["alpha"] = 1e-300
+    # On the whole machine, where the share's fraction does not check alpha.
+    doc["share"] = {"kind": "all", "cpus": [], "fraction": 1.0, "text": "all"}
+    src = tmp_path / "c.json"
+    src.write_text(json.dumps(doc))
+    r = CliRunner().invoke(app, ["extrapolate", str(src), "--machine", str(SPEC)])
+    text = " ".join(r.output.split())
+    assert r.exit_code == 1, text
+    assert text.startswith("error: the curve's alpha 1e-300 scales its throughput to "), text
+    assert "Warning" not in text, text
+
+
 def test_a_control_character_in_a_mapping_name_is_escaped_in_the_figures(
     tmp_path: Path, sim_prediction: tuple[Path, Path]
 ) -> None:
