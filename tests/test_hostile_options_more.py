@@ -222,6 +222,23 @@ def test_validate_refuses_a_prediction_without_thresholds(
     assert not (tmp_path / "validation.json").exists()
 
 
+def test_validate_prints_a_prediction_whose_mat_is_nan(
+    tmp_path: Path, sim_prediction: tuple[Path, Path]
+) -> None:
+    # A MAT may be NaN (written as NaN, read back as such): its error is null, and the
+    # summary multiplied it by 100 (TypeError, exit 70).
+    pred, full = sim_prediction
+
+    def nan_mat(doc: dict) -> None:
+        doc["mappings"]["1-replica"]["mean"]["mat"] = float("nan")
+
+    edited = _edited_prediction(pred, tmp_path, nan_mat)
+    code, text = _run("validate", str(edited), "--full-run", str(full))
+    assert code in (0, 99) and "internal error" not in text, text
+    assert "error n/a" in text, text
+    assert (tmp_path / "validation.json").exists()
+
+
 @pytest.mark.parametrize(
     ("option", "value", "shown"),
     [

@@ -513,10 +513,12 @@ def validate(
     from shrink.mat import mat_text
 
     for stat, m in d["mats"].items():
+        # No error without both MATs (a prediction whose MAT is NaN: JSON null).
+        err = "n/a" if m["error"] is None else f"{100 * m['error']:+.1f}%"
         typer.echo(
             f"{stat_label(stat)}: predicted {mat_text(m['predicted'], m.get('predicted_status'))} "
             f"req/s, measured {mat_text(m['measured'], m.get('measured_status'))} req/s, "
-            f"error {100 * m['error']:+.1f}%" + (" (a MAT is only a bound)" if bound[stat] else "")
+            f"error {err}" + (" (a MAT is only a bound)" if bound[stat] else "")
         )
     typer.echo(f"wrote {dumps(str((out or prediction.parent) / 'validation.json'))}")
     exit_if_bound(bounds)
