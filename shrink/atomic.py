@@ -90,6 +90,20 @@ def make_dirs(folder: str | Path, mode: int = 0o755) -> Path:
     return folder
 
 
+def _from_root(folder: str | Path) -> Path:
+    """``folder`` from ``/``: an absolute one as it is (the current folder may have been
+    deleted, and a path that does not need it still works), a relative one below it."""
+    folder = Path(folder)
+    if folder.is_absolute():
+        return folder
+    try:
+        return Path.cwd() / folder
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            errno.ENOENT, "the current folder was deleted: give an absolute path", str(folder)
+        ) from None
+
+
 def _trusted(folder: Path) -> None:
     """Refuse a symlink on the way to ``folder`` that neither root nor this user made:
     one planted by another user in a folder they may write (the rule the kernel's
@@ -97,7 +111,7 @@ def _trusted(folder: Path) -> None:
     me = os.geteuid()
     # Not abspath: it drops "x/.." by name, but the kernel goes through x to reach its
     # "..", so a planted symlink x before a ".." must be checked (and refused) too.
-    p = Path.cwd() / folder
+    p = _from_root(folder)
     for d in (p, *p.parents):
         try:
             st = os.lstat(d)
@@ -154,7 +168,7 @@ def open_dir(folder: str | Path) -> int:
     name leads to afterwards.
     """
     me = os.geteuid()
-    todo = list((Path.cwd() / folder).parts[1:])  # ".." kept: the kernel resolves it
+    todo = list(_from_root(folder).parts[1:])  # ".." kept: the kernel resolves it
     fd = os.open("/", _DIR_FLAGS)
     links = 0
     try:

@@ -314,3 +314,28 @@ def test_a_runlog_folder_swapped_after_the_check_is_not_written_through(tmp_path
     with pytest.raises(WriteError, match="owned by UID 65534"):
         writer_mod.RunLogWriter(theirs / "runlogs" / "run000-rf1.parquet")
     assert list(elsewhere.iterdir()) == []
+
+
+def test_a_deleted_current_folder_stops_only_relative_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An absolute -o failed "cannot write (No such file or directory)" though its folder
+    # existed (every write made its path absolute through os.getcwd), and a relative one
+    # said only "error: No such file or directory".
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    args = ["synth", "tcp", "--rate", "10", "--duration", "2s", "-o"]
+    r = CliRunner().invoke(app, [*args, str(tmp_path / "t.parquet")])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "t.parquet").is_file()
+    r = CliRunner().invoke(app, [*args, "t.parquet"])
+    text = " ".join(r.output.split())
+    assert r.exit_code == 1, text
+    shown = "error: the current folder was deleted: give absolute paths, or run from one"
+    assert text == shown, text

@@ -177,6 +177,14 @@ def cli_errors() -> Iterator[None]:
             _report(exc, written)
 
 
+def _cwd_deleted() -> bool:
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return True
+    return False
+
+
 def _report(exc: BaseException, written: list[Path]) -> None:
     """One line for ``exc`` (see :func:`cli_errors`), then the exit it calls for."""
     try:
@@ -200,8 +208,12 @@ def _report(exc: BaseException, written: list[Path]) -> None:
         if exc.filename == STDOUT:
             silence_stdout()
         where = f"{exc.filename}: " if exc.filename else ""
+        why = exc.strerror or str(exc)
+        if not where and exc.errno == errno.ENOENT and _cwd_deleted():
+            # A relative path made absolute (os.getcwd) names no file.
+            where, why = "", "the current folder was deleted: give absolute paths, or run from one"
         kept = kept_files((), written)
-        error_line(f"{where}{exc.strerror or exc}" + ("; kept " + ", ".join(kept) if kept else ""))
+        error_line(f"{where}{why}" + ("; kept " + ", ".join(kept) if kept else ""))
         raise typer.Exit(code=EXIT_ERROR) from None
     except KeyboardInterrupt as exc:
         # Say only what exists: a command that kept files lists them on the exception.
