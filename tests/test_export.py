@@ -197,3 +197,14 @@ def test_jsonl_is_written_a_batch_at_a_time(tmp_path, monkeypatch):
     assert peak < 4 * 2**20, f"{peak / 2**20:.1f} MiB for {n:,} rows"
     lines = (tmp_path / "t.jsonl").read_text().splitlines()
     assert len(lines) == n and json.loads(lines[-1])["session"] == (n - 1) // 20
+
+
+def test_a_label_value_is_escaped_in_the_exposition() -> None:
+    # A quote or line feed in a label value ended the sample early: `run="x"` then a
+    # line ` evil 1\"} 1` a scraper would read as a sample of its own.
+    from shrink.export.metrics import exposition
+
+    text = exposition([], 'x"}\n evil 1\\')
+    line = [ln for ln in text.splitlines() if ln.startswith("shrink_sweep_running_info")]
+    assert line == ['shrink_sweep_running_info{run="x\\"}\\n evil 1\\\\"} 1'], text
+    assert not any(ln.startswith(" evil") for ln in text.splitlines()), text

@@ -22,7 +22,12 @@ QUANTILES = (0.5, 0.9, 0.99, 0.999)
 
 
 def _labels(**kv: str) -> str:
-    return "{" + ",".join(f'{k}="{v}"' for k, v in kv.items()) + "}"
+    # OpenMetrics escapes a label value's backslash, quote and line feed: a raw one
+    # ends the value, or the sample, early.
+    def esc(v: str) -> str:
+        return str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+    return "{" + ",".join(f'{k}="{esc(v)}"' for k, v in kv.items()) + "}"
 
 
 def exposition(runs: Sequence[RunSamples], current: str = "") -> str:
