@@ -236,6 +236,8 @@ def _finite(band: np.ndarray, fallback: np.ndarray) -> np.ndarray:
 
 def _why_none(curve: LoadCurve) -> str:
     """Why a curve has no usable level: failed requests, the generator, or both."""
+    if not curve.levels:
+        return "it has no level"  # was blamed on the generator
     failed = [f"{lv.level:g}" for lv in curve.failed_levels()]
     if not failed:
         return "the generator fell behind at every level"

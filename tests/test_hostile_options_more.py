@@ -557,3 +557,17 @@ def test_a_percentile_takes_ascii_digits_only() -> None:
     assert parse_stat("p99") == "p99"
     with pytest.raises(ParameterError, match="must be mean, or a percentile"):
         parse_stat("p\u0669\u0669")
+
+
+def test_mat_on_a_curve_without_levels_says_so(tmp_path: Path) -> None:
+    # It said "the generator fell behind at every level" of a curve that had none.
+    from helpers.curves import half_share_curve
+
+    from shrink.machine import Machine
+
+    doc = half_share_curve(Machine.read_toml(SPEC), levels=3, reps=1, seed=1).to_dict()
+    doc["levels"] = []
+    src = tmp_path / "c.json"
+    src.write_text(json.dumps(doc))
+    code, text = _run("mat", str(src), "--threshold", "5ms")
+    assert code == 1 and "error: load curve has no usable level: it has no level" in text, text
