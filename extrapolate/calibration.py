@@ -157,6 +157,18 @@ class CalibrationFile(files.VersionedFile):
         n = len(self.free)
         if len(self.x) != n or len(self.cov) != n or any(len(r) != n for r in self.cov):
             raise ValueError(f"x and cov must have {n} entries (one per free parameter)")
+        # The interval works from x, the point from physics: an edited physics that x
+        # does not give made the interval's half-width overflow (exit 70).
+        given = {"usl_sigma": 0.0, **(self.fixed or {})}
+        given.update({k: _from_x(k, v) for k, v in zip(self.free, self.x, strict=True)})
+        for f in fields(Physics):
+            want, have = given.get(f.name, f.default), getattr(self.physics, f.name)
+            both = isinstance(want, float) and isinstance(have, float)
+            if both and not math.isclose(want, have, rel_tol=1e-6, abs_tol=1e-12):
+                raise ValueError(
+                    f"physics.{f.name} == {have:g}, but x and fixed give {want:g}: "
+                    "a calibration's physics is what its fit gives"
+                )
         return self
 
 

@@ -571,3 +571,24 @@ def test_mat_on_a_curve_without_levels_says_so(tmp_path: Path) -> None:
     src.write_text(json.dumps(doc))
     code, text = _run("mat", str(src), "--threshold", "5ms")
     assert code == 1 and "error: load curve has no usable level: it has no level" in text, text
+
+
+@pytest.mark.parametrize(("key", "value"), [("share_penalty", 1e14), ("llc_exponent", 1e6)])
+def test_a_calibration_whose_physics_its_fit_does_not_give_is_refused(
+    tmp_path: Path, key: str, value: float
+) -> None:
+    # The point came from physics, the interval from x: the half-width overflowed
+    # math.exp (OverflowError, exit 70).
+    from helpers.curves import half_share_curve
+
+    from extrapolate.calibration import fit_published
+    from shrink.machine import Machine
+
+    doc = fit_published().to_dict()
+    doc["physics"][key] = value
+    cal = tmp_path / "cal.json"
+    cal.write_text(json.dumps(doc))
+    curve = half_share_curve(Machine.read_toml(SPEC), levels=3, reps=1, seed=1)
+    src = curve.write_json(tmp_path / "c.json")
+    code, text = _run("extrapolate", str(src), "--machine", str(SPEC), "--calibration", str(cal))
+    assert code == 1 and f"error: {cal}: " in text and f"physics.{key} == {value:g}" in text, text
