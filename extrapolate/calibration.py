@@ -50,7 +50,7 @@ from extrapolate.observations import (
     published_workloads,
 )
 from extrapolate.shrink_scaling import scale_to_full
-from extrapolate.usl import usl_from_curves
+from extrapolate.usl import usl_summary
 from shrink import files
 from shrink.atomic import write_text
 from shrink.errors import ExtrapolationError, ShrinkError, TraceFormatError
@@ -576,30 +576,5 @@ def fit_curves(
         if model.cost_ - split.cost_ > 9.21 / 2:
             model = split
     model.name_ = f"fitted to {len(curves)} curves"
-    model.usl_ = _usl_summary(curves, thresholds)
+    model.usl_ = usl_summary(curves, thresholds)
     return model
-
-
-def _usl_summary(curves: Sequence[Any], thresholds: dict[str, float]) -> dict[str, Any]:
-    """USL sigma/kappa with bootstrap intervals from one-socket shares, per workload."""
-    stat = "mean" if "mean" in thresholds else next(iter(thresholds))
-    out: dict[str, Any] = {}
-    by_wl: dict[str, list[Any]] = {}
-    for c in curves:
-        by_wl.setdefault(c.sweep.workload, []).append(c)
-    for wl, cs in by_wl.items():
-        try:
-            u = usl_from_curves(cs, stat, thresholds[stat], n_bootstrap=100)
-        except ExtrapolationError as exc:
-            out[wl] = {"skipped": str(exc)}
-            continue
-        out[wl] = {
-            "stat": stat,
-            "sigma": u.sigma_,
-            "sigma_ci": list(u.sigma_ci_),
-            "kappa": u.kappa_,
-            "kappa_ci": list(u.kappa_ci_),
-            "lambda": u.lambda_,
-            "core_counts": u.n_levels_.tolist(),
-        }
-    return out

@@ -20,6 +20,9 @@ core count's repetitions are resampled with replacement and the model refitted.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 from scipy.optimize import least_squares
 from sklearn.base import BaseEstimator
@@ -28,7 +31,7 @@ from extrapolate._estimator import check_is_fitted
 from shrink.checks import check_int
 from shrink.errors import ExtrapolationError
 
-__all__ = ["USLModel", "usl_from_curves", "usl_throughput"]
+__all__ = ["USLModel", "usl_from_curves", "usl_summary", "usl_throughput"]
 
 
 def usl_throughput(n: np.ndarray | float, lam: float, sigma: float, kappa: float) -> np.ndarray:
@@ -193,3 +196,28 @@ def usl_from_curves(
     return USLModel(n_bootstrap=n_bootstrap, random_state=random_state).fit(
         np.array(n_rows), np.array(x_rows)
     )
+
+
+def usl_summary(curves: Sequence[Any], thresholds: dict[str, float]) -> dict[str, Any]:
+    """USL sigma/kappa with bootstrap intervals from one-socket shares, per workload."""
+    stat = "mean" if "mean" in thresholds else next(iter(thresholds))
+    out: dict[str, Any] = {}
+    by_wl: dict[str, list[Any]] = {}
+    for c in curves:
+        by_wl.setdefault(c.sweep.workload, []).append(c)
+    for wl, cs in by_wl.items():
+        try:
+            u = usl_from_curves(cs, stat, thresholds[stat], n_bootstrap=100)
+        except ExtrapolationError as exc:
+            out[wl] = {"skipped": str(exc)}
+            continue
+        out[wl] = {
+            "stat": stat,
+            "sigma": u.sigma_,
+            "sigma_ci": list(u.sigma_ci_),
+            "kappa": u.kappa_,
+            "kappa_ci": list(u.kappa_ci_),
+            "lambda": u.lambda_,
+            "core_counts": u.n_levels_.tolist(),
+        }
+    return out
