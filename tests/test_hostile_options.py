@@ -534,6 +534,31 @@ def test_a_stratified_sample_by_a_column_of_distinct_values_says_why_it_kept_not
         assert not out.exists()
 
 
+def test_an_empty_trace_is_not_sampled_and_empty_parts_are_said(tmp_path: Path) -> None:
+    """``sample`` of a trace with no request wrote an empty sample, exit 0; ``split``
+    into more parts than sessions wrote empty parts without a word."""
+    import numpy as np
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+    from shrink.trace import Trace
+
+    empty, full = tmp_path / "e.parquet", tmp_path / "f.parquet"
+    Trace.from_columns({"session": np.zeros(0, np.int64), "t": np.zeros(0),
+                        "path": np.array([], dtype=object)}).write_parquet(empty)  # fmt: skip
+    r = CliRunner().invoke(app, ["sample", str(empty), "--alpha", "0.5", "-o", str(tmp_path / "s")])
+    text = " ".join(r.output.split())
+    assert r.exit_code == 1 and "the trace holds no request: nothing to sample" in text, text
+    assert not (tmp_path / "s").exists()
+    Trace.from_columns({"session": [1, 2, 3], "t": [0.0, 1.0, 2.0],
+                        "path": ["/a"] * 3}).write_parquet(full)  # fmt: skip
+    r = CliRunner().invoke(app, ["split", str(full), "--parts", "8", "-o", str(tmp_path / "p")])
+    text = " ".join(r.output.split())
+    assert r.exit_code == 0, text
+    assert "of the 8 parts hold no session" in text and "has 3 sessions" in text, text
+    assert len(list((tmp_path / "p").glob("part-*.parquet"))) == 8
+
+
 def test_a_simulator_with_no_php_work_runs(tmp_path: Path) -> None:
     # dynamic_php_us=0 is in its range ([0, 1e9]: pages that do no PHP work) but the
     # lognormal of a zero mean took log(0): exit 70.

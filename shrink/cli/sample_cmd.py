@@ -63,6 +63,10 @@ def sample(
         output_path(out, inputs=(trace,))
         warnings.simplefilter("always", SamplerWarning)
         parent = Trace.read_parquet(trace)
+        if len(parent) == 0:  # it wrote an empty sample, exit 0
+            raise ParameterError(
+                f"{printable(trace)}: the trace holds no request: nothing to sample"
+            )
         why = samplers.check_consistency(
             level.value,
             balance.value,
@@ -150,6 +154,14 @@ def split(
         }
         for f, p in zip(files, pieces, strict=True)
     ]
+    empty = sum(1 for r in rows if r["sessions"] == 0)
+    if empty:  # (replaying such a part sends nothing)
+        console().print(
+            f"[yellow]warning:[/] {empty:,} of the {parts:,} parts hold no session: "
+            f"{printable(trace)} has {plural(tr.n_sessions, 'session')}",
+            highlight=False,
+            soft_wrap=True,
+        )
     if as_json:
         echo_json({"parts": parts, "seed": seed, "files": rows})
         return
