@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -16,7 +18,7 @@ from shrink.errors import ParameterError
 from shrink.mapping import Replica
 from shrink.replay.live import wait_idle
 from shrink.share import Share
-from shrink.testbed import ServerSettings, down, up
+from shrink.testbed import ServerSettings, TestbedState, down, up
 from shrink.testbed.config import PhpLimits, ReplicaConfig, render_lighttpd_conf
 from shrink.testbed.coverage import docroot_coverage
 from shrink.topology import discover
@@ -56,22 +58,32 @@ def test_a_page_sees_the_testbeds_php_limits(tmp_path, recipe, monkeypatch):
     from helpers.testbed import as_root_with
 
     as_root_with(recipe, monkeypatch, tmp_path / "runs")
-    doc = tmp_path / "doc"
-    doc.mkdir()
-    (doc / "ini.php").write_text(
+    ini = (
         '<?php foreach (["max_execution_time", "memory_limit", "post_max_size"] as $k) '
         'echo ini_get($k), " ";\n'
     )
-    machine = discover()
-    state = tmp_path / "s.json"
-    st = up(doc, machine, Share.all_of(machine), state_path=state, port=0,
-            server=ServerSettings(recipe, php=PhpLimits(7, "64M", 24)))  # fmt: skip
-    try:
+    settings = ServerSettings(recipe, php=PhpLimits(7, "64M", 24))
+    with _one_page_testbed(tmp_path, "ini.php", ini, settings) as st:
         assert any("memory_limit 64M" in n for n in st.notes), st.notes  # said, as it is run
         r = st.replicas[0]
         with httpx.Client(trust_env=False, timeout=5) as c:
             page = c.get(f"http://{r.address}:{r.port}/ini.php")
         assert page.text.split() == ["7", "64M", "24M"], page.text
+
+
+@contextlib.contextmanager
+def _one_page_testbed(
+    tmp_path: Path, name: str, php: str, settings: ServerSettings
+) -> Iterator[TestbedState]:
+    """A testbed over the whole machine serving one PHP page, brought down after."""
+    doc = tmp_path / "doc"
+    doc.mkdir()
+    (doc / name).write_text(php)
+    machine = discover()
+    state = tmp_path / "s.json"
+    st = up(doc, machine, Share.all_of(machine), state_path=state, port=0, server=settings)
+    try:
+        yield st
     finally:
         down(state)
 
@@ -199,31 +211,26 @@ def test_hidden_paths_are_not_served_says_the_docroot_check(tmp_path):
 @pytest.mark.live
 def test_an_abandoned_php_request_stops_at_its_time_limit(tmp_path):
     require_lighttpd()
-    doc = tmp_path / "doc"
-    doc.mkdir()
-    (doc / "spin.php").write_text(
+    spin = (
         "<?php $end = microtime(true) + 20; $x = 0; while (microtime(true) < $end) { $x++; }"
         " echo $x;\n"
     )
-    m = discover()
-    state = tmp_path / "tb.json"
     os.environ["SHRINK_RUN_DIR"] = str(tmp_path / "runs")
     # a 1 s limit, to keep the test short
     limits = ServerSettings(php=PhpLimits(max_execution_s=1))
-    st = up(doc, m, Share.all_of(m), state_path=state, port=0, server=limits)
-    assert any("max_execution_time 1 s" in n for n in st.notes)  # said in the state
     try:
-        r = st.replicas[0]
-        start = time.monotonic()
-        with httpx.Client(trust_env=False, timeout=15) as c:
-            resp = c.get(f"http://{r.address}:{r.port}/spin.php")
-        # 20 s of spinning stopped by PHP after 1 s of CPU (allow a busy machine)
-        assert time.monotonic() - start < 8.0
-        assert resp.status_code >= 500 or "Maximum execution time" in resp.text
-        _, idle = wait_idle(r.pids, 5.0)
-        assert idle
+        with _one_page_testbed(tmp_path, "spin.php", spin, limits) as st:
+            assert any("max_execution_time 1 s" in n for n in st.notes)  # said in the state
+            r = st.replicas[0]
+            start = time.monotonic()
+            with httpx.Client(trust_env=False, timeout=15) as c:
+                resp = c.get(f"http://{r.address}:{r.port}/spin.php")
+            # 20 s of spinning stopped by PHP after 1 s of CPU (allow a busy machine)
+            assert time.monotonic() - start < 8.0
+            assert resp.status_code >= 500 or "Maximum execution time" in resp.text
+            _, idle = wait_idle(r.pids, 5.0)
+            assert idle
     finally:
-        down(state)
         os.environ.pop("SHRINK_RUN_DIR", None)
 
 
