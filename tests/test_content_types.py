@@ -183,6 +183,44 @@ def test_a_captured_request_type_reads_as_sent(tmp_path, engine):
     assert trace.meta["http_anomalies"] == {}
 
 
+FOLDED = [
+    # obs-fold: a line that starts with a space or a tab goes on the one before
+    (b"POST /fold HTTP/1.1\r\nHost: f\r\nContent-Type: multipart/form-data;\r\n\t "
+     b"boundary=XyZ\r\nContent-Length: 3\r\n\r\na=1", http_response(20)),
+    (b"POST /twice HTTP/1.1\r\nContent-Type: text/plain\r\nHost: f\r\n"
+     b"Content-Type: application/json\r\nContent-Length: 3\r\n\r\na=1", http_response(20)),
+    (b"POST /same HTTP/1.1\r\nContent-Type: text/plain\r\nContent-Type: text/plain\r\n"
+     b"Content-Length: 3\r\n\r\na=1", http_response(20)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("engine", ["fast", "scapy"])
+def test_a_folded_type_is_read_unfolded_and_two_unlike_types_are_counted(tmp_path, engine):
+    trace = _capture(tmp_path, FOLDED, engine)
+    assert trace.column("content_type").tolist() == [
+        "multipart/form-data; boundary=XyZ",  # the server read it unfolded, so it goes so
+        "text/plain",  # the first of two unlike ones, counted
+        "text/plain",  # the same type twice is one type
+    ]
+    assert trace.meta["http_anomalies"] == {"request-content-type-repeated": 1}
+
+
+def test_ingest_says_what_of_a_capture_s_http_it_could_not_take_whole(tmp_path):
+    pcap = write_capture(tmp_path / "p.pcap", [Conn([*FOLDED, (HOSTILE_POST, http_response(20))])])
+    res = CliRunner().invoke(app, ["ingest", str(pcap), "-o", str(tmp_path / "t.parquet")])
+    assert res.exit_code == 0, res.output
+    note = [ln for ln in res.output.splitlines() if ln.startswith("note:")]
+    assert len(note) == 1
+    assert "two unlike Content-Types (the first kept): 1" in note[0]
+    assert "Content-Types that cannot be sent again" in note[0]
+    res = CliRunner().invoke(
+        app, ["ingest", str(pcap), "-o", str(tmp_path / "u.parquet"), "--json"]
+    )
+    assert json.loads(res.output)["http_faults"] == {
+        "request-content-type-dropped": 1, "request-content-type-repeated": 1
+    }  # fmt: skip
+
+
 @needs_core
 @pytest.mark.parametrize("engine", ["python", "native"])
 def test_both_engines_send_the_captured_types_and_bodies(tmp_path, engine):
@@ -191,6 +229,7 @@ def test_both_engines_send_the_captured_types_and_bodies(tmp_path, engine):
     assert bodies == BODIES
 
 
+HOSTILE_POST = b"POST /h HTTP/1.1\r\nContent-Type: text/\x01plain\r\nContent-Length: 3\r\n\r\na=1"
 HOSTILE = [
     b"text/plain\rX-Injected: 1",  # a bare CR: the header block's lines end at LF only
     b"text/\x01plain",

@@ -30,6 +30,21 @@ _READER_OPTIONS = {
 }
 # What a lenient reader skips, by format: packets of a capture, lines of a log.
 _UNIT = {"pcap": "packet"}
+# What the capture reader counts of HTTP it read but could not take whole, and what
+# became of each: the trace is short of it, or holds it otherwise than it was sent.
+_HTTP_FAULTS = {
+    "incomplete-request-header": "requests cut short in their header (left out)",
+    "request-header-in-gap": "request headers with bytes the capture lost (left out)",
+    "request-body-incomplete": "request bodies cut short or with lost bytes (kept as far "
+    "as they go, lost bytes as zeros)",
+    "request-content-type-dropped": "Content-Types that cannot be sent again (a control "
+    "character, or too long: the body goes as form data)",
+    "request-content-type-repeated": "requests with two unlike Content-Types (the first kept)",
+    "incomplete-response-header": "responses cut short in their header",
+    "response-header-in-gap": "response headers with bytes the capture lost",
+    "response-incomplete": "responses cut short or with lost bytes",
+    "http-resync": "stretches that are not HTTP inside an HTTP connection (read on past them)",
+}
 
 
 class ReadFormat(StrEnum):
@@ -123,6 +138,9 @@ def ingest(
     }
     if trace.meta.get("damage"):
         summary["damage"] = trace.meta["damage"]
+    faults = {k: int(v) for k, v in (trace.meta.get("http_anomalies") or {}).items() if v}
+    if faults:
+        summary["http_faults"] = faults
     if as_json:
         echo_json(summary)
         return
@@ -140,6 +158,8 @@ def ingest(
             highlight=False,
             soft_wrap=True,
         )
+    if faults:
+        typer.echo(f"note: {_http_faults_text(faults)}")
     extra = int(trace.meta.get("extra_field_lines") or 0)
     if extra:
         typer.echo(
@@ -199,6 +219,12 @@ def _no_request(meta: dict[str, Any], listed: list[int]) -> str:
     if skipped:
         return _skipped_line("pcap", meta, skipped, listed)
     return f"none of its {plural(packets, 'packet')} carries an HTTP/1.x request"
+
+
+def _http_faults_text(faults: dict[str, int]) -> str:
+    """What the capture reader counted of the HTTP it could not take whole, in words."""
+    parts = [f"{_HTTP_FAULTS.get(k, k)}: {v:,}" for k, v in faults.items()]
+    return "HTTP the capture holds only in part; " + "; ".join(parts)
 
 
 def _skipped_line(fmt: str, meta: dict[str, Any], skipped: int, numbers: list[int]) -> str:

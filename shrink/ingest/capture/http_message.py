@@ -32,6 +32,7 @@ __all__ = [
     "find_response",
     "header_end",
     "header_value",
+    "header_values",
     "target_text",
 ]
 
@@ -154,6 +155,25 @@ def header_value(block: bytes, low: bytes, name: bytes) -> bytes | None:
     i += len(name) + 2
     j = block.find(b"\n", i)
     return block[i : j if j >= 0 else len(block)].strip()
+
+
+def header_values(block: bytes, low: bytes, name: bytes) -> list[bytes]:
+    """Every value a header ``name`` has in ``block`` (``low`` its lower case), in
+    order. A value folded over several lines (obs-fold: a line that starts with a space
+    or a tab goes on the one before) is unfolded, each fold one space, as RFC 9112 5.2
+    asks of a recipient that does not refuse it: the server read it so."""
+    key, values, i = b"\n" + name + b":", [], low.find(b"\n" + name + b":")
+    while i >= 0:
+        i += len(key)
+        j = block.find(b"\n", i)
+        lines = [block[i : j if j >= 0 else len(block)].strip()]
+        while 0 <= j < len(block) - 1 and block[j + 1] in b" \t":
+            k = block.find(b"\n", j + 1)
+            lines.append(block[j + 1 : k if k >= 0 else len(block)].strip())
+            j = k
+        values.append(b" ".join(x for x in lines if x))
+        i = low.find(key, j) if j >= 0 else -1
+    return values
 
 
 def cookie_value(block: bytes, name: bytes, header: bytes) -> str | None:

@@ -42,7 +42,7 @@ from shrink.ingest.capture.http_message import (
     find_request,
     find_response,
     header_end,
-    header_value,
+    header_values,
     target_text,
 )
 from shrink.ingest.capture.http_plain import REQ_PLAIN, RESP_PLAIN, plain_requests, plain_responses
@@ -279,7 +279,12 @@ class _Parser:
         character each. None when it sent none, or one that cannot go on the wire again
         (a control character, which could smuggle a header; longer than
         :data:`~shrink.wire.MAX_CONTENT_TYPE`): that one is counted."""
-        raw = header_value(block, low, b"content-type")
+        values = header_values(block, low, b"content-type")
+        if len(set(values)) > 1:
+            # a type sent twice, unlike: which one the server took is its own choice
+            # (nginx and PHP take the first); the first goes again, and is counted
+            self.counts["request-content-type-repeated"] += 1
+        raw = values[0] if values else None
         if not raw:
             return None
         try:
