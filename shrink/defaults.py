@@ -10,6 +10,14 @@ A run: warm-up, measurement window and repetitions per load level, the same for
 
 ``max_levels`` is the number of load levels of a curve in all (``predict``'s
 search, ``mat --adaptive``'s curve, the levels it had included).
+
+``MAX_BODY``, the longest request body a trace may record (``--max-body``), is
+100 MiB: PHP's default ``post_max_size`` is 8M and nginx's ``client_max_body_size``
+1m; sites that take uploads raise them to tens of MB, and a CDN in front caps one
+request's body (Cloudflare: 100 MB on its Free and Pro plans), so a larger upload
+goes in parts, each its own request. A replay holds a distinct body about four times
+(the trace's column, the request key, the built request, the engine's copy): at the
+bound some 400 MB. One 300 MB body (14 MB of Parquet) took 2.4 GB to replay.
 """
 
 from __future__ import annotations
@@ -17,6 +25,8 @@ from __future__ import annotations
 __all__ = [
     "ALPHA",
     "DURATION",
+    "MAX_BODY",
+    "MAX_BODY_TEXT",
     "MAX_LEVELS",
     "MAX_REPS",
     "MOST_LEVELS",
@@ -38,3 +48,6 @@ MAX_LEVELS = 10
 # The most levels a curve may ask for: each runs seconds, so more is no budget.
 MOST_LEVELS = 1000
 ALPHA = 0.25
+# Bytes; MAX_BODY_TEXT says it in help texts.
+MAX_BODY = 100 << 20
+MAX_BODY_TEXT = "100 MiB"

@@ -15,6 +15,7 @@ from typing import Any
 from extrapolate.mappings import extrapolate_mappings
 from shrink.atomic import make_dirs
 from shrink.autolevels import AutoPlan, auto_sweep
+from shrink.defaults import MAX_BODY
 from shrink.errors import ParameterError, ShrinkError, TraceFormatError, WriteError
 from shrink.loadcurve import LoadCurve
 from shrink.mat import MATResult
@@ -44,6 +45,7 @@ def run_predict(
     target: TargetSettings | None = None,
     whatif: dict[str, Any] | None = None,
     progress: Progress | None = None,
+    max_body: int = MAX_BODY,
 ) -> Prediction:
     """Predict from ``trace_path`` and write DIR/prediction.json + report; return the prediction.
 
@@ -54,12 +56,13 @@ def run_predict(
     (:class:`~shrink.providers.TargetSettings`: the testbed with its server recipe,
     which is recorded with its versions in the result, or the simulator; the load
     generator's placement here, or a Ray cluster). ``whatif``: a what-if prediction
-    the report shows beside this one.
+    the report shows beside this one. ``max_body``: the longest request body the trace
+    may hold, in bytes.
     """
     config = config or PredictConfig()
     target = target or TargetSettings()
     out = Path(out_dir)
-    trace = Trace.read_parquet(trace_path)
+    trace = Trace.read_parquet(trace_path, max_body=max_body)
     provider = make_provider(target, run_dir=out / "runs", trace=trace)
     inputs = RunInputs(trace_path, target, whatif)
     res = predict(
@@ -80,6 +83,7 @@ def run_validate(
     progress: Progress | None = None,
     server: str | None = None,
     cluster: ClusterSpec | None = None,
+    max_body: int = MAX_BODY,
 ) -> Validation:
     """Validate a prediction against a full-scale curve.
 
@@ -105,7 +109,10 @@ def run_validate(
     predicted = LoadCurve.read_json(base / "predicted-curve.json")
     measured = LoadCurve.read_json(base / "measured-curve.json")
     if full_run == "run":
-        full = _measure_full(pred, out, trace, thresholds, progress, server=server, cluster=cluster)
+        full = _measure_full(
+            pred, out, trace, thresholds, progress,
+            server=server, cluster=cluster, max_body=max_body,
+        )  # fmt: skip
     elif full_run == "paired":
         if not (pred.full_run or {}).get("paired"):
             raise ParameterError(
@@ -166,6 +173,7 @@ def _measure_full(
     *,
     server: str | None,
     cluster: ClusterSpec | None,
+    max_body: int = MAX_BODY,
 ) -> LoadCurve:
     """Measure the full target now and write ``out/full-curve.json``.
 
@@ -174,7 +182,7 @@ def _measure_full(
     leaves its levels on the error, for the CLI to keep a summary of them."""
     inputs = pred.inputs or {}
     trace_path = Path(trace) if trace else Path(inputs["trace"])
-    full_trace = Trace.read_parquet(trace_path)
+    full_trace = Trace.read_parquet(trace_path, max_body=max_body)
     settings = target_settings(inputs, server=server, cluster=cluster)
     provider = make_provider(settings, run_dir=out / "runs-full", trace=full_trace)
     plan = full_run_plan(inputs)

@@ -52,6 +52,7 @@ import pyarrow.parquet as pq
 from shrink import files
 from shrink._version import __version__
 from shrink.atomic import atomic_file
+from shrink.bodies import MAX_BODY, check_bodies
 from shrink.checks import MAX_SECONDS
 from shrink.errors import TraceFormatError
 from shrink.jsonout import dumps
@@ -311,7 +312,9 @@ class Trace:
         return write_with_meta(self._table, meta, Path(path))
 
     @classmethod
-    def read_parquet(cls, path: str | Path) -> Trace:
+    def read_parquet(cls, path: str | Path, *, max_body: int = MAX_BODY) -> Trace:
+        """The trace in ``path``; a body longer than ``max_body`` bytes is an error naming
+        its row, told from the column's offsets before any body is copied."""
         path = Path(path)
         table = _read_table(path, "trace")
         meta = meta_of(table, path, "trace's metadata")
@@ -326,6 +329,7 @@ class Trace:
                 f"a column has the wrong type: {_first_line(exc)}", path=path
             ) from None
         check_values(trace._table, path)
+        check_bodies(trace._table, path, max_body)
         grouped = _grouped(trace._table)
         return trace if grouped is trace._table else cls(grouped, meta)
 

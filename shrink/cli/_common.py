@@ -34,12 +34,13 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from shrink import interrupts
 from shrink.cli._stdout import STDOUT, silence_stdout
+from shrink.defaults import MAX_BODY_TEXT
 from shrink.errors import OptionError, ParameterError, ShrinkError, WriteError, printable
 from shrink.jsonout import dumps
 
@@ -53,6 +54,19 @@ EXIT_INTERRUPTED = 130
 EXIT_PIPE = 128 + signal.SIGPIPE
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# The commands that read request bodies (ingest) or send them (the replays, and
+# testbed up, which sizes PHP's upload limit from them) take one bound, defined in
+# shrink.defaults.MAX_BODY; the rest read a trace under the default.
+MaxBodyOpt = Annotated[
+    int,
+    typer.Option(
+        "--max-body",
+        min=1,
+        help=f"The longest request body a trace may record, in bytes (default {MAX_BODY_TEXT}); "
+        "a longer one is an error naming its row, before it is held in memory.",
+    ),
+]
 
 
 @functools.cache

@@ -18,6 +18,7 @@ from shrink.cli._common import (
     output_path,
     plural,
 )
+from shrink.defaults import MAX_BODY_TEXT
 from shrink.errors import TraceFormatError, printable
 
 _SHOWN_SKIPS = 20
@@ -27,6 +28,7 @@ _READER_OPTIONS = {
     "burst_gap": "--burst-gap",
     "session_rate": "--session-rate",
     "max_line": "--max-line",
+    "max_body": "--max-body",
 }
 # What a lenient reader skips, by format: packets of a capture, lines of a log.
 _UNIT = {"pcap": "packet"}
@@ -96,6 +98,15 @@ def ingest(
             "the reading. Default 1 MiB.",
         ),
     ] = None,
+    max_body: Annotated[
+        int | None,
+        typer.Option(
+            "--max-body",
+            min=1,
+            help="wsesslog/pcap/parquet: the longest request body, in bytes; a longer one "
+            f"stops the reading. Default {MAX_BODY_TEXT}.",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Read a trace file (format told from its content) and write it as a Parquet Trace.
@@ -114,6 +125,8 @@ def ingest(
         opts["session_rate"] = session_rate
     if max_line is not None:
         opts["max_line"] = max_line
+    if max_body is not None:
+        opts["max_body"] = max_body
     with cli_errors():
         output_path(out, inputs=(input,))
         bound = {"max_line": max_line} if max_line is not None else {}

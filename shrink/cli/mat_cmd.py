@@ -10,6 +10,7 @@ import typer
 
 from shrink.checks import STAT_HELP, check_int, check_positive, parse_threshold
 from shrink.cli._common import (
+    MaxBodyOpt,
     as_option,
     cli_errors,
     echo_json,
@@ -28,7 +29,7 @@ from shrink.cli._replay_opts import (
     _Overlap,
     _progress_sweep,
 )
-from shrink.defaults import MAX_LEVELS, MOST_LEVELS
+from shrink.defaults import MAX_BODY, MAX_LEVELS, MOST_LEVELS
 from shrink.errors import ParameterError, ShrinkError
 
 if TYPE_CHECKING:
@@ -77,6 +78,7 @@ def mat_cmd(
     allow_overlap: _Overlap = False,
     lag_limit: _LagLimit = "1ms",
     engine: _EngineOpt = "auto",
+    max_body: MaxBodyOpt = MAX_BODY,
     as_json: _Json = False,
 ) -> None:
     """Maximum achievable throughput: where the statistic crosses the threshold, with a CI.
@@ -119,7 +121,7 @@ def mat_cmd(
                 lag_limit=lag_limit,
                 engine=engine,
             ).target(target)
-            tr = Trace.read_parquet(trace)
+            tr = Trace.read_parquet(trace, max_body=max_body)
             try:
                 lc, added = _progress_sweep(lambda progress: refine(
                     tgt, tr, lc, stat, thr, cls=cls, rel_width=rel_width,

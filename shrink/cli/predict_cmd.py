@@ -14,6 +14,7 @@ from shrink.atomic import claimed
 from shrink.checks import MIN_WINDOW_S
 from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
 from shrink.cli._common import (
+    MaxBodyOpt,
     as_option,
     bounded_mats,
     cli_errors,
@@ -34,6 +35,7 @@ from shrink.cli.sweep_cmd import _keep_smaller
 from shrink.defaults import (
     ALPHA,
     DURATION,
+    MAX_BODY,
     MAX_LEVELS,
     MAX_REPS,
     MOST_LEVELS,
@@ -207,6 +209,7 @@ def predict(
     realtime: _Realtime = None,
     lag_limit: _LagLimit = "1ms",
     calibrate: _Calibrate = False,
+    max_body: MaxBodyOpt = MAX_BODY,
     as_json: Annotated[bool, typer.Option("--json", help="Print prediction.json.")] = False,
 ) -> None:
     """Predict the full machine's MAT for each mapping from a scaled-down run.
@@ -240,7 +243,10 @@ def predict(
 
         warn_stale()  # what a killed predict left: `shrink testbed down --stale`
         if docroot is not None:
-            warn_docroot(trace, docroot)  # a missing page is measured as a failure
+            from shrink.trace import Trace
+
+            # a missing page is measured as a failure
+            warn_docroot(trace, docroot, Trace.read_parquet(trace, max_body=max_body))
             warn_writable_docroot(docroot)
         config = PredictConfig(
             alpha=alpha, level=level, thresholds=th, mappings=names, share_kind=share_kind,
@@ -254,7 +260,9 @@ def predict(
         title = "scaled + full runs" if paired_full_run else "scaled run"
         try:
             with claimed(out), _progress(title) as progress:
-                pred = run_predict(trace, out, config, target=settings, progress=progress)
+                pred = run_predict(
+                    trace, out, config, target=settings, progress=progress, max_body=max_body
+                )
         except WriteError as exc:
             if exc.curve is not None and not exc.kept:
                 # No room for the measured curve: its summary is kept, as sweep keeps it.
@@ -265,11 +273,11 @@ def predict(
     else:
         _print_summary(pred, out)
         if target.startswith("sim:"):
-            typer.echo(_sim_workload(trace, pred))
+            typer.echo(_sim_workload(trace, pred, max_body))
     exit_if_bound(bounded_mats(pred.mappings))
 
 
-def _sim_workload(trace_path: Path, pred: Prediction) -> str:
+def _sim_workload(trace_path: Path, pred: Prediction, max_body: int = MAX_BODY) -> str:
     """On the simulator: the workload and thresholds this answer is for. ``whatif`` and
     ``sim --workload support`` run the papers' Support, whose PHP pages take 3.25 ms;
     a synthesized trace's pages name their own work, and the MATs differ with it."""
@@ -278,7 +286,7 @@ def _sim_workload(trace_path: Path, pred: Prediction) -> str:
     from shrink.sim.scaling import workload_mix
     from shrink.trace import Trace
 
-    mix = workload_mix(Trace.read_parquet(trace_path))
+    mix = workload_mix(Trace.read_parquet(trace_path, max_body=max_body))
     thr = ", ".join(threshold_text(s, t) for s, t in (pred.thresholds or {}).items())
     return (
         f"{mix_text(trace_path.name, mix)}; thresholds {thr} (whatif's and sim's "
@@ -462,6 +470,7 @@ def validate(
     ] = None,
     cluster: ClusterOpt = None,
     generators: GeneratorsOpt = None,
+    max_body: MaxBodyOpt = MAX_BODY,
     as_json: Annotated[bool, typer.Option("--json", help="Print validation.json.")] = False,
 ) -> None:
     """Compare a prediction with the full-scale measurement (run now, or given).
@@ -483,6 +492,7 @@ def validate(
                         progress=progress,
                         server=server,
                         cluster=cluster_spec(cluster, generators),
+                        max_body=max_body,
                     )
             except WriteError as exc:
                 if exc.curve is not None and not exc.kept:

@@ -15,6 +15,7 @@ from shrink import interrupts
 from shrink.checks import MIN_WINDOW_S, check_positive, parse_duration
 from shrink.cli import mat_cmd, sweep_cmd
 from shrink.cli._common import (
+    MaxBodyOpt,
     as_option,
     cli_errors,
     echo_json,
@@ -32,6 +33,7 @@ from shrink.cli._replay_opts import (
     _warn_docroot,
     engine_options,
 )
+from shrink.defaults import MAX_BODY
 from shrink.errors import ParameterError
 
 
@@ -60,6 +62,7 @@ def replay(
         str, typer.Option("--path", help="With --rate: the URL path to request.")
     ] = "/static/file1k.bin",
     seed: Annotated[int, typer.Option("--seed", min=0, help="Seed of Poisson arrivals.")] = 0,
+    max_body: MaxBodyOpt = MAX_BODY,
     live: EngineOptions = ENGINE_DEFAULTS,
     as_json: _Json = False,
 ) -> None:
@@ -80,7 +83,7 @@ def replay(
         elif trace is None:
             raise ParameterError("give a TRACE file, or --rate for a pure open-loop run.")
         else:
-            tr = Trace.read_parquet(trace)
+            tr = Trace.read_parquet(trace, max_body=max_body)
             with as_option("--rate-factor"):
                 rf = check_positive(rate_factor, "rate factor")
             if duration is None:

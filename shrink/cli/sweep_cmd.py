@@ -12,6 +12,7 @@ import typer
 
 from shrink.checks import MIN_WINDOW_S
 from shrink.cli._common import (
+    MaxBodyOpt,
     cli_errors,
     console,
     echo_json,
@@ -34,7 +35,7 @@ from shrink.cli._replay_opts import (
     _warn_docroot,
     engine_options,
 )
-from shrink.defaults import DURATION, MAX_REPS, REPS, WARMUP
+from shrink.defaults import DURATION, MAX_BODY, MAX_REPS, REPS, WARMUP
 from shrink.errors import OptionError, ParameterError, ShrinkError, WriteError
 from shrink.jsonout import dumps
 
@@ -187,6 +188,7 @@ def sweep_cmd(
     runlogs: Annotated[
         Path | None, typer.Option("--runlogs", help="Keep every run's RunLog in this folder.")
     ] = None,
+    max_body: MaxBodyOpt = MAX_BODY,
     live: EngineOptions = ENGINE_DEFAULTS,
     metrics_port: _MetricsPort = None,
     export: _Export = None,
@@ -214,7 +216,7 @@ def sweep_cmd(
         w = parse_duration_option(warmup, "warmup", zero_ok=True)
         d = parse_duration_option(duration, "duration", least=MIN_WINDOW_S)
         formats = parse_exports(export)
-        tr = Trace.read_parquet(trace)
+        tr = Trace.read_parquet(trace, max_body=max_body)
         tgt = live.target(target, runlog_dir=runlogs)
         _warn_docroot(tgt, tr, trace)
         try:

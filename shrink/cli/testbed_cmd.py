@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from shrink.cli._common import cli_errors, echo_json, output_path, plural
+from shrink.cli._common import MaxBodyOpt, cli_errors, echo_json, output_path, plural
+from shrink.defaults import MAX_BODY
 from shrink.errors import OptionError, ParameterError, TestbedError, printable
 
 if TYPE_CHECKING:
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from shrink.testbed.config import PhpLimits
     from shrink.testbed.private import ServerUser
     from shrink.testbed.state import TestbedState
+    from shrink.trace import Trace
 
 # The defaults of shrink.enforce.DEFAULT and shrink.testbed.config.PHP_CHILDREN_PER_CORE,
 # the bound shrink.testbed.command.MAX_WORKERS_PER_CORE and shrink.testbed.lifecycle.CGROUPS,
@@ -104,6 +106,7 @@ def up(
             "then holds its largest request body.",
         ),
     ] = None,
+    max_body: MaxBodyOpt = MAX_BODY,
     enforce: Annotated[
         str,
         typer.Option(
@@ -136,10 +139,15 @@ def up(
         if cgroups not in CGROUPS:
             # Anything but yes or auto read as no: a typo ran the share without its cgroups.
             raise OptionError("--cgroups", f"{cgroups!r}; accepted: {', '.join(CGROUPS)}")
+        tr = None
         if trace is not None:
-            warn_docroot(trace, docroot)
+            from shrink.trace import Trace
+
+            # Read once: its docroot's coverage and its largest body both come from it.
+            tr = Trace.read_parquet(trace, max_body=max_body)
+            warn_docroot(trace, docroot, tr)
         warn_writable_docroot(docroot)
-        php = _php_limits(trace, php_max_execution, php_memory_limit)
+        php = _php_limits(tr, php_max_execution, php_memory_limit)
         m = load_machine(machine)
         sh = Share.parse(share, m, period_us=period)
         if nic:
@@ -306,7 +314,7 @@ def _down_stale() -> None:
         )
 
 
-def _php_limits(trace: Path | None, max_execution: str, memory_limit: str) -> PhpLimits:
+def _php_limits(trace: Trace | None, max_execution: str, memory_limit: str) -> PhpLimits:
     """PHP's limits from the options, ``post_max_size`` from the trace's largest body."""
     import math
 
@@ -316,20 +324,19 @@ def _php_limits(trace: Path | None, max_execution: str, memory_limit: str) -> Ph
     seconds = math.ceil(parse_duration_option(max_execution, "php-max-execution"))
     if trace is None:
         return PhpLimits(seconds, memory_limit)
-    from shrink.trace import Trace
-
-    tr = Trace.read_parquet(trace)  # (read before the limits are checked, as always)
-    return PhpLimits(seconds, memory_limit).for_trace(tr)
+    return PhpLimits(seconds, memory_limit).for_trace(trace)
 
 
-def warn_docroot(trace: Path, docroot: Path | str) -> None:
-    """Warn (one line, stderr) when ``docroot`` lacks paths of ``trace``."""
+def warn_docroot(trace: Path, docroot: Path | str, read: Trace | None = None) -> None:
+    """Warn (one line, stderr) when ``docroot`` lacks paths of ``trace`` (``read``: the
+    trace already read from that file)."""
     from shrink.testbed.coverage import docroot_coverage
     from shrink.trace import Trace
 
     if not Path(docroot).is_dir():
         return  # up says so itself
-    line = docroot_coverage(Trace.read_parquet(trace), docroot, coverage_user()).warning(str(trace))
+    tr = read if read is not None else Trace.read_parquet(trace)
+    line = docroot_coverage(tr, docroot, coverage_user()).warning(str(trace))
     if line:
         typer.echo(line, err=True)
 

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from shrink.bodies import MAX_BODY
+from shrink.checks import check_int
 from shrink.errors import ParameterError, TraceFormatError
 from shrink.ingest._io import regular_file
 from shrink.ingest.clf import read_clf
@@ -34,10 +36,10 @@ def _read_capture(path: str | Path, *, strict: bool = False, **opts: Any) -> Tra
     return read_capture(path, strict=strict, **opts)
 
 
-def _read_parquet(path: str | Path, *, strict: bool = False) -> Trace:
+def _read_parquet(path: str | Path, *, strict: bool = False, max_body: int = MAX_BODY) -> Trace:
     """A trace shrink already wrote (so that every command can take any trace file)."""
     del strict
-    return Trace.read_parquet(path)
+    return Trace.read_parquet(path, max_body=check_int(max_body, "max_body", low=1))
 
 
 _READERS: dict[str, Reader] = {

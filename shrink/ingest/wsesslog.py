@@ -69,7 +69,8 @@ import numpy as np
 import pyarrow as pa
 
 from shrink.atomic import atomic_file
-from shrink.checks import MAX_SECONDS, check_rate, check_scalar
+from shrink.bodies import MAX_BODY, too_large
+from shrink.checks import MAX_SECONDS, check_int, check_rate, check_scalar
 from shrink.classify import Classifier
 from shrink.errors import ParameterError, TraceFormatError
 from shrink.ingest._columns import Columns, Distinct, classify_paths, release
@@ -87,9 +88,12 @@ class _Lines:
     """The file's lines with 1-based numbers, a batch at a time; the contents parser may
     pull the next one."""
 
-    def __init__(self, path: Path, batches: Iterator[LineBatch], max_line: int) -> None:
+    def __init__(
+        self, path: Path, batches: Iterator[LineBatch], max_line: int, max_body: int
+    ) -> None:
         self.path = path
         self.max_line = max_line
+        self.max_body = max_body
         self._batches = batches
         self._lines: list[bytes] = []
         self._first = 1
@@ -317,9 +321,12 @@ def _read_sessions(lines: _Lines, out: _Sessions) -> None:
                 out.think = _parse_think(word, lines, lineno)
                 pos = m.end()
             elif word.startswith("contents=") and len(word) > len("contents="):
+                at = lineno
                 body, lineno, text, has_lf, pos = _parse_contents(
                     lines, lineno, text, has_lf, m.start() + len("contents=")
                 )
+                if (size := len(_body(body))) > lines.max_body:
+                    raise lines.error(f"contents=: {too_large(size, lines.max_body)}", at)
             else:
                 raise lines.error(
                     f"unknown argument {_shown(word)!r} (httperf knows think=, method=, contents=)",
@@ -340,6 +347,7 @@ def read_wsesslog(
     think_default: float = 0.0,
     classifier: Classifier | None = None,
     max_line: int = MAX_LINE,
+    max_body: int = MAX_BODY,
 ) -> Trace:
     """Read an httperf ``--wsesslog`` file into a Trace (see the module docstring).
 
@@ -350,6 +358,8 @@ def read_wsesslog(
     are read, and meta ``damage`` says where it broke off.
     ``max_line``: the longest line, in bytes, and the longest ``contents=`` body
     continued over lines, in characters; a longer one is an error naming it.
+    ``max_body``: the longest ``contents=`` body, in bytes; a longer one is an error
+    naming its line.
     The file is read in batches of lines, its requests kept in Arrow columns, so the
     memory grows with the requests, not with the text.
     """
@@ -358,7 +368,9 @@ def read_wsesslog(
     think_default = check_scalar(think_default, "think_default", low=0.0)
     sessions = _Sessions(think_default, rate)
     # Every syntax error is fatal, as in httperf: strict says only what damaged gzip is.
-    lines = _Lines(path, line_batches(path, max_line=max_line, strict=strict), max_line)
+    max_body = check_int(max_body, "max_body", low=1)
+    batches = line_batches(path, max_line=max_line, strict=strict)
+    lines = _Lines(path, batches, max_line, max_body)
     _read_sessions(lines, sessions)
     meta: dict[str, Any] = {
         "reader": "wsesslog",

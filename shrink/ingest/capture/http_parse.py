@@ -27,6 +27,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from shrink.bodies import MAX_BODY, too_large
+from shrink.errors import TraceFormatError
 from shrink.ingest.capture.http_message import (
     CHUNK_WINDOW,
     DETECT_WINDOW,
@@ -55,8 +57,12 @@ __all__ = ["HttpResult", "find_request", "find_response", "parse_http"]
 class _Parser:
     """Walks streams through windows: only header blocks and chunk lines are copied."""
 
-    def __init__(self, st: Streams, cookie: bytes | None, out: HttpResult) -> None:
+    def __init__(
+        self, st: Streams, cookie: bytes | None, out: HttpResult, max_body: int = MAX_BODY
+    ) -> None:
         self.st = st
+        self.max_body = max_body
+        self.conn: Connection | None = None  # whose requests are being read
         self.win = st.window
         self.cookie = cookie
         self.out = out
@@ -178,6 +184,7 @@ class _Parser:
     def requests(self, c: Connection, d: int) -> tuple[list[int], list[str]]:
         """Append every complete request of stream ``d``; (offsets, methods)."""
         out, methods = self.out, self.methods
+        self.conn = c
         p, end = c.span[d]
         offs: list[int] = []
         meths: list[str] = []
@@ -232,7 +239,7 @@ class _Parser:
             low = w[m.end() - 1 : h].lower()
             nxt, sent, typ = body, b"", None
             if b"\ncontent-length:" in low or b"\ntransfer-encoding:" in low:
-                nxt, sent = self.request_body(low, body, end)
+                nxt, sent = self.request_body(low, body, end, len(offs) + 1)
                 typ = self.content_type(w[m.end() - 1 : h], low)
             g = m.group(1)
             meth = methods.get(g)
@@ -255,23 +262,36 @@ class _Parser:
         out.cookie += cookies if self.cookie is not None else [None] * k
         return offs, meths
 
-    def request_body(self, low: bytes, body: int, end: int) -> tuple[int, bytes]:
+    def request_body(self, low: bytes, body: int, end: int, nth: int) -> tuple[int, bytes]:
         """(where the next request starts, the body's bytes) of a request whose header
-        block ``low`` (lower case) frames a body starting at ``body``. A body the
-        capture cut short, or with a hole in it, is kept as far as it goes, holes as
-        zeros, and counted."""
+        block ``low`` (lower case) frames a body starting at ``body``, the ``nth`` of
+        its connection. A body the capture cut short, or with a hole in it, is kept as
+        far as it goes, holes as zeros, and counted. One longer than ``max_body`` is a
+        TraceFormatError (without the file's name) before it is copied."""
         chunked, length = body_framing(low)
         if chunked:
+            size, nxt, complete = self.chunked(body, end)
+            self.bound(size, nth)
             parts: list[bytes] = []
-            _, nxt, complete = self.chunked(body, end, parts)
+            self.chunked(body, end, parts)
             sent = b"".join(parts)
         else:
             nxt = body + max(length, 0)
             complete = nxt <= end
+            self.bound(min(nxt, end) - body, nth)
             sent = self.win(body, min(nxt, end))
         if not complete or (self.gaps and self.st.has_gap(body, min(nxt, end))):
             self.counts["request-body-incomplete"] += 1
         return nxt, sent
+
+    def bound(self, size: int, nth: int) -> None:
+        """A TraceFormatError naming the connection (by its first packet) and the request
+        when a body of ``size`` bytes is longer than ``max_body``."""
+        if size > self.max_body and self.conn is not None:
+            raise TraceFormatError(
+                f"the connection first seen in packet {self.conn.first_pkt}, its request "
+                f"{nth}, field body: {too_large(size, self.max_body)}"
+            )
 
     def content_type(self, block: bytes, low: bytes) -> str | None:
         """The Content-Type a request with a body sent (``block`` its header lines,
@@ -403,10 +423,11 @@ class _Parser:
         return -1
 
 
-def parse_http(st: Streams, *, cookie: str | None = None) -> HttpResult:
-    """Every HTTP exchange of every connection, in connection order then request order."""
+def parse_http(st: Streams, *, cookie: str | None = None, max_body: int = MAX_BODY) -> HttpResult:
+    """Every HTTP exchange of every connection, in connection order then request order;
+    a request body longer than ``max_body`` bytes is a TraceFormatError."""
     res = HttpResult()
-    parser = _Parser(st, None if cookie is None else cookie.encode("latin-1"), res)
+    parser = _Parser(st, None if cookie is None else cookie.encode("latin-1"), res, max_body)
     starts = st.piece_start
     for c in st.conns:
         cd = parser.client_dir(c)

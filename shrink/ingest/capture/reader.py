@@ -44,9 +44,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from shrink.checks import check_scalar, parse_duration
+from shrink.bodies import MAX_BODY
+from shrink.checks import check_int, check_scalar, parse_duration
 from shrink.classify import Classifier
-from shrink.errors import ParameterError
+from shrink.errors import ParameterError, TraceFormatError
 from shrink.ingest.capture.http_parse import parse_http
 from shrink.ingest.capture.http_sessions import parse_sessions, sessionize
 from shrink.ingest.capture.pcap_decode import LINKTYPES, decode_records
@@ -93,6 +94,7 @@ def read_capture(
     burst_gap: float | str = 0.5,
     engine: Engine = "auto",
     classifier: Classifier | None = None,
+    max_body: int = MAX_BODY,
 ) -> Trace:
     """Read a pcap/pcapng capture (optionally gzip) into a Trace of its HTTP requests.
 
@@ -104,15 +106,20 @@ def read_capture(
     damaged file; otherwise everything before the damage is kept and
     ``meta["damage"]`` says where reading stopped. Non-HTTP traffic is counted
     by kind in ``meta["skipped_kinds"]`` (total in ``meta["skipped"]``).
+    A request body longer than ``max_body`` bytes is an error naming its connection.
     """
     path = Path(path)
     mode, cookie = parse_sessions(sessions)
     idle_gap = parse_duration(idle_gap, "idle_gap")
     if isinstance(burst_gap, str) or check_scalar(burst_gap, "burst_gap", low=0) > 0:
         burst_gap = parse_duration(burst_gap, "burst_gap")  # 0 is allowed: no gap
+    max_body = check_int(max_body, "max_body", low=1)
     seg, facts = read_segments(path, strict=strict, engine=engine)
     streams = reassemble(seg)
-    http = parse_http(streams, cookie=cookie)
+    try:
+        http = parse_http(streams, cookie=cookie, max_body=max_body)
+    except TraceFormatError as exc:  # the parser knows the connection, not the file
+        raise TraceFormatError(exc.reason, path=path) from None
     cols = sessionize(
         http,
         mode=mode,
