@@ -59,9 +59,16 @@ def _check_request_keys(trace: Trace) -> tuple[list[Key], np.ndarray]:
         col = table.column(name)
         if col.null_count:  # a missing body or type: none
             col = pc.fill_null(col, none)
-        enc = pc.dictionary_encode(col.combine_chunks())
-        values.append(enc.dictionary.to_pylist())
+        # (combine_chunks copies even a lone chunk: a body's size again)
+        flat = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+        enc = pc.dictionary_encode(flat)
         indices.append(enc.indices.to_numpy().astype(np.int64))
+        if name == "body":
+            del enc  # its dictionary is a copy of each distinct body, in Arrow's memory
+            pa.default_memory_pool().release_unused()
+            values.append(_distinct_bodies(flat, indices[-1]))
+        else:
+            values.append(enc.dictionary.to_pylist())
     if math.prod(max(1, len(v)) for v in values) < 2**62:
         code = np.zeros(len(trace), np.int64)
         for v, i in zip(values, indices, strict=True):
@@ -87,6 +94,14 @@ def _check_request_keys(trace: Trace) -> tuple[list[Key], np.ndarray]:
             wire.append(sent[c][v])
         key_of_raw[raw] = index.setdefault(tuple(wire), len(index))  # type: ignore[arg-type]
     return list(index), key_of_raw[raw_of_row.reshape(-1)]
+
+
+def _distinct_bodies(bodies: pa.Array, index: np.ndarray) -> list[bytes]:
+    """Each distinct body once, as Python bytes, in the order of ``index`` (a row's
+    distinct-value number), taken from the trace's own column: the dictionary's copy,
+    and the Python bytes made from it, held each distinct body three times at once."""
+    _, first = np.unique(index, return_index=True)
+    return [bodies[row].as_py() for row in first.tolist()]
 
 
 # Characters a path may hold and go on the wire as it is (``wire_target``'s, less the
