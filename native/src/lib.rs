@@ -9,6 +9,7 @@ mod sim;
 use engine::{batch_rows, mono, Engine, Plan, Rows, N_ERRORS, SWEEP_S};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::PyBytes;
 use std::net::ToSocketAddrs;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -75,7 +76,7 @@ fn run(
     py: Python<'_>,
     open: bool,
     targets: Vec<(String, u16)>,
-    req_bytes: Vec<Vec<Vec<u8>>>,
+    req_bytes: Vec<Vec<PyBackedBytes>>,
     key_of_row: &[u8],
     cls_of_row: &[u8],
     head_only_of_key: Vec<bool>,
