@@ -3,9 +3,9 @@
 A body enters as a Parquet trace's ``body`` column, a captured request's
 Content-Length (or chunked) bytes, or a session log's ``contents=``. A replay holds
 each distinct body several times over (the trace's column, the request's key, the
-built request, the engine's copy), so one body past every server's upload limit
-(300 MB, 14 MB on disk) took 2.4 GB to replay. The check reads a column's value
-lengths from its offsets, before any body becomes a Python object.
+built request), so one body past every server's upload limit (300 MB, 14 MB on disk)
+took gigabytes to replay. The check reads a column's value lengths from its offsets,
+before any body becomes a Python object.
 
 The bound, :data:`shrink.defaults.MAX_BODY`, and why it is 100 MiB: see
 :mod:`shrink.defaults`.

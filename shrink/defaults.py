@@ -15,9 +15,10 @@ search, ``mat --adaptive``'s curve, the levels it had included).
 100 MiB: PHP's default ``post_max_size`` is 8M and nginx's ``client_max_body_size``
 1m; sites that take uploads raise them to tens of MB, and a CDN in front caps one
 request's body (Cloudflare: 100 MB on its Free and Pro plans), so a larger upload
-goes in parts, each its own request. A replay holds a distinct body about four times
-(the trace's column, the request key, the built request, the engine's copy): at the
-bound some 400 MB. One 300 MB body (14 MB of Parquet) took 2.4 GB to replay.
+goes in parts, each its own request. A replay's peak grows by about four times a
+distinct body (Parquet's decoding of it, the trace's column, the request key's bytes,
+the built request: 313 MB for 80 MB): at the bound some 400 MB. One 300 MB body (14 MB
+of Parquet) took 2.4 GB to replay before the copies were cut.
 """
 
 from __future__ import annotations
