@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from helpers.captures import req
+from helpers.machines import NEHALEM
 from helpers.pcap_synth import Conn, http_response, write_capture
 from typer.testing import CliRunner
 
@@ -136,3 +137,36 @@ def test_testbed_up_reads_its_trace_once(monkeypatch, tmp_path: Path) -> None:
     assert status == 1 and len(reads) == 1, (out, reads)
     status, out = _invoke(*base, "--max-body", "49")
     assert status == 1 and "column body" in out and "--max-body" in out, out
+
+
+def _reading_commands(path: Path, out: Path, machine: Path) -> dict[str, list[object]]:
+    """Every other command that reads a trace's bodies, each as a user runs it."""
+    return {
+        "trace info": ["trace", "info", path],
+        "sample": ["sample", path, "--alpha", "1", "-o", out / "s.parquet"],
+        "split": ["split", path, "--parts", "2", "-o", out / "parts"],
+        "export": ["export", path, "-f", "jsonl", "-o", out / "t.jsonl"],
+        "sim run": ["sim", "run", path, "--machine", machine, "-o", out / "r.parquet",
+                    "--warmup", "0s", "--duration", "2s"],
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["trace info", "sample", "split", "export", "sim run"])
+def test_every_command_that_reads_a_trace_takes_the_bound_it_names(
+    tmp_path: Path, name: str
+) -> None:
+    path = _trace(tmp_path / "t.parquet", [b"x" * 5000, b"y"])
+    machine = NEHALEM.write_toml(tmp_path / "m.toml")
+    args = _reading_commands(path, tmp_path, machine)[name]
+    status, out = _invoke(*args)  # under the default bound
+    assert status == 0, out
+    status, out = _invoke(*args, "--max-body", "4096")
+    assert status == 1 and "row 0 (session 0), column body" in out, out
+    assert "--max-body" in out and len(out.strip().splitlines()) == 1, out
+
+
+def test_validate_refuses_the_bound_where_it_runs_nothing(tmp_path: Path) -> None:
+    status, out = _invoke(
+        "validate", tmp_path / "prediction.json", "--full-run", "paired", "--max-body", "5"
+    )
+    assert status == 2 and "--max-body" in out and "runs nothing" in out, out

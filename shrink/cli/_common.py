@@ -55,9 +55,8 @@ EXIT_PIPE = 128 + signal.SIGPIPE
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# The commands that read request bodies (ingest) or send them (the replays, and
-# testbed up, which sizes PHP's upload limit from them) take one bound, defined in
-# shrink.defaults.MAX_BODY; the rest read a trace under the default.
+# Every command that reads a trace's request bodies takes one bound, defined in
+# shrink.defaults.MAX_BODY: the error over it names the option, so each must have it.
 MaxBodyOpt = Annotated[
     int,
     typer.Option(

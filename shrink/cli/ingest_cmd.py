@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from shrink.cli._common import (
+    MaxBodyOpt,
     as_option,
     cli_errors,
     console,
@@ -18,7 +19,7 @@ from shrink.cli._common import (
     output_path,
     plural,
 )
-from shrink.defaults import MAX_BODY_TEXT
+from shrink.defaults import MAX_BODY, MAX_BODY_TEXT
 from shrink.errors import TraceFormatError, printable
 
 _SHOWN_SKIPS = 20
@@ -163,26 +164,31 @@ def ingest(
         f"{info.duration:,.3f} s -> {printable(out)}"
     )
     typer.echo(_skipped_line(fmt, trace.meta, summary["skipped"], summary["skipped_lines"]))
-    if trace.meta.get("damage"):
+    _notes(trace.meta, faults)
+
+
+def _notes(meta: dict[str, Any], faults: dict[str, int]) -> None:
+    """What the reader read otherwise than as written, or not at all: a line each."""
+    if meta.get("damage"):
         # A damaged file read leniently (a capture, a gzip cut short): where, and what was
         # kept. A warning: what lay past the damage is not in the trace.
         console().print(
-            f"[yellow]warning:[/] {escape(printable(trace.meta['damage']))}",
+            f"[yellow]warning:[/] {escape(printable(meta['damage']))}",
             highlight=False,
             soft_wrap=True,
         )
     if faults:
         typer.echo(f"note: {_http_faults_text(faults)}")
-    extra = int(trace.meta.get("extra_field_lines") or 0)
+    extra = int(meta.get("extra_field_lines") or 0)
     if extra:
         typer.echo(
             f"note: fields after the log format's own (a response time?) are not read: "
             f"{plural(extra, 'line')} had some"
         )
-    repaired = trace.meta.get("repaired_lines") or []
+    repaired = meta.get("repaired_lines") or []
     if repaired:
         console().print(
-            f"note: accepted {trace.meta.get('repaired')} line(s) whose last quote is missing: "
+            f"note: accepted {meta.get('repaired')} line(s) whose last quote is missing: "
             + ", ".join(str(n) for n in repaired[:_SHOWN_SKIPS]),
             highlight=False,
         )
@@ -264,6 +270,7 @@ def export(
         float,
         typer.Option(help="wsesslog: think time left out of the file (httperf --wsesslog N,X,F)."),
     ] = 0.0,
+    max_body: MaxBodyOpt = MAX_BODY,
 ) -> None:
     """Write a Parquet Trace as an httperf --wsesslog session log or as JSON Lines."""
     from shrink.ingest import write_trace
@@ -274,7 +281,7 @@ def export(
     )
     with cli_errors():
         output_path(out, inputs=(trace,))
-        tr = Trace.read_parquet(trace)
+        tr = Trace.read_parquet(trace, max_body=max_body)
         with as_option("--think-default"):  # the one option write_trace checks
             write_trace(tr, out, format.value, **opts)
     typer.echo(

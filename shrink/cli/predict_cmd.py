@@ -500,7 +500,10 @@ def validate(
                     exc.kept = _keep_smaller(exc.curve, Path(exc.path), exc)
                 raise
         else:  # nothing to run: no progress bar
-            _refuse_run_options(full_run, trace=trace, cluster=cluster, generators=generators)
+            bound = {"max-body": None if max_body == MAX_BODY else max_body}
+            _refuse_run_options(
+                full_run, trace=trace, cluster=cluster, generators=generators, **bound
+            )
             v = run_validate(prediction, full_run=full_run, trace=trace, out_dir=out, server=server)
     d = v.to_dict()
     # a predicted or measured MAT that is only a bound: the error is not a figure

@@ -10,7 +10,16 @@ from typing import Annotated, Any
 
 import typer
 
-from shrink.cli._common import cli_errors, console, echo_json, options_named, output_path, plural
+from shrink.cli._common import (
+    MaxBodyOpt,
+    cli_errors,
+    console,
+    echo_json,
+    options_named,
+    output_path,
+    plural,
+)
+from shrink.defaults import MAX_BODY
 from shrink.errors import ParameterError, printable
 
 
@@ -48,6 +57,7 @@ def sample(
         str, typer.Option(help="Column whose mix --level stratified keeps exact.")
     ] = "cls",
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
+    max_body: MaxBodyOpt = MAX_BODY,
 ) -> None:
     """Keep a fraction alpha of TRACE's sessions (or objects, requests, strata), SHRiNK-style.
 
@@ -62,7 +72,7 @@ def sample(
     with cli_errors(), warnings.catch_warnings(record=True) as caught:
         output_path(out, inputs=(trace,))
         warnings.simplefilter("always", SamplerWarning)
-        parent = Trace.read_parquet(trace)
+        parent = Trace.read_parquet(trace, max_body=max_body)
         if len(parent) == 0:  # it wrote an empty sample, exit 0
             raise ParameterError(
                 f"{printable(trace)}: the trace holds no request: nothing to sample"
@@ -128,6 +138,7 @@ def split(
     out: Annotated[Path, typer.Option("-o", "--out", help="Output directory.")],
     seed: Annotated[int, typer.Option(help="Seed of the session hash.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
+    max_body: MaxBodyOpt = MAX_BODY,
 ) -> None:
     """Partition TRACE into K disjoint parts by session hash: DIR/part-000.parquet, ...
 
@@ -139,7 +150,7 @@ def split(
 
     with cli_errors():
         output_path(out, kind="dir")
-        tr = Trace.read_parquet(trace)
+        tr = Trace.read_parquet(trace, max_body=max_body)
         with options_named({"parts": "--parts"}):
             pieces = samplers.split(tr, parts, seed=seed)
         files = [

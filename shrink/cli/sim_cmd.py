@@ -9,6 +9,7 @@ import typer
 
 from shrink.checks import MIN_WINDOW_S, check_positive
 from shrink.cli._common import (
+    MaxBodyOpt,
     as_option,
     bounded_mats,
     cli_errors,
@@ -23,7 +24,7 @@ from shrink.cli._common import (
 )
 from shrink.cli._replay_opts import _Export
 from shrink.cli.sweep_cmd import _keep_partial_sweep, _levels, _write_curve
-from shrink.defaults import DURATION, MAX_REPS, REPS, WARMUP
+from shrink.defaults import DURATION, MAX_BODY, MAX_REPS, REPS, WARMUP
 from shrink.errors import OptionError, ShrinkError, TopologyError, printable
 
 sim_app = typer.Typer(
@@ -104,7 +105,7 @@ def _sim_target(machine: Path, mapping: str, share: str, param: list[str] | None
     return SimTarget(m, mapping, parsed, params)
 
 
-def _workload(spec: str, seed: int) -> Any:
+def _workload(spec: str, seed: int, max_body: int = MAX_BODY) -> Any:
     from shrink.sim.workloads import support_trace, tcp_trace
     from shrink.trace import Trace
 
@@ -112,7 +113,7 @@ def _workload(spec: str, seed: int) -> Any:
         return tcp_trace(10_000.0, 20.0, seed=seed)
     if spec == "support":
         return support_trace(300, 40.0, seed=seed, think_s=0.3)
-    return Trace.read_parquet(spec)
+    return Trace.read_parquet(spec, max_body=max_body)
 
 
 def _cores(text: str) -> list[int]:
@@ -219,6 +220,7 @@ def scaling_cmd(
     ] = None,
     param: ParamOpt = None,
     json_out: JsonOpt = False,
+    max_body: MaxBodyOpt = MAX_BODY,
 ) -> None:
     """MAT at each core count (2 and 4 from one socket) and scaling factors against the first."""
     with cli_errors():
@@ -231,7 +233,7 @@ def scaling_cmd(
         with as_option("--thresholds"):
             thr = parse_thresholds(thresholds) if thresholds else None
         counts = _check_cores(m, _cores(cores), mapping)
-        trace = _workload(workload, seed)
+        trace = _workload(workload, seed, max_body)
         res = scaling(
             m,
             trace,
@@ -281,6 +283,7 @@ def mappings_cmd(
     ] = None,
     param: ParamOpt = None,
     json_out: JsonOpt = False,
+    max_body: MaxBodyOpt = MAX_BODY,
 ) -> None:
     """Mean and p99.9 MAT of each replica mapping on the whole machine.
 
@@ -303,7 +306,7 @@ def mappings_cmd(
         params = _params(param)
         res = compare_mappings(
             m,
-            _workload(workload, seed),
+            _workload(workload, seed, max_body),
             names,
             thresholds=thr,
             params=params,
@@ -342,6 +345,7 @@ def run_cmd(
     seed: SeedOpt = 0,
     param: ParamOpt = None,
     json_out: JsonOpt = False,
+    max_body: MaxBodyOpt = MAX_BODY,
 ) -> None:
     """Simulate one run of TRACE and write its RunLog (same columns as the live engine)."""
     with cli_errors():
@@ -353,7 +357,7 @@ def run_cmd(
             check_positive(rate_factor, "rate factor")
         target = _sim_target(machine, mapping, share, param)
         res = target.run(
-            Trace.read_parquet(trace),
+            Trace.read_parquet(trace, max_body=max_body),
             rate_factor=rate_factor,
             warmup=parse_duration_option(warmup, "warmup", zero_ok=True),
             duration=parse_duration_option(duration, "duration", least=MIN_WINDOW_S),
@@ -401,6 +405,7 @@ def sweep_cmd(
     seed: SeedOpt = 0,
     param: ParamOpt = None,
     export: _Export = None,
+    max_body: MaxBodyOpt = MAX_BODY,
 ) -> None:
     """Sweep TRACE over load levels on the simulator and write the LoadCurve
     (and, with --export, the requests for other tools, as ``shrink sweep`` does)."""
@@ -416,7 +421,7 @@ def sweep_cmd(
 
         lv = _levels(levels, knob)
         target = RecordingTarget(_sim_target(machine, mapping, share, param))
-        tr = Trace.read_parquet(trace)
+        tr = Trace.read_parquet(trace, max_body=max_body)
         try:
             curve = sweep(target, tr, lv, knob=knob, reps=reps, warmup=w, duration=d, seed=seed)
         except (SweepInterrupted, ShrinkError) as stop:

@@ -7,7 +7,15 @@ from typing import Annotated
 
 import typer
 
-from shrink.cli._common import cli_errors, echo_json, escape, fmt_number, out_console
+from shrink.cli._common import (
+    MaxBodyOpt,
+    cli_errors,
+    echo_json,
+    escape,
+    fmt_number,
+    out_console,
+)
+from shrink.defaults import MAX_BODY
 from shrink.errors import printable
 
 trace_app = typer.Typer(help="Look at traces.", no_args_is_help=True)
@@ -17,13 +25,14 @@ trace_app = typer.Typer(help="Look at traces.", no_args_is_help=True)
 def info(
     trace: Annotated[Path, typer.Argument(help="Trace Parquet file.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    max_body: MaxBodyOpt = MAX_BODY,
 ) -> None:
     """Sessions, requests, duration, rate, static/dynamic mix, reply sizes, think times."""
     from shrink.schedule import trace_extent
     from shrink.trace import Trace
 
     with cli_errors():
-        tr = Trace.read_parquet(trace)
+        tr = Trace.read_parquet(trace, max_body=max_body)
         inf = tr.info()
         # the replay's loop period: what one pass of the trace lasts (shrink.schedule)
         span = trace_extent(tr)[1] if len(tr) else 0.0
