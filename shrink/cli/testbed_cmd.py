@@ -205,7 +205,8 @@ def status(
     state: StateOpt,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Which replicas run and answer; a crashed replica is named with its PIDs (exit code 1).
+    """Which replicas run and answer; a crashed, stopped or frozen replica is named with
+    its PIDs (exit code 1).
 
     After ``shrink testbed down`` it says the testbed is down (exit code 1: not up).
     """

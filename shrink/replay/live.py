@@ -38,11 +38,20 @@ from shrink.runlog import RunLog
 from shrink.schedule import ScheduleOptions
 from shrink.target import GeneratorPlacement, RunResult
 from shrink.testbed.state import SPINNER, ReplicaState, TestbedState
+from shrink.testbed.watch import Watch, state_problems
 from shrink.topology import foreign_cpus
 from shrink.trace import Trace
 from shrink.wire import is_loopback, not_loopback_why
 
-__all__ = ["IDLE_BOUND", "LiveTarget", "cpu_times", "parse_url", "utilization", "wait_idle"]
+__all__ = [
+    "IDLE_BOUND",
+    "LiveTarget",
+    "cpu_times",
+    "parse_url",
+    "testbed_problem",
+    "utilization",
+    "wait_idle",
+]
 
 # Twice PHP's default max_execution_time on the testbed (shrink.testbed.config): by
 # then an abandoned request has been stopped by PHP itself.
@@ -92,6 +101,16 @@ def server_problem(state: dict[str, Any]) -> str | None:
         dead += [f"{r.role(p)} PID {p}" for p in r.pids if not is_alive(p, r.starttimes.get(p))]
         dead += [f"{SPINNER} PID {p}" for p, t in r.spinners.items() if not is_alive(p, t)]
     return "crashed or killed: " + ", ".join(dead) if dead else None
+
+
+def testbed_problem(state: dict[str, Any]) -> str | None:
+    """What is wrong with a testbed's server, as the end of "the server under test ...":
+    down (:func:`server_problem`), or running but stopped or frozen
+    (:mod:`shrink.testbed.watch`); None if nothing is."""
+    if (down := server_problem(state)) is not None:
+        return f"is down: {down}"
+    changed = state_problems(state) if state.get("replicas") else None
+    return f"went wrong: {changed}" if changed is not None else None
 
 
 def unreached(log: RunLog, window: tuple[float, float]) -> tuple[int, int]:
@@ -346,6 +365,7 @@ class LiveTarget:
                 samplers.append(_WindowSampler((t0 + warmup, t0 + horizon), pids))
                 samplers[0].start()
 
+        watch = self._watch()
         try:
             log, engine = run_engines(
                 trace,
@@ -362,7 +382,12 @@ class LiveTarget:
         except BaseException:
             for smp in samplers:
                 smp.stop.set()
+            if watch is not None:
+                watch.finish()
             raise
+        # A server stopped (or frozen) during the level and put back before
+        # its end measured as slow what was stopped: such a level is not a level.
+        seen = watch.finish() if watch is not None else None
         for smp in samplers:
             # a run whose sessions all ended early still measures the whole window;
             # an interrupted one stops now (Ctrl-C must not wait for the planned end)
@@ -420,23 +445,34 @@ class LiveTarget:
         if alive and not all(alive.values()):
             desc["dead_pids"] = [p for p, ok in alive.items() if not ok]
         if not engine.interrupted:
+            if seen is not None:
+                raise TestbedError(f"during the level, the server under test {seen}")
             self._check_server(log, window)
         return RunResult(log, window, check, util, per_cpu, desc)
+
+    def _watch(self) -> Watch | None:
+        """A started :class:`Watch` on the testbed for one run (None for plain URLs)."""
+        if not self.state.get("replicas"):
+            return None
+        watch = Watch(lambda: testbed_problem(self.state))
+        watch.start()
+        return watch
 
     def _check_server(
         self, log: RunLog | None = None, window: tuple[float, float] = (0, 0)
     ) -> None:
         """Raise a TestbedError when the testbed's server is down: a process of it died,
         its state says it was stopped, or (after a run) the run's requests found nothing
-        listening. A level measured on a dead server is not a level."""
-        problem = server_problem(self.state)
+        listening; or when a process of it is stopped or frozen.
+        A level measured on such a server is not a level."""
+        problem = testbed_problem(self.state)
         if problem is None and log is not None and self.state.get("replicas"):
             n, lost = unreached(log, window)
             if n >= 10 and lost >= UNREACHED_SHARE * n:
                 where = ", ".join(f"{a}:{p}" for a, p in self.addresses)
-                problem = f"{lost:,} of {n:,} requests found no server at {where}"
+                problem = f"is down: {lost:,} of {n:,} requests found no server at {where}"
         if problem is not None:
-            raise TestbedError(f"the server under test is down: {problem}")
+            raise TestbedError(f"the server under test {problem}")
 
     def _sampled(self, sampler: _WindowSampler | None, duration: float) -> dict[str, float]:
         """What the window's /proc snapshots say: server CPU, steal on share and generator."""

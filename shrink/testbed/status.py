@@ -10,6 +10,7 @@ from typing import Any
 from shrink import processes as process
 from shrink.testbed.state import SPINNER, TestbedState
 from shrink.testbed.teardown import enforcer_of, recipe_of
+from shrink.testbed.watch import replica_problems
 
 __all__ = ["ReplicaStatus", "status"]
 
@@ -32,7 +33,7 @@ class ReplicaStatus:
 
     @property
     def ok(self) -> bool:
-        return not self.dead and self.answering
+        return not self.dead and self.answering and self.problem is None
 
     def to_dict(self) -> dict[str, Any]:
         """``status --json``'s replica: the fields (``usage_s`` as ``cpu_seconds``) and ``ok``.
@@ -61,6 +62,8 @@ def status(state_path: str | Path, *, check_health: bool = True) -> list[Replica
         problem = None
         if gone:
             problem = "crashed or killed: " + ", ".join(gone)
+        elif st.stopped is None and (changed := replica_problems(r)):
+            problem = "; ".join(changed)  # stopped or frozen: its PIDs live on
         answering = False
         if check_health and st.stopped is None:
             err = (

@@ -1,0 +1,107 @@
+"""A running testbed's server gone wrong without dying: stopped or frozen.
+
+A server stopped by SIGSTOP (or a freezer) still has its PIDs, so the liveness check
+passes; its requests wait, and a sweep measured a slow server where there was none.
+It is a testbed error, as a dead process is: :func:`replica_problems` names what is
+wrong, and :class:`Watch` looks for it while a level runs.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from shrink import processes as process
+from shrink.procfs import proc_info
+from shrink.testbed.state import ReplicaState
+
+__all__ = ["POLL_S", "Watch", "frozen", "replica_problems", "state_problems"]
+
+POLL_S = 0.25  # how often a level's watch looks: a stop shorter than this may pass unseen
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except (OSError, ValueError):
+        return None
+
+
+def _mounts() -> dict[str, Path]:
+    """Cgroup mount points: ``freezer`` (v1) and ``""`` (the v2 tree), where mounted."""
+    out: dict[str, Path] = {}
+    for line in (_read(Path("/proc/self/mounts")) or "").splitlines():
+        f = line.split()
+        if len(f) < 4:
+            continue
+        if f[2] == "cgroup2":
+            out.setdefault("", Path(f[1]))
+        elif f[2] == "cgroup" and "freezer" in f[3].split(","):
+            out.setdefault("freezer", Path(f[1]))
+    return out
+
+
+def frozen(pid: int, mounts: dict[str, Path], proc: Path = Path("/proc")) -> str | None:
+    """The freezer holding ``pid`` frozen (v1 ``freezer.state``, v2 ``cgroup.events``),
+    or None."""
+    for line in (_read(proc / str(pid) / "cgroup") or "").splitlines():
+        _, controllers, path = [*line.split(":", 2), "", ""][:3]
+        if controllers == "" and "" in mounts:
+            d = mounts[""] / path.lstrip("/")
+            if "frozen 1" in (_read(d / "cgroup.events") or "").splitlines():
+                return f"{d}/cgroup.freeze"
+        elif "freezer" in controllers.split(",") and "freezer" in mounts:
+            d = mounts["freezer"] / path.lstrip("/")
+            if _read(d / "freezer.state") in ("FROZEN", "FREEZING"):
+                return f"{d}/freezer.state"
+    return None
+
+
+def replica_problems(r: ReplicaState, mounts: dict[str, Path] | None = None) -> list[str]:
+    """What is wrong with a replica whose processes still run: a process stopped or
+    frozen."""
+    mounts = _mounts() if mounts is None else mounts
+    alive = [p for p in r.pids if process.is_alive(p, r.starttimes.get(p))]
+    out = []
+    for p in alive:
+        info = proc_info(p)
+        if info is not None and info.state in ("T", "t"):
+            how = "by a tracer" if info.state == "t" else "(SIGSTOP)"
+            out.append(f"{r.role(p)} PID {p} is stopped {how}")
+        elif (where := frozen(p, mounts)) is not None:
+            out.append(f"{r.role(p)} PID {p} is frozen ({where})")
+    return out
+
+
+def state_problems(state: dict[str, Any]) -> str | None:
+    """:func:`replica_problems` of every replica of a testbed state, in one line, or None."""
+    mounts = _mounts()
+    found = []
+    for d in state.get("replicas") or []:
+        r = ReplicaState.from_dict(d)
+        found += [f"{r.name}: {p}" for p in replica_problems(r, mounts)]
+    return "; ".join(found) if found else None
+
+
+class Watch(threading.Thread):
+    """Looks at a testbed every POLL_S while a level runs; ``problem`` is the first
+    thing :func:`check` found wrong (a server stopped and resumed within the level
+    measured as slow what was stopped)."""
+
+    def __init__(self, check: Any) -> None:
+        super().__init__(daemon=True, name="testbed-watch")
+        self.check = check
+        self.problem: str | None = None
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(POLL_S):
+            self.problem = self.check()
+            if self.problem is not None:
+                return
+
+    def finish(self) -> str | None:
+        self.stop.set()
+        self.join(timeout=5.0)
+        return self.problem

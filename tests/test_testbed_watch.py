@@ -1,0 +1,150 @@
+"""A server stopped or frozen is a testbed error as a dead one is: the sweep stops
+naming it, and ``testbed status`` says it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from helpers.fake_targets import steady_trace
+
+import shrink.testbed.status  # noqa: F401 - read from sys.modules below
+from shrink.errors import TestbedError
+from shrink.procfs import proc_info
+from shrink.replay import live
+from shrink.replay.engine import EngineStats
+from shrink.replay.live import LiveTarget
+from shrink.replay.writer import RunLogRow
+from shrink.target import GeneratorPlacement
+from shrink.testbed import watch
+from shrink.testbed.state import ReplicaState
+
+
+def _sleeper() -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+
+def _state(pid: int, **replica) -> dict:
+    start = proc_info(pid).starttime
+    return {
+        "replicas": [
+            {"name": "r0", "address": "127.0.0.1", "port": 9, "cpus": [0], "masters": [pid],
+             "processes": {"lighttpd": [pid]}, "starttimes": {str(pid): start},
+             "pinned": {}, "config": "", "errorlog": "", **replica}
+        ]
+    }  # fmt: skip
+
+
+def _wait_state(pid: int, states: str) -> None:
+    deadline = time.monotonic() + 5
+    while proc_info(pid).state not in states and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_a_server_process_stopped_by_sigstop_is_named():
+    """SIGSTOP of the server's master mid-sweep: its PIDs lived on, so the levels after
+    ran against a server that answered nothing (0 req/s, a few timeouts, exit 0)."""
+    srv = _sleeper()
+    try:
+        state = _state(srv.pid)
+        assert live.testbed_problem(state) is None
+        os.kill(srv.pid, signal.SIGSTOP)
+        _wait_state(srv.pid, "T")
+        problem = live.testbed_problem(state)
+        assert problem == f"went wrong: r0: lighttpd PID {srv.pid} is stopped (SIGSTOP)"
+        os.kill(srv.pid, signal.SIGCONT)
+        _wait_state(srv.pid, "SR")
+        assert live.testbed_problem(state) is None
+    finally:
+        srv.kill()
+        srv.wait()
+
+
+def _engine_that_stops(pid: int):
+    """A replay engine that stops ``pid`` for a while in the middle of its run (the
+    requests of the while time out) and lets it go on before the run ends."""
+
+    def engine(schedule, config, writer, *, t0=None, on_ready=None, handle_signals=True):
+        t0 = on_ready()
+        os.kill(pid, signal.SIGSTOP)
+        time.sleep(4 * watch.POLL_S)
+        os.kill(pid, signal.SIGCONT)
+        _wait_state(pid, "SR")
+        for i in range(200):
+            tc = writer.targets.code("127.0.0.1:9")
+            err = writer.errors.code("timeout")
+            writer.add(RunLogRow(i / 100, i / 100, np.nan, np.nan, 0, 0, 0, i, tc, err))
+        writer.close()
+        return EngineStats(t0=t0, t0_unix=0.0, wall=2.0, cpu=0.0, requests=200)
+
+    return engine
+
+
+def test_a_server_stopped_and_resumed_within_a_level_is_a_testbed_error():
+    """Stopped, then continued before the level ended: the check after the level found it
+    running, and the level was kept as a slow server's."""
+    srv = _sleeper()
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+        target = LiveTarget(
+            [("127.0.0.1", 9)], state=_state(srv.pid), share_cpus=cpus[-1:],
+            generator=GeneratorPlacement(tuple(cpus[:1]), True, engine=_engine_that_stops(srv.pid)),
+            idle_bound=0.1,
+        )  # fmt: skip
+        want = f"during the level, the server under test went wrong: r0: lighttpd PID {srv.pid} "
+        with pytest.raises(TestbedError, match=want):
+            target.run(steady_trace(), rate_factor=1.0, warmup=0.0, duration=2.0)
+    finally:
+        srv.kill()
+        srv.wait()
+
+
+def test_a_frozen_cgroup_is_named(tmp_path):
+    """A cgroup frozen (v2 ``cgroup.freeze``, v1 ``freezer.state``): its processes show
+    as sleeping (v2) or in disk sleep (v1), never as stopped."""
+    proc = tmp_path / "proc"
+    (proc / "5").mkdir(parents=True)
+    (proc / "5" / "cgroup").write_text("6:freezer:/held\n0::/jail\n")
+    v2, v1 = tmp_path / "unified", tmp_path / "freezer"
+    (v2 / "jail").mkdir(parents=True)
+    (v1 / "held").mkdir(parents=True)
+    (v2 / "jail" / "cgroup.events").write_text("populated 1\nfrozen 0\n")
+    (v1 / "held" / "freezer.state").write_text("THAWED\n")
+    mounts = {"": v2, "freezer": v1}
+    assert watch.frozen(5, mounts, proc) is None
+    (v1 / "held" / "freezer.state").write_text("FROZEN\n")
+    assert watch.frozen(5, mounts, proc) == f"{v1}/held/freezer.state"
+    (v1 / "held" / "freezer.state").write_text("THAWED\n")
+    (v2 / "jail" / "cgroup.events").write_text("populated 1\nfrozen 1\n")
+    assert watch.frozen(5, mounts, proc) == f"{v2}/jail/cgroup.freeze"
+
+
+def test_status_names_a_stopped_server(monkeypatch):
+    """``testbed status`` of a stopped server named no process (its health check timed
+    out, if it was made)."""
+    status_mod = sys.modules["shrink.testbed.status"]
+
+    srv = _sleeper()
+    try:
+        os.kill(srv.pid, signal.SIGSTOP)
+        _wait_state(srv.pid, "T")
+        r = ReplicaState.from_dict(_state(srv.pid)["replicas"][0])
+        monkeypatch.setattr(status_mod.TestbedState, "read", lambda p: _Fake([r]))
+        monkeypatch.setattr(status_mod, "recipe_of", lambda st: None)
+        (rep,) = status_mod.status("x.json", check_health=False)
+        assert not rep.ok and rep.problem == f"lighttpd PID {srv.pid} is stopped (SIGSTOP)"
+    finally:
+        srv.kill()
+        srv.wait()
+
+
+class _Fake:
+    """A testbed state read back: its replicas, running."""
+
+    def __init__(self, replicas: list[ReplicaState]) -> None:
+        self.replicas, self.stopped, self.notes, self.server = replicas, None, [], {}
