@@ -1,5 +1,5 @@
-"""A server stopped or frozen is a testbed error as a dead one is: the sweep stops
-naming it, and ``testbed status`` says it."""
+"""A server stopped, frozen, or whose share someone else changed, is a testbed error as a
+dead one is: the sweep stops naming it, and ``testbed status`` says it."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -122,6 +123,49 @@ def test_a_frozen_cgroup_is_named(tmp_path):
     (v1 / "held" / "freezer.state").write_text("THAWED\n")
     (v2 / "jail" / "cgroup.events").write_text("populated 1\nfrozen 1\n")
     assert watch.frozen(5, mounts, proc) == f"{v2}/jail/cgroup.freeze"
+
+
+def _cgroup(tmp_path: Path, pid: int) -> dict:
+    dirs = {}
+    for c, files in {
+        "cpu": {"cpu.cfs_quota_us": "4000", "cpu.cfs_period_us": "8000"},
+        "cpuset": {"cpuset.cpus": "0", "cpuset.effective_cpus": "0"},
+    }.items():
+        d = tmp_path / c / "shrink" / "g-r0"
+        d.mkdir(parents=True)
+        for name, text in {**files, "cgroup.procs": f"{pid}\n"}.items():
+            (d / name).write_text(text + "\n")
+        dirs[c] = str(d)
+    cg = {"name": "g-r0", "version": 1, "dirs": dirs}
+    return {"mechanism": "cfs", "cpu_fraction": 0.5, "quota_us": 4000, "period_us": 8000,
+            "cgroup": cg}  # fmt: skip
+
+
+def test_a_share_changed_under_the_testbed_is_named(tmp_path, monkeypatch):
+    """Someone else's write to the share's cgroup mid-sweep (the quota lifted, a CPU
+    added or taken from its cpuset, the server moved out): the levels after were
+    measured, and filed, as the recorded share."""
+    from shrink.enforce import cfs
+
+    mounts = {tmp_path / "cpu", tmp_path / "cpuset"}
+    monkeypatch.setattr(cfs, "cgroup_mounts", lambda text=None: mounts)
+    me = os.getpid()
+    enforce = _cgroup(tmp_path, me)
+    state = _state(me, enforce=enforce)
+    assert live.testbed_problem(state) is None
+    cpu, cpuset = (Path(enforce["cgroup"]["dirs"][c]) for c in ("cpu", "cpuset"))
+    (cpu / "cpu.cfs_quota_us").write_text("-1\n")
+    assert "its CFS quota is -1/8000 us, not the recorded 4000/8000 us" in live.testbed_problem(
+        state
+    )
+    (cpu / "cpu.cfs_quota_us").write_text("4000\n")
+    (cpuset / "cpuset.effective_cpus").write_text("0-1\n")
+    assert "its cpuset's CPUs are 0-1, not the recorded 0" in live.testbed_problem(state)
+    (cpuset / "cpuset.effective_cpus").write_text("0\n")
+    (cpuset / "cgroup.procs").write_text("")
+    assert f"lighttpd PID {me} moved out of its cgroup {cpuset}" in live.testbed_problem(state)
+    r = ReplicaState.from_dict(state["replicas"][0])
+    assert len(watch.replica_problems(r, {})) == 1
 
 
 def test_status_names_a_stopped_server(monkeypatch):

@@ -105,8 +105,8 @@ def server_problem(state: dict[str, Any]) -> str | None:
 
 def testbed_problem(state: dict[str, Any]) -> str | None:
     """What is wrong with a testbed's server, as the end of "the server under test ...":
-    down (:func:`server_problem`), or running but stopped or frozen
-    (:mod:`shrink.testbed.watch`); None if nothing is."""
+    down (:func:`server_problem`), or running but stopped, frozen or with its share
+    changed since it was recorded (:mod:`shrink.testbed.watch`); None if nothing is."""
     if (down := server_problem(state)) is not None:
         return f"is down: {down}"
     changed = state_problems(state) if state.get("replicas") else None
@@ -385,8 +385,8 @@ class LiveTarget:
             if watch is not None:
                 watch.finish()
             raise
-        # A server stopped (or frozen) during the level and put back before
-        # its end measured as slow what was stopped: such a level is not a level.
+        # A server stopped, frozen or re-shared during the level and put back before its
+        # end: the level measured what the recorded share was not, so it is not a level.
         seen = watch.finish() if watch is not None else None
         for smp in samplers:
             # a run whose sessions all ended early still measures the whole window;
@@ -463,7 +463,7 @@ class LiveTarget:
     ) -> None:
         """Raise a TestbedError when the testbed's server is down: a process of it died,
         its state says it was stopped, or (after a run) the run's requests found nothing
-        listening; or when a process of it is stopped or frozen.
+        listening; or when a process of it is stopped or frozen, or its share changed.
         A level measured on such a server is not a level."""
         problem = testbed_problem(self.state)
         if problem is None and log is not None and self.state.get("replicas"):

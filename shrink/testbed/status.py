@@ -63,7 +63,7 @@ def status(state_path: str | Path, *, check_health: bool = True) -> list[Replica
         if gone:
             problem = "crashed or killed: " + ", ".join(gone)
         elif st.stopped is None and (changed := replica_problems(r)):
-            problem = "; ".join(changed)  # stopped or frozen: its PIDs live on
+            problem = "; ".join(changed)  # stopped, frozen, or its share changed
         answering = False
         if check_health and st.stopped is None:
             err = (

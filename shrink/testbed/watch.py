@@ -1,9 +1,12 @@
-"""A running testbed's server gone wrong without dying: stopped or frozen.
+"""A running testbed's server gone wrong without dying: stopped, frozen, or its share
+changed by someone else since ``testbed up`` recorded it.
 
 A server stopped by SIGSTOP (or a freezer) still has its PIDs, so the liveness check
 passes; its requests wait, and a sweep measured a slow server where there was none.
-It is a testbed error, as a dead process is: :func:`replica_problems` names what is
-wrong, and :class:`Watch` looks for it while a level runs.
+A share whose quota, CPU list or members were changed under a sweep is no longer the
+share its levels are filed under. Each is a testbed error, as a dead process is:
+:func:`replica_problems` names what changed, and :class:`Watch` looks for it while a
+level runs.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 from shrink import processes as process
 from shrink.procfs import proc_info
 from shrink.testbed.state import ReplicaState
+from shrink.topology import format_cpulist, parse_cpulist
 
 __all__ = ["POLL_S", "Watch", "frozen", "replica_problems", "state_problems"]
 
@@ -58,9 +62,53 @@ def frozen(pid: int, mounts: dict[str, Path], proc: Path = Path("/proc")) -> str
     return None
 
 
+def _share_changes(r: ReplicaState, alive: list[int]) -> list[str]:
+    """How the replica's cgroup differs from its record: quota, period, CPUs, members."""
+    enf: dict[str, Any] = r.enforce or {}
+    cg: dict[str, Any] = enf.get("cgroup") or r.cgroup or {}
+    dirs: dict[str, str] = cg.get("dirs") or {}
+    v2 = cg.get("version") == 2
+    out = []
+    quota, period = enf.get("quota_us"), enf.get("period_us")
+    if "cpu" in dirs and quota is not None and enf.get("mechanism") == "cfs":
+        d = Path(dirs["cpu"])
+        if v2:
+            now = tuple((_read(d / "cpu.max") or "").split())
+        else:
+            now = (_read(d / "cpu.cfs_quota_us") or "", _read(d / "cpu.cfs_period_us") or "")
+        if now != (str(quota), str(period)):
+            out.append(
+                f"its CFS quota is {'/'.join(now) or 'unreadable'} us, not the recorded "
+                f"{quota}/{period} us ({d})"
+            )
+    if "cpuset" in dirs and r.cpus:
+        d = Path(dirs["cpuset"])
+        name = "cpuset.cpus.effective" if v2 else "cpuset.effective_cpus"
+        text = _read(d / name)
+        text = _read(d / "cpuset.cpus") if text is None else text
+        cpus = parse_cpulist(text) if text else ()
+        if sorted(cpus) != sorted(r.cpus):
+            out.append(
+                f"its cpuset's CPUs are {format_cpulist(cpus) or 'none'}, not the recorded "
+                f"{format_cpulist(r.cpus)} ({d})"
+            )
+    for d in dict.fromkeys(dirs.values()):
+        text = _read(Path(d) / "cgroup.procs")
+        if text is None:
+            out.append(f"its cgroup {d} is gone")
+            continue
+        members = {int(x) for x in text.split() if x.isdigit()}
+        moved = [p for p in alive if p not in members]
+        if moved:
+            out.append(
+                ", ".join(f"{r.role(p)} PID {p}" for p in moved) + f" moved out of its cgroup {d}"
+            )
+    return out
+
+
 def replica_problems(r: ReplicaState, mounts: dict[str, Path] | None = None) -> list[str]:
     """What is wrong with a replica whose processes still run: a process stopped or
-    frozen."""
+    frozen, its share's cgroup changed, a process's CPUs not the recorded ones."""
     mounts = _mounts() if mounts is None else mounts
     alive = [p for p in r.pids if process.is_alive(p, r.starttimes.get(p))]
     out = []
@@ -71,7 +119,18 @@ def replica_problems(r: ReplicaState, mounts: dict[str, Path] | None = None) -> 
             out.append(f"{r.role(p)} PID {p} is stopped {how}")
         elif (where := frozen(p, mounts)) is not None:
             out.append(f"{r.role(p)} PID {p} is frozen ({where})")
-    return out
+    for p, cpus in r.pinned.items():
+        if p in alive:
+            try:
+                now = process.allowed_cpus(p)
+            except OSError:
+                continue
+            if sorted(now) != sorted(cpus):
+                out.append(
+                    f"{r.role(p)} PID {p} may run on CPUs {format_cpulist(now)}, not the "
+                    f"recorded {format_cpulist(cpus)}"
+                )
+    return out + _share_changes(r, alive)
 
 
 def state_problems(state: dict[str, Any]) -> str | None:
