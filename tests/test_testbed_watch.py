@@ -192,3 +192,27 @@ class _Fake:
 
     def __init__(self, replicas: list[ReplicaState]) -> None:
         self.replicas, self.stopped, self.notes, self.server = replicas, None, [], {}
+
+
+def test_a_co_runner_stopped_or_off_sched_fifo_is_named():
+    """SIGSTOP of the co-runner's spinner (``--enforce corunner``) for 8 s of a ``mat
+    --adaptive`` run: the server had the whole CPU, the MAT came out as the share's,
+    exit 0, and ``status`` said ok. A spinner moved to SCHED_OTHER (``chrt -o``) yields
+    the CPU the same way."""
+    me, spin = os.getpid(), _sleeper()
+    try:
+        enforce = {"mechanism": "corunner", "cpu_fraction": 0.5, "period_us": 1000,
+                   "spin_us": 500, "helper": "c", "cpus": [0],
+                   "spinners": {str(spin.pid): proc_info(spin.pid).starttime}}  # fmt: skip
+        state = _state(me, enforce=enforce)
+        # a spinner under test runs SCHED_OTHER (SCHED_FIFO needs root): said so
+        assert f"PID {spin.pid} no longer runs SCHED_FIFO" in live.testbed_problem(state)
+        os.kill(spin.pid, signal.SIGSTOP)
+        _wait_state(spin.pid, "T")
+        assert (
+            f"co-runner (the CPU-time share is not enforced without it) PID {spin.pid} is stopped"
+            in (live.testbed_problem(state))
+        )
+    finally:
+        spin.kill()
+        spin.wait()

@@ -11,13 +11,14 @@ level runs.
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import Any
 
 from shrink import processes as process
 from shrink.procfs import proc_info
-from shrink.testbed.state import ReplicaState
+from shrink.testbed.state import SPINNER, ReplicaState
 from shrink.topology import format_cpulist, parse_cpulist
 
 __all__ = ["POLL_S", "Watch", "frozen", "replica_problems", "state_problems"]
@@ -106,6 +107,13 @@ def _share_changes(r: ReplicaState, alive: list[int]) -> list[str]:
     return out
 
 
+def _policy(pid: int) -> int | None:
+    try:
+        return os.sched_getscheduler(pid)
+    except OSError:
+        return None
+
+
 def replica_problems(r: ReplicaState, mounts: dict[str, Path] | None = None) -> list[str]:
     """What is wrong with a replica whose processes still run: a process stopped or
     frozen, its share's cgroup changed, a process's CPUs not the recorded ones."""
@@ -119,6 +127,15 @@ def replica_problems(r: ReplicaState, mounts: dict[str, Path] | None = None) -> 
             out.append(f"{r.role(p)} PID {p} is stopped {how}")
         elif (where := frozen(p, mounts)) is not None:
             out.append(f"{r.role(p)} PID {p} is frozen ({where})")
+    for p, start in r.spinners.items():
+        # A co-runner stopped or taken off SCHED_FIFO gives the server the whole CPU.
+        info = proc_info(p) if process.is_alive(p, start) else None
+        if info is not None and info.state in ("T", "t"):
+            out.append(f"{SPINNER} PID {p} is stopped")
+        elif info is not None and (where := frozen(p, mounts)) is not None:
+            out.append(f"{SPINNER} PID {p} is frozen ({where})")
+        elif info is not None and _policy(p) not in (None, os.SCHED_FIFO):
+            out.append(f"{SPINNER} PID {p} no longer runs SCHED_FIFO")
     for p, cpus in r.pinned.items():
         if p in alive:
             try:
