@@ -216,3 +216,50 @@ def test_a_co_runner_stopped_or_off_sched_fifo_is_named():
     finally:
         spin.kill()
         spin.wait()
+
+
+def _answering(status: int):
+    """A replay engine whose every request is answered whole with ``status``."""
+
+    def engine(schedule, config, writer, *, t0=None, on_ready=None, handle_signals=True):
+        t0 = on_ready()
+        for i in range(200):
+            tc = writer.targets.code("127.0.0.1:9")
+            ok = writer.errors.code("")
+            row = RunLogRow(i / 100, i / 100, i / 100 + 1e-3, i / 100 + 2e-3, status, 100, 0, i,
+                            tc, ok)  # fmt: skip
+            writer.add(row)
+        writer.close()
+        return EngineStats(t0=t0, t0_unix=0.0, wall=2.0, cpu=0.0, requests=200)
+
+    return engine
+
+
+def _live(state: dict, engine) -> LiveTarget:
+    cpus = sorted(os.sched_getaffinity(0))
+    return LiveTarget(
+        [("127.0.0.1", 9)], state=state, share_cpus=cpus[-1:],
+        generator=GeneratorPlacement(tuple(cpus[:1]), True, engine=engine), idle_bound=0.1,
+    )  # fmt: skip
+
+
+def test_a_server_that_answers_4xx_to_everything_is_a_testbed_error():
+    """The docroot made unreadable (chmod 000) mid-sweep on nginx-php-fpm: the levels
+    after were 100% 403, "FAILED (excluded)", the sweep ran on and exited 0, and `mat`
+    gave a bound from the levels before. Now the level stops the sweep, naming the
+    status and the error log."""
+    state = _state(os.getpid(), errorlog="/run/x/error.log")
+    with pytest.raises(
+        TestbedError, match=r"200 of 200 requests were answered HTTP 403.*/run/x/error\.log"
+    ):
+        _live(state, _answering(403)).run(steady_trace(), rate_factor=1.0, warmup=0.0, duration=2.0)
+    # 5xx stay the level's failures (an overloaded server may answer so) ...
+    res = _live(state, _answering(503)).run(
+        steady_trace(), rate_factor=1.0, warmup=0.0, duration=2.0
+    )
+    assert len(res.runlog) == 200
+    # ... and 404s a trace recorded are the trace's.
+    trace = steady_trace()
+    trace = trace.with_column("status", np.full(len(trace), 404, dtype=np.int32))
+    res = _live(state, _answering(404)).run(trace, rate_factor=1.0, warmup=0.0, duration=2.0)
+    assert len(res.runlog) == 200

@@ -121,6 +121,26 @@ def unreached(log: RunLog, window: tuple[float, float]) -> tuple[int, int]:
     return int(in_win.sum()), int((in_win & err.to_numpy(zero_copy_only=False)).sum())
 
 
+def refused(log: RunLog, window: tuple[float, float]) -> tuple[int, int, int]:
+    """(requests intended in ``window``, those answered with a 4xx status, the commonest
+    such status or 0)."""
+    intended = log.column("intended")
+    status = log.column("status")
+    in_win = (intended >= window[0]) & (intended < window[1])
+    hit = in_win & (status >= 400) & (status < 500)
+    codes, counts = np.unique(status[hit], return_counts=True)
+    return int(in_win.sum()), int(hit.sum()), int(codes[np.argmax(counts)]) if len(codes) else 0
+
+
+def _expects_4xx(trace: Trace) -> bool:
+    """Whether the trace recorded 4xx answers (an access log's 404s): then a replay that
+    gets them is the trace's, not a server gone wrong."""
+    if not trace.has("status") or not len(trace):
+        return False
+    status = trace.column("status")
+    return bool(np.mean((status >= 400) & (status < 500)) >= 0.01)
+
+
 def _running(pids: list[int]) -> list[int]:
     """The PIDs that are on a CPU or in uninterruptible sleep (state R or D)."""
     return [p for p in pids if (i := proc_info(p)) is not None and i.state in ("R", "D")]
@@ -447,7 +467,7 @@ class LiveTarget:
         if not engine.interrupted:
             if seen is not None:
                 raise TestbedError(f"during the level, the server under test {seen}")
-            self._check_server(log, window)
+            self._check_server(log, window, trace)
         return RunResult(log, window, check, util, per_cpu, desc)
 
     def _watch(self) -> Watch | None:
@@ -459,20 +479,41 @@ class LiveTarget:
         return watch
 
     def _check_server(
-        self, log: RunLog | None = None, window: tuple[float, float] = (0, 0)
+        self,
+        log: RunLog | None = None,
+        window: tuple[float, float] = (0, 0),
+        trace: Trace | None = None,
     ) -> None:
         """Raise a TestbedError when the testbed's server is down: a process of it died,
         its state says it was stopped, or (after a run) the run's requests found nothing
-        listening; or when a process of it is stopped or frozen, or its share changed.
-        A level measured on such a server is not a level."""
+        listening; or when a process of it is stopped or frozen, or its share changed, or
+        (after a run) it answered 4xx to every request. A level measured on such a server
+        is not a level."""
         problem = testbed_problem(self.state)
         if problem is None and log is not None and self.state.get("replicas"):
             n, lost = unreached(log, window)
             if n >= 10 and lost >= UNREACHED_SHARE * n:
                 where = ", ".join(f"{a}:{p}" for a, p in self.addresses)
                 problem = f"is down: {lost:,} of {n:,} requests found no server at {where}"
+        if problem is None and log is not None and trace is not None and self.state.get("replicas"):
+            problem = self._refusing(log, window, trace)
         if problem is not None:
             raise TestbedError(f"the server under test {problem}")
+
+    def _refusing(self, log: RunLog, window: tuple[float, float], trace: Trace) -> str | None:
+        """Why the run's server is not serving the trace: (nearly) every request of the
+        run answered 4xx where the trace recorded none (the docroot's files removed or
+        made unreadable under it), or None. A level of 403s is a testbed's error, not
+        a level: 5xx stay failures of the level (an overloaded server may answer so)."""
+        n, bad, code = refused(log, window)
+        if n < 10 or bad < UNREACHED_SHARE * n or _expects_4xx(trace):
+            return None
+        logs = ", ".join(r["errorlog"] for r in self.state["replicas"] if r.get("errorlog"))
+        return (
+            f"went wrong: {bad:,} of {n:,} requests were answered HTTP {code} (or another "
+            "4xx): it serves none of the trace's pages (its docroot's files gone or "
+            "unreadable, or not the trace's)" + (f"; see {logs}" if logs else "")
+        )
 
     def _sampled(self, sampler: _WindowSampler | None, duration: float) -> dict[str, float]:
         """What the window's /proc snapshots say: server CPU, steal on share and generator."""
