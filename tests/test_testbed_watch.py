@@ -263,3 +263,14 @@ def test_a_server_that_answers_4xx_to_everything_is_a_testbed_error():
     trace = trace.with_column("status", np.full(len(trace), 404, dtype=np.int32))
     res = _live(state, _answering(404)).run(trace, rate_factor=1.0, warmup=0.0, duration=2.0)
     assert len(res.runlog) == 200
+
+
+def test_a_run_folder_removed_under_the_testbed_is_named(tmp_path):
+    """The replica's run folder removed mid-sweep (nginx-php-fpm): PHP's socket went with
+    it, the levels after had their PHP pages 502 (excluded as failed), exit 0."""
+    run = tmp_path / "r0"
+    run.mkdir()
+    state = _state(os.getpid(), run_dir=str(run))
+    assert live.testbed_problem(state) is None
+    run.rmdir()
+    assert live.testbed_problem(state) == f"went wrong: r0: its run folder {run} is gone"

@@ -116,7 +116,8 @@ def _policy(pid: int) -> int | None:
 
 def replica_problems(r: ReplicaState, mounts: dict[str, Path] | None = None) -> list[str]:
     """What is wrong with a replica whose processes still run: a process stopped or
-    frozen, its share's cgroup changed, a process's CPUs not the recorded ones."""
+    frozen, its share's cgroup changed, a process's CPUs not the recorded ones, its run
+    folder removed."""
     mounts = _mounts() if mounts is None else mounts
     alive = [p for p in r.pids if process.is_alive(p, r.starttimes.get(p))]
     out = []
@@ -147,6 +148,9 @@ def replica_problems(r: ReplicaState, mounts: dict[str, Path] | None = None) -> 
                     f"{r.role(p)} PID {p} may run on CPUs {format_cpulist(now)}, not the "
                     f"recorded {format_cpulist(cpus)}"
                 )
+    if r.run_dir and not Path(r.run_dir).is_dir():
+        # Its sockets (php-fpm's, php-cgi's), health page and configs went with it.
+        out.append(f"its run folder {r.run_dir} is gone")
     return out + _share_changes(r, alive)
 
 
