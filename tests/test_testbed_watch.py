@@ -274,3 +274,43 @@ def test_a_run_folder_removed_under_the_testbed_is_named(tmp_path):
     assert live.testbed_problem(state) is None
     run.rmdir()
     assert live.testbed_problem(state) == f"went wrong: r0: its run folder {run} is gone"
+
+
+class _Described:
+    def __init__(self, d: dict) -> None:
+        self.d = d
+
+    def describe(self) -> dict:
+        return self.d
+
+
+def test_mat_adaptive_on_another_testbed_is_refused(tmp_path):
+    """``mat --adaptive`` on a curve of lighttpd on CPU 1 whole, with ``--target`` an
+    nginx-php-fpm testbed on 0@50%: the level measured there was added to the curve and
+    a MAT given from the mix, exit 0."""
+    from shrink.loadcurve import LoadCurve
+    from shrink.measure import sweep
+    from shrink.replay.adaptive import other_testbed
+    from shrink.target import FakeTarget
+
+    def testbed(server: str, cpus: list[int], fraction: float, port: int) -> dict:
+        return {"target": "live", "addresses": [f"127.0.0.1:{port}"],
+                "server": {"name": server, "source": "built-in"},
+                "share": {"cpus": cpus, "cpu_fraction": fraction,
+                          "enforce": {"mechanism": "cfs" if fraction < 1 else "none"}},
+                "mapping": {"name": "1-replica", "replicas": [{"name": "r0", "cpus": cpus}]},
+                "started": f"2026-01-01T00:00:0{port % 10}+00:00"}  # fmt: skip
+
+    d = sweep(FakeTarget(servers=1, demand={"static": 0.001}), steady_trace(), [1, 2], reps=1,
+              warmup=0.5, duration=1, seed=1).to_dict()  # fmt: skip
+    d["meta"]["target"] = testbed("lighttpd-php-cgi", [1], 1.0, 8080)
+    curve = LoadCurve.from_dict(d)
+    why = other_testbed(curve, _Described(testbed("nginx-php-fpm", [0], 0.5, 8081)))
+    assert why is not None and "server 'nginx-php-fpm', not 'lighttpd-php-cgi'" in why
+    assert "share fraction 0.5, not 1.0" in why and "share CPUs [0], not [1]" in why
+    # The same testbed brought up again (another port, another start) is the curve's,
+    # and a plain URL says nothing of what serves it.
+    assert other_testbed(curve, _Described(testbed("lighttpd-php-cgi", [1], 1.0, 9090))) is None
+    assert (
+        other_testbed(curve, _Described({"target": "live", "addresses": ["127.0.0.1:1"]})) is None
+    )

@@ -89,7 +89,7 @@ def mat_cmd(
     """
     from shrink.loadcurve import LoadCurve
     from shrink.mat import check_class, mat
-    from shrink.replay.adaptive import refine
+    from shrink.replay.adaptive import other_testbed, refine
 
     with cli_errors():
         output_path(output)
@@ -121,6 +121,12 @@ def mat_cmd(
                 lag_limit=lag_limit,
                 engine=engine,
             ).target(target)
+            with as_option("--target"):
+                if (why := other_testbed(lc, tgt)) is not None:
+                    raise ParameterError(
+                        f"the curve was not measured on this testbed ({why}): a level "
+                        "measured here would not be the curve's; sweep it anew"
+                    )
             tr = Trace.read_parquet(trace, max_body=max_body)
             try:
                 lc, added = _progress_sweep(lambda progress: refine(

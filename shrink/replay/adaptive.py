@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from shrink.errors import MeasurementError, ShrinkError
 from shrink.knee import Refinement, Step, level_for, next_step
@@ -24,7 +25,7 @@ from shrink.measure.search import level_search
 from shrink.target import Target
 from shrink.trace import Trace
 
-__all__ = ["next_level", "refine"]
+__all__ = ["next_level", "other_testbed", "refine"]
 
 
 def _policy(rel_width: float = 0.1) -> Refinement:
@@ -39,6 +40,37 @@ def next_level(curve: LoadCurve, res: MATResult) -> float:
     level = level_for(curve, res, _policy())
     assert level is not None  # this policy always steps outward
     return level
+
+
+def _testbed(d: dict[str, Any]) -> dict[str, Any]:
+    """What a target's record says of the server a level is measured on: its kind,
+    server, share (CPUs, fraction, enforcement) and mapping; not its ports or start."""
+    share = d.get("share") or {}
+    mapping = d.get("mapping") or {}
+    return {
+        "target": d.get("target"),
+        "server": (d.get("server") or {}).get("name"),
+        "share CPUs": share.get("cpus"),
+        "share fraction": share.get("cpu_fraction"),
+        "enforcement": (share.get("enforce") or {}).get("mechanism"),
+        "mapping": mapping.get("name"),
+        "replicas": len(mapping.get("replicas") or []),
+    }
+
+
+def other_testbed(curve: LoadCurve, target: Target) -> str | None:
+    """How ``target`` differs from the testbed ``curve`` was measured on (a server, share
+    or mapping of another), in words; None if it does not, or the curve (or a target
+    given as a URL) says nothing of its own. A level measured on another testbed is not
+    the curve's."""
+    was = curve.sweep.target
+    if not isinstance(was, dict) or not was.get("server"):
+        return None
+    before, now = _testbed(was), _testbed(target.describe())
+    if now["server"] is None:
+        return None  # a URL: what serves it is not known, so not said to differ
+    diff = [f"{k} {now[k]!r}, not {before[k]!r}" for k in before if before[k] != now[k]]
+    return "; ".join(diff) or None
 
 
 def refine(
