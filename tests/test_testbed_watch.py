@@ -314,3 +314,28 @@ def test_mat_adaptive_on_another_testbed_is_refused(tmp_path):
     assert (
         other_testbed(curve, _Described({"target": "live", "addresses": ["127.0.0.1:1"]})) is None
     )
+
+
+def test_a_testbed_brought_down_under_a_sweep_is_said_so(tmp_path):
+    """``testbed down`` of the testbed a sweep measures: the sweep said "crashed or
+    killed: nginx PID ..., php-fpm PID ...", as of a crash. Its state file says it was
+    brought down, and when: said so."""
+    import json
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    state = _state(os.getpid())
+    state["replicas"][0]["processes"] = {"nginx": [gone.pid]}
+    state["replicas"][0]["starttimes"] = {}
+    state["started"] = "2026-01-01T00:00:00+00:00"
+    path = tmp_path / "tb.json"
+    path.write_text(json.dumps({**state, "stopped": "2026-01-01T00:05:00+00:00"}))
+    target = _live(state, _answering(200))
+    target.state_path = path
+    with pytest.raises(TestbedError, match=r"brought down \(2026-01-01T00:05:00\+00:00\)"):
+        target.run(steady_trace(), rate_factor=1.0, warmup=0.0, duration=2.0)
+    # Another testbed's state in its place (another start) says nothing of this one.
+    path.write_text(json.dumps({**state, "started": "2026-02-02T00:00:00+00:00",
+                                "stopped": "2026-02-02T00:05:00+00:00"}))  # fmt: skip
+    with pytest.raises(TestbedError, match=f"crashed or killed: nginx PID {gone.pid}"):
+        target.run(steady_trace(), rate_factor=1.0, warmup=0.0, duration=2.0)

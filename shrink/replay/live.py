@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 
 from shrink import files
 from shrink._version import __version__
-from shrink.errors import ParameterError, ReplayError, TestbedError
+from shrink.errors import ParameterError, ReplayError, ShrinkError, TestbedError
 from shrink.processes import is_alive
 from shrink.procfs import cpu_seconds, cpu_times, proc_info, steal_times, utilization
 from shrink.replay.engine import EngineConfig
@@ -218,6 +218,7 @@ class LiveTarget:
                 )
         self.addresses = list(addresses)
         self.state = state or {}
+        self.state_path: Path | None = None  # the state file it was read from, if any
         self.share_cpus = sorted(share_cpus or [])
         self.generator_cpus = self._generator_cpus(generator.cpus, generator.allow_overlap)
         if generator.cluster is None and (why := foreign_cpus(self.generator_cpus)):
@@ -261,7 +262,9 @@ class LiveTarget:
             # The generator keeps off the share's CPUs (an older state: its replicas').
             replica_cpus = {c for r in st.replicas for c in r.cpus}
             kw["share_cpus"] = list(st.share.cpus) or sorted(replica_cpus)
-        return cls([(r.address, r.port) for r in st.replicas], state=state, **kw)
+        target = cls([(r.address, r.port) for r in st.replicas], state=state, **kw)
+        target.state_path = Path(path)
+        return target
 
     @classmethod
     def from_targets(cls, targets: list[str], **kw: Any) -> LiveTarget:
@@ -470,11 +473,28 @@ class LiveTarget:
             self._check_server(log, window, trace)
         return RunResult(log, window, check, util, per_cpu, desc)
 
+    def _problem(self) -> str | None:
+        """:func:`testbed_problem`; processes gone because ``testbed down`` stopped the
+        testbed meanwhile (its state file says so now) are said as that, not as killed."""
+        problem = testbed_problem(self.state)
+        if problem is None or not problem.startswith("is down: crashed") or not self.state_path:
+            return problem
+        try:
+            now = files.read_json(self.state_path, what=TestbedState.WHAT)
+        except (ShrinkError, OSError):
+            return problem
+        same = [r.get("pids") for r in now.get("replicas") or []] == [
+            r.get("pids") for r in self.state["replicas"]
+        ]
+        if now.get("stopped") and same and now.get("started") == self.state.get("started"):
+            return f"is down: {server_problem(now)}"
+        return problem
+
     def _watch(self) -> Watch | None:
         """A started :class:`Watch` on the testbed for one run (None for plain URLs)."""
         if not self.state.get("replicas"):
             return None
-        watch = Watch(lambda: testbed_problem(self.state))
+        watch = Watch(self._problem)
         watch.start()
         return watch
 
@@ -489,7 +509,7 @@ class LiveTarget:
         listening; or when a process of it is stopped or frozen, or its share changed, or
         (after a run) it answered 4xx to every request. A level measured on such a server
         is not a level."""
-        problem = testbed_problem(self.state)
+        problem = self._problem()
         if problem is None and log is not None and self.state.get("replicas"):
             n, lost = unreached(log, window)
             if n >= 10 and lost >= UNREACHED_SHARE * n:
