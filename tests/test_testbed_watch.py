@@ -339,3 +339,24 @@ def test_a_testbed_brought_down_under_a_sweep_is_said_so(tmp_path):
                                 "stopped": "2026-02-02T00:05:00+00:00"}))  # fmt: skip
     with pytest.raises(TestbedError, match=f"crashed or killed: nginx PID {gone.pid}"):
         target.run(steady_trace(), rate_factor=1.0, warmup=0.0, duration=2.0)
+
+
+def test_a_co_runner_moved_off_its_cpu_is_named(monkeypatch):
+    """The co-runner's spinner moved to another CPU (``taskset -pc 0``) under a sweep of
+    a ``1@50%`` share: the server had CPU 1 whole, the level was measured as the 50%
+    share, exit 0, and ``status`` said ok."""
+    monkeypatch.setattr(watch, "_policy", lambda pid: os.SCHED_FIFO)  # as root's spinner
+    me, spin = os.getpid(), _sleeper()
+    try:
+        cpu = min(os.sched_getaffinity(0))
+        os.sched_setaffinity(spin.pid, {cpu})
+        enforce = {"mechanism": "corunner", "cpu_fraction": 0.5, "period_us": 1000,
+                   "spin_us": 500, "helper": "c", "cpus": [cpu],
+                   "spinners": {str(spin.pid): proc_info(spin.pid).starttime}}  # fmt: skip
+        assert live.testbed_problem(_state(me, enforce=enforce)) is None
+        enforce["cpus"] = [4095]  # its CPU, as the record says, is not where it runs
+        problem = live.testbed_problem(_state(me, enforce=enforce))
+        assert f"PID {spin.pid} may run on CPUs {cpu}, not CPU 4095" in problem
+    finally:
+        spin.kill()
+        spin.wait()

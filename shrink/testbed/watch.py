@@ -114,6 +114,35 @@ def _policy(pid: int) -> int | None:
         return None
 
 
+def _spinner_problems(r: ReplicaState, mounts: dict[str, Path]) -> list[str]:
+    """A co-runner stopped, frozen, taken off SCHED_FIFO or moved off its CPU: each gives
+    the server its CPU whole. The spinners run one a share CPU, in the record's order."""
+    cpus = list((r.enforce or {}).get("cpus") or [])
+    out = []
+    for i, (p, start) in enumerate(r.spinners.items()):
+        info = proc_info(p) if process.is_alive(p, start) else None
+        if info is None:
+            continue  # dead: said by the liveness check
+        if info.state in ("T", "t"):
+            out.append(f"{SPINNER} PID {p} is stopped")
+        elif (where := frozen(p, mounts)) is not None:
+            out.append(f"{SPINNER} PID {p} is frozen ({where})")
+        elif _policy(p) not in (None, os.SCHED_FIFO):
+            out.append(f"{SPINNER} PID {p} no longer runs SCHED_FIFO")
+        elif i < len(cpus) and (now := _allowed(p)) is not None and list(now) != [cpus[i]]:
+            out.append(
+                f"{SPINNER} PID {p} may run on CPUs {format_cpulist(now)}, not CPU {cpus[i]}"
+            )
+    return out
+
+
+def _allowed(pid: int) -> tuple[int, ...] | None:
+    try:
+        return process.allowed_cpus(pid)
+    except OSError:
+        return None
+
+
 def replica_problems(r: ReplicaState, mounts: dict[str, Path] | None = None) -> list[str]:
     """What is wrong with a replica whose processes still run: a process stopped or
     frozen, its share's cgroup changed, a process's CPUs not the recorded ones, its run
@@ -128,15 +157,7 @@ def replica_problems(r: ReplicaState, mounts: dict[str, Path] | None = None) -> 
             out.append(f"{r.role(p)} PID {p} is stopped {how}")
         elif (where := frozen(p, mounts)) is not None:
             out.append(f"{r.role(p)} PID {p} is frozen ({where})")
-    for p, start in r.spinners.items():
-        # A co-runner stopped or taken off SCHED_FIFO gives the server the whole CPU.
-        info = proc_info(p) if process.is_alive(p, start) else None
-        if info is not None and info.state in ("T", "t"):
-            out.append(f"{SPINNER} PID {p} is stopped")
-        elif info is not None and (where := frozen(p, mounts)) is not None:
-            out.append(f"{SPINNER} PID {p} is frozen ({where})")
-        elif info is not None and _policy(p) not in (None, os.SCHED_FIFO):
-            out.append(f"{SPINNER} PID {p} no longer runs SCHED_FIFO")
+    out += _spinner_problems(r, mounts)
     for p, cpus in r.pinned.items():
         if p in alive:
             try:
