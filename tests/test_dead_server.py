@@ -61,10 +61,13 @@ def _refusing_engine(error: str):
 
 
 def _state(pids: list[int], starttimes: dict[int, int], **more) -> dict:
+    # The replica's CPUs are those its processes (this one) may run on: others are a
+    # server moved off its CPUs (tests/test_testbed_watch.py).
+    cpus = sorted(os.sched_getaffinity(0))
     starts = {str(k): v for k, v in starttimes.items()}
     return {
         "replicas": [
-            {"name": "r0", "address": "127.0.0.1", "port": 9, "cpus": [0], "masters": pids[:1],
+            {"name": "r0", "address": "127.0.0.1", "port": 9, "cpus": cpus, "masters": pids[:1],
              "processes": {"lighttpd": pids}, "starttimes": starts,
              "pinned": {}, "config": "", "errorlog": ""}
         ],

@@ -24,6 +24,11 @@ from shrink.replay.writer import RunLogRow
 from shrink.target import GeneratorPlacement
 from shrink.testbed import watch
 from shrink.testbed.state import ReplicaState
+from shrink.topology import format_cpulist
+
+# The CPUs this process and its children may run on: a replica's, in these states.
+CPUS = sorted(os.sched_getaffinity(0))
+ALL = format_cpulist(CPUS)
 
 
 def _sleeper() -> subprocess.Popen[bytes]:
@@ -34,7 +39,7 @@ def _state(pid: int, **replica) -> dict:
     start = proc_info(pid).starttime
     return {
         "replicas": [
-            {"name": "r0", "address": "127.0.0.1", "port": 9, "cpus": [0], "masters": [pid],
+            {"name": "r0", "address": "127.0.0.1", "port": 9, "cpus": CPUS, "masters": [pid],
              "processes": {"lighttpd": [pid]}, "starttimes": {str(pid): start},
              "pinned": {}, "config": "", "errorlog": "", **replica}
         ]
@@ -129,7 +134,7 @@ def _cgroup(tmp_path: Path, pid: int) -> dict:
     dirs = {}
     for c, files in {
         "cpu": {"cpu.cfs_quota_us": "4000", "cpu.cfs_period_us": "8000"},
-        "cpuset": {"cpuset.cpus": "0", "cpuset.effective_cpus": "0"},
+        "cpuset": {"cpuset.cpus": ALL, "cpuset.effective_cpus": ALL},
     }.items():
         d = tmp_path / c / "shrink" / "g-r0"
         d.mkdir(parents=True)
@@ -159,9 +164,9 @@ def test_a_share_changed_under_the_testbed_is_named(tmp_path, monkeypatch):
         state
     )
     (cpu / "cpu.cfs_quota_us").write_text("4000\n")
-    (cpuset / "cpuset.effective_cpus").write_text("0-1\n")
-    assert "its cpuset's CPUs are 0-1, not the recorded 0" in live.testbed_problem(state)
-    (cpuset / "cpuset.effective_cpus").write_text("0\n")
+    (cpuset / "cpuset.effective_cpus").write_text("4095\n")
+    assert f"its cpuset's CPUs are 4095, not the recorded {ALL}" in live.testbed_problem(state)
+    (cpuset / "cpuset.effective_cpus").write_text(ALL)
     (cpuset / "cgroup.procs").write_text("")
     assert f"lighttpd PID {me} moved out of its cgroup {cpuset}" in live.testbed_problem(state)
     r = ReplicaState.from_dict(state["replicas"][0])
@@ -360,3 +365,19 @@ def test_a_co_runner_moved_off_its_cpu_is_named(monkeypatch):
     finally:
         spin.kill()
         spin.wait()
+
+
+def test_a_server_process_off_the_replicas_cpus_is_named():
+    """``taskset -pc 0-1`` of lighttpd's php-cgi parent (a testbed on CPU 1, without
+    cgroups): only the processes the state records as pinned were checked, and the
+    children it forks after run on both CPUs."""
+    srv = _sleeper()
+    try:
+        state = _state(srv.pid)
+        assert live.testbed_problem(state) is None
+        state["replicas"][0]["cpus"] = [4095]
+        want = f"lighttpd PID {srv.pid} may run on CPUs {ALL}, outside the replica's CPUs 4095"
+        assert want in live.testbed_problem(state)
+    finally:
+        srv.kill()
+        srv.wait()

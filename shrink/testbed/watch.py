@@ -158,17 +158,17 @@ def replica_problems(r: ReplicaState, mounts: dict[str, Path] | None = None) -> 
         elif (where := frozen(p, mounts)) is not None:
             out.append(f"{r.role(p)} PID {p} is frozen ({where})")
     out += _spinner_problems(r, mounts)
-    for p, cpus in r.pinned.items():
-        if p in alive:
-            try:
-                now = process.allowed_cpus(p)
-            except OSError:
-                continue
-            if sorted(now) != sorted(cpus):
-                out.append(
-                    f"{r.role(p)} PID {p} may run on CPUs {format_cpulist(now)}, not the "
-                    f"recorded {format_cpulist(cpus)}"
-                )
+    for p in alive:
+        # Pinned to its record, or (a process not recorded so) inside the replica's CPUs.
+        want, now = r.pinned.get(p), _allowed(p)
+        if now is None or (sorted(now) == sorted(want) if want else set(now) <= set(r.cpus)):
+            continue
+        where = (
+            f"not the recorded {format_cpulist(want)}"
+            if want
+            else (f"outside the replica's CPUs {format_cpulist(r.cpus)}")
+        )
+        out.append(f"{r.role(p)} PID {p} may run on CPUs {format_cpulist(now)}, {where}")
     if r.run_dir and not Path(r.run_dir).is_dir():
         # Its sockets (php-fpm's, php-cgi's), health page and configs went with it.
         out.append(f"its run folder {r.run_dir} is gone")
