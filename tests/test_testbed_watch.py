@@ -381,3 +381,25 @@ def test_a_server_process_off_the_replicas_cpus_is_named():
     finally:
         srv.kill()
         srv.wait()
+
+
+def test_a_v2_share_changed_under_the_testbed_is_named(tmp_path, monkeypatch):
+    """The same on a cgroup v2 tree: one folder, ``cpu.max`` and ``cpuset.cpus.effective``."""
+    from shrink.enforce import cfs
+
+    d = tmp_path / "shrink" / "g-r0"
+    d.mkdir(parents=True)
+    monkeypatch.setattr(cfs, "cgroup_mounts", lambda text=None: {tmp_path})
+    me = os.getpid()
+    for name, text in {"cpu.max": "4000 8000", "cpuset.cpus.effective": ALL,
+                       "cgroup.procs": str(me)}.items():  # fmt: skip
+        (d / name).write_text(text + "\n")
+    cg = {"name": "g-r0", "version": 2, "dirs": {c: str(d) for c in ("cpu", "cpuacct", "cpuset")}}
+    enforce = {"mechanism": "cfs", "cpu_fraction": 0.5, "quota_us": 4000, "period_us": 8000,
+               "cgroup": cg}  # fmt: skip
+    state = _state(me, enforce=enforce)
+    assert live.testbed_problem(state) is None
+    (d / "cpu.max").write_text("max 8000\n")
+    assert "its CFS quota is max/8000 us, not the recorded 4000/8000 us" in live.testbed_problem(
+        state
+    )
