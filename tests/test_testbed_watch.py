@@ -403,3 +403,24 @@ def test_a_v2_share_changed_under_the_testbed_is_named(tmp_path, monkeypatch):
     assert "its CFS quota is max/8000 us, not the recorded 4000/8000 us" in live.testbed_problem(
         state
     )
+
+
+def test_down_of_a_frozen_server_says_it_is_frozen(monkeypatch):
+    """``testbed down`` of a testbed in a frozen v1 freezer: "PIDs [...] survived SIGKILL",
+    exit 1, and no word of why (a frozen task dies only once thawed; thawed, ``down``
+    again cleaned up)."""
+    from shrink import processes
+    from shrink.testbed import recipe
+
+    srv = _sleeper()
+    try:
+        r = ReplicaState.from_dict(_state(srv.pid)["replicas"][0])
+        held = "/sys/fs/cgroup/freezer/held/freezer.state"
+        monkeypatch.setattr(processes, "stop_processes", lambda targets, **kw: [])  # it stays
+        monkeypatch.setattr(recipe, "frozen", lambda pid, mounts: held)
+        want = rf"PIDs \[{srv.pid}\] survived SIGKILL \(frozen by {held}: thaw it, then run down"
+        with pytest.raises(TestbedError, match=want):
+            recipe.stop_replica(r)
+    finally:
+        srv.kill()
+        srv.wait()

@@ -41,6 +41,7 @@ from shrink.testbed import health
 from shrink.testbed.config import PhpLimits
 from shrink.testbed.private import ServerUser, server_env
 from shrink.testbed.state import ReplicaState
+from shrink.testbed.watch import freezer_mounts, frozen
 
 __all__ = [
     "BUILTIN_RECIPES",
@@ -361,7 +362,11 @@ def stop_replica(r: ReplicaState, stop_signal: int = signal.SIGTERM) -> list[int
     stopped = process.stop_processes(targets, first=r.masters, first_signal=stop_signal)
     left = [p for p, t in targets.items() if process.is_alive(p, t)]
     if left:
-        raise TestbedError(f"replica {r.name}: PIDs {left} survived SIGKILL")
+        # A frozen process takes SIGKILL only once thawed: say where, not just that.
+        mounts = freezer_mounts()
+        held = sorted({w for p in left if (w := frozen(p, mounts)) is not None})
+        why = f" (frozen by {', '.join(held)}: thaw it, then run down again)" if held else ""
+        raise TestbedError(f"replica {r.name}: PIDs {left} survived SIGKILL{why}")
     return stopped
 
 

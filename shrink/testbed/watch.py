@@ -21,7 +21,14 @@ from shrink.procfs import proc_info
 from shrink.testbed.state import SPINNER, ReplicaState
 from shrink.topology import format_cpulist, parse_cpulist
 
-__all__ = ["POLL_S", "Watch", "frozen", "replica_problems", "state_problems"]
+__all__ = [
+    "POLL_S",
+    "Watch",
+    "freezer_mounts",
+    "frozen",
+    "replica_problems",
+    "state_problems",
+]
 
 POLL_S = 0.25  # how often a level's watch looks: a stop shorter than this may pass unseen
 
@@ -33,7 +40,7 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def _mounts() -> dict[str, Path]:
+def freezer_mounts() -> dict[str, Path]:
     """Cgroup mount points: ``freezer`` (v1) and ``""`` (the v2 tree), where mounted."""
     out: dict[str, Path] = {}
     for line in (_read(Path("/proc/self/mounts")) or "").splitlines():
@@ -147,7 +154,7 @@ def replica_problems(r: ReplicaState, mounts: dict[str, Path] | None = None) -> 
     """What is wrong with a replica whose processes still run: a process stopped or
     frozen, its share's cgroup changed, a process's CPUs not the recorded ones, its run
     folder removed."""
-    mounts = _mounts() if mounts is None else mounts
+    mounts = freezer_mounts() if mounts is None else mounts
     alive = [p for p in r.pids if process.is_alive(p, r.starttimes.get(p))]
     out = []
     for p in alive:
@@ -177,7 +184,7 @@ def replica_problems(r: ReplicaState, mounts: dict[str, Path] | None = None) -> 
 
 def state_problems(state: dict[str, Any]) -> str | None:
     """:func:`replica_problems` of every replica of a testbed state, in one line, or None."""
-    mounts = _mounts()
+    mounts = freezer_mounts()
     found = []
     for d in state.get("replicas") or []:
         r = ReplicaState.from_dict(d)
