@@ -424,3 +424,23 @@ def test_down_of_a_frozen_server_says_it_is_frozen(monkeypatch):
     finally:
         srv.kill()
         srv.wait()
+
+
+@pytest.mark.parametrize("targets", [["a.json", "b.json"], ["a.json,http://127.0.0.1:8080"]])
+def test_a_testbed_state_beside_another_target_is_refused(tmp_path, targets):
+    """``sweep --target a.json --target b.json`` (two testbeds at once): "target a.json is
+    not an IP address ...; pass allow_remote=True (--allow-remote)", advice that would
+    have sent the load to a host named a.json."""
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    trace = tmp_path / "t.parquet"
+    steady_trace().write_parquet(trace)
+    args = ["sweep", str(trace), "--levels", "1", "-o", str(tmp_path / "c.json")]
+    for t in targets:
+        args += ["--target", t]
+    r = CliRunner().invoke(app, args, terminal_width=250)
+    assert r.exit_code == 2, r.output
+    assert "a.json is a testbed state: give it alone" in r.output
+    assert "allow-remote" not in r.output

@@ -19,7 +19,7 @@ import typer
 from shrink.checks import parse_duration
 from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
 from shrink.cli._common import as_option, console, cpu_list, parse_lag_limit
-from shrink.errors import OptionError
+from shrink.errors import OptionError, ParameterError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -197,6 +197,14 @@ class EngineOptions:
             for item in items:
                 if not item.endswith(".json"):
                     parse_url(item)
+            states = [i for i in items if i.endswith(".json")]
+            if states and len(items) > 1:
+                # A state names every replica of its testbed; beside another target it
+                # was taken for a host name ("pass --allow-remote").
+                raise ParameterError(
+                    f"{states[0]} is a testbed state: give it alone (it names all its "
+                    f"replicas), not with {len(items) - 1} other target(s); one testbed a run"
+                )
         gen_cpus = _cpus(self.generator_cpus)
         if gen_cpus is None and cluster is None:
             _refuse_time_sliced(self.processes)
