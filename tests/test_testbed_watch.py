@@ -350,8 +350,9 @@ def test_a_co_runner_moved_off_its_cpu_is_named(monkeypatch):
     """The co-runner's spinner moved to another CPU (``taskset -pc 0``) under a sweep of
     a ``1@50%`` share: the server had CPU 1 whole, the level was measured as the 50%
     share, exit 0, and ``status`` said ok."""
-    monkeypatch.setattr(watch, "_policy", lambda pid: os.SCHED_FIFO)  # as root's spinner
     me, spin = os.getpid(), _sleeper()
+    # SCHED_FIFO as root's spinner runs; the server (this process) normal
+    monkeypatch.setattr(watch, "_policy", lambda pid: os.SCHED_FIFO if pid == spin.pid else 0)
     try:
         cpu = min(os.sched_getaffinity(0))
         os.sched_setaffinity(spin.pid, {cpu})
@@ -444,3 +445,20 @@ def test_a_testbed_state_beside_another_target_is_refused(tmp_path, targets):
     assert r.exit_code == 2, r.output
     assert "a.json is a testbed state: give it alone" in r.output
     assert "allow-remote" not in r.output
+
+
+def test_a_real_time_server_on_a_cpu_time_share_is_named(monkeypatch):
+    """``chrt -f -p 10`` of lighttpd and php-cgi on a ``1@25%`` co-runner share: they
+    ran over the spinner (mean 7.8 ms became 0.86 ms at the same load), exit 0,
+    ``status`` ok. (A CFS group refuses real-time tasks: chrt got EPERM there.)"""
+    me = os.getpid()
+    monkeypatch.setattr(watch, "_policy", lambda pid: os.SCHED_FIFO if pid == me else 0)
+    enforce = {"mechanism": "corunner", "cpu_fraction": 0.25, "period_us": 1000,
+               "spin_us": 750, "helper": "c", "cpus": [0], "spinners": {}}  # fmt: skip
+    problem = live.testbed_problem(_state(me, enforce=enforce))
+    assert (
+        problem
+        == f"went wrong: r0: lighttpd PID {me} runs SCHED_FIFO, which the share does not hold"
+    )
+    # On a core share it holds its cores whatever its policy.
+    assert live.testbed_problem(_state(me)) is None

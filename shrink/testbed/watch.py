@@ -114,6 +114,13 @@ def _share_changes(r: ReplicaState, alive: list[int]) -> list[str]:
     return out
 
 
+_REALTIME: dict[int | None, str] = {
+    os.SCHED_FIFO: "SCHED_FIFO",
+    os.SCHED_RR: "SCHED_RR",
+    6: "SCHED_DEADLINE",
+}
+
+
 def _policy(pid: int) -> int | None:
     try:
         return os.sched_getscheduler(pid)
@@ -165,6 +172,11 @@ def replica_problems(r: ReplicaState, mounts: dict[str, Path] | None = None) -> 
         elif (where := frozen(p, mounts)) is not None:
             out.append(f"{r.role(p)} PID {p} is frozen ({where})")
     out += _spinner_problems(r, mounts)
+    if float((r.enforce or {}).get("cpu_fraction") or 1.0) < 1.0:
+        # A real-time server runs over the co-runner (and past a CFS quota): no share.
+        for p in alive:
+            if (name := _REALTIME.get(_policy(p))) is not None:
+                out.append(f"{r.role(p)} PID {p} runs {name}, which the share does not hold")
     for p in alive:
         # Pinned to its record, or (a process not recorded so) inside the replica's CPUs.
         want, now = r.pinned.get(p), _allowed(p)
