@@ -69,6 +69,7 @@ __all__ = [
     "server_env",
     "server_user",
     "swappable_above",
+    "user_name",
 ]
 
 SERVER_USERS = ("www-data", "shrink-www")
@@ -365,7 +366,7 @@ def docroot_writers(docroot: Path, user: ServerUser | None) -> tuple[Path, str] 
         st = os.stat(d)
         sticky = d != root and st.st_mode & stat.S_ISVTX
         if st.st_uid not in allowed:
-            return d, f"owned by {_user_name(st.st_uid)}"
+            return d, f"owned by {user_name(st.st_uid)}"
         if st.st_mode & 0o002 and not sticky:
             return d, f"writable by every user (mode {stat.S_IMODE(st.st_mode):04o})"
         if st.st_mode & 0o020 and not sticky and _group_members(st.st_gid) - allowed:
@@ -386,7 +387,8 @@ def _group_members(gid: int) -> set[int]:
     return uids
 
 
-def _user_name(uid: int) -> str:
+def user_name(uid: int) -> str:
+    """``name (UID n)``, or ``UID n`` for a UID no account has."""
     try:
         return f"{pwd.getpwuid(uid).pw_name} (UID {uid})"
     except KeyError:

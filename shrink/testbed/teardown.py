@@ -19,8 +19,8 @@ from shrink.enforce import Enforcer, enforcer_from_dict
 from shrink.errors import RecipeError, StateError, TestbedError
 from shrink.share import Cgroup
 from shrink.testbed import registry
-from shrink.testbed.private import forgeable, remove_run_root
-from shrink.testbed.recipe import ServerRecipe, stop_replica
+from shrink.testbed.private import forgeable, remove_run_root, user_name
+from shrink.testbed.recipe import ServerRecipe, replica_pids, stop_replica
 from shrink.testbed.servers import load_recipe
 from shrink.testbed.state import ReplicaState, TestbedState, salvage_pids
 
@@ -51,6 +51,40 @@ def _refuse_if_forgeable(state_path: str | Path) -> None:
         )
 
 
+def _refuse_if_anothers(state_path: str | Path, pids: list[int] | None = None) -> None:
+    """A testbed another user started (root's, when this user is not root) cannot be
+    stopped by this one: its processes refuse our signals, its cgroups and state file
+    our writes. Say so before touching any of it, not stop part of it and end on
+    "Operation not permitted" naming nothing. Before the file is read, by its owner;
+    once read, by its processes (a copy of root's state is this user's file)."""
+    me = os.geteuid()
+    if me == 0:
+        return
+    theirs: list[int] = []
+    for p in pids or []:
+        try:
+            os.kill(p, 0)
+        except PermissionError:
+            theirs.append(p)
+        except ProcessLookupError:
+            pass
+    try:
+        owner = os.stat(f"/proc/{theirs[0]}" if theirs else state_path).st_uid
+    except OSError:
+        return  # gone, or the file's reader says what is wrong with it
+    if owner == me:
+        return
+    who = user_name(owner)
+    if theirs:  # the servers' user, when root started them: not who can stop them
+        why, by = f"its processes {theirs[:8]} run as {who}, not as you", "the user who started it"
+    else:
+        why, by = f"it was started by {who}, not by you", who
+    raise TestbedError(
+        f"{state_path}: {why} (UID {me}), so you may not stop it: run "
+        f"`shrink testbed down` as {by}; nothing was stopped"
+    )
+
+
 def _down_damaged(state_path: str | Path, why: TestbedError) -> dict[str, list[int]]:
     """Stop what a damaged state file still names, by PID, never a stranger.
 
@@ -75,6 +109,7 @@ def _down_damaged(state_path: str | Path, why: TestbedError) -> dict[str, list[i
             for d in process.descendants(pid):
                 if (info := process.proc_info(d)) and info.comm.startswith(_SERVER_COMMS):
                     targets.setdefault(d, info.starttime)
+    _refuse_if_anothers(state_path, list(targets))
     stopped = process.stop_processes(targets) if targets else []
     return {"damaged state (PIDs it still names)": stopped}
 
@@ -123,6 +158,7 @@ def down(state_path: str | Path) -> dict[str, list[int]]:
     programs can all be read in /proc, so a file another user wrote could name any
     process on the machine.
     """
+    _refuse_if_anothers(state_path)
     try:
         st = TestbedState.read(state_path)
     except StateError:
@@ -143,6 +179,7 @@ def down(state_path: str | Path) -> dict[str, list[int]]:
             # What up started, and how it stops (the recipe, its signal), not what the
             # file says now.
             st.replicas, st.server = kept.replicas, kept.server
+    _refuse_if_anothers(state_path, [p for r in st.replicas for p in replica_pids(r)])
     recipe = recipe_of(st)
     sig = int(st.server.get("stop_signal", 15))
     out = {r.name: stop_and_release(recipe, r, sig) for r in st.replicas}
