@@ -38,3 +38,13 @@ def test_a_fifo_planted_as_matplotlibrc_in_the_working_folder_is_not_read(tmp_pa
     os.mkfifo(tmp_path / "matplotlibrc")
     done = subprocess.run(IMPORT, env=_env(), cwd=tmp_path, timeout=30, capture_output=True)
     assert done.returncode == 0, done.stderr.decode()
+
+
+def test_a_home_that_does_not_exist_is_not_made_and_nothing_is_said(tmp_path):
+    """``HOME=/nonexistent`` (``nobody``'s): as root matplotlib made the home and its
+    folders; as a user who cannot, it printed two lines of warning every command."""
+    home = tmp_path / "nonexistent"
+    done = subprocess.run(
+        IMPORT, env=_env(HOME=str(home)), timeout=120, capture_output=True, check=True
+    )
+    assert not home.exists() and done.stderr == b""

@@ -24,27 +24,30 @@ from shrink.programs import safe_to_run
 __all__ = ["matplotlib"]
 
 
-def _trusted(folder: Path) -> bool:
+def _usable(folder: Path) -> bool:
     """Whether ``folder``, or the nearest folder above it that exists, is this user's or
-    root's and no one else's to write (:func:`shrink.programs.safe_to_run`)."""
+    root's and no one else's to write (:func:`shrink.programs.safe_to_run`), and this
+    user's to write: else matplotlib warns on two lines and makes a temporary one of
+    its own anyway (a user whose home is root's, such as ``nobody``'s ``/nonexistent``)."""
     p = Path(os.path.abspath(folder))
     while not os.path.lexists(p) and p != p.parent:
         p = p.parent
-    return safe_to_run(p)
+    return safe_to_run(p) and os.access(p, os.W_OK | os.X_OK)
 
 
 def _config_dir() -> None:
     named = os.environ.get("MPLCONFIGDIR")
     home = Path(os.path.expanduser("~"))
+    xdg = (os.environ.get("XDG_CONFIG_HOME"), os.environ.get("XDG_CACHE_HOME"))
+    subs = (".config", ".cache")
     wanted = (
         [Path(named)]
         if named
-        else [
-            Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config"),
-            Path(os.environ.get("XDG_CACHE_HOME") or home / ".cache"),
-        ]
+        else [Path(x) if x else home / sub for x, sub in zip(xdg, subs, strict=True)]
     )
-    if all(_trusted(d) for d in wanted):
+    # A home that does not exist is not made: root would make it (a folder at /).
+    homeless = not named and not all(xdg) and not home.is_dir()
+    if not homeless and all(_usable(d) for d in wanted):
         return
     from shrink.testbed.registry import scratch_base  # ($TMPDIR too may be theirs)
 
