@@ -135,6 +135,9 @@ def own_dir(folder: str | Path, mode: int = 0o755) -> Path:
     return folder
 
 
+_NAME_MAX = 255  # bytes a file name may hold on Linux's file systems
+
+
 def open_exclusive(
     path: Path, suffix: str = ".tmp", mode: int = 0o644, *, dir_fd: int | None = None
 ) -> tuple[int, Path]:
@@ -145,8 +148,12 @@ def open_exclusive(
     name leads to meanwhile.
     """
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC
+    # The name as a prefix, cut to fit a file name's 255 bytes: a legal name of 238 bytes
+    # or more was refused as "File name too long", its temporary twin being longer.
+    room = _NAME_MAX - len(os.fsencode(f"..{secrets.token_hex(6)}{suffix}"))
+    stem = os.fsdecode(os.fsencode(path.name)[: max(room, 0)])
     for _ in range(16):
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}{suffix}")
+        tmp = path.with_name(f".{stem}.{secrets.token_hex(6)}{suffix}")
         try:
             where = tmp.name if dir_fd is not None else tmp
             return os.open(where, flags, mode, dir_fd=dir_fd), tmp

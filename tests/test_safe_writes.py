@@ -339,3 +339,11 @@ def test_a_deleted_current_folder_stops_only_relative_paths(
     assert r.exit_code == 1, text
     shown = "error: the current folder was deleted: give absolute paths, or run from one"
     assert text == shown, text
+
+
+@pytest.mark.parametrize("name", ["n" * 255, "é" * 127, "x" * 238 + ".parquet"])
+def test_a_name_as_long_as_a_file_name_may_be_is_written(tmp_path: Path, name: str) -> None:
+    """A name of 238 to 255 bytes, legal on the file system, was refused as "File name
+    too long": its temporary twin (``.NAME.<12 hex>.tmp``) was past 255 bytes."""
+    path = write_text(tmp_path / name, "x")
+    assert path.read_text() == "x" and [p.name for p in tmp_path.iterdir()] == [name]
