@@ -82,7 +82,9 @@ pub const E_TIMEOUT: usize = 4;
 pub const E_BAD: usize = 5;
 pub const E_CUT: usize = 6;
 pub const E_UNSENT: usize = 7;
-pub const N_ERRORS: usize = 8;
+/// No file descriptor for a connection (the generator's open-file limit): not the server's.
+pub const E_FILES: usize = 8;
+pub const N_ERRORS: usize = 9;
 
 /// The time of ``clock`` in seconds.
 fn clock_s(clock: libc::clockid_t) -> f64 {
@@ -646,6 +648,8 @@ impl Engine {
         if let Some(rid) = self.conns[ci].pending.take() {
             let name = if err == libc::ECONNREFUSED {
                 E_REFUSED
+            } else if err == libc::EMFILE || err == libc::ENFILE {
+                E_FILES
             } else {
                 E_CONNECT
             };

@@ -9,6 +9,7 @@ common case, a whole Content-Length response in one read, takes a fast path.
 from __future__ import annotations
 
 import asyncio
+import errno
 from collections.abc import Callable
 from dataclasses import dataclass
 from time import monotonic
@@ -138,6 +139,8 @@ class _Conn(asyncio.Protocol):
         req, self.pending = self.pending, None
         if req is not None:
             name = "refused" if isinstance(exc, ConnectionRefusedError) else "connect"
+            if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+                name = "files"  # the generator's open-file limit, not the server
             self.e.record(req, 0, -1, _NAN, name)
             self.owner.finished(self, req)
 

@@ -13,6 +13,7 @@ is measuring). Targets must be loopback unless ``allow_remote=True``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from dataclasses import asdict, replace
@@ -31,6 +32,7 @@ from shrink.errors import ParameterError, ReplayError, ShrinkError, TestbedError
 from shrink.processes import is_alive
 from shrink.procfs import cpu_seconds, cpu_times, proc_info, steal_times, utilization
 from shrink.replay.engine import EngineConfig
+from shrink.replay.fd_limit import out_of_files, raise_open_file_limit
 from shrink.replay.native import engine_name, select_engine
 from shrink.replay.scaleout import EngineRun, default_realtime, run_engines
 from shrink.replay.selfcheck import LAG_LIMIT, generator_check, thread_wait
@@ -177,6 +179,12 @@ class _WindowSampler(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
+        # /proc refused (no file descriptor left: `ulimit -n`): the window goes unsampled,
+        # its utilization unknown, rather than a thread's traceback on stderr.
+        with contextlib.suppress(OSError):
+            self._sample()
+
+    def _sample(self) -> None:
         for t in self.at:
             while not self.stop.is_set():
                 left = t - monotonic()
@@ -217,6 +225,7 @@ class LiveTarget:
                     "(--allow-remote) to load another machine"
                 )
         self.addresses = list(addresses)
+        raise_open_file_limit()
         self.state = state or {}
         self.state_path: Path | None = None  # the state file it was read from, if any
         self.share_cpus = sorted(share_cpus or [])
@@ -470,6 +479,7 @@ class LiveTarget:
         if not engine.interrupted:
             if seen is not None:
                 raise TestbedError(f"during the level, the server under test {seen}")
+            out_of_files(log)
             self._check_server(log, window, trace)
         return RunResult(log, window, check, util, per_cpu, desc)
 

@@ -72,7 +72,9 @@ _COUNTS = (
     "runq_wait_us",
     "preempted",
 )
-_ERRORS = ("refused", "connect", "reset", "closed", "timeout", "bad-response", "cut", "unsent")
+_ERRORS = (
+    "refused", "connect", "reset", "closed", "timeout", "bad-response", "cut", "unsent", "files"
+)  # fmt: skip
 _UNKNOWN = 2**64 - 1  # the core's count for what /proc did not say
 
 

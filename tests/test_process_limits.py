@@ -1,0 +1,45 @@
+"""shrink under the limits its process was given (``ulimit``): a limit met is named in one
+line, not counted as the server's failures."""
+
+from __future__ import annotations
+
+import resource
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from shrink.replay.native import available
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _limited(n: int) -> Callable[[], None]:
+    return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+
+
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_a_generator_out_of_file_descriptors_says_so(tmp_path, engine):
+    """Under ``ulimit -n 32`` a connection the engine could not open (EMFILE) was a
+    "connect" failure: the run said "FAILED REQUESTS: 200 of 200 ... not the server
+    serving the trace" and "is the server up?"; a sweep's level, thousands "FAILED"."""
+    if engine == "native" and not available():
+        pytest.skip("the native core is not built")
+    # A server that takes connections and never answers: each one holds a descriptor.
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1000)
+        port = srv.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "shrink", "replay", "--target", f"http://127.0.0.1:{port}",
+             "--rate", "200", "--path", "/x", "--duration", "1s", "--timeout", "1s",
+             "--engine", engine, "-o", str(tmp_path / "r.parquet")],
+            cwd=ROOT, capture_output=True, text=True, timeout=60, preexec_fn=_limited(32),
+        )  # fmt: skip
+    err = done.stderr.strip().splitlines()
+    assert done.returncode == 1, done.stderr
+    assert err[-1].startswith("error: the load generator ran out of file descriptors (ulimit")
+    assert "ulimit -n 32" in err[-1] and "Traceback" not in done.stderr
