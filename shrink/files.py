@@ -29,6 +29,7 @@ import functools
 import json
 import math
 import os
+import re
 import stat
 import tomllib
 from pathlib import Path
@@ -86,6 +87,9 @@ def check_output(path: str | Path, *, kind: str = "file", what: str = "output") 
         raise ParameterError(
             f"{what} {path} is a device, pipe, socket or descriptor; name a regular file"
         )
+    if (fs := _kernel_fs(path)) is not None:
+        # root may "write" there as far as access() says; the write fails once measured
+        raise ParameterError(f"{what} {path} is on {fs} (the kernel's, not storage): name another")
     if path.exists():
         if not os.access(path, os.W_OK | (os.X_OK if kind == "dir" else 0)):
             raise ParameterError(f"{what} {path} is not writable")
@@ -98,6 +102,48 @@ def check_output(path: str | Path, *, kind: str = "file", what: str = "output") 
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ParameterError(f"{what} {path}: cannot create it, {parent} is not writable")
     return path
+
+
+_KERNEL_FS = frozenset(
+    [
+        "proc",
+        "sysfs",
+        "cgroup",
+        "cgroup2",
+        "debugfs",
+        "tracefs",
+        "securityfs",
+        "configfs",
+        "bpf",
+        "pstore",
+        "efivarfs",
+        "fusectl",
+        "devpts",
+        "mqueue",
+        "binfmt_misc",
+        "autofs",
+    ]
+)
+
+
+def _kernel_fs(path: str | Path) -> str | None:
+    """The type of the kernel's file system (``proc``, ``sysfs``, ...) that ``path``, or
+    the nearest folder above it that exists, lies on; None on any other (or unknown)."""
+    p = Path(os.path.realpath(path))
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    best, fs = "", None
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                fields, _, rest = line.partition(" - ")
+                point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), fields.split()[4])
+                inside = str(p) == point or str(p).startswith(point.rstrip("/") + "/")
+                if inside and len(point) >= len(best):
+                    best, fs = point, rest.split(" ", 1)[0]
+    except (OSError, IndexError):
+        return None
+    return fs if fs in _KERNEL_FS else None
 
 
 def regular_file(path: str | Path, *, kind: str, reason: str) -> Path:

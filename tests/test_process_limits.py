@@ -1,5 +1,6 @@
-"""shrink under the limits its process was given (``ulimit``): a limit met is named in one
-line, not counted as the server's failures."""
+"""shrink in the process's environment: a limit it was given (``ulimit``) is named in one
+line, not counted as the server's failures; an output on the kernel's file systems is
+refused before anything is measured."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from shrink.errors import ParameterError
+from shrink.files import check_output
 from shrink.replay.native import available
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,3 +46,16 @@ def test_a_generator_out_of_file_descriptors_says_so(tmp_path, engine):
     assert done.returncode == 1, done.stderr
     assert err[-1].startswith("error: the load generator ran out of file descriptors (ulimit")
     assert "ulimit -n 32" in err[-1] and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("path", "kind", "fs"),
+    [("/sys/kernel/mm", "dir", "sysfs"), ("/sys/kernel/x.json", "file", "sysfs"),
+     ("/proc/sys/kernel/x.json", "file", "proc"), ("/proc/1/new", "dir", "proc")],
+)  # fmt: skip
+def test_an_output_on_the_kernels_file_systems_is_refused_before_measuring(path, kind, fs):
+    """As root ``access()`` calls /sys folders writable: ``predict -o /sys/kernel/mm``
+    measured every level, then "cannot write (Permission denied)"."""
+    with pytest.raises(ParameterError, match=rf"is on {fs} \(the kernel's, not storage\)"):
+        check_output(path, kind=kind)
+    assert check_output("/dev/shm/x.json") == Path("/dev/shm/x.json")  # tmpfs is storage
