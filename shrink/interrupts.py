@@ -1,4 +1,5 @@
-"""SIGINT, SIGTERM and SIGHUP stop a command the same way: as Ctrl-C.
+"""SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 stop a command the same way:
+as Ctrl-C.
 
 Each raises KeyboardInterrupt (or, inside a run, stops the replay engine, which
 then returns what it measured), so the same code keeps the finished levels and
@@ -38,7 +39,16 @@ __all__ = [
     "working",
 ]
 
-STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# SIGQUIT (Ctrl-\), SIGUSR1 and SIGUSR2 too: their default action ends the process at
+# once, and a stray `kill -USR1` lost every finished level without a word (exit 138).
+STOP_SIGNALS: tuple[signal.Signals, ...] = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+)
 
 _last = [int(signal.SIGINT)]
 # The signals install() took, and how many working() blocks are open.

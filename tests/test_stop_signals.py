@@ -1,5 +1,6 @@
-"""SIGTERM and SIGHUP stop a sweep as SIGINT does: the finished levels are kept, one
-line says so, the exit status is 128 + the signal, and no temporary file is left."""
+"""SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 stop a sweep as SIGINT does: the
+finished levels are kept, one line says so, the exit status is 128 + the signal, and
+no temporary file is left."""
 
 from __future__ import annotations
 
@@ -37,7 +38,10 @@ def server():
 @pytest.mark.parametrize(
     ("sig", "status", "said"),
     [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "stopped by SIGTERM"),
-     (signal.SIGHUP, 129, "stopped by SIGHUP")],
+     (signal.SIGHUP, 129, "stopped by SIGHUP"),
+     # their default ended the sweep at once: no line, every finished level lost
+     (signal.SIGQUIT, 131, "stopped by SIGQUIT"), (signal.SIGUSR1, 138, "stopped by SIGUSR1"),
+     (signal.SIGUSR2, 140, "stopped by SIGUSR2")],
 )  # fmt: skip
 def test_a_signal_after_the_first_level_keeps_it(tmp_path, server, sig, status, said):
     t = np.arange(2000) / 100.0
@@ -53,6 +57,8 @@ def test_a_signal_after_the_first_level_keeps_it(tmp_path, server, sig, status, 
          "-o", str(tmp_path / "curve.json"), "--runlogs", str(logs)],
         env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True,
+        # as from a terminal: a shell's background job (a CI step) ignores SIGQUIT
+        preexec_fn=lambda: signal.signal(signal.SIGQUIT, signal.SIG_DFL),
     )  # fmt: skip
     deadline = time.monotonic() + 60
     # the second level's run log is begun once the first level is finished
