@@ -241,3 +241,34 @@ def test_the_demo_stopped_by_sigterm_or_sighup_says_so_as_for_ctrl_c(tmp_path, s
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + sig, err
     assert _shown(err) == [f"stopped by {sig.name}: the runs so far are in {tmp_path}"]
+
+
+def test_a_generator_stopped_past_its_horizon_flags_the_level(tmp_path, server):
+    """SIGSTOP (or Ctrl-Z) spanning a run's end, then SIGCONT: the engine found its horizon
+    passed and ended, the sessions' requests due meanwhile neither sent nor late; the
+    level kept a third of its load (39.7 req/s for 120) with a send lag of 0.2 ms,
+    unflagged."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    trace, logs, curve = tmp_path / "t.parquet", tmp_path / "logs", tmp_path / "curve.json"
+    subprocess.run(
+        [sys.executable, "-m", "shrink", "synth", "support", "--users", "200", "--duration",
+         "60s", "--seed", "1", "-o", str(trace)], env=env, check=True, capture_output=True,
+    )  # fmt: skip
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "shrink", "sweep", str(trace), "--target", server,
+         "--levels", "0.3,0.4", "--reps", "1", "--warmup", "0.2s", "--duration", "1.5s",
+         "--lag-limit", "50ms", "-o", str(curve), "--runlogs", str(logs)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not list(logs.glob(".run001*.tmp")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(1.0)  # into the second level's window, then stopped past its end
+    sweep.send_signal(signal.SIGSTOP)
+    time.sleep(2.0)
+    sweep.send_signal(signal.SIGCONT)
+    out, err = sweep.communicate(timeout=60)
+    assert sweep.returncode == 0, err
+    levels = LoadCurve.read_json(curve).levels
+    assert [lv.generator_behind for lv in levels] == [False, True], out
+    assert "GENERATOR BEHIND (stopped or lost: excluded)" in out

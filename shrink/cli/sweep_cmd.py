@@ -315,8 +315,13 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
     for r in rows:
         flag = ""
         if r["generator_behind"]:
-            lag = "" if r["send_lag_p99"] is None else f"send lag p99 {_ms(r['send_lag_p99'])} > "
-            flag = f"  GENERATOR BEHIND ({lag}{_ms(limit)}: excluded)"
+            lag = r["send_lag_p99"]
+            why = (  # else it was stopped (or, on a cluster, lost) and sent nothing late
+                f"send lag p99 {_ms(lag)} > {_ms(limit)}"
+                if lag is not None and (limit is None or lag > limit)
+                else "stopped or lost"
+            )
+            flag = f"  GENERATOR BEHIND ({why}: excluded)"
         if r["failed"]:
             flag += f"  {r['errors']} FAILED (over {_limit_text()}: excluded)"
         elif r["errors"]:

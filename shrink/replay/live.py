@@ -36,9 +36,10 @@ from shrink.replay.fd_limit import out_of_files, raise_open_file_limit
 from shrink.replay.native import engine_name, select_engine
 from shrink.replay.scaleout import EngineRun, default_realtime, run_engines
 from shrink.replay.selfcheck import LAG_LIMIT, generator_check, thread_wait
+from shrink.replay.stopwatch import StopWatch, flag_if_stopped
 from shrink.runlog import RunLog
 from shrink.schedule import ScheduleOptions
-from shrink.target import GeneratorPlacement, RunResult
+from shrink.target import GeneratorCheck, GeneratorPlacement, RunResult
 from shrink.testbed.state import SPINNER, ReplicaState, TestbedState
 from shrink.testbed.watch import Watch, state_problems
 from shrink.topology import foreign_cpus
@@ -390,7 +391,11 @@ class LiveTarget:
         server_pids = [int(p) for r in self.state.get("replicas", []) for p in r.get("pids", [])]
         idle_wait, idle = wait_idle(server_pids, self.idle_bound) if server_pids else (0.0, True)
 
+        paused: list[StopWatch] = []
+
         def on_start(t0: float) -> None:
+            paused.append(StopWatch(t0 + horizon))
+            paused[0].start()
             # the window's edges are known once the engine has fixed its zero
             if self.share_cpus:
                 pids = [int(p) for r in self.state.get("replicas", []) for p in r.get("pids", [])]
@@ -412,7 +417,7 @@ class LiveTarget:
                 avoid_cpus=frozenset(self.share_cpus),
             )
         except BaseException:
-            for smp in samplers:
+            for smp in [*samplers, *paused]:
                 smp.stop.set()
             if watch is not None:
                 watch.finish()
@@ -420,6 +425,8 @@ class LiveTarget:
         # A server stopped, frozen or re-shared during the level and put back before its
         # end: the level measured what the recorded share was not, so it is not a level.
         seen = watch.finish() if watch is not None else None
+        for w in paused:
+            w.stop.set()
         for smp in samplers:
             # a run whose sessions all ended early still measures the whole window;
             # an interrupted one stops now (Ctrl-C must not wait for the planned end)
@@ -456,6 +463,7 @@ class LiveTarget:
             # load was not what it says, so it is never used for a MAT.
             slots = ", ".join(f"{g['slot']} on {g['node']}" for g in lost)
             check = replace(check, behind=True, reason=f"generator lost ({slots})")
+        check = self._if_stopped(check, paused, engine)
         alive = self._pids_alive()
         desc = {
             **self.describe(),
@@ -507,6 +515,15 @@ class LiveTarget:
         watch = Watch(self._problem)
         watch.start()
         return watch
+
+    def _if_stopped(
+        self, check: GeneratorCheck, paused: list[StopWatch], engine: EngineRun
+    ) -> GeneratorCheck:
+        """``check`` flagged behind if this process, running the engine, was stopped
+        (:func:`flag_if_stopped`); an engine in processes of its own, or on a cluster, ran
+        on while this one was stopped."""
+        inline = len(engine.stats) == 1 and self._placement().cluster is None
+        return flag_if_stopped(check, paused[0].gap if paused else 0.0, inline)
 
     def _check_server(
         self,
