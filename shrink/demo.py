@@ -26,6 +26,7 @@ trace; thresholds by a stated rule) go through the same steps with
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Mapping
@@ -560,10 +561,14 @@ def main(argv: list[str] | None = None) -> int:
             run_demo(args.out, quick=args.quick, server=args.server)
     except ShrinkError as exc:
         # What was measured stays in --out (curves, runs); the reason is one line.
-        print(f"error: {exc} (what was measured is in {args.out})", file=sys.stderr)
+        where = f" (what was measured is in {args.out})" if _holds_any(args.out) else ""
+        print(f"error: {exc}{where}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:
-        print(interrupted_line(exc, args.out), file=sys.stderr)
+        line = interrupted_line(exc, args.out)
+        if not getattr(exc, "kept", None) and not _holds_any(args.out):
+            line = f"{interrupts.stopped_by()}: nothing was measured"
+        print(line, file=sys.stderr)
         return interrupts.exit_status()
     return 0
 
@@ -573,6 +578,16 @@ def interrupted_line(exc: KeyboardInterrupt, out: Path) -> str:
     kept = ", ".join(str(k) for k in getattr(exc, "kept", []))
     where = f"kept {kept}" if kept else f"the runs so far are in {out}"
     return f"{interrupts.stopped_by()}: {where}"
+
+
+def _holds_any(out: Path) -> bool:
+    """Whether ``out`` is a folder with something in it: a demo stopped before it could
+    make ``--out`` (a read-only checkout) said "what was measured is in demo-out"."""
+    try:
+        with os.scandir(out) as it:
+            return any(True for _ in it)
+    except OSError:
+        return False
 
 
 if __name__ == "__main__":

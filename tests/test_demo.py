@@ -60,6 +60,7 @@ def test_ctrl_c_during_the_demo_is_one_line_naming_what_was_kept(monkeypatch, tm
         raise KeyboardInterrupt
 
     monkeypatch.setattr(demo, "run_demo", plain)
+    (tmp_path / "runs").mkdir()  # what the runs so far wrote
     assert demo.main(["--out", str(tmp_path)]) == 130
     assert capsys.readouterr().err.strip() == f"interrupted: the runs so far are in {tmp_path}"
 
@@ -134,3 +135,28 @@ def test_a_planted_work_location_is_not_followed_nor_read_without_end(tmp_path):
         reader.join(5)
         assert not reader.is_alive(), plant
     assert got == [None, None]
+
+
+def test_a_demo_stopped_before_it_made_its_folder_says_nothing_was_measured(
+    monkeypatch, tmp_path, capsys
+):
+    """A read-only checkout: "error: demo-out: cannot write (Read-only file system, EROFS)
+    (what was measured is in demo-out)", of a folder that was never made."""
+    from shrink.errors import WriteError
+
+    out = tmp_path / "demo-out"
+
+    def refused(out, **kw):
+        raise WriteError(out, OSError(30, "Read-only file system"))
+
+    monkeypatch.setattr(demo, "run_demo", refused)
+    assert demo.main(["--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {out}: cannot write") and "measured" not in err
+
+    def plain(out, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(demo, "run_demo", plain)
+    assert demo.main(["--out", str(out)]) == 130
+    assert capsys.readouterr().err.strip() == "interrupted: nothing was measured"

@@ -232,6 +232,7 @@ interrupts.run_main(lambda: demo.main(["--out", sys.argv[1]]))
 def test_the_demo_stopped_by_sigterm_or_sighup_says_so_as_for_ctrl_c(tmp_path, sig):
     """``make demo`` (and bench_fidelity, the same way) took no handler: a SIGTERM outside
     a replay killed it without a word, and one inside a run was "interrupted", exit 130."""
+    (tmp_path / "runs").mkdir()  # what the runs so far wrote
     proc = subprocess.Popen(
         [sys.executable, "-c", _DEMO_SLEEPS, str(tmp_path)], stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
