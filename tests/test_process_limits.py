@@ -59,3 +59,20 @@ def test_an_output_on_the_kernels_file_systems_is_refused_before_measuring(path,
     with pytest.raises(ParameterError, match=rf"is on {fs} \(the kernel's, not storage\)"):
         check_output(path, kind=kind)
     assert check_output("/dev/shm/x.json") == Path("/dev/shm/x.json")  # tmpfs is storage
+
+
+def test_out_of_memory_is_one_line_naming_the_limit_not_a_bug(monkeypatch, capsys):
+    """``predict`` on the simulator under ``ulimit -v 600000``: "internal error
+    (MemoryError: ); this is a bug in shrink", exit 70."""
+    import typer
+
+    from shrink.cli._common import cli_errors
+
+    monkeypatch.setattr(resource, "getrlimit", lambda _r: (614_400_000, 614_400_000))
+    with pytest.raises(typer.Exit) as info, cli_errors():
+        raise MemoryError
+    assert info.value.exit_code == 1
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "error: out of memory (ulimit -v 600000): raise the limit, or give a smaller input"
+    )

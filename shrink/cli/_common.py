@@ -30,6 +30,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
+import resource
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -239,6 +240,14 @@ def _report(exc: BaseException, written: list[Path]) -> None:
             soft_wrap=True,
         )
         raise typer.Exit(code=interrupts.exit_status()) from None
+    except MemoryError:
+        # Not a bug: the machine, or `ulimit -v`, gave too little (was exit 70 "internal").
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        limit = f" (ulimit -v {soft // 1024})" if soft != resource.RLIM_INFINITY else ""
+        kept = kept_files((), written)
+        error_line(f"out of memory{limit}: raise the limit, or give a smaller input"
+                   + ("; kept " + ", ".join(kept) if kept else ""))  # fmt: skip
+        raise typer.Exit(code=EXIT_ERROR) from None
     except Exception as exc:
         # Path.resolve() met a symlink loop (--docroot, --machine): before Python 3.13 a
         # RuntimeError, not the OSError (ELOOP) every other read of that path gives.
