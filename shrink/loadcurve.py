@@ -13,7 +13,10 @@ Wasserstein distances can be computed without the per-request arrays.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import stat as _stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -467,7 +470,18 @@ class LoadCurve(files.VersionedFile):
         return handler({**meta, **self.sweep.model_dump(exclude_unset=True)})
 
     def write_json(self, path: str | Path) -> Path:
-        return write_text(path, dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
+        """Write the curve; a whole one (``X.json``) replaces what a stopped run kept of an
+        earlier one beside it (``X.partial.json``, ``X.summary.json``), which stayed, as
+        new as it looked, beside the rerun's report."""
+        written = write_text(path, dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
+        stem = written.name.removesuffix(".json")
+        if stem != written.name and not stem.endswith((".partial", ".summary")):
+            for twin in (f"{stem}.partial.json", f"{stem}.summary.json"):
+                stale = written.with_name(twin)
+                with contextlib.suppress(OSError):
+                    if _stat.S_ISREG(os.lstat(stale).st_mode):  # a file of ours, not a link
+                        os.unlink(stale)
+        return written
 
     @classmethod
     def read_json(cls, path: str | Path) -> LoadCurve:

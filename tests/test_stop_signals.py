@@ -273,3 +273,17 @@ def test_a_generator_stopped_past_its_horizon_flags_the_level(tmp_path, server):
     levels = LoadCurve.read_json(curve).levels
     assert [lv.generator_behind for lv in levels] == [False, True], out
     assert "GENERATOR BEHIND (stopped or lost: excluded)" in out
+
+
+def test_a_whole_curve_replaces_what_a_stopped_run_kept_beside_it(tmp_path):
+    """``make demo`` stopped, then run again to the end: its ``measured-curve.partial.json``
+    and ``full-curve.partial.json`` stayed beside the new whole curves and report."""
+    curve = LoadCurve([], knob="rate_factor")
+    for name in ("c.partial.json", "c.summary.json", "d.partial.json"):
+        (tmp_path / name).write_text("{}")
+    (tmp_path / "link.partial.json").symlink_to(tmp_path / "d.partial.json")
+    curve.write_json(tmp_path / "c.json")
+    curve.write_json(tmp_path / "link.json")
+    curve.write_json(tmp_path / "e.partial.json")  # a partial curve replaces nothing
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == ["c.json", "d.partial.json", "e.partial.json", "link.json", "link.partial.json"]
