@@ -23,14 +23,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from shrink import files
 from shrink._version import __version__
 from shrink.errors import ParameterError, ReplayError, ShrinkError, TestbedError
 from shrink.processes import is_alive
 from shrink.procfs import cpu_seconds, cpu_times, proc_info, steal_times, utilization
+from shrink.replay.answers import UNREACHED_SHARE, expects_4xx, refused, unreached
 from shrink.replay.engine import EngineConfig
 from shrink.replay.fd_limit import out_of_files, raise_open_file_limit
 from shrink.replay.native import engine_name, select_engine
@@ -84,13 +83,6 @@ def parse_url(url: str) -> tuple[str, int]:
     return parts.hostname, port or 80
 
 
-# Errors of a request that never reached a server: nothing listens, or it hung up.
-_UNREACHED = ("refused", "connect", "reset", "closed")
-# The share of a run's requests that, unreached, says the server is gone rather than
-# loaded: an overloaded server still answers most, or times them out.
-UNREACHED_SHARE = 0.99
-
-
 def server_problem(state: dict[str, Any]) -> str | None:
     """What a testbed's state says is wrong with its server: brought down, or a process
     of it gone (the check ``shrink testbed status`` makes), or None."""
@@ -114,34 +106,6 @@ def testbed_problem(state: dict[str, Any]) -> str | None:
         return f"is down: {down}"
     changed = state_problems(state) if state.get("replicas") else None
     return f"went wrong: {changed}" if changed is not None else None
-
-
-def unreached(log: RunLog, window: tuple[float, float]) -> tuple[int, int]:
-    """(requests intended in ``window``, those that never reached a server)."""
-    intended = log.column("intended")
-    in_win = (intended >= window[0]) & (intended < window[1])
-    err = pc.is_in(log.table.column("error"), value_set=pa.array(_UNREACHED))
-    return int(in_win.sum()), int((in_win & err.to_numpy(zero_copy_only=False)).sum())
-
-
-def refused(log: RunLog, window: tuple[float, float]) -> tuple[int, int, int]:
-    """(requests intended in ``window``, those answered with a 4xx status, the commonest
-    such status or 0)."""
-    intended = log.column("intended")
-    status = log.column("status")
-    in_win = (intended >= window[0]) & (intended < window[1])
-    hit = in_win & (status >= 400) & (status < 500)
-    codes, counts = np.unique(status[hit], return_counts=True)
-    return int(in_win.sum()), int(hit.sum()), int(codes[np.argmax(counts)]) if len(codes) else 0
-
-
-def _expects_4xx(trace: Trace) -> bool:
-    """Whether the trace recorded 4xx answers (an access log's 404s): then a replay that
-    gets them is the trace's, not a server gone wrong."""
-    if not trace.has("status") or not len(trace):
-        return False
-    status = trace.column("status")
-    return bool(np.mean((status >= 400) & (status < 500)) >= 0.01)
 
 
 def _running(pids: list[int]) -> list[int]:
@@ -447,23 +411,7 @@ class LiveTarget:
             per_cpu = utilization(sampler.snaps[0], sampler.snaps[1], self.share_cpus)
             util = sum(per_cpu.values()) / len(per_cpu) if per_cpu else None
         wall = engine.wall or horizon
-        check = generator_check(
-            log,
-            window,
-            cpu=engine.cpu_seconds / wall if wall > 0 else None,
-            lag_limit=self.lag_limit,
-            processes=max(1, len(engine.stats)),
-            thread_wait=thread_wait(engine.stats),
-            realtime=self.realtime > 0,
-        )
-        self._count_slots(engine.extra.get("generators") or [])
-        lost = engine.extra.get("lost_generators") or []
-        if lost:
-            # A lost generator's sessions were not sent (or not recorded): the level's
-            # load was not what it says, so it is never used for a MAT.
-            slots = ", ".join(f"{g['slot']} on {g['node']}" for g in lost)
-            check = replace(check, behind=True, reason=f"generator lost ({slots})")
-        check = self._if_stopped(check, paused, engine)
+        check = self._generator_check(log, window, engine, wall, paused)
         alive = self._pids_alive()
         desc = {
             **self.describe(),
@@ -516,6 +464,34 @@ class LiveTarget:
         watch.start()
         return watch
 
+    def _generator_check(
+        self,
+        log: RunLog,
+        window: tuple[float, float],
+        engine: EngineRun,
+        wall: float,
+        paused: list[StopWatch],
+    ) -> GeneratorCheck:
+        """Whether the generator kept the run's schedule: its send lag, a generator lost
+        (cluster), or this process stopped meanwhile."""
+        check = generator_check(
+            log,
+            window,
+            cpu=engine.cpu_seconds / wall if wall > 0 else None,
+            lag_limit=self.lag_limit,
+            processes=max(1, len(engine.stats)),
+            thread_wait=thread_wait(engine.stats),
+            realtime=self.realtime > 0,
+        )
+        self._count_slots(engine.extra.get("generators") or [])
+        lost = engine.extra.get("lost_generators") or []
+        if lost:
+            # A lost generator's sessions were not sent (or not recorded): the level's
+            # load was not what it says, so it is never used for a MAT.
+            slots = ", ".join(f"{g['slot']} on {g['node']}" for g in lost)
+            check = replace(check, behind=True, reason=f"generator lost ({slots})")
+        return self._if_stopped(check, paused, engine)
+
     def _if_stopped(
         self, check: GeneratorCheck, paused: list[StopWatch], engine: EngineRun
     ) -> GeneratorCheck:
@@ -553,7 +529,7 @@ class LiveTarget:
         made unreadable under it), or None. A level of 403s is a testbed's error, not
         a level: 5xx stay failures of the level (an overloaded server may answer so)."""
         n, bad, code = refused(log, window)
-        if n < 10 or bad < UNREACHED_SHARE * n or _expects_4xx(trace):
+        if n < 10 or bad < UNREACHED_SHARE * n or expects_4xx(trace):
             return None
         logs = ", ".join(r["errorlog"] for r in self.state["replicas"] if r.get("errorlog"))
         return (
