@@ -14,12 +14,13 @@ from typing import Any
 
 from extrapolate.mappings import extrapolate_mappings
 from shrink.atomic import make_dirs
-from shrink.autolevels import AutoPlan, auto_sweep
+from shrink.autolevels import AutoPlan, Pairing, auto_sweep
 from shrink.defaults import MAX_BODY
 from shrink.errors import ParameterError, ShrinkError, TraceFormatError, WriteError
 from shrink.loadcurve import LoadCurve
 from shrink.mat import MATResult
 from shrink.measure import SweepInterrupted
+from shrink.measure.keep import KeepLevels
 from shrink.predict import PredictConfig, predict
 from shrink.prediction import Prediction
 from shrink.providers import TargetSettings, make_provider
@@ -197,6 +198,7 @@ def _measure_full(
                 seed=int(pred.seed or 0) + 7919,
                 alpha=1.0,
                 progress=progress,
+                pairing=Pairing(keep=KeepLevels(out / "full-curve.partial.json")),
             )
     except (SweepInterrupted, ShrinkError) as stop:
         if stop.curve is not None and stop.curve.levels:

@@ -42,6 +42,7 @@ from shrink.machine import Machine
 from shrink.mapping import BUILTIN_MAPPINGS, check_mappings
 from shrink.mat import MATResult, mat
 from shrink.measure import default_loop_window, default_skip
+from shrink.measure.keep import KeepLevels
 from shrink.prediction import MappingPrediction, Prediction, StatPrediction
 from shrink.recommend import recommend
 from shrink.report.assumptions import (
@@ -78,6 +79,9 @@ __all__ = [
     "predict",
     "scaled_mats",
 ]
+
+# The measured curve's finished levels, kept as each ends and when the run stops.
+_PARTIAL = "measured-curve.partial.json"
 
 Progress = Callable[[str, int, int], None]
 
@@ -196,7 +200,7 @@ def _keep_partial(
     """Write the levels an interrupted sweep finished, so that no measurement is lost."""
     kept = []
     if curve.levels:
-        kept.append(curve.write_json(out / "measured-curve.partial.json"))
+        kept.append(curve.write_json(out / _PARTIAL))
     if companion is not None and companion.levels:
         full = companion_curve(companion, knob=config.knob, plan=config.plan)
         full.meta["interrupted"] = True
@@ -269,6 +273,7 @@ def predict(
         # On a CPU-time share latencies are 1/s longer: search the knee at scaled thresholds.
         share_thresholds = {s: t / share.speed_factor for s, t in config.thresholds.items()}
         between = _beside(beside, share_thresholds, config.thresholds)
+        keep = None if out_dir is None else KeepLevels(Path(out_dir) / _PARTIAL)
         try:
             measured = auto_sweep(
                 target,
@@ -279,7 +284,7 @@ def predict(
                 seed=config.seed,
                 alpha=alpha,
                 progress=progress,
-                pairing=Pairing(companion=companion, between=between),
+                pairing=Pairing(companion=companion, between=between, keep=keep),
                 scaling=scaling,
             )
             if beside is not None:  # the speed as read beside the sweep (Beside.now)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from shrink.loadcurve import Level
+from shrink.loadcurve import Level, LoadCurve
 from shrink.measure import LOOP_SESSIONS, default_loop_window
 from shrink.target import Target
 from shrink.trace import Trace
@@ -148,8 +148,11 @@ class Pairing:
     measured on this sweep's target, to go on from (``start``: the validation's own
     search). Neither: a sweep on its own. ``between``: called with each level of the
     swept side once measured (a calibration's light runs on the full target, beside
-    the share's levels); it steers nothing either."""
+    the share's levels); it steers nothing either. ``keep``: called after each of those
+    levels with the swept side's curve so far (:class:`shrink.measure.keep.KeepLevels`,
+    which writes it)."""
 
     companion: Companion | None = None
     start: Mapping[float, Level] | None = None
     between: Callable[[Level], None] | None = None
+    keep: Callable[[LoadCurve], None] | None = None

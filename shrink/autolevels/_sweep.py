@@ -89,6 +89,10 @@ def auto_sweep(
         trace = slow_motion(trace, scaling.scaled_time)
     sweep = _Sweep(target, trace, thresholds, knob, plan, seed, alpha, progress, companion, scaling)
     sweep.between = pairing.between
+    if (keep := pairing.keep) is not None:
+        sweep.keep = lambda levels: keep(
+            curve_of(levels, knob, target, trace, alpha, base_rate=base_rate, plan=plan)
+        )
     if start:
         sweep.levels.update({float(round(k, 6)): v for k, v in start.items()})
     try:
@@ -145,6 +149,7 @@ class _Sweep:
     retried: list[float] = field(default_factory=list, init=False)
     step: int = field(default=0, init=False)
     between: Callable[[Level], None] | None = field(default=None, init=False)
+    keep: Callable[[dict[float, Level]], None] | None = field(default=None, init=False)
     budget: int = field(init=False)
     clock: Clock = field(init=False)
 
@@ -315,6 +320,8 @@ class _Sweep:
         self.levels[level] = got[0]
         if self.companion is not None and got[1] is not None:
             self.companion.levels[level] = got[1]
+        if self.keep is not None:
+            self.keep(self.levels)
         return got[0]
 
     def _rerun_behind(

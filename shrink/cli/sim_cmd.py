@@ -23,7 +23,7 @@ from shrink.cli._common import (
     threshold_text,
 )
 from shrink.cli._replay_opts import _Export
-from shrink.cli.sweep_cmd import _keep_partial_sweep, _levels, _write_curve
+from shrink.cli.sweep_cmd import _keep_partial_sweep, _levels, _write_curve, keep_levels
 from shrink.defaults import DURATION, MAX_BODY, MAX_REPS, REPS, WARMUP
 from shrink.errors import OptionError, ShrinkError, TopologyError, printable
 
@@ -416,14 +416,15 @@ def sweep_cmd(
         formats = parse_exports(export)
         w = parse_duration_option(warmup, "warmup", zero_ok=True)
         d = parse_duration_option(duration, "duration", least=MIN_WINDOW_S)
-        from shrink.measure import SweepInterrupted, sweep
+        from shrink.measure import SweepHooks, SweepInterrupted, sweep
         from shrink.trace import Trace
 
         lv = _levels(levels, knob)
         target = RecordingTarget(_sim_target(machine, mapping, share, param))
         tr = Trace.read_parquet(trace, max_body=max_body)
         try:
-            curve = sweep(target, tr, lv, knob=knob, reps=reps, warmup=w, duration=d, seed=seed)
+            curve = sweep(target, tr, lv, knob=knob, reps=reps, warmup=w, duration=d, seed=seed,
+                          hooks=SweepHooks(keep=keep_levels(output)))  # fmt: skip
         except (SweepInterrupted, ShrinkError) as stop:
             # A signal or an error part-way: the levels finished before it are kept,
             # in CURVE.partial.json, as shrink sweep keeps them.

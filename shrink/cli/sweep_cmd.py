@@ -36,10 +36,11 @@ from shrink.cli._replay_opts import (
     engine_options,
 )
 from shrink.defaults import DURATION, MAX_BODY, MAX_REPS, REPS, WARMUP
-from shrink.errors import OptionError, ParameterError, ShrinkError, WriteError
+from shrink.errors import OptionError, ParameterError, ShrinkError, WriteError, printable
 from shrink.jsonout import dumps
 
 if TYPE_CHECKING:  # pydantic is heavy: the CLI's start-up must not load it
+    from shrink.measure.keep import KeepLevels
     from shrink.schemas import GeneratorMeta
 
 
@@ -113,16 +114,32 @@ def _write_curve(curve: Any, output: Path) -> None:
         raise
 
 
+def keep_levels(output: Path) -> KeepLevels:
+    """What writes a sweep's finished levels to OUTPUT's ``.partial.json`` twin as each
+    ends, and says once, on stderr, if it cannot."""
+    from shrink.measure.keep import KeepLevels, partial_twin
+
+    def cannot(exc: Exception) -> None:
+        typer.echo(
+            f"warning: the finished levels cannot be kept as they end ({printable(exc)}); "
+            "they are written when the sweep ends or stops",
+            err=True,
+        )
+
+    return KeepLevels(partial_twin(output), cannot)
+
+
 def _keep_partial_sweep(stop: Any, output: Path, runlogs: Path | None) -> None:
     """Write a stopped sweep's finished levels to OUTPUT's ``.partial.json`` twin.
 
     ``stop`` is a SweepInterrupted or an error that stopped the sweep (a dead
     server, a full disk); the files written are added to its ``kept``.
     """
+    from shrink.measure.keep import partial_twin
+
     kept: list[str] = []
     if stop.curve is not None and stop.curve.levels:
-        path = output.with_name(output.name.removesuffix(".json") + ".partial.json")
-        kept += _keep_curve(stop.curve, path)
+        kept += _keep_curve(stop.curve, partial_twin(output))
     if runlogs is not None and runlogs.is_dir() and any(runlogs.glob("*.parquet")):
         kept.append(f"the run logs in {runlogs}")
     stop.kept = [*stop.kept, *kept]
@@ -205,7 +222,7 @@ def sweep_cmd(
     behind is flagged and left out of every MAT).
     """
     from shrink.export import RecordingTarget, level_samples, parse_exports, write_sweep_exports
-    from shrink.measure import SweepInterrupted, sweep
+    from shrink.measure import SweepHooks, SweepInterrupted, sweep
     from shrink.trace import Trace
 
     with cli_errors():
@@ -232,7 +249,7 @@ def sweep_cmd(
                         warmup=w,
                         duration=d,
                         seed=seed,
-                        progress=progress,
+                        hooks=SweepHooks(progress, keep_levels(output)),
                     )
                 )
         except (SweepInterrupted, ShrinkError) as stop:

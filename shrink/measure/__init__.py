@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from shrink.measure.fixed_sweep import sweep
+from shrink.measure.fixed_sweep import SweepHooks, sweep
 from shrink.measure.interrupt import SweepInterrupted, stop_if_interrupted, was_interrupted
 from shrink.measure.stats import (
     CLASSES,
@@ -47,6 +47,7 @@ __all__ = [
     "SATURATED",
     "WHOLE_SESSION_QUANTILE",
     "LoopedRun",
+    "SweepHooks",
     "SweepInterrupted",
     "complete_end",
     "default_loop_window",

@@ -18,7 +18,17 @@ from shrink.share import Share
 from shrink.target import Target
 from shrink.trace import Trace
 
-__all__ = ["sweep"]
+__all__ = ["SweepHooks", "sweep"]
+
+
+@dataclass(frozen=True)
+class SweepHooks:
+    """What a sweep tells as it goes: ``progress`` (what runs now, the runs done, the
+    runs in all) and ``keep``, called with the curve so far after each level
+    (:class:`shrink.measure.keep.KeepLevels`, which writes it)."""
+
+    progress: Callable[[str, int, int], None] | None = None
+    keep: Callable[[LoadCurve], None] | None = None
 
 
 def sweep(
@@ -32,13 +42,14 @@ def sweep(
     duration: float = 10.0,
     seed: int = 0,
     alpha: float | None = None,
-    progress: Callable[[str, int, int], None] | None = None,
+    hooks: SweepHooks = SweepHooks(),
 ) -> LoadCurve:
     """Run ``trace`` on ``target`` at each level ``reps`` times; return the LoadCurve.
 
     Each repetition gets its own seed (``seed + 1000 * level_index + rep``) so runs
     are independent yet the whole sweep is reproducible.
     """
+    progress, keep = hooks.progress, hooks.keep
     check_int(reps, "reps", low=1, high=MAX_REPS)
     check_positive(duration, "duration")
     if warmup < 0:
@@ -54,6 +65,8 @@ def sweep(
     try:
         for i, level in enumerate(levels):
             step = _sweep_level(target, trace, i, level, plan, step, out, desc)
+            if keep is not None:
+                keep(_sweep_curve(target, trace, out, knob, alpha, {**meta, "last_run": desc}))
     except KeyboardInterrupt as exc:
         # Keep what was measured: the finished levels, as a curve marked partial.
         partial = _sweep_curve(target, trace, out, knob, alpha, {**meta, "last_run": desc})

@@ -1,0 +1,93 @@
+"""The finished levels are on disk as each ends: a run stopped where Python cannot
+keep them (kill -9, the OOM killer, an abort in native code) leaves them in
+``X.partial.json``; the whole curve, once written, removes that file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers.fake_targets import FailsAt, steady_trace
+from typer.testing import CliRunner
+
+from shrink.cli import app, sim_cmd
+from shrink.loadcurve import LoadCurve
+from shrink.measure import SweepHooks, sweep
+from shrink.measure.keep import KEPT_AS_MEASURED, KeepLevels
+from tests.conftest import ROOT
+from tests.test_export import _trace
+
+SPEC = ROOT / "examples" / "machines" / "nehalem-2s.toml"
+
+
+class Killed(BaseException):
+    """A stop Python's handlers do not see, as kill -9 is: nothing is written after it."""
+
+
+def _sim_sweep(trace: Path, out: Path, levels: str) -> object:
+    return CliRunner().invoke(
+        app,
+        ["sim", "sweep", str(trace), "--machine", str(SPEC), "-o", str(out), "--levels", levels,
+         "--reps", "1", "--warmup", "500ms", "--duration", "2s"],
+    )  # fmt: skip
+
+
+def test_a_sweep_killed_outright_has_its_finished_levels_on_disk(tmp_path, monkeypatch):
+    trace, out = tmp_path / "t.parquet", tmp_path / "curve.json"
+    steady_trace().write_parquet(trace)
+    monkeypatch.setattr(sim_cmd, "_sim_target", lambda *a: FailsAt(3, Killed()))
+    with pytest.raises(Killed):
+        CliRunner().invoke(
+            app,
+            ["sim", "sweep", str(trace), "--machine", str(SPEC), "-o", str(out), "--levels",
+             "1,2,3", "--reps", "1", "--warmup", "500ms", "--duration", "2s"],
+            catch_exceptions=False,
+        )  # fmt: skip
+    kept = LoadCurve.read_json(tmp_path / "curve.partial.json")
+    assert [lv.level for lv in kept.levels] == [1, 2]
+    assert kept.meta[KEPT_AS_MEASURED] is True
+    assert not out.exists()
+
+
+def test_the_whole_curve_removes_the_levels_kept_as_they_ended(tmp_path):
+    trace, out = tmp_path / "t.parquet", tmp_path / "curve.json"
+    steady_trace().write_parquet(trace)
+    r = _sim_sweep(trace, out, "1,2")
+    assert r.exit_code == 0, r.output
+    assert [lv.level for lv in LoadCurve.read_json(out).levels] == [1, 2]
+    assert not (tmp_path / "curve.partial.json").exists()
+
+
+def test_predict_killed_outright_has_the_measured_levels_on_disk(tmp_path, monkeypatch):
+    import shrink.autolevels._sweep as auto
+
+    trace, out = tmp_path / "t.parquet", tmp_path / "out"
+    _trace().write_parquet(trace)
+    real, calls = auto.run_level, []
+
+    def dies_third(*a, **kw):
+        calls.append(1)
+        if len(calls) == 3:
+            raise Killed
+        return real(*a, **kw)
+
+    monkeypatch.setattr(auto, "run_level", dies_third)
+    with pytest.raises(Killed):
+        CliRunner().invoke(
+            app, ["predict", str(trace), "--target", f"sim:{SPEC}", "-o", str(out)],
+            catch_exceptions=False,
+        )  # fmt: skip
+    kept = LoadCurve.read_json(out / "measured-curve.partial.json")
+    # the first call warms the server up (not a level): one level was measured before
+    assert len(kept.levels) == 1 and kept.meta[KEPT_AS_MEASURED] is True
+
+
+def test_a_keep_that_cannot_write_stops_nothing_and_says_so_once(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    said: list[Exception] = []
+    keep = KeepLevels(blocker / "curve.partial.json", said.append)  # under a file: unwritable
+    curve = sweep(FailsAt(99, Killed()), steady_trace(), [1, 2, 3], reps=1, warmup=0.5,
+                  duration=2, hooks=SweepHooks(keep=keep))  # fmt: skip
+    assert [lv.level for lv in curve.levels] == [1, 2, 3]
+    assert len(said) == 1 and keep.failed is said[0]
