@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from shrink.errors import OutputBusyError, WriteError
+from shrink.errors import OutputBusyError, WriteError, printable
 
 __all__ = [
     "atomic_file",
@@ -209,6 +209,18 @@ def open_dir(folder: str | Path) -> int:
     return fd
 
 
+def _holder(fd: int) -> str | None:
+    """Who holds the ``flock`` on ``fd``'s file: "PID 1234 (python3)", or None."""
+    from shrink.procfs import flock_holders, proc_info
+
+    st = os.fstat(fd)
+    pids = [p for p in flock_holders(st.st_dev, st.st_ino) if p != os.getpid()]
+    if not pids:
+        return None
+    info = proc_info(pids[0])
+    return f"PID {pids[0]}" + (f" ({printable(info.comm)})" if info is not None else "")
+
+
 @contextlib.contextmanager
 def claimed(folder: str | Path) -> Iterator[Path]:
     """``folder`` (made if need be) held by this run alone while the block runs.
@@ -227,7 +239,7 @@ def claimed(folder: str | Path) -> Iterator[Path]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise OutputBusyError(path) from None
+            raise OutputBusyError(path, _holder(fd)) from None
         except OSError:
             pass  # a file system that cannot lock a folder: the run goes on unguarded
         yield path

@@ -202,9 +202,11 @@ class NotFittedError(ExtrapolationError, AttributeError):
 class OutputBusyError(ShrinkError):
     """Another shrink run holds the output folder (:func:`shrink.atomic.claimed`)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, holder: str | None = None) -> None:
+        # any process that may read the folder may lock it: who holds it, where known
+        by = f" ({holder} holds its lock)" if holder else ""
         super().__init__(
-            f"{path}: another shrink run is writing this folder; name another output "
+            f"{path}: another shrink run is writing this folder{by}; name another output "
             "folder (-o), or wait until it ends"
         )
         self.path = str(path)

@@ -18,6 +18,7 @@ __all__ = [
     "ProcInfo",
     "cpu_seconds",
     "cpu_times",
+    "flock_holders",
     "proc_info",
     "process_cpu_seconds",
     "steal_times",
@@ -49,6 +50,22 @@ def _stat(pid: int | str) -> ProcInfo:
     f = rest.split()
     number = os.getpid() if pid == "self" else int(pid)
     return ProcInfo(number, comm, f[0], int(f[1]), int(f[11]), int(f[12]), int(f[19]))
+
+
+def flock_holders(dev: int, ino: int, locks: str | Path = "/proc/locks") -> list[int]:
+    """The PIDs holding a ``flock`` on the file ``(dev, ino)``, from ``/proc/locks``;
+    [] where it cannot be read. A waiter's line (``->``) holds nothing."""
+    want = f"{os.major(dev):02x}:{os.minor(dev):02x}:{ino}"
+    try:
+        text = Path(locks).read_text()
+    except OSError:
+        return []
+    held = []
+    for line in text.splitlines():
+        f = line.split()  # "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"
+        if len(f) >= 6 and f[1] == "FLOCK" and f[5] == want and f[4].isdigit():
+            held.append(int(f[4]))
+    return held
 
 
 def proc_info(pid: int) -> ProcInfo | None:

@@ -102,3 +102,38 @@ def test_a_file_system_that_cannot_lock_a_folder_does_not_stop_the_run(tmp_path,
     with claimed(tmp_path / "out") as held:
         (held / "result").write_text("kept")
     assert (tmp_path / "out" / "result").read_text() == "kept"
+
+
+def test_the_holder_of_a_folder_s_lock_is_named(tmp_path):
+    """Any user who may read a folder may lock it: root's run was refused as "another
+    shrink run is writing this folder", the holder's PID (in /proc/locks) unsaid."""
+    out = tmp_path / "out"
+    out.mkdir()
+    hold = (
+        "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY); "
+        "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(30)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(out)], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == b"held"
+        with pytest.raises(OutputBusyError) as err, claimed(out):
+            pass
+        assert f"(PID {holder.pid} (python" in str(err.value), str(err.value)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_flock_holders_reads_proc_locks_as_the_kernel_writes_it(tmp_path):
+    from shrink.procfs import flock_holders
+
+    dev = os.makedev(0xFD, 1)
+    locks = tmp_path / "locks"
+    locks.write_text(
+        "1: POSIX  ADVISORY  WRITE 11 fd:01:77 0 EOF\n"
+        "2: FLOCK  ADVISORY  WRITE 22 fd:01:77 0 EOF\n"
+        "2: -> FLOCK  ADVISORY  WRITE 33 fd:01:77 0 EOF\n"
+        "3: FLOCK  ADVISORY  WRITE 44 fd:01:78 0 EOF\n"
+    )
+    assert flock_holders(dev, 77, locks) == [22]
+    assert flock_holders(dev, 77, tmp_path / "none") == []
