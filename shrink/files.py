@@ -70,6 +70,9 @@ def check_output(path: str | Path, *, kind: str = "file", what: str = "output") 
     write. Its parent folder must exist (a typo in a path must not create a tree of
     folders); a ``kind="dir"`` output itself may be new.
     """
+    if str(path) == "-":
+        # "-" is standard output to most tools: a file named "-" was written instead
+        raise ParameterError(f"{what} '-': shrink writes files, not standard output; name a file")
     path = Path(path)
     if kind == "file" and path.is_dir():
         raise ParameterError(f"{what} {path} is a directory; name a file")

@@ -531,3 +531,22 @@ def test_a_file_whose_every_line_is_skipped_writes_no_trace(tmp_path: Path) -> N
     # A session log of comments only is a valid empty one, as httperf reads it.
     log.write_text("# nothing yet\n")
     assert _ingest(log, out).returncode == 0 and out.exists()
+
+
+@pytest.mark.parametrize("command", [["ingest", "LOG"], ["sample", "TRACE", "--alpha", "0.5"]])
+def test_an_output_of_dash_is_refused_not_written_as_a_file(tmp_path: Path, monkeypatch, command):
+    # `shrink ingest x.log -o -` wrote a file named "-" where stdout was meant
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    log = tmp_path / "x.log"
+    log.write_text('h - - [01/Aug/1995:00:00:01 -0400] "GET /a HTTP/1.0" 200 1\n')
+    trace = tmp_path / "t.parquet"
+    assert CliRunner().invoke(app, ["ingest", str(log), "-o", str(trace)]).exit_code == 0
+    monkeypatch.chdir(tmp_path)
+    args = [{"LOG": str(log), "TRACE": str(trace)}.get(a, a) for a in command]
+    r = CliRunner().invoke(app, [*args, "-o", "-"])
+    assert r.exit_code == 2, r.output
+    assert "'-': shrink writes files, not standard output" in r.output
+    assert not (tmp_path / "-").exists()
