@@ -134,18 +134,24 @@ def _recorded(work: Path, console: Console, cfg: Mapping[str, Any]) -> tuple[Pat
     excerpt: 0.43 req/s), and a rate factor alone does not help: think times are
     replayed as recorded (minutes). So every time (send times and think times) is
     divided by one factor. Only requests the document root can answer as recorded
-    are kept: status 200 for a plain file path (no query, no escapes, no directory);
+    are kept: status 200 for a plain file path (no query, no escapes, no directory, not
+    a ``.php`` page, which the servers would run);
     the others (CGI, redirects, 304s, directory indexes) are counted and said.
     """
     from shrink.ingest.registry import read_trace
-    from shrink.synth.docroot import StaticFile, write_docroot
+    from shrink.synth.docroot import StaticFile, static_problem, write_docroot
 
     trace = read_trace(cfg["source"])
     paths, status = trace.column("path"), trace.column("status")
     dirs = {p.rsplit("/", 1)[0] for p in paths}
     plain = np.array(
         [
-            st == 200 and not p.endswith("/") and "?" not in p and "%" not in p and p not in dirs
+            st == 200
+            and not p.endswith("/")
+            and "?" not in p
+            and "%" not in p
+            and p not in dirs
+            and static_problem(p) is None  # not run as PHP, not the docroot's own file
             for p, st in zip(paths, status, strict=True)
         ],
         dtype=bool,

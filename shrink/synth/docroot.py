@@ -47,6 +47,7 @@ __all__ = [
     "StaticFile",
     "missing_paths",
     "read_manifest",
+    "static_problem",
     "support_docroot",
     "tcp_docroot",
     "write_docroot",
@@ -151,6 +152,27 @@ def _local(root: Path, url_path: str) -> Path:
     return root.joinpath(*parts)
 
 
+# The files a docroot holds of its own, whatever a trace's paths: its PHP pages and
+# its manifest. A static file of a recorded trace at one of them would be replaced.
+_OWN_FILES = frozenset({"manifest.json", "app/_work.php", *(f"app/{p}.php" for p in PAGES)})
+
+
+def static_problem(url_path: str) -> str | None:
+    """Why ``url_path`` cannot be a static file of a docroot (its bytes sent as they are),
+    or None. Both stacks run a ``.php`` file as PHP, as the servers' user: a static file
+    there (a recorded trace's ``/x.php``, its bytes pseudo-random) would be parsed and
+    run, not sent. A path at one of the docroot's own files would be replaced by it."""
+    try:
+        rel = "/".join(_local(Path(), url_path).parts)
+    except ParameterError:
+        return "not a plain absolute URL path"
+    if rel.endswith(".php"):
+        return "the servers run a .php file as PHP, not send its bytes"
+    if rel in _OWN_FILES:
+        return "the docroot's own file (its PHP pages and manifest.json) is there"
+    return None
+
+
 def _same(target: Path, size: int, block: bytes) -> bool:
     fh = _open_regular(target, size)
     if fh is None:
@@ -239,6 +261,10 @@ def write_docroot(
     root = Path(root)
     if root.exists() and not root.is_dir():
         raise ShrinkError(f"{root}: docroot exists and is not a directory")
+    for f in static:
+        why = static_problem(f.path)
+        if why is not None:
+            raise ParameterError(f"static file path == {f.path!r}: {why}.")
     files = {f.path: f for f in static}
     files.setdefault(TCP_PATH, StaticFile(TCP_PATH, TCP_BYTES))
     written = unchanged = on_disk = capped = 0

@@ -1,0 +1,50 @@
+"""The document root written from a trace's paths (the demo's recorded workload):
+what a path may make root write, and where (issue 35)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from shrink import demo
+from shrink.errors import ParameterError
+from shrink.synth.docroot import StaticFile, write_docroot
+from shrink.trace import Trace
+
+pytestmark = pytest.mark.compute
+
+
+def _log(tmp_path: Path, paths: list[str]) -> Path:
+    """A CLF log: each path requested by 3 clients, answered 200 with 100-102 bytes."""
+    lines = [
+        f'10.0.0.{c} - - [01/Aug/1995:00:00:{2 * i + c:02d} -0400] "GET {p} HTTP/1.0" 200 {100 + c}'
+        for i, p in enumerate(paths)
+        for c in range(3)
+    ]
+    log = tmp_path / "access.log"
+    log.write_text("\n".join(lines) + "\n")
+    return log
+
+
+def _recorded(tmp_path: Path, paths: list[str]) -> tuple[Trace, Path]:
+    work = tmp_path / "work"
+    work.mkdir()
+    cfg = {"source": _log(tmp_path, paths), "rate": 100}
+    trace_path, docroot = demo._recorded(work, Console(quiet=True), cfg)
+    return Trace.read_parquet(trace_path), docroot
+
+
+def test_a_php_path_of_a_trace_is_not_written_as_a_page_the_server_runs(tmp_path):
+    # The servers run a .php file as PHP (as www-data): a recorded /p206.php of 64 KiB,
+    # written as its pseudo-random bytes, held "<?=" and answered 500 (a parse error).
+    tr, docroot = _recorded(tmp_path, ["/a.gif", "/p206.php", "/app/index.php", "/manifest.json"])
+    assert sorted(set(tr.column("path").tolist())) == ["/a.gif"]
+    assert not (docroot / "p206.php").exists()
+    assert (docroot / "app/index.php").read_text().startswith("<?php")
+    for path in ("/x.php", "/d/y.php", "//app//_work.php", "/manifest.json"):
+        with pytest.raises(ParameterError, match="static file path"):
+            write_docroot(tmp_path / "d2", workload="w", static=[StaticFile(path, 10)],
+                          dynamic=[], params={})  # fmt: skip
+    assert not (tmp_path / "d2").exists()
