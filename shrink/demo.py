@@ -34,7 +34,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from rich.console import Console
 
 from shrink import interrupts
@@ -135,27 +134,14 @@ def _recorded(work: Path, console: Console, cfg: Mapping[str, Any]) -> tuple[Pat
     replayed as recorded (minutes). So every time (send times and think times) is
     divided by one factor. Only requests the document root can answer as recorded
     are kept: status 200 for a plain file path (no query, no escapes, no directory, not
-    a ``.php`` page, which the servers would run);
+    a ``.php`` page, which the servers would run: ``recorded_plain``);
     the others (CGI, redirects, 304s, directory indexes) are counted and said.
     """
     from shrink.ingest.registry import read_trace
-    from shrink.synth.docroot import StaticFile, static_problem, write_docroot
+    from shrink.synth.docroot import StaticFile, docroot_path, recorded_plain, write_docroot
 
     trace = read_trace(cfg["source"])
-    paths, status = trace.column("path"), trace.column("status")
-    dirs = {p.rsplit("/", 1)[0] for p in paths}
-    plain = np.array(
-        [
-            st == 200
-            and not p.endswith("/")
-            and "?" not in p
-            and "%" not in p
-            and p not in dirs
-            and static_problem(p) is None  # not run as PHP, not the docroot's own file
-            for p, st in zip(paths, status, strict=True)
-        ],
-        dtype=bool,
-    )
+    plain = recorded_plain(trace.column("path"), trace.column("status"))
     # Served as recorded files, every kept request is static here (a CGI script
     # answered 200, /htbin/*.pl in the NASA log, becomes a file of the size it sent).
     kept = trace.filter(plain)
@@ -168,7 +154,8 @@ def _recorded(work: Path, console: Console, cfg: Mapping[str, Any]) -> tuple[Pat
     kept.write_parquet(trace_path)
     sizes: dict[str, int] = {}
     for p, b in zip(kept.column("path"), kept.column("bytes"), strict=True):
-        sizes[p] = max(sizes.get(p, 0), int(b))
+        f = docroot_path(p)  # "//a" and "/a" are served from one file
+        sizes[f] = max(sizes.get(f, 0), int(b))
     docroot = work / "docroot"
     static = [StaticFile(p, b) for p, b in sorted(sizes.items())]
     write_docroot(docroot, workload="recorded", static=static, dynamic=[], params={})

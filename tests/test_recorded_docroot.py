@@ -48,3 +48,18 @@ def test_a_php_path_of_a_trace_is_not_written_as_a_page_the_server_runs(tmp_path
             write_docroot(tmp_path / "d2", workload="w", static=[StaticFile(path, 10)],
                           dynamic=[], params={})  # fmt: skip
     assert not (tmp_path / "d2").exists()
+
+
+def test_a_path_that_is_a_folder_of_another_is_left_out_before_anything_is_written(tmp_path):
+    # /a beside /a/./b (or /a/b/c): the demo wrote the trace, then the file a, then
+    # failed on a/b: "cannot write (Not a directory, ENOTDIR)". //x and /x are one file.
+    paths = ["/a", "/a/./b", "/c", "/c/d/e", "//x", "/x", "/y"]
+    tr, docroot = _recorded(tmp_path, paths)
+    assert sorted(set(tr.column("path").tolist())) == ["//x", "/a/./b", "/c/d/e", "/x", "/y"]
+    assert (docroot / "a/b").is_file() and (docroot / "c/d/e").is_file()
+    assert (docroot / "x").stat().st_size == 102  # the larger of the two, once
+    for pair in (["/a", "/a/b/c"], ["//x", "/x"]):
+        static = [StaticFile(p, 10) for p in pair]
+        with pytest.raises(ParameterError, match=r"a folder of|name one file"):
+            write_docroot(tmp_path / "d3", workload="w", static=static, dynamic=[], params={})
+    assert not (tmp_path / "d3").exists()

@@ -24,7 +24,7 @@ import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, BinaryIO
 
 import numpy as np
@@ -45,8 +45,10 @@ __all__ = [
     "DynamicPage",
     "Manifest",
     "StaticFile",
+    "docroot_path",
     "missing_paths",
     "read_manifest",
+    "recorded_plain",
     "static_problem",
     "support_docroot",
     "tcp_docroot",
@@ -155,6 +157,44 @@ def _local(root: Path, url_path: str) -> Path:
 # The files a docroot holds of its own, whatever a trace's paths: its PHP pages and
 # its manifest. A static file of a recorded trace at one of them would be replaced.
 _OWN_FILES = frozenset({"manifest.json", "app/_work.php", *(f"app/{p}.php" for p in PAGES)})
+
+
+def docroot_path(url_path: str) -> str:
+    """The file ``url_path`` is served from, as a URL path (``//a/./b`` is ``/a/b``);
+    ParameterError if it is none."""
+    return "/" + "/".join(_local(Path(), url_path).parts)
+
+
+def recorded_plain(paths: Sequence[str], status: Sequence[int]) -> np.ndarray:
+    """Which requests of a recorded trace a docroot of one file a path answers as recorded:
+    status 200 for a plain file path (no query, no escapes, not a folder, not one of
+    :func:`static_problem`'s). A folder is any path above another (``/a`` beside
+    ``/a/b/c`` or ``/a/./b``): it cannot be a file too."""
+    files: dict[str, str | None] = {}
+    for p in set(paths):
+        plain = not p.endswith("/") and "?" not in p and "%" not in p
+        files[p] = docroot_path(p) if plain and static_problem(p) is None else None
+    folders = {str(d) for f in files.values() if f for d in PurePosixPath(f).parents}
+    keep = {p for p, f in files.items() if f is not None and f not in folders}
+    return np.array([st == 200 and p in keep for p, st in zip(paths, status, strict=True)])
+
+
+def _check_layout(paths: Iterable[str]) -> None:
+    """Refuse, before anything is written, static files the file system cannot hold
+    together: two paths at one file, or a file at a folder another's path goes through."""
+    by_file: dict[str, str] = {}
+    for p in paths:
+        f = docroot_path(p)
+        if f in by_file:
+            raise ParameterError(f"static file paths {by_file[f]!r} and {p!r} name one file, {f}.")
+        by_file[f] = p
+    for f, p in by_file.items():
+        for d in PurePosixPath(f).parents:
+            if str(d) in by_file:
+                raise ParameterError(
+                    f"static file path {by_file[str(d)]!r} is a folder of {p!r}: a file "
+                    "cannot be a folder too."
+                )
 
 
 def static_problem(url_path: str) -> str | None:
@@ -267,6 +307,7 @@ def write_docroot(
             raise ParameterError(f"static file path == {f.path!r}: {why}.")
     files = {f.path: f for f in static}
     files.setdefault(TCP_PATH, StaticFile(TCP_PATH, TCP_BYTES))
+    _check_layout(files)
     written = unchanged = on_disk = capped = 0
     try:
         for path in sorted(files):
