@@ -3,13 +3,14 @@ what a path may make root write, and where (issue 35)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 from shrink import demo
-from shrink.errors import ParameterError
+from shrink.errors import ParameterError, ShrinkError
 from shrink.synth.docroot import StaticFile, write_docroot
 from shrink.trace import Trace
 
@@ -63,3 +64,27 @@ def test_a_path_that_is_a_folder_of_another_is_left_out_before_anything_is_writt
         with pytest.raises(ParameterError, match=r"a folder of|name one file"):
             write_docroot(tmp_path / "d3", workload="w", static=static, dynamic=[], params={})
     assert not (tmp_path / "d3").exists()
+
+
+def test_a_docroot_the_disk_cannot_hold_is_refused_before_a_byte_is_written(tmp_path, monkeypatch):
+    # A log line may say any size: 10^12 bytes were written until the disk was full
+    # (taking every user's free space, and root's reserve), then "cannot write (ENOSPC)".
+    root = tmp_path / "d"
+    big = [StaticFile("/big.bin", 10**15), StaticFile("/s.gif", 100)]
+    with pytest.raises(ShrinkError, match=r"needs 1,000,000,000,00\d,\d{3} bytes .*/big\.bin"):
+        write_docroot(root, workload="w", static=big, dynamic=[], params={})
+    assert not root.exists()
+    real = os.statvfs
+    few = [StaticFile(f"/f{i}.gif", 10) for i in range(5)]
+
+    def two_inodes(path):
+        st = real(path)
+        return os.statvfs_result((*st[:7], 2, *st[8:]))  # f_favail
+
+    monkeypatch.setattr(os, "statvfs", two_inodes)
+    with pytest.raises(ShrinkError, match=r"8 files more .* 2 files free: nothing written"):
+        write_docroot(root, workload="w", static=few, dynamic=[], params={})
+    monkeypatch.setattr(os, "statvfs", real)
+    write_docroot(root, workload="w", static=few, dynamic=[], params={})  # room: written
+    monkeypatch.setattr(os, "statvfs", two_inodes)
+    assert write_docroot(root, workload="w", static=few, dynamic=[], params={}).unchanged == 6

@@ -197,6 +197,40 @@ def _check_layout(paths: Iterable[str]) -> None:
                 )
 
 
+def _check_room(root: Path, files: Iterable[StaticFile]) -> None:
+    """Refuse, before anything is written, static files their file system has no room
+    for: a recorded trace's sizes are its own (a log line may say 10^12 bytes), and
+    written until the disk was full they took the free space of every other user (and
+    root's reserve) before the write failed. Files there at their size count as kept."""
+    base = root
+    while not base.exists() and base != base.parent:
+        base = base.parent
+    fs = os.statvfs(base)
+    block = fs.f_frsize or 4096
+    need = inodes = 0
+    largest: StaticFile | None = None
+    folders: set[Path] = set()
+    for f in files:
+        target = _local(root, f.path)
+        try:
+            st = os.lstat(target)
+            if stat.S_ISREG(st.st_mode) and st.st_size == f.bytes:
+                continue
+        except OSError:
+            inodes += 1
+            folders.update(d for d in target.parents if d not in folders and not d.exists())
+        need += -(-f.bytes // block) * block
+        largest = f if largest is None or f.bytes > largest.bytes else largest
+    free, free_inodes = fs.f_bavail * block, fs.f_favail
+    inodes += len(folders)
+    if largest is not None and (need > free or (fs.f_files and inodes > free_inodes)):
+        raise ShrinkError(
+            f"{root}: the docroot needs {need:,} bytes and {inodes:,} files more (the "
+            f"largest, {largest.path}, {largest.bytes:,} bytes), but its file system has "
+            f"{free:,} bytes and {free_inodes:,} files free: nothing written"
+        )
+
+
 def static_problem(url_path: str) -> str | None:
     """Why ``url_path`` cannot be a static file of a docroot (its bytes sent as they are),
     or None. Both stacks run a ``.php`` file as PHP, as the servers' user: a static file
@@ -308,6 +342,7 @@ def write_docroot(
     files = {f.path: f for f in static}
     files.setdefault(TCP_PATH, StaticFile(TCP_PATH, TCP_BYTES))
     _check_layout(files)
+    _check_room(root, files.values())
     written = unchanged = on_disk = capped = 0
     try:
         for path in sorted(files):
