@@ -88,3 +88,54 @@ def test_a_docroot_the_disk_cannot_hold_is_refused_before_a_byte_is_written(tmp_
     write_docroot(root, workload="w", static=few, dynamic=[], params={})  # room: written
     monkeypatch.setattr(os, "statvfs", two_inodes)
     assert write_docroot(root, workload="w", static=few, dynamic=[], params={}).unchanged == 6
+
+
+def test_a_users_own_files_in_the_docroot_folder_are_not_replaced(tmp_path):
+    # `synth tcp --docroot SITE` on a folder of the user's own replaced its
+    # app/index.php, manifest.json and static/file1k.bin without a word ("8 written").
+    site = tmp_path / "site"
+    (site / "app").mkdir(parents=True)
+    mine = site / "app/index.php"
+    mine.write_text('<?php echo "my shop";\n')
+    (site / "index.html").write_text("keep\n")
+    with pytest.raises(ShrinkError, match=r"app/index\.php: there already, and not a file shrink"):
+        write_docroot(site, workload="w", static=[StaticFile("/a.gif", 10)], dynamic=[], params={})
+    assert mine.read_text() == '<?php echo "my shop";\n'
+    assert sorted(p.name for p in site.rglob("*")) == ["app", "index.html", "index.php"]
+    mine.unlink()  # a docroot shrink wrote: its files are its own to rewrite, others kept
+    write_docroot(site, workload="w", static=[StaticFile("/a.gif", 10)], dynamic=[], params={})
+    (site / "a.gif").write_bytes(b"x" * 10)
+    (site / "app/index.php").write_text("changed")
+    again = write_docroot(site, workload="w", static=[StaticFile("/a.gif", 10)], dynamic=[],
+                          params={})  # fmt: skip
+    assert again.written == 2 and (site / "index.html").read_text() == "keep\n"
+    (site / "b.gif").write_text("mine")  # not in the manifest: refused
+    with pytest.raises(ShrinkError, match=r"b\.gif: there already"):
+        write_docroot(site, workload="w", static=[StaticFile("/b.gif", 10)], dynamic=[], params={})
+
+
+def test_a_file_shrink_wrote_for_another_site_is_its_own_to_rewrite(tmp_path):
+    # The manifest lists the last site's files only: one left from a site before it
+    # is still shrink's (its bytes are the ones shrink writes at its path).
+    site = tmp_path / "site"
+    write_docroot(site, workload="w", static=[StaticFile("/a.gif", 10)], dynamic=[], params={})
+    write_docroot(site, workload="w", static=[StaticFile("/b.gif", 10)], dynamic=[], params={})
+    again = write_docroot(site, workload="w", static=[StaticFile("/a.gif", 20)], dynamic=[],
+                          params={})  # fmt: skip
+    assert again.written == 1 and (site / "a.gif").stat().st_size == 20
+
+
+def test_a_manifest_swapped_for_a_fifo_or_a_link_is_not_read(tmp_path):
+    # The docroot may be the server user's to write: a FIFO held open by a writer
+    # hung a plain read; a link to a root file was read through.
+    site = tmp_path / "site"
+    write_docroot(site, workload="w", static=[StaticFile("/a.gif", 10)], dynamic=[], params={})
+    (site / "manifest.json").unlink()
+    os.mkfifo(site / "manifest.json")
+    writer = os.open(site / "manifest.json", os.O_RDWR)  # a writer that never writes
+    try:
+        with pytest.raises(ShrinkError, match=r"manifest\.json: there already"):
+            write_docroot(site, workload="w", static=[StaticFile("/a.gif", 10)], dynamic=[],
+                          params={})  # fmt: skip
+    finally:
+        os.close(writer)

@@ -18,6 +18,7 @@ temporary name and renamed, so a server reading the tree never sees half a file.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
@@ -231,6 +232,55 @@ def _check_room(root: Path, files: Iterable[StaticFile]) -> None:
         )
 
 
+_MAX_MANIFEST = 1 << 30
+
+
+def _written_here(root: Path) -> set[Path] | None:
+    """The files the manifest of ``root`` says shrink wrote there (None: no manifest of
+    shrink's; one through a symlink is none)."""
+    target = root / "manifest.json"
+    try:  # opened as _open_regular opens: a FIFO held open by its writer hung read_text
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            data = fh.read(_MAX_MANIFEST)  # up to a million files listed
+        doc = files.parse_json(data, source=target, what=Manifest.WHAT)
+        old = Manifest.from_dict(doc, source=target)
+    except (OSError, ShrinkError):
+        return None
+    out = {target, *(root / "app" / name for name in _php_sources())}
+    for f in old.static:
+        with contextlib.suppress(ParameterError):
+            out.add(_local(root, f.path))
+    return out
+
+
+def _check_foreign(root: Path, targets: Sequence[tuple[Path, str | None]]) -> None:
+    """Refuse to replace a file that shrink did not write: a ``--docroot`` naming a
+    folder of the user's own (a site, with its own ``app/index.php``) had its files
+    replaced without a word. A file there is shrink's if the docroot's manifest lists
+    it, or if it holds, at its size, the bytes shrink writes at its URL path (a docroot
+    written for another workload or site before); nothing is written when one is
+    neither."""
+    ours: set[Path] | None = None
+    for t, url_path in targets:
+        try:
+            size = os.lstat(t).st_size
+        except FileNotFoundError:
+            continue
+        if url_path is not None and _same(t, size, _block(url_path)):
+            continue
+        if ours is None:
+            ours = _written_here(root) or set()
+        if t not in ours:
+            raise ShrinkError(
+                f"{t}: there already, and not a file shrink wrote (no manifest.json of "
+                f"shrink's in {root} lists it): not replaced, nothing written; give "
+                "--docroot a new or empty folder"
+            )
+
+
 def static_problem(url_path: str) -> str | None:
     """Why ``url_path`` cannot be a static file of a docroot (its bytes sent as they are),
     or None. Both stacks run a ``.php`` file as PHP, as the servers' user: a static file
@@ -345,24 +395,30 @@ def write_docroot(
     _check_room(root, files.values())
     written = unchanged = on_disk = capped = 0
     try:
+        todo = []
         for path in sorted(files):
             f = files[path]
             target = _local(root, path)
-            block = _block(path)
-            if _same(target, f.bytes, block):
+            if os.path.lexists(target) and _same(target, f.bytes, _block(path)):
                 unchanged += 1
             else:
-                _write_file(target, f.bytes, block)
-                written += 1
+                todo.append((target, f.bytes, path))  # not its block: 64 KiB a file
             on_disk += f.bytes
             capped += int(f.nominal_bytes is not None and f.nominal_bytes != f.bytes)
-        for name, text in _php_sources().items():
-            written += _write_text(root / "app" / name, text)
+        pages = {root / "app" / name: text.encode() for name, text in _php_sources().items()}
         manifest = Manifest(
             workload, [files[p] for p in sorted(files)], list(dynamic), params=dict(params)
         )
         target = root / "manifest.json"
-        _write_text(target, dumps(manifest.to_dict(), indent=1, sort_keys=True) + "\n")
+        text = dumps(manifest.to_dict(), indent=1, sort_keys=True) + "\n"
+        pages = {p: data for p, data in pages.items() if not _holds(p, data)}
+        _check_foreign(root, [(t, u) for t, _, u in todo] + [(p, None) for p in [*pages, target]])
+        for t, size, url_path in todo:
+            _write_file(t, size, _block(url_path))
+        for p, data in pages.items():
+            write_bytes(p, data, sync=False)
+        written = len(todo) + len(pages)
+        _write_text(target, text)
     except OSError as exc:
         raise ShrinkError(f"{root}: cannot write the docroot ({exc})") from exc
     return DocrootReport(root, target, len(files), written, unchanged, on_disk, capped)
