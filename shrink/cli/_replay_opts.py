@@ -302,12 +302,33 @@ def _progress_sweep(fn: Any) -> Any:
 
 
 def _warn_docroot(tgt: Any, tr: Any, name: Any) -> None:
-    """Before a run on a testbed: warn when its docroot lacks the trace's paths."""
+    """Before a run on a testbed: refuse a trace with bodies over its PHP's post_max_size
+    (:func:`_check_bodies`); warn when its docroot lacks the trace's paths."""
     from shrink.cli.testbed_cmd import coverage_user
     from shrink.testbed.coverage import docroot_coverage
 
+    _check_bodies(tgt, tr, name)
     docroot = (tgt.state or {}).get("docroot")
     if docroot and Path(docroot).is_dir():
         line = docroot_coverage(tr, docroot, coverage_user()).warning(str(name or "the trace"))
         if line:
             typer.echo(line, err=True)
+
+
+def _check_bodies(tgt: Any, tr: Any, name: Any) -> None:
+    """A TestbedError when the trace holds a request body over the testbed's PHP
+    ``post_max_size`` (``up`` without ``--trace``: 8M): PHP drops such a body and runs
+    the page without it (200 on lighttpd), a cheaper request than the one recorded,
+    measured without a word."""
+    from shrink.bodies import largest_body
+    from shrink.errors import TestbedError
+
+    mib = (tgt.state or {}).get("php_post_max_mib")
+    largest = largest_body(tr.table) if mib else 0
+    if mib and largest > int(mib) * 2**20:
+        raise TestbedError(
+            f"{name or 'the trace'} holds a request body of {largest:,} bytes, over the "
+            f"testbed's PHP post_max_size ({mib}M): PHP would drop it and run the page "
+            "without it, a cheaper request than recorded; bring the testbed up with "
+            "--trace naming this trace (post_max_size then holds its largest body)"
+        )

@@ -332,6 +332,9 @@ def up(
                 notes=notes,
                 server=server_record(recipe),
                 share_enforce=enfs[0].describe() if enfs else None,
+                php_post_max_mib=server.php.post_max_mib
+                if recipe.name in BUILTIN_RECIPES
+                else None,
             )
             state.write(state_path)
             # ``owned``: it dies with this process (a parent-death signal) and is recorded

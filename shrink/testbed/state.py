@@ -9,7 +9,8 @@ Layout (see the project brief)::
                    "pinned", "nic_socket", "errorlog", "run_dir", "enforce"}],
      "share": Share.to_dict() | {"enforce": ...}, "mapping": Mapping.to_dict(),
      "machine": Machine.to_dict(),
-     "docroot": path, "versions": {program: version}, "started": iso-time, "notes": [...]}
+     "docroot": path, "versions": {program: version}, "started": iso-time, "notes": [...],
+     "php_post_max_mib": PHP's post_max_size in MiB (built-in recipes)}
 
 ``processes`` lists the replica's PIDs by role (``lighttpd`` and ``php-cgi``,
 ``nginx`` and ``php-fpm``, or ``server`` for a recipe file), ``pids`` all of
@@ -201,6 +202,9 @@ class TestbedState(files.VersionedFile):
     notes: Annotated[list[Text], Field(max_length=10_000)] = field(default_factory=list)
     stopped: Annotated[Name | None, Field(exclude_if=files.is_none)] = None
     server: ServerRecord = field(default_factory=_default_server)  # type: ignore[assignment]
+    # PHP's post_max_size (MiB) on a built-in recipe: a sweep of a trace with larger
+    # bodies is refused, as PHP would drop each body and run a cheaper request.
+    php_post_max_mib: Annotated[int | None, Field(ge=1, exclude_if=files.is_none)] = None
     # How the share is held (shrink.enforce): written as the share's "enforce".
     share_enforce: Annotated[dict[str, Any] | None, Field(exclude=True)] = None
 

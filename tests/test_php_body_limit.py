@@ -1,0 +1,33 @@
+"""A sweep of a trace whose request bodies the testbed's PHP would drop (issue 35)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pytest
+
+from shrink.cli._replay_opts import _warn_docroot
+from shrink.errors import TestbedError
+from shrink.trace import Trace
+
+
+def _trace(body: bytes) -> Trace:
+    cols = {"session": [0, 1], "t": [0.0, 0.5], "method": ["POST", "POST"],
+            "path": ["/app/index.php", "/app/index.php"]}  # fmt: skip
+    table = Trace.from_columns(cols).table.append_column(
+        "body", pa.array([body, b"a=1"], pa.binary())
+    )
+    return Trace(table)
+
+
+def test_a_body_over_the_testbeds_post_max_size_is_refused_before_a_run():
+    # A testbed up without --trace runs PHP with post_max_size 8M: a 10 MB POST was
+    # answered 200 with its body dropped, and the sweep measured it, exit 0.
+    big = _trace(b"a=" + b"x" * (9 << 20))
+    on_8m = SimpleNamespace(state={"php_post_max_mib": 8})
+    with pytest.raises(TestbedError, match=r"body of 9,437,186 bytes, over .* \(8M\)"):
+        _warn_docroot(on_8m, big, "t.parquet")
+    _warn_docroot(SimpleNamespace(state={"php_post_max_mib": 20}), big, "t.parquet")
+    _warn_docroot(SimpleNamespace(state={}), big, "t.parquet")  # a recipe file: no PHP known
+    _warn_docroot(on_8m, _trace(b"a=" + b"x" * ((8 << 20) - 2)), "t.parquet")
