@@ -139,3 +139,14 @@ def test_a_manifest_swapped_for_a_fifo_or_a_link_is_not_read(tmp_path):
                           params={})  # fmt: skip
     finally:
         os.close(writer)
+
+
+def test_a_path_with_a_name_too_long_for_a_file_is_left_out(tmp_path):
+    # One log line with a 300-byte segment stopped the demo after the trace and part of
+    # the docroot were written: "cannot write (File name too long, ENAMETOOLONG)".
+    tr, _ = _recorded(tmp_path, ["/a.gif", "/" + "L" * 300, "/d/" + "é" * 128])
+    assert set(tr.column("path").tolist()) == {"/a.gif"}
+    with pytest.raises(ParameterError, match="over the 255 bytes"):
+        write_docroot(tmp_path / "d4", workload="w", static=[StaticFile("/" + "L" * 256, 1)],
+                      dynamic=[], params={})  # fmt: skip
+    assert not (tmp_path / "d4").exists()

@@ -157,6 +157,7 @@ def _local(root: Path, url_path: str) -> Path:
 
 # The files a docroot holds of its own, whatever a trace's paths: its PHP pages and
 # its manifest. A static file of a recorded trace at one of them would be replaced.
+_NAME_MAX = 255  # bytes in a file name, on Linux's file systems
 _OWN_FILES = frozenset({"manifest.json", "app/_work.php", *(f"app/{p}.php" for p in PAGES)})
 
 
@@ -290,6 +291,8 @@ def static_problem(url_path: str) -> str | None:
         rel = "/".join(_local(Path(), url_path).parts)
     except ParameterError:
         return "not a plain absolute URL path"
+    if any(len(os.fsencode(part)) > _NAME_MAX for part in rel.split("/")):
+        return f"a name in it is over the {_NAME_MAX} bytes a file name may hold"
     if rel.endswith(".php"):
         return "the servers run a .php file as PHP, not send its bytes"
     if rel in _OWN_FILES:
