@@ -240,3 +240,23 @@ def test_cgroup_permission_error_says_what_works_without_root(tmp_path, monkeypa
     with pytest.raises(TopologyError, match=r"need root .* core shares .* CPU affinity"):
         cg.create((0,), 4000, 8000)
     assert not (tmp_path / "cpu" / "shrink" / "t").exists()  # nothing half-made is left
+
+
+def test_the_down_command_shown_quotes_the_state_path(tmp_path, capsys):
+    # "stop with: shrink testbed down --state x.json; touch y", pasted back, ran touch.
+    from shrink.cli.testbed_cmd import _print_up
+
+    (tmp_path / "doc").mkdir()
+    me = process.proc_info(os.getpid())
+    rs = ReplicaState(
+        name="r0", address="127.0.0.1", port=80, cpus=[0], masters=[me.pid],
+        processes={"lighttpd": [me.pid]}, starttimes={me.pid: me.starttime}, pinned={},
+        config="c", errorlog="e", run_dir="d",
+    )  # fmt: skip
+    path = tmp_path / "a b.json; touch y"
+    st = TestbedState([rs], {}, {"name": "1-replica"}, {}, "doc", {}, "t")
+    state = st.write(path)
+    with pytest.raises(TestbedError, match=r"--state '.*/a b\.json; touch y'"):
+        lifecycle.up(tmp_path / "doc", TWO_CORE, Share.all_of(TWO_CORE), state_path=state)
+    _print_up(st, TWO_CORE, Share.all_of(TWO_CORE), state)
+    assert f"--state '{state}'" in capsys.readouterr().out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -185,7 +186,9 @@ def _print_up(st: TestbedState, m: Machine, sh: Share, state: Path) -> None:
     for note in st.notes:  # a warning (another testbed on these CPUs) says so itself
         warn = note.startswith("warning: ")
         typer.echo(note if warn else f"note: {note}", err=warn)
-    typer.echo(f"state: {state}   stop with: shrink testbed down --state {state}")
+    # Quoted for a shell: a state named "a b.json" (or "x.json; cmd"), pasted back,
+    # split in two (or ran the second command).
+    typer.echo(f"state: {state}   stop with: shrink testbed down --state {shlex.quote(str(state))}")
 
 
 def _irq(mapping: Mapping, machine: Machine, nic: list[str], apply: bool) -> None:

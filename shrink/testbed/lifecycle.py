@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -460,5 +461,5 @@ def _refuse_if_running(state_path: Path) -> None:
     if running:
         raise TestbedError(
             f"{state_path} records a testbed that still runs (PIDs {running}); "
-            f"stop it first: shrink testbed down --state {state_path}"
+            f"stop it first: shrink testbed down --state {shlex.quote(str(state_path))}"
         )
