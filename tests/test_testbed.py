@@ -260,3 +260,13 @@ def test_the_down_command_shown_quotes_the_state_path(tmp_path, capsys):
         lifecycle.up(tmp_path / "doc", TWO_CORE, Share.all_of(TWO_CORE), state_path=state)
     _print_up(st, TWO_CORE, Share.all_of(TWO_CORE), state)
     assert f"--state '{state}'" in capsys.readouterr().out
+
+
+def test_the_chmod_shown_for_an_unreadable_docroot_quotes_its_path(tmp_path):
+    from shrink.testbed.private import ServerUser, check_reachable
+
+    doc = tmp_path / "my site; x"
+    doc.mkdir(mode=0o700)
+    nobody = ServerUser("nobody", "nogroup", 65534, 65534)
+    with pytest.raises(TestbedError, match=r"chmod o\+rx '.*/my site; x'"):
+        check_reachable(doc, nobody)

@@ -10,6 +10,7 @@ replay counts them as failures, and this check says so before anything runs.
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,7 +47,8 @@ class DocrootCoverage:
                 f"warning: {self.user}, the user the servers run as, cannot read "
                 f"{len(self.unreadable):,} of the {self.paths:,} paths of {trace_name} in "
                 f"document root {self.docroot} (e.g. {', '.join(self.unreadable[:3])}): they "
-                f"will fail (403) and count as failures; chmod -R o+rX {self.docroot}"
+                "will fail (403) and count as failures; chmod -R o+rX "
+                + shlex.quote(str(self.docroot))
             )
         eg = ", ".join(self.missing[:3])
         hidden = sum(1 for p in self.missing if _HIDDEN.search("/" + served_path(p)))

@@ -42,6 +42,7 @@ import hashlib
 import os
 import pwd
 import re
+import shlex
 import shutil
 import stat
 import tempfile
@@ -282,7 +283,8 @@ def _check_access(target: Path, user: ServerUser, bits: int, what: str = "") -> 
         st = os.stat(d)
         need = bits if d == target else 0o1
         if not _may(st, user, groups, need):
-            fix = f"chmod o+x {d} (pass through only)" if d != target else f"chmod o+rx {d}"
+            q = shlex.quote(str(d))  # pasted into a shell: a space split it
+            fix = f"chmod o+x {q} (pass through only)" if d != target else f"chmod o+rx {q}"
             raise TestbedError(
                 f"{what or target}: the servers run as {user.name}, not root, and "
                 f"{user.name} cannot {'use' if d == target else 'enter'} {d} (mode "
