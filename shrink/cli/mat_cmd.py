@@ -28,6 +28,7 @@ from shrink.cli._replay_opts import (
     _limit_text,
     _Overlap,
     _progress_sweep,
+    _warn_docroot,
 )
 from shrink.defaults import MAX_BODY, MAX_LEVELS, MOST_LEVELS
 from shrink.errors import ParameterError, ShrinkError
@@ -128,6 +129,7 @@ def mat_cmd(
                         "measured here would not be the curve's; sweep it anew"
                     )
             tr = Trace.read_parquet(trace, max_body=max_body)
+            _warn_docroot(tgt, tr, trace)  # as sweep: PHP's body limit, the docroot's paths
             try:
                 lc, added = _progress_sweep(lambda progress: refine(
                     tgt, tr, lc, stat, thr, cls=cls, rel_width=rel_width,
