@@ -150,3 +150,12 @@ def test_a_path_with_a_name_too_long_for_a_file_is_left_out(tmp_path):
         write_docroot(tmp_path / "d4", workload="w", static=[StaticFile("/" + "L" * 256, 1)],
                       dynamic=[], params={})  # fmt: skip
     assert not (tmp_path / "d4").exists()
+
+
+def test_a_path_the_testbed_refuses_or_serves_elsewhere_is_left_out(tmp_path):
+    # Answered 200 in the log, but 403 on the testbed (hidden, lighttpd's "~" and
+    # ".inc") or served from the health check's folder: each replayed as a failure.
+    paths = ["/a.gif", "/.htaccess", "/d/.git/config", "/x~", "/lib.inc", "/__shrink/h.txt",
+             "/.well-known/t.txt"]  # fmt: skip
+    tr, _ = _recorded(tmp_path, paths)
+    assert sorted(set(tr.column("path").tolist())) == ["/.well-known/t.txt", "/a.gif"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -170,12 +171,20 @@ def docroot_path(url_path: str) -> str:
 def recorded_plain(paths: Sequence[str], status: Sequence[int]) -> np.ndarray:
     """Which requests of a recorded trace a docroot of one file a path answers as recorded:
     status 200 for a plain file path (no query, no escapes, not a folder, not one of
-    :func:`static_problem`'s). A folder is any path above another (``/a`` beside
-    ``/a/b/c`` or ``/a/./b``): it cannot be a file too."""
+    :func:`static_problem`'s, none the testbed refuses or serves from elsewhere). A
+    folder is any path above another (``/a`` beside ``/a/b/c`` or ``/a/./b``): it cannot
+    be a file too."""
+    from shrink.testbed.config import HIDDEN_PATH_RE  # the testbed's, loaded for a demo
+
+    # What the testbed answers otherwise than from a docroot file: a hidden segment (403
+    # on both stacks), lighttpd's denied "~" and ".inc" (403), and the health check's
+    # own folder (/__shrink/, served from another folder).
+    refused = re.compile(HIDDEN_PATH_RE + r"|~$|\.inc$|^/__shrink/")
     files: dict[str, str | None] = {}
     for p in set(paths):
         plain = not p.endswith("/") and "?" not in p and "%" not in p
-        files[p] = docroot_path(p) if plain and static_problem(p) is None else None
+        f = docroot_path(p) if plain and static_problem(p) is None else None
+        files[p] = None if f is None or refused.search(f) else f
     folders = {str(d) for f in files.values() if f for d in PurePosixPath(f).parents}
     keep = {p for p, f in files.items() if f is not None and f not in folders}
     return np.array([st == 200 and p in keep for p, st in zip(paths, status, strict=True)])
