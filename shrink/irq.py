@@ -70,7 +70,9 @@ def nic_queue_irqs(interface: str | list[str], interrupts_text: str) -> list[tup
         if not head.strip().isdigit() or not rest.split():
             continue
         desc = rest.split()[-1]
-        prefix = next((n for n in names if desc.startswith(n)), None)
+        # The name whole: ``virtio1`` is not ``virtio12`` (a disk's ``virtio12-req.0``),
+        # nor ``eth1`` ``eth10``; writing those would steer another device's interrupts.
+        prefix = next((n for n in names if _names_device(desc, n)), None)
         if prefix is None or re.search(r"-(tx|output)[-.]?\d+$", desc, re.I):
             continue
         m = re.search(r"(\d+)$", desc[len(prefix) :])
@@ -78,6 +80,12 @@ def nic_queue_irqs(interface: str | list[str], interrupts_text: str) -> list[tup
             continue
         found.append((int(m.group(1)), int(head), desc))
     return [(irq, name) for _, irq, name in sorted(found)]
+
+
+def _names_device(desc: str, name: str) -> bool:
+    """Whether an interrupt's description ``desc`` is the device ``name``'s: it starts
+    with the whole name, followed by nothing or by a separator, not a letter or digit."""
+    return desc.startswith(name) and not desc[len(name) : len(name) + 1].isalnum()
 
 
 def plan_irq_affinity(

@@ -108,3 +108,16 @@ def test_cli_nic_without_queues_fails_before_starting(tmp_path):
     )  # fmt: skip
     assert r.exit_code == 1 and "no queue interrupts for 'nosuchnic0'" in r.output
     assert not (tmp_path / "s.json").exists()
+
+
+def test_a_device_name_is_not_the_start_of_another():
+    # On a VM with ten or more virtio devices, eth0's virtio1 must not take virtio12's
+    # disk queue, nor eth1 the queues of eth10: their affinities are not the NIC's.
+    text = (
+        " 38:  0  9  PCI-MSIX  1-edge  virtio1-input.0\n"
+        " 50:  0  9  PCI-MSIX  1-edge  virtio12-req.0\n"
+        " 51:  0  9  PCI-MSIX  1-edge  virtio10-input.0\n"
+    )
+    assert nic_queue_irqs(["eth0", "virtio1"], text) == [(38, "virtio1-input.0")]
+    q = nic_queue_irqs("eth1", interrupts(("eth1", "eth10"), queues=2))
+    assert [name for _, name in q] == ["eth1-TxRx-0", "eth1-TxRx-1"]
