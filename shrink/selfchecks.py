@@ -11,6 +11,7 @@ from shrink.measure import offered_check
 
 __all__ = [
     "QUIET_OTHER_CPU",
+    "crowded_levels",
     "full_checks",
     "host_drift",
     "host_moved",
@@ -75,6 +76,19 @@ def self_checks(curve: LoadCurve, limits: Mapping[str, float]) -> dict[str, Any]
         # A controlled load: offered load rises with the level, ~linearly.
         **{k: v for k, v in offered_check(curve).items() if k != "offered"},
     }
+
+
+def crowded_levels(curve: LoadCurve) -> dict[float, float]:
+    """Level -> the most other work (CPUs) on the share's CPUs in one of its kept
+    repetitions, for the levels over :data:`QUIET_OTHER_CPU`: another process, or a
+    second load's server work, ran beside the server there, so the level measured a
+    server that shared its CPUs, not the share alone."""
+    out: dict[float, float] = {}
+    for lv in curve.levels:
+        other = [r.other_cpu for r in lv.kept if r.other_cpu is not None]
+        if other and max(other) > QUIET_OTHER_CPU:
+            out[float(lv.level)] = float(max(other))
+    return out
 
 
 def _failure_totals(curve: LoadCurve) -> dict[str, int]:

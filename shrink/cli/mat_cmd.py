@@ -148,6 +148,12 @@ def mat_cmd(
         echo_json(d)
     else:
         _print_mat(res, stat, thr, added, lc)
+    from shrink.cli.sweep_cmd import crowded_warning
+    from shrink.selfchecks import crowded_levels
+
+    if crowded := crowded_levels(lc):
+        # The MAT was read from them: a server slowed by what ran beside it.
+        typer.echo(crowded_warning(crowded, lc.sweep.target.get("share_cpus")), err=True)
     if res.bound is not None:
         # The threshold was not crossed inside the measured range: not a MAT, a bound;
         # one line on stderr says so (exit status 99), as every MAT command does.

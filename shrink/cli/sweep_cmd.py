@@ -323,6 +323,11 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
         }
         for x in curve.levels
     ]
+    from shrink.selfchecks import crowded_levels
+
+    crowded = crowded_levels(curve)
+    for r in rows:
+        r["other_cpu"] = crowded.get(float(r["level"]))
     engine_ran = curve.sweep.generator.engine
     if as_json:
         exported = [str(p) for p in exports]
@@ -343,6 +348,8 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
             flag += f"  {r['errors']} FAILED (over {_limit_text()}: excluded)"
         elif r["errors"]:
             flag += f"  errors {r['errors']}"
+        if r["other_cpu"] is not None:
+            flag += f"  OTHER WORK {100 * r['other_cpu']:.0f}% of a share CPU"
         util = "-" if r["utilization"] is None else f"{100 * r['utilization']:.0f}%"
         typer.echo(
             f"{knob} {r['level']:g}: {r['throughput']:,.1f} req/s  mean {_ms(r['mean'])}  "
@@ -352,8 +359,24 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
     behind = sum(bool(r["generator_behind"]) for r in rows)
     if behind:
         typer.echo(GENERATOR_HINT.format(levels=plural(behind, "level")), err=True)
+    if crowded:
+        typer.echo(crowded_warning(crowded, curve.sweep.target.get("share_cpus")), err=True)
     if exports:
         typer.echo(f"also: {', '.join(str(p) for p in _export_summary(exports))}")
+
+
+def crowded_warning(crowded: dict[float, float], cpus: list[int] | None) -> str:
+    """The line that says levels ran beside other work on the share's CPUs."""
+    from shrink.topology import format_cpulist
+
+    where = f" ({format_cpulist(tuple(cpus))})" if cpus else ""
+    return (
+        f"warning: other work (not the server's processes) took up to "
+        f"{100 * max(crowded.values()):.0f}% of a CPU on the share's CPUs{where} at "
+        f"{plural(len(crowded), 'level')} ({', '.join(f'{x:g}' for x in crowded)}): those "
+        "levels measured a server sharing its CPUs, not the share alone; stop what else "
+        "runs there (another load on the server, a busy process) and measure them again"
+    )
 
 
 def _max_lag(lv: Any) -> float | None:

@@ -413,19 +413,8 @@ class LiveTarget:
         wall = engine.wall or horizon
         check = self._generator_check(log, window, engine, wall, paused)
         alive = self._pids_alive()
-        desc = {
-            **self.describe(),
-            "engine": {
-                "engine": engine_name(self.engine),
-                "processes": len(engine.stats),
-                "cpu_seconds": engine.cpu_seconds,
-                "wall": wall,
-                "interrupted": engine.interrupted,
-                "pool_waits": sum(int(st.extra.get("pool_waits", 0)) for st in engine.stats),
-                **engine.extra,
-            },
-        }
-        desc.update(self._sampled(sampler, duration))
+        desc = self._run_describe(engine, wall)
+        desc.update(self._sampled(sampler, duration, per_cpu))
         if server_pids:
             desc["server_idle_wait"] = idle_wait
             if not idle:  # still busy after the bound: the level carries load over
@@ -438,6 +427,21 @@ class LiveTarget:
             out_of_files(log)
             self._check_server(log, window, trace)
         return RunResult(log, window, check, util, per_cpu, desc)
+
+    def _run_describe(self, engine: EngineRun, wall: float) -> dict[str, Any]:
+        """:meth:`describe`, and how the run's engine ran."""
+        return {
+            **self.describe(),
+            "engine": {
+                "engine": engine_name(self.engine),
+                "processes": len(engine.stats),
+                "cpu_seconds": engine.cpu_seconds,
+                "wall": wall,
+                "interrupted": engine.interrupted,
+                "pool_waits": sum(int(st.extra.get("pool_waits", 0)) for st in engine.stats),
+                **engine.extra,
+            },
+        }
 
     def _problem(self) -> str | None:
         """:func:`testbed_problem`; processes gone because ``testbed down`` stopped the
@@ -538,8 +542,11 @@ class LiveTarget:
             "unreadable, or not the trace's)" + (f"; see {logs}" if logs else "")
         )
 
-    def _sampled(self, sampler: _WindowSampler | None, duration: float) -> dict[str, float]:
-        """What the window's /proc snapshots say: server CPU, steal on share and generator."""
+    def _sampled(
+        self, sampler: _WindowSampler | None, duration: float, per_cpu: dict[int, float]
+    ) -> dict[str, float]:
+        """What the window's /proc snapshots say: server CPU, steal on share and generator,
+        and the other work on the share's CPUs."""
         out: dict[str, float] = {}
         if sampler is not None and len(sampler.server_cpu) == 2 and duration > 0:
             # The server's own processes' CPU over the window, in cores: on a shared
@@ -557,6 +564,11 @@ class LiveTarget:
                     utilization(sampler.steal[0], sampler.steal[1], self.generator_cpus).values(),
                     default=0.0,
                 )
+        if "server_cpu" in out and per_cpu:
+            # What else ran there (another process, a hog, a second load's softirqs): a
+            # sweep's level was the server's alone only if this stayed small.
+            busy = sum(per_cpu.values()) - out.get("share_steal", 0.0)
+            out["share_other_cpu"] = max(0.0, busy - out["server_cpu"])
         return out
 
     def replay(
