@@ -3,9 +3,11 @@ on the same server): the level measured a server sharing its CPUs, and says so."
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from helpers.fake_targets import steady_trace
@@ -51,3 +53,84 @@ def test_a_hog_on_the_share_cpus_is_other_work_in_the_curve(monkeypatch, capsys,
     mat = ["mat", str(tmp_path / "c.json"), "--stat", "mean", "--threshold", "1s"]
     r = CliRunner().invoke(app, mat)
     assert "other work (not the server's processes) took up to 75%" in " ".join(r.output.split())
+
+
+def _client(port: int) -> int:
+    """Another process, not this one's child, holding a connection to 127.0.0.1:``port``
+    (a second sweep); its PID."""
+    code = (
+        "import os, socket, sys, time\n"
+        "if os.fork(): os._exit(0)\n"
+        f"s = socket.create_connection(('127.0.0.1', {port}))\n"
+        "print(os.getpid(), flush=True)\n"
+        "os.close(1); time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    out, _ = proc.communicate(timeout=30)
+    return int(out)
+
+
+def test_another_load_on_the_server_stops_the_level():
+    """Two `shrink sweep`s (or a sweep and a `replay`) on one testbed at once: each level
+    measured a mix of both loads (throughput halved, mean 200 ms against 4 ms), each curve
+    filed as its own, exit 0."""
+    import socket
+
+    from shrink.errors import TestbedError
+    from shrink.replay.live import LiveTarget
+    from shrink.target import GeneratorPlacement
+
+    lsock = socket.create_server(("127.0.0.1", 0))
+    port = lsock.getsockname()[1]
+    own = socket.create_connection(("127.0.0.1", port))  # this run's own: not another's
+    other = _client(port)  # not a child of this process, as a second sweep is not
+    srv = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+        target = LiveTarget(
+            [("127.0.0.1", port)], state=_state(srv.pid), share_cpus=cpus[-1:],
+            generator=GeneratorPlacement(tuple(cpus[:1]), True, engine=_answering(200)),
+            idle_bound=0.1,
+        )  # fmt: skip
+        want = (
+            f"the server under test was loaded by another client too: connections to "
+            f"127.0.0.1:{port} that this run does not hold, 1 of PID {other} "
+        )
+        try:
+            target.run(steady_trace(), rate_factor=1.0, warmup=0.0, duration=2.0)
+        except TestbedError as exc:
+            assert want in str(exc) and "measure with one load at a time" in str(exc)
+        else:
+            raise AssertionError("a level beside another load was kept")
+        os.kill(other, 9)
+        while os.path.exists(f"/proc/{other}"):
+            time.sleep(0.01)
+        # alone again: the level is kept
+        assert len(target.run(steady_trace(), rate_factor=1.0, warmup=0.0, duration=2.0).runlog)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(other, 9)
+        srv.kill()
+        srv.wait()
+        own.close()
+        lsock.close()
+
+
+def test_foreign_clients_are_told_from_this_runs_own():
+    """This process's connections (and its children's) are the run's; the server's own
+    processes (``skip``: a PHP page that calls the server back) are not another load."""
+    import socket
+
+    from shrink.replay.clients import foreign_clients
+
+    lsock = socket.create_server(("127.0.0.1", 0))
+    port = lsock.getsockname()[1]
+    own = socket.create_connection(("127.0.0.1", port))
+    other = _client(port)
+    try:
+        assert foreign_clients([("127.0.0.1", port)]) == {other: 1}
+        assert foreign_clients([("localhost", port)], skip=[other]) == {}
+    finally:
+        os.kill(other, 9)
+        own.close()
+        lsock.close()

@@ -30,6 +30,7 @@ from shrink.errors import ParameterError, ReplayError, ShrinkError, TestbedError
 from shrink.processes import is_alive
 from shrink.procfs import cpu_seconds, cpu_times, proc_info, steal_times, utilization
 from shrink.replay.answers import UNREACHED_SHARE, expects_4xx, refused, unreached
+from shrink.replay.clients import ClientSampler
 from shrink.replay.engine import EngineConfig
 from shrink.replay.fd_limit import out_of_files, raise_open_file_limit
 from shrink.replay.native import engine_name, select_engine
@@ -134,10 +135,13 @@ def wait_idle(pids: list[int], bound: float, *, checks: int = 3) -> tuple[float,
 class _WindowSampler(threading.Thread):
     """Takes /proc/stat snapshots at two monotonic instants (the window's edges)."""
 
-    def __init__(self, at: tuple[float, float], pids: list[int]) -> None:
+    def __init__(
+        self, at: tuple[float, float], pids: list[int], clients: ClientSampler | None = None
+    ) -> None:
         super().__init__(daemon=True)
         self.at = at
         self.pids = pids
+        self.clients = clients  # looks for other clients at the edges and the middle
         self.snaps: list[dict[int, tuple[int, int]]] = []
         self.server_cpu: list[float] = []
         self.steal: list[dict[int, tuple[int, int]]] = []
@@ -150,7 +154,8 @@ class _WindowSampler(threading.Thread):
             self._sample()
 
     def _sample(self) -> None:
-        for t in self.at:
+        mid = (self.at[0] + self.at[1]) / 2
+        for t in (self.at[0], mid, self.at[1]):
             while not self.stop.is_set():
                 left = t - monotonic()
                 if left <= 0:
@@ -158,10 +163,20 @@ class _WindowSampler(threading.Thread):
                 sleep(min(left, 0.05))
             if self.stop.is_set():
                 return
+            if self.clients is not None:
+                self.clients.look()
+            if t == mid:
+                continue
             self.snaps.append(cpu_times())
             self.steal.append(steal_times())
             # a PID that is gone loses its time; the run says which PIDs died
             self.server_cpu.append(cpu_seconds(self.pids))
+
+
+def _other_load(sampler: _WindowSampler | None) -> str | None:
+    """Another client loading the server beside the run, as the window's looks saw it."""
+    clients = sampler.clients if sampler is not None else None
+    return clients.problem() if clients is not None else None
 
 
 class LiveTarget:
@@ -363,7 +378,9 @@ class LiveTarget:
             # the window's edges are known once the engine has fixed its zero
             if self.share_cpus:
                 pids = [int(p) for r in self.state.get("replicas", []) for p in r.get("pids", [])]
-                samplers.append(_WindowSampler((t0 + warmup, t0 + horizon), pids))
+                # (a cluster's generators are not this process's: their sockets look foreign)
+                clients = ClientSampler(self.addresses, pids) if self.cluster is None else None
+                samplers.append(_WindowSampler((t0 + warmup, t0 + horizon), pids, clients))
                 samplers[0].start()
 
         watch = self._watch()
@@ -422,6 +439,7 @@ class LiveTarget:
         if alive and not all(alive.values()):
             desc["dead_pids"] = [p for p, ok in alive.items() if not ok]
         if not engine.interrupted:
+            seen = seen or _other_load(sampler)
             if seen is not None:
                 raise TestbedError(f"during the level, the server under test {seen}")
             out_of_files(log)

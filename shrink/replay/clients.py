@@ -1,0 +1,172 @@
+"""Other clients of the server under test: connections to its address that no process of
+this run holds (a second ``sweep`` or ``replay`` on the same testbed).
+
+A level measures the server under the run's own load; another load beside it makes the
+level a mix that no number in the curve shows (the server's own CPU counts both). On
+loopback both ends of a connection are this machine's, so ``/proc/net/tcp`` lists the
+client's end, and the socket's inode says whose it is.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import struct
+from collections.abc import Iterable
+from pathlib import Path
+
+from shrink.errors import printable
+
+__all__ = ["ClientSampler", "foreign_clients", "own_pids", "parse_connections"]
+
+_ESTABLISHED = "01"
+
+
+def _address(field: str) -> tuple[str, int]:
+    """``0100007F:1F90`` (or 32 hex digits of an IPv6 address) -> ("127.0.0.1", 8080)."""
+    hexaddr, _, hexport = field.partition(":")
+    words = [int(hexaddr[i : i + 8], 16) for i in range(0, len(hexaddr), 8)]
+    raw = struct.pack(f"={len(words)}I", *words)  # the kernel prints host-order words
+    ip = ipaddress.ip_address(raw)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return str(ip), int(hexport, 16)
+
+
+def parse_connections(text: str) -> list[tuple[tuple[str, int], int]]:
+    """The established connections of a ``/proc/net/tcp`` (or ``tcp6``) text:
+    (remote address, socket inode) of each."""
+    out = []
+    for line in text.splitlines()[1:]:
+        f = line.split()
+        if len(f) < 10 or f[3] != _ESTABLISHED:
+            continue
+        try:
+            out.append((_address(f[2]), int(f[9])))
+        except ValueError:
+            continue  # a line the kernel may add in a form not known here
+    return out
+
+
+def _norm(addr: tuple[str, int]) -> tuple[str, int]:
+    try:
+        return str(ipaddress.ip_address(addr[0])), addr[1]
+    except ValueError:
+        return socket.gethostbyname(addr[0]), addr[1]
+
+
+def own_pids(root: int | None = None) -> set[int]:
+    """This process (or ``root``) and every process descended from it."""
+    todo, seen = [os.getpid() if root is None else root], set()
+    while todo:
+        pid = todo.pop()
+        seen.add(pid)
+        for task in Path(f"/proc/{pid}/task").glob("*/children"):
+            try:
+                todo += [int(c) for c in task.read_text().split() if int(c) not in seen]
+            except OSError:
+                continue
+    return seen
+
+
+def _inodes(pid: int) -> set[int]:
+    """The socket inodes ``pid`` holds open."""
+    out = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return out
+    for fd in fds:
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            out.add(int(link[8:-1]))
+    return out
+
+
+def _holders(inodes: set[int]) -> dict[int, int]:
+    """PID -> how many of ``inodes`` it holds, over every process this one may read."""
+    out: dict[int, int] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit() and (n := len(_inodes(int(d)) & inodes)):
+            out[int(d)] = n
+    return out
+
+
+def foreign_clients(
+    targets: Iterable[tuple[str, int]],
+    proc_net: str | Path = "/proc/net",
+    skip: Iterable[int] = (),
+) -> dict[int, int]:
+    """PID -> connections it holds to ``targets`` (address, port), for every process not
+    this one nor descended from it, nor in ``skip`` and descended from one of them (PID 0:
+    a holder that could not be read)."""
+    want = {_norm(t) for t in targets}
+    inodes: set[int] = set()
+    for name in ("tcp", "tcp6"):
+        try:
+            text = (Path(proc_net) / name).read_text()
+        except OSError:
+            continue
+        inodes |= {ino for addr, ino in parse_connections(text) if addr in want and ino}
+    if not inodes:
+        return {}
+    mine = own_pids().union(*(own_pids(p) for p in skip))
+    for pid in mine:
+        inodes -= _inodes(pid)
+    if not inodes:
+        return {}
+    found = _holders(inodes)
+    unseen = len(inodes) - sum(found.values())
+    return {**found, **({0: unseen} if unseen > 0 else {})}
+
+
+class ClientSampler:
+    """The other clients seen at each of a window's looks (:func:`foreign_clients`)."""
+
+    def __init__(self, targets: list[tuple[str, int]], server: Iterable[int] = ()) -> None:
+        self.targets = targets
+        self.server = set(server)  # the server's own processes (a page that calls it back)
+        self.looks: list[dict[int, int]] = []
+        self.names: dict[int, str] = {}  # named when seen: a client may be gone by the end
+
+    def look(self) -> None:
+        found = foreign_clients(self.targets, skip=self.server)
+        for pid in found:
+            if pid and pid not in self.names:
+                self.names[pid] = _command(pid)
+        self.looks.append(found)
+
+    def problem(self) -> str | None:
+        """Another client seen at two looks or more (a health check's one request is
+        not a load), named with its process, or None."""
+        seen = [x for x in self.looks if x]
+        if len(seen) < 2:
+            return None
+        pids: dict[int, int] = {}
+        for x in seen:
+            for p, n in x.items():
+                pids[p] = max(pids.get(p, 0), n)
+        who = ", ".join(
+            f"{n} of PID {p} ({self.names.get(p, 'gone')})" if p else f"{n} of a hidden process"
+            for p, n in sorted(pids.items())
+        )
+        where = ", ".join(f"{a}:{p}" for a, p in self.targets)
+        return (
+            f"was loaded by another client too: connections to {where} that this run does "
+            f"not hold, {who}; the level measured a mix of loads; measure with one load at "
+            "a time"
+        )
+
+
+def _command(pid: int) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return "gone"
+    words = raw.rstrip(b"\0").split(b"\0")
+    text = " ".join(w.decode("utf-8", "backslashreplace") for w in words[:4])
+    return printable(text[:80]) or "?"
