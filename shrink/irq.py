@@ -30,7 +30,11 @@ __all__ = [
     "interface_irq_names",
     "nic_queue_irqs",
     "plan_irq_affinity",
+    "restore_affinities",
 ]
+
+# Where the kernel's IRQ settings are (a test points it at a folder of its own).
+PROC_ROOT = "/proc"
 
 
 @dataclass(frozen=True)
@@ -137,13 +141,39 @@ def format_plan(plan: list[IrqAssignment]) -> str:
     )
 
 
-def apply_plan(plan: list[IrqAssignment], proc_root: str | Path = "/proc") -> None:
-    """Write each IRQ's ``smp_affinity_list``. Needs root on real hardware."""
+def apply_plan(plan: list[IrqAssignment], proc_root: str | Path | None = None) -> dict[str, str]:
+    """Write each IRQ's ``smp_affinity_list``. Needs root on real hardware. Returns each
+    IRQ's list before (IRQ as text -> CPU list), for :func:`restore_affinities`; a plan
+    the kernel refuses part-way is undone first."""
+    before: dict[str, str] = {}
     for a in plan:
-        path = Path(proc_root) / "irq" / str(a.irq) / "smp_affinity_list"
+        path = Path(proc_root or PROC_ROOT) / "irq" / str(a.irq) / "smp_affinity_list"
         try:
+            old = path.read_text().strip()
             path.write_text(format_cpulist(a.cpus))
-        except PermissionError:
-            raise TopologyError(f"no permission to write {path}: --apply-irq needs root") from None
         except OSError as exc:
+            restore_affinities(before, proc_root)
+            if isinstance(exc, PermissionError):
+                raise TopologyError(
+                    f"no permission to write {path}: --apply-irq needs root"
+                ) from None
             raise TopologyError(f"the kernel refused {path}: {exc.strerror}") from None
+        before.setdefault(str(a.irq), old)
+    return before
+
+
+def restore_affinities(before: dict[str, str], proc_root: str | Path | None = None) -> list[str]:
+    """Write back the lists :func:`apply_plan` found (a testbed's ``down``); the IRQs
+    that could not be put back (gone, refused), in words. Only IRQ numbers and CPU lists
+    are written: a state file is no licence to write elsewhere in /proc."""
+    failed = []
+    for irq, cpus in before.items():
+        if not irq.isdigit() or not re.fullmatch(r"[0-9,-]+", cpus):
+            failed.append(f"IRQ {irq!r}: not an IRQ and CPU list ({cpus!r})")
+            continue
+        path = Path(proc_root or PROC_ROOT) / "irq" / irq / "smp_affinity_list"
+        try:
+            path.write_text(cpus)
+        except OSError as exc:
+            failed.append(f"IRQ {irq} back to CPUs {cpus}: {exc.strerror}")
+    return failed

@@ -121,3 +121,33 @@ def test_a_device_name_is_not_the_start_of_another():
     assert nic_queue_irqs(["eth0", "virtio1"], text) == [(38, "virtio1-input.0")]
     q = nic_queue_irqs("eth1", interrupts(("eth1", "eth10"), queues=2))
     assert [name for _, name in q] == ["eth1-TxRx-0", "eth1-TxRx-1"]
+
+
+def test_down_puts_back_the_irq_affinities_up_changed(tmp_path, monkeypatch, machine):
+    """`testbed up --nic eth0 --apply-irq` moved IRQ 38 (virtio2-input.0) to CPU 1; after
+    `down` (and after an `up` that failed) it stayed there: the old lists were kept
+    nowhere."""
+    from shrink import irq
+    from shrink.share import Share
+    from shrink.testbed import lifecycle
+    from shrink.testbed.config import ServerSettings
+    from shrink.testbed.fake_recipe import FakeRecipe
+
+    proc = tmp_path / "proc"
+    for n in (41, 42):
+        (proc / "irq" / str(n)).mkdir(parents=True)
+        (proc / "irq" / str(n) / "smp_affinity_list").write_text("0-7\n")
+    monkeypatch.setattr(irq, "PROC_ROOT", str(proc))
+    plan = [irq.IrqAssignment(41, "eth0-TxRx-0", "r0", (0,)),
+            irq.IrqAssignment(42, "eth0-TxRx-1", "r0", (1,))]  # fmt: skip
+    before = irq.apply_plan(plan)
+    assert (proc / "irq" / "42" / "smp_affinity_list").read_text() == "1"
+    (tmp_path / "doc").mkdir()
+    state = tmp_path / "s.json"
+    lifecycle.up(tmp_path / "doc", machine, Share.all_of(machine), state_path=state, port=0,
+                 server=ServerSettings(FakeRecipe()), irq=before)  # fmt: skip
+    lifecycle.down(state)
+    for n in (41, 42):
+        assert (proc / "irq" / str(n) / "smp_affinity_list").read_text() == "0-7"
+    # a state's list is only ever an IRQ number and a CPU list
+    assert irq.restore_affinities({"../../x": "0"}) and not (proc / "x").exists()

@@ -263,6 +263,7 @@ def up(
     cgroups: str = "auto",
     timeout_s: float = 15.0,
     owned: bool = False,
+    irq: dict[str, str] | None = None,
 ) -> TestbedState:
     """Start one server replica per replica of ``mapping`` over ``share``; write the state.
 
@@ -272,7 +273,8 @@ def up(
     in the state's notes; the mechanism of a CPU-time share, :mod:`shrink.enforce`:
     ``cfs`` or ``corunner``). ``port`` 0 picks a port free on every replica's address.
     ``cgroups``: ``"auto"`` uses them where we may write them (always needed for a
-    CPU-time share), ``"no"`` uses CPU affinity alone.
+    CPU-time share), ``"no"`` uses CPU affinity alone. ``irq``: the IRQ affinities
+    ``--apply-irq`` changed (:func:`shrink.irq.apply_plan`), kept for ``down``.
     """
     enforce = server.enforce or DEFAULT_ENFORCE
     check_mechanism(enforce)
@@ -336,6 +338,7 @@ def up(
                 php_post_max_mib=server.php.post_max_mib
                 if recipe.name in BUILTIN_RECIPES
                 else None,
+                irq=irq or None,
             )
             state.write(state_path)
             # ``owned``: it dies with this process (a parent-death signal) and is recorded

@@ -205,6 +205,9 @@ class TestbedState(files.VersionedFile):
     # PHP's post_max_size (MiB) on a built-in recipe: a sweep of a trace with larger
     # bodies is refused, as PHP would drop each body and run a cheaper request.
     php_post_max_mib: Annotated[int | None, Field(ge=1, exclude_if=files.is_none)] = None
+    # The NIC queue IRQs' CPU lists before `up --apply-irq` changed them (IRQ -> list),
+    # put back by `down`.
+    irq: Annotated[dict[Name, Name] | None, Field(exclude_if=files.is_none)] = None
     # How the share is held (shrink.enforce): written as the share's "enforce".
     share_enforce: Annotated[dict[str, Any] | None, Field(exclude=True)] = None
 

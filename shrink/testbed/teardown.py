@@ -178,16 +178,28 @@ def down(state_path: str | Path) -> dict[str, list[int]]:
         else:
             # What up started, and how it stops (the recipe, its signal), not what the
             # file says now.
-            st.replicas, st.server = kept.replicas, kept.server
+            st.replicas, st.server, st.irq = kept.replicas, kept.server, kept.irq
     _refuse_if_anothers(state_path, [p for r in st.replicas for p in replica_pids(r)])
     recipe = recipe_of(st)
     sig = int(st.server.get("stop_signal", 15))
     out = {r.name: stop_and_release(recipe, r, sig) for r in st.replicas}
     _remove_run_dirs(st)
+    left = _restore_irq(st)
     st.stopped = datetime.now(UTC).isoformat(timespec="seconds")
     st.write(state_path)
     registry.forget(state_path)
+    if left:
+        raise TestbedError(f"the testbed is down, but could not restore {'; '.join(left)}")
     return out
+
+
+def _restore_irq(st: TestbedState) -> list[str]:
+    """Put back the IRQ affinities ``up --apply-irq`` changed; those that could not be."""
+    if not st.irq:
+        return []
+    from shrink.irq import restore_affinities
+
+    return restore_affinities(dict(st.irq))
 
 
 def _remove_run_dirs(st: TestbedState) -> None:
@@ -205,6 +217,7 @@ def down_stale() -> list[tuple[registry.StaleTestbed, dict[str, list[int]]]]:
         sig = int(sb.state.server.get("stop_signal", 15))
         stopped = {r.name: stop_and_release(recipe, r, sig) for r in sb.state.replicas}
         _remove_run_dirs(sb.state)
+        _restore_irq(sb.state)
         sb.entry.unlink(missing_ok=True)
         out.append((sb, stopped))
     return out
