@@ -182,10 +182,11 @@ def test_the_lifecycle_works_through_the_recipe(tmp_path, machine):
 def test_a_failed_start_names_the_recipe_and_leaves_nothing(tmp_path, machine, fail, what):
     (tmp_path / "doc").mkdir()
     state = tmp_path / "s.json"
+    recipe = FakeRecipe(fail)
+    recipe.start_timeout = 1.0  # type: ignore[attr-defined]
     with pytest.raises(RecipeError) as err:
         lifecycle.up(tmp_path / "doc", machine, Share.all_of(machine), "2-replica-direct",
-                     state_path=state, port=0, server=ServerSettings(FakeRecipe(fail)),
-                     timeout_s=1.0)  # fmt: skip
+                     state_path=state, port=0, server=ServerSettings(recipe))  # fmt: skip
     msg = str(err.value)
     assert msg.startswith("recipe fake: replica r0 (127.0.0.1:") and "\n" not in msg, msg
     assert re.search(what, msg), msg

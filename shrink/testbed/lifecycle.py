@@ -73,6 +73,8 @@ __all__ = ["CGROUPS", "down", "mapping_for", "recipe_of", "up"]
 
 # What up's ``cgroups`` may be (its docstring).
 CGROUPS = ("auto", "yes", "no")
+# How long a replica may take to answer its health check, where its recipe says not.
+START_TIMEOUT_S = 15.0
 
 
 def mapping_for(name: str, machine: Machine, share: Share, port: int) -> tuple[Mapping, list[str]]:
@@ -261,7 +263,6 @@ def up(
     port: int = 8080,
     server: ServerSettings = ServerSettings(),
     cgroups: str = "auto",
-    timeout_s: float = 15.0,
     owned: bool = False,
     irq: dict[str, str] | None = None,
 ) -> TestbedState:
@@ -311,7 +312,7 @@ def up(
         run_root = new_run_root(base, state_path, user)
         launch = _Launch(
             recipe, docroot, run_root,
-            timeout_s=float(getattr(recipe, "start_timeout", None) or timeout_s), owned=owned,
+            timeout_s=float(getattr(recipe, "start_timeout", None) or START_TIMEOUT_S), owned=owned,
             children_per_core=server.php_children_per_core, php=server.php, user=user,
         )  # fmt: skip
         before = process.own_children()
