@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
+from helpers.testbed import sleeper
 
 from shrink import processes as process
 from shrink.errors import TestbedError
@@ -17,16 +16,6 @@ from shrink.testbed import lifecycle, registry
 from shrink.testbed.state import ReplicaState, TestbedState
 
 NOT_ROOT = 4242  # a UID no account has: this test's user, as far as shrink can tell
-
-
-def _sleeper() -> tuple[subprocess.Popen[bytes], int]:
-    proc = subprocess.Popen(["sleep", "30"])
-    for _ in range(100):
-        info = process.proc_info(proc.pid)
-        if info is not None and info.comm == "sleep":
-            return proc, info.starttime
-        time.sleep(0.01)
-    raise AssertionError("sleep did not start")
 
 
 def _state(path: Path, pid: int, start: int) -> Path:
@@ -46,7 +35,7 @@ def test_down_by_a_user_who_did_not_start_the_testbed_says_whose_it_is(tmp_path,
     permitted" (an EPERM from the first kill), naming neither the file nor the owner."""
     if os.geteuid() != 0:
         pytest.skip("needs root: the testbed is root's, the user is pretended")
-    proc, start = _sleeper()
+    proc, start = sleeper()
     real_kill = os.kill
 
     def kill(pid: int, sig: int) -> None:

@@ -14,15 +14,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.fake_targets import FailsAt, partial_sweep_exit, steady_trace
+from helpers.fake_targets import FailsAt, live_target, partial_sweep_exit, steady_trace
 
 from shrink import processes as process
 from shrink.errors import TestbedError
 from shrink.measure import SweepInterrupted, sweep
 from shrink.replay.engine import EngineStats
-from shrink.replay.live import LiveTarget
 from shrink.replay.writer import RunLogRow
-from shrink.target import FakeTarget, GeneratorPlacement
+from shrink.target import FakeTarget
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,14 +74,6 @@ def _state(pids: list[int], starttimes: dict[int, int], **more) -> dict:
     }  # fmt: skip
 
 
-def _target(state: dict, engine) -> LiveTarget:
-    cpus = sorted(os.sched_getaffinity(0))
-    return LiveTarget(
-        [("127.0.0.1", 9)], state=state, share_cpus=cpus[-1:],
-        generator=GeneratorPlacement(tuple(cpus[:1]), True, engine=engine), idle_bound=0.1,
-    )  # fmt: skip
-
-
 def test_a_testbed_whose_server_died_is_refused_before_measuring():
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
@@ -92,7 +83,7 @@ def test_a_testbed_whose_server_died_is_refused_before_measuring():
         ran.append(1)
         return _refusing_engine("refused")(*a, **kw)
 
-    target = _target(_state([gone.pid], {}), engine)
+    target = live_target(_state([gone.pid], {}), engine)
     with pytest.raises(TestbedError, match=f"crashed or killed: lighttpd PID {gone.pid}"):
         target.run(steady_trace(), rate_factor=1.0, warmup=0.5, duration=1.0)
     assert not ran
@@ -102,20 +93,20 @@ def test_a_stopped_testbed_is_refused_before_measuring():
     me = os.getpid()
     state = _state([me], {}, stopped="2026-01-01T00:00:00+00:00")
     with pytest.raises(TestbedError, match="brought down"):
-        _target(state, _refusing_engine("refused")).run(
+        live_target(state, _refusing_engine("refused")).run(
             steady_trace(), rate_factor=1.0, warmup=0.5, duration=1.0
         )
 
 
 def test_a_run_whose_requests_all_found_no_server_is_a_testbed_error():
-    target = _target(_state([os.getpid()], {}), _refusing_engine("refused"))
+    target = live_target(_state([os.getpid()], {}), _refusing_engine("refused"))
     want = r"200 of 200 requests found no server at 127\.0\.0\.1:9"
     with pytest.raises(TestbedError, match=want):
         target.run(steady_trace(), rate_factor=1.0, warmup=0.0, duration=2.0)
 
 
 def test_timeouts_of_an_overloaded_server_are_not_a_dead_server():
-    target = _target(_state([os.getpid()], {}), _refusing_engine("timeout"))
+    target = live_target(_state([os.getpid()], {}), _refusing_engine("timeout"))
     res = target.run(steady_trace(), rate_factor=1.0, warmup=0.0, duration=2.0)
     assert len(res.runlog) == 200
 

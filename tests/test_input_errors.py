@@ -9,12 +9,12 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers.testbed import sleeper
 from typer.testing import CliRunner
 
 from shrink import files
@@ -138,20 +138,8 @@ def test_testbed_state_errors_are_testbed_errors(tmp_path: Path) -> None:
         TestbedState.read(p)
 
 
-def _sleeper() -> tuple[subprocess.Popen[bytes], int]:
-    from shrink import processes as process
-
-    proc = subprocess.Popen(["sleep", "30"])
-    for _ in range(100):
-        info = process.proc_info(proc.pid)
-        if info is not None and info.comm == "sleep":
-            return proc, info.starttime
-        time.sleep(0.01)
-    raise AssertionError("sleep did not start")
-
-
 def test_down_on_a_damaged_state_stops_what_it_names_and_no_stranger(tmp_path: Path) -> None:
-    proc, start = _sleeper()
+    proc, start = sleeper()
     try:
         p = tmp_path / "s.json"
         # JSON, but not a state: the PID with its start time is ours, and is stopped
@@ -165,7 +153,7 @@ def test_down_on_a_damaged_state_stops_what_it_names_and_no_stranger(tmp_path: P
     finally:
         proc.kill()
         proc.wait()
-    proc, start = _sleeper()
+    proc, start = sleeper()
     try:
         p.write_bytes(damaged.replace(str(start).encode(), str(start + 1).encode()))
         assert list(lifecycle.down(p).values()) == [[]]  # a different start time: a stranger

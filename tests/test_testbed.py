@@ -11,7 +11,7 @@ import time
 
 import httpx
 import pytest
-from helpers.testbed import lighttpd_replica
+from helpers.testbed import lighttpd_replica, this_process_replica
 
 from shrink import processes as process
 from shrink.errors import RecipeError, TestbedError, TopologyError
@@ -199,12 +199,7 @@ def test_fake_target_serves_sizes_and_counts():
 
 def test_up_refuses_to_overwrite_a_running_testbed(tmp_path):
     (tmp_path / "doc").mkdir()
-    me = process.proc_info(os.getpid())
-    rs = ReplicaState(
-        name="r0", address="127.0.0.1", port=80, cpus=[0], masters=[me.pid],
-        processes={"lighttpd": [me.pid]}, starttimes={me.pid: me.starttime}, pinned={},
-        config="c", errorlog="e", run_dir="d",
-    )  # fmt: skip
+    rs = this_process_replica()
     state = TestbedState([rs], {}, {}, {}, "doc", {}, "t").write(tmp_path / "s.json")
     with pytest.raises(TestbedError, match=r"still runs .* testbed down --state"):
         lifecycle.up(tmp_path / "doc", TWO_CORE, Share.all_of(TWO_CORE), state_path=state)
@@ -247,12 +242,7 @@ def test_the_down_command_shown_quotes_the_state_path(tmp_path, capsys):
     from shrink.cli.testbed_cmd import _print_up
 
     (tmp_path / "doc").mkdir()
-    me = process.proc_info(os.getpid())
-    rs = ReplicaState(
-        name="r0", address="127.0.0.1", port=80, cpus=[0], masters=[me.pid],
-        processes={"lighttpd": [me.pid]}, starttimes={me.pid: me.starttime}, pinned={},
-        config="c", errorlog="e", run_dir="d",
-    )  # fmt: skip
+    rs = this_process_replica()
     path = tmp_path / "a b.json; touch y"
     st = TestbedState([rs], {}, {"name": "1-replica"}, {}, "doc", {}, "t")
     state = st.write(path)

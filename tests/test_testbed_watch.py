@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.fake_targets import steady_trace
+from helpers.fake_targets import live_target, steady_trace
 
 import shrink.testbed.status  # noqa: F401 - read from sys.modules below
 from shrink.errors import TestbedError
@@ -240,14 +240,6 @@ def _answering(status: int):
     return engine
 
 
-def _live(state: dict, engine) -> LiveTarget:
-    cpus = sorted(os.sched_getaffinity(0))
-    return LiveTarget(
-        [("127.0.0.1", 9)], state=state, share_cpus=cpus[-1:],
-        generator=GeneratorPlacement(tuple(cpus[:1]), True, engine=engine), idle_bound=0.1,
-    )  # fmt: skip
-
-
 def test_a_server_that_answers_4xx_to_everything_is_a_testbed_error():
     """The docroot made unreadable (chmod 000) mid-sweep on nginx-php-fpm: the levels
     after were 100% 403, "FAILED (excluded)", the sweep ran on and exited 0, and `mat`
@@ -257,16 +249,17 @@ def test_a_server_that_answers_4xx_to_everything_is_a_testbed_error():
     with pytest.raises(
         TestbedError, match=r"200 of 200 requests were answered HTTP 403.*/run/x/error\.log"
     ):
-        _live(state, _answering(403)).run(steady_trace(), rate_factor=1.0, warmup=0.0, duration=2.0)
+        target = live_target(state, _answering(403))
+        target.run(steady_trace(), rate_factor=1.0, warmup=0.0, duration=2.0)
     # 5xx stay the level's failures (an overloaded server may answer so) ...
-    res = _live(state, _answering(503)).run(
+    res = live_target(state, _answering(503)).run(
         steady_trace(), rate_factor=1.0, warmup=0.0, duration=2.0
     )
     assert len(res.runlog) == 200
     # ... and 404s a trace recorded are the trace's.
     trace = steady_trace()
     trace = trace.with_column("status", np.full(len(trace), 404, dtype=np.int32))
-    res = _live(state, _answering(404)).run(trace, rate_factor=1.0, warmup=0.0, duration=2.0)
+    res = live_target(state, _answering(404)).run(trace, rate_factor=1.0, warmup=0.0, duration=2.0)
     assert len(res.runlog) == 200
 
 
@@ -335,7 +328,7 @@ def test_a_testbed_brought_down_under_a_sweep_is_said_so(tmp_path):
     state["started"] = "2026-01-01T00:00:00+00:00"
     path = tmp_path / "tb.json"
     path.write_text(json.dumps({**state, "stopped": "2026-01-01T00:05:00+00:00"}))
-    target = _live(state, _answering(200))
+    target = live_target(state, _answering(200))
     target.state_path = path
     with pytest.raises(TestbedError, match=r"brought down \(2026-01-01T00:05:00\+00:00\)"):
         target.run(steady_trace(), rate_factor=1.0, warmup=0.0, duration=2.0)

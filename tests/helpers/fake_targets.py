@@ -3,6 +3,7 @@ trace the stop tests replay, and what the sweep command makes of a stopped sweep
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,8 @@ from shrink.cli.sweep_cmd import _keep_partial_sweep
 from shrink.errors import ShrinkError
 from shrink.loadcurve import LoadCurve
 from shrink.measure import SweepInterrupted
-from shrink.target import FakeTarget, RunResult
+from shrink.replay.live import LiveTarget
+from shrink.target import FakeTarget, GeneratorPlacement, RunResult
 from shrink.trace import Trace
 
 
@@ -68,3 +70,13 @@ def partial_sweep_exit(stop: ShrinkError | SweepInterrupted, out: Path) -> tuple
     with pytest.raises(typer.Exit) as ex, cli_errors():
         raise stop
     return [lv.level for lv in kept.levels], ex.value.exit_code
+
+
+def live_target(state: dict[str, Any], engine: Any) -> LiveTarget:
+    """A LiveTarget over ``state`` whose runs ``engine`` (a fake) makes: the share on
+    this process's last CPU, the generator on its first, no wait for an idle server."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return LiveTarget(
+        [("127.0.0.1", 9)], state=state, share_cpus=cpus[-1:],
+        generator=GeneratorPlacement(tuple(cpus[:1]), True, engine=engine), idle_bound=0.1,
+    )  # fmt: skip

@@ -4,6 +4,7 @@ a test left, and two PHP requests spinning on a replica's CPU while its share is
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +17,29 @@ import pytest
 from shrink import processes as process
 from shrink.errors import RecipeError
 from shrink.testbed.state import ReplicaState, TestbedState
+
+
+def sleeper() -> tuple[subprocess.Popen[bytes], int]:
+    """A process that sleeps 30 s, once it runs as ``sleep``, and its start time: a PID
+    a test state may name without it being the test's own."""
+    proc = subprocess.Popen(["sleep", "30"])
+    for _ in range(100):
+        info = process.proc_info(proc.pid)
+        if info is not None and info.comm == "sleep":
+            return proc, info.starttime
+        time.sleep(0.01)
+    raise AssertionError("sleep did not start")
+
+
+def this_process_replica() -> ReplicaState:
+    """A replica whose one server process is this test's: a testbed that still runs."""
+    me = process.proc_info(os.getpid())
+    assert me is not None
+    return ReplicaState(
+        name="r0", address="127.0.0.1", port=80, cpus=[0], masters=[me.pid],
+        processes={"lighttpd": [me.pid]}, starttimes={me.pid: me.starttime}, pinned={},
+        config="c", errorlog="e", run_dir="d",
+    )  # fmt: skip
 
 
 def as_root_with(recipe: str, monkeypatch: pytest.MonkeyPatch, runs: Path) -> None:
