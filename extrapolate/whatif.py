@@ -57,8 +57,11 @@ def machine_mappings(machine: Machine) -> list[str]:
     return names
 
 
-def resolve_workload(spec: str, model: CrossSocketModel) -> Workload:
-    """A workload of the calibration, ``tcp``/``support`` (the papers'), or a trace (Parquet)."""
+def resolve_workload(
+    spec: str, model: CrossSocketModel, *, max_body: int | None = None
+) -> Workload:
+    """A workload of the calibration, ``tcp``/``support`` (the papers'), or a trace (Parquet)
+    whose request bodies are at most ``max_body`` bytes (default: shrink's bound)."""
     from extrapolate.observations import published_workloads
 
     # The calibration's own workloads first, then the papers' tcp and support.
@@ -70,9 +73,10 @@ def resolve_workload(spec: str, model: CrossSocketModel) -> Workload:
         raise ExtrapolationError(
             f"workload == {spec!r}, must be one of {', '.join(sorted(workloads))} or a trace file"
         )
+    from shrink.defaults import MAX_BODY
     from shrink.trace import Trace
 
-    trace = Trace.read_parquet(path)
+    trace = Trace.read_parquet(path, max_body=MAX_BODY if max_body is None else max_body)
     return workload_from_trace(trace, name=path.stem, thresholds=_support_thresholds(workloads))
 
 

@@ -148,10 +148,11 @@ def _reading_commands(path: Path, out: Path, machine: Path) -> dict[str, list[ob
         "export": ["export", path, "-f", "jsonl", "-o", out / "t.jsonl"],
         "sim run": ["sim", "run", path, "--machine", machine, "-o", out / "r.parquet",
                     "--warmup", "0s", "--duration", "2s"],
+        "whatif": ["whatif", "--machine", machine, "--workload", path, "--no-sweep"],
     }  # fmt: skip
 
 
-@pytest.mark.parametrize("name", ["trace info", "sample", "split", "export", "sim run"])
+@pytest.mark.parametrize("name", ["trace info", "sample", "split", "export", "sim run", "whatif"])
 def test_every_command_that_reads_a_trace_takes_the_bound_it_names(
     tmp_path: Path, name: str
 ) -> None:

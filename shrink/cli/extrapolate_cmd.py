@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from shrink.cli._common import (
+    MaxBodyOpt,
     as_option,
     bounded_mats,
     cli_errors,
@@ -17,7 +18,7 @@ from shrink.cli._common import (
     output_path,
     threshold_text,
 )
-from shrink.defaults import THRESHOLDS_TEXT
+from shrink.defaults import MAX_BODY, THRESHOLDS_TEXT
 from shrink.errors import printable
 from shrink.jsonout import dumps
 
@@ -164,6 +165,7 @@ def whatif(
     sweep: Annotated[bool, typer.Option(help="Sweep the dynamic fraction.")] = True,
     output: Annotated[Path | None, typer.Option("-o", "--out", help="Write JSON here.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    max_body: MaxBodyOpt = MAX_BODY,
 ) -> None:
     """Predict MATs (mean and p99.9) and latency curves for each mapping, and recommend one."""
     from extrapolate.calibration import load_calibration
@@ -176,7 +178,7 @@ def whatif(
         mach = Machine.read_toml(machine)
         model = load_calibration(calibration)
         # every workload named before the first is predicted
-        resolved = [resolve_workload(w, model) for w in workload]
+        resolved = [resolve_workload(w, model, max_body=max_body) for w in workload]
         preds = {}
         for wl in resolved:
             preds[wl.name] = run_whatif(mach, wl, model, sweep=sweep).to_dict()
