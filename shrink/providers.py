@@ -70,7 +70,8 @@ class _ShareUtilization:
             # what runs in the quota's gaps evicts the server's caches.
             busy = sum(res.per_cpu_utilization.values())
             steal = float(res.describe.get("share_steal") or 0.0)
-            res.describe["share_other_cpu"] = max(0.0, busy - steal - float(server_cpu))
+            spun = float(res.describe.get("share_spinner_cpu") or 0.0)  # a co-runner's own
+            res.describe["share_other_cpu"] = max(0.0, busy - steal - spun - float(server_cpu))
         if server_cpu is not None:
             res.describe["cpu_utilization_raw"] = res.utilization
             res.utilization = float(server_cpu) / self.n_cpus

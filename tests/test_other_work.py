@@ -134,3 +134,39 @@ def test_foreign_clients_are_told_from_this_runs_own():
         os.kill(other, 9)
         own.close()
         lsock.close()
+
+
+def test_a_corunner_shares_spinner_is_not_other_work(monkeypatch, capsys):
+    """`testbed up --share 1@50% --enforce corunner`, then `sweep`: every level said
+    "OTHER WORK 100% of a share CPU" and the sweep warned to stop what else ran there,
+    of the share's own SCHED_FIFO spinner, which takes half of the CPU by design."""
+    share = sorted(os.sched_getaffinity(0))[-1]
+    srv = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    spin = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        state = _state(srv.pid, pids=[srv.pid])
+        start = live.proc_info(spin.pid).starttime
+        state["replicas"][0]["enforce"] = {
+            "mechanism": "corunner", "cpu_fraction": 0.5, "cpus": [share], "period_us": 1000,
+            "spin_us": 500, "helper": "c",
+            "spinners": {str(spin.pid): start},
+        }  # fmt: skip
+        # Over the 2 s window: the share CPU 95% busy, the server 0.45 CPUs, the spinner 0.5.
+        seconds = {srv.pid: [10.0, 10.9], spin.pid: [20.0, 21.0]}
+        monkeypatch.setattr(live, "cpu_times", _snapshots([{share: (0, 100)}, {share: (95, 200)}]))
+        monkeypatch.setattr(live, "steal_times", _snapshots([{share: (0, 100)}, {share: (0, 200)}]))
+        monkeypatch.setattr(
+            live, "cpu_seconds", lambda pids: sum(seconds[p].pop(0) for p in pids if p in seconds)
+        )
+        monkeypatch.setattr("shrink.testbed.watch._spinner_problems", lambda *a: [])
+        target = _live(state, _answering(200))
+        curve = sweep(target, steady_trace(), [1.0], reps=1, warmup=0.0, duration=2.0)
+    finally:
+        for p in (srv, spin):
+            p.kill()
+            p.wait()
+    rep = curve.levels[0].reps[0]
+    assert rep.other_cpu is not None and abs(rep.other_cpu) < 1e-9  # before: 0.5
+    _print_sweep(curve, "rate_factor", Path("c.json"), [], False)
+    out, err = capsys.readouterr()
+    assert "OTHER WORK" not in out and "other work" not in err

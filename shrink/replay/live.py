@@ -37,6 +37,7 @@ from shrink.replay.native import engine_name, select_engine
 from shrink.replay.scaleout import EngineRun, default_realtime, run_engines
 from shrink.replay.selfcheck import LAG_LIMIT, generator_check, thread_wait
 from shrink.replay.stopwatch import StopWatch, flag_if_stopped
+from shrink.replay.window_cpu import window_cpu
 from shrink.runlog import RunLog
 from shrink.schedule import ScheduleOptions
 from shrink.target import GeneratorCheck, GeneratorPlacement, RunResult
@@ -82,6 +83,11 @@ def parse_url(url: str) -> tuple[str, int]:
         # Nothing listens on port 0: every request would fail to connect.
         raise ParameterError(f"url == {url!r}: port 0 is no server's; give the port it listens on.")
     return parts.hostname, port or 80
+
+
+def _spinners(replica: dict[str, Any]) -> list[int]:
+    """The PIDs of a replica's co-runner spinners (none unless its share is co-run)."""
+    return [int(p) for p in ReplicaState.from_dict(replica).spinners]
 
 
 def server_problem(state: dict[str, Any]) -> str | None:
@@ -136,11 +142,17 @@ class _WindowSampler(threading.Thread):
     """Takes /proc/stat snapshots at two monotonic instants (the window's edges)."""
 
     def __init__(
-        self, at: tuple[float, float], pids: list[int], clients: ClientSampler | None = None
+        self,
+        at: tuple[float, float],
+        pids: list[int],
+        clients: ClientSampler | None = None,
+        spinners: list[int] | None = None,
     ) -> None:
         super().__init__(daemon=True)
         self.at = at
         self.pids = pids
+        self.spinners = spinners or []  # a co-runner share's own SCHED_FIFO spinners
+        self.spinner_cpu: list[float] = []
         self.clients = clients  # looks for other clients at the edges and the middle
         self.snaps: list[dict[int, tuple[int, int]]] = []
         self.server_cpu: list[float] = []
@@ -171,6 +183,8 @@ class _WindowSampler(threading.Thread):
             self.steal.append(steal_times())
             # a PID that is gone loses its time; the run says which PIDs died
             self.server_cpu.append(cpu_seconds(self.pids))
+            if self.spinners:
+                self.spinner_cpu.append(cpu_seconds(self.spinners))
 
 
 def _other_load(sampler: _WindowSampler | None) -> str | None:
@@ -380,7 +394,8 @@ class LiveTarget:
                 pids = [int(p) for r in self.state.get("replicas", []) for p in r.get("pids", [])]
                 # (a cluster's generators are not this process's: their sockets look foreign)
                 clients = ClientSampler(self.addresses, pids) if self.cluster is None else None
-                samplers.append(_WindowSampler((t0 + warmup, t0 + horizon), pids, clients))
+                spin = [p for r in self.state.get("replicas", []) for p in _spinners(r)]
+                samplers.append(_WindowSampler((t0 + warmup, t0 + horizon), pids, clients, spin))
                 samplers[0].start()
 
         watch = self._watch()
@@ -431,7 +446,7 @@ class LiveTarget:
         check = self._generator_check(log, window, engine, wall, paused)
         alive = self._pids_alive()
         desc = self._run_describe(engine, wall)
-        desc.update(self._sampled(sampler, duration, per_cpu))
+        desc.update(window_cpu(sampler, duration, per_cpu, self.share_cpus, self.generator_cpus))
         if server_pids:
             desc["server_idle_wait"] = idle_wait
             if not idle:  # still busy after the bound: the level carries load over
@@ -559,35 +574,6 @@ class LiveTarget:
             "4xx): it serves none of the trace's pages (its docroot's files gone or "
             "unreadable, or not the trace's)" + (f"; see {logs}" if logs else "")
         )
-
-    def _sampled(
-        self, sampler: _WindowSampler | None, duration: float, per_cpu: dict[int, float]
-    ) -> dict[str, float]:
-        """What the window's /proc snapshots say: server CPU, steal on share and generator,
-        and the other work on the share's CPUs."""
-        out: dict[str, float] = {}
-        if sampler is not None and len(sampler.server_cpu) == 2 and duration > 0:
-            # The server's own processes' CPU over the window, in cores: on a shared
-            # machine /proc/stat also counts other work that ran on the share's CPUs.
-            out["server_cpu"] = (sampler.server_cpu[1] - sampler.server_cpu[0]) / duration
-        if sampler is not None and len(sampler.steal) == 2:
-            # Steal on the share's CPUs, in CPUs (already inside the busy fractions).
-            out["share_steal"] = sum(
-                utilization(sampler.steal[0], sampler.steal[1], self.share_cpus).values()
-            )
-            if self.generator_cpus:
-                # And on the generator's: a stall there (the host taking its vCPU) is
-                # what flags a level behind while the generator's own CPU is idle.
-                out["generator_steal"] = max(
-                    utilization(sampler.steal[0], sampler.steal[1], self.generator_cpus).values(),
-                    default=0.0,
-                )
-        if "server_cpu" in out and per_cpu:
-            # What else ran there (another process, a hog, a second load's softirqs): a
-            # sweep's level was the server's alone only if this stayed small.
-            busy = sum(per_cpu.values()) - out.get("share_steal", 0.0)
-            out["share_other_cpu"] = max(0.0, busy - out["server_cpu"])
-        return out
 
     def replay(
         self, trace: Trace, *, rate_factor: float, duration: float, out: str | Path | None = None

@@ -1,0 +1,55 @@
+"""What a level's window took of the CPUs, from the /proc snapshots at its edges
+(:class:`shrink.replay.live._WindowSampler`): the server's own processes, a co-runner
+share's spinners, steal, and the other work on the share's CPUs."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from shrink.procfs import utilization
+
+__all__ = ["Snapshots", "window_cpu"]
+
+
+class Snapshots(Protocol):
+    """A window's readings at its two edges."""
+
+    server_cpu: list[float]  # the server's processes' CPU seconds
+    spinner_cpu: list[float]  # the co-runner's spinners' CPU seconds (none: not co-run)
+    steal: list[dict[int, tuple[int, int]]]  # /proc/stat steal and total, per CPU
+
+
+def window_cpu(
+    snaps: Snapshots | None,
+    duration: float,
+    per_cpu: dict[int, float],
+    share_cpus: list[int],
+    generator_cpus: list[int],
+) -> dict[str, float]:
+    """Server CPU, steal on share and generator, and the other work on the share's CPUs,
+    each in CPUs over the window; ``per_cpu`` is each share CPU's busy fraction."""
+    out: dict[str, float] = {}
+    if snaps is not None and len(snaps.server_cpu) == 2 and duration > 0:
+        # The server's own processes' CPU over the window, in cores: on a shared
+        # machine /proc/stat also counts other work that ran on the share's CPUs.
+        out["server_cpu"] = (snaps.server_cpu[1] - snaps.server_cpu[0]) / duration
+        # A co-runner share's spinners take the CPU time the share leaves out: the
+        # share's own enforcement, not other work beside it.
+        spun = snaps.spinner_cpu
+        out["share_spinner_cpu"] = (spun[1] - spun[0]) / duration if len(spun) == 2 else 0.0
+    if snaps is not None and len(snaps.steal) == 2:
+        # Steal on the share's CPUs, in CPUs (already inside the busy fractions).
+        out["share_steal"] = sum(utilization(snaps.steal[0], snaps.steal[1], share_cpus).values())
+        if generator_cpus:
+            # And on the generator's: a stall there (the host taking its vCPU) is
+            # what flags a level behind while the generator's own CPU is idle.
+            out["generator_steal"] = max(
+                utilization(snaps.steal[0], snaps.steal[1], generator_cpus).values(),
+                default=0.0,
+            )
+    if "server_cpu" in out and per_cpu:
+        # What else ran there (another process, a hog, a second load's softirqs): a
+        # sweep's level was the server's alone only if this stayed small.
+        busy = sum(per_cpu.values()) - out.get("share_steal", 0.0) - out["share_spinner_cpu"]
+        out["share_other_cpu"] = max(0.0, busy - out["server_cpu"])
+    return out
