@@ -479,7 +479,9 @@ class LoadCurve(files.VersionedFile):
             for twin in (f"{stem}.partial.json", f"{stem}.summary.json"):
                 stale = written.with_name(twin)
                 with contextlib.suppress(OSError):
-                    if _stat.S_ISREG(os.lstat(stale).st_mode):  # a file of ours, not a link
+                    st = os.lstat(stale)
+                    # a file of ours: not a link, nor another user's in a shared folder
+                    if _stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
                         os.unlink(stale)
         return written
 

@@ -4,6 +4,7 @@ keep them (kill -9, the OOM killer, an abort in native code) leaves them in
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from typer.testing import CliRunner
 from shrink.cli import app, sim_cmd
 from shrink.loadcurve import LoadCurve
 from shrink.measure import SweepHooks, sweep
-from shrink.measure.keep import KEPT_AS_MEASURED, KeepLevels
+from shrink.measure.keep import KEPT_AS_MEASURED, RUN_STARTED, KeepLevels
 from tests.conftest import ROOT
 from tests.test_export import _trace
 
@@ -46,6 +47,7 @@ def test_a_sweep_killed_outright_has_its_finished_levels_on_disk(tmp_path, monke
     kept = LoadCurve.read_json(tmp_path / "curve.partial.json")
     assert [lv.level for lv in kept.levels] == [1, 2]
     assert kept.meta[KEPT_AS_MEASURED] is True
+    assert kept.meta[RUN_STARTED].endswith("+00:00")  # tells it from an earlier run's
     assert not out.exists()
 
 
@@ -91,3 +93,20 @@ def test_a_keep_that_cannot_write_stops_nothing_and_says_so_once(tmp_path):
                   duration=2, hooks=SweepHooks(keep=keep))  # fmt: skip
     assert [lv.level for lv in curve.levels] == [1, 2, 3]
     assert len(said) == 1 and keep.failed is said[0]
+
+
+def test_the_whole_curve_leaves_another_user_s_file_of_that_name(tmp_path):
+    # a shared folder: root's run removed another user's curve.partial.json
+    partial = tmp_path / "curve.partial.json"
+    partial.write_text("{}")
+    os.chown(partial, 4242, 4242)
+    steady_curve = LoadCurve.read_json(_whole(tmp_path))
+    steady_curve.write_json(tmp_path / "curve.json")
+    assert partial.exists()
+
+
+def _whole(tmp_path: Path) -> Path:
+    trace, out = tmp_path / "t.parquet", tmp_path / "w.json"
+    steady_trace().write_parquet(trace)
+    assert _sim_sweep(trace, out, "1").exit_code == 0
+    return out

@@ -11,17 +11,20 @@ removes it (:meth:`shrink.loadcurve.LoadCurve.write_json`).
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 from shrink.atomic import make_dirs
 from shrink.errors import WriteError
 from shrink.loadcurve import LoadCurve
 
-__all__ = ["KEPT_AS_MEASURED", "KeepLevels", "partial_twin"]
+__all__ = ["KEPT_AS_MEASURED", "RUN_STARTED", "KeepLevels", "partial_twin"]
 
 # In a kept curve's meta: the run was going on when it was written, so it may lack
-# levels the run went on to measure.
+# levels the run went on to measure; and when that run started (UTC), which tells it
+# from an earlier run's file a run killed before its first level left in place.
 KEPT_AS_MEASURED = "kept_as_measured"
+RUN_STARTED = "run_started"
 
 
 def partial_twin(path: Path) -> Path:
@@ -41,11 +44,13 @@ class KeepLevels:
         self.path = path
         self.on_fail = on_fail
         self.failed: WriteError | None = None
+        self.started = datetime.now(UTC).isoformat(timespec="seconds")
 
     def __call__(self, curve: LoadCurve) -> None:
         if self.failed is not None or not curve.levels:
             return
         curve.meta[KEPT_AS_MEASURED] = True
+        curve.meta[RUN_STARTED] = self.started
         try:
             make_dirs(self.path.parent)
             curve.write_json(self.path)
