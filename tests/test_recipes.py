@@ -272,7 +272,7 @@ def test_a_stop_signal_between_the_steps_of_up_leaves_no_server(
 
     monkeypatch.setattr(lifecycle, "_start_replica", start_then_stop)
     if where == "before the state is written":
-        monkeypatch.setattr(lifecycle, "TestbedState", no_state)
+        monkeypatch.setattr(lifecycle.TestbedState, "write", no_state)
     state = tmp_path / "s.json"
     try:
         with pytest.raises(KeyboardInterrupt):

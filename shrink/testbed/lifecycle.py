@@ -31,7 +31,8 @@ import shutil
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -143,6 +144,8 @@ class _Launch:
     children_per_core: int
     php: PhpLimits
     user: ServerUser | None
+    # Records the replicas started so far, while up runs (see ``up``).
+    note: Callable[[list[ReplicaState]], None] = lambda started: None
 
 
 def _start_replica(launch: _Launch, r: Replica, enforcer: Enforcer | None) -> ReplicaState:
@@ -181,6 +184,7 @@ def _start_replica(launch: _Launch, r: Replica, enforcer: Enforcer | None) -> Re
             process.stop_new_children(before)
             raise
         logs.append(run_dir / log_name)
+        launch.note([_starting(r, spawned, run_dir, enforcer)])
         return proc
 
     ctx = ReplicaContext(
@@ -211,6 +215,7 @@ def _start_replica(launch: _Launch, r: Replica, enforcer: Enforcer | None) -> Re
             enforcer.add(recipe.pids(rs))
             rs.enforce = enforcer.to_dict()  # what adding started (a co-runner's spinners)
             rs.cgroup = rs.enforce.get("cgroup")
+            launch.note([rs])
 
         def answering() -> str | None:
             problem = recipe.health(r.address, r.port)
@@ -229,6 +234,22 @@ def _start_replica(launch: _Launch, r: Replica, enforcer: Enforcer | None) -> Re
         where = f"replica {r.name} ({r.address}:{r.port})"
         raise RecipeError(msg, recipe=label(recipe), field=where) from None
     return rs
+
+
+def _starting(
+    r: Replica, spawned: list[subprocess.Popen[bytes]], run_dir: Path, enforcer: Enforcer | None
+) -> ReplicaState:
+    """What a replica has started so far, for the registry while ``up`` runs: its
+    processes by start time, its cgroup (which ``down --stale`` empties too)."""
+    pids = [p.pid for p in spawned]
+    starttimes = {p: info.starttime for p in pids if (info := process.proc_info(p)) is not None}
+    enf = enforcer.to_dict() if enforcer is not None else None
+    return ReplicaState(
+        name=r.name, address=r.address, port=r.port, cpus=list(r.cpus), masters=pids[:1],
+        processes={"starting": pids}, starttimes=starttimes, pinned={}, config="",
+        run_dir=str(run_dir), nic_socket=r.nic_socket,
+        cgroup=enf.get("cgroup") if enf is not None else None, enforce=enf,
+    )  # fmt: skip
 
 
 def _record(recipe: ServerRecipe, rs: ReplicaState) -> None:
@@ -310,10 +331,29 @@ def up(
         m = _with_free_ports(m, port)
         use_cg, layout = _use_cgroups(share, cgroups, enforce)
         run_root = new_run_root(base, state_path, user)
+
+        post_max = server.php.post_max_mib
+
+        def state_of(started: list[ReplicaState]) -> TestbedState:
+            return TestbedState(
+                replicas=started, share=share, mapping=m.to_dict(), machine=machine.to_dict(),
+                docroot=str(docroot), versions=versions,
+                started=datetime.now(UTC).isoformat(timespec="seconds"), notes=notes,
+                server=server_record(recipe),
+                share_enforce=enfs[0].describe() if enfs else None,
+                php_post_max_mib=post_max if recipe.name in BUILTIN_RECIPES else None,
+                irq=irq or None,
+            )  # fmt: skip
+
+        enfs: list[Enforcer] = []
+        # Recorded from the first server started, with this process as owner: a kill -9
+        # of up before its state was written left servers and cgroups no state or
+        # registry entry named, which ``down --stale`` never found.
         launch = _Launch(
             recipe, docroot, run_root,
             timeout_s=float(getattr(recipe, "start_timeout", None) or START_TIMEOUT_S), owned=owned,
             children_per_core=server.php_children_per_core, php=server.php, user=user,
+            note=lambda now: registry.record(state_path, state_of(now), owned=owned, starting=True),
         )  # fmt: skip
         before = process.own_children()
         try:
@@ -322,25 +362,11 @@ def up(
                 cgroups=(use_cg, layout), enforce=enforce,
             )  # fmt: skip
         except BaseException:
+            registry.forget(state_path)
             shutil.rmtree(run_root, ignore_errors=True)
             raise
         try:
-            state = TestbedState(
-                replicas=started,
-                share=share,
-                mapping=m.to_dict(),
-                machine=machine.to_dict(),
-                docroot=str(docroot),
-                versions=versions,
-                started=datetime.now(UTC).isoformat(timespec="seconds"),
-                notes=notes,
-                server=server_record(recipe),
-                share_enforce=enfs[0].describe() if enfs else None,
-                php_post_max_mib=server.php.post_max_mib
-                if recipe.name in BUILTIN_RECIPES
-                else None,
-                irq=irq or None,
-            )
+            state = state_of(started)
             state.write(state_path)
             # ``owned``: it dies with this process (a parent-death signal) and is recorded
             # with this process as owner, so ``down --stale`` finds what a kill -9 left.
@@ -366,6 +392,8 @@ def _start_all(
     started: list[ReplicaState] = []
     enfs: list[Enforcer] = []
     before = process.own_children()
+    outer = launch.note
+    launch = replace(launch, note=lambda current: outer([*started, *current]))
     try:
         for r in m.replicas:
             enf = None

@@ -93,16 +93,23 @@ def _entry(state_path: Path) -> Path:
     return run_dir() / f"testbed-{key}.json"
 
 
-def record(state_path: str | Path, state: TestbedState, *, owned: bool) -> Path:
-    """Note a testbed that ``up`` started (``owned``: it dies with this process)."""
+def record(
+    state_path: str | Path, state: TestbedState, *, owned: bool, starting: bool = False
+) -> Path:
+    """Note a testbed that ``up`` started (``owned``: it dies with this process), or, with
+    ``starting``, what it has started so far: this process is then its owner until
+    ``up`` records it whole, so a kill -9 of ``up`` leaves a stale entry, not servers
+    that nothing names."""
     state_path = Path(state_path).resolve()
     owner = None
-    if owned:
+    if owned or starting:
         info = process.proc_info(os.getpid())
         owner = {"pid": os.getpid(), "starttime": info.starttime if info else None}
     private_dir()
     entry = _entry(state_path)
-    doc = {"state_path": str(state_path), "owner": owner, "state": state.to_dict()}
+    doc: dict[str, Any] = {"state_path": str(state_path), "owner": owner, "state": state.to_dict()}
+    if starting:
+        doc["starting"] = True
     return write_text(entry, dumps(doc, indent=1) + "\n", perm=0o600)
 
 
@@ -156,6 +163,8 @@ def _why_stale(doc: dict[str, Any]) -> str | None:
     owner = doc.get("owner")
     if owner and not process.is_alive(int(owner["pid"]), owner.get("starttime")):
         return f"its owner (PID {owner['pid']}) is gone"
+    if owner and doc.get("starting"):
+        return None  # up runs still: its state file is not written yet
     path = Path(doc["state_path"])
     if not path.exists():
         return f"its state file {path} is gone"
