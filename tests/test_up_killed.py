@@ -70,3 +70,20 @@ def test_down_stale_stops_what_a_killed_up_started(tmp_path, monkeypatch):
         for p in server:
             if process.is_alive(p):
                 os.kill(p, signal.SIGKILL)
+
+
+def test_a_killed_writers_temporary_entry_is_removed(tmp_path, monkeypatch):
+    # up killed between writing its registry entry's temporary file and the rename
+    from shrink.testbed import registry
+
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "run"))
+    registry.private_dir()
+    state = tmp_path / "s.json"
+    entry = registry._entry(state)
+    left = entry.with_name(f".{entry.name}.0123456789ab.tmp")
+    other = entry.with_name(".testbed-0000000000000000.json.0123456789ab.tmp")
+    left.write_text("{}")
+    other.write_text("{}")
+    registry.forget(state)
+    assert not left.exists()
+    assert other.exists()  # another entry's: left to its own up or down

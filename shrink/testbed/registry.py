@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,7 @@ __all__ = [
     "private_dir",
     "record",
     "recorded",
+    "remove_entry",
     "run_dir",
     "running",
     "scratch_base",
@@ -110,7 +112,19 @@ def record(
     doc: dict[str, Any] = {"state_path": str(state_path), "owner": owner, "state": state.to_dict()}
     if starting:
         doc["starting"] = True
-    return write_text(entry, dumps(doc, indent=1) + "\n", perm=0o600)
+    written = write_text(entry, dumps(doc, indent=1) + "\n", perm=0o600)
+    _drop_temporaries(entry)
+    return written
+
+
+def _drop_temporaries(entry: Path) -> None:
+    """Remove what a killed writer of ``entry`` left: its temporary files (written, then
+    renamed over it; ``up`` is killed between the two as likely as anywhere). Only
+    ``up`` writes an entry, under the lock of its state file, so none is being written."""
+    for tmp in entry.parent.glob(f".{entry.name}.*.tmp"):
+        if re.fullmatch(rf"\.{re.escape(entry.name)}\.[0-9a-f]{{12}}\.tmp", tmp.name):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
 
 
 def recorded(state_path: str | Path) -> TestbedState | None:
@@ -128,8 +142,14 @@ def recorded(state_path: str | Path) -> TestbedState | None:
 
 def forget(state_path: str | Path) -> None:
     """Remove the entry of a testbed that was stopped."""
+    remove_entry(_entry(Path(state_path)))
+
+
+def remove_entry(entry: Path) -> None:
+    """Remove an entry, and any temporary file a killed ``up`` left while writing it."""
     with contextlib.suppress(OSError):
-        _entry(Path(state_path)).unlink()
+        entry.unlink()
+    _drop_temporaries(entry)
 
 
 @dataclass

@@ -218,6 +218,6 @@ def down_stale() -> list[tuple[registry.StaleTestbed, dict[str, list[int]]]]:
         stopped = {r.name: stop_and_release(recipe, r, sig) for r in sb.state.replicas}
         _remove_run_dirs(sb.state)
         _restore_irq(sb.state)
-        sb.entry.unlink(missing_ok=True)
+        registry.remove_entry(sb.entry)
         out.append((sb, stopped))
     return out
