@@ -10,8 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from helpers.fake_targets import steady_trace
-from test_testbed_watch import _answering, _live, _state
+from helpers.fake_targets import live_target, steady_trace
+from test_testbed_watch import _answering, _state
 from typer.testing import CliRunner
 
 from shrink.cli import app
@@ -36,7 +36,7 @@ def test_a_hog_on_the_share_cpus_is_other_work_in_the_curve(monkeypatch, capsys,
     monkeypatch.setattr(live, "cpu_seconds", _snapshots([10.0, 10.4]))
     srv = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        target = _live(_state(srv.pid), _answering(200))
+        target = live_target(_state(srv.pid), _answering(200))
         curve = sweep(target, steady_trace(), [1.0], reps=1, warmup=0.0, duration=2.0)
     finally:
         srv.kill()
@@ -159,7 +159,7 @@ def test_a_corunner_shares_spinner_is_not_other_work(monkeypatch, capsys):
             live, "cpu_seconds", lambda pids: sum(seconds[p].pop(0) for p in pids if p in seconds)
         )
         monkeypatch.setattr("shrink.testbed.watch._spinner_problems", lambda *a: [])
-        target = _live(state, _answering(200))
+        target = live_target(state, _answering(200))
         curve = sweep(target, steady_trace(), [1.0], reps=1, warmup=0.0, duration=2.0)
     finally:
         for p in (srv, spin):
