@@ -110,3 +110,27 @@ def _whole(tmp_path: Path) -> Path:
     steady_trace().write_parquet(trace)
     assert _sim_sweep(trace, out, "1").exit_code == 0
     return out
+
+
+def test_mat_and_extrapolate_say_a_kept_curve_may_lack_levels(tmp_path, monkeypatch):
+    # a MAT read from X.partial.json said nothing of the levels the run did not reach
+    trace, out = tmp_path / "t.parquet", tmp_path / "curve.json"
+    steady_trace().write_parquet(trace)
+    monkeypatch.setattr(sim_cmd, "_sim_target", lambda *a: FailsAt(3, Killed()))
+    with pytest.raises(Killed):
+        CliRunner().invoke(
+            app,
+            ["sim", "sweep", str(trace), "--machine", str(SPEC), "-o", str(out), "--levels",
+             "1,2,3", "--reps", "1", "--warmup", "500ms", "--duration", "2s"],
+            catch_exceptions=False,
+        )  # fmt: skip
+    partial = tmp_path / "curve.partial.json"
+    for args in (["mat", str(partial), "--threshold", "1s"],
+                 ["extrapolate", str(partial), "--machine", str(SPEC)]):  # fmt: skip
+        r = CliRunner().invoke(app, args)
+        assert f"note: {partial} holds the levels a run finished before it stopped" in " ".join(
+            r.stderr.split()
+        ), (args[0], r.output)
+    whole = _whole(tmp_path)
+    r = CliRunner().invoke(app, ["mat", str(whole), "--threshold", "1s"])
+    assert "holds the levels a run finished" not in r.stderr

@@ -462,6 +462,19 @@ def exit_nothing_served(reason: str) -> None:
     raise typer.Exit(code=EXIT_ERROR)
 
 
+def note_if_partial(curve: Any, path: str | Path) -> None:
+    """One line on stderr when ``curve`` holds only what a run finished before it stopped
+    (or while it still ran: ``X.partial.json``): a MAT or a fit read from it may lack
+    the levels the whole run would have measured, and nothing else said so."""
+    meta = getattr(curve, "meta", None) or {}
+    if meta.get("interrupted") or meta.get("stopped") or meta.get("kept_as_measured"):
+        typer.echo(
+            f"note: {printable(path)} holds the levels a run finished before it stopped (or "
+            "while it still ran): it may lack levels the whole run would have measured",
+            err=True,
+        )
+
+
 def exit_if_bound(bounds: list[str]) -> None:
     """Exit with status 99 (:data:`shrink.mat.EXIT_BOUND`) when a MAT is only a bound.
 

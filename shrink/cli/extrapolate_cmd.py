@@ -15,6 +15,7 @@ from shrink.cli._common import (
     echo_json,
     exit_if_bound,
     fmt_number,
+    note_if_partial,
     output_path,
     threshold_text,
 )
@@ -135,6 +136,8 @@ def calibrate(
             thr = parse_thresholds(thresholds)
         if curves:
             loaded = [LoadCurve.read_json(p) for p in curves]
+            for lc, p in zip(loaded, curves, strict=True):
+                note_if_partial(lc, p)
             m = Machine.read_toml(machine) if machine else None
             model = fit_curves(loaded, thr, machine=m)
         else:
@@ -228,6 +231,7 @@ def extrapolate(
         mach = Machine.read_toml(machine)
         check_mappings(mapping or [], mach, mach.all_cpus, "--mapping")
         lc = LoadCurve.read_json(curve)
+        note_if_partial(lc, curve)
         model = load_calibration(calibration)
         pred, _ = extrapolate_curve(lc, model, mach, mappings=mapping or None, thresholds=th)
         if output:

@@ -15,6 +15,7 @@ from shrink.cli._common import (
     cli_errors,
     echo_json,
     exit_if_bound,
+    note_if_partial,
     output_path,
     stat_name,
     threshold_text,
@@ -105,7 +106,7 @@ def mat_cmd(
             check_int(max_levels, "max levels", low=1, high=MOST_LEVELS)
         if adaptive and (trace is None or not target):
             raise ParameterError("--adaptive needs --trace and --target to run more levels.")
-        lc = LoadCurve.read_json(curve)
+        note_if_partial(lc := LoadCurve.read_json(curve), curve)
         with as_option("--cls"):
             check_class(lc, cls)
         added: list[float] = []
