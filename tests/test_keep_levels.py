@@ -33,7 +33,9 @@ def _sim_sweep(trace: Path, out: Path, levels: str) -> object:
     )  # fmt: skip
 
 
-def test_a_sweep_killed_outright_has_its_finished_levels_on_disk(tmp_path, monkeypatch):
+def _killed_at_the_third_level(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``sim sweep -o curve.json`` of three levels, killed outright in its third: the
+    output it was to write."""
     trace, out = tmp_path / "t.parquet", tmp_path / "curve.json"
     steady_trace().write_parquet(trace)
     monkeypatch.setattr(sim_cmd, "_sim_target", lambda *a: FailsAt(3, Killed()))
@@ -44,6 +46,11 @@ def test_a_sweep_killed_outright_has_its_finished_levels_on_disk(tmp_path, monke
              "1,2,3", "--reps", "1", "--warmup", "500ms", "--duration", "2s"],
             catch_exceptions=False,
         )  # fmt: skip
+    return out
+
+
+def test_a_sweep_killed_outright_has_its_finished_levels_on_disk(tmp_path, monkeypatch):
+    out = _killed_at_the_third_level(tmp_path, monkeypatch)
     kept = LoadCurve.read_json(tmp_path / "curve.partial.json")
     assert [lv.level for lv in kept.levels] == [1, 2]
     assert kept.meta[KEPT_AS_MEASURED] is True
@@ -114,17 +121,8 @@ def _whole(tmp_path: Path) -> Path:
 
 def test_mat_and_extrapolate_say_a_kept_curve_may_lack_levels(tmp_path, monkeypatch):
     # a MAT read from X.partial.json said nothing of the levels the run did not reach
-    trace, out = tmp_path / "t.parquet", tmp_path / "curve.json"
-    steady_trace().write_parquet(trace)
-    monkeypatch.setattr(sim_cmd, "_sim_target", lambda *a: FailsAt(3, Killed()))
-    with pytest.raises(Killed):
-        CliRunner().invoke(
-            app,
-            ["sim", "sweep", str(trace), "--machine", str(SPEC), "-o", str(out), "--levels",
-             "1,2,3", "--reps", "1", "--warmup", "500ms", "--duration", "2s"],
-            catch_exceptions=False,
-        )  # fmt: skip
-    partial = tmp_path / "curve.partial.json"
+    out = _killed_at_the_third_level(tmp_path, monkeypatch)
+    partial = out.with_name("curve.partial.json")
     for args in (["mat", str(partial), "--threshold", "1s"],
                  ["extrapolate", str(partial), "--machine", str(SPEC)]):  # fmt: skip
         r = CliRunner().invoke(app, args)
