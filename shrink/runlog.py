@@ -35,12 +35,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from shrink import files
 from shrink.errors import TraceFormatError
 from shrink.parquet_meta import META_KEY as META_KEY  # the run log writer streams with it
 from shrink.parquet_meta import meta_of, write_with_meta
+from shrink.parquet_read import read_bounded
 from shrink.schemas import ParquetMeta
 
 __all__ = ["FAILURE_CLASSES", "RUNLOG_SCHEMA", "RunLog"]
@@ -190,7 +190,7 @@ class RunLog:
     def read_parquet(cls, path: str | Path) -> RunLog:
         path = files.seekable_file(path, what="run log")
         try:
-            table = pq.read_table(path)
+            table = read_bounded(path)
         except FileNotFoundError:
             raise TraceFormatError("no such file", path=path) from None
         except (pa.ArrowException, OSError, ValueError, TypeError, IndexError) as exc:

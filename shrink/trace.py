@@ -57,6 +57,7 @@ from shrink.checks import MAX_SECONDS
 from shrink.errors import TraceFormatError
 from shrink.jsonout import dumps
 from shrink.parquet_meta import meta_of, write_with_meta
+from shrink.parquet_read import read_bounded
 
 __all__ = [
     "COLUMNS",
@@ -391,7 +392,7 @@ def _read_table(path: Path, what: str) -> pa.Table:
     try:
         _parquet_magic(path, what)
         _unique_names(pq.read_schema(path).names, path)
-        table = pq.read_table(path)
+        table = read_bounded(path)
         # Parquet does not promise valid UTF-8 in string columns; a bad byte would
         # otherwise surface as a UnicodeDecodeError wherever a column is first read.
         table.validate(full=True)

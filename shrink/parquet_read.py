@@ -1,0 +1,151 @@
+"""A Parquet file read with its decoded size checked first.
+
+Parquet stores a value repeated in every row once (dictionary encoding), so a small
+file can decode to far more than it holds: a 10 KB trace with one 1 MiB body (or one
+1 MiB path) in 1,500 rows took 3.75 GB to read, and ten times the rows would have
+taken the machine's memory before any check could run. The text and bytes columns are
+read dictionary-encoded first; their decoded size, told from each distinct value's
+length and the rows' indices, must fit in the memory this process can still take
+(:func:`memory_left`) before any is decoded. No constant is involved: the bound is what
+the machine says, read when the file is.
+"""
+
+from __future__ import annotations
+
+import resource
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from shrink.errors import TraceFormatError
+
+__all__ = ["decoded_size", "memory_left", "read_bounded"]
+
+_MEMINFO = Path("/proc/meminfo")
+_STATUS = Path("/proc/self/status")
+_CGROUP = Path("/proc/self/cgroup")
+
+
+def _variable_width(schema: pa.Schema) -> list[str]:
+    """The columns whose values are text or bytes (a dictionary of them included)."""
+    names = []
+    for f in schema:
+        typ = f.type.value_type if pa.types.is_dictionary(f.type) else f.type
+        if any(
+            test(typ)
+            for test in (
+                pa.types.is_string,
+                pa.types.is_large_string,
+                pa.types.is_binary,
+                pa.types.is_large_binary,
+            )
+        ):
+            names.append(f.name)
+    return names
+
+
+def decoded_size(column: pa.ChunkedArray) -> int:
+    """The bytes a dictionary-encoded text or bytes column holds once decoded: each
+    row's value length, from the distinct values' lengths (nothing is decoded)."""
+    total = 0
+    for chunk in column.chunks:
+        if not pa.types.is_dictionary(chunk.type):  # decoded already
+            total += int(pc.sum(pc.binary_length(chunk)).as_py() or 0)
+            continue
+        if len(chunk) == 0 or len(chunk.dictionary) == 0:
+            continue
+        lengths = pc.fill_null(pc.binary_length(chunk.dictionary), 0).cast(pa.int64())
+        rows = pc.sum(pc.take(lengths, chunk.indices)).as_py()
+        total += int(rows or 0)
+    return total
+
+
+def _meminfo_available(meminfo: Path) -> int | None:
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _address_space_left(status: Path) -> int | None:
+    """What ``ulimit -v`` leaves this process: the limit less the address space in use."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    try:
+        for line in status.read_text().splitlines():
+            if line.startswith("VmSize:"):
+                return max(0, soft - int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _cgroup_left(cgroup: Path, root: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """What this process's cgroup v2 memory limit leaves (None without one)."""
+    try:
+        rel = next(
+            line.split(":", 2)[2]
+            for line in cgroup.read_text().splitlines()
+            if line.startswith("0::")
+        )
+        folder = root / rel.lstrip("/")
+        limit = (folder / "memory.max").read_text().strip()
+        if limit == "max":
+            return None
+        return max(0, int(limit) - int((folder / "memory.current").read_text().strip()))
+    except (OSError, ValueError, StopIteration):
+        return None
+
+
+def memory_left(
+    meminfo: Path = _MEMINFO, status: Path = _STATUS, cgroup: Path = _CGROUP
+) -> int | None:
+    """The bytes this process can still take: the least of the machine's available memory
+    (MemAvailable), what ``ulimit -v`` leaves and what its cgroup's memory limit leaves;
+    None where none of them can be read."""
+    known = [
+        n
+        for n in (_meminfo_available(meminfo), _address_space_left(status), _cgroup_left(cgroup))
+        if n is not None
+    ]
+    return min(known) if known else None
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):,.0f} MiB"
+
+
+def read_bounded(path: Path, *, left: int | None = None) -> pa.Table:
+    """The Parquet file at ``path`` as a table, its columns as the file types them; a
+    TraceFormatError naming the file and the largest column when its text and bytes
+    columns would decode to more than ``left`` bytes (default: :func:`memory_left`).
+    pyarrow's own errors propagate to the caller, which words them."""
+    schema = pq.read_schema(path)
+    names = _variable_width(schema)
+    if not names:
+        return pq.read_table(path)
+    table = pq.read_table(path, read_dictionary=names)
+    sizes = {name: decoded_size(table.column(name)) for name in names}
+    left = memory_left() if left is None else left
+    total = sum(sizes.values())
+    if left is not None and total > left:
+        worst = max(sizes, key=lambda n: sizes[n])
+        raise TraceFormatError(
+            f"its text and bytes columns decode to {_mib(total)} ({worst!r}: "
+            f"{_mib(sizes[worst])}, {table.num_rows:,} rows), more than the "
+            f"{_mib(left)} of memory this process has left; a value repeated in many "
+            f"rows is stored once in the file",
+            path=path,
+        )
+    for name in names:  # each column decoded in turn, as the file types it
+        want = schema.field(name).type
+        i = table.schema.get_field_index(name)
+        if table.schema.field(i).type != want:
+            table = table.set_column(i, schema.field(name), table.column(i).cast(want))
+    return table

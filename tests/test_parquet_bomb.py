@@ -1,0 +1,130 @@
+"""A small Parquet file whose repeated values decode to more memory than the process has
+left is refused in one line naming the file and the column, before it is decoded; a file
+that fits reads as before, each column typed as the file types it."""
+
+from __future__ import annotations
+
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from shrink.errors import TraceFormatError
+from shrink.parquet_read import decoded_size, memory_left, read_bounded
+from shrink.runlog import RunLog
+from shrink.trace import Trace
+
+pytestmark = pytest.mark.compute
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bomb(path: Path, rows: int, value_bytes: int, column: str = "body") -> Path:
+    """A trace of ``rows`` rows sharing one ``value_bytes``-long body (or path), stored
+    once: the file is a few KB, whatever it decodes to."""
+    big = pa.array([b"x" * value_bytes] if column == "body" else ["/" + "y" * value_bytes])
+    shared = pa.DictionaryArray.from_arrays(pa.array(np.zeros(rows, np.int32)), big)
+    cols: dict[str, pa.Array] = {
+        "session": pa.array(np.arange(rows, dtype=np.int64)),
+        "t": pa.array(np.arange(rows, dtype=np.float64) * 0.01),
+        "path": pa.array(["/a"] * rows),
+    }
+    cols[column] = shared
+    table = Trace.from_columns({"session": [0], "t": [0.0], "path": ["/a"]}).table
+    for name in table.column_names:
+        if name not in cols:
+            cols[name] = pa.repeat(table.column(name)[0], rows)
+    pq.write_table(
+        pa.table(cols), path, compression="zstd", dictionary_pagesize_limit=2 * value_bytes
+    )
+    return path
+
+
+@pytest.mark.parametrize("column", ["body", "path"])
+def test_a_repeated_value_past_the_memory_left_names_file_and_column(tmp_path, column):
+    path = _bomb(tmp_path / "t.parquet", rows=2000, value_bytes=4096, column=column)
+    assert path.stat().st_size < 50_000  # 8 MB once decoded
+    with pytest.raises(TraceFormatError) as err:
+        read_bounded(path, left=4 << 20)
+    msg = str(err.value)
+    assert str(path) in msg and f"{column!r}" in msg and "2,000 rows" in msg
+    assert "more than the 4 MiB of memory this process has left" in msg
+
+
+def test_a_trace_that_fits_reads_as_pyarrow_reads_it(tmp_path):
+    path = _bomb(tmp_path / "t.parquet", rows=300, value_bytes=100)
+    got = read_bounded(path, left=1 << 30)
+    want = pq.read_table(path)
+    assert got.schema == want.schema
+    assert got.column("body").to_pylist() == want.column("body").to_pylist()
+    same = ["session", "t", "path", "method", "client"]  # (rt is NaN: never equal)
+    assert got.select(same).equals(want.select(same))
+    # a file written as plain trace columns keeps its plain types
+    plain = tmp_path / "plain.parquet"
+    Trace.from_columns(
+        {"session": [1, 2], "t": [0.0, 1.0], "path": ["/a", "/b"], "body": [b"", b"q"]}
+    ).write_parquet(plain)
+    again = read_bounded(plain, left=1 << 30)
+    assert again.schema == pq.read_table(plain).schema
+    assert again.column("body").type == pa.binary()
+
+
+def test_decoded_size_counts_each_row_with_nulls_as_nothing():
+    values = [b"ab", None, b"abcd", b"ab", b""]
+    plain = pa.chunked_array([pa.array(values, pa.binary())])
+    encoded = pa.chunked_array([pa.array(values, pa.binary()).dictionary_encode()])
+    assert decoded_size(plain) == decoded_size(encoded) == 8
+    assert decoded_size(pa.chunked_array([], pa.dictionary(pa.int32(), pa.string()))) == 0
+
+
+def test_memory_left_is_the_least_of_what_the_machine_says(tmp_path):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal: 100 kB\nMemAvailable:    2048 kB\n")
+    status, cgroup = tmp_path / "status", tmp_path / "cgroup"  # absent: not known
+    assert memory_left(meminfo, status, cgroup) == 2048 * 1024
+    assert memory_left(tmp_path / "none", status, cgroup) in (None, _rlimit_left())
+
+
+def _rlimit_left() -> int | None:
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def test_a_run_log_is_read_with_the_same_bound(tmp_path, monkeypatch):
+    path = _bomb(tmp_path / "r.parquet", rows=2000, value_bytes=4096)
+    monkeypatch.setattr("shrink.parquet_read.memory_left", lambda: 1 << 20)
+    with pytest.raises(TraceFormatError, match="decode to 8 MiB"):
+        RunLog.read_parquet(path)
+    with pytest.raises(TraceFormatError, match="decode to 8 MiB"):
+        Trace.read_parquet(path)
+
+
+def test_trace_info_under_ulimit_v_refuses_the_file_in_one_line(tmp_path):
+    """A 10 KB trace holding one 1 MiB body in 1,500 rows took 3.75 GB to read; under a
+    ``ulimit -v`` that leaves about 1 GB it failed inside pyarrow."""
+    path = _bomb(tmp_path / "t.parquet", rows=1500, value_bytes=1 << 20)
+    assert path.stat().st_size < 100_000
+
+    # the limit is set once pyarrow and the CLI are loaded: 1 GiB more than they take
+    run = (
+        "import resource, sys, pyarrow.parquet, shrink.cli.trace_cmd\n"
+        "from shrink.cli import main\n"
+        "size = next(int(x.split()[1]) * 1024 for x in open('/proc/self/status')"
+        " if x.startswith('VmSize:'))\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (size + (1 << 30), size + (1 << 30)))\n"
+        "sys.argv = ['shrink', 'trace', 'info', sys.argv[1]]\n"
+        "main()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", run, str(path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {path}: its text and bytes columns decode to 1,500 MiB")
+    assert "'body'" in last
