@@ -32,8 +32,8 @@ sys.path.insert(0, str(ROOT))
 from shrink import testbed  # noqa: E402
 from shrink.replay import open_loop_trace  # noqa: E402
 from shrink.replay.live import LiveTarget  # noqa: E402
-from shrink.target import GeneratorPlacement  # noqa: E402
 from shrink.share import Share  # noqa: E402
+from shrink.target import GeneratorPlacement  # noqa: E402
 from shrink.topology import discover  # noqa: E402
 
 SERVER_CPU, GEN_CPU = 1, 0
