@@ -8,8 +8,10 @@ signal a PID whose start time still matches.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -125,6 +127,7 @@ def start_process(
     env: dict[str, str] | None = None,
     owned: bool = False,
     user: tuple[int, int] | None = None,
+    recorded: Callable[[subprocess.Popen[bytes]], None] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start ``argv`` in its own session, already pinned to ``cpus`` and in the cgroup.
 
@@ -133,6 +136,9 @@ def start_process(
     ``owned``: the process gets SIGTERM when this one dies, even by kill -9
     (:func:`die_with_parent`; lighttpd then stops its workers and php-cgi).
     ``user``: (uid, gid) it runs as, set after it joined the cgroup (which needs root).
+    ``recorded(proc)`` runs after the fork and before ``argv`` does (:func:`_gated`):
+    a kill of this process between the two, which no handler sees, left a server
+    running that nothing had recorded; now it never starts.
     """
     me = os.getpid()
     if owned or user is not None:
@@ -159,10 +165,11 @@ def start_process(
     # to root's log: where lighttpd, nginx and php say what stops them before their own
     # error log is open. Root only reads its last lines, escaped, into an error (tail_log).
     log = _open_log(log_path) if log_path is not None else subprocess.DEVNULL
+    gate = os.pipe() if recorded is not None else None
     try:
-        return subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(
+            _gated(argv, env) if gate is not None else argv,
+            stdin=gate[0] if gate is not None else subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -170,9 +177,49 @@ def start_process(
             env=env,
             close_fds=True,
         )
+    except BaseException:
+        if gate is not None:
+            os.close(gate[1])
+        raise
     finally:
         if log is not subprocess.DEVNULL:
             os.close(log)
+        if gate is not None:
+            os.close(gate[0])
+    if gate is not None and recorded is not None:
+        proc.args = argv  # what it becomes, as messages name it, not the shell before it
+        _open_gate(proc, gate[1], recorded)
+    return proc
+
+
+# The shell waits for a line on its standard input before it becomes the server: the line
+# comes once the server's PID is recorded; an end of file (the starter died) ends it.
+_GATE = 'read -r _ || exit 111; exec </dev/null; exec "$@"'
+
+
+def _gated(argv: list[str], env: dict[str, str] | None) -> list[str]:
+    """``argv`` behind :data:`_GATE`. A program that is not there is said here, as
+    Popen said it (the shell would say it only in the server's log)."""
+    path = (env if env is not None else os.environ).get("PATH", os.defpath)
+    if shutil.which(argv[0], path=path) is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
+    return ["/bin/sh", "-c", _GATE, "shrink-gate", *argv]
+
+
+def _open_gate(
+    proc: subprocess.Popen[bytes], gate: int, recorded: Callable[[subprocess.Popen[bytes]], None]
+) -> None:
+    """``recorded(proc)``, then the line that lets ``proc`` become the server; if
+    recording fails, the gate closes unopened and ``proc`` exits without starting it."""
+    try:
+        recorded(proc)
+        os.write(gate, b"go\n")
+    except BaseException:
+        os.close(gate)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=2.0)
+        raise
+    os.close(gate)
 
 
 def _open_log(path: Path) -> int:

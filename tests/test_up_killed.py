@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from shrink import processes as process
 from shrink.testbed import teardown
 
@@ -87,3 +89,87 @@ def test_a_killed_writers_temporary_entry_is_removed(tmp_path, monkeypatch):
     registry.forget(state)
     assert not left.exists()
     assert other.exists()  # another entry's: left to its own up or down
+
+
+# up killed at the worst moment: after the server's fork, while its PID is being recorded.
+_UP_KILLED_WHILE_RECORDING = """
+import os, signal, sys
+from shrink.machine import Machine
+from shrink.share import Share
+from shrink.testbed import ServerSettings, lifecycle, registry
+from shrink.testbed.fake_recipe import FakeRecipe
+
+def record(*args, **kw):
+    with open(sys.argv[4], "w") as fh:  # the children up has forked so far
+        fh.write(open(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read())
+    os.kill(os.getpid(), signal.SIGKILL)
+
+registry.record = record
+m = Machine("one", sockets=1, cores_per_socket=1, cpus=((int(sys.argv[3]),),))
+lifecycle.up(sys.argv[1], m, Share.parse("all", m), state_path=sys.argv[2], port=0,
+             cgroups="no", server=ServerSettings(FakeRecipe(fail="silent")))
+"""
+
+
+def test_a_server_forked_before_up_is_killed_never_starts(tmp_path, monkeypatch):
+    """A kill -9 of up between a server's fork and its record left a server that no
+    state and no registry entry named (1-2 in 10-15 kills); the fork now waits for its
+    record before it becomes the server, and exits when up is gone."""
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "run"))
+    (tmp_path / "doc").mkdir()
+    cpu = min(os.sched_getaffinity(0))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    forked = tmp_path / "forked"
+    up = subprocess.run(
+        [sys.executable, "-c", _UP_KILLED_WHILE_RECORDING, str(tmp_path / "doc"),
+         str(tmp_path / "s.json"), str(cpu), str(forked)],
+        env=env, timeout=60,
+    )  # fmt: skip
+    assert up.returncode == -signal.SIGKILL
+    kids = [int(x) for x in forked.read_text().split()]
+    assert kids, "up had forked no server when it recorded"
+    try:
+        # before: the fork was the fake server already, and served on after up died
+        assert _wait_gone(kids, 5.0) == []
+    finally:
+        for p in kids:
+            if process.is_alive(p):
+                os.kill(p, signal.SIGKILL)
+
+
+def _wait_gone(pids: list[int], seconds: float) -> list[int]:
+    deadline = time.monotonic() + seconds
+    left = pids
+    while time.monotonic() < deadline:
+        left = [p for p in pids if process.is_alive(p)]
+        if not left:
+            return []
+        time.sleep(0.05)
+    return left
+
+
+def test_a_start_whose_record_fails_runs_nothing(tmp_path):
+    marker = tmp_path / "ran"
+
+    def refuse(proc: subprocess.Popen[bytes]) -> None:
+        raise OSError(28, "No space left on device")
+
+    try:
+        process.start_process(["sh", "-c", f"touch {marker}"], recorded=refuse)
+    except OSError as exc:
+        assert exc.errno == 28
+    else:
+        raise AssertionError("the record's error was lost")
+    time.sleep(0.2)
+    assert not marker.exists()
+    seen: list[int] = []
+    proc = process.start_process(
+        ["sh", "-c", f"touch {marker}"], recorded=lambda p: seen.append(p.pid)
+    )
+    assert proc.wait(timeout=10) == 0 and marker.exists() and seen == [proc.pid]
+    assert proc.args == ["sh", "-c", f"touch {marker}"]
+
+
+def test_a_gated_program_that_is_not_there_is_said_at_once(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        process.start_process(["no-such-program-here"], recorded=lambda p: None)

@@ -165,6 +165,11 @@ def _start_replica(launch: _Launch, r: Replica, enforcer: Enforcer | None) -> Re
         # from its first instruction, and known here for clean-up.
         (run_dir / log_name).unlink(missing_ok=True)  # a log of this start only
         before = process.own_children()
+
+        def recorded(proc: subprocess.Popen[bytes]) -> None:
+            spawned.append(proc)
+            launch.note([_starting(r, spawned, run_dir, enforcer)])
+
         try:
             proc = process.start_process(
                 argv,
@@ -174,8 +179,8 @@ def _start_replica(launch: _Launch, r: Replica, enforcer: Enforcer | None) -> Re
                 env=server_env(user, env),
                 owned=owned,
                 user=(user.uid, user.gid) if user is not None else None,
+                recorded=recorded,
             )
-            spawned.append(proc)
         except (OSError, subprocess.SubprocessError) as exc:
             why = getattr(exc, "strerror", None) or exc
             raise TestbedError(f"cannot start {argv[0]}: {why}") from None
@@ -184,7 +189,6 @@ def _start_replica(launch: _Launch, r: Replica, enforcer: Enforcer | None) -> Re
             process.stop_new_children(before)
             raise
         logs.append(run_dir / log_name)
-        launch.note([_starting(r, spawned, run_dir, enforcer)])
         return proc
 
     ctx = ReplicaContext(
