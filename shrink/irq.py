@@ -26,6 +26,7 @@ from shrink.topology import format_cpulist
 __all__ = [
     "IrqAssignment",
     "apply_plan",
+    "current_affinities",
     "format_plan",
     "interface_irq_names",
     "nic_queue_irqs",
@@ -139,6 +140,21 @@ def format_plan(plan: list[IrqAssignment]) -> str:
         f"IRQ {a.irq:>4} ({a.queue}) -> CPU {format_cpulist(a.cpus)}  [replica {a.replica}]"
         for a in plan
     )
+
+
+def current_affinities(
+    plan: list[IrqAssignment], proc_root: str | Path | None = None
+) -> dict[str, str]:
+    """Each planned IRQ's ``smp_affinity_list`` as it is now (IRQ as text -> CPU list),
+    read without writing: what :func:`apply_plan` will replace, recorded first."""
+    now: dict[str, str] = {}
+    for a in plan:
+        path = Path(proc_root or PROC_ROOT) / "irq" / str(a.irq) / "smp_affinity_list"
+        try:
+            now.setdefault(str(a.irq), path.read_text().strip())
+        except OSError as exc:
+            raise TopologyError(f"cannot read {path}: {exc.strerror}") from None
+    return now
 
 
 def apply_plan(plan: list[IrqAssignment], proc_root: str | Path | None = None) -> dict[str, str]:

@@ -14,6 +14,7 @@ from shrink.defaults import MAX_BODY
 from shrink.errors import OptionError, ParameterError, TestbedError, printable
 
 if TYPE_CHECKING:
+    from shrink.irq import IrqAssignment
     from shrink.machine import Machine
     from shrink.mapping import Mapping
     from shrink.share import Share
@@ -151,24 +152,25 @@ def up(
         php = _php_limits(tr, php_max_execution, php_memory_limit)
         m = load_machine(machine)
         sh = Share.parse(share, m, period_us=period)
-        irq = _irq(lifecycle.mapping_for(mapping, m, sh, port)[0], m, nic, apply_irq) if nic else {}
-        try:
-            st = lifecycle.up(
-                docroot,
-                m,
-                sh,
-                mapping,
-                state_path=state,
-                port=port,
-                server=ServerSettings(server, php_children, php, enforce),
-                cgroups=cgroups,
-                irq=irq,
+        plan = (
+            _irq(lifecycle.mapping_for(mapping, m, sh, port)[0], m, nic, apply_irq) if nic else []
+        )
+        st = lifecycle.up(
+            docroot,
+            m,
+            sh,
+            mapping,
+            state_path=state,
+            port=port,
+            server=ServerSettings(server, php_children, php, enforce),
+            cgroups=cgroups,
+            irq_plan=plan,
+        )
+        if plan:
+            typer.echo(
+                f"applied {len(plan)} IRQ affinities (stop irqbalance, or it will undo them); "
+                "testbed down puts them back"
             )
-        except BaseException:
-            from shrink.irq import restore_affinities
-
-            restore_affinities(irq)  # nothing started: nothing keeps them
-            raise
     if as_json:
         echo_json(st.to_dict())
         return
@@ -197,21 +199,16 @@ def _print_up(st: TestbedState, m: Machine, sh: Share, state: Path) -> None:
     typer.echo(f"state: {state}   stop with: shrink testbed down --state {shlex.quote(str(state))}")
 
 
-def _irq(mapping: Mapping, machine: Machine, nic: list[str], apply: bool) -> dict[str, str]:
-    """Print the IRQ plan, and apply it if asked: the affinities it replaced, for down."""
-    from shrink.irq import apply_plan, format_plan, plan_irq_affinity
+def _irq(mapping: Mapping, machine: Machine, nic: list[str], apply: bool) -> list[IrqAssignment]:
+    """Print the IRQ plan; the plan for up to apply once its servers run, if asked."""
+    from shrink.irq import format_plan, plan_irq_affinity
 
     plan = plan_irq_affinity(mapping, machine, nic, Path("/proc/interrupts").read_text())
     typer.echo(format_plan(plan))
     if not apply:
         typer.echo("(dry run: pass --apply-irq as root to write them)")
-        return {}
-    before = apply_plan(plan)
-    typer.echo(
-        f"applied {len(plan)} IRQ affinities (stop irqbalance, or it will undo them); "
-        "testbed down puts them back"
-    )
-    return before
+        return []
+    return plan
 
 
 @testbed_app.command("status")

@@ -42,6 +42,7 @@ from shrink.atomic import make_dirs
 from shrink.enforce import DEFAULT as DEFAULT_ENFORCE
 from shrink.enforce import Enforcer, check_mechanism, make_enforcer
 from shrink.errors import ParameterError, RecipeError, TestbedError, TopologyError
+from shrink.irq import IrqAssignment, apply_plan, current_affinities, restore_affinities
 from shrink.machine import Machine
 from shrink.mapping import Mapping, Replica, build_mapping
 from shrink.share import Share, can_write_cgroups, cgroup_layout
@@ -289,7 +290,7 @@ def up(
     server: ServerSettings = ServerSettings(),
     cgroups: str = "auto",
     owned: bool = False,
-    irq: dict[str, str] | None = None,
+    irq_plan: list[IrqAssignment] | None = None,
 ) -> TestbedState:
     """Start one server replica per replica of ``mapping`` over ``share``; write the state.
 
@@ -299,8 +300,9 @@ def up(
     in the state's notes; the mechanism of a CPU-time share, :mod:`shrink.enforce`:
     ``cfs`` or ``corunner``). ``port`` 0 picks a port free on every replica's address.
     ``cgroups``: ``"auto"`` uses them where we may write them (always needed for a
-    CPU-time share), ``"no"`` uses CPU affinity alone. ``irq``: the IRQ affinities
-    ``--apply-irq`` changed (:func:`shrink.irq.apply_plan`), kept for ``down``.
+    CPU-time share), ``"no"`` uses CPU affinity alone. ``irq_plan``: the NIC queues'
+    IRQ affinities ``--apply-irq`` writes (:func:`shrink.irq.apply_plan`) once every
+    server runs, the lists they replace recorded first and kept for ``down``.
     """
     enforce = server.enforce or DEFAULT_ENFORCE
     check_mechanism(enforce)
@@ -337,6 +339,7 @@ def up(
         run_root = new_run_root(base, state_path, user)
 
         post_max = server.php.post_max_mib
+        irq: dict[str, str] = {}  # the IRQ lists irq_plan replaces, once read
 
         def state_of(started: list[ReplicaState]) -> TestbedState:
             return TestbedState(
@@ -370,6 +373,12 @@ def up(
             shutil.rmtree(run_root, ignore_errors=True)
             raise
         try:
+            if irq_plan:
+                # Recorded before the first is written: a kill between the two left an
+                # IRQ moved that no state or registry entry named.
+                irq.update(current_affinities(irq_plan))
+                registry.record(state_path, state_of(started), owned=owned, starting=True)
+                apply_plan(irq_plan)
             state = state_of(started)
             state.write(state_path)
             # ``owned``: it dies with this process (a parent-death signal) and is recorded
@@ -381,6 +390,7 @@ def up(
             # ran on, untracked.
             for rs in started:
                 stop_and_release(recipe, rs)
+            restore_affinities(irq)
             process.stop_new_children(before)
             registry.forget(state_path)
             shutil.rmtree(run_root, ignore_errors=True)
