@@ -167,10 +167,7 @@ def up(
             irq_plan=plan,
         )
         if plan:
-            typer.echo(
-                f"applied {len(plan)} IRQ affinities (stop irqbalance, or it will undo them); "
-                "testbed down puts them back"
-            )
+            typer.echo(f"applied {len(plan)} IRQ affinities ({_IRQ_NOTE})")
     if as_json:
         echo_json(st.to_dict())
         return
@@ -197,6 +194,9 @@ def _print_up(st: TestbedState, m: Machine, sh: Share, state: Path) -> None:
     # Quoted for a shell: a state named "a b.json" (or "x.json; cmd"), pasted back,
     # split in two (or ran the second command).
     typer.echo(f"state: {state}   stop with: shrink testbed down --state {shlex.quote(str(state))}")
+
+
+_IRQ_NOTE = "stop irqbalance, or it will undo them; testbed down puts them back"
 
 
 def _irq(mapping: Mapping, machine: Machine, nic: list[str], apply: bool) -> list[IrqAssignment]:
