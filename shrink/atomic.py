@@ -20,6 +20,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
 import secrets
 import stat
 from collections.abc import Iterator
@@ -31,6 +32,7 @@ from shrink.errors import OutputBusyError, WriteError, printable
 __all__ = [
     "atomic_file",
     "claimed",
+    "drop_temporaries",
     "is_plain_target",
     "make_dirs",
     "open_dir",
@@ -219,6 +221,29 @@ def _holder(fd: int) -> str | None:
         return None
     info = proc_info(pids[0])
     return f"PID {pids[0]}" + (f" ({printable(info.comm)})" if info is not None else "")
+
+
+def drop_temporaries(folder: str | Path, names: str) -> list[str]:
+    """Remove the temporaries a killed writer left in ``folder`` for the files whose
+    names match the regular expression ``names`` (``.NAME.HEX.tmp``, as
+    :func:`open_exclusive` makes them): regular files of this user's, never a symlink's
+    target. Only the holder of the folder's :func:`claimed` lock may call it: no live
+    writer of that run is there. The names removed."""
+    pattern = re.compile(rf"\.(?:{names})\.[0-9a-f]{{12}}\.tmp")
+    fd = open_dir(folder)
+    removed = []
+    try:
+        for name in os.listdir(fd):
+            if not pattern.fullmatch(name):
+                continue
+            with contextlib.suppress(OSError):
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                    os.unlink(name, dir_fd=fd)
+                    removed.append(name)
+    finally:
+        os.close(fd)
+    return removed
 
 
 @contextlib.contextmanager

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from shrink import interrupts
-from shrink.atomic import make_dirs, write_text
+from shrink.atomic import claimed, drop_temporaries, make_dirs, write_text
 from shrink.autolevels import AutoPlan
 from shrink.demo_work import work_dir
 from shrink.errors import ShrinkError
@@ -78,6 +78,10 @@ DEMO: dict[str, Any] = {
     # that session think times put on an overloaded server's p99.9.
     "thresholds": {"mean": 0.010, "p999": 0.5},  # as shrink.defaults.THRESHOLDS
 }
+
+
+# The traces the demo writes in its work folder (by the configuration: _synth's three).
+_WORK_FILES = r"support-demo\.parquet|tcp\.parquet|recorded\.parquet"
 
 
 def _synth(work: Path, console: Console, cfg: Mapping[str, Any] = DEMO) -> tuple[Path, Path]:
@@ -335,7 +339,9 @@ def run_demo(
     console.print(_intro(alpha, plan, out))
     console.rule(f"[bold]1. {cfg.get('title', 'The bundled Support-like workload')}")
     before = _check_quiet(console)
-    trace_path, docroot = _synth(work, console, cfg)
+    with claimed(work):  # one demo writes it; what a killed one left half-written goes
+        drop_temporaries(work, _WORK_FILES)
+        trace_path, docroot = _synth(work, console, cfg)
     thresholds = _thresholds(cfg, trace_path, docroot, out, target, server, console)
     whatif = _whatif(trace_path, thresholds)
     console.rule(

@@ -137,3 +137,43 @@ def test_flock_holders_reads_proc_locks_as_the_kernel_writes_it(tmp_path):
     )
     assert flock_holders(dev, 77, locks) == [22]
     assert flock_holders(dev, 77, tmp_path / "none") == []
+
+
+def test_a_dead_writers_temporaries_go_and_nothing_else(tmp_path):
+    from shrink.atomic import drop_temporaries
+
+    out = tmp_path / "out"
+    out.mkdir()
+    dead = out / ".run003-rf0.5.parquet.0123456789ab.tmp"
+    dead.write_bytes(b"")
+    kept = {
+        ".run003-rf0.5.parquet.0123456789ab.tmp.keep": "file",  # not the whole name
+        ".run003-rf0.5.parquet.0123456789zz.tmp": "file",  # not a temporary's suffix
+        ".trace.parquet.0123456789ab.tmp": "file",  # another file's temporary
+        ".run004-rf1.parquet.0123456789ab.tmp": "dir",
+        ".run005-rf1.parquet.0123456789ab.tmp": "link",
+    }
+    target = tmp_path / "target"
+    target.write_text("x")
+    for name, kind in kept.items():
+        if kind == "file":
+            (out / name).write_text("x")
+        elif kind == "dir":
+            (out / name).mkdir()
+        else:
+            (out / name).symlink_to(target)
+    assert drop_temporaries(out, r"run[0-9]{3,}-rf[^/]+\.parquet") == [dead.name]
+    assert sorted(p.name for p in out.iterdir()) == sorted(kept)
+    assert target.read_text() == "x"
+
+
+@pytest.mark.parametrize("name", ["support-demo.parquet", "tcp.parquet", "recorded.parquet"])
+def test_the_demo_names_each_trace_it_writes_in_its_work_folder(tmp_path, name):
+    """A kill during the demo's trace write left ``work/.support-demo.parquet.HEX.tmp``
+    (271 KB), and the rerun kept it."""
+    from shrink.atomic import drop_temporaries, open_exclusive
+    from shrink.demo import _WORK_FILES
+
+    fd, tmp = open_exclusive(tmp_path / name)
+    os.close(fd)
+    assert drop_temporaries(tmp_path, _WORK_FILES) == [tmp.name]

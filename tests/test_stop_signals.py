@@ -287,3 +287,44 @@ def test_a_whole_curve_replaces_what_a_stopped_run_kept_beside_it(tmp_path):
     curve.write_json(tmp_path / "e.partial.json")  # a partial curve replaces nothing
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left == ["c.json", "d.partial.json", "e.partial.json", "link.json", "link.partial.json"]
+
+
+def test_a_sweep_removes_what_a_killed_one_left_in_its_runlogs(tmp_path, server):
+    """A kill -9 during a RunLog write left a 0-byte ``.runNNN-rfX.parquet.HEX.tmp`` in
+    ``--runlogs`` (4 after 8 kills), and the next sweep kept it: the folder was not held,
+    so no sweep could tell a dead run's file from a live one's. Now a sweep holds the
+    folder, and removes those; a second sweep to the folder is refused."""
+    t = np.arange(200) / 100.0
+    trace = tmp_path / "t.parquet"
+    Trace.from_columns(
+        {"session": np.arange(t.size), "t": t, "path": ["/x?bytes=10"] * t.size},
+        meta={"mode": "open"},
+    ).write_parquet(trace)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    left = logs / ".run001-rf2.parquet.0123456789ab.tmp"
+    left.write_bytes(b"")
+    mine = logs / ".notes.0123456789ab.tmp"  # not a RunLog's: the user's
+    mine.write_bytes(b"x")
+    cmd = [sys.executable, "-m", "shrink", "sweep", str(trace), "--target", server,
+           "--levels", "1", "--reps", "1", "--warmup", "0s", "--duration", "1s",
+           "-o", str(tmp_path / "curve.json"), "--runlogs", str(logs)]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         f"from shrink.atomic import claimed\nimport time\nwith claimed({str(logs)!r}):\n"
+         "    print('held', flush=True)\n    time.sleep(30)\n"],
+        env=env, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        busy = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+        assert busy.returncode != 0 and "another shrink run is writing" in busy.stderr
+        assert left.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert not left.exists() and mine.exists()
+    assert [p.name for p in logs.glob("run*.parquet")] == ["run000-rf1.parquet"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -225,9 +226,10 @@ def sweep_cmd(
     from shrink.measure import SweepHooks, SweepInterrupted, sweep
     from shrink.trace import Trace
 
-    with cli_errors():
+    with cli_errors(), contextlib.ExitStack() as held:
         output_path(output, inputs=(trace,))
         output_path(runlogs, kind="dir", what="--runlogs")
+        _claim_runlogs(held, runlogs)
         # Every option before the trace is read or the target touched.
         lv = _levels(levels, knob)
         w = parse_duration_option(warmup, "warmup", zero_ok=True)
@@ -269,6 +271,17 @@ def sweep_cmd(
     why = _nothing_served(curve)
     if why is not None:
         exit_nothing_served(why)  # everything is written and printed first
+
+
+def _claim_runlogs(held: contextlib.ExitStack, runlogs: Path | None) -> None:
+    """``--runlogs`` held by this sweep alone (two sweeps wrote each other's run001...),
+    and cleared of the temporaries a killed sweep left there while writing a RunLog."""
+    from shrink.atomic import claimed, drop_temporaries
+    from shrink.replay.live import RUNLOG_NAMES
+
+    if runlogs is not None:
+        held.enter_context(claimed(runlogs))
+        drop_temporaries(runlogs, RUNLOG_NAMES)
 
 
 def _nothing_served(curve: Any) -> str | None:

@@ -57,6 +57,10 @@ __all__ = [
     "wait_idle",
 ]
 
+# A run's RunLog in ``runlog_dir`` (``sweep --runlogs``), and the names it may have.
+RUNLOG_NAME = "run{run:03d}-rf{rate_factor:g}.parquet"
+RUNLOG_NAMES = r"run[0-9]{3,}-rf[^/]+\.parquet"
+
 # Twice PHP's default max_execution_time on the testbed (shrink.testbed.config): by
 # then an abandoned request has been stopped by PHP itself.
 IDLE_BOUND = 20.0
@@ -368,7 +372,7 @@ class LiveTarget:
         """Replay ``trace`` at ``rate_factor``; measure ``[warmup, warmup + duration)``."""
         self._check_server()
         if out is None and self.runlog_dir is not None:
-            out = self.runlog_dir / f"run{self._runs:03d}-rf{rate_factor:g}.parquet"
+            out = self.runlog_dir / RUNLOG_NAME.format(run=self._runs, rate_factor=rate_factor)
         self._runs += 1
         horizon = warmup + duration
         cfg = EngineConfig(targets=self.addresses, **self.config)
