@@ -9,6 +9,7 @@ client's end, and the socket's inode says whose it is.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import socket
@@ -17,6 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from shrink.errors import printable
+from shrink.replay.sock_diag import established
 
 __all__ = ["ClientSampler", "foreign_clients", "own_pids", "parse_connections"]
 
@@ -96,6 +98,21 @@ def _holders(inodes: set[int]) -> dict[int, int]:
     return out
 
 
+def _connections(proc_net: str | Path) -> list[tuple[tuple[str, int], int]]:
+    """The machine's established connections: from the kernel's socket diagnostics, or
+    (none offered, or another ``proc_net`` given) from ``tcp`` and ``tcp6`` there."""
+    if Path(proc_net) == Path("/proc/net"):
+        with contextlib.suppress(OSError):
+            return established()
+    out = []
+    for name in ("tcp", "tcp6"):
+        try:
+            out += parse_connections((Path(proc_net) / name).read_text())
+        except OSError:
+            continue
+    return out
+
+
 def foreign_clients(
     targets: Iterable[tuple[str, int]],
     proc_net: str | Path = "/proc/net",
@@ -105,13 +122,7 @@ def foreign_clients(
     this one nor descended from it, nor in ``skip`` and descended from one of them (PID 0:
     a holder that could not be read)."""
     want = {_norm(t) for t in targets}
-    inodes: set[int] = set()
-    for name in ("tcp", "tcp6"):
-        try:
-            text = (Path(proc_net) / name).read_text()
-        except OSError:
-            continue
-        inodes |= {ino for addr, ino in parse_connections(text) if addr in want and ino}
+    inodes = {ino for addr, ino in _connections(proc_net) if addr in want and ino}
     if not inodes:
         return {}
     mine = own_pids().union(*(own_pids(p) for p in skip))
