@@ -208,3 +208,14 @@ def test_a_label_value_is_escaped_in_the_exposition() -> None:
     line = [ln for ln in text.splitlines() if ln.startswith("shrink_sweep_running_info")]
     assert line == ['shrink_sweep_running_info{run="x\\"}\\n evil 1\\\\"} 1'], text
     assert not any(ln.startswith(" evil") for ln in text.splitlines()), text
+
+
+def test_the_spectrums_footer_gives_mean_and_deviation_in_milliseconds(swept):
+    """The footer's standard deviation is in the same unit as its mean (ms), as wrk2's."""
+    _curve, runs, _files, out = swept
+    text = (out / "curve-hdr" / "level-8.5.hgrm").read_text()
+    m = re.search(r"#\[Mean += +([0-9.]+), StdDeviation += +([0-9.]+)\]", text)
+    assert m is not None
+    lat_ms = np.concatenate([r.latency for r in runs if r.level == 8.5]) * 1e3
+    assert float(m.group(1)) == pytest.approx(lat_ms.mean(), rel=0.01, abs=0.002)
+    assert float(m.group(2)) == pytest.approx(lat_ms.std(), rel=0.01, abs=0.002)

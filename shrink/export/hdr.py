@@ -10,6 +10,7 @@ HdrHistogram's Java ``HistogramLogWriter`` writes tagged intervals); the
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -76,9 +77,22 @@ def percentile_spectrum(latency_s: np.ndarray, title: str) -> str:
     buf = io.BytesIO()
     if h.get_total_count():
         h.output_percentile_distribution(buf, US_PER_MS, ticks_per_half_distance=5)
-    out.append(buf.getvalue().decode("ascii").rstrip("\n"))
+    out.append(_footer_in_ms(buf.getvalue().decode("ascii").rstrip("\n"), h))
     out.append("----------------------------------------------------------")
     return "\n".join(out) + "\n"
+
+
+def _footer_in_ms(text: str, h: HdrHistogram) -> str:
+    """The spectrum with its footer's standard deviation in milliseconds, as its mean.
+
+    The ``hdrhistogram`` package scales the footer's mean and max by the unit ratio but
+    writes the standard deviation unscaled (microseconds here): 1000 times too large
+    beside a mean in milliseconds.
+    """
+    return _STDDEV.sub(lambda m: f"{m.group(1)}{h.get_stddev() / US_PER_MS:12.3f}", text)
+
+
+_STDDEV = re.compile(r"(StdDeviation\s*=\s*)([0-9.eE+-]+|nan|inf)")
 
 
 def write_hdr(folder: Path, runs: Sequence[RunSamples]) -> list[Path]:
