@@ -219,3 +219,29 @@ def test_the_spectrums_footer_gives_mean_and_deviation_in_milliseconds(swept):
     lat_ms = np.concatenate([r.latency for r in runs if r.level == 8.5]) * 1e3
     assert float(m.group(1)) == pytest.approx(lat_ms.mean(), rel=0.01, abs=0.002)
     assert float(m.group(2)) == pytest.approx(lat_ms.std(), rel=0.01, abs=0.002)
+
+
+def test_the_metrics_throughput_is_the_curves_even_past_saturation(swept):
+    """shrink_level_throughput said 'completed requests a second' but counted the
+    requests sent in the window that succeeded: past saturation that is the offered
+    rate, not the rate the server completed (the LoadCurve's throughput)."""
+    curve, runs, _files, _out = swept
+    top = curve.levels[-1]
+    assert top.reps[-1].throughput < 0.97 * top.reps[-1].offered  # overloaded
+    text = exposition(runs)
+    for lv in curve.levels:
+        rf = next(r.rate_factor for r in runs if r.level == lv.level)
+        m = re.search(rf'^shrink_level_throughput\{{rate_factor="{rf:g}"\}} (\S+)$', text, re.M)
+        assert m is not None, (lv.level, text)
+        assert float(m.group(1)) == pytest.approx(lv.reps[-1].throughput, rel=1e-5)
+
+
+def test_the_metrics_name_each_level_as_the_sweep_was_given_it():
+    """A sweep given --knob rate --levels 300 was labelled only rate_factor="3"."""
+    trace = _trace()
+    rec = RecordingTarget(FakeTarget(servers=1), (trace, [300.0], "rate"))
+    sweep(rec, trace, [300.0], knob="rate", reps=1, warmup=1.0, duration=4.0, seed=3)
+    text = exposition(rec.runs)
+    assert re.search(r'^shrink_level_throughput\{knob="rate",level="300",rate_factor="[0-9.]+"\} ',
+                     text, re.M), text  # fmt: skip
+    assert 'level="300",rate_factor=' in text and 'quantile="0.999"}' in text

@@ -239,7 +239,7 @@ def sweep_cmd(
         tgt = live.target(target, runlog_dir=runlogs)
         _warn_docroot(tgt, tr, trace)
         try:
-            recorder = RecordingTarget(tgt)
+            recorder = RecordingTarget(tgt, (tr, lv, knob))
             with _metrics(recorder, metrics_port):
                 curve = _progress_sweep(
                     lambda progress: sweep(

@@ -30,6 +30,13 @@ def _labels(**kv: str) -> str:
     return "{" + ",".join(f'{k}="{esc(v)}"' for k, v in kv.items()) + "}"
 
 
+def _level_labels(r: RunSamples, **more: str) -> str:
+    """A run's labels: its level as the sweep was given it (``knob="rate",level="100"``),
+    when known, and the rate factor it ran at."""
+    named = {"knob": r.knob, "level": f"{r.level:g}"} if r.knob and np.isfinite(r.level) else {}
+    return _labels(**named, rate_factor=f"{r.rate_factor:g}", **more)
+
+
 def exposition(runs: Sequence[RunSamples], current: str = "") -> str:
     """The OpenMetrics text for the runs so far (ends with ``# EOF``)."""
     lines = [
@@ -47,9 +54,9 @@ def exposition(runs: Sequence[RunSamples], current: str = "") -> str:
     for r in runs:
         last[r.rate_factor] = r
     for r in last.values():
-        width = r.window[1] - r.window[0]
-        lab = _labels(rate_factor=f"{r.rate_factor:g}")
-        lines.append(f"shrink_level_throughput{lab} {int(r.ok.sum()) / width:.6g}")
+        # The LoadCurve's throughput: requests completed in the window (an overloaded
+        # server's real rate, not the rate its requests were sent at).
+        lines.append(f"shrink_level_throughput{_level_labels(r)} {r.throughput:.6g}")
     lines += [
         "# TYPE shrink_level_latency_seconds summary",
         "# UNIT shrink_level_latency_seconds seconds",
@@ -57,13 +64,12 @@ def exposition(runs: Sequence[RunSamples], current: str = "") -> str:
     ]
     for r in last.values():
         lat = r.latency
-        rf = f"{r.rate_factor:g}"
         if lat.size:
             for q, v in zip(QUANTILES, np.quantile(lat, QUANTILES), strict=True):
-                lab = _labels(rate_factor=rf, quantile=f"{q:g}")
+                lab = _level_labels(r, quantile=f"{q:g}")
                 lines.append(f"shrink_level_latency_seconds{lab} {v:.9g}")
-        lines.append(f"shrink_level_latency_seconds_sum{_labels(rate_factor=rf)} {lat.sum():.9g}")
-        lines.append(f"shrink_level_latency_seconds_count{_labels(rate_factor=rf)} {lat.size}")
+        lines.append(f"shrink_level_latency_seconds_sum{_level_labels(r)} {lat.sum():.9g}")
+        lines.append(f"shrink_level_latency_seconds_count{_level_labels(r)} {lat.size}")
     if current:
         lines += [
             "# TYPE shrink_sweep_running info",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +34,18 @@ class RunSamples:
     nbytes: np.ndarray
     level: float = float("nan")
     rep: int = 0
+    # Requests that completed whole inside the window (intended in it or before): the
+    # LoadCurve's throughput counts these (an overloaded server's real rate); None
+    # where unknown, and the successes intended in the window stand in.
+    completed: int | None = None
+    knob: str = ""
+
+    @property
+    def throughput(self) -> float:
+        """Requests completed a second in the window, as the LoadCurve's throughput."""
+        width = self.window[1] - self.window[0]
+        done = int(self.ok.sum()) if self.completed is None else self.completed
+        return done / width if width > 0 else float("nan")
 
     @property
     def latency(self) -> np.ndarray:
@@ -47,17 +60,20 @@ class RunSamples:
         log = res.runlog
         start, end = res.window
         intended = log.column("intended")
+        done = log.column("done")
         win = (intended >= start) & (intended < end)
+        ok = log.ok_mask()
         return cls(
             rate_factor=float(rate_factor),
             window=(float(start), float(end)),
             epoch=epoch,
             intended=intended[win],
-            done=log.column("done")[win],
-            ok=log.ok_mask()[win],
+            done=done[win],
+            ok=ok[win],
             cls=np.asarray(log.column("cls"))[win],
             status=log.column("status")[win],
             nbytes=log.column("bytes")[win],
+            completed=int(np.sum(ok & (done >= start) & (done < end))),
         )
 
 
@@ -65,16 +81,33 @@ class RecordingTarget:
     """A target that keeps every run's window requests (:class:`RunSamples`).
 
     Everything else is the wrapped target's: the sweep cannot tell them apart.
+    ``levels`` (the sweep's levels in its ``knob``, with the trace) tags each run with
+    the level it ran at as it is recorded, for what reads the runs while the sweep
+    runs (:mod:`shrink.export.metrics`).
     """
 
-    def __init__(self, target: Any) -> None:
+    def __init__(
+        self,
+        target: Any,
+        levels: tuple[Trace, Sequence[float], str] | None = None,
+    ) -> None:
         self._target = target
         self.runs: list[RunSamples] = []
+        self._levels: list[tuple[float, float]] = []
+        self._knob = ""
+        if levels is not None:
+            trace, values, self._knob = levels
+            self._levels = [(rate_factor_for(trace, v, self._knob), float(v)) for v in values]
 
     def run(self, trace: Trace, *, rate_factor: float, **kwargs: Any) -> RunResult:
         epoch = time.time()
         res = self._target.run(trace, rate_factor=rate_factor, **kwargs)
-        self.runs.append(RunSamples.from_result(res, rate_factor, epoch))
+        rec = RunSamples.from_result(res, rate_factor, epoch)
+        for factor, level in self._levels:
+            if np.isclose(rate_factor, factor, rtol=1e-9, atol=0):
+                rec.level, rec.knob = level, self._knob
+                break
+        self.runs.append(rec)
         return res
 
     def __getattr__(self, name: str) -> Any:
