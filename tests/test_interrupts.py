@@ -129,3 +129,32 @@ def test_sim_sweep_keeps_the_levels_it_finished(tmp_path, monkeypatch, stop, sta
     assert [lv.level for lv in LoadCurve.read_json(partial).levels] == [1, 2]
     assert f"kept {partial} (2 finished levels)" in " ".join(r.stderr.split())
     assert not out.exists() and not list(tmp_path.glob(".*"))
+
+
+def test_a_stopped_sweep_keeps_the_exports_of_its_finished_levels(tmp_path, monkeypatch):
+    """With --export, a sweep stopped late kept its finished levels' curve but wrote no
+    export of them: the HdrHistogram logs and CSVs asked for were lost with the run."""
+    import csv
+
+    from typer.testing import CliRunner
+
+    from shrink.cli import app, sim_cmd
+
+    trace, out = tmp_path / "t.parquet", tmp_path / "curve.json"
+    steady_trace().write_parquet(trace)
+    monkeypatch.setattr(sim_cmd, "_sim_target", lambda *a: FailsAt(4, KeyboardInterrupt()))
+    spec = Path(__file__).resolve().parents[1] / "examples" / "machines" / "nehalem-2s.toml"
+    r = CliRunner().invoke(app, ["sim", "sweep", str(trace), "--machine", str(spec), "-o",
+                                 str(out), "--levels", "1,2,3,4", "--reps", "1", "--warmup",
+                                 "500ms", "--duration", "2s", "--export", "all"])  # fmt: skip
+    assert r.exit_code == 130, r.output
+    hdr = tmp_path / "curve.partial-hdr"
+    assert sorted(p.name for p in hdr.iterdir()) == [
+        f"level-{k}.{ext}" for k in (1, 2, 3) for ext in ("hgrm", "hlog")
+    ]
+    with (tmp_path / "curve.partial_stats.csv").open() as f:
+        agg = [row["Level"] for row in csv.DictReader(f) if row["Name"] == "Aggregated"]
+    assert agg == ["1", "2", "3"]
+    assert (tmp_path / "curve.partial_requests.csv").exists()
+    assert "curve.partial-hdr" in " ".join(r.stderr.split())
+    assert not out.exists() and not list(tmp_path.glob(".*"))

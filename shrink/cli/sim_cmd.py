@@ -23,7 +23,13 @@ from shrink.cli._common import (
     threshold_text,
 )
 from shrink.cli._replay_opts import _Export
-from shrink.cli.sweep_cmd import _keep_partial_sweep, _levels, _write_curve, keep_levels
+from shrink.cli.sweep_cmd import (
+    _keep_partial_exports,
+    _keep_partial_sweep,
+    _levels,
+    _write_curve,
+    keep_levels,
+)
 from shrink.defaults import DURATION, MAX_BODY, MAX_REPS, REPS, WARMUP
 from shrink.errors import OptionError, ShrinkError, TopologyError, printable
 
@@ -429,6 +435,7 @@ def sweep_cmd(
             # A signal or an error part-way: the levels finished before it are kept,
             # in CURVE.partial.json, as shrink sweep keeps them.
             _keep_partial_sweep(stop, output, None)
+            _keep_partial_exports(stop, output, tr, target.runs, formats)
             raise
         _write_curve(curve, output)
         exports = (

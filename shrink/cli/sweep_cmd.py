@@ -146,6 +146,29 @@ def _keep_partial_sweep(stop: Any, output: Path, runlogs: Path | None) -> None:
     stop.kept = [*stop.kept, *kept]
 
 
+def _keep_partial_exports(
+    stop: Any, output: Path, trace: Any, runs: list[Any], formats: tuple[str, ...]
+) -> None:
+    """Write the exports asked for (``--export``) of a stopped sweep's finished levels
+    beside its ``.partial.json`` (``X.partial-hdr/``, ``X.partial_stats.csv``, ...);
+    the files written are added to ``stop.kept``. The level the stop cut short has no
+    export, as it has no place in the curve."""
+    from shrink.export import level_samples, write_sweep_exports
+    from shrink.measure.keep import partial_twin
+
+    if not formats or stop.curve is None or not stop.curve.levels:
+        return
+    samples = level_samples(stop.curve, trace, runs)
+    if not samples:
+        return
+    try:
+        written = write_sweep_exports(partial_twin(output), samples, formats)
+    except ShrinkError as exc:  # a full disk: the curve is kept, say what is not
+        stop.kept = [*stop.kept, f"not the exports ({printable(exc)})"]
+        return
+    stop.kept = [*stop.kept, "the exports " + ", ".join(map(str, _export_summary(written)))]
+
+
 def _keep_curve(curve: Any, path: Path) -> list[str]:
     """Write ``curve`` to ``path``, or failing that (a full disk) something smaller;
     what was kept, in words."""
@@ -255,8 +278,10 @@ def sweep_cmd(
                     )
                 )
         except (SweepInterrupted, ShrinkError) as stop:
-            # A signal, a dead server, a full disk: the levels finished before it are kept.
+            # A signal, a dead server, a full disk: the levels finished before it are kept,
+            # with the exports asked for of them.
             _keep_partial_sweep(stop, output, runlogs)
+            _keep_partial_exports(stop, output, tr, recorder.runs, formats)
             raise
         curve.meta["summary"] = _curve_summary(curve)
         curve.sweep = curve.sweep.with_(generator=_generator_meta(live, tgt))
