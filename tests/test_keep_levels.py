@@ -132,3 +132,27 @@ def test_mat_and_extrapolate_say_a_kept_curve_may_lack_levels(tmp_path, monkeypa
     whole = _whole(tmp_path)
     r = CliRunner().invoke(app, ["mat", str(whole), "--threshold", "1s"])
     assert "holds the levels a run finished" not in r.stderr
+
+
+def test_a_level_the_trace_cannot_fill_is_refused_before_any_level_runs(tmp_path):
+    """--levels 1,2,4,8,16,24,32 on a 120 s trace ran six levels (minutes on a live
+    server), then refused 32 (too fast to fill a window) and kept them as partial:
+    every level's window is known before the first run."""
+    from shrink.errors import ParameterError
+    from shrink.target import FakeTarget
+
+    class Counting(FakeTarget):
+        runs = 0
+
+        def run(self, trace, **kw):
+            Counting.runs += 1
+            return super().run(trace, **kw)
+
+    trace = steady_trace()
+    span = float(trace.table.column("t").to_numpy().max())
+    too_fast = span / 2.0  # its window would end before 1 s of warm-up and 3 s of window
+    with pytest.raises(ParameterError, match=r"nothing was run") as info:
+        sweep(Counting(), trace, [1.0, 2.0, too_fast, too_fast * 2], warmup=1.0, duration=4.0)
+    assert Counting.runs == 0
+    assert f"rate_factor {too_fast:g} (and 1 more)" in str(info.value)
+    assert not getattr(info.value, "curve", None)

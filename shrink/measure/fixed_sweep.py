@@ -62,9 +62,12 @@ def sweep(
     desc: dict[str, Any] = {}
     meta = {"seed": seed, "warmup": warmup, "duration": duration, "reps": reps}
     plan = _LevelRuns(knob, reps, warmup, duration, seed, total, progress)
+    # Every level's window before the first run: a level the trace cannot fill is
+    # refused now, not after the levels below it have run for minutes.
+    windows = _windows(target, trace, levels, plan)
     try:
         for i, level in enumerate(levels):
-            step = _sweep_level(target, trace, i, level, plan, step, out, desc)
+            step = _sweep_level(target, trace, (i, level, *windows[i]), plan, step, out, desc)
             if keep is not None:
                 keep(_sweep_curve(target, trace, out, knob, alpha, {**meta, "last_run": desc}))
     except KeyboardInterrupt as exc:
@@ -97,27 +100,47 @@ class _LevelRuns:
     progress: Callable[[str, int, int], None] | None
 
 
+def _windows(
+    target: Target, trace: Trace, levels: Sequence[float], plan: _LevelRuns
+) -> list[tuple[float, float]]:
+    """Each level's rate factor and measurement window; a ParameterError naming the
+    levels the trace cannot fill (sped up that much, it ends before a window would)."""
+    loops = bool(getattr(target, "loops_trace", False))
+    out: list[tuple[float, float]] = []
+    short: list[tuple[float, float]] = []
+    for level in levels:
+        factor = rate_factor_for(trace, level, plan.knob)
+        w = window_for(trace, factor, plan.warmup, plan.duration, min(plan.duration, 3.0),
+                       loops=loops)  # fmt: skip
+        if w is None:
+            short.append((level, factor))
+        out.append((factor, w if w is not None else 0.0))
+    if short:
+        level, factor = short[0]
+        more = len(short) - 1
+        also = f" (and {more} more)" if more else ""
+        raise ParameterError(
+            f"{plan.knob} {level:g}{also}: the trace spans {trace_span(trace):.1f} s, which "
+            f"sped up {factor:g}x cannot fill {plan.warmup:g} s of warm-up and a measurement "
+            "window; use a longer trace or lower levels (nothing was run)"
+        )
+    return out
+
+
 def _sweep_level(
     target: Target,
     trace: Trace,
-    i: int,
-    level: float,
+    at: tuple[int, float, float, float],
     plan: _LevelRuns,
     step: int,
     out: list[Level],
     desc: dict[str, Any],
 ) -> int:
-    """Run one level's repetitions, append it to ``out``; returns the runs done so far."""
-    knob, reps, warmup, duration = plan.knob, plan.reps, plan.warmup, plan.duration
-    factor = rate_factor_for(trace, level, knob)
-    loops = bool(getattr(target, "loops_trace", False))
-    window = window_for(trace, factor, warmup, duration, min(duration, 3.0), loops=loops)
-    if window is None:
-        raise ParameterError(
-            f"{knob} {level:g}: the trace spans {trace_span(trace):.1f} s, which sped up "
-            f"{factor:g}x cannot fill {warmup:g} s of warm-up and a measurement window; "
-            "use a longer trace or lower levels"
-        )
+    """Run one level's repetitions, append it to ``out``; returns the runs done so far.
+    ``at``: the level's index, the level, its rate factor and its window."""
+    reps, warmup = plan.reps, plan.warmup
+    i, level, factor, window = at
+    knob = plan.knob
     stats = []
     for r in range(reps):
         if plan.progress is not None:
