@@ -156,5 +156,6 @@ def test_a_stopped_sweep_keeps_the_exports_of_its_finished_levels(tmp_path, monk
         agg = [row["Level"] for row in csv.DictReader(f) if row["Name"] == "Aggregated"]
     assert agg == ["1", "2", "3"]
     assert (tmp_path / "curve.partial_requests.csv").exists()
-    assert "curve.partial-hdr" in " ".join(r.stderr.split())
+    said = " ".join(r.stderr.split())
+    assert f"{hdr}," in said and "files in" not in said  # the folder named once
     assert not out.exists() and not list(tmp_path.glob(".*"))

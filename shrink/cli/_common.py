@@ -153,9 +153,17 @@ def kept_files(
     written once and then ``failed`` to be written again is its earlier copy, whole:
     said so, since the error's line names it first as the file not written."""
     said = " ".join(str(k) for k in kept)
+    # A folder kept whole (a Path) says every file in it.
+    dirs = [k for k in kept if isinstance(k, Path) and k.is_dir()]
     # Only what is still there: a failed ``testbed up`` removes the run root it had
     # written its configs into, and "kept" named those removed files.
-    new = [p for p in written if str(p) not in said and os.path.lexists(p)]
+    new = [
+        p
+        for p in written
+        if str(p) not in said
+        and not any(Path(p).is_relative_to(d) for d in dirs)
+        and os.path.lexists(p)
+    ]
     # One file written under two names (up wrote a state by its resolved path, down by
     # the relative one the user gave) is said once.
     once: dict[str, Path] = {}

@@ -166,7 +166,8 @@ def _keep_partial_exports(
     except ShrinkError as exc:  # a full disk: the curve is kept, say what is not
         stop.kept = [*stop.kept, f"not the exports ({printable(exc)})"]
         return
-    stop.kept = [*stop.kept, "the exports " + ", ".join(map(str, _export_summary(written)))]
+    # The HdrHistogram folder as a Path: the files in it are then said by its name once.
+    stop.kept = [*stop.kept, *_export_summary(written)]
 
 
 def _keep_curve(curve: Any, path: Path) -> list[str]:
