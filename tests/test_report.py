@@ -161,3 +161,24 @@ def test_the_share_speed_row_says_how_the_content_term_corrects_a_nominal_share(
     # No slope fitted (an older model error): it says so rather than claim a correction.
     [[_, bare]] = _speed_items(share, {"correction": 1.0, "provenance": {}})
     assert bare.endswith("no fitted term corrects them")
+
+
+def test_a_level_is_written_alike_everywhere_and_the_caption_says_80_once(demo_out: Path, tmp_path):
+    """The levels table wrote 35.64, the CDF caption 35.6, the offered-load check
+    3.99311 (the same level rounded three ways); and the caption read "nearest 80%
+    utilization of the server at 80% utilization"."""
+    from shrink.report.sections.self_checks import _linear_verdict
+
+    measured = LoadCurve.read_json(demo_out / "measured-curve.json")
+    odd = [dataclasses.replace(lv, level=lv.level + 0.035905) for lv in measured.levels]
+    curve = dataclasses.replace(measured, levels=odd)
+    pred = Prediction.from_dict(json.loads((demo_out / "prediction.json").read_text()))
+    md = write_report(tmp_path, pred, measured=curve)["md"].read_text()
+    caption = next(c for c in re.findall(r"^\*(.+)\*$", md, flags=re.M) if "CDF" in c or
+                   "distribution" in c)  # fmt: skip
+    shown = re.search(r"\(level ([0-9.]+)\)", caption)
+    assert shown is not None, caption
+    assert f"| {shown.group(1)} |" in md, (shown.group(1), md)  # the table's text of it
+    assert "of the server at" not in caption, caption
+    verdict = _linear_verdict({"offered_linear": False, "offered_worst_level": 3.99311})
+    assert "furthest at level 3.993;" in verdict, verdict

@@ -6,7 +6,7 @@ import numpy as np
 
 from shrink.loadcurve import Level, LoadCurve
 from shrink.prediction import Prediction, StatPrediction
-from shrink.report.text import STAT_NAME, bound_prefix, rate_text, seconds_text
+from shrink.report.text import STAT_NAME, bound_prefix, level_text, rate_text, seconds_text
 
 __all__ = ["level_table", "mat_table"]
 
@@ -89,7 +89,7 @@ def level_table(curve: LoadCurve, limits: dict[str, float]) -> tuple[list[str], 
         util = lv.utilization
         rows.append(
             [
-                f"{lv.level:.4g}",
+                level_text(lv.level),
                 rate_text(float(np.mean([r.offered for r in lv.kept]))),
                 rate_text(lv.throughput),
                 "-" if util is None else f"{100 * util:.0f}%",

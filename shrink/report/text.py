@@ -6,7 +6,7 @@ import math
 
 from shrink.mat import bound_of, mat_text
 
-__all__ = ["STAT_NAME", "bound_prefix", "rate_text", "seconds_text"]
+__all__ = ["STAT_NAME", "bound_prefix", "level_text", "rate_text", "seconds_text"]
 
 STAT_NAME = {"mean": "mean", "p999": "p99.9"}
 
@@ -16,6 +16,12 @@ def seconds_text(x: float | None) -> str:
         return "-"
     # Seconds from 1 s up: "1.36 s" reads better than "1.36e+03 ms".
     return f"{x:.3g} s" if x >= 1.0 else f"{x * 1e3:.3g} ms"
+
+
+def level_text(x: float) -> str:
+    """A load level as the report writes it everywhere (the levels table, the checks,
+    the figures' captions): four significant digits."""
+    return f"{x:.4g}"
 
 
 def rate_text(x: float | None) -> str:

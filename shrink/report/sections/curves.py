@@ -9,6 +9,7 @@ from shrink.report.blocks import Doc
 from shrink.report.figures import cdf_figure, latency_figure, level_near_utilization
 from shrink.report.sections import Measured
 from shrink.report.series import curve_series, mapping_series
+from shrink.report.text import level_text
 from shrink.scaling import latency_scale
 
 __all__ = ["add_curves", "cdf_levels_text"]
@@ -71,8 +72,10 @@ def add_curves(
     )
     doc.img(
         "cdf.png",
-        "Response-time distribution of static and dynamic requests at the measured level "
-        f"nearest 80% utilization of the server{shown}.",
+        # The level shown first, then how it was chosen: " at 80% utilization (level
+        # 35.64)" after "nearest 80% utilization of the server" said 80% twice.
+        f"Response-time distribution of static and dynamic requests{shown}, the measured "
+        "level nearest 80% utilization of the server.",
         alt="Response-time CDFs",
     )
     if m.pred.share is not None and m.pred.share.kind == "cpu_time":
@@ -91,8 +94,8 @@ def add_curves(
 
 def _utilization(lv: Level) -> str:
     if lv.utilization is None:
-        return f"{lv.throughput:,.0f} req/s (level {lv.level:.3g})"
-    return f"{100 * lv.utilization:.0f}% utilization (level {lv.level:.3g})"
+        return f"{lv.throughput:,.0f} req/s (level {level_text(lv.level)})"
+    return f"{100 * lv.utilization:.0f}% utilization (level {level_text(lv.level)})"
 
 
 def cdf_levels_text(entries: list[tuple[str, Level, float]]) -> str:

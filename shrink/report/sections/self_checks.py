@@ -8,7 +8,7 @@ from shrink.loadcurve import LoadCurve
 from shrink.report.blocks import Doc
 from shrink.report.sections import Measured
 from shrink.report.tables import level_table
-from shrink.report.text import STAT_NAME
+from shrink.report.text import STAT_NAME, level_text
 from shrink.scaling import CALIBRATION_BUSY, latency_scale
 from shrink.selfchecks import QUIET_OTHER_CPU
 from shrink.share import Share
@@ -327,7 +327,7 @@ def _linear_verdict(c: dict[str, Any]) -> str:
     if ok:
         return f" (linear: within {tol:g}%)"
     worst = c.get("offered_worst_level")
-    at = "" if worst is None else f", furthest at level {worst:g}"
+    at = "" if worst is None else f", furthest at level {level_text(worst)}"
     return (
         f" (**not linear**: more than {tol:g}%{at}; the load did not follow the level "
         "there: check that the generator kept up, and that the trace window the "
