@@ -171,8 +171,11 @@ def light_load_ratio(scaled: LoadCurve, l0: float) -> float | None:
     light = x <= 0.5 * x.max()
     if light.sum() < 2:
         light = np.argsort(x)[:2]
-    a_s = np.polyfit(x[light], rs[light], 1)[1] - l0
-    a_d = np.polyfit(x[light], rd[light], 1)[1] - l0
+    if np.unique(x[light]).size < 2:  # one throughput twice: no line (numpy warned)
+        a_s = a_d = 0.0
+    else:
+        a_s = np.polyfit(x[light], rs[light], 1)[1] - l0
+        a_d = np.polyfit(x[light], rd[light], 1)[1] - l0
     if a_s <= 0 or a_d <= 0:  # too few or too noisy light levels: fall back to the lightest
         i = int(np.argmin(x))
         a_s, a_d = rs[i] - l0, rd[i] - l0

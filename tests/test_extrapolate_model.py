@@ -484,3 +484,27 @@ def test_a_dynamic_class_with_its_own_usl_is_detected_and_covered():
     # Where the truth has one USL, the split is not kept.
     tied = fit_curves(_synthetic_runs(Truth(), 1), FIT_T, machine=BIG)
     assert tied.physics_.usl_sigma_dynamic is None
+
+
+def test_two_light_levels_of_one_throughput_read_a_ratio_without_a_numpy_warning():
+    """A sim sweep at levels 0.01 and 0.02 measured the same 9.75 req/s twice (the
+    sessions already running); extrapolate printed numpy's 'RankWarning: Polyfit may
+    be poorly conditioned' with this module's path and source line to the user."""
+    import warnings
+
+    from extrapolate.remap import light_load_ratio
+    from shrink.loadcurve import ClassStats, Level, LevelStats, LoadCurve
+
+    def rep(x: float, ms: tuple[float, float]) -> LevelStats:
+        s = ClassStats(40, x * 0.95, ms[0], ms[0], ms[0], ms[0], ms[0])
+        d = ClassStats(2, x * 0.05, ms[1], ms[1], ms[1], ms[1], ms[1])
+        o = ClassStats(42, x, ms[0], ms[0], ms[0], ms[0], ms[1])
+        return LevelStats(x, o, per_class={"static": s, "dynamic": d})
+
+    levels = [(0.01, 9.75, (0.0005, 0.008)), (0.02, 9.75, (0.0006, 0.009)),
+              (8.0, 433.25, (0.0007, 0.010))]  # fmt: skip
+    curve = LoadCurve(levels=[Level(lv, [rep(x, ms)]) for lv, x, ms in levels])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ratio = light_load_ratio(curve, 0.0001)
+    assert ratio == pytest.approx((0.008 - 0.0001) / (0.0005 - 0.0001))
