@@ -637,3 +637,24 @@ def test_the_three_level_searches_run_through_one_driver(monkeypatch):
     )
     above = [lv.level for lv in mats.curve.levels if lv.level > mats.capacity_factor]
     assert [f for _, f in driven["sim"]] and set(f for _, f in driven["sim"]) <= set(above)
+
+
+def test_shrink_mat_says_one_repetition_gives_no_interval(tmp_path):
+    """With --reps 1 ``shrink mat`` printed 'CI [1,270.1, 1,270.1]': a 95% interval of
+    no width, where one repetition a level measured no spread at all."""
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    trace = poisson_trace(rate=50.0, duration=60.0, seed=1)
+    target = FakeTarget(servers=1, demand={"static": 0.01, "dynamic": 0.01})
+    out = {}
+    for reps in (1, 2):
+        curve = sweep(target, trace, [1, 1.5, 1.8], reps=reps, warmup=1.0, duration=8.0)
+        path = tmp_path / f"c{reps}.json"
+        curve.write_json(path)
+        r = CliRunner().invoke(app, ["mat", str(path), "--threshold", "40ms"])
+        assert r.exit_code == 0, r.output
+        out[reps] = r.stdout
+    assert "CI none (one repetition per level" in out[1], out[1]
+    assert "CI [" in out[2] and "CI none" not in out[2], out[2]

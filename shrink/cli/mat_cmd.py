@@ -165,6 +165,9 @@ def _print_mat(res: MATResult, stat: str, thr: float, added: list[float], lc: Lo
     from shrink.mat import mat_text
 
     ci = "" if res.bound else f"  CI [{res.ci[0]:,.1f}, {res.ci[1]:,.1f}]"
+    if not res.bound and _one_repetition(res, lc):
+        # [x, x] from one repetition a level is no spread measured, not a certain MAT.
+        ci = "  CI none (one repetition per level: no spread to read; --reps 2 or more)"
     typer.echo(
         f"MAT ({threshold_text(stat, thr)}): "
         f"{mat_text(res.mat, res.status, fmt=',.1f')} req/s{ci}  ({res.status})"
@@ -193,6 +196,15 @@ def _print_mat(res: MATResult, stat: str, thr: float, added: list[float], lc: Lo
         )
     if added:
         typer.echo(f"added levels: {', '.join(f'{x:g}' for x in added)}")
+
+
+def _one_repetition(res: MATResult, lc: LoadCurve) -> bool:
+    """Whether the MAT's interval is [x, x] because the levels around the crossing had
+    one usable repetition each (a t-interval needs two)."""
+    if res.ci[0] != res.ci[1] or res.bracket is None:
+        return False
+    around = [lv for lv in lc.levels if lv.level in res.bracket]
+    return bool(around) and all(len(lv.kept) < 2 for lv in around)
 
 
 def register(app: typer.Typer) -> None:
