@@ -133,3 +133,9 @@ def test_results_open_with_the_current_figures_and_the_readme_shows_them():
     readme = (ROOT / "README.md").read_text()
     assert _accuracy_table(readme) == _accuracy_table(current)
     assert "python bench/bench_fidelity.py" in readme and "bench/RESULTS.md" in readme
+
+
+def test_the_tcp_files_size_is_named_in_binary_units():
+    """'1 KB' (1,000 bytes) named a file of 1,024 bytes; the README says 1 KiB."""
+    text = (ROOT / "docs" / "cli.md").read_text()
+    assert "1 KB" not in text and "static 1 KiB file (1,024 bytes)" in text

@@ -11,7 +11,7 @@ from shrink.checks import parse_duration
 from shrink.cli._common import cli_errors, echo_json, options_named, output_path, plural
 from shrink.errors import printable
 
-synth_app = typer.Typer(help="Synthetic workloads (Support-like sessions, 1 KB tcp).",
+synth_app = typer.Typer(help="Synthetic workloads (Support-like sessions, 1 KiB tcp).",
                         no_args_is_help=True)  # fmt: skip
 
 _Users = Annotated[int, typer.Option("--users", help="Concurrent users (session slots).")]
@@ -157,7 +157,7 @@ def tcp(
     ] = "poisson",
     as_json: _Json = False,
 ) -> None:
-    """Open-loop requests for one static 1 KB file, /static/file1k.bin."""
+    """Open-loop requests for one static 1 KiB file (1,024 bytes), /static/file1k.bin."""
     from shrink.synth import synth_tcp, tcp_docroot
 
     with cli_errors():
