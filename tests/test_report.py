@@ -182,3 +182,17 @@ def test_a_level_is_written_alike_everywhere_and_the_caption_says_80_once(demo_o
     assert "of the server at" not in caption, caption
     verdict = _linear_verdict({"offered_linear": False, "offered_worst_level": 3.99311})
     assert "furthest at level 3.993;" in verdict, verdict
+
+
+def test_validate_prints_a_bounded_error_as_the_report_writes_it():
+    """Against a measured MAT that is only a lower bound (>= 2,652) the report said the
+    error was 'at most +364.1%' and ``shrink validate`` printed 'error +364.1%'."""
+    from shrink.cli.predict_cmd import validation_lines
+
+    m = {"predicted": 12309.1, "predicted_status": "ok", "measured": 2652.3,
+         "measured_status": "not_reached", "error": 12309.1 / 2652.3 - 1}  # fmt: skip
+    (line,) = validation_lines({"mats": {"mean": m}}, {"mean": True})
+    assert "measured >= 2,652 req/s, error at most +364.1%" in line, line
+    ok = {**m, "measured": 11000.0, "measured_status": "ok", "error": 12309.1 / 11000 - 1}
+    (line,) = validation_lines({"mats": {"mean": ok}}, {"mean": False})
+    assert line.endswith("error +11.9%"), line

@@ -523,18 +523,28 @@ def validate(
         echo_json(d)
         exit_if_bound(bounds)
         return
-    from shrink.mat import mat_text
+    for line in validation_lines(d, bound):
+        typer.echo(line)
+    typer.echo(f"wrote {dumps(str((out or prediction.parent) / 'validation.json'))}")
+    exit_if_bound(bounds)
 
+
+def validation_lines(d: dict[str, Any], bound: dict[str, bool]) -> list[str]:
+    """Each statistic's predicted and measured MAT and the error, one line each."""
+    from shrink.mat import mat_text
+    from shrink.report.sections.validation import error_text
+
+    out = []
     for stat, m in d["mats"].items():
-        # No error without both MATs (a prediction whose MAT is NaN: JSON null).
-        err = "n/a" if m["error"] is None else f"{100 * m['error']:+.1f}%"
-        typer.echo(
+        # No error without both MATs (a prediction whose MAT is NaN: JSON null); against
+        # a bound, the side the error lies on, in the report's words ("at most +364.1%").
+        err = "n/a" if m["error"] is None else error_text(m)
+        out.append(
             f"{stat_label(stat)}: predicted {mat_text(m['predicted'], m.get('predicted_status'))} "
             f"req/s, measured {mat_text(m['measured'], m.get('measured_status'))} req/s, "
             f"error {err}" + (" (a MAT is only a bound)" if bound[stat] else "")
         )
-    typer.echo(f"wrote {dumps(str((out or prediction.parent) / 'validation.json'))}")
-    exit_if_bound(bounds)
+    return out
 
 
 def _refuse_run_options(full_run: str, **given: object) -> None:
