@@ -208,6 +208,18 @@ def test_hidden_paths_are_not_served_says_the_docroot_check(tmp_path):
     assert line is not None and "(404, or 403 for the 2 hidden)" in line
 
 
+def test_the_docroot_warning_shows_a_paths_control_characters_escaped(tmp_path):
+    """A Parquet trace's path with CR/LF or an ANSI escape reached the terminal raw in
+    the warning before a sweep or replay on a testbed: a path could forge a line."""
+    paths = ["/static/x\r\nerror: forged", "/\x1b[31mred"]
+    tr = Trace.from_columns({"session": [0, 0], "t": [0.0, 0.0], "path": paths})
+    line = docroot_coverage(tr, tmp_path).warning("t\x1b[2J.parquet")
+    assert line is not None
+    assert not any(c in line for c in "\r\n\x1b")
+    assert "/static/x\\r\\nerror: forged" in line and "\\x1b[31mred" in line
+    assert "t\\x1b[2J.parquet" in line
+
+
 @pytest.mark.live
 def test_an_abandoned_php_request_stops_at_its_time_limit(tmp_path):
     require_lighttpd()

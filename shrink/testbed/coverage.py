@@ -14,6 +14,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from shrink.errors import printable
 from shrink.testbed.config import HIDDEN_PATH_RE
 from shrink.testbed.private import ServerUser, reader
 from shrink.trace import Trace
@@ -39,7 +40,15 @@ class DocrootCoverage:
     user: str = ""
 
     def warning(self, trace_name: str) -> str | None:
-        """One line for the user, or None when every path is there (and readable)."""
+        """One line for the user, or None when every path is there (and readable).
+
+        A trace's path may hold CR, LF or an ANSI escape (a Parquet trace of another
+        tool's): the line shows them escaped, so a path cannot forge a line of output
+        or recolour the terminal."""
+        text = self._text(trace_name)
+        return None if text is None else printable(text)
+
+    def _text(self, trace_name: str) -> str | None:
         if not self.missing:
             if not self.unreadable:
                 return None
