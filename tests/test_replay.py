@@ -334,6 +334,32 @@ def test_scale_out_partitions_sessions_and_shares_the_clock(fake):
     assert all(s.t0 == eng.t0 for s in eng.stats)
 
 
+def test_a_merged_run_log_that_cannot_be_written_leaves_no_parts(fake, tmp_path, monkeypatch):
+    """With two engine processes (a 2-replica testbed), a merged RunLog the disk had no
+    room for left ``run.part0.parquet`` and ``run.part1.parquet`` in the --runlogs
+    folder, named by no message."""
+    import errno
+
+    from shrink.errors import WriteError
+
+    def full(self, path):
+        raise WriteError(path, OSError(errno.ENOSPC, "No space left on device"))
+
+    monkeypatch.setattr(RunLog, "write_parquet", full)  # the parent's merge; not the parts
+    tr = session_trace(20, ["/a?bytes=10"], gap=0.01, think=0.0)
+    with pytest.raises(WriteError):
+        run_engines(
+            tr,
+            EngineConfig([fake]),
+            rate_factor=1.0,
+            horizon=0.3,
+            schedule=ScheduleOptions(loop=False),
+            generator=GeneratorPlacement(processes=2),
+            out=tmp_path / "run.parquet",
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 def test_over_driving_the_generator_is_flagged(fake):
     # 3M requests/s is far past what one Python engine can send: the level must
     # come back flagged, never as a server result. Saturated, the engine here sends

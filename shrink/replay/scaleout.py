@@ -409,12 +409,15 @@ def _run_spawned(
         log = RunLog.concat(logs, meta={**meta, **_zero(t0), "processes": n})
         if out is not None:
             log.write_parquet(out)
-            for pth in paths:
-                Path(pth).unlink(missing_ok=True)
         return log, EngineRun(stats, t0, cpus, {"errors": errors} if errors else {})
     finally:
         for p in procs:
             if p.is_alive():
                 p.terminate()
                 p.join(timeout=5)
+        # The processes' parts beside ``out`` are the merge's inputs, never a result: a
+        # merged RunLog that could not be written (a full disk) or a run stopped before
+        # it left OUT.part0.parquet, OUT.part1.parquet, ... that no message named.
+        for pth in paths if out is not None else ():
+            Path(pth).unlink(missing_ok=True)
         tmp.cleanup()
