@@ -43,6 +43,7 @@ from shrink.ingest.capture.pcap_walk import (
     walk_chain,
     walk_plain,
 )
+from shrink.ingest.capture.pcapng_resync import pcapng_resync
 from shrink.ingest.capture_magic import MODIFIED_MAGICS, PCAP_MAGICS, PCAPNG_MAGIC
 
 __all__ = [
@@ -346,13 +347,17 @@ def _read_on(
         sizes.append(np.diff(np.r_[more, stop]) - 16)
         after += more.size
         at = stop
-    if after:
-        more = f" and {len(skips) - 5:,} more places" if len(skips) > 5 else ""
-        listed = "; ".join(skips[:5]) + more
-        damage += f"; skipped {listed}, and read {after:,} more records after the damage"
-    else:
-        damage += "; no record could be read after it"
+    damage += _read_on_words(skips, after, "records")
     return np.concatenate(parts), np.concatenate(sizes), damage
+
+
+def _read_on_words(skips: list[str], after: int, what: str) -> str:
+    """What a lenient read past damage skipped and read after it, for the message."""
+    if not after:
+        return f"; no {what[:-1]} could be read after it"
+    more = f" and {len(skips) - 5:,} more places" if len(skips) > 5 else ""
+    listed = "; ".join(skips[:5]) + more
+    return f"; skipped {listed}, and read {after:,} more {what} after the damage"
 
 
 def _read_pcap(data: np.ndarray, n: int, path: Path, strict: bool) -> RawRecords:
@@ -500,26 +505,36 @@ def _read_pcapng(data: np.ndarray, n: int, path: Path, strict: bool) -> RawRecor
     out = _Packets()
     damage = None
     skipped_blocks = 0
+    skips: list[str] = []  # lenient: the damaged stretches read past
+    before = 0  # packets read before the first damage
     while off < n:
         head = _block_header(data, n, off, endian)
-        if isinstance(head, str):
-            damage, _ = _damaged(head, path, len(out.offs) + 1, off, strict)
-            break
-        endian, btype, blen = head
-        if btype == 0x0A0D0D0A:
-            ifaces = []
-        elif btype == 1:  # interface description
-            lt, snap = struct.unpack_from(endian + "HxxI", data, off + 8)
-            opts = bytes(data[off + 16 : off + blen - 4])
-            ifaces.append((lt, snap, *_if_options(opts, endian)))
-        elif btype in (6, 2, 3):  # 2: older writers' packet block (16-bit interface id)
-            problem = _packet_block(data, off, btype, blen, endian, ifaces, out, strict)
-            if problem is not None:
-                damage, _ = _damaged(problem, path, len(out.offs) + 1, off, strict)
-                break
-        else:
-            skipped_blocks += 1
-        off += blen
+        problem = head if isinstance(head, str) else None
+        if not isinstance(head, str):
+            endian, btype, blen = head
+            if btype == 0x0A0D0D0A:
+                ifaces = []
+            elif btype == 1:  # interface description
+                lt, snap = struct.unpack_from(endian + "HxxI", data, off + 8)
+                opts = bytes(data[off + 16 : off + blen - 4])
+                ifaces.append((lt, snap, *_if_options(opts, endian)))
+            elif btype in (6, 2, 3):  # 2: older writers' packet block (16-bit interface id)
+                problem = _packet_block(data, off, btype, blen, endian, ifaces, out, strict)
+            else:
+                skipped_blocks += 1
+        if problem is None:
+            off += blen
+            continue
+        if damage is None:
+            damage, _ = _damaged(problem, path, len(out.offs) + 1, off, strict)
+            before = len(out.offs)
+        # Read on where blocks chain again: a damaged block mid-file dropped the rest
+        # of the file (the classic pcap reader already read on past a bad record).
+        nxt = pcapng_resync(data, n, endian, off + 4)
+        skips.append(f"{nxt - off:,} bytes at byte offset {off:,}")
+        off = nxt
+    if skips:
+        damage = f"{damage}{_read_on_words(skips, len(out.offs) - before, 'packets')}"
     return RawRecords(
         buf=data,
         data_off=np.asarray(out.offs, dtype=np.int64),

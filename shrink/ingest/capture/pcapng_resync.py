@@ -1,0 +1,60 @@
+"""Reading on past a damaged pcapng block: where do blocks chain again?
+
+A pcapng file is a chain of blocks, each starting at a multiple of 4 bytes and
+carrying its length at both ends. When one is damaged mid-file (a length overwritten,
+bytes lost in a copy), the lenient reader stopped there and dropped the rest of the
+file, while the classic pcap reader reads on (:func:`~shrink.ingest.capture.pcap_walk.resync`).
+Here a block start is a 4-byte boundary holding a known block type and a length that
+fits the file and is repeated at the block's end, and the blocks after it chain too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["pcapng_resync"]
+
+# Section header, interface description, obsolete/simple/enhanced packet, name
+# resolution, interface statistics, IRIG/ARINC, decryption secrets, custom blocks.
+_TYPES = np.array([0x0A0D0D0A, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0xBAD, 0x40000BAD], dtype=np.int64)
+_DEPTH = 3  # blocks after a candidate that must chain too (or end the file exactly)
+_WINDOW = 1 << 22  # candidates looked at a time, at most (memory stays bounded)
+
+
+def _sane(words: np.ndarray, i: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(whether word ``i`` starts a plausible block, the word its next block starts at)."""
+    nw = words.size
+    inside = i + 2 < nw
+    j = np.where(inside, i, 0)
+    blen = words[j + 1].astype(np.int64)
+    ok = inside & (blen >= 12) & (blen % 4 == 0) & (j * 4 + blen <= n)
+    ok &= np.isin(words[j].astype(np.int64), _TYPES)
+    last = np.where(ok, j + blen // 4 - 1, 0)
+    ok &= words[last].astype(np.int64) == blen
+    return ok, np.where(ok, j + blen // 4, i)
+
+
+def pcapng_resync(data: np.ndarray, n: int, endian: str, start: int) -> int:
+    """The first 4-byte-aligned offset at or after ``start`` where pcapng blocks chain
+    again (in byte order ``endian``), or ``n`` when none does."""
+    nw = n // 4
+    pos = (start + 3) // 4
+    if pos + 3 > nw:
+        return n
+    words = np.ndarray((nw,), dtype=np.dtype(endian + "u4"), buffer=data)
+    window = 4096  # growing: a good block is usually close
+    while pos + 3 <= nw:
+        at = np.arange(pos, min(pos + window, nw - 2), dtype=np.int64)
+        window = min(2 * window, _WINDOW)
+        good, p = _sane(words, at, n)
+        ended = np.zeros(at.size, dtype=bool)
+        for _ in range(_DEPTH):
+            ended |= good & (p * 4 == n)
+            ok, nxt = _sane(words, p, n)
+            good &= ended | ok
+            p = np.where(ended, p, nxt)
+        hit = np.flatnonzero(good)
+        if hit.size:
+            return int(at[hit[0]]) * 4
+        pos = int(at[-1]) + 1
+    return n
