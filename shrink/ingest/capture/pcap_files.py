@@ -530,7 +530,8 @@ def _read_pcapng(data: np.ndarray, n: int, path: Path, strict: bool) -> RawRecor
             before = len(out.offs)
         # Read on where blocks chain again: a damaged block mid-file dropped the rest
         # of the file (the classic pcap reader already read on past a bad record).
-        nxt = pcapng_resync(data, n, endian, off + 4)
+        # A packet block whose lengths hold is whole: the next block follows it.
+        nxt = pcapng_resync(data, n, endian, off + 4) if isinstance(head, str) else off + blen
         skips.append(f"{nxt - off:,} bytes at byte offset {off:,}")
         off = nxt
     if skips:

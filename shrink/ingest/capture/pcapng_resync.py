@@ -15,10 +15,14 @@ import numpy as np
 __all__ = ["pcapng_resync"]
 
 # Section header, interface description, obsolete/simple/enhanced packet, name
-# resolution, interface statistics, IRIG/ARINC, decryption secrets, custom blocks.
-_TYPES = np.array([0x0A0D0D0A, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0xBAD, 0x40000BAD], dtype=np.int64)
+# resolution, interface statistics, IRIG/ARINC, decryption secrets, custom blocks;
+# each with the least length a block of its type has (as the reader checks it).
+_MIN_LEN = {0x0A0D0D0A: 28, 1: 20, 2: 32, 3: 16, 4: 12, 5: 12, 6: 32, 7: 12, 8: 12,
+            9: 12, 10: 12, 0xBAD: 12, 0x40000BAD: 12}  # fmt: skip
+_TYPES = np.array(sorted(_MIN_LEN), dtype=np.int64)
+_LEAST = np.array([_MIN_LEN[t] for t in sorted(_MIN_LEN)], dtype=np.int64)
 _DEPTH = 3  # blocks after a candidate that must chain too (or end the file exactly)
-_WINDOW = 1 << 22  # candidates looked at a time, at most (memory stays bounded)
+_WINDOW = 1 << 22  # words looked at a time, at most (memory stays bounded)
 
 
 def _sane(words: np.ndarray, i: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -26,12 +30,19 @@ def _sane(words: np.ndarray, i: np.ndarray, n: int) -> tuple[np.ndarray, np.ndar
     nw = words.size
     inside = i + 2 < nw
     j = np.where(inside, i, 0)
+    btype = words[j].astype(np.int64)
+    k = np.minimum(np.searchsorted(_TYPES, btype), _TYPES.size - 1)
     blen = words[j + 1].astype(np.int64)
-    ok = inside & (blen >= 12) & (blen % 4 == 0) & (j * 4 + blen <= n)
-    ok &= np.isin(words[j].astype(np.int64), _TYPES)
+    ok = inside & (_TYPES[k] == btype) & (blen >= _LEAST[k]) & (blen % 4 == 0)
+    ok &= j * 4 + blen <= n
     last = np.where(ok, j + blen // 4 - 1, 0)
     ok &= words[last].astype(np.int64) == blen
     return ok, np.where(ok, j + blen // 4, i)
+
+
+def _typed(w: np.ndarray) -> np.ndarray:
+    """Where a word of ``w`` is a known block type (cheap: most bytes are not)."""
+    return ((w >= 1) & (w <= 10)) | (w == 0x0A0D0D0A) | (w == 0xBAD) | (w == 0x40000BAD)
 
 
 def pcapng_resync(data: np.ndarray, n: int, endian: str, start: int) -> int:
@@ -44,8 +55,9 @@ def pcapng_resync(data: np.ndarray, n: int, endian: str, start: int) -> int:
     words = np.ndarray((nw,), dtype=np.dtype(endian + "u4"), buffer=data)
     window = 4096  # growing: a good block is usually close
     while pos + 3 <= nw:
-        at = np.arange(pos, min(pos + window, nw - 2), dtype=np.int64)
+        end = min(pos + window, nw - 2)
         window = min(2 * window, _WINDOW)
+        at = pos + np.flatnonzero(_typed(words[pos:end])).astype(np.int64)
         good, p = _sane(words, at, n)
         ended = np.zeros(at.size, dtype=bool)
         for _ in range(_DEPTH):
@@ -56,5 +68,5 @@ def pcapng_resync(data: np.ndarray, n: int, endian: str, start: int) -> int:
         hit = np.flatnonzero(good)
         if hit.size:
             return int(at[hit[0]]) * 4
-        pos = int(at[-1]) + 1
+        pos = end
     return n
