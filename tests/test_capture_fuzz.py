@@ -243,3 +243,17 @@ def test_pcapng_if_tsoffset_is_added_to_each_packet_time(tmp_path: Path) -> None
     early.write_bytes(data.replace(struct.pack("<q", -(10**9)), struct.pack("<q", -(2 * 10**9))))
     with pytest.raises(CaptureFormatError, match="before 1970"):
         read_records(early, strict=True)
+
+
+def test_a_gzip_that_is_no_capture_is_refused_from_its_first_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ingest -f pcap`` of a gzip holding text inflated all of it (up to 1 GiB) before
+    the magic said it was no capture: 300 MB of text gunzipped took 675 MB of memory."""
+    from shrink.ingest.capture import pcap_files
+
+    monkeypatch.setattr(pcap_files, "MAX_INFLATED", 4 << 20)
+    monkeypatch.setattr(pcap_files, "_INFLATE_CHUNK", 1 << 16)
+    err = _read(tmp_path, gzip.compress(b"a" * (8 << 20), compresslevel=1))
+    assert isinstance(err, CaptureFormatError)
+    assert "bad magic 61616161" in str(err) and err.offset == 0
