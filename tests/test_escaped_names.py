@@ -117,3 +117,48 @@ def test_a_dollar_in_a_name_is_no_formula_in_report_md():
     page = MarkdownIt("commonmark").enable("table").render(md)
     for name in names:
         assert page.count(html.escape(name, quote=False)) >= 6, name
+
+
+def _clean(text: str) -> bool:
+    return not any(c in text for c in "\x1b\r\x07") and "\nerror: forged" not in text
+
+
+def test_the_replay_summary_shows_the_run_logs_name_escaped(capsys):
+    """replay's summary printed its -o name raw ("N requests -> NAME"): CR and LF reached
+    the terminal."""
+    from shrink.cli.replay_cmd import _print_summary
+
+    lat = dict.fromkeys(("mean", "p50", "p99", "p999"), 0.001)
+    summary = {
+        "requests": 10, "runlog": NASTY, "engine": "native", "intended_rate": 10.0,
+        "achieved_rate": 10.0, "throughput": 10.0, "errors": 0, "failures": {},
+        "latency": lat, "send_lag_p50": 0.0, "send_lag_p99": 0.0, "generator_cpu": None,
+        "utilization": None, "generator_behind": False, "failed": False, "interrupted": True,
+    }  # fmt: skip
+    _print_summary(summary)
+    out = capsys.readouterr().out
+    assert _clean(out) and out.count("\\x1b[31mred\\rfake line\\nerror: forged") == 2
+
+
+def test_testbed_ups_stop_line_shows_the_state_escaped_and_quoted_for_bash(tmp_path):
+    """``testbed up --state NAME`` printed "state: NAME   stop with: ... --state 'NAME'"
+    raw; the command to paste is now $'...', which bash reads back as the same name."""
+    from shrink.cli.testbed_cmd import shell_word
+
+    for name in (NASTY, "it's a \\ name\n.json", "plain name.json"):
+        word = shell_word(name)
+        assert _clean(word) and "\n" not in word
+        back = subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True)
+        assert back.stdout.decode() == name
+
+
+def test_sweeps_summary_shows_the_curves_and_exports_names_escaped(capsys):
+    """sweep printed "curve: NAME" and "also: NAME-hdr, ..." raw."""
+    from helpers.curves import mm1_curve
+
+    from shrink.cli.sweep_cmd import _print_sweep
+
+    curve = mm1_curve([10.0, 20.0], 100.0, reps=1, n=50)
+    _print_sweep(curve, "rate", Path(NASTY), [Path(NASTY + "_stats.csv")], False)
+    out = capsys.readouterr().out
+    assert _clean(out) and out.count("\\x1b[31mred\\rfake line\\nerror: forged") == 2

@@ -34,7 +34,7 @@ from shrink.cli._replay_opts import (
     engine_options,
 )
 from shrink.defaults import MAX_BODY
-from shrink.errors import ParameterError
+from shrink.errors import ParameterError, printable
 
 
 @engine_options
@@ -183,7 +183,7 @@ def _failure_text(s: dict[str, Any]) -> str:
 def _print_summary(s: dict[str, Any]) -> None:
     lat = s["latency"]
     typer.echo(
-        f"{s['requests']:,} requests -> {s['runlog']} (engine: {s['engine']})\n"
+        f"{s['requests']:,} requests -> {printable(s['runlog'])} (engine: {s['engine']})\n"
         f"rate: intended {s['intended_rate']:,.1f}/s, achieved {s['achieved_rate']:,.1f}/s, "
         f"completed {s['throughput']:,.1f}/s, errors {s['errors']}{_failure_text(s)}\n"
         f"latency: mean {_ms(lat['mean'])}  p50 {_ms(lat['p50'])}  p99 {_ms(lat['p99'])}  "
@@ -201,7 +201,7 @@ def _print_summary(s: dict[str, Any]) -> None:
             "not the server serving the trace; such a level is never used for a MAT"
         )
     if s["interrupted"]:
-        typer.echo(f"interrupted: the requests sent so far are kept in {s['runlog']}")
+        typer.echo(f"interrupted: the requests sent so far are kept in {printable(s['runlog'])}")
 
 
 def register(app: typer.Typer) -> None:

@@ -394,14 +394,14 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
             f"{knob} {r['level']:g}: {r['throughput']:,.1f} req/s  mean {_ms(r['mean'])}  "
             f"p99.9 {_ms(r['p999'])}  util {util}{flag}"
         )
-    typer.echo(f"curve: {output} (engine: {engine_ran})")
+    typer.echo(f"curve: {printable(output)} (engine: {engine_ran})")
     behind = sum(bool(r["generator_behind"]) for r in rows)
     if behind:
         typer.echo(GENERATOR_HINT.format(levels=plural(behind, "level")), err=True)
     if crowded:
         typer.echo(crowded_warning(crowded, curve.sweep.target.get("share_cpus")), err=True)
     if exports:
-        typer.echo(f"also: {', '.join(str(p) for p in _export_summary(exports))}")
+        typer.echo(f"also: {', '.join(printable(p) for p in _export_summary(exports))}")
 
 
 def crowded_warning(crowded: dict[float, float], cpus: list[int] | None) -> str:

@@ -192,8 +192,20 @@ def _print_up(st: TestbedState, m: Machine, sh: Share, state: Path) -> None:
         warn = note.startswith("warning: ")
         typer.echo(note if warn else f"note: {note}", err=warn)
     # Quoted for a shell: a state named "a b.json" (or "x.json; cmd"), pasted back,
-    # split in two (or ran the second command).
-    typer.echo(f"state: {state}   stop with: shrink testbed down --state {shlex.quote(str(state))}")
+    # split in two (or ran the second command). A name with CR, LF or an ANSI escape
+    # is shown escaped (it reached the terminal raw), and quoted as $'...' for bash.
+    typer.echo(
+        f"state: {printable(state)}   stop with: shrink testbed down --state {shell_word(state)}"
+    )
+
+
+def shell_word(path: Path | str) -> str:
+    """``path`` as one word for a POSIX shell; with control characters, bash's ``$'...'``
+    (in which :func:`printable`'s escapes mean the characters they stand for)."""
+    text = str(path)
+    if text.isprintable():
+        return shlex.quote(text)
+    return "$'" + printable(text.replace("\\", "\\\\").replace("'", "\\'")) + "'"
 
 
 _IRQ_NOTE = "stop irqbalance, or it will undo them; testbed down puts them back"
@@ -307,7 +319,9 @@ def _down_stale() -> None:
         typer.echo(f"no stale testbed recorded in {registry.run_dir()}")
     for sb, stopped in done:
         n = sum(len(p) for p in stopped.values())
-        typer.echo(f"{sb.state_path}: {sb.reason}; stopped {n} process(es), removed its cgroups")
+        typer.echo(
+            f"{printable(sb.state_path)}: {sb.reason}; stopped {n} process(es), removed its cgroups"
+        )
     # One line a group: under cgroup v1 a group has a folder in each controller.
     by_name: dict[str, tuple[list[Path], set[int]]] = {}
     for group, pids in unrecorded:
