@@ -73,3 +73,28 @@ def test_a_budget_short_of_the_coarse_pass_keeps_its_highest_fractions(clock):
     assert all(lv > 0.75 * cap for lv in levels[1:]), levels  # 35-80%: 7-16
     means = [lv.stat("mean", None)[0] for lv in sorted(curve.levels, key=lambda lv: lv.level)]
     assert means[0] < 0.004 < max(means), means
+
+
+class _Slow(_Clocked):
+    """Each run costs a fifth more than its warm-up and window (start-up, drain)."""
+
+    def run(self, trace, *, rate_factor, warmup, duration, seed):
+        self.clock[0] += 0.2 * (warmup + duration)
+        return super().run(trace, rate_factor=rate_factor, warmup=warmup, duration=duration,
+                           seed=seed)  # fmt: skip
+
+
+def test_the_probes_repetitions_are_counted_at_what_the_warm_run_took(clock):
+    """The probe's repetitions were counted before the warm run, at their planned
+    seconds: ``predict --budget 30s`` on a time-scaled CPU share (10 s planned a run,
+    11.7 s taken) ran the warm run and both repetitions, 35 s."""
+    plan = AutoPlan(warmup=2, duration=8, reps=2, budget_s=30, loop_window=0, max_levels=8)
+    auto_sweep(_Slow(clock), _trace(), {"mean": 0.005}, plan=plan)
+    assert 0 < clock[0] <= 30  # the warm run (12 s) and one repetition (12 s)
+
+
+def test_a_budget_the_warm_run_shows_too_short_says_so(clock):
+    plan = AutoPlan(warmup=2, duration=8, reps=1, budget_s=20, loop_window=0, max_levels=8)
+    with pytest.raises(ParameterError, match="held the warm-up run, but not one repetition"):
+        auto_sweep(_Slow(clock), _trace(), {"mean": 0.005}, plan=plan)
+    assert clock[0] <= 20

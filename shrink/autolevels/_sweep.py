@@ -177,6 +177,17 @@ class _Sweep:
             )
         if plan.warm_run and self.clock.fits(reps + 1):
             self._warm(probe)
+            # The warm run told what a run costs here (start-up, drain, writing the log
+            # beside the warm-up and window): the probe's repetitions are counted again.
+            # Counted before it, a 30 s budget on a time-scaled share ran a warm run and
+            # two repetitions of 10 s planned, 11.7 s each: 35 s.
+            reps = self.clock.reps_that_fit(reps)
+            if reps == 0:
+                raise ParameterError(
+                    f"a time budget of {self.clock.budget:g} s held the warm-up run, but "
+                    f"not one repetition at what that run took ({self.clock.per_rep:.1f} s); "
+                    "allow more time or shorten the warm-up and window"
+                )
         first = self.run(probe, "probe", replace(plan, reps=reps), True)
         self.budget -= 1
         if first is None:
