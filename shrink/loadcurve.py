@@ -40,6 +40,7 @@ from shrink.schemas import MAX_LIST, Alpha, Count, CurveMeta, Finite, Name, NonN
 from shrink.share import Share
 
 __all__ = [
+    "CONFIDENCE",
     "CURVE_FORMAT",
     "FAILURE_LIMIT",
     "GENERATOR_SATURATED",
@@ -65,6 +66,9 @@ STATS = ("mean", "p50", "p90", "p99", "p999")
 # One in a thousand, as a p99.9 SLA reads it: more failures than the tail the SLA
 # bounds. (wrk and httperf count them apart; k6's http_req_failed is a rate.)
 FAILURE_LIMIT = 0.001
+# The two-sided confidence of a level's and a MAT's interval over repetitions: the
+# convention of the papers' and the load tools' intervals, recorded in every MAT.
+CONFIDENCE = 0.95
 # Quantile grid: fine in the tail, where SLAs live.
 QGRID: tuple[float, ...] = tuple(
     float(q)
@@ -293,7 +297,7 @@ class Level:
         return np.mean(dists, axis=0) if dists else None
 
     def stat(
-        self, stat: str, cls: str | None = None, conf: float = 0.95
+        self, stat: str, cls: str | None = None, conf: float = CONFIDENCE
     ) -> tuple[float, float, float]:
         """(centre over repetitions, CI low, CI high).
 

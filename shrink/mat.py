@@ -63,7 +63,7 @@ from pydantic import computed_field, model_serializer, model_validator
 
 from shrink import files
 from shrink.errors import MeasurementError, ParameterError
-from shrink.loadcurve import FAILURE_LIMIT, Level, LoadCurve
+from shrink.loadcurve import CONFIDENCE, FAILURE_LIMIT, Level, LoadCurve
 from shrink.schemas import Loose, Name, NonNeg
 
 __all__ = [
@@ -146,6 +146,12 @@ class MATResult(files.VersionedFile):
 
     SCHEMA = "shrink.mat/1"
     WHAT = "MAT"
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def confidence(self) -> float:
+        """The two-sided confidence of ``ci`` (:data:`shrink.loadcurve.CONFIDENCE`)."""
+        return CONFIDENCE
 
     @computed_field  # type: ignore[prop-decorator]
     @property

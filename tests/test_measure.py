@@ -658,3 +658,32 @@ def test_shrink_mat_says_one_repetition_gives_no_interval(tmp_path):
         out[reps] = r.stdout
     assert "CI none (one repetition per level" in out[1], out[1]
     assert "CI [" in out[2] and "CI none" not in out[2], out[2]
+
+
+def test_shrink_mat_json_names_its_curve_and_confidence_and_adaptive_needs_two_reps(tmp_path):
+    """``mat --json`` gave the interval without its confidence (0.95 was only in the
+    words) or the curve it read; ``mat --adaptive`` on a curve of one repetition a level
+    stopped at once (an interval of no width reads as narrow) and said nothing."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+    from shrink.mat import MATResult
+
+    trace = poisson_trace(rate=50.0, duration=60.0, seed=1)
+    target = FakeTarget(servers=1, demand={"static": 0.01, "dynamic": 0.01})
+    curve = sweep(target, trace, [1, 1.5, 1.8], reps=1, warmup=1.0, duration=8.0)
+    path = tmp_path / "c.json"
+    curve.write_json(path)
+    r = CliRunner().invoke(app, ["mat", str(path), "--threshold", "40ms", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["confidence"] == 0.95 and d["curve"] == str(path)
+    assert MATResult.from_dict({k: v for k, v in d.items() if k not in ("curve", "added_levels")})
+    r = CliRunner().invoke(
+        app, ["mat", str(path), "--threshold", "40ms", "--adaptive", "--trace", str(path),
+              "--target", "http://127.0.0.1:9"],
+    )  # fmt: skip
+    assert r.exit_code == 1, r.output
+    assert "a curve of one repetition a level has none: sweep it with --reps 2" in r.output

@@ -110,6 +110,12 @@ def mat_cmd(
         with as_option("--cls"):
             check_class(lc, cls)
         added: list[float] = []
+        if adaptive and lc.levels and max(len(lv.reps) for lv in lc.levels) < 2:
+            # Its interval has no width, so it read as narrow at once and nothing was run.
+            raise ParameterError(
+                "--adaptive narrows the MAT's interval, and a curve of one repetition a "
+                "level has none: sweep it with --reps 2 or more"
+            )
         if adaptive:
             from shrink.cli.sweep_cmd import _keep_partial_sweep, _write_curve
             from shrink.measure import SweepInterrupted
@@ -145,6 +151,7 @@ def mat_cmd(
         res = mat(lc, stat, thr, cls=cls)
     d = res.to_dict()
     d["added_levels"] = added
+    d["curve"] = str(curve)  # what it was read from
     if as_json:
         echo_json(d)
     else:
