@@ -417,7 +417,7 @@ def test_predict_takes_a_lag_limit_as_sweep_does(tmp_path):
 
 def test_generator_refuses_the_shares_cpus(fake):
     allowed = sorted(os.sched_getaffinity(0))
-    with pytest.raises(ReplayError, match="allow_overlap"):
+    with pytest.raises(ReplayError, match="--allow-overlap"):
         LiveTarget([fake], share_cpus=allowed)
     with pytest.raises(ReplayError, match="overlap"):
         LiveTarget([fake], share_cpus=[allowed[0]], generator=GeneratorPlacement((allowed[0],)))

@@ -219,8 +219,7 @@ class LiveTarget:
         for host, _ in addresses:
             if not allow_remote and not is_loopback(host):
                 raise ReplayError(
-                    f"target {not_loopback_why(host)}; pass allow_remote=True "
-                    "(--allow-remote) to load another machine"
+                    f"target {not_loopback_why(host)}; pass --allow-remote to load another machine"
                 )
         self.addresses = list(addresses)
         raise_open_file_limit()
@@ -289,7 +288,7 @@ class LiveTarget:
             if overlap and not allow_overlap:
                 raise ReplayError(
                     f"generator CPUs {sorted(wanted)} overlap the share's CPUs {sorted(overlap)}; "
-                    "pass allow_overlap=True (--allow-overlap) to measure anyway"
+                    "pass --allow-overlap to measure anyway"
                 )
             return sorted(wanted)
         if not share:
@@ -301,7 +300,7 @@ class LiveTarget:
             return sorted(os.sched_getaffinity(0))
         raise ReplayError(
             f"every CPU this process may use belongs to the share ({sorted(share)}): the "
-            "generator would compete with the server; pass allow_overlap=True (--allow-overlap)"
+            "generator would compete with the server; pass --allow-overlap to measure anyway"
         )
 
     def _placement(self) -> GeneratorPlacement:
