@@ -34,6 +34,7 @@ __all__ = [
     "install",
     "note",
     "received",
+    "retake",
     "run_main",
     "stopped_by",
     "working",
@@ -125,6 +126,14 @@ def install() -> None:
         _taken.extend(handled())
     sys.unraisablehook = _unraisable
     _take(_stop)
+
+
+def retake() -> None:
+    """Take the stop signals :func:`install` took again, as they were: a library that put
+    its own handlers in their place (Ray's ``init`` ends the process on SIGTERM with a
+    stack dump) would otherwise lose every finished level. Inside :func:`working` only."""
+    if _taken and _depth[0] > 0:
+        _take(_stop)
 
 
 def ignore() -> None:

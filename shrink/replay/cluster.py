@@ -89,7 +89,9 @@ def parse_cluster(text: str | None, generators: int | None = None) -> ClusterSpe
     if text is None or text == "":
         return None
     kind, sep, address = text.partition(":")
-    if kind != "ray" or not sep or not address:
+    if text.startswith("ray://") and len(text) > len("ray://"):
+        address = text  # Ray Client's own scheme, written as ray.init takes it
+    if kind != "ray" or not sep or not address or address.startswith("//"):
         raise ParameterError(
             f"--cluster {text!r}: expected ray:ADDRESS (e.g. ray:auto, ray:10.0.0.5:6379)."
         )
@@ -185,20 +187,62 @@ def _connect(spec: ClusterSpec) -> Any:
 
     if ray.is_initialized():
         return ray
+    _refuse_auto_as_root(spec.address)
     _check_reachable(spec.address)
+    extra: dict[str, Any] = {}
+    if spec.address == "local":
+        # Ray's default is /tmp/ray, made world-writable (0777) with a session_latest
+        # symlink in it: as root, a folder any user may have made first, or fill.
+        extra["_temp_dir"] = _private_ray_dir()
     try:
-        ray.init(address=spec.address, logging_level="ERROR", log_to_driver=False)
+        ray.init(address=spec.address, logging_level="ERROR", log_to_driver=False, **extra)
     except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError...
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ReplayError(f"cannot reach Ray cluster {spec.address!r}: {first}") from None
+    from shrink import interrupts
+
+    interrupts.retake()  # Ray's core put its own SIGTERM handler (a stack dump, exit 1)
     return ray
 
 
+def _private_ray_dir() -> str:
+    """A fresh 0700 folder in shrink's private folder for a cluster Ray starts here,
+    removed when this process exits (after Ray's own shutdown, registered later)."""
+    import atexit
+    import shutil
+
+    from shrink.testbed.registry import private_dir
+
+    d = tempfile.mkdtemp(prefix="ray-", dir=private_dir())
+    atexit.register(shutil.rmtree, d, True)
+    return d
+
+
+def _refuse_auto_as_root(address: str) -> None:
+    """``auto`` connects to whatever cluster Ray finds on this machine: the address in
+    /tmp/ray/ray_current_cluster (any user may make /tmp/ray) or any user's running
+    ``gcs_server``. Root would then send the trace to, and unpickle the results of,
+    workers another user runs; as root the cluster must be named."""
+    if address == "auto" and os.geteuid() == 0:
+        raise ReplayError(
+            "--cluster ray:auto as root would join any Ray cluster a user of this machine "
+            "started; name it: --cluster ray:HOST:PORT (or ray:local for one started here)"
+        )
+
+
+# HTTP/2's client preface and an empty SETTINGS frame: a gRPC server (Ray's GCS) answers
+# with a SETTINGS frame of its own; anything else (a web server on a mistyped port) not.
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+PROBE_TIMEOUT = 5.0  # s to connect, and again for the answer
+
+
 def _check_reachable(address: str) -> None:
-    """Refuse an address whose GCS port does not answer, before Ray sees it.
+    """Refuse an address whose GCS port does not answer as a gRPC server, before Ray
+    sees it.
 
     Ray's core aborts the whole process (no Python exception) when it cannot reach
-    the GCS it was pointed at, so an unreachable cluster is caught here instead.
+    the GCS it was pointed at, and waits on a port that accepts but does not speak
+    gRPC (a web server's) for minutes, so both are caught here instead.
     """
     if address in ("auto", "local") or address.startswith(("ray://", "anyscale://")):
         return  # ray.init finds (or refuses) those itself, with a Python error
@@ -206,10 +250,25 @@ def _check_reachable(address: str) -> None:
     if not sep or not port.isdigit():
         raise ReplayError(f"Ray cluster address {address!r} is not HOST:PORT, auto or ray://...")
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=5.0):
-            pass
+        sock = socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT)
     except OSError as exc:
         raise ReplayError(f"cannot reach Ray cluster {address!r}: {exc.strerror or exc}") from None
+    head = b""
+    with sock:
+        try:
+            sock.sendall(_H2_PREFACE)
+            while len(head) < 9:
+                chunk = sock.recv(9 - len(head))
+                if not chunk:
+                    break
+                head += chunk
+        except OSError:  # reset or silent: not a GCS either
+            pass
+    if len(head) < 9 or head[3] != 4:  # frame type 0x4: SETTINGS
+        raise ReplayError(
+            f"Ray cluster {address!r}: that port does not answer as a Ray head's GCS does "
+            "(gRPC); give the head's --port (6379 unless it was started with another)"
+        )
 
 
 def _offsets(ray: Any, actors: list[Any]) -> list[dict[str, float]]:
