@@ -20,7 +20,10 @@ import pytest
 
 from shrink import interrupts
 from shrink.errors import ParameterError, ReplayError
+from shrink.replay import EngineConfig, RunLogWriter, build_schedule, native, open_loop_trace
 from shrink.replay import cluster as cl
+from shrink.replay.engine import run_schedule
+from shrink.runlog import RUNLOG_SCHEMA
 
 
 # --- the address --------------------------------------------------------------------------
@@ -129,3 +132,96 @@ def test_the_stop_signals_are_taken_back_from_ray(monkeypatch):
         for s, h in saved.items():
             signal.signal(s, h)
         interrupts._taken[:] = taken
+
+
+# --- where the generators run -------------------------------------------------------------
+@pytest.mark.compute
+def test_a_generator_elsewhere_is_refused_a_loopback_target():
+    here = cl.place()
+    loop = [("127.0.0.1", 8080)]
+    cl.check_places([here, dict(here)], loop)
+    other_ns = {**here, "netns": here["netns"] + 1}
+    with pytest.raises(ReplayError, match=r"^generator slot 1 runs on .*another machine or net"):
+        cl.check_places([here, other_ns], loop)
+    other_host = {**here, "host": "b", "boot": "x"}
+    with pytest.raises(ReplayError, match=r"loopback target 127\.0\.0\.1:8080 there is not"):
+        cl.check_places([other_host], loop)
+    cl.check_places([here, other_ns, other_host], [("10.0.0.1", 80)])  # (with --allow-remote)
+
+
+@pytest.mark.compute
+def test_a_generator_running_another_shrink_is_refused():
+    here = cl.place()
+    with pytest.raises(ReplayError, match=r"^generator slot 0 on .* runs shrink '0\.0\.1'"):
+        cl.check_places([{**here, "version": "0.0.1"}], [("10.0.0.1", 80)])
+
+
+# --- a stop while the actors run -----------------------------------------------------------
+class _Method:
+    def __init__(self, calls: list, name: str) -> None:
+        self.calls, self.name = calls, name
+
+    def remote(self, *args):
+        self.calls.append(self.name)
+
+
+class _Actor:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.stop = _Method(self.calls, "stop")
+
+
+class _StoppedRay:
+    """ray.get: a Ctrl-C on the first wait, then each actor's rows."""
+
+    def __init__(self) -> None:
+        self.gets = 0
+
+    def get(self, ref, timeout=None):
+        self.gets += 1
+        if self.gets == 1:
+            raise KeyboardInterrupt
+        return RUNLOG_SCHEMA.empty_table(), f"stats {ref}"
+
+    def kill(self, actor) -> None:
+        raise AssertionError("a stopped actor is not killed before it reports")
+
+
+def test_a_stop_while_actors_run_stops_them_and_keeps_their_rows():
+    actors = [_Actor(), _Actor()]
+    cfg = EngineConfig(targets=[("127.0.0.1", 1)])
+    tables, stats, lost = cl._collect(
+        _StoppedRay(), actors, ["r0", "r1"], ["a", "b"], time.monotonic() + 60, cfg
+    )
+    assert [a.calls for a in actors] == [["stop"], ["stop"]]
+    assert stats == ["stats r0", "stats r1"] and len(tables) == 2 and lost == []
+
+
+ENGINES = [run_schedule]
+if native.available():
+    ENGINES.append(native.run_native)
+
+
+@pytest.mark.parametrize("engine", ENGINES, ids=lambda e: e.__name__)
+def test_the_engines_stop_when_the_stop_event_is_set(engine):
+    # an actor runs the engine off the main thread, where no signal reaches it
+    port = socket.create_server(("127.0.0.1", 0))
+    addr = port.getsockname()
+    port.close()  # nothing listens: each request fails at once
+    sched = build_schedule(open_loop_trace("/x", 200.0, 10.0), 1.0, 10.0, loop=False)
+    stop = threading.Event()
+    out: dict = {}
+
+    def run() -> None:
+        w = RunLogWriter(None)
+        cfg = EngineConfig(targets=[addr], drain=0.5)
+        out["stats"] = engine(sched, cfg, w, handle_signals=False, stop=stop)
+
+    t = threading.Thread(target=run)
+    start = time.monotonic()
+    t.start()
+    time.sleep(0.5)
+    stop.set()
+    t.join(30)
+    assert time.monotonic() - start < 5
+    assert out["stats"].interrupted

@@ -33,6 +33,7 @@ cluster is a one-line error naming the extra.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import socket
@@ -125,6 +126,43 @@ class ClusterRun:
     generators: list[dict[str, Any]] = field(default_factory=list)
 
 
+def place() -> dict[str, Any]:
+    """Where this process runs: its host's name and boot (one machine), its network
+    namespace (whose loopback it reaches) and the shrink it runs."""
+    from shrink import __version__
+
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        netns = os.stat("/proc/self/ns/net").st_ino
+    except OSError:
+        boot, netns = "", 0
+    return {"host": socket.gethostname(), "boot": boot, "netns": netns, "version": __version__}
+
+
+def check_places(places: list[dict[str, Any]], targets: list[tuple[str, int]]) -> None:
+    """Refuse generator slots that run another shrink, or that would send a loopback
+    target's load to their own host's loopback (another machine or network namespace:
+    another server, or none, measured as if it were the target)."""
+    from shrink.wire import is_loopback
+
+    here = place()
+    loop = [f"{h}:{p}" for h, p in targets if is_loopback(h)]
+    for i, p in enumerate(places):
+        node = ascii(p.get("host", "?"))
+        if p.get("version") != here["version"]:
+            raise ReplayError(
+                f"generator slot {i} on {node} runs shrink {p.get('version')!a}, this is "
+                f"{here['version']}: install the same shrink on every node of the cluster"
+            )
+        same = p.get("boot") == here["boot"] and p.get("netns") == here["netns"]
+        if loop and not same:
+            raise ReplayError(
+                f"generator slot {i} runs on {node}, another machine or network namespace: "
+                f"the loopback target {loop[0]} there is not this machine's server; give the "
+                "server an address every node reaches (with --allow-remote)"
+            )
+
+
 class _Generator:
     """One generator slot (the Ray actor's class; ``ray.remote`` wraps it at run time).
 
@@ -135,10 +173,14 @@ class _Generator:
     def __init__(self) -> None:
         self._start = threading.Event()
         self._ready = threading.Event()
-        self._t0_wall = 0.0
+        self._stop = threading.Event()
+        self._t0_wall: float | None = None
 
     def node(self) -> str:
         return socket.gethostname()
+
+    def where(self) -> dict[str, Any]:
+        return place()
 
     def clock(self) -> float:
         return time.time()
@@ -148,6 +190,12 @@ class _Generator:
 
     def start(self, t0_wall: float) -> None:
         self._t0_wall = t0_wall
+        self._start.set()
+
+    def stop(self) -> None:
+        """Stop the run as a signal would: the rows so far come back, and the part's
+        temporary folder goes (a killed actor leaves it on its node)."""
+        self._stop.set()
         self._start.set()
 
     def run(
@@ -168,12 +216,12 @@ class _Generator:
 
             def on_ready() -> float:
                 self._ready.set()
-                if not self._start.wait(timeout=READY_TIMEOUT):
+                if not self._start.wait(timeout=READY_TIMEOUT) or self._t0_wall is None:
                     raise ReplayError("the driver never gave the start time")
                 # the common wall-clock instant, in this host's monotonic clock
                 return monotonic() + (self._t0_wall - time.time())
 
-            stats = engine(sched, config, writer, on_ready=on_ready)
+            stats = engine(sched, config, writer, on_ready=on_ready, stop=self._stop)
             log = RunLog.read_parquet(path)
         return log.table, stats
 
@@ -329,12 +377,33 @@ def run_on_cluster(
         ).remote()
         for i in range(n)
     ]
+    runs: list[Any] = []
     try:
-        return _drive(ray, actors, spec, parts, config, params, meta, avoid_cpus, engine, on_start)
+        return _drive(
+            ray, actors, spec, parts, config, params, meta, avoid_cpus, engine, on_start, runs
+        )
     finally:
+        _stop_all(ray, actors, runs, config)
         for actor in actors:
             ray.kill(actor)
         remove_placement_group(pg)
+
+
+STOP_WAIT = 5.0  # s past the engine's drain for a stopped actor to hand back its rows
+
+
+def _stop_all(ray: Any, actors: list[Any], runs: list[Any], config: EngineConfig) -> None:
+    """Ask every actor still running to stop, and wait (bounded) for it to: killed at once,
+    an actor left its part's temporary folder on its node and its rows unsaid."""
+    if not runs:
+        return
+    _, pending = ray.wait(runs, num_returns=len(runs), timeout=0)
+    if not pending:
+        return
+    for a in actors:
+        a.stop.remote()
+    with contextlib.suppress(BaseException):  # a second Ctrl-C: kill them now
+        ray.wait(pending, num_returns=len(pending), timeout=config.drain + STOP_WAIT)
 
 
 def _refuse_more_slots_than_local_cpus(ray: Any, spec: ClusterSpec, n: int) -> None:
@@ -355,21 +424,34 @@ def _refuse_more_slots_than_local_cpus(ray: Any, spec: ClusterSpec, n: int) -> N
         )
 
 
-def _pin(ray: Any, actors: list[Any], avoid: set[int] | frozenset[int]) -> list[int | None]:
+def _pin(places: list[dict[str, Any]], avoid: set[int] | frozenset[int]) -> list[int | None]:
     """A CPU per actor: distinct on each host, never one of ``avoid`` on the driver's host."""
-    here = socket.gethostname()
-    nodes = ray.get([a.node.remote() for a in actors], timeout=60)
+    here = place()["boot"] or socket.gethostname()
     free = sorted(set(os.sched_getaffinity(0)) - set(avoid))
     taken: dict[str, int] = {}
     cpus: list[int | None] = []
-    for node in nodes:
-        k = taken.get(node, 0)
-        taken[node] = k + 1
-        if node == here:
+    for p in places:
+        host = p.get("boot") or p.get("host", "")
+        k = taken.get(host, 0)
+        taken[host] = k + 1
+        if host == here:
             cpus.append(free[k % len(free)] if free else None)
         else:
             cpus.append(None)  # another host: its own scheduler places it
     return cpus
+
+
+def _places(ray: Any, actors: list[Any]) -> list[dict[str, Any]]:
+    try:
+        places = ray.get([a.where.remote() for a in actors], timeout=60)
+    except Exception as exc:  # an actor that cannot load this shrink, or an older one
+        raise ReplayError(
+            f"a generator slot could not say where it runs ({type(exc).__name__}): "
+            "install the same shrink on every node of the cluster"
+        ) from None
+    if not all(isinstance(p, dict) for p in places):
+        raise ReplayError("a generator slot answered where it runs with something else")
+    return places
 
 
 def _drive(
@@ -383,13 +465,16 @@ def _drive(
     avoid: set[int] | frozenset[int],
     engine: Any,
     on_start: Any,
+    runs: list[Any],
 ) -> tuple[RunLog, ClusterRun]:
-    nodes = ray.get([a.node.remote() for a in actors], timeout=60)
-    cpus = _pin(ray, actors, avoid)
-    runs = [
+    places = _places(ray, actors)
+    check_places(places, list(config.targets))
+    nodes = [str(p.get("host", "?")) for p in places]
+    cpus = _pin(places, avoid)
+    runs.extend(
         a.run.remote(parts[i], config, params, cpus[i], {**meta, "part": i}, engine)
         for i, a in enumerate(actors)
-    ]
+    )
     deadline = monotonic() + READY_TIMEOUT
     for i, a in enumerate(actors):
         while not ray.get(a.ready.remote(), timeout=60):
@@ -411,18 +496,7 @@ def _drive(
         a.start.remote(t0_wall + c["offset"])
     horizon = float(params.get("horizon", 0.0))
     wait_until = monotonic() + START_MARGIN + horizon + GRACE
-    tables, stats, lost = [], [], []
-    for i, ref in enumerate(runs):
-        try:
-            table, st = ray.get(ref, timeout=max(1.0, wait_until - monotonic()))
-            tables.append(RunLog(table))
-            stats.append(st)
-        except Exception as exc:  # RayActorError, GetTimeoutError, a task error
-            reason = type(exc).__name__
-            if "Timeout" in reason:
-                ray.kill(actors[i])
-                reason = f"no report within {GRACE:g} s of the run's end"
-            lost.append(LostGenerator(i, nodes[i], reason))
+    tables, stats, lost = _collect(ray, actors, runs, nodes, wait_until, config)
     generators = [
         {"slot": i, "node": nodes[i], "cpu": cpus[i], "clock_offset": clocks[i]["offset"],
          "clock_rtt": clocks[i]["rtt"], "lost": any(g.slot == i for g in lost)}
@@ -434,3 +508,41 @@ def _drive(
               "generators": generators, "lost_generators": [g.to_dict() for g in lost]},
     )  # fmt: skip
     return log, ClusterRun(stats, lost, generators)
+
+
+def _collect(
+    ray: Any,
+    actors: list[Any],
+    runs: list[Any],
+    nodes: list[str],
+    wait_until: float,
+    config: EngineConfig,
+) -> tuple[list[RunLog], list[EngineStats], list[LostGenerator]]:
+    """Every actor's rows and figures, or why it has none. A stop signal here (Ctrl-C,
+    SIGTERM) stops every actor as it would a local engine: the rows sent so far come back
+    (the stats say ``interrupted``), within the engine's drain."""
+    tables, stats, lost = [], [], []
+    stopping = False
+    for i, ref in enumerate(runs):
+        while True:
+            try:
+                table, st = ray.get(ref, timeout=max(1.0, wait_until - monotonic()))
+                tables.append(RunLog(table))
+                stats.append(st)
+            except KeyboardInterrupt:
+                if not stopping:
+                    stopping = True
+                    for a in actors:
+                        a.stop.remote()
+                    wait_until = min(wait_until, monotonic() + config.drain + STOP_WAIT)
+                continue
+            except Exception as exc:  # RayActorError, GetTimeoutError, a task error
+                reason = type(exc).__name__
+                if "Timeout" in reason:
+                    ray.kill(actors[i])
+                    reason = f"no report within {GRACE:g} s of the run's end"
+                lost.append(LostGenerator(i, nodes[i], reason))
+            break
+    if stopping and not stats:
+        raise KeyboardInterrupt
+    return tables, stats, lost

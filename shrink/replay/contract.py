@@ -39,11 +39,14 @@ class RunOptions(TypedDict, total=False):
     ``t0``, called once the engine is built (request bytes and all); it returns
     the zero (processes of one scaled-out run share it). ``handle_signals``
     (default True): SIGINT/SIGTERM/SIGHUP stop the run early, when run on the main thread.
+    ``stop``: an event another thread sets to stop the run early the same way (a
+    generator off the main thread: a Ray actor's), checked every 100 ms.
     """
 
     t0: float | None
     on_ready: Callable[[], float] | None
     handle_signals: bool
+    stop: threading.Event | None
 
 
 @dataclass

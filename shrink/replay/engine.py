@@ -26,6 +26,7 @@ import gc
 import heapq
 import os
 import signal
+import threading
 from collections.abc import Callable
 from time import monotonic
 from typing import Any, Unpack
@@ -94,6 +95,7 @@ class _Engine:
         self.draining = False
         self.done_fut: asyncio.Future[None] | None = None
         self.interrupted = False
+        self.stop_event: threading.Event | None = None  # set from another thread: stop
         n = len(cfg.targets)
         if schedule.mode == "open":
             self.pools = [_Pool(self, i) for i in range(n)]
@@ -284,6 +286,8 @@ class _Engine:
         for c in list(self.conns):
             c.expire(now, timeout)
         self.w.maybe_flush()
+        if self.stop_event is not None and self.stop_event.is_set() and not self.interrupted:
+            self.interrupt()
         if self.w.error is not None and not self.interrupted:
             self.interrupt()  # nothing more can be recorded: stop sending load
         self.loop.call_later(0.1, self.sweep)  # type: ignore[union-attr]
@@ -333,6 +337,7 @@ def run_schedule(
     """
     loop = new_event_loop()
     eng = _Engine(schedule, config, writer, 0.0)
+    eng.stop_event = options.get("stop")
     t0 = eng.t0 = zero_time(writer, options)
     eng.loop = loop
     eng.done_fut = loop.create_future()

@@ -36,6 +36,7 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import threading
 from collections.abc import Callable
 from time import monotonic
 from typing import Any, Unpack
@@ -146,7 +147,9 @@ _NO_END = 3.2e8
 _DTYPES = ("f8", "f8", "f8", "f8", "i4", "i8", "i1", "i8", "i4", "i4", "f8")
 
 
-def _appender(writer: RunLogWriter, stop: list[bool]) -> Callable[[list[bytes]], bool]:
+def _appender(
+    writer: RunLogWriter, stop: list[bool], event: threading.Event | None = None
+) -> Callable[[list[bytes]], bool]:
     """The core's callback: finished rows into the writer; True once told to stop.
 
     The fast path extends the writer's typed column arrays with the core's bytes;
@@ -165,6 +168,8 @@ def _appender(writer: RunLogWriter, stop: list[bool]) -> Callable[[list[bytes]],
             for row in zip(*arrays, strict=True):
                 writer.add(RunLogRow(*row))
         writer.maybe_flush()
+        if event is not None and event.is_set():
+            stop[0] = True
         return stop[0]
 
     return on_rows
@@ -199,7 +204,7 @@ def run_native(
     gc.disable()
     try:
         recorded, pool_waits, interrupted, counts = _core.run(
-            **args, t0=t0, on_rows=_appender(writer, stop)
+            **args, t0=t0, on_rows=_appender(writer, stop, options.get("stop"))
         )
     finally:
         for sig, old in installed:
