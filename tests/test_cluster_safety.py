@@ -77,8 +77,13 @@ class _FakeRay(types.ModuleType):
         self.inits: list[dict] = []
         self._on_init = on_init
 
+    shutdowns = 0
+
     def is_initialized(self) -> bool:
         return False
+
+    def shutdown(self) -> None:
+        self.shutdowns += 1
 
     def init(self, **kwargs) -> None:
         self.inits.append(kwargs)
@@ -111,8 +116,12 @@ def test_a_local_cluster_keeps_its_files_in_a_private_folder(fake_ray, monkeypat
     monkeypatch.setenv("SHRINK_RUN_DIR", str(run))
     cl._connect(cl.ClusterSpec("local", 1))
     temp = fake_ray.inits[0].get("_temp_dir")
-    assert temp is not None and os.path.dirname(temp) == str(run)
-    assert os.stat(temp).st_mode & 0o777 == 0o700
+    assert temp is not None and os.path.dirname(os.path.dirname(temp)) == str(run)
+    # Ray makes its folder 0777 (and its path shows in ps): the one above it keeps others out
+    assert os.stat(os.path.dirname(temp)).st_mode & 0o777 == 0o700
+    os.makedirs(temp)
+    cl._shutdown_and_remove(fake_ray, os.path.dirname(temp))  # what runs at exit
+    assert fake_ray.shutdowns == 1 and os.listdir(run) == []
 
 
 def test_the_stop_signals_are_taken_back_from_ray(monkeypatch):

@@ -238,32 +238,45 @@ def _connect(spec: ClusterSpec) -> Any:
     _refuse_auto_as_root(spec.address)
     _check_reachable(spec.address)
     extra: dict[str, Any] = {}
+    base = None
     if spec.address == "local":
         # Ray's default is /tmp/ray, made world-writable (0777) with a session_latest
         # symlink in it: as root, a folder any user may have made first, or fill.
-        extra["_temp_dir"] = _private_ray_dir()
+        extra["_temp_dir"], base = _private_ray_dir()
     try:
         ray.init(address=spec.address, logging_level="ERROR", log_to_driver=False, **extra)
     except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError...
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ReplayError(f"cannot reach Ray cluster {spec.address!r}: {first}") from None
+    finally:
+        if base is not None:
+            import atexit
+
+            atexit.register(_shutdown_and_remove, ray, base)
     from shrink import interrupts
 
     interrupts.retake()  # Ray's core put its own SIGTERM handler (a stack dump, exit 1)
     return ray
 
 
-def _private_ray_dir() -> str:
-    """A fresh 0700 folder in shrink's private folder for a cluster Ray starts here,
-    removed when this process exits (after Ray's own shutdown, registered later)."""
-    import atexit
-    import shutil
-
+def _private_ray_dir() -> tuple[str, str]:
+    """A fresh folder for a cluster Ray starts here, and the 0700 folder that holds it in
+    shrink's private folder. Ray makes its own folder world-writable (0777), and its path
+    shows in every Ray process's command line: only the folder above keeps others out."""
     from shrink.testbed.registry import private_dir
 
-    d = tempfile.mkdtemp(prefix="ray-", dir=private_dir())
-    atexit.register(shutil.rmtree, d, True)
-    return d
+    base = tempfile.mkdtemp(prefix="ray-", dir=private_dir())
+    return os.path.join(base, "r"), base
+
+
+def _shutdown_and_remove(ray: Any, base: str) -> None:
+    """At exit, before Ray's own hook (registered earlier): stop the cluster started here,
+    then remove its folder (removed first, its processes wrote a session folder anew)."""
+    import shutil
+
+    with contextlib.suppress(Exception):
+        ray.shutdown()
+    shutil.rmtree(base, ignore_errors=True)
 
 
 def _refuse_auto_as_root(address: str) -> None:
