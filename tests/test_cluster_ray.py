@@ -123,12 +123,15 @@ def server():
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(tmp_path_factory):
     import ray
     from ray.cluster_utils import Cluster
 
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
-    workers = [c.add_node(num_cpus=1) for _ in range(2)]
+    # Ray's default folder is /tmp/ray, which it makes world-writable: as root, the
+    # suite left a session there each run. Ray's own folder sits in a 0700 one here.
+    temp = str(tmp_path_factory.mktemp("ray", numbered=True) / "r")
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "temp_dir": temp})
+    workers = [c.add_node(num_cpus=1, temp_dir=temp) for _ in range(2)]
     c.wait_for_nodes()
     ray.init(address=c.address, logging_level="ERROR", log_to_driver=False)
     yield c, workers
