@@ -393,7 +393,16 @@ def run_on_cluster(
     runs: list[Any] = []
     try:
         return _drive(
-            ray, actors, spec, parts, config, params, meta, avoid_cpus, engine, on_start, runs
+            ray,
+            actors,
+            parts,
+            config,
+            params,
+            {**meta, "cluster": spec.describe()},
+            avoid_cpus,
+            engine,
+            on_start,
+            runs,
         )
     finally:
         _stop_all(ray, actors, runs, config)
@@ -470,7 +479,6 @@ def _places(ray: Any, actors: list[Any]) -> list[dict[str, Any]]:
 def _drive(
     ray: Any,
     actors: list[Any],
-    spec: ClusterSpec,
     parts: list[Trace],
     config: EngineConfig,
     params: dict[str, Any],
@@ -517,7 +525,7 @@ def _drive(
     ]  # fmt: skip
     log = RunLog.concat(
         tables,
-        meta={**meta, "t0_unix": t0_wall, "processes": len(actors), "cluster": spec.describe(),
+        meta={**meta, "t0_unix": t0_wall, "processes": len(actors),
               "generators": generators, "lost_generators": [g.to_dict() for g in lost]},
     )  # fmt: skip
     return log, ClusterRun(stats, lost, generators)
