@@ -234,3 +234,33 @@ def test_the_engines_stop_when_the_stop_event_is_set(engine):
     t.join(30)
     assert time.monotonic() - start < 5
     assert out["stats"].interrupted
+
+
+def test_realtime_reaches_the_cluster_actors(monkeypatch):
+    # --realtime 10 with --cluster: the actors ran at normal scheduling, without a word
+    from helpers.session_traces import session_trace
+
+    from shrink.replay import FakeEngine, run_engines, scaleout
+    from shrink.runlog import RunLog
+    from shrink.target import GeneratorPlacement
+
+    seen: dict = {}
+
+    def on_cluster(spec, parts, config, params, meta, *, avoid_cpus, engine, on_start):
+        seen["engine"] = engine
+        on_start(0.0)
+        return RunLog(RUNLOG_SCHEMA.empty_table()), cl.ClusterRun([])
+
+    monkeypatch.setattr(scaleout, "run_on_cluster", on_cluster)
+    placement = GeneratorPlacement(realtime=7, cluster=cl.ClusterSpec("x", 2), engine=FakeEngine())
+    cfg = EngineConfig(targets=[("127.0.0.1", 1)])
+    run_engines(session_trace(4, gap=0.1, think=0.1, bursts=1), cfg, rate_factor=1.0,
+                horizon=1.0, generator=placement)  # fmt: skip
+    engine = seen["engine"]
+    assert isinstance(engine, scaleout.RealtimeEngine) and engine.priority == 7
+    calls: list = []
+    monkeypatch.setattr(scaleout, "set_realtime", lambda p: calls.append(("set", p)) or "old")
+    monkeypatch.setattr(scaleout, "restore_scheduler", lambda old: calls.append(("back", old)))
+    wrapped = scaleout.RealtimeEngine(lambda *a, **k: calls.append("run") or "stats", 7)
+    assert wrapped("sched", stop=None) == "stats"
+    assert calls == [("set", 7), "run", ("back", "old")]

@@ -211,7 +211,8 @@ def run_engines(
     ``engine`` is :func:`run_schedule` (None), an engine's name or a stand-in such as
     :class:`shrink.replay.fake.FakeEngine`. With its ``cluster`` the parts run as Ray
     actors instead (:mod:`shrink.replay.cluster`), one per generator slot, never
-    pinned to ``avoid_cpus`` on this host; ``cpus`` and ``processes`` are then unused.
+    pinned to ``avoid_cpus`` on this host, at the generator's ``realtime`` when one is
+    given (else normal scheduling); ``cpus`` and ``processes`` are then unused.
     """
     cpus = None if generator.cpus is None else list(generator.cpus)
     processes, cluster = generator.processes, generator.cluster
@@ -241,6 +242,8 @@ def run_engines(
     )
     meta = {**(meta or {}), "mode": mode, "rate_factor": rate_factor, "horizon": horizon}
     if cluster is not None:
+        if generator.realtime:  # asked for: each actor's run (its default is normal)
+            engine = RealtimeEngine(engine, generator.realtime)
         log, run = _run_cluster(trace, config, params, cluster, meta, on_start, engine, avoid_cpus)
         if out is not None:
             log.write_parquet(out)
@@ -248,6 +251,23 @@ def run_engines(
     if n == 1:
         return _run_inline(trace, config, params, cpus, out, meta, on_start, realtime, engine)
     return _run_spawned(trace, config, params, cpus, n, out, meta, on_start, realtime, engine)
+
+
+@dataclass(frozen=True)
+class RealtimeEngine:
+    """An engine run under SCHED_FIFO ``priority`` in the thread that calls it, and back to
+    that thread's scheduling after: how a Ray actor's run gets ``--realtime`` (it was
+    dropped on a cluster without a word)."""
+
+    engine: Any
+    priority: int
+
+    def __call__(self, *args: Any, **options: Any) -> EngineStats:
+        old = set_realtime(self.priority)
+        try:
+            return self.engine(*args, **options)
+        finally:
+            restore_scheduler(old)
 
 
 def _run_cluster(
