@@ -264,3 +264,29 @@ def test_realtime_reaches_the_cluster_actors(monkeypatch):
     wrapped = scaleout.RealtimeEngine(lambda *a, **k: calls.append("run") or "stats", 7)
     assert wrapped("sched", stop=None) == "stats"
     assert calls == [("set", 7), "run", ("back", "old")]
+
+
+@pytest.mark.parametrize(
+    ("sig", "start"),
+    [(signal.SIGINT, "interrupted"), (signal.SIGTERM, "stopped by SIGTERM"),
+     (signal.SIGHUP, "stopped by SIGHUP")],
+)  # fmt: skip
+def test_replay_says_which_signal_stopped_it(sig, start, capsys):
+    # SIGTERM and SIGHUP said "interrupted:", though they exit 143 and 129
+    from shrink.cli.replay_cmd import _print_summary
+
+    lat = {"mean": 0.001, "p50": 0.001, "p99": 0.002, "p999": 0.003}
+    s = {
+        "requests": 10, "runlog": "r.parquet", "engine": "native", "intended_rate": 5.0,
+        "achieved_rate": 5.0, "throughput": 5.0, "errors": 0, "failures": None,
+        "latency": lat, "send_lag_p50": 0.0, "send_lag_p99": 0.0, "generator_cpu": None,
+        "utilization": None, "generator_behind": False, "failed": False, "interrupted": True,
+    }  # fmt: skip
+    last = interrupts.received()
+    try:
+        interrupts.note(sig)
+        _print_summary(s)
+    finally:
+        interrupts.note(last)
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == f"{start}: the requests sent so far are kept in r.parquet"

@@ -201,7 +201,10 @@ def _print_summary(s: dict[str, Any]) -> None:
             "not the server serving the trace; such a level is never used for a MAT"
         )
     if s["interrupted"]:
-        typer.echo(f"interrupted: the requests sent so far are kept in {printable(s['runlog'])}")
+        typer.echo(
+            f"{interrupts.stopped_by()}: the requests sent so far are kept in "
+            f"{printable(s['runlog'])}"
+        )
 
 
 def register(app: typer.Typer) -> None:
