@@ -437,7 +437,16 @@ def test_mat_adaptive_max_levels_counts_the_curves_levels(monkeypatch, curve, tr
         return lc, []
 
     monkeypatch.setattr(adaptive, "refine", fake_refine)
-    r = run("mat", curve, "--threshold", "5ms", "--adaptive", "--trace", trace_file,
+    from dataclasses import replace
+
+    from shrink.loadcurve import LoadCurve
+
+    lc = LoadCurve.read_json(curve)  # (two repetitions a level: an interval to narrow)
+    twice = curve.parent / "twice.json"
+    replace(lc, levels=[replace(lv, reps=[*lv.reps, *lv.reps]) for lv in lc.levels]).write_json(
+        twice
+    )
+    r = run("mat", twice, "--threshold", "5ms", "--adaptive", "--trace", trace_file,
             "--target", "http://127.0.0.1:1", "--max-levels", "5",
             "-o", curve.parent / "x.json")  # fmt: skip
     assert r.exit_code in (0, 99), r.output

@@ -6,6 +6,7 @@ raylets, so removing a node kills its actors the way a lost host would.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -129,14 +130,26 @@ def cluster(tmp_path_factory):
 
     # Ray's default folder is /tmp/ray, which it makes world-writable: as root, the
     # suite left a session there each run. Ray's own folder sits in a 0700 one here.
-    temp = str(tmp_path_factory.mktemp("ray", numbered=True) / "r")
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "temp_dir": temp})
-    workers = [c.add_node(num_cpus=1, temp_dir=temp) for _ in range(2)]
-    c.wait_for_nodes()
-    ray.init(address=c.address, logging_level="ERROR", log_to_driver=False)
-    yield c, workers
-    ray.shutdown()
-    c.shutdown()
+    base = tmp_path_factory.mktemp("ray", numbered=True)
+    temp = str(base / "r")
+    # The test cluster writes its address to RAY_TMPDIR/ray (else /tmp/ray), which it
+    # does not make: on a machine without /tmp/ray the fixture failed.
+    (base / "ray").mkdir()
+    before = os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = str(base)
+    try:
+        c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "temp_dir": temp})
+        workers = [c.add_node(num_cpus=1, temp_dir=temp) for _ in range(2)]
+        c.wait_for_nodes()
+        ray.init(address=c.address, logging_level="ERROR", log_to_driver=False)
+        yield c, workers
+        ray.shutdown()
+        c.shutdown()
+    finally:
+        if before is None:
+            os.environ.pop("RAY_TMPDIR", None)
+        else:
+            os.environ["RAY_TMPDIR"] = before
 
 
 @pytest.mark.slow

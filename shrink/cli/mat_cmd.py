@@ -110,12 +110,6 @@ def mat_cmd(
         with as_option("--cls"):
             check_class(lc, cls)
         added: list[float] = []
-        if adaptive and lc.levels and max(len(lv.reps) for lv in lc.levels) < 2:
-            # Its interval has no width, so it read as narrow at once and nothing was run.
-            raise ParameterError(
-                "--adaptive narrows the MAT's interval, and a curve of one repetition a "
-                "level has none: sweep it with --reps 2 or more"
-            )
         if adaptive:
             from shrink.cli.sweep_cmd import _keep_partial_sweep, _write_curve
             from shrink.measure import SweepInterrupted
@@ -135,6 +129,7 @@ def mat_cmd(
                         f"the curve was not measured on this testbed ({why}): a level "
                         "measured here would not be the curve's; sweep it anew"
                     )
+            _adaptive_needs_reps(lc)
             tr = Trace.read_parquet(trace, max_body=max_body)
             _warn_docroot(tgt, tr, trace)  # as sweep: PHP's body limit, the docroot's paths
             try:
@@ -149,11 +144,8 @@ def mat_cmd(
                 raise
             _write_curve(lc, output or curve)
         res = mat(lc, stat, thr, cls=cls)
-    d = res.to_dict()
-    d["added_levels"] = added
-    d["curve"] = str(curve)  # what it was read from
-    if as_json:
-        echo_json(d)
+    if as_json:  # with the levels added, and the curve it was read from
+        echo_json({**res.to_dict(), "added_levels": added, "curve": str(curve)})
     else:
         _print_mat(res, stat, thr, added, lc)
     from shrink.cli.sweep_cmd import crowded_warning
@@ -217,3 +209,13 @@ def _one_repetition(res: MATResult, lc: LoadCurve) -> bool:
 def register(app: typer.Typer) -> None:
     """Add ``mat`` to ``app``."""
     app.command("mat")(mat_cmd)
+
+
+def _adaptive_needs_reps(lc: LoadCurve) -> None:
+    """A ParameterError for a curve of one repetition a level: its interval has no
+    width, so ``--adaptive`` read it as narrow at once and ran nothing, without a word."""
+    if lc.levels and max(len(lv.reps) for lv in lc.levels) < 2:
+        raise ParameterError(
+            "--adaptive narrows the MAT's interval, and a curve of one repetition a "
+            "level has none: sweep it with --reps 2 or more"
+        )
