@@ -94,28 +94,35 @@ def _spinners(replica: dict[str, Any]) -> list[int]:
     return [int(p) for p in ReplicaState.from_dict(replica).spinners]
 
 
-def server_problem(state: dict[str, Any]) -> str | None:
+def server_problem(state: dict[str, Any], replicas: list[ReplicaState] | None = None) -> str | None:
     """What a testbed's state says is wrong with its server: brought down, or a process
-    of it gone (the check ``shrink testbed status`` makes), or None."""
+    of it gone (the check ``shrink testbed status`` makes), or None. ``replicas``: the
+    state's replicas read already (a level's watch reads them once, not every look)."""
     if not state.get("replicas"):
         return None
     if state.get("stopped"):
         return f"the testbed was brought down ({state['stopped']}); bring it up again"
     dead = []
-    for d in state["replicas"]:
-        r = ReplicaState.from_dict(d)
+    for r in replicas if replicas is not None else _replicas(state):
         dead += [f"{r.role(p)} PID {p}" for p in r.pids if not is_alive(p, r.starttimes.get(p))]
         dead += [f"{SPINNER} PID {p}" for p, t in r.spinners.items() if not is_alive(p, t)]
     return "crashed or killed: " + ", ".join(dead) if dead else None
 
 
-def testbed_problem(state: dict[str, Any]) -> str | None:
+def _replicas(state: dict[str, Any]) -> list[ReplicaState]:
+    return [ReplicaState.from_dict(d) for d in state.get("replicas") or []]
+
+
+def testbed_problem(
+    state: dict[str, Any], replicas: list[ReplicaState] | None = None
+) -> str | None:
     """What is wrong with a testbed's server, as the end of "the server under test ...":
     down (:func:`server_problem`), or running but stopped, frozen or with its share
     changed since it was recorded (:mod:`shrink.testbed.watch`); None if nothing is."""
-    if (down := server_problem(state)) is not None:
+    replicas = _replicas(state) if replicas is None else replicas
+    if (down := server_problem(state, replicas)) is not None:
         return f"is down: {down}"
-    changed = state_problems(state) if state.get("replicas") else None
+    changed = state_problems(state, replicas) if state.get("replicas") else None
     return f"went wrong: {changed}" if changed is not None else None
 
 
@@ -224,6 +231,7 @@ class LiveTarget:
         self.addresses = list(addresses)
         raise_open_file_limit()
         self.state = state or {}
+        self._parsed: list[ReplicaState] | None = None  # its replicas, read at the first look
         self.state_path: Path | None = None  # the state file it was read from, if any
         self.share_cpus = sorted(share_cpus or [])
         self.generator_cpus = self._generator_cpus(generator.cpus, generator.allow_overlap)
@@ -482,7 +490,9 @@ class LiveTarget:
     def _problem(self) -> str | None:
         """:func:`testbed_problem`; processes gone because ``testbed down`` stopped the
         testbed meanwhile (its state file says so now) are said as that, not as killed."""
-        problem = testbed_problem(self.state)
+        if self._parsed is None:  # read once: validating them was half a look's time
+            self._parsed = _replicas(self.state)
+        problem = testbed_problem(self.state, self._parsed)
         if problem is None or not problem.startswith("is down: crashed") or not self.state_path:
             return problem
         try:

@@ -194,12 +194,14 @@ def replica_problems(r: ReplicaState, mounts: dict[str, Path] | None = None) -> 
     return out + _share_changes(r, alive)
 
 
-def state_problems(state: dict[str, Any]) -> str | None:
-    """:func:`replica_problems` of every replica of a testbed state, in one line, or None."""
+def state_problems(state: dict[str, Any], replicas: list[ReplicaState] | None = None) -> str | None:
+    """:func:`replica_problems` of every replica of a testbed state (``replicas``: read
+    from it already), in one line, or None."""
     mounts = freezer_mounts()
     found = []
-    for d in state.get("replicas") or []:
-        r = ReplicaState.from_dict(d)
+    if replicas is None:
+        replicas = [ReplicaState.from_dict(d) for d in state.get("replicas") or []]
+    for r in replicas:
         found += [f"{r.name}: {p}" for p in replica_problems(r, mounts)]
     return "; ".join(found) if found else None
 
