@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from helpers.machines import NEHALEM
 
@@ -152,49 +150,3 @@ def test_down_puts_back_the_irq_affinities_up_changed(tmp_path, monkeypatch, mac
         assert (proc / "irq" / str(n) / "smp_affinity_list").read_text() == "0-7"
     # a state's list is only ever an IRQ number and a CPU list
     assert irq.restore_affinities({"../../x": "0"}) and not (proc / "x").exists()
-
-
-def test_the_irq_lists_are_recorded_before_up_writes_one(tmp_path, monkeypatch, machine):
-    """A kill -9 of up after ``--apply-irq`` wrote the lists but before its first server
-    was recorded left IRQ 38 on CPU 1 (1 of 10 kills): nothing named the old lists. The
-    registry entry now holds them before the first is written, so ``down --stale`` puts
-    them back whenever the kill comes."""
-    from shrink import irq
-    from shrink.share import Share
-    from shrink.testbed import lifecycle, registry, teardown
-    from shrink.testbed.config import ServerSettings
-    from shrink.testbed.fake_recipe import FakeRecipe
-
-    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "run"))
-    proc = tmp_path / "proc"
-    (proc / "irq" / "41").mkdir(parents=True)
-    (proc / "irq" / "41" / "smp_affinity_list").write_text("0-7\n")
-    monkeypatch.setattr(irq, "PROC_ROOT", str(proc))
-    plan = [irq.IrqAssignment(41, "eth0-TxRx-0", "r0", (0,))]
-    state = tmp_path / "s.json"
-    seen = {}
-
-    def killed(p: list[irq.IrqAssignment]) -> dict[str, str]:
-        seen["recorded"] = dict(registry.recorded(state).irq or {})
-        irq.apply_plan(p)
-        raise SystemExit("killed")  # no clean-up runs after a real kill: see below
-
-    monkeypatch.setattr(lifecycle, "apply_plan", killed)
-    monkeypatch.setattr(lifecycle, "restore_affinities", lambda before: [])
-    monkeypatch.setattr(lifecycle, "stop_and_release", lambda recipe, rs: {})
-    monkeypatch.setattr(registry, "forget", lambda path: None)
-    (tmp_path / "doc").mkdir()
-    with pytest.raises(SystemExit):
-        lifecycle.up(tmp_path / "doc", machine, Share.all_of(machine), state_path=state, port=0,
-                     server=ServerSettings(FakeRecipe()), irq_plan=plan)  # fmt: skip
-    assert seen["recorded"] == {"41": "0-7"}
-    assert (proc / "irq" / "41" / "smp_affinity_list").read_text() == "0"
-    # the owner gone (as after a kill), down --stale stops the servers and puts IRQ 41 back
-    entry = registry._entry(state)
-    doc = json.loads(entry.read_text())
-    doc["owner"]["starttime"] = 1  # its PID now another process's: the owner is gone
-    entry.write_text(json.dumps(doc))
-    servers = [p for r in registry.recorded(state).replicas for p in r.pids]
-    assert [sb.state_path for sb, _ in teardown.down_stale()] == [state.resolve()]
-    assert not [p for p in servers if registry.process.is_alive(p)]
-    assert (proc / "irq" / "41" / "smp_affinity_list").read_text() == "0-7"
