@@ -8,6 +8,13 @@ read dictionary-encoded first; their decoded size, told from each distinct value
 length and the rows' indices, must fit in the memory this process can still take
 (:func:`memory_left`) before any is decoded. No constant is involved: the bound is what
 the machine says, read when the file is.
+
+Before anything is read, the file's own metadata bounds what its columns decode to
+(:func:`stored_size`): a fixed-width column takes its rows times its width whatever its
+pages hold (a constant compresses to nothing), and a text or bytes column written without
+a dictionary takes its pages' uncompressed size, decoded before any check after the read
+could run. A nested column (a list, a struct) is refused by its name: no trace or run log
+has one, and its values would decode in full, past both checks.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import pyarrow.parquet as pq
 
 from shrink.errors import TraceFormatError
 
-__all__ = ["decoded_size", "memory_left", "read_bounded"]
+__all__ = ["decoded_size", "memory_left", "read_bounded", "stored_size"]
 
 _MEMINFO = Path("/proc/meminfo")
 _STATUS = Path("/proc/self/status")
@@ -44,6 +51,45 @@ def _variable_width(schema: pa.Schema) -> list[str]:
         ):
             names.append(f.name)
     return names
+
+
+_WIDTH = {
+    "BYTE_ARRAY": 4,
+    "BOOLEAN": 1,
+    "INT32": 4,
+    "INT64": 8,
+    "INT96": 12,
+    "FLOAT": 4,
+    "DOUBLE": 8,
+}
+
+
+def stored_size(meta: pq.FileMetaData) -> dict[str, int]:
+    """Each column's least decoded size, from the file's metadata alone: its rows times
+    its width (a value's offset for text and bytes), plus, for text and bytes, the
+    uncompressed size of its pages (what a column without a dictionary decodes to). The
+    columns are flat (:func:`read_bounded` refuses a nested one first)."""
+    sizes: dict[str, int] = {}
+    rows = max(meta.num_rows, 0)
+    for j in range(meta.num_columns):
+        leaf = meta.schema.column(j)
+        if leaf.physical_type == "FIXED_LEN_BYTE_ARRAY":
+            width = max(leaf.length, 0)
+        else:
+            width = _WIDTH.get(leaf.physical_type, 8)
+        total = rows * width
+        if leaf.physical_type == "BYTE_ARRAY":
+            total += sum(
+                max(meta.row_group(i).column(j).total_uncompressed_size, 0)
+                for i in range(meta.num_row_groups)
+            )
+        name = leaf.path.split(".", 1)[0]
+        sizes[name] = sizes.get(name, 0) + total
+    return sizes
+
+
+def _nested(schema: pa.Schema) -> list[str]:
+    return [f.name for f in schema if pa.types.is_nested(f.type)]
 
 
 def decoded_size(column: pa.ChunkedArray) -> int:
@@ -121,28 +167,48 @@ def _mib(n: int) -> str:
     return f"{n / (1 << 20):,.0f} MiB"
 
 
+def _check_fits(
+    sizes: dict[str, int], rows: int, left: int | None, path: Path, what: str, why: str
+) -> None:
+    total = sum(sizes.values())
+    if left is None or total <= left:
+        return
+    worst = max(sizes, key=lambda n: sizes[n])
+    raise TraceFormatError(
+        f"{what} decode to {_mib(total)} ({worst!r}: {_mib(sizes[worst])}, {rows:,} rows), "
+        f"more than the {_mib(left)} of memory this process has left; {why}",
+        path=path,
+    )
+
+
 def read_bounded(path: Path, *, left: int | None = None) -> pa.Table:
     """The Parquet file at ``path`` as a table, its columns as the file types them; a
     TraceFormatError naming the file and the largest column when its text and bytes
     columns would decode to more than ``left`` bytes (default: :func:`memory_left`).
     pyarrow's own errors propagate to the caller, which words them."""
     schema = pq.read_schema(path)
+    nested = _nested(schema)
+    if nested:
+        raise TraceFormatError(
+            f"column {nested[0]!r} is nested ({schema.field(nested[0]).type}); a trace's "
+            "and a run log's columns each hold one value a row",
+            path=path,
+        )
+    left = memory_left() if left is None else left
+    meta = pq.ParquetFile(path).metadata
+    _check_fits(
+        stored_size(meta), meta.num_rows, left, path, "its columns",
+        "a file's pages are stored compressed",
+    )  # fmt: skip
     names = _variable_width(schema)
     if not names:
         return pq.read_table(path)
     table = pq.read_table(path, read_dictionary=names)
     sizes = {name: decoded_size(table.column(name)) for name in names}
-    left = memory_left() if left is None else left
-    total = sum(sizes.values())
-    if left is not None and total > left:
-        worst = max(sizes, key=lambda n: sizes[n])
-        raise TraceFormatError(
-            f"its text and bytes columns decode to {_mib(total)} ({worst!r}: "
-            f"{_mib(sizes[worst])}, {table.num_rows:,} rows), more than the "
-            f"{_mib(left)} of memory this process has left; a value repeated in many "
-            f"rows is stored once in the file",
-            path=path,
-        )
+    _check_fits(
+        sizes, table.num_rows, left, path, "its text and bytes columns",
+        "a value repeated in many rows is stored once in the file",
+    )  # fmt: skip
     for name in names:  # each column decoded in turn, as the file types it
         want = schema.field(name).type
         i = table.schema.get_field_index(name)

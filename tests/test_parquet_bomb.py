@@ -128,3 +128,58 @@ def test_trace_info_under_ulimit_v_refuses_the_file_in_one_line(tmp_path):
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: {path}: its text and bytes columns decode to 1,500 MiB")
     assert "'body'" in last
+
+
+def _nothing_read(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("the file was read before its size was checked")
+
+    monkeypatch.setattr("shrink.parquet_read.pq.read_table", refuse)
+
+
+def test_a_body_without_a_dictionary_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    """Plain-encoded compressed pages: 1,500 rows of one 1 MiB body in an 80 KB file took
+    1.1 GB before the check after the read refused it (read_dictionary decodes such pages)."""
+    rows, value = 200, 64 << 10
+    cols = pq.read_table(_bomb(tmp_path / "d.parquet", rows, 8)).to_pydict()
+    cols["body"] = [b"x" * value] * rows
+    path = tmp_path / "plain.parquet"
+    pq.write_table(pa.table(cols), path, compression="zstd", use_dictionary=False)
+    assert path.stat().st_size < 100_000  # 12.5 MiB once decoded
+    _nothing_read(monkeypatch)
+    with pytest.raises(TraceFormatError) as err:
+        read_bounded(path, left=4 << 20)
+    msg = str(err.value)
+    assert "its columns decode to 13 MiB ('body': 13 MiB, 200 rows)" in msg
+    assert "more than the 4 MiB" in msg
+
+
+def test_many_rows_of_a_constant_are_refused_before_they_are_read(tmp_path, monkeypatch):
+    """A number repeated in every row compresses to nothing: only the text columns were
+    bounded, so a million rows of constants passed a 4 MiB bound (8 MB a column)."""
+    path = _bomb(tmp_path / "c.parquet", rows=1_000_000, value_bytes=1)
+    table = pq.read_table(path)
+    table = table.set_column(0, "session", pa.array(np.zeros(1_000_000, np.int64)))
+    table = table.set_column(1, "t", pa.array(np.zeros(1_000_000)))
+    pq.write_table(table, path, compression="zstd")
+    assert path.stat().st_size < 200_000
+    _nothing_read(monkeypatch)
+    with pytest.raises(TraceFormatError, match=r"its columns decode to \d+ MiB"):
+        read_bounded(path, left=4 << 20)
+
+
+def test_a_nested_column_is_refused_by_name_before_it_is_read(tmp_path, monkeypatch):
+    """A list of bytes sharing one 1 MiB value in 1,500 rows, with no Arrow schema stored:
+    an 11 KB file read to 3.6 GB, past the check (it looked at flat columns only)."""
+    rows = 50
+    shared = pa.DictionaryArray.from_arrays(pa.array(np.zeros(rows, np.int32)), pa.array([b"x"]))
+    table = pq.read_table(_bomb(tmp_path / "n.parquet", rows, 8))
+    offsets = pa.array(np.arange(rows + 1, dtype=np.int32))
+    table = table.append_column("extra", pa.ListArray.from_arrays(offsets, shared))
+    path = tmp_path / "nested.parquet"
+    pq.write_table(table, path, store_schema=False)
+    _nothing_read(monkeypatch)
+    with pytest.raises(TraceFormatError) as err:
+        read_bounded(path, left=1 << 30)
+    assert "column 'extra' is nested (list<element: binary>)" in str(err.value)
+    assert str(path) in str(err.value)
