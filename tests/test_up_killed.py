@@ -225,3 +225,45 @@ def test_the_irq_lists_are_recorded_before_up_writes_one(tmp_path, monkeypatch, 
     assert not [p for p in servers if registry.process.is_alive(p)]
     assert (proc / "irq" / "41" / "smp_affinity_list").read_text() == "0-7"
     shutil.rmtree(run, ignore_errors=True)
+
+
+def test_a_second_testbed_may_not_move_the_irqs_another_placed(tmp_path, monkeypatch, machine):
+    """Two testbeds with --apply-irq on one IRQ: the second recorded the first's list as
+    the one to put back, so `down` of the first and then the second left IRQ 41 on the
+    first's CPU for good (and the first's down undid the second's plan under it)."""
+    from shrink import irq
+    from shrink.errors import TestbedError
+    from shrink.share import Share
+    from shrink.testbed import lifecycle
+    from shrink.testbed.config import ServerSettings
+    from shrink.testbed.fake_recipe import FakeRecipe
+
+    # (a short folder: a socket's path under pytest's worker folders was too long)
+    run = Path(tempfile.mkdtemp(prefix="sr-"))
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(run))
+    proc = tmp_path / "proc"
+    for n in (41, 42):
+        (proc / "irq" / str(n)).mkdir(parents=True)
+        (proc / "irq" / str(n) / "smp_affinity_list").write_text("0-7\n")
+    monkeypatch.setattr(irq, "PROC_ROOT", str(proc))
+    (tmp_path / "doc").mkdir()
+    first, second, third = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
+
+    def up(state, plan):
+        return lifecycle.up(tmp_path / "doc", machine, Share.all_of(machine), state_path=state,
+                            port=0, server=ServerSettings(FakeRecipe()), irq_plan=plan)  # fmt: skip
+
+    up(first, [irq.IrqAssignment(41, "eth0-TxRx-0", "r0", (0,))])
+    try:
+        with pytest.raises(TestbedError) as err:
+            up(second, [irq.IrqAssignment(41, "eth0-TxRx-0", "r0", (1,))])
+        msg = str(err.value)
+        assert "IRQ 41" in msg and str(first) in msg and "--apply-irq" in msg
+        assert not second.exists()
+        assert (proc / "irq" / "41" / "smp_affinity_list").read_text() == "0"
+        up(third, [irq.IrqAssignment(42, "eth0-TxRx-1", "r0", (1,))])  # another IRQ: fine
+        lifecycle.down(third)
+    finally:
+        lifecycle.down(first)
+    for n in (41, 42):
+        assert (proc / "irq" / str(n) / "smp_affinity_list").read_text() == "0-7"

@@ -41,7 +41,7 @@ from shrink import processes as process
 from shrink.atomic import make_dirs
 from shrink.enforce import DEFAULT as DEFAULT_ENFORCE
 from shrink.enforce import Enforcer, check_mechanism, make_enforcer
-from shrink.errors import ParameterError, RecipeError, TestbedError, TopologyError
+from shrink.errors import ParameterError, RecipeError, TestbedError, TopologyError, printable
 from shrink.irq import IrqAssignment, apply_plan, current_affinities, restore_affinities
 from shrink.machine import Machine
 from shrink.mapping import Mapping, Replica, build_mapping
@@ -334,6 +334,7 @@ def up(
         if recipe.name in BUILTIN_RECIPES:  # the PHP limits it runs with, printed by testbed up
             notes.append(server.php.describe(server.php_children_per_core))
         notes.extend(_others_on(share.cpus, state_path))
+        _refuse_irqs_placed(irq_plan or [], state_path)
         m = _with_free_ports(m, port)
         use_cg, layout = _use_cgroups(share, cgroups, enforce)
         run_root = new_run_root(base, state_path, user)
@@ -445,6 +446,21 @@ def _others_on(cpus: tuple[int, ...] | list[int], state_path: Path) -> list[str]
                 f"{st.started}); the two disturb each other's measurements"
             )
     return out
+
+
+def _refuse_irqs_placed(plan: list[IrqAssignment], state_path: Path) -> None:
+    """Another running testbed's ``--apply-irq`` placed one of ``plan``'s IRQs: this one
+    would record that placement as the list to put back, and the two ``down`` runs,
+    first one first, left the IRQ on the first's CPUs for good."""
+    wanted = {str(a.irq) for a in plan}
+    for other, st in registry.running() if wanted else []:
+        shared = sorted(wanted & set(st.irq or {}), key=int)
+        if other != state_path and shared:
+            raise TestbedError(
+                f"IRQ {', '.join(shared)} placed by the testbed of {printable(str(other))} "
+                "(up --apply-irq), whose down puts back the lists it found: bring it down "
+                "first, or start this one without --apply-irq"
+            )
 
 
 def server_record(recipe: ServerRecipe) -> dict[str, Any]:
