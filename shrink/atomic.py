@@ -223,16 +223,25 @@ def _holder(fd: int) -> str | None:
     return f"PID {pids[0]}" + (f" ({printable(info.comm)})" if info is not None else "")
 
 
+# The folders (device, inode) this process holds the :func:`claimed` lock of.
+_HELD: set[tuple[int, int]] = set()
+
+
 def drop_temporaries(folder: str | Path, names: str) -> list[str]:
     """Remove the temporaries a killed writer left in ``folder`` for the files whose
     names match the regular expression ``names`` (``.NAME.HEX.tmp``, as
     :func:`open_exclusive` makes them): regular files of this user's, never a symlink's
-    target. Only the holder of the folder's :func:`claimed` lock may call it: no live
-    writer of that run is there. The names removed."""
+    target. Only while this process holds the folder's :func:`claimed` lock: no live
+    writer of that run is there. A folder it could not lock (NFS locks no folder: flock
+    there needs a file open to write) keeps them all, as may a live run's be among them.
+    The names removed."""
     pattern = re.compile(rf"\.(?:{names})\.[0-9a-f]{{12}}\.tmp")
     fd = open_dir(folder)
-    removed = []
+    removed: list[str] = []
     try:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) not in _HELD:
+            return removed
         for name in os.listdir(fd):
             if not pattern.fullmatch(name):
                 continue
@@ -260,15 +269,21 @@ def claimed(folder: str | Path) -> Iterator[Path]:
     made = not os.path.lexists(folder)
     path = make_dirs(folder)
     fd = open_dir(path)
+    st = os.fstat(fd)
+    key, locked = (st.st_dev, st.st_ino), False
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            locked = True
+            _HELD.add(key)
         except BlockingIOError:
             raise OutputBusyError(path, _holder(fd)) from None
         except OSError:
             pass  # a file system that cannot lock a folder: the run goes on unguarded
         yield path
     finally:
+        if locked:
+            _HELD.discard(key)
         os.close(fd)
         if made:
             with contextlib.suppress(OSError):  # not empty: the run wrote there

@@ -162,7 +162,8 @@ def test_a_dead_writers_temporaries_go_and_nothing_else(tmp_path):
             (out / name).mkdir()
         else:
             (out / name).symlink_to(target)
-    assert drop_temporaries(out, r"run[0-9]{3,}-rf[^/]+\.parquet") == [dead.name]
+    with claimed(out):
+        assert drop_temporaries(out, r"run[0-9]{3,}-rf[^/]+\.parquet") == [dead.name]
     assert sorted(p.name for p in out.iterdir()) == sorted(kept)
     assert target.read_text() == "x"
 
@@ -176,4 +177,33 @@ def test_the_demo_names_each_trace_it_writes_in_its_work_folder(tmp_path, name):
 
     fd, tmp = open_exclusive(tmp_path / name)
     os.close(fd)
-    assert drop_temporaries(tmp_path, _WORK_FILES) == [tmp.name]
+    with claimed(tmp_path):
+        assert drop_temporaries(tmp_path, _WORK_FILES) == [tmp.name]
+
+
+def test_a_folder_that_cannot_be_locked_keeps_every_temporary(tmp_path, monkeypatch):
+    """On NFS a folder cannot be flocked (an exclusive lock there needs a file open to
+    write): the run went on unguarded, as meant, but still removed the temporaries, so a
+    second sweep with the same --runlogs removed the first's RunLog while it was written
+    (its rename then failed and the level's RunLog was lost)."""
+    import errno
+
+    from shrink.atomic import drop_temporaries, open_exclusive
+
+    names = r"run[0-9]{3,}-rf[^/]+\.parquet"
+    fd, live = open_exclusive(tmp_path / "run001-rf1.parquet")  # another sweep's, writing
+    os.close(fd)
+    assert drop_temporaries(tmp_path, names) == []  # not held: nothing goes
+
+    def no_lock(fd: int, op: int) -> None:
+        raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+
+    monkeypatch.setattr("shrink.atomic.fcntl.flock", no_lock)
+    with claimed(tmp_path):
+        assert drop_temporaries(tmp_path, names) == []
+    assert live.exists()
+    monkeypatch.undo()
+    with claimed(tmp_path):
+        with pytest.raises(OutputBusyError), claimed(tmp_path):
+            pass  # pragma: no cover
+        assert drop_temporaries(tmp_path, names) == [live.name]  # still held after the refusal
