@@ -162,3 +162,19 @@ def test_sweeps_summary_shows_the_curves_and_exports_names_escaped(capsys):
     _print_sweep(curve, "rate", Path(NASTY), [Path(NASTY + "_stats.csv")], False)
     out = capsys.readouterr().out
     assert _clean(out) and out.count("\\x1b[31mred\\rfake line\\nerror: forged") == 2
+
+
+@pytest.mark.parametrize("locale", ["C", "C.UTF-8"])
+def test_the_stop_lines_word_holds_the_names_bytes_in_any_locale(locale):
+    """A state whose name held the byte 0xff (no UTF-8: read as U+DCFF) was quoted as
+    $'...\\udcff...', which bash reads back as three other bytes; and a zero-width space
+    as $'\\u200b', which bash under LC_ALL=C keeps as six characters of text: the command
+    to paste named a file that is not there."""
+    from shrink.cli.testbed_cmd import shell_word
+
+    for raw in (b"st\xff\n.json", "caf\u00e9\u200b\r.json".encode(), b"a'\\\x1b.json"):
+        word = shell_word(os.fsdecode(raw))
+        assert _clean(word) and "\n" not in word
+        env = {**os.environ, "LC_ALL": locale}
+        back = subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True, env=env)
+        assert back.stdout == raw, word

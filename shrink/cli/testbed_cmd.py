@@ -200,12 +200,20 @@ def _print_up(st: TestbedState, m: Machine, sh: Share, state: Path) -> None:
 
 
 def shell_word(path: Path | str) -> str:
-    """``path`` as one word for a POSIX shell; with control characters, bash's ``$'...'``
-    (in which :func:`printable`'s escapes mean the characters they stand for)."""
+    """``path`` as one word for a POSIX shell; with characters not printable, bash's
+    ``$'...'`` with each of them as the bytes the file's name holds (``\\xHH``): bash
+    reads ``\\uHHHH`` by the locale (under LC_ALL=C it kept it as text), and a name's
+    byte that is no UTF-8 (0xff, read as U+DCFF) came back as three other bytes."""
     text = str(path)
     if text.isprintable():
         return shlex.quote(text)
-    return "$'" + printable(text.replace("\\", "\\\\").replace("'", "\\'")) + "'"
+    out = []
+    for ch in text:
+        if ch in "\\'":
+            out.append("\\" + ch)
+        else:
+            out.append(ch if ch.isprintable() else "".join(f"\\x{b:02x}" for b in os.fsencode(ch)))
+    return "$'" + "".join(out) + "'"
 
 
 _IRQ_NOTE = "stop irqbalance, or it will undo them; testbed down puts them back"
