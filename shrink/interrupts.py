@@ -1,5 +1,5 @@
-"""SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 stop a command the same way:
-as Ctrl-C.
+"""SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGXCPU, SIGVTALRM and
+SIGPROF stop a command the same way: as Ctrl-C.
 
 Each raises KeyboardInterrupt (or, inside a run, stops the replay engine, which
 then returns what it measured), so the same code keeps the finished levels and
@@ -49,6 +49,13 @@ STOP_SIGNALS: tuple[signal.Signals, ...] = (
     signal.SIGQUIT,
     signal.SIGUSR1,
     signal.SIGUSR2,
+    # Those of timers and limits too: ``ulimit -t`` (a batch system's CPU-time limit)
+    # sends SIGXCPU, ``timeout -s ALRM`` SIGALRM; each ended a sweep at once, every
+    # finished level lost and its RunLog's temporaries left. shrink sets no timer itself.
+    signal.SIGALRM,
+    signal.SIGXCPU,
+    signal.SIGVTALRM,
+    signal.SIGPROF,
 )
 
 _last = [int(signal.SIGINT)]

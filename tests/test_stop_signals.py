@@ -1,4 +1,4 @@
-"""SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 stop a sweep as SIGINT does: the
+"""SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGXCPU and SIGALRM stop a sweep as SIGINT does: the
 finished levels are kept, one line says so, the exit status is 128 + the signal, and
 no temporary file is left."""
 
@@ -41,7 +41,9 @@ def server():
      (signal.SIGHUP, 129, "stopped by SIGHUP"),
      # their default ended the sweep at once: no line, every finished level lost
      (signal.SIGQUIT, 131, "stopped by SIGQUIT"), (signal.SIGUSR1, 138, "stopped by SIGUSR1"),
-     (signal.SIGUSR2, 140, "stopped by SIGUSR2")],
+     (signal.SIGUSR2, 140, "stopped by SIGUSR2"),
+     # ulimit -t's SIGXCPU and SIGALRM ended it at once too, the run log's .tmp left
+     (signal.SIGXCPU, 152, "stopped by SIGXCPU"), (signal.SIGALRM, 142, "stopped by SIGALRM")],
 )  # fmt: skip
 def test_a_signal_after_the_first_level_keeps_it(tmp_path, server, sig, status, said):
     t = np.arange(2000) / 100.0
