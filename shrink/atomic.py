@@ -230,12 +230,13 @@ _HELD: set[tuple[int, int]] = set()
 def drop_temporaries(folder: str | Path, names: str) -> list[str]:
     """Remove the temporaries a killed writer left in ``folder`` for the files whose
     names match the regular expression ``names`` (``.NAME.HEX.tmp``, as
-    :func:`open_exclusive` makes them): regular files of this user's, never a symlink's
+    :func:`open_exclusive` makes them, and a RunLog writer's 8 MiB ``.NAME.HEX.reserve``,
+    which a killed sweep left too, one a kill): regular files of this user's, never a symlink's
     target. Only while this process holds the folder's :func:`claimed` lock: no live
     writer of that run is there. A folder it could not lock (NFS locks no folder: flock
     there needs a file open to write) keeps them all, as may a live run's be among them.
     The names removed."""
-    pattern = re.compile(rf"\.(?:{names})\.[0-9a-f]{{12}}\.tmp")
+    pattern = re.compile(rf"\.(?:{names})\.[0-9a-f]{{12}}\.(?:tmp|reserve)")
     fd = open_dir(folder)
     removed: list[str] = []
     try:

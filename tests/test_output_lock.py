@@ -146,9 +146,13 @@ def test_a_dead_writers_temporaries_go_and_nothing_else(tmp_path):
     out.mkdir()
     dead = out / ".run003-rf0.5.parquet.0123456789ab.tmp"
     dead.write_bytes(b"")
+    # the writer's disk reserve, 8 MiB, was kept after every kill
+    reserve = out / ".run003-rf0.5.parquet.ba9876543210.reserve"
+    reserve.write_bytes(b"")
     kept = {
         ".run003-rf0.5.parquet.0123456789ab.tmp.keep": "file",  # not the whole name
         ".run003-rf0.5.parquet.0123456789zz.tmp": "file",  # not a temporary's suffix
+        ".run003-rf0.5.parquet.0123456789ab.reserved": "file",
         ".trace.parquet.0123456789ab.tmp": "file",  # another file's temporary
         ".run004-rf1.parquet.0123456789ab.tmp": "dir",
         ".run005-rf1.parquet.0123456789ab.tmp": "link",
@@ -163,7 +167,8 @@ def test_a_dead_writers_temporaries_go_and_nothing_else(tmp_path):
         else:
             (out / name).symlink_to(target)
     with claimed(out):
-        assert drop_temporaries(out, r"run[0-9]{3,}-rf[^/]+\.parquet") == [dead.name]
+        got = drop_temporaries(out, r"run[0-9]{3,}-rf[^/]+\.parquet")
+        assert sorted(got) == sorted([dead.name, reserve.name])
     assert sorted(p.name for p in out.iterdir()) == sorted(kept)
     assert target.read_text() == "x"
 
