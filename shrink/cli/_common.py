@@ -19,7 +19,8 @@ Exit status of every command:
 143   stopped by SIGTERM   } Ctrl-C does (:mod:`shrink.interrupts`); before the
                            } command began, the line says nothing was written;
                            } after it finished, the signal is ignored
-131   stopped by SIGQUIT (138 SIGUSR1, 140 SIGUSR2): as SIGTERM
+131   stopped by SIGQUIT (138 SIGUSR1, 140 SIGUSR2, 142 SIGALRM, 152 SIGXCPU,
+      154 SIGVTALRM, 155 SIGPROF): as SIGTERM
 141   stdout closed (``shrink ... | head -1``), as SIGPIPE ends a command: quietly,
       or, when files were written, one line naming them (they are whole)
 ====  =================================================================
