@@ -262,8 +262,10 @@ def test_a_second_testbed_may_not_move_the_irqs_another_placed(tmp_path, monkeyp
         assert not second.exists()
         assert (proc / "irq" / "41" / "smp_affinity_list").read_text() == "0"
         up(third, [irq.IrqAssignment(42, "eth0-TxRx-1", "r0", (1,))])  # another IRQ: fine
-        lifecycle.down(third)
     finally:
-        lifecycle.down(first)
+        for state in (third, second, first):  # (second: when it was let up)
+            if state.exists():
+                lifecycle.down(state)
+        shutil.rmtree(run, ignore_errors=True)
     for n in (41, 42):
         assert (proc / "irq" / str(n) / "smp_affinity_list").read_text() == "0-7"
