@@ -55,16 +55,19 @@ def test_a_hog_on_the_share_cpus_is_other_work_in_the_curve(monkeypatch, capsys,
     assert "other work (not the server's processes) took up to 75%" in " ".join(r.output.split())
 
 
-def _client(port: int) -> int:
+def _client(port: int, idle: bool = False) -> int:
     """Another process, not this one's child, holding a connection to 127.0.0.1:``port``
-    (a second sweep); its PID."""
+    and sending on it every 20 ms (a second sweep), or (``idle``) only holding it open
+    (a browser's kept alive); its PID."""
     code = (
         "import os, socket, sys, time\n"
         "if os.fork(): os._exit(0)\n"
         f"s = socket.create_connection(('127.0.0.1', {port}))\n"
         "print(os.getpid(), flush=True)\n"
-        "os.close(1); time.sleep(60)\n"
-    )
+        "os.close(1)\n"
+        + ("time.sleep(60)\n" if idle else
+           "for _ in range(3000):\n    s.send(b'GET / HTTP/1.1\\r\\n\\r\\n'); time.sleep(0.02)\n")
+    )  # fmt: skip
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
     out, _ = proc.communicate(timeout=30)
     return int(out)
@@ -170,3 +173,34 @@ def test_a_corunner_shares_spinner_is_not_other_work(monkeypatch, capsys):
     _print_sweep(curve, "rate_factor", Path("c.json"), [], False)
     out, err = capsys.readouterr()
     assert "OTHER WORK" not in out and "other work" not in err
+
+
+def test_a_connection_kept_alive_and_idle_is_no_other_load():
+    """A browser's connection to the testbed's page, kept alive and idle, stopped every
+    level as "loaded by another client"; a connection that moves bytes between the
+    looks is one."""
+    import socket
+
+    from shrink.replay.clients import ClientSampler
+
+    lsock = socket.create_server(("127.0.0.1", 0))
+    port = lsock.getsockname()[1]
+    idle = _client(port, idle=True)
+    try:
+        sampler = ClientSampler([("127.0.0.1", port)])
+        for _ in range(3):
+            sampler.look()
+            time.sleep(0.1)
+        assert sampler.problem() is None, sampler.looks
+        busy = _client(port)
+        try:
+            for _ in range(3):
+                sampler.look()
+                time.sleep(0.1)
+            problem = sampler.problem() or ""
+            assert f"1 of PID {busy} " in problem and f"PID {idle} " not in problem
+        finally:
+            os.kill(busy, 9)
+    finally:
+        os.kill(idle, 9)
+        lsock.close()

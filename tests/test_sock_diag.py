@@ -38,9 +38,12 @@ def test_a_connection_is_seen_with_its_remote_end_and_inode(family):
             peer, _ = srv.accept()
             with peer:
                 ino = int(os.readlink(f"/proc/self/fd/{cli.fileno()}")[len("socket:[") : -1])
-                got = set(sock_diag.established())
-                assert (("127.0.0.1" if family == socket.AF_INET else "::1", port), ino) in got
-                # the same records /proc/net/tcp gives for this connection's two ends
+                cli.sendall(b"x" * 100)
+                assert peer.recv(200) == b"x" * 100
+                got = {(a, i): n for a, i, n in sock_diag.established()}
+                me = ("127.0.0.1" if family == socket.AF_INET else "::1", port)
+                assert got[(me, ino)] in (100, 101)  # its bytes acked (the SYN's too)
+                # the same connections /proc/net/tcp gives for this connection's two ends
                 ours = {c for c in _from_proc() if port in (c[0][1],)}
                 assert {c for c in got if c[0][1] == port} == ours
 
@@ -63,4 +66,4 @@ def test_without_socket_diagnostics_the_proc_text_is_read(monkeypatch):
         raise OSError(93, "Protocol not supported")
 
     monkeypatch.setattr(clients, "established", refuse)
-    assert set(clients._connections("/proc/net")) == _from_proc()
+    assert {(a, i) for a, i, n in clients._connections("/proc/net") if n == -1} == _from_proc()

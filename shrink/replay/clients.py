@@ -20,7 +20,13 @@ from pathlib import Path
 from shrink.errors import printable
 from shrink.replay.sock_diag import established
 
-__all__ = ["ClientSampler", "foreign_clients", "own_pids", "parse_connections"]
+__all__ = [
+    "ClientSampler",
+    "foreign_clients",
+    "foreign_connections",
+    "own_pids",
+    "parse_connections",
+]
 
 _ESTABLISHED = "01"
 
@@ -89,40 +95,45 @@ def _inodes(pid: int) -> set[int]:
     return out
 
 
-def _holders(inodes: set[int]) -> dict[int, int]:
-    """PID -> how many of ``inodes`` it holds, over every process this one may read."""
-    out: dict[int, int] = {}
+def _holders(inodes: set[int]) -> dict[int, set[int]]:
+    """PID -> which of ``inodes`` it holds, over every process this one may read."""
+    out: dict[int, set[int]] = {}
     for d in os.listdir("/proc"):
-        if d.isdigit() and (n := len(_inodes(int(d)) & inodes)):
-            out[int(d)] = n
+        if d.isdigit() and (held := _inodes(int(d)) & inodes):
+            out[int(d)] = held
     return out
 
 
-def _connections(proc_net: str | Path) -> list[tuple[tuple[str, int], int]]:
-    """The machine's established connections: from the kernel's socket diagnostics, or
-    (none offered, or another ``proc_net`` given) from ``tcp`` and ``tcp6`` there."""
+def _connections(proc_net: str | Path) -> list[tuple[tuple[str, int], int, int]]:
+    """The machine's established connections (remote address, inode, bytes moved or -1):
+    from the kernel's socket diagnostics, or (none offered, or another ``proc_net``
+    given) from ``tcp`` and ``tcp6`` there, which do not say what a connection moved."""
     if Path(proc_net) == Path("/proc/net"):
         with contextlib.suppress(OSError):
             return established()
     out = []
     for name in ("tcp", "tcp6"):
         try:
-            out += parse_connections((Path(proc_net) / name).read_text())
+            out += [
+                (a, ino, -1) for a, ino in parse_connections((Path(proc_net) / name).read_text())
+            ]
         except OSError:
             continue
     return out
 
 
-def foreign_clients(
+def foreign_connections(
     targets: Iterable[tuple[str, int]],
     proc_net: str | Path = "/proc/net",
     skip: Iterable[int] = (),
-) -> dict[int, int]:
-    """PID -> connections it holds to ``targets`` (address, port), for every process not
-    this one nor descended from it, nor in ``skip`` and descended from one of them (PID 0:
-    a holder that could not be read)."""
+) -> dict[int, tuple[int, int]]:
+    """Socket inode -> (the PID holding it, bytes it has moved or -1) of each connection
+    to ``targets`` (address, port) that no process holds that is this one or descended
+    from it, nor in ``skip`` or descended from one of them (PID 0: a holder that could
+    not be read)."""
     want = {_norm(t) for t in targets}
-    inodes = {ino for addr, ino in _connections(proc_net) if addr in want and ino}
+    moved = {ino: n for addr, ino, n in _connections(proc_net) if addr in want and ino}
+    inodes = set(moved)
     if not inodes:
         return {}
     mine = own_pids().union(*(own_pids(p) for p in skip))
@@ -130,9 +141,20 @@ def foreign_clients(
         inodes -= _inodes(pid)
     if not inodes:
         return {}
-    found = _holders(inodes)
-    unseen = len(inodes) - sum(found.values())
-    return {**found, **({0: unseen} if unseen > 0 else {})}
+    holder = {ino: pid for pid, held in _holders(inodes).items() for ino in held}
+    return {ino: (holder.get(ino, 0), moved[ino]) for ino in inodes}
+
+
+def foreign_clients(
+    targets: Iterable[tuple[str, int]],
+    proc_net: str | Path = "/proc/net",
+    skip: Iterable[int] = (),
+) -> dict[int, int]:
+    """PID -> connections it holds to ``targets`` (:func:`foreign_connections`)."""
+    out: dict[int, int] = {}
+    for pid, _ in foreign_connections(targets, proc_net, skip).values():
+        out[pid] = out.get(pid, 0) + 1
+    return out
 
 
 class ClientSampler:
@@ -143,24 +165,37 @@ class ClientSampler:
         self.server = set(server)  # the server's own processes (a page that calls it back)
         self.looks: list[dict[int, int]] = []
         self.names: dict[int, str] = {}  # named when seen: a client may be gone by the end
+        self.moved: dict[int, int] = {}  # each connection's bytes at the look before
 
     def look(self) -> None:
-        found = foreign_clients(self.targets, skip=self.server)
+        """The other clients' connections that carry load: new since the look before,
+        or that moved bytes since (one kept alive and idle, a browser's to the
+        testbed's page, is no load; it stopped a sweep as "another client")."""
+        found: dict[int, int] = {}
+        for ino, (pid, moved) in foreign_connections(self.targets, skip=self.server).items():
+            if moved < 0 or self.moved.get(ino) != moved:
+                found[pid] = found.get(pid, 0) + 1
+            self.moved[ino] = moved
         for pid in found:
             if pid and pid not in self.names:
                 self.names[pid] = _command(pid)
         self.looks.append(found)
 
     def problem(self) -> str | None:
-        """Another client seen at two looks or more (a health check's one request is
-        not a load), named with its process, or None."""
+        """Another client carrying load at two looks or more (a health check's one
+        request is not a load), named with its process, or None."""
         seen = [x for x in self.looks if x]
         if len(seen) < 2:
             return None
         pids: dict[int, int] = {}
+        looks: dict[int, int] = {}
         for x in seen:
             for p, n in x.items():
                 pids[p] = max(pids.get(p, 0), n)
+                looks[p] = looks.get(p, 0) + 1
+        if max(looks.values()) >= 2:  # named: those seen loading more than once (a new
+            # connection counts at its first look, whatever it does after)
+            pids = {p: n for p, n in pids.items() if looks[p] >= 2}
         who = ", ".join(
             f"{n} of PID {p} ({self.names.get(p, 'gone')})" if p else f"{n} of a hidden process"
             for p, n in sorted(pids.items())
