@@ -38,9 +38,10 @@ def _children(pid: int) -> list[int]:
     return [int(x) for x in text.split()]
 
 
-def test_down_stale_stops_what_a_killed_up_started(tmp_path, monkeypatch):
-    run = tmp_path / "run"
-    monkeypatch.setenv("SHRINK_RUN_DIR", str(run))
+def _kill_up_while_starting(tmp_path: Path) -> tuple[subprocess.Popen[bytes], list[int]]:
+    """Run up with a server that never answers; kill -9 it once the server is recorded
+    (up then waits for an answer that never comes). Its state file is never written."""
+    run = Path(os.environ["SHRINK_RUN_DIR"])
     (tmp_path / "doc").mkdir()
     cpu = min(os.sched_getaffinity(0))
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
@@ -48,21 +49,33 @@ def test_down_stale_stops_what_a_killed_up_started(tmp_path, monkeypatch):
         [sys.executable, "-c", _UP, str(tmp_path / "doc"), str(tmp_path / "s.json"), str(cpu)],
         env=env,
     )
-    server = []
+    server: list[int] = []
+    deadline = time.monotonic() + 30
+    while not server and time.monotonic() < deadline and up.poll() is None:
+        time.sleep(0.05)
+        server = _children(up.pid)
+    # before the fix no record came, and the kill was after 5 s
+    entries: list[Path] = []
+    while server and not entries and time.monotonic() < deadline - 25:
+        time.sleep(0.05)
+        entries = [p for p in run.glob("testbed-*.json") if str(server[0]) in p.read_text()]
+    up.send_signal(signal.SIGKILL)
+    up.wait()
+    return up, server
+
+
+def _kill_all(server: list[int]) -> None:
+    for p in server:
+        if process.is_alive(p):
+            os.kill(p, signal.SIGKILL)
+
+
+def test_down_stale_stops_what_a_killed_up_started(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(run))
+    up, server = _kill_up_while_starting(tmp_path)
     try:
-        deadline = time.monotonic() + 30
-        while not server and time.monotonic() < deadline and up.poll() is None:
-            time.sleep(0.05)
-            server = _children(up.pid)
         assert server, "up started no server"
-        # Killed once the server is recorded (up then waits for an answer that never
-        # comes); before the fix no record came, and the kill was after 5 s.
-        entries: list[Path] = []
-        while not entries and time.monotonic() < deadline - 25:
-            time.sleep(0.05)
-            entries = [p for p in run.glob("testbed-*.json") if str(server[0]) in p.read_text()]
-        up.send_signal(signal.SIGKILL)
-        up.wait()
         info = process.proc_info(server[0])
         assert info is not None
         stale = teardown.down_stale()
@@ -70,11 +83,37 @@ def test_down_stale_stops_what_a_killed_up_started(tmp_path, monkeypatch):
         assert not process.is_alive(server[0], info.starttime)
         assert not [p for p in run.iterdir() if p.name.startswith("testbed-")]
     finally:
-        if up.poll() is None:
-            up.kill()
-        for p in server:
-            if process.is_alive(p):
-                os.kill(p, signal.SIGKILL)
+        _kill_all(server)
+
+
+def test_down_state_stops_what_a_killed_up_started_before_its_file(tmp_path, monkeypatch):
+    """`down --state S` for an up killed before it wrote S said "no such testbed state
+    file (was `testbed up` run?)" and stopped nothing, and `status` said the same,
+    while its servers ran on; only `down --stale` found them."""
+    run = tmp_path / "run"
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(run))
+    _up, server = _kill_up_while_starting(tmp_path)
+    state = tmp_path / "s.json"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    cli = [sys.executable, "-m", "shrink", "testbed"]
+    try:
+        assert server, "up started no server"
+        assert not state.exists()
+        info = process.proc_info(server[0])
+        assert info is not None
+        st = subprocess.run([*cli, "status", "--state", str(state)], env=env,
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert st.returncode == 1
+        assert "not written" in st.stderr and str(server[0]) in st.stderr
+        assert "testbed down --state" in st.stderr and "Traceback" not in st.stderr
+        down = subprocess.run([*cli, "down", "--state", str(state)], env=env,
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert down.returncode == 0, down.stderr
+        assert not process.is_alive(server[0], info.starttime)
+        assert not [p for p in run.iterdir() if p.name.startswith("testbed-")]
+        assert not state.exists()
+    finally:
+        _kill_all(server)
 
 
 def test_a_killed_writers_temporary_entry_is_removed(tmp_path, monkeypatch):

@@ -245,6 +245,7 @@ def status(
     from shrink.topology import format_cpulist
 
     with cli_errors():
+        _unwritten(state)
         st = TestbedState.read(state)
         from shrink.testbed.status import status as testbed_status
 
@@ -315,6 +316,22 @@ def down(
             if pids
             else f"{name}: nothing was running"
         )
+
+
+def _unwritten(state: Path) -> None:
+    """A state file ``up`` never wrote (killed while it started the servers), whose
+    servers shrink recorded: say so, not "was `testbed up` run?"."""
+    from shrink.testbed import registry
+    from shrink.testbed.recipe import replica_pids
+
+    if state.exists() or (kept := registry.recorded(state)) is None:
+        return
+    pids = [p for r in kept.replicas for p in replica_pids(r)]
+    raise TestbedError(
+        f"{printable(state)}: not written: the `testbed up` that was to write it stopped "
+        f"while starting the servers, which may still run (PIDs {pids}); stop them with "
+        f"`shrink testbed down --state {printable(state)}`"
+    )
 
 
 def _down_stale() -> None:

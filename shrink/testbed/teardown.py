@@ -164,9 +164,13 @@ def down(state_path: str | Path) -> dict[str, list[int]]:
     except StateError:
         raise  # names what shrink did not make: touch nothing
     except TestbedError as exc:
-        if not Path(state_path).is_file():
-            raise
         kept = registry.recorded(state_path)
+        if not Path(state_path).is_file():
+            if kept is None:
+                raise
+            # ``up`` killed while it started the servers: it recorded them before the
+            # file was written, and only ``down --stale`` stopped them.
+            return _down_unwritten(state_path, kept)
         if kept is None:
             _refuse_if_forgeable(state_path)
             return _down_damaged(state_path, exc)
@@ -187,6 +191,20 @@ def down(state_path: str | Path) -> dict[str, list[int]]:
     left = _restore_irq(st)
     st.stopped = datetime.now(UTC).isoformat(timespec="seconds")
     st.write(state_path)
+    registry.forget(state_path)
+    if left:
+        raise TestbedError(f"the testbed is down, but could not restore {'; '.join(left)}")
+    return out
+
+
+def _down_unwritten(state_path: str | Path, st: TestbedState) -> dict[str, list[int]]:
+    """Stop a testbed whose ``up`` was killed before it wrote ``state_path``, by the
+    record it kept in shrink's private folder; no state file is written for it."""
+    recipe = recipe_of(st)
+    sig = int(st.server.get("stop_signal", 15))
+    out = {r.name: stop_and_release(recipe, r, sig) for r in st.replicas}
+    _remove_run_dirs(st)
+    left = _restore_irq(st)
     registry.forget(state_path)
     if left:
         raise TestbedError(f"the testbed is down, but could not restore {'; '.join(left)}")
