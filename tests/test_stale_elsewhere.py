@@ -96,3 +96,34 @@ def test_down_stale_names_a_testbed_whose_run_dir_was_deleted(tmp_path):
         assert all(Path(f"/proc/{p}").exists() for p in pids)  # named, not stopped
     finally:
         shrink("testbed", "down", "--state", str(state))
+
+
+@pytest.mark.compute
+def test_empty_groups_a_killed_up_left_are_found_and_removed(tmp_path, monkeypatch):
+    """A kill -9 of `testbed up` (or its process group) after it made a replica's group
+    and before it recorded a server in it left the empty group under shrink/ for good:
+    `down --stale` said "no stale testbed recorded" and removed nothing."""
+    from shrink.testbed import teardown
+
+    gone = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # no such process, ever
+    mount = tmp_path / "cgroup"
+    groups = {
+        f"k_1-{gone}-1795887291-r0": "",  # its maker is gone: left by a killed up
+        f"k_2-{os.getpid()}-1795887291-r0": "",  # its maker runs: it may be filling
+        f"k_3-{gone}-1795887291-r0": "42\n",  # holds a process: not ours to remove
+        f"k_4-{gone}-1795887291-r0": "",  # a recorded testbed's: down stops it
+        "k_5": "",  # not a name up gives
+    }
+    for name, procs in groups.items():
+        (mount / "shrink" / name).mkdir(parents=True)
+        (mount / "shrink" / name / "cgroup.procs").write_text(procs)
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "runs"))
+    monkeypatch.setattr("shrink.enforce.cfs.cgroup_mounts", lambda *a: {mount})
+    _entry_naming(tmp_path / "s.json", mount / "shrink" / f"k_4-{gone}-1795887291-r0")
+    found = registry.orphaned_groups()
+    assert found == [mount / "shrink" / f"k_1-{gone}-1795887291-r0"]
+    (found[0] / "cgroup.procs").unlink()  # a real group's files go with its rmdir
+    assert teardown.remove_groups(found) == found
+    assert not found[0].exists()
+    assert registry.orphaned_groups() == []
+    assert registry.orphaned_groups({tmp_path / "no-such-mount"}) == []

@@ -294,7 +294,7 @@ def down(
         typer.Option(
             "--stale",
             help="Stop every testbed whose owner (a killed predict) or state file is gone, "
-            "and remove its cgroups.",
+            "and remove its cgroups (and the empty ones a killed up left).",
         ),
     ] = False,
 ) -> None:
@@ -340,8 +340,15 @@ def _down_stale() -> None:
     with cli_errors():
         done = teardown.down_stale()
         unrecorded = registry.unrecorded_groups()
+        orphaned = teardown.remove_groups(registry.orphaned_groups())
     if not done:
         typer.echo(f"no stale testbed recorded in {registry.run_dir()}")
+    if orphaned:
+        names = sorted({g.name for g in orphaned})
+        typer.echo(
+            f"removed {plural(len(names), 'empty cgroup')} a killed `testbed up` left before "
+            f"it recorded a server: {printable(', '.join(names))}"
+        )
     for sb, stopped in done:
         n = sum(len(p) for p in stopped.values())
         typer.echo(

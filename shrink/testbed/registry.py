@@ -39,6 +39,7 @@ from shrink.testbed.state import TestbedState
 __all__ = [
     "StaleTestbed",
     "forget",
+    "orphaned_groups",
     "private_dir",
     "record",
     "recorded",
@@ -273,3 +274,40 @@ def unrecorded_groups(mounts: set[Path] | None = None) -> list[tuple[Path, list[
             if pids:
                 out[g] = sorted(pids)
     return sorted(out.items())
+
+
+# A replica's group: ``<state stem>-<PID of the process that made it>-<time>-r<index>``.
+_GROUP_NAME = re.compile(r".+-(\d+)-\d+-r\d+")
+
+
+def orphaned_groups(mounts: set[Path] | None = None) -> list[Path]:
+    """Empty groups of shrink's whose maker is gone and which no record here names: an
+    ``up`` (or ``predict``) killed after it made a replica's group and before it
+    recorded the first server in it, which nothing else removes. A group whose maker
+    still runs (or whose name says no maker) is never one: it may be filling."""
+    from shrink.enforce.cfs import Cgroup, cgroup_mounts
+
+    named: set[str] = set()
+    for entry in _entries():
+        doc = _load(entry)
+        if doc is not None:
+            named |= _named_dirs(doc)
+    out: list[Path] = []
+    for mount in sorted(cgroup_mounts() if mounts is None else mounts):
+        try:
+            groups = sorted((mount / Cgroup.PARENT).iterdir())
+        except OSError:
+            continue
+        for g in groups:
+            m = _GROUP_NAME.fullmatch(g.name)
+            if not m or str(g) in named or g.is_symlink() or not g.is_dir():
+                continue
+            if Path(f"/proc/{m.group(1)}").exists():
+                continue
+            try:
+                empty = not (g / "cgroup.procs").read_text().split()
+            except OSError:
+                continue
+            if empty and not any(c.is_dir() for c in g.iterdir()):
+                out.append(g)
+    return out

@@ -8,6 +8,7 @@ stops the processes it names, never a stranger. See :mod:`shrink.testbed.lifecyc
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from datetime import UTC, datetime
@@ -24,7 +25,15 @@ from shrink.testbed.recipe import ServerRecipe, replica_pids, stop_replica
 from shrink.testbed.servers import load_recipe
 from shrink.testbed.state import ReplicaState, TestbedState, salvage_pids
 
-__all__ = ["down", "down_stale", "enforcer_of", "recipe_of", "release", "stop_and_release"]
+__all__ = [
+    "down",
+    "down_stale",
+    "enforcer_of",
+    "recipe_of",
+    "release",
+    "remove_groups",
+    "stop_and_release",
+]
 
 
 def recipe_of(st: TestbedState) -> ServerRecipe | None:
@@ -225,6 +234,16 @@ def _remove_run_dirs(st: TestbedState) -> None:
     base = registry.run_dir()
     for r in st.replicas:
         remove_run_root(r.run_dir, base)
+
+
+def remove_groups(groups: list[Path]) -> list[Path]:
+    """Remove empty cgroups (:func:`registry.orphaned_groups`); those that went."""
+    gone = []
+    for g in groups:
+        with contextlib.suppress(OSError):
+            g.rmdir()
+            gone.append(g)
+    return gone
 
 
 def down_stale() -> list[tuple[registry.StaleTestbed, dict[str, list[int]]]]:
