@@ -272,8 +272,9 @@ def test_realtime_reaches_the_cluster_actors(monkeypatch):
      (signal.SIGHUP, "stopped by SIGHUP")],
 )  # fmt: skip
 def test_replay_says_which_signal_stopped_it(sig, start, capsys):
-    # SIGTERM and SIGHUP said "interrupted:", though they exit 143 and 129
-    from shrink.cli.replay_cmd import _print_summary
+    # SIGTERM and SIGHUP said "interrupted:", though they exit 143 and 129; and the
+    # line was on stdout (none with --json), where the exit statuses say stderr
+    from shrink.cli.replay_cmd import _print_summary, _say_stopped
 
     lat = {"mean": 0.001, "p50": 0.001, "p99": 0.002, "p999": 0.003}
     s = {
@@ -286,7 +287,9 @@ def test_replay_says_which_signal_stopped_it(sig, start, capsys):
     try:
         interrupts.note(sig)
         _print_summary(s)
+        _say_stopped(s)
     finally:
         interrupts.note(last)
-    out = capsys.readouterr().out.splitlines()
-    assert out[-1] == f"{start}: the requests sent so far are kept in r.parquet"
+    said = capsys.readouterr()
+    assert "kept" not in said.out
+    assert said.err.splitlines() == [f"{start}: the requests sent so far are kept in r.parquet"]

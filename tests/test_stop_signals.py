@@ -4,6 +4,7 @@ no temporary file is left."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -330,3 +331,32 @@ def test_a_sweep_removes_what_a_killed_one_left_in_its_runlogs(tmp_path, server)
     assert done.returncode == 0, done.stderr
     assert not left.exists() and mine.exists()
     assert [p.name for p in logs.glob("run*.parquet")] == ["run000-rf1.parquet"]
+
+
+def test_a_stopped_replay_says_so_on_stderr_with_json_too(tmp_path, server):
+    """A replay stopped part-way printed its one line on stdout, after the summary,
+    and with --json (stdout the summary) none at all; the exit statuses say stderr."""
+    t = np.arange(2000) / 100.0
+    trace = tmp_path / "t.parquet"
+    Trace.from_columns(
+        {"session": np.arange(t.size), "t": t, "path": ["/x?bytes=10"] * t.size},
+        meta={"mode": "open"},
+    ).write_parquet(trace)
+    out = tmp_path / "r.parquet"
+    replay = subprocess.Popen(
+        [sys.executable, "-m", "shrink", "replay", str(trace), "--target", server,
+         "--duration", "20s", "-o", str(out), "--json"],
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(".r.parquet.*.tmp")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.5)
+    replay.send_signal(signal.SIGTERM)
+    so, se = replay.communicate(timeout=60)
+    assert replay.returncode == 143, se
+    assert json.loads(so)["interrupted"] is True
+    said = [ln for ln in se.splitlines() if "stopped by SIGTERM" in ln]
+    assert said == [f"stopped by SIGTERM: the requests sent so far are kept in {out}"], se
+    assert out.is_file() and not list(tmp_path.glob("*.tmp"))

@@ -107,6 +107,7 @@ def replay(
     else:
         _print_summary(summary)
     if summary["interrupted"]:
+        _say_stopped(summary)
         raise typer.Exit(code=interrupts.exit_status())
     if summary["served"] == 0:
         # Written and printed first; then the status says no server answered.
@@ -200,11 +201,15 @@ def _print_summary(s: dict[str, Any]) -> None:
             f"FAILED REQUESTS: {s['errors']} of {s['requests']:,} (over {_limit_text()}): "
             "not the server serving the trace; such a level is never used for a MAT"
         )
-    if s["interrupted"]:
-        typer.echo(
-            f"{interrupts.stopped_by()}: the requests sent so far are kept in "
-            f"{printable(s['runlog'])}"
-        )
+
+
+def _say_stopped(s: dict[str, Any]) -> None:
+    """The one line on stderr a stop signal gets (with --json too, whose stdout is the
+    summary): it was on stdout after the summary, and --json had none."""
+    typer.echo(
+        f"{interrupts.stopped_by()}: the requests sent so far are kept in {printable(s['runlog'])}",
+        err=True,
+    )
 
 
 def register(app: typer.Typer) -> None:
