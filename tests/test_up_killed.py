@@ -308,3 +308,26 @@ def test_a_second_testbed_may_not_move_the_irqs_another_placed(tmp_path, monkeyp
         shutil.rmtree(run, ignore_errors=True)
     for n in (41, 42):
         assert (proc / "irq" / str(n) / "smp_affinity_list").read_text() == "0-7"
+
+
+def test_a_stop_signal_before_the_first_start_leaves_no_run_root(tmp_path, monkeypatch):
+    """SIGTERM while up read its children in /proc, after it made its run root and
+    before its clean-up began, left an empty ``up-<stem>-*`` folder in the run folder."""
+    from shrink.machine import Machine
+    from shrink.share import Share
+    from shrink.testbed import ServerSettings, lifecycle
+    from shrink.testbed.fake_recipe import FakeRecipe
+
+    run = tmp_path / "run"
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(run))
+    (tmp_path / "doc").mkdir()
+
+    def stopped() -> list[int]:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lifecycle.process, "own_children", stopped)
+    m = Machine("one", sockets=1, cores_per_socket=1, cpus=((min(os.sched_getaffinity(0)),),))
+    with pytest.raises(KeyboardInterrupt):
+        lifecycle.up(tmp_path / "doc", m, Share.parse("all", m), state_path=tmp_path / "s.json",
+                     port=0, cgroups="no", server=ServerSettings(FakeRecipe()))  # fmt: skip
+    assert not list(run.glob("up-s-*"))

@@ -337,6 +337,9 @@ def up(
         _refuse_irqs_placed(irq_plan or [], state_path)
         m = _with_free_ports(m, port)
         use_cg, layout = _use_cgroups(share, cgroups, enforce)
+        # Read before the run root is made: a stop signal while /proc was read (some ms)
+        # left the empty run root behind, outside the clean-up below.
+        before = process.own_children()
         run_root = new_run_root(base, state_path, user)
 
         post_max = server.php.post_max_mib
@@ -363,7 +366,6 @@ def up(
             children_per_core=server.php_children_per_core, php=server.php, user=user,
             note=lambda now: registry.record(state_path, state_of(now), owned=owned, starting=True),
         )  # fmt: skip
-        before = process.own_children()
         try:
             started, enfs = _start_all(
                 launch, m, share, tag=f"{safe_stem(state_path)}-{os.getpid()}-{int(time.time())}",
