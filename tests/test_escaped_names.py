@@ -126,7 +126,7 @@ def _clean(text: str) -> bool:
 def test_the_replay_summary_shows_the_run_logs_name_escaped(capsys):
     """replay's summary printed its -o name raw ("N requests -> NAME"): CR and LF reached
     the terminal."""
-    from shrink.cli.replay_cmd import _print_summary
+    from shrink.cli.replay_cmd import _print_summary, _say_stopped
 
     lat = dict.fromkeys(("mean", "p50", "p99", "p999"), 0.001)
     summary = {
@@ -136,8 +136,12 @@ def test_the_replay_summary_shows_the_run_logs_name_escaped(capsys):
         "utilization": None, "generator_behind": False, "failed": False, "interrupted": True,
     }  # fmt: skip
     _print_summary(summary)
-    out = capsys.readouterr().out
-    assert _clean(out) and out.count("\\x1b[31mred\\rfake line\\nerror: forged") == 2
+    _say_stopped(summary)
+    got = capsys.readouterr()
+    shown = "\\x1b[31mred\\rfake line\\nerror: forged"
+    # the summary on stdout, the line a stop gets on stderr: each escaped
+    assert _clean(got.out) and got.out.count(shown) == 1
+    assert _clean(got.err) and got.err.count(shown) == 1
 
 
 def test_testbed_ups_stop_line_shows_the_state_escaped_and_quoted_for_bash(tmp_path):
