@@ -28,11 +28,13 @@ from typing import NoReturn
 __all__ = [
     "STOP_SIGNALS",
     "NotStarted",
+    "deferred",
     "exit_not_started",
     "exit_status",
     "handled",
     "install",
     "note",
+    "raise_if_held",
     "received",
     "retake",
     "run_main",
@@ -63,6 +65,9 @@ _last = [int(signal.SIGINT)]
 _taken: list[signal.Signals] = []
 _depth = [0]
 _pending = [False]
+# Open deferred() blocks, and a stop signal that came inside one, held.
+_defer = [0]
+_held = [False]
 
 
 class NotStarted(BaseException):
@@ -101,6 +106,9 @@ def _stop(signum: int, frame: FrameType | None) -> None:
         # the import system (or a finalizer) has its exception dropped.
         _pending[0] = True
         raise NotStarted
+    if _defer[0] > 0:
+        _held[0] = True  # raised by raise_if_held(), once what was measured is kept
+        return
     raise KeyboardInterrupt
 
 
@@ -167,6 +175,25 @@ def working() -> Iterator[None]:
         _depth[0] -= 1
         if _depth[0] == 0:
             ignore()
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Inside, a stop signal is held, not raised: the work that follows a finished run
+    (its statistics, its level recorded) completes, and :func:`raise_if_held` raises it
+    then. A signal in the moment after a level's last run lost that level."""
+    _defer[0] += 1
+    try:
+        yield
+    finally:
+        _defer[0] -= 1
+
+
+def raise_if_held() -> None:
+    """Raise KeyboardInterrupt for a stop signal :func:`deferred` held (once)."""
+    if _held[0]:
+        _held[0] = False
+        raise KeyboardInterrupt
 
 
 def run_main(main: Callable[[], int]) -> NoReturn:

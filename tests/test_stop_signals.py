@@ -360,3 +360,47 @@ def test_a_stopped_replay_says_so_on_stderr_with_json_too(tmp_path, server):
     said = [ln for ln in se.splitlines() if "stopped by SIGTERM" in ln]
     assert said == [f"stopped by SIGTERM: the requests sent so far are kept in {out}"], se
     assert out.is_file() and not list(tmp_path.glob("*.tmp"))
+
+
+_LATE_STOP = """
+import os, signal, sys
+import numpy as np
+from shrink import interrupts
+from shrink.measure import SweepInterrupted, fixed_sweep, sweep
+from shrink.measure.stats import level_stats
+from shrink.target import FakeTarget
+from shrink.trace import Trace
+
+t = np.arange(400) / 40.0
+trace = Trace.from_columns({"session": np.arange(t.size), "t": t, "path": ["/x"] * t.size},
+                           meta={"mode": "open"})
+calls = []
+
+def late_stats(res):
+    calls.append(1)
+    if len(calls) == 2:  # the first level's last repetition is over: Ctrl-C now
+        os.kill(os.getpid(), signal.SIGINT)
+    return level_stats(res)
+
+fixed_sweep.level_stats = late_stats
+interrupts.install()
+try:
+    with interrupts.working():
+        sweep(FakeTarget(servers=1, demand={"static": 0.001, "dynamic": 0.001}), trace,
+              [1, 2], reps=2, warmup=0.5, duration=2.0)
+except SweepInterrupted as stop:
+    print("kept", [lv.level for lv in stop.curve.levels], "calls", len(calls))
+    sys.exit(0)
+print("not stopped")
+"""
+
+
+def test_a_stop_just_after_a_levels_last_run_keeps_that_level():
+    """A SIGINT within ~50 ms of a level's last run ending (its RunLog written, its
+    statistics being made) lost the level: no curve.partial.json, only the RunLog
+    (4 of 4 tries). The stop now waits until the level is kept, then stops the sweep."""
+    done = subprocess.run(
+        [sys.executable, "-c", _LATE_STOP], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert done.stdout.strip() == "kept [1.0] calls 2", done.stdout + done.stderr

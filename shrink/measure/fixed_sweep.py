@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shrink import interrupts
 from shrink.checks import check_int, check_positive
 from shrink.defaults import MAX_REPS
 from shrink.errors import ParameterError, ShrinkError
@@ -152,13 +153,18 @@ def _sweep_level(
             duration=window,
             seed=plan.seed + 1000 * i + r,
         )
-        stop_if_interrupted(res)
-        if res.describe:
-            desc.clear()
-            desc.update(res.describe)
-        stats.append(level_stats(res))
-        step += 1
-    out.append(Level(float(level), stats))
+        stop_if_interrupted(res, held=False)  # stopped mid-run: not a repetition
+        # A stop once the run is over waits until it is counted (and, after the last,
+        # the level kept): in the moment after a level's last run it lost the level.
+        with interrupts.deferred():
+            if res.describe:
+                desc.clear()
+                desc.update(res.describe)
+            stats.append(level_stats(res))
+            step += 1
+            if len(stats) == reps:
+                out.append(Level(float(level), stats))
+        interrupts.raise_if_held()
     return step
 
 

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from shrink import files
+from shrink import files, interrupts
 from shrink._version import __version__
 from shrink.errors import ParameterError, ReplayError, ShrinkError, TestbedError
 from shrink.processes import is_alive
@@ -429,48 +429,52 @@ class LiveTarget:
             if watch is not None:
                 watch.finish()
             raise
-        # A server stopped, frozen or re-shared during the level and put back before its
-        # end: the level measured what the recorded share was not, so it is not a level.
-        seen = watch.finish() if watch is not None else None
-        for w in paused:
-            w.stop.set()
-        for smp in samplers:
-            # a run whose sessions all ended early still measures the whole window;
-            # an interrupted one stops now (Ctrl-C must not wait for the planned end)
-            if engine.interrupted:
+        # The run is over: a stop signal from here waits until its result is kept
+        with interrupts.deferred():
+            # A server stopped, frozen or re-shared during the level and put back before its
+            # end: the level measured what the recorded share was not, so it is not a level.
+            seen = watch.finish() if watch is not None else None
+            for w in paused:
+                w.stop.set()
+            for smp in samplers:
+                # a run whose sessions all ended early still measures the whole window;
+                # an interrupted one stops now (Ctrl-C must not wait for the planned end)
+                if engine.interrupted:
+                    smp.stop.set()
+                smp.join(timeout=max(0.0, smp.at[1] - monotonic()) + 1.0)
                 smp.stop.set()
-            smp.join(timeout=max(0.0, smp.at[1] - monotonic()) + 1.0)
-            smp.stop.set()
-        sampler = samplers[0] if samplers else None
-        self.last_engine = engine
-        window = (warmup, horizon)
-        if not self.loop and len(log):
-            # one pass runs its sessions out: the window holds every request it sent
-            last = float(np.nanmax(log.column("intended")))
-            window = (warmup, max(horizon, float(np.nextafter(last, np.inf))))
-        per_cpu: dict[int, float] = {}
-        util = None
-        if sampler is not None and len(sampler.snaps) == 2:
-            per_cpu = utilization(sampler.snaps[0], sampler.snaps[1], self.share_cpus)
-            util = sum(per_cpu.values()) / len(per_cpu) if per_cpu else None
-        wall = engine.wall or horizon
-        check = self._generator_check(log, window, engine, wall, paused)
-        alive = self._pids_alive()
-        desc = self._run_describe(engine, wall)
-        desc.update(window_cpu(sampler, duration, per_cpu, self.share_cpus, self.generator_cpus))
-        if server_pids:
-            desc["server_idle_wait"] = idle_wait
-            if not idle:  # still busy after the bound: the level carries load over
-                desc["server_busy_at_start"] = True
-        if alive and not all(alive.values()):
-            desc["dead_pids"] = [p for p, ok in alive.items() if not ok]
-        if not engine.interrupted:
-            seen = seen or _other_load(sampler)
-            if seen is not None:
-                raise TestbedError(f"during the level, the server under test {seen}")
-            out_of_files(log)
-            self._check_server(log, window, trace)
-        return RunResult(log, window, check, util, per_cpu, desc)
+            sampler = samplers[0] if samplers else None
+            self.last_engine = engine
+            window = (warmup, horizon)
+            if not self.loop and len(log):
+                # one pass runs its sessions out: the window holds every request it sent
+                last = float(np.nanmax(log.column("intended")))
+                window = (warmup, max(horizon, float(np.nextafter(last, np.inf))))
+            per_cpu: dict[int, float] = {}
+            util = None
+            if sampler is not None and len(sampler.snaps) == 2:
+                per_cpu = utilization(sampler.snaps[0], sampler.snaps[1], self.share_cpus)
+                util = sum(per_cpu.values()) / len(per_cpu) if per_cpu else None
+            wall = engine.wall or horizon
+            check = self._generator_check(log, window, engine, wall, paused)
+            alive = self._pids_alive()
+            desc = self._run_describe(engine, wall)
+            desc.update(
+                window_cpu(sampler, duration, per_cpu, self.share_cpus, self.generator_cpus)
+            )
+            if server_pids:
+                desc["server_idle_wait"] = idle_wait
+                if not idle:  # still busy after the bound: the level carries load over
+                    desc["server_busy_at_start"] = True
+            if alive and not all(alive.values()):
+                desc["dead_pids"] = [p for p, ok in alive.items() if not ok]
+            if not engine.interrupted:
+                seen = seen or _other_load(sampler)
+                if seen is not None:
+                    raise TestbedError(f"during the level, the server under test {seen}")
+                out_of_files(log)
+                self._check_server(log, window, trace)
+            return RunResult(log, window, check, util, per_cpu, desc)
 
     def _run_describe(self, engine: EngineRun, wall: float) -> dict[str, Any]:
         """:meth:`describe`, and how the run's engine ran."""
