@@ -15,6 +15,13 @@ def run() -> None:
         from shrink.cli import main
     except interrupts.NotStarted:
         interrupts.exit_not_started()
+    except Exception as exc:
+        # The signal came inside a step of the import machinery that wraps what it
+        # raises (a class's __set_name__: "RuntimeError: Error calling __set_name__"):
+        # still a stop before the work began, not a traceback.
+        if not interrupts.caused_by_stop(exc):
+            raise
+        interrupts.exit_not_started()
     main()
 
 

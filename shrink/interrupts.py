@@ -28,6 +28,7 @@ from typing import NoReturn
 __all__ = [
     "STOP_SIGNALS",
     "NotStarted",
+    "caused_by_stop",
     "deferred",
     "exit_not_started",
     "exit_status",
@@ -206,6 +207,19 @@ def run_main(main: Callable[[], int]) -> NoReturn:
     except NotStarted:
         exit_not_started()
     raise SystemExit(code)
+
+
+def caused_by_stop(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised because of :class:`NotStarted` (its cause or context,
+    however deep): a stop signal that code on the way wrapped in an error of its own."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, NotStarted):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
 
 
 def exit_not_started() -> NoReturn:

@@ -159,3 +159,50 @@ def test_a_stopped_sweep_keeps_the_exports_of_its_finished_levels(tmp_path, monk
     said = " ".join(r.stderr.split())
     assert f"{hdr}," in said and "files in" not in said  # the folder named once
     assert not out.exists() and not list(tmp_path.glob(".*"))
+
+
+_WRAPPED_STOP = """
+import sys, types
+from shrink import interrupts
+
+class Stopped:
+    def __set_name__(self, owner, name):
+        raise interrupts.NotStarted  # as the handler raises it, a signal in mid-import
+
+def attribute(name):
+    class Made:  # Python wraps it: "RuntimeError: Error calling __set_name__ ..."
+        field = Stopped()
+
+cli = types.ModuleType("shrink.cli")
+cli.__getattr__ = attribute
+sys.modules["shrink.cli"] = cli
+from shrink.__main__ import run
+run()
+"""
+
+
+def test_a_stop_wrapped_by_the_import_machinery_is_one_line():
+    """A SIGTERM while Python made a class during the CLI's import (typer importing
+    platform) came out as "RuntimeError: Error calling __set_name__" and a traceback."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from shrink.interrupts import NotStarted, caused_by_stop
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", _WRAPPED_STOP], capture_output=True, text=True, timeout=60,
+        env={**__import__("os").environ, "PYTHONPATH": str(root)},
+    )  # fmt: skip
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 130
+    assert done.stderr.strip() == "interrupted before the command started: nothing was written"
+    try:
+        try:
+            raise NotStarted
+        except NotStarted as exc:
+            raise RuntimeError("wrapped") from exc
+    except RuntimeError as wrapped:
+        assert caused_by_stop(wrapped)
+    assert not caused_by_stop(RuntimeError("its own"))
