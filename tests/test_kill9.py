@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import require_lighttpd
+from helpers.testbed import wait_gone
 
 from shrink import processes as process
 from shrink.testbed import registry
@@ -25,17 +26,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _env(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), "SHRINK_RUN_DIR": str(tmp_path / "runs")}
-
-
-def _wait_gone(pids: list[int], seconds: float) -> list[int]:
-    deadline = time.monotonic() + seconds
-    left = pids
-    while time.monotonic() < deadline:
-        left = [p for p in pids if process.is_alive(p)]
-        if not left:
-            return []
-        time.sleep(0.05)
-    return left
 
 
 def test_engine_processes_die_with_a_killed_replay(tmp_path):
@@ -63,7 +53,7 @@ def test_engine_processes_die_with_a_killed_replay(tmp_path):
         replay.send_signal(signal.SIGKILL)
         replay.wait()
         # before: both kept sending load until the schedule ended (60 s)
-        assert _wait_gone(kids, 10.0) == []
+        assert wait_gone(kids, 10.0) == []
     finally:
         server.kill()
         server.wait()
@@ -98,7 +88,7 @@ def test_an_owned_testbed_dies_with_its_owner_and_down_stale_cleans_up(tmp_path)
         owner.send_signal(signal.SIGKILL)
         owner.wait()
         # lighttpd got SIGTERM from the kernel and stopped php-cgi with it
-        assert _wait_gone(pids, 10.0) == []
+        assert wait_gone(pids, 10.0) == []
         found = registry.stale()
         assert [s.state_path for s in found] == [state.resolve()] and "owner" in found[0].reason
         out = subprocess.run(

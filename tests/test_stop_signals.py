@@ -22,6 +22,16 @@ from shrink.trace import Trace
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _open_trace(path: Path, n: int) -> Path:
+    """``n`` open-loop requests 10 ms apart, each for a 10-byte page of the fake server."""
+    t = np.arange(n) / 100.0
+    Trace.from_columns(
+        {"session": np.arange(t.size), "t": t, "path": ["/x?bytes=10"] * t.size},
+        meta={"mode": "open"},
+    ).write_parquet(path)
+    return path
+
+
 @pytest.fixture(scope="module")
 def server():
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -47,12 +57,7 @@ def server():
      (signal.SIGXCPU, 152, "stopped by SIGXCPU"), (signal.SIGALRM, 142, "stopped by SIGALRM")],
 )  # fmt: skip
 def test_a_signal_after_the_first_level_keeps_it(tmp_path, server, sig, status, said):
-    t = np.arange(2000) / 100.0
-    trace = tmp_path / "t.parquet"
-    Trace.from_columns(
-        {"session": np.arange(t.size), "t": t, "path": ["/x?bytes=10"] * t.size},
-        meta={"mode": "open"},
-    ).write_parquet(trace)
+    trace = _open_trace(tmp_path / "t.parquet", 2000)
     logs = tmp_path / "logs"
     sweep = subprocess.Popen(
         [sys.executable, "-m", "shrink", "sweep", str(trace), "--target", server,
@@ -297,12 +302,7 @@ def test_a_sweep_removes_what_a_killed_one_left_in_its_runlogs(tmp_path, server)
     ``--runlogs`` (4 after 8 kills), and the next sweep kept it: the folder was not held,
     so no sweep could tell a dead run's file from a live one's. Now a sweep holds the
     folder, and removes those; a second sweep to the folder is refused."""
-    t = np.arange(200) / 100.0
-    trace = tmp_path / "t.parquet"
-    Trace.from_columns(
-        {"session": np.arange(t.size), "t": t, "path": ["/x?bytes=10"] * t.size},
-        meta={"mode": "open"},
-    ).write_parquet(trace)
+    trace = _open_trace(tmp_path / "t.parquet", 200)
     logs = tmp_path / "logs"
     logs.mkdir()
     left = logs / ".run001-rf2.parquet.0123456789ab.tmp"
@@ -336,12 +336,7 @@ def test_a_sweep_removes_what_a_killed_one_left_in_its_runlogs(tmp_path, server)
 def test_a_stopped_replay_says_so_on_stderr_with_json_too(tmp_path, server):
     """A replay stopped part-way printed its one line on stdout, after the summary,
     and with --json (stdout the summary) none at all; the exit statuses say stderr."""
-    t = np.arange(2000) / 100.0
-    trace = tmp_path / "t.parquet"
-    Trace.from_columns(
-        {"session": np.arange(t.size), "t": t, "path": ["/x?bytes=10"] * t.size},
-        meta={"mode": "open"},
-    ).write_parquet(trace)
+    trace = _open_trace(tmp_path / "t.parquet", 2000)
     out = tmp_path / "r.parquet"
     replay = subprocess.Popen(
         [sys.executable, "-m", "shrink", "replay", str(trace), "--target", server,

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.testbed import wait_gone
 
 from shrink import processes as process
 from shrink.testbed import teardown
@@ -172,22 +173,11 @@ def test_a_server_forked_before_up_is_killed_never_starts(tmp_path, monkeypatch)
     assert kids, "up had forked no server when it recorded"
     try:
         # before: the fork was the fake server already, and served on after up died
-        assert _wait_gone(kids, 5.0) == []
+        assert wait_gone(kids, 5.0) == []
     finally:
         for p in kids:
             if process.is_alive(p):
                 os.kill(p, signal.SIGKILL)
-
-
-def _wait_gone(pids: list[int], seconds: float) -> list[int]:
-    deadline = time.monotonic() + seconds
-    left = pids
-    while time.monotonic() < deadline:
-        left = [p for p in pids if process.is_alive(p)]
-        if not left:
-            return []
-        time.sleep(0.05)
-    return left
 
 
 def test_a_start_whose_record_fails_runs_nothing(tmp_path):

@@ -157,3 +157,15 @@ def cpu_rate(pids: list[int], seconds: float) -> float:
     before, t0 = process.cpu_seconds(pids), time.monotonic()
     time.sleep(seconds)
     return (process.cpu_seconds(pids) - before) / (time.monotonic() - t0)
+
+
+def wait_gone(pids: list[int], seconds: float) -> list[int]:
+    """The ``pids`` still alive after up to ``seconds`` (none: all gone)."""
+    deadline = time.monotonic() + seconds
+    left = pids
+    while time.monotonic() < deadline:
+        left = [p for p in pids if process.is_alive(p)]
+        if not left:
+            return []
+        time.sleep(0.05)
+    return left
