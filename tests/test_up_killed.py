@@ -174,6 +174,12 @@ def test_a_server_forked_before_up_is_killed_never_starts(tmp_path, monkeypatch)
     try:
         # before: the fork was the fake server already, and served on after up died
         assert wait_gone(kids, 5.0) == []
+        # and down --stale removes its run folder and its lock (before: left for good)
+        from shrink.testbed import registry
+
+        left = registry.clear_killed_ups()
+        assert sorted(p.suffix == ".lock" for p in left) == [False, True], left
+        assert not [p for p in (tmp_path / "run").iterdir() if p.name.startswith("up-")]
     finally:
         for p in kids:
             if process.is_alive(p):
@@ -321,3 +327,66 @@ def test_a_stop_signal_before_the_first_start_leaves_no_run_root(tmp_path, monke
         lifecycle.up(tmp_path / "doc", m, Share.parse("all", m), state_path=tmp_path / "s.json",
                      port=0, cgroups="no", server=ServerSettings(FakeRecipe()))  # fmt: skip
     assert not list(run.glob("up-s-*"))
+
+
+def _left_by(base: Path, name: str, pid: int, started: int) -> Path:
+    """A run root as a killed ``up`` left it: its maker named, nothing recorded."""
+    from shrink.testbed.private import RUN_ROOT_MAKER
+
+    root = base / name
+    (root / "r0").mkdir(parents=True)
+    (root / RUN_ROOT_MAKER).write_text(f"{pid} {started}\n")
+    return root
+
+
+def test_down_stale_removes_the_run_folders_and_locks_killed_ups_left(tmp_path, monkeypatch):
+    """An ``up`` killed before it recorded a server left its run folder and its lock file
+    in the run folder (10 folders, 16 locks after 36 kills), naming nothing ``--stale``
+    could check; a run folder now names its maker (PID, start time), and ``--stale``
+    removes those of makers gone that no entry names, and lock files no ``up`` holds."""
+    import fcntl
+
+    from shrink.testbed import registry
+    from shrink.testbed.private import RUN_ROOT_MAKER, new_run_root
+
+    run = Path(tempfile.mkdtemp(prefix="sr-"))
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(run))
+    try:
+        base = registry.private_dir()
+        mine = new_run_root(base, tmp_path / "s.json", None)  # an up still starting
+        me = process.proc_info(os.getpid())
+        assert (mine / RUN_ROOT_MAKER).read_text().split() == [str(me.pid), str(me.starttime)]
+        gone = _left_by(base, "up-s-aaaaaaaa", me.pid, me.starttime + 1)  # PID reused since
+        old_style = base / "up-s-bbbbbbbb"  # made before run folders named their maker
+        old_style.mkdir()
+        planted = base / "up-x-cccccccc"
+        planted.symlink_to(_left_by(tmp_path, "elsewhere", me.pid, me.starttime + 1))
+        free = base / "up-0123456789abcdef.lock"
+        free.write_text("4242\n")
+        held = base / "up-fedcba9876543210.lock"
+        held.write_text(f"{os.getpid()}\n")
+        fd = os.open(held, os.O_RDWR)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            assert registry.clear_killed_ups() == [free, gone]
+        finally:
+            os.close(fd)
+        assert mine.is_dir() and old_style.is_dir() and planted.is_symlink() and held.exists()
+        assert (tmp_path / "elsewhere" / "r0").is_dir()
+    finally:
+        shutil.rmtree(run, ignore_errors=True)
+
+
+def test_an_entry_that_cannot_be_read_keeps_every_run_folder(tmp_path, monkeypatch):
+    from shrink.testbed import registry
+
+    run = Path(tempfile.mkdtemp(prefix="sr-"))
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(run))
+    try:
+        base = registry.private_dir()
+        me = process.proc_info(os.getpid())
+        gone = _left_by(base, "up-s-aaaaaaaa", me.pid, me.starttime + 1)
+        (base / "testbed-0123456789abcdef.json").write_text("{")  # damaged
+        assert registry.clear_killed_ups() == [] and gone.is_dir()
+    finally:
+        shutil.rmtree(run, ignore_errors=True)

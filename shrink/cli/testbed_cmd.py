@@ -341,8 +341,15 @@ def _down_stale() -> None:
         done = teardown.down_stale()
         unrecorded = registry.unrecorded_groups()
         orphaned = teardown.remove_groups(registry.orphaned_groups())
+        left = registry.clear_killed_ups()
     if not done:
         typer.echo(f"no stale testbed recorded in {registry.run_dir()}")
+    if left:
+        locks = sum(p.name.endswith(".lock") for p in left)
+        typer.echo(
+            f"removed {plural(len(left) - locks, 'run folder')} and {plural(locks, 'lock file')}"
+            " a killed `testbed up` left before it recorded a server"
+        )
     if orphaned:
         names = sorted({g.name for g in orphaned})
         typer.echo(

@@ -209,9 +209,21 @@ def safe_stem(state_path: Path) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", state_path.stem)[:16] or "testbed"
 
 
+# A file in each run root naming its maker (PID and start time), so that one a killed
+# ``up`` left before it recorded anything is told from one of an ``up`` still starting.
+# (In the folder's name it made the servers' socket paths too long for some folders.)
+RUN_ROOT_MAKER = ".maker"
+
+
 def new_run_root(base: Path, state_path: Path, user: ServerUser | None) -> Path:
-    """A fresh run root for one ``up`` under the private ``base`` (see the module docstring)."""
+    """A fresh run root for one ``up`` under the private ``base`` (see the module docstring),
+    its maker named in it (:data:`RUN_ROOT_MAKER`)."""
+    with open("/proc/self/stat", "rb") as fh:  # field 22, after the command's ")"
+        started = int(fh.read().rsplit(b")", 1)[1].split()[19])
     root = Path(tempfile.mkdtemp(prefix=f"up-{safe_stem(state_path)}-", dir=base))
+    fd = os.open(root / RUN_ROOT_MAKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(f"{os.getpid()} {started}\n")
     if user is not None:
         os.chmod(root, 0o711)  # the server user may pass through, not list or write
     return root

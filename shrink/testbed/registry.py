@@ -19,9 +19,12 @@ the cgroups.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import re
+import shutil
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +41,7 @@ from shrink.testbed.state import TestbedState
 
 __all__ = [
     "StaleTestbed",
+    "clear_killed_ups",
     "forget",
     "orphaned_groups",
     "private_dir",
@@ -311,3 +315,73 @@ def orphaned_groups(mounts: set[Path] | None = None) -> list[Path]:
             if empty and not any(c.is_dir() for c in g.iterdir()):
                 out.append(g)
     return out
+
+
+def clear_killed_ups() -> list[Path]:
+    """Remove what an ``up`` killed before it recorded anything left in :func:`run_dir`,
+    and return it: a run root whose maker (its PID and start time, in
+    :data:`shrink.testbed.private.RUN_ROOT_MAKER`) is gone and that no entry names, and
+    a lock file no ``up`` holds (removed while held here, as ``UpLock`` removes its own).
+    Nothing goes while an entry cannot be read (the run root it names would look like a
+    killed one's)."""
+
+    root = run_dir()
+    if not root.is_dir():
+        return []
+    named: set[Path] = set()
+    for entry in _entries():
+        doc = _load(entry)
+        if doc is None:
+            return []
+        for r in doc["state"].get("replicas", []):
+            if r.get("run_dir"):
+                named.add(Path(r["run_dir"]).parent)
+    out = []
+    for p in sorted(root.glob("up-*")):
+        try:
+            st = os.lstat(p)
+        except OSError:
+            continue
+        if st.st_uid != os.geteuid():
+            continue
+        if stat.S_ISDIR(st.st_mode) and p not in named:
+            maker = _maker(p)
+            if maker is not None and not process.is_alive(*maker):
+                shutil.rmtree(p, ignore_errors=True)
+                out += [p] if not p.exists() else []
+        elif p.name.endswith(".lock") and stat.S_ISREG(st.st_mode) and _remove_unheld(p):
+            out.append(p)
+    return out
+
+
+def _maker(root: Path) -> tuple[int, int] | None:
+    """The PID and start time a run root names as its maker; None if it names none (one
+    made before run roots did, or not shrink's)."""
+    from shrink.testbed.private import RUN_ROOT_MAKER
+
+    try:
+        fd = os.open(root / RUN_ROOT_MAKER, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as fh:
+            pid, started = fh.read(64).split()
+        return int(pid), int(started)
+    except (OSError, ValueError):
+        return None
+
+
+def _remove_unheld(lock: Path) -> bool:
+    """Remove ``lock`` (a file ``UpLock`` made) if no ``up`` holds it: taken, then
+    removed while held. True if removed."""
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.stat(lock, follow_symlinks=False).st_ino != os.fstat(fd).st_ino:
+            return False  # replaced meanwhile: another up's
+        os.unlink(lock)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
