@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import subprocess
 import time
 from pathlib import Path
 
@@ -124,6 +125,37 @@ def test_corunner_takes_its_part_of_the_cpu_and_stops(helper, monkeypatch):
     finally:
         c.stop()
     assert not process.is_alive(pid)
+
+
+@pytest.mark.root
+@pytest.mark.skipif(os.cpu_count() is None or os.cpu_count() < 2, reason="needs CPU 1")
+@pytest.mark.skipif(os.geteuid() != 0, reason="SCHED_FIFO needs root")
+@pytest.mark.parametrize("helper", ["c", "python"])
+def test_corunner_ends_when_the_server_is_a_zombie(helper, monkeypatch):
+    """A server killed while its parent did not reap it (``up`` killed between starting
+    the co-runner and recording it: init reaps the orphan 1.2-1.5 s late) passes
+    ``kill(pid, 0)``: the co-runner spun on for that long after ``down``."""
+    if helper == "c" and build_helper() is None:
+        pytest.skip("no C compiler: only the Python co-runner here")
+    if helper == "python":
+        monkeypatch.setattr("shrink.enforce.corunner.build_helper", lambda: None)
+    server = subprocess.Popen(["sleep", "30"])
+    c = CoRunner("x", None, cpu_fraction=0.5)
+    c.start((1,))
+    c.add([server.pid])
+    try:
+        (pid,) = c.spinners
+        time.sleep(0.3)  # the Python one starts its interpreter first
+        assert process.is_alive(pid)
+        server.kill()  # a zombie until waited for, below
+        deadline = time.monotonic() + 1.0
+        while process.is_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert Path(f"/proc/{server.pid}/stat").read_text().split(") ")[1][0] == "Z"
+        assert not process.is_alive(pid)  # within a second: it looks every ~100 ms
+    finally:
+        c.stop()
+        server.wait()
 
 
 def _live_docroot(tmp_path: Path) -> Path:

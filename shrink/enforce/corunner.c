@@ -5,8 +5,8 @@
  * Pinned to CPU at SCHED_FIFO priority 1, it spins SPIN_US of every PERIOD_US
  * (period edges on CLOCK_MONOTONIC, absolute, so lateness does not accumulate)
  * and sleeps the rest, leaving the CPU to the server's normal-priority tasks.
- * It exits when WATCH_PID is gone (checked every ~100 ms) or on SIGTERM, so a
- * server that dies never leaves a spinner behind. Python's timing (sleep
+ * It exits when WATCH_PID is gone or a zombie (checked every ~100 ms) or on
+ * SIGTERM, so a server that dies never leaves a spinner behind. Python's timing (sleep
  * overshoot ~60 us) is too coarse for a 1 ms period; this is the reason for C.
  */
 #define _GNU_SOURCE
@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static volatile sig_atomic_t stop;
@@ -24,6 +25,20 @@ static long long now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Whether PID has ended: no such process, or a zombie no one has reaped yet (kill(pid,
+ * 0) succeeds on a zombie, and an orphan's is reaped by init a second or more late). */
+static int gone(int pid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return errno == ENOENT || errno == ESRCH;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *end = strrchr(buf, ')');  /* the name may hold spaces and parentheses */
+    return end && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
 }
 
 int main(int argc, char **argv) {
@@ -56,7 +71,7 @@ int main(int argc, char **argv) {
         while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR && !stop) {}
         if (edge - checked > 100000000LL) {
             checked = edge;
-            if (kill(watch, 0) != 0 && errno == ESRCH) break;
+            if (gone(watch)) break;
         }
     }
     return 0;
