@@ -369,3 +369,46 @@ def test_an_ipv6_payload_length_of_zero_is_read_from_the_record(tmp_path: Path) 
     for engine in ("fast", "scapy"):
         tr = read_capture(p, engine=engine)
         assert rows_by_path(tr) == EXPECTED and tr.meta["skipped"] == 1, engine
+
+
+def test_a_tunnel_ends_the_http_of_its_connection(tmp_path: Path) -> None:
+    # A 2xx to CONNECT ends its header block and the connection becomes a tunnel (RFC 9112
+    # 6.3): the response was read as delimited by the close, so its row had the tunnel's
+    # bytes and lifetime (10 KB, 5 s), and requests sent inside the tunnel (plain HTTP to
+    # the origin) or after a 101 became rows of this server, unanswered.
+    tunnel = b"CONNECT example.com:80 HTTP/1.1\r\nHost: example.com:80\r\n\r\n"
+    inner = [(req(f"/in{i}"), http_response(5000)) for i in range(2)]
+    ws = b"GET /ws HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+    switched = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n"
+    conns = [
+        Conn(
+            [(tunnel, b"HTTP/1.1 200 Connection established\r\n\r\n"), *inner],
+            sport=3128,
+            gap=2.0,
+        ),
+        Conn([(ws, switched), (req("/frame"), b"\x81\x02hi")], cport=40031, start=10.0),
+        # refused first, then allowed with credentials: both CONNECTs are requests
+        Conn(
+            [
+                (tunnel, http_response(10, status=407)),
+                (tunnel, b"HTTP/1.1 200 OK\r\n\r\n"),
+                (b"\x16\x03\x01" + bytes(range(200)), b"\x16\x03\x03" + bytes(300)),
+            ],
+            cport=40032,
+            start=20.0,
+        ),
+    ]
+    p = write_capture(tmp_path / "t.pcap", conns)
+    for engine in ("fast", "scapy"):
+        tr = read_capture(p, engine=engine, sessions="connection")
+        rows = tr.table.to_pylist()
+        got = [(r["method"], r["path"], r["status"], r["bytes"]) for r in rows]
+        assert got == [
+            ("CONNECT", "example.com:80", 200, 0),
+            ("GET", "/ws", 101, 0),
+            ("CONNECT", "example.com:80", 407, 10),
+            ("CONNECT", "example.com:80", 200, 0),
+        ], engine
+        assert max(r["rt"] for r in rows) < 0.01, engine  # not the tunnel's lifetime
+        assert tr.meta["unanswered"] == 0
+        assert tr.meta["http_anomalies"] == {"tunnel-requests": 2 + 1}

@@ -47,6 +47,8 @@ _HTTP_FAULTS = {
     "response-header-in-gap": "response headers with bytes the capture lost",
     "response-incomplete": "responses cut short or with lost bytes",
     "http-resync": "stretches that are not HTTP inside an HTTP connection (read on past them)",
+    "tunnel-requests": "requests sent through a CONNECT tunnel or after a 101 protocol "
+    "switch, to another server or in another protocol (left out)",
 }
 
 

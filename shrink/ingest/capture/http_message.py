@@ -84,6 +84,14 @@ class HttpResult:
     def __len__(self) -> int:
         return len(self.conn)
 
+    def truncate(self, n: int) -> None:
+        """Keep the first ``n`` requests (before their times are filled in)."""
+        for name in (
+            "conn", "client", "server", "sport", "method", "path", "req_off", "req_body",
+            "req_type", "status", "first_off", "last_off", "body", "cookie", "set_cookie",
+        ):  # fmt: skip
+            del getattr(self, name)[n:]
+
 
 def find_request(data: bytes, p: int, end: int) -> int:
     """Offset of the next request line at or after ``p`` (-1 if none).

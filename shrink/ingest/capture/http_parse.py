@@ -8,7 +8,10 @@ none after HEAD or with status 1xx/204/304, else it is chunked, or
 Content-Length long, or runs to the end of the connection (complete only when
 the server closed with FIN: a reset or the end of the capture may have cut it). Responses answer
 requests in order (keep-alive and pipelining); interim 1xx responses answer
-nothing. A response that arrived before the request it would answer belongs
+nothing. A 101 (Switching Protocols), or a 2xx to CONNECT, ends at its header
+block and the connection leaves HTTP: what the client sent after the request it
+answers went through a tunnel or in another protocol and is left out, counted
+(``tunnel-requests``). A response that arrived before the request it would answer belongs
 to a request the capture missed (a flow that starts mid-stream) and is
 counted, not paired.
 
@@ -315,8 +318,9 @@ class _Parser:
 
     def responses(
         self, c: Connection, d: int, base: int, t_req: list[int], meths: list[str]
-    ) -> tuple[int, int]:
-        """Pair responses of stream ``d`` with the requests at ``base``...; (seen, orphans)."""
+    ) -> tuple[int, int, int]:
+        """Pair responses of stream ``d`` with the requests at ``base``...; (seen, orphans,
+        the rank of the request whose answer made the connection a tunnel, else -1)."""
         st, out, counts = self.st, self.out, self.counts
         starts, ts, srcs, lens, mv = st._starts, st._ts, st._src, st._len, st._mv
         plain = RESP_PLAIN.match
@@ -330,7 +334,7 @@ class _Parser:
                 out.first_off[base : base + k] = offs
                 out.last_off[base : base + k] = last
                 out.body[base : base + k] = size
-                return k, 0
+                return k, 0, -1
         seen = orphans = 0
         ri = 0
         nreq = len(t_req)
@@ -368,7 +372,10 @@ class _Parser:
             req = ri if ri < nreq and t_req[ri] <= t_first else -1
             meth = meths[req] if req >= 0 else ""
             complete = True
-            if meth == "HEAD" or status in (204, 304, 101):
+            # A 101, or a 2xx to CONNECT, ends at its header block: the connection then
+            # carries another protocol or a tunnel (RFC 9112 6.3), not a body to the close.
+            tunnel = status == 101 or (meth == "CONNECT" and 200 <= status < 300)
+            if meth == "HEAD" or status in (204, 304) or tunnel:
                 size, nxt = 0, body
             else:
                 chunked, length = framing or body_framing(w[m.end() - 1 : h].lower())
@@ -396,10 +403,10 @@ class _Parser:
                 if self.cookie is not None:
                     out.set_cookie[i] = cookie_value(w[:h], self.cookie, b"set-cookie")
                 ri += 1
-            if status == 101 or (meth == "CONNECT" and status < 300):
-                break  # the connection leaves HTTP
+            if tunnel:  # the connection leaves HTTP
+                return seen, orphans, req
             p = nxt
-        return seen, orphans
+        return seen, orphans, -1
 
     def client_dir(self, c: Connection) -> int:
         """The direction that sends requests, or -1 when the connection is not HTTP."""
@@ -451,7 +458,11 @@ def parse_http(st: Streams, *, cookie: str | None = None, max_body: int = MAX_BO
         res.body += [-1] * k
         res.set_cookie += [None] * k
         t_req = st.piece_ts[np.searchsorted(starts, offs, side="right") - 1].tolist() if k else []
-        seen, orphans = parser.responses(c, 1 - cd, base, t_req, meths)
+        seen, orphans, tunnel = parser.responses(c, 1 - cd, base, t_req, meths)
+        if 0 <= tunnel < k - 1:  # what the client sent past it went through the tunnel
+            res.counts["tunnel-requests"] += k - 1 - tunnel
+            k = tunnel + 1
+            res.truncate(base + k)
         res.requests += k
         res.responses += seen
         res.orphan_responses += orphans
