@@ -412,3 +412,34 @@ def test_a_tunnel_ends_the_http_of_its_connection(tmp_path: Path) -> None:
         assert max(r["rt"] for r in rows) < 0.01, engine  # not the tunnel's lifetime
         assert tr.meta["unanswered"] == 0
         assert tr.meta["http_anomalies"] == {"tunnel-requests": 2 + 1}
+
+
+def _behind_one_address(users: int = 20) -> list[Conn]:
+    """Users behind one address (a reverse proxy, a NAT, a load test on loopback): each
+    on its own keep-alive connection, 5 requests 2 s apart, starting 0.3 s apart."""
+    return [
+        Conn(
+            [(req(f"/u{u}/r{i}"), http_response(100)) for i in range(5)],
+            cport=41000 + u,
+            start=0.3 * u,
+            gap=2.0,
+        )
+        for u in range(users)
+    ]
+
+
+def test_users_behind_one_address_are_named(tmp_path: Path) -> None:
+    # By client address, 20 users behind a proxy are one session whose bursts merge into
+    # one at t = 0 (100 requests sent at once, 13.7 s of traffic and its think times
+    # gone), and nothing said so: the reader now counts the connections open at once.
+    p = write_capture(tmp_path / "proxy.pcap", _behind_one_address())
+    tr = read_capture(p)
+    assert tr.n_sessions == 1 and float(tr.column("t").max()) == 0.0
+    assert tr.meta["most_connections_at_once"] == 20 and tr.meta["crowded_sessions"] == 1
+    by_conn = read_capture(p, sessions="connection")
+    assert by_conn.n_sessions == 20 and by_conn.meta["crowded_sessions"] == 0
+    assert float(by_conn.column("t").max()) == pytest.approx(0.3 * 19 + 4 * 2.0, abs=0.01)
+    # one browser's page (two keep-alive connections, a pipelined one) is no crowd
+    browser = read_capture(write_capture(tmp_path / "b.pcap", mixed()))
+    assert browser.meta["crowded_sessions"] == 0
+    assert browser.meta["most_connections_at_once"] >= 1

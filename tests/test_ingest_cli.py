@@ -289,3 +289,24 @@ def test_a_capture_without_requests_says_why(tmp_path):
     requests_only = _one_way(whole, tmp_path / "requests.pcap", 40000)
     result = _invoke("ingest", requests_only, "-o", tmp_path / "r.parquet")
     assert result.exit_code == 0 and "(pcap): 3 requests" in result.output
+
+
+def test_ingest_tells_a_capture_what_makes_a_session(tmp_path):
+    # The capture reader takes sessions= (client, connection, cookie:NAME) but ingest had
+    # no option for it: 20 users behind one address could only be one session.
+    conns = [
+        Conn([(f"GET /u{u}/{i} HTTP/1.1\r\nHost: t\r\n\r\n".encode(), http_response(10))
+              for i in range(3)], cport=41000 + u, start=0.2 * u, gap=2.0)
+        for u in range(15)
+    ]  # fmt: skip
+    cap = write_capture(tmp_path / "proxy.pcap", conns)
+    out = tmp_path / "p.parquet"
+    one = _invoke("ingest", cap, "-o", out)
+    assert one.exit_code == 0, one.output
+    assert "1 session had up to 15 connections to one server open at once" in one.output
+    assert "--sessions connection" in one.output
+    split = _invoke("ingest", cap, "-o", out, "--sessions", "connection")
+    assert split.exit_code == 0, split.output
+    assert Trace.read_parquet(out).n_sessions == 15 and "note" not in split.output
+    bad = _invoke("ingest", cap, "-o", out, "--sessions", "users")
+    assert bad.exit_code == 2 and "--sessions: sessions == 'users'" in bad.output

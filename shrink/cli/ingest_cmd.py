@@ -28,6 +28,7 @@ _READER_OPTIONS = {
     "idle_gap": "--idle-gap",
     "burst_gap": "--burst-gap",
     "session_rate": "--session-rate",
+    "sessions": "--sessions",
     "max_line": "--max-line",
     "max_body": "--max-body",
 }
@@ -79,13 +80,23 @@ def ingest(
     ] = False,
     idle_gap: Annotated[
         str | None,
-        typer.Option(help="clf: silence that ends a client's session (e.g. 30m). Default 30m."),
+        typer.Option(
+            help="clf/pcap: silence that ends a client's session (e.g. 30m). Default 30m."
+        ),
     ] = None,
     burst_gap: Annotated[
         str | None,
         typer.Option(
             help="clf/specweb: requests this close to a burst's first request join it "
-            "(e.g. 500ms). Defaults: clf 1s, specweb 0.5s."
+            "(e.g. 500ms); pcap: this close to the last response. Defaults: clf 1s, "
+            "specweb and pcap 0.5s."
+        ),
+    ] = None,
+    sessions: Annotated[
+        str | None,
+        typer.Option(
+            help="pcap: what makes a session: client (its address), connection, or "
+            "cookie:NAME (the value of that cookie). Default client."
         ),
     ] = None,
     session_rate: Annotated[
@@ -126,6 +137,8 @@ def ingest(
         opts["burst_gap"] = burst_gap
     if session_rate is not None:
         opts["session_rate"] = session_rate
+    if sessions is not None:
+        opts["sessions"] = sessions
     if max_line is not None:
         opts["max_line"] = max_line
     if max_body is not None:
@@ -186,6 +199,15 @@ def _notes(meta: dict[str, Any], faults: dict[str, int]) -> None:
         typer.echo(
             f"note: fields after the log format's own (a response time?) are not read: "
             f"{plural(extra, 'line')} had some"
+        )
+    crowded = int(meta.get("crowded_sessions") or 0)
+    if crowded and meta.get("sessions") == "client":
+        typer.echo(
+            f"note: {plural(crowded, 'session')} had up to {meta['most_connections_at_once']} "
+            "connections to one server open at once, more than a browser opens: several "
+            "users behind one address (a proxy, a NAT, a load generator)? Their requests "
+            "are one session and its bursts merge; --sessions connection or cookie:NAME "
+            "tells them apart"
         )
     repaired = meta.get("repaired_lines") or []
     if repaired:

@@ -20,7 +20,13 @@ from shrink.classify import Classifier
 from shrink.errors import ParameterError
 from shrink.ingest.capture.http_parse import HttpResult
 
-__all__ = ["address_text", "parse_sessions", "sessionize"]
+__all__ = [
+    "BROWSER_CONNECTIONS",
+    "address_text",
+    "connections_at_once",
+    "parse_sessions",
+    "sessionize",
+]
 
 
 def parse_sessions(spec: str) -> tuple[str, str | None]:
@@ -71,6 +77,42 @@ def _keys(http: HttpResult, mode: str) -> np.ndarray:
         for ck, sc, cl in zip(http.cookie, http.set_cookie, http.client, strict=True)
     ]
     return np.asarray([codes.setdefault(k, len(codes)) for k in keys], dtype=np.int64)
+
+
+# A browser opens at most 6 HTTP/1.1 connections to a host name at once (Chrome,
+# Firefox); host names may share a server's address (a CDN's), so a session is taken for
+# several users only past twice that (a browser loading espn.com had 7 to one address).
+BROWSER_CONNECTIONS = 12
+
+
+def connections_at_once(
+    session: np.ndarray, server: np.ndarray, conn: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> np.ndarray:
+    """Per session (0..max), the most of its connections to one server (``server``: a code
+    per request) open at once: a connection is open from its first request's send to its
+    last response byte (``start``/``end`` per request, any unit)."""
+    if not session.size:
+        return np.zeros(0, dtype=np.int64)
+    n_sess = int(session.max()) + 1
+    # Connections never span servers: a (session, connection) pair is in one group.
+    group = session * (int(server.max()) + 1) + server
+    pair = group * (int(conn.max()) + 1) + conn
+    pairs, inv = np.unique(pair, return_inverse=True)
+    lo = np.full(pairs.size, np.iinfo(np.int64).max, dtype=np.int64)
+    hi = np.zeros(pairs.size, dtype=np.int64)
+    np.minimum.at(lo, inv, start)
+    np.maximum.at(hi, inv, end)
+    owner = pairs // (int(conn.max()) + 1)  # the group
+    # Events per group in time order, an open before a close at the same instant (an
+    # unanswered request's connection is open for an instant: one).
+    ev_sess = np.r_[owner, owner]
+    ev_time = np.r_[lo, hi]
+    ev_step = np.r_[np.ones(pairs.size, np.int64), -np.ones(pairs.size, np.int64)]
+    o = np.lexsort((-ev_step, ev_time, ev_sess))
+    level = np.cumsum(ev_step[o])  # each group's events sum to 0: no carry-over
+    most = np.zeros(n_sess, dtype=np.int64)
+    np.maximum.at(most, ev_sess[o] // (int(server.max()) + 1), level)
+    return most
 
 
 def sessionize(
@@ -147,6 +189,12 @@ def sessionize(
             s = servers[(a, port)] = (f"[{t}]" if ":" in t else t) + f":{port}"
         return s
 
+    codes: dict[tuple[bytes, int], int] = {}
+    srv_code = np.asarray(
+        [codes.setdefault(k, len(codes)) for k in zip(http.server, http.sport, strict=True)],
+        dtype=np.int64,
+    )
+    at_once = connections_at_once(sess, srv_code, conn, us_req, us_end)
     in_order = bool(np.all(req_rows == np.arange(n)))  # often: then no reordering lists
     order = [] if in_order else req_rows.tolist()
     paths = list(http.path) if in_order else [http.path[i] for i in order]
@@ -179,4 +227,5 @@ def sessionize(
         "conn": conn[rows],
         "ttfb": ttfb[rows],
         "answered": answered[rows],
+        "_connections_at_once": at_once,  # per session, not a column: read_capture takes it
     }

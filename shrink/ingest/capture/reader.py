@@ -24,7 +24,10 @@ kind in ``skipped_kinds``, numbers in ``skipped_lines``),
 ``truncated`` (records cut by the snapshot length), ``missing_bytes`` (stream
 bytes never captured), ``requests`` and ``responses`` (counted as tshark counts
 them: a response is counted when all of it was captured), ``unanswered``,
-``orphan_responses``, ``http_anomalies`` and, for a damaged file read
+``orphan_responses``, ``http_anomalies``, ``most_connections_at_once`` (the most
+connections of one session to one server open at once) and ``crowded_sessions``
+(sessions with more than twice what a browser opens, 12: several users behind one
+address?) and, for a damaged file read
 leniently, ``damage`` (where reading stopped).
 
 Per request: ``t`` is the first request packet's time (of the burst's first
@@ -49,7 +52,7 @@ from shrink.checks import check_int, check_scalar, parse_duration
 from shrink.classify import Classifier
 from shrink.errors import ParameterError, TraceFormatError
 from shrink.ingest.capture.http_parse import parse_http
-from shrink.ingest.capture.http_sessions import parse_sessions, sessionize
+from shrink.ingest.capture.http_sessions import BROWSER_CONNECTIONS, parse_sessions, sessionize
 from shrink.ingest.capture.pcap_decode import LINKTYPES, decode_records
 from shrink.ingest.capture.pcap_files import NO_INTERFACE, read_records
 from shrink.ingest.capture.tcp_reassembly import reassemble
@@ -127,6 +130,7 @@ def read_capture(
         burst_gap=burst_gap,
         classifier=classifier or Classifier(),
     )
+    at_once = cols.pop("_connections_at_once")
     skipped_kinds = dict(sorted(seg.skipped.items()))
     for k in ("non-http-packets",):
         if http.counts.get(k):
@@ -162,6 +166,11 @@ def read_capture(
             k: v for k, v in sorted(http.counts.items()) if not k.startswith("non-http")
         },
     }
+    if at_once.size:
+        # More connections at once than a browser opens: several users behind one
+        # address (a proxy, a NAT, a load generator), taken as one session.
+        meta["most_connections_at_once"] = int(at_once.max())
+        meta["crowded_sessions"] = int((at_once > BROWSER_CONNECTIONS).sum())
     if facts.get("link_types"):
         meta["link_types"] = facts["link_types"]
     if facts["damage"]:
