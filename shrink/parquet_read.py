@@ -181,6 +181,15 @@ def _check_fits(
     )
 
 
+def _read(path: Path, meta: pq.FileMetaData, dictionary: list[str]) -> pa.Table:
+    """The file's table, read on this thread (``dictionary``: columns read
+    dictionary-encoded). pyarrow's thread pools hung for good when a worker thread could
+    not be made (`ulimit -v`, a cgroup's pids.max): ``read_table`` waited on a scan
+    that never ended. The footer already parsed is passed in, not parsed again."""
+    with pq.ParquetFile(path, metadata=meta, read_dictionary=dictionary or None) as pf:
+        return pf.read(use_threads=False)
+
+
 def read_bounded(path: Path, *, left: int | None = None) -> pa.Table:
     """The Parquet file at ``path`` as a table, its columns as the file types them; a
     TraceFormatError naming the file and the largest column when its text and bytes
@@ -201,9 +210,9 @@ def read_bounded(path: Path, *, left: int | None = None) -> pa.Table:
         "a file's pages are stored compressed",
     )  # fmt: skip
     names = _variable_width(schema)
+    table = _read(path, meta, names)
     if not names:
-        return pq.read_table(path)
-    table = pq.read_table(path, read_dictionary=names)
+        return table
     sizes = {name: decoded_size(table.column(name)) for name in names}
     _check_fits(
         sizes, table.num_rows, left, path, "its text and bytes columns",

@@ -4,6 +4,7 @@ that fits reads as before, each column typed as the file types it."""
 
 from __future__ import annotations
 
+import os
 import resource
 import subprocess
 import sys
@@ -183,3 +184,26 @@ def test_a_nested_column_is_refused_by_name_before_it_is_read(tmp_path, monkeypa
         read_bounded(path, left=1 << 30)
     assert "column 'extra' is nested (list<element: binary>)" in str(err.value)
     assert str(path) in str(err.value)
+
+
+def test_a_parquet_file_is_read_on_the_calling_thread(tmp_path):
+    """``predict`` under ``ulimit -v 471040`` hung for good (SIGTERM could not stop it):
+    ``pq.read_table`` handed the scan to pyarrow's worker threads, one could not be
+    made, and the scan's future never ended; at 481280 it said "not a readable Parquet
+    trace (Failed to launch worker thread)". The read starts no pool of workers now
+    (pyarrow may still start its one I/O thread)."""
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"t": [0.0, 1.0], "path": ["/a", "/b"]}), path)
+    code = (
+        "import os, sys; from pathlib import Path; import pyarrow.parquet\n"
+        "from shrink.parquet_read import read_bounded\n"
+        "n = len(os.listdir('/proc/self/task'))\n"
+        "read_bounded(Path(sys.argv[1]))\n"
+        "print(len(os.listdir('/proc/self/task')) - n)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60,
+        cwd=ROOT, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) <= 1  # read_table started three (two workers, one for I/O)

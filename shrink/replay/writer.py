@@ -371,7 +371,8 @@ class RunLogWriter:
         if self.path is not None and self._writer is not None:
             target = self.path if self._tmp is None or not self._tmp.exists() else self._tmp
             try:
-                table = pq.read_table(target)
+                with pq.ParquetFile(target) as pf:  # on this thread (see parquet_read)
+                    table = pf.read(use_threads=False)
             except (OSError, pa.ArrowInvalid):
                 table = WRITER_SCHEMA.empty_table()  # nothing readable survived the error
             return RunLog(table.replace_schema_metadata(None), self.meta)
