@@ -5,11 +5,42 @@ a good part of a second on a busy machine): a SIGTERM then exits 143 with one li
 not silently killed, and a Ctrl-C shows no traceback.
 """
 
+import os
+import resource
+import sys
+
 from shrink import interrupts
+
+# numpy's OpenBLAS starts a thread per CPU at import, for matrix sizes shrink never
+# has: they spin on the generator's CPU after a call, reserve address space, and when
+# one cannot be created (under `ulimit -v`) OpenBLAS raises SIGINT on the process, a
+# limit then reported as a Ctrl-C. A user's own setting is kept.
+OPENBLAS_THREADS = ("OPENBLAS_NUM_THREADS", "1")
+
+
+# The least address space (`ulimit -v`) shrink starts under. Below it numpy's and
+# Arrow's native code crash (SIGSEGV, SIGABRT from std::bad_alloc) or hang rather
+# than fail: ingest and predict on the simulator, 200-700 MiB in 10-20 MiB steps, three
+# sweeps on a 2-vCPU Debian 12 VM (Python 3.11, pyarrow 26, numpy 2) crashed at
+# 240-380 MiB; above 440 MiB every run ended in its work or one line (bench/RESULTS.md).
+LEAST_ADDRESS_SPACE = 512 << 20
+
+
+def _address_space_too_small() -> None:
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if soft != resource.RLIM_INFINITY and soft < LEAST_ADDRESS_SPACE:
+        sys.stderr.write(
+            f"error: ulimit -v {soft // 1024} (KiB) is less than the "
+            f"{LEAST_ADDRESS_SPACE >> 10} shrink needs: its numerical libraries' native "
+            "code crashes, rather than fails, with less\n"
+        )
+        raise SystemExit(1)
 
 
 def run() -> None:
     """The ``shrink`` command (see :func:`shrink.cli.main`)."""
+    os.environ.setdefault(*OPENBLAS_THREADS)
+    _address_space_too_small()
     interrupts.install()
     try:
         from shrink.cli import main

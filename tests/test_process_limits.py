@@ -76,3 +76,67 @@ def test_out_of_memory_is_one_line_naming_the_limit_not_a_bug(monkeypatch, capsy
     assert err == (
         "error: out of memory (ulimit -v 600000): raise the limit, or give a smaller input"
     )
+
+
+def test_a_library_the_loader_could_not_map_is_out_of_memory_not_a_bug(monkeypatch, capsys):
+    """``shrink trace info`` under ``ulimit -v 200000``: "internal error (ImportError:
+    libarrow.so.2600: failed to map segment from shared object); this is a bug in
+    shrink", exit 70. An import that fails for another reason stays a bug."""
+    import typer
+
+    from shrink.cli._common import cli_errors
+
+    monkeypatch.setattr(resource, "getrlimit", lambda _r: (204_800_000, 204_800_000))
+    with pytest.raises(typer.Exit) as info, cli_errors():
+        raise ImportError("libarrow.so.2600: failed to map segment from shared object")
+    assert info.value.exit_code == 1
+    assert capsys.readouterr().err.strip() == (
+        "error: out of memory (ulimit -v 200000): raise the limit, or give a smaller input"
+    )
+    with pytest.raises(typer.Exit) as info, cli_errors():
+        try:  # an import that ran out, then an error of its own while that was handled
+            raise MemoryError
+        except MemoryError:
+            raise SystemError("<function _find_and_load> returned NULL without setting an "
+                              "exception") from None  # fmt: skip
+    assert info.value.exit_code == 1
+    assert capsys.readouterr().err.startswith("error: out of memory (ulimit -v 200000)")
+    with pytest.raises(typer.Exit) as info, cli_errors():
+        raise ImportError("No module named 'pyarrow'")
+    assert info.value.exit_code == 70
+    assert "this is a bug in shrink" in capsys.readouterr().err
+
+
+def _ingest_under(tmp_path: Path, mib: int) -> subprocess.CompletedProcess[str]:
+    trace = ROOT / "examples" / "traces" / "support-access.log"
+    limit = mib << 20
+    return subprocess.run(
+        [sys.executable, "-m", "shrink", "ingest", str(trace), "-o", str(tmp_path / "t.parquet")],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("mib", [150, 250, 300, 500])
+def test_an_address_space_shrink_cannot_start_in_is_refused_first(tmp_path, mib):
+    """Under ``ulimit -v`` from 200 to 450 MiB a command crashed (SIGSEGV at 290, SIGABRT
+    at 240), hung, said "interrupted" (numpy's OpenBLAS raised SIGINT when it could not
+    make a thread, 250) or "internal error ... this is a bug" (70): the native code of
+    the numerical libraries does not fail cleanly there. Refused before they load."""
+    done = _ingest_under(tmp_path, mib)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        f"error: ulimit -v {mib << 10} (KiB) is less than the 524288 shrink needs: its "
+        "numerical libraries' native code crashes, rather than fails, with less\n"
+    )
+    assert not (tmp_path / "t.parquet").exists()
+
+
+@pytest.mark.parametrize("mib", [512, 600, 700])
+def test_a_command_under_an_address_space_limit_it_starts_in_ends_cleanly(tmp_path, mib):
+    """Above that floor a command does its work or says memory ran out, in one line."""
+    done = _ingest_under(tmp_path, mib)
+    assert done.returncode in (0, 1), done.stderr
+    assert "Traceback" not in done.stderr and "bug" not in done.stderr
+    if done.returncode == 1:
+        assert done.stderr.strip().splitlines()[-1].startswith("error: out of memory (ulimit")

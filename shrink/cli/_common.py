@@ -35,9 +35,9 @@ import resource
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 
@@ -131,8 +131,14 @@ def error_line(text: str) -> None:
     # One line: a message with a newline (a subprocess's stderr) is folded.
     # Escaped: a path or field name like "x[/y]" is text, not a rich markup tag.
     # Printable: a control character (an ANSI escape in a file name) is shown escaped.
-    line = escape(printable(" ".join(str(text).split())))
-    console().print(f"[bold red]error:[/] {line}", highlight=False, soft_wrap=True)
+    flat = printable(" ".join(str(text).split()))
+    try:
+        console().print(f"[bold red]error:[/] {escape(flat)}", highlight=False, soft_wrap=True)
+    except (MemoryError, SystemError, ImportError):
+        # Out of memory (`ulimit -v`): too little left to import the terminal library
+        # (a MemoryError in an import is a SystemError). The line, plain.
+        with suppress(OSError):
+            sys.stderr.write(f"error: {flat}\n")
 
 
 def refuse_empty(argv: list[str]) -> None:
@@ -251,13 +257,10 @@ def _report(exc: BaseException, written: list[Path]) -> None:
         raise typer.Exit(code=interrupts.exit_status()) from None
     except MemoryError:
         # Not a bug: the machine, or `ulimit -v`, gave too little (was exit 70 "internal").
-        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
-        limit = f" (ulimit -v {soft // 1024})" if soft != resource.RLIM_INFINITY else ""
-        kept = kept_files((), written)
-        error_line(f"out of memory{limit}: raise the limit, or give a smaller input"
-                   + ("; kept " + ", ".join(kept) if kept else ""))  # fmt: skip
-        raise typer.Exit(code=EXIT_ERROR) from None
+        _out_of_memory(written)
     except Exception as exc:
+        if _memory_refused(exc):
+            _out_of_memory(written)
         # Path.resolve() met a symlink loop (--docroot, --machine): before Python 3.13 a
         # RuntimeError, not the OSError (ELOOP) every other read of that path gives.
         if isinstance(exc, RuntimeError) and str(exc).startswith("Symlink loop from "):
@@ -273,6 +276,40 @@ def _report(exc: BaseException, written: list[Path]) -> None:
             "rerun with SHRINK_TRACEBACK=1 to see where"
         )
         raise typer.Exit(code=EXIT_BUG) from None
+
+
+def _memory_refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is memory running out in another guise: the dynamic loader could
+    not map a library (`ulimit -v 200000`: "libarrow.so: failed to map segment from
+    shared object"), or a MemoryError inside an import, which CPython words as
+    "SystemError: <function _find_and_load> returned NULL without setting an
+    exception", or any error raised while one was handled."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        text = str(cur)
+        if isinstance(cur, MemoryError):
+            return True
+        if isinstance(cur, ImportError) and (
+            "failed to map segment" in text or os.strerror(errno.ENOMEM) in text
+        ):
+            return True
+        if isinstance(cur, SystemError) and "returned NULL without setting an" in text:
+            return resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
+def _out_of_memory(written: Sequence[Path]) -> NoReturn:
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    limit = f" (ulimit -v {soft // 1024})" if soft != resource.RLIM_INFINITY else ""
+    kept = kept_files((), written)
+    text = f"out of memory{limit}: raise the limit, or give a smaller input" + (
+        "; kept " + ", ".join(kept) if kept else ""
+    )
+    error_line(text)
+    raise typer.Exit(code=EXIT_ERROR) from None
 
 
 def guarded(func: F) -> F:
