@@ -30,7 +30,9 @@ from shrink.autolevels import (
     SweepInterrupted,
     SweepScaling,
     auto_sweep,
+    check_budget,
     companion_curve,
+    least_scaled_time,
     sample_ratio,
     sweep_scaling,
 )
@@ -251,6 +253,8 @@ def predict(
     cpus = provider.server_cpus()
     check_mappings(config.mappings, machine, cpus)  # before anything is measured
     share = Share.plan(cpus, machine, alpha, config.share_kind)
+    slow = least_scaled_time(share.kind == "cpu_time", share.cpu_fraction, config.time_scaling)
+    check_budget(config.plan, config.paired_full_run, slow)  # before a sample or a server
     sample = _sample(trace, alpha, config)
     plan = _sweep_plan(trace, share, config)
     if plan.probe_level is None and hasattr(provider, "probe_level"):

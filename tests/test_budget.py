@@ -98,3 +98,46 @@ def test_a_budget_the_warm_run_shows_too_short_says_so(clock):
     with pytest.raises(ParameterError, match="held the warm-up run, but not one repetition"):
         auto_sweep(_Slow(clock), _trace(), {"mean": 0.005}, plan=plan)
     assert clock[0] <= 20
+
+
+class _NeverOpened:
+    """A provider whose servers must not start, nor its sample be drawn."""
+
+    name = "never"
+
+    def machine(self):
+        from shrink.machine import Machine
+
+        return Machine(name="fake-1s", sockets=1, cores_per_socket=2)
+
+    def server_cpus(self):
+        return (1,)
+
+    def open(self, share, mapping):
+        raise AssertionError("a server was started for a budget that cannot hold one run")
+
+
+@pytest.mark.parametrize(
+    ("paired", "least"),
+    [(False, r"40 s \(\(2 s warm-up \+ 8 s window\) x 4 in slow motion"), (True, "50 s")],
+)
+def test_predict_refuses_a_budget_short_of_one_repetition_before_anything_starts(
+    monkeypatch, paired, least
+):
+    # `predict --budget 12s` on a CPU-time share of 0.25 (40 s a repetition in slow
+    # motion) passed the CLI's check of warm-up + window (10 s), then drew the sample
+    # and started the servers before the sweep refused it.
+    from shrink.errors import OptionError
+    from shrink.predict import PredictConfig, predict
+
+    def no_sample(*a, **k):
+        raise AssertionError("the sample was drawn")
+
+    monkeypatch.setattr("shrink.predict._sample", no_sample)
+    plan = AutoPlan(warmup=2, duration=8, reps=2, budget_s=12)
+    cfg = PredictConfig(alpha=0.25, thresholds={"mean": 0.01}, mappings=["1-replica"],
+                        share_kind="cpu_time", plan=plan, paired_full_run=paired)  # fmt: skip
+    with pytest.raises(
+        OptionError, match=rf"--budget: 12 s cannot hold .* least that could is {least}"
+    ):
+        predict(_trace(), _NeverOpened(), cfg)

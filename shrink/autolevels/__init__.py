@@ -28,12 +28,14 @@ from __future__ import annotations
 import typing as _typing
 
 from shrink.autolevels import _level
+from shrink.autolevels._clock import check_budget
 from shrink.autolevels._curve import companion_curve
 from shrink.autolevels._plan import (
     AutoPlan,
     Companion,
     Pairing,
     SweepScaling,
+    least_scaled_time,
     sample_ratio,
     sweep_scaling,
 )
@@ -54,8 +56,10 @@ __all__ = [
     "SweepInterrupted",
     "SweepScaling",
     "auto_sweep",
+    "check_budget",
     "companion_curve",
     "last_level",
+    "least_scaled_time",
     "sample_ratio",
     "sweep_scaling",
 ]

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from shrink.autolevels._plan import AutoPlan
+from shrink.errors import OptionError
 
 _T = TypeVar("_T")
 
@@ -23,8 +24,7 @@ class Clock:
 
     def __init__(self, plan: AutoPlan, paired: bool, scaled_time: float = 1.0) -> None:
         self.budget = plan.budget_s
-        side = plan.warmup + plan.duration
-        self.planned = side * scaled_time + (side if paired else 0.0)
+        self.planned = least_budget(plan, paired, scaled_time)
         self.spent = 0.0
         self.reps = 0
         self.per_rep = self.planned
@@ -55,3 +55,29 @@ class Clock:
             self.reps += reps
             self.per_rep = max(self.planned, self.spent / self.reps)
         return out
+
+
+def least_budget(plan: AutoPlan, paired: bool, scaled_time: float = 1.0) -> float:
+    """The seconds one repetition of one level is charged at least: its warm-up and
+    window, ``scaled_time`` times as long on a share in slow motion, and once more
+    for its paired full-scale twin."""
+    side = plan.warmup + plan.duration
+    return side * scaled_time + (side if paired else 0.0)
+
+
+def check_budget(plan: AutoPlan, paired: bool, scaled_time: float = 1.0) -> None:
+    """Refuse, before anything starts, a time budget that cannot hold one repetition of
+    one level (the sweep found it only after the servers were up and the sample drawn)."""
+    least = least_budget(plan, paired, scaled_time)
+    if plan.budget_s is None or plan.budget_s >= least:
+        return
+    why = f"{plan.warmup:g} s warm-up + {plan.duration:g} s window"
+    if scaled_time != 1.0:
+        why = f"({why}) x {scaled_time:g} in slow motion on the CPU-time share"
+    if paired:
+        why += f", + {plan.warmup + plan.duration:g} s for its paired full-scale run"
+    raise OptionError(
+        "--budget",
+        f"{plan.budget_s:g} s cannot hold one repetition of one level: the least that could "
+        f"is {least:g} s ({why}); allow that much or shorten --warmup and --duration",
+    )

@@ -125,6 +125,13 @@ def sweep_scaling(
     return SweepScaling(scaled_time=scaled, share_load=load / sample_ratio)
 
 
+def least_scaled_time(cpu_time: bool, nominal: float, time_scaling: bool = True) -> float:
+    """How many times its warm-up and window a share's repetition lasts at least: 1/nominal
+    on a CPU-time share in slow motion (a calibrated speed is at most its nominal
+    fraction, so :func:`sweep_scaling` slows it no less), else 1."""
+    return 1.0 / nominal if cpu_time and time_scaling and nominal > 0 else 1.0
+
+
 def sample_ratio(trace: Trace, sample: Trace, plan: AutoPlan, alpha: float) -> float:
     """The sample's request rate over ``alpha`` times the trace's in the window the sweep
     loops (after ``plan.skip``); 1 without a window or where either is empty."""
