@@ -11,7 +11,6 @@ import contextlib
 import errno
 import functools
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -26,6 +25,7 @@ from shrink.topology import parse_cpulist
 __all__ = [
     "ProcInfo",
     "allowed_cpus",
+    "check_program",
     "children_map",
     "cpu_seconds",
     "descendants",
@@ -168,7 +168,7 @@ def start_process(
     gate = os.pipe() if recorded is not None else None
     try:
         proc = subprocess.Popen(
-            _gated(argv, env) if gate is not None else argv,
+            _gated(argv, env, user) if gate is not None else argv,
             stdin=gate[0] if gate is not None else subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -193,17 +193,78 @@ def start_process(
 
 
 # The shell waits for a line on its standard input before it becomes the server: the line
-# comes once the server's PID is recorded; an end of file (the starter died) ends it.
-_GATE = 'read -r _ || exit 111; exec </dev/null; exec "$@"'
+# comes once the server's PID is recorded; an end of file (the starter died) ends it. The
+# variables a shell sets of its own (PWD, OLDPWD, SHLVL, and ``_``, which the read fills)
+# are put back as the server's environment had them, or removed: the server gets exactly
+# the environment it was given (dash exported PWD to every server).
+_OWN_VARS = ("PWD", "OLDPWD", "SHLVL", "_")
+_GATE = (
+    "read -r _ || exit 111; exec </dev/null; "
+    'if [ "$1" = 1 ]; then export PWD="$2"; else unset PWD; fi; '
+    'if [ "$3" = 1 ]; then export OLDPWD="$4"; else unset OLDPWD; fi; '
+    'if [ "$5" = 1 ]; then export SHLVL="$6"; else unset SHLVL; fi; '
+    'if [ "$7" = 1 ]; then export _="$8"; else unset _; fi; '
+    'shift 8; exec "$@"'
+)
+# The shell's own exit when ``exec`` could not run the program (POSIX): what it means.
+GATE_EXEC_FAILED = {126: "not executable", 127: "not found (it or its #! interpreter)"}
 
 
-def _gated(argv: list[str], env: dict[str, str] | None) -> list[str]:
-    """``argv`` behind :data:`_GATE`. A program that is not there is said here, as
-    Popen said it (the shell would say it only in the server's log)."""
-    path = (env if env is not None else os.environ).get("PATH", os.defpath)
-    if shutil.which(argv[0], path=path) is None:
-        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
-    return ["/bin/sh", "-c", _GATE, "shrink-gate", *argv]
+def _gated(argv: list[str], env: dict[str, str] | None, user: tuple[int, int] | None) -> list[str]:
+    """``argv`` behind :data:`_GATE`. A program that is not there, or that the user the
+    server runs as may not execute, is said here, as Popen said it (the shell would say
+    it only in the server's log, exiting 127 or 126)."""
+    given = env if env is not None else os.environ
+    check_program(argv[0], given.get("PATH", os.defpath), user)
+    own = [x for k in _OWN_VARS for x in (("1", given[k]) if k in given else ("0", ""))]
+    return ["/bin/sh", "-c", _GATE, "shrink-gate", *own, *argv]
+
+
+def check_program(name: str, path: str, user: tuple[int, int] | None = None) -> str:
+    """The file ``exec`` would run for ``name`` (searched on ``path`` as execvp does when it
+    has no slash), or FileNotFoundError / PermissionError naming it: not there, or not
+    executable by ``user`` (uid, gid; None: this process), on a noexec mount included."""
+    places = [name] if "/" in name else [os.path.join(d or ".", name) for d in path.split(":")]
+    denied = None
+    for place in places:
+        if os.path.isfile(place):
+            if _may_execute(place, user):
+                return place
+            denied = denied or place
+    if denied is None:
+        where = "" if "/" in name else f" on PATH {path}"
+        raise FileNotFoundError(errno.ENOENT, f"not found{where}", name)
+    who = "this user" if user is None else f"uid {user[0]}"
+    raise PermissionError(errno.EACCES, f"{denied} is not executable by {who}", name)
+
+
+def _may_execute(place: str, user: tuple[int, int] | None) -> bool:
+    """Whether ``user`` (uid, gid, no other groups, as start_process sets them) may
+    execute ``place``: x on the file for its class, x on every folder above it; root needs
+    one x bit on the file. Never on a mount without exec."""
+    with contextlib.suppress(OSError):
+        if os.statvfs(place).f_flag & os.ST_NOEXEC:
+            return False
+    if user is None:
+        return os.access(place, os.X_OK)
+    uid, gid = user
+    real = os.path.realpath(place)
+    try:
+        st = os.stat(real)
+        if uid == 0:
+            return bool(st.st_mode & 0o111)
+        chain = [real, *(str(p) for p in Path(real).parents)]
+        return all(_has_x(os.stat(p), uid, gid) for p in chain)
+    except OSError:
+        return False
+
+
+def _has_x(st: os.stat_result, uid: int, gid: int) -> bool:
+    if st.st_uid == uid:
+        return bool(st.st_mode & 0o100)
+    if st.st_gid == gid:
+        return bool(st.st_mode & 0o010)
+    return bool(st.st_mode & 0o001)
 
 
 def _open_gate(

@@ -273,7 +273,13 @@ def wait_until(
         for m in masters:
             rc = m.poll()
             if rc is not None:
-                name = Path(str(m.args[0] if isinstance(m.args, list) else m.args)).name
+                prog = str(m.args[0] if isinstance(m.args, list) else m.args)
+                if rc in process.GATE_EXEC_FAILED:  # the gate's shell could not exec the program
+                    raise TestbedError(
+                        f"cannot start {prog}: {process.GATE_EXEC_FAILED[rc]} (exit {rc})",
+                        pid=m.pid,
+                    )
+                name = Path(prog).name
                 raise TestbedError(f"{name} exited with status {rc} during start-up", pid=m.pid)
         missing = ready()
         if missing is None:
