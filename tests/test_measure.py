@@ -660,6 +660,31 @@ def test_shrink_mat_says_one_repetition_gives_no_interval(tmp_path):
     assert "CI [" in out[2] and "CI none" not in out[2], out[2]
 
 
+def test_shrink_mat_json_writes_no_interval_for_one_repetition(tmp_path):
+    """``mat --json`` of a curve of one repetition a level wrote ``"ci": [x, x]`` (and a
+    text 'x [x, x]') where the text said 'CI none': one repetition measures no spread."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    trace = poisson_trace(rate=50.0, duration=60.0, seed=1)
+    target = FakeTarget(servers=1, demand={"static": 0.01, "dynamic": 0.01})
+    out = {}
+    for reps in (1, 2):
+        curve = sweep(target, trace, [1, 1.5, 1.8], reps=reps, warmup=1.0, duration=8.0)
+        path = tmp_path / f"c{reps}.json"
+        curve.write_json(path)
+        r = CliRunner().invoke(app, ["mat", str(path), "--threshold", "40ms", "--json"])
+        assert r.exit_code == 0, r.output
+        out[reps] = json.loads(r.stdout)
+    one, two = out[1], out[2]
+    assert one["status"] == "ok" and one["ci"] is None and "[" not in one["text"], one
+    assert one["ci_note"].startswith("one repetition per level: no spread to read"), one
+    assert two["ci"][0] < two["mat"] < two["ci"][1] and "ci_note" not in two, two
+
+
 def test_shrink_mat_json_names_its_curve_and_confidence_and_adaptive_needs_two_reps(tmp_path):
     """``mat --json`` gave the interval without its confidence (0.95 was only in the
     words) or the curve it read; ``mat --adaptive`` on a curve of one repetition a level

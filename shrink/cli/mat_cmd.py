@@ -4,7 +4,7 @@ adding levels on a live server until its interval is narrow)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -145,7 +145,7 @@ def mat_cmd(
             _write_curve(lc, output or curve)
         res = mat(lc, stat, thr, cls=cls)
     if as_json:  # with the levels added, and the curve it was read from
-        echo_json({**res.to_dict(), "added_levels": added, "curve": str(curve)})
+        echo_json({**_mat_json(res, lc), "added_levels": added, "curve": str(curve)})
     else:
         _print_mat(res, stat, thr, added, lc)
     from shrink.cli.sweep_cmd import crowded_warning
@@ -166,7 +166,7 @@ def _print_mat(res: MATResult, stat: str, thr: float, added: list[float], lc: Lo
     ci = "" if res.bound else f"  CI [{res.ci[0]:,.1f}, {res.ci[1]:,.1f}]"
     if not res.bound and _one_repetition(res, lc):
         # [x, x] from one repetition a level is no spread measured, not a certain MAT.
-        ci = "  CI none (one repetition per level: no spread to read; --reps 2 or more)"
+        ci = f"  CI none ({_ONE_REP})"
     typer.echo(
         f"MAT ({threshold_text(stat, thr)}): "
         f"{mat_text(res.mat, res.status, fmt=',.1f')} req/s{ci}  ({res.status})"
@@ -195,6 +195,20 @@ def _print_mat(res: MATResult, stat: str, thr: float, added: list[float], lc: Lo
         )
     if added:
         typer.echo(f"added levels: {', '.join(f'{x:g}' for x in added)}")
+
+
+_ONE_REP = "one repetition per level: no spread to read; --reps 2 or more"
+
+
+def _mat_json(res: MATResult, lc: LoadCurve) -> dict[str, Any]:
+    """``res`` as ``mat --json`` writes it: with one repetition a level no interval (null,
+    and ``ci_note`` says why), as the text says 'CI none'; it wrote ``[x, x]``."""
+    from shrink.mat import mat_text
+
+    d = res.to_dict()
+    if res.bound or not _one_repetition(res, lc):
+        return d
+    return {**d, "ci": None, "text": mat_text(res.mat, res.status, fmt=",.1f"), "ci_note": _ONE_REP}
 
 
 def _one_repetition(res: MATResult, lc: LoadCurve) -> bool:
