@@ -212,3 +212,22 @@ def test_a_folder_that_cannot_be_locked_keeps_every_temporary(tmp_path, monkeypa
         with pytest.raises(OutputBusyError), claimed(tmp_path):
             pass  # pragma: no cover
         assert drop_temporaries(tmp_path, names) == [live.name]  # still held after the refusal
+
+
+def test_predict_removes_what_a_killed_predict_left_in_its_folder(tmp_path):
+    # predict held its folder but left a killed run's `.measured-curve.json.HEX.tmp`
+    # there for good (sweep --runlogs clears its own).
+    trace = _trace(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    dead = [".measured-curve.partial.json.0123456789ab.tmp", ".report.html.ba9876543210.tmp"]
+    kept = [".trace.parquet.0123456789ab.tmp", "notes.txt"]  # not predict's
+    for name in dead + kept:
+        (out / name).write_text("x")
+    args = ["predict", str(trace), "--target", f"sim:{SPEC}", "--alpha", "0.5", "--mappings",
+            "1-replica", "--thresholds", "mean=0.5ms,p99.9=4ms", "--warmup", "300ms",
+            "--duration", "1s", "--reps", "1", "--max-levels", "4", "-o", str(out)]  # fmt: skip
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code in (0, 99), r.output
+    names = {p.name for p in out.iterdir()}
+    assert not names & set(dead) and set(kept) <= names and "prediction.json" in names

@@ -259,7 +259,7 @@ def predict(
         settings = TargetSettings(target, machine, docroot, cpus, server, placement)
         title = "scaled + full runs" if paired_full_run else "scaled run"
         try:
-            with claimed(out), _progress(title) as progress:
+            with _held(out), _progress(title) as progress:
                 pred = run_predict(
                     trace, out, config, target=settings, progress=progress, max_body=max_body
                 )
@@ -407,7 +407,27 @@ def _claim(out: Path | None, prediction: Path) -> Any:
     said by run_validate, not made a folder here)."""
     if out is None and not prediction.parent.is_dir():
         return contextlib.nullcontext()
-    return claimed(out or prediction.parent)
+    return _held(out or prediction.parent)
+
+
+# The files predict and validate write in their folder (a killed one leaves their
+# ``.NAME.HEX.tmp``), by the names shrink.atomic.drop_temporaries matches.
+_OUTPUTS = (
+    r"(?:prediction|validation|measured-curve|predicted-curve|full-curve)(?:\.partial)?\.json"
+    r"|report\.(?:md|html)|(?:latency|cdf|whatif)\.png"
+)
+
+
+@contextmanager
+def _held(folder: Path) -> Iterator[Path]:
+    """``folder`` held by this command alone (:func:`shrink.atomic.claimed`), cleared of
+    the temporaries a killed predict or validate left there (sweep --runlogs clears its
+    own; predict's were left for good)."""
+    from shrink.atomic import drop_temporaries
+
+    with claimed(folder) as path:
+        drop_temporaries(path, _OUTPUTS)
+        yield path
 
 
 def _print_summary(pred: Prediction, out: Path) -> None:

@@ -6,6 +6,8 @@ Its :func:`register` also adds ``sweep`` (:mod:`shrink.cli.sweep_cmd`) and ``mat
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -99,7 +101,8 @@ def replay(
             warm_start=False,
         )
         _warn_docroot(tgt, tr, trace)
-        res = tgt.run(tr, rate_factor=rf, warmup=0.0, duration=seconds, out=output)
+        with _held(output):
+            res = tgt.run(tr, rate_factor=rf, warmup=0.0, duration=seconds, out=output)
         summary = _summary(res, output)
         summary["realtime"] = tgt.realtime
     if as_json:
@@ -112,6 +115,22 @@ def replay(
     if summary["served"] == 0:
         # Written and printed first; then the status says no server answered.
         exit_nothing_served(summary["nothing_served"])
+
+
+@contextlib.contextmanager
+def _held(output: Path) -> Iterator[None]:
+    """The RunLog's folder held by this replay alone (:func:`shrink.atomic.claimed`, as
+    sweep holds its --runlogs folder: both wrote there at once), cleared of the
+    temporaries a killed replay of this file left (its .tmp and 8 MiB .reserve, its
+    parts' too)."""
+    import re
+
+    from shrink.atomic import claimed, drop_temporaries
+
+    base = re.escape(output.with_suffix("").name)
+    with claimed(output.parent) as folder:
+        drop_temporaries(folder, rf"{re.escape(output.name)}|{base}\.part[0-9]+\.parquet")
+        yield
 
 
 def _summary(res: Any, output: Path) -> dict[str, Any]:

@@ -1,0 +1,39 @@
+"""``replay -o DIR/FILE`` holds DIR as ``sweep --runlogs DIR`` does: both wrote there at
+once, and a killed replay's RunLog temporaries (its .tmp and 8 MiB .reserve) stayed."""
+
+from __future__ import annotations
+
+import pytest
+from helpers.servers import fake_server
+from typer.testing import CliRunner
+
+from shrink.atomic import claimed
+from shrink.cli import app
+
+
+def _replay(port: int, out) -> list[str]:
+    return ["replay", "--target", f"http://127.0.0.1:{port}", "--rate", "50",
+            "--path", "/x", "--duration", "1s", "-o", str(out)]  # fmt: skip
+
+
+def test_replay_into_a_folder_a_sweep_holds_is_refused(tmp_path):
+    logs = tmp_path / "logs"
+    with fake_server() as port, claimed(logs):
+        r = CliRunner().invoke(app, _replay(port, logs / "one.parquet"))
+    assert r.exit_code == 1, r.output
+    assert f"{logs}: another shrink run is writing this folder" in r.stderr
+    assert not (logs / "one.parquet").exists()
+
+
+@pytest.mark.parametrize("suffix", ["tmp", "reserve"])
+def test_replay_removes_what_a_killed_replay_of_its_file_left(tmp_path, suffix):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    dead = [f".one.parquet.0123456789ab.{suffix}", f".one.part1.parquet.ba9876543210.{suffix}"]
+    kept = [f".two.parquet.0123456789ab.{suffix}"]  # another file's: perhaps a live run's
+    for name in dead + kept:
+        (logs / name).write_bytes(b"\0" * 1024)
+    with fake_server() as port:
+        r = CliRunner().invoke(app, _replay(port, logs / "one.parquet"))
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in logs.iterdir()) == sorted([*kept, "one.parquet"])
