@@ -19,6 +19,17 @@ goes in parts, each its own request. A replay's peak grows by about four times a
 distinct body (Parquet's decoding of it, the trace's column, the request key's bytes,
 the built request: 313 MB for 80 MB): at the bound some 400 MB. One 300 MB body (14 MB
 of Parquet) took 2.4 GB to replay before the copies were cut.
+
+``FOOTER_READ_FACTOR``: the bytes of memory a Parquet file's read takes per byte of its
+footer (the metadata: a row group's every column chunk is described there). pyarrow parses
+the footer before any bound on the columns can apply, and then holds a chunk per row
+group and column: a trace of 20,000 one-row row groups (a 20 MB footer) took 1.4 GB to
+read. Measured with ``python bench/bench_footer_memory.py`` (peak RSS of
+``shrink.parquet_read.read_bounded`` over the footer's length) on a 2-vCPU KVM VM,
+pyarrow 26.0.1, n = 5 files (footers of 1.1-20 MB, 2-20 columns, 2,000-20,000 row
+groups), two runs: 68.7-91.5 bytes a byte (one parse of the footer alone: 10.4-15.9);
+the largest, rounded up. bench/RESULTS.md ("A Parquet footer is bounded by its length")
+has the runs.
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ from __future__ import annotations
 __all__ = [
     "ALPHA",
     "DURATION",
+    "FOOTER_READ_FACTOR",
     "MAX_BODY",
     "MAX_BODY_TEXT",
     "MAX_LEVELS",
@@ -52,3 +64,5 @@ ALPHA = 0.25
 # Bytes; MAX_BODY_TEXT says it in help texts.
 MAX_BODY = 100 << 20
 MAX_BODY_TEXT = "100 MiB"
+# Bytes of memory a Parquet read takes per byte of its footer (see above).
+FOOTER_READ_FACTOR = 96

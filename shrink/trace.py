@@ -57,7 +57,7 @@ from shrink.checks import MAX_SECONDS
 from shrink.errors import TraceFormatError
 from shrink.jsonout import dumps
 from shrink.parquet_meta import meta_of, write_with_meta
-from shrink.parquet_read import read_bounded
+from shrink.parquet_read import check_footer, read_bounded
 
 __all__ = [
     "COLUMNS",
@@ -391,6 +391,7 @@ def _read_table(path: Path, what: str) -> pa.Table:
     files.seekable_file(path, what=what)
     try:
         _parquet_magic(path, what)
+        check_footer(path)  # read_schema parses the footer too
         _unique_names(pq.read_schema(path).names, path)
         table = read_bounded(path)
         # Parquet does not promise valid UTF-8 in string columns; a bad byte would

@@ -207,3 +207,51 @@ def test_a_parquet_file_is_read_on_the_calling_thread(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert int(done.stdout) <= 1  # read_table started three (two workers, one for I/O)
+
+
+def _many_row_groups(path: Path, groups: int) -> Path:
+    """A trace of ``groups`` one-row row groups: a small file with a large footer."""
+    table = Trace.from_columns({"session": [0], "t": [0.0], "path": ["/a"]}).table
+    with pq.ParquetWriter(path, table.schema) as w:
+        for _ in range(groups):
+            w.write_table(table)
+    return path
+
+
+def test_a_footer_past_the_memory_left_is_refused_before_pyarrow_parses_it(tmp_path, monkeypatch):
+    """20,000 one-row row groups (a 20 MB footer) took 1.4 GB to read and aborted with
+    std::bad_alloc under ``ulimit -v 1500000``: the bounds applied only once pyarrow had
+    parsed the footer. Its length (the file's last 8 bytes) bounds it first."""
+    from shrink.defaults import FOOTER_READ_FACTOR
+    from shrink.parquet_read import footer_length
+
+    path = _many_row_groups(tmp_path / "groups.parquet", 500)
+    n = footer_length(path)
+    assert n is not None and n > 100_000
+    _nothing_read(monkeypatch)
+
+    def no_parse(*args, **kwargs):
+        raise AssertionError("the footer was parsed before its length was checked")
+
+    monkeypatch.setattr("shrink.parquet_read.pq.ParquetFile", no_parse)
+    monkeypatch.setattr("shrink.trace.pq.read_schema", no_parse)
+    with pytest.raises(TraceFormatError) as err:
+        read_bounded(path, left=n * FOOTER_READ_FACTOR - 1)
+    msg = str(err.value)
+    assert str(path) in msg and f"its footer (the file's metadata, {n:,} bytes)" in msg
+    monkeypatch.setattr("shrink.parquet_read.memory_left", lambda: n)
+    with pytest.raises(TraceFormatError, match="its footer"):
+        Trace.read_parquet(path)
+
+
+def test_a_footer_within_the_memory_left_reads(tmp_path):
+    from shrink.defaults import FOOTER_READ_FACTOR
+    from shrink.parquet_read import footer_length
+
+    path = _many_row_groups(tmp_path / "groups.parquet", 20)
+    n = footer_length(path)
+    assert n is not None
+    assert read_bounded(path, left=n * FOOTER_READ_FACTOR).num_rows == 20
+    assert footer_length(tmp_path / "missing.parquet") is None
+    (tmp_path / "short").write_bytes(b"PAR1")
+    assert footer_length(tmp_path / "short") is None
