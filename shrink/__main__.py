@@ -10,20 +10,13 @@ import resource
 import sys
 
 from shrink import interrupts
+from shrink.defaults import LEAST_ADDRESS_SPACE
 
 # numpy's OpenBLAS starts a thread per CPU at import, for matrix sizes shrink never
 # has: they spin on the generator's CPU after a call, reserve address space, and when
 # one cannot be created (under `ulimit -v`) OpenBLAS raises SIGINT on the process, a
 # limit then reported as a Ctrl-C. A user's own setting is kept.
 OPENBLAS_THREADS = ("OPENBLAS_NUM_THREADS", "1")
-
-
-# The least address space (`ulimit -v`) shrink starts under. Below it numpy's and
-# Arrow's native code crash (SIGSEGV, SIGABRT from std::bad_alloc) or hang rather
-# than fail: ingest and predict on the simulator, 200-700 MiB in 10-20 MiB steps, three
-# sweeps on a 2-vCPU Debian 12 VM (Python 3.11, pyarrow 26, numpy 2) crashed at
-# 240-380 MiB; above 440 MiB every run ended in its work or one line (bench/RESULTS.md).
-LEAST_ADDRESS_SPACE = 512 << 20
 
 
 def _address_space_too_small() -> None:

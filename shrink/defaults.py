@@ -30,6 +30,15 @@ pyarrow 26.0.1, n = 5 files (footers of 1.1-20 MB, 2-20 columns, 2,000-20,000 ro
 groups), two runs: 68.7-91.5 bytes a byte (one parse of the footer alone: 10.4-15.9);
 the largest, rounded up. bench/RESULTS.md ("A Parquet footer is bounded by its length")
 has the runs.
+
+``LEAST_ADDRESS_SPACE``: the least address space (``ulimit -v``) a command starts under.
+Below it numpy's and Arrow's native code crash (SIGSEGV; SIGABRT from std::bad_alloc),
+hang, or raise SIGINT (OpenBLAS, when it cannot make a thread) rather than fail. Measured
+with ``ingest`` of the bundled access log and ``predict`` on the simulator under each
+limit from 200 to 800 MiB in 10-16 MiB steps, two or three sweeps, on a 2-vCPU Debian 12
+VM (Python 3.11, pyarrow 26, numpy 2): crashes at 240-380 MiB, a hang at 460 MiB (since
+fixed: Parquet is read on the calling thread); from 512 MiB up every run ended in its
+work or in one line. bench/RESULTS.md ("A small ulimit -v") has the sweeps.
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ __all__ = [
     "ALPHA",
     "DURATION",
     "FOOTER_READ_FACTOR",
+    "LEAST_ADDRESS_SPACE",
     "MAX_BODY",
     "MAX_BODY_TEXT",
     "MAX_LEVELS",
@@ -66,3 +76,5 @@ MAX_BODY = 100 << 20
 MAX_BODY_TEXT = "100 MiB"
 # Bytes of memory a Parquet read takes per byte of its footer (see above).
 FOOTER_READ_FACTOR = 96
+# Bytes of address space a command needs to start (see above).
+LEAST_ADDRESS_SPACE = 512 << 20
