@@ -139,10 +139,35 @@ def _stdout_closed_at_start() -> None:
                                                    line_buffering=True)  # fmt: skip
 
 
+def _stdin_stderr_closed_at_start() -> None:
+    """fd 0 or fd 2 closed (``shrink sweep ... 2>&-``, as a cron job or a daemon's child
+    may be started): Python makes sys.stderr None, and the first progress line was
+    "internal error (AttributeError ...)", exit 70, every level measured lost; and the
+    next file opened took the free descriptor, so what a child process (a server,
+    tshark) wrote on its inherited stderr went into it. Each closed one becomes
+    /dev/null: what would be said there goes nowhere, as the caller asked."""
+    for fd, name in ((0, "stdin"), (2, "stderr")):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        null = os.open(os.devnull, os.O_RDONLY if fd == 0 else os.O_WRONLY)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        if getattr(sys, name) is None:
+            stream = io.TextIOWrapper(io.FileIO(fd, "r" if fd == 0 else "w", closefd=False),
+                                      line_buffering=fd == 2)  # fmt: skip
+            setattr(sys, name, stream)
+            setattr(sys, f"__{name}__", stream)
+
+
 def main(args: list[str] | None = None) -> None:
     """The ``shrink`` command: ``args`` (default: the command line's) run as typer runs them."""
     # SIGTERM and SIGHUP stop a command as Ctrl-C does: what was measured is kept.
     interrupts.install()
+    _stdin_stderr_closed_at_start()
     _stdout_closed_at_start()
     # A character stdout's encoding lacks (a path's "ü" under PYTHONIOENCODING=ascii) is
     # shown escaped, as on stderr, not an internal error after the work is done.
