@@ -48,3 +48,35 @@ def test_a_home_that_does_not_exist_is_not_made_and_nothing_is_said(tmp_path):
         IMPORT, env=_env(HOME=str(home)), timeout=120, capture_output=True, check=True
     )
     assert not home.exists() and done.stderr == b""
+
+
+def _figure_code() -> str:
+    return ("from shrink.report._mpl import matplotlib\n"
+            "import matplotlib.pyplot as plt\n"
+            "fig, ax = plt.subplots(); ax.set_title('mean 5 ms'); fig.canvas.draw()\n"
+            "print(matplotlib.get_backend().lower())\n")  # fmt: skip
+
+
+def test_a_users_matplotlibrc_does_not_change_or_break_the_figures(tmp_path):
+    """``text.usetex: True`` in the user's matplotlibrc (and no LaTeX here): ``predict``
+    ended after its sweep with "internal error (RuntimeError: ... latex could not be
+    found)", exit 70, and no report."""
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "matplotlibrc").write_text("text.usetex: True\nfont.size: 3\n")
+    done = subprocess.run(
+        [sys.executable, "-c", _figure_code() + "print(matplotlib.rcParams['text.usetex'])"],
+        env=_env(MPLCONFIGDIR=str(conf)), timeout=120, capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["agg", "False"]
+
+
+def test_an_unknown_mplbackend_is_not_an_internal_error():
+    """``MPLBACKEND=garbage``: every command importing matplotlib (predict, validate)
+    was "internal error (ValueError: Key backend ...)", exit 70, before it ran."""
+    done = subprocess.run(
+        [sys.executable, "-c", _figure_code()], env=_env(MPLBACKEND="garbage"),
+        timeout=120, capture_output=True, text=True,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout.strip()) == (0, "agg"), done.stderr

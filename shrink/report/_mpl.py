@@ -8,6 +8,11 @@ such as ``/tmp``, a FIFO planted there as ``matplotlibrc`` hung the report. So: 
 config folder another user could change is replaced by a private temporary one, and
 a ``matplotlibrc`` in the working folder that is not a plain file of root's or this
 user's is not read (the import runs from ``/``).
+
+The figures are drawn with matplotlib's own defaults, not the user's: a
+``matplotlibrc`` with ``text.usetex: True`` (and no LaTeX) ended ``predict`` after
+its sweep as "internal error", without its report, and ``MPLBACKEND=garbage`` (a
+backend shrink never uses) ended every command that imports matplotlib before it ran.
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ def _working_rc_trusted() -> bool:
 
 
 _config_dir()
+os.environ.pop("MPLBACKEND", None)  # Agg below; an unknown name was a ValueError at import
 if _working_rc_trusted():
     import matplotlib
 else:
@@ -75,4 +81,5 @@ else:
         import matplotlib
     finally:
         os.chdir(_here)
+matplotlib.rcdefaults()  # the figures as the project draws them, whatever rc was read
 matplotlib.use("Agg")
