@@ -39,19 +39,41 @@ MAX_CONTENT_TYPE = 1024
 
 def is_loopback(host: str) -> bool:
     """Whether ``host`` (a name or an address, IPv6 without brackets) is this machine's
-    loopback: the only place shrink sends load or probes without ``--allow-remote``."""
+    loopback: the only place shrink sends load or probes without ``--allow-remote``.
+    ``localhost`` is loopback when every address the resolver gives it is: an
+    ``/etc/hosts`` naming another address for it sent the load there."""
     if host == "localhost":
-        return True
+        return bool(addrs := _localhost_addresses()) and all(a.is_loopback for a in addrs)
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
 
 
+def _localhost_addresses() -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """What the resolver (``/etc/hosts``, nsswitch) gives ``localhost``, as the engines
+    will connect to it; none when it cannot be resolved."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo("localhost", None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return []
+    # (a scope, "fe80::1%lo", is not part of the address)
+    return [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
+
+
 def not_loopback_why(host: str) -> str:
     """Why ``host`` is not taken as loopback (:func:`is_loopback` is False): another
     machine's address, or a spelling read only by name (``127.1``, ``0x7f.1``,
     ``2130706433``, ``localhost.``), which another resolver could send elsewhere."""
+    if host == "localhost":
+        addrs = _localhost_addresses()
+        if not addrs:
+            return "localhost does not resolve here"
+        others = sorted({str(a) for a in addrs if not a.is_loopback})
+        return (f"localhost resolves here to {', '.join(others)}, not loopback "
+                "(/etc/hosts); write 127.0.0.1 or ::1")  # fmt: skip
     try:
         ip = ipaddress.ip_address(host)
     except ValueError:
