@@ -33,12 +33,14 @@ __all__ = [
     "atomic_file",
     "claimed",
     "drop_temporaries",
+    "expect_unchanged",
     "is_plain_target",
     "make_dirs",
     "open_dir",
     "open_exclusive",
     "own_dir",
     "recording",
+    "refuse_held_folder",
     "write_bytes",
     "write_text",
 ]
@@ -323,6 +325,88 @@ def _still_ours(tmp: Path, made: os.stat_result, dir_fd: int) -> None:
         raise OSError(errno.EEXIST, "its temporary file was replaced by someone else", str(tmp))
 
 
+# An output's state when its command checked it (absolute path: (device, inode,
+# mtime) or None when absent), and after each replace of this process's own.
+_EXPECTED: dict[str, tuple[int, int, int] | None] = {}
+
+
+def _fingerprint(name: str, dir_fd: int) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_mtime_ns)
+
+
+def expect_unchanged(path: str | Path) -> None:
+    """Note ``path`` (an output a command named) as it is now: a write of it that finds
+    it replaced meanwhile by someone else (a second ``sweep -o`` of the same file, a
+    ``replay -o`` into a sweep's RunLogs) keeps this run's file beside it instead of
+    replacing theirs, and says so. Two such runs each said they wrote the file, and the
+    one that ended first had lost what it measured."""
+    p = Path(os.path.abspath(path))
+    try:
+        fd = os.open(p.parent, _DIR_FLAGS)
+    except OSError:
+        _EXPECTED[str(p)] = None  # (its folder is made later: nothing there yet)
+        return
+    try:
+        _EXPECTED[str(p)] = _fingerprint(p.name, fd)
+    finally:
+        os.close(fd)
+
+
+def refuse_held_folder(path: str | Path) -> None:
+    """Raise :class:`OutputBusyError` when the folder an output goes to is one another
+    run holds (:func:`claimed`: a sweep's ``--runlogs``, a prediction's folder): a
+    ``replay -o`` there replaced a RunLog the sweep had kept."""
+    try:
+        fd = os.open(Path(os.path.abspath(path)).parent, _DIR_FLAGS)
+    except OSError:
+        return  # not there yet: no one holds it
+    try:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) in _HELD:
+            return  # this process's own
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OutputBusyError(Path(path).parent, _holder(fd)) from None
+        except OSError:
+            pass  # a file system that cannot lock a folder
+    finally:
+        os.close(fd)  # (the shared lock goes with it)
+
+
+def _put_aside(tmp: Path, path: Path, dir_fd: int) -> Path:
+    """``tmp`` linked under the first free name ``STEM.N.SUFFIX`` beside ``path`` (never
+    over a file), and unlinked: the name it now has."""
+    for n in range(1, 10000):
+        alt = path.with_name(f"{path.stem}.{n}{path.suffix}")
+        try:
+            os.link(tmp.name, alt.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except FileExistsError:
+            continue
+        os.unlink(tmp.name, dir_fd=dir_fd)
+        return alt
+    raise OSError(errno.EEXIST, "no free name beside it", str(path))
+
+
+def _replaced_by_another(tmp: Path, path: Path, dir_fd: int) -> None:
+    """Raise (this run's file put aside and recorded) when ``path`` is no longer what
+    its command saw of it, nor what this process last wrote there."""
+    key = os.path.abspath(path)
+    if key not in _EXPECTED or _fingerprint(path.name, dir_fd) == _EXPECTED[key]:
+        return
+    alt = _put_aside(tmp, path, dir_fd)
+    for ledger in _ledgers:
+        ledger.append(alt)
+    raise OSError(
+        errno.EEXIST,
+        f"another run wrote it while this one ran; left as it is, this run's is {alt}",
+    )
+
+
 @contextlib.contextmanager
 def _replacing(path: Path, mode: int = 0o644) -> Iterator[tuple[int, Path]]:
     """An exclusive temporary file beside ``path`` (fd, its path) that replaces it on success.
@@ -345,7 +429,10 @@ def _replacing(path: Path, mode: int = 0o644) -> Iterator[tuple[int, Path]]:
     try:
         yield fd, tmp
         _still_ours(tmp, made, dir_fd)
+        _replaced_by_another(tmp, path, dir_fd)
         os.replace(tmp.name, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        if (key := os.path.abspath(path)) in _EXPECTED:
+            _EXPECTED[key] = _fingerprint(path.name, dir_fd)
         for ledger in _ledgers:
             if path not in ledger:
                 ledger.append(path)

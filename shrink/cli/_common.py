@@ -358,9 +358,15 @@ def output_path(
                 "name another file",
             )
     try:
-        return check_output(path, kind=kind, what=what)
+        checked = check_output(path, kind=kind, what=what)
     except ParameterError as exc:
         raise OptionError(option, str(exc)) from None
+    if kind == "file":
+        from shrink.atomic import expect_unchanged, refuse_held_folder
+
+        refuse_held_folder(checked)  # a folder another run writes (its RunLogs)
+        expect_unchanged(checked)  # another run's file there later is not replaced
+    return checked
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -1,0 +1,87 @@
+"""Two runs naming one output: a second ``sweep -o c.json`` started while the first
+ran wrote c.json, then the first replaced it at its end; each said "curve: c.json",
+and the second's levels were gone. A ``replay -o`` into a folder a sweep holds for
+its RunLogs replaced a RunLog the sweep had kept. Now the later writer keeps its own
+file beside the other's and says so, and the folder held by a run is refused."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from shrink import atomic
+from shrink.atomic import claimed, expect_unchanged, recording, write_text
+from shrink.errors import WriteError
+
+pytestmark = pytest.mark.compute
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _written_by_another_run(path: Path, text: str) -> None:
+    other = path.with_name(".other")
+    other.write_text(text)
+    os.replace(other, path)
+
+
+@pytest.mark.parametrize("there_before", [False, True], ids=["new", "existing"])
+def test_an_output_another_run_wrote_meanwhile_is_not_replaced(tmp_path, there_before):
+    out = tmp_path / "c.json"
+    if there_before:
+        out.write_text("an older curve")  # what the user names to be replaced
+    expect_unchanged(out)
+    _written_by_another_run(out, "the other run's curve")
+    with recording() as kept, pytest.raises(WriteError) as err:
+        write_text(out, "this run's curve")
+    assert out.read_text() == "the other run's curve"
+    assert (tmp_path / "c.1.json").read_text() == "this run's curve"
+    assert kept == [tmp_path / "c.1.json"]
+    assert "another run wrote it while this one ran" in str(err.value)
+    assert str(tmp_path / "c.1.json") in str(err.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.1.json", "c.json"]
+
+
+def test_an_output_named_is_replaced_and_rewritten_by_its_own_run(tmp_path):
+    out = tmp_path / "c.json"
+    out.write_text("an older curve")
+    expect_unchanged(out)
+    write_text(out, "partial")  # a run that writes its output more than once
+    write_text(out, "whole")
+    assert out.read_text() == "whole" and sorted(os.listdir(tmp_path)) == ["c.json"]
+
+
+def test_an_output_in_a_folder_another_run_holds_is_refused(tmp_path):
+    """The folder is held by another process (as a sweep holds its --runlogs)."""
+    rl = tmp_path / "rl"
+    rl.mkdir()
+    (rl / "run000-rf1.parquet").write_text("the sweep's RunLog")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nfrom shrink.atomic import claimed\n"
+         f"with claimed({str(rl)!r}):\n    print('held', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        done = subprocess.run(
+            [sys.executable, "-m", "shrink", "replay", "--rate", "10", "--target",
+             "http://127.0.0.1:9/", "--duration", "1s", "-o", str(rl / "run000-rf1.parquet")],
+            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+            timeout=120,
+        )  # fmt: skip
+    finally:
+        holder.communicate("", timeout=30)
+    assert done.returncode == 1, done.stderr  # (as a prediction folder held: OutputBusyError)
+    assert "another shrink run is writing this folder" in done.stderr
+    assert (rl / "run000-rf1.parquet").read_text() == "the sweep's RunLog"
+
+
+def test_an_output_in_a_folder_this_run_holds_is_written(tmp_path):
+    with claimed(tmp_path / "rl") as rl:
+        atomic.refuse_held_folder(rl / "x.json")
+        write_text(rl / "x.json", "ours")
+    assert (tmp_path / "rl" / "x.json").read_text() == "ours"
