@@ -202,9 +202,30 @@ def cli_errors() -> Iterator[None]:
     with recording() as written, interrupts.working():
         try:
             yield
+            # What is still buffered for a pipe, met here where the files written are
+            # known: at exit, a closed pipe ended ``replay -o X | true`` with 141 and
+            # nothing said of X.
+            if sys.stdout is not None:
+                sys.stdout.flush()
         except BaseException as exc:
             interrupts.ignore()  # stopped: a second signal would cut its one line short
             _report(exc, written)
+
+
+@contextmanager
+def printing(*kept: Path | None) -> Iterator[None]:
+    """What a command prints once its files are written, outside :func:`cli_errors`: a
+    stdout that refuses it (its reader gone, a full disk) names the files ``kept``, as
+    inside. ``replay -o X | true`` exited 141 saying nothing of X (click's own EPIPE
+    exit), where ``sample`` named its file."""
+    try:
+        yield
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except OSError as exc:
+        if exc.filename != STDOUT and exc.errno != errno.EPIPE:
+            raise
+        _report(exc, [k for k in kept if k is not None])
 
 
 def _cwd_deleted() -> bool:

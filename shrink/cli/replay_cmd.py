@@ -23,6 +23,7 @@ from shrink.cli._common import (
     echo_json,
     exit_nothing_served,
     output_path,
+    printing,
 )
 from shrink.cli._replay_opts import (
     ENGINE_DEFAULTS,
@@ -105,10 +106,11 @@ def replay(
             res = tgt.run(tr, rate_factor=rf, warmup=0.0, duration=seconds, out=output)
         summary = _summary(res, output)
         summary["realtime"] = tgt.realtime
-    if as_json:
-        echo_json(summary)
-    else:
-        _print_summary(summary)
+    with printing(output):
+        if as_json:
+            echo_json(summary)
+        else:
+            _print_summary(summary)
     if summary["interrupted"]:
         _say_stopped(summary)
         raise typer.Exit(code=interrupts.exit_status())

@@ -22,6 +22,7 @@ from shrink.cli._common import (
     parse_duration_option,
     parse_lag_limit,
     plural,
+    printing,
 )
 from shrink.cli._replay_opts import (
     ENGINE_DEFAULTS,
@@ -293,7 +294,8 @@ def sweep_cmd(
             if formats
             else []
         )
-    _print_sweep(curve, knob, output, exports, as_json)
+    with printing(output, *exports):
+        _print_sweep(curve, knob, output, exports, as_json)
     why = _nothing_served(curve)
     if why is not None:
         exit_nothing_served(why)  # everything is written and printed first
