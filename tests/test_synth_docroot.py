@@ -247,3 +247,20 @@ def test_an_escaped_path_is_the_file_the_server_serves(tmp_path):
         "/s/%2e%2e/%2e%2e/etc/passwd",
         "/s/a%00.gif",
     ]
+
+
+def test_a_docroot_is_readable_by_the_server_user_whatever_the_umask(tmp_path):
+    """Under root's umask 077 every file was 0600 and every folder 0700: the server
+    (www-data) answered each request of the trace 403."""
+    from shrink.synth.docroot import tcp_docroot
+
+    old = os.umask(0o077)
+    try:
+        tcp_docroot(tmp_path / "d")
+        (tmp_path / "mine.txt").write_text("x")  # the rest of the process: its umask back
+    finally:
+        os.umask(old)
+    modes = {p.relative_to(tmp_path): p.stat().st_mode & 0o777 for p in tmp_path.rglob("*")}
+    assert modes.pop(Path("mine.txt")) == 0o600
+    assert modes and all(m == (0o755 if (tmp_path / p).is_dir() else 0o644)
+                         for p, m in modes.items()), modes  # fmt: skip

@@ -405,6 +405,22 @@ def write_docroot(
     files.setdefault(TCP_PATH, StaticFile(TCP_PATH, TCP_BYTES))
     _check_layout(files)
     _check_room(root, files.values())
+    # A server user reads it: under root's umask 077 (or 027) every file was 0600 and
+    # every folder 0700, and each request of the trace a 403.
+    old_umask = os.umask(0o022)
+    try:
+        return _write_tree(root, files, workload, dynamic, params)
+    finally:
+        os.umask(old_umask)
+
+
+def _write_tree(
+    root: Path,
+    files: dict[str, StaticFile],
+    workload: str,
+    dynamic: Sequence[DynamicPage],
+    params: Mapping[str, Any],
+) -> DocrootReport:
     written = unchanged = on_disk = capped = 0
     try:
         todo = []
