@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import time
+import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -189,6 +190,13 @@ def start_process(
     if gate is not None and recorded is not None:
         proc.args = argv  # what it becomes, as messages name it, not the shell before it
         _open_gate(proc, gate[1], recorded)
+    if not owned:
+        # It outlives this process (``testbed up``), its Popen dropped while it runs:
+        # Python's ResourceWarning, under PYTHONWARNINGS=error (or -X dev) a traceback
+        # ("Exception ignored in: Popen.__del__") after up had said it was done.
+        warnings.filterwarnings(
+            "ignore", message=r"subprocess \d+ is still running", category=ResourceWarning
+        )
     return proc
 
 
