@@ -109,6 +109,9 @@ def main() -> None:
     if a.one:
         print(json.dumps(run_one(a.one, a.inputs, a.seed, a.limit, a.budget, only)))
         return
+    unknown = [r for r in a.readers.split(",") if r not in READERS]
+    if unknown:
+        sys.exit(f"--readers: no reader {', '.join(unknown)}; the readers: {', '.join(READERS)}")
     print(f"{'reader':<12} {'crashes / inputs':>18} {'hangs':>6} {'refused':>8} "
           f"{'slowest wall':>13} {'(CPU)':>7} {'seed read':>10} {'ratio':>7} {'peak RSS':>9} "
           f"{'wall':>7}")  # fmt: skip
