@@ -33,7 +33,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from helpers.pcap_synth import pcap_variant
+from helpers.captures import req
+from helpers.pcap_synth import Conn, http_response, pcap_variant, write_capture
 from shrink.errors import ShrinkError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -254,7 +255,26 @@ def _seed_capture(tmp: Path) -> list[bytes]:
     seeds = [(real / n).read_bytes() for n in names if (real / n).is_file()]
     if seeds and seeds[0][:4] == b"\xd4\xc3\xb2\xa1":  # and as a patched tcpdump wrote it
         seeds.append(pcap_variant(seeds[0], b"\x34\xcd\xb2\xa1", 8))
-    return seeds
+    return [*seeds, _tunnels(tmp)]
+
+
+def _tunnels(tmp: Path) -> bytes:
+    """A capture of what the real ones lack: a CONNECT tunnel with requests inside it,
+    a 407 then a 200 to CONNECT, a 101 switch, keep-alive and a chunked body."""
+    tunnel = b"CONNECT example.com:80 HTTP/1.1\r\nHost: example.com:80\r\n\r\n"
+    ws = b"GET /ws HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+    chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+    conns = [
+        Conn([(tunnel, b"HTTP/1.1 200 Connection established\r\n\r\n"),
+              (req("/in"), http_response(500))], sport=3128, gap=0.5),
+        Conn([(ws, b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n"),
+              (req("/frame"), b"\x81\x02hi")], cport=40031, start=1.0),
+        Conn([(tunnel, http_response(10, status=407)), (tunnel, b"HTTP/1.1 200 OK\r\n\r\n")],
+             cport=40032, start=2.0),
+        Conn([(req("/a"), chunked), (req("/b.php?x=1"), http_response(300))], cport=40033,
+             start=3.0),
+    ]  # fmt: skip
+    return write_capture(tmp / "tunnels.pcap", conns).read_bytes()
 
 
 def _read_capture(p: Path) -> None:
