@@ -261,7 +261,10 @@ def _may_execute(place: str, user: tuple[int, int] | None) -> bool:
         st = os.stat(real)
         if uid == 0:
             return bool(st.st_mode & 0o111)
-        chain = [real, *(str(p) for p in Path(real).parents)]
+        # The folders on the way as named (a symlink in a folder the user cannot search
+        # is not reached) and as resolved (where the file is).
+        given = [str(p) for p in Path(os.path.abspath(place)).parents]
+        chain = [real, *given, *(str(p) for p in Path(real).parents)]
         return all(_has_x(os.stat(p), uid, gid) for p in chain)
     except OSError:
         return False

@@ -76,6 +76,21 @@ def test_a_program_the_server_user_may_not_execute_is_refused_before_the_fork(tm
         process.check_program("no-such-program-here", "/usr/bin:/bin", NOBODY)
 
 
+def test_a_program_reached_through_a_folder_the_server_user_cannot_search_is_refused(tmp_path):
+    # A symlink in a 0700 folder to a program anyone may run: only the folders above the
+    # link's target were checked, so the gate forked and exited 126 into the server's log.
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the server runs as another user")
+    folder = tmp_path / "private"
+    folder.mkdir(mode=0o700)
+    (folder / "true").symlink_to("/usr/bin/true")
+    (tmp_path / "link").symlink_to(folder)
+    for prog in (folder / "true", tmp_path / "link" / "true"):
+        with pytest.raises(PermissionError, match="is not executable by uid 65534"):
+            process.check_program(str(prog), "/usr/bin:/bin", NOBODY)
+    assert process.check_program("/usr/bin/true", "/usr/bin:/bin", NOBODY) == "/usr/bin/true"
+
+
 def test_a_gate_that_could_not_exec_is_one_line_naming_the_program(tmp_path):
     # What the check cannot see (here a script whose #! interpreter is not there): the
     # gate's exit 127 was "server exited with status 127 during start-up".
