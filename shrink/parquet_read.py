@@ -199,10 +199,12 @@ def _read(path: Path, meta: pq.FileMetaData, dictionary: list[str]) -> pa.Table:
 
 def footer_length(path: Path) -> int | None:
     """The length of a Parquet file's footer, from its last 8 bytes; None when the file
-    does not end as a Parquet file does (pyarrow then says what is wrong)."""
+    does not end as a Parquet file does, or says its footer is longer than the file
+    (pyarrow then says what is wrong: the file is cut or corrupt, not too large)."""
     try:
         with open(path, "rb") as f:
-            if f.seek(0, 2) < 12:
+            size = f.seek(0, 2)
+            if size < 12:
                 return None
             f.seek(-8, 2)
             tail = f.read(8)
@@ -210,7 +212,8 @@ def footer_length(path: Path) -> int | None:
         return None
     if len(tail) != 8 or tail[4:] != b"PAR1":
         return None
-    return int(struct.unpack("<I", tail[:4])[0])
+    n = int(struct.unpack("<I", tail[:4])[0])
+    return n if n <= size - 12 else None  # PAR1, the footer, its length, PAR1
 
 
 def check_footer(path: Path, left: int | None = None) -> None:

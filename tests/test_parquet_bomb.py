@@ -255,3 +255,23 @@ def test_a_footer_within_the_memory_left_reads(tmp_path):
     assert footer_length(tmp_path / "missing.parquet") is None
     (tmp_path / "short").write_bytes(b"PAR1")
     assert footer_length(tmp_path / "short") is None
+
+
+def test_a_footer_longer_than_the_file_is_a_corrupt_file_not_a_memory_refusal(tmp_path):
+    """A length of 0xFFFFFFFF (or 2**31, negative as signed) in a 1 KB file was "its
+    footer ... takes about 393,216 MiB to read ... a file of fewer row groups reads in
+    less": the file is cut or corrupt, which pyarrow says."""
+    import struct
+
+    from shrink.parquet_read import footer_length
+
+    good = _many_row_groups(tmp_path / "good.parquet", 2).read_bytes()
+    for n in (0xFFFFFFFF, 1 << 31, len(good) - 11):
+        path = tmp_path / f"bad{n}.parquet"
+        path.write_bytes(good[:-8] + struct.pack("<I", n) + b"PAR1")
+        assert footer_length(path) is None
+        with pytest.raises(TraceFormatError, match="not a readable Parquet trace") as err:
+            Trace.read_parquet(path)
+        assert "its footer" not in str(err.value)
+    n = struct.unpack("<I", good[-8:-4])[0]
+    assert footer_length(tmp_path / "good.parquet") == n
