@@ -168,8 +168,9 @@ def start_process(
     log = _open_log(log_path) if log_path is not None else subprocess.DEVNULL
     gate = os.pipe() if recorded is not None else None
     try:
+        args, env = _gated(argv, env, user) if gate is not None else (argv, env)
         proc = subprocess.Popen(
-            _gated(argv, env, user) if gate is not None else argv,
+            args,
             stdin=gate[0] if gate is not None else subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -202,30 +203,40 @@ def start_process(
 
 # The shell waits for a line on its standard input before it becomes the server: the line
 # comes once the server's PID is recorded; an end of file (the starter died) ends it. The
-# variables a shell sets of its own (PWD, OLDPWD, SHLVL, and ``_``, which the read fills)
-# are put back as the server's environment had them, or removed: the server gets exactly
-# the environment it was given (dash exported PWD to every server).
-_OWN_VARS = ("PWD", "OLDPWD", "SHLVL", "_")
+# variables a shell sets of its own (PWD, OLDPWD, SHLVL, ``_``, which the read fills, IFS,
+# PPID and OPTIND, which dash resets, and dies on when not a number) are kept from the
+# shell and put back as the server's environment had them, or removed: the server gets
+# exactly the environment it was given (dash exported PWD to every server). OPTIND is
+# never unset (dash dies on that too); kept from the shell, it is not exported.
+_OWN_VARS = ("PWD", "OLDPWD", "SHLVL", "_", "IFS", "PPID", "OPTIND")
 _GATE = (
     "read -r _ || exit 111; exec </dev/null; "
-    'if [ "$1" = 1 ]; then export PWD="$2"; else unset PWD; fi; '
-    'if [ "$3" = 1 ]; then export OLDPWD="$4"; else unset OLDPWD; fi; '
-    'if [ "$5" = 1 ]; then export SHLVL="$6"; else unset SHLVL; fi; '
-    'if [ "$7" = 1 ]; then export _="$8"; else unset _; fi; '
-    'shift 8; exec "$@"'
+    + "".join(
+        f'if [ "${{{2 * i + 1}}}" = 1 ]; then export {k}="${{{2 * i + 2}}}"; '
+        + ("fi; " if k == "OPTIND" else f"else unset {k}; fi; ")
+        for i, k in enumerate(_OWN_VARS)
+    )
+    + f'shift {2 * len(_OWN_VARS)}; exec "$@"'
 )
 # The shell's own exit when ``exec`` could not run the program (POSIX): what it means.
 GATE_EXEC_FAILED = {126: "not executable", 127: "not found (it or its #! interpreter)"}
 
 
-def _gated(argv: list[str], env: dict[str, str] | None, user: tuple[int, int] | None) -> list[str]:
-    """``argv`` behind :data:`_GATE`. A program that is not there, or that the user the
-    server runs as may not execute, is said here, as Popen said it (the shell would say
-    it only in the server's log, exiting 127 or 126)."""
-    given = env if env is not None else os.environ
+def _gated(
+    argv: list[str], env: dict[str, str] | None, user: tuple[int, int] | None
+) -> tuple[list[str], dict[str, str]]:
+    """``argv`` behind :data:`_GATE`, and the gate's environment. A program that is not
+    there, or that the user the server runs as may not execute, is said here, as Popen
+    said it (the shell would say it only in the server's log, exiting 127 or 126); so is
+    an OPTIND that is not a number, which no POSIX shell would pass on."""
+    given = env if env is not None else dict(os.environ)
     check_program(argv[0], given.get("PATH", os.defpath), user)
+    optind = given.get("OPTIND")
+    if optind is not None and not (optind.isascii() and optind.isdigit()):
+        raise OSError(errno.EINVAL, f"OPTIND={optind!r} in its environment is not a number")
     own = [x for k in _OWN_VARS for x in (("1", given[k]) if k in given else ("0", ""))]
-    return ["/bin/sh", "-c", _GATE, "shrink-gate", *own, *argv]
+    rest = {k: v for k, v in given.items() if k not in _OWN_VARS}
+    return ["/bin/sh", "-c", _GATE, "shrink-gate", *own, *argv], rest
 
 
 def check_program(name: str, path: str, user: tuple[int, int] | None = None) -> str:

@@ -33,6 +33,9 @@ def _environ(pid: int) -> dict[str, str]:
     [
         {"A": "1", "PATH": "/usr/bin:/bin"},
         {"A": "1", "PATH": "/usr/bin:/bin", "PWD": "/nowhere", "SHLVL": "7", "_": "/x/y"},
+        # dash reset IFS to space-tab-newline, PPID to its parent's and OPTIND to 1
+        {"PATH": "/usr/bin:/bin", "IFS": "x", "PPID": "a b", "OPTIND": "12"},
+        {"PATH": "/usr/bin:/bin", "PWD": "a\nb", "OLDPWD": "-e", "SHLVL": "", "_": ""},
     ],
 )
 def test_the_server_gets_exactly_its_environment(env):
@@ -49,6 +52,17 @@ def test_the_server_gets_exactly_its_environment(env):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_an_optind_that_is_not_a_number_is_refused_before_the_fork():
+    # dash died on it ("Illegal number") before the gate's line came: the server never
+    # started, and only its log said why.
+    before = process.own_children()
+    with pytest.raises(OSError, match="OPTIND='x' in its environment is not a number"):
+        process.start_process(
+            ["sleep", "5"], env={"PATH": "/usr/bin:/bin", "OPTIND": "x"}, recorded=lambda p: None
+        )
+    assert process.own_children() == before
 
 
 def test_a_program_without_an_x_bit_is_refused_before_the_fork(tmp_path):
