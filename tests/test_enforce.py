@@ -158,6 +158,48 @@ def test_corunner_ends_when_the_server_is_a_zombie(helper, monkeypatch):
         server.wait()
 
 
+@pytest.mark.root
+@pytest.mark.skipif(os.cpu_count() is None or os.cpu_count() < 2, reason="needs CPU 1")
+@pytest.mark.skipif(os.geteuid() != 0, reason="SCHED_FIFO needs root")
+@pytest.mark.parametrize("helper", ["c", "python"])
+def test_corunner_ends_when_another_process_has_the_servers_number(helper, monkeypatch):
+    """A server that ended and whose PID another process took passed ``kill(pid, 0)``
+    and the zombie check: the co-runner spun on, at SCHED_FIFO, until ``down``. It is
+    given the server's start time, and a process under that number that started at
+    another time is not the server (a wrong start time stands for the reuse here)."""
+    if helper == "c" and build_helper() is None:
+        pytest.skip("no C compiler: only the Python co-runner here")
+    if helper == "python":
+        monkeypatch.setattr("shrink.enforce.corunner.build_helper", lambda: None)
+    server = subprocess.Popen(["sleep", "30"])
+    c = CoRunner("x", None, cpu_fraction=0.9)
+    c.start((1,))
+    c.add([server.pid])
+    try:
+        (pid,) = c.spinners
+        info = process.proc_info(server.pid)
+        assert info is not None
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
+        assert argv[-2:] == [str(server.pid).encode(), str(info.starttime).encode()]
+        time.sleep(0.5)
+        assert process.is_alive(pid)  # the server's own start time: it watches on
+        other = subprocess.Popen(
+            [*(x.decode() for x in argv[:-1]), str(info.starttime + 1)], start_new_session=True
+        )
+        try:
+            other.wait(timeout=5.0)  # it looks every ~100 ms (the Python one starts first)
+        finally:
+            if other.poll() is None:
+                other.kill()
+                other.wait()
+                raise AssertionError("the co-runner spun on for another process")
+        assert other.returncode == 0
+    finally:
+        c.stop()
+        server.kill()
+        server.wait()
+
+
 def _live_docroot(tmp_path: Path) -> Path:
     require_lighttpd()
     return write_docroot(tmp_path, '<?php echo "page";\n')

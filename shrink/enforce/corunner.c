@@ -5,7 +5,8 @@
  * Pinned to CPU at SCHED_FIFO priority 1, it spins SPIN_US of every PERIOD_US
  * (period edges on CLOCK_MONOTONIC, absolute, so lateness does not accumulate)
  * and sleeps the rest, leaving the CPU to the server's normal-priority tasks.
- * It exits when WATCH_PID is gone or a zombie (checked every ~100 ms) or on
+ * It exits when WATCH_PID is gone, a zombie or, given WATCH_START (its start time in
+ * /proc/PID/stat), another process under that number (checked every ~100 ms), or on
  * SIGTERM, so a server that dies never leaves a spinner behind. Python's timing (sleep
  * overshoot ~60 us) is too coarse for a 1 ms period; this is the reason for C.
  */
@@ -27,10 +28,12 @@ static long long now_ns(void) {
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-/* Whether PID has ended: no such process, or a zombie no one has reaped yet (kill(pid,
- * 0) succeeds on a zombie, and an orphan's is reaped by init a second or more late). */
-static int gone(int pid) {
-    char path[64], buf[512];
+/* Whether PID has ended: no such process, a zombie no one has reaped yet (kill(pid, 0)
+ * succeeds on a zombie, and an orphan's is reaped by init a second or more late), or
+ * another process under the same number (its start time, field 22, is not START; START
+ * < 0: not compared). */
+static int gone(int pid, long long start) {
+    char path[64], buf[1024];
     snprintf(path, sizeof path, "/proc/%d/stat", pid);
     FILE *f = fopen(path, "r");
     if (!f) return errno == ENOENT || errno == ESRCH;
@@ -38,17 +41,26 @@ static int gone(int pid) {
     fclose(f);
     buf[n] = 0;
     char *end = strrchr(buf, ')');  /* the name may hold spaces and parentheses */
-    return end && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
+    if (!end || end[1] != ' ') return 0;
+    if (end[2] == 'Z' || end[2] == 'X') return 1;
+    if (start < 0) return 0;
+    char *p = end + 2;
+    for (int field = 3; field < 22 && p; field++) {  /* the state is field 3 */
+        p = strchr(p, ' ');
+        if (p) p++;
+    }
+    return p && strtoll(p, NULL, 10) != start;
 }
 
 int main(int argc, char **argv) {
-    if (argc != 5) {
-        fprintf(stderr, "usage: corunner CPU PERIOD_US SPIN_US WATCH_PID\n");
+    if (argc != 5 && argc != 6) {
+        fprintf(stderr, "usage: corunner CPU PERIOD_US SPIN_US WATCH_PID [WATCH_START]\n");
         return 2;
     }
     int cpu = atoi(argv[1]);
     long long period = atoll(argv[2]) * 1000LL, spin = atoll(argv[3]) * 1000LL;
     int watch = atoi(argv[4]);
+    long long start = argc == 6 ? atoll(argv[5]) : -1;
     if (cpu < 0 || period <= 0 || spin < 0 || spin > period || watch <= 0) {
         fprintf(stderr, "corunner: bad arguments\n");
         return 2;
@@ -71,7 +83,7 @@ int main(int argc, char **argv) {
         while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR && !stop) {}
         if (edge - checked > 100000000LL) {
             checked = edge;
-            if (gone(watch)) break;
+            if (gone(watch, start)) break;
         }
     }
     return 0;

@@ -153,9 +153,13 @@ class CoRunner(Recorded):
         exe = build_helper()
         self.helper = "c" if exe is not None else "python"
         base = [str(exe)] if exe else [sys.executable, "-m", "shrink.enforce._spin"]
+        # Its start time: a process that gets the server's number once it has ended is
+        # not the server (kill(pid, 0) passed it, and the spinner spun on till down).
+        info = process.proc_info(watch)
+        watched = [str(watch), str(info.starttime if info is not None else -1)]
         procs = []
         for cpu in self.cpus:
-            argv = [*base, str(cpu), str(self.period_us), str(self.spin_us), str(watch)]
+            argv = [*base, str(cpu), str(self.period_us), str(self.spin_us), *watched]
             procs.append(
                 subprocess.Popen(
                     argv,
@@ -172,7 +176,7 @@ class CoRunner(Recorded):
                 err = p.stderr.read().decode(errors="replace").strip() if p.stderr else ""
                 self.stop()
                 raise TopologyError(
-                    f"the co-runner on CPU {p.args[-4]} exited ({err or p.returncode}); "
+                    f"the co-runner on CPU {p.args[-5]} exited ({err or p.returncode}); "
                     "it needs root (SCHED_FIFO): run as root or use --enforce cfs"
                 )
             self.spinners[p.pid] = info.starttime
