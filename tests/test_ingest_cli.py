@@ -310,3 +310,22 @@ def test_ingest_tells_a_capture_what_makes_a_session(tmp_path):
     assert Trace.read_parquet(out).n_sessions == 15 and "note" not in split.output
     bad = _invoke("ingest", cap, "-o", out, "--sessions", "users")
     assert bad.exit_code == 2 and "--sessions: sessions == 'users'" in bad.output
+
+
+def test_ingest_refuses_a_cookie_name_no_cookie_has_and_says_when_none_was_sent(tmp_path):
+    # 'cookie:☃' was an internal error (UnicodeEncodeError, exit 70); 'cookie:a b' and a
+    # name no request carried read every session by client address and said nothing.
+    cap = write_capture(
+        tmp_path / "c.pcap",
+        [Conn([(b"GET / HTTP/1.1\r\nHost: t\r\nCookie: sid=A\r\n\r\n", http_response(10))])],
+    )
+    out = tmp_path / "c.parquet"
+    for name in ("\u2603", "a b", "a=b", "a;b", " sid"):
+        bad = _invoke("ingest", cap, "-o", out, "--sessions", f"cookie:{name}")
+        assert bad.exit_code == 2, bad.output
+        assert "a cookie's name is ASCII letters, digits" in bad.output
+    none = _invoke("ingest", cap, "-o", out, "--sessions", "cookie:nosuch")
+    assert none.exit_code == 0, none.output
+    assert "note: no request sent cookie nosuch or was answered with it" in none.output
+    sid = _invoke("ingest", cap, "-o", out, "--sessions", "cookie:sid")
+    assert sid.exit_code == 0 and "note" not in sid.output, sid.output

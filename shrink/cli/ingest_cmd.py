@@ -200,6 +200,12 @@ def _notes(meta: dict[str, Any], faults: dict[str, int]) -> None:
             f"note: fields after the log format's own (a response time?) are not read: "
             f"{plural(extra, 'line')} had some"
         )
+    spec = str(meta.get("sessions") or "")
+    if spec.startswith("cookie:") and meta.get("cookie_requests") == 0:
+        typer.echo(
+            f"note: no request sent cookie {spec[7:]} or was answered with it: "
+            "every session is by client address, as with --sessions client"
+        )
     crowded = int(meta.get("crowded_sessions") or 0)
     if crowded and meta.get("sessions") == "client":
         typer.echo(

@@ -12,6 +12,7 @@ next burst's first request.
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Any
 
 import numpy as np
@@ -29,12 +30,23 @@ __all__ = [
 ]
 
 
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
 def parse_sessions(spec: str) -> tuple[str, str | None]:
     """``"client"``, ``"connection"`` or ``"cookie:NAME"`` -> (mode, cookie name)."""
     if spec in ("client", "connection"):
         return spec, None
     if spec.startswith("cookie:") and len(spec) > len("cookie:"):
-        return "cookie", spec.split(":", 1)[1]
+        name = spec.split(":", 1)[1]
+        if not _TOKEN.fullmatch(name):
+            # No cookie could have it: a space, '=' or ';' (or a character outside
+            # latin-1, which was an internal error) matched nothing and said nothing.
+            raise ParameterError(
+                f"sessions == {spec!r}: a cookie's name is ASCII letters, digits and "
+                "!#$%&'*+-.^_`|~ (RFC 6265)."
+            )
+        return "cookie", name
     raise ParameterError(f"sessions == {spec!r}, must be 'client', 'connection' or 'cookie:NAME'.")
 
 

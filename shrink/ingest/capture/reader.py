@@ -24,7 +24,8 @@ kind in ``skipped_kinds``, numbers in ``skipped_lines``),
 ``truncated`` (records cut by the snapshot length), ``missing_bytes`` (stream
 bytes never captured), ``requests`` and ``responses`` (counted as tshark counts
 them: a response is counted when all of it was captured), ``unanswered``,
-``orphan_responses``, ``http_anomalies``, ``most_connections_at_once`` (the most
+``orphan_responses``, ``http_anomalies``, ``cookie_requests`` (by cookie: the
+requests that sent it or were answered with it), ``most_connections_at_once`` (the most
 connections of one session to one server open at once) and ``crowded_sessions``
 (sessions with more than twice what a browser opens, 12: several users behind one
 address?) and, for a damaged file read
@@ -166,6 +167,11 @@ def read_capture(
             k: v for k, v in sorted(http.counts.items()) if not k.startswith("non-http")
         },
     }
+    if mode == "cookie":  # requests that sent the cookie or were answered with it
+        meta["cookie_requests"] = sum(
+            a is not None or b is not None
+            for a, b in zip(http.cookie, http.set_cookie, strict=True)
+        )
     if at_once.size:
         # More connections at once than a browser opens: several users behind one
         # address (a proxy, a NAT, a load generator), taken as one session.
