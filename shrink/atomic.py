@@ -32,6 +32,7 @@ from shrink.errors import OutputBusyError, WriteError, printable
 __all__ = [
     "atomic_file",
     "claimed",
+    "claimed_shared",
     "drop_temporaries",
     "expect_unchanged",
     "is_plain_target",
@@ -287,6 +288,47 @@ def claimed(folder: str | Path) -> Iterator[Path]:
     finally:
         if locked:
             _HELD.discard(key)
+        os.close(fd)
+        if made:
+            with contextlib.suppress(OSError):  # not empty: the run wrote there
+                os.rmdir(path)
+
+
+@contextlib.contextmanager
+def claimed_shared(folder: str | Path, names: str) -> Iterator[Path]:
+    """``folder`` (made if need be) shared by the runs that each write files of their own
+    there (replays, each its RunLog), and refused while one run holds it alone
+    (:func:`claimed`: a sweep's --runlogs, which writes run names a replay may too).
+
+    The temporaries a killed writer left for ``names`` (:func:`drop_temporaries`) are
+    cleared only when no other run shares the folder: one may be a live writer's. Two
+    replays into one folder were refused when the folder was held alone by each."""
+    made = not os.path.lexists(folder)
+    path = make_dirs(folder)
+    fd = open_dir(path)
+    st = os.fstat(fd)
+    key = (st.st_dev, st.st_ino)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            alone: bool | None = True
+        except BlockingIOError:
+            alone = False
+        except OSError:
+            alone = None  # a file system that cannot lock a folder: unguarded
+        if alone:
+            _HELD.add(key)
+            try:
+                drop_temporaries(path, names)
+            finally:
+                _HELD.discard(key)
+        if alone is not None:
+            try:  # from alone to shared, or shared with the runs there
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise OutputBusyError(path, _holder(fd)) from None
+        yield path
+    finally:
         os.close(fd)
         if made:
             with contextlib.suppress(OSError):  # not empty: the run wrote there

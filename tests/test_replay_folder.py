@@ -37,3 +37,29 @@ def test_replay_removes_what_a_killed_replay_of_its_file_left(tmp_path, suffix):
         r = CliRunner().invoke(app, _replay(port, logs / "one.parquet"))
     assert r.exit_code == 0, r.output
     assert sorted(p.name for p in logs.iterdir()) == sorted([*kept, "one.parquet"])
+
+
+def test_two_replays_write_one_folder_and_a_sweep_is_refused_there(tmp_path):
+    # Each replay held its folder alone: a second replay into it (-o a.parquet and
+    # -o b.parquet in one folder, two load generators) was refused as busy. Another
+    # replay's hold is a shared flock on the folder, taken here by hand.
+    import fcntl
+    import os
+
+    from shrink.errors import OutputBusyError
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    other = logs / ".one.parquet.0123456789ab.tmp"  # perhaps the other replay's: kept
+    other.write_bytes(b"\0")
+    fd = os.open(logs, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        with fake_server() as port:
+            r = CliRunner().invoke(app, _replay(port, logs / "one.parquet"))
+        assert r.exit_code == 0, r.output
+        with pytest.raises(OutputBusyError), claimed(logs):
+            pass  # a sweep --runlogs there is refused while a replay writes
+    finally:
+        os.close(fd)
+    assert other.exists() and (logs / "one.parquet").exists()

@@ -121,17 +121,16 @@ def replay(
 
 @contextlib.contextmanager
 def _held(output: Path) -> Iterator[None]:
-    """The RunLog's folder held by this replay alone (:func:`shrink.atomic.claimed`, as
-    sweep holds its --runlogs folder: both wrote there at once), cleared of the
-    temporaries a killed replay of this file left (its .tmp and 8 MiB .reserve, its
-    parts' too)."""
+    """The RunLog's folder shared with other replays and refused while a sweep holds it
+    (:func:`shrink.atomic.claimed_shared`: sweep --runlogs and a replay wrote there at
+    once), cleared of the temporaries a killed replay of this file left (its .tmp and
+    8 MiB .reserve, its parts' too) when no other replay writes there."""
     import re
 
-    from shrink.atomic import claimed, drop_temporaries
+    from shrink.atomic import claimed_shared
 
     base = re.escape(output.with_suffix("").name)
-    with claimed(output.parent) as folder:
-        drop_temporaries(folder, rf"{re.escape(output.name)}|{base}\.part[0-9]+\.parquet")
+    with claimed_shared(output.parent, rf"{re.escape(output.name)}|{base}\.part[0-9]+\.parquet"):
         yield
 
 
