@@ -5,17 +5,18 @@ a good part of a second on a busy machine): a SIGTERM then exits 143 with one li
 not silently killed, and a Ctrl-C shows no traceback.
 """
 
-import os
 import resource
 import sys
 
 from shrink import interrupts
 from shrink.defaults import LEAST_ADDRESS_SPACE
+from shrink.own_env import set_own
 
 # numpy's OpenBLAS starts a thread per CPU at import, for matrix sizes shrink never
 # has: they spin on the generator's CPU after a call, reserve address space, and when
 # one cannot be created (under `ulimit -v`) OpenBLAS raises SIGINT on the process, a
-# limit then reported as a Ctrl-C. A user's own setting is kept.
+# limit then reported as a Ctrl-C. A user's own setting is kept; ours is not passed on
+# to the servers shrink starts (shrink.own_env).
 OPENBLAS_THREADS = ("OPENBLAS_NUM_THREADS", "1")
 
 
@@ -32,7 +33,7 @@ def _address_space_too_small() -> None:
 
 def run() -> None:
     """The ``shrink`` command (see :func:`shrink.cli.main`)."""
-    os.environ.setdefault(*OPENBLAS_THREADS)
+    set_own(*OPENBLAS_THREADS, keep_users=True)
     _address_space_too_small()
     interrupts.install()
     try:

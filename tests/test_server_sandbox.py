@@ -45,9 +45,26 @@ def test_the_server_users_environment_is_not_roots(monkeypatch):
 
 
 def test_as_this_user_the_environment_is_inherited(monkeypatch):
+    monkeypatch.setattr("shrink.own_env._ADDED", {})
     monkeypatch.setenv(SECRET, "mine")
-    assert server_env(None) is None
+    assert server_env(None) == dict(os.environ)
     assert server_env(None, {"A": "1"}) == {**os.environ, "A": "1"}
+
+
+def test_what_shrink_set_for_itself_is_not_a_servers(monkeypatch):
+    # shrink sets OPENBLAS_NUM_THREADS=1 for its own numpy (and MPLCONFIGDIR for its
+    # figures): a server started as this user inherited them as if the user had.
+    from shrink.own_env import set_own
+
+    monkeypatch.setattr("shrink.own_env._ADDED", {})
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    monkeypatch.setenv("MPLCONFIGDIR", "/users/own")
+    set_own("OPENBLAS_NUM_THREADS", "1", keep_users=True)
+    set_own("MPLCONFIGDIR", "/tmp/ours", keep_users=True)  # the user's: kept
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "1"
+    env = server_env(None)
+    assert "OPENBLAS_NUM_THREADS" not in env and env["MPLCONFIGDIR"] == "/users/own"
+    assert server_env(None, {"OPENBLAS_NUM_THREADS": "4"})["OPENBLAS_NUM_THREADS"] == "4"
 
 
 def _status(pid: int) -> dict[str, str]:

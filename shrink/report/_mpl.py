@@ -58,7 +58,9 @@ def _config_dir() -> None:
 
     private = tempfile.mkdtemp(prefix="shrink-matplotlib-", dir=scratch_base())
     atexit.register(shutil.rmtree, private, True)
-    os.environ["MPLCONFIGDIR"] = private
+    from shrink.own_env import set_own
+
+    set_own("MPLCONFIGDIR", private)
 
 
 def _working_rc_trusted() -> bool:

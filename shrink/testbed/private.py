@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shrink.errors import TestbedError
+from shrink.own_env import for_servers
 
 __all__ = [
     "SERVER_USERS",
@@ -122,12 +123,13 @@ def server_env(
     user: ServerUser | None, extra: dict[str, str] | None = None
 ) -> dict[str, str] | None:
     """The environment a server process starts with: ``extra`` (a recipe's ``env``) over
-    shrink's own environment when it runs as this user (None: inherited as it is), or,
+    shrink's own environment when it runs as this user (less what shrink set for its own
+    libraries: :mod:`shrink.own_env`), or,
     as the server user, over only what :data:`_PASSED_ON` names and ``LC_*``, with
     that user's ``HOME``, ``USER`` and ``LOGNAME`` and a ``PATH`` without relative
     entries (a server's lookups must not depend on the folder it runs in)."""
-    if user is None:
-        return {**os.environ, **extra} if extra else None
+    if user is None:  # less what shrink set for itself (OPENBLAS_NUM_THREADS=1)
+        return {**for_servers(os.environ), **(extra or {})}
     env = {k: v for k, v in os.environ.items() if k in _PASSED_ON or k.startswith("LC_")}
     path = [d for d in os.environ.get("PATH", "").split(os.pathsep) if os.path.isabs(d)]
     try:
