@@ -38,7 +38,10 @@ with ``ingest`` of the bundled access log and ``predict`` on the simulator under
 limit from 200 to 800 MiB in 10-16 MiB steps, two or three sweeps, on a 2-vCPU Debian 12
 VM (Python 3.11, pyarrow 26, numpy 2): crashes at 240-380 MiB, a hang at 460 MiB (since
 fixed: Parquet is read on the calling thread); from 512 MiB up every run ended in its
-work or in one line. bench/RESULTS.md ("A small ulimit -v") has the sweeps.
+work or in one line. bench/RESULTS.md ("A small ulimit -v") has the sweeps. The same
+floor holds for ``ulimit -d`` (the data segment, private mappings included since Linux
+4.7): ``ingest`` under it crashed at 40 MiB (SIGSEGV), 60 (OpenBLAS gave up) and 70
+(jemalloc's ABORT), and ran from 100 MiB up.
 """
 
 from __future__ import annotations

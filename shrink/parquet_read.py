@@ -125,14 +125,17 @@ def _meminfo_available(meminfo: Path) -> int | None:
     return None
 
 
-def _address_space_left(status: Path) -> int | None:
-    """What ``ulimit -v`` leaves this process: the limit less the address space in use."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+def _address_space_left(
+    status: Path, limit: int = resource.RLIMIT_AS, field: str = "VmSize:"
+) -> int | None:
+    """What ``ulimit -v`` leaves this process: the limit less the address space in use
+    (``ulimit -d``: ``RLIMIT_DATA`` less ``VmData``)."""
+    soft, _ = resource.getrlimit(limit)
     if soft == resource.RLIM_INFINITY:
         return None
     try:
         for line in status.read_text().splitlines():
-            if line.startswith("VmSize:"):
+            if line.startswith(field):
                 return max(0, soft - int(line.split()[1]) * 1024)
     except (OSError, ValueError, IndexError):
         return None
@@ -160,11 +163,16 @@ def memory_left(
     meminfo: Path = _MEMINFO, status: Path = _STATUS, cgroup: Path = _CGROUP
 ) -> int | None:
     """The bytes this process can still take: the least of the machine's available memory
-    (MemAvailable), what ``ulimit -v`` leaves and what its cgroup's memory limit leaves;
-    None where none of them can be read."""
+    (MemAvailable), what ``ulimit -v`` and ``ulimit -d`` leave and what its cgroup's
+    memory limit leaves; None where none of them can be read."""
     known = [
         n
-        for n in (_meminfo_available(meminfo), _address_space_left(status), _cgroup_left(cgroup))
+        for n in (
+            _meminfo_available(meminfo),
+            _address_space_left(status),
+            _address_space_left(status, resource.RLIMIT_DATA, "VmData:"),
+            _cgroup_left(cgroup),
+        )
         if n is not None
     ]
     return min(known) if known else None

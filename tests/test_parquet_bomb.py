@@ -96,6 +96,19 @@ def _rlimit_left() -> int | None:
     return None if soft == resource.RLIM_INFINITY else soft
 
 
+def test_memory_left_counts_what_ulimit_d_leaves(tmp_path, monkeypatch):
+    # Only ulimit -v was read: under ulimit -d the bounds took the machine's memory.
+    real = resource.getrlimit
+    monkeypatch.setattr(
+        resource, "getrlimit",
+        lambda w: (64 << 20, -1) if w == resource.RLIMIT_DATA else real(w),
+    )  # fmt: skip
+    meminfo, status = tmp_path / "meminfo", tmp_path / "status"
+    meminfo.write_text("MemAvailable:    8388608 kB\n")
+    status.write_text("VmSize:\t 900000 kB\nVmData:\t   16384 kB\n")
+    assert memory_left(meminfo, status, tmp_path / "cgroup") == 48 << 20
+
+
 def test_a_run_log_is_read_with_the_same_bound(tmp_path, monkeypatch):
     path = _bomb(tmp_path / "r.parquet", rows=2000, value_bytes=4096)
     monkeypatch.setattr("shrink.parquet_read.memory_left", lambda: 1 << 20)

@@ -68,7 +68,11 @@ def test_out_of_memory_is_one_line_naming_the_limit_not_a_bug(monkeypatch, capsy
 
     from shrink.cli._common import cli_errors
 
-    monkeypatch.setattr(resource, "getrlimit", lambda _r: (614_400_000, 614_400_000))
+    inf = resource.RLIM_INFINITY
+    monkeypatch.setattr(
+        resource, "getrlimit",
+        lambda r: (inf, inf) if r == resource.RLIMIT_DATA else (614_400_000, 614_400_000),
+    )  # fmt: skip
     with pytest.raises(typer.Exit) as info, cli_errors():
         raise MemoryError
     assert info.value.exit_code == 1
@@ -86,7 +90,11 @@ def test_a_library_the_loader_could_not_map_is_out_of_memory_not_a_bug(monkeypat
 
     from shrink.cli._common import cli_errors
 
-    monkeypatch.setattr(resource, "getrlimit", lambda _r: (204_800_000, 204_800_000))
+    inf = resource.RLIM_INFINITY
+    monkeypatch.setattr(
+        resource, "getrlimit",
+        lambda r: (inf, inf) if r == resource.RLIMIT_DATA else (204_800_000, 204_800_000),
+    )  # fmt: skip
     with pytest.raises(typer.Exit) as info, cli_errors():
         raise ImportError("libarrow.so.2600: failed to map segment from shared object")
     assert info.value.exit_code == 1
@@ -107,13 +115,15 @@ def test_a_library_the_loader_could_not_map_is_out_of_memory_not_a_bug(monkeypat
     assert "this is a bug in shrink" in capsys.readouterr().err
 
 
-def _ingest_under(tmp_path: Path, mib: int) -> subprocess.CompletedProcess[str]:
+def _ingest_under(
+    tmp_path: Path, mib: int, which: int = resource.RLIMIT_AS
+) -> subprocess.CompletedProcess[str]:
     trace = ROOT / "examples" / "traces" / "support-access.log"
     limit = mib << 20
     return subprocess.run(
         [sys.executable, "-m", "shrink", "ingest", str(trace), "-o", str(tmp_path / "t.parquet")],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
-        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)),
+        preexec_fn=lambda: resource.setrlimit(which, (limit, limit)),
     )  # fmt: skip
 
 
@@ -140,3 +150,38 @@ def test_a_command_under_an_address_space_limit_it_starts_in_ends_cleanly(tmp_pa
     assert "Traceback" not in done.stderr and "bug" not in done.stderr
     if done.returncode == 1:
         assert done.stderr.strip().splitlines()[-1].startswith("error: out of memory (ulimit")
+
+
+@pytest.mark.parametrize("mib", [40, 60, 300])
+def test_a_data_segment_shrink_cannot_start_in_is_refused_first(tmp_path, mib):
+    """``ulimit -d`` (which counts private mappings too) crashed the same libraries: at
+    40 MiB a SIGSEGV (exit 139), at 60 "OpenBLAS error: Memory allocation still failed",
+    at 70 jemalloc's "cannot allocate memory for thread-local data: ABORT" (exit 127)."""
+    done = _ingest_under(tmp_path, mib, resource.RLIMIT_DATA)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        f"error: ulimit -d {mib << 10} (KiB) is less than the 524288 shrink needs: its "
+        "numerical libraries' native code crashes, rather than fails, with less\n"
+    )
+    assert not (tmp_path / "t.parquet").exists()
+
+
+def test_out_of_memory_names_a_data_segment_limit(monkeypatch, capsys):
+    import typer
+
+    from shrink.cli._common import cli_errors
+
+    real = resource.getrlimit
+
+    def limits(which):
+        if which == resource.RLIMIT_DATA:
+            return (300 << 20, resource.RLIM_INFINITY)
+        if which == resource.RLIMIT_AS:
+            return (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
+        return real(which)
+
+    monkeypatch.setattr(resource, "getrlimit", limits)
+    with pytest.raises(typer.Exit) as info, cli_errors():
+        raise MemoryError
+    assert info.value.exit_code == 1
+    assert capsys.readouterr().err.startswith("error: out of memory (ulimit -d 307200)")

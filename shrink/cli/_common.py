@@ -317,14 +317,21 @@ def _memory_refused(exc: BaseException) -> bool:
         ):
             return True
         if isinstance(cur, SystemError) and "returned NULL without setting an" in text:
-            return resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY
+            return any(
+                resource.getrlimit(w)[0] != resource.RLIM_INFINITY
+                for w in (resource.RLIMIT_AS, resource.RLIMIT_DATA)
+            )
         cur = cur.__cause__ or cur.__context__
     return False
 
 
 def _out_of_memory(written: Sequence[Path]) -> NoReturn:
-    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
-    limit = f" (ulimit -v {soft // 1024})" if soft != resource.RLIM_INFINITY else ""
+    limits = [
+        f"ulimit {flag} {soft // 1024}"
+        for which, flag in ((resource.RLIMIT_AS, "-v"), (resource.RLIMIT_DATA, "-d"))
+        if (soft := resource.getrlimit(which)[0]) != resource.RLIM_INFINITY
+    ]
+    limit = f" ({', '.join(limits)})" if limits else ""
     kept = kept_files((), written)
     text = f"out of memory{limit}: raise the limit, or give a smaller input" + (
         "; kept " + ", ".join(kept) if kept else ""
