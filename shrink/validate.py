@@ -287,8 +287,9 @@ def validate(
             "error": (p.mat - m.mat) / m.mat if m.mat else float("nan"),
         }
         # Did the prediction's interval cover the measured MAT? Only where both MATs are
-        # crossings: a bound is not a measurement to cover.
-        conclusive = p.status == "ok" and m.status == "ok"
+        # crossings: a bound is not a measurement to cover; nor is [x, x] an interval
+        # (one repetition a level: no spread, as mat says 'CI none'; it was "missed").
+        conclusive = p.status == "ok" and m.status == "ok" and p.ci[0] != p.ci[1]
         mats[stat]["covered"] = bool(p.ci[0] <= m.mat <= p.ci[1]) if conclusive else None
         # Hints where a MAT was left open over stalled levels (never a MAT themselves).
         for side, res in (("predicted", p), ("measured", m)):

@@ -38,6 +38,19 @@ def _validation() -> Validation:
     return validate(low, full, {"mean": 0.005})
 
 
+def test_a_prediction_of_one_repetition_a_level_is_neither_covered_nor_missed():
+    # Its interval is [x, x] (no spread measured): "covered" was False, the report
+    # listed the MAT as missed, for a prediction 0.2 % from the measured one.
+    full = mm1_curve([400, 600, 750, 850, 920], 1000.0, reps=2, n=4000, seed=3)
+    low = mm1_curve([400, 600, 750, 850, 920], 1000.0, reps=1, n=4000, seed=4)
+    v = validate(low, full, {"mean": 0.003})
+    ci = v.mats["mean"]["predicted_ci"]
+    assert ci[0] == ci[1] and v.mats["mean"]["predicted_status"] == "ok"
+    assert v.covered == {"mean": None}
+    low2 = mm1_curve([400, 600, 750, 850, 920], 1000.0, reps=2, n=4000, seed=4)
+    assert validate(low2, full, {"mean": 0.003}).covered["mean"] is not None
+
+
 def test_a_field_added_to_validation_is_written():
     @dataclass
     class Wider(Validation):
