@@ -35,7 +35,14 @@ import pyarrow.parquet as pq
 from shrink.defaults import FOOTER_READ_FACTOR
 from shrink.errors import TraceFormatError
 
-__all__ = ["check_footer", "decoded_size", "memory_left", "read_bounded", "stored_size"]
+__all__ = [
+    "check_footer",
+    "decoded_size",
+    "memory_left",
+    "memory_refused",
+    "read_bounded",
+    "stored_size",
+]
 
 _MEMINFO = Path("/proc/meminfo")
 _STATUS = Path("/proc/self/status")
@@ -236,6 +243,20 @@ def check_footer(path: Path, left: int | None = None) -> None:
         f"its footer (the file's metadata, {n:,} bytes) takes about {_mib(n * FOOTER_READ_FACTOR)}"
         f" to read, more than the {_mib(left)} of memory this process has left; a file "
         "of fewer row groups (larger ones) reads in less",
+        path=path,
+    )
+
+
+def memory_refused(exc: MemoryError, path: Path) -> TraceFormatError:
+    """The error for a read the process had too little memory for. A damaged page can
+    claim a size no file has, and a real limit can refuse a page that fits on the
+    machine: said as both, with what was left (not "not a readable Parquet file")."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+    left = memory_left()
+    room = f"; {_mib(left)} were left" if left is not None else ""
+    return TraceFormatError(
+        f"reading it needed more memory than this process could get ({first}{room}): "
+        "a damaged file, or a limit (ulimit, a cgroup) to raise",
         path=path,
     )
 

@@ -40,7 +40,7 @@ from shrink import files
 from shrink.errors import TraceFormatError
 from shrink.parquet_meta import META_KEY as META_KEY  # the run log writer streams with it
 from shrink.parquet_meta import meta_of, write_with_meta
-from shrink.parquet_read import read_bounded
+from shrink.parquet_read import memory_refused, read_bounded
 from shrink.schemas import ParquetMeta
 
 __all__ = ["FAILURE_CLASSES", "RUNLOG_SCHEMA", "RunLog"]
@@ -193,6 +193,8 @@ class RunLog:
             table = read_bounded(path)
         except FileNotFoundError:
             raise TraceFormatError("no such file", path=path) from None
+        except MemoryError as exc:
+            raise memory_refused(exc, path) from None
         except (pa.ArrowException, OSError, ValueError, TypeError, IndexError) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
             raise TraceFormatError(f"not a readable Parquet run log ({first})", path=path) from None

@@ -57,7 +57,7 @@ from shrink.checks import MAX_SECONDS
 from shrink.errors import TraceFormatError
 from shrink.jsonout import dumps
 from shrink.parquet_meta import meta_of, write_with_meta
-from shrink.parquet_read import check_footer, read_bounded
+from shrink.parquet_read import check_footer, memory_refused, read_bounded
 
 __all__ = [
     "COLUMNS",
@@ -400,7 +400,9 @@ def _read_table(path: Path, what: str) -> pa.Table:
         return table
     except FileNotFoundError:
         raise TraceFormatError("no such file", path=path) from None
-    except (pa.ArrowException, OSError, ValueError, TypeError, IndexError, MemoryError) as exc:
+    except MemoryError as exc:
+        raise memory_refused(exc, path) from None
+    except (pa.ArrowException, OSError, ValueError, TypeError, IndexError) as exc:
         # pyarrow's messages are long and multi-line: the first line says what broke.
         raise TraceFormatError(
             f"not a readable Parquet {what} ({_first_line(exc)})", path=path

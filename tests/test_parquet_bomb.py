@@ -288,3 +288,25 @@ def test_a_footer_longer_than_the_file_is_a_corrupt_file_not_a_memory_refusal(tm
         assert "its footer" not in str(err.value)
     n = struct.unpack("<I", good[-8:-4])[0]
     assert footer_length(tmp_path / "good.parquet") == n
+
+
+def test_memory_refused_while_reading_is_said_as_memory_not_as_a_bad_file(tmp_path, monkeypatch):
+    """Under ``ulimit -d 102400`` ``trace info`` said "not a readable Parquet trace (malloc
+    of size 256 failed)": a good file, called unreadable. The line now says memory ran
+    out, what was left, and that a damaged file can do it too."""
+    path = tmp_path / "t.parquet"
+    Trace.from_columns({"session": [0], "t": [0.0], "path": ["/a"]}).write_parquet(path)
+
+    def refused(*_a: object, **_k: object) -> None:
+        raise pa.ArrowMemoryError("malloc of size 256 failed")
+
+    monkeypatch.setattr("shrink.trace.read_bounded", refused)
+    monkeypatch.setattr("shrink.runlog.read_bounded", refused)
+    monkeypatch.setattr("shrink.parquet_read.memory_left", lambda: 300 << 20)
+    for read in (Trace.read_parquet, RunLog.read_parquet):
+        with pytest.raises(TraceFormatError) as info:
+            read(path)
+        text = str(info.value)
+        assert "not a readable Parquet" not in text
+        assert "needed more memory than this process could get (malloc of size 256" in text
+        assert "300 MiB were left" in text and "a limit (ulimit, a cgroup) to raise" in text
