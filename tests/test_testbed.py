@@ -187,6 +187,25 @@ def test_cpu_time_share_without_cgroup_permission(tmp_path, monkeypatch):
                      server=ServerSettings(FakeRecipe()))  # fmt: skip
 
 
+def test_cpu_time_share_without_a_mounted_cpu_controller(tmp_path, monkeypatch):
+    """In a chroot or container whose /sys/fs/cgroup has no controllers mounted, root
+    was told it lacked permission and needed root."""
+    from shrink.share import CgroupLayout
+
+    (tmp_path / "doc").mkdir()
+    monkeypatch.setattr(lifecycle, "cgroup_layout", lambda: CgroupLayout(1, None, None, None))
+    m = Machine("m", sockets=1, cores_per_socket=len(os.sched_getaffinity(0)),
+                cpus=(tuple(sorted(os.sched_getaffinity(0))),))  # fmt: skip
+    share = Share.parse(f"{m.all_cpus[0]}@50%", m)
+    with pytest.raises(TopologyError) as err:
+        lifecycle.up(tmp_path / "doc", m, share, state_path=tmp_path / "s.json", port=0,
+                     server=ServerSettings(FakeRecipe()))  # fmt: skip
+    said = str(err.value)
+    assert "no cgroup with the cpu controller is mounted" in said, said
+    assert "permission" not in said and "need root" not in said, said
+    assert "--share-kind cores" in said, said
+
+
 def test_fake_target_serves_sizes_and_counts():
     with FakeServer(service_time_s=0.002) as fake, httpx.Client(trust_env=False) as c:
         t0 = time.monotonic()

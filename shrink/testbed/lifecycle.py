@@ -506,6 +506,14 @@ def _use_cgroups(share: Share, cgroups: str, enforce: str) -> tuple[bool, Any]:
     use_cg = cgroups == "yes" or quota or (cgroups == "auto" and can_write_cgroups(layout))
     if quota and cgroups == "no":
         raise TopologyError("a CPU-time share needs a cgroup quota; cgroups='no' cannot give it")
+    if use_cg and layout.cpu is None:
+        raise TopologyError(
+            "no cgroup with the cpu controller is mounted (/proc/self/mounts lists none; "
+            "in a chroot or container, mount /sys/fs/cgroup with its controllers, e.g. "
+            "mount --rbind). CPU-time shares need one; core shares work through CPU "
+            "affinity: `shrink testbed up --share 0-1` (or --share 0.5), or `shrink predict "
+            "--share-kind cores` with an alpha of whole cores."
+        )
     if use_cg and not can_write_cgroups(layout):
         raise TopologyError(
             "no permission for cgroups (CPU-time shares need root or a delegated cgroup). "
