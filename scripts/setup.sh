@@ -40,6 +40,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   else
     echo "setup: missing Debian packages: ${missing[*]}" >&2
     echo "setup: run 'sudo apt-get install ${missing[*]}' (or run make setup as root)." >&2
+    # Every make target runs in the venv: without one (python3-venv brings ensurepip,
+    # which makes it), going on would only fail a step later.
+    if [[ " ${missing[*]} " == *" python3-venv "* ]] \
+      && ! "$VENV/bin/python" -m pip --version >/dev/null 2>&1 \
+      && ! "$PY" -c 'import ensurepip' 2>/dev/null; then
+      echo "setup: stopping: $PY cannot make the virtual environment every make target runs in" \
+        "without python3-venv (no ensurepip); install it and run make setup again." >&2
+      exit 1
+    fi
     echo "setup: continuing; tests that need them will be skipped with that reason." >&2
   fi
 fi
