@@ -115,7 +115,10 @@ PIP=("$VPY" -m pip install -q --disable-pip-version-check)
 "${PIP[@]}" --no-deps --no-build-isolation -e .
 # An editable install leaves shrink's own modules uncompiled; compile them now, so that
 # the first command (and every one where PYTHONDONTWRITEBYTECODE is set) starts at once.
-"$VPY" -m compileall -q -j 0 shrink samplers extrapolate >/dev/null
+# -j 0 needs a process pool, whose locks need a writable /dev/shm (a chroot or container
+# may have none): then one process compiles them, without a traceback.
+"$VPY" -m compileall -q -j 0 shrink samplers extrapolate >/dev/null 2>&1 \
+  || "$VPY" -m compileall -q shrink samplers extrapolate >/dev/null
 # The native replay core (Rust, built by maturin from native/): without cargo the
 # Python engine runs instead, and every run's summary says which engine ran.
 if command -v cargo >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/cargo" ]; then
