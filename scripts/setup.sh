@@ -24,7 +24,7 @@ quiet() {
   rm -f "$log"
 }
 
-DEBS=(lighttpd php-cgi nginx php-fpm tshark tcpdump wrk httperf python3-venv python3-pip)
+DEBS=(lighttpd php-cgi nginx php-fpm tshark tcpdump wrk httperf python3-venv)
 missing=()
 for pkg in "${DEBS[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -20,9 +20,11 @@ def _shim(bin_dir: Path, name: str, body: str) -> None:
     path.chmod(0o755)
 
 
-def _run_as_user_without_debs(tmp_path: Path, python_body: str) -> subprocess.CompletedProcess:
+def _run_as_user_without_debs(
+    tmp_path: Path, python_body: str, dpkg_query: str = "exit 1"
+) -> subprocess.CompletedProcess:
     """setup.sh in a copy of the tree, as uid 1000, with no Debian package installed
-    and PYTHON a stand-in whose behaviour is ``python_body``."""
+    (or what ``dpkg_query`` says) and PYTHON a stand-in whose behaviour is ``python_body``."""
     if shutil.which("bash") is None:
         pytest.skip("needs bash")
     tree = tmp_path / "tree"
@@ -31,7 +33,7 @@ def _run_as_user_without_debs(tmp_path: Path, python_body: str) -> subprocess.Co
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     _shim(bin_dir, "id", "echo 1000")
-    _shim(bin_dir, "dpkg-query", "exit 1")
+    _shim(bin_dir, "dpkg-query", dpkg_query)
     _shim(bin_dir, "python", python_body)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHON": f"{bin_dir}/python"}
     return subprocess.run(
@@ -58,3 +60,12 @@ def test_without_root_but_with_a_python_that_makes_venvs_it_continues(tmp_path):
     out = _run_as_user_without_debs(tmp_path, 'case "$*" in *ensurepip*) exit 0;; esac; exit 1')
     assert "continuing; tests that need them will be skipped" in out.stderr, out.stderr
     assert "stopping:" not in out.stderr, out.stderr
+
+
+@pytest.mark.compute
+def test_python3_pip_is_not_asked_for(tmp_path):
+    # The venv's pip comes from python3-venv (ensurepip); Debian's python3-pip was listed
+    # as missing, and installed as root, for nothing.
+    every_but_pip = 'case "$*" in *python3-pip*) exit 1;; esac; printf "install ok installed"'
+    out = _run_as_user_without_debs(tmp_path, "exit 1", dpkg_query=every_but_pip)
+    assert "missing Debian packages" not in out.stderr, out.stderr
