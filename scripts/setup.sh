@@ -111,7 +111,11 @@ VPY=$VENV/bin/python
 PIP=("$VPY" -m pip install -q --disable-pip-version-check)
 # Exactly the lock's versions and files (hashes); the builds below use its setuptools
 # and maturin instead of fetching the newest into a build environment.
-"${PIP[@]}" --require-hashes -r "$LOCK"
+if ! "${PIP[@]}" --require-hashes -r "$LOCK"; then
+  echo "setup: pip could not install $LOCK's packages from the package index (pip's" \
+    "error above: the network, a proxy or its certificate?); fix that and run make setup again." >&2
+  exit 1
+fi
 "${PIP[@]}" --no-deps --no-build-isolation -e .
 # An editable install leaves shrink's own modules uncompiled; compile them now, so that
 # the first command (and every one where PYTHONDONTWRITEBYTECODE is set) starts at once.

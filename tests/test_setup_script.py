@@ -69,3 +69,16 @@ def test_python3_pip_is_not_asked_for(tmp_path):
     every_but_pip = 'case "$*" in *python3-pip*) exit 1;; esac; printf "install ok installed"'
     out = _run_as_user_without_debs(tmp_path, "exit 1", dpkg_query=every_but_pip)
     assert "missing Debian packages" not in out.stderr, out.stderr
+
+
+@pytest.mark.compute
+def test_a_failed_pip_install_is_named(tmp_path):
+    # Behind a TLS-intercepting proxy whose CA the machine lacks, pip retried five times
+    # and set-up ended on pip's "No matching distribution", with nothing saying which
+    # step failed or what to check.
+    venv_bin = tmp_path / "tree" / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    _shim(venv_bin, "python", 'case "$*" in *"pip --version"*) exit 0;; esac; exit 1')
+    out = _run_as_user_without_debs(tmp_path, "exit 1", dpkg_query='printf "install ok installed"')
+    assert out.returncode == 1, out
+    assert "setup: pip could not install requirements-dev.lock" in out.stderr, out.stderr
