@@ -111,6 +111,8 @@ VPY=$VENV/bin/python
 PIP=("$VPY" -m pip install -q --disable-pip-version-check)
 # Exactly the lock's versions and files (hashes); the builds below use its setuptools
 # and maturin instead of fetching the newest into a build environment.
+# The longest step of a first set-up (a minute or more, quiet): say what it is doing.
+echo "setup: installing the pinned packages of $LOCK into $VENV (about a minute the first time)"
 if ! "${PIP[@]}" --require-hashes -r "$LOCK"; then
   echo "setup: pip could not install $LOCK's packages from the package index (pip's" \
     "error above: the network, a proxy or its certificate?); fix that and run make setup again." >&2
