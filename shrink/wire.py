@@ -102,6 +102,8 @@ def loopback_url_host(url: str) -> str | None:
         return "must start with http://"
     if "@" in parts.netloc:
         return f"names a user part ({parts.netloc!r}); the host is what follows '@'"
+    if host == "localhost" and not is_loopback(host):
+        return not_loopback_why(host)  # does not resolve, or resolves elsewhere
     if not host or not is_loopback(host):
         return f"host {host!r} is not a loopback address"
     return None

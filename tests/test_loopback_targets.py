@@ -5,6 +5,7 @@ shrink; the error said "not a loopback address", which is wrong for each of them
 from __future__ import annotations
 
 import pytest
+from helpers.resolver import resolving_localhost_to
 
 from shrink.errors import ReplayError
 from shrink.replay.live import LiveTarget
@@ -32,21 +33,10 @@ def test_an_odd_spelling_of_loopback_is_refused_saying_why(host, why):
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.255.0.9", "::1", "localhost"])
-def test_loopback_written_out_is_taken(host):
+def test_loopback_written_out_is_taken(host, monkeypatch):
+    # localhost as a stock /etc/hosts has it (a chroot may have no /etc/hosts at all)
+    resolving_localhost_to(monkeypatch, "::1", "127.0.0.1")
     assert LiveTarget([(host, 8080)]).addresses == [(host, 8080)]
-
-
-def _resolving_localhost_to(monkeypatch, *addresses: str) -> None:
-    import socket
-
-    def fake(host, *args, **kwargs):
-        assert host == "localhost"
-        if not addresses:
-            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-        return [(socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_STREAM, 6, "",
-                 (a, 0)) for a in addresses]  # fmt: skip
-
-    monkeypatch.setattr(socket, "getaddrinfo", fake)
 
 
 @pytest.mark.parametrize(
@@ -60,12 +50,12 @@ def _resolving_localhost_to(monkeypatch, *addresses: str) -> None:
 def test_localhost_that_resolves_off_loopback_is_refused(monkeypatch, addresses, why):
     """An /etc/hosts mapping ``localhost`` to this machine's eth0 address: both engines
     sent the load there (a server on 192.0.2.2 answered every request), unflagged."""
-    _resolving_localhost_to(monkeypatch, *addresses)
+    resolving_localhost_to(monkeypatch, *addresses)
     with pytest.raises(ReplayError) as err:
         LiveTarget([("localhost", 8080)])
     assert str(err.value).startswith(f"target {why}") and "--allow-remote" in str(err.value)
 
 
 def test_localhost_that_resolves_to_loopback_is_taken(monkeypatch):
-    _resolving_localhost_to(monkeypatch, "::1", "127.0.0.1")
+    resolving_localhost_to(monkeypatch, "::1", "127.0.0.1")
     assert LiveTarget([("localhost", 8080)]).addresses == [("localhost", 8080)]

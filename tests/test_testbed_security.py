@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from helpers.resolver import resolving_localhost_to
 from helpers.testbed import as_root_with
 
 from shrink import processes as process
@@ -55,10 +56,22 @@ def test_a_health_url_off_loopback_is_refused_by_parsing_alone(tmp_path, url):
     assert msg.startswith(f"recipe {f}: health_url: ") and "\n" not in msg
 
 
+def test_a_health_url_on_a_localhost_that_does_not_resolve_says_so(tmp_path, monkeypatch):
+    # Where no /etc/hosts names localhost, the recipe was refused as "host 'localhost'
+    # is not a loopback address", which reads as a rule against localhost.
+    resolving_localhost_to(monkeypatch)
+    f = tmp_path / "r.toml"
+    f.write_text('commands = [["srv"]]\nhealth_url = "http://localhost:{port}/"\n')
+    with pytest.raises(RecipeError) as err:
+        CommandRecipe.read(f)
+    assert "localhost does not resolve here" in str(err.value), str(err.value)
+
+
 @pytest.mark.parametrize(
     "url", ["http://{address}:{port}/", "http://127.0.0.1:{port}/ok", "http://localhost:{port}/"]
 )
-def test_a_loopback_health_url_is_accepted(tmp_path, url):
+def test_a_loopback_health_url_is_accepted(tmp_path, url, monkeypatch):
+    resolving_localhost_to(monkeypatch, "::1", "127.0.0.1")  # a chroot may have no /etc/hosts
     f = tmp_path / "r.toml"
     f.write_text(f'commands = [["srv"]]\nhealth_url = "{url}"\n')
     assert CommandRecipe.read(f).health_url == url
