@@ -63,7 +63,11 @@ def test_second_replica_binds_its_own_address(tmp_path):
 
 @pytest.mark.live
 def test_rendered_config_passes_lighttpd_check(tmp_path):
-    lighttpd = find_tool("lighttpd-php-cgi", "lighttpd", hint="apt-get install lighttpd")
+    # Without lighttpd (make setup as a user lists it as missing) this skips, naming it.
+    try:
+        lighttpd = find_tool("lighttpd-php-cgi", "lighttpd", hint="apt-get install lighttpd")
+    except RecipeError as exc:
+        pytest.skip(f"lighttpd is not installed (make setup installs it as root): {exc}")
     c = _cfg(tmp_path)
     (tmp_path / "doc").mkdir()
     write_probe(c)
