@@ -42,6 +42,7 @@ from shrink.autolevels import AutoPlan
 from shrink.demo_work import work_dir
 from shrink.errors import ShrinkError
 from shrink.jsonout import dumps
+from shrink.report.demo_summary import closing_lines
 
 if TYPE_CHECKING:
     from shrink.target import RunResult, Target
@@ -401,11 +402,13 @@ def run_demo(
         "full_target_use": pred.extra.get("full_target_use"),
         "whatif_recommended": None if whatif is None else whatif.get("recommended"),
         "server": pred.server,
-        "report": str(out / "report.md"),
+        "report": str(out / "report.html"),
+        "report_md": str(out / "report.md"),
     }
     write_text(out / "demo-summary.json", dumps(summary, indent=2) + "\n")
     console.rule("[bold]Done")
-    console.print_json(dumps(summary))
+    for line in closing_lines(summary, out):
+        console.print(line, highlight=False, soft_wrap=True)
     return summary
 
 

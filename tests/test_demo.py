@@ -160,3 +160,26 @@ def test_a_demo_stopped_before_it_made_its_folder_says_nothing_was_measured(
     monkeypatch.setattr(demo, "run_demo", plain)
     assert demo.main(["--out", str(out)]) == 130
     assert capsys.readouterr().err.strip() == "interrupted: nothing was measured"
+
+
+@pytest.mark.compute
+def test_the_demo_ends_in_words_naming_the_html_report(tmp_path):
+    """The demo ended on its whole summary as JSON, whose last field named report.md,
+    where the README points to report.html (a fresh Debian run, round 13b)."""
+    from shrink.report.demo_summary import closing_lines
+
+    summary = {
+        "seconds": 292.0,
+        "predicted": {"mean": 2508.4, "p999": None},
+        "measured": {"mean": 1155.0, "p999": 1210.6},
+        "generator_kept_up": True,
+        "report": str(tmp_path / "report.html"),
+        "report_md": str(tmp_path / "report.md"),
+    }
+    lines = closing_lines(summary, tmp_path)
+    assert lines[0] == "mean MAT: predicted 2,508 req/s, measured 1,155 req/s"
+    assert lines[1] == "p999 MAT: predicted none, measured 1,211 req/s"
+    assert lines[2] == "took 4.9 min; the load generator kept up: yes"
+    assert lines[3].startswith(f"report: {tmp_path / 'report.html'} (and ")
+    assert str(tmp_path / "demo-summary.json") in lines[3]
+    assert not any(line.lstrip().startswith(("{", '"')) for line in lines)
