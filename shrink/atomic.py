@@ -388,7 +388,10 @@ def expect_unchanged(path: str | Path) -> None:
     one that ended first had lost what it measured."""
     p = Path(os.path.abspath(path))
     try:
-        fd = os.open(p.parent, _DIR_FLAGS)
+        # As the write reaches it (:func:`open_dir`): through the user's own symlinked
+        # folder too. Opened with O_NOFOLLOW, such a folder read as empty, and rewriting
+        # a file there was taken for another run's write (kept as c.1.json, exit 1).
+        fd = open_dir(p.parent)
     except OSError:
         _EXPECTED[str(p)] = None  # (its folder is made later: nothing there yet)
         return
@@ -403,7 +406,7 @@ def refuse_held_folder(path: str | Path) -> None:
     run holds (:func:`claimed`: a sweep's ``--runlogs``, a prediction's folder): a
     ``replay -o`` there replaced a RunLog the sweep had kept."""
     try:
-        fd = os.open(Path(os.path.abspath(path)).parent, _DIR_FLAGS)
+        fd = open_dir(Path(os.path.abspath(path)).parent)  # (a symlinked one too)
     except OSError:
         return  # not there yet: no one holds it
     try:
@@ -438,8 +441,9 @@ def _replaced_by_another(tmp: Path, path: Path, dir_fd: int) -> None:
     """Raise (this run's file put aside and recorded) when ``path`` is no longer what
     its command saw of it, nor what this process last wrote there."""
     key = os.path.abspath(path)
-    if key not in _EXPECTED or _fingerprint(path.name, dir_fd) == _EXPECTED[key]:
-        return
+    now = _fingerprint(path.name, dir_fd)
+    if key not in _EXPECTED or now is None or now == _EXPECTED[key]:
+        return  # (gone meanwhile, the user's rm: no one's file is replaced)
     alt = _put_aside(tmp, path, dir_fd)
     for ledger in _ledgers:
         ledger.append(alt)

@@ -15,7 +15,7 @@ import pytest
 
 from shrink import atomic
 from shrink.atomic import claimed, expect_unchanged, recording, write_text
-from shrink.errors import WriteError
+from shrink.errors import OutputBusyError, WriteError
 
 pytestmark = pytest.mark.compute
 
@@ -85,3 +85,58 @@ def test_an_output_in_a_folder_this_run_holds_is_written(tmp_path):
         atomic.refuse_held_folder(rl / "x.json")
         write_text(rl / "x.json", "ours")
     assert (tmp_path / "rl" / "x.json").read_text() == "ours"
+
+
+def test_an_output_rewritten_through_a_symlinked_folder_is_replaced(tmp_path):
+    """``-o link/c.json`` with ``link`` the user's own symlink to a folder, c.json there
+    from an earlier run: the folder was opened with O_NOFOLLOW when the output was noted,
+    read as empty, and the rewrite was kept as c.1.json, "another run wrote it", exit 1."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to("real")
+    (tmp_path / "real" / "c.json").write_text("an earlier run's curve")
+    out = tmp_path / "link" / "c.json"
+    expect_unchanged(out)
+    write_text(out, "this run's curve")
+    assert (tmp_path / "real" / "c.json").read_text() == "this run's curve"
+    assert sorted(os.listdir(tmp_path / "real")) == ["c.json"]
+
+
+def test_an_output_another_run_wrote_in_a_symlinked_folder_is_not_replaced(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to("real")
+    out = tmp_path / "link" / "c.json"
+    out.write_text("an older curve")
+    expect_unchanged(out)
+    _written_by_another_run(tmp_path / "real" / "c.json", "the other run's curve")
+    with pytest.raises(WriteError):
+        write_text(out, "this run's curve")
+    assert (tmp_path / "real" / "c.json").read_text() == "the other run's curve"
+    assert (tmp_path / "real" / "c.1.json").read_text() == "this run's curve"
+
+
+def test_an_output_the_user_removed_meanwhile_is_written_in_its_place(tmp_path):
+    """No one's file is there to lose: it was kept as c.1.json with "another run wrote it"."""
+    out = tmp_path / "c.json"
+    out.write_text("an older curve")
+    expect_unchanged(out)
+    out.unlink()
+    write_text(out, "this run's curve")
+    assert out.read_text() == "this run's curve" and os.listdir(tmp_path) == ["c.json"]
+
+
+def test_a_folder_held_by_another_run_is_refused_through_a_symlink_to_it(tmp_path):
+    rl = tmp_path / "rl"
+    rl.mkdir()
+    (tmp_path / "link").symlink_to("rl")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nfrom shrink.atomic import claimed\n"
+         f"with claimed({str(rl)!r}):\n    print('held', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(OutputBusyError):
+            atomic.refuse_held_folder(tmp_path / "link" / "x.parquet")
+    finally:
+        holder.communicate("", timeout=30)
