@@ -80,3 +80,19 @@ def test_an_unknown_mplbackend_is_not_an_internal_error():
         timeout=120, capture_output=True, text=True,
     )  # fmt: skip
     assert (done.returncode, done.stdout.strip()) == (0, "agg"), done.stderr
+
+
+@pytest.mark.parametrize("as_folder", [False, True], ids=["file", "folder"])
+def test_a_fifo_named_by_matplotlibrc_is_not_read(tmp_path, as_folder):
+    """``MATPLOTLIBRC`` naming a FIFO (or a folder holding one as ``matplotlibrc``), as
+    another user's environment may under ``su`` without ``-``: the import hung."""
+    fifo = tmp_path / "matplotlibrc" if as_folder else tmp_path / "rc"
+    os.mkfifo(fifo)
+    named = tmp_path if as_folder else fifo
+    code = "import os, shrink.report.figures; print(os.environ['MATPLOTLIBRC'])"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=_env(MATPLOTLIBRC=str(named)), timeout=60,
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(named)  # the user's, left as it was

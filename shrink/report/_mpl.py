@@ -74,14 +74,22 @@ def _working_rc_trusted() -> bool:
 
 _config_dir()
 os.environ.pop("MPLBACKEND", None)  # Agg below; an unknown name was a ValueError at import
-if _working_rc_trusted():
-    import matplotlib
-else:
-    _here = os.getcwd()
-    os.chdir("/")
-    try:
+# $MATPLOTLIBRC (a file, or a folder holding one) is read at import too: a FIFO named
+# there hung every command that draws (root with another user's environment, `su`
+# without `-`). What it says is dropped by rcdefaults below: it is not read at all.
+_users_rc = os.environ.pop("MATPLOTLIBRC", None)
+try:
+    if _working_rc_trusted():
         import matplotlib
-    finally:
-        os.chdir(_here)
+    else:
+        _here = os.getcwd()
+        os.chdir("/")
+        try:
+            import matplotlib
+        finally:
+            os.chdir(_here)
+finally:
+    if _users_rc is not None:  # the user's, passed on as it was
+        os.environ["MATPLOTLIBRC"] = _users_rc
 matplotlib.rcdefaults()  # the figures as the project draws them, whatever rc was read
 matplotlib.use("Agg")
