@@ -423,15 +423,39 @@ def refuse_held_folder(path: str | Path) -> None:
         os.close(fd)  # (the shared lock goes with it)
 
 
+def _aside_name(path: Path, n: int) -> str:
+    """``STEM.N.SUFFIX``, its stem cut to fit a file name's 255 bytes: beside a legal name
+    of 250 bytes, the longer one failed (ENAMETOOLONG) and this run's file was removed."""
+    stem, tail = os.fsencode(path.stem), os.fsencode(f".{n}{path.suffix}")
+    if len(tail) >= _NAME_MAX:  # (a suffix of its own near 255 bytes: the number last)
+        stem, tail = os.fsencode(path.name), os.fsencode(f".{n}")
+    return os.fsdecode(stem[: _NAME_MAX - len(tail)] + tail)
+
+
+# What link(2) says where a file system makes no hard links (FAT, some FUSE and network
+# ones): the file is then renamed onto an empty name of its own made just before.
+_NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.ENOSYS}
+
+
 def _put_aside(tmp: Path, path: Path, dir_fd: int) -> Path:
     """``tmp`` linked under the first free name ``STEM.N.SUFFIX`` beside ``path`` (never
     over a file), and unlinked: the name it now has."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     for n in range(1, 10000):
-        alt = path.with_name(f"{path.stem}.{n}{path.suffix}")
+        alt = path.with_name(_aside_name(path, n))
         try:
             os.link(tmp.name, alt.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except FileExistsError:
             continue
+        except OSError as exc:
+            if exc.errno not in _NO_LINKS:
+                raise
+            try:  # a name of this run's own first, then the file onto it
+                os.close(os.open(alt.name, flags, 0o600, dir_fd=dir_fd))
+            except FileExistsError:
+                continue
+            os.replace(tmp.name, alt.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            return alt
         os.unlink(tmp.name, dir_fd=dir_fd)
         return alt
     raise OSError(errno.EEXIST, "no free name beside it", str(path))

@@ -6,6 +6,7 @@ file beside the other's and says so, and the folder held by a run is refused."""
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -140,3 +141,39 @@ def test_a_folder_held_by_another_run_is_refused_through_a_symlink_to_it(tmp_pat
             atomic.refuse_held_folder(tmp_path / "link" / "x.parquet")
     finally:
         holder.communicate("", timeout=30)
+
+
+def _another_run_wrote(out: Path) -> None:
+    expect_unchanged(out)
+    _written_by_another_run(out, "the other run's curve")
+
+
+def test_this_runs_file_is_kept_beside_an_output_of_the_longest_legal_name(tmp_path):
+    """A 255-byte name: its STEM.1.SUFFIX was too long (ENAMETOOLONG) and this run's
+    file was removed, the measurement lost."""
+    out = tmp_path / ("é" * 122 + "abcdef.json")  # 255 bytes
+    assert len(os.fsencode(out.name)) == 255
+    _another_run_wrote(out)
+    with recording() as kept, pytest.raises(WriteError):
+        write_text(out, "this run's curve")
+    assert len(kept) == 1 and kept[0].read_text() == "this run's curve"
+    assert kept[0].name.endswith(".1.json") and len(os.fsencode(kept[0].name)) <= 255
+    assert out.read_text() == "the other run's curve"
+
+
+def test_this_runs_file_is_kept_where_the_file_system_makes_no_hard_links(tmp_path, monkeypatch):
+    """FAT and some FUSE file systems refuse link(2) (EPERM): this run's file was removed."""
+
+    def no_link(*args, **kw):
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    out = tmp_path / "c.json"
+    (tmp_path / "c.1.json").write_text("a file already there")
+    _another_run_wrote(out)
+    monkeypatch.setattr(os, "link", no_link)
+    with recording() as kept, pytest.raises(WriteError):
+        write_text(out, "this run's curve")
+    assert kept == [tmp_path / "c.2.json"]
+    assert (tmp_path / "c.2.json").read_text() == "this run's curve"
+    assert (tmp_path / "c.1.json").read_text() == "a file already there"
+    assert sorted(os.listdir(tmp_path)) == ["c.1.json", "c.2.json", "c.json"]
