@@ -42,6 +42,7 @@ __all__ = [
     "own_dir",
     "recording",
     "refuse_held_folder",
+    "unchanged_since_noted",
     "write_bytes",
     "write_text",
 ]
@@ -397,6 +398,22 @@ def expect_unchanged(path: str | Path) -> None:
         return
     try:
         _EXPECTED[str(p)] = _fingerprint(p.name, fd)
+    finally:
+        os.close(fd)
+
+
+def unchanged_since_noted(path: str | Path) -> bool:
+    """Whether ``path`` is as :func:`expect_unchanged` noted it, or as this process last
+    wrote it (True when it was never noted): a file found otherwise is another run's."""
+    p = Path(os.path.abspath(path))
+    if str(p) not in _EXPECTED:
+        return True
+    try:
+        fd = open_dir(p.parent)
+    except OSError:
+        return _EXPECTED[str(p)] is None
+    try:
+        return _fingerprint(p.name, fd) == _EXPECTED[str(p)]
     finally:
         os.close(fd)
 

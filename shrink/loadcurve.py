@@ -33,7 +33,7 @@ from pydantic import (
 )
 
 from shrink import files
-from shrink.atomic import write_text
+from shrink.atomic import unchanged_since_noted, write_text
 from shrink.errors import MeasurementError
 from shrink.jsonout import dumps
 from shrink.schemas import MAX_LIST, Alpha, Count, CurveMeta, Finite, Name, NonNeg
@@ -482,6 +482,8 @@ class LoadCurve(files.VersionedFile):
         if stem != written.name and not stem.endswith((".partial", ".summary")):
             for twin in (f"{stem}.partial.json", f"{stem}.summary.json"):
                 stale = written.with_name(twin)
+                if not unchanged_since_noted(stale):
+                    continue  # another run's, written since this one began (its kept levels)
                 with contextlib.suppress(OSError):
                     st = os.lstat(stale)
                     # a file of ours: not a link, nor another user's in a shared folder

@@ -156,3 +156,36 @@ def test_a_level_the_trace_cannot_fill_is_refused_before_any_level_runs(tmp_path
     assert Counting.runs == 0
     assert f"rate_factor {too_fast:g} (and 1 more)" in str(info.value)
     assert not getattr(info.value, "curve", None)
+
+
+class _AnotherRunStopsAt(FailsAt):
+    """A fake target during whose ``n``-th run a second ``sweep -o`` of the same output,
+    stopped, keeps its finished levels in ``partial`` (as its Ctrl-C does)."""
+
+    def __init__(self, n: int, partial: Path) -> None:
+        super().__init__(99, Killed())
+        self.at, self.partial = n, partial
+
+    def run(self, trace, **kw):
+        if self.runs + 1 == self.at:
+            theirs = self.partial.with_name(".theirs")
+            theirs.write_text('{"another run": "its kept levels"}')
+            os.replace(theirs, self.partial)
+        return super().run(trace, **kw)
+
+
+def test_another_runs_kept_levels_are_neither_replaced_nor_removed(tmp_path, monkeypatch):
+    """Two ``sweep -o curve.json``, the second stopped while the first ran: its levels,
+    kept in curve.partial.json, were replaced by the first's next level and the file then
+    removed as stale by the first's whole curve, though the second had said it kept them.
+    This run's levels as they ended go beside (curve.partial.1.json), said once."""
+    trace, out = tmp_path / "t.parquet", tmp_path / "curve.json"
+    partial = tmp_path / "curve.partial.json"
+    steady_trace().write_parquet(trace)
+    monkeypatch.setattr(sim_cmd, "_sim_target", lambda *a: _AnotherRunStopsAt(2, partial))
+    r = _sim_sweep(trace, out, "1,2,3")
+    assert r.exit_code == 0, r.output
+    assert [lv.level for lv in LoadCurve.read_json(out).levels] == [1, 2, 3]
+    assert partial.read_text() == '{"another run": "its kept levels"}'
+    assert r.output.count("another run wrote it") == 1
+    assert (tmp_path / "curve.partial.1.json").exists()

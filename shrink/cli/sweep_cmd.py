@@ -119,7 +119,14 @@ def _write_curve(curve: Any, output: Path) -> None:
 def keep_levels(output: Path) -> KeepLevels:
     """What writes a sweep's finished levels to OUTPUT's ``.partial.json`` twin as each
     ends, and says once, on stderr, if it cannot."""
+    from shrink.atomic import expect_unchanged
     from shrink.measure.keep import KeepLevels, partial_twin
+
+    # Noted as they are now: another run's (a second sweep -o of the same file, stopped,
+    # keeps its levels there) is then neither replaced level by level nor removed at
+    # the end as stale; it was, and that run's kept levels were lost.
+    for twin in (partial_twin(output), *_summary_twins(output)):
+        expect_unchanged(twin)
 
     def cannot(exc: Exception) -> None:
         typer.echo(
@@ -129,6 +136,14 @@ def keep_levels(output: Path) -> KeepLevels:
         )
 
     return KeepLevels(partial_twin(output), cannot)
+
+
+def _summary_twins(output: Path) -> tuple[Path, Path]:
+    """``X.summary.json`` and ``X.partial.summary.json`` (:func:`_keep_smaller`)."""
+    stem = output.name.removesuffix(".json")
+    return output.with_name(f"{stem}.summary.json"), output.with_name(
+        f"{stem}.partial.summary.json"
+    )
 
 
 def _keep_partial_sweep(stop: Any, output: Path, runlogs: Path | None) -> None:
