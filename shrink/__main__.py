@@ -5,8 +5,9 @@ a good part of a second on a busy machine): a SIGTERM then exits 143 with one li
 not silently killed, and a Ctrl-C shows no traceback.
 """
 
+import contextlib
+import os
 import resource
-import sys
 
 from shrink import interrupts
 from shrink.defaults import LEAST_ADDRESS_SPACE
@@ -32,11 +33,14 @@ def _address_space_too_small() -> None:
     for which, flag in _LIMITS:
         soft = resource.getrlimit(which)[0]
         if soft != resource.RLIM_INFINITY and soft < LEAST_ADDRESS_SPACE:
-            sys.stderr.write(
+            line = (
                 f"error: ulimit {flag} {soft // 1024} (KiB) is less than the "
                 f"{LEAST_ADDRESS_SPACE >> 10} shrink needs: its numerical libraries' native "
                 "code crashes, rather than fails, with less\n"
             )
+            # (stderr closed, `2>&-`: Python's sys.stderr is None; the exit says it)
+            with contextlib.suppress(OSError):
+                os.write(2, line.encode())
             raise SystemExit(1)
 
 

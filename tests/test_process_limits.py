@@ -185,3 +185,16 @@ def test_out_of_memory_names_a_data_segment_limit(monkeypatch, capsys):
         raise MemoryError
     assert info.value.exit_code == 1
     assert capsys.readouterr().err.startswith("error: out of memory (ulimit -d 307200)")
+
+
+def test_the_floors_line_needs_no_sys_stderr(monkeypatch, capfd):
+    """With stderr closed (``2>&-``) Python's sys.stderr is None: the floor's check raised
+    an AttributeError instead of its exit. It writes to descriptor 2 itself."""
+    from shrink import __main__ as entry
+
+    monkeypatch.setattr(resource, "getrlimit", lambda _r: (300 << 20, 300 << 20))
+    monkeypatch.setattr(sys, "stderr", None)
+    with pytest.raises(SystemExit) as info:
+        entry._address_space_too_small()
+    assert info.value.code == 1
+    assert capfd.readouterr().err.startswith("error: ulimit -v 307200 (KiB) is less than")
