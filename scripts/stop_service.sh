@@ -7,13 +7,16 @@
 # process now: only a daemon (parent 1) running one of the three servers' executables
 # is the service's.
 stop_by_pidfile() {
-  local run=$1 unit=$2 pidfile pid exe
+  local run=$1 unit=$2 pidfile pid exe stat ppid
   for pidfile in "$run/$unit.pid" "$run/php/$unit.pid"; do
     pid=$(cat "$pidfile" 2>/dev/null) || continue
     case "$pid" in '' | *[!0-9]*) continue ;; esac
     exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || continue
     case "$exe" in */lighttpd | */nginx | */php-fpm*) ;; *) continue ;; esac
-    [ "$(ps -o ppid= -p "$pid" 2>/dev/null | tr -d ' ')" = 1 ] || continue
+    # Its parent from /proc, not ps: a minimal system has no procps.
+    stat=$(cat "/proc/$pid/stat" 2>/dev/null) || continue
+    read -r _ ppid _ <<<"${stat##*) }"
+    [ "$ppid" = 1 ] || continue
     kill -TERM "$pid" 2>/dev/null && echo stopped
     return 0
   done

@@ -15,10 +15,13 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "stop_service.sh"
 
 
-def _stop(run: Path, unit: str) -> str:
+def _stop(run: Path, unit: str, path: Path | None = None) -> str:
+    """``stop_by_pidfile run unit``'s output, with only the commands in ``path`` if given."""
+    env = None if path is None else {"PATH": str(path)}
+    bash = shutil.which("bash") or "bash"
     out = subprocess.run(
-        ["bash", "-c", f'. "{SCRIPT}"; stop_by_pidfile "$1" "$2"', "_", str(run), unit],
-        capture_output=True, text=True, check=True, timeout=30,
+        [bash, "-c", f'. "{SCRIPT}"; stop_by_pidfile "$1" "$2"', "_", str(run), unit],
+        capture_output=True, text=True, check=True, timeout=30, env=env,
     )  # fmt: skip
     return out.stdout.strip()
 
@@ -77,3 +80,30 @@ def test_only_a_daemon_running_a_server_named_by_the_pidfile_is_stopped(tmp_path
         for pid in (other, daemon):
             if _alive(pid):
                 os.kill(pid, 9)
+
+
+def test_the_daemon_is_stopped_where_ps_is_not_installed(tmp_path):
+    # A minimal Debian (debootstrap's minbase) has no procps: without ps the parent read
+    # as nothing, and set-up left the service running.
+    tools = {name: shutil.which(name) for name in ("sleep", "cat", "readlink")}
+    if None in tools.values() or not Path("/proc/self/exe").exists():
+        pytest.skip("needs sleep, cat, readlink and /proc")
+    path = tmp_path / "path"
+    path.mkdir()
+    for name in ("cat", "readlink"):
+        (path / name).symlink_to(tools[name])
+    lighttpd = tmp_path / "bin" / "lighttpd"
+    lighttpd.parent.mkdir()
+    shutil.copy(tools["sleep"], lighttpd)
+    run = tmp_path / "run"
+    run.mkdir()
+    daemon = _orphan(lighttpd)
+    try:
+        ppid = int(Path(f"/proc/{daemon}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        if ppid != 1:
+            pytest.skip(f"an orphan's parent here is PID {ppid} (a subreaper), not init")
+        (run / "lighttpd.pid").write_text(f"{daemon}\n")
+        assert _stop(run, "lighttpd", path) == "stopped"
+    finally:
+        if _alive(daemon):
+            os.kill(daemon, 9)
