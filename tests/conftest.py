@@ -99,9 +99,29 @@ def require_lighttpd() -> None:
         pytest.skip("lighttpd is not installed (make setup installs it as root)")
 
 
-def require_root() -> None:
+def require_root(why: str = "cgroups, tcpdump") -> None:
     if os.geteuid() != 0:
-        pytest.skip("needs root (cgroups, tcpdump); CI runs as root")
+        pytest.skip(f"needs root ({why}); CI runs as root")
+
+
+@pytest.fixture
+def passable_tmp(tmp_path: Path):
+    """A folder every user may pass through to (0711, as are the folders above it), for
+    tests of what a testbed's server user may reach: ``tmp_path`` as root (opened by
+    ``_server_user_may_enter_tmp_path``). pytest keeps a user's base folder at 0700, so
+    as a user it is a fresh folder in the temporary directory, removed afterwards."""
+    if os.geteuid() == 0:
+        yield tmp_path
+        return
+    made = Path(tempfile.mkdtemp(prefix="shrink-passable-"))
+    try:
+        made.chmod(0o711)
+        for d in made.parents:
+            if not os.stat(d).st_mode & 0o001:
+                pytest.skip(f"needs a temporary folder others may pass through ({d} is not)")
+        yield made
+    finally:
+        shutil.rmtree(made, ignore_errors=True)
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from shrink.cli import app, sim_cmd
 from shrink.loadcurve import LoadCurve
 from shrink.measure import SweepHooks, sweep
 from shrink.measure.keep import KEPT_AS_MEASURED, RUN_STARTED, KeepLevels
-from tests.conftest import ROOT
+from tests.conftest import ROOT, require_root
 from tests.test_export import _trace
 
 SPEC = ROOT / "examples" / "machines" / "nehalem-2s.toml"
@@ -104,6 +104,7 @@ def test_a_keep_that_cannot_write_stops_nothing_and_says_so_once(tmp_path):
 
 def test_the_whole_curve_leaves_another_user_s_file_of_that_name(tmp_path):
     # a shared folder: root's run removed another user's curve.partial.json
+    require_root("chown a file to another user")
     partial = tmp_path / "curve.partial.json"
     partial.write_text("{}")
     os.chown(partial, 4242, 4242)

@@ -157,29 +157,29 @@ def test_docroot_coverage_names_what_is_missing(tmp_path):
     assert odd.missing == ["/static/a.bin%00"]
 
 
-def test_docroot_coverage_names_what_the_server_user_cannot_read(tmp_path):
+def test_docroot_coverage_names_what_the_server_user_cannot_read(passable_tmp):
     """A docroot root wrote under ``umask 077`` (``synth --docroot``): after the chmod
     ``up`` named for its top folder, every page was a 403, and nothing said so."""
     from shrink.testbed.private import ServerUser
 
-    (tmp_path / "app").mkdir(mode=0o700)
-    (tmp_path / "app" / "index.php").write_text("<?php")
-    (tmp_path / "a.bin").write_bytes(b"x")
-    (tmp_path / "secret.bin").write_bytes(b"x")
-    os.chmod(tmp_path / "a.bin", 0o644)
-    os.chmod(tmp_path / "secret.bin", 0o600)
-    os.chmod(tmp_path, 0o755)
+    (passable_tmp / "app").mkdir(mode=0o700)
+    (passable_tmp / "app" / "index.php").write_text("<?php")
+    (passable_tmp / "a.bin").write_bytes(b"x")
+    (passable_tmp / "secret.bin").write_bytes(b"x")
+    os.chmod(passable_tmp / "a.bin", 0o644)
+    os.chmod(passable_tmp / "secret.bin", 0o600)
+    os.chmod(passable_tmp, 0o755)
     user = ServerUser("shrink-probe-nobody", "nogroup", 2**31 - 7, 2**31 - 7)
     paths = ["/a.bin", "/app/", "/app/index.php?id=1", "/secret.bin", "/gone.bin"]
     tr = Trace.from_columns({"session": [0] * 5, "t": [0.0] * 5, "path": paths})
-    cov = docroot_coverage(tr, tmp_path, user)
+    cov = docroot_coverage(tr, passable_tmp, user)
     assert cov.missing == ["/gone.bin"]
     assert cov.unreadable == ["/app/", "/app/index.php?id=1", "/secret.bin"]
-    ok = docroot_coverage(tr.take([0, 3]), tmp_path, user)
+    ok = docroot_coverage(tr.take([0, 3]), passable_tmp, user)
     line = ok.warning("t.parquet")
     assert line is not None and "shrink-probe-nobody" in line and "cannot read 1 of the 2" in line
-    assert f"chmod -R o+rX {tmp_path.resolve()}" in line
-    assert docroot_coverage(tr.take([0]), tmp_path, user).warning("t") is None
+    assert f"chmod -R o+rX {passable_tmp.resolve()}" in line
+    assert docroot_coverage(tr.take([0]), passable_tmp, user).warning("t") is None
 
 
 def test_a_symlink_loop_in_the_docroot_is_a_missing_path(tmp_path):

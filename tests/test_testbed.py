@@ -275,10 +275,10 @@ def test_the_down_command_shown_quotes_the_state_path(tmp_path, capsys):
     assert f"--state '{state}'" in capsys.readouterr().out
 
 
-def test_the_chmod_shown_for_an_unreadable_docroot_quotes_its_path(tmp_path):
+def test_the_chmod_shown_for_an_unreadable_docroot_quotes_its_path(passable_tmp):
     from shrink.testbed.private import ServerUser, check_reachable
 
-    doc = tmp_path / "my site; x"
+    doc = passable_tmp / "my site; x"
     doc.mkdir(mode=0o700)
     nobody = ServerUser("nobody", "nogroup", 65534, 65534)
     with pytest.raises(TestbedError, match=r"chmod o\+rx '.*/my site; x'"):

@@ -596,7 +596,9 @@ def test_a_docroot_others_may_change_is_named_with_the_folder_and_how(
     from shrink.testbed import private
     from shrink.testbed.private import ServerUser, docroot_writers
 
-    user = ServerUser("srv", "srv", 2**31 - 9, 2**31 - 9)
+    # As a user, the folders pytest makes are the user's own, and the servers run as them.
+    uid = 2**31 - 9 if os.geteuid() == 0 else os.geteuid()
+    user = ServerUser("srv", "srv", uid, uid)
     doc = tmp_path / "site" / "doc"
     doc.mkdir(parents=True)
     doc.chmod(0o755)
