@@ -137,9 +137,16 @@ def cluster(tmp_path_factory):
     (base / "ray").mkdir()
     before = os.environ.get("RAY_TMPDIR")
     os.environ["RAY_TMPDIR"] = str(base)
+    # Each node's object store maps its memory from files in /dev/shm: where this user
+    # may not write there (a chroot's /dev/shm is a plain root folder), every node died
+    # at start and the fixture waited out Ray's start-up timeout. Then they use a folder.
+    node = {"temp_dir": temp}
+    if os.path.isdir("/dev/shm") and not os.access("/dev/shm", os.W_OK):
+        node["plasma_directory"] = str(base / "plasma")
+        (base / "plasma").mkdir()
     try:
-        c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "temp_dir": temp})
-        workers = [c.add_node(num_cpus=1, temp_dir=temp) for _ in range(2)]
+        c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, **node})
+        workers = [c.add_node(num_cpus=1, **node) for _ in range(2)]
         c.wait_for_nodes()
         ray.init(address=c.address, logging_level="ERROR", log_to_driver=False)
         yield c, workers
