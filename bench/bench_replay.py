@@ -323,6 +323,36 @@ def scan(
     return cap, cpu_at_cap, confirm
 
 
+# The host's part, measured in the same run: how late a short timed sleep wakes on the
+# generator's CPU at the send thread's priority (the engine's loop sleeps so between sends).
+_WAKE_PROBE = """
+import os, sys, time
+cpu, rt = int(sys.argv[1]), int(sys.argv[2])
+os.sched_setaffinity(0, {cpu})
+if rt:
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(rt))
+late = []
+for _ in range(5000):
+    due = time.perf_counter_ns() + 60_000
+    time.sleep(60e-6)
+    late.append(time.perf_counter_ns() - due)
+late.sort()
+print(late[len(late) // 2] / 1e3, late[len(late) * 99 // 100] / 1e3)
+"""
+
+
+def wake_lateness(cpu: int, rt: int) -> str:
+    """A 60 us sleep's lateness on ``cpu`` (p50 and p99, us), as words for the output."""
+    rt = rt if os.geteuid() == 0 else 0
+    out = subprocess.run([sys.executable, "-c", _WAKE_PROBE, str(cpu), str(rt)],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    if out.returncode != 0:
+        return "host reference: the wake-up probe failed"
+    p50, p99 = (float(x) for x in out.stdout.split())
+    return (f"host reference: a 60 us sleep on CPU {cpu} woke {p50:.0f} us late (p50), "
+            f"{p99:.0f} us (p99; Python's own cost included)")  # fmt: skip
+
+
 def default_lag(capacity: float | None, rates: list[float], seconds: float, runs: int) -> None:
     """Send-lag p99 at 50% and 80% of ``capacity`` (None: of the capacity :func:`scan`
     measures first, at the same scheduling), default scheduling, RunLog to a file."""
@@ -342,6 +372,7 @@ def default_lag(capacity: float | None, rates: list[float], seconds: float, runs
             if capacity is None:
                 capacity = scan(proc.pid, port, rates, seconds)[0]
             for frac in (0.5, 0.8):
+                print("  " + wake_lateness(GEN_CPU, rt or 0))
                 rs = [
                     run_engine(port, frac * capacity, seconds, Path(tmp) / f"r{i}.parquet")
                     for i in range(runs)
