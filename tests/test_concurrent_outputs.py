@@ -55,17 +55,23 @@ def test_an_output_named_is_replaced_and_rewritten_by_its_own_run(tmp_path):
     assert out.read_text() == "whole" and sorted(os.listdir(tmp_path)) == ["c.json"]
 
 
+def _holder(folder: Path) -> subprocess.Popen[str]:
+    """Another process holding ``folder`` (as a sweep holds its --runlogs) until its stdin
+    ends; it prints "held" once it does."""
+    return subprocess.Popen(
+        [sys.executable, "-c", "import sys\nfrom shrink.atomic import claimed\n"
+         f"with claimed({str(folder)!r}):\n    print('held', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+
+
 def test_an_output_in_a_folder_another_run_holds_is_refused(tmp_path):
     """The folder is held by another process (as a sweep holds its --runlogs)."""
     rl = tmp_path / "rl"
     rl.mkdir()
     (rl / "run000-rf1.parquet").write_text("the sweep's RunLog")
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys\nfrom shrink.atomic import claimed\n"
-         f"with claimed({str(rl)!r}):\n    print('held', flush=True); sys.stdin.read()"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
+    holder = _holder(rl)
     try:
         assert holder.stdout.readline().strip() == "held"
         done = subprocess.run(
@@ -129,12 +135,7 @@ def test_a_folder_held_by_another_run_is_refused_through_a_symlink_to_it(tmp_pat
     rl = tmp_path / "rl"
     rl.mkdir()
     (tmp_path / "link").symlink_to("rl")
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys\nfrom shrink.atomic import claimed\n"
-         f"with claimed({str(rl)!r}):\n    print('held', flush=True); sys.stdin.read()"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
+    holder = _holder(rl)
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(OutputBusyError):

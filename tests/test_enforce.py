@@ -98,15 +98,28 @@ def test_a_state_file_from_before_the_mechanisms_reads_as_cfs():
     assert isinstance(enforcer_of(r), CfsQuota)
 
 
-@pytest.mark.root
-@pytest.mark.skipif(os.cpu_count() is None or os.cpu_count() < 2, reason="needs CPU 1")
-@pytest.mark.skipif(os.geteuid() != 0, reason="SCHED_FIFO needs root")
-@pytest.mark.parametrize("helper", ["c", "python"])
-def test_corunner_takes_its_part_of_the_cpu_and_stops(helper, monkeypatch):
+def _each_spinner(test):  # type: ignore[no-untyped-def]
+    """``test`` run with the C co-runner and the Python one: root, SCHED_FIFO, CPU 1."""
+    for mark in (
+        pytest.mark.parametrize("helper", ["c", "python"]),
+        pytest.mark.skipif(os.geteuid() != 0, reason="SCHED_FIFO needs root"),
+        pytest.mark.skipif(os.cpu_count() is None or os.cpu_count() < 2, reason="needs CPU 1"),
+        pytest.mark.root,
+    ):
+        test = mark(test)
+    return test
+
+
+def _use_spinner(helper: str, monkeypatch: pytest.MonkeyPatch) -> None:
     if helper == "c" and build_helper() is None:
         pytest.skip("no C compiler: only the Python co-runner here")
     if helper == "python":
         monkeypatch.setattr("shrink.enforce.corunner.build_helper", lambda: None)
+
+
+@_each_spinner
+def test_corunner_takes_its_part_of_the_cpu_and_stops(helper, monkeypatch):
+    _use_spinner(helper, monkeypatch)
     c = CoRunner("x", None, cpu_fraction=0.25)
     c.start((1,))
     c.add([os.getpid()])
@@ -127,18 +140,12 @@ def test_corunner_takes_its_part_of_the_cpu_and_stops(helper, monkeypatch):
     assert not process.is_alive(pid)
 
 
-@pytest.mark.root
-@pytest.mark.skipif(os.cpu_count() is None or os.cpu_count() < 2, reason="needs CPU 1")
-@pytest.mark.skipif(os.geteuid() != 0, reason="SCHED_FIFO needs root")
-@pytest.mark.parametrize("helper", ["c", "python"])
+@_each_spinner
 def test_corunner_ends_when_the_server_is_a_zombie(helper, monkeypatch):
     """A server killed while its parent did not reap it (``up`` killed between starting
     the co-runner and recording it: init reaps the orphan 1.2-1.5 s late) passes
     ``kill(pid, 0)``: the co-runner spun on for that long after ``down``."""
-    if helper == "c" and build_helper() is None:
-        pytest.skip("no C compiler: only the Python co-runner here")
-    if helper == "python":
-        monkeypatch.setattr("shrink.enforce.corunner.build_helper", lambda: None)
+    _use_spinner(helper, monkeypatch)
     server = subprocess.Popen(["sleep", "30"])
     c = CoRunner("x", None, cpu_fraction=0.5)
     c.start((1,))
@@ -158,19 +165,13 @@ def test_corunner_ends_when_the_server_is_a_zombie(helper, monkeypatch):
         server.wait()
 
 
-@pytest.mark.root
-@pytest.mark.skipif(os.cpu_count() is None or os.cpu_count() < 2, reason="needs CPU 1")
-@pytest.mark.skipif(os.geteuid() != 0, reason="SCHED_FIFO needs root")
-@pytest.mark.parametrize("helper", ["c", "python"])
+@_each_spinner
 def test_corunner_ends_when_another_process_has_the_servers_number(helper, monkeypatch):
     """A server that ended and whose PID another process took passed ``kill(pid, 0)``
     and the zombie check: the co-runner spun on, at SCHED_FIFO, until ``down``. It is
     given the server's start time, and a process under that number that started at
     another time is not the server (a wrong start time stands for the reuse here)."""
-    if helper == "c" and build_helper() is None:
-        pytest.skip("no C compiler: only the Python co-runner here")
-    if helper == "python":
-        monkeypatch.setattr("shrink.enforce.corunner.build_helper", lambda: None)
+    _use_spinner(helper, monkeypatch)
     server = subprocess.Popen(["sleep", "30"])
     c = CoRunner("x", None, cpu_fraction=0.9)
     c.start((1,))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -639,9 +640,9 @@ def test_the_three_level_searches_run_through_one_driver(monkeypatch):
     assert [f for _, f in driven["sim"]] and set(f for _, f in driven["sim"]) <= set(above)
 
 
-def test_shrink_mat_says_one_repetition_gives_no_interval(tmp_path):
-    """With --reps 1 ``shrink mat`` printed 'CI [1,270.1, 1,270.1]': a 95% interval of
-    no width, where one repetition a level measured no spread at all."""
+def _mat_of_one_and_two_reps(tmp_path: Path, extra: list[str]) -> dict[int, str]:
+    """``shrink mat`` (with ``extra``) of a fake core's curve of one, then two,
+    repetitions a level: what it printed, by repetitions."""
     from typer.testing import CliRunner
 
     from shrink.cli import app
@@ -653,9 +654,17 @@ def test_shrink_mat_says_one_repetition_gives_no_interval(tmp_path):
         curve = sweep(target, trace, [1, 1.5, 1.8], reps=reps, warmup=1.0, duration=8.0)
         path = tmp_path / f"c{reps}.json"
         curve.write_json(path)
-        r = CliRunner().invoke(app, ["mat", str(path), "--threshold", "40ms"])
+        r = CliRunner().invoke(app, ["mat", str(path), "--threshold", "40ms", *extra])
         assert r.exit_code == 0, r.output
         out[reps] = r.stdout
+    return out
+
+
+def test_shrink_mat_says_one_repetition_gives_no_interval(tmp_path):
+    """With --reps 1 ``shrink mat`` printed 'CI [1,270.1, 1,270.1]': a 95% interval of
+    no width, where one repetition a level measured no spread at all."""
+
+    out = _mat_of_one_and_two_reps(tmp_path, [])
     assert "CI none (one repetition per level" in out[1], out[1]
     assert "CI [" in out[2] and "CI none" not in out[2], out[2]
 
@@ -665,21 +674,8 @@ def test_shrink_mat_json_writes_no_interval_for_one_repetition(tmp_path):
     text 'x [x, x]') where the text said 'CI none': one repetition measures no spread."""
     import json
 
-    from typer.testing import CliRunner
-
-    from shrink.cli import app
-
-    trace = poisson_trace(rate=50.0, duration=60.0, seed=1)
-    target = FakeTarget(servers=1, demand={"static": 0.01, "dynamic": 0.01})
-    out = {}
-    for reps in (1, 2):
-        curve = sweep(target, trace, [1, 1.5, 1.8], reps=reps, warmup=1.0, duration=8.0)
-        path = tmp_path / f"c{reps}.json"
-        curve.write_json(path)
-        r = CliRunner().invoke(app, ["mat", str(path), "--threshold", "40ms", "--json"])
-        assert r.exit_code == 0, r.output
-        out[reps] = json.loads(r.stdout)
-    one, two = out[1], out[2]
+    out = _mat_of_one_and_two_reps(tmp_path, ["--json"])
+    one, two = json.loads(out[1]), json.loads(out[2])
     assert one["status"] == "ok" and one["ci"] is None and "[" not in one["text"], one
     assert one["ci_note"].startswith("one repetition per level: no spread to read"), one
     assert two["ci"][0] < two["mat"] < two["ci"][1] and "ci_note" not in two, two

@@ -64,6 +64,14 @@ def test_an_output_on_the_kernels_file_systems_is_refused_before_measuring(path,
     assert check_output("/dev/shm/x.json") == Path("/dev/shm/x.json")  # tmpfs is storage
 
 
+def _address_space_limit(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
+    """``getrlimit`` as under ``ulimit -v`` of ``n`` bytes, the data segment unlimited."""
+    inf = resource.RLIM_INFINITY
+    monkeypatch.setattr(
+        resource, "getrlimit", lambda r: (inf, inf) if r == resource.RLIMIT_DATA else (n, n)
+    )
+
+
 def test_out_of_memory_is_one_line_naming_the_limit_not_a_bug(monkeypatch, capsys):
     """``predict`` on the simulator under ``ulimit -v 600000``: "internal error
     (MemoryError: ); this is a bug in shrink", exit 70."""
@@ -71,11 +79,7 @@ def test_out_of_memory_is_one_line_naming_the_limit_not_a_bug(monkeypatch, capsy
 
     from shrink.cli._common import cli_errors
 
-    inf = resource.RLIM_INFINITY
-    monkeypatch.setattr(
-        resource, "getrlimit",
-        lambda r: (inf, inf) if r == resource.RLIMIT_DATA else (614_400_000, 614_400_000),
-    )  # fmt: skip
+    _address_space_limit(monkeypatch, 614_400_000)
     with pytest.raises(typer.Exit) as info, cli_errors():
         raise MemoryError
     assert info.value.exit_code == 1
@@ -93,11 +97,7 @@ def test_a_library_the_loader_could_not_map_is_out_of_memory_not_a_bug(monkeypat
 
     from shrink.cli._common import cli_errors
 
-    inf = resource.RLIM_INFINITY
-    monkeypatch.setattr(
-        resource, "getrlimit",
-        lambda r: (inf, inf) if r == resource.RLIMIT_DATA else (204_800_000, 204_800_000),
-    )  # fmt: skip
+    _address_space_limit(monkeypatch, 204_800_000)
     with pytest.raises(typer.Exit) as info, cli_errors():
         raise ImportError("libarrow.so.2600: failed to map segment from shared object")
     assert info.value.exit_code == 1
