@@ -144,6 +144,21 @@ def own_dir(folder: str | Path, mode: int = 0o755) -> Path:
 _NAME_MAX = 255  # bytes a file name may hold on Linux's file systems
 
 
+def _cut(name: bytes, size: int) -> bytes:
+    """``name``'s first ``size`` bytes, never ending inside a UTF-8 character: cut in
+    two, the name was no longer UTF-8 (``ls`` shows "?", and a file system that keeps
+    names UTF-8 refuses it, the run's file then lost)."""
+    head = name[: max(size, 0)]
+    if len(head) < len(name):
+        for end in range(len(head), max(len(head) - 4, -1), -1):  # a character: <= 4 bytes
+            try:
+                head[:end].decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            return head[:end]
+    return head  # (a name that was not UTF-8 to begin with: cut where it falls)
+
+
 def open_exclusive(
     path: Path, suffix: str = ".tmp", mode: int = 0o644, *, dir_fd: int | None = None
 ) -> tuple[int, Path]:
@@ -157,7 +172,7 @@ def open_exclusive(
     # The name as a prefix, cut to fit a file name's 255 bytes: a legal name of 238 bytes
     # or more was refused as "File name too long", its temporary twin being longer.
     room = _NAME_MAX - len(os.fsencode(f"..{secrets.token_hex(6)}{suffix}"))
-    stem = os.fsdecode(os.fsencode(path.name)[: max(room, 0)])
+    stem = os.fsdecode(_cut(os.fsencode(path.name), room))
     for _ in range(16):
         tmp = path.with_name(f".{stem}.{secrets.token_hex(6)}{suffix}")
         try:
@@ -446,7 +461,7 @@ def _aside_name(path: Path, n: int) -> str:
     stem, tail = os.fsencode(path.stem), os.fsencode(f".{n}{path.suffix}")
     if len(tail) >= _NAME_MAX:  # (a suffix of its own near 255 bytes: the number last)
         stem, tail = os.fsencode(path.name), os.fsencode(f".{n}")
-    return os.fsdecode(stem[: _NAME_MAX - len(tail)] + tail)
+    return os.fsdecode(_cut(stem, _NAME_MAX - len(tail)) + tail)
 
 
 # What link(2) says where a file system makes no hard links (FAT, some FUSE and network

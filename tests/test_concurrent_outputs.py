@@ -178,3 +178,18 @@ def test_this_runs_file_is_kept_where_the_file_system_makes_no_hard_links(tmp_pa
     assert (tmp_path / "c.2.json").read_text() == "this run's curve"
     assert (tmp_path / "c.1.json").read_text() == "a file already there"
     assert sorted(os.listdir(tmp_path)) == ["c.1.json", "c.2.json", "c.json"]
+
+
+def test_a_name_cut_to_fit_255_bytes_is_never_cut_inside_a_character(tmp_path):
+    """A 254-byte name whose cut fell inside an "é": STEM.1.SUFFIX (and the temporary
+    file's name) ended in half a character, a name that is not UTF-8 ("?" in ls; a file
+    system keeping names UTF-8 refuses it, and this run's file was then lost)."""
+    out = tmp_path / ("a" + "é" * 124 + ".json")  # 254 bytes: 248 of it cut mid-"é"
+    _another_run_wrote(out)
+    with recording() as kept, pytest.raises(WriteError):
+        write_text(out, "this run's curve")
+    name = os.fsencode(kept[0].name)
+    assert name.decode("utf-8").endswith("é.1.json") and len(name) <= 255
+    fd, tmp = atomic.open_exclusive(tmp_path / ("é" * 125 + ".json"))  # 255: 237 kept
+    os.close(fd)
+    assert tmp.name.encode("utf-8") and len(os.fsencode(tmp.name)) <= 255
