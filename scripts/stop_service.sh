@@ -9,7 +9,12 @@
 stop_by_pidfile() {
   local run=$1 unit=$2 pidfile pid exe stat ppid
   for pidfile in "$run/$unit.pid" "$run/php/$unit.pid"; do
-    pid=$(cat "$pidfile" 2>/dev/null) || continue
+    # A plain file only, read bounded in time and size: /run/php is www-data's (Debian's
+    # tmpfiles.d), and a FIFO put there as the pidfile hung set-up (cat waits for a
+    # writer), as did a symlink to /dev/zero; the timeout covers one swapped in after
+    # the check.
+    [ -f "$pidfile" ] && [ ! -L "$pidfile" ] || continue
+    pid=$(timeout 5 head -c 32 -- "$pidfile" 2>/dev/null) || continue
     case "$pid" in '' | *[!0-9]*) continue ;; esac
     exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || continue
     case "$exe" in */lighttpd | */nginx | */php-fpm*) ;; *) continue ;; esac

@@ -4,6 +4,7 @@ machine: a set-up run beside a prediction killed the testbed's PHP."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -85,12 +86,12 @@ def test_only_a_daemon_running_a_server_named_by_the_pidfile_is_stopped(tmp_path
 def test_the_daemon_is_stopped_where_ps_is_not_installed(tmp_path):
     # A minimal Debian (debootstrap's minbase) has no procps: without ps the parent read
     # as nothing, and set-up left the service running.
-    tools = {name: shutil.which(name) for name in ("sleep", "cat", "readlink")}
+    tools = {n: shutil.which(n) for n in ("sleep", "cat", "readlink", "head", "timeout")}
     if None in tools.values() or not Path("/proc/self/exe").exists():
-        pytest.skip("needs sleep, cat, readlink and /proc")
+        pytest.skip("needs sleep, cat, readlink, head, timeout (coreutils) and /proc")
     path = tmp_path / "path"
     path.mkdir()
-    for name in ("cat", "readlink"):
+    for name in ("cat", "readlink", "head", "timeout"):
         (path / name).symlink_to(tools[name])
     lighttpd = tmp_path / "bin" / "lighttpd"
     lighttpd.parent.mkdir()
@@ -107,3 +108,20 @@ def test_the_daemon_is_stopped_where_ps_is_not_installed(tmp_path):
     finally:
         if _alive(daemon):
             os.kill(daemon, 9)
+
+
+def test_a_pidfile_that_is_a_fifo_or_a_symlink_is_passed_over_at_once(tmp_path):
+    """/run/php is www-data's on Debian: a FIFO put there as php8.2-fpm.pid hung root's
+    ``make setup`` in cat, waiting for a writer (a symlink to /dev/zero did too)."""
+    run = tmp_path / "run"
+    (run / "php").mkdir(parents=True)
+    fifo = run / "php" / "php8.2-fpm.pid"
+    os.mkfifo(fifo)
+    (run / "php8.2-fpm.pid").symlink_to(os.devnull)
+    t0 = time.monotonic()
+    try:
+        assert _stop(run, "php8.2-fpm") == ""
+        assert time.monotonic() - t0 < 10
+    finally:  # a reader still waiting (the test failing) gets its end of file
+        with contextlib.suppress(OSError):
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
