@@ -13,7 +13,7 @@ stop_by_pidfile() {
     # tmpfiles.d), and a FIFO put there as the pidfile hung set-up (cat waits for a
     # writer), as did a symlink to /dev/zero; the timeout covers one swapped in after
     # the check.
-    [ -f "$pidfile" ] && [ ! -L "$pidfile" ] || continue
+    if [ ! -f "$pidfile" ] || [ -L "$pidfile" ]; then continue; fi
     pid=$(timeout 5 head -c 32 -- "$pidfile" 2>/dev/null) || continue
     case "$pid" in '' | *[!0-9]*) continue ;; esac
     exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || continue
