@@ -385,10 +385,14 @@ def run_demo(
     console.rule("[bold]4. What-if: the papers' 2-socket machine (published calibration)")
     if whatif is not None:
         console.print(whatif.get("summary", ""))
+    stats = pred.mappings["1-replica"].stats
     summary = {
         "seconds": round(time.monotonic() - t0, 1),
-        "predicted": {s: pred.mappings["1-replica"].stats[s].mat for s in thresholds},
+        "predicted": {s: stats[s].mat for s in thresholds},
         "measured": {s: vd["mats"][s]["measured"] for s in thresholds},
+        # A MAT only a bound: "lower", at least it; "upper", below it (shrink.mat.BOUNDS)
+        "predicted_bound": {s: stats[s].bound for s in thresholds},
+        "measured_bound": {s: vd["mats"][s].get("measured_bound") for s in thresholds},
         "mat_error_mean": vd.get("mat_error_mean"),
         "mat_error_p999": vd.get("mat_error_p999"),
         "conclusive": vd["conclusive"],

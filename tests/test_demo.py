@@ -183,3 +183,23 @@ def test_the_demo_ends_in_words_naming_the_html_report(tmp_path):
     assert lines[3].startswith(f"report: {tmp_path / 'report.html'} (and ")
     assert str(tmp_path / "demo-summary.json") in lines[3]
     assert not any(line.lstrip().startswith(("{", '"')) for line in lines)
+
+
+def test_the_demo_s_closing_lines_say_which_mats_are_only_bounds(tmp_path):
+    """A curve that never crossed its threshold inside its levels gives a bound, not a
+    MAT: the closing lines said "measured 3,000 req/s" where the report says at least."""
+    from shrink.report.demo_summary import closing_lines
+
+    summary = {
+        "seconds": 60.0,
+        "predicted": {"mean": 2508.4, "p99": 900.0, "p999": float("nan")},
+        "measured": {"mean": 3000.0, "p99": 950.0},
+        "predicted_bound": {"mean": None, "p99": "upper", "p999": None},
+        "measured_bound": {"mean": "lower", "p99": None},
+        "report": str(tmp_path / "report.html"),
+        "report_md": str(tmp_path / "report.md"),
+    }
+    lines = closing_lines(summary, tmp_path)
+    assert lines[0] == "mean MAT: predicted 2,508 req/s, measured at least 3,000 req/s"
+    assert lines[1] == "p99 MAT: predicted below 900 req/s, measured 950 req/s"
+    assert lines[2] == "p999 MAT: predicted none, measured none"

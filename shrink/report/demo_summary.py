@@ -2,22 +2,35 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 __all__ = ["closing_lines"]
 
 
-def _rate(x: object) -> str:
-    return f"{x:,.0f} req/s" if isinstance(x, int | float) else "none"
+# A MAT that is only a bound (the curve did not cross its threshold inside the levels):
+# "lower", the MAT is at least the value; "upper", below it (shrink.mat.BOUNDS).
+_BOUND_WORDS = {"lower": "at least ", "upper": "below "}
+
+
+def _rate(x: object, bound: object = None) -> str:
+    if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):
+        return "none"
+    return f"{_BOUND_WORDS.get(str(bound), '')}{x:,.0f} req/s"
 
 
 def closing_lines(summary: dict[str, Any], out: Path) -> list[str]:
     """Each MAT predicted against measured, and where to read more: the demo ended on a
     wall of JSON, whose last field named report.md where the README points to report.html."""
+    said = {
+        side: (summary.get(side) or {}, summary.get(f"{side}_bound") or {})
+        for side in ("predicted", "measured")
+    }
     lines = [
-        f"{stat} MAT: predicted {_rate(p)}, measured {_rate(summary['measured'].get(stat))}"
-        for stat, p in summary["predicted"].items()
+        f"{stat} MAT: "
+        + ", ".join(f"{side} {_rate(v.get(stat), b.get(stat))}" for side, (v, b) in said.items())
+        for stat in said["predicted"][0]
     ]
     kept_up = "yes" if summary.get("generator_kept_up") else "no"
     lines.append(f"took {summary['seconds'] / 60:.1f} min; the load generator kept up: {kept_up}")
