@@ -388,6 +388,14 @@ def _still_ours(tmp: Path, made: os.stat_result, dir_fd: int) -> None:
 _EXPECTED: dict[str, tuple[int, int, int] | None] = {}
 
 
+def _noted_as(path: str | Path) -> Path:
+    """``path`` from ``/`` with its ".." kept, as the write reaches it: by abspath's
+    "x/.." dropped by name, ``-o link/../t.parquet`` (``link`` the user's own symlink)
+    was noted in one folder and written in another, and its rewrite kept as
+    t.1.parquet saying another run wrote it (exit 1)."""
+    return _from_root(path)
+
+
 def _fingerprint(name: str, dir_fd: int) -> tuple[int, int, int] | None:
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -402,7 +410,7 @@ def expect_unchanged(path: str | Path) -> None:
     ``replay -o`` into a sweep's RunLogs) keeps this run's file beside it instead of
     replacing theirs, and says so. Two such runs each said they wrote the file, and the
     one that ended first had lost what it measured."""
-    p = Path(os.path.abspath(path))
+    p = _noted_as(path)
     try:
         # As the write reaches it (:func:`open_dir`): through the user's own symlinked
         # folder too. Opened with O_NOFOLLOW, such a folder read as empty, and rewriting
@@ -420,7 +428,7 @@ def expect_unchanged(path: str | Path) -> None:
 def unchanged_since_noted(path: str | Path) -> bool:
     """Whether ``path`` is as :func:`expect_unchanged` noted it, or as this process last
     wrote it (True when it was never noted): a file found otherwise is another run's."""
-    p = Path(os.path.abspath(path))
+    p = _noted_as(path)
     if str(p) not in _EXPECTED:
         return True
     try:
@@ -438,7 +446,7 @@ def refuse_held_folder(path: str | Path) -> None:
     run holds (:func:`claimed`: a sweep's ``--runlogs``, a prediction's folder): a
     ``replay -o`` there replaced a RunLog the sweep had kept."""
     try:
-        fd = open_dir(Path(os.path.abspath(path)).parent)  # (a symlinked one too)
+        fd = open_dir(_noted_as(path).parent)  # (a symlinked one too)
     except OSError:
         return  # not there yet: no one holds it
     try:
@@ -496,7 +504,7 @@ def _put_aside(tmp: Path, path: Path, dir_fd: int) -> Path:
 def _replaced_by_another(tmp: Path, path: Path, dir_fd: int) -> None:
     """Raise (this run's file put aside and recorded) when ``path`` is no longer what
     its command saw of it, nor what this process last wrote there."""
-    key = os.path.abspath(path)
+    key = str(_noted_as(path))
     now = _fingerprint(path.name, dir_fd)
     if key not in _EXPECTED or now is None or now == _EXPECTED[key]:
         return  # (gone meanwhile, the user's rm: no one's file is replaced)
@@ -533,7 +541,7 @@ def _replacing(path: Path, mode: int = 0o644) -> Iterator[tuple[int, Path]]:
         _still_ours(tmp, made, dir_fd)
         _replaced_by_another(tmp, path, dir_fd)
         os.replace(tmp.name, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        if (key := os.path.abspath(path)) in _EXPECTED:
+        if (key := str(_noted_as(path))) in _EXPECTED:
             _EXPECTED[key] = _fingerprint(path.name, dir_fd)
         for ledger in _ledgers:
             if path not in ledger:

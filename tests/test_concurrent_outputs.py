@@ -193,3 +193,35 @@ def test_a_name_cut_to_fit_255_bytes_is_never_cut_inside_a_character(tmp_path):
     fd, tmp = atomic.open_exclusive(tmp_path / ("é" * 125 + ".json"))  # 255: 237 kept
     os.close(fd)
     assert tmp.name.encode("utf-8") and len(os.fsencode(tmp.name)) <= 255
+
+
+def test_an_output_named_through_a_symlink_and_dotdot_is_replaced_where_it_is(tmp_path):
+    """``-o link/../c.json``, ``link`` the user's own symlink to elsewhere/sub: the
+    kernel writes elsewhere/c.json, but the output was noted by abspath as c.json beside
+    ``link`` (nothing there), and the rewrite was kept as c.1.json, exit 1."""
+    (tmp_path / "elsewhere" / "sub").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere" / "sub")
+    (tmp_path / "elsewhere" / "c.json").write_text("an earlier run's curve")
+    out = tmp_path / "link" / ".." / "c.json"
+    expect_unchanged(out)
+    write_text(out, "this run's curve")
+    assert (tmp_path / "elsewhere" / "c.json").read_text() == "this run's curve"
+    assert sorted(os.listdir(tmp_path / "elsewhere")) == ["c.json", "sub"]
+
+
+def test_a_held_folder_named_through_a_symlink_and_dotdot_is_refused(tmp_path):
+    rl = tmp_path / "rl"
+    (rl / "sub").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(rl / "sub")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nfrom shrink.atomic import claimed\n"
+         f"with claimed({str(rl)!r}):\n    print('held', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(OutputBusyError):
+            atomic.refuse_held_folder(tmp_path / "link" / ".." / "x.parquet")
+    finally:
+        holder.communicate("", timeout=30)
