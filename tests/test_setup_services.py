@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import require_root
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "stop_service.sh"
 
 
@@ -86,12 +88,13 @@ def test_only_a_daemon_running_a_server_named_by_the_pidfile_is_stopped(tmp_path
 def test_the_daemon_is_stopped_where_ps_is_not_installed(tmp_path):
     # A minimal Debian (debootstrap's minbase) has no procps: without ps the parent read
     # as nothing, and set-up left the service running.
-    tools = {n: shutil.which(n) for n in ("sleep", "cat", "readlink", "head", "timeout")}
+    coreutils = ("cat", "readlink", "head", "timeout", "stat")
+    tools = {n: shutil.which(n) for n in ("sleep", *coreutils)}
     if None in tools.values() or not Path("/proc/self/exe").exists():
-        pytest.skip("needs sleep, cat, readlink, head, timeout (coreutils) and /proc")
+        pytest.skip(f"needs sleep, {', '.join(coreutils)} (coreutils) and /proc")
     path = tmp_path / "path"
     path.mkdir()
-    for name in ("cat", "readlink", "head", "timeout"):
+    for name in coreutils:
         (path / name).symlink_to(tools[name])
     lighttpd = tmp_path / "bin" / "lighttpd"
     lighttpd.parent.mkdir()
@@ -125,3 +128,54 @@ def test_a_pidfile_that_is_a_fifo_or_a_symlink_is_passed_over_at_once(tmp_path):
     finally:  # a reader still waiting (the test failing) gets its end of file
         with contextlib.suppress(OSError):
             os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+
+def _a_lighttpd_daemon(tmp_path: Path) -> int:
+    sleep = shutil.which("sleep")
+    if sleep is None or not Path("/proc/self/exe").exists():
+        pytest.skip("needs sleep and /proc")
+    lighttpd = tmp_path / "bin" / "lighttpd"
+    lighttpd.parent.mkdir()
+    shutil.copy(sleep, lighttpd)
+    daemon = _orphan(lighttpd)
+    ppid = int(Path(f"/proc/{daemon}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    if ppid != 1:
+        os.kill(daemon, 9)
+        pytest.skip(f"an orphan's parent here is PID {ppid} (a subreaper), not init")
+    return daemon
+
+
+def test_a_server_started_after_its_pidfile_was_written_is_left_running(tmp_path):
+    """A stale /run/lighttpd.pid whose PID is now a testbed's lighttpd, which ``shrink
+    testbed up`` left running as a daemon: set-up stopped it, and the testbed with it."""
+    daemon = _a_lighttpd_daemon(tmp_path)
+    try:
+        run = tmp_path / "run"
+        run.mkdir()
+        (run / "lighttpd.pid").write_text(f"{daemon}\n")
+        an_hour_ago = time.time() - 3600
+        os.utime(run / "lighttpd.pid", (an_hour_ago, an_hour_ago))
+        assert _stop(run, "lighttpd") == ""
+        assert _alive(daemon)
+        os.utime(run / "lighttpd.pid")  # written now, after it started: the service's
+        assert _stop(run, "lighttpd") == "stopped"
+    finally:
+        if _alive(daemon):
+            os.kill(daemon, 9)
+
+
+def test_a_pidfile_another_user_wrote_is_not_followed(tmp_path):
+    """/run/php is www-data's on Debian: a pidfile there they wrote could name any server
+    daemon (a testbed's), which root's set-up then stopped."""
+    require_root("chown a pidfile to another user")
+    daemon = _a_lighttpd_daemon(tmp_path)
+    try:
+        run = tmp_path / "run"
+        (run / "php").mkdir(parents=True)
+        (run / "php" / "lighttpd.pid").write_text(f"{daemon}\n")
+        os.chown(run / "php" / "lighttpd.pid", 4242, 4242)
+        assert _stop(run, "lighttpd") == ""
+        assert _alive(daemon)
+    finally:
+        if _alive(daemon):
+            os.kill(daemon, 9)
