@@ -185,6 +185,12 @@ def test_testbed_status_after_down_says_down(tmp_path):
     r = RUN(app, ["testbed", "status", "--state", str(state)])
     assert r.exit_code == 1
     assert "testbed is down" in r.stdout and "crashed" not in r.stdout and "PROBLEM" not in r.stdout
+    # --json says the same of each replica: stopped by `down`, not crashed.
+    r = RUN(app, ["testbed", "status", "--state", str(state), "--json"])
+    assert r.exit_code == 1 and "crashed" not in r.stdout
+    doc = json.loads(r.stdout)
+    assert doc["ok"] is False and doc["stopped"]
+    assert doc["replicas"][0]["problem"].startswith("stopped by `shrink testbed down`")
 
 
 def test_the_non_root_hint_names_options_that_exist(tmp_path, monkeypatch):

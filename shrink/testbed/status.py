@@ -60,7 +60,12 @@ def status(state_path: str | Path, *, check_health: bool = True) -> list[Replica
                 dead.append(pid)
                 gone.append(f"{SPINNER} PID {pid}")
         problem = None
-        if gone:
+        if st.stopped is not None:
+            # Gone because `down` stopped them: not a crash. One still running is named.
+            problem = f"stopped by `shrink testbed down` at {st.stopped}"
+            if alive:
+                problem += "; still running: " + ", ".join(f"{r.role(p)} PID {p}" for p in alive)
+        elif gone:
             problem = "crashed or killed: " + ", ".join(gone)
         elif st.stopped is None and (changed := replica_problems(r)):
             problem = "; ".join(changed)  # stopped, frozen, or its share changed
