@@ -273,3 +273,21 @@ def test_a_mat_command_exits_99_only_for_a_bound():
     with pytest.raises(typer.Exit) as e:
         exit_if_bound(bounded_mats(preds))
     assert e.value.exit_code == 99
+
+
+@pytest.mark.compute
+@pytest.mark.parametrize(
+    ("option", "value"), [("--duration", "2x"), ("--duration", "0"), ("--timeout", "2x")]
+)
+def test_replay_refuses_a_bad_duration_naming_the_option(tmp_path, option, value):
+    """Exit 2 naming the option, as every other command's durations: replay's --duration
+    and --timeout were exit 1 with 'duration == ...', naming no option."""
+    from shrink.trace import Trace
+
+    trace = tmp_path / "t.parquet"
+    Trace.from_columns({"session": [1], "t": [0.0], "path": ["/a"]}).write_parquet(trace)
+    out = tmp_path / "r.parquet"
+    for args in (["replay", str(trace)], ["replay", "--rate", "5"]):
+        r = RUN(app, [*args, "--target", "127.0.0.1:1", "-o", str(out), option, value])
+        assert r.exit_code == 2 and f"{option}:" in r.output, r.output
+        assert not out.exists()

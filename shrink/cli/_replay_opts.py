@@ -16,9 +16,14 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from shrink.checks import parse_duration
 from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
-from shrink.cli._common import as_option, console, cpu_list, parse_lag_limit
+from shrink.cli._common import (
+    as_option,
+    console,
+    cpu_list,
+    parse_duration_option,
+    parse_lag_limit,
+)
 from shrink.errors import OptionError, ParameterError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -222,7 +227,7 @@ class EngineOptions:
             config={
                 "routing": self.routing,
                 "conns_per_session": self.conns,
-                "timeout": parse_duration(self.timeout, "timeout"),
+                "timeout": parse_duration_option(self.timeout, "timeout"),
                 "conn_per_request": self.conn_per_request,
             },
             schedule=ScheduleOptions(self.mode, loop, warm_start),

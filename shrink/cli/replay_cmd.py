@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from shrink import interrupts
-from shrink.checks import MIN_WINDOW_S, check_positive, parse_duration
+from shrink.checks import MIN_WINDOW_S, check_positive
 from shrink.cli import mat_cmd, sweep_cmd
 from shrink.cli._common import (
     MaxBodyOpt,
@@ -23,6 +23,7 @@ from shrink.cli._common import (
     echo_json,
     exit_nothing_served,
     output_path,
+    parse_duration_option,
     printing,
 )
 from shrink.cli._replay_opts import (
@@ -80,7 +81,7 @@ def replay(
     with cli_errors():
         output_path(output, inputs=(trace,))
         if rate is not None:
-            seconds = parse_duration(duration or "10s", least=MIN_WINDOW_S)
+            seconds = parse_duration_option(duration or "10s", "duration", least=MIN_WINDOW_S)
             tr = open_loop_trace(path, rate, seconds, arrival=arrival, seed=seed)
             rf = 1.0
         elif trace is None:
@@ -94,7 +95,7 @@ def replay(
                 span = float(t.max() - t.min()) if t.size else 0.0
                 seconds = max(span / rf, MIN_WINDOW_S)
             else:
-                seconds = parse_duration(duration, least=MIN_WINDOW_S)
+                seconds = parse_duration_option(duration, "duration", least=MIN_WINDOW_S)
         tgt = live.target(
             target,
             loop=duration is not None and rate is None,
