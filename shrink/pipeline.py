@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from extrapolate.mappings import extrapolate_mappings
+from shrink._version import __version__
 from shrink.atomic import make_dirs
 from shrink.autolevels import AutoPlan, Pairing, auto_sweep
 from shrink.defaults import MAX_BODY
@@ -145,6 +146,7 @@ def run_validate(
             # did: a rough figure (near the knee latency grows with the cost too).
             v.cost_ratio["adjusted_error"] = cost_adjusted_errors(v.mats, v.cost_ratio["median"])
     v.meta = {
+        "shrink_version": __version__,
         "prediction": str(ppath),
         "full_run": full_run,
         "mapping": mapping,

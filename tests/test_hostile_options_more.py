@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import shrink
 from shrink.cli import app
 from shrink.trace import Trace
 
@@ -236,7 +237,9 @@ def test_validate_prints_a_prediction_whose_mat_is_nan(
     code, text = _run("validate", str(edited), "--full-run", str(full))
     assert code in (0, 99) and "internal error" not in text, text
     assert "error n/a" in text, text
-    assert (tmp_path / "validation.json").exists()
+    # Its provenance names the shrink that wrote it, as every result file's does.
+    meta = json.loads((tmp_path / "validation.json").read_text())["meta"]
+    assert meta["shrink_version"] == shrink.__version__ and meta["mapping"] == "1-replica"
 
 
 @pytest.mark.parametrize(

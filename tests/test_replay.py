@@ -405,6 +405,20 @@ def test_the_lag_limit_comes_from_the_call_else_the_placement_else_the_default()
     assert LiveTarget(where, generator=placed, lag_limit=0.002).lag_limit == 0.002
 
 
+@pytest.mark.compute
+def test_a_live_targets_record_names_the_shrink_version_as_the_simulators_does():
+    """A sweep's curve.json keeps the target's record as its provenance: a live one named
+    the server's versions but not shrink's, which the simulator's named."""
+    from shrink import __version__
+    from shrink.sim.target import SimTarget
+
+    live = LiveTarget([("127.0.0.1", 9)]).describe()
+    sim = SimTarget.from_toml(
+        Path(__file__).parent.parent / "examples" / "machines" / "nehalem-2s.toml"
+    ).describe()
+    assert live["shrink_version"] == sim["shrink_version"] == __version__
+
+
 def test_predict_takes_a_lag_limit_as_sweep_does(tmp_path):
     from typer.testing import CliRunner
 

@@ -351,7 +351,7 @@ class LiveTarget:
         for k in ("share", "mapping", "machine", "server", "versions", "docroot", "started"):
             if k in st:
                 out[k] = st[k]
-        return out
+        return {**out, "shrink_version": __version__}  # as the simulator's target records it
 
     def _pids_alive(self) -> dict[int, bool]:
         pids = [p for r in self.state.get("replicas", []) for p in r.get("pids", [])]
