@@ -207,3 +207,30 @@ def test_cli_refuses_a_share_larger_than_the_machine(docroot, tmp_path):
     r = CliRunner().invoke(app, ["testbed", "up", "--share", "0-63", "--docroot", str(docroot),
                                  "--state", str(tmp_path / "s.json")])  # fmt: skip
     assert r.exit_code == 1 and "does not have" in r.output
+
+
+def test_cli_refuses_a_port_the_servers_user_cannot_bind(docroot, tmp_path, monkeypatch):
+    """The servers run without root: --port 80 started lighttpd, which failed with
+    "Permission denied", and the error named an empty error log in a folder since
+    removed. The option is now refused first, naming the sysctl."""
+    from shrink.cli import testbed_cmd
+
+    sysctl = tmp_path / "ip_unprivileged_port_start"
+    sysctl.write_text("1024\n")
+    monkeypatch.setattr(testbed_cmd, "_UNPRIVILEGED_PORTS", sysctl)
+    state = tmp_path / "s.json"
+    args = ["testbed", "up", "--docroot", str(docroot), "--state", str(state), "--port", "80"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2 and "--port" in r.output, r.output
+    assert "ip_unprivileged_port_start (1024)" in r.output and not state.exists()
+    sysctl.write_text("80\n")  # a port at the sysctl's start is the servers' to bind
+    testbed_cmd._refuse_a_privileged_port(80)
+    # Past the check, a server that cannot start names no log that said nothing.
+    require_root()
+    monkeypatch.setattr(testbed_cmd, "_UNPRIVILEGED_PORTS", tmp_path / "none")
+    if int(Path("/proc/sys/net/ipv4/ip_unprivileged_port_start").read_text()) <= 80:
+        pytest.skip("an unprivileged user may bind port 80 here")
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 1 and "during start-up" in r.output, r.output
+    assert "error.log: ;" not in r.output and "error log: ;" not in r.output, r.output
+    assert not state.exists()

@@ -30,6 +30,8 @@ DEFAULT_ENFORCE = "cfs"
 PHP_CHILDREN_PER_CORE = 1
 MAX_WORKERS_PER_CORE = 1024
 CGROUPS = ("auto", "yes", "no")
+# The lowest port a user without CAP_NET_BIND_SERVICE may bind (the servers' user).
+_UNPRIVILEGED_PORTS = Path("/proc/sys/net/ipv4/ip_unprivileged_port_start")
 
 # At most as many as a recipe file's workers_per_core: a pool past it is no server's.
 _PhpChildren = Annotated[
@@ -141,6 +143,7 @@ def up(
         if cgroups not in CGROUPS:
             # Anything but yes or auto read as no: a typo ran the share without its cgroups.
             raise OptionError("--cgroups", f"{cgroups!r}; accepted: {', '.join(CGROUPS)}")
+        _refuse_a_privileged_port(port)
         tr = None
         if trace is not None:
             from shrink.trace import Trace
@@ -172,6 +175,22 @@ def up(
         echo_json(st.to_dict())
         return
     _print_up(st, m, sh, state)
+
+
+def _refuse_a_privileged_port(port: int) -> None:
+    """A port the servers' user may not bind: they run without root and without
+    capabilities, so lighttpd said only "Permission denied" once it had started."""
+    try:
+        start = int(_UNPRIVILEGED_PORTS.read_text())
+    except (OSError, ValueError):
+        return
+    if 0 < port < start:
+        raise OptionError(
+            "--port",
+            f"{port} is below net.ipv4.ip_unprivileged_port_start ({start}), and the servers "
+            f"run without root: pass --port {start} or above (0 picks a free one), or lower "
+            "that sysctl",
+        )
 
 
 def _print_up(st: TestbedState, m: Machine, sh: Share, state: Path) -> None:

@@ -83,7 +83,7 @@ class LighttpdPhpCgi(BuiltinRecipe):
             recipe.wait_until(ready, [master], ctx.timeout_s)
         except TestbedError as exc:
             tail = recipe.tail_log(cfg.errorlog, 5)
-            raise TestbedError(f"{exc}; error log {cfg.errorlog}: {tail}") from None
+            raise TestbedError(f"{exc}; error log: {tail}" if tail else str(exc)) from None
         workers = tree["workers"]
         # One process serves alone when lighttpd runs a single worker: pin the master.
         pinned = recipe.pin_evenly(workers or [master.pid], r.cpus)

@@ -219,7 +219,7 @@ class NginxPhpFpm(BuiltinRecipe):
             recipe.wait_until(workers_ready, [fpm_master, nginx_master], ctx.timeout_s)
         except TestbedError as exc:
             tail = recipe.tail_log(ctx.sock_dir / "error.log")
-            raise TestbedError(f"{exc}; error log: {tail}") from None
+            raise TestbedError(f"{exc}; error log: {tail}" if tail else str(exc)) from None
         # nginx pins its workers itself (worker_cpu_affinity); record what they got.
         pinned = {w: list(process.allowed_cpus(w)) for w in found["nginx"]}
         pinned.update(recipe.pin_evenly(found["php-fpm"], r.cpus))
