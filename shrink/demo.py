@@ -553,7 +553,11 @@ def _printer(console: Console, title: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m shrink.demo",  # as the docs run it ("demo.py" is no command)
+        description=__doc__,
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
     ap.add_argument("--out", type=Path, default=Path("demo-out"))
     ap.add_argument("--quick", action="store_true", help="shorter windows (a smoke test)")
     ap.add_argument(

@@ -139,3 +139,23 @@ def test_the_tcp_files_size_is_named_in_binary_units():
     """'1 KB' (1,000 bytes) named a file of 1,024 bytes; the README says 1 KiB."""
     text = (ROOT / "docs" / "cli.md").read_text()
     assert "1 KB" not in text and "static 1 KiB file (1,024 bytes)" in text
+
+
+def test_the_tour_states_the_demos_time_budgets():
+    """The tour said the demo's sweep started no level past 475 s; the demo's budget
+    had become 250 s for the share's sweep and 40 s for the whole core's search."""
+    from shrink import demo
+
+    text = " ".join((ROOT / "docs" / "tour.md").read_text().split())
+    assert f"starts no level past {demo.SWEEP_BUDGET_S:.0f} s" in text
+    assert f"none past {demo.VALIDATION_BUDGET_S:.0f} s more" in text
+
+
+def test_the_demos_help_names_the_command_the_tour_gives(capsys):
+    """`python -m shrink.demo --help` began "usage: demo.py", no command one can run."""
+    from shrink import demo
+
+    with pytest.raises(SystemExit) as stop:
+        demo.main(["--help"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: python -m shrink.demo ")
