@@ -159,3 +159,10 @@ def test_the_demos_help_names_the_command_the_tour_gives(capsys):
         demo.main(["--help"])
     assert stop.value.code == 0
     assert capsys.readouterr().out.startswith("usage: python -m shrink.demo ")
+
+
+def test_method_names_prediction_keys_as_the_file_has_them():
+    """method.md named `extra.full_target_use`, the Python attribute's path; in
+    prediction.json the key is `full_target_use` (test_predict reads it there)."""
+    text = (ROOT / "docs" / "method.md").read_text()
+    assert "`full_target_use`" in text and "extra." not in text

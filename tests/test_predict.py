@@ -173,6 +173,9 @@ def test_cli_predict_and_validate_on_the_simulator(tmp_path):
         > (pred["mappings"]["1-replica"]["mean"]["mat"])
     )
     assert pred["inputs"]["skip"] > 0  # a tenth of the trace's span, by default
+    # What ran on the full target is a key of the file, as method.md names it (it said
+    # `extra.full_target_use`, the Python attribute's path): nothing, by default.
+    assert pred["full_target_use"]["seconds"] == 0 and "extra" not in pred
     res = run(app, ["validate", str(out / "prediction.json"), "--json"])
     assert res.exit_code == 0, res.output
     # The full-scale run replays the same part of the trace as the prediction did.
