@@ -291,3 +291,16 @@ def test_replay_refuses_a_bad_duration_naming_the_option(tmp_path, option, value
         r = RUN(app, [*args, "--target", "127.0.0.1:1", "-o", str(out), option, value])
         assert r.exit_code == 2 and f"{option}:" in r.output, r.output
         assert not out.exists()
+
+
+@pytest.mark.compute
+def test_machine_write_refuses_an_output_folder_that_does_not_exist(tmp_path):
+    """Every other command refuses an output whose folder is missing (exit 2): a typo in
+    a path must not make a tree. `machine write` made the folders and wrote there."""
+    out = tmp_path / "typo" / "m.toml"
+    spec = ROOT / "examples" / "machines" / "nehalem-2s.toml"
+    r = RUN(app, ["machine", "write", str(out), "--machine", str(spec)])
+    assert r.exit_code == 2 and "does not exist" in r.output, r.output
+    assert not out.parent.exists()
+    r = RUN(app, ["machine", "write", str(tmp_path / "m.toml"), "--machine", str(spec)])
+    assert r.exit_code == 0 and (tmp_path / "m.toml").exists(), r.output
