@@ -144,6 +144,14 @@ def test_openmetrics_text_and_server(swept):
             assert resp.read().decode() == text
 
 
+def test_every_unit_ends_its_metric_familys_name():
+    """OpenMetrics: a family's UNIT MUST be a suffix of its name after an underscore;
+    shrink_level_throughput declared requests_per_second, which a strict parser refuses."""
+    text = exposition([], "x")
+    units = re.findall(r"^# UNIT (\S+) (\S+)$", text, re.M)
+    assert units and all(name.endswith(f"_{unit}") for name, unit in units), units
+
+
 def test_curve_json_is_unchanged_by_the_exports(swept):
     _curve, _runs, _files, out = swept
     d = json.loads((out / "curve.json").read_text())

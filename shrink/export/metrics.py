@@ -46,8 +46,9 @@ def exposition(runs: Sequence[RunSamples], current: str = "") -> str:
         "# TYPE shrink_sweep_requests counter",
         "# HELP shrink_sweep_requests Requests intended in the measurement windows.",
         f"shrink_sweep_requests_total {sum(int(r.ok.size) for r in runs)}",
+        # No UNIT line: OpenMetrics requires a unit to end the family's name, and this
+        # one's name is kept for the dashboards that read it (HELP gives the unit).
         "# TYPE shrink_level_throughput gauge",
-        "# UNIT shrink_level_throughput requests_per_second",
         "# HELP shrink_level_throughput Completed requests a second, last repetition.",
     ]
     last = {}
