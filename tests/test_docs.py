@@ -166,3 +166,12 @@ def test_method_names_prediction_keys_as_the_file_has_them():
     prediction.json the key is `full_target_use` (test_predict reads it there)."""
     text = (ROOT / "docs" / "method.md").read_text()
     assert "`full_target_use`" in text and "extra." not in text
+
+
+def test_the_cluster_forms_cluster_md_gives_are_in_the_options_help():
+    """cluster.md offers ray:local (and the root refusal of ray:auto points to it); the
+    --cluster help named only ray:auto and ray://."""
+    guide = (ROOT / "docs" / "cluster.md").read_text()
+    reference = (ROOT / "docs" / "cli.md").read_text()
+    for form in ("ray:auto", "ray:local"):
+        assert form in guide and form in reference.split("`--cluster <str>`")[1], form

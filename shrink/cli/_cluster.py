@@ -16,7 +16,8 @@ ClusterOpt = Annotated[
     typer.Option(
         "--cluster",
         help="Run the load generators on a Ray cluster: ray:ADDRESS as ray.init takes it "
-        "(ray:auto: the running cluster, refused as root; ray://HOST:PORT: Ray Client). "
+        "(ray:auto: the running cluster, refused as root; ray:local: a private one started "
+        "here; ray://HOST:PORT: Ray Client). "
         "Needs pip install 'shrink-capacity[ray]'.",
     ),
 ]
