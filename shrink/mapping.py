@@ -216,3 +216,18 @@ def _runs(name: str, machine: Machine, cpus: tuple[int, ...]) -> bool:
     except TopologyError:
         return False
     return True
+
+
+def mappings_here(
+    names: tuple[str, ...] | list[str], machine: Machine, cpus: tuple[int, ...]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The mappings to predict, and those left out: ``--mappings all`` (the built-in ones)
+    keeps those ``cpus`` can give (one server CPU gives only 1-replica), where it refused
+    the whole run; a list named otherwise is checked whole (:func:`check_mappings`)."""
+    names = tuple(names)
+    if names == BUILTIN_MAPPINGS:
+        kept = tuple(n for n in names if _runs(n, machine, cpus))
+        if kept:
+            return kept, tuple(n for n in names if n not in kept)
+    check_mappings(names, machine, cpus)
+    return names, ()

@@ -41,7 +41,7 @@ from shrink.defaults import THRESHOLDS
 from shrink.errors import ParameterError, ShrinkError, WriteError
 from shrink.loadcurve import Level, LoadCurve
 from shrink.machine import Machine
-from shrink.mapping import BUILTIN_MAPPINGS, check_mappings
+from shrink.mapping import BUILTIN_MAPPINGS, mappings_here
 from shrink.mat import MATResult, mat
 from shrink.measure import default_loop_window, default_skip
 from shrink.measure.keep import KeepLevels
@@ -52,6 +52,7 @@ from shrink.report.assumptions import (
     PAIRED_FULL_RUN_NOTE,
     confidence,
     cross_socket_assumption,
+    left_out_assumption,
 )
 from shrink.report.assumptions import assumptions as assumptions_of
 from shrink.report.recommendation import reason_text
@@ -251,7 +252,8 @@ def predict(
     alpha = check_alpha(config.alpha)
     machine = provider.machine()
     cpus = provider.server_cpus()
-    check_mappings(config.mappings, machine, cpus)  # before anything is measured
+    mappings, left_out = mappings_here(config.mappings, machine, cpus)  # before any run
+    config = replace(config, mappings=mappings)
     share = Share.plan(cpus, machine, alpha, config.share_kind)
     slow = least_scaled_time(share.kind == "cpu_time", share.cpu_fraction, config.time_scaling)
     check_budget(config.plan, config.paired_full_run, slow)  # before a sample or a server
@@ -310,7 +312,9 @@ def predict(
     base = MappingPrediction(
         {s: _stat(r, budgets[s]) for s, r in full_mats.items()}, predicted.summary()
     )
-    assumptions = assumptions_of(alpha, config, share, measured)
+    assumptions = assumptions_of(alpha, config, share, measured) + left_out_assumption(
+        left_out, cpus
+    )
     mappings_out = _per_mapping(
         predicted, base, machine, cpus, config, extrapolator, assumptions, budgets
     )

@@ -300,3 +300,26 @@ def test_a_sample_that_keeps_no_session_is_named_by_its_alpha(tmp_path):
     with pytest.raises(ParameterError, match=r"alpha 0\.05 kept none of the trace's 6 requests"):
         predict(trace, FakeProvider(), cfg, tmp_path)
     assert not list(tmp_path.iterdir())  # nothing was measured, nothing written
+
+
+def test_all_mappings_on_one_server_cpu_predicts_the_one_it_can_give(tmp_path):
+    """The README's `shrink predict` (no --mappings: 'all') on a machine whose server has
+    one CPU (2 CPUs, the generator on the first) refused the run: 2 replicas cannot
+    share 1 CPU. 'all' now takes the mappings these CPUs can give and says which it left
+    out; a list named otherwise is still checked whole."""
+    from shrink.errors import OptionError
+    from shrink.mapping import BUILTIN_MAPPINGS, mappings_here
+
+    provider = FakeProvider()
+    machine, cpus = provider.machine(), provider.server_cpus()
+    assert mappings_here(BUILTIN_MAPPINGS, machine, cpus) == (
+        ("1-replica",),
+        ("2-replica-direct", "2-replica-indirect"),
+    )
+    with pytest.raises(OptionError, match="2 replicas cannot share 1 CPU"):
+        mappings_here(["1-replica", "2-replica-direct"], machine, cpus)
+    plan = AutoPlan(warmup=1, duration=5, reps=1, probe_level=1.0, max_levels=3)
+    cfg = PredictConfig(alpha=0.25, thresholds={"mean": 0.004}, plan=plan)
+    pred = predict(_sessions(3000), provider, cfg, tmp_path).prediction
+    assert list(pred.mappings) == ["1-replica"]
+    assert any(a.startswith("Not predicted: 2-replica-direct") for a in pred.assumptions)

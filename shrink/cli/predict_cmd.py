@@ -166,7 +166,12 @@ def predict(
         str, typer.Option("--level", help="Sampling level: session|object|request|stratified.")
     ] = "session",
     mappings: Annotated[
-        str, typer.Option("--mappings", help="'all' or a comma list of mappings.")
+        str,
+        typer.Option(
+            "--mappings",
+            help="'all' (the built-in mappings the server's CPUs can give) or a comma list "
+            "of mappings.",
+        ),
     ] = "all",
     thresholds: _Thresholds = THRESHOLDS_TEXT,
     target: _Target = "testbed",

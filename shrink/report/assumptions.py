@@ -178,6 +178,16 @@ def cross_socket_assumption(calibration: str) -> str:
     )
 
 
+def left_out_assumption(left_out: tuple[str, ...], cpus: tuple[int, ...]) -> list[str]:
+    """The built-in mappings ``--mappings all`` left out: the server's CPUs cannot give them."""
+    if not left_out:
+        return []
+    return [
+        f"Not predicted: {', '.join(left_out)}, which {len(cpus)} server CPU(s) cannot "
+        "give (--mappings all takes the built-in mappings these CPUs can give)."
+    ]
+
+
 ONE_SOCKET_ASSUMPTION = (
     "The full target lies on one socket: no traffic crosses sockets, so the "
     "mappings differ only in how the cores are split; on loopback each replica's "
