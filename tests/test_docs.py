@@ -175,3 +175,13 @@ def test_the_cluster_forms_cluster_md_gives_are_in_the_options_help():
     reference = (ROOT / "docs" / "cli.md").read_text()
     for form in ("ray:auto", "ray:local"):
         assert form in guide and form in reference.split("`--cluster <str>`")[1], form
+
+
+def test_the_readme_places_the_host_check_where_the_report_has_it():
+    """The README listed the host's steadiness "over the sweep" among every report's
+    checks; the report has that row only with a full-scale run (shrink.selfchecks)."""
+    from shrink.report.sections import self_checks
+
+    assert self_checks._host_items({}) == []  # no full-scale run, no host row
+    text = " ".join((ROOT / "README.md").read_text().split())
+    assert "when there was a full-scale run, whether the host's speed held steady" in text
