@@ -304,3 +304,18 @@ def test_machine_write_refuses_an_output_folder_that_does_not_exist(tmp_path):
     assert not out.parent.exists()
     r = RUN(app, ["machine", "write", str(tmp_path / "m.toml"), "--machine", str(spec)])
     assert r.exit_code == 0 and (tmp_path / "m.toml").exists(), r.output
+
+
+@pytest.mark.compute
+def test_a_validation_line_says_once_that_its_mats_are_bounds():
+    """'error +6145.1% (both MATs are only bounds) (a MAT is only a bound)': the CLI's
+    note repeated what the error's text already said."""
+    from shrink.cli.predict_cmd import validation_lines
+
+    both = {"predicted": 2e5, "measured": 2e3, "error": 61.45,
+            "predicted_status": "not_reached", "measured_status": "not_reached"}  # fmt: skip
+    one = {**both, "measured_status": "ok"}
+    (line,) = validation_lines({"mats": {"mean": both}}, {"mean": True})
+    assert line.count("bound") == 1 and "(both MATs are only bounds)" in line, line
+    (line,) = validation_lines({"mats": {"mean": one}}, {"mean": True})
+    assert "at least" in line and line.endswith("(a MAT is only a bound)"), line
