@@ -319,3 +319,22 @@ def test_a_validation_line_says_once_that_its_mats_are_bounds():
     assert line.count("bound") == 1 and "(both MATs are only bounds)" in line, line
     (line,) = validation_lines({"mats": {"mean": one}}, {"mean": True})
     assert "at least" in line and line.endswith("(a MAT is only a bound)"), line
+
+
+@pytest.mark.compute
+@pytest.mark.parametrize("command", ["replay", "sweep"])
+def test_a_row_that_cannot_be_sent_is_named_with_its_trace_file(tmp_path, command):
+    """semantics.md: bad input is an error naming the file and the line; a path holding
+    CR LF was refused naming the row alone ('trace row 1 (session 1), column path')."""
+    from shrink.trace import Trace
+
+    trace = tmp_path / "crlf.parquet"
+    paths = ["/ok", "/a\r\nX: y", "/b"]
+    Trace.from_columns({"session": [1, 1, 2], "t": [0.0, 0.1, 0.2], "path": paths}).write_parquet(
+        trace
+    )
+    out = {"replay": ["-o", str(tmp_path / "r.parquet")], "sweep": ["--levels", "1", "-o",
+           str(tmp_path / "c.json")]}[command]  # fmt: skip
+    r = RUN(app, [command, str(trace), "--target", "127.0.0.1:1", *out])
+    assert r.exit_code == 1, r.output
+    assert f"{trace}: trace row 1 (session 1), column path" in r.output, r.output

@@ -10,7 +10,8 @@ import inspect
 import math
 import os
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -24,7 +25,7 @@ from shrink.cli._common import (
     parse_duration_option,
     parse_lag_limit,
 )
-from shrink.errors import OptionError, ParameterError
+from shrink.errors import OptionError, ParameterError, TraceFormatError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -337,3 +338,16 @@ def _check_bodies(tgt: Any, tr: Any, name: Any) -> None:
             "without it, a cheaper request than recorded; bring the testbed up with "
             "--trace naming this trace (post_max_size then holds its largest body)"
         )
+
+
+@contextmanager
+def naming_trace(path: Path | None) -> Iterator[None]:
+    """A trace's row refused as it is sent (a CR in a path, a method no server takes) is
+    named with the trace file given: it named the row, and the log the trace was once
+    ingested from, but not the file."""
+    try:
+        yield
+    except TraceFormatError as exc:
+        if exc.path is not None or path is None:
+            raise
+        raise TraceFormatError(str(exc), path=path) from None

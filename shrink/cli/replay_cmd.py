@@ -36,6 +36,7 @@ from shrink.cli._replay_opts import (
     _Targets,
     _warn_docroot,
     engine_options,
+    naming_trace,
 )
 from shrink.defaults import MAX_BODY
 from shrink.errors import ParameterError, printable
@@ -103,7 +104,7 @@ def replay(
             warm_start=False,
         )
         _warn_docroot(tgt, tr, trace)
-        with _held(output):
+        with _held(output), naming_trace(trace):
             res = tgt.run(tr, rate_factor=rf, warmup=0.0, duration=seconds, out=output)
         summary = _summary(res, output)
         summary["realtime"] = tgt.realtime

@@ -36,6 +36,7 @@ from shrink.cli._replay_opts import (
     _Targets,
     _warn_docroot,
     engine_options,
+    naming_trace,
 )
 from shrink.defaults import DURATION, MAX_BODY, MAX_REPS, REPS, WARMUP
 from shrink.errors import OptionError, ParameterError, ShrinkError, WriteError, printable
@@ -270,6 +271,7 @@ def sweep_cmd(
         output_path(output, inputs=(trace,))
         output_path(runlogs, kind="dir", what="--runlogs")
         _claim_runlogs(held, runlogs)
+        held.enter_context(naming_trace(trace))
         # Every option before the trace is read or the target touched.
         lv = _levels(levels, knob)
         w = parse_duration_option(warmup, "warmup", zero_ok=True)
