@@ -322,7 +322,7 @@ def test_a_validation_line_says_once_that_its_mats_are_bounds():
 
 
 @pytest.mark.compute
-@pytest.mark.parametrize("command", ["replay", "sweep"])
+@pytest.mark.parametrize("command", ["replay", "sweep", "mat"])
 def test_a_row_that_cannot_be_sent_is_named_with_its_trace_file(tmp_path, command):
     """semantics.md: bad input is an error naming the file and the line; a path holding
     CR LF was refused naming the row alone ('trace row 1 (session 1), column path')."""
@@ -333,8 +333,17 @@ def test_a_row_that_cannot_be_sent_is_named_with_its_trace_file(tmp_path, comman
     Trace.from_columns({"session": [1, 1, 2], "t": [0.0, 0.1, 0.2], "path": paths}).write_parquet(
         trace
     )
-    out = {"replay": ["-o", str(tmp_path / "r.parquet")], "sweep": ["--levels", "1", "-o",
-           str(tmp_path / "c.json")]}[command]  # fmt: skip
-    r = RUN(app, [command, str(trace), "--target", "127.0.0.1:1", *out])
+    args = {"replay": [str(trace), "-o", str(tmp_path / "r.parquet")],
+            "sweep": [str(trace), "--levels", "1", "-o", str(tmp_path / "c.json")],
+            "mat": [str(tmp_path / "c.json"), "--threshold", "5ms", "--adaptive",
+                    "--rel-width", "0.0001", "--trace", str(trace)]}[command]  # fmt: skip
+    if command == "mat":
+        from helpers.curves import half_share_curve
+
+        from shrink.machine import Machine
+
+        spec = Machine.read_toml(ROOT / "examples" / "machines" / "nehalem-2s.toml")
+        half_share_curve(spec, levels=3, reps=2, seed=1).write_json(tmp_path / "c.json")
+    r = RUN(app, [command, *args, "--target", "127.0.0.1:1"])
     assert r.exit_code == 1, r.output
     assert f"{trace}: trace row 1 (session 1), column path" in r.output, r.output

@@ -30,6 +30,7 @@ from shrink.cli._replay_opts import (
     _Overlap,
     _progress_sweep,
     _warn_docroot,
+    naming_trace,
 )
 from shrink.defaults import MAX_BODY, MAX_LEVELS, MOST_LEVELS
 from shrink.errors import ParameterError, ShrinkError
@@ -93,7 +94,7 @@ def mat_cmd(
     from shrink.mat import check_class, mat
     from shrink.replay.adaptive import other_testbed, refine
 
-    with cli_errors():
+    with cli_errors(), naming_trace(trace):
         output_path(output)
         with as_option("--threshold"):
             thr = parse_threshold(threshold, "threshold")
