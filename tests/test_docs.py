@@ -185,3 +185,13 @@ def test_the_readme_places_the_host_check_where_the_report_has_it():
     assert self_checks._host_items({}) == []  # no full-scale run, no host row
     text = " ".join((ROOT / "README.md").read_text().split())
     assert "when there was a full-scale run, whether the host's speed held steady" in text
+
+
+def test_calibrate_is_described_with_options_it_has():
+    """simulator.md gave `shrink calibrate` the papers' fit as `--calibration published`,
+    an option of whatif's; calibrate takes curves, and none means that fit."""
+    text = " ".join((ROOT / "docs" / "simulator.md").read_text().split())
+    _, calibrate = _options_of(["shrink", "calibrate"])
+    _, whatif = _options_of(["shrink", "whatif"])
+    assert "--calibration" not in calibrate and "--calibration" in whatif
+    assert "`whatif --calibration published`" in text
