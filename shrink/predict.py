@@ -52,7 +52,6 @@ from shrink.report.assumptions import (
     PAIRED_FULL_RUN_NOTE,
     confidence,
     cross_socket_assumption,
-    left_out_assumption,
 )
 from shrink.report.assumptions import assumptions as assumptions_of
 from shrink.report.recommendation import reason_text
@@ -250,8 +249,7 @@ def predict(
     SHRiNK-scaled prediction. ``inputs``: recorded in it (:mod:`shrink.run_inputs`).
     """
     alpha = check_alpha(config.alpha)
-    machine = provider.machine()
-    cpus = provider.server_cpus()
+    machine, cpus = provider.machine(), provider.server_cpus()
     mappings, left_out = mappings_here(config.mappings, machine, cpus)  # before any run
     config = replace(config, mappings=mappings)
     share = Share.plan(cpus, machine, alpha, config.share_kind)
@@ -312,9 +310,7 @@ def predict(
     base = MappingPrediction(
         {s: _stat(r, budgets[s]) for s, r in full_mats.items()}, predicted.summary()
     )
-    assumptions = assumptions_of(alpha, config, share, measured) + left_out_assumption(
-        left_out, cpus
-    )
+    assumptions = assumptions_of(alpha, config, share, measured, left_out)
     mappings_out = _per_mapping(
         predicted, base, machine, cpus, config, extrapolator, assumptions, budgets
     )

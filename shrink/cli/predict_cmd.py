@@ -140,6 +140,11 @@ def _progress_bar():
     )
 
 
+_MAPPINGS_HELP = (
+    "'all' (the built-in mappings the server's CPUs can give) or a comma list of mappings."
+)
+
+
 @contextmanager
 def _progress(title: str) -> Iterator[Callable[[str, int, int], None]]:
     """A progress bar on a terminal; elsewhere (a pipe, a log, CI) one line per level."""
@@ -165,14 +170,7 @@ def predict(
     level: Annotated[
         str, typer.Option("--level", help="Sampling level: session|object|request|stratified.")
     ] = "session",
-    mappings: Annotated[
-        str,
-        typer.Option(
-            "--mappings",
-            help="'all' (the built-in mappings the server's CPUs can give) or a comma list "
-            "of mappings.",
-        ),
-    ] = "all",
+    mappings: Annotated[str, typer.Option("--mappings", help=_MAPPINGS_HELP)] = "all",
     thresholds: _Thresholds = THRESHOLDS_TEXT,
     target: _Target = "testbed",
     docroot: Annotated[

@@ -23,9 +23,12 @@ __all__ = [
 ]
 
 
-def assumptions(alpha: float, config: Any, share: Share, measured: LoadCurve) -> list[str]:
+def assumptions(
+    alpha: float, config: Any, share: Share, measured: LoadCurve, left_out: tuple[str, ...] = ()
+) -> list[str]:
     """What the prediction assumes, in words for the report (``config``: the
-    prediction's PredictConfig, read for its level and seed)."""
+    prediction's PredictConfig, read for its level and seed; ``left_out``: the built-in
+    mappings ``--mappings all`` left out, which the server's CPUs cannot give)."""
     assumptions = [
         f"SHRiNK: {alpha:g} of the sessions ({config.level} level, seed {config.seed}) on "
         f"{alpha:g} of the server ({share.kind} share of CPUs {list(share.cpus)}) behaves like "
@@ -61,7 +64,7 @@ def assumptions(alpha: float, config: Any, share: Share, measured: LoadCurve) ->
             "was as loaded as the full target at the same level; the scaling reads "
             "throughputs, not levels, so this only chooses where the share is measured."
         )
-    return assumptions
+    return assumptions + left_out_assumption(left_out)
 
 
 def core_subset_assumptions(share: Share, measured: LoadCurve) -> list[str]:
@@ -178,13 +181,13 @@ def cross_socket_assumption(calibration: str) -> str:
     )
 
 
-def left_out_assumption(left_out: tuple[str, ...], cpus: tuple[int, ...]) -> list[str]:
+def left_out_assumption(left_out: tuple[str, ...]) -> list[str]:
     """The built-in mappings ``--mappings all`` left out: the server's CPUs cannot give them."""
     if not left_out:
         return []
     return [
-        f"Not predicted: {', '.join(left_out)}, which {len(cpus)} server CPU(s) cannot "
-        "give (--mappings all takes the built-in mappings these CPUs can give)."
+        f"Not predicted: {', '.join(left_out)}, which the server's CPUs cannot give "
+        "(--mappings all takes the built-in mappings they can give)."
     ]
 
 
