@@ -42,7 +42,7 @@ from shrink.autolevels import AutoPlan
 from shrink.demo_work import work_dir
 from shrink.errors import ShrinkError
 from shrink.jsonout import dumps
-from shrink.report.demo_summary import closing_lines
+from shrink.report.demo_summary import closing_lines, intro_line
 
 if TYPE_CHECKING:
     from shrink.target import RunResult, Target
@@ -337,7 +337,7 @@ def run_demo(
     plan = _plan(plan, quick, alpha if cfg.get("share_kind", "cpu_time") == "cpu_time" else None)
     if cfg.get("share_kind") == "cores" and not quick:
         plan = replace(plan, warm_run=True)  # no calibration has warmed the server
-    console.print(_intro(alpha, plan, out))
+    console.print(intro_line(alpha, plan.budget_s or 0.0, VALIDATION_BUDGET_S, out))
     console.rule(f"[bold]1. {cfg.get('title', 'The bundled Support-like workload')}")
     before = _check_quiet(console)
     with claimed(work):  # one demo writes it; what a killed one left half-written goes
@@ -481,19 +481,6 @@ def _plan(plan: AutoPlan | None, quick: bool, time_share: float | None = None) -
         warm_run=False,
         max_levels=9,
         budget_s=SWEEP_BUDGET_S,
-    )
-
-
-def _intro(alpha: float, plan: AutoPlan, out: Path) -> str:
-    """The demo's first lines: what it will do, and about how long it takes."""
-    # Set-up and the report fit in about half a minute beside the two budgets.
-    minutes = ((plan.budget_s or 0.0) + VALIDATION_BUDGET_S + 30.0) / 60.0
-    return (
-        f"shrink demo: predicts the capacity of one core of this machine from {alpha:g} of a "
-        f"Support-like trace on a {100 * alpha:g}% CPU-time share of it, then validates the "
-        f"prediction against the whole core. About {minutes:.0f} minutes: the share's sweep "
-        "with the validation's runs beside it (the prediction reads only the share's), the "
-        f"validation's own levels, the report. Output: {out / 'report.html'}."
     )
 
 

@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-__all__ = ["closing_lines"]
+__all__ = ["closing_lines", "intro_line"]
 
 
 # A MAT that is only a bound (the curve did not cross its threshold inside the levels):
@@ -39,3 +39,16 @@ def closing_lines(summary: dict[str, Any], out: Path) -> list[str]:
         f"{out / 'demo-summary.json'}"
     )
     return lines
+
+
+def intro_line(alpha: float, sweep_budget_s: float, validation_budget_s: float, out: Path) -> str:
+    """The demo's first lines: what it will do, and about how long it takes."""
+    # Set-up and the report fit in about half a minute beside the two budgets.
+    minutes = (sweep_budget_s + validation_budget_s + 30.0) / 60.0
+    return (
+        f"shrink demo: predicts the capacity of one core of this machine from {alpha:g} of a "
+        f"Support-like trace on a {100 * alpha:g}% CPU-time share of it, then validates the "
+        f"prediction against the whole core. About {minutes:.0f} minutes: the share's sweep "
+        "with the validation's runs beside it (the prediction reads only the share's), the "
+        f"validation's own levels, the report. Output: {out / 'report.html'}."
+    )
