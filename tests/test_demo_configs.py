@@ -240,7 +240,7 @@ def test_the_default_demo_predicts_as_before(tmp_path, monkeypatch):
 
     def run_predict(trace_path, out, config, **kwargs):
         seen.update(kwargs, config=config, trace=Path(trace_path).name)
-        stat = SimpleNamespace(mat=1.0)
+        stat = SimpleNamespace(mat=1.0, bound=None)  # as a MAT read off a curve
         return SimpleNamespace(
             mappings={"1-replica": SimpleNamespace(stats={"mean": stat, "p999": stat})},
             self_checks={"generator_kept_up": True},
