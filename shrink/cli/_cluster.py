@@ -15,10 +15,10 @@ ClusterOpt = Annotated[
     str | None,
     typer.Option(
         "--cluster",
-        help="Run the load generators on a Ray cluster: ray:ADDRESS as ray.init takes it "
-        "(ray:auto: the running cluster, refused as root; ray:local: a private one started "
-        "here; ray://HOST:PORT: Ray Client). "
-        "Needs pip install 'shrink-capacity[ray]'.",
+        # The package's name first: a wrap at its hyphen split it where it was last.
+        help="Needs pip install 'shrink-capacity[ray]'. Run the load generators on a Ray "
+        "cluster: ray:ADDRESS as ray.init takes it (ray:auto: the running cluster, refused "
+        "as root; ray:local: a private one started here; ray://HOST:PORT: Ray Client).",
     ),
 ]
 GeneratorsOpt = Annotated[
