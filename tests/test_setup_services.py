@@ -37,6 +37,17 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _fake_lighttpd(tmp_path: Path) -> Path:
+    """A program named lighttpd (sleep's copy) in ``tmp_path``/bin."""
+    sleep = shutil.which("sleep")
+    if sleep is None or not Path("/proc/self/exe").exists():
+        pytest.skip("needs sleep and /proc")
+    lighttpd = tmp_path / "bin" / "lighttpd"
+    lighttpd.parent.mkdir()
+    shutil.copy(sleep, lighttpd)
+    return lighttpd
+
+
 def _orphan(exe: Path) -> int:
     """``exe 60`` started by a child that exits at once: a daemon, its parent now init
     (or the nearest subreaper)."""
@@ -48,17 +59,12 @@ def _orphan(exe: Path) -> int:
 
 
 def test_only_a_daemon_running_a_server_named_by_the_pidfile_is_stopped(tmp_path):
-    sleep = shutil.which("sleep")
-    if sleep is None or not Path("/proc/self/exe").exists():
-        pytest.skip("needs sleep and /proc")
-    lighttpd = tmp_path / "bin" / "lighttpd"
-    lighttpd.parent.mkdir()
-    shutil.copy(sleep, lighttpd)
+    lighttpd = _fake_lighttpd(tmp_path)
     run = tmp_path / "run"
     (run / "php").mkdir(parents=True)
     # A testbed's server: the right executable, but a child of shrink, not a daemon.
     child = subprocess.Popen([str(lighttpd), "60"])
-    other = _orphan(Path(sleep))  # a daemon, but not a server's executable
+    other = _orphan(Path(shutil.which("sleep") or "sleep"))  # a daemon, not a server's executable
     daemon = _orphan(lighttpd)
     try:
         (run / "lighttpd.pid").write_text(f"{child.pid}\n")
@@ -131,12 +137,7 @@ def test_a_pidfile_that_is_a_fifo_or_a_symlink_is_passed_over_at_once(tmp_path):
 
 
 def _a_lighttpd_daemon(tmp_path: Path) -> int:
-    sleep = shutil.which("sleep")
-    if sleep is None or not Path("/proc/self/exe").exists():
-        pytest.skip("needs sleep and /proc")
-    lighttpd = tmp_path / "bin" / "lighttpd"
-    lighttpd.parent.mkdir()
-    shutil.copy(sleep, lighttpd)
+    lighttpd = _fake_lighttpd(tmp_path)
     daemon = _orphan(lighttpd)
     ppid = int(Path(f"/proc/{daemon}/stat").read_text().rsplit(")", 1)[1].split()[1])
     if ppid != 1:
