@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 import typer
 
 from shrink import interrupts
+from shrink.cli._oom import memory_refused
 from shrink.cli._stdout import STDOUT, silence_stdout
 from shrink.defaults import MAX_BODY_TEXT
 from shrink.errors import OptionError, ParameterError, ShrinkError, WriteError, printable
@@ -280,7 +281,7 @@ def _report(exc: BaseException, written: list[Path]) -> None:
         # Not a bug: the machine, or `ulimit -v`, gave too little (was exit 70 "internal").
         _out_of_memory(written)
     except Exception as exc:
-        if _memory_refused(exc):
+        if memory_refused(exc):
             _out_of_memory(written)
         # Path.resolve() met a symlink loop (--docroot, --machine): before Python 3.13 a
         # RuntimeError, not the OSError (ELOOP) every other read of that path gives.
@@ -297,32 +298,6 @@ def _report(exc: BaseException, written: list[Path]) -> None:
             "rerun with SHRINK_TRACEBACK=1 to see where"
         )
         raise typer.Exit(code=EXIT_BUG) from None
-
-
-def _memory_refused(exc: BaseException) -> bool:
-    """Whether ``exc`` is memory running out in another guise: the dynamic loader could
-    not map a library (`ulimit -v 200000`: "libarrow.so: failed to map segment from
-    shared object"), or a MemoryError inside an import, which CPython words as
-    "SystemError: <function _find_and_load> returned NULL without setting an
-    exception", or any error raised while one was handled."""
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        text = str(cur)
-        if isinstance(cur, MemoryError):
-            return True
-        if isinstance(cur, ImportError) and (
-            "failed to map segment" in text or os.strerror(errno.ENOMEM) in text
-        ):
-            return True
-        if isinstance(cur, SystemError) and "returned NULL without setting an" in text:
-            return any(
-                resource.getrlimit(w)[0] != resource.RLIM_INFINITY
-                for w in (resource.RLIMIT_AS, resource.RLIMIT_DATA)
-            )
-        cur = cur.__cause__ or cur.__context__
-    return False
 
 
 def _out_of_memory(written: Sequence[Path]) -> NoReturn:
