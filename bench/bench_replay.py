@@ -112,6 +112,8 @@ ENGINE = select_engine("auto")
 SESSIONS = False
 # The send thread's SCHED_FIFO priority (0: normal; None: shrink's default).
 REALTIME: int | None = None
+# Whether the generator's CPU is kept awake (None: shrink's default, on here).
+AWAKE: bool | None = None
 
 
 def session_trace(rate: float, seconds: float) -> Trace:
@@ -143,7 +145,9 @@ def run_engine(port: int, rate: float, seconds: float, out: Path | None = None) 
         rate_factor=1.0,
         horizon=seconds,
         schedule=ScheduleOptions(loop=False),
-        generator=GeneratorPlacement(cpus=(GEN_CPU,), engine=ENGINE, realtime=REALTIME),
+        generator=GeneratorPlacement(
+            cpus=(GEN_CPU,), engine=ENGINE, realtime=REALTIME, awake=AWAKE
+        ),
         out=out,
         avoid_cpus=frozenset({SERVER_CPU}),
     )
@@ -211,6 +215,13 @@ def main() -> None:
     p.add_argument(
         "--realtime", type=int, default=None, help="with --default-lag: 0 for normal scheduling"
     )
+    p.add_argument(
+        "--awake",
+        choices=("default", "off", "both"),
+        default="default",
+        help="with --default-lag: the generator's CPU kept awake as by default, not "
+        "(--no-awake), or both by turns",
+    )
     a = p.parse_args()
     global ENGINE, SESSIONS, REALTIME
     ENGINE = select_engine(a.engine)
@@ -224,7 +235,8 @@ def main() -> None:
         )
     if a.default_lag is not None:
         rates = [float(x) for x in a.rates.split(",")]
-        default_lag(a.default_lag or None, rates, a.seconds, a.runs)
+        variants = {"default": (None,), "off": (False,), "both": (None, False)}[a.awake]
+        default_lag(a.default_lag or None, rates, a.seconds, a.runs, variants)
         return
     if not {SERVER_CPU, GEN_CPU} <= os.sched_getaffinity(0):
         sys.exit("needs CPUs 0 and 1")
@@ -326,9 +338,15 @@ def scan(
 # The host's part, measured in the same run: how late a short timed sleep wakes on the
 # generator's CPU at the send thread's priority (the engine's loop sleeps so between sends).
 _WAKE_PROBE = """
-import os, sys, time
-cpu, rt = int(sys.argv[1]), int(sys.argv[2])
+import os, signal, sys, time
+cpu, rt, awake = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
 os.sched_setaffinity(0, {cpu})
+spinner = os.fork() if awake else None
+if spinner == 0:  # the CPU kept awake as the native core keeps it: idle priority
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    while os.getppid() != 1:
+        pass
+    os._exit(0)
 if rt:
     os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(rt))
 late = []
@@ -336,26 +354,61 @@ for _ in range(5000):
     due = time.perf_counter_ns() + 60_000
     time.sleep(60e-6)
     late.append(time.perf_counter_ns() - due)
+if spinner:
+    os.kill(spinner, signal.SIGKILL)
+    os.waitpid(spinner, 0)
 late.sort()
 print(late[len(late) // 2] / 1e3, late[len(late) * 99 // 100] / 1e3)
 """
 
 
 def wake_lateness(cpu: int, rt: int) -> str:
-    """A 60 us sleep's lateness on ``cpu`` (p50 and p99, us), as words for the output."""
+    """A 60 us sleep's lateness on ``cpu`` (p50 and p99, us), its CPU left to halt and
+    kept awake, as words for the output."""
     rt = rt if os.geteuid() == 0 else 0
-    out = subprocess.run([sys.executable, "-c", _WAKE_PROBE, str(cpu), str(rt)],
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
-    if out.returncode != 0:
-        return "host reference: the wake-up probe failed"
-    p50, p99 = (float(x) for x in out.stdout.split())
-    return (f"host reference: a 60 us sleep on CPU {cpu} woke {p50:.0f} us late (p50), "
-            f"{p99:.0f} us (p99; Python's own cost included)")  # fmt: skip
+    said = []
+    for awake in (0, 1):
+        out = subprocess.run([sys.executable, "-c", _WAKE_PROBE, str(cpu), str(rt), str(awake)],
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+        if out.returncode != 0:
+            return "host reference: the wake-up probe failed"
+        p50, p99 = (float(x) for x in out.stdout.split())
+        said.append(f"{p50:.0f} / {p99:.0f} us {'kept awake' if awake else 'left to halt'}")
+    return (f"host reference: a 60 us sleep on CPU {cpu} woke late (p50 / p99, Python's "
+            f"own cost included) {said[0]}, {said[1]}")  # fmt: skip
 
 
-def default_lag(capacity: float | None, rates: list[float], seconds: float, runs: int) -> None:
+def print_lags(
+    frac: float, capacity: float, awake: bool | None, rs: list[dict[str, float]]
+) -> None:
+    lags = [r["lag_p99"] * 1e3 for r in rs]
+    sent = float(np.median([r["sent_p99"] for r in rs])) * 1e3
+    lat = float(np.median([r["lat_p50"] for r in rs])) * 1e3
+    win = " ".join(f"{r['window_us']:.0f}" for r in rs)
+    runq = " ".join(f"{r['runq_ms']:.2f}/{r['preempted']:.0f}" for r in rs)
+    how = "" if awake is None else (" --awake" if awake else " --no-awake")
+    print(
+        f"  {int(frac * 100)}% ({frac * capacity:,.0f}/s){how}: send-lag p99 ms per run "
+        + " ".join(f"{x:.3f}" for x in lags)
+        + f"; median {float(np.median(lags)):.3f}, max {max(lags):.3f}"
+        f" | sent-lag p99 median {sent:.3f} ms, latency p50 median {lat:.3f} ms"
+        f" | widest wake-up window per run (us) {win}"
+        f" | loop thread's run-queue wait (ms) / involuntary switches per run {runq}"
+    )
+
+
+def default_lag(
+    capacity: float | None,
+    rates: list[float],
+    seconds: float,
+    runs: int,
+    variants: tuple[bool | None, ...] = (None,),
+) -> None:
     """Send-lag p99 at 50% and 80% of ``capacity`` (None: of the capacity :func:`scan`
-    measures first, at the same scheduling), default scheduling, RunLog to a file."""
+    measures first, at the same scheduling), default scheduling, RunLog to a file; each
+    of ``variants`` (the generator's CPU kept awake or not, None: the default) run by
+    turns."""
+    global AWAKE
     if not {SERVER_CPU, GEN_CPU} <= os.sched_getaffinity(0):
         sys.exit("needs CPUs 0 and 1")
     rt = default_realtime(REALTIME, (GEN_CPU,), (SERVER_CPU,))
@@ -373,23 +426,14 @@ def default_lag(capacity: float | None, rates: list[float], seconds: float, runs
                 capacity = scan(proc.pid, port, rates, seconds)[0]
             for frac in (0.5, 0.8):
                 print("  " + wake_lateness(GEN_CPU, rt or 0))
-                rs = [
-                    run_engine(port, frac * capacity, seconds, Path(tmp) / f"r{i}.parquet")
-                    for i in range(runs)
-                ]
-                lags = [r["lag_p99"] * 1e3 for r in rs]
-                sent = float(np.median([r["sent_p99"] for r in rs])) * 1e3
-                lat = float(np.median([r["lat_p50"] for r in rs])) * 1e3
-                win = " ".join(f"{r['window_us']:.0f}" for r in rs)
-                runq = " ".join(f"{r['runq_ms']:.2f}/{r['preempted']:.0f}" for r in rs)
-                print(
-                    f"  {int(frac * 100)}% ({frac * capacity:,.0f}/s): send-lag p99 ms per run "
-                    + " ".join(f"{x:.3f}" for x in lags)
-                    + f"; median {float(np.median(lags)):.3f}, max {max(lags):.3f}"
-                    f" | sent-lag p99 median {sent:.3f} ms, latency p50 median {lat:.3f} ms"
-                    f" | widest wake-up window per run (us) {win}"
-                    f" | loop thread's run-queue wait (ms) / involuntary switches per run {runq}"
-                )
+                rs: dict[bool | None, list[dict[str, float]]] = {v: [] for v in variants}
+                for i in range(runs):  # interleaved: the host's drift falls on each alike
+                    for v in variants:
+                        AWAKE = v
+                        out = Path(tmp) / f"r{i}.parquet"
+                        rs[v].append(run_engine(port, frac * capacity, seconds, out))
+                for v in variants:
+                    print_lags(frac, capacity, v, rs[v])
         finally:
             proc.terminate()
             proc.wait()

@@ -158,6 +158,7 @@ class TestbedProvider:
             "generator_cpus": list(self.generator_cpus),
             "allow_overlap": self.generator.allow_overlap,
             "realtime": self.generator.realtime,
+            "awake": self.generator.awake,
             "server": self.server_record(),
             "enforce": self.server.enforce or _default_enforce(),
         }

@@ -59,6 +59,7 @@ def record_inputs(
         "generator_cpus": None if gen.cpus is None else list(gen.cpus),
         "allow_overlap": gen.allow_overlap,
         "realtime": gen.realtime,
+        "awake": gen.awake,
         "plan": plan.__dict__,
         # how many times longer the share's runs were than the plan's (SHRiNK time scaling)
         "scaled_time": scaling.scaled_time,
@@ -102,6 +103,7 @@ def target_settings(
             bool(inputs.get("allow_overlap", False)),
             _priority(inputs.get("realtime")),
             cluster=cluster,
+            awake=None if inputs.get("awake") is None else bool(inputs["awake"]),
         ),
     )
 

@@ -58,7 +58,9 @@ class GeneratorPlacement:
     CPU), the engine (``auto``, ``native``, ``python`` or a stand-in such as
     :class:`shrink.replay.fake.FakeEngine`; None: ``auto``), or Ray actors on a
     ``cluster`` instead (:mod:`shrink.replay.cluster`), and the send-lag p99 past which
-    a run is behind (seconds; None: :data:`shrink.replay.selfcheck.LAG_LIMIT`)."""
+    a run is behind (seconds; None: :data:`shrink.replay.selfcheck.LAG_LIMIT`), and whether
+    the generator's CPUs are kept awake for a run (None: as
+    :func:`shrink.replay.scaleout.default_awake` picks)."""
 
     cpus: tuple[int, ...] | None = None
     allow_overlap: bool = False
@@ -67,6 +69,7 @@ class GeneratorPlacement:
     engine: Any = None
     cluster: ClusterSpec | None = None
     lag_limit: float | None = None
+    awake: bool | None = None
 
 
 @dataclass

@@ -108,6 +108,16 @@ def _read(path: Path) -> str | None:
         return None
 
 
+def smt_siblings(cpu: int, sys_root: str | Path = "/sys") -> tuple[int, ...]:
+    """The other hardware threads of ``cpu``'s core (none where sysfs does not say)."""
+    path = Path(sys_root) / "devices" / "system" / "cpu" / f"cpu{cpu}" / "topology"
+    listed = _read(path / "thread_siblings_list")
+    try:
+        return tuple(c for c in parse_cpulist(listed or "") if c != cpu)
+    except TopologyError:
+        return ()
+
+
 def _cpus_from_sysfs(sys_root: Path) -> list[CpuInfo] | None:
     cpu_dir = sys_root / "devices" / "system" / "cpu"
     online = _read(cpu_dir / "online")

@@ -2,6 +2,7 @@
 //! shrink/replay/native.py with the schedule the Python side built; and the
 //! simulator's event loop (sim.rs), called by shrink/sim/engine.py.
 
+mod awake;
 mod engine;
 mod http;
 mod sim;
@@ -69,7 +70,8 @@ fn take_rows<'py>(py: Python<'py>, r: &mut Rows) -> Vec<Bound<'py, PyBytes>> {
 #[pyo3(signature = (
     open, targets, req_bytes, key_of_row, cls_of_row, head_only_of_key, times, route, rows,
     sessions, burst_off, burst_first, burst_end, burst_think, horizon, timeout, drain,
-    max_pool, conns_per_session, conn_per_request, batch, tcodes, ecodes, t0, on_rows
+    max_pool, conns_per_session, conn_per_request, batch, tcodes, ecodes, t0, on_rows,
+    awake=false
 ))]
 #[allow(clippy::too_many_arguments)]
 fn run(
@@ -99,6 +101,7 @@ fn run(
     ecodes: Vec<i32>,
     t0: f64,
     on_rows: PyObject,
+    awake: bool,
 ) -> PyResult<(u64, u64, bool, Vec<u64>)> {
     let mut addrs = Vec::new();
     for (host, port) in &targets {
@@ -148,6 +151,7 @@ fn run(
         .unwrap()
         .extend((0..SPARES).map(|_| Rows::with_room(room)));
     let sh = shared.clone();
+    let spinners = awake.then(awake::Awake::start);
     // The loop runs on its own thread (same CPU and policy, inherited) so that
     // Python's work on the rows (a Parquet flush takes milliseconds) never holds
     // up a send; this thread only moves rows and watches for signals.
@@ -202,10 +206,13 @@ fn run(
     }
     let out = py.allow_threads(|| handle.join());
     restore_priority(old_sched);
-    let out = out.map_err(|_| PyOSError::new_err("the native replay loop panicked"))?;
+    let (n, cpu) = spinners.map(awake::Awake::stop).unwrap_or((0, 0.0));
+    let mut out = out.map_err(|_| PyOSError::new_err("the native replay loop panicked"))?;
     if let Some(e) = pending_err {
         return Err(e);
     }
+    out.3.push(n as u64);
+    out.3.push((cpu * 1e6) as u64);
     Ok(out)
 }
 
@@ -287,6 +294,11 @@ fn engine_thread(mut eng: Engine, sh: &Shared) -> (u64, u64, bool, Vec<u64>) {
         libc::sigaddset(&mut set, libc::SIGTERM);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
+    // At normal priority a timed wake-up may come up to the thread's timer slack
+    // late (50 us by default), on top of the CPU's own delay; a real-time thread
+    // has none. (A failure leaves the default.)
+    // SAFETY: prctl on the calling thread with an integer argument.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
     eng.preopen();
     let sched0 = thread_sched();
     let mut next_sweep = mono() + SWEEP_S;

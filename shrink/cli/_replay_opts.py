@@ -96,6 +96,12 @@ REALTIME_HELP = (
 # SCHED_FIFO priorities are 1-99 on Linux: 100 was EINVAL in every engine process,
 # -1 meant normal scheduling silently, 1e20 overflowed sched_param.
 _Realtime = Annotated[int | None, typer.Option("--realtime", min=0, max=99, help=REALTIME_HELP)]
+AWAKE_HELP = (
+    "Keep the generator's CPUs from halting during a run (a spinner at idle priority on "
+    "each, native engine), so that its timed sends are not late by the CPU's wake-up. "
+    "Default: on when the generator is pinned to CPUs the server does not use."
+)
+_Awake = Annotated[bool | None, typer.Option("--awake/--no-awake", help=AWAKE_HELP)]
 _EngineOpt = Annotated[
     str,
     typer.Option(
@@ -163,6 +169,7 @@ class EngineOptions:
     allow_remote: _Remote = False
     lag_limit: _LagLimit = "1ms"
     realtime: _Realtime = None
+    awake: _Awake = None
     conn_per_request: _NewConn = False
     processes: _Procs = None
     engine: _EngineOpt = "auto"
@@ -223,6 +230,7 @@ class EngineOptions:
                 self.processes,
                 self.engine,
                 cluster,
+                awake=self.awake,
             ),
             allow_remote=self.allow_remote,
             config={

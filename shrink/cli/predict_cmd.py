@@ -30,7 +30,7 @@ from shrink.cli._common import (
     threshold_text,
 )
 from shrink.cli._progress import line_progress, on_terminal
-from shrink.cli._replay_opts import _GenCpus, _LagLimit, _Overlap, _Realtime
+from shrink.cli._replay_opts import _Awake, _GenCpus, _LagLimit, _Overlap, _Realtime
 from shrink.cli.sweep_cmd import _keep_smaller
 from shrink.defaults import (
     ALPHA,
@@ -210,6 +210,7 @@ def predict(
     generator_cpus: _GenCpus = None,
     allow_overlap: _Overlap = False,
     realtime: _Realtime = None,
+    awake: _Awake = None,
     lag_limit: _LagLimit = "1ms",
     calibrate: _Calibrate = False,
     max_body: MaxBodyOpt = MAX_BODY,
@@ -258,7 +259,8 @@ def predict(
         )  # fmt: skip
         lag = parse_lag_limit(lag_limit)
         placement = GeneratorPlacement(gen_cpus, allow_overlap, realtime, lag_limit=lag,
-                                       cluster=cluster_spec(cluster, generators))  # fmt: skip
+                                       cluster=cluster_spec(cluster, generators),
+                                       awake=awake)  # fmt: skip
         settings = TargetSettings(target, machine, docroot, cpus, server, placement)
         title = "scaled + full runs" if paired_full_run else "scaled run"
         try:

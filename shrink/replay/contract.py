@@ -41,12 +41,16 @@ class RunOptions(TypedDict, total=False):
     (default True): SIGINT/SIGTERM/SIGHUP stop the run early, when run on the main thread.
     ``stop``: an event another thread sets to stop the run early the same way (a
     generator off the main thread: a Ray actor's), checked every 100 ms.
+    ``awake``: keep the CPUs the engine may run on from halting for the run, so that
+    its timed wake-ups come on time (the native core; see native/src/awake.rs). An
+    engine without the means ignores it.
     """
 
     t0: float | None
     on_ready: Callable[[], float] | None
     handle_signals: bool
     stop: threading.Event | None
+    awake: bool
 
 
 @dataclass

@@ -34,7 +34,7 @@ from shrink.replay.clients import ClientSampler
 from shrink.replay.engine import EngineConfig
 from shrink.replay.fd_limit import out_of_files, raise_open_file_limit
 from shrink.replay.native import engine_name, select_engine
-from shrink.replay.scaleout import EngineRun, default_realtime, run_engines
+from shrink.replay.scaleout import EngineRun, run_engines, scheduling
 from shrink.replay.selfcheck import LAG_LIMIT, generator_check, thread_wait
 from shrink.replay.stopwatch import StopWatch, flag_if_stopped
 from shrink.replay.window_cpu import window_cpu
@@ -245,11 +245,9 @@ class LiveTarget:
         limit = lag_limit if lag_limit is not None else generator.lag_limit
         self.lag_limit = LAG_LIMIT if limit is None else limit
         self.runlog_dir = None if runlog_dir is None else Path(runlog_dir)
-        # the send thread's SCHED_FIFO priority (0: normal), and whether the default chose it
-        self.realtime = default_realtime(
-            generator.realtime, self.generator_cpus, self.share_cpus,
-            allow_overlap=generator.allow_overlap,
-        )  # fmt: skip
+        # the send thread's SCHED_FIFO priority (0: normal), whether the native core keeps the
+        # generator's CPUs from halting, and whether the default chose SCHED_FIFO
+        self.realtime, self.awake = scheduling(generator, self.generator_cpus, self.share_cpus)
         self.realtime_by_default = generator.realtime is None and self.realtime > 0
         # one engine process per generator CPU unless told fewer
         self.processes = generator.processes
@@ -318,7 +316,7 @@ class LiveTarget:
             cpus = cpus[: self.processes]
         return GeneratorPlacement(
             None if cpus is None else tuple(cpus), realtime=self.realtime,
-            processes=self.processes, engine=self.engine, cluster=self.cluster,
+            processes=self.processes, engine=self.engine, cluster=self.cluster, awake=self.awake,
         )  # fmt: skip
 
     def _count_slots(self, generators: list[dict[str, Any]]) -> None:
@@ -343,6 +341,7 @@ class LiveTarget:
             "share_cpus": self.share_cpus,
             "realtime": self.realtime,
             "realtime_by_default": self.realtime_by_default,
+            "awake": self.awake and engine_name(self.engine) != "python",  # (it has no spinners)
             "engine": engine_name(self.engine),
             "lag_limit": self.lag_limit,
         }

@@ -72,6 +72,9 @@ _COUNTS = (
     # the loop thread's wait on a run queue (us) and its involuntary switches
     "runq_wait_us",
     "preempted",
+    # the spinners that kept the generator's CPUs awake, and their CPU time together (us)
+    "awake_spinners",
+    "awake_cpu_us",
 )
 _ERRORS = (
     "refused", "connect", "reset", "closed", "timeout", "bad-response", "cut", "unsent", "files"
@@ -82,6 +85,12 @@ _UNKNOWN = 2**64 - 1  # the core's count for what /proc did not say
 def available() -> bool:
     """Whether the native core is built and importable."""
     return _core is not None
+
+
+def _can_keep_awake() -> bool:
+    """Whether the built core takes ``awake`` (one built before it was added does not:
+    its runs go on asleep, and the RunLog says so)."""
+    return "awake" in (getattr(_core.run, "__text_signature__", None) or "")
 
 
 def _route(ids: np.ndarray, cfg: EngineConfig) -> np.ndarray:
@@ -197,6 +206,10 @@ def run_native(
 
         for sig in interrupts.handled():
             installed.append((sig, signal.signal(sig, on_signal)))
+    awake = bool(options.get("awake")) and _can_keep_awake()
+    if awake:
+        args["awake"] = True
+    writer.meta["awake"] = awake
     cpu0 = os.times()
     wall0 = monotonic()
     # As in the Python engine: no collector pass over a big heap inside the run.
@@ -212,7 +225,8 @@ def run_native(
         writer.close()
         if gc_was_enabled:
             gc.enable()
-    return run_stats(
+    loop = {k: v for k, v in zip(_COUNTS, counts, strict=False) if v != _UNKNOWN}
+    stats = run_stats(
         t0,
         wall0,
         cpu0,
@@ -224,9 +238,13 @@ def run_native(
             # how often the loop slept: on a virtual CPU each wake-up costs tens of us
             # (a core built before the last counts were added reports fewer, and a
             # count /proc did not give is left out)
-            "loop": {k: v for k, v in zip(_COUNTS, counts, strict=False) if v != _UNKNOWN},
+            "loop": loop,
         },
     )
+    # The spinners' time is idle time kept from halting, not the generator's work:
+    # counted, it would read as a generator that could not send faster.
+    stats.cpu = max(0.0, stats.cpu - loop.get("awake_cpu_us", 0) / 1e6)
+    return stats
 
 
 def run_python(
@@ -234,6 +252,7 @@ def run_python(
 ) -> EngineStats:
     """The Python (asyncio) reference engine, with its name recorded."""
     writer.meta["engine"] = "python"
+    writer.meta["awake"] = False  # (asked or not: this engine has no spinners)
     wait0 = run_queue_wait_us()
     stats = run_schedule(schedule, config, writer, **options)
     stats.extra["engine"] = "python"

@@ -34,9 +34,19 @@ from shrink.runlog import RunLog
 from shrink.schedule import ScheduleOptions, build_schedule, trace_extent, trace_mode
 from shrink.target import GeneratorPlacement
 from shrink.testbed.registry import scratch_base
+from shrink.topology import smt_siblings
 from shrink.trace import Trace
 
-__all__ = ["AUTO_REALTIME", "EngineRun", "default_realtime", "run_engines", "split_sessions"]
+__all__ = [
+    "AUTO_REALTIME",
+    "AwakeEngine",
+    "EngineRun",
+    "default_awake",
+    "default_realtime",
+    "run_engines",
+    "scheduling",
+    "split_sessions",
+]
 
 # The partition's hash seed: distinct from any sampler seed a user would pick, so
 # that a session-sampled trace still spreads evenly over the processes.
@@ -119,6 +129,44 @@ def default_realtime(
     if generator_cpus is None or allow_overlap or set(generator_cpus) & set(server_cpus):
         return 0
     return AUTO_REALTIME if may_realtime() else 0
+
+
+def default_awake(
+    requested: bool | None,
+    generator_cpus: Sequence[int] | None,
+    server_cpus: Iterable[int] = (),
+    *,
+    allow_overlap: bool = False,
+) -> bool:
+    """Whether the native core keeps the generator's CPUs awake for a run (see
+    native/src/awake.rs): ``requested`` (``--awake``/``--no-awake``) decides when given.
+
+    Left to the default (None), yes when the generator is pinned to CPUs none of the
+    server's (known) CPUs are among, nor the other hardware threads of their cores,
+    without ``allow_overlap``. A CPU kept from halting wakes its sleeping thread on
+    time; the spinners take only idle time, but on a CPU the server uses it would
+    change the server's own wake-ups from the full target's, and on a core's other
+    hardware thread they take the core's cycles from it.
+    """
+    if requested is not None:
+        return requested
+    if generator_cpus is None or allow_overlap:
+        return False
+    servers = set(server_cpus)
+    near = set(generator_cpus) | {s for c in generator_cpus for s in smt_siblings(c)}
+    return not near & servers
+
+
+def scheduling(
+    generator: GeneratorPlacement, cpus: Sequence[int] | None, server_cpus: Iterable[int]
+) -> tuple[int, bool]:
+    """The ``generator``'s send-thread priority and whether its CPUs are kept awake, as
+    :func:`default_realtime` and :func:`default_awake` pick them on ``cpus``."""
+    gen = generator
+    return (
+        default_realtime(gen.realtime, cpus, server_cpus, allow_overlap=gen.allow_overlap),
+        default_awake(gen.awake, cpus, server_cpus, allow_overlap=gen.allow_overlap),
+    )
 
 
 def set_realtime(priority: int) -> tuple[int, os.sched_param] | None:
@@ -224,6 +272,10 @@ def run_engines(
         from shrink.replay.native import select_engine
 
         engine = select_engine(engine)
+    if default_awake(
+        generator.awake, generator.cpus, avoid_cpus, allow_overlap=generator.allow_overlap
+    ):
+        engine = AwakeEngine(engine)
     mode, loop, warm_start = schedule.mode, schedule.loop, schedule.warm_start
     mode = trace_mode(trace, mode)
     n = processes or (len(cpus) if cpus else 1)
@@ -251,6 +303,17 @@ def run_engines(
     if n == 1:
         return _run_inline(trace, config, params, cpus, out, meta, on_start, realtime, engine)
     return _run_spawned(trace, config, params, cpus, n, out, meta, on_start, realtime, engine)
+
+
+@dataclass(frozen=True)
+class AwakeEngine:
+    """An engine told to keep its CPUs awake for the run (the ``awake`` option of
+    :class:`shrink.replay.contract.RunOptions`; engines without the means ignore it)."""
+
+    engine: Any
+
+    def __call__(self, *args: Any, **options: Any) -> EngineStats:
+        return self.engine(*args, **options, awake=True)
 
 
 @dataclass(frozen=True)

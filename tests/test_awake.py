@@ -1,0 +1,189 @@
+"""The generator's CPUs kept awake for a run: by default where they are the generator's own.
+
+A CPU with nothing to run halts, and a timed wake-up on it comes late by the time
+it takes to resume (on a VM, tens to a hundred microseconds at p99). The native
+core can keep each CPU it may run on busy with a spinner at the kernel's idle
+priority for the run; the default does so when the generator is pinned apart from
+the server (and from the other hardware threads of the server's cores).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shrink.replay import (
+    EngineConfig,
+    RunLogWriter,
+    build_schedule,
+    native,
+    open_loop_trace,
+    scaleout,
+)
+from shrink.replay.fake import FakeEngine
+from shrink.replay.live import LiveTarget
+from shrink.replay.scaleout import default_awake
+from shrink.target import GeneratorPlacement
+from shrink.topology import smt_siblings
+
+needs_core = pytest.mark.skipif(not native.available(), reason="the native core is not built")
+
+
+@pytest.mark.compute
+@pytest.mark.parametrize(
+    ("requested", "gen", "server", "overlap", "expected"),
+    [
+        (None, (0,), (1,), False, True),  # pinned, apart from the server
+        (None, (0,), (), False, True),  # a URL target: the user pinned it
+        (None, (0, 1), (1,), False, False),  # shares a CPU with the server
+        (None, (0,), (1,), True, False),  # --allow-overlap
+        (None, None, (1,), False, False),  # unpinned: it could run on the server's CPU
+        (False, (0,), (1,), False, False),  # --no-awake
+        (True, None, (), False, True),  # --awake is kept as given
+    ],
+)
+def test_the_default(
+    monkeypatch: pytest.MonkeyPatch,
+    requested: bool | None,
+    gen: tuple[int, ...] | None,
+    server: tuple[int, ...],
+    overlap: bool,
+    expected: bool,
+) -> None:
+    monkeypatch.setattr(scaleout, "smt_siblings", lambda cpu: ())
+    assert default_awake(requested, gen, server, allow_overlap=overlap) is expected
+
+
+@pytest.mark.compute
+def test_not_on_the_other_hardware_thread_of_a_server_core(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # CPUs 0 and 4 are one core's two threads: a spinner on 0 would take 4's cycles
+    monkeypatch.setattr(scaleout, "smt_siblings", lambda cpu: {0: (4,), 4: (0,)}.get(cpu, ()))
+    assert default_awake(None, (0,), (4,)) is False
+    assert default_awake(None, (1,), (4,)) is True
+
+
+@pytest.mark.compute
+def test_smt_siblings_from_sysfs(tmp_path: Path) -> None:
+    for cpu, listed in ((0, "0,4\n"), (4, "0,4\n"), (1, "1\n"), (2, "garbage\n")):
+        topo = tmp_path / "devices" / "system" / "cpu" / f"cpu{cpu}" / "topology"
+        topo.mkdir(parents=True)
+        (topo / "thread_siblings_list").write_text(listed)
+    assert smt_siblings(0, tmp_path) == (4,)
+    assert smt_siblings(4, tmp_path) == (0,)
+    assert smt_siblings(1, tmp_path) == ()
+    assert smt_siblings(2, tmp_path) == ()  # unreadable: none known
+    assert smt_siblings(3, tmp_path) == ()  # missing
+
+
+class _OptionsSeen(FakeEngine):
+    """A fake engine that notes the options it was called with."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.options: list[dict[str, Any]] = []
+
+    def __call__(self, *args: Any, **kw: Any) -> Any:
+        self.options.append(dict(kw))
+        return super().__call__(*args, **kw)
+
+
+@pytest.mark.parametrize(("awake", "expected"), [(None, True), (False, False), (True, True)])
+def test_a_live_target_asks_the_engine_for_it(awake: bool | None, expected: bool) -> None:
+    engine = _OptionsSeen()
+    cpu = min(os.sched_getaffinity(0))
+    placement = GeneratorPlacement(cpus=(cpu,), engine=engine, realtime=0, awake=awake)
+    target = LiveTarget([("127.0.0.1", 9)], generator=placement, idle_bound=0.0)
+    target.run(open_loop_trace("/x", 100.0, 0.2), rate_factor=1.0, warmup=0.0, duration=0.2)
+    assert [o.get("awake", False) for o in engine.options] == [expected]
+    assert target.describe()["awake"] is expected  # recorded with the curve
+
+
+def test_beside_the_server_it_is_not_asked_for() -> None:
+    engine = _OptionsSeen()
+    cpu = min(os.sched_getaffinity(0))
+    placement = GeneratorPlacement(cpus=(cpu,), allow_overlap=True, engine=engine, realtime=0)
+    target = LiveTarget([("127.0.0.1", 9)], generator=placement, idle_bound=0.0)
+    target.run(open_loop_trace("/x", 100.0, 0.2), rate_factor=1.0, warmup=0.0, duration=0.2)
+    assert [o.get("awake", False) for o in engine.options] == [False]
+
+
+def _spinners() -> dict[int, tuple[int, set[int]]]:
+    """This process's spinner threads: their policy and CPUs, by thread ID."""
+    out = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            if (task / "comm").read_text().strip() == "shrink-awake":
+                tid = int(task.name)
+                out[tid] = (os.sched_getscheduler(tid), os.sched_getaffinity(tid))
+        except (OSError, ValueError):
+            continue  # (a thread that ended meanwhile)
+    return out
+
+
+def _run_native(awake: bool, fake: tuple[str, int]) -> tuple[Any, RunLogWriter, dict, float]:
+    """A short run of the core; its stats, writer, the spinners seen in it, and the
+    process's CPU seconds over it."""
+    seen: dict[int, tuple[int, set[int]]] = {}
+    sched = build_schedule(open_loop_trace("/x", 400.0, 0.6), 1.0, 0.6, loop=False)
+    w = RunLogWriter(None)
+    look = threading.Timer(0.3, lambda: seen.update(_spinners()))
+    look.start()
+    cpu0 = os.times()
+    try:
+        stats = native.run_native(
+            sched, EngineConfig(targets=[fake]), w, handle_signals=False, awake=awake
+        )
+    finally:
+        cpu1 = os.times()
+        look.join()
+    used = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+    return stats, w, seen, used
+
+
+@pytest.fixture(scope="module")
+def fake():
+    args = [sys.executable, "-m", "shrink.replay.fakeserver", "--port", "0"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    yield "127.0.0.1", int(proc.stdout.readline().split()[2])
+    proc.kill()
+    proc.wait()
+
+
+@needs_core
+def test_the_core_spins_at_idle_priority_on_each_cpu_and_stops(fake) -> None:
+    old = os.sched_getaffinity(0)
+    cpus = set(sorted(old)[:2])
+    os.sched_setaffinity(0, cpus)
+    try:
+        stats, w, seen, used = _run_native(True, fake)
+    finally:
+        os.sched_setaffinity(0, old)
+    # one spinner per CPU the run may use, each on its own CPU, never above idle priority
+    assert sorted(c for _, (_, one) in seen.items() for c in one) == sorted(cpus)
+    assert all(policy == os.SCHED_IDLE for policy, _ in seen.values())
+    assert not _spinners()  # all ended with the run
+    loop = stats.extra["loop"]
+    assert loop["awake_spinners"] == len(cpus)
+    assert loop["awake_cpu_us"] > 0
+    # the spinners' time is not the generator's: left out of its CPU (else it would
+    # read as a generator that could not send faster)
+    assert stats.cpu <= used - loop["awake_cpu_us"] / 1e6 + 0.01
+    assert w.meta["awake"] is True
+    assert len(w.runlog()) == 240
+
+
+@needs_core
+def test_without_it_nothing_spins(fake) -> None:
+    stats, w, seen, _ = _run_native(False, fake)
+    assert seen == {}
+    assert stats.extra["loop"]["awake_spinners"] == 0
+    assert w.meta["awake"] is False
