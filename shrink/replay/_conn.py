@@ -16,11 +16,11 @@ from time import monotonic
 from typing import Any, Protocol
 
 from shrink.replay._config import EngineConfig
-from shrink.replay._http import HEAD_LIMIT, parse_head_cached
+from shrink.replay._http import CHUNK_LIMIT, HEAD_LIMIT, parse_head_cached, parse_int
 
 _NAN = float("nan")
 # response parser states
-_HEAD, _BODY, _CHUNK_SIZE, _CHUNK_DATA, _TRAILER, _UNTIL_CLOSE = range(6)
+_HEAD, _BODY, _CHUNK_SIZE, _CHUNK_DATA, _TRAILER, _UNTIL_CLOSE, _CHUNK_END = range(7)
 
 
 @dataclass(slots=True, eq=False)
@@ -219,15 +219,17 @@ class _Conn(asyncio.Protocol):
             elif state == _CHUNK_SIZE:
                 j = buf.find(b"\r\n")
                 if j < 0:
-                    self.buf = buf
+                    self._keep(buf)
                     return
-                size = int(buf[:j].split(b";", 1)[0], 16)
+                size = parse_int(buf[:j].split(b";", 1)[0], 16)
+                if size > CHUNK_LIMIT:
+                    raise ValueError("chunk too large")
                 buf = buf[j + 2 :]
                 if size == 0:
                     self.state = _TRAILER
                 else:
                     self.nbytes += size
-                    self.remaining = size + 2
+                    self.remaining = size
                     self.state = _CHUNK_DATA
             elif state == _CHUNK_DATA:
                 n = len(buf)
@@ -236,17 +238,33 @@ class _Conn(asyncio.Protocol):
                     self.buf = b""
                     return
                 buf = buf[self.remaining :]
+                self.state = _CHUNK_END
+            elif state == _CHUNK_END:  # the CRLF that ends a chunk's data
+                if len(buf) < 2:
+                    if buf not in (b"", b"\r"):
+                        raise ValueError("chunk data longer than its size")
+                    self.buf = buf
+                    return
+                if buf[:2] != b"\r\n":
+                    raise ValueError("chunk data longer than its size")
+                buf = buf[2:]
                 self.state = _CHUNK_SIZE
             elif state == _TRAILER:
                 if buf.startswith(b"\r\n") or buf.find(b"\r\n\r\n") >= 0:
                     self._complete()
                     return
-                self.buf = buf
+                self._keep(buf)
                 return
             else:  # _UNTIL_CLOSE
                 self.nbytes += len(buf)
                 self.buf = b""
                 return
+
+    def _keep(self, buf: bytes) -> None:
+        """Keep a partial chunk-size line or trailer, bounded as a head is."""
+        if len(buf) > HEAD_LIMIT:
+            raise ValueError("chunk-size line or trailer too long")
+        self.buf = buf
 
     def _complete(self, now: float | None = None) -> None:
         req = self.req

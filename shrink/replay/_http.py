@@ -42,15 +42,17 @@ def parse_head(head: bytes) -> tuple[int, int, bool, bool]:
 
     Raises ValueError on a status line that is not HTTP.
     """
-    if not head.startswith(b"HTTP/1."):
+    if not head.startswith(b"HTTP/1.") or head[8:9] != b" " or head[12:13] not in _AFTER_CODE:
         raise ValueError("not an HTTP/1.x status line")
-    status = int(head[9:12])
+    status = parse_int(head[9:12])
+    if not 100 <= status <= 599:
+        raise ValueError("not an HTTP status code")
     lower = head.lower()
     clen = -1
     i = lower.find(b"\r\ncontent-length:")
     if i >= 0:
         j = lower.find(b"\r\n", i + 2)
-        clen = int(lower[i + 17 : j if j >= 0 else len(lower)])
+        clen = parse_int(lower[i + 17 : j if j >= 0 else len(lower)])
     chunked = False
     i = lower.find(b"\r\ntransfer-encoding:")
     if i >= 0:
@@ -69,6 +71,21 @@ def parse_head(head: bytes) -> tuple[int, int, bool, bool]:
 
 
 HEAD_LIMIT = _HEAD_LIMIT
+# The largest chunk a response may announce: its size and CRLF must fit in 63 bits.
+CHUNK_LIMIT = (1 << 63) - 3
+_AFTER_CODE = (b" ", b"\r", b"")
+_DIGITS = {10: frozenset(b"0123456789"), 16: frozenset(b"0123456789abcdefABCDEF")}
+
+
+def parse_int(text: bytes, base: int = 10) -> int:
+    """A length or code: digits only, blanks around allowed. Python's ``int`` would also
+    take a sign, ``0x``, and underscores, which no HTTP number has (the native core's
+    parser takes none of them either)."""
+    digits = text.strip(b" \t")
+    if not digits or not _DIGITS[base].issuperset(digits):
+        raise ValueError("not a number")
+    return int(digits, base)
+
 
 # A server sends the same few heads over and over (only Date changes, once a
 # second): remembering parsed heads takes the parser off the hot path.
