@@ -6,10 +6,16 @@ pub const HEAD_LIMIT: usize = 65536;
 
 /// (status, content length or -1, chunked, close) of a head without its CRLFCRLF.
 pub fn parse_head(head: &[u8]) -> Option<(i32, i64, bool, bool)> {
-    if !head.starts_with(b"HTTP/1.") || head.len() < 12 {
+    if !head.starts_with(b"HTTP/1.") || head.len() < 12 || head[8] != b' ' {
+        return None;
+    }
+    if head.len() > 12 && head[12] != b' ' && head[12] != b'\r' {
         return None;
     }
     let status = parse_int(&head[9..12], 10)? as i32;
+    if !(100..=599).contains(&status) {
+        return None;
+    }
     let lower: Vec<u8> = head.to_ascii_lowercase();
     let mut clen = -1i64;
     if let Some(v) = header(&lower, b"\r\ncontent-length:") {
@@ -74,14 +80,18 @@ pub fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-/// An integer as Python's int(text, base) reads it: surrounding blanks allowed.
+/// A length or code: digits only, blanks (space, tab) around allowed; no sign (which
+/// from_str_radix would take). None when it does not fit an i64.
 pub fn parse_int(text: &[u8], base: u32) -> Option<i64> {
-    let s = std::str::from_utf8(text).ok()?.trim();
-    if s.is_empty() {
+    let s = std::str::from_utf8(text).ok()?.trim_matches([' ', '\t']);
+    if s.is_empty() || !s.chars().all(|c| c.is_digit(base)) {
         return None;
     }
     i64::from_str_radix(s, base).ok()
 }
+
+/// The largest chunk a response may announce: its size and CRLF must fit in an i64.
+pub const CHUNK_LIMIT: i64 = i64::MAX - 2;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum St {
@@ -89,6 +99,8 @@ pub enum St {
     Body,
     ChunkSize,
     ChunkData,
+    /// The CRLF that ends a chunk's data.
+    ChunkEnd,
     Trailer,
     UntilClose,
 }
@@ -185,7 +197,7 @@ impl Parser {
                         None => line,
                     };
                     let size = match parse_int(digits, 16) {
-                        Some(s) if s >= 0 => s,
+                        Some(s) if (0..=CHUNK_LIMIT).contains(&s) => s,
                         _ => return Outcome::Bad,
                     };
                     buf = &buf[j + 2..];
@@ -193,7 +205,7 @@ impl Parser {
                         self.st = St::Trailer;
                     } else {
                         self.nbytes += size;
-                        self.remaining = size + 2;
+                        self.remaining = size;
                         self.st = St::ChunkData;
                     }
                 }
@@ -204,6 +216,19 @@ impl Parser {
                         return Outcome::More(0);
                     }
                     buf = &buf[self.remaining as usize..];
+                    self.st = St::ChunkEnd;
+                }
+                St::ChunkEnd => {
+                    if buf.len() < 2 {
+                        if buf.is_empty() || buf == b"\r" {
+                            return Outcome::More(buf.len());
+                        }
+                        return Outcome::Bad;
+                    }
+                    if &buf[..2] != b"\r\n" {
+                        return Outcome::Bad;
+                    }
+                    buf = &buf[2..];
                     self.st = St::ChunkSize;
                 }
                 St::Trailer => {
@@ -221,5 +246,82 @@ impl Parser {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CHUNKED: &[u8] = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+
+    /// What a parser says of `reads`, each fed as one read with what it kept before.
+    fn answer(reads: &[&[u8]]) -> (&'static str, i32, i64) {
+        let mut p = Parser::new();
+        let mut kept: Vec<u8> = Vec::new();
+        for r in reads {
+            kept.extend_from_slice(r);
+            match p.feed(&kept) {
+                Outcome::More(k) => kept = kept[kept.len() - k..].to_vec(),
+                Outcome::Complete => return ("complete", p.status, p.nbytes),
+                Outcome::Bad => return ("bad", p.status, p.nbytes),
+            }
+        }
+        ("more", p.status, p.nbytes)
+    }
+
+    fn cat(a: &[u8], b: &[u8]) -> Vec<u8> {
+        [a, b].concat()
+    }
+
+    #[test]
+    fn a_malformed_chunk_is_bad() {
+        for body in [
+            &b"-2\r\n0\r\n\r\n"[..],
+            b"0x5\r\nhello\r\n0\r\n\r\n",
+            b"0_5\r\nhello\r\n0\r\n\r\n",
+            b"+5\r\nhello\r\n0\r\n\r\n",
+            b"5\r\nhelloXY0\r\n\r\n",
+            b"10000000000000000\r\nxx",
+            // i64::MAX: its size plus CRLF overflowed, and slicing past it panicked
+            b"7fffffffffffffff\r\nxx",
+        ] {
+            assert_eq!(answer(&[&cat(CHUNKED, body)]).0, "bad", "{body:?}");
+        }
+    }
+
+    #[test]
+    fn a_chunk_ends_with_crlf_even_split_over_reads() {
+        let first = cat(CHUNKED, b"5\r\nhello\r");
+        assert_eq!(answer(&[&first, b"\n0;x=1\r\n\r\n"]), ("complete", 200, 5));
+    }
+
+    #[test]
+    fn a_status_or_length_that_is_not_a_number_of_http_is_refused() {
+        for head in [
+            &b"HTTP/1.1 -12 OK"[..],
+            b"HTTP/1.1 000 OK",
+            b"HTTP/1.1 999 OK",
+            b"HTTP/1.1 2\r\nX: y",
+            b"HTTP/1.1 2000 OK",
+            b"HTTP/1.1 200 OK\r\nContent-Length: +2",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 0_2",
+            b"HTTP/1.1 200 OK\r\nContent-Length: -5",
+        ] {
+            assert_eq!(parse_head(head), None, "{head:?}");
+        }
+    }
+
+    #[test]
+    fn well_formed_answers_still_parse() {
+        assert_eq!(
+            parse_head(b"HTTP/1.1 200\r\nContent-Length:  2 "),
+            Some((200, 2, false, false))
+        );
+        assert_eq!(parse_head(b"HTTP/1.0 599 X"), Some((599, -1, false, true)));
+        assert_eq!(
+            answer(&[&cat(CHUNKED, b"2\r\nok\r\n"), b"0\r\n\r\n"]),
+            ("complete", 200, 2)
+        );
     }
 }
