@@ -43,6 +43,9 @@ class _Owner:
     def finished(self, conn: _Conn, req: _Req) -> None:
         pass
 
+    def lost_idle(self, conn: _Conn) -> None:
+        pass
+
 
 def _answer(*reads: bytes) -> tuple[list[tuple[int, int, str]], _Conn]:
     """What one request records when the server sends ``reads``, one read each."""
@@ -113,3 +116,29 @@ def test_well_formed_answers_still_parse():
     assert _answer(b"HTTP/1.1 100 Continue\r\n\r\n" * 1000 + b"HTTP/1.1 200 OK\r\n")[0] == []
     rows, _ = _answer(CHUNKED + b"2\r\nok\r\n", b"0\r\n\r\n")
     assert rows == [(200, 2, "")]
+
+
+@pytest.mark.parametrize(
+    "reads",
+    [
+        [b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nok"],  # longer than its length
+        [b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok" * 2],  # two answers to one request
+        [b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n", b"okHTTP/1.1 503 X\r\n"],
+        [b"HTTP/1.1 204 No Content\r\n\r\nhello"],  # a body where none may be
+        [CHUNKED + b"0\r\n\r\nHTTP/1.1 200 OK\r\n"],  # bytes past the trailer
+        [b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", b"HTTP/1.1 503 X\r\n\r\n"],  # late
+    ],
+)
+def test_a_connection_out_of_step_is_not_reused(reads):
+    # The answer itself was whole; what follows it could only be taken for the next
+    # request's answer (a 503 it never got), so the connection is closed instead.
+    rows, conn = _answer(*reads)
+    assert rows[0][2] == "" and len(rows) == 1
+    assert not conn.alive
+
+
+def test_an_exact_answer_keeps_its_connection():
+    rows, conn = _answer(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n", b"ok")
+    assert rows == [(200, 2, "")] and conn.alive
+    rows, conn = _answer(CHUNKED + b"0\r\nX: y\r\n\r\n")
+    assert rows == [(200, 0, "")] and conn.alive

@@ -147,7 +147,15 @@ class _Conn(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         req = self.req
         if req is None:
-            return  # stray bytes after a complete response: ignore
+            # Bytes no request asked for (a second answer, an answer before the
+            # request): the connection is out of step, and its next answer could be
+            # this one's. It is closed, as if the server had closed it while idle.
+            if self.alive:
+                self._die()
+                if self.transport is not None:
+                    self.transport.close()
+                self.owner.lost_idle(self)
+            return
         now = monotonic() - self.e.t0
         if req.first_byte != req.first_byte:
             req.first_byte = now
@@ -196,6 +204,7 @@ class _Conn(asyncio.Protocol):
                 self.status = status
                 self.close_after = close
                 if self.head_only or status in (204, 304):
+                    self.close_after |= bool(buf)  # a body where none may be: out of step
                     self._complete()
                     return
                 if chunked:
@@ -210,6 +219,7 @@ class _Conn(asyncio.Protocol):
                 n = len(buf)
                 if n >= self.remaining:
                     self.nbytes += self.remaining
+                    self.close_after |= n > self.remaining  # more than its length
                     self._complete()
                     return
                 self.remaining -= n
@@ -250,7 +260,10 @@ class _Conn(asyncio.Protocol):
                 buf = buf[2:]
                 self.state = _CHUNK_SIZE
             elif state == _TRAILER:
-                if buf.startswith(b"\r\n") or buf.find(b"\r\n\r\n") >= 0:
+                i = buf.find(b"\r\n\r\n")
+                end = 2 if buf.startswith(b"\r\n") else i + 4 if i >= 0 else -1
+                if end > 0:
+                    self.close_after |= len(buf) > end  # bytes past the trailer
                     self._complete()
                     return
                 self._keep(buf)
