@@ -805,7 +805,13 @@ impl Engine {
         let c = &mut self.conns[ci];
         let rid = match c.req {
             Some(r) => r,
-            None => return, // stray bytes after a complete response: ignore
+            None => {
+                // Bytes no request asked for (a second answer, an answer before the
+                // request): the connection is out of step, and its next answer could
+                // be this one's. Closed, as if the server had closed it while idle.
+                self.lost(ci, 0);
+                return;
+            }
         };
         let r = &mut self.reqs[rid as usize];
         if r.first_byte.is_nan() {

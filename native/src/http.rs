@@ -164,6 +164,7 @@ impl Parser {
                     self.status = status;
                     self.close_after = close;
                     if self.head_only || status == 204 || status == 304 {
+                        self.close_after |= !buf.is_empty(); // a body where none may be
                         return Outcome::Complete;
                     }
                     if chunked {
@@ -180,6 +181,7 @@ impl Parser {
                     let n = buf.len() as i64;
                     if n >= self.remaining {
                         self.nbytes += self.remaining;
+                        self.close_after |= n > self.remaining; // more than its length
                         return Outcome::Complete;
                     }
                     self.remaining -= n;
@@ -232,7 +234,13 @@ impl Parser {
                     self.st = St::ChunkSize;
                 }
                 St::Trailer => {
-                    if buf.starts_with(b"\r\n") || find(buf, b"\r\n\r\n").is_some() {
+                    let end = if buf.starts_with(b"\r\n") {
+                        Some(2)
+                    } else {
+                        find(buf, b"\r\n\r\n").map(|i| i + 4)
+                    };
+                    if let Some(end) = end {
+                        self.close_after |= buf.len() > end; // bytes past the trailer
                         return Outcome::Complete;
                     }
                     if buf.len() > HEAD_LIMIT {
@@ -310,6 +318,29 @@ mod tests {
         ] {
             assert_eq!(parse_head(head), None, "{head:?}");
         }
+    }
+
+    /// Whether a parser fed `data` completes an answer and then closes its connection.
+    fn closes_after(data: &[u8]) -> bool {
+        let mut p = Parser::new();
+        assert!(matches!(p.feed(data), Outcome::Complete), "{data:?}");
+        p.close_after
+    }
+
+    #[test]
+    fn bytes_past_an_answer_close_its_connection() {
+        for data in [
+            &b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nok"[..],
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 503 X\r\n",
+            b"HTTP/1.1 204 No Content\r\n\r\nhello",
+            &cat(CHUNKED, b"0\r\n\r\nHTTP/1.1 200 OK\r\n"),
+        ] {
+            assert!(closes_after(data), "{data:?}");
+        }
+        assert!(!closes_after(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+        ));
+        assert!(!closes_after(&cat(CHUNKED, b"0\r\nX: y\r\n\r\n")));
     }
 
     #[test]
