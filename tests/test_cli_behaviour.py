@@ -560,3 +560,36 @@ def test_sweep_refuses_a_generator_option_by_name(tmp_path, trace_file, option):
     r = run("sweep", trace_file, "--target", "http://127.0.0.1:1", "--levels", "1",
             "-o", tmp_path / "c.json", option, "foo")  # fmt: skip
     assert r.exit_code == 2 and option in r.stderr and "accepted" in r.stderr
+
+
+def test_a_replay_of_malformed_answers_names_them_not_a_dead_server(tmp_path):
+    # Every answer arrived, malformed: "failed to connect or timed out" was untrue.
+    import socket
+    import threading
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+
+    def serve():
+        with srv:
+            while True:
+                try:
+                    c, _ = srv.accept()
+                except OSError:
+                    return
+                with c:
+                    c.recv(65536)
+                    c.sendall(b"HTTP/1.1 999 Nine\r\nContent-Length: 0\r\n\r\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    out = tmp_path / "x.parquet"
+    try:
+        r = run(
+            "replay", "--rate", "20", "--duration", "500ms", "--engine", "python",
+            "--target", f"http://127.0.0.1:{port}", "-o", out, "--json",
+        )  # fmt: skip
+    finally:
+        srv.close()
+    assert r.exit_code == 1, r.output
+    why = _strict(r.stdout)["nothing_served"]
+    assert "bad-response 10" in why and "failed to connect" not in why, why

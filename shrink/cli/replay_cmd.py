@@ -148,7 +148,9 @@ def _summary(res: Any, output: Path) -> dict[str, Any]:
         "runlog": str(output),
         # requests answered without error in the window: 0 means no server result at all
         "served": served,
-        "nothing_served": None if served else _nothing_served(st.requests, st.failures),
+        "nothing_served": None
+        if served
+        else _nothing_served(st.requests, st.failures, _error_counts(res.runlog)),
         # why the latencies are null (JSON has no NaN)
         "latency_note": None if served else "no request was served in the window",
         "engine": (res.describe or {}).get("engine", {}).get("engine"),
@@ -176,15 +178,31 @@ def _summary(res: Any, output: Path) -> dict[str, Any]:
     }
 
 
-def _nothing_served(requests: int | None, failures: dict[str, int] | None) -> str:
+def _error_counts(log: Any) -> dict[str, int]:
+    """How many requests failed with each named error, commonest first."""
+    from collections import Counter
+
+    names = log.table.column("error").to_pylist()
+    return dict(Counter(n for n in names if n).most_common())
+
+
+def _nothing_served(
+    requests: int | None, failures: dict[str, int] | None, errors: dict[str, int] | None = None
+) -> str:
     """Why a run served nothing, and what to check."""
     f = failures or {}
     if not requests:
         return "no request was sent in the window (a trace shorter than the warm-up?)"
     if f.get("transport"):
+        named = ", ".join(f"{k} {v:,}" for k, v in (errors or {}).items()) or "no error named"
+        if set(errors or {}) <= {"refused", "connect", "timeout", "files"}:
+            return (
+                f"all {requests:,} requests failed to connect or timed out ({named}): "
+                "is the server up at the --target address?"
+            )
         return (
-            f"all {requests:,} requests failed to connect or timed out (transport "
-            f"{f['transport']:,}): is the server up at the --target address?"
+            f"all {requests:,} requests failed without a whole HTTP/1.1 answer ({named}): "
+            "is the server up at the --target address, and does it speak HTTP/1.1?"
         )
     return (
         f"all {requests:,} requests failed (4xx {f.get('http_4xx', 0):,}, "
