@@ -178,3 +178,12 @@ def test_the_interval_width_is_quoted_for_mats_not_for_bounds():
     assert "+/-" not in text and "Every MAT is a bound" in text
     point = confidence(_mp(100.0, "ok", (86.0, 114.0)), config, {}, 0.1)
     assert point.startswith("The MAT intervals are +/-14% at most")
+
+
+def test_one_mapping_predicted_is_not_said_to_be_all_the_machine_can_run():
+    """One mapping predicted read "It is the only mapping this machine can run" whether the
+    user asked for that one alone (--mappings 1-replica on 8 CPUs) or --mappings all left
+    the others out on 3 CPUs, which run 3-replica too: it is the only one predicted."""
+    for mp in (_mp(90.0), _mp(90.0, "not_reached")):
+        text = reason_text(recommend({"1-replica": mp}, ["mean"]))
+        assert "only mapping predicted" in text and "this machine can run" not in text, text

@@ -41,11 +41,13 @@ def reason_text(rec: Recommendation) -> str:
             f"no recommendation: no mapping meets the {label} threshold even at the lowest "
             "load measured (its MAT is only a bound, < X); measure lower loads for the MAT itself."
         )
+    # "the only mapping this machine can run" was said of any one mapping predicted: of
+    # --mappings 1-replica on 8 CPUs, and of 'all' on 3 CPUs, which run 3-replica too.
     if rec.rule == "only":
-        return "It is the only mapping this machine can run."
+        return "It is the only mapping predicted."
     if rec.rule == "only_at_least":
         return (
-            f"It is the only mapping this machine can run; its {label} MAT is at least "
+            f"It is the only mapping predicted; its {label} MAT is at least "
             f"{rate_text(rec.at_least)} req/s, not reached: the threshold was not crossed "
             "within the measured range (measure higher loads for the MAT itself)."
         )
