@@ -30,6 +30,7 @@ from shrink.machine import Machine
 from shrink.schemas import MAX_CPUS, Cpu, Name, Port, Socket
 
 __all__ = [
+    "ALL_MAPPINGS",
     "BUILTIN_MAPPINGS",
     "Mapping",
     "Replica",
@@ -40,6 +41,16 @@ __all__ = [
 ]
 
 BUILTIN_MAPPINGS = ("1-replica", "2-replica-direct", "2-replica-indirect")
+
+
+class _AllMappings(tuple):
+    """``--mappings all``: the built-in mappings, told apart from the same names listed
+    (a list is checked whole; 'all' takes those the server's CPUs can give)."""
+
+    __slots__ = ()
+
+
+ALL_MAPPINGS = _AllMappings(BUILTIN_MAPPINGS)
 
 
 @dataclass(frozen=True)
@@ -224,10 +235,11 @@ def mappings_here(
     """The mappings to predict, and those left out: ``--mappings all`` (the built-in ones)
     keeps those ``cpus`` can give (one server CPU gives only 1-replica), where it refused
     the whole run; a list named otherwise is checked whole (:func:`check_mappings`)."""
-    names = tuple(names)
-    if names == BUILTIN_MAPPINGS:
+    # Not names == BUILTIN_MAPPINGS: "--mappings 1-replica,2-replica-direct,2-replica-indirect"
+    # on one socket lost 2-replica-indirect under a note saying --mappings all was given.
+    if isinstance(names, _AllMappings):
         kept = tuple(n for n in names if _runs(n, machine, cpus))
         if kept:
             return kept, tuple(n for n in names if n not in kept)
     check_mappings(names, machine, cpus)
-    return names, ()
+    return tuple(names), ()

@@ -41,7 +41,7 @@ from shrink.defaults import THRESHOLDS
 from shrink.errors import ParameterError, ShrinkError, WriteError
 from shrink.loadcurve import Level, LoadCurve
 from shrink.machine import Machine
-from shrink.mapping import BUILTIN_MAPPINGS, mappings_here
+from shrink.mapping import ALL_MAPPINGS, mappings_here
 from shrink.mat import MATResult, mat
 from shrink.measure import default_loop_window, default_skip
 from shrink.measure.keep import KeepLevels
@@ -111,7 +111,7 @@ class PredictConfig:
     alpha: float = 0.25
     level: str = "session"
     thresholds: Mapping[str, float] = field(default_factory=lambda: dict(THRESHOLDS))
-    mappings: Sequence[str] = BUILTIN_MAPPINGS
+    mappings: Sequence[str] = ALL_MAPPINGS  # the built-in ones the server's CPUs can give
     share_kind: str = "auto"  # auto | cores | cpu_time
     seed: int = 0
     knob: str = "rate_factor"

@@ -303,9 +303,9 @@ def _sim_workload(trace_path: Path, pred: Prediction, max_body: int = MAX_BODY) 
 def _mapping_names(mappings: str) -> tuple[str, ...]:
     """``--mappings``: 'all' or a comma list, each name checked (the machine's CPUs are
     checked against them before the first run)."""
-    from shrink.mapping import BUILTIN_MAPPINGS, check_mapping_names
+    from shrink.mapping import ALL_MAPPINGS, check_mapping_names
 
-    names = BUILTIN_MAPPINGS if mappings == "all" else tuple(m.strip() for m in mappings.split(","))
+    names = ALL_MAPPINGS if mappings == "all" else tuple(m.strip() for m in mappings.split(","))
     if not names or not all(names):
         raise OptionError("--mappings", f"{mappings!r}: must be 'all' or a comma list")
     check_mapping_names(names)
