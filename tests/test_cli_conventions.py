@@ -347,3 +347,16 @@ def test_a_row_that_cannot_be_sent_is_named_with_its_trace_file(tmp_path, comman
     r = RUN(app, [command, *args, "--target", "127.0.0.1:1"])
     assert r.exit_code == 1, r.output
     assert f"{trace}: trace row 1 (session 1), column path" in r.output, r.output
+
+
+@pytest.mark.compute
+def test_machine_write_refuses_to_write_over_the_spec_it_reads(tmp_path):
+    """`machine write X.toml --machine X.toml` wrote over its input, losing the spec's
+    comments (where its numbers come from); every other command refuses an output that
+    is its input (exit 2)."""
+    spec = tmp_path / "x.toml"
+    text = (ROOT / "examples" / "machines" / "xeon-2s-8c.toml").read_text()
+    spec.write_text(text)
+    r = RUN(app, ["machine", "write", str(spec), "--machine", str(spec)])
+    assert r.exit_code == 2 and "OUT:" in r.output and "is the input" in r.output, r.output
+    assert spec.read_text() == text

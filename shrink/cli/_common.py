@@ -342,17 +342,19 @@ def output_path(
     kind: str = "file",
     what: str = "output",
     inputs: tuple[Path | None, ...] = (),
+    option: str | None = None,
 ) -> Path | None:
     """Check an output path before any measuring (see :func:`shrink.files.check_output`).
 
-    A path that cannot be written is a refused option: one line, exit status 2; so is
-    one that is the file ``inputs`` read (a sample written over its trace lost it).
+    A path that cannot be written is a refused option (``option``, default ``what`` when
+    it is one, else --out): one line, exit status 2; so is one that is the file
+    ``inputs`` read (a sample written over its trace lost it).
     """
     from shrink.files import check_output
 
     if path is None:
         return None
-    option = what if what.startswith("--") else "--out"
+    option = option or (what if what.startswith("--") else "--out")
     for src in inputs:
         if src is not None and _same_file(path, src):
             raise OptionError(

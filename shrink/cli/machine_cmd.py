@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from shrink.cli._common import as_option, cli_errors, echo_json
+from shrink.cli._common import cli_errors, echo_json, output_path
 from shrink.errors import printable
 
 machine_app = typer.Typer(
@@ -60,10 +60,10 @@ def write(
     from shrink.topology import load_machine
 
     with cli_errors():
-        from shrink.files import check_output
-
-        with as_option("OUT"):  # its folder must exist, as every output's must
-            check_output(out, what="output")
+        # Its folder must exist, as every output's must; and it is not the spec read
+        # (--machine X.toml written over X.toml lost the spec's comments).
+        spec = None if machine == "this" else Path(machine)
+        output_path(out, inputs=(spec,), option="OUT")
         load_machine(machine).write_toml(out)
     typer.echo(f"wrote {printable(out)}")
 
