@@ -26,7 +26,10 @@ from __future__ import annotations
 
 import resource
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,11 +39,13 @@ from shrink.defaults import FOOTER_READ_FACTOR
 from shrink.errors import TraceFormatError
 
 __all__ = [
+    "arrow_source",
     "check_footer",
     "decoded_size",
     "memory_left",
     "memory_refused",
     "read_bounded",
+    "schema_of",
     "stored_size",
 ]
 
@@ -203,13 +208,34 @@ def _check_fits(
     )
 
 
-def _read(path: Path, meta: pq.FileMetaData, dictionary: list[str]) -> pa.Table:
+def _read(src: str | BinaryIO, meta: pq.FileMetaData, dictionary: list[str]) -> pa.Table:
     """The file's table, read on this thread (``dictionary``: columns read
     dictionary-encoded). pyarrow's thread pools hung for good when a worker thread could
     not be made (`ulimit -v`, a cgroup's pids.max): ``read_table`` waited on a scan
     that never ended. The footer already parsed is passed in, not parsed again."""
-    with pq.ParquetFile(path, metadata=meta, read_dictionary=dictionary or None) as pf:
+    with pq.ParquetFile(src, metadata=meta, read_dictionary=dictionary or None) as pf:
         return pf.read(use_threads=False)
+
+
+@contextmanager
+def arrow_source(path: Path) -> Iterator[str | BinaryIO]:
+    """``path`` as pyarrow can open it: its name, or the file opened here when the name
+    holds bytes that are not UTF-8 (Linux allows any). pyarrow encodes a name as UTF-8
+    and refused it ("surrogates not allowed"): a trace shrink wrote could not be read."""
+    name = str(path)
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        with open(path, "rb") as fh:
+            yield fh
+        return
+    yield name
+
+
+def schema_of(path: Path) -> pa.Schema:
+    """The Parquet file's schema, as ``pyarrow.parquet.read_schema`` reads it (any name)."""
+    with arrow_source(path) as src:
+        return pq.read_schema(src)
 
 
 def footer_length(path: Path) -> int | None:
@@ -268,7 +294,12 @@ def read_bounded(path: Path, *, left: int | None = None) -> pa.Table:
     pyarrow's own errors propagate to the caller, which words them."""
     left = memory_left() if left is None else left
     check_footer(path, left)  # before pyarrow parses it
-    with pq.ParquetFile(path) as pf:  # the footer parsed once (20,000 row groups: 208 MiB)
+    with arrow_source(path) as src:
+        return _read_bounded(src, path, left)
+
+
+def _read_bounded(src: str | BinaryIO, path: Path, left: int | None) -> pa.Table:
+    with pq.ParquetFile(src) as pf:  # the footer parsed once (20,000 row groups: 208 MiB)
         schema, meta = pf.schema_arrow, pf.metadata
     nested = _nested(schema)
     if nested:
@@ -282,7 +313,7 @@ def read_bounded(path: Path, *, left: int | None = None) -> pa.Table:
         "a file's pages are stored compressed",
     )  # fmt: skip
     names = _variable_width(schema)
-    table = _read(path, meta, names)
+    table = _read(src, meta, names)
     if not names:
         return table
     sizes = {name: decoded_size(table.column(name)) for name in names}

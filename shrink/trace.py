@@ -47,7 +47,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from shrink import files
 from shrink._version import __version__
@@ -57,7 +56,7 @@ from shrink.checks import MAX_SECONDS
 from shrink.errors import TraceFormatError
 from shrink.jsonout import dumps
 from shrink.parquet_meta import meta_of, write_with_meta
-from shrink.parquet_read import check_footer, memory_refused, read_bounded
+from shrink.parquet_read import check_footer, memory_refused, read_bounded, schema_of
 
 __all__ = [
     "COLUMNS",
@@ -392,7 +391,7 @@ def _read_table(path: Path, what: str) -> pa.Table:
     try:
         _parquet_magic(path, what)
         check_footer(path)  # read_schema parses the footer too
-        _unique_names(pq.read_schema(path).names, path)
+        _unique_names(schema_of(path).names, path)
         table = read_bounded(path)
         # Parquet does not promise valid UTF-8 in string columns; a bad byte would
         # otherwise surface as a UnicodeDecodeError wherever a column is first read.

@@ -247,7 +247,7 @@ def test_a_footer_past_the_memory_left_is_refused_before_pyarrow_parses_it(tmp_p
         raise AssertionError("the footer was parsed before its length was checked")
 
     monkeypatch.setattr("shrink.parquet_read.pq.ParquetFile", no_parse)
-    monkeypatch.setattr("shrink.trace.pq.read_schema", no_parse)
+    monkeypatch.setattr("shrink.parquet_read.pq.read_schema", no_parse)
     with pytest.raises(TraceFormatError) as err:
         read_bounded(path, left=n * FOOTER_READ_FACTOR - 1)
     msg = str(err.value)

@@ -39,6 +39,7 @@ import pyarrow.parquet as pq
 from shrink.atomic import make_dirs, open_dir, open_exclusive
 from shrink.errors import WriteError
 from shrink.jsonout import dumps
+from shrink.parquet_read import arrow_source
 from shrink.runlog import META_KEY, RUNLOG_SCHEMA, RunLog
 
 __all__ = ["RESERVE_BYTES", "WRITER_SCHEMA", "RunLogRow", "RunLogWriter"]
@@ -90,7 +91,8 @@ class _Codes:
 
 def _readable(path: Path) -> bool:
     try:
-        pq.ParquetFile(path).close()
+        with arrow_source(path) as src:
+            pq.ParquetFile(src).close()
     except (OSError, pa.ArrowInvalid):
         return False
     return True
@@ -371,8 +373,8 @@ class RunLogWriter:
         if self.path is not None and self._writer is not None:
             target = self.path if self._tmp is None or not self._tmp.exists() else self._tmp
             try:
-                with pq.ParquetFile(target) as pf:  # on this thread (see parquet_read)
-                    table = pf.read(use_threads=False)
+                with arrow_source(target) as src, pq.ParquetFile(src) as pf:
+                    table = pf.read(use_threads=False)  # on this thread (see parquet_read)
             except (OSError, pa.ArrowInvalid):
                 table = WRITER_SCHEMA.empty_table()  # nothing readable survived the error
             return RunLog(table.replace_schema_metadata(None), self.meta)
