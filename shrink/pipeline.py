@@ -125,6 +125,7 @@ def run_validate(
         full = LoadCurve.read_json(base / curve_file)
     else:
         full = LoadCurve.read_json(full_run)
+    differs = curve_differences(pred, full, _validated_mapping(pred))
     if full.alpha != 1.0:
         raise ParameterError(f"the full-scale curve has alpha == {full.alpha:g}, must be 1.")
     # Compare the MATs predicted for the mapping that was run (cross-socket corrections
@@ -153,6 +154,9 @@ def run_validate(
         "paired": full.sweep.paired,
         "server": full.sweep.target.get("server") or pred.server,
         "server_versions": full.sweep.target.get("versions"),
+        # What the curve given records otherwise than the prediction (said on stderr and
+        # in the report): a validation of another trace, mapping, machine or version.
+        **({"differs": differs} if differs else {}),
     }
     v.write_json(out / "validation.json")
     write_report(
@@ -227,6 +231,25 @@ def full_run_plan(inputs: dict[str, Any]) -> AutoPlan:
     if inputs.get("loop_window") is not None:
         plan = replace(plan, loop_window=float(inputs["loop_window"]))
     return plan
+
+
+def curve_differences(pred: Prediction, full: LoadCurve, mapping: str) -> dict[str, list[str]]:
+    """What a full-scale curve records otherwise than the prediction it validates, each as
+    [the prediction's, the curve's]: the shrink version, the mapping, the machine and the
+    trace's source, where both record one. `validate --full-run CURVE` took a curve of
+    another trace, machine and version without a word."""
+    trace = full.meta.get("trace") if isinstance(full.meta.get("trace"), dict) else {}
+    pairs = {
+        "shrink_version": (
+            (pred.provenance or {}).get("shrink"),
+            full.sweep.target.get("shrink_version")
+            or (full.meta.get("last_run") or {}).get("shrink_version"),
+        ),
+        "mapping": (mapping, full.mapping),
+        "machine": ((pred.machine or {}).get("name"), (full.machine or {}).get("name")),
+        "trace": ((pred.trace or {}).get("source"), (trace or {}).get("source")),
+    }
+    return {k: [str(a), str(b)] for k, (a, b) in pairs.items() if a and b and a != b}
 
 
 def _validated_mapping(pred: Prediction) -> str:

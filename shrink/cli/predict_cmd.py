@@ -504,6 +504,7 @@ def validate(
     Wasserstein-1 distances at matched loads) and refreshes the report.
     """
     from shrink.pipeline import run_validate
+    from shrink.report.sections.validation import differences_text
 
     with cli_errors(), _claim(output_path(out, kind="dir"), prediction):
         if full_run == "run":
@@ -544,6 +545,8 @@ def validate(
             "validation is inconclusive",
             err=True,
         )
+    if differs := differences_text(d["meta"].get("differs") or {}):
+        typer.echo(f"warning: {printable(differs)}", err=True)
     if as_json:
         echo_json(d)
         exit_if_bound(bounds)

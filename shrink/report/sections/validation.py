@@ -36,6 +36,9 @@ def add_validation(doc: Doc, validation: Validation, *, appendix: Doc | None = N
             "the full target's CPUs during its runs, so its measured MATs are not the "
             "server's alone."
         )
+    differs = differences_text((vd.get("meta") or {}).get("differs") or {})
+    if differs:
+        doc.p(f"**Not like for like:** {differs}")
     if appendix is not None:
         more.h(2, "Validation details")
     if (vd.get("meta") or {}).get("paired"):
@@ -73,6 +76,29 @@ def add_validation(doc: Doc, validation: Validation, *, appendix: Doc | None = N
         more.table(
             ["throughput (req/s)", "measured mean", "predicted mean", "W1", "W1 / mean"], wrows
         )
+
+
+_DIFFERS = {
+    "shrink_version": "shrink version",
+    "mapping": "mapping",
+    "machine": "machine",
+    "trace": "trace source",
+}
+
+
+def differences_text(differs: dict[str, list[str]]) -> str:
+    """What the full-scale curve records otherwise than the prediction, in words ('' when
+    nothing): its error then compares two different things."""
+    if not differs:
+        return ""
+    each = [
+        f"{_DIFFERS.get(k, k)} {a!r} predicted, {b!r} measured" for k, (a, b) in differs.items()
+    ]
+    return (
+        "the full-scale curve records other facts than the prediction ("
+        + "; ".join(each)
+        + "): the error may not compare like with like"
+    )
 
 
 def error_text(m: dict[str, Any]) -> str:

@@ -1,0 +1,68 @@
+"""`validate --full-run CURVE` says when the curve records other facts than the prediction
+(another shrink version, mapping, machine or trace): it compared them without a word."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from shrink.cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = ROOT / "examples" / "machines" / "nehalem-2s.toml"
+
+
+def _ok(*args: str) -> None:
+    r = CliRunner().invoke(app, list(args))
+    assert r.exit_code in (0, 99), r.output
+
+
+@pytest.fixture(scope="module")
+def predicted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A prediction made on the simulator, and a full-scale curve of the same trace."""
+    d = tmp_path_factory.mktemp("pred")
+    trace = d / "t.parquet"
+    _ok("synth", "tcp", "--rate", "2000", "--duration", "12s", "-o", str(trace))
+    _ok("predict", str(trace), "-o", str(d / "p"), "--machine", str(SPEC),
+        "--target", f"sim:{SPEC}", "--duration", "1s", "--warmup", "0s", "--reps", "1",
+        "--max-levels", "3", "--mappings", "1-replica")  # fmt: skip
+    full = d / "full.json"
+    _ok("sim", "sweep", str(trace), "--machine", str(SPEC), "-o", str(full),
+        "--levels", "1,2", "--reps", "1", "--warmup", "0s", "--duration", "1s")  # fmt: skip
+    return d / "p" / "prediction.json", full
+
+
+def _validate(pred: Path, full: Path, folder: Path) -> tuple[str, dict, str]:
+    for name in ("prediction.json", "predicted-curve.json", "measured-curve.json"):
+        shutil.copy(pred.parent / name, folder / name)
+    r = CliRunner().invoke(app, ["validate", str(folder / "prediction.json"), "--full-run",
+                                 str(full)])  # fmt: skip
+    assert r.exit_code in (0, 99), r.output
+    meta = json.loads((folder / "validation.json").read_text())["meta"]
+    return r.output, meta, (folder / "report.md").read_text()
+
+
+def test_a_curve_of_the_same_run_is_not_flagged(tmp_path, predicted):
+    pred, full = predicted
+    out, meta, report = _validate(pred, full, tmp_path)
+    assert "differs" not in meta and "like with like" not in out + report, out
+
+
+def test_a_curve_of_another_version_and_mapping_is_said_to_differ(tmp_path, predicted):
+    pred, full = predicted
+    doc = json.loads(full.read_text())
+    doc["meta"]["target"]["shrink_version"] = "9.9.9"
+    doc["mapping"] = "2-replica-direct"
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(doc))
+    (tmp_path / "v").mkdir()
+    out, meta, report = _validate(pred, other, tmp_path / "v")
+    assert meta["differs"]["shrink_version"][1] == "9.9.9", meta
+    assert meta["differs"]["mapping"] == ["1-replica", "2-replica-direct"], meta
+    assert "warning: the full-scale curve records other facts" in out, out
+    assert "shrink version" in out and "'2-replica-direct' measured" in out, out
+    assert "Not like for like" in report
