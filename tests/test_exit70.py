@@ -115,3 +115,23 @@ def test_a_metrics_port_in_use_is_named():
         port = s.getsockname()[1]
         with pytest.raises(ParameterError, match=f"127.0.0.1:{port} .*Address already in use"):
             MetricsServer([], port)
+
+
+def test_sweep_refuses_a_metrics_port_in_use_as_a_usage_error(tmp_path):
+    """A --metrics-port another program listens on (a second sweep's) exited 1, where an
+    option's value refused before anything runs exits 2 naming it (semantics.md)."""
+    from shrink.trace import Trace
+
+    trace = tmp_path / "t.parquet"
+    Trace.from_columns({"session": [1, 2], "t": [0.0, 0.5], "path": ["/a", "/b"]}).write_parquet(
+        trace
+    )
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = str(s.getsockname()[1])
+        r = RUN(app, ["sweep", str(trace), "--target", "http://127.0.0.1:9", "--levels", "1",
+                      "-o", str(tmp_path / "c.json"), "--metrics-port", port])  # fmt: skip
+    assert r.exit_code == 2, r.output
+    assert "--metrics-port" in r.output and "Address already in use" in r.output, r.output
+    assert not (tmp_path / "c.json").exists()

@@ -14,6 +14,7 @@ import typer
 from shrink.checks import MIN_WINDOW_S
 from shrink.cli._common import (
     MaxBodyOpt,
+    as_option,
     cli_errors,
     console,
     echo_json,
@@ -456,7 +457,9 @@ def _metrics(recorder: Any, port: int | None) -> Iterator[None]:
         return
     from shrink.export.metrics import MetricsServer
 
-    with MetricsServer(recorder.runs, port) as server:
+    with as_option("--metrics-port"):  # in use: refused before a run, as a bad value (exit 2)
+        server = MetricsServer(recorder.runs, port)
+    with server:
         console().print(f"metrics: http://127.0.0.1:{server.port}/metrics", highlight=False)
         yield
 

@@ -107,7 +107,7 @@ class MetricsServer:
             self._httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         except OSError as exc:  # the port in use: say which
             raise ParameterError(
-                f"--metrics-port {port}: cannot listen on 127.0.0.1:{port} "
+                f"{port}: cannot listen on 127.0.0.1:{port} "
                 f"({exc.strerror or exc}); choose another port, or 0 for any free one"
             ) from None
         self.port = int(self._httpd.server_address[1])
