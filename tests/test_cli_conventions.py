@@ -360,3 +360,22 @@ def test_machine_write_refuses_to_write_over_the_spec_it_reads(tmp_path):
     r = RUN(app, ["machine", "write", str(spec), "--machine", str(spec)])
     assert r.exit_code == 2 and "OUT:" in r.output and "is the input" in r.output, r.output
     assert spec.read_text() == text
+
+
+@pytest.mark.compute
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["--rate", "0"], "--rate"),
+        (["--rate", "nan"], "--rate"),
+        (["--rate", "1e12"], "--rate"),
+        (["--rate", "5", "--arrival", "bogus"], "--arrival"),
+    ],
+)
+def test_replay_refuses_a_bad_open_loop_naming_the_option(tmp_path, args, option):
+    """--rate 0, nan or past what a run holds, and --arrival bogus exited 1 with
+    'rate == 0' naming no option, after --duration and --timeout were made exit 2."""
+    out = tmp_path / "r.parquet"
+    r = RUN(app, ["replay", *args, "--duration", "1s", "--target", "127.0.0.1:1", "-o", str(out)])
+    assert r.exit_code == 2 and f"{option}:" in r.output, r.output
+    assert not out.exists()

@@ -22,6 +22,7 @@ from shrink.cli._common import (
     cli_errors,
     echo_json,
     exit_nothing_served,
+    options_named,
     output_path,
     parse_duration_option,
     printing,
@@ -40,6 +41,9 @@ from shrink.cli._replay_opts import (
 )
 from shrink.defaults import MAX_BODY
 from shrink.errors import ParameterError, printable
+
+# What open_loop_trace calls the options it checks.
+_OPEN_LOOP_OPTIONS = {"rate": "--rate", "arrival": "--arrival", "duration": "--duration"}
 
 
 @engine_options
@@ -83,7 +87,9 @@ def replay(
         output_path(output, inputs=(trace,))
         if rate is not None:
             seconds = parse_duration_option(duration or "10s", "duration", least=MIN_WINDOW_S)
-            tr = open_loop_trace(path, rate, seconds, arrival=arrival, seed=seed)
+            # Refused values name their option (exit 2): "rate == 0" exited 1 naming none.
+            with as_option("--rate"), options_named(_OPEN_LOOP_OPTIONS):
+                tr = open_loop_trace(path, rate, seconds, arrival=arrival, seed=seed)
             rf = 1.0
         elif trace is None:
             raise ParameterError("give a TRACE file, or --rate for a pure open-loop run.")
