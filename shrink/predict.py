@@ -343,6 +343,7 @@ def predict(
         provenance=_provenance(machine, cpus, share, alpha, config, measured),
     )
     _record_share_model(prediction, share, merr)
+    prediction.extra["mappings_left_out"] = list(left_out)  # by 'all': the CPUs cannot give
     record_inputs(prediction, inputs, provider, measured, config.plan, scaling)
     if full_curve is not None:
         prediction.full_run = _full_run_summary()

@@ -323,6 +323,9 @@ def test_all_mappings_on_one_server_cpu_predicts_the_one_it_can_give(tmp_path):
     pred = predict(_sessions(3000), provider, cfg, tmp_path).prediction
     assert list(pred.mappings) == ["1-replica"]
     assert any(a.startswith("Not predicted: 2-replica-direct") for a in pred.assumptions)
+    # and where a program reads it: prediction.json's mappings_left_out
+    saved = json.loads((tmp_path / "prediction.json").read_text())
+    assert saved["mappings_left_out"] == ["2-replica-direct", "2-replica-indirect"]
 
 
 def test_the_built_in_mappings_listed_by_name_are_checked_whole():
