@@ -11,6 +11,7 @@ import contextlib
 import errno
 import functools
 import os
+import resource
 import signal
 import subprocess
 import time
@@ -119,6 +120,61 @@ def allowed_cpus(pid: int) -> tuple[int, ...]:
     return ()
 
 
+# The limits a shell's ``ulimit`` puts on shrink's own files and CPU time are no
+# server's: lighttpd started under ``ulimit -f 4`` inherited it, and its error log
+# reaching 4 KiB killed it (SIGXFSZ) mid-sweep; under ``ulimit -t`` each server would
+# be killed after as many CPU seconds. A server starts without them, as a service
+# manager starts one: unlimited with CAP_SYS_RESOURCE, else up to the hard limit, which
+# ``testbed up`` then names (:func:`limits_kept`).
+LIFTED_LIMITS = (resource.RLIMIT_FSIZE, resource.RLIMIT_CPU)
+_CAP_SYS_RESOURCE = 24
+
+
+def lift_limits() -> None:
+    """Lift :data:`LIFTED_LIMITS` for this process (a server's, before its exec)."""
+    for which in LIFTED_LIMITS:
+        hard = resource.getrlimit(which)[1]
+        for want in ((resource.RLIM_INFINITY, resource.RLIM_INFINITY), (hard, hard)):
+            try:
+                resource.setrlimit(which, want)
+            except (OSError, ValueError):
+                continue
+            break
+
+
+def _can_raise_hard_limits() -> bool:
+    """Whether this process has CAP_SYS_RESOURCE (root in a container may not)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) >> _CAP_SYS_RESOURCE & 1)
+    return False
+
+
+def limits_kept() -> list[str]:
+    """A warning for each of :data:`LIFTED_LIMITS` a server would still start with: a
+    finite hard limit that this process cannot raise."""
+    if _can_raise_hard_limits():
+        return []
+    out = []
+    for which, what, flag, end in (
+        (
+            resource.RLIMIT_FSIZE,
+            "a file-size limit of {} bytes",
+            "-f",
+            "its log reaches it (SIGXFSZ)",
+        ),
+        (resource.RLIMIT_CPU, "a CPU-time limit of {} s", "-t", "it has used that much CPU time"),
+    ):
+        hard = resource.getrlimit(which)[1]
+        if hard != resource.RLIM_INFINITY:
+            out.append(
+                f"warning: the servers start with {what.format(hard)} (ulimit {flag}) that "
+                f"shrink cannot lift: a server is killed when {end}; start shrink without it"
+            )
+    return out
+
+
 def start_process(
     argv: list[str],
     *,
@@ -146,6 +202,7 @@ def start_process(
         _libc()  # loaded here, before the fork
 
     def _prepare() -> None:
+        lift_limits()  # before setuid: raising a hard limit needs root
         if join_cgroup is not None:
             join_cgroup(os.getpid())
         if cpus:
