@@ -50,10 +50,19 @@ def test_the_file_appears_only_when_whole(tmp_path):
     assert len(RunLog.read_parquet(tmp_path / "r.parquet")) == 25
 
 
-def _enospc_after(monkeypatch, budget: int, *, once: bool) -> None:
-    """os.write in the writer fails with ENOSPC once ``budget`` bytes are written."""
+def _enospc_after(monkeypatch, budget: int, *, once: bool, room: bool = False) -> None:
+    """os.write in the writer fails with ENOSPC once ``budget`` bytes are written, and from
+    then on no reserve can be allocated either (a full disk) unless ``room``."""
     real = os.write
     state = {"left": budget, "failed": False}
+    allocate = os.posix_fallocate
+
+    def fallocate(fd, offset, size):
+        if state["failed"] and not room:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        allocate(fd, offset, size)
+
+    monkeypatch.setattr(writer_mod.os, "posix_fallocate", fallocate)
 
     def write(fd, data):
         if state["left"] <= 0 and not (once and state["failed"]):
@@ -81,6 +90,23 @@ def test_a_full_disk_stops_the_writer_and_keeps_every_row_before_it(tmp_path, mo
     log = RunLog.read_parquet(tmp_path / "r.parquet")
     assert len(log) == 400 and log.column("session").tolist() == list(range(400))
     assert str(w.error).count("\n") == 0
+
+
+def test_a_write_that_fails_only_for_the_reserve_goes_on(tmp_path, monkeypatch):
+    # The reserve spent, the write fitted, and a smaller reserve still fits: the disk was
+    # not full. On a tmpfs with 8 MiB free the 8 MiB reserve filled it, and the writer
+    # stopped at its second row group, "no space left".
+    w = RunLogWriter(tmp_path / "r.parquet", flush_rows=100)
+    _fill(w, 300)
+    w.flush()
+    _enospc_after(monkeypatch, 10, once=True, room=True)
+    _fill(w, 200, 300)
+    w.flush()
+    assert w.error is None and w._sink.reserve is not None
+    w.close()
+    assert w.rows == 500 and w.dropped == 0 and w.error is None
+    assert len(RunLog.read_parquet(tmp_path / "r.parquet")) == 500
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.parquet"]
 
 
 def test_a_disk_that_stays_full_never_puts_a_broken_file_in_place(tmp_path, monkeypatch):
@@ -142,5 +168,28 @@ def test_a_real_full_tmpfs(tmp_path):
         assert sorted(p.name for p in mnt.iterdir()) == ["r.parquet"]
     finally:
         # lazily if something (a process forked meanwhile) still holds a file there
+        if subprocess.run(["umount", str(mnt)], check=False).returncode != 0:
+            subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.mark.root
+def test_a_tmpfs_with_just_the_reserves_room_keeps_the_whole_run(tmp_path):
+    # 8200 KiB: the 8 MiB reserve and 8 KiB more. Before, 200 of 1,000 rows were kept
+    # and the writer said "no space left" with 8 MiB free.
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("needs root to mount a tmpfs")
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8200k", "tmpfs", str(mnt)], check=True)
+    try:
+        w = RunLogWriter(mnt / "r.parquet", flush_rows=100)
+        for start in range(0, 1000, 100):
+            _fill(w, 100, start)
+            w.flush()
+        w.close()
+        assert w.error is None and w.rows == 1000 and w.dropped == 0
+        assert len(RunLog.read_parquet(mnt / "r.parquet")) == 1000
+        assert sorted(p.name for p in mnt.iterdir()) == ["r.parquet"]
+    finally:
         if subprocess.run(["umount", str(mnt)], check=False).returncode != 0:
             subprocess.run(["umount", "-l", str(mnt)], check=False)

@@ -16,9 +16,10 @@ The file is written under a temporary name in the same folder (created with
 ``O_EXCL | O_NOFOLLOW``) and renamed over ``path`` when closed, so ``path`` only
 ever holds a whole RunLog. A full disk must not cost the rows already written:
 the writer holds a reserve (:data:`RESERVE_BYTES`, allocated beside the file) and
-on the first write error frees it, finishes that write, writes the footer and
-stops (:attr:`RunLogWriter.error`; later rows are dropped and counted). The file
-then holds every row up to the failure.
+on the first write error frees it and finishes that write. Where a smaller reserve,
+enough to finish the file, then still fits, only the reserve had filled the disk and
+the run goes on; else the writer writes the footer and stops (:attr:`RunLogWriter.error`;
+later rows are dropped and counted). The file then holds every row up to the failure.
 """
 
 from __future__ import annotations
@@ -47,6 +48,12 @@ __all__ = ["RESERVE_BYTES", "WRITER_SCHEMA", "RunLogRow", "RunLogWriter"]
 # Room kept free for the last row group and the footer when the disk fills: a
 # flush of 65,536 rows is about 6 MB before compression.
 RESERVE_BYTES = 8 << 20
+# What the reserve is cut to once spent on a write that did fit (twice the largest row
+# group, and this much per row group and over for the footer): on a disk with between
+# 8 MiB and 8 MiB and a run's log free, the reserve itself had filled it, and a run of
+# 57 KB kept 200 of its 1,000 rows, "no space left" with 8 MiB free.
+FOOTER_ROOM = 64 << 10
+ROW_GROUP_ROOM = 4 << 10
 
 # array typecodes of the columns, in WRITER_SCHEMA order
 _TYPECODES = ("d", "d", "d", "d", "i", "q", "b", "q", "i", "i", "d")
@@ -176,6 +183,8 @@ class RunLogWriter:
         self._opened = False
         self._last_flush = time.monotonic()
         self.rows = 0
+        self._groups = 0  # row groups written, and the largest's bytes (for _retake)
+        self._largest = 0
         self.dropped = 0  # rows not written because a write had failed
         self.error: WriteError | None = None
         self.closed = False
@@ -217,7 +226,7 @@ class RunLogWriter:
             self._sink.close()
             self._tmp.unlink(missing_ok=True)
 
-    def _reserve(self) -> Path | None:
+    def _reserve(self, size: int = RESERVE_BYTES) -> Path | None:
         """Allocate the reserve beside the file (None where the disk is already too full)."""
         assert self.path is not None
         try:
@@ -225,7 +234,7 @@ class RunLogWriter:
         except OSError:
             return None
         try:
-            os.posix_fallocate(fd, 0, RESERVE_BYTES)
+            os.posix_fallocate(fd, 0, size)
         except OSError:
             os.close(fd)
             reserve.unlink(missing_ok=True)
@@ -289,7 +298,8 @@ class RunLogWriter:
             self._tables.append(table)
             self.rows += n
             return
-        assert self._writer is not None
+        assert self._writer is not None and self._sink is not None
+        start = self._sink.pos
         try:
             self._writer.write_table(table)
         except OSError as exc:  # the reserve could not cover it: what is on disk is lost
@@ -297,8 +307,25 @@ class RunLogWriter:
             self.dropped += n
             return
         self.rows += n
-        if self._sink is not None and self._sink.error is not None:
+        self._groups += 1
+        self._largest = max(self._largest, self._sink.pos - start)
+        if self._sink.error is not None and not self._retake():
             self._fail(self._sink.error)  # this row group made it, on the reserve
+
+    def _retake(self) -> bool:
+        """After the reserve was spent on a write that then fitted: take a smaller one,
+        enough to finish the file. Where it fits the disk was not full (the reserve had
+        filled it) and the run goes on; where it does not, the writer stops."""
+        sink = self._sink
+        assert sink is not None and sink.error is not None
+        if sink.error.errno != errno.ENOSPC or sink.reserve is not None:
+            return False
+        need = 2 * self._largest + ROW_GROUP_ROOM * self._groups + FOOTER_ROOM
+        sink.reserve = self._reserve(min(need, RESERVE_BYTES))
+        if sink.reserve is None:
+            return False
+        sink.error = None
+        return True
 
     def _fail(self, exc: OSError) -> None:
         """Stop at the first write error: later rows are dropped, the footer still goes out."""
