@@ -25,6 +25,7 @@ the PID. ``str(err)`` is the whole message; the attributes are for programs.
 from __future__ import annotations
 
 import errno
+import resource
 from pathlib import Path
 from typing import Any
 
@@ -222,6 +223,9 @@ class WriteError(ShrinkError):
         reason = exc.strerror or str(exc)
         if exc.errno == errno.ENOSPC:
             reason = "no space left on the device"
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        if exc.errno == errno.EFBIG and limit != resource.RLIM_INFINITY:
+            reason = f"past the file-size limit of {limit} bytes, ulimit -f"
         code = errno.errorcode.get(exc.errno or 0)
         super().__init__(f"{path}: cannot write ({reason}{f', {code}' if code else ''})")
         self.path = str(path)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -19,6 +22,8 @@ from shrink.replay.writer import RunLogRow, RunLogWriter
 from shrink.runlog import RunLog
 
 pytestmark = pytest.mark.compute
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _fill(w: RunLogWriter, n: int, start: int = 0) -> None:
@@ -50,8 +55,10 @@ def test_the_file_appears_only_when_whole(tmp_path):
     assert len(RunLog.read_parquet(tmp_path / "r.parquet")) == 25
 
 
-def _enospc_after(monkeypatch, budget: int, *, once: bool, room: bool = False) -> None:
-    """os.write in the writer fails with ENOSPC once ``budget`` bytes are written, and from
+def _enospc_after(
+    monkeypatch, budget: int, *, once: bool, room: bool = False, code: int = errno.ENOSPC
+) -> None:
+    """os.write in the writer fails with ``code`` once ``budget`` bytes are written, and from
     then on no reserve can be allocated either (a full disk) unless ``room``."""
     real = os.write
     state = {"left": budget, "failed": False}
@@ -67,7 +74,7 @@ def _enospc_after(monkeypatch, budget: int, *, once: bool, room: bool = False) -
     def write(fd, data):
         if state["left"] <= 0 and not (once and state["failed"]):
             state["failed"] = True
-            raise OSError(errno.ENOSPC, "No space left on device")
+            raise OSError(code, os.strerror(code))
         state["left"] -= len(data)
         return real(fd, data)
 
@@ -92,14 +99,16 @@ def test_a_full_disk_stops_the_writer_and_keeps_every_row_before_it(tmp_path, mo
     assert str(w.error).count("\n") == 0
 
 
-def test_a_write_that_fails_only_for_the_reserve_goes_on(tmp_path, monkeypatch):
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT], ids=["ENOSPC", "EDQUOT"])
+def test_a_write_that_fails_only_for_the_reserve_goes_on(tmp_path, monkeypatch, code):
     # The reserve spent, the write fitted, and a smaller reserve still fits: the disk was
     # not full. On a tmpfs with 8 MiB free the 8 MiB reserve filled it, and the writer
     # stopped at its second row group, "no space left".
     w = RunLogWriter(tmp_path / "r.parquet", flush_rows=100)
     _fill(w, 300)
     w.flush()
-    _enospc_after(monkeypatch, 10, once=True, room=True)
+    # (a quota counts the reserve too: EDQUOT lost every row of the run before)
+    _enospc_after(monkeypatch, 10, once=True, room=True, code=code)
     _fill(w, 200, 300)
     w.flush()
     assert w.error is None and w._sink.reserve is not None
@@ -193,3 +202,44 @@ def test_a_tmpfs_with_just_the_reserves_room_keeps_the_whole_run(tmp_path):
     finally:
         if subprocess.run(["umount", str(mnt)], check=False).returncode != 0:
             subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+# Under a lowered RLIMIT_FSIZE (Python ignores SIGXFSZ, so a write past it is EFBIG),
+# 4,000 rows in row groups of 500 (random values: they do not compress).
+_FSIZE_CODE = """
+import json, resource, sys
+import numpy as np
+from shrink.replay.writer import RunLogRow, RunLogWriter
+from shrink.runlog import RunLog
+resource.setrlimit(resource.RLIMIT_FSIZE, (30 << 10, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+path = sys.argv[1]
+w = RunLogWriter(path, flush_rows=500)
+w.targets.code("127.0.0.1:80")
+rng = np.random.default_rng(0)
+for i in range(4000):
+    x = float(rng.random())
+    w.add(RunLogRow(x, x, x, x, 200, i, 0, i, 0, 0, x))
+    w.maybe_flush()
+w.close()
+try:
+    on_disk = len(RunLog.read_parquet(path))
+except Exception as exc:
+    on_disk = type(exc).__name__
+print(json.dumps([w.rows, w.dropped, str(w.error), on_disk]))
+"""
+
+
+def test_a_run_log_under_ulimit_f_keeps_the_rows_that_fit(tmp_path):
+    # Before, the row group that crossed the limit cut the file where no footer fitted:
+    # the writer removed it, and a `replay -o` under `ulimit -f 30` kept no row at all.
+    path = tmp_path / "r.parquet"
+    done = subprocess.run(
+        [sys.executable, "-c", _FSIZE_CODE, str(path)], capture_output=True, text=True,
+        timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows, dropped, error, on_disk = json.loads(done.stdout)
+    assert rows > 0 and rows + dropped == 4000 and on_disk == rows
+    assert "past the file-size limit of 30720 bytes, ulimit -f, EFBIG" in error
+    assert path.stat().st_size <= 30 << 10
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.parquet"]

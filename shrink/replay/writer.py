@@ -28,6 +28,7 @@ import contextlib
 import errno
 import io
 import os
+import resource
 import time
 from array import array
 from pathlib import Path
@@ -54,6 +55,8 @@ RESERVE_BYTES = 8 << 20
 # 57 KB kept 200 of its 1,000 rows, "no space left" with 8 MiB free.
 FOOTER_ROOM = 64 << 10
 ROW_GROUP_ROOM = 4 << 10
+# A full disk, or a full quota (the reserve counts against it too, and frees it)
+_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 # array typecodes of the columns, in WRITER_SCHEMA order
 _TYPECODES = ("d", "d", "d", "d", "i", "q", "b", "q", "i", "i", "d")
@@ -127,7 +130,7 @@ class _Sink(io.RawIOBase):
             except OSError as exc:
                 if self.error is None:
                     self.error = exc
-                if exc.errno == errno.ENOSPC and self.reserve is not None:
+                if exc.errno in _FULL and self.reserve is not None:
                     # the reserve's blocks are free again: finish this write and the footer
                     with contextlib.suppress(OSError):
                         self.reserve.unlink()
@@ -185,6 +188,7 @@ class RunLogWriter:
         self.rows = 0
         self._groups = 0  # row groups written, and the largest's bytes (for _retake)
         self._largest = 0
+        self._bare_footer: int | None = None  # a footer with no row group (ulimit -f)
         self.dropped = 0  # rows not written because a write had failed
         self.error: WriteError | None = None
         self.closed = False
@@ -299,18 +303,74 @@ class RunLogWriter:
             self.rows += n
             return
         assert self._writer is not None and self._sink is not None
-        start = self._sink.pos
-        try:
-            self._writer.write_table(table)
-        except OSError as exc:  # the reserve could not cover it: what is on disk is lost
-            self._fail(exc)
+        # Under ``ulimit -f`` the rows that fit go out, the rest stop the writer before the
+        # limit, not at it: a file cut there has no footer, and a replay -o under the limit
+        # lost every row (the file removed). Each part written tells the next one's size.
+        fit = self._rows_under_limit(table)
+        while 0 < fit < table.num_rows and self._write(table.slice(0, fit)):
+            self.rows += fit
+            table = table.slice(fit)
+            fit = self._rows_under_limit(table)
+        n = table.num_rows
+        if fit < n:
+            self._fail(OSError(errno.EFBIG, os.strerror(errno.EFBIG)))
+            self.dropped += n
+            return
+        if not self._write(table):
             self.dropped += n
             return
         self.rows += n
-        self._groups += 1
-        self._largest = max(self._largest, self._sink.pos - start)
         if self._sink.error is not None and not self._retake():
             self._fail(self._sink.error)  # this row group made it, on the reserve
+
+    def _write(self, table: pa.Table) -> bool:
+        """One row group; False (the error kept) where the reserve could not cover it."""
+        assert self._writer is not None and self._sink is not None
+        start = self._sink.pos
+        try:
+            self._writer.write_table(table)
+        except OSError as exc:  # what is on disk is lost
+            self._fail(exc)
+            return False
+        self._groups += 1
+        self._largest = max(self._largest, self._sink.pos - start)
+        return True
+
+    def _rows_under_limit(self, table: pa.Table) -> int:
+        """How many of ``table``'s first rows fit under the file-size limit (RLIMIT_FSIZE)
+        with the footer after them: each try is encoded in memory, as it would be written."""
+        n = table.num_rows
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        if limit == resource.RLIM_INFINITY or not n:
+            return n
+        fit = n
+        for _ in range(12):
+            if self._fits(table.slice(0, fit), limit):
+                return fit
+            fit = int(fit * 0.7)
+            if not fit:
+                break
+        return 0
+
+    def _encoded(self, part: pa.Table | None) -> tuple[int, int]:
+        """The bytes of ``part`` as one row group, and of the footer of a file of it alone."""
+        buf = pa.BufferOutputStream()
+        with pq.ParquetWriter(buf, self._schema, compression="zstd") as w:
+            if part is not None:
+                w.write_table(part)
+        data = buf.getvalue()
+        footer = pq.read_metadata(pa.BufferReader(data)).serialized_size
+        return data.size - footer - 12, footer  # PAR1, the footer's length, PAR1
+
+    def _fits(self, part: pa.Table, limit: int) -> bool:
+        assert self._sink is not None
+        if self._bare_footer is None:
+            self._bare_footer = self._encoded(None)[1]
+        data, footer = self._encoded(part)
+        # the footer grows by a row group's entry for each one written (statistics vary:
+        # half a KiB spare each, and a KiB)
+        entry = footer - self._bare_footer + 512
+        return self._sink.pos + data + footer + entry * self._groups + 1036 <= limit
 
     def _retake(self) -> bool:
         """After the reserve was spent on a write that then fitted: take a smaller one,
@@ -318,7 +378,7 @@ class RunLogWriter:
         filled it) and the run goes on; where it does not, the writer stops."""
         sink = self._sink
         assert sink is not None and sink.error is not None
-        if sink.error.errno != errno.ENOSPC or sink.reserve is not None:
+        if sink.error.errno not in _FULL or sink.reserve is not None:
             return False
         need = 2 * self._largest + ROW_GROUP_ROOM * self._groups + FOOTER_ROOM
         sink.reserve = self._reserve(min(need, RESERVE_BYTES))
