@@ -126,7 +126,11 @@ def allowed_cpus(pid: int) -> tuple[int, ...]:
 # be killed after as many CPU seconds. A server starts without them, as a service
 # manager starts one: unlimited with CAP_SYS_RESOURCE, else up to the hard limit, which
 # ``testbed up`` then names (:func:`limits_kept`).
-LIFTED_LIMITS = (resource.RLIMIT_FSIZE, resource.RLIMIT_CPU)
+# ``ulimit -u`` too (per user: the server user's processes count, not root's): under
+# ``ulimit -u 2`` php-cgi could not fork ("Resource temporarily unavailable") and up
+# failed after 15 s naming no limit. A hard limit below FEW_PROCESSES is named.
+LIFTED_LIMITS = (resource.RLIMIT_FSIZE, resource.RLIMIT_CPU, resource.RLIMIT_NPROC)
+FEW_PROCESSES = 1024
 _CAP_SYS_RESOURCE = 24
 
 
@@ -157,20 +161,20 @@ def limits_kept() -> list[str]:
     if _can_raise_hard_limits():
         return []
     out = []
-    for which, what, flag, end in (
-        (
-            resource.RLIMIT_FSIZE,
-            "a file-size limit of {} bytes",
-            "-f",
-            "its log reaches it (SIGXFSZ)",
-        ),
-        (resource.RLIMIT_CPU, "a CPU-time limit of {} s", "-t", "it has used that much CPU time"),
-    ):
+    for which, what, flag, then in (
+        (resource.RLIMIT_FSIZE, "a file-size limit of {} bytes", "-f",
+         "a server is killed when its log reaches it (SIGXFSZ)"),
+        (resource.RLIMIT_CPU, "a CPU-time limit of {} s", "-t",
+         "a server is killed when it has used that much CPU time"),
+        (resource.RLIMIT_NPROC, "a limit of {} processes for their user", "-u",
+         "a server that cannot fork fails to start or to serve"),
+    ):  # fmt: skip
         hard = resource.getrlimit(which)[1]
-        if hard != resource.RLIM_INFINITY:
+        few = which != resource.RLIMIT_NPROC or hard < FEW_PROCESSES
+        if hard != resource.RLIM_INFINITY and few:
             out.append(
                 f"warning: the servers start with {what.format(hard)} (ulimit {flag}) that "
-                f"shrink cannot lift: a server is killed when {end}; start shrink without it"
+                f"shrink cannot lift: {then}; start shrink without it"
             )
     return out
 

@@ -48,12 +48,19 @@ def test_a_server_starts_without_the_file_size_and_cpu_limits(tmp_path):
 
 def test_a_limit_that_cannot_be_lifted_is_named(monkeypatch):
     real = resource.getrlimit
-    limits = {resource.RLIMIT_FSIZE: (4096, 4096), resource.RLIMIT_CPU: (600, 600)}
+    limits = {
+        resource.RLIMIT_FSIZE: (4096, 4096),
+        resource.RLIMIT_CPU: (600, 600),
+        resource.RLIMIT_NPROC: (2, 2),  # ``ulimit -u 2``: php-cgi could not fork, up failed
+    }
     monkeypatch.setattr(processes.resource, "getrlimit", lambda w: limits.get(w) or real(w))
     monkeypatch.setattr(processes, "_can_raise_hard_limits", lambda: False)
     notes = processes.limits_kept()
-    assert len(notes) == 2
+    assert len(notes) == 3
     assert "file-size limit of 4096 bytes (ulimit -f)" in notes[0]
     assert "CPU-time limit of 600 s (ulimit -t)" in notes[1]
+    assert "limit of 2 processes for their user (ulimit -u)" in notes[2]
+    limits[resource.RLIMIT_NPROC] = (96365, 96365)  # a system's usual limit: not named
+    assert len(processes.limits_kept()) == 2
     monkeypatch.setattr(processes, "_can_raise_hard_limits", lambda: True)
     assert processes.limits_kept() == []

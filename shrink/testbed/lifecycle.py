@@ -425,7 +425,12 @@ def _start_all(
                 )
                 enfs.append(enf)
             started.append(_start_replica(launch, r, enf))
-    except BaseException:
+    except BaseException as exc:
+        kept = process.limits_kept()
+        if isinstance(exc, TestbedError) and exc.args and kept:
+            # a ulimit the servers could not lose: the likely cause, named
+            names = "; ".join(k.removeprefix("warning: ") for k in kept)
+            exc.args = (f"{exc.args[0]}; {names}", *exc.args[1:])
         for rs in started:
             stop_and_release(launch.recipe, rs)
         # A replica that started as a stop signal came, before it was listed here.
