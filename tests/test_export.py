@@ -253,3 +253,26 @@ def test_the_metrics_name_each_level_as_the_sweep_was_given_it():
     assert re.search(r'^shrink_level_throughput\{knob="rate",level="300",rate_factor="[0-9.]+"\} ',
                      text, re.M), text  # fmt: skip
     assert 'level="300",rate_factor=' in text and 'quantile="0.999"}' in text
+
+
+def test_the_metrics_name_the_run_under_way_and_none_once_done():
+    """shrink_sweep_running_info was in the exposition's code but never served: nothing
+    told the server which run was under way."""
+    from shrink.cli.sweep_cmd import _told
+    from shrink.measure import SweepHooks
+
+    trace = _trace()
+    rec = RecordingTarget(FakeTarget(servers=1), (trace, [300.0, 400.0], "rate"))
+    seen: list[str] = []
+
+    def progress(what: str, done: int, total: int) -> None:
+        seen.append(exposition(list(rec.runs), server.current))
+
+    with MetricsServer(rec.runs, 0) as server:
+        hooks = SweepHooks(_told(progress, server))
+        levels = [300.0, 400.0]
+        sweep(rec, trace, levels, knob="rate", reps=1, warmup=1.0, duration=4.0, hooks=hooks)
+    running = [re.findall(r'^shrink_sweep_running_info\{run="([^"]*)"\} 1$', t, re.M) for t in seen]
+    assert running[:2] == [["rate 300 rep 1/1"], ["rate 400 rep 1/1"]]
+    assert running[-1] == []  # done: nothing under way
+    assert _told(progress, None) is progress  # no server, nothing to tell

@@ -283,7 +283,7 @@ def sweep_cmd(
         _warn_docroot(tgt, tr, trace)
         try:
             recorder = RecordingTarget(tgt, (tr, lv, knob))
-            with _metrics(recorder, metrics_port):
+            with _metrics(recorder, metrics_port) as served:
                 curve = _progress_sweep(
                     lambda progress: sweep(
                         recorder,
@@ -294,7 +294,7 @@ def sweep_cmd(
                         warmup=w,
                         duration=d,
                         seed=seed,
-                        hooks=SweepHooks(progress, keep_levels(output)),
+                        hooks=SweepHooks(_told(progress, served), keep_levels(output)),
                     )
                 )
         except (SweepInterrupted, ShrinkError) as stop:
@@ -450,10 +450,11 @@ def _export_summary(paths: list[Path]) -> list[Path]:
 
 
 @contextmanager
-def _metrics(recorder: Any, port: int | None) -> Iterator[None]:
-    """Serve the recorder's runs as OpenMetrics while the sweep runs (when asked)."""
+def _metrics(recorder: Any, port: int | None) -> Iterator[Any]:
+    """Serve the recorder's runs as OpenMetrics while the sweep runs (when asked); yields
+    the server (None when not asked)."""
     if port is None:
-        yield
+        yield None
         return
     from shrink.export.metrics import MetricsServer
 
@@ -461,7 +462,20 @@ def _metrics(recorder: Any, port: int | None) -> Iterator[None]:
         server = MetricsServer(recorder.runs, port)
     with server:
         console().print(f"metrics: http://127.0.0.1:{server.port}/metrics", highlight=False)
-        yield
+        yield server
+
+
+def _told(progress: Any, served: Any) -> Any:
+    """``progress``, also naming the run under way on the metrics server, when one serves
+    (its ``shrink_sweep_running_info``; none once the last run is done)."""
+    if served is None:
+        return progress
+
+    def tell(what: str, done: int, total: int) -> None:
+        served.current = what if done < total else ""
+        progress(what, done, total)
+
+    return tell
 
 
 def register(app: typer.Typer) -> None:
