@@ -8,6 +8,8 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -153,14 +155,25 @@ def test_an_atomic_write_that_fails_leaves_the_old_file(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["curve.json"]
 
 
-@pytest.mark.root
-def test_a_real_full_tmpfs(tmp_path):
+@contextmanager
+def _tmpfs(tmp_path: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` mounted in ``tmp_path`` for the test (skips without root)."""
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("needs root to mount a tmpfs")
     mnt = tmp_path / "small"
     mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(mnt)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], check=True)
     try:
+        yield mnt
+    finally:
+        # lazily if something (a process forked meanwhile) still holds a file there
+        if subprocess.run(["umount", str(mnt)], check=False).returncode != 0:
+            subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.mark.root
+def test_a_real_full_tmpfs(tmp_path):
+    with _tmpfs(tmp_path, "12m") as mnt:
         w = RunLogWriter(mnt / "r.parquet", flush_rows=20_000)
         w.targets.code("127.0.0.1:80")
         rng = np.random.default_rng(0)
@@ -175,22 +188,13 @@ def test_a_real_full_tmpfs(tmp_path):
         assert w.error is not None and w.rows > 0
         assert len(RunLog.read_parquet(mnt / "r.parquet")) == w.rows
         assert sorted(p.name for p in mnt.iterdir()) == ["r.parquet"]
-    finally:
-        # lazily if something (a process forked meanwhile) still holds a file there
-        if subprocess.run(["umount", str(mnt)], check=False).returncode != 0:
-            subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 @pytest.mark.root
 def test_a_tmpfs_with_just_the_reserves_room_keeps_the_whole_run(tmp_path):
     # 8200 KiB: the 8 MiB reserve and 8 KiB more. Before, 200 of 1,000 rows were kept
     # and the writer said "no space left" with 8 MiB free.
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("needs root to mount a tmpfs")
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8200k", "tmpfs", str(mnt)], check=True)
-    try:
+    with _tmpfs(tmp_path, "8200k") as mnt:
         w = RunLogWriter(mnt / "r.parquet", flush_rows=100)
         for start in range(0, 1000, 100):
             _fill(w, 100, start)
@@ -199,9 +203,6 @@ def test_a_tmpfs_with_just_the_reserves_room_keeps_the_whole_run(tmp_path):
         assert w.error is None and w.rows == 1000 and w.dropped == 0
         assert len(RunLog.read_parquet(mnt / "r.parquet")) == 1000
         assert sorted(p.name for p in mnt.iterdir()) == ["r.parquet"]
-    finally:
-        if subprocess.run(["umount", str(mnt)], check=False).returncode != 0:
-            subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 # Under a lowered RLIMIT_FSIZE (Python ignores SIGXFSZ, so a write past it is EFBIG),
