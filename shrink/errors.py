@@ -31,6 +31,7 @@ from typing import Any
 
 __all__ = [
     "CaptureFormatError",
+    "DocrootError",
     "ExtrapolationError",
     "MeasurementError",
     "NotFittedError",
@@ -160,6 +161,11 @@ class TestbedError(ShrinkError):
     def __init__(self, message: str, *, pid: int | None = None) -> None:
         self.pid = pid
         super().__init__(f"{message} (PID {pid})" if pid is not None else message)
+
+
+class DocrootError(TestbedError, ParameterError):
+    """A document root no testbed may serve (not a folder, the whole file system): a
+    testbed error to the library, a refused ``--docroot`` to the command line."""
 
 
 class StateError(TestbedError):

@@ -13,11 +13,14 @@ import os
 import re
 from urllib.parse import unquote_to_bytes, urlsplit
 
+from shrink.errors import ParameterError
+
 __all__ = [
     "MAX_CONTENT_TYPE",
     "is_loopback",
     "loopback_url_host",
     "not_loopback_why",
+    "refuse_remote",
     "served_path",
     "wire_content_type",
     "wire_method",
@@ -156,3 +159,9 @@ def wire_content_type(value: str) -> str:
             "past Latin-1"
         )
     return value
+
+
+def refuse_remote(host: str, allowed: bool, error: type[Exception] = ParameterError) -> None:
+    """Refuse ``host`` as a target unless it is a loopback address or ``allowed``."""
+    if not allowed and not is_loopback(host):
+        raise error(f"target {not_loopback_why(host)}; pass --allow-remote to load another machine")

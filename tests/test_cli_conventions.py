@@ -379,3 +379,28 @@ def test_replay_refuses_a_bad_open_loop_naming_the_option(tmp_path, args, option
     r = RUN(app, ["replay", *args, "--duration", "1s", "--target", "127.0.0.1:1", "-o", str(out)])
     assert r.exit_code == 2 and f"{option}:" in r.output, r.output
     assert not out.exists()
+
+
+def test_a_target_off_loopback_is_a_refused_option(tmp_path):
+    """replay --target 10.0.0.1 exited 1 naming no option, though nothing had run: a
+    value refused before anything runs is exit 2 naming its option."""
+    out = tmp_path / "r.parquet"
+    args = ["replay", "--rate", "10", "--path", "/x", "--duration", "1s", "-o", str(out)]
+    r = RUN(app, [*args, "--target", "http://10.0.0.1:80/"])
+    assert r.exit_code == 2 and "--target:" in r.output and "--allow-remote" in r.output, r.output
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("what", ["root", "file"])
+def test_testbed_up_refuses_a_docroot_naming_the_option(tmp_path, what):
+    """testbed up --docroot / (or a file) exited 1 naming no option."""
+    if what == "root":
+        docroot = tmp_path / "fs"
+        docroot.symlink_to("/")
+    else:
+        docroot = tmp_path / "page.html"
+        docroot.write_text("x")
+    state = tmp_path / "s.json"
+    r = RUN(app, ["testbed", "up", "--docroot", str(docroot), "--state", str(state)])
+    assert r.exit_code == 2 and "--docroot:" in r.output, r.output
+    assert not state.exists()

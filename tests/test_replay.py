@@ -662,7 +662,8 @@ def test_cli_errors_name_what_is_wrong(tmp_path: Path):
     )
     assert r.exit_code == 1 and "none.json" in r.output and "no such" in r.output
     r = runner.invoke(app, ["replay", "--target", "http://192.0.2.7:80", "-o", out, "--rate", "5"])
-    assert r.exit_code == 1 and "loopback" in r.output
+    # refused before anything runs: the option's value (exit 2, named)
+    assert r.exit_code == 2 and "--target:" in r.output and "loopback" in r.output
     r = runner.invoke(app, ["replay", "--target", "http://127.0.0.1:9", "-o", out])
     assert r.exit_code == 1 and "--rate" in r.output
     bad = tmp_path / "state.json"

@@ -188,6 +188,7 @@ class EngineOptions:
         from shrink.replay.live import LiveTarget, parse_url
         from shrink.schedule import ScheduleOptions
         from shrink.target import GeneratorPlacement
+        from shrink.wire import refuse_remote
 
         cluster = cluster_spec(self.cluster, self.generators)
         if cluster is not None and self.processes is not None:
@@ -209,7 +210,7 @@ class EngineOptions:
             # A bad URL is refused before anything runs, naming the option.
             for item in items:
                 if not item.endswith(".json"):
-                    parse_url(item)
+                    refuse_remote(parse_url(item)[0], self.allow_remote)
             states = [i for i in items if i.endswith(".json")]
             if states and len(items) > 1:
                 # A state names every replica of its testbed; beside another target it

@@ -247,7 +247,11 @@ def predict(
 
         warn_stale()  # what a killed predict left: `shrink testbed down --stale`
         if docroot is not None:
+            from shrink.testbed.lifecycle import check_docroot
             from shrink.trace import Trace
+
+            with as_option("--docroot"):
+                check_docroot(docroot)
 
             # a missing page is measured as a failure
             warn_docroot(trace, docroot, Trace.read_parquet(trace, max_body=max_body))

@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from shrink.cli._common import MaxBodyOpt, cli_errors, echo_json, output_path, plural
+from shrink.cli._common import (
+    MaxBodyOpt,
+    as_option,
+    cli_errors,
+    echo_json,
+    output_path,
+    plural,
+)
 from shrink.defaults import MAX_BODY
 from shrink.errors import OptionError, ParameterError, TestbedError, printable
 
@@ -144,6 +151,8 @@ def up(
             # Anything but yes or auto read as no: a typo ran the share without its cgroups.
             raise OptionError("--cgroups", f"{cgroups!r}; accepted: {', '.join(CGROUPS)}")
         _refuse_a_privileged_port(port)
+        with as_option("--docroot"):  # (not a folder, or /: refused before anything runs)
+            lifecycle.check_docroot(docroot)
         tr = None
         if trace is not None:
             from shrink.trace import Trace

@@ -45,7 +45,7 @@ from shrink.testbed.state import SPINNER, ReplicaState, TestbedState
 from shrink.testbed.watch import Watch, state_problems
 from shrink.topology import foreign_cpus
 from shrink.trace import Trace
-from shrink.wire import is_loopback, not_loopback_why
+from shrink.wire import refuse_remote
 
 __all__ = [
     "IDLE_BOUND",
@@ -224,10 +224,7 @@ class LiveTarget:
         if not addresses:
             raise ReplayError("no target address (a testbed state with replicas, or a URL)")
         for host, _ in addresses:
-            if not allow_remote and not is_loopback(host):
-                raise ReplayError(
-                    f"target {not_loopback_why(host)}; pass --allow-remote to load another machine"
-                )
+            refuse_remote(host, allow_remote, ReplayError)
         self.addresses = list(addresses)
         raise_open_file_limit()
         self.state = state or {}

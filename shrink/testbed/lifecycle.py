@@ -41,7 +41,14 @@ from shrink import processes as process
 from shrink.atomic import make_dirs
 from shrink.enforce import DEFAULT as DEFAULT_ENFORCE
 from shrink.enforce import Enforcer, check_mechanism, make_enforcer
-from shrink.errors import ParameterError, RecipeError, TestbedError, TopologyError, printable
+from shrink.errors import (
+    DocrootError,
+    ParameterError,
+    RecipeError,
+    TestbedError,
+    TopologyError,
+    printable,
+)
 from shrink.irq import IrqAssignment, apply_plan, current_affinities, restore_affinities
 from shrink.machine import Machine
 from shrink.mapping import Mapping, Replica, build_mapping
@@ -71,7 +78,7 @@ from shrink.testbed.servers import load_recipe
 from shrink.testbed.state import ReplicaState, TestbedState
 from shrink.testbed.teardown import down, recipe_of, release, stop_and_release
 
-__all__ = ["CGROUPS", "down", "mapping_for", "recipe_of", "up"]
+__all__ = ["CGROUPS", "check_docroot", "down", "mapping_for", "recipe_of", "up"]
 
 # What up's ``cgroups`` may be (its docstring).
 CGROUPS = ("auto", "yes", "no")
@@ -279,6 +286,19 @@ def _record(recipe: ServerRecipe, rs: ReplicaState) -> None:
             rs.exes[p] = exe
 
 
+def check_docroot(docroot: str | Path) -> Path:
+    """``docroot`` resolved, where a testbed may serve it: a folder, not the whole file
+    system (:class:`DocrootError` otherwise)."""
+    resolved = Path(docroot).resolve()
+    if not resolved.is_dir():
+        raise DocrootError(
+            f"document root {resolved} is not a directory (make one with shrink synth)"
+        )
+    if resolved == Path(resolved.anchor):
+        raise DocrootError(f"document root {resolved}: the whole file system; name a folder")
+    return resolved
+
+
 def up(
     docroot: str | Path,
     machine: Machine,
@@ -311,13 +331,7 @@ def up(
         raise ParameterError(f"cgroups == {cgroups!r}, must be one of {', '.join(CGROUPS)}.")
     recipe = server.recipe
     recipe = recipe if recipe is not None and not isinstance(recipe, str) else load_recipe(recipe)
-    docroot = Path(docroot).resolve()
-    if not docroot.is_dir():
-        raise TestbedError(
-            f"document root {docroot} is not a directory (make one with shrink synth)"
-        )
-    if docroot == Path(docroot.anchor):
-        raise TestbedError(f"document root {docroot}: the whole file system; name a folder")
+    docroot = check_docroot(docroot)
     # A test double may run as the caller; every real recipe drops root.
     user = server_user() if getattr(recipe, "drops_root", True) else None
     check_reachable(docroot, user)
