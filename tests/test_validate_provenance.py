@@ -50,6 +50,8 @@ def test_a_curve_of_the_same_run_is_not_flagged(tmp_path, predicted):
     pred, full = predicted
     out, meta, report = _validate(pred, full, tmp_path)
     assert "differs" not in meta and "like with like" not in out + report, out
+    # the file written named as every command names it: bare, not in JSON's quotes
+    assert f"wrote {tmp_path / 'validation.json'}" in out.splitlines(), out
 
 
 def test_a_curve_of_another_version_and_mapping_is_said_to_differ(tmp_path, predicted):

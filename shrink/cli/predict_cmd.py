@@ -44,7 +44,6 @@ from shrink.defaults import (
     WARMUP,
 )
 from shrink.errors import OptionError, WriteError, printable
-from shrink.jsonout import dumps
 
 if TYPE_CHECKING:
     from shrink.prediction import Prediction
@@ -557,7 +556,7 @@ def validate(
         return
     for line in validation_lines(d, bound):
         typer.echo(line)
-    typer.echo(f"wrote {dumps(str((out or prediction.parent) / 'validation.json'))}")
+    typer.echo(f"wrote {printable((out or prediction.parent) / 'validation.json')}")
     exit_if_bound(bounds)
 
 
