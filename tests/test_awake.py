@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from shrink.errors import ReplayError
 from shrink.replay import (
     EngineConfig,
     RunLogWriter,
@@ -187,3 +188,20 @@ def test_without_it_nothing_spins(fake) -> None:
     assert seen == {}
     assert stats.extra["loop"]["awake_spinners"] == 0
     assert w.meta["awake"] is False
+
+
+@pytest.mark.parametrize("siblings", [{}, {0: (1,), 1: (0,)}])
+def test_awake_asked_for_on_the_share_s_cpus_is_refused(
+    monkeypatch: pytest.MonkeyPatch, siblings: dict[int, tuple[int, ...]]
+) -> None:
+    # /proc/stat counts the spinners' time as busy: every level's utilization read
+    # 100% (a sweep --allow-overlap --awake on a share of CPUs 0-1: 1.0 at each rep)
+    monkeypatch.setattr(scaleout, "smt_siblings", lambda cpu: siblings.get(cpu, ()))
+    share = [1] if siblings else [0]
+    placement = GeneratorPlacement(cpus=(0,), allow_overlap=True, engine=_OptionsSeen(),
+                                   realtime=0, awake=True)  # fmt: skip
+    with pytest.raises(ReplayError, match=r"--awake would run spinners .* server's \[\d\]"):
+        LiveTarget([("127.0.0.1", 9)], share_cpus=share, generator=placement, idle_bound=0.0)
+    # apart from the share (and its cores) it is kept as asked
+    target = LiveTarget([("127.0.0.1", 9)], share_cpus=[3], generator=placement, idle_bound=0.0)
+    assert target.awake is True

@@ -152,9 +152,13 @@ def default_awake(
         return requested
     if generator_cpus is None or allow_overlap:
         return False
-    servers = set(server_cpus)
+    return not _near_servers(generator_cpus, server_cpus)
+
+
+def _near_servers(generator_cpus: Sequence[int], server_cpus: Iterable[int]) -> list[int]:
+    """The server's CPUs among the generator's or the other hardware threads of their cores."""
     near = set(generator_cpus) | {s for c in generator_cpus for s in smt_siblings(c)}
-    return not near & servers
+    return sorted(near & set(server_cpus))
 
 
 def scheduling(
@@ -163,6 +167,16 @@ def scheduling(
     """The ``generator``'s send-thread priority and whether its CPUs are kept awake, as
     :func:`default_realtime` and :func:`default_awake` pick them on ``cpus``."""
     gen = generator
+    if gen.awake and cpus is not None and (busy := _near_servers(cpus, server_cpus)):
+        # /proc/stat counts a spinner's time as busy: the share's utilization would read
+        # 100% at every level (and its spare time as other work), and on a core's other
+        # hardware thread it takes the server's cycles
+        raise ReplayError(
+            f"--awake would run spinners on the generator's CPUs {sorted(cpus)}, on or "
+            f"beside the server's {busy}: its CPUs would read 100% busy at every level "
+            "(or lose cycles to a core's other thread); drop --awake, or pin the generator "
+            "apart (--generator-cpus)"
+        )
     return (
         default_realtime(gen.realtime, cpus, server_cpus, allow_overlap=gen.allow_overlap),
         default_awake(gen.awake, cpus, server_cpus, allow_overlap=gen.allow_overlap),
