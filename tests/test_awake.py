@@ -205,3 +205,17 @@ def test_awake_asked_for_on_the_share_s_cpus_is_refused(
     # apart from the share (and its cores) it is kept as asked
     target = LiveTarget([("127.0.0.1", 9)], share_cpus=[3], generator=placement, idle_bound=0.0)
     assert target.awake is True
+
+
+@needs_core
+def test_on_more_cpus_than_the_core_keeps_awake_the_record_says_asleep(
+    monkeypatch: pytest.MonkeyPatch, fake
+) -> None:
+    # an unpinned --awake on a 96-CPU machine: the core starts no spinner past 64
+    # CPUs, and the RunLog (and so the curve) said awake all the same
+    many = set(range(65))
+    monkeypatch.setattr(native.os, "sched_getaffinity", lambda pid: many)
+    stats, w, seen, _ = _run_native(True, fake)
+    assert w.meta["awake"] is False
+    assert seen == {}  # (and the core is not asked for spinners it would not start)
+    assert stats.extra["loop"]["awake_spinners"] == 0

@@ -87,10 +87,16 @@ def available() -> bool:
     return _core is not None
 
 
+# The most CPUs the core keeps awake (MAX_CPUS in native/src/awake.rs): on more it
+# starts no spinner, and the run goes on asleep.
+AWAKE_MAX_CPUS = 64
+
+
 def _can_keep_awake() -> bool:
     """Whether the built core takes ``awake`` (one built before it was added does not:
-    its runs go on asleep, and the RunLog says so)."""
-    return "awake" in (getattr(_core.run, "__text_signature__", None) or "")
+    its runs go on asleep, and the RunLog says so), on the CPUs this thread may use."""
+    takes = "awake" in (getattr(_core.run, "__text_signature__", None) or "")
+    return takes and len(os.sched_getaffinity(0)) <= AWAKE_MAX_CPUS
 
 
 def _route(ids: np.ndarray, cfg: EngineConfig) -> np.ndarray:
