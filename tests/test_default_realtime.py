@@ -9,6 +9,7 @@ cycles, and ``--realtime 0`` opts out.
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 import pytest
@@ -114,3 +115,43 @@ def test_a_predictions_recorded_priority_is_run_again_as_it_was(
     from shrink.run_inputs import target_settings
 
     assert target_settings(recorded).generator.realtime == expected
+
+
+class _StartsTheRun(FakeEngine):
+    """A fake engine that fixes its zero as the real ones do (``on_ready``), noting the
+    policy it ran under."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.policies: list[int] = []
+
+    def __call__(self, *args: Any, **kw: Any) -> Any:
+        self.policies.append(os.sched_getscheduler(0))
+        if kw.get("on_ready") is not None:
+            kw["t0"] = kw.pop("on_ready")()
+        return super().__call__(*args, **kw)
+
+
+@pytest.mark.skipif(not realtime_allowed(), reason="needs SCHED_FIFO (root)")
+def test_the_threads_started_with_the_run_are_not_realtime() -> None:
+    # A live run's window sampler and stop watch start in on_start: made under the
+    # engine's SCHED_FIFO they held the send thread's CPU at its own priority.
+    from shrink.replay import EngineConfig
+    from shrink.replay.scaleout import run_engines
+
+    seen: list[int] = []
+
+    def on_start(t0: float) -> None:
+        t = threading.Thread(target=lambda: seen.append(os.sched_getscheduler(0)))
+        t.start()
+        t.join()
+
+    engine = _StartsTheRun()
+    cpu = min(os.sched_getaffinity(0))
+    placement = GeneratorPlacement(cpus=(cpu,), realtime=10, engine=engine)
+    trace = open_loop_trace("/x", 100.0, 0.2)
+    cfg = EngineConfig(targets=[("127.0.0.1", 9)])
+    run_engines(trace, cfg, rate_factor=1.0, horizon=0.2, generator=placement, on_start=on_start)
+    assert engine.policies == [os.SCHED_FIFO]  # the engine itself still is
+    assert seen == [os.SCHED_OTHER]
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # (and this thread is given back)

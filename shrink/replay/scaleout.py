@@ -14,12 +14,13 @@ unpinned after.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import multiprocessing as mp
 import os
 import signal
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from time import monotonic
@@ -205,6 +206,21 @@ def set_realtime(priority: int) -> tuple[int, os.sched_param] | None:
 def restore_scheduler(old: tuple[int, os.sched_param] | None) -> None:
     if old is not None:
         os.sched_setscheduler(0, old[0], old[1])
+
+
+@contextlib.contextmanager
+def normal_priority() -> Iterator[None]:
+    """The calling thread at normal scheduling inside, as it was after: a thread it
+    starts there inherits normal scheduling, not its SCHED_FIFO."""
+    old = (os.sched_getscheduler(0), os.sched_getparam(0))
+    if old[0] not in (os.SCHED_FIFO, os.SCHED_RR):
+        yield
+        return
+    os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    try:
+        yield
+    finally:
+        restore_scheduler(old)
 
 
 def _child(
@@ -395,7 +411,11 @@ def _run_inline(
         gc.collect()  # a full collection takes tens of ms on a big heap: not inside the run
         t0 = monotonic() + 0.05
         if on_start is not None:
-            on_start(t0)
+            # (the window's sampler and the stop watch start here: made under SCHED_FIFO
+            # they ran at the send thread's priority on its CPU, which could then not
+            # preempt their /proc reads at the window's edges)
+            with normal_priority():
+                on_start(t0)
         return t0
 
     writer: RunLogWriter | None = None
