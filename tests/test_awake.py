@@ -30,6 +30,7 @@ from shrink.replay import (
 from shrink.replay.fake import FakeEngine
 from shrink.replay.live import LiveTarget
 from shrink.replay.scaleout import default_awake
+from shrink.runlog import RunLog
 from shrink.target import GeneratorPlacement
 from shrink.topology import smt_siblings
 
@@ -219,3 +220,26 @@ def test_on_more_cpus_than_the_core_keeps_awake_the_record_says_asleep(
     assert w.meta["awake"] is False
     assert seen == {}  # (and the core is not asked for spinners it would not start)
     assert stats.extra["loop"]["awake_spinners"] == 0
+
+
+class _RecordsAwake(FakeEngine):
+    """A fake engine that records in its RunLog whether it was asked to keep awake."""
+
+    def __call__(self, schedule: Any, config: Any, writer: RunLogWriter, **kw: Any) -> Any:
+        writer.meta["engine"] = "fake"
+        writer.meta["awake"] = bool(kw.pop("awake", False))
+        return super().__call__(schedule, config, writer, **kw)
+
+
+@pytest.mark.parametrize("awake", [True, False])
+def test_a_run_over_engine_processes_records_it(tmp_path: Path, awake: bool) -> None:
+    # each process's RunLog said it; the merged one (replay -o, a sweep's RunLogs) lost it
+    placement = GeneratorPlacement(processes=2, engine=_RecordsAwake(), realtime=0, awake=awake)
+    trace = open_loop_trace("/x", 100.0, 0.2)
+    out = tmp_path / "run.parquet"
+    log, _ = scaleout.run_engines(
+        trace, EngineConfig(targets=[("127.0.0.1", 9)]), rate_factor=1.0, horizon=0.2,
+        generator=placement, out=out,
+    )  # fmt: skip
+    assert (log.meta["awake"], log.meta["engine"]) == (awake, "fake")
+    assert RunLog.read_parquet(out).meta["awake"] is awake

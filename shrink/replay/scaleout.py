@@ -442,6 +442,17 @@ def _run_inline(
     return log, EngineRun([stats], stats.t0, cpus)
 
 
+def _parts_say(logs: Sequence[RunLog]) -> dict[str, Any]:
+    """What each engine process recorded of how it ran (its engine, its CPUs kept
+    awake): the value they agree on, else each part's in turn."""
+    out: dict[str, Any] = {}
+    for key in ("engine", "awake"):
+        said = [log.meta.get(key) for log in logs]
+        if any(v is not None for v in said):
+            out[key] = said[0] if all(v == said[0] for v in said) else said
+    return out
+
+
 def _run_spawned(
     trace: Trace,
     config: EngineConfig,
@@ -523,7 +534,8 @@ def _run_spawned(
         logs = [RunLog.read_parquet(pth) for pth in paths if Path(pth).exists()]
         if errors and (not logs or any("cannot write" in e for e in errors)):
             raise ReplayError("; ".join(errors))
-        log = RunLog.concat(logs, meta={**meta, **_zero(t0), "processes": n})
+        merged = {**meta, **_zero(t0), "processes": n, **_parts_say(logs)}
+        log = RunLog.concat(logs, meta=merged)
         if out is not None:
             log.write_parquet(out)
         return log, EngineRun(stats, t0, cpus, {"errors": errors} if errors else {})
