@@ -179,6 +179,31 @@ def limits_kept() -> list[str]:
     return out
 
 
+_ULIMIT_FLAGS = {
+    resource.RLIMIT_FSIZE: "-f",
+    resource.RLIMIT_CPU: "-t",
+    resource.RLIMIT_NPROC: "-u",
+}
+
+
+def limits_lifted() -> list[str]:
+    """A note naming the limits of :data:`LIFTED_LIMITS` set here (``ulimit -f 100``) that
+    the servers start without, up to the hard limit or past it as root: a ``ulimit -u``
+    put on a page that forks is gone for the servers, and nothing said so."""
+    can_raise = _can_raise_hard_limits()
+    lifted = []
+    for which in LIFTED_LIMITS:
+        soft, hard = resource.getrlimit(which)
+        if soft == resource.RLIM_INFINITY or (soft == hard and not can_raise):
+            continue
+        to = "unlimited" if can_raise or hard == resource.RLIM_INFINITY else str(hard)
+        lifted.append(f"ulimit {_ULIMIT_FLAGS[which]} {soft} (to {to})")
+    if not lifted:
+        return []
+    return [f"the servers start without this shell's {', '.join(lifted)}, as a "
+            "service manager starts them"]  # fmt: skip
+
+
 def start_process(
     argv: list[str],
     *,

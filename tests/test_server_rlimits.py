@@ -64,3 +64,24 @@ def test_a_limit_that_cannot_be_lifted_is_named(monkeypatch):
     assert len(processes.limits_kept()) == 2
     monkeypatch.setattr(processes, "_can_raise_hard_limits", lambda: True)
     assert processes.limits_kept() == []
+
+
+def test_a_limit_lifted_is_said(monkeypatch):
+    # ``ulimit -u 500`` (against a page that forks) was gone for the servers, unsaid
+    real = resource.getrlimit
+    inf = resource.RLIM_INFINITY
+    limits = {
+        resource.RLIMIT_FSIZE: (inf, inf),
+        resource.RLIMIT_CPU: (600, inf),
+        resource.RLIMIT_NPROC: (500, 96365),
+    }
+    monkeypatch.setattr(processes.resource, "getrlimit", lambda w: limits.get(w) or real(w))
+    monkeypatch.setattr(processes, "_can_raise_hard_limits", lambda: True)
+    (note,) = processes.limits_lifted()
+    assert "ulimit -t 600 (to unlimited), ulimit -u 500 (to unlimited)" in note
+    monkeypatch.setattr(processes, "_can_raise_hard_limits", lambda: False)
+    (note,) = processes.limits_lifted()
+    assert "ulimit -t 600 (to unlimited), ulimit -u 500 (to 96365)" in note
+    limits[resource.RLIMIT_NPROC] = (96365, 96365)  # a hard limit kept: nothing lifted
+    limits[resource.RLIMIT_CPU] = (inf, inf)
+    assert processes.limits_lifted() == []

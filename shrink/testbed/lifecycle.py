@@ -348,7 +348,7 @@ def up(
         if recipe.name in BUILTIN_RECIPES:  # the PHP limits it runs with, printed by testbed up
             notes.append(server.php.describe(server.php_children_per_core))
         notes.extend(_others_on(share.cpus, state_path))
-        notes.extend(process.limits_kept())
+        notes.extend([*process.limits_lifted(), *process.limits_kept()])
         _refuse_irqs_placed(irq_plan or [], state_path)
         m = _with_free_ports(m, port)
         use_cg, layout = _use_cgroups(share, cgroups, enforce)
