@@ -233,6 +233,16 @@ def full_run_plan(inputs: dict[str, Any]) -> AutoPlan:
     return plan
 
 
+def _trace_pair(predicted: dict[str, Any], measured: dict[str, Any]) -> tuple[Any, Any]:
+    """The two traces as told apart: by their rows' fingerprint where both curves record
+    one (two traces of ``shrink synth`` have one source, whatever their seed or rate),
+    else by their source."""
+    a, b = predicted.get("fingerprint"), measured.get("fingerprint")
+    if a and b:
+        return f"{predicted.get('source')} ({a})", f"{measured.get('source')} ({b})"
+    return predicted.get("source"), measured.get("source")
+
+
 def curve_differences(pred: Prediction, full: LoadCurve, mapping: str) -> dict[str, list[str]]:
     """What a full-scale curve records otherwise than the prediction it validates, each as
     [the prediction's, the curve's]: the shrink version, the mapping, the machine and the
@@ -247,7 +257,7 @@ def curve_differences(pred: Prediction, full: LoadCurve, mapping: str) -> dict[s
         ),
         "mapping": (mapping, full.mapping),
         "machine": ((pred.machine or {}).get("name"), (full.machine or {}).get("name")),
-        "trace": ((pred.trace or {}).get("source"), (trace or {}).get("source")),
+        "trace": _trace_pair(pred.trace or {}, trace or {}),
     }
     return {k: [str(a), str(b)] for k, (a, b) in pairs.items() if a and b and a != b}
 

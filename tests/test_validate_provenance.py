@@ -68,3 +68,17 @@ def test_a_curve_of_another_version_and_mapping_is_said_to_differ(tmp_path, pred
     assert "warning: the full-scale curve records other facts" in out, out
     assert "shrink version" in out and "'2-replica-direct' measured" in out, out
     assert "Not like for like" in report
+
+
+def test_a_curve_of_another_synthesized_trace_is_said_to_differ(tmp_path, predicted):
+    # both traces' source is 'shrink synth tcp': another rate and seed went unsaid
+    pred, _ = predicted
+    other = tmp_path / "o.parquet"
+    _ok("synth", "tcp", "--rate", "1000", "--duration", "12s", "--seed", "2", "-o", str(other))
+    full = tmp_path / "full.json"
+    _ok("sim", "sweep", str(other), "--machine", str(SPEC), "-o", str(full),
+        "--levels", "1,2", "--reps", "1", "--warmup", "0s", "--duration", "1s")  # fmt: skip
+    (tmp_path / "v").mkdir()
+    out, meta, _ = _validate(pred, full, tmp_path / "v")
+    assert "trace" in meta.get("differs", {}), meta
+    assert "shrink synth tcp (" in out, out

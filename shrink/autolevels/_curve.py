@@ -44,7 +44,10 @@ def curve_of(
     desc = target.describe()
     mapping = desc.get("mapping", "")
     meta = {
-        "trace": {k: trace.meta.get(k) for k in ("source", "workload", "users", "sampler", "seed")},
+        "trace": {
+            **{k: trace.meta.get(k) for k in ("source", "workload", "users", "sampler", "seed")},
+            "fingerprint": trace.fingerprint(),  # (what validate tells traces apart by)
+        },
         "auto_levels": True,
     }
     if plan is not None:

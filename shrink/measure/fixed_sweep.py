@@ -188,7 +188,10 @@ def _sweep_curve(
         machine=describe.get("machine", {}),
         sweep=CurveMeta(target=describe),
         meta={
-            "trace": {k: trace.meta.get(k) for k in ("source", "workload", "users", "sampler")},
+            "trace": {
+                **{k: trace.meta.get(k) for k in ("source", "workload", "users", "sampler")},
+                "fingerprint": trace.fingerprint(),  # (what validate tells traces apart by)
+            },
             **meta,
         },
     )
