@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from shrink.errors import ReplayError
+from shrink.errors import OptionError
 from shrink.replay import (
     EngineConfig,
     RunLogWriter,
@@ -201,7 +201,7 @@ def test_awake_asked_for_on_the_share_s_cpus_is_refused(
     share = [1] if siblings else [0]
     placement = GeneratorPlacement(cpus=(0,), allow_overlap=True, engine=_OptionsSeen(),
                                    realtime=0, awake=True)  # fmt: skip
-    with pytest.raises(ReplayError, match=r"--awake would run spinners .* server's \[\d\]"):
+    with pytest.raises(OptionError, match=r"--awake: it would run spinners .* server's \[\d\]"):
         LiveTarget([("127.0.0.1", 9)], share_cpus=share, generator=placement, idle_bound=0.0)
     # apart from the share (and its cores) it is kept as asked
     target = LiveTarget([("127.0.0.1", 9)], share_cpus=[3], generator=placement, idle_bound=0.0)

@@ -26,7 +26,7 @@ from pathlib import Path
 from time import monotonic
 from typing import Any
 
-from shrink.errors import ReplayError
+from shrink.errors import OptionError, ReplayError
 from shrink.processes import die_with_parent
 from shrink.replay.cluster import ClusterSpec, run_on_cluster
 from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
@@ -172,11 +172,12 @@ def scheduling(
         # /proc/stat counts a spinner's time as busy: the share's utilization would read
         # 100% at every level (and its spare time as other work), and on a core's other
         # hardware thread it takes the server's cycles
-        raise ReplayError(
-            f"--awake would run spinners on the generator's CPUs {sorted(cpus)}, on or "
+        raise OptionError(
+            "--awake",
+            f"it would run spinners on the generator's CPUs {sorted(cpus)}, on or "
             f"beside the server's {busy}: its CPUs would read 100% busy at every level "
             "(or lose cycles to a core's other thread); drop --awake, or pin the generator "
-            "apart (--generator-cpus)"
+            "apart (--generator-cpus)",
         )
     return (
         default_realtime(gen.realtime, cpus, server_cpus, allow_overlap=gen.allow_overlap),
