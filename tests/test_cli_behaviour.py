@@ -593,3 +593,15 @@ def test_a_replay_of_malformed_answers_names_them_not_a_dead_server(tmp_path):
     assert r.exit_code == 1, r.output
     why = _strict(r.stdout)["nothing_served"]
     assert "bad-response 10" in why and "failed to connect" not in why, why
+
+
+def test_a_long_line_is_not_wrapped_off_a_terminal(capsys):
+    """rich wrapped what shrink printed at 80 columns when stderr or stdout was not a
+    terminal: a long path in a log was cut in two where a script reads it."""
+    from shrink.cli._common import console, out_console
+
+    path = "/srv/" + "a-long-folder-name/" * 8 + "curve.json"
+    console().print(f"metrics: kept {path}", highlight=False)
+    out_console().print(f"wrote {path}", highlight=False)
+    got = capsys.readouterr()
+    assert got.err == f"metrics: kept {path}\n" and got.out == f"wrote {path}\n"

@@ -76,13 +76,21 @@ MaxBodyOpt = Annotated[
 def console() -> Console:
     """rich's Console on stderr, made on first use (importing rich.console costs about
     what importing typer does, and ``shrink --help`` needs neither it nor its markup)."""
-    return _console_type()(stderr=True)
+    return _unwrapped(_console_type()(stderr=True))
 
 
 def out_console() -> Console:
     """rich's Console on stdout: a closed stdout stops the command as SIGPIPE does
     (:data:`EXIT_PIPE`), where rich's own exits 1 and says nothing."""
-    return _console_type()()
+    return _unwrapped(_console_type()())
+
+
+def _unwrapped(con: Console) -> Console:
+    """Off a terminal a line is written whole: rich wrapped it at 80 columns, and a long
+    path in a log or a pipe was cut in two where a script reads it."""
+    if not con.is_terminal:
+        con.soft_wrap = True
+    return con
 
 
 @functools.cache
