@@ -151,7 +151,6 @@ fn run(
         .unwrap()
         .extend((0..SPARES).map(|_| Rows::with_room(room)));
     let sh = shared.clone();
-    let spinners = awake.then(awake::Awake::start);
     // The loop runs on its own thread (same CPU and policy, inherited) so that
     // Python's work on the rows (a Parquet flush takes milliseconds) never holds
     // up a send; this thread only moves rows and watches for signals.
@@ -160,6 +159,8 @@ fn run(
         .spawn(move || engine_thread(eng, &sh))
         .map_err(|e| PyOSError::new_err(e.to_string()))?;
     let old_sched = lower_priority();
+    // (forked once this thread is off SCHED_FIFO: a spinner never starts above normal)
+    let spinners = awake.then(awake::Awake::start);
     let mut pending_err: Option<PyErr> = None;
     let mut result = None;
     loop {

@@ -99,7 +99,8 @@ _Realtime = Annotated[int | None, typer.Option("--realtime", min=0, max=99, help
 AWAKE_HELP = (
     "Keep the generator's CPUs from halting during a run (a spinner at idle priority on "
     "each, native engine), so that its timed sends are not late by the CPU's wake-up. "
-    "Default: on when the generator is pinned to CPUs the server does not use."
+    "Default: on when the generator is pinned to CPUs the server does not use and shrink "
+    "runs in the root cpu cgroup."
 )
 _Awake = Annotated[bool | None, typer.Option("--awake/--no-awake", help=AWAKE_HELP)]
 _EngineOpt = Annotated[

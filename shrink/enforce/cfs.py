@@ -60,6 +60,7 @@ __all__ = [
     "cgroup_mounts",
     "choose_period_us",
     "foreign_cgroup",
+    "in_root_cpu_group",
     "scheduler_tick_us",
 ]
 
@@ -151,6 +152,26 @@ def cgroup_layout(mounts_text: str | None = None, fs_root: str | Path = "/") -> 
         if "cpu" in controllers:
             return CgroupLayout(2, v2, v2 if "cpuset" in controllers else None, v2)
     return CgroupLayout(1, v1.get("cpu"), v1.get("cpuset"), v1.get("cpuacct"))
+
+
+def in_root_cpu_group(cgroup_text: str | None = None, layout: CgroupLayout | None = None) -> bool:
+    """Whether this process's cpu cgroup is the root one (where the kernel's autogroups
+    apply, one a session), or no cpu controller is mounted; False where it cannot tell."""
+    layout = layout if layout is not None else cgroup_layout()
+    if layout.cpu is None:
+        return True
+    try:
+        text = cgroup_text if cgroup_text is not None else Path("/proc/self/cgroup").read_text()
+    except OSError:
+        return False
+    for line in text.splitlines():
+        hid, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if (layout.version == 2 and hid == "0" and not controllers) or (
+            layout.version == 1 and "cpu" in controllers.split(",")
+        ):
+            return path.strip() == "/"
+    return True  # (no line for the controller: not in any of its groups)
 
 
 def _layout(version: Any) -> CgroupLayout:

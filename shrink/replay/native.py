@@ -212,10 +212,11 @@ def run_native(
 
         for sig in interrupts.handled():
             installed.append((sig, signal.signal(sig, on_signal)))
-    awake = bool(options.get("awake")) and _can_keep_awake()
-    if awake:
+    if options.get("awake") and _can_keep_awake():
         args["awake"] = True
-    writer.meta["awake"] = awake
+    # asked of the core (the file's metadata is written before the run ends; how many
+    # spinners did run is the stats' loop count awake_spinners)
+    writer.meta["awake"] = bool(args.get("awake"))
     cpu0 = os.times()
     wall0 = monotonic()
     # As in the Python engine: no collector pass over a big heap inside the run.
@@ -247,9 +248,7 @@ def run_native(
             "loop": loop,
         },
     )
-    # The spinners' time is idle time kept from halting, not the generator's work:
-    # counted, it would read as a generator that could not send faster.
-    stats.cpu = max(0.0, stats.cpu - loop.get("awake_cpu_us", 0) / 1e6)
+    # (the spinners are processes of their own: their time is not in this one's)
     return stats
 
 

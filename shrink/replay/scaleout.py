@@ -26,6 +26,7 @@ from pathlib import Path
 from time import monotonic
 from typing import Any
 
+from shrink.enforce.cfs import in_root_cpu_group
 from shrink.errors import OptionError, ReplayError
 from shrink.processes import die_with_parent
 from shrink.replay.cluster import ClusterSpec, run_on_cluster
@@ -147,11 +148,14 @@ def default_awake(
     without ``allow_overlap``. A CPU kept from halting wakes its sleeping thread on
     time; the spinners take only idle time, but on a CPU the server uses it would
     change the server's own wake-ups from the full target's, and on a core's other
-    hardware thread they take the core's cycles from it.
+    hardware thread they take the core's cycles from it. Nor inside a cpu cgroup other
+    than the root: there the spinners' idle priority holds only within the group, which
+    would compete for the CPU with its neighbours as if they were busy (in the root
+    group each spinner's session is an autogroup set to nice 19).
     """
     if requested is not None:
         return requested
-    if generator_cpus is None or allow_overlap:
+    if generator_cpus is None or allow_overlap or not in_root_cpu_group():
         return False
     return not _near_servers(generator_cpus, server_cpus)
 
