@@ -142,3 +142,30 @@ def test_an_exact_answer_keeps_its_connection():
     assert rows == [(200, 2, "")] and conn.alive
     rows, conn = _answer(CHUNKED + b"0\r\nX: y\r\n\r\n")
     assert rows == [(200, 0, "")] and conn.alive
+
+
+def test_a_content_length_past_63_bits_is_refused():
+    # Python's int read it and the request waited for a body no server sends (then
+    # timed out); the native core cannot hold it and said bad-response
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 9223372036854775808"
+    with pytest.raises(ValueError):
+        parse_head(head)
+    assert parse_head(head[:-1] + b"7")[1] == (1 << 63) - 1
+    rows, _ = _answer(head + b"\r\n\r\nok")
+    assert rows == [(0, -1, "bad-response")]
+
+
+def test_a_bad_answer_on_a_reused_connection_has_no_earlier_status():
+    # the connection's status was the previous answer's until a head was read: a
+    # bad-response row of the second request said 404, the native core says 0
+    eng = _Engine()
+    eng.head_only = [False, False]
+    eng.key_of_row = [0, 0]
+    conn = _Conn(eng, _Owner(), 0)  # type: ignore[arg-type]
+    conn.connection_made(_Transport())  # type: ignore[arg-type]
+    conn.submit(_Req(0, 0, 0, 0.0))
+    conn.data_received(b"HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\n\r\nno")
+    conn.submit(_Req(1, 0, 0, 0.0))
+    conn.data_received(b"HTTP/1.1 2x0 OK\r\n\r\n")
+    assert eng.rows == [(404, 2, ""), (0, -1, "bad-response")]
+

@@ -119,6 +119,7 @@ class _Conn(asyncio.Protocol):
         e = self.e
         self.req = req
         self.state = _HEAD
+        self.status = 0  # not the last answer's: a bad head of this one records none
         self.nbytes = 0
         self.buf = b""
         self.head_only = e.head_only[req.row]

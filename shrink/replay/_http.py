@@ -53,6 +53,8 @@ def parse_head(head: bytes) -> tuple[int, int, bool, bool]:
     if i >= 0:
         j = lower.find(b"\r\n", i + 2)
         clen = parse_int(lower[i + 17 : j if j >= 0 else len(lower)])
+        if clen > LENGTH_LIMIT:
+            raise ValueError("content length past 63 bits")
     chunked = False
     i = lower.find(b"\r\ntransfer-encoding:")
     if i >= 0:
@@ -71,6 +73,9 @@ def parse_head(head: bytes) -> tuple[int, int, bool, bool]:
 
 
 HEAD_LIMIT = _HEAD_LIMIT
+# The largest Content-Length: an i64's, all the native core can hold (a body no
+# server sends; the request would only wait for it and time out).
+LENGTH_LIMIT = (1 << 63) - 1
 # The largest chunk a response may announce: its size and CRLF must fit in 63 bits.
 CHUNK_LIMIT = (1 << 63) - 3
 _AFTER_CODE = (b" ", b"\r", b"")
