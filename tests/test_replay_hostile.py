@@ -169,3 +169,30 @@ def test_a_bad_answer_on_a_reused_connection_has_no_earlier_status():
     conn.data_received(b"HTTP/1.1 2x0 OK\r\n\r\n")
     assert eng.rows == [(404, 2, ""), (0, -1, "bad-response")]
 
+
+def _pad(n: int) -> bytes:
+    return b"X: " + b"y" * n
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"HTTP/1.1 200 OK\r\n" + _pad(HEAD_LIMIT) + b"\r\nContent-Length: 0\r\n\r\n",
+        CHUNKED + b"1;" + _pad(HEAD_LIMIT) + b"\r\nx\r\n0\r\n\r\n",
+        CHUNKED + b"0\r\n" + _pad(HEAD_LIMIT) + b"\r\n\r\n",
+    ],
+    ids=["head", "chunk-size line", "trailer"],
+)
+def test_a_long_head_line_or_trailer_is_bad_however_it_is_read(data):
+    # in one read it completed; in reads of 1000 bytes, a partial one went past the
+    # limit and it was bad: the outcome hung on how TCP cut the stream
+    reads = [data[i : i + 1000] for i in range(0, len(data), 1000)]
+    assert _answer(data)[0] == _answer(*reads)[0]
+    assert _answer(data)[0][0][2] == "bad-response"
+
+
+def test_a_head_that_just_fits_is_read_however_it_is_read():
+    data = b"HTTP/1.1 200 OK\r\n" + _pad(HEAD_LIMIT - 43) + b"\r\nContent-Length: 0\r\n\r\n"
+    assert len(data) == HEAD_LIMIT
+    reads = [data[i : i + 1000] for i in range(0, len(data), 1000)]
+    assert _answer(data)[0] == _answer(*reads)[0] == [(200, 0, "")]

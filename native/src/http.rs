@@ -44,16 +44,25 @@ fn header<'a>(lower: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
     Some(&rest[..end])
 }
 
-/// Where `needle` starts in `buf`; without it, wait for more bytes (all of `buf` kept),
-/// unless `buf` is already longer than a head may be.
+/// Where `needle` starts in `buf`; without it, wait for more bytes (all of `buf` kept).
+/// A line or head that ends past HEAD_LIMIT (with its `needle`) is bad, found or not:
+/// the same whether it came in one read or in many.
 fn find_or_wait(buf: &[u8], needle: &[u8]) -> Result<usize, Outcome> {
-    find(buf, needle).ok_or_else(|| {
-        if buf.len() > HEAD_LIMIT {
-            Outcome::Bad
-        } else {
-            Outcome::More(buf.len())
-        }
-    })
+    match find(buf, needle) {
+        Some(i) if i + needle.len() <= HEAD_LIMIT => Ok(i),
+        Some(_) => Err(Outcome::Bad),
+        None => Err(within_limit(buf)),
+    }
+}
+
+/// Wait for more of a head, line or trailer that has no end yet in `buf`, unless it
+/// already cannot end within HEAD_LIMIT.
+fn within_limit(buf: &[u8]) -> Outcome {
+    if buf.len() >= HEAD_LIMIT {
+        Outcome::Bad
+    } else {
+        Outcome::More(buf.len())
+    }
 }
 
 pub fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
@@ -239,14 +248,14 @@ impl Parser {
                     } else {
                         find(buf, b"\r\n\r\n").map(|i| i + 4)
                     };
-                    if let Some(end) = end {
-                        self.close_after |= buf.len() > end; // bytes past the trailer
-                        return Outcome::Complete;
-                    }
-                    if buf.len() > HEAD_LIMIT {
-                        return Outcome::Bad;
-                    }
-                    return Outcome::More(buf.len());
+                    return match end {
+                        Some(end) if end > HEAD_LIMIT => Outcome::Bad,
+                        Some(end) => {
+                            self.close_after |= buf.len() > end; // bytes past the trailer
+                            Outcome::Complete
+                        }
+                        None => within_limit(buf),
+                    };
                 }
                 St::UntilClose => {
                     self.nbytes += buf.len() as i64;
@@ -341,6 +350,32 @@ mod tests {
             b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
         ));
         assert!(!closes_after(&cat(CHUNKED, b"0\r\nX: y\r\n\r\n")));
+    }
+
+    #[test]
+    fn a_long_head_line_or_trailer_is_bad_however_it_is_read() {
+        // each ends past HEAD_LIMIT; whole in one read it once completed, and was
+        // bad only when it came in reads (a partial one past the limit)
+        let pad = |n: usize| [b"X: ".as_slice(), &vec![b'y'; n]].concat();
+        let head = cat(b"HTTP/1.1 200 OK\r\n", &pad(HEAD_LIMIT));
+        let head = cat(&head, b"\r\nContent-Length: 0\r\n\r\n");
+        let line = cat(
+            CHUNKED,
+            &cat(b"1;", &cat(&pad(HEAD_LIMIT), b"\r\nx\r\n0\r\n\r\n")),
+        );
+        let trailer = cat(CHUNKED, &cat(b"0\r\n", &cat(&pad(HEAD_LIMIT), b"\r\n\r\n")));
+        for data in [&head, &line, &trailer] {
+            let split: Vec<&[u8]> = data.chunks(1000).collect();
+            assert_eq!(answer(&[data]).0, "bad");
+            assert_eq!(answer(&split).0, "bad");
+        }
+        // one that just fits (its CRLFCRLF the limit's last bytes), whole or in reads
+        let fits = cat(b"HTTP/1.1 200 OK\r\n", &pad(HEAD_LIMIT - 43));
+        let fits = cat(&fits, b"\r\nContent-Length: 0\r\n\r\n");
+        assert_eq!(fits.len(), HEAD_LIMIT);
+        let split: Vec<&[u8]> = fits.chunks(1000).collect();
+        assert_eq!(answer(&[&fits]).0, "complete");
+        assert_eq!(answer(&split).0, "complete");
     }
 
     #[test]

@@ -23,6 +23,13 @@ _NAN = float("nan")
 _HEAD, _BODY, _CHUNK_SIZE, _CHUNK_DATA, _TRAILER, _UNTIL_CLOSE, _CHUNK_END = range(7)
 
 
+def _within_limit(end: int) -> None:
+    """A head, chunk-size line or trailer that ends (with its CRLFs) at ``end`` must
+    end within HEAD_LIMIT, whether it came in one read or in many."""
+    if end > HEAD_LIMIT:
+        raise ValueError("response head, chunk-size line or trailer too long")
+
+
 @dataclass(slots=True, eq=False)
 class _Req:
     """A request of the trace in flight: its row, session, engine thread and intended
@@ -163,7 +170,7 @@ class _Conn(asyncio.Protocol):
         if self.state == _HEAD and not self.buf:
             # fast path: a whole Content-Length response in one read
             i = data.find(b"\r\n\r\n")
-            if i >= 0:
+            if 0 <= i <= HEAD_LIMIT - 4:  # a longer head is the parser's to refuse
                 try:
                     status, clen, chunked, close = parse_head_cached(data[:i])
                 except ValueError:
@@ -194,10 +201,9 @@ class _Conn(asyncio.Protocol):
             if state == _HEAD:
                 i = buf.find(b"\r\n\r\n")
                 if i < 0:
-                    if len(buf) > HEAD_LIMIT:
-                        raise ValueError("response head too long")
-                    self.buf = buf
+                    self._keep(buf)
                     return
+                _within_limit(i + 4)
                 status, clen, chunked, close = parse_head_cached(buf[:i])
                 buf = buf[i + 4 :]
                 if 100 <= status < 200:
@@ -232,6 +238,7 @@ class _Conn(asyncio.Protocol):
                 if j < 0:
                     self._keep(buf)
                     return
+                _within_limit(j + 2)
                 size = parse_int(buf[:j].split(b";", 1)[0], 16)
                 if size > CHUNK_LIMIT:
                     raise ValueError("chunk too large")
@@ -264,6 +271,7 @@ class _Conn(asyncio.Protocol):
                 i = buf.find(b"\r\n\r\n")
                 end = 2 if buf.startswith(b"\r\n") else i + 4 if i >= 0 else -1
                 if end > 0:
+                    _within_limit(end)
                     self.close_after |= len(buf) > end  # bytes past the trailer
                     self._complete()
                     return
@@ -275,9 +283,9 @@ class _Conn(asyncio.Protocol):
                 return
 
     def _keep(self, buf: bytes) -> None:
-        """Keep a partial chunk-size line or trailer, bounded as a head is."""
-        if len(buf) > HEAD_LIMIT:
-            raise ValueError("chunk-size line or trailer too long")
+        """Keep a partial head, chunk-size line or trailer, unless it cannot end
+        within HEAD_LIMIT any more."""
+        _within_limit(len(buf) + 1)
         self.buf = buf
 
     def _complete(self, now: float | None = None) -> None:
