@@ -817,26 +817,7 @@ impl Engine {
         if r.first_byte.is_nan() {
             r.first_byte = now;
         }
-        let out = if c.buf.is_empty() {
-            let o = c.p.feed(data);
-            if let Outcome::More(k) = o {
-                if k > 0 {
-                    c.buf.extend_from_slice(&data[data.len() - k..]);
-                }
-            }
-            o
-        } else {
-            c.buf.extend_from_slice(data);
-            let buf = std::mem::take(&mut c.buf);
-            let o = c.p.feed(&buf);
-            if let Outcome::More(k) = o {
-                if k > 0 {
-                    c.buf.extend_from_slice(&buf[buf.len() - k..]);
-                }
-            }
-            o
-        };
-        match out {
+        match c.p.feed_read(&mut c.buf, data) {
             Outcome::More(_) => {}
             Outcome::Complete => self.complete(ci, now),
             Outcome::Bad => self.fail(ci, E_BAD, true),

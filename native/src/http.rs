@@ -153,6 +153,26 @@ impl Parser {
         self.head_only = head_only;
     }
 
+    /// One read's bytes: fed after what `kept` holds from the reads before (a partial
+    /// head, chunk-size line, chunk end or trailer), and `kept` left holding what the
+    /// next read must follow. What the engine does with every read.
+    pub fn feed_read(&mut self, kept: &mut Vec<u8>, data: &[u8]) -> Outcome {
+        if kept.is_empty() {
+            let o = self.feed(data);
+            if let Outcome::More(k) = o {
+                kept.extend_from_slice(&data[data.len() - k..]);
+            }
+            return o;
+        }
+        kept.extend_from_slice(data);
+        let buf = std::mem::take(kept);
+        let o = self.feed(&buf);
+        if let Outcome::More(k) = o {
+            kept.extend_from_slice(&buf[buf.len() - k..]);
+        }
+        o
+    }
+
     /// Feed `buf` (what was kept plus what just arrived). `More(k)`: keep the last k bytes.
     pub fn feed(&mut self, mut buf: &[u8]) -> Outcome {
         loop {

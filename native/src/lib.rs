@@ -459,10 +459,82 @@ fn simulate<'py>(
     Ok((cols, out.events))
 }
 
+/// For tests: what one connection's parser makes of a server's `reads` (one bytes
+/// object a read), with a request sent when the connection opens and the next one
+/// (`head_only[i]` for request i) as soon as one is answered and the connection
+/// stays open; a read with no request in flight closes it (out of step), as the
+/// engine does. `end`: how the server ends, "eof", "reset" or "hold" (the
+/// connection stays open: the request in flight would time out). Returns each
+/// request's (outcome, status, body bytes) -- outcome "ok", "bad-response",
+/// "closed", "reset", "timeout" or "retry" -- and whether the connection was
+/// left open. The engine's reads, out-of-step rule and end of a connection, with
+/// the engine's parser and read buffer.
+#[pyfunction]
+fn parse_stream(
+    reads: Vec<PyBackedBytes>,
+    head_only: Vec<bool>,
+    end: &str,
+) -> (Vec<(&'static str, i32, i64)>, bool) {
+    let mut p = http::Parser::new();
+    let mut kept: Vec<u8> = Vec::new();
+    let mut out = Vec::new();
+    let mut in_flight = !head_only.is_empty();
+    let mut got_bytes = false;
+    if in_flight {
+        p.reset(head_only[0]);
+    }
+    for data in &reads {
+        if data.is_empty() {
+            continue;
+        }
+        if !in_flight {
+            return (out, false); // out of step: closed
+        }
+        got_bytes = true;
+        match p.feed_read(&mut kept, data) {
+            http::Outcome::More(_) => continue,
+            http::Outcome::Bad => {
+                out.push(("bad-response", p.status, -1));
+                return (out, false);
+            }
+            http::Outcome::Complete => {
+                kept.clear();
+                out.push(("ok", p.status, p.nbytes));
+                if p.close_after {
+                    return (out, false);
+                }
+                in_flight = out.len() < head_only.len();
+                got_bytes = false;
+                if in_flight {
+                    p.reset(head_only[out.len()]);
+                }
+            }
+        }
+    }
+    if !in_flight {
+        return (out, end == "hold");
+    }
+    let lost = match end {
+        "hold" => "timeout",
+        _ if p.st == http::St::UntilClose => "ok",
+        _ if !got_bytes && !out.is_empty() => "retry",
+        "reset" => "reset",
+        _ => "closed",
+    };
+    let status = match lost {
+        "ok" | "bad-response" => p.status,
+        _ => 0,
+    };
+    let nbytes = if lost == "ok" { p.nbytes } else { -1 };
+    out.push((lost, status, nbytes));
+    (out, false)
+}
+
 #[pymodule]
 fn shrink_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run, m)?)?;
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_stream, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
