@@ -33,6 +33,7 @@ __all__ = [
     "CaptureFormatError",
     "DocrootError",
     "ExtrapolationError",
+    "FolderChangedError",
     "MeasurementError",
     "NotFittedError",
     "OptionError",
@@ -217,6 +218,20 @@ class OutputBusyError(ShrinkError):
             "folder (-o), or wait until it ends"
         )
         self.path = str(path)
+
+
+class FolderChangedError(ShrinkError):
+    """An output folder is no longer the one the run started writing to: unmounted
+    (``umount -l``), replaced or removed while the run went on
+    (:class:`shrink.measure.keep.FolderGuard`)."""
+
+    def __init__(self, folder: str | Path, what: str) -> None:
+        super().__init__(
+            f"{folder}: the {what} is no longer the folder this sweep started writing to "
+            "(unmounted, replaced or removed while it ran), and the files written there "
+            "before are not at this path; stopped"
+        )
+        self.path = str(folder)
 
 
 class WriteError(ShrinkError):

@@ -44,7 +44,7 @@ from shrink.errors import OptionError, ParameterError, ShrinkError, WriteError, 
 from shrink.jsonout import dumps
 
 if TYPE_CHECKING:  # pydantic is heavy: the CLI's start-up must not load it
-    from shrink.measure.keep import KeepLevels
+    from shrink.measure.keep import FolderGuard, KeepLevels
     from shrink.schemas import GeneratorMeta
 
 
@@ -118,9 +118,9 @@ def _write_curve(curve: Any, output: Path) -> None:
         raise
 
 
-def keep_levels(output: Path) -> KeepLevels:
+def keep_levels(output: Path, guard: FolderGuard | None = None) -> KeepLevels:
     """What writes a sweep's finished levels to OUTPUT's ``.partial.json`` twin as each
-    ends, and says once, on stderr, if it cannot."""
+    ends, and says once, on stderr, if it cannot; ``guard`` is checked before each."""
     from shrink.atomic import expect_unchanged
     from shrink.measure.keep import KeepLevels, partial_twin
 
@@ -137,7 +137,7 @@ def keep_levels(output: Path) -> KeepLevels:
             err=True,
         )
 
-    return KeepLevels(partial_twin(output), cannot)
+    return KeepLevels(partial_twin(output), cannot, guard)
 
 
 def _summary_twins(output: Path) -> tuple[Path, Path]:
@@ -148,7 +148,9 @@ def _summary_twins(output: Path) -> tuple[Path, Path]:
     )
 
 
-def _keep_partial_sweep(stop: Any, output: Path, runlogs: Path | None) -> None:
+def _keep_partial_sweep(
+    stop: Any, output: Path, runlogs: Path | None, guard: FolderGuard | None = None
+) -> None:
     """Write a stopped sweep's finished levels to OUTPUT's ``.partial.json`` twin.
 
     ``stop`` is a SweepInterrupted or an error that stopped the sweep (a dead
@@ -160,7 +162,9 @@ def _keep_partial_sweep(stop: Any, output: Path, runlogs: Path | None) -> None:
     if stop.curve is not None and stop.curve.levels:
         kept += _keep_curve(stop.curve, partial_twin(output))
     if runlogs is not None and runlogs.is_dir() and any(runlogs.glob("*.parquet")):
-        kept.append(f"the run logs in {runlogs}")
+        # A --runlogs folder unmounted under the sweep holds only the logs written since.
+        since = " written after it changed" if guard and guard.changed(RUNLOGS_FOLDER) else ""
+        kept.append(f"the run logs{since} in {runlogs}")
     stop.kept = [*stop.kept, *kept]
 
 
@@ -212,6 +216,35 @@ def _keep_smaller(curve: Any, path: Path, exc: WriteError) -> list[str]:
         typer.echo(dumps(summary, sort_keys=True))
         return [f"a summary of the {n} finished levels, printed above"]
     return [f"{small} (a summary of the {n} finished levels)"]
+
+
+OUTPUT_FOLDER, RUNLOGS_FOLDER = "output folder", "--runlogs folder"
+
+
+def _guard(output: Path, runlogs: Path | None) -> FolderGuard:
+    """The sweep's output folders as they are now (:class:`FolderGuard`)."""
+    import os
+
+    from shrink.measure.keep import FolderGuard
+
+    return FolderGuard(
+        {
+            OUTPUT_FOLDER: Path(os.path.abspath(output)).parent,
+            RUNLOGS_FOLDER: None if runlogs is None else Path(os.path.abspath(runlogs)),
+        }
+    )
+
+
+def _guarded(progress: Any, guard: FolderGuard) -> Any:
+    """``progress``, the folders checked before each run (whose RunLog a folder
+    unmounted under the sweep would lose)."""
+
+    def tell(what: str, done: int, total: int) -> None:
+        if done < total:
+            guard.check()
+        progress(what, done, total)
+
+    return tell
 
 
 _MetricsPort = Annotated[
@@ -281,6 +314,7 @@ def sweep_cmd(
         tr = Trace.read_parquet(trace, max_body=max_body)
         tgt = live.target(target, runlog_dir=runlogs)
         _warn_docroot(tgt, tr, trace)
+        guard = _guard(output, runlogs)
         try:
             recorder = RecordingTarget(tgt, (tr, lv, knob))
             with _metrics(recorder, metrics_port) as served:
@@ -294,13 +328,16 @@ def sweep_cmd(
                         warmup=w,
                         duration=d,
                         seed=seed,
-                        hooks=SweepHooks(_told(progress, served), keep_levels(output)),
+                        hooks=SweepHooks(
+                            _guarded(_told(progress, served), guard), keep_levels(output, guard)
+                        ),
                     )
                 )
+            _check_folders(guard, curve)
         except (SweepInterrupted, ShrinkError) as stop:
             # A signal, a dead server, a full disk: the levels finished before it are kept,
             # with the exports asked for of them.
-            _keep_partial_sweep(stop, output, runlogs)
+            _keep_partial_sweep(stop, output, runlogs, guard)
             _keep_partial_exports(stop, output, tr, recorder.runs, formats)
             raise
         curve.meta["summary"] = _curve_summary(curve)
@@ -317,6 +354,18 @@ def sweep_cmd(
     why = _nothing_served(curve)
     if why is not None:
         exit_nothing_served(why)  # everything is written and printed first
+
+
+def _check_folders(guard: FolderGuard, curve: Any) -> None:
+    """The last check before the curve is written: a folder changed since the last
+    level stops the sweep with every level (kept as a stopped sweep's are)."""
+    from shrink.errors import FolderChangedError
+
+    try:
+        guard.check()
+    except FolderChangedError as exc:
+        exc.curve = curve
+        raise
 
 
 def _claim_runlogs(held: contextlib.ExitStack, runlogs: Path | None) -> None:

@@ -15,10 +15,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from shrink.atomic import make_dirs
-from shrink.errors import WriteError
+from shrink.errors import FolderChangedError, WriteError
 from shrink.loadcurve import LoadCurve
 
-__all__ = ["KEPT_AS_MEASURED", "RUN_STARTED", "KeepLevels", "partial_twin"]
+__all__ = ["KEPT_AS_MEASURED", "RUN_STARTED", "FolderGuard", "KeepLevels", "partial_twin"]
 
 # In a kept curve's meta: the run was going on when it was written, so it may lack
 # levels the run went on to measure; and when that run started (UTC), which tells it
@@ -32,6 +32,44 @@ def partial_twin(path: Path) -> Path:
     return path.with_name(path.name.removesuffix(".json") + ".partial.json")
 
 
+def _identity(folder: Path) -> tuple[int, int] | None:
+    """The folder's (st_dev, st_ino); None if it is not there, or not a folder."""
+    import os
+    import stat
+
+    try:
+        st = os.stat(folder)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+
+
+class FolderGuard:
+    """The folders a run writes to, as they were when it started: each one's device and
+    inode. A folder unmounted lazily (``umount -l``) mid-run stays open to nobody, and
+    writes by its path go on into the folder underneath: the files written before vanish
+    with the mount, and the run used to end with exit 0, saying nothing. :meth:`check`,
+    called before each file is written, stops the run instead
+    (:class:`shrink.errors.FolderChangedError`), naming the folder.
+    """
+
+    def __init__(self, folders: dict[str, Path | None]) -> None:
+        # What each folder is (``output folder``, ``--runlogs folder``) -> its path.
+        self._seen = {
+            what: (path, _identity(path)) for what, path in folders.items() if path is not None
+        }
+
+    def check(self) -> None:
+        for what, (path, ident) in self._seen.items():
+            if ident is not None and _identity(path) != ident:
+                raise FolderChangedError(path, what)
+
+    def changed(self, what: str) -> bool:
+        """Whether the folder named ``what`` is no longer the one noted at the start."""
+        path, ident = self._seen.get(what, (None, None))
+        return path is not None and ident is not None and _identity(path) != ident
+
+
 class KeepLevels:
     """Called with the curve so far after each finished level: writes it to ``path``.
 
@@ -40,13 +78,21 @@ class KeepLevels:
     error, so that the user knows the levels are not on disk as they end.
     """
 
-    def __init__(self, path: Path, on_fail: Callable[[WriteError], None] | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        on_fail: Callable[[WriteError], None] | None = None,
+        guard: FolderGuard | None = None,
+    ) -> None:
         self.path = path
         self.on_fail = on_fail
+        self.guard = guard
         self.failed: WriteError | None = None
         self.started = datetime.now(UTC).isoformat(timespec="seconds")
 
     def __call__(self, curve: LoadCurve) -> None:
+        if self.guard is not None:
+            self.guard.check()  # a folder unmounted under the run stops it, not only this
         if self.failed is not None or not curve.levels:
             return
         curve.meta[KEPT_AS_MEASURED] = True
