@@ -288,3 +288,28 @@ def test_validate_stopped_part_way_keeps_the_full_run_finished_levels(tmp_path, 
     assert r.exit_code == 130, r.output
     assert f"interrupted: kept {va / 'full-curve.partial.json'}" in " ".join(r.stderr.split())
     assert LoadCurve.read_json(va / "full-curve.partial.json").levels
+
+
+def test_a_kept_file_that_could_not_be_rewritten_says_how_many_levels_it_holds(sweep, monkeypatch):
+    """curve.partial.json written after the first level, then no room: it was listed as
+    kept beside a summary of both levels, as if it held them; and "1 finished levels"."""
+    real, calls = LoadCurve.write_json, []
+
+    def full_after_one(self, path):
+        calls.append(path)
+        if len(calls) > 1:
+            raise WriteError(path, ENOSPC)
+        return real(self, path)
+
+    monkeypatch.setattr(LoadCurve, "write_json", full_after_one)
+    r = sweep(_Target(), "--levels", "1,2")
+    out = " ".join(r.output.split())
+    assert r.exit_code == 1, r.output
+    assert "curve.summary.json (a summary of the 2 finished levels)" in out
+    assert ("curve.partial.json (only the first 1 finished level: it could not be rewritten "
+            "after later ones)") in out  # fmt: skip
+
+
+def test_one_kept_level_is_said_in_the_singular(tmp_path, sweep):
+    r = sweep(_Target(fail_at=2))
+    assert f"kept {tmp_path / 'out' / 'curve.partial.json'} (1 finished level)" in r.output

@@ -77,7 +77,7 @@ def test_a_signal_after_the_first_level_keeps_it(tmp_path, server, sig, status, 
     _, err = sweep.communicate(timeout=60)
     assert sweep.returncode == status, err
     lines = [ln for ln in err.splitlines() if said in ln]
-    assert len(lines) == 1 and "curve.partial.json (1 finished levels)" in lines[0], err
+    assert len(lines) == 1 and "curve.partial.json (1 finished level)" in lines[0], err
     assert [lv.level for lv in LoadCurve.read_json(tmp_path / "curve.partial.json").levels] == [1]
     assert not list(tmp_path.rglob("*.tmp")) and not list(tmp_path.rglob("*.reserve"))
 

@@ -428,16 +428,17 @@ def sweep_cmd(
         lv = _levels(levels, knob)
         target = RecordingTarget(_sim_target(machine, mapping, share, param))
         tr = Trace.read_parquet(trace, max_body=max_body)
+        keeper = keep_levels(output)
         try:
             curve = sweep(target, tr, lv, knob=knob, reps=reps, warmup=w, duration=d, seed=seed,
-                          hooks=SweepHooks(keep=keep_levels(output)))  # fmt: skip
+                          hooks=SweepHooks(keep=keeper))  # fmt: skip
         except (SweepInterrupted, ShrinkError) as stop:
             # A signal or an error part-way: the levels finished before it are kept,
             # in CURVE.partial.json, as shrink sweep keeps them.
-            _keep_partial_sweep(stop, output, None)
+            _keep_partial_sweep(stop, output, None, keeper=keeper)
             _keep_partial_exports(stop, output, tr, target.runs, formats)
             raise
-        _write_curve(curve, output)
+        _write_curve(curve, output, keeper)
         exports = (
             write_sweep_exports(output, level_samples(curve, tr, target.runs), formats)
             if formats

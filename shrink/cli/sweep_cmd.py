@@ -108,14 +108,30 @@ def _curve_summary(curve: Any) -> list[dict[str, Any]]:
     ]
 
 
-def _write_curve(curve: Any, output: Path) -> None:
+def _write_curve(curve: Any, output: Path, keeper: KeepLevels | None = None) -> None:
     """Write a finished sweep's ``curve`` to ``output``; on a full disk its per-level
-    summary is kept instead, and the error names it."""
+    summary is kept instead, and the error names it (and what ``keeper`` kept)."""
     try:
         curve.write_json(output)
     except WriteError as exc:
         exc.kept = _keep_smaller(curve, output, exc)
+        _say_earlier(exc, keeper)
         raise
+
+
+def _say_earlier(stop: Any, keeper: KeepLevels | None) -> None:
+    """Name the ``.partial.json`` that ``keeper`` wrote as levels ended, with how many
+    it holds, when it could not be rewritten after later ones: it was listed as kept
+    beside a summary of more levels, as if it held them all."""
+    if keeper is None or keeper.failed is None or not keeper.levels_written:
+        return
+    if not keeper.path.exists() or any(str(k).startswith(f"{keeper.path} ") for k in stop.kept):
+        return  # gone, or rewritten whole (and named so) as the sweep stopped
+    held = plural(keeper.levels_written, "finished level")
+    stop.kept = [
+        *stop.kept,
+        f"{keeper.path} (only the first {held}: it could not be rewritten after later ones)",
+    ]
 
 
 def keep_levels(output: Path, guard: FolderGuard | None = None) -> KeepLevels:
@@ -149,7 +165,11 @@ def _summary_twins(output: Path) -> tuple[Path, Path]:
 
 
 def _keep_partial_sweep(
-    stop: Any, output: Path, runlogs: Path | None, guard: FolderGuard | None = None
+    stop: Any,
+    output: Path,
+    runlogs: Path | None,
+    guard: FolderGuard | None = None,
+    keeper: KeepLevels | None = None,
 ) -> None:
     """Write a stopped sweep's finished levels to OUTPUT's ``.partial.json`` twin.
 
@@ -166,6 +186,7 @@ def _keep_partial_sweep(
         since = " written after it changed" if guard and guard.changed(RUNLOGS_FOLDER) else ""
         kept.append(f"the run logs{since} in {runlogs}")
     stop.kept = [*stop.kept, *kept]
+    _say_earlier(stop, keeper)
 
 
 def _keep_partial_exports(
@@ -199,7 +220,7 @@ def _keep_curve(curve: Any, path: Path) -> list[str]:
         curve.write_json(path)
     except WriteError as exc:
         return _keep_smaller(curve, path, exc)
-    return [f"{path} ({len(curve.levels)} finished levels)"]
+    return [f"{path} ({plural(len(curve.levels), 'finished level')})"]
 
 
 def _keep_smaller(curve: Any, path: Path, exc: WriteError) -> list[str]:
@@ -214,8 +235,8 @@ def _keep_smaller(curve: Any, path: Path, exc: WriteError) -> list[str]:
         write_text(small, dumps(summary, indent=1, sort_keys=True) + "\n")
     except WriteError:
         typer.echo(dumps(summary, sort_keys=True))
-        return [f"a summary of the {n} finished levels, printed above"]
-    return [f"{small} (a summary of the {n} finished levels)"]
+        return [f"a summary of the {plural(n, 'finished level')}, printed above"]
+    return [f"{small} (a summary of the {plural(n, 'finished level')})"]
 
 
 OUTPUT_FOLDER, RUNLOGS_FOLDER = "output folder", "--runlogs folder"
@@ -315,6 +336,7 @@ def sweep_cmd(
         tgt = live.target(target, runlog_dir=runlogs)
         _warn_docroot(tgt, tr, trace)
         guard = _guard(output, runlogs)
+        keeper = keep_levels(output, guard)
         try:
             recorder = RecordingTarget(tgt, (tr, lv, knob))
             with _metrics(recorder, metrics_port) as served:
@@ -328,22 +350,20 @@ def sweep_cmd(
                         warmup=w,
                         duration=d,
                         seed=seed,
-                        hooks=SweepHooks(
-                            _guarded(_told(progress, served), guard), keep_levels(output, guard)
-                        ),
+                        hooks=SweepHooks(_guarded(_told(progress, served), guard), keeper),
                     )
                 )
             _check_folders(guard, curve)
         except (SweepInterrupted, ShrinkError) as stop:
             # A signal, a dead server, a full disk: the levels finished before it are kept,
             # with the exports asked for of them.
-            _keep_partial_sweep(stop, output, runlogs, guard)
+            _keep_partial_sweep(stop, output, runlogs, guard, keeper)
             _keep_partial_exports(stop, output, tr, recorder.runs, formats)
             raise
         curve.meta["summary"] = _curve_summary(curve)
         curve.sweep = curve.sweep.with_(generator=_generator_meta(live, tgt))
         # The finished levels first, before any export (a full disk keeps them).
-        _write_curve(curve, output)
+        _write_curve(curve, output, keeper)
         exports = (
             write_sweep_exports(output, level_samples(curve, tr, recorder.runs), formats)
             if formats

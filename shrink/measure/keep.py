@@ -88,6 +88,7 @@ class KeepLevels:
         self.on_fail = on_fail
         self.guard = guard
         self.failed: WriteError | None = None
+        self.levels_written = 0  # how many levels the file on disk holds
         self.started = datetime.now(UTC).isoformat(timespec="seconds")
 
     def __call__(self, curve: LoadCurve) -> None:
@@ -100,6 +101,7 @@ class KeepLevels:
         try:
             make_dirs(self.path.parent)
             curve.write_json(self.path)
+            self.levels_written = len(curve.levels)
         except WriteError as exc:
             self.failed = exc
             if self.on_fail is not None:
