@@ -102,11 +102,15 @@ def server_problem(state: dict[str, Any], replicas: list[ReplicaState] | None = 
         return None
     if state.get("stopped"):
         return f"the testbed was brought down ({state['stopped']}); bring it up again"
-    dead = []
+    from shrink.testbed.oom import dead_problem
+
+    said = []
     for r in replicas if replicas is not None else _replicas(state):
-        dead += [f"{r.role(p)} PID {p}" for p in r.pids if not is_alive(p, r.starttimes.get(p))]
-        dead += [f"{SPINNER} PID {p}" for p, t in r.spinners.items() if not is_alive(p, t)]
-    return "crashed or killed: " + ", ".join(dead) if dead else None
+        dead = [p for p in r.pids if not is_alive(p, r.starttimes.get(p))]
+        spin = [f"{SPINNER} PID {p}" for p, t in r.spinners.items() if not is_alive(p, t)]
+        if dead or spin:
+            said.append(dead_problem(r, dead, spin))
+    return "; ".join(said) if said else None
 
 
 def _replicas(state: dict[str, Any]) -> list[ReplicaState]:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from shrink import processes as process
+from shrink.testbed.oom import dead_problem
 from shrink.testbed.state import SPINNER, TestbedState
 from shrink.testbed.teardown import enforcer_of, recipe_of
 from shrink.testbed.watch import replica_problems
@@ -54,19 +55,21 @@ def status(state_path: str | Path, *, check_health: bool = True) -> list[Replica
     for r in st.replicas:
         alive = [p for p in r.pids if process.is_alive(p, r.starttimes.get(p))]
         dead = [p for p in r.pids if p not in alive]
-        gone = [f"{r.role(p)} PID {p}" for p in dead]
+        servers_dead = list(dead)
+        spun: list[str] = []
         for pid, start in r.spinners.items():  # the share's enforcer, when it co-runs
             if not process.is_alive(pid, start):
                 dead.append(pid)
-                gone.append(f"{SPINNER} PID {pid}")
+                spun.append(f"{SPINNER} PID {pid}")
+        gone = servers_dead or spun
         problem = None
         if st.stopped is not None:
             # Gone because `down` stopped them: not a crash. One still running is named.
             problem = f"stopped by `shrink testbed down` at {st.stopped}"
             if alive:
                 problem += "; still running: " + ", ".join(f"{r.role(p)} PID {p}" for p in alive)
-        elif gone:
-            problem = "crashed or killed: " + ", ".join(gone)
+        elif gone:  # the OOM killer's named as such (its cure is memory, not a fix)
+            problem = dead_problem(r, servers_dead, spun)
         elif st.stopped is None and (changed := replica_problems(r)):
             problem = "; ".join(changed)  # stopped, frozen, or its share changed
         answering = False
