@@ -14,6 +14,7 @@ from shrink.errors import ParameterError
 
 __all__ = [
     "MAX_SECONDS",
+    "MIN_TIMEOUT_S",
     "MIN_WINDOW_S",
     "check_alpha",
     "check_fraction",
@@ -41,6 +42,14 @@ def _interval(low: float | None, high: float | None, closed: str) -> str:
 # start time (2 s + 1e-320 s) was empty, and its throughput divided by zero; no web
 # measurement is shorter than a millisecond.
 MIN_WINDOW_S = 1e-3
+# The shortest per-request timeout (seconds): the engine looks for requests past their
+# timeout once per millisecond at best (its epoll wait is in whole ms), and no request,
+# even over loopback, is answered reliably sooner; 1e-300 s was taken, and every request
+# was given up on, the run measuring nothing. Why, as its error says it:
+MIN_TIMEOUT_S = 1e-3
+MIN_TIMEOUT_WHY = (
+    "the engine checks timeouts each millisecond, and a shorter one gives up on every request"
+)
 # The longest span a time or a duration may have (seconds): a century, past any
 # recording or run, but far below the values (1e300) whose arithmetic loses every
 # digit of a request's time. Traces, schedules and every duration option share it.
@@ -121,11 +130,13 @@ def parse_duration(
     units: tuple[str, ...] | None = None,
     zero_ok: bool = False,
     least: float = 0.0,
+    why: str = "a measurement window",
 ) -> float:
     """Parse ``"5ms"``, ``"0.5 s"``, ``"2m"`` into seconds (> 0): every command's durations.
 
     ``zero_ok``: ``0s`` is allowed too (a warm-up may be left out). ``least``: the
-    shortest a nonzero duration may be (a measurement window: :data:`MIN_WINDOW_S`).
+    shortest a nonzero duration may be (a measurement window: :data:`MIN_WINDOW_S`),
+    and ``why``, said in its error.
 
     A bare number is seconds, unless ``units`` is given: then the text must name
     one of them (thresholds: ``--threshold 5`` is refused, since 5 could mean 5 ms
@@ -136,7 +147,7 @@ def parse_duration(
         if units is not None:
             raise ParameterError(_unit_message(name, text, units))
         seconds = check_scalar(float(text), name, low=0.0, closed="left" if zero_ok else "neither")
-        return _within(seconds, name, text, least)
+        return _within(seconds, name, text, (least, why))
     m = _DURATION.match(str(text))
     unit = None if m is None or m.group(2) is None else m.group(2).replace("µ", "u")
     if not m or (unit is not None and unit not in allowed):
@@ -149,7 +160,7 @@ def parse_duration(
         raise ParameterError(_unit_message(name, text, units))
     seconds = float(m.group(1)) * _UNIT_SECONDS[unit or "s"]
     seconds = check_scalar(seconds, name, low=0.0, closed="left" if zero_ok else "neither")
-    return _within(seconds, name, text, least)
+    return _within(seconds, name, text, (least, why))
 
 
 # A number as an option or a parameter writes it: ASCII digits only, no '_' (float()
@@ -167,11 +178,11 @@ def parse_number(text: str, name: str = "value") -> float:
     return float(text)
 
 
-def _within(seconds: float, name: str, text: object, least: float) -> float:
+def _within(seconds: float, name: str, text: object, floor: tuple[float, str]) -> float:
+    least, why = floor
     if 0 < seconds < least:
         raise ParameterError(
-            f"{name} == {str(text).strip()!r}, must be at least {least * 1e3:g} ms "
-            "(a measurement window)."
+            f"{name} == {str(text).strip()!r}, must be at least {least * 1e3:g} ms ({why})."
         )
     if seconds > MAX_SECONDS:
         raise ParameterError(

@@ -404,3 +404,32 @@ def test_testbed_up_refuses_a_docroot_naming_the_option(tmp_path, what):
     r = RUN(app, ["testbed", "up", "--docroot", str(docroot), "--state", str(state)])
     assert r.exit_code == 2 and "--docroot:" in r.output, r.output
     assert not state.exists()
+
+
+@pytest.mark.compute
+@pytest.mark.parametrize("value", ["1e-300s", "500us", "0.1ms"])
+@pytest.mark.parametrize("command", ["replay", "sweep"])
+def test_a_timeout_shorter_than_the_engine_can_keep_is_refused(tmp_path, command, value):
+    """--timeout has a floor, as --duration has: 1e-300 s was taken, and every request
+    was given up on."""
+    from shrink.trace import Trace
+
+    trace = tmp_path / "t.parquet"
+    Trace.from_columns({"session": [1], "t": [0.0], "path": ["/a"]}).write_parquet(trace)
+    out = tmp_path / ("r.parquet" if command == "replay" else "c.json")
+    extra = ["--levels", "1"] if command == "sweep" else []
+    r = RUN(app, [command, str(trace), "--target", "127.0.0.1:1", "-o", str(out), *extra,
+                  "--timeout", value])  # fmt: skip
+    said = " ".join(r.output.split())
+    assert r.exit_code == 2 and "--timeout:" in said and "must be at least 1 ms" in said, said
+    assert "gives up on every request" in said and not out.exists()
+
+
+@pytest.mark.compute
+def test_the_engine_refuses_a_timeout_below_its_floor():
+    from shrink.errors import ParameterError
+    from shrink.replay._config import EngineConfig
+
+    with pytest.raises(ParameterError, match="timeout == 1e-300, must be at least 1 ms"):
+        EngineConfig(targets=[("127.0.0.1", 1)], timeout=1e-300)
+    assert EngineConfig(targets=[("127.0.0.1", 1)], timeout=0.001).timeout == 0.001

@@ -413,6 +413,7 @@ def parse_duration_option(
     zero_ok: bool = False,
     units: tuple[str, ...] | None = None,
     least: float = 0.0,
+    why: str = "a measurement window",
 ) -> float:
     """An option's duration in seconds: ``2s``, ``500ms``, ``1m`` (one spelling everywhere;
     ``units`` narrows it, as a latency's us, ms or s).
@@ -422,7 +423,7 @@ def parse_duration_option(
     from shrink.checks import parse_duration
 
     try:
-        return parse_duration(text, name, zero_ok=zero_ok, units=units, least=least)
+        return parse_duration(text, name, zero_ok=zero_ok, units=units, least=least, why=why)
     except OptionError:
         raise
     except ParameterError as exc:

@@ -87,6 +87,15 @@ _Remote = Annotated[
 _LagLimit = Annotated[
     str, typer.Option("--lag-limit", help="Send-lag p99 above which the generator is behind.")
 ]
+
+
+def _timeout(text: str) -> float:
+    """``--timeout`` in seconds: at least :data:`shrink.checks.MIN_TIMEOUT_S` (why there)."""
+    from shrink.checks import MIN_TIMEOUT_S, MIN_TIMEOUT_WHY
+
+    return parse_duration_option(text, "timeout", least=MIN_TIMEOUT_S, why=MIN_TIMEOUT_WHY)
+
+
 _Timeout = Annotated[str, typer.Option("--timeout", help="Per-request timeout.")]
 REALTIME_HELP = (
     "Run the engine's send thread SCHED_FIFO at this priority (root). Default: 10 as root "
@@ -238,7 +247,7 @@ class EngineOptions:
             config={
                 "routing": self.routing,
                 "conns_per_session": self.conns,
-                "timeout": parse_duration_option(self.timeout, "timeout"),
+                "timeout": _timeout(self.timeout),
                 "conn_per_request": self.conn_per_request,
             },
             schedule=ScheduleOptions(self.mode, loop, warm_start),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from shrink.checks import MAX_SECONDS, MIN_TIMEOUT_S, MIN_TIMEOUT_WHY
 from shrink.errors import ParameterError, ReplayError
 
 
@@ -36,6 +37,11 @@ class EngineConfig:
             raise ReplayError("no target address to send requests to")
         if self.routing not in ("hash", "round-robin"):
             raise ParameterError(f"routing == {self.routing!r}, must be one of hash, round-robin.")
+        if not MIN_TIMEOUT_S <= self.timeout <= MAX_SECONDS:  # a NaN too
+            raise ParameterError(
+                f"timeout == {self.timeout!r}, must be at least {MIN_TIMEOUT_S * 1e3:g} ms "
+                f"({MIN_TIMEOUT_WHY})."
+            )
         if self.conns_per_session < 1:
             raise ParameterError(
                 f"conns_per_session == {self.conns_per_session}, must be in [1, inf)."
