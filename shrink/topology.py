@@ -118,6 +118,15 @@ def smt_siblings(cpu: int, sys_root: str | Path = "/sys") -> tuple[int, ...]:
         return ()
 
 
+def online_cpus(sys_root: str | Path = "/sys") -> tuple[int, ...] | None:
+    """This machine's online CPUs (``/sys/devices/system/cpu/online``); None if unread."""
+    listed = _read(Path(sys_root) / "devices" / "system" / "cpu" / "online")
+    try:
+        return tuple(parse_cpulist(listed)) if listed else None
+    except TopologyError:
+        return None
+
+
 def _cpus_from_sysfs(sys_root: Path) -> list[CpuInfo] | None:
     cpu_dir = sys_root / "devices" / "system" / "cpu"
     online = _read(cpu_dir / "online")

@@ -242,9 +242,11 @@ def predict(
         )
         with as_option("--skip"):
             skip_s = None if skip == "auto" else _skip_seconds(skip)
-        from shrink.cli.testbed_cmd import warn_docroot, warn_stale, warn_writable_docroot
+        from shrink.cli import testbed_cmd as tb
 
-        warn_stale()  # what a killed predict left: `shrink testbed down --stale`
+        tb.warn_stale()  # what a killed predict left: `shrink testbed down --stale`
+        if target == "testbed":
+            tb.warn_foreign_spec(machine)
         if docroot is not None:
             from shrink.testbed.lifecycle import check_docroot
             from shrink.trace import Trace
@@ -253,8 +255,8 @@ def predict(
                 check_docroot(docroot)
 
             # a missing page is measured as a failure
-            warn_docroot(trace, docroot, Trace.read_parquet(trace, max_body=max_body))
-            warn_writable_docroot(docroot)
+            tb.warn_docroot(trace, docroot, Trace.read_parquet(trace, max_body=max_body))
+            tb.warn_writable_docroot(docroot)
         config = PredictConfig(
             alpha=alpha, level=level, thresholds=th, mappings=names, share_kind=share_kind,
             seed=seed, calibration=calibration, plan=plan, paired_full_run=paired_full_run,

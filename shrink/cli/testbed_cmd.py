@@ -162,6 +162,7 @@ def up(
             warn_docroot(trace, docroot, tr)
         warn_writable_docroot(docroot)
         php = _php_limits(tr, php_max_execution, php_memory_limit)
+        warn_foreign_spec(machine)
         m = load_machine(machine)
         sh = Share.parse(share, m, period_us=period)
         plan = (
@@ -485,6 +486,28 @@ def warn_stale() -> None:
             + "): clean up with `shrink testbed down --stale`",
             err=True,
         )
+
+
+def warn_foreign_spec(machine: str) -> None:
+    """One line when ``--machine SPEC`` (for a testbed on this machine) names CPUs that are
+    not this machine's online CPUs: the testbed measures this machine's CPUs and the
+    prediction reported them as the spec's, without a word. A spec of these same CPUs
+    that models sockets this machine lacks is a model of it, and is not warned of."""
+    if machine == "this":
+        return
+    from shrink.topology import format_cpulist, load_machine, online_cpus
+
+    spec, online = load_machine(machine).all_cpus, online_cpus()
+    if online is None or set(spec) == set(online):
+        return
+    typer.echo(
+        f"warning: {printable(machine)} models CPUs {format_cpulist(tuple(sorted(spec)))}, "
+        f"but this machine's online CPUs are {format_cpulist(online)}: the testbed runs on "
+        "this machine's CPUs, and what it measures is reported as the spec's; give a spec "
+        "of this machine's CPUs (shrink machine write), or predict that machine with "
+        "--target sim:SPEC",
+        err=True,
+    )
 
 
 def register(app: typer.Typer) -> None:
