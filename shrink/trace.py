@@ -170,11 +170,12 @@ class Trace:
     traces that keep the provenance.
     """
 
-    __slots__ = ("_table", "meta")
+    __slots__ = ("_fingerprint", "_table", "meta")
 
     def __init__(self, table: pa.Table, meta: Mapping[str, Any] | None = None) -> None:
         self._table = _conform(table)
         self.meta: dict[str, Any] = dict(meta or {})
+        self._fingerprint: str | None = None
 
     # construction -------------------------------------------------------
     @classmethod
@@ -294,7 +295,11 @@ class Trace:
 
     # identity ---------------------------------------------------------------
     def fingerprint(self) -> str:
-        """A short content hash of the rows (not the metadata): a parent's identity."""
+        """A short content hash of the rows (not the metadata): a parent's identity, and
+        the trace a curve ran (its ``meta.trace.fingerprint``). Hashed once: the rows do
+        not change, and a sweep records it after every level."""
+        if getattr(self, "_fingerprint", None) is not None:
+            return str(self._fingerprint)
         h = hashlib.sha256()
         for name in self._table.column_names:
             col = self._table.column(name).combine_chunks()
@@ -303,7 +308,8 @@ class Trace:
                     h.update(memoryview(buf))  # no copy: hashing 1M rows stays cheap
             h.update(name.encode())
         h.update(str(len(self)).encode())
-        return h.hexdigest()[:16]
+        self._fingerprint = h.hexdigest()[:16]
+        return self._fingerprint
 
     # I/O ---------------------------------------------------------------------
     def write_parquet(self, path: str | Path) -> Path:
