@@ -295,20 +295,17 @@ class Trace:
 
     # identity ---------------------------------------------------------------
     def fingerprint(self) -> str:
-        """A short content hash of the rows (not the metadata): a parent's identity, and
-        the trace a curve ran (its ``meta.trace.fingerprint``). Hashed once: the rows do
-        not change, and a sweep records it after every level."""
-        if getattr(self, "_fingerprint", None) is not None:
-            return str(self._fingerprint)
-        h = hashlib.sha256()
-        for name in self._table.column_names:
-            col = self._table.column(name).combine_chunks()
-            for buf in col.buffers():
-                if buf is not None:
-                    h.update(memoryview(buf))  # no copy: hashing 1M rows stays cheap
-            h.update(name.encode())
-        h.update(str(len(self)).encode())
-        self._fingerprint = h.hexdigest()[:16]
+        """A short content hash of the rows (not the metadata): a parent's identity, a curve's."""
+        if self._fingerprint is None:  # hashed once: a sweep records it after every level
+            h = hashlib.sha256()
+            for name in self._table.column_names:
+                col = self._table.column(name).combine_chunks()
+                for buf in col.buffers():
+                    if buf is not None:
+                        h.update(memoryview(buf))  # no copy: hashing 1M rows stays cheap
+                h.update(name.encode())
+            h.update(str(len(self)).encode())
+            self._fingerprint = h.hexdigest()[:16]
         return self._fingerprint
 
     # I/O ---------------------------------------------------------------------

@@ -245,8 +245,6 @@ def predict(
         from shrink.cli import testbed_cmd as tb
 
         tb.warn_stale()  # what a killed predict left: `shrink testbed down --stale`
-        if target == "testbed":
-            tb.warn_foreign_spec(machine)
         if docroot is not None:
             from shrink.testbed.lifecycle import check_docroot
             from shrink.trace import Trace
@@ -385,7 +383,12 @@ def _check_sim_options(
     target: str, *, machine: str, docroot: Path | None, server_cpus: str | None
 ) -> None:
     """The simulator runs the whole machine of its own spec: a testbed option given with
-    it was ignored without a word (the prediction was the spec's, not --machine's)."""
+    it was ignored without a word (the prediction was the spec's, not --machine's).
+    The testbed measures this machine's CPUs: a --machine of others is warned of."""
+    if target == "testbed":
+        from shrink.cli.testbed_cmd import warn_foreign_spec
+
+        warn_foreign_spec(machine)
     if not target.startswith("sim:"):
         return
     spec = target[4:]

@@ -27,7 +27,6 @@ import numpy as np
 from shrink import files, interrupts
 from shrink._version import __version__
 from shrink.errors import ParameterError, ReplayError, ShrinkError, TestbedError
-from shrink.processes import is_alive
 from shrink.procfs import cpu_seconds, cpu_times, proc_info, steal_times, utilization
 from shrink.replay.answers import UNREACHED_SHARE, expects_4xx, refused, unreached
 from shrink.replay.clients import ClientSampler
@@ -41,7 +40,8 @@ from shrink.replay.window_cpu import window_cpu
 from shrink.runlog import RunLog
 from shrink.schedule import ScheduleOptions
 from shrink.target import GeneratorCheck, GeneratorPlacement, RunResult
-from shrink.testbed.state import SPINNER, ReplicaState, TestbedState
+from shrink.testbed.oom import replicas_gone
+from shrink.testbed.state import ReplicaState, TestbedState
 from shrink.testbed.watch import Watch, state_problems
 from shrink.topology import foreign_cpus
 from shrink.trace import Trace
@@ -102,15 +102,7 @@ def server_problem(state: dict[str, Any], replicas: list[ReplicaState] | None = 
         return None
     if state.get("stopped"):
         return f"the testbed was brought down ({state['stopped']}); bring it up again"
-    from shrink.testbed.oom import dead_problem
-
-    said = []
-    for r in replicas if replicas is not None else _replicas(state):
-        dead = [p for p in r.pids if not is_alive(p, r.starttimes.get(p))]
-        spin = [f"{SPINNER} PID {p}" for p, t in r.spinners.items() if not is_alive(p, t)]
-        if dead or spin:
-            said.append(dead_problem(r, dead, spin))
-    return "; ".join(said) if said else None
+    return replicas_gone(replicas if replicas is not None else _replicas(state))
 
 
 def _replicas(state: dict[str, Any]) -> list[ReplicaState]:

@@ -19,7 +19,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["cgroup_oom_kills", "dead_problem", "kernel_oom_kills", "oom_evidence"]
+__all__ = [
+    "cgroup_oom_kills",
+    "dead_problem",
+    "kernel_oom_kills",
+    "oom_evidence",
+    "replicas_gone",
+]
 
 KMSG = "/dev/kmsg"
 # The most of the kernel log read (records); its ring buffer holds far fewer.
@@ -129,3 +135,18 @@ def dead_problem(replica: Any, dead: list[int], others: Iterable[str] = ()) -> s
     if rest:
         parts.append("crashed or killed: " + ", ".join(rest))
     return "; ".join(parts)
+
+
+def replicas_gone(replicas: Iterable[Any]) -> str | None:
+    """What is wrong with replicas a recorded process of which is gone (their server's,
+    or their co-runner's spinners), each said by :func:`dead_problem`; None if none is."""
+    from shrink.processes import is_alive
+    from shrink.testbed.state import SPINNER
+
+    said = []
+    for r in replicas:
+        dead = [p for p in r.pids if not is_alive(p, r.starttimes.get(p))]
+        spin = [f"{SPINNER} PID {p}" for p, t in r.spinners.items() if not is_alive(p, t)]
+        if dead or spin:
+            said.append(dead_problem(r, dead, spin))
+    return "; ".join(said) if said else None
