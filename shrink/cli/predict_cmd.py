@@ -245,16 +245,8 @@ def predict(
         from shrink.cli import testbed_cmd as tb
 
         tb.warn_stale()  # what a killed predict left: `shrink testbed down --stale`
-        if docroot is not None:
-            from shrink.testbed.lifecycle import check_docroot
-            from shrink.trace import Trace
-
-            with as_option("--docroot"):
-                check_docroot(docroot)
-
-            # a missing page is measured as a failure
-            tb.warn_docroot(trace, docroot, Trace.read_parquet(trace, max_body=max_body))
-            tb.warn_writable_docroot(docroot)
+        if docroot is not None:  # (a missing page is measured as a failure)
+            tb.docroot_checked(docroot, trace, max_body)
         config = PredictConfig(
             alpha=alpha, level=level, thresholds=th, mappings=names, share_kind=share_kind,
             seed=seed, calibration=calibration, plan=plan, paired_full_run=paired_full_run,

@@ -151,16 +151,7 @@ def up(
             # Anything but yes or auto read as no: a typo ran the share without its cgroups.
             raise OptionError("--cgroups", f"{cgroups!r}; accepted: {', '.join(CGROUPS)}")
         _refuse_a_privileged_port(port)
-        with as_option("--docroot"):  # (not a folder, or /: refused before anything runs)
-            lifecycle.check_docroot(docroot)
-        tr = None
-        if trace is not None:
-            from shrink.trace import Trace
-
-            # Read once: its docroot's coverage and its largest body both come from it.
-            tr = Trace.read_parquet(trace, max_body=max_body)
-            warn_docroot(trace, docroot, tr)
-        warn_writable_docroot(docroot)
+        tr = docroot_checked(docroot, trace, max_body)
         php = _php_limits(tr, php_max_execution, php_memory_limit)
         warn_foreign_spec(machine)
         m = load_machine(machine)
@@ -419,6 +410,25 @@ def _php_limits(trace: Trace | None, max_execution: str, memory_limit: str) -> P
     if trace is None:
         return PhpLimits(seconds, memory_limit)
     return PhpLimits(seconds, memory_limit).for_trace(trace)
+
+
+def docroot_checked(docroot: Path, trace: Path | None, max_body: int) -> Trace | None:
+    """Refuse a document root no testbed may serve (not a folder, or /: exit 2 naming
+    --docroot, before anything runs), and warn when it lacks ``trace``'s paths or others
+    may write there; returns the trace as read (None without one)."""
+    from shrink.testbed.lifecycle import check_docroot
+
+    with as_option("--docroot"):
+        check_docroot(docroot)
+    tr = None
+    if trace is not None:
+        from shrink.trace import Trace
+
+        # Read once: its docroot's coverage and its largest body both come from it.
+        tr = Trace.read_parquet(trace, max_body=max_body)
+        warn_docroot(trace, docroot, tr)
+    warn_writable_docroot(docroot)
+    return tr
 
 
 def warn_docroot(trace: Path, docroot: Path | str, read: Trace | None = None) -> None:
