@@ -150,9 +150,9 @@ def test_beside_the_server_it_is_not_asked_for() -> None:
     assert [o.get("awake", False) for o in engine.options] == [False]
 
 
-def _spinners() -> dict[int, tuple[int, set[int], bool, str]]:
+def _spinners() -> dict[int, tuple[int, set[int], bool, str, int]]:
     """This process's spinners (its children at idle priority): by PID, their policy,
-    CPUs, whether each leads a session of its own, and its autogroup."""
+    CPUs, whether each leads a session of its own, its autogroup, and the files it holds."""
     out = {}
     me = os.getpid()
     for proc in Path("/proc").iterdir():
@@ -166,8 +166,9 @@ def _spinners() -> dict[int, tuple[int, set[int], bool, str]]:
             group = (
                 (proc / "autogroup").read_text().strip() if (proc / "autogroup").exists() else ""
             )
+            held = len(os.listdir(proc / "fd"))  # (it must hold none of ours)
             out[pid] = (os.sched_getscheduler(pid), os.sched_getaffinity(pid),
-                        os.getsid(pid) == pid, group)  # fmt: skip
+                        os.getsid(pid) == pid, group, held)  # fmt: skip
         except (OSError, ValueError, IndexError):
             continue  # (a process that ended meanwhile)
     return out
@@ -176,7 +177,7 @@ def _spinners() -> dict[int, tuple[int, set[int], bool, str]]:
 def _run_native(awake: bool, fake: tuple[str, int]) -> tuple[Any, RunLogWriter, dict, float]:
     """A short run of the core; its stats, writer, the spinners seen in it, and the
     CPU seconds of this process's children reaped over it."""
-    seen: dict[int, tuple[int, set[int], bool, str]] = {}
+    seen: dict[int, tuple[int, set[int], bool, str, int]] = {}
     sched = build_schedule(open_loop_trace("/x", 400.0, 0.6), 1.0, 0.6, loop=False)
     w = RunLogWriter(None)
     look = threading.Timer(0.3, lambda: seen.update(_spinners()))
@@ -215,12 +216,15 @@ def test_the_core_spins_at_idle_priority_on_each_cpu_and_stops(fake) -> None:
     finally:
         os.sched_setaffinity(0, old)
     # one spinner per CPU the run may use, each on its own CPU, never above idle priority
-    assert sorted(c for _, one, _, _ in seen.values() for c in one) == sorted(cpus)
-    assert all(policy == os.SCHED_IDLE for policy, _, _, _ in seen.values())
+    assert sorted(c for _, one, _, _, _ in seen.values() for c in one) == sorted(cpus)
+    assert all(policy == os.SCHED_IDLE for policy, _, _, _, _ in seen.values())
     # each in a session of its own, whose autogroup runs at nice 19: with the kernel's
     # autogroups, SCHED_IDLE in this process's session took half the CPU from another's
-    assert all(leader for _, _, leader, _ in seen.values())
-    assert all(g == "" or g.endswith("nice 19") for _, _, _, g in seen.values()), seen
+    assert all(leader for _, _, leader, _, _ in seen.values())
+    assert all(g == "" or g.endswith("nice 19") for _, _, _, g, _ in seen.values()), seen
+    # none of this process's files: its sockets read as another client of the server
+    # (a sweep stopped so), its locks and pipes would be held past their close
+    assert all(held == 0 for *_, held in seen.values()), seen
     assert not _spinners()  # all ended with the run
     loop = stats.extra["loop"]
     assert loop["awake_spinners"] == len(cpus)
