@@ -67,3 +67,21 @@ def test_without_socket_diagnostics_the_proc_text_is_read(monkeypatch):
 
     monkeypatch.setattr(clients, "established", refuse)
     assert {(a, i) for a, i, n in clients._connections("/proc/net") if n == -1} == _from_proc()
+
+
+@pytest.mark.compute
+def test_a_connection_closed_while_it_was_looked_at_is_no_other_client(monkeypatch):
+    """The run's own connection, listed and then closed before its files were read,
+    was held by no one at the look: 'a hidden process', and at two looks a stopped
+    sweep (a session trace closes connections all the time). One still open when
+    listed again is another's."""
+    server = ("127.0.0.1", 8080)
+    listings = iter([
+        [(server, 111, 10), (server, 222, 10)],  # both established when first listed
+        [(server, 222, 10)],  # 111 closed meanwhile: it was this run's
+    ])  # fmt: skip
+    monkeypatch.setattr(clients, "_connections", lambda proc_net: next(listings))
+    monkeypatch.setattr(clients, "own_pids", lambda root=None: {1})
+    monkeypatch.setattr(clients, "_inodes", lambda pid: set())
+    monkeypatch.setattr(clients, "_holders", lambda inodes: {})
+    assert clients.foreign_connections([server]) == {222: (0, 10)}

@@ -142,7 +142,11 @@ def foreign_connections(
     if not inodes:
         return {}
     holder = {ino: pid for pid, held in _holders(inodes).items() for ino in held}
-    return {ino: (holder.get(ino, 0), moved[ino]) for ino in inodes}
+    # A connection this run closed between the listing and the look at its own files
+    # (a session's, closed as it ends) was held by no one by then: "a hidden process",
+    # at two looks a stopped sweep. Only one still open when listed again is another's.
+    still = {ino for addr, ino, _ in _connections(proc_net) if addr in want}
+    return {ino: (holder.get(ino, 0), moved[ino]) for ino in inodes if ino in still}
 
 
 def foreign_clients(
