@@ -64,6 +64,25 @@ def test_the_kernel_log_names_the_pid_the_oom_killer_ended(monkeypatch):
 
 
 @pytest.mark.compute
+@pytest.mark.parametrize("priority", ["12", "11", "14", "8", "", "x"])
+def test_a_record_written_to_the_kernel_log_from_user_space_names_no_oom_kill(
+    monkeypatch, priority
+):
+    # The kernel gives a record written to /dev/kmsg from user space facility LOG_USER
+    # (priority 8 and up), whatever its <N> prefix said; journald's ForwardToKMsg writes
+    # users' log lines there so. Such a line must not turn a crash into an OOM kill.
+    pid, start = _gone()
+    at = int((start / os.sysconf("SC_CLK_TCK") + 0.5) * 1e6)
+    log = [f"{priority},100,{at},-;Killed process {pid} (lighttpd) total-vm:1kB"]
+    monkeypatch.setattr(oom, "_records", lambda kmsg: iter(log))
+    monkeypatch.setattr(oom, "cgroup_oom_kills", lambda folders: 0)
+    assert server_problem(_state([pid], {pid: start})) == f"crashed or killed: lighttpd PID {pid}"
+    # the kernel's own record (facility 0, any level) still names it
+    log[0] = "0" + log[0][len(priority) :]
+    assert "OOM killer" in server_problem(_state([pid], {pid: start}))
+
+
+@pytest.mark.compute
 def test_a_dead_server_with_no_witness_is_still_crashed_or_killed(monkeypatch):
     monkeypatch.setattr(oom, "_records", lambda kmsg: iter(()))
     pid, start = _gone()

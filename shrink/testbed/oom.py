@@ -7,7 +7,10 @@ to its error log; the cure is memory. Two witnesses are read, as facts:
   (v1), the processes of that group the OOM killer ended (a group shrink made for this
   testbed, so any there are this server's);
 - the kernel log (``/dev/kmsg``, root's): ``Killed process PID (name)`` or
-  ``oom-kill:...,pid=PID,``, no earlier than the process started (a PID is reused).
+  ``oom-kill:...,pid=PID,``, no earlier than the process started (a PID is reused),
+  in a record of the kernel's own (facility 0): a line written to /dev/kmsg from user
+  space, or forwarded there by a logger (journald's ForwardToKMsg), is given another
+  facility by the kernel, so no user can make a crash read as an OOM kill.
 """
 
 from __future__ import annotations
@@ -78,6 +81,13 @@ def _records(kmsg: str | Path) -> Iterator[str]:
         os.close(fd)
 
 
+def _from_kernel(priority: str) -> bool:
+    """Whether a record's syslog priority (facility * 8 + level) is the kernel's: the
+    kernel gives a record written to /dev/kmsg from user space facility LOG_USER at
+    least, to tell injected records from its own."""
+    return priority.isdigit() and int(priority) >> 3 == 0
+
+
 def kernel_oom_kills(started: Mapping[int, float], kmsg: str | Path = KMSG) -> set[int]:
     """Which of the PIDs in ``started`` (PID: seconds since boot it started at) the
     kernel log says the OOM killer ended after they started."""
@@ -90,6 +100,8 @@ def kernel_oom_kills(started: Mapping[int, float], kmsg: str | Path = KMSG) -> s
         if m is None or (pid := int(m.group(1))) not in started:
             continue
         fields = head.split(",")  # priority, sequence, microseconds since boot, flags
+        if not _from_kernel(fields[0]):
+            continue
         at = int(fields[2]) / 1e6 if len(fields) > 2 and fields[2].isdigit() else None
         if at is None or at >= started[pid] - 1.0:
             found.add(pid)
