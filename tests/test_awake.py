@@ -14,11 +14,12 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from time import monotonic
 from typing import Any
 
 import pytest
 
-from shrink.errors import OptionError
+from shrink.errors import OptionError, ReplayError
 from shrink.replay import (
     EngineConfig,
     RunLogWriter,
@@ -294,3 +295,36 @@ def test_a_run_over_engine_processes_records_it(tmp_path: Path, awake: bool) -> 
     )  # fmt: skip
     assert (log.meta["awake"], log.meta["engine"]) == (awake, "fake")
     assert RunLog.read_parquet(out).meta["awake"] is awake
+
+
+@needs_core
+def test_the_spinners_are_forked_before_the_run_s_zero_is_chosen(fake) -> None:
+    # A fork copies this process's page tables and holds malloc's locks meanwhile: forked
+    # inside the run, with its loop thread started 50 ms before its zero, they made the
+    # first sends of a process holding 3 GB of small objects 70-90 ms late. Started
+    # before the zero is chosen (on_ready), that time is before the run's schedule.
+    seen: dict[int, tuple[int, set[int], bool, str, int]] = {}
+
+    def on_ready() -> float:
+        seen.update(_spinners())
+        return monotonic() + 0.05
+
+    sched = build_schedule(open_loop_trace("/x", 400.0, 0.2), 1.0, 0.2, loop=False)
+    stats = native.run_native(sched, EngineConfig(targets=[fake]), RunLogWriter(None),
+                              handle_signals=False, awake=True, on_ready=on_ready)  # fmt: skip
+    assert len(seen) == len(os.sched_getaffinity(0)) <= native.AWAKE_MAX_CPUS
+    assert stats.extra["loop"]["awake_spinners"] == len(seen)
+    assert not _spinners()  # ended with the run
+
+
+@needs_core
+def test_spinners_end_when_the_run_never_starts(fake) -> None:
+    # (a cluster slot whose driver never gave the start time raises in on_ready)
+    def on_ready() -> float:
+        raise ReplayError("the driver never gave the start time")
+
+    sched = build_schedule(open_loop_trace("/x", 400.0, 0.2), 1.0, 0.2, loop=False)
+    with pytest.raises(ReplayError):
+        native.run_native(sched, EngineConfig(targets=[fake]), RunLogWriter(None),
+                          handle_signals=False, awake=True, on_ready=on_ready)  # fmt: skip
+    assert not _spinners()

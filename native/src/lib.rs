@@ -217,6 +217,34 @@ fn run(
     Ok(out)
 }
 
+/// Spinners keeping the calling thread's CPUs awake (native/src/awake.rs) for a run
+/// the caller starts next; ``stop()`` ends them. Forked before the run's zero is
+/// chosen: a fork copies the page tables of this process (tens of ms for a heap of
+/// gigabytes in small objects) and holds malloc's locks meanwhile, which inside a run
+/// ate its 50 ms start lead and stalled its loop thread (first sends 70-90 ms late).
+#[pyclass(module = "shrink_core")]
+struct Spinners(Mutex<Option<awake::Awake>>);
+
+#[pymethods]
+impl Spinners {
+    /// End them: (the spinners that were spinning, their CPU seconds together).
+    fn stop(&self) -> (usize, f64) {
+        let spinners = self.0.lock().unwrap().take();
+        spinners.map(awake::Awake::stop).unwrap_or((0, 0.0))
+    }
+}
+
+/// Start a spinner on each CPU of the calling thread's affinity (see :class:`Spinners`).
+#[pyfunction]
+fn keep_awake() -> Spinners {
+    // (forked off SCHED_FIFO, the caller's priority given back after: a spinner never
+    // starts above normal)
+    let old_sched = lower_priority();
+    let spinners = awake::Awake::start();
+    restore_priority(old_sched);
+    Spinners(Mutex::new(Some(spinners)))
+}
+
 /// Hands ``on_rows`` a batch's columns; an error or a True (a signal) stops the run.
 fn deliver(
     py: Python<'_>,
@@ -533,6 +561,8 @@ fn parse_stream(
 #[pymodule]
 fn shrink_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run, m)?)?;
+    m.add_function(wrap_pyfunction!(keep_awake, m)?)?;
+    m.add_class::<Spinners>()?;
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
     m.add_function(wrap_pyfunction!(parse_stream, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -95,7 +95,9 @@ AWAKE_MAX_CPUS = 64
 def _can_keep_awake() -> bool:
     """Whether the built core takes ``awake`` (one built before it was added does not:
     its runs go on asleep, and the RunLog says so), on the CPUs this thread may use."""
-    takes = "awake" in (getattr(_core.run, "__text_signature__", None) or "")
+    takes = hasattr(_core, "keep_awake") or "awake" in (
+        getattr(_core.run, "__text_signature__", None) or ""
+    )
     return takes and len(os.sched_getaffinity(0)) <= AWAKE_MAX_CPUS
 
 
@@ -200,6 +202,38 @@ def run_native(
             "use --engine python"
         )
     args = _core_args(schedule, config, writer)
+    # Forked before the run's zero is chosen (see _keep_awake), and ended however it ends.
+    spinners = _keep_awake(args, options)
+    # asked of the core (the file's metadata is written before the run ends; how many
+    # spinners did run is the stats' loop count awake_spinners)
+    writer.meta["awake"] = spinners is not None or bool(args.get("awake"))
+    try:
+        stats = _drive(args, writer, options)
+    finally:
+        spun = spinners.stop() if spinners is not None else None
+    if spun is not None:
+        stats.extra["loop"].update(awake_spinners=int(spun[0]), awake_cpu_us=int(spun[1] * 1e6))
+    # (the spinners are processes of their own: their time is not in this one's)
+    return stats
+
+
+def _keep_awake(args: dict[str, Any], options: RunOptions) -> Any:
+    """The spinners keeping this thread's CPUs awake for the run, when asked and the core
+    can (None else). They are forked before the run's zero is chosen: a fork copies this
+    process's page tables and holds malloc's locks meanwhile (8-13 ms per spinner for a
+    GB of small Python objects); forked inside the run, with its loop thread started and
+    50 ms before its zero, they made the first sends 70-90 ms late on a heap of 3 GB.
+    A core built before ``keep_awake`` forks them inside the run, as it did."""
+    if not (options.get("awake") and _can_keep_awake()):
+        return None
+    if hasattr(_core, "keep_awake"):
+        return _core.keep_awake()
+    args["awake"] = True
+    return None
+
+
+def _drive(args: dict[str, Any], writer: RunLogWriter, options: RunOptions) -> EngineStats:
+    """Run the core on ``args`` from the run's zero, rows into ``writer``."""
     t0 = zero_time(writer, options)
     writer.meta["engine"] = "native"
     stop = [False]
@@ -212,11 +246,6 @@ def run_native(
 
         for sig in interrupts.handled():
             installed.append((sig, signal.signal(sig, on_signal)))
-    if options.get("awake") and _can_keep_awake():
-        args["awake"] = True
-    # asked of the core (the file's metadata is written before the run ends; how many
-    # spinners did run is the stats' loop count awake_spinners)
-    writer.meta["awake"] = bool(args.get("awake"))
     cpu0 = os.times()
     wall0 = monotonic()
     # As in the Python engine: no collector pass over a big heap inside the run.
@@ -248,7 +277,6 @@ def run_native(
             "loop": loop,
         },
     )
-    # (the spinners are processes of their own: their time is not in this one's)
     return stats
 
 
