@@ -8,22 +8,12 @@ tests (``cargo test`` in native/) hold the same cases.
 from __future__ import annotations
 
 import pytest
+from helpers.http_fuzz import Transport
 
 from shrink.replay._conn import _Conn, _Req
 from shrink.replay._http import HEAD_LIMIT, parse_head
 
 pytestmark = pytest.mark.compute
-
-
-class _Transport:
-    def write(self, data: bytes) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    def abort(self) -> None:
-        pass
 
 
 class _Engine:
@@ -51,7 +41,7 @@ def _answer(*reads: bytes) -> tuple[list[tuple[int, int, str]], _Conn]:
     """What one request records when the server sends ``reads``, one read each."""
     eng = _Engine()
     conn = _Conn(eng, _Owner(), 0)  # type: ignore[arg-type]
-    conn.connection_made(_Transport())  # type: ignore[arg-type]
+    conn.connection_made(Transport())  # type: ignore[arg-type]
     conn.submit(_Req(0, 0, 0, 0.0))
     for data in reads:
         conn.data_received(data)
@@ -162,7 +152,7 @@ def test_a_bad_answer_on_a_reused_connection_has_no_earlier_status():
     eng.head_only = [False, False]
     eng.key_of_row = [0, 0]
     conn = _Conn(eng, _Owner(), 0)  # type: ignore[arg-type]
-    conn.connection_made(_Transport())  # type: ignore[arg-type]
+    conn.connection_made(Transport())  # type: ignore[arg-type]
     conn.submit(_Req(0, 0, 0, 0.0))
     conn.data_received(b"HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\n\r\nno")
     conn.submit(_Req(1, 0, 0, 0.0))

@@ -218,8 +218,10 @@ def make_case(rnd: random.Random) -> Case:
 
 
 # ------------------------------------------------------------------------ engines
-class _Transport:
-    def __init__(self, conn: _Conn) -> None:
+class Transport:
+    """A transport that sends nowhere: a connection's replies are fed to it by hand."""
+
+    def __init__(self, conn: _Conn | None = None) -> None:
         self.conn = conn
 
     def write(self, data: bytes) -> None:
@@ -267,7 +269,7 @@ def python_stream(case: Case) -> Result:
     """What the Python engine records for ``case``."""
     eng = _Engine(list(case.head_only))
     conn = _Conn(eng, _Owner(eng), 0)  # type: ignore[arg-type]
-    conn.connection_made(_Transport(conn))  # type: ignore[arg-type]
+    conn.connection_made(Transport(conn))  # type: ignore[arg-type]
     conn.submit(_Req(0, 0, 0, 0.0))
     for data in case.reads:
         if not conn.alive:
