@@ -38,6 +38,7 @@ __all__ = [
     "NotFittedError",
     "OptionError",
     "OutputBusyError",
+    "OverlapError",
     "ParameterError",
     "RecipeError",
     "ReplayError",
@@ -192,6 +193,11 @@ class RecipeError(TestbedError):
 
 class ReplayError(ShrinkError):
     """The load generator could not run (bad target, no addresses, refused CPUs)."""
+
+
+class OverlapError(OptionError, ReplayError):
+    """Generator CPUs given among the share's without ``--allow-overlap``: a refused
+    ``--generator-cpus`` to the command line (exit 2), a replay error to the library."""
 
 
 class MeasurementError(ShrinkError):

@@ -17,7 +17,7 @@ from helpers.session_traces import session_trace
 from helpers.surface import exported, public_names
 from scipy import stats
 
-from shrink.errors import ReplayError
+from shrink.errors import OptionError, ReplayError
 from shrink.replay import (
     EngineConfig,
     LiveTarget,
@@ -433,8 +433,10 @@ def test_generator_refuses_the_shares_cpus(fake):
     allowed = sorted(os.sched_getaffinity(0))
     with pytest.raises(ReplayError, match="--allow-overlap"):
         LiveTarget([fake], share_cpus=allowed)
-    with pytest.raises(ReplayError, match="overlap"):
+    with pytest.raises(ReplayError, match="overlap") as info:
         LiveTarget([fake], share_cpus=[allowed[0]], generator=GeneratorPlacement((allowed[0],)))
+    # a value given and refused before anything runs: the CLI exits 2 naming it (was 1)
+    assert isinstance(info.value, OptionError) and info.value.option == "--generator-cpus"
     t = LiveTarget([fake], share_cpus=allowed, generator=GeneratorPlacement(allow_overlap=True))
     assert t.generator_cpus == allowed
     if len(allowed) > 1:

@@ -26,7 +26,7 @@ import numpy as np
 
 from shrink import files, interrupts
 from shrink._version import __version__
-from shrink.errors import ParameterError, ReplayError, ShrinkError, TestbedError
+from shrink.errors import OverlapError, ParameterError, ReplayError, ShrinkError, TestbedError
 from shrink.procfs import cpu_seconds, cpu_times, proc_info, steal_times, utilization
 from shrink.replay.answers import UNREACHED_SHARE, expects_4xx, refused, unreached
 from shrink.replay.clients import ClientSampler
@@ -285,9 +285,10 @@ class LiveTarget:
         if wanted is not None:
             overlap = share & set(wanted)
             if overlap and not allow_overlap:
-                raise ReplayError(
+                raise OverlapError(
+                    "--generator-cpus",
                     f"generator CPUs {sorted(wanted)} overlap the share's CPUs {sorted(overlap)}; "
-                    "pass --allow-overlap to measure anyway"
+                    "pass --allow-overlap to measure anyway",
                 )
             return sorted(wanted)
         if not share:
