@@ -70,8 +70,7 @@ fn take_rows<'py>(py: Python<'py>, r: &mut Rows) -> Vec<Bound<'py, PyBytes>> {
 #[pyo3(signature = (
     open, targets, req_bytes, key_of_row, cls_of_row, head_only_of_key, times, route, rows,
     sessions, burst_off, burst_first, burst_end, burst_think, horizon, timeout, drain,
-    max_pool, conns_per_session, conn_per_request, batch, tcodes, ecodes, t0, on_rows,
-    awake=false
+    max_pool, conns_per_session, conn_per_request, batch, tcodes, ecodes, t0, on_rows
 ))]
 #[allow(clippy::too_many_arguments)]
 fn run(
@@ -101,7 +100,6 @@ fn run(
     ecodes: Vec<i32>,
     t0: f64,
     on_rows: PyObject,
-    awake: bool,
 ) -> PyResult<(u64, u64, bool, Vec<u64>)> {
     let mut addrs = Vec::new();
     for (host, port) in &targets {
@@ -159,8 +157,6 @@ fn run(
         .spawn(move || engine_thread(eng, &sh))
         .map_err(|e| PyOSError::new_err(e.to_string()))?;
     let old_sched = lower_priority();
-    // (forked once this thread is off SCHED_FIFO: a spinner never starts above normal)
-    let spinners = awake.then(awake::Awake::start);
     let mut pending_err: Option<PyErr> = None;
     let mut result = None;
     loop {
@@ -207,13 +203,10 @@ fn run(
     }
     let out = py.allow_threads(|| handle.join());
     restore_priority(old_sched);
-    let (n, cpu) = spinners.map(awake::Awake::stop).unwrap_or((0, 0.0));
-    let mut out = out.map_err(|_| PyOSError::new_err("the native replay loop panicked"))?;
+    let out = out.map_err(|_| PyOSError::new_err("the native replay loop panicked"))?;
     if let Some(e) = pending_err {
         return Err(e);
     }
-    out.3.push(n as u64);
-    out.3.push((cpu * 1e6) as u64);
     Ok(out)
 }
 

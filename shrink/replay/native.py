@@ -72,9 +72,6 @@ _COUNTS = (
     # the loop thread's wait on a run queue (us) and its involuntary switches
     "runq_wait_us",
     "preempted",
-    # the spinners that kept the generator's CPUs awake, and their CPU time together (us)
-    "awake_spinners",
-    "awake_cpu_us",
 )
 _ERRORS = (
     "refused", "connect", "reset", "closed", "timeout", "bad-response", "cut", "unsent", "files"
@@ -93,11 +90,9 @@ AWAKE_MAX_CPUS = 64
 
 
 def _can_keep_awake() -> bool:
-    """Whether the built core takes ``awake`` (one built before it was added does not:
-    its runs go on asleep, and the RunLog says so), on the CPUs this thread may use."""
-    takes = hasattr(_core, "keep_awake") or "awake" in (
-        getattr(_core.run, "__text_signature__", None) or ""
-    )
+    """Whether the built core keeps CPUs awake (one built before it could does not: its
+    runs go on asleep, and the RunLog says so), on the CPUs this thread may use."""
+    takes = hasattr(_core, "keep_awake")
     return takes and len(os.sched_getaffinity(0)) <= AWAKE_MAX_CPUS
 
 
@@ -203,33 +198,29 @@ def run_native(
         )
     args = _core_args(schedule, config, writer)
     # Forked before the run's zero is chosen (see _keep_awake), and ended however it ends.
-    spinners = _keep_awake(args, options)
+    spinners = _keep_awake(options)
     # asked of the core (the file's metadata is written before the run ends; how many
     # spinners did run is the stats' loop count awake_spinners)
-    writer.meta["awake"] = spinners is not None or bool(args.get("awake"))
+    writer.meta["awake"] = spinners is not None
     try:
         stats = _drive(args, writer, options)
     finally:
-        spun = spinners.stop() if spinners is not None else None
-    if spun is not None:
-        stats.extra["loop"].update(awake_spinners=int(spun[0]), awake_cpu_us=int(spun[1] * 1e6))
+        spun = spinners.stop() if spinners is not None else (0, 0.0)
+    # the spinners that kept the CPUs awake, and their CPU time together (us)
+    stats.extra["loop"].update(awake_spinners=int(spun[0]), awake_cpu_us=int(spun[1] * 1e6))
     # (the spinners are processes of their own: their time is not in this one's)
     return stats
 
 
-def _keep_awake(args: dict[str, Any], options: RunOptions) -> Any:
+def _keep_awake(options: RunOptions) -> Any:
     """The spinners keeping this thread's CPUs awake for the run, when asked and the core
     can (None else). They are forked before the run's zero is chosen: a fork copies this
     process's page tables and holds malloc's locks meanwhile (8-13 ms per spinner for a
     GB of small Python objects); forked inside the run, with its loop thread started and
-    50 ms before its zero, they made the first sends 70-90 ms late on a heap of 3 GB.
-    A core built before ``keep_awake`` forks them inside the run, as it did."""
+    50 ms before its zero, they made the first sends 70-90 ms late on a heap of 3 GB."""
     if not (options.get("awake") and _can_keep_awake()):
         return None
-    if hasattr(_core, "keep_awake"):
-        return _core.keep_awake()
-    args["awake"] = True
-    return None
+    return _core.keep_awake()
 
 
 def _drive(args: dict[str, Any], writer: RunLogWriter, options: RunOptions) -> EngineStats:
