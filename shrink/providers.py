@@ -63,24 +63,9 @@ class _ShareUtilization:
                 self.inner.loop = own_loop  # type: ignore[attr-defined]
         # Prefer the server processes' own CPU: /proc/stat also counts whatever else
         # ran on the share's CPUs (and misses nothing the quota caps).
-        server_cpu = (res.describe or {}).get("server_cpu")
-        if server_cpu is not None and res.per_cpu_utilization:
-            # Whatever else ran on the share's CPUs (kernel threads, softirqs outside the
-            # server's context, other processes): a CPU-time share is exposed to it, since
-            # what runs in the quota's gaps evicts the server's caches.
-            busy = sum(res.per_cpu_utilization.values())
-            steal = float(res.describe.get("share_steal") or 0.0)
-            spun = float(res.describe.get("share_spinner_cpu") or 0.0)  # a co-runner's own
-            res.describe["share_other_cpu"] = max(0.0, busy - steal - spun - float(server_cpu))
-        if server_cpu is not None:
-            res.describe["cpu_utilization_raw"] = res.utilization
-            res.utilization = float(server_cpu) / self.n_cpus
-        if res.utilization is not None:
-            res.utilization = min(1.0, res.utilization / self.cpu_fraction)
-            res.per_cpu_utilization = {
-                c: min(1.0, u / self.cpu_fraction) for c, u in res.per_cpu_utilization.items()
-            }
-        return res
+        from shrink.replay.window_cpu import of_share
+
+        return of_share(res, self.cpu_fraction, self.n_cpus)
 
 
 def _default_enforce() -> str:

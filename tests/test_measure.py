@@ -708,3 +708,32 @@ def test_shrink_mat_json_names_its_curve_and_confidence_and_adaptive_needs_two_r
     )  # fmt: skip
     assert r.exit_code == 1, r.output
     assert "a curve of one repetition a level has none: sweep it with --reps 2" in r.output
+
+
+def test_a_sweep_on_a_testbed_state_reads_utilization_as_a_part_of_the_share(tmp_path: Path):
+    """``shrink sweep --target STATE`` on a 25% CPU-time share recorded the CPU's busy
+    fraction: 0.25 for a saturated share ("util 25%"), and 1.0 for a share at 8% whose
+    CPU another process kept busy, where predict records the server's CPU over the share."""
+    from helpers.testbed import lighttpd_replica
+
+    from shrink.cli._replay_opts import EngineOptions
+    from shrink.replay.window_cpu import of_share
+    from shrink.testbed.state import TestbedState
+
+    st = TestbedState(
+        [lighttpd_replica(8080)], {"kind": "cpu_time", "cpus": [1], "fraction": 0.25},
+        {"name": "1-replica"},
+        {"name": "m", "sockets": 1, "cores_per_socket": 2}, "doc", {"php": "8"}, "t",
+    )  # fmt: skip
+    path = st.write(tmp_path / "state.json")
+    target = EngineOptions(generator_cpus="0", allow_overlap=True, realtime=0).target([str(path)])
+    assert target.share_scale == (0.25, 1)
+    # What LiveTarget.run then returns: CPU 1 busy all the window, the server 0.02 of it.
+    busy = FakeTarget().run(
+        poisson_trace(20.0, 5.0), rate_factor=1.0, warmup=0.0, duration=5.0, seed=0
+    )
+    busy.utilization, busy.per_cpu_utilization = 1.0, {1: 1.0}
+    busy.describe = {"server_cpu": 0.02}
+    res = of_share(busy, *target.share_scale)
+    assert res.utilization == pytest.approx(0.08)
+    assert res.describe["share_other_cpu"] == pytest.approx(0.98)

@@ -254,6 +254,11 @@ class EngineOptions:
             lag_limit=parse_lag_limit(self.lag_limit),
             runlog_dir=runlog_dir,
         )
+        if isinstance(share := target.state.get("share"), dict) and target.share_cpus:
+            # A share's utilization is a part of what it may use, as predict records it
+            # (the state was checked as it was read: shrink.share.Share's fields).
+            fraction = float(share.get("cpu_fraction", share.get("fraction", 1.0)))
+            target.share_scale = (fraction, len(target.share_cpus))
         note_realtime(target)
         return target
 

@@ -36,7 +36,7 @@ from shrink.replay.native import engine_name, select_engine
 from shrink.replay.scaleout import EngineRun, run_engines, scheduling
 from shrink.replay.selfcheck import LAG_LIMIT, generator_check, thread_wait
 from shrink.replay.stopwatch import StopWatch, flag_if_stopped
-from shrink.replay.window_cpu import window_cpu
+from shrink.replay.window_cpu import of_share, window_cpu
 from shrink.runlog import RunLog
 from shrink.schedule import ScheduleOptions
 from shrink.target import GeneratorCheck, GeneratorPlacement, RunResult
@@ -252,6 +252,9 @@ class LiveTarget:
         self._slots: dict[int, dict[str, Any]] = {}  # per generator slot, over the runs
         self.last_engine: EngineRun | None = None
         self._runs = 0
+        # (cpu_fraction, CPUs) of the testbed's share: utilization as a part of it, not of
+        # the CPUs (None: the caller scales it, as shrink.providers does, or no share)
+        self.share_scale: tuple[float, int] | None = None
 
     @property
     def loops_trace(self) -> bool:
@@ -467,7 +470,8 @@ class LiveTarget:
                     raise TestbedError(f"during the level, the server under test {seen}")
                 out_of_files(log)
                 self._check_server(log, window, trace)
-            return RunResult(log, window, check, util, per_cpu, desc)
+            res = RunResult(log, window, check, util, per_cpu, desc)
+            return res if self.share_scale is None else of_share(res, *self.share_scale)
 
     def _run_describe(self, engine: EngineRun, wall: float) -> dict[str, Any]:
         """:meth:`describe`, and how the run's engine ran."""

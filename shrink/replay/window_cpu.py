@@ -4,11 +4,14 @@ share's spinners, steal, and the other work on the share's CPUs."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from shrink.procfs import utilization
 
-__all__ = ["Snapshots", "window_cpu"]
+if TYPE_CHECKING:
+    from shrink.target import RunResult
+
+__all__ = ["Snapshots", "of_share", "window_cpu"]
 
 
 class Snapshots(Protocol):
@@ -53,3 +56,32 @@ def window_cpu(
         busy = sum(per_cpu.values()) - out.get("share_steal", 0.0) - out["share_spinner_cpu"]
         out["share_other_cpu"] = max(0.0, busy - out["server_cpu"])
     return out
+
+
+def of_share(res: RunResult, cpu_fraction: float, n_cpus: int) -> RunResult:
+    """``res`` with its utilization as the server's CPU over what the share may use.
+
+    /proc/stat's busy fraction counts whatever else ran on the share's CPUs, so the
+    server's own processes' CPU is taken where it was read. Under a CPU-time quota of f
+    a saturated CPU is busy f of the time, so it is divided by f: 1.0 means the share
+    is used up. Also sets ``share_other_cpu``: what else ran there, in CPUs.
+    """
+    desc = res.describe if res.describe is not None else {}
+    server_cpu = desc.get("server_cpu")
+    if server_cpu is not None and res.per_cpu_utilization:
+        # Whatever else ran on the share's CPUs (kernel threads, softirqs outside the
+        # server's context, other processes): a CPU-time share is exposed to it, since
+        # what runs in the quota's gaps evicts the server's caches.
+        busy = sum(res.per_cpu_utilization.values())
+        steal = float(desc.get("share_steal") or 0.0)
+        spun = float(desc.get("share_spinner_cpu") or 0.0)  # a co-runner's own
+        desc["share_other_cpu"] = max(0.0, busy - steal - spun - float(server_cpu))
+    if server_cpu is not None:
+        desc["cpu_utilization_raw"] = res.utilization
+        res.utilization = float(server_cpu) / n_cpus
+    if res.utilization is not None:
+        res.utilization = min(1.0, res.utilization / cpu_fraction)
+        res.per_cpu_utilization = {
+            c: min(1.0, u / cpu_fraction) for c, u in res.per_cpu_utilization.items()
+        }
+    return res
