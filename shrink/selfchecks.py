@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping
 from typing import Any
@@ -17,6 +18,7 @@ __all__ = [
     "host_moved",
     "load_dependence",
     "self_checks",
+    "thin_tails",
 ]
 
 # Other work (kernel threads, softirqs, other processes) over this fraction of the
@@ -89,6 +91,32 @@ def crowded_levels(curve: LoadCurve) -> dict[float, float]:
         if other and max(other) > QUIET_OTHER_CPU:
             out[float(lv.level)] = float(max(other))
     return out
+
+
+def thin_tails(
+    curve: LoadCurve, stat: str, cls: str | None = None, levels: tuple[float, ...] | None = None
+) -> tuple[int, dict[float, int]]:
+    """(requests a percentile ``stat`` needs, level -> the fewest requests behind it in one
+    kept repetition, for the ``levels`` (default all) where that is fewer).
+
+    A repetition's p99.9 is its own requests' (:func:`shrink.loadcurve.latency_stats`):
+    from fewer than 1 / (1 - q) of them it is the slowest request or two, not a tail.
+    The mean, or a percentile every level has enough requests for, gives nothing."""
+    from shrink.checks import stat_quantile
+
+    q = stat_quantile(stat)
+    if q is None or q >= 1:
+        return 0, {}
+    need = math.ceil(1 / (1 - q) - 1e-9)
+    out: dict[float, int] = {}
+    for lv in curve.levels:
+        if levels is not None and float(lv.level) not in levels:
+            continue
+        ns = [(r.per_class.get(cls) if cls else r.overall) for r in lv.kept]
+        counts = [int(c.n) for c in ns if c is not None]
+        if counts and min(counts) < need:
+            out[float(lv.level)] = min(counts)
+    return need, out
 
 
 def _failure_totals(curve: LoadCurve) -> dict[str, int]:

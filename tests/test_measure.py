@@ -737,3 +737,28 @@ def test_a_sweep_on_a_testbed_state_reads_utilization_as_a_part_of_the_share(tmp
     res = of_share(busy, *target.share_scale)
     assert res.utilization == pytest.approx(0.08)
     assert res.describe["share_other_cpu"] == pytest.approx(0.98)
+
+
+@pytest.mark.compute
+def test_mat_says_when_a_percentile_rests_on_too_few_requests(tmp_path: Path):
+    """`shrink mat curve.json --stat p99.9` on a sweep of 1 s levels at 60 and 340 req/s
+    printed the MAT "(ok)": each level's p99.9 was its slowest request or two."""
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    trace = poisson_trace(200.0, 30.0)  # 200 req/s: levels of 100 and 300 requests
+    curve = sweep(FakeTarget(), trace, [0.5, 1.5], reps=2, warmup=0.0, duration=1.0)
+    curve.write_json(tmp_path / "c.json")
+    runner = CliRunner()
+    r = runner.invoke(
+        app, ["mat", str(tmp_path / "c.json"), "--stat", "p99.9", "--threshold", "1s"]
+    )
+    said = " ".join(r.output.split())
+    assert "p99.9 at 2 levels (0.5, 1.5) rests on fewer than 1,000 requests a repetition" in said
+    # The mean, and a percentile with enough requests behind it, are said as before.
+    for stat in ("mean", "p90"):
+        r = runner.invoke(
+            app, ["mat", str(tmp_path / "c.json"), "--stat", stat, "--threshold", "1s"]
+        )
+        assert "rests on fewer" not in r.output

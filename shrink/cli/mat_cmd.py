@@ -17,6 +17,8 @@ from shrink.cli._common import (
     exit_if_bound,
     note_if_partial,
     output_path,
+    plural,
+    stat_label,
     stat_name,
     threshold_text,
 )
@@ -152,6 +154,7 @@ def mat_cmd(
     from shrink.cli.sweep_cmd import crowded_warning
     from shrink.selfchecks import crowded_levels
 
+    _warn_thin_tails(lc, stat, cls, res)
     if crowded := crowded_levels(lc):
         # The MAT was read from them: a server slowed by what ran beside it.
         typer.echo(crowded_warning(crowded, lc.sweep.target.get("share_cpus")), err=True)
@@ -234,3 +237,22 @@ def _adaptive_needs_reps(lc: LoadCurve) -> None:
             "--adaptive narrows the MAT's interval, and a curve of one repetition a "
             "level has none: sweep it with --reps 2 or more"
         )
+
+
+def _warn_thin_tails(lc: LoadCurve, stat: str, cls: str | None, res: MATResult) -> None:
+    """A line on stderr when the levels the MAT was read from (the bracket, else every
+    level) had too few requests a repetition for the percentile: it was their slowest
+    request or two, and the MAT was printed "(ok)" without a word."""
+    from shrink.selfchecks import thin_tails
+
+    around = tuple(float(x) for x in res.bracket) if res.bracket is not None else None
+    need, thin = thin_tails(lc, stat, cls, around)
+    if not thin:
+        return
+    typer.echo(
+        f"note: the {stat_label(stat)} at {plural(len(thin), 'level')} "
+        f"({', '.join(f'{x:g}' for x in thin)}) rests on fewer than {need:,} requests a "
+        f"repetition (fewest {min(thin.values()):,}): there it is the slowest request or "
+        "two, not a tail; measure longer (--duration) or at higher rates for it",
+        err=True,
+    )
