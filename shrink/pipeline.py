@@ -194,6 +194,13 @@ def _measure_full(
     provider = make_provider(settings, run_dir=out / "runs-full", trace=full_trace)
     plan = full_run_plan(inputs)
     cpus = list(provider.server_cpus())
+    if plan.probe_level is None and hasattr(provider, "probe_level"):
+        # As predict's: the simulator finds the full target's capacity first. Its search
+        # started at a tenth of the trace's rate, where a sparse log (10,000 requests in
+        # 3.5 days) has no request in a window, after predict had measured it.
+        plan = replace(
+            plan, probe_level=provider.probe_level(full_trace, Share.whole(cpus), "rate_factor")
+        )
     try:
         with provider.open(Share.whole(cpus), _validated_mapping(pred)) as target:
             full = auto_sweep(

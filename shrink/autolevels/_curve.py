@@ -46,7 +46,9 @@ def curve_of(
     meta = {
         "trace": {
             **{k: trace.meta.get(k) for k in ("source", "workload", "users", "sampler", "seed")},
-            "fingerprint": trace.fingerprint(),  # (what validate tells traces apart by)
+            # the trace as the sweep was given it, not its window (validate tells traces
+            # apart by it)
+            "fingerprint": trace.meta.get("given_fingerprint") or trace.fingerprint(),
         },
         "auto_levels": True,
     }

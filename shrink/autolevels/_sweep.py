@@ -70,6 +70,12 @@ def auto_sweep(
             f"a companion (paired full-scale) run needs the rate_factor knob, not {knob!r}: "
             "only equal rate factors put a sample and the whole trace at the same load"
         )
+    # The curves record the trace as given, not the window of it each level replays:
+    # validate tells traces apart by it, and every fresh full run read as another trace.
+    trace = trace.with_meta(given_fingerprint=trace.fingerprint())
+    if companion is not None:
+        given = companion.trace.fingerprint()
+        companion = replace(companion, trace=companion.trace.with_meta(given_fingerprint=given))
     span = loop_span(companion.trace if companion is not None else trace, plan)
     if span > 0:
         # Every level replays one window of the trace after the skip, looped: a
