@@ -597,3 +597,22 @@ def test_a_calibration_whose_physics_its_fit_does_not_give_is_refused(
     src = curve.write_json(tmp_path / "c.json")
     code, text = _run("extrapolate", str(src), "--machine", str(SPEC), "--calibration", str(cal))
     assert code == 1 and f"error: {cal}: " in text and f"physics.{key} == {value:g}" in text, text
+
+
+@pytest.mark.parametrize("where", ["same", "runlog-name"])
+def test_sweep_refuses_runlogs_where_its_curve_goes(
+    tmp_path: Path, trace_file: Path, where: str
+) -> None:
+    # `-o c.json --runlogs c.json` and `-o logs/run000-rf1.parquet --runlogs logs` ran
+    # every level, then said "another run wrote it while this one ran" of the sweep's own
+    # RunLog, and wrote the curve beside it (c.1.json, run000-rf1.1.parquet).
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    out, runlogs = {
+        "same": (tmp_path / "c.json", tmp_path / "c.json"),
+        "runlog-name": (logs / "run000-rf1.parquet", logs),
+    }[where]
+    code, text = _run("sweep", str(trace_file), "--levels", "1", "-o", str(out),
+                      "--runlogs", str(runlogs), "--target", "http://127.0.0.1:9")  # fmt: skip
+    assert code == 2 and text.startswith("error: --runlogs:"), text
+    assert not out.exists()

@@ -325,6 +325,7 @@ def sweep_cmd(
     with cli_errors(), contextlib.ExitStack() as held:
         output_path(output, inputs=(trace,))
         output_path(runlogs, kind="dir", what="--runlogs")
+        _apart(output, runlogs)
         _claim_runlogs(held, runlogs)
         held.enter_context(naming_trace(trace))
         # Every option before the trace is read or the target touched.
@@ -386,6 +387,28 @@ def _check_folders(guard: FolderGuard, curve: Any) -> None:
     except FolderChangedError as exc:
         exc.curve = curve
         raise
+
+
+def _apart(output: Path, runlogs: Path | None) -> None:
+    """An OptionError when the curve would be written where a RunLog is: ``--runlogs`` the
+    curve's own path (its folder was made there first), or ``-o`` a RunLog's name in it.
+    Both ran every level, then said "another run wrote it while this one ran" of the
+    sweep's own RunLog and wrote the curve beside it as CURVE.1.json or run000-rf1.1.parquet."""
+    import os
+    import re
+
+    from shrink.replay.live import RUNLOG_NAMES
+
+    if runlogs is None:
+        return
+    out, logs = Path(os.path.abspath(output)), Path(os.path.abspath(runlogs))
+    if out == logs:
+        why = "is the curve's own path (-o): give the run logs a folder of their own"
+    elif out.parent == logs and re.fullmatch(RUNLOG_NAMES, out.name):
+        why = f"would hold a run log named as the curve -o {printable(out.name)}: name it otherwise"
+    else:
+        return
+    raise OptionError("--runlogs", f"{printable(str(runlogs))} {why}")
 
 
 def _claim_runlogs(held: contextlib.ExitStack, runlogs: Path | None) -> None:
