@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import shutil
 import socket
 import tempfile
 import threading
@@ -47,6 +48,7 @@ from typing import Any
 
 from shrink.errors import ParameterError, ReplayError
 from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
+from shrink.replay.part_dirs import make_part_dir, remove_lost_part_dirs
 from shrink.replay.writer import RunLogWriter
 from shrink.runlog import RunLog
 from shrink.schedule import build_schedule
@@ -210,8 +212,11 @@ class _Generator:
         if cpu is not None:
             os.sched_setaffinity(0, {cpu})
         sched = build_schedule(trace, **params)
-        with tempfile.TemporaryDirectory(prefix="shrink-ray-", dir=scratch_base()) as tmp:
-            path = Path(tmp) / "part.parquet"
+        base = scratch_base()
+        remove_lost_part_dirs(base)
+        tmp = make_part_dir(base)
+        try:
+            path = tmp / "part.parquet"
             writer = RunLogWriter(path, meta)
 
             def on_ready() -> float:
@@ -223,6 +228,8 @@ class _Generator:
 
             stats = engine(sched, config, writer, on_ready=on_ready, stop=self._stop)
             log = RunLog.read_parquet(path)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
         return log.table, stats
 
 

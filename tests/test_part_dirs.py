@@ -1,0 +1,54 @@
+"""A cluster actor's part folders: the ones lost actors left are removed, nothing else."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from shrink.replay.part_dirs import PREFIX, make_part_dir, remove_lost_part_dirs
+
+pytestmark = pytest.mark.compute
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _part_folder(base, pid, files=(".part.parquet.0e06122ddbc8.tmp",)):
+    folder = base / f"{PREFIX}{pid}-abc123"
+    folder.mkdir()
+    for name in files:
+        (folder / name).write_bytes(b"x")
+    return folder
+
+
+def test_a_lost_actors_folder_goes_and_a_live_ones_stays(tmp_path):
+    dead = _dead_pid()
+    lost = _part_folder(tmp_path, dead, (".part.parquet.6f924793af50.reserve", "part.parquet"))
+    live = _part_folder(tmp_path, os.getppid())
+    mine = make_part_dir(tmp_path)
+    assert mine.name.startswith(f"{PREFIX}{os.getpid()}-")
+    assert mine.stat().st_mode & 0o777 == 0o700
+    assert remove_lost_part_dirs(tmp_path) == [lost]
+    assert not lost.exists() and live.exists() and mine.exists()
+
+
+def test_what_an_actor_did_not_make_is_left(tmp_path):
+    dead = _dead_pid()
+    other = _part_folder(tmp_path, dead, ("notes.txt",))  # a file no writer makes
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (tmp_path / f"{PREFIX}{dead}-link").symlink_to(target)  # a symlink, not a folder
+    (tmp_path / f"{PREFIX}{dead}-file").write_bytes(b"x")
+    (tmp_path / "shrink-ray-oldname").mkdir()  # no PID in the name
+    assert remove_lost_part_dirs(tmp_path) == []
+    assert other.exists() and target.exists() and (tmp_path / "shrink-ray-oldname").exists()
+
+
+def test_a_missing_base_is_no_error(tmp_path):
+    assert remove_lost_part_dirs(tmp_path / "absent") == []
