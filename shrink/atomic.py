@@ -23,7 +23,7 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -311,14 +311,17 @@ def claimed(folder: str | Path) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def claimed_shared(folder: str | Path, names: str) -> Iterator[Path]:
+def claimed_shared(
+    folder: str | Path, names: str, when_alone: Callable[[Path], None] | None = None
+) -> Iterator[Path]:
     """``folder`` (made if need be) shared by the runs that each write files of their own
     there (replays, each its RunLog), and refused while one run holds it alone
     (:func:`claimed`: a sweep's --runlogs, which writes run names a replay may too).
 
     The temporaries a killed writer left for ``names`` (:func:`drop_temporaries`) are
     cleared only when no other run shares the folder: one may be a live writer's. Two
-    replays into one folder were refused when the folder was held alone by each."""
+    replays into one folder were refused when the folder was held alone by each.
+    ``when_alone(folder)`` is called then too: what it finds there no live run wrote."""
     made = not os.path.lexists(folder)
     path = make_dirs(folder)
     fd = open_dir(path)
@@ -336,6 +339,8 @@ def claimed_shared(folder: str | Path, names: str) -> Iterator[Path]:
             _HELD.add(key)
             try:
                 drop_temporaries(path, names)
+                if when_alone is not None:
+                    when_alone(path)
             finally:
                 _HELD.discard(key)
         if alone is not None:

@@ -360,6 +360,64 @@ def test_a_merged_run_log_that_cannot_be_written_leaves_no_parts(fake, tmp_path,
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
+def _part_one_fails(sched, config, writer, on_ready=None, **options):
+    """An engine whose second process fails once the run starts, writing no part."""
+    if ".part1." in str(writer.path):
+        on_ready()
+        raise RuntimeError("part 1 stopped")
+    return run_schedule(sched, config, writer, on_ready=on_ready, **options)
+
+
+def test_a_run_reads_only_its_own_parts(fake, tmp_path, monkeypatch, capsys):
+    """A kill -9 of a replay's parent (two engine processes) left ``run.part0.parquet``
+    and ``run.part1.parquet`` beside its OUT; the next run into OUT whose second
+    process wrote no part merged the stale one as its own. Its parts are now marked
+    with the run's id; those left are named when a replay into OUT starts, and kept."""
+    from shrink.cli.replay_cmd import _held
+
+    stale = RunLogWriter(tmp_path / "run.part1.parquet", {"part": 1})
+    stale.targets.code("127.0.0.1:80")
+    stale.add(RunLogRow(0.0, 0.0, 1e-4, 2e-4, 200, 100, 0, 99, 0, 0))
+    stale.close()
+    (tmp_path / "run.part0.parquet").symlink_to(tmp_path / "run.part1.parquet")
+    with _held(tmp_path / "run.parquet"):
+        pass
+    err = capsys.readouterr().err
+    assert "1 engine process part of a replay into run.parquet" in err, err
+    assert "run.part1.parquet" in err and "run.part0" not in err, err  # a link is no part
+    tr = session_trace(20, ["/a?bytes=10"], gap=0.01, think=0.0)
+    log, eng = run_engines(
+        tr,
+        EngineConfig([fake]),
+        rate_factor=1.0,
+        horizon=0.5,
+        schedule=ScheduleOptions(loop=False),
+        generator=GeneratorPlacement(processes=2, engine=_part_one_fails),
+        out=tmp_path / "run.parquet",
+    )
+    assert 99 not in set(log.column("session").tolist()), "the stale part was merged"
+    assert eng.extra["errors"] and "part 1 stopped" in eng.extra["errors"][0]
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == ["run.parquet", "run.part0.parquet", "run.part1.parquet"], left
+
+
+def test_a_sweep_names_the_parts_a_stopped_sweep_left(tmp_path, capsys):
+    """--runlogs after a sweep with two engine processes was killed: its parts are named."""
+    import contextlib
+
+    from shrink.cli.sweep_cmd import _claim_runlogs
+
+    for name in ("run002-rf0.5.part0.0123456789ab.parquet", "run002-rf0.5.part1.parquet"):
+        (tmp_path / name).write_bytes(b"PAR1")
+    (tmp_path / "run001-rf0.5.parquet").write_bytes(b"PAR1")  # a whole RunLog: no part
+    with contextlib.ExitStack() as held:
+        _claim_runlogs(held, tmp_path)
+    err = " ".join(capsys.readouterr().err.split())
+    assert "2 engine process parts of a sweep's run that stopped before merging them" in err
+    assert "run002-rf0.5.part0.0123456789ab.parquet, run002-rf0.5.part1.parquet;" in err
+    assert len(list(tmp_path.iterdir())) == 3  # kept
+
+
 def test_over_driving_the_generator_is_flagged(fake):
     # 3M requests/s is far past what one Python engine can send: the level must
     # come back flagged, never as a server result. Saturated, the engine here sends

@@ -24,8 +24,9 @@ from shrink.cli._common import (
     cpu_list,
     parse_duration_option,
     parse_lag_limit,
+    plural,
 )
-from shrink.errors import OptionError, ParameterError, TraceFormatError
+from shrink.errors import OptionError, ParameterError, TraceFormatError, printable
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -375,3 +376,17 @@ def naming_trace(path: Path | None) -> Iterator[None]:
         if exc.path is not None or path is None:
             raise
         raise TraceFormatError(str(exc), path=path) from None
+
+
+def note_stale_parts(folder: Path, names: list[str], whose: str) -> None:
+    """One line on stderr naming the engine processes' parts (``OUT.part0....parquet``)
+    that ``whose`` stopped before merging them (kill -9) left in ``folder``: kept, as they
+    hold measured rows, and never read by this run."""
+    if names:
+        shown = ", ".join(printable(n) for n in names)
+        count = plural(len(names), "engine process part")
+        typer.echo(
+            f"note: {printable(folder)} holds {count} of {whose} "
+            f"that stopped before merging them: {shown}; kept, and not read by this run",
+            err=True,
+        )

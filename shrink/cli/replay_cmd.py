@@ -38,6 +38,7 @@ from shrink.cli._replay_opts import (
     _warn_docroot,
     engine_options,
     naming_trace,
+    note_stale_parts,
 )
 from shrink.defaults import MAX_BODY
 from shrink.errors import ParameterError, printable
@@ -132,13 +133,20 @@ def _held(output: Path) -> Iterator[None]:
     """The RunLog's folder shared with other replays and refused while a sweep holds it
     (:func:`shrink.atomic.claimed_shared`: sweep --runlogs and a replay wrote there at
     once), cleared of the temporaries a killed replay of this file left (its .tmp and
-    8 MiB .reserve, its parts' too) when no other replay writes there."""
+    8 MiB .reserve, its parts' too) when no other replay writes there. The parts a replay
+    into OUTPUT stopped before its merge left (kill -9) are named then, and kept."""
     import re
 
     from shrink.atomic import claimed_shared
+    from shrink.replay.scaleout import PART_NAMES, stale_parts
 
     base = re.escape(output.with_suffix("").name)
-    with claimed_shared(output.parent, rf"{re.escape(output.name)}|{base}\.part[0-9]+\.parquet"):
+
+    def name_parts(folder: Path) -> None:
+        note_stale_parts(folder, stale_parts(folder, base), f"a replay into {output.name}")
+
+    names = rf"{re.escape(output.name)}|{base}{PART_NAMES}"
+    with claimed_shared(output.parent, names, when_alone=name_parts):
         yield
 
 

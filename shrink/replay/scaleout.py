@@ -41,6 +41,7 @@ from shrink.trace import Trace
 
 __all__ = [
     "AUTO_REALTIME",
+    "PART_NAMES",
     "AwakeEngine",
     "EngineRun",
     "default_awake",
@@ -48,7 +49,34 @@ __all__ = [
     "run_engines",
     "scheduling",
     "split_sessions",
+    "stale_parts",
 ]
+
+# The name of each engine process's part beside a run's OUT.parquet, after OUT's stem:
+# OUT.part0.<run id>.parquet, the run's id 12 hex digits of its own (OUT.part0.parquet
+# before parts were marked). A run reads only its own parts: a kill -9 of the parent
+# left OUT.part0/part1.parquet, which the next run into OUT merged as its own where one
+# of its processes wrote no part.
+PART_NAMES = r"\.part[0-9]+(?:\.[0-9a-f]{12})?\.parquet"
+
+
+def stale_parts(folder: str | Path, stems: str) -> list[str]:
+    """The parts (:data:`PART_NAMES`) of the runs whose RunLog stems match ``stems`` that
+    ``folder`` holds as regular files (a symlink is no part), sorted: what a run stopped
+    before its merge (kill -9) left. Named, never removed: they hold measured rows."""
+    import re
+    import stat
+
+    pattern = re.compile(rf"(?:{stems}){PART_NAMES}")
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folder):
+            if pattern.fullmatch(entry.name):
+                with contextlib.suppress(OSError):
+                    if stat.S_ISREG(entry.stat(follow_symlinks=False).st_mode):
+                        found.append(entry.name)
+    return sorted(found)
+
 
 # The partition's hash seed: distinct from any sampler seed a user would pick, so
 # that a session-sampled trace still spreads evenly over the processes.
@@ -470,13 +498,15 @@ def _run_spawned(
     realtime: int,
     engine: Any,
 ) -> tuple[RunLog, EngineRun]:
+    import secrets
     import tempfile
 
     ctx = mp.get_context("fork")
     parts = split_sessions(trace, n)
     tmp = tempfile.TemporaryDirectory(prefix="shrink-replay-", dir=scratch_base())
     base = Path(out).with_suffix("") if out is not None else Path(tmp.name) / "run"
-    paths = [f"{base}.part{i}.parquet" for i in range(n)]
+    run_id = secrets.token_hex(6)  # this run's parts, told from any an earlier run left
+    paths = [f"{base}.part{i}.{run_id}.parquet" for i in range(n)]
     procs, pipes = [], []
     try:
         for i in range(n):
