@@ -179,7 +179,8 @@ def test_another_runs_kept_levels_are_neither_replaced_nor_removed(tmp_path, mon
     """Two ``sweep -o curve.json``, the second stopped while the first ran: its levels,
     kept in curve.partial.json, were replaced by the first's next level and the file then
     removed as stale by the first's whole curve, though the second had said it kept them.
-    This run's levels as they ended go beside (curve.partial.1.json), said once."""
+    This run's levels as they ended go beside (curve.partial.1.json), said once, and
+    that file goes once the whole curve is written (it stayed, with the first levels)."""
     trace, out = tmp_path / "t.parquet", tmp_path / "curve.json"
     partial = tmp_path / "curve.partial.json"
     steady_trace().write_parquet(trace)
@@ -188,5 +189,41 @@ def test_another_runs_kept_levels_are_neither_replaced_nor_removed(tmp_path, mon
     assert r.exit_code == 0, r.output
     assert [lv.level for lv in LoadCurve.read_json(out).levels] == [1, 2, 3]
     assert partial.read_text() == '{"another run": "its kept levels"}'
-    assert r.output.count("another run wrote it") == 1
-    assert (tmp_path / "curve.partial.1.json").exists()
+    assert r.output.count("another run wrote") == 1
+    assert "levels are kept in " + str(tmp_path / "curve.partial.1.json") in r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "curve.json",
+        "curve.partial.json",
+        "t.parquet",
+    ]
+
+
+class _StopsAfterAnotherRun(_AnotherRunStopsAt):
+    """As :class:`_AnotherRunStopsAt`, and this run is stopped (Ctrl-C) in its 4th run."""
+
+    def run(self, trace, **kw):
+        if self.runs + 1 == 4:
+            raise KeyboardInterrupt
+        return super().run(trace, **kw)
+
+
+def test_a_stopped_run_beside_another_keeps_its_levels_in_one_file_it_names(tmp_path, monkeypatch):
+    """The same, this run then stopped: it left curve.partial.1.json (levels 1-2) and
+    curve.partial.2.json (1-3), and named curve.partial.json, the other run's, as its
+    own 'only the first 1 finished level'. Its levels now go on in the one file beside."""
+    trace, out = tmp_path / "t.parquet", tmp_path / "curve.json"
+    partial = tmp_path / "curve.partial.json"
+    steady_trace().write_parquet(trace)
+    monkeypatch.setattr(sim_cmd, "_sim_target", lambda *a: _StopsAfterAnotherRun(2, partial))
+    r = _sim_sweep(trace, out, "1,2,3,4")
+    assert r.exit_code == 130, r.output
+    ours = tmp_path / "curve.partial.1.json"
+    line = " ".join(r.output.split("interrupted: ")[1].split())
+    assert line == f"kept {ours} (3 finished levels)", line
+    assert [lv.level for lv in LoadCurve.read_json(ours).levels] == [1, 2, 3]
+    assert partial.read_text() == '{"another run": "its kept levels"}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "curve.partial.1.json",
+        "curve.partial.json",
+        "t.parquet",
+    ]

@@ -168,6 +168,8 @@ def kept_files(
     not name; more than three in one folder are counted there, not listed. A file
     written once and then ``failed`` to be written again is its earlier copy, whole:
     said so, since the error's line names it first as the file not written."""
+    from shrink.atomic import unchanged_since_noted
+
     said = " ".join(str(k) for k in kept)
     # A folder kept whole (a Path) says every file in it.
     dirs = [k for k in kept if isinstance(k, Path) and k.is_dir()]
@@ -179,6 +181,7 @@ def kept_files(
         if str(p) not in said
         and not any(Path(p).is_relative_to(d) for d in dirs)
         and os.path.lexists(p)
+        and unchanged_since_noted(p)  # not another run's since (its X.partial.json)
     ]
     # One file written under two names (up wrote a state by its resolved path, down by
     # the relative one the user gave) is said once.

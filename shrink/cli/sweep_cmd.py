@@ -117,6 +117,8 @@ def _write_curve(curve: Any, output: Path, keeper: KeepLevels | None = None) -> 
         exc.kept = _keep_smaller(curve, output, exc)
         _say_earlier(exc, keeper)
         raise
+    if keeper is not None:
+        keeper.drop_aside()  # its levels beside another run's: all in OUTPUT now
 
 
 def _say_earlier(stop: Any, keeper: KeepLevels | None) -> None:
@@ -153,7 +155,15 @@ def keep_levels(output: Path, guard: FolderGuard | None = None) -> KeepLevels:
             err=True,
         )
 
-    return KeepLevels(partial_twin(output), cannot, guard)
+    def aside(theirs: Path, ours: Path) -> None:
+        typer.echo(
+            f"note: another run wrote {printable(theirs)} while this one ran: left as it "
+            f"is; this run's finished levels are kept in {printable(ours)} as they end "
+            "(removed once the whole curve is written)",
+            err=True,
+        )
+
+    return KeepLevels(partial_twin(output), cannot, guard, aside)
 
 
 def _summary_twins(output: Path) -> tuple[Path, Path]:
@@ -180,7 +190,8 @@ def _keep_partial_sweep(
 
     kept: list[str] = []
     if stop.curve is not None and stop.curve.levels:
-        kept += _keep_curve(stop.curve, partial_twin(output))
+        # where its levels went as they ended: beside another run's, if it wrote there
+        kept += _keep_curve(stop.curve, keeper.path if keeper else partial_twin(output))
     if runlogs is not None and runlogs.is_dir() and any(runlogs.glob("*.parquet")):
         # A --runlogs folder unmounted under the sweep holds only the logs written since.
         since = " written after it changed" if guard and guard.changed(RUNLOGS_FOLDER) else ""
@@ -216,11 +227,16 @@ def _keep_partial_exports(
 def _keep_curve(curve: Any, path: Path) -> list[str]:
     """Write ``curve`` to ``path``, or failing that (a full disk) something smaller;
     what was kept, in words."""
+    from shrink.measure.keep import write_or_aside
+
+    held = plural(len(curve.levels), "finished level")
     try:
-        curve.write_json(path)
+        alt = write_or_aside(curve, path)
     except WriteError as exc:
         return _keep_smaller(curve, path, exc)
-    return [f"{path} ({plural(len(curve.levels), 'finished level')})"]
+    if alt is not None:
+        return [f"{alt} ({held}; another run wrote {path} meanwhile, left as it is)"]
+    return [f"{path} ({held})"]
 
 
 def _keep_smaller(curve: Any, path: Path, exc: WriteError) -> list[str]:

@@ -14,11 +14,18 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from shrink.atomic import make_dirs
+from shrink.atomic import expect_unchanged, make_dirs, recording, unchanged_since_noted
 from shrink.errors import FolderChangedError, WriteError
 from shrink.loadcurve import LoadCurve
 
-__all__ = ["KEPT_AS_MEASURED", "RUN_STARTED", "FolderGuard", "KeepLevels", "partial_twin"]
+__all__ = [
+    "KEPT_AS_MEASURED",
+    "RUN_STARTED",
+    "FolderGuard",
+    "KeepLevels",
+    "partial_twin",
+    "write_or_aside",
+]
 
 # In a kept curve's meta: the run was going on when it was written, so it may lack
 # levels the run went on to measure; and when that run started (UTC), which tells it
@@ -76,6 +83,13 @@ class KeepLevels:
     A write that fails (a full disk) stops nothing: the run goes on, and its finished
     levels are kept as before when it ends or stops. ``on_fail`` is told once, with the
     error, so that the user knows the levels are not on disk as they end.
+
+    Where another run wrote ``path`` since this one noted it (a second ``sweep -o`` of
+    the same output, stopped, keeps its levels there), that file is left as it is and
+    this run's levels go on beside it (``X.partial.1.json``, :attr:`path` from then on),
+    ``on_aside`` told once with the new name; :meth:`drop_aside` removes that file once
+    the whole curve is written. A run that went on had left ``X.partial.1.json`` with
+    its first levels, and a stopped one a ``.2`` beside it, named as no one's.
     """
 
     def __init__(
@@ -83,10 +97,13 @@ class KeepLevels:
         path: Path,
         on_fail: Callable[[WriteError], None] | None = None,
         guard: FolderGuard | None = None,
+        on_aside: Callable[[Path, Path], None] | None = None,
     ) -> None:
         self.path = path
         self.on_fail = on_fail
         self.guard = guard
+        self.on_aside = on_aside
+        self.aside = False  # whether ``path`` is this run's own name beside another's
         self.failed: WriteError | None = None
         self.levels_written = 0  # how many levels the file on disk holds
         self.started = datetime.now(UTC).isoformat(timespec="seconds")
@@ -100,9 +117,43 @@ class KeepLevels:
         curve.meta[RUN_STARTED] = self.started
         try:
             make_dirs(self.path.parent)
-            curve.write_json(self.path)
+            alt = write_or_aside(curve, self.path)
+            if alt is not None:
+                expect_unchanged(alt)  # this run's own from now on
+                first, self.path, self.aside = self.path, alt, True
+                if self.on_aside is not None:
+                    self.on_aside(first, alt)
             self.levels_written = len(curve.levels)
         except WriteError as exc:
             self.failed = exc
             if self.on_fail is not None:
                 self.on_fail(exc)
+
+    def drop_aside(self) -> None:
+        """Once the whole curve is written: remove the file this run kept its levels in
+        beside another run's (a regular file of this user's, as this run last wrote it)."""
+        import os
+        import stat
+
+        if not self.aside or not unchanged_since_noted(self.path):
+            return
+        try:
+            st = os.lstat(self.path)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                self.path.unlink()
+        except OSError:
+            pass
+
+
+def write_or_aside(curve: LoadCurve, path: Path) -> Path | None:
+    """Write ``curve`` to ``path``; where another run wrote ``path`` meanwhile, the name
+    beside it this run's file was put under instead (None when it went to ``path``)."""
+    with recording() as written:
+        try:
+            curve.write_json(path)
+        except WriteError:
+            aside = [p for p in written if p.name != path.name]
+            if not aside:
+                raise
+            return aside[-1]
+    return None
