@@ -21,7 +21,7 @@ from shrink.errors import ParameterError, ShrinkError, TraceFormatError, WriteEr
 from shrink.loadcurve import LoadCurve
 from shrink.mat import MATResult
 from shrink.measure import SweepInterrupted
-from shrink.measure.keep import KeepLevels
+from shrink.measure.keep import KeepLevels, KeptCurve
 from shrink.predict import PredictConfig, predict
 from shrink.prediction import Prediction
 from shrink.providers import TargetSettings, make_provider
@@ -216,7 +216,8 @@ def _measure_full(
     except (SweepInterrupted, ShrinkError) as stop:
         if stop.curve is not None and stop.curve.levels:
             make_dirs(out)
-            stop.kept = [*stop.kept, str(stop.curve.write_json(out / "full-curve.partial.json"))]
+            path = stop.curve.write_json(out / "full-curve.partial.json")
+            stop.kept = [*stop.kept, KeptCurve(path, len(stop.curve.levels))]
         raise
     try:
         full.write_json(out / "full-curve.json")

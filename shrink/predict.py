@@ -44,7 +44,7 @@ from shrink.machine import Machine
 from shrink.mapping import ALL_MAPPINGS, mappings_here
 from shrink.mat import MATResult, mat
 from shrink.measure import default_loop_window, default_skip
-from shrink.measure.keep import KeepLevels
+from shrink.measure.keep import KeepLevels, KeptCurve
 from shrink.prediction import MappingPrediction, Prediction, StatPrediction
 from shrink.recommend import recommend
 from shrink.report.assumptions import (
@@ -198,15 +198,16 @@ def _recommend(mappings: dict[str, MappingPrediction], stat: str) -> tuple[str |
 
 def _keep_partial(
     out: Path, curve: LoadCurve, companion: Companion | None, config: PredictConfig
-) -> list[Path]:
+) -> list[KeptCurve]:
     """Write the levels an interrupted sweep finished, so that no measurement is lost."""
     kept = []
     if curve.levels:
-        kept.append(curve.write_json(out / _PARTIAL))
+        kept.append(KeptCurve(curve.write_json(out / _PARTIAL), len(curve.levels)))
     if companion is not None and companion.levels:
         full = companion_curve(companion, knob=config.knob, plan=config.plan)
         full.meta["interrupted"] = True
-        kept.append(full.write_json(out / "full-curve.partial.json"))
+        path = full.write_json(out / "full-curve.partial.json")
+        kept.append(KeptCurve(path, len(full.levels)))
     return kept
 
 

@@ -261,13 +261,20 @@ def test_an_interrupted_prediction_keeps_the_levels_it_finished(tmp_path):
         calibrate=False,
     )
     # Paired: 4 runs a level; stopped in the third level.
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt) as info:
         predict(_sessions(3000), _StopsAfter(9), cfg, tmp_path)
     scaled = LoadCurve.read_json(tmp_path / "measured-curve.partial.json")
     full = LoadCurve.read_json(tmp_path / "full-curve.partial.json")
     assert scaled.meta["interrupted"] and full.meta["interrupted"]
     assert len(scaled.levels) == len(full.levels) == 2
     assert not (tmp_path / "prediction.json").exists()
+    # named with the levels each holds, as sweep names its curve.partial.json
+    from shrink.cli._common import kept_files
+
+    assert kept_files(info.value.kept, []) == [
+        f"{tmp_path / 'measured-curve.partial.json'} (2 finished levels)",
+        f"{tmp_path / 'full-curve.partial.json'} (2 finished levels)",
+    ]
 
 
 def test_a_prediction_with_no_usable_level_keeps_its_curves(tmp_path):

@@ -189,7 +189,8 @@ def kept_files(
     for p in new:
         once.setdefault(os.path.abspath(p), p)
     new = list(once.values())
-    out = [str(k) for k in kept]
+    # A curve kept with its count of levels (predict's measured-curve.partial.json)
+    out = [f"{k} ({plural(k.levels, 'finished level')})" if _counted(k) else str(k) for k in kept]
     if failed is not None and Path(failed) in new:
         new.remove(Path(failed))
         out.append("its earlier whole copy (without this update)")
@@ -199,6 +200,11 @@ def kept_files(
     for folder, files in folders.items():
         out += [str(p) for p in files] if len(files) <= 3 else [f"{len(files)} files in {folder}"]
     return out
+
+
+def _counted(kept: object) -> bool:
+    """Whether ``kept`` is a curve file named with its levels (a ``KeptCurve``)."""
+    return isinstance(getattr(kept, "levels", None), int) and hasattr(kept, "path")
 
 
 @contextmanager

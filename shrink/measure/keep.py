@@ -11,6 +11,7 @@ removes it (:meth:`shrink.loadcurve.LoadCurve.write_json`).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -23,6 +24,7 @@ __all__ = [
     "RUN_STARTED",
     "FolderGuard",
     "KeepLevels",
+    "KeptCurve",
     "partial_twin",
     "write_or_aside",
 ]
@@ -32,6 +34,19 @@ __all__ = [
 # from an earlier run's file a run killed before its first level left in place.
 KEPT_AS_MEASURED = "kept_as_measured"
 RUN_STARTED = "run_started"
+
+
+@dataclass(frozen=True)
+class KeptCurve:
+    """A curve a stopped run kept (``X.partial.json``) and how many finished levels it
+    holds: the command names it with that count (``shrink.cli._common.kept_files``), as
+    sweep names its curve.partial.json; predict and validate named only the path."""
+
+    path: Path
+    levels: int
+
+    def __str__(self) -> str:
+        return str(self.path)
 
 
 def partial_twin(path: Path) -> Path:
