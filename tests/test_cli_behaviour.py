@@ -349,6 +349,25 @@ def test_the_simulator_searches_past_saturation_until_the_threshold_is_crossed()
     assert max(lv.level for lv in out.curve.levels) > out.capacity_factor
 
 
+@pytest.mark.compute
+def test_the_simulators_records_name_the_traces_fingerprint():
+    """A sweep's curve records the trace's fingerprint (validate compares them); the
+    simulator's RunLog and its MAT search's curve recorded only the trace's source."""
+    from shrink.machine import Machine
+    from shrink.share import Share
+    from shrink.sim.scaling import MatSearch, compact_cpus, find_mats
+    from shrink.sim.target import SimTarget
+    from shrink.sim.workloads import tcp_trace
+
+    m = Machine.read_toml(SPEC)
+    target = SimTarget(m, "1-replica", Share.cores_of(m, compact_cpus(m, 1)), None)
+    trace = tcp_trace(10_000.0, 5.0, seed=0)
+    res = target.run(trace, rate_factor=0.5, warmup=0.5, duration=1.0, seed=1)
+    assert res.runlog.meta["trace"]["fingerprint"] == trace.fingerprint()
+    out = find_mats(target, trace, {"mean": 0.005}, search=MatSearch(requests_per_level=2000))
+    assert out.curve.meta["trace"]["fingerprint"] == trace.fingerprint()
+
+
 def test_the_simulators_probe_starts_near_a_tenth_of_its_capacity():
     import samplers
     from shrink.machine import Machine

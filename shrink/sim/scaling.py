@@ -147,7 +147,14 @@ def find_mats(
             mapping=desc["mapping"]["name"],
             machine=desc["machine"],
             sweep=CurveMeta(target=desc),
-            meta={"seed": seed, "search": s.__dict__ | {"coarse": list(s.coarse)}},
+            meta={
+                "seed": seed,
+                "search": s.__dict__ | {"coarse": list(s.coarse)},
+                "trace": {  # what a sweep's curve records of it (validate compares them)
+                    **{k: trace.meta.get(k) for k in ("source", "workload", "users", "sampler")},
+                    "fingerprint": trace.fingerprint(),
+                },
+            },
         )
 
     run_levels(coarse_levels(cap, s.coarse), seed)

@@ -301,7 +301,10 @@ class SimTarget:
                 "shrink_version": _version(),
                 "machine": self.machine.to_dict(),
                 "params": self.params.to_dict(),
-                "trace": {k: b.trace.meta.get(k) for k in ("source", "workload", "alpha", "seed")},
+                "trace": {
+                    **{k: b.trace.meta.get(k) for k in ("source", "workload", "alpha", "seed")},
+                    "fingerprint": b.trace.fingerprint(),  # (as a sweep's curve records it)
+                },
                 "rate_factor": rate_factor,
                 "seed": seed,
                 "window": list(window),
