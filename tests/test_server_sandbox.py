@@ -134,6 +134,56 @@ def test_every_server_process_holds_nothing_of_roots(tmp_path, machine, recipe, 
                     assert owner != 0 or target.startswith(r.run_dir), (p, target)
 
 
+# What a server process's environment may hold when it runs as the server user: the
+# names shrink.testbed.private passes on and sets, and what the servers themselves add
+# for their workers (lighttpd's bin-environment, php-fpm's pool).
+_SERVER_ENV = {"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ"}
+_SERVERS_OWN = {"PHP_FCGI_CHILDREN", "PHP_FCGI_MAX_REQUESTS", "PWD", "SHLVL", "_"}
+
+
+@pytest.mark.live
+@pytest.mark.root
+@pytest.mark.parametrize("recipe", ["lighttpd-php-cgi", "nginx-php-fpm"])
+def test_a_server_gets_a_minimal_environment(tmp_path, machine, recipe, monkeypatch):
+    """The user's shell settings (MPLCONFIGDIR, MPLBACKEND, LD_PRELOAD, PYTHONPATH), and
+    what shrink sets for itself, reach no server process that runs as the server user:
+    read from /proc/PID/environ of every one of them, and from a PHP page."""
+    from shrink.own_env import set_own
+
+    as_root_with(recipe, monkeypatch, tmp_path / "runs")
+    users = {
+        "MPLCONFIGDIR": str(tmp_path / "mpl"),
+        "MPLBACKEND": "Agg",
+        "LD_PRELOAD": "",  # present, empty: nothing is preloaded into the tests' programs
+        "PYTHONPATH": str(tmp_path / "py"),
+        "PHPRC": str(tmp_path / "php-ini"),
+        "PHP_INI_SCAN_DIR": str(tmp_path / "php-ini"),
+    }
+    for k, v in users.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr("shrink.own_env._ADDED", {})
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    set_own("OPENBLAS_NUM_THREADS", "1")
+    doc = tmp_path / "doc"
+    doc.mkdir()
+    names = ",".join(sorted(users))
+    (doc / "env.php").write_text(
+        f'<?php foreach (explode(",", "{names},OPENBLAS_NUM_THREADS") as $k) '
+        'if (getenv($k) !== false) echo $k, " ";\n'
+    )
+    with _serving(doc, machine, recipe, tmp_path / "s.json") as (r, get):
+        page = get("/env.php")
+        assert page.status_code == 200 and page.text == "", page.text
+        pids = [p for p in r.pids if process.is_alive(p)]
+        assert pids
+        for p in pids:
+            # (nginx writes its process title over the start of that area: not a name)
+            env = {k: v for k, v in _environ(p).items() if k.isidentifier()}
+            extra = {k for k in env if not k.startswith(("LC_", "USE_ZEND_ALLOC"))}
+            extra -= _SERVER_ENV | _SERVERS_OWN
+            assert not extra, (p, _status(p)["Name"], sorted(extra))
+
+
 @pytest.mark.live
 @pytest.mark.root
 @pytest.mark.parametrize("recipe", ["lighttpd-php-cgi", "nginx-php-fpm"])
