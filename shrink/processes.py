@@ -27,6 +27,7 @@ from shrink.topology import parse_cpulist
 __all__ = [
     "ProcInfo",
     "allowed_cpus",
+    "check_gate_env",
     "check_program",
     "children_map",
     "cpu_seconds",
@@ -317,12 +318,18 @@ def _gated(
     an OPTIND that is not a number, which no POSIX shell would pass on."""
     given = env if env is not None else dict(os.environ)
     check_program(argv[0], given.get("PATH", os.defpath), user)
-    optind = given.get("OPTIND")
-    if optind is not None and not (optind.isascii() and optind.isdigit()):
-        raise OSError(errno.EINVAL, f"OPTIND={optind!r} in its environment is not a number")
+    check_gate_env(given)
     own = [x for k in _OWN_VARS for x in (("1", given[k]) if k in given else ("0", ""))]
     rest = {k: v for k, v in given.items() if k not in _OWN_VARS}
     return ["/bin/sh", "-c", _GATE, "shrink-gate", *own, *argv], rest
+
+
+def check_gate_env(env: dict[str, str]) -> None:
+    """OSError (EINVAL) for what in ``env`` the gate's shell would die on before the
+    server starts: an OPTIND that is not a number ("Illegal number")."""
+    optind = env.get("OPTIND")
+    if optind is not None and not (optind.isascii() and optind.isdigit()):
+        raise OSError(errno.EINVAL, f"OPTIND={optind!r} in its environment is not a number")
 
 
 def check_program(name: str, path: str, user: tuple[int, int] | None = None) -> str:

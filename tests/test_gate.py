@@ -114,3 +114,32 @@ def test_a_gate_that_could_not_exec_is_one_line_naming_the_program(tmp_path):
     proc = process.start_process([str(prog)], recorded=lambda p: None)
     with pytest.raises(TestbedError, match=f"cannot start {prog}: not found .*\\(exit 127\\)"):
         wait_until(lambda: "no answer", [proc], 10.0)
+
+
+class _RunsAsCaller:
+    """A recipe whose servers run as the caller (a test double's); reaching its versions
+    means ``up`` went on past its checks."""
+
+    name = "as-caller"
+    drops_root = False
+
+    def versions(self):
+        raise AssertionError("up went on with OPTIND=x in its environment")
+
+
+def test_up_refuses_an_optind_that_is_not_a_number_before_it_starts_anything(
+    tmp_path, machine, monkeypatch
+):
+    """Servers that run as this user get its environment, started behind a shell that
+    dies on OPTIND=x: refused at the first server's start, after its run folder and
+    configs were made; now before anything, in one line naming it."""
+    from shrink.errors import ParameterError
+    from shrink.share import Share
+    from shrink.testbed import ServerSettings, up
+
+    monkeypatch.setenv("OPTIND", "x")
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "runs"))
+    with pytest.raises(ParameterError, match="OPTIND='x' in its environment is not a number"):
+        up(tmp_path, machine, Share.all_of(machine), state_path=tmp_path / "s.json",
+           server=ServerSettings(_RunsAsCaller()))  # fmt: skip
+    assert not (tmp_path / "runs").exists()

@@ -59,6 +59,7 @@ from shrink.testbed.private import (
     ServerUser,
     UpLock,
     check_reachable,
+    check_server_env,
     new_run_root,
     replica_dirs,
     safe_stem,
@@ -334,6 +335,7 @@ def up(
     docroot = check_docroot(docroot)
     # A test double may run as the caller; every real recipe drops root.
     user = server_user() if getattr(recipe, "drops_root", True) else None
+    check_server_env(user)  # (OPTIND=x: refused at the first server's start)
     check_reachable(docroot, user)
     # Checked as the user named it: resolved, a symlink another user planted on the way
     # is gone from the path, and the state was written where it pointed.

@@ -50,7 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from shrink.errors import TestbedError
+from shrink.errors import ParameterError, TestbedError
 from shrink.own_env import for_servers
 
 __all__ = [
@@ -59,6 +59,7 @@ __all__ = [
     "UpLock",
     "can_run",
     "check_reachable",
+    "check_server_env",
     "config_value",
     "docroot_writers",
     "forgeable",
@@ -143,6 +144,22 @@ def server_env(
         LOGNAME=user.name,
     )
     return {**env, **(extra or {})}
+
+
+def check_server_env(user: ServerUser | None) -> None:
+    """Refuse, before anything is started or written, an environment the servers' start
+    would die on (:func:`shrink.processes.check_gate_env`: a shell variable such as
+    OPTIND that is not a number, passed on to servers that run as this user): it was
+    refused only at the first server's start, its configs and run folder made."""
+    from shrink.processes import check_gate_env
+
+    try:
+        check_gate_env(server_env(user) or {})
+    except OSError as exc:
+        raise ParameterError(
+            f"{exc.strerror}: the servers start behind a POSIX shell, which stops on it; "
+            "unset it or set it to a number"
+        ) from None
 
 
 def secure_dir(path: Path, mode: int = 0o700) -> Path:
