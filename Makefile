@@ -24,6 +24,13 @@ demo: $(SETUP_STAMP)
 # the rest, which start servers, pin CPUs and time runs, one at a time with nothing
 # beside them. Both halves run; either failing fails the target.
 TEST_WORKERS ?= 2
+# A value pytest-xdist would refuse is refused before set-up and the lint: it failed the
+# first half only, and the second, serial half (minutes) ran before the target failed.
+ifneq ($(filter test,$(MAKECMDGOALS)),)
+ifeq (${shell case '$(TEST_WORKERS)' in auto|logical) echo ok;; ''|*[!0-9]*) ;; *) echo ok;; esac},)
+$(error TEST_WORKERS=$(TEST_WORKERS) is not a number of test workers (or auto, logical))
+endif
+endif
 test: $(SETUP_STAMP)
 	$(IN_VENV) $(PY) -m ruff check .
 	$(IN_VENV) $(PY) -m pytest -q -m compute -n $(TEST_WORKERS) --dist loadfile; a=$$?; \
@@ -40,6 +47,10 @@ bench: $(SETUP_STAMP)
 # the dev tools and Ray) from pyproject.toml, keeping every pin that still fits;
 # `make lock UPGRADE=1` takes the newest versions within pyproject's bounds instead.
 # Run make test after, and commit the lock files with the change that needed them.
+# UPGRADE=0 (any value) upgraded every pin: only 1 or nothing is taken.
+ifneq ($(filter-out 1,$(UPGRADE)),)
+$(error UPGRADE=$(UPGRADE): give UPGRADE=1 to upgrade the pins, or nothing)
+endif
 LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --quiet \
 	--custom-compile-command "make lock" $(if $(UPGRADE),--upgrade)
 lock: $(SETUP_STAMP)

@@ -11,6 +11,13 @@ cd "$(dirname "$0")/.."
 VENV=.venv
 PY=${PYTHON:-python3}  # the Python that makes the venv: the system's (Debian's python3) is fine
 LOCK=requirements-dev.lock
+# Refused before anything is installed: a PYTHON that names no program was found only
+# at the venv step, after the Debian packages, and said as "install python3-venv".
+if [ -z "$PY" ] || ! command -v -- "$PY" >/dev/null 2>&1; then
+  echo "setup: PYTHON='$PY' is not a program on PATH; set PYTHON to a Python 3.11+" \
+    "(default python3)" >&2
+  exit 2
+fi
 
 # Prints "$@"'s output only when it fails (apt and dpkg narrate every package).
 quiet() {

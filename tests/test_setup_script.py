@@ -21,7 +21,7 @@ def _shim(bin_dir: Path, name: str, body: str) -> None:
 
 
 def _run_as_user_without_debs(
-    tmp_path: Path, python_body: str, dpkg_query: str = "exit 1"
+    tmp_path: Path, python_body: str, dpkg_query: str = "exit 1", python: str | None = None
 ) -> subprocess.CompletedProcess:
     """setup.sh in a copy of the tree, as uid 1000, with no Debian package installed
     (or what ``dpkg_query`` says) and PYTHON a stand-in whose behaviour is ``python_body``."""
@@ -35,7 +35,8 @@ def _run_as_user_without_debs(
     _shim(bin_dir, "id", "echo 1000")
     _shim(bin_dir, "dpkg-query", dpkg_query)
     _shim(bin_dir, "python", python_body)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHON": f"{bin_dir}/python"}
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
+           "PYTHON": python or f"{bin_dir}/python"}  # fmt: skip
     return subprocess.run(
         ["bash", str(tree / "scripts" / "setup.sh")],
         capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path,
@@ -84,3 +85,37 @@ def test_the_long_pip_step_is_announced_and_named_when_it_fails(tmp_path):
     assert "setup: installing the pinned packages of requirements-dev.lock" in out.stdout, out
     assert out.returncode == 1, out
     assert "setup: pip could not install requirements-dev.lock" in out.stderr, out.stderr
+
+
+@pytest.mark.compute
+def test_a_python_that_is_not_there_is_refused_before_anything(tmp_path):
+    # PYTHON=/nowhere/python3 was found only at the venv step, after the Debian packages,
+    # and said as "install python3-venv".
+    nowhere = str(tmp_path / "nowhere" / "python3")
+    out = _run_as_user_without_debs(tmp_path, "exit 1", python=nowhere)
+    assert out.returncode == 2, out
+    assert out.stderr.splitlines() == [
+        f"setup: PYTHON='{nowhere}' is not a program on PATH; set PYTHON to a "
+        "Python 3.11+ (default python3)"
+    ]
+    assert out.stdout == ""
+
+
+@pytest.mark.compute
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["test", "TEST_WORKERS=x"], "TEST_WORKERS=x is not a number of test workers"),
+        (["lock", "UPGRADE=0"], "UPGRADE=0: give UPGRADE=1 to upgrade the pins, or nothing"),
+    ],
+)
+def test_make_refuses_a_bad_variable_before_any_step(args, said):
+    # make test TEST_WORKERS=x ran set-up and the lint, failed the parallel half on
+    # xdist's refusal and then ran the serial half (minutes) before failing; make lock
+    # UPGRADE=0 upgraded every pin.
+    if shutil.which("make") is None:
+        pytest.skip("needs make")
+    out = subprocess.run(["make", "-n", *args], capture_output=True, text=True, timeout=60,
+                         cwd=SETUP.parents[1])  # fmt: skip
+    assert out.returncode == 2 and said in out.stderr, out
+    assert out.stdout == "" and len(out.stderr.splitlines()) == 1, out  # no step, one line
