@@ -8,6 +8,7 @@ import json
 import re
 import urllib.request
 
+import httpx
 import numpy as np
 import pytest
 from hdrh.histogram import HdrHistogram
@@ -214,7 +215,7 @@ def test_a_label_value_is_escaped_in_the_exposition() -> None:
 
     text = exposition([], 'x"}\n evil 1\\')
     line = [ln for ln in text.splitlines() if ln.startswith("shrink_sweep_running_info")]
-    assert line == ['shrink_sweep_running_info{run="x\\"}\\n evil 1\\\\"} 1'], text
+    assert line == ['shrink_sweep_running_info{state="running",run="x\\"}\\n evil 1\\\\"} 1'], text
     assert not any(ln.startswith(" evil") for ln in text.splitlines()), text
 
 
@@ -255,9 +256,11 @@ def test_the_metrics_name_each_level_as_the_sweep_was_given_it():
     assert 'level="300",rate_factor=' in text and 'quantile="0.999"}' in text
 
 
-def test_the_metrics_name_the_run_under_way_and_none_once_done():
+def test_the_metrics_name_the_run_under_way_and_the_state_for_the_servers_whole_life():
     """shrink_sweep_running_info was in the exposition's code but never served: nothing
-    told the server which run was under way."""
+    told the server which run was under way. Then it was served only while a run was:
+    a scrape before the first run or after the last found no such metric at all; it
+    now says idle, running (with the run) or finished."""
     from shrink.cli.sweep_cmd import _told
     from shrink.measure import SweepHooks
 
@@ -266,13 +269,22 @@ def test_the_metrics_name_the_run_under_way_and_none_once_done():
     seen: list[str] = []
 
     def progress(what: str, done: int, total: int) -> None:
-        seen.append(exposition(list(rec.runs), server.current))
+        seen.append(exposition(list(rec.runs), server.current, server.state))
+
+    def scrape() -> str:
+        url = f"http://127.0.0.1:{server.port}/metrics"
+        with httpx.Client(trust_env=False, timeout=5) as c:
+            return c.get(url).text
 
     with MetricsServer(rec.runs, 0) as server:
+        seen.append(scrape())  # before the first run
         hooks = SweepHooks(_told(progress, server))
         levels = [300.0, 400.0]
         sweep(rec, trace, levels, knob="rate", reps=1, warmup=1.0, duration=4.0, hooks=hooks)
-    running = [re.findall(r'^shrink_sweep_running_info\{run="([^"]*)"\} 1$', t, re.M) for t in seen]
-    assert running[:2] == [["rate 300 rep 1/1"], ["rate 400 rep 1/1"]]
-    assert running[-1] == []  # done: nothing under way
+        seen.append(scrape())  # after the last
+    info = r'^shrink_sweep_running_info\{state="([a-z]+)",run="([^"]*)"\} 1$'
+    running = [re.findall(info, t, re.M) for t in seen]
+    assert running[0] == [("idle", "")]
+    assert running[1:3] == [[("running", "rate 300 rep 1/1")], [("running", "rate 400 rep 1/1")]]
+    assert running[-2] == running[-1] == [("finished", "")]  # done: nothing under way
     assert _told(progress, None) is progress  # no server, nothing to tell

@@ -580,12 +580,13 @@ def _metrics(recorder: Any, port: int | None) -> Iterator[Any]:
 
 def _told(progress: Any, served: Any) -> Any:
     """``progress``, also naming the run under way on the metrics server, when one serves
-    (its ``shrink_sweep_running_info``; none once the last run is done)."""
+    (its ``shrink_sweep_running_info``: running that run, finished once the last is done)."""
     if served is None:
         return progress
 
     def tell(what: str, done: int, total: int) -> None:
         served.current = what if done < total else ""
+        served.state = "running" if done < total else "finished"
         progress(what, done, total)
 
     return tell

@@ -37,8 +37,13 @@ def _level_labels(r: RunSamples, **more: str) -> str:
     return _labels(**named, rate_factor=f"{r.rate_factor:g}", **more)
 
 
-def exposition(runs: Sequence[RunSamples], current: str = "") -> str:
-    """The OpenMetrics text for the runs so far (ends with ``# EOF``)."""
+def exposition(runs: Sequence[RunSamples], current: str = "", state: str = "") -> str:
+    """The OpenMetrics text for the runs so far (ends with ``# EOF``). Its
+    ``shrink_sweep_running_info`` names the sweep's ``state`` (``running`` the run
+    ``current``, ``idle`` before the first, ``finished`` after the last; by default
+    ``running`` when a run is named, else ``idle``), for as long as it is served: it was
+    served only while a run was under way, so a scrape could not tell a sweep between
+    two runs, not yet started or done from one that was gone."""
     lines = [
         "# TYPE shrink_sweep_runs counter",
         "# HELP shrink_sweep_runs Repetitions finished.",
@@ -71,11 +76,12 @@ def exposition(runs: Sequence[RunSamples], current: str = "") -> str:
                 lines.append(f"shrink_level_latency_seconds{lab} {v:.9g}")
         lines.append(f"shrink_level_latency_seconds_sum{_level_labels(r)} {lat.sum():.9g}")
         lines.append(f"shrink_level_latency_seconds_count{_level_labels(r)} {lat.size}")
-    if current:
-        lines += [
-            "# TYPE shrink_sweep_running info",
-            f"shrink_sweep_running_info{_labels(run=current)} 1",
-        ]
+    state = state or ("running" if current else "idle")
+    lines += [
+        "# TYPE shrink_sweep_running info",
+        "# HELP shrink_sweep_running The sweep's state (running, idle, finished) and its run.",
+        f"shrink_sweep_running_info{_labels(state=state, run=current)} 1",
+    ]
     return "\n".join(lines) + "\n# EOF\n"
 
 
@@ -84,7 +90,8 @@ class MetricsServer:
 
     def __init__(self, runs: list[RunSamples], port: int) -> None:
         self.runs = runs
-        self.current = ""
+        self.current = ""  # the run under way
+        self.state = "idle"  # running, then finished once the last run is done
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -92,7 +99,7 @@ class MetricsServer:
                 if self.path.split("?")[0] != "/metrics":
                     self.send_error(404)
                     return
-                body = exposition(list(owner.runs), owner.current).encode()
+                body = exposition(list(owner.runs), owner.current, owner.state).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", CONTENT_TYPE)
                 self.send_header("Content-Length", str(len(body)))
