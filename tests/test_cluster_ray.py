@@ -340,12 +340,12 @@ def test_a_lost_node_loses_only_its_own_rows_and_is_named(cluster, server):
         np.unique(part.column("session"))
     )
     # the lost actor's part folder stays on its node; the next actor there removes it
-    from shrink.replay.part_dirs import remove_lost_part_dirs
+    from shrink.replay.part_dirs import ACTOR, remove_lost_part_dirs
     from shrink.testbed.registry import scratch_base
 
     deadline, removed = time.monotonic() + 30, []
     while not removed and time.monotonic() < deadline:
-        removed = remove_lost_part_dirs(scratch_base())
+        removed = remove_lost_part_dirs(scratch_base(), ACTOR)
         time.sleep(0.2)
     assert removed, "the lost actor left no part folder, or it was not removed"
 

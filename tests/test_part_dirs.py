@@ -8,7 +8,9 @@ import sys
 
 import pytest
 
-from shrink.replay.part_dirs import PREFIX, make_part_dir, remove_lost_part_dirs
+from shrink.replay.part_dirs import ACTOR, SPAWNED, make_part_dir, remove_lost_part_dirs
+
+PREFIX = ACTOR
 
 pytestmark = pytest.mark.compute
 
@@ -31,10 +33,10 @@ def test_a_lost_actors_folder_goes_and_a_live_ones_stays(tmp_path):
     dead = _dead_pid()
     lost = _part_folder(tmp_path, dead, (".part.parquet.6f924793af50.reserve", "part.parquet"))
     live = _part_folder(tmp_path, os.getppid())
-    mine = make_part_dir(tmp_path)
+    mine = make_part_dir(tmp_path, ACTOR)
     assert mine.name.startswith(f"{PREFIX}{os.getpid()}-")
     assert mine.stat().st_mode & 0o777 == 0o700
-    assert remove_lost_part_dirs(tmp_path) == [lost]
+    assert remove_lost_part_dirs(tmp_path, ACTOR) == [lost]
     assert not lost.exists() and live.exists() and mine.exists()
 
 
@@ -46,9 +48,22 @@ def test_what_an_actor_did_not_make_is_left(tmp_path):
     (tmp_path / f"{PREFIX}{dead}-link").symlink_to(target)  # a symlink, not a folder
     (tmp_path / f"{PREFIX}{dead}-file").write_bytes(b"x")
     (tmp_path / "shrink-ray-oldname").mkdir()  # no PID in the name
-    assert remove_lost_part_dirs(tmp_path) == []
+    assert remove_lost_part_dirs(tmp_path, ACTOR) == []
     assert other.exists() and target.exists() and (tmp_path / "shrink-ray-oldname").exists()
 
 
 def test_a_missing_base_is_no_error(tmp_path):
-    assert remove_lost_part_dirs(tmp_path / "absent") == []
+    assert remove_lost_part_dirs(tmp_path / "absent", ACTOR) == []
+
+
+def test_a_killed_scaled_out_replays_folder_goes(tmp_path):
+    dead = _dead_pid()
+    empty = tmp_path / f"{SPAWNED}{dead}-x1"
+    empty.mkdir()
+    parts = tmp_path / f"{SPAWNED}{dead}-x2"
+    parts.mkdir()
+    (parts / "run.part1.0123456789ab.parquet").write_bytes(b"x")
+    (parts / ".run.part0.0123456789ab.parquet.6f924793af50.reserve").write_bytes(b"x")
+    actor = _part_folder(tmp_path, dead)  # another kind's: left to its own kind
+    assert sorted(remove_lost_part_dirs(tmp_path, SPAWNED)) == [empty, parts]
+    assert actor.exists()

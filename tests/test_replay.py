@@ -334,6 +334,30 @@ def test_scale_out_partitions_sessions_and_shares_the_clock(fake):
     assert all(s.t0 == eng.t0 for s in eng.stats)
 
 
+def test_a_scaled_out_replay_removes_the_part_folders_killed_runs_left(fake, tmp_path, monkeypatch):
+    """Without -o the parts go in a temporary folder that a kill -9 left for good (29
+    empty ``shrink-replay-*`` folders had piled up in one /tmp); the next run removes
+    the ones whose maker is gone, and its own."""
+    import subprocess
+    import sys
+
+    from shrink.replay import scaleout
+    from shrink.replay.part_dirs import SPAWNED
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    left = tmp_path / f"{SPAWNED}{dead.pid}-killed"
+    left.mkdir()
+    monkeypatch.setattr(scaleout, "scratch_base", lambda: tmp_path)
+    tr = session_trace(20, ["/a?bytes=10"], gap=0.01, think=0.0)
+    log, _ = run_engines(
+        tr, EngineConfig([fake]), rate_factor=1.0, horizon=0.3,
+        schedule=ScheduleOptions(loop=False), generator=GeneratorPlacement(processes=2),
+    )  # fmt: skip
+    assert len(log) == 20
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_merged_run_log_that_cannot_be_written_leaves_no_parts(fake, tmp_path, monkeypatch):
     """With two engine processes (a 2-replica testbed), a merged RunLog the disk had no
     room for left ``run.part0.parquet`` and ``run.part1.parquet`` in the --runlogs

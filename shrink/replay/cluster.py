@@ -48,7 +48,7 @@ from typing import Any
 
 from shrink.errors import ParameterError, ReplayError
 from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
-from shrink.replay.part_dirs import make_part_dir, remove_lost_part_dirs
+from shrink.replay.part_dirs import ACTOR, make_part_dir, remove_lost_part_dirs
 from shrink.replay.writer import RunLogWriter
 from shrink.runlog import RunLog
 from shrink.schedule import build_schedule
@@ -213,8 +213,8 @@ class _Generator:
             os.sched_setaffinity(0, {cpu})
         sched = build_schedule(trace, **params)
         base = scratch_base()
-        remove_lost_part_dirs(base)
-        tmp = make_part_dir(base)
+        remove_lost_part_dirs(base, ACTOR)
+        tmp = make_part_dir(base, ACTOR)
         try:
             path = tmp / "part.parquet"
             writer = RunLogWriter(path, meta)

@@ -1,11 +1,12 @@
-"""The temporary folder a cluster actor writes its part in, and the ones lost actors left.
+"""The temporary folder a replay's parts are written in, and the ones killed runs left.
 
-An actor killed with its node (a lost host, ``ray.kill``) never leaves its
-``with TemporaryDirectory`` block, so its folder, with an 8 MiB reserve in it,
-stays on that node for good. The folder's name carries the actor's PID; the next
-actor on that node removes the folders whose process is gone. It removes only what
-an actor made: a real folder (not a symlink), owned by this user, holding nothing but
-a part's own files.
+A cluster actor killed with its node (a lost host, ``ray.kill``), or a scaled-out
+replay killed with ``kill -9``, never leaves its ``with TemporaryDirectory`` block,
+so its folder (with an 8 MiB reserve in it, for an actor) stays for good: dozens had
+piled up in one machine's /tmp. The folder's name carries its maker's PID; the next
+run making one there removes the folders whose process is gone. It removes only what
+a run made: a real folder (not a symlink), owned by this user, holding nothing but a
+part's own files.
 """
 
 from __future__ import annotations
@@ -18,17 +19,18 @@ import stat
 import tempfile
 from pathlib import Path
 
-__all__ = ["PREFIX", "make_part_dir", "remove_lost_part_dirs"]
+__all__ = ["ACTOR", "SPAWNED", "make_part_dir", "remove_lost_part_dirs"]
 
-PREFIX = "shrink-ray-"
-_NAME = re.compile(re.escape(PREFIX) + r"(\d+)-[A-Za-z0-9_]+")
-# what a RunLogWriter makes for path "part.parquet": the file, its temp and its reserve
-_PART_FILE = re.compile(r"(part\.parquet|\.part\.parquet\.[0-9a-f]+\.(tmp|reserve))")
+ACTOR = "shrink-ray-"  # a cluster actor's: part.parquet
+SPAWNED = "shrink-replay-"  # a scaled-out replay's without -o: run.part<i>.<run id>.parquet
+# what a RunLogWriter makes for either: the file, its temp and its reserve
+_PART = r"(part|run\.part\d+\.[0-9a-f]+)\.parquet"
+_PART_FILE = re.compile(rf"{_PART}|\.{_PART}\.[0-9a-f]+\.(tmp|reserve)")
 
 
-def make_part_dir(base: Path) -> Path:
+def make_part_dir(base: Path, prefix: str) -> Path:
     """A new private folder under ``base`` named for this process."""
-    return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=base))
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=base))
 
 
 def _alive(pid: int) -> bool:
@@ -55,14 +57,15 @@ def _ours(folder: Path) -> bool:
     return True
 
 
-def remove_lost_part_dirs(base: Path) -> list[Path]:
-    """Remove the part folders under ``base`` whose actor process is gone; return them."""
+def remove_lost_part_dirs(base: Path, prefix: str) -> list[Path]:
+    """Remove the ``prefix`` folders under ``base`` whose maker is gone; return them."""
+    name_re = re.compile(re.escape(prefix) + r"(\d+)-[A-Za-z0-9_]+")
     removed: list[Path] = []
     names: list[str] = []
     with contextlib.suppress(OSError):
         names = os.listdir(base)
     for name in names:
-        m = _NAME.fullmatch(name)
+        m = name_re.fullmatch(name)
         if m is None or int(m.group(1)) == os.getpid() or _alive(int(m.group(1))):
             continue
         folder = base / name

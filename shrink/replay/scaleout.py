@@ -499,12 +499,17 @@ def _run_spawned(
     engine: Any,
 ) -> tuple[RunLog, EngineRun]:
     import secrets
-    import tempfile
+    import shutil
+
+    from shrink.replay.part_dirs import SPAWNED, make_part_dir, remove_lost_part_dirs
 
     ctx = mp.get_context("fork")
     parts = split_sessions(trace, n)
-    tmp = tempfile.TemporaryDirectory(prefix="shrink-replay-", dir=scratch_base())
-    base = Path(out).with_suffix("") if out is not None else Path(tmp.name) / "run"
+    tmp = None
+    if out is None:
+        remove_lost_part_dirs(scratch_base(), SPAWNED)
+        tmp = make_part_dir(scratch_base(), SPAWNED)
+    base = Path(out).with_suffix("") if tmp is None else tmp / "run"
     run_id = secrets.token_hex(6)  # this run's parts, told from any an earlier run left
     paths = [f"{base}.part{i}.{run_id}.parquet" for i in range(n)]
     procs, pipes = [], []
@@ -584,4 +589,5 @@ def _run_spawned(
         # it left OUT.part0.parquet, OUT.part1.parquet, ... that no message named.
         for pth in paths if out is not None else ():
             Path(pth).unlink(missing_ok=True)
-        tmp.cleanup()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
