@@ -1,10 +1,16 @@
 """Where the demo keeps its trace and document root: ``--out``'s ``work`` folder, or,
 when the servers' user cannot read that (a checkout under a private home), a folder
-of its own under /var/tmp, reused by a rerun to the same ``--out``."""
+of its own under /var/tmp, reused by a rerun to the same ``--out``.
+
+Such a folder outlives an ``--out`` that is removed, and /var/tmp is not emptied at
+boot: 75 of them had piled up on one machine. Each names its ``--out`` in
+``.made-for``; a demo making a new one removes those whose ``--out`` no longer points
+back at them (what they hold, a trace and pages, the demo makes again)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import tempfile
 from pathlib import Path
@@ -12,7 +18,7 @@ from pathlib import Path
 from shrink.atomic import make_dirs, write_text
 from shrink.errors import ShrinkError
 
-__all__ = ["WORK_BASE", "work_dir"]
+__all__ = ["WORK_BASE", "remove_orphans", "work_dir"]
 
 # Where the demo puts its trace and document root when the servers' user cannot read
 # ``--out`` (a checkout under a private home): a folder every user may enter.
@@ -35,10 +41,55 @@ def work_dir(out: Path, target: str) -> Path:
         pass
     elsewhere = _earlier_work(out)
     if elsewhere is None:  # (a rerun uses its earlier one: one folder per --out)
-        elsewhere = Path(tempfile.mkdtemp(prefix="shrink-demo-", dir=WORK_BASE))
+        remove_orphans()
+        elsewhere = Path(tempfile.mkdtemp(prefix=_PREFIX, dir=WORK_BASE))
         elsewhere.chmod(0o755)
         write_text(out / "work-location", f"{elsewhere}\n")
+        # written last: a folder without it (being made) is never taken for an orphan
+        write_text(elsewhere / _MADE_FOR, f"{out.resolve()}\n")
     return elsewhere
+
+
+_PREFIX = "shrink-demo-"
+_MADE_FOR = ".made-for"
+
+
+def _ours(where: Path) -> bool:
+    """A real folder of this user's, made where the demo makes them, that no one else
+    may write."""
+    try:
+        st = os.lstat(where)
+    except OSError:
+        return False
+    mine = stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+    made_here = where.parent == Path(WORK_BASE) and where.name.startswith(_PREFIX)
+    return mine and not st.st_mode & 0o022 and made_here
+
+
+def remove_orphans() -> list[Path]:
+    """Remove the demo's folders under :data:`WORK_BASE` whose ``--out`` (named in
+    their ``.made-for``) is gone or no longer points back at them; return them."""
+    removed: list[Path] = []
+    try:
+        names = [n for n in os.listdir(WORK_BASE) if n.startswith(_PREFIX)]
+    except OSError:
+        return removed
+    for name in names:
+        where = Path(WORK_BASE) / name
+        if not _ours(where):
+            continue
+        try:
+            out = Path(_location(where / _MADE_FOR))
+        except (OSError, ValueError):
+            continue  # none: being made, or an older demo's (left as it was)
+        try:
+            points_back = Path(_location(out / "work-location")) == where
+        except (OSError, ValueError):
+            points_back = False
+        if not points_back:
+            shutil.rmtree(where, ignore_errors=True)
+            removed.append(where)
+    return removed
 
 
 def _earlier_work(out: Path) -> Path | None:
@@ -46,12 +97,9 @@ def _earlier_work(out: Path) -> Path | None:
     one of this user's, made where the demo makes them, and writable by no one else."""
     try:
         where = Path(_location(out / "work-location"))
-        st = os.lstat(where)
     except (OSError, ValueError):
         return None
-    ours = stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
-    made_here = where.parent == Path(WORK_BASE) and where.name.startswith("shrink-demo-")
-    return where if ours and made_here else None
+    return where if _ours(where) else None
 
 
 # A work-location the demo wrote holds one path: more is not one it wrote.

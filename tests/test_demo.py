@@ -87,6 +87,7 @@ def test_the_demo_puts_its_docroot_where_the_unprivileged_servers_can_read_it(tm
     try:
         assert not work.is_relative_to(home)
         assert (out / "work-location").read_text().strip() == str(work)
+        assert (work / ".made-for").read_text().strip() == str(out.resolve())
         check_reachable(work, user)  # raises if the user cannot read it
         # A rerun to the same --out made a second folder, and so on, one per run.
         assert work_dir(out, "testbed") == work
@@ -101,6 +102,37 @@ def test_the_demo_puts_its_docroot_where_the_unprivileged_servers_can_read_it(tm
         shutil.rmtree(other)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def test_the_work_folders_of_removed_outs_are_removed(tmp_path, monkeypatch):
+    """A work folder under /var/tmp outlived its --out (75 had piled up on one machine):
+    making a new one removes those whose --out is gone or points elsewhere, and only
+    those: not one being made, one another user may write, nor a symlink."""
+    import shutil
+
+    from shrink import demo_work
+
+    base = tmp_path / "vartmp"
+    base.mkdir()
+    monkeypatch.setattr(demo_work, "WORK_BASE", str(base))
+
+    def made(out):
+        out.mkdir()
+        folder = Path(tempfile.mkdtemp(prefix="shrink-demo-", dir=base))
+        (out / "work-location").write_text(f"{folder}\n")
+        (folder / ".made-for").write_text(f"{out}\n")
+        return folder
+
+    gone, moved, kept = made(tmp_path / "gone"), made(tmp_path / "moved"), made(tmp_path / "kept")
+    shutil.rmtree(tmp_path / "gone")
+    (tmp_path / "moved" / "work-location").write_text("/elsewhere\n")
+    making = Path(tempfile.mkdtemp(prefix="shrink-demo-", dir=base))  # no .made-for yet
+    shared = made(tmp_path / "shared")
+    shutil.rmtree(tmp_path / "shared")
+    shared.chmod(0o777)
+    (base / "shrink-demo-link").symlink_to(gone.parent)
+    assert sorted(demo_work.remove_orphans()) == sorted([gone, moved])
+    assert kept.is_dir() and making.is_dir() and shared.is_dir() and (tmp_path / "vartmp").is_dir()
 
 
 def test_a_planted_work_location_is_not_followed_nor_read_without_end(tmp_path):
