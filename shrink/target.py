@@ -43,6 +43,9 @@ class GeneratorCheck:
     # The send thread's time on this machine's run queue over the run's time (the most
     # over the generator's processes; None: the engine does not say).
     thread_wait: float | None = None
+    # The seconds the generator's process is known to have been stopped (a signal, job
+    # control) during the run (None: none known).
+    stopped: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

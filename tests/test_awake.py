@@ -167,7 +167,9 @@ def _spinners() -> dict[int, tuple[int, set[int], bool, str, int]]:
             group = (
                 (proc / "autogroup").read_text().strip() if (proc / "autogroup").exists() else ""
             )
-            held = len(os.listdir(proc / "fd"))  # (it must hold none of ours)
+            # it must hold none of ours (only its own look at our state, opened after)
+            fds = [os.readlink(proc / "fd" / fd) for fd in os.listdir(proc / "fd")]
+            held = len([f for f in fds if f != f"/proc/{me}/stat"])
             out[pid] = (os.sched_getscheduler(pid), os.sched_getaffinity(pid),
                         os.getsid(pid) == pid, group, held)  # fmt: skip
         except (OSError, ValueError, IndexError):

@@ -16,6 +16,12 @@
 //! (a weight of 15 against 1,024), where it took 1-2% of a CPU-bound neighbour's
 //! time. Inside a cpu cgroup other than the root, autogroups do not apply: the
 //! Python side keeps the default off there (shrink.replay.scaleout.default_awake).
+//!
+//! In sessions of their own, the spinners are not in shrink's process group: Ctrl-Z
+//! (SIGTSTP to the group) or a SIGSTOP of shrink left them spinning for as long as it
+//! stayed stopped. Each looks at its parent's state every 65,536 turns and sleeps while
+//! it is stopped, counting the time in a page shared with the parent, which the run's
+//! self-check then names as shrink's own stop rather than the host's.
 
 /// Spinners started at most (one per CPU of the calling thread's affinity): a
 /// generator spread over more CPUs than this is left to sleep as it would.
@@ -23,7 +29,20 @@ const MAX_CPUS: usize = 64;
 
 pub struct Awake {
     pids: Vec<libc::pid_t>,
+    /// Shared with the spinners (one slot each): the nanoseconds each saw its parent
+    /// stopped (null when the page could not be mapped).
+    stopped: *mut u64,
 }
+
+/// The bytes of the shared page of stopped times (one u64 a spinner).
+const STOPPED_BYTES: usize = MAX_CPUS * 8;
+
+/// Sleep between two looks at a stopped parent's state (ns).
+const STOPPED_POLL_NS: i64 = 5_000_000;
+
+// SAFETY: the page is written only by the spinners (other processes) and read here
+// with volatile loads; the pointer itself is never shared between threads unguarded.
+unsafe impl Send for Awake {}
 
 /// The CPUs the calling thread may run on, in order (empty when unknown).
 fn affinity() -> Vec<usize> {
@@ -39,9 +58,87 @@ fn affinity() -> Vec<usize> {
     }
 }
 
+/// `/proc/<pid>/stat`, NUL-terminated, in a stack buffer (no allocation in the child).
+fn stat_path(pid: libc::pid_t, out: &mut [u8; 32]) {
+    let mut digits = [0u8; 12];
+    let (mut n, mut v) = (0, pid as u32);
+    loop {
+        digits[n] = b'0' + (v % 10) as u8;
+        n += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    let mut at = 0;
+    for &b in b"/proc/" {
+        out[at] = b;
+        at += 1;
+    }
+    for i in (0..n).rev() {
+        out[at] = digits[i];
+        at += 1;
+    }
+    for &b in b"/stat\0" {
+        out[at] = b;
+        at += 1;
+    }
+}
+
+/// Whether the process whose stat file is open at `fd` is stopped (a signal, job
+/// control, or a debugger): its state after the command's closing parenthesis.
+fn stopped(fd: i32) -> bool {
+    let mut buf = [0u8; 512];
+    // SAFETY: reading into a live stack buffer of its length.
+    let n = unsafe { libc::pread(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), 0) };
+    if n <= 0 {
+        return false;
+    }
+    let text = &buf[..n as usize];
+    match text.iter().rposition(|&b| b == b')') {
+        Some(i) if i + 2 < text.len() => matches!(text[i + 2], b'T' | b't'),
+        _ => false,
+    }
+}
+
+/// Monotonic nanoseconds.
+fn now_ns() -> u64 {
+    // SAFETY: a live timespec filled by the kernel.
+    unsafe {
+        let mut t: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t);
+        t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+    }
+}
+
+/// While the parent is stopped (Ctrl-Z, SIGSTOP: the spinner, in a session of its own,
+/// is not), sleep instead of spinning; adds the time to `slot`.
+fn wait_while_stopped(fd: i32, parent: libc::pid_t, slot: *mut u64) {
+    if fd < 0 || !stopped(fd) {
+        return;
+    }
+    let t0 = now_ns();
+    let pause = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: STOPPED_POLL_NS,
+    };
+    // SAFETY: sleeping, and the parent's pid; the slot is this spinner's own in a page
+    // mapped shared before the fork (or null).
+    unsafe {
+        while stopped(fd) && libc::getppid() == parent {
+            libc::nanosleep(&pause, std::ptr::null_mut());
+        }
+        if !slot.is_null() {
+            let was = std::ptr::read_volatile(slot);
+            std::ptr::write_volatile(slot, was + (now_ns() - t0));
+        }
+    }
+}
+
 /// The spinner, in the forked child: system calls only (no allocation, no lock another
-/// thread of the parent may have held at the fork), and it never returns.
-fn spin(cpu: usize, parent: libc::pid_t) -> ! {
+/// thread of the parent may have held at the fork), and it never returns. While its
+/// parent is stopped it sleeps, and the time is added to `slot` (the parent's to read).
+fn spin(cpu: usize, parent: libc::pid_t, slot: *mut u64) -> ! {
     // SAFETY: async-signal-safe system calls on this process, with live arguments.
     unsafe {
         let idle = libc::sched_param { sched_priority: 0 };
@@ -78,12 +175,22 @@ fn spin(cpu: usize, parent: libc::pid_t) -> ! {
         if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
             libc::_exit(1);
         }
+        // the parent's state, read again at each look (pread at 0)
+        let mut path = [0u8; 32];
+        stat_path(parent, &mut path);
+        let stat = libc::open(
+            path.as_ptr() as *const libc::c_char,
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
         let mut n: u32 = 0;
         loop {
             std::hint::spin_loop();
             n = n.wrapping_add(1);
-            if n & 0xF_FFFF == 0 && libc::getppid() != parent {
-                libc::_exit(0);
+            if n & 0xFFFF == 0 {
+                if libc::getppid() != parent {
+                    libc::_exit(0);
+                }
+                wait_while_stopped(stat, parent, slot);
             }
         }
     }
@@ -94,37 +201,67 @@ impl Awake {
     /// more than MAX_CPUS, or a process cannot be made: the run goes on asleep).
     pub fn start() -> Awake {
         let cpus = affinity();
-        let mut pids = Vec::new();
+        let mut awake = Awake {
+            pids: Vec::new(),
+            stopped: std::ptr::null_mut(),
+        };
         if cpus.len() > MAX_CPUS {
-            return Awake { pids };
+            return awake;
+        }
+        // SAFETY: an anonymous shared mapping (zeroed by the kernel), or none.
+        let page = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                STOPPED_BYTES,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if page != libc::MAP_FAILED {
+            awake.stopped = page as *mut u64;
         }
         // SAFETY: getpid has no preconditions.
         let parent = unsafe { libc::getpid() };
-        for cpu in cpus {
+        for (i, cpu) in cpus.into_iter().enumerate() {
+            let slot = if awake.stopped.is_null() {
+                std::ptr::null_mut()
+            } else {
+                // SAFETY: i < MAX_CPUS slots of the page
+                unsafe { awake.stopped.add(i) }
+            };
             // SAFETY: the child runs only `spin`, which makes system calls and exits.
             match unsafe { libc::fork() } {
-                0 => spin(cpu, parent),
-                pid if pid > 0 => pids.push(pid),
+                0 => spin(cpu, parent, slot),
+                pid if pid > 0 => awake.pids.push(pid),
                 _ => break,
             }
         }
-        Awake { pids }
+        awake
     }
 
     /// Stop the spinners; returns (spinners that were spinning, their CPU seconds
-    /// together). One that could not drop to idle priority or take its CPU exited on
-    /// its own and is not counted.
-    pub fn stop(mut self) -> (usize, f64) {
+    /// together, the seconds they saw this process stopped: the most any saw). One that
+    /// could not drop to idle priority or take its CPU exited on its own and is not
+    /// counted.
+    pub fn stop(mut self) -> (usize, f64, f64) {
         let mut spun = 0;
         let mut cpu = 0.0;
-        for pid in std::mem::take(&mut self.pids) {
+        let mut stopped_ns = 0u64;
+        for (i, pid) in std::mem::take(&mut self.pids).into_iter().enumerate() {
             let (status, used) = reap(pid);
             if libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGKILL {
                 spun += 1;
             }
             cpu += used;
+            if !self.stopped.is_null() {
+                // SAFETY: slot i of the mapped page; its writer has ended
+                stopped_ns =
+                    stopped_ns.max(unsafe { std::ptr::read_volatile(self.stopped.add(i)) });
+            }
         }
-        (spun, cpu)
+        (spun, cpu, stopped_ns as f64 * 1e-9)
     }
 }
 
@@ -154,6 +291,11 @@ impl Drop for Awake {
     fn drop(&mut self) {
         for pid in std::mem::take(&mut self.pids) {
             reap(pid);
+        }
+        if !self.stopped.is_null() {
+            // SAFETY: the page mapped in start, no spinner left to write it
+            unsafe { libc::munmap(self.stopped as *mut libc::c_void, STOPPED_BYTES) };
+            self.stopped = std::ptr::null_mut();
         }
     }
 }

@@ -220,10 +220,11 @@ struct Spinners(Mutex<Option<awake::Awake>>);
 
 #[pymethods]
 impl Spinners {
-    /// End them: (the spinners that were spinning, their CPU seconds together).
-    fn stop(&self) -> (usize, f64) {
+    /// End them: (the spinners that were spinning, their CPU seconds together, the
+    /// seconds they saw this process stopped, during which they slept).
+    fn stop(&self) -> (usize, f64, f64) {
         let spinners = self.0.lock().unwrap().take();
-        spinners.map(awake::Awake::stop).unwrap_or((0, 0.0))
+        spinners.map(awake::Awake::stop).unwrap_or((0, 0.0, 0.0))
     }
 }
 

@@ -175,6 +175,10 @@ def _summary(res: Any, output: Path) -> dict[str, Any]:
         "throughput": st.throughput,
         "generator_behind": g.behind,
         "behind_reason": g.reason,
+        # the seconds shrink itself was known stopped (a signal, job control; else None)
+        "generator_stopped": getattr(g, "stopped", None),
+        # the spinners that kept the generator's CPUs awake (None: not asked)
+        "awake_spinners": _spinners_ran(res.describe or {}),
         "send_lag_p50": g.send_lag_p50,
         "send_lag_p99": g.send_lag_p99,
         "send_lag_max": g.send_lag_max,
@@ -190,6 +194,27 @@ def _summary(res: Any, output: Path) -> dict[str, Any]:
         },
         "interrupted": was_interrupted(res),
     }
+
+
+def _spinners_ran(desc: dict[str, Any]) -> int | None:
+    """How many spinners kept the generator's CPUs awake in the run (None: not asked)."""
+    if not desc.get("awake"):
+        return None
+    return int((desc.get("engine") or {}).get("awake_spinners") or 0)
+
+
+def _awake_text(spinners: int | None) -> str:
+    """The summary's line on the spinners asked for ('' when not asked)."""
+    if spinners is None:
+        return ""
+    if spinners == 0:
+        return (
+            "\nawake: asked, but no spinner ran: the generator's CPUs were left to sleep "
+            "(the core could not start one there)"
+        )
+    return (
+        f"\nawake: {spinners} spinner{'s' if spinners > 1 else ''} kept the generator's CPUs awake"
+    )
 
 
 def _error_counts(log: Any) -> dict[str, int]:
@@ -246,10 +271,12 @@ def _print_summary(s: dict[str, Any]) -> None:
         f"send lag: p50 {_ms(s['send_lag_p50'])}  p99 {_ms(s['send_lag_p99'])}"
         + ("" if s["generator_cpu"] is None else f"  generator CPU {s['generator_cpu']:.2f} cores")
         + ("" if s["utilization"] is None else f"  share busy {100 * s['utilization']:.0f}%")
+        + _awake_text(s["awake_spinners"])
     )
     if s["generator_behind"]:
         typer.echo(f"GENERATOR BEHIND: {s['behind_reason']} (not a server result)")
-        typer.echo(GENERATOR_HINT.format(levels="this run"), err=True)
+        if not s["generator_stopped"]:  # (a stop is not other work on its CPU)
+            typer.echo(GENERATOR_HINT.format(levels="this run"), err=True)
     if s["failed"]:
         typer.echo(
             f"FAILED REQUESTS: {s['errors']} of {s['requests']:,} (over {_limit_text()}): "

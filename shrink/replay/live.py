@@ -35,7 +35,7 @@ from shrink.replay.fd_limit import out_of_files, raise_open_file_limit
 from shrink.replay.native import engine_name, select_engine
 from shrink.replay.scaleout import EngineRun, run_engines, scheduling
 from shrink.replay.selfcheck import LAG_LIMIT, generator_check, thread_wait
-from shrink.replay.stopwatch import StopWatch, flag_if_stopped
+from shrink.replay.stopwatch import Continued, StopWatch, flag_if_stopped, stopped_for
 from shrink.replay.window_cpu import of_share, window_cpu
 from shrink.runlog import RunLog
 from shrink.schedule import ScheduleOptions
@@ -406,19 +406,21 @@ class LiveTarget:
                 samplers[0].start()
 
         watch = self._watch()
+        continued = Continued()  # (a stop told from a frozen process by its SIGCONT)
         try:
-            log, engine = run_engines(
-                trace,
-                cfg,
-                rate_factor=rate_factor,
-                horizon=horizon,
-                schedule=ScheduleOptions(self.mode, self.loop, self.warm_start),
-                generator=self._placement(),
-                out=out,
-                meta=meta,
-                on_start=on_start,
-                avoid_cpus=frozenset(self.share_cpus),
-            )
+            with continued:
+                log, engine = run_engines(
+                    trace,
+                    cfg,
+                    rate_factor=rate_factor,
+                    horizon=horizon,
+                    schedule=ScheduleOptions(self.mode, self.loop, self.warm_start),
+                    generator=self._placement(),
+                    out=out,
+                    meta=meta,
+                    on_start=on_start,
+                    avoid_cpus=frozenset(self.share_cpus),
+                )
         except BaseException:
             for smp in [*samplers, *paused]:
                 smp.stop.set()
@@ -452,7 +454,7 @@ class LiveTarget:
                 per_cpu = utilization(sampler.snaps[0], sampler.snaps[1], self.share_cpus)
                 util = sum(per_cpu.values()) / len(per_cpu) if per_cpu else None
             wall = engine.wall or horizon
-            check = self._generator_check(log, window, engine, wall, paused)
+            check = self._generator_check(log, window, engine, wall, (paused, continued.count))
             alive = self._pids_alive()
             desc = self._run_describe(engine, wall)
             desc.update(
@@ -484,6 +486,11 @@ class LiveTarget:
                 "wall": wall,
                 "interrupted": engine.interrupted,
                 "pool_waits": sum(int(st.extra.get("pool_waits", 0)) for st in engine.stats),
+                # the spinners that ran (the RunLog's awake says what was asked)
+                "awake_spinners": sum(
+                    int((st.extra.get("loop") or {}).get("awake_spinners", 0))
+                    for st in engine.stats
+                ),
                 **engine.extra,
             },
         }
@@ -521,10 +528,15 @@ class LiveTarget:
         window: tuple[float, float],
         engine: EngineRun,
         wall: float,
-        paused: list[StopWatch],
+        paused: tuple[list[StopWatch], int | None],
     ) -> GeneratorCheck:
         """Whether the generator kept the run's schedule: its send lag, a generator lost
-        (cluster), or this process stopped meanwhile."""
+        (cluster), or this process stopped meanwhile (``paused``: its watcher and the
+        SIGCONTs it got); an engine in processes of its own, or on a cluster, ran on while
+        this one was stopped (:func:`flag_if_stopped`)."""
+        inline = len(engine.stats) == 1 and self._placement().cluster is None
+        gap, missed = (paused[0][0].gap, paused[0][0].missed) if paused[0] else (0.0, 0.0)
+        stopped = stopped_for(engine.stats, missed if inline else 0.0, paused[1])
         check = generator_check(
             log,
             window,
@@ -533,6 +545,7 @@ class LiveTarget:
             processes=max(1, len(engine.stats)),
             thread_wait=thread_wait(engine.stats),
             realtime=self.realtime > 0,
+            stopped=stopped,
         )
         self._count_slots(engine.extra.get("generators") or [])
         lost = engine.extra.get("lost_generators") or []
@@ -541,16 +554,7 @@ class LiveTarget:
             # load was not what it says, so it is never used for a MAT.
             slots = ", ".join(f"{g['slot']} on {g['node']}" for g in lost)
             check = replace(check, behind=True, reason=f"generator lost ({slots})")
-        return self._if_stopped(check, paused, engine)
-
-    def _if_stopped(
-        self, check: GeneratorCheck, paused: list[StopWatch], engine: EngineRun
-    ) -> GeneratorCheck:
-        """``check`` flagged behind if this process, running the engine, was stopped
-        (:func:`flag_if_stopped`); an engine in processes of its own, or on a cluster, ran
-        on while this one was stopped."""
-        inline = len(engine.stats) == 1 and self._placement().cluster is None
-        return flag_if_stopped(check, paused[0].gap if paused else 0.0, inline)
+        return flag_if_stopped(check, gap, inline, stopped)
 
     def _check_server(
         self,

@@ -205,10 +205,12 @@ def run_native(
     try:
         stats = _drive(args, writer, options)
     finally:
-        spun = spinners.stop() if spinners is not None else (0, 0.0)
+        spun = tuple(spinners.stop()) if spinners is not None else (0, 0.0)
     # the spinners that kept the CPUs awake, and their CPU time together (us)
     stats.extra["loop"].update(awake_spinners=int(spun[0]), awake_cpu_us=int(spun[1] * 1e6))
     # (the spinners are processes of their own: their time is not in this one's)
+    if len(spun) > 2:  # the time they saw this process stopped, and slept (a newer core)
+        stats.extra["loop"]["stopped_us"] = int(spun[2] * 1e6)
     return stats
 
 

@@ -68,10 +68,13 @@ def generator_check(
     cpu_limit: float = CPU_LIMIT,
     thread_wait: float | None = None,
     realtime: bool = False,
+    stopped: float = 0.0,
 ) -> GeneratorCheck:
     """Rates and send-lag percentiles over ``window``; ``behind`` per the module's criterion.
     ``thread_wait``: the send thread's time on the run queue over the run's time;
-    ``realtime``: whether it ran SCHED_FIFO (the module docstring says what both tell)."""
+    ``realtime``: whether it ran SCHED_FIFO (the module docstring says what both tell);
+    ``stopped``: the seconds the generator's process is known to have been stopped (a
+    signal, job control), which then is what made its sends late."""
     start, end = window
     width = end - start
     intended = log.column("intended")
@@ -97,7 +100,11 @@ def generator_check(
     if p99 > lag_limit:
         reasons.append(
             f"send-lag p99 {p99 * 1e3:.3g} ms > {lag_limit * 1e3:g} ms"
-            + _held_by(thread_wait, float(np.mean(lag > lag_limit)), realtime)
+            + (
+                _stopped_text(stopped)
+                if stopped >= lag_limit
+                else _held_by(thread_wait, float(np.mean(lag > lag_limit)), realtime)
+            )
         )
     if n_int >= MIN_REQUESTS and achieved_rate < min_ratio * intended_rate:
         reasons.append(
@@ -117,6 +124,7 @@ def generator_check(
         behind=bool(reasons),
         reason="; ".join(reasons),
         thread_wait=thread_wait,
+        stopped=stopped if stopped > 0 else None,
     )
 
 
@@ -131,6 +139,15 @@ def thread_wait(stats: Iterable[Any]) -> float | None:
         if us is not None and wall > 0:
             waits.append(float(us) / 1e6 / wall)
     return max(waits) if waits else None
+
+
+def _stopped_text(stopped: float) -> str:
+    """What held the late sends of a generator known to have been stopped."""
+    return (
+        f" (shrink itself was stopped, by a signal or job control, for {stopped:.2g} s "
+        "during the run: the sends due meanwhile went out late when it went on; not the "
+        "host's doing nor the server's)"
+    )
 
 
 def _held_by(wait: float | None, late: float, realtime: bool) -> str:

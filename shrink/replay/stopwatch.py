@@ -3,17 +3,27 @@
 Stopped past its horizon and continued, the engine ends at once: the requests due
 meanwhile are neither sent nor late, and the level measured a fraction of its load
 with a small send lag, unflagged. A thread that wakes every 50 ms sees the gap.
+
+Stopped for less, the sends due meanwhile go out late when it goes on, and with its
+send thread not waiting on a run queue the lateness read as the host's (a virtual CPU
+not run). A stop is told from a frozen process or a paused VM by the SIGCONT that
+ends it (:class:`Continued`), or by the spinners that keep the CPUs awake, which
+watch this process's state and sleep while it is stopped (native/src/awake.rs).
 """
 
 from __future__ import annotations
 
+import signal
 import threading
+from collections.abc import Iterable
 from dataclasses import replace
 from time import monotonic
+from types import TracebackType
+from typing import Any
 
 from shrink.target import GeneratorCheck
 
-__all__ = ["STOPPED_GAP", "StopWatch", "flag_if_stopped"]
+__all__ = ["STOPPED_GAP", "Continued", "StopWatch", "flag_if_stopped", "stopped_for"]
 
 
 # A gap this long between a watcher's wake-ups (50 ms apart) is a process that did not
@@ -31,6 +41,7 @@ class StopWatch(threading.Thread):
         super().__init__(daemon=True)
         self.until = until
         self.gap = 0.0
+        self.missed = 0.0  # the time of all the gaps past a wake-up's (this one's 50 ms)
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -38,15 +49,70 @@ class StopWatch(threading.Thread):
         while not self.stop.wait(0.05):
             now = monotonic()
             self.gap = max(self.gap, now - last)
+            if now - last > 0.15:
+                self.missed += now - last - 0.05
             last = now
             if now > self.until:
                 return
 
 
-def flag_if_stopped(check: GeneratorCheck, gap: float, inline: bool) -> GeneratorCheck:
+class Continued:
+    """Counts the SIGCONTs this process gets while entered (each ends a stop: Ctrl-Z,
+    SIGSTOP); ``count`` None where it cannot be known (a handler is set in the main
+    thread only). The kernel continues the process whatever the handler."""
+
+    def __init__(self) -> None:
+        self.count: int | None = None
+        self._old: Any = None
+
+    def _note(self, signum: int, frame: Any) -> None:
+        self.count = (self.count or 0) + 1
+        if callable(self._old) and self._old not in (signal.SIG_DFL, signal.SIG_IGN):
+            self._old(signum, frame)
+
+    def __enter__(self) -> Continued:
+        if threading.current_thread() is threading.main_thread():
+            try:
+                self._old = signal.signal(signal.SIGCONT, self._note)
+                self.count = 0
+            except (ValueError, OSError):
+                self.count = None
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self.count is not None:
+            signal.signal(signal.SIGCONT, self._old)
+
+
+def stopped_for(stats: Iterable[Any], missed: float, continued: int | None) -> float:
+    """The seconds the generator is known to have been stopped in a run: the most its
+    engines' spinners saw (``stats``: their EngineStats), else this process's watcher's
+    ``missed`` time when a SIGCONT came (0: none known; a gap without one is a frozen
+    process or a paused host, said as such)."""
+    saw = max((_loop(st).get("stopped_us", 0) for st in stats), default=0) / 1e6
+    if saw > 0:
+        return float(saw)
+    return missed if continued else 0.0
+
+
+def _loop(stats: Any) -> dict[str, Any]:
+    """An engine run's loop counts (none for an engine that keeps none)."""
+    return dict(((getattr(stats, "extra", None) or {}).get("loop")) or {})
+
+
+def flag_if_stopped(
+    check: GeneratorCheck, gap: float, inline: bool, stopped: float = 0.0
+) -> GeneratorCheck:
     """``check`` flagged behind when this process, running the engine (``inline``), did
-    not run for longer than :data:`STOPPED_GAP`."""
+    not run for longer than :data:`STOPPED_GAP` (``stopped``: the seconds it is known to
+    have been stopped, see :func:`stopped_for`)."""
     if gap <= STOPPED_GAP or not inline or check.behind:
         return check
-    why = f"the generator did not run for {gap:.1f} s (stopped, or frozen)"
+    why = (
+        f"shrink itself was stopped (by a signal or job control) for {stopped:.1f} s"
+        if stopped > 0
+        else f"the generator did not run for {gap:.1f} s (stopped, or frozen)"
+    )
     return replace(check, behind=True, reason=why)

@@ -1,0 +1,172 @@
+"""shrink stopped (Ctrl-Z, SIGSTOP) during a run: its spinners stop spinning, and its
+late sends are said to be its own stop, not the host's.
+
+The spinners are processes in sessions of their own, so job control's SIGTSTP (sent to
+shrink's process group) and a ``kill -STOP`` of shrink's PID left them spinning at 91%
+of a CPU; and a send thread that waited on no run queue while its sends were late was
+read as 'the delay was below the scheduler, interrupts or the host'.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shrink.replay import native
+from shrink.replay.selfcheck import generator_check
+from shrink.replay.stopwatch import Continued, stopped_for
+from shrink.runlog import RunLog
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+
+needs_spinners = pytest.mark.skipif(
+    not (native.available() and hasattr(native._core, "keep_awake")),
+    reason="the native core is not built with keep_awake",
+)
+
+_HOLDS_SPINNERS = """
+import os, sys, shrink_core
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+spinners = shrink_core.keep_awake()
+print("ready", flush=True)
+sys.stdin.readline()
+print(*spinners.stop(), flush=True)
+"""
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if (
+                proc.name.isdigit()
+                and int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid
+            ):
+                out.append(int(proc.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def _state_and_cpu(pid: int) -> tuple[str, float]:
+    f = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    return f[0], (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _wait_state(pid: int, want: set[str], within: float = 2.0) -> str:
+    deadline = time.monotonic() + within
+    while True:
+        state = _state_and_cpu(pid)[0]
+        if state in want or time.monotonic() > deadline:
+            return state
+        time.sleep(0.01)
+
+
+@needs_spinners
+def test_a_spinner_sleeps_while_its_parent_is_stopped_and_counts_the_time() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", _HOLDS_SPINNERS], env=ENV,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        (spinner,) = _children(proc.pid)
+        assert _wait_state(spinner, {"R"}) == "R"  # spinning
+        proc.send_signal(signal.SIGSTOP)
+        # it was left spinning ('R') for as long as shrink stayed stopped
+        assert _wait_state(spinner, {"S"}) == "S"
+        cpu0 = _state_and_cpu(spinner)[1]
+        time.sleep(0.5)
+        assert _state_and_cpu(spinner)[1] - cpu0 < 0.05
+        proc.send_signal(signal.SIGCONT)
+        assert _wait_state(spinner, {"R"}) == "R"  # spinning again
+        out, _ = proc.communicate("\n", timeout=10)
+    finally:
+        proc.kill()
+        proc.wait()
+    spun, _, stopped = (float(x) for x in out.split())
+    assert spun == 1
+    assert 0.5 <= stopped < 5.0  # the time it saw its parent stopped
+    assert not _children(proc.pid)
+
+
+def _late_log() -> RunLog:
+    t = np.arange(1000) / 1000.0
+    sent = np.where(t < 0.5, t + 1e-4, np.maximum(t, 0.9) + 1e-4)  # a 0.4 s hole
+    n = len(t)
+    return RunLog.from_columns(
+        {"intended": t, "sent": sent, "done": sent + 1e-3, "status": np.full(n, 200)}
+    )
+
+
+@pytest.mark.compute
+def test_a_late_run_of_a_stopped_generator_says_the_stop_not_the_host() -> None:
+    log = _late_log()
+    host = generator_check(log, (0.0, 1.0), thread_wait=0.0001, realtime=True)
+    assert "below the scheduler" in host.reason and host.stopped is None
+    stopped = generator_check(log, (0.0, 1.0), thread_wait=0.0001, realtime=True, stopped=0.4)
+    assert stopped.behind and stopped.stopped == 0.4
+    assert "shrink itself was stopped, by a signal or job control, for 0.4 s" in stopped.reason
+    assert "host not running" not in stopped.reason
+    # a stop shorter than the lag limit cannot have made the sends that late
+    short = generator_check(log, (0.0, 1.0), thread_wait=0.0001, stopped=0.0005)
+    assert "below the scheduler" in short.reason
+
+
+@pytest.mark.compute
+def test_a_stop_is_known_from_the_spinners_or_a_sigcont() -> None:
+    from types import SimpleNamespace
+
+    stats = [SimpleNamespace(extra={"loop": {"stopped_us": us}}) for us in (0, 1_200_000)]
+    assert stopped_for(stats, 0.0, None) == pytest.approx(1.2)
+    # no spinner: the watcher's missed time, when a SIGCONT says it was a stop
+    plain = [SimpleNamespace(extra={"engine": "python"})]
+    assert stopped_for(plain, 0.9, 1) == pytest.approx(0.9)
+    assert stopped_for(plain, 0.9, 0) == 0.0  # frozen, or the host paused the VM
+    assert stopped_for(plain, 0.9, None) == 0.0  # (not known off the main thread)
+
+
+def test_continued_counts_sigcont_in_the_main_thread() -> None:
+    before = signal.getsignal(signal.SIGCONT)
+    with Continued() as seen:
+        assert seen.count == 0
+        os.kill(os.getpid(), signal.SIGCONT)
+        time.sleep(0.01)  # (the handler runs at the next bytecode)
+    assert seen.count == 1
+    assert signal.getsignal(signal.SIGCONT) == before
+
+
+@pytest.fixture(scope="module")
+def fake():
+    args = [sys.executable, "-m", "shrink.replay.fakeserver", "--port", "0"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    yield f"http://127.0.0.1:{int(proc.stdout.readline().split()[2])}"
+    proc.kill()
+    proc.wait()
+
+
+@pytest.mark.parametrize("awake", ["--awake", "--no-awake"])
+def test_replay_stopped_and_continued_says_it_was_stopped(tmp_path: Path, fake, awake) -> None:
+    cpu = str(min(os.sched_getaffinity(0)))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shrink", "replay", "--target", fake, "--rate", "300",
+         "--path", "/x", "--duration", "2s", "--generator-cpus", cpu, "--realtime", "0",
+         awake, "-o", str(tmp_path / "r.parquet")],
+        env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    time.sleep(1.0)  # (the run starts within it: the CLI's imports take ~0.5 s)
+    proc.send_signal(signal.SIGSTOP)
+    time.sleep(0.8)
+    proc.send_signal(signal.SIGCONT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "shrink itself was stopped, by a signal or job control, for 0." in out, out
+    assert "below the scheduler" not in out
+    assert "other work on its CPU delays it" not in err  # (the hint is for other work)
