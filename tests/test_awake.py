@@ -10,6 +10,7 @@ the server (and from the other hardware threads of the server's cores).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -34,6 +35,7 @@ from shrink.replay.scaleout import default_awake
 from shrink.runlog import RunLog
 from shrink.target import GeneratorPlacement
 from shrink.topology import smt_siblings
+from tests.conftest import require_root
 
 needs_core = pytest.mark.skipif(not native.available(), reason="the native core is not built")
 
@@ -84,13 +86,75 @@ def test_not_by_default_inside_a_cpu_cgroup(monkeypatch: pytest.MonkeyPatch) -> 
         (2, "", True),  # no line: in none of the controller's groups
     ],
 )
-def test_the_root_cpu_group_is_read_from_proc(version: int, text: str, expected: bool) -> None:
+def test_the_root_cpu_group_is_read_from_proc(
+    tmp_path: Path, version: int, text: str, expected: bool
+) -> None:
     from shrink.enforce.cfs import CgroupLayout, in_root_cpu_group
 
-    layout = CgroupLayout(version, Path("/sys/fs/cgroup"), None, None)
-    assert in_root_cpu_group(text, layout) is expected
+    layout = CgroupLayout(version, _hierarchy_root(tmp_path, version), None, None)
+    assert in_root_cpu_group(text, layout, _mountinfo(layout.cpu, "/")) is expected
     # no cpu controller mounted at all: groups do not weigh CPU time
     assert in_root_cpu_group(text, CgroupLayout(version, None, None, None)) is True
+
+
+def _hierarchy_root(tmp_path: Path, version: int) -> Path:
+    """A folder with the files of a cgroup hierarchy's root (v1: cgroup.sane_behavior;
+    v2: no cpu.weight, which every group but the root has)."""
+    (tmp_path / ("cgroup.sane_behavior" if version == 1 else "cgroup.controllers")).touch()
+    return tmp_path
+
+
+def _mountinfo(where: Path | None, root: str) -> str:
+    """/proc/self/mountinfo's line of a cgroup mount at ``where`` showing ``root``."""
+    return f"32 31 0:29 {root} {where} rw,relatime - cgroup cgroup rw,cpu\n"
+
+
+@pytest.mark.compute
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_cgroup_namespace_s_root_is_not_the_root_group(tmp_path: Path, version: int) -> None:
+    # unshare --cgroup from a child group: /proc/self/cgroup says '/', and the default
+    # kept the CPUs awake inside a group where idle priority holds only within it
+    from shrink.enforce.cfs import CgroupLayout, in_root_cpu_group
+
+    root = _hierarchy_root(tmp_path, version)
+    layout = CgroupLayout(version, root, None, None)
+    text = "1:cpu:/\n0::/\n"
+    assert in_root_cpu_group(text, layout, _mountinfo(root, "/")) is True
+    # the host's mount seen from a namespace below its root, or a bind mount of a group
+    assert in_root_cpu_group(text, layout, _mountinfo(root, "/..")) is False
+    assert in_root_cpu_group(text, layout, _mountinfo(root, "/docker/abc")) is False
+    assert in_root_cpu_group(text, layout, "") is False  # not mounted as it says: unknown
+    # the namespace's own mount of its root group shows '/', without the root's files
+    (root / ("cpu.weight" if version == 2 else "x")).touch()
+    (root / "cgroup.sane_behavior").unlink(missing_ok=True)
+    assert in_root_cpu_group(text, layout, _mountinfo(root, "/")) is False
+
+
+def _root_group_seen(*wrap: str, group: Path) -> str:
+    """in_root_cpu_group() in a process put in ``group`` and run through ``wrap``."""
+    code = "from shrink.enforce.cfs import in_root_cpu_group as f; print(f())"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    script = f'echo $$ > {group}/cgroup.procs && exec "$@"'
+    args = ["sh", "-c", script, "sh", *wrap, sys.executable, "-c", code]
+    return subprocess.run(args, env=env, capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.root
+def test_unshare_cgroup_from_a_child_group_keeps_the_default_off() -> None:
+    from shrink.enforce.cfs import cgroup_layout
+
+    require_root("a cpu cgroup, unshare --cgroup")
+    layout = cgroup_layout()
+    if layout.cpu is None or not shutil.which("unshare"):
+        pytest.skip("no cpu controller mounted, or no unshare")
+    group = layout.cpu / f"shrink-test-ns-{os.getpid()}"
+    group.mkdir()
+    try:
+        assert _root_group_seen(group=group) == "False\n"
+        assert _root_group_seen("unshare", "--cgroup", group=group) == "False\n"  # was True
+        assert _root_group_seen("unshare", "--cgroup", group=layout.cpu) == "True\n"
+    finally:
+        group.rmdir()
 
 
 @pytest.mark.compute

@@ -154,14 +154,25 @@ def cgroup_layout(mounts_text: str | None = None, fs_root: str | Path = "/") -> 
     return CgroupLayout(1, v1.get("cpu"), v1.get("cpuset"), v1.get("cpuacct"))
 
 
-def in_root_cpu_group(cgroup_text: str | None = None, layout: CgroupLayout | None = None) -> bool:
+def in_root_cpu_group(
+    cgroup_text: str | None = None,
+    layout: CgroupLayout | None = None,
+    mountinfo_text: str | None = None,
+) -> bool:
     """Whether this process's cpu cgroup is the root one (where the kernel's autogroups
-    apply, one a session), or no cpu controller is mounted; False where it cannot tell."""
+    apply, one a session), or no cpu controller is mounted; False where it cannot tell.
+
+    Inside a cgroup namespace /proc/self/cgroup says '/' at the namespace's root, which
+    is the host's root only if the controller's mount shows its hierarchy's root
+    (:func:`_shows_hierarchy_root`): ``unshare --cgroup`` from a child group read as root.
+    """
     layout = layout if layout is not None else cgroup_layout()
     if layout.cpu is None:
         return True
     try:
         text = cgroup_text if cgroup_text is not None else Path("/proc/self/cgroup").read_text()
+        if not _shows_hierarchy_root(layout, mountinfo_text):
+            return False
     except OSError:
         return False
     for line in text.splitlines():
@@ -172,6 +183,29 @@ def in_root_cpu_group(cgroup_text: str | None = None, layout: CgroupLayout | Non
         ):
             return path.strip() == "/"
     return True  # (no line for the controller: not in any of its groups)
+
+
+def _shows_hierarchy_root(layout: CgroupLayout, mountinfo_text: str | None = None) -> bool:
+    """Whether the cpu controller's folder is its hierarchy's root: mounted whole (its
+    line in /proc/self/mountinfo has root '/': from a cgroup namespace below it the
+    kernel shows '/..', for a bind mount the subfolder), and holding what only the root
+    holds (v1: cgroup.sane_behavior; v2: no cpu.weight), which a namespace's own mount
+    of its root group, shown as '/', does not. Raises OSError when mountinfo is unread."""
+    if layout.cpu is None:
+        return True  # (no cpu controller: no group weighs CPU time)
+    if mountinfo_text is None:
+        mountinfo_text = Path("/proc/self/mountinfo").read_text()
+    where = str(layout.cpu)
+    roots = [
+        f[3]
+        for f in (ln.split() for ln in mountinfo_text.splitlines())
+        if len(f) > 4 and f[4] == where
+    ]
+    if roots[-1:] != ["/"]:  # (the last mount on a folder is the one seen there)
+        return False
+    if layout.version == 1:
+        return (layout.cpu / "cgroup.sane_behavior").exists()
+    return not (layout.cpu / "cpu.weight").exists()
 
 
 def _layout(version: Any) -> CgroupLayout:
