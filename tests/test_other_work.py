@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from shrink.cli import app
 from shrink.cli.sweep_cmd import _print_sweep
 from shrink.measure import sweep
+from shrink.procfs import proc_info
 from shrink.replay import live
 
 
@@ -151,7 +152,7 @@ def test_a_corunner_shares_spinner_is_not_other_work(monkeypatch, capsys):
     spin = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         state = _state(srv.pid, pids=[srv.pid])
-        start = live.proc_info(spin.pid).starttime
+        start = proc_info(spin.pid).starttime
         state["replicas"][0]["enforce"] = {
             "mechanism": "corunner", "cpu_fraction": 0.5, "cpus": [share], "period_us": 1000,
             "spin_us": 500, "helper": "c",

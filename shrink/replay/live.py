@@ -27,11 +27,12 @@ import numpy as np
 from shrink import files, interrupts
 from shrink._version import __version__
 from shrink.errors import OverlapError, ParameterError, ReplayError, ShrinkError, TestbedError
-from shrink.procfs import cpu_seconds, cpu_times, proc_info, steal_times, utilization
+from shrink.procfs import cpu_seconds, cpu_times, steal_times, utilization
 from shrink.replay.answers import UNREACHED_SHARE, expects_4xx, refused, unreached
 from shrink.replay.clients import ClientSampler
 from shrink.replay.engine import EngineConfig
 from shrink.replay.fd_limit import out_of_files, raise_open_file_limit
+from shrink.replay.idle import wait_idle
 from shrink.replay.native import engine_name, select_engine
 from shrink.replay.scaleout import EngineRun, run_engines, scheduling
 from shrink.replay.selfcheck import LAG_LIMIT, generator_check, thread_wait
@@ -120,29 +121,6 @@ def testbed_problem(
         return f"is down: {down}"
     changed = state_problems(state, replicas) if state.get("replicas") else None
     return f"went wrong: {changed}" if changed is not None else None
-
-
-def _running(pids: list[int]) -> list[int]:
-    """The PIDs that are on a CPU or in uninterruptible sleep (state R or D)."""
-    return [p for p in pids if (i := proc_info(p)) is not None and i.state in ("R", "D")]
-
-
-def wait_idle(pids: list[int], bound: float, *, checks: int = 3) -> tuple[float, bool]:
-    """Wait until none of the server's ``pids`` runs (``checks`` looks in a row, 5 ms
-    apart), at most ``bound`` seconds. Returns (seconds waited, idle).
-
-    A level must start on an idle server: a PHP request the last level abandoned
-    (the client timed out) would otherwise still hold a php-cgi child and its CPU.
-    """
-    start = monotonic()
-    quiet = 0
-    while True:
-        quiet = quiet + 1 if not _running(pids) else 0
-        if quiet >= checks:
-            return monotonic() - start, True
-        if monotonic() - start >= bound:
-            return monotonic() - start, False
-        sleep(0.005 if quiet else 0.05)
 
 
 class _WindowSampler(threading.Thread):
