@@ -161,7 +161,10 @@ def test_replay_stopped_and_continued_says_it_was_stopped(tmp_path: Path, fake, 
          awake, "-o", str(tmp_path / "r.parquet")],
         env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    time.sleep(1.0)  # (the run starts within it: the CLI's imports take ~0.5 s)
+    deadline = time.monotonic() + 30
+    while not list(tmp_path.glob(".r.parquet*")) and time.monotonic() < deadline:
+        time.sleep(0.01)  # (the RunLog's temporary file: the run has begun)
+    time.sleep(0.3)
     proc.send_signal(signal.SIGSTOP)
     time.sleep(0.8)
     proc.send_signal(signal.SIGCONT)
