@@ -131,6 +131,14 @@ GENERATOR_HINT = (
 )
 
 
+# Said when the generator's CPUs were to be kept awake and no spinner ran in a run.
+AWAKE_NONE_RAN = (
+    "warning: the generator's CPUs were to be kept awake (--awake, or the default), but "
+    "no spinner ran in at least one run: the core could not start one there (built "
+    "without it, on more than 64 CPUs, or no process could be made), so its CPUs slept"
+)
+
+
 # Said once when the default put the send thread under SCHED_FIFO.
 REALTIME_NOTE = (
     "note: the load generator's send thread runs SCHED_FIFO {priority} on CPU {cpus} (as "

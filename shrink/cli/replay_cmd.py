@@ -28,6 +28,7 @@ from shrink.cli._common import (
     printing,
 )
 from shrink.cli._replay_opts import (
+    AWAKE_NONE_RAN,
     ENGINE_DEFAULTS,
     GENERATOR_HINT,
     EngineOptions,
@@ -208,10 +209,7 @@ def _awake_text(spinners: int | None) -> str:
     if spinners is None:
         return ""
     if spinners == 0:
-        return (
-            "\nawake: asked, but no spinner ran: the generator's CPUs were left to sleep "
-            "(the core could not start one there)"
-        )
+        return "\n" + AWAKE_NONE_RAN
     return (
         f"\nawake: {spinners} spinner{'s' if spinners > 1 else ''} kept the generator's CPUs awake"
     )

@@ -26,6 +26,7 @@ from shrink.cli._common import (
     printing,
 )
 from shrink.cli._replay_opts import (
+    AWAKE_NONE_RAN,
     ENGINE_DEFAULTS,
     GENERATOR_HINT,
     EngineOptions,
@@ -528,6 +529,8 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
             f"p99.9 {_ms(r['p999'])}  util {util}{flag}"
         )
     typer.echo(f"curve: {printable(output)} (engine: {engine_ran})")
+    if curve.sweep.target.get("awake") and curve.sweep.target.get("awake_spinners") == 0:
+        typer.echo(AWAKE_NONE_RAN, err=True)
     behind = sum(bool(r["generator_behind"]) for r in rows)
     if behind:
         typer.echo(GENERATOR_HINT.format(levels=plural(behind, "level")), err=True)

@@ -228,6 +228,7 @@ class LiveTarget:
         self.idle_bound = idle_bound  # longest wait for an idle server before a run
         self.cluster = generator.cluster  # generators as Ray actors (shrink.replay.cluster)
         self._slots: dict[int, dict[str, Any]] = {}  # per generator slot, over the runs
+        self._spun: list[int] = []  # the spinners that ran, per run (the awake asked for)
         self.last_engine: EngineRun | None = None
         self._runs = 0
         # (cpu_fraction, CPUs) of the testbed's share: utilization as a part of it, not of
@@ -317,6 +318,8 @@ class LiveTarget:
             "realtime": self.realtime,
             "realtime_by_default": self.realtime_by_default,
             "awake": self.awake and engine_name(self.engine) != "python",  # (it has no spinners)
+            # the fewest that ran in a run (0: asked for, none ran; None: no run yet)
+            "awake_spinners": min(self._spun, default=None),
             "engine": engine_name(self.engine),
             "lag_limit": self.lag_limit,
         }
@@ -455,6 +458,11 @@ class LiveTarget:
 
     def _run_describe(self, engine: EngineRun, wall: float) -> dict[str, Any]:
         """:meth:`describe`, and how the run's engine ran."""
+        spun = sum(
+            int((st.extra.get("loop") or {}).get("awake_spinners", 0)) for st in engine.stats
+        )
+        if self.awake and engine_name(self.engine) != "python":
+            self._spun.append(spun)
         return {
             **self.describe(),
             "engine": {
@@ -464,11 +472,7 @@ class LiveTarget:
                 "wall": wall,
                 "interrupted": engine.interrupted,
                 "pool_waits": sum(int(st.extra.get("pool_waits", 0)) for st in engine.stats),
-                # the spinners that ran (the RunLog's awake says what was asked)
-                "awake_spinners": sum(
-                    int((st.extra.get("loop") or {}).get("awake_spinners", 0))
-                    for st in engine.stats
-                ),
+                "awake_spinners": spun,  # (the RunLog's awake says what was asked)
                 **engine.extra,
             },
         }
