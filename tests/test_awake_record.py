@@ -97,3 +97,18 @@ def test_the_replay_summary_says_the_spinners_that_ran(
     assert said in res.output
     js = CliRunner().invoke(app, [*args[:-1], str(tmp_path / "j.parquet"), "--json"])
     assert ('"awake_spinners": 1' if most else '"awake_spinners": 0') in js.output
+
+
+def test_awake_asked_of_the_python_engine_is_refused() -> None:
+    # it has no spinners: --awake --engine python ran asleep and said nothing
+    from shrink.errors import OptionError
+
+    cpu = min(os.sched_getaffinity(0))
+    asked = GeneratorPlacement(cpus=(cpu,), engine="python", realtime=0, awake=True)
+    with pytest.raises(OptionError, match="--awake: the Python engine keeps no CPU awake"):
+        LiveTarget([("127.0.0.1", 9)], generator=asked, idle_bound=0.0)
+    # by default it is not asked there
+    plain = GeneratorPlacement(cpus=(cpu,), engine="python", realtime=0)
+    assert (
+        LiveTarget([("127.0.0.1", 9)], generator=plain, idle_bound=0.0).describe()["awake"] is False
+    )

@@ -26,7 +26,14 @@ import numpy as np
 
 from shrink import files, interrupts
 from shrink._version import __version__
-from shrink.errors import OverlapError, ParameterError, ReplayError, ShrinkError, TestbedError
+from shrink.errors import (
+    OptionError,
+    OverlapError,
+    ParameterError,
+    ReplayError,
+    ShrinkError,
+    TestbedError,
+)
 from shrink.procfs import cpu_seconds, cpu_times, steal_times, utilization
 from shrink.replay.answers import UNREACHED_SHARE, expects_4xx, refused, unreached
 from shrink.replay.clients import ClientSampler
@@ -225,6 +232,9 @@ class LiveTarget:
         # "auto" | "native" | "python", or an engine callable such as a FakeEngine
         engine = generator.engine
         self.engine = engine if callable(engine) else select_engine(engine or "auto")
+        if generator.awake and engine_name(self.engine) == "python":  # (it was dropped unsaid)
+            raise OptionError("--awake", "the Python engine keeps no CPU awake; the native "
+                              "core does (--engine native; make setup builds it)")  # fmt: skip
         self.idle_bound = idle_bound  # longest wait for an idle server before a run
         self.cluster = generator.cluster  # generators as Ray actors (shrink.replay.cluster)
         self._slots: dict[int, dict[str, Any]] = {}  # per generator slot, over the runs
