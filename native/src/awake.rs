@@ -85,8 +85,9 @@ fn stat_path(pid: libc::pid_t, out: &mut [u8; 32]) {
     }
 }
 
-/// Whether the process whose stat file is open at `fd` is stopped (a signal, job
-/// control, or a debugger): its state after the command's closing parenthesis.
+/// Whether the process whose stat file is open at `fd` is stopped by a signal (job
+/// control, SIGSTOP): state 'T' after the command's closing parenthesis. (A tracer's
+/// stop, 't', is not: under strace it comes at every system call.)
 fn stopped(fd: i32) -> bool {
     let mut buf = [0u8; 512];
     // SAFETY: reading into a live stack buffer of its length.
@@ -96,7 +97,7 @@ fn stopped(fd: i32) -> bool {
     }
     let text = &buf[..n as usize];
     match text.iter().rposition(|&b| b == b')') {
-        Some(i) if i + 2 < text.len() => matches!(text[i + 2], b'T' | b't'),
+        Some(i) if i + 2 < text.len() => text[i + 2] == b'T',
         _ => false,
     }
 }
