@@ -166,6 +166,8 @@ class LevelStats:
     send_lag_p99: Finite | None = None
     send_lag_max: Finite | None = None  # the longest stall before a send (bounds its effect)
     generator_cpu: NonNeg | None = None  # generator CPU seconds / wall seconds
+    # the seconds shrink itself was known stopped in the run (a signal, job control)
+    generator_stopped: NonNeg | None = None
     # CPU (in CPUs) used on the share's CPUs by anything but the server's processes,
     # and the hypervisor's steal on them (a VM's host running something else).
     other_cpu: Finite | None = None

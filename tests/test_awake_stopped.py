@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -173,3 +174,31 @@ def test_replay_stopped_and_continued_says_it_was_stopped(tmp_path: Path, fake, 
     assert "shrink itself was stopped, by a signal or job control, for 0." in out, out
     assert "below the scheduler" not in out
     assert "other work on its CPU delays it" not in err  # (the hint is for other work)
+
+
+def test_a_sweep_whose_level_was_stopped_says_so_and_gives_no_other_work_hint(capsys) -> None:
+    from helpers.fake_targets import steady_trace
+
+    from shrink.cli.sweep_cmd import _print_sweep
+    from shrink.measure import sweep
+    from shrink.replay.fake import FakeEngine
+    from shrink.replay.live import LiveTarget
+    from shrink.target import GeneratorPlacement
+
+    cpu = min(os.sched_getaffinity(0))
+    placement = GeneratorPlacement(cpus=(cpu,), engine=FakeEngine(), realtime=0, awake=False)
+    target = LiveTarget([("127.0.0.1", 9)], generator=placement, idle_bound=0.0)
+    curve = sweep(target, steady_trace(), [1.0, 2.0], reps=1, warmup=0.0, duration=0.1)
+    assert [r.generator_stopped for lv in curve.levels for r in lv.reps] == [None, None]
+    late = {"generator_behind": True, "send_lag_p99": 0.8}
+    curve.levels[0].reps[0] = replace(curve.levels[0].reps[0], **late, generator_stopped=0.8)
+    _print_sweep(curve, "rate_factor", Path("c.json"), [], False)
+    out, err = capsys.readouterr()
+    assert "GENERATOR BEHIND (shrink itself was stopped for 0.8 s: excluded)" in out
+    assert "fell behind its schedule" not in err  # (that hint is for other work)
+    # a level late for another cause still gets it
+    curve.levels[1].reps[0] = replace(curve.levels[1].reps[0], **late)
+    _print_sweep(curve, "rate_factor", Path("c.json"), [], False)
+    out, err = capsys.readouterr()
+    assert "GENERATOR BEHIND (send lag p99 800" in out
+    assert "fell behind its schedule at 1 level" in err

@@ -491,6 +491,8 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
             "errors": sum(r.errors for r in x.reps),
             "failed": x.failed,
             "send_lag_p99": _max_lag(x),
+            # the longest any repetition was known stopped (a signal, job control)
+            "stopped": max((r.generator_stopped or 0.0 for r in x.reps), default=0.0) or None,
             # why mean and p99.9 are null (JSON has no NaN)
             **({} if math.isfinite(x.stat("mean")[0]) else {"note": "no request was served"}),
         }
@@ -516,6 +518,8 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
                 if lag is not None and (limit is None or lag > limit)
                 else "stopped or lost"
             )
+            if r["stopped"]:
+                why = f"shrink itself was stopped for {r['stopped']:.1f} s"
             flag = f"  GENERATOR BEHIND ({why}: excluded)"
         if r["failed"]:
             flag += f"  {r['errors']} FAILED (over {_limit_text()}: excluded)"
@@ -531,7 +535,8 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
     typer.echo(f"curve: {printable(output)} (engine: {engine_ran})")
     if curve.sweep.target.get("awake") and curve.sweep.target.get("awake_spinners") == 0:
         typer.echo(AWAKE_NONE_RAN, err=True)
-    behind = sum(bool(r["generator_behind"]) for r in rows)
+    # (a level behind because shrink was stopped is not other work on its CPU)
+    behind = sum(bool(r["generator_behind"]) and not r["stopped"] for r in rows)
     if behind:
         typer.echo(GENERATOR_HINT.format(levels=plural(behind, "level")), err=True)
     if crowded:

@@ -65,6 +65,7 @@ def level_stats(result: RunResult) -> LevelStats:
         send_lag_p99=g.send_lag_p99,
         send_lag_max=g.send_lag_max,
         generator_cpu=g.cpu,
+        generator_stopped=getattr(g, "stopped", None),
         other_cpu=(result.describe or {}).get("share_other_cpu"),
         steal=(result.describe or {}).get("share_steal"),
         generator_steal=(result.describe or {}).get("generator_steal"),
