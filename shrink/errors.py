@@ -34,6 +34,7 @@ __all__ = [
     "DocrootError",
     "ExtrapolationError",
     "FolderChangedError",
+    "ForeignCpusError",
     "MeasurementError",
     "NotFittedError",
     "OptionError",
@@ -198,6 +199,12 @@ class ReplayError(ShrinkError):
 class OverlapError(OptionError, ReplayError):
     """Generator CPUs given among the share's without ``--allow-overlap``: a refused
     ``--generator-cpus`` to the command line (exit 2), a replay error to the library."""
+
+
+class ForeignCpusError(OptionError, ReplayError, TopologyError):
+    """``--generator-cpus`` naming CPUs this process may not use (its affinity, taskset):
+    a refused option to the command line (exit 2), a replay or topology error to the
+    library."""
 
 
 class MeasurementError(ShrinkError):

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from shrink.atomic import make_dirs
-from shrink.errors import TopologyError
+from shrink.errors import ForeignCpusError, TopologyError
 from shrink.machine import Machine
 from shrink.share import Share
 from shrink.target import GeneratorPlacement, RunResult, Target
@@ -107,7 +107,7 @@ class TestbedProvider:
         allowed = sorted(os.sched_getaffinity(0))
         gen = tuple(generator.cpus) if generator.cpus else (allowed[0],)
         if generator.cluster is None and (why := foreign_cpus(gen)):
-            raise TopologyError(why)  # before a testbed starts
+            raise ForeignCpusError("--generator-cpus", why)  # before a testbed starts
         if server_cpus is None:
             server_cpus = tuple(c for c in allowed if c not in gen)
         overlap = sorted(set(gen) & set(server_cpus))

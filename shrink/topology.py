@@ -95,10 +95,7 @@ def foreign_cpus(cpus: tuple[int, ...] | list[int] | None) -> str | None:
     bad = sorted(set(cpus or ()) - set(allowed))
     if not bad:
         return None
-    return (
-        f"generator CPUs {bad} (--generator-cpus) are not among the CPUs this process may "
-        f"use {format_cpulist(allowed)}"
-    )
+    return f"CPUs {bad} are not among the CPUs this process may use ({format_cpulist(allowed)})"
 
 
 def _read(path: Path) -> str | None:

@@ -62,3 +62,31 @@ def test_the_command_gets_the_options_as_one_value(command, args, tmp_path, monk
     r = CliRunner().invoke(app, argv)
     assert r.exit_code == 3, r.output
     assert got == [WANT]
+
+
+def test_generator_cpus_outside_this_process_s_cpus_is_a_refused_option(tmp_path) -> None:
+    # `taskset -c 0 shrink replay ... --generator-cpus 0,1` exited 1, where semantics.md's
+    # table gives 2 for an option's value refused before anything runs
+    import os
+
+    from shrink import topology
+    from shrink.errors import ForeignCpusError, ReplayError, TopologyError
+    from shrink.replay.live import LiveTarget
+    from shrink.target import GeneratorPlacement
+
+    allowed = sorted(os.sched_getaffinity(0))
+    foreign = max(allowed) + 1
+    args = ["replay", "--target", "http://127.0.0.1:9", "--rate", "10", "--duration", "0.1s",
+            "--generator-cpus", f"{allowed[0]},{foreign}",
+            "-o", str(tmp_path / "r.parquet")]  # fmt: skip
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2, r.output
+    assert f"--generator-cpus: CPUs [{foreign}] are not among the CPUs this process may use" in (
+        r.stderr
+    )
+    assert not (tmp_path / "r.parquet").exists()
+    # to the library, a replay (and a topology) error as before
+    with pytest.raises(ForeignCpusError) as exc:
+        LiveTarget([("127.0.0.1", 9)], generator=GeneratorPlacement(cpus=(foreign,)))
+    assert isinstance(exc.value, ReplayError) and isinstance(exc.value, TopologyError)
+    assert topology.foreign_cpus(allowed) is None

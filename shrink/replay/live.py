@@ -27,6 +27,7 @@ import numpy as np
 from shrink import files, interrupts
 from shrink._version import __version__
 from shrink.errors import (
+    ForeignCpusError,
     OptionError,
     OverlapError,
     ParameterError,
@@ -214,7 +215,8 @@ class LiveTarget:
         self.share_cpus = sorted(share_cpus or [])
         self.generator_cpus = self._generator_cpus(generator.cpus, generator.allow_overlap)
         if generator.cluster is None and (why := foreign_cpus(self.generator_cpus)):
-            raise ReplayError(why)  # (else the first pinning failed: "Invalid argument")
+            # (else the first pinning failed: "Invalid argument")
+            raise ForeignCpusError("--generator-cpus", why)
         self.config = dict(config or {})
         self.mode = schedule.mode
         self.loop = schedule.loop
