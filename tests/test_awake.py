@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from time import monotonic
 from typing import Any
@@ -372,6 +373,11 @@ def test_the_spinners_are_forked_before_the_run_s_zero_is_chosen(fake) -> None:
     seen: dict[int, tuple[int, set[int], bool, str, int]] = {}
 
     def on_ready() -> float:
+        # (a child forked a moment ago may not have run yet to drop to idle priority: on a
+        # loaded machine one of two was not yet SCHED_IDLE here)
+        deadline = monotonic() + 2.0
+        while len(_spinners()) < len(os.sched_getaffinity(0)) and monotonic() < deadline:
+            time.sleep(0.005)
         seen.update(_spinners())
         return monotonic() + 0.05
 
