@@ -3,8 +3,9 @@ bench/bench_parser_fuzz.py): the Python engine's connection and the native core'
 parser record the same thing for each request, and read a first answer alike
 whether its bytes come in one read or in many.
 
-Needs the native core built with its test hook (``shrink_core.parse_stream``);
-skipped without it (a core built before the hook, or none).
+Needs the native core built with its test hook (``shrink_core.parse_stream``) and its
+RFC 9112 framing (``shrink_core.FRAMING``); skipped without them (a core built before
+them, or none).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ pytestmark = pytest.mark.compute
 
 CORE = native_core()
 needs_hook = pytest.mark.skipif(
-    CORE is None, reason="the native core is not built with its parse_stream hook (make setup)"
+    CORE is None,
+    reason="the native core lacks its parse_stream hook or RFC 9112 framing (make setup)",
 )
 
 

@@ -4,7 +4,12 @@
 
 pub const HEAD_LIMIT: usize = 65536;
 
-/// (status, content length or -1, chunked, close) of a head without its CRLFCRLF.
+/// (status, content length or -1, chunked, close) of a head without its CRLFCRLF, framed
+/// as RFC 9112 section 6.3 says: Transfer-Encoding wins over Content-Length (whose length
+/// is then -1) and closes the connection after the answer; chunked only when it is the
+/// final coding (a body up to the close otherwise); Content-Length values (several lines,
+/// or a list) must all be the same number. None: not HTTP, or an unrecoverable framing
+/// error (the connection is closed). The same rules as shrink/replay/_http.py.
 pub fn parse_head(head: &[u8]) -> Option<(i32, i64, bool, bool)> {
     if !head.starts_with(b"HTTP/1.") || head.len() < 12 || head[8] != b' ' {
         return None;
@@ -17,31 +22,67 @@ pub fn parse_head(head: &[u8]) -> Option<(i32, i64, bool, bool)> {
         return None;
     }
     let lower: Vec<u8> = head.to_ascii_lowercase();
-    let mut clen = -1i64;
-    if let Some(v) = header(&lower, b"\r\ncontent-length:") {
-        clen = parse_int(v, 10)?;
+    let lengths = headers(&lower, b"\r\ncontent-length:");
+    let mut clen = content_length(&lengths)?;
+    let codings = headers(&lower, b"\r\ntransfer-encoding:");
+    let http10 = lower[7] == b'0';
+    let mut close = http10; // HTTP/1.0 closes unless it says keep-alive
+    let connection = headers(&lower, b"\r\nconnection:");
+    if connection.iter().any(|v| find(v, b"close").is_some()) {
+        close = true;
+    } else if connection.iter().any(|v| find(v, b"keep-alive").is_some()) {
+        close = false;
     }
-    let chunked = header(&lower, b"\r\ntransfer-encoding:")
-        .map(|v| find(v, b"chunked").is_some())
-        .unwrap_or(false);
-    let mut close = lower[7] == b'0'; // HTTP/1.0 closes unless it says keep-alive
-    if let Some(v) = header(&lower, b"\r\nconnection:") {
-        if find(v, b"close").is_some() {
-            close = true;
-        } else if find(v, b"keep-alive").is_some() {
-            close = false;
-        }
+    let mut chunked = false;
+    if !codings.is_empty() {
+        // the length is the codings' (RFC 9112 6.3 item 3); with a Content-Length too
+        // (or from HTTP/1.0, 6.1) the answer may be a smuggling attempt: not reused
+        let last = codings
+            .iter()
+            .flat_map(|v| v.split(|&c| c == b','))
+            .map(|c| trim(c.split(|&b| b == b';').next().unwrap_or(c)))
+            .rfind(|n| !n.is_empty());
+        chunked = last == Some(&b"chunked"[..]);
+        close = close || !lengths.is_empty() || http10;
+        clen = -1;
     }
     Some((status, clen, chunked, close))
 }
 
-/// The value of the first header named by `key` (lowercase, with its CRLF), up to its CRLF.
-fn header<'a>(lower: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
-    let i = find(lower, key)?;
-    let start = i + key.len();
-    let rest = &lower[start..];
-    let end = find(rest, b"\r\n").unwrap_or(rest.len());
-    Some(&rest[..end])
+/// The values of every header named by `key` (lowercase, with its CRLF).
+fn headers<'a>(lower: &'a [u8], key: &[u8]) -> Vec<&'a [u8]> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(i) = find(&lower[from..], key) {
+        let start = from + i + key.len();
+        let rest = &lower[start..];
+        let end = find(rest, b"\r\n").unwrap_or(rest.len());
+        out.push(&rest[..end]);
+        from = start + end;
+    }
+    out
+}
+
+/// The length the Content-Length lines give, -1 without one; None when they are not
+/// all the same number (RFC 9112 6.3 item 5: an unrecoverable framing error).
+fn content_length(values: &[&[u8]]) -> Option<i64> {
+    let mut clen = -1i64;
+    for v in values.iter().flat_map(|v| v.split(|&c| c == b',')) {
+        let n = parse_int(v, 10)?;
+        if clen >= 0 && n != clen {
+            return None;
+        }
+        clen = n;
+    }
+    Some(clen)
+}
+
+/// `s` without the blanks (space, tab) around it.
+fn trim(s: &[u8]) -> &[u8] {
+    let is_blank = |c: &u8| *c == b' ' || *c == b'\t';
+    let a = s.iter().position(|c| !is_blank(c)).unwrap_or(s.len());
+    let b = s.iter().rposition(|c| !is_blank(c)).map_or(a, |i| i + 1);
+    &s[a..b]
 }
 
 /// Where `needle` starts in `buf`; without it, wait for more bytes (all of `buf` kept).
@@ -187,6 +228,9 @@ impl Parser {
                         None => return Outcome::Bad,
                     };
                     buf = &buf[i + 4..];
+                    if status == 101 {
+                        return Outcome::Bad; // a switch to a protocol no request asked for
+                    }
                     if (100..200).contains(&status) {
                         continue; // interim response: the real one follows
                     }
@@ -396,6 +440,45 @@ mod tests {
         let split: Vec<&[u8]> = fits.chunks(1000).collect();
         assert_eq!(answer(&[&fits]).0, "complete");
         assert_eq!(answer(&split).0, "complete");
+    }
+
+    #[test]
+    fn framing_follows_rfc_9112() {
+        let h = |fields: &str| parse_head(format!("HTTP/1.1 200 OK\r\n{fields}").as_bytes());
+        // differing Content-Length values, on two lines or in a list: a framing error
+        assert_eq!(h("Content-Length: 5\r\nContent-Length: 7"), None);
+        assert_eq!(h("Content-Length: 5, 7"), None);
+        assert_eq!(h("Content-Length: 7,"), None);
+        assert_eq!(h("Content-Length: 5 7"), None);
+        // the same value repeated is one
+        assert_eq!(
+            h("Content-Length: 24, 24\r\nContent-Length: 24"),
+            Some((200, 24, false, false))
+        );
+        // chunked only as the final coding; Transfer-Encoding wins and closes
+        assert_eq!(
+            h("Transfer-Encoding: chunked, gzip"),
+            Some((200, -1, false, false))
+        );
+        assert_eq!(
+            h("Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked"),
+            Some((200, -1, true, false))
+        );
+        assert_eq!(
+            h("Content-Length: 9\r\nTransfer-Encoding: gzip, chunked"),
+            Some((200, -1, true, true))
+        );
+        assert_eq!(
+            h("Connection: keep-alive\r\nConnection: close"),
+            Some((200, -1, false, true))
+        );
+        // a 101 no request asked for is bad; other interim answers are skipped
+        let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+        assert_eq!(answer(&[b"HTTP/1.1 101 Switching\r\n\r\n", ok]).0, "bad");
+        assert_eq!(
+            answer(&[b"HTTP/1.1 103 Early Hints\r\n\r\n", ok]),
+            ("complete", 200, 2)
+        );
     }
 
     #[test]

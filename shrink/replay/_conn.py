@@ -207,6 +207,8 @@ class _Conn(asyncio.Protocol):
                 status, clen, chunked, close = parse_head_cached(buf[:i])
                 buf = buf[i + 4 :]
                 if 100 <= status < 200:
+                    if status == 101:  # a switch to a protocol no request asked for
+                        raise ValueError("101 Switching Protocols without an Upgrade")
                     continue  # interim response: the real one follows
                 self.status = status
                 self.close_after = close

@@ -38,9 +38,14 @@ def build_request(
 
 
 def parse_head(head: bytes) -> tuple[int, int, bool, bool]:
-    """(status, content length or -1, chunked, close) of a response head without its CRLFCRLF.
+    """(status, content length or -1, chunked, close) of a response head without its CRLFCRLF,
+    framed as RFC 9112 section 6.3 says: Transfer-Encoding wins over Content-Length (whose
+    length is then -1) and closes the connection after the answer; chunked only when it is
+    the final coding (a body up to the close otherwise); Content-Length values (several
+    lines, or a list) must all be the same number.
 
-    Raises ValueError on a status line that is not HTTP.
+    Raises ValueError on a status line that is not HTTP or a Content-Length that is not
+    one number (an unrecoverable framing error: the connection is closed).
     """
     if not head.startswith(b"HTTP/1.") or head[8:9] != b" " or head[12:13] not in _AFTER_CODE:
         raise ValueError("not an HTTP/1.x status line")
@@ -48,28 +53,54 @@ def parse_head(head: bytes) -> tuple[int, int, bool, bool]:
     if not 100 <= status <= 599:
         raise ValueError("not an HTTP status code")
     lower = head.lower()
-    clen = -1
-    i = lower.find(b"\r\ncontent-length:")
-    if i >= 0:
-        j = lower.find(b"\r\n", i + 2)
-        clen = parse_int(lower[i + 17 : j if j >= 0 else len(lower)])
-        if clen > LENGTH_LIMIT:
-            raise ValueError("content length past 63 bits")
-    chunked = False
-    i = lower.find(b"\r\ntransfer-encoding:")
-    if i >= 0:
-        j = lower.find(b"\r\n", i + 2)
-        chunked = b"chunked" in lower[i : j if j >= 0 else len(lower)]
+    lengths = _values(lower, b"\r\ncontent-length:")
+    clen = _content_length(lengths)
+    codings = _values(lower, b"\r\ntransfer-encoding:")
     close = lower[7:8] == b"0"  # HTTP/1.0 closes unless it says keep-alive
-    i = lower.find(b"\r\nconnection:")
-    if i >= 0:
-        j = lower.find(b"\r\n", i + 2)
-        value = lower[i + 13 : j if j >= 0 else len(lower)]
-        if b"close" in value:
-            close = True
-        elif b"keep-alive" in value:
-            close = False
+    connection = _values(lower, b"\r\nconnection:")
+    if any(b"close" in v for v in connection):
+        close = True
+    elif any(b"keep-alive" in v for v in connection):
+        close = False
+    chunked = False
+    if codings:
+        # the length is the codings' (RFC 9112 6.3 item 3); with a Content-Length too
+        # (or from HTTP/1.0, 6.1) the answer may be a smuggling attempt: not reused
+        names = [c.split(b";", 1)[0].strip(b" \t") for v in codings for c in v.split(b",")]
+        names = [n for n in names if n]
+        chunked = bool(names) and names[-1] == b"chunked"
+        close = close or bool(lengths) or lower[7:8] == b"0"
+        clen = -1
     return status, clen, chunked, close
+
+
+def _values(lower: bytes, key: bytes) -> list[bytes]:
+    """The values of every header named by ``key`` (lowercase, with its CRLF)."""
+    out = []
+    i = lower.find(key)
+    while i >= 0:
+        start = i + len(key)
+        end = lower.find(b"\r\n", start)
+        if end < 0:
+            end = len(lower)
+        out.append(lower[start:end])
+        i = lower.find(key, end)
+    return out
+
+
+def _content_length(values: list[bytes]) -> int:
+    """The length the Content-Length lines give, -1 without one. Several lines, or a
+    list in one, must all be the same number (RFC 9112 6.3 item 5: differing values
+    are an unrecoverable framing error)."""
+    if not values:
+        return -1
+    lengths = {parse_int(v) for value in values for v in value.split(b",")}
+    if len(lengths) != 1:
+        raise ValueError("differing Content-Length values")
+    clen = lengths.pop()
+    if clen > LENGTH_LIMIT:
+        raise ValueError("content length past 63 bits")
+    return clen
 
 
 HEAD_LIMIT = _HEAD_LIMIT

@@ -289,13 +289,21 @@ def native_stream(core: Any, case: Case) -> Result:
     return [tuple(r) for r in rows], open_
 
 
+# What the native core says of its framing rules: a core built before them (an installed
+# one older than native/src, until ``make setup``) would differ from the Python engine.
+FRAMING = "rfc9112"
+
+
 def native_core() -> Any:
-    """The native core when it is built with the test hook, else None."""
+    """The native core when it is built with the test hook and frames answers as the
+    Python engine does (RFC 9112 section 6.3), else None."""
     try:
         import shrink_core
     except ImportError:
         return None
-    return shrink_core if hasattr(shrink_core, "parse_stream") else None
+    if not hasattr(shrink_core, "parse_stream"):
+        return None
+    return shrink_core if getattr(shrink_core, "FRAMING", "") == FRAMING else None
 
 
 def kind(py: Result, native: Result) -> str:
