@@ -2,7 +2,7 @@
 
 Run as ``python bench/bench_parser_fuzz.py [--cases N] [--seed S] [--limit S] [--live K]``
 with the native core built with its test hook (``shrink_core.parse_stream``, see
-native/src/lib.rs) first on the path.
+native/src/lib.rs) and RFC 9112 framing first on the path.
 
 N cases (default 100,000) from tests/helpers/http_fuzz.py: server answers of lighttpd,
 PHP through nginx (chunked, trailers), 304, 204, HEAD, 100-continue, bodies up to
@@ -14,7 +14,10 @@ request and leave the connection open or closed alike. It prints the agreements,
 disagreements by kind (with the first case of each), crashes (an exception or a Rust
 panic), hangs (a case past ``--limit`` seconds, default 1) and the cases whose first
 answer each engine reads differently when the same bytes come in one read (an outcome
-must not hang on how TCP cuts the stream).
+must not hang on how TCP cuts the stream). Where a case's first answer has a clean head
+framed by one of RFC 9112 section 6.3's rules this fuzz judges (differing or invalid
+Content-Length values, Transfer-Encoding with Content-Length, chunked not the final
+coding), what each engine recorded is checked against the rule (helpers.http_fuzz.rfc_expect).
 
 ``--live K`` then sends K of the cases, one by one, from a scripted loopback server
 to both real engines (a one-session trace; the native engine's epoll loop and the
@@ -43,6 +46,7 @@ from helpers.http_fuzz import (  # noqa: E402
     native_core,
     native_stream,
     python_stream,
+    rfc_expect,
 )
 
 
@@ -63,6 +67,9 @@ def fuzz(core: Any, cases: int, seed: int, limit: float) -> dict[str, Any]:
     crashes: list[tuple[int, str]] = []
     hangs: list[tuple[int, float]] = []
     slowest = (0.0, -1)
+    rules: collections.Counter[str] = collections.Counter()
+    unlike_rfc: collections.Counter[tuple[str, str]] = collections.Counter()
+    first_unlike: dict[tuple[str, str], tuple[int, Case, Any]] = {}
     for i in range(cases):
         case = make_case(rnd)
         t0 = time.perf_counter()
@@ -75,6 +82,13 @@ def fuzz(core: Any, cases: int, seed: int, limit: float) -> dict[str, Any]:
         if perr or nerr:
             crashes.append((i, f"python {perr or '-'} / native {nerr or '-'}"))
             continue
+        rule = rfc_expect(case)
+        if rule is not None:
+            rules[rule[0]] += 1
+            for name, got in (("python", py), ("native", nat)):
+                if not rule[1](got):
+                    unlike_rfc[(name, rule[0])] += 1
+                    first_unlike.setdefault((name, rule[0]), (i, case, got))
         k = kind(py, nat)
         kinds[k or "agree"] += 1
         if k and k not in first:
@@ -85,7 +99,8 @@ def fuzz(core: Any, cases: int, seed: int, limit: float) -> dict[str, Any]:
         if native_stream(core, whole)[0][:1] != nat[0][:1]:
             frag["native"] += 1
     return {"kinds": kinds, "first": first, "frag": frag, "crashes": crashes,
-            "hangs": hangs, "slowest": slowest}  # fmt: skip
+            "hangs": hangs, "slowest": slowest, "rules": rules, "unlike_rfc": unlike_rfc,
+            "first_unlike": first_unlike}  # fmt: skip
 
 
 def _show(case: Case) -> str:
@@ -103,7 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     core = native_core()
     if core is None:
-        print("the native core with its test hook (shrink_core.parse_stream) is not built")
+        print(
+            "the native core with its test hook (shrink_core.parse_stream) and RFC 9112"
+            " framing (shrink_core.FRAMING) is not built"
+        )
         return 2
     t0 = time.perf_counter()
     out = fuzz(core, args.cases, args.seed, args.limit)
@@ -118,6 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     for k, n in out["kinds"].most_common():
         i, case, py, nat = out["first"][k]
         print(f"  {n:6d}  {k}\n          #{i} {_show(case)}\n          python {py}  native {nat}")
+    for rule, n in out["rules"].most_common():
+        bad = {e: out["unlike_rfc"][(e, rule)] for e in ("python", "native")}
+        print(f"RFC 9112 6.3, {rule}: {n} cases; unlike the RFC: python {bad['python']}, "
+              f"native {bad['native']}")  # fmt: skip
+    for key, (i, case, got) in out["first_unlike"].items():
+        print(f"          {key[0]} #{i} {_show(case)}\n          recorded {got}")
     for i, what in out["crashes"][:10]:
         print(f"  crash #{i}: {what}")
     for i, dt in out["hangs"][:10]:
@@ -126,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         from helpers.http_live import confirm
 
         confirm(args.live, args.seed, core)
-    bad = out["kinds"] or out["crashes"] or out["hangs"]
+    bad = out["kinds"] or out["crashes"] or out["hangs"] or out["unlike_rfc"]
     return 1 if bad else 0
 
 

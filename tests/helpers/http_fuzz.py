@@ -61,6 +61,20 @@ _NOT_FOUND = (
     b"HTTP/1.1 404 Not Found\r\nContent-Type: text/html\r\nContent-Length: 9\r\n"
     + _DATE + b"Server: lighttpd/1.4.76\r\n\r\nnot found"
 )  # fmt: skip
+# RFC 9112 section 6.3's framing rules, as servers may send them
+_SAME_LENGTHS = _LIGHTTPD.replace(
+    b"Content-Length: 24\r\n", b"Content-Length: 24\r\nContent-Length: 24, 24\r\n"
+)
+_GZIP_CHUNKED = _TRAILER.replace(b"chunked", b"gzip, chunked")
+# not chunked at the end: a body up to the close
+_CHUNKED_GZIP = (
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+)
+_TE_AND_LENGTH = (
+    b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"5\r\nhello\r\n0\r\n\r\n"
+)  # Transfer-Encoding wins, and the connection is not reused
+_EARLY_HINTS = b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n" + _NOT_FOUND
 
 # (server answers, one a request; head_only of each request; how the server ends)
 Seed = tuple[tuple[bytes, ...], tuple[bool, ...], str]
@@ -86,6 +100,10 @@ SEEDS: list[Seed] = [
     ((_PHP_TWO, _UNTIL_CLOSE), (False, False), "eof"),
     ((_NOT_FOUND, _PHP_TWO), (False, False), "reset"),
     ((_LIGHTTPD,), (False, False), "eof"),  # closed as the second is sent: retried
+    ((_SAME_LENGTHS, _GZIP_CHUNKED), (False, False), "hold"),
+    ((_CHUNKED_GZIP,), (False,), "eof"),
+    ((_TE_AND_LENGTH,), (False,), "hold"),
+    ((_EARLY_HINTS, _SAME_LENGTHS), (False, True), "hold"),
 ]
 ENDS = ("eof", "reset", "hold")
 
@@ -101,6 +119,15 @@ _INSERTS = [
     b"Content-Length: 3\r\n", b"Transfer-Encoding: chunked\r\n", b"Connection: close\r\n",
     b"Connection: keep-alive\r\n", b"HTTP/1.1 100 Continue\r\n\r\n", b"0\r\n\r\n",
     b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", b";", b":", b" ", b"\x00", b"\xff",
+    b"HTTP/1.1 103 Early Hints\r\n\r\n", b"HTTP/1.1 101 Switching Protocols\r\n\r\n",
+]  # fmt: skip
+# framing headers a server may send after its status line (RFC 9112 section 6.3)
+_FRAMING = [
+    b"Content-Length: 5, 7", b"Content-Length: 24, 24", b"Content-Length: 24", b"Content-Length: 0",
+    b"Content-Length: 7,", b"Content-Length: 5", b"Transfer-Encoding: chunked, gzip",
+    b"Transfer-Encoding: gzip, chunked", b"Transfer-Encoding: gzip", b"Transfer-Encoding: chunked",
+    b"transfer-encoding: Chunked ;x=1", b"Transfer-Encoding: chunked,", b"Transfer-Encoding:",
+    b"Connection: close", b"Connection: keep-alive",
 ]  # fmt: skip
 
 
@@ -164,8 +191,17 @@ def _repeat(out: bytearray, rnd: random.Random) -> None:
         out[a:a] = piece * rnd.choice((2, 100, 3000, 6000))
 
 
+def _framing(out: bytearray, rnd: random.Random) -> None:
+    """A framing header after a status line: added, or in place of the next line."""
+    spots = [m.end() for m in re.finditer(rb"HTTP/1\.[01] [^\r]*\r\n", bytes(out))]
+    if spots:
+        a = rnd.choice(spots)
+        b = a if rnd.random() < 0.5 else max(a, bytes(out).find(b"\r\n", a) + 2)
+        out[a:b] = rnd.choice(_FRAMING) + b"\r\n"
+
+
 _MUTATIONS: list[Callable[[bytearray, random.Random], None]] = [
-    _flip, _insert, _delete, _splice, _crlf, _crlf, _digits, _digits, _repeat,
+    _flip, _insert, _delete, _splice, _crlf, _crlf, _digits, _digits, _repeat, _framing, _framing,
 ]  # fmt: skip
 
 
@@ -316,3 +352,63 @@ def kind(py: Result, native: Result) -> str:
     if len(py[0]) != len(native[0]):
         return f"rows: python {len(py[0])} / native {len(native[0])}"
     return "connection left open" if py[1] != native[1] else ""
+
+
+# ----------------------------------------------------- RFC 9112 section 6.3 oracle
+_STATUS = re.compile(rb"HTTP/1\.[01] ([1-5][0-9][0-9])( [^\x00-\x08\x0a-\x1f\x7f]*)?")
+_FIELD = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+):([^\x00-\x08\x0a-\x1f\x7f]*)")
+
+
+def _final_head(data: bytes) -> tuple[int, dict[bytes, list[bytes]], int] | None:
+    """The status, fields (by lowercase name) and end of the first final answer's head
+    in ``data`` after plain interim answers; None unless every head up to it is clean."""
+    at = 0
+    while True:
+        i = data.find(b"\r\n\r\n", at)
+        if i < 0 or i + 4 > 65536:
+            return None
+        status_line, *lines = data[at:i].split(b"\r\n")
+        m = _STATUS.fullmatch(status_line)
+        if m is None:
+            return None
+        fields: dict[bytes, list[bytes]] = {}
+        for line in lines:
+            f = _FIELD.fullmatch(line)
+            if f is None:
+                return None
+            fields.setdefault(f[1].lower(), []).append(f[2].strip(b" \t"))
+        status, at = int(m[1]), i + 4
+        if not 100 <= status < 200:
+            return status, fields, at
+        if status == 101 or fields.keys() & {b"content-length", b"transfer-encoding"}:
+            return None
+
+
+def rfc_expect(case: Case) -> tuple[str, Callable[[Result], bool]] | None:
+    """What RFC 9112 section 6.3 asks of the first request's answer, where its head is
+    clean and its framing is one of the rules this fuzz judges: (the rule's name, a check
+    of what an engine recorded). None where no such rule applies."""
+    data = b"".join(case.answers[0])
+    got = _final_head(data)
+    if got is None or case.head_only[0] or got[0] in (204, 304):
+        return None
+    status, fields, end = got
+    lengths = [v.strip(b" \t") for f in fields.get(b"content-length", []) for v in f.split(b",")]
+    # digits that fit 63 bits (RFC 9110 8.6 lets a recipient refuse a longer one)
+    valid = all(v.isdigit() and int(v) < 1 << 63 for v in lengths)
+    codings = fields.get(b"transfer-encoding")
+    if codings is None:
+        if not valid or len({int(v) for v in lengths}) > 1:
+            return "differing or invalid Content-Length", lambda r: r[0][0][0] == "bad-response"
+        return None
+    if not valid or len({int(v) for v in lengths}) > 1:
+        return None  # an error or not: the RFC leaves it open
+    names = [c.split(b";")[0].strip(b" \t").lower() for f in codings for c in f.split(b",")]
+    names = [n for n in names if n]
+    if lengths:
+        return "Transfer-Encoding with Content-Length", lambda r: len(r[0]) == 1 and not r[1]
+    if names and names[-1] == b"chunked":
+        return None
+    rest = len(b"".join(case.reads)) - end
+    want = ("timeout", 0, -1) if case.end == "hold" else ("ok", status, rest)
+    return "chunked not the final coding", lambda r: r[0][0] == want
