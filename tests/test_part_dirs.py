@@ -8,7 +8,13 @@ import sys
 
 import pytest
 
-from shrink.replay.part_dirs import ACTOR, SPAWNED, make_part_dir, remove_lost_part_dirs
+from shrink.replay.part_dirs import (
+    ACTOR,
+    SPAWNED,
+    make_part_dir,
+    remove_lost_part_dirs,
+    remove_part_dir,
+)
 
 PREFIX = ACTOR
 
@@ -67,3 +73,46 @@ def test_a_killed_scaled_out_replays_folder_goes(tmp_path):
     actor = _part_folder(tmp_path, dead)  # another kind's: left to its own kind
     assert sorted(remove_lost_part_dirs(tmp_path, SPAWNED)) == [empty, parts]
     assert actor.exists()
+
+
+def test_a_folder_a_live_process_locks_stays_whatever_its_pid(tmp_path):
+    # A replay in another PID namespace (a container sharing /tmp, unshare --pid): the
+    # PID in its folder's name is none here, yet the run is live and holds the lock
+    dead = _dead_pid()
+    live = tmp_path / f"{SPAWNED}{dead}-x1"
+    live.mkdir()
+    (live / "run.part0.0123456789ab.parquet").write_bytes(b"rows")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY);"
+            " fcntl.flock(fd, fcntl.LOCK_EX); print(flush=True); sys.stdin.read()",
+            str(live),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        holder.stdout.readline()  # locked
+        assert remove_lost_part_dirs(tmp_path, SPAWNED) == []
+        assert (live / "run.part0.0123456789ab.parquet").read_bytes() == b"rows"
+    finally:
+        holder.stdin.close()
+        holder.wait()
+    assert remove_lost_part_dirs(tmp_path, SPAWNED) == [live]  # its holder gone
+
+
+def test_a_made_folder_is_locked_from_the_start_and_let_go_when_removed(tmp_path):
+    import fcntl
+
+    mine = make_part_dir(tmp_path, SPAWNED)
+    assert [p.name for p in tmp_path.iterdir()] == [mine.name]  # no hidden one left
+    fd = os.open(mine, os.O_RDONLY)
+    try:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(fd)
+    remove_part_dir(mine)
+    assert not mine.exists()

@@ -36,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import shutil
 import socket
 import tempfile
 import threading
@@ -48,7 +47,7 @@ from typing import Any
 
 from shrink.errors import ParameterError, ReplayError
 from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
-from shrink.replay.part_dirs import ACTOR, make_part_dir, remove_lost_part_dirs
+from shrink.replay.part_dirs import ACTOR, make_part_dir, remove_lost_part_dirs, remove_part_dir
 from shrink.replay.writer import RunLogWriter
 from shrink.runlog import RunLog
 from shrink.schedule import build_schedule
@@ -229,7 +228,7 @@ class _Generator:
             stats = engine(sched, config, writer, on_ready=on_ready, stop=self._stop)
             log = RunLog.read_parquet(path)
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            remove_part_dir(tmp)
         return log.table, stats
 
 

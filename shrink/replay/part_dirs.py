@@ -7,11 +7,19 @@ piled up in one machine's /tmp. The folder's name carries its maker's PID; the n
 run making one there removes the folders whose process is gone. It removes only what
 a run made: a real folder (not a symlink), owned by this user, holding nothing but a
 part's own files.
+
+A PID names a process only in its own PID namespace: a replay in a container sharing
+/tmp (or under ``unshare --pid``) has one this namespace does not know, and its live
+folder read as lost, was removed mid-run with the rows it was writing. So the maker
+also holds a lock on its folder (``flock`` on the folder itself, made under a hidden
+name and renamed once locked); the kernel's lock goes with the process, in whatever
+namespace it runs, and a folder whose lock another holds is never removed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import shutil
@@ -19,7 +27,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-__all__ = ["ACTOR", "SPAWNED", "make_part_dir", "remove_lost_part_dirs"]
+__all__ = ["ACTOR", "SPAWNED", "make_part_dir", "remove_lost_part_dirs", "remove_part_dir"]
 
 ACTOR = "shrink-ray-"  # a cluster actor's: part.parquet
 SPAWNED = "shrink-replay-"  # a scaled-out replay's without -o: run.part<i>.<run id>.parquet
@@ -28,9 +36,53 @@ _PART = r"(part|run\.part\d+\.[0-9a-f]+)\.parquet"
 _PART_FILE = re.compile(rf"{_PART}|\.{_PART}\.[0-9a-f]+\.(tmp|reserve)")
 
 
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_LOCKS: dict[Path, int] = {}  # the folders this process made: their locks, held
+
+
 def make_part_dir(base: Path, prefix: str) -> Path:
-    """A new private folder under ``base`` named for this process."""
-    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=base))
+    """A new private folder under ``base`` named for this process, locked by it (and by
+    the children it forks) until :func:`remove_part_dir`."""
+    hidden = Path(tempfile.mkdtemp(prefix=f".{prefix}{os.getpid()}-", dir=base))
+    fd = os.open(hidden, _DIR)
+    with contextlib.suppress(OSError):  # a file system that cannot lock: the PID alone
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    folder = hidden.with_name(hidden.name[1:])
+    try:
+        if os.path.lexists(folder):  # (mkdtemp's name is unique among the hidden ones)
+            raise FileExistsError(folder)
+        os.rename(hidden, folder)
+    except OSError:
+        os.close(fd)
+        shutil.rmtree(hidden, ignore_errors=True)
+        raise
+    _LOCKS[folder] = fd
+    return folder
+
+
+def remove_part_dir(folder: Path) -> None:
+    """Remove a folder :func:`make_part_dir` made, then let go of its lock."""
+    shutil.rmtree(folder, ignore_errors=True)
+    fd = _LOCKS.pop(folder, None)
+    if fd is not None:
+        os.close(fd)
+
+
+def _unlocked(folder: Path) -> int | None:
+    """``folder`` opened and locked by this process, or None when a live process holds
+    its lock (or it cannot be opened as the folder it was)."""
+    try:
+        fd = os.open(folder, _DIR)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except OSError:
+        pass  # cannot lock here: its maker could not either
+    return fd
 
 
 def _alive(pid: int) -> bool:
@@ -69,7 +121,15 @@ def remove_lost_part_dirs(base: Path, prefix: str) -> list[Path]:
         if m is None or int(m.group(1)) == os.getpid() or _alive(int(m.group(1))):
             continue
         folder = base / name
-        if _ours(folder):
-            shutil.rmtree(folder, ignore_errors=True)
-            removed.append(folder)
+        fd = _unlocked(folder)
+        if fd is None:
+            continue  # its maker lives, in a PID namespace of its own
+        try:
+            if _ours(folder) and os.path.samestat(os.fstat(fd), folder.lstat()):
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(folder)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
     return removed

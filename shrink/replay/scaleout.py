@@ -499,9 +499,13 @@ def _run_spawned(
     engine: Any,
 ) -> tuple[RunLog, EngineRun]:
     import secrets
-    import shutil
 
-    from shrink.replay.part_dirs import SPAWNED, make_part_dir, remove_lost_part_dirs
+    from shrink.replay.part_dirs import (
+        SPAWNED,
+        make_part_dir,
+        remove_lost_part_dirs,
+        remove_part_dir,
+    )
 
     ctx = mp.get_context("fork")
     parts = split_sessions(trace, n)
@@ -590,4 +594,4 @@ def _run_spawned(
         for pth in paths if out is not None else ():
             Path(pth).unlink(missing_ok=True)
         if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+            remove_part_dir(tmp)
