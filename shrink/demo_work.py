@@ -5,10 +5,16 @@ of its own under /var/tmp, reused by a rerun to the same ``--out``.
 Such a folder outlives an ``--out`` that is removed, and /var/tmp is not emptied at
 boot: 75 of them had piled up on one machine. Each names its ``--out`` in
 ``.made-for``; a demo making a new one removes those whose ``--out`` no longer points
-back at them (what they hold, a trace and pages, the demo makes again)."""
+back at them (what they hold, a trace and pages, the demo makes again). A demo holds
+a shared lock on its folder's ``.made-for`` while it runs, and a folder so held is
+never removed: a live demo's --out may not point back (two demos to one --out, an
+--out others may write, one whose name ends in a space) and its servers read the
+pages there mid-run."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import stat
@@ -47,7 +53,45 @@ def work_dir(out: Path, target: str) -> Path:
         write_text(out / "work-location", f"{elsewhere}\n")
         # written last: a folder without it (being made) is never taken for an orphan
         write_text(elsewhere / _MADE_FOR, f"{out.resolve()}\n")
+    _hold(elsewhere)
     return elsewhere
+
+
+_HELD: dict[Path, int] = {}  # this process's work folders: a lock on each .made-for
+
+
+def _hold(where: Path) -> None:
+    """Hold a shared lock on ``where``'s ``.made-for`` for this process's life (none: an
+    older demo's folder, left as it is)."""
+    if where in _HELD:
+        return
+    with contextlib.suppress(OSError):
+        fd = os.open(where / _MADE_FOR, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return
+        _HELD[where] = fd
+
+
+def _in_use(where: Path) -> bool:
+    """A live demo holds ``where``'s ``.made-for`` (this one included)."""
+    if where in _HELD:
+        return True
+    try:
+        fd = os.open(where / _MADE_FOR, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return False
 
 
 _PREFIX = "shrink-demo-"
@@ -86,7 +130,7 @@ def remove_orphans() -> list[Path]:
             points_back = Path(_location(out / "work-location")) == where
         except (OSError, ValueError):
             points_back = False
-        if not points_back:
+        if not points_back and not _in_use(where):
             shutil.rmtree(where, ignore_errors=True)
             removed.append(where)
     return removed
@@ -119,4 +163,5 @@ def _location(path: Path) -> str:
         data = f.read(_MAX_LOCATION + 1)
     if len(data) > _MAX_LOCATION:
         raise OSError(f"{path}: longer than a path")
-    return data.decode("utf-8", "replace").strip()
+    # the line it wrote: a path may end in a space, and stripped it named another folder
+    return data.decode("utf-8", "replace").removesuffix("\n")

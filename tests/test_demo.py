@@ -135,6 +135,63 @@ def test_the_work_folders_of_removed_outs_are_removed(tmp_path, monkeypatch):
     assert kept.is_dir() and making.is_dir() and shared.is_dir() and (tmp_path / "vartmp").is_dir()
 
 
+def test_a_live_demos_work_folder_is_never_removed(tmp_path, monkeypatch):
+    """A live demo's --out need not point back at its work folder: two demos to one
+    --out (the first one's work-location replaced), one others may write (its
+    work-location removed), or one whose name ends in a space (read back stripped, it
+    named another folder). Its servers read the pages there mid-run: a folder a live
+    demo holds stays; the held one of a demo that ended goes."""
+    import shutil
+    import subprocess
+    import sys
+
+    from shrink import demo_work
+
+    base = tmp_path / "vartmp"
+    base.mkdir()
+    monkeypatch.setattr(demo_work, "WORK_BASE", str(base))
+    monkeypatch.setattr(demo_work, "_HELD", {}, raising=False)
+    spaced = tmp_path / "out "
+    spaced.mkdir()
+    folder = Path(tempfile.mkdtemp(prefix="shrink-demo-", dir=base))
+    (spaced / "work-location").write_text(f"{folder}\n")
+    (folder / ".made-for").write_text(f"{spaced.resolve()}\n")
+    (tmp_path / "out").mkdir()  # the name stripped: another folder, none pointing back
+    assert demo_work.remove_orphans() == []
+    assert folder.is_dir()
+    # another process's demo, live, whose --out no longer points back
+    (spaced / "work-location").unlink()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY);"
+            " fcntl.flock(fd, fcntl.LOCK_SH); print(flush=True); sys.stdin.read()",
+            str(folder / ".made-for"),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        holder.stdout.readline()  # held
+        assert demo_work.remove_orphans() == []
+        assert folder.is_dir()
+    finally:
+        holder.stdin.close()
+        holder.wait()
+    assert demo_work.remove_orphans() == [folder]  # that demo has ended
+    # this process's own, held by work_dir
+    shutil.rmtree(spaced)
+    spaced.mkdir()
+    mine = Path(tempfile.mkdtemp(prefix="shrink-demo-", dir=base))
+    (mine / ".made-for").write_text(f"{spaced.resolve()}\n")
+    demo_work._hold(mine)
+    try:
+        assert demo_work.remove_orphans() == []
+    finally:
+        os.close(demo_work._HELD.pop(mine))
+
+
 def test_a_planted_work_location_is_not_followed_nor_read_without_end(tmp_path):
     """``--out`` may be a folder others can write: a work-location that is a symlink (to
     a folder of root's, or to /dev/zero) or a FIFO is not read; it hung the demo."""
