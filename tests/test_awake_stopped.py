@@ -202,3 +202,34 @@ def test_a_sweep_whose_level_was_stopped_says_so_and_gives_no_other_work_hint(ca
     out, err = capsys.readouterr()
     assert "GENERATOR BEHIND (send lag p99 800" in out
     assert "fell behind its schedule at 1 level" in err
+
+
+@pytest.mark.compute
+def test_a_wait_for_a_cpu_is_not_counted_as_a_stop(monkeypatch) -> None:
+    """The watcher's missed time, said as 'shrink itself was stopped' once a SIGCONT came,
+    counted every gap, also one spent waiting on a busy CPU's run queue: a SIGCONT to a
+    running shrink (``fg`` of a background job) then blamed a loaded run on a stop."""
+    from shrink.replay import stopwatch
+
+    clock = iter([0.0, 0.05, 0.1, 0.5, 0.55, 1.45, 1.5, 1.55])
+    # seconds on a run queue: the 0.4 s gap spent waiting for a CPU, the 0.9 s one not
+    queue = iter([0.0, 0.0, 0.0, 0.35, 0.35, 0.35, 0.35, 0.35])
+    monkeypatch.setattr(stopwatch, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(stopwatch, "_run_delay", lambda: next(queue), raising=False)
+    watch = stopwatch.StopWatch(until=1.52)
+    watch.stop.wait = lambda timeout: False  # (the clock above says when it woke)
+    watch.run()
+    assert watch.gap == pytest.approx(0.9)
+    assert watch.missed == pytest.approx(0.85)  # the stop's, not the 0.4 s on a run queue
+    monkeypatch.setattr(stopwatch, "_run_delay", lambda: None)  # a kernel that does not say
+    clock = iter([0.0, 0.4])
+    watch = stopwatch.StopWatch(until=0.3)
+    watch.stop.wait = lambda timeout: False
+    watch.run()
+    assert watch.missed == pytest.approx(0.35)
+
+
+def test_the_run_queue_wait_is_read() -> None:
+    from shrink.replay.stopwatch import _run_delay
+
+    assert _run_delay() is not None and _run_delay() >= 0.0
