@@ -599,7 +599,7 @@ def test_a_calibration_whose_physics_its_fit_does_not_give_is_refused(
     assert code == 1 and f"error: {cal}: " in text and f"physics.{key} == {value:g}" in text, text
 
 
-@pytest.mark.parametrize("where", ["same", "runlog-name"])
+@pytest.mark.parametrize("where", ["same", "runlog-name", "through-a-symlink"])
 def test_sweep_refuses_runlogs_where_its_curve_goes(
     tmp_path: Path, trace_file: Path, where: str
 ) -> None:
@@ -608,9 +608,11 @@ def test_sweep_refuses_runlogs_where_its_curve_goes(
     # RunLog, and wrote the curve beside it (c.1.json, run000-rf1.1.parquet).
     logs = tmp_path / "logs"
     logs.mkdir()
+    (tmp_path / "alias").symlink_to(logs)  # (the same folder by another name)
     out, runlogs = {
         "same": (tmp_path / "c.json", tmp_path / "c.json"),
         "runlog-name": (logs / "run000-rf1.parquet", logs),
+        "through-a-symlink": (tmp_path / "alias" / "run000-rf1.parquet", logs),
     }[where]
     code, text = _run("sweep", str(trace_file), "--levels", "1", "-o", str(out),
                       "--runlogs", str(runlogs), "--target", "http://127.0.0.1:9")  # fmt: skip

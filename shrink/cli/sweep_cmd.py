@@ -418,7 +418,8 @@ def _apart(output: Path, runlogs: Path | None) -> None:
 
     if runlogs is None:
         return
-    out, logs = Path(os.path.abspath(output)), Path(os.path.abspath(runlogs))
+    # (as the files are reached: a symlinked folder on either side is the same folder)
+    out, logs = Path(os.path.realpath(output)), Path(os.path.realpath(runlogs))
     if out == logs:
         why = "is the curve's own path (-o): give the run logs a folder of their own"
     elif out.parent == logs and re.fullmatch(RUNLOG_NAMES, out.name):
