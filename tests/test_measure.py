@@ -762,3 +762,37 @@ def test_mat_says_when_a_percentile_rests_on_too_few_requests(tmp_path: Path):
             app, ["mat", str(tmp_path / "c.json"), "--stat", stat, "--threshold", "1s"]
         )
         assert "rests on fewer" not in r.output
+
+
+@pytest.mark.parametrize(
+    ("share", "scale"),
+    [
+        ({"kind": "cores", "cpus": [1], "fraction": 0.5, "cpu_fraction": None}, 1.0),
+        ({"kind": "cores", "cpus": [1], "fraction": 0.5}, 1.0),
+        ({"kind": "cpu_time", "cpus": [1], "fraction": 0.25}, 0.25),
+    ],
+)
+def test_an_older_states_share_scales_utilization_as_the_state_reads(
+    tmp_path: Path, share: dict, scale: float
+):
+    """A state with a null cpu_fraction, which the state's reader takes for the default
+    (an older file), stopped replay and sweep with a TypeError; one without it, for a
+    cores share, divided the utilization by the share's fraction of the machine."""
+    import json
+
+    from helpers.testbed import lighttpd_replica
+
+    from shrink.cli._replay_opts import EngineOptions
+    from shrink.testbed.state import TestbedState
+
+    st = TestbedState(
+        [lighttpd_replica(8080)], {"kind": "cores", "cpus": [1], "fraction": 0.5},
+        {"name": "1-replica"},
+        {"name": "m", "sockets": 1, "cores_per_socket": 2}, "doc", {"php": "8"}, "t",
+    )  # fmt: skip
+    path = st.write(tmp_path / "state.json")
+    d = json.loads(path.read_text())
+    d["share"] = share
+    path.write_text(json.dumps(d))
+    target = EngineOptions(generator_cpus="0", allow_overlap=True, realtime=0).target([str(path)])
+    assert target.share_scale == (scale, 1)

@@ -264,10 +264,13 @@ class EngineOptions:
             runlog_dir=runlog_dir,
         )
         if isinstance(share := target.state.get("share"), dict) and target.share_cpus:
-            # A share's utilization is a part of what it may use, as predict records it
-            # (the state was checked as it was read: shrink.share.Share's fields).
-            fraction = float(share.get("cpu_fraction", share.get("fraction", 1.0)))
-            target.share_scale = (fraction, len(target.share_cpus))
+            # A share's utilization is a part of what it may use, as predict records it.
+            # Read as the state's reader reads it (an older file's null or missing
+            # cpu_fraction: a cores share's is 1.0, not its fraction of the machine).
+            from shrink.share import Share
+
+            fields = {k: v for k, v in share.items() if k != "enforce"}
+            target.share_scale = (Share.from_dict(fields).cpu_fraction, len(target.share_cpus))
         note_realtime(target)
         return target
 
