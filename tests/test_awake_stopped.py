@@ -233,3 +233,38 @@ def test_the_run_queue_wait_is_read() -> None:
     from shrink.replay.stopwatch import _run_delay
 
     assert _run_delay() is not None and _run_delay() >= 0.0
+
+
+def test_a_stop_within_the_lag_limit_is_not_said_to_have_made_a_level_late(capsys) -> None:
+    """With --lag-limit 50ms, a sweep level late for other work (p99 80 ms) with a 20 ms
+    stop said 'shrink itself was stopped for 0.0 s' and gave no other-work hint, where
+    the run's self-check (a stop within the limit made nothing that late) blamed not the
+    stop; and a check with no stop at all never says one."""
+    from helpers.fake_targets import steady_trace
+
+    from shrink.cli.sweep_cmd import _print_sweep
+    from shrink.measure import sweep
+    from shrink.replay.fake import FakeEngine
+    from shrink.replay.live import LiveTarget
+    from shrink.schemas import GeneratorMeta
+    from shrink.target import GeneratorPlacement
+
+    cpu = min(os.sched_getaffinity(0))
+    placement = GeneratorPlacement(
+        cpus=(cpu,), engine=FakeEngine(), realtime=0, awake=False, lag_limit=0.05
+    )
+    target = LiveTarget([("127.0.0.1", 9)], generator=placement, idle_bound=0.0)
+    curve = sweep(target, steady_trace(), [1.0, 2.0], reps=1, warmup=0.0, duration=0.1)
+    curve.sweep = curve.sweep.with_(generator=GeneratorMeta(lag_limit=0.05))  # as sweep_cmd
+    late = {"generator_behind": True, "send_lag_p99": 0.08}
+    curve.levels[0].reps[0] = replace(curve.levels[0].reps[0], **late, generator_stopped=0.02)
+    curve.levels[1].reps[0] = replace(curve.levels[1].reps[0], **late, generator_stopped=0.3)
+    _print_sweep(curve, "rate_factor", Path("c.json"), [], False)
+    out, err = capsys.readouterr()
+    assert "rate_factor 1: " in out and "GENERATOR BEHIND (send lag p99 80" in out, out
+    assert "GENERATOR BEHIND (shrink itself was stopped for 0.3 s: excluded)" in out
+    assert "stopped for 0.0" not in out
+    assert "at 1 level" in err  # the other-work hint, for the first level only
+    # (the self-check: no stop, or none past the limit, is never said)
+    check = generator_check(_late_log(), (0.0, 1.0), lag_limit=0.0001, stopped=0.0)
+    assert "shrink itself was stopped" not in check.reason

@@ -116,6 +116,7 @@ def replay(
             res = tgt.run(tr, rate_factor=rf, warmup=0.0, duration=seconds, out=output)
         summary = _summary(res, output)
         summary["realtime"] = tgt.realtime
+        summary["lag_limit"] = tgt.lag_limit
     with printing(output):
         if as_json:
             echo_json(summary)
@@ -259,6 +260,8 @@ def _failure_text(s: dict[str, Any]) -> str:
 
 
 def _print_summary(s: dict[str, Any]) -> None:
+    from shrink.replay.selfcheck import stop_explains
+
     lat = s["latency"]
     typer.echo(
         f"{s['requests']:,} requests -> {printable(s['runlog'])} (engine: {s['engine']})\n"
@@ -273,7 +276,8 @@ def _print_summary(s: dict[str, Any]) -> None:
     )
     if s["generator_behind"]:
         typer.echo(f"GENERATOR BEHIND: {s['behind_reason']} (not a server result)")
-        if not s["generator_stopped"]:  # (a stop is not other work on its CPU)
+        # (a stop is not other work on its CPU; one within the lag limit made nothing late)
+        if not stop_explains(s["generator_stopped"], s.get("lag_limit")):
             typer.echo(GENERATOR_HINT.format(levels="this run"), err=True)
     if s["failed"]:
         typer.echo(

@@ -509,8 +509,12 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
         exported = [str(p) for p in exports]
         echo_json({"curve": str(output), "engine": engine_ran, "levels": rows, "exports": exported})
         return
+    from shrink.replay.selfcheck import stop_explains
+
     limit = curve.sweep.generator.lag_limit
     for r in rows:
+        # (a stop within the lag limit made nothing late: the level was late for another cause)
+        r_stop = stop_explains(r["stopped"], limit)
         flag = ""
         if r["generator_behind"]:
             lag = r["send_lag_p99"]
@@ -519,8 +523,8 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
                 if lag is not None and (limit is None or lag > limit)
                 else "stopped or lost"
             )
-            if r["stopped"]:
-                why = f"shrink itself was stopped for {r['stopped']:.1f} s"
+            if r_stop:
+                why = f"shrink itself was stopped for {r['stopped']:.2g} s"
             flag = f"  GENERATOR BEHIND ({why}: excluded)"
         if r["failed"]:
             flag += f"  {r['errors']} FAILED (over {_limit_text()}: excluded)"
@@ -537,7 +541,9 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
     if curve.sweep.target.get("awake") and curve.sweep.target.get("awake_spinners") == 0:
         typer.echo(AWAKE_NONE_RAN, err=True)
     # (a level behind because shrink was stopped is not other work on its CPU)
-    behind = sum(bool(r["generator_behind"]) and not r["stopped"] for r in rows)
+    behind = sum(
+        bool(r["generator_behind"]) and not stop_explains(r["stopped"], limit) for r in rows
+    )
     if behind:
         typer.echo(GENERATOR_HINT.format(levels=plural(behind, "level")), err=True)
     if crowded:

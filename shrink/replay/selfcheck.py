@@ -48,6 +48,7 @@ __all__ = [
     "MIN_REQUESTS",
     "generator_check",
     "process_cpu_seconds",
+    "stop_explains",
     "thread_wait",
 ]
 
@@ -102,7 +103,7 @@ def generator_check(
             f"send-lag p99 {p99 * 1e3:.3g} ms > {lag_limit * 1e3:g} ms"
             + (
                 _stopped_text(stopped)
-                if stopped >= lag_limit
+                if stop_explains(stopped, lag_limit)
                 else _held_by(thread_wait, float(np.mean(lag > lag_limit)), realtime)
             )
         )
@@ -139,6 +140,14 @@ def thread_wait(stats: Iterable[Any]) -> float | None:
         if us is not None and wall > 0:
             waits.append(float(us) / 1e6 / wall)
     return max(waits) if waits else None
+
+
+def stop_explains(stopped: float | None, lag_limit: float | None) -> bool:
+    """Whether a generator known to have been stopped for ``stopped`` seconds was held up
+    by that: a stop no longer than the lag limit cannot have made the sends that late,
+    and none (0, None) held nothing (``lag_limit`` None: :data:`LAG_LIMIT`)."""
+    limit = LAG_LIMIT if lag_limit is None else lag_limit
+    return stopped is not None and stopped > 0 and stopped >= limit
 
 
 def _stopped_text(stopped: float) -> str:
