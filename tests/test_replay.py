@@ -429,13 +429,13 @@ def test_a_sweep_names_the_parts_a_stopped_sweep_left(tmp_path, capsys):
     """--runlogs after a sweep with two engine processes was killed: its parts are named."""
     import contextlib
 
-    from shrink.cli.sweep_cmd import _claim_runlogs
+    from shrink.cli._runlogs import claim_runlogs
 
     for name in ("run002-rf0.5.part0.0123456789ab.parquet", "run002-rf0.5.part1.parquet"):
         (tmp_path / name).write_bytes(b"PAR1")
     (tmp_path / "run001-rf0.5.parquet").write_bytes(b"PAR1")  # a whole RunLog: no part
     with contextlib.ExitStack() as held:
-        _claim_runlogs(held, tmp_path)
+        claim_runlogs(held, tmp_path)
     err = " ".join(capsys.readouterr().err.split())
     assert "2 engine process parts of a sweep's run that stopped before merging them" in err
     assert "run002-rf0.5.part0.0123456789ab.parquet, run002-rf0.5.part1.parquet;" in err

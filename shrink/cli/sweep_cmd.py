@@ -40,6 +40,7 @@ from shrink.cli._replay_opts import (
     engine_options,
     naming_trace,
 )
+from shrink.cli._runlogs import claim_runlogs, refuse_curve_among_runlogs
 from shrink.defaults import DURATION, MAX_BODY, MAX_REPS, REPS, WARMUP
 from shrink.errors import OptionError, ParameterError, ShrinkError, WriteError, printable
 from shrink.jsonout import dumps
@@ -342,8 +343,8 @@ def sweep_cmd(
     with cli_errors(), contextlib.ExitStack() as held:
         output_path(output, inputs=(trace,))
         output_path(runlogs, kind="dir", what="--runlogs")
-        _apart(output, runlogs)
-        _claim_runlogs(held, runlogs)
+        refuse_curve_among_runlogs(output, runlogs)
+        claim_runlogs(held, runlogs)
         held.enter_context(naming_trace(trace))
         # Every option before the trace is read or the target touched.
         lv = _levels(levels, knob)
@@ -404,45 +405,6 @@ def _check_folders(guard: FolderGuard, curve: Any) -> None:
     except FolderChangedError as exc:
         exc.curve = curve
         raise
-
-
-def _apart(output: Path, runlogs: Path | None) -> None:
-    """An OptionError when the curve would be written where a RunLog is: ``--runlogs`` the
-    curve's own path (its folder was made there first), or ``-o`` a RunLog's name in it.
-    Both ran every level, then said "another run wrote it while this one ran" of the
-    sweep's own RunLog and wrote the curve beside it as CURVE.1.json or run000-rf1.1.parquet."""
-    import os
-    import re
-
-    from shrink.replay.live import RUNLOG_NAMES
-
-    if runlogs is None:
-        return
-    # (as the files are reached: a symlinked folder on either side is the same folder)
-    out, logs = Path(os.path.realpath(output)), Path(os.path.realpath(runlogs))
-    if out == logs:
-        why = "is the curve's own path (-o): give the run logs a folder of their own"
-    elif out.parent == logs and re.fullmatch(RUNLOG_NAMES, out.name):
-        why = f"would hold a run log named as the curve -o {printable(out.name)}: name it otherwise"
-    else:
-        return
-    raise OptionError("--runlogs", f"{printable(str(runlogs))} {why}")
-
-
-def _claim_runlogs(held: contextlib.ExitStack, runlogs: Path | None) -> None:
-    """``--runlogs`` held by this sweep alone (two sweeps wrote each other's run001...),
-    and cleared of the temporaries a killed sweep left there while writing a RunLog; the
-    engine processes' parts a sweep stopped before their merge left are named, and kept."""
-    from shrink.atomic import claimed, drop_temporaries
-    from shrink.cli._replay_opts import note_stale_parts
-    from shrink.replay.live import RUNLOG_NAMES
-    from shrink.replay.scaleout import stale_parts
-
-    if runlogs is not None:
-        held.enter_context(claimed(runlogs))
-        drop_temporaries(runlogs, RUNLOG_NAMES)
-        stems = RUNLOG_NAMES.removesuffix(r"\.parquet")
-        note_stale_parts(runlogs, stale_parts(runlogs, stems), "a sweep's run")
 
 
 def _nothing_served(curve: Any) -> str | None:
