@@ -134,6 +134,7 @@ def test_the_replay_summary_shows_the_run_logs_name_escaped(capsys):
         "achieved_rate": 10.0, "throughput": 10.0, "errors": 0, "failures": {},
         "latency": lat, "send_lag_p50": 0.0, "send_lag_p99": 0.0, "generator_cpu": None,
         "utilization": None, "generator_behind": False, "failed": False, "interrupted": True,
+        "awake_spinners": None,
     }  # fmt: skip
     _print_summary(summary)
     _say_stopped(summary)

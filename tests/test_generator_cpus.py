@@ -18,13 +18,22 @@ pytestmark = pytest.mark.compute
 ABSENT = max(os.sched_getaffinity(0)) + 1  # a CPU this process may not use
 
 
+NOT_ALLOWED = rf"^--generator-cpus: CPUs \[{ABSENT}\] are not among the CPUs this process may use"
+
+
 def test_a_replay_on_generator_cpus_not_allowed_is_refused_naming_them():
-    with pytest.raises(ReplayError, match=rf"generator CPUs \[{ABSENT}\] \(--generator-cpus\)"):
+    with pytest.raises(
+        ReplayError,
+        match=NOT_ALLOWED,
+    ):
         LiveTarget([("127.0.0.1", 8080)], generator=GeneratorPlacement((ABSENT,)))
 
 
 def test_a_testbed_with_generator_cpus_not_allowed_is_refused_before_it_starts(tmp_path):
-    with pytest.raises(TopologyError, match=rf"generator CPUs \[{ABSENT}\] \(--generator-cpus\)"):
+    with pytest.raises(
+        TopologyError,
+        match=NOT_ALLOWED,
+    ):
         TestbedProvider(tmp_path, generator=GeneratorPlacement((ABSENT,)), run_dir=tmp_path)
     assert list(tmp_path.iterdir()) == []
 
