@@ -430,6 +430,15 @@ def expect_unchanged(path: str | Path) -> None:
         os.close(fd)
 
 
+def note_written(path: Path, dir_fd: int) -> None:
+    """Note ``path`` (in the folder open at ``dir_fd``) as this process has just written
+    it, where :func:`expect_unchanged` noted it: a file written by another writer than
+    :func:`_replacing` (a RunLog's) was otherwise taken for another run's, and a
+    stopped replay's closing line did not name its own RunLog."""
+    if (key := str(_noted_as(path))) in _EXPECTED:
+        _EXPECTED[key] = _fingerprint(path.name, dir_fd)
+
+
 def unchanged_since_noted(path: str | Path) -> bool:
     """Whether ``path`` is as :func:`expect_unchanged` noted it, or as this process last
     wrote it (True when it was never noted): a file found otherwise is another run's."""
@@ -546,8 +555,7 @@ def _replacing(path: Path, mode: int = 0o644) -> Iterator[tuple[int, Path]]:
         _still_ours(tmp, made, dir_fd)
         _replaced_by_another(tmp, path, dir_fd)
         os.replace(tmp.name, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        if (key := str(_noted_as(path))) in _EXPECTED:
-            _EXPECTED[key] = _fingerprint(path.name, dir_fd)
+        note_written(path, dir_fd)
         for ledger in _ledgers:
             if path not in ledger:
                 ledger.append(path)

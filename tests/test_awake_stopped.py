@@ -71,21 +71,35 @@ def _wait_state(pid: int, want: set[str], within: float = 2.0) -> str:
         time.sleep(0.01)
 
 
+def _in_pid_namespace() -> list[str]:
+    """``unshare --pid --fork`` without a /proc of its own, where it can run."""
+    import shutil
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare")
+    return ["unshare", "--pid", "--fork", "--kill-child"]
+
+
 @needs_spinners
-def test_a_spinner_sleeps_while_its_parent_is_stopped_and_counts_the_time() -> None:
-    proc = subprocess.Popen([sys.executable, "-c", _HOLDS_SPINNERS], env=ENV,
+@pytest.mark.parametrize("namespace", [False, True], ids=["here", "pid-namespace"])
+def test_a_spinner_sleeps_while_its_parent_is_stopped_and_counts_the_time(namespace) -> None:
+    """In a PID namespace without its own /proc, shrink's PID (1 there) named the host's
+    init in /proc: a spinner that looked its parent up by PID spun on through its stop."""
+    wrap = _in_pid_namespace() if namespace else []
+    proc = subprocess.Popen([*wrap, sys.executable, "-c", _HOLDS_SPINNERS], env=ENV,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:
         assert proc.stdout.readline() == "ready\n"
-        (spinner,) = _children(proc.pid)
+        (shrink,) = _children(proc.pid) if namespace else (proc.pid,)
+        (spinner,) = _children(shrink)
         assert _wait_state(spinner, {"R"}) == "R"  # spinning
-        proc.send_signal(signal.SIGSTOP)
+        os.kill(shrink, signal.SIGSTOP)
         # it was left spinning ('R') for as long as shrink stayed stopped
         assert _wait_state(spinner, {"S"}) == "S"
         cpu0 = _state_and_cpu(spinner)[1]
         time.sleep(0.5)
         assert _state_and_cpu(spinner)[1] - cpu0 < 0.05
-        proc.send_signal(signal.SIGCONT)
+        os.kill(shrink, signal.SIGCONT)
         assert _wait_state(spinner, {"R"}) == "R"  # spinning again
         out, _ = proc.communicate("\n", timeout=10)
     finally:

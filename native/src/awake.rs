@@ -58,33 +58,6 @@ fn affinity() -> Vec<usize> {
     }
 }
 
-/// `/proc/<pid>/stat`, NUL-terminated, in a stack buffer (no allocation in the child).
-fn stat_path(pid: libc::pid_t, out: &mut [u8; 32]) {
-    let mut digits = [0u8; 12];
-    let (mut n, mut v) = (0, pid as u32);
-    loop {
-        digits[n] = b'0' + (v % 10) as u8;
-        n += 1;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    let mut at = 0;
-    for &b in b"/proc/" {
-        out[at] = b;
-        at += 1;
-    }
-    for i in (0..n).rev() {
-        out[at] = digits[i];
-        at += 1;
-    }
-    for &b in b"/stat\0" {
-        out[at] = b;
-        at += 1;
-    }
-}
-
 /// Whether the process whose stat file is open at `fd` is stopped by a signal (job
 /// control, SIGSTOP): state 'T' after the command's closing parenthesis. (A tracer's
 /// stop, 't', is not: under strace it comes at every system call.)
@@ -139,7 +112,7 @@ fn wait_while_stopped(fd: i32, parent: libc::pid_t, slot: *mut u64) {
 /// The spinner, in the forked child: system calls only (no allocation, no lock another
 /// thread of the parent may have held at the fork), and it never returns. While its
 /// parent is stopped it sleeps, and the time is added to `slot` (the parent's to read).
-fn spin(cpu: usize, parent: libc::pid_t, slot: *mut u64) -> ! {
+fn spin(cpu: usize, parent: libc::pid_t, stat: i32, slot: *mut u64) -> ! {
     // SAFETY: async-signal-safe system calls on this process, with live arguments.
     unsafe {
         let idle = libc::sched_param { sched_priority: 0 };
@@ -150,11 +123,19 @@ fn spin(cpu: usize, parent: libc::pid_t, slot: *mut u64) -> ! {
         // Nothing of the parent's is held: its sockets (another client to the server's
         // other-client check, a connection kept open past its close), its locks and
         // the write end of its pipes. close_range, else one by one on an older kernel.
-        if libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32) != 0 {
+        // All but `stat`, the parent's own stat file (opened by the parent: a path by
+        // its PID would name another process in a PID namespace without its own /proc).
+        let keep = if stat >= 0 { stat as u32 } else { u32::MAX };
+        let below = keep == 0 || libc::syscall(libc::SYS_close_range, 0u32, keep - 1, 0u32) == 0;
+        let above =
+            keep == u32::MAX || libc::syscall(libc::SYS_close_range, keep + 1, u32::MAX, 0u32) == 0;
+        if !(below && above) {
             let mut most: libc::rlimit = std::mem::zeroed();
             libc::getrlimit(libc::RLIMIT_NOFILE, &mut most);
             for fd in 0..most.rlim_cur.min(1 << 20) as i32 {
-                libc::close(fd);
+                if fd != stat {
+                    libc::close(fd);
+                }
             }
         }
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
@@ -176,13 +157,6 @@ fn spin(cpu: usize, parent: libc::pid_t, slot: *mut u64) -> ! {
         if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
             libc::_exit(1);
         }
-        // the parent's state, read again at each look (pread at 0)
-        let mut path = [0u8; 32];
-        stat_path(parent, &mut path);
-        let stat = libc::open(
-            path.as_ptr() as *const libc::c_char,
-            libc::O_RDONLY | libc::O_CLOEXEC,
-        );
         let mut n: u32 = 0;
         loop {
             std::hint::spin_loop();
@@ -225,6 +199,17 @@ impl Awake {
         }
         // SAFETY: getpid has no preconditions.
         let parent = unsafe { libc::getpid() };
+        // This process's own stat file, for the spinners to read its state from (pread
+        // at 0 each look): opened here, it names this process whatever its PID means
+        // in the /proc mounted (a PID namespace without its own /proc).
+        // SAFETY: a NUL-terminated path; the descriptor is closed below.
+        #[allow(clippy::manual_c_str_literals)] // (c"" needs a newer Rust than Debian's)
+        let stat = unsafe {
+            libc::open(
+                b"/proc/self/stat\0".as_ptr() as *const libc::c_char,
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            )
+        };
         for (i, cpu) in cpus.into_iter().enumerate() {
             let slot = if awake.stopped.is_null() {
                 std::ptr::null_mut()
@@ -234,10 +219,14 @@ impl Awake {
             };
             // SAFETY: the child runs only `spin`, which makes system calls and exits.
             match unsafe { libc::fork() } {
-                0 => spin(cpu, parent, slot),
+                0 => spin(cpu, parent, stat, slot),
                 pid if pid > 0 => awake.pids.push(pid),
                 _ => break,
             }
+        }
+        if stat >= 0 {
+            // SAFETY: the descriptor opened above, no longer needed here
+            unsafe { libc::close(stat) };
         }
         awake
     }

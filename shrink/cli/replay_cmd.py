@@ -272,7 +272,7 @@ def _print_summary(s: dict[str, Any]) -> None:
         f"send lag: p50 {_ms(s['send_lag_p50'])}  p99 {_ms(s['send_lag_p99'])}"
         + ("" if s["generator_cpu"] is None else f"  generator CPU {s['generator_cpu']:.2f} cores")
         + ("" if s["utilization"] is None else f"  share busy {100 * s['utilization']:.0f}%")
-        + _awake_text(s["awake_spinners"])
+        + _awake_text(s.get("awake_spinners"))
     )
     if s["generator_behind"]:
         typer.echo(f"GENERATOR BEHIND: {s['behind_reason']} (not a server result)")

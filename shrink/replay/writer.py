@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from shrink.atomic import make_dirs, open_dir, open_exclusive
+from shrink.atomic import make_dirs, note_written, open_dir, open_exclusive
 from shrink.errors import WriteError
 from shrink.jsonout import dumps
 from shrink.parquet_read import arrow_source
@@ -447,6 +447,7 @@ class RunLogWriter:
             os.replace(
                 self._tmp.name, self.path.name, src_dir_fd=self._dir_fd, dst_dir_fd=self._dir_fd
             )
+            note_written(self.path, self._dir_fd)
         except OSError as exc:
             self._fail(exc)
 
