@@ -91,7 +91,7 @@ fn wait_while_stopped(fd: i32, parent: libc::pid_t, slot: *mut u64) {
     if fd < 0 || !stopped(fd) {
         return;
     }
-    let t0 = now_ns();
+    let mut t = now_ns();
     let pause = libc::timespec {
         tv_sec: 0,
         tv_nsec: STOPPED_POLL_NS,
@@ -101,10 +101,14 @@ fn wait_while_stopped(fd: i32, parent: libc::pid_t, slot: *mut u64) {
     unsafe {
         while stopped(fd) && libc::getppid() == parent {
             libc::nanosleep(&pause, std::ptr::null_mut());
-        }
-        if !slot.is_null() {
-            let was = std::ptr::read_volatile(slot);
-            std::ptr::write_volatile(slot, was + (now_ns() - t0));
+            // counted at each look, not once at the end: the parent, continued, may
+            // kill this spinner before it has run again to add the whole stop
+            let now = now_ns();
+            if !slot.is_null() {
+                let was = std::ptr::read_volatile(slot);
+                std::ptr::write_volatile(slot, was + (now - t));
+            }
+            t = now;
         }
     }
 }
