@@ -15,9 +15,11 @@ disagreements by kind (with the first case of each), crashes (an exception or a 
 panic), hangs (a case past ``--limit`` seconds, default 1) and the cases whose first
 answer each engine reads differently when the same bytes come in one read (an outcome
 must not hang on how TCP cuts the stream). Where a case's first answer has a clean head
-framed by one of RFC 9112 section 6.3's rules this fuzz judges (differing or invalid
-Content-Length values, Transfer-Encoding with Content-Length, chunked not the final
-coding), what each engine recorded is checked against the rule (helpers.http_fuzz.rfc_expect).
+framed by one of the RFC rules this fuzz judges (RFC 9112 section 6.3: differing or
+invalid Content-Length values, Transfer-Encoding with Content-Length, chunked not the
+final coding; 6.1: chunked more than once; 5.1: whitespace between a field name and its
+colon; RFC 9110 7.6.1: Connection as a list of tokens), what each engine recorded is
+checked against the rule (helpers.http_fuzz.rfc_expect).
 
 ``--live K`` then sends K of the cases, one by one, from a scripted loopback server
 to both real engines (a one-session trace; the native engine's epoll loop and the
@@ -138,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {n:6d}  {k}\n          #{i} {_show(case)}\n          python {py}  native {nat}")
     for rule, n in out["rules"].most_common():
         bad = {e: out["unlike_rfc"][(e, rule)] for e in ("python", "native")}
-        print(f"RFC 9112 6.3, {rule}: {n} cases; unlike the RFC: python {bad['python']}, "
+        print(f"RFC, {rule}: {n} cases; unlike the RFC: python {bad['python']}, "
               f"native {bad['native']}")  # fmt: skip
     for key, (i, case, got) in out["first_unlike"].items():
         print(f"          {key[0]} #{i} {_show(case)}\n          recorded {got}")

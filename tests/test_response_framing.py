@@ -2,7 +2,9 @@
 Content-Length values are an unrecoverable framing error, chunked counts only as the
 final transfer coding (a body up to the close otherwise), Transfer-Encoding wins over
 Content-Length and the connection is then not reused, and an interim 1xx answer is
-never the final one (a 101 no request asked for is bad).
+never the final one (a 101 no request asked for is bad). Chunked applied twice (6.1)
+and whitespace between a field name and its colon (5.1) make an invalid answer, and
+Connection is read as a list of tokens (RFC 9110 7.6.1).
 
 The Python engine's connection always; the native core's parser through its test hook
 (``shrink_core.parse_stream``) when the core is built from a native/src that frames this
@@ -95,6 +97,39 @@ CASES = {
         _case(b"HTTP/1.1 304 Not Modified\r\nContent-Length: 24\r\n\r\n", requests=1),
         ([("ok", 304, 0)], True),
     ),
+    # Connection is a list of tokens (RFC 9110 7.6.1): before, "closed" was read as close
+    "Connection: closed is no close": (
+        _case(OK + b"Connection: Upgrade, closed\r\n" + OK_2[17:], requests=1),
+        ([("ok", 200, 2)], True),
+    ),
+    "Connection: close among tokens": (
+        _case(OK + b"Connection: Upgrade, Close\r\n" + OK_2[17:], requests=1),
+        ([("ok", 200, 2)], False),
+    ),
+    # before, HTTP/1.0 with "keep-alives" was kept open
+    "HTTP/1.0 with no keep-alive token": (
+        _case(b"HTTP/1.0 200 OK\r\nConnection: keep-alives\r\n" + OK_2[17:], requests=1),
+        ([("ok", 200, 2)], False),
+    ),
+    # RFC 9112 5.1: an invalid message; before, the length was not read and the body ran to
+    # the close, taking the next answer's bytes as this one's
+    "whitespace before a Content-Length's colon": (
+        _case(OK + b"Content-Length : 2\r\n\r\nok" + OK_2, "eof"),
+        ([("bad-response", 0, -1)], False),
+    ),
+    "whitespace before any field's colon": (
+        _case(OK + b"X-Cache\t: hit\r\nContent-Length: 2\r\n\r\nok", requests=1),
+        ([("bad-response", 0, -1)], False),
+    ),
+    # RFC 9112 6.1: chunked at most once; before, read as one chunked layer
+    "chunked twice": (
+        _case(OK + TE + b"chunked, chunked\r\n\r\n" + BODY, requests=1),
+        ([("bad-response", 0, -1)], False),
+    ),
+    "chunked twice on two lines": (
+        _case(OK + TE + b"chunked\r\n" + TE + b"gzip, Chunked\r\n\r\n" + BODY, requests=1),
+        ([("bad-response", 0, -1)], False),
+    ),
 }  # fmt: skip
 
 
@@ -127,3 +162,9 @@ def test_parse_head_frames_as_rfc_9112_says():
     assert head(b"Transfer-Encoding: gzip, chunked;x=1") == (200, -1, True, False)
     assert head(b"Content-Length: 9\r\nTransfer-Encoding: chunked") == (200, -1, True, True)
     assert head(b"Connection: keep-alive\r\nConnection: close")[3] is True
+    assert head(b"Connection: closed, xclose")[3] is False
+    assert parse_head(b"HTTP/1.0 200 OK\r\nConnection: keep-alives")[3] is True
+    for bad in [b"Content-Length : 5", b"X-Any\t: y", b"Transfer-Encoding: chunked, chunked",
+                b"Transfer-Encoding: chunked\r\nTransfer-Encoding: gzip, chunked;x=1"]:  # fmt: skip
+        with pytest.raises(ValueError):
+            head(bad)

@@ -1,8 +1,9 @@
 """RFC 9112 section 6.3 framing in both real engines, from a hostile loopback server:
 the native engine's epoll loop and the Python engine's asyncio loop replay a
 one-session trace against a scripted server (helpers.http_live) that answers with
-differing Content-Length values, chunked not as the final coding, or Transfer-Encoding
-with Content-Length, and each engine records what the RFC asks.
+differing Content-Length values, chunked not as the final coding, Transfer-Encoding
+with Content-Length, or whitespace before a field's colon (5.1), and each engine
+records what the RFC asks.
 
 The native engine runs only with a core built from a native/src that frames this way
 (``shrink_core.FRAMING``); an older installed core is skipped until ``make setup``.
@@ -37,6 +38,12 @@ CASES = {
             "hold",
         ),
         [("ok", 200, 5), ("closed", 0, -1)],
+    ),
+    # RFC 9112 5.1: an invalid answer; before, no length was read and the body ran to the
+    # close (a timeout, as this server holds the connection)
+    "whitespace before a colon": (
+        Case([[OK + b"Content-Length : 5\r\n\r\nhello"]], (False,), "hold"),
+        [("bad-response", 0, -1)],
     ),
 }
 

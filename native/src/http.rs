@@ -22,31 +22,63 @@ pub fn parse_head(head: &[u8]) -> Option<(i32, i64, bool, bool)> {
         return None;
     }
     let lower: Vec<u8> = head.to_ascii_lowercase();
+    if blank_before_colon(&lower) {
+        return None;
+    }
     let lengths = headers(&lower, b"\r\ncontent-length:");
     let mut clen = content_length(&lengths)?;
     let codings = headers(&lower, b"\r\ntransfer-encoding:");
     let http10 = lower[7] == b'0';
-    let mut close = http10; // HTTP/1.0 closes unless it says keep-alive
+    // HTTP/1.0 closes unless it says keep-alive; Connection is a list of tokens
+    // (RFC 9110 7.6.1): "closed" is not "close"
+    let mut close = http10;
     let connection = headers(&lower, b"\r\nconnection:");
-    if connection.iter().any(|v| find(v, b"close").is_some()) {
+    let has = |token: &[u8]| {
+        connection
+            .iter()
+            .flat_map(|v| v.split(|&c| c == b','))
+            .any(|o| trim(o) == token)
+    };
+    if has(b"close") {
         close = true;
-    } else if connection.iter().any(|v| find(v, b"keep-alive").is_some()) {
+    } else if has(b"keep-alive") {
         close = false;
     }
     let mut chunked = false;
     if !codings.is_empty() {
         // the length is the codings' (RFC 9112 6.3 item 3); with a Content-Length too
         // (or from HTTP/1.0, 6.1) the answer may be a smuggling attempt: not reused
-        let last = codings
+        let names: Vec<&[u8]> = codings
             .iter()
             .flat_map(|v| v.split(|&c| c == b','))
             .map(|c| trim(c.split(|&b| b == b';').next().unwrap_or(c)))
-            .rfind(|n| !n.is_empty());
-        chunked = last == Some(&b"chunked"[..]);
+            .filter(|n| !n.is_empty())
+            .collect();
+        if names.iter().filter(|n| **n == b"chunked").count() > 1 {
+            return None; // chunked applied more than once (RFC 9112 6.1)
+        }
+        chunked = names.last() == Some(&&b"chunked"[..]);
         close = close || !lengths.is_empty() || http10;
         clen = -1;
     }
     Some((status, clen, chunked, close))
+}
+
+/// Whether a field line has whitespace between its name and the colon (RFC 9112 5.1:
+/// an invalid message; `Content-Length : 5` is no framing header).
+fn blank_before_colon(lower: &[u8]) -> bool {
+    let mut rest = lower;
+    // each line after the status line
+    while let Some(i) = find(rest, b"\r\n") {
+        rest = &rest[i + 2..];
+        let line = &rest[..find(rest, b"\r\n").unwrap_or(rest.len())];
+        if let Some(c) = line.iter().position(|&b| b == b':') {
+            if c > 0 && (line[c - 1] == b' ' || line[c - 1] == b'\t') {
+                return true;
+            }
+        }
+    }
+    false
 }
 
 /// The values of every header named by `key` (lowercase, with its CRLF).
@@ -471,6 +503,20 @@ mod tests {
         assert_eq!(
             h("Connection: keep-alive\r\nConnection: close"),
             Some((200, -1, false, true))
+        );
+        // Connection is a list of tokens: "closed" is not "close"
+        assert_eq!(h("Connection: closed"), Some((200, -1, false, false)));
+        assert_eq!(
+            h("Connection: Upgrade, Close"),
+            Some((200, -1, false, true))
+        );
+        // whitespace before a field's colon, or chunked twice: invalid, not a framing header
+        assert_eq!(h("Content-Length : 5"), None);
+        assert_eq!(h("X-Any\t: y\r\nContent-Length: 5"), None);
+        assert_eq!(h("Transfer-Encoding: chunked, chunked"), None);
+        assert_eq!(
+            h("Transfer-Encoding: chunked\r\nTransfer-Encoding: gzip, Chunked"),
+            None
         );
         // a 101 no request asked for is bad; other interim answers are skipped
         let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";

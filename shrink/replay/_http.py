@@ -44,8 +44,10 @@ def parse_head(head: bytes) -> tuple[int, int, bool, bool]:
     the final coding (a body up to the close otherwise); Content-Length values (several
     lines, or a list) must all be the same number.
 
-    Raises ValueError on a status line that is not HTTP or a Content-Length that is not
-    one number (an unrecoverable framing error: the connection is closed).
+    Raises ValueError on a status line that is not HTTP, a Content-Length that is not
+    one number, chunked applied more than once (RFC 9112 6.1) or whitespace between a
+    field name and its colon (5.1): an unrecoverable framing error, the connection is
+    closed. Connection is read as a list of tokens (RFC 9110 7.6.1).
     """
     if not head.startswith(b"HTTP/1.") or head[8:9] != b" " or head[12:13] not in _AFTER_CODE:
         raise ValueError("not an HTTP/1.x status line")
@@ -53,14 +55,17 @@ def parse_head(head: bytes) -> tuple[int, int, bool, bool]:
     if not 100 <= status <= 599:
         raise ValueError("not an HTTP status code")
     lower = head.lower()
+    if _blank_before_colon(lower):
+        raise ValueError("whitespace between a field name and its colon")
     lengths = _values(lower, b"\r\ncontent-length:")
     clen = _content_length(lengths)
     codings = _values(lower, b"\r\ntransfer-encoding:")
     close = lower[7:8] == b"0"  # HTTP/1.0 closes unless it says keep-alive
-    connection = _values(lower, b"\r\nconnection:")
-    if any(b"close" in v for v in connection):
+    # Connection is a list of tokens (RFC 9110 7.6.1): "closed" is not "close"
+    options = {o.strip(b" \t") for v in _values(lower, b"\r\nconnection:") for o in v.split(b",")}
+    if b"close" in options:
         close = True
-    elif any(b"keep-alive" in v for v in connection):
+    elif b"keep-alive" in options:
         close = False
     chunked = False
     if codings:
@@ -68,10 +73,23 @@ def parse_head(head: bytes) -> tuple[int, int, bool, bool]:
         # (or from HTTP/1.0, 6.1) the answer may be a smuggling attempt: not reused
         names = [c.split(b";", 1)[0].strip(b" \t") for v in codings for c in v.split(b",")]
         names = [n for n in names if n]
+        if names.count(b"chunked") > 1:
+            raise ValueError("chunked applied more than once")  # RFC 9112 6.1
         chunked = bool(names) and names[-1] == b"chunked"
         close = close or bool(lengths) or lower[7:8] == b"0"
         clen = -1
     return status, clen, chunked, close
+
+
+def _blank_before_colon(lower: bytes) -> bool:
+    """Whether a field line has whitespace between its name and the colon (RFC 9112
+    5.1: an invalid message; ``Content-Length : 5`` is no framing header, and reading
+    the body up to the close instead would take the next answer as this one's)."""
+    for line in lower.split(b"\r\n")[1:]:
+        c = line.find(b":")
+        if c > 0 and line[c - 1] in b" \t":
+            return True
+    return False
 
 
 def _values(lower: bytes, key: bytes) -> list[bytes]:

@@ -18,7 +18,7 @@ import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from shrink.replay._conn import _Conn, _Req
 
@@ -75,6 +75,8 @@ _TE_AND_LENGTH = (
     b"5\r\nhello\r\n0\r\n\r\n"
 )  # Transfer-Encoding wins, and the connection is not reused
 _EARLY_HINTS = b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n" + _NOT_FOUND
+# Connection is a list of tokens (RFC 9110 7.6.1): "closed" is not "close"
+_CLOSED = _NOT_FOUND.replace(b"Content-Length", b"Connection: Upgrade, closed\r\nContent-Length")
 
 # (server answers, one a request; head_only of each request; how the server ends)
 Seed = tuple[tuple[bytes, ...], tuple[bool, ...], str]
@@ -104,6 +106,7 @@ SEEDS: list[Seed] = [
     ((_CHUNKED_GZIP,), (False,), "eof"),
     ((_TE_AND_LENGTH,), (False,), "hold"),
     ((_EARLY_HINTS, _SAME_LENGTHS), (False, True), "hold"),
+    ((_CLOSED, _LIGHTTPD), (False, False), "hold"),
 ]
 ENDS = ("eof", "reset", "hold")
 
@@ -128,6 +131,14 @@ _FRAMING = [
     b"Transfer-Encoding: gzip, chunked", b"Transfer-Encoding: gzip", b"Transfer-Encoding: chunked",
     b"transfer-encoding: Chunked ;x=1", b"Transfer-Encoding: chunked,", b"Transfer-Encoding:",
     b"Connection: close", b"Connection: keep-alive",
+    # Connection as tokens (RFC 9110 7.6.1), not substrings
+    b"Connection: closed", b"Connection: Upgrade, Close", b"Connection: keep-alive,close",
+    b"Connection: not-close", b"Connection: keep-alives",
+    # whitespace before a colon: an invalid message (RFC 9112 5.1)
+    b"Content-Length : 5", b"Content-Length\t: 24", b"Transfer-Encoding : chunked",
+    b"X-Cache : hit",
+    # chunked applied twice (RFC 9112 6.1)
+    b"Transfer-Encoding: chunked, chunked", b"Transfer-Encoding: chunked, gzip, chunked",
 ]  # fmt: skip
 
 
@@ -325,9 +336,11 @@ def native_stream(core: Any, case: Case) -> Result:
     return [tuple(r) for r in rows], open_
 
 
-# What the native core says of its framing rules: a core built before them (an installed
-# one older than native/src, until ``make setup``) would differ from the Python engine.
-FRAMING = "rfc9112"
+# What the native core says of its framing rules (RFC 9112 section 6.3, field lines as
+# 5.1 says, chunked once as 6.1 says, Connection as tokens): a core built before them (an
+# installed one older than native/src, until ``make setup``) would differ from the Python
+# engine.
+FRAMING = "rfc9112-fields"
 
 
 def native_core() -> Any:
@@ -355,13 +368,24 @@ def kind(py: Result, native: Result) -> str:
 
 
 # ----------------------------------------------------- RFC 9112 section 6.3 oracle
-_STATUS = re.compile(rb"HTTP/1\.[01] ([1-5][0-9][0-9])( [^\x00-\x08\x0a-\x1f\x7f]*)?")
-_FIELD = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+):([^\x00-\x08\x0a-\x1f\x7f]*)")
+_STATUS = re.compile(rb"HTTP/1\.([01]) ([1-5][0-9][0-9])( [^\x00-\x08\x0a-\x1f\x7f]*)?")
+_NAME = rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
+_FIELD = re.compile(_NAME + rb"([ \t]*):([^\x00-\x08\x0a-\x1f\x7f]*)")
+# a head whose field lines are clean but for whitespace before a colon (RFC 9112 5.1)
+BLANK = "blank"
 
 
-def _final_head(data: bytes) -> tuple[int, dict[bytes, list[bytes]], int] | None:
-    """The status, fields (by lowercase name) and end of the first final answer's head
-    in ``data`` after plain interim answers; None unless every head up to it is clean."""
+class _Head(NamedTuple):
+    status: int
+    fields: dict[bytes, list[bytes]]
+    end: int
+    http10: bool
+
+
+def _final_head(data: bytes) -> _Head | str | None:
+    """The first final answer's head in ``data`` after plain interim answers; BLANK when
+    a head up to it has whitespace before a field's colon; None unless every head up to
+    it is clean."""
     at = 0
     while True:
         i = data.find(b"\r\n\r\n", at)
@@ -372,43 +396,78 @@ def _final_head(data: bytes) -> tuple[int, dict[bytes, list[bytes]], int] | None
         if m is None:
             return None
         fields: dict[bytes, list[bytes]] = {}
+        blank = False
         for line in lines:
             f = _FIELD.fullmatch(line)
             if f is None:
                 return None
-            fields.setdefault(f[1].lower(), []).append(f[2].strip(b" \t"))
-        status, at = int(m[1]), i + 4
+            blank = blank or bool(f[1])
+            name = line[: line.index(b":")].rstrip(b" \t").lower()
+            fields.setdefault(name, []).append(f[2].strip(b" \t"))
+        if blank:
+            return BLANK
+        status, at = int(m[2]), i + 4
         if not 100 <= status < 200:
-            return status, fields, at
+            return _Head(status, fields, at, m[1] == b"0")
         if status == 101 or fields.keys() & {b"content-length", b"transfer-encoding"}:
             return None
 
 
-def rfc_expect(case: Case) -> tuple[str, Callable[[Result], bool]] | None:
-    """What RFC 9112 section 6.3 asks of the first request's answer, where its head is
-    clean and its framing is one of the rules this fuzz judges: (the rule's name, a check
-    of what an engine recorded). None where no such rule applies."""
+def _bad(r: Result) -> bool:
+    return r[0][0][0] == "bad-response" and not r[1]
+
+
+Rule = tuple[str, Callable[[Result], bool]]
+
+
+def rfc_expect(case: Case) -> Rule | None:
+    """What RFC 9112 (sections 5.1, 6.1 and 6.3) and RFC 9110 7.6.1 ask of the first
+    request's answer, where its head is clean and its framing is one of the rules this
+    fuzz judges: (the rule's name, a check of what an engine recorded). None where no
+    such rule applies."""
     data = b"".join(case.answers[0])
     got = _final_head(data)
-    if got is None or case.head_only[0] or got[0] in (204, 304):
+    if got == BLANK:
+        return "whitespace before a field's colon (RFC 9112 5.1)", _bad
+    if not isinstance(got, _Head) or case.head_only[0] or got.status in (204, 304):
         return None
-    status, fields, end = got
+    fields = got.fields
     lengths = [v.strip(b" \t") for f in fields.get(b"content-length", []) for v in f.split(b",")]
     # digits that fit 63 bits (RFC 9110 8.6 lets a recipient refuse a longer one)
     valid = all(v.isdigit() and int(v) < 1 << 63 for v in lengths)
     codings = fields.get(b"transfer-encoding")
     if codings is None:
         if not valid or len({int(v) for v in lengths}) > 1:
-            return "differing or invalid Content-Length", lambda r: r[0][0][0] == "bad-response"
-        return None
-    if not valid or len({int(v) for v in lengths}) > 1:
-        return None  # an error or not: the RFC leaves it open
+            return "differing or invalid Content-Length", _bad
+        return _connection(case, got, lengths)
     names = [c.split(b";")[0].strip(b" \t").lower() for f in codings for c in f.split(b",")]
     names = [n for n in names if n]
+    if names.count(b"chunked") > 1:
+        return "chunked more than once (RFC 9112 6.1)", _bad
+    if not valid or len({int(v) for v in lengths}) > 1:
+        return None  # an error or not: the RFC leaves it open
     if lengths:
         return "Transfer-Encoding with Content-Length", lambda r: len(r[0]) == 1 and not r[1]
     if names and names[-1] == b"chunked":
         return None
-    rest = len(b"".join(case.reads)) - end
-    want = ("timeout", 0, -1) if case.end == "hold" else ("ok", status, rest)
+    rest = len(b"".join(case.reads)) - got.end
+    want = ("timeout", 0, -1) if case.end == "hold" else ("ok", got.status, rest)
     return "chunked not the final coding", lambda r: r[0][0] == want
+
+
+def _connection(case: Case, head: _Head, lengths: list[bytes]) -> Rule | None:
+    """RFC 9110 7.6.1: Connection is a list of tokens. With "close" among them the
+    connection is not reused; without it, a one-request answer of exactly its
+    Content-Length from a server that holds the connection leaves it open (HTTP/1.1,
+    or HTTP/1.0 with a "keep-alive" token) and closed otherwise (HTTP/1.0)."""
+    values = head.fields.get(b"connection")
+    if values is None:
+        return None
+    tokens = {t.strip(b" \t").lower() for v in values for t in v.split(b",")}
+    if b"close" in tokens:
+        return "Connection: close among its tokens (RFC 9110 7.6.1)", lambda r: not r[1]
+    rest = len(b"".join(case.reads)) - head.end
+    if len(case.head_only) > 1 or case.end != "hold" or not lengths or int(lengths[0]) != rest:
+        return None
+    want = ([("ok", head.status, rest)], not head.http10 or b"keep-alive" in tokens)
+    return "Connection without a close token (RFC 9110 7.6.1)", lambda r: r == want
