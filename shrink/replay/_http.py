@@ -134,11 +134,12 @@ _DIGITS = {10: frozenset(b"0123456789"), 16: frozenset(b"0123456789abcdefABCDEF"
 def parse_int(text: bytes, base: int = 10) -> int:
     """A length or code: digits only, blanks around allowed. Python's ``int`` would also
     take a sign, ``0x``, and underscores, which no HTTP number has (the native core's
-    parser takes none of them either)."""
+    parser takes none of them either). Leading zeros are dropped first: ``int`` refuses a
+    decimal past 4300 digits, and ``0…05`` is 5 (1*DIGIT, as the native core reads it)."""
     digits = text.strip(b" \t")
     if not digits or not _DIGITS[base].issuperset(digits):
         raise ValueError("not a number")
-    return int(digits, base)
+    return int(digits.lstrip(b"0") or b"0", base)
 
 
 # A server sends the same few heads over and over (only Date changes, once a
