@@ -157,6 +157,7 @@ class TestbedProvider:
     @contextmanager
     def open(self, share: Share, mapping: str) -> Iterator[Target]:
         from shrink import testbed
+        from shrink.measure.keep import record_only
         from shrink.replay.live import LiveTarget
 
         if not share.cpus:
@@ -181,6 +182,9 @@ class TestbedProvider:
             yield _ShareUtilization(live, share.cpu_fraction, len(share.cpus))
         finally:
             testbed.down(state_path)
+            # down: the state records what ran, and was no measurement; a predict stopped
+            # at its first level said "kept" of it
+            record_only(state_path)
 
 
 # The utilization the knee search's probe aims at on the simulator.

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 import typer
 
 from shrink import interrupts
+from shrink.cli._kept import kept_files, kept_words
 from shrink.cli._oom import memory_refused
 from shrink.cli._stdout import STDOUT, silence_stdout
 from shrink.defaults import MAX_BODY_TEXT
@@ -160,53 +161,6 @@ def refuse_empty(argv: list[str]) -> None:
         raise SystemExit(EXIT_USAGE)
 
 
-def kept_files(
-    kept: Sequence[object], written: Sequence[Path], failed: str | None = None
-) -> list[str]:
-    """What a stopped command leaves, in words: ``kept`` (what it wrote to keep its
-    measurements) and then the files it had ``written`` before the stop that those do
-    not name; more than three in one folder are counted there, not listed. A file
-    written once and then ``failed`` to be written again is its earlier copy, whole:
-    said so, since the error's line names it first as the file not written."""
-    from shrink.atomic import unchanged_since_noted
-
-    said = " ".join(str(k) for k in kept)
-    # A folder kept whole (a Path) says every file in it.
-    dirs = [k for k in kept if isinstance(k, Path) and k.is_dir()]
-    # Only what is still there: a failed ``testbed up`` removes the run root it had
-    # written its configs into, and "kept" named those removed files.
-    new = [
-        p
-        for p in written
-        if str(p) not in said
-        and not any(Path(p).is_relative_to(d) for d in dirs)
-        and os.path.lexists(p)
-        and unchanged_since_noted(p)  # not another run's since (its X.partial.json)
-    ]
-    # One file written under two names (up wrote a state by its resolved path, down by
-    # the relative one the user gave) is said once.
-    once: dict[str, Path] = {}
-    for p in new:
-        once.setdefault(os.path.abspath(p), p)
-    new = list(once.values())
-    # A curve kept with its count of levels (predict's measured-curve.partial.json)
-    out = [f"{k} ({plural(k.levels, 'finished level')})" if _counted(k) else str(k) for k in kept]
-    if failed is not None and Path(failed) in new:
-        new.remove(Path(failed))
-        out.append("its earlier whole copy (without this update)")
-    folders: dict[Path, list[Path]] = {}
-    for p in new:
-        folders.setdefault(p.parent, []).append(p)
-    for folder, files in folders.items():
-        out += [str(p) for p in files] if len(files) <= 3 else [f"{len(files)} files in {folder}"]
-    return out
-
-
-def _counted(kept: object) -> bool:
-    """Whether ``kept`` is a curve file named with its levels (a ``KeptCurve``)."""
-    return isinstance(getattr(kept, "levels", None), int) and hasattr(kept, "path")
-
-
 @contextmanager
 def cli_errors() -> Iterator[None]:
     """Turn shrink's errors into one clear line on stderr and exit code 1.
@@ -266,8 +220,7 @@ def _report(exc: BaseException, written: list[Path]) -> None:
     except ShrinkError as exc:
         # An error that stopped a sweep says, on the same line, what it kept.
         failed = exc.path if isinstance(exc, WriteError) else None
-        kept = kept_files(exc.kept, written, failed)
-        error_line(str(exc) + ("; kept " + ", ".join(kept) if kept else ""))
+        error_line(str(exc) + kept_words(exc.kept, written, failed))
         raise typer.Exit(code=EXIT_ERROR) from None
     except OSError as exc:
         if exc.errno == errno.EPIPE and stdout_closed():
@@ -281,8 +234,7 @@ def _report(exc: BaseException, written: list[Path]) -> None:
         if not where and exc.errno == errno.ENOENT and _cwd_deleted():
             # A relative path made absolute (os.getcwd) names no file.
             where, why = "", "the current folder was deleted: give absolute paths, or run from one"
-        kept = kept_files((), written)
-        error_line(f"{where}{why}" + ("; kept " + ", ".join(kept) if kept else ""))
+        error_line(f"{where}{why}" + kept_words((), written))
         raise typer.Exit(code=EXIT_ERROR) from None
     except KeyboardInterrupt as exc:
         # Say only what exists: a command that kept files lists them on the exception.
@@ -304,9 +256,7 @@ def _report(exc: BaseException, written: list[Path]) -> None:
         # RuntimeError, not the OSError (ELOOP) every other read of that path gives.
         if isinstance(exc, RuntimeError) and str(exc).startswith("Symlink loop from "):
             loop = str(exc).removeprefix("Symlink loop from ").strip("'")
-            kept = kept_files((), written)
-            error_line(f"{loop}: {os.strerror(errno.ELOOP)}"
-                        + ("; kept " + ", ".join(kept) if kept else ""))  # fmt: skip
+            error_line(f"{loop}: {os.strerror(errno.ELOOP)}" + kept_words((), written))
             raise typer.Exit(code=EXIT_ERROR) from None
         if os.environ.get("SHRINK_TRACEBACK"):
             raise
@@ -324,10 +274,8 @@ def _out_of_memory(written: Sequence[Path]) -> NoReturn:
         if (soft := resource.getrlimit(which)[0]) != resource.RLIM_INFINITY
     ]
     limit = f" ({', '.join(limits)})" if limits else ""
-    kept = kept_files((), written)
-    text = f"out of memory{limit}: raise the limit, or give a smaller input" + (
-        "; kept " + ", ".join(kept) if kept else ""
-    )
+    text = f"out of memory{limit}: raise the limit, or give a smaller input"
+    text += kept_words((), written)
     error_line(text)
     raise typer.Exit(code=EXIT_ERROR) from None
 

@@ -10,6 +10,7 @@ removes it (:meth:`shrink.loadcurve.LoadCurve.write_json`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,7 +26,9 @@ __all__ = [
     "FolderGuard",
     "KeepLevels",
     "KeptCurve",
+    "is_record",
     "partial_twin",
+    "record_only",
     "write_or_aside",
 ]
 
@@ -49,6 +52,21 @@ class KeptCurve:
         return str(self.path)
 
 
+# Files written only to record what ran, by their real paths (see record_only).
+_RECORDS: set[str] = set()
+
+
+def record_only(path: str | Path) -> None:
+    """Note ``path`` as a record of what ran, not a measurement (a testbed's state once
+    it is down): a stopped command does not name it as kept."""
+    _RECORDS.add(os.path.realpath(path))
+
+
+def is_record(path: str | Path) -> bool:
+    """Whether ``path`` was noted by :func:`record_only` (by either of its names)."""
+    return os.path.realpath(path) in _RECORDS
+
+
 def partial_twin(path: Path) -> Path:
     """Where the finished levels of a run that writes ``path`` are kept: ``X.partial.json``."""
     return path.with_name(path.name.removesuffix(".json") + ".partial.json")
@@ -56,7 +74,6 @@ def partial_twin(path: Path) -> Path:
 
 def _identity(folder: Path) -> tuple[int, int] | None:
     """The folder's (st_dev, st_ino); None if it is not there, or not a folder."""
-    import os
     import stat
 
     try:
@@ -147,7 +164,6 @@ class KeepLevels:
     def drop_aside(self) -> None:
         """Once the whole curve is written: remove the file this run kept its levels in
         beside another run's (a regular file of this user's, as this run last wrote it)."""
-        import os
         import stat
 
         if not self.aside or not unchanged_since_noted(self.path):

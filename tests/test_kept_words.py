@@ -1,0 +1,79 @@
+"""What a stopped command says it kept: "kept" is the word for saved measurements.
+
+A live predict that failed at its first level (a sparse log: "the loop window holds no
+request") ended "; kept out/runs/testbed-0.json": the state file of the testbed it had
+already brought down, which holds nothing measured.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import pytest
+
+from shrink.atomic import recording, write_text
+from shrink.cli._kept import kept_words
+from shrink.errors import ShrinkError
+from shrink.providers import TestbedProvider
+from shrink.share import Share
+
+pytestmark = pytest.mark.compute
+
+
+@contextmanager
+def _provider(tmp_path, monkeypatch):
+    """A testbed provider whose up and down only write the state file, as theirs do."""
+    import shrink.testbed
+    from shrink.replay.live import LiveTarget
+
+    monkeypatch.setattr(
+        shrink.testbed, "up", lambda *a, state_path, **k: write_text(state_path, '{"up": 1}')
+    )
+    monkeypatch.setattr(shrink.testbed, "down", lambda p: write_text(p, '{"stopped": 1}'))
+    monkeypatch.setattr(LiveTarget, "from_state", classmethod(lambda cls, p, **k: object()))
+    provider = TestbedProvider.__new__(TestbedProvider)  # no server is started
+    provider.run_dir, provider._opened = tmp_path / "out" / "runs", 0
+    provider.docroot = provider._machine = provider.server = provider.generator = None
+    provider.engine = {}
+    yield provider
+
+
+def test_a_predict_stopped_before_it_measured_says_nothing_measured_was_kept(tmp_path, monkeypatch):
+    with (
+        _provider(tmp_path, monkeypatch) as provider,
+        recording() as written,
+        pytest.raises(ShrinkError),
+        provider.open(Share.whole([0]), "1-replica"),
+    ):
+        raise ShrinkError("the loop window holds no request to replay")
+    assert (tmp_path / "out" / "runs" / "testbed-0.json").is_file()  # still there
+    assert kept_words((), written) == "; nothing measured was kept"
+
+
+def test_what_was_measured_is_still_named_and_the_testbed_state_is_not(tmp_path, monkeypatch):
+    curve = tmp_path / "out" / "measured-curve.partial.json"
+    with (
+        _provider(tmp_path, monkeypatch) as provider,
+        recording() as written,
+        pytest.raises(ShrinkError),
+        provider.open(Share.whole([0]), "1-replica"),
+    ):
+        write_text(curve, "{}")
+        raise ShrinkError("stopped")
+    assert kept_words((), written) == f"; kept {curve}"
+
+
+def test_a_testbed_not_brought_down_is_named_as_kept(tmp_path, monkeypatch):
+    """Its state is what ``testbed down`` needs: still named."""
+    import shrink.testbed
+
+    with _provider(tmp_path, monkeypatch) as provider, recording() as written:
+        monkeypatch.setattr(shrink.testbed, "down", lambda p: (_ for _ in ()).throw(OSError()))
+        with pytest.raises(OSError), provider.open(Share.whole([0]), "1-replica"):
+            pass
+    state = tmp_path / "out" / "runs" / "testbed-0.json"
+    assert kept_words((), written) == f"; kept {state}"
+
+
+def test_a_command_that_wrote_nothing_says_nothing():
+    assert kept_words((), []) == ""
