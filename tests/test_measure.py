@@ -740,6 +740,27 @@ def test_a_sweep_on_a_testbed_state_reads_utilization_as_a_part_of_the_share(tmp
 
 
 @pytest.mark.compute
+def test_sweeps_level_line_marks_a_p999_from_too_few_requests(capsys):
+    """sweep's own line printed a p99.9 from 100 requests as it printed one from 2,000,
+    with no mark (the report's figure marked it "n=", mat says so): marked "*" now, the
+    mark said once."""
+    import json
+
+    from shrink.cli.sweep_cmd import _print_sweep
+
+    trace = poisson_trace(200.0, 30.0)  # 200 req/s: levels of about 100 and 2,000 requests
+    curve = sweep(FakeTarget(), trace, [0.5, 10.0], reps=1, warmup=0.0, duration=1.0)
+    _print_sweep(curve, "rate_factor", Path("c.json"), [], False)
+    lines = capsys.readouterr().out.splitlines()
+    assert " ms*  util" in lines[0] and "*" not in lines[1]
+    assert lines[2].startswith("*: that p99.9 rests on fewer than 1,000 requests a repetition")
+    assert sum("rests on fewer" in line for line in lines) == 1
+    _print_sweep(curve, "rate_factor", Path("c.json"), [], True)
+    rows = json.loads(capsys.readouterr().out)["levels"]
+    assert 50 < rows[0]["p999_requests"] < 1000 and rows[1]["p999_requests"] is None
+
+
+@pytest.mark.compute
 def test_mat_says_when_a_percentile_rests_on_too_few_requests(tmp_path: Path):
     """`shrink mat curve.json --stat p99.9` on a sweep of 1 s levels at 60 and 340 req/s
     printed the MAT "(ok)": each level's p99.9 was its slowest request or two."""

@@ -249,10 +249,10 @@ def _warn_thin_tails(lc: LoadCurve, stat: str, cls: str | None, res: MATResult) 
     need, thin = thin_tails(lc, stat, cls, around)
     if not thin:
         return
+    from shrink.report.text import thin_tail_text
+
     typer.echo(
         f"note: the {stat_label(stat)} at {plural(len(thin), 'level')} "
-        f"({', '.join(f'{x:g}' for x in thin)}) rests on fewer than {need:,} requests a "
-        f"repetition (fewest {min(thin.values()):,}): there it is the slowest request or "
-        "two, not a tail; measure longer (--duration) or at higher rates for it",
+        f"({', '.join(f'{x:g}' for x in thin)}) {thin_tail_text(need, thin)}",
         err=True,
     )

@@ -461,11 +461,15 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
         }
         for x in curve.levels
     ]
-    from shrink.selfchecks import crowded_levels
+    from shrink.report.text import thin_tail_text
+    from shrink.selfchecks import crowded_levels, thin_tails
 
     crowded = crowded_levels(curve)
+    need, thin = thin_tails(curve, "p999")
     for r in rows:
         r["other_cpu"] = crowded.get(float(r["level"]))
+        # the fewest requests behind the p99.9 in a repetition, where too few for one
+        r["p999_requests"] = thin.get(float(r["level"])) if math.isfinite(r["p999"]) else None
     engine_ran = curve.sweep.generator.engine
     if as_json:
         exported = [str(p) for p in exports]
@@ -497,8 +501,11 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
         util = "-" if r["utilization"] is None else f"{100 * r['utilization']:.0f}%"
         typer.echo(
             f"{knob} {r['level']:g}: {r['throughput']:,.1f} req/s  mean {_ms(r['mean'])}  "
-            f"p99.9 {_ms(r['p999'])}  util {util}{flag}"
+            f"p99.9 {_ms(r['p999'])}{'' if r['p999_requests'] is None else '*'}  "
+            f"util {util}{flag}"
         )
+    if thin := {r["level"]: r["p999_requests"] for r in rows if r["p999_requests"] is not None}:
+        typer.echo(f"*: that p99.9 {thin_tail_text(need, thin)}")
     typer.echo(f"curve: {printable(output)} (engine: {engine_ran})")
     if curve.sweep.target.get("awake") and curve.sweep.target.get("awake_spinners") == 0:
         typer.echo(AWAKE_NONE_RAN, err=True)

@@ -6,7 +6,14 @@ import math
 
 from shrink.mat import bound_of, mat_text
 
-__all__ = ["STAT_NAME", "bound_prefix", "level_text", "rate_text", "seconds_text"]
+__all__ = [
+    "STAT_NAME",
+    "bound_prefix",
+    "level_text",
+    "rate_text",
+    "seconds_text",
+    "thin_tail_text",
+]
 
 STAT_NAME = {"mean": "mean", "p999": "p99.9"}
 
@@ -33,3 +40,13 @@ def bound_prefix(status: str | None) -> str:
     """The prefix of a MAT that is only a bound: not reached (>=), below range (<), as
     :func:`shrink.mat.mat_text` writes it."""
     return {"lower": ">= ", "upper": "< "}.get(bound_of(status) or "", "")
+
+
+def thin_tail_text(need: int, thin: dict[float, int]) -> str:
+    """Why a percentile from fewer than ``need`` requests a repetition at the levels
+    ``thin`` (level -> the fewest, :func:`shrink.selfchecks.thin_tails`) is no tail."""
+    return (
+        f"rests on fewer than {need:,} requests a repetition (fewest "
+        f"{min(thin.values()):,}): there it is the slowest request or two, not a tail; "
+        "measure longer (--duration) or at higher rates for it"
+    )
