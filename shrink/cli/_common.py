@@ -43,6 +43,7 @@ import typer
 
 from shrink import interrupts
 from shrink.cli._kept import kept_files, kept_words
+from shrink.cli._kept import plural as plural  # (its home; said here to every command)
 from shrink.cli._oom import memory_refused
 from shrink.cli._stdout import STDOUT, silence_stdout
 from shrink.defaults import MAX_BODY_TEXT
@@ -385,13 +386,6 @@ def parse_duration_option(
         raise
     except ParameterError as exc:
         raise OptionError(f"--{name.replace(' ', '-')}", str(exc)) from None
-
-
-def plural(n: int, noun: str) -> str:
-    """``1 session``, ``2 sessions``, ``1,328 requests``: counts with thousands separators."""
-    if n == 1:
-        return f"{n:,} {noun}"
-    return f"{n:,} {noun}es" if noun.endswith(("s", "x", "ch", "sh")) else f"{n:,} {noun}s"
 
 
 def fmt_number(x: float, digits: int = 4) -> str:

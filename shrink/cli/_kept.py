@@ -6,7 +6,14 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["kept_files", "kept_words"]
+__all__ = ["kept_files", "kept_words", "plural"]
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 session``, ``2 sessions``, ``1,328 requests``: counts with thousands separators."""
+    if n == 1:
+        return f"{n:,} {noun}"
+    return f"{n:,} {noun}es" if noun.endswith(("s", "x", "ch", "sh")) else f"{n:,} {noun}s"
 
 
 def kept_files(
@@ -19,7 +26,6 @@ def kept_files(
     and then ``failed`` to be written again is its earlier copy, whole: said
     so, since the error's line names it first as the file not written."""
     from shrink.atomic import unchanged_since_noted
-    from shrink.cli._common import plural
     from shrink.measure.keep import is_record
 
     said = " ".join(str(k) for k in kept)
