@@ -14,8 +14,11 @@
 //! half of the CPU from it. So each spinner is a process of its own (forked: in the
 //! child only system calls run), in a new session whose autogroup it sets to nice 19
 //! (a weight of 15 against 1,024), where it took 1-2% of a CPU-bound neighbour's
-//! time. Inside a cpu cgroup other than the root, autogroups do not apply: the
-//! Python side keeps the default off there (shrink.replay.scaleout.default_awake).
+//! time. Inside a cpu cgroup other than the root, autogroups do not apply: there the
+//! Python side makes a cgroup at the top of the cpu hierarchy with cpu.idle = 1
+//! (shrink.enforce.idle_group), idle against every other group, and each spinner
+//! moves itself into it first of all (before it takes its CPU: a move into a group of
+//! another cpuset would reset the affinity); one that cannot ends at once, uncounted.
 //!
 //! In sessions of their own, the spinners are not in shrink's process group: Ctrl-Z
 //! (SIGTSTP to the group) or a SIGSTOP of shrink left them spinning for as long as it
@@ -113,12 +116,49 @@ fn wait_while_stopped(fd: i32, parent: libc::pid_t, slot: *mut u64) {
     }
 }
 
+/// Write this process's PID into the cgroup.procs file at `procs` (a NUL-terminated
+/// path): system calls only, the digits formatted on the stack. Whether it was taken.
+fn join_group(procs: *const libc::c_char) -> bool {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    // SAFETY: getpid has no preconditions; open/write/close on a live path and buffer.
+    unsafe {
+        let mut pid = libc::getpid() as u64;
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (pid % 10) as u8;
+            pid /= 10;
+            if pid == 0 {
+                break;
+            }
+        }
+        let fd = libc::open(procs, libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return false;
+        }
+        let len = digits.len() - at;
+        let wrote = libc::write(fd, digits[at..].as_ptr() as *const libc::c_void, len);
+        libc::close(fd);
+        wrote == len as isize
+    }
+}
+
 /// The spinner, in the forked child: system calls only (no allocation, no lock another
 /// thread of the parent may have held at the fork), and it never returns. While its
 /// parent is stopped it sleeps, and the time is added to `slot` (the parent's to read).
-fn spin(cpu: usize, parent: libc::pid_t, stat: i32, slot: *mut u64) -> ! {
+fn spin(
+    cpu: usize,
+    parent: libc::pid_t,
+    stat: i32,
+    slot: *mut u64,
+    procs: *const libc::c_char,
+) -> ! {
     // SAFETY: async-signal-safe system calls on this process, with live arguments.
     unsafe {
+        // into the idle group first (never spin at full weight in the caller's group)
+        if !procs.is_null() && !join_group(procs) {
+            libc::_exit(1);
+        }
         let idle = libc::sched_param { sched_priority: 0 };
         // never spin above idle priority: that would take real time
         if libc::sched_setscheduler(0, libc::SCHED_IDLE, &idle) != 0 {
@@ -177,8 +217,10 @@ fn spin(cpu: usize, parent: libc::pid_t, stat: i32, slot: *mut u64) -> ! {
 
 impl Awake {
     /// Start a spinner on each CPU of the calling thread's affinity (none when it has
-    /// more than MAX_CPUS, or a process cannot be made: the run goes on asleep).
-    pub fn start() -> Awake {
+    /// more than MAX_CPUS, or a process cannot be made: the run goes on asleep), each in
+    /// the cgroup whose cgroup.procs file is `procs` when given.
+    pub fn start(procs: Option<&std::ffi::CStr>) -> Awake {
+        let procs = procs.map_or(std::ptr::null(), |p| p.as_ptr());
         let cpus = affinity();
         let mut awake = Awake {
             pids: Vec::new(),
@@ -223,7 +265,7 @@ impl Awake {
             };
             // SAFETY: the child runs only `spin`, which makes system calls and exits.
             match unsafe { libc::fork() } {
-                0 => spin(cpu, parent, stat, slot),
+                0 => spin(cpu, parent, stat, slot, procs),
                 pid if pid > 0 => awake.pids.push(pid),
                 _ => break,
             }

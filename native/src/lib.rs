@@ -228,15 +228,24 @@ impl Spinners {
     }
 }
 
-/// Start a spinner on each CPU of the calling thread's affinity (see :class:`Spinners`).
+/// Start a spinner on each CPU of the calling thread's affinity (see :class:`Spinners`),
+/// each moving itself first into the cgroup whose cgroup.procs file is `group_procs`
+/// when given (one that cannot exits at once and is not counted).
 #[pyfunction]
-fn keep_awake() -> Spinners {
+#[pyo3(signature = (group_procs=None))]
+fn keep_awake(group_procs: Option<&str>) -> PyResult<Spinners> {
+    let procs = match group_procs {
+        Some(p) => Some(
+            std::ffi::CString::new(p).map_err(|_| PyValueError::new_err("a NUL in the path"))?,
+        ),
+        None => None,
+    };
     // (forked off SCHED_FIFO, the caller's priority given back after: a spinner never
     // starts above normal)
     let old_sched = lower_priority();
-    let spinners = awake::Awake::start();
+    let spinners = awake::Awake::start(procs.as_deref());
     restore_priority(old_sched);
-    Spinners(Mutex::new(Some(spinners)))
+    Ok(Spinners(Mutex::new(Some(spinners))))
 }
 
 /// Hands ``on_rows`` a batch's columns; an error or a True (a signal) stops the run.
@@ -556,6 +565,8 @@ fn parse_stream(
 fn shrink_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run, m)?)?;
     m.add_function(wrap_pyfunction!(keep_awake, m)?)?;
+    // keep_awake takes the cgroup.procs file of a group for its spinners
+    m.add("AWAKE_IN_GROUP", true)?;
     m.add_class::<Spinners>()?;
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
     m.add_function(wrap_pyfunction!(parse_stream, m)?)?;
