@@ -68,12 +68,16 @@ def test_the_default(
 
 
 @pytest.mark.compute
-def test_not_by_default_inside_a_cpu_cgroup(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_not_by_default_inside_a_cpu_cgroup_without_an_idle_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # there the spinners are idle only within the group, which competes as if busy
+    # (where an idle group can be made they run in it: tests/test_awake_idle_group.py)
     monkeypatch.setattr(scaleout, "smt_siblings", lambda cpu: ())
     monkeypatch.setattr(scaleout, "in_root_cpu_group", lambda: False)
+    monkeypatch.setattr(native, "idle_group_unavailable", lambda: "no permission")
     assert default_awake(None, (0,), (1,)) is False
-    assert default_awake(True, (0,), (1,)) is True  # asked for: the user's call
+    assert default_awake(True, (0,), (1,)) is False  # asked for: said why (one line)
 
 
 @pytest.mark.compute

@@ -110,7 +110,7 @@ AWAKE_HELP = (
     "Keep the generator's CPUs from halting during a run (a spinner at idle priority on "
     "each, native engine), so that its timed sends are not late by the CPU's wake-up. "
     "Default: on when the generator is pinned to CPUs the server does not use and shrink "
-    "runs in the root cpu cgroup."
+    "runs in the root cpu cgroup, or shrink can make an idle cpu cgroup for the spinners."
 )
 _Awake = Annotated[bool | None, typer.Option("--awake/--no-awake", help=AWAKE_HELP)]
 _EngineOpt = Annotated[
@@ -139,6 +139,14 @@ AWAKE_NONE_RAN = (
 )
 
 
+# Said once when --awake was asked for outside the root cpu cgroup and no idle one made.
+AWAKE_REFUSED = (
+    "note: --awake: the generator's CPUs are left to halt: shrink runs in a cpu cgroup "
+    "other than the root, where the spinners would take CPU time from the group's "
+    "neighbours, and an idle cgroup for them could not be made: {why}"
+)
+
+
 # Said once when the default put the send thread under SCHED_FIFO.
 REALTIME_NOTE = (
     "note: the load generator's send thread runs SCHED_FIFO {priority} on CPU {cpus} (as "
@@ -148,10 +156,13 @@ REALTIME_NOTE = (
 
 
 def note_realtime(target: Any) -> None:
-    """Print :data:`REALTIME_NOTE` when the default chose SCHED_FIFO for ``target``'s generator."""
+    """Print :data:`REALTIME_NOTE` when the default chose SCHED_FIFO for ``target``'s
+    generator, and :data:`AWAKE_REFUSED` when --awake was asked for and not done."""
     if getattr(target, "realtime_by_default", False):
         cpus = ",".join(map(str, target.generator_cpus))
         typer.echo(REALTIME_NOTE.format(priority=target.realtime, cpus=cpus), err=True)
+    if why := getattr(target, "awake_refused", None):
+        typer.echo(AWAKE_REFUSED.format(why=why), err=True)
 
 
 def _cpus(text: str | None) -> list[int] | None:

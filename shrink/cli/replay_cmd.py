@@ -181,6 +181,8 @@ def _summary(res: Any, output: Path) -> dict[str, Any]:
         "generator_stopped": getattr(g, "stopped", None),
         # the spinners that kept the generator's CPUs awake (None: not asked)
         "awake_spinners": _spinners_ran(res.describe or {}),
+        # the idle cpu cgroup they ran in (outside the root cpu cgroup; else None)
+        "awake_group": ((res.describe or {}).get("engine") or {}).get("awake_group"),
         "send_lag_p50": g.send_lag_p50,
         "send_lag_p99": g.send_lag_p99,
         "send_lag_max": g.send_lag_max,
@@ -205,14 +207,16 @@ def _spinners_ran(desc: dict[str, Any]) -> int | None:
     return int((desc.get("engine") or {}).get("awake_spinners") or 0)
 
 
-def _awake_text(spinners: int | None) -> str:
+def _awake_text(spinners: int | None, group: str | None = None) -> str:
     """The summary's line on the spinners asked for ('' when not asked)."""
     if spinners is None:
         return ""
     if spinners == 0:
         return "\n" + AWAKE_NONE_RAN
+    where = f" (from the idle cpu cgroup {group})" if group else ""
     return (
-        f"\nawake: {spinners} spinner{'s' if spinners > 1 else ''} kept the generator's CPUs awake"
+        f"\nawake: {spinners} spinner{'s' if spinners > 1 else ''} kept the generator's CPUs "
+        f"awake{where}"
     )
 
 
@@ -272,7 +276,7 @@ def _print_summary(s: dict[str, Any]) -> None:
         f"send lag: p50 {_ms(s['send_lag_p50'])}  p99 {_ms(s['send_lag_p99'])}"
         + ("" if s["generator_cpu"] is None else f"  generator CPU {s['generator_cpu']:.2f} cores")
         + ("" if s["utilization"] is None else f"  share busy {100 * s['utilization']:.0f}%")
-        + _awake_text(s.get("awake_spinners"))
+        + _awake_text(s.get("awake_spinners"), s.get("awake_group"))
     )
     if s["generator_behind"]:
         typer.echo(f"GENERATOR BEHIND: {s['behind_reason']} (not a server result)")

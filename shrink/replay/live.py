@@ -41,7 +41,7 @@ from shrink.replay.clients import ClientSampler
 from shrink.replay.engine import EngineConfig
 from shrink.replay.fd_limit import out_of_files, raise_open_file_limit
 from shrink.replay.idle import wait_idle
-from shrink.replay.native import engine_name, select_engine
+from shrink.replay.native import engine_name, idle_group_unavailable, select_engine
 from shrink.replay.scaleout import EngineRun, run_engines, scheduling
 from shrink.replay.selfcheck import LAG_LIMIT, generator_check, thread_wait
 from shrink.replay.stopwatch import Continued, StopWatch, flag_if_stopped, stopped_for
@@ -229,6 +229,8 @@ class LiveTarget:
         # generator's CPUs from halting, and whether the default chose SCHED_FIFO
         self.realtime, self.awake = scheduling(generator, self.generator_cpus, self.share_cpus)
         self.realtime_by_default = generator.realtime is None and self.realtime > 0
+        # why --awake, asked for, was not done (outside the root cpu cgroup, no idle one)
+        self.awake_refused = generator.awake and not self.awake and idle_group_unavailable()
         # one engine process per generator CPU unless told fewer
         self.processes = generator.processes
         # "auto" | "native" | "python", or an engine callable such as a FakeEngine
@@ -485,6 +487,9 @@ class LiveTarget:
                 "interrupted": engine.interrupted,
                 "pool_waits": sum(int(st.extra.get("pool_waits", 0)) for st in engine.stats),
                 "awake_spinners": spun,  # (the RunLog's awake says what was asked)
+                "awake_group": next(  # the idle cpu cgroup they ran in (else None)
+                    (g for st in engine.stats if (g := st.extra.get("awake_group"))), None
+                ),
                 **engine.extra,
             },
         }

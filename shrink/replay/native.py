@@ -44,6 +44,8 @@ from typing import Any, Unpack
 import numpy as np
 
 from shrink import interrupts
+from shrink.enforce.cfs import in_root_cpu_group
+from shrink.enforce.idle_group import IdleGroup, idle_group_place, make_idle_group
 from shrink.errors import ParameterError, ReplayError
 from shrink.procfs import run_queue_wait_us
 from shrink.replay._http import build_request
@@ -198,31 +200,69 @@ def run_native(
         )
     args = _core_args(schedule, config, writer)
     # Forked before the run's zero is chosen (see _keep_awake), and ended however it ends.
-    spinners = _keep_awake(options)
+    spinners, group = _keep_awake(options)
     # asked of the core (the file's metadata is written before the run ends; how many
-    # spinners did run is the stats' loop count awake_spinners)
+    # spinners did run is the stats' loop count awake_spinners), and the idle cgroup
+    # they ran in (outside the root cpu cgroup; shrink.enforce.idle_group)
     writer.meta["awake"] = spinners is not None
+    writer.meta["awake_group"] = None if group is None else group.path.name
     try:
         stats = _drive(args, writer, options)
     finally:
-        spun = tuple(spinners.stop()) if spinners is not None else (0, 0.0)
+        try:
+            spun = tuple(spinners.stop()) if spinners is not None else (0, 0.0)
+        finally:
+            if group is not None:
+                group.remove()
     # the spinners that kept the CPUs awake, and their CPU time together (us)
     stats.extra["loop"].update(awake_spinners=int(spun[0]), awake_cpu_us=int(spun[1] * 1e6))
+    if group is not None:
+        stats.extra["awake_group"] = group.path.name
     # (the spinners are processes of their own: their time is not in this one's)
     if len(spun) > 2:  # the time they saw this process stopped, and slept (a newer core)
         stats.extra["loop"]["stopped_us"] = int(spun[2] * 1e6)
     return stats
 
 
-def _keep_awake(options: RunOptions) -> Any:
+def _keep_awake(options: RunOptions) -> tuple[Any, IdleGroup | None]:
     """The spinners keeping this thread's CPUs awake for the run, when asked and the core
-    can (None else). They are forked before the run's zero is chosen: a fork copies this
-    process's page tables and holds malloc's locks meanwhile (8-13 ms per spinner for a
-    GB of small Python objects); forked inside the run, with its loop thread started and
-    50 ms before its zero, they made the first sends 70-90 ms late on a heap of 3 GB."""
+    can (None else), and the idle cgroup they run in outside the root cpu cgroup (none
+    made: no spinners there, which would compete with the group's neighbours). They are
+    forked before the run's zero is chosen: a fork copies this process's page tables and
+    holds malloc's locks meanwhile (8-13 ms per spinner for a GB of small Python
+    objects); forked inside the run, with its loop thread started and 50 ms before its
+    zero, they made the first sends 70-90 ms late on a heap of 3 GB."""
     if not (options.get("awake") and _can_keep_awake()):
+        return None, None
+    if in_root_cpu_group():
+        return _core.keep_awake(), None
+    group, _ = idle_group()
+    if group is None:
+        return None, None
+    try:
+        return _core.keep_awake(str(group.procs)), group
+    except BaseException:
+        group.remove()
+        raise
+
+
+def idle_group_unavailable() -> str | None:
+    """Why the spinners cannot run idle for this process (None: they can): in the root
+    cpu cgroup they can (each in an autogroup at nice 19); in another, only in an idle
+    cgroup made at the top of the hierarchy, by a core that moves them into it."""
+    if in_root_cpu_group():
         return None
-    return _core.keep_awake()
+    if not getattr(_core, "AWAKE_IN_GROUP", False):
+        return "the native core was built before it could put them in an idle cgroup"
+    return idle_group_place()[1]
+
+
+def idle_group() -> tuple[IdleGroup | None, str | None]:
+    """This run's idle cgroup for the spinners (:mod:`shrink.enforce.idle_group`), or why not."""
+    if not getattr(_core, "AWAKE_IN_GROUP", False):
+        return None, "the native core was built before it could put them in an idle cgroup"
+    root, why = idle_group_place()
+    return (None, why) if root is None else make_idle_group(root)
 
 
 def _drive(args: dict[str, Any], writer: RunLogWriter, options: RunOptions) -> EngineStats:

@@ -176,16 +176,18 @@ def default_awake(
     without ``allow_overlap``. A CPU kept from halting wakes its sleeping thread on
     time; the spinners take only idle time, but on a CPU the server uses it would
     change the server's own wake-ups from the full target's, and on a core's other
-    hardware thread they take the core's cycles from it. Nor inside a cpu cgroup other
-    than the root: there the spinners' idle priority holds only within the group, which
-    would compete for the CPU with its neighbours as if they were busy (in the root
-    group each spinner's session is an autogroup set to nice 19).
+    hardware thread they take the core's cycles from it. Outside the root cpu cgroup the
+    spinners are idle only within their group, which competes as if busy: there they run
+    in an idle cgroup (:mod:`shrink.enforce.idle_group`), and not at all, even asked for,
+    where none can be made (:func:`~shrink.replay.native.idle_group_unavailable`).
     """
-    if requested is not None:
-        return requested
-    if generator_cpus is None or allow_overlap or not in_root_cpu_group():
+    if requested is False or (requested is None and (generator_cpus is None or allow_overlap)):
         return False
-    return not _near_servers(generator_cpus, server_cpus)
+    from shrink.replay.native import idle_group_unavailable
+
+    if not in_root_cpu_group() and idle_group_unavailable() is not None:
+        return False
+    return bool(requested) or not _near_servers(generator_cpus or (), server_cpus)
 
 
 def _near_servers(generator_cpus: Sequence[int], server_cpus: Iterable[int]) -> list[int]:

@@ -1,0 +1,135 @@
+"""An idle cpu cgroup at the top of the hierarchy, for the spinners that keep the
+generator's CPUs awake (native/src/awake.rs) when shrink runs in a cpu cgroup other
+than the root.
+
+SCHED_IDLE is idle only within its task group. In the root group each spinner's
+session is an autogroup at nice 19, which yields to other sessions; inside a child
+cgroup autogroups do not apply, and a spinner competes at its group's full weight with
+the group's siblings. A group whose ``cpu.idle`` is 1 (cgroup v1 ``cpu`` and v2 where
+the cpu controller is enabled, kernel 5.15 and later) is itself idle against every
+other group at its level; made as a child of the root (``shrink-awake-PID-START``),
+it is idle against every group of the machine, and a spinner moved into it takes only
+time nothing else wants.
+
+Each run that needs it makes its own (named by its process's PID and start time,
+which :func:`remove_stale` checks before removing one left by a process that is
+gone: kill -9 of shrink) and removes it after its spinners have been reaped. Where it
+cannot be made (no cpu controller, a cgroup namespace or a container that does not
+show the hierarchy's root, v2 without the cpu controller below the root, no
+permission, a kernel without ``cpu.idle``), :func:`idle_group_place` says why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from shrink.enforce.cfs import CgroupLayout, _shows_hierarchy_root, cgroup_layout
+
+__all__ = ["PREFIX", "IdleGroup", "idle_group_place", "make_idle_group", "remove_stale"]
+
+PREFIX = "shrink-awake-"
+_NAME = re.compile(re.escape(PREFIX) + r"(\d+)-(\d+)")
+
+
+@dataclass(frozen=True)
+class IdleGroup:
+    """A made idle group: its folder; ``procs`` is the file a spinner writes its PID to."""
+
+    path: Path
+
+    @property
+    def procs(self) -> Path:
+        return self.path / "cgroup.procs"
+
+    def remove(self) -> bool:
+        """Remove the group (its spinners reaped: empty); whether it is gone."""
+        with contextlib.suppress(FileNotFoundError):
+            try:
+                self.path.rmdir()
+            except OSError:
+                return False
+        return True
+
+
+def idle_group_place(
+    layout: CgroupLayout | None = None, mountinfo_text: str | None = None
+) -> tuple[Path | None, str | None]:
+    """The cpu hierarchy's root where an idle group can be made, else (None, why not)."""
+    try:
+        layout = layout if layout is not None else cgroup_layout()
+    except OSError:
+        return None, "the cgroup mounts could not be read"
+    root = layout.cpu
+    if root is None:
+        return None, "no cpu cgroup controller is mounted"
+    try:
+        if not _shows_hierarchy_root(layout, mountinfo_text):
+            return None, "the cpu cgroup hierarchy's root is not visible here (a cgroup namespace)"
+    except OSError:
+        return None, "/proc/self/mountinfo could not be read"
+    if layout.version == 2:
+        try:
+            enabled = (root / "cgroup.subtree_control").read_text().split()
+        except OSError:
+            enabled = []
+        if "cpu" not in enabled:
+            return None, "cgroup v2's cpu controller is not enabled below the root"
+    if not os.access(root, os.W_OK):
+        return None, f"no permission to make a cgroup in {root}"
+    return root, None
+
+
+def make_idle_group(root: Path, pid: int | None = None) -> tuple[IdleGroup | None, str | None]:
+    """Make this process's idle group under ``root`` (first removing stale ones of
+    processes gone): (the group, None), else (None, why not)."""
+    remove_stale(root)
+    pid = os.getpid() if pid is None else pid
+    start = _start_time(pid)
+    if start is None:
+        return None, "this process's start time could not be read"
+    path = root / f"{PREFIX}{pid}-{start}"
+    try:
+        path.mkdir()
+    except OSError as e:
+        return None, f"the cgroup {path.name} could not be made ({e.strerror})"
+    group = IdleGroup(path)
+    try:
+        (path / "cpu.idle").write_text("1")
+        if (path / "cpu.idle").read_text().strip() != "1":
+            raise OSError(0, "it did not take")
+    except OSError as e:
+        group.remove()
+        why = "the kernel has no cpu.idle" if isinstance(e, FileNotFoundError) else e.strerror
+        return None, f"cpu.idle of the cgroup {path.name} could not be set ({why})"
+    return group, None
+
+
+def remove_stale(root: Path) -> list[str]:
+    """Remove the idle groups (``shrink-awake-PID-START``) whose process is gone (none
+    with that PID, or one started at another time); one still holding a process is
+    left (the kernel refuses). Returns the names removed."""
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(root):
+            m = _NAME.fullmatch(entry.name)
+            if not m or not entry.is_dir(follow_symlinks=False):
+                continue
+            if _start_time(int(m.group(1))) == int(m.group(2)):
+                continue  # its process lives
+            if IdleGroup(Path(entry.path)).remove():
+                removed.append(entry.name)
+    return removed
+
+
+def _start_time(pid: int) -> int | None:
+    """The process's start time (clock ticks after boot, /proc/PID/stat field 22)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2 :].split()
+    return int(fields[19]) if len(fields) > 19 else None
