@@ -116,3 +116,50 @@ def test_a_made_folder_is_locked_from_the_start_and_let_go_when_removed(tmp_path
         os.close(fd)
     remove_part_dir(mine)
     assert not mine.exists()
+
+
+def _planting(monkeypatch, times):
+    """mkdtemp, as another user of a shared /tmp sees each hidden name and makes its
+    visible one first (an empty folder: a folder renamed onto it replaced it)."""
+    import tempfile
+
+    from shrink.replay import part_dirs
+
+    made = tempfile.mkdtemp
+    planted = []
+
+    def mkdtemp(*args, **kwargs):
+        hidden = made(*args, **kwargs)
+        if len(planted) < times:
+            visible = os.path.join(os.path.dirname(hidden), os.path.basename(hidden)[1:])
+            os.mkdir(visible)
+            planted.append(visible)
+        return hidden
+
+    monkeypatch.setattr(part_dirs.tempfile, "mkdtemp", mkdtemp)
+    # and no look before the rename sees it (put there just after the look)
+    monkeypatch.setattr(part_dirs.os.path, "lexists", lambda path: False)
+    return planted
+
+
+def test_a_planted_name_is_left_to_its_maker_and_another_taken(tmp_path, monkeypatch):
+    planted = _planting(monkeypatch, 1)
+    mine = make_part_dir(tmp_path, SPAWNED)
+    # before: the sweep stopped saying only "error: /tmp/shrink-replay-..." (or, had the
+    # name come after the look, root's rename replaced the other user's folder)
+    assert str(mine) not in planted and os.path.isdir(planted[0])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [mine.name, os.path.basename(planted[0])]
+    )
+    remove_part_dir(mine)
+
+
+def test_every_name_planted_is_an_error_naming_the_folder(tmp_path, monkeypatch):
+    planted = _planting(monkeypatch, 100)
+    with pytest.raises(FileExistsError) as err:
+        make_part_dir(tmp_path, SPAWNED)
+    assert err.value.filename == planted[-1] and "TMPDIR" in err.value.strerror
+    assert all(os.path.isdir(p) for p in planted)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        os.path.basename(p) for p in planted
+    )

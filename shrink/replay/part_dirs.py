@@ -19,6 +19,7 @@ namespace it runs, and a folder whose lock another holds is never removed.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import re
@@ -42,22 +43,59 @@ _LOCKS: dict[Path, int] = {}  # the folders this process made: their locks, held
 
 def make_part_dir(base: Path, prefix: str) -> Path:
     """A new private folder under ``base`` named for this process, locked by it (and by
-    the children it forks) until :func:`remove_part_dir`."""
-    hidden = Path(tempfile.mkdtemp(prefix=f".{prefix}{os.getpid()}-", dir=base))
-    fd = os.open(hidden, _DIR)
-    with contextlib.suppress(OSError):  # a file system that cannot lock: the PID alone
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    folder = hidden.with_name(hidden.name[1:])
+    the children it forks) until :func:`remove_part_dir`.
+
+    Its name is seen (hidden) before it is taken: another user of a shared /tmp may put
+    a folder of their own there first. That name is left to them and another tried; a
+    folder whose every name was taken so is an error naming the last."""
+    for _ in range(_TRIES):
+        hidden = Path(tempfile.mkdtemp(prefix=f".{prefix}{os.getpid()}-", dir=base))
+        fd = os.open(hidden, _DIR)
+        with contextlib.suppress(OSError):  # a file system that cannot lock: the PID alone
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        folder = hidden.with_name(hidden.name[1:])
+        try:
+            _rename_noreplace(hidden, folder)
+        except OSError as exc:
+            os.close(fd)
+            shutil.rmtree(hidden, ignore_errors=True)
+            if exc.errno != errno.EEXIST:
+                raise
+            continue
+        _LOCKS[folder] = fd
+        return folder
+    raise FileExistsError(
+        errno.EEXIST,
+        f"another's file held the name of this run's part folder each of {_TRIES} times "
+        "(a shared temporary folder: set TMPDIR to a folder of your own)",
+        str(folder),
+    )
+
+
+_TRIES = 5
+_RENAME_NOREPLACE = 1
+
+
+def _rename_noreplace(src: Path, dst: Path) -> None:
+    """Rename ``src`` to ``dst``, never in the place of another's: a folder renamed onto
+    an empty one replaces it (root's, one of another user's in a sticky /tmp), and a
+    check for the name before the rename leaves a moment to put one there."""
+    import ctypes
+
     try:
-        if os.path.lexists(folder):  # (mkdtemp's name is unique among the hidden ones)
-            raise FileExistsError(folder)
-        os.rename(hidden, folder)
-    except OSError:
-        os.close(fd)
-        shutil.rmtree(hidden, ignore_errors=True)
-        raise
-    _LOCKS[folder] = fd
-    return folder
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        renameat2 = None
+    if renameat2 is not None:
+        at_cwd = -100
+        if renameat2(at_cwd, os.fsencode(src), at_cwd, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
+            return
+        err = ctypes.get_errno()
+        if err not in (errno.ENOSYS, errno.EINVAL):  # (a kernel or file system without it)
+            raise OSError(err, os.strerror(err), str(dst))
+    if os.path.lexists(dst):
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(dst))
+    os.rename(src, dst)
 
 
 def remove_part_dir(folder: Path) -> None:
