@@ -282,3 +282,43 @@ def test_a_stop_within_the_lag_limit_is_not_said_to_have_made_a_level_late(capsy
     # (the self-check: no stop, or none past the limit, is never said)
     check = generator_check(_late_log(), (0.0, 1.0), lag_limit=0.0001, stopped=0.0)
     assert "shrink itself was stopped" not in check.reason
+
+
+def _two_holes_log() -> RunLog:
+    """Sends held twice: 0.2 s from 0.1 (a stop) and 0.3 s from 0.5 (the CPU taken)."""
+    t = np.arange(1000) / 1000.0
+    sent = np.where((t >= 0.1) & (t < 0.3), 0.3, t)
+    sent = np.where((t >= 0.5) & (t < 0.8), 0.8, sent) + 1e-4
+    return RunLog.from_columns(
+        {"intended": t, "sent": sent, "done": sent + 1e-3, "status": np.full(1000, 200)}
+    )
+
+
+@pytest.mark.compute
+def test_a_stop_and_a_cpu_taken_in_one_run_say_both() -> None:
+    # a replay SIGSTOPped 0.3 s after a SCHED_FIFO 50 task had held its CPU 0.4 s said
+    # "stopped for 0.27 s ...; not the host's doing": most of the late sends were not it
+    both = generator_check(_two_holes_log(), (0.0, 1.0), thread_wait=0.3, stopped=0.2)
+    assert "shrink itself was stopped, by a signal or job control, for 0.2 s" in both.reason
+    assert "and its send thread waited for its CPU 30% of the run" in both.reason
+    assert "not the host's doing" not in both.reason
+    # the stop alone (its thread on no run queue meanwhile): the stop alone is said
+    alone = generator_check(_late_log(), (0.0, 1.0), thread_wait=0.001, stopped=0.4)
+    assert "not the host's doing" in alone.reason and "waited" not in alone.reason
+
+
+@pytest.mark.compute
+def test_a_send_thread_held_past_the_normal_tasks_share_names_a_real_time_task(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from shrink.replay import selfcheck
+
+    monkeypatch.setattr(selfcheck, "_rt_throttled", lambda: 0.05)  # the kernel's default
+    # a SCHED_FIFO 50 loop on the generator's CPU for 0.5 s of a 2 s replay: "waited for
+    # its CPU 25% of the run: under SCHED_FIFO the kernel still gives normal tasks up to
+    # 50 ms a second" (they get at most 5%: the task was a real-time one)
+    rt = generator_check(_late_log(), (0.0, 1.0), thread_wait=0.4, realtime=True)
+    assert "a real-time task above the send thread's priority" in rt.reason
+    assert "normal tasks up to 50 ms" not in rt.reason
+    share = generator_check(_late_log(), (0.0, 1.0), thread_wait=0.04, realtime=True)
+    assert "a real-time task" not in share.reason  # within the normal tasks' share

@@ -25,7 +25,8 @@ causes it was. A send is late for as long as the thread waits while sends fall d
 so a thread that waited at least half as long as its sends were late (the fraction
 of the window's sends later than ``lag_limit``) was held by other work of this
 machine on its CPU (under SCHED_FIFO, the kernel still gives normal tasks up to 50 ms
-of each second). One that waited less, only its wake-ups' worth, was held below the
+of each second; a thread that waited well past that share was held by a task of a
+higher real-time priority). One that waited less, only its wake-ups' worth, was held below the
 scheduler (interrupts, or on a VM the host not running the virtual CPU), which no
 setting of shrink's can win back.
 """
@@ -101,10 +102,8 @@ def generator_check(
     if p99 > lag_limit:
         reasons.append(
             f"send-lag p99 {p99 * 1e3:.3g} ms > {lag_limit * 1e3:g} ms"
-            + (
-                _stopped_text(stopped)
-                if stop_explains(stopped, lag_limit)
-                else _held_by(thread_wait, float(np.mean(lag > lag_limit)), realtime)
+            + _late_because(
+                stopped, lag_limit, thread_wait, float(np.mean(lag > lag_limit)), width, realtime
             )
         )
     if n_int >= MIN_REQUESTS and achieved_rate < min_ratio * intended_rate:
@@ -150,6 +149,25 @@ def stop_explains(stopped: float | None, lag_limit: float | None) -> bool:
     return stopped is not None and stopped > 0 and stopped >= limit
 
 
+def _late_because(
+    stopped: float, lag_limit: float, wait: float | None, late: float, width: float, rt: bool
+) -> str:
+    """What held the late sends (``late``: their fraction): a stop, the send thread's wait
+    for its CPU, or both. A stop accounts for the sends due while it lasted (its share of
+    the window); a thread that waited at least half as long as the rest were late was
+    held by other work too. A stop and a real-time task above the send thread's on its
+    CPU were said to be the stop alone, "not the host's doing"."""
+    if not stop_explains(stopped, lag_limit):
+        return _held_by(wait, late, rt)
+    rest = late - (stopped / width if width > 0 else late)
+    if wait is None or rest <= 0.01 or wait < rest / 2:
+        return _stopped_text(stopped)
+    return (
+        f" (shrink itself was stopped, by a signal or job control, for {stopped:.2g} s during "
+        f"the run; and {_held_by(wait, rest, rt)[2:]}"
+    )
+
+
 def _stopped_text(stopped: float) -> str:
     """What held the late sends of a generator known to have been stopped."""
     return (
@@ -166,15 +184,37 @@ def _held_by(wait: float | None, late: float, realtime: bool) -> str:
         return ""
     facts = f"its send thread waited for its CPU {100 * wait:.2g}% of the run"
     if wait >= late / 2:
-        why = (
-            "under SCHED_FIFO the kernel still gives normal tasks up to 50 ms a second "
-            "there; lower the rate or add generator CPUs"
-            if realtime
-            else "other work ran there"
-        )
+        why = "other work ran there"
+        if realtime and wait > 2 * _rt_throttled() + 0.01:
+            # more than the normal tasks' share: a task of a higher real-time priority
+            why = (
+                "a real-time task above the send thread's priority (SCHED_FIFO, SCHED_RR "
+                "or SCHED_DEADLINE) ran there, more than the normal tasks' share under "
+                "SCHED_FIFO; give the generator a CPU that task does not use"
+            )
+        elif realtime:
+            why = (
+                "under SCHED_FIFO the kernel still gives normal tasks up to 50 ms a second "
+                "there; lower the rate or add generator CPUs"
+            )
         return f" ({facts}: {why})"
     return (
         f" ({facts}, {100 * late:.2g}% of its sends were late: the delay was below the "
         "scheduler, interrupts or the host not running this virtual CPU, which no setting "
         "here wins back)"
     )
+
+
+def _rt_throttled() -> float:
+    """The share of each second the kernel keeps from real-time tasks for normal ones
+    (kernel.sched_rt_runtime_us of sched_rt_period_us; 5% by default, 0 unlimited)."""
+    try:
+        with open("/proc/sys/kernel/sched_rt_runtime_us") as f:
+            runtime = int(f.read())
+        with open("/proc/sys/kernel/sched_rt_period_us") as f:
+            period = int(f.read())
+    except (OSError, ValueError):
+        return 0.05
+    if runtime < 0 or period <= 0:
+        return 0.0
+    return max(0.0, 1.0 - runtime / period)
