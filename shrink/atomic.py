@@ -42,6 +42,7 @@ __all__ = [
     "own_dir",
     "recording",
     "refuse_held_folder",
+    "replaced_by_another",
     "unchanged_since_noted",
     "write_bytes",
     "write_text",
@@ -525,10 +526,27 @@ def _replaced_by_another(tmp: Path, path: Path, dir_fd: int) -> None:
     alt = _put_aside(tmp, path, dir_fd)
     for ledger in _ledgers:
         ledger.append(alt)
-    raise OSError(
+    exc = OSError(
         errno.EEXIST,
         f"another run wrote it while this one ran; left as it is, this run's is {alt}",
     )
+    exc.aside = alt  # type: ignore[attr-defined]  # (where this run's file now is)
+    raise exc
+
+
+def replaced_by_another(tmp: Path, path: Path, dir_fd: int) -> Path | None:
+    """Before ``tmp`` (in the folder open at ``dir_fd``) is renamed onto ``path`` by a
+    writer of its own (a RunLog's): where another run wrote ``path`` since its command
+    noted it, ``tmp`` is put aside beside it (never over it), and that name returned;
+    else None. Two ``replay -o`` of one file each said they wrote it, exit 0, and the
+    one that ended first had lost what it measured."""
+    try:
+        _replaced_by_another(tmp, path, dir_fd)
+    except OSError as exc:
+        if (alt := getattr(exc, "aside", None)) is None:
+            raise
+        return alt
+    return None
 
 
 @contextlib.contextmanager

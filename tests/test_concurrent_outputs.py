@@ -225,3 +225,36 @@ def test_a_held_folder_named_through_a_symlink_and_dotdot_is_refused(tmp_path):
             atomic.refuse_held_folder(tmp_path / "link" / ".." / "x.parquet")
     finally:
         holder.communicate("", timeout=30)
+
+
+def test_a_runlog_another_replay_wrote_meanwhile_is_not_replaced(tmp_path):
+    from shrink.replay.writer import RunLogWriter
+    from shrink.runlog import RunLog
+
+    # two ``replay -o r.parquet`` at once: both said "-> r.parquet", exit 0, and the
+    # file held the rows of the one that ended last (the RunLog writer never looked)
+    out = tmp_path / "r.parquet"
+    expect_unchanged(out)
+    writer = RunLogWriter(out, {})
+    _written_by_another_run(out, "the other replay's RunLog")
+    with recording() as kept:
+        writer.close()
+    assert out.read_text() == "the other replay's RunLog"
+    aside = tmp_path / "r.1.parquet"
+    assert kept == [aside] and writer.path == aside
+    assert isinstance(writer.error, WriteError) and str(aside) in str(writer.error)
+    assert "another run wrote it while this one ran" in str(writer.error)
+    assert isinstance(writer.runlog(), RunLog)  # read back from its own file
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.1.parquet", "r.parquet"]
+    # a replay's own rewrite (none other meanwhile) is not put aside
+    again = tmp_path / "again.parquet"
+    again.write_text("an older RunLog")
+    expect_unchanged(again)
+    second = RunLogWriter(again, {})
+    second.close()
+    assert second.error is None and second.path == again
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "again.parquet",
+        "r.1.parquet",
+        "r.parquet",
+    ]

@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from shrink.atomic import make_dirs, note_written, open_dir, open_exclusive
+from shrink.atomic import make_dirs, note_written, open_dir, open_exclusive, replaced_by_another
 from shrink.errors import WriteError
 from shrink.jsonout import dumps
 from shrink.parquet_read import arrow_source
@@ -444,6 +444,16 @@ class RunLogWriter:
             self._tmp.unlink(missing_ok=True)  # never put a file without a footer in place
             return
         try:
+            if (alt := replaced_by_another(self._tmp, self.path, self._dir_fd)) is not None:
+                self._fail(
+                    OSError(
+                        errno.EEXIST,
+                        f"another run wrote it while this one ran; left as it is, this "
+                        f"run's is {alt}",
+                    )
+                )
+                self.path = alt  # (read back from there: not the other run's rows)
+                return
             os.replace(
                 self._tmp.name, self.path.name, src_dir_fd=self._dir_fd, dst_dir_fd=self._dir_fd
             )
