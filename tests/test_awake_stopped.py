@@ -322,3 +322,28 @@ def test_a_send_thread_held_past_the_normal_tasks_share_names_a_real_time_task(
     assert "normal tasks up to 50 ms" not in rt.reason
     share = generator_check(_late_log(), (0.0, 1.0), thread_wait=0.04, realtime=True)
     assert "a real-time task" not in share.reason  # within the normal tasks' share
+
+
+@pytest.mark.compute
+def test_a_level_whose_engine_process_was_killed_is_behind() -> None:
+    from shrink.replay.contract import EngineStats
+    from shrink.replay.live import LiveTarget
+    from shrink.replay.scaleout import EngineRun
+
+    # kill -9 (or the OOM killer) of one of --processes 2's engines mid-level: the sweep
+    # said "rate 200: 78.0 req/s" unflagged, exit 0, from the other one's rows alone
+    t = np.arange(100) / 100.0
+    log = RunLog.from_columns(
+        {"intended": t, "sent": t + 1e-4, "done": t + 1e-3, "status": np.full(100, 200)}
+    )
+    survivor = EngineStats(t0=0.0, t0_unix=0.0, wall=1.0, cpu=0.01, requests=100)
+    lost = ["engine process 0 (PID 4242): exited without a report"]
+    target = LiveTarget([("127.0.0.1", 9)], idle_bound=0.0)
+    run = EngineRun([survivor], 0.0, None, {"errors": lost})
+    check = target._generator_check(log, (0.0, 1.0), run, 1.0, ([], None))
+    assert check.behind and check.reason.startswith(lost[0])
+    assert "its part of the load was not sent or not recorded" in check.reason
+    kept = target._generator_check(
+        log, (0.0, 1.0), EngineRun([survivor], 0.0, None), 1.0, ([], None)
+    )
+    assert not kept.behind

@@ -530,9 +530,9 @@ class LiveTarget:
         paused: tuple[list[StopWatch], int | None],
     ) -> GeneratorCheck:
         """Whether the generator kept the run's schedule: its send lag, a generator lost
-        (cluster), or this process stopped meanwhile (``paused``: its watcher and the
-        SIGCONTs it got); an engine in processes of its own, or on a cluster, ran on while
-        this one was stopped (:func:`flag_if_stopped`)."""
+        (cluster, a killed engine process), or this process stopped meanwhile (``paused``:
+        its watcher and the SIGCONTs it got); an engine in processes of its own, or on a
+        cluster, ran on while this one was stopped (:func:`flag_if_stopped`)."""
         inline = len(engine.stats) == 1 and self._placement().cluster is None
         gap, missed = (paused[0][0].gap, paused[0][0].missed) if paused[0] else (0.0, 0.0)
         stopped = stopped_for(engine.stats, missed if inline else 0.0, paused[1])
@@ -553,6 +553,9 @@ class LiveTarget:
             # load was not what it says, so it is never used for a MAT.
             slots = ", ".join(f"{g['slot']} on {g['node']}" for g in lost)
             check = replace(check, behind=True, reason=f"generator lost ({slots})")
+        if failed := engine.extra.get("errors"):  # an engine process killed (-9, OOM killer)
+            why = "; ".join(failed) + ": its part of the load was not sent or not recorded"
+            check = replace(check, behind=True, reason=why)
         return flag_if_stopped(check, gap, inline, stopped)
 
     def _check_server(
