@@ -19,6 +19,7 @@ import os
 import shutil
 import stat
 import tempfile
+import time
 from pathlib import Path
 
 from shrink.atomic import make_dirs, write_text
@@ -62,17 +63,30 @@ _HELD: dict[Path, int] = {}  # this process's work folders: a lock on each .made
 
 def _hold(where: Path) -> None:
     """Hold a shared lock on ``where``'s ``.made-for`` for this process's life (none: an
-    older demo's folder, left as it is)."""
+    older demo's folder, left as it is).
+
+    Another demo's clean-up looks whether a folder is held by taking its lock alone for
+    a moment: a demo that asked just then went on without its lock, its folder no
+    longer held for the rest of its run. So it asks again for a while (the look lasts
+    microseconds; a lock kept by someone else keeps the folder too)."""
     if where in _HELD:
         return
     with contextlib.suppress(OSError):
         fd = os.open(where / _MADE_FOR, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
+        for _ in range(_HOLD_TRIES):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                time.sleep(0.01)
+                continue
+            except OSError:
+                break
+            _HELD[where] = fd
             return
-        _HELD[where] = fd
+        os.close(fd)
+
+
+_HOLD_TRIES = 200  # 10 ms apart
 
 
 def _in_use(where: Path) -> bool:

@@ -292,3 +292,38 @@ def test_the_demo_s_closing_lines_say_which_mats_are_only_bounds(tmp_path):
     assert lines[0] == "mean MAT: predicted 2,508 req/s, measured at least 3,000 req/s"
     assert lines[1] == "p99 MAT: predicted below 900 req/s, measured 950 req/s"
     assert lines[2] == "p999 MAT: predicted none, measured none"
+
+
+def test_a_demo_that_asks_for_its_lock_during_another_demos_look_still_holds_it(
+    tmp_path, monkeypatch
+):
+    """Another demo's clean-up takes a folder's lock alone for a moment to see whether
+    it is held: a demo asking just then went on without its lock, and its folder (its
+    servers' pages) could be removed mid-run by the next demo's clean-up."""
+    import subprocess
+    import sys
+
+    from shrink import demo_work
+
+    monkeypatch.setattr(demo_work, "_HELD", {}, raising=False)
+    folder = tmp_path / "shrink-demo-x"
+    folder.mkdir()
+    (folder / ".made-for").write_text(f"{tmp_path / 'out'}\n")
+    looker = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY);"
+            " fcntl.flock(fd, fcntl.LOCK_EX); print(flush=True); time.sleep(0.3)",
+            str(folder / ".made-for"),
+        ],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        looker.stdout.readline()  # looking (a look lasts microseconds; here 0.3 s)
+        demo_work._hold(folder)
+        assert folder in demo_work._HELD
+    finally:
+        looker.wait()
+        if folder in demo_work._HELD:
+            os.close(demo_work._HELD.pop(folder))
