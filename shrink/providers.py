@@ -157,7 +157,7 @@ class TestbedProvider:
     @contextmanager
     def open(self, share: Share, mapping: str) -> Iterator[Target]:
         from shrink import testbed
-        from shrink.measure.keep import record_only
+        from shrink.kept_records import record_only
         from shrink.replay.live import LiveTarget
 
         if not share.cpus:

@@ -8,6 +8,7 @@ already brought down, which holds nothing measured.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -77,3 +78,27 @@ def test_a_testbed_not_brought_down_is_named_as_kept(tmp_path, monkeypatch):
 
 def test_a_command_that_wrote_nothing_says_nothing():
     assert kept_words((), []) == ""
+
+
+def test_a_stopped_commands_last_line_imports_nothing_heavy(tmp_path):
+    """A SIGTERM landing while numpy was being imported stopped ``trace info`` with an
+    ImportError's traceback ("cannot load module more than once per process"): its last
+    line, naming what was kept, imported shrink.measure, and numpy with it, again."""
+    import subprocess
+    import sys
+
+    written = tmp_path / "w.json"
+    written.write_text("{}")
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from shrink.cli._kept import kept_files, kept_words\n"
+        f"print(kept_words([], [Path({str(written)!r})]), kept_files([], []))\n"
+        "print(sorted(m for m in ('numpy', 'pandas', 'pyarrow', 'shrink.measure')"
+        " if m in sys.modules))\n"
+    )
+    root = str(Path(__file__).resolve().parents[1])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True, cwd=root)  # fmt: skip
+    said, heavy = out.stdout.splitlines()
+    assert said.startswith("; kept ") and heavy == "[]", out.stdout

@@ -21,12 +21,12 @@ def kept_files(
 ) -> list[str]:
     """What a stopped command leaves, in words: ``kept`` (what it wrote to keep its
     measurements) and then the files it had ``written`` before the stop that those do
-    not name, but for records of what ran (:func:`shrink.measure.keep.record_only`);
+    not name, but for records of what ran (:func:`shrink.kept_records.record_only`);
     more than three in one folder are counted there, not listed. A file written once
     and then ``failed`` to be written again is its earlier copy, whole: said
     so, since the error's line names it first as the file not written."""
     from shrink.atomic import unchanged_since_noted
-    from shrink.measure.keep import is_record
+    from shrink.kept_records import is_record
 
     said = " ".join(str(k) for k in kept)
     # A folder kept whole (a Path) says every file in it.
@@ -74,6 +74,6 @@ def kept_words(kept: Sequence[object], written: Sequence[Path], failed: str | No
     files = kept_files(kept, written, failed)
     if files:
         return "; kept " + ", ".join(files)
-    from shrink.measure.keep import is_record
+    from shrink.kept_records import is_record
 
     return "; nothing measured was kept" if any(is_record(p) for p in written) else ""

@@ -26,9 +26,7 @@ __all__ = [
     "FolderGuard",
     "KeepLevels",
     "KeptCurve",
-    "is_record",
     "partial_twin",
-    "record_only",
     "write_or_aside",
 ]
 
@@ -50,21 +48,6 @@ class KeptCurve:
 
     def __str__(self) -> str:
         return str(self.path)
-
-
-# Files written only to record what ran, by their real paths (see record_only).
-_RECORDS: set[str] = set()
-
-
-def record_only(path: str | Path) -> None:
-    """Note ``path`` as a record of what ran, not a measurement (a testbed's state once
-    it is down): a stopped command does not name it as kept."""
-    _RECORDS.add(os.path.realpath(path))
-
-
-def is_record(path: str | Path) -> bool:
-    """Whether ``path`` was noted by :func:`record_only` (by either of its names)."""
-    return os.path.realpath(path) in _RECORDS
 
 
 def partial_twin(path: Path) -> Path:
