@@ -69,7 +69,11 @@ def test_an_interrupted_live_run_does_not_wait_for_the_planned_end():
 
 
 @pytest.mark.live
-def test_sigint_to_a_scaled_out_replay_stops_its_engine_processes(tmp_path):
+@pytest.mark.parametrize("background", [False, True])
+def test_a_signal_to_a_scaled_out_replay_stops_its_engine_processes(tmp_path, background):
+    """The parent passes on the signal it took. It passed on SIGINT, which a script's
+    background job (``shrink replay ... &``) ignores, and its engine processes with it:
+    a SIGTERM then left the run going to its planned end, said nothing and exited 0."""
     import signal
     import subprocess
     import sys
@@ -77,6 +81,10 @@ def test_sigint_to_a_scaled_out_replay_stops_its_engine_processes(tmp_path):
 
     from shrink.runlog import RunLog
 
+    def ignore_sigint() -> None:  # (as sh does for a job started with &)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    sig = signal.SIGTERM if background else signal.SIGINT
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     server = subprocess.Popen(
         [sys.executable, "-m", "shrink.replay.fakeserver", "--port", "0"],
@@ -91,15 +99,17 @@ def test_sigint_to_a_scaled_out_replay_stops_its_engine_processes(tmp_path):
              "--path", "/x?bytes=10", "--target", f"http://127.0.0.1:{port}",
              "--processes", "2", "--generator-cpus", f"{cpus[0]},{cpus[-1]}", "-o", str(out)],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=ignore_sigint if background else None,
         )  # fmt: skip
         deadline = time.monotonic() + 30
         while not list(tmp_path.glob(".*.tmp")) and time.monotonic() < deadline:
             time.sleep(0.1)
         time.sleep(1.0)
-        replay.send_signal(signal.SIGINT)  # to the parent alone, not its process group
+        replay.send_signal(sig)  # to the parent alone, not its process group
         start = time.monotonic()
-        replay.communicate(timeout=30)
-        assert time.monotonic() - start < 5.0  # not the planned end, 60 s away
+        _, err = replay.communicate(timeout=30)
+        assert time.monotonic() - start < 5.0, err  # not the planned end, 60 s away
+        assert replay.returncode == 128 + sig, err
         assert len(RunLog.read_parquet(out)) > 50
     finally:
         server.kill()

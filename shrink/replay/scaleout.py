@@ -26,6 +26,7 @@ from pathlib import Path
 from time import monotonic
 from typing import Any
 
+from shrink import interrupts
 from shrink.enforce.cfs import in_root_cpu_group
 from shrink.errors import OptionError, ReplayError
 from shrink.processes import die_with_parent
@@ -562,11 +563,13 @@ def _run_spawned(
                     kind, payload = pipe.recv()
                     break
                 except KeyboardInterrupt:
-                    # A terminal's Ctrl-C reaches the children too; a SIGINT sent to this
-                    # process alone must stop them as well. Then wait for their rows.
+                    # A terminal's Ctrl-C reaches the children too; a signal sent to this
+                    # process alone must stop them as well: the one it took, which they
+                    # take too (a SIGINT, ignored by a script's background job and so by
+                    # them, left a SIGTERM'd run going to its end). Then wait for their rows.
                     for proc in procs:
                         if proc.pid is not None and proc.is_alive():
-                            os.kill(proc.pid, signal.SIGINT)
+                            os.kill(proc.pid, interrupts.received())
                     continue
                 except EOFError:
                     kind, payload = "error", "exited without a report"
