@@ -253,3 +253,39 @@ def test_a_spinner_that_cannot_join_its_group_does_not_spin(tmp_path: Path) -> N
     spinners = native._core.keep_awake(str(tmp_path / "gone" / "cgroup.procs"))
     time.sleep(0.1)
     assert spinners.stop()[0] == 0
+
+
+def test_each_engine_process_s_group_is_recorded_and_said(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # With --processes 2 each engine process makes its own group: the merged RunLog
+    # named none, and the summary only the first ('2 spinners ... from the idle cpu
+    # cgroup shrink-awake-A'), one of them having run in shrink-awake-B.
+    from types import SimpleNamespace
+
+    from shrink.cli.replay_cmd import _awake_text
+    from shrink.replay.fake import FakeEngine
+    from shrink.replay.scaleout import EngineRun, _parts_say
+
+    a, b = f"{PREFIX}10-1", f"{PREFIX}11-2"
+    parts = [SimpleNamespace(meta={"awake": True, "awake_group": g}) for g in (a, b)]
+    assert _parts_say(parts)["awake_group"] == [a, b]  # type: ignore[arg-type]
+    one = [SimpleNamespace(meta={"awake": True, "awake_group": a})]
+    assert _parts_say(one)["awake_group"] == a  # type: ignore[arg-type]
+
+    monkeypatch.setattr(scaleout, "in_root_cpu_group", lambda: False)
+    monkeypatch.setattr(native, "idle_group_unavailable", lambda: None)
+    placement = GeneratorPlacement(cpus=(0,), engine=FakeEngine(), realtime=0, awake=True)
+    target = LiveTarget([("127.0.0.1", 9)], generator=placement, idle_bound=0.0)
+
+    def stats(group: str) -> SimpleNamespace:
+        loop = {"awake_spinners": 1}
+        return SimpleNamespace(extra={"loop": loop, "awake_group": group}, cpu=0.0)
+
+    run = EngineRun([stats(a), stats(b)], 0.0, [0, 1])  # type: ignore[list-item]
+    monkeypatch.setattr(run.__class__, "interrupted", property(lambda self: False))
+    engine = target._run_describe(run, 1.0)["engine"]
+    assert engine["awake_group"] == [a, b]
+    text = _awake_text(engine["awake_spinners"], engine["awake_group"])
+    assert f"from the idle cpu cgroups {a}, {b})" in text
+    assert _awake_text(1, a).endswith(f"from the idle cpu cgroup {a})")

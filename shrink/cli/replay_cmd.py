@@ -207,13 +207,19 @@ def _spinners_ran(desc: dict[str, Any]) -> int | None:
     return int((desc.get("engine") or {}).get("awake_spinners") or 0)
 
 
-def _awake_text(spinners: int | None, group: str | None = None) -> str:
-    """The summary's line on the spinners asked for ('' when not asked)."""
+def _awake_text(spinners: int | None, group: str | list[str] | None = None) -> str:
+    """The summary's line on the spinners asked for ('' when not asked); ``group``, the
+    idle cpu cgroup they ran in, or one per engine process."""
     if spinners is None:
         return ""
     if spinners == 0:
         return "\n" + AWAKE_NONE_RAN
-    where = f" (from the idle cpu cgroup {group})" if group else ""
+    groups = [group] if isinstance(group, str) else list(group or [])
+    where = (
+        f" (from the idle cpu cgroup{'s' if len(groups) > 1 else ''} {', '.join(groups)})"
+        if groups
+        else ""
+    )
     return (
         f"\nawake: {spinners} spinner{'s' if spinners > 1 else ''} kept the generator's CPUs "
         f"awake{where}"

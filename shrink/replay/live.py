@@ -477,6 +477,7 @@ class LiveTarget:
         )
         if self.awake and engine_name(self.engine) != "python":
             self._spun.append(spun)
+        gs = [g for st in engine.stats if (g := st.extra.get("awake_group"))]
         return {
             **self.describe(),
             "engine": {
@@ -487,9 +488,8 @@ class LiveTarget:
                 "interrupted": engine.interrupted,
                 "pool_waits": sum(int(st.extra.get("pool_waits", 0)) for st in engine.stats),
                 "awake_spinners": spun,  # (the RunLog's awake says what was asked)
-                "awake_group": next(  # the idle cpu cgroup they ran in (else None)
-                    (g for st in engine.stats if (g := st.extra.get("awake_group"))), None
-                ),
+                # the idle cpu cgroup they ran in (else None; a list, one per process)
+                "awake_group": gs[0] if len(gs) == 1 else gs or None,
                 **engine.extra,
             },
         }

@@ -480,9 +480,10 @@ def _run_inline(
 
 def _parts_say(logs: Sequence[RunLog]) -> dict[str, Any]:
     """What each engine process recorded of how it ran (its engine, its CPUs kept
-    awake): the value they agree on, else each part's in turn."""
+    awake, the idle cpu cgroup its spinners ran in: one of each process's own): the
+    value they agree on, else each part's in turn."""
     out: dict[str, Any] = {}
-    for key in ("engine", "awake"):
+    for key in ("engine", "awake", "awake_group"):
         said = [log.meta.get(key) for log in logs]
         if any(v is not None for v in said):
             out[key] = said[0] if all(v == said[0] for v in said) else said
