@@ -318,7 +318,7 @@ def test_a_send_thread_held_past_the_normal_tasks_share_names_a_real_time_task(
     # its CPU 25% of the run: under SCHED_FIFO the kernel still gives normal tasks up to
     # 50 ms a second" (they get at most 5%: the task was a real-time one)
     rt = generator_check(_late_log(), (0.0, 1.0), thread_wait=0.4, realtime=True)
-    assert "a real-time task above the send thread's priority" in rt.reason
+    assert "a real-time task at or above the send thread's priority" in rt.reason
     assert "normal tasks up to 50 ms" not in rt.reason
     share = generator_check(_late_log(), (0.0, 1.0), thread_wait=0.04, realtime=True)
     assert "a real-time task" not in share.reason  # within the normal tasks' share
@@ -347,3 +347,37 @@ def test_a_level_whose_engine_process_was_killed_is_behind() -> None:
         log, (0.0, 1.0), EngineRun([survivor], 0.0, None), 1.0, ([], None)
     )
     assert not kept.behind
+
+
+def _short_hole_log() -> RunLog:
+    """2% of the sends late: held 20 ms at 0.5 s."""
+    t = np.arange(1000) / 1000.0
+    sent = np.where((t >= 0.5) & (t < 0.52), 0.52, t) + 1e-4
+    return RunLog.from_columns(
+        {"intended": t, "sent": sent, "done": sent + 1e-3, "status": np.full(1000, 200)}
+    )
+
+
+@pytest.mark.compute
+def test_the_normal_tasks_share_said_is_the_kernel_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # kernel.sched_rt_runtime_us -1 (no share kept for normal tasks) still said "the kernel
+    # still gives normal tasks up to 50 ms a second", as did a share of 20 ms; and a
+    # SCHED_FIFO 10 task of another replay on the CPU (the default priority: equal, not
+    # above) was said to be "a real-time task above the send thread's priority"
+    from shrink.replay import selfcheck
+
+    real = selfcheck._rt_throttled
+    (tmp_path / "sched_rt_period_us").write_text("1000000\n")
+    monkeypatch.setattr(selfcheck, "_rt_throttled", lambda: real(str(tmp_path)))
+    for runtime, said in (("-1", "the kernel, ran there"), ("980000", "up to 20 ms a second")):
+        (tmp_path / "sched_rt_runtime_us").write_text(runtime + "\n")
+        check = generator_check(_short_hole_log(), (0.0, 1.0), thread_wait=0.01, realtime=True)
+        assert said in check.reason and "50 ms" not in check.reason, check.reason
+    assert real(str(tmp_path / "none")) == 0.05  # (unread: the kernel's default)
+    (tmp_path / "sched_rt_runtime_us").write_text("-1\n")
+    assert real(str(tmp_path)) == 0.0
+    held = generator_check(_short_hole_log(), (0.0, 1.0), thread_wait=0.3, realtime=True)
+    assert "a real-time task at or above the send thread's priority" in held.reason
+    assert "normal tasks' share" not in held.reason  # (there is none)

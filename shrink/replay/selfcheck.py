@@ -25,10 +25,10 @@ causes it was. A send is late for as long as the thread waits while sends fall d
 so a thread that waited at least half as long as its sends were late (the fraction
 of the window's sends later than ``lag_limit``) was held by other work of this
 machine on its CPU (under SCHED_FIFO, the kernel still gives normal tasks up to 50 ms
-of each second; a thread that waited well past that share was held by a task of a
-higher real-time priority). One that waited less, only its wake-ups' worth, was held below the
-scheduler (interrupts, or on a VM the host not running the virtual CPU), which no
-setting of shrink's can win back.
+of each second, kernel.sched_rt_runtime_us; a thread that waited well past that share
+was held by a real-time task of its priority or a higher one). One that waited less,
+only its wake-ups' worth, was held below the scheduler (interrupts, or on a VM the
+host not running the virtual CPU), which no setting of shrink's can win back.
 """
 
 from __future__ import annotations
@@ -185,17 +185,24 @@ def _held_by(wait: float | None, late: float, realtime: bool) -> str:
     facts = f"its send thread waited for its CPU {100 * wait:.2g}% of the run"
     if wait >= late / 2:
         why = "other work ran there"
-        if realtime and wait > 2 * _rt_throttled() + 0.01:
-            # more than the normal tasks' share: a task of a higher real-time priority
+        share = _rt_throttled() if realtime else 0.0
+        if realtime and wait > 2 * share + 0.01:
+            # more than the normal tasks' share: a real-time task at the send thread's
+            # priority or above (another replay's send thread, SCHED_FIFO 10 by default)
             why = (
-                "a real-time task above the send thread's priority (SCHED_FIFO, SCHED_RR "
-                "or SCHED_DEADLINE) ran there, more than the normal tasks' share under "
-                "SCHED_FIFO; give the generator a CPU that task does not use"
+                "a real-time task at or above the send thread's priority (SCHED_FIFO, "
+                "SCHED_RR or SCHED_DEADLINE: another replay's send thread too) ran there"
+                + (", more than the normal tasks' share under SCHED_FIFO" if share else "")
+                + "; give the generator a CPU that task does not use"
             )
-        elif realtime:
+        elif realtime and share:
             why = (
-                "under SCHED_FIFO the kernel still gives normal tasks up to 50 ms a second "
-                "there; lower the rate or add generator CPUs"
+                f"under SCHED_FIFO the kernel still gives normal tasks up to "
+                f"{1e3 * share:.3g} ms a second there; lower the rate or add generator CPUs"
+            )
+        elif realtime:  # (kernel.sched_rt_runtime_us -1: normal tasks get none of it)
+            why = (
+                "a real-time task at or above the send thread's priority, or the kernel, ran there"
             )
         return f" ({facts}: {why})"
     return (
@@ -205,13 +212,13 @@ def _held_by(wait: float | None, late: float, realtime: bool) -> str:
     )
 
 
-def _rt_throttled() -> float:
+def _rt_throttled(sysctl: str = "/proc/sys/kernel") -> float:
     """The share of each second the kernel keeps from real-time tasks for normal ones
     (kernel.sched_rt_runtime_us of sched_rt_period_us; 5% by default, 0 unlimited)."""
     try:
-        with open("/proc/sys/kernel/sched_rt_runtime_us") as f:
+        with open(f"{sysctl}/sched_rt_runtime_us") as f:
             runtime = int(f.read())
-        with open("/proc/sys/kernel/sched_rt_period_us") as f:
+        with open(f"{sysctl}/sched_rt_period_us") as f:
             period = int(f.read())
     except (OSError, ValueError):
         return 0.05
