@@ -381,3 +381,29 @@ def test_the_normal_tasks_share_said_is_the_kernel_s(
     held = generator_check(_short_hole_log(), (0.0, 1.0), thread_wait=0.3, realtime=True)
     assert "a real-time task at or above the send thread's priority" in held.reason
     assert "normal tasks' share" not in held.reason  # (there is none)
+
+
+@pytest.mark.compute
+def test_a_run_missing_an_engine_process_gets_no_other_work_hint(capsys) -> None:
+    """An engine process killed mid-run (kill -9, the OOM killer) flags the run behind,
+    naming it; the hint under it said 'other work on its CPU delays it: give it a CPU
+    nothing else runs on', which is not what happened."""
+    from shrink.cli.replay_cmd import _part_lost, _print_summary
+
+    killed = {"engine": {"errors": ["engine process 0 (PID 9): exited without a report"]}}
+    assert _part_lost(killed) and _part_lost({"engine": {"lost_generators": [{}]}})
+    assert not _part_lost({"engine": {"errors": []}}) and not _part_lost({})
+    lat = dict.fromkeys(("mean", "p50", "p99", "p999"), 0.001)
+    s = {
+        "requests": 37, "runlog": "k.parquet", "engine": "native", "intended_rate": 9.2,
+        "achieved_rate": 9.2, "throughput": 9.2, "errors": 0, "failures": 0, "failed": False,
+        "latency": lat, "send_lag_p50": 0.001, "send_lag_p99": 0.002, "generator_cpu": None,
+        "utilization": None, "generator_behind": True, "generator_stopped": None,
+        "behind_reason": "engine process 0 (PID 9): exited without a report: its part of "
+        "the load was not sent or not recorded",
+    }  # fmt: skip
+    for lost, hint in ((True, False), (False, True)):
+        _print_summary({**s, "generator_lost": lost})
+        out, err = capsys.readouterr()
+        assert "GENERATOR BEHIND: engine process 0" in out
+        assert ("other work on its CPU delays it" in err) is hint

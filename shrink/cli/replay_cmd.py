@@ -179,6 +179,8 @@ def _summary(res: Any, output: Path) -> dict[str, Any]:
         "behind_reason": g.reason,
         # the seconds shrink itself was known stopped (a signal, job control; else None)
         "generator_stopped": getattr(g, "stopped", None),
+        # part of the generator gone mid-run: an engine process killed, a lost actor
+        "generator_lost": _part_lost(res.describe or {}),
         # the spinners that kept the generator's CPUs awake (None: not asked)
         "awake_spinners": _spinners_ran(res.describe or {}),
         # the idle cpu cgroup they ran in (outside the root cpu cgroup; else None)
@@ -198,6 +200,13 @@ def _summary(res: Any, output: Path) -> dict[str, Any]:
         },
         "interrupted": was_interrupted(res),
     }
+
+
+def _part_lost(desc: dict[str, Any]) -> bool:
+    """Whether part of the generator was gone mid-run (an engine process that ended
+    without its report, a cluster's generator lost)."""
+    engine = desc.get("engine") or {}
+    return bool(engine.get("errors") or engine.get("lost_generators"))
 
 
 def _spinners_ran(desc: dict[str, Any]) -> int | None:
@@ -286,8 +295,10 @@ def _print_summary(s: dict[str, Any]) -> None:
     )
     if s["generator_behind"]:
         typer.echo(f"GENERATOR BEHIND: {s['behind_reason']} (not a server result)")
-        # (a stop is not other work on its CPU; one within the lag limit made nothing late)
-        if not stop_explains(s["generator_stopped"], s.get("lag_limit")):
+        # (a stop is not other work on its CPU; one within the lag limit made nothing late;
+        # nor is a part of the generator gone)
+        stop = stop_explains(s["generator_stopped"], s.get("lag_limit"))
+        if not stop and not s.get("generator_lost"):
             typer.echo(GENERATOR_HINT.format(levels="this run"), err=True)
     if s["failed"]:
         typer.echo(
