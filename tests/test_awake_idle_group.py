@@ -289,3 +289,50 @@ def test_each_engine_process_s_group_is_recorded_and_said(
     text = _awake_text(engine["awake_spinners"], engine["awake_group"])
     assert f"from the idle cpu cgroups {a}, {b})" in text
     assert _awake_text(1, a).endswith(f"from the idle cpu cgroup {a})")
+
+
+class _KilledInItsGroup:
+    """An engine process that makes its idle group (here under ``root``) and is killed
+    there, part 0 of the run (kill -9, the OOM killer); the other runs to its end."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def __call__(self, schedule, config, writer, **kw):  # type: ignore[no-untyped-def]
+        from shrink.replay.contract import zero_time
+        from shrink.replay.fake import FakeEngine
+
+        if writer.meta.get("part") == 0:
+            from shrink.enforce.idle_group import _start_time
+
+            # (as make_idle_group names it; here no cpu.idle, which only cgroupfs drops)
+            (self.root / f"{PREFIX}{os.getpid()}-{_start_time(os.getpid())}").mkdir()
+            zero_time(writer, kw)  # (ready, and the run's zero told)
+            os.kill(os.getpid(), signal.SIGKILL)
+        kw.pop("awake", None)
+        return FakeEngine()(schedule, config, writer, **kw)
+
+
+def test_the_group_of_an_engine_process_killed_mid_run_goes_with_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # it was left after the run (its process gone) until a later run outside the root
+    # cpu cgroup made a group of its own
+    from shrink.enforce import idle_group
+    from shrink.replay.engine import EngineConfig
+    from shrink.schedule import open_loop_trace
+
+    root = tmp_path / "cpu"
+    root.mkdir()
+    # (outside the root cpu cgroup, the top of the hierarchy here: in the parent only)
+    monkeypatch.setattr(idle_group, "in_root_cpu_group", lambda: False)
+    monkeypatch.setattr(idle_group, "idle_group_place", lambda: (root, None))
+    placement = GeneratorPlacement(
+        processes=2, engine=_KilledInItsGroup(root), realtime=0, awake=True
+    )
+    _, run = scaleout.run_engines(
+        open_loop_trace("/x", 100.0, 0.2), EngineConfig(targets=[("127.0.0.1", 9)]),
+        rate_factor=1.0, horizon=0.2, generator=placement,
+    )  # fmt: skip
+    assert run.extra["errors"]  # (part 0 was killed)
+    assert not [p.name for p in root.iterdir() if p.name.startswith(PREFIX)]

@@ -24,12 +24,25 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from shrink.enforce.cfs import CgroupLayout, _shows_hierarchy_root, cgroup_layout
+from shrink.enforce.cfs import (
+    CgroupLayout,
+    _shows_hierarchy_root,
+    cgroup_layout,
+    in_root_cpu_group,
+)
 
-__all__ = ["PREFIX", "IdleGroup", "idle_group_place", "make_idle_group", "remove_stale"]
+__all__ = [
+    "PREFIX",
+    "IdleGroup",
+    "idle_group_place",
+    "make_idle_group",
+    "remove_groups_of",
+    "remove_stale",
+]
 
 PREFIX = "shrink-awake-"
 _NAME = re.compile(re.escape(PREFIX) + r"(\d+)-(\d+)")
@@ -123,6 +136,26 @@ def remove_stale(root: Path) -> list[str]:
             if IdleGroup(Path(entry.path)).remove():
                 removed.append(entry.name)
     return removed
+
+
+def remove_groups_of(pids: list[int], root: Path | None = None) -> None:
+    """Remove the idle groups the processes ``pids`` (a run's engine processes, ended)
+    made and did not remove, killed (kill -9, the OOM killer): one was left after the
+    run, until a later run outside the root cpu cgroup made one. Their spinners die with
+    them, a moment later: asked again for up to 0.5 s."""
+    if root is None:
+        if in_root_cpu_group():
+            return  # (none made there)
+        root, _ = idle_group_place()
+        if root is None:
+            return
+    theirs = tuple(f"{PREFIX}{pid}-" for pid in pids)
+    for _ in range(25):
+        remove_stale(root)
+        with contextlib.suppress(OSError):
+            if not any(e.name.startswith(theirs) for e in os.scandir(root)):
+                return
+        time.sleep(0.02)
 
 
 def _start_time(pid: int) -> int | None:

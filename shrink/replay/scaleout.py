@@ -28,6 +28,7 @@ from typing import Any
 
 from shrink import interrupts
 from shrink.enforce.cfs import in_root_cpu_group
+from shrink.enforce.idle_group import remove_groups_of
 from shrink.errors import OptionError, ReplayError
 from shrink.processes import die_with_parent
 from shrink.replay.cluster import ClusterSpec, run_on_cluster
@@ -594,6 +595,8 @@ def _run_spawned(
             if p.is_alive():
                 p.terminate()
                 p.join(timeout=5)
+        if isinstance(engine, AwakeEngine):  # (the idle cgroups of killed ones)
+            remove_groups_of([p.pid for p in procs if p.pid is not None])
         # The processes' parts beside ``out`` are the merge's inputs, never a result: a
         # merged RunLog that could not be written (a full disk) or a run stopped before
         # it left OUT.part0.parquet, OUT.part1.parquet, ... that no message named.
