@@ -37,6 +37,7 @@ def _root(tmp_path: Path, version: int, subtree: str = "cpu") -> tuple[CgroupLay
     the mountinfo line showing it whole."""
     if version == 1:
         (tmp_path / "cgroup.sane_behavior").touch()
+        (tmp_path / "cpu.idle").write_text("0\n")  # (a kernel of 5.15 or later)
     else:
         (tmp_path / "cgroup.subtree_control").write_text(subtree + "\n")
     line = f"32 31 0:29 / {tmp_path} rw,relatime - cgroup cgroup rw,cpu\n"
@@ -61,6 +62,27 @@ def test_not_in_cgroup_v2_without_the_cpu_controller_below_the_root(tmp_path: Pa
     place, why = idle_group_place(layout, mountinfo)
     assert place is None
     assert why == "cgroup v2's cpu controller is not enabled below the root"
+
+
+@pytest.mark.compute
+@pytest.mark.parametrize("version", [1, 2])
+def test_not_where_the_kernel_has_no_cpu_idle(tmp_path: Path, version: int) -> None:
+    # (before 5.15: the group was made, its cpu.idle missing, and the run went on without
+    # spinners, on by default there, each run warning that 'the core could not start one
+    # there (built without it, on more than 64 CPUs, or no process could be made)')
+    layout, mountinfo = _root(tmp_path, version)
+    if version == 1:
+        (tmp_path / "cpu.idle").unlink()
+    else:
+        (tmp_path / "system.slice").mkdir()
+        (tmp_path / "system.slice" / "cpu.weight").write_text("100\n")
+    assert idle_group_place(layout, mountinfo) == (
+        None,
+        "the kernel has no cpu.idle (5.15 and later)",
+    )
+    if version == 2:
+        (tmp_path / "system.slice" / "cpu.idle").write_text("0\n")
+        assert idle_group_place(layout, mountinfo) == (tmp_path, None)
 
 
 @pytest.mark.compute

@@ -91,9 +91,25 @@ def idle_group_place(
             enabled = []
         if "cpu" not in enabled:
             return None, "cgroup v2's cpu controller is not enabled below the root"
+    if not _has_cpu_idle(root, layout.version):
+        return None, "the kernel has no cpu.idle (5.15 and later)"
     if not os.access(root, os.W_OK):
         return None, f"no permission to make a cgroup in {root}"
     return root, None
+
+
+def _has_cpu_idle(root: Path, version: int) -> bool:
+    """Whether the kernel's cpu controller has ``cpu.idle``: v1 shows it in the root too;
+    v2 only below the root (a group with cpu.weight; True where none is seen)."""
+    if version == 1:
+        return (root / "cpu.idle").exists()
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(root):
+            if entry.is_dir(follow_symlinks=False) and os.path.exists(
+                os.path.join(entry.path, "cpu.weight")
+            ):
+                return os.path.exists(os.path.join(entry.path, "cpu.idle"))
+    return True
 
 
 def make_idle_group(root: Path, pid: int | None = None) -> tuple[IdleGroup | None, str | None]:
