@@ -358,3 +358,30 @@ def test_the_group_of_an_engine_process_killed_mid_run_goes_with_the_run(
     )  # fmt: skip
     assert run.extra["errors"]  # (part 0 was killed)
     assert not [p.name for p in root.iterdir() if p.name.startswith(PREFIX)]
+
+
+@pytest.mark.compute
+def test_a_group_whose_maker_holds_its_lock_is_never_removed(tmp_path: Path) -> None:
+    # A PID names a process only in its own PID namespace: a run in a container that
+    # shares the cpu hierarchy (its PIDs unknown here) had its group, just made and not
+    # yet joined, removed as stale; its spinners then could not join it (none ran), or
+    # its cpu.idle was said to be missing. The maker holds a lock on its group.
+    import fcntl
+
+    group, _ = make_idle_group(tmp_path)
+    assert group is not None and group.fd >= 0
+    other = os.open(group.path, os.O_RDONLY | os.O_DIRECTORY)
+    with pytest.raises(BlockingIOError):
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.close(other)
+    (group.path / "cpu.idle").unlink()  # (cgroupfs drops its files with the folder)
+
+    # another namespace's: named by a PID not known here, its maker's lock held
+    theirs = tmp_path / f"{PREFIX}{_gone_pid()}-5"
+    theirs.mkdir()
+    held = os.open(theirs, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    assert remove_stale(tmp_path) == [] and theirs.exists()
+    os.close(held)  # (its maker gone)
+    assert remove_stale(tmp_path) == [theirs.name]
+    assert group.remove() and group.fd == -1

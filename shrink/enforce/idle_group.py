@@ -22,6 +22,7 @@ permission, a kernel without ``cpu.idle``), :func:`idle_group_place` says why.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import time
@@ -48,24 +49,32 @@ PREFIX = "shrink-awake-"
 _NAME = re.compile(re.escape(PREFIX) + r"(\d+)-(\d+)")
 
 
-@dataclass(frozen=True)
+@dataclass
 class IdleGroup:
-    """A made idle group: its folder; ``procs`` is the file a spinner writes its PID to."""
+    """A made idle group: its folder; ``procs`` is the file a spinner writes its PID to;
+    ``fd``, the folder open with its lock held (-1: none, or let go)."""
 
     path: Path
+    fd: int = -1
 
     @property
     def procs(self) -> Path:
         return self.path / "cgroup.procs"
 
     def remove(self) -> bool:
-        """Remove the group (its spinners reaped: empty); whether it is gone."""
-        with contextlib.suppress(FileNotFoundError):
-            try:
-                self.path.rmdir()
-            except OSError:
-                return False
-        return True
+        """Remove the group (its spinners reaped: empty), then let go of its lock;
+        whether it is gone."""
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                try:
+                    self.path.rmdir()
+                except OSError:
+                    return False
+            return True
+        finally:
+            if self.fd >= 0:
+                os.close(self.fd)
+                self.fd = -1
 
 
 def idle_group_place(
@@ -121,11 +130,9 @@ def make_idle_group(root: Path, pid: int | None = None) -> tuple[IdleGroup | Non
     if start is None:
         return None, "this process's start time could not be read"
     path = root / f"{PREFIX}{pid}-{start}"
-    try:
-        path.mkdir()
-    except OSError as e:
-        return None, f"the cgroup {path.name} could not be made ({e.strerror})"
-    group = IdleGroup(path)
+    group, why = _made_and_held(path)
+    if group is None:
+        return None, why
     try:
         (path / "cpu.idle").write_text("1")
         if (path / "cpu.idle").read_text().strip() != "1":
@@ -135,6 +142,44 @@ def make_idle_group(root: Path, pid: int | None = None) -> tuple[IdleGroup | Non
         why = "the kernel has no cpu.idle" if isinstance(e, FileNotFoundError) else e.strerror
         return None, f"cpu.idle of the cgroup {path.name} could not be set ({why})"
     return group, None
+
+
+def _made_and_held(path: Path) -> tuple[IdleGroup | None, str | None]:
+    """Make the group ``path`` and hold a lock on it (flock on its folder), which tells
+    another run's :func:`remove_stale` it is live: a PID names a process only in its own
+    PID namespace, and a run in a container sharing the hierarchy removed another's
+    group just made (its spinners then could not join it, or cpu.idle was 'missing').
+    One removed before its lock was taken is made again."""
+    for _ in range(3):
+        try:
+            path.mkdir()
+        except OSError as e:
+            return None, f"the cgroup {path.name} could not be made ({e.strerror})"
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue  # (removed meanwhile: made again)
+        _lock(fd)
+        try:
+            if os.path.samestat(os.fstat(fd), os.lstat(path)):
+                return IdleGroup(path, fd), None
+        except OSError:
+            pass
+        os.close(fd)
+    return None, f"the cgroup {path.name} was removed each time it was made"
+
+
+def _lock(fd: int) -> None:
+    """Take the lock of a group just made: another run's look at it holds it a moment;
+    one kept longer (another user may open the folder) is not waited for past 0.1 s."""
+    for _ in range(50):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            time.sleep(0.002)
+        except OSError:
+            return  # (a file system that cannot lock: the PID and start time alone)
 
 
 def remove_stale(root: Path) -> list[str]:
@@ -149,9 +194,26 @@ def remove_stale(root: Path) -> list[str]:
                 continue
             if _start_time(int(m.group(1))) == int(m.group(2)):
                 continue  # its process lives
-            if IdleGroup(Path(entry.path)).remove():
+            if (group := _unheld(Path(entry.path))) is not None and group.remove():
                 removed.append(entry.name)
     return removed
+
+
+def _unheld(path: Path) -> IdleGroup | None:
+    """The group at ``path`` with its lock taken by this process, or None when another
+    holds it (its maker lives, in a PID namespace of its own) or it is gone."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except OSError:
+        pass  # (cannot lock here: its maker could not either)
+    return IdleGroup(path, fd)
 
 
 def remove_groups_of(pids: list[int], root: Path | None = None) -> None:
