@@ -37,10 +37,11 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from shrink import interrupts
-from shrink.atomic import claimed, drop_temporaries, make_dirs, write_text
+from shrink.atomic import make_dirs, write_text
 from shrink.autolevels import AutoPlan
 from shrink.demo_work import work_dir
 from shrink.errors import ShrinkError
+from shrink.folder_locks import claimed, drop_temporaries
 from shrink.jsonout import dumps
 from shrink.report.demo_summary import closing_lines, intro_line
 

@@ -221,7 +221,7 @@ class NotFittedError(ExtrapolationError, AttributeError):
 
 
 class OutputBusyError(ShrinkError):
-    """Another shrink run holds the output folder (:func:`shrink.atomic.claimed`)."""
+    """Another shrink run holds the output folder (:func:`shrink.folder_locks.claimed`)."""
 
     def __init__(self, path: str | Path, holder: str | None = None) -> None:
         # any process that may read the folder may lock it: who holds it, where known

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from shrink import atomic
-from shrink.atomic import claimed, expect_unchanged, recording, write_text
+from shrink import atomic, folder_locks
+from shrink.atomic import expect_unchanged, recording, write_text
 from shrink.errors import OutputBusyError, WriteError
+from shrink.folder_locks import claimed
 
 pytestmark = pytest.mark.compute
 
@@ -59,7 +60,7 @@ def _holder(folder: Path) -> subprocess.Popen[str]:
     """Another process holding ``folder`` (as a sweep holds its --runlogs) until its stdin
     ends; it prints "held" once it does."""
     return subprocess.Popen(
-        [sys.executable, "-c", "import sys\nfrom shrink.atomic import claimed\n"
+        [sys.executable, "-c", "import sys\nfrom shrink.folder_locks import claimed\n"
          f"with claimed({str(folder)!r}):\n    print('held', flush=True); sys.stdin.read()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -89,7 +90,7 @@ def test_an_output_in_a_folder_another_run_holds_is_refused(tmp_path):
 
 def test_an_output_in_a_folder_this_run_holds_is_written(tmp_path):
     with claimed(tmp_path / "rl") as rl:
-        atomic.refuse_held_folder(rl / "x.json")
+        folder_locks.refuse_held_folder(rl / "x.json")
         write_text(rl / "x.json", "ours")
     assert (tmp_path / "rl" / "x.json").read_text() == "ours"
 
@@ -139,7 +140,7 @@ def test_a_folder_held_by_another_run_is_refused_through_a_symlink_to_it(tmp_pat
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(OutputBusyError):
-            atomic.refuse_held_folder(tmp_path / "link" / "x.parquet")
+            folder_locks.refuse_held_folder(tmp_path / "link" / "x.parquet")
     finally:
         holder.communicate("", timeout=30)
 
@@ -214,7 +215,7 @@ def test_a_held_folder_named_through_a_symlink_and_dotdot_is_refused(tmp_path):
     (rl / "sub").mkdir(parents=True)
     (tmp_path / "link").symlink_to(rl / "sub")
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys\nfrom shrink.atomic import claimed\n"
+        [sys.executable, "-c", "import sys\nfrom shrink.folder_locks import claimed\n"
          f"with claimed({str(rl)!r}):\n    print('held', flush=True); sys.stdin.read()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -222,7 +223,7 @@ def test_a_held_folder_named_through_a_symlink_and_dotdot_is_refused(tmp_path):
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(OutputBusyError):
-            atomic.refuse_held_folder(tmp_path / "link" / ".." / "x.parquet")
+            folder_locks.refuse_held_folder(tmp_path / "link" / ".." / "x.parquet")
     finally:
         holder.communicate("", timeout=30)
 

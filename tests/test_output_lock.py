@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from shrink.atomic import claimed
 from shrink.cli import app
 from shrink.errors import OutputBusyError
+from shrink.folder_locks import claimed
 
 pytestmark = pytest.mark.compute
 
@@ -42,7 +42,7 @@ def test_a_held_folder_is_refused_to_a_second_claim_and_free_after(tmp_path):
 def test_the_lock_goes_with_a_killed_holder(tmp_path):
     out = tmp_path / "out"
     code = (
-        "import sys, time\nfrom shrink.atomic import claimed\n"
+        "import sys, time\nfrom shrink.folder_locks import claimed\n"
         f"with claimed({str(out)!r}):\n    print('held', flush=True)\n    time.sleep(60)\n"
     )
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -140,7 +140,7 @@ def test_flock_holders_reads_proc_locks_as_the_kernel_writes_it(tmp_path):
 
 
 def test_a_dead_writers_temporaries_go_and_nothing_else(tmp_path):
-    from shrink.atomic import drop_temporaries
+    from shrink.folder_locks import drop_temporaries
 
     out = tmp_path / "out"
     out.mkdir()
@@ -177,8 +177,9 @@ def test_a_dead_writers_temporaries_go_and_nothing_else(tmp_path):
 def test_the_demo_names_each_trace_it_writes_in_its_work_folder(tmp_path, name):
     """A kill during the demo's trace write left ``work/.support-demo.parquet.HEX.tmp``
     (271 KB), and the rerun kept it."""
-    from shrink.atomic import drop_temporaries, open_exclusive
+    from shrink.atomic import open_exclusive
     from shrink.demo import _WORK_FILES
+    from shrink.folder_locks import drop_temporaries
 
     fd, tmp = open_exclusive(tmp_path / name)
     os.close(fd)
@@ -193,7 +194,8 @@ def test_a_folder_that_cannot_be_locked_keeps_every_temporary(tmp_path, monkeypa
     (its rename then failed and the level's RunLog was lost)."""
     import errno
 
-    from shrink.atomic import drop_temporaries, open_exclusive
+    from shrink.atomic import open_exclusive
+    from shrink.folder_locks import drop_temporaries
 
     names = r"run[0-9]{3,}-rf[^/]+\.parquet"
     fd, live = open_exclusive(tmp_path / "run001-rf1.parquet")  # another sweep's, writing
@@ -203,7 +205,7 @@ def test_a_folder_that_cannot_be_locked_keeps_every_temporary(tmp_path, monkeypa
     def no_lock(fd: int, op: int) -> None:
         raise OSError(errno.EBADF, os.strerror(errno.EBADF))
 
-    monkeypatch.setattr("shrink.atomic.fcntl.flock", no_lock)
+    monkeypatch.setattr("shrink.folder_locks.fcntl.flock", no_lock)
     with claimed(tmp_path):
         assert drop_temporaries(tmp_path, names) == []
     assert live.exists()

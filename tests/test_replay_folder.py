@@ -7,8 +7,8 @@ import pytest
 from helpers.servers import fake_server
 from typer.testing import CliRunner
 
-from shrink.atomic import claimed
 from shrink.cli import app
+from shrink.folder_locks import claimed
 
 
 def _replay(port: int, out) -> list[str]:

@@ -317,7 +317,7 @@ def test_a_sweep_removes_what_a_killed_one_left_in_its_runlogs(tmp_path, server)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         f"from shrink.atomic import claimed\nimport time\nwith claimed({str(logs)!r}):\n"
+         f"from shrink.folder_locks import claimed\nimport time\nwith claimed({str(logs)!r}):\n"
          "    print('held', flush=True)\n    time.sleep(30)\n"],
         env=env, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip

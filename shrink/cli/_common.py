@@ -333,7 +333,8 @@ def output_path(
     except ParameterError as exc:
         raise OptionError(option, str(exc)) from None
     if kind == "file":
-        from shrink.atomic import expect_unchanged, refuse_held_folder
+        from shrink.atomic import expect_unchanged
+        from shrink.folder_locks import refuse_held_folder
 
         refuse_held_folder(checked)  # a folder another run writes (its RunLogs)
         expect_unchanged(checked)  # another run's file there later is not replaced

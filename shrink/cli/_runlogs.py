@@ -37,10 +37,10 @@ def claim_runlogs(held: contextlib.ExitStack, runlogs: Path | None) -> None:
     """``--runlogs`` held by this sweep alone (two sweeps wrote each other's run001...),
     and cleared of the temporaries a killed sweep left there while writing a RunLog; the
     engine processes' parts a sweep stopped before their merge left are named, and kept."""
-    from shrink.atomic import claimed, drop_temporaries
     from shrink.cli._replay_opts import note_stale_parts
+    from shrink.folder_locks import claimed, drop_temporaries
     from shrink.replay.live import RUNLOG_NAMES
-    from shrink.replay.scaleout import stale_parts
+    from shrink.replay.part_dirs import stale_parts
 
     if runlogs is not None:
         held.enter_context(claimed(runlogs))

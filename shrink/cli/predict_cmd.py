@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from shrink.atomic import claimed
 from shrink.checks import MIN_WINDOW_S
 from shrink.cli._cluster import ClusterOpt, GeneratorsOpt, cluster_spec
 from shrink.cli._common import (
@@ -44,6 +43,7 @@ from shrink.defaults import (
     WARMUP,
 )
 from shrink.errors import OptionError, WriteError, printable
+from shrink.folder_locks import claimed
 
 if TYPE_CHECKING:
     from shrink.prediction import Prediction
@@ -407,7 +407,7 @@ def _skip_seconds(text: str) -> float:
 
 
 def _claim(out: Path | None, prediction: Path) -> Any:
-    """The folder validate writes, held while it runs (:func:`shrink.atomic.claimed`):
+    """The folder validate writes, held while it runs (:func:`shrink.folder_locks.claimed`):
     ``out``, else the prediction's own, when there is one (a missing prediction is
     said by run_validate, not made a folder here)."""
     if out is None and not prediction.parent.is_dir():
@@ -416,7 +416,7 @@ def _claim(out: Path | None, prediction: Path) -> Any:
 
 
 # The files predict and validate write in their folder (a killed one leaves their
-# ``.NAME.HEX.tmp``), by the names shrink.atomic.drop_temporaries matches.
+# ``.NAME.HEX.tmp``), by the names shrink.folder_locks.drop_temporaries matches.
 _OUTPUTS = (
     r"(?:prediction|validation|measured-curve|predicted-curve|full-curve)(?:\.partial)?\.json"
     r"|report\.(?:md|html)|(?:latency|cdf|whatif)\.png"
@@ -425,10 +425,10 @@ _OUTPUTS = (
 
 @contextmanager
 def _held(folder: Path) -> Iterator[Path]:
-    """``folder`` held by this command alone (:func:`shrink.atomic.claimed`), cleared of
+    """``folder`` held by this command alone (:func:`shrink.folder_locks.claimed`), cleared of
     the temporaries a killed predict or validate left there (sweep --runlogs clears its
     own; predict's were left for good)."""
-    from shrink.atomic import drop_temporaries
+    from shrink.folder_locks import drop_temporaries
 
     with claimed(folder) as path:
         drop_temporaries(path, _OUTPUTS)

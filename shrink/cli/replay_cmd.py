@@ -133,14 +133,14 @@ def replay(
 @contextlib.contextmanager
 def _held(output: Path) -> Iterator[None]:
     """The RunLog's folder shared with other replays and refused while a sweep holds it
-    (:func:`shrink.atomic.claimed_shared`: sweep --runlogs and a replay wrote there at
+    (:func:`shrink.folder_locks.claimed_shared`: sweep --runlogs and a replay wrote there at
     once), cleared of the temporaries a killed replay of this file left (its .tmp and
     8 MiB .reserve, its parts' too) when no other replay writes there. The parts a replay
     into OUTPUT stopped before its merge left (kill -9) are named then, and kept."""
     import re
 
-    from shrink.atomic import claimed_shared
-    from shrink.replay.scaleout import PART_NAMES, stale_parts
+    from shrink.folder_locks import claimed_shared
+    from shrink.replay.part_dirs import PART_NAMES, stale_parts
 
     base = re.escape(output.with_suffix("").name)
 

@@ -28,7 +28,15 @@ import stat
 import tempfile
 from pathlib import Path
 
-__all__ = ["ACTOR", "SPAWNED", "make_part_dir", "remove_lost_part_dirs", "remove_part_dir"]
+__all__ = [
+    "ACTOR",
+    "PART_NAMES",
+    "SPAWNED",
+    "make_part_dir",
+    "remove_lost_part_dirs",
+    "remove_part_dir",
+    "stale_parts",
+]
 
 ACTOR = "shrink-ray-"  # a cluster actor's: part.parquet
 SPAWNED = "shrink-replay-"  # a scaled-out replay's without -o: run.part<i>.<run id>.parquet
@@ -171,3 +179,26 @@ def remove_lost_part_dirs(base: Path, prefix: str) -> list[Path]:
         finally:
             os.close(fd)
     return removed
+
+
+# The name of each engine process's part beside a run's OUT.parquet, after OUT's stem:
+# OUT.part0.<run id>.parquet, the run's id 12 hex digits of its own (OUT.part0.parquet
+# before parts were marked). A run reads only its own parts: a kill -9 of the parent
+# left OUT.part0/part1.parquet, which the next run into OUT merged as its own where one
+# of its processes wrote no part.
+PART_NAMES = r"\.part[0-9]+(?:\.[0-9a-f]{12})?\.parquet"
+
+
+def stale_parts(folder: str | Path, stems: str) -> list[str]:
+    """The parts (:data:`PART_NAMES`) of the runs whose RunLog stems match ``stems`` that
+    ``folder`` holds as regular files (a symlink is no part), sorted: what a run stopped
+    before its merge (kill -9) left. Named, never removed: they hold measured rows."""
+    pattern = re.compile(rf"(?:{stems}){PART_NAMES}")
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folder):
+            if pattern.fullmatch(entry.name):
+                with contextlib.suppress(OSError):
+                    if stat.S_ISREG(entry.stat(follow_symlinks=False).st_mode):
+                        found.append(entry.name)
+    return sorted(found)

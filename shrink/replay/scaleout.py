@@ -43,7 +43,6 @@ from shrink.trace import Trace
 
 __all__ = [
     "AUTO_REALTIME",
-    "PART_NAMES",
     "AwakeEngine",
     "EngineRun",
     "default_awake",
@@ -51,34 +50,7 @@ __all__ = [
     "run_engines",
     "scheduling",
     "split_sessions",
-    "stale_parts",
 ]
-
-# The name of each engine process's part beside a run's OUT.parquet, after OUT's stem:
-# OUT.part0.<run id>.parquet, the run's id 12 hex digits of its own (OUT.part0.parquet
-# before parts were marked). A run reads only its own parts: a kill -9 of the parent
-# left OUT.part0/part1.parquet, which the next run into OUT merged as its own where one
-# of its processes wrote no part.
-PART_NAMES = r"\.part[0-9]+(?:\.[0-9a-f]{12})?\.parquet"
-
-
-def stale_parts(folder: str | Path, stems: str) -> list[str]:
-    """The parts (:data:`PART_NAMES`) of the runs whose RunLog stems match ``stems`` that
-    ``folder`` holds as regular files (a symlink is no part), sorted: what a run stopped
-    before its merge (kill -9) left. Named, never removed: they hold measured rows."""
-    import re
-    import stat
-
-    pattern = re.compile(rf"(?:{stems}){PART_NAMES}")
-    found = []
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(folder):
-            if pattern.fullmatch(entry.name):
-                with contextlib.suppress(OSError):
-                    if stat.S_ISREG(entry.stat(follow_symlinks=False).st_mode):
-                        found.append(entry.name)
-    return sorted(found)
-
 
 # The partition's hash seed: distinct from any sampler seed a user would pick, so
 # that a session-sampled trace still spreads evenly over the processes.

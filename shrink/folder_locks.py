@@ -1,0 +1,173 @@
+"""Folder locks: one run writes a folder's files at a time, and what a killed writer left.
+
+A run that writes several files into one folder (a sweep's ``--runlogs``, a
+prediction's folder) holds the kernel's ``flock`` on the folder itself for its whole
+life (:func:`claimed`); runs that may share a folder hold it shared
+(:func:`claimed_shared`). A lock dies with its process, so a kill -9 frees the folder,
+and the temporaries the killed writer left there are removed by the next holder
+(:func:`drop_temporaries`). A single output whose folder another run holds is refused
+(:func:`refuse_held_folder`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import stat
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from shrink.atomic import _noted_as, make_dirs, open_dir
+from shrink.errors import OutputBusyError, printable
+
+__all__ = ["claimed", "claimed_shared", "drop_temporaries", "refuse_held_folder"]
+
+
+def _holder(fd: int) -> str | None:
+    """Who holds the ``flock`` on ``fd``'s file: "PID 1234 (python3)", or None."""
+    from shrink.procfs import flock_holders, proc_info
+
+    st = os.fstat(fd)
+    pids = [p for p in flock_holders(st.st_dev, st.st_ino) if p != os.getpid()]
+    if not pids:
+        return None
+    info = proc_info(pids[0])
+    return f"PID {pids[0]}" + (f" ({printable(info.comm)})" if info is not None else "")
+
+
+# The folders (device, inode) this process holds the :func:`claimed` lock of.
+_HELD: set[tuple[int, int]] = set()
+
+
+def drop_temporaries(folder: str | Path, names: str) -> list[str]:
+    """Remove the temporaries a killed writer left in ``folder`` for the files whose
+    names match the regular expression ``names`` (``.NAME.HEX.tmp``, as
+    :func:`open_exclusive` makes them, and a RunLog writer's 8 MiB ``.NAME.HEX.reserve``,
+    which a killed sweep left too, one a kill): regular files of this user's, never a symlink's
+    target. Only while this process holds the folder's :func:`claimed` lock: no live
+    writer of that run is there. A folder it could not lock (NFS locks no folder: flock
+    there needs a file open to write) keeps them all, as may a live run's be among them.
+    The names removed."""
+    pattern = re.compile(rf"\.(?:{names})\.[0-9a-f]{{12}}\.(?:tmp|reserve)")
+    fd = open_dir(folder)
+    removed: list[str] = []
+    try:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) not in _HELD:
+            return removed
+        for name in os.listdir(fd):
+            if not pattern.fullmatch(name):
+                continue
+            with contextlib.suppress(OSError):
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                    os.unlink(name, dir_fd=fd)
+                    removed.append(name)
+    finally:
+        os.close(fd)
+    return removed
+
+
+@contextlib.contextmanager
+def claimed(folder: str | Path) -> Iterator[Path]:
+    """``folder`` (made if need be) held by this run alone while the block runs.
+
+    Two runs writing one output folder would each replace the other's files, one by
+    one, and each say it wrote them: the second is refused before it measures. The
+    lock is the kernel's (``flock`` on the folder itself, opened as :func:`open_dir`
+    opens it): it goes with the process, whatever stops it, and leaves no file behind.
+    A folder made here and still empty at the end (the run refused its options) is
+    removed again.
+    """
+    made = not os.path.lexists(folder)
+    path = make_dirs(folder)
+    fd = open_dir(path)
+    st = os.fstat(fd)
+    key, locked = (st.st_dev, st.st_ino), False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            locked = True
+            _HELD.add(key)
+        except BlockingIOError:
+            raise OutputBusyError(path, _holder(fd)) from None
+        except OSError:
+            pass  # a file system that cannot lock a folder: the run goes on unguarded
+        yield path
+    finally:
+        if locked:
+            _HELD.discard(key)
+        os.close(fd)
+        if made:
+            with contextlib.suppress(OSError):  # not empty: the run wrote there
+                os.rmdir(path)
+
+
+@contextlib.contextmanager
+def claimed_shared(
+    folder: str | Path, names: str, when_alone: Callable[[Path], None] | None = None
+) -> Iterator[Path]:
+    """``folder`` (made if need be) shared by the runs that each write files of their own
+    there (replays, each its RunLog), and refused while one run holds it alone
+    (:func:`claimed`: a sweep's --runlogs, which writes run names a replay may too).
+
+    The temporaries a killed writer left for ``names`` (:func:`drop_temporaries`) are
+    cleared only when no other run shares the folder: one may be a live writer's. Two
+    replays into one folder were refused when the folder was held alone by each.
+    ``when_alone(folder)`` is called then too: what it finds there no live run wrote."""
+    made = not os.path.lexists(folder)
+    path = make_dirs(folder)
+    fd = open_dir(path)
+    st = os.fstat(fd)
+    key = (st.st_dev, st.st_ino)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            alone: bool | None = True
+        except BlockingIOError:
+            alone = False
+        except OSError:
+            alone = None  # a file system that cannot lock a folder: unguarded
+        if alone:
+            _HELD.add(key)
+            try:
+                drop_temporaries(path, names)
+                if when_alone is not None:
+                    when_alone(path)
+            finally:
+                _HELD.discard(key)
+        if alone is not None:
+            try:  # from alone to shared, or shared with the runs there
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise OutputBusyError(path, _holder(fd)) from None
+        yield path
+    finally:
+        os.close(fd)
+        if made:
+            with contextlib.suppress(OSError):  # not empty: the run wrote there
+                os.rmdir(path)
+
+
+def refuse_held_folder(path: str | Path) -> None:
+    """Raise :class:`OutputBusyError` when the folder an output goes to is one another
+    run holds (:func:`claimed`: a sweep's ``--runlogs``, a prediction's folder): a
+    ``replay -o`` there replaced a RunLog the sweep had kept."""
+    try:
+        fd = open_dir(_noted_as(path).parent)  # (a symlinked one too)
+    except OSError:
+        return  # not there yet: no one holds it
+    try:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) in _HELD:
+            return  # this process's own
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OutputBusyError(Path(path).parent, _holder(fd)) from None
+        except OSError:
+            pass  # a file system that cannot lock a folder
+    finally:
+        os.close(fd)  # (the shared lock goes with it)

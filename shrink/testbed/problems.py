@@ -1,0 +1,45 @@
+"""What is wrong with a testbed's server, from its state: brought down, a process gone,
+or running but stopped, frozen or with its share changed since it was recorded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shrink.testbed.oom import replicas_gone
+from shrink.testbed.state import ReplicaState
+from shrink.testbed.watch import state_problems
+
+__all__ = ["server_problem", "testbed_problem"]
+
+
+def _spinners(replica: dict[str, Any]) -> list[int]:
+    """The PIDs of a replica's co-runner spinners (none unless its share is co-run)."""
+    return [int(p) for p in ReplicaState.from_dict(replica).spinners]
+
+
+def server_problem(state: dict[str, Any], replicas: list[ReplicaState] | None = None) -> str | None:
+    """What a testbed's state says is wrong with its server: brought down, or a process
+    of it gone (the check ``shrink testbed status`` makes), or None. ``replicas``: the
+    state's replicas read already (a level's watch reads them once, not every look)."""
+    if not state.get("replicas"):
+        return None
+    if state.get("stopped"):
+        return f"the testbed was brought down ({state['stopped']}); bring it up again"
+    return replicas_gone(replicas if replicas is not None else _replicas(state))
+
+
+def _replicas(state: dict[str, Any]) -> list[ReplicaState]:
+    return [ReplicaState.from_dict(d) for d in state.get("replicas") or []]
+
+
+def testbed_problem(
+    state: dict[str, Any], replicas: list[ReplicaState] | None = None
+) -> str | None:
+    """What is wrong with a testbed's server, as the end of "the server under test ...":
+    down (:func:`server_problem`), or running but stopped, frozen or with its share
+    changed since it was recorded (:mod:`shrink.testbed.watch`); None if nothing is."""
+    replicas = _replicas(state) if replicas is None else replicas
+    if (down := server_problem(state, replicas)) is not None:
+        return f"is down: {down}"
+    changed = state_problems(state, replicas) if state.get("replicas") else None
+    return f"went wrong: {changed}" if changed is not None else None
