@@ -32,6 +32,7 @@ __all__ = [
     "ACTOR",
     "PART_NAMES",
     "SPAWNED",
+    "drop_part_temporaries",
     "make_part_dir",
     "remove_lost_part_dirs",
     "remove_part_dir",
@@ -202,3 +203,25 @@ def stale_parts(folder: str | Path, stems: str) -> list[str]:
                     if stat.S_ISREG(entry.stat(follow_symlinks=False).st_mode):
                         found.append(entry.name)
     return sorted(found)
+
+
+def drop_part_temporaries(paths: list[str]) -> list[str]:
+    """Remove the temporaries the writers of this run's parts ``paths`` left beside them
+    (``.NAME.HEX.tmp`` and the 8 MiB ``.NAME.HEX.reserve``): an engine process killed
+    mid-run (kill -9, the OOM killer) left them after a run that ended exit 0, until a
+    later replay into the same file. A part's name holds its run's id, so none is another
+    run's; regular files of this user's only, never a symlink's target. The names removed."""
+    removed: list[str] = []
+    for path in paths:
+        folder, name = os.path.split(path)
+        pattern = re.compile(rf"\.{re.escape(name)}\.[0-9a-f]{{12}}\.(?:tmp|reserve)")
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(folder or "."):
+                if not pattern.fullmatch(entry.name):
+                    continue
+                with contextlib.suppress(OSError):
+                    st = entry.stat(follow_symlinks=False)
+                    if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                        os.unlink(entry.path)
+                        removed.append(entry.name)
+    return removed

@@ -479,6 +479,7 @@ def _run_spawned(
 
     from shrink.replay.part_dirs import (
         SPAWNED,
+        drop_part_temporaries,
         make_part_dir,
         remove_lost_part_dirs,
         remove_part_dir,
@@ -574,5 +575,7 @@ def _run_spawned(
         # it left OUT.part0.parquet, OUT.part1.parquet, ... that no message named.
         for pth in paths if out is not None else ():
             Path(pth).unlink(missing_ok=True)
+        if out is not None:  # (and what the writer of one killed mid-run left)
+            drop_part_temporaries(paths)
         if tmp is not None:
             remove_part_dir(tmp)
