@@ -168,6 +168,9 @@ class LevelStats:
     generator_cpu: NonNeg | None = None  # generator CPU seconds / wall seconds
     # the seconds shrink itself was known stopped in the run (a signal, job control)
     generator_stopped: NonNeg | None = None
+    # part of the generator gone mid-run (an engine process that ended without its report,
+    # a cluster's generator lost): its share of the load was not sent or not recorded
+    generator_lost: bool = False
     # CPU (in CPUs) used on the share's CPUs by anything but the server's processes,
     # and the hypervisor's steal on them (a VM's host running something else).
     other_cpu: Finite | None = None

@@ -9,6 +9,7 @@ read as 'the delay was below the scheduler, interrupts or the host'.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -407,3 +408,44 @@ def test_a_run_missing_an_engine_process_gets_no_other_work_hint(capsys) -> None
         out, err = capsys.readouterr()
         assert "GENERATOR BEHIND: engine process 0" in out
         assert ("other work on its CPU delays it" in err) is hint
+
+
+class _Part0Killed:
+    """An engine whose process 0 is killed once the run's zero is told (kill -9, the
+    OOM killer); the other runs to its end."""
+
+    def __call__(self, schedule, config, writer, **kw):  # type: ignore[no-untyped-def]
+        from shrink.replay.contract import zero_time
+        from shrink.replay.fake import FakeEngine
+
+        if writer.meta.get("part") == 0:
+            zero_time(writer, kw)
+            os.kill(os.getpid(), signal.SIGKILL)
+        kw.pop("awake", None)
+        return FakeEngine()(schedule, config, writer, **kw)
+
+
+def test_a_sweep_level_missing_an_engine_process_says_so_and_gives_no_other_work_hint(
+    capsys,
+) -> None:
+    """A sweep level whose engine process was killed mid-run was flagged 'GENERATOR BEHIND
+    (stopped or lost: excluded)' and followed by the hint 'other work on its CPU delays
+    it: give it a CPU nothing else runs on', which replay no longer gives for it."""
+    from helpers.fake_targets import steady_trace
+
+    from shrink.cli.sweep_cmd import _print_sweep
+    from shrink.measure import sweep
+    from shrink.replay.live import LiveTarget
+    from shrink.target import GeneratorPlacement
+
+    placement = GeneratorPlacement(processes=2, engine=_Part0Killed(), realtime=0, awake=False)
+    target = LiveTarget([("127.0.0.1", 9)], generator=placement, idle_bound=0.0)
+    curve = sweep(target, steady_trace(), [1.0], reps=1, warmup=0.0, duration=0.2)
+    rep = curve.levels[0].reps[0]
+    assert rep.generator_behind and rep.generator_lost
+    _print_sweep(curve, "rate_factor", Path("c.json"), [], True)
+    assert json.loads(capsys.readouterr().out)["levels"][0]["generator_lost"] is True
+    _print_sweep(curve, "rate_factor", Path("c.json"), [], False)
+    out, err = capsys.readouterr()
+    assert "GENERATOR BEHIND (part of the generator was gone mid-run" in out, out
+    assert "fell behind its schedule" not in err

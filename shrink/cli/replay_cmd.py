@@ -205,8 +205,9 @@ def _summary(res: Any, output: Path) -> dict[str, Any]:
 def _part_lost(desc: dict[str, Any]) -> bool:
     """Whether part of the generator was gone mid-run (an engine process that ended
     without its report, a cluster's generator lost)."""
-    engine = desc.get("engine") or {}
-    return bool(engine.get("errors") or engine.get("lost_generators"))
+    from shrink.measure.stats import part_lost
+
+    return part_lost(desc)
 
 
 def _spinners_ran(desc: dict[str, Any]) -> int | None:

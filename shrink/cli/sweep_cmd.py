@@ -456,6 +456,8 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
             "send_lag_p99": _max_lag(x),
             # the longest any repetition was known stopped (a signal, job control)
             "stopped": max((r.generator_stopped or 0.0 for r in x.reps), default=0.0) or None,
+            # part of the generator gone in a repetition (an engine process killed)
+            "generator_lost": any(r.generator_lost for r in x.reps),
             # why mean and p99.9 are null (JSON has no NaN)
             **({} if math.isfinite(x.stat("mean")[0]) else {"note": "no request was served"}),
         }
@@ -491,6 +493,8 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
             )
             if r_stop:
                 why = f"shrink itself was stopped for {r['stopped']:.2g} s"
+            elif r["generator_lost"]:
+                why = "part of the generator was gone mid-run (an engine process, a cluster one)"
             flag = f"  GENERATOR BEHIND ({why}: excluded)"
         if r["failed"]:
             flag += f"  {r['errors']} FAILED (over {_limit_text()}: excluded)"
@@ -509,9 +513,13 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
     typer.echo(f"curve: {printable(output)} (engine: {engine_ran})")
     if curve.sweep.target.get("awake") and curve.sweep.target.get("awake_spinners") == 0:
         typer.echo(AWAKE_NONE_RAN, err=True)
-    # (a level behind because shrink was stopped is not other work on its CPU)
+    # (a level behind because shrink was stopped, or part of its generator was gone, is
+    # not other work on its CPU)
     behind = sum(
-        bool(r["generator_behind"]) and not stop_explains(r["stopped"], limit) for r in rows
+        bool(r["generator_behind"])
+        and not stop_explains(r["stopped"], limit)
+        and not r["generator_lost"]
+        for r in rows
     )
     if behind:
         typer.echo(GENERATOR_HINT.format(levels=plural(behind, "level")), err=True)

@@ -20,7 +20,14 @@ from shrink.errors import ParameterError
 from shrink.loadcurve import LevelStats, LoadCurve, latency_stats
 from shrink.target import RunResult
 
-__all__ = ["CLASSES", "LINEAR_TOLERANCE", "SATURATED", "level_stats", "offered_check"]
+__all__ = [
+    "CLASSES",
+    "LINEAR_TOLERANCE",
+    "SATURATED",
+    "level_stats",
+    "offered_check",
+    "part_lost",
+]
 
 CLASSES = ("static", "dynamic")
 # Utilization from which a level counts as saturated for the offered-load check.
@@ -66,10 +73,18 @@ def level_stats(result: RunResult) -> LevelStats:
         send_lag_max=g.send_lag_max,
         generator_cpu=g.cpu,
         generator_stopped=getattr(g, "stopped", None),
+        generator_lost=part_lost(result.describe or {}),
         other_cpu=(result.describe or {}).get("share_other_cpu"),
         steal=(result.describe or {}).get("share_steal"),
         generator_steal=(result.describe or {}).get("generator_steal"),
     )
+
+
+def part_lost(desc: dict[str, Any]) -> bool:
+    """Whether part of the generator was gone mid-run, as a run's description says (an
+    engine process that ended without its report, a cluster's generator lost)."""
+    engine = desc.get("engine") or {}
+    return bool(engine.get("errors") or engine.get("lost_generators"))
 
 
 # Offered load per unit of level may stray this far from its median and still count as
