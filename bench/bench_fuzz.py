@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, os.environ.get("SHRINK_FUZZ_CODE") or str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from helpers import fuzz_more  # noqa: E402
 from helpers.fuzzing import READERS, campaign  # noqa: E402
 
 from shrink.errors import ShrinkError  # noqa: E402
@@ -47,6 +48,8 @@ def _seed_read_s(name: str, tmp: Path) -> float:
     reader = READERS[name]
     seeds = reader.seeds(tmp)
     path = tmp / "docroot" / "manifest.json" if name == "manifest" else tmp / f"s{reader.suffix}"
+    if name == "demo":
+        path = fuzz_more.demo_path(tmp)
     times = []
     for _ in range(5):
         for data in seeds:

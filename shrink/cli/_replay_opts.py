@@ -13,7 +13,7 @@ import typing
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -27,6 +27,9 @@ from shrink.cli._common import (
     plural,
 )
 from shrink.errors import OptionError, ParameterError, TraceFormatError, printable
+
+if TYPE_CHECKING:
+    from shrink.replay.live import LiveTarget
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -274,16 +277,22 @@ class EngineOptions:
             lag_limit=parse_lag_limit(self.lag_limit),
             runlog_dir=runlog_dir,
         )
-        if isinstance(share := target.state.get("share"), dict) and target.share_cpus:
-            # A share's utilization is a part of what it may use, as predict records it.
-            # Read as the state's reader reads it (an older file's null or missing
-            # cpu_fraction: a cores share's is 1.0, not its fraction of the machine).
-            from shrink.share import Share
-
-            fields = {k: v for k, v in share.items() if k != "enforce"}
-            target.share_scale = (Share.from_dict(fields).cpu_fraction, len(target.share_cpus))
+        target.share_scale = share_scale(target)
         note_realtime(target)
         return target
+
+
+def share_scale(target: LiveTarget) -> tuple[float, int] | None:
+    """(the share's CPU fraction, its CPU count) of a target over a testbed state: a
+    share's utilization is a part of what it may use, as predict records it."""
+    if isinstance(share := target.state.get("share"), dict) and target.share_cpus:
+        # Read as the state's reader reads it (an older file's null or missing
+        # cpu_fraction: a cores share's is 1.0, not its fraction of the machine).
+        from shrink.share import Share
+
+        fields = {k: v for k, v in share.items() if k != "enforce"}
+        return (Share.from_dict(fields).cpu_fraction, len(target.share_cpus))
+    return None
 
 
 ENGINE_DEFAULTS = EngineOptions()

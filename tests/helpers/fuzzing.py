@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from helpers import fuzz_more
 from helpers.captures import req
 from helpers.pcap_synth import Conn, http_response, pcap_variant, write_capture
 from shrink.errors import ShrinkError
@@ -360,7 +361,7 @@ def _curve() -> Any:
 
 
 def _seed_curve(tmp: Path) -> list[bytes]:
-    return [_curve().write_json(tmp / "c.json").read_bytes()]
+    return [_curve().write_json(tmp / "c.json").read_bytes(), fuzz_more.curve_variant(_curve())]
 
 
 def _read_curve(p: Path) -> None:
@@ -372,6 +373,7 @@ def _read_curve(p: Path) -> None:
         mat(lc, stat, 0.002).text()
         mat(lc, stat, 0.002, cls="static").to_dict()
     lc.normalized()
+    fuzz_more.use_curve_commands(p)
 
 
 def _seed_prediction(tmp: Path) -> list[bytes]:
@@ -419,7 +421,7 @@ def _seed_state(tmp: Path) -> list[bytes]:
         {"name": "1-replica"},
         {"name": "m", "sockets": 1, "cores_per_socket": 2}, "doc", {"php": "8"}, "t",
     )  # fmt: skip
-    return [st.write(tmp / "state.json").read_bytes()]
+    return fuzz_more.state_variants(st.write(tmp / "state.json").read_bytes())
 
 
 def _read_state(p: Path) -> None:
@@ -430,6 +432,7 @@ def _read_state(p: Path) -> None:
     salvage_pids(p)  # testbed down's fallback: must never raise
     TestbedState.read(p).to_dict()
     LiveTarget.from_state(p, generator=GeneratorPlacement(allow_overlap=True)).describe()
+    fuzz_more.use_state_scale(p)
 
 
 def _seed_manifest(tmp: Path) -> list[bytes]:
@@ -460,6 +463,7 @@ READERS: dict[str, Reader] = {
         Reader("prediction", ".json", _seed_prediction, _read_prediction, mutate_json),
         Reader("state", ".json", _seed_state, _read_state, mutate_json),
         Reader("manifest", ".json", _seed_manifest, _read_manifest, mutate_json),
+        Reader("demo", "", fuzz_more.demo_seeds, fuzz_more.use_demo_files),
     )
 }
 
@@ -581,6 +585,8 @@ def campaign(
         raise FileNotFoundError(f"no seed inputs for {reader.name}")
     manifest = reader.name == "manifest"
     path = tmp / "docroot" / "manifest.json" if manifest else tmp / f"fuzz{reader.suffix}"
+    if reader.name == "demo":  # the file is --out's work-location
+        path = fuzz_more.demo_path(tmp)
     out = Outcome(reader.name)
     dog = Watchdog()
     stop = None if budget_s is None else time.monotonic() + budget_s
