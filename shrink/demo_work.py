@@ -117,7 +117,7 @@ def _ours(where: Path) -> bool:
     may write."""
     try:
         st = os.lstat(where)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL in a path read from a file
         return False
     mine = stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
     made_here = where.parent == Path(WORK_BASE) and where.name.startswith(_PREFIX)

@@ -327,3 +327,14 @@ def test_a_demo_that_asks_for_its_lock_during_another_demos_look_still_holds_it(
         looker.wait()
         if folder in demo_work._HELD:
             os.close(demo_work._HELD.pop(folder))
+
+
+def test_a_work_location_holding_a_nul_byte_names_no_earlier_folder(tmp_path):
+    """``--out`` may be a folder others can write: a work-location holding a NUL byte
+    (no path can) was a ValueError traceback from the demo; it names no folder."""
+    from shrink import demo_work
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "work-location").write_bytes(b"/var/tmp/shrink-demo-a\0b\n")
+    assert demo_work._earlier_work(out) is None
