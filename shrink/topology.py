@@ -88,6 +88,18 @@ def format_cpulist(cpus: tuple[int, ...] | list[int]) -> str:
     return ",".join(parts)
 
 
+def recorded_cpus(value: object) -> tuple[int, ...]:
+    """The CPU numbers a file's free-form record holds (a curve's target: ``share_cpus``,
+    ``generator_cpus``): a list of them, else none (an older, edited or damaged file)."""
+    from shrink.schemas import MAX_CPUS
+
+    if not isinstance(value, (list, tuple)) or len(value) > MAX_CPUS:
+        return ()
+    if not all(type(c) is int and 0 <= c < MAX_CPUS for c in value):
+        return ()
+    return tuple(value)
+
+
 def foreign_cpus(cpus: tuple[int, ...] | list[int] | None) -> str | None:
     """Why this process cannot run the load generator on ``cpus`` (some are not among
     the CPUs it may use), or None. Pinning to them would fail later, naming nothing."""

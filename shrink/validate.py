@@ -320,7 +320,9 @@ def _other_cpu(curve: LoadCurve) -> float | None:
     """The most CPU other work and steal took on the curve's CPUs in a kept repetition of
     a usable level (None where neither was measured). A generator placed on those CPUs
     (``--allow-overlap``) is the run's own: its CPU is not other work."""
-    gen = set(curve.sweep.target.get("generator_cpus") or ())
+    from shrink.topology import recorded_cpus
+
+    gen = set(recorded_cpus(curve.sweep.target.get("generator_cpus")))
     overlap = bool(gen & set(curve.share.cpus))
     seen = [
         max(0.0, (r.other_cpu or 0.0) - (r.generator_cpu or 0.0 if overlap else 0.0))

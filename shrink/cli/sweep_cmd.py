@@ -529,11 +529,12 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
         typer.echo(f"also: {', '.join(printable(p) for p in _export_summary(exports))}")
 
 
-def crowded_warning(crowded: dict[float, float], cpus: list[int] | None) -> str:
-    """The line that says levels ran beside other work on the share's CPUs."""
-    from shrink.topology import format_cpulist
+def crowded_warning(crowded: dict[float, float], cpus: object) -> str:
+    """The line that says levels ran beside other work on the share's CPUs (``cpus``, as
+    a curve's target records them: not named when they are not a list of CPUs)."""
+    from shrink.topology import format_cpulist, recorded_cpus
 
-    where = f" ({format_cpulist(tuple(cpus))})" if cpus else ""
+    where = f" ({format_cpulist(cpus)})" if (cpus := recorded_cpus(cpus)) else ""
     return (
         f"warning: other work (not the server's processes) took up to "
         f"{100 * max(crowded.values()):.0f}% of a CPU on the share's CPUs{where} at "
