@@ -92,6 +92,14 @@ def curve_variant(curve: Any) -> bytes:
     return json.dumps(d).encode()
 
 
+def warm_curve_commands(tmp: Path, seed: bytes) -> None:
+    """Read a seed once the commands' way: their imports (close to a second of CPU) are
+    then no input's time."""
+    (p := tmp / "warm.json").write_bytes(seed)
+    with contextlib.suppress(ShrinkError):
+        use_curve_commands(p)
+
+
 def use_curve_commands(p: Path) -> None:
     """``mat`` on the file (its MAT, thin-tail and other-work lines), and a sweep's
     per-level lines of it, as text and JSON."""

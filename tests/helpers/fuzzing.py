@@ -361,7 +361,9 @@ def _curve() -> Any:
 
 
 def _seed_curve(tmp: Path) -> list[bytes]:
-    return [_curve().write_json(tmp / "c.json").read_bytes(), fuzz_more.curve_variant(_curve())]
+    seeds = [_curve().write_json(tmp / "c.json").read_bytes(), fuzz_more.curve_variant(_curve())]
+    fuzz_more.warm_curve_commands(tmp, seeds[1])
+    return seeds
 
 
 def _read_curve(p: Path) -> None:
