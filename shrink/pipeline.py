@@ -256,12 +256,13 @@ def curve_differences(pred: Prediction, full: LoadCurve, mapping: str) -> dict[s
     [the prediction's, the curve's]: the shrink version, the mapping, the machine and the
     trace's source, where both record one. `validate --full-run CURVE` took a curve of
     another trace, machine and version without a word."""
+    # (free-form notes: what is not an object, an edited or damaged file, records nothing)
     trace = full.meta.get("trace") if isinstance(full.meta.get("trace"), dict) else {}
+    last_run = full.meta.get("last_run") if isinstance(full.meta.get("last_run"), dict) else {}
     pairs = {
         "shrink_version": (
             (pred.provenance or {}).get("shrink"),
-            full.sweep.target.get("shrink_version")
-            or (full.meta.get("last_run") or {}).get("shrink_version"),
+            full.sweep.target.get("shrink_version") or last_run.get("shrink_version"),
         ),
         "mapping": (mapping, full.mapping),
         "machine": ((pred.machine or {}).get("name"), (full.machine or {}).get("name")),

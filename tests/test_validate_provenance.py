@@ -100,3 +100,18 @@ def test_a_fresh_full_run_of_a_sparse_trace_is_measured_and_is_the_same_trace(tm
     assert r.exit_code in (0, 99), r.output
     meta = json.loads((tmp_path / "p" / "validation.json").read_text())["meta"]
     assert "differs" not in meta and "like with like" not in r.output, r.output
+
+
+@pytest.mark.parametrize("last_run", [[1], "x", 5])
+def test_a_curve_whose_last_run_note_is_no_object_is_validated(tmp_path, predicted, last_run):
+    """A full-scale curve's ``meta.last_run`` is a free-form note: one that is not an
+    object (an edited or damaged file), with no shrink version in its target, was an
+    AttributeError ("internal error", exit 70) from validate --full-run."""
+    pred, full = predicted
+    doc = json.loads(full.read_text())
+    doc["meta"]["target"].pop("shrink_version", None)
+    doc["meta"]["last_run"] = last_run
+    (other := tmp_path / "other.json").write_text(json.dumps(doc))
+    (tmp_path / "v").mkdir()
+    _, meta, _ = _validate(pred, other, tmp_path / "v")
+    assert "shrink_version" not in meta.get("differs", {}), meta
