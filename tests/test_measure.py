@@ -817,3 +817,31 @@ def test_an_older_states_share_scales_utilization_as_the_state_reads(
     path.write_text(json.dumps(d))
     target = EngineOptions(generator_cpus="0", allow_overlap=True, realtime=0).target([str(path)])
     assert target.share_scale == (scale, 1)
+
+
+@pytest.mark.parametrize("fraction", [0, 0.0])
+def test_a_states_share_of_no_cpu_time_is_refused_before_a_run(tmp_path: Path, fraction):
+    """A state whose CPU-time share holds cpu_fraction 0 (which its reader takes) ran the
+    level and then stopped with a ZeroDivisionError traceback, scaling the run's
+    utilization by it (found by bench_fuzz.py's state reader, seed 21)."""
+    import json
+
+    from helpers.testbed import lighttpd_replica
+
+    from shrink.cli._replay_opts import EngineOptions
+    from shrink.errors import TestbedError
+    from shrink.testbed.state import TestbedState
+
+    st = TestbedState(
+        [lighttpd_replica(8080)], {"kind": "cpu_time", "cpus": [1], "cpu_fraction": 0.25},
+        {"name": "1-replica"},
+        {"name": "m", "sockets": 1, "cores_per_socket": 2}, "doc", {"php": "8"}, "t",
+    )  # fmt: skip
+    path = st.write(tmp_path / "state.json")
+    d = json.loads(path.read_text())
+    d["share"]["cpu_fraction"] = fraction
+    path.write_text(json.dumps(d))
+    with pytest.raises(
+        TestbedError, match=r"state\.json: share\.cpu_fraction: 0 gives the share no"
+    ):
+        EngineOptions(generator_cpus="0", allow_overlap=True, realtime=0).target([str(path)])

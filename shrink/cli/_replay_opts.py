@@ -26,7 +26,13 @@ from shrink.cli._common import (
     parse_lag_limit,
     plural,
 )
-from shrink.errors import OptionError, ParameterError, TraceFormatError, printable
+from shrink.errors import (
+    OptionError,
+    ParameterError,
+    TestbedError,
+    TraceFormatError,
+    printable,
+)
 
 if TYPE_CHECKING:
     from shrink.replay.live import LiveTarget
@@ -291,7 +297,13 @@ def share_scale(target: LiveTarget) -> tuple[float, int] | None:
         from shrink.share import Share
 
         fields = {k: v for k, v in share.items() if k != "enforce"}
-        return (Share.from_dict(fields).cpu_fraction, len(target.share_cpus))
+        fraction = Share.from_dict(fields).cpu_fraction
+        if fraction <= 0:  # (each run's utilization is divided by it)
+            raise TestbedError(
+                f"{printable(target.state_path)}: share.cpu_fraction: 0 gives the share no "
+                "CPU time (no testbed up makes such a share)"
+            )
+        return (fraction, len(target.share_cpus))
     return None
 
 
