@@ -24,6 +24,7 @@ def _command() -> Iterator[None]:
     """Run a CLI command's function in-process: its output is dropped, an internal error
     is raised as it was met (SHRINK_TRACEBACK), and a documented exit is no crash."""
     import click
+    import typer
 
     old = os.environ.get("SHRINK_TRACEBACK")
     os.environ["SHRINK_TRACEBACK"] = "1"
@@ -31,7 +32,7 @@ def _command() -> Iterator[None]:
     try:
         with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
             yield
-    except click.exceptions.Exit as exc:
+    except (click.exceptions.Exit, typer.Exit) as exc:  # (typer's is not click's)
         if exc.exit_code not in (0, 1, 2, 99):
             raise
         if exc.exit_code in (1, 2):
