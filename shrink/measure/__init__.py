@@ -21,6 +21,7 @@ from shrink.measure.stats import (
     SATURATED,
     level_stats,
     offered_check,
+    part_lost,
 )
 from shrink.measure.window import (
     KNOBS,
@@ -56,6 +57,7 @@ __all__ = [
     "loop_window",
     "looped_run",
     "offered_check",
+    "part_lost",
     "rate_factor_for",
     "skip_start",
     "slow_motion",
