@@ -154,6 +154,14 @@ class RunLog:
             "http_5xx": arrived & (status >= 500),
         }
 
+    def cut_off(self, kinds: tuple[str, ...] = ("cut", "unsent")) -> np.ndarray:
+        """Requests the run's end cut off: in flight then (``cut``) or never sent
+        (``unsent``); ``kinds`` picks which of the two."""
+        err = self._table.column("error")
+        return pc.is_in(err, value_set=pa.array(list(kinds), pa.string())).to_numpy(
+            zero_copy_only=False
+        )
+
     def failures(self, mask: np.ndarray | None = None) -> dict[str, int]:
         """Failure counts by class, over the requests ``mask`` selects (all by default)."""
         out = {}

@@ -8,6 +8,11 @@ omission: counted from the intended time). Requests intended in the window that
 did not succeed (no whole 2xx/3xx response) are errors, counted by class
 (:meth:`shrink.runlog.RunLog.failures`); a repetition with more than
 :data:`shrink.loadcurve.FAILURE_LIMIT` of them keeps its level out of every MAT.
+
+A run stopped by a signal measured up to its stop (its window ends there): the
+requests the stop cut off (in flight then, ``cut``, or never sent, ``unsent``) are
+not the server's failures and are left out of the counts (they stay in the RunLog,
+marked so); those never sent are not offered load either.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import numpy as np
 
 from shrink.errors import ParameterError
 from shrink.loadcurve import LevelStats, LoadCurve, latency_stats
+from shrink.measure.interrupt import was_interrupted
 from shrink.target import RunResult
 
 __all__ = [
@@ -46,6 +52,11 @@ def level_stats(result: RunResult) -> LevelStats:
     cls = log.column("cls")
     ok = log.ok_mask()
     in_win = (intended >= start) & (intended < end)
+    offered = in_win
+    if was_interrupted(result):
+        # cut off by the stop: not measured (see the module docstring)
+        offered = in_win & ~log.cut_off(("unsent",))
+        in_win = in_win & ~log.cut_off()
     finished_in_win = ok & (done >= start) & (done < end)
     lat = done - intended
     measured = in_win & ok
@@ -63,7 +74,7 @@ def level_stats(result: RunResult) -> LevelStats:
         throughput=overall.throughput,
         overall=overall,
         per_class=per_class,
-        offered=float(np.sum(in_win)) / width,
+        offered=float(np.sum(offered)) / width,
         utilization=result.utilization,
         errors=int(np.sum(in_win & ~ok)),
         failures=log.failures(in_win),

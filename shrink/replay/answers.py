@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 from shrink.runlog import RunLog
 from shrink.trace import Trace
 
-__all__ = ["UNREACHED_SHARE", "expects_4xx", "refused", "unreached"]
+__all__ = ["UNREACHED_SHARE", "expects_4xx", "refused", "stopped_window", "unreached"]
 
 
 # Errors of a request that never reached a server: nothing listens, or it hung up.
@@ -46,3 +46,20 @@ def expects_4xx(trace: Trace) -> bool:
         return False
     status = trace.column("status")
     return bool(np.mean((status >= 400) & (status < 500)) >= 0.01)
+
+
+def stopped_window(
+    window: tuple[float, float], at: float | None, log: RunLog
+) -> tuple[float, float]:
+    """The measurement window of a run stopped by a signal (or its stop event) at ``at``
+    (seconds from the run's zero; None: not recorded, then just after the last send the
+    RunLog holds): it ends at the stop, not at the planned end, which nothing was sent
+    to fill. A stop before the window began leaves it as planned (nothing in it sent)."""
+    start, end = window
+    if at is None:
+        sent = log.column("sent")
+        sent = sent[np.isfinite(sent)]
+        if not sent.size:
+            return window
+        at = float(np.nextafter(sent.max(), np.inf))
+    return (start, min(end, at)) if at > start else window

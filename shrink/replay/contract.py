@@ -103,6 +103,13 @@ def wants_signals(options: RunOptions) -> bool:
     return options.get("handle_signals", True) and main
 
 
+def stopped_at(at: float | None) -> dict[str, float]:
+    """The stats' extra for a run stopped by a signal or its stop event: ``stopped_at``,
+    the instant the engine was told to stop (seconds from the run's zero); nothing
+    for a run not stopped, whose stats stay as they were."""
+    return {} if at is None else {"stopped_at": float(at)}
+
+
 def run_stats(
     t0: float,
     wall0: float,

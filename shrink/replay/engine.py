@@ -39,7 +39,14 @@ from shrink.replay._conn import _NAN, _Conn, _Req
 from shrink.replay._http import build_request
 from shrink.replay._owners import _Pool, _Session
 from shrink.replay._timer import WakeTimer
-from shrink.replay.contract import EngineStats, RunOptions, run_stats, wants_signals, zero_time
+from shrink.replay.contract import (
+    EngineStats,
+    RunOptions,
+    run_stats,
+    stopped_at,
+    wants_signals,
+    zero_time,
+)
 from shrink.replay.writer import RunLogWriter
 from shrink.schedule import Schedule, session_hash
 
@@ -95,6 +102,7 @@ class _Engine:
         self.draining = False
         self.done_fut: asyncio.Future[None] | None = None
         self.interrupted = False
+        self.stopped_at: float | None = None  # when the run was stopped (seconds from t0)
         self.stop_event: threading.Event | None = None  # set from another thread: stop
         n = len(cfg.targets)
         if schedule.mode == "open":
@@ -311,6 +319,8 @@ class _Engine:
             self.done_fut.set_result(None)
 
     def interrupt(self) -> None:
+        if self.stopped_at is None:
+            self.stopped_at = monotonic() - self.t0
         self.interrupted = True
         self.horizon = min(self.horizon, monotonic() - self.t0)
         self.end = min(self.end, self.horizon)
@@ -387,7 +397,5 @@ def run_schedule(
         writer.close()
         if gc_was_enabled:
             gc.enable()
-    return run_stats(
-        t0, wall0, cpu0, eng.recorded,
-        interrupted=eng.interrupted, extra={"pool_waits": eng.pool_waits},
-    )  # fmt: skip
+    extra = {"pool_waits": eng.pool_waits, **stopped_at(eng.stopped_at)}
+    return run_stats(t0, wall0, cpu0, eng.recorded, interrupted=eng.interrupted, extra=extra)

@@ -36,7 +36,13 @@ from shrink.errors import (
     TestbedError,
 )
 from shrink.procfs import cpu_seconds, cpu_times, steal_times, utilization
-from shrink.replay.answers import UNREACHED_SHARE, expects_4xx, refused, unreached
+from shrink.replay.answers import (
+    UNREACHED_SHARE,
+    expects_4xx,
+    refused,
+    stopped_window,
+    unreached,
+)
 from shrink.replay.clients import ClientSampler
 from shrink.replay.engine import EngineConfig
 from shrink.replay.fd_limit import out_of_files, raise_open_file_limit
@@ -410,6 +416,9 @@ class LiveTarget:
                 # one pass runs its sessions out: the window holds every request it sent
                 last = float(np.nanmax(log.column("intended")))
                 window = (warmup, max(horizon, float(np.nextafter(last, np.inf))))
+            if engine.interrupted:
+                # a stopped run measured up to its stop, not over the planned window
+                window = stopped_window(window, engine.stopped_at, log)
             per_cpu: dict[int, float] = {}
             util = None
             if sampler is not None and len(sampler.snaps) == 2:
@@ -503,6 +512,9 @@ class LiveTarget:
         inline = len(engine.stats) == 1 and self._placement().cluster is None
         gap, missed = (paused[0][0].gap, paused[0][0].missed) if paused[0] else (0.0, 0.0)
         stopped = stopped_for(engine.stats, missed if inline else 0.0, paused[1])
+        if engine.interrupted:
+            # never sent because the run was stopped: neither intended nor late
+            log = RunLog(log.table.filter(~log.cut_off(("unsent",))), log.meta)
         check = generator_check(
             log,
             window,

@@ -49,7 +49,14 @@ from shrink.enforce.idle_group import IdleGroup, idle_group_place, make_idle_gro
 from shrink.errors import ParameterError, ReplayError
 from shrink.procfs import run_queue_wait_us
 from shrink.replay._http import build_request
-from shrink.replay.contract import EngineStats, RunOptions, run_stats, wants_signals, zero_time
+from shrink.replay.contract import (
+    EngineStats,
+    RunOptions,
+    run_stats,
+    stopped_at,
+    wants_signals,
+    zero_time,
+)
 from shrink.replay.engine import EngineConfig, run_schedule
 from shrink.replay.writer import RunLogRow, RunLogWriter
 from shrink.schedule import Schedule, session_hash
@@ -162,9 +169,13 @@ _DTYPES = ("f8", "f8", "f8", "f8", "i4", "i8", "i1", "i8", "i4", "i4", "f8")
 
 
 def _appender(
-    writer: RunLogWriter, stop: list[bool], event: threading.Event | None = None
+    writer: RunLogWriter,
+    stop: list[bool],
+    event: threading.Event | None = None,
+    when: tuple[float, list[float]] = (0.0, []),
 ) -> Callable[[list[bytes]], bool]:
     """The core's callback: finished rows into the writer; True once told to stop.
+    ``when``: the run's zero, and a list that gets the instant ``event`` was seen set.
 
     The fast path extends the writer's typed column arrays with the core's bytes;
     a writer without them gets the rows one by one through :meth:`RunLogWriter.add`.
@@ -183,6 +194,8 @@ def _appender(
                 writer.add(RunLogRow(*row))
         writer.maybe_flush()
         if event is not None and event.is_set():
+            if not when[1]:
+                when[1].append(monotonic() - when[0])
             stop[0] = True
         return stop[0]
 
@@ -270,11 +283,14 @@ def _drive(args: dict[str, Any], writer: RunLogWriter, options: RunOptions) -> E
     t0 = zero_time(writer, options)
     writer.meta["engine"] = "native"
     stop = [False]
+    when: list[float] = []  # the instant the run was told to stop (seconds from t0)
     installed: list[tuple[int, Any]] = []
     if wants_signals(options):
 
         def on_signal(signum: int, frame: Any) -> None:
             interrupts.note(signum)
+            if not when:
+                when.append(monotonic() - t0)
             stop[0] = True
 
         for sig in interrupts.handled():
@@ -286,7 +302,7 @@ def _drive(args: dict[str, Any], writer: RunLogWriter, options: RunOptions) -> E
     gc.disable()
     try:
         recorded, pool_waits, interrupted, counts = _core.run(
-            **args, t0=t0, on_rows=_appender(writer, stop, options.get("stop"))
+            **args, t0=t0, on_rows=_appender(writer, stop, options.get("stop"), (t0, when))
         )
     finally:
         for sig, old in installed:
@@ -308,6 +324,7 @@ def _drive(args: dict[str, Any], writer: RunLogWriter, options: RunOptions) -> E
             # (a core built before the last counts were added reports fewer, and a
             # count /proc did not give is left out)
             "loop": loop,
+            **stopped_at(when[0] if when else None),
         },
     )
     return stats

@@ -92,6 +92,13 @@ class EngineRun:
     def interrupted(self) -> bool:
         return any(s.interrupted for s in self.stats)
 
+    @property
+    def stopped_at(self) -> float | None:
+        """The first instant an engine process was told to stop (seconds from the run's
+        zero; None: not stopped, or stopped by an engine that did not record when)."""
+        at = [float(a) for s in self.stats if (a := s.extra.get("stopped_at")) is not None]
+        return min(at) if at else None
+
 
 # The SCHED_FIFO priority the send thread gets by default (see default_realtime).
 AUTO_REALTIME = 10
