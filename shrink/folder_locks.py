@@ -22,7 +22,13 @@ from pathlib import Path
 from shrink.atomic import _noted_as, make_dirs, open_dir
 from shrink.errors import OutputBusyError, printable
 
-__all__ = ["claimed", "claimed_shared", "drop_temporaries", "refuse_held_folder"]
+__all__ = [
+    "claimed",
+    "claimed_shared",
+    "drop_temporaries",
+    "lock_unheld",
+    "refuse_held_folder",
+]
 
 
 def _holder(fd: int) -> str | None:
@@ -171,3 +177,22 @@ def refuse_held_folder(path: str | Path) -> None:
             pass  # a file system that cannot lock a folder
     finally:
         os.close(fd)  # (the shared lock goes with it)
+
+
+def lock_unheld(folder: Path) -> int | None:
+    """``folder`` opened (never through a symlink) and locked alone by this process: the
+    descriptor, or None when a live process holds its lock (its maker, perhaps in a PID
+    namespace of its own) or it cannot be opened. Where folders cannot be locked, the
+    descriptor unlocked: its maker could not have locked it either."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except OSError:
+        pass
+    return fd

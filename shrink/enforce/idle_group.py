@@ -35,6 +35,7 @@ from shrink.enforce.cfs import (
     cgroup_layout,
     in_root_cpu_group,
 )
+from shrink.folder_locks import lock_unheld
 
 __all__ = [
     "PREFIX",
@@ -202,18 +203,8 @@ def remove_stale(root: Path) -> list[str]:
 def _unheld(path: Path) -> IdleGroup | None:
     """The group at ``path`` with its lock taken by this process, or None when another
     holds it (its maker lives, in a PID namespace of its own) or it is gone."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    except OSError:
-        pass  # (cannot lock here: its maker could not either)
-    return IdleGroup(path, fd)
+    fd = lock_unheld(path)
+    return None if fd is None else IdleGroup(path, fd)
 
 
 def remove_groups_of(pids: list[int], root: Path | None = None) -> None:

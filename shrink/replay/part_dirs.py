@@ -28,6 +28,8 @@ import stat
 import tempfile
 from pathlib import Path
 
+from shrink.folder_locks import lock_unheld
+
 __all__ = [
     "ACTOR",
     "PART_NAMES",
@@ -115,23 +117,6 @@ def remove_part_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def _unlocked(folder: Path) -> int | None:
-    """``folder`` opened and locked by this process, or None when a live process holds
-    its lock (or it cannot be opened as the folder it was)."""
-    try:
-        fd = os.open(folder, _DIR)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    except OSError:
-        pass  # cannot lock here: its maker could not either
-    return fd
-
-
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -168,7 +153,7 @@ def remove_lost_part_dirs(base: Path, prefix: str) -> list[Path]:
         if m is None or int(m.group(1)) == os.getpid() or _alive(int(m.group(1))):
             continue
         folder = base / name
-        fd = _unlocked(folder)
+        fd = lock_unheld(folder)
         if fd is None:
             continue  # its maker lives, in a PID namespace of its own
         try:
