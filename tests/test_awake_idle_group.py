@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.fake_engines import Part0Killed
 
 from shrink.enforce.cfs import CgroupLayout
 from shrink.enforce.idle_group import PREFIX, idle_group_place, make_idle_group, remove_stale
@@ -387,21 +388,6 @@ def test_a_group_whose_maker_holds_its_lock_is_never_removed(tmp_path: Path) -> 
     assert group.remove() and group.fd == -1
 
 
-class _KilledWriting:
-    """An engine process killed mid-run with its part's writer open (its .tmp and its
-    8 MiB .reserve beside the output), part 0 of the run; the other runs to its end."""
-
-    def __call__(self, schedule, config, writer, **kw):  # type: ignore[no-untyped-def]
-        from shrink.replay.contract import zero_time
-        from shrink.replay.fake import FakeEngine
-
-        if writer.meta.get("part") == 0:
-            zero_time(writer, kw)
-            os.kill(os.getpid(), signal.SIGKILL)
-        kw.pop("awake", None)
-        return FakeEngine()(schedule, config, writer, **kw)
-
-
 def test_the_temporaries_of_an_engine_process_killed_mid_run_go_with_the_run(
     tmp_path: Path,
 ) -> None:
@@ -410,7 +396,7 @@ def test_the_temporaries_of_an_engine_process_killed_mid_run_go_with_the_run(
     from shrink.replay.engine import EngineConfig
     from shrink.schedule import open_loop_trace
 
-    placement = GeneratorPlacement(processes=2, engine=_KilledWriting(), realtime=0)
+    placement = GeneratorPlacement(processes=2, engine=Part0Killed(), realtime=0)
     out = tmp_path / "r.parquet"
     _, run = scaleout.run_engines(
         open_loop_trace("/x", 100.0, 0.2), EngineConfig(targets=[("127.0.0.1", 9)]),

@@ -10,12 +10,11 @@ made) read there as awake, and only the loop counts, in no summary, said otherwi
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.fake_engines import fake_server_url
 from helpers.fake_targets import steady_trace
 from typer.testing import CliRunner
 
@@ -74,12 +73,8 @@ def test_a_sweep_whose_runs_had_no_spinner_says_so(capsys, ran: list[int], said:
 
 @pytest.fixture(scope="module")
 def fake():
-    args = [sys.executable, "-m", "shrink.replay.fakeserver", "--port", "0"]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    yield f"http://127.0.0.1:{int(proc.stdout.readline().split()[2])}"
-    proc.kill()
-    proc.wait()
+    with fake_server_url() as url:
+        yield url
 
 
 @needs_spinners

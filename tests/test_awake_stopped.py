@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.fake_engines import Part0Killed, fake_server_url
 
 from shrink.replay import native
 from shrink.replay.selfcheck import generator_check
@@ -160,12 +161,8 @@ def test_continued_counts_sigcont_in_the_main_thread() -> None:
 
 @pytest.fixture(scope="module")
 def fake():
-    args = [sys.executable, "-m", "shrink.replay.fakeserver", "--port", "0"]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    yield f"http://127.0.0.1:{int(proc.stdout.readline().split()[2])}"
-    proc.kill()
-    proc.wait()
+    with fake_server_url() as url:
+        yield url
 
 
 @pytest.mark.parametrize("awake", ["--awake", "--no-awake"])
@@ -410,21 +407,6 @@ def test_a_run_missing_an_engine_process_gets_no_other_work_hint(capsys) -> None
         assert ("other work on its CPU delays it" in err) is hint
 
 
-class _Part0Killed:
-    """An engine whose process 0 is killed once the run's zero is told (kill -9, the
-    OOM killer); the other runs to its end."""
-
-    def __call__(self, schedule, config, writer, **kw):  # type: ignore[no-untyped-def]
-        from shrink.replay.contract import zero_time
-        from shrink.replay.fake import FakeEngine
-
-        if writer.meta.get("part") == 0:
-            zero_time(writer, kw)
-            os.kill(os.getpid(), signal.SIGKILL)
-        kw.pop("awake", None)
-        return FakeEngine()(schedule, config, writer, **kw)
-
-
 def test_a_sweep_level_missing_an_engine_process_says_so_and_gives_no_other_work_hint(
     capsys,
 ) -> None:
@@ -438,7 +420,7 @@ def test_a_sweep_level_missing_an_engine_process_says_so_and_gives_no_other_work
     from shrink.replay.live import LiveTarget
     from shrink.target import GeneratorPlacement
 
-    placement = GeneratorPlacement(processes=2, engine=_Part0Killed(), realtime=0, awake=False)
+    placement = GeneratorPlacement(processes=2, engine=Part0Killed(), realtime=0, awake=False)
     target = LiveTarget([("127.0.0.1", 9)], generator=placement, idle_bound=0.0)
     curve = sweep(target, steady_trace(), [1.0], reps=1, warmup=0.0, duration=0.2)
     rep = curve.levels[0].reps[0]

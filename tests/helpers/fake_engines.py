@@ -1,0 +1,39 @@
+"""Engines and servers for the tests of scaled-out runs: fakes, never measured."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+
+
+class Part0Killed:
+    """An engine whose process 0 is killed once the run's zero is told (kill -9, the
+    OOM killer), with its part's writer open (its .tmp and 8 MiB .reserve beside the
+    output); the other processes run to their end."""
+
+    def __call__(self, schedule, config, writer, **kw):  # type: ignore[no-untyped-def]
+        from shrink.replay.contract import zero_time
+        from shrink.replay.fake import FakeEngine
+
+        if writer.meta.get("part") == 0:
+            zero_time(writer, kw)
+            os.kill(os.getpid(), signal.SIGKILL)
+        kw.pop("awake", None)
+        return FakeEngine()(schedule, config, writer, **kw)
+
+
+@contextlib.contextmanager
+def fake_server_url() -> Iterator[str]:
+    """shrink's fake HTTP server on a free loopback port, as its URL."""
+    args = [sys.executable, "-m", "shrink.replay.fakeserver", "--port", "0"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        yield f"http://127.0.0.1:{int(proc.stdout.readline().split()[2])}"
+    finally:
+        proc.kill()
+        proc.wait()
