@@ -381,6 +381,19 @@ def test_replay_refuses_a_bad_open_loop_naming_the_option(tmp_path, args, option
     assert not out.exists()
 
 
+def test_replay_refuses_a_trace_beside_rate(tmp_path):
+    """replay TRACE --rate R ran an open loop and left TRACE unread without a word."""
+    from shrink.trace import Trace
+
+    trace = tmp_path / "t.parquet"
+    Trace.from_columns({"session": [1], "t": [0.0], "path": ["/a"]}).write_parquet(trace)
+    out = tmp_path / "r.parquet"
+    args = ["replay", str(trace), "--rate", "5", "--duration", "1s", "-o", str(out)]
+    r = RUN(app, [*args, "--target", "127.0.0.1:1"])
+    assert r.exit_code == 2 and "--rate:" in r.output and "t.parquet" in r.output, r.output
+    assert not out.exists()
+
+
 def test_a_target_off_loopback_is_a_refused_option(tmp_path):
     """replay --target 10.0.0.1 exited 1 naming no option, though nothing had run: a
     value refused before anything runs is exit 2 naming its option."""

@@ -42,7 +42,7 @@ from shrink.cli._replay_opts import (
     note_stale_parts,
 )
 from shrink.defaults import MAX_BODY
-from shrink.errors import ParameterError, printable
+from shrink.errors import OptionError, ParameterError, printable
 
 # What open_loop_trace calls the options it checks.
 _OPEN_LOOP_OPTIONS = {"rate": "--rate", "arrival": "--arrival", "duration": "--duration"}
@@ -87,6 +87,13 @@ def replay(
 
     with cli_errors():
         output_path(output, inputs=(trace,))
+        if rate is not None and trace is not None:
+            # the run was an open loop, and the TRACE named went unread without a word
+            raise OptionError(
+                "--rate",
+                f"a pure open-loop run replays no TRACE ({printable(str(trace))}): "
+                "give the TRACE (and --rate-factor) or --rate, not both",
+            )
         if rate is not None:
             seconds = parse_duration_option(duration or "10s", "duration", least=MIN_WINDOW_S)
             # Refused values name their option (exit 2): "rate == 0" exited 1 naming none.
