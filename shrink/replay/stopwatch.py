@@ -21,6 +21,7 @@ from time import monotonic
 from types import TracebackType
 from typing import Any
 
+from shrink.procfs import run_queue_wait_us
 from shrink.target import GeneratorCheck
 
 __all__ = ["STOPPED_GAP", "Continued", "StopWatch", "flag_if_stopped", "stopped_for"]
@@ -61,13 +62,10 @@ class StopWatch(threading.Thread):
 
 
 def _run_delay() -> float | None:
-    """The seconds this thread has waited on a run queue (its schedstat's second field;
-    None where the kernel does not say). A stopped or frozen thread is on none."""
-    try:
-        with open("/proc/thread-self/schedstat", "rb") as f:
-            return int(f.read().split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return None
+    """The seconds this thread has waited on a run queue (None where the kernel does not
+    say). A stopped or frozen thread is on none."""
+    us = run_queue_wait_us()
+    return None if us is None else us / 1e6
 
 
 class Continued:
