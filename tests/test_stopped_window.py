@@ -174,3 +174,45 @@ def test_a_sweep_level_stopped_part_way_is_not_kept():
         sweep(target, trace, [1, 2, 3], reps=2, warmup=0.5, duration=2.0)
     assert [lv.level for lv in stop.value.curve.levels] == [1.0]
     assert stop.value.curve.meta["interrupted"] is True
+
+
+def test_a_stopped_run_on_a_share_has_its_cpu_up_to_the_stop():
+    """A run on a testbed's share stopped inside its window had no utilization,
+    ``server_cpu`` nor ``share_other_cpu``: the window's CPU sampler returned at the
+    stop without its second snapshot. They now cover the window up to the stop."""
+    from helpers.fake_targets import steady_trace
+    from test_testbed_watch import _state
+
+    from shrink.replay.engine import EngineStats
+    from shrink.replay.live import LiveTarget
+    from shrink.target import GeneratorPlacement
+
+    def engine(schedule, config, writer, *, t0=None, on_ready=None, handle_signals=True):
+        t0 = on_ready()
+        time.sleep(0.8)  # 0.6 s into the 30 s window, then stopped
+        writer.close()
+        return EngineStats(t0=t0, t0_unix=0.0, wall=0.8, cpu=0.0, requests=0,
+                           interrupted=True, extra={"stopped_at": 0.8})  # fmt: skip
+
+    cpus = sorted(os.sched_getaffinity(0))
+    srv = subprocess.Popen(  # a server busy on the share's CPU the whole time
+        ["taskset", "-c", str(cpus[-1]), sys.executable, "-c", "while True: pass"]
+    )
+    try:
+        target = LiveTarget(
+            [("127.0.0.1", 9)], state=_state(srv.pid, pids=[srv.pid]), share_cpus=cpus[-1:],
+            generator=GeneratorPlacement(tuple(cpus[:1]), True, engine=engine), idle_bound=0.1,
+        )  # fmt: skip
+        start = time.monotonic()
+        res = target.run(steady_trace(), rate_factor=1.0, warmup=0.2, duration=30.0)
+    finally:
+        srv.kill()
+        srv.wait()
+    assert time.monotonic() - start < 5.0 and res.describe["engine"]["interrupted"]
+    assert res.window == (0.2, 0.8)
+    assert res.utilization is not None and 0.0 <= res.utilization <= 1.0
+    assert set(res.per_cpu_utilization) == set(cpus[-1:])
+    # the busy server's CPU over the 0.6 s it ran, not spread over the planned 30 s
+    # (which would read under 0.05 CPUs)
+    assert 0.2 < res.describe["server_cpu"] < 1.5
+    assert "share_other_cpu" in res.describe

@@ -105,7 +105,8 @@ def parse_url(url: str) -> tuple[str, int]:
 
 
 class _WindowSampler(threading.Thread):
-    """Takes /proc/stat snapshots at two monotonic instants (the window's edges)."""
+    """Takes /proc/stat snapshots at two monotonic instants (the window's edges); a run
+    stopped inside its window ends it at the stop (:meth:`cut`)."""
 
     def __init__(
         self,
@@ -123,7 +124,17 @@ class _WindowSampler(threading.Thread):
         self.snaps: list[dict[int, tuple[int, int]]] = []
         self.server_cpu: list[float] = []
         self.steal: list[dict[int, tuple[int, int]]] = []
+        self.taken: list[float] = []  # when each snapshot was taken (monotonic)
         self.stop = threading.Event()
+        self._cut = False
+
+    def cut(self) -> None:
+        """The run was stopped: take the closing snapshot now, not at the planned end."""
+        self._cut = True
+        self.stop.set()
+
+    def span(self, planned: float) -> float:
+        return self.taken[1] - self.taken[0] if self._cut and len(self.taken) == 2 else planned
 
     def run(self) -> None:
         # /proc refused (no file descriptor left: `ulimit -n`): the window goes unsampled,
@@ -140,17 +151,22 @@ class _WindowSampler(threading.Thread):
                     break
                 sleep(min(left, 0.05))
             if self.stop.is_set():
+                if self._cut and len(self.snaps) == 1:  # the window ends at the stop
+                    self._snapshot()
                 return
             if self.clients is not None:
                 self.clients.look()
-            if t == mid:
-                continue
-            self.snaps.append(cpu_times())
-            self.steal.append(steal_times())
-            # a PID that is gone loses its time; the run says which PIDs died
-            self.server_cpu.append(cpu_seconds(self.pids))
-            if self.spinners:
-                self.spinner_cpu.append(cpu_seconds(self.spinners))
+            if t != mid:
+                self._snapshot()
+
+    def _snapshot(self) -> None:
+        self.taken.append(monotonic())
+        self.snaps.append(cpu_times())
+        self.steal.append(steal_times())
+        # a PID that is gone loses its time; the run says which PIDs died
+        self.server_cpu.append(cpu_seconds(self.pids))
+        if self.spinners:
+            self.spinner_cpu.append(cpu_seconds(self.spinners))
 
 
 def _other_load(sampler: _WindowSampler | None) -> str | None:
@@ -406,7 +422,7 @@ class LiveTarget:
                 # a run whose sessions all ended early still measures the whole window;
                 # an interrupted one stops now (Ctrl-C must not wait for the planned end)
                 if engine.interrupted:
-                    smp.stop.set()
+                    smp.cut()
                 smp.join(timeout=max(0.0, smp.at[1] - monotonic()) + 1.0)
                 smp.stop.set()
             sampler = samplers[0] if samplers else None

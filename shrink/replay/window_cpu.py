@@ -21,6 +21,9 @@ class Snapshots(Protocol):
     spinner_cpu: list[float]  # the co-runner's spinners' CPU seconds (none: not co-run)
     steal: list[dict[int, tuple[int, int]]]  # /proc/stat steal and total, per CPU
 
+    def span(self, planned: float) -> float:
+        """The seconds between the edges: ``planned``, or up to a stop inside it."""
+
 
 def window_cpu(
     snaps: Snapshots | None,
@@ -30,8 +33,11 @@ def window_cpu(
     generator_cpus: list[int],
 ) -> dict[str, float]:
     """Server CPU, steal on share and generator, and the other work on the share's CPUs,
-    each in CPUs over the window; ``per_cpu`` is each share CPU's busy fraction."""
+    each in CPUs over the window; ``per_cpu`` is each share CPU's busy fraction. A run
+    stopped inside its window has its closing snapshot at the stop: over that span."""
     out: dict[str, float] = {}
+    if snaps is not None:
+        duration = snaps.span(duration)
     if snaps is not None and len(snaps.server_cpu) == 2 and duration > 0:
         # The server's own processes' CPU over the window, in cores: on a shared
         # machine /proc/stat also counts other work that ran on the share's CPUs.
