@@ -163,3 +163,48 @@ def test_every_name_planted_is_an_error_naming_the_folder(tmp_path, monkeypatch)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         os.path.basename(p) for p in planted
     )
+
+
+_KILLED_BEFORE_THE_RENAME = """
+import os, sys
+from pathlib import Path
+from shrink.replay import part_dirs
+part_dirs._rename_noreplace = lambda src, dst: os.kill(os.getpid(), 9)
+part_dirs.make_part_dir(Path(sys.argv[1]), part_dirs.SPAWNED)
+"""
+
+
+def test_the_hidden_folder_of_a_maker_killed_before_its_rename_goes(tmp_path):
+    """A process killed between ``mkdtemp`` and the rename left its empty hidden
+    ``.shrink-replay-PID-...`` folder for good: the clean-up matched visible names only."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_BEFORE_THE_RENAME, str(tmp_path)], env=env
+    )
+    assert proc.wait() == -9
+    (hidden,) = tmp_path.iterdir()
+    assert hidden.name.startswith(f".{SPAWNED}{proc.pid}-")
+    assert remove_lost_part_dirs(tmp_path, SPAWNED) == [hidden]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_hidden_folder_not_empty_nor_ours_nor_a_folder_stays(tmp_path):
+    dead = _dead_pid()
+    full = tmp_path / f".{SPAWNED}{dead}-a1"
+    full.mkdir()
+    (full / "run.part0.0123456789ab.parquet").write_bytes(b"rows")  # a maker leaves none
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (tmp_path / f".{SPAWNED}{dead}-a2").symlink_to(target)
+    live = tmp_path / f".{SPAWNED}{os.getppid()}-a4"  # its maker lives
+    live.mkdir()
+    others = tmp_path / f".{SPAWNED}{dead}-a3"
+    if os.geteuid() == 0:  # another user's, empty
+        others.mkdir()
+        os.chown(others, 65534, 65534)
+    assert remove_lost_part_dirs(tmp_path, SPAWNED) == []
+    assert (full / "run.part0.0123456789ab.parquet").read_bytes() == b"rows"
+    assert target.exists() and live.exists() and (os.geteuid() != 0 or others.exists())

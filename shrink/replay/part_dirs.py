@@ -142,15 +142,18 @@ def _ours(folder: Path) -> bool:
 
 
 def remove_lost_part_dirs(base: Path, prefix: str) -> list[Path]:
-    """Remove the ``prefix`` folders under ``base`` whose maker is gone; return them."""
-    name_re = re.compile(re.escape(prefix) + r"(\d+)-[A-Za-z0-9_]+")
+    """Remove the ``prefix`` folders under ``base`` whose maker is gone; return them.
+
+    Also the hidden ``.prefix`` ones :func:`make_part_dir` had not yet renamed (its
+    maker killed in between): those only when empty, as a maker leaves them."""
+    name_re = re.compile(r"(\.?)" + re.escape(prefix) + r"(\d+)-[A-Za-z0-9_]+")
     removed: list[Path] = []
     names: list[str] = []
     with contextlib.suppress(OSError):
         names = os.listdir(base)
     for name in names:
         m = name_re.fullmatch(name)
-        if m is None or int(m.group(1)) == os.getpid() or _alive(int(m.group(1))):
+        if m is None or int(m.group(2)) == os.getpid() or _alive(int(m.group(2))):
             continue
         folder = base / name
         fd = lock_unheld(folder)
@@ -158,7 +161,10 @@ def remove_lost_part_dirs(base: Path, prefix: str) -> list[Path]:
             continue  # its maker lives, in a PID namespace of its own
         try:
             if _ours(folder) and os.path.samestat(os.fstat(fd), folder.lstat()):
-                shutil.rmtree(folder, ignore_errors=True)
+                if m.group(1):
+                    os.rmdir(folder)  # (refused unless empty: never one with files)
+                else:
+                    shutil.rmtree(folder, ignore_errors=True)
                 removed.append(folder)
         except OSError:
             pass
