@@ -6,10 +6,12 @@ Such a folder outlives an ``--out`` that is removed, and /var/tmp is not emptied
 boot: 75 of them had piled up on one machine. Each names its ``--out`` in
 ``.made-for``; a demo making a new one removes those whose ``--out`` no longer points
 back at them (what they hold, a trace and pages, the demo makes again). A demo holds
-a shared lock on its folder's ``.made-for`` while it runs, and a folder so held is
+a shared lock on its folder's ``.demo-lock`` while it runs, and a folder so held is
 never removed: a live demo's --out may not point back (two demos to one --out, an
 --out others may write, one whose name ends in a space) and its servers read the
-pages there mid-run."""
+pages there mid-run. The lock file is 0600: only the folder's owner can open it, so no
+other user can hold the lock and keep the folder for good (the folder and its 0644
+``.made-for`` are open to every user, for the servers' sake)."""
 
 from __future__ import annotations
 
@@ -58,12 +60,12 @@ def work_dir(out: Path, target: str) -> Path:
     return elsewhere
 
 
-_HELD: dict[Path, int] = {}  # this process's work folders: a lock on each .made-for
+_HELD: dict[Path, int] = {}  # this process's work folders: a lock on each .demo-lock
 
 
 def _hold(where: Path) -> None:
-    """Hold a shared lock on ``where``'s ``.made-for`` for this process's life (none: an
-    older demo's folder, left as it is).
+    """Hold a shared lock on ``where``'s ``.demo-lock`` (made 0600 if missing) for this
+    process's life.
 
     Another demo's clean-up looks whether a folder is held by taking its lock alone for
     a moment: a demo that asked just then went on without its lock, its folder no
@@ -72,7 +74,10 @@ def _hold(where: Path) -> None:
     if where in _HELD:
         return
     with contextlib.suppress(OSError):
-        fd = os.open(where / _MADE_FOR, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(where / _LOCK, _LOCK_OPEN | os.O_CREAT, 0o600)
+        if not _private(fd):  # (none other can write the folder: not expected)
+            os.close(fd)
+            return
         for _ in range(_HOLD_TRIES):
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -87,17 +92,28 @@ def _hold(where: Path) -> None:
 
 
 _HOLD_TRIES = 200  # 10 ms apart
+_LOCK = ".demo-lock"
+_LOCK_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _private(fd: int) -> bool:
+    """A plain file of this user's that no one else may open."""
+    st = os.fstat(fd)
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077
 
 
 def _in_use(where: Path) -> bool:
-    """A live demo holds ``where``'s ``.made-for`` (this one included)."""
+    """A live demo holds ``where``'s ``.demo-lock`` (this one included). A lock on any
+    other file there (``.made-for``, which every user may open) keeps nothing."""
     if where in _HELD:
         return True
     try:
-        fd = os.open(where / _MADE_FOR, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(where / _LOCK, _LOCK_OPEN)
     except OSError:
-        return False
+        return False  # none: no demo of this version ran there
     try:
+        if not _private(fd):
+            return False
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return True

@@ -165,9 +165,9 @@ def test_a_live_demos_work_folder_is_never_removed(tmp_path, monkeypatch):
         [
             sys.executable,
             "-c",
-            "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY);"
+            "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY | os.O_CREAT, 0o600);"
             " fcntl.flock(fd, fcntl.LOCK_SH); print(flush=True); sys.stdin.read()",
-            str(folder / ".made-for"),
+            str(folder / ".demo-lock"),
         ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -188,6 +188,49 @@ def test_a_live_demos_work_folder_is_never_removed(tmp_path, monkeypatch):
     demo_work._hold(mine)
     try:
         assert demo_work.remove_orphans() == []
+    finally:
+        os.close(demo_work._HELD.pop(mine))
+
+
+def test_a_lock_another_user_may_take_keeps_no_work_folder(tmp_path, monkeypatch):
+    """Another local user could open a work folder's 0644 ``.made-for`` and hold an
+    exclusive lock on it for good: the clean-up took that for a live demo and never
+    removed the folder. The demo's lock is now a 0600 file only its owner can open."""
+    import subprocess
+    import sys
+
+    from shrink import demo_work
+
+    base = tmp_path / "vartmp"
+    base.mkdir()
+    monkeypatch.setattr(demo_work, "WORK_BASE", str(base))
+    monkeypatch.setattr(demo_work, "_HELD", {}, raising=False)
+    folder = Path(tempfile.mkdtemp(prefix="shrink-demo-", dir=base))
+    (folder / ".made-for").write_text(f"{tmp_path / 'gone'}\n")  # its --out is gone
+    (folder / ".made-for").chmod(0o644)
+    squatter = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY);"
+            " fcntl.flock(fd, fcntl.LOCK_EX); print(flush=True); sys.stdin.read()",
+            str(folder / ".made-for"),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        squatter.stdout.readline()  # holding it
+        assert demo_work.remove_orphans() == [folder]
+    finally:
+        squatter.stdin.close()
+        squatter.wait()
+    # a demo's own lock file: no one else may open it
+    mine = Path(tempfile.mkdtemp(prefix="shrink-demo-", dir=base))
+    demo_work._hold(mine)
+    try:
+        st = (mine / ".demo-lock").lstat()
+        assert st.st_uid == os.geteuid() and st.st_mode & 0o777 == 0o600
     finally:
         os.close(demo_work._HELD.pop(mine))
 
@@ -313,9 +356,10 @@ def test_a_demo_that_asks_for_its_lock_during_another_demos_look_still_holds_it(
         [
             sys.executable,
             "-c",
-            "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY);"
+            "import fcntl, os, sys, time;"
+            " fd = os.open(sys.argv[1], os.O_RDONLY | os.O_CREAT, 0o600);"
             " fcntl.flock(fd, fcntl.LOCK_EX); print(flush=True); time.sleep(0.3)",
-            str(folder / ".made-for"),
+            str(folder / ".demo-lock"),
         ],
         stdout=subprocess.PIPE,
     )
