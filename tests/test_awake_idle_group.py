@@ -287,8 +287,9 @@ def test_each_engine_process_s_group_is_recorded_and_said(
     from types import SimpleNamespace
 
     from shrink.cli.replay_cmd import _awake_text
+    from shrink.replay.engine_parts import parts_say as _parts_say
     from shrink.replay.fake import FakeEngine
-    from shrink.replay.scaleout import EngineRun, _parts_say
+    from shrink.replay.scaleout import EngineRun
 
     a, b = f"{PREFIX}10-1", f"{PREFIX}11-2"
     parts = [SimpleNamespace(meta={"awake": True, "awake_group": g}) for g in (a, b)]
@@ -404,3 +405,46 @@ def test_the_temporaries_of_an_engine_process_killed_mid_run_go_with_the_run(
     )  # fmt: skip
     assert run.extra["errors"]  # (part 0 was killed)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.parquet"]
+
+
+class _AwakeThenPart0Killed:
+    """Each engine process starts its spinners in a group of its own (as run_native
+    records them before the run's zero), then process 0 is killed (kill -9)."""
+
+    def __call__(self, schedule, config, writer, **kw):  # type: ignore[no-untyped-def]
+        from shrink.replay.contract import zero_time
+        from shrink.replay.fake import FakeEngine
+
+        group = f"{PREFIX}{os.getpid()}-1"
+        writer.meta.update(awake=True, awake_group=group)
+        if writer.meta.get("part") == 0:
+            zero_time(writer, kw)
+            os.kill(os.getpid(), signal.SIGKILL)
+        kw.pop("awake", None)
+        stats = FakeEngine()(schedule, config, writer, **kw)
+        stats.extra.setdefault("loop", {})["awake_spinners"] = 1
+        stats.extra["awake_group"] = group
+        return stats
+
+
+def test_the_spinners_of_an_engine_process_killed_mid_run_are_counted() -> None:
+    # kill -9 of one of --processes 2's engines: awake_spinners and awake_group named
+    # only the survivor's, although the killed one's spinners ran until it died; and its
+    # error said only "exited without a report"
+    from shrink.replay.engine import EngineConfig
+    from shrink.schedule import open_loop_trace
+
+    placement = GeneratorPlacement(processes=2, engine=_AwakeThenPart0Killed(), realtime=0)
+    _, run = scaleout.run_engines(
+        open_loop_trace("/x", 100.0, 0.2), EngineConfig(targets=[("127.0.0.1", 9)]),
+        rate_factor=1.0, horizon=0.2, generator=placement,
+    )  # fmt: skip
+    (error,) = run.extra["errors"]
+    assert error.startswith("engine process 0 (PID ") and "killed by SIGKILL" in error
+    # (unpinned, the killed one started one spinner per CPU it may run on)
+    assert run.awake_spinners == 1 + len(os.sched_getaffinity(0))
+    assert len(run.awake_groups) == 2 and len(set(run.awake_groups)) == 2
+    target = LiveTarget([("127.0.0.1", 9)], idle_bound=0.0)
+    engine = target._run_describe(run, 1.0)["engine"]
+    assert engine["awake_spinners"] == run.awake_spinners
+    assert engine["awake_group"] == run.awake_groups

@@ -464,12 +464,9 @@ class LiveTarget:
 
     def _run_describe(self, engine: EngineRun, wall: float) -> dict[str, Any]:
         """:meth:`describe`, and how the run's engine ran."""
-        spun = sum(
-            int((st.extra.get("loop") or {}).get("awake_spinners", 0)) for st in engine.stats
-        )
+        spun, gs = engine.awake_spinners, engine.awake_groups  # (a killed process's too)
         if self.awake and engine_name(self.engine) != "python":
             self._spun.append(spun)
-        gs = [g for st in engine.stats if (g := st.extra.get("awake_group"))]
         return {
             **self.describe(),
             "engine": {

@@ -33,6 +33,7 @@ from shrink.errors import OptionError, ReplayError
 from shrink.processes import die_with_parent
 from shrink.replay.cluster import ClusterSpec, run_on_cluster
 from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
+from shrink.replay.engine_parts import parts_say, say_lost
 from shrink.replay.writer import RunLogWriter
 from shrink.runlog import RunLog
 from shrink.schedule import ScheduleOptions, build_schedule, trace_extent, trace_mode
@@ -98,6 +99,20 @@ class EngineRun:
         zero; None: not stopped, or stopped by an engine that did not record when)."""
         at = [float(a) for s in self.stats if (a := s.extra.get("stopped_at")) is not None]
         return min(at) if at else None
+
+    @property
+    def awake_spinners(self) -> int:
+        """The spinners that kept the generator's CPUs awake: each reporting process's,
+        and those an engine process killed mid-run had started (``lost_spinners``: it
+        could not report them, and they spun until it died)."""
+        spun = (int((s.extra.get("loop") or {}).get("awake_spinners", 0)) for s in self.stats)
+        return sum(spun) + int(self.extra.get("lost_spinners", 0))
+
+    @property
+    def awake_groups(self) -> list[str]:
+        """The idle cpu cgroups their spinners ran in, the killed processes' too."""
+        gs = [g for s in self.stats if (g := s.extra.get("awake_group"))]
+        return gs + list(self.extra.get("lost_awake_groups", []))
 
 
 # The SCHED_FIFO priority the send thread gets by default (see default_realtime).
@@ -265,7 +280,10 @@ def _child(
 
         def ready() -> float:
             gc.collect()
-            pipe.send(("ready", None))
+            # the spinners it started (one per CPU it has; the parent counts them should
+            # it be killed before its report) and their idle cpu cgroup
+            awake = {"spinners": len(os.sched_getaffinity(0)) if writer.meta.get("awake") else 0}
+            pipe.send(("ready", {**awake, "group": writer.meta.get("awake_group")}))
             return float(pipe.recv())
 
         stats = engine(sched, config, writer, on_ready=ready)
@@ -458,18 +476,6 @@ def _run_inline(
     return log, EngineRun([stats], stats.t0, cpus)
 
 
-def _parts_say(logs: Sequence[RunLog]) -> dict[str, Any]:
-    """What each engine process recorded of how it ran (its engine, its CPUs kept
-    awake, the idle cpu cgroup its spinners ran in: one of each process's own): the
-    value they agree on, else each part's in turn."""
-    out: dict[str, Any] = {}
-    for key in ("engine", "awake", "awake_group"):
-        said = [log.meta.get(key) for log in logs]
-        if any(v is not None for v in said):
-            out[key] = said[0] if all(v == said[0] for v in said) else said
-    return out
-
-
 def _run_spawned(
     trace: Trace,
     config: EngineConfig,
@@ -525,6 +531,7 @@ def _run_spawned(
             p.start()
             procs.append(p)
             pipes.append(parent)
+        started: list[dict[str, Any]] = []  # each one's spinners (see _child's ready)
         for i, pipe in enumerate(pipes):
             try:
                 kind, payload = pipe.recv()
@@ -532,13 +539,14 @@ def _run_spawned(
                 kind, payload = "error", "exited before it was ready"
             if kind != "ready":
                 raise ReplayError(f"engine process {i} (PID {procs[i].pid}) failed: {payload}")
+            started.append(payload or {})
         t0 = monotonic() + 0.1
         if on_start is not None:
             on_start(t0)
         for pipe in pipes:
             pipe.send(t0)
         stats: list[EngineStats] = []
-        errors = []
+        ended: list[tuple[int, str | None]] = []  # (None: it ended without a word)
         for i, pipe in enumerate(pipes):
             while True:
                 try:
@@ -554,22 +562,23 @@ def _run_spawned(
                             os.kill(proc.pid, interrupts.received())
                     continue
                 except EOFError:
-                    kind, payload = "error", "exited without a report"
+                    kind, payload = "lost", None
                     break
             if kind == "done":
                 stats.append(payload)
             else:
-                errors.append(f"engine process {i} (PID {procs[i].pid}): {payload}")
+                ended.append((i, payload))
         for p in procs:
             p.join(timeout=10)
+        errors, lost = say_lost(ended, procs, started)
         logs = [RunLog.read_parquet(pth) for pth in paths if Path(pth).exists()]
         if errors and (not logs or any("cannot write" in e for e in errors)):
             raise ReplayError("; ".join(errors))
-        merged = {**meta, **_zero(t0), "processes": n, **_parts_say(logs)}
+        merged = {**meta, **_zero(t0), "processes": n, **parts_say(logs)}
         log = RunLog.concat(logs, meta=merged)
         if out is not None:
             log.write_parquet(out)
-        return log, EngineRun(stats, t0, cpus, {"errors": errors} if errors else {})
+        return log, EngineRun(stats, t0, cpus, {"errors": errors, **lost} if errors else {})
     finally:
         for p in procs:
             if p.is_alive():
