@@ -47,9 +47,34 @@ def test_php_fpm_runs_with_the_same_limits(tmp_path):
                          php=PhpLimits(7, "64M", 24))  # fmt: skip
     conf = render_fpm_conf(ctx, tmp_path / "php-fpm.sock", 1)
     lines = conf.splitlines()
-    assert "php_value[max_execution_time] = 7" in lines and "php_value[memory_limit] = 64M" in lines
-    assert "php_value[post_max_size] = 24M" in lines, conf
-    assert "php_value[upload_max_filesize] = 24M" in lines, conf
+    # (admin values: a page's ini_set cannot raise them, as it could php_value's)
+    assert "php_admin_value[max_execution_time] = 7" in lines, conf
+    assert "php_admin_value[memory_limit] = 64M" in lines, conf
+    assert "php_admin_value[post_max_size] = 24M" in lines, conf
+    assert "php_admin_value[upload_max_filesize] = 24M" in lines, conf
+    assert not [line for line in lines if line.startswith("php_value")], conf
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("recipe", ["lighttpd-php-cgi", "nginx-php-fpm"])
+def test_a_page_cannot_raise_the_testbeds_php_limits(tmp_path, recipe, monkeypatch):
+    """The limits were php_value (php-fpm) and -d (php-cgi), which a page may change:
+    ``ini_set("memory_limit", "1G")`` and ``set_time_limit(0)`` took, so a request
+    given up on could run on into the next level."""
+    from helpers.testbed import as_root_with
+
+    as_root_with(recipe, monkeypatch, tmp_path / "runs")
+    page = (
+        '<?php ini_set("memory_limit", "1G"); ini_set("max_execution_time", "999"); '
+        "set_time_limit(0); "
+        'foreach (["max_execution_time", "memory_limit"] as $k) echo ini_get($k), " ";\n'
+    )
+    settings = ServerSettings(recipe, php=PhpLimits(7, "64M", 24))
+    with _one_page_testbed(tmp_path, "raise.php", page, settings) as st:
+        r = st.replicas[0]
+        with httpx.Client(trust_env=False, timeout=5) as c:
+            got = c.get(f"http://{r.address}:{r.port}/raise.php")
+        assert got.text.split() == ["7", "64M"], got.text
 
 
 @pytest.mark.live

@@ -20,6 +20,7 @@ by :func:`shrink.testbed.private.config_value` and quoted.
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -195,6 +196,11 @@ class ReplicaConfig:
     def probe_dir(self) -> Path:
         return self.run_dir / "probe"
 
+    @property
+    def php_ini_dir(self) -> Path:
+        """php-cgi's extra ini folder (``PHP_INI_SCAN_DIR``, after the system's)."""
+        return self.run_dir / "php.d"
+
 
 def _q(value: str | Path) -> str:
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
@@ -207,11 +213,30 @@ def _path(value: str | Path, what: str) -> str:
 
 def _php_bin(c: ReplicaConfig) -> str:
     """php-cgi with its time and memory limits (``-d`` overrides php.ini), reading no
-    ``.user.ini`` in the document root (one planted there could run any file as PHP)."""
+    ``.user.ini`` in the document root (one planted there could run any file as PHP).
+    A page could raise ``-d``'s limits (ini_set, set_time_limit): the document root's
+    own pages get them from :func:`render_php_limits` too, where it cannot."""
     return (
         f"{c.php_cgi} -d user_ini.filename= -d max_execution_time={int(c.php_max_execution_s)} "
         f"-d memory_limit={c.php_memory_limit} -d post_max_size={c.php_post_max_mib}M "
         f"-d upload_max_filesize={c.php_post_max_mib}M"
+    )
+
+
+def render_php_limits(c: ReplicaConfig) -> str:
+    """php-cgi's limits for the document root's pages, as php.ini ``[PATH=]`` sections
+    (of the root as named and as resolved, as PHP sees a script's path): set there, a
+    page cannot change them at run time (``ini_set``, ``set_time_limit(0)``), as it can
+    ``-d``'s (php-fpm's pool has ``php_admin_value`` for this)."""
+    limits = (
+        f"max_execution_time = {int(c.php_max_execution_s)}\n"
+        f"memory_limit = {c.php_memory_limit}\n"
+        f"post_max_size = {c.php_post_max_mib}M\n"
+        f"upload_max_filesize = {c.php_post_max_mib}M\n"
+    )
+    roots = dict.fromkeys([str(c.docroot), os.path.realpath(c.docroot)])
+    return "; shrink testbed: the PHP limits\n" + "".join(
+        f"[PATH={_path(root, 'document root')}]\n{limits}" for root in roots
     )
 
 
@@ -254,6 +279,7 @@ fastcgi.server = (".php" => ((
     "max-procs" => 1,
     "bin-environment" => (
         "PHP_FCGI_CHILDREN" => "{c.php_children}",
+        "PHP_INI_SCAN_DIR" => {_q(":" + config_value(c.php_ini_dir, "PHP ini folder"))},
         "PHP_FCGI_MAX_REQUESTS" => "0"
     ),
     "bin-copy-environment" => ("PATH", "LANG", "USE_ZEND_ALLOC", "USE_ZEND_ALLOC_HUGE_PAGES"),
@@ -273,4 +299,7 @@ def write_probe_pages(probe_dir: Path) -> None:
 def write_probe(c: ReplicaConfig) -> None:
     """Write the config and the health-check probe files into the replica's run dir."""
     write_probe_pages(c.probe_dir)
+    make_dirs(c.php_ini_dir)
+    limits = write_text(c.php_ini_dir / "zz-shrink-limits.ini", render_php_limits(c))
+    readable(c.php_ini_dir, limits)
     readable(write_text(c.conf_path, render_lighttpd_conf(c)))

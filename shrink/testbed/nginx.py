@@ -150,10 +150,11 @@ catch_workers_output = yes
 clear_env = no
 ; no .user.ini from the document root: one planted there could run any file as PHP
 php_admin_value[user_ini.filename] =
-php_value[max_execution_time] = {int(php.max_execution_s)}
-php_value[memory_limit] = {php.memory_limit}
-php_value[post_max_size] = {php.post_max_mib}M
-php_value[upload_max_filesize] = {php.post_max_mib}M
+; admin values: a page cannot raise them (ini_set, set_time_limit) as it can php_value's
+php_admin_value[max_execution_time] = {int(php.max_execution_s)}
+php_admin_value[memory_limit] = {php.memory_limit}
+php_admin_value[post_max_size] = {php.post_max_mib}M
+php_admin_value[upload_max_filesize] = {php.post_max_mib}M
 """
 
 
