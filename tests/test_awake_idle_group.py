@@ -448,3 +448,54 @@ def test_the_spinners_of_an_engine_process_killed_mid_run_are_counted() -> None:
     engine = target._run_describe(run, 1.0)["engine"]
     assert engine["awake_spinners"] == run.awake_spinners
     assert engine["awake_group"] == run.awake_groups
+
+
+@pytest.mark.compute
+def test_a_group_whose_lock_another_holds_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The maker stopped waiting for its new group's lock after 0.1 s and used the group
+    # with no lock held (another user may open the folder and flock it): a run in a PID
+    # namespace of its own could then take it for stale and remove it mid-run.
+    import fcntl
+
+    from shrink.enforce import idle_group
+
+    held: list[int] = []
+    mkdir = Path.mkdir
+
+    def made_and_taken(self: Path, *a, **k) -> None:  # type: ignore[no-untyped-def]
+        mkdir(self, *a, **k)
+        if self.name.startswith(PREFIX):  # another opens it and holds its lock
+            held.append(os.open(self, os.O_RDONLY | os.O_DIRECTORY))
+            fcntl.flock(held[-1], fcntl.LOCK_EX)
+
+    monkeypatch.setattr(Path, "mkdir", made_and_taken)
+    monkeypatch.setattr(idle_group, "LOCK_WAIT_S", 0.3, raising=False)
+    start = time.monotonic()
+    try:
+        group, why = make_idle_group(tmp_path)
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert group is None and why is not None
+    assert "held the lock of the cgroup" in why and "not used without it" in why
+    assert 0.25 < time.monotonic() - start < 5.0  # waited, within its bound
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(PREFIX)]  # not left
+
+
+@pytest.mark.compute
+def test_why_no_spinner_ran_without_an_idle_group_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    # _keep_awake dropped idle_group()'s reason: the summary gave the core's reasons
+    # ("built without it, on more than 64 CPUs, ...") instead of the real one
+    from shrink.cli.replay_cmd import _awake_text
+
+    why = "another process held the lock of the cgroup shrink-awake-1-2 for over 1 s"
+    monkeypatch.setattr(native, "_can_keep_awake", lambda: True)
+    monkeypatch.setattr(native, "in_root_cpu_group", lambda: False)
+    monkeypatch.setattr(native, "idle_group", lambda: (None, why))
+    spinners, group, why_not = native._keep_awake({"awake": True})
+    assert spinners is None and group is None and why_not is not None and why in why_not
+    text = _awake_text(0, None, why_not)
+    assert f"no spinner ran: no idle cpu cgroup for the spinners: {why}" in text
+    assert "built without it" not in text

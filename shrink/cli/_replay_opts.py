@@ -147,6 +147,12 @@ AWAKE_NONE_RAN = (
     "without it, on more than 64 CPUs, or no process could be made), so its CPUs slept"
 )
 
+# The same, when the reason is known (outside the root cpu cgroup, no idle group for them).
+AWAKE_NOT_RAN = (
+    "warning: the generator's CPUs were to be kept awake (--awake, or the default), but "
+    "no spinner ran: {why}, so its CPUs slept"
+)
+
 
 # Said once when --awake was asked for outside the root cpu cgroup and no idle one made.
 AWAKE_REFUSED = (

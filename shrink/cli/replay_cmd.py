@@ -29,6 +29,7 @@ from shrink.cli._common import (
 )
 from shrink.cli._replay_opts import (
     AWAKE_NONE_RAN,
+    AWAKE_NOT_RAN,
     ENGINE_DEFAULTS,
     GENERATOR_HINT,
     EngineOptions,
@@ -192,6 +193,8 @@ def _summary(res: Any, output: Path) -> dict[str, Any]:
         "awake_spinners": _spinners_ran(res.describe or {}),
         # the idle cpu cgroup they ran in (outside the root cpu cgroup; else None)
         "awake_group": ((res.describe or {}).get("engine") or {}).get("awake_group"),
+        # why none ran, when no idle cgroup could be had for them (else None)
+        "awake_why_not": ((res.describe or {}).get("engine") or {}).get("awake_why_not"),
         "send_lag_p50": g.send_lag_p50,
         "send_lag_p99": g.send_lag_p99,
         "send_lag_max": g.send_lag_max,
@@ -224,13 +227,15 @@ def _spinners_ran(desc: dict[str, Any]) -> int | None:
     return int((desc.get("engine") or {}).get("awake_spinners") or 0)
 
 
-def _awake_text(spinners: int | None, group: str | list[str] | None = None) -> str:
+def _awake_text(
+    spinners: int | None, group: str | list[str] | None = None, why_not: str | None = None
+) -> str:
     """The summary's line on the spinners asked for ('' when not asked); ``group``, the
-    idle cpu cgroup they ran in, or one per engine process."""
+    idle cpu cgroup they ran in, or one per engine process; ``why_not``, why none ran."""
     if spinners is None:
         return ""
     if spinners == 0:
-        return "\n" + AWAKE_NONE_RAN
+        return "\n" + (AWAKE_NONE_RAN if why_not is None else AWAKE_NOT_RAN.format(why=why_not))
     groups = [group] if isinstance(group, str) else list(group or [])
     where = (
         f" (from the idle cpu cgroup{'s' if len(groups) > 1 else ''} {', '.join(groups)})"
@@ -299,7 +304,7 @@ def _print_summary(s: dict[str, Any]) -> None:
         f"send lag: p50 {_ms(s['send_lag_p50'])}  p99 {_ms(s['send_lag_p99'])}"
         + ("" if s["generator_cpu"] is None else f"  generator CPU {s['generator_cpu']:.2f} cores")
         + ("" if s["utilization"] is None else f"  share busy {100 * s['utilization']:.0f}%")
-        + _awake_text(s.get("awake_spinners"), s.get("awake_group"))
+        + _awake_text(s.get("awake_spinners"), s.get("awake_group"), s.get("awake_why_not"))
     )
     if s["generator_behind"]:
         typer.echo(f"GENERATOR BEHIND: {s['behind_reason']} (not a server result)")

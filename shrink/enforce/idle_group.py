@@ -160,7 +160,14 @@ def _made_and_held(path: Path) -> tuple[IdleGroup | None, str | None]:
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
             continue  # (removed meanwhile: made again)
-        _lock(fd)
+        if not _lock(fd):
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                path.rmdir()  # (empty: just made)
+            return None, (
+                f"another process held the lock of the cgroup {path.name} for over "
+                f"{LOCK_WAIT_S:g} s (the group is not used without it)"
+            )
         try:
             if os.path.samestat(os.fstat(fd), os.lstat(path)):
                 return IdleGroup(path, fd), None
@@ -170,17 +177,27 @@ def _made_and_held(path: Path) -> tuple[IdleGroup | None, str | None]:
     return None, f"the cgroup {path.name} was removed each time it was made"
 
 
-def _lock(fd: int) -> None:
-    """Take the lock of a group just made: another run's look at it holds it a moment;
-    one kept longer (another user may open the folder) is not waited for past 0.1 s."""
-    for _ in range(50):
+def _lock(fd: int) -> bool:
+    """Take the lock of a group just made: another run's look at it holds it a moment.
+    One kept longer (another user may open the folder and hold it) is waited for at most
+    :data:`LOCK_WAIT_S`; False then (the group is not to be used without it)."""
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
+            return True
         except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
             time.sleep(0.002)
         except OSError:
-            return  # (a file system that cannot lock: the PID and start time alone)
+            return True  # (a file system that cannot lock: the PID and start time alone)
+
+
+# How long a group just made waits for its lock held by another (a look lasts
+# microseconds): past it the group is not used, since without its lock another run in a
+# PID namespace of its own could take it for stale and remove it mid-run.
+LOCK_WAIT_S = 1.0
 
 
 def remove_stale(root: Path) -> list[str]:

@@ -479,6 +479,10 @@ class LiveTarget:
                 "awake_spinners": spun,  # (the RunLog's awake says what was asked)
                 # the idle cpu cgroup they ran in (else None; a list, one per process)
                 "awake_group": gs[0] if len(gs) == 1 else gs or None,
+                # why none ran, when an idle cgroup for them could not be had
+                "awake_why_not": next(
+                    (w for st in engine.stats if (w := st.extra.get("awake_why_not"))), None
+                ),
                 **engine.extra,
             },
         }

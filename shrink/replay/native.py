@@ -213,7 +213,7 @@ def run_native(
         )
     args = _core_args(schedule, config, writer)
     # Forked before the run's zero is chosen (see _keep_awake), and ended however it ends.
-    spinners, group = _keep_awake(options)
+    spinners, group, why_not = _keep_awake(options)
     # asked of the core (the file's metadata is written before the run ends; how many
     # spinners did run is the stats' loop count awake_spinners), and the idle cgroup
     # they ran in (outside the root cpu cgroup; shrink.enforce.idle_group)
@@ -231,29 +231,31 @@ def run_native(
     stats.extra["loop"].update(awake_spinners=int(spun[0]), awake_cpu_us=int(spun[1] * 1e6))
     if group is not None:
         stats.extra["awake_group"] = group.path.name
+    if why_not is not None:  # (asked for, and no idle group could be had for them)
+        stats.extra["awake_why_not"] = why_not
     # (the spinners are processes of their own: their time is not in this one's)
     if len(spun) > 2:  # the time they saw this process stopped, and slept (a newer core)
         stats.extra["loop"]["stopped_us"] = int(spun[2] * 1e6)
     return stats
 
 
-def _keep_awake(options: RunOptions) -> tuple[Any, IdleGroup | None]:
+def _keep_awake(options: RunOptions) -> tuple[Any, IdleGroup | None, str | None]:
     """The spinners keeping this thread's CPUs awake for the run, when asked and the core
     can (None else), and the idle cgroup they run in outside the root cpu cgroup (none
-    made: no spinners there, which would compete with the group's neighbours). They are
+    made: no spinners there, which would compete with the group's neighbours; then why). They are
     forked before the run's zero is chosen: a fork copies this process's page tables and
     holds malloc's locks meanwhile (8-13 ms per spinner for a GB of small Python
     objects); forked inside the run, with its loop thread started and 50 ms before its
     zero, they made the first sends 70-90 ms late on a heap of 3 GB."""
     if not (options.get("awake") and _can_keep_awake()):
-        return None, None
+        return None, None, None
     if in_root_cpu_group():
-        return _core.keep_awake(), None
-    group, _ = idle_group()
+        return _core.keep_awake(), None, None
+    group, why = idle_group()
     if group is None:
-        return None, None
+        return None, None, f"no idle cpu cgroup for the spinners: {why}"
     try:
-        return _core.keep_awake(str(group.procs)), group
+        return _core.keep_awake(str(group.procs)), group, None
     except BaseException:
         group.remove()
         raise
