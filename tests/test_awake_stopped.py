@@ -24,7 +24,7 @@ from helpers.fake_engines import Part0Killed, fake_server_url
 
 from shrink.replay import native
 from shrink.replay.selfcheck import generator_check
-from shrink.replay.stopwatch import Continued, stopped_for
+from shrink.replay.stopwatch import Continued, flag_if_stopped, stopped_for
 from shrink.runlog import RunLog
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,6 +134,24 @@ def test_a_late_run_of_a_stopped_generator_says_the_stop_not_the_host() -> None:
     # a stop shorter than the lag limit cannot have made the sends that late
     short = generator_check(log, (0.0, 1.0), thread_wait=0.0001, stopped=0.0005)
     assert "below the scheduler" in short.reason
+
+
+@pytest.mark.compute
+def test_a_stop_seen_by_the_spinners_alone_flags_the_level() -> None:
+    """Ctrl-Z after the engine fixed its zero but before the watcher's first wake-up: the
+    engine, continued past its horizon, ended at once with nothing sent (0 requests, no
+    lag), the watcher saw no gap, and the level went into the curve unflagged."""
+    empty = RunLog.from_columns(
+        {"intended": np.zeros(0), "sent": np.zeros(0), "done": np.zeros(0), "status": np.zeros(0)}
+    )
+    check = generator_check(empty, (0.0, 1.0), stopped=2.34)
+    assert not check.behind  # nothing was late: nothing was sent
+    flagged = flag_if_stopped(check, 0.05, True, 2.34)
+    assert flagged.behind and "stopped (by a signal or job control) for 2.3 s" in flagged.reason
+    # a short stop (within the watcher's bound) is left to the send lag, as before
+    assert not flag_if_stopped(check, 0.05, True, 0.5).behind
+    # engines in processes of their own ran on while this one was stopped
+    assert not flag_if_stopped(check, 0.05, False, 2.34).behind
 
 
 @pytest.mark.compute

@@ -119,7 +119,10 @@ def flag_if_stopped(
 ) -> GeneratorCheck:
     """``check`` flagged behind when this process, running the engine (``inline``), did
     not run for longer than :data:`STOPPED_GAP` (``stopped``: the seconds it is known to
-    have been stopped, see :func:`stopped_for`)."""
+    have been stopped, see :func:`stopped_for`). The spinners' count is a gap too: a
+    stop before the watcher started (between the engine's zero and its first wake-up,
+    when the engine then ran out its horizon at once) is seen by them alone."""
+    gap = max(gap, stopped)
     if gap <= STOPPED_GAP or not inline or check.behind:
         return check
     why = (
