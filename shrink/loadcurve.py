@@ -509,8 +509,16 @@ class LoadCurve(files.VersionedFile):
 
     def require_levels(self, n: int = 2) -> None:
         if len(self.usable()) < n:
+            # a sweep whose time budget left levels out says so: that, not the server,
+            # is why there are too few
+            left = len(set(self.meta.get("levels_skipped_time_budget") or []))
+            why = (
+                f"; the time budget (--budget) left {left} more unmeasured: allow more time"
+                if left
+                else ""
+            )
             raise MeasurementError(
-                f"load curve has {len(self.usable())} usable levels, need at least {n}"
+                f"load curve has {len(self.usable())} usable level(s), need at least {n}{why}"
             )
 
 

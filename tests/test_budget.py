@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from shrink.autolevels import AutoPlan, auto_sweep
-from shrink.errors import ParameterError
+from shrink.errors import MeasurementError, ParameterError
 from shrink.target import FakeTarget
 from shrink.trace import Trace
 
@@ -141,3 +141,41 @@ def test_predict_refuses_a_budget_short_of_one_repetition_before_anything_starts
         OptionError, match=rf"--budget: 12 s cannot hold .* least that could is {least}"
     ):
         predict(_trace(), _NeverOpened(), cfg)
+
+
+def test_too_few_levels_for_a_budget_say_the_budget():
+    """`predict --budget 5s` on the simulator: "load curve has 1 usable levels, need at
+    least 2", and nothing said that the budget, not the server, had left them out."""
+    from shrink.measure import sweep
+
+    curve = sweep(FakeTarget(demand={"static": 0.001}), _trace(), [1.0], reps=1, warmup=1.0,
+                  duration=4.0, seed=3)  # fmt: skip
+    curve.meta["levels_skipped_time_budget"] = [2.0, 3.0, 3.0]
+    with pytest.raises(MeasurementError, match=r"1 usable level\(s\), need at least 2; the "
+                       r"time budget \(--budget\) left 2 more unmeasured"):  # fmt: skip
+        curve.require_levels()
+    curve.meta.pop("levels_skipped_time_budget")
+    with pytest.raises(MeasurementError) as got:
+        curve.require_levels()
+    assert "budget" not in str(got.value)
+
+
+def test_predict_says_when_its_budget_left_levels_unmeasured(tmp_path):
+    """`predict --budget 4s` measured one level of ten, printed "done [10/10]" and the
+    MATs as bounds, and nothing on the terminal said the budget had cut the sweep (the
+    curve's meta alone recorded it)."""
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+    from tests.conftest import ROOT
+
+    spec = ROOT / "examples" / "machines" / "nehalem-2s.toml"
+    trace = tmp_path / "t.parquet"
+    _trace(rate=2000.0, duration=60.0).write_parquet(trace)
+    args = ["predict", str(trace), "--target", f"sim:{spec}", "--alpha", "0.5", "--reps", "1",
+            "--warmup", "0s", "--duration", "2s", "--mappings", "1-replica", "--max-levels", "4",
+            "-o"]  # fmt: skip
+    cut = CliRunner().invoke(app, [*args, str(tmp_path / "a"), "--budget", "9s"])
+    assert "note: the time budget (--budget 9s) left" in cut.stderr, cut.output
+    whole = CliRunner().invoke(app, [*args, str(tmp_path / "b")])
+    assert "note: the time budget" not in whole.stderr, whole.output
