@@ -345,11 +345,8 @@ def predict(
     )
     _record_share_model(prediction, share, merr)
     prediction.extra["mappings_left_out"] = list(left_out)  # by 'all': the CPUs cannot give
-    # levels the sweep chose and did not run: the time budget (--budget) had no room
-    prediction.extra["levels_out_of_time"] = sorted(
-        {float(x) for x in measured.meta.get("levels_skipped_time_budget") or []}
-    )
-    prediction.extra["levels_measured"] = len(measured.levels)
+    skipped = measured.meta.get("levels_skipped_time_budget") or []  # --budget had no room
+    prediction.extra["out_of_time"] = (len(measured.levels), sorted(set(skipped)))
     record_inputs(prediction, inputs, provider, measured, config.plan, scaling)
     if full_curve is not None:
         prediction.full_run = _full_run_summary()

@@ -272,25 +272,13 @@ def predict(
         echo_json(pred.to_dict())
     else:
         _print_summary(pred, out)
-        note_out_of_time(pred, budget)
+        from shrink.report.text import out_of_time_text
+
+        if text := out_of_time_text(pred.extra.get("out_of_time"), printable(budget)):
+            typer.echo(text, err=True)  # the budget, not the server, ended the sweep
         if target.startswith("sim:"):
             typer.echo(_sim_workload(trace, pred, max_body))
     exit_if_bound(bounded_mats(pred.mappings))
-
-
-def note_out_of_time(pred: Prediction, budget: str | None) -> None:
-    """Say on stderr when the time budget left levels of the sweep unmeasured: the
-    progress ended "done" and the MATs may be bounds for that alone."""
-    left = pred.extra.get("levels_out_of_time") or []
-    if not left:
-        return
-    levels = ", ".join(f"{x:g}" for x in left)
-    typer.echo(
-        f"note: the time budget (--budget {printable(budget)}) left {len(left)} level(s) of "
-        f"the sweep unmeasured ({levels}); it measured "
-        f"{pred.extra.get('levels_measured', '?')}: allow more time for them",
-        err=True,
-    )
 
 
 def _sim_workload(trace_path: Path, pred: Prediction, max_body: int = MAX_BODY) -> str:

@@ -10,6 +10,7 @@ __all__ = [
     "STAT_NAME",
     "bound_prefix",
     "level_text",
+    "out_of_time_text",
     "rate_text",
     "seconds_text",
     "thin_tail_text",
@@ -49,4 +50,17 @@ def thin_tail_text(need: int, thin: dict[float, int]) -> str:
         f"rests on fewer than {need:,} requests a repetition (fewest "
         f"{min(thin.values()):,}): there it is the slowest request or two, not a tail; "
         "measure longer (--duration) or at higher rates for it"
+    )
+
+
+def out_of_time_text(out_of_time: tuple[int, list[float]] | None, budget: str) -> str:
+    """A note when a time budget left levels of an automatic sweep unmeasured
+    (``out_of_time``: the levels measured, those left out); "" when it left none."""
+    measured, left = out_of_time or (0, [])
+    if not left:
+        return ""
+    levels = ", ".join(f"{float(x):g}" for x in left)
+    return (
+        f"note: the time budget (--budget {budget}) left {len(left)} level(s) of the sweep "
+        f"unmeasured ({levels}); it measured {measured}: allow more time for them"
     )
