@@ -345,8 +345,6 @@ def predict(
     )
     _record_share_model(prediction, share, merr)
     prediction.extra["mappings_left_out"] = list(left_out)  # by 'all': the CPUs cannot give
-    skipped = measured.meta.get("levels_skipped_time_budget") or []  # --budget had no room
-    prediction.extra["out_of_time"] = (len(measured.levels), sorted(set(skipped)))
     record_inputs(prediction, inputs, provider, measured, config.plan, scaling)
     if full_curve is not None:
         prediction.full_run = _full_run_summary()

@@ -45,7 +45,10 @@ def record_inputs(
 ) -> None:
     """Record ``inputs`` in ``pred``, with the full target's CPUs, the user's ``plan`` and
     what the sweep of ``measured`` derived from it, and the server recipe. Without
-    ``inputs`` (a caller with no trace file, such as an example in Python) nothing is."""
+    ``inputs`` (a caller with no trace file, such as an example in Python) nothing is.
+    The levels the time budget left out are noted in ``pred.extra`` either way."""
+    skipped = measured.meta.get("levels_skipped_time_budget") or []  # --budget had no room
+    pred.extra["out_of_time"] = (len(measured.levels), sorted(set(skipped)))
     if inputs is None:
         return
     ts = inputs.target
