@@ -133,9 +133,9 @@ def test_think_default_applies_to_bursts_without_think(tmp_path):
     [
         ("/a\n/b think=1 foo=bar\n", 2, "unknown argument 'foo=bar'"),
         ("/a\n\n/b method=get\n", 3, "unknown method"),
-        ("/a method=\n", 1, "unknown argument 'method='"),
-        ("/a think=\n", 1, "unknown argument 'think='"),
-        ("/a contents=\n", 1, "unknown argument 'contents='"),
+        ("/a method=\n", 1, r"method= has no value \(no blank may follow the =\)"),
+        ("/a think=\n", 1, r"think= has no value \(no blank may follow the =\)"),
+        ("/a contents=\n", 1, r"contents= has no value \(no blank may follow the =\)"),
         ("/a\n/b think=2s\n", 2, "not a number"),
         ("/a think=-1\n", 1, "must be a finite number"),
         ("/a think=nan\n", 1, "must be a finite number"),

@@ -327,6 +327,9 @@ def _read_sessions(lines: _Lines, out: _Sessions) -> None:
                 )
                 if (size := len(_body(body))) > lines.max_body:
                     raise lines.error(f"contents=: {too_large(size, lines.max_body)}", at)
+            elif word in ("method=", "think=", "contents="):
+                # (a blank after the =: "think=\t3" read as "unknown argument 'think='")
+                raise lines.error(f"{word} has no value (no blank may follow the =)", lineno)
             else:
                 raise lines.error(
                     f"unknown argument {_shown(word)!r} (httperf knows think=, method=, contents=)",
