@@ -410,3 +410,21 @@ def test_raw_bytes_that_are_not_utf8_are_replayed_as_those_bytes(tmp_path):
     w = tmp_path / "s.wsesslog"
     w.write_bytes(b"/a\xff\xfe.html think=1\n\t/b\xc3\xa9\n")
     assert read_wsesslog(w).column("path").tolist() == ["/a%FF%FE.html", "/b\u00e9"]
+
+
+def test_a_raw_nul_in_the_request_is_a_bad_line_not_a_path(tmp_path):
+    """A raw NUL in a request field (a server logs one as \\x00) was read as a path: ingest
+    exited 0 with a trace the replay then refused ("cannot be sent: holds CR, LF or NUL")."""
+    p = _log(
+        tmp_path,
+        [
+            _line("192.0.2.1", "10/Oct/2023:13:55:36 +0000", "GET /a HTTP/1.1"),
+            _line("192.0.2.1", "10/Oct/2023:13:55:37 +0000", "GET /b\x00c HTTP/1.1"),
+            _line("192.0.2.1", "10/Oct/2023:13:55:38 +0000", "GET /d\\x00 HTTP/1.1"),
+        ],
+    )
+    trace = read_clf(p)
+    assert trace.column("path").tolist() == ["/a", "/d%00"]
+    assert trace.meta["skipped_lines"] == [2]
+    with pytest.raises(TraceFormatError, match="line 2: request field holds a raw NUL byte"):
+        read_clf(p, strict=True)

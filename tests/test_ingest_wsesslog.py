@@ -140,6 +140,7 @@ def test_think_default_applies_to_bursts_without_think(tmp_path):
         ("/a think=-1\n", 1, "must be a finite number"),
         ("/a think=nan\n", 1, "must be a finite number"),
         ("/a contents='open\n/b\n", 1, "never closed"),
+        ("/a\n/b\x00c think=1\n", 2, "the path holds a NUL byte"),
         ("/a contents=x\\\n", 1, "end of the file"),
         ("/a contents=x\\", 1, "end of the file"),
     ],

@@ -300,6 +300,8 @@ def _read_batch(
             req = _split_request(m["request"])
             if req is None:
                 why = f"request field {m['request']!r} is not METHOD URL [VERSION]"
+            elif "\x00" in req[1]:  # (a server logs one as \x00; sent, it ends the line)
+                why = "request field holds a raw NUL byte: not a line a server wrote"
             else:
                 stamp = m["time"]
                 cached = time_cache.get(stamp)

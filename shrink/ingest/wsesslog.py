@@ -304,6 +304,8 @@ def _read_sessions(lines: _Lines, out: _Sessions) -> None:
                     f"before it), past a century ({MAX_SECONDS:.0f} s)",
                     lineno,
                 )
+        if "\x00" in first.group():  # (the replay refused it only when it came to send it)
+            raise lines.error("the path holds a NUL byte, which no request line can", lineno)
         method, body = "GET", ""
         pos = first.end()
         while (m := _WORD.search(text, pos)) is not None:
