@@ -250,3 +250,20 @@ def test_a_captured_type_that_cannot_go_on_the_wire_is_dropped_and_counted(tmp_p
     assert trace.column("body").tolist() == [b"a=1"] * 3 + [JSON]
     assert trace.column("content_type").tolist() == [None] * 3 + [TYPES["/j.php"]]
     assert trace.meta["http_anomalies"] == {"request-content-type-dropped": 3}
+
+
+def test_a_request_target_with_a_nul_is_left_out_and_counted(tmp_path):
+    """A captured request line whose target held a NUL was read as a path: ingest exited 0
+    and the replay refused the whole trace later ("cannot be sent: holds CR, LF or NUL").
+    Alone in the capture, the error blamed a one-way capture ("only responses")."""
+    ok = (b"GET /ok HTTP/1.1\r\nHost: a\r\n\r\n", http_response(2))
+    bad = (b"GET /a\x00b HTTP/1.1\r\nHost: a\r\n\r\n", http_response(2))
+    pcap = write_capture(tmp_path / "p.pcap", [Conn([ok, bad, ok])])
+    trace = read_capture(pcap)
+    assert trace.column("path").tolist() == ["/ok", "/ok"]
+    assert trace.meta["http_anomalies"]["request-target-nul"] == 1
+    alone = write_capture(tmp_path / "q.pcap", [Conn([bad])])
+    res = CliRunner().invoke(app, ["ingest", str(alone), "-o", str(tmp_path / "t.parquet")])
+    assert res.exit_code == 1
+    assert "1 request with a NUL byte in the target" in res.output
+    assert "only responses" not in res.output

@@ -43,6 +43,8 @@ _HTTP_FAULTS = {
     "as they go, lost bytes as zeros)",
     "request-content-type-dropped": "Content-Types that cannot be sent again (a control "
     "character, or too long: the body goes as form data)",
+    "request-target-nul": "requests whose target holds a NUL byte, which no request line "
+    "can carry (left out)",
     "request-content-type-repeated": "requests with two unlike Content-Types (the first kept)",
     "incomplete-response-header": "responses cut short in their header",
     "response-header-in-gap": "response headers with bytes the capture lost",
@@ -254,6 +256,11 @@ def _no_request(meta: dict[str, Any], listed: list[int]) -> str:
     if not packets:
         damage = meta.get("damage")
         return f"no packet could be read ({damage})" if damage else "the capture holds no packet"
+    if nul := int((meta.get("http_anomalies") or {}).get("request-target-nul", 0)):
+        return (
+            f"{plural(nul, 'request')} with a NUL byte in the target (no request line can "
+            "carry one)"
+        )
     if orphans:
         return (
             f"only responses were captured ({plural(orphans, 'response')} without their "

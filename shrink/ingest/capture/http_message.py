@@ -21,6 +21,7 @@ __all__ = [
     "HEADER_WINDOW",
     "MAX_HEADER",
     "METHOD_TAIL",
+    "NUL_TARGET",
     "REQ_LINE",
     "SEARCH_OVERLAP",
     "SEARCH_WINDOW",
@@ -36,9 +37,11 @@ __all__ = [
     "target_text",
 ]
 
-REQ_LINE = re.compile(rb"([A-Z][A-Z0-9_-]{0,19}) ([^ \r\n]+) HTTP/1\.[01]\r?\n")
+REQ_LINE = re.compile(rb"([A-Z][A-Z0-9_-]{0,19}) ([^ \r\n\x00]+) HTTP/1\.[01]\r?\n")
 STATUS_LINE = re.compile(rb"HTTP/1\.[01] ([0-9]{3})(?:[ \t][^\r\n]*)?\r?\n")
-METHOD_TAIL = re.compile(rb"[A-Z][A-Z0-9_-]{0,19} [^ \r\n]+\Z")
+# A request line whose target holds a NUL: no request line can carry one (left out).
+NUL_TARGET = re.compile(rb"[A-Z][A-Z0-9_-]{0,19} [^ \r\n]*\x00[^ \r\n]* HTTP/1\.[01]\r?\n")
+METHOD_TAIL = re.compile(rb"[A-Z][A-Z0-9_-]{0,19} [^ \r\n\x00]+\Z")
 _HIGH_BYTE = re.compile("[\x80-\xff]")
 MAX_HEADER = 64 * 1024
 DETECT_WINDOW = 64 * 1024

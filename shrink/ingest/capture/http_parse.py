@@ -37,6 +37,7 @@ from shrink.ingest.capture.http_message import (
     DETECT_WINDOW,
     HEADER_WINDOW,
     MAX_HEADER,
+    NUL_TARGET,
     REQ_LINE,
     SEARCH_OVERLAP,
     SEARCH_WINDOW,
@@ -232,6 +233,8 @@ class _Parser:
                 p += m.end()
                 continue
             w, m, h, body = self.head(REQ_LINE, w, p, end)
+            if m is None and NUL_TARGET.match(w):  # (the replay could not send it)
+                self.counts["request-target-nul"] += 1
             q = self.unusable(m, h, p, body, end, find_request, "request")
             if q is not None:
                 if q < 0:

@@ -38,7 +38,7 @@ __all__ = ["REQ_PLAIN", "RESP_PLAIN", "plain_requests", "plain_responses"]
 _OTHER_LINE = rb"(?:(?!(?i:content-length|transfer-encoding):)[^\r\n]++\r\n)*+"
 _LENGTH_LINE = rb"(?:(?i:content-length):[ \t]*+([0-9]++)[ \t]*+\r\n" + _OTHER_LINE + rb")?"
 REQ_PLAIN = re.compile(
-    rb"([A-Z][A-Z0-9_-]{0,19}) ([^ \r\n]++) HTTP/1\.[01]\r\n" + _OTHER_LINE + rb"\r\n"
+    rb"([A-Z][A-Z0-9_-]{0,19}) ([^ \r\n\x00]++) HTTP/1\.[01]\r\n" + _OTHER_LINE + rb"\r\n"
 )
 RESP_PLAIN = re.compile(
     rb"HTTP/1\.[01] ([0-9]{3})(?:[ \t][^\r\n]*+)?\r\n" + _OTHER_LINE + _LENGTH_LINE + rb"\r\n"
