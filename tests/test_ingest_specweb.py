@@ -160,3 +160,12 @@ def test_times_a_century_apart_name_the_line(tmp_path):
         read_trace(p)
     assert info.value.line == 4 and "line 2's 0.0" in str(info.value)
     assert "time 1e12 is 31,688 years after" in str(info.value)
+
+
+def test_a_url_with_a_nul_is_a_bad_line(tmp_path):
+    """Read as a path, a NUL made a trace the replay refused whole ("cannot be sent")."""
+    p = _write(tmp_path, "100.0\tu1\t/a\x00b\n100.1\tu1\t/c\n")
+    trace = read_specweb(p)
+    assert trace.column("path").tolist() == ["/c"] and trace.meta["skipped_lines"] == [1]
+    with pytest.raises(TraceFormatError, match="line 1: url holds a NUL byte"):
+        read_specweb(p, strict=True)
