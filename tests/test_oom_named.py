@@ -117,3 +117,18 @@ def test_a_real_oom_kill_is_seen_in_the_kernel_log_and_the_cgroup():
         assert oom.cgroup_oom_kills([group]) == 1
     finally:
         group.rmdir()
+
+
+@pytest.mark.compute
+def test_a_process_gone_while_the_others_run_says_they_run(monkeypatch):
+    """`kill -9` of nginx's worker: its master started another in its place and the server
+    answered, but the sweep said "the server under test is down: crashed or killed: nginx
+    PID ..." and no more."""
+    monkeypatch.setattr(oom, "_records", lambda kmsg: iter(()))
+    monkeypatch.setattr(oom, "cgroup_oom_kills", lambda folders: 0)
+    pid, start = _gone()
+    here = os.getpid()
+    said = server_problem(_state([here, pid], {pid: start}))
+    assert said.startswith(f"crashed or killed: lighttpd PID {pid} (its other 1 process still")
+    assert "bring the testbed down and up again" in said
+    assert server_problem(_state([pid], {pid: start})) == f"crashed or killed: lighttpd PID {pid}"

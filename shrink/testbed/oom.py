@@ -160,5 +160,18 @@ def replicas_gone(replicas: Iterable[Any]) -> str | None:
         dead = [p for p in r.pids if not is_alive(p, r.starttimes.get(p))]
         spin = [f"{SPINNER} PID {p}" for p, t in r.spinners.items() if not is_alive(p, t)]
         if dead or spin:
-            said.append(dead_problem(r, dead, spin))
+            said.append(dead_problem(r, dead, spin) + _others_run(len(r.pids) - len(dead)))
     return "; ".join(said) if said else None
+
+
+def _others_run(alive: int) -> str:
+    """What to add when ``alive`` of a replica's recorded processes still run: an nginx
+    worker killed was replaced by its master, and "down" alone read as if nothing
+    answered, while the share's processes were no longer the ones recorded."""
+    if alive <= 0:
+        return ""
+    return (
+        f" (its other {alive} process{'es' if alive > 1 else ''} still run: a server's "
+        "master may have started another in its place, which the testbed's record does "
+        "not know; bring the testbed down and up again)"
+    )
