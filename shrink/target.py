@@ -63,7 +63,8 @@ class GeneratorPlacement:
     ``cluster`` instead (:mod:`shrink.replay.cluster`), and the send-lag p99 past which
     a run is behind (seconds; None: :data:`shrink.replay.selfcheck.LAG_LIMIT`), and whether
     the generator's CPUs are kept awake for a run (None: as
-    :func:`shrink.replay.scaleout.default_awake` picks)."""
+    :func:`shrink.replay.scaleout.default_awake` picks), and an event that stops a run
+    early as a stop signal does (a testbed's watch sets it; not on a ``cluster``)."""
 
     cpus: tuple[int, ...] | None = None
     allow_overlap: bool = False
@@ -73,6 +74,7 @@ class GeneratorPlacement:
     cluster: ClusterSpec | None = None
     lag_limit: float | None = None
     awake: bool | None = None
+    stop: Any = None
 
 
 @dataclass

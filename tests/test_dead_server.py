@@ -47,7 +47,7 @@ def test_a_dead_server_stops_the_sweep_and_the_finished_levels_are_kept(tmp_path
 def _refusing_engine(error: str):
     """A replay engine whose every request is refused (nothing listens)."""
 
-    def engine(schedule, config, writer, *, t0=None, on_ready=None, handle_signals=True):
+    def engine(schedule, config, writer, *, t0=None, on_ready=None, handle_signals=True, stop=None):
         t0 = on_ready()
         for i in range(200):
             tc = writer.targets.code("127.0.0.1:9")

@@ -53,7 +53,7 @@ def test_nothing_finished_says_nothing_was_written(tmp_path, capsys):
 def test_an_interrupted_live_run_does_not_wait_for_the_planned_end():
     """The window's CPU sampler used to hold the run until the window's end (40 s)."""
 
-    def engine(schedule, config, writer, *, t0=None, on_ready=None, handle_signals=True):
+    def engine(schedule, config, writer, *, t0=None, on_ready=None, handle_signals=True, stop=None):
         t0 = on_ready()
         writer.close()
         return EngineStats(t0=t0, t0_unix=0.0, wall=0.1, cpu=0.0, requests=0, interrupted=True)

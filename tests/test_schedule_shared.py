@@ -44,7 +44,7 @@ def test_the_simulator_and_the_engine_build_the_same_schedule(monkeypatch, seed)
 
     engine_got: list[Schedule] = []
 
-    def engine(schedule, config, writer, *, t0=None, on_ready=None, handle_signals=True):
+    def engine(schedule, config, writer, *, t0=None, on_ready=None, handle_signals=True, stop=None):
         engine_got.append(schedule)
         writer.close()
         return EngineStats(t0=0.0, t0_unix=0.0, wall=0.0, cpu=0.0, requests=0)

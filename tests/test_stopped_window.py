@@ -187,7 +187,7 @@ def test_a_stopped_run_on_a_share_has_its_cpu_up_to_the_stop():
     from shrink.replay.live import LiveTarget
     from shrink.target import GeneratorPlacement
 
-    def engine(schedule, config, writer, *, t0=None, on_ready=None, handle_signals=True):
+    def engine(schedule, config, writer, *, t0=None, on_ready=None, handle_signals=True, stop=None):
         t0 = on_ready()
         time.sleep(0.8)  # 0.6 s into the 30 s window, then stopped
         writer.close()

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from shrink.procfs import proc_info
 from shrink.replay import live
 from shrink.replay.engine import EngineStats
 from shrink.replay.live import LiveTarget
+from shrink.replay.native import available
 from shrink.replay.writer import RunLogRow
 from shrink.target import GeneratorPlacement
 from shrink.testbed import watch
@@ -75,7 +77,7 @@ def _engine_that_stops(pid: int):
     """A replay engine that stops ``pid`` for a while in the middle of its run (the
     requests of the while time out) and lets it go on before the run ends."""
 
-    def engine(schedule, config, writer, *, t0=None, on_ready=None, handle_signals=True):
+    def engine(schedule, config, writer, *, t0=None, on_ready=None, handle_signals=True, stop=None):
         t0 = on_ready()
         os.kill(pid, signal.SIGSTOP)
         time.sleep(4 * watch.POLL_S)
@@ -226,7 +228,7 @@ def test_a_co_runner_stopped_or_off_sched_fifo_is_named():
 def _answering(status: int):
     """A replay engine whose every request is answered whole with ``status``."""
 
-    def engine(schedule, config, writer, *, t0=None, on_ready=None, handle_signals=True):
+    def engine(schedule, config, writer, *, t0=None, on_ready=None, handle_signals=True, stop=None):
         t0 = on_ready()
         for i in range(200):
             tc = writer.targets.code("127.0.0.1:9")
@@ -478,5 +480,69 @@ def test_a_levels_watch_reads_the_state_once_not_every_look(monkeypatch):
         _wait_state(srv.pid, "Tt")
         assert f"lighttpd PID {srv.pid} is stopped" in (target._problem() or "")
     finally:
+        srv.kill()
+        srv.wait()
+
+
+def _http_server(root: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """A plain HTTP server on a free loopback port, serving ``root``."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = [sys.executable, "-m", "http.server", "-b", "127.0.0.1", "-d", str(root), str(port)]
+    srv = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return srv, port
+        time.sleep(0.05)
+    srv.kill()
+    raise AssertionError("the test's HTTP server did not start")
+
+
+@pytest.mark.parametrize(
+    ("engine", "processes"),
+    [
+        ("python", None),
+        pytest.param(
+            "native",
+            None,
+            marks=pytest.mark.skipif(not available(), reason="the native core is not built"),
+        ),
+        ("python", 2),
+    ],
+)
+def test_a_server_stopped_mid_level_ends_the_level_at_once(tmp_path, engine, processes):
+    """The php-fpm pool SIGSTOPped mid-level: the watch named it, but only once the level
+    had run to its end, its requests waiting out their timeout (14-20 s later in predict
+    and validate). The watch now ends the run through the engines' stop event (engine
+    processes of their own too), and the level is still a testbed error, not a level."""
+    (tmp_path / "f").write_text("x" * 100)
+    srv, port = _http_server(tmp_path)
+    try:
+        cpus = tuple(sorted(os.sched_getaffinity(0)))
+        gen = cpus[:2] if processes else cpus[:1]
+        target = LiveTarget(
+            [("127.0.0.1", port)], state=_state(srv.pid), share_cpus=list(cpus[-1:]),
+            generator=GeneratorPlacement(gen, True, realtime=0, processes=processes,
+                                         engine=engine, awake=False),
+            idle_bound=0.1,
+        )  # fmt: skip
+        stopper = threading.Timer(0.5, os.kill, (srv.pid, signal.SIGSTOP))
+        start = time.monotonic()
+        stopper.start()
+        want = f"during the level, the server under test went wrong: r0: lighttpd PID {srv.pid} "
+        with pytest.raises(TestbedError, match=want + r"is stopped \(SIGSTOP\)"):
+            target.run(steady_trace(), rate_factor=1.0, warmup=0.0, duration=8.0)
+        took = time.monotonic() - start
+        stopper.join()
+        # (the run would have taken its 8 s; the watch looks every POLL_S, the engines
+        # at their stop event every 100 ms)
+        assert took < 3.0, took
+    finally:
+        os.kill(srv.pid, signal.SIGCONT)
         srv.kill()
         srv.wait()

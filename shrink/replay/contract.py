@@ -26,7 +26,15 @@ if TYPE_CHECKING:
     from shrink.replay.writer import RunLogWriter
     from shrink.schedule import Schedule
 
-__all__ = ["Engine", "EngineStats", "RunOptions", "run_stats", "wants_signals", "zero_time"]
+__all__ = [
+    "Engine",
+    "EngineStats",
+    "RunOptions",
+    "StopOn",
+    "run_stats",
+    "wants_signals",
+    "zero_time",
+]
 
 # Without t0 or on_ready, the zero is this far after the engine is built.
 START_LEAD_S = 0.05
@@ -40,7 +48,8 @@ class RunOptions(TypedDict, total=False):
     the zero (processes of one scaled-out run share it). ``handle_signals``
     (default True): SIGINT/SIGTERM/SIGHUP stop the run early, when run on the main thread.
     ``stop``: an event another thread sets to stop the run early the same way (a
-    generator off the main thread: a Ray actor's), checked every 100 ms.
+    generator off the main thread: a Ray actor's; a testbed's watch that saw its server
+    stopped or gone), checked every 100 ms.
     ``awake``: keep the CPUs the engine may run on from halting for the run, so that
     its timed wake-ups come on time (the native core; see native/src/awake.rs). An
     engine without the means ignores it.
@@ -49,7 +58,7 @@ class RunOptions(TypedDict, total=False):
     t0: float | None
     on_ready: Callable[[], float] | None
     handle_signals: bool
-    stop: threading.Event | None
+    stop: threading.Event | Any | None  # (or a multiprocessing Event: forked processes')
     awake: bool
 
 
@@ -76,6 +85,19 @@ class Engine(Protocol):
         self, schedule: Schedule, config: EngineConfig, writer: RunLogWriter,
         **options: Unpack[RunOptions],
     ) -> EngineStats: ...  # fmt: skip
+
+
+@dataclass(frozen=True)
+class StopOn:
+    """An engine given ``event`` as its ``stop`` option: set, the run stops as on a stop
+    signal (its rows so far are kept). A multiprocessing event reaches forked engine
+    processes too."""
+
+    engine: Any
+    event: Any
+
+    def __call__(self, *args: Any, **options: Any) -> EngineStats:
+        return self.engine(*args, **{"stop": self.event, **options})
 
 
 def zero_time(writer: RunLogWriter, options: RunOptions) -> float:

@@ -55,7 +55,13 @@ from shrink.replay.window_cpu import of_share, window_cpu
 from shrink.runlog import RunLog
 from shrink.schedule import ScheduleOptions
 from shrink.target import GeneratorCheck, GeneratorPlacement, RunResult
-from shrink.testbed.problems import _replicas, _spinners, server_problem, testbed_problem
+from shrink.testbed.problems import (
+    _replicas,
+    _spinners,
+    pids_alive,
+    server_problem,
+    testbed_problem,
+)
 from shrink.testbed.state import ReplicaState, TestbedState
 from shrink.testbed.watch import Watch
 from shrink.topology import foreign_cpus
@@ -288,14 +294,16 @@ class LiveTarget:
             "generator would compete with the server; pass --allow-overlap to measure anyway"
         )
 
-    def _placement(self) -> GeneratorPlacement:
-        """The engine processes of a run: on the generator's CPUs (as many as asked)."""
+    def _placement(self, stop: Any = None) -> GeneratorPlacement:
+        """The engine processes of a run: on the generator's CPUs (as many as asked);
+        ``stop``: the event that ends the run early (its testbed's watch's)."""
         cpus = self.generator_cpus
         if cpus is not None and self.processes is not None and self.processes < len(cpus):
             cpus = cpus[: self.processes]
         return GeneratorPlacement(
             None if cpus is None else tuple(cpus), realtime=self.realtime,
             processes=self.processes, engine=self.engine, cluster=self.cluster, awake=self.awake,
+            stop=stop,
         )  # fmt: skip
 
     def _count_slots(self, generators: list[dict[str, Any]]) -> None:
@@ -332,19 +340,6 @@ class LiveTarget:
             if k in st:
                 out[k] = st[k]
         return {**out, "shrink_version": __version__}  # as the simulator's target records it
-
-    def _pids_alive(self) -> dict[int, bool]:
-        pids = [p for r in self.state.get("replicas", []) for p in r.get("pids", [])]
-        out = {}
-        for pid in pids:
-            try:
-                os.kill(int(pid), 0)
-                out[int(pid)] = True
-            except ProcessLookupError:
-                out[int(pid)] = False
-            except PermissionError:
-                out[int(pid)] = True
-        return out
 
     def run(
         self,
@@ -399,7 +394,7 @@ class LiveTarget:
                     rate_factor=rate_factor,
                     horizon=horizon,
                     schedule=ScheduleOptions(self.mode, self.loop, self.warm_start),
-                    generator=self._placement(),
+                    generator=self._placement(None if watch is None else watch.halt),
                     out=out,
                     meta=meta,
                     on_start=on_start,
@@ -442,7 +437,7 @@ class LiveTarget:
                 util = sum(per_cpu.values()) / len(per_cpu) if per_cpu else None
             wall = engine.wall or horizon
             check = self._generator_check(log, window, engine, wall, (paused, continued.count))
-            alive = self._pids_alive()
+            alive = pids_alive(self.state)
             desc = self._run_describe(engine, wall)
             desc.update(
                 window_cpu(sampler, duration, per_cpu, self.share_cpus, self.generator_cpus)
@@ -453,7 +448,8 @@ class LiveTarget:
                     desc["server_busy_at_start"] = True
             if alive and not all(alive.values()):
                 desc["dead_pids"] = [p for p, ok in alive.items() if not ok]
-            if not engine.interrupted:
+            # (a run its watch ended, the server seen stopped or gone, is no level either)
+            if not engine.interrupted or (watch is not None and watch.halt.is_set()):
                 seen = seen or _other_load(sampler)
                 if seen is not None:
                     raise TestbedError(f"during the level, the server under test {seen}")

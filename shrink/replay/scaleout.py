@@ -32,6 +32,7 @@ from shrink.enforce.idle_group import remove_groups_of
 from shrink.errors import OptionError, ReplayError
 from shrink.processes import die_with_parent
 from shrink.replay.cluster import ClusterSpec, run_on_cluster
+from shrink.replay.contract import StopOn
 from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
 from shrink.replay.engine_parts import parts_say, say_lost
 from shrink.replay.writer import RunLogWriter
@@ -336,6 +337,8 @@ def run_engines(
         from shrink.replay.native import select_engine
 
         engine = select_engine(engine)
+    if generator.stop is not None and cluster is None:  # (inside AwakeEngine: see below)
+        engine = StopOn(engine, generator.stop)
     if default_awake(
         generator.awake, generator.cpus, avoid_cpus, allow_overlap=generator.allow_overlap
     ):

@@ -3,13 +3,14 @@ or running but stopped, frozen or with its share changed since it was recorded."
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from shrink.testbed.oom import replicas_gone
 from shrink.testbed.state import ReplicaState
 from shrink.testbed.watch import state_problems
 
-__all__ = ["server_problem", "testbed_problem"]
+__all__ = ["pids_alive", "server_problem", "testbed_problem"]
 
 
 def _spinners(replica: dict[str, Any]) -> list[int]:
@@ -43,3 +44,17 @@ def testbed_problem(
         return f"is down: {down}"
     changed = state_problems(state, replicas) if state.get("replicas") else None
     return f"went wrong: {changed}" if changed is not None else None
+
+
+def pids_alive(state: dict[str, Any]) -> dict[int, bool]:
+    """Each recorded server PID of a testbed's state, and whether it is alive."""
+    out = {}
+    for pid in [int(p) for r in state.get("replicas", []) for p in r.get("pids", [])]:
+        try:
+            os.kill(pid, 0)
+            out[pid] = True
+        except ProcessLookupError:
+            out[pid] = False
+        except PermissionError:
+            out[pid] = True
+    return out

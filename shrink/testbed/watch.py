@@ -209,18 +209,24 @@ def state_problems(state: dict[str, Any], replicas: list[ReplicaState] | None = 
 class Watch(threading.Thread):
     """Looks at a testbed every POLL_S while a level runs; ``problem`` is the first
     thing :func:`check` found wrong (a server stopped and resumed within the level
-    measured as slow what was stopped)."""
+    measured as slow what was stopped). Found, it sets ``halt``, the run's engines' stop
+    event (a multiprocessing one: forked engine processes see it too): the level is no
+    level, and its requests need not wait out their timeout before that is said."""
 
     def __init__(self, check: Any) -> None:
+        import multiprocessing
+
         super().__init__(daemon=True, name="testbed-watch")
         self.check = check
         self.problem: str | None = None
         self.stop = threading.Event()
+        self.halt = multiprocessing.get_context("fork").Event()
 
     def run(self) -> None:
         while not self.stop.wait(POLL_S):
             self.problem = self.check()
             if self.problem is not None:
+                self.halt.set()
                 return
 
     def finish(self) -> str | None:
