@@ -81,11 +81,13 @@ class ShrinkError(Exception):
     An error that stops a sweep after some levels (a dead server, a full disk)
     carries them: ``curve`` is the LoadCurve of the finished levels (None if there
     are none), and whoever writes it appends the file to ``kept``, so that the
-    message names only files that exist.
+    message names only files that exist. ``then``: what to do with them, said after
+    the kept files (how to get the result a failed write left unsaid).
     """
 
     curve: Any = None
     kept: tuple[str, ...] = ()
+    then: str = ""
 
     def __str__(self) -> str:
         # Messages carry names from the field (file names, paths in a log): escaped, and

@@ -314,3 +314,41 @@ def test_a_kept_file_that_could_not_be_rewritten_says_how_many_levels_it_holds(s
 def test_one_kept_level_is_said_in_the_singular(tmp_path, sweep):
     r = sweep(_Target(fail_at=2))
     assert f"kept {tmp_path / 'out' / 'curve.partial.json'} (1 finished level)" in r.output
+
+
+def test_predict_with_no_room_for_its_prediction_says_how_to_recompute_it(tmp_path, monkeypatch):
+    """No room for prediction.json: both curves were kept, but no MAT table was printed
+    and the error did not say how to get the result from what was kept."""
+    from pathlib import Path
+
+    from shrink.prediction import Prediction
+
+    def full(self, path, *a, **kw):
+        raise WriteError(path, ENOSPC)
+
+    monkeypatch.setattr(Prediction, "write_json", full)
+    r, out = _predict(tmp_path, monkeypatch, lambda p: False)
+    assert r.exit_code == 1, r.output
+    spec = Path(__file__).resolve().parents[1] / "examples" / "machines" / "nehalem-2s.toml"
+    curve = out / "measured-curve.json"
+    err = " ".join(r.stderr.split())
+    assert (
+        f"no MAT table was printed: `shrink extrapolate {curve} --machine {spec} --mapping "
+        "1-replica --thresholds mean=0.5ms,p99.9=4ms` recomputes the MATs from that kept "
+        "measured curve"
+    ) in err
+    assert LoadCurve.read_json(curve).levels
+
+
+def test_the_recompute_line_names_a_machine_spec_to_write_for_this_machine(tmp_path):
+    from shrink.report.text import recompute_text
+
+    failed = tmp_path / "prediction.json"
+    assert recompute_text(failed, "testbed", "this", (), "mean=10ms", "published") == ""
+    (tmp_path / "measured-curve.json").write_text("{}")
+    other = tmp_path / "report.md"
+    assert recompute_text(other, "testbed", "this", (), "mean=10ms", "published") == ""
+    text = recompute_text(failed, "testbed", "this", ("a", "b"), "mean=1ms", "c d.json")
+    assert f"`shrink extrapolate {tmp_path}/measured-curve.json --machine MACHINE.toml " in text
+    assert "--mapping a --mapping b --thresholds mean=1ms --calibration 'c d.json'`" in text
+    assert "(shrink machine write MACHINE.toml writes this machine's spec)" in text

@@ -221,7 +221,7 @@ def _report(exc: BaseException, written: list[Path]) -> None:
     except ShrinkError as exc:
         # An error that stopped a sweep says, on the same line, what it kept.
         failed = exc.path if isinstance(exc, WriteError) else None
-        error_line(str(exc) + kept_words(exc.kept, written, failed))
+        error_line(str(exc) + kept_words(exc.kept, written, failed) + exc.then)
         raise typer.Exit(code=EXIT_ERROR) from None
     except OSError as exc:
         if exc.errno == errno.EPIPE and stdout_closed():

@@ -224,6 +224,7 @@ def predict(
     from shrink.checks import parse_thresholds
     from shrink.pipeline import GeneratorPlacement, TargetSettings, run_predict
     from shrink.predict import PredictConfig
+    from shrink.report.text import out_of_time_text, recompute_text
 
     with cli_errors():
         output_path(out, kind="dir")
@@ -267,13 +268,12 @@ def predict(
             if exc.curve is not None and not exc.kept:
                 # No room for the measured curve: its summary is kept, as sweep keeps it.
                 exc.kept = _keep_smaller(exc.curve, Path(exc.path), exc)
+            exc.then = recompute_text(exc.path, target, machine, names, thresholds, calibration)
             raise
     if as_json:
         echo_json(pred.to_dict())
     else:
         _print_summary(pred, out)
-        from shrink.report.text import out_of_time_text
-
         if text := out_of_time_text(pred.extra.get("out_of_time"), printable(budget)):
             typer.echo(text, err=True)  # the budget, not the server, ended the sweep
         if target.startswith("sim:"):

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
 
 from shrink.mat import bound_of, mat_text
 
@@ -12,6 +15,7 @@ __all__ = [
     "level_text",
     "out_of_time_text",
     "rate_text",
+    "recompute_text",
     "seconds_text",
     "thin_tail_text",
 ]
@@ -63,4 +67,34 @@ def out_of_time_text(out_of_time: tuple[int, list[float]] | None, budget: str) -
     return (
         f"note: the time budget (--budget {budget}) left {len(left)} level(s) of the sweep "
         f"unmeasured ({levels}); it measured {measured}: allow more time for them"
+    )
+
+
+def recompute_text(
+    failed: str | Path,
+    target: str,
+    machine: str,
+    mappings: Sequence[str],
+    thresholds: str,
+    calibration: str,
+) -> str:
+    """The end of predict's error when the file it ``failed`` to write is its
+    ``prediction.json``: the command that recomputes its MATs from the measured curve
+    kept beside it, with the run's machine, mappings, thresholds and calibration; ""
+    for another file, or without that curve."""
+    curve = Path(failed).parent / "measured-curve.json"
+    if Path(failed).name != "prediction.json" or not curve.is_file():
+        return ""
+    spec = target[4:] if target.startswith("sim:") else None if machine == "this" else machine
+    args = [curve, "--machine", spec or "MACHINE.toml"]
+    for m in mappings:
+        args += ["--mapping", m]
+    args += ["--thresholds", thresholds]
+    if calibration != "published":
+        args += ["--calibration", calibration]
+    command = " ".join(["shrink", "extrapolate", *(shlex.quote(str(a)) for a in args)])
+    how = "" if spec else " (shrink machine write MACHINE.toml writes this machine's spec)"
+    return (
+        f"; no MAT table was printed: `{command}` recomputes the MATs from that kept "
+        f"measured curve{how} (-o FILE, on a disk with room, keeps them)"
     )
