@@ -132,14 +132,14 @@ def _fails_on_write(monkeypatch, n: int, error: BaseException) -> None:
     monkeypatch.setattr(os, "fsync", failing)
 
 
-def _split(tmp_path, monkeypatch, error: BaseException):
+def _split(tmp_path, monkeypatch, error: BaseException, n: int = 4):
     t = np.arange(300) / 100.0
     trace = tmp_path / "t.parquet"
     Trace.from_columns({"session": np.arange(t.size), "t": t, "path": ["/f"] * t.size}
                        ).write_parquet(trace)  # fmt: skip
-    _fails_on_write(monkeypatch, 3, error)
+    _fails_on_write(monkeypatch, 3 if n == 4 else 14, error)
     parts = tmp_path / "parts"
-    r = CliRunner().invoke(app, ["split", str(trace), "--parts", "4", "-o", str(parts)])
+    r = CliRunner().invoke(app, ["split", str(trace), "--parts", str(n), "-o", str(parts)])
     return r, parts, " ".join(r.stderr.split())
 
 
@@ -148,14 +148,34 @@ def test_a_disk_full_part_way_names_the_files_already_written(tmp_path, monkeypa
     r, parts, err = _split(tmp_path, monkeypatch, OSError(errno.ENOSPC, "No space left"))
     assert r.exit_code == 1, r.output
     assert "part-002.parquet: cannot write (no space left on the device, ENOSPC)" in err
-    assert f"kept {parts / 'part-000.parquet'}, {parts / 'part-001.parquet'}" in err
+    assert f"kept 2 of 4 parts in {parts} (incomplete: the sessions of the other 2 " in err
     assert sorted(p.name for p in parts.iterdir()) == ["part-000.parquet", "part-001.parquet"]
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "start"),
+    [(OSError(errno.ENOSPC, "No space left"), 1, "ENOSPC); kept"), (KeyboardInterrupt(), 130,
+                                                                    "interrupted: kept")],
+)  # fmt: skip
+def test_a_split_stopped_part_way_says_its_parts_are_an_incomplete_partition(
+    tmp_path, monkeypatch, error, status, start
+):
+    """50 parts, the 14th not written: "kept 13 files in DIR", not that these are 13 of
+    50 parts, which hold none of the other 37's sessions."""
+    r, parts, err = _split(tmp_path, monkeypatch, error, n=50)
+    assert r.exit_code == status, r.output
+    assert (
+        f"{start} 13 of 50 parts in {parts} (incomplete: the sessions of the other 37 are "
+        "in none of them; run split again)"
+    ) in err
+    assert "files in" not in err
+    assert len(list(parts.iterdir())) == 13
 
 
 def test_a_signal_part_way_names_the_files_already_written(tmp_path, monkeypatch):
     r, parts, err = _split(tmp_path, monkeypatch, KeyboardInterrupt())
     assert r.exit_code == 130, r.output
-    assert f"interrupted: kept {parts / 'part-000.parquet'}, {parts / 'part-001.parquet'}" in err
+    assert f"interrupted: kept 2 of 4 parts in {parts} (incomplete: " in err
     assert "nothing measured was written" not in err
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["kept_files", "kept_words", "plural"]
+__all__ = ["KeptParts", "kept_files", "kept_words", "plural"]
 
 
 def plural(n: int, noun: str) -> str:
@@ -14,6 +15,21 @@ def plural(n: int, noun: str) -> str:
     if n == 1:
         return f"{n:,} {noun}"
     return f"{n:,} {noun}es" if noun.endswith(("s", "x", "ch", "sh")) else f"{n:,} {noun}s"
+
+
+@dataclass(frozen=True)
+class KeptParts:
+    """The parts a stopped ``split`` wrote into ``folder``: the first ``written`` of
+    ``parts``, which hold none of the other parts' sessions."""
+
+    folder: Path
+    written: int
+    parts: int
+
+    def __str__(self) -> str:
+        from shrink.report.text import parts_kept_text
+
+        return parts_kept_text(self.written, self.parts, str(self.folder))
 
 
 def kept_files(
@@ -31,6 +47,7 @@ def kept_files(
     said = " ".join(str(k) for k in kept)
     # A folder kept whole (a Path) says every file in it.
     dirs = [k for k in kept if isinstance(k, Path) and k.is_dir()]
+    dirs += [k.folder for k in kept if isinstance(k, KeptParts)]  # (said with their count)
     # Only what is still there: a failed ``testbed up`` removes the run root it had
     # written its configs into, and "kept" named those removed files.
     new = [

@@ -19,8 +19,9 @@ from shrink.cli._common import (
     output_path,
     plural,
 )
+from shrink.cli._kept import KeptParts
 from shrink.defaults import MAX_BODY
-from shrink.errors import ParameterError, printable
+from shrink.errors import ParameterError, ShrinkError, printable
 
 
 class Level(StrEnum):
@@ -153,9 +154,14 @@ def split(
         tr = Trace.read_parquet(trace, max_body=max_body)
         with options_named({"parts": "--parts"}):
             pieces = samplers.split(tr, parts, seed=seed)
-        files = [
-            piece.write_parquet(out / f"part-{i:03d}.parquet") for i, piece in enumerate(pieces)
-        ]
+        files: list[Path] = []
+        try:
+            for i, piece in enumerate(pieces):
+                files.append(piece.write_parquet(out / f"part-{i:03d}.parquet"))
+        except (ShrinkError, KeyboardInterrupt) as exc:
+            if files:  # an incomplete partition, said as one: not "kept 13 files"
+                exc.kept = [*getattr(exc, "kept", ()), KeptParts(out, len(files), len(pieces))]
+            raise
     rows = [
         {
             "file": str(f),

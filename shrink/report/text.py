@@ -14,6 +14,7 @@ __all__ = [
     "bound_prefix",
     "level_text",
     "out_of_time_text",
+    "parts_kept_text",
     "rate_text",
     "recompute_text",
     "seconds_text",
@@ -97,4 +98,16 @@ def recompute_text(
     return (
         f"; no MAT table was printed: `{command}` recomputes the MATs from that kept "
         f"measured curve{how} (-o FILE, on a disk with room, keeps them)"
+    )
+
+
+def parts_kept_text(written: int, parts: int, folder: str) -> str:
+    """What a stopped ``split`` kept: ``written`` of its ``parts`` parts in ``folder``.
+    Fewer than all is an incomplete partition: the sessions of the parts not written
+    are in none of them, and replaying those as the whole trace is short of load."""
+    if written >= parts:
+        return f"all {parts:,} parts in {folder}"
+    return (
+        f"{written:,} of {parts:,} parts in {folder} (incomplete: the sessions of the other "
+        f"{parts - written:,} are in none of them; run split again)"
     )
