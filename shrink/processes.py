@@ -448,7 +448,9 @@ def stop_processes(
 ) -> list[int]:
     """Stop exactly ``pids`` (PID -> start time): ``first_signal`` to ``first`` (the
     masters, so they stop their own workers), then SIGTERM the rest, then SIGKILL
-    whatever outlives the grace period.
+    whatever outlives the grace period. A process stopped (SIGSTOP) is continued once
+    signalled: stopped, it acts on no signal but SIGKILL, and a testbed whose pool was
+    stopped took both grace periods to go down.
 
     Returns the PIDs that were still running when called (the ones stopped).
     """
@@ -469,10 +471,19 @@ def stop_processes(
                 return
             time.sleep(0.02)
 
+    def resume_stopped() -> None:
+        for p, t in running.items():
+            info = proc_info(p)
+            if info is not None and info.state == "T" and is_alive(p, t):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p, signal.SIGCONT)
+
     masters = [p for p in first if p in running]
     signal_all(masters, first_signal)
+    resume_stopped()  # (a worker its master signals, too)
     wait(masters, time.monotonic() + grace_s)
     signal_all(running, signal.SIGTERM)
+    resume_stopped()
     wait(running, time.monotonic() + grace_s)
     signal_all(running, signal.SIGKILL)
     wait(running, time.monotonic() + grace_s)

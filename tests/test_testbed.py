@@ -133,6 +133,26 @@ def test_process_helpers_on_a_child_we_start(tmp_path):
     assert process.proc_info(2**22 + 7) is None
 
 
+def test_a_stopped_process_is_stopped_without_waiting_out_the_grace_period():
+    """A server stopped by SIGSTOP (the php-fpm pool mid-sweep): SIGTERM stayed pending,
+    and its testbed took the grace periods (3 s each) to go down, until SIGKILL."""
+    import signal
+
+    p = subprocess.Popen(["sleep", "30"])
+    try:
+        info = process.proc_info(p.pid)
+        os.kill(p.pid, signal.SIGSTOP)
+        while process.proc_info(p.pid).state != "T":
+            time.sleep(0.01)
+        start = time.monotonic()
+        assert process.stop_processes({p.pid: info.starttime}) == [p.pid]
+        assert time.monotonic() - start < 1.5
+        assert not process.is_alive(p.pid)
+    finally:
+        p.kill()
+        p.wait()
+
+
 def test_stop_leaves_alone_a_pid_whose_start_time_differs():
     p = subprocess.Popen(["sleep", "30"])
     try:
