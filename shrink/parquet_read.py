@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 
 from shrink.defaults import FOOTER_READ_FACTOR
 from shrink.errors import TraceFormatError
+from shrink.parquet_footer import FooterError, chunk_sizes, footer_bytes
 
 __all__ = [
     "arrow_source",
@@ -83,11 +84,14 @@ _WIDTH = {
 }
 
 
-def stored_size(meta: pq.FileMetaData) -> dict[str, int]:
+def stored_size(meta: pq.FileMetaData, chunks: list[list[int]]) -> dict[str, int]:
     """Each column's least decoded size, from the file's metadata alone: its rows times
     its width (a value's offset for text and bytes), plus, for text and bytes, the
-    uncompressed size of its pages (what a column without a dictionary decodes to). The
-    columns are flat (:func:`read_bounded` refuses a nested one first)."""
+    uncompressed size of its pages (what a column without a dictionary decodes to), per
+    row group and column as ``chunks`` gives it (:func:`shrink.parquet_footer.chunk_sizes`).
+    The columns are flat (:func:`read_bounded` refuses a nested one first)."""
+    if len(chunks) != meta.num_row_groups or any(len(g) != meta.num_columns for g in chunks):
+        raise FooterError("its row groups' columns are not those of its schema")
     sizes: dict[str, int] = {}
     rows = max(meta.num_rows, 0)
     for j in range(meta.num_columns):
@@ -98,10 +102,7 @@ def stored_size(meta: pq.FileMetaData) -> dict[str, int]:
             width = _WIDTH.get(leaf.physical_type, 8)
         total = rows * width
         if leaf.physical_type == "BYTE_ARRAY":
-            total += sum(
-                max(meta.row_group(i).column(j).total_uncompressed_size, 0)
-                for i in range(meta.num_row_groups)
-            )
+            total += sum(group[j] for group in chunks)
         name = leaf.path.split(".", 1)[0]
         sizes[name] = sizes.get(name, 0) + total
     return sizes
@@ -308,8 +309,13 @@ def _read_bounded(src: str | BinaryIO, path: Path, left: int | None) -> pa.Table
             "and a run log's columns each hold one value a row",
             path=path,
         )
+    if isinstance(src, str):
+        with open(path, "rb") as fh:
+            chunks = chunk_sizes(footer_bytes(fh))
+    else:
+        chunks = chunk_sizes(footer_bytes(src))
     _check_fits(
-        stored_size(meta), meta.num_rows, left, path, "its columns",
+        stored_size(meta, chunks), meta.num_rows, left, path, "its columns",
         "a file's pages are stored compressed",
     )  # fmt: skip
     names = _variable_width(schema)
