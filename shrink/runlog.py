@@ -207,4 +207,30 @@ class RunLog:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
             raise TraceFormatError(f"not a readable Parquet run log ({first})", path=path) from None
         meta = meta_of(table, path, "run log metadata", ParquetMeta)
-        return cls(table.replace_schema_metadata(None), meta)
+        return cls(_checked(table.replace_schema_metadata(None), path), meta)
+
+
+def _checked(table: pa.Table, path: Path) -> pa.Table:
+    """A run log's columns as the writer writes them, else an error naming the column
+    (or its first null row, where text is written): none is missing, each casts to
+    its type, and the text columns (class, target, error) hold no null."""
+    missing = [c for c in RUNLOG_COLUMNS if c not in table.column_names]
+    if missing:
+        raise TraceFormatError(f"not a run log: it lacks columns {missing}", path=path)
+    for f in RUNLOG_SCHEMA:
+        i = table.column_names.index(f.name)
+        col = table.column(i)
+        try:
+            col = col.cast(f.type)
+        except (pa.ArrowException, ValueError, OverflowError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise TraceFormatError(
+                f"column {f.name!r} is of type {table.column(i).type}, which does not read "
+                f"as {f.type} ({first})",
+                path=path,
+            ) from None
+        if pa.types.is_string(f.type) and col.null_count:
+            row = int(pc.index(pc.is_null(col), True).as_py())
+            raise TraceFormatError(f"row {row}: column {f.name!r} is null", path=path)
+        table = table.set_column(i, f, col)
+    return table
