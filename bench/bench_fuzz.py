@@ -5,8 +5,9 @@ Run as ``python bench/bench_fuzz.py [--inputs N] [--readers a,b] [--seed S] [--l
 
 For each reader of tests/helpers/fuzzing.py (specweb, CLF, wsesslog, pcap/pcapng, Parquet
 trace, machine TOML, server recipe TOML, calibration, LoadCurve, prediction, testbed state, docroot
-manifest), in a process of its own so that its peak RSS is its own: N seeded
-mutated inputs (default 100,000), each read and used as the next stage would.
+manifest, the demo's work-location, a part's RunLog), in a process of its own so that its
+peak RSS is its own: N seeded mutated inputs (default 100,000), each read and used as
+the next stage would.
 It prints crashes (exceptions other than shrink.errors) over inputs with their
 distinct sites, hangs (inputs past ``--limit`` seconds, default 5), the slowest
 input (wall time, and CPU time, which a busy machine does not inflate), peak RSS,

@@ -1,6 +1,7 @@
 """More seeds and use steps for the fuzzed readers (:mod:`helpers.fuzzing`): the state's
-share scale as replay reads it, a curve's newer fields and ``mat``'s own lines, and the
-demo's ``work-location`` / ``.made-for`` files."""
+share scale as replay reads it, a curve's newer fields and ``mat``'s own lines, the
+demo's ``work-location`` / ``.made-for`` files, and a part's RunLog as the parent merges
+and measures it (a stopped run's ``cut`` and ``unsent`` rows)."""
 
 from __future__ import annotations
 
@@ -146,3 +147,91 @@ def use_demo_files(p: Path) -> None:
         demo_work.remove_orphans()
     finally:
         demo_work.WORK_BASE = old
+
+
+# --------------------------------------------------------------------------- run log
+def runlog_seeds(tmp: Path) -> list[bytes]:
+    """Two RunLogs as an engine process writes them (its part file, merged by the parent):
+    one stopped by a signal, whose last requests are ``cut`` (in flight) and ``unsent``,
+    and one with each failure class and a dynamic request."""
+    import numpy as np
+
+    from shrink.runlog import RunLog
+
+    n = 20
+    t = np.arange(n) * 0.05
+    sent = t.copy()
+    done = t + 1e-3
+    error = [""] * n
+    done[-2:] = np.nan
+    error[-2:] = ["cut", "unsent"]
+    sent[-1] = np.nan
+    status = np.where(np.isfinite(done), 200, 0)
+    stopped = {"intended": t, "sent": sent, "done": done, "status": status, "error": error}
+    mixed = {
+        "intended": t[:6],
+        "sent": t[:6],
+        "first_byte": t[:6] + 5e-4,
+        "done": np.r_[t[:5] + 1e-3, np.nan],
+        "status": [200, 404, 503, 200, 304, 0],
+        "cls": ["static", "static", "dynamic", "dynamic", "static", "static"],
+        "error": ["", "", "", "", "", "timeout"],
+    }
+    meta = {"engine": "python", "processes": 1, "t0": 0.0}
+    out = []
+    for i, cols in enumerate((stopped, mixed)):
+        path = RunLog.from_columns(cols, meta=meta).write_parquet(tmp / f"seed{i}.parquet")
+        out.append(path.read_bytes())
+    return out
+
+
+def mutate_runlog(data: bytes, rnd: Any) -> bytes:
+    """The generic Parquet mutations, or an ``error`` column of the stop's marks (and odd
+    values beside them), with or without the times that go with them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from helpers.fuzzing import mutate_parquet
+
+    if rnd.random() < 0.6:
+        return mutate_parquet(data, rnd)
+    table = pq.read_table(io.BytesIO(data))
+    n = table.num_rows
+    marks = ["cut", "unsent", "", "timeout", "CUT", "cut ", "\x00"]
+    error = [rnd.choice(marks) for _ in range(n)]
+    table = table.set_column(table.column_names.index("error"), "error", pa.array(error))
+    if rnd.random() < 0.5:
+        name = rnd.choice(["sent", "done", "intended", "first_byte"])
+        col = table.column(name).to_pylist()
+        for k in range(n):
+            if rnd.random() < 0.3:
+                col[k] = rnd.choice([float("nan"), float("inf"), -1.0, 0.0, 1e300])
+        table = table.set_column(table.column_names.index(name), name, pa.array(col))
+    sink = io.BytesIO()
+    pq.write_table(table, sink)
+    return sink.getvalue()
+
+
+def use_runlog(p: Path) -> None:
+    """A part's RunLog as the parent reads it back and merges it, measured as a run
+    stopped by a signal and as one not stopped, and its window ended at the stop."""
+    import numpy as np
+
+    from shrink.measure import level_stats
+    from shrink.replay.answers import stopped_window
+    from shrink.runlog import RunLog
+    from shrink.target import GeneratorCheck, RunResult
+
+    log = RunLog.concat([RunLog.read_parquet(p)] * 2)
+    intended = log.column("intended")
+    finite = intended[np.isfinite(intended)]
+    end = float(finite.max()) + 0.01 if finite.size else 1.0
+    check = GeneratorCheck(0.0, 0.0, 0.0, 0.0, 0.0)
+    for stopped in (True, False):
+        window = stopped_window((0.0, max(end, 1e-3)), None if stopped else 0.5, log)
+        desc = {"engine": {"interrupted": stopped}}
+        with contextlib.suppress(ShrinkError):
+            level_stats(RunResult(log, window, check, describe=desc))
+    log.failures()
+    log.send_lag()
+    log.latencies("static")

@@ -466,6 +466,13 @@ READERS: dict[str, Reader] = {
         Reader("state", ".json", _seed_state, _read_state, mutate_json),
         Reader("manifest", ".json", _seed_manifest, _read_manifest, mutate_json),
         Reader("demo", "", fuzz_more.demo_seeds, fuzz_more.use_demo_files),
+        Reader(
+            "runlog",
+            ".parquet",
+            fuzz_more.runlog_seeds,
+            fuzz_more.use_runlog,
+            fuzz_more.mutate_runlog,
+        ),
     )
 }
 
