@@ -57,6 +57,10 @@ __all__ = [
 # class, level and repetition); anything past this is not one of ours. The cap also
 # bounds memory: 16 MiB of the smallest JSON values ("[],") is about 300 MiB of objects.
 MAX_BYTES = 16 * 1024 * 1024
+# Levels a TOML document may nest (a recipe's deepest is 3: versions = { x = [...] }).
+# Dotted keys (a.b.c... = 1) nest without the parser recursing, so a 25 KB file held a
+# table 3,000 deep, which printing it in an error message then could not.
+MAX_NESTING = 64
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
@@ -247,7 +251,26 @@ def read_toml(path: str | Path, model: type[M] | None = None, *, what: str = "TO
         raise TraceFormatError(f"not TOML: {_first_line(exc)}", path=path) from None
     except (ValueError, RecursionError) as exc:
         raise TraceFormatError(f"not a {what}: {_first_line(exc)}", path=path) from None
+    if _nested_past(doc, MAX_NESTING):
+        raise TraceFormatError(
+            f"not a {what}: nested more than {MAX_NESTING} levels deep", path=path
+        )
     return doc if model is None else validate(doc, model, source=path, what=what)
+
+
+def _nested_past(doc: Any, most: int) -> bool:
+    """Whether tables and arrays nest in ``doc`` more than ``most`` levels deep (walked
+    without recursion)."""
+    todo = [(doc, 1)]
+    while todo:
+        value, depth = todo.pop()
+        if isinstance(value, (dict, list)) and depth > most:
+            return True
+        if isinstance(value, dict):
+            todo.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            todo.extend((v, depth + 1) for v in value)
+    return False
 
 
 def validate(
