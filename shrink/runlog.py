@@ -199,6 +199,9 @@ class RunLog:
         path = files.seekable_file(path, what="run log")
         try:
             table = read_bounded(path)
+            # Parquet does not promise valid UTF-8 in string columns (the trace's reader
+            # checks the same): a bad byte was a UnicodeDecodeError in column().
+            table.validate(full=True)
         except FileNotFoundError:
             raise TraceFormatError("no such file", path=path) from None
         except MemoryError as exc:

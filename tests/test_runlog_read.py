@@ -31,10 +31,18 @@ def _written(tmp_path, change=None):
     return path
 
 
+def _not_utf8():
+    """A string column holding a byte that is not UTF-8 (Parquet does not check it)."""
+    raw = pa.array([b"", b"\xe1\x00x", b"cut", b"unsent"], pa.binary())
+    return raw.cast(pa.string(), safe=False)
+
+
 def _set(name, values):
     def change(table):
         i = table.column_names.index(name)
-        return table.set_column(i, name, pa.array(values))
+        return table.set_column(
+            i, name, values if isinstance(values, pa.Array) else pa.array(values)
+        )
 
     return change
 
@@ -49,6 +57,7 @@ def _set(name, values):
         (_set("bytes", [1.5] * 4), "column 'bytes' is of type double"),
         (_set("error", ["", None, "cut", "unsent"]), "row 1: column 'error' is null"),
         (_set("cls", ["static", "static", None, "static"]), "row 2: column 'cls' is null"),
+        (_set("error", _not_utf8()), r"not a readable Parquet run log \(Column 9: .*Invalid UTF8"),
     ],
 )
 def test_a_run_log_not_as_written_is_refused_naming_the_column(tmp_path, change, words):
