@@ -169,6 +169,8 @@ def run_engine(port: int, rate: float, seconds: float, out: Path | None = None) 
         "behind": float(g.behind),
         # the widest wake-up window the native loop opened (us; nan for Python)
         "window_us": float(loop.get("window_us_max", float("nan"))),
+        # the share of the run the native loop polled for due times under pressure
+        "polled": float(loop.get("polled_us", float("nan"))) / 1e6 / seconds,
         # the loop thread's time waiting on this machine's run queue (ms), and how often
         # it was switched out against its will: a late run whose thread never waited was
         # held up below the scheduler (the kernel's work, or the host not running the vCPU)
@@ -306,7 +308,8 @@ def scan(
                 f"lag p50 {r['lag_p50'] * 1e3:.3f} ms p99 {r['lag_p99'] * 1e3:.3f} ms  "
                 f"cpu {r['cpu']:.2f}  server cpu {r['server_cpu']:.2f}  "
                 f"latency p50 {r['lat_p50'] * 1e3:.3f} ms  "
-                f"errors {r['errors']:.0f}  sleeps/request {r['wakes']:.2f}"
+                f"errors {r['errors']:.0f}  sleeps/request {r['wakes']:.2f}  "
+                f"polled {r['polled'] * 100:.0f}%  window {r['window_us']:.0f} us"
                 + ("  (retry)" if attempt == 2 else "")
             )
             if _on_schedule(r):
@@ -385,6 +388,7 @@ def print_lags(
     sent = float(np.median([r["sent_p99"] for r in rs])) * 1e3
     lat = float(np.median([r["lat_p50"] for r in rs])) * 1e3
     win = " ".join(f"{r['window_us']:.0f}" for r in rs)
+    polled = " ".join(f"{r['polled'] * 100:.0f}%" for r in rs)
     runq = " ".join(f"{r['runq_ms']:.2f}/{r['preempted']:.0f}" for r in rs)
     how = "" if awake is None else (" --awake" if awake else " --no-awake")
     print(
@@ -392,7 +396,7 @@ def print_lags(
         + " ".join(f"{x:.3f}" for x in lags)
         + f"; median {float(np.median(lags)):.3f}, max {max(lags):.3f}"
         f" | sent-lag p99 median {sent:.3f} ms, latency p50 median {lat:.3f} ms"
-        f" | widest wake-up window per run (us) {win}"
+        f" | widest wake-up window per run (us) {win}, share of the run polled {polled}"
         f" | loop thread's run-queue wait (ms) / involuntary switches per run {runq}"
     )
 

@@ -388,6 +388,8 @@ def test_native_reports_its_loop_threads_run_queue_wait(fake):
     # its time slices, and a counter not taken as a difference would be the process's)
     assert 0 <= loop["runq_wait_us"] <= 1e6 * stats.wall
     assert 0 <= loop["preempted"] <= loop["turns"]
+    # at 400/s the loop is far from busy: it sleeps between sends, never polls for them
+    assert loop["polled_us"] == 0
 
 
 def test_the_python_engine_reports_its_threads_run_queue_wait(fake, tmp_path: Path):

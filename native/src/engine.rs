@@ -34,10 +34,24 @@ const COALESCE_MAX: f64 = 400e-6;
 /// response's arrival). With 400 us, 40,000 req/s of sessions took 0.79 of a core
 /// (0.90 with 60 us) but the latency p50 rose from 0.06 to 0.24 ms.
 const SESSION_COALESCE_MAX: f64 = 120e-6;
-/// The loop's CPU share (its thread's CPU time over wall time, every 5 ms) above
-/// which the window widens, and below which it narrows back.
+/// The loop's CPU share (its thread's CPU time over wall time, every 5 ms, less the
+/// time it waited on the clock) above which it is under pressure, and below which
+/// the window narrows back. A real-time loop under pressure waits out its window on
+/// the clock; the window widens only when it found no time to (or the loop is not
+/// real-time).
 const BUSY_HIGH: f64 = 0.85;
 const BUSY_LOW: f64 = 0.70;
+/// Under pressure a wake-up costs more than it saves, and a widened window delays
+/// each request by up to its width: at 112,000/s on a 2-vCPU VM the window widened
+/// to 146-400 us and the send-lag p99 was 0.15-0.21 ms (one run 0.47). Waiting out
+/// a 60 us window on the clock instead kept it at 0.08-0.10 ms (26 of 28 runs under 0.1 ms,
+/// against 0 of 30 for widening; 2026-11-29, paired runs, bench/RESULTS.md). The
+/// loop still sleeps at least this share of the time, so that the RunLog's
+/// collection and the kernel's threads on its CPU run and a SCHED_FIFO loop stays
+/// clear of the kernel's RT throttling (5%). With 0.2 the window still widened
+/// (to 93-183 us) and the lag p99 was 0.09-0.65 ms at 105,000/s, against
+/// 0.087-0.092 ms with 0.1 (3 runs each, same sittings).
+const SLEEP_SHARE_MIN: f64 = 0.1;
 const ADAPT_EVERY: f64 = 5e-3;
 /// Connections opened ahead of the start (open mode): as many as requests are due
 /// in the schedule's first PREOPEN_SPAN, at most PREOPEN_MAX per target.
@@ -327,8 +341,13 @@ pub struct Engine {
     finish_t: f64, // the receive time of the response being handled (else NaN)
     found: bool,   // the last poll of the sockets found events
     spin: f64,
-    /// turns, waits that slept, events, timer arms, connects, sends, the widest window (us)
-    pub counts: [u64; 7],
+    may_poll: bool, // SCHED_FIFO/RR: the loop has its CPU to itself (see polls)
+    pressure: bool, // the loop was busy past BUSY_HIGH: see SLEEP_SHARE_MIN
+    spun: f64,      // time spent waiting out a window on the clock since adapt_at
+    slept: f64,     // wall time spent asleep since adapt_at
+    /// turns, waits that slept, events, timer arms, connects, sends, the widest window
+    /// (us), the time spent waiting out windows on the clock under pressure (us)
+    pub counts: [u64; 8],
 }
 
 impl Drop for Engine {
@@ -420,7 +439,7 @@ impl Engine {
             scratch: vec![0u8; READ_CHUNK],
             rows: Rows::with_room(batch_rows),
             signalled: false,
-            counts: [0; 7],
+            counts: [0; 8],
             tep,
             connecting: 0,
             real_off: real_offset(),
@@ -433,6 +452,10 @@ impl Engine {
             control: vec![0u8; 128],
             events: vec![libc::epoll_event { events: 0, u64: 0 }; 256],
             spin: SPIN,
+            may_poll: realtime(),
+            pressure: false,
+            spun: 0.0,
+            slept: 0.0,
         })
     }
 
@@ -1340,8 +1363,13 @@ impl Engine {
         }
         let cpu = thread_cpu();
         if self.adapt_at > 0.0 {
-            let busy = (cpu - self.cpu_at) / (wall - self.adapt_at);
-            if busy > BUSY_HIGH {
+            // the time spent on the clock is the loop's choice, not its work
+            let busy = (cpu - self.cpu_at - self.spun) / (wall - self.adapt_at);
+            if busy > BUSY_HIGH && !self.pressure && self.may_poll {
+                self.pressure = true; // first wait on the clock; widen if that is not enough
+            } else if busy > BUSY_HIGH && !(self.pressure && self.spun > 0.0) {
+                // (under pressure, a loop that found time to wait on the clock kept up:
+                // a wider window would only delay its sends)
                 let cap = if self.plan.open {
                     COALESCE_MAX
                 } else {
@@ -1351,10 +1379,22 @@ impl Engine {
                 self.counts[6] = self.counts[6].max((self.coalesce * 1e6) as u64);
             } else if busy < BUSY_LOW {
                 self.coalesce = (self.coalesce / 1.25).max(COALESCE);
+                self.pressure = self.coalesce > COALESCE;
             }
         }
         self.adapt_at = wall;
         self.cpu_at = cpu;
+        self.spun = 0.0;
+        self.slept = 0.0;
+    }
+
+    /// Whether the loop waits out its window on the clock rather than asleep: under
+    /// pressure, while it has slept its share since the last adaptation. Only a
+    /// real-time loop does: shrink makes it one only on CPUs the server does not
+    /// use, and at normal priority (a generator sharing the server's CPU) the time
+    /// on the clock would be taken from the server.
+    fn polls(&self) -> bool {
+        self.pressure && self.slept >= SLEEP_SHARE_MIN * (mono() - self.adapt_at)
     }
 
     fn timer_fired(&mut self) {
@@ -1397,6 +1437,7 @@ impl Engine {
         }
         self.free_slots();
         let mut timer_only = false;
+        let mut poll_until = 0.0;
         let timeout_ms: i32 = if more {
             0
         } else {
@@ -1408,7 +1449,12 @@ impl Engine {
             let quiet = !self.draining && self.connecting == 0;
             if due < self.horizon {
                 let delay = due - self.now();
+                // (the window's end, as the timer would be armed for)
+                let at = (self.t0 + due).max(self.last_wake + self.coalesce);
                 if delay <= self.spin {
+                    wait = 0.0;
+                } else if self.plan.open && quiet && at - mono() <= self.coalesce && self.polls() {
+                    poll_until = at;
                     wait = 0.0;
                 } else {
                     self.arm(self.t0 + due);
@@ -1436,6 +1482,18 @@ impl Engine {
             self.counts[1] += 1;
         }
         let mut events = std::mem::take(&mut self.events);
+        let wait_at = mono();
+        if poll_until > 0.0 {
+            // the window waited out on the clock: what a wake-up would cost, without
+            // the wake-up (see SLEEP_SHARE_MIN)
+            while mono() < poll_until {
+                std::hint::spin_loop();
+            }
+            self.last_wake = mono();
+            let spun = self.last_wake - wait_at;
+            self.spun += spun;
+            self.counts[7] += (spun * 1e6) as u64;
+        }
         if timer_only {
             // SAFETY: epoll_wait fills our array.
             let n = unsafe { libc::epoll_wait(self.tep, events.as_mut_ptr(), 1, timeout_ms) };
@@ -1459,6 +1517,9 @@ impl Engine {
             return true;
         }
         self.counts[2] += n as u64;
+        if timer_only || wait_ms > 0 {
+            self.slept += mono() - wait_at;
+        }
         if !self.plan.open {
             if wait_ms > 0 && n > 0 {
                 self.last_wake = mono(); // a wake-up by the sockets opens a window too
@@ -1507,6 +1568,13 @@ impl Engine {
         self.free_slots();
         true
     }
+}
+
+/// Whether this thread runs SCHED_FIFO or SCHED_RR (the loop's thread inherits it).
+fn realtime() -> bool {
+    // SAFETY: a query of the calling thread's policy.
+    let policy = unsafe { libc::sched_getscheduler(0) };
+    policy == libc::SCHED_FIFO || policy == libc::SCHED_RR
 }
 
 /// This thread's CPU time in seconds.

@@ -64,8 +64,9 @@ fn take_rows<'py>(py: Python<'py>, r: &mut Rows) -> Vec<Bound<'py, PyBytes>> {
 /// call a batch: more than one when this thread fell behind, else one, maybe empty);
 /// it returns True to stop the run (a signal). Returns (requests, pool waits,
 /// interrupted, counts): counts are the loop's turns, the waits that slept, socket
-/// events, timer arms, connects, sends, the widest wake-up window (us), and the loop
-/// thread's time on a run queue (us) and involuntary context switches over the run.
+/// events, timer arms, connects, sends, the widest wake-up window (us), the time it
+/// polled for a due time under pressure (us), and the loop thread's time on a run
+/// queue (us) and involuntary context switches over the run.
 #[pyfunction]
 #[pyo3(signature = (
     open, targets, req_bytes, key_of_row, cls_of_row, head_only_of_key, times, route, rows,

@@ -78,6 +78,8 @@ _COUNTS = (
     "connects",
     "sends",
     "window_us_max",
+    # the time the loop polled for a due time rather than sleep, under pressure (us)
+    "polled_us",
     # the loop thread's wait on a run queue (us) and its involuntary switches
     "runq_wait_us",
     "preempted",
