@@ -29,7 +29,7 @@ from shrink.mapping import build_mapping
 from shrink.share import Share
 from shrink.testbed import ServerSettings, down, up
 from shrink.testbed.command import CommandRecipe
-from shrink.testbed.config import ReplicaConfig, render_lighttpd_conf
+from shrink.testbed.config import ReplicaConfig, render_lighttpd_conf, render_php_limits
 from shrink.testbed.fake_recipe import FakeRecipe
 from shrink.testbed.nginx import render_fpm_conf, render_nginx_conf
 from shrink.testbed.recipe import ReplicaContext, stop_replica
@@ -212,7 +212,11 @@ def test_run_dirs_are_private_fresh_and_removed_by_down(tmp_path, monkeypatch, m
         planted.unlink()
 
 
-@pytest.mark.parametrize("bad", [";}location / {alias /;}", 'a"b', "a\nb", "$document_root"])
+# "\udcff": a name's byte 0xff (not UTF-8) was an internal error (UnicodeEncodeError)
+# where php-cgi's ini or lighttpd.conf was written, testbed up exit 70
+@pytest.mark.parametrize(
+    "bad", [";}location / {alias /;}", 'a"b', "a\nb", "$document_root", "\udcff"]
+)
 def test_a_path_that_would_break_a_server_config_is_refused(tmp_path, bad):
     rep = build_mapping("1-replica", discover(), (0,), base_port=8123).replicas[0]
     odd = tmp_path / f"x{bad}y"
@@ -221,6 +225,9 @@ def test_a_path_that_would_break_a_server_config_is_refused(tmp_path, bad):
         lambda: render_nginx_conf(ctx, odd / "php-fpm.sock", tmp_path / "probe"),
         lambda: render_fpm_conf(ctx, odd / "php-fpm.sock", 1),
         lambda: render_lighttpd_conf(
+            ReplicaConfig(rep, odd, tmp_path, tmp_path / "php.sock", "php-cgi", 1, 1)
+        ),
+        lambda: render_php_limits(
             ReplicaConfig(rep, odd, tmp_path, tmp_path / "php.sock", "php-cgi", 1, 1)
         ),
     ):

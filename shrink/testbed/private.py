@@ -349,16 +349,23 @@ def remove_run_root(run_dir: str | Path, base: Path) -> bool:
 # config: quotes and backslashes end or escape a string, ; { } # end a directive or
 # start a block or comment, $ expands a variable in nginx, control characters end a line.
 _UNSAFE = re.compile(r"[\"'\\;{}#$\x00-\x1f\x7f]")
+# a config is written as UTF-8 text: a name's byte that is not UTF-8 cannot be in it
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")
 
 
 def config_value(value: str | Path, what: str) -> str:
     """``value`` (a path) as it may be written, quoted, into a server's config; a
     one-line TestbedError naming it if it holds a character that could break out."""
     text = str(value)
-    m = _UNSAFE.search(text)
+    m = _UNSAFE.search(text) or _NOT_UTF8.search(text)
     if m is not None:
+        bad = m.group()
+        if _NOT_UTF8.fullmatch(bad):  # a byte os.fsdecode kept as a surrogate
+            bad = f"the byte {os.fsencode(bad)!r} (not UTF-8)"
+        else:
+            bad = repr(bad)
         raise TestbedError(
-            f"{what} {text!r} holds {m.group()!r}, which cannot be written into a server "
+            f"{what} {text!r} holds {bad}, which cannot be written into a server "
             "config safely; use a path without it"
         )
     return text
