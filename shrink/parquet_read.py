@@ -309,11 +309,12 @@ def _read_bounded(src: str | BinaryIO, path: Path, left: int | None) -> pa.Table
             "and a run log's columns each hold one value a row",
             path=path,
         )
+    shape = (meta.num_row_groups, meta.num_columns, len(meta.metadata or {}))
     if isinstance(src, str):
         with open(path, "rb") as fh:
-            chunks = chunk_sizes(footer_bytes(fh))
+            chunks = chunk_sizes(footer_bytes(fh), shape)
     else:
-        chunks = chunk_sizes(footer_bytes(src))
+        chunks = chunk_sizes(footer_bytes(src), shape)
     _check_fits(
         stored_size(meta, chunks), meta.num_rows, left, path, "its columns",
         "a file's pages are stored compressed",
