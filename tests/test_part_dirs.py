@@ -208,3 +208,36 @@ def test_a_hidden_folder_not_empty_nor_ours_nor_a_folder_stays(tmp_path):
     assert remove_lost_part_dirs(tmp_path, SPAWNED) == []
     assert (full / "run.part0.0123456789ab.parquet").read_bytes() == b"rows"
     assert target.exists() and live.exists() and (os.geteuid() != 0 or others.exists())
+
+
+@pytest.mark.parametrize("when", ["before its open", "after its open"])
+def test_a_hidden_folder_removed_before_it_was_locked_is_made_again(tmp_path, monkeypatch, when):
+    """Since the clean-up removes empty hidden folders of a dead maker, a maker in another
+    PID namespace (its PID no live one's here) can lose its hidden folder between
+    ``mkdtemp`` and its lock: the replay stopped with FileNotFoundError (at the open) or
+    an OSError (ENOENT, at the rename). It now takes another name, as for one planted."""
+    import tempfile
+
+    from shrink.replay import part_dirs
+
+    real_mkdtemp, real_open, made = tempfile.mkdtemp, os.open, []
+
+    def mkdtemp(**kw):
+        made.append(real_mkdtemp(**kw))
+        if len(made) == 1 and when == "before its open":
+            os.rmdir(made[0])  # another namespace's remove_lost_part_dirs
+        return made[-1]
+
+    def opener(path, flags, *a):
+        fd = real_open(path, flags, *a)
+        if len(made) == 1 and when == "after its open" and str(path) == made[0]:
+            os.rmdir(path)
+        return fd
+
+    monkeypatch.setattr(part_dirs.tempfile, "mkdtemp", mkdtemp)
+    monkeypatch.setattr(part_dirs.os, "open", opener)
+    mine = make_part_dir(tmp_path, SPAWNED)
+    monkeypatch.undo()
+    assert len(made) == 2 and mine.name == os.path.basename(made[1])[1:]
+    assert [p.name for p in tmp_path.iterdir()] == [mine.name]
+    remove_part_dir(mine)

@@ -61,7 +61,10 @@ def make_part_dir(base: Path, prefix: str) -> Path:
     folder whose every name was taken so is an error naming the last."""
     for _ in range(_TRIES):
         hidden = Path(tempfile.mkdtemp(prefix=f".{prefix}{os.getpid()}-", dir=base))
-        fd = os.open(hidden, _DIR)
+        try:
+            fd = os.open(hidden, _DIR)
+        except FileNotFoundError:  # removed before it was locked: see below
+            continue
         with contextlib.suppress(OSError):  # a file system that cannot lock: the PID alone
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         folder = hidden.with_name(hidden.name[1:])
@@ -70,7 +73,10 @@ def make_part_dir(base: Path, prefix: str) -> Path:
         except OSError as exc:
             os.close(fd)
             shutil.rmtree(hidden, ignore_errors=True)
-            if exc.errno != errno.EEXIST:
+            # ENOENT: the empty hidden folder was removed before it was locked, by a
+            # clean-up (remove_lost_part_dirs) in another PID namespace, where this
+            # process's PID is no live one's: another name is tried, as for EEXIST
+            if exc.errno not in (errno.EEXIST, errno.ENOENT):
                 raise
             continue
         _LOCKS[folder] = fd
