@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,30 @@ def _scripted(monkeypatch, busy: dict[int, tuple[int, int]], steal: dict[int, tu
     monkeypatch.setattr(live, "cpu_times", lambda: snaps["cpu"].pop(0))
     monkeypatch.setattr(live, "steal_times", lambda: snaps["steal"].pop(0))
     monkeypatch.setattr(demo.time, "sleep", lambda s: None)
+
+
+@contextlib.contextmanager
+def _lock_held_by_another_process(path: Path, flags: str, kind: str) -> Iterator[None]:
+    """``path`` opened with ``flags`` (Python source) and flock'ed (SH or EX) by another
+    process for the block's length."""
+    import subprocess
+    import sys
+
+    code = (
+        f"import fcntl, os, sys; fd = os.open(sys.argv[1], {flags}, 0o600);"
+        f" fcntl.flock(fd, fcntl.LOCK_{kind}); print(flush=True); sys.stdin.read()"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        holder.stdout.readline()  # held
+        yield
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait()
 
 
 def test_a_quiet_machine_gets_no_warning(monkeypatch):
@@ -142,8 +168,6 @@ def test_a_live_demos_work_folder_is_never_removed(tmp_path, monkeypatch):
     named another folder). Its servers read the pages there mid-run: a folder a live
     demo holds stays; the held one of a demo that ended goes."""
     import shutil
-    import subprocess
-    import sys
 
     from shrink import demo_work
 
@@ -161,24 +185,9 @@ def test_a_live_demos_work_folder_is_never_removed(tmp_path, monkeypatch):
     assert folder.is_dir()
     # another process's demo, live, whose --out no longer points back
     (spaced / "work-location").unlink()
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY | os.O_CREAT, 0o600);"
-            " fcntl.flock(fd, fcntl.LOCK_SH); print(flush=True); sys.stdin.read()",
-            str(folder / ".demo-lock"),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-    )
-    try:
-        holder.stdout.readline()  # held
+    with _lock_held_by_another_process(folder / ".demo-lock", "os.O_RDONLY | os.O_CREAT", "SH"):
         assert demo_work.remove_orphans() == []
         assert folder.is_dir()
-    finally:
-        holder.stdin.close()
-        holder.wait()
     assert demo_work.remove_orphans() == [folder]  # that demo has ended
     # this process's own, held by work_dir
     shutil.rmtree(spaced)
@@ -196,8 +205,6 @@ def test_a_lock_another_user_may_take_keeps_no_work_folder(tmp_path, monkeypatch
     """Another local user could open a work folder's 0644 ``.made-for`` and hold an
     exclusive lock on it for good: the clean-up took that for a live demo and never
     removed the folder. The demo's lock is now a 0600 file only its owner can open."""
-    import subprocess
-    import sys
 
     from shrink import demo_work
 
@@ -208,23 +215,8 @@ def test_a_lock_another_user_may_take_keeps_no_work_folder(tmp_path, monkeypatch
     folder = Path(tempfile.mkdtemp(prefix="shrink-demo-", dir=base))
     (folder / ".made-for").write_text(f"{tmp_path / 'gone'}\n")  # its --out is gone
     (folder / ".made-for").chmod(0o644)
-    squatter = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY);"
-            " fcntl.flock(fd, fcntl.LOCK_EX); print(flush=True); sys.stdin.read()",
-            str(folder / ".made-for"),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-    )
-    try:
-        squatter.stdout.readline()  # holding it
+    with _lock_held_by_another_process(folder / ".made-for", "os.O_RDONLY", "EX"):
         assert demo_work.remove_orphans() == [folder]
-    finally:
-        squatter.stdin.close()
-        squatter.wait()
     # a demo's own lock file: no one else may open it
     mine = Path(tempfile.mkdtemp(prefix="shrink-demo-", dir=base))
     demo_work._hold(mine)
