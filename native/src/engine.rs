@@ -1365,21 +1365,22 @@ impl Engine {
         if self.adapt_at > 0.0 {
             // the time spent on the clock is the loop's choice, not its work
             let busy = (cpu - self.cpu_at - self.spun) / (wall - self.adapt_at);
-            if busy > BUSY_HIGH && !self.pressure && self.may_poll {
-                self.pressure = true; // first wait on the clock; widen if that is not enough
-            } else if busy > BUSY_HIGH && !(self.pressure && self.spun > 0.0) {
-                // (under pressure, a loop that found time to wait on the clock kept up:
-                // a wider window would only delay its sends)
-                let cap = if self.plan.open {
-                    COALESCE_MAX
-                } else {
-                    SESSION_COALESCE_MAX
-                };
-                self.coalesce = (self.coalesce * 1.25).min(cap);
+            let cap = if self.plan.open {
+                COALESCE_MAX
+            } else {
+                SESSION_COALESCE_MAX
+            };
+            let before = self.coalesce;
+            (self.pressure, self.coalesce) = next_window(
+                busy,
+                self.pressure,
+                self.spun > 0.0,
+                self.coalesce,
+                cap,
+                self.may_poll,
+            );
+            if self.coalesce > before {
                 self.counts[6] = self.counts[6].max((self.coalesce * 1e6) as u64);
-            } else if busy < BUSY_LOW {
-                self.coalesce = (self.coalesce / 1.25).max(COALESCE);
-                self.pressure = self.coalesce > COALESCE;
             }
         }
         self.adapt_at = wall;
@@ -1570,6 +1571,32 @@ impl Engine {
     }
 }
 
+/// One adaptation of the wake-up window, from the loop's CPU share since the last
+/// (less its time on the clock): (under pressure, the window). A loop that may not
+/// poll (not real-time) is never under pressure, however wide its window: it widens
+/// and narrows as before, and never waits on the clock.
+fn next_window(
+    busy: f64,
+    pressure: bool,
+    spun: bool,
+    coalesce: f64,
+    cap: f64,
+    may_poll: bool,
+) -> (bool, f64) {
+    if busy > BUSY_HIGH && !pressure && may_poll {
+        (true, coalesce) // first wait on the clock; widen if that is not enough
+    } else if busy > BUSY_HIGH && !(pressure && spun) {
+        // (under pressure, a loop that found time to wait on the clock kept up:
+        // a wider window would only delay its sends)
+        (pressure, (coalesce * 1.25).min(cap))
+    } else if busy < BUSY_LOW {
+        let narrower = (coalesce / 1.25).max(COALESCE);
+        (may_poll && narrower > COALESCE, narrower)
+    } else {
+        (pressure, coalesce)
+    }
+}
+
 /// Whether this thread runs SCHED_FIFO or SCHED_RR (the loop's thread inherits it).
 fn realtime() -> bool {
     // SAFETY: a query of the calling thread's policy.
@@ -1691,5 +1718,34 @@ fn connect_nonblocking(addr: &std::net::SocketAddr) -> (i32, i32, i32) {
         };
         let e = if rc < 0 { errno() } else { 0 };
         (fd, rc, e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_loop_that_may_not_poll_is_never_under_pressure() {
+        // busy: the window widens twice; idle again: it narrows, still wide
+        let (mut p, mut w) = (false, COALESCE);
+        for busy in [0.95, 0.95, 0.95, 0.5] {
+            (p, w) = next_window(busy, p, false, w, COALESCE_MAX, false);
+            assert!(!p, "a normal-priority loop under pressure (busy {busy}, window {w})");
+        }
+        assert!(w > COALESCE);
+    }
+
+    #[test]
+    fn a_real_time_loop_waits_on_the_clock_before_it_widens() {
+        let (p, w) = next_window(0.95, false, false, COALESCE, COALESCE_MAX, true);
+        assert!(p && w == COALESCE);
+        // it found time to wait: the window stays
+        assert_eq!(next_window(0.95, p, true, w, COALESCE_MAX, true), (true, COALESCE));
+        // it found none: it widens
+        let (p, w) = next_window(0.95, p, false, w, COALESCE_MAX, true);
+        assert!(p && w > COALESCE);
+        // idle again: narrower, still under pressure while wider than the least
+        assert!(next_window(0.5, p, false, w, COALESCE_MAX, true).0);
     }
 }
