@@ -1731,7 +1731,10 @@ mod tests {
         let (mut p, mut w) = (false, COALESCE);
         for busy in [0.95, 0.95, 0.95, 0.5] {
             (p, w) = next_window(busy, p, false, w, COALESCE_MAX, false);
-            assert!(!p, "a normal-priority loop under pressure (busy {busy}, window {w})");
+            assert!(
+                !p,
+                "a normal-priority loop under pressure (busy {busy}, window {w})"
+            );
         }
         assert!(w > COALESCE);
     }
@@ -1741,7 +1744,10 @@ mod tests {
         let (p, w) = next_window(0.95, false, false, COALESCE, COALESCE_MAX, true);
         assert!(p && w == COALESCE);
         // it found time to wait: the window stays
-        assert_eq!(next_window(0.95, p, true, w, COALESCE_MAX, true), (true, COALESCE));
+        assert_eq!(
+            next_window(0.95, p, true, w, COALESCE_MAX, true),
+            (true, COALESCE)
+        );
         // it found none: it widens
         let (p, w) = next_window(0.95, p, false, w, COALESCE_MAX, true);
         assert!(p && w > COALESCE);
