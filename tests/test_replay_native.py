@@ -403,3 +403,17 @@ def test_the_python_engine_reports_its_threads_run_queue_wait(fake, tmp_path: Pa
     assert run_queue_wait_us(str(fake_stat)) == 987654
     fake_stat.write_text("")
     assert run_queue_wait_us(str(fake_stat)) is None
+
+
+@pytest.mark.compute
+def test_an_older_cores_loop_counts_keep_their_names():
+    # A core built before polled_us reports the widest window, then the run-queue wait
+    # and the involuntary switches: read as the newer core's order, its run-queue wait
+    # was taken for polled_us and its switches for the run-queue wait.
+    from shrink.replay.native import loop_counts
+
+    old = loop_counts([10, 5, 7, 3, 1, 9, 120, 4500, 12])
+    assert old["runq_wait_us"] == 4500 and old["preempted"] == 12
+    assert "polled_us" not in old
+    new = loop_counts([10, 5, 7, 3, 1, 9, 120, 4500, 12, 800])
+    assert (new["runq_wait_us"], new["preempted"], new["polled_us"]) == (4500, 12, 800)

@@ -64,9 +64,9 @@ fn take_rows<'py>(py: Python<'py>, r: &mut Rows) -> Vec<Bound<'py, PyBytes>> {
 /// call a batch: more than one when this thread fell behind, else one, maybe empty);
 /// it returns True to stop the run (a signal). Returns (requests, pool waits,
 /// interrupted, counts): counts are the loop's turns, the waits that slept, socket
-/// events, timer arms, connects, sends, the widest wake-up window (us), the time it
-/// polled for a due time under pressure (us), and the loop thread's time on a run
-/// queue (us) and involuntary context switches over the run.
+/// events, timer arms, connects, sends, the widest wake-up window (us), the loop
+/// thread's time on a run queue (us) and involuntary context switches over the run,
+/// and the time it polled for a due time under pressure (us).
 #[pyfunction]
 #[pyo3(signature = (
     open, targets, req_bytes, key_of_row, cls_of_row, head_only_of_key, times, route, rows,
@@ -357,13 +357,16 @@ fn engine_thread(mut eng: Engine, sh: &Shared) -> (u64, u64, bool, Vec<u64>) {
     hand_over(sh, &mut eng.rows, true);
     sh.done.store(true, Ordering::Release);
     let sched1 = thread_sched();
-    let mut counts = eng.counts.to_vec();
+    // (a count added later goes last: an older core's counts are then a prefix, which
+    // the Python side reads as they are and leaves the rest out)
+    let mut counts = eng.counts[..7].to_vec();
     for i in 0..2 {
         counts.push(match (sched0[i], sched1[i]) {
             (Some(a), Some(b)) => b.saturating_sub(a),
             _ => UNKNOWN,
         });
     }
+    counts.push(eng.counts[7]);
     (eng.recorded, eng.pool_waits, eng.interrupted, counts)
 }
 

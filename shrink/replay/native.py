@@ -78,16 +78,22 @@ _COUNTS = (
     "connects",
     "sends",
     "window_us_max",
-    # the time the loop polled for a due time rather than sleep, under pressure (us)
-    "polled_us",
     # the loop thread's wait on a run queue (us) and its involuntary switches
     "runq_wait_us",
     "preempted",
-)
+    # the time the loop polled for a due time rather than sleep, under pressure (us)
+    "polled_us",
+)  # (a count added to the core goes last: an older core's counts are a prefix)
 _ERRORS = (
     "refused", "connect", "reset", "closed", "timeout", "bad-response", "cut", "unsent", "files"
 )  # fmt: skip
 _UNKNOWN = 2**64 - 1  # the core's count for what /proc did not say
+
+
+def loop_counts(counts: list[int]) -> dict[str, int]:
+    """The core's loop counts by name; a count an older core does not report, or one
+    /proc did not give, is left out."""
+    return {k: v for k, v in zip(_COUNTS, counts, strict=False) if v != _UNKNOWN}
 
 
 def available() -> bool:
@@ -314,7 +320,7 @@ def _drive(args: dict[str, Any], writer: RunLogWriter, options: RunOptions) -> E
         writer.close()
         if gc_was_enabled:
             gc.enable()
-    loop = {k: v for k, v in zip(_COUNTS, counts, strict=False) if v != _UNKNOWN}
+    loop = loop_counts(counts)
     stats = run_stats(
         t0,
         wall0,
