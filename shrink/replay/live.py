@@ -531,7 +531,7 @@ class LiveTarget:
         check = generator_check(
             log,
             window,
-            cpu=engine.cpu_seconds / wall if wall > 0 else None,
+            cpu=engine.work_cpu_seconds / wall if wall > 0 else None,
             lag_limit=self.lag_limit,
             processes=max(1, len(engine.stats)),
             thread_wait=thread_wait(engine.stats),

@@ -17,7 +17,9 @@ connection, or began connecting for it), else ``sent - intended``. Using
 generator. A request that was never dispatched has an infinite lag.
 
 The generator's CPU (seconds of CPU per wall second, summed over its processes)
-comes from the processes' own counters (:func:`process_cpu_seconds`).
+comes from the processes' own counters (:func:`process_cpu_seconds`), less the time
+a real-time native loop under pressure waited out its send windows on the clock
+(its loop count ``polled_us``), which it chose and could have slept.
 
 Where the engine says how long its send thread waited on the run queue
 (``thread_wait``, a fraction of the run's time), a late level says which of two
