@@ -287,9 +287,9 @@ def test_each_engine_process_s_group_is_recorded_and_said(
     from types import SimpleNamespace
 
     from shrink.cli.replay_cmd import _awake_text
+    from shrink.replay.engine_parts import EngineRun
     from shrink.replay.engine_parts import parts_say as _parts_say
     from shrink.replay.fake import FakeEngine
-    from shrink.replay.scaleout import EngineRun
 
     a, b = f"{PREFIX}10-1", f"{PREFIX}11-2"
     parts = [SimpleNamespace(meta={"awake": True, "awake_group": g}) for g in (a, b)]

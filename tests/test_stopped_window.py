@@ -19,7 +19,7 @@ import pytest
 from shrink.measure import level_stats
 from shrink.replay.answers import stopped_window
 from shrink.replay.contract import EngineStats
-from shrink.replay.scaleout import EngineRun
+from shrink.replay.engine_parts import EngineRun
 from shrink.runlog import RunLog
 from shrink.target import GeneratorCheck, RunResult
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from shrink.replay.contract import Engine, EngineStats
 from shrink.replay.engine import EngineConfig, run_schedule
+from shrink.replay.engine_parts import EngineRun
 from shrink.replay.fake import FakeEngine
 from shrink.replay.live import LiveTarget
 from shrink.replay.native import select_engine
-from shrink.replay.scaleout import EngineRun, run_engines, split_sessions
+from shrink.replay.scaleout import run_engines, split_sessions
 from shrink.replay.selfcheck import generator_check
 from shrink.replay.writer import RunLogRow, RunLogWriter
 from shrink.schedule import Schedule, build_schedule, open_loop_trace

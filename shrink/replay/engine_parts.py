@@ -1,16 +1,71 @@
-"""What a scaled-out run's engine processes said of themselves, put together: how each
-ran (from its part's RunLog), and how those that sent no report ended."""
+"""What a scaled-out run's engine processes said of themselves, put together: what
+they reported (:class:`EngineRun`), how each ran (from its part's RunLog), and how
+those that sent no report ended."""
 
 from __future__ import annotations
 
 import contextlib
 import signal
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from shrink.replay.engine import EngineStats
 from shrink.runlog import RunLog
 
-__all__ = ["parts_say", "say_lost"]
+__all__ = ["EngineRun", "parts_say", "say_lost"]
+
+
+@dataclass
+class EngineRun:
+    """What the engine processes of one run reported."""
+
+    stats: list[EngineStats]
+    t0: float
+    cpus: list[int] | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cpu_seconds(self) -> float:
+        return sum(s.cpu for s in self.stats)
+
+    @property
+    def work_cpu_seconds(self) -> float:
+        """:attr:`cpu_seconds` less the time the native loops waited on the clock by
+        choice (their ``polled_us``: a real-time loop under pressure waits out its
+        send window so, leaving a tenth of its CPU's time free): not the generator's
+        work, so not a sign that it was saturated."""
+        polled = sum(int((s.extra.get("loop") or {}).get("polled_us", 0)) for s in self.stats)
+        return max(0.0, self.cpu_seconds - polled / 1e6)
+
+    @property
+    def wall(self) -> float:
+        return max((s.wall for s in self.stats), default=0.0)
+
+    @property
+    def interrupted(self) -> bool:
+        return any(s.interrupted for s in self.stats)
+
+    @property
+    def stopped_at(self) -> float | None:
+        """The first instant an engine process was told to stop (seconds from the run's
+        zero; None: not stopped, or stopped by an engine that did not record when)."""
+        at = [float(a) for s in self.stats if (a := s.extra.get("stopped_at")) is not None]
+        return min(at) if at else None
+
+    @property
+    def awake_spinners(self) -> int:
+        """The spinners that kept the generator's CPUs awake: each reporting process's,
+        and those an engine process killed mid-run had started (``lost_spinners``: it
+        could not report them, and they spun until it died)."""
+        spun = (int((s.extra.get("loop") or {}).get("awake_spinners", 0)) for s in self.stats)
+        return sum(spun) + int(self.extra.get("lost_spinners", 0))
+
+    @property
+    def awake_groups(self) -> list[str]:
+        """The idle cpu cgroups their spinners ran in, the killed processes' too."""
+        gs = [g for s in self.stats if (g := s.extra.get("awake_group"))]
+        return gs + list(self.extra.get("lost_awake_groups", []))
 
 
 def parts_say(logs: Sequence[RunLog]) -> dict[str, Any]:

@@ -45,10 +45,11 @@ from shrink.replay.answers import (
 )
 from shrink.replay.clients import ClientSampler
 from shrink.replay.engine import EngineConfig
+from shrink.replay.engine_parts import EngineRun
 from shrink.replay.fd_limit import out_of_files, raise_open_file_limit
 from shrink.replay.idle import wait_idle
 from shrink.replay.native import engine_name, idle_group_unavailable, select_engine
-from shrink.replay.scaleout import EngineRun, run_engines, scheduling
+from shrink.replay.scaleout import run_engines, scheduling
 from shrink.replay.selfcheck import LAG_LIMIT, generator_check, thread_wait
 from shrink.replay.stopwatch import Continued, StopWatch, flag_if_stopped, stopped_for
 from shrink.replay.window_cpu import of_share, window_cpu

@@ -21,7 +21,7 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from time import monotonic
 from typing import Any
@@ -34,7 +34,7 @@ from shrink.processes import die_with_parent
 from shrink.replay.cluster import ClusterSpec, run_on_cluster
 from shrink.replay.contract import StopOn
 from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
-from shrink.replay.engine_parts import parts_say, say_lost
+from shrink.replay.engine_parts import EngineRun, parts_say, say_lost
 from shrink.replay.writer import RunLogWriter
 from shrink.runlog import RunLog
 from shrink.schedule import ScheduleOptions, build_schedule, trace_extent, trace_mode
@@ -71,58 +71,6 @@ def split_sessions(trace: Trace, parts: int) -> list[Trace]:
     from samplers.split import split
 
     return split(trace, parts, seed=SPLIT_SEED)
-
-
-@dataclass
-class EngineRun:
-    """What the engine processes of one run reported."""
-
-    stats: list[EngineStats]
-    t0: float
-    cpus: list[int] | None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def cpu_seconds(self) -> float:
-        return sum(s.cpu for s in self.stats)
-
-    @property
-    def work_cpu_seconds(self) -> float:
-        """:attr:`cpu_seconds` less the time the native loops waited on the clock by
-        choice (their ``polled_us``: a real-time loop under pressure waits out its
-        send window so, leaving a tenth of its CPU's time free): not the generator's
-        work, so not a sign that it was saturated."""
-        polled = sum(int((s.extra.get("loop") or {}).get("polled_us", 0)) for s in self.stats)
-        return max(0.0, self.cpu_seconds - polled / 1e6)
-
-    @property
-    def wall(self) -> float:
-        return max((s.wall for s in self.stats), default=0.0)
-
-    @property
-    def interrupted(self) -> bool:
-        return any(s.interrupted for s in self.stats)
-
-    @property
-    def stopped_at(self) -> float | None:
-        """The first instant an engine process was told to stop (seconds from the run's
-        zero; None: not stopped, or stopped by an engine that did not record when)."""
-        at = [float(a) for s in self.stats if (a := s.extra.get("stopped_at")) is not None]
-        return min(at) if at else None
-
-    @property
-    def awake_spinners(self) -> int:
-        """The spinners that kept the generator's CPUs awake: each reporting process's,
-        and those an engine process killed mid-run had started (``lost_spinners``: it
-        could not report them, and they spun until it died)."""
-        spun = (int((s.extra.get("loop") or {}).get("awake_spinners", 0)) for s in self.stats)
-        return sum(spun) + int(self.extra.get("lost_spinners", 0))
-
-    @property
-    def awake_groups(self) -> list[str]:
-        """The idle cpu cgroups their spinners ran in, the killed processes' too."""
-        gs = [g for s in self.stats if (g := s.extra.get("awake_group"))]
-        return gs + list(self.extra.get("lost_awake_groups", []))
 
 
 # The SCHED_FIFO priority the send thread gets by default (see default_realtime).
