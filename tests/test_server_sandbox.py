@@ -136,9 +136,13 @@ def test_every_server_process_holds_nothing_of_roots(tmp_path, machine, recipe, 
 
 # What a server process's environment may hold when it runs as the server user: the
 # names shrink.testbed.private passes on and sets, and what the servers themselves add
-# for their workers (lighttpd's bin-environment, php-fpm's pool).
+# for their workers (lighttpd's bin-environment, php-fpm's pool). PHP_INI_SCAN_DIR is
+# php-cgi's, set by shrink to the replica's own ini folder (the PHP limits); a value
+# of the user's must not reach it (see the test).
 _SERVER_ENV = {"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ"}
-_SERVERS_OWN = {"PHP_FCGI_CHILDREN", "PHP_FCGI_MAX_REQUESTS", "PWD", "SHLVL", "_"}
+_SERVERS_OWN = {
+    "PHP_FCGI_CHILDREN", "PHP_FCGI_MAX_REQUESTS", "PHP_INI_SCAN_DIR", "PWD", "SHLVL", "_"
+}  # fmt: skip
 
 
 @pytest.mark.live
@@ -169,11 +173,16 @@ def test_a_server_gets_a_minimal_environment(tmp_path, machine, recipe, monkeypa
     names = ",".join(sorted(users))
     (doc / "env.php").write_text(
         f'<?php foreach (explode(",", "{names},OPENBLAS_NUM_THREADS") as $k) '
-        'if (getenv($k) !== false) echo $k, " ";\n'
+        'if (getenv($k) !== false) echo $k, "=", getenv($k), "\\n";\n'
     )
     with _serving(doc, machine, recipe, tmp_path / "s.json") as (r, get):
         page = get("/env.php")
-        assert page.status_code == 200 and page.text == "", page.text
+        assert page.status_code == 200, page.text
+        seen = dict(line.split("=", 1) for line in page.text.splitlines())
+        # only php-cgi's own ini folder, in the replica's run folder, not the user's
+        assert set(seen) <= {"PHP_INI_SCAN_DIR"}, page.text
+        for k, v in seen.items():
+            assert users[k] not in v and r.run_dir in v, (k, v)
         pids = [p for p in r.pids if process.is_alive(p)]
         assert pids
         for p in pids:
@@ -182,6 +191,7 @@ def test_a_server_gets_a_minimal_environment(tmp_path, machine, recipe, monkeypa
             extra = {k for k in env if not k.startswith(("LC_", "USE_ZEND_ALLOC"))}
             extra -= _SERVER_ENV | _SERVERS_OWN
             assert not extra, (p, _status(p)["Name"], sorted(extra))
+            assert users["PHP_INI_SCAN_DIR"] not in env.get("PHP_INI_SCAN_DIR", ""), p
 
 
 @pytest.mark.live
