@@ -109,7 +109,9 @@ def test_a_spinner_sleeps_while_its_parent_is_stopped_and_counts_the_time(namesp
         proc.wait()
     spun, _, stopped = (float(x) for x in out.split())
     assert spun == 1
-    assert 0.5 <= stopped < 5.0  # the time it saw its parent stopped
+    # the time it saw its parent stopped: at least the 0.5 s slept above, less a look
+    # (5 ms) at each end, as it counts the stop at its looks (0.496 s was seen under load)
+    assert 0.48 <= stopped < 5.0
     assert not _children(proc.pid)
 
 
@@ -343,8 +345,8 @@ def test_a_send_thread_held_past_the_normal_tasks_share_names_a_real_time_task(
 @pytest.mark.compute
 def test_a_level_whose_engine_process_was_killed_is_behind() -> None:
     from shrink.replay.contract import EngineStats
+    from shrink.replay.engine_parts import EngineRun
     from shrink.replay.live import LiveTarget
-    from shrink.replay.scaleout import EngineRun
 
     # kill -9 (or the OOM killer) of one of --processes 2's engines mid-level: the sweep
     # said "rate 200: 78.0 req/s" unflagged, exit 0, from the other one's rows alone
@@ -454,8 +456,8 @@ def test_a_sweep_level_missing_an_engine_process_says_so_and_gives_no_other_work
 @pytest.mark.compute
 def test_a_loops_wait_on_the_clock_is_not_a_saturated_generator() -> None:
     from shrink.replay.contract import EngineStats
+    from shrink.replay.engine_parts import EngineRun
     from shrink.replay.live import LiveTarget
-    from shrink.replay.scaleout import EngineRun
 
     # A real-time loop under pressure waits out its send windows on the clock: at
     # 150,000 req/s its process used 93-97% of a core over the run, 0.85-0.87 before
