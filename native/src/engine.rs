@@ -43,15 +43,17 @@ const BUSY_HIGH: f64 = 0.85;
 const BUSY_LOW: f64 = 0.70;
 /// Under pressure a wake-up costs more than it saves, and a widened window delays
 /// each request by up to its width: at 112,000/s on a 2-vCPU VM the window widened
-/// to 146-400 us and the send-lag p99 was 0.15-0.21 ms (one run 0.47). Waiting out
-/// a 60 us window on the clock instead kept it at 0.08-0.10 ms (26 of 28 runs under 0.1 ms,
-/// against 0 of 30 for widening; 2026-11-29, paired runs, bench/RESULTS.md). The
-/// loop still sleeps at least this share of the time, so that the RunLog's
-/// collection and the kernel's threads on its CPU run and a SCHED_FIFO loop stays
-/// clear of the kernel's RT throttling (5%). With 0.2 the window still widened
-/// (to 93-183 us) and the lag p99 was 0.09-0.65 ms at 105,000/s, against
-/// 0.087-0.092 ms with 0.1 (3 runs each, same sittings).
-const SLEEP_SHARE_MIN: f64 = 0.1;
+/// to 146-400 us and the send-lag p99 was 0.15-0.21 ms (one run 0.47), over 0.1 ms
+/// in 30 of 30 runs. A real-time loop under pressure waits out its window on the
+/// clock instead, while its thread's CPU time since the last look leaves at least
+/// this share of the time to its CPU's other work: the RunLog's collection
+/// (SCHED_OTHER, the same CPU), the kernel's threads, and the margin the kernel's
+/// RT throttling needs (it stops real-time threads for 50 ms once they took 95% of
+/// a second). Paired runs at 112,000/s (2026-11-29, bench/RESULTS.md): with 0.07,
+/// 8 of 10 within 0.1 ms; with 0.1, 6 of 10; a budget of 0.1 of the wall clock
+/// around the sleeps (left 5-6% off the CPU, a wake-up's kernel work counted as
+/// asleep) hit the RT throttling's 50 ms stops in 6 of 10 runs of a later hour.
+const SLEEP_SHARE_MIN: f64 = 0.07;
 const ADAPT_EVERY: f64 = 5e-3;
 /// Connections opened ahead of the start (open mode): as many as requests are due
 /// in the schedule's first PREOPEN_SPAN, at most PREOPEN_MAX per target.
@@ -344,7 +346,6 @@ pub struct Engine {
     may_poll: bool, // SCHED_FIFO/RR: the loop has its CPU to itself (see polls)
     pressure: bool, // the loop was busy past BUSY_HIGH: see SLEEP_SHARE_MIN
     spun: f64,      // time spent waiting out a window on the clock since adapt_at
-    slept: f64,     // wall time spent asleep since adapt_at
     /// turns, waits that slept, events, timer arms, connects, sends, the widest window
     /// (us), the time spent waiting out windows on the clock under pressure (us)
     pub counts: [u64; 8],
@@ -455,7 +456,6 @@ impl Engine {
             may_poll: realtime(),
             pressure: false,
             spun: 0.0,
-            slept: 0.0,
         })
     }
 
@@ -1386,16 +1386,19 @@ impl Engine {
         self.adapt_at = wall;
         self.cpu_at = cpu;
         self.spun = 0.0;
-        self.slept = 0.0;
     }
 
     /// Whether the loop waits out its window on the clock rather than asleep: under
-    /// pressure, while it has slept its share since the last adaptation. Only a
+    /// pressure, while its thread has left its CPU its share since the last
+    /// adaptation (by the thread's CPU time, which holds the kernel's work in its
+    /// name: a wake-up's, which a wall clock around the sleep counts as asleep, took
+    /// 3-5 more points, enough for the RT throttling's 50 ms stops). Only a
     /// real-time loop does: shrink makes it one only on CPUs the server does not
     /// use, and at normal priority (a generator sharing the server's CPU) the time
     /// on the clock would be taken from the server.
     fn polls(&self) -> bool {
-        self.pressure && self.slept >= SLEEP_SHARE_MIN * (mono() - self.adapt_at)
+        self.pressure
+            && thread_cpu() - self.cpu_at <= (1.0 - SLEEP_SHARE_MIN) * (mono() - self.adapt_at)
     }
 
     fn timer_fired(&mut self) {
@@ -1518,9 +1521,6 @@ impl Engine {
             return true;
         }
         self.counts[2] += n as u64;
-        if timer_only || wait_ms > 0 {
-            self.slept += mono() - wait_at;
-        }
         if !self.plan.open {
             if wait_ms > 0 && n > 0 {
                 self.last_wake = mono(); // a wake-up by the sockets opens a window too

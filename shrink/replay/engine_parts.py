@@ -33,7 +33,7 @@ class EngineRun:
     def work_cpu_seconds(self) -> float:
         """:attr:`cpu_seconds` less the time the native loops waited on the clock by
         choice (their ``polled_us``: a real-time loop under pressure waits out its
-        send window so, leaving a tenth of its CPU's time free): not the generator's
+        send window so, leaving 7% of its CPU's time free): not the generator's
         work, so not a sign that it was saturated."""
         polled = sum(int((s.extra.get("loop") or {}).get("polled_us", 0)) for s in self.stats)
         return max(0.0, self.cpu_seconds - polled / 1e6)
