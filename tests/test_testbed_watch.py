@@ -486,21 +486,18 @@ def test_a_levels_watch_reads_the_state_once_not_every_look(monkeypatch):
 
 def _http_server(root: Path) -> tuple[subprocess.Popen[bytes], int]:
     """A plain HTTP server on a free loopback port, serving ``root``."""
-    import socket
+    from helpers.servers import free_port, wait_listening
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     args = [sys.executable, "-m", "http.server", "-b", "127.0.0.1", "-d", str(root), str(port)]
     srv = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return srv, port
-        time.sleep(0.05)
-    srv.kill()
-    raise AssertionError("the test's HTTP server did not start")
+    try:
+        wait_listening(port, srv)
+    except BaseException:
+        srv.kill()
+        srv.wait()
+        raise
+    return srv, port
 
 
 @pytest.mark.parametrize(
