@@ -57,7 +57,7 @@ def run() -> None:
         # The signal came inside a step of the import machinery that wraps what it
         # raises (a class's __set_name__: "RuntimeError: Error calling __set_name__"):
         # still a stop before the work began, not a traceback.
-        if not interrupts.caused_by_stop(exc):
+        if not interrupts.stopped_before_work(exc):
             raise
         interrupts.exit_not_started()
     main()

@@ -222,6 +222,14 @@ def caused_by_stop(exc: BaseException) -> bool:
     return False
 
 
+def stopped_before_work(exc: BaseException) -> bool:
+    """Whether ``exc`` came of a stop signal before the work began: raised because of
+    :class:`NotStarted` (:func:`caused_by_stop`), or raised at all once such a signal
+    had come (a library whose import the signal cut short failed later in its own
+    terms: "TypeError: expected a message argument" from typing_extensions)."""
+    return _pending[0] or caused_by_stop(exc)
+
+
 def exit_not_started() -> NoReturn:
     """Say in one line that a stop signal came before the command began (nothing was
     written), and exit with 128 + its number."""

@@ -216,3 +216,51 @@ def test_a_stop_wrapped_by_the_import_machinery_is_one_line():
     except RuntimeError as wrapped:
         assert caused_by_stop(wrapped)
     assert not caused_by_stop(RuntimeError("its own"))
+
+
+@pytest.mark.compute
+def test_an_error_left_by_a_stop_before_the_work_is_the_stop_line(monkeypatch, capsys):
+    """A SIGHUP while typer imported pydantic lazily, as it parsed the options: the
+    import cut short, typing_extensions failed later in its own terms ("TypeError:
+    expected a message argument"), and that error came out as a traceback."""
+    import contextlib
+    import signal
+    import sys
+
+    from shrink import cli, interrupts
+
+    def app_for(argv):
+        def run(args=None):
+            with contextlib.suppress(interrupts.NotStarted):
+                interrupts._stop(signal.SIGHUP, None)  # the handler, as the signal runs it
+            raise TypeError("expected a message argument")  # what a library made of it
+
+        return run
+
+    def fails(argv):
+        def run(args=None):
+            raise TypeError("its own")
+
+        return run
+
+    for name, value in (("_pending", [False]), ("_last", [int(signal.SIGINT)])):
+        monkeypatch.setattr(interrupts, name, value)
+    monkeypatch.setattr(interrupts, "_taken", [])
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
+    # main() takes the stop signals, and the stop line ignores them: the suite's back after
+    suite = {sig: signal.getsignal(sig) for sig in interrupts.STOP_SIGNALS}
+    try:
+        monkeypatch.setattr(cli, "app_for", app_for)
+        with pytest.raises(SystemExit) as stop:
+            cli.main(["trace", "info", "x.parquet"])
+        assert stop.value.code == 128 + signal.SIGHUP
+        err = capsys.readouterr().err
+        assert "stopped by SIGHUP before the command started: nothing was written" in err
+        # without a stop, the same error is the error it is
+        monkeypatch.setattr(interrupts, "_pending", [False])
+        monkeypatch.setattr(cli, "app_for", fails)
+        with pytest.raises(TypeError, match="its own"):
+            cli.main(["trace", "info", "x.parquet"])
+    finally:
+        for sig, handler in suite.items():
+            signal.signal(sig, handler)

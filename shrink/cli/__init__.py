@@ -195,7 +195,15 @@ def main(args: list[str] | None = None) -> None:
     except OSError as exc:
         # stdout refused click's help or version text (``--help >/dev/full``): outside
         # a command, so not met by the commands' error reporter.
+        if interrupts.stopped_before_work(exc):
+            interrupts.exit_not_started()
         _stdout_refused(exc)
+    except Exception as exc:
+        # A stop signal before the work, which a library on the way (typer's lazy
+        # imports while it parsed the options) turned into an error of its own.
+        if not interrupts.stopped_before_work(exc):
+            raise
+        interrupts.exit_not_started()
 
 
 def _stdout_refused(exc: OSError) -> None:
