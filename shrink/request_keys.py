@@ -105,8 +105,9 @@ def _distinct_bodies(bodies: pa.Array, index: np.ndarray) -> list[bytes]:
 
 
 # Characters a path may hold and go on the wire as it is (``wire_target``'s, less the
-# "%" that must start an escape); a path of these alone needs no other look.
-_PLAIN = r"^[A-Za-z0-9\-._~!$&'()*+,;=:@/?]+$"
+# "%" that must start an escape), after the "/" it must start with; a path of these
+# alone needs no other look.
+_PLAIN = r"^/[A-Za-z0-9\-._~!$&'()*+,;=:@/?]*$"
 
 
 def _plain_paths(paths: list[str]) -> dict[int, str]:

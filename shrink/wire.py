@@ -116,12 +116,22 @@ def wire_target(path: str) -> str:
     """``path`` as it can go on a request line: blanks, non-ASCII (as UTF-8) and other
     characters a request-target may not hold are percent-encoded; a path already
     encoded is left alone. CR, LF and NUL raise ValueError: they would end the
-    request line early and smuggle a second request (or a header) to the server.
+    request line early and smuggle a second request (or a header) to the server. So
+    does a path that does not start with "/" (RFC 9112's origin-form): an absolute URI
+    (``http://other.host/x``) names its own host, which a server takes over the Host
+    header (and a proxy connects to); ``host:443`` (CONNECT's form), ``*`` and a
+    relative path ask for no file.
     """
     if _SMUGGLING.search(path):
         raise ValueError("holds CR, LF or NUL, which would smuggle a request past the server")
     if not path:
         return "/"
+    if not path.startswith("/"):
+        raise ValueError(
+            "does not start with '/': an absolute URI (http://HOST/...) would have the server "
+            "take HOST, not the target, as the host (a proxy would fetch from it); "
+            "authority-form (HOST:PORT), '*' and relative paths ask for no file"
+        )
     if _NOT_SENDABLE.search(path) is None:
         return path
     return _NOT_SENDABLE.sub(lambda m: "".join(f"%{b:02X}" for b in m[0].encode()), path)

@@ -330,6 +330,32 @@ def test_smuggling_paths_are_refused_naming_the_row(path: str) -> None:
         build_schedule(tr, 1.0, 1.0, loop=False)
 
 
+@pytest.mark.parametrize(
+    "path", ["http://other.host/x", "HTTP://other.host", "other.host:443", "*", "rel/x", "?q=1"]
+)
+def test_a_path_not_in_origin_form_is_refused_naming_the_row(path: str) -> None:
+    # An absolute URI went on the request line as it was: the server takes its host over
+    # the Host header (a proxy under test fetched from other.host); the other forms
+    # asked for no file.
+    with pytest.raises(ValueError, match=r"does not start with '/'"):
+        wire_target(path)
+    tr = _trace(path=["/ok", path]).with_meta(source="access.log")
+    with pytest.raises(TraceFormatError, match=r"trace row 1 \(session 2, .*start with '/'"):
+        build_schedule(tr, 1.0, 1.0, loop=False)
+    assert wire_target("//other.host/x") == "//other.host/x"  # origin-form: a path
+
+
+@pytest.mark.parametrize("path", ["http://other.host/x", "/a\r\nHost: evil"])
+def test_an_open_loop_path_that_cannot_be_sent_names_the_option(path: str, tmp_path: Path) -> None:
+    # Before: "trace row 0 (session 0), column path: ...", of a trace the user never gave
+    # (and the absolute URI went out as it was).
+    args = ["replay", "--rate", "5", "--duration", "1s", "--path", path,
+            "--target", "http://127.0.0.1:9", "-o", str(tmp_path / "r.parquet")]  # fmt: skip
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2 and "--path: " in r.output and "trace row" not in r.output, r.output
+    assert not (tmp_path / "r.parquet").exists()
+
+
 def test_a_method_must_be_a_token() -> None:
     with pytest.raises(TraceFormatError, match=r"trace row 0 .* not an HTTP method name"):
         build_schedule(_trace(method=["GE T", "GET"]), 1.0, 1.0, loop=False)

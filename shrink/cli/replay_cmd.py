@@ -97,6 +97,7 @@ def replay(
             )
         if rate is not None:
             seconds = parse_duration_option(duration or "10s", "duration", least=MIN_WINDOW_S)
+            _check_path(path)
             # Refused values name their option (exit 2): "rate == 0" exited 1 naming none.
             with as_option("--rate"), options_named(_OPEN_LOOP_OPTIONS):
                 tr = open_loop_trace(path, rate, seconds, arrival=arrival, seed=seed)
@@ -334,3 +335,14 @@ def register(app: typer.Typer) -> None:
     app.command("replay")(replay)
     sweep_cmd.register(app)
     mat_cmd.register(app)
+
+
+def _check_path(path: str) -> None:
+    """``--path`` as it can go on the wire; refused naming the option (it is no trace's
+    row, as the schedule's check would say)."""
+    from shrink.wire import wire_target
+
+    try:
+        wire_target(path)
+    except ValueError as exc:
+        raise OptionError("--path", f"{path[:60]!r} cannot be sent: {exc}") from None
