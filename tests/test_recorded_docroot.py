@@ -159,3 +159,12 @@ def test_a_path_the_testbed_refuses_or_serves_elsewhere_is_left_out(tmp_path):
              "/.well-known/t.txt"]  # fmt: skip
     tr, _ = _recorded(tmp_path, paths)
     assert sorted(set(tr.column("path").tolist())) == ["/.well-known/t.txt", "/a.gif"]
+
+
+def test_a_path_not_starting_with_a_slash_is_left_out(tmp_path):
+    # A proxy-probing bot's "GET http://other.host/x" answered 200 was kept as a file
+    # (written at http:/other.host/x), and the replay then refused the trace: it sends
+    # only paths that start with "/".
+    tr, docroot = _recorded(tmp_path, ["/a.gif", "http://other.host/x.gif", "b.gif"])
+    assert set(tr.column("path").tolist()) == {"/a.gif"}
+    assert not (docroot / "http:").exists() and not (docroot / "b.gif").exists()

@@ -182,7 +182,7 @@ def recorded_plain(paths: Sequence[str], status: Sequence[int]) -> np.ndarray:
     refused = re.compile(HIDDEN_PATH_RE + r"|~$|\.inc$|^/__shrink/")
     files: dict[str, str | None] = {}
     for p in set(paths):
-        plain = not p.endswith("/") and "?" not in p and "%" not in p
+        plain = p.startswith("/") and not p.endswith("/") and "?" not in p and "%" not in p
         f = docroot_path(p) if plain and static_problem(p) is None else None
         files[p] = None if f is None or refused.search(f) else f
     folders = {str(d) for f in files.values() if f for d in PurePosixPath(f).parents}
