@@ -42,6 +42,10 @@ def trace_file(tmp_path: Path) -> Path:
         ("http://[::1", "Invalid IPv6 URL"),
         ("127.0.0.1:0", "port 0 is no server's"),
         (f"sim:{SPEC}", "the simulator is not a running server"),
+        # a path, query or user part was dropped without a word (/x went to /x, not /app/x)
+        ("http://127.0.0.1:1/app/", "its path, query or user part would not be used"),
+        ("http://127.0.0.1:1/?k=1", "its path, query or user part would not be used"),
+        ("http://u:p@127.0.0.1:1/", "its path, query or user part would not be used"),
     ],
 )
 @pytest.mark.parametrize("command", ["replay", "sweep", "mat"])

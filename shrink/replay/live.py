@@ -105,6 +105,13 @@ def parse_url(url: str) -> tuple[str, int]:
         raise ParameterError(f"url == {url!r}, must be http:// (the engine speaks plain HTTP/1.1).")
     if not parts.hostname:
         raise ParameterError(f"url == {url!r}, must name a host.")
+    if parts.path not in ("", "/") or parts.query or parts.fragment or "@" in parts.netloc:
+        # http://127.0.0.1:8080/app/ sent the trace's /x to /x, not /app/x, and a user
+        # part sent no credentials, without a word: the target is a server, no more.
+        raise ParameterError(
+            f"url == {url!r}: a target is a server, http://ADDR:PORT; its path, query or "
+            "user part would not be used (the trace's paths are sent as they are)"
+        )
     if port == 0:
         # Nothing listens on port 0: every request would fail to connect.
         raise ParameterError(f"url == {url!r}: port 0 is no server's; give the port it listens on.")
