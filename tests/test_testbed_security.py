@@ -10,6 +10,7 @@ import errno
 import hashlib
 import json
 import os
+import pwd
 import stat
 import subprocess
 import tempfile
@@ -637,6 +638,39 @@ def test_a_docroot_others_may_change_is_named_with_the_folder_and_how(
     assert docroot_writers(doc, user) is None
 
 
+def test_a_folder_or_file_inside_the_docroot_others_may_change_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Only the root and the folders above it were looked at: an app/ folder open to all
+    # (any user could drop x.php there, run as the server user) went without a word.
+    from shrink.testbed import private
+    from shrink.testbed.private import ServerUser, docroot_writers
+
+    uid = 2**31 - 9 if os.geteuid() == 0 else os.geteuid()
+    user = ServerUser("srv", "srv", uid, uid)
+    doc = tmp_path / "doc"
+    (doc / "app").mkdir(parents=True)
+    page = doc / "app" / "p.php"
+    page.write_text("<?php echo 1;")
+    (doc / "app" / "link").symlink_to("/etc")  # a link's own mode (0777) says nothing
+    for p, mode in ((tmp_path, 0o755), (doc, 0o755), (doc / "app", 0o755), (page, 0o644)):
+        p.chmod(mode)
+    assert docroot_writers(doc, user) is None
+    (doc / "app").chmod(0o1777)  # sticky inside the root: others may still add pages
+    assert docroot_writers(doc, user) == (doc / "app", "writable by every user (mode 1777)")
+    (doc / "app").chmod(0o755)
+    page.chmod(0o666)
+    assert docroot_writers(doc, user) == (page, "writable by every user (mode 0666)")
+    page.chmod(0o664)
+    monkeypatch.setattr(private, "_group_members", lambda gid: {0, 4242})
+    found = docroot_writers(doc, user)
+    assert found is not None and found[0] == page and found[1].startswith("writable by group ")
+    page.chmod(0o644)
+    monkeypatch.setattr(private, "MAX_LOOKED_AT", 1)
+    (doc / "app").chmod(0o777)
+    assert docroot_writers(doc, user) == (doc / "app", "writable by every user (mode 0777)")
+
+
 def test_testbed_up_warns_of_a_docroot_others_may_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -660,6 +694,17 @@ def test_testbed_up_warns_of_a_docroot_others_may_write(
         lines
     )
     assert "or PHP it runs as" in lines[0] and "let only root and" in lines[0], lines
+    doc.chmod(0o755)
+    (doc / "app").mkdir(mode=0o755)
+    (doc / "app").chmod(0o777)
+    r = CliRunner().invoke(app, args)
+    lines = [x for x in r.output.splitlines() if x.startswith("warning: document root")]
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    assert lines == [
+        f"warning: document root {doc}: {doc / 'app'}, inside it, is writable by every user "
+        f"(mode 0777): they could put pages there that the server serves, or PHP it runs as "
+        f"{me}; let only root and {me} write it"
+    ], r.output
 
 
 def test_a_relative_run_folder_is_refused(tmp_path, monkeypatch):

@@ -473,7 +473,14 @@ def warn_writable_docroot(docroot: Path | str) -> None:
         return
     folder, how = found
     runs_as = user.name if user is not None else pwd.getpwuid(os.geteuid()).pw_name
-    where = "" if folder == Path(docroot).resolve() else f": {folder}, a folder above it,"
+    root = Path(docroot).resolve()
+    where = (
+        ""
+        if folder == root
+        else f": {folder}, a folder above it,"
+        if folder in root.parents
+        else f": {folder}, inside it,"
+    )
     typer.echo(
         printable(
             f"warning: document root {docroot}{where} is {how}: they could put pages there "

@@ -392,25 +392,66 @@ def forgeable(path: str | Path) -> str | None:
 
 
 def docroot_writers(docroot: Path, user: ServerUser | None) -> tuple[Path, str] | None:
-    """The first folder, the document root or one on its path, that a user other than
-    root and the servers' user (this user, when not root) may change, and how: its owner,
-    every user, or a group with other members. None if there is none.
+    """The first folder, the document root, one on its path or a folder or file inside
+    it, that a user other than root and the servers' user (this user, when not root) may
+    change, and how: its owner, every user, or a group with other members. None if there
+    is none.
 
     Any such user could put pages there that the server serves, and PHP that it runs as
-    the servers' user. Above the root a folder open to all but sticky (``/tmp``) is not
-    one: others may add to it, not rename the root away; the root itself it is.
+    the servers' user (a folder ``app/`` open to all was as good as a root open to all).
+    Above the root a folder open to all but sticky (``/tmp``) is not one: others may add
+    to it, not rename the root away; the root itself, and what is inside it, it is. Of
+    what is inside, the first :data:`MAX_LOOKED_AT` entries are looked at.
     """
     allowed = {0, user.uid if user is not None else os.geteuid()}
+    members = functools.cache(lambda gid: _group_members(gid))
     root = Path(os.path.realpath(docroot))
     for d in (root, *root.parents):
-        st = os.stat(d)
-        sticky = d != root and st.st_mode & stat.S_ISVTX
-        if st.st_uid not in allowed:
-            return d, f"owned by {user_name(st.st_uid)}"
-        if st.st_mode & 0o002 and not sticky:
-            return d, f"writable by every user (mode {stat.S_IMODE(st.st_mode):04o})"
-        if st.st_mode & 0o020 and not sticky and _group_members(st.st_gid) - allowed:
-            return d, f"writable by group {_group_name(st.st_gid)}, which has other members"
+        how = _changed_by_others(os.stat(d), allowed, d != root, members)
+        if how is not None:
+            return d, how
+    return _writer_inside(root, allowed, members)
+
+
+# Entries inside a document root looked at for other writers: a recorded site's root
+# holds a file per path, tens of thousands; the rest of a larger one is not looked at.
+MAX_LOOKED_AT = 200_000
+
+
+def _writer_inside(
+    root: Path, allowed: set[int], members: Callable[[int], set[int]]
+) -> tuple[Path, str] | None:
+    looked = 0
+    for top, dirs, names in os.walk(root):
+        for name in (*dirs, *names):
+            path = os.path.join(top, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue  # gone since the listing
+            if stat.S_ISLNK(st.st_mode):
+                continue  # its own mode means nothing; its folder's says who may swap it
+            how = _changed_by_others(st, allowed, False, members)
+            if how is not None:
+                return Path(path), how
+            looked += 1
+            if looked >= MAX_LOOKED_AT:
+                return None
+    return None
+
+
+def _changed_by_others(
+    st: os.stat_result, allowed: set[int], above: bool, members: Callable[[int], set[int]]
+) -> str | None:
+    """How a user not in ``allowed`` may change the file ``st`` is of, or None; a sticky
+    folder ``above`` the root is not changed by their adding to it."""
+    sticky = above and st.st_mode & stat.S_ISVTX
+    if st.st_uid not in allowed:
+        return f"owned by {user_name(st.st_uid)}"
+    if st.st_mode & 0o002 and not sticky:
+        return f"writable by every user (mode {stat.S_IMODE(st.st_mode):04o})"
+    if st.st_mode & 0o020 and not sticky and members(st.st_gid) - allowed:
+        return f"writable by group {_group_name(st.st_gid)}, which has other members"
     return None
 
 
