@@ -47,6 +47,8 @@ def is_loopback(host: str) -> bool:
     ``/etc/hosts`` naming another address for it sent the load there."""
     if host == "localhost":
         return bool(addrs := _localhost_addresses()) and all(a.is_loopback for a in addrs)
+    if "%" in host:
+        return False  # a zone ("::1%lo"): see not_loopback_why
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
@@ -77,6 +79,13 @@ def not_loopback_why(host: str) -> str:
         others = sorted({str(a) for a in addrs if not a.is_loopback})
         return (f"localhost resolves here to {', '.join(others)}, not loopback "
                 "(/etc/hosts); write 127.0.0.1 or ::1")  # fmt: skip
+    address, zone = host.split("%", 1) if "%" in host else (host, "")
+    if zone and is_loopback(address):
+        # Python's engine sent "Host: [::1%lo]:P", which a server may refuse, and the
+        # native engine could not connect to it at all ("failed to lookup address").
+        return (
+            f"{host} names a zone (%{zone}), which a loopback address has none of: write {address}"
+        )
     try:
         ip = ipaddress.ip_address(host)
     except ValueError:
@@ -173,5 +182,8 @@ def wire_content_type(value: str) -> str:
 
 def refuse_remote(host: str, allowed: bool, error: type[Exception] = ParameterError) -> None:
     """Refuse ``host`` as a target unless it is a loopback address or ``allowed``."""
+    if "%" in host and is_loopback(host.split("%", 1)[0]):
+        # this machine all the same, in a spelling that one engine could not reach
+        raise error(f"target {not_loopback_why(host)}")
     if not allowed and not is_loopback(host):
         raise error(f"target {not_loopback_why(host)}; pass --allow-remote to load another machine")

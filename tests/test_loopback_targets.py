@@ -59,3 +59,20 @@ def test_localhost_that_resolves_off_loopback_is_refused(monkeypatch, addresses,
 def test_localhost_that_resolves_to_loopback_is_taken(monkeypatch):
     resolving_localhost_to(monkeypatch, "::1", "127.0.0.1")
     assert LiveTarget([("localhost", 8080)]).addresses == [("localhost", 8080)]
+
+
+@pytest.mark.parametrize("allow_remote", [False, True])
+@pytest.mark.parametrize(("host", "plain"), [("::1%lo", "::1"), ("127.0.0.1%lo", "127.0.0.1")])
+def test_a_zone_on_loopback_is_refused_with_or_without_allow_remote(host, plain, allow_remote):
+    # "http://[::1%lo]:P" was taken: the Python engine sent "Host: [::1%lo]:P" (no Host a
+    # server need take), the native engine failed every request ("failed to lookup address
+    # information"). It is this machine either way: --allow-remote is no answer to it.
+    from shrink.wire import is_loopback, loopback_url_host
+
+    with pytest.raises(ReplayError) as err:
+        LiveTarget([(host, 8080)], allow_remote=allow_remote)
+    assert str(err.value) == (
+        f"target {host} names a zone (%lo), which a loopback address has none of: write {plain}"
+    )
+    assert not is_loopback(host)
+    assert loopback_url_host("http://[::1%lo]:80/") is not None  # a recipe's health_url
