@@ -267,3 +267,21 @@ def test_a_request_target_with_a_nul_is_left_out_and_counted(tmp_path):
     assert res.exit_code == 1
     assert "1 request with a NUL byte in the target" in res.output
     assert "only responses" not in res.output
+
+
+def test_a_request_for_no_path_is_left_out_before_the_sessions_are_made(tmp_path):
+    """A captured proxy request (``GET http://other.host/x``) or CONNECT's ``host:443`` was
+    read as a path, and the replay, which sends paths only, refused the whole trace. They
+    are left out and counted; alone in the capture, the error says why."""
+    ok = (b"GET /ok HTTP/1.1\r\nHost: a\r\n\r\n", http_response(2))
+    proxy = (b"GET http://other.host/x HTTP/1.1\r\nHost: other.host\r\n\r\n", http_response(2))
+    star = (b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", http_response(0))
+    pcap = write_capture(tmp_path / "p.pcap", [Conn([ok, proxy, ok, star])])
+    trace = read_capture(pcap)
+    assert trace.column("path").tolist() == ["/ok", "/ok"]
+    assert trace.meta["http_anomalies"]["request-target-not-path"] == 2
+    assert trace.meta["requests"] == 4
+    alone = write_capture(tmp_path / "q.pcap", [Conn([proxy])])
+    res = CliRunner().invoke(app, ["ingest", str(alone), "-o", str(tmp_path / "t.parquet")])
+    assert res.exit_code == 1
+    assert "1 request for no path of the server's" in res.output

@@ -428,3 +428,31 @@ def test_a_raw_nul_in_the_request_is_a_bad_line_not_a_path(tmp_path):
     assert trace.meta["skipped_lines"] == [2]
     with pytest.raises(TraceFormatError, match="line 2: request field holds a raw NUL byte"):
         read_clf(p, strict=True)
+
+
+def test_a_request_for_no_path_is_left_out_and_counted_in_either_mode(tmp_path):
+    """A proxy probe's absolute URI, CONNECT's HOST:PORT and Apache's own ``OPTIONS *`` are
+    lines a server wrote, but the replay sends paths only: it refused the whole trace.
+    They are left out in either mode, counted, and said by ingest."""
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    p = _log(
+        tmp_path,
+        [
+            _line("192.0.2.1", "10/Oct/2023:13:55:36 +0000", "GET /a HTTP/1.1"),
+            _line("192.0.2.1", "10/Oct/2023:13:55:37 +0000", "GET http://other.host/x HTTP/1.1"),
+            _line("::1", "10/Oct/2023:13:55:38 +0000", "OPTIONS * HTTP/1.0"),
+            _line("192.0.2.9", "10/Oct/2023:13:55:39 +0000", "CONNECT a.example:443 HTTP/1.1"),
+        ],
+    )
+    for strict in (False, True):
+        trace = read_clf(p, strict=strict)
+        assert trace.column("path").tolist() == ["/a"]
+        assert (trace.meta["not_path"], trace.meta["not_path_lines"]) == (3, [2, 3, 4])
+        assert trace.meta["skipped"] == 0
+    res = CliRunner().invoke(app, ["ingest", str(p), "-o", str(tmp_path / "t.parquet")])
+    assert res.exit_code == 0, res.output
+    assert "left out 3 requests for no path of the server's" in res.output
+    assert "lines 2, 3, 4" in res.output

@@ -162,6 +162,16 @@ def test_times_a_century_apart_name_the_line(tmp_path):
     assert "time 1e12 is 31,688 years after" in str(info.value)
 
 
+def test_a_url_not_starting_with_a_slash_is_a_bad_line(tmp_path):
+    """An absolute URI names its own host, and the replay, which sends paths only,
+    refused the whole trace it was read into."""
+    p = _write(tmp_path, "100.0\tu1\thttp://other.host/x\n100.1\tu1\t/c\n")
+    trace = read_specweb(p)
+    assert trace.column("path").tolist() == ["/c"] and trace.meta["skipped_lines"] == [1]
+    with pytest.raises(TraceFormatError, match=r"line 1: url 'http://other\.host/x' is not a path"):
+        read_specweb(p, strict=True)
+
+
 def test_a_url_with_a_nul_is_a_bad_line(tmp_path):
     """Read as a path, a NUL made a trace the replay refused whole ("cannot be sent")."""
     p = _write(tmp_path, "100.0\tu1\t/a\x00b\n100.1\tu1\t/c\n")

@@ -93,10 +93,13 @@ def test_blank_lines_make_no_empty_sessions(tmp_path):
 
 
 def test_only_column_one_hash_is_a_comment(tmp_path):
-    p = _write(tmp_path, "/a\n #frag\n# comment\n")
+    p = _write(tmp_path, "/a\n /b\n# comment\n")
     trace = read_wsesslog(p)
-    assert trace.column("path").tolist() == ["/a", "#frag"]
+    assert trace.column("path").tolist() == ["/a", "/b"]
     assert trace.column("burst").tolist() == [0, 0]
+    # " #frag" is no comment but a path (one the replay cannot send: not from "/")
+    with pytest.raises(TraceFormatError, match="line 2: the path '#frag' does not start"):
+        read_wsesslog(_write(tmp_path, "/a\n #frag\n# comment\n"))
 
 
 def test_method_is_prefix_matched_like_httperf(tmp_path):
@@ -141,6 +144,7 @@ def test_think_default_applies_to_bursts_without_think(tmp_path):
         ("/a think=nan\n", 1, "must be a finite number"),
         ("/a contents='open\n/b\n", 1, "never closed"),
         ("/a\n/b\x00c think=1\n", 2, "the path holds a NUL byte"),
+        ("/a\nhttp://other.host/x\n", 2, "'http://other.host/x' does not start with '/'"),
         ("/a contents=x\\\n", 1, "end of the file"),
         ("/a contents=x\\", 1, "end of the file"),
     ],

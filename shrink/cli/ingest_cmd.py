@@ -45,6 +45,8 @@ _HTTP_FAULTS = {
     "character, or too long: the body goes as form data)",
     "request-target-nul": "requests whose target holds a NUL byte, which no request line "
     "can carry (left out)",
+    "request-target-not-path": "requests for no path of the server's (an absolute URI a "
+    "proxy is asked for, HOST:PORT, '*'; left out: the replay sends paths only)",
     "request-content-type-repeated": "requests with two unlike Content-Types (the first kept)",
     "incomplete-response-header": "responses cut short in their header",
     "response-header-in-gap": "response headers with bytes the capture lost",
@@ -217,6 +219,15 @@ def _notes(meta: dict[str, Any], faults: dict[str, int]) -> None:
             "are one session and its bursts merge; --sessions connection or cookie:NAME "
             "tells them apart"
         )
+    not_path = int(meta.get("not_path") or 0)
+    if not_path:
+        lines = ", ".join(str(n) for n in (meta.get("not_path_lines") or [])[:_SHOWN_SKIPS])
+        typer.echo(
+            f"note: left out {plural(not_path, 'request')} for no path of the server's (an "
+            f"absolute URI a proxy is asked for, HOST:PORT, '*'), which the replay does not "
+            f"send: {'lines' if not_path > 1 else 'line'} {lines}"
+            f"{' ...' if not_path > _SHOWN_SKIPS else ''}"
+        )
     repaired = meta.get("repaired_lines") or []
     if repaired:
         console().print(
@@ -237,6 +248,13 @@ def _not_all_skipped(source: Path, fmt: str, meta: dict[str, Any], requests: int
     numbers = ", ".join(str(n) for n in listed) + (" ..." if skipped > len(listed) else "")
     if fmt == "pcap":
         raise TraceFormatError(f"no HTTP request read: {_no_request(meta, listed)}", path=source)
+    if not_path := int(meta.get("not_path") or 0):
+        raise TraceFormatError(
+            f"no request read: every request ({not_path:,}) was for no path of the server's "
+            "(an absolute URI a proxy is asked for, HOST:PORT, '*'), which the replay does "
+            "not send",
+            path=source,
+        )
     if not skipped:
         return
     raise TraceFormatError(
@@ -260,6 +278,11 @@ def _no_request(meta: dict[str, Any], listed: list[int]) -> str:
         return (
             f"{plural(nul, 'request')} with a NUL byte in the target (no request line can "
             "carry one)"
+        )
+    if not_path := int((meta.get("http_anomalies") or {}).get("request-target-not-path", 0)):
+        return (
+            f"{plural(not_path, 'request')} for no path of the server's (an absolute URI a "
+            "proxy is asked for, HOST:PORT, '*'), which the replay does not send"
         )
     if orphans:
         return (

@@ -12,7 +12,10 @@ accepts and how it maps lines to the Trace:
 * **Request line** ``METHOD URL [HTTP/x.y]``: the version may be missing
   (HTTP/0.9-style lines, common in 1995 logs); a URL with blanks in it is kept
   whole. A request field that is not a request (``"-"``, one word, garbage)
-  makes the line skipped.
+  makes the line skipped. A request for no path of the server's (an absolute URI
+  ``http://other.host/x`` a proxy is asked for, ``HOST:PORT``, ``*``) is left out
+  in either mode and counted (meta ``not_path``, ``not_path_lines``): the replay
+  sends paths only.
 * **Variants**: a leading virtual host (Apache's ``vhost_combined``, ``%v:%p %h
   ...``; meta ``vhost_lines``) is accepted and not used. Fields after the format's
   own (nginx's ``$request_time``, Apache's ``%D`` or ``%T`` appended) are accepted
@@ -179,6 +182,8 @@ class _Tally:
     repaired: int = 0
     vhost: int = 0  # lines that start with a virtual host (vhost_combined)
     extra: int = 0  # lines with fields after the format's own (ignored)
+    not_path: int = 0  # requests for no path of the server's (left out)
+    not_path_lines: list[int] = field(default_factory=list)
     skipped_lines: list[int] = field(default_factory=list)  # the first _MAX_LISTED
     repaired_lines: list[int] = field(default_factory=list)
     span: TimeSpan = field(default_factory=TimeSpan)
@@ -187,6 +192,11 @@ class _Tally:
         self.skipped += 1
         if len(self.skipped_lines) < _MAX_LISTED:
             self.skipped_lines.append(number)
+
+    def leave_out(self, number: int) -> None:
+        self.not_path += 1
+        if len(self.not_path_lines) < _MAX_LISTED:
+            self.not_path_lines.append(number)
 
     def repair(self, number: int) -> None:
         self.repaired += 1
@@ -252,6 +262,8 @@ def read_clf(
         "repaired_lines": tally.repaired_lines,
         "vhost_lines": tally.vhost,
         "extra_field_lines": tally.extra,
+        "not_path": tally.not_path,
+        "not_path_lines": tally.not_path_lines,
         "mode": "session",
         "idle_gap": idle,
         "burst_gap": bgap,
@@ -302,6 +314,12 @@ def _read_batch(
                 why = f"request field {m['request']!r} is not METHOD URL [VERSION]"
             elif "\x00" in req[1]:  # (a server logs one as \x00; sent, it ends the line)
                 why = "request field holds a raw NUL byte: not a line a server wrote"
+            elif not req[1].startswith("/"):
+                # A line the server wrote, but for no path of its own: a proxy probe's
+                # absolute URI, CONNECT's HOST:PORT, Apache's own "OPTIONS *". The
+                # replay sends paths only, so the line is left out, counted.
+                tally.leave_out(number)
+                continue
             else:
                 stamp = m["time"]
                 cached = time_cache.get(stamp)

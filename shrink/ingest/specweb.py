@@ -108,6 +108,8 @@ def _row(values: list[str], names: tuple[str, ...]) -> tuple[Any, ...]:
         raise _BadLine("empty session or url")
     if "\x00" in url:  # (read as a path, the replay refused the whole trace later)
         raise _BadLine("url holds a NUL byte, which no request line can carry")
+    if not url.startswith("/"):  # (an absolute URI names its own host: not sent)
+        raise _BadLine(f"url {url[:60]!r} is not a path starting with '/'")
     method = rec.get("method") or "GET"
     if not _METHOD.match(method):
         raise _BadLine(f"method {method!r} is not an HTTP method name")

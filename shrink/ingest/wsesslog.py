@@ -306,6 +306,12 @@ def _read_sessions(lines: _Lines, out: _Sessions) -> None:
                 )
         if "\x00" in first.group():  # (the replay refused it only when it came to send it)
             raise lines.error("the path holds a NUL byte, which no request line can", lineno)
+        if not first.group().startswith("/"):  # (an absolute URI names its own host)
+            raise lines.error(
+                f"the path {first.group()[:60]!r} does not start with '/' (the replay sends "
+                "paths only, to the target)",
+                lineno,
+            )
         method, body = "GET", ""
         pos = first.end()
         while (m := _WORD.search(text, pos)) is not None:

@@ -87,6 +87,19 @@ class HttpResult:
     def __len__(self) -> int:
         return len(self.conn)
 
+    def keep(self, mask: np.ndarray) -> None:
+        """Keep the requests where ``mask`` is true (after their times are filled in)."""
+        at = np.flatnonzero(mask).tolist()
+        for name in (
+            "conn", "client", "server", "sport", "method", "path", "req_off", "req_body",
+            "req_type", "status", "first_off", "last_off", "body", "cookie", "set_cookie",
+        ):  # fmt: skip
+            column = getattr(self, name)
+            setattr(self, name, [column[i] for i in at])
+        self.t_req = self.t_req[mask]
+        self.t_first = self.t_first[mask]
+        self.t_last = self.t_last[mask]
+
     def truncate(self, n: int) -> None:
         """Keep the first ``n`` requests (before their times are filled in)."""
         for name in (

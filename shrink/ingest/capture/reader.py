@@ -124,6 +124,12 @@ def read_capture(
         http = parse_http(streams, cookie=cookie, max_body=max_body)
     except TraceFormatError as exc:  # the parser knows the connection, not the file
         raise TraceFormatError(exc.reason, path=path) from None
+    targets = np.fromiter((p.startswith("/") for p in http.path), dtype=bool, count=len(http))
+    if not targets.all():
+        # A request for no path of the server's (a proxy's absolute URI, "*", HOST:PORT):
+        # the replay sends paths only, so it is left out before the sessions are made.
+        http.counts["request-target-not-path"] += int((~targets).sum())
+        http.keep(targets)
     cols = sessionize(
         http,
         mode=mode,
