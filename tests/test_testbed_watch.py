@@ -4,6 +4,7 @@ dead one is: the sweep stops naming it, and ``testbed status`` says it."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -95,7 +96,9 @@ def _engine_that_stops(pid: int):
 
 def test_a_server_stopped_and_resumed_within_a_level_is_a_testbed_error():
     """Stopped, then continued before the level ended: the check after the level found it
-    running, and the level was kept as a slow server's."""
+    running, and the level was kept as a slow server's. Then it was said as "is stopped
+    (SIGSTOP)", running again when that was printed: it is now said in the past, with
+    when the watch saw it so and when no longer."""
     srv = _sleeper()
     try:
         cpus = sorted(os.sched_getaffinity(0))
@@ -105,8 +108,15 @@ def test_a_server_stopped_and_resumed_within_a_level_is_a_testbed_error():
             idle_bound=0.1,
         )  # fmt: skip
         want = f"during the level, the server under test went wrong: r0: lighttpd PID {srv.pid} "
-        with pytest.raises(TestbedError, match=want):
+        with pytest.raises(TestbedError, match=want) as e:
             target.run(steady_trace(), rate_factor=1.0, warmup=0.0, duration=2.0)
+        said = str(e.value)
+        assert "is stopped" not in said, said
+        assert re.search(
+            r"was stopped \(SIGSTOP\) \(seen [0-9.]+(-[0-9.]+)? s into the run; "
+            r"no longer so at [0-9.]+ s\)$",
+            said,
+        ), said
     finally:
         srv.kill()
         srv.wait()
@@ -543,3 +553,25 @@ def test_a_server_stopped_mid_level_ends_the_level_at_once(tmp_path, engine, pro
         os.kill(srv.pid, signal.SIGCONT)
         srv.kill()
         srv.wait()
+
+
+@pytest.mark.compute
+def test_a_problem_no_longer_so_is_said_in_the_past():
+    """Each kind of watch finding in the past tense; a role's own words are left as they are."""
+    found = (
+        "went wrong: r0: php-fpm PID 5 is stopped (SIGSTOP); r0: co-runner (the CPU-time "
+        "share is not enforced without it) PID 6 is frozen (/x/cgroup.freeze); r0: lighttpd "
+        "PID 7 runs SCHED_FIFO, which the share does not hold; r0: lighttpd PID 7 may run on "
+        "CPUs 0-1, not the recorded 1; r0: its CFS quota is 1/2 us, not the recorded 3/4 us (d)"
+    )
+    said = watch.was_so(found, (0.25, 0.75), 1.0)
+    assert said == (
+        "went wrong: r0: php-fpm PID 5 was stopped (SIGSTOP); r0: co-runner (the CPU-time "
+        "share is not enforced without it) PID 6 was frozen (/x/cgroup.freeze); r0: lighttpd "
+        "PID 7 ran SCHED_FIFO, which the share does not hold; r0: lighttpd PID 7 could run on "
+        "CPUs 0-1, not the recorded 1; r0: its CFS quota was 1/2 us, not the recorded 3/4 us (d)"
+        " (seen 0.25-0.75 s into the run; no longer so at 1.00 s)"
+    )
+    assert watch.was_so("went wrong: r0: x PID 1 is stopped (SIGSTOP)", (0.5, 0.5), 0.6).endswith(
+        "was stopped (SIGSTOP) (seen 0.50 s into the run; no longer so at 0.60 s)"
+    )

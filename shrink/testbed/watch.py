@@ -12,7 +12,9 @@ level runs.
 from __future__ import annotations
 
 import os
+import re
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ __all__ = [
     "frozen",
     "replica_problems",
     "state_problems",
+    "was_so",
 ]
 
 POLL_S = 0.25  # how often a level's watch looks: a stop shorter than this may pass unseen
@@ -206,12 +209,35 @@ def state_problems(state: dict[str, Any], replicas: list[ReplicaState] | None = 
     return "; ".join(found) if found else None
 
 
+_PAST = (
+    (re.compile(r" is (stopped|frozen)\b"), r" was \1"),
+    (re.compile(r" runs (SCHED_\w+)"), r" ran \1"),
+    (re.compile(r" no longer runs SCHED_FIFO"), " no longer ran SCHED_FIFO"),
+    (re.compile(r" may run on CPUs"), " could run on CPUs"),
+    (re.compile(r"its CFS quota is "), "its CFS quota was "),
+    (re.compile(r"its cpuset's CPUs are "), "its cpuset's CPUs were "),
+    (re.compile(r" is gone\b"), " was gone"),
+)
+
+
+def was_so(problem: str, seen: tuple[float, float], now: float) -> str:
+    """A watch's ``problem`` said in the past: it was found ``seen`` (the first and last
+    looks that found it, in seconds since the watch began) and no longer holds ``now``
+    (a server continued before the words were printed is not "stopped")."""
+    for pattern, repl in _PAST:
+        problem = pattern.sub(repl, problem)
+    a, b = seen
+    when = f"{a:.2f} s" if b - a < 0.005 else f"{a:.2f}-{b:.2f} s"
+    return f"{problem} (seen {when} into the run; no longer so at {now:.2f} s)"
+
+
 class Watch(threading.Thread):
     """Looks at a testbed every POLL_S while a level runs; ``problem`` is the first
     thing :func:`check` found wrong (a server stopped and resumed within the level
     measured as slow what was stopped). Found, it sets ``halt``, the run's engines' stop
     event (a multiprocessing one: forked engine processes see it too): the level is no
-    level, and its requests need not wait out their timeout before that is said."""
+    level, and its requests need not wait out their timeout before that is said.
+    ``seen``: the first and last looks that found it (seconds since the watch began)."""
 
     def __init__(self, check: Any) -> None:
         import multiprocessing
@@ -219,17 +245,32 @@ class Watch(threading.Thread):
         super().__init__(daemon=True, name="testbed-watch")
         self.check = check
         self.problem: str | None = None
+        self.seen = (0.0, 0.0)
+        self.began = time.monotonic()
         self.stop = threading.Event()
         self.halt = multiprocessing.get_context("fork").Event()
 
     def run(self) -> None:
         while not self.stop.wait(POLL_S):
-            self.problem = self.check()
-            if self.problem is not None:
+            found = self.check()
+            at = time.monotonic() - self.began
+            if self.problem is None and found is not None:
+                self.problem, self.seen = found, (at, at)
                 self.halt.set()
-                return
+            elif found is not None and found == self.problem:
+                self.seen = (self.seen[0], at)  # (looked on, to say for how long)
 
     def finish(self) -> str | None:
+        """The problem found, in words true now: looked at again, and said in the past
+        (:func:`was_so`) when it no longer holds."""
         self.stop.set()
         self.join(timeout=5.0)
-        return self.problem
+        if self.problem is None or not self.problem.startswith("went wrong: "):
+            return self.problem
+        now = self.check()
+        if now == self.problem:
+            return now
+        said = was_so(self.problem, self.seen, time.monotonic() - self.began)
+        if now is not None and now.startswith("went wrong: "):
+            return f"{said}; now {now.removeprefix('went wrong: ')}"
+        return said if now is None else f"{said}; now it {now}"
