@@ -372,3 +372,38 @@ def test_the_recompute_line_names_a_machine_spec_to_write_for_this_machine(tmp_p
     assert f"`shrink extrapolate {tmp_path}/measured-curve.json --machine MACHINE.toml " in text
     assert "--mapping a --mapping b --thresholds mean=1ms --calibration 'c d.json'`" in text
     assert "(shrink machine write MACHINE.toml writes this machine's spec)" in text
+
+
+def test_the_recompute_line_of_a_run_on_some_cpus_says_it_predicts_the_whole_machine(
+    tmp_path, monkeypatch
+):
+    """``predict --server-cpus`` with no room for prediction.json: the hint gave an
+    ``extrapolate`` command as if it recomputed this run's MATs, but extrapolate
+    predicts the machine's every CPU (it has no --server-cpus), and its intervals are
+    not widened by predict's error budgets. The line now says both."""
+    import shrink.pipeline
+    from shrink.report.text import recompute_text
+
+    out = tmp_path / "out"
+    trace = tmp_path / "t.parquet"
+    assert CliRunner().invoke(app, ["synth", "tcp", "--rate", "100", "--duration", "1s",
+                                    "-o", str(trace)]).exit_code == 0  # fmt: skip
+
+    def no_room(trace, out_dir, *a, **kw):
+        (out_dir / "measured-curve.json").write_text("{}")
+        raise WriteError(out_dir / "prediction.json", ENOSPC)
+
+    monkeypatch.setattr(shrink.pipeline, "run_predict", no_room)
+    r = CliRunner().invoke(app, ["predict", str(trace), "--target", "testbed", "--server-cpus",
+                                 "0", "--mappings", "1-replica", "-o", str(out)])  # fmt: skip
+    assert r.exit_code == 1, r.output
+    err = " ".join(r.stderr.split())
+    assert "predicts from that kept measured curve" in err, err
+    assert "but for the whole machine, not for this run's --server-cpus 0" in err, err
+    assert "its MATs are not this run's" in err
+    # The whole machine's command recomputes the MATs; its intervals are not predict's.
+    (tmp_path / "measured-curve.json").write_text("{}")
+    whole = recompute_text(tmp_path / "prediction.json", "testbed", "m.toml", (), "mean=1ms",
+                           "published")  # fmt: skip
+    assert "recomputes the MATs" in whole
+    assert "its intervals are not widened by predict's error budgets" in whole

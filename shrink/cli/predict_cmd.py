@@ -268,7 +268,9 @@ def predict(
             if exc.curve is not None and not exc.kept:
                 # No room for the measured curve: its summary is kept, as sweep keeps it.
                 exc.kept = _keep_smaller(exc.curve, Path(exc.path), exc)
-            exc.then = recompute_text(exc.path, target, machine, names, thresholds, calibration)
+            exc.then = recompute_text(
+                exc.path, target, machine, names, thresholds, calibration, server_cpus
+            )
             raise
     if as_json:
         echo_json(pred.to_dict())

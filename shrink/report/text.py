@@ -78,11 +78,15 @@ def recompute_text(
     mappings: Sequence[str],
     thresholds: str,
     calibration: str,
+    server_cpus: str | None = None,
 ) -> str:
     """The end of predict's error when the file it ``failed`` to write is its
     ``prediction.json``: the command that recomputes its MATs from the measured curve
-    kept beside it, with the run's machine, mappings, thresholds and calibration; ""
-    for another file, or without that curve."""
+    kept beside it, with the run's machine, mappings, thresholds and calibration, and
+    what that command does not carry: predict's error budgets (which widen its
+    intervals) and, for a run on ``server_cpus`` (``--server-cpus``), those CPUs
+    (``extrapolate`` predicts the whole machine); "" for another file, or without
+    that curve."""
     curve = Path(failed).parent / "measured-curve.json"
     if Path(failed).name != "prediction.json" or not curve.is_file():
         return ""
@@ -95,9 +99,18 @@ def recompute_text(
         args += ["--calibration", calibration]
     command = " ".join(["shrink", "extrapolate", *(shlex.quote(str(a)) for a in args)])
     how = "" if spec else " (shrink machine write MACHINE.toml writes this machine's spec)"
+    kept = "; -o FILE, on a disk with room, keeps them"
+    if server_cpus:
+        return (
+            f"; no MAT table was printed: `{command}` predicts from that kept measured "
+            f"curve{how}, but for the whole machine, not for this run's --server-cpus "
+            f"{server_cpus} (extrapolate has no such option), and with intervals not "
+            f"widened by predict's error budgets: its MATs are not this run's{kept}"
+        )
     return (
         f"; no MAT table was printed: `{command}` recomputes the MATs from that kept "
-        f"measured curve{how} (-o FILE, on a disk with room, keeps them)"
+        f"measured curve{how} (its intervals are not widened by predict's error "
+        f"budgets, as predict's are{kept})"
     )
 
 
