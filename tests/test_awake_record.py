@@ -107,3 +107,27 @@ def test_awake_asked_of_the_python_engine_is_refused() -> None:
     assert (
         LiveTarget([("127.0.0.1", 9)], generator=plain, idle_bound=0.0).describe()["awake"] is False
     )
+
+
+class _NoGroup(FakeEngine):
+    """A fake engine whose runs had no spinner because no idle cgroup could be had."""
+
+    WHY = "no idle cpu cgroup for the spinners: another process held the lock of its cgroup"
+
+    def __call__(self, *args: Any, **kw: Any) -> Any:
+        stats = super().__call__(*args, **kw)
+        stats.extra["loop"] = {"awake_spinners": 0}
+        stats.extra["awake_why_not"] = self.WHY
+        return stats
+
+
+def test_a_sweep_says_why_no_spinner_ran_where_it_is_known(capsys) -> None:
+    """The sweep said the core's generic reasons ("built without it, on more than 64
+    CPUs, or no process could be made") where the run knew the real one, which only
+    replay's summary said: the curve's target record now keeps it, and the sweep says it."""
+    curve = sweep(_target(_NoGroup()), steady_trace(), [1.0], reps=1, warmup=0.0, duration=0.1)
+    assert curve.sweep.target["awake_why_not"] == _NoGroup.WHY
+    _print_sweep(curve, "rate_factor", Path("c.json"), [], False)
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"no spinner ran: {_NoGroup.WHY}, so its CPUs slept" in err, err
+    assert "built without it" not in err

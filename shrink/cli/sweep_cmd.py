@@ -27,6 +27,7 @@ from shrink.cli._common import (
 )
 from shrink.cli._replay_opts import (
     AWAKE_NONE_RAN,
+    AWAKE_NOT_RAN,
     ENGINE_DEFAULTS,
     GENERATOR_HINT,
     EngineOptions,
@@ -512,7 +513,8 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
         typer.echo(f"*: that p99.9 {thin_tail_text(need, thin)}")
     typer.echo(f"curve: {printable(output)} (engine: {engine_ran})")
     if curve.sweep.target.get("awake") and curve.sweep.target.get("awake_spinners") == 0:
-        typer.echo(AWAKE_NONE_RAN, err=True)
+        why = curve.sweep.target.get("awake_why_not")  # (known: no idle cgroup for them)
+        typer.echo(AWAKE_NONE_RAN if not why else AWAKE_NOT_RAN.format(why=why), err=True)
     # (a level behind because shrink was stopped, or part of its generator was gone, is
     # not other work on its CPU)
     behind = sum(

@@ -14,7 +14,6 @@ is measuring). Targets must be loopback unless ``allow_remote=True``.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -29,7 +28,6 @@ from shrink._version import __version__
 from shrink.errors import (
     ForeignCpusError,
     OptionError,
-    OverlapError,
     ParameterError,
     ReplayError,
     ShrinkError,
@@ -47,6 +45,7 @@ from shrink.replay.clients import ClientSampler
 from shrink.replay.engine import EngineConfig
 from shrink.replay.engine_parts import EngineRun
 from shrink.replay.fd_limit import out_of_files, raise_open_file_limit
+from shrink.replay.gen_cpus import generator_cpus
 from shrink.replay.idle import wait_idle
 from shrink.replay.native import engine_name, idle_group_unavailable, select_engine
 from shrink.replay.scaleout import run_engines, scheduling
@@ -216,7 +215,9 @@ class LiveTarget:
         self._parsed: list[ReplicaState] | None = None  # its replicas, read at the first look
         self.state_path: Path | None = None  # the state file it was read from, if any
         self.share_cpus = sorted(share_cpus or [])
-        self.generator_cpus = self._generator_cpus(generator.cpus, generator.allow_overlap)
+        self.generator_cpus = generator_cpus(
+            self.share_cpus, generator.cpus, generator.allow_overlap
+        )
         if generator.cluster is None and (why := foreign_cpus(self.generator_cpus)):
             # (else the first pinning failed: "Invalid argument")
             raise ForeignCpusError("--generator-cpus", why)
@@ -246,6 +247,7 @@ class LiveTarget:
         self.cluster = generator.cluster  # generators as Ray actors (shrink.replay.cluster)
         self._slots: dict[int, dict[str, Any]] = {}  # per generator slot, over the runs
         self._spun: list[int] = []  # the spinners that ran, per run (the awake asked for)
+        self._why_not: str | None = None  # why none ran in a run, where that was known
         self.last_engine: EngineRun | None = None
         self._runs = 0
         # (cpu_fraction, CPUs) of the testbed's share: utilization as a part of it, not of
@@ -276,31 +278,6 @@ class LiveTarget:
         if len(targets) == 1 and targets[0].endswith(".json"):
             return cls.from_state(targets[0], **kw)
         return cls([parse_url(u) for u in targets], **kw)
-
-    def _generator_cpus(
-        self, wanted: tuple[int, ...] | None, allow_overlap: bool
-    ) -> list[int] | None:
-        share = set(self.share_cpus)
-        if wanted is not None:
-            overlap = share & set(wanted)
-            if overlap and not allow_overlap:
-                raise OverlapError(
-                    "--generator-cpus",
-                    f"generator CPUs {sorted(wanted)} overlap the share's CPUs {sorted(overlap)}; "
-                    "pass --allow-overlap to measure anyway",
-                )
-            return sorted(wanted)
-        if not share:
-            return None  # plain URLs: no share known, the engine runs where it is
-        free = sorted(set(os.sched_getaffinity(0)) - share)
-        if free:
-            return free
-        if allow_overlap:
-            return sorted(os.sched_getaffinity(0))
-        raise ReplayError(
-            f"every CPU this process may use belongs to the share ({sorted(share)}): the "
-            "generator would compete with the server; pass --allow-overlap to measure anyway"
-        )
 
     def _placement(self, stop: Any = None) -> GeneratorPlacement:
         """The engine processes of a run: on the generator's CPUs (as many as asked);
@@ -339,6 +316,7 @@ class LiveTarget:
             "awake": self.awake and engine_name(self.engine) != "python",  # (it has no spinners)
             # the fewest that ran in a run (0: asked for, none ran; None: no run yet)
             "awake_spinners": min(self._spun, default=None),
+            **({"awake_why_not": self._why_not} if self._why_not else {}),  # (why none ran)
             "engine": engine_name(self.engine),
             "lag_limit": self.lag_limit,
         }
@@ -469,8 +447,10 @@ class LiveTarget:
     def _run_describe(self, engine: EngineRun, wall: float) -> dict[str, Any]:
         """:meth:`describe`, and how the run's engine ran."""
         spun, gs = engine.awake_spinners, engine.awake_groups  # (a killed process's too)
+        why_not = next((w for st in engine.stats if (w := st.extra.get("awake_why_not"))), None)
         if self.awake and engine_name(self.engine) != "python":
             self._spun.append(spun)
+            self._why_not = self._why_not or (why_not if not spun else None)
         return {
             **self.describe(),
             "engine": {
@@ -484,9 +464,7 @@ class LiveTarget:
                 # the idle cpu cgroup they ran in (else None; a list, one per process)
                 "awake_group": gs[0] if len(gs) == 1 else gs or None,
                 # why none ran, when an idle cgroup for them could not be had
-                "awake_why_not": next(
-                    (w for st in engine.stats if (w := st.extra.get("awake_why_not"))), None
-                ),
+                "awake_why_not": why_not,
                 **engine.extra,
             },
         }
