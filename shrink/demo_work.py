@@ -11,7 +11,9 @@ never removed: a live demo's --out may not point back (two demos to one --out, a
 --out others may write, one whose name ends in a space) and its servers read the
 pages there mid-run. The lock file is 0600: only the folder's owner can open it, so no
 other user can hold the lock and keep the folder for good (the folder and its 0644
-``.made-for`` are open to every user, for the servers' sake)."""
+``.made-for`` are open to every user, for the servers' sake). A demo of an older
+shrink held ``.made-for`` instead: held by a process of this user's, it keeps the
+folder too."""
 
 from __future__ import annotations
 
@@ -103,9 +105,10 @@ def _private(fd: int) -> bool:
 
 
 def _in_use(where: Path) -> bool:
-    """A live demo holds ``where``'s ``.demo-lock`` (this one included). A lock on any
-    other file there (``.made-for``, which every user may open) keeps nothing."""
-    if where in _HELD:
+    """A live demo holds ``where``'s ``.demo-lock`` (this one included), or an older
+    shrink's holds its ``.made-for`` (:func:`_held_by_an_older_demo`). A lock on any
+    other file there keeps nothing."""
+    if where in _HELD or _held_by_an_older_demo(where):
         return True
     try:
         fd = os.open(where / _LOCK, _LOCK_OPEN)
@@ -122,6 +125,33 @@ def _in_use(where: Path) -> bool:
     finally:
         os.close(fd)
     return False
+
+
+def _held_by_an_older_demo(where: Path) -> bool:
+    """A demo of an older shrink, live, held a shared lock on its folder's
+    ``.made-for`` (it knew no ``.demo-lock``). Any user may open that 0644 file and
+    lock it, so only a holder that is a process of this user's keeps the folder."""
+    from shrink.procfs import flock_holders
+
+    try:
+        st = os.lstat(where / _MADE_FOR)
+    except (OSError, ValueError):
+        return False
+    if not stat.S_ISREG(st.st_mode):
+        return False
+    return any(_euid(p) == os.geteuid() for p in flock_holders(st.st_dev, st.st_ino))
+
+
+def _euid(pid: int) -> int | None:
+    """The effective user of ``pid`` (None where it cannot be read)."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("Uid:") and len(f := line.split()) > 2 and f[2].isdigit():
+            return int(f[2])
+    return None
 
 
 _PREFIX = "shrink-demo-"

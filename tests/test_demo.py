@@ -25,14 +25,17 @@ def _scripted(monkeypatch, busy: dict[int, tuple[int, int]], steal: dict[int, tu
 
 
 @contextlib.contextmanager
-def _lock_held_by_another_process(path: Path, flags: str, kind: str) -> Iterator[None]:
+def _lock_held_by_another_process(
+    path: Path, flags: str, kind: str, uid: int | None = None
+) -> Iterator[None]:
     """``path`` opened with ``flags`` (Python source) and flock'ed (SH or EX) by another
-    process for the block's length."""
+    process for the block's length (``uid``: as that user, once the file is open)."""
     import subprocess
     import sys
 
+    become = "" if uid is None else f" os.setuid({uid});"
     code = (
-        f"import fcntl, os, sys; fd = os.open(sys.argv[1], {flags}, 0o600);"
+        f"import fcntl, os, sys; fd = os.open(sys.argv[1], {flags}, 0o600);{become}"
         f" fcntl.flock(fd, fcntl.LOCK_{kind}); print(flush=True); sys.stdin.read()"
     )
     holder = subprocess.Popen(
@@ -215,8 +218,10 @@ def test_a_lock_another_user_may_take_keeps_no_work_folder(tmp_path, monkeypatch
     folder = Path(tempfile.mkdtemp(prefix="shrink-demo-", dir=base))
     (folder / ".made-for").write_text(f"{tmp_path / 'gone'}\n")  # its --out is gone
     (folder / ".made-for").chmod(0o644)
-    with _lock_held_by_another_process(folder / ".made-for", "os.O_RDONLY", "EX"):
-        assert demo_work.remove_orphans() == [folder]
+    # (as another user where this runs as root; else this user's: an older demo's lock)
+    other = 65534 if os.geteuid() == 0 else None
+    with _lock_held_by_another_process(folder / ".made-for", "os.O_RDONLY", "EX", other):
+        assert demo_work.remove_orphans() == ([folder] if other else [])
     # a demo's own lock file: no one else may open it
     mine = Path(tempfile.mkdtemp(prefix="shrink-demo-", dir=base))
     demo_work._hold(mine)
@@ -225,6 +230,24 @@ def test_a_lock_another_user_may_take_keeps_no_work_folder(tmp_path, monkeypatch
         assert st.st_uid == os.geteuid() and st.st_mode & 0o777 == 0o600
     finally:
         os.close(demo_work._HELD.pop(mine))
+
+
+def test_a_live_older_demos_work_folder_is_kept(tmp_path, monkeypatch):
+    """A demo of an older shrink, live while a newer one cleans up, holds a shared lock
+    on ``.made-for``, not ``.demo-lock``: its folder was removed under it when its
+    --out did not point back. Held by a process of this user's, it is kept."""
+    from shrink import demo_work
+
+    base = tmp_path / "vartmp"
+    base.mkdir()
+    monkeypatch.setattr(demo_work, "WORK_BASE", str(base))
+    monkeypatch.setattr(demo_work, "_HELD", {}, raising=False)
+    folder = Path(tempfile.mkdtemp(prefix="shrink-demo-", dir=base))
+    (folder / ".made-for").write_text(f"{tmp_path / 'gone'}\n")  # its --out is gone
+    with _lock_held_by_another_process(folder / ".made-for", "os.O_RDONLY", "SH"):
+        assert demo_work.remove_orphans() == []
+        assert folder.is_dir()
+    assert demo_work.remove_orphans() == [folder]  # that demo has ended
 
 
 def test_a_planted_work_location_is_not_followed_nor_read_without_end(tmp_path):
