@@ -409,7 +409,12 @@ def test_the_temporaries_of_an_engine_process_killed_mid_run_go_with_the_run(
 
 class _AwakeThenPart0Killed:
     """Each engine process starts its spinners in a group of its own (as run_native
-    records them before the run's zero), then process 0 is killed (kill -9)."""
+    records them before the run's zero), then process 0 is killed (kill -9). Process
+    0's spinners are the core's, in the cgroup whose ``cgroup.procs`` is ``procs``
+    (None: this one's)."""
+
+    def __init__(self, procs: str | None = None) -> None:
+        self.procs = procs
 
     def __call__(self, schedule, config, writer, **kw):  # type: ignore[no-untyped-def]
         from shrink.replay.contract import zero_time
@@ -418,6 +423,7 @@ class _AwakeThenPart0Killed:
         group = f"{PREFIX}{os.getpid()}-1"
         writer.meta.update(awake=True, awake_group=group)
         if writer.meta.get("part") == 0:
+            spinners = native._core.keep_awake(self.procs)  # noqa: F841 (run till killed)
             zero_time(writer, kw)
             os.kill(os.getpid(), signal.SIGKILL)
         kw.pop("awake", None)
@@ -427,6 +433,10 @@ class _AwakeThenPart0Killed:
         return stats
 
 
+@pytest.mark.skipif(
+    not (native.available() and hasattr(native._core, "keep_awake")),
+    reason="the native core is not built with keep_awake",
+)
 def test_the_spinners_of_an_engine_process_killed_mid_run_are_counted() -> None:
     # kill -9 of one of --processes 2's engines: awake_spinners and awake_group named
     # only the survivor's, although the killed one's spinners ran until it died; and its
@@ -448,6 +458,27 @@ def test_the_spinners_of_an_engine_process_killed_mid_run_are_counted() -> None:
     engine = target._run_describe(run, 1.0)["engine"]
     assert engine["awake_spinners"] == run.awake_spinners
     assert engine["awake_group"] == run.awake_groups
+
+
+@pytest.mark.skipif(
+    not (native.available() and hasattr(native._core, "keep_awake")),
+    reason="the native core is not built with keep_awake",
+)
+def test_the_spinners_that_exited_at_once_of_a_killed_engine_process_are_not_counted() -> None:
+    # A killed engine process's spinners were counted as one per CPU it may run on,
+    # although a spinner that could not join its group (or drop to idle priority) had
+    # exited at once and kept no CPU awake: it now counts those that got going
+    from shrink.replay.engine import EngineConfig
+    from shrink.schedule import open_loop_trace
+
+    engine = _AwakeThenPart0Killed("/nonexistent/shrink-test/cgroup.procs")
+    placement = GeneratorPlacement(processes=2, engine=engine, realtime=0)
+    _, run = scaleout.run_engines(
+        open_loop_trace("/x", 100.0, 0.2), EngineConfig(targets=[("127.0.0.1", 9)]),
+        rate_factor=1.0, horizon=0.2, generator=placement,
+    )  # fmt: skip
+    assert "killed by SIGKILL" in run.extra["errors"][0]
+    assert run.awake_spinners == 1  # the survivor's (its stats say one); none of the killed's
 
 
 @pytest.mark.compute

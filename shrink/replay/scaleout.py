@@ -35,6 +35,7 @@ from shrink.replay.cluster import ClusterSpec, run_on_cluster
 from shrink.replay.contract import StopOn
 from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
 from shrink.replay.engine_parts import EngineRun, parts_say, say_lost
+from shrink.replay.spin_count import running_spinners
 from shrink.replay.writer import RunLogWriter
 from shrink.runlog import RunLog
 from shrink.schedule import ScheduleOptions, build_schedule, trace_extent, trace_mode
@@ -238,9 +239,10 @@ def _child(
 
         def ready() -> float:
             gc.collect()
-            # the spinners it started (one per CPU it has; the parent counts them should
-            # it be killed before its report) and their idle cpu cgroup
-            awake = {"spinners": len(os.sched_getaffinity(0)) if writer.meta.get("awake") else 0}
+            # the spinners it has running (the parent counts them should it be killed
+            # before its report) and their idle cpu cgroup
+            cpus = len(os.sched_getaffinity(0))
+            awake = {"spinners": running_spinners(cpus) if writer.meta.get("awake") else 0}
             pipe.send(("ready", {**awake, "group": writer.meta.get("awake_group")}))
             return float(pipe.recv())
 
