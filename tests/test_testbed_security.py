@@ -238,6 +238,34 @@ def test_a_path_that_would_break_a_server_config_is_refused(tmp_path, bad):
         assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("server", ["lighttpd-php-cgi", "nginx-php-fpm"])
+def test_a_docroot_its_config_cannot_hold_is_refused_before_any_work(tmp_path, monkeypatch, server):
+    """A document root named with a byte that is not UTF-8 was refused only where its
+    config was written: after the servers' versions were run, the run folders and the
+    share's cgroups were made. It is now a refused --docroot (exit 2) before any of it."""
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+    from shrink.testbed import lifecycle
+
+    def no_work(*a, **kw):
+        raise AssertionError("work done for a docroot that is refused")
+
+    monkeypatch.setattr(lifecycle, "UpLock", no_work)  # (held before the versions are run)
+    monkeypatch.setattr(lifecycle, "mapping_for", no_work)
+    monkeypatch.setattr(lifecycle, "new_run_root", no_work)
+    root = Path(os.fsdecode(bytes(tmp_path) + b"/d\xff"))
+    root.mkdir()
+    r = CliRunner().invoke(app, ["testbed", "up", "--docroot", str(root), "--server", server,
+                                 "--state", str(tmp_path / "tb.json"), "--port", "0"])  # fmt: skip
+    assert r.exit_code == 2, r.output
+    said = " ".join(r.output.split())
+    assert "--docroot" in said and "holds the byte b'\\xff' (not UTF-8)" in said, said
+    with pytest.raises(TestbedError, match="not UTF-8"):  # the library, as the CLI
+        up(root, discover(), Share.parse("1", discover()), state_path=tmp_path / "s.json",
+           server=ServerSettings(server), port=0)  # fmt: skip
+
+
 def test_a_path_with_a_space_is_quoted(tmp_path):
     rep = build_mapping("1-replica", discover(), (0,), base_port=8123).replicas[0]
     spaced = tmp_path / "a b"

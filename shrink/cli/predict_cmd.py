@@ -247,7 +247,7 @@ def predict(
 
         tb.warn_stale()  # what a killed predict left: `shrink testbed down --stale`
         if docroot is not None:  # (a missing page is measured as a failure)
-            tb.docroot_checked(docroot, trace, max_body)
+            tb.docroot_checked(docroot, trace, max_body, server)
         config = PredictConfig(
             alpha=alpha, level=level, thresholds=th, mappings=names, share_kind=share_kind,
             seed=seed, calibration=calibration, plan=plan, paired_full_run=paired_full_run,

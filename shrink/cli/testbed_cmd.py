@@ -151,7 +151,7 @@ def up(
             # Anything but yes or auto read as no: a typo ran the share without its cgroups.
             raise OptionError("--cgroups", f"{cgroups!r}; accepted: {', '.join(CGROUPS)}")
         _refuse_a_privileged_port(port)
-        tr = docroot_checked(docroot, trace, max_body)
+        tr = docroot_checked(docroot, trace, max_body, server)
         php = _php_limits(tr, php_max_execution, php_memory_limit)
         warn_foreign_spec(machine)
         m = load_machine(machine)
@@ -412,14 +412,17 @@ def _php_limits(trace: Trace | None, max_execution: str, memory_limit: str) -> P
     return PhpLimits(seconds, memory_limit).for_trace(trace)
 
 
-def docroot_checked(docroot: Path, trace: Path | None, max_body: int) -> Trace | None:
-    """Refuse a document root no testbed may serve (not a folder, or /: exit 2 naming
-    --docroot, before anything runs), and warn when it lacks ``trace``'s paths or others
-    may write there; returns the trace as read (None without one)."""
+def docroot_checked(
+    docroot: Path, trace: Path | None, max_body: int, server: str | None = None
+) -> Trace | None:
+    """Refuse a document root no testbed may serve (not a folder, or /, or one the
+    built-in ``server``'s config cannot hold: exit 2 naming --docroot, before anything
+    runs), and warn when it lacks ``trace``'s paths or others may write there; returns
+    the trace as read (None without one)."""
     from shrink.testbed.lifecycle import check_docroot
 
     with as_option("--docroot"):
-        check_docroot(docroot)
+        check_docroot(docroot, server)
     tr = None
     if trace is not None:
         from shrink.trace import Trace

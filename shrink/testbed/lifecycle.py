@@ -60,6 +60,7 @@ from shrink.testbed.private import (
     UpLock,
     check_reachable,
     check_server_env,
+    config_value,
     new_run_root,
     replica_dirs,
     safe_stem,
@@ -287,10 +288,17 @@ def _record(recipe: ServerRecipe, rs: ReplicaState) -> None:
             rs.exes[p] = exe
 
 
-def check_docroot(docroot: str | Path) -> Path:
+def check_docroot(docroot: str | Path, server: str | None = None) -> Path:
     """``docroot`` resolved, where a testbed may serve it: a folder, not the whole file
-    system (:class:`DocrootError` otherwise)."""
+    system, and, for a built-in recipe's ``server``, a path its config can hold (no byte
+    that is not UTF-8, no quote: checked before any work, not when the config is
+    written) (:class:`DocrootError` otherwise)."""
     resolved = Path(docroot).resolve()
+    if server in BUILTIN_RECIPES:
+        try:
+            config_value(resolved, "document root")
+        except TestbedError as exc:
+            raise DocrootError(str(exc)) from None
     if not resolved.is_dir():
         raise DocrootError(
             f"document root {resolved} is not a directory (make one with shrink synth)"
@@ -332,7 +340,7 @@ def up(
         raise ParameterError(f"cgroups == {cgroups!r}, must be one of {', '.join(CGROUPS)}.")
     recipe = server.recipe
     recipe = recipe if recipe is not None and not isinstance(recipe, str) else load_recipe(recipe)
-    docroot = check_docroot(docroot)
+    docroot = check_docroot(docroot, recipe.name)
     # A test double may run as the caller; every real recipe drops root.
     user = server_user() if getattr(recipe, "drops_root", True) else None
     check_server_env(user)  # (OPTIND=x: refused at the first server's start)
