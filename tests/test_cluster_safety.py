@@ -246,7 +246,7 @@ def test_realtime_reaches_the_cluster_actors(monkeypatch):
 
     seen: dict = {}
 
-    def on_cluster(spec, parts, config, params, meta, *, avoid_cpus, engine, on_start):
+    def on_cluster(spec, parts, config, params, meta, *, avoid_cpus, engine, on_start, stop=None):
         seen["engine"] = engine
         on_start(0.0)
         return RunLog(RUNLOG_SCHEMA.empty_table()), cl.ClusterRun([])
@@ -293,3 +293,51 @@ def test_replay_says_which_signal_stopped_it(sig, start, capsys):
     said = capsys.readouterr()
     assert "kept" not in said.out
     assert said.err.splitlines() == [f"{start}: the requests sent so far are kept in r.parquet"]
+
+
+class _RunningRay:
+    """ray.wait/get of actors that run until told to stop (their ``stop`` method)."""
+
+    def __init__(self, actors) -> None:
+        self.actors = actors
+
+    def _stopped(self) -> bool:
+        return all(a.calls for a in self.actors)
+
+    def wait(self, refs, num_returns=1, timeout=None):
+        if self._stopped():
+            return refs, []
+        time.sleep(timeout or 0)
+        return [], refs
+
+    def get(self, ref, timeout=None):
+        if not self._stopped():
+            time.sleep(min(timeout or 0, 2.0))
+            raise TimeoutError("GetTimeoutError")
+        return RUNLOG_SCHEMA.empty_table(), f"stats {ref}"
+
+    def kill(self, actor) -> None:
+        raise AssertionError("a stopped actor is not killed before it reports")
+
+
+def test_the_runs_stop_event_stops_the_actors():
+    """On a cluster the testbed's watch did not end a level early: its stop event (a
+    multiprocessing one, for forked engine processes) reached no actor, and the driver
+    waited for the run's end, a server seen stopped said only then. The wait now looks
+    at the event and tells every actor to stop, as a stop signal does."""
+    actors = [_Actor(), _Actor()]
+    cfg = EngineConfig(targets=[("127.0.0.1", 1)], drain=0.5)
+    stop = threading.Event()
+    timer = threading.Timer(0.3, stop.set)
+    start = time.monotonic()
+    timer.start()
+    try:
+        tables, stats, lost = cl._collect(
+            _RunningRay(actors), actors, ["r0", "r1"], ["a", "b"], time.monotonic() + 60, cfg,
+            stop,
+        )  # fmt: skip
+    finally:
+        timer.cancel()
+    assert time.monotonic() - start < 2.0
+    assert [a.calls for a in actors] == [["stop"], ["stop"]]
+    assert stats == ["stats r0", "stats r1"] and len(tables) == 2 and lost == []

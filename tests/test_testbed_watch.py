@@ -575,3 +575,44 @@ def test_a_problem_no_longer_so_is_said_in_the_past():
     assert watch.was_so("went wrong: r0: x PID 1 is stopped (SIGSTOP)", (0.5, 0.5), 0.6).endswith(
         "was stopped (SIGSTOP) (seen 0.50 s into the run; no longer so at 0.60 s)"
     )
+
+
+def test_a_server_stopped_mid_level_on_a_cluster_ends_the_level_at_once(monkeypatch):
+    """On a Ray cluster (--cluster) the watch's stop event reached no actor (they run in
+    processes of their own, which a multiprocessing event does not reach): a stopped
+    server was said only when the level ended. The driver is now handed the event and
+    tells its actors to stop (here a stand-in for the cluster's run that ends only so)."""
+    from shrink.replay import cluster as cl
+    from shrink.replay import scaleout
+    from shrink.runlog import RUNLOG_SCHEMA, RunLog
+
+    told: list[bool] = []
+
+    def on_cluster(spec, parts, config, params, meta, *, avoid_cpus, engine, on_start, stop=None):
+        on_start(time.monotonic())
+        told.append(stop is not None and stop.wait(params["horizon"]))
+        st = EngineStats(t0=0.0, t0_unix=0.0, wall=1.0, cpu=0.0, requests=0, interrupted=True)
+        return RunLog(RUNLOG_SCHEMA.empty_table(), dict(meta)), cl.ClusterRun([st])
+
+    monkeypatch.setattr(scaleout, "run_on_cluster", on_cluster)
+    srv = _sleeper()
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+        target = LiveTarget(
+            [("127.0.0.1", 9)], state=_state(srv.pid), share_cpus=cpus[-1:],
+            generator=GeneratorPlacement(cluster=cl.ClusterSpec("x", 1), awake=False),
+            idle_bound=0.1,
+        )  # fmt: skip
+        stopper = threading.Timer(0.3, os.kill, (srv.pid, signal.SIGSTOP))
+        start = time.monotonic()
+        stopper.start()
+        want = f"during the level, the server under test went wrong: r0: lighttpd PID {srv.pid} "
+        with pytest.raises(TestbedError, match=want + r"is stopped \(SIGSTOP\)"):
+            target.run(steady_trace(), rate_factor=1.0, warmup=0.0, duration=8.0)
+        stopper.join()
+        assert told == [True]
+        assert time.monotonic() - start < 3.0
+    finally:
+        os.kill(srv.pid, signal.SIGCONT)
+        srv.kill()
+        srv.wait()

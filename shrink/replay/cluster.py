@@ -46,6 +46,8 @@ from time import monotonic
 from typing import Any
 
 from shrink.errors import ParameterError, ReplayError
+from shrink.replay.cluster_collect import STOP_WAIT
+from shrink.replay.cluster_collect import collect as _collect
 from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
 from shrink.replay.part_dirs import ACTOR, make_part_dir, remove_lost_part_dirs, remove_part_dir
 from shrink.replay.writer import RunLogWriter
@@ -365,13 +367,15 @@ def run_on_cluster(
     avoid_cpus: set[int] | frozenset[int] = frozenset(),
     engine: Any = run_schedule,
     on_start: Any = None,
+    stop: Any = None,
 ) -> tuple[RunLog, ClusterRun]:
     """Run one part of the trace per actor; return the merged RunLog and what was lost.
 
     ``params`` are :func:`build_schedule`'s keyword arguments, the same for every
     part (the whole trace's origin, span and id stride). ``avoid_cpus``: CPUs an
     actor on the driver's own host must not pin to (the server's share).
-    ``on_start(t0)`` gets the common zero in the driver's monotonic clock.
+    ``on_start(t0)`` gets the common zero in the driver's monotonic clock. ``stop``: the
+    run's stop event (its testbed's watch's): set, every actor is told to stop.
     """
     ray = _connect(spec)
     n = len(parts)
@@ -407,7 +411,7 @@ def run_on_cluster(
             {**meta, "cluster": spec.describe()},
             avoid_cpus,
             engine,
-            on_start,
+            (on_start, stop),
             runs,
         )
     finally:
@@ -415,9 +419,6 @@ def run_on_cluster(
         for actor in actors:
             ray.kill(actor)
         remove_placement_group(pg)
-
-
-STOP_WAIT = 5.0  # s past the engine's drain for a stopped actor to hand back its rows
 
 
 def _stop_all(ray: Any, actors: list[Any], runs: list[Any], config: EngineConfig) -> None:
@@ -491,9 +492,10 @@ def _drive(
     meta: dict[str, Any],
     avoid: set[int] | frozenset[int],
     engine: Any,
-    on_start: Any,
+    hooks: tuple[Any, Any],
     runs: list[Any],
 ) -> tuple[RunLog, ClusterRun]:
+    on_start, stop = hooks  # (the run's stop event: its testbed's watch's, or None)
     places = _places(ray, actors)
     check_places(places, list(config.targets))
     nodes = [str(p.get("host", "?")) for p in places]
@@ -523,7 +525,7 @@ def _drive(
         a.start.remote(t0_wall + c["offset"])
     horizon = float(params.get("horizon", 0.0))
     wait_until = monotonic() + START_MARGIN + horizon + GRACE
-    tables, stats, lost = _collect(ray, actors, runs, nodes, wait_until, config)
+    tables, stats, lost = _collect(ray, actors, runs, nodes, wait_until, config, stop)
     generators = [
         {"slot": i, "node": nodes[i], "cpu": cpus[i], "clock_offset": clocks[i]["offset"],
          "clock_rtt": clocks[i]["rtt"], "lost": any(g.slot == i for g in lost)}
@@ -535,41 +537,3 @@ def _drive(
               "generators": generators, "lost_generators": [g.to_dict() for g in lost]},
     )  # fmt: skip
     return log, ClusterRun(stats, lost, generators)
-
-
-def _collect(
-    ray: Any,
-    actors: list[Any],
-    runs: list[Any],
-    nodes: list[str],
-    wait_until: float,
-    config: EngineConfig,
-) -> tuple[list[RunLog], list[EngineStats], list[LostGenerator]]:
-    """Every actor's rows and figures, or why it has none. A stop signal here (Ctrl-C,
-    SIGTERM) stops every actor as it would a local engine: the rows sent so far come back
-    (the stats say ``interrupted``), within the engine's drain."""
-    tables, stats, lost = [], [], []
-    stopping = False
-    for i, ref in enumerate(runs):
-        while True:
-            try:
-                table, st = ray.get(ref, timeout=max(1.0, wait_until - monotonic()))
-                tables.append(RunLog(table))
-                stats.append(st)
-            except KeyboardInterrupt:
-                if not stopping:
-                    stopping = True
-                    for a in actors:
-                        a.stop.remote()
-                    wait_until = min(wait_until, monotonic() + config.drain + STOP_WAIT)
-                continue
-            except Exception as exc:  # RayActorError, GetTimeoutError, a task error
-                reason = type(exc).__name__
-                if "Timeout" in reason:
-                    ray.kill(actors[i])
-                    reason = f"no report within {GRACE:g} s of the run's end"
-                lost.append(LostGenerator(i, nodes[i], reason))
-            break
-    if stopping and not stats:
-        raise KeyboardInterrupt
-    return tables, stats, lost

@@ -322,7 +322,8 @@ def run_engines(
     if cluster is not None:
         if generator.realtime:  # asked for: each actor's run (its default is normal)
             engine = RealtimeEngine(engine, generator.realtime)
-        log, run = _run_cluster(trace, config, params, cluster, meta, on_start, engine, avoid_cpus)
+        hooks = (on_start, generator.stop)  # (the actors are told to stop when it is set)
+        log, run = _run_cluster(trace, config, params, cluster, meta, hooks, engine, avoid_cpus)
         if out is not None:
             log.write_parquet(out)
         return log, run
@@ -365,10 +366,11 @@ def _run_cluster(
     params: dict[str, Any],
     cluster: ClusterSpec,
     meta: dict[str, Any],
-    on_start: Callable[[float], None] | None,
+    hooks: tuple[Callable[[float], None] | None, Any],
     engine: Any,
     avoid_cpus: set[int] | frozenset[int],
 ) -> tuple[RunLog, EngineRun]:
+    on_start, stop = hooks  # (stop: the run's stop event, or None)
     zero: list[float] = []
 
     def started(t0: float) -> None:
@@ -379,7 +381,7 @@ def _run_cluster(
     parts = split_sessions(trace, cluster.generators)
     log, run = run_on_cluster(
         cluster, parts, config, params, meta,
-        avoid_cpus=avoid_cpus, engine=engine, on_start=started,
+        avoid_cpus=avoid_cpus, engine=engine, on_start=started, stop=stop,
     )  # fmt: skip
     extra: dict[str, Any] = {"cluster": cluster.describe(), "generators": run.generators}
     if run.lost:
