@@ -28,6 +28,7 @@ from shrink.cli._common import (
     stat_label,
     threshold_text,
 )
+from shrink.cli._predict_sim import check_sim_options as _check_sim_options
 from shrink.cli._progress import line_progress, on_terminal
 from shrink.cli._replay_opts import _Awake, _GenCpus, _LagLimit, _Overlap, _Realtime
 from shrink.cli.sweep_cmd import _keep_smaller
@@ -238,9 +239,7 @@ def predict(
         )  # fmt: skip
         plan = _plan(warmup, duration, reps, max_levels, budget)
         cpus = tuple(cpu_list(server_cpus, "--server-cpus")) if server_cpus else None
-        gen_cpus = (
-            None if generator_cpus is None else tuple(cpu_list(generator_cpus, "--generator-cpus"))
-        )
+        gen_cpus = _cpu_tuple(generator_cpus, "--generator-cpus")
         with as_option("--skip"):
             skip_s = None if skip == "auto" else _skip_seconds(skip)
         from shrink.cli import testbed_cmd as tb
@@ -377,33 +376,9 @@ def _check_options(
         load_recipe(server)
 
 
-def _check_sim_options(
-    target: str, *, machine: str, docroot: Path | None, server_cpus: str | None
-) -> None:
-    """The simulator runs the whole machine of its own spec: a testbed option given with
-    it was ignored without a word (the prediction was the spec's, not --machine's).
-    The testbed measures this machine's CPUs: a --machine of others is warned of."""
-    if target == "testbed":
-        from shrink.cli.testbed_cmd import warn_foreign_spec
-
-        warn_foreign_spec(machine)
-    if not target.startswith("sim:"):
-        return
-    spec = target[4:]
-    if not spec.strip():
-        # Path("") is ".": the error named the working directory as the spec.
-        raise OptionError("--target", "'sim:' names no spec; give sim:SPEC.toml")
-    if machine != "this" and Path(machine).resolve() != Path(spec).resolve():
-        raise OptionError(
-            "--machine",
-            f"{machine} is not the simulated machine: with --target {target} the prediction "
-            "is for that spec's machine; leave --machine out, or give the same spec",
-        )
-    for option, value in (("--server-cpus", server_cpus), ("--docroot", docroot)):
-        if value is not None:
-            raise OptionError(
-                option, f"is the testbed's; --target {target} simulates the spec's every CPU"
-            )
+def _cpu_tuple(text: str | None, option: str) -> tuple[int, ...] | None:
+    """The CPUs ``text`` lists (``option``'s value), or None where it is not given."""
+    return None if text is None else tuple(cpu_list(text, option))
 
 
 def _skip_seconds(text: str) -> float:

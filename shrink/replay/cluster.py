@@ -46,7 +46,7 @@ from time import monotonic
 from typing import Any
 
 from shrink.errors import ParameterError, ReplayError
-from shrink.replay.cluster_collect import STOP_WAIT
+from shrink.replay.cluster_collect import GRACE, STOP_WAIT, LostGenerator
 from shrink.replay.cluster_collect import collect as _collect
 from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
 from shrink.replay.part_dirs import ACTOR, make_part_dir, remove_lost_part_dirs, remove_part_dir
@@ -68,7 +68,6 @@ __all__ = [
 
 CLOCK_LIMIT = 0.005  # s: the start skew we accept between generators (a few % of a 100 ms think)
 START_MARGIN = 0.5  # s between the last clock reading and the common start
-GRACE = 30.0  # s past a run's horizon before a silent actor counts as lost
 READY_TIMEOUT = 120.0  # s for every actor to build its engine
 
 
@@ -106,18 +105,6 @@ def parse_cluster(text: str | None, generators: int | None = None) -> ClusterSpe
         # Above it the split refused "parts == 100000", naming no option.
         raise ParameterError(f"--generators == {n}, must be in [1, {MAX_PARTS}].")
     return ClusterSpec(address=address, generators=n)
-
-
-@dataclass(frozen=True)
-class LostGenerator:
-    """A generator slot whose rows did not come back."""
-
-    slot: int
-    node: str
-    reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"slot": self.slot, "node": self.node, "reason": self.reason}
 
 
 @dataclass

@@ -10,16 +10,31 @@ come back within the engine's drain."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from time import monotonic
 from typing import Any
 
 from shrink.replay.engine import EngineConfig, EngineStats
 from shrink.runlog import RunLog
 
-__all__ = ["LOOK_S", "STOP_WAIT", "collect"]
+__all__ = ["GRACE", "LOOK_S", "STOP_WAIT", "LostGenerator", "collect"]
+
+GRACE = 30.0  # s past a run's horizon before a silent actor counts as lost
 
 STOP_WAIT = 5.0  # s past the engine's drain for a stopped actor to hand back its rows
 LOOK_S = 0.1  # s between looks at the run's stop event while an actor runs
+
+
+@dataclass(frozen=True)
+class LostGenerator:
+    """A generator slot whose rows did not come back."""
+
+    slot: int
+    node: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"slot": self.slot, "node": self.node, "reason": self.reason}
 
 
 def _stop_event_set(stop: Any, ray: Any, ref: Any, wait_until: float) -> bool:
@@ -43,13 +58,11 @@ def collect(
     wait_until: float,
     config: EngineConfig,
     stop: Any = None,
-) -> tuple[list[RunLog], list[EngineStats], list[Any]]:
+) -> tuple[list[RunLog], list[EngineStats], list[LostGenerator]]:
     """Every actor's rows and figures, or why it has none (a LostGenerator). A stop signal
     here, or the run's ``stop`` event set, stops every actor as it would a local engine:
     the rows sent so far come back (the stats say ``interrupted``), within the engine's
     drain."""
-    from shrink.replay.cluster import GRACE, LostGenerator
-
     tables, stats, lost = [], [], []
     stopping = False
 
