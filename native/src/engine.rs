@@ -12,6 +12,9 @@ use std::collections::{BinaryHeap, VecDeque};
 pub const INF: f64 = f64::INFINITY;
 const NAN: f64 = f64::NAN;
 const TIMER_TOKEN: u64 = u64::MAX;
+/// The token of the pipe Python's C-level signal handler writes a signal's number to
+/// (``signal.set_wakeup_fd``; see Engine::watch_signals).
+const SIGNAL_TOKEN: u64 = u64::MAX - 1;
 const READ_CHUNK: usize = 65536;
 // SO_TIMESTAMPNS (asm-generic): the kernel stamps each received segment (CLOCK_REALTIME).
 const SO_TIMESTAMPNS: i32 = 35;
@@ -149,6 +152,9 @@ pub struct Plan {
     pub batch: usize,
     pub tcodes: Vec<i32>,
     pub ecodes: [i32; N_ERRORS],
+    /// False: the loop never waits on the clock, even real-time (its CPU is the
+    /// server's: that time would be taken from the server).
+    pub may_poll: bool,
 }
 
 /// Columns of finished rows, in the writer's order (shrink/replay/writer.py).
@@ -343,9 +349,12 @@ pub struct Engine {
     finish_t: f64, // the receive time of the response being handled (else NaN)
     found: bool,   // the last poll of the sockets found events
     spin: f64,
-    may_poll: bool, // SCHED_FIFO/RR: the loop has its CPU to itself (see polls)
-    pressure: bool, // the loop was busy past BUSY_HIGH: see SLEEP_SHARE_MIN
-    spun: f64,      // time spent waiting out a window on the clock since adapt_at
+    may_poll: bool,     // SCHED_FIFO/RR: the loop has its CPU to itself (see polls)
+    sig_fd: i32,        // the signal pipe's read end (-1: none)
+    sig_stops: Vec<u8>, // the signal numbers that stop the run
+    sig_forward: i32,   // where the bytes read from it go on to (-1: nowhere)
+    pressure: bool,     // the loop was busy past BUSY_HIGH: see SLEEP_SHARE_MIN
+    spun: f64,          // time spent waiting out a window on the clock since adapt_at
     /// turns, waits that slept, events, timer arms, connects, sends, the widest window
     /// (us), the time spent waiting out windows on the clock under pressure (us)
     pub counts: [u64; 8],
@@ -405,6 +414,7 @@ impl Engine {
         unsafe { libc::epoll_ctl(tep, libc::EPOLL_CTL_ADD, tfd, &mut ev) };
         let n = plan.addrs.len();
         let horizon = plan.horizon;
+        let may_poll = plan.may_poll && realtime();
         Ok(Engine {
             plan,
             t0,
@@ -453,7 +463,10 @@ impl Engine {
             control: vec![0u8; 128],
             events: vec![libc::epoll_event { events: 0, u64: 0 }; 256],
             spin: SPIN,
-            may_poll: realtime(),
+            may_poll,
+            sig_fd: -1,
+            sig_stops: Vec::new(),
+            sig_forward: -1,
             pressure: false,
             spun: 0.0,
         })
@@ -1305,6 +1318,56 @@ impl Engine {
         }
     }
 
+    /// Watch `fd`, the read end of the pipe Python's C-level signal handler writes
+    /// each signal's number to (``signal.set_wakeup_fd``): one of `stops` stops the
+    /// run at the loop's next turn, whatever the Python thread is doing. That thread
+    /// runs below a real-time loop on its CPU, with what the loop and the machine
+    /// leave it: at 150,000/s (past the machine's capacity) the last send came up to
+    /// 1.65 s after a SIGTERM it alone saw. Every byte read goes on to `forward`
+    /// (the wake-up descriptor this one replaced, -1: none), so that an event loop
+    /// waiting on it still learns of its signals; Python runs its handlers by its
+    /// own flags, not these bytes.
+    pub fn watch_signals(&mut self, fd: i32, stops: Vec<u8>, forward: i32) {
+        for ep in [self.epfd, self.tep] {
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: SIGNAL_TOKEN,
+            };
+            // SAFETY: adding a descriptor the caller keeps open for the run.
+            unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+        }
+        self.sig_fd = fd;
+        self.sig_stops = stops;
+        self.sig_forward = forward;
+    }
+
+    /// Reads what the signal pipe holds; a stop signal among it stops the run.
+    fn signal_came(&mut self) {
+        let mut buf = [0u8; 64];
+        loop {
+            // SAFETY: reading into our buffer from a non-blocking descriptor.
+            let n = unsafe { libc::read(self.sig_fd, buf.as_mut_ptr() as *mut libc::c_void, 64) };
+            if n <= 0 {
+                return; // empty (EAGAIN), or closed
+            }
+            let got = &buf[..n as usize];
+            if self.sig_forward >= 0 {
+                // SAFETY: a write of our buffer; a full or closed descriptor drops it,
+                // as Python's handler itself would.
+                unsafe {
+                    libc::write(
+                        self.sig_forward,
+                        got.as_ptr() as *const libc::c_void,
+                        got.len(),
+                    )
+                };
+            }
+            if !self.interrupted && got.iter().any(|b| self.sig_stops.contains(b)) {
+                self.interrupt();
+            }
+        }
+    }
+
     pub fn interrupt(&mut self) {
         self.interrupted = true;
         let now = self.now();
@@ -1500,14 +1563,18 @@ impl Engine {
         }
         if timer_only {
             // SAFETY: epoll_wait fills our array.
-            let n = unsafe { libc::epoll_wait(self.tep, events.as_mut_ptr(), 1, timeout_ms) };
+            let n = unsafe { libc::epoll_wait(self.tep, events.as_mut_ptr(), 2, timeout_ms) };
             if n < 0 {
                 self.events = events;
                 self.signalled = true;
                 return true;
             }
-            if n > 0 {
-                self.timer_fired();
+            for ev in events.iter().take(n as usize) {
+                if ev.u64 == SIGNAL_TOKEN {
+                    self.signal_came();
+                } else {
+                    self.timer_fired();
+                }
             }
         }
         let wait_ms = if timer_only { 0 } else { timeout_ms };
@@ -1538,6 +1605,10 @@ impl Engine {
             let (flags, data) = (ev.events, ev.u64);
             if data == TIMER_TOKEN {
                 self.timer_fired();
+                continue;
+            }
+            if data == SIGNAL_TOKEN {
+                self.signal_came();
                 continue;
             }
             if !self.conn_alive(data) {

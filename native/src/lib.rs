@@ -67,11 +67,21 @@ fn take_rows<'py>(py: Python<'py>, r: &mut Rows) -> Vec<Bound<'py, PyBytes>> {
 /// events, timer arms, connects, sends, the widest wake-up window (us), the loop
 /// thread's time on a run queue (us) and involuntary context switches over the run,
 /// and the time it polled for a due time under pressure (us).
+///
+/// ``signal_fd``: the read end of the pipe given to ``signal.set_wakeup_fd`` for the
+/// run (-1: none), whose bytes the loop thread reads: one of ``stop_signals`` stops
+/// the sends at once, and each byte goes on to ``forward_fd`` (the wake-up descriptor
+/// it replaced; -1: none). The stop signals are blocked on the calling thread meanwhile,
+/// so that the kernel hands them to the loop thread (running, real-time), whose
+/// Python C-level handler writes the pipe at once; Python's own handlers still run on
+/// this thread, at its next look. ``may_poll`` false: the loop never waits on the
+/// clock (its CPU is the server's), real-time or not.
 #[pyfunction]
 #[pyo3(signature = (
     open, targets, req_bytes, key_of_row, cls_of_row, head_only_of_key, times, route, rows,
     sessions, burst_off, burst_first, burst_end, burst_think, horizon, timeout, drain,
-    max_pool, conns_per_session, conn_per_request, batch, tcodes, ecodes, t0, on_rows
+    max_pool, conns_per_session, conn_per_request, batch, tcodes, ecodes, t0, on_rows,
+    signal_fd=-1, stop_signals=Vec::new(), forward_fd=-1, may_poll=true
 ))]
 #[allow(clippy::too_many_arguments)]
 fn run(
@@ -101,6 +111,10 @@ fn run(
     ecodes: Vec<i32>,
     t0: f64,
     on_rows: PyObject,
+    signal_fd: i32,
+    stop_signals: Vec<u8>,
+    forward_fd: i32,
+    may_poll: bool,
 ) -> PyResult<(u64, u64, bool, Vec<u64>)> {
     let mut addrs = Vec::new();
     for (host, port) in &targets {
@@ -140,9 +154,16 @@ fn run(
         batch: batch.max(1),
         tcodes,
         ecodes: ecodes.try_into().unwrap(),
+        may_poll,
     };
     let room = batch_rows(&plan);
-    let eng = Engine::new(plan, t0).map_err(|e| PyOSError::new_err(e.to_string()))?;
+    let mut eng = Engine::new(plan, t0).map_err(|e| PyOSError::new_err(e.to_string()))?;
+    let stops = if signal_fd >= 0 {
+        eng.watch_signals(signal_fd, stop_signals.clone(), forward_fd);
+        stop_signals
+    } else {
+        Vec::new()
+    };
     let shared = Arc::new(Shared::default());
     shared
         .spare
@@ -153,10 +174,14 @@ fn run(
     // The loop runs on its own thread (same CPU and policy, inherited) so that
     // Python's work on the rows (a Parquet flush takes milliseconds) never holds
     // up a send; this thread only moves rows and watches for signals.
+    let old_mask = block_signals(&stops);
     let handle = std::thread::Builder::new()
         .name("shrink-core".into())
-        .spawn(move || engine_thread(eng, &sh))
-        .map_err(|e| PyOSError::new_err(e.to_string()))?;
+        .spawn(move || engine_thread(eng, &sh, &stops))
+        .map_err(|e| {
+            restore_signals(old_mask);
+            PyOSError::new_err(e.to_string())
+        })?;
     let old_sched = lower_priority();
     let mut pending_err: Option<PyErr> = None;
     let mut result = None;
@@ -204,6 +229,9 @@ fn run(
     }
     let out = py.allow_threads(|| handle.join());
     restore_priority(old_sched);
+    // (a stop signal held meanwhile is handed to this thread now: its C-level
+    // handler runs, and Python's at the caller's next look)
+    restore_signals(old_mask);
     let out = out.map_err(|_| PyOSError::new_err("the native replay loop panicked"))?;
     if let Some(e) = pending_err {
         return Err(e);
@@ -317,15 +345,49 @@ fn hand_over(sh: &Shared, rows: &mut Rows, wait: bool) -> bool {
     true
 }
 
-fn engine_thread(mut eng: Engine, sh: &Shared) -> (u64, u64, bool, Vec<u64>) {
-    // Signals belong to Python's main thread.
-    // SAFETY: a local signal set, applied to this thread only.
+/// The signals `sigs` as a set.
+fn sig_set(sigs: &[u8]) -> libc::sigset_t {
+    // SAFETY: a local signal set.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
+        for &s in sigs {
+            libc::sigaddset(&mut set, s as i32);
+        }
+        set
+    }
+}
+
+/// Blocks `sigs` on the calling thread; returns the mask to restore (None: none blocked).
+fn block_signals(sigs: &[u8]) -> Option<libc::sigset_t> {
+    if sigs.is_empty() {
+        return None;
+    }
+    let set = sig_set(sigs);
+    // SAFETY: this thread's mask, with live sets.
+    unsafe {
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        (libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) == 0).then_some(old)
+    }
+}
+
+fn restore_signals(old: Option<libc::sigset_t>) {
+    if let Some(old) = old {
+        // SAFETY: as above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    }
+}
+
+fn engine_thread(mut eng: Engine, sh: &Shared, stops: &[u8]) -> (u64, u64, bool, Vec<u64>) {
+    // Without a signal pipe, signals belong to Python's main thread; with one, the stop
+    // signals come here (the caller blocks them), where Python's C-level handler
+    // writes the pipe this loop watches while it runs.
+    // SAFETY: local signal sets, applied to this thread only.
+    unsafe {
+        let set = sig_set(&[libc::SIGINT as u8, libc::SIGTERM as u8]);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        let set = sig_set(stops);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
     }
     // At normal priority a timed wake-up may come up to the thread's timer slack
     // late (50 us by default), on top of the CPU's own delay; a real-time thread
@@ -571,6 +633,8 @@ fn shrink_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(keep_awake, m)?)?;
     // keep_awake takes the cgroup.procs file of a group for its spinners
     m.add("AWAKE_IN_GROUP", true)?;
+    // run takes signal_fd, stop_signals, forward_fd and may_poll
+    m.add("SIGNAL_FD", true)?;
     m.add_class::<Spinners>()?;
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
     m.add_function(wrap_pyfunction!(parse_stream, m)?)?;

@@ -53,6 +53,9 @@ class RunOptions(TypedDict, total=False):
     ``awake``: keep the CPUs the engine may run on from halting for the run, so that
     its timed wake-ups come on time (the native core; see native/src/awake.rs). An
     engine without the means ignores it.
+    ``may_poll`` (default True): False when the engine's CPUs are the server's too, where
+    a real-time loop must not wait on the clock (that time is taken from the server; the
+    native core, otherwise, does under pressure).
     """
 
     t0: float | None
@@ -60,6 +63,7 @@ class RunOptions(TypedDict, total=False):
     handle_signals: bool
     stop: threading.Event | Any | None  # (or a multiprocessing Event: forked processes')
     awake: bool
+    may_poll: bool
 
 
 @dataclass

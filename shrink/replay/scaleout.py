@@ -48,6 +48,7 @@ __all__ = [
     "AUTO_REALTIME",
     "AwakeEngine",
     "EngineRun",
+    "NoPollEngine",
     "default_awake",
     "default_realtime",
     "run_engines",
@@ -298,6 +299,8 @@ def run_engines(
         engine = select_engine(engine)
     if generator.stop is not None and cluster is None:  # (inside AwakeEngine: see below)
         engine = StopOn(engine, generator.stop)
+    if realtime and cpus and set(cpus) & set(avoid_cpus):  # (--realtime N, --allow-overlap)
+        engine = NoPollEngine(engine, frozenset(avoid_cpus))
     if default_awake(
         generator.awake, generator.cpus, avoid_cpus, allow_overlap=generator.allow_overlap
     ):
@@ -341,6 +344,21 @@ class AwakeEngine:
 
     def __call__(self, *args: Any, **options: Any) -> EngineStats:
         return self.engine(*args, **options, awake=True)
+
+
+@dataclass(frozen=True)
+class NoPollEngine:
+    """An engine whose loop never waits on the clock (the ``may_poll`` option of
+    :class:`shrink.replay.contract.RunOptions`) when the CPUs it runs on (as pinned
+    then: each process of a scaled-out run its own) are among the server's."""
+
+    engine: Any
+    server_cpus: frozenset[int]
+
+    def __call__(self, *args: Any, **options: Any) -> EngineStats:
+        if os.sched_getaffinity(0) & self.server_cpus:
+            options["may_poll"] = False
+        return self.engine(*args, **options)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,167 @@
+"""The native core's loop thread sees a stop signal itself; a real-time loop on the
+server's CPU never waits on the clock.
+
+The Python thread that runs the signal handlers runs below a real-time loop on its
+CPU: under load it saw a SIGTERM up to 1.65 s late, and the sends went on meanwhile.
+The core now watches the pipe Python's C-level handler writes each signal's number to
+(``signal.set_wakeup_fd``), and the kernel hands the stop signals to its loop thread.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers.realtime import realtime_allowed
+from helpers.servers import static_lighttpd, wait_listening
+
+from shrink import interrupts
+from shrink.replay import EngineConfig, RunLogWriter, build_schedule, native, open_loop_trace
+from shrink.replay.fake import FakeEngine
+from shrink.replay.scaleout import run_engines
+from shrink.target import GeneratorPlacement
+
+new_core = pytest.mark.skipif(
+    not getattr(native._core, "SIGNAL_FD", False),
+    reason="the native core is not built, or was built before it watched a signal pipe",
+)
+
+
+@pytest.fixture(scope="module")
+def fake():
+    args = [sys.executable, "-m", "shrink.replay.fakeserver", "--port", "0"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    yield "127.0.0.1", int(proc.stdout.readline().split()[2])
+    proc.kill()
+    proc.wait()
+
+
+class _HeldUp(RunLogWriter):
+    """A writer whose first flush after ``at`` s of the run holds the Python thread for
+    ``hold`` s (a slow disk), with ``signum`` sent to this process meanwhile."""
+
+    def __init__(self, signum: int, at: float = 0.4, hold: float = 1.0) -> None:
+        super().__init__(None)
+        self.signum, self.at, self.hold = signum, at, hold
+        self.sent_at: float | None = None  # monotonic
+
+    def _send(self) -> None:
+        self.sent_at = time.monotonic()
+        os.kill(os.getpid(), self.signum)
+
+    def maybe_flush(self) -> None:
+        super().maybe_flush()
+        t0 = self.meta.get("t0")
+        if self.sent_at is None and t0 is not None and time.monotonic() - t0 > self.at:
+            self.sent_at = -1.0
+            threading.Timer(0.05, self._send).start()
+            time.sleep(self.hold)
+
+
+def _run(writer: RunLogWriter, fake: tuple[str, int], rate: float = 1000.0, **kw: Any):
+    sched = build_schedule(open_loop_trace("/x", rate, 3.0), 1.0, 3.0, loop=False)
+    return native.run_native(sched, EngineConfig(targets=[fake]), writer, **kw)
+
+
+@new_core
+def test_a_stop_signal_ends_the_sends_while_the_python_thread_is_held_up(
+    fake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(interrupts, "_last", [int(signal.SIGINT)])  # (the stop's noted there)
+    # an event loop's wake-up descriptor, held before the run: given back after, with
+    # the signal's byte passed on to it
+    r, w = os.pipe2(os.O_NONBLOCK)
+    before = signal.set_wakeup_fd(w)
+    try:
+        writer = _HeldUp(signal.SIGTERM)
+        stats = _run(writer, fake)
+        assert signal.set_wakeup_fd(before) == w
+        assert bytes([signal.SIGTERM]) in os.read(r, 64)
+    finally:
+        signal.set_wakeup_fd(before)
+        os.close(r)
+        os.close(w)
+    assert writer.sent_at is not None and writer.sent_at > 0
+    log = writer.runlog()
+    last = float(np.nanmax(log.column("sent"))) + stats.t0
+    # before, the sends went on until the Python thread came back from its flush (1 s)
+    assert last - writer.sent_at < 0.3, last - writer.sent_at
+    assert stats.interrupted and 300 < len(log) < 2000
+    # Python's own handler still ran: the stop is said as SIGTERM's
+    assert stats.extra["stopped_at"] > 0
+    assert interrupts.received() == signal.SIGTERM
+
+
+@new_core
+def test_a_signal_that_is_not_a_stop_leaves_the_run_alone(fake) -> None:
+    # (a signal with a Python handler writes the pipe too: SIGCONT's after a Ctrl-Z)
+    seen: list[int] = []
+    old = signal.signal(signal.SIGWINCH, lambda s, f: seen.append(s))
+    try:
+        writer = _HeldUp(signal.SIGWINCH, hold=0.2)
+        stats = _run(writer, fake, rate=300.0)
+    finally:
+        signal.signal(signal.SIGWINCH, old)
+    assert seen == [signal.SIGWINCH]
+    assert not stats.interrupted and len(writer.runlog()) == 900
+    assert signal.set_wakeup_fd(-1) == -1  # (none was held before the run: none after)
+
+
+class _Options(FakeEngine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.options: list[dict[str, Any]] = []
+
+    def __call__(self, *args: Any, **kw: Any) -> Any:
+        self.options.append(dict(kw))
+        return super().__call__(*args, **kw)
+
+
+@pytest.mark.skipif(not realtime_allowed(), reason="needs SCHED_FIFO (root)")
+@pytest.mark.parametrize(("shared", "may_poll"), [(True, False), (False, None)])
+def test_an_explicit_realtime_on_the_servers_cpu_is_told_not_to_poll(
+    shared: bool, may_poll: bool | None
+) -> None:
+    cpu = min(os.sched_getaffinity(0))
+    engine = _Options()
+    gen = GeneratorPlacement(cpus=(cpu,), allow_overlap=True, realtime=10, engine=engine)
+    cfg = EngineConfig(targets=[("127.0.0.1", 9)])
+    avoid = {cpu} if shared else set()
+    run_engines(open_loop_trace("/x", 100.0, 0.2), cfg, rate_factor=1.0, horizon=0.2,
+                generator=gen, avoid_cpus=frozenset(avoid))  # fmt: skip
+    assert engine.options[0].get("may_poll") == may_poll
+
+
+@pytest.mark.live
+@new_core
+@pytest.mark.skipif(not realtime_allowed(), reason="needs SCHED_FIFO (root)")
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_a_real_time_loop_on_the_servers_cpu_never_waits_on_the_clock(tmp_path: Path) -> None:
+    if not Path("/usr/sbin/lighttpd").exists():
+        pytest.skip("lighttpd is not installed (make setup installs it as root)")
+    cpu = sorted(os.sched_getaffinity(0))[1]
+    conf, port = static_lighttpd(tmp_path, max_keep_alive_requests=1000000)
+    proc = subprocess.Popen(["/usr/sbin/lighttpd", "-D", "-f", str(conf)],
+                            stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    try:
+        os.sched_setaffinity(proc.pid, {cpu})
+        wait_listening(port, proc)
+        gen = GeneratorPlacement(cpus=(cpu,), allow_overlap=True, realtime=10, engine="native")
+        trace = open_loop_trace("/static/file1k.bin", 90_000.0, 2.0)
+        cfg = EngineConfig(targets=[("127.0.0.1", port)])
+        _, run = run_engines(trace, cfg, rate_factor=1.0, horizon=2.0, generator=gen,
+                             avoid_cpus=frozenset({cpu}))  # fmt: skip
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    # before, it polled 6,000+ us of 2 s there, time taken from the server
+    assert [s.extra["loop"]["polled_us"] for s in run.stats] == [0]
