@@ -337,6 +337,8 @@ pub struct Engine {
     scratch: Vec<u8>,
     pub rows: Rows,
     pub signalled: bool,
+    /// When a stop signal's byte stopped the run (seconds from t0; NaN: none did).
+    pub signal_stop: f64,
     events: Vec<libc::epoll_event>,
     tep: i32,        // an epoll set holding the timerfd alone
     connecting: u32, // connections whose connect is under way
@@ -450,6 +452,7 @@ impl Engine {
             scratch: vec![0u8; READ_CHUNK],
             rows: Rows::with_room(batch_rows),
             signalled: false,
+            signal_stop: NAN,
             counts: [0; 8],
             tep,
             connecting: 0,
@@ -1363,6 +1366,7 @@ impl Engine {
                 };
             }
             if !self.interrupted && got.iter().any(|b| self.sig_stops.contains(b)) {
+                self.signal_stop = self.now();
                 self.interrupt();
             }
         }

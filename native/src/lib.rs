@@ -66,7 +66,8 @@ fn take_rows<'py>(py: Python<'py>, r: &mut Rows) -> Vec<Bound<'py, PyBytes>> {
 /// interrupted, counts): counts are the loop's turns, the waits that slept, socket
 /// events, timer arms, connects, sends, the widest wake-up window (us), the loop
 /// thread's time on a run queue (us) and involuntary context switches over the run,
-/// and the time it polled for a due time under pressure (us).
+/// the time it polled for a due time under pressure (us), and the instant a stop
+/// signal's byte stopped it (us from t0; 2**64 - 1: none did).
 ///
 /// ``signal_fd``: the read end of the pipe given to ``signal.set_wakeup_fd`` for the
 /// run (-1: none), whose bytes the loop thread reads: one of ``stop_signals`` stops
@@ -429,6 +430,12 @@ fn engine_thread(mut eng: Engine, sh: &Shared, stops: &[u8]) -> (u64, u64, bool,
         });
     }
     counts.push(eng.counts[7]);
+    // when a stop signal's byte stopped the loop (us from t0; UNKNOWN: none did)
+    counts.push(if eng.signal_stop.is_finite() {
+        (eng.signal_stop.max(0.0) * 1e6) as u64
+    } else {
+        UNKNOWN
+    });
     (eng.recorded, eng.pool_waits, eng.interrupted, counts)
 }
 

@@ -83,6 +83,8 @@ _COUNTS = (
     "preempted",
     # the time the loop polled for a due time rather than sleep, under pressure (us)
     "polled_us",
+    # when a stop signal's byte stopped the loop (us from the zero; not a count: taken out)
+    "signal_stop_us",
 )  # (a count added to the core goes last: an older core's counts are a prefix)
 _ERRORS = (
     "refused", "connect", "reset", "closed", "timeout", "bad-response", "cut", "unsent", "files"
@@ -334,6 +336,9 @@ def _drive(args: dict[str, Any], writer: RunLogWriter, options: RunOptions) -> E
         if gc_was_enabled:
             gc.enable()
     loop = loop_counts(counts)
+    if (seen := loop.pop("signal_stop_us", None)) is not None:
+        # the loop's own stop, before the Python thread's handler ran (when it was held up)
+        when[:] = [min([seen / 1e6, *when])]
     stats = run_stats(
         t0,
         wall0,
