@@ -31,6 +31,7 @@ import math
 import os
 import re
 import stat
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any, ClassVar, Self, TypeVar
@@ -205,15 +206,37 @@ def read_text(path: str | Path, *, what: str = "file", max_bytes: int = MAX_BYTE
     return decode(data, path=path, what=what)
 
 
+_UTF8_BOM = b"\xef\xbb\xbf"
+
+
 def decode(data: bytes, *, path: str | Path | None, what: str) -> str:
-    """UTF-8 text of ``data``; a bad byte is named by its offset."""
+    """UTF-8 text of ``data``, without a UTF-8 byte order mark at its start (editors on
+    Windows save one; the JSON and TOML parsers refused it at line 1); a bad byte is
+    named by its offset."""
+    bom = len(_UTF8_BOM) if data.startswith(_UTF8_BOM) else 0
     try:
-        return data.decode("utf-8")
+        return data[bom:].decode("utf-8")
     except UnicodeDecodeError as exc:
         hint = " (a binary file, e.g. Parquet?)" if data[:4] == b"PAR1" else ""
         raise TraceFormatError(
-            f"not UTF-8 text, so not a {what}{hint}", path=path, offset=exc.start
+            f"not UTF-8 text, so not a {what}{hint}", path=path, offset=bom + exc.start
         ) from None
+
+
+def _long_number(
+    exc: ValueError, text: str, what: str, source: str | Path | None
+) -> TraceFormatError:
+    """The error for a number longer than Python converts (``int`` raised ValueError:
+    "Exceeds the limit (4300 digits) ... use sys.set_int_max_str_digits()", advice for
+    a programmer), naming the line that holds it."""
+    most = sys.get_int_max_str_digits()
+    m = re.search(rf"\d(?:_?\d){{{most},}}", text)
+    if m is None:  # another ValueError: its own words
+        return TraceFormatError(f"not a {what}: {_first_line(exc)}", path=source)
+    line = text.count("\n", 0, m.start()) + 1
+    return TraceFormatError(
+        f"not a {what}: a number of more than {most:,} digits", path=source, line=line
+    )
 
 
 def parse_json(
@@ -231,7 +254,7 @@ def parse_json(
     except json.JSONDecodeError as exc:
         raise TraceFormatError(f"not JSON: {exc.msg}", path=source, line=exc.lineno) from None
     except ValueError as exc:  # an integer of more than 4,300 digits
-        raise TraceFormatError(f"not a {what}: {_first_line(exc)}", path=source) from None
+        raise _long_number(exc, text, what, source) from None
     except RecursionError:
         raise TraceFormatError(f"not a {what}: nested too deeply", path=source) from None
     return doc if model is None else validate(doc, model, source=source, what=what)
@@ -249,8 +272,10 @@ def read_toml(path: str | Path, model: type[M] | None = None, *, what: str = "TO
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise TraceFormatError(f"not TOML: {_first_line(exc)}", path=path) from None
-    except (ValueError, RecursionError) as exc:
+    except RecursionError as exc:
         raise TraceFormatError(f"not a {what}: {_first_line(exc)}", path=path) from None
+    except ValueError as exc:  # an integer of more than 4,300 digits
+        raise _long_number(exc, text, what, path) from None
     if _nested_past(doc, MAX_NESTING):
         raise TraceFormatError(
             f"not a {what}: nested more than {MAX_NESTING} levels deep", path=path

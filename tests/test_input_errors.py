@@ -95,7 +95,7 @@ def test_the_curve_format_is_the_curve_type(tmp_path: Path) -> None:
     [
         (b'{"schema": "shrink.loadcurve/1", \xff}', r"byte offset 33: not UTF-8"),
         (b'{"schema": "shrink.loadcurve/1",\n "levels": [', r"line 2: not JSON"),
-        (b'{"n": ' + b"9" * 5000 + b"}", r"not a load curve: Exceeds the limit"),
+        (b'{"n": ' + b"9" * 5000 + b"}", r"line 1: not a load curve: a number of more than 4,300"),
         (b"[" * 100_000, r"nested too deeply|not JSON"),
         (b"PAR1\x15\x04\xff\xfe", r"not UTF-8 text, so not a load curve \(a binary file"),
     ],

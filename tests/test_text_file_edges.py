@@ -1,0 +1,63 @@
+"""JSON and TOML files as editors and generators leave them: a UTF-8 byte order mark at
+the start, and a number longer than Python converts (found by bench/bench_fuzz.py
+--states)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shrink import files
+from shrink.errors import TraceFormatError
+
+pytestmark = pytest.mark.compute
+
+BOM = b"\xef\xbb\xbf"
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "read"),
+    [
+        ("a.json", b'{"a": 1}', files.read_json),
+        ("a.toml", b"a = 1\n", files.read_toml),
+    ],
+)
+def test_a_utf8_byte_order_mark_is_read_past(tmp_path: Path, name: str, data: bytes, read) -> None:
+    """Before: 'line 1: not JSON: Unexpected UTF-8 BOM (decode using utf-8-sig)' and
+    'not TOML: Invalid statement (at line 1, column 1)' for a file that is JSON or TOML."""
+    p = tmp_path / name
+    p.write_bytes(BOM + data)
+    assert read(p) == {"a": 1}
+
+
+def test_a_bad_byte_after_a_byte_order_mark_is_named_by_its_offset_in_the_file(
+    tmp_path: Path,
+) -> None:
+    p = tmp_path / "a.json"
+    p.write_bytes(BOM + b'{"a": "\xff"}')
+    with pytest.raises(TraceFormatError) as e:
+        files.read_json(p)
+    assert e.value.offset == 10
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "read"),
+    [
+        ("a.json", '{\n"a": 1,\n"b": ' + "9" * 4400 + "\n}", files.read_json),
+        ("a.toml", "a = 1\n\nb = 1_" + "0" * 4400 + "\n", files.read_toml),
+    ],
+)
+def test_a_number_past_pythons_digit_limit_is_named_by_its_line(
+    tmp_path: Path, name: str, text: str, read
+) -> None:
+    """Before: 'not a JSON file: Exceeds the limit (4300 digits) for integer string
+    conversion: value has 4400 digits; use sys.set_int_max_str_digits() to increase the
+    limit': no line, and advice for a programmer."""
+    p = tmp_path / name
+    p.write_text(text)
+    with pytest.raises(TraceFormatError) as e:
+        read(p)
+    msg = str(e.value)
+    assert "line 3" in msg and "a number of more than 4,300 digits" in msg, msg
+    assert "set_int_max_str_digits" not in msg
