@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 # --code DIR fuzzes another checkout's shrink (e.g. main, for a before/after) with
@@ -38,15 +39,23 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, os.environ.get("SHRINK_FUZZ_CODE") or str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from helpers import fuzz_more  # noqa: E402
-from helpers.fuzzing import READERS, campaign  # noqa: E402
+from helpers import fuzz_more, fuzz_states  # noqa: E402
+from helpers.fuzzing import READERS, SHARED, campaign, mutate  # noqa: E402
 
 from shrink.errors import ShrinkError  # noqa: E402
 
 
-def _seed_read_s(name: str, tmp: Path) -> float:
+def _reader(name: str, states: bool, tmp: Path) -> Any:
+    """The reader, with the new seeds and mutators of helpers.fuzz_states when ``states``."""
+    if not states:
+        return READERS[name]
+    fuzz_states.splice_pool({k: r for k, r in READERS.items() if k != name}, tmp)
+    return fuzz_states.with_states(READERS[name], SHARED, mutate)
+
+
+def _seed_read_s(name: str, tmp: Path, states: bool = False) -> float:
     """Median seconds to read (and use) one unmutated seed file: the reference."""
-    reader = READERS[name]
+    reader = _reader(name, states, tmp)
     seeds = reader.seeds(tmp)
     path = tmp / "docroot" / "manifest.json" if name == "manifest" else tmp / f"s{reader.suffix}"
     if name == "demo":
@@ -66,16 +75,22 @@ def _seed_read_s(name: str, tmp: Path) -> float:
 
 def run_one(
     name: str, inputs: int, seed: int, limit: float, budget: float | None,
-    only: frozenset[int] | None = None,
+    only: frozenset[int] | None = None, states: bool = False,
 ) -> dict:  # fmt: skip
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        ref = _seed_read_s(name, tmp)
+        ref = _seed_read_s(name, tmp, states)
         t0 = time.perf_counter()
         if only is not None:
             inputs = max(only) + 1
         out = campaign(
-            READERS[name], inputs, seed=seed, tmp=tmp, limit_s=limit, budget_s=budget, only=only
+            _reader(name, states, tmp),
+            inputs,
+            seed=seed,
+            tmp=tmp,
+            limit_s=limit,
+            budget_s=budget,
+            only=only,
         )
         wall = time.perf_counter() - t0
     return {
@@ -93,6 +108,7 @@ def run_one(
         "seed_read_s": ref,
         "peak_rss_mib": out.peak_rss_mib,
         "wall_s": wall,
+        "messages": sorted(out.messages.items(), key=lambda kv: -kv[1]),
     }
 
 
@@ -107,11 +123,17 @@ def main() -> None:
     )
     ap.add_argument("--code", help="fuzz the shrink of this checkout instead (a reference)")
     ap.add_argument("--rerun", help="read only these input numbers (comma-separated) again")
+    ap.add_argument(
+        "--states", action="store_true",
+        help="add the real traces as seeds and helpers.fuzz_states' mutators (compressed, "
+        "BOMs, CR line ends, splices, odd link and block types, mistyped columns, odd TOML)",
+    )  # fmt: skip
+    ap.add_argument("--messages", help="write each reader's distinct refusals (JSON) here")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one reader, print JSON
     a = ap.parse_args()
     only = None if a.rerun is None else frozenset(int(k) for k in a.rerun.split(","))
     if a.one:
-        print(json.dumps(run_one(a.one, a.inputs, a.seed, a.limit, a.budget, only)))
+        print(json.dumps(run_one(a.one, a.inputs, a.seed, a.limit, a.budget, only, a.states)))
         return
     unknown = [r for r in a.readers.split(",") if r not in READERS]
     if unknown:
@@ -127,6 +149,8 @@ def main() -> None:
             cmd += ["--budget", str(a.budget)]
         if a.rerun is not None:
             cmd += ["--rerun", a.rerun]
+        if a.states:
+            cmd += ["--states"]
         env = {**os.environ, "SHRINK_FUZZ_CODE": str(Path(a.code).resolve())} if a.code else None
         p = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if p.returncode != 0:
@@ -144,6 +168,9 @@ def main() -> None:
             f"{r['wall_s']:>6.0f}s",
             flush=True,
         )
+        if a.messages:
+            with open(f"{a.messages}.{name}.json", "w", encoding="utf-8") as fh:
+                json.dump(r["messages"], fh, indent=0)
         if r["crashes"]:
             print(f"{'':<12} sites: {', '.join(r['crash_sites'])}; first: {r['first_crash']}")
         if r["hang_inputs"]:

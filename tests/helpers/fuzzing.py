@@ -527,6 +527,8 @@ class Outcome:
     slowest_s: float = 0.0  # wall time: what the hang limit is about
     slowest_cpu_s: float = 0.0  # CPU time: the input's own cost, steady on a busy machine
     peak_rss_mib: float = 0.0
+    # each refusal's message, its numbers as N and the fuzzed file as FILE: how many of each
+    messages: dict[str, int] = field(default_factory=dict)
 
     @property
     def crash_sites(self) -> set[str]:
@@ -568,6 +570,12 @@ def _site(exc: BaseException) -> str:
     own = [f for f in tb if "/shrink/" in f.filename or "/extrapolate/" in f.filename]
     f = (own or tb or [None])[-1]
     return "?" if f is None else f"{Path(f.filename).name}:{f.lineno}"
+
+
+def _shape(message: str, path: Path) -> str:
+    """A refusal's message with the fuzzed file as FILE and its numbers as N."""
+    text = message.replace(str(path), "FILE").replace(str(path.parent), "DIR")
+    return re.sub(r"\d+", "N", text)[:160]
 
 
 def campaign(
@@ -616,8 +624,11 @@ def campaign(
             dog.armed = True
             try:
                 reader.read(path)
-            except ShrinkError:
+            except ShrinkError as exc:
                 out.errors += 1
+                shape = _shape(str(exc), path)
+                if shape in out.messages or len(out.messages) < 3000:
+                    out.messages[shape] = out.messages.get(shape, 0) + 1
             except Hang:
                 out.hangs.append(k)
             except Exception as exc:  # that is what a crash is
