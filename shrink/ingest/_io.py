@@ -175,7 +175,19 @@ def line_end(head: bytes) -> bytes:
     return b"\r" if b"\n" not in head and b"\r" in head else b"\n"
 
 
-def _chunks(raw: Iterator[bytes], path: Path) -> tuple[bytes, Iterator[bytes]]:
+def _line_end_of(head: bytes) -> bytes:
+    """:func:`line_end` of a file's first bytes ``head``: by its first 64 KiB, or, when
+    those hold no line end (a first line past 64 KiB, a long URL), by its first line
+    end and the byte after it (CR LF). Judged by 64 KiB alone, a file whose lines end
+    in CR was one line, refused as longer than --max-line when its first was not."""
+    probe = head[:_LINE_END_PROBE]
+    if b"\n" not in probe and b"\r" not in probe:
+        ends = [i for i in (head.find(b"\n"), head.find(b"\r")) if i >= 0]
+        probe = head[: min(ends) + 2] if ends else probe
+    return line_end(probe)
+
+
+def _chunks(raw: Iterator[bytes], path: Path, max_line: int) -> tuple[bytes, Iterator[bytes]]:
     """(the file's line end, its bytes in chunks of ``_CHUNK``), without a UTF-8 byte
     order mark at the start. Damage in the first bytes comes after them, as in the rest.
 
@@ -186,9 +198,13 @@ def _chunks(raw: Iterator[bytes], path: Path) -> tuple[bytes, Iterator[bytes]]:
     got = 0
     damage: _GzipDamage | None = None
     try:
-        while got < _LINE_END_PROBE and (piece := next(raw, b"")):
+        ended = False  # a line end was read: how the lines end is known from it
+        while (got < _LINE_END_PROBE or (not ended and got <= max_line)) and (
+            piece := next(raw, b"")
+        ):
             pieces.append(piece)
             got += len(piece)
+            ended = ended or b"\n" in piece or b"\r" in piece
     except _GzipDamage as exc:
         damage = exc
     head = b"".join(pieces)
@@ -202,7 +218,7 @@ def _chunks(raw: Iterator[bytes], path: Path) -> tuple[bytes, Iterator[bytes]]:
             raise damage
         yield from raw
 
-    return line_end(head[:_LINE_END_PROBE]), chunks()
+    return _line_end_of(head), chunks()
 
 
 def _batches(raw: Iterator[bytes], path: Path, max_line: int, strict: bool) -> Iterator[LineBatch]:
@@ -210,27 +226,29 @@ def _batches(raw: Iterator[bytes], path: Path, max_line: int, strict: bool) -> I
     parts: list[bytes] = []  # the line not yet ended, in the pieces it came in
     pending = 0  # its length
     number = 1  # the number of that line
-    sep, chunks = _chunks(raw, path)
+    sep, chunks = _chunks(raw, path, max_line)
     try:
         for chunk in chunks:
             pieces = chunk.split(sep)
             if len(pieces) == 1:
                 parts.append(chunk)
                 pending += len(chunk)
-                if pending > max_line:
+                if pending - chunk.endswith(b"\r") > max_line:  # (the CR of a CR LF)
                     raise _too_long(path, number, max_line)
                 continue
             tail = pieces.pop()
             if parts:
                 pieces[0] = b"".join(parts) + pieces[0]
-            if max(map(len, pieces)) > max_line:
-                over = next(i for i, p in enumerate(pieces) if len(p) > max_line)
-                raise _too_long(path, number + over, max_line)
+            # A CR before the LF is the line's end, not its text: a line of max_line
+            # bytes was read when it ended in LF, refused when in CR LF.
+            over = [i for i, p in enumerate(pieces) if len(p) - p.endswith(b"\r") > max_line]
+            if over:
+                raise _too_long(path, number + over[0], max_line)
             yield LineBatch(number, pieces)
             number += len(pieces)
             parts = [tail] if tail else []
             pending = len(tail)
-            if pending > max_line:
+            if pending - tail.endswith(b"\r") > max_line:
                 raise _too_long(path, number, max_line)
     except _GzipDamage as exc:
         yield _damaged(path, str(exc), number, bool(parts), strict)
@@ -307,7 +325,7 @@ def decode_line(raw: bytes) -> str:
 def split_lines(data: bytes) -> list[bytes]:
     """Lines split on LF (CR, VT, FF stay inside a line), or on CR when the lines end in CR
     alone (:func:`line_end`); no empty last line for a final line end."""
-    lines = data.split(line_end(data[:_LINE_END_PROBE]))
+    lines = data.split(_line_end_of(data))
     if lines and lines[-1] == b"":
         lines.pop()
     return lines
