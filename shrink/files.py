@@ -207,6 +207,17 @@ def read_text(path: str | Path, *, what: str = "file", max_bytes: int = MAX_BYTE
 
 
 _UTF8_BOM = b"\xef\xbb\xbf"
+# What a file that is not UTF-8 text is, told by its first bytes: "not UTF-8 text" alone
+# read as damage for a file that was only compressed or saved as UTF-16.
+_HINTS = (
+    (b"PAR1", " (a binary file, e.g. Parquet?)"),
+    (b"\x1f\x8b", " (gzip-compressed: gunzip it first)"),
+    (b"BZh", " (bzip2-compressed: bunzip2 it first)"),
+    (b"\xfd7zXZ\x00", " (xz-compressed: xz -d it first)"),
+    (b"\x28\xb5\x2f\xfd", " (zstd-compressed: zstd -d it first)"),
+    (b"\xff\xfe", " (UTF-16 text: convert it to UTF-8 first)"),
+    (b"\xfe\xff", " (UTF-16 text: convert it to UTF-8 first)"),
+)
 
 
 def decode(data: bytes, *, path: str | Path | None, what: str) -> str:
@@ -217,7 +228,7 @@ def decode(data: bytes, *, path: str | Path | None, what: str) -> str:
     try:
         return data[bom:].decode("utf-8")
     except UnicodeDecodeError as exc:
-        hint = " (a binary file, e.g. Parquet?)" if data[:4] == b"PAR1" else ""
+        hint = next((h for magic, h in _HINTS if data.startswith(magic)), "")
         raise TraceFormatError(
             f"not UTF-8 text, so not a {what}{hint}", path=path, offset=bom + exc.start
         ) from None

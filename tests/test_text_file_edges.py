@@ -61,3 +61,22 @@ def test_a_number_past_pythons_digit_limit_is_named_by_its_line(
     msg = str(e.value)
     assert "line 3" in msg and "a number of more than 4,300 digits" in msg, msg
     assert "set_int_max_str_digits" not in msg
+
+
+@pytest.mark.parametrize(
+    ("wrap", "hint"),
+    [
+        (lambda d: __import__("gzip").compress(d), "gzip-compressed: gunzip it first"),
+        (lambda d: __import__("bz2").compress(d), "bzip2-compressed"),
+        (lambda d: __import__("lzma").compress(d), "xz-compressed"),
+        (lambda d: b"\x28\xb5\x2f\xfd" + d, "zstd-compressed"),
+        (lambda d: d.decode().encode("utf-16"), "UTF-16 text: convert it to UTF-8 first"),
+    ],
+)
+def test_a_compressed_or_utf16_json_file_is_named_as_such(tmp_path: Path, wrap, hint: str) -> None:
+    """Before: 'byte offset 1: not UTF-8 text, so not a JSON file', which reads as damage."""
+    p = tmp_path / "a.json"
+    p.write_bytes(wrap(b'{"a": 1}'))
+    with pytest.raises(TraceFormatError, match="not UTF-8 text") as e:
+        files.read_json(p)
+    assert hint in str(e.value)
