@@ -329,3 +329,19 @@ def test_ingest_refuses_a_cookie_name_no_cookie_has_and_says_when_none_was_sent(
     assert "note: no request sent cookie nosuch or was answered with it" in none.output
     sid = _invoke("ingest", cap, "-o", out, "--sessions", "cookie:sid")
     assert sid.exit_code == 0 and "note" not in sid.output, sid.output
+
+
+@pytest.mark.parametrize("linktype", [105, 65535])
+def test_a_capture_of_a_link_type_not_read_names_it(tmp_path, linktype):
+    """Before: 'skipped 3 packets (not HTTP or unreadable: unsupported-link 3)': which link
+    the capture was of was not said (found by bench/bench_fuzz.py --states)."""
+    conns = [Conn([(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n", http_response(10))])]
+    data = bytearray(write_capture(tmp_path / "a.pcap", conns).read_bytes())
+    endian = "<" if data[:4] == b"\xd4\xc3\xb2\xa1" else ">"
+    struct.pack_into(endian + "I", data, 20, linktype)
+    src = tmp_path / "odd.pcap"
+    src.write_bytes(bytes(data))
+    result = _invoke("ingest", src, "-o", tmp_path / "t.parquet")
+    assert result.exit_code == 1, result.output
+    assert "unsupported-link " in result.output
+    assert f"(link type {linktype})" in result.output, result.output

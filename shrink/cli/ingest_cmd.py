@@ -306,6 +306,13 @@ def _http_faults_text(faults: dict[str, int]) -> str:
     return "HTTP the capture holds only in part; " + "; ".join(parts)
 
 
+def _links(meta: dict[str, Any]) -> str:
+    """The link types a capture declares that the reader does not decode (it names the
+    ones it does), for its packets skipped as of an unsupported link."""
+    odd = [t for t in meta.get("link_types") or [] if str(t).isdigit()]
+    return f" (link type {', '.join(map(str, odd))})" if odd else ""
+
+
 def _skipped_line(fmt: str, meta: dict[str, Any], skipped: int, numbers: list[int]) -> str:
     """What a lenient reader left out, in its own unit: packets of a capture, lines of a log."""
     unit = "packet" if fmt == "pcap" else "line"
@@ -315,7 +322,8 @@ def _skipped_line(fmt: str, meta: dict[str, Any], skipped: int, numbers: list[in
     listed = ", ".join(str(n) for n in numbers)
     if fmt == "pcap":
         kinds = meta.get("skipped_kinds") or {}
-        why = ", ".join(f"{k} {v:,}" for k, v in kinds.items())
+        why = ", ".join(f"{k} {v:,}{_links(meta) if k == 'unsupported-link' else ''}"
+                        for k, v in kinds.items())  # fmt: skip
         return f"skipped {plural(skipped, unit)} (not HTTP or unreadable: {why}): {listed}{more}"
     return f"skipped {plural(skipped, 'unreadable line')}: {listed}{more}"
 
