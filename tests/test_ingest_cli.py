@@ -345,3 +345,22 @@ def test_a_capture_of_a_link_type_not_read_names_it(tmp_path, linktype):
     assert result.exit_code == 1, result.output
     assert "unsupported-link " in result.output
     assert f"(link type {linktype})" in result.output, result.output
+
+
+@pytest.mark.parametrize(
+    ("wrap", "what"),
+    [
+        (lambda d: __import__("bz2").compress(d), "bzip2-compressed: decompress it first"),
+        (lambda d: __import__("lzma").compress(d), "xz-compressed: decompress it first"),
+        (lambda d: b"\x28\xb5\x2f\xfd" + d, "zstd-compressed: decompress it first"),
+    ],
+)
+def test_a_capture_compressed_other_than_gzip_is_named_with_format_pcap(tmp_path, wrap, what):
+    """Before, with --format pcap (the capture reader itself): 'not a pcap or pcapng
+    capture (bad magic 425a6839)', where the format's detection said what to run."""
+    conns = [Conn([(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n", http_response(10))])]
+    src = tmp_path / "a.pcap.x"
+    src.write_bytes(wrap(write_capture(tmp_path / "a.pcap", conns).read_bytes()))
+    result = _invoke("ingest", "-f", "pcap", src, "-o", tmp_path / "t.parquet")
+    assert result.exit_code == 1, result.output
+    assert what in result.output and "bad magic" not in result.output, result.output

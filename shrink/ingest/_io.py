@@ -159,9 +159,15 @@ _CONVERT_FIRST = (
 def check_not_foreign(head: bytes, path: Path) -> None:
     """A one-line TraceFormatError when ``head`` (a file's first bytes) starts as UTF-16
     text or as a compressed file other than gzip: what to run to make it readable."""
-    for magic, what in _CONVERT_FIRST:
-        if magic.match(head):
-            raise TraceFormatError(what, path=path)
+    what = foreign(head)
+    if what is not None:
+        raise TraceFormatError(what, path=path)
+
+
+def foreign(head: bytes) -> str | None:
+    """What to run first to read a file that starts with ``head`` (UTF-16 text, a
+    compressed file other than gzip, a zip archive), or None."""
+    return next((what for magic, what in _CONVERT_FIRST if magic.match(head)), None)
 
 
 def line_end(head: bytes) -> bytes:

@@ -32,6 +32,7 @@ from typing import BinaryIO
 import numpy as np
 
 from shrink.errors import CaptureFormatError
+from shrink.ingest._io import foreign
 from shrink.ingest.capture.own_files import own_mapping
 from shrink.ingest.capture.pcap_variants import as_classic
 from shrink.ingest.capture.pcap_walk import (
@@ -271,6 +272,9 @@ def capture_format(data: bytes | np.ndarray, path: Path, n: int | None = None) -
         return "pcap"
     if head == PCAPNG_MAGIC:
         return "pcapng"
+    # read with --format pcap, a bzip2/xz/zstd capture was only 'bad magic 425a6839'
+    if (what := foreign(bytes(data[: min(16, n)]))) is not None:
+        raise CaptureFormatError(what, path=path, offset=0)
     raise CaptureFormatError(
         f"not a pcap or pcapng capture (bad magic {head.hex() or 'empty file'})",
         path=path,
