@@ -106,3 +106,20 @@ def test_a_hang_of_a_long_campaign_can_be_read_again_alone(tmp_path: Path) -> No
     out = campaign(reader, 12, seed=3, tmp=tmp_path, only=frozenset({4, 9}))
     assert seen == [whole[4], whole[9]]  # the same inputs, and no other read
     assert [k for k, _, _ in out.timings] == [4, 9]
+
+
+@pytest.mark.parametrize("name", sorted(READERS))
+def test_reader_survives_the_new_states(name: str, tmp_path: Path) -> None:
+    """The seeds and mutators of helpers.fuzz_states (bench_fuzz.py --states): real traces,
+    compressed and spliced inputs, byte order marks, CR line ends, odd link and block
+    types, mistyped Parquet columns, odd TOML. A few inputs each; the bench runs many."""
+    from helpers import fuzz_states
+    from helpers.fuzzing import mutate
+
+    fuzz_states.splice_pool({k: r for k, r in READERS.items() if k != name}, tmp_path)
+    reader = fuzz_states.with_states(READERS[name], SHARED, mutate)
+    out = campaign(reader, 60, seed=27, tmp=tmp_path, limit_s=LIMIT_S)
+    assert out.inputs == 60
+    assert not out.crashes, f"{len(out.crashes)} crashes, first: {out.crashes[0]}"
+    assert not out.hangs, f"inputs {out.hangs} ran past {LIMIT_S} s"
+    assert all("set_int_max_str_digits" not in m for m in out.messages)
