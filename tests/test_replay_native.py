@@ -405,6 +405,32 @@ def test_the_python_engine_reports_its_threads_run_queue_wait(fake, tmp_path: Pa
     assert run_queue_wait_us(str(fake_stat)) is None
 
 
+def test_the_python_engines_run_queue_wait_is_over_the_runs_wall_time(fake, monkeypatch):
+    """The wait was read around the whole engine call, its set-up and its wait for the
+    run's zero too, and divided by the run's wall time (from the zero): under load the
+    thread's wait read 634 ms of a 554 ms run (a fresh clone's CI). A wait counter that
+    runs with the clock must read no more than the run's wall time."""
+    from time import monotonic, sleep
+
+    from shrink.replay import engine
+
+    def clock_wait() -> int:
+        return int(monotonic() * 1e6)
+
+    real_zero = engine.zero_time
+
+    def late_zero(*args: object, **kw: object) -> float:
+        sleep(0.3)
+        return real_zero(*args, **kw)
+
+    for mod in (engine, native):
+        monkeypatch.setattr(mod, "run_queue_wait_us", clock_wait, raising=False)
+    monkeypatch.setattr(engine, "zero_time", late_zero)
+    sched = build_schedule(open_loop_trace("/x", 400.0, 0.3), 1.0, 0.3, loop=False)
+    stats = native.run_python(sched, EngineConfig(targets=[fake]), RunLogWriter(None))
+    assert stats.extra["loop"]["runq_wait_us"] <= 1e6 * stats.wall + 2000
+
+
 @pytest.mark.compute
 def test_an_older_cores_loop_counts_keep_their_names():
     # A core built before polled_us reports the widest window, then the run-queue wait

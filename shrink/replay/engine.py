@@ -34,6 +34,7 @@ from typing import Any, Unpack
 import numpy as np
 
 from shrink import interrupts
+from shrink.procfs import run_queue_wait_us
 from shrink.replay._config import EngineConfig
 from shrink.replay._conn import _NAN, _Conn, _Req
 from shrink.replay._http import build_request
@@ -355,6 +356,7 @@ def run_schedule(
     installed: list[tuple[signal.Signals, Any]] = []
     cpu0 = os.times()
     wall0 = monotonic()
+    wait0 = run_queue_wait_us()  # (over the run's wall time, which thread_wait divides by)
     # A collector pass over a big heap stalls the loop for milliseconds; the hot
     # path breaks its reference cycles itself (a session and its connections let go
     # of each other), so collect before and after, not during.
@@ -397,5 +399,9 @@ def run_schedule(
         writer.close()
         if gc_was_enabled:
             gc.enable()
-    extra = {"pool_waits": eng.pool_waits, **stopped_at(eng.stopped_at)}
+    extra: dict[str, Any] = {"pool_waits": eng.pool_waits, **stopped_at(eng.stopped_at)}
+    wait1 = run_queue_wait_us()
+    if wait0 is not None and wait1 is not None:
+        # its event loop is this thread: what it waited for its CPU, as the native core's
+        extra["loop"] = {"runq_wait_us": max(0, wait1 - wait0)}
     return run_stats(t0, wall0, cpu0, eng.recorded, interrupted=eng.interrupted, extra=extra)

@@ -47,7 +47,6 @@ from shrink import interrupts
 from shrink.enforce.cfs import in_root_cpu_group
 from shrink.enforce.idle_group import IdleGroup, idle_group_place, make_idle_group
 from shrink.errors import ParameterError, ReplayError
-from shrink.procfs import run_queue_wait_us
 from shrink.replay._http import build_request
 from shrink.replay.contract import (
     EngineStats,
@@ -419,13 +418,8 @@ def run_python(
     """The Python (asyncio) reference engine, with its name recorded."""
     writer.meta["engine"] = "python"
     writer.meta["awake"] = False  # (asked or not: this engine has no spinners)
-    wait0 = run_queue_wait_us()
     stats = run_schedule(schedule, config, writer, **options)
     stats.extra["engine"] = "python"
-    wait1 = run_queue_wait_us()
-    if wait0 is not None and wait1 is not None:
-        # its event loop is this thread: what it waited for its CPU, as the native core's
-        stats.extra["loop"] = {"runq_wait_us": max(0, wait1 - wait0)}
     return stats
 
 
