@@ -76,3 +76,25 @@ def test_a_zone_on_loopback_is_refused_with_or_without_allow_remote(host, plain,
     )
     assert not is_loopback(host)
     assert loopback_url_host("http://[::1%lo]:80/") is not None  # a recipe's health_url
+
+
+def test_a_state_whose_replica_is_not_on_loopback_is_refused_naming_the_file(tmp_path):
+    """An edited testbed state naming 10.0.0.1 was refused as if the user had typed it
+    ("target 10.0.0.1 is not a loopback address; pass --allow-remote"), with no word of
+    the file it came from."""
+    import dataclasses
+
+    from helpers.testbed import lighttpd_replica
+
+    from shrink.testbed.state import TestbedState
+
+    replica = dataclasses.replace(lighttpd_replica(8080), address="10.0.0.1")
+    state = TestbedState(
+        [replica], {"kind": "cores", "cpus": [1]}, {"name": "1-replica"},
+        {"name": "m", "sockets": 1, "cores_per_socket": 2}, "doc", {"php": "8"}, "t",
+    ).write(tmp_path / "tb.json")  # fmt: skip
+    with pytest.raises(ReplayError) as err:
+        LiveTarget.from_state(state)
+    assert str(err.value).startswith(
+        f"{state}: replica {replica.name}: target 10.0.0.1 is not a loopback"
+    )

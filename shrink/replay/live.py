@@ -268,6 +268,11 @@ class LiveTarget:
             # The generator keeps off the share's CPUs (an older state: its replicas').
             replica_cpus = {c for r in st.replicas for c in r.cpus}
             kw["share_cpus"] = list(st.share.cpus) or sorted(replica_cpus)
+        for r in st.replicas:
+            try:
+                refuse_remote(r.address, bool(kw.get("allow_remote")), ReplayError)
+            except ReplayError as exc:  # (said without the file, it read as an option's)
+                raise ReplayError(f"{path}: replica {r.name}: {exc}") from None
         target = cls([(r.address, r.port) for r in st.replicas], state=state, **kw)
         target.state_path = Path(path)
         return target
