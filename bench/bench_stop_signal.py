@@ -70,7 +70,8 @@ def one_run(core: str, port: int, args: argparse.Namespace, out: Path) -> dict[s
     proc.communicate(timeout=60)
     log = RunLog.read_parquet(out)
     sent = log.column("sent")
-    last = float(np.nanmax(sent)) + float(log.meta["t0_unix"])
+    # (none sent: the signal came before the first send)
+    last = float(np.nanmax(sent)) + float(log.meta["t0_unix"]) if len(sent) else float("nan")
     return {"last_after": last - sent_at, "rows": len(log), "rc": proc.returncode,
             "planned_end_after": float(log.meta["t0_unix"]) + args.seconds - sent_at}  # fmt: skip
 
