@@ -225,12 +225,12 @@ class NotFittedError(ExtrapolationError, AttributeError):
 class OutputBusyError(ShrinkError):
     """Another shrink run holds the output folder (:func:`shrink.folder_locks.claimed`)."""
 
-    def __init__(self, path: str | Path, holder: str | None = None) -> None:
+    def __init__(self, path: str | Path, holder: str | None = None, what: str = "folder") -> None:
         # any process that may read the folder may lock it: who holds it, where known
         by = f" ({holder} holds its lock)" if holder else ""
         super().__init__(
-            f"{path}: another shrink run is writing this folder{by}; name another output "
-            "folder (-o), or wait until it ends"
+            f"{path}: another shrink run is writing this {what}{by}; name another output "
+            f"{what} (-o), or wait until it ends"
         )
         self.path = str(path)
 

@@ -11,6 +11,7 @@ and the temporaries the killed writer left there are removed by the next holder
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import os
@@ -26,8 +27,10 @@ __all__ = [
     "claimed",
     "claimed_shared",
     "drop_temporaries",
+    "hold_output",
     "lock_unheld",
     "refuse_held_folder",
+    "release_outputs",
 ]
 
 
@@ -196,3 +199,67 @@ def lock_unheld(folder: Path) -> int | None:
     except OSError:
         pass
     return fd
+
+
+# The outputs this process holds (:func:`hold_output`): path -> (folder, lock file name,
+# the lock file's descriptor).
+_OUTPUTS: dict[str, tuple[int, str, int]] = {}
+
+
+def hold_output(path: str | Path, kind: str = "file") -> None:
+    """Hold ``path`` (an output ``kind``: file or dir, a command named) for this run, or raise
+    :class:`OutputBusyError` when another run holds it. Two runs with one ``-o`` both
+    passed the output's check, each measured (the same server at once) and said it
+    wrote the output, and the one that ended first had its files replaced (``split``:
+    every part, both exit 0). The lock is the kernel's ``flock`` on ``.NAME.lock`` in
+    the output's folder (made 0600, never through a symlink), released and removed by
+    :func:`release_outputs`; a kill leaves the empty file, unheld. A folder that cannot
+    be locked (or written) leaves the run unguarded, as before."""
+    p = _noted_as(path)
+    key = str(p)
+    if key in _OUTPUTS:
+        return
+    try:
+        dir_fd = open_dir(p.parent)
+    except OSError:
+        return
+    name = f".{p.name}.lock"
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        for _ in range(10):
+            fd = os.open(name, flags, 0o600, dir_fd=dir_fd)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except BlockingIOError:
+                holder = _holder(fd)
+                os.close(fd)
+                raise OutputBusyError(p, holder, "folder" if kind == "dir" else "file") from None
+            except OSError:  # (removed by its last holder meanwhile: take the new one)
+                os.close(fd)
+                continue
+            st = os.fstat(fd)
+            if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+                _OUTPUTS[key] = (dir_fd, name, fd)
+                return
+            os.close(fd)
+    except OutputBusyError:
+        os.close(dir_fd)
+        raise
+    except OSError:
+        pass  # a folder this user cannot write, or that cannot lock: unguarded
+    os.close(dir_fd)
+
+
+def release_outputs() -> None:
+    """Let go of every output :func:`hold_output` holds, removing its lock file (while
+    still held: a run that opened it meanwhile sees it gone and makes its own)."""
+    while _OUTPUTS:
+        _, (dir_fd, name, fd) = _OUTPUTS.popitem()
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=dir_fd)
+        os.close(fd)
+        os.close(dir_fd)
+
+
+atexit.register(release_outputs)  # (an output held outside a command's block)

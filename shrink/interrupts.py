@@ -152,6 +152,11 @@ def retake() -> None:
         _take(_stop)
 
 
+def depth() -> int:
+    """How many :func:`working` blocks are open (1: the outermost one only)."""
+    return _depth[0]
+
+
 def ignore() -> None:
     """Ignore the stop signals :func:`install` took: the command has finished (or is
     saying why it stopped), and a signal now would only lose its last line. ``SIG_IGN``,

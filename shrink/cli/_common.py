@@ -171,6 +171,7 @@ def cli_errors() -> Iterator[None]:
     block, and ignored once the outermost one ends (:func:`shrink.interrupts.working`).
     """
     from shrink.atomic import recording
+    from shrink.folder_locks import release_outputs
 
     with recording() as written, interrupts.working():
         try:
@@ -183,6 +184,9 @@ def cli_errors() -> Iterator[None]:
         except BaseException as exc:
             interrupts.ignore()  # stopped: a second signal would cut its one line short
             _report(exc, written)
+        finally:
+            if interrupts.depth() == 1:  # the command's outputs are written: let them go
+                release_outputs()
 
 
 @contextmanager
@@ -332,6 +336,9 @@ def output_path(
         checked = check_output(path, kind=kind, what=what)
     except ParameterError as exc:
         raise OptionError(option, str(exc)) from None
+    from shrink.folder_locks import hold_output
+
+    hold_output(checked, kind)  # until the command ends: a second run with it is refused
     if kind == "file":
         from shrink.atomic import expect_unchanged
         from shrink.folder_locks import refuse_held_folder
