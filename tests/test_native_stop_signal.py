@@ -168,3 +168,31 @@ def test_a_real_time_loop_on_the_servers_cpu_never_waits_on_the_clock(tmp_path: 
         proc.wait(timeout=10)
     # before, it polled 6,000+ us of 2 s there, time taken from the server
     assert [s.extra["loop"]["polled_us"] for s in run.stats] == [0]
+
+
+@new_core
+def test_engine_processes_stopped_before_their_zero_end_at_once(fake) -> None:
+    """The engine processes wait for the run's zero with the stop signals blocked (the
+    loop thread takes them once it runs): a stop in the parent before it sent the zero
+    left them waiting for it forever, its SIGTERM held, and the stopped command hung at
+    its exit joining them. Now the parent closes their pipes: they end at once."""
+    from shrink.processes import own_children
+
+    before = own_children()
+
+    def stopped(t0: float) -> None:
+        raise KeyboardInterrupt  # a stop signal between the handshake and the zero
+
+    gen = GeneratorPlacement(processes=2, engine="native")
+    start = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_engines(open_loop_trace("/x", 100.0, 1.0), EngineConfig(targets=[fake]),
+                        rate_factor=1.0, horizon=1.0, generator=gen, on_start=stopped)  # fmt: skip
+        took = time.monotonic() - start
+        left = own_children() - before
+    finally:
+        for pid in own_children() - before:  # (without the fix: never to end)
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    assert left == set() and took < 5.0, (left, took)

@@ -245,7 +245,14 @@ def _child(
             cpus = len(os.sched_getaffinity(0))
             awake = {"spinners": running_spinners(cpus) if writer.meta.get("awake") else 0}
             pipe.send(("ready", {**awake, "group": writer.meta.get("awake_group")}))
-            return float(pipe.recv())
+            # The zero's wait takes the stop signals the engine blocked for its loop thread:
+            # a stop before the zero (the parent's terminate) left it waiting forever, and
+            # the stopped command hung at its exit joining it.
+            held = signal.pthread_sigmask(signal.SIG_UNBLOCK, interrupts.handled())
+            try:
+                return float(pipe.recv())
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
         stats = engine(sched, config, writer, on_ready=ready)
         if writer.error is not None:
