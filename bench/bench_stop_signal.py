@@ -59,8 +59,9 @@ def one_run(core: str, port: int, args: argparse.Namespace, out: Path) -> dict[s
         cmd += ["--processes", str(args.processes)]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     # the RunLog (a temporary name until the end) or a part's opens as the sends start
+    # (not the output's lock, taken as the command checks its options)
     deadline = time.monotonic() + 60
-    while not [p for p in out.parent.iterdir() if p.name != "lighttpd.conf" and p.is_file()]:
+    while not [p for p in out.parent.iterdir() if p.is_file() and not p.name.endswith(".lock")]:
         if time.monotonic() > deadline or proc.poll() is not None:
             raise RuntimeError(proc.communicate()[1].decode()[-2000:])
         time.sleep(0.01)
