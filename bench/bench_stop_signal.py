@@ -6,7 +6,8 @@ users run it: as root its send thread runs SCHED_FIFO) sends ``--rate`` requests
 the time from the signal to the last send in its RunLog (``sent``, wall clock by the
 log's ``t0_unix``), the rows, and the exit status. Runs alternate between the cores
 given with ``--core`` (a directory holding a built ``shrink_core``, put first on
-PYTHONPATH; ``base``: the one installed), so that a busy machine weighs on each alike.
+PYTHONPATH, or a checkout of shrink, run as it is; ``base``: the one installed), so
+that a busy machine weighs on each alike.
 
     python bench/bench_stop_signal.py --rate 150000 --runs 10 --core base --core DIR
         [--signal TERM] [--processes 2 --generator-cpus 0,1 --allow-overlap]
@@ -57,7 +58,9 @@ def one_run(core: str, port: int, args: argparse.Namespace, out: Path) -> dict[s
     ]  # fmt: skip
     if args.processes:
         cmd += ["--processes", str(args.processes)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # (a checkout of shrink runs its own package: ``-m`` puts the working folder first)
+    cwd = core if core != "base" and (Path(core) / "shrink").is_dir() else ROOT
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     # the RunLog (a temporary name until the end) or a part's opens as the sends start
     # (not the output's lock, taken as the command checks its options)
     deadline = time.monotonic() + 60

@@ -36,6 +36,7 @@ from shrink.replay.contract import StopOn
 from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
 from shrink.replay.engine_parts import EngineRun, parts_say, say_lost
 from shrink.replay.spin_count import running_spinners
+from shrink.replay.waiting import waiting_above
 from shrink.replay.writer import RunLogWriter
 from shrink.runlog import RunLog
 from shrink.schedule import ScheduleOptions, build_schedule, trace_extent, trace_mode
@@ -536,27 +537,28 @@ def _run_spawned(
             pipe.send(t0)
         stats: list[EngineStats] = []
         ended: list[tuple[int, str | None]] = []  # (None: it ended without a word)
-        for i, pipe in enumerate(pipes):
-            while True:
-                try:
-                    kind, payload = pipe.recv()
-                    break
-                except KeyboardInterrupt:
-                    # A terminal's Ctrl-C reaches the children too; a signal sent to this
-                    # process alone must stop them as well: the one it took, which they
-                    # take too (a SIGINT, ignored by a script's background job and so by
-                    # them, left a SIGTERM'd run going to its end). Then wait for their rows.
-                    for proc in procs:
-                        if proc.pid is not None and proc.is_alive():
-                            os.kill(proc.pid, interrupts.received())
-                    continue
-                except EOFError:
-                    kind, payload = "lost", None
-                    break
-            if kind == "done":
-                stats.append(payload)
-            else:
-                ended.append((i, payload))
+        with waiting_above(realtime):  # (a signal to this process, passed on at once)
+            for i, pipe in enumerate(pipes):
+                while True:
+                    try:
+                        kind, payload = pipe.recv()
+                        break
+                    except KeyboardInterrupt:
+                        # A terminal's Ctrl-C reaches the children too; a signal sent to this
+                        # process alone must stop them as well: the one it took, which they
+                        # take too (a SIGINT, ignored by a script's background job and so by
+                        # them, left a SIGTERM'd run going to its end). Then wait for their rows.
+                        for proc in procs:
+                            if proc.pid is not None and proc.is_alive():
+                                os.kill(proc.pid, interrupts.received())
+                        continue
+                    except EOFError:
+                        kind, payload = "lost", None
+                        break
+                if kind == "done":
+                    stats.append(payload)
+                else:
+                    ended.append((i, payload))
         for p in procs:
             p.join(timeout=10)
         errors, lost = say_lost(ended, procs, started)
