@@ -530,14 +530,16 @@ def _run_spawned(
             if kind != "ready":
                 raise ReplayError(f"engine process {i} (PID {procs[i].pid}) failed: {payload}")
             started.append(payload or {})
-        t0 = monotonic() + 0.1
-        if on_start is not None:
-            on_start(t0)
-        for pipe in pipes:
-            pipe.send(t0)
         stats: list[EngineStats] = []
         ended: list[tuple[int, str | None]] = []  # (None: it ended without a word)
+        # (above them before they are let go: a real-time engine on this thread's CPU
+        # would otherwise run first, and its whole run, if short, before this raise)
         with waiting_above(realtime):  # (a signal to this process, passed on at once)
+            t0 = monotonic() + 0.1
+            if on_start is not None:
+                on_start(t0)
+            for pipe in pipes:
+                pipe.send(t0)
             for i, pipe in enumerate(pipes):
                 while True:
                     try:
