@@ -34,6 +34,7 @@ __all__ = [
     "exit_status",
     "handled",
     "install",
+    "leave_to_loop",
     "note",
     "raise_if_held",
     "received",
@@ -155,6 +156,16 @@ def retake() -> None:
 def depth() -> int:
     """How many :func:`working` blocks are open (1: the outermost one only)."""
     return _depth[0]
+
+
+def leave_to_loop() -> None:
+    """Block the stop signals on the calling thread, a helper thread of a run's (a window
+    sampler, a watch), never the main one: the kernel hands a process's signal to any
+    thread not blocking it, and one of these, below the native core's real-time loop on
+    its CPU, ran Python's C-level handler up to 0.1 s late; the loop thread (or the main
+    thread, which runs Python's handlers) takes them at once."""
+    if threading.current_thread() is not threading.main_thread():
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
 
 
 def ignore() -> None:

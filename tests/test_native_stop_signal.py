@@ -26,7 +26,9 @@ from helpers.servers import static_lighttpd, wait_listening
 from shrink import interrupts
 from shrink.replay import EngineConfig, RunLogWriter, build_schedule, native, open_loop_trace
 from shrink.replay.fake import FakeEngine
+from shrink.replay.live import _WindowSampler
 from shrink.replay.scaleout import run_engines
+from shrink.replay.stopwatch import StopWatch
 from shrink.target import GeneratorPlacement
 
 new_core = pytest.mark.skipif(
@@ -227,3 +229,88 @@ def test_the_parent_waits_for_real_time_engines_above_them(tmp_path: Path) -> No
     seen = sorted(p.read_text() for p in tmp_path.iterdir())
     assert seen == [f"{os.SCHED_FIFO} 11"] * 2, seen
     assert (os.sched_getscheduler(0), os.sched_getparam(0)) == before  # as it was after
+
+
+class _Stop(Exception):
+    pass
+
+
+def _raise_stop(signum: int, frame: Any) -> None:
+    raise _Stop
+
+
+@new_core
+def test_a_stop_signal_while_the_zero_is_awaited_stops_at_once(fake) -> None:
+    # The stop signals were blocked on this thread from before the zero: one that came
+    # while it was awaited (on_ready: another engine process's readiness) was held
+    # until the loop ran, 3 s here
+    def ready() -> float:
+        time.sleep(3.0)
+        return time.monotonic() + 0.05
+
+    old = signal.signal(signal.SIGTERM, _raise_stop)
+    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM))
+    began = time.monotonic()
+    try:
+        timer.start()
+        with pytest.raises(_Stop):
+            _run(RunLogWriter(None), fake, on_ready=ready)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGTERM, old)
+    assert time.monotonic() - began < 1.5
+
+
+@new_core
+def test_a_stop_signal_while_engine_processes_get_ready_stops_them_at_once(fake) -> None:
+    # One engine process ready, waiting for the other's zero with its SIGTERM blocked:
+    # the parent's clean-up terminated it and waited 5 s per process (10.5 s here)
+    def engine(sched: Any, config: EngineConfig, writer: RunLogWriter, **kw: Any) -> Any:
+        if writer.meta.get("part") == 1:
+            time.sleep(3.0)  # (a big schedule to build)
+        return native.run_native(sched, config, writer, **kw)
+
+    gen = GeneratorPlacement(processes=2, engine=engine, realtime=0, awake=False)
+    old = signal.signal(signal.SIGTERM, _raise_stop)
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM))
+    began = time.monotonic()
+    try:
+        timer.start()
+        with pytest.raises(_Stop):
+            run_engines(open_loop_trace("/x", 100.0, 1.0), EngineConfig(targets=[fake]),
+                        rate_factor=1.0, horizon=1.0, generator=gen)  # fmt: skip
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGTERM, old)
+    assert time.monotonic() - began < 3.0
+
+
+def _blocked(tid: int) -> int:
+    for line in Path(f"/proc/self/task/{tid}/status").read_text().splitlines():
+        if line.startswith("SigBlk:"):
+            return int(line.split()[1], 16)
+    raise AssertionError("no SigBlk")
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: StopWatch(time.monotonic() + 0.5),
+        lambda: _WindowSampler((time.monotonic() + 0.5,) * 2, []),
+    ],
+)
+def test_a_runs_helper_threads_leave_the_stop_signals_to_others(make: Any) -> None:
+    # (they inherited the block from a run's zero; now, started outside one, they block
+    # them themselves, or the kernel may hand a SIGTERM to them, below the loop)
+    thread = make()
+    thread.start()
+    try:
+        time.sleep(0.1)
+        assert thread.native_id is not None
+        mask = _blocked(thread.native_id)
+        for sig in interrupts.STOP_SIGNALS:
+            assert mask & (1 << (sig - 1)), sig.name
+        assert not _blocked(threading.get_native_id()) & (1 << (signal.SIGTERM - 1))
+    finally:
+        thread.stop.set()
+        thread.join(timeout=5)

@@ -150,6 +150,7 @@ class _WindowSampler(threading.Thread):
         return self.taken[1] - self.taken[0] if self._cut and len(self.taken) == 2 else planned
 
     def run(self) -> None:
+        interrupts.leave_to_loop()
         # /proc refused (no file descriptor left: `ulimit -n`): the window goes unsampled,
         # its utilization unknown, rather than a thread's traceback on stderr.
         with contextlib.suppress(OSError):

@@ -291,8 +291,9 @@ def idle_group() -> tuple[IdleGroup | None, str | None]:
 
 def _drive(args: dict[str, Any], writer: RunLogWriter, options: RunOptions) -> EngineStats:
     """Run the core on ``args`` from the run's zero, rows into ``writer``."""
-    # (blocked here before the zero, where a live run starts its sampler threads: they
-    # inherit it, and the kernel hands the stop signals to the loop thread alone)
+    # (nothing blocked before the zero: a stop signal while it is awaited, such as another
+    # engine process's readiness, stops the command at once; the threads started there
+    # block the stop signals themselves, see interrupts.leave_to_loop)
     pipe = _SignalPipe(interrupts.handled() if wants_signals(options) else [])
     try:
         t0 = zero_time(writer, options)
@@ -362,7 +363,11 @@ class _SignalPipe:
     run (``signal.set_wakeup_fd``), whose read end the core's loop thread watches: a stop
     signal ends the sends at once, not when this thread, below a real-time loop on its
     CPU, next gets to run (up to 1.65 s at 150,000/s). The stop signals are blocked on
-    this thread from its making (and on the threads it starts meanwhile) until closed:
+    this thread from its opening, just before the core runs, until closed (not before the
+    zero: blocked while the zero was awaited, a stop signal came only once the loop ran, and
+    a --processes run's engine process, its SIGTERM held while waiting for the others,
+    kept its parent 5 s per process in its clean-up; the threads started at the zero block
+    them themselves: interrupts.leave_to_loop):
     the loop thread alone takes them, so its handler writes the pipe at once (another
     thread of this process on its CPU, below it, took 0.1 s). Python's handlers still run
     here as before. The wake-up descriptor it replaces (an event loop's) is given back
@@ -376,19 +381,21 @@ class _SignalPipe:
         self.stops = [int(s) for s in stops] if ok else []
         self.fds: tuple[int, int] | None = None
         self.old = -1
-        self.mask = signal.pthread_sigmask(signal.SIG_BLOCK, self.stops) if self.stops else None
+        self.mask: set[int] | None = None
 
     def open(self) -> dict[str, Any]:
         """The core's arguments for the pipe (none: no stop signal handled here, or an
         older core, or not on the main thread)."""
         if not self.stops:
             return {}
+        self.mask = signal.pthread_sigmask(signal.SIG_BLOCK, self.stops)
         r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         try:
             self.old = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
         except ValueError:  # (not the main thread)
             os.close(r)
             os.close(w)
+            self.close()
             return {}
         self.fds = (r, w)
         return {"signal_fd": r, "stop_signals": self.stops, "forward_fd": self.old}

@@ -21,6 +21,7 @@ from time import monotonic
 from types import TracebackType
 from typing import Any
 
+from shrink import interrupts
 from shrink.procfs import run_queue_wait_us
 from shrink.target import GeneratorCheck
 
@@ -46,6 +47,7 @@ class StopWatch(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
+        interrupts.leave_to_loop()
         last, waited = monotonic(), _run_delay()
         while not self.stop.wait(0.05):
             now, wait = monotonic(), _run_delay()

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from shrink import interrupts
 from shrink import processes as process
 from shrink.procfs import proc_info
 from shrink.testbed.state import SPINNER, ReplicaState
@@ -251,6 +252,7 @@ class Watch(threading.Thread):
         self.halt = multiprocessing.get_context("fork").Event()
 
     def run(self) -> None:
+        interrupts.leave_to_loop()
         while not self.stop.wait(POLL_S):
             found = self.check()
             at = time.monotonic() - self.began
