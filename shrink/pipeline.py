@@ -189,6 +189,13 @@ def _measure_full(
     leaves its levels on the error, for the CLI to keep a summary of them."""
     inputs = pred.inputs or {}
     trace_path = Path(trace) if trace else Path(inputs["trace"])
+    if not trace and not trace_path.is_absolute() and not trace_path.exists():
+        # an older prediction.json names the trace as it was typed, relative to the
+        # folder predict ran in: "t.parquet: no such file" named a file never given here
+        raise ParameterError(
+            f"{trace_path}: no such file (the trace prediction.json names, relative to the "
+            "folder predict ran in): run validate there, or give the trace with --trace"
+        )
     full_trace = Trace.read_parquet(trace_path, max_body=max_body)
     settings = target_settings(inputs, server=server, cluster=cluster)
     provider = make_provider(settings, run_dir=out / "runs-full", trace=full_trace)

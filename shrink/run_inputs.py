@@ -10,6 +10,7 @@ prediction's runs ran.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from shrink.prediction import Prediction
 from shrink.providers import TargetSettings
 from shrink.replay.cluster import ClusterSpec
 from shrink.target import GeneratorPlacement
+from shrink.testbed.recipe import BUILTIN_RECIPES
 
 __all__ = ["RunInputs", "record_inputs", "target_settings"]
 
@@ -54,10 +56,10 @@ def record_inputs(
     ts = inputs.target
     gen = ts.generator
     pred.inputs = {
-        "trace": str(Path(inputs.trace)),
-        "target": ts.target,
-        "machine": ts.machine,
-        "docroot": None if ts.docroot is None else str(ts.docroot),
+        "trace": _absolute(inputs.trace),
+        "target": "sim:" + _absolute(ts.target[4:]) if ts.target.startswith("sim:") else ts.target,
+        "machine": ts.machine if ts.machine == "this" else _absolute(ts.machine),
+        "docroot": None if ts.docroot is None else _absolute(ts.docroot),
         "server_cpus": list(provider.server_cpus()),
         "generator_cpus": None if gen.cpus is None else list(gen.cpus),
         "allow_overlap": gen.allow_overlap,
@@ -67,12 +69,19 @@ def record_inputs(
         # how many times longer the share's runs were than the plan's (SHRiNK time scaling)
         "scaled_time": scaling.scaled_time,
         "skip": measured.sweep.skip,
-        "server": ts.server,
+        "server": ts.server if ts.server in (None, *BUILTIN_RECIPES) else _absolute(ts.server),
         # the trace seconds every level looped (a controlled load), for the full run
         "loop_window": measured.meta.get("loop_window"),
     }
     _record_server(pred, provider, measured)
     pred.whatif = inputs.whatif
+
+
+def _absolute(path: str | Path) -> str:
+    """A file the prediction names, absolute: ``validate`` reads it back from whatever
+    folder it runs in (a prediction of ``tcp.parquet`` validated from another folder said
+    "tcp.parquet: no such file", or measured another folder's file of that name)."""
+    return os.path.abspath(path)
 
 
 def _record_server(pred: Prediction, provider: Any, measured: LoadCurve) -> None:

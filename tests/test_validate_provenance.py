@@ -115,3 +115,42 @@ def test_a_curve_whose_last_run_note_is_no_object_is_validated(tmp_path, predict
     (tmp_path / "v").mkdir()
     _, meta, _ = _validate(pred, other, tmp_path / "v")
     assert "shrink_version" not in meta.get("differs", {}), meta
+
+
+def test_a_prediction_made_with_relative_paths_is_validated_from_another_folder(
+    tmp_path, monkeypatch
+):
+    """predict recorded the trace and the simulator's spec as they were typed: `validate`
+    of that prediction.json run from another folder said "error: t.parquet: no such file"
+    (a file the user never named there), or would measure another folder's t.parquet."""
+    made = tmp_path / "made"
+    made.mkdir()
+    shutil.copy(SPEC, made / "m.toml")
+    monkeypatch.chdir(made)
+    _ok("synth", "tcp", "--rate", "2000", "--duration", "12s", "-o", "t.parquet")
+    _ok("predict", "t.parquet", "-o", "p", "--machine", "m.toml", "--target", "sim:m.toml",
+        "--duration", "1s", "--warmup", "0s", "--reps", "1", "--max-levels", "3",
+        "--mappings", "1-replica")  # fmt: skip
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    r = CliRunner().invoke(app, ["validate", str(made / "p" / "prediction.json")])
+    assert r.exit_code in (0, 99), r.output
+    meta = json.loads((made / "p" / "validation.json").read_text())["meta"]
+    assert "differs" not in meta, r.output
+
+
+def test_an_older_prediction_with_a_relative_trace_says_where_the_name_came_from(
+    tmp_path, predicted, monkeypatch
+):
+    pred, _ = predicted
+    for name in ("prediction.json", "predicted-curve.json", "measured-curve.json"):
+        shutil.copy(pred.parent / name, tmp_path / name)
+    doc = json.loads((tmp_path / "prediction.json").read_text())
+    doc["inputs"]["trace"] = "t.parquet"  # as predict recorded it before
+    (tmp_path / "prediction.json").write_text(json.dumps(doc))
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, ["validate", "prediction.json"])
+    assert r.exit_code == 1, r.output
+    assert "relative to the folder predict ran in" in r.output, r.output
+    assert "--trace" in r.output, r.output
