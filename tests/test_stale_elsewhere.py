@@ -127,3 +127,40 @@ def test_empty_groups_a_killed_up_left_are_found_and_removed(tmp_path, monkeypat
     assert not found[0].exists()
     assert registry.orphaned_groups() == []
     assert registry.orphaned_groups({tmp_path / "no-such-mount"}) == []
+
+
+@pytest.mark.root
+def test_up_as_root_warns_of_another_users_testbed_on_its_cpus(tmp_path, monkeypatch):
+    """Each user records its testbeds in a private folder of its own (``/tmp/shrink-UID``):
+    root's ``up`` on CPU 1 said nothing of the testbed user nobody ran there."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a folder of another user's")
+    from dataclasses import replace
+
+    from shrink import processes
+    from shrink.testbed.lifecycle import _others_on
+    from shrink.testbed.state import TestbedState
+    from tests.helpers.testbed import lighttpd_replica
+
+    tmp = tmp_path / "tmp"
+    theirs = tmp / "shrink-65534"
+    tmp.mkdir()
+    me = os.getpid()
+    live = replace(lighttpd_replica(), cpus=[1], masters=[me], processes={"lighttpd": [me]},
+                   starttimes={me: processes.proc_info(me).starttime}, pinned={})  # fmt: skip
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(theirs))
+    registry.record(tmp_path / "their state.json",
+                    TestbedState([live], {}, {"name": "1-replica"}, {}, "doc", {}, "t"),
+                    owned=False)  # fmt: skip
+    theirs.chmod(0o700)
+    for p in (theirs, *theirs.iterdir()):
+        os.chown(p, 65534, 65534)
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "mine"))
+    monkeypatch.setattr("shrink.testbed.registry.tempfile.gettempdir", lambda: str(tmp))
+    warned = [w for w in _others_on([1], tmp_path / "m.json") if "UID 65534" in w]
+    assert len(warned) == 1, warned
+    assert "CPU(s) [1] also run a testbed of" in warned[0]
+    assert str(tmp_path / "their state.json") in warned[0]
+    assert not [w for w in _others_on([0], tmp_path / "m.json") if "UID 65534" in w]
+    theirs.chmod(0o777)  # a folder others may write: what it holds is not read
+    assert not [w for w in _others_on([1], tmp_path / "m.json") if "UID 65534" in w]

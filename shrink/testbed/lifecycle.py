@@ -66,6 +66,7 @@ from shrink.testbed.private import (
     safe_stem,
     server_env,
     server_user,
+    user_name,
 )
 from shrink.testbed.recipe import (
     BUILTIN_RECIPES,
@@ -476,6 +477,14 @@ def _others_on(cpus: tuple[int, ...] | list[int], state_path: Path) -> list[str]
             out.append(
                 f"warning: CPU(s) {shared} also run the testbed of {other} (started "
                 f"{st.started}); the two disturb each other's measurements"
+            )
+    for uid, other, st in registry.others_running():
+        shared = sorted({c for r in st.replicas for c in r.cpus} & set(cpus))
+        if shared:
+            out.append(
+                f"warning: CPU(s) {shared} also run a testbed of {user_name(uid)} (its state "
+                f"file {printable(str(other))}, started {printable(str(st.started))}); the two "
+                "disturb each other's measurements"
             )
     return out
 

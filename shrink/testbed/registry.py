@@ -224,6 +224,59 @@ def running() -> list[tuple[Path, TestbedState]]:
     return out
 
 
+def others_running() -> list[tuple[int, Path, TestbedState]]:
+    """As root, the running testbeds of other users: (their UID, state file, state).
+
+    Each user records its testbeds in a private folder of its own (:func:`run_dir`:
+    ``/tmp/shrink-UID`` or ``$XDG_RUNTIME_DIR/shrink``), which root's ``up`` never read:
+    a user's testbed on the CPUs root's took went without a word. Only a folder and
+    entries owned by the UID the folder's place names are read, and only processes
+    still running as recorded (PID and start time) count; nothing they name is touched."""
+    if os.geteuid() != 0:
+        return []  # another user's folder is not ours to read (root's is 0711)
+    places = [(d, d.name.removeprefix("shrink-")) for d in _glob(tempfile.gettempdir(), "shrink-*")]
+    places += [(d / "shrink", d.name) for d in _glob("/run/user", "*")]
+    out = []
+    for folder, uid_text in places:
+        if not uid_text.isdigit() or int(uid_text) == 0 or folder == run_dir():
+            continue
+        uid = int(uid_text)
+        for entry in _owned(folder, uid):
+            doc = _load(entry)
+            if doc is None:
+                continue
+            st = TestbedState.from_dict(doc["state"], source=str(entry))
+            if any(process.is_alive(p, r.starttimes.get(p)) for r in st.replicas for p in r.pids):
+                out.append((uid, Path(str(doc["state_path"])), st))
+    return out
+
+
+def _glob(base: str, pattern: str) -> list[Path]:
+    try:
+        return sorted(Path(base).glob(pattern))
+    except OSError:
+        return []
+
+
+def _owned(folder: Path, uid: int) -> list[Path]:
+    """The entries in ``folder`` if it is a real folder of ``uid``'s that no one else may
+    write, each a regular file of ``uid``'s; else none."""
+    try:
+        st = os.lstat(folder)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & 0o022:
+            return []
+        entries = sorted(folder.glob("testbed-*.json"))
+    except OSError:
+        return []
+    out = []
+    for e in entries:
+        with contextlib.suppress(OSError):
+            es = os.lstat(e)
+            if stat.S_ISREG(es.st_mode) and es.st_uid == uid:
+                out.append(e)
+    return out
+
+
 def stale() -> list[StaleTestbed]:
     """Every recorded testbed that is stale (see the module docstring)."""
     out = []
