@@ -304,3 +304,38 @@ def test_a_wsesslog_is_written_a_batch_at_a_time(tmp_path, monkeypatch):
     assert peak < 3 * 2**20, f"{peak / 2**20:.1f} MiB for {n:,} rows"
     assert len(whole) > 2_000_000  # the whole text alone would be over the bound
     assert (tmp_path / "t.log").read_text(encoding="utf-8") == whole
+
+
+@pytest.mark.compute
+def test_export_says_the_content_types_a_session_log_cannot_hold(tmp_path):
+    """A JSON body exported to wsesslog and read back is sent as form data: the format has
+    no field for a Content-Type, and `export` said nothing of the type it left out."""
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    tr = Trace.from_columns(
+        {
+            "session": np.array([0, 0, 0]),
+            "burst": np.array([0, 1, 2]),
+            "t": np.array([0.0, 1.0, 2.0]),
+            "think": np.array([1.0, 1.0, 0.0]),
+            "method": ["PUT", "POST", "GET"],
+            "path": ["/a.php", "/b.php", "/c"],
+            "body": [b'{"k": 1}', b"a=1", b""],
+            "content_type": ["application/json", "application/x-www-form-urlencoded", None],
+        },
+        meta={"mode": "session"},
+    )
+    tr.write_parquet(tmp_path / "t.parquet")
+    r = CliRunner().invoke(
+        app, ["export", str(tmp_path / "t.parquet"), "-o", str(tmp_path / "t.log")]
+    )
+    assert r.exit_code == 0, r.output
+    notes = [line for line in r.output.splitlines() if "Content-Type" in line]
+    assert len(notes) == 1 and "1 request (application/json)" in notes[0], r.output
+    assert "x-www-form-urlencoded" in notes[0]  # what it is sent as
+    r = CliRunner().invoke(
+        app, ["export", str(tmp_path / "t.parquet"), "-f", "jsonl", "-o", str(tmp_path / "t.j")]
+    )
+    assert "Content-Type" not in r.output, r.output  # JSON Lines keep it

@@ -357,6 +357,26 @@ def export(
         f"{plural(tr.n_sessions, 'session')} -> {printable(out)} "
         f"({format.value})"
     )
+    if format is WriteFormat.wsesslog:
+        _note_lost_types(tr)
+
+
+def _note_lost_types(tr: Any) -> None:
+    """httperf's session log has no field for a request's Content-Type: a JSON body read
+    back from it is sent as form data, a change to the request the export did not say."""
+    from shrink.replay._http import DEFAULT_CONTENT_TYPE
+
+    if "content_type" not in tr.columns:
+        return
+    types = [t for t in tr.column("content_type") if t and t != DEFAULT_CONTENT_TYPE]
+    if types:
+        kinds = ", ".join(printable(t) for t in sorted(set(types))[:3])
+        typer.echo(
+            f"note: a session log has no field for a request's Content-Type: that of "
+            f"{plural(len(types), 'request')} ({kinds}{', ...' if len(set(types)) > 3 else ''}) "
+            f"is left out; read back and replayed, a body is sent as {DEFAULT_CONTENT_TYPE}",
+            err=True,
+        )
 
 
 def register(app: typer.Typer) -> None:
