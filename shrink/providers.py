@@ -157,13 +157,18 @@ class TestbedProvider:
     @contextmanager
     def open(self, share: Share, mapping: str) -> Iterator[Target]:
         from shrink import testbed
+        from shrink.enforce import DEFAULT as DEFAULT_ENFORCE
         from shrink.kept_records import record_only
         from shrink.replay.live import LiveTarget
+        from shrink.testbed.lifecycle import use_cgroups
 
         if not share.cpus:
             share = replace(share, cpus=self._server)
         if share.kind == "cpu_time" and share.period_us is None:
             share = Share.cpu_time(share.cpus, share.cpu_fraction, text=share.text)
+        # what up refuses for this share (a CPU-time share without cgroups: not root),
+        # refused before the run folder is made: a refused predict left it empty
+        use_cgroups(share, "auto", DEFAULT_ENFORCE)
         make_dirs(self.run_dir)
         state_path = self.run_dir / f"testbed-{self._opened}.json"
         self._opened += 1

@@ -211,6 +211,26 @@ def test_cpu_time_share_without_cgroup_permission(tmp_path, monkeypatch):
                      server=ServerSettings(FakeRecipe()))  # fmt: skip
 
 
+def test_a_predict_refused_a_cpu_time_share_leaves_no_empty_run_folder(tmp_path, monkeypatch):
+    """predict as a user who may make no cgroup, at an alpha of no whole core (auto: a
+    CPU-time share), made its -o folder and runs/ in it, then was refused, leaving both
+    empty behind."""
+    from shrink.providers import TestbedProvider
+
+    (tmp_path / "doc").mkdir()
+    monkeypatch.setattr(lifecycle, "can_write_cgroups", lambda layout: False)
+    m = Machine("m", sockets=1, cores_per_socket=len(os.sched_getaffinity(0)),
+                cpus=(tuple(sorted(os.sched_getaffinity(0))),))  # fmt: skip
+    provider = TestbedProvider(tmp_path / "doc", machine=m, run_dir=tmp_path / "out" / "runs")
+    share = Share.cpu_time(m.all_cpus[:1], 0.3)
+    with (
+        pytest.raises(TopologyError, match=r"no permission for cgroups"),
+        provider.open(share, "1-replica"),
+    ):
+        pass
+    assert not (tmp_path / "out").exists()
+
+
 def test_cpu_time_share_without_a_mounted_cpu_controller(tmp_path, monkeypatch):
     """In a chroot or container whose /sys/fs/cgroup has no controllers mounted, root
     was told it lacked permission and needed root."""

@@ -362,7 +362,7 @@ def up(
         notes.extend([*process.limits_lifted(), *process.limits_kept()])
         _refuse_irqs_placed(irq_plan or [], state_path)
         m = _with_free_ports(m, port)
-        use_cg, layout = _use_cgroups(share, cgroups, enforce)
+        use_cg, layout = use_cgroups(share, cgroups, enforce)
         # Read before the run root is made: a stop signal while /proc was read (some ms)
         # left the empty run root behind, outside the clean-up below.
         before = process.own_children()
@@ -533,7 +533,7 @@ def _with_free_ports(m: Mapping, port: int) -> Mapping:
     return m
 
 
-def _use_cgroups(share: Share, cgroups: str, enforce: str) -> tuple[bool, Any]:
+def use_cgroups(share: Share, cgroups: str, enforce: str) -> tuple[bool, Any]:
     missing = sorted(set(share.cpus) - os.sched_getaffinity(0))
     if missing:
         raise TopologyError(
