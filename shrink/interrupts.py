@@ -18,9 +18,11 @@ signal is ignored and the command exits with its own status.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import NoReturn
@@ -111,13 +113,46 @@ def _stop(signum: int, frame: FrameType | None) -> None:
     if _defer[0] > 0:
         _held[0] = True  # raised by raise_if_held(), once what was measured is kept
         return
+    if _in_finalizer(frame):
+        _resend_later(signum)  # raised here, it would be dropped (and printed)
+        return
     raise KeyboardInterrupt
+
+
+def _in_finalizer(frame: FrameType | None) -> bool:
+    """Whether the handler runs inside a finalizer (``__del__``, or the hook Python
+    reports a dropped exception through), where a raised exception is dropped."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__" or frame.f_code is _unraisable.__code__:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _resend_later(signum: int) -> None:
+    """Send ``signum`` again a moment later, from another thread: its handler then runs
+    where the main thread is back in the work. (``_thread``: ``Thread.start`` waits for
+    the thread, and the signal could come while this finalizer still waits.)"""
+    import _thread
+
+    _thread.start_new_thread(_resend, (signum,))
+
+
+def _resend(signum: int) -> None:
+    time.sleep(0.005)
+    os.kill(os.getpid(), signum)
 
 
 def _unraisable(args: sys.UnraisableHookArgs) -> None:
     """A NotStarted dropped where it could not be raised: not shown, since
-    :func:`working` raises it again before any work."""
+    :func:`working` raises it again before any work. A stop signal's KeyboardInterrupt
+    dropped so (its handler ran inside a finalizer, such as ``Popen.__del__``) is sent
+    again, to be raised where the work runs: it was shown as "Exception ignored in ...
+    Traceback ... KeyboardInterrupt", and the stop itself was lost."""
     if args.exc_type is not None and issubclass(args.exc_type, NotStarted):
+        return
+    if args.exc_type is not None and issubclass(args.exc_type, KeyboardInterrupt) and _depth[0]:
+        _resend_later(received())
         return
     sys.__unraisablehook__(args)
 

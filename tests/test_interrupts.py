@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -264,3 +267,36 @@ def test_an_error_left_by_a_stop_before_the_work_is_the_stop_line(monkeypatch, c
     finally:
         for sig, handler in suite.items():
             signal.signal(sig, handler)
+
+
+_IN_A_FINALIZER = """
+import os, signal, time
+from shrink import interrupts
+
+class Dropped:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)  # its handler runs here, inside the finalizer
+        time.sleep(0.01)
+
+interrupts.install()
+try:
+    with interrupts.working():
+        Dropped()
+        end = time.monotonic() + 2
+        while time.monotonic() < end:
+            pass
+    print("lost")
+except KeyboardInterrupt:
+    print("stopped", interrupts.received())
+"""
+
+
+def test_a_stop_whose_handler_ran_in_a_finalizer_stops_the_work_without_a_traceback():
+    """`sweep --engine python --processes 2` sent SIGTERM: the handler ran inside
+    ``Popen.__del__``, whose KeyboardInterrupt Python drops and prints ("Exception ignored
+    in ... Traceback ... KeyboardInterrupt"), and the stop itself was lost there."""
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-c", _IN_A_FINALIZER], cwd=root, capture_output=True,
+                       text=True, timeout=60)  # fmt: skip
+    assert r.stdout.split() == ["stopped", str(int(signal.SIGTERM))], r.stdout + r.stderr
+    assert "Exception ignored" not in r.stderr and "Traceback" not in r.stderr, r.stderr
