@@ -44,7 +44,7 @@ class EngineRun:
 
     @property
     def interrupted(self) -> bool:
-        return any(s.interrupted for s in self.stats)
+        return any(s.interrupted for s in self.stats) or bool(self.extra.get("interrupted"))
 
     @property
     def stopped_at(self) -> float | None:

@@ -260,6 +260,10 @@ def _child(
             raise writer.error
         pipe.send(("done", stats))
     except BaseException as exc:  # report, never hang the parent
+        # A second stop signal (the terminal's or timeout's to the group, and the
+        # parent's) raised again in here: a traceback from the engine process.
+        for sig in interrupts.STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
         if writer is not None:
             writer.discard()  # no empty temporary file left (a closed log stays)
         pipe.send(("error", f"{type(exc).__name__}: {exc}"))
@@ -534,6 +538,7 @@ def _run_spawned(
         ended: list[tuple[int, str | None]] = []  # (None: it ended without a word)
         # (above them before they are let go: a real-time engine on this thread's CPU
         # would otherwise run first, and its whole run, if short, before this raise)
+        stopped = False  # a stop signal came to this process
         with waiting_above(realtime):  # (a signal to this process, passed on at once)
             t0 = monotonic() + 0.1
             if on_start is not None:
@@ -546,6 +551,7 @@ def _run_spawned(
                         kind, payload = pipe.recv()
                         break
                     except KeyboardInterrupt:
+                        stopped = True
                         # A terminal's Ctrl-C reaches the children too; a signal sent to this
                         # process alone must stop them as well: the one it took, which they
                         # take too (a SIGINT, ignored by a script's background job and so by
@@ -565,13 +571,19 @@ def _run_spawned(
             p.join(timeout=10)
         errors, lost = say_lost(ended, procs, started)
         logs = [RunLog.read_parquet(pth) for pth in paths if Path(pth).exists()]
+        if stopped and not logs:
+            raise KeyboardInterrupt  # the processes ended on the stop before their logs
         if errors and (not logs or any("cannot write" in e for e in errors)):
             raise ReplayError("; ".join(errors))
         merged = {**meta, **_zero(t0), "processes": n, **parts_say(logs)}
         log = RunLog.concat(logs, meta=merged)
         if out is not None:
             log.write_parquet(out)
-        return log, EngineRun(stats, t0, cpus, {"errors": errors, **lost} if errors else {})
+        extra: dict[str, Any] = {"errors": errors, **lost} if errors else {}
+        # The stop came to this process: the run is stopped, whatever its processes said
+        # (one the signal to the group ended before its engine took it reported an error,
+        # none reported a stop, and the sweep went on to its end, exit 0).
+        return log, EngineRun(stats, t0, cpus, {**extra, "interrupted": True} if stopped else extra)
     finally:
         for p in procs:
             if p.is_alive():
