@@ -36,7 +36,7 @@ from shrink.replay.contract import StopOn
 from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
 from shrink.replay.engine_parts import EngineRun, parts_say, say_lost
 from shrink.replay.spin_count import running_spinners
-from shrink.replay.waiting import waiting_above
+from shrink.replay.waiting import let_go
 from shrink.replay.writer import RunLogWriter
 from shrink.runlog import RunLog
 from shrink.schedule import ScheduleOptions, build_schedule, trace_extent, trace_mode
@@ -534,39 +534,7 @@ def _run_spawned(
             if kind != "ready":
                 raise ReplayError(f"engine process {i} (PID {procs[i].pid}) failed: {payload}")
             started.append(payload or {})
-        stats: list[EngineStats] = []
-        ended: list[tuple[int, str | None]] = []  # (None: it ended without a word)
-        # (above them before they are let go: a real-time engine on this thread's CPU
-        # would otherwise run first, and its whole run, if short, before this raise)
-        stopped = False  # a stop signal came to this process
-        with waiting_above(realtime):  # (a signal to this process, passed on at once)
-            t0 = monotonic() + 0.1
-            if on_start is not None:
-                on_start(t0)
-            for pipe in pipes:
-                pipe.send(t0)
-            for i, pipe in enumerate(pipes):
-                while True:
-                    try:
-                        kind, payload = pipe.recv()
-                        break
-                    except KeyboardInterrupt:
-                        stopped = True
-                        # A terminal's Ctrl-C reaches the children too; a signal sent to this
-                        # process alone must stop them as well: the one it took, which they
-                        # take too (a SIGINT, ignored by a script's background job and so by
-                        # them, left a SIGTERM'd run going to its end). Then wait for their rows.
-                        for proc in procs:
-                            if proc.pid is not None and proc.is_alive():
-                                os.kill(proc.pid, interrupts.received())
-                        continue
-                    except EOFError:
-                        kind, payload = "lost", None
-                        break
-                if kind == "done":
-                    stats.append(payload)
-                else:
-                    ended.append((i, payload))
+        t0, stats, ended, stopped = let_go(pipes, procs, realtime, on_start)
         for p in procs:
             p.join(timeout=10)
         errors, lost = say_lost(ended, procs, started)
@@ -580,9 +548,8 @@ def _run_spawned(
         if out is not None:
             log.write_parquet(out)
         extra: dict[str, Any] = {"errors": errors, **lost} if errors else {}
-        # The stop came to this process: the run is stopped, whatever its processes said
-        # (one the signal to the group ended before its engine took it reported an error,
-        # none reported a stop, and the sweep went on to its end, exit 0).
+        # The stop came to this process: the run is stopped, whatever its processes said (one
+        # the group's signal ended before its engine took it said an error: the sweep went on).
         return log, EngineRun(stats, t0, cpus, {**extra, "interrupted": True} if stopped else extra)
     finally:
         for p in procs:

@@ -1,12 +1,17 @@
-"""The thread that waits for a scaled-out run's engine processes (:func:`waiting_above`)."""
+"""The thread that waits for a scaled-out run's engine processes (:func:`let_go`,
+:func:`waiting_above`)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from time import monotonic
+from typing import Any
 
-__all__ = ["waiting_above"]
+from shrink import interrupts
+
+__all__ = ["let_go", "waiting_above"]
 
 
 @contextlib.contextmanager
@@ -28,3 +33,47 @@ def waiting_above(realtime: int) -> Iterator[None]:
     finally:
         if raised:
             os.sched_setscheduler(0, old[0], old[1])
+
+
+def let_go(
+    pipes: Sequence[Any],
+    procs: Sequence[Any],
+    realtime: int,
+    on_start: Callable[[float], Any] | None,
+) -> tuple[float, list[Any], list[tuple[int, str | None]], bool]:
+    """Send the engine processes (ready, on ``pipes``) the run's zero and wait for each one's
+    report: (the zero, the stats of those done, (index, what it said) of the others, whether
+    a stop signal came to this process meanwhile)."""
+    stats: list[Any] = []  # (EngineStats)
+    ended: list[tuple[int, str | None]] = []  # (None: it ended without a word)
+    stopped = False  # a stop signal came to this process
+    # (above them before they are let go: else a real-time engine on this CPU runs first)
+    with waiting_above(realtime):  # (a signal to this process, passed on at once)
+        t0 = monotonic() + 0.1
+        if on_start is not None:
+            on_start(t0)
+        for pipe in pipes:
+            pipe.send(t0)
+        for i, pipe in enumerate(pipes):
+            while True:
+                try:
+                    kind, payload = pipe.recv()
+                    break
+                except KeyboardInterrupt:
+                    stopped = True
+                    # A terminal's Ctrl-C reaches the children too; a signal sent to this
+                    # process alone must stop them as well: the one it took, which they
+                    # take too (a SIGINT, ignored by a script's background job and so by
+                    # them, left a SIGTERM'd run going to its end). Then wait for their rows.
+                    for proc in procs:
+                        if proc.pid is not None and proc.is_alive():
+                            os.kill(proc.pid, interrupts.received())
+                    continue
+                except EOFError:
+                    kind, payload = "lost", None
+                    break
+            if kind == "done":
+                stats.append(payload)
+            else:
+                ended.append((i, payload))
+    return t0, stats, ended, stopped
