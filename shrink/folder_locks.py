@@ -202,8 +202,39 @@ def lock_unheld(folder: Path) -> int | None:
 
 
 # The outputs this process holds (:func:`hold_output`): path -> (folder, lock file name,
-# the lock file's descriptor).
-_OUTPUTS: dict[str, tuple[int, str, int]] = {}
+# the lock file's descriptor, whether the lock file is this run's to remove).
+_OUTPUTS: dict[str, tuple[int, str, int, bool]] = {}
+
+
+def _held_here(st: os.stat_result) -> bool:
+    """Whether this process already holds the lock file ``st`` is (an output it named by
+    another name: ``-o d/x --runlogs link/x``)."""
+    return any(
+        (s.st_dev, s.st_ino) == (st.st_dev, st.st_ino)
+        for s in (os.fstat(fd) for _, _, fd, _ in _OUTPUTS.values())
+    )
+
+
+def _open_lock(name: str, dir_fd: int) -> tuple[int, bool] | None:
+    """The lock file ``name`` in ``dir_fd`` opened (never through a symlink): its descriptor
+    and whether it is this run's own to remove when let go (made by it, or an empty file of
+    this user's a killed run left). None for anything else there (a FIFO, a directory,
+    another user's file): not a lock file of this user's runs, neither held nor removed.
+    As root, a FIFO or a file another user planted at ``.c.json.lock`` in a shared folder
+    was opened, locked and removed at the end."""
+    try:
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        return os.open(name, flags, 0o600, dir_fd=dir_fd), True
+    except FileExistsError:
+        pass
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # (a FIFO: no wait)
+    fd = os.open(name, flags, dir_fd=dir_fd)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        return None
+    # Another user's run's lock file locks against it too; only this user's is removed.
+    return fd, st.st_uid == os.geteuid() and st.st_size == 0
 
 
 def hold_output(path: str | Path, kind: str = "file") -> None:
@@ -214,7 +245,8 @@ def hold_output(path: str | Path, kind: str = "file") -> None:
     every part, both exit 0). The lock is the kernel's ``flock`` on ``.NAME.lock`` in
     the output's folder (made 0600, never through a symlink), released and removed by
     :func:`release_outputs`; a kill leaves the empty file, unheld. A folder that cannot
-    be locked (or written) leaves the run unguarded, as before."""
+    be locked (or written), or anything but a regular file at that name, leaves the run
+    unguarded, as before."""
     p = _noted_as(path)
     key = str(p)
     if key in _OUTPUTS:
@@ -224,14 +256,22 @@ def hold_output(path: str | Path, kind: str = "file") -> None:
     except OSError:
         return
     name = f".{p.name}.lock"
-    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         for _ in range(10):
-            fd = os.open(name, flags, 0o600, dir_fd=dir_fd)
+            try:
+                opened = _open_lock(name, dir_fd)
+            except FileNotFoundError:  # (removed by its last holder meanwhile)
+                continue
+            if opened is None:
+                break
+            fd, own = opened
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
             except BlockingIOError:
+                if _held_here(os.fstat(fd)):
+                    os.close(fd)
+                    break  # this run's own, by another name
                 holder = _holder(fd)
                 os.close(fd)
                 raise OutputBusyError(p, holder, "folder" if kind == "dir" else "file") from None
@@ -240,7 +280,7 @@ def hold_output(path: str | Path, kind: str = "file") -> None:
                 continue
             st = os.fstat(fd)
             if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
-                _OUTPUTS[key] = (dir_fd, name, fd)
+                _OUTPUTS[key] = (dir_fd, name, fd, own)
                 return
             os.close(fd)
     except OutputBusyError:
@@ -253,11 +293,14 @@ def hold_output(path: str | Path, kind: str = "file") -> None:
 
 def release_outputs() -> None:
     """Let go of every output :func:`hold_output` holds, removing its lock file (while
-    still held: a run that opened it meanwhile sees it gone and makes its own)."""
+    still held: a run that opened it meanwhile sees it gone and makes its own) when it is
+    this run's own and still the file at that name."""
     while _OUTPUTS:
-        _, (dir_fd, name, fd) = _OUTPUTS.popitem()
+        _, (dir_fd, name, fd, own) = _OUTPUTS.popitem()
         with contextlib.suppress(OSError):
-            os.unlink(name, dir_fd=dir_fd)
+            now, st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False), os.fstat(fd)
+            if own and (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+                os.unlink(name, dir_fd=dir_fd)
         os.close(fd)
         os.close(dir_fd)
 

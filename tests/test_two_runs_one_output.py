@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -90,3 +91,43 @@ def test_a_lock_file_planted_as_a_symlink_is_never_followed(tmp_path):
     hold_output(tmp_path / "c.json")  # unguarded, as a folder that cannot be locked
     release_outputs()
     assert not target.exists() and (tmp_path / ".c.json.lock").is_symlink()
+
+
+def test_what_is_planted_at_a_lock_file_is_neither_held_nor_removed(tmp_path):
+    """A FIFO, or a file not made for a lock (another user's, one with content), at
+    ``.NAME.lock``: as root in a shared folder, a FIFO and a file ``nobody`` planted were
+    opened, locked and removed at the command's end. Neither is touched now (a regular
+    file is locked, not removed: another user's run locks against it)."""
+    from shrink.folder_locks import hold_output, release_outputs
+
+    os.mkfifo(tmp_path / ".a.json.lock")
+    (tmp_path / ".b.json.lock").write_text("mine\n")
+    other = tmp_path / ".c.json.lock"
+    other.write_bytes(b"")
+    if os.geteuid() == 0:
+        os.chown(other, 65534, 65534)  # nobody's
+    for name in ("a.json", "b.json", "c.json"):
+        hold_output(tmp_path / name)
+    release_outputs()
+    assert stat.S_ISFIFO((tmp_path / ".a.json.lock").lstat().st_mode)
+    assert (tmp_path / ".b.json.lock").read_text() == "mine\n"
+    assert other.exists() == (os.geteuid() == 0)  # (a user's own empty one: its kill's)
+
+
+def test_one_output_named_twice_by_two_names_is_this_runs_own(tmp_path):
+    """``sweep -o d/x --runlogs link/x`` (link -> d): the second name's lock is the first's
+    file, which this run holds; it was refused as 'another shrink run is writing this
+    folder', not with the line that says the curve and the RunLogs share a path."""
+    from shrink.errors import OutputBusyError
+    from shrink.folder_locks import hold_output, release_outputs
+
+    (tmp_path / "d").mkdir()
+    (tmp_path / "link").symlink_to("d")
+    try:
+        hold_output(tmp_path / "d" / "x")
+        hold_output(tmp_path / "link" / "x", "dir")
+    except OutputBusyError as exc:
+        pytest.fail(str(exc))
+    finally:
+        release_outputs()
+    assert not (tmp_path / "d" / ".x.lock").exists()
