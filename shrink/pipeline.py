@@ -189,14 +189,8 @@ def _measure_full(
     leaves its levels on the error, for the CLI to keep a summary of them."""
     inputs = pred.inputs or {}
     trace_path = Path(trace) if trace else Path(inputs["trace"])
-    if not trace and not trace_path.is_absolute() and not trace_path.exists():
-        # an older prediction.json names the trace as it was typed, relative to the
-        # folder predict ran in: "t.parquet: no such file" named a file never given here
-        raise ParameterError(
-            f"{trace_path}: no such file (the trace prediction.json names, relative to the "
-            "folder predict ran in): run validate there, or give the trace with --trace"
-        )
-    full_trace = Trace.read_parquet(trace_path, max_body=max_body)
+    full_trace = _named_trace(pred, trace_path, max_body) if not trace else None
+    full_trace = full_trace or Trace.read_parquet(trace_path, max_body=max_body)
     settings = target_settings(inputs, server=server, cluster=cluster)
     provider = make_provider(settings, run_dir=out / "runs-full", trace=full_trace)
     plan = full_run_plan(inputs)
@@ -232,6 +226,31 @@ def _measure_full(
         exc.curve = full
         raise
     return full
+
+
+def _named_trace(pred: Prediction, path: Path, max_body: int) -> Trace:
+    """The trace ``prediction.json`` names, read, and the one predict measured: a copied
+    prediction folder (another machine, a moved project) names a path that may be gone,
+    or hold another file, which validate measured at full scale for the minutes that
+    takes and only then said its trace differs."""
+    if not path.exists():
+        # an older prediction.json names the trace as it was typed, relative to the
+        # folder predict ran in: "t.parquet: no such file" named a file never given here
+        where = "" if path.is_absolute() else ", relative to the folder predict ran in"
+        raise ParameterError(
+            f"{path}: no such file (the trace prediction.json names{where}): give the "
+            "trace with --trace"
+        )
+    full_trace = Trace.read_parquet(path, max_body=max_body)
+    recorded = (pred.trace or {}).get("fingerprint")
+    if recorded and full_trace.fingerprint() != recorded:
+        raise ParameterError(
+            f"{path}: not the trace this prediction measured (its rows' fingerprint is "
+            f"{full_trace.fingerprint()}, the prediction's {recorded}): it changed since "
+            "predict, or the prediction was copied from another folder or machine; give "
+            "the trace with --trace"
+        )
+    return full_trace
 
 
 def full_run_plan(inputs: dict[str, Any]) -> AutoPlan:

@@ -154,3 +154,28 @@ def test_an_older_prediction_with_a_relative_trace_says_where_the_name_came_from
     assert r.exit_code == 1, r.output
     assert "relative to the folder predict ran in" in r.output, r.output
     assert "--trace" in r.output, r.output
+
+
+def test_a_copied_prediction_whose_trace_path_holds_another_file_is_refused_before_measuring(
+    tmp_path, predicted
+):
+    """A prediction folder copied to another machine or place names its trace by the
+    absolute path predict saw: there that path may hold another file (a trace of the
+    same name), which validate measured at full scale and only then said differs; or be
+    gone. Both are said before any run, with what to give instead."""
+    pred, _ = predicted
+    for name in ("prediction.json", "predicted-curve.json", "measured-curve.json"):
+        shutil.copy(pred.parent / name, tmp_path / name)
+    other = tmp_path / "t.parquet"
+    _ok("synth", "tcp", "--rate", "1000", "--duration", "12s", "--seed", "2", "-o", str(other))
+    doc = json.loads((tmp_path / "prediction.json").read_text())
+    gone = tmp_path / "gone.parquet"
+    said_of = {other: "not the trace this prediction measured", gone: "no such file (the trace"}
+    for path, said in said_of.items():
+        doc["inputs"]["trace"] = str(path)
+        (tmp_path / "prediction.json").write_text(json.dumps(doc))
+        r = CliRunner().invoke(app, ["validate", str(tmp_path / "prediction.json")])
+        assert r.exit_code == 1, r.output
+        assert f"{path}: {said}" in r.output and "--trace" in r.output, r.output
+        assert not (tmp_path / "full-curve.json").exists()
+        assert not (tmp_path / "validation.json").exists()
