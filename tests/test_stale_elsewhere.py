@@ -164,3 +164,46 @@ def test_up_as_root_warns_of_another_users_testbed_on_its_cpus(tmp_path, monkeyp
     assert not [w for w in _others_on([0], tmp_path / "m.json") if "UID 65534" in w]
     theirs.chmod(0o777)  # a folder others may write: what it holds is not read
     assert not [w for w in _others_on([1], tmp_path / "m.json") if "UID 65534" in w]
+
+
+@pytest.mark.root
+def test_an_entry_swapped_for_a_symlink_after_its_check_is_not_read_through(tmp_path, monkeypatch):
+    """root's ``up`` checked another user's entry by name (a regular file of theirs), then
+    opened it by name: swapped for a symlink in between, root read the file it names (here
+    root's own record of a testbed, which then warned as theirs). It is checked as opened."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a folder of another user's")
+    from dataclasses import replace
+
+    from shrink import processes
+    from shrink.testbed.lifecycle import _others_on
+    from shrink.testbed.state import TestbedState
+    from tests.helpers.testbed import lighttpd_replica
+
+    tmp = tmp_path / "tmp"
+    theirs, roots = tmp / "shrink-65534", tmp_path / "roots"
+    tmp.mkdir()
+    me = os.getpid()
+    live = replace(lighttpd_replica(), cpus=[1], masters=[me], processes={"lighttpd": [me]},
+                   starttimes={me: processes.proc_info(me).starttime}, pinned={})  # fmt: skip
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(roots))
+    registry.record(tmp_path / "root's state.json",
+                    TestbedState([live], {}, {"name": "1-replica"}, {}, "doc", {}, "t"),
+                    owned=False)  # fmt: skip
+    (root_entry,) = roots.glob("testbed-*.json")
+    theirs.mkdir(mode=0o700)
+    decoy = theirs / "decoy"
+    decoy.write_text("{}")
+    entry = theirs / root_entry.name
+    entry.symlink_to(root_entry)
+    for p in (theirs, decoy, entry):
+        os.chown(p, 65534, 65534, follow_symlinks=False)
+    real_lstat = os.lstat
+
+    def lstat(path, *args, **kwargs):  # the entry as it was when checked: before the swap
+        return real_lstat(decoy if str(path) == str(entry) else path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "lstat", lstat)
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "mine"))
+    monkeypatch.setattr("shrink.testbed.registry.tempfile.gettempdir", lambda: str(tmp))
+    assert not [w for w in _others_on([1], tmp_path / "m.json") if "UID 65534" in w]

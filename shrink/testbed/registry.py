@@ -241,10 +241,7 @@ def others_running() -> list[tuple[int, Path, TestbedState]]:
         if not uid_text.isdigit() or int(uid_text) == 0 or folder == run_dir():
             continue
         uid = int(uid_text)
-        for entry in _owned(folder, uid):
-            doc = _load(entry)
-            if doc is None:
-                continue
+        for entry, doc in _owned(folder, uid):
             st = TestbedState.from_dict(doc["state"], source=str(entry))
             if any(process.is_alive(p, r.starttimes.get(p)) for r in st.replicas for p in r.pids):
                 out.append((uid, Path(str(doc["state_path"])), st))
@@ -258,23 +255,55 @@ def _glob(base: str, pattern: str) -> list[Path]:
         return []
 
 
-def _owned(folder: Path, uid: int) -> list[Path]:
-    """The entries in ``folder`` if it is a real folder of ``uid``'s that no one else may
-    write, each a regular file of ``uid``'s; else none."""
+def _owned(folder: Path, uid: int) -> list[tuple[Path, dict[str, Any]]]:
+    """The entries in ``folder`` (each path and document) if it is a real folder of
+    ``uid``'s that no one else may write, each a regular file of ``uid``'s; else none.
+    Read through descriptors, never through a symlink: checked by name and then opened
+    by name, an entry its user swapped for a symlink meanwhile had root read the file it
+    names (root's own), and one swapped for a FIFO with a writer held root's up for ever."""
     try:
-        st = os.lstat(folder)
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & 0o022:
-            return []
-        entries = sorted(folder.glob("testbed-*.json"))
+        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return []
     out = []
-    for e in entries:
-        with contextlib.suppress(OSError):
-            es = os.lstat(e)
-            if stat.S_ISREG(es.st_mode) and es.st_uid == uid:
-                out.append(e)
+    try:
+        st = os.fstat(dir_fd)
+        if st.st_uid != uid or st.st_mode & 0o022:
+            return []
+        for name in sorted(os.listdir(dir_fd)):
+            if name.startswith("testbed-") and name.endswith(".json"):
+                doc = _read_owned(name, dir_fd, uid, folder / name)
+                if doc is not None:
+                    out.append((folder / name, doc))
+    except OSError:
+        return []
+    finally:
+        os.close(dir_fd)
     return out
+
+
+def _read_owned(name: str, dir_fd: int, uid: int, entry: Path) -> dict[str, Any] | None:
+    """The registry entry ``name`` in ``dir_fd`` when it is a regular file of ``uid``'s (as
+    opened, not as named), else None; a damaged one is skipped."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        with os.fdopen(os.open(name, flags, dir_fd=dir_fd), "rb") as f:
+            es = os.fstat(f.fileno())
+            if not stat.S_ISREG(es.st_mode) or es.st_uid != uid:
+                return None
+            data = f.read(files.MAX_BYTES + 1)
+    except OSError:
+        return None
+    if len(data) > files.MAX_BYTES:
+        return None
+    try:
+        doc: dict[str, Any] = files.parse_json(
+            data, RegistryEntryFile, source=entry, what="registry entry"
+        )
+        TestbedState.from_dict(doc["state"], source=str(entry))
+    except (TraceFormatError, KeyError, TypeError, TestbedError):
+        return None
+    return doc
 
 
 def stale() -> list[StaleTestbed]:
