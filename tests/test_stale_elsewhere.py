@@ -129,8 +129,21 @@ def test_empty_groups_a_killed_up_left_are_found_and_removed(tmp_path, monkeypat
     assert registry.orphaned_groups({tmp_path / "no-such-mount"}) == []
 
 
+@pytest.fixture
+def nobodys():
+    """The PID of a process running as user nobody (UID 65534), as root."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to start a process as another user")
+    proc = subprocess.Popen(["sleep", "60"], user=65534, group=65534)
+    try:
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 @pytest.mark.root
-def test_up_as_root_warns_of_another_users_testbed_on_its_cpus(tmp_path, monkeypatch):
+def test_up_as_root_warns_of_another_users_testbed_on_its_cpus(tmp_path, monkeypatch, nobodys):
     """Each user records its testbeds in a private folder of its own (``/tmp/shrink-UID``):
     root's ``up`` on CPU 1 said nothing of the testbed user nobody ran there."""
     if os.geteuid() != 0:
@@ -145,7 +158,7 @@ def test_up_as_root_warns_of_another_users_testbed_on_its_cpus(tmp_path, monkeyp
     tmp = tmp_path / "tmp"
     theirs = tmp / "shrink-65534"
     tmp.mkdir()
-    me = os.getpid()
+    me = nobodys
     live = replace(lighttpd_replica(), cpus=[1], masters=[me], processes={"lighttpd": [me]},
                    starttimes={me: processes.proc_info(me).starttime}, pinned={})  # fmt: skip
     monkeypatch.setenv("SHRINK_RUN_DIR", str(theirs))
@@ -164,10 +177,24 @@ def test_up_as_root_warns_of_another_users_testbed_on_its_cpus(tmp_path, monkeyp
     assert not [w for w in _others_on([0], tmp_path / "m.json") if "UID 65534" in w]
     theirs.chmod(0o777)  # a folder others may write: what it holds is not read
     assert not [w for w in _others_on([1], tmp_path / "m.json") if "UID 65534" in w]
+    # An entry naming a process of another user's (root's own, start time and all) is not
+    # a testbed of theirs: it was warned of as one.
+    theirs.chmod(0o700)
+    for entry in theirs.iterdir():
+        doc = json.loads(entry.read_text())
+        doc["state"]["replicas"][0]["masters"] = [os.getpid()]
+        doc["state"]["replicas"][0]["processes"] = {"lighttpd": [os.getpid()]}
+        doc["state"]["replicas"][0]["starttimes"] = {
+            str(os.getpid()): processes.proc_info(os.getpid()).starttime
+        }
+        entry.write_text(json.dumps(doc))
+    assert not [w for w in _others_on([1], tmp_path / "m.json") if "UID 65534" in w]
 
 
 @pytest.mark.root
-def test_an_entry_swapped_for_a_symlink_after_its_check_is_not_read_through(tmp_path, monkeypatch):
+def test_an_entry_swapped_for_a_symlink_after_its_check_is_not_read_through(
+    tmp_path, monkeypatch, nobodys
+):
     """root's ``up`` checked another user's entry by name (a regular file of theirs), then
     opened it by name: swapped for a symlink in between, root read the file it names (here
     root's own record of a testbed, which then warned as theirs). It is checked as opened."""
@@ -183,7 +210,7 @@ def test_an_entry_swapped_for_a_symlink_after_its_check_is_not_read_through(tmp_
     tmp = tmp_path / "tmp"
     theirs, roots = tmp / "shrink-65534", tmp_path / "roots"
     tmp.mkdir()
-    me = os.getpid()
+    me = nobodys  # (root's testbeds serve as an unprivileged user)
     live = replace(lighttpd_replica(), cpus=[1], masters=[me], processes={"lighttpd": [me]},
                    starttimes={me: processes.proc_info(me).starttime}, pinned={})  # fmt: skip
     monkeypatch.setenv("SHRINK_RUN_DIR", str(roots))

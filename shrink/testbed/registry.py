@@ -243,9 +243,20 @@ def others_running() -> list[tuple[int, Path, TestbedState]]:
         uid = int(uid_text)
         for entry, doc in _owned(folder, uid):
             st = TestbedState.from_dict(doc["state"], source=str(entry))
-            if any(process.is_alive(p, r.starttimes.get(p)) for r in st.replicas for p in r.pids):
+            # (its own processes: an entry naming root's, start times and all, warned as theirs)
+            if any(_alive_as(p, r.starttimes.get(p), uid) for r in st.replicas for p in r.pids):
                 out.append((uid, Path(str(doc["state_path"])), st))
     return out
+
+
+def _alive_as(pid: int, starttime: int | None, uid: int) -> bool:
+    """Whether ``pid`` runs as recorded (its start time) and as ``uid``."""
+    try:
+        if os.stat(f"/proc/{pid}").st_uid != uid:
+            return False
+    except (OSError, ValueError):
+        return False
+    return process.is_alive(pid, starttime)
 
 
 def _glob(base: str, pattern: str) -> list[Path]:
