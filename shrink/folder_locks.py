@@ -248,6 +248,12 @@ def hold_output(path: str | Path, kind: str = "file") -> None:
     be locked (or written), or anything but a regular file at that name, leaves the run
     unguarded, as before."""
     p = _noted_as(path)
+    if p.name in ("", ".."):
+        # A folder named by its "..": the lock of the folder it is (``-o d/..`` was held
+        # as d/....lock, and a run with the folder's own name beside it went unrefused).
+        p = Path(os.path.realpath(p))
+        if not p.name:
+            return  # (/: no folder above it to hold its lock in)
     key = str(p)
     if key in _OUTPUTS:
         return

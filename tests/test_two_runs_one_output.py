@@ -131,3 +131,21 @@ def test_one_output_named_twice_by_two_names_is_this_runs_own(tmp_path):
     finally:
         release_outputs()
     assert not (tmp_path / "d" / ".x.lock").exists()
+
+
+def test_a_folder_named_by_its_dot_dot_is_held_as_the_folder_it_is(tmp_path):
+    """``split -o d/..`` held the lock d/....lock, and ``split -o .`` run in that folder held
+    its own: both ran, each replacing the other's parts."""
+    from shrink.errors import OutputBusyError
+    from shrink.folder_locks import hold_output, release_outputs
+
+    (tmp_path / "d").mkdir()
+    other = _other_run(tmp_path)
+    try:
+        with pytest.raises(OutputBusyError):
+            hold_output(tmp_path / "d" / "..", "dir")
+    finally:
+        os.kill(other.pid, signal.SIGKILL)
+        other.wait()
+        release_outputs()
+    assert not (tmp_path / "d" / "....lock").exists()
