@@ -248,9 +248,10 @@ def hold_output(path: str | Path, kind: str = "file") -> None:
     be locked (or written), or anything but a regular file at that name, leaves the run
     unguarded, as before."""
     p = _noted_as(path)
-    if p.name in ("", ".."):
-        # A folder named by its "..": the lock of the folder it is (``-o d/..`` was held
-        # as d/....lock, and a run with the folder's own name beside it went unrefused).
+    if kind == "dir" or p.name in ("", ".."):
+        # A folder is written through a symlink to it, and named by its "..": the lock of
+        # the folder it is (``-o d/..`` was held as d/....lock, ``-o link`` as .link.lock,
+        # and a run with the folder's own name beside it went unrefused).
         p = Path(os.path.realpath(p))
         if not p.name:
             return  # (/: no folder above it to hold its lock in)

@@ -133,18 +133,25 @@ def test_one_output_named_twice_by_two_names_is_this_runs_own(tmp_path):
     assert not (tmp_path / "d" / ".x.lock").exists()
 
 
-def test_a_folder_named_by_its_dot_dot_is_held_as_the_folder_it_is(tmp_path):
+def test_a_folder_named_by_its_dot_dot_or_a_symlink_is_held_as_the_folder_it_is(tmp_path):
     """``split -o d/..`` held the lock d/....lock, and ``split -o .`` run in that folder held
-    its own: both ran, each replacing the other's parts."""
+    its own; ``split -o link`` (link -> parts) held .link.lock beside ``split -o parts``'s
+    .parts.lock: both ran, each replacing the other's parts."""
     from shrink.errors import OutputBusyError
     from shrink.folder_locks import hold_output, release_outputs
 
     (tmp_path / "d").mkdir()
-    other = _other_run(tmp_path)
+    (tmp_path / "parts").mkdir()
+    (tmp_path / "link").symlink_to("parts")  # (split writes its parts through it)
+    other, theirs = _other_run(tmp_path), _other_run(tmp_path / "parts")
     try:
         with pytest.raises(OutputBusyError):
             hold_output(tmp_path / "d" / "..", "dir")
+        with pytest.raises(OutputBusyError):
+            hold_output(tmp_path / "link", "dir")
     finally:
+        os.kill(theirs.pid, signal.SIGKILL)
+        theirs.wait()
         os.kill(other.pid, signal.SIGKILL)
         other.wait()
         release_outputs()
