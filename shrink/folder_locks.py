@@ -237,6 +237,21 @@ def _open_lock(name: str, dir_fd: int) -> tuple[int, bool] | None:
     return fd, st.st_uid == os.geteuid() and st.st_size == 0
 
 
+def _as_reached(folder: Path) -> Path:
+    """``folder``'s own path, as a write reaches it (:func:`open_dir`: through symlinks of
+    root's or this user's only); as named when it cannot be reached (new, or refused)."""
+    try:
+        fd = open_dir(folder)
+    except OSError:
+        return folder
+    try:
+        return Path(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:
+        return folder
+    finally:
+        os.close(fd)
+
+
 def hold_output(path: str | Path, kind: str = "file") -> None:
     """Hold ``path`` (an output ``kind``: file or dir, a command named) for this run, or raise
     :class:`OutputBusyError` when another run holds it. Two runs with one ``-o`` both
@@ -252,7 +267,7 @@ def hold_output(path: str | Path, kind: str = "file") -> None:
         # A folder is written through a symlink to it, and named by its "..": the lock of
         # the folder it is (``-o d/..`` was held as d/....lock, ``-o link`` as .link.lock,
         # and a run with the folder's own name beside it went unrefused).
-        p = Path(os.path.realpath(p))
+        p = _as_reached(p)
         if not p.name:
             return  # (/: no folder above it to hold its lock in)
     key = str(p)

@@ -156,3 +156,24 @@ def test_a_folder_named_by_its_dot_dot_or_a_symlink_is_held_as_the_folder_it_is(
         other.wait()
         release_outputs()
     assert not (tmp_path / "d" / "....lock").exists()
+
+
+def test_a_folder_named_through_another_users_symlink_is_not_held_where_it_leads(tmp_path):
+    """The folder's own path is taken as the write reaches it: never through a symlink of
+    another user's (the write refuses it), so the lock is not made beside its target."""
+    from shrink.folder_locks import hold_output, release_outputs
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to plant a symlink of another user's")
+    (tmp_path / "away").mkdir()
+    (tmp_path / "shared").mkdir(mode=0o1777)
+    link = tmp_path / "shared" / "parts"
+    link.symlink_to(tmp_path / "away" / "target")
+    os.chown(link, 65534, 65534, follow_symlinks=False)
+    (tmp_path / "away" / "target").mkdir()
+    hold_output(link, "dir")
+    try:
+        assert (tmp_path / "shared" / ".parts.lock").exists()
+        assert not (tmp_path / "away" / ".target.lock").exists()
+    finally:
+        release_outputs()
