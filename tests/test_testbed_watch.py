@@ -616,3 +616,30 @@ def test_a_server_stopped_mid_level_on_a_cluster_ends_the_level_at_once(monkeypa
         os.kill(srv.pid, signal.SIGCONT)
         srv.kill()
         srv.wait()
+
+
+def test_a_problem_of_two_findings_one_still_holding_says_which_went():
+    """A problem of two findings of which one still held at the end was said as "... was
+    stopped ...; php-fpm PID 6 was frozen (... no longer so ...); now ... PID 6 is frozen":
+    the "no longer so" covered both. Only the finding gone is put in the past."""
+    found = "went wrong: r0: lighttpd PID 5 is stopped (SIGSTOP); r0: php-fpm PID 6 is frozen (f)"
+    now = "went wrong: r0: php-fpm PID 6 is frozen (f); r0: its run folder /r is gone"
+    looks = [found]
+    w = watch.Watch(lambda: looks[-1])
+    w.start()
+    deadline = time.monotonic() + 5.0
+    while w.problem is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    looks.append(now)
+    said = w.finish() or ""
+    assert "; still so: r0: php-fpm PID 6 is frozen (f); now r0: its run folder /r is gone" in said
+    assert said.startswith("went wrong: r0: lighttpd PID 5 was stopped (SIGSTOP) (seen ")
+    assert watch.since(found, (0.25, 0.5), 1.0, now) == (
+        "went wrong: r0: lighttpd PID 5 was stopped (SIGSTOP) (seen 0.25-0.50 s into the run; "
+        "no longer so at 1.00 s); still so: r0: php-fpm PID 6 is frozen (f); now r0: its run "
+        "folder /r is gone"
+    )
+    assert watch.since(found, (0.25, 0.25), 1.0, None) == (
+        "went wrong: r0: lighttpd PID 5 was stopped (SIGSTOP); r0: php-fpm PID 6 was frozen (f) "
+        "(seen 0.25 s into the run; no longer so at 1.00 s)"
+    )

@@ -272,7 +272,27 @@ class Watch(threading.Thread):
         now = self.check()
         if now == self.problem:
             return now
-        said = was_so(self.problem, self.seen, time.monotonic() - self.began)
-        if now is not None and now.startswith("went wrong: "):
-            return f"{said}; now {now.removeprefix('went wrong: ')}"
-        return said if now is None else f"{said}; now it {now}"
+        return since(self.problem, self.seen, time.monotonic() - self.began, now)
+
+
+def _findings(words: str) -> list[str]:
+    """A "went wrong: " problem's findings (each "REPLICA: ...", joined by "; ")."""
+    return re.split(r"; (?=[^\s;:]+: )", words.removeprefix("went wrong: "))
+
+
+def since(problem: str, seen: tuple[float, float], at: float, now: str | None) -> str:
+    """A watch's ``problem`` (found ``seen``), said as it stands ``at`` seconds into the
+    run when a new look finds ``now``: the findings gone in the past (:func:`was_so`),
+    those that still hold as they are ("still so: ..."), new ones after "now"."""
+    if now is not None and not now.startswith("went wrong: "):
+        return f"{was_so(problem, seen, at)}; now it {now}"
+    was, still = _findings(problem), _findings(now) if now is not None else []
+    gone = [f for f in was if f not in still]
+    if not gone:
+        return now or problem
+    said = was_so("went wrong: " + "; ".join(gone), seen, at)
+    if held := [f for f in was if f in still]:
+        said += "; still so: " + "; ".join(held)
+    if new := [f for f in still if f not in was]:
+        said += "; now " + "; ".join(new)
+    return said
