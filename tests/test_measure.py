@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -702,12 +703,16 @@ def test_shrink_mat_json_names_its_curve_and_confidence_and_adaptive_needs_two_r
     d = json.loads(r.stdout)
     assert d["confidence"] == 0.95 and d["curve"] == str(path)
     assert MATResult.from_dict({k: v for k, v in d.items() if k not in ("curve", "added_levels")})
+    # --generator-cpus: as root, the target's default is SCHED_FIFO and its note
+    cpu = str(min(os.sched_getaffinity(0)))
     r = CliRunner().invoke(
         app, ["mat", str(path), "--threshold", "40ms", "--adaptive", "--trace", str(path),
-              "--target", "http://127.0.0.1:9"],
+              "--target", "http://127.0.0.1:9", "--generator-cpus", cpu],
     )  # fmt: skip
     assert r.exit_code == 1, r.output
     assert "a curve of one repetition a level has none: sweep it with --reps 2" in r.output
+    # Refused before the target is made: its SCHED_FIFO note came first.
+    assert "SCHED_FIFO" not in r.output
 
 
 def test_a_sweep_on_a_testbed_state_reads_utilization_as_a_part_of_the_share(tmp_path: Path):

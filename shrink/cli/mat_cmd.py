@@ -114,6 +114,8 @@ def mat_cmd(
             check_class(lc, cls)
         added: list[float] = []
         if adaptive:
+            # Before the target is made (its SCHED_FIFO note is for a run that will be).
+            _adaptive_needs_reps(lc)
             from shrink.cli.sweep_cmd import _keep_partial_sweep, _write_curve
             from shrink.measure import SweepInterrupted
             from shrink.trace import Trace
@@ -132,7 +134,6 @@ def mat_cmd(
                         f"the curve was not measured on this testbed ({why}): a level "
                         "measured here would not be the curve's; sweep it anew"
                     )
-            _adaptive_needs_reps(lc)
             tr = Trace.read_parquet(trace, max_body=max_body)
             _warn_docroot(tgt, tr, trace)  # as sweep: PHP's body limit, the docroot's paths
             try:
