@@ -67,6 +67,16 @@ M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 
 
+def _not_a_dir(path: Path) -> str:
+    """What ``path``, which exists and is not a folder, is: "a file", "a symlink to X, a
+    file", "a pipe", ..."""
+    kinds = ((stat.S_ISFIFO, "a pipe"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"))
+    mode = path.stat().st_mode
+    kind = next((name for test, name in kinds if test(mode)), None)
+    kind = kind or ("a device" if stat.S_ISBLK(mode) else "a file")
+    return f"a symlink to {os.readlink(path)}, {kind}" if path.is_symlink() else kind
+
+
 def check_output(path: str | Path, *, kind: str = "file", what: str = "output") -> Path:
     """Fail now, in one line, if ``path`` cannot be written as a ``kind`` ("file" or "dir").
 
@@ -82,7 +92,7 @@ def check_output(path: str | Path, *, kind: str = "file", what: str = "output") 
     if kind == "file" and path.is_dir():
         raise ParameterError(f"{what} {path} is a directory; name a file")
     if kind == "dir" and path.exists() and not path.is_dir():
-        raise ParameterError(f"{what} {path} is a file; name a directory")
+        raise ParameterError(f"{what} {path} is {_not_a_dir(path)}; name a directory")
     if kind == "dir" and path.is_symlink() and not path.exists():
         # mkdir cannot follow it: the write failed later, after other outputs were written.
         raise ParameterError(

@@ -397,6 +397,17 @@ def test_output_paths_are_checked_before_measuring(tmp_path: Path) -> None:
         files.check_output(trace, kind="dir")
 
 
+def test_an_output_folder_at_a_symlink_or_pipe_says_what_it_is(tmp_path: Path) -> None:
+    """``validate -o`` at a symlink to a file (or at a FIFO) said "is a file"."""
+    (tmp_path / "f").write_text("x")
+    (tmp_path / "link").symlink_to("f")
+    os.mkfifo(tmp_path / "fifo")
+    r = runner.invoke(app, ["validate", str(tmp_path / "p.json"), "-o", str(tmp_path / "link")])
+    assert r.exit_code == 2 and "link is a symlink to f, a file; name a directory" in r.output
+    with pytest.raises(ShrinkError, match="fifo is a pipe; name a directory"):
+        files.check_output(tmp_path / "fifo", kind="dir")
+
+
 def test_the_entry_point_prints_no_traceback(tmp_path: Path) -> None:
     bad = tmp_path / "c.json"
     bad.write_bytes(b"\xff\xfe")
