@@ -234,3 +234,39 @@ def test_an_entry_swapped_for_a_symlink_after_its_check_is_not_read_through(
     monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "mine"))
     monkeypatch.setattr("shrink.testbed.registry.tempfile.gettempdir", lambda: str(tmp))
     assert not [w for w in _others_on([1], tmp_path / "m.json") if "UID 65534" in w]
+
+
+@pytest.mark.root
+def test_down_as_root_of_another_users_testbed_says_to_run_it_as_that_user(
+    tmp_path, monkeypatch, nobodys
+):
+    """root's ``down`` of a testbed nobody started was refused as a file another user
+    could have written, without saying that nobody's own ``down`` stops it."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a folder of another user's")
+    from dataclasses import replace
+
+    from shrink import processes
+    from shrink.errors import TestbedError
+    from shrink.testbed import teardown
+    from shrink.testbed.state import TestbedState
+    from tests.helpers.testbed import lighttpd_replica
+
+    tmp, state_path = tmp_path / "tmp", tmp_path / "tb.json"
+    theirs = tmp / "shrink-65534"
+    tmp.mkdir()
+    me = nobodys  # (a testbed of theirs runs as them)
+    live = replace(lighttpd_replica(), cpus=[1], masters=[me], processes={"lighttpd": [me]},
+                   starttimes={me: processes.proc_info(me).starttime}, pinned={})  # fmt: skip
+    st = TestbedState([live], {}, {"name": "1-replica"}, {}, "doc", {}, "t")
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(theirs))
+    registry.record(state_path, st, owned=False)
+    st.write(state_path)
+    theirs.chmod(0o700)
+    for p in (theirs, *theirs.iterdir(), state_path):
+        os.chown(p, 65534, 65534)
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "mine"))
+    monkeypatch.setattr("shrink.testbed.registry.tempfile.gettempdir", lambda: str(tmp))
+    with pytest.raises(TestbedError, match=r"run `shrink testbed down` as nobody \(UID 65534\)"):
+        teardown.down(state_path)
+    assert processes.is_alive(me) and state_path.stat().st_uid == 65534

@@ -53,11 +53,22 @@ _SERVER_COMMS = ("lighttpd", "php-cgi", "php", "nginx")
 
 def _refuse_if_forgeable(state_path: str | Path) -> None:
     why = forgeable(state_path)
-    if why is not None:
-        raise StateError(
-            f"{state_path}: shrink keeps no record of this testbed, and another user could "
-            f"have written the file ({why}): nothing it names is touched"
-        )
+    if why is None:
+        return
+    here = os.path.realpath(state_path)
+    for uid, path, _ in registry.others_running():
+        if os.path.realpath(path) == here:
+            # root, at another user's testbed: its record, run folder and cgroups are
+            # that user's, and that user's ``down`` reads them
+            who = user_name(uid)
+            raise TestbedError(
+                f"{state_path}: a testbed {who} started (in that user's records, not "
+                f"root's): run `shrink testbed down` as {who}; nothing was stopped"
+            )
+    raise StateError(
+        f"{state_path}: shrink keeps no record of this testbed, and another user could "
+        f"have written the file ({why}): nothing it names is touched"
+    )
 
 
 def _refuse_if_anothers(state_path: str | Path, pids: list[int] | None = None) -> None:
