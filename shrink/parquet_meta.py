@@ -28,8 +28,18 @@ def schema_meta(meta: dict[str, Any]) -> dict[bytes, bytes]:
     return {META_KEY: dumps(meta, sort_keys=True, default=str).encode()}
 
 
-def write_with_meta(table: pa.Table, meta: dict[str, Any], path: Path) -> Path:
-    """Write ``table`` to ``path`` (zstd, atomically) with ``meta`` in its schema metadata."""
+def write_with_meta(
+    table: pa.Table, meta: dict[str, Any], path: Path, model: type[BaseModel] = TraceMeta
+) -> Path:
+    """Write ``table`` to ``path`` (zstd, atomically) with ``meta`` in its schema metadata.
+
+    A ``meta`` its reader (:func:`meta_of` with ``model``) would refuse is refused here,
+    before anything is written: ``Trace.from_columns(..., meta={"mode": "closed"})``
+    wrote a trace that ``Trace.read_parquet`` then refused."""
+    try:
+        files.parse_json(schema_meta(meta)[META_KEY], model, source=path, what="metadata")
+    except files.TraceFormatError as exc:
+        raise ValueError(f"not written, as it could not be read back: {exc}") from None
     # Through the open temporary file, never its name: in a folder another user may
     # write, the name could be swapped for a symlink while pyarrow reopens it.
     with atomic_file(path, "wb") as fh:

@@ -192,7 +192,7 @@ class RunLog:
         return RunLog(self._table.filter(pa.array(mask)), self.meta)
 
     def write_parquet(self, path: str | Path) -> Path:
-        return write_with_meta(self._table, self.meta, Path(path))
+        return write_with_meta(self._table, self.meta, Path(path), ParquetMeta)
 
     @classmethod
     def read_parquet(cls, path: str | Path) -> RunLog:

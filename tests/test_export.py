@@ -194,7 +194,7 @@ def test_jsonl_is_written_a_batch_at_a_time(tmp_path, monkeypatch):
     n = 20_000
     tr = Trace.from_columns(
         {"session": np.arange(n) // 20, "t": np.arange(n) * 0.01, "path": ["/a.html"] * n},
-        meta={"mode": "closed"},
+        meta={"mode": "session"},
     )
     monkeypatch.setattr(trace_mod, "WRITE_BATCH", 500)
     tracemalloc.start()

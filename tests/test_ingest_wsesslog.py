@@ -291,7 +291,7 @@ def test_a_wsesslog_is_written_a_batch_at_a_time(tmp_path, monkeypatch):
             "think": np.where(np.arange(n) % 5 == 0, 1.5, 0.0),
             "path": [f"/pages/a-page-with-a-long-name-{i:06d}.html" for i in range(n)],
         },
-        meta={"mode": "closed"},
+        meta={"mode": "session"},
     )
     whole = format_wsesslog(tr)
     monkeypatch.setattr(ws, "WRITE_BATCH", 500)

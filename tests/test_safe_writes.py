@@ -49,7 +49,7 @@ def _runs() -> list[RunSamples]:
 
 def _trace() -> Trace:
     return Trace.from_columns(
-        {"session": [0, 0], "t": [0.0, 0.5], "path": ["/a", "/b"]}, meta={"mode": "closed"}
+        {"session": [0, 0], "t": [0.0, 0.5], "path": ["/a", "/b"]}, meta={"mode": "session"}
     )
 
 
@@ -347,3 +347,18 @@ def test_a_name_as_long_as_a_file_name_may_be_is_written(tmp_path: Path, name: s
     too long": its temporary twin (``.NAME.<12 hex>.tmp``) was past 255 bytes."""
     path = write_text(tmp_path / name, "x")
     assert path.read_text() == "x" and [p.name for p in tmp_path.iterdir()] == [name]
+
+
+@pytest.mark.compute
+def test_a_trace_whose_meta_its_reader_refuses_is_not_written(tmp_path: Path) -> None:
+    """``Trace.from_columns(..., meta={"mode": "closed"})`` wrote a Parquet trace that
+    ``read_parquet`` refused ("mode: Input should be 'session' or 'open'"); a RunLog's
+    meta is checked the same way against its reader's model."""
+    tr = Trace.from_columns(
+        {"session": [0, 0], "t": [0.0, 0.5], "path": ["/a", "/b"]}, meta={"mode": "closed"}
+    )
+    with pytest.raises(ValueError, match=r"could not be read back: .*mode: Input should be"):
+        tr.write_parquet(tmp_path / "t.parquet")
+    assert not list(tmp_path.iterdir())
+    tr.meta["mode"] = "session"
+    assert Trace.read_parquet(tr.write_parquet(tmp_path / "t.parquet")).meta["mode"] == "session"
