@@ -257,3 +257,17 @@ def test_a_gzip_that_is_no_capture_is_refused_from_its_first_bytes(
     err = _read(tmp_path, gzip.compress(b"a" * (8 << 20), compresslevel=1))
     assert isinstance(err, CaptureFormatError)
     assert "bad magic 61616161" in str(err) and err.offset == 0
+
+
+def test_two_gzipped_captures_joined_say_a_second_capture_starts(
+    tmp_path: Path, captures: dict[str, bytes]
+) -> None:
+    """``cat a.pcap.gz b.pcap.gz`` is one gzip stream of both: the second's file header
+    was read as records, "record 7 ...: record length N exceeds the snapshot length"."""
+    data = gzip.compress(captures["pcap"]) + gzip.compress(captures["pcap"])
+    err = _read(tmp_path, data, strict=True)
+    assert isinstance(err, CaptureFormatError)
+    assert "a second capture's file header starts here" in str(err)
+    assert err.offset == len(captures["pcap"]), str(err)
+    lenient = _read(tmp_path, data)
+    assert isinstance(lenient, Trace) and len(lenient) >= 5

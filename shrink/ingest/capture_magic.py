@@ -6,7 +6,10 @@ numpy, no capture package) and by the capture reader.
 
 from __future__ import annotations
 
-__all__ = ["CAPTURE_MAGICS", "MODIFIED_MAGICS", "PCAPNG_MAGIC", "PCAP_MAGICS"]
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["CAPTURE_MAGICS", "MODIFIED_MAGICS", "PCAPNG_MAGIC", "PCAP_MAGICS", "header_at"]
 
 PCAP_MAGICS: dict[bytes, tuple[str, int]] = {
     # magic -> (byte order, ticks per second of the sub-second field)
@@ -19,3 +22,15 @@ PCAP_MAGICS: dict[bytes, tuple[str, int]] = {
 MODIFIED_MAGICS: dict[bytes, str] = {b"\xa1\xb2\xcd\x34": ">", b"\x34\xcd\xb2\xa1": "<"}
 PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"  # a section header block
 CAPTURE_MAGICS: tuple[bytes, ...] = (*PCAP_MAGICS, *MODIFIED_MAGICS, PCAPNG_MAGIC)
+
+
+def header_at(data: Any, offsets: Sequence[int], lengths: Sequence[int], k: int) -> int | None:
+    """The record index (``k``, or ``k - 1`` when that record has no bytes) whose header
+    is a capture's file header, or None: two captures joined into one file (``cat
+    a.pcap.gz b.pcap.gz`` is one gzip stream of both) read the second's header as
+    records, the first of them empty (its sigfigs field as the length), and then a
+    record of impossible length."""
+    for j in (k - 1, k) if k and lengths[k - 1] == 0 else (k,):
+        if j < len(offsets) and bytes(data[offsets[j] : offsets[j] + 4]) in CAPTURE_MAGICS:
+            return j
+    return None

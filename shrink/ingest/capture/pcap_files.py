@@ -45,7 +45,7 @@ from shrink.ingest.capture.pcap_walk import (
     walk_plain,
 )
 from shrink.ingest.capture.pcapng_resync import pcapng_resync
-from shrink.ingest.capture_magic import MODIFIED_MAGICS, PCAP_MAGICS, PCAPNG_MAGIC
+from shrink.ingest.capture_magic import MODIFIED_MAGICS, PCAP_MAGICS, PCAPNG_MAGIC, header_at
 
 __all__ = [
     "MAX_HELD",
@@ -315,7 +315,13 @@ def _walk_pcap(
     if bad.size or (off != n and (not o.size or o[-1] + 16 + incl[-1] <= n)):
         k = int(bad[0]) if bad.size else o.size
         at = int(o[k]) if k < o.size else (int(o[-1] + 16 + incl[-1]) if o.size else 24)
-        if k < o.size and incl[k] > limit:
+        if (j := header_at(data, o, incl, k)) is not None:
+            k, at = j, int(o[j])
+            msg = (
+                "a second capture's file header starts here (two captures joined, as `cat "
+                "a.pcap.gz b.pcap.gz` joins them): read each alone, or join them with mergecap"
+            )
+        elif k < o.size and incl[k] > limit:
             msg = f"record length {int(incl[k])} exceeds the snapshot length {snaplen} (garbage?)"
         elif k < o.size:
             msg = f"record cut short ({n - at - 16} of {int(incl[k])} bytes)"
