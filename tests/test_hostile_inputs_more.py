@@ -252,6 +252,24 @@ def test_a_truncated_gzip_log_is_read_up_to_the_cut(tmp_path: Path, fmt: str, li
         read_trace(path, format=fmt, strict=True)
 
 
+@pytest.mark.parametrize("fmt", ["clf", "specweb", "wsesslog"])
+def test_a_gzip_log_followed_by_bytes_that_are_not_gzip_says_so(tmp_path: Path, fmt: str) -> None:
+    """Its gzip data whole, then other bytes: "damaged gzip data (Not a gzipped file
+    (b'ga')): cut short or corrupt ... not the line it cut", the last line (not ended by
+    a line end) dropped as cut."""
+    text = b"".join(_text_lines(fmt, 50))
+    path = tmp_path / f"{fmt}.log.gz"
+    path.write_bytes(gzip.compress(text[:-1]) + b"garbage after it")
+    trace = read_trace(path, format=fmt)
+    assert len(trace) == 50
+    said = f"{path}: its gzip data is followed by bytes that are not gzip (Not a gzipped file"
+    assert trace.meta["damage"].startswith(said), trace.meta["damage"]
+    assert trace.meta["damage"].endswith("read the 50 whole lines before it")
+    shown = rf"{fmt}\.log\.gz, line 51: its gzip data is followed by bytes that are not gzip"
+    with pytest.raises(TraceFormatError, match=shown):
+        read_trace(path, format=fmt, strict=True)
+
+
 def _inflated(cut: bytes) -> bytes:
     """What inflates of the gzip data ``cut`` (cut short), as zcat writes it."""
     return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(cut)

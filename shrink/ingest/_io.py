@@ -78,6 +78,10 @@ class _GzipDamage(Exception):
     """Gzip data that breaks off: cut short, corrupt, or followed by what is not gzip."""
 
 
+class _NotGzipAfter(_GzipDamage):
+    """Whole gzip data followed by bytes that are not gzip: what inflated is all there."""
+
+
 def _plain_chunks(fh: BinaryIO) -> Iterator[bytes]:
     while chunk := fh.read(_CHUNK):
         yield chunk
@@ -102,7 +106,12 @@ def _gunzipped_chunks(gz: gzip.GzipFile) -> Iterator[bytes]:
     except (OSError, EOFError, zlib.error) as exc:
         if parts:
             yield b"".join(parts)
-        raise _GzipDamage(str(exc)) from None
+        if isinstance(exc, gzip.BadGzipFile) and str(exc).startswith("Not a gzipped file"):
+            # a member read whole, then no gzip header where the next would start
+            raise _NotGzipAfter(
+                f"its gzip data is followed by bytes that are not gzip ({exc})"
+            ) from None
+        raise _GzipDamage(f"damaged gzip data ({exc}): cut short or corrupt") from None
     if parts:
         yield b"".join(parts)
 
@@ -111,7 +120,7 @@ def _damaged(path: Path, why: str, line: int, cut: bool, strict: bool) -> LineBa
     """The last batch of a gzip file whose data broke off in ``line`` (``cut``: part of
     that line had inflated): it says so, or, with ``strict`` or no whole line before
     the damage, a TraceFormatError naming the file and the line."""
-    reason = f"damaged gzip data ({why}): cut short or corrupt"
+    reason = why
     if line == 1:
         raise TraceFormatError(f"{reason}, before its first whole line", path=path, line=1)
     if strict:
@@ -257,6 +266,9 @@ def _batches(raw: Iterator[bytes], path: Path, max_line: int, strict: bool) -> I
             if pending - tail.endswith(b"\r") > max_line:
                 raise _too_long(path, number, max_line)
     except _GzipDamage as exc:
+        if parts and isinstance(exc, _NotGzipAfter):  # its last line, unended but whole
+            yield LineBatch(number, [b"".join(parts)], terminated=False)
+            number, parts = number + 1, []
         yield _damaged(path, str(exc), number, bool(parts), strict)
         return
     if parts:
