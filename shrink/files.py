@@ -234,7 +234,9 @@ def decode(data: bytes, *, path: str | Path | None, what: str) -> str:
     """UTF-8 text of ``data``, without a UTF-8 byte order mark at its start (editors on
     Windows save one; the JSON and TOML parsers refused it at line 1); a bad byte is
     named by its offset."""
-    bom = len(_UTF8_BOM) if data.startswith(_UTF8_BOM) else 0
+    bom = 0
+    while data.startswith(_UTF8_BOM, bom):  # two, from a tool that added one to a file with one
+        bom += len(_UTF8_BOM)
     try:
         return data[bom:].decode("utf-8")
     except UnicodeDecodeError as exc:

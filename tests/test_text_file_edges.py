@@ -29,6 +29,10 @@ def test_a_utf8_byte_order_mark_is_read_past(tmp_path: Path, name: str, data: by
     p = tmp_path / name
     p.write_bytes(BOM + data)
     assert read(p) == {"a": 1}
+    # two (a tool that adds one to a file that has one): the second was "line 1: not
+    # JSON: Unexpected UTF-8 BOM (decode using utf-8-sig)"
+    p.write_bytes(BOM + BOM + data)
+    assert read(p) == {"a": 1}
 
 
 def test_a_bad_byte_after_a_byte_order_mark_is_named_by_its_offset_in_the_file(
