@@ -48,8 +48,8 @@ def test_mat_adaptive_checks_the_body_limit_as_sweep_does(tmp_path, monkeypatch)
                   reps=2, warmup=0.5, duration=2, seed=1)  # fmt: skip
     curve.write_json(tmp_path / "c.json")
     _trace(b"a=" + b"x" * (9 << 20)).write_parquet(tmp_path / "t.parquet")
-    monkeypatch.setattr(EngineOptions, "target",
-                        lambda self, t: SimpleNamespace(state={"php_post_max_mib": 8}))  # fmt: skip
+    made = SimpleNamespace(state={"php_post_max_mib": 8})
+    monkeypatch.setattr(EngineOptions, "target", lambda self, t, **k: made)
     monkeypatch.setattr(adaptive, "other_testbed", lambda lc, tgt: None)
     monkeypatch.setattr(adaptive, "refine", lambda *a, **k: pytest.fail("a level was run"))
     args = ["mat", str(tmp_path / "c.json"), "--adaptive", "--trace", str(tmp_path / "t.parquet"),

@@ -228,8 +228,11 @@ class EngineOptions:
         loop: bool = True,
         warm_start: bool = True,
         runlog_dir: Path | None = None,
+        note: bool = True,
     ) -> Any:
-        """The LiveTarget these options describe, on the servers ``targets`` name."""
+        """The LiveTarget these options describe, on the servers ``targets`` name;
+        ``note``: print :func:`note_realtime`'s lines now (else the caller does, once
+        the run is sure to come)."""
         from shrink.replay.live import LiveTarget, parse_url
         from shrink.schedule import ScheduleOptions
         from shrink.target import GeneratorPlacement
@@ -290,7 +293,8 @@ class EngineOptions:
             runlog_dir=runlog_dir,
         )
         target.share_scale = share_scale(target)
-        note_realtime(target)
+        if note:
+            note_realtime(target)
         return target
 
 

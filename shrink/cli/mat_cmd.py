@@ -33,6 +33,7 @@ from shrink.cli._replay_opts import (
     _progress_sweep,
     _warn_docroot,
     naming_trace,
+    note_realtime,
 )
 from shrink.defaults import MAX_BODY, MAX_LEVELS, MOST_LEVELS
 from shrink.errors import ParameterError, ShrinkError
@@ -114,8 +115,6 @@ def mat_cmd(
             check_class(lc, cls)
         added: list[float] = []
         if adaptive:
-            # Before the target is made (its SCHED_FIFO note is for a run that will be).
-            _adaptive_needs_reps(lc)
             from shrink.cli.sweep_cmd import _keep_partial_sweep, _write_curve
             from shrink.measure import SweepInterrupted
             from shrink.trace import Trace
@@ -127,13 +126,15 @@ def mat_cmd(
                 allow_overlap=allow_overlap,
                 lag_limit=lag_limit,
                 engine=engine,
-            ).target(target)
+            ).target(target, note=False)
             with as_option("--target"):
                 if (why := other_testbed(lc, tgt)) is not None:
                     raise ParameterError(
                         f"the curve was not measured on this testbed ({why}): a level "
                         "measured here would not be the curve's; sweep it anew"
                     )
+            _adaptive_needs_reps(lc)
+            note_realtime(tgt)  # (not before the refusals: it is for a run that will be)
             tr = Trace.read_parquet(trace, max_body=max_body)
             _warn_docroot(tgt, tr, trace)  # as sweep: PHP's body limit, the docroot's paths
             try:
