@@ -17,6 +17,7 @@ from shrink.errors import ParameterError
 
 __all__ = [
     "MAX_CONTENT_TYPE",
+    "host_header",
     "is_loopback",
     "loopback_url_host",
     "not_loopback_why",
@@ -25,6 +26,7 @@ __all__ = [
     "wire_content_type",
     "wire_method",
     "wire_target",
+    "zone_why",
 ]
 
 # What a request-target may hold as it is (RFC 3986 unreserved, sub-delims, ":@/?" and
@@ -187,3 +189,47 @@ def refuse_remote(host: str, allowed: bool, error: type[Exception] = ParameterEr
         raise error(f"target {not_loopback_why(host)}")
     if not allowed and not is_loopback(host):
         raise error(f"target {not_loopback_why(host)}; pass --allow-remote to load another machine")
+    if (why := zone_why(host)) is not None:
+        raise error(f"target {why}")
+
+
+def zone_why(host: str) -> str | None:
+    """Why a target ``host`` with a zone (``fe80::1%eth0``, allowed with --allow-remote)
+    cannot be reached, or None. Told by parsing alone, nothing sent: both engines
+    connect through the resolver (getaddrinfo), which takes a zone only as an
+    interface of this machine (a name or an index) and, by name, only on a link-local
+    address; otherwise the native engine failed ("failed to lookup address") where the
+    Python one did."""
+    if "%" not in host:
+        return None
+    address, zone = host.split("%", 1)
+    try:
+        ip = ipaddress.IPv6Address(address)
+    except ValueError:
+        return f"{host} names a zone (%{zone}), which only an IPv6 address takes"
+    if not ip.is_link_local:
+        return f"{host} names a zone (%{zone}), which only a link-local address (fe80::/10) takes"
+    if not _interface(zone):
+        return f"{host} names the zone %{zone}, which is no network interface here (see ip link)"
+    return None
+
+
+def _interface(zone: str) -> bool:
+    import socket
+
+    try:
+        if zone.isdigit():
+            socket.if_indextoname(int(zone))
+        else:
+            socket.if_nametoindex(zone)
+    except (OSError, OverflowError, ValueError):
+        return False
+    return True
+
+
+def host_header(address: str, port: int) -> str:
+    """The Host header's value for a target: ``ADDR:PORT``, ``[ADDR]:PORT`` for IPv6,
+    without a zone (``fe80::1%eth0``): it names a link of this machine, nothing the
+    server knows, and RFC 9110's Host (the URI's host) has no room for it (the Python
+    engine sent ``Host: [fe80::1%eth0]:P``)."""
+    return f"[{address.split('%', 1)[0]}]:{port}" if ":" in address else f"{address}:{port}"

@@ -98,3 +98,25 @@ def test_a_state_whose_replica_is_not_on_loopback_is_refused_naming_the_file(tmp
     assert str(err.value).startswith(
         f"{state}: replica {replica.name}: target 10.0.0.1 is not a loopback"
     )
+
+
+def test_a_link_local_target_with_a_zone_is_checked_and_its_host_header_has_none():
+    """With --allow-remote, ``http://[fe80::1%eth0]:P``: both engines reach it (their
+    address lookup, getaddrinfo, takes an interface of this machine as the zone), but
+    both sent ``Host: [fe80::1%eth0]:P``, a zone the server cannot know and the Host
+    header has no room for; a zone that is no interface here, or on an address that is
+    not link-local, failed every request (the native engine: "failed to lookup address")."""
+    from shrink.replay import EngineConfig, RunLogWriter, build_schedule, native
+    from shrink.replay.live import parse_url
+    from shrink.schedule import open_loop_trace
+
+    LiveTarget([("fe80::1%lo", 8080)], allow_remote=True)  # lo: an interface everywhere
+    assert parse_url("http://[fe80::1%25lo]:8080") == ("fe80::1%lo", 8080)  # RFC 6874's form
+    with pytest.raises(ReplayError, match=r"zone %nosuch0, which is no network interface here"):
+        LiveTarget([("fe80::1%nosuch0", 8080)], allow_remote=True)
+    with pytest.raises(ReplayError, match=r"only a link-local address \(fe80::/10\) takes"):
+        LiveTarget([("2001:db8::1%lo", 8080)], allow_remote=True)
+    sched = build_schedule(open_loop_trace("/x", 10.0, 0.2), 1.0, 0.2, loop=False)
+    cfg = EngineConfig(targets=[("fe80::1%lo", 8080)])
+    sent = native._core_args(sched, cfg, RunLogWriter(None))["req_bytes"][0][0]
+    assert b"\r\nHost: [fe80::1]:8080\r\n" in sent, sent

@@ -50,6 +50,7 @@ from shrink.replay.contract import (
 )
 from shrink.replay.writer import RunLogWriter
 from shrink.schedule import Schedule, session_hash
+from shrink.wire import host_header
 
 __all__ = ["EngineConfig", "EngineStats", "new_event_loop", "run_schedule"]
 
@@ -83,7 +84,7 @@ class _Engine:
         self.req_bytes: list[list[bytes]] = []
         self.tcodes: list[int] = []
         for addr, port in cfg.targets:
-            host = f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
+            host = host_header(addr, port)
             self.req_bytes.append(
                 [build_request(m, p, host, b, ct) for m, p, b, ct in schedule.keys]
             )

@@ -114,7 +114,8 @@ def parse_url(url: str) -> tuple[str, int]:
     if port == 0:
         # Nothing listens on port 0: every request would fail to connect.
         raise ParameterError(f"url == {url!r}: port 0 is no server's; give the port it listens on.")
-    return parts.hostname, port or 80
+    # RFC 6874's zone in a URL, "[fe80::1%25eth0]": "%25" is "%"
+    return parts.hostname.replace("%25", "%", 1), port or 80
 
 
 class _WindowSampler(threading.Thread):

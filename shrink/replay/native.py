@@ -59,6 +59,7 @@ from shrink.replay.contract import (
 from shrink.replay.engine import EngineConfig, run_schedule
 from shrink.replay.writer import RunLogRow, RunLogWriter
 from shrink.schedule import Schedule, session_hash
+from shrink.wire import host_header
 
 try:  # the core is optional: the Python engine is the fallback
     import shrink_core as _core
@@ -126,7 +127,7 @@ def _core_args(schedule: Schedule, cfg: EngineConfig, writer: RunLogWriter) -> d
     """The core's arguments: the schedule's arrays as bytes, request bytes, codes."""
     req_bytes = []
     for addr, port in cfg.targets:
-        host = f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
+        host = host_header(addr, port)
         req_bytes.append([build_request(m, p, host, b, ct) for m, p, b, ct in schedule.keys])
     empty_i, empty_f = np.empty(0, np.int64), np.empty(0, np.float64)
     # The core takes the whole plan as arrays (its interface): made here from the
