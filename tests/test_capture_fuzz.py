@@ -16,7 +16,7 @@ from helpers.pcap_synth import Conn, http_response, write_capture
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shrink.errors import CaptureFormatError
+from shrink.errors import CaptureFormatError, TraceFormatError
 from shrink.ingest.capture import read_capture
 from shrink.ingest.capture.tcp_segments import SKIP_KINDS
 from shrink.trace import Trace
@@ -271,3 +271,18 @@ def test_two_gzipped_captures_joined_say_a_second_capture_starts(
     assert err.offset == len(captures["pcap"]), str(err)
     lenient = _read(tmp_path, data)
     assert isinstance(lenient, Trace) and len(lenient) >= 5
+
+
+@pytest.mark.parametrize("fmt", ["pcap", "pcapng"])
+def test_a_capture_behind_a_utf8_byte_order_mark_says_so(
+    tmp_path: Path, captures: dict[str, bytes], fmt: str
+) -> None:
+    """Detected, it was "cannot tell the format of this text (first data line '%D4ò%A1...')";
+    read as a capture, "bad magic efbbbfd4"."""
+    from shrink.ingest import read_trace
+
+    p = tmp_path / "bom.cap"
+    p.write_bytes(b"\xef\xbb\xbf" + captures[fmt])
+    for how in ({}, {"format": "pcap"}):
+        with pytest.raises(TraceFormatError, match=r"a capture behind a UTF-8 byte order mark"):
+            read_trace(p, **how)

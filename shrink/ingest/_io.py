@@ -14,6 +14,7 @@ from typing import BinaryIO
 
 from shrink import files
 from shrink.errors import TraceFormatError
+from shrink.ingest.capture_magic import CAPTURE_MAGICS
 
 GZIP_MAGIC = b"\x1f\x8b"
 UTF8_BOM = b"\xef\xbb\xbf"
@@ -162,6 +163,11 @@ _CONVERT_FIRST = (
     (re.compile(rb"BZh[1-9]1AY&SY"), "bzip2-compressed: decompress it first (bunzip2)"),
     (re.compile(rb"\x28\xb5\x2f\xfd"), "zstd-compressed: decompress it first (zstd -d)"),
     (re.compile(rb"PK\x03\x04"), "a zip archive: extract the trace from it first"),
+    (
+        re.compile(b"\xef\xbb\xbf(?:" + b"|".join(map(re.escape, CAPTURE_MAGICS)) + b")"),
+        "a capture behind a UTF-8 byte order mark (EF BB BF, which a text tool put in front "
+        "of it): remove those 3 bytes first (tail -c +4 FILE > OUT)",
+    ),
 )
 
 
