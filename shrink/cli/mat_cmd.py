@@ -153,6 +153,11 @@ def mat_cmd(
         echo_json({**_mat_json(res, lc), "added_levels": added, "curve": str(curve)})
     else:
         _print_mat(res, stat, thr, added, lc)
+    _warn_after(lc, stat, thr, cls, res)
+
+
+def _warn_after(lc: LoadCurve, stat: str, thr: float, cls: str | None, res: MATResult) -> None:
+    """What the MAT was read from (thin tails, crowded levels), and exit 99 for a bound."""
     from shrink.cli.sweep_cmd import crowded_warning
     from shrink.selfchecks import crowded_levels
 
