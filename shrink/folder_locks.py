@@ -224,9 +224,16 @@ def _open_lock(name: str, dir_fd: int) -> tuple[int, bool] | None:
     was opened, locked and removed at the end."""
     try:
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        return os.open(name, flags, 0o600, dir_fd=dir_fd), True
+        fd = os.open(name, flags, 0o600, dir_fd=dir_fd)
     except FileExistsError:
         pass
+    else:
+        # Readable by whoever may write the folder (its group, everyone), so their runs
+        # can open it to lock against this one: at 0600, another user's run in a shared
+        # folder could not open it and went on unguarded, replacing this run's output.
+        with contextlib.suppress(OSError):
+            os.fchmod(fd, 0o600 | (os.fstat(dir_fd).st_mode & 0o022) << 1)
+        return fd, True
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # (a FIFO: no wait)
     fd = os.open(name, flags, dir_fd=dir_fd)
     st = os.fstat(fd)
@@ -258,7 +265,8 @@ def hold_output(path: str | Path, kind: str = "file") -> None:
     passed the output's check, each measured (the same server at once) and said it
     wrote the output, and the one that ended first had its files replaced (``split``:
     every part, both exit 0). The lock is the kernel's ``flock`` on ``.NAME.lock`` in
-    the output's folder (made 0600, never through a symlink), released and removed by
+    the output's folder (made 0600, readable too by those who may write the folder; never
+    through a symlink), released and removed by
     :func:`release_outputs`; a kill leaves the empty file, unheld. A folder that cannot
     be locked (or written), or anything but a regular file at that name, leaves the run
     unguarded, as before."""

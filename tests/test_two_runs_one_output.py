@@ -6,6 +6,7 @@ the run (:func:`shrink.folder_locks.hold_output`) and the second is refused in o
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -177,3 +178,45 @@ def test_a_folder_named_through_another_users_symlink_is_not_held_where_it_leads
         assert not (tmp_path / "away" / ".target.lock").exists()
     finally:
         release_outputs()
+
+
+def test_another_users_run_in_a_shared_folder_is_refused_not_unguarded(tmp_path):
+    """A lock file made 0600 in a folder others may write (1777, a group's 2770) could not
+    be opened by another user's run there: it went on unguarded, beside the holder, and
+    replaced its output. It is readable by those who may write the folder."""
+    import tempfile
+
+    from shrink import folder_locks
+    from shrink.errors import OutputBusyError
+    from shrink.folder_locks import hold_output, release_outputs
+
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    hold_output(private / "a.json")
+    assert (private / ".a.json.lock").stat().st_mode & 0o777 == 0o600
+    release_outputs()
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run as another user")
+    shared = Path(tempfile.mkdtemp())  # (reachable by nobody, as tmp_path is not)
+    try:
+        shared.chmod(0o777)
+        hold_output(shared / "a.json")
+        assert (shared / ".a.json.lock").stat().st_mode & 0o777 == 0o644
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover (the child)
+            code = 2
+            try:
+                folder_locks._OUTPUTS.clear()  # (the parent's: a run of its own now)
+                os.setgid(65534)
+                os.setuid(65534)
+                hold_output(shared / "a.json")
+                code = 1
+            except OutputBusyError:
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0  # refused, not unguarded
+    finally:
+        release_outputs()
+        shutil.rmtree(shared)
