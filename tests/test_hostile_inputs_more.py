@@ -270,6 +270,22 @@ def test_a_gzip_log_followed_by_bytes_that_are_not_gzip_says_so(tmp_path: Path, 
         read_trace(path, format=fmt, strict=True)
 
 
+def test_a_gzip_log_whose_next_member_is_cut_at_its_first_byte_drops_the_cut_line(
+    tmp_path: Path,
+) -> None:
+    """Lines go on across gzip members (bgzip's, a writer's flushes): a log cut one byte
+    into its next member was said to be followed by bytes that are not gzip, and the line
+    the whole member ended in, cut, read as a request (a wrong path), where a cut two
+    bytes in dropped it as cut."""
+    text = b"".join(_text_lines("wsesslog", 20)) + b"/0123456789abcdef think=1\n"
+    path = tmp_path / "w.log.gz"
+    for tail in (b"\x1f", b"\x1f\x8b"):
+        path.write_bytes(gzip.compress(text[:-12]) + tail)  # its member ends mid-line
+        trace = read_trace(path, format="wsesslog")
+        assert len(trace) == 20, tail
+        assert trace.meta["damage"].endswith("not the line it cut (line 21)"), tail
+
+
 def _inflated(cut: bytes) -> bytes:
     """What inflates of the gzip data ``cut`` (cut short), as zcat writes it."""
     return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(cut)

@@ -108,7 +108,11 @@ def _gunzipped_chunks(gz: gzip.GzipFile) -> Iterator[bytes]:
         if parts:
             yield b"".join(parts)
         if isinstance(exc, gzip.BadGzipFile) and str(exc).startswith("Not a gzipped file"):
-            # a member read whole, then no gzip header where the next would start
+            # a member read whole, then no gzip header where the next would start; but a
+            # lone first byte of the gzip magic is the next member cut short, and the line
+            # the whole one ended in may go on in it (as lines do across bgzip's members)
+            if str(exc) == "Not a gzipped file (" + repr(b"\x1f") + ")":
+                raise _GzipDamage(f"damaged gzip data ({exc}): cut short") from None
             raise _NotGzipAfter(
                 f"its gzip data is followed by bytes that are not gzip ({exc})"
             ) from None
