@@ -84,3 +84,15 @@ def test_a_compressed_or_utf16_json_file_is_named_as_such(tmp_path: Path, wrap, 
     with pytest.raises(TraceFormatError, match="not UTF-8 text") as e:
         files.read_json(p)
     assert hint in str(e.value)
+
+
+@pytest.mark.parametrize("marks", [1, 2, 3])
+def test_every_byte_order_mark_at_a_logs_start_is_read_past(tmp_path: Path, marks: int) -> None:
+    """As the JSON and TOML readers do: a log with two marks had its second read into its
+    first line, refused as a path '\\ufeff/a' that does not start with '/'."""
+    from shrink.ingest import detect_format, read_trace
+
+    p = tmp_path / "w.log"
+    p.write_bytes(BOM * marks + b"/a think=1\n/b think=1\n")
+    assert detect_format(p) == "wsesslog"
+    assert read_trace(p, format="wsesslog").table.column("path").to_pylist() == ["/a", "/b"]

@@ -20,6 +20,15 @@ GZIP_MAGIC = b"\x1f\x8b"
 UTF8_BOM = b"\xef\xbb\xbf"
 
 
+def without_boms(head: bytes) -> bytes:
+    """``head`` without the UTF-8 byte order marks at its start: every one, as the JSON and
+    TOML readers read past them (a tool that adds one to a file with one makes two; the
+    second was read as part of the first line, a path '\\ufeff/a' refused)."""
+    while head.startswith(UTF8_BOM):
+        head = head[len(UTF8_BOM) :]
+    return head
+
+
 # The longest line a text trace may have (bytes): real log lines are at most a few KiB
 # (a URL of 64 KiB is already past every server's limit). A file whose "line" runs on
 # past this is not a log (binary, or all zeros), and holding it to find its end would
@@ -234,7 +243,7 @@ def _chunks(raw: Iterator[bytes], path: Path, max_line: int) -> tuple[bytes, Ite
         damage = exc
     head = b"".join(pieces)
     check_not_foreign(head, path)
-    head = head.removeprefix(UTF8_BOM)
+    head = without_boms(head)
 
     def chunks() -> Iterator[bytes]:
         for at in range(0, len(head), _CHUNK):

@@ -27,7 +27,6 @@ from shrink.errors import TraceFormatError
 from shrink.ingest._io import (
     GZIP_MAGIC,
     MAX_LINE,
-    UTF8_BOM,
     check_not_foreign,
     decode_line,
     head_bytes,
@@ -35,6 +34,7 @@ from shrink.ingest._io import (
     line_end,
     regular_file,
     split_lines,
+    without_boms,
 )
 from shrink.ingest.capture_magic import CAPTURE_MAGICS
 from shrink.ingest.clf import CLF_LINE
@@ -141,7 +141,7 @@ def _first_lines(path: Path, head: bytes, max_line: int) -> list[bytes]:
         # line is held, and a "line" past ``max_line`` (binary, zeros) is refused at the
         # bound, naming it. It was refused at 64 KiB, a long URL's log with it.
         return next(line_batches(path, max_line=max_line)).lines
-    lines = split_lines(head.removeprefix(UTF8_BOM))  # as the readers read it
+    lines = split_lines(without_boms(head))  # as the readers read it
     if len(head) == _HEAD and lines:
         lines.pop()  # the last line may be cut
     return lines
