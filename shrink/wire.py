@@ -209,6 +209,8 @@ def zone_why(host: str) -> str | None:
         return f"{host} names a zone (%{zone}), which only an IPv6 address takes"
     if not ip.is_link_local:
         return f"{host} names a zone (%{zone}), which only a link-local address (fe80::/10) takes"
+    if not zone:
+        return f"{host} names an empty zone (nothing after its %): write {address}%INTERFACE"
     if not _interface(zone):
         return f"{host} names the zone %{zone}, which is no network interface here (see ip link)"
     return None
@@ -218,7 +220,7 @@ def _interface(zone: str) -> bool:
     import socket
 
     try:
-        if zone.isdigit():
+        if zone.isascii() and zone.isdigit():  # (int() reads "٢" as 2; the resolver does not)
             socket.if_indextoname(int(zone))
         else:
             socket.if_nametoindex(zone)

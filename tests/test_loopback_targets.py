@@ -114,6 +114,12 @@ def test_a_link_local_target_with_a_zone_is_checked_and_its_host_header_has_none
     assert parse_url("http://[fe80::1%25lo]:8080") == ("fe80::1%lo", 8080)  # RFC 6874's form
     with pytest.raises(ReplayError, match=r"zone %nosuch0, which is no network interface here"):
         LiveTarget([("fe80::1%nosuch0", 8080)], allow_remote=True)
+    # a zone of digits not ASCII ("٢", Arabic-Indic two) was taken as interface 2, where
+    # the resolver (both engines) knows no such zone; an empty one is said as empty
+    with pytest.raises(ReplayError, match=r"zone %\u0662, which is no network interface here"):
+        LiveTarget([("fe80::1%\u0662", 8080)], allow_remote=True)
+    with pytest.raises(ReplayError, match=r"fe80::1% names an empty zone \(nothing after its %\)"):
+        LiveTarget([("fe80::1%", 8080)], allow_remote=True)
     with pytest.raises(ReplayError, match=r"only a link-local address \(fe80::/10\) takes"):
         LiveTarget([("2001:db8::1%lo", 8080)], allow_remote=True)
     sched = build_schedule(open_loop_trace("/x", 10.0, 0.2), 1.0, 0.2, loop=False)
