@@ -286,3 +286,19 @@ def test_a_capture_behind_a_utf8_byte_order_mark_says_so(
     for how in ({}, {"format": "pcap"}):
         with pytest.raises(TraceFormatError, match=r"a capture behind a UTF-8 byte order mark"):
             read_trace(p, **how)
+
+
+def test_a_capture_behind_two_byte_order_marks_says_how_many_bytes_to_remove(
+    tmp_path: Path, captures: dict[str, bytes]
+) -> None:
+    """Two marks (a text tool that adds one to a file with one): detected, "cannot tell
+    the format of this text"; read as a capture, "bad magic efbbbfef"; as the text readers
+    read past every mark, what to remove is said for every mark."""
+    from shrink.ingest import read_trace
+
+    p = tmp_path / "bom.cap"
+    p.write_bytes(b"\xef\xbb\xbf" * 2 + captures["pcap"])
+    said = r"behind 2 UTF-8 byte order marks .*remove those 6 bytes first \(tail -c \+7 FILE"
+    for how in ({}, {"format": "pcap"}):
+        with pytest.raises(TraceFormatError, match=said):
+            read_trace(p, **how)

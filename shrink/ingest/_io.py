@@ -176,11 +176,6 @@ _CONVERT_FIRST = (
     (re.compile(rb"BZh[1-9]1AY&SY"), "bzip2-compressed: decompress it first (bunzip2)"),
     (re.compile(rb"\x28\xb5\x2f\xfd"), "zstd-compressed: decompress it first (zstd -d)"),
     (re.compile(rb"PK\x03\x04"), "a zip archive: extract the trace from it first"),
-    (
-        re.compile(b"\xef\xbb\xbf(?:" + b"|".join(map(re.escape, CAPTURE_MAGICS)) + b")"),
-        "a capture behind a UTF-8 byte order mark (EF BB BF, which a text tool put in front "
-        "of it): remove those 3 bytes first (tail -c +4 FILE > OUT)",
-    ),
 )
 
 
@@ -195,6 +190,20 @@ def check_not_foreign(head: bytes, path: Path) -> None:
 def foreign(head: bytes) -> str | None:
     """What to run first to read a file that starts with ``head`` (UTF-16 text, a
     compressed file other than gzip, a zip archive), or None."""
+    bare = without_boms(head)
+    if bare != head and bare[:4] in CAPTURE_MAGICS:
+        # (every mark: a text tool that adds one to a file with one makes two, and the
+        # text readers read past them all)
+        n = (len(head) - len(bare)) // len(UTF8_BOM)
+        marks = (
+            "a UTF-8 byte order mark (EF BB BF"
+            if n == 1
+            else f"{n} UTF-8 byte order marks (EF BB BF each"
+        )
+        return (
+            f"a capture behind {marks}, which a text tool put in front of it): remove those "
+            f"{3 * n} bytes first (tail -c +{3 * n + 1} FILE > OUT)"
+        )
     return next((what for magic, what in _CONVERT_FIRST if magic.match(head)), None)
 
 
