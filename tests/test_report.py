@@ -196,3 +196,26 @@ def test_validate_prints_a_bounded_error_as_the_report_writes_it():
     ok = {**m, "measured": 11000.0, "measured_status": "ok", "error": 12309.1 / 11000 - 1}
     (line,) = validation_lines({"mats": {"mean": ok}}, {"mean": False})
     assert line.endswith("error +11.9%"), line
+
+
+def test_the_appendix_gives_the_share_mat_that_shrink_mat_reads(demo_out: Path):
+    """The share's own MAT was in prediction.json only: the report gave no number a
+    user could check with `shrink mat measured-curve.json`. The appendix now gives it
+    beside the levels, at the threshold it was read at (slow motion on a CPU-time
+    share), with the command; running that command prints the same MAT."""
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    md = (demo_out / "report.md").read_text()
+    line = next(ln for ln in md.splitlines() if ln.startswith("The share's own MAT"))
+    cmds = re.findall(r"`shrink (mat [^`]+)`", line)
+    assert len(cmds) == 2, line
+    pred = json.loads((demo_out / "prediction.json").read_text())
+    for cmd, stat in zip(cmds, ("mean", "p999"), strict=True):
+        args = cmd.replace("measured-curve.json", str(demo_out / "measured-curve.json"))
+        r = CliRunner().invoke(app, [*args.split(), "--json"])
+        assert r.exit_code in (0, 99), r.output
+        read = json.loads(r.stdout)
+        assert read["mat"] == pytest.approx(pred["measured_mats"][stat]["mat"])
+        assert f"{read['mat']:,.0f}" in line, (line, read["mat"])

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from shrink.loadcurve import LoadCurve
+from shrink.mat import mat_text
 from shrink.report.blocks import Doc
 from shrink.report.sections import Measured
 from shrink.report.tables import level_table
-from shrink.report.text import STAT_NAME, level_text
+from shrink.report.text import STAT_NAME, level_text, seconds_text
 from shrink.scaling import CALIBRATION_BUSY, latency_scale
 from shrink.selfchecks import QUIET_OTHER_CPU
 from shrink.share import Share
@@ -57,10 +58,33 @@ def add_self_checks(
         scale = latency_scale(m.curve)
         h, r = level_table(m.curve, {s: t / scale for s, t in m.thresholds.items()})
         where.table(h, r)
+        if text := share_mats_text(m.pred):
+            where.p(text)
     if m.full_run is not None:
         where.p("Levels of the full-scale run:")
         h, r = level_table(m.full_run, m.thresholds)
         where.table(h, r)
+
+
+def share_mats_text(pred: Any) -> str:
+    """The share's own MATs read off these levels, at the thresholds it was read at
+    (longer on a CPU-time share, slow motion), with the command that reads them again:
+    the one number of a prediction a user can check by hand."""
+    mats = getattr(pred, "measured_mats", None) or {}
+    parts, cmds = [], []
+    for s, sp in mats.items():
+        thr = f"{sp.threshold * 1e3:g}ms"
+        mat = mat_text(sp.mat, sp.status, sp.ci)
+        parts.append(f"{STAT_NAME.get(s, s)} < {seconds_text(sp.threshold)}: {mat} req/s")
+        cmds.append(
+            f"`shrink mat measured-curve.json --stat {STAT_NAME.get(s, s)} --threshold {thr}`"
+        )
+    if not parts:
+        return ""
+    return (
+        f"The share's own MAT, read off these levels: {'; '.join(parts)} "
+        f"({' and '.join(cmds)} read the same)."
+    )
 
 
 def _extra(pred: Any, key: str) -> dict[str, Any]:
