@@ -115,8 +115,8 @@ def error_text(m: dict[str, Any]) -> str:
     text = f"{100 * e:+.1f}%"
     if not sides:
         return text
-    if len(sides) == 2:
-        return f"{text} (both MATs are only bounds)"
+    if len(sides) == 2:  # bounds on the same side: the error could be anything
+        return f"unknown (both MATs are only bounds, {text} apart)"
     return ("at least " if sides == {1} else "at most ") + text + _hint_text(m)
 
 
