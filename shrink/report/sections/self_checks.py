@@ -73,7 +73,7 @@ def share_mats_text(pred: Any) -> str:
     mats = getattr(pred, "measured_mats", None) or {}
     parts, cmds = [], []
     for s, sp in mats.items():
-        thr = f"{sp.threshold * 1e3:g}ms"
+        thr = f"{sp.threshold:g}s" if sp.threshold >= 1 else f"{sp.threshold * 1e3:g}ms"
         mat = mat_text(sp.mat, sp.status, sp.ci)
         parts.append(f"{STAT_NAME.get(s, s)} < {seconds_text(sp.threshold)}: {mat} req/s")
         cmds.append(
