@@ -95,6 +95,10 @@ def test_remap_and_whatif_word_only_a_higher_verdict_their_own_way():
     assert "D_dynamic/D_static 2 (the calibration's: the share measured one class only)" in text
     text = remap_reason(higher, 120.0, (4, "cores"), 0.1, (2.0, "fitted demands"), 1e-4)
     assert "could not tell a class's demand from the fixed latency" in text
+    # 'the measured share (1 cores, cores)': the count and the kind, in words.
+    assert "the measured share (4 cores, a core subset)" in text, text
+    text = remap_reason(higher, 120.0, (1, "cpu_time"), 0.1, ratio, 1e-4)
+    assert "the measured share (1 core, a CPU-time share)" in text, text
     text = whatif_reason(higher, list(out), out, 0.0)
     assert "120 req/s (vs 1-replica 100 (+20.0%))" in text
 

@@ -83,11 +83,19 @@ def remap_reason(
     source = _RATIO_FROM.get(ratio_from, ratio_from)
     return (
         f"{rec.mapping} has the highest {rec.stat}-threshold MAT ({rate_text(mat)} req/s) when "
-        f"the measured share ({share[0]} cores, {share[1]}) is re-mapped with the calibrated "
+        f"the measured share ({_share_text(*share)}) is re-mapped with the calibrated "
         f"per-class demand ratios; dynamic fraction {dynamic_fraction:.1%}, "
         f"D_dynamic/D_static {ratio:.3g} ({source}) and fixed latency "
         f"{fixed_latency * 1e6:.0f} us fitted to the measured means."
     )
+
+
+_SHARE_KIND = {"cores": "a core subset", "cpu_time": "a CPU-time share", "all": "the whole target"}
+
+
+def _share_text(cores: int, kind: str) -> str:
+    """'1 core, a core subset': what '1 cores, cores' said."""
+    return f"{cores} core{'' if cores == 1 else 's'}, {_SHARE_KIND.get(kind, kind)}"
 
 
 _RATIO_FROM = {
