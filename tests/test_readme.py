@@ -131,6 +131,7 @@ def test_tour_of_the_commands_runs(tour: Path):
     assert (tour / "access.parquet").exists() and (tour / "capture.parquet").exists()
     assert (tour / "support-25.parquet").exists()
     assert (tour / "parts" / "part-001.parquet").exists()
+    assert (tour / "calibration.json").exists()
 
 
 @pytest.mark.compute
@@ -169,4 +170,5 @@ def test_tour_of_the_live_server_runs(tour: Path):
                 cwd=tour,
                 capture_output=True,
             )
-    assert (tour / "curve.json").exists()
+    # The tour had no replay and no extrapolate, and swept a 25% sample on a 50% share.
+    assert (tour / "curve.json").exists() and (tour / "run.parquet").exists()
