@@ -622,3 +622,20 @@ def test_sweep_refuses_runlogs_where_its_curve_goes(
                       "--runlogs", str(runlogs), "--target", "http://127.0.0.1:9")  # fmt: skip
     assert code == 2 and text.startswith("error: --runlogs:"), text
     assert not out.exists()
+
+
+def test_extrapolate_names_the_curve_whose_sample_is_not_its_share(tmp_path: Path) -> None:
+    # The tour's sweep (a 25% sample on a 50% share) made such a curve; the refusal
+    # said 'error: sample alpha == 0.25 but ...' without the file it was about.
+    from helpers.curves import half_share_curve
+
+    from shrink.machine import Machine
+
+    doc = half_share_curve(Machine.read_toml(SPEC), levels=3, reps=1, seed=1).to_dict()
+    doc["alpha"] = 0.5 * doc["share"]["fraction"]
+    src = tmp_path / "c.json"
+    src.write_text(json.dumps(doc))
+    r = CliRunner().invoke(app, ["extrapolate", str(src), "--machine", str(SPEC)])
+    text = " ".join(r.output.split())
+    assert r.exit_code == 1, text
+    assert text.startswith(f"error: {src}: sample alpha == 0.25 but the share's fraction"), text

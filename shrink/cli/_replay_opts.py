@@ -399,6 +399,25 @@ def _warn_docroot(tgt: Any, tr: Any, name: Any) -> None:
             typer.echo(line, err=True)
 
 
+def alpha_mismatch(tgt: Any, tr: Any, name: Any) -> str | None:
+    """A warning, before a sweep, when the trace's sample fraction is not the testbed's
+    share: the curve measures that load on that share, but SHRiNK scaling (extrapolate,
+    the main job) takes only the sampled fraction on the same fraction of the server,
+    and refuses the curve once it is measured (:func:`shrink.scaling.share_fraction`)."""
+    share = (tgt.state or {}).get("share") or {}
+    alpha, frac = tr.meta.get("alpha", 1.0), share.get("fraction")
+    if share.get("kind") in (None, "all") or not isinstance(frac, int | float):
+        return None
+    if not isinstance(alpha, int | float) or abs(frac - alpha) <= 0.01 * alpha:
+        return None
+    return (
+        f"warning: {printable(str(name or 'the trace'))} holds alpha {alpha:g} of the "
+        f"sessions but the testbed is a {frac:g} share: its curve measures that load on "
+        "this share, and extrapolate refuses to scale it (SHRiNK takes the sampled "
+        f"fraction on the same fraction of the server); for that, sample --alpha {frac:g}"
+    )
+
+
 def _check_bodies(tgt: Any, tr: Any, name: Any) -> None:
     """A TestbedError when the trace holds a request body over the testbed's PHP
     ``post_max_size`` (``up`` without ``--trace``: 8M): PHP drops such a body and runs

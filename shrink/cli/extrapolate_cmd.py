@@ -219,9 +219,11 @@ def extrapolate(
     from extrapolate.calibration import load_calibration
     from extrapolate.remap import extrapolate_curve
     from shrink.checks import parse_thresholds
+    from shrink.errors import ExtrapolationError
     from shrink.loadcurve import LoadCurve
     from shrink.machine import Machine
     from shrink.mapping import check_mapping_names, check_mappings
+    from shrink.scaling import share_fraction
 
     with cli_errors():
         output_path(output, inputs=(curve, machine))
@@ -232,6 +234,10 @@ def extrapolate(
         check_mappings(mapping or [], mach, mach.all_cpus, "--mapping")
         lc = LoadCurve.read_json(curve)
         note_if_partial(lc, curve)
+        try:  # a curve SHRiNK cannot scale, named by its file
+            share_fraction(lc)
+        except ExtrapolationError as exc:
+            raise ExtrapolationError(f"{printable(curve)}: {exc}") from None
         model = load_calibration(calibration)
         pred, _ = extrapolate_curve(lc, model, mach, mappings=mapping or None, thresholds=th)
         if output:

@@ -38,6 +38,7 @@ from shrink.cli._replay_opts import (
     _progress_sweep,
     _Targets,
     _warn_docroot,
+    alpha_mismatch,
     engine_options,
     naming_trace,
 )
@@ -355,6 +356,8 @@ def sweep_cmd(
         tr = Trace.read_parquet(trace, max_body=max_body)
         tgt = live.target(target, runlog_dir=runlogs)
         _warn_docroot(tgt, tr, trace)
+        if mismatch := alpha_mismatch(tgt, tr, trace):
+            typer.echo(mismatch, err=True)
         guard = _guard(output, runlogs)
         keeper = keep_levels(output, guard)
         try:
