@@ -249,8 +249,11 @@ def test_access_logs_of_other_formats_are_named(tmp_path, text, named):
 def test_a_jsonl_trace_export_is_named(real_dir, tmp_path):
     trace = read_clf(real_dir / NASA)
     out = write_trace(trace, tmp_path / "t.jsonl", "jsonl")
-    with pytest.raises(TraceFormatError, match="JSON-lines trace"):
+    with pytest.raises(TraceFormatError, match="JSON-lines trace") as info:
         detect_format(out)
+    # It told the user to convert shrink's own export to Combined Log Format.
+    assert "Combined Log Format" not in str(info.value), info.value
+    assert "ingest the Parquet trace it was exported from" in str(info.value), info.value
 
 
 def _one_way(src: Path, dst: Path, sport: int) -> Path:

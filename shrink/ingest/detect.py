@@ -81,9 +81,13 @@ def detect_format(path: str | Path, *, max_line: int = MAX_LINE) -> str:
     first = data[0]
     foreign = _foreign_log(texts, first)
     if foreign:
+        advice = (
+            "ingest the Parquet trace it was exported from, or export that as wsesslog"
+            if foreign == OWN_JSONL
+            else 'convert it to Combined Log Format: host - - [time] "request" status bytes'
+        )
         raise TraceFormatError(
-            f"{foreign}, a format shrink does not read (first data line {first[:80]!r}); "
-            'convert it to Combined Log Format: host - - [time] "request" status bytes',
+            f"{foreign}, a format shrink does not read (first data line {first[:80]!r}); " + advice,
             path=path,
         )
     for delimiter in ("\t", ","):
@@ -114,6 +118,10 @@ _ALB = re.compile(rf"^(?:https?|h2|grpcs|ws|wss) {_ISO_STAMP} \S+ \S+ \S+ ")
 _ELB = re.compile(rf"^{_ISO_STAMP} \S+ \S+ \S+ [-\d.]+ [-\d.]+ [-\d.]+ ")
 
 
+# shrink export --format jsonl: written for other tools, not read back.
+OWN_JSONL = "a JSON-lines trace (shrink export --format jsonl writes it for other tools)"
+
+
 def _foreign_log(texts: list[str], first: str) -> str | None:
     """The name of a known access-log format shrink does not read, if the lines are one."""
     if any(t.startswith("#Fields:") for t in texts):
@@ -128,7 +136,7 @@ def _foreign_log(texts: list[str], first: str) -> str | None:
         except ValueError:
             return None
         if isinstance(row, dict) and {"session", "burst", "t", "path"} <= row.keys():
-            return "a JSON-lines trace (shrink export writes it; read the Parquet trace)"
+            return OWN_JSONL
         if isinstance(row, dict):
             return "a JSON-lines log"
     return None
