@@ -18,7 +18,6 @@ signal is ignored and the command exits with its own status.
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import sys
 import threading
@@ -72,6 +71,12 @@ _pending = [False]
 # Open deferred() blocks, and a stop signal that came inside one, held.
 _defer = [0]
 _held = [False]
+# A stop whose handler ran inside a finalizer is owed to the work (at most one): its
+# signal, the command it stopped (a count of outermost working() blocks), whether it was
+# sent again; and a re-sent signal still to come that a direct stop already took.
+_owed = {"sig": 0, "command": 0, "sent": 0, "stray": 0}
+_commands = [0]
+_owed_lock = threading.RLock()
 
 
 class NotStarted(BaseException):
@@ -104,6 +109,9 @@ def exit_status() -> int:
 
 
 def _stop(signum: int, frame: FrameType | None) -> None:
+    signum = _settle(signum)
+    if not signum:
+        return  # the re-sent stop, which a direct one already raised
     note(signum)
     if _depth[0] == 0:
         # Kept until the work would begin: a handler that runs inside a callback of
@@ -129,18 +137,54 @@ def _in_finalizer(frame: FrameType | None) -> bool:
     return False
 
 
+def _settle(signum: int) -> int:
+    """The stop signal a handler of ``signum`` stands for: the owed one's if a stop is
+    owed (a second, direct stop takes its place, and the re-send is cancelled: the exit
+    status is the first stop's), or 0 for the re-sent signal when a direct one took it."""
+    with _owed_lock:
+        if _owed["stray"] == signum:
+            _owed["stray"] = 0
+            return 0
+        first = _owed["sig"]
+        if not first:
+            return signum
+        if _owed["sent"] and signum != first:
+            _owed["stray"] = first  # sent, not yet handled: it comes after this one
+        _owed.update(sig=0, sent=0)
+        return first
+
+
+def _forget_owed() -> None:
+    """A command's work begins or ends: a stop owed to the one before is not sent."""
+    with _owed_lock:
+        _commands[0] += 1
+        _owed.update(sig=0, sent=0, stray=0)
+
+
 def _resend_later(signum: int) -> None:
-    """Send ``signum`` again a moment later, from another thread: its handler then runs
-    where the main thread is back in the work. (``_thread``: ``Thread.start`` waits for
-    the thread, and the signal could come while this finalizer still waits.)"""
+    """Send ``signum`` again a moment later, from another thread, once: its handler then
+    runs where the main thread is back in the work. Not sent if a stop came meanwhile
+    (:func:`_settle`) or the command's work ended (:func:`working`). (``_thread``:
+    ``Thread.start`` waits for the thread, and the signal could come while this
+    finalizer still waits.)"""
     import _thread
 
-    _thread.start_new_thread(_resend, (signum,))
+    with _owed_lock:
+        if _owed["sig"]:
+            return
+        _owed.update(sig=signum, command=_commands[0], sent=0)
+        command = _commands[0]
+    _thread.start_new_thread(_resend, (signum, command))
 
 
-def _resend(signum: int) -> None:
+def _resend(signum: int, command: int) -> None:
     time.sleep(0.005)
-    os.kill(os.getpid(), signum)
+    with _owed_lock:
+        owed = _owed["sig"] == signum and not _owed["sent"]
+        if owed and _owed["command"] == _commands[0] == command and _depth[0]:
+            _owed["sent"] = 1
+            # to the main thread, which runs the handler: a system call it waits in ends
+            signal.pthread_kill(threading.main_thread().ident or 0, signum)
 
 
 def _unraisable(args: sys.UnraisableHookArgs) -> None:
@@ -219,6 +263,7 @@ def working() -> Iterator[None]:
     if _pending[0]:
         raise NotStarted
     if _depth[0] == 0:
+        _forget_owed()
         _take(_stop)  # a command may work in more than one block
     _depth[0] += 1
     try:
@@ -226,6 +271,7 @@ def working() -> Iterator[None]:
     finally:
         _depth[0] -= 1
         if _depth[0] == 0:
+            _forget_owed()
             ignore()
 
 

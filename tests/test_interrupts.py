@@ -300,3 +300,73 @@ def test_a_stop_whose_handler_ran_in_a_finalizer_stops_the_work_without_a_traceb
                        text=True, timeout=60)  # fmt: skip
     assert r.stdout.split() == ["stopped", str(int(signal.SIGTERM))], r.stdout + r.stderr
     assert "Exception ignored" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+_OWED_AT_THE_END = """
+import os, signal, time
+from shrink import interrupts
+
+class Dropped:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)  # handled here: the stop is re-sent
+        time.sleep(0.001)
+
+interrupts.install()
+with interrupts.working():
+    Dropped()  # the command's work ends at once, its stop owed
+try:
+    with interrupts.working():  # the next command of this process
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            pass
+    print("next command ran")
+except KeyboardInterrupt:
+    print("next command stopped by", interrupts.received())
+"""
+
+_DIRECT_STOP_FIRST = """
+import os, signal, time
+from shrink import interrupts
+
+class Dropped:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.001)
+
+def busy(s):
+    end = time.monotonic() + s
+    while time.monotonic() < end:
+        pass
+
+interrupts.install()
+with interrupts.working():
+    try:
+        Dropped()
+        os.kill(os.getpid(), signal.SIGINT)  # a second stop, direct, before the re-send
+        busy(2)
+        print("lost")
+    except KeyboardInterrupt:
+        try:
+            busy(0.5)  # the clean-up of the stop (a partial curve written)
+            print("cleaned up", interrupts.received())
+        except KeyboardInterrupt:
+            print("clean-up cut short", interrupts.received())
+"""
+
+
+@pytest.mark.parametrize(
+    ("script", "expected"),
+    [(_OWED_AT_THE_END, ["next", "command", "ran"]),
+     (_DIRECT_STOP_FIRST, ["cleaned", "up", str(int(signal.SIGTERM))])],
+    ids=["owed-at-the-command's-end", "a-direct-stop-before-the-re-send"],
+)  # fmt: skip
+def test_a_re_sent_stop_is_sent_once_and_only_while_its_command_runs(script, expected):
+    """The stop re-sent 5 ms after a handler ran in a finalizer was sent whatever came
+    meanwhile: pending at a command's end, it stopped the next command of the process;
+    after a second, direct stop, it came during that stop's clean-up (a second Ctrl-C)
+    and its signal gave the exit status."""
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True,
+                       text=True, timeout=60)  # fmt: skip
+    assert r.stdout.split() == expected, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
