@@ -27,7 +27,7 @@ from shrink.prediction import Prediction
 from shrink.providers import TargetSettings, make_provider
 from shrink.replay.cluster import ClusterSpec
 from shrink.report.build import write_report
-from shrink.run_inputs import RunInputs, target_settings
+from shrink.run_inputs import RunInputs, check_recorded_files, target_settings
 from shrink.share import Share
 from shrink.target import GeneratorPlacement
 from shrink.trace import Trace
@@ -191,6 +191,7 @@ def _measure_full(
     trace_path = Path(trace) if trace else Path(inputs["trace"])
     full_trace = _named_trace(pred, trace_path, max_body) if not trace else None
     full_trace = full_trace or Trace.read_parquet(trace_path, max_body=max_body)
+    check_recorded_files(inputs, server=server)
     settings = target_settings(inputs, server=server, cluster=cluster)
     provider = make_provider(settings, run_dir=out / "runs-full", trace=full_trace)
     plan = full_run_plan(inputs)

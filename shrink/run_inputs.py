@@ -10,6 +10,7 @@ prediction's runs ran.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from shrink.autolevels import AutoPlan, SweepScaling
+from shrink.errors import ParameterError
 from shrink.loadcurve import LoadCurve
 from shrink.prediction import Prediction
 from shrink.providers import TargetSettings
@@ -24,7 +26,7 @@ from shrink.replay.cluster import ClusterSpec
 from shrink.target import GeneratorPlacement
 from shrink.testbed.recipe import BUILTIN_RECIPES
 
-__all__ = ["RunInputs", "record_inputs", "target_settings"]
+__all__ = ["RunInputs", "check_recorded_files", "record_inputs", "target_settings"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,7 @@ def record_inputs(
         # the trace seconds every level looped (a controlled load), for the full run
         "loop_window": measured.meta.get("loop_window"),
     }
+    pred.inputs["fingerprints"] = _fingerprints(pred.inputs)
     _record_server(pred, provider, measured)
     pred.whatif = inputs.whatif
 
@@ -82,6 +85,92 @@ def _absolute(path: str | Path) -> str:
     folder it runs in (a prediction of ``tcp.parquet`` validated from another folder said
     "tcp.parquet: no such file", or measured another folder's file of that name)."""
     return os.path.abspath(path)
+
+
+# The files besides the trace a prediction names, as validate reads them back: what each
+# is, and what to do when the one at its path is not the one predict read.
+_AGAIN = "validate has no option for it: put back the one predict read, or predict again"
+_FILES = {
+    "target": ("simulator spec (--target sim:)", _AGAIN),
+    "machine": ("machine file (--machine)", _AGAIN),
+    "docroot": ("document root (--docroot)", _AGAIN),
+    "server": ("server recipe (--server)", "give the recipe with --server"),
+}
+_WHOLE = 1 << 20  # a document root's files hashed whole up to this size; larger, by size
+
+
+def _recorded_path(inputs: Mapping[str, Any], key: str) -> str | None:
+    """The file ``inputs[key]`` names, or None: the testbed, this machine, a built-in recipe."""
+    value = inputs.get(key)
+    if not isinstance(value, str) or value in ("this", "testbed", *BUILTIN_RECIPES):
+        return None
+    if key == "target":
+        return value[4:] if value.startswith("sim:") else None
+    return value
+
+
+def file_fingerprint(path: str | Path) -> str | None:
+    """A file's bytes hashed (a folder's: each file's name, size and, up to 1 MiB, bytes),
+    as a trace's rows are; None if nothing is there."""
+    p = Path(path)
+    h = hashlib.sha256()
+    if p.is_dir():
+        for here, dirs, files in os.walk(p):
+            dirs.sort()
+            for name in sorted(files):
+                _hash_member(h, p, Path(here, name))
+    elif p.is_file():
+        h.update(p.read_bytes())
+    else:
+        return None
+    return h.hexdigest()[:16]
+
+
+def _hash_member(h: Any, folder: Path, f: Path) -> None:
+    """One file of a folder into ``h``: one that cannot be read (a dangling link, no
+    permission) adds its name alone."""
+    h.update(f"{f.relative_to(folder)}\0".encode())
+    try:
+        size = f.stat().st_size
+        h.update(f"{size}\0".encode())
+        if size <= _WHOLE:
+            h.update(f.read_bytes())
+    except OSError:
+        pass
+
+
+def _fingerprints(inputs: Mapping[str, Any]) -> dict[str, str]:
+    """Each file (or folder) besides the trace that ``inputs`` names, fingerprinted."""
+    out = {}
+    for key in _FILES:
+        path = _recorded_path(inputs, key)
+        fp = None if path is None else file_fingerprint(path)
+        if fp is not None:
+            out[key] = fp
+    return out
+
+
+def check_recorded_files(inputs: Mapping[str, Any], *, server: str | None = None) -> None:
+    """Refuse, before anything runs, a file ``inputs`` names (the simulator's spec, the
+    machine, the document root, the server recipe unless ``server`` replaces it) that is
+    gone or not the one predict read: a copied prediction folder names them by the paths
+    predict saw, and validate read whatever was there now."""
+    recorded = inputs.get("fingerprints")
+    if not isinstance(recorded, Mapping):
+        return  # an older prediction: nothing to check against
+    for key, (what, give) in _FILES.items():
+        path = _recorded_path(inputs, key)
+        if path is None or key not in recorded or (key == "server" and server):
+            continue
+        now = file_fingerprint(path)
+        if now is None:
+            raise ParameterError(f"{path}: no such file (the {what} prediction.json names): {give}")
+        if now != recorded[key]:
+            raise ParameterError(
+                f"{path}: not the {what} this prediction read (its fingerprint is {now}, "
+                f"the prediction's {recorded[key]}): it changed since predict, or the "
+                f"prediction was copied from another folder or machine; {give}"
+            )
 
 
 def _record_server(pred: Prediction, provider: Any, measured: LoadCurve) -> None:

@@ -179,3 +179,57 @@ def test_a_copied_prediction_whose_trace_path_holds_another_file_is_refused_befo
         assert f"{path}: {said}" in r.output and "--trace" in r.output, r.output
         assert not (tmp_path / "full-curve.json").exists()
         assert not (tmp_path / "validation.json").exists()
+
+
+def test_a_copied_prediction_whose_spec_or_machine_path_holds_another_file_is_refused(
+    tmp_path, predicted
+):
+    """predict's other files (the simulator's spec, the machine) were read back from the
+    paths predict saw with no check: a copied prediction folder measured whatever file
+    is now there. Each is fingerprinted as the trace is, and refused before any run."""
+    pred, _ = predicted
+    for name in ("prediction.json", "predicted-curve.json", "measured-curve.json"):
+        shutil.copy(pred.parent / name, tmp_path / name)
+    doc = json.loads((tmp_path / "prediction.json").read_text())
+    assert set(doc["inputs"]["fingerprints"]) == {"target", "machine"}
+    edited = tmp_path / "m.toml"
+    edited.write_text(SPEC.read_text() + "\n# edited\n")
+    cases = {
+        "machine": (str(edited), "machine file (--machine)"),
+        "target": (f"sim:{edited}", "simulator spec (--target sim:)"),
+    }
+    for key, (value, what) in cases.items():
+        bad = {**doc["inputs"], key: value}
+        (tmp_path / "prediction.json").write_text(json.dumps({**doc, "inputs": bad}))
+        r = CliRunner().invoke(app, ["validate", str(tmp_path / "prediction.json")])
+        assert r.exit_code == 1, r.output
+        assert f"{edited}: not the {what} this prediction read" in r.output, r.output
+        assert "put back the one predict read, or predict again" in r.output, r.output
+        assert not (tmp_path / "validation.json").exists()
+    gone = {**doc["inputs"], "machine": str(tmp_path / "gone.toml")}
+    (tmp_path / "prediction.json").write_text(json.dumps({**doc, "inputs": gone}))
+    r = CliRunner().invoke(app, ["validate", str(tmp_path / "prediction.json")])
+    assert r.exit_code == 1 and "gone.toml: no such file (the machine file" in r.output, r.output
+
+
+@pytest.mark.compute
+def test_a_changed_docroot_or_recipe_is_refused_unless_another_recipe_is_given(tmp_path):
+    from shrink.errors import ParameterError
+    from shrink.run_inputs import check_recorded_files, file_fingerprint
+
+    docroot, recipe = tmp_path / "www", tmp_path / "r.toml"
+    (docroot / "a").mkdir(parents=True)
+    (docroot / "a" / "p.php").write_text("<?php echo 1;")
+    recipe.write_text("name = 'x'\n")
+    inputs = {"target": "testbed", "docroot": str(docroot), "server": str(recipe)}
+    inputs["fingerprints"] = {"docroot": file_fingerprint(docroot),
+                              "server": file_fingerprint(recipe)}  # fmt: skip
+    check_recorded_files(inputs)
+    (docroot / "a" / "p.php").write_text("<?php echo 2;")
+    with pytest.raises(ParameterError, match=r"www: not the document root \(--docroot\)"):
+        check_recorded_files(inputs)
+    (docroot / "a" / "p.php").write_text("<?php echo 1;")
+    recipe.write_text("name = 'y'\n")
+    with pytest.raises(ParameterError, match="give the recipe with --server"):
+        check_recorded_files(inputs)
+    check_recorded_files(inputs, server="nginx-php-fpm")  # another recipe: not read
