@@ -208,6 +208,39 @@ def test_replay_stopped_and_continued_says_it_was_stopped(tmp_path: Path, fake, 
     assert "other work on its CPU delays it" not in err  # (the hint is for other work)
 
 
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_a_run_of_two_engine_processes_stopped_by_job_control_says_it_was_stopped(
+    tmp_path: Path, fake, engine
+) -> None:
+    """Ctrl-Z stops the whole process group: with `--processes 2` the engines run in
+    processes of their own, which this one's watcher cannot speak for, and the stop was
+    said to be a send lag, "other work on its CPU" to blame. Each engine process now
+    watches itself."""
+    if engine == "native" and not native.available():
+        pytest.skip("the native core is not built")
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    if len(cpus) < 2:
+        pytest.skip("two CPUs needed")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shrink", "replay", "--target", fake, "--rate", "300",
+         "--path", "/x", "--duration", "3s", "--generator-cpus", ",".join(map(str, cpus)),
+         "--processes", "2", "--engine", engine, "--realtime", "0", "--no-awake",
+         "-o", str(tmp_path / "r.parquet")],
+        env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, process_group=0,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while len(list(tmp_path.glob("*part*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)  # (the parts' temporary files: made before the run's zero)
+    time.sleep(1.0)  # (inside the run, whatever the load: its zero comes after the parts')
+    os.killpg(proc.pid, signal.SIGTSTP)  # (a group with a parent in this session: it stops)
+    time.sleep(1.0)
+    os.killpg(proc.pid, signal.SIGCONT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "shrink itself was stopped, by a signal or job control, for " in out, out + err
+    assert "other work on its CPU delays it" not in err
+
+
 def test_a_sweep_whose_level_was_stopped_says_so_and_gives_no_other_work_hint(capsys) -> None:
     from helpers.fake_targets import steady_trace
 

@@ -36,6 +36,7 @@ from shrink.replay.contract import StopOn
 from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
 from shrink.replay.engine_parts import EngineRun, parts_say, say_lost
 from shrink.replay.spin_count import running_spinners
+from shrink.replay.stopwatch import Continued, StopWatch, note_stop
 from shrink.replay.waiting import let_go
 from shrink.replay.writer import RunLogWriter
 from shrink.runlog import RunLog
@@ -238,6 +239,7 @@ def _child(
         writer = RunLogWriter(path, meta)
         # (after the schedule is built: that CPU work need not preempt the neighbours)
         set_realtime(realtime)
+        watch: list[StopWatch] = []  # this process's own: a stop of it is said as such
 
         def ready() -> float:
             gc.collect()
@@ -251,11 +253,17 @@ def _child(
             # the stopped command hung at its exit joining it.
             held = signal.pthread_sigmask(signal.SIG_UNBLOCK, interrupts.handled())
             try:
-                return float(pipe.recv())
+                t0 = float(pipe.recv())
             finally:
                 signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            watch.append(StopWatch(t0 + params["horizon"]))
+            with normal_priority():  # (called from the engine's send thread, maybe SCHED_FIFO)
+                watch[0].start()
+            return t0
 
-        stats = engine(sched, config, writer, on_ready=ready)
+        with Continued() as continued:
+            stats = engine(sched, config, writer, on_ready=ready)
+        stats = note_stop(stats, watch, continued.count)
         if writer.error is not None:
             raise writer.error
         pipe.send(("done", stats))

@@ -25,7 +25,14 @@ from shrink import interrupts
 from shrink.procfs import run_queue_wait_us
 from shrink.target import GeneratorCheck
 
-__all__ = ["STOPPED_GAP", "Continued", "StopWatch", "flag_if_stopped", "stopped_for"]
+__all__ = [
+    "STOPPED_GAP",
+    "Continued",
+    "StopWatch",
+    "flag_if_stopped",
+    "note_stop",
+    "stopped_for",
+]
 
 
 # A gap this long between a watcher's wake-ups (50 ms apart) is a process that did not
@@ -109,6 +116,22 @@ def stopped_for(stats: Iterable[Any], missed: float, continued: int | None) -> f
     if saw > 0:
         return float(saw)
     return missed if continued else 0.0
+
+
+def note_stop(stats: Any, watch: list[StopWatch], continued: int | None) -> Any:
+    """An engine process's ``stats`` with the time it is known to have been stopped
+    (:func:`stopped_for`, from its own ``watch`` and SIGCONTs) as its loop's
+    ``stopped_us``: its parent's watcher cannot tell (the engine processes may run on
+    while the parent alone is stopped), and a Ctrl-Z in a `--processes 2` run was said to
+    be a send lag with "other work on its CPU" to blame."""
+    if not watch:
+        return stats  # stopped before the run's zero
+    watch[0].stop.set()
+    stopped = stopped_for([stats], watch[0].missed, continued)
+    if stopped <= 0:
+        return stats
+    loop = {**_loop(stats), "stopped_us": int(stopped * 1e6)}
+    return replace(stats, extra={**(getattr(stats, "extra", None) or {}), "loop": loop})
 
 
 def _loop(stats: Any) -> dict[str, Any]:
