@@ -18,6 +18,7 @@ __all__ = [
     "host_moved",
     "load_dependence",
     "self_checks",
+    "stopped_levels",
     "thin_tails",
 ]
 
@@ -68,6 +69,9 @@ def self_checks(curve: LoadCurve, limits: Mapping[str, float]) -> dict[str, Any]
         # Of those, the ones still over a threshold by their stall bound (never a MAT: a hint).
         "levels_stalled_over": {k: v for k, v in stalled.items() if v},
         "repetitions_excluded": reps_out,
+        # [level, seconds]: where shrink itself was stopped (Ctrl-Z, SIGSTOP) in a
+        # repetition left out, which that stop made late
+        "levels_stopped": [[lv, s] for lv, s in stopped_levels(curve).items()],
         "max_utilization": umax,
         "utilization_reached": bool(umax is not None and umax >= 0.85),
         "usable_levels": len(curve.usable()),
@@ -78,6 +82,28 @@ def self_checks(curve: LoadCurve, limits: Mapping[str, float]) -> dict[str, Any]
         # A controlled load: offered load rises with the level, ~linearly.
         **{k: v for k, v in offered_check(curve).items() if k != "offered"},
     }
+
+
+def stopped_levels(curve: LoadCurve) -> dict[float, float]:
+    """Level -> the longest time shrink itself is known to have been stopped (a signal, job
+    control) in one of its repetitions left out as behind, where that stop made it late
+    (:func:`shrink.replay.selfcheck.stop_explains`): "fell behind" alone read as the
+    generator's host or CPU."""
+    from shrink.replay.selfcheck import stop_explains
+
+    limit = curve.sweep.generator.lag_limit
+    out: dict[float, float] = {}
+    for lv in curve.levels:
+        stops = [
+            float(r.generator_stopped)
+            for r in lv.reps
+            if r.generator_behind
+            and r.generator_stopped
+            and stop_explains(r.generator_stopped, limit)
+        ]
+        if stops:
+            out[float(lv.level)] = max(stops)
+    return out
 
 
 def crowded_levels(curve: LoadCurve) -> dict[float, float]:

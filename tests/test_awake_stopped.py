@@ -513,3 +513,36 @@ def test_a_loops_wait_on_the_clock_is_not_a_saturated_generator() -> None:
         log, (0.0, 1.0), EngineRun([working], 0.0, None), 1.0, ([], None)
     )
     assert check.behind and "generator CPU 96% of a core > 90%" in check.reason
+
+
+def test_a_prediction_s_report_says_which_level_shrink_was_stopped_in() -> None:
+    """predict re-ran a repetition that a Ctrl-Z made late, and its report said only "1
+    repetition(s) where it fell behind were left out": which level the stop hit, and that
+    it was a stop (not the generator's host), was said nowhere."""
+    from helpers.fake_targets import steady_trace
+
+    from shrink.measure import sweep
+    from shrink.replay.fake import FakeEngine
+    from shrink.replay.live import LiveTarget
+    from shrink.report.sections.self_checks import _generator_items
+    from shrink.report.tables import level_table
+    from shrink.selfchecks import self_checks
+    from shrink.target import GeneratorPlacement
+
+    cpu = min(os.sched_getaffinity(0))
+    placement = GeneratorPlacement(cpus=(cpu,), engine=FakeEngine(), realtime=0, awake=False)
+    target = LiveTarget([("127.0.0.1", 9)], generator=placement, idle_bound=0.0)
+    curve = sweep(target, steady_trace(), [1.0, 2.0], reps=2, warmup=0.0, duration=0.1)
+    late = {"generator_behind": True, "send_lag_p99": 0.6, "generator_stopped": 1.06}
+    curve.levels[1].reps[0] = replace(curve.levels[1].reps[0], **late)
+    checks = self_checks(curve, {})
+    assert checks["levels_stopped"] == [[2.0, 1.06]]
+    text = _generator_items(checks)[0][1]
+    assert "shrink itself was stopped, by a signal or job control, at level 2 for 1.1 s" in text
+    cells = [row[-1] for row in level_table(curve, {})[1]]
+    assert cells == ["kept up", "kept up in 1 of 2 repetitions (the others excluded; shrink "
+                     "itself was stopped for 1.1 s in one)"]  # fmt: skip
+    # a repetition late for another cause is said as before
+    curve.levels[1].reps[0] = replace(curve.levels[1].reps[0], generator_stopped=None)
+    assert self_checks(curve, {})["levels_stopped"] == []
+    assert level_table(curve, {})[1][1][-1].endswith("(the others excluded)")

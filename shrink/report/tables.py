@@ -48,7 +48,9 @@ def _errors_cell(lv: Level) -> str:
     return f"**{text}: failed, excluded**" if lv.failed else text
 
 
-def _generator_cell(lv: Level, limits: dict[str, float]) -> str:
+def _generator_cell(lv: Level, limits: dict[str, float], stopped: float | None = None) -> str:
+    """``stopped``: the longest time shrink itself was stopped in a repetition left out."""
+    stop = f"shrink itself was stopped for {stopped:.2g} s" if stopped else ""
     if lv.generator_behind:
         over = [
             STAT_NAME.get(s, s)
@@ -61,11 +63,11 @@ def _generator_cell(lv: Level, limits: dict[str, float]) -> str:
                 f"**stalled** (longest send lag {seconds_text(max(lags))}): excluded, but over the "
                 f"{' and '.join(over)} threshold even without twice that"
             )
-        return "**fell behind: excluded**"
+        return f"**{stop or 'fell behind'}: excluded**"
     if lv.reps_behind:
         return (
             f"kept up in {len(lv.reps) - lv.reps_behind} of {len(lv.reps)} "
-            "repetitions (the others excluded)"
+            f"repetitions (the others excluded{'; ' + stop + ' in one' if stop else ''})"
         )
     return "kept up"
 
@@ -83,6 +85,9 @@ def level_table(curve: LoadCurve, limits: dict[str, float]) -> tuple[list[str], 
         "send lag p99",
         "generator",
     ]
+    from shrink.selfchecks import stopped_levels
+
+    stops = stopped_levels(curve)
     rows = []
     for lv in curve.levels:
         lag = [r.send_lag_p99 for r in lv.reps if r.send_lag_p99 is not None]
@@ -97,7 +102,7 @@ def level_table(curve: LoadCurve, limits: dict[str, float]) -> tuple[list[str], 
                 seconds_text(lv.stat("p999")[0]),
                 _errors_cell(lv),
                 seconds_text(max(lag)) if lag else "-",
-                _generator_cell(lv, limits),
+                _generator_cell(lv, limits, stops.get(float(lv.level))),
             ]
         )
     return headers, rows

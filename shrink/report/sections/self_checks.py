@@ -141,6 +141,17 @@ def _speed_items(share: Share | None, merr: dict[str, Any] | None = None) -> lis
     return [["Share's speed", text]]
 
 
+def _stopped_levels_text(stopped: list[list[float]]) -> str:
+    """Where shrink itself was stopped in a repetition left out ([level, seconds] each)."""
+    if not stopped:
+        return ""
+    where = ", ".join(f"level {level_text(lv)} for {s:.2g} s" for lv, s in stopped)
+    return (
+        f" (shrink itself was stopped, by a signal or job control, at {where}: those sends "
+        "went out late, not by the host's doing nor the server's)"
+    )
+
+
 def _generator_items(checks: dict[str, Any]) -> list[list[str]]:
     """Whether the load generator kept to its schedule, and where it ran."""
     items = []
@@ -158,6 +169,7 @@ def _generator_items(checks: dict[str, Any]) -> list[list[str]]:
                 if checks.get("repetitions_excluded")
                 else ""
             )
+            + _stopped_levels_text(checks.get("levels_stopped") or [])
             + _stalled_text(checks.get("levels_stalled_over") or {})
             + (
                 f" (replay engine: {checks['generator_engine']})"
