@@ -17,7 +17,7 @@ from shrink._version import __version__
 from shrink.atomic import make_dirs
 from shrink.autolevels import AutoPlan, Pairing, auto_sweep
 from shrink.defaults import MAX_BODY
-from shrink.errors import ParameterError, ShrinkError, TraceFormatError, WriteError
+from shrink.errors import OptionError, ParameterError, ShrinkError, TraceFormatError, WriteError
 from shrink.loadcurve import LoadCurve
 from shrink.mat import MATResult
 from shrink.measure import SweepInterrupted
@@ -189,8 +189,7 @@ def _measure_full(
     leaves its levels on the error, for the CLI to keep a summary of them."""
     inputs = pred.inputs or {}
     trace_path = Path(trace) if trace else Path(inputs["trace"])
-    full_trace = _named_trace(pred, trace_path, max_body) if not trace else None
-    full_trace = full_trace or Trace.read_parquet(trace_path, max_body=max_body)
+    full_trace = _named_trace(pred, trace_path, max_body, given=bool(trace))
     check_recorded_files(inputs, server=server)
     settings = target_settings(inputs, server=server, cluster=cluster)
     provider = make_provider(settings, run_dir=out / "runs-full", trace=full_trace)
@@ -229,11 +228,24 @@ def _measure_full(
     return full
 
 
-def _named_trace(pred: Prediction, path: Path, max_body: int) -> Trace:
-    """The trace ``prediction.json`` names, read, and the one predict measured: a copied
-    prediction folder (another machine, a moved project) names a path that may be gone,
-    or hold another file, which validate measured at full scale for the minutes that
-    takes and only then said its trace differs."""
+def _named_trace(pred: Prediction, path: Path, max_body: int, *, given: bool = False) -> Trace:
+    """The trace ``prediction.json`` names (or the one ``given`` with --trace), read, and
+    the one predict measured: a copied prediction folder (another machine, a moved
+    project) names a path that may be gone, or hold another file, which validate measured
+    at full scale for the minutes that takes and only then said its trace differs; so
+    did a --trace naming another trace."""
+    if given:
+        full_trace = Trace.read_parquet(path, max_body=max_body)
+        recorded = (pred.trace or {}).get("fingerprint")
+        if recorded and full_trace.fingerprint() != recorded:
+            raise OptionError(
+                "--trace",
+                f"{path}: not the trace this prediction measured (its rows' fingerprint is "
+                f"{full_trace.fingerprint()}, the prediction's {recorded}): a validation "
+                "measures the workload predict measured; give that trace (a copy or a move "
+                "of it is the same)",
+            )
+        return full_trace
     if not path.exists():
         # an older prediction.json names the trace as it was typed, relative to the
         # folder predict ran in: "t.parquet: no such file" named a file never given here

@@ -181,6 +181,28 @@ def test_a_copied_prediction_whose_trace_path_holds_another_file_is_refused_befo
         assert not (tmp_path / "validation.json").exists()
 
 
+def test_a_trace_given_with_trace_that_is_not_the_predicted_one_is_refused_before_measuring(
+    tmp_path, predicted
+):
+    """validate --trace OTHER measured OTHER at full scale, for the minutes that takes, and
+    only then said the traces differ. It is refused first; a copy of the predicted trace
+    (a moved project) is the same trace and is taken."""
+    pred, _ = predicted
+    other = tmp_path / "other.parquet"
+    _ok("synth", "tcp", "--rate", "1000", "--duration", "12s", "--seed", "2", "-o", str(other))
+    out = tmp_path / "v"
+    r = CliRunner().invoke(
+        app, ["validate", str(pred), "--trace", str(other), "-o", str(out)], terminal_width=250
+    )
+    assert r.exit_code == 2, r.output
+    assert "--trace" in r.output and "not the trace this prediction measured" in r.output
+    assert not out.exists() or not any(out.iterdir()), r.output
+    moved = tmp_path / "moved.parquet"
+    shutil.copy(pred.parent.parent / "t.parquet", moved)
+    r = CliRunner().invoke(app, ["validate", str(pred), "--trace", str(moved), "-o", str(out)])
+    assert r.exit_code in (0, 99), r.output
+
+
 def test_a_copied_prediction_whose_spec_or_machine_path_holds_another_file_is_refused(
     tmp_path, predicted
 ):
