@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,8 +116,11 @@ def file_fingerprint(path: str | Path) -> str | None:
     p = Path(path)
     h = hashlib.sha256()
     if p.is_dir():
-        for here, dirs, files in os.walk(p):
-            dirs.sort()
+        seen = {os.path.realpath(p)}
+        for here, dirs, files in os.walk(p, followlinks=True):
+            # a linked folder is served as its target is: followed, each real folder once
+            # (a link back up is a loop)
+            dirs[:] = [d for d in sorted(dirs) if _first_visit(seen, Path(here, d))]
             for name in sorted(files):
                 _hash_member(h, p, Path(here, name))
     elif p.is_file():
@@ -131,12 +135,24 @@ def _hash_member(h: Any, folder: Path, f: Path) -> None:
     permission) adds its name alone."""
     h.update(f"{f.relative_to(folder)}\0".encode())
     try:
-        size = f.stat().st_size
-        h.update(f"{size}\0".encode())
-        if size <= _WHOLE:
+        st = f.stat()
+        if not stat.S_ISREG(st.st_mode):
+            h.update(b"not a file\0")  # a FIFO's read waits for a writer forever
+            return
+        h.update(f"{st.st_size}\0".encode())
+        if st.st_size <= _WHOLE:
             h.update(f.read_bytes())
     except OSError:
         pass
+
+
+def _first_visit(seen: set[str], d: Path) -> bool:
+    """Whether the folder ``d`` leads to was not walked yet (and mark it walked)."""
+    real = os.path.realpath(d)
+    if real in seen:
+        return False
+    seen.add(real)
+    return True
 
 
 def _fingerprints(inputs: Mapping[str, Any]) -> dict[str, str]:

@@ -255,3 +255,34 @@ def test_a_changed_docroot_or_recipe_is_refused_unless_another_recipe_is_given(t
     with pytest.raises(ParameterError, match="give the recipe with --server"):
         check_recorded_files(inputs)
     check_recorded_files(inputs, server="nginx-php-fpm")  # another recipe: not read
+
+
+@pytest.mark.compute
+def test_a_docroot_fingerprint_follows_linked_folders_once_and_reads_no_fifo(tmp_path):
+    """A document root's fingerprint read a FIFO in it (its size 0) and waited for a
+    writer forever, at predict's end and before validate's run; and a linked folder (the
+    server serves it as its target) was not walked, so an edit inside it went unseen."""
+    import os
+    import threading
+
+    from shrink.run_inputs import file_fingerprint
+
+    root, elsewhere = tmp_path / "www", tmp_path / "assets"
+    (root / "sub").mkdir(parents=True)
+    elsewhere.mkdir()
+    (root / "index.html").write_text("hi")
+    (elsewhere / "a.css").write_text("a{}")
+    (root / "assets").symlink_to(elsewhere)
+    (root / "sub" / "up").symlink_to(root)  # a loop
+    os.mkfifo(root / "pipe")
+    out: list[str | None] = []
+    t = threading.Thread(target=lambda: out.append(file_fingerprint(root)), daemon=True)
+    t.start()
+    t.join(10)
+    if t.is_alive():  # unblock the read, or the test process never ends
+        with open(root / "pipe", "wb"):
+            pass
+        t.join(10)
+        pytest.fail("the fingerprint read the FIFO in the document root and waited")
+    (elsewhere / "a.css").write_text("b{}")
+    assert file_fingerprint(root) != out[0]
