@@ -219,3 +219,21 @@ def test_the_appendix_gives_the_share_mat_that_shrink_mat_reads(demo_out: Path):
         read = json.loads(r.stdout)
         assert read["mat"] == pytest.approx(pred["measured_mats"][stat]["mat"])
         assert f"{read['mat']:,.0f}" in line, (line, read["mat"])
+
+
+@pytest.mark.compute
+def test_the_share_mat_command_gives_the_threshold_the_mat_was_read_at():
+    """On a CPU-time share the MAT is read at the threshold over the share's scale (0.5 s
+    over 0.3): the command beside it said '--threshold 1.66667s', another threshold, so
+    `shrink mat` read the curve somewhere else than the number it stood beside."""
+    from types import SimpleNamespace
+
+    from shrink.checks import parse_threshold
+    from shrink.report.sections.self_checks import share_mats_text
+
+    for thr in (0.5 / 0.3, 0.1 / 3, 0.0029, 2.0):
+        sp = SimpleNamespace(threshold=thr, mat=1234.0, status="ok", ci=None)
+        line = share_mats_text(SimpleNamespace(measured_mats={"p999": sp}))
+        (given,) = re.findall(r"--threshold (\S+)`", line)
+        assert parse_threshold(given) == thr, (thr, line)
+    assert "--threshold 2s`" in line and "--threshold 2.9ms`" not in line

@@ -73,7 +73,7 @@ def share_mats_text(pred: Any) -> str:
     mats = getattr(pred, "measured_mats", None) or {}
     parts, cmds = [], []
     for s, sp in mats.items():
-        thr = f"{sp.threshold:g}s" if sp.threshold >= 1 else f"{sp.threshold * 1e3:g}ms"
+        thr = threshold_option(sp.threshold)
         mat = mat_text(sp.mat, sp.status, sp.ci)
         parts.append(f"{STAT_NAME.get(s, s)} < {seconds_text(sp.threshold)}: {mat} req/s")
         cmds.append(
@@ -85,6 +85,20 @@ def share_mats_text(pred: Any) -> str:
         f"The share's own MAT, read off these levels: {'; '.join(parts)} "
         f"({' and '.join(cmds)} read the same)."
     )
+
+
+def threshold_option(seconds: float) -> str:
+    """``seconds`` as ``--threshold`` reads it back exactly: a threshold divided by a
+    CPU-time share's scale (0.5 s / 0.3) was written '1.66667s', another threshold,
+    another MAT than the one beside it."""
+    from shrink.checks import parse_threshold
+
+    short = f"{seconds:g}s" if seconds >= 1 else f"{seconds * 1e3:g}ms"
+    exact = (f"{seconds!r}s",) if seconds >= 1 else (f"{seconds * 1e3!r}ms", f"{seconds!r}s")
+    for text in (short, *exact):
+        if parse_threshold(text) == seconds:
+            return text
+    return f"{seconds!r}s"
 
 
 def _extra(pred: Any, key: str) -> dict[str, Any]:
