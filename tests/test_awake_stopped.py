@@ -538,11 +538,45 @@ def test_a_prediction_s_report_says_which_level_shrink_was_stopped_in() -> None:
     checks = self_checks(curve, {})
     assert checks["levels_stopped"] == [[2.0, 1.06]]
     text = _generator_items(checks)[0][1]
-    assert "shrink itself was stopped, by a signal or job control, at level 2 for 1.1 s" in text
+    assert "shrink itself was stopped, by a signal or job control, at level 2 for 1.06 s" in text
     cells = [row[-1] for row in level_table(curve, {})[1]]
     assert cells == ["kept up", "kept up in 1 of 2 repetitions (the others excluded; shrink "
-                     "itself was stopped for 1.1 s in one)"]  # fmt: skip
+                     "itself was stopped for 1.06 s in one)"]  # fmt: skip
     # a repetition late for another cause is said as before
     curve.levels[1].reps[0] = replace(curve.levels[1].reps[0], generator_stopped=None)
     assert self_checks(curve, {})["levels_stopped"] == []
     assert level_table(curve, {})[1][1][-1].endswith("(the others excluded)")
+
+
+def test_a_stop_is_said_in_seconds_and_only_for_the_repetitions_it_made_late() -> None:
+    """A stop of 2 minutes was said 'stopped for 1.2e+02 s' (two significant digits in
+    g form), in the checks and the levels table; and a level none of whose repetitions
+    kept up, one of them stopped and the other late for another cause, was said
+    '**shrink itself was stopped for ... : excluded**', its other late repetition put
+    on the stop too."""
+    from helpers.fake_targets import steady_trace
+
+    from shrink.measure import sweep
+    from shrink.replay.fake import FakeEngine
+    from shrink.replay.live import LiveTarget
+    from shrink.report.sections.self_checks import _generator_items
+    from shrink.report.tables import level_table
+    from shrink.selfchecks import self_checks
+    from shrink.target import GeneratorPlacement
+
+    cpu = min(os.sched_getaffinity(0))
+    placement = GeneratorPlacement(cpus=(cpu,), engine=FakeEngine(), realtime=0, awake=False)
+    target = LiveTarget([("127.0.0.1", 9)], generator=placement, idle_bound=0.0)
+    curve = sweep(target, steady_trace(), [1.0, 2.0], reps=2, warmup=0.0, duration=0.1)
+    stopped = {"generator_behind": True, "send_lag_p99": 0.6, "generator_stopped": 123.4}
+    curve.levels[1].reps[0] = replace(curve.levels[1].reps[0], **stopped)
+    text = _generator_items(self_checks(curve, {}))[0][1]
+    assert "at level 2 for 123 s" in text and "e+02" not in text, text
+    cell = level_table(curve, {})[1][1][-1]
+    assert cell.endswith("(the others excluded; shrink itself was stopped for 123 s in one)")
+    late = {"generator_behind": True, "send_lag_p99": 0.6, "generator_stopped": None}
+    curve.levels[1].reps[1] = replace(curve.levels[1].reps[1], **late)
+    cell = level_table(curve, {})[1][1][-1]
+    assert cell == "**fell behind: excluded** (shrink itself was stopped for 123 s in one)"
+    curve.levels[1].reps[1] = replace(curve.levels[1].reps[1], **stopped)
+    assert level_table(curve, {})[1][1][-1] == "**shrink itself was stopped for 123 s: excluded**"

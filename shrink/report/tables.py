@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from shrink.loadcurve import Level, LoadCurve
@@ -48,9 +50,12 @@ def _errors_cell(lv: Level) -> str:
     return f"**{text}: failed, excluded**" if lv.failed else text
 
 
-def _generator_cell(lv: Level, limits: dict[str, float], stopped: float | None = None) -> str:
-    """``stopped``: the longest time shrink itself was stopped in a repetition left out."""
-    stop = f"shrink itself was stopped for {stopped:.2g} s" if stopped else ""
+def _generator_cell(lv: Level, limits: dict[str, float], stopped: list[float] | None = None) -> str:
+    """``stopped``: how long shrink itself was stopped in each repetition a stop made late."""
+    stop = ""
+    if stopped:
+        within = "" if len(stopped) == len(lv.reps) else f" in {_count(len(stopped))}"
+        stop = f"shrink itself was stopped for {seconds_text(max(stopped))}{within}"
     if lv.generator_behind:
         over = [
             STAT_NAME.get(s, s)
@@ -63,13 +68,19 @@ def _generator_cell(lv: Level, limits: dict[str, float], stopped: float | None =
                 f"**stalled** (longest send lag {seconds_text(max(lags))}): excluded, but over the "
                 f"{' and '.join(over)} threshold even without twice that"
             )
-        return f"**{stop or 'fell behind'}: excluded**"
+        if stop and len(stopped or ()) == len(lv.reps):
+            return f"**{stop}: excluded**"
+        return "**fell behind: excluded**" + (f" ({stop})" if stop else "")
     if lv.reps_behind:
         return (
             f"kept up in {len(lv.reps) - lv.reps_behind} of {len(lv.reps)} "
-            f"repetitions (the others excluded{'; ' + stop + ' in one' if stop else ''})"
+            f"repetitions (the others excluded{'; ' + stop if stop else ''})"
         )
     return "kept up"
+
+
+def _count(n: int) -> str:
+    return "one" if n == 1 else str(n)
 
 
 def level_table(curve: LoadCurve, limits: dict[str, float]) -> tuple[list[str], list]:
@@ -85,9 +96,9 @@ def level_table(curve: LoadCurve, limits: dict[str, float]) -> tuple[list[str], 
         "send lag p99",
         "generator",
     ]
-    from shrink.selfchecks import stopped_levels
+    from shrink.replay.selfcheck import stop_explains
 
-    stops = stopped_levels(curve)
+    limit = curve.sweep.generator.lag_limit
     rows = []
     for lv in curve.levels:
         lag = [r.send_lag_p99 for r in lv.reps if r.send_lag_p99 is not None]
@@ -102,7 +113,17 @@ def level_table(curve: LoadCurve, limits: dict[str, float]) -> tuple[list[str], 
                 seconds_text(lv.stat("p999")[0]),
                 _errors_cell(lv),
                 seconds_text(max(lag)) if lag else "-",
-                _generator_cell(lv, limits, stops.get(float(lv.level))),
+                _generator_cell(lv, limits, _stops(lv, limit, stop_explains)),
             ]
         )
     return headers, rows
+
+
+def _stops(lv: Level, limit: float | None, explains: Any) -> list[float]:
+    """The times shrink itself was stopped in ``lv``'s repetitions left out as behind,
+    where that stop made them late (:func:`shrink.selfchecks.stopped_levels`, each)."""
+    return [
+        float(r.generator_stopped)
+        for r in lv.reps
+        if r.generator_behind and r.generator_stopped and explains(r.generator_stopped, limit)
+    ]

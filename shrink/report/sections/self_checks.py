@@ -159,7 +159,7 @@ def _stopped_levels_text(stopped: list[list[float]]) -> str:
     """Where shrink itself was stopped in a repetition left out ([level, seconds] each)."""
     if not stopped:
         return ""
-    where = ", ".join(f"level {level_text(lv)} for {s:.2g} s" for lv, s in stopped)
+    where = ", ".join(f"level {level_text(lv)} for {seconds_text(s)}" for lv, s in stopped)
     return (
         f" (shrink itself was stopped, by a signal or job control, at {where}: those sends "
         "went out late, not by the host's doing nor the server's)"
