@@ -580,3 +580,27 @@ def test_a_stop_is_said_in_seconds_and_only_for_the_repetitions_it_made_late() -
     assert cell == "**fell behind: excluded** (shrink itself was stopped for 123 s in one)"
     curve.levels[1].reps[1] = replace(curve.levels[1].reps[1], **stopped)
     assert level_table(curve, {})[1][1][-1] == "**shrink itself was stopped for 123 s: excluded**"
+
+
+@pytest.mark.compute
+def test_an_engine_process_stopped_past_the_run_s_zero_says_so() -> None:
+    """An engine process of its own watches itself from the zero its parent hands it:
+    a Ctrl-Z in the moment between the parent's choosing the zero and the process's
+    reading it held it past the zero, its first sends that late, and its watcher (started
+    only then) saw no gap: the stop went unsaid, the lag put on other work."""
+    from dataclasses import dataclass, field
+
+    from shrink.replay.stopwatch import note_stop, zero_watch
+
+    @dataclass(frozen=True)
+    class Stats:
+        extra: dict = field(default_factory=dict)
+
+    stats = Stats({"loop": {"sent": 10}})
+    watch = zero_watch(time.monotonic() - 2.0, 10.0)  # read 2 s after the zero
+    said = note_stop(stats, [watch], 1)
+    assert said.extra["loop"]["stopped_us"] == pytest.approx(2e6, rel=0.05), said.extra
+    assert said.extra["loop"]["sent"] == 10
+    # late with no SIGCONT (a slow start, not a stop), or read in time: nothing said
+    assert note_stop(stats, [zero_watch(time.monotonic() - 2.0, 10.0)], 0) is stats
+    assert note_stop(stats, [zero_watch(time.monotonic() + 0.1, 10.0)], 1) is stats

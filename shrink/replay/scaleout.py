@@ -36,7 +36,7 @@ from shrink.replay.contract import StopOn
 from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
 from shrink.replay.engine_parts import EngineRun, parts_say, say_lost
 from shrink.replay.spin_count import running_spinners
-from shrink.replay.stopwatch import Continued, StopWatch, note_stop
+from shrink.replay.stopwatch import Continued, StopWatch, note_stop, zero_watch
 from shrink.replay.waiting import let_go
 from shrink.replay.writer import RunLogWriter
 from shrink.runlog import RunLog
@@ -256,7 +256,7 @@ def _child(
                 t0 = float(pipe.recv())
             finally:
                 signal.pthread_sigmask(signal.SIG_SETMASK, held)
-            watch.append(StopWatch(t0 + params["horizon"]))
+            watch.append(zero_watch(t0, params["horizon"]))
             with normal_priority():  # (called from the engine's send thread, maybe SCHED_FIFO)
                 watch[0].start()
             return t0

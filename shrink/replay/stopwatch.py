@@ -32,6 +32,7 @@ __all__ = [
     "flag_if_stopped",
     "note_stop",
     "stopped_for",
+    "zero_watch",
 ]
 
 
@@ -68,6 +69,18 @@ class StopWatch(threading.Thread):
             last, waited = now, wait
             if now > self.until:
                 return
+
+
+def zero_watch(t0: float, horizon: float) -> StopWatch:
+    """A watcher of a run whose zero ``t0`` this process was just told (not started): a
+    stop that held it past the zero (Ctrl-Z in the moment between the parent's choosing it
+    and this process's reading it) is counted as missed from the zero on, since the run's
+    first sends went out that late; the watcher itself sees only what comes after."""
+    watch = StopWatch(t0 + horizon)
+    late = monotonic() - t0
+    if late > 0.15:  # (as the watcher's own wake-ups: a moment's lateness is no stop)
+        watch.missed = late
+    return watch
 
 
 def _run_delay() -> float | None:
