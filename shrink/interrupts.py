@@ -68,6 +68,9 @@ _last = [int(signal.SIGINT)]
 _taken: list[signal.Signals] = []
 _depth = [0]
 _pending = [False]
+# Whether a command's work has ended (its outermost working() block): a stop from then on
+# is the command's no more, even one whose handler runs late (see :func:`_stop`).
+_done = [False]
 # Open deferred() blocks, and a stop signal that came inside one, held.
 _defer = [0]
 _held = [False]
@@ -113,6 +116,12 @@ def _stop(signum: int, frame: FrameType | None) -> None:
     if not signum:
         return  # the re-sent stop, which a direct one already raised
     note(signum)
+    if _depth[0] == 0 and _done[0]:
+        # A stop that came in the work's last moment, its handler run at the first check
+        # past the outermost block's end (its depth already 0): it was said "before the
+        # command started: nothing was written", its outputs written, and the next
+        # working() refused. Ignored, as one a moment later is.
+        return
     if _depth[0] == 0:
         # Kept until the work would begin: a handler that runs inside a callback of
         # the import system (or a finalizer) has its exception dropped.
@@ -220,6 +229,7 @@ def install() -> None:
         return
     if not _taken:
         _taken.extend(handled())
+    _done[0] = False  # (a command of its own: a stop before its work is NotStarted)
     sys.unraisablehook = _unraisable
     _take(_stop)
 
@@ -269,6 +279,7 @@ def working() -> Iterator[None]:
     try:
         yield
     finally:
+        _done[0] = _depth[0] == 1  # (before the depth: no handler runs in between)
         _depth[0] -= 1
         if _depth[0] == 0:
             _forget_owed()

@@ -370,3 +370,37 @@ def test_a_re_sent_stop_is_sent_once_and_only_while_its_command_runs(script, exp
                        text=True, timeout=60)  # fmt: skip
     assert r.stdout.split() == expected, r.stdout + r.stderr
     assert "Traceback" not in r.stderr, r.stderr
+
+
+_HANDLED_PAST_THE_END = """
+import signal
+from shrink import interrupts
+
+interrupts.install()
+with interrupts.working():
+    pass
+# A stop delivered in the work's last moment (a re-sent one the thread sent while the
+# depth was still 1, or a Ctrl-C) has its handler run at the first check of the eval
+# loop, which comes past working()'s depth -= 1: as that late handler runs.
+try:
+    interrupts._stop(int(signal.SIGTERM), None)
+    print("ignored")
+except interrupts.NotStarted:
+    print("NotStarted")
+try:
+    with interrupts.working():
+        print("next block ran")
+except interrupts.NotStarted:
+    print("next block refused")
+"""
+
+
+def test_a_stop_handled_just_past_the_work_s_end_is_ignored_not_said_before_the_start():
+    """A stop whose handler ran just past the outermost working() block's end (the depth
+    already 0, the handlers not yet ignored) raised NotStarted: the command said "stopped
+    by SIGTERM before the command started: nothing was written", its outputs written, and
+    every later block was refused. It is ignored, as one a moment later is."""
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-c", _HANDLED_PAST_THE_END], cwd=root,
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.stdout.split("\n")[:2] == ["ignored", "next block ran"], r.stdout + r.stderr
