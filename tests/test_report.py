@@ -237,3 +237,24 @@ def test_the_share_mat_command_gives_the_threshold_the_mat_was_read_at():
         (given,) = re.findall(r"--threshold (\S+)`", line)
         assert parse_threshold(given) == thr, (thr, line)
     assert "--threshold 2s`" in line and "--threshold 2.9ms`" not in line
+
+
+@pytest.mark.compute
+def test_the_answer_says_an_error_between_two_same_side_bounds_is_unknown():
+    """The answer said 'the predicted MATs were off by mean unknown (both MATs are only
+    bounds, ...)': a prediction off by what it cannot know. Such an error is said apart."""
+    from shrink.report.sections.answer import _validation_text
+    from shrink.validate import Validation
+
+    def check(pst: str, mst: str, err: float) -> dict:
+        return {"predicted": 1000.0, "predicted_ci": [None, None], "predicted_status": pst,
+                "measured": 1000.0 / (1 + err), "measured_ci": [None, None],
+                "measured_status": mst, "measured_bound": None, "error": err,
+                "covered": None}  # fmt: skip
+
+    v = Validation(mats={"mean": check("not_reached", "not_reached", 10.67),
+                         "p999": check("ok", "ok", 0.05)})  # fmt: skip
+    text = _validation_text(v)
+    assert "the predicted MATs were off by p99.9 +5.0%;" in text, text
+    assert "for mean the error is unknown (both MATs are only bounds, +1067.0% apart)" in text
+    assert "off by mean" not in text

@@ -54,16 +54,21 @@ def add_answer(
 def _validation_text(validation: Validation) -> str:
     """One sentence: the validation's errors and which intervals held the measured MAT."""
     vmats = validation.to_dict()["mats"]
-    errs = [
-        f"{STAT_NAME.get(s, s)} {error_text(vmats[s])}"
+    said = {
+        STAT_NAME.get(s, s): error_text(vmats[s])
         for s, e in validation.mat_error.items()
         if e is not None and math.isfinite(e) and s in vmats
-    ]
+    }
+    # Two bounds on the same side say nothing of the error: not 'off by ... unknown'.
+    errs = [f"{s} {t}" for s, t in said.items() if not t.startswith("unknown")]
+    unknown = [f"for {s} the error is {t}" for s, t in said.items() if t.startswith("unknown")]
     held = [STAT_NAME.get(st, st) for st, c in validation.covered.items() if c]
     missed = [STAT_NAME.get(st, st) for st, c in validation.covered.items() if c is False]
     parts = []
     if errs:
         parts.append(f"the predicted MATs were off by {', '.join(errs)}")
+    if unknown:
+        parts.extend(unknown)
     if held or missed:
         parts.append(
             "the 95% intervals held the measured MAT for "
