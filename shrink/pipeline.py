@@ -167,6 +167,7 @@ def run_validate(
         predicted_curve=predicted,
         validation=v,
         whatif=pred.whatif,
+        measured_file=base / "measured-curve.json",
     )
     return v
 

@@ -286,3 +286,25 @@ def test_a_docroot_fingerprint_follows_linked_folders_once_and_reads_no_fifo(tmp
         pytest.fail("the fingerprint read the FIFO in the document root and waited")
     (elsewhere / "a.css").write_text("b{}")
     assert file_fingerprint(root) != out[0]
+
+
+def test_a_report_written_elsewhere_names_the_share_curve_its_mat_command_reads(
+    tmp_path, predicted
+):
+    """validate -o DIR writes its report in DIR, the share's curve staying beside the
+    prediction; the report's `shrink mat measured-curve.json ...` named a file DIR does
+    not hold. It names the curve as a command run in DIR finds it, quoted."""
+    import os
+    import re
+    import shlex
+
+    pred, full = predicted
+    out = tmp_path / "it's a report"
+    r = CliRunner().invoke(app, ["validate", str(pred), "--full-run", str(full), "-o", str(out)])
+    assert r.exit_code in (0, 99), r.output
+    md = (out / "report.md").read_text()
+    cmds = re.findall(r"`(shrink mat [^`]+)`", md)
+    assert cmds, md
+    for cmd in cmds:
+        curve = shlex.split(cmd)[2]
+        assert os.path.samefile(out / curve, pred.parent / "measured-curve.json"), cmd

@@ -47,10 +47,12 @@ def write_report(
     validation: Validation | None = None,
     whatif: Prediction | Mapping[str, Any] | None = None,
     title: str = "shrink capacity prediction",
+    measured_file: str | Path | None = None,
 ) -> dict[str, Path]:
     """Write report.md, report.html and figures into ``out_dir``; return their paths.
 
-    ``prediction`` and ``whatif`` are Predictions, or their JSON form.
+    ``prediction`` and ``whatif`` are Predictions, or their JSON form. ``measured_file``:
+    where ``measured`` is written, when not beside the report (validate ``-o``).
     """
     pred = _as_prediction(prediction)
     out = Path(out_dir)
@@ -59,7 +61,9 @@ def write_report(
     doc, appendix = Doc(title), Doc(APPENDIX)
     files: dict[str, Path] = {}
     add_answer(doc, pred, thresholds, validation, appendix=appendix)
-    m = Measured(pred, thresholds, measured, measured_label, full_run)
+    m = Measured(
+        pred, thresholds, measured, measured_label, full_run, _curve_file(out, measured_file)
+    )
     add_self_checks(doc, m, appendix=appendix)
     add_curves(doc, out, files, m, appendix=appendix)
     if validation is not None:
@@ -75,6 +79,16 @@ def write_report(
     files["md"] = out / "report.md"
     files["html"] = out / "report.html"
     return files
+
+
+def _curve_file(out: Path, measured_file: str | Path | None) -> str:
+    """The share's curve file as a shell command run in ``out`` names it, quoted."""
+    import os
+    import shlex
+
+    if measured_file is None:
+        return "measured-curve.json"
+    return shlex.quote(os.path.relpath(measured_file, out))
 
 
 def _as_prediction(p: Prediction | Mapping[str, Any]) -> Prediction:

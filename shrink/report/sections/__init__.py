@@ -26,3 +26,5 @@ class Measured:
     curve: LoadCurve | None
     label: str
     full_run: LoadCurve | None
+    # the share's curve file as a command run in the report's folder names it
+    curve_file: str = "measured-curve.json"

@@ -58,7 +58,7 @@ def add_self_checks(
         scale = latency_scale(m.curve)
         h, r = level_table(m.curve, {s: t / scale for s, t in m.thresholds.items()})
         where.table(h, r)
-        if text := share_mats_text(m.pred):
+        if text := share_mats_text(m.pred, m.curve_file):
             where.p(text)
     if m.full_run is not None:
         where.p("Levels of the full-scale run:")
@@ -66,7 +66,7 @@ def add_self_checks(
         where.table(h, r)
 
 
-def share_mats_text(pred: Any) -> str:
+def share_mats_text(pred: Any, curve_file: str = "measured-curve.json") -> str:
     """The share's own MATs read off these levels, at the thresholds it was read at
     (longer on a CPU-time share, slow motion), with the command that reads them again:
     the one number of a prediction a user can check by hand."""
@@ -76,9 +76,7 @@ def share_mats_text(pred: Any) -> str:
         thr = threshold_option(sp.threshold)
         mat = mat_text(sp.mat, sp.status, sp.ci)
         parts.append(f"{STAT_NAME.get(s, s)} < {seconds_text(sp.threshold)}: {mat} req/s")
-        cmds.append(
-            f"`shrink mat measured-curve.json --stat {STAT_NAME.get(s, s)} --threshold {thr}`"
-        )
+        cmds.append(f"`shrink mat {curve_file} --stat {STAT_NAME.get(s, s)} --threshold {thr}`")
     if not parts:
         return ""
     return (
