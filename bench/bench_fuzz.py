@@ -40,7 +40,7 @@ sys.path.insert(0, os.environ.get("SHRINK_FUZZ_CODE") or str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from helpers import fuzz_more, fuzz_states  # noqa: E402
-from helpers.fuzzing import READERS, SHARED, campaign, mutate  # noqa: E402
+from helpers.fuzzing import READERS, SHARED, campaign, mutate, put  # noqa: E402
 
 from shrink.errors import ShrinkError  # noqa: E402
 
@@ -63,7 +63,7 @@ def _seed_read_s(name: str, tmp: Path, states: bool = False) -> float:
     times = []
     for _ in range(5):
         for data in seeds:
-            path.write_bytes(data)
+            put(path, data)
             t0 = time.process_time()
             # a seed may be refused by its use step (2 replicas on 1 socket): still timed
             with contextlib.suppress(ShrinkError):

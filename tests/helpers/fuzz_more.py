@@ -139,7 +139,9 @@ def use_demo_files(p: Path) -> None:
     base = tmp / "base"
     where = base / "shrink-demo-x"
     where.mkdir(mode=0o755, parents=True, exist_ok=True)
-    (where / ".made-for").write_bytes(p.read_bytes())
+    made_for = where / ".made-for"
+    made_for.unlink(missing_ok=True)  # a new file, not one rewritten in place: see fuzzing.put
+    made_for.write_bytes(p.read_bytes())
     old = demo_work.WORK_BASE
     demo_work.WORK_BASE = str(base)
     try:

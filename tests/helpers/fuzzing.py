@@ -572,6 +572,14 @@ def _site(exc: BaseException) -> str:
     return "?" if f is None else f"{Path(f.filename).name}:{f.lineno}"
 
 
+def put(path: Path, data: bytes) -> None:
+    """Write ``data`` as a new file at ``path``. A rewrite in place (truncate, then write)
+    makes ext4 flush the file on close (its auto_da_alloc): 2-3 ms per input, which was
+    most of a fast reader's time; unlinking first makes the same file without it."""
+    path.unlink(missing_ok=True)
+    path.write_bytes(data)
+
+
 def _shape(message: str, path: Path) -> str:
     """A refusal's message with the fuzzed file as FILE and its numbers as N."""
     text = message.replace(str(path), "FILE").replace(str(path.parent), "DIR")
@@ -617,7 +625,7 @@ def campaign(
             data = mutator(base, rnd)  # type: ignore[misc]
             if only is not None and k not in only:
                 continue
-            path.write_bytes(data)
+            put(path, data)
             t0 = time.monotonic()
             c0 = time.process_time()
             dog.deadline = t0 + limit_s
