@@ -76,7 +76,12 @@ class _Parser:
 
     def search(self, finder: Callable[[bytes, int, int], int], p: int, end: int) -> int:
         """Stream offset of the next message start at or after ``p`` (-1 if none)."""
+        st = self.st
         while p < end:
+            i = bisect_right(st._starts, p) - 1
+            if self.gaps and st._src[i] < 0:  # a capture gap's zeros: no message starts there
+                p = st._starts[i] + st._len[i]
+                continue
             stop = min(end, p + SEARCH_WINDOW)
             w = self.win(p, stop)
             q = finder(w, 0, len(w))
