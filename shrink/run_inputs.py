@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from shrink.autolevels import AutoPlan, SweepScaling
+from shrink.docroot_print import KEEP, MAX_ENTRIES, MAX_SECONDS, differences, docroot_record
 from shrink.errors import ParameterError
 from shrink.loadcurve import LoadCurve
 from shrink.prediction import Prediction
@@ -97,7 +97,6 @@ _FILES = {
     "docroot": ("document root (--docroot)", _AGAIN),
     "server": ("server recipe (--server)", "give the recipe with --server"),
 }
-_WHOLE = 1 << 20  # a document root's files hashed whole up to this size; larger, by size
 
 
 def _recorded_path(inputs: Mapping[str, Any], key: str) -> str | None:
@@ -111,55 +110,26 @@ def _recorded_path(inputs: Mapping[str, Any], key: str) -> str | None:
 
 
 def file_fingerprint(path: str | Path) -> str | None:
-    """A file's bytes hashed (a folder's: each file's name, size and, up to 1 MiB, bytes),
-    as a trace's rows are; None if nothing is there."""
+    """A file's bytes hashed (a folder's: :func:`shrink.docroot_print.docroot_record`'s
+    digest), as a trace's rows are; None if nothing is there."""
     p = Path(path)
-    h = hashlib.sha256()
     if p.is_dir():
-        seen = {os.path.realpath(p)}
-        for here, dirs, files in os.walk(p, followlinks=True):
-            # a linked folder is served as its target is: followed, each real folder once
-            # (a link back up is a loop)
-            dirs[:] = [d for d in sorted(dirs) if _first_visit(seen, Path(here, d))]
-            for name in sorted(files):
-                _hash_member(h, p, Path(here, name))
-    elif p.is_file():
-        h.update(p.read_bytes())
-    else:
-        return None
-    return h.hexdigest()[:16]
+        return docroot_record(str(p))["digest"]
+    if p.is_file():
+        return hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+    return None
 
 
-def _hash_member(h: Any, folder: Path, f: Path) -> None:
-    """One file of a folder into ``h``: one that cannot be read (a dangling link, no
-    permission) adds its name alone."""
-    h.update(f"{f.relative_to(folder)}\0".encode())
-    try:
-        st = f.stat()
-        if not stat.S_ISREG(st.st_mode):
-            h.update(b"not a file\0")  # a FIFO's read waits for a writer forever
-            return
-        h.update(f"{st.st_size}\0".encode())
-        if st.st_size <= _WHOLE:
-            h.update(f.read_bytes())
-    except OSError:
-        pass
-
-
-def _first_visit(seen: set[str], d: Path) -> bool:
-    """Whether the folder ``d`` leads to was not walked yet (and mark it walked)."""
-    real = os.path.realpath(d)
-    if real in seen:
-        return False
-    seen.add(real)
-    return True
-
-
-def _fingerprints(inputs: Mapping[str, Any]) -> dict[str, str]:
+def _fingerprints(inputs: Mapping[str, Any]) -> dict[str, Any]:
     """Each file (or folder) besides the trace that ``inputs`` names, fingerprinted."""
     out = {}
     for key in _FILES:
         path = _recorded_path(inputs, key)
+        if key == "docroot" and path is not None and os.path.isdir(path):
+            walk = docroot_record(path)  # with what it saw, so a refusal names what changed
+            out[key] = walk.pop("digest")
+            out["docroot_walk"] = walk
+            continue
         fp = None if path is None else file_fingerprint(path)
         if fp is not None:
             out[key] = fp
@@ -178,6 +148,10 @@ def check_recorded_files(inputs: Mapping[str, Any], *, server: str | None = None
         path = _recorded_path(inputs, key)
         if path is None or key not in recorded or (key == "server" and server):
             continue
+        walk = recorded.get("docroot_walk") if key == "docroot" else None
+        if isinstance(walk, Mapping) and os.path.isdir(path):
+            _check_docroot(path, recorded[key], walk, f"not the {what} this prediction read")
+            continue
         now = file_fingerprint(path)
         if now is None:
             raise ParameterError(f"{path}: no such file (the {what} prediction.json names): {give}")
@@ -187,6 +161,52 @@ def check_recorded_files(inputs: Mapping[str, Any], *, server: str | None = None
                 f"the prediction's {recorded[key]}): it changed since predict, or the "
                 f"prediction was copied from another folder or machine; {give}"
             )
+
+
+def _check_docroot(path: str, digest: str, walk: Mapping[str, Any], what: str) -> None:
+    """Refuse a document root whose walk differs from predict's, naming why: files this
+    user cannot read, a walk cut short by time, or the first names that differ."""
+    entries = walk.get("entries")
+    bounded = str(walk.get("bounded") or "")
+    limit = int(entries) if bounded.startswith(("entries", "time")) and entries else MAX_ENTRIES
+    now = docroot_record(path, max_entries=limit)
+    if now["digest"] == digest:
+        return
+    fails = _docroot_failures(path, now, walk)
+    if fails:
+        raise ParameterError(fails)
+    names = differences(dict(walk), now)
+    said = (
+        f"{', '.join(names)} differ"
+        if names
+        else f"what differs is past the first {KEEP:,} names the prediction keeps"
+    )
+    raise ParameterError(
+        f"{path}: {what}: it changed since predict, or the prediction was copied from "
+        f"another folder or machine ({said}); {_AGAIN}"
+    )
+
+
+def _docroot_failures(path: str, now: Mapping[str, Any], walk: Mapping[str, Any]) -> str | None:
+    """Why a walk could not be compared with predict's, not that the folder changed."""
+    before = set(walk.get("unreadable") or ())
+    new = [n for n in now["unreadable"] if n not in before]
+    if new:
+        names = ", ".join(new[:5]) + (", ..." if now["unreadable_count"] > 5 else "")
+        return (
+            f"{path}: validate cannot read {now['unreadable_count']} of the document root's "
+            f"entries as this user ({names}), which predict read, so it cannot tell whether "
+            "they changed: run validate as the user predict ran as, or make them readable"
+        )
+    if str(now["bounded"] or "").startswith("time") and now["entries"] < int(
+        walk.get("entries") or 0
+    ):
+        return (
+            f"{path}: the document root's walk stopped at {now['entries']:,} entries after "
+            f"{MAX_SECONDS:g} s, short of the {walk.get('entries'):,} predict walked, so it "
+            "cannot tell whether it changed (a slow or busy filesystem): run validate again"
+        )
+    return None
 
 
 def _record_server(pred: Prediction, provider: Any, measured: LoadCurve) -> None:

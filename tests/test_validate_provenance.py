@@ -258,13 +258,16 @@ def test_a_changed_docroot_or_recipe_is_refused_unless_another_recipe_is_given(t
 
 
 @pytest.mark.compute
-def test_a_docroot_fingerprint_follows_linked_folders_once_and_reads_no_fifo(tmp_path):
+def test_a_docroot_fingerprint_follows_no_link_out_of_it_and_reads_no_fifo(tmp_path):
     """A document root's fingerprint read a FIFO in it (its size 0) and waited for a
-    writer forever, at predict's end and before validate's run; and a linked folder (the
-    server serves it as its target) was not walked, so an edit inside it went unseen."""
+    writer forever, at predict's end and before validate's run. It then followed linked
+    folders out of the document root, which the servers do not serve (they follow no
+    symlink): a link to / walked the whole machine as root. A link counts by where it
+    points; what is inside the document root counts where it is."""
     import os
     import threading
 
+    from shrink.docroot_print import docroot_record
     from shrink.run_inputs import file_fingerprint
 
     root, elsewhere = tmp_path / "www", tmp_path / "assets"
@@ -273,7 +276,9 @@ def test_a_docroot_fingerprint_follows_linked_folders_once_and_reads_no_fifo(tmp
     (root / "index.html").write_text("hi")
     (elsewhere / "a.css").write_text("a{}")
     (root / "assets").symlink_to(elsewhere)
+    (root / "everything").symlink_to("/")
     (root / "sub" / "up").symlink_to(root)  # a loop
+    (root / "sub" / "home").symlink_to("../index.html")  # inside
     os.mkfifo(root / "pipe")
     out: list[str | None] = []
     t = threading.Thread(target=lambda: out.append(file_fingerprint(root)), daemon=True)
@@ -283,9 +288,105 @@ def test_a_docroot_fingerprint_follows_linked_folders_once_and_reads_no_fifo(tmp
         with open(root / "pipe", "wb"):
             pass
         t.join(10)
-        pytest.fail("the fingerprint read the FIFO in the document root and waited")
-    (elsewhere / "a.css").write_text("b{}")
+        pytest.fail("the fingerprint read the FIFO in the document root, or walked /")
+    assert docroot_record(str(root))["entries"] == 7
+    (elsewhere / "a.css").write_text("b{}")  # not served: not seen
+    assert file_fingerprint(root) == out[0]
+    (root / "index.html").write_text("ho")  # what the link inside points at
     assert file_fingerprint(root) != out[0]
+    (root / "index.html").write_text("hi")
+    (root / "sub" / "home").unlink()
+    (root / "sub" / "home").symlink_to("../pipe")  # pointed elsewhere
+    assert file_fingerprint(root) != out[0]
+
+
+@pytest.mark.compute
+def test_a_docroot_walk_is_bounded_and_says_so(tmp_path, monkeypatch):
+    """The walk had no bound: a large document root was read whole at predict's end
+    and again before validate. It stops at a number of entries or bytes, and the record
+    says which, and a later walk stops at the same entry."""
+    from shrink import docroot_print
+    from shrink.run_inputs import check_recorded_files
+
+    root = tmp_path / "www"
+    root.mkdir()
+    for i in range(10):
+        (root / f"{i}.html").write_text(f"page {i}")
+    rec = docroot_print.docroot_record(str(root), max_entries=4)
+    assert rec["entries"] == 4 and rec["bounded"] == "entries: the first 4", rec
+    monkeypatch.setattr(docroot_print, "MAX_BYTES", 12)
+    rec = docroot_print.docroot_record(str(root))
+    assert rec["entries"] == 10 and rec["bounded"].startswith("bytes: past"), rec
+    walk = {**rec, "entries": 4, "bounded": "time: the first 4 entries"}
+    walk["digest"] = docroot_print.docroot_record(str(root), max_entries=4)["digest"]
+    (root / "9.html").write_text("past the bound")  # past where predict stopped
+    inputs = {"target": "testbed", "docroot": str(root)}
+    inputs["fingerprints"] = {"docroot": walk.pop("digest"), "docroot_walk": walk}
+    check_recorded_files(inputs)
+
+
+@pytest.mark.compute
+def test_a_docroot_file_over_1_mib_changed_at_its_end_is_seen(tmp_path):
+    """Files over 1 MiB counted by their size only, and files up to 1 MiB were read
+    whole (10 GB for 10,000 of them). Each file now counts by its size and its first
+    and last 64 KiB: an edit at either end is seen, in the middle of a large file not."""
+    from shrink.run_inputs import file_fingerprint
+
+    root = tmp_path / "www"
+    root.mkdir()
+    big = root / "video.mp4"
+    data = bytearray(3 << 20)
+    big.write_bytes(data)
+    before = file_fingerprint(root)
+    data[-1] = 1
+    big.write_bytes(data)
+    assert file_fingerprint(root) != before
+    data[-1], data[1 << 20] = 0, 1  # the middle: past the bound
+    big.write_bytes(data)
+    assert file_fingerprint(root) == before
+
+
+@pytest.mark.compute
+def test_a_docroot_refusal_names_what_changed_or_what_this_user_cannot_read(tmp_path, monkeypatch):
+    """A refusal gave two fingerprints and no name. Run by a user who cannot read some
+    files (predict ran as root) it said "it changed since predict, or the prediction was
+    copied", neither true. It names the changed files, or the ones it cannot read."""
+    import builtins
+    import io
+    import os
+
+    from shrink.errors import ParameterError
+    from shrink.run_inputs import _fingerprints, check_recorded_files
+
+    root = tmp_path / "www"
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "a" / "b" / "p.php").write_text("<?php echo 1;")
+    (root / "a" / "secret.php").write_text("<?php echo 2;")
+    (root / "index.html").write_text("hi")
+    inputs = {"target": "testbed", "docroot": str(root)}
+    inputs["fingerprints"] = json.loads(json.dumps(_fingerprints(inputs)))
+    check_recorded_files(inputs)
+    (root / "a" / "b" / "p.php").write_text("<?php echo 3;")
+    with pytest.raises(ParameterError, match=r"\(a/b/p\.php differ\)"):
+        check_recorded_files(inputs)
+    (root / "a" / "b" / "p.php").write_text("<?php echo 1;")
+
+    def refuse(real):
+        def opener(path, *args, **kwargs):
+            if str(path).endswith("secret.php"):
+                raise PermissionError(13, "Permission denied", str(path))
+            return real(path, *args, **kwargs)
+
+        return opener
+
+    for mod, name in ((os, "open"), (io, "open"), (builtins, "open")):
+        monkeypatch.setattr(mod, name, refuse(getattr(mod, name)))
+    with pytest.raises(ParameterError) as e:
+        check_recorded_files(inputs)
+    assert "cannot read 1 of the document root's entries as this user (a/secret.php)" in str(
+        e.value
+    )
+    assert "changed since predict" not in str(e.value)
 
 
 def test_a_report_written_elsewhere_names_the_share_curve_its_mat_command_reads(
