@@ -237,15 +237,14 @@ def test_a_copied_prediction_whose_spec_or_machine_path_holds_another_file_is_re
 @pytest.mark.compute
 def test_a_changed_docroot_or_recipe_is_refused_unless_another_recipe_is_given(tmp_path):
     from shrink.errors import ParameterError
-    from shrink.run_inputs import check_recorded_files, file_fingerprint
+    from shrink.run_inputs import _fingerprints, check_recorded_files
 
     docroot, recipe = tmp_path / "www", tmp_path / "r.toml"
     (docroot / "a").mkdir(parents=True)
     (docroot / "a" / "p.php").write_text("<?php echo 1;")
     recipe.write_text("name = 'x'\n")
     inputs = {"target": "testbed", "docroot": str(docroot), "server": str(recipe)}
-    inputs["fingerprints"] = {"docroot": file_fingerprint(docroot),
-                              "server": file_fingerprint(recipe)}  # fmt: skip
+    inputs["fingerprints"] = _fingerprints(inputs)
     check_recorded_files(inputs)
     (docroot / "a" / "p.php").write_text("<?php echo 2;")
     with pytest.raises(ParameterError, match=r"www: not the document root \(--docroot\)"):
@@ -255,6 +254,9 @@ def test_a_changed_docroot_or_recipe_is_refused_unless_another_recipe_is_given(t
     with pytest.raises(ParameterError, match="give the recipe with --server"):
         check_recorded_files(inputs)
     check_recorded_files(inputs, server="nginx-php-fpm")  # another recipe: not read
+    older = {**inputs["fingerprints"], "docroot": "0" * 16}  # taken before the walk was recorded
+    del older["docroot_walk"]
+    check_recorded_files({**inputs, "fingerprints": older}, server="nginx-php-fpm")
 
 
 @pytest.mark.compute
