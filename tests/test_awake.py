@@ -20,6 +20,7 @@ from time import monotonic
 from typing import Any
 
 import pytest
+from helpers.fake_engines import fake_server_address
 
 from shrink.errors import OptionError, ReplayError
 from shrink.replay import (
@@ -270,12 +271,8 @@ def _run_native(awake: bool, fake: tuple[str, int]) -> tuple[Any, RunLogWriter, 
 
 @pytest.fixture(scope="module")
 def fake():
-    args = [sys.executable, "-m", "shrink.replay.fakeserver", "--port", "0"]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    yield "127.0.0.1", int(proc.stdout.readline().split()[2])
-    proc.kill()
-    proc.wait()
+    with fake_server_address() as address:
+        yield address
 
 
 @needs_core

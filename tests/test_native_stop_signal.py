@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers.fake_engines import fake_server_address
 from helpers.realtime import realtime_allowed
 from helpers.servers import static_lighttpd, wait_listening
 
@@ -39,12 +40,8 @@ new_core = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def fake():
-    args = [sys.executable, "-m", "shrink.replay.fakeserver", "--port", "0"]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    yield "127.0.0.1", int(proc.stdout.readline().split()[2])
-    proc.kill()
-    proc.wait()
+    with fake_server_address() as address:
+        yield address
 
 
 class _HeldUp(RunLogWriter):

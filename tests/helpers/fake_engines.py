@@ -27,13 +27,20 @@ class Part0Killed:
 
 
 @contextlib.contextmanager
-def fake_server_url() -> Iterator[str]:
-    """shrink's fake HTTP server on a free loopback port, as its URL."""
+def fake_server_address() -> Iterator[tuple[str, int]]:
+    """shrink's fake HTTP server on a free loopback port, as (host, port)."""
     args = [sys.executable, "-m", "shrink.replay.fakeserver", "--port", "0"]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
-        yield f"http://127.0.0.1:{int(proc.stdout.readline().split()[2])}"
+        yield "127.0.0.1", int(proc.stdout.readline().split()[2])
     finally:
         proc.kill()
         proc.wait()
+
+
+@contextlib.contextmanager
+def fake_server_url() -> Iterator[str]:
+    """shrink's fake HTTP server on a free loopback port, as its URL."""
+    with fake_server_address() as (host, port):
+        yield f"http://{host}:{port}"
