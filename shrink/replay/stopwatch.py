@@ -121,14 +121,18 @@ class Continued:
 
 
 def stopped_for(stats: Iterable[Any], missed: float, continued: int | None) -> float:
-    """The seconds the generator is known to have been stopped in a run: the most its
-    engines' spinners saw (``stats``: their EngineStats), else this process's watcher's
-    ``missed`` time when a SIGCONT came (0: none known; a gap without one is a frozen
-    process or a paused host, said as such)."""
-    saw = max((_loop(st).get("stopped_us", 0) for st in stats), default=0) / 1e6
-    if saw > 0:
-        return float(saw)
-    return missed if continued else 0.0
+    """The seconds the generator is known to have been stopped in a run: this process's
+    watcher's ``missed`` time when a SIGCONT came, else the most its engines' spinners
+    saw (``stats``: their EngineStats; 0: none known; a gap without a SIGCONT is a frozen
+    process or a paused host, said as such). The spinners run at nice 19 (or in an idle
+    group) and look at the process's state every 65,536 turns: under load they see a
+    stop only from their next turn on, and count its end at their first turn after it.
+    A 0.8 s stop was said to be 0.28 s, and 11 s. The watcher measures the gap in its own
+    wake-ups, less its wait on a run queue; the spinners alone see a stop that came
+    before it started."""
+    if continued and missed > 0:
+        return missed
+    return max((_loop(st).get("stopped_us", 0) for st in stats), default=0) / 1e6
 
 
 def note_stop(stats: Any, watch: list[StopWatch], continued: int | None) -> Any:
