@@ -194,23 +194,6 @@ def fake():
         yield url
 
 
-@pytest.mark.compute
-def test_the_watcher_counts_no_gap_past_the_runs_end(monkeypatch) -> None:
-    """After the run, the process waited for its spinners to end with the GIL held (under
-    load they are starved: 17 s), and the watcher's next wake-up read the wait as a stop
-    in the run. A gap is now counted up to the run's end only."""
-    from shrink.replay import stopwatch
-
-    clock = iter([100.0, 100.05, 101.9, 120.0])  # (a wake-up 0.1 s before the end, 2.0)
-    monkeypatch.setattr(stopwatch, "monotonic", lambda: next(clock))
-    monkeypatch.setattr(stopwatch, "_run_delay", lambda: 0.0)
-    watch = stopwatch.StopWatch(102.0)
-    monkeypatch.setattr(watch.stop, "wait", lambda timeout: False)
-    watch.run()
-    assert watch.gap == pytest.approx(1.85)  # (the last wake-up to the run's end)
-    assert watch.missed == pytest.approx(1.8)
-
-
 @pytest.mark.parametrize("awake", ["--awake", "--no-awake"])
 def test_replay_stopped_and_continued_says_it_was_stopped(tmp_path: Path, awake) -> None:
     """The stop is sent once the target has had the run's first sends, so it lands inside

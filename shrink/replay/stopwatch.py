@@ -58,9 +58,7 @@ class StopWatch(threading.Thread):
         interrupts.leave_to_loop()
         last, waited = monotonic(), _run_delay()
         while not self.stop.wait(0.05):
-            # (no later than the run's end: past it, the process's wait for its spinners
-            # to end, starved under load and with the GIL held, read as an 11-17 s stop)
-            now, wait = min(monotonic(), self.until), _run_delay()
+            now, wait = monotonic(), _run_delay()
             self.gap = max(self.gap, now - last)
             if now - last > 0.15:
                 # Not the time it waited for a CPU (load, a CPU quota's throttling): a
@@ -69,7 +67,7 @@ class StopWatch(threading.Thread):
                 queued = wait - waited if wait is not None and waited is not None else 0.0
                 self.missed += max(0.0, now - last - 0.05 - queued)
             last, waited = now, wait
-            if now >= self.until:
+            if now > self.until:
                 return
 
 
