@@ -20,7 +20,7 @@ from time import monotonic
 from typing import Any
 
 import pytest
-from helpers.fake_engines import fake_server_address
+from helpers.fake_engines import fake_server_address, options_seen
 
 from shrink.errors import OptionError, ReplayError
 from shrink.replay import (
@@ -186,24 +186,12 @@ def test_smt_siblings_from_sysfs(tmp_path: Path) -> None:
     assert smt_siblings(3, tmp_path) == ()  # missing
 
 
-class _OptionsSeen(FakeEngine):
-    """A fake engine that notes the options it was called with."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.options: list[dict[str, Any]] = []
-
-    def __call__(self, *args: Any, **kw: Any) -> Any:
-        self.options.append(dict(kw))
-        return super().__call__(*args, **kw)
-
-
 @pytest.mark.parametrize(("awake", "expected"), [(None, True), (False, False), (True, True)])
 def test_a_live_target_asks_the_engine_for_it(
     monkeypatch: pytest.MonkeyPatch, awake: bool | None, expected: bool
 ) -> None:
     monkeypatch.setattr(scaleout, "in_root_cpu_group", lambda: True)  # (as in CI; see above)
-    engine = _OptionsSeen()
+    engine = options_seen()
     cpu = min(os.sched_getaffinity(0))
     placement = GeneratorPlacement(cpus=(cpu,), engine=engine, realtime=0, awake=awake)
     target = LiveTarget([("127.0.0.1", 9)], generator=placement, idle_bound=0.0)
@@ -213,7 +201,7 @@ def test_a_live_target_asks_the_engine_for_it(
 
 
 def test_beside_the_server_it_is_not_asked_for() -> None:
-    engine = _OptionsSeen()
+    engine = options_seen()
     cpu = min(os.sched_getaffinity(0))
     placement = GeneratorPlacement(cpus=(cpu,), allow_overlap=True, engine=engine, realtime=0)
     target = LiveTarget([("127.0.0.1", 9)], generator=placement, idle_bound=0.0)
@@ -319,7 +307,7 @@ def test_awake_asked_for_on_the_share_s_cpus_is_refused(
     # 100% (a sweep --allow-overlap --awake on a share of CPUs 0-1: 1.0 at each rep)
     monkeypatch.setattr(scaleout, "smt_siblings", lambda cpu: siblings.get(cpu, ()))
     share = [1] if siblings else [0]
-    placement = GeneratorPlacement(cpus=(0,), allow_overlap=True, engine=_OptionsSeen(),
+    placement = GeneratorPlacement(cpus=(0,), allow_overlap=True, engine=options_seen(),
                                    realtime=0, awake=True)  # fmt: skip
     with pytest.raises(OptionError, match=r"--awake: it would run spinners .* server's \[\d\]"):
         LiveTarget([("127.0.0.1", 9)], share_cpus=share, generator=placement, idle_bound=0.0)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers.fake_engines import fake_server_address
+from helpers.fake_engines import fake_server_address, options_seen
 from helpers.realtime import realtime_allowed
 from helpers.servers import static_lighttpd, wait_listening
 
@@ -118,23 +118,13 @@ def test_a_signal_that_is_not_a_stop_leaves_the_run_alone(fake) -> None:
     assert signal.set_wakeup_fd(-1) == -1  # (none was held before the run: none after)
 
 
-class _Options(FakeEngine):
-    def __init__(self) -> None:
-        super().__init__()
-        self.options: list[dict[str, Any]] = []
-
-    def __call__(self, *args: Any, **kw: Any) -> Any:
-        self.options.append(dict(kw))
-        return super().__call__(*args, **kw)
-
-
 @pytest.mark.skipif(not realtime_allowed(), reason="needs SCHED_FIFO (root)")
 @pytest.mark.parametrize(("shared", "may_poll"), [(True, False), (False, None)])
 def test_an_explicit_realtime_on_the_servers_cpu_is_told_not_to_poll(
     shared: bool, may_poll: bool | None
 ) -> None:
     cpu = min(os.sched_getaffinity(0))
-    engine = _Options()
+    engine = options_seen()
     gen = GeneratorPlacement(cpus=(cpu,), allow_overlap=True, realtime=10, engine=engine)
     cfg = EngineConfig(targets=[("127.0.0.1", 9)])
     avoid = {cpu} if shared else set()

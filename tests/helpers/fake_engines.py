@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 
 class Part0Killed:
@@ -44,3 +45,19 @@ def fake_server_url() -> Iterator[str]:
     """shrink's fake HTTP server on a free loopback port, as its URL."""
     with fake_server_address() as (host, port):
         yield f"http://{host}:{port}"
+
+
+def options_seen() -> Any:
+    """A fake engine that notes the options it was called with (``.options``)."""
+    from shrink.replay.fake import FakeEngine
+
+    class OptionsSeen(FakeEngine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.options: list[dict[str, Any]] = []
+
+        def __call__(self, *args: Any, **kw: Any) -> Any:
+            self.options.append(dict(kw))
+            return super().__call__(*args, **kw)
+
+    return OptionsSeen()
