@@ -53,6 +53,15 @@ def test_nothing_finished_says_nothing_was_written(tmp_path, capsys):
     assert "nothing measured was written" in capsys.readouterr().err
 
 
+def test_a_command_that_measures_nothing_does_not_say_nothing_measured_was_written(capsys):
+    """``testbed up`` stopped by Ctrl-C said "nothing measured was written": it measures
+    nothing, and the words suggested a measurement was lost."""
+    with pytest.raises(typer.Exit), cli_errors(measures=False):
+        raise KeyboardInterrupt
+    err = capsys.readouterr().err
+    assert "nothing was written" in err and "measured" not in err
+
+
 def test_an_interrupted_live_run_does_not_wait_for_the_planned_end():
     """The window's CPU sampler used to hold the run until the window's end (40 s)."""
 

@@ -163,11 +163,13 @@ def refuse_empty(argv: list[str]) -> None:
 
 
 @contextmanager
-def cli_errors() -> Iterator[None]:
+def cli_errors(*, measures: bool = True) -> Iterator[None]:
     """Turn shrink's errors into one clear line on stderr and exit code 1.
 
     A command stopped part-way (a full disk, a signal) also names the files it had
-    written: they are whole, and stay. A stop signal is the command's inside the
+    written: they are whole, and stay. ``measures`` is False for a command that
+    measures nothing (``testbed up``): stopped, it says that nothing was written, not
+    that nothing measured was. A stop signal is the command's inside the
     block, and ignored once the outermost one ends (:func:`shrink.interrupts.working`).
     """
     from shrink.atomic import recording
@@ -183,7 +185,7 @@ def cli_errors() -> Iterator[None]:
                 sys.stdout.flush()
         except BaseException as exc:
             interrupts.ignore()  # stopped: a second signal would cut its one line short
-            _report(exc, written)
+            _report(exc, written, measures)
         finally:
             if interrupts.depth() == 1:  # the command's outputs are written: let them go
                 release_outputs()
@@ -213,7 +215,7 @@ def _cwd_deleted() -> bool:
     return False
 
 
-def _report(exc: BaseException, written: list[Path]) -> None:
+def _report(exc: BaseException, written: list[Path], measures: bool = True) -> None:
     """One line for ``exc`` (see :func:`cli_errors`), then the exit it calls for."""
     try:
         raise exc
@@ -246,7 +248,7 @@ def _report(exc: BaseException, written: list[Path]) -> None:
         kept = [escape(printable(k)) for k in kept_files(getattr(exc, "kept", []), written)]
         console().print(
             f"[yellow]{interrupts.stopped_by()}[/]: "
-            + (f"kept {', '.join(kept)}" if kept else "nothing measured was written"),
+            + (f"kept {', '.join(kept)}" if kept else _nothing_written(measures)),
             highlight=False,
             soft_wrap=True,
         )
@@ -283,6 +285,10 @@ def _out_of_memory(written: Sequence[Path]) -> NoReturn:
     text += kept_words((), written)
     error_line(text)
     raise typer.Exit(code=EXIT_ERROR) from None
+
+
+def _nothing_written(measures: bool) -> str:
+    return "nothing measured was written" if measures else "nothing was written"
 
 
 def guarded(func: F) -> F:

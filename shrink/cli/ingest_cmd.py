@@ -147,7 +147,7 @@ def ingest(
         opts["max_line"] = max_line
     if max_body is not None:
         opts["max_body"] = max_body
-    with cli_errors():
+    with cli_errors(measures=False):
         output_path(out, inputs=(input,))
         bound = {"max_line": max_line} if max_line is not None else {}
         fmt = detect_format(input, **bound) if format is ReadFormat.auto else format.value
@@ -347,7 +347,7 @@ def export(
     opts: dict[str, Any] = (
         {"think_default": think_default} if format is WriteFormat.wsesslog else {}
     )
-    with cli_errors():
+    with cli_errors(measures=False):
         output_path(out, inputs=(trace,))
         tr = Trace.read_parquet(trace, max_body=max_body)
         with as_option("--think-default"):  # the one option write_trace checks

@@ -28,7 +28,7 @@ def show(
     """Sockets, cores per socket, SMT threads, last-level cache and NIC queues."""
     from shrink.topology import format_cpulist, load_machine
 
-    with cli_errors():
+    with cli_errors(measures=False):
         m = load_machine(machine)
     if as_json:
         echo_json(m.to_dict())
@@ -59,7 +59,7 @@ def write(
     """Write the machine (default: this one, discovered) as a TOML spec."""
     from shrink.topology import load_machine
 
-    with cli_errors():
+    with cli_errors(measures=False):
         # Its folder must exist, as every output's must; and it is not the spec read
         # (--machine X.toml written over X.toml lost the spec's comments).
         spec = None if machine == "this" else Path(machine)

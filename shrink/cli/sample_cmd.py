@@ -70,7 +70,7 @@ def sample(
     from samplers import SamplerWarning
     from shrink.trace import Trace
 
-    with cli_errors(), warnings.catch_warnings(record=True) as caught:
+    with cli_errors(measures=False), warnings.catch_warnings(record=True) as caught:
         output_path(out, inputs=(trace,))
         warnings.simplefilter("always", SamplerWarning)
         parent = Trace.read_parquet(trace, max_body=max_body)
@@ -149,7 +149,7 @@ def split(
     import samplers
     from shrink.trace import Trace
 
-    with cli_errors():
+    with cli_errors(measures=False):
         output_path(out, kind="dir")
         tr = Trace.read_parquet(trace, max_body=max_body)
         with options_named({"parts": "--parts"}):

@@ -115,7 +115,7 @@ def support(
     """Support-like sessions (SPECweb2009 Support): dynamic PHP pages, images, downloads."""
     from shrink.synth import SupportParams, build_site, support_docroot, synth_support
 
-    with cli_errors():
+    with cli_errors(measures=False):
         output_path(output)
         output_path(docroot, kind="dir", what="--docroot")
         with options_named(_SUPPORT_OPTIONS):
@@ -160,7 +160,7 @@ def tcp(
     """Open-loop requests for one static 1 KiB file (1,024 bytes), /static/file1k.bin."""
     from shrink.synth import synth_tcp, tcp_docroot
 
-    with cli_errors():
+    with cli_errors(measures=False):
         output_path(output)
         output_path(docroot, kind="dir", what="--docroot")
         with options_named(_TCP_OPTIONS):

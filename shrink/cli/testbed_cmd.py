@@ -145,7 +145,7 @@ def up(
     from shrink.topology import load_machine
 
     warn_stale()
-    with cli_errors():
+    with cli_errors(measures=False):
         output_path(state, what="--state")
         if cgroups not in CGROUPS:
             # Anything but yes or auto read as no: a typo ran the share without its cgroups.
@@ -264,7 +264,7 @@ def status(
     from shrink.testbed.state import TestbedState
     from shrink.topology import format_cpulist
 
-    with cli_errors():
+    with cli_errors(measures=False):
         _unwritten(state)
         st = TestbedState.read(state)
         from shrink.testbed.status import status as testbed_status
@@ -326,9 +326,9 @@ def down(
         if state is None:
             return
     if state is None:
-        with cli_errors():
+        with cli_errors(measures=False):
             raise ParameterError("give --state FILE, or --stale to clean up stale testbeds.")
-    with cli_errors():
+    with cli_errors(measures=False):
         stopped = lifecycle.down(state)
     for name, pids in stopped.items():
         typer.echo(
@@ -357,7 +357,7 @@ def _unwritten(state: Path) -> None:
 def _down_stale() -> None:
     from shrink.testbed import registry, teardown
 
-    with cli_errors():
+    with cli_errors(measures=False):
         done = teardown.down_stale()
         unrecorded = registry.unrecorded_groups()
         orphaned = teardown.remove_groups(registry.orphaned_groups())

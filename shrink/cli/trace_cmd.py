@@ -31,7 +31,7 @@ def info(
     from shrink.schedule import trace_extent
     from shrink.trace import Trace
 
-    with cli_errors():
+    with cli_errors(measures=False):
         tr = Trace.read_parquet(trace, max_body=max_body)
         inf = tr.info()
         # the replay's loop period: what one pass of the trace lasts (shrink.schedule)
