@@ -86,6 +86,7 @@ def run_validate(
     server: str | None = None,
     cluster: ClusterSpec | None = None,
     max_body: int = MAX_BODY,
+    given: dict[str, str | None] | None = None,
 ) -> Validation:
     """Validate a prediction against a full-scale curve.
 
@@ -93,13 +94,17 @@ def run_validate(
     alongside the scaled runs (``run_predict(..., paired_full_run=True)``); any
     other value is the path of a full-scale curve JSON. ``server`` (default: the
     prediction's recipe) runs the full target on another recipe, e.g. to check a
-    prediction made on one stack against the other.
+    prediction made on one stack against the other. ``given``: the simulator's spec
+    (``target``), the ``machine`` file or the ``docroot`` at another path than the
+    prediction records (moved or copied), accepted when it is the one predict read.
     """
-    if server is not None and full_run != "run":
-        raise ParameterError(
-            f"--server {server} chooses the server of a full-scale run made now; "
-            f"--full-run {full_run} runs nothing (use --full-run run)"
-        )
+    named = {"--server": server, **{f"--{k}": v for k, v in (given or {}).items()}}
+    for option, value in named.items():
+        if value is not None and full_run != "run":
+            raise ParameterError(
+                f"{option} {value} sets up a full-scale run made now; "
+                f"--full-run {full_run} runs nothing (use --full-run run)"
+            )
     ppath = Path(prediction_path)
     pred = Prediction.read_json(ppath)
     base = ppath.parent
@@ -113,7 +118,7 @@ def run_validate(
     if full_run == "run":
         full = _measure_full(
             pred, out, trace, thresholds, progress,
-            server=server, cluster=cluster, max_body=max_body,
+            server=server, cluster=cluster, max_body=max_body, given=given,
         )  # fmt: skip
     elif full_run == "paired":
         if not (pred.full_run or {}).get("paired"):
@@ -182,6 +187,7 @@ def _measure_full(
     server: str | None,
     cluster: ClusterSpec | None,
     max_body: int = MAX_BODY,
+    given: dict[str, str | None] | None = None,
 ) -> LoadCurve:
     """Measure the full target now and write ``out/full-curve.json``.
 
@@ -191,7 +197,7 @@ def _measure_full(
     inputs = pred.inputs or {}
     trace_path = Path(trace) if trace else Path(inputs["trace"])
     full_trace = _named_trace(pred, trace_path, max_body, given=bool(trace))
-    check_recorded_files(inputs, server=server)
+    inputs = check_recorded_files(inputs, server=server, given=given)
     settings = target_settings(inputs, server=server, cluster=cluster)
     provider = make_provider(settings, run_dir=out / "runs-full", trace=full_trace)
     plan = full_run_plan(inputs)

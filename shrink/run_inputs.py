@@ -19,7 +19,7 @@ from typing import Any
 
 from shrink.autolevels import AutoPlan, SweepScaling
 from shrink.docroot_print import KEEP, MAX_ENTRIES, MAX_SECONDS, differences, docroot_record
-from shrink.errors import ParameterError
+from shrink.errors import OptionError, ParameterError
 from shrink.loadcurve import LoadCurve
 from shrink.prediction import Prediction
 from shrink.providers import TargetSettings
@@ -89,14 +89,23 @@ def _absolute(path: str | Path) -> str:
 
 
 # The files besides the trace a prediction names, as validate reads them back: what each
-# is, and what to do when the one at its path is not the one predict read.
-_AGAIN = "validate has no option for it: put back the one predict read, or predict again"
+# is, and validate's option that gives it at another path (a copy or a move of it).
 _FILES = {
-    "target": ("simulator spec (--target sim:)", _AGAIN),
-    "machine": ("machine file (--machine)", _AGAIN),
-    "docroot": ("document root (--docroot)", _AGAIN),
-    "server": ("server recipe (--server)", "give the recipe with --server"),
+    "target": ("simulator spec", "--target sim:"),
+    "machine": ("machine file", "--machine"),
+    "docroot": ("document root", "--docroot"),
+    "server": ("server recipe", "--server"),
 }
+_GIVE_SAME = "give the one predict read (a copy or a move of it is the same)"
+_CHANGED = "it changed since predict, or the prediction was copied from another folder or machine"
+
+
+def _again(key: str) -> str:
+    """What to do when the file at a recorded path is not the one predict read."""
+    option = _FILES[key][1]
+    if key == "server":
+        return "give the recipe with --server"
+    return f"put back the one predict read, give it with {option}, or predict again"
 
 
 def _recorded_path(inputs: Mapping[str, Any], key: str) -> str | None:
@@ -136,36 +145,74 @@ def _fingerprints(inputs: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def check_recorded_files(inputs: Mapping[str, Any], *, server: str | None = None) -> None:
+def check_recorded_files(
+    inputs: Mapping[str, Any], *, server: str | None = None, given: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """Refuse, before anything runs, a file ``inputs`` names (the simulator's spec, the
     machine, the document root, the server recipe unless ``server`` replaces it) that is
     gone or not the one predict read: a copied prediction folder names them by the paths
-    predict saw, and validate read whatever was there now."""
+    predict saw, and validate read whatever was there now. ``given``: a path validate's
+    command line gives in place of a recorded one (key: target, machine or docroot),
+    checked against the same fingerprint. The inputs to run with are returned."""
+    given = {k: v for k, v in (given or {}).items() if v is not None}
     recorded = inputs.get("fingerprints")
+    out = dict(inputs)
+    for key, path in given.items():
+        _given_recorded(inputs, recorded, key, path)
+        out[key] = f"sim:{_absolute(path)}" if key == "target" else _absolute(path)
     if not isinstance(recorded, Mapping):
-        return  # an older prediction: nothing to check against
-    for key, (what, give) in _FILES.items():
-        path = _recorded_path(inputs, key)
+        return out  # an older prediction: nothing to check against
+    for key in _FILES:
+        path = _recorded_path(out, key)
         if path is None or key not in recorded or (key == "server" and server):
             continue
-        walk = recorded.get("docroot_walk") if key == "docroot" else None
-        if isinstance(walk, Mapping) and os.path.isdir(path):
-            _check_docroot(path, recorded[key], walk, f"not the {what} this prediction read")
-            continue
-        if key == "docroot" and os.path.isdir(path):
-            continue  # an older prediction's folder digest, taken another way: no comparison
-        now = file_fingerprint(path)
-        if now is None:
-            raise ParameterError(f"{path}: no such file (the {what} prediction.json names): {give}")
-        if now != recorded[key]:
-            raise ParameterError(
-                f"{path}: not the {what} this prediction read (its fingerprint is {now}, "
-                f"the prediction's {recorded[key]}): it changed since predict, or the "
-                f"prediction was copied from another folder or machine; {give}"
-            )
+        _check_one(path, key, recorded, given=key in given)
+    return out
 
 
-def _check_docroot(path: str, digest: str, walk: Mapping[str, Any], what: str) -> None:
+def _given_recorded(inputs: Mapping[str, Any], recorded: Any, key: str, path: str) -> None:
+    """Refuse a path given for a file the prediction did not read, or read unrecorded."""
+    what, option = _FILES[key]
+    if _recorded_path(inputs, key) is None:
+        raise OptionError(
+            option,
+            f"{path}: this prediction read no {what} (it recorded "
+            f"{key} {inputs.get(key) or 'none'}), so there is none to give in its place",
+        )
+    if not isinstance(recorded, Mapping) or key not in recorded:
+        raise OptionError(
+            option,
+            f"{path}: this prediction records no fingerprint of its {what} (made by an older "
+            "shrink), so a file in its place cannot be checked to be the one predict read: "
+            "predict again",
+        )
+
+
+def _check_one(path: str, key: str, recorded: Mapping[str, Any], *, given: bool) -> None:
+    """Refuse ``path`` (recorded, or ``given`` in its place) unless it is what predict read."""
+    what, option = _FILES[key]
+    named = f"the {what} ({option})"
+    # a path given in place of the recorded one: no claim that anything changed
+    why = "" if given else f"{_CHANGED}; "
+    give = _GIVE_SAME if given else _again(key)
+    walk = recorded.get("docroot_walk") if key == "docroot" else None
+    if isinstance(walk, Mapping) and os.path.isdir(path):
+        _check_docroot(path, recorded[key], walk, f"not {named} this prediction read", why + give)
+        return
+    if key == "docroot" and os.path.isdir(path):
+        return  # an older prediction's folder digest, taken another way: no comparison
+    now = file_fingerprint(path)
+    if now is None:
+        where = "given" if given else "prediction.json names"
+        raise ParameterError(f"{path}: no such file ({named} {where}): {give}")
+    if now != recorded[key]:
+        raise ParameterError(
+            f"{path}: not {named} this prediction read (its fingerprint is {now}, "
+            f"the prediction's {recorded[key]}): {why}{give}"
+        )
+
+
+def _check_docroot(path: str, digest: str, walk: Mapping[str, Any], what: str, then: str) -> None:
     """Refuse a document root whose walk differs from predict's, naming why: files this
     user cannot read, a walk cut short by time, or the first names that differ."""
     entries = walk.get("entries")
@@ -183,10 +230,7 @@ def _check_docroot(path: str, digest: str, walk: Mapping[str, Any], what: str) -
         if names
         else f"what differs is past the first {KEEP:,} names the prediction keeps"
     )
-    raise ParameterError(
-        f"{path}: {what}: it changed since predict, or the prediction was copied from "
-        f"another folder or machine ({said}); {_AGAIN}"
-    )
+    raise ParameterError(f"{path}: {what} ({said}): {then}")
 
 
 def _docroot_failures(path: str, now: Mapping[str, Any], walk: Mapping[str, Any]) -> str | None:

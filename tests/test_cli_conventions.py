@@ -310,7 +310,7 @@ def test_machine_write_refuses_an_output_folder_that_does_not_exist(tmp_path):
 def test_a_validation_line_says_once_that_its_mats_are_bounds():
     """'error +6145.1% (both MATs are only bounds) (a MAT is only a bound)': the CLI's
     note repeated what the error's text already said."""
-    from shrink.cli.predict_cmd import validation_lines
+    from shrink.cli.validate_cmd import validation_lines
 
     both = {"predicted": 2e5, "measured": 2e3, "error": 61.45,
             "predicted_status": "not_reached", "measured_status": "not_reached"}  # fmt: skip

@@ -187,7 +187,7 @@ def test_a_level_is_written_alike_everywhere_and_the_caption_says_80_once(demo_o
 def test_validate_prints_a_bounded_error_as_the_report_writes_it():
     """Against a measured MAT that is only a lower bound (>= 2,652) the report said the
     error was 'at most +364.1%' and ``shrink validate`` printed 'error +364.1%'."""
-    from shrink.cli.predict_cmd import validation_lines
+    from shrink.cli.validate_cmd import validation_lines
 
     m = {"predicted": 12309.1, "predicted_status": "ok", "measured": 2652.3,
          "measured_status": "not_reached", "error": 12309.1 / 2652.3 - 1}  # fmt: skip

@@ -226,7 +226,7 @@ def test_a_copied_prediction_whose_spec_or_machine_path_holds_another_file_is_re
         r = CliRunner().invoke(app, ["validate", str(tmp_path / "prediction.json")])
         assert r.exit_code == 1, r.output
         assert f"{edited}: not the {what} this prediction read" in r.output, r.output
-        assert "put back the one predict read, or predict again" in r.output, r.output
+        assert "put back the one predict read, give it with " in r.output, r.output
         assert not (tmp_path / "validation.json").exists()
     gone = {**doc["inputs"], "machine": str(tmp_path / "gone.toml")}
     (tmp_path / "prediction.json").write_text(json.dumps({**doc, "inputs": gone}))

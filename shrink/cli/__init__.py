@@ -35,6 +35,7 @@ from shrink.cli import (
     synth_cmd,
     testbed_cmd,
     trace_cmd,
+    validate_cmd,
 )
 from shrink.cli._common import (
     EXIT_ERROR,
@@ -82,6 +83,7 @@ for _module in (
     sim_cmd,
     extrapolate_cmd,
     predict_cmd,
+    validate_cmd,
 ):
     _module.register(app)
 tidy(app)

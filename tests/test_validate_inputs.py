@@ -1,0 +1,135 @@
+"""validate's inputs given at another path than the prediction records (a moved or copied
+machine file, simulator spec or document root): validate had no option for them, so a
+prediction whose files were moved could not be validated at all."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from shrink.cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = ROOT / "examples" / "machines" / "nehalem-2s.toml"
+
+
+def _ok(*args: str) -> None:
+    r = CliRunner().invoke(app, list(args))
+    assert r.exit_code in (0, 99), r.output
+
+
+@pytest.fixture(scope="module")
+def moved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A prediction made on the simulator with a spec that was then moved elsewhere."""
+    d = tmp_path_factory.mktemp("pred")
+    spec = d / "m.toml"
+    shutil.copy(SPEC, spec)
+    trace = d / "t.parquet"
+    _ok("synth", "tcp", "--rate", "2000", "--duration", "12s", "-o", str(trace))
+    _ok("predict", str(trace), "-o", str(d / "p"), "--machine", str(spec),
+        "--target", f"sim:{spec}", "--duration", "1s", "--warmup", "0s", "--reps", "1",
+        "--max-levels", "2", "--mappings", "1-replica")  # fmt: skip
+    elsewhere = d / "elsewhere"
+    elsewhere.mkdir()
+    os.rename(spec, elsewhere / "m.toml")
+    return d / "p" / "prediction.json", elsewhere / "m.toml"
+
+
+class _Reached(Exception):
+    """Raised where validate would start the full run: the checks have passed."""
+
+
+def _validate(pred: Path, *args: str, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, Any]:
+    from shrink import pipeline
+
+    seen: list = []
+
+    def provider(settings, **_kw):
+        seen.append(settings)
+        raise _Reached
+
+    monkeypatch.setattr(pipeline, "make_provider", provider)
+    r = CliRunner().invoke(app, ["validate", str(pred), *args], terminal_width=300)
+    if seen:
+        assert r.exit_code == 70 and "_Reached" in r.output, r.output  # (said as a bug)
+        return 0, r.output, seen[0]
+    return r.exit_code, r.output, None
+
+
+def test_a_moved_spec_and_machine_file_are_taken_with_options_when_they_are_the_same(
+    moved, tmp_path, monkeypatch
+):
+    pred, spec = moved
+    code, out, _ = _validate(pred, monkeypatch=monkeypatch)
+    assert code == 1 and "no such file" in out and "give it with --target sim:" in out, out
+    code, out, settings = _validate(
+        pred, "--target", f"sim:{spec}", "--machine", str(spec), monkeypatch=monkeypatch
+    )
+    assert code == 0, out
+    assert settings.target == f"sim:{spec}" and settings.machine == str(spec), settings
+    edited = tmp_path / "edited.toml"
+    edited.write_text(spec.read_text() + "\n# edited\n")
+    for args, option in (
+        (["--target", f"sim:{spec}", "--machine", str(edited)], "--machine"),
+        (["--target", f"sim:{edited}", "--machine", str(spec)], "--target sim:"),
+    ):
+        code, out, _ = _validate(pred, *args, monkeypatch=monkeypatch)
+        assert code == 1, out
+        assert f"{edited}: not the " in out and f"({option}) this prediction read" in out, out
+        assert "give the one predict read (a copy or a move of it is the same)" in out, out
+        assert "changed since predict" not in out, out
+    code, out, _ = _validate(
+        pred, "--target", f"sim:{spec}", "--machine", str(tmp_path / "no.toml"),
+        monkeypatch=monkeypatch,
+    )  # fmt: skip
+    assert code == 1 and f"{tmp_path / 'no.toml'}: no such file (the machine file" in out, out
+    code, out, _ = _validate(
+        pred, "--target", f"sim:{spec}", "--machine", str(spec), "--docroot", str(tmp_path),
+        monkeypatch=monkeypatch,
+    )  # fmt: skip
+    assert code == 2 and "--docroot" in out and "this prediction read no document root" in out
+    code, out, _ = _validate(pred, "--target", "testbed", monkeypatch=monkeypatch)
+    assert code == 2 and "validate takes sim:SPEC.toml only" in out, out
+    code, out, _ = _validate(
+        pred, "--full-run", "paired", "--machine", str(spec), monkeypatch=monkeypatch
+    )
+    assert code == 2 and "--machine" in out and "runs nothing" in out, out
+
+
+@pytest.mark.compute
+def test_a_moved_docroot_is_taken_with_docroot_when_it_is_the_same(tmp_path):
+    """A copy of the document root (new modification times) is the same; an edited copy
+    is refused naming the option, the path and the file that differs."""
+    from shrink.errors import OptionError, ParameterError
+    from shrink.run_inputs import _fingerprints, check_recorded_files
+
+    www = tmp_path / "www"
+    (www / "a").mkdir(parents=True)
+    (www / "a" / "p.php").write_text("<?php echo 1;")
+    (www / "index.html").write_text("hi")
+    inputs = {"target": "testbed", "docroot": str(www), "machine": "this"}
+    inputs["fingerprints"] = json.loads(json.dumps(_fingerprints(inputs)))
+    copy = tmp_path / "copy"
+    shutil.copytree(www, copy, copy_function=shutil.copyfile)  # times not kept
+    shutil.rmtree(www)
+    with pytest.raises(ParameterError, match="give it with --docroot"):
+        check_recorded_files(inputs)
+    got = check_recorded_files(inputs, given={"docroot": str(copy)})
+    assert got["docroot"] == str(copy) and inputs["docroot"] == str(www), got
+    (copy / "a" / "p.php").write_text("<?php echo 2;")
+    with pytest.raises(ParameterError) as e:
+        check_recorded_files(inputs, given={"docroot": str(copy)})
+    said = str(e.value)
+    assert said.startswith(f"{copy}: not the document root (--docroot) this prediction read")
+    assert "(a/p.php differ)" in said and "changed since predict" not in said, said
+    with pytest.raises(OptionError, match=r"--machine: .*this prediction read no machine file"):
+        check_recorded_files(inputs, given={"machine": str(tmp_path / "m.toml")})
+    older = {k: v for k, v in inputs.items() if k != "fingerprints"}
+    with pytest.raises(OptionError, match="records no fingerprint of its document root"):
+        check_recorded_files(older, given={"docroot": str(copy)})
