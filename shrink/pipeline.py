@@ -27,7 +27,7 @@ from shrink.prediction import Prediction
 from shrink.providers import TargetSettings, make_provider
 from shrink.replay.cluster import ClusterSpec
 from shrink.report.build import write_report
-from shrink.run_inputs import RunInputs, check_recorded_files, target_settings
+from shrink.run_inputs import RunInputs, check_recorded_files, docroot_at_start, target_settings
 from shrink.share import Share
 from shrink.target import GeneratorPlacement
 from shrink.trace import Trace
@@ -66,7 +66,7 @@ def run_predict(
     out = Path(out_dir)
     trace = Trace.read_parquet(trace_path, max_body=max_body)
     provider = make_provider(target, run_dir=out / "runs", trace=trace)
-    inputs = RunInputs(trace_path, target, whatif)
+    inputs = RunInputs(trace_path, target, whatif, docroot_start=docroot_at_start(target))
     res = predict(
         trace, provider, config, out,
         extrapolator=extrapolate_mappings, progress=progress, inputs=inputs,

@@ -27,7 +27,13 @@ from shrink.replay.cluster import ClusterSpec
 from shrink.target import GeneratorPlacement
 from shrink.testbed.recipe import BUILTIN_RECIPES
 
-__all__ = ["RunInputs", "check_recorded_files", "record_inputs", "target_settings"]
+__all__ = [
+    "RunInputs",
+    "check_recorded_files",
+    "docroot_at_start",
+    "record_inputs",
+    "target_settings",
+]
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,15 @@ class RunInputs:
     trace: str | Path
     target: TargetSettings = field(default_factory=TargetSettings)
     whatif: dict[str, Any] | None = None
+    # the document root's walk before the first run (docroot_at_start): one edited during
+    # the runs is recorded at its end, content the runs were not all measured on
+    docroot_start: dict[str, Any] | None = None
+
+
+def docroot_at_start(target: TargetSettings) -> dict[str, Any] | None:
+    """The walk of ``target``'s document root, taken before predict's first run."""
+    root = target.docroot
+    return docroot_record(str(root)) if root is not None and os.path.isdir(root) else None
 
 
 def record_inputs(
@@ -77,8 +92,26 @@ def record_inputs(
         "loop_window": measured.meta.get("loop_window"),
     }
     pred.inputs["fingerprints"] = _fingerprints(pred.inputs)
+    if changed := _changed_during(inputs.docroot_start, pred.inputs["fingerprints"]):
+        pred.inputs["docroot_changed"] = changed
     _record_server(pred, provider, measured)
     pred.whatif = inputs.whatif
+
+
+def _changed_during(start: Mapping[str, Any] | None, prints: Mapping[str, Any]) -> dict | None:
+    """The document root's walks at predict's start and end, when they differ: its
+    fingerprint is the end's, and the runs before the change measured other content."""
+    end = prints.get("docroot_walk")
+    if start is None or not isinstance(end, Mapping) or start["digest"] == prints.get("docroot"):
+        return None
+    cut = [str(w.get("bounded") or "").startswith("time") for w in (start, end)]
+    if any(cut) and start.get("entries") != end.get("entries"):
+        return None  # a walk cut short by time saw fewer entries: not a change
+    return {
+        "at_start": start["digest"],
+        "at_end": prints.get("docroot"),
+        "differ": differences(dict(start), dict(end)),
+    }
 
 
 def _absolute(path: str | Path) -> str:

@@ -133,3 +133,49 @@ def test_a_moved_docroot_is_taken_with_docroot_when_it_is_the_same(tmp_path):
     older = {k: v for k, v in inputs.items() if k != "fingerprints"}
     with pytest.raises(OptionError, match="records no fingerprint of its document root"):
         check_recorded_files(older, given={"docroot": str(copy)})
+
+
+def test_a_docroot_edited_during_predict_s_runs_is_said_in_the_record_and_the_report(
+    tmp_path, monkeypatch
+):
+    """The document root's fingerprint was taken at predict's end only: one edited
+    during the runs was recorded as the content the prediction was measured on. It is
+    taken before the first run too, and a difference is a fact in prediction.json and a
+    row of the report's checks."""
+    from shrink import pipeline
+    from shrink.pipeline import run_predict
+    from shrink.predict import PredictConfig
+    from shrink.providers import TargetSettings
+
+    trace = tmp_path / "t.parquet"
+    _ok("synth", "tcp", "--rate", "2000", "--duration", "12s", "-o", str(trace))
+    www = tmp_path / "www"
+    (www / "a").mkdir(parents=True)
+    (www / "a" / "p.php").write_text("<?php echo 1;")
+    real = pipeline.predict
+
+    def edits_during_the_runs(*args, **kwargs):
+        (www / "a" / "p.php").write_text("<?php echo 2;")  # after the start's walk
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "predict", edits_during_the_runs)
+    config = PredictConfig(mappings=("1-replica",), plan=_plan())
+    settings = TargetSettings(f"sim:{SPEC}", str(SPEC), www)
+    run_predict(trace, tmp_path / "p", config, target=settings)
+    doc = json.loads((tmp_path / "p" / "prediction.json").read_text())
+    changed = doc["inputs"]["docroot_changed"]
+    assert changed["differ"] == ["a/p.php"], changed
+    assert changed["at_end"] == doc["inputs"]["fingerprints"]["docroot"] != changed["at_start"]
+    report = (tmp_path / "p" / "report.md").read_text()
+    assert "**changed while predict ran**" in report and "a/p.php differ" in report, report
+    monkeypatch.setattr(pipeline, "predict", real)  # unchanged: nothing said
+    run_predict(trace, tmp_path / "q", config, target=settings)
+    doc = json.loads((tmp_path / "q" / "prediction.json").read_text())
+    assert "docroot_changed" not in doc["inputs"]
+    assert "changed while predict ran" not in (tmp_path / "q" / "report.md").read_text()
+
+
+def _plan():
+    from shrink.autolevels import AutoPlan
+
+    return AutoPlan(warmup=0.0, duration=1.0, reps=1, max_levels=2, min_duration=1.0)

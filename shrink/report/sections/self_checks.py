@@ -42,6 +42,7 @@ def add_self_checks(
         *_host_items(full_checks),
         *_moved_items(m.full_run, m.curve),
         *_load_items(full_checks),
+        *_docroot_items(getattr(m.pred, "inputs", None) or {}),
     ]
     if checks.get("generator_capacity_note"):
         rows.append(["Load generator's capacity", checks["generator_capacity_note"]])
@@ -319,6 +320,22 @@ def _moved_items(full_run: LoadCurve | None, curve: LoadCurve | None) -> list[li
         f"**{got['host_after_over_beside']:.2f}**; the measured MAT is read on its own levels, "
         "the prediction's on the share's, so a host that moved (or a core cheaper when "
         "busier) moves the validation's error by about as much",
+    ]]  # fmt: skip
+
+
+def _docroot_items(inputs: dict[str, Any]) -> list[list[str]]:
+    """A document root that changed between predict's start and its end (its runs)."""
+    changed = inputs.get("docroot_changed")
+    if not isinstance(changed, dict):
+        return []
+    names = ", ".join(str(n) for n in changed.get("differ") or [])
+    return [[
+        "Document root during the runs",
+        "**changed while predict ran** (its fingerprint "
+        f"{changed.get('at_start')} before the first run, {changed.get('at_end')} at the end"
+        + (f"; {names} differ" if names else "")
+        + "): some levels were measured on other pages than the later ones, and the "
+        "prediction records the content at its end, which validate checks against",
     ]]  # fmt: skip
 
 
