@@ -179,3 +179,32 @@ def _plan():
     from shrink.autolevels import AutoPlan
 
     return AutoPlan(warmup=0.0, duration=1.0, reps=1, max_levels=2, min_duration=1.0)
+
+
+@pytest.mark.compute
+def test_a_docroot_fingerprint_counts_no_modification_time(tmp_path):
+    """Decided: the modification time is not part of the fingerprint. A copy of the
+    document root (cp -r, a checkout, a deploy) gives every file new times and the same
+    content, and validate --docroot takes it; with mtime_ns counted every such copy
+    would be refused. So a same-size edit in the middle of a file over 128 KiB stays
+    unseen even with its time changed, as validate --help and docs/recipes.md say."""
+    from shrink.docroot_print import WINDOW
+    from shrink.run_inputs import file_fingerprint
+
+    www = tmp_path / "www"
+    www.mkdir()
+    big = www / "big.bin"
+    data = bytearray(2 * WINDOW + 4096)
+    big.write_bytes(data)
+    os.utime(big, ns=(1_000_000_000, 1_000_000_000))
+    before = file_fingerprint(www)
+    os.utime(big, ns=(2_000_000_123, 2_000_000_123))  # the time alone
+    assert file_fingerprint(www) == before
+    data[WINDOW + 100] = 1  # the middle, the same size, a later time
+    big.write_bytes(data)
+    os.utime(big, ns=(3_000_000_456, 3_000_000_456))
+    assert big.stat().st_mtime_ns == 3_000_000_456
+    assert file_fingerprint(www) == before
+    data[WINDOW - 1] = 1  # within the first 64 KiB: seen
+    big.write_bytes(data)
+    assert file_fingerprint(www) != before
