@@ -241,7 +241,8 @@ def dynamic_sweep(
     for a, b in itertools.pairwise(rows):
         if None not in (a["best"], b["best"]) and a["best"] != b["best"]:
             crossovers.append(_crossover(machine, workload, physics, names, a, b))
-    return {"stat": "mean", "rows": rows, "crossovers": crossovers}
+    threshold = float(workload.thresholds["mean"])
+    return {"stat": "mean", "threshold": threshold, "rows": rows, "crossovers": crossovers}
 
 
 def _crossover(machine, workload, physics, names, a, b) -> dict[str, Any]:

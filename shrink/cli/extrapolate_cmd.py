@@ -74,8 +74,9 @@ def _print_prediction(d: dict[str, Any], title: str) -> None:
         typer.echo(line)
     sweep = d.get("sweep")
     if sweep:
-        rows = ", ".join(f"{r['dynamic_fraction']:g}:{r['best'] or 'none'}" for r in sweep["rows"])
-        typer.echo(f"best mapping by dynamic fraction: {rows}")
+        from shrink.report.recommendation import sweep_best_text
+
+        typer.echo(sweep_best_text(sweep))
         for c in sweep["crossovers"]:
             typer.echo(
                 f"  crossover {c['from']} -> {c['to']} at dynamic fraction "

@@ -27,8 +27,9 @@ def info(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     max_body: MaxBodyOpt = MAX_BODY,
 ) -> None:
-    """Sessions, requests, duration, rate, static/dynamic mix, reply sizes, think times."""
-    from shrink.schedule import trace_extent
+    """Sessions, requests, the time from the first request to the last, the rate over it,
+    a looped replay's period, static/dynamic mix, reply sizes, think times."""
+    from shrink.schedule import trace_extent, trace_mode
     from shrink.trace import Trace
 
     with cli_errors(measures=False):
@@ -36,6 +37,7 @@ def info(
         inf = tr.info()
         # the replay's loop period: what one pass of the trace lasts (shrink.schedule)
         span = trace_extent(tr)[1] if len(tr) else 0.0
+        starts = "session starts" if trace_mode(tr) == "session" else "requests"
     if as_json:
         echo_json({**inf.to_dict(), "span": span})
         return
@@ -45,9 +47,15 @@ def info(
     t.add_row("sessions", f"{inf.sessions:,}")
     t.add_row("requests", f"{inf.requests:,}")
     t.add_row("bursts", f"{inf.bursts:,}")
-    t.add_row("duration", f"{inf.duration:,.3f} s (first to last burst start)")
-    t.add_row("span", f"{span:,.3f} s (arrivals' span + one gap: a replay's loop period)")
-    t.add_row("request rate", f"{inf.request_rate:,.2f} req/s")
+    # two lengths a reader could not tell apart as "duration" and "span"
+    t.add_row("first to last request", f"{inf.duration:,.3f} s (the bursts' start times)")
+    t.add_row(
+        "loop period",
+        f"{span:,.3f} s: a looped replay starts the trace again this often (its "
+        f"{starts}' span plus one mean gap between them; a pass still running overlaps "
+        "the next)",
+    )
+    t.add_row("request rate", f"{inf.request_rate:,.2f} req/s (over first to last request)")
     t.add_row("dynamic fraction", f"{100 * inf.dynamic_fraction:.2f} %")
     t.add_row("unknown reply sizes", f"{inf.unknown_bytes:,}")
     for label, q in (

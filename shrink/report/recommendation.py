@@ -18,7 +18,14 @@ if TYPE_CHECKING:
     from shrink.prediction import MappingPrediction
     from shrink.recommend import Recommendation
 
-__all__ = ["NO_RECOMMENDATION", "reason_text", "remap_reason", "usl_note", "whatif_reason"]
+__all__ = [
+    "NO_RECOMMENDATION",
+    "reason_text",
+    "remap_reason",
+    "sweep_best_text",
+    "usl_note",
+    "whatif_reason",
+]
 
 NO_RECOMMENDATION = "no recommendation: MATs are bounds"
 
@@ -172,3 +179,23 @@ def usl_note(usl: Mapping[str, Any] | None) -> str | None:
         f"{unit} there, and inflates each request as if every one were busy, so its MATs "
         "(0 far past the peak) are an extrapolation, not a forecast"
     )
+
+
+def sweep_best_text(sweep: Mapping[str, Any]) -> str:
+    """whatif's best mapping at each dynamic fraction of its sweep, and why a fraction has
+    none: "1:none" said nothing of why (no mapping's mean meets the threshold there at
+    any load, so each MAT is 0 and none is best)."""
+    from shrink.report.text import seconds_text
+
+    rows = sweep.get("rows") or []
+    pairs = ", ".join(f"{r['dynamic_fraction']:g}:{r['best'] or 'none'}" for r in rows)
+    stat = stat_label(str(sweep.get("stat", "mean")))
+    limit = sweep.get("threshold")
+    limit_text = "its threshold" if limit is None else seconds_text(float(limit))
+    text = f"best mapping by dynamic fraction (the highest MAT, {stat} < {limit_text}): {pairs}"
+    if any(r["best"] is None for r in rows):
+        text += (
+            f"; none: at that fraction no mapping's {stat} latency is under {limit_text} "
+            "even at the lightest load (every MAT is 0)"
+        )
+    return text
