@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.fake_engines import Part0Killed, fake_server_url
+from helpers.fake_engines import Part0Killed, fake_server_url, watched
 
 from shrink.replay import native
 from shrink.replay.selfcheck import generator_check
@@ -298,22 +298,15 @@ def test_a_wait_for_a_cpu_is_not_counted_as_a_stop(monkeypatch) -> None:
     running shrink (``fg`` of a background job) then blamed a loaded run on a stop."""
     from shrink.replay import stopwatch
 
-    clock = iter([0.0, 0.05, 0.1, 0.5, 0.55, 1.45, 1.5, 1.55])
+    clock = [0.0, 0.05, 0.1, 0.5, 0.55, 1.45, 1.5, 1.55]
     # seconds on a run queue: the 0.4 s gap spent waiting for a CPU, the 0.9 s one not
     queue = iter([0.0, 0.0, 0.0, 0.35, 0.35, 0.35, 0.35, 0.35])
-    monkeypatch.setattr(stopwatch, "monotonic", lambda: next(clock))
     monkeypatch.setattr(stopwatch, "_run_delay", lambda: next(queue), raising=False)
-    watch = stopwatch.StopWatch(until=1.52)
-    watch.stop.wait = lambda timeout: False  # (the clock above says when it woke)
-    watch.run()
+    watch = watched(monkeypatch, clock)
     assert watch.gap == pytest.approx(0.9)
     assert watch.missed == pytest.approx(0.85)  # the stop's, not the 0.4 s on a run queue
     monkeypatch.setattr(stopwatch, "_run_delay", lambda: None)  # a kernel that does not say
-    clock = iter([0.0, 0.4])
-    watch = stopwatch.StopWatch(until=0.3)
-    watch.stop.wait = lambda timeout: False
-    watch.run()
-    assert watch.missed == pytest.approx(0.35)
+    assert watched(monkeypatch, [0.0, 0.4]).missed == pytest.approx(0.35)
 
 
 def test_the_run_queue_wait_is_read() -> None:
@@ -619,10 +612,10 @@ def test_an_engine_process_stopped_past_the_run_s_zero_says_so() -> None:
         extra: dict = field(default_factory=dict)
 
     stats = Stats({"loop": {"sent": 10}})
-    watch = zero_watch(time.monotonic() - 2.0, 10.0)  # read 2 s after the zero
+    watch = zero_watch(time.monotonic() - 2.0)  # read 2 s after the zero
     said = note_stop(stats, [watch], 1)
     assert said.extra["loop"]["stopped_us"] == pytest.approx(2e6, rel=0.05), said.extra
     assert said.extra["loop"]["sent"] == 10
     # late with no SIGCONT (a slow start, not a stop), or read in time: nothing said
-    assert note_stop(stats, [zero_watch(time.monotonic() - 2.0, 10.0)], 0) is stats
-    assert note_stop(stats, [zero_watch(time.monotonic() + 0.1, 10.0)], 1) is stats
+    assert note_stop(stats, [zero_watch(time.monotonic() - 2.0)], 0) is stats
+    assert note_stop(stats, [zero_watch(time.monotonic() + 0.1)], 1) is stats

@@ -282,7 +282,7 @@ def _blocked(tid: int) -> int:
 @pytest.mark.parametrize(
     "make",
     [
-        lambda: StopWatch(time.monotonic() + 0.5),
+        lambda: StopWatch(),
         lambda: _WindowSampler((time.monotonic() + 0.5,) * 2, []),
     ],
 )

@@ -77,6 +77,10 @@ class EngineStats:
     requests: int
     interrupted: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    # the monotonic instant the run ended, before the engine's clean-up (the native
+    # core's wait for its spinners, the GIL held): a stop is counted up to it, not later
+    # (None: an engine that does not say)
+    ended: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -147,12 +151,14 @@ def run_stats(
 ) -> EngineStats:
     """The stats of a run that started at ``wall0`` (monotonic) with ``cpu0`` (os.times)."""
     cpu1 = os.times()
+    ended = monotonic()
     return EngineStats(
         t0=t0,
-        t0_unix=time.time() - (monotonic() - t0),
-        wall=monotonic() - wall0,
+        t0_unix=time.time() - (ended - t0),
+        wall=ended - wall0,
         cpu=(cpu1.user - cpu0.user) + (cpu1.system - cpu0.system),
         requests=requests,
         interrupted=interrupted,
         extra=extra or {},
+        ended=ended,
     )

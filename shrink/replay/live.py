@@ -366,7 +366,7 @@ class LiveTarget:
         paused: list[StopWatch] = []
 
         def on_start(t0: float) -> None:
-            paused.append(StopWatch(t0 + horizon))
+            paused.append(StopWatch())
             paused[0].start()
             # the window's edges are known once the engine has fixed its zero
             if self.share_cpus:
@@ -516,7 +516,10 @@ class LiveTarget:
         its watcher and the SIGCONTs it got); an engine in processes of its own, or on a
         cluster, ran on while this one was stopped (:func:`flag_if_stopped`)."""
         inline = len(engine.stats) == 1 and self._placement().cluster is None
-        gap, missed = (paused[0][0].gap, paused[0][0].missed) if paused[0] else (0.0, 0.0)
+        # (a stop is counted up to the engine's own end, not through its clean-up after)
+        ended = engine.stats[0].ended if inline else None
+        watch = paused[0][0].ended(ended) if paused[0] else None
+        gap, missed = (watch.gap, watch.missed) if watch is not None else (0.0, 0.0)
         stopped = stopped_for(engine.stats, missed if inline else 0.0, paused[1])
         if engine.interrupted:
             # never sent because the run was stopped: neither intended nor late

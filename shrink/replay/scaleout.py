@@ -256,7 +256,7 @@ def _child(
                 t0 = float(pipe.recv())
             finally:
                 signal.pthread_sigmask(signal.SIG_SETMASK, held)
-            watch.append(zero_watch(t0, params["horizon"]))
+            watch.append(zero_watch(t0))
             with normal_priority():  # (called from the engine's send thread, maybe SCHED_FIFO)
                 watch[0].start()
             return t0

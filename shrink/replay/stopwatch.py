@@ -45,41 +45,70 @@ STOPPED_GAP = 1.0
 class StopWatch(threading.Thread):
     """The longest time this process did not run during a run. A generator stopped past
     its horizon and continued ends at once: the requests due meanwhile are neither sent
-    nor late, and the level measured a fraction of its load, unflagged."""
+    nor late, and the level measured a fraction of its load, unflagged.
 
-    def __init__(self, until: float) -> None:
+    It watches until told to ``stop``, and counts a gap up to the engine's own end
+    (:meth:`ended`), not the planned horizon: a stop that spans the horizon is a stop
+    (the sends due meanwhile never went), while the wait after the engine returned
+    (the native core's for its spinners, the GIL held, 17 s under load) is not."""
+
+    def __init__(self) -> None:
         super().__init__(daemon=True)
-        self.until = until
-        self.gap = 0.0
-        self.missed = 0.0  # the time of all the gaps past a wake-up's (this one's 50 ms)
+        self.end: float | None = None  # the engine's own end, once known
+        self.late = 0.0  # missed before the watcher started (see zero_watch)
         self.stop = threading.Event()
+        self._short = 0.0  # the longest of the gaps not kept below
+        # the gaps of more than a moment: (from, to, seconds on a run queue meanwhile)
+        self._gaps: list[tuple[float, float, float]] = []
+
+    def ended(self, at: float | None) -> StopWatch:
+        """The engine's own end (the monotonic instant it returned, before its clean-up;
+        None: not known, every gap counts): no gap is counted past it."""
+        self.end = at
+        return self
+
+    @property
+    def gap(self) -> float:
+        """The longest time between two wake-ups, up to the engine's end."""
+        return max([self._short, *(b - a for a, b, _ in self._cut())])
+
+    @property
+    def missed(self) -> float:
+        """The time of all the gaps past a wake-up's (this one's 50 ms), less their
+        time on a run queue, up to the engine's end."""
+        # Not the time it waited for a CPU (load, a CPU quota's throttling): a busy host
+        # plus a SIGCONT to a running shrink (``fg`` of a background job sends one) read
+        # as a stop, and the late sends were blamed on it.
+        return self.late + sum(max(0.0, b - a - 0.05 - q) for a, b, q in self._cut())
+
+    def _cut(self) -> list[tuple[float, float, float]]:
+        end = self.end
+        if end is None:
+            return self._gaps
+        return [(a, min(b, end), q) for a, b, q in self._gaps if a < end]
 
     def run(self) -> None:
         interrupts.leave_to_loop()
         last, waited = monotonic(), _run_delay()
         while not self.stop.wait(0.05):
             now, wait = monotonic(), _run_delay()
-            self.gap = max(self.gap, now - last)
             if now - last > 0.15:
-                # Not the time it waited for a CPU (load, a CPU quota's throttling): a
-                # busy host plus a SIGCONT to a running shrink (``fg`` of a background
-                # job sends one) read as a stop, and the late sends were blamed on it.
                 queued = wait - waited if wait is not None and waited is not None else 0.0
-                self.missed += max(0.0, now - last - 0.05 - queued)
+                self._gaps.append((last, now, queued))
+            else:
+                self._short = max(self._short, now - last)
             last, waited = now, wait
-            if now > self.until:
-                return
 
 
-def zero_watch(t0: float, horizon: float) -> StopWatch:
+def zero_watch(t0: float) -> StopWatch:
     """A watcher of a run whose zero ``t0`` this process was just told (not started): a
     stop that held it past the zero (Ctrl-Z in the moment between the parent's choosing it
     and this process's reading it) is counted as missed from the zero on, since the run's
     first sends went out that late; the watcher itself sees only what comes after."""
-    watch = StopWatch(t0 + horizon)
+    watch = StopWatch()
     late = monotonic() - t0
     if late > 0.15:  # (as the watcher's own wake-ups: a moment's lateness is no stop)
-        watch.missed = late
+        watch.late = late
     return watch
 
 
@@ -144,6 +173,7 @@ def note_stop(stats: Any, watch: list[StopWatch], continued: int | None) -> Any:
     if not watch:
         return stats  # stopped before the run's zero
     watch[0].stop.set()
+    watch[0].ended(getattr(stats, "ended", None))  # (not through the spinners' wait after)
     stopped = stopped_for([stats], watch[0].missed, continued)
     if stopped <= 0:
         return stats

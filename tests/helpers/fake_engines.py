@@ -61,3 +61,47 @@ def options_seen() -> Any:
             return super().__call__(*args, **kw)
 
     return OptionsSeen()
+
+
+def watched(monkeypatch: Any, clock: list[float]) -> Any:
+    """A stop watcher run over wake-ups at the monotonic instants ``clock`` (its start's
+    first), told to stop after the last."""
+    from shrink.replay import stopwatch
+
+    ticks = iter(clock)
+    left = [len(clock)]
+
+    def now() -> float:
+        left[0] -= 1
+        return next(ticks)
+
+    monkeypatch.setattr(stopwatch, "monotonic", now)
+    watch = stopwatch.StopWatch()
+    monkeypatch.setattr(watch.stop, "wait", lambda timeout: left[0] == 0)
+    watch.run()
+    return watch
+
+
+class HeldAfterItsEnd:
+    """A fake engine that, once its run is over (``ended`` said), holds the GIL for
+    ``hold`` seconds (as the native core's wait for its starved spinners does), then
+    sends this process the signals ``then`` (a SIGCONT with no stop before it)."""
+
+    def __init__(self, hold: float, then: tuple[signal.Signals, ...] = ()) -> None:
+        self.hold, self.then = hold, then
+
+    def __call__(self, schedule, config, writer, **kw):  # type: ignore[no-untyped-def]
+        import ctypes
+        import time
+
+        from shrink.replay.fake import FakeEngine
+
+        kw.pop("awake", None)
+        stats = FakeEngine()(schedule, config, writer, **kw)
+        time.sleep(0.3)  # (the watcher started at the zero has woken meanwhile)
+        stats.ended = time.monotonic()
+        # a call through PyDLL keeps the GIL: no other thread of this process runs
+        ctypes.PyDLL(None).usleep(int(self.hold * 1e6))
+        for sig in self.then:
+            os.kill(os.getpid(), sig)
+        return stats
