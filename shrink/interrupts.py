@@ -80,6 +80,9 @@ _held = [False]
 _owed = {"sig": 0, "command": 0, "sent": 0, "stray": 0}
 _commands = [0]
 _owed_lock = threading.RLock()
+# Whether a stop was taken in this command's work (an engine's handler, or this module's):
+# a second one while the first is under way is the same stop, never one of its own.
+_stopping = [False]
 
 
 class NotStarted(BaseException):
@@ -91,8 +94,12 @@ class NotStarted(BaseException):
 
 
 def note(signum: int) -> None:
-    """Record that ``signum`` stopped the command (a handler of one of STOP_SIGNALS)."""
-    _last[0] = int(signum)
+    """Record that ``signum`` stopped the command (a handler of one of STOP_SIGNALS): the
+    first in its work only. SIGHUP, then SIGTERM 10 ms later, exited 143, "stopped by
+    SIGTERM", where SIGHUP had stopped it."""
+    if not (_stopping[0] and _depth[0]):
+        _last[0] = int(signum)
+    _stopping[0] = True
 
 
 def received() -> int:
@@ -115,6 +122,11 @@ def _stop(signum: int, frame: FrameType | None) -> None:
     signum = _settle(signum)
     if not signum:
         return  # the re-sent stop, which a direct one already raised
+    if _stopping[0] and _depth[0]:
+        # A second stop while the first is under way (an engine's handler took it, and the
+        # engine tidies up; or the finished levels are being kept): the same stop. Raised,
+        # it cut the engine's close of its RunLog short, the rows lost and its .tmp left.
+        return
     note(signum)
     if _depth[0] == 0 and _done[0]:
         # A stop that came in the work's last moment, its handler run at the first check
@@ -131,6 +143,7 @@ def _stop(signum: int, frame: FrameType | None) -> None:
         _held[0] = True  # raised by raise_if_held(), once what was measured is kept
         return
     if _in_finalizer(frame):
+        _stopping[0] = False  # (not taken yet: the re-sent signal takes it)
         _resend_later(signum)  # raised here, it would be dropped (and printed)
         return
     raise KeyboardInterrupt
@@ -168,6 +181,7 @@ def _forget_owed() -> None:
     with _owed_lock:
         _commands[0] += 1
         _owed.update(sig=0, sent=0, stray=0)
+        _stopping[0] = False
 
 
 def _resend_later(signum: int) -> None:

@@ -17,6 +17,7 @@ from shrink.cli._common import cli_errors
 from shrink.cli.sweep_cmd import _keep_partial_sweep
 from shrink.errors import ShrinkError
 from shrink.measure import SweepInterrupted, sweep
+from shrink.replay import native
 from shrink.replay.engine import EngineStats
 from shrink.replay.live import LiveTarget
 from shrink.target import GeneratorPlacement
@@ -413,3 +414,63 @@ def test_a_stop_handled_just_past_the_work_s_end_is_ignored_not_said_before_the_
     r = subprocess.run([sys.executable, "-c", _HANDLED_PAST_THE_END], cwd=root,
                        capture_output=True, text=True, timeout=60)  # fmt: skip
     assert r.stdout.split("\n")[:2] == ["ignored", "next block ran"], r.stdout + r.stderr
+
+
+_SECOND_STOP_AS_THE_ENGINE_CLOSES = """
+import os, signal, socket, sys, threading, time
+from pathlib import Path
+from shrink import interrupts
+from shrink.replay import EngineConfig, build_schedule, run_schedule
+from shrink.replay.native import run_native
+from shrink.replay.writer import RunLogWriter
+from shrink.schedule import open_loop_trace
+
+class Writer(RunLogWriter):
+    def close(self):  # the second stop comes while the engine closes its RunLog
+        os.kill(os.getpid(), getattr(signal, sys.argv[3]))
+        time.sleep(0.05)
+        super().close()
+
+interrupts.install()
+out = Path(sys.argv[1]) / "r.parquet"
+with socket.socket() as closed:  # bound, not listening: connections are refused
+    closed.bind(("127.0.0.1", 0))
+    sched = build_schedule(open_loop_trace("/x", 100.0, 5.0), 1.0, 5.0)
+    first = threading.Timer(0.3, os.kill, (os.getpid(), getattr(signal, sys.argv[2])))
+    try:
+        with interrupts.working():
+            first.start()
+            engine = run_native if sys.argv[4] == "native" else run_schedule
+            stats = engine(sched, EngineConfig(targets=[closed.getsockname()]), Writer(out))
+            print("interrupted", stats.interrupted)
+    except KeyboardInterrupt:
+        print("raised")
+print("status", interrupts.exit_status())
+print("files", *sorted(p.name for p in out.parent.iterdir()))
+"""
+
+
+@pytest.mark.parametrize(
+    ("first", "second"), [("SIGHUP", "SIGTERM"), ("SIGTERM", "SIGTERM"), ("SIGINT", "SIGINT")]
+)
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_a_second_stop_while_the_engine_closes_its_runlog_is_the_same_stop(
+    tmp_path, first, second, engine
+):
+    """SIGHUP, then SIGTERM 10 ms later (timeout's to the group, then the parent's; two
+    Ctrl-C): the second came once the engine had given the stop signals back, while it
+    closed its RunLog, and raised there: the rows lost, a ``.run001-rf2.parquet.*.tmp``
+    left, and the exit status the second's (143 for a SIGHUP'd sweep)."""
+    if engine == "native" and not native.available():
+        pytest.skip("the native replay core is not built")
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run(
+        [sys.executable, "-c", _SECOND_STOP_AS_THE_ENGINE_CLOSES, str(tmp_path), first, second,
+         engine],
+        cwd=root, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert r.stdout.splitlines() == [
+        "interrupted True",
+        f"status {128 + getattr(signal, first)}",
+        "files r.parquet",
+    ], r.stdout + r.stderr
