@@ -80,3 +80,44 @@ def test_an_engine_process_says_no_stop_for_the_wait_after_its_end(then) -> None
     )  # fmt: skip
     assert len(run.stats) == 2
     assert [st.extra.get("loop", {}).get("stopped_us") for st in run.stats] == [None, None]
+
+
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_a_sigcont_with_no_stop_before_it_during_a_run_is_no_stop(engine) -> None:
+    """A SIGCONT with no stop before it (``fg``, ``kill -CONT`` of a running shrink) in the
+    middle of a run: Python's handler writes it to the native core's signal pipe too, and
+    it is none of the stop signals there; the run goes to its end, and no stop is said."""
+    import socket
+    import threading
+    import time
+
+    from shrink.replay import EngineConfig, build_schedule, native, run_schedule
+    from shrink.replay.stopwatch import Continued, StopWatch, stopped_for
+    from shrink.replay.writer import RunLogWriter
+    from shrink.schedule import open_loop_trace
+
+    if engine == "native" and not native.available():
+        pytest.skip("the native replay core is not built")
+    run = native.run_native if engine == "native" else run_schedule
+    watch = StopWatch()
+    kick = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGCONT))
+
+    def ready() -> float:
+        watch.start()
+        kick.start()
+        return time.monotonic() + 0.05
+
+    with socket.socket() as closed, Continued() as continued:  # (refused: nothing listens)
+        closed.bind(("127.0.0.1", 0))
+        sched = build_schedule(open_loop_trace("/x", 100.0, 1.0), 1.0, 1.0)
+        try:
+            stats = run(sched, EngineConfig(targets=[closed.getsockname()]), RunLogWriter(None),
+                        on_ready=ready)  # fmt: skip
+        finally:
+            kick.cancel()
+            watch.stop.set()
+    assert continued.count == 1
+    assert not stats.interrupted and stats.wall >= 0.9
+    watch.ended(stats.ended)
+    assert watch.gap < STOPPED_GAP
+    assert stopped_for([stats], watch.missed, continued.count) == 0.0
