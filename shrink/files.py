@@ -230,6 +230,32 @@ _HINTS = (
 )
 
 
+def utf16_without_bom(head: bytes) -> str | None:
+    """What a file that starts with ``head`` is, when every other byte is NUL: UTF-16
+    text without a byte-order mark (LE when the NULs come second), with what to run to
+    read it; else None.
+
+    Such bytes are valid UTF-8, so they were read as text: a log's every line skipped
+    as unreadable or quoted with a \\x00 between its letters, a session log's path
+    refused for its NUL, a JSON or TOML file refused at line 1 ("Expecting value").
+    Judged by the first 4 KiB: one byte of each two NUL in at least 9 pairs of 10,
+    the other byte NUL in at most 1 of 10 (a letter outside Latin-1 has no NUL).
+    """
+    sample = head[:4096]
+    sample = sample[: len(sample) & ~1]
+    pairs = len(sample) // 2
+    if pairs < 2:
+        return None
+    first, second = sample[0::2].count(0), sample[1::2].count(0)
+    for nul, other, order in ((second, first, "LE"), (first, second, "BE")):
+        if nul * 10 >= pairs * 9 and other * 10 <= pairs:
+            return (
+                f"UTF-16 text without a byte-order mark ({order}: every other byte is NUL): "
+                f"convert it to UTF-8 first (iconv -f UTF-16{order} -t UTF-8)"
+            )
+    return None
+
+
 def decode(data: bytes, *, path: str | Path | None, what: str) -> str:
     """UTF-8 text of ``data``, without a UTF-8 byte order mark at its start (editors on
     Windows save one; the JSON and TOML parsers refused it at line 1); a bad byte is
@@ -237,6 +263,8 @@ def decode(data: bytes, *, path: str | Path | None, what: str) -> str:
     bom = 0
     while data.startswith(_UTF8_BOM, bom):  # two, from a tool that added one to a file with one
         bom += len(_UTF8_BOM)
+    if (utf16 := utf16_without_bom(data[bom:])) is not None:
+        raise TraceFormatError(f"not a {what}: {utf16}", path=path)
     try:
         return data[bom:].decode("utf-8")
     except UnicodeDecodeError as exc:

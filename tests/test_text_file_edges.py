@@ -96,3 +96,51 @@ def test_every_byte_order_mark_at_a_logs_start_is_read_past(tmp_path: Path, mark
     p.write_bytes(BOM * marks + b"/a think=1\n/b think=1\n")
     assert detect_format(p) == "wsesslog"
     assert read_trace(p, format="wsesslog").table.column("path").to_pylist() == ["/a", "/b"]
+
+
+_CLF = '1.2.3.4 - - [01/Aug/1995:00:00:01 -0400] "GET /a.html HTTP/1.0" 200 10\n'
+_READERS = [
+    ("a.log", _CLF * 3, "auto"),
+    ("a.log", _CLF * 3, "clf"),
+    ("a.log", "#shrink-specweb\n" + _CLF, "specweb"),
+    ("a.log", "#shrink-sessions\n/a think=1\n/b\n", "wsesslog"),
+    ("a.log", _CLF, "pcap"),
+    ("a.json", '{"a": 1}\n', "json"),
+    ("a.toml", "a = 1\n", "toml"),
+]
+
+
+@pytest.mark.parametrize("order", ["LE", "BE"])
+@pytest.mark.parametrize(("name", "text", "fmt"), _READERS)
+def test_utf16_text_without_a_byte_order_mark_is_refused_by_name(
+    tmp_path: Path, name: str, text: str, fmt: str, order: str
+) -> None:
+    """Every other byte NUL: valid UTF-8, so it was read as text. Before: a CLF or
+    specweb log 'no request read: every data line was skipped as unreadable', a session
+    log 'line 1: the path holds a NUL byte', detection 'cannot tell the format of this
+    text (first data line 'i\\x00n\\x002...')', JSON 'line 1: not JSON: Expecting value'."""
+    from shrink.ingest import read_trace
+
+    p = tmp_path / name
+    p.write_bytes(text.encode(f"utf-16-{order.lower()}"))
+    with pytest.raises(TraceFormatError) as err:
+        if fmt == "json":
+            files.read_json(p)
+        elif fmt == "toml":
+            files.read_toml(p)
+        else:
+            read_trace(p, format=fmt)
+    msg = str(err.value)
+    assert str(p) in msg
+    assert f"UTF-16 text without a byte-order mark ({order}" in msg
+    assert f"iconv -f UTF-16{order} -t UTF-8" in msg
+
+
+def test_text_with_a_few_nuls_or_in_a_script_without_them_is_not_taken_for_utf16() -> None:
+    """The judgement needs one byte of each pair NUL nearly always, the other nearly never."""
+    assert files.utf16_without_bom("日本語のテキスト".encode("utf-16-le")) is None
+    assert files.utf16_without_bom(b"a\x00" + b"bc" * 20) is None
+    assert files.utf16_without_bom(b"\x00" * 40) is None  # all NUL: not text of either order
+    assert files.utf16_without_bom(b"a") is None
+    assert files.utf16_without_bom("éa€b\n".encode("utf-16-be")) is None  # 1 NUL pair in 5
+    assert files.utf16_without_bom(("é" * 9 + "€").encode("utf-16-be")) is not None

@@ -188,8 +188,9 @@ def check_not_foreign(head: bytes, path: Path) -> None:
 
 
 def foreign(head: bytes) -> str | None:
-    """What to run first to read a file that starts with ``head`` (UTF-16 text, a
-    compressed file other than gzip, a zip archive), or None."""
+    """What to run first to read a file that starts with ``head`` (UTF-16 text, with
+    or without a byte-order mark, a compressed file other than gzip, a zip archive),
+    or None."""
     bare = without_boms(head)
     if bare != head and bare[:4] in CAPTURE_MAGICS:
         # (every mark: a text tool that adds one to a file with one makes two, and the
@@ -204,7 +205,8 @@ def foreign(head: bytes) -> str | None:
             f"a capture behind {marks}, which a text tool put in front of it): remove those "
             f"{3 * n} bytes first (tail -c +{3 * n + 1} FILE > OUT)"
         )
-    return next((what for magic, what in _CONVERT_FIRST if magic.match(head)), None)
+    what = next((what for magic, what in _CONVERT_FIRST if magic.match(head)), None)
+    return what if what is not None else files.utf16_without_bom(bare)
 
 
 def line_end(head: bytes) -> bytes:
