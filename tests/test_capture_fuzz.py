@@ -259,18 +259,49 @@ def test_a_gzip_that_is_no_capture_is_refused_from_its_first_bytes(
     assert "bad magic 61616161" in str(err) and err.offset == 0
 
 
-def test_two_gzipped_captures_joined_say_a_second_capture_starts(
+def _other(tmp: Path, fmt: str) -> bytes:
+    """A capture of other connections than ``captures``' (other client ports)."""
+    ex = [(b"GET /z HTTP/1.1\r\nHost: f\r\n\r\n", http_response(500))]
+    return write_capture(tmp / f"y.{fmt}", [Conn(ex, cport=40000)], fmt=fmt).read_bytes()
+
+
+@pytest.mark.parametrize("fmt", ["pcap", "pcapng"])
+def test_two_gzipped_captures_joined_are_read_as_one_and_said(
+    tmp_path: Path, captures: dict[str, bytes], fmt: str
+) -> None:
+    """``cat a.pcap.gz b.pcap.gz`` is one gzip stream of both. Before: the second pcap's
+    file header was named (round 29b) but nothing after it was read ("no record could be
+    read after it"), an error with --strict, though its records read as the first's."""
+    a, b = captures[fmt], _other(tmp_path, fmt)
+    data = gzip.compress(a) + gzip.compress(b) + gzip.compress(b)
+    for strict in (False, True):
+        t = _read(tmp_path, data, strict=strict)
+        assert isinstance(t, Trace), str(t)
+        assert len(t) == len(_read(tmp_path, a)) + 1  # b twice: the same packets
+        assert "damage" not in t.meta
+        assert t.meta["joined_captures_at"] == [len(a), len(a) + len(b)]
+        assert "/z" in t.table.column("path").to_pylist()
+
+
+def test_a_joined_pcap_of_another_snapshot_length_or_format_is_named_not_read_on(
     tmp_path: Path, captures: dict[str, bytes]
 ) -> None:
-    """``cat a.pcap.gz b.pcap.gz`` is one gzip stream of both: the second's file header
-    was read as records, "record 7 ...: record length N exceeds the snapshot length"."""
-    data = gzip.compress(captures["pcap"]) + gzip.compress(captures["pcap"])
-    err = _read(tmp_path, data, strict=True)
-    assert isinstance(err, CaptureFormatError)
-    assert "a second capture's file header starts here" in str(err)
-    assert err.offset == len(captures["pcap"]), str(err)
-    lenient = _read(tmp_path, data)
-    assert isinstance(lenient, Trace) and len(lenient) >= 5
+    """Its records may be longer than the first's snapshot length allows, or of another
+    link type: named, as round 29b named every joined pcap; with --strict, an error."""
+    b = bytearray(_other(tmp_path, "pcap"))
+    b[16:20] = struct.pack("<I", 262144)  # written little-endian
+    for first, second, said in (
+        (captures["pcap"], bytes(b), "a second capture's file header starts here"),
+        (captures["pcapng"], _other(tmp_path, "pcap"), "a classic pcap's file header starts"),
+    ):
+        data = gzip.compress(first) + gzip.compress(second)
+        err = _read(tmp_path, data, strict=True)
+        assert isinstance(err, CaptureFormatError)
+        assert said in str(err) and "not read on as the first" in str(err), str(err)
+        assert err.offset == len(first), str(err)
+        lenient = _read(tmp_path, data)
+        assert isinstance(lenient, Trace) and len(lenient) >= 5
+        assert said in lenient.meta["damage"]
 
 
 @pytest.mark.parametrize("fmt", ["pcap", "pcapng"])

@@ -350,6 +350,25 @@ def test_a_capture_of_a_link_type_not_read_names_it(tmp_path, linktype):
     assert f"(link type {linktype})" in result.output, result.output
 
 
+def test_captures_joined_by_cat_are_read_as_one_and_the_note_says_where(tmp_path):
+    """Before: 'warning: ..., record N, byte offset M: a second capture's file header
+    starts here ...; no record could be read after it', the second capture's requests lost."""
+    import gzip
+
+    one = [Conn([(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n", http_response(10))])]
+    two = [Conn([(b"GET /b HTTP/1.1\r\nHost: x\r\n\r\n", http_response(10))], cport=41000)]
+    a = write_capture(tmp_path / "a.pcap", one).read_bytes()
+    src = tmp_path / "ab.pcap.gz"
+    src.write_bytes(
+        gzip.compress(a) + gzip.compress(write_capture(tmp_path / "b.pcap", two).read_bytes())
+    )
+    result = _invoke("ingest", src, "-o", tmp_path / "t.parquet")
+    assert result.exit_code == 0, result.output
+    assert "2 requests" in result.output and "warning" not in result.output, result.output
+    assert "note: 2 captures (or pcapng sections) joined in one file" in result.output
+    assert f"a capture's header at byte offset {len(a):,})" in result.output, result.output
+
+
 @pytest.mark.parametrize(
     ("wrap", "what"),
     [

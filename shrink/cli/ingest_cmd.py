@@ -171,6 +171,8 @@ def ingest(
     }
     if trace.meta.get("damage"):
         summary["damage"] = trace.meta["damage"]
+    if trace.meta.get("joined_captures_at"):
+        summary["joined_captures_at"] = trace.meta["joined_captures_at"]
     faults = {k: int(v) for k, v in (trace.meta.get("http_anomalies") or {}).items() if v}
     if faults:
         summary["http_faults"] = faults
@@ -195,6 +197,13 @@ def _notes(meta: dict[str, Any], faults: dict[str, int]) -> None:
             f"[yellow]warning:[/] {escape(printable(meta['damage']))}",
             highlight=False,
             soft_wrap=True,
+        )
+    if joined := meta.get("joined_captures_at"):
+        at = ", ".join(f"{x:,}" for x in joined[:5]) + (", ..." if len(joined) > 5 else "")
+        typer.echo(
+            f"note: {plural(len(joined) + 1, 'capture')} (or pcapng sections) joined in one "
+            "file, as `cat a.pcap.gz b.pcap.gz` joins them: read as one, in the file's order "
+            f"(a capture's header at byte offset {at})"
         )
     if faults:
         typer.echo(f"note: {_http_faults_text(faults)}")

@@ -9,7 +9,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["CAPTURE_MAGICS", "MODIFIED_MAGICS", "PCAPNG_MAGIC", "PCAP_MAGICS", "header_at"]
+__all__ = [
+    "CAPTURE_MAGICS",
+    "CLASSIC_MAGICS",
+    "MODIFIED_MAGICS",
+    "PCAPNG_MAGIC",
+    "PCAP_MAGICS",
+    "header_at",
+    "joined",
+]
 
 PCAP_MAGICS: dict[bytes, tuple[str, int]] = {
     # magic -> (byte order, ticks per second of the sub-second field)
@@ -21,7 +29,18 @@ PCAP_MAGICS: dict[bytes, tuple[str, int]] = {
 # Kuznetzov's "modified" pcap and SuSE 6.3's (microseconds): magic -> byte order.
 MODIFIED_MAGICS: dict[bytes, str] = {b"\xa1\xb2\xcd\x34": ">", b"\x34\xcd\xb2\xa1": "<"}
 PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"  # a section header block
-CAPTURE_MAGICS: tuple[bytes, ...] = (*PCAP_MAGICS, *MODIFIED_MAGICS, PCAPNG_MAGIC)
+CLASSIC_MAGICS: tuple[bytes, ...] = (*PCAP_MAGICS, *MODIFIED_MAGICS)
+CAPTURE_MAGICS: tuple[bytes, ...] = (*CLASSIC_MAGICS, PCAPNG_MAGIC)
+
+
+def joined(whose: str, differs: str) -> str:
+    """What to say where a second capture's file header is met in a file and not read
+    on, for the reason ``differs``."""
+    return (
+        f"{whose} file header starts here (two captures joined, as `cat a.pcap.gz b.pcap.gz` "
+        f"joins them), not read on as the first ({differs}): read each alone, or join them "
+        "with mergecap"
+    )
 
 
 def header_at(data: Any, offsets: Sequence[int], lengths: Sequence[int], k: int) -> int | None:

@@ -27,7 +27,7 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -41,11 +41,17 @@ from shrink.ingest.capture.pcap_walk import (
     gather,
     header_dtype,
     resync,
-    walk_chain,
+    walk_joined,
     walk_plain,
 )
 from shrink.ingest.capture.pcapng_resync import pcapng_resync
-from shrink.ingest.capture_magic import MODIFIED_MAGICS, PCAP_MAGICS, PCAPNG_MAGIC, header_at
+from shrink.ingest.capture_magic import (
+    MODIFIED_MAGICS,
+    PCAP_MAGICS,
+    PCAPNG_MAGIC,
+    header_at,
+    joined,
+)
 
 __all__ = [
     "MAX_HELD",
@@ -101,7 +107,7 @@ class RawRecords:
     linktype: np.ndarray
     fmt: str
     damage: str | None = None
-    notes: dict[str, int] = field(default_factory=dict)
+    notes: dict[str, Any] = field(default_factory=dict)
     # Per record, (n, k) uint8 rows holding from byte ``frame_at`` on the first
     # FRAME.itemsize bytes of its data (past the record: whatever follows, zeros
     # past the file), when the reader gathered them with the record headers.
@@ -293,8 +299,9 @@ def _damaged(
 
 def _walk_pcap(
     data: np.ndarray, n: int, path: Path, strict: bool
-) -> tuple[np.ndarray, np.ndarray, str | None]:
-    """(record offsets, captured lengths, damage) of a classic pcap file.
+) -> tuple[np.ndarray, np.ndarray, str | None, list[int]]:
+    """(record offsets, captured lengths, damage, byte offsets of the file headers of
+    captures joined after the first and read on) of a classic pcap file.
 
     The records are found by :func:`~shrink.ingest.capture.pcap_walk.walk_chain`, which
     stops at the first bad record; impossible lengths and a cut-short last
@@ -303,13 +310,15 @@ def _walk_pcap(
     endian, tick = PCAP_MAGICS[bytes(data[:4])]
     snaplen = struct.unpack_from(endian + "I", data, 16)[0]
     limit = max(snaplen, MAX_RECORD)
-    good, stop = walk_chain(data, n, endian, limit, tick)
+    good, stop, joins = walk_joined(data, n, endian, limit, tick)
     tail = [stop]
     if stop + 12 <= n:  # a bad record: where its length says it ends, as the message needs
         tail.append(stop + 16 + struct.unpack_from(endian + "I", data, stop + 8)[0])
     every = np.concatenate([good, np.asarray(tail, dtype=np.int64)])
     o, off = every[:-1], int(every[-1])
     incl = np.diff(every) - 16
+    for j in joins:  # the record before a joined capture's header ends where it starts
+        incl[np.searchsorted(o, j) - 1] -= 24
     bad = np.flatnonzero((incl > limit) | (o + 16 + incl > n))
     damage = None
     if bad.size or (off != n and (not o.size or o[-1] + 16 + incl[-1] <= n)):
@@ -317,10 +326,8 @@ def _walk_pcap(
         at = int(o[k]) if k < o.size else (int(o[-1] + 16 + incl[-1]) if o.size else 24)
         if (j := header_at(data, o, incl, k)) is not None:
             k, at = j, int(o[j])
-            msg = (
-                "a second capture's file header starts here (two captures joined, as `cat "
-                "a.pcap.gz b.pcap.gz` joins them): read each alone, or join them with mergecap"
-            )
+            msg = joined("a second capture's", "its magic, link type or snapshot length differ")
+
         elif k < o.size and incl[k] > limit:
             msg = f"record length {int(incl[k])} exceeds the snapshot length {snaplen} (garbage?)"
         elif k < o.size:
@@ -330,7 +337,7 @@ def _walk_pcap(
         o, incl = o[:k], incl[:k]
         damage, _ = _damaged(msg, path, k + 1, at, strict)
         o, incl, damage = _read_on(data, n, endian, limit, tick, o, incl, at, damage)
-    return o, incl, damage
+    return o, incl, damage, joins
 
 
 def _read_on(
@@ -379,7 +386,7 @@ def _read_pcap(data: np.ndarray, n: int, path: Path, strict: bool) -> RawRecords
     # The link type is the low 16 bits: above them a writer may say its frames end in
     # an FCS (the P flag, bit 26, and the FCS length, bits 28-31), as tshark reads them.
     linktype = struct.unpack_from(endian + "I", data, 20)[0] & 0xFFFF
-    o, caplen, damage = _walk_pcap(data, n, path, strict)
+    o, caplen, damage, joins = _walk_pcap(data, n, path, strict)
     # One gather reads every record's header and its frame's first bytes (for the
     # decoder): the file is far larger than the cache, so each pass costs a trip to
     # memory per record.
@@ -398,6 +405,7 @@ def _read_pcap(data: np.ndarray, n: int, path: Path, strict: bool) -> RawRecords
         damage=damage,
         frames=items,
         frame_at=HEADER,
+        notes={"joined_at": joins} if joins else {},
     )
 
 
@@ -447,6 +455,8 @@ def _block_header(data: np.ndarray, n: int, off: int, endian: str) -> tuple[str,
     """
     if off + 12 > n:
         return f"block header cut short ({n - off} bytes left)"
+    if bytes(data[off : off + 4]) in PCAP_MAGICS or bytes(data[off : off + 4]) in MODIFIED_MAGICS:
+        return joined("a classic pcap's", "it is not pcapng")
     if bytes(data[off : off + 4]) == PCAPNG_MAGIC:
         bom = bytes(data[off + 8 : off + 12])
         if bom not in (b"\x4d\x3c\x2b\x1a", b"\x1a\x2b\x3c\x4d"):
@@ -518,7 +528,7 @@ def _read_pcapng(data: np.ndarray, n: int, path: Path, strict: bool) -> RawRecor
     ifaces: list[tuple[int, int, int, int]] = []  # linktype, snaplen, ticks/s, offset ns
     out = _Packets()
     damage = None
-    skipped_blocks = 0
+    skipped_blocks, sections = 0, []
     skips: list[str] = []  # lenient: the damaged stretches read past
     before = 0  # packets read before the first damage
     while off < n:
@@ -526,8 +536,9 @@ def _read_pcapng(data: np.ndarray, n: int, path: Path, strict: bool) -> RawRecor
         problem = head if isinstance(head, str) else None
         if not isinstance(head, str):
             endian, btype, blen = head
-            if btype == 0x0A0D0D0A:
+            if btype == 0x0A0D0D0A:  # a section: in one file, or a pcapng joined after one
                 ifaces = []
+                sections += [off] if off else []
             elif btype == 1:  # interface description
                 lt, snap = struct.unpack_from(endian + "HxxI", data, off + 8)
                 opts = bytes(data[off + 16 : off + blen - 4])
@@ -559,7 +570,7 @@ def _read_pcapng(data: np.ndarray, n: int, path: Path, strict: bool) -> RawRecor
         linktype=np.asarray(out.lts, dtype=np.int64),
         fmt="pcapng",
         damage=damage,
-        notes={"pcapng_other_blocks": skipped_blocks} if skipped_blocks else {},
+        notes={"pcapng_other_blocks": skipped_blocks, "joined_at": sections},
     )
 
 

@@ -185,6 +185,44 @@ def walk_chain(
         i = j
 
 
+def walk_joined(
+    data: np.ndarray, n: int, endian: str, limit: int, tick: int
+) -> tuple[np.ndarray, int, list[int]]:
+    """:func:`walk_chain`, read on through the file header of a second capture joined
+    after the first (``cat a.pcap.gz b.pcap.gz``, one gzip stream of both, or ``cat``
+    of two pcaps) when it is the first's own: same magic (byte order, tick), link type
+    and snapshot length, so its records read as the first's would. (offsets, where the
+    walk stopped, the byte offset of each such header.) Another header stops the walk
+    there, as damage the caller names."""
+    good, stop = walk_chain(data, n, endian, limit, tick)
+    joins: list[int] = []
+    while True:
+        # The header reads as an empty record (thiszone as its length) then a record of
+        # impossible length, or as that bad record itself.
+        at = stop
+        if (
+            good.size
+            and int(good[-1]) + HEADER == stop
+            and _same_header(data, n, int(good[-1]), endian)
+        ):
+            at = int(good[-1])
+        if not _same_header(data, n, at, endian):
+            return good, stop, joins
+        joins.append(at)
+        more, stop = walk_plain(data, n, endian, limit, start=at + 24)
+        good = np.concatenate([good[good < at], np.asarray(more, dtype=np.int64)])
+
+
+def _same_header(data: np.ndarray, n: int, at: int, endian: str) -> bool:
+    """Whether the 24 bytes at ``at`` are a pcap file header like the file's own: the
+    same magic, snapshot length and link type (its low 16 bits)."""
+    if at + 24 > n or bytes(data[at : at + 4]) != bytes(data[:4]):
+        return False
+    fields = struct.Struct(endian + "16xII")
+    (snap, link), (snap0, link0) = fields.unpack_from(data, at), fields.unpack_from(data, 0)
+    return snap == snap0 and link & 0xFFFF == link0 & 0xFFFF
+
+
 def _sane(
     view: np.ndarray, p: np.ndarray, n: int, limit: int, tick: int, sec0: int
 ) -> tuple[np.ndarray, np.ndarray]:

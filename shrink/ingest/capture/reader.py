@@ -86,6 +86,7 @@ def read_segments(
         "damage": recs.damage,
         "reader": "capture-fast",
         "link_types": links,
+        "joined_at": recs.notes.get("joined_at", []),
     }
 
 
@@ -185,6 +186,10 @@ def read_capture(
         meta["crowded_sessions"] = int((at_once > BROWSER_CONNECTIONS).sum())
     if facts.get("link_types"):
         meta["link_types"] = facts["link_types"]
+    if facts.get("joined_at"):
+        # Captures joined into one file (`cat a.pcap.gz b.pcap.gz`), read on as one: the
+        # byte offset of each later capture's file header.
+        meta["joined_captures_at"] = facts["joined_at"]
     if facts["damage"]:
         meta["damage"] = facts["damage"]
     return Trace.from_columns(cols, meta)
