@@ -118,6 +118,13 @@ def loopback_url_host(url: str) -> str | None:
         return f"names a user part ({parts.netloc!r}); the host is what follows '@'"
     if host == "localhost" and not is_loopback(host):
         return not_loopback_why(host)  # does not resolve, or resolves elsewhere
+    if host and "%" in host:
+        # "[::1%25lo]" (RFC 6874's "%25" for "%") was "host '::1%25lo' is not a loopback
+        # address": loopback, but with a zone, which it has none of
+        address, zone = host.split("%", 1)
+        zone = zone[2:] if zone.startswith("25") else zone
+        if is_loopback(address):
+            return f"host {not_loopback_why(f'{address}%{zone}')}"
     if not host or not is_loopback(host):
         return f"host {host!r} is not a loopback address"
     return None
@@ -201,19 +208,47 @@ def zone_why(host: str) -> str | None:
     address; otherwise the native engine failed ("failed to lookup address") where the
     Python one did."""
     if "%" not in host:
-        return None
+        return _link_local_without_zone(host)
     address, zone = host.split("%", 1)
     try:
         ip = ipaddress.IPv6Address(address)
     except ValueError:
         return f"{host} names a zone (%{zone}), which only an IPv6 address takes"
     if not ip.is_link_local:
-        return f"{host} names a zone (%{zone}), which only a link-local address (fe80::/10) takes"
+        # RFC 4007: a zone picks the link of a scoped address; a global one has a single
+        # zone. The resolver refuses an interface name there, and Linux's connect() reads
+        # a scope id only on a link-local address (any index, even of no interface, was
+        # connected to as if none were given).
+        what = (
+            f"Linux connects to {address} as if %{zone} were not there"
+            if zone.isascii() and zone.isdigit()
+            else "the resolver refuses an interface name on it (no request could connect)"
+        )
+        return (
+            f"{host} names a zone (%{zone}), which only a link-local address (fe80::/10) "
+            f"takes: a zone picks the link of a scoped address (RFC 4007), and {what}: "
+            f"write {address}"
+        )
     if not zone:
         return f"{host} names an empty zone (nothing after its %): write {address}%INTERFACE"
     if not _interface(zone):
         return f"{host} names the zone %{zone}, which is no network interface here (see ip link)"
     return None
+
+
+def _link_local_without_zone(host: str) -> str | None:
+    """Why a link-local ``host`` without a zone cannot be reached, or None: connect()
+    refuses it (EINVAL, 'Invalid argument'), as a link-local address is on every link."""
+    try:
+        ip = ipaddress.IPv6Address(host)
+    except ValueError:
+        return None
+    if not ip.is_link_local:
+        return None
+    return (
+        f"{host} is link-local, on every link of this machine alike: name the interface "
+        f"it is reached through, {host}%INTERFACE (RFC 6874: http://[{host}%25INTERFACE]:PORT)"
+    )
 
 
 def _interface(zone: str) -> bool:

@@ -159,6 +159,19 @@ def test_a_generator_elsewhere_is_refused_a_loopback_target():
 
 
 @pytest.mark.compute
+def test_a_generator_elsewhere_is_refused_a_link_local_target_with_a_zone():
+    """The zone is checked against the driver's interfaces alone: before, a slot on
+    another node was sent ``fe80::1%eth0``, where eth0 names that node's interface, if
+    it has one, and fe80::1 a host on its own link (or every request failed to connect)."""
+    here = cl.place()
+    linked = [("fe80::1%lo", 8080)]
+    cl.check_places([here, dict(here)], linked)
+    other_host = {**here, "host": "b", "boot": "x"}
+    with pytest.raises(ReplayError, match=r"link-local target \[fe80::1%lo\]:8080 is reached"):
+        cl.check_places([here, other_host], linked)
+
+
+@pytest.mark.compute
 def test_a_generator_running_another_shrink_is_refused():
     here = cl.place()
     with pytest.raises(ReplayError, match=r"^generator slot 0 on .* runs shrink '0\.0\.1'"):

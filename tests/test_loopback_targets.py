@@ -100,6 +100,40 @@ def test_a_state_whose_replica_is_not_on_loopback_is_refused_naming_the_file(tmp
     )
 
 
+@pytest.mark.parametrize(
+    ("host", "said"),
+    [
+        # getaddrinfo takes a numeric zone on any IPv6 address, and Linux's connect() reads
+        # it only on a link-local one: 2001:db8::1%99 (no interface 99) was connected to
+        (
+            "2001:db8::1%2",
+            r"Linux connects to 2001:db8::1 as if %2 were not there: write 2001:db8::1$",
+        ),
+        ("2001:db8::1%lo", r"the resolver refuses an interface name on it"),
+        ("fec0::1%2", r"a zone picks the link of a scoped address \(RFC 4007\)"),
+        # no zone at all: connect() refused it (EINVAL) for every request
+        ("fe80::1", r"fe80::1 is link-local, .*name the interface .*fe80::1%INTERFACE"),
+    ],
+)
+def test_a_zone_where_it_does_nothing_or_none_where_it_must_be_says_why(host, said):
+    """Before: "names a zone (%2), which only a link-local address (fe80::/10) takes", not
+    why; a link-local address without a zone was taken, and every request failed."""
+    with pytest.raises(ReplayError, match=said):
+        LiveTarget([(host, 8080)], allow_remote=True)
+
+
+def test_a_loopback_health_url_with_a_zone_says_loopback_has_none():
+    """Before: "host '::1%25lo' is not a loopback address" (RFC 6874's %25 kept)."""
+    from shrink.wire import loopback_url_host
+
+    for url in ("http://[::1%25lo]:80/", "http://[::1%252]:80/"):
+        assert "which a loopback address has none of: write ::1" in loopback_url_host(url)
+    assert (
+        loopback_url_host("http://[fe80::1%25lo]:80/")
+        == "host 'fe80::1%25lo' is not a loopback address"
+    )
+
+
 def test_a_link_local_target_with_a_zone_is_checked_and_its_host_header_has_none():
     """With --allow-remote, ``http://[fe80::1%eth0]:P``: both engines reach it (their
     address lookup, getaddrinfo, takes an interface of this machine as the zone), but

@@ -132,11 +132,13 @@ def place() -> dict[str, Any]:
 def check_places(places: list[dict[str, Any]], targets: list[tuple[str, int]]) -> None:
     """Refuse generator slots that run another shrink, or that would send a loopback
     target's load to their own host's loopback (another machine or network namespace:
-    another server, or none, measured as if it were the target)."""
+    another server, or none, measured as if it were the target), or a link-local
+    target's through an interface of their own."""
     from shrink.wire import is_loopback
 
     here = place()
     loop = [f"{h}:{p}" for h, p in targets if is_loopback(h)]
+    linked = [f"[{h}]:{p}" for h, p in targets if "%" in h]  # (zone_why let only link-local)
     for i, p in enumerate(places):
         node = ascii(p.get("host", "?"))
         if p.get("version") != here["version"]:
@@ -150,6 +152,16 @@ def check_places(places: list[dict[str, Any]], targets: list[tuple[str, int]]) -
                 f"generator slot {i} runs on {node}, another machine or network namespace: "
                 f"the loopback target {loop[0]} there is not this machine's server; give the "
                 "server an address every node reaches (with --allow-remote)"
+            )
+        if linked and not same:
+            # The zone was checked against this machine's interfaces (wire.zone_why):
+            # there it names that machine's (eth0 may be another link, %2 another
+            # interface or none) and the address a neighbour on its links, if any.
+            raise ReplayError(
+                f"generator slot {i} runs on {node}, another machine or network namespace: "
+                f"the link-local target {linked[0]} is reached through this machine's "
+                "interface; there its zone names that machine's interfaces, if any, and the "
+                "address another link's host: give the server an address every node reaches"
             )
 
 
