@@ -144,3 +144,35 @@ def test_text_with_a_few_nuls_or_in_a_script_without_them_is_not_taken_for_utf16
     assert files.utf16_without_bom(b"a") is None
     assert files.utf16_without_bom("éa€b\n".encode("utf-16-be")) is None  # 1 NUL pair in 5
     assert files.utf16_without_bom(("é" * 9 + "€").encode("utf-16-be")) is not None
+
+
+def test_reading_a_small_json_file_makes_no_buffer_of_the_size_bound(tmp_path: Path) -> None:
+    """``f.read(MAX_BYTES + 1)`` made a 16 MiB buffer for every JSON or TOML file read
+    (72 KB or not): tracemalloc's peak was 16 MiB a LoadCurve read, and glibc, taking
+    such blocks from its heap, held the fuzz run's RSS up. A pipe and a file at the
+    bound are still read to it, and one byte past is refused."""
+    import os
+    import threading
+    import tracemalloc
+
+    p = tmp_path / "c.json"
+    p.write_text('{"a": [' + ", ".join(["1.5"] * 15000) + "]}")  # 75 KB
+    tracemalloc.start()
+    try:
+        files.read_json(p)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * p.stat().st_size + (1 << 20), peak
+    fifo = tmp_path / "f.json"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(b'{"a": "' + b"x" * 200_000 + b'"}'))
+    writer.start()
+    assert len(files.read_json(fifo)["a"]) == 200_000
+    writer.join()
+    big = tmp_path / "big.json"
+    big.write_bytes(b'"' + b"x" * (files.MAX_BYTES - 2) + b'"')
+    assert len(files.read_json(big)) == files.MAX_BYTES - 2
+    big.write_bytes(b'"' + b"x" * (files.MAX_BYTES - 1) + b'"')
+    with pytest.raises(TraceFormatError, match="larger than 16 MiB"):
+        files.read_json(big)

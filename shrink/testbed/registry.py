@@ -302,7 +302,7 @@ def _read_owned(name: str, dir_fd: int, uid: int, entry: Path) -> dict[str, Any]
             es = os.fstat(f.fileno())
             if not stat.S_ISREG(es.st_mode) or es.st_uid != uid:
                 return None
-            data = f.read(files.MAX_BYTES + 1)
+            data = files.read_at_most(f, files.MAX_BYTES + 1)
     except OSError:
         return None
     if len(data) > files.MAX_BYTES:

@@ -121,6 +121,11 @@ def mutate_json(data: bytes, rnd: random.Random) -> bytes:
                 # Past the schemas' list bounds (100,000), but not so far that building
                 # the input is what takes the memory (the same list twice: 24M items).
                 times = min(rnd.choice((2, 50, 2000)), 150_000 // len(node[key]) + 1)
+                # Nor past twice the readers' size bound (16 MiB), which refuses it having
+                # read to the bound: a LoadCurve's levels x 2000 made a 103 MiB input, 206
+                # MiB to build, and that was the run's peak RSS (441 MiB), not the reader.
+                each = len(json.dumps(node[key], allow_nan=True)) // len(node[key]) + 1
+                times = max(2, min(times, (32 << 20) // (each * len(node[key]))))
                 node[key] = node[key] * times
             else:
                 node[key] = rnd.choice(_ODD_VALUES)
