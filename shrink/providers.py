@@ -97,6 +97,7 @@ class TestbedProvider:
         engine: dict[str, Any] | None = None,
         server: ServerSettings = ServerSettings(),
     ) -> None:
+        from shrink.testbed.lifecycle import refuse_served
         from shrink.testbed.servers import load_recipe
         from shrink.topology import discover
 
@@ -128,6 +129,9 @@ class TestbedProvider:
         self.engine = engine or {}
         self.generator = replace(generator, cpus=gen)
         self._opened = 0
+        refuse_served(
+            run_dir, docroot, "output folder", "its run logs and the testbed's state"
+        )  # before a folder is made or a run starts
 
     def machine(self) -> Machine:
         return self._machine

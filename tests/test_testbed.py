@@ -14,7 +14,7 @@ import pytest
 from helpers.testbed import lighttpd_replica, this_process_replica
 
 from shrink import processes as process
-from shrink.errors import RecipeError, TestbedError, TopologyError
+from shrink.errors import ParameterError, RecipeError, TestbedError, TopologyError
 from shrink.machine import Machine
 from shrink.mapping import build_mapping
 from shrink.share import Share
@@ -229,6 +229,19 @@ def test_a_predict_refused_a_cpu_time_share_leaves_no_empty_run_folder(tmp_path,
     ):
         pass
     assert not (tmp_path / "out").exists()
+
+
+def test_a_predict_writing_inside_the_docroot_is_refused_before_it_makes_a_folder(tmp_path):
+    """predict -o doc/p: its testbed's state (doc/p/runs/testbed-0.json) and run logs
+    were served to any client; up refused the state only once doc/p and doc/p/runs
+    were made (left empty), and named a state file the user never gave."""
+    from shrink.providers import TestbedProvider
+
+    (tmp_path / "doc").mkdir()
+    with pytest.raises(ParameterError, match=r"output folder .*doc/p/runs: inside the document"):
+        TestbedProvider(tmp_path / "doc", run_dir=tmp_path / "doc" / "p" / "runs")
+    assert list((tmp_path / "doc").iterdir()) == []
+    TestbedProvider(tmp_path / "doc", run_dir=tmp_path / "p" / "runs")  # beside it: fine
 
 
 def test_cpu_time_share_without_a_mounted_cpu_controller(tmp_path, monkeypatch):

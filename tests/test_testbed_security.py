@@ -25,7 +25,7 @@ from helpers.testbed import as_root_with
 
 from shrink import processes as process
 from shrink.enforce.cfs import cgroup_mounts
-from shrink.errors import RecipeError, StateError, TestbedError, WriteError
+from shrink.errors import ParameterError, RecipeError, StateError, TestbedError, WriteError
 from shrink.mapping import build_mapping
 from shrink.share import Share
 from shrink.testbed import ServerSettings, down, up
@@ -390,6 +390,35 @@ def test_a_docroot_that_is_the_whole_file_system_is_refused(tmp_path, machine):
     with pytest.raises(TestbedError, match="the whole file system"):
         up(tmp_path / "doc", machine, Share.all_of(machine), state_path=tmp_path / "s.json",
            port=0, server=ServerSettings(FakeRecipe()))  # fmt: skip
+
+
+@pytest.mark.parametrize("where", ["inside", "below", "through a link", "docroot a link"])
+def test_a_state_inside_the_docroot_is_refused_before_anything_starts(
+    tmp_path, monkeypatch, machine, where
+):
+    """``testbed up --state doc/tb.json``: the servers served the state to any client
+    (``GET /tb.json``: 200, with the testbed's PIDs, cgroups and run folder)."""
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "runs"))
+    real = tmp_path / "doc"
+    real.mkdir()
+    docroot = real
+    state = {"inside": real / "tb.json", "below": real / "new" / "tb.json"}.get(where)
+    if where == "through a link":
+        (tmp_path / "elsewhere").symlink_to(real)
+        state = tmp_path / "elsewhere" / "tb.json"
+    if where == "docroot a link":
+        docroot = tmp_path / "www"
+        docroot.symlink_to(real)
+        state = real / "tb.json"
+    try:
+        with pytest.raises(ParameterError, match=r"inside the document root .*put it outside"):
+            up(docroot, machine, Share.all_of(machine), state_path=state, port=0,
+               server=ServerSettings(FakeRecipe()))  # fmt: skip
+    finally:
+        if state.exists():
+            down(state)
+    assert sorted(p.name for p in real.iterdir()) == []  # no state, no folder made
+    assert not list((tmp_path / "runs").glob("up-*"))
 
 
 @pytest.mark.root

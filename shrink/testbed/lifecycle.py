@@ -309,6 +309,21 @@ def check_docroot(docroot: str | Path, server: str | None = None) -> Path:
     return resolved
 
 
+def refuse_served(path: str | Path, docroot: str | Path, what: str, holds: str) -> None:
+    """Refuse ``path`` inside the document root (both resolved): the servers serve what
+    is written there to any client that asks for it (``testbed up --state doc/tb.json``:
+    ``GET /tb.json`` was answered 200 with the testbed's PIDs, cgroups and run folder)."""
+    path, docroot = Path(os.path.realpath(path)), Path(os.path.realpath(docroot))
+    if path == docroot or docroot in path.parents:
+        raise ParameterError(
+            f"{what} {path}: inside the document root {docroot}, whose files the servers "
+            f"serve to any client that asks ({holds}): put it outside the document root"
+        )
+
+
+_STATE_HOLDS = "the state names the servers' PIDs, cgroups and run folder"
+
+
 def up(
     docroot: str | Path,
     machine: Machine,
@@ -346,10 +361,12 @@ def up(
     user = server_user() if getattr(recipe, "drops_root", True) else None
     check_server_env(user)  # (OPTIND=x: refused at the first server's start)
     check_reachable(docroot, user)
+    refuse_served(state_path, docroot, "state", _STATE_HOLDS)  # before a folder is made
     # Checked as the user named it: resolved, a symlink another user planted on the way
     # is gone from the path, and the state was written where it pointed.
     make_dirs(Path(state_path).parent)
     state_path = Path(state_path).resolve()
+    refuse_served(state_path, docroot, "state", _STATE_HOLDS)
     base = registry.private_dir()
     with UpLock(base, state_path):
         if state_path.exists():
