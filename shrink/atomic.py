@@ -179,6 +179,11 @@ def open_exclusive(
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# The folders on the way are passed through, not read: O_PATH needs only the search
+# right that a path through them needs anyway. With O_RDONLY, a user who is not root
+# could write nothing below a folder it may pass but not list (a home folder of mode
+# 0711, say): every output was "cannot write (Permission denied)", where open() wrote.
+_PASS_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def open_dir(folder: str | Path) -> int:
@@ -192,13 +197,13 @@ def open_dir(folder: str | Path) -> int:
     """
     me = os.geteuid()
     todo = list(_from_root(folder).parts[1:])  # ".." kept: the kernel resolves it
-    fd = os.open("/", _DIR_FLAGS)
+    fd = os.open("/", _PASS_FLAGS)
     links = 0
     try:
         while todo:
             name = todo.pop(0)
             try:
-                nxt = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                nxt = os.open(name, _PASS_FLAGS, dir_fd=fd)
             except OSError as exc:
                 if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
                     raise
@@ -215,14 +220,13 @@ def open_dir(folder: str | Path) -> int:
                 todo[:0] = target.parts[1:] if target.is_absolute() else target.parts
                 if target.is_absolute():
                     os.close(fd)
-                    fd = os.open("/", _DIR_FLAGS)
+                    fd = os.open("/", _PASS_FLAGS)
                 continue
             os.close(fd)
             fd = nxt
-    except BaseException:
+        return os.open(".", _DIR_FLAGS, dir_fd=fd)  # the folder itself, opened to be read
+    finally:
         os.close(fd)
-        raise
-    return fd
 
 
 def _replaceable(path: Path) -> None:

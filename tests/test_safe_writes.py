@@ -362,3 +362,39 @@ def test_a_trace_whose_meta_its_reader_refuses_is_not_written(tmp_path: Path) ->
     assert not list(tmp_path.iterdir())
     tr.meta["mode"] = "session"
     assert Trace.read_parquet(tr.write_parquet(tmp_path / "t.parquet")).meta["mode"] == "session"
+
+
+@pytest.mark.root
+def test_a_user_writes_below_a_folder_it_may_pass_through_but_not_list():
+    """A user who is not root, writing in its own folder below one of mode 0711 (a home
+    folder, say): every output was "cannot write (Permission denied, EACCES)", as the
+    folders on the way were opened to be read, where a plain open() wrote."""
+    import shutil
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run as another user")
+    top = Path(tempfile.mkdtemp())  # (reachable by nobody, as tmp_path is not)
+    try:
+        top.chmod(0o711)  # passed through, not listed
+        mine = top / "mine"
+        mine.mkdir()
+        os.chown(mine, 65534, 65534)
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover (the child)
+            code = 2
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                write_text(mine / "out" / "f.txt", "x")  # a folder made, and a file in it
+                code = 0
+            except WriteError as exc:
+                os.write(2, f"{exc}\n".encode())
+                code = 1
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert (mine / "out" / "f.txt").read_text() == "x"
+    finally:
+        shutil.rmtree(top)
