@@ -480,6 +480,25 @@ def test_a_planted_private_folder_is_refused(tmp_path, monkeypatch):
     assert registry.private_dir() == tmp_path / "runs"
 
 
+def test_a_private_folder_that_cannot_be_made_says_how_to_choose_another(tmp_path, monkeypatch):
+    """A user who is not root, with XDG_RUNTIME_DIR a folder of root's (mode 0755): its
+    ``up`` said only "error: .../shrink: Permission denied"."""
+    import errno
+
+    from shrink.testbed import registry
+
+    def refused(path, mode=0o777):
+        raise PermissionError(errno.EACCES, "Permission denied", str(path))
+
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "runs"))
+    monkeypatch.setattr(os, "mkdir", refused)
+    with pytest.raises(TestbedError) as err:
+        registry.private_dir()
+    said = str(err.value)
+    assert "runs: cannot make shrink's private folder there (Permission denied)" in said
+    assert "set SHRINK_RUN_DIR (or XDG_RUNTIME_DIR)" in said
+
+
 def test_a_private_folder_holding_other_files_keeps_its_mode(tmp_path, monkeypatch):
     """SHRINK_RUN_DIR naming a folder that is not shrink's own (``/``, ``/root``): its
     mode was set to shrink's (``/`` 0711 hid it from every user's listing)."""

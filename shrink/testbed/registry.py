@@ -81,7 +81,13 @@ def private_dir() -> Path:
     through it to its sockets), else 0700."""
     d = run_dir()
     make_dirs(d.parent)
-    return secure_dir(d, 0o711 if os.geteuid() == 0 else 0o700)
+    try:
+        return secure_dir(d, 0o711 if os.geteuid() == 0 else 0o700)
+    except PermissionError as exc:  # (in a folder of root's: a bare "Permission denied")
+        raise TestbedError(
+            f"{d}: cannot make shrink's private folder there ({exc.strerror}); set "
+            "SHRINK_RUN_DIR (or XDG_RUNTIME_DIR) to a folder of this user's"
+        ) from None
 
 
 def scratch_base() -> Path:
