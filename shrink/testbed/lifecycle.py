@@ -304,7 +304,11 @@ def check_docroot(docroot: str | Path, server: str | None = None) -> Path:
         raise DocrootError(
             f"document root {resolved} is not a directory (make one with shrink synth)"
         )
-    if resolved == Path(resolved.anchor):
+    # (the same folder as /, reached by another path: a bind mount of / served every file
+    # the server user may read, /etc/passwd and other testbeds' state files among them)
+    if resolved == Path(resolved.anchor) or os.path.samestat(
+        os.stat(resolved), os.stat(resolved.anchor)
+    ):
         raise DocrootError(f"document root {resolved}: the whole file system; name a folder")
     return resolved
 
