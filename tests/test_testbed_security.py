@@ -422,19 +422,24 @@ def test_a_state_inside_the_docroot_is_refused_before_anything_starts(
 
 
 @pytest.mark.root
-def test_a_docroot_that_is_a_bind_mount_of_the_whole_file_system_is_refused(tmp_path, machine):
-    """``mount --bind / www``: up served the whole file system (``GET /etc/passwd``: 200),
-    as only a docroot that resolved to ``/`` itself was refused."""
+@pytest.mark.parametrize("where", ["www", "www/all d"])
+def test_a_docroot_that_is_or_holds_a_bind_mount_of_the_whole_file_system_is_refused(
+    tmp_path, machine, where
+):
+    """``mount --bind / www`` (or ``www/all d``): up served the whole file system (``GET
+    /etc/passwd``: 200), as only a docroot that resolved to ``/`` itself was refused."""
     www = tmp_path / "www"
-    www.mkdir()
-    if subprocess.run(["mount", "--bind", "/", str(www)], capture_output=True).returncode:
+    point = tmp_path / where
+    point.mkdir(parents=True)
+    if subprocess.run(["mount", "--bind", "/", str(point)], capture_output=True).returncode:
         pytest.skip("cannot bind-mount here")
+    said = "the whole file system" if point == www else "all d, inside it, is the whole file"
     try:
-        with pytest.raises(TestbedError, match="the whole file system"):
+        with pytest.raises(TestbedError, match=said):
             up(www, machine, Share.all_of(machine), state_path=tmp_path / "s.json",
                port=0, server=ServerSettings(FakeRecipe()))  # fmt: skip
     finally:
-        subprocess.run(["umount", str(www)], check=True)
+        subprocess.run(["umount", str(point)], check=True)
         if (tmp_path / "s.json").exists():
             down(tmp_path / "s.json")
 

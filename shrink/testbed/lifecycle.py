@@ -62,6 +62,7 @@ from shrink.testbed.private import (
     check_server_env,
     config_value,
     new_run_root,
+    refuse_whole_fs,
     replica_dirs,
     safe_stem,
     server_env,
@@ -304,12 +305,9 @@ def check_docroot(docroot: str | Path, server: str | None = None) -> Path:
         raise DocrootError(
             f"document root {resolved} is not a directory (make one with shrink synth)"
         )
-    # (the same folder as /, reached by another path: a bind mount of / served every file
-    # the server user may read, /etc/passwd and other testbeds' state files among them)
-    if resolved == Path(resolved.anchor) or os.path.samestat(
-        os.stat(resolved), os.stat(resolved.anchor)
-    ):
+    if resolved == Path(resolved.anchor):
         raise DocrootError(f"document root {resolved}: the whole file system; name a folder")
+    refuse_whole_fs(resolved)  # / reached another way: a bind mount of it
     return resolved
 
 

@@ -50,7 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from shrink.errors import ParameterError, TestbedError
+from shrink.errors import DocrootError, ParameterError, TestbedError
 from shrink.own_env import for_servers
 
 __all__ = [
@@ -66,6 +66,7 @@ __all__ = [
     "new_run_root",
     "readable",
     "reader",
+    "refuse_whole_fs",
     "remove_run_root",
     "safe_stem",
     "secure_dir",
@@ -530,3 +531,30 @@ class UpLock:
                 os.unlink(self.path)  # while still held: see __enter__
             os.close(self.fd)
             self.fd = None
+
+
+def refuse_whole_fs(docroot: Path) -> None:
+    """Refuse a document root that is, or holds a mount point that is, the same folder
+    as ``/`` (a bind mount of it): the servers served every file their user may read,
+    other testbeds' state files among them (``mount --bind / doc/all``: ``GET
+    /all/etc/passwd`` was 200). Mount points come from /proc/self/mountinfo: nothing is
+    walked."""
+    top = os.stat("/")
+    points = [docroot]
+    with (
+        contextlib.suppress(OSError),
+        open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as fh,
+    ):
+        for line in fh:
+            field = line.split()[4]  # the mount point, octal escapes for blanks
+            point = Path(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), field))
+            if docroot in point.parents:
+                points.append(point)
+    for point in points:
+        with contextlib.suppress(OSError):
+            if os.path.samestat(os.stat(point), top):
+                inside = ":" if point == docroot else f": {point}, inside it, is"
+                raise DocrootError(
+                    f"document root {docroot}{inside} the whole file system (a mount of /); "
+                    "name a folder without it"
+                )
