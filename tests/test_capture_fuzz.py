@@ -265,17 +265,20 @@ def _other(tmp: Path, fmt: str) -> bytes:
     return write_capture(tmp / f"y.{fmt}", [Conn(ex, cport=40000)], fmt=fmt).read_bytes()
 
 
+@pytest.mark.parametrize("engine", ["fast", "scapy"])
 @pytest.mark.parametrize("fmt", ["pcap", "pcapng"])
 def test_two_gzipped_captures_joined_are_read_as_one_and_said(
-    tmp_path: Path, captures: dict[str, bytes], fmt: str
+    tmp_path: Path, captures: dict[str, bytes], fmt: str, engine: str
 ) -> None:
     """``cat a.pcap.gz b.pcap.gz`` is one gzip stream of both. Before: the second pcap's
     file header was named (round 29b) but nothing after it was read ("no record could be
-    read after it"), an error with --strict, though its records read as the first's."""
+    read after it"), an error with --strict, though its records read as the first's.
+    The scapy engine read on only in a pcapng ("damaged record" 16 bytes past a pcap's
+    header, the first capture's rows alone), and said nowhere that it had."""
     a, b = captures[fmt], _other(tmp_path, fmt)
     data = gzip.compress(a) + gzip.compress(b) + gzip.compress(b)
     for strict in (False, True):
-        t = _read(tmp_path, data, strict=strict)
+        t = _read(tmp_path, data, strict=strict, engine=engine)
         assert isinstance(t, Trace), str(t)
         assert len(t) == len(_read(tmp_path, a)) + 1  # b twice: the same packets
         assert "damage" not in t.meta
@@ -290,18 +293,48 @@ def test_a_joined_pcap_of_another_snapshot_length_or_format_is_named_not_read_on
     link type: named, as round 29b named every joined pcap; with --strict, an error."""
     b = bytearray(_other(tmp_path, "pcap"))
     b[16:20] = struct.pack("<I", 262144)  # written little-endian
+    link = bytearray(_other(tmp_path, "pcap"))
+    link[20:24] = struct.pack("<I", 101)
     for first, second, said in (
-        (captures["pcap"], bytes(b), "a second capture's file header starts here"),
+        (captures["pcap"], bytes(b), "(its snapshot length 262144, not 65535)"),
+        (captures["pcap"], bytes(link), "(its link type 101, not 1)"),
         (captures["pcapng"], _other(tmp_path, "pcap"), "a classic pcap's file header starts"),
+        (captures["pcap"], _other(tmp_path, "pcapng"), "a pcapng section's file header"),
     ):
         data = gzip.compress(first) + gzip.compress(second)
-        err = _read(tmp_path, data, strict=True)
-        assert isinstance(err, CaptureFormatError)
-        assert said in str(err) and "not read on as the first" in str(err), str(err)
-        assert err.offset == len(first), str(err)
-        lenient = _read(tmp_path, data)
-        assert isinstance(lenient, Trace) and len(lenient) >= 5
-        assert said in lenient.meta["damage"]
+        for engine in ("fast", "scapy"):
+            err = _read(tmp_path, data, strict=True, engine=engine)
+            assert isinstance(err, CaptureFormatError), (engine, said)
+            assert said in str(err) and "not read on as the first" in str(err), str(err)
+            assert err.offset == len(first), str(err)
+            lenient = _read(tmp_path, data, engine=engine)
+            assert isinstance(lenient, Trace) and len(lenient) >= 5
+            assert said in lenient.meta["damage"]
+
+
+@pytest.mark.parametrize("engine", ["fast", "scapy"])
+def test_a_joined_capture_header_cut_short_or_after_an_empty_capture(
+    tmp_path: Path, captures: dict[str, bytes], engine: str
+) -> None:
+    """A header-only capture (nothing captured) joined before another: the fast engine
+    took 24 bytes off the file's last record (the record "before" the header was index
+    -1), the scapy engine read "damaged record" at byte 40 and no packet. A header cut
+    short was "its magic, link type or snapshot length differ" (fast, 20 bytes), "record
+    header cut short (10 of 16 bytes)" (fast, 10) or "damaged record" (scapy)."""
+    a, b = captures["pcap"], _other(tmp_path, "pcap")
+    alone, first = _read(tmp_path, b, engine=engine), _read(tmp_path, a, engine=engine)
+    assert isinstance(alone, Trace) and isinstance(first, Trace)
+    for data, at in ((a[:24] + b, [24]), (a[:24] * 2 + b, [24, 48]), (a + a[:24] + b, None)):
+        t = _read(tmp_path, data, strict=True, engine=engine)
+        assert isinstance(t, Trace), str(t)
+        assert t.meta["joined_captures_at"] == (at or [len(a), len(a) + 24])
+        assert (t.meta["truncated"], t.meta["skipped"]) == (0, 0)  # were 1, 1 (fast)
+        segments = alone.meta["tcp_segments"] + (at is None) * first.meta["tcp_segments"]
+        assert t.meta["tcp_segments"] == segments
+    for cut in (10, 20):
+        err = _read(tmp_path, a + b[:cut], strict=True, engine=engine)
+        assert isinstance(err, CaptureFormatError) and err.offset == len(a)
+        assert f"a second capture's file header is cut short here ({cut} of 24 bytes)" in str(err)
 
 
 @pytest.mark.parametrize("fmt", ["pcap", "pcapng"])

@@ -40,6 +40,7 @@ from shrink.ingest.capture.pcap_walk import (
     HEADER,
     gather,
     header_dtype,
+    header_why,
     resync,
     walk_joined,
     walk_plain,
@@ -303,9 +304,8 @@ def _walk_pcap(
     """(record offsets, captured lengths, damage, byte offsets of the file headers of
     captures joined after the first and read on) of a classic pcap file.
 
-    The records are found by :func:`~shrink.ingest.capture.pcap_walk.walk_chain`, which
-    stops at the first bad record; impossible lengths and a cut-short last
-    record are then reported from that record's header.
+    The records are found by :func:`~shrink.ingest.capture.pcap_walk.walk_joined`, which
+    stops at the first bad record, reported from that record's header.
     """
     endian, tick = PCAP_MAGICS[bytes(data[:4])]
     snaplen = struct.unpack_from(endian + "I", data, 16)[0]
@@ -317,8 +317,8 @@ def _walk_pcap(
     every = np.concatenate([good, np.asarray(tail, dtype=np.int64)])
     o, off = every[:-1], int(every[-1])
     incl = np.diff(every) - 16
-    for j in joins:  # the record before a joined capture's header ends where it starts
-        incl[np.searchsorted(o, j) - 1] -= 24
+    before = np.searchsorted(o, joins).astype(np.int64) - 1  # a joined header's record ends
+    np.add.at(incl, before[before >= 0], -24)  # at it (none: -1 cut the file's last short)
     bad = np.flatnonzero((incl > limit) | (o + 16 + incl > n))
     damage = None
     if bad.size or (off != n and (not o.size or o[-1] + 16 + incl[-1] <= n)):
@@ -326,8 +326,8 @@ def _walk_pcap(
         at = int(o[k]) if k < o.size else (int(o[-1] + 16 + incl[-1]) if o.size else 24)
         if (j := header_at(data, o, incl, k)) is not None:
             k, at = j, int(o[j])
-            msg = joined("a second capture's", "its magic, link type or snapshot length differ")
-
+        if why := header_why(data, n, at, endian):  # a joined capture's header (or cut short)
+            msg = why
         elif k < o.size and incl[k] > limit:
             msg = f"record length {int(incl[k])} exceeds the snapshot length {snaplen} (garbage?)"
         elif k < o.size:

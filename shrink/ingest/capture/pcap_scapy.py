@@ -27,7 +27,9 @@ from shrink.ingest.capture.pcap_files import (
     classic_pcap,
     load_bytes,
 )
+from shrink.ingest.capture.pcap_walk import header_why
 from shrink.ingest.capture.tcp_segments import Segments
+from shrink.ingest.capture_magic import CAPTURE_MAGICS, CLASSIC_MAGICS, joined
 
 __all__ = ["scapy_segments"]
 
@@ -218,10 +220,9 @@ class _Collector:
         return out
 
 
-def scapy_segments(path: Path, *, strict: bool) -> tuple[Segments, str, str | None]:
-    """(segments, file format, damage) read with scapy's RawPcapReader/RawPcapNgReader."""
-    from scapy.utils import RawPcapReader
-
+def scapy_segments(path: Path, *, strict: bool) -> tuple[Segments, str, str | None, list[int]]:
+    """(segments, file format, damage, byte offsets of the file headers of captures
+    joined after the first and read on) read with scapy's RawPcapReader/RawPcapNgReader."""
     data, gz_damage = load_bytes(path, strict=strict)
     fmt = capture_format(data, path)
     col = _Collector()
@@ -232,40 +233,66 @@ def scapy_segments(path: Path, *, strict: bool) -> tuple[Segments, str, str | No
         arr, _, fmt, variant_damage = classic_pcap(raw, raw.size, path, strict)
         if fmt != "pcap":  # a variant, copied as classic pcap
             data = arr.tobytes()
-    fh = io.BytesIO(data)
-    magic = data[:4]
+    joins: list[int] = []
     if fmt != "pcapng":
-        reader = RawPcapReader(fh)
-        snaplen = max(reader.snaplen, MAX_RECORD)
-        tick = PCAP_MAGICS[magic][1]
-        while True:
-            pos = fh.tell()
-            try:
-                raw, meta = reader._read_packet(size=snaplen)
-            except EOFError:
-                fh.seek(pos)
-                break
-            if meta.caplen > snaplen or len(raw) < meta.caplen:
-                fh.seek(pos)
-                break
-            packets += 1
-            truncated += meta.caplen < meta.wirelen
-            ts = meta.sec * 1_000_000_000 + meta.usec * (1_000_000_000 // tick)
-            col.add_or_skip(packets, ts, raw, reader.linktype & 0xFFFF)  # FCS bits above
-        if fh.tell() != len(data):
-            damage = _damage(path, data, fh.tell(), packets + 1, strict)
+        packets, truncated, damage, joins = _read_pcap(data, path, strict, col)
     else:
-        packets, truncated, damage = _read_pcapng(data, path, strict, col)
+        packets, truncated, damage, joins = _read_pcapng(data, path, strict, col)
     damage = damage or variant_damage
     if gz_damage and not damage:
         damage = f"{path}: {gz_damage}"
-    return col.segments(packets, truncated), fmt, damage
+    return col.segments(packets, truncated), fmt, damage, joins
+
+
+def _read_pcap(
+    data: bytes, path: Path, strict: bool, col: _Collector
+) -> tuple[int, int, str | None, list[int]]:
+    """(packets, truncated, damage, byte offsets of joined captures' file headers) of a
+    classic pcap, its packets added to ``col``. A second capture's file header (``cat
+    a.pcap b.pcap``) is read on through when it is the first's own (magic, snapshot
+    length, link type), as the fast reader reads on; another stops the read, named as
+    the fast reader names it. Before, scapy read it as an empty packet and then a
+    "damaged record" 16 bytes on, and nothing after it."""
+    from scapy.utils import RawPcapReader
+
+    fh = io.BytesIO(data)
+    reader = RawPcapReader(fh)
+    snaplen = max(reader.snaplen, MAX_RECORD)
+    endian, tick = PCAP_MAGICS[data[:4]]
+    packets = truncated = 0
+    joins: list[int] = []
+    while True:
+        pos = fh.tell()
+        if data[pos : pos + 4] in CAPTURE_MAGICS:
+            why = header_why(data, len(data), pos, endian)
+            if why is None:
+                joins.append(pos)
+                fh.seek(pos + 24)
+                continue
+            return packets, truncated, _damage(path, data, pos, packets + 1, strict, why), joins
+        try:
+            raw, meta = reader._read_packet(size=snaplen)
+        except EOFError:
+            fh.seek(pos)
+            break
+        if meta.caplen > snaplen or len(raw) < meta.caplen:
+            fh.seek(pos)
+            break
+        packets += 1
+        truncated += meta.caplen < meta.wirelen
+        ts = meta.sec * 1_000_000_000 + meta.usec * (1_000_000_000 // tick)
+        col.add_or_skip(packets, ts, raw, reader.linktype & 0xFFFF)  # FCS bits above
+    damage = None
+    if fh.tell() != len(data):
+        damage = _damage(path, data, fh.tell(), packets + 1, strict)
+    return packets, truncated, damage, joins
 
 
 def _read_pcapng(
     data: bytes, path: Path, strict: bool, col: _Collector
-) -> tuple[int, int, str | None]:
-    """(packets, truncated, damage) of a pcapng file, its packets added to ``col``."""
+) -> tuple[int, int, str | None, list[int]]:
+    """(packets, truncated, damage, byte offsets of later sections) of a pcapng file,
+    its packets added to ``col``."""
     fh = io.BytesIO(data)
     try:
         reader = _pcapng_reader(fh, len(data))
@@ -301,9 +328,12 @@ def _read_pcapng(
         truncated += len(raw) < meta.wirelen
         col.add_or_skip(packets, ts, raw, meta.linktype)
     damage = None
-    if fh.tell() != len(data):
+    if reader.classic_at is not None:
+        why = joined("a classic pcap's", "it is not pcapng")
+        damage = _damage(path, data, reader.classic_at, packets + 1, strict, why)
+    elif fh.tell() != len(data):
         damage = _damage(path, data, pos, packets + 1, strict)
-    return packets, truncated, damage
+    return packets, truncated, damage, reader.sections
 
 
 def _pcapng_reader(fh: io.BytesIO, size: int) -> Any:
@@ -315,6 +345,8 @@ def _pcapng_reader(fh: io.BytesIO, size: int) -> Any:
     class Reader(RawPcapNgReader):  # type: ignore[misc]
         def __init__(self, *args: Any) -> None:  # scapy's metaclass passes three
             self.undeclared: list[int] = []
+            self.sections: list[int] = []  # later sections' offsets (pcapngs joined)
+            self.classic_at: int | None = None  # a classic pcap joined after the pcapng
             self.offset_ns = 0  # the if_tsoffset of the last packet's interface
             super().__init__(*args)
 
@@ -331,8 +363,12 @@ def _pcapng_reader(fh: io.BytesIO, size: int) -> Any:
             start = self.f.tell()
             head = self.f.read(12)
             self.f.seek(start)
+            if head[:4] in CLASSIC_MAGICS:  # scapy read on to the end, found nothing
+                self.classic_at = start
+                raise EOFError
             if len(head) == 12:
                 btype, blen, ifid = struct.unpack(self.endian + "III", head)
+                self.sections += [start] if btype == 0x0A0D0D0A and start else []
                 if btype == 2:  # the obsolete block's interface id is 16 bits
                     ifid = struct.unpack(self.endian + "H", head[8:10])[0]
                 ifid = 0 if btype == 3 else ifid  # a simple block's is the first
@@ -349,9 +385,9 @@ def _pcapng_reader(fh: io.BytesIO, size: int) -> Any:
     return Reader(fh)
 
 
-def _damage(path: Path, data: bytes, offset: int, record: int, strict: bool) -> str:
+def _damage(path: Path, data: bytes, offset: int, record: int, strict: bool, why: str = "") -> str:
     err = CaptureFormatError(
-        f"damaged record ({len(data) - offset} bytes left unread)",
+        why or f"damaged record ({len(data) - offset} bytes left unread)",
         path=path,
         record=record,
         offset=offset,

@@ -26,6 +26,8 @@ import struct
 
 import numpy as np
 
+from shrink.ingest.capture_magic import CAPTURE_MAGICS, PCAPNG_MAGIC, joined
+
 __all__ = ["FRAME", "HEADER", "gather", "header_dtype", "walk_chain", "walk_plain"]
 
 HEADER = 16  # bytes of a classic pcap record header
@@ -213,7 +215,30 @@ def walk_joined(
         good = np.concatenate([good[good < at], np.asarray(more, dtype=np.int64)])
 
 
-def _same_header(data: np.ndarray, n: int, at: int, endian: str) -> bool:
+def header_why(data: bytes | np.ndarray, n: int, at: int, endian: str) -> str | None:
+    """None where the capture file header at ``at`` is the file's own (read on through
+    it, as :func:`walk_joined` does) or where none starts; else what to say there, and
+    why it is not read on."""
+    if bytes(data[at : at + 4]) not in CAPTURE_MAGICS:
+        return None
+    if bytes(data[at : at + 4]) == PCAPNG_MAGIC:
+        return joined("a pcapng section's", "it is pcapng, not a classic pcap")
+    if at + 24 > n:
+        return f"a second capture's file header is cut short here ({n - at} of 24 bytes)"
+    if _same_header(data, n, at, endian):
+        return None
+    fields = struct.Struct(endian + "16xII")
+    (snap, link), (snap0, link0) = fields.unpack_from(data, at), fields.unpack_from(data, 0)
+    if bytes(data[at : at + 4]) != bytes(data[:4]):
+        differs = f"its magic {bytes(data[at : at + 4]).hex()}, not {bytes(data[:4]).hex()}"
+    elif snap != snap0:
+        differs = f"its snapshot length {snap}, not {snap0}"
+    else:
+        differs = f"its link type {link & 0xFFFF}, not {link0 & 0xFFFF}"
+    return joined("a second capture's", differs)
+
+
+def _same_header(data: bytes | np.ndarray, n: int, at: int, endian: str) -> bool:
     """Whether the 24 bytes at ``at`` are a pcap file header like the file's own: the
     same magic, snapshot length and link type (its low 16 bits)."""
     if at + 24 > n or bytes(data[at : at + 4]) != bytes(data[:4]):

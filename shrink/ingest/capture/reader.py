@@ -75,8 +75,9 @@ def read_segments(
     if engine == "scapy":
         from shrink.ingest.capture.pcap_scapy import scapy_segments
 
-        seg, fmt, damage = scapy_segments(path, strict=strict)
-        return seg, {"format": fmt, "damage": damage, "reader": "capture-scapy"}
+        seg, fmt, damage, joins = scapy_segments(path, strict=strict)
+        facts = {"format": fmt, "damage": damage, "reader": "capture-scapy"}
+        return seg, {**facts, "joined_at": joins}
     recs = read_records(path, strict=strict)
     seg = decode_records(recs)
     types = set(recs.linktype.tolist()) - {NO_INTERFACE}
