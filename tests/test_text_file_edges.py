@@ -180,3 +180,26 @@ def test_reading_a_small_json_file_makes_no_buffer_of_the_size_bound(tmp_path: P
     big.write_bytes(b'"' + b"x" * (files.MAX_BYTES - 1) + b'"')
     with pytest.raises(TraceFormatError, match="larger than 16 MiB"):
         files.read_json(big)
+
+
+@pytest.mark.parametrize("bom", [False, True])
+def test_a_gzipped_utf16_log_is_told_to_go_through_zcat(tmp_path: Path, bom: bool) -> None:
+    """A gzipped UTF-16 log is gunzipped to be read, so it was named as UTF-16 with
+    "(iconv -f UTF-16LE -t UTF-8)", which run on the file itself converts gzip bytes."""
+    import gzip
+
+    from shrink.ingest import read_trace
+
+    text = '1.2.3.4 - - [01/Jul/1995:00:00:01 -0400] "GET /a HTTP/1.0" 200 10\n' * 5
+    p = tmp_path / "u.log.gz"
+    p.write_bytes(gzip.compress(text.encode("utf-16" if bom else "utf-16-le")))
+    for fmt in ("auto", "clf", "pcap"):
+        with pytest.raises(TraceFormatError) as err:
+            read_trace(p, format=fmt)
+        msg = str(err.value)
+        assert "gzip-compressed UTF-16 text" in msg, msg
+        assert f"(zcat FILE | iconv -f UTF-16{'' if bom else 'LE'} -t UTF-8 > OUT)" in msg, msg
+    plain = tmp_path / "u.log"
+    plain.write_bytes(text.encode("utf-16-le"))
+    with pytest.raises(TraceFormatError, match=r"first \(iconv -f UTF-16LE -t UTF-8\)$"):
+        read_trace(plain)

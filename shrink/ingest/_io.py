@@ -182,15 +182,33 @@ _CONVERT_FIRST = (
 def check_not_foreign(head: bytes, path: Path) -> None:
     """A one-line TraceFormatError when ``head`` (a file's first bytes) starts as UTF-16
     text or as a compressed file other than gzip: what to run to make it readable."""
-    what = foreign(head)
+    what = foreign(head, path)
     if what is not None:
         raise TraceFormatError(what, path=path)
 
 
-def foreign(head: bytes) -> str | None:
+def foreign(head: bytes, path: Path | None = None) -> str | None:
     """What to run first to read a file that starts with ``head`` (UTF-16 text, with
     or without a byte-order mark, a compressed file other than gzip, a zip archive),
-    or None."""
+    or None. ``head`` is what a gzipped ``path`` inflates to: the command then reads
+    it through zcat (``iconv`` of the file itself read the gzip bytes as UTF-16)."""
+    what = _foreign(head)
+    if what is None or path is None or not _gzipped(path):
+        return what
+    what = re.sub(r"\(iconv ([^)]*)\)", r"(zcat FILE | iconv \1 > OUT)", what)
+    what = re.sub(r"\(tail (-c \+\d+) FILE > OUT\)", r"(zcat FILE | tail \1 > OUT)", what)
+    return f"gzip-compressed {what}" + ("" if "zcat" in what else ", once gunzipped (zcat)")
+
+
+def _gzipped(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(2) == GZIP_MAGIC
+    except OSError:
+        return False
+
+
+def _foreign(head: bytes) -> str | None:
     bare = without_boms(head)
     if bare != head and bare[:4] in CAPTURE_MAGICS:
         # (every mark: a text tool that adds one to a file with one makes two, and the

@@ -280,7 +280,7 @@ def capture_format(data: bytes | np.ndarray, path: Path, n: int | None = None) -
     if head == PCAPNG_MAGIC:
         return "pcapng"
     # read with --format pcap, a bzip2/xz/zstd capture was only 'bad magic 425a6839'
-    if (what := foreign(bytes(data[: min(64, n)]))) is not None:
+    if (what := foreign(bytes(data[: min(64, n)]), path)) is not None:
         raise CaptureFormatError(what, path=path, offset=0)
     raise CaptureFormatError(
         f"not a pcap or pcapng capture (bad magic {head.hex() or 'empty file'})",
