@@ -198,7 +198,8 @@ def foreign(head: bytes, path: Path | None = None) -> str | None:
     what = re.sub(r"\(iconv ([^)]*)\)", r"(zcat FILE | iconv \1 > OUT)", what)
     what = re.sub(r"\(tail (-c \+\d+) FILE > OUT\)", r"(zcat FILE | tail \1 > OUT)", what)
     what = what if what.startswith("UTF-16") else f", holding {what}"
-    return f"gzip-compressed {what}".replace(" ,", ",") + ("" if "zcat" in what else ", once gunzipped (zcat FILE)")
+    after = "" if "zcat" in what else ", once gunzipped (zcat FILE)"
+    return f"gzip-compressed {what}".replace(" ,", ",") + after
 
 
 def _gzipped(path: Path) -> bool:
