@@ -389,3 +389,53 @@ def test_spinners_end_when_the_run_never_starts(fake) -> None:
         native.run_native(sched, EngineConfig(targets=[fake]), RunLogWriter(None),
                           handle_signals=False, awake=True, on_ready=on_ready)  # fmt: skip
     assert not _spinners()
+
+
+_SLOW_DEATH = """
+import os, sys, threading, time
+import shrink_core
+os.sched_setaffinity(0, {0})
+spinners = shrink_core.keep_awake()  # one spinner, on CPU 0, at idle priority
+os.sched_setaffinity(0, {1})
+hog = os.fork()
+if hog == 0:  # CPU 0 taken by a real-time loop: the killed spinner cannot run to die
+    os.sched_setaffinity(0, {0})
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+    end = time.monotonic() + 0.4
+    while time.monotonic() < end:
+        pass
+    os._exit(0)
+time.sleep(0.05)
+gap, done = [0.0], threading.Event()
+def watch():  # as the stop watcher does: the longest time it could not run
+    last = time.monotonic()
+    while not done.is_set():
+        now = time.monotonic()
+        gap[0], last = max(gap[0], now - last), now
+threading.Thread(target=watch, daemon=True).start()
+time.sleep(0.01)
+t = time.monotonic()
+spinners.stop()
+took = time.monotonic() - t
+done.set()
+os.waitpid(hog, 0)
+print(took, gap[0])
+"""
+
+
+@needs_core
+@pytest.mark.root
+def test_the_spinners_are_ended_without_holding_python_s_other_threads() -> None:
+    """A spinner killed on a CPU that something else holds (a loaded host: the spinner is
+    at idle priority) takes as long to die: its stop held the GIL meanwhile, and the
+    RunLog's writer and the stop watcher waited (a watcher woke to a gap of seconds)."""
+    require_root("a real-time loop holds CPU 0")
+    if not {0, 1} <= os.sched_getaffinity(0):
+        pytest.skip("needs CPUs 0 and 1")
+    out = subprocess.run(
+        [sys.executable, "-c", _SLOW_DEATH], capture_output=True, text=True, timeout=30
+    )
+    assert out.returncode == 0, out.stderr
+    took, gap = (float(x) for x in out.stdout.split())
+    assert took > 0.15, took  # the spinner did wait for the CPU (else nothing is shown)
+    assert gap < 0.1, (took, gap)

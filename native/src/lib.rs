@@ -252,9 +252,15 @@ struct Spinners(Mutex<Option<awake::Awake>>);
 impl Spinners {
     /// End them: (the spinners that were spinning, their CPU seconds together, the
     /// seconds they saw this process stopped, during which they slept).
-    fn stop(&self) -> (usize, f64, f64) {
+    /// Without the GIL: a spinner killed on a loaded CPU (idle priority) can take
+    /// seconds to die, and Python's other threads (the RunLog's writer, the stop
+    /// watcher) would wait for it.
+    fn stop(&self, py: Python<'_>) -> (usize, f64, f64) {
         let spinners = self.0.lock().unwrap().take();
-        spinners.map(awake::Awake::stop).unwrap_or((0, 0.0, 0.0))
+        match spinners {
+            Some(s) => py.allow_threads(move || s.stop()),
+            None => (0, 0.0, 0.0),
+        }
     }
 }
 
