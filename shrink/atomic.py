@@ -69,9 +69,12 @@ def make_dirs(folder: str | Path, mode: int = 0o755) -> Path:
     """Create ``folder`` and its missing parents, never through a planted symlink.
 
     Folders that exist are taken as they are (the user named them), but a symlink
-    among them that another user owns is refused; each one created here is made by
-    ``mkdir`` (which does not follow a symlink) and then must be a real directory by
-    ``lstat``; a :class:`WriteError` naming it otherwise.
+    among them that another user owns is refused (the walk of :func:`open_dir`). Each
+    one created here is made by ``mkdir`` in its parent held open, and then opened
+    ``O_NOFOLLOW`` there: made by name, a parent that another user swapped for a
+    symlink between the check and the ``mkdir`` (a rename in a folder they may write)
+    had root make the folder where the symlink led. A :class:`WriteError` names the
+    folder otherwise.
     """
     folder = Path(folder)
     missing: list[Path] = []
@@ -79,15 +82,22 @@ def make_dirs(folder: str | Path, mode: int = 0o755) -> Path:
     while not os.path.lexists(p) and p != p.parent:
         missing.append(p)
         p = p.parent
-    _trusted(p)
-    for d in reversed(missing):
-        try:
-            with contextlib.suppress(FileExistsError):  # made meanwhile: checked below
-                os.mkdir(d, mode)
-            if not stat.S_ISDIR(os.lstat(d).st_mode):
-                raise NotADirectoryError(errno.ENOTDIR, "a symlink or not a directory", str(d))
-        except OSError as exc:
-            raise WriteError(d, exc) from None
+    try:
+        fd = _pass_to(p)
+    except OSError as exc:
+        raise WriteError(p, exc) from None
+    try:
+        for d in reversed(missing):
+            try:
+                with contextlib.suppress(FileExistsError):  # made meanwhile: opened below
+                    os.mkdir(d.name, mode, dir_fd=fd)
+                nxt = os.open(d.name, _PASS_FLAGS, dir_fd=fd)  # a symlink: ENOTDIR
+            except OSError as exc:
+                raise WriteError(d, exc) from None
+            os.close(fd)
+            fd = nxt
+    finally:
+        os.close(fd)
     return folder
 
 
@@ -103,24 +113,6 @@ def _from_root(folder: str | Path) -> Path:
         raise FileNotFoundError(
             errno.ENOENT, "the current folder was deleted: give an absolute path", str(folder)
         ) from None
-
-
-def _trusted(folder: Path) -> None:
-    """Refuse a symlink on the way to ``folder`` that neither root nor this user made:
-    one planted by another user in a folder they may write (the rule the kernel's
-    ``protected_symlinks`` applies in sticky folders, here in every folder)."""
-    me = os.geteuid()
-    # Not abspath: it drops "x/.." by name, but the kernel goes through x to reach its
-    # "..", so a planted symlink x before a ".." must be checked (and refused) too.
-    p = _from_root(folder)
-    for d in (p, *p.parents):
-        try:
-            st = os.lstat(d)
-        except OSError as exc:
-            raise WriteError(d, exc) from None
-        if stat.S_ISLNK(st.st_mode) and st.st_uid not in (0, me):
-            why = OSError(errno.ELOOP, f"a symlink owned by UID {st.st_uid}, not followed")
-            raise WriteError(d, why)
 
 
 def own_dir(folder: str | Path, mode: int = 0o755) -> Path:
@@ -187,8 +179,17 @@ _PASS_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def open_dir(folder: str | Path) -> int:
-    """A descriptor of ``folder``, reached one name at a time from ``/`` without following
-    a symlink that neither root nor this user made (the rule of :func:`make_dirs`).
+    """A descriptor of ``folder`` (opened to be read), reached as :func:`_pass_to` reaches it."""
+    fd = _pass_to(folder)
+    try:
+        return os.open(".", _DIR_FLAGS, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _pass_to(folder: str | Path) -> int:
+    """An ``O_PATH`` descriptor of ``folder``, reached one name at a time from ``/``
+    without following a symlink that neither root nor this user made.
 
     Checking the path and then using it by name would leave a gap: in a folder another
     user may write, they can rename a checked folder away and put a symlink in its
@@ -224,9 +225,10 @@ def open_dir(folder: str | Path) -> int:
                 continue
             os.close(fd)
             fd = nxt
-        return os.open(".", _DIR_FLAGS, dir_fd=fd)  # the folder itself, opened to be read
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    return fd
 
 
 def _replaceable(path: Path) -> None:
