@@ -194,41 +194,47 @@ def _pass_to(folder: str | Path) -> int:
     Checking the path and then using it by name would leave a gap: in a folder another
     user may write, they can rename a checked folder away and put a symlink in its
     place before the write. Held open, the folder is the one checked, whatever its
-    name leads to afterwards.
+    name leads to afterwards. A ".." goes back to the folder held before (as the
+    kernel's would, but by what was walked): opened by name, it led to the parent a
+    folder had by then, and another user who moved their own folder ``w`` to a folder
+    they may write (``/tmp``) between two steps had ``w/../out.json`` written there.
     """
     me = os.geteuid()
-    todo = list(_from_root(folder).parts[1:])  # ".." kept: the kernel resolves it
-    fd = os.open("/", _PASS_FLAGS)
+    todo = list(_from_root(folder).parts[1:])
+    held = [os.open("/", _PASS_FLAGS)]  # the folders walked through, innermost last
     links = 0
     try:
         while todo:
             name = todo.pop(0)
+            if name == "..":
+                if len(held) > 1:  # ("/.." is "/")
+                    os.close(held.pop())
+                continue
             try:
-                nxt = os.open(name, _PASS_FLAGS, dir_fd=fd)
+                held.append(os.open(name, _PASS_FLAGS, dir_fd=held[-1]))
+                continue
             except OSError as exc:
                 if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
                     raise
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-                if not stat.S_ISLNK(st.st_mode):
-                    raise
-                links += 1
-                if st.st_uid not in (0, me):
-                    why = f"a symlink owned by UID {st.st_uid}, not followed"
-                    raise OSError(errno.ELOOP, why, name) from None
-                if links > 40:
-                    raise OSError(errno.ELOOP, "too many symlinks", str(folder)) from None
-                target = Path(os.readlink(name, dir_fd=fd))
-                todo[:0] = target.parts[1:] if target.is_absolute() else target.parts
-                if target.is_absolute():
+            st = os.stat(name, dir_fd=held[-1], follow_symlinks=False)
+            if not stat.S_ISLNK(st.st_mode):
+                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), name)
+            links += 1
+            if st.st_uid not in (0, me):
+                why = f"a symlink owned by UID {st.st_uid}, not followed"
+                raise OSError(errno.ELOOP, why, name)
+            if links > 40:
+                raise OSError(errno.ELOOP, "too many symlinks", str(folder))
+            target = Path(os.readlink(name, dir_fd=held[-1]))
+            todo[:0] = target.parts[1:] if target.is_absolute() else target.parts
+            if target.is_absolute():  # the walk starts again from "/"
+                old, held[:] = held[:], [os.open("/", _PASS_FLAGS)]
+                for fd in old:
                     os.close(fd)
-                    fd = os.open("/", _PASS_FLAGS)
-                continue
+        return held.pop()
+    finally:
+        for fd in held:
             os.close(fd)
-            fd = nxt
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 def _replaceable(path: Path) -> None:

@@ -432,3 +432,30 @@ def test_a_parent_swapped_for_a_symlink_before_its_folder_is_made_is_not_followe
     monkeypatch.undo()
     assert list(elsewhere.iterdir()) == []
     assert (theirs / "moved" / "y").is_dir()
+
+
+def test_a_dotdot_goes_back_to_the_folder_walked_not_where_it_was_moved(tmp_path, monkeypatch):
+    """``-o ../out.json`` run in another user's folder ``w``: the walk opened ``..`` by
+    name, so a ``w`` moved meanwhile (by its owner, to a folder they may write, ``/tmp``)
+    led to that folder's parent, and the file was written there, outside the folder
+    the path named."""
+    import shrink.atomic as atomic
+    from shrink.atomic import open_dir
+
+    (tmp_path / "home" / "nb" / "w").mkdir(parents=True)
+    (tmp_path / "tmp").mkdir()
+    real_open = os.open
+
+    def open_then_move(path, flags, mode=0o777, *, dir_fd=None):
+        fd = real_open(path, flags, mode, dir_fd=dir_fd)
+        if path == "w":  # just after the walk passed through it
+            (tmp_path / "home" / "nb" / "w").rename(tmp_path / "tmp" / "w")
+        return fd
+
+    monkeypatch.setattr(atomic.os, "open", open_then_move)
+    fd = open_dir(tmp_path / "home" / "nb" / "w" / "..")
+    monkeypatch.undo()
+    try:
+        assert os.path.samestat(os.fstat(fd), os.stat(tmp_path / "home" / "nb"))
+    finally:
+        os.close(fd)
