@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import pwd
+import re
 import stat
 import subprocess
 import tempfile
@@ -442,6 +443,34 @@ def test_a_docroot_that_is_or_holds_a_bind_mount_of_the_whole_file_system_is_ref
         subprocess.run(["umount", str(point)], check=True)
         if (tmp_path / "s.json").exists():
             down(tmp_path / "s.json")
+
+
+@pytest.mark.root
+@pytest.mark.parametrize(
+    ("mount", "said"),
+    [
+        (["--bind", "/etc"], "a system folder (a mount of /etc)"),
+        (["--bind", "/var/tmp"], "a system folder (a mount of /var/tmp)"),
+        (["-t", "proc", "proc"], "a system folder (proc, a kernel file system)"),
+    ],
+    ids=["etc", "var-tmp", "proc"],
+)
+def test_a_docroot_holding_a_mount_of_a_system_folder_is_refused(tmp_path, mount, said):
+    """``mount --bind /etc www/etcb``: ``GET /etcb/passwd`` was 200 (only a mount of ``/``
+    was refused); /var/tmp holds other testbeds' state, /proc every command line."""
+    from shrink.testbed.lifecycle import check_docroot
+
+    www = tmp_path / "www"
+    point = www / "sys x"
+    point.mkdir(parents=True)
+    if subprocess.run(["mount", *mount, str(point)], capture_output=True).returncode:
+        pytest.skip("cannot mount here")
+    try:
+        with pytest.raises(TestbedError, match=re.escape(f"sys x, inside it, is {said}")):
+            check_docroot(www)
+    finally:
+        subprocess.run(["umount", str(point)], check=True)
+    assert check_docroot(www) == www  # (a plain folder: served)
 
 
 @pytest.mark.root
