@@ -97,7 +97,7 @@ class TestbedProvider:
         engine: dict[str, Any] | None = None,
         server: ServerSettings = ServerSettings(),
     ) -> None:
-        from shrink.testbed.lifecycle import refuse_served
+        from shrink.testbed.mounts import refuse_served
         from shrink.testbed.servers import load_recipe
         from shrink.topology import discover
 

@@ -474,6 +474,34 @@ def test_a_docroot_holding_a_mount_of_a_system_folder_is_refused(tmp_path, mount
 
 
 @pytest.mark.root
+@pytest.mark.parametrize("bound", ["docroot", "its folder", "into it"])
+def test_a_state_reached_from_the_docroot_through_a_bind_mount_is_refused(tmp_path, bound):
+    """``mount --bind doc docb; testbed up --docroot doc --state docb/tb.json``: the state
+    was written in doc and ``GET /tb.json`` was 200 (3,459 bytes), as the paths were
+    compared resolved, and a bind mount is no symlink. The same for a bind of a folder
+    of the docroot made elsewhere, and for a folder bound into the docroot."""
+    from shrink.testbed.lifecycle import refuse_served
+
+    doc, outside = tmp_path / "doc", tmp_path / "outside"
+    (doc / "sub").mkdir(parents=True)
+    outside.mkdir()
+    source, point = {
+        "docroot": (doc, outside),
+        "its folder": (doc / "sub", outside),
+        "into it": (outside, doc / "sub"),
+    }[bound]
+    if subprocess.run(["mount", "--bind", str(source), str(point)]).returncode:
+        pytest.skip("cannot bind-mount here")
+    try:
+        with pytest.raises(ParameterError, match=r"inside the document root .* through a mount"):
+            refuse_served(outside / "tb.json", doc, "state", "its PIDs")
+        refuse_served(tmp_path / "tb.json", doc, "state", "its PIDs")  # (beside it: fine)
+    finally:
+        subprocess.run(["umount", str(point)], check=True)
+    refuse_served(outside / "tb.json", doc, "state", "its PIDs")  # (unmounted: fine)
+
+
+@pytest.mark.root
 def test_a_docroot_the_server_user_cannot_read_is_named(tmp_path, machine):
     if os.geteuid() != 0:
         pytest.skip("only root runs the servers as another user")

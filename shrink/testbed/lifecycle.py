@@ -55,6 +55,7 @@ from shrink.mapping import Mapping, Replica, build_mapping
 from shrink.share import Share, can_write_cgroups, cgroup_layout
 from shrink.testbed import registry
 from shrink.testbed.config import PhpLimits, ServerSettings
+from shrink.testbed.mounts import refuse_served, refuse_whole_fs
 from shrink.testbed.private import (
     ServerUser,
     UpLock,
@@ -62,7 +63,6 @@ from shrink.testbed.private import (
     check_server_env,
     config_value,
     new_run_root,
-    refuse_whole_fs,
     replica_dirs,
     safe_stem,
     server_env,
@@ -309,18 +309,6 @@ def check_docroot(docroot: str | Path, server: str | None = None) -> Path:
         raise DocrootError(f"document root {resolved}: the whole file system; name a folder")
     refuse_whole_fs(resolved)  # / reached another way: a bind mount of it
     return resolved
-
-
-def refuse_served(path: str | Path, docroot: str | Path, what: str, holds: str) -> None:
-    """Refuse ``path`` inside the document root (both resolved): the servers serve what
-    is written there to any client that asks for it (``testbed up --state doc/tb.json``:
-    ``GET /tb.json`` was answered 200 with the testbed's PIDs, cgroups and run folder)."""
-    path, docroot = Path(os.path.realpath(path)), Path(os.path.realpath(docroot))
-    if path == docroot or docroot in path.parents:
-        raise ParameterError(
-            f"{what} {path}: inside the document root {docroot}, whose files the servers "
-            f"serve to any client that asks ({holds}): put it outside the document root"
-        )
 
 
 _STATE_HOLDS = "the state names the servers' PIDs, cgroups and run folder"

@@ -50,7 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from shrink.errors import DocrootError, ParameterError, TestbedError
+from shrink.errors import ParameterError, TestbedError
 from shrink.own_env import for_servers
 
 __all__ = [
@@ -66,7 +66,6 @@ __all__ = [
     "new_run_root",
     "readable",
     "reader",
-    "refuse_whole_fs",
     "remove_run_root",
     "safe_stem",
     "secure_dir",
@@ -531,48 +530,3 @@ class UpLock:
                 os.unlink(self.path)  # while still held: see __enter__
             os.close(self.fd)
             self.fd = None
-
-
-# Folders whose files are secrets or other users' (another testbed's state in /var/tmp),
-# and kernel file systems (/proc holds every process's command line): a document root
-# that is one, or holds a mount of one, is refused as it is for "/". (A bind of /etc in
-# the docroot: GET /etcb/passwd was 200.) Mounts made after up are not seen.
-_SYSTEM = ("/etc", "/root", "/home", "/var", "/var/tmp", "/var/lib", "/var/log", "/tmp", "/run",
-           "/boot", "/proc", "/sys", "/dev")  # fmt: skip
-_KERNEL_FS = {"proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "debugfs",
-              "tracefs", "securityfs", "bpf", "configfs", "efivarfs", "pstore"}  # fmt: skip
-
-
-def refuse_whole_fs(docroot: Path) -> None:
-    """Refuse a document root that is, or holds a mount point that is, the same folder
-    as ``/`` (a bind mount of it) or as a system folder (``_SYSTEM``), or a kernel file
-    system: the servers served every file their user may read, other testbeds' state
-    files among them (``mount --bind / doc/all``: ``GET /all/etc/passwd`` was 200).
-    Mount points come from /proc/self/mountinfo: nothing is walked."""
-    tops = {"/": os.stat("/")}
-    for folder in _SYSTEM:
-        with contextlib.suppress(OSError):
-            tops[folder] = os.stat(folder)
-    points = {docroot: ""}
-    with (
-        contextlib.suppress(OSError),
-        open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as fh,
-    ):
-        for line in fh:
-            field = line.split()[4]  # the mount point, octal escapes for blanks
-            point = Path(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), field))
-            if point == docroot or docroot in point.parents:
-                fs = line.split(" - ", 1)[-1].split()[0]
-                points[point] = fs if fs in _KERNEL_FS else ""  # (the last one is on top)
-    for point, kernel_fs in points.items():
-        inside = ":" if point == docroot else f": {point}, inside it, is"
-        with contextlib.suppress(OSError):
-            st = os.stat(point)
-            what = [f"a mount of {name}" for name, top in tops.items() if os.path.samestat(st, top)]
-            if kernel_fs or what:
-                whole = "the whole file system" if what == ["a mount of /"] else "a system folder"
-                what = f"{kernel_fs}, a kernel file system" if kernel_fs else what[0]
-                raise DocrootError(
-                    f"document root {docroot}{inside} {whole} ({what}), whose files the "
-                    "servers would serve; name a folder without it"
-                )

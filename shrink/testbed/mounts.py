@@ -1,0 +1,125 @@
+"""What a testbed's servers would serve, told from the mount table: a document root
+that is or holds the whole file system or a system folder, and a file of shrink's
+(the state, an output folder) that the document root reaches, by its path or through
+a bind mount. Mount points come from /proc/self/mountinfo: nothing is walked."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from pathlib import Path, PurePosixPath
+from typing import NamedTuple
+
+from shrink.errors import DocrootError, ParameterError
+
+__all__ = ["Mount", "mount_table", "refuse_served", "refuse_whole_fs"]
+
+
+class Mount(NamedTuple):
+    device: str  # major:minor, as mountinfo gives it
+    root: PurePosixPath  # the folder of its file system mounted here (a bind: not /)
+    point: Path
+    fs: str
+
+
+def _unescaped(field: str) -> str:
+    """A mountinfo path: blanks, newlines and backslashes are octal escapes there."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), field)
+
+
+def mount_table() -> list[Mount]:
+    """This mount namespace's mounts, in the order they were made (a later one on the
+    same point is on top); none when /proc is not there."""
+    table = []
+    with (
+        contextlib.suppress(OSError),
+        open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as fh,
+    ):
+        for line in fh:
+            f = line.split()
+            fs = line.split(" - ", 1)[-1].split()[0]
+            table.append(Mount(f[2], PurePosixPath(_unescaped(f[3])), Path(_unescaped(f[4])), fs))
+    return table
+
+
+def _place(path: Path, table: list[Mount]) -> tuple[str, PurePosixPath] | None:
+    """Where ``path`` (resolved) is in its file system: (device, path from that file
+    system's root), the same for every bind mount that reaches it."""
+    best = None
+    for mount in table:
+        if (mount.point == path or mount.point in path.parents) and (
+            best is None or len(mount.point.parts) >= len(best.point.parts)
+        ):
+            best = mount
+    if best is None:
+        return None
+    return best.device, best.root / path.relative_to(best.point)
+
+
+def refuse_served(path: str | Path, docroot: str | Path, what: str, holds: str) -> None:
+    """Refuse ``path`` inside the document root: the servers serve what is written
+    there to any client that asks for it (``testbed up --state doc/tb.json``: ``GET
+    /tb.json`` was answered 200 with the testbed's PIDs, cgroups and run folder).
+    Compared resolved, and in the file system: through a bind mount of the document
+    root made elsewhere (``mount --bind doc docb``, ``--state docb/tb.json``), or of a
+    folder of it, or one inside the document root, the state was served all the same."""
+    path, docroot = Path(os.path.realpath(path)), Path(os.path.realpath(docroot))
+    reached = path == docroot or docroot in path.parents
+    table = mount_table()
+    if not reached and (place := _place(path, table)) is not None:
+        served = [_place(docroot, table)] + [
+            (m.device, m.root) for m in table if docroot in m.point.parents
+        ]
+        reached = any(
+            top is not None
+            and top[0] == place[0]
+            and (top[1] == place[1] or top[1] in place[1].parents)
+            for top in served
+        )
+        via = " (reached there through a mount)"
+    else:
+        via = ""
+    if reached:
+        raise ParameterError(
+            f"{what} {path}: inside the document root {docroot}{via}, whose files the "
+            f"servers serve to any client that asks ({holds}): put it outside the document root"
+        )
+
+
+# Folders whose files are secrets or other users' (another testbed's state in /var/tmp),
+# and kernel file systems (/proc holds every process's command line): a document root
+# that is one, or holds a mount of one, is refused as it is for "/". (A bind of /etc in
+# the docroot: GET /etcb/passwd was 200.) Mounts made after up are not seen.
+_SYSTEM = ("/etc", "/root", "/home", "/var", "/var/tmp", "/var/lib", "/var/log", "/tmp", "/run",
+           "/boot", "/proc", "/sys", "/dev")  # fmt: skip
+_KERNEL_FS = {"proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "debugfs",
+              "tracefs", "securityfs", "bpf", "configfs", "efivarfs", "pstore"}  # fmt: skip
+
+
+def refuse_whole_fs(docroot: Path) -> None:
+    """Refuse a document root that is, or holds a mount point that is, the same folder
+    as ``/`` (a bind mount of it) or as a system folder (``_SYSTEM``), or a kernel file
+    system: the servers served every file their user may read, other testbeds' state
+    files among them (``mount --bind / doc/all``: ``GET /all/etc/passwd`` was 200).
+    Mount points come from /proc/self/mountinfo: nothing is walked."""
+    tops = {"/": os.stat("/")}
+    for folder in _SYSTEM:
+        with contextlib.suppress(OSError):
+            tops[folder] = os.stat(folder)
+    points = {docroot: ""}
+    for mount in mount_table():
+        if mount.point == docroot or docroot in mount.point.parents:
+            points[mount.point] = mount.fs if mount.fs in _KERNEL_FS else ""  # (last: on top)
+    for point, kernel_fs in points.items():
+        inside = ":" if point == docroot else f": {point}, inside it, is"
+        with contextlib.suppress(OSError):
+            st = os.stat(point)
+            what = [f"a mount of {name}" for name, top in tops.items() if os.path.samestat(st, top)]
+            if kernel_fs or what:
+                whole = "the whole file system" if what == ["a mount of /"] else "a system folder"
+                what = f"{kernel_fs}, a kernel file system" if kernel_fs else what[0]
+                raise DocrootError(
+                    f"document root {docroot}{inside} {whole} ({what}), whose files the "
+                    "servers would serve; name a folder without it"
+                )
