@@ -422,6 +422,26 @@ def test_a_state_inside_the_docroot_is_refused_before_anything_starts(
     assert not list((tmp_path / "runs").glob("up-*"))
 
 
+def test_a_private_folder_inside_the_docroot_is_refused_before_anything_starts(
+    tmp_path, monkeypatch, machine
+):
+    """``SHRINK_RUN_DIR=doc/run testbed up --docroot doc``: the run root was made in the
+    docroot, and ``GET /run/up-tb-XXXXXXXX/r0/lighttpd.conf`` was 200 (its stdout.log
+    too)."""
+    real = tmp_path / "doc"
+    real.mkdir()
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(real / "run"))
+    state = tmp_path / "tb.json"
+    try:
+        with pytest.raises(ParameterError, match=r"private folder .*inside the document root"):
+            up(real, machine, Share.all_of(machine), state_path=state, port=0,
+               server=ServerSettings(FakeRecipe()))  # fmt: skip
+    finally:
+        if state.exists():
+            down(state)
+    assert sorted(p.name for p in real.iterdir()) == []  # no private folder made
+
+
 @pytest.mark.root
 @pytest.mark.parametrize("where", ["www", "www/all d"])
 def test_a_docroot_that_is_or_holds_a_bind_mount_of_the_whole_file_system_is_refused(

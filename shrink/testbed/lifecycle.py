@@ -312,6 +312,8 @@ def check_docroot(docroot: str | Path, server: str | None = None) -> Path:
 
 
 _STATE_HOLDS = "the state names the servers' PIDs, cgroups and run folder"
+# (SHRINK_RUN_DIR=doc/run: GET /run/up-tb-XXXXXXXX/r0/lighttpd.conf was 200)
+_RUN_HOLDS = "the servers' configs and logs; set SHRINK_RUN_DIR or XDG_RUNTIME_DIR elsewhere"
 
 
 def up(
@@ -357,6 +359,7 @@ def up(
     make_dirs(Path(state_path).parent)
     state_path = Path(state_path).resolve()
     refuse_served(state_path, docroot, "state", _STATE_HOLDS)
+    refuse_served(registry.run_dir(), docroot, "private folder", _RUN_HOLDS)
     base = registry.private_dir()
     with UpLock(base, state_path):
         if state_path.exists():
