@@ -115,7 +115,11 @@ def refuse_whole_fs(docroot: Path) -> None:
         inside = ":" if point == docroot else f": {point}, inside it, is"
         with contextlib.suppress(OSError):
             st = os.stat(point)
-            what = [f"a mount of {name}" for name, top in tops.items() if os.path.samestat(st, top)]
+            what = [
+                name if point == Path(name) else f"a mount of {name}"
+                for name, top in tops.items()
+                if os.path.samestat(st, top)
+            ]
             if kernel_fs or what:
                 whole = "the whole file system" if what == ["a mount of /"] else "a system folder"
                 what = f"{kernel_fs}, a kernel file system" if kernel_fs else what[0]
