@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from shrink.atomic import _noted_as, make_dirs, open_dir
-from shrink.errors import OutputBusyError, printable
+from shrink.errors import OutputBusyError, WriteError, printable
 
 __all__ = [
     "claimed",
@@ -97,9 +97,10 @@ def claimed(folder: str | Path) -> Iterator[Path]:
     key, locked = (st.st_dev, st.st_ino), False
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            locked = True
-            _HELD.add(key)
+            if key not in _output_folders():  # (else held already, as its output)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                locked = True
+                _HELD.add(key)
         except BlockingIOError:
             raise OutputBusyError(path, _holder(fd)) from None
         except OSError:
@@ -133,6 +134,8 @@ def claimed_shared(
     key = (st.st_dev, st.st_ino)
     try:
         try:
+            if key in _output_folders():  # held alone already, as its output: unshared
+                raise OSError("held here")
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             alone: bool | None = True
         except BlockingIOError:
@@ -311,6 +314,8 @@ def hold_output(path: str | Path, kind: str = "file") -> None:
             st = os.fstat(fd)
             if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
                 _OUTPUTS[key] = (dir_fd, name, fd, own)
+                if kind == "dir":
+                    _hold_folder(key, p)
                 return
             os.close(fd)
     except OutputBusyError:
@@ -321,18 +326,76 @@ def hold_output(path: str | Path, kind: str = "file") -> None:
     os.close(dir_fd)
 
 
+# The output folders this process holds by the folder itself (:func:`_hold_folder`): path
+# -> (the folder's descriptor, its (device, inode), whether this run made it).
+_FOLDERS: dict[str, tuple[int, tuple[int, int], bool]] = {}
+
+
+def _hold_folder(key: str, folder: Path) -> None:
+    """Hold output folder ``folder`` by its own ``flock`` too (made if new, removed again
+    at the end while empty): the folder, not a name of it, is what is held. Its lock file
+    ``.NAME.lock`` names it: the same folder under a second name (a bind mount's mount
+    point beside its source, or the folder renamed mid-run) had a lock file of its own,
+    and a second run to it wrote the folder the first one was writing. A folder another
+    run holds is refused (the lock file taken here let go again); one this process holds
+    (:func:`claimed`), or one that cannot be locked, is left as it is."""
+    made = not os.path.lexists(folder)
+    try:
+        make_dirs(folder)
+        fd = open_dir(folder)
+    except (OSError, WriteError):  # (refused: a symlink of another user's, say)
+        return
+    st = os.fstat(fd)
+    ino = (st.st_dev, st.st_ino)
+    try:
+        if ino in _HELD:
+            raise OSError("held here")  # (this process's own: nothing to take)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _holder(fd)
+        os.close(fd)
+        _let_go(*_OUTPUTS.pop(key), close_dir=False)  # (its caller closes the folder)
+        if made:
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+        raise OutputBusyError(folder, holder, "folder") from None
+    except OSError:
+        os.close(fd)
+        return
+    _HELD.add(ino)
+    _FOLDERS[key] = (fd, ino, made)
+
+
+def _output_folders() -> set[tuple[int, int]]:
+    """The (device, inode) of each output folder this process holds (:func:`_hold_folder`)."""
+    return {ino for _, ino, _ in _FOLDERS.values()}
+
+
+def _let_go(dir_fd: int, name: str, fd: int, own: bool, *, close_dir: bool = True) -> None:
+    """Let go of one output's lock file (removed when this run's own and still there)."""
+    with contextlib.suppress(OSError):
+        now, st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False), os.fstat(fd)
+        if own and (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+            os.unlink(name, dir_fd=dir_fd)
+    os.close(fd)
+    if close_dir:
+        os.close(dir_fd)
+
+
 def release_outputs() -> None:
     """Let go of every output :func:`hold_output` holds, removing its lock file (while
     still held: a run that opened it meanwhile sees it gone and makes its own) when it is
     this run's own and still the file at that name."""
-    while _OUTPUTS:
-        _, (dir_fd, name, fd, own) = _OUTPUTS.popitem()
-        with contextlib.suppress(OSError):
-            now, st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False), os.fstat(fd)
-            if own and (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
-                os.unlink(name, dir_fd=dir_fd)
+    while _FOLDERS:
+        key, (fd, ino, made) = _FOLDERS.popitem()
+        _HELD.discard(ino)
+        with contextlib.suppress(OSError):  # (empty: the run wrote nothing there)
+            st = os.stat(key, follow_symlinks=False)
+            if made and (st.st_dev, st.st_ino) == ino:  # (not another folder by that name)
+                os.rmdir(key)
         os.close(fd)
-        os.close(dir_fd)
+    while _OUTPUTS:
+        _let_go(*_OUTPUTS.popitem()[1])
 
 
 atexit.register(release_outputs)  # (an output held outside a command's block)
