@@ -130,8 +130,9 @@ def _in_use(where: Path) -> bool:
 def _held_by_an_older_demo(where: Path) -> bool:
     """A demo of an older shrink, live, held a shared lock on its folder's
     ``.made-for`` (it knew no ``.demo-lock``). Any user may open that 0644 file and
-    lock it, so only a holder that is a process of this user's keeps the folder."""
-    from shrink.procfs import flock_holders
+    lock it, so only a holder that is a process of this user's keeps the folder: one that
+    holds it now (a child it forked, its parent gone), not the PID that took the lock."""
+    from shrink.procfs import flock_holding_processes
 
     try:
         st = os.lstat(where / _MADE_FOR)
@@ -139,7 +140,8 @@ def _held_by_an_older_demo(where: Path) -> bool:
         return False
     if not stat.S_ISREG(st.st_mode):
         return False
-    return any(_euid(p) == os.geteuid() for p in flock_holders(st.st_dev, st.st_ino))
+    holders = flock_holding_processes(st.st_dev, st.st_ino)
+    return any(_euid(p) == os.geteuid() for p in holders)
 
 
 def _euid(pid: int) -> int | None:

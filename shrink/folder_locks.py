@@ -35,11 +35,14 @@ __all__ = [
 
 
 def _holder(fd: int) -> str | None:
-    """Who holds the ``flock`` on ``fd``'s file: "PID 1234 (python3)", or None."""
-    from shrink.procfs import flock_holders, proc_info
+    """Who holds the ``flock`` on ``fd``'s file: "PID 1234 (python3)", or None. A process
+    that holds it now, where it can be seen; else the one that took it (/proc/locks: it may
+    be gone, its child holding the lock on, and its PID another process's)."""
+    from shrink.procfs import flock_holders, flock_holding_processes, proc_info
 
     st = os.fstat(fd)
-    pids = [p for p in flock_holders(st.st_dev, st.st_ino) if p != os.getpid()]
+    now = flock_holding_processes(st.st_dev, st.st_ino)
+    pids = [p for p in now or flock_holders(st.st_dev, st.st_ino) if p != os.getpid()]
     if not pids:
         return None
     info = proc_info(pids[0])

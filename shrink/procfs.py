@@ -19,6 +19,7 @@ __all__ = [
     "cpu_seconds",
     "cpu_times",
     "flock_holders",
+    "flock_holding_processes",
     "proc_info",
     "process_cpu_seconds",
     "steal_times",
@@ -53,19 +54,59 @@ def _stat(pid: int | str) -> ProcInfo:
 
 
 def flock_holders(dev: int, ino: int, locks: str | Path = "/proc/locks") -> list[int]:
-    """The PIDs holding a ``flock`` on the file ``(dev, ino)``, from ``/proc/locks``;
-    [] where it cannot be read. A waiter's line (``->``) holds nothing."""
-    want = f"{os.major(dev):02x}:{os.minor(dev):02x}:{ino}"
+    """The PIDs that took a ``flock`` held on the file ``(dev, ino)``, from ``/proc/locks``;
+    [] where it cannot be read. A waiter's line (``->``) holds nothing. The PID is the
+    one that took the lock, which may since be gone, or another process's: a child forked
+    with the open file holds the lock on (:func:`flock_holding_processes` finds it)."""
+    want = _file_key(dev, ino)
     try:
         text = Path(locks).read_text()
     except OSError:
         return []
-    held = []
-    for line in text.splitlines():
-        f = line.split()  # "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"
-        if len(f) >= 6 and f[1] == "FLOCK" and f[5] == want and f[4].isdigit():
-            held.append(int(f[4]))
-    return held
+    return [int(f[4]) for f in (line.split() for line in text.splitlines()) if _flock(f, want)]
+
+
+def _file_key(dev: int, ino: int) -> str:
+    return f"{os.major(dev):02x}:{os.minor(dev):02x}:{ino}"
+
+
+def _flock(f: list[str], want: str) -> bool:
+    """``f`` (a lock line's words: "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF") is a
+    held ``flock`` on the file ``want``."""
+    return len(f) >= 6 and f[1] == "FLOCK" and f[5] == want and f[4].isdigit()
+
+
+def flock_holding_processes(dev: int, ino: int, proc: str | Path = "/proc") -> list[int]:
+    """The processes whose open files hold a ``flock`` on the file ``(dev, ino)`` now, as
+    their ``/proc/PID/fdinfo`` shows it, among those this user may look into; [] when
+    ``/proc/locks`` shows no such lock. :func:`flock_holders` names the process that took
+    the lock: a demo's forked child held it on after its parent ended, and that parent's
+    PID, gone or reused by another user's process, was taken for the holder."""
+    want = _file_key(dev, ino)
+    if not flock_holders(dev, ino, Path(proc) / "locks"):
+        return []
+    try:
+        pids = sorted(int(n) for n in os.listdir(proc) if n.isdigit())
+    except OSError:
+        return []
+    return [pid for pid in pids if _holds(Path(proc) / str(pid) / "fdinfo", want)]
+
+
+def _holds(fdinfo: Path, want: str) -> bool:
+    """One of the open files in ``fdinfo`` (a process's) holds a ``flock`` on ``want``."""
+    try:
+        names = os.listdir(fdinfo)
+    except OSError:
+        return False  # gone, or another user's
+    for name in names:
+        try:
+            text = (fdinfo / name).read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("lock:") and _flock(line.split()[1:], want):
+                return True
+    return False
 
 
 def proc_info(pid: int) -> ProcInfo | None:
