@@ -53,7 +53,7 @@ from shrink.irq import IrqAssignment, apply_plan, current_affinities, restore_af
 from shrink.machine import Machine
 from shrink.mapping import Mapping, Replica, build_mapping
 from shrink.share import Share, can_write_cgroups, cgroup_layout
-from shrink.testbed import registry
+from shrink.testbed import cpus_in_use, registry
 from shrink.testbed.config import PhpLimits, ServerSettings
 from shrink.testbed.mounts import refuse_served, refuse_whole_fs
 from shrink.testbed.private import (
@@ -496,6 +496,10 @@ def _others_on(cpus: tuple[int, ...] | list[int], state_path: Path) -> list[str]
                 f"file {printable(str(other))}, started {printable(str(st.started))}); the two "
                 "disturb each other's measurements"
             )
+    for cpus_of_roots, started in cpus_in_use.roots_testbeds():  # (another user's up)
+        if shared := sorted(set(cpus_of_roots) & set(cpus)):
+            why = f"started {printable(started)}); the two disturb each other's measurements"
+            out.append(f"warning: CPU(s) {shared} also run a testbed of root ({why}")
     return out
 
 

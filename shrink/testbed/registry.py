@@ -125,7 +125,15 @@ def record(
         doc["starting"] = True
     written = write_text(entry, dumps(doc, indent=1) + "\n", perm=0o600)
     _drop_temporaries(entry)
+    _publish()
     return written
+
+
+def _publish() -> None:
+    from shrink.testbed.cpus_in_use import publish
+
+    # (root's: which CPUs its testbeds run on, for other users' up)
+    publish(run_dir(), lambda: [st for _, st in running()])
 
 
 def _drop_temporaries(entry: Path) -> None:
@@ -161,6 +169,7 @@ def remove_entry(entry: Path) -> None:
     with contextlib.suppress(OSError):
         entry.unlink()
     _drop_temporaries(entry)
+    _publish()
 
 
 @dataclass

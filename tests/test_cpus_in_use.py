@@ -1,0 +1,84 @@
+"""Another user's ``up`` learns which CPUs root's testbeds run on (root's records are in
+a folder of root's that others cannot list), and nothing more: root's ``up`` and ``down``
+write a summary of CPUs, start times and the servers' PIDs for it."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+
+import pytest
+
+from shrink import processes
+from shrink.testbed import cpus_in_use, registry
+from shrink.testbed.lifecycle import _others_on
+from shrink.testbed.state import TestbedState
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="root's summary: root writes it")
+
+
+def _roots_testbed(tmp_path, monkeypatch, pid: int):
+    """A testbed of root's on CPU 1 whose server is ``pid``, recorded in root's run folder
+    (here under ``tmp_path``); the summary's path there."""
+    from tests.helpers.testbed import lighttpd_replica
+
+    run = tmp_path / "run" / "shrink"
+    monkeypatch.setattr(cpus_in_use, "SUMMARY", run / "cpus-in-use.json")
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(run))
+    info = processes.proc_info(pid)
+    live = replace(lighttpd_replica(), cpus=[1], masters=[pid], processes={"lighttpd": [pid]},
+                   starttimes={pid: info.starttime if info else 1}, pinned={})  # fmt: skip
+    state = tmp_path / "secret state.json"
+    state.write_text("{}\n")  # (there: the testbed runs)
+    registry.record(state, TestbedState([live], {}, {"name": "1-replica"}, {}, "doc", {}, "t0"),
+                    owned=False)  # fmt: skip
+    return state, run / "cpus-in-use.json"
+
+
+def _as_another_user(tmp_path, monkeypatch) -> list[str]:
+    monkeypatch.setattr(cpus_in_use, "_as_root", lambda: False)
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "theirs"))
+    try:
+        return [w for w in _others_on([0, 1], tmp_path / "m.json") if "of root" in w]
+    finally:
+        monkeypatch.setattr(cpus_in_use, "_as_root", lambda: True)
+        monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "run" / "shrink"))
+
+
+def test_another_users_up_is_warned_of_roots_testbed_on_its_cpus(tmp_path, monkeypatch):
+    state, summary = _roots_testbed(tmp_path, monkeypatch, os.getpid())
+    assert summary.stat().st_mode & 0o777 == 0o644
+    text = summary.read_text()
+    assert str(tmp_path) not in text and "doc" not in text  # no path: CPUs, times, PIDs
+    assert json.loads(text)["testbeds"][0]["cpus"] == [1]
+    warned = _as_another_user(tmp_path, monkeypatch)
+    assert warned == [
+        "warning: CPU(s) [1] also run a testbed of root (started t0); the two disturb each "
+        "other's measurements"
+    ]
+    registry.forget(state)  # root's down: the summary says so
+    assert json.loads(summary.read_text()) == {"testbeds": []}
+    assert _as_another_user(tmp_path, monkeypatch) == []
+
+
+def test_a_summary_not_to_be_trusted_or_of_servers_gone_warns_of_nothing(tmp_path, monkeypatch):
+    _, summary = _roots_testbed(tmp_path, monkeypatch, os.getpid())
+    summary.chmod(0o666)  # anyone could have written it
+    assert _as_another_user(tmp_path, monkeypatch) == []
+    summary.chmod(0o644)
+    os.chown(summary, 65534, 65534)  # not root's
+    assert _as_another_user(tmp_path, monkeypatch) == []
+    os.chown(summary, 0, 0)
+    assert len(_as_another_user(tmp_path, monkeypatch)) == 1
+    doc = json.loads(summary.read_text())
+    doc["testbeds"][0]["processes"][0][1] += 1  # its server gone, its PID another's
+    summary.write_text(json.dumps(doc))
+    assert _as_another_user(tmp_path, monkeypatch) == []
+    summary.write_text('{"testbeds": [{"cpus": "1", "started": 5, "processes": 7}]}')
+    assert _as_another_user(tmp_path, monkeypatch) == []  # damaged: skipped, no traceback
+
+
+def test_root_reads_its_records_not_the_summary(tmp_path, monkeypatch):
+    _roots_testbed(tmp_path, monkeypatch, os.getpid())
+    assert cpus_in_use.roots_testbeds() == []
