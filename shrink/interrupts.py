@@ -219,6 +219,10 @@ def _unraisable(args: sys.UnraisableHookArgs) -> None:
     if args.exc_type is not None and issubclass(args.exc_type, NotStarted):
         return
     if args.exc_type is not None and issubclass(args.exc_type, KeyboardInterrupt) and _depth[0]:
+        # (a finalizer _in_finalizer does not see, such as a weakref's callback: the stop
+        # is not taken yet, the re-sent signal takes it; taken, it ignored the re-sent
+        # one and every stop after it, and the command ran on to its end)
+        _stopping[0] = False
         _resend_later(received())
         return
     sys.__unraisablehook__(args)

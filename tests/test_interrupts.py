@@ -312,6 +312,51 @@ def test_a_stop_whose_handler_ran_in_a_finalizer_stops_the_work_without_a_traceb
     assert "Exception ignored" not in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
+_IN_A_WEAKREF_CALLBACK = """
+import os, signal, time, weakref
+from shrink import interrupts
+
+class Held:
+    pass
+
+def gone(ref):
+    os.kill(os.getpid(), signal.SIGTERM)  # its handler runs here: no __del__ on the way
+    time.sleep(0.01)
+
+def busy(s):
+    end = time.monotonic() + s
+    while time.monotonic() < end:
+        pass
+
+interrupts.install()
+try:
+    with interrupts.working():
+        held = Held()
+        ref = weakref.ref(held, gone)
+        del held
+        busy(1)
+        print("lost")
+        os.kill(os.getpid(), signal.SIGINT)  # a later Ctrl-C
+        busy(1)
+    print("every stop lost")
+except KeyboardInterrupt:
+    print("stopped", interrupts.received())
+"""
+
+
+def test_a_stop_dropped_in_a_weakref_callback_is_re_sent_and_stops_the_work():
+    """A stop whose handler ran in a finalizer that is no ``__del__`` (a weakref's
+    callback, as multiprocessing's Finalize) has its KeyboardInterrupt dropped and sent
+    again; the first stop was noted as under way, so the re-sent one was taken for a
+    second stop and ignored, and so was every stop after it (a later Ctrl-C too): the
+    command ran to its end."""
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-c", _IN_A_WEAKREF_CALLBACK], cwd=root,
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.stdout.split() == ["stopped", str(int(signal.SIGTERM))], r.stdout + r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+
+
 _OWED_AT_THE_END = """
 import os, signal, time
 from shrink import interrupts
