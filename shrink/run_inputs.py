@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -234,15 +235,33 @@ def _check_one(path: str, key: str, recorded: Mapping[str, Any], *, given: bool)
         return
     if key == "docroot" and os.path.isdir(path):
         return  # an older prediction's folder digest, taken another way: no comparison
+    where = "given" if given else "prediction.json names"
+    if kind := _wrong_kind(path, folder=isinstance(walk, Mapping)):
+        raise ParameterError(f"{path}: {kind} ({named} {where}): {give}")
     now = file_fingerprint(path)
     if now is None:
-        where = "given" if given else "prediction.json names"
         raise ParameterError(f"{path}: no such file ({named} {where}): {give}")
     if now != recorded[key]:
         raise ParameterError(
             f"{path}: not {named} this prediction read (its fingerprint is {now}, "
             f"the prediction's {recorded[key]}): {why}{give}"
         )
+
+
+def _wrong_kind(path: str, *, folder: bool) -> str | None:
+    """What is at ``path`` when it is there but not what the prediction read (``folder``:
+    a document root): a FIFO given for the machine file was said to be "no such file",
+    and a folder was walked (up to 60 s) to be told apart from it by its fingerprint."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None  # (nothing there: no such file)
+    if stat.S_ISDIR(st.st_mode):
+        return None if folder else "a folder, not a file"
+    if stat.S_ISREG(st.st_mode):
+        return "a file, not a folder" if folder else None
+    odd = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket or a device"
+    return f"{odd}, not a {'folder' if folder else 'file'}"
 
 
 def _check_docroot(path: str, digest: str, walk: Mapping[str, Any], what: str, then: str) -> None:

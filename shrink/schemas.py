@@ -139,6 +139,36 @@ class RegistryEntryFile(_Open):
 
 
 # Prediction (the rest: shrink.prediction.PREDICTION_FORMAT) --------------------------
+class _DocrootWalk(_Open):
+    """The document root's walk predict recorded (:func:`shrink.docroot_print.docroot_record`
+    less its digest): validate walks it again as far and names what differs."""
+
+    entries: Count | None = None
+    bounded: Text | None = None
+    unreadable: Annotated[list[Text], Field(max_length=MAX_LIST)] = []
+    unreadable_count: Count = 0
+    digests: Annotated[dict[Text, Name], Field(max_length=MAX_LIST)] = {}
+
+
+class _Fingerprints(_Open):
+    """The fingerprints of the files a prediction read besides its trace."""
+
+    target: Name | None = None
+    machine: Name | None = None
+    docroot: Name | None = None
+    server: Name | None = None
+    docroot_walk: _DocrootWalk | None = None
+
+
+class _DocrootChanged(_Open):
+    """The document root's fingerprints at predict's start and end, when they differ,
+    and the names that differ (the report's checks say them)."""
+
+    at_start: Name | None = None
+    at_end: Name | None = None
+    differ: Annotated[list[Text], Field(max_length=MAX_LIST)] = []
+
+
 class ValidateInputs(_Open):
     """What ``shrink validate --full-run run`` reads from ``prediction.json``'s inputs."""
 
@@ -149,6 +179,9 @@ class ValidateInputs(_Open):
     server_cpus: Annotated[list[Cpu], Field(max_length=MAX_CPUS)] | None = None
     plan: dict[str, Any] | None = None
     skip: NonNeg = 0.0
+    # (an edited walk, its entries "x", was an internal error of validate's)
+    fingerprints: _Fingerprints | None = None
+    docroot_changed: _DocrootChanged | None = None
 
 
 # Parquet metadata ------------------------------------------------------------------

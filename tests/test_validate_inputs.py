@@ -208,3 +208,62 @@ def test_a_docroot_fingerprint_counts_no_modification_time(tmp_path):
     data[WINDOW - 1] = 1  # within the first 64 KiB: seen
     big.write_bytes(data)
     assert file_fingerprint(www) != before
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        ({"fingerprints": {"docroot": "zz", "docroot_walk": {"entries": "x"}}},
+         "inputs.fingerprints.docroot_walk.entries"),
+        ({"fingerprints": {"docroot": "zz", "docroot_walk": {"unreadable": 5}}},
+         "inputs.fingerprints.docroot_walk.unreadable"),
+        ({"fingerprints": {"machine": {"a": 1}}}, "inputs.fingerprints.machine"),
+        ({"docroot_changed": {"differ": 5}}, "inputs.docroot_changed.differ"),
+    ],
+    ids=["walk-entries", "walk-unreadable", "machine-print", "changed-differ"],
+)  # fmt: skip
+def test_a_prediction_s_fingerprints_of_the_wrong_shape_are_refused_naming_the_field(
+    moved, tmp_path, edit, field, monkeypatch
+):
+    """A prediction.json edited so that its document root's walk says ``"entries": "x"``
+    (or its unreadable names a number, or the names that changed during predict a
+    number): validate stopped with "internal error (ValueError: invalid literal for
+    int() ...): this is a bug", and the report's checks would fail the same way. They
+    are read as their types, and refused in one line naming the file and the field."""
+    src = json.loads(moved[0].read_text())
+    www = tmp_path / "www"
+    www.mkdir()
+    inputs = src["inputs"]
+    src["inputs"] = {**inputs, "docroot": str(www), **edit}
+    src["inputs"]["fingerprints"] = {**inputs["fingerprints"], **edit.get("fingerprints", {})}
+    pred = tmp_path / "prediction.json"
+    pred.write_text(json.dumps(src))
+    code, out, _ = _validate(pred, "--full-run", "run", monkeypatch=monkeypatch)
+    assert code == 1 and f"error: {pred}: {field}: " in " ".join(out.split()), out
+
+
+def test_a_fifo_or_a_folder_given_for_a_file_is_named_for_what_it_is(tmp_path):
+    """A FIFO given for the machine file (or the document root) was said to be "no such
+    file"; a folder given for the machine file was walked (up to 60 s for a large one)
+    and refused by its fingerprint, and a file given for the document root likewise."""
+    from shrink.errors import ParameterError
+    from shrink.run_inputs import _fingerprints, check_recorded_files
+
+    www = tmp_path / "www"
+    www.mkdir()
+    (www / "index.html").write_text("hi")
+    machine = tmp_path / "m.toml"
+    machine.write_text("[machine]\n")
+    inputs = {"target": "testbed", "docroot": str(www), "machine": str(machine)}
+    inputs["fingerprints"] = json.loads(json.dumps(_fingerprints(inputs)))
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for key, path, said in (
+        ("machine", fifo, "a FIFO, not a file (the machine file (--machine) given)"),
+        ("machine", www, "a folder, not a file (the machine file (--machine) given)"),
+        ("docroot", fifo, "a FIFO, not a folder (the document root (--docroot) given)"),
+        ("docroot", machine, "a file, not a folder (the document root (--docroot) given)"),
+    ):
+        with pytest.raises(ParameterError) as e:
+            check_recorded_files(inputs, given={key: str(path)})
+        assert str(e.value).startswith(f"{path}: {said}: give the one predict read"), e.value
