@@ -103,6 +103,9 @@ def _changed_during(start: Mapping[str, Any] | None, prints: Mapping[str, Any]) 
     """The document root's walks at predict's start and end, when they differ: its
     fingerprint is the end's, and the runs before the change measured other content."""
     end = prints.get("docroot_walk")
+    if start is not None and end is None and "docroot" not in prints:
+        # gone (or no folder) at the end: the record named no fingerprint, and no change
+        return {"at_start": start["digest"], "at_end": None, "differ": []}
     if start is None or not isinstance(end, Mapping) or start["digest"] == prints.get("docroot"):
         return None
     cut = [str(w.get("bounded") or "").startswith("time") for w in (start, end)]

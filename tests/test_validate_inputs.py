@@ -267,3 +267,36 @@ def test_a_fifo_or_a_folder_given_for_a_file_is_named_for_what_it_is(tmp_path):
         with pytest.raises(ParameterError) as e:
             check_recorded_files(inputs, given={key: str(path)})
         assert str(e.value).startswith(f"{path}: {said}: give the one predict read"), e.value
+
+
+def test_a_docroot_removed_during_predict_s_runs_is_said_in_the_record_and_the_report(
+    tmp_path, monkeypatch
+):
+    """A document root removed (or moved) during predict's runs: its walk at the end
+    found no folder, so the prediction recorded no fingerprint of it and no change, and
+    said nothing; validate then checked no document root at all."""
+    from shrink import pipeline
+    from shrink.pipeline import run_predict
+    from shrink.predict import PredictConfig
+    from shrink.providers import TargetSettings
+
+    trace = tmp_path / "t.parquet"
+    _ok("synth", "tcp", "--rate", "2000", "--duration", "12s", "-o", str(trace))
+    www = tmp_path / "www"
+    www.mkdir()
+    (www / "index.html").write_text("hi")
+    real = pipeline.predict
+
+    def removes_it_during_the_runs(*args, **kwargs):
+        shutil.rmtree(www)  # after the start's walk
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "predict", removes_it_during_the_runs)
+    config = PredictConfig(mappings=("1-replica",), plan=_plan())
+    run_predict(trace, tmp_path / "p", config, target=TargetSettings(f"sim:{SPEC}", str(SPEC), www))
+    doc = json.loads((tmp_path / "p" / "prediction.json").read_text())
+    changed = doc["inputs"]["docroot_changed"]
+    assert changed["at_end"] is None and changed["at_start"], changed
+    report = " ".join((tmp_path / "p" / "report.md").read_text().split())
+    assert "no folder there at the end: removed or moved" in report, report
+    assert "records no fingerprint of it, so validate cannot check one" in report, report

@@ -324,18 +324,28 @@ def _moved_items(full_run: LoadCurve | None, curve: LoadCurve | None) -> list[li
 
 
 def _docroot_items(inputs: dict[str, Any]) -> list[list[str]]:
-    """A document root that changed between predict's start and its end (its runs)."""
+    """A document root that changed between predict's start and its end (its runs), or
+    was gone at the end (removed or moved: nothing recorded that validate can check)."""
     changed = inputs.get("docroot_changed")
     if not isinstance(changed, dict):
         return []
     names = ", ".join(str(n) for n in changed.get("differ") or [])
+    end = changed.get("at_end")
+    then = (
+        f"{end} at the end" + (f"; {names} differ" if names else "")
+        if end
+        else "and no folder there at the end: removed or moved"
+    )
+    kept = (
+        "the prediction records the content at its end, which validate checks against"
+        if end
+        else "the prediction records no fingerprint of it, so validate cannot check one"
+    )
     return [[
         "Document root during the runs",
-        "**changed while predict ran** (its fingerprint "
-        f"{changed.get('at_start')} before the first run, {changed.get('at_end')} at the end"
-        + (f"; {names} differ" if names else "")
-        + "): some levels were measured on other pages than the later ones, and the "
-        "prediction records the content at its end, which validate checks against",
+        f"**changed while predict ran** (its fingerprint {changed.get('at_start')} before "
+        f"the first run, {then}): some levels were measured on other pages than the later "
+        f"ones, and {kept}",
     ]]  # fmt: skip
 
 
