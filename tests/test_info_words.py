@@ -3,6 +3,7 @@ a trace, told apart by nothing), and `whatif`'s "1:none" (no best mapping, no re
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -30,6 +31,36 @@ def test_trace_info_says_which_length_is_which(tmp_path):
         "starts' span plus one mean gap between them; a pass still running overlaps the next)"
     ) in flat, flat
     assert "request rate 13.25 req/s (over first to last request)" in flat, flat
+
+
+@pytest.mark.parametrize(
+    ("lines", "period", "rate"),
+    [(1, "1.000 s", "none: every request is at one instant"),
+     (99, "12.000 s", "8.25 req/s (over first to last request)")],
+    ids=["one-request", "one-session"],
+)  # fmt: skip
+def test_trace_info_says_what_the_loop_period_of_one_session_is(tmp_path, lines, period, rate):
+    """A trace of one session (or one request) was said to loop at "its session starts'
+    span plus one mean gap between them": there is no gap, and its period is its last
+    burst's start (at least 1 s); one request's rate was "nan req/s"."""
+    log = ROOT / "examples" / "traces" / "support-access.log"
+    first = log.read_text().splitlines()
+    ip = first[0].split()[0]
+    one = tmp_path / "one.log"
+    one.write_text("\n".join([x for x in first if x.split()[0] == ip][:lines]) + "\n")
+    trace = tmp_path / "one.parquet"
+    r = CliRunner().invoke(app, ["ingest", str(one), "-o", str(trace)])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(app, ["trace", "info", str(trace)], terminal_width=400)
+    assert r.exit_code == 0, r.output
+    flat = " ".join(re.sub(r"[│┌┐└┘─┬┴]", " ", r.output).split())
+    assert (
+        f"loop period {period}: a looped replay starts the trace again this often (a single "
+        "session start: one pass lasts from its start to its last burst's start, at least 1 s;"
+    ) in flat, flat
+    assert "mean gap" not in flat and f"request rate {rate}" in flat, flat
+    r = CliRunner().invoke(app, ["trace", "info", "--json", str(trace)])
+    assert {"span", "duration", "request_rate"} <= set(json.loads(r.output)), r.output
 
 
 @pytest.mark.compute

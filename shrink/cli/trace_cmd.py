@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -38,6 +38,7 @@ def info(
         # the replay's loop period: what one pass of the trace lasts (shrink.schedule)
         span = trace_extent(tr)[1] if len(tr) else 0.0
         starts = "session starts" if trace_mode(tr) == "session" else "requests"
+        basis = _period_basis(tr, starts)
     if as_json:
         echo_json({**inf.to_dict(), "span": span})
         return
@@ -51,11 +52,15 @@ def info(
     t.add_row("first to last request", f"{inf.duration:,.3f} s (the bursts' start times)")
     t.add_row(
         "loop period",
-        f"{span:,.3f} s: a looped replay starts the trace again this often (its "
-        f"{starts}' span plus one mean gap between them; a pass still running overlaps "
-        "the next)",
+        f"{span:,.3f} s: a looped replay starts the trace again this often ({basis}; a "
+        "pass still running overlaps the next)",
     )
-    t.add_row("request rate", f"{inf.request_rate:,.2f} req/s (over first to last request)")
+    rate = (
+        f"{inf.request_rate:,.2f} req/s (over first to last request)"
+        if inf.duration > 0
+        else "none: every request is at one instant"
+    )
+    t.add_row("request rate", rate)
     t.add_row("dynamic fraction", f"{100 * inf.dynamic_fraction:.2f} %")
     t.add_row("unknown reply sizes", f"{inf.unknown_bytes:,}")
     for label, q in (
@@ -86,3 +91,29 @@ def info(
 
 def register(app: typer.Typer) -> None:
     app.add_typer(trace_app, name="trace")
+
+
+def _period_basis(tr: Any, starts: str) -> str:
+    """What a looped replay's period is made of (:func:`shrink.schedule.trace_extent`):
+    the arrivals' span plus one mean gap between them, or, with a single arrival (or all
+    at one instant), one copy's last burst start, at least 1 s. A trace of one session
+    was said to be paced by "its session starts' span plus one mean gap between them"."""
+    import math
+
+    import numpy as np
+
+    if len(tr) == 0:
+        return "an empty trace: nothing is replayed"
+    t = tr.table.column("t").to_numpy()
+    if starts == "session starts":
+        sess = tr.table.column("session").to_numpy()
+        t = t[np.r_[True, sess[1:] != sess[:-1]]]
+    origin = float(t.min())
+    start = tr.meta.get("t_start")
+    if isinstance(start, int | float) and math.isfinite(start):
+        origin = min(origin, float(start))
+    if t.size > 1 and float(t.max()) - origin > 0:
+        return f"its {starts}' span plus one mean gap between them"
+    one = starts.removesuffix("s")
+    what = f"every {one} at one instant" if t.size > 1 else f"a single {one}"
+    return f"{what}: one pass lasts from its start to its last burst's start, at least 1 s"
