@@ -182,6 +182,9 @@ def _forget_owed() -> None:
         _commands[0] += 1
         _owed.update(sig=0, sent=0, stray=0)
         _stopping[0] = False
+        # a stop deferred() held that the command never raised (replay asks for none):
+        # the next command of this process raised it at its first raise_if_held()
+        _held[0] = False
 
 
 def _resend_later(signum: int) -> None:

@@ -357,6 +357,34 @@ def test_a_stop_dropped_in_a_weakref_callback_is_re_sent_and_stops_the_work():
     assert "Traceback" not in r.stderr, r.stderr
 
 
+_HELD_AND_NEVER_RAISED = """
+import signal
+from shrink import interrupts
+
+interrupts.install()
+with interrupts.working():  # a replay: its run's result made, a stop held meanwhile
+    with interrupts.deferred():
+        interrupts._stop(int(signal.SIGTERM), None)
+    # (replay never asks for the held stop: its command ends)
+try:
+    with interrupts.working():  # the next command of this process, a sweep's first level
+        interrupts.raise_if_held()
+        print("next command ran")
+except KeyboardInterrupt:
+    print("next command stopped")
+"""
+
+
+def test_a_stop_held_and_never_raised_does_not_stop_the_next_command():
+    """A stop deferred() held in a command that never raised it (a replay's run, the
+    result being made) stayed held: the next command of the same process (the tour, a
+    test) was stopped at its first raise_if_held(), no signal sent to it."""
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-c", _HELD_AND_NEVER_RAISED], cwd=root,
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.stdout.split() == ["next", "command", "ran"], r.stdout + r.stderr
+
+
 _OWED_AT_THE_END = """
 import os, signal, time
 from shrink import interrupts
