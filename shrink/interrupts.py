@@ -42,6 +42,7 @@ __all__ = [
     "retake",
     "run_main",
     "stopped_by",
+    "take_held",
     "working",
 ]
 
@@ -321,9 +322,16 @@ def deferred() -> Iterator[None]:
 
 def raise_if_held() -> None:
     """Raise KeyboardInterrupt for a stop signal :func:`deferred` held (once)."""
-    if _held[0]:
-        _held[0] = False
+    if take_held():
         raise KeyboardInterrupt
+
+
+def take_held() -> bool:
+    """Whether :func:`deferred` held a stop signal (once): for a command whose work is
+    done when it asks (replay's run, its result made), which says it was stopped and
+    exits with the stop's status rather than raise."""
+    held, _held[0] = _held[0], False
+    return held
 
 
 def run_main(main: Callable[[], int]) -> NoReturn:

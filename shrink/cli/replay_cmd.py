@@ -123,6 +123,9 @@ def replay(
         _warn_docroot(tgt, tr, trace)
         with _held(output), naming_trace(trace):
             res = tgt.run(tr, rate_factor=rf, warmup=0.0, duration=seconds, out=output)
+        # a stop that came as the run ended, held while its result was made: the run is
+        # whole, but the command was stopped (it exited 0 as if no stop came)
+        stopped_at_end = interrupts.take_held()
         summary = _summary(res, output)
         summary["realtime"] = tgt.realtime
         summary["lag_limit"] = tgt.lag_limit
@@ -131,8 +134,8 @@ def replay(
             echo_json(summary)
         else:
             _print_summary(summary)
-    if summary["interrupted"]:
-        _say_stopped(summary)
+    if summary["interrupted"] or stopped_at_end:
+        _say_stopped(summary, whole=not summary["interrupted"])
         raise typer.Exit(code=interrupts.exit_status())
     if summary["served"] == 0:
         # Written and printed first; then the status says no server answered.
@@ -321,11 +324,13 @@ def _print_summary(s: dict[str, Any]) -> None:
         )
 
 
-def _say_stopped(s: dict[str, Any]) -> None:
+def _say_stopped(s: dict[str, Any], whole: bool = False) -> None:
     """The one line on stderr a stop signal gets (with --json too, whose stdout is the
-    summary): it was on stdout after the summary, and --json had none."""
+    summary): it was on stdout after the summary, and --json had none. ``whole``: the
+    stop came once the run had ended."""
+    kept = "the whole run is" if whole else "the requests sent so far are"
     typer.echo(
-        f"{interrupts.stopped_by()}: the requests sent so far are kept in {printable(s['runlog'])}",
+        f"{interrupts.stopped_by()}: {kept} kept in {printable(s['runlog'])}",
         err=True,
     )
 
