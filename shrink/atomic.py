@@ -201,17 +201,24 @@ def _pass_to(folder: str | Path) -> int:
     """
     me = os.geteuid()
     todo = list(_from_root(folder).parts[1:])
-    held = [os.open("/", _PASS_FLAGS)]  # the folders walked through, innermost last
+    held = [os.open("/", _PASS_FLAGS)]  # the last folders walked through, innermost last
+    names: list[str] = []  # the innermost one's path from "/", one folder (never a link) a name
     links = 0
     try:
         while todo:
             name = todo.pop(0)
             if name == "..":
-                if len(held) > 1:  # ("/.." is "/")
+                if names:  # ("/.." is "/")
+                    names.pop()
                     os.close(held.pop())
+                    if not held:  # (beyond the folders held: walked again from "/")
+                        held.append(_plain_walk(names))
                 continue
             try:
                 held.append(os.open(name, _PASS_FLAGS, dir_fd=held[-1]))
+                names.append(name)
+                if len(held) > _HELD_MAX:  # (one descriptor a folder: a deep path ran out)
+                    os.close(held.pop(0))
                 continue
             except OSError as exc:
                 if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
@@ -228,6 +235,7 @@ def _pass_to(folder: str | Path) -> int:
             target = Path(os.readlink(name, dir_fd=held[-1]))
             todo[:0] = target.parts[1:] if target.is_absolute() else target.parts
             if target.is_absolute():  # the walk starts again from "/"
+                names.clear()
                 old, held[:] = held[:], [os.open("/", _PASS_FLAGS)]
                 for fd in old:
                     os.close(fd)
@@ -235,6 +243,28 @@ def _pass_to(folder: str | Path) -> int:
     finally:
         for fd in held:
             os.close(fd)
+
+
+# The folders :func:`_pass_to` keeps open at most: held all, a path more than ~1,000
+# folders deep (as the kernel walks it: within PATH_MAX) ran out of descriptors at the
+# usual limit of 1,024 ("Too many open files"), and no output could be written there.
+_HELD_MAX = 64
+
+
+def _plain_walk(names: list[str]) -> int:
+    """The folder ``names`` leads to from ``/`` (folders only, no symlink followed): a
+    ``..`` back past the folders :func:`_pass_to` keeps open, walked again by the names
+    that walk went through."""
+    fd = os.open("/", _PASS_FLAGS)
+    try:
+        for name in names:
+            nxt = os.open(name, _PASS_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _replaceable(path: Path) -> None:

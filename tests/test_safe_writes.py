@@ -459,3 +459,25 @@ def test_a_dotdot_goes_back_to_the_folder_walked_not_where_it_was_moved(tmp_path
         assert os.path.samestat(os.fstat(fd), os.stat(tmp_path / "home" / "nb"))
     finally:
         os.close(fd)
+
+
+def test_a_path_deeper_than_the_descriptors_one_may_open_is_written(tmp_path: Path) -> None:
+    """The walk kept every folder on the way open: a path ~1,000 folders deep (the kernel
+    walks it, within PATH_MAX) was 'Too many open files' at the usual limit of 1,024."""
+    import resource
+
+    deep = tmp_path.joinpath(*["d"] * 300)
+    os.makedirs(deep)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    in_use = len(os.listdir("/proc/self/fd"))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (in_use + 100, hard))
+    try:
+        write_text(deep / "out.json", "{}\n")
+        # A '..' back past the folders held open is walked again from "/" by name.
+        back = deep.joinpath(*[".."] * 250, "back.json")
+        write_text(back, "{}\n")
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert (deep / "out.json").read_text() == "{}\n"
+    assert tmp_path.joinpath(*["d"] * 50, "back.json").read_text() == "{}\n"
+    assert len(os.listdir("/proc/self/fd")) == in_use  # none left open
