@@ -29,8 +29,8 @@ def _unescaped(field: str) -> str:
 
 
 def mount_table() -> list[Mount]:
-    """This mount namespace's mounts, in the order they were made (a later one on the
-    same point is on top); none when /proc is not there."""
+    """This mount namespace's mounts that are not hidden by a later one (:func:`_visible`),
+    in the order they were made; none when /proc is not there."""
     table = []
     with (
         contextlib.suppress(OSError),
@@ -40,7 +40,23 @@ def mount_table() -> list[Mount]:
             f = line.split()
             fs = line.split(" - ", 1)[-1].split()[0]
             table.append(Mount(f[2], PurePosixPath(_unescaped(f[3])), Path(_unescaped(f[4])), fs))
-    return table
+    return _visible(table)
+
+
+def _visible(table: list[Mount]) -> list[Mount]:
+    """The mounts of ``table`` (in the order made) that a path can reach: one made later
+    on the same point or on a folder above it hides it. Kept, a proc mount at doc/p that
+    a later mount over doc hid refused the docroot, and a path's place was taken from a
+    hidden mount below it (its file system, not the one a later bind of the docroot
+    over a folder above put there: the state reached through that bind was served)."""
+    covered: set[Path] = set()
+    kept = []
+    for mount in reversed(table):
+        if mount.point in covered or any(p in covered for p in mount.point.parents):
+            continue
+        covered.add(mount.point)
+        kept.append(mount)
+    return kept[::-1]
 
 
 def _place(path: Path, table: list[Mount]) -> tuple[str, PurePosixPath] | None:
