@@ -41,7 +41,7 @@ def _holder(fd: int) -> str | None:
     from shrink.procfs import flock_holders, flock_holding_processes, proc_info
 
     st = os.fstat(fd)
-    now = flock_holding_processes(st.st_dev, st.st_ino)
+    now = flock_holding_processes(st.st_dev, st.st_ino, first=True)
     pids = [p for p in now or flock_holders(st.st_dev, st.st_ino) if p != os.getpid()]
     if not pids:
         return None

@@ -107,3 +107,34 @@ def test_a_busy_folder_names_the_process_that_holds_it_not_the_one_that_took_it(
         pass  # pragma: no cover
     assert f"(PID {child} (python" in str(err.value), str(err.value)
     assert f"PID {taker}" not in str(err.value)
+
+
+def test_a_busy_folder_held_by_the_process_that_took_it_reads_no_other_process(
+    tmp_path, monkeypatch
+):
+    """Every process's open files were read to name a busy folder's holder (seconds on a
+    host with a million files open), when the process /proc/locks names holds it still."""
+    from shrink import procfs
+    from shrink.errors import OutputBusyError
+    from shrink.folder_locks import claimed
+
+    looked_into: list[object] = []
+    holds = procfs._holds
+    monkeypatch.setattr(procfs, "_holds", lambda *a: looked_into.append(a[0]) or holds(*a))
+    code = (
+        "import fcntl, os, sys\nfd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\nprint(os.getpid(), flush=True)\nsys.stdin.read()\n"
+    )
+    taker = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert taker.stdout is not None and taker.stdin is not None
+    try:
+        pid = int(taker.stdout.readline())
+        with pytest.raises(OutputBusyError) as err, claimed(tmp_path):
+            pass  # pragma: no cover
+    finally:
+        taker.stdin.close()
+        taker.wait()
+    assert f"(PID {pid} (python" in str(err.value), str(err.value)
+    assert len(looked_into) == 1, looked_into
