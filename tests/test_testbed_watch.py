@@ -643,3 +643,28 @@ def test_a_problem_of_two_findings_one_still_holding_says_which_went():
         "went wrong: r0: lighttpd PID 5 was stopped (SIGSTOP); r0: php-fpm PID 6 was frozen (f) "
         "(seen 0.25 s into the run; no longer so at 1.00 s)"
     )
+
+
+def test_a_look_that_cannot_be_made_does_not_end_the_watch(monkeypatch):
+    """Under ``ulimit -n 40`` the generator's connections took every descriptor, and the
+    watch's read of /proc/PID/stat raised EMFILE: the thread died with a traceback on
+    the terminal, and nothing watched the server for the rest of the level. A look that
+    cannot be made now finds nothing, and the next look finds what there is."""
+    import errno
+
+    looks = []
+    died = []
+    monkeypatch.setattr(threading, "excepthook", lambda a: died.append(a.exc_value))
+
+    def check():
+        looks.append(1)
+        if len(looks) <= 2:
+            raise OSError(errno.EMFILE, "Too many open files", "/proc/1/stat")
+        return "went wrong: r0: lighttpd PID 1 is stopped (SIGSTOP)"
+
+    w = watch.Watch(check)
+    w.start()
+    assert w.halt.wait(20 * watch.POLL_S), "the watch stopped looking"
+    assert w.finish() == "went wrong: r0: lighttpd PID 1 is stopped (SIGSTOP)"
+    assert died == []
+    assert len(looks) >= 3

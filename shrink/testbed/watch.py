@@ -254,7 +254,13 @@ class Watch(threading.Thread):
     def run(self) -> None:
         interrupts.leave_to_loop()
         while not self.stop.wait(POLL_S):
-            found = self.check()
+            try:
+                found = self.check()
+            except OSError:
+                # A look that could not be made (EMFILE: the generator's connections
+                # took every descriptor) finds nothing; the next one may. Raised here,
+                # it ended the watch with a traceback and nothing watched the rest.
+                continue
             at = time.monotonic() - self.began
             if self.problem is None and found is not None:
                 self.problem, self.seen = found, (at, at)
@@ -269,7 +275,10 @@ class Watch(threading.Thread):
         self.join(timeout=5.0)
         if self.problem is None or not self.problem.startswith("went wrong: "):
             return self.problem
-        now = self.check()
+        try:
+            now = self.check()
+        except OSError:  # no new look to be had: the problem as it was found
+            return self.problem
         if now == self.problem:
             return now
         return since(self.problem, self.seen, time.monotonic() - self.began, now)
