@@ -252,10 +252,11 @@ class FolderChangedError(ShrinkError):
 class WriteError(ShrinkError):
     """A result file could not be written (a full disk, no permission).
 
-    ``path`` names the file; ``errno`` is the OS error number.
+    ``path`` names the file; ``errno`` is the OS error number. ``cut_after``: the rows
+    of a RunLog put in place all the same (those written before the error).
     """
 
-    def __init__(self, path: str | Path, exc: OSError) -> None:
+    def __init__(self, path: str | Path, exc: OSError, cut_after: int | None = None) -> None:
         reason = exc.strerror or str(exc)
         if exc.errno == errno.ENOSPC:
             reason = "no space left on the device"
@@ -263,6 +264,12 @@ class WriteError(ShrinkError):
         if exc.errno == errno.EFBIG and limit != resource.RLIM_INFINITY:
             reason = f"past the file-size limit of {limit} bytes, ulimit -f"
         code = errno.errorcode.get(exc.errno or 0)
-        super().__init__(f"{path}: cannot write ({reason}{f', {code}' if code else ''})")
+        said = f"{path}: cannot write ({reason}{f', {code}' if code else ''})"
+        if cut_after is not None:  # a RunLog put in place with the rows written before it
+            said += (
+                f"; it holds only the run's first {cut_after:,} row(s), written before "
+                "that: a run cut short, not the whole run"
+            )
+        super().__init__(said)
         self.path = str(path)
         self.errno = exc.errno

@@ -244,3 +244,23 @@ def test_a_run_log_under_ulimit_f_keeps_the_rows_that_fit(tmp_path):
     assert "past the file-size limit of 30720 bytes, ulimit -f, EFBIG" in error
     assert path.stat().st_size <= 30 << 10
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.parquet"]
+
+
+def test_a_run_log_cut_by_ulimit_f_is_said_to_hold_only_its_first_rows(tmp_path):
+    # `replay -o r.parquet` under `ulimit -f 9` said only "r.parquet: cannot write (past
+    # the file-size limit ..., EFBIG)", and r.parquet was there, readable, with the first
+    # 19 requests of 40 and nothing in it or in the line to tell it from a whole run (a
+    # sweep's "kept ... the run logs in rl" named the cut one among the whole ones).
+    path = tmp_path / "r.parquet"
+    done = subprocess.run(
+        [sys.executable, "-c", _FSIZE_CODE, str(path)], capture_output=True, text=True,
+        timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows, dropped, error, on_disk = json.loads(done.stdout)
+    assert 0 < rows == on_disk and dropped > 0
+    assert error.startswith(f"{path}: cannot write (past the file-size limit"), error
+    assert error.endswith(
+        f"; it holds only the run's first {rows:,} row(s), written before that: a run cut "
+        "short, not the whole run"
+    ), error

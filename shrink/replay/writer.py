@@ -191,6 +191,7 @@ class RunLogWriter:
         self._bare_footer: int | None = None  # a footer with no row group (ulimit -f)
         self.dropped = 0  # rows not written because a write had failed
         self.error: WriteError | None = None
+        self._cause: OSError | None = None  # the OS error behind :attr:`error`
         self.closed = False
         self._schema = WRITER_SCHEMA
         self._fd = -1
@@ -391,7 +392,7 @@ class RunLogWriter:
         """Stop at the first write error: later rows are dropped, the footer still goes out."""
         if self.error is None:
             assert self.path is not None
-            self.error = WriteError(self.path, exc)
+            self.error, self._cause = WriteError(self.path, exc), exc
 
     def close(self) -> None:
         """Flush, write the footer and move the file into place; safe to call twice.
@@ -458,6 +459,9 @@ class RunLogWriter:
                 self._tmp.name, self.path.name, src_dir_fd=self._dir_fd, dst_dir_fd=self._dir_fd
             )
             note_written(self.path, self._dir_fd)
+            if self.error is not None and self._cause is not None:
+                # "cannot write" alone, of a file then put in place: read as a whole run
+                self.error = WriteError(self.path, self._cause, cut_after=self.rows)
         except OSError as exc:
             self._fail(exc)
 
