@@ -225,12 +225,14 @@ class NotFittedError(ExtrapolationError, AttributeError):
 class OutputBusyError(ShrinkError):
     """Another shrink run holds the output folder (:func:`shrink.folder_locks.claimed`)."""
 
-    def __init__(self, path: str | Path, holder: str | None = None, what: str = "folder") -> None:
+    def __init__(
+        self, path: str | Path, holder: str | None = None, what: str = "folder", option: str = "-o"
+    ) -> None:
         # any process that may read the folder may lock it: who holds it, where known
         by = f" ({holder} holds its lock)" if holder else ""
         super().__init__(
             f"{path}: another shrink run is writing this {what}{by}; name another output "
-            f"{what} (-o), or wait until it ends"
+            f"{what} ({option}), or wait until it ends"
         )
         self.path = str(path)
 

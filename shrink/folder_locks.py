@@ -83,8 +83,9 @@ def drop_temporaries(folder: str | Path, names: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def claimed(folder: str | Path) -> Iterator[Path]:
-    """``folder`` (made if need be) held by this run alone while the block runs.
+def claimed(folder: str | Path, option: str = "-o") -> Iterator[Path]:
+    """``folder`` (made if need be) held by this run alone while the block runs
+    (``option``: the one that named it, said when another run holds it).
 
     Two runs writing one output folder would each replace the other's files, one by
     one, and each say it wrote them: the second is refused before it measures. The
@@ -105,7 +106,7 @@ def claimed(folder: str | Path) -> Iterator[Path]:
                 locked = True
                 _HELD.add(key)
         except BlockingIOError:
-            raise OutputBusyError(path, _holder(fd)) from None
+            raise OutputBusyError(path, _holder(fd), option=option) from None
         except OSError:
             pass  # a file system that cannot lock a folder: the run goes on unguarded
         yield path
@@ -265,9 +266,10 @@ def _as_reached(folder: Path) -> Path:
         os.close(fd)
 
 
-def hold_output(path: str | Path, kind: str = "file") -> None:
+def hold_output(path: str | Path, kind: str = "file", option: str = "-o") -> None:
     """Hold ``path`` (an output ``kind``: file or dir, a command named) for this run, or raise
-    :class:`OutputBusyError` when another run holds it. Two runs with one ``-o`` both
+    :class:`OutputBusyError` (naming ``option``, the one that named it) when another run
+    holds it. Two runs with one ``-o`` both
     passed the output's check, each measured (the same server at once) and said it
     wrote the output, and the one that ended first had its files replaced (``split``:
     every part, both exit 0). The lock is the kernel's ``flock`` on ``.NAME.lock`` in
@@ -310,7 +312,9 @@ def hold_output(path: str | Path, kind: str = "file") -> None:
                     break  # this run's own, by another name
                 holder = _holder(fd)
                 os.close(fd)
-                raise OutputBusyError(p, holder, "folder" if kind == "dir" else "file") from None
+                raise OutputBusyError(
+                    p, holder, "folder" if kind == "dir" else "file", option
+                ) from None
             except OSError:  # (removed by its last holder meanwhile: take the new one)
                 os.close(fd)
                 continue

@@ -220,3 +220,31 @@ def test_another_users_run_in_a_shared_folder_is_refused_not_unguarded(tmp_path)
     finally:
         release_outputs()
         shutil.rmtree(shared)
+
+
+def test_a_held_output_is_said_by_the_option_that_named_it(tmp_path):
+    """Two `testbed up --state two.json` at once: the second said "name another output
+    file (-o)", an option `testbed up` has none of; a sweep's `--runlogs` held by another
+    run said "(-o)" too, of a folder -o did not name."""
+    from shrink.folder_locks import claimed
+
+    state = tmp_path / "two.json"
+    other = _other_run(state)
+    try:
+        r = CliRunner().invoke(
+            app, ["testbed", "up", "--docroot", str(tmp_path), "--state", str(state), "--port", "0"]
+        )
+    finally:
+        os.kill(other.pid, signal.SIGKILL)
+        other.wait()
+    assert r.exit_code == 1, r.output
+    assert "name another output file (--state), or wait" in r.stderr, r.stderr
+    assert not state.exists()
+
+    trace, logs = _trace(tmp_path), tmp_path / "logs"
+    args = ["sweep", str(trace), "--target", "http://127.0.0.1:9", "--levels", "0.5",
+            "--runlogs", str(logs), "-o", str(tmp_path / "c.json")]  # fmt: skip
+    with claimed(logs):
+        r = CliRunner().invoke(app, args)
+    assert r.exit_code == 1, r.output
+    assert "name another output folder (--runlogs), or wait" in r.stderr, r.stderr

@@ -344,7 +344,8 @@ def output_path(
         raise OptionError(option, str(exc)) from None
     from shrink.folder_locks import hold_output
 
-    hold_output(checked, kind)  # until the command ends: a second run with it is refused
+    # until the command ends: a second run with it is refused (named as typed: --state)
+    hold_output(checked, kind, "-o" if option == "--out" else option)
     if kind == "file":
         from shrink.atomic import expect_unchanged
         from shrink.folder_locks import refuse_held_folder

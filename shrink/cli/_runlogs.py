@@ -43,7 +43,7 @@ def claim_runlogs(held: contextlib.ExitStack, runlogs: Path | None) -> None:
     from shrink.replay.part_dirs import stale_parts
 
     if runlogs is not None:
-        held.enter_context(claimed(runlogs))
+        held.enter_context(claimed(runlogs, "--runlogs"))
         drop_temporaries(runlogs, RUNLOG_NAMES)
         stems = RUNLOG_NAMES.removesuffix(r"\.parquet")
         note_stale_parts(runlogs, stale_parts(runlogs, stems), "a sweep's run")
