@@ -61,7 +61,8 @@ _MAX_MESSAGE = 2000
 def printable(text: object) -> str:
     """``text`` safe to print on a terminal: a control character (CR, LF, ESC of an ANSI
     sequence, ...) is shown escaped (``\\n``, ``\\x1b``), so that a file name cannot
-    move the cursor, recolour the screen or forge a line of output."""
+    move the cursor, recolour the screen or forge a line of output. A byte of a name
+    that is not UTF-8 is shown as that byte (``\\xff``), not as ``\\udcff``."""
     out = []
     for ch in str(text):
         if ch in _ESCAPES:
@@ -70,6 +71,10 @@ def printable(text: object) -> str:
             out.append(ch)
         elif ord(ch) < 0x100:
             out.append(f"\\x{ord(ch):02x}")
+        elif 0xDC80 <= ord(ch) <= 0xDCFF:
+            # a name's byte that is not UTF-8 (read by Linux's file-name decoding as
+            # U+DC80-U+DCFF): the byte, as `ls -b` and bash's $'...' write it
+            out.append(f"\\x{ord(ch) - 0xDC00:02x}")
         else:
             out.append(f"\\u{ord(ch):04x}" if ord(ch) < 0x10000 else f"\\U{ord(ch):08x}")
     return "".join(out)

@@ -199,3 +199,24 @@ def test_a_parquet_file_whose_name_is_not_utf8_reads_back(tmp_path):
     assert len(Trace.read_parquet(path)) == 2
     assert read_bounded(path).num_rows == 2
     assert schema_of(path).names == read_bounded(path).column_names
+
+
+def test_a_names_byte_that_is_not_utf8_is_printed_as_that_byte(tmp_path):
+    """`sample T --alpha 0.5 -o $'o\\xfe.parquet'` said "o\\udcfe.parquet: kept ...":
+    Python's stand-in for the byte, which neither `ls -b` nor bash's $'...' writes (the
+    name could not be typed back); the byte is now said as \\xfe."""
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    assert printable(os.fsdecode(b"o\xfe\x1b.parquet")) == "o\\xfe\\x1b.parquet"
+    assert printable("caf\u00e9 \u00fe") == "caf\u00e9 \u00fe"  # (real letters stay)
+    trace = tmp_path / "t.parquet"
+    out = tmp_path / os.fsdecode(b"o\xfe.parquet")
+    r = CliRunner().invoke(
+        app, ["synth", "tcp", "--rate", "100", "--duration", "1s", "-o", str(trace)]
+    )
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(app, ["sample", str(trace), "--alpha", "0.5", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "o\\xfe.parquet: kept" in r.output and "udc" not in r.output, r.output
