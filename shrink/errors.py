@@ -25,6 +25,7 @@ the PID. ``str(err)`` is the whole message; the attributes are for programs.
 from __future__ import annotations
 
 import errno
+import os
 import resource
 from pathlib import Path
 from typing import Any
@@ -46,10 +47,12 @@ __all__ = [
     "ShrinkError",
     "StateError",
     "TestbedError",
+    "ThreadLimitError",
     "TopologyError",
     "TraceFormatError",
     "WriteError",
     "printable",
+    "thread_refused",
 ]
 
 
@@ -280,3 +283,49 @@ class WriteError(ShrinkError):
         super().__init__(said)
         self.path = str(path)
         self.errno = exc.errno
+
+
+def thread_refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is the system refusing a new thread: Python's "can't start new
+    thread", or Arrow's "Failed to launch worker thread" (a cgroup's pids.max, ulimit -u)."""
+    said = str(exc)
+    return (isinstance(exc, RuntimeError) and said == "can't start new thread") or (
+        "Failed to launch worker thread" in said
+    )
+
+
+def _pids_max() -> str | None:
+    """This process's cgroup pids limit, as "pids.max N (cgroup PATH)", where one is set."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, where = [*line.split(":", 2), "", ""][:3]
+        if controllers not in ("pids", ""):
+            continue
+        root = Path("/sys/fs/cgroup/pids" if controllers == "pids" else "/sys/fs/cgroup")
+        try:
+            limit = (root / where.lstrip("/") / "pids.max").read_text().strip()
+        except OSError:
+            continue
+        if limit != "max":
+            return f"pids.max {limit} of cgroup {where}"
+    return None
+
+
+class ThreadLimitError(ShrinkError):
+    """The system refused this process a thread: a limit on processes and threads (a
+    cgroup's pids.max, ``ulimit -u``) is reached. Not a bug, and not the input's fault."""
+
+    def __init__(self) -> None:
+        soft = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+        # (root is held to no ulimit -u)
+        nproc = soft != resource.RLIM_INFINITY and os.geteuid() != 0
+        limits = [x for x in (_pids_max(), f"ulimit -u {soft}" if nproc else None) if x]
+        where = f" ({', '.join(limits)})" if limits else ""
+        super().__init__(
+            "cannot start a thread: the limit on processes and threads"
+            + where
+            + " is reached; raise it, or stop other work of this user or cgroup"
+        )

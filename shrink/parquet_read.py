@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shrink.defaults import FOOTER_READ_FACTOR
-from shrink.errors import TraceFormatError
+from shrink.errors import ThreadLimitError, TraceFormatError, thread_refused
 from shrink.parquet_footer import FooterError, chunk_sizes, footer_bytes
 
 __all__ = [
@@ -295,8 +295,13 @@ def read_bounded(path: Path, *, left: int | None = None) -> pa.Table:
     pyarrow's own errors propagate to the caller, which words them."""
     left = memory_left() if left is None else left
     check_footer(path, left)  # before pyarrow parses it
-    with arrow_source(path) as src:
-        return _read_bounded(src, path, left)
+    try:
+        with arrow_source(path) as src:
+            return _read_bounded(src, path, left)
+    except pa.ArrowException as exc:
+        if thread_refused(exc):  # the system's limit: "not a readable trace" was untrue
+            raise ThreadLimitError() from None
+        raise
 
 
 def _read_bounded(src: str | BinaryIO, path: Path, left: int | None) -> pa.Table:

@@ -47,7 +47,15 @@ from shrink.cli._kept import plural as plural  # (its home; said here to every c
 from shrink.cli._oom import memory_refused
 from shrink.cli._stdout import STDOUT, silence_stdout
 from shrink.defaults import MAX_BODY_TEXT
-from shrink.errors import OptionError, ParameterError, ShrinkError, WriteError, printable
+from shrink.errors import (
+    OptionError,
+    ParameterError,
+    ShrinkError,
+    ThreadLimitError,
+    WriteError,
+    printable,
+    thread_refused,
+)
 from shrink.jsonout import dumps
 
 if TYPE_CHECKING:
@@ -259,6 +267,9 @@ def _report(exc: BaseException, written: list[Path], measures: bool = True) -> N
     except Exception as exc:
         if memory_refused(exc):
             _out_of_memory(written)
+        if thread_refused(exc):  # (was "internal error ... a bug in shrink", exit 70)
+            error_line(str(ThreadLimitError()) + kept_words((), written))
+            raise typer.Exit(code=EXIT_ERROR) from None
         # Path.resolve() met a symlink loop (--docroot, --machine): before Python 3.13 a
         # RuntimeError, not the OSError (ELOOP) every other read of that path gives.
         if isinstance(exc, RuntimeError) and str(exc).startswith("Symlink loop from "):
