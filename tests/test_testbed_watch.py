@@ -668,3 +668,55 @@ def test_a_look_that_cannot_be_made_does_not_end_the_watch(monkeypatch):
     assert w.finish() == "went wrong: r0: lighttpd PID 1 is stopped (SIGSTOP)"
     assert died == []
     assert len(looks) >= 3
+
+
+def _engine_that_waits(seconds: float):
+    """A replay engine whose run lasts ``seconds`` (or until its stop event), then records
+    200 timed-out requests."""
+
+    def engine(schedule, config, writer, *, t0=None, on_ready=None, handle_signals=True, stop=None):
+        t0 = on_ready()
+        if stop is not None:
+            stop.wait(seconds)
+        for i in range(200):
+            tc = writer.targets.code("127.0.0.1:9")
+            err = writer.errors.code("timeout")
+            writer.add(RunLogRow(i / 100, i / 100, np.nan, np.nan, 0, 0, 0, i, tc, err))
+        writer.close()
+        return EngineStats(t0=t0, t0_unix=0.0, wall=seconds, cpu=0.0, requests=200)
+
+    return engine
+
+
+def test_a_testbed_whose_down_marks_its_state_after_the_watch_saw_it_go_is_said_down(tmp_path):
+    """`testbed down` of the testbed 2.6 s into a sweep: the sweep said "crashed or killed:
+    lighttpd PID ..., php-cgi PID ..." though the state said "stopped" a moment later;
+    down stops the servers first and marks the state after, and the watch looked between.
+    The server killed 0.4 s into the level and the state marked 0.6 s later: said as
+    brought down."""
+    import json
+
+    srv = _sleeper()
+    state = {**_state(srv.pid), "started": "2026-01-01T00:00:00+00:00"}
+    path = tmp_path / "tb.json"
+    path.write_text(json.dumps(state))
+    later = json.dumps({**state, "stopped": "2026-01-01T00:05:00+00:00"})
+    timers = [threading.Timer(0.4, srv.kill), threading.Timer(1.0, path.write_text, (later,))]
+    target = LiveTarget(
+        [("127.0.0.1", 9)], state=state, share_cpus=CPUS[-1:], idle_bound=0.1,
+        generator=GeneratorPlacement(tuple(CPUS[:1]), True, engine=_engine_that_waits(2.0)),
+    )  # fmt: skip
+    target.state_path = path
+    for t in timers:
+        t.start()
+    try:
+        with pytest.raises(TestbedError) as e:
+            target.run(steady_trace(), rate_factor=1.0, warmup=0.0, duration=3.0)
+    finally:
+        for t in timers:
+            t.cancel()
+        srv.kill()
+        srv.wait()
+    said = str(e.value)
+    assert said.startswith("during the level, the server under test is down: the testbed "), said
+    assert "brought down (2026-01-01T00:05:00+00:00)" in said and "crashed" not in said, said

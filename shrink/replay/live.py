@@ -60,6 +60,7 @@ from shrink.testbed.problems import (
     _spinners,
     pids_alive,
     server_problem,
+    settled,
     testbed_problem,
 )
 from shrink.testbed.state import ReplicaState, TestbedState
@@ -443,6 +444,8 @@ class LiveTarget:
                 desc["dead_pids"] = [p for p, ok in alive.items() if not ok]
             # (a run its watch ended, the server seen stopped or gone, is no level either)
             if not engine.interrupted or (watch is not None and watch.halt.is_set()):
+                # (a crash seen while `testbed down` ran: said as down, once it says so)
+                seen = settled(seen, self._problem) if self.state_path else seen
                 seen = seen or _other_load(sampler)
                 if seen is not None:
                     raise TestbedError(f"during the level, the server under test {seen}")

@@ -4,13 +4,15 @@ or running but stopped, frozen or with its share changed since it was recorded."
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from typing import Any
 
 from shrink.testbed.oom import replicas_gone
 from shrink.testbed.state import ReplicaState
 from shrink.testbed.watch import state_problems
 
-__all__ = ["pids_alive", "server_problem", "testbed_problem"]
+__all__ = ["pids_alive", "server_problem", "settled", "testbed_problem"]
 
 
 def _spinners(replica: dict[str, Any]) -> list[int]:
@@ -58,3 +60,26 @@ def pids_alive(state: dict[str, Any]) -> dict[int, bool]:
         except PermissionError:
             out[pid] = True
     return out
+
+
+# How long a crash seen under a level waits for `testbed down` to say it was it: down
+# marks the state once every replica is stopped and its cgroups released (seconds).
+DOWN_SETTLE_S = 3.0
+
+
+def settled(
+    problem: str | None, look: Callable[[], str | None], wait_s: float = DOWN_SETTLE_S
+) -> str | None:
+    """``problem``, or for processes found gone ("is down: crashed or killed"), what
+    ``look`` says once `testbed down` marked the state stopped, within ``wait_s``.
+    Down stops the servers first and writes "stopped" after: a sweep whose watch saw
+    them go in between said "crashed or killed" of a testbed brought down."""
+    if problem is None or not problem.startswith("is down: crashed"):
+        return problem
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = look()
+        if now is not None and not now.startswith("is down: crashed"):
+            return now
+    return problem
