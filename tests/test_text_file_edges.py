@@ -170,7 +170,16 @@ def test_reading_a_small_json_file_makes_no_buffer_of_the_size_bound(tmp_path: P
     assert peak < 4 * p.stat().st_size + (1 << 20), peak
     fifo = tmp_path / "f.json"
     os.mkfifo(fifo)
-    writer = threading.Thread(target=lambda: fifo.write_bytes(b'{"a": "' + b"x" * 200_000 + b'"}'))
+    # Its writer open before the read (O_RDWR does not wait for a reader): a FIFO with
+    # no writer yet reads as empty, by design, and a thread that opened it only later
+    # made the test fail now and then.
+    wfd = os.open(fifo, os.O_RDWR)
+
+    def write() -> None:
+        with os.fdopen(wfd, "wb") as w:
+            w.write(b'{"a": "' + b"x" * 200_000 + b'"}')
+
+    writer = threading.Thread(target=write)
     writer.start()
     assert len(files.read_json(fifo)["a"]) == 200_000
     writer.join()
