@@ -203,6 +203,7 @@ def _pass_to(folder: str | Path) -> int:
     todo = list(_from_root(folder).parts[1:])
     held = [os.open("/", _PASS_FLAGS)]  # the last folders walked through, innermost last
     names: list[str] = []  # the innermost one's path from "/", one folder (never a link) a name
+    ids: list[tuple[int, int]] = []  # each of those folders as walked: (device, inode)
     links = 0
     try:
         while todo:
@@ -210,13 +211,16 @@ def _pass_to(folder: str | Path) -> int:
             if name == "..":
                 if names:  # ("/.." is "/")
                     names.pop()
+                    ids.pop()
                     os.close(held.pop())
                     if not held:  # (beyond the folders held: walked again from "/")
-                        held.append(_plain_walk(names))
+                        held.append(_plain_walk(names, ids))
                 continue
             try:
                 held.append(os.open(name, _PASS_FLAGS, dir_fd=held[-1]))
                 names.append(name)
+                st = os.fstat(held[-1])
+                ids.append((st.st_dev, st.st_ino))
                 if len(held) > _HELD_MAX:  # (one descriptor a folder: a deep path ran out)
                     os.close(held.pop(0))
                 continue
@@ -236,6 +240,7 @@ def _pass_to(folder: str | Path) -> int:
             todo[:0] = target.parts[1:] if target.is_absolute() else target.parts
             if target.is_absolute():  # the walk starts again from "/"
                 names.clear()
+                ids.clear()
                 old, held[:] = held[:], [os.open("/", _PASS_FLAGS)]
                 for fd in old:
                     os.close(fd)
@@ -251,16 +256,21 @@ def _pass_to(folder: str | Path) -> int:
 _HELD_MAX = 64
 
 
-def _plain_walk(names: list[str]) -> int:
+def _plain_walk(names: list[str], ids: list[tuple[int, int]]) -> int:
     """The folder ``names`` leads to from ``/`` (folders only, no symlink followed): a
     ``..`` back past the folders :func:`_pass_to` keeps open, walked again by the names
-    that walk went through."""
+    that walk went through, each the folder walked then (``ids``) or refused: by name
+    alone, a folder on the way moved meanwhile and another put in its place (by whoever
+    may write its parent) led the '..' into that other folder, not back where it came."""
     fd = os.open("/", _PASS_FLAGS)
     try:
-        for name in names:
+        for name, was in zip(names, ids, strict=True):
             nxt = os.open(name, _PASS_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = nxt
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != was:
+                raise OSError(errno.ESTALE, "a folder on the way was moved meanwhile", name)
     except BaseException:
         os.close(fd)
         raise

@@ -3,6 +3,7 @@ name (as root, in a folder others may write) is replaced, never written through.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -481,3 +482,39 @@ def test_a_path_deeper_than_the_descriptors_one_may_open_is_written(tmp_path: Pa
     assert (deep / "out.json").read_text() == "{}\n"
     assert tmp_path.joinpath(*["d"] * 50, "back.json").read_text() == "{}\n"
     assert len(os.listdir("/proc/self/fd")) == in_use  # none left open
+
+
+def test_a_dotdot_past_the_folders_held_never_lands_in_a_folder_put_in_a_moved_ones_place(
+    tmp_path, monkeypatch
+):
+    """A '..' back past the 64 folders held open was walked again from "/" by name alone:
+    a folder on the way moved meanwhile, and another one made under its name, led the
+    walk into that other folder, not back to the folder walked."""
+    import shrink.atomic as atomic
+    from shrink.atomic import open_dir
+
+    deep = tmp_path.joinpath("shared", "w", *["d"] * 70)
+    os.makedirs(deep)
+    real_open = os.open
+    seen = []
+
+    def open_then_swap(path, flags, mode=0o777, *, dir_fd=None):
+        fd = real_open(path, flags, mode, dir_fd=dir_fd)
+        seen.append(path)
+        if seen.count("d") == 70 and path == "d":  # the walk at the bottom: w swapped
+            (tmp_path / "shared" / "w").rename(tmp_path / "shared" / "moved")
+            os.makedirs(tmp_path.joinpath("shared", "w", *["d"] * 70))
+        return fd
+
+    monkeypatch.setattr(atomic.os, "open", open_then_swap)
+    try:
+        fd = open_dir(deep.joinpath(*[".."] * 69))
+    except OSError as exc:
+        assert exc.errno == errno.ESTALE, exc
+    else:
+        try:  # the folder walked, or refused: never the one put in its place
+            assert os.path.samestat(os.fstat(fd), os.stat(tmp_path / "shared" / "moved" / "d"))
+        finally:
+            os.close(fd)
+    finally:
+        monkeypatch.undo()
