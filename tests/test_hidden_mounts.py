@@ -60,3 +60,50 @@ def test_a_kernel_mount_in_the_docroot_hidden_by_a_later_mount_is_not_refused(
         assert check_docroot(www) == www
     finally:
         _umount(www, www / "p")
+
+
+def _mountinfo(tmp_path: Path, *rows: tuple[int, int, str, str]) -> str:
+    lines = [f"{m} {p} 0:{m} / {point} rw - {fs} {fs} rw\n" for m, p, point, fs in rows]
+    (tmp_path / "mountinfo").write_text("".join(lines))
+    return str(tmp_path / "mountinfo")
+
+
+@pytest.mark.compute
+def test_a_mount_moved_on_top_of_a_later_one_is_the_one_reached(tmp_path: Path) -> None:
+    """``mount -t proc proc /x; mount -t tmpfs t doc/p; mount --move /x doc/p``: a moved
+    mount keeps its line in mountinfo, so the proc, on top, came before the tmpfs it
+    covers; taken by the lines' order, the proc was dropped as hidden and the tmpfs kept."""
+    from shrink.testbed.mounts import mount_table
+
+    info = _mountinfo(
+        tmp_path, (1, 0, "/", "ext4"), (5, 6, "/doc/p", "proc"), (6, 1, "/doc/p", "tmpfs")
+    )
+    assert [(m.point, m.fs) for m in mount_table(info)] == [
+        (Path("/"), "ext4"),
+        (Path("/doc/p"), "proc"),
+    ]
+
+
+@pytest.mark.compute
+def test_hidden_mounts_are_told_by_their_parents(tmp_path: Path) -> None:
+    """Three stacked on one point (the top one reached); one below a mount on a folder
+    above (hidden, and what is mounted on it); a mount over a file (reached)."""
+    from shrink.testbed.mounts import mount_table
+
+    info = _mountinfo(
+        tmp_path,
+        (1, 0, "/", "ext4"),
+        (2, 1, "/doc", "tmpfs"),
+        (3, 2, "/doc", "tmpfs"),
+        (4, 3, "/doc", "proc"),
+        (7, 1, "/a/b/c", "proc"),  # hidden below /a, mounted after it...
+        (8, 7, "/a/b/c/d", "sysfs"),  # ...and what is on it
+        (9, 1, "/a", "tmpfs"),
+        (10, 9, "/a/f", "ext4"),  # a file bound over a file
+    )
+    assert [(str(m.point), m.fs) for m in mount_table(info)] == [
+        ("/", "ext4"),
+        ("/doc", "proc"),
+        ("/a", "tmpfs"),
+        ("/a/f", "ext4"),
+    ]

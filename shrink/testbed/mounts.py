@@ -28,35 +28,58 @@ def _unescaped(field: str) -> str:
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), field)
 
 
-def mount_table() -> list[Mount]:
-    """This mount namespace's mounts that are not hidden by a later one (:func:`_visible`),
-    in the order they were made; none when /proc is not there."""
-    table = []
+def mount_table(mountinfo: str = "/proc/self/mountinfo") -> list[Mount]:
+    """This mount namespace's mounts that a path can reach (not hidden: :func:`_visible`),
+    in mountinfo's order; none when /proc is not there."""
+    rows = []
     with (
         contextlib.suppress(OSError),
-        open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as fh,
+        open(mountinfo, encoding="utf-8", errors="surrogateescape") as fh,
     ):
         for line in fh:
             f = line.split()
             fs = line.split(" - ", 1)[-1].split()[0]
-            table.append(Mount(f[2], PurePosixPath(_unescaped(f[3])), Path(_unescaped(f[4])), fs))
-    return _visible(table)
+            mount = Mount(f[2], PurePosixPath(_unescaped(f[3])), Path(_unescaped(f[4])), fs)
+            rows.append((f[0], f[1], mount))
+    return _visible(rows)
 
 
-def _visible(table: list[Mount]) -> list[Mount]:
-    """The mounts of ``table`` (in the order made) that a path can reach: one made later
-    on the same point or on a folder above it hides it. Kept, a proc mount at doc/p that
-    a later mount over doc hid refused the docroot, and a path's place was taken from a
-    hidden mount below it (its file system, not the one a later bind of the docroot
-    over a folder above put there: the state reached through that bind was served)."""
-    covered: set[Path] = set()
-    kept = []
-    for mount in reversed(table):
-        if mount.point in covered or any(p in covered for p in mount.point.parents):
-            continue
-        covered.add(mount.point)
-        kept.append(mount)
-    return kept[::-1]
+def _visible(rows: list[tuple[str, str, Mount]]) -> list[Mount]:
+    """The mounts of ``rows`` (mount ID, parent's ID, mount) that a path can reach: not
+    below one mounted on the same point (a child of theirs there), nor below one mounted
+    beside them (the same parent) on a folder above, nor on a mount hidden. Kept, a proc
+    mount at doc/p that a later mount over doc hid refused the docroot, and a path's place
+    was taken from a hidden mount below it (its file system, not the one a later bind of
+    the docroot over a folder above put there: the state reached through that bind was
+    served). Told by the parents, not by the lines' order: a mount moved (``mount
+    --move``) keeps its line, and one moved onto a later mount's point is on top of it."""
+    line_of = {mid: line for line, (mid, _, _) in enumerate(rows)}
+    children: dict[str, list[str]] = {}
+    for mid, parent, _ in rows:
+        if parent != mid:
+            children.setdefault(parent, []).append(mid)
+
+    def over(mid: str) -> bool:  # (another mounted on its point: on top of it)
+        point = rows[line_of[mid]][2].point
+        return any(rows[line_of[c]][2].point == point for c in children.get(mid, []))
+
+    def beside(line: int) -> bool:  # (one mounted beside it on a folder above, or later on it)
+        _, parent, mount = rows[line]
+        for c in children.get(parent, []):
+            point = rows[line_of[c]][2].point
+            if point in mount.point.parents or (point == mount.point and line_of[c] > line):
+                return True
+        return False
+
+    gone: dict[str, bool] = {}  # (neither it nor what is mounted on it can be reached)
+    for mid, _, _ in rows:
+        chain = []  # mid and those it is mounted on, not yet told, innermost first
+        while mid in line_of and mid not in gone and mid not in chain:
+            chain.append(mid)
+            mid = rows[line_of[mid]][1]
+        for at in reversed(chain):
+            gone[at] = gone.get(rows[line_of[at]][1], False) or beside(line_of[at])
+    return [mount for mid, _, mount in rows if not gone[mid] and not over(mid)]
 
 
 def _place(path: Path, table: list[Mount]) -> tuple[str, PurePosixPath] | None:
