@@ -72,13 +72,13 @@ def printable(text: object) -> str:
             out.append(_ESCAPES[ch])
         elif ch.isprintable():
             out.append(ch)
-        elif ord(ch) < 0x100:
+        elif ord(ch) < 0x80:  # (an ASCII control: the character is the byte)
             out.append(f"\\x{ord(ch):02x}")
         elif 0xDC80 <= ord(ch) <= 0xDCFF:
             # a name's byte that is not UTF-8 (read by Linux's file-name decoding as
             # U+DC80-U+DCFF): the byte, as `ls -b` and bash's $'...' write it
             out.append(f"\\x{ord(ch) - 0xDC00:02x}")
-        else:
+        else:  # (a C1 control is \\u0085: \\x85 is the byte 0x85 above, another name)
             out.append(f"\\u{ord(ch):04x}" if ord(ch) < 0x10000 else f"\\U{ord(ch):08x}")
     return "".join(out)
 

@@ -20,9 +20,18 @@ NASTY = "x\x1b[2J\x1b[31mred\rfake line\nerror: forged\x07.parquet"
 
 
 def test_printable_escapes_control_characters_only():
-    assert printable("a\x1b[31mb\r\nc\td\x7f\x9b") == "a\\x1b[31mb\\r\\nc\\td\\x7f\\x9b"
+    assert printable("a\x1b[31mb\r\nc\td\x7f\x9b") == "a\\x1b[31mb\\r\\nc\\td\\x7f\\u009b"
     assert printable("café / naïve ünïcode ok") == "café / naïve ünïcode ok"
     assert printable("zero\u200bwidth\u2028line") == "zero\\u200bwidth\\u2028line"
+
+
+def test_a_c1_control_and_a_byte_that_is_not_utf8_are_said_apart():
+    """A name's byte 0x9b that is not UTF-8 is said \\x9b (since it was \\udc9b); the
+    character U+009B (the bytes c2 9b, valid UTF-8) was said \\x9b too: two names, one
+    line, and $'\\x9b' typed back the other one."""
+    byte, char = os.fsdecode(b"n\x9b"), os.fsdecode(b"n\xc2\x9b")
+    assert printable(byte) == "n\\x9b"
+    assert printable(char) == "n\\u009b"
 
 
 @pytest.mark.parametrize(
