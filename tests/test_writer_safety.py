@@ -264,3 +264,48 @@ def test_a_run_log_cut_by_ulimit_f_is_said_to_hold_only_its_first_rows(tmp_path)
         f"; it holds only the run's first {rows:,} row(s), written before that: a run cut "
         "short, not the whole run"
     ), error
+
+
+def _a_run_log_failing_at(path: Path, fail_at: int, monkeypatch) -> tuple[RunLogWriter, int]:
+    """A run log of 1,000 rows (two row groups) whose ``fail_at``-th write in its first row
+    group fails (EIO; never when 0): the writer, and the writes that group made."""
+    real_write, real_group = os.write, writer_mod.RunLogWriter._write
+    inside: list[int] = []
+
+    def group(self, table):
+        inside.append(0)
+        return real_group(self, table)
+
+    def write(fd, data):
+        if len(inside) == 1:
+            inside[0] += 1
+            if inside[0] == fail_at:
+                raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(writer_mod.RunLogWriter, "_write", group)
+    monkeypatch.setattr(os, "write", write)
+    w = RunLogWriter(path, flush_rows=500)
+    w.targets.code("127.0.0.1:80")
+    rng = np.random.default_rng(0)
+    for i in range(1000):
+        x = float(rng.random())
+        w.add(RunLogRow(x, x, x, x, 200, i, 0, i, 0, 0, x))
+        w.maybe_flush()
+    w.close()
+    monkeypatch.undo()
+    return w, inside[0]
+
+
+def test_a_run_log_whose_write_failed_inside_a_row_group_is_not_put_in_place(tmp_path, monkeypatch):
+    # An EIO at the last write of a row group (its last column): the Parquet writer's
+    # footer named that group's 500 rows all the same; the file was put in place, said to
+    # "hold only the run's first 0 row(s)", and reading it failed ("Column 10 named
+    # dispatched expected length 500 but got length 0").
+    _, writes = _a_run_log_failing_at(tmp_path / "whole.parquet", 0, monkeypatch)
+    path = tmp_path / "r.parquet"
+    w, _ = _a_run_log_failing_at(path, writes, monkeypatch)
+    assert w.rows == 0 and w.error is not None
+    assert not path.exists(), str(w.error)
+    assert "first 0 row(s)" not in str(w.error)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["whole.parquet"]

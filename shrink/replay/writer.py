@@ -99,13 +99,19 @@ class _Codes:
         return i
 
 
-def _readable(path: Path) -> bool:
+def _readable(path: Path, rows: int) -> bool:
+    """``path`` has a footer, and it tells the ``rows`` written: a write error in the middle
+    of a row group left that group's first columns in the file, and the footer the Parquet
+    writer added all the same named the whole group (500 rows said, none readable: 'Column
+    10 ... expected length 500 but got length 0'), and the file was put in place."""
     try:
         with arrow_source(path) as src:
-            pq.ParquetFile(src).close()
+            pf = pq.ParquetFile(src)
+            told = pf.metadata.num_rows
+            pf.close()
     except (OSError, pa.ArrowInvalid):
         return False
-    return True
+    return told == rows
 
 
 class _Sink(io.RawIOBase):
@@ -441,7 +447,7 @@ class RunLogWriter:
                 self._sink.close()
         if self._tmp is None or self.path is None:
             return
-        if self.error is not None and not _readable(self._tmp):
+        if self.error is not None and not _readable(self._tmp, self.rows):
             self._tmp.unlink(missing_ok=True)  # never put a file without a footer in place
             return
         try:
