@@ -341,7 +341,7 @@ def run_demo(
     console.print(intro_line(alpha, plan.budget_s or 0.0, VALIDATION_BUDGET_S, out))
     console.rule(f"[bold]1. {cfg.get('title', 'The bundled Support-like workload')}")
     before = _check_quiet(console)
-    with claimed(work):  # one demo writes it; what a killed one left half-written goes
+    with claimed(work, "--out"):  # one demo writes it; what a killed one left half-written goes
         drop_temporaries(work, _WORK_FILES)
         trace_path, docroot = _synth(work, console, cfg)
     thresholds = _thresholds(cfg, trace_path, docroot, out, target, server, console)

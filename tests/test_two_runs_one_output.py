@@ -248,3 +248,30 @@ def test_a_held_output_is_said_by_the_option_that_named_it(tmp_path):
         r = CliRunner().invoke(app, args)
     assert r.exit_code == 1, r.output
     assert "name another output folder (--runlogs), or wait" in r.stderr, r.stderr
+
+
+def test_a_demos_work_folder_held_by_another_demo_is_said_by_its_out(tmp_path, monkeypatch):
+    """Two `python -m shrink.demo --out D` at once: the second said "name another output
+    folder (-o)", an option the demo has none of (``-o`` is refused by its parser)."""
+    import shrink.demo as demo
+    from shrink.errors import OutputBusyError
+
+    work = tmp_path / "work"
+    work.mkdir()
+    code = (
+        "import fcntl, os, sys, time\n"
+        "fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(60)\n"
+    )
+    other = subprocess.Popen(
+        [sys.executable, "-c", code, str(work)], stdout=subprocess.PIPE, text=True
+    )
+    monkeypatch.setattr(demo, "_check_quiet", lambda console: {})
+    try:
+        assert other.stdout is not None and other.stdout.readline().strip() == "held"
+        with pytest.raises(OutputBusyError) as err:
+            demo.run_demo(tmp_path, quick=True)
+    finally:
+        os.kill(other.pid, signal.SIGKILL)
+        other.wait()
+    assert "name another output folder (--out), or wait" in str(err.value), str(err.value)
