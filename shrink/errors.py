@@ -294,24 +294,34 @@ def thread_refused(exc: BaseException) -> bool:
     )
 
 
+_CGROUPS, _CGROUP_FS = "/proc", "/sys/fs/cgroup"  # (where the cgroups are read)
+
+
 def _pids_max() -> str | None:
-    """This process's cgroup pids limit, as "pids.max N (cgroup PATH)", where one is set."""
+    """This process's cgroup pids limit, as "pids.max N of cgroup PATH", where one is set
+    on its cgroup or one above it (the one with the least room left): a parent's limit
+    binds its children's, and only the process's own cgroup was looked at."""
     try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
+        lines = Path(_CGROUPS, "self/cgroup").read_text().splitlines()
     except OSError:
         return None
+    found = []
     for line in lines:
         _, controllers, where = [*line.split(":", 2), "", ""][:3]
         if controllers not in ("pids", ""):
             continue
-        root = Path("/sys/fs/cgroup/pids" if controllers == "pids" else "/sys/fs/cgroup")
-        try:
-            limit = (root / where.lstrip("/") / "pids.max").read_text().strip()
-        except OSError:
-            continue
-        if limit != "max":
-            return f"pids.max {limit} of cgroup {where}"
-    return None
+        root = Path(_CGROUP_FS, "pids" if controllers == "pids" else "")
+        group = Path("/") / where.lstrip("/")
+        for folder in (group, *group.parents):
+            try:
+                limit = (root / folder.relative_to("/") / "pids.max").read_text().strip()
+                now = (root / folder.relative_to("/") / "pids.current").read_text().strip()
+            except OSError:
+                continue
+            if limit != "max" and limit.isdigit():
+                room = int(limit) - int(now) if now.isdigit() else int(limit)
+                found.append((room, f"pids.max {limit} of cgroup {folder}"))
+    return min(found)[1] if found else None
 
 
 class ThreadLimitError(ShrinkError):
@@ -323,9 +333,17 @@ class ThreadLimitError(ShrinkError):
         # (root is held to no ulimit -u)
         nproc = soft != resource.RLIM_INFINITY and os.geteuid() != 0
         limits = [x for x in (_pids_max(), f"ulimit -u {soft}" if nproc else None) if x]
-        where = f" ({', '.join(limits)})" if limits else ""
+        # A thread's stack is address space (ulimit -s a thread): under ulimit -v the
+        # system refuses a thread as it does past pids.max, and Python says the same.
+        space = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if space != resource.RLIM_INFINITY:
+            limits.append(f"ulimit -v {space // 1024} KiB, each thread's stack taken from it")
+        what = "processes and threads" + (
+            " or on address space" if space != resource.RLIM_INFINITY else ""
+        )
+        where = f" ({'; '.join(limits)})" if limits else ""
         super().__init__(
-            "cannot start a thread: the limit on processes and threads"
+            f"cannot start a thread: the limit on {what}"
             + where
             + " is reached; raise it, or stop other work of this user or cgroup"
         )

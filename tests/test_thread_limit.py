@@ -50,3 +50,34 @@ def test_python_refused_a_thread_is_the_limit_not_a_bug(tmp_path, monkeypatch):
     assert r.exit_code == 1, r.output
     assert r.stderr.startswith("error: cannot start a thread: the limit on processes and threads")
     assert "internal error" not in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_the_limit_named_is_the_cgroup_above_when_that_one_is_reached(tmp_path, monkeypatch):
+    """Only the process's own cgroup's pids.max was read: in a slice of pids.max 8 (all
+    taken), a cgroup of its own with pids.max 1000 was named as the limit reached."""
+    from shrink import errors
+
+    (tmp_path / "proc" / "self").mkdir(parents=True)
+    (tmp_path / "proc" / "self" / "cgroup").write_text("0::/slice/job\n")
+    for folder, limit, now in (("slice", "8", "8"), ("slice/job", "1000", "3")):
+        (tmp_path / "fs" / folder).mkdir(parents=True)
+        (tmp_path / "fs" / folder / "pids.max").write_text(limit + "\n")
+        (tmp_path / "fs" / folder / "pids.current").write_text(now + "\n")
+    monkeypatch.setattr(errors, "_CGROUPS", str(tmp_path / "proc"))
+    monkeypatch.setattr(errors, "_CGROUP_FS", str(tmp_path / "fs"))
+    assert "(pids.max 8 of cgroup /slice" in str(errors.ThreadLimitError())
+
+
+def test_a_thread_refused_under_ulimit_v_names_that_limit(tmp_path):
+    """Under ulimit -v a thread's stack cannot be mapped: Python says "can't start new
+    thread" as it does past pids.max, and the line named only processes and threads."""
+    import subprocess
+    import sys
+
+    code = (
+        "import resource\nfrom shrink.errors import ThreadLimitError\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (600 << 20, resource.RLIM_INFINITY))\n"
+        "print(ThreadLimitError())\n"
+    )
+    said = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
+    assert "or on address space (" in said and "ulimit -v 614400 KiB" in said, said
