@@ -267,6 +267,13 @@ def test_a_demos_work_folder_held_by_another_demo_is_said_by_its_out(tmp_path, m
         [sys.executable, "-c", code, str(work)], stdout=subprocess.PIPE, text=True
     )
     monkeypatch.setattr(demo, "_check_quiet", lambda console: {})
+    # (never a demo run, whatever happens: the folder named, and nothing past the claim)
+    monkeypatch.setattr(demo, "work_dir", lambda out, target: work)
+
+    def no_demo(*args, **kwargs):
+        raise AssertionError("went past the claim")
+
+    monkeypatch.setattr(demo, "_synth", no_demo)
     try:
         assert other.stdout is not None and other.stdout.readline().strip() == "held"
         with pytest.raises(OutputBusyError) as err:
