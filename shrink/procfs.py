@@ -90,14 +90,14 @@ def flock_holding_processes(
     process that took the lock and holds it still is looked into before all others.
     Every process's every open file was read (~130 us a file on a loaded host: seconds
     where a million files are open) before a busy output was refused; of the others,
-    only the files that are ``(dev, ino)`` are read now."""
+    sockets, pipes and anonymous files are passed over unread."""
     takers = flock_holders(dev, ino, Path(proc) / "locks")
     if not takers:
         return []
     want, root = _file_key(dev, ino), Path(proc)
     if first:
         for pid in takers:
-            if pid != os.getpid() and _holds(root / str(pid), want, (dev, ino)):
+            if pid != os.getpid() and _holds(root / str(pid), want):
                 return [pid]
     try:
         pids = sorted(int(n) for n in os.listdir(proc) if n.isdigit())
@@ -105,21 +105,26 @@ def flock_holding_processes(
         return []
     if first:
         pids = [pid for pid in pids if pid != os.getpid()]
-        return next(([p] for p in pids if _holds(root / str(p), want, (dev, ino))), [])
-    return [pid for pid in pids if _holds(root / str(pid), want, (dev, ino))]
+        return next(([p] for p in pids if _holds(root / str(p), want)), [])
+    return [pid for pid in pids if _holds(root / str(pid), want)]
 
 
-def _holds(process: Path, want: str, file: tuple[int, int]) -> bool:
+# What /proc/PID/fd/N reads as for an open file that is no file of a file system.
+_NOT_FILES = ("socket:", "pipe:", "anon_inode:")
+
+
+def _holds(process: Path, want: str) -> bool:
     """One of the open files of ``process`` (its /proc folder) holds a ``flock`` on
-    ``want``: only those that are ``file`` (device, inode) are read, where that is seen."""
+    ``want``. Sockets, pipes and the kernel's anonymous files are passed over by their
+    link's text; no open file is stat()ed: that asks its file system, and one open on a
+    hung NFS server or a stopped FUSE daemon would hang the refusal of a busy output."""
     try:
         names = os.listdir(process / "fdinfo")
     except OSError:
         return False  # gone, or another user's
     for name in names:
         with contextlib.suppress(OSError):  # (not seen: its fdinfo says)
-            st = os.stat(process / "fd" / name)
-            if (st.st_dev, st.st_ino) != file:
+            if os.readlink(process / "fd" / name).startswith(_NOT_FILES):
                 continue
         try:
             text = (process / "fdinfo" / name).read_text()

@@ -138,3 +138,24 @@ def test_a_busy_folder_held_by_the_process_that_took_it_reads_no_other_process(
         taker.wait()
     assert f"(PID {pid} (python" in str(err.value), str(err.value)
     assert len(looked_into) == 1, looked_into
+
+
+def test_the_holder_search_asks_no_file_system_of_an_open_file(tmp_path, monkeypatch):
+    """Each open file was stat()ed to pass over those that are not the locked file: that
+    asks the file's file system, and a file open on a hung NFS server or a stopped FUSE
+    daemon hangs it, and with it the refusal of a busy output (as root, of every
+    process's files). The lock's line in fdinfo names its device and inode: enough."""
+    from shrink import procfs
+
+    real_stat = os.stat
+
+    def stat(path, *a, **kw):
+        assert "/fd/" not in str(path), f"stat of an open file: {path}"
+        return real_stat(path, *a, **kw)
+
+    target = tmp_path / "held"
+    target.write_text("")
+    st = os.stat(target)
+    with _held_by_a_forked_child(target, "os.O_RDONLY", "SH") as (_, child):
+        monkeypatch.setattr(procfs.os, "stat", stat)
+        assert procfs.flock_holding_processes(st.st_dev, st.st_ino) == [child]
