@@ -120,7 +120,9 @@ def calibrate(
     machine: Annotated[
         Path | None, typer.Option(help="Machine spec TOML the curves were measured on.")
     ] = None,
-    output: Annotated[Path | None, typer.Option("-o", "--out", help="Write JSON here.")] = None,
+    output: Annotated[
+        Path | None, typer.Option("-o", "--out", readable=False, help="Write JSON here.")
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Fit the model's physical parameters: to your own paired runs, or to the papers' figures."""
@@ -167,7 +169,9 @@ def whatif(
     ],
     calibration: Annotated[str, typer.Option(help=_CAL_HELP)] = "published",
     sweep: Annotated[bool, typer.Option(help="Sweep the dynamic fraction.")] = True,
-    output: Annotated[Path | None, typer.Option("-o", "--out", help="Write JSON here.")] = None,
+    output: Annotated[
+        Path | None, typer.Option("-o", "--out", readable=False, help="Write JSON here.")
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     max_body: MaxBodyOpt = MAX_BODY,
 ) -> None:
@@ -213,7 +217,9 @@ def extrapolate(
     thresholds: Annotated[
         str, typer.Option(help="SLA thresholds, e.g. mean=10ms,p99.9=500ms (p95: any percentile).")
     ] = THRESHOLDS_TEXT,
-    output: Annotated[Path | None, typer.Option("-o", "--out", help="Write JSON here.")] = None,
+    output: Annotated[
+        Path | None, typer.Option("-o", "--out", readable=False, help="Write JSON here.")
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Predict the full machine from one measured share curve (SHRiNK + cross-socket)."""

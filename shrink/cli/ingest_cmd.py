@@ -75,7 +75,9 @@ def ingest(
     input: Annotated[
         Path, typer.Argument(help="Trace file: wsesslog, session log, access log, pcap.")
     ],
-    out: Annotated[Path, typer.Option("-o", "--out", help="Trace Parquet file to write.")],
+    out: Annotated[
+        Path, typer.Option("-o", "--out", readable=False, help="Trace Parquet file to write.")
+    ],
     format: Annotated[
         ReadFormat, typer.Option("--format", "-f", help="Input format; auto reads the content.")
     ] = ReadFormat.auto,
@@ -339,7 +341,7 @@ def _skipped_line(fmt: str, meta: dict[str, Any], skipped: int, numbers: list[in
 
 def export(
     trace: Annotated[Path, typer.Argument(help="Trace Parquet file.")],
-    out: Annotated[Path, typer.Option("-o", "--out", help="File to write.")],
+    out: Annotated[Path, typer.Option("-o", "--out", readable=False, help="File to write.")],
     format: Annotated[
         WriteFormat, typer.Option("--format", "-f", help="wsesslog (httperf) or jsonl.")
     ] = WriteFormat.wsesslog,

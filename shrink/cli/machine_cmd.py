@@ -53,7 +53,7 @@ def show(
 
 @machine_app.command("write")
 def write(
-    out: Annotated[Path, typer.Argument(help="TOML file to write.")],
+    out: Annotated[Path, typer.Argument(readable=False, help="TOML file to write.")],
     machine: MachineOpt = "this",
 ) -> None:
     """Write the machine (default: this one, discovered) as a TOML spec."""

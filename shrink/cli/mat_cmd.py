@@ -78,7 +78,9 @@ def mat_cmd(
     ] = MAX_LEVELS,
     output: Annotated[
         Path | None,
-        typer.Option("-o", "--out", help="With --adaptive: write the extended curve here."),
+        typer.Option(
+            "-o", "--out", readable=False, help="With --adaptive: write the extended curve here."
+        ),
     ] = None,
     generator_cpus: _GenCpus = None,
     allow_overlap: _Overlap = False,

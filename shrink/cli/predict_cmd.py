@@ -162,7 +162,7 @@ def _progress(title: str) -> Iterator[Callable[[str, int, int], None]]:
 
 def predict(
     trace: Annotated[Path, typer.Argument(help="Trace Parquet file (shrink ingest/synth).")],
-    out: Annotated[Path, typer.Option("-o", "--out", help="Output directory.")],
+    out: Annotated[Path, typer.Option("-o", "--out", readable=False, help="Output directory.")],
     machine: Annotated[
         str, typer.Option("--machine", help="'this' or a TOML machine spec.")
     ] = "this",

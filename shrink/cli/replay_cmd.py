@@ -55,7 +55,9 @@ def replay(
         Path | None, typer.Argument(help="Trace Parquet file (omit with --rate for open loop).")
     ] = None,
     target: _Targets = ...,  # type: ignore[assignment]
-    output: Annotated[Path, typer.Option("-o", "--out", help="RunLog Parquet to write.")] = ...,  # type: ignore[assignment]
+    output: Annotated[
+        Path, typer.Option("-o", "--out", readable=False, help="RunLog Parquet to write.")
+    ] = ...,  # type: ignore[assignment]
     rate_factor: Annotated[
         float, typer.Option("--rate-factor", help="Speed-up of the trace's session starts.")
     ] = 1.0,

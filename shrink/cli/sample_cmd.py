@@ -40,7 +40,9 @@ class Balance(StrEnum):
 def sample(
     trace: Annotated[Path, typer.Argument(help="Trace Parquet file to sample.")],
     alpha: Annotated[float, typer.Option(help="Fraction to keep, in (0, 1].")],
-    out: Annotated[Path, typer.Option("-o", "--out", help="Output trace Parquet file.")],
+    out: Annotated[
+        Path, typer.Option("-o", "--out", readable=False, help="Output trace Parquet file.")
+    ],
     level: Annotated[
         Level, typer.Option(help="Unit sampled: session, object, request or stratified.")
     ] = Level.session,
@@ -136,7 +138,7 @@ def sample(
 def split(
     trace: Annotated[Path, typer.Argument(help="Trace Parquet file to partition.")],
     parts: Annotated[int, typer.Option(help="Number of disjoint parts, 1 to 1000.")],
-    out: Annotated[Path, typer.Option("-o", "--out", help="Output directory.")],
+    out: Annotated[Path, typer.Option("-o", "--out", readable=False, help="Output directory.")],
     seed: Annotated[int, typer.Option(help="Seed of the session hash.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
     max_body: MaxBodyOpt = MAX_BODY,

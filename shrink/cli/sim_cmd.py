@@ -338,7 +338,9 @@ def mappings_cmd(
 def run_cmd(
     trace: Annotated[Path, typer.Argument(help="Trace (Parquet).")],
     machine: MachineOpt,
-    output: Annotated[Path, typer.Option("-o", "--out", help="RunLog to write (Parquet).")],
+    output: Annotated[
+        Path, typer.Option("-o", "--out", readable=False, help="RunLog to write (Parquet).")
+    ],
     mapping: MappingOpt = "1-replica",
     share: ShareOpt = "all",
     rate_factor: Annotated[
@@ -394,7 +396,9 @@ def run_cmd(
 def sweep_cmd(
     trace: Annotated[Path, typer.Argument(help="Trace (Parquet).")],
     machine: MachineOpt,
-    output: Annotated[Path, typer.Option("-o", "--out", help="LoadCurve to write (JSON).")],
+    output: Annotated[
+        Path, typer.Option("-o", "--out", readable=False, help="LoadCurve to write (JSON).")
+    ],
     levels: Annotated[str, typer.Option("--levels", help="Load levels, e.g. 1,2,4.")],
     knob: Annotated[
         str, typer.Option("--knob", help="rate_factor, users or rate.")

@@ -307,7 +307,9 @@ def sweep_cmd(
     levels: Annotated[
         str, typer.Option("--levels", help="Load levels, comma-separated (e.g. 1,2,4).")
     ] = ...,  # type: ignore[assignment]
-    output: Annotated[Path, typer.Option("-o", "--out", help="LoadCurve JSON to write.")] = ...,  # type: ignore[assignment]
+    output: Annotated[
+        Path, typer.Option("-o", "--out", readable=False, help="LoadCurve JSON to write.")
+    ] = ...,  # type: ignore[assignment]
     knob: Annotated[
         str, typer.Option("--knob", help="What levels are: rate_factor | users | rate.")
     ] = "rate_factor",
@@ -320,7 +322,8 @@ def sweep_cmd(
     ] = REPS,
     seed: Annotated[int, typer.Option("--seed", min=0, help="Base seed.")] = 0,
     runlogs: Annotated[
-        Path | None, typer.Option("--runlogs", help="Keep every run's RunLog in this folder.")
+        Path | None,
+        typer.Option("--runlogs", readable=False, help="Keep every run's RunLog in this folder."),
     ] = None,
     max_body: MaxBodyOpt = MAX_BODY,
     live: EngineOptions = ENGINE_DEFAULTS,

@@ -17,9 +17,12 @@ synth_app = typer.Typer(help="Synthetic workloads (Support-like sessions, 1 KiB 
 _Users = Annotated[int, typer.Option("--users", help="Concurrent users (session slots).")]
 _Duration = Annotated[str, typer.Option("--duration", help="Trace length: seconds or 30s, 2m, 1h.")]
 _Seed = Annotated[int, typer.Option("--seed", help="Random seed: same seed, same bytes.")]
-_Out = Annotated[Path, typer.Option("-o", "--out", help="Trace Parquet file to write.")]
+_Out = Annotated[
+    Path, typer.Option("-o", "--out", readable=False, help="Trace Parquet file to write.")
+]
 _Docroot = Annotated[
-    Path | None, typer.Option("--docroot", help="Also write the document root here.")
+    Path | None,
+    typer.Option("--docroot", readable=False, help="Also write the document root here."),
 ]
 _Json = Annotated[bool, typer.Option("--json", help="Print a JSON summary.")]
 # The generators' names of the values the options give.

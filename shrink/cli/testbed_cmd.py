@@ -53,7 +53,7 @@ _PhpChildren = Annotated[
 
 testbed_app = typer.Typer(help="Start, check and stop the real testbed.", no_args_is_help=True)
 
-StateOpt = Annotated[Path, typer.Option("--state", help="Testbed state JSON file.")]
+StateOpt = Annotated[Path, typer.Option("--state", readable=False, help="Testbed state JSON file.")]
 ServerOpt = Annotated[
     str,
     typer.Option(
@@ -308,7 +308,9 @@ def status(
 
 @testbed_app.command("down")
 def down(
-    state: Annotated[Path | None, typer.Option("--state", help="Testbed state JSON file.")] = None,
+    state: Annotated[
+        Path | None, typer.Option("--state", readable=False, help="Testbed state JSON file.")
+    ] = None,
     stale: Annotated[
         bool,
         typer.Option(

@@ -54,7 +54,8 @@ def validate(
         Path | None, typer.Option("--trace", help="Full trace (default: the predicted one).")
     ] = None,
     out: Annotated[
-        Path | None, typer.Option("-o", "--out", help="Output directory (default: beside).")
+        Path | None,
+        typer.Option("-o", "--out", readable=False, help="Output directory (default: beside)."),
     ] = None,
     server: Annotated[
         str | None,
