@@ -270,6 +270,14 @@ class EngineOptions:
         gen_cpus = _cpus(self.generator_cpus)
         if gen_cpus is None and cluster is None:
             _refuse_time_sliced(self.processes)
+        elif cluster is None and self.processes is not None and self.processes > len(gen_cpus):
+            # Refused here, before any progress line (the engine refused it only as the
+            # first run started).
+            raise OptionError(
+                "--processes",
+                f"{self.processes} engine processes need {self.processes} generator CPUs, "
+                f"--generator-cpus gives {len(gen_cpus)} ({self.generator_cpus})",
+            )
         target = LiveTarget.from_targets(
             items,
             generator=GeneratorPlacement(
