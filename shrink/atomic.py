@@ -29,6 +29,7 @@ from shrink.errors import WriteError
 
 __all__ = [
     "atomic_file",
+    "cut_name",
     "expect_unchanged",
     "is_plain_target",
     "make_dirs",
@@ -144,6 +145,11 @@ def _cut(name: bytes, size: int) -> bytes:
                 continue
             return head[:end]
     return head  # (a name that was not UTF-8 to begin with: cut where it falls)
+
+
+def cut_name(name: str, size: int) -> str:
+    """``name`` cut to its first ``size`` bytes (:func:`_cut`)."""
+    return os.fsdecode(_cut(os.fsencode(name), size))
 
 
 def open_exclusive(

@@ -425,6 +425,20 @@ def test_a_run_reads_only_its_own_parts(fake, tmp_path, monkeypatch, capsys):
     assert left == ["run.parquet", "run.part0.parquet", "run.part1.parquet"], left
 
 
+def test_a_scaled_out_replay_into_a_long_legal_name_writes_its_parts(fake, tmp_path):
+    """Each part is named after OUT's stem, 20 bytes and more longer: beside a legal
+    OUT of 255 bytes, every part was "File name too long" and the run failed, leaving
+    its parts' temporaries. The parts' stem is cut to fit, its temporaries' too."""
+    out = tmp_path / ("é" * 60 + "a" * 127 + ".parquet")  # 255 bytes
+    tr = session_trace(20, ["/a?bytes=10"], gap=0.01, think=0.0)
+    log, eng = run_engines(
+        tr, EngineConfig([fake]), rate_factor=1.0, horizon=0.3, out=out,
+        schedule=ScheduleOptions(loop=False), generator=GeneratorPlacement(processes=2),
+    )  # fmt: skip
+    assert len(log) == 20 and not eng.extra.get("errors"), eng.extra
+    assert [p.name for p in tmp_path.iterdir()] == [out.name]
+
+
 def test_a_sweep_names_the_parts_a_stopped_sweep_left(tmp_path, capsys):
     """--runlogs after a sweep with two engine processes was killed: its parts are named."""
     import contextlib

@@ -154,9 +154,9 @@ def _held(output: Path) -> Iterator[None]:
     import re
 
     from shrink.folder_locks import claimed_shared
-    from shrink.replay.part_dirs import PART_NAMES, stale_parts
+    from shrink.replay.part_dirs import PART_NAMES, part_stem, stale_parts
 
-    base = re.escape(output.with_suffix("").name)
+    base = re.escape(part_stem(output))
 
     def name_parts(folder: Path) -> None:
         note_stale_parts(folder, stale_parts(folder, base), f"a replay into {output.name}")

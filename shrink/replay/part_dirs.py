@@ -33,9 +33,11 @@ from shrink.folder_locks import lock_unheld
 __all__ = [
     "ACTOR",
     "PART_NAMES",
+    "PART_STEM_MAX",
     "SPAWNED",
     "drop_part_temporaries",
     "make_part_dir",
+    "part_stem",
     "remove_lost_part_dirs",
     "remove_part_dir",
     "stale_parts",
@@ -185,6 +187,19 @@ def remove_lost_part_dirs(base: Path, prefix: str) -> list[Path]:
 # left OUT.part0/part1.parquet, which the next run into OUT merged as its own where one
 # of its processes wrote no part.
 PART_NAMES = r"\.part[0-9]+(?:\.[0-9a-f]{12})?\.parquet"
+# A part's stem is OUT's cut to this many bytes, so that the longest part name (part999,
+# 29 bytes after its stem) and its writer's temporaries (``.NAME.HEX.reserve``, 22 more)
+# fit a file name's 255: beside a legal OUT of 227 bytes or more, every part was
+# "File name too long", and its temporaries were left.
+PART_STEM_MAX = 255 - len("..0123456789ab.reserve") - len(".part999.0123456789ab.parquet")
+
+
+def part_stem(out: str | Path) -> str:
+    """The stem of the parts of a run whose RunLog is ``out``: its name's stem, cut to
+    :data:`PART_STEM_MAX` bytes (never inside a UTF-8 character)."""
+    from shrink.atomic import cut_name
+
+    return cut_name(Path(out).with_suffix("").name, PART_STEM_MAX)
 
 
 def stale_parts(folder: str | Path, stems: str) -> list[str]:

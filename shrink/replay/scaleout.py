@@ -496,6 +496,7 @@ def _run_spawned(
         SPAWNED,
         drop_part_temporaries,
         make_part_dir,
+        part_stem,
         remove_lost_part_dirs,
         remove_part_dir,
     )
@@ -506,7 +507,7 @@ def _run_spawned(
     if out is None:
         remove_lost_part_dirs(scratch_base(), SPAWNED)
         tmp = make_part_dir(scratch_base(), SPAWNED)
-    base = Path(out).with_suffix("") if tmp is None else tmp / "run"
+    base = Path(out).with_name(part_stem(out)) if tmp is None else tmp / "run"
     run_id = secrets.token_hex(6)  # this run's parts, told from any an earlier run left
     paths = [f"{base}.part{i}.{run_id}.parquet" for i in range(n)]
     procs, pipes = [], []
