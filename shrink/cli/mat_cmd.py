@@ -112,6 +112,11 @@ def mat_cmd(
             check_int(max_levels, "max levels", low=1, high=MOST_LEVELS)
         if adaptive and (trace is None or not target):
             raise ParameterError("--adaptive needs --trace and --target to run more levels.")
+        if adaptive:  # (its levels are kept in OUT.partial.json if it stops)
+            from shrink.cli._derived import refuse_long_derived, sweep_twins
+
+            kept = output or curve
+            refuse_long_derived(kept, sweep_twins(kept), "--out" if output else "CURVE")
         note_if_partial(lc := LoadCurve.read_json(curve), curve)
         with as_option("--cls"):
             check_class(lc, cls)

@@ -28,6 +28,7 @@ from shrink.cli._common import (
     stat_label,
     threshold_text,
 )
+from shrink.cli._derived import inside, refuse_long_derived
 from shrink.cli._predict_sim import check_sim_options as _check_sim_options
 from shrink.cli._progress import line_progress, on_terminal
 from shrink.cli._replay_opts import _Awake, _GenCpus, _LagLimit, _Overlap, _Realtime
@@ -228,7 +229,7 @@ def predict(
     from shrink.report.text import out_of_time_text, recompute_text
 
     with cli_errors():
-        output_path(out, kind="dir")
+        refuse_long_derived(output_path(out, kind="dir"), inside(out, "predict", target=target))
         with as_option("--thresholds"):
             th = parse_thresholds(thresholds)
         names = _mapping_names(mappings)

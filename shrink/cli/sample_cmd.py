@@ -153,6 +153,9 @@ def split(
 
     with cli_errors(measures=False):
         output_path(out, kind="dir")
+        from shrink.cli._derived import inside, refuse_long_derived
+
+        refuse_long_derived(out, inside(out, "split", parts - 1))
         tr = Trace.read_parquet(trace, max_body=max_body)
         with options_named({"parts": "--parts"}):
             pieces = samplers.split(tr, parts, seed=seed)

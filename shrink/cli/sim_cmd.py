@@ -22,6 +22,7 @@ from shrink.cli._common import (
     stat_label,
     threshold_text,
 )
+from shrink.cli._derived import refuse_long_derived, sweep_twins
 from shrink.cli._replay_opts import _Export
 from shrink.cli.sweep_cmd import (
     _keep_partial_exports,
@@ -424,6 +425,7 @@ def sweep_cmd(
         from shrink.export import RecordingTarget, level_samples, parse_exports, write_sweep_exports
 
         formats = parse_exports(export)
+        refuse_long_derived(output, sweep_twins(output, formats))
         w = parse_duration_option(warmup, "warmup", zero_ok=True)
         d = parse_duration_option(duration, "duration", least=MIN_WINDOW_S)
         from shrink.measure import SweepHooks, SweepInterrupted, sweep

@@ -25,6 +25,7 @@ from shrink.cli._common import (
     plural,
     printing,
 )
+from shrink.cli._derived import refuse_long_derived, sweep_twins
 from shrink.cli._replay_opts import (
     AWAKE_NONE_RAN,
     AWAKE_NOT_RAN,
@@ -356,6 +357,7 @@ def sweep_cmd(
         w = parse_duration_option(warmup, "warmup", zero_ok=True)
         d = parse_duration_option(duration, "duration", least=MIN_WINDOW_S)
         formats = parse_exports(export)
+        refuse_long_derived(output, sweep_twins(output, formats))
         tr = Trace.read_parquet(trace, max_body=max_body)
         tgt = live.target(target, runlog_dir=runlogs)
         _warn_docroot(tgt, tr, trace)

@@ -93,6 +93,9 @@ def validate(
     from shrink.report.sections.validation import differences_text
 
     with cli_errors(), _claim(output_path(out, kind="dir"), prediction):
+        from shrink.cli._derived import inside, refuse_long_derived
+
+        refuse_long_derived(out, inside(out, "validate"))
         if target is not None and not target.startswith("sim:"):
             raise OptionError("--target", f"{target!r}: validate takes sim:SPEC.toml only")
         given = {

@@ -1,0 +1,80 @@
+"""An -o whose derived files (``X.partial.json``, a folder's files) cannot be named is
+refused by -o, saying how much shorter it must be, before anything runs.
+
+A sweep -o of a legal 255-byte name was refused as "X.partial.json: File name too
+long", a file the user never gave; a predict -o near PATH_MAX ran every level and
+then could not write its curve.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from shrink.cli import app
+from shrink.trace import Trace
+
+pytestmark = pytest.mark.compute
+
+SPEC = Path(__file__).resolve().parent.parent / "examples" / "machines" / "nehalem-2s.toml"
+
+
+def _run(*args: str) -> tuple[int, str]:
+    r = CliRunner().invoke(app, [str(a) for a in args])
+    return r.exit_code, " ".join(r.output.split())
+
+
+@pytest.fixture
+def trace(tmp_path: Path) -> Path:
+    out = tmp_path / "t.parquet"
+    Trace.from_columns({"session": [1, 2], "t": [0.0, 0.5], "path": ["/a", "/b"]}).write_parquet(
+        out
+    )
+    return out
+
+
+def _deep(tmp_path: Path, total: int) -> Path:
+    """A folder made in ``tmp_path`` whose path is about ``total`` bytes long."""
+    folder = tmp_path
+    while len(os.fsencode(str(folder))) < total - 250:
+        folder = folder / ("d" * 240)
+    folder.mkdir(parents=True)
+    return folder / ("p" * (total - len(os.fsencode(str(folder))) - 1))  # (and its "/")
+
+
+@pytest.mark.parametrize("command", ["sweep", "sim sweep"])
+def test_a_legal_out_name_whose_partial_twin_is_too_long_is_refused_by_out(
+    tmp_path, trace, command
+):
+    out = tmp_path / ("a" * 250 + ".json")  # 255 bytes: legal
+    where = ["--target", "127.0.0.1:1"] if command == "sweep" else ["--machine", SPEC]
+    code, text = _run(*command.split(), trace, *where, "--levels", "0.5", "--duration", "1s",
+                      "-o", out)  # fmt: skip
+    assert code == 2, text
+    assert "--out:" in text and "a name of 255 bytes" in text, text
+    assert "<its stem>.partial.summary.json beside it, 16 bytes longer" in text, text
+    assert "shorten the name to at most 239 bytes" in text, text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.parquet"]
+
+
+def test_exports_count_among_the_names_derived_from_out(tmp_path, trace):
+    out = tmp_path / ("a" * 230 + ".json")  # fits its .partial.summary.json twin
+    code, text = _run("sim", "sweep", trace, "--machine", SPEC, "--levels", "0.5",
+                      "--duration", "1s", "-o", out, "--export", "locust")  # fmt: skip
+    assert code == 2 and "<its stem>.partial_stats_history.csv beside it" in text, text
+    assert "at most 234 bytes" in text, text
+
+
+def test_an_output_folder_near_path_max_is_refused_before_anything_runs(tmp_path, trace):
+    out = _deep(tmp_path, 4080)
+    code, text = _run("predict", trace, "--target", f"sim:{SPEC}", "-o", out)
+    assert code == 2, text
+    assert "measured-curve.partial.json in it" in text and "past the 4095 bytes" in text, text
+    assert "shorten it by 13 bytes or more" in text, text
+    assert not out.exists()
+    code, text = _run("split", trace, "--parts", "2", "-o", out)
+    assert code == 2 and ".part-001.parquet." in text and "past the 4095 bytes" in text, text
+    assert not out.exists()
