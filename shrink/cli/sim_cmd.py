@@ -400,7 +400,10 @@ def sweep_cmd(
     output: Annotated[
         Path, typer.Option("-o", "--out", readable=False, help="LoadCurve to write (JSON).")
     ],
-    levels: Annotated[str, typer.Option("--levels", help="Load levels, e.g. 1,2,4.")],
+    levels: Annotated[
+        str,
+        typer.Option("--levels", help="Load levels: 0.5,1,1.5 (a point, in any locale)."),
+    ],
     knob: Annotated[
         str, typer.Option("--knob", help="rate_factor, users or rate.")
     ] = "rate_factor",

@@ -55,11 +55,10 @@ if TYPE_CHECKING:  # pydantic is heavy: the CLI's start-up must not load it
 
 def _levels(text: str, knob: str = "rate_factor") -> list[float]:
     """The levels of ``--levels``: numbers > 0, each once; whole numbers with ``--knob users``.
-
     ``knob`` is checked first: an unknown one was refused as "knob == ..." (exit 1), once
-    the trace was read and the target set up, naming no option.
-    """
+    the trace was read and the target set up, naming no option."""
     from shrink.checks import parse_number
+    from shrink.cli._locale import note_split_decimal
     from shrink.measure import KNOBS
 
     if knob not in KNOBS:
@@ -69,6 +68,7 @@ def _levels(text: str, knob: str = "rate_factor") -> list[float]:
         out = [parse_number(x) for x in text.split(",") if x.strip()]
     except ParameterError:
         raise OptionError("--levels", f"{text!r}: must be numbers separated by commas") from None
+    note_split_decimal("--levels", text)
     if not out or not all(math.isfinite(x) and x > 0 for x in out):
         raise OptionError("--levels", f"{text!r}: must name at least one level, each > 0")
     part = next((x for x in out if knob == "users" and not x.is_integer()), None)
@@ -188,9 +188,8 @@ def _keep_partial_sweep(
 ) -> None:
     """Write a stopped sweep's finished levels to OUTPUT's ``.partial.json`` twin.
 
-    ``stop`` is a SweepInterrupted or an error that stopped the sweep (a dead
-    server, a full disk); the files written are added to its ``kept``.
-    """
+    ``stop`` is a SweepInterrupted or an error that stopped the sweep (a dead server, a
+    full disk); the files written are added to its ``kept``."""
     from shrink.measure.keep import partial_twin
 
     kept: list[str] = []
@@ -306,7 +305,8 @@ def sweep_cmd(
     trace: Annotated[Path, typer.Argument(help="Trace Parquet file.")],
     target: _Targets = ...,  # type: ignore[assignment]
     levels: Annotated[
-        str, typer.Option("--levels", help="Load levels, comma-separated (e.g. 1,2,4).")
+        str,
+        typer.Option("--levels", help="Load levels: 0.5,1,1.5 (a point, in any locale)."),
     ] = ...,  # type: ignore[assignment]
     output: Annotated[
         Path, typer.Option("-o", "--out", readable=False, help="LoadCurve JSON to write.")

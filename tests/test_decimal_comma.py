@@ -1,0 +1,65 @@
+"""A list option under a decimal-comma locale: read as a list, and a note says so.
+
+``--levels 1,5`` typed for 1.5 under ``LC_NUMERIC=de_DE.UTF-8`` ran the levels 1 and 5
+without a word. shrink reads numbers with a point in every locale; when the locale's
+decimal point is a comma and the list is two whole numbers, a note says how it was read.
+"""
+
+from __future__ import annotations
+
+import locale
+
+import pytest
+
+from shrink.cli import _locale
+from shrink.cli.sweep_cmd import _levels
+
+pytestmark = pytest.mark.compute
+
+
+@pytest.fixture
+def comma_locale(monkeypatch):
+    """de_DE.UTF-8 as the user's locale, installed or not (its decimal point a comma)."""
+    real = locale.localeconv
+    asked: list[str] = []
+
+    def setlocale(category, name=None):
+        if name is None:
+            return "C"
+        asked.append(name)
+        if name != "C":
+            monkeypatch.setattr(locale, "localeconv", lambda: {**real(), "decimal_point": ","})
+        else:
+            monkeypatch.setattr(locale, "localeconv", real)
+        return name
+
+    monkeypatch.setattr(locale, "setlocale", setlocale)
+    for var in ("LC_ALL", "LC_NUMERIC", "LANG"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("LC_NUMERIC", "de_DE.UTF-8")
+    return asked
+
+
+def test_two_whole_numbers_under_a_decimal_comma_locale_are_read_as_two_with_a_note(
+    comma_locale, capsys
+):
+    assert _levels("1,5") == [1.0, 5.0]
+    err = capsys.readouterr().err
+    assert "note: --levels 1,5 is read as two values, 1 and 5" in err, err
+    assert "type --levels 1.5" in err, err
+    assert comma_locale == ["de_DE.UTF-8", "C"]  # asked, then put back
+
+
+@pytest.mark.parametrize("text", ["1,2,4", "0.5,1", "1"])
+def test_other_lists_say_nothing(comma_locale, capsys, text):
+    _levels(text)
+    assert capsys.readouterr().err == ""
+
+
+def test_a_point_locale_says_nothing(monkeypatch, capsys):
+    for var in ("LC_ALL", "LC_NUMERIC", "LANG"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    assert _levels("1,5") == [1.0, 5.0]
+    assert capsys.readouterr().err == ""
+    assert not _locale._decimal_comma()
