@@ -140,6 +140,20 @@ GENERATOR_HINT = (
 )
 
 
+def generator_hint(levels: str) -> str:
+    """:data:`GENERATOR_HINT` for ``levels``, naming this process's nice value when it
+    is above 0 (``nice -n 19 shrink sweep``): at normal scheduling its send thread then
+    yields to the other work of its CPU, which was not said."""
+    hint = GENERATOR_HINT.format(levels=levels)
+    nice = os.getpriority(os.PRIO_PROCESS, 0)
+    if nice > 0:
+        hint += (
+            f"; shrink runs at nice {nice} (nice, renice), which puts its send thread at "
+            "normal scheduling behind that work: run it at nice 0"
+        )
+    return hint
+
+
 # Said when the generator's CPUs were to be kept awake and no spinner ran in a run.
 AWAKE_NONE_RAN = (
     "warning: the generator's CPUs were to be kept awake (--awake, or the default), but "

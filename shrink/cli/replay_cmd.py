@@ -31,7 +31,6 @@ from shrink.cli._replay_opts import (
     AWAKE_NONE_RAN,
     AWAKE_NOT_RAN,
     ENGINE_DEFAULTS,
-    GENERATOR_HINT,
     EngineOptions,
     _Json,
     _limit_text,
@@ -39,6 +38,7 @@ from shrink.cli._replay_opts import (
     _Targets,
     _warn_docroot,
     engine_options,
+    generator_hint,
     naming_trace,
     note_stale_parts,
 )
@@ -318,7 +318,7 @@ def _print_summary(s: dict[str, Any]) -> None:
         # nor is a part of the generator gone)
         stop = stop_explains(s["generator_stopped"], s.get("lag_limit"))
         if not stop and not s.get("generator_lost"):
-            typer.echo(GENERATOR_HINT.format(levels="this run"), err=True)
+            typer.echo(generator_hint("this run"), err=True)
     if s["failed"]:
         typer.echo(
             f"FAILED REQUESTS: {s['errors']} of {s['requests']:,} (over {_limit_text()}): "

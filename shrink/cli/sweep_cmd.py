@@ -30,7 +30,6 @@ from shrink.cli._replay_opts import (
     AWAKE_NONE_RAN,
     AWAKE_NOT_RAN,
     ENGINE_DEFAULTS,
-    GENERATOR_HINT,
     EngineOptions,
     _Export,
     _Json,
@@ -41,6 +40,7 @@ from shrink.cli._replay_opts import (
     _warn_docroot,
     alpha_mismatch,
     engine_options,
+    generator_hint,
     naming_trace,
 )
 from shrink.cli._runlogs import claim_runlogs, refuse_curve_among_runlogs
@@ -532,7 +532,7 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
         for r in rows
     )
     if behind:
-        typer.echo(GENERATOR_HINT.format(levels=plural(behind, "level")), err=True)
+        typer.echo(generator_hint(plural(behind, "level")), err=True)
     if crowded:
         typer.echo(crowded_warning(crowded, curve.sweep.target.get("share_cpus")), err=True)
     if exports:
