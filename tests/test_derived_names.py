@@ -78,3 +78,14 @@ def test_an_output_folder_near_path_max_is_refused_before_anything_runs(tmp_path
     code, text = _run("split", trace, "--parts", "2", "-o", out)
     assert code == 2 and ".part-001.parquet." in text and "past the 4095 bytes" in text, text
     assert not out.exists()
+
+
+def test_a_scaled_out_replay_near_path_max_is_refused_before_it_runs(tmp_path, trace):
+    # Its parts were written, then could not be read back to merge: "File name too
+    # long" after the run, the parts and their 8 MiB reserves left beside -o.
+    out = _deep(tmp_path, 4080).with_suffix(".parquet")
+    code, text = _run("replay", trace, "--target", "127.0.0.1:1", "--duration", "1s",
+                      "--processes", "2", "-o", out)  # fmt: skip
+    assert code == 2, text
+    assert ".<its stem>.part1.0123456789ab.parquet.0123456789ab.reserve beside it" in text, text
+    assert not [p for p in out.parent.iterdir() if ".part" in p.name]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from shrink.cli._common import printable
 from shrink.errors import OptionError
@@ -66,6 +67,27 @@ def inside(folder: Path | None, command: str, last: int = 0, target: str = "") -
     return [folder / name.format(last=max(last, 0)) for name in INSIDE[command]]
 
 
+def replay_parts(output: Path, target: Any) -> list[Path]:
+    """The longest paths a replay into ``output`` on ``target`` writes beside it: its
+    last engine process's part and that part's 8 MiB reserve (none with one process)."""
+    from shrink.replay.part_dirs import part_stem
+
+    cpus = target.generator_cpus
+    n = target.processes or (len(cpus) if cpus else 1)
+    if n <= 1 or target.cluster is not None:
+        return []
+    part = output.with_name(f"{part_stem(output)}.part{n - 1}.0123456789ab.parquet")
+    return [part, part.with_name(f".{part.name}.0123456789ab.reserve")]
+
+
+def _shown(path: Path, stem: str) -> str:
+    """``path``'s name, its part from ``stem`` said as ``<its stem>``."""
+    for lead in ("", "."):
+        if path.name.startswith(lead + stem):
+            return f"{lead}<its stem>{path.name[len(lead + stem) :]}"
+    return path.name
+
+
 def refuse_long_derived(
     output: Path | None, derived: Iterable[Path], option: str = "--out"
 ) -> None:
@@ -83,11 +105,10 @@ def refuse_long_derived(
         worst = max(beside, key=lambda p: len(os.fsencode(p.name)))
         extra = len(os.fsencode(worst.name)) - given
         if given + extra > limit:
-            tail = worst.name[len(stem) :] if worst.name.startswith(stem) else worst.name
             raise OptionError(
                 option,
                 f"{printable(str(output))}: a name of {given} bytes, and shrink also writes "
-                f"<its stem>{printable(tail)} beside it, {extra} bytes longer, past the "
+                f"{printable(_shown(worst, stem))} beside it, {extra} bytes longer, past the "
                 f"{limit} bytes a file name may have; shorten the name to at most "
                 f"{limit - extra} bytes",
             )
@@ -96,11 +117,7 @@ def refuse_long_derived(
             continue
         worst = max(near, key=lambda p: len(os.fsencode(str(p))))
         whole = len(os.fsencode(str(worst)))
-        shown = (
-            str(worst.relative_to(output))
-            if where == "in"
-            else f"<its stem>{worst.name[len(stem) :]}"
-        )
+        shown = str(worst.relative_to(output)) if where == "in" else _shown(worst, stem)
         if whole > _PATH_MAX:
             raise OptionError(
                 option,

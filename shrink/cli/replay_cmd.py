@@ -27,6 +27,7 @@ from shrink.cli._common import (
     parse_duration_option,
     printing,
 )
+from shrink.cli._derived import refuse_long_derived, replay_parts
 from shrink.cli._replay_opts import (
     AWAKE_NONE_RAN,
     AWAKE_NOT_RAN,
@@ -122,6 +123,7 @@ def replay(
             # as httperf: the run starts empty (a sweep starts in the steady state)
             warm_start=False,
         )
+        refuse_long_derived(output, replay_parts(output, tgt))
         _warn_docroot(tgt, tr, trace)
         with _held(output), naming_trace(trace):
             res = tgt.run(tr, rate_factor=rf, warmup=0.0, duration=seconds, out=output)
