@@ -439,6 +439,27 @@ def test_a_scaled_out_replay_into_a_long_legal_name_writes_its_parts(fake, tmp_p
     assert [p.name for p in tmp_path.iterdir()] == [out.name]
 
 
+def test_two_long_names_sharing_their_head_do_not_share_their_parts(tmp_path, capsys):
+    """Two legal RunLog names alike in their first 204 bytes: their parts' stems were
+    both cut there, and a replay into one named the other's stopped run's parts as its
+    own ("holds 1 engine process part of a replay into B.parquet")."""
+    from shrink.cli.replay_cmd import _held
+    from shrink.replay.part_dirs import PART_STEM_MAX, part_stem
+
+    head = "é" * 60 + "a" * 100  # 220 bytes
+    a, b = tmp_path / f"{head}A.parquet", tmp_path / f"{head}B.parquet"
+    assert part_stem(a) != part_stem(b)
+    assert all(len(os.fsencode(part_stem(p))) <= PART_STEM_MAX for p in (a, b))
+    assert part_stem(a).encode().decode("utf-8")  # (whole characters)
+    (tmp_path / f"{part_stem(a)}.part0.0123456789ab.parquet").write_bytes(b"x")
+    with _held(b):
+        pass
+    assert "engine process part" not in capsys.readouterr().err
+    with _held(a):
+        pass
+    assert "engine process part of a replay into" in capsys.readouterr().err
+
+
 def test_a_sweep_names_the_parts_a_stopped_sweep_left(tmp_path, capsys):
     """--runlogs after a sweep with two engine processes was killed: its parts are named."""
     import contextlib

@@ -195,11 +195,20 @@ PART_STEM_MAX = 255 - len("..0123456789ab.reserve") - len(".part999.0123456789ab
 
 
 def part_stem(out: str | Path) -> str:
-    """The stem of the parts of a run whose RunLog is ``out``: its name's stem, cut to
-    :data:`PART_STEM_MAX` bytes (never inside a UTF-8 character)."""
+    """The stem of the parts of a run whose RunLog is ``out``: its name's stem, or where
+    that passes :data:`PART_STEM_MAX` bytes, its head (never cut inside a UTF-8
+    character) and ``~`` and 8 hex digits of the whole stem's hash. Cut alone, two
+    RunLogs whose names share their first 204 bytes shared their parts' stem: a replay
+    into one named the other's stopped run's parts as its own ("of a replay into B")."""
+    import hashlib
+
     from shrink.atomic import cut_name
 
-    return cut_name(Path(out).with_suffix("").name, PART_STEM_MAX)
+    stem = Path(out).with_suffix("").name
+    if len(os.fsencode(stem)) <= PART_STEM_MAX:
+        return stem
+    mark = hashlib.sha256(os.fsencode(stem)).hexdigest()[:8]
+    return f"{cut_name(stem, PART_STEM_MAX - 9)}~{mark}"
 
 
 def stale_parts(folder: str | Path, stems: str) -> list[str]:
