@@ -113,12 +113,15 @@ def check_output(path: str | Path, *, kind: str = "file", what: str = "output") 
         if not os.access(path, os.W_OK | (os.X_OK if kind == "dir" else 0)):
             raise ParameterError(f"{what} {path} is not writable")
         return path
-    parent = path.absolute().parent
-    if not parent.exists():
+    # Asked by the path as given (relative to the working folder, as the kernel takes
+    # it), said from /: in a working folder whose path passes PATH_MAX, -o c.json was
+    # refused as "<its 4,100 bytes>: File name too long", a path the user never gave.
+    parent, near = path.absolute().parent, path.parent
+    if not near.exists():
         raise ParameterError(f"{what} {path}: its folder {parent} does not exist; create it first")
-    if not parent.is_dir():
+    if not near.is_dir():
         raise ParameterError(f"{what} {path}: {parent} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
+    if not os.access(near, os.W_OK | os.X_OK):
         raise ParameterError(f"{what} {path}: cannot create it, {parent} is not writable")
     return path
 
@@ -148,9 +151,10 @@ _KERNEL_FS = frozenset(
 def _kernel_fs(path: str | Path) -> str | None:
     """The type of the kernel's file system (``proc``, ``sysfs``, ...) that ``path``, or
     the nearest folder above it that exists, lies on; None on any other (or unknown)."""
-    p = Path(os.path.realpath(path))
-    while not p.exists() and p != p.parent:
-        p = p.parent
+    near = Path(path)  # the nearest that exists, asked as given (see check_output)
+    while not os.path.lexists(near) and near != near.parent:
+        near = near.parent
+    p = Path(os.path.realpath(near))
     best, fs = "", None
     try:
         with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:

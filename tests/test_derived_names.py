@@ -89,3 +89,25 @@ def test_a_scaled_out_replay_near_path_max_is_refused_before_it_runs(tmp_path, t
     assert code == 2, text
     assert ".<its stem>.part1.0123456789ab.parquet.0123456789ab.reserve beside it" in text, text
     assert not [p for p in out.parent.iterdir() if ".part" in p.name]
+
+
+def test_a_short_out_in_a_working_folder_past_path_max_is_written(tmp_path, monkeypatch):
+    # The kernel takes a path relative to the working folder: -o c.json is written there
+    # whatever the folder's own path. It was refused as "<the folder's 4,100 bytes and
+    # more>/c.json: File name too long" (exit 1), a path the user never gave.
+    trace = tmp_path / "t.parquet"
+    n = 400
+    Trace.from_columns(
+        {"session": list(range(n)), "t": [i * 0.05 for i in range(n)], "path": ["/a"] * n}
+    ).write_parquet(trace)
+    monkeypatch.chdir(tmp_path)
+    while len(os.fsencode(os.getcwd())) <= 4096:
+        os.mkdir("d" * 240)
+        os.chdir("d" * 240)
+    code, text = _run("sim", "sweep", trace, "--machine", SPEC, "--levels", "0.5",
+                      "--duration", "1s", "-o", "c.json")  # fmt: skip
+    assert code == 0, text
+    assert os.path.isfile("c.json") and os.path.isfile("c.partial.json") is False
+    code, text = _run("sim", "sweep", trace, "--machine", SPEC, "--levels", "0.5",
+                      "--duration", "1s", "-o", "no/c.json")  # fmt: skip
+    assert code == 2 and "no/c.json: its folder" in text and "does not exist" in text, text
