@@ -396,10 +396,14 @@ def release_outputs() -> None:
     while _FOLDERS:
         key, (fd, ino, made) = _FOLDERS.popitem()
         _HELD.discard(ino)
+        # By its name in the folder above, held open (:func:`hold_output`): by its path
+        # from /, an output folder made in a working folder past PATH_MAX was left.
+        held = _OUTPUTS.get(key)
+        name, where = (Path(key).name, held[0]) if held is not None else (key, None)
         with contextlib.suppress(OSError):  # (empty: the run wrote nothing there)
-            st = os.stat(key, follow_symlinks=False)
+            st = os.stat(name, dir_fd=where, follow_symlinks=False)
             if made and (st.st_dev, st.st_ino) == ino:  # (not another folder by that name)
-                os.rmdir(key)
+                os.rmdir(name, dir_fd=where)
         os.close(fd)
     while _OUTPUTS:
         _let_go(*_OUTPUTS.popitem()[1])

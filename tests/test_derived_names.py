@@ -100,10 +100,7 @@ def test_a_short_out_in_a_working_folder_past_path_max_is_written(tmp_path, monk
     Trace.from_columns(
         {"session": list(range(n)), "t": [i * 0.05 for i in range(n)], "path": ["/a"] * n}
     ).write_parquet(trace)
-    monkeypatch.chdir(tmp_path)
-    while len(os.fsencode(os.getcwd())) <= 4096:
-        os.mkdir("d" * 240)
-        os.chdir("d" * 240)
+    _work_past_path_max(tmp_path, monkeypatch)
     code, text = _run("sim", "sweep", trace, "--machine", SPEC, "--levels", "0.5",
                       "--duration", "1s", "-o", "c.json")  # fmt: skip
     assert code == 0, text
@@ -111,3 +108,21 @@ def test_a_short_out_in_a_working_folder_past_path_max_is_written(tmp_path, monk
     code, text = _run("sim", "sweep", trace, "--machine", SPEC, "--levels", "0.5",
                       "--duration", "1s", "-o", "no/c.json")  # fmt: skip
     assert code == 2 and "no/c.json: its folder" in text and "does not exist" in text, text
+
+
+def _work_past_path_max(tmp_path: Path, monkeypatch) -> None:
+    """Work in a folder made in ``tmp_path`` whose path from / passes PATH_MAX."""
+    monkeypatch.chdir(tmp_path)
+    while len(os.fsencode(os.getcwd())) <= 4096:
+        os.mkdir("d" * 240)
+        os.chdir("d" * 240)
+
+
+def test_an_output_folder_made_past_path_max_is_removed_when_nothing_ran(
+    tmp_path, trace, monkeypatch
+):
+    # Removed by its path from /, the empty folder a refused predict had made was left.
+    _work_past_path_max(tmp_path, monkeypatch)
+    code, text = _run("predict", trace, "--target", f"sim:{SPEC}", "-o", "pr")
+    assert code == 1 and "kept none of the trace's 2 requests" in text, text
+    assert os.listdir(".") == []
