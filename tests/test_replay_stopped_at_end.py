@@ -17,7 +17,9 @@ from shrink.cli._replay_opts import EngineOptions
 from shrink.target import FakeTarget
 
 class EndsStopped(FakeTarget):
-    state, realtime, lag_limit = None, None, 1e-3  # (as a LiveTarget has them)
+    # (as a LiveTarget has them)
+    state, realtime, lag_limit = None, None, 1e-3
+    generator_cpus, processes, cluster = (0,), None, None
 
     def run(self, trace, out=None, **kw):
         res = super().run(trace, seed=0, **kw)
