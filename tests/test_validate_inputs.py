@@ -11,17 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.cli import SPEC, cli_ok
 from typer.testing import CliRunner
 
 from shrink.cli import app
-
-ROOT = Path(__file__).resolve().parent.parent
-SPEC = ROOT / "examples" / "machines" / "nehalem-2s.toml"
-
-
-def _ok(*args: str) -> None:
-    r = CliRunner().invoke(app, list(args))
-    assert r.exit_code in (0, 99), r.output
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +24,8 @@ def moved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     spec = d / "m.toml"
     shutil.copy(SPEC, spec)
     trace = d / "t.parquet"
-    _ok("synth", "tcp", "--rate", "2000", "--duration", "12s", "-o", str(trace))
-    _ok("predict", str(trace), "-o", str(d / "p"), "--machine", str(spec),
+    cli_ok("synth", "tcp", "--rate", "2000", "--duration", "12s", "-o", str(trace))
+    cli_ok("predict", str(trace), "-o", str(d / "p"), "--machine", str(spec),
         "--target", f"sim:{spec}", "--duration", "1s", "--warmup", "0s", "--reps", "1",
         "--max-levels", "2", "--mappings", "1-replica")  # fmt: skip
     elsewhere = d / "elsewhere"
@@ -148,7 +141,7 @@ def test_a_docroot_edited_during_predict_s_runs_is_said_in_the_record_and_the_re
     from shrink.providers import TargetSettings
 
     trace = tmp_path / "t.parquet"
-    _ok("synth", "tcp", "--rate", "2000", "--duration", "12s", "-o", str(trace))
+    cli_ok("synth", "tcp", "--rate", "2000", "--duration", "12s", "-o", str(trace))
     www = tmp_path / "www"
     (www / "a").mkdir(parents=True)
     (www / "a" / "p.php").write_text("<?php echo 1;")
@@ -281,7 +274,7 @@ def test_a_docroot_removed_during_predict_s_runs_is_said_in_the_record_and_the_r
     from shrink.providers import TargetSettings
 
     trace = tmp_path / "t.parquet"
-    _ok("synth", "tcp", "--rate", "2000", "--duration", "12s", "-o", str(trace))
+    cli_ok("synth", "tcp", "--rate", "2000", "--duration", "12s", "-o", str(trace))
     www = tmp_path / "www"
     www.mkdir()
     (www / "index.html").write_text("hi")

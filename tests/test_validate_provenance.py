@@ -8,17 +8,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers.cli import SPEC, cli_ok
 from typer.testing import CliRunner
 
 from shrink.cli import app
-
-ROOT = Path(__file__).resolve().parent.parent
-SPEC = ROOT / "examples" / "machines" / "nehalem-2s.toml"
-
-
-def _ok(*args: str) -> None:
-    r = CliRunner().invoke(app, list(args))
-    assert r.exit_code in (0, 99), r.output
 
 
 @pytest.fixture(scope="module")
@@ -26,12 +19,12 @@ def predicted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A prediction made on the simulator, and a full-scale curve of the same trace."""
     d = tmp_path_factory.mktemp("pred")
     trace = d / "t.parquet"
-    _ok("synth", "tcp", "--rate", "2000", "--duration", "12s", "-o", str(trace))
-    _ok("predict", str(trace), "-o", str(d / "p"), "--machine", str(SPEC),
+    cli_ok("synth", "tcp", "--rate", "2000", "--duration", "12s", "-o", str(trace))
+    cli_ok("predict", str(trace), "-o", str(d / "p"), "--machine", str(SPEC),
         "--target", f"sim:{SPEC}", "--duration", "1s", "--warmup", "0s", "--reps", "1",
         "--max-levels", "3", "--mappings", "1-replica")  # fmt: skip
     full = d / "full.json"
-    _ok("sim", "sweep", str(trace), "--machine", str(SPEC), "-o", str(full),
+    cli_ok("sim", "sweep", str(trace), "--machine", str(SPEC), "-o", str(full),
         "--levels", "1,2", "--reps", "1", "--warmup", "0s", "--duration", "1s")  # fmt: skip
     return d / "p" / "prediction.json", full
 
@@ -74,9 +67,9 @@ def test_a_curve_of_another_synthesized_trace_is_said_to_differ(tmp_path, predic
     # both traces' source is 'shrink synth tcp': another rate and seed went unsaid
     pred, _ = predicted
     other = tmp_path / "o.parquet"
-    _ok("synth", "tcp", "--rate", "1000", "--duration", "12s", "--seed", "2", "-o", str(other))
+    cli_ok("synth", "tcp", "--rate", "1000", "--duration", "12s", "--seed", "2", "-o", str(other))
     full = tmp_path / "full.json"
-    _ok("sim", "sweep", str(other), "--machine", str(SPEC), "-o", str(full),
+    cli_ok("sim", "sweep", str(other), "--machine", str(SPEC), "-o", str(full),
         "--levels", "1,2", "--reps", "1", "--warmup", "0s", "--duration", "1s")  # fmt: skip
     (tmp_path / "v").mkdir()
     out, meta, _ = _validate(pred, full, tmp_path / "v")
@@ -92,8 +85,8 @@ def test_a_fresh_full_run_of_a_sparse_trace_is_measured_and_is_the_same_trace(tm
     And every fresh full run was said to be of another trace: the curve recorded the
     fingerprint of the window it looped, not of the trace."""
     trace = tmp_path / "sparse.parquet"
-    _ok("synth", "tcp", "--rate", "0.05", "--duration", "4000s", "--seed", "1", "-o", str(trace))
-    _ok("predict", str(trace), "-o", str(tmp_path / "p"), "--machine", str(SPEC),
+    cli_ok("synth", "tcp", "--rate", "0.05", "--duration", "4000s", "--seed", "1", "-o", str(trace))
+    cli_ok("predict", str(trace), "-o", str(tmp_path / "p"), "--machine", str(SPEC),
         "--target", f"sim:{SPEC}", "--duration", "1s", "--warmup", "0s", "--reps", "1",
         "--max-levels", "3", "--mappings", "1-replica")  # fmt: skip
     r = CliRunner().invoke(app, ["validate", str(tmp_path / "p" / "prediction.json")])
@@ -127,8 +120,8 @@ def test_a_prediction_made_with_relative_paths_is_validated_from_another_folder(
     made.mkdir()
     shutil.copy(SPEC, made / "m.toml")
     monkeypatch.chdir(made)
-    _ok("synth", "tcp", "--rate", "2000", "--duration", "12s", "-o", "t.parquet")
-    _ok("predict", "t.parquet", "-o", "p", "--machine", "m.toml", "--target", "sim:m.toml",
+    cli_ok("synth", "tcp", "--rate", "2000", "--duration", "12s", "-o", "t.parquet")
+    cli_ok("predict", "t.parquet", "-o", "p", "--machine", "m.toml", "--target", "sim:m.toml",
         "--duration", "1s", "--warmup", "0s", "--reps", "1", "--max-levels", "3",
         "--mappings", "1-replica")  # fmt: skip
     elsewhere = tmp_path / "elsewhere"
@@ -167,7 +160,7 @@ def test_a_copied_prediction_whose_trace_path_holds_another_file_is_refused_befo
     for name in ("prediction.json", "predicted-curve.json", "measured-curve.json"):
         shutil.copy(pred.parent / name, tmp_path / name)
     other = tmp_path / "t.parquet"
-    _ok("synth", "tcp", "--rate", "1000", "--duration", "12s", "--seed", "2", "-o", str(other))
+    cli_ok("synth", "tcp", "--rate", "1000", "--duration", "12s", "--seed", "2", "-o", str(other))
     doc = json.loads((tmp_path / "prediction.json").read_text())
     gone = tmp_path / "gone.parquet"
     said_of = {other: "not the trace this prediction measured", gone: "no such file (the trace"}
@@ -189,7 +182,7 @@ def test_a_trace_given_with_trace_that_is_not_the_predicted_one_is_refused_befor
     (a moved project) is the same trace and is taken."""
     pred, _ = predicted
     other = tmp_path / "other.parquet"
-    _ok("synth", "tcp", "--rate", "1000", "--duration", "12s", "--seed", "2", "-o", str(other))
+    cli_ok("synth", "tcp", "--rate", "1000", "--duration", "12s", "--seed", "2", "-o", str(other))
     out = tmp_path / "v"
     r = CliRunner().invoke(
         app, ["validate", str(pred), "--trace", str(other), "-o", str(out)], terminal_width=250
