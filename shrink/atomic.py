@@ -36,6 +36,7 @@ __all__ = [
     "open_dir",
     "open_exclusive",
     "own_dir",
+    "pass_dir",
     "recording",
     "replaced_by_another",
     "unchanged_since_noted",
@@ -193,6 +194,16 @@ def open_dir(folder: str | Path) -> int:
         os.close(fd)
 
 
+def pass_dir(folder: str | Path) -> int:
+    """An ``O_PATH`` descriptor of ``folder`` (:func:`_pass_to`): enough to make, stat,
+    rename and unlink names in it, with only the write and search rights the kernel asks
+    for those. Held by :func:`open_dir` (read as well), a file could not be written in a
+    folder this user may write and pass but not list (mode 0311, a drop box): the
+    output check let it through and the run's file was lost after it ran ("cannot write
+    (Permission denied)")."""
+    return _pass_to(folder)
+
+
 def _pass_to(folder: str | Path) -> int:
     """An ``O_PATH`` descriptor of ``folder``, reached one name at a time from ``/``
     without following a symlink that neither root nor this user made.
@@ -347,7 +358,7 @@ def expect_unchanged(path: str | Path) -> None:
         # As the write reaches it (:func:`open_dir`): through the user's own symlinked
         # folder too. Opened with O_NOFOLLOW, such a folder read as empty, and rewriting
         # a file there was taken for another run's write (kept as c.1.json, exit 1).
-        fd = open_dir(p.parent)
+        fd = pass_dir(p.parent)
     except OSError:
         _EXPECTED[str(p)] = None  # (its folder is made later: nothing there yet)
         return
@@ -373,7 +384,7 @@ def unchanged_since_noted(path: str | Path) -> bool:
     if str(p) not in _EXPECTED:
         return True
     try:
-        fd = open_dir(p.parent)
+        fd = pass_dir(p.parent)
     except OSError:
         return _EXPECTED[str(p)] is None
     try:
@@ -464,7 +475,7 @@ def _replacing(path: Path, mode: int = 0o644) -> Iterator[tuple[int, Path]]:
     dir_fd = -1
     try:
         make_dirs(path.parent)
-        dir_fd = open_dir(path.parent)
+        dir_fd = pass_dir(path.parent)
         _replaceable(path)
         fd, tmp = open_exclusive(path, mode=mode, dir_fd=dir_fd)
         made = os.fstat(fd)

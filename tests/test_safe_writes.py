@@ -518,3 +518,48 @@ def test_a_dotdot_past_the_folders_held_never_lands_in_a_folder_put_in_a_moved_o
             os.close(fd)
     finally:
         monkeypatch.undo()
+
+
+@pytest.mark.root
+def test_a_user_writes_in_a_folder_it_may_write_and_pass_but_not_list():
+    """A folder of mode 0311 (a drop box): the kernel lets its owner make, rename and
+    unlink names in it, and the output check let -o there through; the write held the
+    folder opened to be read, so the run's file was lost after it ran ("cannot write
+    (Permission denied, EACCES)"), a rewrite and a RunLog alike."""
+    import shutil
+    import tempfile
+
+    from shrink.replay.writer import RunLogWriter
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run as another user")
+    top = Path(tempfile.mkdtemp())  # (reachable by nobody, as tmp_path is not)
+    try:
+        top.chmod(0o711)
+        box = top / "box"
+        box.mkdir()
+        os.chown(box, 65534, 65534)
+        box.chmod(0o311)  # written and passed through by its owner, never listed
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover (the child)
+            code = 2
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                write_text(box / "f.txt", "x")
+                write_text(box / "f.txt", "y")  # a rewrite: not put aside as another's
+                w = RunLogWriter(box / "r.parquet")
+                w.close()
+                code = 0
+            except (WriteError, OSError) as exc:
+                os.write(2, f"{exc}\n".encode())
+                code = 1
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        box.chmod(0o755)
+        assert (box / "f.txt").read_text() == "y"
+        assert sorted(p.name for p in box.iterdir()) == ["f.txt", "r.parquet"]
+    finally:
+        shutil.rmtree(top)

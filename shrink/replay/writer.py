@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from shrink.atomic import make_dirs, note_written, open_dir, open_exclusive, replaced_by_another
+from shrink.atomic import make_dirs, note_written, open_exclusive, pass_dir, replaced_by_another
 from shrink.errors import WriteError
 from shrink.jsonout import dumps
 from shrink.parquet_read import arrow_source
@@ -209,7 +209,7 @@ class RunLogWriter:
                 # Never through a folder symlink another user planted (--runlogs DIR),
                 # nor one swapped in after the check: the folder is held open.
                 make_dirs(self.path.parent)
-                self._dir_fd = open_dir(self.path.parent)
+                self._dir_fd = pass_dir(self.path.parent)  # (no read right needed: pass_dir)
                 self._fd, self._tmp = open_exclusive(self.path, dir_fd=self._dir_fd)
             except OSError as exc:
                 self._close_dir()
