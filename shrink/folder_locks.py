@@ -346,7 +346,17 @@ def _hold_folder(key: str, folder: Path) -> None:
     and a second run to it wrote the folder the first one was writing. A folder another
     run holds is refused (the lock file taken here let go again); one this process holds
     (:func:`claimed`), or one that cannot be locked, is left as it is."""
-    made = not os.path.lexists(folder)
+    # By its name in the folder above, held (:func:`hold_output`), as it is removed: by its
+    # path from /, a folder the user had made in a working folder past PATH_MAX was "not
+    # there" (ENAMETOOLONG), taken for this run's, and removed when the run was refused.
+    where = _OUTPUTS[key][0]
+    try:
+        os.stat(folder.name, dir_fd=where, follow_symlinks=False)
+        made = False
+    except FileNotFoundError:
+        made = True
+    except OSError:
+        made = False  # (unknown: never removed)
     try:
         make_dirs(folder)
         fd = open_dir(folder)
@@ -364,7 +374,7 @@ def _hold_folder(key: str, folder: Path) -> None:
         _let_go(*_OUTPUTS.pop(key), close_dir=False)  # (its caller closes the folder)
         if made:
             with contextlib.suppress(OSError):
-                os.rmdir(folder)
+                os.rmdir(folder.name, dir_fd=where)
         raise OutputBusyError(folder, holder, "folder") from None
     except OSError:
         os.close(fd)

@@ -126,3 +126,13 @@ def test_an_output_folder_made_past_path_max_is_removed_when_nothing_ran(
     code, text = _run("predict", trace, "--target", f"sim:{SPEC}", "-o", "pr")
     assert code == 1 and "kept none of the trace's 2 requests" in text, text
     assert os.listdir(".") == []
+
+
+def test_an_output_folder_there_before_the_run_is_kept_past_path_max(tmp_path, trace, monkeypatch):
+    # Asked by its path from / (ENAMETOOLONG: "not there"), the empty folder the user had
+    # made was taken for one this run made, and removed when the run was refused.
+    _work_past_path_max(tmp_path, monkeypatch)
+    os.mkdir("pr")
+    code, text = _run("predict", trace, "--target", f"sim:{SPEC}", "-o", "pr")
+    assert code == 1 and "kept none of the trace's 2 requests" in text, text
+    assert os.listdir(".") == ["pr"]
