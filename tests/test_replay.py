@@ -460,6 +460,30 @@ def test_two_long_names_sharing_their_head_do_not_share_their_parts(tmp_path, ca
     assert "engine process part of a replay into" in capsys.readouterr().err
 
 
+def test_a_name_equal_to_a_long_names_cut_stem_does_not_take_its_parts(tmp_path, capsys):
+    """A legal RunLog name whose stem is another's cut parts' stem (its head, ~ and 8 hex
+    digits, copied from the parts' names): kept as it was, the stem was the same, and a
+    replay into it named the long RunLog's stopped run's parts as its own."""
+    from shrink.cli.replay_cmd import _held
+    from shrink.replay.part_dirs import PART_STEM_MAX, part_stem
+
+    for head in ("a" * 300, "é" * 150):  # cut stems of 204 and 203 bytes
+        long = tmp_path / f"{head}.parquet"
+        short = tmp_path / f"{part_stem(long)}.parquet"  # a legal name: 212 bytes or less
+        assert part_stem(short) != part_stem(long)
+        assert len(os.fsencode(part_stem(short))) <= PART_STEM_MAX
+        part = tmp_path / f"{part_stem(long)}.part0.0123456789ab.parquet"
+        part.write_bytes(b"x")
+        with _held(short):
+            pass
+        assert "engine process part" not in capsys.readouterr().err
+        with _held(long):
+            pass
+        assert "engine process part of a replay into" in capsys.readouterr().err
+        part.unlink()
+    assert part_stem(tmp_path / "run~0123abcd.parquet") == "run~0123abcd"  # (short: as it is)
+
+
 def test_a_sweep_names_the_parts_a_stopped_sweep_left(tmp_path, capsys):
     """--runlogs after a sweep with two engine processes was killed: its parts are named."""
     import contextlib

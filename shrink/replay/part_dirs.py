@@ -194,6 +194,9 @@ PART_NAMES = r"\.part[0-9]+(?:\.[0-9a-f]{12})?\.parquet"
 PART_STEM_MAX = 255 - len("..0123456789ab.reserve") - len(".part999.0123456789ab.parquet")
 
 
+_CUT = re.compile(r"~[0-9a-f]{8}\Z")  # how a cut stem ends (:func:`part_stem`)
+
+
 def part_stem(out: str | Path) -> str:
     """The stem of the parts of a run whose RunLog is ``out``: its name's stem, or where
     that passes :data:`PART_STEM_MAX` bytes, its head (never cut inside a UTF-8
@@ -205,7 +208,11 @@ def part_stem(out: str | Path) -> str:
     from shrink.atomic import cut_name
 
     stem = Path(out).with_suffix("").name
-    if len(os.fsencode(stem)) <= PART_STEM_MAX:
+    size = len(os.fsencode(stem))
+    # A stem already in the cut form (head, ~, 8 hex digits: 201-204 bytes) is marked
+    # too: kept as it is, a user's legal name equal to another RunLog's cut stem (the
+    # parts' own names, copied) took that RunLog's stopped run's parts as its own.
+    if size <= PART_STEM_MAX and not (size > PART_STEM_MAX - 4 and _CUT.search(stem)):
         return stem
     mark = hashlib.sha256(os.fsencode(stem)).hexdigest()[:8]
     return f"{cut_name(stem, PART_STEM_MAX - 9)}~{mark}"
