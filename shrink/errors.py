@@ -57,6 +57,26 @@ __all__ = [
 
 
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+# Unicode's default-ignorable characters that Python counts printable (combining
+# joiners, Hangul fillers, variation selectors, ...): a terminal draws them as nothing or
+# a blank, so "a\u3164b" read as "a b" and "x\ufe00" as "x", names no one could type
+# back. (The others, zero-width spaces and bidi controls among them, are not printable.)
+_IGNORABLE = (
+    (0x034F, 0x034F),
+    (0x115F, 0x1160),
+    (0x17B4, 0x17B5),
+    (0x180B, 0x180F),
+    (0x3164, 0x3164),
+    (0xFE00, 0xFE0F),
+    (0xFFA0, 0xFFA0),
+    (0xE0000, 0xE0FFF),
+)
+
+
+def _ignorable(ch: str) -> bool:
+    return any(lo <= ord(ch) <= hi for lo, hi in _IGNORABLE)
+
+
 # The longest message an error prints (characters); a longer one loses its middle.
 _MAX_MESSAGE = 2000
 
@@ -70,7 +90,7 @@ def printable(text: object) -> str:
     for ch in str(text):
         if ch in _ESCAPES:
             out.append(_ESCAPES[ch])
-        elif ch.isprintable():
+        elif ch.isprintable() and not _ignorable(ch):
             out.append(ch)
         elif ord(ch) < 0x80:  # (an ASCII control: the character is the byte)
             out.append(f"\\x{ord(ch):02x}")

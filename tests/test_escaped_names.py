@@ -34,6 +34,20 @@ def test_a_c1_control_and_a_byte_that_is_not_utf8_are_said_apart():
     assert printable(char) == "n\\u009b"
 
 
+def test_characters_a_terminal_draws_as_nothing_or_a_blank_are_said_escaped():
+    """Default-ignorable characters Python counts printable (a Hangul filler, a variation
+    selector, a combining grapheme joiner, a tag) were printed as they are: "a\u3164b"
+    showed as "a b" and "x\ufe00" as "x", names a user could not type back. Bidi
+    controls and every C0/C1 control, U+2028/U+2029 were escaped already."""
+    assert printable("a\u3164b") == "a\\u3164b"
+    assert printable("x\ufe00.parquet") == "x\\ufe00.parquet"
+    assert printable("a\u034fb\U000e0041") == "a\\u034fb\\U000e0041"
+    assert printable("r\u202eteuqrap.txt\u2066\u2069") == "r\\u202eteuqrap.txt\\u2066\\u2069"
+    assert printable("日本 é ❤") == "日本 é ❤"  # (what draws as itself, as it is)
+    for cp in [*range(0x20), 0x7F, *range(0x80, 0xA0), 0x2028, 0x2029, 0xAD, 0xFEFF]:
+        assert chr(cp) not in printable(f"a{chr(cp)}b"), hex(cp)
+
+
 @pytest.mark.parametrize(
     "err",
     [TraceFormatError("bad", path=NASTY, line=3), WriteError(NASTY, OSError(28, "full"))],
