@@ -109,6 +109,7 @@ def check_output(path: str | Path, *, kind: str = "file", what: str = "output") 
     if (fs := _kernel_fs(path)) is not None:
         # root may "write" there as far as access() says; the write fails once measured
         raise ParameterError(f"{what} {path} is on {fs} (the kernel's, not storage): name another")
+    _walked_as_written(path if kind == "dir" and path.exists() else path.parent, path, what)
     if path.exists():
         if not os.access(path, os.W_OK | (os.X_OK if kind == "dir" else 0)):
             raise ParameterError(f"{what} {path} is not writable")
@@ -124,6 +125,23 @@ def check_output(path: str | Path, *, kind: str = "file", what: str = "output") 
     if not os.access(near, os.W_OK | os.X_OK):
         raise ParameterError(f"{what} {path}: cannot create it, {parent} is not writable")
     return path
+
+
+def _walked_as_written(folder: Path, path: Path, what: str) -> None:
+    """Refuse ``path`` now where the write will refuse its ``folder`` (walked one name at
+    a time from /, :func:`shrink.atomic.pass_dir`): through a symlink another user owns,
+    -o passed this check, the run ran, and its file was "cannot write (a symlink owned by
+    UID N, not followed)" after it. Other errors are said by the checks that follow."""
+    import errno
+
+    from shrink.atomic import pass_dir
+
+    try:
+        os.close(pass_dir(folder))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            why = f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+            raise ParameterError(f"{what} {path}: cannot be written there ({why})") from None
 
 
 _KERNEL_FS = frozenset(

@@ -563,3 +563,24 @@ def test_a_user_writes_in_a_folder_it_may_write_and_pass_but_not_list():
         assert sorted(p.name for p in box.iterdir()) == ["f.txt", "r.parquet"]
     finally:
         shutil.rmtree(top)
+
+
+@pytest.mark.root
+def test_an_output_through_another_users_symlink_is_refused_before_the_run(tmp_path):
+    """-o through a folder symlink another user owns passed the output check; the run
+    ran, and then its file was "cannot write (a symlink owned by UID 65534, not
+    followed)": the check now walks the folder as the write does."""
+    from shrink.errors import ParameterError
+    from shrink.files import check_output
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give a symlink to another user")
+    (tmp_path / "real").mkdir()
+    (tmp_path / "theirs").symlink_to("real")
+    os.lchown(tmp_path / "theirs", 65534, 65534)
+    (tmp_path / "mine").symlink_to("real")
+    for out, kind in ((tmp_path / "theirs" / "c.json", "file"), (tmp_path / "theirs", "dir")):
+        with pytest.raises(ParameterError, match=r"symlink owned by UID 65534, not followed"):
+            check_output(out, kind=kind)
+    assert check_output(tmp_path / "mine" / "c.json") == tmp_path / "mine" / "c.json"
+    assert check_output(tmp_path / "mine", kind="dir") == tmp_path / "mine"
