@@ -28,7 +28,9 @@ def comma_locale(monkeypatch):
             return "C"
         asked.append(name)
         if name != "C":
-            monkeypatch.setattr(locale, "localeconv", lambda: {**real(), "decimal_point": ","})
+            monkeypatch.setattr(
+                locale, "localeconv", lambda: {**real(), "decimal_point": ",", "thousands_sep": "."}
+            )
         else:
             monkeypatch.setattr(locale, "localeconv", real)
         return name
@@ -50,7 +52,7 @@ def test_two_whole_numbers_under_a_decimal_comma_locale_are_read_as_two_with_a_n
     assert comma_locale == ["de_DE.UTF-8", "C"]  # asked, then put back
 
 
-@pytest.mark.parametrize("text", ["1,2,4", "0.5,1", "1"])
+@pytest.mark.parametrize("text", ["1,2,4", "0.5,1", "1", "0.500", "1.50", "10.0001", "1000.000"])
 def test_other_lists_say_nothing(comma_locale, capsys, text):
     _levels(text)
     assert capsys.readouterr().err == ""
@@ -63,3 +65,27 @@ def test_a_point_locale_says_nothing(monkeypatch, capsys):
     assert _levels("1,5") == [1.0, 5.0]
     assert capsys.readouterr().err == ""
     assert not _locale._decimal_comma()
+
+
+@pytest.mark.parametrize(
+    ("text", "read", "meant"),
+    [("10.000", [10.0], "10000"), ("1.500", [1.5], "1500"), ("0.5,2.000", [0.5, 2.0], "2000")],
+)
+def test_a_thousands_point_under_a_locale_that_writes_one_is_read_as_a_decimal_point_with_a_note(
+    comma_locale, capsys, text, read, meant
+):
+    """de_DE writes ten thousand 10.000: shrink reads 10, and says so."""
+    assert _levels(text) == read
+    err = capsys.readouterr().err
+    item = text.split(",")[-1]
+    assert f"note: --levels value {item} is read as {read[-1]:g}" in err, err
+    assert f"for {meant}, type {meant} (no separator)" in err, err
+    assert err.count("note:") == 1, err
+
+
+def test_a_thousands_point_under_a_point_locale_says_nothing(monkeypatch, capsys):
+    for var in ("LC_ALL", "LC_NUMERIC", "LANG"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    assert _levels("10.000") == [10.0]
+    assert capsys.readouterr().err == ""

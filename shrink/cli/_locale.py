@@ -4,6 +4,8 @@ shrink never reads a number by the locale: ``--levels 1,5`` is the two levels 1 
 under ``LC_NUMERIC=de_DE.UTF-8`` as under ``C``, a comma always parting a list's items.
 A user whose locale writes 1.5 as "1,5" may have meant one level: when the locale's
 decimal point is a comma and a list is two whole numbers, a note says how it was read.
+Likewise when its thousands separator is a point and an item is a whole number of one to
+three digits, a point and three digits (``10.000``, ten thousand there): read as 10.
 """
 
 from __future__ import annotations
@@ -15,34 +17,54 @@ import re
 import typer
 
 _SPLIT_DECIMAL = re.compile(r"\s*(\d+),(\d+)\s*")
+_THOUSANDS_POINT = re.compile(r"\s*([1-9]\d{0,2})\.(\d{3})\s*")
 
 
-def _decimal_comma() -> bool:
-    """Whether the user's locale (LC_ALL, else LC_NUMERIC, else LANG) writes a decimal
-    comma. Python reads numbers in the C locale whatever the environment says; the
-    user's is set only to be asked, then put back."""
+def _separators() -> tuple[str, str]:
+    """The user's locale's (LC_ALL, else LC_NUMERIC, else LANG) decimal point and
+    thousands separator; ("", "") for C or a locale not installed. Python reads numbers
+    in the C locale whatever the environment says; the user's is set only to be asked,
+    then put back."""
     name = next((v for k in ("LC_ALL", "LC_NUMERIC", "LANG") if (v := os.environ.get(k))), "")
     if not name or name in ("C", "POSIX") or name.startswith("C."):
-        return False
+        return "", ""
     before = locale.setlocale(locale.LC_NUMERIC)
     try:
         locale.setlocale(locale.LC_NUMERIC, name)
-        return locale.localeconv()["decimal_point"] == ","
+        conv = locale.localeconv()
+        return str(conv["decimal_point"]), str(conv["thousands_sep"])
     except locale.Error:  # not installed: nothing to say by it
-        return False
+        return "", ""
     finally:
         locale.setlocale(locale.LC_NUMERIC, before)
 
 
+def _decimal_comma() -> bool:
+    """Whether the user's locale writes a decimal comma."""
+    return _separators()[0] == ","
+
+
 def note_split_decimal(option: str, text: str) -> None:
     """Say on stderr how ``text`` (two whole numbers parted by a comma, ``1,5``) was read,
-    when the locale's decimal point is a comma: two items, not one number."""
+    when the locale's decimal point is a comma: two items, not one number; and how an item
+    such as ``10.000`` was read (10), when the locale's thousands separator is a point."""
     m = _SPLIT_DECIMAL.fullmatch(text)
-    if m is None or not _decimal_comma():
+    items = [x for x in text.split(",") if _THOUSANDS_POINT.fullmatch(x)]
+    if m is None and not items:
         return
-    a, b = m.groups()
-    typer.echo(
-        f"note: {option} {text.strip()} is read as two values, {a} and {b}: a comma parts "
-        f"a list's items in every locale; for the one value {a}.{b}, type {option} {a}.{b}",
-        err=True,
-    )
+    point, thousands = _separators()
+    if m is not None and point == ",":
+        a, b = m.groups()
+        typer.echo(
+            f"note: {option} {text.strip()} is read as two values, {a} and {b}: a comma parts "
+            f"a list's items in every locale; for the one value {a}.{b}, type {option} {a}.{b}",
+            err=True,
+        )
+    if items and thousands == ".":
+        for item in items:
+            a, b = _THOUSANDS_POINT.fullmatch(item).groups()  # type: ignore[union-attr]
+            typer.echo(
+                f"note: {option} value {item.strip()} is read as {float(item):g}: a point is "
+                f"the decimal point in every locale; for {a}{b}, type {a}{b} (no separator)",
+                err=True,
+            )
