@@ -271,6 +271,40 @@ _HINTS = (
 )
 
 
+def utf32(head: bytes) -> str | None:
+    """What a file that starts with ``head`` is, when it is UTF-32 text, with or without
+    a byte-order mark, with what to run to read it; else None.
+
+    Without a mark such bytes are valid UTF-8 (each letter three NULs and itself), so
+    they were read as text with NULs; with one (FF FE 00 00) the file was named UTF-16.
+    Judged by the first 4 KiB, in groups of four: the top byte (no code point reaches
+    it) NUL in each, the next NUL in at least 9 of 10 (the planes past the first are
+    rare), the low byte NUL in at most 1 of 10 (a letter's own byte).
+    """
+    for mark, order in ((b"\xff\xfe\x00\x00", "LE"), (b"\x00\x00\xfe\xff", "BE")):
+        if head.startswith(mark):
+            return (
+                f"UTF-32 text ({order}, with a byte-order mark): convert it to UTF-8 first "
+                "(iconv -f UTF-32 -t UTF-8)"
+            )
+    sample = head[:4096]
+    sample = sample[: len(sample) & ~3]
+    quads = len(sample) // 4
+    if quads < 2:
+        return None
+    for order, (top, next_, low) in (("LE", (3, 2, 0)), ("BE", (0, 1, 3))):
+        if (
+            sample[top::4].count(0) == quads
+            and sample[next_::4].count(0) * 10 >= quads * 9
+            and sample[low::4].count(0) * 10 <= quads
+        ):
+            return (
+                f"UTF-32 text without a byte-order mark ({order}): convert it to UTF-8 first "
+                f"(iconv -f UTF-32{order} -t UTF-8)"
+            )
+    return None
+
+
 def utf16_without_bom(head: bytes) -> str | None:
     """What a file that starts with ``head`` is, when every other byte is NUL: UTF-16
     text without a byte-order mark (LE when the NULs come second), with what to run to
@@ -304,8 +338,8 @@ def decode(data: bytes, *, path: str | Path | None, what: str) -> str:
     bom = 0
     while data.startswith(_UTF8_BOM, bom):  # two, from a tool that added one to a file with one
         bom += len(_UTF8_BOM)
-    if (utf16 := utf16_without_bom(data[bom:])) is not None:
-        raise TraceFormatError(f"not a {what}: {utf16}", path=path)
+    if (wide := utf32(data[bom:]) or utf16_without_bom(data[bom:])) is not None:
+        raise TraceFormatError(f"not a {what}: {wide}", path=path)
     try:
         return data[bom:].decode("utf-8")
     except UnicodeDecodeError as exc:

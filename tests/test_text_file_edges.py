@@ -212,3 +212,64 @@ def test_a_gzipped_utf16_log_is_told_to_go_through_zcat(tmp_path: Path, bom: boo
     plain.write_bytes(text.encode("utf-16-le"))
     with pytest.raises(TraceFormatError, match=r"first \(iconv -f UTF-16LE -t UTF-8\)$"):
         read_trace(plain)
+
+
+@pytest.mark.parametrize(
+    ("codec", "said"),
+    [
+        ("utf-32-le", "UTF-32 text without a byte-order mark (LE): convert it to UTF-8 first"),
+        ("utf-32-be", "UTF-32 text without a byte-order mark (BE): convert it to UTF-8 first"),
+        ("utf-32", "UTF-32 text (LE, with a byte-order mark): convert it to UTF-8 first"),
+        ("be-bom", "UTF-32 text (BE, with a byte-order mark): convert it to UTF-8 first"),
+    ],
+)
+@pytest.mark.parametrize(("name", "text", "fmt"), _READERS)
+def test_utf32_text_is_refused_by_name(
+    tmp_path: Path, name: str, text: str, fmt: str, codec: str, said: str
+) -> None:
+    """Named as UTF-16 text without a mark is. Before: without a mark (valid UTF-8, three
+    NULs a letter) read as text with NULs ('every data line was skipped', 'the path holds
+    a NUL byte', JSON 'Expecting value'); with one (FF FE 00 00) called UTF-16 text."""
+    from shrink.ingest import read_trace
+
+    data = (
+        b"\x00\x00\xfe\xff" + text.encode("utf-32-be") if codec == "be-bom" else text.encode(codec)
+    )
+    p = tmp_path / name
+    p.write_bytes(data)
+    with pytest.raises(TraceFormatError) as err:
+        if fmt == "json":
+            files.read_json(p)
+        elif fmt == "toml":
+            files.read_toml(p)
+        else:
+            read_trace(p, format=fmt)
+    msg = str(err.value)
+    assert str(p) in msg and said in msg, msg
+    assert "UTF-16" not in msg and "\n" not in msg, msg
+    iconv = "UTF-32" + ("" if "with a byte-order mark" in said else said.split("(")[1][:2])
+    assert f"(iconv -f {iconv} -t UTF-8)" in msg, msg
+
+
+def test_a_gzipped_utf32_log_is_told_to_go_through_zcat(tmp_path: Path) -> None:
+    import gzip
+
+    from shrink.ingest import read_trace
+
+    p = tmp_path / "u.log.gz"
+    p.write_bytes(gzip.compress((_CLF * 3).encode("utf-32-le")))
+    with pytest.raises(TraceFormatError) as err:
+        read_trace(p, format="auto")
+    msg = str(err.value)
+    assert "gzip-compressed UTF-32 text without a byte-order mark (LE)" in msg, msg
+    assert "(zcat FILE | iconv -f UTF-32LE -t UTF-8 > OUT)" in msg, msg
+
+
+def test_text_in_utf8_or_utf16_is_not_taken_for_utf32() -> None:
+    assert files.utf32("日本語のテキスト".encode("utf-32-le")) is not None  # no NUL rule on byte 1
+    assert files.utf32("ab\ncd".encode("utf-16-le")) is None
+    assert files.utf32("ab\ncd".encode("utf-16-be")) is None
+    assert files.utf32(b"\x00" * 40) is None
+    assert files.utf32(b"abcdefgh") is None
+    assert files.utf32(b"a\x00\x00\x00") is None  # one letter: too little to judge
+    assert files.utf32("\U0001f600".encode("utf-32-le") * 9 + b"a\x00\x00\x00") is None

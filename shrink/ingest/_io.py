@@ -197,7 +197,7 @@ def foreign(head: bytes, path: Path | None = None) -> str | None:
         return what
     what = re.sub(r"\(iconv ([^)]*)\)", r"(zcat FILE | iconv \1 > OUT)", what)
     what = re.sub(r"\(tail (-c \+\d+) FILE > OUT\)", r"(zcat FILE | tail \1 > OUT)", what)
-    what = what if what.startswith("UTF-16") else f", holding {what}"
+    what = what if what.startswith("UTF-") else f", holding {what}"
     after = "" if "zcat" in what else ", once gunzipped (zcat FILE)"
     return f"gzip-compressed {what}".replace(" ,", ",") + after
 
@@ -225,6 +225,8 @@ def _foreign(head: bytes) -> str | None:
             f"a capture behind {marks}, which a text tool put in front of it): remove those "
             f"{3 * n} bytes first (tail -c +{3 * n + 1} FILE > OUT)"
         )
+    if (wide := files.utf32(bare)) is not None:  # before UTF-16's mark, FF FE, its first half
+        return wide
     what = next((what for magic, what in _CONVERT_FIRST if magic.match(head)), None)
     return what if what is not None else files.utf16_without_bom(bare)
 
