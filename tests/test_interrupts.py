@@ -14,7 +14,7 @@ import typer
 from helpers.fake_targets import FailsAt, partial_sweep_exit, steady_trace
 
 from shrink.cli._common import cli_errors
-from shrink.cli.sweep_cmd import _keep_partial_sweep
+from shrink.cli._sweep_keep import _keep_partial_sweep
 from shrink.errors import ShrinkError
 from shrink.measure import SweepInterrupted, sweep
 from shrink.replay import native

@@ -122,7 +122,7 @@ def mat_cmd(
             check_class(lc, cls)
         added: list[float] = []
         if adaptive:
-            from shrink.cli.sweep_cmd import _keep_partial_sweep, _write_curve
+            from shrink.cli._sweep_keep import _keep_partial_sweep, _write_curve
             from shrink.measure import SweepInterrupted
             from shrink.trace import Trace
 

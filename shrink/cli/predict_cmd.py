@@ -32,7 +32,7 @@ from shrink.cli._derived import inside, refuse_long_derived
 from shrink.cli._predict_sim import check_sim_options as _check_sim_options
 from shrink.cli._progress import line_progress, on_terminal
 from shrink.cli._replay_opts import _Awake, _GenCpus, _LagLimit, _Overlap, _Realtime
-from shrink.cli.sweep_cmd import _keep_smaller
+from shrink.cli._sweep_keep import _keep_smaller
 from shrink.defaults import (
     ALPHA,
     DURATION,

@@ -24,13 +24,13 @@ from shrink.cli._common import (
 )
 from shrink.cli._derived import refuse_long_derived, sweep_twins
 from shrink.cli._replay_opts import _Export
-from shrink.cli.sweep_cmd import (
+from shrink.cli._sweep_keep import (
     _keep_partial_exports,
     _keep_partial_sweep,
-    _levels,
     _write_curve,
     keep_levels,
 )
+from shrink.cli.sweep_cmd import _levels
 from shrink.defaults import DURATION, MAX_BODY, MAX_REPS, REPS, WARMUP
 from shrink.errors import OptionError, ShrinkError, TopologyError, printable
 

@@ -16,8 +16,8 @@ from shrink.cli._common import (
     output_path,
     stat_label,
 )
+from shrink.cli._sweep_keep import _keep_smaller
 from shrink.cli.predict_cmd import _claim, _progress
-from shrink.cli.sweep_cmd import _keep_smaller
 from shrink.defaults import MAX_BODY
 from shrink.errors import OptionError, WriteError, printable
 

@@ -12,7 +12,7 @@ import pytest
 import typer
 
 from shrink.cli._common import cli_errors
-from shrink.cli.sweep_cmd import _keep_partial_sweep
+from shrink.cli._sweep_keep import _keep_partial_sweep
 from shrink.errors import ShrinkError
 from shrink.loadcurve import LoadCurve
 from shrink.measure import SweepInterrupted
