@@ -266,9 +266,12 @@ def test_a_run_log_cut_by_ulimit_f_is_said_to_hold_only_its_first_rows(tmp_path)
     ), error
 
 
-def _a_run_log_failing_at(path: Path, fail_at: int, monkeypatch) -> tuple[RunLogWriter, int]:
-    """A run log of 1,000 rows (two row groups) whose ``fail_at``-th write in its first row
-    group fails (EIO; never when 0): the writer, and the writes that group made."""
+def _a_run_log_failing_at(
+    path: Path, fail_at: int, monkeypatch, in_group: int = 1, rows: int = 1000
+) -> tuple[RunLogWriter, int]:
+    """A run log of ``rows`` rows (row groups of 500) whose ``fail_at``-th write in its
+    ``in_group``-th row group fails (EIO; never when 0): the writer, and the writes that
+    group made."""
     real_write, real_group = os.write, writer_mod.RunLogWriter._write
     inside: list[int] = []
 
@@ -277,9 +280,9 @@ def _a_run_log_failing_at(path: Path, fail_at: int, monkeypatch) -> tuple[RunLog
         return real_group(self, table)
 
     def write(fd, data):
-        if len(inside) == 1:
-            inside[0] += 1
-            if inside[0] == fail_at:
+        if len(inside) == in_group:
+            inside[-1] += 1
+            if inside[-1] == fail_at:
                 raise OSError(errno.EIO, os.strerror(errno.EIO))
         return real_write(fd, data)
 
@@ -288,13 +291,13 @@ def _a_run_log_failing_at(path: Path, fail_at: int, monkeypatch) -> tuple[RunLog
     w = RunLogWriter(path, flush_rows=500)
     w.targets.code("127.0.0.1:80")
     rng = np.random.default_rng(0)
-    for i in range(1000):
+    for i in range(rows):
         x = float(rng.random())
         w.add(RunLogRow(x, x, x, x, 200, i, 0, i, 0, 0, x))
         w.maybe_flush()
     w.close()
     monkeypatch.undo()
-    return w, inside[0]
+    return w, inside[in_group - 1]
 
 
 def test_a_run_log_whose_write_failed_inside_a_row_group_is_not_put_in_place(tmp_path, monkeypatch):
@@ -309,3 +312,61 @@ def test_a_run_log_whose_write_failed_inside_a_row_group_is_not_put_in_place(tmp
     assert not path.exists(), str(w.error)
     assert "first 0 row(s)" not in str(w.error)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["whole.parquet"]
+
+
+@pytest.mark.parametrize("at", ["first", "middle", "last"])
+def test_a_write_error_in_a_later_row_group_keeps_the_whole_groups_before_it(
+    tmp_path, monkeypatch, at
+):
+    # A write error (EIO) inside a 1,500-row log's second row group: the file was removed,
+    # "cannot write (Input/output error, EIO)", though its first 500 rows had been written
+    # whole (after an error inside a row group the Parquet writer writes no footer, or one
+    # naming the broken group). Now those rows are kept, and said so.
+    _, writes = _a_run_log_failing_at(tmp_path / "whole.parquet", 0, monkeypatch, 2, 1500)
+    fail_at = {"first": 1, "middle": writes // 2, "last": writes}[at]
+    path = tmp_path / "r.parquet"
+    w, _ = _a_run_log_failing_at(path, fail_at, monkeypatch, 2, 1500)
+    assert w.rows == 500 and w.dropped == 1000 and w.error is not None
+    assert path.exists(), str(w.error)
+    assert str(w.error) == (
+        f"{path}: cannot write (Input/output error, EIO); it holds only the run's first 500 "
+        "row(s), written before that: a run cut short, not the whole run"
+    )
+    log = RunLog.read_parquet(path)
+    whole = RunLog.read_parquet(tmp_path / "whole.parquet")
+    assert log.table.equals(whole.table.slice(0, 500))
+    assert log.meta == whole.meta
+    assert w.runlog().table.equals(log.table)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.parquet", "whole.parquet"]
+
+
+@pytest.mark.parametrize("from_write", [1, 2, 3])
+def test_a_write_error_in_the_footer_keeps_every_row_group(tmp_path, monkeypatch, from_write):
+    # Every write from the footer's ``from_write``-th on fails (EIO): the file was removed
+    # with its 1,500 rows written whole. Now the footer, finished in memory, is put after
+    # them (its first writes, where a later one failed, read back from the file).
+    real_write = os.write
+    closing = [False, 0]
+
+    def write(fd, data):
+        if closing[0]:
+            closing[1] += 1
+            if closing[1] >= from_write:
+                raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real_write(fd, data)
+
+    path = tmp_path / "r.parquet"
+    w = RunLogWriter(path, flush_rows=500)
+    w.targets.code("127.0.0.1:80")
+    for i in range(1500):
+        x = float(i)
+        w.add(RunLogRow(x, x, x, x, 200, i, 0, i, 0, 0, x))
+        w.maybe_flush()
+    w.flush()
+    monkeypatch.setattr(os, "write", write)
+    closing[0] = True
+    w.close()
+    monkeypatch.undo()
+    assert w.rows == 1500 and w.dropped == 0 and w.error is not None
+    assert path.exists(), str(w.error)
+    assert RunLog.read_parquet(path).table.column("bytes").to_pylist() == list(range(1500))

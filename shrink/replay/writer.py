@@ -20,6 +20,9 @@ on the first write error frees it and finishes that write. Where a smaller reser
 enough to finish the file, then still fits, only the reserve had filled the disk and
 the run goes on; else the writer writes the footer and stops (:attr:`RunLogWriter.error`;
 later rows are dropped and counted). The file then holds every row up to the failure.
+Another write error (EIO, a footer that does not fit) inside a row group or the footer
+keeps the whole row groups before it: the Parquet writer finishes in memory, and the file
+is cut back to them with a footer of its own (:meth:`RunLogWriter._salvage`).
 """
 
 from __future__ import annotations
@@ -115,7 +118,13 @@ def _readable(path: Path, rows: int) -> bool:
 
 
 class _Sink(io.RawIOBase):
-    """The Parquet writer's file: counts its position, and spends the reserve on ENOSPC."""
+    """The Parquet writer's file: counts its position, and spends the reserve on ENOSPC.
+
+    A write that fails otherwise is not raised to the Parquet writer: raised at inside a
+    row group, it wrote no footer at all, and the whole file was lost. From there on what
+    it writes is kept in memory (:attr:`kept`: the rest of that row group, then its footer
+    at close), and :attr:`lost_at` says where the file stopped.
+    """
 
     def __init__(self, fd: int, reserve: Path | None) -> None:
         super().__init__()
@@ -123,6 +132,8 @@ class _Sink(io.RawIOBase):
         self.pos = 0
         self.reserve = reserve
         self.error: OSError | None = None
+        self.lost_at: int | None = None
+        self.kept = bytearray()
 
     def writable(self) -> bool:
         return True
@@ -130,7 +141,7 @@ class _Sink(io.RawIOBase):
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
         n, off = len(view), 0
-        while off < n:
+        while off < n and self.lost_at is None:
             try:
                 off += os.write(self.fd, view[off:])
             except OSError as exc:
@@ -142,7 +153,9 @@ class _Sink(io.RawIOBase):
                         self.reserve.unlink()
                     self.reserve = None
                     continue
-                raise
+                self.error, self.lost_at = exc, self.pos
+        if self.lost_at is not None:
+            self.kept += view[off:]
         self.pos += n
         return n
 
@@ -194,6 +207,8 @@ class RunLogWriter:
         self.rows = 0
         self._groups = 0  # row groups written, and the largest's bytes (for _retake)
         self._largest = 0
+        self._whole_end = 0  # where the last whole row group ends in the file
+        self._footer_at: int | None = None  # where the footer starts, past a broken group
         self._bare_footer: int | None = None  # a footer with no row group (ulimit -f)
         self.dropped = 0  # rows not written because a write had failed
         self.error: WriteError | None = None
@@ -232,7 +247,10 @@ class RunLogWriter:
         self._sink = _Sink(self._fd, self._reserve())
         try:
             self._writer = pq.ParquetWriter(self._sink, self._schema, compression="zstd")
+            if self._sink.error is not None and self._sink.lost_at is not None:
+                raise self._sink.error
         except OSError as exc:  # not even the header fits: nothing to keep
+            self._writer = None
             self._fail(exc)
             self._sink.close()
             self._tmp.unlink(missing_ok=True)
@@ -339,8 +357,15 @@ class RunLogWriter:
         except OSError as exc:  # what is on disk is lost
             self._fail(exc)
             return False
+        if self._sink.lost_at is not None:  # cut inside this group: the groups before stay
+            assert self._sink.error is not None
+            self._fail(self._sink.error)
+            self._sink.kept.clear()  # (only the footer, written at close, is wanted)
+            self._footer_at = self._sink.pos
+            return False
         self._groups += 1
         self._largest = max(self._largest, self._sink.pos - start)
+        self._whole_end = self._sink.pos
         return True
 
     def _rows_under_limit(self, table: pa.Table) -> int:
@@ -445,9 +470,15 @@ class RunLogWriter:
         finally:
             if self._sink is not None:
                 self._sink.close()
+        if self._sink is not None and self._sink.error and self._sink.lost_at is not None:
+            self._fail(self._sink.error)  # (the footer's write, when nothing failed before)
         if self._tmp is None or self.path is None:
             return
-        if self.error is not None and not _readable(self._tmp, self.rows):
+        if (
+            self.error is not None
+            and not _readable(self._tmp, self.rows)
+            and (not self._salvage() or not _readable(self._tmp, self.rows))
+        ):
             self._tmp.unlink(missing_ok=True)  # never put a file without a footer in place
             return
         try:
@@ -470,6 +501,54 @@ class RunLogWriter:
                 self.error = WriteError(self.path, self._cause, cut_after=self.rows)
         except OSError as exc:
             self._fail(exc)
+
+    def _salvage(self) -> bool:
+        """After a write error inside a row group (or the footer), keep the whole row groups
+        before it: the file is cut where the last whole one ends and the footer the Parquet
+        writer wrote to memory put there; it names the broken group too, so the whole ones
+        are then copied, group by group, into a new file. False (nothing kept) where no
+        group was whole, or the footer or the copy cannot be written."""
+        sink, tmp = self._sink, self._tmp
+        if sink is None or tmp is None or sink.lost_at is None or not self._groups:
+            return False
+        new: Path | None = None
+        try:
+            fd = os.open(tmp.name, os.O_RDWR | os.O_NOFOLLOW, dir_fd=self._dir_fd)
+            try:
+                # the footer's first writes, where a later one of it failed, are in the file
+                at = self._whole_end if self._footer_at is None else self._footer_at
+                tail = os.pread(fd, max(0, sink.lost_at - at), at) + bytes(sink.kept)
+                size = int.from_bytes(tail[-8:-4], "little") + 8 if tail.endswith(b"PAR1") else 0
+                if not 8 < size <= len(tail):
+                    return False
+                os.ftruncate(fd, self._whole_end)
+                if os.pwrite(fd, tail[-size:], self._whole_end) != size:
+                    return False
+            finally:
+                os.close(fd)
+            if _readable(tmp, self.rows):
+                return True  # the footer's write was the one that failed: it names no more
+            fd, new = open_exclusive(self.path, dir_fd=self._dir_fd)  # type: ignore[arg-type]
+            out = _Sink(fd, None)
+            try:
+                with (
+                    arrow_source(tmp) as src,
+                    pq.ParquetFile(src) as pf,
+                    pq.ParquetWriter(out, self._schema, compression="zstd") as copy,
+                ):
+                    for i in range(self._groups):
+                        copy.write_table(pf.read_row_group(i, use_threads=False))
+            finally:
+                out.close()
+            if out.lost_at is not None:
+                raise out.error or OSError(errno.EIO, os.strerror(errno.EIO))
+        except (OSError, pa.ArrowException):
+            if new is not None:
+                new.unlink(missing_ok=True)
+            return False
+        tmp.unlink(missing_ok=True)
+        self._tmp = new
+        return True
 
     def runlog(self) -> RunLog:
         """Everything written so far as a RunLog (flushes first; a file is read back)."""
