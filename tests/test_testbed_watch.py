@@ -209,6 +209,7 @@ class _Fake:
 
     def __init__(self, replicas: list[ReplicaState]) -> None:
         self.replicas, self.stopped, self.notes, self.server = replicas, None, [], {}
+        self.docroot = ""
 
 
 def test_a_co_runner_stopped_or_off_sched_fifo_is_named():

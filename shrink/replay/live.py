@@ -58,6 +58,7 @@ from shrink.target import GeneratorCheck, GeneratorPlacement, RunResult
 from shrink.testbed.problems import (
     _replicas,
     _spinners,
+    docroot_mount_problem,
     pids_alive,
     server_problem,
     settled,
@@ -485,6 +486,9 @@ class LiveTarget:
         if self._parsed is None:  # read once: validating them was half a look's time
             self._parsed = _replicas(self.state)
         problem = testbed_problem(self.state, self._parsed)
+        docroot = self.state.get("docroot") if self.state.get("replicas") else None
+        if problem is None and docroot and (mounted := docroot_mount_problem(str(docroot))):
+            problem = f"went wrong: {mounted}"
         if problem is None or not problem.startswith("is down: crashed") or not self.state_path:
             return problem
         try:

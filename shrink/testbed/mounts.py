@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from shrink.errors import DocrootError, ParameterError
 
-__all__ = ["Mount", "mount_table", "refuse_served", "refuse_whole_fs"]
+__all__ = ["Mount", "mount_table", "refuse_served", "refuse_whole_fs", "whole_fs_mount"]
 
 
 class Mount(NamedTuple):
@@ -129,7 +129,8 @@ def refuse_served(path: str | Path, docroot: str | Path, what: str, holds: str) 
 # Folders whose files are secrets or other users' (another testbed's state in /var/tmp),
 # and kernel file systems (/proc holds every process's command line): a document root
 # that is one, or holds a mount of one, is refused as it is for "/". (A bind of /etc in
-# the docroot: GET /etcb/passwd was 200.) Mounts made after up are not seen.
+# the docroot: GET /etcb/passwd was 200.) Mounts made after up are seen at the next run
+# against the testbed, and by `testbed status` (:func:`whole_fs_mount`).
 _SYSTEM = ("/etc", "/root", "/home", "/var", "/var/tmp", "/var/lib", "/var/log", "/tmp", "/run",
            "/boot", "/proc", "/sys", "/dev")  # fmt: skip
 _KERNEL_FS = {"proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "debugfs",
@@ -142,6 +143,16 @@ def refuse_whole_fs(docroot: Path) -> None:
     system: the servers served every file their user may read, other testbeds' state
     files among them (``mount --bind / doc/all``: ``GET /all/etc/passwd`` was 200).
     Mount points come from /proc/self/mountinfo: nothing is walked."""
+    if (what := whole_fs_mount(docroot)) is not None:
+        raise DocrootError(f"{what}, whose files the servers would serve; name a folder without it")
+
+
+def whole_fs_mount(docroot: Path) -> str | None:
+    """What :func:`refuse_whole_fs` refuses in ``docroot``, as "document root D: P,
+    inside it, is a system folder (a mount of /etc)", or None. Cheap (one read of the
+    mount table, a stat per mount point under it): a running testbed's users ask it
+    again before each run, since a mount made under its document root after ``up``
+    (``mount --bind /etc doc/x``) was served."""
     tops = {"/": os.stat("/")}
     for folder in _SYSTEM:
         with contextlib.suppress(OSError):
@@ -162,7 +173,5 @@ def refuse_whole_fs(docroot: Path) -> None:
             if kernel_fs or what:
                 whole = "the whole file system" if what == ["a mount of /"] else "a system folder"
                 what = f"{kernel_fs}, a kernel file system" if kernel_fs else what[0]
-                raise DocrootError(
-                    f"document root {docroot}{inside} {whole} ({what}), whose files the "
-                    "servers would serve; name a folder without it"
-                )
+                return f"document root {docroot}{inside} {whole} ({what})"
+    return None

@@ -6,13 +6,14 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from shrink.testbed.oom import replicas_gone
 from shrink.testbed.state import ReplicaState
 from shrink.testbed.watch import state_problems
 
-__all__ = ["pids_alive", "server_problem", "settled", "testbed_problem"]
+__all__ = ["docroot_mount_problem", "pids_alive", "server_problem", "settled", "testbed_problem"]
 
 
 def _spinners(replica: dict[str, Any]) -> list[int]:
@@ -46,6 +47,21 @@ def testbed_problem(
         return f"is down: {down}"
     changed = state_problems(state, replicas) if state.get("replicas") else None
     return f"went wrong: {changed}" if changed is not None else None
+
+
+def docroot_mount_problem(docroot: str) -> str | None:
+    """A mount under a running testbed's document root that ``up`` would have refused
+    (``mount --bind /etc doc/x`` made after it: ``GET /x/passwd`` was served), or None.
+    Asked before and after each run, and by ``testbed status``: one read of the mount
+    table."""
+    from shrink.testbed.mounts import whole_fs_mount
+
+    if (what := whole_fs_mount(Path(docroot))) is None:
+        return None
+    return (
+        f"{what}, mounted since `testbed up`, whose files the servers serve to "
+        "any client: unmount it, or bring the testbed down"
+    )
 
 
 def pids_alive(state: dict[str, Any]) -> dict[int, bool]:

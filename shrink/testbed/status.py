@@ -9,6 +9,7 @@ from typing import Any
 
 from shrink import processes as process
 from shrink.testbed.oom import dead_problem
+from shrink.testbed.problems import docroot_mount_problem
 from shrink.testbed.state import SPINNER, TestbedState
 from shrink.testbed.teardown import enforcer_of, recipe_of
 from shrink.testbed.watch import replica_problems
@@ -51,6 +52,7 @@ def status(state_path: str | Path, *, check_health: bool = True) -> list[Replica
     """Which recorded processes still run and whether each replica answers."""
     st = TestbedState.read(state_path)
     recipe = recipe_of(st)
+    mounted = docroot_mount_problem(st.docroot) if st.stopped is None and st.docroot else None
     out = []
     for r in st.replicas:
         alive = [p for p in r.pids if process.is_alive(p, r.starttimes.get(p))]
@@ -82,6 +84,7 @@ def status(state_path: str | Path, *, check_health: bool = True) -> list[Replica
             answering = err is None
             if err and not problem:
                 problem = err
+        problem = problem or mounted  # (a mount under its docroot since up: served)
         enf = enforcer_of(r)
         usage = enf.usage_s() if enf is not None else None
         if usage is None:

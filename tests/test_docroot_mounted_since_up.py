@@ -1,0 +1,78 @@
+"""A mount made under a running testbed's document root after ``up``: ``up`` refuses a
+document root holding a bind mount of /etc, but ``mount --bind /etc doc/x`` made while
+the testbed ran was served (and measured against) without a word. A run against the
+testbed (sweep, replay, predict's levels) now stops with a testbed error naming the
+mount, before and after each run, and ``testbed status`` names it as a problem."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import shrink.testbed.status  # noqa: F401 - read from sys.modules below
+from shrink.errors import TestbedError
+from shrink.procfs import proc_info
+from shrink.replay.live import LiveTarget
+from shrink.testbed.state import ReplicaState
+
+pytestmark = pytest.mark.root
+
+
+def _state(pid: int, docroot) -> dict:
+    return {
+        "docroot": str(docroot),
+        "replicas": [
+            {"name": "r0", "address": "127.0.0.1", "port": 9,
+             "cpus": sorted(os.sched_getaffinity(pid)), "masters": [pid],
+             "processes": {"lighttpd": [pid]},
+             "starttimes": {str(pid): proc_info(pid).starttime},
+             "pinned": {}, "config": "", "errorlog": ""}
+        ],
+    }  # fmt: skip
+
+
+class _Read:
+    """A testbed state read back: running, on ``docroot``."""
+
+    def __init__(self, replicas: list[ReplicaState], docroot) -> None:
+        self.replicas, self.stopped, self.notes, self.server = replicas, None, [], {}
+        self.docroot = str(docroot)
+
+
+def test_a_system_folder_mounted_under_the_docroot_after_up_stops_the_run(tmp_path, monkeypatch):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to bind-mount")
+    doc = tmp_path / "doc"
+    (doc / "x").mkdir(parents=True)
+    srv = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    status_mod = sys.modules["shrink.testbed.status"]
+    try:
+        state = _state(srv.pid, doc)
+        target = LiveTarget([("127.0.0.1", 9)], state=state)
+        target._check_server()  # (nothing mounted: the run goes on)
+        r = ReplicaState.from_dict(state["replicas"][0])
+        monkeypatch.setattr(status_mod.TestbedState, "read", lambda p: _Read([r], doc))
+        monkeypatch.setattr(status_mod, "recipe_of", lambda st: None)
+        (rep,) = status_mod.status("x.json", check_health=False)
+        assert rep.problem is None
+        if subprocess.run(["mount", "--bind", "/etc", str(doc / "x")]).returncode:
+            pytest.skip("cannot bind-mount here")
+        try:
+            with pytest.raises(TestbedError) as err:
+                target._check_server()
+            assert str(err.value) == (
+                f"the server under test went wrong: document root {doc}: {doc / 'x'}, inside "
+                "it, is a system folder (a mount of /etc), mounted since `testbed up`, whose "
+                "files the servers serve to any client: unmount it, or bring the testbed down"
+            )
+            (rep,) = status_mod.status("x.json", check_health=False)
+            assert not rep.ok and f"{doc / 'x'}, inside it, is a system folder" in rep.problem
+        finally:
+            subprocess.run(["umount", str(doc / "x")], check=True)
+        target._check_server()  # (unmounted: fine again)
+    finally:
+        srv.kill()
+        srv.wait()
