@@ -82,3 +82,30 @@ def test_a_summary_not_to_be_trusted_or_of_servers_gone_warns_of_nothing(tmp_pat
 def test_root_reads_its_records_not_the_summary(tmp_path, monkeypatch):
     _roots_testbed(tmp_path, monkeypatch, os.getpid())
     assert cpus_in_use.roots_testbeds() == []
+
+
+def test_a_run_folder_of_its_own_leaves_the_usual_summary_as_it_is(tmp_path, monkeypatch):
+    """With ``SHRINK_RUN_DIR`` set, root's ``up`` writes no summary (decided: the summary
+    lists the usual run folder's testbeds; written from another run folder it would
+    replace that list, and /run/shrink's testbeds would go unwarned of)."""
+    from tests.helpers.testbed import lighttpd_replica
+
+    usual = tmp_path / "run" / "shrink"
+    usual.mkdir(parents=True)
+    summary = usual / "cpus-in-use.json"
+    before = '{"testbeds": [{"cpus": [0], "started": "t0", "processes": [[1, null]]}]}\n'
+    summary.write_text(before)
+    monkeypatch.setattr(cpus_in_use, "SUMMARY", summary)
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "own"))
+    pid = os.getpid()
+    live = replace(lighttpd_replica(), cpus=[1], masters=[pid], processes={"lighttpd": [pid]},
+                   starttimes={pid: processes.proc_info(pid).starttime}, pinned={})  # fmt: skip
+    state = tmp_path / "tb.json"
+    state.write_text("{}\n")  # (there: the testbed runs)
+    registry.record(state, TestbedState([live], {}, {"name": "1-replica"}, {}, "doc", {}, "t1"),
+                    owned=False)  # fmt: skip
+    assert [s for s, _ in registry.running()] == [state.resolve()]  # (recorded there)
+    assert summary.read_text() == before
+    registry.forget(state)
+    assert summary.read_text() == before
+    assert not (tmp_path / "own" / "cpus-in-use.json").exists()

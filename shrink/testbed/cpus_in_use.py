@@ -10,6 +10,14 @@ one of them still runs as recorded, so one whose servers died is not warned of).
 state file, run folder, configuration or document root is named there. Only a summary
 of root's, in root's folder that no one else may write, is read; with /proc mounted
 ``hidepid``, root's servers cannot be seen and nothing is warned of.
+
+Root's commands with ``SHRINK_RUN_DIR`` set (a run folder of their own) write no
+summary. That is by design: the summary is the list of the usual run folder's
+testbeds (/run/shrink's), and there is one. Written from another run folder, it would
+be replaced by that folder's list (a test's, say), and the testbeds of /run/shrink
+would go unwarned of until root's next ``up`` or ``down`` there. A testbed under a run
+folder of its own is a world apart for everyone: root's own ``up`` without the
+variable does not see it either (it reads only its run folder's records).
 """
 
 from __future__ import annotations
@@ -35,7 +43,8 @@ _MAX_BYTES = 1 << 20
 
 def publish(run_dir: Path, running: Callable[[], list[TestbedState]]) -> None:
     """As root, with the usual run folder (``run_dir``): write :data:`SUMMARY` from the
-    ``running`` testbeds (never fails the command: a summary not written warns no one)."""
+    ``running`` testbeds (never fails the command: a summary not written warns no one).
+    From another run folder (``SHRINK_RUN_DIR``), nothing: see the module's notes."""
     from shrink.atomic import write_text
     from shrink.errors import ShrinkError
     from shrink.jsonout import dumps
