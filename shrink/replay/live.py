@@ -65,7 +65,7 @@ from shrink.testbed.problems import (
     testbed_problem,
 )
 from shrink.testbed.state import ReplicaState, TestbedState
-from shrink.testbed.watch import Watch
+from shrink.testbed.watch import Watch, say_unwatched
 from shrink.topology import foreign_cpus
 from shrink.trace import Trace
 from shrink.wire import refuse_remote
@@ -406,6 +406,7 @@ class LiveTarget:
             # A server stopped, frozen or re-shared during the level and put back before its
             # end: the level measured what the recorded share was not, so it is not a level.
             seen = watch.finish() if watch is not None else None
+            say_unwatched(watch)  # (every look failed: said once)
             for w in paused:
                 w.stop.set()
             for smp in samplers:

@@ -19,6 +19,7 @@ __all__ = [
     "recompute_text",
     "seconds_text",
     "thin_tail_text",
+    "unwatched_text",
 ]
 
 STAT_NAME = {"mean": "mean", "p999": "p99.9"}
@@ -123,4 +124,19 @@ def parts_kept_text(written: int, parts: int, folder: str) -> str:
     return (
         f"{written:,} of {parts:,} parts in {folder} (incomplete: the sessions of the other "
         f"{parts - written:,} are in none of them; run split again)"
+    )
+
+
+def unwatched_text(looks: int, why: OSError) -> str:
+    """The line said once when none of a run's ``looks`` at its testbed could be made."""
+    import errno
+    import resource
+
+    reason = why.strerror or str(why)
+    if why.errno in (errno.EMFILE, errno.ENFILE):
+        reason += f" (ulimit -n {resource.getrlimit(resource.RLIMIT_NOFILE)[0]})"
+    return (
+        f"warning: the testbed was not watched during a run: none of its {looks} looks at "
+        f"the servers could be made ({reason}); a server stopped, frozen or re-shared "
+        "meanwhile would not have been seen (said once)"
     )

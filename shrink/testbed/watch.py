@@ -30,6 +30,7 @@ __all__ = [
     "freezer_mounts",
     "frozen",
     "replica_problems",
+    "say_unwatched",
     "state_problems",
     "was_so",
 ]
@@ -250,16 +251,27 @@ class Watch(threading.Thread):
         self.began = time.monotonic()
         self.stop = threading.Event()
         self.halt = multiprocessing.get_context("fork").Event()
+        self.looks = 0  # (made or tried)
+        self.failed: OSError | None = None  # the last look that could not be made
+        self.failures = 0
+
+    @property
+    def unwatched(self) -> OSError | None:
+        """Why no look of the run could be made (each failed: EMFILE under a low ``ulimit
+        -n``), or None: a server stopped or frozen meanwhile would not have been seen."""
+        return self.failed if self.looks and self.failures == self.looks else None
 
     def run(self) -> None:
         interrupts.leave_to_loop()
         while not self.stop.wait(POLL_S):
+            self.looks += 1
             try:
                 found = self.check()
-            except OSError:
+            except OSError as exc:
                 # A look that could not be made (EMFILE: the generator's connections
                 # took every descriptor) finds nothing; the next one may. Raised here,
                 # it ended the watch with a traceback and nothing watched the rest.
+                self.failed, self.failures = exc, self.failures + 1
                 continue
             at = time.monotonic() - self.began
             if self.problem is None and found is not None:
@@ -305,3 +317,19 @@ def since(problem: str, seen: tuple[float, float], at: float, now: str | None) -
     if new := [f for f in still if f not in was]:
         said += "; now " + "; ".join(new)
     return said
+
+
+_SAID_UNWATCHED: list[bool] = []
+
+
+def say_unwatched(watch: Watch | None) -> None:
+    """Say once a command (on standard error) that a run's testbed went unwatched: every
+    look of its watch failed (:attr:`Watch.unwatched`). Nothing said it: with ``ulimit -n``
+    low, a server stopped mid-run went unseen and the level stood."""
+    import sys
+
+    from shrink.report.text import unwatched_text
+
+    if watch is not None and (why := watch.unwatched) is not None and not _SAID_UNWATCHED:
+        _SAID_UNWATCHED.append(True)
+        sys.stderr.write(unwatched_text(watch.looks, why) + "\n")
