@@ -368,6 +368,7 @@ def _hold_folder(key: str, folder: Path) -> None:
         if ino in _HELD:
             raise OSError("held here")  # (this process's own: nothing to take)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        made = _mark_made(fd, made)
     except BlockingIOError:
         holder = _holder(fd)
         os.close(fd)
@@ -381,6 +382,36 @@ def _hold_folder(key: str, folder: Path) -> None:
         return
     _HELD.add(ino)
     _FOLDERS[key] = (fd, ino, made)
+
+
+# A file in an output folder this run made, naming the run (PID and start time) until it
+# ends: a kill -9 between the option check (which makes the folder, to hold it) and the
+# first write left an empty folder, which the next run into it took as the user's own
+# and left again when it too wrote nothing.
+MADE_MARK = ".shrink-made"
+
+
+def _mark_made(fd: int, made: bool) -> bool:
+    """Whether the output folder ``fd`` (held) is this run's to remove while empty: made
+    now, or the empty leftover of a run killed before its first write (its mark alone
+    there, its maker gone: taken without a word). A mark of a run gone beside files is
+    removed, the folder kept. This run's mark is put there when the folder is its own."""
+    from shrink.processes import is_alive
+    from shrink.procfs import proc_info
+
+    with contextlib.suppress(OSError, ValueError):
+        with open(os.open(MADE_MARK, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)) as fh:
+            pid, start = (int(x) for x in fh.read(64).split())
+        if not is_alive(pid, start):
+            os.unlink(MADE_MARK, dir_fd=fd)
+            made = made or not os.listdir(fd)
+    if made:
+        info = proc_info(os.getpid())
+        with contextlib.suppress(OSError):
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+            with open(os.open(MADE_MARK, flags, 0o600, dir_fd=fd), "w") as fh:
+                fh.write(f"{os.getpid()} {info.starttime if info else 0}\n")
+    return made
 
 
 def _output_folders() -> set[tuple[int, int]]:
@@ -410,6 +441,9 @@ def release_outputs() -> None:
         # from /, an output folder made in a working folder past PATH_MAX was left.
         held = _OUTPUTS.get(key)
         name, where = (Path(key).name, held[0]) if held is not None else (key, None)
+        with contextlib.suppress(OSError):
+            if made:
+                os.unlink(MADE_MARK, dir_fd=fd)
         with contextlib.suppress(OSError):  # (empty: the run wrote nothing there)
             st = os.stat(name, dir_fd=where, follow_symlinks=False)
             if made and (st.st_dev, st.st_ino) == ino:  # (not another folder by that name)

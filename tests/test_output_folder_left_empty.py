@@ -1,0 +1,67 @@
+"""An output folder (``-o`` of predict, validate) is made at the option check, to hold
+it: a ``kill -9`` between the check and the first write left it empty, and the next run
+into it took it as the user's own folder, leaving it there again when it too wrote
+nothing. The run that makes it now marks it (``.shrink-made``, its PID and start time)
+until it ends; the next run takes an empty leftover as its own, without a word."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import shrink
+from shrink.folder_locks import MADE_MARK, hold_output, release_outputs
+
+_ROOT = str(Path(shrink.__file__).resolve().parents[1])
+
+# A run killed (-9) after its option check held (and made) argv[1], before any write.
+_KILLED = (
+    "import os, signal, sys\nfrom shrink.folder_locks import hold_output\n"
+    "hold_output(sys.argv[1], 'dir')\nos.kill(os.getpid(), signal.SIGKILL)\n"
+)
+
+
+def _killed_run(folder: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": _ROOT}
+    r = subprocess.run([sys.executable, "-c", _KILLED, str(folder)], env=env, timeout=60)
+    assert r.returncode == -9
+
+
+@pytest.mark.compute
+def test_the_empty_folder_a_killed_run_left_is_taken_by_the_next(tmp_path):
+    out = tmp_path / "pred"
+    _killed_run(out)
+    assert os.listdir(out) == [MADE_MARK]  # (left: its maker's mark alone)
+    hold_output(out, "dir")  # the next run: refused after its check, writes nothing
+    release_outputs()
+    assert not out.exists()
+
+
+@pytest.mark.compute
+def test_a_run_that_wrote_leaves_its_folder_unmarked(tmp_path):
+    out = tmp_path / "pred"
+    hold_output(out, "dir")
+    assert os.listdir(out) == [MADE_MARK]
+    (out / "prediction.json").write_text("{}\n")
+    release_outputs()
+    assert os.listdir(out) == ["prediction.json"]
+
+
+@pytest.mark.compute
+def test_the_users_own_empty_folder_is_kept_and_a_stale_mark_beside_files_dropped(tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    hold_output(mine, "dir")
+    assert os.listdir(mine) == []  # (not this run's: no mark)
+    release_outputs()
+    assert mine.is_dir()
+    kept = tmp_path / "kept"
+    _killed_run(kept)
+    (kept / "prediction.json").write_text("{}\n")  # (a killed run that had written)
+    hold_output(kept, "dir")
+    release_outputs()
+    assert os.listdir(kept) == ["prediction.json"]
