@@ -176,6 +176,7 @@ class TestbedProvider:
         make_dirs(self.run_dir)
         state_path = self.run_dir / f"testbed-{self._opened}.json"
         self._opened += 1
+        refuse_crowded(share.cpus, state_path, self.run_dir)
         testbed.up(
             self.docroot,
             self._machine,
@@ -194,6 +195,24 @@ class TestbedProvider:
             # down: the state records what ran, and was no measurement; a predict stopped
             # at its first level said "kept" of it
             record_only(state_path)
+
+
+def refuse_crowded(cpus: tuple[int, ...], state_path: Path, run_dir: Path) -> None:
+    """Refuse to start a testbed on ``cpus`` where another running testbed (not this
+    run's own, in ``run_dir``: a paired full run's) has one: two predicts at once each
+    brought up a server on the same CPUs, each measured about half of one, and their
+    curves said nothing of it (``up``'s warning went into the state's notes, unprinted)."""
+    from shrink.errors import TestbedError
+    from shrink.testbed.lifecycle import others_on
+
+    mine = {p.resolve() for p in run_dir.glob("testbed-*.json")}
+    if crowded := others_on(cpus, state_path.resolve(), mine):
+        said = "; ".join(w.removeprefix("warning: ") for w in crowded)
+        raise TestbedError(
+            f"{said}: the testbed this run would start there is not started (two servers "
+            "on one CPU each measure part of it); wait for the other to end, bring it down, "
+            "or give --server-cpus apart from its CPUs"
+        )
 
 
 # The utilization the knee search's probe aims at on the simulator.

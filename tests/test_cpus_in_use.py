@@ -12,7 +12,7 @@ import pytest
 
 from shrink import processes
 from shrink.testbed import cpus_in_use, registry
-from shrink.testbed.lifecycle import _others_on
+from shrink.testbed.lifecycle import others_on
 from shrink.testbed.state import TestbedState
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="root's summary: root writes it")
@@ -40,7 +40,7 @@ def _as_another_user(tmp_path, monkeypatch) -> list[str]:
     monkeypatch.setattr(cpus_in_use, "_as_root", lambda: False)
     monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "theirs"))
     try:
-        return [w for w in _others_on([0, 1], tmp_path / "m.json") if "of root" in w]
+        return [w for w in others_on([0, 1], tmp_path / "m.json") if "of root" in w]
     finally:
         monkeypatch.setattr(cpus_in_use, "_as_root", lambda: True)
         monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "run" / "shrink"))

@@ -32,6 +32,7 @@ def _provider(tmp_path, monkeypatch):
     )
     monkeypatch.setattr(shrink.testbed, "down", lambda p: write_text(p, '{"stopped": 1}'))
     monkeypatch.setattr(LiveTarget, "from_state", classmethod(lambda cls, p, **k: object()))
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "private"))  # (no testbed of others)
     provider = TestbedProvider.__new__(TestbedProvider)  # no server is started
     provider.run_dir, provider._opened = tmp_path / "out" / "runs", 0
     provider.docroot = provider._machine = provider.server = provider.generator = None

@@ -151,7 +151,7 @@ def test_up_as_root_warns_of_another_users_testbed_on_its_cpus(tmp_path, monkeyp
     from dataclasses import replace
 
     from shrink import processes
-    from shrink.testbed.lifecycle import _others_on
+    from shrink.testbed.lifecycle import others_on
     from shrink.testbed.state import TestbedState
     from tests.helpers.testbed import lighttpd_replica
 
@@ -170,13 +170,13 @@ def test_up_as_root_warns_of_another_users_testbed_on_its_cpus(tmp_path, monkeyp
         os.chown(p, 65534, 65534)
     monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "mine"))
     monkeypatch.setattr("shrink.testbed.registry.tempfile.gettempdir", lambda: str(tmp))
-    warned = [w for w in _others_on([1], tmp_path / "m.json") if "UID 65534" in w]
+    warned = [w for w in others_on([1], tmp_path / "m.json") if "UID 65534" in w]
     assert len(warned) == 1, warned
     assert "CPU(s) [1] also run a testbed of" in warned[0]
     assert str(tmp_path / "their state.json") in warned[0]
-    assert not [w for w in _others_on([0], tmp_path / "m.json") if "UID 65534" in w]
+    assert not [w for w in others_on([0], tmp_path / "m.json") if "UID 65534" in w]
     theirs.chmod(0o777)  # a folder others may write: what it holds is not read
-    assert not [w for w in _others_on([1], tmp_path / "m.json") if "UID 65534" in w]
+    assert not [w for w in others_on([1], tmp_path / "m.json") if "UID 65534" in w]
     # An entry naming a process of another user's (root's own, start time and all) is not
     # a testbed of theirs: it was warned of as one.
     theirs.chmod(0o700)
@@ -188,7 +188,7 @@ def test_up_as_root_warns_of_another_users_testbed_on_its_cpus(tmp_path, monkeyp
             str(os.getpid()): processes.proc_info(os.getpid()).starttime
         }
         entry.write_text(json.dumps(doc))
-    assert not [w for w in _others_on([1], tmp_path / "m.json") if "UID 65534" in w]
+    assert not [w for w in others_on([1], tmp_path / "m.json") if "UID 65534" in w]
 
 
 @pytest.mark.root
@@ -203,7 +203,7 @@ def test_an_entry_swapped_for_a_symlink_after_its_check_is_not_read_through(
     from dataclasses import replace
 
     from shrink import processes
-    from shrink.testbed.lifecycle import _others_on
+    from shrink.testbed.lifecycle import others_on
     from shrink.testbed.state import TestbedState
     from tests.helpers.testbed import lighttpd_replica
 
@@ -233,7 +233,7 @@ def test_an_entry_swapped_for_a_symlink_after_its_check_is_not_read_through(
     monkeypatch.setattr(os, "lstat", lstat)
     monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "mine"))
     monkeypatch.setattr("shrink.testbed.registry.tempfile.gettempdir", lambda: str(tmp))
-    assert not [w for w in _others_on([1], tmp_path / "m.json") if "UID 65534" in w]
+    assert not [w for w in others_on([1], tmp_path / "m.json") if "UID 65534" in w]
 
 
 @pytest.mark.root

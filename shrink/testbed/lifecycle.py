@@ -82,7 +82,7 @@ from shrink.testbed.servers import load_recipe
 from shrink.testbed.state import ReplicaState, TestbedState
 from shrink.testbed.teardown import down, recipe_of, release, stop_and_release
 
-__all__ = ["CGROUPS", "check_docroot", "down", "mapping_for", "recipe_of", "up"]
+__all__ = ["CGROUPS", "check_docroot", "down", "mapping_for", "others_on", "recipe_of", "up"]
 
 # What up's ``cgroups`` may be (its docstring).
 CGROUPS = ("auto", "yes", "no")
@@ -368,7 +368,7 @@ def up(
         m, notes = mapping_for(mapping, machine, share, port)
         if recipe.name in BUILTIN_RECIPES:  # the PHP limits it runs with, printed by testbed up
             notes.append(server.php.describe(server.php_children_per_core))
-        notes.extend(_others_on(share.cpus, state_path))
+        notes.extend(others_on(share.cpus, state_path))
         notes.extend([*process.limits_lifted(), *process.limits_kept()])
         _refuse_irqs_placed(irq_plan or [], state_path)
         m = _with_free_ports(m, port)
@@ -476,11 +476,12 @@ def _start_all(
     return started, enfs
 
 
-def _others_on(cpus: tuple[int, ...] | list[int], state_path: Path) -> list[str]:
-    """A warning for each other running testbed (another state file) on any of ``cpus``."""
+def others_on(cpus: tuple[int, ...] | list[int], state_path: Path, mine: Any = ()) -> list[str]:
+    """A warning for each other running testbed (another state file, none of ``mine``) on
+    any of ``cpus``."""
     out = []
     for other, st in registry.running():
-        if other == state_path:
+        if other == state_path or other in mine:
             continue
         shared = sorted({c for r in st.replicas for c in r.cpus} & set(cpus))
         if shared:
