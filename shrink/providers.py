@@ -173,10 +173,10 @@ class TestbedProvider:
         # what up refuses for this share (a CPU-time share without cgroups: not root),
         # refused before the run folder is made: a refused predict left it empty
         use_cgroups(share, "auto", DEFAULT_ENFORCE)
-        make_dirs(self.run_dir)
         state_path = self.run_dir / f"testbed-{self._opened}.json"
+        refuse_crowded(share.cpus, state_path, self.run_dir)  # (before its folder is made)
+        make_dirs(self.run_dir)
         self._opened += 1
-        refuse_crowded(share.cpus, state_path, self.run_dir)
         testbed.up(
             self.docroot,
             self._machine,
