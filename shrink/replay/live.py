@@ -487,9 +487,6 @@ class LiveTarget:
         if self._parsed is None:  # read once: validating them was half a look's time
             self._parsed = _replicas(self.state)
         problem = testbed_problem(self.state, self._parsed)
-        docroot = self.state.get("docroot") if self.state.get("replicas") else None
-        if problem is None and docroot and (mounted := docroot_mount_problem(str(docroot))):
-            problem = f"went wrong: {mounted}"
         if problem is None or not problem.startswith("is down: crashed") or not self.state_path:
             return problem
         try:
@@ -566,6 +563,9 @@ class LiveTarget:
         (after a run) it answered 4xx to every request. A level measured on such a server
         is not a level."""
         problem = self._problem()
+        docroot = self.state.get("docroot") if self.state.get("replicas") else None
+        if problem is None and docroot and (mounted := docroot_mount_problem(str(docroot))):
+            problem = f"went wrong: {mounted}"  # (not in the watch's looks: 4 a second)
         if problem is None and log is not None and self.state.get("replicas"):
             n, lost = unreached(log, window)
             if n >= 10 and lost >= UNREACHED_SHARE * n:
