@@ -165,12 +165,24 @@ def _stdin_stderr_closed_at_start() -> None:
             setattr(sys, f"__{name}__", stream)
 
 
+def _no_zero_size() -> None:
+    """``COLUMNS=0`` (``docker exec`` without a terminal has set it): rich took a width
+    of 0 and printed nothing, so an error exited 1 without a word and a table went
+    nowhere. A size of 0 says nothing of the screen: it is dropped, and the terminal's
+    own size (or 80 columns) is used. ``LINES=0`` likewise."""
+    for name in ("COLUMNS", "LINES"):
+        value = os.environ.get(name, "")
+        if value.isdigit() and int(value) == 0:
+            del os.environ[name]
+
+
 def main(args: list[str] | None = None) -> None:
     """The ``shrink`` command: ``args`` (default: the command line's) run as typer runs them."""
     # SIGTERM and SIGHUP stop a command as Ctrl-C does: what was measured is kept.
     interrupts.install()
     _stdin_stderr_closed_at_start()
     _stdout_closed_at_start()
+    _no_zero_size()
     # A character stdout's encoding lacks (a path's "ü" under PYTHONIOENCODING=ascii) is
     # shown escaped, as on stderr, not an internal error after the work is done.
     for stream in (sys.stdout, sys.stderr):
