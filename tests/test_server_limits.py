@@ -205,6 +205,11 @@ def test_docroot_coverage_names_what_the_server_user_cannot_read(passable_tmp):
     assert line is not None and "shrink-probe-nobody" in line and "cannot read 1 of the 2" in line
     assert f"chmod -R o+rX {passable_tmp.resolve()}" in line
     assert docroot_coverage(tr.take([0]), passable_tmp, user).warning("t") is None
+    # Some paths missing and some unreadable: the unreadable ones were left out of the
+    # line, which named only the 404s (a root-only file planted in the docroot: 403).
+    both = cov.warning("t.parquet")
+    assert both is not None and "lacks 1 of the 5 paths" in both
+    assert "shrink-probe-nobody, the user the servers run as, cannot read 3 more" in both
 
 
 def test_a_symlink_loop_in_the_docroot_is_a_missing_path(tmp_path):

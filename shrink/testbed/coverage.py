@@ -62,11 +62,18 @@ class DocrootCoverage:
         eg = ", ".join(self.missing[:3])
         hidden = sum(1 for p in self.missing if _HIDDEN.search("/" + served_path(p)))
         why = f"404, or 403 for the {hidden:,} hidden" if hidden else "404"
+        # the ones there but unreadable fail as well: said, not left out of the count
+        more = (
+            f"; and {self.user}, the user the servers run as, cannot read "
+            f"{len(self.unreadable):,} more (e.g. {', '.join(self.unreadable[:3])}): 403"
+            if self.unreadable
+            else ""
+        )
         return (
             f"warning: document root {self.docroot} lacks {len(self.missing):,} of the "
             f"{self.paths:,} paths of {trace_name} ({self.requests_missing:,} of "
             f"{self.requests:,} requests; e.g. {eg}): they will fail ({why}) and count as "
-            "failures"
+            f"failures{more}"
         )
 
 
