@@ -109,3 +109,18 @@ def test_a_run_folder_of_its_own_leaves_the_usual_summary_as_it_is(tmp_path, mon
     registry.forget(state)
     assert summary.read_text() == before
     assert not (tmp_path / "own" / "cpus-in-use.json").exists()
+
+
+def test_a_stopped_command_does_not_say_it_kept_the_summary(tmp_path, monkeypatch):
+    """``testbed up --state`` on a full disk: "error: .../tb2.json: cannot write (ENOSPC);
+    kept /run/shrink/cpus-in-use.json", a file of shrink's own the user never asked for,
+    named as if it held something measured (and so for any stopped command that brought
+    a testbed up or down)."""
+    from shrink.atomic import recording
+    from shrink.cli._kept import kept_words
+
+    with recording() as written:
+        state, summary = _roots_testbed(tmp_path, monkeypatch, os.getpid())
+        registry.forget(state)
+    assert summary in written
+    assert str(summary) not in kept_words((), written)

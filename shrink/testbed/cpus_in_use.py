@@ -48,6 +48,7 @@ def publish(run_dir: Path, running: Callable[[], list[TestbedState]]) -> None:
     from shrink.atomic import write_text
     from shrink.errors import ShrinkError
     from shrink.jsonout import dumps
+    from shrink.kept_records import record_only
 
     if not _as_root() or run_dir != SUMMARY.parent:
         return
@@ -58,6 +59,8 @@ def publish(run_dir: Path, running: Callable[[], list[TestbedState]]) -> None:
             procs = [[p, r.starttimes.get(p)] for r in st.replicas for p in r.pids]
             beds.append({"cpus": cpus, "started": st.started, "processes": procs})
         write_text(SUMMARY, dumps({"testbeds": beds}) + "\n", perm=0o644)
+        # shrink's own bookkeeping: a stopped command said "kept /run/shrink/cpus-in-use.json"
+        record_only(SUMMARY)
 
 
 def roots_testbeds(summary: Path | None = None) -> list[tuple[list[int], str]]:
