@@ -12,6 +12,7 @@ import json
 import os
 import pwd
 import re
+import shutil
 import stat
 import subprocess
 import tempfile
@@ -532,6 +533,27 @@ def test_a_docroot_the_server_user_cannot_read_is_named(tmp_path, machine):
         up(private / "doc", machine, Share.all_of(machine), state_path=tmp_path / "s.json",
            port=0)  # fmt: skip
     assert f"cannot enter {private} (mode 0700)" in str(err.value)
+
+
+@pytest.mark.root
+def test_a_private_folder_the_server_user_cannot_reach_is_named(tmp_path, machine, monkeypatch):
+    """``SHRINK_RUN_DIR`` below a 0700 folder of root's: ``up`` started nginx, which
+    ended "nginx refused .../nginx.conf: ... open() .../nginx.conf failed (13: Permission
+    denied)", naming neither the folder in the way nor what to do."""
+    if os.geteuid() != 0:
+        pytest.skip("only root runs the servers as another user")
+    (tmp_path / "doc").mkdir()
+    private = Path(tempfile.mkdtemp(prefix="shp"))  # (short: the sockets' paths fit)
+    try:
+        monkeypatch.setenv("SHRINK_RUN_DIR", str(private / "run"))
+        with pytest.raises(TestbedError) as err:
+            up(tmp_path / "doc", machine, Share.all_of(machine), state_path=tmp_path / "s.json",
+               port=0)  # fmt: skip
+        assert f"cannot enter {private} (mode 0700); chmod o+x" in str(err.value)
+        assert "SHRINK_RUN_DIR" in str(err.value)
+        assert os.listdir(private / "run") == []  # nothing started, no run root left
+    finally:
+        shutil.rmtree(private)
 
 
 def test_a_damaged_state_naming_a_server_without_its_start_time_stops_nothing(tmp_path):

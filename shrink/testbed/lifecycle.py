@@ -60,6 +60,7 @@ from shrink.testbed.private import (
     ServerUser,
     UpLock,
     check_reachable,
+    check_run_dir_reachable,
     check_server_env,
     config_value,
     new_run_root,
@@ -361,6 +362,7 @@ def up(
     refuse_served(state_path, docroot, "state", _STATE_HOLDS)
     refuse_served(registry.run_dir(), docroot, "private folder", _RUN_HOLDS)
     base = registry.private_dir()
+    check_run_dir_reachable(base, user)
     with UpLock(base, state_path):
         if state_path.exists():
             _refuse_if_running(state_path)

@@ -59,6 +59,7 @@ __all__ = [
     "UpLock",
     "can_run",
     "check_reachable",
+    "check_run_dir_reachable",
     "check_server_env",
     "config_value",
     "docroot_writers",
@@ -487,6 +488,14 @@ def check_reachable(docroot: Path, user: ServerUser | None) -> None:
     """The server user must be able to read the document root: say which folder stops it."""
     if user is not None:
         _check_access(docroot, user, 0o5, f"document root {docroot}")
+
+
+def check_run_dir_reachable(base: Path, user: ServerUser | None) -> None:
+    """The server user must pass through to shrink's private folder, where its configs,
+    logs and sockets are: a ``SHRINK_RUN_DIR`` below a 0700 folder ended in the server's
+    own "failed (13: Permission denied)" on its config, naming nothing to change."""
+    if user is not None:
+        _check_access(base, user, 0o1, f"shrink's private folder {base} (SHRINK_RUN_DIR)")
 
 
 class UpLock:
