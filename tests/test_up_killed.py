@@ -390,3 +390,37 @@ def test_an_entry_that_cannot_be_read_keeps_every_run_folder(tmp_path, monkeypat
         assert registry.clear_killed_ups() == [] and gone.is_dir()
     finally:
         shutil.rmtree(run, ignore_errors=True)
+
+
+def test_down_under_another_private_folder_names_the_run_folder_it_left(tmp_path, monkeypatch,
+                                                                         machine):  # fmt: skip
+    """``up`` under one SHRINK_RUN_DIR, ``down`` without it: the servers stopped ("r0:
+    stopped 4 processes", exit 0), and the run folder with the servers' configs and logs
+    was left in the other folder without a word."""
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+    from shrink.share import Share
+    from shrink.testbed import lifecycle
+    from shrink.testbed.config import ServerSettings
+    from shrink.testbed.fake_recipe import FakeRecipe
+
+    # (short folders: a socket's path under pytest's worker folders was too long)
+    first, other = Path(tempfile.mkdtemp(prefix="sr-")), Path(tempfile.mkdtemp(prefix="sr-"))
+    try:
+        monkeypatch.setenv("SHRINK_RUN_DIR", str(first))
+        (tmp_path / "doc").mkdir()
+        state = tmp_path / "s.json"
+        lifecycle.up(tmp_path / "doc", machine, Share.all_of(machine), state_path=state, port=0,
+                     cgroups="no", server=ServerSettings(FakeRecipe()))  # fmt: skip
+        [root] = [p for p in first.iterdir() if p.name.startswith("up-")]
+        monkeypatch.setenv("SHRINK_RUN_DIR", str(other))
+        r = CliRunner().invoke(app, ["testbed", "down", "--state", str(state)])
+        assert r.exit_code == 0, r.output
+        assert f"note: left {root} (the servers' configs and logs)" in r.output
+        monkeypatch.setenv("SHRINK_RUN_DIR", str(first))  # as the note says: nothing left
+        r = CliRunner().invoke(app, ["testbed", "down", "--state", str(state)])
+        assert r.exit_code == 0 and "note" not in r.output and not root.exists(), r.output
+    finally:
+        shutil.rmtree(first, ignore_errors=True)
+        shutil.rmtree(other, ignore_errors=True)

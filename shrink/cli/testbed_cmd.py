@@ -338,6 +338,20 @@ def down(
             if pids
             else f"{name}: nothing was running"
         )
+    _left_elsewhere(state)
+
+
+def _left_elsewhere(state: Path) -> None:
+    """The run folders down left: an ``up`` under another SHRINK_RUN_DIR made them."""
+    from shrink.testbed import registry, teardown
+
+    for root in teardown.run_roots_left(state):
+        typer.echo(
+            f"note: left {printable(root)} (the servers' configs and logs): up made it under "
+            f"another SHRINK_RUN_DIR than this one ({printable(registry.run_dir())}), and down "
+            "removes nothing outside it; run down with that SHRINK_RUN_DIR, or remove it",
+            err=True,
+        )
 
 
 def _unwritten(state: Path) -> None:

@@ -240,6 +240,21 @@ def _restore_irq(st: TestbedState) -> list[str]:
     return restore_affinities(dict(st.irq))
 
 
+def run_roots_left(state_path: str | Path) -> list[Path]:
+    """The run roots of the testbed ``state_path`` names that are still there after its
+    ``down``: made under another private folder (``up`` under another SHRINK_RUN_DIR),
+    which ``down`` does not remove (:func:`remove_run_root`)."""
+    try:
+        st = TestbedState.read(state_path)
+    except (StateError, TestbedError):
+        return []
+    base = registry.run_dir().resolve()
+    roots = {Path(r.run_dir).parent for r in st.replicas if r.run_dir}
+    return sorted(
+        r for r in roots if r.name.startswith("up-") and r.is_dir() and r.parent.resolve() != base
+    )
+
+
 def _remove_run_dirs(st: TestbedState) -> None:
     """Remove the run roots ``up`` made (only those under shrink's private folder)."""
     base = registry.run_dir()
