@@ -24,6 +24,7 @@ group and column takes (:func:`check_footer`; the factor is measured, in
 
 from __future__ import annotations
 
+import os
 import resource
 import struct
 from collections.abc import Iterator
@@ -222,11 +223,15 @@ def _read(src: str | BinaryIO, meta: pq.FileMetaData, dictionary: list[str]) -> 
 def arrow_source(path: Path) -> Iterator[str | BinaryIO]:
     """``path`` as pyarrow can open it: its name, or the file opened here when the name
     holds bytes that are not UTF-8 (Linux allows any). pyarrow encodes a name as UTF-8
-    and refused it ("surrogates not allowed"): a trace shrink wrote could not be read."""
+    and refused it ("surrogates not allowed"): a trace shrink wrote could not be read.
+    Under a locale that is not UTF-8 (en_US.ISO-8859-1) a name's bytes are decoded
+    another way, and UTF-8 made other bytes of it: "t\xc3\xb6.parquet: no such file"."""
     name = str(path)
     try:
-        name.encode("utf-8")
+        same = name.encode("utf-8") == os.fsencode(name)
     except UnicodeEncodeError:
+        same = False
+    if not same:
         with open(path, "rb") as fh:
             yield fh
         return

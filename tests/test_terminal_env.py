@@ -3,6 +3,7 @@ says is still said."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -37,3 +38,34 @@ def test_a_zero_width_does_not_silence_errors_or_tables(tmp_path):
     assert _shrink(zero, "ingest", "a.log", "-o", "t.parquet", cwd=tmp_path).returncode == 0
     info = _shrink(zero, "trace", "info", "t.parquet", cwd=tmp_path)
     assert info.returncode == 0 and "sessions" in info.stdout, (info.stdout, info.stderr)
+
+
+@pytest.fixture(scope="module")
+def latin1_locale(tmp_path_factory) -> dict[str, str]:
+    """The environment of a non-UTF-8 locale (en_US.ISO-8859-1), built here."""
+    loc = tmp_path_factory.mktemp("loc")
+    build = ["localedef", "-i", "en_US", "-f", "ISO-8859-1", str(loc / "en_US.ISO-8859-1")]
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        subprocess.run(build, capture_output=True, timeout=60)
+    if not (loc / "en_US.ISO-8859-1").is_dir():
+        pytest.skip("localedef could not build en_US.ISO-8859-1 here")
+    return {"LOCPATH": str(loc), "LC_ALL": "en_US.ISO-8859-1", "PYTHONUTF8": "0"}
+
+
+def test_a_non_ascii_name_is_read_under_a_non_utf8_locale(tmp_path, latin1_locale):
+    """Under LC_ALL=en_US.ISO-8859-1 Python reads a name's bytes as Latin-1 (every byte
+    decodes), and pyarrow encodes a name as UTF-8: the trace ``t\\xc3\\xb6.parquet`` was
+    looked for under other bytes, "error: tö.parquet: no such file", exit 1."""
+    (tmp_path / "a.log").write_text(
+        '127.0.0.1 - - [01/Jul/1995:00:00:01 -0400] "GET /a HTTP/1.0" 200 10\n'
+    )
+    assert _shrink({}, "ingest", "a.log", "-o", "t.parquet", cwd=tmp_path).returncode == 0
+    os.rename(tmp_path / "t.parquet", os.path.join(os.fsencode(tmp_path), b"t\xc3\xb6.parquet"))
+    done = subprocess.run(
+        [os.fsencode(sys.executable), b"-m", b"shrink", b"sample", b"t\xc3\xb6.parquet",
+         b"--alpha", b"1", b"-o", b"\xc3\xb6.parquet"],
+        capture_output=True, cwd=tmp_path, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **latin1_locale},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert b"\xc3\xb6.parquet" in os.listdir(os.fsencode(tmp_path))
