@@ -614,6 +614,47 @@ def test_a_replay_of_malformed_answers_names_them_not_a_dead_server(tmp_path):
     assert "bad-response 10" in why and "failed to connect" not in why, why
 
 
+def test_a_replay_whose_answers_outlast_the_timeout_does_not_ask_if_the_server_is_up(tmp_path):
+    """Every answer begun and not finished within --timeout (a 10 GB file in the docroot):
+    "all 1 requests failed to connect or timed out (timeout 1): is the server up at the
+    --target address?", of a server that had answered at once and was still sending."""
+    import socket
+    import threading
+    import time
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+
+    def answer(c: socket.socket) -> None:
+        with c:
+            c.recv(65536)
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 10000000000\r\n\r\n" + b"x" * 4096)
+            time.sleep(3)
+
+    def serve():
+        with srv:
+            while True:
+                try:
+                    c, _ = srv.accept()
+                except OSError:
+                    return
+                threading.Thread(target=answer, args=(c,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        r = run(
+            "replay", "--rate", "10", "--duration", "300ms", "--timeout", "500ms",
+            "--engine", "python", "--target", f"http://127.0.0.1:{port}",
+            "-o", tmp_path / "x.parquet", "--json",
+        )  # fmt: skip
+    finally:
+        srv.close()
+    assert r.exit_code == 1, r.output
+    why = _strict(r.stdout)["nothing_served"]
+    assert "timeout 3" in why and "is the server up" not in why, why
+    assert "3 of them timed out after the server had begun to answer" in why, why
+
+
 def test_a_long_line_is_not_wrapped_off_a_terminal(capsys):
     """rich wrapped what shrink printed at 80 columns when stderr or stdout was not a
     terminal: a long path in a log was cut in two where a script reads it."""

@@ -182,7 +182,9 @@ def _summary(res: Any, output: Path) -> dict[str, Any]:
         "served": served,
         "nothing_served": None
         if served
-        else _nothing_served(st.requests, st.failures, _error_counts(res.runlog)),
+        else _nothing_served(
+            st.requests, st.failures, _error_counts(res.runlog), _timed_out_answering(res.runlog)
+        ),
         # why the latencies are null (JSON has no NaN)
         "latency_note": None if served else "no request was served in the window",
         "engine": (res.describe or {}).get("engine", {}).get("engine"),
@@ -264,15 +266,36 @@ def _error_counts(log: Any) -> dict[str, int]:
     return dict(Counter(n for n in names if n).most_common())
 
 
+def _timed_out_answering(log: Any) -> int:
+    """How many requests timed out after their answer's first byte had come."""
+    import pyarrow.compute as pc
+
+    t = log.table
+    begun = pc.and_(
+        pc.equal(t.column("error"), "timeout"), pc.invert(pc.is_nan(t.column("first_byte")))
+    )
+    return int(pc.sum(pc.cast(pc.fill_null(begun, False), "int64")).as_py() or 0)
+
+
 def _nothing_served(
-    requests: int | None, failures: dict[str, int] | None, errors: dict[str, int] | None = None
+    requests: int | None,
+    failures: dict[str, int] | None,
+    errors: dict[str, int] | None = None,
+    answering: int = 0,
 ) -> str:
-    """Why a run served nothing, and what to check."""
+    """Why a run served nothing, and what to check (``answering``: the requests that
+    timed out after the server had begun to answer: it is up, its answers are long)."""
     f = failures or {}
     if not requests:
         return "no request was sent in the window (a trace shorter than the warm-up?)"
     if f.get("transport"):
         named = ", ".join(f"{k} {v:,}" for k, v in (errors or {}).items()) or "no error named"
+        if answering:
+            return (
+                f"all {requests:,} requests failed ({named}); {answering:,} of them timed out "
+                "after the server had begun to answer: it is up, and its answers take longer "
+                "than --timeout (a large file, a slow page); raise --timeout or check those paths"
+            )
         if set(errors or {}) <= {"refused", "connect", "timeout", "files"}:
             return (
                 f"all {requests:,} requests failed to connect or timed out ({named}): "
