@@ -160,18 +160,25 @@ def replicas_gone(replicas: Iterable[Any]) -> str | None:
         dead = [p for p in r.pids if not is_alive(p, r.starttimes.get(p))]
         spin = [f"{SPINNER} PID {p}" for p, t in r.spinners.items() if not is_alive(p, t)]
         if dead or spin:
-            said.append(dead_problem(r, dead, spin) + _others_run(len(r.pids) - len(dead)))
+            master = any(p in r.masters for p in dead)
+            said.append(dead_problem(r, dead, spin) + _others_run(len(r.pids) - len(dead), master))
     return "; ".join(said) if said else None
 
 
-def _others_run(alive: int) -> str:
+def _others_run(alive: int, master: bool = False) -> str:
     """What to add when ``alive`` of a replica's recorded processes still run: an nginx
     worker killed was replaced by its master, and "down" alone read as if nothing
-    answered, while the share's processes were no longer the ones recorded."""
+    answered, while the share's processes were no longer the ones recorded. A ``master``
+    gone is replaced by no one: its workers run on without it (php-fpm's pool)."""
     if alive <= 0:
         return ""
+    others = f"its other {alive} process{'es still run' if alive > 1 else ' still runs'}"
+    if master:
+        return (
+            f" ({others}, without their master: nothing restarts or manages them as the "
+            "server would; bring the testbed down and up again)"
+        )
     return (
-        f" (its other {alive} process{'es' if alive > 1 else ''} still run: a server's "
-        "master may have started another in its place, which the testbed's record does "
-        "not know; bring the testbed down and up again)"
+        f" ({others}: a server's master may have started another in its place, which the "
+        "testbed's record does not know; bring the testbed down and up again)"
     )
