@@ -655,6 +655,25 @@ def test_a_replay_whose_answers_outlast_the_timeout_does_not_ask_if_the_server_i
     assert "3 of them timed out after the server had begun to answer" in why, why
 
 
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["sweep", "{trace}", "--target", "http://127.0.0.1:1", "--levels", "1",
+          "-o", "{tmp}/c.json", "--runlogs", "{tmp}/no/rl"], "--runlogs: {tmp}/no/rl: its folder"),
+        (["testbed", "up", "--docroot", "{tmp}", "--state", "{tmp}/no/tb.json"],
+         "--state: {tmp}/no/tb.json: its folder"),
+    ],
+    ids=["runlogs", "state"],
+)  # fmt: skip
+def test_an_output_option_is_named_once(tmp_path, trace_file, args, said):
+    """An error "--runlogs: --runlogs ro/rl: cannot create it, ... is not writable": the
+    option's name was put before the line and again as the file's kind."""
+    fill = {"trace": str(trace_file), "tmp": str(tmp_path)}
+    r = run(*(a.format(**fill) for a in args))
+    assert r.exit_code == 2, r.output
+    assert said.format(**fill) in r.stderr, r.stderr
+
+
 def test_a_long_line_is_not_wrapped_off_a_terminal(capsys):
     """rich wrapped what shrink printed at 80 columns when stderr or stdout was not a
     terminal: a long path in a log was cut in two where a script reads it."""

@@ -344,15 +344,14 @@ def output_path(
     option = option or (what if what.startswith("--") else "--out")
     for src in inputs:
         if src is not None and _same_file(path, src):
-            raise OptionError(
-                option,
-                f"{what} {path} is the input {src}, which writing it would destroy; "
-                "name another file",
-            )
+            text = f"{what} {path} is the input {src}, which writing it would destroy; "
+            raise OptionError(option, text.removeprefix(f"{option} ") + "name another file")
     try:
         checked = check_output(path, kind=kind, what=what)
     except ParameterError as exc:
-        raise OptionError(option, str(exc)) from None
+        # the option is said before the line: "--runlogs: --runlogs rl: ..." said it twice
+        text = str(exc)
+        raise OptionError(option, text.removeprefix(f"{option} ")) from None
     from shrink.folder_locks import hold_output
 
     # until the command ends: a second run with it is refused (named as typed: --state)
