@@ -591,12 +591,17 @@ def test_a_planted_private_folder_is_refused(tmp_path, monkeypatch):
     elsewhere.mkdir()
     monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "runs"))
     (tmp_path / "runs").symlink_to(elsewhere)
-    with pytest.raises(TestbedError, match="not a private folder"):
+    with pytest.raises(TestbedError, match=r"not a private folder of this user \(a symlink to"):
+        registry.private_dir()
+    (tmp_path / "runs").unlink()
+    # a file: it was said as "(a symlink, another owner, or writable by others)"
+    (tmp_path / "runs").write_text("")
+    with pytest.raises(TestbedError, match=r"not a private folder of this user \(not a folder\)"):
         registry.private_dir()
     (tmp_path / "runs").unlink()
     (tmp_path / "runs").mkdir(mode=0o777)
     os.chmod(tmp_path / "runs", 0o777)
-    with pytest.raises(TestbedError, match="not a private folder"):
+    with pytest.raises(TestbedError, match=r"\(mode 0777: writable by others\)"):
         registry.private_dir()
     os.chmod(tmp_path / "runs", 0o700)
     assert registry.private_dir() == tmp_path / "runs"

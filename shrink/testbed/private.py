@@ -181,10 +181,10 @@ def secure_dir(path: Path, mode: int = 0o700) -> Path:
         os.mkdir(path, mode)
         made = True
     st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+    if (why := _not_private(path, st)) is not None:
         raise TestbedError(
-            f"{path} is not a private folder of this user (a symlink, another owner, or "
-            "writable by others): not used; remove it or set SHRINK_RUN_DIR"
+            f"{path} is not a private folder of this user ({why}): not used; remove it or "
+            "set SHRINK_RUN_DIR"
         )
     if stat.S_IMODE(st.st_mode) != mode:
         # The mode is shrink's to set on a folder of its own only: SHRINK_RUN_DIR=/ (or
@@ -199,6 +199,21 @@ def secure_dir(path: Path, mode: int = 0o700) -> Path:
             )
         os.chmod(path, mode)
     return path
+
+
+def _not_private(path: Path, st: os.stat_result) -> str | None:
+    """Why ``path`` (``st``: its lstat) is not a private folder of this user, or None.
+    A file named as SHRINK_RUN_DIR was said as "a symlink, another owner, or writable by
+    others", none of which it was."""
+    if stat.S_ISLNK(st.st_mode):
+        return f"a symlink to {os.readlink(path)}"
+    if not stat.S_ISDIR(st.st_mode):
+        return "not a folder"
+    if st.st_uid != os.geteuid():
+        return f"owned by {user_name(st.st_uid)}"
+    if st.st_mode & 0o022:
+        return f"mode {stat.S_IMODE(st.st_mode):04o}: writable by others"
+    return None
 
 
 # What shrink keeps in its private folder: testbed entries (and their temporary
