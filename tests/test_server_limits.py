@@ -212,6 +212,22 @@ def test_docroot_coverage_names_what_the_server_user_cannot_read(passable_tmp):
     assert "shrink-probe-nobody, the user the servers run as, cannot read 3 more" in both
 
 
+def test_a_fifo_or_socket_at_a_trace_path_is_not_said_as_a_404(tmp_path):
+    """A FIFO and a Unix socket planted at a trace's paths: "they will fail (404)", where
+    nginx answers the socket 500."""
+    import socket
+
+    os.mkfifo(tmp_path / "fifo.bin")
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(tmp_path / "sock.bin"))
+        paths = ["/fifo.bin", "/sock.bin", "/gone.bin"]
+        tr = Trace.from_columns({"session": [0] * 3, "t": [0.0] * 3, "path": paths})
+        cov = docroot_coverage(tr, tmp_path)
+    line = cov.warning("t.parquet")
+    assert cov.not_files == 2 and line is not None
+    assert "fail (404; the 2 that are neither file nor folder, 404 or 500)" in line, line
+
+
 def test_a_symlink_loop_in_the_docroot_is_a_missing_path(tmp_path):
     """``up --trace`` on a docroot holding a symlink loop was an internal error (exit 70)."""
     (tmp_path / "loop").symlink_to("loop")

@@ -38,6 +38,8 @@ class DocrootCoverage:
     # there, but not for the server user (root wrote them under umask 077): each a 403
     unreadable: list[str] = field(default_factory=list)
     user: str = ""
+    # of ``missing``: there, but neither a file nor a folder (a FIFO: 404; a socket: 500)
+    not_files: int = 0
 
     def warning(self, trace_name: str) -> str | None:
         """One line for the user, or None when every path is there (and readable).
@@ -62,6 +64,8 @@ class DocrootCoverage:
         eg = ", ".join(self.missing[:3])
         hidden = sum(1 for p in self.missing if _HIDDEN.search("/" + served_path(p)))
         why = f"404, or 403 for the {hidden:,} hidden" if hidden else "404"
+        if self.not_files:  # a FIFO or a socket planted at a trace's path: not a 404 each
+            why += f"; the {self.not_files:,} that are neither file nor folder, 404 or 500"
         # the ones there but unreadable fail as well: said, not left out of the count
         more = (
             f"; and {self.user}, the user the servers run as, cannot read "
@@ -95,6 +99,20 @@ def _served(root: Path, path: str) -> Path | None:
     return None
 
 
+def _not_a_file(root: Path, path: str) -> bool:
+    """Whether ``path`` names something in the docroot that is neither file nor folder."""
+    import stat
+
+    rel = served_path(path)
+    if "\x00" in rel or _HIDDEN.search("/" + rel):
+        return False
+    try:
+        mode = (root / rel).lstat().st_mode
+    except (OSError, ValueError):
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode))
+
+
 def docroot_coverage(
     trace: Trace, docroot: str | Path, user: ServerUser | None = None
 ) -> DocrootCoverage:
@@ -111,6 +129,7 @@ def docroot_coverage(
         readable = reader(user)
         unreadable = sorted(p for p, f in served.items() if f is not None and not readable(f))
     return DocrootCoverage(
+        not_files=sum(1 for p in missing if _not_a_file(root, str(p))),
         docroot=root,
         paths=len(counts),
         missing=missing,
