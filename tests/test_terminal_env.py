@@ -24,7 +24,7 @@ def _shrink(env: dict[str, str], *args: str, cwd: Path) -> subprocess.CompletedP
 
 
 def test_a_zero_width_does_not_silence_errors_or_tables(tmp_path):
-    """``COLUMNS=0`` (as ``docker exec`` without a terminal has set it): rich took a
+    """``COLUMNS=0`` (as a container or CI environment may hold it): rich took a
     width of 0 and printed nothing at all. An error exited 1 without a word, and
     ``trace info`` exited 0 with an empty stdout."""
     zero = {"COLUMNS": "0"}

@@ -166,7 +166,7 @@ def _stdin_stderr_closed_at_start() -> None:
 
 
 def _no_zero_size() -> None:
-    """``COLUMNS=0`` (``docker exec`` without a terminal has set it): rich took a width
+    """``COLUMNS=0`` (as a container or CI environment may hold it): rich took a width
     of 0 and printed nothing, so an error exited 1 without a word and a table went
     nowhere. A size of 0 says nothing of the screen: it is dropped, and the terminal's
     own size (or 80 columns) is used. ``LINES=0`` likewise."""
