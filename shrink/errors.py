@@ -283,10 +283,13 @@ class WriteError(ShrinkError):
     """A result file could not be written (a full disk, no permission).
 
     ``path`` names the file; ``errno`` is the OS error number. ``cut_after``: the rows
-    of a RunLog put in place all the same (those written before the error).
+    of a RunLog put in place all the same (those written before the error); ``whole``:
+    they are every row of the run (the error was in the footer's write, then rewritten).
     """
 
-    def __init__(self, path: str | Path, exc: OSError, cut_after: int | None = None) -> None:
+    def __init__(
+        self, path: str | Path, exc: OSError, cut_after: int | None = None, whole: bool = False
+    ) -> None:
         reason = exc.strerror or str(exc)
         if exc.errno == errno.ENOSPC:
             reason = "no space left on the device"
@@ -295,7 +298,9 @@ class WriteError(ShrinkError):
             reason = f"past the file-size limit of {limit} bytes, ulimit -f"
         code = errno.errorcode.get(exc.errno or 0)
         said = f"{path}: cannot write ({reason}{f', {code}' if code else ''})"
-        if cut_after is not None:  # a RunLog put in place with the rows written before it
+        if cut_after is not None and whole:  # only its footer's write failed (then rewritten)
+            said += f"; it holds all the run's {cut_after:,} row(s) all the same"
+        elif cut_after is not None:  # a RunLog put in place with the rows written before it
             said += (
                 f"; it holds only the run's first {cut_after:,} row(s), written before "
                 "that: a run cut short, not the whole run"

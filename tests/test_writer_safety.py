@@ -340,11 +340,17 @@ def test_a_write_error_in_a_later_row_group_keeps_the_whole_groups_before_it(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.parquet", "whole.parquet"]
 
 
+@pytest.mark.parametrize("short", [False, True])
 @pytest.mark.parametrize("from_write", [1, 2, 3])
-def test_a_write_error_in_the_footer_keeps_every_row_group(tmp_path, monkeypatch, from_write):
+def test_a_write_error_in_the_footer_keeps_every_row_group(
+    tmp_path, monkeypatch, from_write, short
+):
     # Every write from the footer's ``from_write``-th on fails (EIO): the file was removed
     # with its 1,500 rows written whole. Now the footer, finished in memory, is put after
-    # them (its first writes, where a later one failed, read back from the file).
+    # them (its first writes, where a later one failed, read back from the file). With
+    # ``short``, the write before the failing one wrote only half its bytes (as a write
+    # to a disk filling up does): those were neither read back nor kept, the footer put
+    # in place was short of them, and the file was removed all the same.
     real_write = os.write
     closing = [False, 0]
 
@@ -353,6 +359,9 @@ def test_a_write_error_in_the_footer_keeps_every_row_group(tmp_path, monkeypatch
             closing[1] += 1
             if closing[1] >= from_write:
                 raise OSError(errno.EIO, os.strerror(errno.EIO))
+            if short and closing[1] == from_write - 1:
+                view = memoryview(data).cast("B")
+                return real_write(fd, view[: max(1, len(view) // 2)])
         return real_write(fd, data)
 
     path = tmp_path / "r.parquet"
@@ -370,3 +379,8 @@ def test_a_write_error_in_the_footer_keeps_every_row_group(tmp_path, monkeypatch
     assert w.rows == 1500 and w.dropped == 0 and w.error is not None
     assert path.exists(), str(w.error)
     assert RunLog.read_parquet(path).table.column("bytes").to_pylist() == list(range(1500))
+    # (every row is there: "a run cut short, not the whole run" was untrue)
+    assert str(w.error) == (
+        f"{path}: cannot write (Input/output error, EIO); it holds all the run's 1,500 "
+        "row(s) all the same"
+    )

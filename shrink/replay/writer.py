@@ -153,7 +153,8 @@ class _Sink(io.RawIOBase):
                         self.reserve.unlink()
                     self.reserve = None
                     continue
-                self.error, self.lost_at = exc, self.pos
+                # (a short write before the error put its first ``off`` bytes in the file)
+                self.error, self.lost_at = exc, self.pos + off
         if self.lost_at is not None:
             self.kept += view[off:]
         self.pos += n
@@ -214,6 +215,7 @@ class RunLogWriter:
         self.error: WriteError | None = None
         self._cause: OSError | None = None  # the OS error behind :attr:`error`
         self.closed = False
+        self._whole = False  # no write error before close(): a file kept holds every row
         self._schema = WRITER_SCHEMA
         self._fd = -1
         self._dir_fd = -1  # the file's folder, held: what is made and renamed stays in it
@@ -433,6 +435,7 @@ class RunLogWriter:
         """
         if self.closed:
             return
+        self._whole = self.error is None  # (an error from here on cuts no row off the run)
         try:
             self.flush()
             if not self._opened:
@@ -498,7 +501,12 @@ class RunLogWriter:
             note_written(self.path, self._dir_fd)
             if self.error is not None and self._cause is not None:
                 # "cannot write" alone, of a file then put in place: read as a whole run
-                self.error = WriteError(self.path, self._cause, cut_after=self.rows)
+                self.error = WriteError(
+                    self.path,
+                    self._cause,
+                    cut_after=self.rows,
+                    whole=self._whole and not self.dropped,
+                )
         except OSError as exc:
             self._fail(exc)
 
