@@ -400,7 +400,11 @@ def _mark_made(fd: int, made: bool) -> bool:
     from shrink.procfs import proc_info
 
     with contextlib.suppress(OSError, ValueError):
-        with open(os.open(MADE_MARK, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)) as fh:
+        # (not waited on: a FIFO by that name, opened to be read, held the run for good)
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        with open(os.open(MADE_MARK, flags, dir_fd=fd), "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise ValueError(MADE_MARK)  # (not a mark: left as it is)
             pid, start = (int(x) for x in fh.read(64).split())
         if not is_alive(pid, start):
             os.unlink(MADE_MARK, dir_fd=fd)
@@ -408,7 +412,7 @@ def _mark_made(fd: int, made: bool) -> bool:
     if made:
         info = proc_info(os.getpid())
         with contextlib.suppress(OSError):
-            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK
             with open(os.open(MADE_MARK, flags, 0o600, dir_fd=fd), "w") as fh:
                 fh.write(f"{os.getpid()} {info.starttime if info else 0}\n")
     return made

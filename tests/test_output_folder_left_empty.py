@@ -65,3 +65,23 @@ def test_the_users_own_empty_folder_is_kept_and_a_stale_mark_beside_files_droppe
     hold_output(kept, "dir")
     release_outputs()
     assert os.listdir(kept) == ["prediction.json"]
+
+
+# A run holding argv[1] (an existing folder), then letting it go.
+_HOLDS = (
+    "import sys\nfrom shrink.folder_locks import hold_output, release_outputs\n"
+    "hold_output(sys.argv[1], 'dir')\nrelease_outputs()\n"
+)
+
+
+@pytest.mark.compute
+def test_a_fifo_by_the_marks_name_does_not_hold_the_run(tmp_path):
+    # A FIFO named .shrink-made in the output folder (a user's own, or planted in a folder
+    # others may write): opened to be read, the option check waited on it for good.
+    out = tmp_path / "pred"
+    out.mkdir()
+    os.mkfifo(out / MADE_MARK)
+    env = {**os.environ, "PYTHONPATH": _ROOT}
+    r = subprocess.run([sys.executable, "-c", _HOLDS, str(out)], env=env, timeout=30)
+    assert r.returncode == 0
+    assert os.listdir(out) == [MADE_MARK]  # (not a mark: left as it is)
