@@ -7,6 +7,7 @@ excepted)."""
 from __future__ import annotations
 
 import os
+import subprocess
 from dataclasses import replace
 
 import pytest
@@ -18,12 +19,13 @@ from shrink.testbed import registry
 from shrink.testbed.state import TestbedState
 
 
-def _running_on_cpu_1(tmp_path, monkeypatch, state):
-    """A testbed recorded running (this process its server) on CPU 1, at ``state``."""
+def _running_on_cpu_1(tmp_path, monkeypatch, state, pid=None):
+    """A testbed recorded running (this process its server, or ``pid``) on CPU 1, at
+    ``state``."""
     from tests.helpers.testbed import lighttpd_replica
 
     monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "private"))
-    pid = os.getpid()
+    pid = os.getpid() if pid is None else pid
     live = replace(lighttpd_replica(), cpus=[1], masters=[pid], processes={"lighttpd": [pid]},
                    starttimes={pid: processes.proc_info(pid).starttime}, pinned={})  # fmt: skip
     state.parent.mkdir(parents=True, exist_ok=True)
@@ -56,3 +58,21 @@ def test_a_predicts_own_paired_testbed_is_not_another(tmp_path, monkeypatch):
     _running_on_cpu_1(tmp_path, monkeypatch, run / "testbed-0.json")  # its scaled-down one
     refuse_crowded((0, 1), run / "testbed-1.json", run)  # its full one, opened beside it
     registry.forget(run / "testbed-0.json")
+
+
+@pytest.mark.compute
+def test_a_testbed_whose_servers_are_all_gone_holds_no_cpu(tmp_path, monkeypatch):
+    # A testbed brought up, then its servers killed (the OOM killer, a kill -9): recorded
+    # until brought down, it was said to run on CPU 1, and a predict there was refused
+    # ("wait for the other to end") for as long as nobody brought it down.
+    server = subprocess.Popen(["sleep", "60"])
+    other = tmp_path / "first" / "testbed-0.json"
+    _running_on_cpu_1(tmp_path, monkeypatch, other, server.pid)
+    run = tmp_path / "second"
+    run.mkdir()
+    with pytest.raises(TestbedError):
+        refuse_crowded((1,), run / "testbed-0.json", run)  # (while it runs)
+    server.kill()
+    server.wait()
+    refuse_crowded((1,), run / "testbed-0.json", run)
+    registry.forget(other)

@@ -483,8 +483,8 @@ def others_on(cpus: tuple[int, ...] | list[int], state_path: Path, mine: Any = (
     any of ``cpus``."""
     out = []
     for other, st in registry.running():
-        if other == state_path or other in mine:
-            continue
+        if other == state_path or other in mine or not registry.serving(st):
+            continue  # (its servers all gone: on no CPU)
         shared = sorted({c for r in st.replicas for c in r.cpus} & set(cpus))
         if shared:
             out.append(

@@ -239,6 +239,15 @@ def running() -> list[tuple[Path, TestbedState]]:
     return out
 
 
+def serving(state: TestbedState) -> bool:
+    """Whether any process ``state`` records runs still (as recorded: PID and start time),
+    or it records none. A testbed whose servers were all killed (the OOM killer, a kill)
+    is recorded running until it is brought down: it was said to run on its CPUs, and a
+    predict there was refused ("wait for the other to end") for good."""
+    recorded = [(p, r.starttimes.get(p)) for r in state.replicas for p in r.pids]
+    return not recorded or any(process.is_alive(p, t) for p, t in recorded)
+
+
 def others_running() -> list[tuple[int, Path, TestbedState]]:
     """As root, the running testbeds of other users: (their UID, state file, state).
 
