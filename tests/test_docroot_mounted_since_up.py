@@ -6,14 +6,18 @@ mount, before and after each run, and ``testbed status`` names it as a problem."
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-import shrink.testbed.status  # noqa: F401 - read from sys.modules below
-from shrink.errors import TestbedError
+import shrink
+import shrink.testbed.status  # (read from sys.modules below)
+from shrink.errors import TestbedError, printable
 from shrink.procfs import proc_info
 from shrink.replay.live import LiveTarget
 from shrink.testbed.state import ReplicaState
@@ -76,3 +80,40 @@ def test_a_system_folder_mounted_under_the_docroot_after_up_stops_the_run(tmp_pa
     finally:
         srv.kill()
         srv.wait()
+
+
+# In a mount namespace of its own (nothing mounted where other processes see it): a tmpfs
+# and a bind of /etc under document root argv[1], what whole_fs_mount says after each.
+_MOUNTS = (
+    "import json, subprocess, sys\nfrom pathlib import Path\n"
+    "from shrink.testbed.mounts import whole_fs_mount\n"
+    "doc = Path(sys.argv[1])\n"
+    "subprocess.run(['mount', '-t', 'tmpfs', 'tmpfs', str(doc / 't')], check=True)\n"
+    "print(json.dumps(whole_fs_mount(doc)))\n"
+    "subprocess.run(['mount', '--bind', '/etc', str(doc / 'x')], check=True)\n"
+    "print(json.dumps(whole_fs_mount(doc)))\n"
+)
+
+
+@pytest.mark.parametrize("name", ["doc root", "doc\nroot", "doc\x1b[2Jroot"])
+def test_a_mount_under_a_docroot_named_oddly_is_seen_and_said_on_one_line(tmp_path, name):
+    # mountinfo escapes a blank or newline of a mount point (\040, \012): the mount is seen
+    # all the same; an ordinary tmpfs there is no system folder. The docroot's name was put
+    # in the line as it was: `testbed status` printed a docroot with a newline on two lines.
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root and unshare to mount in a namespace of its own")
+    doc = tmp_path / name
+    (doc / "t").mkdir(parents=True)
+    (doc / "x").mkdir()
+    env = {**os.environ, "PYTHONPATH": str(Path(shrink.__file__).resolve().parents[1])}
+    cmd = ["unshare", "-m", "--propagation", "private", sys.executable, "-c", _MOUNTS, str(doc)]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    if r.returncode:
+        pytest.skip(f"cannot mount in a namespace here: {r.stderr.strip()}")
+    tmpfs, etc = (json.loads(line) for line in r.stdout.splitlines())
+    assert tmpfs is None
+    shown = printable(doc)
+    assert etc == (
+        f"document root {shown}: {shown}/x, inside it, is a system folder (a mount of /etc)"
+    )
+    assert "\n" not in etc and "\x1b" not in etc

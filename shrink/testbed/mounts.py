@@ -11,7 +11,7 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import NamedTuple
 
-from shrink.errors import DocrootError, ParameterError
+from shrink.errors import DocrootError, ParameterError, printable
 
 __all__ = ["Mount", "mount_table", "refuse_served", "refuse_whole_fs", "whole_fs_mount"]
 
@@ -162,7 +162,8 @@ def whole_fs_mount(docroot: Path) -> str | None:
         if mount.point == docroot or docroot in mount.point.parents:
             points[mount.point] = mount.fs if mount.fs in _KERNEL_FS else ""  # (last: on top)
     for point, kernel_fs in points.items():
-        inside = ":" if point == docroot else f": {point}, inside it, is"
+        # (escaped: `testbed status` prints it as it is, a newline in a name forged a line)
+        inside = ":" if point == docroot else f": {printable(point)}, inside it, is"
         with contextlib.suppress(OSError):
             st = os.stat(point)
             what = [
@@ -173,5 +174,5 @@ def whole_fs_mount(docroot: Path) -> str | None:
             if kernel_fs or what:
                 whole = "the whole file system" if what == ["a mount of /"] else "a system folder"
                 what = f"{kernel_fs}, a kernel file system" if kernel_fs else what[0]
-                return f"document root {docroot}{inside} {whole} ({what})"
+                return f"document root {printable(docroot)}{inside} {whole} ({what})"
     return None
