@@ -61,7 +61,8 @@ def test_a_run_whose_every_look_failed_is_said_unwatched_once():
     assert r.stderr == (
         f"warning: the testbed was not watched during a run: none of its {looks} looks at "
         "the servers could be made (Too many open files (ulimit -n 64)); a server stopped, "
-        "frozen or re-shared meanwhile would not have been seen (said once)\n"
+        "frozen or re-shared meanwhile and put back before the run's end would not have "
+        "been seen (said once)\n"
     )
 
 
@@ -77,3 +78,21 @@ def test_a_run_with_one_look_made_is_not_said_unwatched(capsys):
     assert w.unwatched is None
     watch.say_unwatched(w)
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.compute
+def test_the_unwatched_line_is_true_of_enfile_one_look_and_a_server_stopped_for_good():
+    # ENFILE is the system's open-file table, not "ulimit -n"; one look was "none of its 1
+    # looks"; and a server stopped for good is seen at the run's end (the servers are looked
+    # at after it): only one stopped, frozen or re-shared and put back goes unseen.
+    import errno
+
+    from shrink.report.text import unwatched_text
+
+    said = unwatched_text(1, OSError(errno.ENFILE, "Too many open files in system"))
+    assert said == (
+        "warning: the testbed was not watched during a run: its one look at the servers "
+        "could not be made (Too many open files in system (the system's open files, sysctl "
+        "fs.file-max)); a server stopped, frozen or re-shared meanwhile and put back before "
+        "the run's end would not have been seen (said once)"
+    )

@@ -133,10 +133,15 @@ def unwatched_text(looks: int, why: OSError) -> str:
     import resource
 
     reason = why.strerror or str(why)
-    if why.errno in (errno.EMFILE, errno.ENFILE):
+    if why.errno == errno.EMFILE:
         reason += f" (ulimit -n {resource.getrlimit(resource.RLIMIT_NOFILE)[0]})"
+    elif why.errno == errno.ENFILE:  # (the system's table, not this process's limit)
+        reason += " (the system's open files, sysctl fs.file-max)"
+    # (one stopped for good is seen all the same: the servers are looked at after the run)
+    none = "its one look" if looks == 1 else f"none of its {looks:,} looks"
     return (
-        f"warning: the testbed was not watched during a run: none of its {looks} looks at "
-        f"the servers could be made ({reason}); a server stopped, frozen or re-shared "
-        "meanwhile would not have been seen (said once)"
+        f"warning: the testbed was not watched during a run: {none} at the servers could "
+        f"{'not ' if looks == 1 else ''}be made ({reason}); a server stopped, frozen or "
+        "re-shared meanwhile and put back before the run's end would not have been seen "
+        "(said once)"
     )
