@@ -502,7 +502,7 @@ def _check_quiet(console: Console, seconds: float = 2.0) -> dict[str, dict[int, 
     running something else) is reported apart: it stalls the load generator, and a
     level where it fell behind is left out of every MAT.
     """
-    from shrink.replay.live import cpu_times, steal_times, utilization
+    from shrink.procfs import cpu_times, steal_times, utilization
 
     before, stolen_before = cpu_times(), steal_times()
     time.sleep(seconds)

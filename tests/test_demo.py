@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-import shrink.replay.live as live
+import shrink.procfs as procfs
 from shrink import demo
 from shrink.demo_work import WORK_BASE, work_dir
 
@@ -19,8 +19,8 @@ from shrink.demo_work import WORK_BASE, work_dir
 def _scripted(monkeypatch, busy: dict[int, tuple[int, int]], steal: dict[int, tuple[int, int]]):
     """/proc/stat as two snapshots: all zero, then ``busy``/``steal`` (jiffies, total)."""
     snaps = {"cpu": [{c: (0, 0) for c in busy}, busy], "steal": [{c: (0, 0) for c in steal}, steal]}
-    monkeypatch.setattr(live, "cpu_times", lambda: snaps["cpu"].pop(0))
-    monkeypatch.setattr(live, "steal_times", lambda: snaps["steal"].pop(0))
+    monkeypatch.setattr(procfs, "cpu_times", lambda: snaps["cpu"].pop(0))
+    monkeypatch.setattr(procfs, "steal_times", lambda: snaps["steal"].pop(0))
     monkeypatch.setattr(demo.time, "sleep", lambda s: None)
 
 

@@ -19,7 +19,7 @@ from shrink.cli import app
 from shrink.cli.sweep_cmd import _print_sweep
 from shrink.measure import sweep
 from shrink.procfs import proc_info
-from shrink.replay import live
+from shrink.replay import window_sampler
 
 
 def _snapshots(values):
@@ -33,9 +33,13 @@ def test_a_hog_on_the_share_cpus_is_other_work_in_the_curve(monkeypatch, capsys,
     down by a third, nothing flagged, exit 0; the curve held no other work at all."""
     share = sorted(os.sched_getaffinity(0))[-1]
     # The window's edges, per level: the share CPU 95% busy, the server's own 0.2 CPUs.
-    monkeypatch.setattr(live, "cpu_times", _snapshots([{share: (0, 100)}, {share: (95, 200)}]))
-    monkeypatch.setattr(live, "steal_times", _snapshots([{share: (0, 100)}, {share: (0, 200)}]))
-    monkeypatch.setattr(live, "cpu_seconds", _snapshots([10.0, 10.4]))
+    monkeypatch.setattr(
+        window_sampler, "cpu_times", _snapshots([{share: (0, 100)}, {share: (95, 200)}])
+    )
+    monkeypatch.setattr(
+        window_sampler, "steal_times", _snapshots([{share: (0, 100)}, {share: (0, 200)}])
+    )
+    monkeypatch.setattr(window_sampler, "cpu_seconds", _snapshots([10.0, 10.4]))
     srv = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         target = live_target(_state(srv.pid), _answering(200))
@@ -160,10 +164,16 @@ def test_a_corunner_shares_spinner_is_not_other_work(monkeypatch, capsys):
         }  # fmt: skip
         # Over the 2 s window: the share CPU 95% busy, the server 0.45 CPUs, the spinner 0.5.
         seconds = {srv.pid: [10.0, 10.9], spin.pid: [20.0, 21.0]}
-        monkeypatch.setattr(live, "cpu_times", _snapshots([{share: (0, 100)}, {share: (95, 200)}]))
-        monkeypatch.setattr(live, "steal_times", _snapshots([{share: (0, 100)}, {share: (0, 200)}]))
         monkeypatch.setattr(
-            live, "cpu_seconds", lambda pids: sum(seconds[p].pop(0) for p in pids if p in seconds)
+            window_sampler, "cpu_times", _snapshots([{share: (0, 100)}, {share: (95, 200)}])
+        )
+        monkeypatch.setattr(
+            window_sampler, "steal_times", _snapshots([{share: (0, 100)}, {share: (0, 200)}])
+        )
+        monkeypatch.setattr(
+            window_sampler,
+            "cpu_seconds",
+            lambda pids: sum(seconds[p].pop(0) for p in pids if p in seconds),
         )
         monkeypatch.setattr("shrink.testbed.watch._spinner_problems", lambda *a: [])
         target = live_target(state, _answering(200))

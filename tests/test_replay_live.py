@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from shrink.cli import app
 from shrink.loadcurve import LoadCurve
-from shrink.replay.live import steal_times, utilization
+from shrink.procfs import steal_times, utilization
 from shrink.runlog import RunLog
 
 pytestmark = pytest.mark.live

@@ -13,11 +13,9 @@ is measuring). Targets must be loopback unless ``allow_remote=True``.
 
 from __future__ import annotations
 
-import contextlib
-import threading
 from dataclasses import asdict, replace
 from pathlib import Path
-from time import monotonic, sleep
+from time import monotonic
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -33,7 +31,7 @@ from shrink.errors import (
     ShrinkError,
     TestbedError,
 )
-from shrink.procfs import cpu_seconds, cpu_times, steal_times, utilization
+from shrink.procfs import cpu_times, utilization
 from shrink.replay.answers import (
     UNREACHED_SHARE,
     expects_4xx,
@@ -52,6 +50,7 @@ from shrink.replay.scaleout import run_engines, scheduling
 from shrink.replay.selfcheck import LAG_LIMIT, generator_check, thread_wait
 from shrink.replay.stopwatch import Continued, StopWatch, flag_if_stopped, stopped_for
 from shrink.replay.window_cpu import of_share, window_cpu
+from shrink.replay.window_sampler import _other_load, _WindowSampler
 from shrink.runlog import RunLog
 from shrink.schedule import ScheduleOptions
 from shrink.target import GeneratorCheck, GeneratorPlacement, RunResult
@@ -118,78 +117,6 @@ def parse_url(url: str) -> tuple[str, int]:
         raise ParameterError(f"url == {url!r}: port 0 is no server's; give the port it listens on.")
     # RFC 6874's zone in a URL, "[fe80::1%25eth0]": "%25" is "%"
     return parts.hostname.replace("%25", "%", 1), port or 80
-
-
-class _WindowSampler(threading.Thread):
-    """Takes /proc/stat snapshots at two monotonic instants (the window's edges); a run
-    stopped inside its window ends it at the stop (:meth:`cut`)."""
-
-    def __init__(
-        self,
-        at: tuple[float, float],
-        pids: list[int],
-        clients: ClientSampler | None = None,
-        spinners: list[int] | None = None,
-    ) -> None:
-        super().__init__(daemon=True)
-        self.at = at
-        self.pids = pids
-        self.spinners = spinners or []  # a co-runner share's own SCHED_FIFO spinners
-        self.spinner_cpu: list[float] = []
-        self.clients = clients  # looks for other clients at the edges and the middle
-        self.snaps: list[dict[int, tuple[int, int]]] = []
-        self.server_cpu: list[float] = []
-        self.steal: list[dict[int, tuple[int, int]]] = []
-        self.taken: list[float] = []  # when each snapshot was taken (monotonic)
-        self.stop = threading.Event()
-        self._cut = False
-
-    def cut(self) -> None:
-        """The run was stopped: take the closing snapshot now, not at the planned end."""
-        self._cut = True
-        self.stop.set()
-
-    def span(self, planned: float) -> float:
-        return self.taken[1] - self.taken[0] if self._cut and len(self.taken) == 2 else planned
-
-    def run(self) -> None:
-        interrupts.leave_to_loop()
-        # /proc refused (no file descriptor left: `ulimit -n`): the window goes unsampled,
-        # its utilization unknown, rather than a thread's traceback on stderr.
-        with contextlib.suppress(OSError):
-            self._sample()
-
-    def _sample(self) -> None:
-        mid = (self.at[0] + self.at[1]) / 2
-        for t in (self.at[0], mid, self.at[1]):
-            while not self.stop.is_set():
-                left = t - monotonic()
-                if left <= 0:
-                    break
-                sleep(min(left, 0.05))
-            if self.stop.is_set():
-                if self._cut and len(self.snaps) == 1:  # the window ends at the stop
-                    self._snapshot()
-                return
-            if self.clients is not None:
-                self.clients.look()
-            if t != mid:
-                self._snapshot()
-
-    def _snapshot(self) -> None:
-        self.taken.append(monotonic())
-        self.snaps.append(cpu_times())
-        self.steal.append(steal_times())
-        # a PID that is gone loses its time; the run says which PIDs died
-        self.server_cpu.append(cpu_seconds(self.pids))
-        if self.spinners:
-            self.spinner_cpu.append(cpu_seconds(self.spinners))
-
-
-def _other_load(sampler: _WindowSampler | None) -> str | None:
-    """Another client loading the server beside the run, as the window's looks saw it."""
-    clients = sampler.clients if sampler is not None else None
-    return clients.problem() if clients is not None else None
 
 
 class LiveTarget:

@@ -1,5 +1,5 @@
 """What a level's window took of the CPUs, from the /proc snapshots at its edges
-(:class:`shrink.replay.live._WindowSampler`): the server's own processes, a co-runner
+(:class:`shrink.replay.window_sampler._WindowSampler`): the server's own processes, a co-runner
 share's spinners, steal, and the other work on the share's CPUs."""
 
 from __future__ import annotations
