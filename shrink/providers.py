@@ -187,10 +187,13 @@ class TestbedProvider:
             owned=True,  # dies with this process, even by kill -9
             server=self.server,
         )
+        live = None
         try:
             live = LiveTarget.from_state(state_path, generator=self.generator, config=self.engine)
             yield _ShareUtilization(live, share.cpu_fraction, len(share.cpus))
         finally:
+            if live is not None:
+                live.close()  # (its hold on the testbed: one run at a time on it)
             testbed.down(state_path)
             # down: the state records what ran, and was no measurement; a predict stopped
             # at its first level said "kept" of it

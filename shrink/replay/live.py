@@ -13,6 +13,7 @@ is measuring). Targets must be loopback unless ``allow_remote=True``.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import asdict, replace
 from pathlib import Path
 from time import monotonic
@@ -49,6 +50,7 @@ from shrink.replay.native import engine_name, idle_group_unavailable, select_eng
 from shrink.replay.scaleout import run_engines, scheduling
 from shrink.replay.selfcheck import LAG_LIMIT, generator_check, thread_wait
 from shrink.replay.stopwatch import Continued, StopWatch, flag_if_stopped, stopped_for
+from shrink.replay.testbed_lock import hold_testbed, let_go
 from shrink.replay.window_cpu import of_share, window_cpu
 from shrink.replay.window_sampler import _other_load, _WindowSampler
 from shrink.runlog import RunLog
@@ -184,6 +186,8 @@ class LiveTarget:
         # (cpu_fraction, CPUs) of the testbed's share: utilization as a part of it, not of
         # the CPUs (None: the caller scales it, as shrink.providers does, or no share)
         self.share_scale: tuple[float, int] | None = None
+        # lets go of the testbed's lock (:mod:`shrink.replay.testbed_lock`), where held
+        self.close: Any = lambda: None
 
     @property
     def loops_trace(self) -> bool:
@@ -204,8 +208,16 @@ class LiveTarget:
                 refuse_remote(r.address, bool(kw.get("allow_remote")), ReplayError)
             except ReplayError as exc:  # (said without the file, it read as an option's)
                 raise ReplayError(f"{path}: replica {r.name}: {exc}") from None
-        target = cls([(r.address, r.port) for r in st.replicas], state=state, **kw)
+        # One run at a time on a testbed: held before anything runs, let go with the target
+        # (two runs at once were told apart only after a level, and both lost it).
+        held = hold_testbed(state, path)
+        try:
+            target = cls([(r.address, r.port) for r in st.replicas], state=state, **kw)
+        except BaseException:
+            let_go(held)
+            raise
         target.state_path = Path(path)
+        target.close = weakref.finalize(target, let_go, held)  # (close(): let go now)
         return target
 
     @classmethod
