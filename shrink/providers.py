@@ -174,19 +174,20 @@ class TestbedProvider:
         # refused before the run folder is made: a refused predict left it empty
         use_cgroups(share, "auto", DEFAULT_ENFORCE)
         state_path = self.run_dir / f"testbed-{self._opened}.json"
-        refuse_crowded(share.cpus, state_path, self.run_dir)  # (before its folder is made)
-        make_dirs(self.run_dir)
-        self._opened += 1
-        testbed.up(
-            self.docroot,
-            self._machine,
-            share,
-            mapping,
-            state_path=state_path,
-            port=0,
-            owned=True,  # dies with this process, even by kill -9
-            server=self.server,
-        )
+        with starting_alone():  # (the check and the record of the testbed it allows: one step)
+            refuse_crowded(share.cpus, state_path, self.run_dir)  # (before its folder is made)
+            make_dirs(self.run_dir)
+            self._opened += 1
+            testbed.up(
+                self.docroot,
+                self._machine,
+                share,
+                mapping,
+                state_path=state_path,
+                port=0,
+                owned=True,  # dies with this process, even by kill -9
+                server=self.server,
+            )
         live = None
         try:
             live = LiveTarget.from_state(state_path, generator=self.generator, config=self.engine)
@@ -198,6 +199,52 @@ class TestbedProvider:
             # down: the state records what ran, and was no measurement; a predict stopped
             # at its first level said "kept" of it
             record_only(state_path)
+
+
+# The longest a predict waits for another's testbed to be started before it checks the CPUs
+# (``up`` waits up to 15 s for each replica's server to answer).
+START_WAIT = 120.0
+
+
+@contextmanager
+def starting_alone(wait: float = START_WAIT) -> Iterator[None]:
+    """Held from a predict's check of the CPUs (:func:`refuse_crowded`) through ``up``'s
+    record of the testbed it starts: two predicts starting at once both passed the check,
+    neither testbed recorded yet, and both ran on one CPU. The lock is the kernel's
+    ``flock`` on shrink's private folder (the one ``up`` records this user's testbeds
+    in), taken in turn: the second waits for the first's testbed to be recorded (up to
+    ``wait`` seconds), then finds it. Where the folder cannot be locked: unguarded. Not
+    covered: another user's predict (its testbeds are recorded in its own folder; root's
+    are seen through their summary only once recorded), and a plain ``testbed up``,
+    which warns only."""
+    import fcntl
+    import time
+
+    from shrink.errors import TestbedError
+    from shrink.replay.testbed_lock import holder
+    from shrink.testbed import registry
+
+    folder = registry.private_dir()
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TestbedError(
+                        f"another run ({holder(fd)}) has been starting a testbed for "
+                        f"{wait:.0f} s; a testbed started beside it would not see whether "
+                        "it takes these CPUs: wait for it, or stop it"
+                    ) from None
+                time.sleep(0.05)
+            except OSError:
+                break  # (a folder that cannot be locked: unguarded, as before)
+        yield
+    finally:
+        os.close(fd)  # (the lock with it)
 
 
 def refuse_crowded(cpus: tuple[int, ...], state_path: Path, run_dir: Path) -> None:

@@ -76,3 +76,73 @@ def test_a_testbed_whose_servers_are_all_gone_holds_no_cpu(tmp_path, monkeypatch
     server.wait()
     refuse_crowded((1,), run / "testbed-0.json", run)
     registry.forget(other)
+
+
+def test_two_predicts_starting_at_once_do_not_both_pass_the_check(tmp_path, monkeypatch):
+    """The check was made before ``up``, not held: a predict whose check came while
+    another's ``up`` was starting its servers (not yet recorded) passed it, and both ran on
+    one CPU. Now the check waits for the other's testbed to be recorded, and finds it."""
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    from shrink import testbed
+    from shrink.providers import TestbedProvider
+    from shrink.share import Share
+    from shrink.target import GeneratorPlacement
+    from shrink.topology import discover
+
+    private = tmp_path / "private"
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(private))
+    registry.private_dir()
+    other = tmp_path / "first" / "testbed-0.json"
+    # The other predict: in its critical section (the folder's lock), its testbed recorded
+    # only after a while, as ``up`` records it once its first server runs.
+    code = textwrap.dedent("""
+        import fcntl, os, sys, time
+        from dataclasses import replace
+        from pathlib import Path
+        from tests.helpers.testbed import lighttpd_replica
+        from shrink import processes
+        from shrink.testbed import registry
+        from shrink.testbed.state import TestbedState
+
+        fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        print("held", flush=True)
+        time.sleep(0.5)
+        pid = os.getpid()
+        live = replace(lighttpd_replica(), cpus=[1], masters=[pid], pinned={},
+                       processes={"lighttpd": [pid]},
+                       starttimes={pid: processes.proc_info(pid).starttime})
+        p = Path(sys.argv[2])
+        p.parent.mkdir(parents=True)
+        p.write_text("{}")
+        st = TestbedState([live], {}, {"name": "1-replica"}, {}, "doc", {}, "t0")
+        registry.record(p, st, owned=False)
+        os.close(fd)
+        time.sleep(60)
+    """)
+    root = Path(__file__).resolve().parents[1]
+    first = subprocess.Popen(
+        [sys.executable, "-c", code, str(private), str(other)], stdout=subprocess.PIPE,
+        text=True, env={**os.environ, "PYTHONPATH": f"{root}:{root / 'tests'}"}, cwd=root,
+    )  # fmt: skip
+    ups: list[Path] = []
+    monkeypatch.setattr(testbed, "up", lambda *a, state_path, **kw: ups.append(state_path))
+    try:
+        assert first.stdout is not None and first.stdout.readline().strip() == "held"
+        machine = discover()
+        (tmp_path / "doc").mkdir()
+        provider = TestbedProvider(tmp_path / "doc", machine=machine, server_cpus=(1,),
+                                   generator=GeneratorPlacement((0,), True),
+                                   run_dir=tmp_path / "second")  # fmt: skip
+        opened = provider.open(Share.parse("1", machine), "1-replica")
+        with pytest.raises(TestbedError, match=r"CPU\(s\) \[1\] also run the testbed of "):
+            opened.__enter__()
+        assert ups == [] and not (tmp_path / "second").exists()
+    finally:
+        first.kill()
+        first.wait()
+        registry.forget(other)

@@ -26,7 +26,7 @@ from typing import Any
 
 from shrink.errors import TestbedError, printable
 
-__all__ = ["hold_testbed", "let_go", "run_root"]
+__all__ = ["hold_testbed", "holder", "let_go", "run_root"]
 
 # The testbeds this process holds: the run root's (device, inode) -> [its descriptor,
 # how many targets of this process hold it].
@@ -45,7 +45,7 @@ def run_root(state: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _holder(fd: int) -> str:
+def holder(fd: int) -> str:
     """The run that holds the lock on ``fd``: "PID 1234 (shrink sweep t.parquet ...)"."""
     from shrink.procfs import flock_holders, flock_holding_processes
     from shrink.replay.clients import _command
@@ -79,10 +79,10 @@ def hold_testbed(state: Mapping[str, Any], path: str | Path) -> tuple[int, int] 
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = _holder(fd)
+        who = holder(fd)
         os.close(fd)
         raise TestbedError(
-            f"{printable(path)}: another run is measuring this testbed: {holder}; two runs "
+            f"{printable(path)}: another run is measuring this testbed: {who}; two runs "
             "at once each load the server the other measures, and both lose their levels: "
             "wait for it to end, or bring up a testbed of this run's own (testbed up "
             "--state ... on other CPUs)"
