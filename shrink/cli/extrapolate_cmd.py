@@ -19,6 +19,7 @@ from shrink.cli._common import (
     output_path,
     threshold_text,
 )
+from shrink.cli._typed_paths import file_named
 from shrink.defaults import MAX_BODY, THRESHOLDS_TEXT
 from shrink.errors import printable
 from shrink.jsonout import dumps
@@ -121,7 +122,15 @@ def calibrate(
         Path | None, typer.Option(help="Machine spec TOML the curves were measured on.")
     ] = None,
     output: Annotated[
-        Path | None, typer.Option("-o", "--out", readable=False, help="Write JSON here.")
+        Path | None,
+        typer.Option(
+            "-o",
+            "--out",
+            readable=False,
+            parser=file_named,
+            metavar="<path>",
+            help="Write JSON here.",
+        ),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
@@ -170,7 +179,15 @@ def whatif(
     calibration: Annotated[str, typer.Option(help=_CAL_HELP)] = "published",
     sweep: Annotated[bool, typer.Option(help="Sweep the dynamic fraction.")] = True,
     output: Annotated[
-        Path | None, typer.Option("-o", "--out", readable=False, help="Write JSON here.")
+        Path | None,
+        typer.Option(
+            "-o",
+            "--out",
+            readable=False,
+            parser=file_named,
+            metavar="<path>",
+            help="Write JSON here.",
+        ),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     max_body: MaxBodyOpt = MAX_BODY,
@@ -218,7 +235,15 @@ def extrapolate(
         str, typer.Option(help="SLA thresholds, e.g. mean=10ms,p99.9=500ms (p95: any percentile).")
     ] = THRESHOLDS_TEXT,
     output: Annotated[
-        Path | None, typer.Option("-o", "--out", readable=False, help="Write JSON here.")
+        Path | None,
+        typer.Option(
+            "-o",
+            "--out",
+            readable=False,
+            parser=file_named,
+            metavar="<path>",
+            help="Write JSON here.",
+        ),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:

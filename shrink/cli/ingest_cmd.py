@@ -19,6 +19,7 @@ from shrink.cli._common import (
     output_path,
     plural,
 )
+from shrink.cli._typed_paths import file_named
 from shrink.defaults import MAX_BODY, MAX_BODY_TEXT
 from shrink.errors import TraceFormatError, printable
 
@@ -76,7 +77,15 @@ def ingest(
         Path, typer.Argument(help="Trace file: wsesslog, session log, access log, pcap.")
     ],
     out: Annotated[
-        Path, typer.Option("-o", "--out", readable=False, help="Trace Parquet file to write.")
+        Path,
+        typer.Option(
+            "-o",
+            "--out",
+            readable=False,
+            parser=file_named,
+            metavar="<path>",
+            help="Trace Parquet file to write.",
+        ),
     ],
     format: Annotated[
         ReadFormat, typer.Option("--format", "-f", help="Input format; auto reads the content.")
@@ -341,7 +350,17 @@ def _skipped_line(fmt: str, meta: dict[str, Any], skipped: int, numbers: list[in
 
 def export(
     trace: Annotated[Path, typer.Argument(help="Trace Parquet file.")],
-    out: Annotated[Path, typer.Option("-o", "--out", readable=False, help="File to write.")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "-o",
+            "--out",
+            readable=False,
+            parser=file_named,
+            metavar="<path>",
+            help="File to write.",
+        ),
+    ],
     format: Annotated[
         WriteFormat, typer.Option("--format", "-f", help="wsesslog (httperf) or jsonl.")
     ] = WriteFormat.wsesslog,

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from shrink.cli._common import cli_errors, echo_json, output_path
+from shrink.cli._typed_paths import file_named
 from shrink.errors import printable
 
 machine_app = typer.Typer(
@@ -53,7 +54,9 @@ def show(
 
 @machine_app.command("write")
 def write(
-    out: Annotated[Path, typer.Argument(readable=False, help="TOML file to write.")],
+    out: Annotated[
+        Path, typer.Argument(readable=False, parser=file_named, help="TOML file to write.")
+    ],
     machine: MachineOpt = "this",
 ) -> None:
     """Write the machine (default: this one, discovered) as a TOML spec."""

@@ -43,6 +43,7 @@ from shrink.cli._replay_opts import (
     naming_trace,
     note_stale_parts,
 )
+from shrink.cli._typed_paths import file_named
 from shrink.defaults import MAX_BODY
 from shrink.errors import OptionError, ParameterError, printable
 
@@ -57,7 +58,15 @@ def replay(
     ] = None,
     target: _Targets = ...,  # type: ignore[assignment]
     output: Annotated[
-        Path, typer.Option("-o", "--out", readable=False, help="RunLog Parquet to write.")
+        Path,
+        typer.Option(
+            "-o",
+            "--out",
+            readable=False,
+            parser=file_named,
+            metavar="<path>",
+            help="RunLog Parquet to write.",
+        ),
     ] = ...,  # type: ignore[assignment]
     rate_factor: Annotated[
         float, typer.Option("--rate-factor", help="Speed-up of the trace's session starts.")

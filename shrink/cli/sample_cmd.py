@@ -20,6 +20,7 @@ from shrink.cli._common import (
     plural,
 )
 from shrink.cli._kept import KeptParts
+from shrink.cli._typed_paths import file_named
 from shrink.defaults import MAX_BODY
 from shrink.errors import ParameterError, ShrinkError, printable
 
@@ -41,7 +42,15 @@ def sample(
     trace: Annotated[Path, typer.Argument(help="Trace Parquet file to sample.")],
     alpha: Annotated[float, typer.Option(help="Fraction to keep, in (0, 1].")],
     out: Annotated[
-        Path, typer.Option("-o", "--out", readable=False, help="Output trace Parquet file.")
+        Path,
+        typer.Option(
+            "-o",
+            "--out",
+            readable=False,
+            parser=file_named,
+            metavar="<path>",
+            help="Output trace Parquet file.",
+        ),
     ],
     level: Annotated[
         Level, typer.Option(help="Unit sampled: session, object, request or stratified.")

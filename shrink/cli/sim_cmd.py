@@ -30,6 +30,7 @@ from shrink.cli._sweep_keep import (
     _write_curve,
     keep_levels,
 )
+from shrink.cli._typed_paths import file_named
 from shrink.cli.sweep_cmd import _levels
 from shrink.defaults import DURATION, MAX_BODY, MAX_REPS, REPS, WARMUP
 from shrink.errors import OptionError, ShrinkError, TopologyError, printable
@@ -340,7 +341,15 @@ def run_cmd(
     trace: Annotated[Path, typer.Argument(help="Trace (Parquet).")],
     machine: MachineOpt,
     output: Annotated[
-        Path, typer.Option("-o", "--out", readable=False, help="RunLog to write (Parquet).")
+        Path,
+        typer.Option(
+            "-o",
+            "--out",
+            readable=False,
+            parser=file_named,
+            metavar="<path>",
+            help="RunLog to write (Parquet).",
+        ),
     ],
     mapping: MappingOpt = "1-replica",
     share: ShareOpt = "all",
@@ -398,7 +407,15 @@ def sweep_cmd(
     trace: Annotated[Path, typer.Argument(help="Trace (Parquet).")],
     machine: MachineOpt,
     output: Annotated[
-        Path, typer.Option("-o", "--out", readable=False, help="LoadCurve to write (JSON).")
+        Path,
+        typer.Option(
+            "-o",
+            "--out",
+            readable=False,
+            parser=file_named,
+            metavar="<path>",
+            help="LoadCurve to write (JSON).",
+        ),
     ],
     levels: Annotated[
         str,

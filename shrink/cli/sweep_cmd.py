@@ -54,6 +54,7 @@ from shrink.cli._sweep_keep import (
     _write_curve,
     keep_levels,
 )
+from shrink.cli._typed_paths import file_named
 from shrink.defaults import DURATION, MAX_BODY, MAX_REPS, REPS, WARMUP
 from shrink.errors import OptionError, ParameterError, ShrinkError, printable
 
@@ -148,7 +149,15 @@ def sweep_cmd(
         typer.Option("--levels", help="Load levels: 0.5,1,1.5 (a point, in any locale)."),
     ] = ...,  # type: ignore[assignment]
     output: Annotated[
-        Path, typer.Option("-o", "--out", readable=False, help="LoadCurve JSON to write.")
+        Path,
+        typer.Option(
+            "-o",
+            "--out",
+            readable=False,
+            parser=file_named,
+            metavar="<path>",
+            help="LoadCurve JSON to write.",
+        ),
     ] = ...,  # type: ignore[assignment]
     knob: Annotated[
         str, typer.Option("--knob", help="What levels are: rate_factor | users | rate.")

@@ -9,6 +9,7 @@ import typer
 
 from shrink.checks import parse_duration
 from shrink.cli._common import cli_errors, echo_json, options_named, output_path, plural
+from shrink.cli._typed_paths import file_named
 from shrink.errors import printable
 
 synth_app = typer.Typer(help="Synthetic workloads (Support-like sessions, 1 KiB tcp).",
@@ -18,7 +19,15 @@ _Users = Annotated[int, typer.Option("--users", help="Concurrent users (session 
 _Duration = Annotated[str, typer.Option("--duration", help="Trace length: seconds or 30s, 2m, 1h.")]
 _Seed = Annotated[int, typer.Option("--seed", help="Random seed: same seed, same bytes.")]
 _Out = Annotated[
-    Path, typer.Option("-o", "--out", readable=False, help="Trace Parquet file to write.")
+    Path,
+    typer.Option(
+        "-o",
+        "--out",
+        readable=False,
+        parser=file_named,
+        metavar="<path>",
+        help="Trace Parquet file to write.",
+    ),
 ]
 _Docroot = Annotated[
     Path | None,

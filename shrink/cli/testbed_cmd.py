@@ -17,6 +17,7 @@ from shrink.cli._common import (
     output_path,
     plural,
 )
+from shrink.cli._typed_paths import file_named
 from shrink.defaults import MAX_BODY
 from shrink.errors import OptionError, ParameterError, TestbedError, printable
 
@@ -53,7 +54,16 @@ _PhpChildren = Annotated[
 
 testbed_app = typer.Typer(help="Start, check and stop the real testbed.", no_args_is_help=True)
 
-StateOpt = Annotated[Path, typer.Option("--state", readable=False, help="Testbed state JSON file.")]
+StateOpt = Annotated[
+    Path,
+    typer.Option(
+        "--state",
+        readable=False,
+        parser=file_named,
+        metavar="<path>",
+        help="Testbed state JSON file.",
+    ),
+]
 ServerOpt = Annotated[
     str,
     typer.Option(
@@ -309,7 +319,14 @@ def status(
 @testbed_app.command("down")
 def down(
     state: Annotated[
-        Path | None, typer.Option("--state", readable=False, help="Testbed state JSON file.")
+        Path | None,
+        typer.Option(
+            "--state",
+            readable=False,
+            parser=file_named,
+            metavar="<path>",
+            help="Testbed state JSON file.",
+        ),
     ] = None,
     stale: Annotated[
         bool,
