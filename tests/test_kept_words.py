@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -31,7 +32,8 @@ def _provider(tmp_path, monkeypatch):
         shrink.testbed, "up", lambda *a, state_path, **k: write_text(state_path, '{"up": 1}')
     )
     monkeypatch.setattr(shrink.testbed, "down", lambda p: write_text(p, '{"stopped": 1}'))
-    monkeypatch.setattr(LiveTarget, "from_state", classmethod(lambda cls, p, **k: object()))
+    target = SimpleNamespace(close=lambda: None)  # (a target lets go of its testbed)
+    monkeypatch.setattr(LiveTarget, "from_state", classmethod(lambda cls, p, **k: target))
     monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "private"))  # (no testbed of others)
     provider = TestbedProvider.__new__(TestbedProvider)  # no server is started
     provider.run_dir, provider._opened = tmp_path / "out" / "runs", 0
