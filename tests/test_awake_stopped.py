@@ -296,17 +296,15 @@ def test_a_wait_for_a_cpu_is_not_counted_as_a_stop(monkeypatch) -> None:
     """The watcher's missed time, said as 'shrink itself was stopped' once a SIGCONT came,
     counted every gap, also one spent waiting on a busy CPU's run queue: a SIGCONT to a
     running shrink (``fg`` of a background job) then blamed a loaded run on a stop."""
-    from shrink.replay import stopwatch
 
     clock = [0.0, 0.05, 0.1, 0.5, 0.55, 1.45, 1.5, 1.55]
     # seconds on a run queue: the 0.4 s gap spent waiting for a CPU, the 0.9 s one not
     queue = iter([0.0, 0.0, 0.0, 0.35, 0.35, 0.35, 0.35, 0.35])
-    monkeypatch.setattr(stopwatch, "_run_delay", lambda: next(queue), raising=False)
-    watch = watched(monkeypatch, clock)
+    watch = watched(monkeypatch, clock, lambda: next(queue))
     assert watch.gap == pytest.approx(0.9)
     assert watch.missed == pytest.approx(0.85)  # the stop's, not the 0.4 s on a run queue
-    monkeypatch.setattr(stopwatch, "_run_delay", lambda: None)  # a kernel that does not say
-    assert watched(monkeypatch, [0.0, 0.4]).missed == pytest.approx(0.35)
+    # a kernel that does not say
+    assert watched(monkeypatch, [0.0, 0.4], lambda: None).missed == pytest.approx(0.35)
 
 
 def test_the_run_queue_wait_is_read() -> None:

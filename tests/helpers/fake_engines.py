@@ -63,10 +63,14 @@ def options_seen() -> Any:
     return OptionsSeen()
 
 
-def watched(monkeypatch: Any, clock: list[float]) -> Any:
+def watched(monkeypatch: Any, clock: list[float], run_delay: Any = None) -> Any:
     """A stop watcher run over wake-ups at the monotonic instants ``clock`` (its start's
-    first), told to stop after the last."""
+    first), told to stop after the last. Its thread's time on a run queue is
+    ``run_delay()`` (none by default: the real one, read from /proc, moved by a few ms
+    under load and failed a gap's exact figure)."""
     from shrink.replay import stopwatch
+
+    monkeypatch.setattr(stopwatch, "_run_delay", run_delay or (lambda: 0.0))
 
     ticks = iter(clock)
     left = [len(clock)]
