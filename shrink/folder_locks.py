@@ -400,8 +400,12 @@ def _mark_made(fd: int, made: bool) -> bool:
     from shrink.procfs import proc_info
 
     with contextlib.suppress(OSError, ValueError):
-        # (not waited on: a FIFO by that name, opened to be read, held the run for good)
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        # Nothing but a regular file is opened: a FIFO by that name, opened to be read,
+        # held the run for good; a device's open acts (a terminal's became the controlling
+        # one of a run in a session of its own). O_NONBLOCK, O_NOCTTY: one swapped in.
+        if not stat.S_ISREG(os.stat(MADE_MARK, dir_fd=fd, follow_symlinks=False).st_mode):
+            raise ValueError(MADE_MARK)  # (not a mark: left as it is)
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
         with open(os.open(MADE_MARK, flags, dir_fd=fd), "rb") as fh:
             if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
                 raise ValueError(MADE_MARK)  # (not a mark: left as it is)
@@ -413,6 +417,7 @@ def _mark_made(fd: int, made: bool) -> bool:
         info = proc_info(os.getpid())
         with contextlib.suppress(OSError):
             flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK
+            flags |= os.O_NOCTTY | os.O_CLOEXEC
             with open(os.open(MADE_MARK, flags, 0o600, dir_fd=fd), "w") as fh:
                 fh.write(f"{os.getpid()} {info.starttime if info else 0}\n")
     return made

@@ -7,6 +7,7 @@ until it ends; the next run takes an empty leftover as its own, without a word."
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -84,4 +85,34 @@ def test_a_fifo_by_the_marks_name_does_not_hold_the_run(tmp_path):
     env = {**os.environ, "PYTHONPATH": _ROOT}
     r = subprocess.run([sys.executable, "-c", _HOLDS, str(out)], env=env, timeout=30)
     assert r.returncode == 0
+    assert os.listdir(out) == [MADE_MARK]  # (not a mark: left as it is)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
+def test_a_device_node_by_the_marks_name_is_not_opened(tmp_path, monkeypatch):
+    # A device node named .shrink-made (mknod) was opened to be read, only then told from
+    # a mark: a device's open acts (a terminal's, without O_NOCTTY, became the controlling
+    # terminal of a run in a session of its own, whose hangup then stopped it; a tape
+    # rewinds, a watchdog arms). Nothing but a regular file is opened. (/dev/null's node
+    # here, opened harmlessly: the test sees the open itself.)
+    out = tmp_path / "pred"
+    out.mkdir()
+    try:
+        os.mknod(out / MADE_MARK, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    except PermissionError:
+        pytest.skip("no device nodes here (a namespace without CAP_MKNOD)")
+    opened: list[str] = []
+    real_open = os.open
+
+    def recording_open(path, flags, *args, **kw):
+        opened.append(os.fspath(path))
+        return real_open(path, flags, *args, **kw)
+
+    monkeypatch.setattr(os, "open", recording_open)
+    try:
+        hold_output(out, "dir")
+    finally:
+        release_outputs()
+        monkeypatch.undo()
+    assert MADE_MARK not in opened
     assert os.listdir(out) == [MADE_MARK]  # (not a mark: left as it is)
