@@ -45,6 +45,19 @@ def test_a_file_output_typed_as_a_folder_is_refused(tmp_path, monkeypatch, comma
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["sub"]
 
 
+@pytest.mark.compute
+@pytest.mark.parametrize(("command", "option"), FILE_OUTPUTS)
+def test_an_empty_file_output_is_refused_as_empty(tmp_path, monkeypatch, command, option):
+    """``-o ''`` was typer's Path("."): said as "output . is a directory", a name the user
+    never typed (and ``testbed status --state ''``: ".: is a directory")."""
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, [*command, *([option, ""] if option else [""])])
+    assert r.exit_code == 2, r.output
+    assert "an empty name names no file" in r.output
+    assert " . " not in r.output and ".:" not in r.output
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_file_output_written_and_a_folder_output_typed_with_a_slash(tmp_path, monkeypatch):
     """Without the slash the file is written; a folder output's slash is the folder."""
     monkeypatch.chdir(tmp_path)

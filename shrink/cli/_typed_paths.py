@@ -22,8 +22,10 @@ __all__ = ["file_named"]
 
 def file_named(value: str | Path) -> Path:
     """``value`` as a file's path, or :class:`typer.BadParameter` when its text names a
-    folder (ends in ``/``, or its last part is ``.``)."""
+    folder (ends in ``/``, or its last part is ``.``) or is empty."""
     text = os.fspath(value)
+    if not text:  # (Path("") is ".": said as "output . is a directory", a name not typed)
+        raise typer.BadParameter("an empty name names no file; name a file")
     if text.endswith("/") or os.path.basename(text) == ".":
         raise typer.BadParameter(f"{printable(text)} names a folder; name a file")
     return Path(text)
