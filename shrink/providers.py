@@ -225,14 +225,24 @@ def starting_alone(wait: float = START_WAIT) -> Iterator[None]:
     from shrink.testbed import registry
 
     folder = registry.private_dir()
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        deadline = time.monotonic() + wait
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:  # (replaced since it was checked: unguarded, as where it cannot be locked)
+        yield
+        return
+    try:
+        deadline, looked = time.monotonic() + wait, False
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
+                # (this process holds it itself, by another open: SHRINK_RUN_DIR naming its
+                # own -o folder; it waited for itself, then named "a process this user
+                # cannot see"; looked at once: /proc's every open file is read)
+                if not looked and _held_by_this_process(fd):
+                    break  # (unguarded)
+                looked = True
                 if time.monotonic() > deadline:
                     raise TestbedError(
                         f"another run ({holder(fd)}) has been starting a testbed for "
@@ -245,6 +255,15 @@ def starting_alone(wait: float = START_WAIT) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # (the lock with it)
+
+
+def _held_by_this_process(fd: int) -> bool:
+    """Whether the ``flock`` on ``fd``'s file is held by this process alone (another of
+    its open files), as ``/proc`` shows it."""
+    from shrink.procfs import flock_holding_processes
+
+    st = os.fstat(fd)
+    return flock_holding_processes(st.st_dev, st.st_ino) == [os.getpid()]
 
 
 def refuse_crowded(cpus: tuple[int, ...], state_path: Path, run_dir: Path) -> None:

@@ -146,3 +146,44 @@ def test_two_predicts_starting_at_once_do_not_both_pass_the_check(tmp_path, monk
         first.kill()
         first.wait()
         registry.forget(other)
+
+
+@pytest.mark.compute
+def test_the_start_lock_held_by_this_process_itself_is_not_waited_on(tmp_path, monkeypatch):
+    """The private folder locked by this very process under another open (SHRINK_RUN_DIR
+    naming the predict's own -o folder, which the run holds by its own flock) was waited
+    on for 120 s, then said held by "a process this user cannot see": a process cannot
+    wait for itself. It goes on unguarded, at once."""
+    import time
+
+    from shrink.folder_locks import hold_output, release_outputs
+    from shrink.providers import starting_alone
+
+    private = tmp_path / "pred"
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(private))
+    registry.private_dir()  # (made by an earlier testbed up)
+    hold_output(private, "dir")
+    try:
+        began = time.monotonic()
+        with starting_alone(wait=3.0):
+            pass
+        assert time.monotonic() - began < 2.0
+    finally:
+        release_outputs()
+
+
+@pytest.mark.compute
+def test_a_private_folder_replaced_after_its_check_is_not_an_internal_error(tmp_path, monkeypatch):
+    """The private folder swapped for a symlink (or removed) between its check and the
+    lock's open: the open's OSError (ELOOP, ENOENT) left starting_alone uncaught, where a
+    folder that cannot be locked goes on unguarded."""
+    from shrink.providers import starting_alone
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "swapped").symlink_to(tmp_path / "real")
+    monkeypatch.setattr(registry, "private_dir", lambda: tmp_path / "swapped")
+    with starting_alone(wait=1.0):
+        pass
+    monkeypatch.setattr(registry, "private_dir", lambda: tmp_path / "gone")
+    with starting_alone(wait=1.0):
+        pass
