@@ -684,3 +684,28 @@ def test_a_long_line_is_not_wrapped_off_a_terminal(capsys):
     out_console().print(f"wrote {path}", highlight=False)
     got = capsys.readouterr()
     assert got.err == f"metrics: kept {path}\n" and got.out == f"wrote {path}\n"
+
+
+@pytest.mark.compute
+def test_a_replay_that_served_nothing_counts_its_errors_in_the_window_it_says(tmp_path):
+    """ "all 2 requests failed (timeout 7); 5 of them timed out after the server had begun
+    to answer": the requests were the window's, the errors (and the timed-out answers)
+    every row's, warm-up too. Both are now the window's."""
+    import numpy as np
+
+    from shrink.cli.replay_cmd import _summary
+    from shrink.runlog import RunLog
+    from shrink.target import GeneratorCheck, RunResult
+
+    nan = np.nan
+    # Warm-up [0, 1): 5 answers begun and timed out; window [1, 2): 2 timed out unanswered.
+    log = RunLog.from_columns({
+        "intended": [0.1, 0.2, 0.3, 0.4, 0.5, 1.2, 1.4],
+        "sent": [0.1, 0.2, 0.3, 0.4, 0.5, 1.2, 1.4],
+        "first_byte": [0.15, 0.25, 0.35, 0.45, 0.55, nan, nan],
+        "error": ["timeout"] * 7,
+    })  # fmt: skip
+    res = RunResult(log, (1.0, 2.0), GeneratorCheck(7, 7, 0, 0, 0))
+    why = _summary(res, tmp_path / "x.parquet")["nothing_served"]
+    assert why.startswith("all 2 requests failed to connect or timed out (timeout 2)"), why
+    assert "of them timed out after" not in why, why

@@ -184,6 +184,9 @@ def _summary(res: Any, output: Path) -> dict[str, Any]:
     g = res.generator
     o = st.overall
     served = int(o.n)
+    # (the errors of the window's requests, which ``requests`` counts: every row's, warm-up
+    # too, said "all 2 requests failed (timeout 7); 5 of them timed out after ...")
+    win = res.runlog.window(*res.window) if not served else None
     return {
         "schema": "shrink.replay-summary/1",
         "runlog": str(output),
@@ -192,7 +195,7 @@ def _summary(res: Any, output: Path) -> dict[str, Any]:
         "nothing_served": None
         if served
         else _nothing_served(
-            st.requests, st.failures, _error_counts(res.runlog), _timed_out_answering(res.runlog)
+            st.requests, st.failures, _error_counts(win), _timed_out_answering(win)
         ),
         # why the latencies are null (JSON has no NaN)
         "latency_note": None if served else "no request was served in the window",
