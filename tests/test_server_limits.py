@@ -228,6 +228,26 @@ def test_a_fifo_or_socket_at_a_trace_path_is_not_said_as_a_404(tmp_path):
     assert "fail (404; the 2 that are neither file nor folder, 404 or 500)" in line, line
 
 
+def test_a_symlink_to_a_fifo_or_socket_is_counted_as_one(tmp_path):
+    """A symlink in the docroot to a FIFO or socket there (the servers follow symlinks) was
+    looked at by itself (lstat): a symlink, so said as a plain 404. A symlink leaving the
+    docroot, or a loop, is not followed: a 404."""
+    import socket
+
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "to-fifo.bin").symlink_to("fifo")
+    (tmp_path / "out.bin").symlink_to("/dev/null")
+    (tmp_path / "loop.bin").symlink_to("loop.bin")
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(tmp_path / "sock"))
+        (tmp_path / "to-sock.bin").symlink_to(tmp_path / "sock")
+        paths = ["/to-fifo.bin", "/to-sock.bin", "/out.bin", "/loop.bin"]
+        tr = Trace.from_columns({"session": [0] * 4, "t": [0.0] * 4, "path": paths})
+        cov = docroot_coverage(tr, tmp_path)
+    assert len(cov.missing) == 4
+    assert cov.not_files == 2
+
+
 def test_a_symlink_loop_in_the_docroot_is_a_missing_path(tmp_path):
     """``up --trace`` on a docroot holding a symlink loop was an internal error (exit 70)."""
     (tmp_path / "loop").symlink_to("loop")

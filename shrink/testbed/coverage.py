@@ -107,10 +107,15 @@ def _not_a_file(root: Path, path: str) -> bool:
     if "\x00" in rel or _HIDDEN.search("/" + rel):
         return False
     try:
-        mode = (root / rel).lstat().st_mode
-    except (OSError, ValueError):
+        # (followed as the servers follow it, as :func:`_served` does: a symlink to a FIFO
+        # or socket there, looked at by itself, was said as a plain 404)
+        target = (root / rel).resolve()
+        if target != root and root not in target.parents:
+            return False  # outside the docroot: never served
+        mode = target.stat().st_mode
+    except (OSError, ValueError, RuntimeError):  # (a loop: RuntimeError before 3.13)
         return False
-    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode))
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
 def docroot_coverage(
