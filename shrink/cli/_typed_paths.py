@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from shrink.errors import printable
 
-__all__ = ["file_named"]
+__all__ = ["file_named", "file_out"]
 
 
 def file_named(value: str | Path) -> Path:
@@ -29,3 +30,11 @@ def file_named(value: str | Path) -> Path:
     if text.endswith("/") or os.path.basename(text) == ".":
         raise typer.BadParameter(f"{printable(text)} names a folder; name a file")
     return Path(text)
+
+
+def file_out(help: str) -> Any:
+    """The ``-o``/``--out`` option of a command that writes one file (its text checked by
+    :func:`file_named`; not asked to be readable: it is written)."""
+    return typer.Option(
+        "-o", "--out", readable=False, parser=file_named, metavar="<path>", help=help
+    )

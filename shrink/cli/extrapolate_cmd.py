@@ -19,7 +19,7 @@ from shrink.cli._common import (
     output_path,
     threshold_text,
 )
-from shrink.cli._typed_paths import file_named
+from shrink.cli._typed_paths import file_out
 from shrink.defaults import MAX_BODY, THRESHOLDS_TEXT
 from shrink.errors import printable
 from shrink.jsonout import dumps
@@ -123,14 +123,7 @@ def calibrate(
     ] = None,
     output: Annotated[
         Path | None,
-        typer.Option(
-            "-o",
-            "--out",
-            readable=False,
-            parser=file_named,
-            metavar="<path>",
-            help="Write JSON here.",
-        ),
+        file_out("Write JSON here."),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
@@ -180,14 +173,7 @@ def whatif(
     sweep: Annotated[bool, typer.Option(help="Sweep the dynamic fraction.")] = True,
     output: Annotated[
         Path | None,
-        typer.Option(
-            "-o",
-            "--out",
-            readable=False,
-            parser=file_named,
-            metavar="<path>",
-            help="Write JSON here.",
-        ),
+        file_out("Write JSON here."),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     max_body: MaxBodyOpt = MAX_BODY,
@@ -236,14 +222,7 @@ def extrapolate(
     ] = THRESHOLDS_TEXT,
     output: Annotated[
         Path | None,
-        typer.Option(
-            "-o",
-            "--out",
-            readable=False,
-            parser=file_named,
-            metavar="<path>",
-            help="Write JSON here.",
-        ),
+        file_out("Write JSON here."),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:

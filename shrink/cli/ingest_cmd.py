@@ -19,7 +19,7 @@ from shrink.cli._common import (
     output_path,
     plural,
 )
-from shrink.cli._typed_paths import file_named
+from shrink.cli._typed_paths import file_out
 from shrink.defaults import MAX_BODY, MAX_BODY_TEXT
 from shrink.errors import TraceFormatError, printable
 
@@ -78,14 +78,7 @@ def ingest(
     ],
     out: Annotated[
         Path,
-        typer.Option(
-            "-o",
-            "--out",
-            readable=False,
-            parser=file_named,
-            metavar="<path>",
-            help="Trace Parquet file to write.",
-        ),
+        file_out("Trace Parquet file to write."),
     ],
     format: Annotated[
         ReadFormat, typer.Option("--format", "-f", help="Input format; auto reads the content.")
@@ -352,14 +345,7 @@ def export(
     trace: Annotated[Path, typer.Argument(help="Trace Parquet file.")],
     out: Annotated[
         Path,
-        typer.Option(
-            "-o",
-            "--out",
-            readable=False,
-            parser=file_named,
-            metavar="<path>",
-            help="File to write.",
-        ),
+        file_out("File to write."),
     ],
     format: Annotated[
         WriteFormat, typer.Option("--format", "-f", help="wsesslog (httperf) or jsonl.")

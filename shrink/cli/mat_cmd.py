@@ -35,7 +35,7 @@ from shrink.cli._replay_opts import (
     naming_trace,
     note_realtime,
 )
-from shrink.cli._typed_paths import file_named
+from shrink.cli._typed_paths import file_out
 from shrink.defaults import MAX_BODY, MAX_LEVELS, MOST_LEVELS
 from shrink.errors import ParameterError, ShrinkError
 
@@ -79,14 +79,7 @@ def mat_cmd(
     ] = MAX_LEVELS,
     output: Annotated[
         Path | None,
-        typer.Option(
-            "-o",
-            "--out",
-            readable=False,
-            parser=file_named,
-            metavar="<path>",
-            help="With --adaptive: write the extended curve here.",
-        ),
+        file_out("With --adaptive: write the extended curve here."),
     ] = None,
     generator_cpus: _GenCpus = None,
     allow_overlap: _Overlap = False,

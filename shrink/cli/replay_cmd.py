@@ -43,7 +43,7 @@ from shrink.cli._replay_opts import (
     naming_trace,
     note_stale_parts,
 )
-from shrink.cli._typed_paths import file_named
+from shrink.cli._typed_paths import file_out
 from shrink.defaults import MAX_BODY
 from shrink.errors import OptionError, ParameterError, printable
 
@@ -59,14 +59,7 @@ def replay(
     target: _Targets = ...,  # type: ignore[assignment]
     output: Annotated[
         Path,
-        typer.Option(
-            "-o",
-            "--out",
-            readable=False,
-            parser=file_named,
-            metavar="<path>",
-            help="RunLog Parquet to write.",
-        ),
+        file_out("RunLog Parquet to write."),
     ] = ...,  # type: ignore[assignment]
     rate_factor: Annotated[
         float, typer.Option("--rate-factor", help="Speed-up of the trace's session starts.")

@@ -20,7 +20,7 @@ from shrink.cli._common import (
     plural,
 )
 from shrink.cli._kept import KeptParts
-from shrink.cli._typed_paths import file_named
+from shrink.cli._typed_paths import file_out
 from shrink.defaults import MAX_BODY
 from shrink.errors import ParameterError, ShrinkError, printable
 
@@ -43,14 +43,7 @@ def sample(
     alpha: Annotated[float, typer.Option(help="Fraction to keep, in (0, 1].")],
     out: Annotated[
         Path,
-        typer.Option(
-            "-o",
-            "--out",
-            readable=False,
-            parser=file_named,
-            metavar="<path>",
-            help="Output trace Parquet file.",
-        ),
+        file_out("Output trace Parquet file."),
     ],
     level: Annotated[
         Level, typer.Option(help="Unit sampled: session, object, request or stratified.")

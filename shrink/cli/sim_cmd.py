@@ -30,7 +30,7 @@ from shrink.cli._sweep_keep import (
     _write_curve,
     keep_levels,
 )
-from shrink.cli._typed_paths import file_named
+from shrink.cli._typed_paths import file_out
 from shrink.cli.sweep_cmd import _levels
 from shrink.defaults import DURATION, MAX_BODY, MAX_REPS, REPS, WARMUP
 from shrink.errors import OptionError, ShrinkError, TopologyError, printable
@@ -342,14 +342,7 @@ def run_cmd(
     machine: MachineOpt,
     output: Annotated[
         Path,
-        typer.Option(
-            "-o",
-            "--out",
-            readable=False,
-            parser=file_named,
-            metavar="<path>",
-            help="RunLog to write (Parquet).",
-        ),
+        file_out("RunLog to write (Parquet)."),
     ],
     mapping: MappingOpt = "1-replica",
     share: ShareOpt = "all",
@@ -408,14 +401,7 @@ def sweep_cmd(
     machine: MachineOpt,
     output: Annotated[
         Path,
-        typer.Option(
-            "-o",
-            "--out",
-            readable=False,
-            parser=file_named,
-            metavar="<path>",
-            help="LoadCurve to write (JSON).",
-        ),
+        file_out("LoadCurve to write (JSON)."),
     ],
     levels: Annotated[
         str,

@@ -54,7 +54,7 @@ from shrink.cli._sweep_keep import (
     _write_curve,
     keep_levels,
 )
-from shrink.cli._typed_paths import file_named
+from shrink.cli._typed_paths import file_out
 from shrink.defaults import DURATION, MAX_BODY, MAX_REPS, REPS, WARMUP
 from shrink.errors import OptionError, ParameterError, ShrinkError, printable
 
@@ -150,14 +150,7 @@ def sweep_cmd(
     ] = ...,  # type: ignore[assignment]
     output: Annotated[
         Path,
-        typer.Option(
-            "-o",
-            "--out",
-            readable=False,
-            parser=file_named,
-            metavar="<path>",
-            help="LoadCurve JSON to write.",
-        ),
+        file_out("LoadCurve JSON to write."),
     ] = ...,  # type: ignore[assignment]
     knob: Annotated[
         str, typer.Option("--knob", help="What levels are: rate_factor | users | rate.")

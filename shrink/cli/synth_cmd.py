@@ -9,7 +9,7 @@ import typer
 
 from shrink.checks import parse_duration
 from shrink.cli._common import cli_errors, echo_json, options_named, output_path, plural
-from shrink.cli._typed_paths import file_named
+from shrink.cli._typed_paths import file_out
 from shrink.errors import printable
 
 synth_app = typer.Typer(help="Synthetic workloads (Support-like sessions, 1 KiB tcp).",
@@ -20,14 +20,7 @@ _Duration = Annotated[str, typer.Option("--duration", help="Trace length: second
 _Seed = Annotated[int, typer.Option("--seed", help="Random seed: same seed, same bytes.")]
 _Out = Annotated[
     Path,
-    typer.Option(
-        "-o",
-        "--out",
-        readable=False,
-        parser=file_named,
-        metavar="<path>",
-        help="Trace Parquet file to write.",
-    ),
+    file_out("Trace Parquet file to write."),
 ]
 _Docroot = Annotated[
     Path | None,
