@@ -227,3 +227,48 @@ def test_a_stopped_run_beside_another_keeps_its_levels_in_one_file_it_names(tmp_
         "curve.partial.json",
         "t.parquet",
     ]
+
+
+@pytest.mark.compute
+def test_a_costly_keep_is_spaced_so_many_quick_levels_are_not_rewritten_quadratically(
+    tmp_path, monkeypatch
+):
+    # 1,000 quick levels (the simulator's) spent nearly all their time rewriting the
+    # whole curve after each: 100 levels 7 s, 300 levels 57 s. A write costing 1 s on
+    # the clock (more than CHEAP_S) waits SPACING seconds before the next.
+    now = [0.0]
+    real = LoadCurve.write_json
+
+    def slow_write(self, path, *a, **k):
+        now[0] += 1.0
+        return real(self, path, *a, **k)
+
+    monkeypatch.setattr(LoadCurve, "write_json", slow_write)
+    keep = KeepLevels(tmp_path / "curve.partial.json")
+    keep.clock = lambda: now[0]
+    writes = []
+    for n in range(1, 101):
+        now[0] += 1.0  # a level of 1 s
+        before = now[0]
+        keep(LoadCurve(levels=[_level(i) for i in range(n)], knob="rate_factor", alpha=1.0))
+        writes += [n] if now[0] > before else []
+    assert writes[0] == 1 and 8 <= len(writes) <= 15  # a tenth of the time, not half
+    assert keep.levels_written == writes[-1]
+    assert len(LoadCurve.read_json(keep.path).levels) == writes[-1]
+
+
+@pytest.mark.compute
+def test_a_cheap_keep_writes_after_every_level(tmp_path):
+    keep = KeepLevels(tmp_path / "curve.partial.json")
+    for n in range(1, 6):
+        keep(LoadCurve(levels=[_level(i) for i in range(n)], knob="rate_factor", alpha=1.0))
+        assert keep.levels_written == n
+
+
+def _level(i: int):
+    from shrink.loadcurve import ClassStats, Level, LevelStats
+
+    x = 10.0 * (i + 1)
+    stats = ClassStats(n=10, throughput=x, mean=0.001, p50=0.001, p90=0.001, p99=0.001,
+                       p999=0.001)  # fmt: skip
+    return Level(float(i + 1), [LevelStats(throughput=x, overall=stats)])
