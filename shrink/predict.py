@@ -226,7 +226,8 @@ def _sample(trace: Trace, alpha: float, config: PredictConfig) -> Trace:
     sample = samplers.sample(trace, alpha, seed=config.seed, level=config.level)
     if len(sample) == 0 and len(trace) > 0:
         raise ParameterError(
-            f"alpha {alpha:g} kept none of the trace's {len(trace):,} requests "
+            f"alpha {alpha:g} kept none of the trace's {len(trace):,} "
+            f"request{'' if len(trace) == 1 else 's'} "
             f"({config.level} sampling, seed {config.seed}); raise alpha or record a longer trace"
         )
     return sample

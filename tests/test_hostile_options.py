@@ -612,3 +612,18 @@ def test_a_stratified_sample_by_a_column_whose_values_repeat_says_the_alpha_that
     assert "--column cls's largest stratum holds 150" in text, text
     assert "alpha 0.00334 or more keeps one" in text and "such as cls" not in text
     assert not out.exists()
+
+
+@pytest.mark.compute
+def test_a_one_request_trace_sampled_to_nothing_says_one_request(tmp_path: Path) -> None:
+    # "kept none of its 1 requests": the noun was plural whatever the count.
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    one = tmp_path / "one.parquet"
+    r = CliRunner().invoke(app, ["synth", "tcp", "--rate", "1", "--duration", "1", "-o", str(one)])
+    assert r.exit_code == 0, r.output
+    args = ["sample", str(one), "--alpha", "0.5", "-o", str(tmp_path / "k.parquet")]
+    text = " ".join(CliRunner().invoke(app, args).output.split())
+    assert "kept none of its 1 request (session sampling" in text, text

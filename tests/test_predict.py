@@ -353,3 +353,11 @@ def test_the_built_in_mappings_listed_by_name_are_checked_whole():
     # 'all', from the option or PredictConfig's default, still takes what these CPUs give
     for all_ in (_mapping_names("all"), PredictConfig().mappings):
         assert mappings_here(all_, machine, cpus)[0] == ("1-replica",)
+
+
+def test_a_one_request_trace_sampled_to_nothing_says_one_request(tmp_path):
+    # "kept none of the trace's 1 requests": the count's noun was plural whatever it was.
+    trace = sessions(2, seed=1).take([0])
+    cfg = PredictConfig(alpha=0.05, thresholds={"mean": 0.004}, mappings=["1-replica"])
+    with pytest.raises(ParameterError, match=r"kept none of the trace's 1 request \("):
+        predict(trace, FakeProvider(), cfg, tmp_path)

@@ -98,8 +98,8 @@ def sample(
             if level is Level.stratified:
                 fix = _stratified_fix(parent, result, column)
             raise ParameterError(
-                f"{printable(trace)}: alpha {alpha:g} kept none of its {len(parent):,} "
-                f"requests ({level.value} sampling, seed {seed}); {fix}."
+                f"{printable(trace)}: alpha {alpha:g} kept none of its "
+                f"{plural(len(parent), 'request')} ({level.value} sampling, seed {seed}); {fix}."
             )
         extra: dict[str, Any] = {"balance": balance.value, "keepalive": keepalive}
         if why is not None:
