@@ -361,3 +361,29 @@ def test_a_one_request_trace_sampled_to_nothing_says_one_request(tmp_path):
     cfg = PredictConfig(alpha=0.05, thresholds={"mean": 0.004}, mappings=["1-replica"])
     with pytest.raises(ParameterError, match=r"kept none of the trace's 1 request \("):
         predict(trace, FakeProvider(), cfg, tmp_path)
+
+
+def test_a_sample_whose_sessions_all_start_outside_the_looped_window_says_so(tmp_path):
+    # alpha 0.01 of 25 sessions kept one, starting before the auto skip: "no session
+    # starts in the trace's [2.95762, 14.5351) s; skip less or loop a longer window",
+    # where predict has no option to loop longer, and the sample was not named.
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    spec = str(Path(__file__).parent.parent / "examples" / "machines" / "nehalem-2s.toml")
+    trace = tmp_path / "sup.parquet"
+    args = ["synth", "support", "--users", "20", "--duration", "30s", "--seed", "1", "-o"]
+    assert CliRunner().invoke(app, [*args, str(trace)]).exit_code == 0
+    r = CliRunner().invoke(
+        app,
+        ["predict", str(trace), "--alpha", "0.01", "--target", f"sim:{spec}", "--machine", spec,
+         "--warmup", "0s", "--duration", "1s", "--reps", "1", "--max-levels", "3",
+         "-o", str(tmp_path / "p")],
+    )  # fmt: skip
+    text = " ".join(r.output.split())
+    assert r.exit_code == 1, text
+    assert "the sample (alpha 0.01) kept 1 session, which does not start in the window" in text
+    assert "--skip, now 2.96 s" in text and "loop a longer window" not in text

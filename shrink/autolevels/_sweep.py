@@ -80,7 +80,7 @@ def auto_sweep(
     if span > 0:
         # Every level replays one window of the trace after the skip, looped: a
         # controlled load. The companion loops the same window of the whole trace.
-        trace = loop_window(trace, plan.skip, span)
+        trace = _sample_window(trace, plan.skip, span, alpha)
         if companion is not None:
             companion = replace(companion, trace=loop_window(companion.trace, plan.skip, span))
     elif plan.skip > 0:
@@ -391,3 +391,25 @@ def _unit_rate(trace: Trace, knob: str) -> float | None:
     if knob != "rate_factor" or span <= 0 or len(trace) == 0:
         return None
     return len(trace) / span
+
+
+def _sample_window(trace: Trace, skip: float, span: float, alpha: float | None) -> Trace:
+    """The window of ``trace`` each level replays; a sample none of whose sessions start
+    in it is said as the sample's (the window is the whole trace's): it was said as
+    "skip less or loop a longer window", and predict has no option to loop longer."""
+    try:
+        return loop_window(trace, skip, span)
+    except ParameterError as exc:
+        if alpha is None or alpha >= 1 or len(trace) == 0:
+            raise
+        sessions = trace.n_sessions
+        kept = (
+            "1 session, which does not start"
+            if sessions == 1
+            else (f"{sessions:,} sessions, none of which starts")
+        )
+        raise ParameterError(
+            f"the sample (alpha {alpha:g}) kept {kept} in the window of the trace each "
+            f"level replays ([{skip:.2f}, {skip + span:.2f}) s after its start): raise "
+            f"alpha, or skip less of the trace's start (--skip, now {skip:.2f} s)"
+        ) from exc
