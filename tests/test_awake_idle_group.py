@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.fake_engines import Part0Killed
+from helpers.fake_engines import Part0Killed, Part0Stopped
 
 from shrink.enforce.cfs import CgroupLayout
 from shrink.enforce.idle_group import PREFIX, idle_group_place, make_idle_group, remove_stale
@@ -404,6 +404,28 @@ def test_the_temporaries_of_an_engine_process_killed_mid_run_go_with_the_run(
         rate_factor=1.0, horizon=0.2, generator=placement, out=out,
     )  # fmt: skip
     assert run.extra["errors"]  # (part 0 was killed)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.parquet"]
+
+
+def test_an_engine_process_stopped_and_never_continued_is_killed_after_the_run(
+    tmp_path: Path,
+) -> None:
+    # SIGSTOP of one of --processes 2's engine processes: the parent waited for its report
+    # for ever (a 4 s replay ran 50 s until killed)
+    from shrink.replay.engine import EngineConfig
+    from shrink.replay.waiting import STOPPED_PAST_END
+    from shrink.schedule import open_loop_trace
+
+    placement = GeneratorPlacement(processes=2, engine=Part0Stopped(), realtime=0)
+    out = tmp_path / "r.parquet"
+    began = time.monotonic()
+    _, run = scaleout.run_engines(
+        open_loop_trace("/x", 100.0, 0.2),
+        EngineConfig(targets=[("127.0.0.1", 9)], timeout=0.5),
+        rate_factor=1.0, horizon=0.2, generator=placement, out=out,
+    )  # fmt: skip
+    assert time.monotonic() - began < 15  # 0.2 s + 0.5 s + 5 s, and the start
+    assert any(STOPPED_PAST_END in e for e in run.extra["errors"]), run.extra
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.parquet"]
 
 

@@ -543,7 +543,8 @@ def _run_spawned(
             if kind != "ready":
                 raise ReplayError(f"engine process {i} (PID {procs[i].pid}) failed: {payload}")
             started.append(payload or {})
-        t0, stats, ended, stopped = let_go(pipes, procs, realtime, on_start)
+        deadline = float(params["horizon"]) + config.timeout + 5.0  # (then a stopped one is killed)
+        t0, stats, ended, stopped = let_go(pipes, procs, realtime, on_start, deadline)
         for p in procs:
             p.join(timeout=10)
         errors, lost = say_lost(ended, procs, started)

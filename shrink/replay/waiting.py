@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 from collections.abc import Callable, Iterator, Sequence
 from time import monotonic
 from typing import Any
 
 from shrink import interrupts
 
-__all__ = ["let_go", "waiting_above"]
+__all__ = ["STOPPED_PAST_END", "let_go", "waiting_above"]
+
+STOPPED_PAST_END = (
+    "stopped (SIGSTOP or SIGTSTP) past the run's end and its requests' timeout: killed"
+)
 
 
 @contextlib.contextmanager
@@ -40,10 +45,15 @@ def let_go(
     procs: Sequence[Any],
     realtime: int,
     on_start: Callable[[float], Any] | None,
+    deadline_s: float | None = None,
 ) -> tuple[float, list[Any], list[tuple[int, str | None]], bool]:
     """Send the engine processes (ready, on ``pipes``) the run's zero and wait for each one's
     report: (the zero, the stats of those done, (index, what it said) of the others, whether
-    a stop signal came to this process meanwhile)."""
+    a stop signal came to this process meanwhile).
+
+    A process found stopped (SIGSTOP, SIGTSTP) ``deadline_s`` after the zero, when its run
+    and its last request's timeout are over, is killed and said so: this process waited
+    for its report for ever, and a 4 s replay hung (50 s, until it was killed)."""
     stats: list[Any] = []  # (EngineStats)
     ended: list[tuple[int, str | None]] = []  # (None: it ended without a word)
     stopped = False  # a stop signal came to this process
@@ -57,8 +67,13 @@ def let_go(
         for i, pipe in enumerate(pipes):
             while True:
                 try:
-                    kind, payload = pipe.recv()
-                    break
+                    if deadline_s is None or pipe.poll(0.25):
+                        kind, payload = pipe.recv()
+                        break
+                    if monotonic() > t0 + deadline_s and _stopped(procs[i].pid):
+                        os.kill(procs[i].pid, signal.SIGKILL)
+                        kind, payload = "lost", STOPPED_PAST_END
+                        break
                 except KeyboardInterrupt:
                     stopped = True
                     # A terminal's Ctrl-C reaches the children too; a signal sent to this
@@ -77,3 +92,15 @@ def let_go(
             else:
                 ended.append((i, payload))
     return t0, stats, ended, stopped
+
+
+def _stopped(pid: int | None) -> bool:
+    """Whether process ``pid`` is stopped by a signal now (``T`` in /proc/PID/stat)."""
+    if pid is None:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state == b"T"

@@ -27,6 +27,21 @@ class Part0Killed:
         return FakeEngine()(schedule, config, writer, **kw)
 
 
+class Part0Stopped:
+    """An engine whose process 0 stops itself (SIGSTOP) once the run's zero is told, and
+    is never continued; the other processes run to their end."""
+
+    def __call__(self, schedule, config, writer, **kw):  # type: ignore[no-untyped-def]
+        from shrink.replay.contract import zero_time
+        from shrink.replay.fake import FakeEngine
+
+        if writer.meta.get("part") == 0:
+            zero_time(writer, kw)
+            os.kill(os.getpid(), signal.SIGSTOP)
+        kw.pop("awake", None)
+        return FakeEngine()(schedule, config, writer, **kw)
+
+
 @contextlib.contextmanager
 def fake_server_address() -> Iterator[tuple[str, int]]:
     """shrink's fake HTTP server on a free loopback port, as (host, port)."""
