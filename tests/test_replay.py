@@ -392,6 +392,37 @@ def _part_one_fails(sched, config, writer, on_ready=None, **options):
     return run_schedule(sched, config, writer, on_ready=on_ready, **options)
 
 
+def _part_zero_disk_full(sched, config, writer, on_ready=None, **options):
+    """An engine whose first process finds its part's disk full once the run starts."""
+    import errno
+
+    from shrink.errors import WriteError
+
+    if ".part0." in str(writer.path):
+        on_ready()
+        raise WriteError(writer.path, OSError(errno.ENOSPC, "No space left on device"))
+    return run_schedule(sched, config, writer, on_ready=on_ready, **options)
+
+
+def test_a_part_that_cannot_be_written_is_said_without_a_class_name(fake, tmp_path):
+    # "error: engine process 0 (PID N): WriteError: tm/r.part0.HEX.parquet: cannot
+    # write (no space left on the device, ENOSPC)": shrink's own sentence behind its
+    # class name
+    from shrink.errors import ReplayError
+
+    tr = session_trace(20, ["/a?bytes=10"], gap=0.01, think=0.0)
+    with pytest.raises(ReplayError) as err:
+        run_engines(
+            tr, EngineConfig([fake]), rate_factor=1.0, horizon=0.3,
+            schedule=ScheduleOptions(loop=False),
+            generator=GeneratorPlacement(processes=2, engine=_part_zero_disk_full),
+            out=tmp_path / "run.parquet",
+        )  # fmt: skip
+    said = str(err.value)
+    assert "cannot write (no space left on the device, ENOSPC)" in said, said
+    assert "WriteError" not in said, said
+
+
 def test_a_run_reads_only_its_own_parts(fake, tmp_path, monkeypatch, capsys):
     """A kill -9 of a replay's parent (two engine processes) left ``run.part0.parquet``
     and ``run.part1.parquet`` beside its OUT; the next run into OUT whose second

@@ -29,7 +29,7 @@ from typing import Any
 from shrink import interrupts
 from shrink.enforce.cfs import in_root_cpu_group
 from shrink.enforce.idle_group import remove_groups_of
-from shrink.errors import OptionError, ReplayError
+from shrink.errors import OptionError, ReplayError, ShrinkError
 from shrink.processes import die_with_parent
 from shrink.replay.cluster import ClusterSpec, run_on_cluster
 from shrink.replay.contract import StopOn
@@ -274,7 +274,9 @@ def _child(
             signal.signal(sig, signal.SIG_IGN)
         if writer is not None:
             writer.discard()  # no empty temporary file left (a closed log stays)
-        pipe.send(("error", f"{type(exc).__name__}: {exc}"))
+        # shrink's own errors are sentences for the user ("WriteError: ..." was printed)
+        said = str(exc) if isinstance(exc, ShrinkError) else f"{type(exc).__name__}: {exc}"
+        pipe.send(("error", said))
     finally:
         pipe.close()
 
