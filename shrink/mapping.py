@@ -137,7 +137,8 @@ def build_mapping(
     k = int(m.group(1))
     feed = m.group(2) or ("spread" if k == 1 else "direct")
     if k < 1 or k > len(cpus):
-        raise TopologyError(f"mapping {name!r}: {k} replicas cannot share {len(cpus)} CPUs")
+        n = f"{len(cpus)} CPU{'' if len(cpus) == 1 else 's'}"  # ("1 CPUs" was said)
+        raise TopologyError(f"mapping {name!r}: {k} replicas cannot share {n}")
     if len(cpus) % k:
         raise TopologyError(f"mapping {name!r}: {len(cpus)} CPUs do not split into {k} replicas")
     # Socket-compact: sort by socket so each group stays on as few sockets as possible.
