@@ -180,6 +180,9 @@ def test_one_socket_indirect_is_allowed_with_a_note():
     assert notes and "nominal" in notes[0]
     with pytest.raises(TopologyError, match=r"2 replicas cannot share 1 CPU\b"):
         lifecycle.mapping_for("2-replica-direct", TWO_CORE, Share.parse("0.5", TWO_CORE), 9000)
+    # the indirect one, tried as direct on one socket, was said as '2-replica-direct'
+    with pytest.raises(TopologyError, match=r"'2-replica-indirect': 2 replicas .* \(share 0\.5"):
+        lifecycle.mapping_for("2-replica-indirect", TWO_CORE, Share.parse("0.5", TWO_CORE), 9000)
 
 
 def test_docroot_must_exist(tmp_path):

@@ -101,14 +101,20 @@ def mapping_for(name: str, machine: Machine, share: Share, port: int) -> tuple[M
     try:
         mapping = build_mapping(name, machine, share.cpus, base_port=port)
     except TopologyError as exc:
+        why = exc
         if machine.sockets == 1 and name.endswith("-indirect"):
-            direct = build_mapping(
-                name.replace("-indirect", "-direct"), machine, share.cpus, base_port=port
-            )
-            mapping = Mapping(name, direct.replicas)
-        else:
+            as_direct = name.replace("-indirect", "-direct")
+            try:
+                mapping = Mapping(
+                    name, build_mapping(as_direct, machine, share.cpus, base_port=port).replicas
+                )
+            except TopologyError as err:  # said of the mapping asked for: it named the direct one
+                why = TopologyError(str(err).replace(repr(as_direct), repr(name)))
+            else:
+                why = None
+        if why is not None:
             raise TopologyError(
-                f"{exc} (share {share.text or share.kind}: CPUs {list(share.cpus)})"
+                f"{why} (share {share.text or share.kind}: CPUs {list(share.cpus)})"
             ) from None
     if machine.sockets == 1:
         notes.append(
