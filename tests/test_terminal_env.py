@@ -69,3 +69,39 @@ def test_a_non_ascii_name_is_read_under_a_non_utf8_locale(tmp_path, latin1_local
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert b"\xc3\xb6.parquet" in os.listdir(os.fsencode(tmp_path))
+
+
+@pytest.mark.parametrize("width", ["1", "3", "10", "20"])
+def test_a_narrow_terminal_loses_no_value_of_trace_info(tmp_path, width):
+    """``COLUMNS=1`` to ``3`` printed ``trace info`` as rows of ``│││``, every value
+    lost, exit 0; 10 or 20 cut labels and values to "…". A table is laid out at 40
+    columns at least (``cli._common.TABLE_MIN_WIDTH``), its cells folded, not cut."""
+    (tmp_path / "a.log").write_text(
+        '127.0.0.1 - - [01/Jul/1995:00:00:01 -0400] "GET /a HTTP/1.0" 200 10\n'
+    )
+    assert _shrink({}, "ingest", "a.log", "-o", "t.parquet", cwd=tmp_path).returncode == 0
+    info = _shrink({"COLUMNS": width}, "trace", "info", "t.parquet", cwd=tmp_path)
+    assert info.returncode == 0, info.stderr
+    assert "…" not in info.stdout, info.stdout
+    for label in ("sessions", "requests", "bursts", "loop period", "request rate", "reader"):
+        assert label in info.stdout, info.stdout
+
+
+def test_a_narrow_terminal_loses_no_value_of_the_predict_table(monkeypatch, capsys):
+    """``predict``'s table (the other table shrink prints) at ``COLUMNS=3``: its
+    mappings and MATs were lost the same way."""
+    from shrink.cli.predict_cmd import _print_summary
+    from shrink.prediction import MappingPrediction, Prediction, StatPrediction
+
+    monkeypatch.setenv("COLUMNS", "3")
+    stats = {"p99": StatPrediction(608.0, (335.0, 700.0), 0.005, None)}
+    pred = Prediction(
+        machine={}, mappings={"1-replica": MappingPrediction(stats, {}),
+                              "4-replicas": MappingPrediction(stats, {})},
+        recommended="4-replicas", reason="more", target_description="t",
+        thresholds={"p99": 0.05},
+    )  # fmt: skip
+    _print_summary(pred, Path("out"))
+    text = capsys.readouterr().out
+    assert "…" not in text, text
+    assert "1-replica" in text and "4-replicas" in text and text.count("608") == 2, text

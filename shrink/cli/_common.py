@@ -60,6 +60,7 @@ from shrink.jsonout import dumps
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.table import Table
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -93,6 +94,24 @@ def out_console() -> Console:
     """rich's Console on stdout: a closed stdout stops the command as SIGPIPE does
     (:data:`EXIT_PIPE`), where rich's own exits 1 and says nothing."""
     return _unwrapped(_console_type()())
+
+
+# The narrowest a table is laid out at: below it (``COLUMNS=1`` to ``3`` printed rows of
+# ``│││`` with every value lost; 10 or 20, values cut to "…") it is laid out as at this
+# width, and the terminal wraps its lines: every value is still there.
+TABLE_MIN_WIDTH = 40
+
+
+def print_table(screen: Console, table: Table) -> None:
+    """``table`` (a rich Table) printed on ``screen`` at :data:`TABLE_MIN_WIDTH` columns at
+    least, its cells folded, never cut to "…": a value too long for its column goes on
+    the next line. ``screen`` is left at that width."""
+    for column in table.columns:
+        column.overflow = "fold"
+    # print(width=) takes the smaller of it and the console's: the console's own is set
+    # (what follows on this screen is laid out at this width too, no narrower)
+    screen.width = max(screen.width, TABLE_MIN_WIDTH)
+    screen.print(table)
 
 
 def _unwrapped(con: Console) -> Console:

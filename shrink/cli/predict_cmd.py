@@ -25,6 +25,7 @@ from shrink.cli._common import (
     output_path,
     parse_duration_option,
     parse_lag_limit,
+    print_table,
     stat_label,
     threshold_text,
 )
@@ -443,7 +444,7 @@ def _print_summary(pred: Prediction, out: Path) -> None:
                 "-" if r is None else mat_text(r.mat, r.status, r.ci) + hint.get(r.status or "", "")
             )
         t.add_row(("* " if name == pred.recommended else "  ") + shown(name), *cells)
-    screen.print(t)
+    print_table(screen, t)
     if pred.recommended:
         screen.print(f"recommended: [bold]{shown(pred.recommended)}[/] - {shown(pred.reason)}")
     else:

@@ -14,6 +14,7 @@ from shrink.cli._common import (
     escape,
     fmt_number,
     out_console,
+    print_table,
 )
 from shrink.defaults import MAX_BODY
 from shrink.errors import printable
@@ -86,7 +87,7 @@ def info(
     ):
         if k in inf.meta:
             t.add_row(k, escape(printable(inf.meta[k])))  # the file's, not ours: escaped
-    out_console().print(t)
+    print_table(out_console(), t)
 
 
 def register(app: typer.Typer) -> None:
