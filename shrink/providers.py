@@ -7,6 +7,7 @@ every process it started, by PID, even when a run is interrupted.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -174,7 +175,8 @@ class TestbedProvider:
         # refused before the run folder is made: a refused predict left it empty
         use_cgroups(share, "auto", DEFAULT_ENFORCE)
         state_path = self.run_dir / f"testbed-{self._opened}.json"
-        with starting_alone():  # (the check and the record of the testbed it allows: one step)
+        # (the check and the record of the testbed it allows: one step)
+        with starting_alone(expect=start_bound(self.recipe, share)):
             refuse_crowded(share.cpus, state_path, self.run_dir)  # (before its folder is made)
             make_dirs(self.run_dir)
             self._opened += 1
@@ -201,27 +203,33 @@ class TestbedProvider:
             record_only(state_path)
 
 
-# The longest a predict waits for another's testbed to be started before it checks the CPUs
-# (``up`` waits up to 15 s for each replica's server to answer).
+# The longest a predict waits for another's testbed to be started before it checks the CPUs,
+# where the other says nothing of how long its start may take (an older shrink's, or one
+# whose note cannot be read): see :func:`starting_alone`.
 START_WAIT = 120.0
+# A start's bound beyond its servers' own start timeouts (one per replica): the checks,
+# the cgroups, the ports.
+START_SLACK = 30.0
+# The note the run holding the start lock leaves in the locked folder: its PID and the time
+# (``time.time()``) by which its start will be done or have failed.
+_STARTING = ".starting"
 
 
 @contextmanager
-def starting_alone(wait: float = START_WAIT) -> Iterator[None]:
+def starting_alone(wait: float = START_WAIT, expect: float = START_WAIT) -> Iterator[None]:
     """Held from a predict's check of the CPUs (:func:`refuse_crowded`) through ``up``'s
     record of the testbed it starts: two predicts starting at once both passed the check,
     neither testbed recorded yet, and both ran on one CPU. The lock is the kernel's
     ``flock`` on shrink's private folder (the one ``up`` records this user's testbeds
-    in), taken in turn: the second waits for the first's testbed to be recorded (up to
-    ``wait`` seconds), then finds it. Where the folder cannot be locked: unguarded. Not
-    covered: another user's predict (its testbeds are recorded in its own folder; root's
-    are seen through their summary only once recorded), and a plain ``testbed up``,
-    which warns only."""
-    import fcntl
-    import time
-
-    from shrink.errors import TestbedError
-    from shrink.replay.testbed_lock import holder
+    in), taken in turn: the second waits for the first's testbed to be recorded, then
+    finds it. It says so, once, naming the first (a second predict said nothing for up
+    to 120 s). How long it waits is the first's own bound: the holder notes the time its
+    start will be over by (``expect`` seconds from when it took the lock: its servers'
+    start timeouts, one per replica, and :data:`START_SLACK`), and past it the holder is
+    stuck; where the holder left no note this run can read, ``wait`` seconds. Where the
+    folder cannot be locked: unguarded. Not covered: another user's predict (its
+    testbeds are recorded in its own folder; root's are seen through their summary only
+    once recorded), and a plain ``testbed up``, which warns only."""
     from shrink.testbed import registry
 
     folder = registry.private_dir()
@@ -230,31 +238,97 @@ def starting_alone(wait: float = START_WAIT) -> Iterator[None]:
     except OSError:  # (replaced since it was checked: unguarded, as where it cannot be locked)
         yield
         return
+    noted = False
     try:
-        deadline, looked = time.monotonic() + wait, False
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
+        if _lock_in_turn(fd, wait):
+            noted = _note_start(fd, expect)
+        yield
+    finally:
+        if noted:
+            with contextlib.suppress(OSError):
+                os.unlink(_STARTING, dir_fd=fd)
+        os.close(fd)  # (the lock with it)
+
+
+def _lock_in_turn(fd: int, wait: float) -> bool:
+    """Take the ``flock`` on ``fd``, waiting for its holder (see :func:`starting_alone`):
+    whether this process took it (False: unguarded)."""
+    import fcntl
+    import sys
+    import time
+
+    from shrink.errors import TestbedError
+    from shrink.replay.testbed_lock import holder
+
+    deadline: float | None = None
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if deadline is None:
                 # (this process holds it itself, by another open: SHRINK_RUN_DIR naming its
                 # own -o folder; it waited for itself, then named "a process this user
                 # cannot see"; looked at once: /proc's every open file is read)
-                if not looked and _held_by_this_process(fd):
-                    break  # (unguarded)
-                looked = True
-                if time.monotonic() > deadline:
-                    raise TestbedError(
-                        f"another run ({holder(fd)}) has been starting a testbed for "
-                        f"{wait:.0f} s; a testbed started beside it would not see whether "
-                        "it takes these CPUs: wait for it, or stop it"
-                    ) from None
-                time.sleep(0.05)
-            except OSError:
-                break  # (a folder that cannot be locked: unguarded, as before)
-        yield
+                if _held_by_this_process(fd):
+                    return False  # (unguarded)
+                who, until = holder(fd), _start_noted(fd)
+                deadline = until if until is not None else time.time() + wait
+                sys.stderr.write(
+                    f"waiting for another run ({who}) to start its testbed (up to "
+                    f"{max(0.0, deadline - time.time()):.0f} s) before this run checks "
+                    "which CPUs are free\n"
+                )
+                sys.stderr.flush()
+                began = time.time()
+            if time.time() > deadline:
+                raise TestbedError(
+                    f"another run ({holder(fd)}) has been starting a testbed for "
+                    f"{time.time() - began:.0f} s here, past its start's own bound; a testbed "
+                    "started beside it would not see whether it takes these CPUs: wait "
+                    "for it, or stop it"
+                ) from None
+            time.sleep(0.05)
+        except OSError:
+            return False  # (a folder that cannot be locked: unguarded, as before)
+
+
+def _note_start(fd: int, expect: float) -> bool:
+    """Note in the locked folder ``fd`` this process's PID and the time its start will be
+    over by (``expect`` seconds from now): whether it was noted."""
+    import time
+
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
+    try:
+        note = os.open(_STARTING, flags | os.O_NONBLOCK, 0o600, dir_fd=fd)
+    except OSError:
+        return False
+    try:
+        os.write(note, f"{os.getpid()} {time.time() + expect:.3f}\n".encode())
+        return True
+    except OSError:
+        return False
     finally:
-        os.close(fd)  # (the lock with it)
+        os.close(note)
+
+
+def _start_noted(fd: int) -> float | None:
+    """The time the holder of the lock on folder ``fd`` noted its start will be over by,
+    where the note is its (the PID holding the lock now): None otherwise."""
+    from shrink.procfs import flock_holding_processes
+
+    st = os.fstat(fd)
+    holders = flock_holding_processes(st.st_dev, st.st_ino, first=True)
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NOCTTY | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        note = os.open(_STARTING, flags, dir_fd=fd)
+        try:
+            pid, until = os.read(note, 100).decode().split()
+        finally:
+            os.close(note)
+        return float(until) if holders == [int(pid)] else None
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
 
 
 def _held_by_this_process(fd: int) -> bool:
@@ -264,6 +338,15 @@ def _held_by_this_process(fd: int) -> bool:
 
     st = os.fstat(fd)
     return flock_holding_processes(st.st_dev, st.st_ino) == [os.getpid()]
+
+
+def start_bound(recipe: Any, share: Share) -> float:
+    """How long ``up`` may take to start a testbed of ``recipe`` on ``share``: its start
+    timeout for each replica (at most one per CPU), and :data:`START_SLACK`."""
+    from shrink.testbed.lifecycle import START_TIMEOUT_S
+
+    timeout = float(getattr(recipe, "start_timeout", None) or START_TIMEOUT_S)
+    return timeout * max(1, len(share.cpus)) + START_SLACK
 
 
 def refuse_crowded(cpus: tuple[int, ...], state_path: Path, run_dir: Path) -> None:

@@ -187,3 +187,77 @@ def test_a_private_folder_replaced_after_its_check_is_not_an_internal_error(tmp_
     monkeypatch.setattr(registry, "private_dir", lambda: tmp_path / "gone")
     with starting_alone(wait=1.0):
         pass
+
+
+def _holding_start_lock(private, expect: float, hold: float) -> subprocess.Popen:
+    """A child process in ``starting_alone(expect=...)`` on ``private`` for ``hold`` s."""
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    code = textwrap.dedent("""
+        import sys, time
+        from shrink.providers import starting_alone
+        with starting_alone(expect=float(sys.argv[1])):
+            print("held", flush=True)
+            time.sleep(float(sys.argv[2]))
+    """)
+    root = Path(__file__).resolve().parents[1]
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, str(expect), str(hold)], stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(root), "SHRINK_RUN_DIR": str(private)}, cwd=root,
+    )  # fmt: skip
+    assert child.stdout is not None and child.stdout.readline().strip() == "held"
+    return child
+
+
+def test_a_wait_for_the_start_lock_is_said_and_ends_at_the_holders_own_bound(
+    tmp_path, monkeypatch, capsys
+):
+    """The second predict waited for the start lock without a word, for a fixed 120 s
+    whatever the holder did. It now says so at once, naming the holder (PID, command),
+    and waits as long as the holder's own start may take (noted by the holder: here
+    1.5 s, a stuck holder), not its own fixed bound (here 20 s)."""
+    import time
+
+    from shrink.providers import starting_alone
+
+    private = tmp_path / "private"
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(private))
+    registry.private_dir()
+    child = _holding_start_lock(private, expect=1.5, hold=60)
+    try:
+        began = time.monotonic()
+        held = rf"another run \(PID {child.pid} \(.*python"
+        with pytest.raises(TestbedError, match=held), starting_alone(wait=20.0):
+            pass
+        assert time.monotonic() - began < 10.0
+        said = capsys.readouterr().err
+        assert (
+            said.startswith(f"waiting for another run (PID {child.pid} (") and said.count("\n") == 1
+        )
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_holder_whose_start_takes_longer_than_the_fixed_wait_is_waited_for(tmp_path, monkeypatch):
+    """A holder starting many replicas (its bound: 15 s each) took longer than the fixed
+    wait, and the second predict refused it as stuck. Here the fixed wait is 1 s, the
+    holder's own bound 30 s, and it is done at 2.5 s: the second goes on."""
+    import time
+
+    from shrink.providers import starting_alone
+
+    private = tmp_path / "private"
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(private))
+    registry.private_dir()
+    child = _holding_start_lock(private, expect=30, hold=2.5)
+    try:
+        with starting_alone(wait=1.0):
+            took = time.monotonic()
+        assert child.wait(timeout=30) == 0 and time.monotonic() - took < 1.0
+        assert not (private / ".starting").exists()  # (the holder's note gone with it)
+    finally:
+        child.kill()
+        child.wait()
