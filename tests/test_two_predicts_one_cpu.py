@@ -261,3 +261,28 @@ def test_a_holder_whose_start_takes_longer_than_the_fixed_wait_is_waited_for(tmp
     finally:
         child.kill()
         child.wait()
+
+
+@pytest.mark.compute
+def test_an_older_state_without_start_times_does_not_count_a_reused_pid_as_its_server():
+    """A state of an older ``up`` records PIDs and no start times: a PID reused since by
+    another process (after a reboot, or days later) counted the testbed running, and a
+    predict on its CPUs was refused for good. What it does record is when it was
+    written ("started", once its servers ran): a process begun well after that is not
+    its server. Here the "server" is this test's process, begun seconds ago."""
+    from datetime import UTC, datetime, timedelta
+
+    from tests.helpers.testbed import lighttpd_replica
+
+    pid = os.getpid()
+    old = replace(lighttpd_replica(), cpus=[1], masters=[pid], processes={"lighttpd": [pid]},
+                  starttimes={}, pinned={})  # fmt: skip
+
+    def state(started: datetime) -> TestbedState:
+        when = started.isoformat(timespec="seconds")
+        return TestbedState([old], {}, {"name": "1-replica"}, {}, "doc", {}, when)
+
+    now = datetime.now(UTC)
+    assert not registry.serving(state(now - timedelta(days=2)))  # (its PID taken since)
+    assert registry.serving(state(now))  # (this process could be the one it records)
+    assert registry.serving(TestbedState([old], {}, {"name": "1-replica"}, {}, "doc", {}, "?"))

@@ -240,12 +240,43 @@ def running() -> list[tuple[Path, TestbedState]]:
 
 
 def serving(state: TestbedState) -> bool:
-    """Whether any process ``state`` records runs still (as recorded: PID and start time),
-    or it records none. A testbed whose servers were all killed (the OOM killer, a kill)
-    is recorded running until it is brought down: it was said to run on its CPUs, and a
-    predict there was refused ("wait for the other to end") for good."""
+    """Whether any process ``state`` records runs still (as recorded: PID and start time;
+    where an older state records no start time, a process begun after the state was
+    written is not its), or it records none. A testbed whose servers were all killed (the
+    OOM killer, a kill) is recorded running until it is brought down: it was said to run
+    on its CPUs, and a predict there was refused ("wait for the other to end") for good."""
     recorded = [(p, r.starttimes.get(p)) for r in state.replicas for p in r.pids]
-    return not recorded or any(process.is_alive(p, t) for p, t in recorded)
+    return not recorded or any(
+        process.is_alive(p, t) and (t is not None or not _began_after(p, state.started))
+        for p, t in recorded
+    )
+
+
+# How much later than its state's "started" a process recorded without a start time (an
+# older ``up``'s state) may have begun and still be the one recorded: the time is written
+# to the second and the boot time (``btime``) is one too, and the wall clock may have
+# been stepped since (NTP). A PID reused after a reboot, or days later, is well past it.
+_REUSED_AFTER_S = 60.0
+
+
+def _began_after(pid: int, started: str) -> bool:
+    """Whether ``pid`` began well after ``started`` (a state's ISO time, written once its
+    servers ran): it is not the process the state records, but another that took its PID
+    (a state of an older ``up``, with no start times, counted any process that had
+    taken a recorded PID as its server running). False where either time is unknown."""
+    from datetime import datetime
+
+    info = process.proc_info(pid)
+    try:
+        with open("/proc/stat", "rb") as f:
+            btime = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
+        written = datetime.fromisoformat(started).timestamp()
+    except (OSError, ValueError, IndexError, StopIteration):
+        return False
+    if info is None:
+        return False
+    began = btime + info.starttime / os.sysconf("SC_CLK_TCK")
+    return began > written + _REUSED_AFTER_S
 
 
 def others_running() -> list[tuple[int, Path, TestbedState]]:
