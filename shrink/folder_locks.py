@@ -415,12 +415,27 @@ def _mark_made(fd: int, made: bool) -> bool:
             made = made or not os.listdir(fd)
     if made:
         info = proc_info(os.getpid())
-        with contextlib.suppress(OSError):
-            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK
-            flags |= os.O_NOCTTY | os.O_CLOEXEC
-            with open(os.open(MADE_MARK, flags, 0o600, dir_fd=fd), "w") as fh:
-                fh.write(f"{os.getpid()} {info.starttime if info else 0}\n")
+        _write_mark(fd, f"{os.getpid()} {info.starttime if info else 0}\n")
     return made
+
+
+def _write_mark(fd: int, text: str) -> None:
+    """Write the mark in folder ``fd``: a new file of a fresh name (``O_EXCL``: never one
+    that is there, so never a FIFO or a device some race put in the folder this run made
+    a moment before: the open of one by the mark's name acted), renamed into place."""
+    from shrink.atomic import open_exclusive
+
+    with contextlib.suppress(OSError):
+        new, tmp = open_exclusive(Path(MADE_MARK), mode=0o600, dir_fd=fd)
+        try:
+            with open(new, "w", closefd=False) as fh:
+                fh.write(text)
+            os.rename(tmp.name, MADE_MARK, src_dir_fd=fd, dst_dir_fd=fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp.name, dir_fd=fd)
+        finally:
+            os.close(new)
 
 
 def _output_folders() -> set[tuple[int, int]]:

@@ -116,3 +116,42 @@ def test_a_device_node_by_the_marks_name_is_not_opened(tmp_path, monkeypatch):
         monkeypatch.undo()
     assert MADE_MARK not in opened
     assert os.listdir(out) == [MADE_MARK]  # (not a mark: left as it is)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_the_marks_write_opens_nothing_a_race_put_there(tmp_path, monkeypatch, kind):
+    """The mark's write in a folder this run made a moment before opened whatever was by
+    its name then (O_CREAT|O_TRUNC): a FIFO or a device node put there by a race was
+    opened (a device's open acts), and the mark not written. It is written to a new
+    file of a fresh name (O_EXCL) and renamed into place."""
+    from shrink.folder_locks import _mark_made
+
+    out = tmp_path / "pred"
+    out.mkdir()
+    if kind == "fifo":
+        os.mkfifo(out / MADE_MARK)
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("mknod needs root")
+        try:
+            os.mknod(out / MADE_MARK, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+        except PermissionError:
+            pytest.skip("no device nodes here (a namespace without CAP_MKNOD)")
+    opened: list[str] = []
+    real_open = os.open
+
+    def recording_open(path, flags, *args, **kw):
+        opened.append(os.fspath(path))
+        return real_open(path, flags, *args, **kw)
+
+    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    monkeypatch.setattr(os, "open", recording_open)
+    try:
+        assert _mark_made(fd, True)
+    finally:
+        monkeypatch.undo()
+        os.close(fd)
+    assert MADE_MARK not in opened
+    assert os.listdir(out) == [MADE_MARK]  # (no temporary left)
+    assert stat.S_ISREG(os.lstat(out / MADE_MARK).st_mode)
+    assert (out / MADE_MARK).read_text().split()[0] == str(os.getpid())
