@@ -254,6 +254,7 @@ def _lock_in_turn(fd: int, wait: float) -> bool:
     """Take the ``flock`` on ``fd``, waiting for its holder (see :func:`starting_alone`):
     whether this process took it (False: unguarded)."""
     import fcntl
+    import math
     import sys
     import time
 
@@ -276,17 +277,17 @@ def _lock_in_turn(fd: int, wait: float) -> bool:
                 deadline = until if until is not None else time.time() + wait
                 sys.stderr.write(
                     f"waiting for another run ({who}) to start its testbed (up to "
-                    f"{max(0.0, deadline - time.time()):.0f} s) before this run checks "
+                    f"{math.ceil(max(0.0, deadline - time.time()))} s) before this run checks "
                     "which CPUs are free\n"
                 )
                 sys.stderr.flush()
                 began = time.time()
             if time.time() > deadline:
                 raise TestbedError(
-                    f"another run ({holder(fd)}) has been starting a testbed for "
-                    f"{time.time() - began:.0f} s here, past its start's own bound; a testbed "
-                    "started beside it would not see whether it takes these CPUs: wait "
-                    "for it, or stop it"
+                    f"another run ({holder(fd)}) is still starting a testbed after "
+                    f"{time.time() - began:.1f} s of waiting here, past the time its start "
+                    "may take; a testbed started beside it would not see whether it takes "
+                    "these CPUs: wait for it, or stop it"
                 ) from None
             time.sleep(0.05)
         except OSError:
