@@ -407,6 +407,33 @@ def test_the_temporaries_of_an_engine_process_killed_mid_run_go_with_the_run(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.parquet"]
 
 
+def test_the_last_engine_process_killed_mid_run_is_not_waited_for_for_ever(
+    tmp_path: Path,
+) -> None:
+    # kill -9 (the OOM killer) of the last of --processes 2's engine processes: the parent
+    # held that process's own end of its pipe, so its report was waited for for ever (no
+    # end of file; process 0's killed was seen at once, its end closed with the loop)
+    from shrink.replay.engine import EngineConfig
+    from shrink.schedule import open_loop_trace
+
+    def hung(signum, frame):  # type: ignore[no-untyped-def]
+        raise TimeoutError("the run waited for a killed engine process's report")
+
+    placement = GeneratorPlacement(processes=2, engine=Part0Killed(part=1), realtime=0)
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(20)
+    try:
+        _, run = scaleout.run_engines(
+            open_loop_trace("/x", 100.0, 0.2), EngineConfig(targets=[("127.0.0.1", 9)]),
+            rate_factor=1.0, horizon=0.2, generator=placement, out=tmp_path / "r.parquet",
+        )  # fmt: skip
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert any("engine process 1" in e for e in run.extra["errors"]), run.extra
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.parquet"]
+
+
 def test_an_engine_process_stopped_and_never_continued_is_killed_after_the_run(
     tmp_path: Path,
 ) -> None:

@@ -534,6 +534,7 @@ def _run_spawned(
                 daemon=True,
             )
             p.start()
+            child.close()  # (held here, a process's death was no end of file: waited for ever)
             procs.append(p)
             pipes.append(parent)
         started: list[dict[str, Any]] = []  # each one's spinners (see _child's ready)

@@ -12,15 +12,18 @@ from typing import Any
 
 
 class Part0Killed:
-    """An engine whose process 0 is killed once the run's zero is told (kill -9, the
-    OOM killer), with its part's writer open (its .tmp and 8 MiB .reserve beside the
-    output); the other processes run to their end."""
+    """An engine whose process 0 (or ``part``) is killed once the run's zero is told
+    (kill -9, the OOM killer), with its part's writer open (its .tmp and 8 MiB .reserve
+    beside the output); the other processes run to their end."""
+
+    def __init__(self, part: int = 0) -> None:
+        self.part = part
 
     def __call__(self, schedule, config, writer, **kw):  # type: ignore[no-untyped-def]
         from shrink.replay.contract import zero_time
         from shrink.replay.fake import FakeEngine
 
-        if writer.meta.get("part") == 0:
+        if writer.meta.get("part") == self.part:
             zero_time(writer, kw)
             os.kill(os.getpid(), signal.SIGKILL)
         kw.pop("awake", None)
