@@ -258,6 +258,29 @@ def test_a_costly_keep_is_spaced_so_many_quick_levels_are_not_rewritten_quadrati
 
 
 @pytest.mark.compute
+def test_a_very_slow_keep_waits_a_bounded_time_before_the_next(tmp_path, monkeypatch):
+    # a write of 10 s (a loaded disk's fsync, a hung NFS server) waited 90 s before the
+    # next: a real sweep's levels of 20 s ended four times unwritten, all lost to a kill -9
+    now = [0.0]
+    real = LoadCurve.write_json
+
+    def slow_write(self, path, *a, **k):
+        now[0] += 10.0
+        return real(self, path, *a, **k)
+
+    monkeypatch.setattr(LoadCurve, "write_json", slow_write)
+    keep = KeepLevels(tmp_path / "curve.partial.json")
+    keep.clock = lambda: now[0]
+    unwritten = 0
+    for n in range(1, 12):
+        now[0] += 20.0  # a level of 20 s
+        keep(LoadCurve(levels=[_level(i) for i in range(n)], knob="rate_factor", alpha=1.0))
+        unwritten = max(unwritten, n - keep.levels_written)
+    assert unwritten <= 1  # (at most MAX_WAIT_S = 30 s of levels since the last write)
+    assert keep.MAX_WAIT_S <= 30
+
+
+@pytest.mark.compute
 def test_a_cheap_keep_writes_after_every_level(tmp_path):
     keep = KeepLevels(tmp_path / "curve.partial.json")
     for n in range(1, 6):

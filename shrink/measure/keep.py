@@ -102,7 +102,10 @@ class KeepLevels:
     write that took more than :attr:`CHEAP_S` is therefore followed by the next only once
     :attr:`SPACING` times its cost has passed (writing stays under about a tenth of the
     run); the levels between are on disk with that next write, and a run stopped through
-    Python keeps them all as before. A kill -9 loses at most those levels.
+    Python keeps them all as before. The wait is at most :attr:`MAX_WAIT_S`: a write of
+    10 s (a loaded disk's fsync, a hung NFS server) waited 90 s, and a real sweep's
+    levels ended unwritten all that time. A kill -9 loses at most the levels that ended
+    since the last write, that is within the last :attr:`MAX_WAIT_S` seconds.
 
     A write that fails (a full disk) stops nothing: the run goes on, and its finished
     levels are kept as before when it ends or stops. ``on_fail`` is told once, with the
@@ -118,6 +121,7 @@ class KeepLevels:
 
     CHEAP_S = 0.05  # a write this quick is made after every level
     SPACING = 9.0  # otherwise, the time after a write before the next, in its costs
+    MAX_WAIT_S = 30.0  # and at most this long (what a kill -9 may lose)
 
     def __init__(
         self,
@@ -156,7 +160,7 @@ class KeepLevels:
             self.levels_written = len(curve.levels)
             ended = self.clock()
             if ended - began > self.CHEAP_S:
-                self._next_at = ended + self.SPACING * (ended - began)
+                self._next_at = ended + min(self.SPACING * (ended - began), self.MAX_WAIT_S)
         except WriteError as exc:
             self.failed = exc
             if self.on_fail is not None:
