@@ -283,6 +283,12 @@ def _lock_in_turn(fd: int, wait: float) -> bool:
                 sys.stderr.flush()
                 began = time.time()
             if time.time() > deadline:
+                # (a holder notes its bound once it holds the lock: looked at before that,
+                # it had none, and one starting many replicas was refused at the fixed wait)
+                until = _start_noted(fd)
+                if until is not None and until > deadline:
+                    deadline = until
+                    continue
                 raise TestbedError(
                     f"another run ({holder(fd)}) is still starting a testbed after "
                     f"{time.time() - began:.1f} s of waiting here, past the time its start "
@@ -316,6 +322,8 @@ def _note_start(fd: int, expect: float) -> bool:
 def _start_noted(fd: int) -> float | None:
     """The time the holder of the lock on folder ``fd`` noted its start will be over by,
     where the note is its (the PID holding the lock now): None otherwise."""
+    import math
+
     from shrink.procfs import flock_holding_processes
 
     st = os.fstat(fd)
@@ -327,7 +335,8 @@ def _start_noted(fd: int) -> float | None:
             pid, until = os.read(note, 100).decode().split()
         finally:
             os.close(note)
-        return float(until) if holders == [int(pid)] else None
+        bound = float(until)  # (nan, inf: not a bound, waited on for ever)
+        return bound if holders == [int(pid)] and math.isfinite(bound) else None
     except (OSError, ValueError, UnicodeDecodeError):
         return None
 

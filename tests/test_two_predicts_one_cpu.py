@@ -263,6 +263,80 @@ def test_a_holder_whose_start_takes_longer_than_the_fixed_wait_is_waited_for(tmp
         child.wait()
 
 
+def _late_noting_holder(private, note: str, hold: float) -> subprocess.Popen:
+    """A child process holding the start lock on ``private`` for ``hold`` s, that writes
+    ``note`` (its PID for ``{pid}``, a bound ``{until}`` 30 s on) 0.5 s after taking it."""
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import fcntl, os, sys, time
+        fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        print("held", flush=True)
+        time.sleep(0.5)
+        note = sys.argv[2].format(pid=os.getpid(), until=time.time() + 30)
+        with open(os.path.join(sys.argv[1], ".starting"), "w") as f:
+            f.write(note)
+        time.sleep(float(sys.argv[3]))
+    """)
+    child = subprocess.Popen([sys.executable, "-c", code, str(private), note, str(hold)],
+                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert child.stdout is not None and child.stdout.readline().strip() == "held"
+    return child
+
+
+def test_a_holders_note_written_after_the_first_look_is_read_before_refusing(tmp_path, monkeypatch):
+    """The holder takes the lock, then notes its bound: a second predict that looked in
+    between found no note, took the fixed wait (here 1 s) and refused a holder whose own
+    bound (30 s) was far off and that was done at 2.5 s."""
+    import time
+
+    from shrink.providers import starting_alone
+
+    private = tmp_path / "private"
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(private))
+    registry.private_dir()
+    child = _late_noting_holder(private, "{pid} {until}\n", hold=2.0)
+    try:
+        with starting_alone(wait=1.0):
+            took = time.monotonic()
+        assert child.wait(timeout=30) == 0 and time.monotonic() - took < 1.0
+    finally:
+        child.kill()
+        child.wait()
+
+
+def _hung(signum, frame):  # type: ignore[no-untyped-def]
+    raise AssertionError("waited for ever")
+
+
+def test_a_holders_note_of_no_finite_bound_is_not_waited_on_for_ever(tmp_path, monkeypatch):
+    """A note whose bound is 'nan' (or 'inf'): time.time() > nan is never true, and the
+    second predict waited for ever; it is read as no note (the fixed wait)."""
+    import signal
+    import time
+
+    from shrink.errors import TestbedError
+    from shrink.providers import starting_alone
+
+    private = tmp_path / "private"
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(private))
+    registry.private_dir()
+    child = _late_noting_holder(private, "{pid} nan\n", hold=30.0)
+    try:
+        time.sleep(1.0)  # (noted)
+        signal.signal(signal.SIGALRM, _hung)
+        signal.alarm(15)  # (waited for ever without the fix: a failure, not a hang)
+        with pytest.raises(TestbedError), starting_alone(wait=1.0):
+            pass
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        child.kill()
+        child.wait()
+
+
 @pytest.mark.compute
 def test_an_older_state_without_start_times_does_not_count_a_reused_pid_as_its_server():
     """A state of an older ``up`` records PIDs and no start times: a PID reused since by
