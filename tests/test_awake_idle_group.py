@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.fake_engines import Part0Killed, Part0Stopped
+from helpers.fake_engines import Part0Killed, Part0Stopped, Part0StoppedAfterReport
 
 from shrink.enforce.cfs import CgroupLayout
 from shrink.enforce.idle_group import PREFIX, idle_group_place, make_idle_group, remove_stale
@@ -454,6 +454,31 @@ def test_an_engine_process_stopped_and_never_continued_is_killed_after_the_run(
     assert time.monotonic() - began < 15  # 0.2 s + 0.5 s + 5 s, and the start
     assert any(STOPPED_PAST_END in e for e in run.extra["errors"]), run.extra
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.parquet"]
+
+
+def test_an_engine_process_stopped_after_its_report_is_not_waited_for(tmp_path: Path) -> None:
+    # SIGSTOP of an engine process after its report, before its exit: the run waited 10 s
+    # for it, then hung at its own exit (Python's exit sends its processes SIGTERM and
+    # joins them; a stopped one does not end)
+    import multiprocessing
+
+    from shrink.replay.engine import EngineConfig
+    from shrink.schedule import open_loop_trace
+
+    placement = GeneratorPlacement(processes=2, engine=Part0StoppedAfterReport(), realtime=0)
+    began = time.monotonic()
+    try:
+        _, run = scaleout.run_engines(
+            open_loop_trace("/x", 100.0, 0.2), EngineConfig(targets=[("127.0.0.1", 9)]),
+            rate_factor=1.0, horizon=0.2, generator=placement, out=tmp_path / "r.parquet",
+        )  # fmt: skip
+        left = multiprocessing.active_children()
+    finally:
+        for proc in multiprocessing.active_children():
+            proc.kill()
+            proc.join()
+    assert not left and time.monotonic() - began < 8
+    assert not run.extra.get("errors")  # (both reported: the run is whole)
 
 
 class _AwakeThenPart0Killed:

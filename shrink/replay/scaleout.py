@@ -37,7 +37,7 @@ from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
 from shrink.replay.engine_parts import EngineRun, parts_say, say_lost
 from shrink.replay.spin_count import running_spinners
 from shrink.replay.stopwatch import Continued, StopWatch, note_stop, zero_watch
-from shrink.replay.waiting import let_go
+from shrink.replay.waiting import let_go, reap
 from shrink.replay.writer import RunLogWriter
 from shrink.runlog import RunLog
 from shrink.schedule import ScheduleOptions, build_schedule, trace_extent, trace_mode
@@ -548,8 +548,7 @@ def _run_spawned(
             started.append(payload or {})
         deadline = float(params["horizon"]) + config.timeout + 5.0  # (then a stopped one is killed)
         t0, stats, ended, stopped = let_go(pipes, procs, realtime, on_start, deadline)
-        for p in procs:
-            p.join(timeout=10)
+        reap(procs)
         errors, lost = say_lost(ended, procs, started)
         logs = [RunLog.read_parquet(pth) for pth in paths if Path(pth).exists()]
         if stopped and not logs:

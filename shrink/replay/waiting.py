@@ -12,7 +12,7 @@ from typing import Any
 
 from shrink import interrupts
 
-__all__ = ["STOPPED_PAST_END", "let_go", "waiting_above"]
+__all__ = ["STOPPED_PAST_END", "let_go", "reap", "waiting_above"]
 
 STOPPED_PAST_END = (
     "stopped (SIGSTOP or SIGTSTP) past the run's end and its requests' timeout: killed"
@@ -92,6 +92,19 @@ def let_go(
             else:
                 ended.append((i, payload))
     return t0, stats, ended, stopped
+
+
+def reap(procs: Sequence[Any], wait_s: float = 10.0) -> None:
+    """Wait up to ``wait_s`` for each engine process to exit, once let go and heard from;
+    one stopped (SIGSTOP) after its report is killed: left stopped, the run waited for
+    it 10 s, then hung at its exit (Python's exit terminates and joins its processes,
+    and a stopped one does not end on SIGTERM)."""
+    for proc in procs:
+        end = monotonic() + wait_s
+        while proc.is_alive() and monotonic() < end:
+            if _stopped(proc.pid):
+                proc.kill()  # (its part was written and closed before its report)
+            proc.join(timeout=0.05)
 
 
 def _stopped(pid: int | None) -> bool:

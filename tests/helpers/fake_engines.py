@@ -45,6 +45,27 @@ class Part0Stopped:
         return FakeEngine()(schedule, config, writer, **kw)
 
 
+class Part0StoppedAfterReport:
+    """An engine whose process 0 stops itself (SIGSTOP) after its report, before it
+    exits, and is never continued; the other processes run to their end."""
+
+    def __call__(self, schedule, config, writer, **kw):  # type: ignore[no-untyped-def]
+        import threading
+        import time
+
+        from shrink.replay.fake import FakeEngine
+
+        if writer.meta.get("part") == 0:
+
+            def stop_later() -> None:  # (the process's exit waits for this thread)
+                time.sleep(0.5)
+                os.kill(os.getpid(), signal.SIGSTOP)
+
+            threading.Thread(target=stop_later).start()
+        kw.pop("awake", None)
+        return FakeEngine()(schedule, config, writer, **kw)
+
+
 @contextlib.contextmanager
 def fake_server_address() -> Iterator[tuple[str, int]]:
     """shrink's fake HTTP server on a free loopback port, as (host, port)."""
