@@ -35,6 +35,7 @@ __all__ = [
     "die_with_parent",
     "exe_of",
     "is_alive",
+    "pid_namespace",
     "proc_info",
     "start_process",
     "stop_processes",
@@ -72,6 +73,18 @@ def die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> Non
     libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
     if parent is not None and os.getppid() != parent:
         os._exit(1)
+
+
+def pid_namespace() -> int | None:
+    """This process's PID namespace (the inode of /proc/self/ns/pid), or None if unknown.
+
+    A PID names a process only in the namespace it was read in: a testbed brought up
+    in another one (``unshare --pid``, a container sharing this file system) records
+    PIDs that here name other processes, or none."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
 
 
 def is_alive(pid: int, starttime: int | None = None) -> bool:

@@ -79,6 +79,18 @@ def test_a_summary_not_to_be_trusted_or_of_servers_gone_warns_of_nothing(tmp_pat
     assert _as_another_user(tmp_path, monkeypatch) == []  # damaged: skipped, no traceback
 
 
+def test_a_testbed_of_another_pid_namespace_is_warned_of(tmp_path, monkeypatch):
+    # root's up ran in `unshare --pid` (or a container sharing /run): its PIDs name other
+    # processes here, so they cannot say whether it runs; it is counted, not dropped
+    _, summary = _roots_testbed(tmp_path, monkeypatch, os.getpid())
+    doc = json.loads(summary.read_text())
+    assert doc["testbeds"][0].get("pid_ns") is None  # recorded without one: as before
+    doc["testbeds"][0]["processes"][0][1] += 1  # its PID, read here, is another's
+    doc["testbeds"][0]["pid_ns"] = processes.pid_namespace() + 1
+    summary.write_text(json.dumps(doc))
+    assert len(_as_another_user(tmp_path, monkeypatch)) == 1
+
+
 def test_root_reads_its_records_not_the_summary(tmp_path, monkeypatch):
     _roots_testbed(tmp_path, monkeypatch, os.getpid())
     assert cpus_in_use.roots_testbeds() == []

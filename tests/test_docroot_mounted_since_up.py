@@ -45,6 +45,9 @@ class _Read:
         self.replicas, self.stopped, self.notes, self.server = replicas, None, [], {}
         self.docroot = str(docroot)
 
+    def elsewhere(self) -> None:
+        return None  # brought up in this PID namespace
+
 
 def test_a_system_folder_mounted_under_the_docroot_after_up_stops_the_run(tmp_path, monkeypatch):
     if os.geteuid() != 0:

@@ -211,6 +211,9 @@ class _Fake:
         self.replicas, self.stopped, self.notes, self.server = replicas, None, [], {}
         self.docroot = ""
 
+    def elsewhere(self) -> None:
+        return None  # brought up in this PID namespace
+
 
 def test_a_co_runner_stopped_or_off_sched_fifo_is_named():
     """SIGSTOP of the co-runner's spinner (``--enforce corunner``) for 8 s of a ``mat

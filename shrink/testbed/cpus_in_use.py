@@ -6,7 +6,9 @@ read them, so it started on CPUs a testbed of root's was running on without a wo
 ``up`` and ``down`` now also write :data:`SUMMARY`, readable by everyone: for each of
 its running testbeds the CPUs, the time it started, and the PIDs and start times of
 its servers (what ``ps`` shows every user anyway; a reader counts a testbed only while
-one of them still runs as recorded, so one whose servers died is not warned of). No
+one of them still runs as recorded, so one whose servers died is not warned of), and the
+PID namespace they were recorded in (a testbed of another one is counted: its PIDs
+cannot be looked at from here). No
 state file, run folder, configuration or document root is named there. Only a summary
 of root's, in root's folder that no one else may write, is read; with /proc mounted
 ``hidepid``, root's servers cannot be seen and nothing is warned of.
@@ -57,7 +59,8 @@ def publish(run_dir: Path, running: Callable[[], list[TestbedState]]) -> None:
         for st in running():
             cpus = sorted({c for r in st.replicas for c in r.cpus})
             procs = [[p, r.starttimes.get(p)] for r in st.replicas for p in r.pids]
-            beds.append({"cpus": cpus, "started": st.started, "processes": procs})
+            bed = {"cpus": cpus, "started": st.started, "processes": procs}
+            beds.append(bed | ({"pid_ns": st.pid_ns} if st.pid_ns else {}))
         write_text(SUMMARY, dumps({"testbeds": beds}) + "\n", perm=0o644)
         # shrink's own bookkeeping: a stopped command said "kept /run/shrink/cpus-in-use.json"
         record_only(SUMMARY)
@@ -74,7 +77,9 @@ def roots_testbeds(summary: Path | None = None) -> list[tuple[list[int], str]]:
     for bed in doc.get("testbeds", []) if isinstance(doc, dict) else []:
         if not isinstance(bed, dict) or not _valid(bed):
             continue
-        if any(process.is_alive(p, t) for p, t in bed["processes"]):
+        ns = bed.get("pid_ns")  # up ran in another PID namespace: its PIDs name others here
+        elsewhere = type(ns) is int and ns != process.pid_namespace()
+        if elsewhere or any(process.is_alive(p, t) for p, t in bed["processes"]):
             out.append((sorted(set(bed["cpus"])), str(bed["started"])))
     return out
 

@@ -397,7 +397,7 @@ def up(
                 server=server_record(recipe),
                 share_enforce=enfs[0].describe() if enfs else None,
                 php_post_max_mib=post_max if recipe.name in BUILTIN_RECIPES else None,
-                irq=irq or None,
+                irq=irq or None, pid_ns=process.pid_namespace(),
             )  # fmt: skip
 
         enfs: list[Enforcer] = []

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from shrink.testbed.oom import replicas_gone
-from shrink.testbed.state import ReplicaState
+from shrink.testbed.state import ReplicaState, elsewhere
 from shrink.testbed.watch import state_problems
 
 __all__ = ["docroot_mount_problem", "pids_alive", "server_problem", "settled", "testbed_problem"]
@@ -43,6 +43,8 @@ def testbed_problem(
     down (:func:`server_problem`), or running but stopped, frozen or with its share
     changed since it was recorded (:mod:`shrink.testbed.watch`); None if nothing is."""
     replicas = _replicas(state) if replicas is None else replicas
+    if (why := elsewhere(state.get("pid_ns"))) is not None:  # a stop could not be seen
+        return f"cannot be watched from here: {why}"
     if (down := server_problem(state, replicas)) is not None:
         return f"is down: {down}"
     changed = state_problems(state, replicas) if state.get("replicas") else None

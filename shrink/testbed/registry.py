@@ -37,7 +37,7 @@ from shrink.errors import TestbedError, TraceFormatError
 from shrink.jsonout import dumps
 from shrink.schemas import RegistryEntryFile
 from shrink.testbed.private import secure_dir, swappable_above
-from shrink.testbed.state import TestbedState
+from shrink.testbed.state import TestbedState, elsewhere
 
 __all__ = [
     "StaleTestbed",
@@ -200,6 +200,8 @@ def _load(entry: Path) -> dict[str, Any] | None:
 
 
 def _why_stale(doc: dict[str, Any]) -> str | None:
+    if elsewhere(doc["state"].get("pid_ns")) is not None:
+        return None  # its PIDs name other processes here: not judged (nor stopped) from here
     owner = doc.get("owner")
     if owner and not process.is_alive(int(owner["pid"]), owner.get("starttime")):
         return f"its owner (PID {owner['pid']}) is gone"
@@ -245,6 +247,8 @@ def serving(state: TestbedState) -> bool:
     written is not its), or it records none. A testbed whose servers were all killed (the
     OOM killer, a kill) is recorded running until it is brought down: it was said to run
     on its CPUs, and a predict there was refused ("wait for the other to end") for good."""
+    if state.elsewhere() is not None:
+        return True  # up ran in another PID namespace: its PIDs cannot be looked at here
     recorded = [(p, r.starttimes.get(p)) for r in state.replicas for p in r.pids]
     return not recorded or any(
         process.is_alive(p, t) and (t is not None or not _began_after(p, state.started))

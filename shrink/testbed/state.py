@@ -52,7 +52,7 @@ from shrink.jsonout import dumps
 from shrink.schemas import MAX_CPUS, MAX_LIST, Count, Cpu, Name, Pid, Port, Socket, Text
 from shrink.share import Share
 
-__all__ = ["SCHEMA", "ReplicaState", "TestbedState", "salvage_pids"]
+__all__ = ["SCHEMA", "ReplicaState", "TestbedState", "elsewhere", "salvage_pids"]
 
 SCHEMA = "shrink.testbed/1"
 
@@ -208,6 +208,9 @@ class TestbedState(files.VersionedFile):
     # The NIC queue IRQs' CPU lists before `up --apply-irq` changed them (IRQ -> list),
     # put back by `down`.
     irq: Annotated[dict[Name, Name] | None, Field(exclude_if=files.is_none)] = None
+    # The PID namespace `up` ran in (processes.pid_namespace): its PIDs name its
+    # processes only there (see TestbedState.elsewhere).
+    pid_ns: Annotated[int | None, Field(ge=1, exclude_if=files.is_none)] = None
     # How the share is held (shrink.enforce): written as the share's "enforce".
     share_enforce: Annotated[dict[str, Any] | None, Field(exclude=True)] = None
 
@@ -248,6 +251,10 @@ class TestbedState(files.VersionedFile):
         except StateError as exc:
             raise StateError(f"{source or 'state'}: {exc}; nothing it names was touched") from None
 
+    def elsewhere(self) -> str | None:
+        """:func:`elsewhere` of this state's ``pid_ns``."""
+        return elsewhere(self.pid_ns)
+
     def write(self, path: str | Path) -> Path:
         """Write atomically (a reader never sees half a file)."""
         return write_text(path, dumps(self.to_dict(), indent=2) + "\n")
@@ -263,6 +270,24 @@ class TestbedState(files.VersionedFile):
         except TraceFormatError as exc:
             raise TestbedError(str(exc)) from None
         return cls.from_dict(d, source=str(path))
+
+
+def elsewhere(pid_ns: object) -> str | None:
+    """Why a testbed's PIDs cannot be looked at from here: ``up`` ran in PID namespace
+    ``pid_ns``, not this process's (``unshare --pid``, a container sharing this file
+    system), so its PIDs name other processes here, or none; None if the same or unknown.
+    Looked at anyway, status said its running servers "crashed or killed", and down
+    stopped nothing, said "nothing was running" and removed their run folder."""
+    from shrink.processes import pid_namespace
+
+    here = pid_namespace()
+    if not isinstance(pid_ns, int) or here is None or here == pid_ns:
+        return None
+    return (
+        f"the testbed was brought up in another PID namespace (pid:[{pid_ns}]; this shrink "
+        f"runs in pid:[{here}]), whose process IDs name other processes here, or none: "
+        "run shrink where `testbed up` ran (the same container or `unshare --pid`)"
+    )
 
 
 def salvage_pids(path: str | Path) -> dict[int, int | None]:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from shrink import processes as process
+from shrink.errors import TestbedError
 from shrink.testbed.oom import dead_problem
 from shrink.testbed.problems import docroot_mount_problem
 from shrink.testbed.state import SPINNER, TestbedState
@@ -51,6 +52,8 @@ class ReplicaStatus:
 def status(state_path: str | Path, *, check_health: bool = True) -> list[ReplicaStatus]:
     """Which recorded processes still run and whether each replica answers."""
     st = TestbedState.read(state_path)
+    if (why := st.elsewhere()) is not None:  # its PIDs name other processes here
+        raise TestbedError(f"{state_path}: {why}; nothing was looked at")
     recipe = recipe_of(st)
     mounted = docroot_mount_problem(st.docroot) if st.stopped is None and st.docroot else None
     out = []

@@ -203,6 +203,10 @@ def down(state_path: str | Path) -> dict[str, list[int]]:
             # What up started, and how it stops (the recipe, its signal), not what the
             # file says now.
             st.replicas, st.server, st.irq = kept.replicas, kept.server, kept.irq
+            st.pid_ns = kept.pid_ns
+    if (why := st.elsewhere()) is not None:
+        # stopped nothing, said "nothing was running" and removed the servers' run folder
+        raise TestbedError(f"{state_path}: {why}; nothing was stopped")
     _refuse_if_anothers(state_path, [p for r in st.replicas for p in replica_pids(r)])
     recipe = recipe_of(st)
     sig = int(st.server.get("stop_signal", 15))

@@ -1,0 +1,109 @@
+"""A testbed brought up in another PID namespace (``unshare --pid``, a container sharing
+this file system) records PIDs that name other processes here, or none. Looked at from
+here, ``status`` said its running servers "crashed or killed", ``down`` stopped nothing,
+said "nothing was running" and removed their run folder, a sweep against it said the
+server was down, and another ``up`` on its CPUs was not warned of it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from shrink import processes
+from shrink.errors import TestbedError
+from shrink.testbed import problems, registry
+from shrink.testbed.state import TestbedState
+from shrink.testbed.status import status
+from shrink.testbed.teardown import down
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Run inside the namespace: start a stand-in server, record it as `up` does (the state
+# file and the registry entry, its run folder made), then wait on it.
+_INSIDE = """
+import os, subprocess, sys
+from dataclasses import replace
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from tests.helpers.testbed import lighttpd_replica
+from shrink import processes
+from shrink.testbed import problems, registry
+from shrink.testbed.state import TestbedState
+state, run = Path(sys.argv[2]), Path(sys.argv[3])
+server = subprocess.Popen(["sleep", "60"])
+info = processes.proc_info(server.pid)
+run.mkdir(parents=True)
+r = replace(lighttpd_replica(), cpus=[0], masters=[server.pid],
+            processes={"lighttpd": [server.pid]}, starttimes={server.pid: info.starttime},
+            pinned={}, run_dir=str(run / "r0"))
+st = TestbedState([r], {}, {"name": "1-replica"}, {}, "doc", {}, "t0",
+                  pid_ns=processes.pid_namespace())
+st.write(state)
+registry.record(state, st, owned=False)
+print(server.pid, flush=True)
+server.wait()
+"""
+
+
+@pytest.fixture
+def inside(tmp_path, monkeypatch):
+    """A testbed recorded in a PID namespace of its own: (its state file, its run folder,
+    the stand-in server's PID here)."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("a PID namespace of its own needs root and unshare")
+    run = tmp_path / "priv"
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(run))
+    state, root = tmp_path / "tb.json", run / "up-tb-x"
+    cmd = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--mount",
+           sys.executable, "-c", _INSIDE, str(ROOT), str(state), str(root)]  # fmt: skip
+    env = os.environ | {"SHRINK_RUN_DIR": str(run)}
+    ns = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env, cwd=tmp_path)
+    try:
+        inner = int(ns.stdout.readline())
+        here = [p for p in processes.descendants(ns.pid) if processes.proc_info(p).comm == "sleep"]
+        assert inner != here[0]  # the same process, another number
+        yield state, root, here[0]
+    finally:
+        ns.kill()
+        ns.wait()
+        deadline = time.monotonic() + 5
+        while here and processes.is_alive(here[0]) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+
+def test_a_testbed_of_another_pid_namespace_is_neither_said_dead_nor_brought_down(inside):
+    state, root, server = inside
+    with pytest.raises(TestbedError) as info:
+        status(state)
+    assert "brought up in another PID namespace" in str(info.value)
+    assert "nothing was looked at" in str(info.value)
+    with pytest.raises(TestbedError) as info:
+        down(state)
+    assert "nothing was stopped" in str(info.value) and "\n" not in str(info.value)
+    assert root.is_dir() and processes.is_alive(server)  # its run folder, its server
+    assert TestbedState.read(state).stopped is None
+    problem = problems.testbed_problem(TestbedState.read(state).to_dict())
+    assert problem is not None and problem.startswith("cannot be watched from here: ")
+    # another up on its CPUs is warned of it (counted as running), and --stale leaves it
+    ((_, st),) = registry.running()
+    assert registry.serving(st) and registry.stale() == []
+
+
+def test_a_state_of_this_pid_namespace_is_looked_at_as_before(tmp_path, monkeypatch):
+    from tests.helpers.testbed import lighttpd_replica
+
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "priv"))
+    me = os.getpid()
+    r = replace(lighttpd_replica(), cpus=[0], masters=[me], processes={"lighttpd": [me]},
+                starttimes={me: processes.proc_info(me).starttime}, pinned={})  # fmt: skip
+    st = TestbedState([r], {}, {"name": "1-replica"}, {}, "doc", {}, "t0",
+                      pid_ns=processes.pid_namespace())  # fmt: skip
+    assert st.elsewhere() is None and registry.serving(st)
+    assert TestbedState.from_dict(st.to_dict()).pid_ns == processes.pid_namespace()
