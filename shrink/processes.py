@@ -36,6 +36,7 @@ __all__ = [
     "exe_of",
     "is_alive",
     "pid_namespace",
+    "pid_namespace_gone",
     "proc_info",
     "start_process",
     "stop_processes",
@@ -85,6 +86,38 @@ def pid_namespace() -> int | None:
         return os.stat("/proc/self/ns/pid").st_ino
     except OSError:
         return None
+
+
+_NS_GET_PARENT = 0xB702  # ioctl: the parent of a PID namespace (EPERM: none we may see)
+
+
+def pid_namespace_gone(ns: int) -> bool:
+    """Whether PID namespace ``ns`` certainly no longer exists: this process runs in the
+    top one (it sees every process) and none of them is in ``ns``. From inside a
+    namespace of its own, one not seen may be a sibling's or the parent's: not gone; nor
+    for a user who is not root, who may not look at other users' namespaces."""
+    import fcntl
+
+    if os.geteuid() != 0:
+        return False
+    try:
+        fd = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        os.close(fcntl.ioctl(fd, _NS_GET_PARENT))
+        return False  # a namespace below another: not every process is seen
+    except OSError as exc:
+        if exc.errno != errno.EPERM:
+            return False  # (ENOTTY: a kernel without the ioctl)
+    finally:
+        os.close(fd)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if os.stat(f"/proc/{entry}/ns/pid").st_ino == ns:
+                    return False
+    return True
 
 
 def is_alive(pid: int, starttime: int | None = None) -> bool:

@@ -55,7 +55,7 @@ server.wait()
 @pytest.fixture
 def inside(tmp_path, monkeypatch):
     """A testbed recorded in a PID namespace of its own: (its state file, its run folder,
-    the stand-in server's PID here)."""
+    the stand-in server's PID here, the namespace's end: kill its init and wait)."""
     if os.geteuid() != 0 or not shutil.which("unshare"):
         pytest.skip("a PID namespace of its own needs root and unshare")
     run = tmp_path / "priv"
@@ -65,21 +65,30 @@ def inside(tmp_path, monkeypatch):
            sys.executable, "-c", _INSIDE, str(ROOT), str(state), str(root)]  # fmt: skip
     env = os.environ | {"SHRINK_RUN_DIR": str(run)}
     ns = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env, cwd=tmp_path)
-    try:
-        inner = int(ns.stdout.readline())
-        here = [p for p in processes.descendants(ns.pid) if processes.proc_info(p).comm == "sleep"]
-        assert inner != here[0]  # the same process, another number
-        yield state, root, here[0]
-    finally:
-        ns.kill()
+    here: list[int] = []
+
+    def end() -> None:
+        ns.kill()  # (--kill-child: its init, and with it the namespace)
         ns.wait()
         deadline = time.monotonic() + 5
-        while here and processes.is_alive(here[0]) and time.monotonic() < deadline:
+        ours = TestbedState.read(state).pid_ns if state.exists() else None
+        while time.monotonic() < deadline and (
+            (here and processes.is_alive(here[0]))
+            or (ours and not processes.pid_namespace_gone(ours))  # its init still ends
+        ):
             time.sleep(0.02)
+
+    try:
+        inner = int(ns.stdout.readline())
+        here += [p for p in processes.descendants(ns.pid) if processes.proc_info(p).comm == "sleep"]
+        assert inner != here[0]  # the same process, another number
+        yield state, root, here[0], end
+    finally:
+        end()
 
 
 def test_a_testbed_of_another_pid_namespace_is_neither_said_dead_nor_brought_down(inside):
-    state, root, server = inside
+    state, root, server, _ = inside
     with pytest.raises(TestbedError) as info:
         status(state)
     assert "brought up in another PID namespace" in str(info.value)
@@ -94,6 +103,20 @@ def test_a_testbed_of_another_pid_namespace_is_neither_said_dead_nor_brought_dow
     # another up on its CPUs is warned of it (counted as running), and --stale leaves it
     ((_, st),) = registry.running()
     assert registry.serving(st) and registry.stale() == []
+
+
+def test_a_testbed_whose_pid_namespace_ended_is_looked_at_and_brought_down(inside):
+    # gone with its namespace, as a testbed whose servers were killed: counted on its
+    # CPUs no more (else for good), said so by status, and down clears what it left
+    state, root, server, end = inside
+    end()
+    assert not processes.is_alive(server)
+    ((_, st),) = registry.running()
+    assert not registry.serving(st) and st.elsewhere() is None
+    (rep,) = status(state, check_health=False)
+    assert rep.alive == [] and "crashed or killed" in rep.problem
+    down(state)
+    assert not root.exists() and registry.running() == []
 
 
 def test_a_state_of_this_pid_namespace_is_looked_at_as_before(tmp_path, monkeypatch):

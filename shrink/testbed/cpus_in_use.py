@@ -77,8 +77,8 @@ def roots_testbeds(summary: Path | None = None) -> list[tuple[list[int], str]]:
     for bed in doc.get("testbeds", []) if isinstance(doc, dict) else []:
         if not isinstance(bed, dict) or not _valid(bed):
             continue
-        ns = bed.get("pid_ns")  # up ran in another PID namespace: its PIDs name others here
-        elsewhere = type(ns) is int and ns != process.pid_namespace()
+        # up ran in another PID namespace: its PIDs name other processes here
+        elsewhere = type(ns := bed.get("pid_ns")) is int and ns != process.pid_namespace()
         if elsewhere or any(process.is_alive(p, t) for p, t in bed["processes"]):
             out.append((sorted(set(bed["cpus"])), str(bed["started"])))
     return out

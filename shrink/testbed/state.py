@@ -278,11 +278,13 @@ def elsewhere(pid_ns: object) -> str | None:
     system), so its PIDs name other processes here, or none; None if the same or unknown.
     Looked at anyway, status said its running servers "crashed or killed", and down
     stopped nothing, said "nothing was running" and removed their run folder."""
-    from shrink.processes import pid_namespace
+    from shrink.processes import pid_namespace, pid_namespace_gone
 
     here = pid_namespace()
     if not isinstance(pid_ns, int) or here is None or here == pid_ns:
         return None
+    if pid_namespace_gone(pid_ns):
+        return None  # its processes ended with it: looked at here, found gone
     return (
         f"the testbed was brought up in another PID namespace (pid:[{pid_ns}]; this shrink "
         f"runs in pid:[{here}]), whose process IDs name other processes here, or none: "
