@@ -88,30 +88,18 @@ def pid_namespace() -> int | None:
         return None
 
 
-_NS_GET_PARENT = 0xB702  # ioctl: the parent of a PID namespace (EPERM: none we may see)
-
-
 def pid_namespace_gone(ns: int) -> bool:
     """Whether PID namespace ``ns`` certainly no longer exists: this process runs in the
     top one (it sees every process) and none of them is in ``ns``. From inside a
     namespace of its own, one not seen may be a sibling's or the parent's: not gone; nor
-    for a user who is not root, who may not look at other users' namespaces."""
-    import fcntl
+    for a user who is not root, who may not look at other users' namespaces.
 
-    if os.geteuid() != 0:
+    The top namespace is told by kthreadd: PID 2 with no parent there, as only the
+    kernel's init and kthreadd are (in a namespace below, only its PID 1 is; the
+    kernel's ioctl NS_GET_PARENT says EPERM in both)."""
+    info = proc_info(2)
+    if os.geteuid() != 0 or info is None or info.ppid != 0:
         return False
-    try:
-        fd = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        os.close(fcntl.ioctl(fd, _NS_GET_PARENT))
-        return False  # a namespace below another: not every process is seen
-    except OSError as exc:
-        if exc.errno != errno.EPERM:
-            return False  # (ENOTTY: a kernel without the ioctl)
-    finally:
-        os.close(fd)
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             with contextlib.suppress(OSError):

@@ -130,3 +130,44 @@ def test_a_state_of_this_pid_namespace_is_looked_at_as_before(tmp_path, monkeypa
                       pid_ns=processes.pid_namespace())  # fmt: skip
     assert st.elsewhere() is None and registry.serving(st)
     assert TestbedState.from_dict(st.to_dict()).pid_ns == processes.pid_namespace()
+
+
+_LOOK = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from shrink.errors import TestbedError
+from shrink.testbed.status import status
+from shrink.testbed.teardown import down
+for look in (status, down):
+    try:
+        look(sys.argv[2])
+        print("looked")
+    except TestbedError as exc:
+        print(exc)
+"""
+
+
+def test_a_testbed_of_the_parent_pid_namespace_is_not_looked_at_from_a_child(tmp_path, monkeypatch):
+    # the reverse: up here, status and down inside `unshare --pid` (where its PIDs are
+    # none, or the namespace's own): not said crashed, nothing removed
+    from tests.helpers.testbed import lighttpd_replica
+
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("a PID namespace of its own needs root and unshare")
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "priv"))
+    me, root = os.getpid(), tmp_path / "priv" / "up-tb-x"
+    root.mkdir(parents=True)
+    r = replace(lighttpd_replica(), cpus=[0], masters=[me], processes={"lighttpd": [me]},
+                starttimes={me: processes.proc_info(me).starttime}, pinned={},
+                run_dir=str(root / "r0"))  # fmt: skip
+    st = TestbedState([r], {}, {"name": "1-replica"}, {}, "doc", {}, "t0",
+                      pid_ns=processes.pid_namespace())  # fmt: skip
+    state = tmp_path / "tb.json"
+    st.write(state)
+    registry.record(state, st, owned=False)
+    cmd = ["unshare", "--pid", "--fork", "--mount-proc", "--mount",
+           sys.executable, "-c", _LOOK, str(ROOT), str(state)]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=60).stdout
+    lines = out.splitlines()
+    assert len(lines) == 2 and all("brought up in another PID namespace" in x for x in lines)
+    assert root.is_dir() and TestbedState.read(state).stopped is None
