@@ -209,7 +209,7 @@ def test_cpu_time_share_without_cgroup_permission(tmp_path, monkeypatch):
     m = Machine("m", sockets=1, cores_per_socket=len(os.sched_getaffinity(0)),
                 cpus=(tuple(sorted(os.sched_getaffinity(0))),))  # fmt: skip
     share = Share.parse(f"{m.all_cpus[0]}@50%", m)
-    with pytest.raises(TopologyError, match=r"no permission for cgroups.*Without root"):
+    with pytest.raises(TopologyError, match=r"no permission for cgroups.*CPU affinity"):
         lifecycle.up(tmp_path / "doc", m, share, state_path=tmp_path / "s.json", port=0,
                      server=ServerSettings(FakeRecipe()))  # fmt: skip
 

@@ -58,6 +58,7 @@ __all__ = [
     "can_write_cgroups",
     "cgroup_layout",
     "cgroup_mounts",
+    "cgroups_refused",
     "choose_period_us",
     "foreign_cgroup",
     "in_root_cpu_group",
@@ -424,6 +425,32 @@ def _write(path: Path, value: str, *, missing_ok: bool = False) -> None:
 def can_write_cgroups(layout: CgroupLayout) -> bool:
     """Whether this process may create groups under the cpu controller."""
     return layout.cpu is not None and os.access(layout.cpu, os.W_OK)
+
+
+def cgroups_refused(layout: CgroupLayout) -> str:
+    """Why :func:`can_write_cgroups` is False, when a cgroup is needed. Root without
+    CAP_DAC_OVERRIDE (a container, ``capsh --drop``, a unit's CapabilityBoundingSet)
+    may not write the controller's folder (0555 root's on cgroup v1) either: it was
+    told CPU-time shares "need root", and what to do "without root"."""
+    cores = (
+        "core shares work through CPU affinity: `shrink testbed up --share 0-1` (or "
+        "--share 0.5), or `shrink predict --share-kind cores` with an alpha of whole cores."
+    )
+    if os.geteuid() != 0 or layout.cpu is None:
+        return (
+            "no permission for cgroups (CPU-time shares need root or a delegated cgroup). "
+            f"Without root, {cores}"
+        )
+    try:
+        mode = f"mode {os.stat(layout.cpu).st_mode & 0o7777:04o}"
+    except OSError as exc:
+        mode = exc.strerror or "cannot be looked at"
+    return (
+        f"no permission for cgroups: this process is root, but may not write {layout.cpu} "
+        f"({mode}): it runs without the capability CAP_DAC_OVERRIDE (dropped, as in a "
+        "container or under capsh --drop); CPU-time shares need it, or a delegated "
+        f"cgroup. Without it, {cores}"
+    )
 
 
 class Recorded(files.FileFormat):

@@ -41,6 +41,7 @@ from shrink import processes as process
 from shrink.atomic import make_dirs
 from shrink.enforce import DEFAULT as DEFAULT_ENFORCE
 from shrink.enforce import Enforcer, check_mechanism, make_enforcer
+from shrink.enforce.cfs import cgroups_refused
 from shrink.errors import (
     DocrootError,
     ParameterError,
@@ -577,12 +578,7 @@ def use_cgroups(share: Share, cgroups: str, enforce: str) -> tuple[bool, Any]:
             "--share-kind cores` with an alpha of whole cores."
         )
     if use_cg and not can_write_cgroups(layout):
-        raise TopologyError(
-            "no permission for cgroups (CPU-time shares need root or a delegated cgroup). "
-            "Without root, core shares work through CPU affinity: `shrink testbed up --share "
-            "0-1` (or --share 0.5), or `shrink predict --share-kind cores` with an alpha "
-            "of whole cores."
-        )
+        raise TopologyError(cgroups_refused(layout))
     return use_cg, layout
 
 
