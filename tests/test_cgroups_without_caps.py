@@ -64,3 +64,51 @@ def test_root_with_cap_dac_override_dropped_is_refused_a_cpu_time_share_truly():
     out = done.stdout
     assert out.startswith("no permission for cgroups: this process is root, but may not write")
     assert "CAP_DAC_OVERRIDE" in out and "Without root" not in out
+
+
+_PIN = """
+import os, subprocess, sys
+sys.path.insert(0, sys.argv[1])
+from shrink.errors import TestbedError
+from shrink.testbed.recipe import pin_evenly
+cpus = sorted(os.sched_getaffinity(0))
+kid = subprocess.Popen(["sleep", "30"], user=65534, group=65534)  # a server, its root dropped
+os.sched_setaffinity(0, {cpus[-1]})  # the master pinned, its children inheriting
+kin = subprocess.Popen(["sleep", "30"], user=65534, group=65534)
+try:
+    print(pin_evenly([kin.pid], (cpus[-1],)) == {kin.pid: [cpus[-1]]})
+    print(pin_evenly([kid.pid], (cpus[-1],)))  # another CPU set: needs CAP_SYS_NICE
+except TestbedError as exc:
+    print(exc)
+finally:
+    kid.kill()
+    kin.kill()
+"""
+
+
+def test_root_without_cap_sys_nice_pins_a_server_of_one_cpu_and_says_why_not_more():
+    # `testbed up --share 1` under capsh --drop=cap_sys_nice: "error: Operation not
+    # permitted", naming nothing; the servers run as www-data, and pinning another
+    # user's process needs CAP_SYS_NICE
+    capsh = shutil.which("capsh")
+    if os.geteuid() != 0 or capsh is None or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs root, capsh and two CPUs")
+    cmd = [capsh, "--drop=cap_sys_nice", "--", "-c", 'exec "$0" -c "$1" "$2"',
+           sys.executable, _PIN, str(ROOT)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    inherited, refused = done.stdout.splitlines()
+    assert inherited == "True"
+    assert refused.startswith("cannot pin server process PID ")
+    assert "(running as nobody)" in refused and "CAP_SYS_NICE" in refused
+
+
+@pytest.mark.compute
+def test_a_server_process_already_on_its_cpu_is_not_pinned_again(monkeypatch):
+    from shrink.testbed import recipe
+
+    calls = []
+    monkeypatch.setattr(recipe.os, "sched_getaffinity", lambda pid: {3})
+    monkeypatch.setattr(recipe.os, "sched_setaffinity", lambda pid, c: calls.append((pid, c)))
+    assert recipe.pin_evenly([7, 8], (3, 4)) == {7: [3], 8: [4]}
+    assert calls == [(8, {4})]

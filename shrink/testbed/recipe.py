@@ -322,9 +322,34 @@ def pin_evenly(pids: list[int], cpus: tuple[int, ...]) -> dict[int, list[int]]:
     out = {}
     for i, pid in enumerate(pids):
         cpu = cpus[i % len(cpus)]
-        os.sched_setaffinity(pid, {cpu})
         out[pid] = [cpu]
+        with contextlib.suppress(OSError):
+            if os.sched_getaffinity(pid) == {cpu}:
+                continue  # (inherited: a replica of one CPU needs no call)
+        try:
+            os.sched_setaffinity(pid, {cpu})
+        except PermissionError:
+            raise TestbedError(_unpinnable(pid, cpu)) from None
     return out
+
+
+def _unpinnable(pid: int, cpu: int) -> str:
+    """Why server process ``pid`` could not be pinned: a process of another user (the
+    servers drop root) is pinned only with CAP_SYS_NICE, which root may lack (a
+    container, ``capsh --drop``): said "Operation not permitted", naming nothing."""
+    import pwd
+
+    try:
+        uid = os.stat(f"/proc/{pid}").st_uid
+        who = pwd.getpwuid(uid).pw_name
+    except (OSError, KeyError):
+        who = "another user"
+    return (
+        f"cannot pin server process PID {pid} (running as {who}) to CPU {cpu}: setting "
+        "another user's process's CPUs needs the capability CAP_SYS_NICE, which this "
+        "process runs without (dropped, as in a container or under capsh --drop); run "
+        "shrink with it, or give each replica one CPU (its processes then inherit it)"
+    )
 
 
 def recorded_alive(r: ReplicaState) -> dict[int, int]:
