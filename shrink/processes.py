@@ -34,10 +34,12 @@ __all__ = [
     "descendants",
     "die_with_parent",
     "exe_of",
+    "has_capability",
     "is_alive",
     "pid_namespace",
     "pid_namespace_gone",
     "proc_info",
+    "realtime_refused",
     "start_process",
     "stop_processes",
 ]
@@ -181,13 +183,41 @@ def lift_limits() -> None:
             break
 
 
-def _can_raise_hard_limits() -> bool:
-    """Whether this process has CAP_SYS_RESOURCE (root in a container may not)."""
+def has_capability(bit: int) -> bool:
+    """Whether this process has capability ``bit`` in effect (root in a container, or
+    under ``capsh --drop``, may not)."""
     with contextlib.suppress(OSError, ValueError):
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("CapEff:"):
-                return bool(int(line.split()[1], 16) >> _CAP_SYS_RESOURCE & 1)
+                return bool(int(line.split()[1], 16) >> bit & 1)
     return False
+
+
+_CAP_SYS_NICE = 23
+
+
+def realtime_refused(priority: int) -> str:
+    """Why SCHED_FIFO was refused: not root; root without CAP_SYS_NICE (a container,
+    ``capsh --drop``), once told it "needs root"; or, with it, a cpu cgroup that gives
+    realtime tasks no time (cgroup v1's cpu.rt_runtime_us 0 below the root group)."""
+    if os.geteuid() != 0:
+        return f"realtime priority {priority} needs root (CAP_SYS_NICE); run without --realtime"
+    if not has_capability(_CAP_SYS_NICE):
+        why = (
+            "this process is root, but runs without the capability CAP_SYS_NICE (dropped, "
+            "as in a container or under capsh --drop)"
+        )
+    else:
+        why = (
+            "refused to root with CAP_SYS_NICE: the cpu cgroup it runs in gives realtime "
+            "tasks no time (cpu.rt_runtime_us 0)"
+        )
+    return f"realtime priority {priority}: {why}; run without --realtime"
+
+
+def _can_raise_hard_limits() -> bool:
+    """Whether this process has CAP_SYS_RESOURCE (root in a container may not)."""
+    return has_capability(_CAP_SYS_RESOURCE)
 
 
 def limits_kept() -> list[str]:

@@ -112,3 +112,55 @@ def test_a_server_process_already_on_its_cpu_is_not_pinned_again(monkeypatch):
     monkeypatch.setattr(recipe.os, "sched_setaffinity", lambda pid, c: calls.append((pid, c)))
     assert recipe.pin_evenly([7, 8], (3, 4)) == {7: [3], 8: [4]}
     assert calls == [(8, {4})]
+
+
+_FIFO = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from shrink.errors import ReplayError
+from shrink.replay.scaleout import set_realtime
+try:
+    set_realtime(10)
+    print("allowed")
+except ReplayError as exc:
+    print(exc)
+"""
+
+
+def test_root_refused_sched_fifo_is_told_why_not_to_become_root(tmp_path):
+    # sweep --realtime 10 under capsh --drop=cap_sys_nice, as root: "needs root"
+    capsh = shutil.which("capsh")
+    if os.geteuid() != 0 or capsh is None:
+        pytest.skip("needs root and capsh")
+    cmd = [capsh, "--drop=cap_sys_nice", "--", "-c", 'exec "$0" -c "$1" "$2"',
+           sys.executable, _FIFO, str(ROOT)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        "realtime priority 10: this process is root, but runs without the capability "
+        "CAP_SYS_NICE (dropped, as in a container or under capsh --drop); run without "
+        "--realtime"
+    )
+
+
+def test_root_in_a_cgroup_without_realtime_time_is_told_so(tmp_path):
+    # root with CAP_SYS_NICE in a cgroup v1 cpu group whose cpu.rt_runtime_us is 0 (a
+    # new group's default): refused SCHED_FIFO, and told it "needs root"
+    from shrink.share import cgroup_layout
+
+    cpu = cgroup_layout().cpu
+    if os.geteuid() != 0 or cpu is None or not (cpu / "cpu.rt_runtime_us").exists():
+        pytest.skip("needs root and cgroup v1's cpu.rt_runtime_us")
+    group = cpu / f"shrink-test-rt-{os.getpid()}"
+    group.mkdir()
+    try:
+        if (group / "cpu.rt_runtime_us").read_text().strip() != "0":
+            pytest.skip("a new group is given realtime time here")
+        cmd = ["sh", "-c", f'echo $$ > {group}/tasks && exec "$0" -c "$1" "$2"',
+               sys.executable, _FIFO, str(ROOT)]  # fmt: skip
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        group.rmdir()
+    assert done.returncode == 0, done.stderr
+    assert "the cpu cgroup it runs in gives realtime tasks no time" in done.stdout
+    assert "needs root" not in done.stdout

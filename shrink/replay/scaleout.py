@@ -190,9 +190,9 @@ def set_realtime(priority: int) -> tuple[int, os.sched_param] | None:
     try:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
     except PermissionError:
-        raise ReplayError(
-            f"realtime priority {priority} needs root (CAP_SYS_NICE); run without --realtime"
-        ) from None
+        from shrink.processes import realtime_refused
+
+        raise ReplayError(realtime_refused(priority)) from None
     return old
 
 
