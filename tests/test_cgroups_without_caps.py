@@ -164,3 +164,38 @@ def test_root_in_a_cgroup_without_realtime_time_is_told_so(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "the cpu cgroup it runs in gives realtime tasks no time" in done.stdout
     assert "needs root" not in done.stdout
+
+
+_DOWN = """
+import subprocess, sys
+sys.path.insert(0, sys.argv[1])
+from shrink.errors import TestbedError
+from shrink.testbed import teardown
+# a server, its root dropped; it ends when its input does (no signal it takes from here)
+kid = subprocess.Popen(["cat"], stdin=subprocess.PIPE, user=65534, group=65534)
+try:
+    teardown._refuse_if_anothers("tb.json", [kid.pid])
+    print("allowed")
+except TestbedError as exc:
+    print(exc)
+finally:
+    kid.stdin.close()
+    kid.wait()
+"""
+
+
+def test_root_without_cap_kill_is_refused_down_before_anything_is_touched():
+    # `testbed down` under capsh --drop=cap_kill: "error: Operation not permitted"
+    capsh = shutil.which("capsh")
+    if os.geteuid() != 0 or capsh is None:
+        pytest.skip("needs root and capsh")
+    cmd = [capsh, "--drop=cap_kill", "--", "-c", 'exec "$0" -c "$1" "$2"',
+           sys.executable, _DOWN, str(ROOT)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.strip()
+    assert out.startswith("tb.json: its processes [") and "run as nobody" in out
+    assert "CAP_KILL" in out and out.endswith("nothing was stopped")
+    with_it = subprocess.run([sys.executable, "-c", _DOWN, str(ROOT)], capture_output=True,
+                             text=True, timeout=60, check=False)  # fmt: skip
+    assert with_it.stdout.strip() == "allowed"

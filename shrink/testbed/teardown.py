@@ -79,6 +79,7 @@ def _refuse_if_anothers(state_path: str | Path, pids: list[int] | None = None) -
     once read, by its processes (a copy of root's state is this user's file)."""
     me = os.geteuid()
     if me == 0:
+        _refuse_without_cap_kill(state_path, pids or [])
         return
     theirs: list[int] = []
     for p in pids or []:
@@ -103,6 +104,30 @@ def _refuse_if_anothers(state_path: str | Path, pids: list[int] | None = None) -
         f"{state_path}: {why} (UID {me}), so you may not stop it: run "
         f"`shrink testbed down` as {by}; nothing was stopped"
     )
+
+
+_CAP_KILL = 5
+
+
+def _refuse_without_cap_kill(state_path: str | Path, pids: list[int]) -> None:
+    """Root signals the servers (which dropped root) through CAP_KILL; without it (a
+    container, ``capsh --drop``) down ended on "Operation not permitted", naming
+    nothing. Said, with whose processes they are, before any is touched."""
+    if not pids or process.has_capability(_CAP_KILL):
+        return
+    theirs: dict[int, int] = {}
+    for p in pids:
+        with contextlib.suppress(OSError):
+            if (uid := os.stat(f"/proc/{p}").st_uid) != 0:
+                theirs[p] = uid
+    if theirs:
+        who = ", ".join(sorted({user_name(u) for u in theirs.values()}))
+        raise TestbedError(
+            f"{state_path}: its processes {list(theirs)[:8]} run as {who}, and signalling "
+            "another user's process needs the capability CAP_KILL, which this process runs "
+            "without (dropped, as in a container or under capsh --drop): run `shrink "
+            "testbed down` with it; nothing was stopped"
+        )
 
 
 def _down_damaged(state_path: str | Path, why: TestbedError) -> dict[str, list[int]]:
