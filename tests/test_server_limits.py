@@ -328,3 +328,28 @@ def test_testbed_up_warns_when_the_docroot_lacks_the_traces_paths(tmp_path):
     )  # fmt: skip
     # it warns before anything else (here the machine spec is missing, so nothing starts)
     assert "lacks 1 of the 1 paths" in res.output and res.exit_code == 1
+
+
+def test_php_cgi_starts_with_tmp_read_only(tmp_path):
+    """OPcache makes its lock file in /tmp by default: with /tmp read-only (or full)
+    every php-cgi child exited 254 ("Unable to create lock file") and `testbed up`
+    waited 15 s for "0 of 1 children". The lock file goes in the server's own folder."""
+    import shutil
+
+    from shrink.testbed.config import write_probe
+
+    php = shutil.which("php-cgi")
+    if os.geteuid() != 0 or php is None or shutil.which("unshare") is None:
+        pytest.skip("needs root (a mount namespace), unshare and php-cgi")
+    own = tmp_path / "srv"
+    own.mkdir()
+    r = Replica("r0", (0,), "127.0.0.1", 8080, (0,), 0)
+    c = ReplicaConfig(r, tmp_path, tmp_path, own / "s", php, 1, 1, own_dir=own)
+    write_probe(c)
+    script = ('mount --bind /tmp /tmp && mount -o remount,bind,ro /tmp && '
+              'mount -t tmpfs tmpfs "$1" && PHP_INI_SCAN_DIR=":$2" exec "$3" -v')  # fmt: skip
+    cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+           str(own), str(c.php_ini_dir), php]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert "Unable to create lock file" not in done.stdout + done.stderr
+    assert done.returncode == 0 and done.stdout.startswith("PHP ")

@@ -235,8 +235,13 @@ def render_php_limits(c: ReplicaConfig) -> str:
         f"upload_max_filesize = {c.php_post_max_mib}M\n"
     )
     roots = dict.fromkeys([str(c.docroot), os.path.realpath(c.docroot)])
-    return "; shrink testbed: the PHP limits\n" + "".join(
-        f"[PATH={_path(root, 'document root')}]\n{limits}" for root in roots
+    # OPcache's lock file is made in /tmp by default: with /tmp read-only or full every
+    # php-cgi child exited 254 and `up` waited 15 s for "0 of 1 children"
+    lock = f"opcache.lockfile_path = {_path(c.own_dir or c.run_dir, 'server folder')}\n"
+    return (
+        "; shrink testbed: the PHP limits\n"
+        + lock
+        + "".join(f"[PATH={_path(root, 'document root')}]\n{limits}" for root in roots)
     )
 
 

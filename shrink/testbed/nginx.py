@@ -194,7 +194,9 @@ class NginxPhpFpm(BuiltinRecipe):
         nginx, fpm = self._tools()
         nginx_conf, fpm_conf, sock, children = self._write(ctx, nginx)
         r = ctx.replica
-        fpm_master = ctx.spawn([fpm, "-F", "-O", "-y", str(fpm_conf)], "php-fpm.out")
+        # OPcache's lock file in the server's own folder, not /tmp (read-only or full: exit 254)
+        lock = f"opcache.lockfile_path={ctx.sock_dir}"
+        fpm_master = ctx.spawn([fpm, "-F", "-O", "-d", lock, "-y", str(fpm_conf)], "php-fpm.out")
         found: dict[str, list[int]] = {}
 
         def pool_ready() -> str | None:
