@@ -120,3 +120,36 @@ def test_a_mount_under_a_docroot_named_oddly_is_seen_and_said_on_one_line(tmp_pa
         f"document root {shown}: {shown}/x, inside it, is a system folder (a mount of /etc)"
     )
     assert "\n" not in etc and "\x1b" not in etc
+
+
+_LOOK = """
+import json, subprocess, sys
+sys.path.insert(0, sys.argv[1])
+from shrink.testbed.problems import _replicas, docroot_mount_problem
+doc, state = sys.argv[2], _replicas(json.loads(sys.argv[3]))
+subprocess.run(["mount", "--bind", "/etc", doc + "/x"], check=True)
+print(json.dumps([docroot_mount_problem(doc, state), docroot_mount_problem(doc)]))
+"""
+
+
+def test_a_mount_made_only_in_shrinks_own_mount_namespace_is_not_said_served(tmp_path):
+    # shrink in `unshare --mount`, the servers outside it: a mount under the docroot made
+    # only there was said to be served ("whose files the servers serve"); they answered 404
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root and unshare")
+    doc = tmp_path / "doc"
+    (doc / "x").mkdir(parents=True)
+    server = subprocess.Popen(["sleep", "30"])  # the servers' mount namespace: this one
+    try:
+        root = str(Path(shrink.__file__).resolve().parents[1])
+        state = json.dumps(_state(server.pid, doc))
+        cmd = ["unshare", "--mount", "--propagation", "private", sys.executable, "-c", _LOOK,
+               root, str(doc), state]  # fmt: skip
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        server.kill()
+        server.wait()
+    assert done.returncode == 0, done.stderr
+    servers_view, own_view = json.loads(done.stdout)
+    assert servers_view is None  # not there for the servers
+    assert own_view is not None and "a mount of /etc" in own_view  # (no server to ask)

@@ -503,7 +503,11 @@ class LiveTarget:
         is not a level."""
         problem = self._problem()
         docroot = self.state.get("docroot") if self.state.get("replicas") else None
-        if problem is None and docroot and (mounted := docroot_mount_problem(str(docroot))):
+        if (
+            problem is None
+            and docroot
+            and (mounted := docroot_mount_problem(str(docroot), self._parsed))
+        ):
             problem = f"went wrong: {mounted}"  # (not in the watch's looks: 4 a second)
         if problem is None and log is not None and self.state.get("replicas"):
             n, lost = unreached(log, window)

@@ -147,25 +147,32 @@ def refuse_whole_fs(docroot: Path) -> None:
         raise DocrootError(f"{what}, whose files the servers would serve; name a folder without it")
 
 
-def whole_fs_mount(docroot: Path) -> str | None:
+def whole_fs_mount(docroot: Path, seen_by: int | None = None) -> str | None:
     """What :func:`refuse_whole_fs` refuses in ``docroot``, as "document root D: P,
     inside it, is a system folder (a mount of /etc)", or None. Cheap (one read of the
     mount table, a stat per mount point under it): a running testbed's users ask it
     again before each run, since a mount made under its document root after ``up``
-    (``mount --bind /etc doc/x``) was served."""
-    tops = {"/": os.stat("/")}
+    (``mount --bind /etc doc/x``) was served.
+
+    ``seen_by``: a server's PID, whose mount namespace is looked at (its mount table,
+    and paths through its /proc/PID/root): a mount made only in shrink's own (``unshare
+    --mount``) was said to be served, and the servers answered it 404."""
+    root, table = "", "/proc/self/mountinfo"
+    if seen_by is not None and os.access(f"/proc/{seen_by}/root/", os.X_OK):
+        root, table = f"/proc/{seen_by}/root", f"/proc/{seen_by}/mountinfo"
+    tops = {"/": os.stat(root + "/")}
     for folder in _SYSTEM:
         with contextlib.suppress(OSError):
-            tops[folder] = os.stat(folder)
+            tops[folder] = os.stat(root + folder)
     points = {docroot: ""}
-    for mount in mount_table():
+    for mount in mount_table(table):
         if mount.point == docroot or docroot in mount.point.parents:
             points[mount.point] = mount.fs if mount.fs in _KERNEL_FS else ""  # (last: on top)
     for point, kernel_fs in points.items():
         # (escaped: `testbed status` prints it as it is, a newline in a name forged a line)
         inside = ":" if point == docroot else f": {printable(point)}, inside it, is"
         with contextlib.suppress(OSError):
-            st = os.stat(point)
+            st = os.stat(root + str(point))
             what = [
                 name if point == Path(name) else f"a mount of {name}"
                 for name, top in tops.items()

@@ -51,19 +51,31 @@ def testbed_problem(
     return f"went wrong: {changed}" if changed is not None else None
 
 
-def docroot_mount_problem(docroot: str) -> str | None:
+def docroot_mount_problem(docroot: str, replicas: list[ReplicaState] | None = None) -> str | None:
     """A mount under a running testbed's document root that ``up`` would have refused
     (``mount --bind /etc doc/x`` made after it: ``GET /x/passwd`` was served), or None.
     Asked before and after each run, and by ``testbed status``: one read of the mount
     table."""
     from shrink.testbed.mounts import whole_fs_mount
 
-    if (what := whole_fs_mount(Path(docroot))) is None:
+    if (what := whole_fs_mount(Path(docroot), _a_server(replicas or []))) is None:
         return None
     return (
         f"{what}, mounted since `testbed up`, whose files the servers serve to "
         "any client: unmount it, or bring the testbed down"
     )
+
+
+def _a_server(replicas: list[ReplicaState]) -> int | None:
+    """A running master of the testbed (as recorded: PID and start time), whose mount
+    namespace is the servers' (shrink's may be another: ``unshare --mount``), or None."""
+    from shrink.processes import is_alive
+
+    for r in replicas:
+        for pid in r.masters:
+            if is_alive(pid, r.starttimes.get(pid)):
+                return pid
+    return None
 
 
 def pids_alive(state: dict[str, Any]) -> dict[int, bool]:

@@ -55,7 +55,11 @@ def status(state_path: str | Path, *, check_health: bool = True) -> list[Replica
     if (why := st.elsewhere()) is not None:  # its PIDs name other processes here
         raise TestbedError(f"{state_path}: {why}; nothing was looked at")
     recipe = recipe_of(st)
-    mounted = docroot_mount_problem(st.docroot) if st.stopped is None and st.docroot else None
+    mounted = (
+        docroot_mount_problem(st.docroot, st.replicas)
+        if st.stopped is None and st.docroot
+        else None
+    )
     out = []
     for r in st.replicas:
         alive = [p for p in r.pids if process.is_alive(p, r.starttimes.get(p))]
