@@ -10,7 +10,8 @@ Layout (see the project brief)::
      "share": Share.to_dict() | {"enforce": ...}, "mapping": Mapping.to_dict(),
      "machine": Machine.to_dict(),
      "docroot": path, "versions": {program: version}, "started": iso-time, "notes": [...],
-     "php_post_max_mib": PHP's post_max_size in MiB (built-in recipes)}
+     "php_post_max_mib": PHP's post_max_size in MiB (built-in recipes),
+     "pid_ns": the PID namespace up ran in (its PIDs name its processes only there)}
 
 ``processes`` lists the replica's PIDs by role (``lighttpd`` and ``php-cgi``,
 ``nginx`` and ``php-fpm``, or ``server`` for a recipe file), ``pids`` all of
