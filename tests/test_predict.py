@@ -387,3 +387,34 @@ def test_a_sample_whose_sessions_all_start_outside_the_looped_window_says_so(tmp
     assert r.exit_code == 1, text
     assert "the sample (alpha 0.01) kept 1 session, which does not start in the window" in text
     assert "--skip, now 2.96 s" in text and "loop a longer window" not in text
+
+
+def test_a_probe_that_measured_nothing_says_the_skip_took_every_session_start(tmp_path):
+    # Five sessions thinking 10^9 s: every session starts in the first 60 s the sweep
+    # skips by default, so nothing is looped and only the sessions' second requests are
+    # left. It said "the trace spans 4.0 s: too short for even the probe level ...; use a
+    # longer trace or a lower probe level" of a trace spanning 10^9 s, with no option
+    # for a probe level.
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+
+    spec = str(Path(__file__).parent.parent / "examples" / "machines" / "nehalem-2s.toml")
+    log = tmp_path / "s.log"
+    log.write_text("".join(f"/a{i} think=1000000000\n/b{i}\n\n" for i in range(5)))
+    trace = tmp_path / "s.parquet"
+    ingest = ["ingest", str(log), "--format", "wsesslog", "-o", str(trace)]
+    assert CliRunner().invoke(app, ingest).exit_code == 0
+    r = CliRunner().invoke(
+        app,
+        ["predict", str(trace), "--alpha", "1", "--target", f"sim:{spec}", "--machine", spec,
+         "--warmup", "0s", "--duration", "1s", "--reps", "1", "--max-levels", "3",
+         "-o", str(tmp_path / "p")],
+    )  # fmt: skip
+    text = " ".join(r.output.split())
+    assert r.exit_code == 1, text
+    assert "the trace spans" not in text and "lower probe level" not in text
+    assert "every session of the trace starts in the first 60 s, which the sweep skips" in text
+    assert "5 requests spanning 4 s" in text and "(--skip 0s)" in text

@@ -27,7 +27,15 @@ from shrink.knee import (
     search_level,
 )
 from shrink.loadcurve import Level, LoadCurve
-from shrink.measure import SweepInterrupted, loop_window, skip_start, slow_motion, trace_span
+from shrink.measure import (
+    SweepInterrupted,
+    default_loop_window,
+    loop_window,
+    rate_factor_for,
+    skip_start,
+    slow_motion,
+    trace_span,
+)
 from shrink.measure.search import level_search
 from shrink.target import Target
 from shrink.trace import Trace
@@ -84,6 +92,8 @@ def auto_sweep(
         if companion is not None:
             companion = replace(companion, trace=loop_window(companion.trace, plan.skip, span))
     elif plan.skip > 0:
+        # No window to loop: was it because every session starts inside the skip?
+        starts_skipped = len(trace) > 0 and default_loop_window(trace, plan.skip, 1) == 0
         trace = skip_start(trace, plan.skip)
         if companion is not None:
             # The same span of the whole trace (the levels dict stays shared).
@@ -94,6 +104,7 @@ def auto_sweep(
     if scaling.scaled_time != 1.0:
         trace = slow_motion(trace, scaling.scaled_time)
     sweep = _Sweep(target, trace, thresholds, knob, plan, seed, alpha, progress, companion, scaling)
+    sweep.starts_skipped = span <= 0 and plan.skip > 0 and starts_skipped
     sweep.between = pairing.between
     if (keep := pairing.keep) is not None:
         sweep.keep = lambda levels: keep(
@@ -153,6 +164,7 @@ class _Sweep:
     too_short: list[float] = field(default_factory=list, init=False)
     out_of_time: list[float] = field(default_factory=list, init=False)
     retried: list[float] = field(default_factory=list, init=False)
+    starts_skipped: bool = field(default=False, init=False)
     step: int = field(default=0, init=False)
     between: Callable[[Level], None] | None = field(default=None, init=False)
     keep: Callable[[dict[float, Level]], None] | None = field(default=None, init=False)
@@ -197,17 +209,43 @@ class _Sweep:
         first = self.run(probe, "probe", replace(plan, reps=reps), True)
         self.budget -= 1
         if first is None:
-            raise MeasurementError(
-                f"the trace spans {trace_span(self.trace):.1f} s: too short for even the probe "
-                f"level ({knob} {probe:g}) with {plan.warmup:g} s warm-up and a "
-                f"{plan.min_duration:g} s window; use a longer trace or a lower probe level"
-            )
+            raise MeasurementError(self._too_short_for_probe(probe))
         est = self._capacity(first, probe)
         last: Level | None = first
         if est is not None:
             last, est = self._coarse(first, est)
         self._search(last, est)
         self._refine()
+
+    def _too_short_for_probe(self, probe: float) -> str:
+        """Why the probe level measured nothing: the trace it replays (no window looped)
+        lasts less than the warm-up and the shortest window at the probe's rate.
+
+        It said "the trace spans 3.0 s" of a session log spanning 10^9 s: the span was
+        of what was left after the skip, and the skip had taken every session start."""
+        plan, trace = self.plan, self.trace
+        span = trace_span(trace)
+        factor = rate_factor_for(trace, probe, self.knob) * self.scaling.share_load
+        n = len(trace)
+        what = (
+            f"{n:,} request{'s' if n != 1 else ''} spanning {span:.3g} s"
+            f", which last {span / factor:.3g} s at that rate"
+        )
+        need = (
+            f"{plan.warmup:g} s of warm-up and a {plan.min_duration:g} s window"
+            if plan.warmup > 0
+            else f"a {plan.min_duration:g} s window"
+        )
+        head = f"the probe level ({self.knob} {probe:g}) measured nothing"
+        if self.starts_skipped:
+            return (
+                f"{head}: every session of the trace starts in the first {plan.skip:g} s, "
+                f"which the sweep skips (--skip; by default a tenth of the trace's span, at "
+                f"most a minute), so no window of whole sessions is left to loop. What is "
+                f"left is the rest of sessions begun before it: {what}, short of {need}; "
+                "skip less of the trace's start (--skip 0s)"
+            )
+        return f"{head}: the trace it replays holds {what}, short of {need}; use a longer trace"
 
     def _unit_rate(self) -> float | None:
         """Requests a second one unit of the level offers the swept side (at share_load
