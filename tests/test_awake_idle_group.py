@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.fake_engines import Part0Killed, Part0Stopped, Part0StoppedAfterReport
+from helpers.fake_engines import Part0Hangs, Part0Killed, Part0Stopped, Part0StoppedAfterReport
 
 from shrink.enforce.cfs import CgroupLayout
 from shrink.enforce.idle_group import PREFIX, idle_group_place, make_idle_group, remove_stale
@@ -479,6 +479,50 @@ def test_an_engine_process_stopped_after_its_report_is_not_waited_for(tmp_path: 
             proc.join()
     assert not left and time.monotonic() - began < 8
     assert not run.extra.get("errors")  # (both reported: the run is whole)
+
+
+def test_an_engine_process_that_hangs_past_the_run_is_killed_and_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One that runs on but never reports (a hang inside its engine) was waited for without
+    # end: only a stopped one was killed past the deadline.
+    from shrink.replay import waiting
+    from shrink.replay.engine import EngineConfig
+    from shrink.schedule import open_loop_trace
+
+    monkeypatch.setattr(waiting, "QUIET_PAST_END_S", 1.0, raising=False)  # (60 s)
+    placement = GeneratorPlacement(processes=2, engine=Part0Hangs(), realtime=0)
+    out = tmp_path / "r.parquet"
+    began = time.monotonic()
+    log, run = scaleout.run_engines(
+        open_loop_trace("/x", 100.0, 0.2),
+        EngineConfig(targets=[("127.0.0.1", 9)], timeout=0.5),
+        rate_factor=1.0, horizon=0.2, generator=placement, out=out,
+    )  # fmt: skip
+    assert time.monotonic() - began < 15  # 0.2 s + 0.5 s + 5 s + 1 s, and the start
+    said = [e for e in run.extra["errors"] if "engine process 0" in e]
+    assert said and "without a report, and writing nothing for 1 s: hung, killed" in said[0]
+    assert len(log) > 0  # the other process's rows
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.parquet"]
+
+
+def test_an_engine_process_still_writing_past_the_run_is_not_killed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from shrink.replay import waiting
+    from shrink.replay.engine import EngineConfig
+    from shrink.schedule import open_loop_trace
+
+    monkeypatch.setattr(waiting, "QUIET_PAST_END_S", 1.0, raising=False)
+    placement = GeneratorPlacement(processes=2, engine=Part0Hangs(writing=3.0), realtime=0)
+    trace = open_loop_trace("/x", 100.0, 0.2)
+    log, run = scaleout.run_engines(
+        trace,
+        EngineConfig(targets=[("127.0.0.1", 9)], timeout=0.5),
+        rate_factor=1.0, horizon=0.2, generator=placement, out=tmp_path / "r.parquet",
+    )  # fmt: skip
+    assert not run.extra.get("errors"), run.extra  # 3 s of writing past 1 s quiet
+    assert len(log) >= len(trace)  # both parts' rows (the schedule may add one)
 
 
 class _AwakeThenPart0Killed:

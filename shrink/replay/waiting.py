@@ -12,10 +12,18 @@ from typing import Any
 
 from shrink import interrupts
 
-__all__ = ["STOPPED_PAST_END", "let_go", "reap", "waiting_above"]
+__all__ = ["SILENT_PAST_END", "STOPPED_PAST_END", "let_go", "reap", "waiting_above"]
 
 STOPPED_PAST_END = (
     "stopped (SIGSTOP or SIGTSTP) past the run's end and its requests' timeout: killed"
+)
+# Past the run's end and its requests' timeout a process has only its part's last rows
+# and footer to write (the rows before went out in row groups during the run): one that
+# writes not a byte (its /proc/PID/io wchar) for this long is hung, not writing.
+QUIET_PAST_END_S = 60.0
+SILENT_PAST_END = (
+    "running past the run's end and its requests' timeout without a report, and writing "
+    "nothing for {quiet:g} s: hung, killed"
 )
 
 
@@ -53,7 +61,10 @@ def let_go(
 
     A process found stopped (SIGSTOP, SIGTSTP) ``deadline_s`` after the zero, when its run
     and its last request's timeout are over, is killed and said so: this process waited
-    for its report for ever, and a 4 s replay hung (50 s, until it was killed)."""
+    for its report for ever, and a 4 s replay hung (50 s, until it was killed). So is one
+    running past that time that writes nothing (no byte, its ``wchar``) for
+    ``QUIET_PAST_END_S``: one that writes its part is waited for as long as it writes.
+    A process whose counter cannot be read is waited for, as before."""
     stats: list[Any] = []  # (EngineStats)
     ended: list[tuple[int, str | None]] = []  # (None: it ended without a word)
     stopped = False  # a stop signal came to this process
@@ -65,14 +76,15 @@ def let_go(
         for pipe in pipes:
             pipe.send(t0)
         for i, pipe in enumerate(pipes):
+            quiet = _Quiet(procs[i].pid)
             while True:
                 try:
                     if deadline_s is None or pipe.poll(0.25):
                         kind, payload = pipe.recv()
                         break
-                    if monotonic() > t0 + deadline_s and _stopped(procs[i].pid):
+                    if monotonic() > t0 + deadline_s and (said := quiet.hung()) is not None:
                         os.kill(procs[i].pid, signal.SIGKILL)
-                        kind, payload = "lost", STOPPED_PAST_END
+                        kind, payload = "lost", said
                         break
                 except KeyboardInterrupt:
                     stopped = True
@@ -105,6 +117,45 @@ def reap(procs: Sequence[Any], wait_s: float = 10.0) -> None:
             if _stopped(proc.pid):
                 proc.kill()  # (its part was written and closed before its report)
             proc.join(timeout=0.05)
+
+
+class _Quiet:
+    """Whether an engine process past the deadline is to be killed: stopped, or writing
+    nothing for ``QUIET_PAST_END_S`` (what to say of it then, else None)."""
+
+    def __init__(self, pid: int | None) -> None:
+        self.pid = pid
+        self.written: int | None = None
+        self.since = 0.0
+
+    def hung(self) -> str | None:
+        if _stopped(self.pid):
+            return STOPPED_PAST_END
+        written, now = _written(self.pid), monotonic()
+        if written is None:
+            return None
+        if written != self.written:
+            self.written, self.since = written, now
+            return None
+        return (
+            SILENT_PAST_END.format(quiet=QUIET_PAST_END_S)
+            if (now - self.since >= QUIET_PAST_END_S)
+            else None
+        )
+
+
+def _written(pid: int | None) -> int | None:
+    """Bytes process ``pid`` has written so far (``wchar`` of /proc/PID/io), or None."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/io", "rb") as f:
+            for line in f:
+                if line.startswith(b"wchar:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def _stopped(pid: int | None) -> bool:

@@ -66,6 +66,39 @@ class Part0StoppedAfterReport:
         return FakeEngine()(schedule, config, writer, **kw)
 
 
+class Part0Hangs:
+    """An engine whose process 0 hangs once the run's zero is told (a deadlock inside an
+    engine: running, never reporting, writing nothing); with ``writing`` (seconds) it
+    writes a byte to a file beside its part every 0.2 s for that long, then runs its part
+    as the others do (a slow writer, never hung)."""
+
+    def __init__(self, writing: float | None = None) -> None:
+        self.writing = writing
+
+    def __call__(self, schedule, config, writer, **kw):  # type: ignore[no-untyped-def]
+        import time
+
+        from shrink.replay.contract import zero_time
+        from shrink.replay.fake import FakeEngine
+
+        kw.pop("awake", None)
+        if writer.meta.get("part") != 0:
+            return FakeEngine()(schedule, config, writer, **kw)
+        t0 = zero_time(writer, kw)
+        if self.writing is None:
+            while True:
+                time.sleep(1)
+        # past the deadline (the run's end, its timeout, 5 s), still writing
+        time.sleep(max(0.0, t0 + 6.0 - time.monotonic()))
+        with open(f"{writer.path}.slow", "wb", buffering=0) as f:
+            for _ in range(int(self.writing / 0.2)):
+                f.write(b"x")
+                time.sleep(0.2)
+        os.unlink(f"{writer.path}.slow")
+        kw.pop("on_ready", None)  # (the zero is told once)
+        return FakeEngine()(schedule, config, writer, **{**kw, "t0": t0})
+
+
 @contextlib.contextmanager
 def fake_server_address() -> Iterator[tuple[str, int]]:
     """shrink's fake HTTP server on a free loopback port, as (host, port)."""
