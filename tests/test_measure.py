@@ -850,3 +850,22 @@ def test_a_states_share_of_no_cpu_time_is_refused_before_a_run(tmp_path: Path, f
         TestbedError, match=r"state\.json: share\.cpu_fraction: 0 gives the share no"
     ):
         EngineOptions(generator_cpus="0", allow_overlap=True, realtime=0).target([str(path)])
+
+
+def test_a_looped_window_of_sessions_thinking_a_billion_seconds_lays_out_few_copies(
+    tmp_path: Path,
+) -> None:
+    # Every row by every copy since the longest session began was laid out: at rate
+    # factor 15,000, 3 * 10^12 copies of a 5 s window (out of memory; predict --skip 0s
+    # of such a session log said "error: out of memory").
+    from shrink.ingest import read_trace
+    from shrink.measure import loop_window, looped_run
+
+    log = tmp_path / "s.log"
+    log.write_text("".join(f"/a{i} think=1000000000\n/b{i}\n\n" for i in range(5)))
+    window = loop_window(read_trace(log, format="wsesslog"), 0.0, 5.0)
+    run = looped_run(window, 15000.0, 0.0, 3.0)
+    paths = run.trace.column("path").tolist()
+    # each copy's five first requests, and the second ones of copies 10^9 s back
+    assert run.copies == 9000 and len(paths) == 10 * 9000
+    assert set(paths) == {f"/{x}{i}" for i in range(5) for x in "ab"}

@@ -245,16 +245,14 @@ def looped_run(
     off = t - starts  # seconds into the session, real time (think times are not scaled)
     k_lo = math.floor(-factor * (warmup + float(off.max())) / span) - 1
     k_hi = math.ceil(body / span) + 1
-    ks = np.arange(k_lo, k_hi)
-    st = (starts[None, :] + ks[:, None] * span).ravel()
-    real = st / factor + np.tile(off, ks.size)  # each row's send time, seconds from 0
+    rows, k = _copies_of_rows(starts, off, factor, span, warmup, body, (k_lo, k_hi))
+    st = starts[rows] + k * span
+    real = st / factor + off[rows]  # each row's send time, seconds from 0
     # Nothing planned after the window's end: it would not be measured, and a single
     # pass runs every session it holds to its end (think times of minutes, at a low
     # level far past the window), so the run would outlast its window many times.
     keep = (real >= -warmup) & (st < body) & (real < body / factor)
-    rows = np.tile(np.arange(len(window)), ks.size)[keep]
-    copy = np.repeat(ks - k_lo, len(window))[keep]
-    real = real[keep]
+    rows, copy, real = rows[keep], (k - k_lo)[keep], real[keep]
     if real.size == 0:
         raise ParameterError(
             f"the loop window holds no request to replay at rate factor {factor:g} in "
@@ -271,6 +269,35 @@ def looped_run(
     # pace): the run starts at its first request, the window short by the gap.
     late = max(0.0, first)
     return LoopedRun(run, max(0.0, -first), body / factor - late, n)
+
+
+def _copies_of_rows(
+    starts: np.ndarray,
+    off: np.ndarray,
+    factor: float,
+    span: float,
+    warmup: float,
+    body: float,
+    bounds: tuple[int, int],
+) -> tuple[np.ndarray, np.ndarray]:
+    """(row, copy k) pairs, ordered by copy then row, of the copies in ``bounds`` that may
+    send each row inside the run (a margin of one copy each side; the caller keeps the
+    exact ones). Every row by every copy was laid out: a session thinking 10^9 s at a
+    rate factor of 15,000 asked for 3 * 10^12 copies (out of memory), of which each row
+    falls in the run in a few."""
+    lo = np.floor((-factor * (warmup + off) - starts) / span) - 1
+    hi = np.ceil((np.minimum(body, body - factor * off) - starts) / span) + 1
+    lo = np.clip(lo, bounds[0], bounds[1]).astype(np.int64)
+    hi = np.clip(hi + 1, bounds[0], bounds[1]).astype(np.int64)  # (exclusive)
+    count = np.maximum(hi - lo, 0)
+    rows = np.repeat(np.arange(starts.size), count)
+    k = (
+        np.repeat(lo, count)
+        + np.arange(int(count.sum()))
+        - np.repeat(np.cumsum(count) - count, count)
+    )
+    order = np.lexsort((rows, k))
+    return rows[order], k[order]
 
 
 def window_for(
