@@ -17,7 +17,13 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.fake_engines import Part0Hangs, Part0Killed, Part0Stopped, Part0StoppedAfterReport
+from helpers.fake_engines import (
+    Part0Hangs,
+    Part0Killed,
+    Part0Stopped,
+    Part0StoppedAfterReport,
+    Part0Terminated,
+)
 
 from shrink.enforce.cfs import CgroupLayout
 from shrink.enforce.idle_group import PREFIX, idle_group_place, make_idle_group, remove_stale
@@ -523,6 +529,30 @@ def test_an_engine_process_still_writing_past_the_run_is_not_killed(
     )  # fmt: skip
     assert not run.extra.get("errors"), run.extra  # 3 s of writing past 1 s quiet
     assert len(log) >= len(trace)  # both parts' rows (the schedule may add one)
+
+
+def test_a_stop_signal_sent_to_one_engine_process_alone_is_said_as_its(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # kill -TERM of one of --processes 2's engine processes (not the command): it was said
+    # "interrupted: the requests sent so far are kept", exit 130, as a Ctrl-C of the
+    # command, and nothing named the process, while the other ran its part to the end.
+    from shrink import interrupts
+    from shrink.replay.engine import EngineConfig
+    from shrink.schedule import open_loop_trace
+
+    monkeypatch.setattr(interrupts, "_stopping", [False])  # (this process's own record)
+    monkeypatch.setattr(interrupts, "_last", [int(signal.SIGINT)])
+    placement = GeneratorPlacement(processes=2, engine=Part0Terminated(), realtime=0)
+    _, run = scaleout.run_engines(
+        open_loop_trace("/x", 100.0, 0.2),
+        EngineConfig(targets=[("127.0.0.1", 9)], timeout=0.5),
+        rate_factor=1.0, horizon=0.2, generator=placement, out=tmp_path / "r.parquet",
+    )  # fmt: skip
+    said = " ".join(run.extra.get("errors") or [])
+    assert "engine process 0 (PID " in said and "stopped by SIGTERM, sent to it alone" in said
+    assert "the other process ran its part to the end" in said
+    assert interrupts.stopped_by() == "stopped by SIGTERM" and interrupts.exit_status() == 143
 
 
 class _AwakeThenPart0Killed:

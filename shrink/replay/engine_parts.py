@@ -103,3 +103,31 @@ def say_lost(
         if group := started[i].get("group"):
             lost.setdefault("lost_awake_groups", []).append(group)
     return said, lost
+
+
+def stopped_alone(
+    stats: list[Any], ended: list[tuple[int, str | None]], procs: list[Any]
+) -> tuple[list[str], int | None]:
+    """The engine processes a stop signal was sent to alone (not to this process), each in
+    words, and the first one's signal: a SIGTERM to one of `--processes 2` was said as
+    "interrupted: the requests sent so far are kept", exit 130, as a Ctrl-C of the command,
+    while the other process ran its part to the end. ``stats``: those that reported, in
+    the order of ``procs`` less ``ended``."""
+    gone = {i for i, _ in ended}
+    said: list[str] = []
+    first: int | None = None
+    reported = [i for i in range(len(procs)) if i not in gone]
+    for i, st in zip(reported, stats, strict=False):
+        sig = (getattr(st, "extra", None) or {}).get("stop_signal")
+        if not getattr(st, "interrupted", False) or sig is None:
+            continue
+        first = int(sig) if first is None else first
+        name = signal.Signals(int(sig)).name if int(sig) in set(signal.Signals) else str(sig)
+        others = len(procs) - 1
+        said.append(
+            f"engine process {i} (PID {procs[i].pid}): stopped by {name}, sent to it alone "
+            f"(not to this command): its part of the load ends there, the other "
+            f"{'process ran its part' if others == 1 else f'{others} processes ran theirs'} "
+            "to the end"
+        )
+    return said, first

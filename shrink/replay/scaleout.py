@@ -21,7 +21,7 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from time import monotonic
 from typing import Any
@@ -34,7 +34,7 @@ from shrink.processes import die_with_parent
 from shrink.replay.cluster import ClusterSpec, run_on_cluster
 from shrink.replay.contract import StopOn
 from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
-from shrink.replay.engine_parts import EngineRun, parts_say, say_lost
+from shrink.replay.engine_parts import EngineRun, parts_say, say_lost, stopped_alone
 from shrink.replay.spin_count import running_spinners
 from shrink.replay.stopwatch import Continued, StopWatch, note_stop, zero_watch
 from shrink.replay.waiting import let_go, reap
@@ -264,6 +264,8 @@ def _child(
         with Continued() as continued:
             stats = engine(sched, config, writer, on_ready=ready)
         stats = note_stop(stats, watch, continued.count)
+        if stats.interrupted:  # (which signal: the parent may not have had one)
+            stats = replace(stats, extra={**stats.extra, "stop_signal": interrupts.received()})
         if writer.error is not None:
             raise writer.error
         pipe.send(("done", stats))
@@ -550,6 +552,9 @@ def _run_spawned(
         t0, stats, ended, stopped = let_go(pipes, procs, realtime, on_start, deadline)
         reap(procs)
         errors, lost = say_lost(ended, procs, started)
+        if not stopped and (alone := stopped_alone(stats, ended, procs))[1] is not None:
+            errors += alone[0]
+            interrupts.note(alone[1])  # (the command stops as that signal says)
         logs = [RunLog.read_parquet(pth) for pth in paths if Path(pth).exists()]
         if stopped and not logs:
             raise KeyboardInterrupt  # the processes ended on the stop before their logs

@@ -66,6 +66,25 @@ class Part0StoppedAfterReport:
         return FakeEngine()(schedule, config, writer, **kw)
 
 
+class Part0Terminated:
+    """An engine whose process 0 takes a SIGTERM sent to it alone once the run's zero is
+    told: it stops as the native engine does (its rows so far kept, ``interrupted``);
+    the other processes run to their end."""
+
+    def __call__(self, schedule, config, writer, **kw):  # type: ignore[no-untyped-def]
+        from dataclasses import replace
+
+        from shrink import interrupts
+        from shrink.replay.fake import FakeEngine
+
+        kw.pop("awake", None)
+        stats = FakeEngine()(schedule, config, writer, **kw)
+        if writer.meta.get("part") != 0:
+            return stats
+        interrupts.note(signal.SIGTERM)  # (what the engine's handler records)
+        return replace(stats, interrupted=True)
+
+
 class Part0Hangs:
     """An engine whose process 0 hangs once the run's zero is told (a deadlock inside an
     engine: running, never reporting, writing nothing); with ``writing`` (seconds) it
