@@ -38,6 +38,7 @@ def _provider(tmp_path, monkeypatch):
     provider = TestbedProvider.__new__(TestbedProvider)  # no server is started
     provider.run_dir, provider._opened = tmp_path / "out" / "runs", 0
     provider.docroot = provider._machine = provider.server = provider.generator = None
+    provider.recipe = None  # (the start bound then is the default one)
     provider.engine = {}
     yield provider
 

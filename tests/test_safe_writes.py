@@ -163,6 +163,7 @@ def test_an_output_folder_is_not_made_through_a_symlink_another_user_planted(tmp
         else:
             provider = TestbedProvider.__new__(TestbedProvider)  # no server is started:
             provider.run_dir, provider._opened = out, 0  # the folder comes first
+            provider.recipe = None
             with provider.open(Share.whole([0]), "1-replica"):
                 pass
     assert list(elsewhere.iterdir()) == []
