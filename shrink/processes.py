@@ -78,6 +78,9 @@ def die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> Non
         os._exit(1)
 
 
+_TOP_PID_NS = 0xEFFFFFFC  # the kernel's first PID namespace's inode (PROC_PID_INIT_INO)
+
+
 def pid_namespace() -> int | None:
     """This process's PID namespace (the inode of /proc/self/ns/pid), or None if unknown.
 
@@ -96,11 +99,13 @@ def pid_namespace_gone(ns: int) -> bool:
     namespace of its own, one not seen may be a sibling's or the parent's: not gone; nor
     for a user who is not root, who may not look at other users' namespaces.
 
-    The top namespace is told by kthreadd: PID 2 with no parent there, as only the
-    kernel's init and kthreadd are (in a namespace below, only its PID 1 is; the
-    kernel's ioctl NS_GET_PARENT says EPERM in both)."""
-    info = proc_info(2)
-    if os.geteuid() != 0 or info is None or info.ppid != 0:
+    The top namespace is told by its inode, fixed by the kernel (PROC_PID_INIT_INO). Told
+    by kthreadd (PID 2 with no parent), a namespace joined by ``nsenter --pid`` or
+    ``docker exec`` was taken for the top one: a process that joins it has its parent
+    outside, so PID 2 there may show parent 0, and from inside every testbed of the
+    parent namespace was taken for gone (the kernel's ioctl NS_GET_PARENT says EPERM
+    in both)."""
+    if os.geteuid() != 0 or pid_namespace() != _TOP_PID_NS:
         return False
     for entry in os.listdir("/proc"):
         if entry.isdigit():

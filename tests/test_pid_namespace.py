@@ -171,3 +171,42 @@ def test_a_testbed_of_the_parent_pid_namespace_is_not_looked_at_from_a_child(tmp
     lines = out.splitlines()
     assert len(lines) == 2 and all("brought up in another PID namespace" in x for x in lines)
     assert root.is_dir() and TestbedState.read(state).stopped is None
+
+
+def test_a_process_that_joined_a_child_pid_namespace_does_not_take_it_for_the_top(
+    tmp_path, monkeypatch
+):
+    # `nsenter --pid` (as `docker exec`): the joining process's parent is outside, so
+    # PID 2 there may show parent 0, as kthreadd does in the top namespace; told the
+    # top by that, shrink inside took every testbed of the parent namespace for gone:
+    # status said it crashed, and down removed its run folder under its servers
+    from tests.helpers.testbed import lighttpd_replica
+
+    if os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("nsenter")):
+        pytest.skip("a PID namespace of its own needs root, unshare and nsenter")
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "priv"))
+    me, root = os.getpid(), tmp_path / "priv" / "up-tb-x"
+    root.mkdir(parents=True)
+    r = replace(lighttpd_replica(), cpus=[0], masters=[me], processes={"lighttpd": [me]},
+                starttimes={me: processes.proc_info(me).starttime}, pinned={},
+                run_dir=str(root / "r0"))  # fmt: skip
+    st = TestbedState([r], {}, {"name": "1-replica"}, {}, "doc", {}, "t0",
+                      pid_ns=processes.pid_namespace())  # fmt: skip
+    state = tmp_path / "tb.json"
+    st.write(state)
+    ns = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "--mount-proc",
+                           "--mount", "sleep", "60"])  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        while not (init := processes.descendants(ns.pid)) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        cmd = ["nsenter", "-t", str(init[0]), "--pid", "--mount",
+               sys.executable, "-c", _LOOK, str(ROOT), str(state)]  # fmt: skip
+        env = os.environ | {"SHRINK_RUN_DIR": str(tmp_path / "priv")}
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=60, env=env)
+    finally:
+        ns.kill()
+        ns.wait()
+    lines = out.stdout.splitlines()
+    assert len(lines) == 2 and all("brought up in another PID namespace" in x for x in lines)
+    assert root.is_dir() and TestbedState.read(state).stopped is None
