@@ -199,3 +199,42 @@ def test_root_without_cap_kill_is_refused_down_before_anything_is_touched():
     with_it = subprocess.run([sys.executable, "-c", _DOWN, str(ROOT)], capture_output=True,
                              text=True, timeout=60, check=False)  # fmt: skip
     assert with_it.stdout.strip() == "allowed"
+
+
+_RO = """
+import sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from shrink.enforce.cfs import CgroupLayout, cgroups_refused
+print(cgroups_refused(CgroupLayout(1, Path(sys.argv[2]), None, None)))
+"""
+
+
+def test_root_with_every_capability_refused_by_a_read_only_cgroup_mount_is_told_so(tmp_path):
+    # a container's /sys/fs/cgroup is often mounted read-only, root keeping
+    # CAP_DAC_OVERRIDE (Docker's default): told it runs without that capability
+    from shrink.processes import has_capability
+
+    if os.geteuid() != 0 or not shutil.which("unshare") or not has_capability(1):
+        pytest.skip("needs root with CAP_DAC_OVERRIDE and unshare")
+    folder = tmp_path / "cpu"
+    folder.mkdir()
+    script = (
+        'mount --bind "$2" "$2" && mount -o remount,bind,ro "$2" && exec "$0" -c "$1" "$3" "$2"'
+    )
+    cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
+           sys.executable, _RO, str(folder), str(ROOT)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "its file system is mounted read-only" in done.stdout
+    assert "without the capability" not in done.stdout
+
+
+@pytest.mark.compute
+def test_root_with_cap_dac_override_is_not_told_it_runs_without_it(tmp_path, monkeypatch):
+    from shrink import processes
+
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(processes, "has_capability", lambda bit: True)
+    said = cgroups_refused(CgroupLayout(1, tmp_path, None, None))
+    assert "this process is root" in said and "without the capability" not in said

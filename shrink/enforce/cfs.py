@@ -441,16 +441,31 @@ def cgroups_refused(layout: CgroupLayout) -> str:
             "no permission for cgroups (CPU-time shares need root or a delegated cgroup). "
             f"Without root, {cores}"
         )
+    from shrink.processes import has_capability
+
     try:
         mode = f"mode {os.stat(layout.cpu).st_mode & 0o7777:04o}"
+        # (a container's cgroup file system is often read-only: no capability writes it)
+        read_only = bool(os.statvfs(layout.cpu).f_flag & os.ST_RDONLY)
     except OSError as exc:
-        mode = exc.strerror or "cannot be looked at"
+        mode, read_only = exc.strerror or "cannot be looked at", False
+    said = f"no permission for cgroups: this process is root, but may not write {layout.cpu}"
+    if read_only:
+        why = "its file system is mounted read-only (as in a container)"
+    elif not has_capability(_CAP_DAC_OVERRIDE):
+        why = (
+            "it runs without the capability CAP_DAC_OVERRIDE (dropped, as in a container or "
+            "under capsh --drop)"
+        )
+    else:  # (a security module: AppArmor, SELinux)
+        why = "refused to root with CAP_DAC_OVERRIDE (a security module may)"
     return (
-        f"no permission for cgroups: this process is root, but may not write {layout.cpu} "
-        f"({mode}): it runs without the capability CAP_DAC_OVERRIDE (dropped, as in a "
-        "container or under capsh --drop); CPU-time shares need it, or a delegated "
-        f"cgroup. Without it, {cores}"
+        f"{said} ({mode}): {why}; CPU-time shares need it written, or a delegated cgroup. "
+        f"Without that, {cores}"
     )
+
+
+_CAP_DAC_OVERRIDE = 1
 
 
 class Recorded(files.FileFormat):
