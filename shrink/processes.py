@@ -201,10 +201,13 @@ def has_capability(bit: int) -> bool:
 _CAP_SYS_NICE = 23
 
 
-def realtime_refused(priority: int) -> str:
+def realtime_refused(priority: int, rt_runtime_us: int | None = None) -> str:
     """Why SCHED_FIFO was refused: not root; root without CAP_SYS_NICE (a container,
     ``capsh --drop``), once told it "needs root"; or, with it, a cpu cgroup that gives
-    realtime tasks no time (cgroup v1's cpu.rt_runtime_us 0 below the root group)."""
+    realtime tasks no time (``rt_runtime_us``: cgroup v1's cpu.rt_runtime_us of this
+    process's group, 0 below the root group by default; None if unread). Otherwise
+    something else refused it (a seccomp filter, a security module), once said to be
+    that cgroup whatever it held."""
     if os.geteuid() != 0:
         return f"realtime priority {priority} needs root (CAP_SYS_NICE); run without --realtime"
     if not has_capability(_CAP_SYS_NICE):
@@ -212,10 +215,15 @@ def realtime_refused(priority: int) -> str:
             "this process is root, but runs without the capability CAP_SYS_NICE (dropped, "
             "as in a container or under capsh --drop)"
         )
-    else:
+    elif rt_runtime_us == 0:
         why = (
             "refused to root with CAP_SYS_NICE: the cpu cgroup it runs in gives realtime "
             "tasks no time (cpu.rt_runtime_us 0)"
+        )
+    else:
+        why = (
+            "refused to root with CAP_SYS_NICE, by something else than a capability (a "
+            "seccomp filter or a security module may)"
         )
     return f"realtime priority {priority}: {why}; run without --realtime"
 

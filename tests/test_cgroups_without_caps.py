@@ -238,3 +238,18 @@ def test_root_with_cap_dac_override_is_not_told_it_runs_without_it(tmp_path, mon
     monkeypatch.setattr(processes, "has_capability", lambda bit: True)
     said = cgroups_refused(CgroupLayout(1, tmp_path, None, None))
     assert "this process is root" in said and "without the capability" not in said
+
+
+@pytest.mark.compute
+def test_root_with_cap_sys_nice_refused_for_another_reason_is_not_told_of_a_cgroup(monkeypatch):
+    # a seccomp filter or a security module refusing SCHED_FIFO to root with
+    # CAP_SYS_NICE was said to be a cgroup with cpu.rt_runtime_us 0, whatever it held
+    from shrink import processes
+
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(processes, "has_capability", lambda bit: True)
+    for rt in (None, 950000):
+        said = processes.realtime_refused(10, rt)
+        assert "rt_runtime_us" not in said and "without the capability" not in said
+        assert "seccomp filter" in said
+    assert "(cpu.rt_runtime_us 0)" in processes.realtime_refused(10, 0)

@@ -62,6 +62,7 @@ __all__ = [
     "choose_period_us",
     "foreign_cgroup",
     "in_root_cpu_group",
+    "own_rt_runtime_us",
     "scheduler_tick_us",
 ]
 
@@ -184,6 +185,21 @@ def in_root_cpu_group(
         ):
             return path.strip() == "/"
     return True  # (no line for the controller: not in any of its groups)
+
+
+def own_rt_runtime_us(layout: CgroupLayout | None = None) -> int | None:
+    """cgroup v1's cpu.rt_runtime_us of this process's cpu group (0: realtime tasks get
+    no time there), or None where there is none or it cannot be read."""
+    layout = layout if layout is not None else cgroup_layout()
+    if layout.version != 1 or layout.cpu is None:
+        return None
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if "cpu" in controllers.split(","):
+                group = layout.cpu / path.strip().lstrip("/")
+                return int((group / "cpu.rt_runtime_us").read_text())
+    return None
 
 
 def _shows_hierarchy_root(layout: CgroupLayout, mountinfo_text: str | None = None) -> bool:

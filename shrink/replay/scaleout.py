@@ -190,9 +190,10 @@ def set_realtime(priority: int) -> tuple[int, os.sched_param] | None:
     try:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
     except PermissionError:
+        from shrink.enforce.cfs import own_rt_runtime_us
         from shrink.processes import realtime_refused
 
-        raise ReplayError(realtime_refused(priority)) from None
+        raise ReplayError(realtime_refused(priority, own_rt_runtime_us())) from None
     return old
 
 
