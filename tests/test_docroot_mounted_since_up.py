@@ -153,3 +153,28 @@ def test_a_mount_made_only_in_shrinks_own_mount_namespace_is_not_said_served(tmp
     servers_view, own_view = json.loads(done.stdout)
     assert servers_view is None  # not there for the servers
     assert own_view is not None and "a mount of /etc" in own_view  # (no server to ask)
+
+
+def test_a_server_that_ends_while_its_mounts_are_looked_at_is_no_traceback(tmp_path, monkeypatch):
+    # the server found alive, then ended (killed, crashed) before its /proc/PID/root was
+    # looked through: FileNotFoundError out of `testbed status` and a run's checks
+    from shrink.testbed import mounts
+
+    doc = tmp_path / "doc"
+    doc.mkdir()
+    server = subprocess.Popen(["sleep", "30"])
+    real = os.access
+
+    def access_then_end(path, mode, *a, **kw):
+        seen = real(path, mode, *a, **kw)
+        if str(path).startswith(f"/proc/{server.pid}/") and server.poll() is None:
+            server.kill()
+            server.wait()
+        return seen
+
+    monkeypatch.setattr(os, "access", access_then_end)
+    try:
+        assert mounts.whole_fs_mount(doc, server.pid) is None
+    finally:
+        server.kill()
+        server.wait()

@@ -160,7 +160,11 @@ def whole_fs_mount(docroot: Path, seen_by: int | None = None) -> str | None:
     root, table = "", "/proc/self/mountinfo"
     if seen_by is not None and os.access(f"/proc/{seen_by}/root/", os.X_OK):
         root, table = f"/proc/{seen_by}/root", f"/proc/{seen_by}/mountinfo"
-    tops = {"/": os.stat(root + "/")}
+    try:
+        tops = {"/": os.stat(root + "/")}
+    except OSError:  # (the server ended since: a traceback; looked at from here, as before)
+        root, table = "", "/proc/self/mountinfo"
+        tops = {"/": os.stat("/")}
     for folder in _SYSTEM:
         with contextlib.suppress(OSError):
             tops[folder] = os.stat(root + folder)
