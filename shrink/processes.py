@@ -93,11 +93,16 @@ def pid_namespace() -> int | None:
         return None
 
 
-def pid_namespace_gone(ns: int) -> bool:
+def pid_namespace_gone(ns: int, began_by: float | None = None) -> bool:
     """Whether PID namespace ``ns`` certainly no longer exists: this process runs in the
     top one (it sees every process) and none of them is in ``ns``. From inside a
     namespace of its own, one not seen may be a sibling's or the parent's: not gone; nor
     for a user who is not root, who may not look at other users' namespaces.
+
+    ``began_by`` (a wall-clock time): the namespace was there by then (a testbed's
+    ``started``). The kernel gives an ended namespace's inode to the next one made (the
+    lowest free number): a namespace whose processes all began later is another that
+    took it, and ``ns`` is gone.
 
     The top namespace is told by its inode, fixed by the kernel (PROC_PID_INIT_INO). Told
     by kthreadd (PID 2 with no parent), a namespace joined by ``nsenter --pid`` or
@@ -107,12 +112,25 @@ def pid_namespace_gone(ns: int) -> bool:
     in both)."""
     if os.geteuid() != 0 or pid_namespace() != _TOP_PID_NS:
         return False
+    boot = _boot_time() if began_by is not None else None
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             with contextlib.suppress(OSError):
-                if os.stat(f"/proc/{entry}/ns/pid").st_ino == ns:
+                if os.stat(f"/proc/{entry}/ns/pid").st_ino != ns:
+                    continue
+                info = proc_info(int(entry))
+                if began_by is None or boot is None or info is None:
+                    return False
+                if boot + info.starttime / os.sysconf("SC_CLK_TCK") <= began_by:
                     return False
     return True
+
+
+def _boot_time() -> float | None:
+    """When the machine booted (``btime`` of /proc/stat), or None if unread."""
+    with contextlib.suppress(OSError, ValueError, StopIteration), open("/proc/stat", "rb") as f:
+        return float(next(line.split()[1] for line in f if line.startswith(b"btime ")))
+    return None
 
 
 def is_alive(pid: int, starttime: int | None = None) -> bool:

@@ -210,3 +210,39 @@ def test_a_process_that_joined_a_child_pid_namespace_does_not_take_it_for_the_to
     lines = out.stdout.splitlines()
     assert len(lines) == 2 and all("brought up in another PID namespace" in x for x in lines)
     assert root.is_dir() and TestbedState.read(state).stopped is None
+
+
+def test_a_namespace_that_took_an_ended_ones_number_is_not_the_testbeds(tmp_path, monkeypatch):
+    # the kernel gives an ended namespace's inode to the next one made (the lowest free
+    # number: the next container's): a testbed whose namespace ended was refused by
+    # status and down ("brought up in another PID namespace"), and counted on its CPUs,
+    # for as long as that other namespace lived
+    from datetime import UTC, datetime, timedelta
+
+    from tests.helpers.testbed import lighttpd_replica
+
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("a PID namespace of its own needs root and unshare")
+    if processes.pid_namespace() != processes._TOP_PID_NS:
+        pytest.skip("needs the top PID namespace")
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "priv"))
+    ns = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "sleep", "60"])
+    try:
+        deadline = time.monotonic() + 10
+        while not (init := processes.descendants(ns.pid)) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        other = os.stat(f"/proc/{init[0]}/ns/pid").st_ino  # made now: the number's new holder
+        p = init[0]
+        r = replace(lighttpd_replica(), cpus=[0], masters=[p], processes={"lighttpd": [p]},
+                    starttimes={p: 1}, pinned={})  # fmt: skip
+        hour_ago = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+        st = TestbedState([r], {}, {"name": "1-replica"}, {}, "doc", {}, hour_ago, pid_ns=other)
+        assert st.elsewhere() is None and not registry.serving(st)  # its own, ended
+        st.write(tmp_path / "tb.json")
+        (rep,) = status(tmp_path / "tb.json", check_health=False)
+        assert "crashed or killed" in rep.problem
+        now = datetime.now(UTC).isoformat()  # its namespace was there by then
+        assert replace(st, started=now).elsewhere() is not None
+    finally:
+        ns.kill()
+        ns.wait()

@@ -43,7 +43,9 @@ def testbed_problem(
     down (:func:`server_problem`), or running but stopped, frozen or with its share
     changed since it was recorded (:mod:`shrink.testbed.watch`); None if nothing is."""
     replicas = _replicas(state) if replicas is None else replicas
-    if (why := elsewhere(state.get("pid_ns"))) is not None:  # a stop could not be seen
+    if (
+        why := elsewhere(state.get("pid_ns"), state.get("started"))
+    ) is not None:  # a stop could not be seen
         return f"cannot be watched from here: {why}"
     if (down := server_problem(state, replicas)) is not None:
         return f"is down: {down}"

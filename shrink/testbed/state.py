@@ -254,7 +254,7 @@ class TestbedState(files.VersionedFile):
 
     def elsewhere(self) -> str | None:
         """:func:`elsewhere` of this state's ``pid_ns``."""
-        return elsewhere(self.pid_ns)
+        return elsewhere(self.pid_ns, self.started)
 
     def write(self, path: str | Path) -> Path:
         """Write atomically (a reader never sees half a file)."""
@@ -273,7 +273,7 @@ class TestbedState(files.VersionedFile):
         return cls.from_dict(d, source=str(path))
 
 
-def elsewhere(pid_ns: object) -> str | None:
+def elsewhere(pid_ns: object, started: object = None) -> str | None:
     """Why a testbed's PIDs cannot be looked at from here: ``up`` ran in PID namespace
     ``pid_ns``, not this process's (``unshare --pid``, a container sharing this file
     system), so its PIDs name other processes here, or none; None if the same or unknown.
@@ -284,13 +284,25 @@ def elsewhere(pid_ns: object) -> str | None:
     here = pid_namespace()
     if not isinstance(pid_ns, int) or here is None or here == pid_ns:
         return None
-    if pid_namespace_gone(pid_ns):
+    if pid_namespace_gone(pid_ns, _began_by(started)):
         return None  # its processes ended with it: looked at here, found gone
     return (
         f"the testbed was brought up in another PID namespace (pid:[{pid_ns}]; this shrink "
         f"runs in pid:[{here}]), whose process IDs name other processes here, or none: "
         "run shrink where `testbed up` ran (the same container or `unshare --pid`)"
     )
+
+
+def _began_by(started: object) -> float | None:
+    """The wall-clock time a testbed's namespace was there by: its ``started`` (an ISO
+    time, written once its servers ran), a minute later (both are to the second, and
+    the clock may be stepped since); None if unknown."""
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(str(started)).timestamp() + 60.0
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 def salvage_pids(path: str | Path) -> dict[int, int | None]:
