@@ -116,13 +116,31 @@ def pid_namespace_gone(ns: int, began_by: float | None = None) -> bool:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             with contextlib.suppress(OSError):
-                if os.stat(f"/proc/{entry}/ns/pid").st_ino != ns:
+                try:
+                    if os.stat(f"/proc/{entry}/ns/pid").st_ino != ns:
+                        continue
+                except PermissionError:
+                    # (root without CAP_SYS_PTRACE may not look at another user's
+                    # process's namespaces: a living one of theirs was taken for gone;
+                    # its status still says whether it is in one below this one)
+                    if _below_top(entry):
+                        return False
                     continue
                 info = proc_info(int(entry))
                 if began_by is None or boot is None or info is None:
                     return False
                 if boot + info.starttime / os.sysconf("SC_CLK_TCK") <= began_by:
                     return False
+    return True
+
+
+def _below_top(pid: str) -> bool:
+    """Whether process ``pid`` is in a PID namespace below the top one (its ``NSpid``
+    names more than one PID), or it cannot be told."""
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("NSpid:"):
+                return len(line.split()) > 2
     return True
 
 

@@ -246,3 +246,37 @@ def test_a_namespace_that_took_an_ended_ones_number_is_not_the_testbeds(tmp_path
     finally:
         ns.kill()
         ns.wait()
+
+
+_GONE = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from shrink import processes
+print(processes.pid_namespace_gone(int(sys.argv[2])))
+"""
+
+
+def test_root_that_may_not_look_at_a_namespaces_processes_does_not_take_it_for_gone():
+    # root without CAP_SYS_PTRACE (capsh --drop, a container) may not stat another
+    # user's /proc/PID/ns/pid: a namespace of only such processes (servers that dropped
+    # root) was taken for gone, its testbed said crashed and its run folder removed
+    capsh, setpriv = shutil.which("capsh"), shutil.which("setpriv")
+    if os.geteuid() != 0 or not (capsh and setpriv and shutil.which("unshare")):
+        pytest.skip("needs root, capsh, setpriv and unshare")
+    if processes.pid_namespace() != processes._TOP_PID_NS:
+        pytest.skip("needs the top PID namespace")
+    nobody = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "60"]
+    ns = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", *nobody])
+    try:
+        deadline = time.monotonic() + 10
+        while not (init := processes.descendants(ns.pid)) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        theirs = os.stat(f"/proc/{init[0]}/ns/pid").st_ino
+        cmd = [capsh, "--drop=cap_sys_ptrace", "--", "-c", 'exec "$0" -c "$1" "$2" "$3"',
+               sys.executable, _GONE, str(ROOT), str(theirs)]  # fmt: skip
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        ns.kill()
+        ns.wait()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
