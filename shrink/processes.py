@@ -99,17 +99,13 @@ def pid_namespace_gone(ns: int, began_by: float | None = None) -> bool:
     namespace of its own, one not seen may be a sibling's or the parent's: not gone; nor
     for a user who is not root, who may not look at other users' namespaces.
 
-    ``began_by`` (a wall-clock time): the namespace was there by then (a testbed's
-    ``started``). The kernel gives an ended namespace's inode to the next one made (the
-    lowest free number): a namespace whose processes all began later is another that
-    took it, and ``ns`` is gone.
+    ``began_by``: a wall-clock time ``ns`` was there by (a testbed's ``started``). The
+    kernel gives an ended namespace's inode to the next one made: one whose processes
+    all began later took it, and ``ns`` is gone.
 
     The top namespace is told by its inode, fixed by the kernel (PROC_PID_INIT_INO). Told
     by kthreadd (PID 2 with no parent), a namespace joined by ``nsenter --pid`` or
-    ``docker exec`` was taken for the top one: a process that joins it has its parent
-    outside, so PID 2 there may show parent 0, and from inside every testbed of the
-    parent namespace was taken for gone (the kernel's ioctl NS_GET_PARENT says EPERM
-    in both)."""
+    ``docker exec`` (whose PID 2 may show parent 0) was taken for the top one."""
     if os.geteuid() != 0 or pid_namespace() != _TOP_PID_NS:
         return False
     boot = _boot_time() if began_by is not None else None
