@@ -136,3 +136,17 @@ def test_a_stopped_command_does_not_say_it_kept_the_summary(tmp_path, monkeypatc
         registry.forget(state)
     assert summary in written
     assert str(summary) not in kept_words((), written)
+
+
+def test_a_testbed_whose_pid_namespace_ended_is_not_published_as_of_another(tmp_path, monkeypatch):
+    # the summary kept the ended namespace's number, and every reader counted the
+    # testbed (its PIDs "cannot be looked at") until root brought it down
+    if processes.pid_namespace() != processes._TOP_PID_NS:
+        pytest.skip("root judges a namespace gone from the top one only")
+    _, summary = _roots_testbed(tmp_path, monkeypatch, os.getpid())
+    ((path, st),) = registry.running()
+    me = os.getpid()
+    dead = replace(st.replicas[0], starttimes={me: processes.proc_info(me).starttime + 1})
+    registry.record(path, replace(st, replicas=[dead], pid_ns=2**40), owned=False)  # (none's)
+    assert "pid_ns" not in json.loads(summary.read_text())["testbeds"][0]
+    assert _as_another_user(tmp_path, monkeypatch) == []

@@ -60,7 +60,10 @@ def publish(run_dir: Path, running: Callable[[], list[TestbedState]]) -> None:
             cpus = sorted({c for r in st.replicas for c in r.cpus})
             procs = [[p, r.starttimes.get(p)] for r in st.replicas for p in r.pids]
             bed = {"cpus": cpus, "started": st.started, "processes": procs}
-            beds.append(bed | ({"pid_ns": st.pid_ns} if st.pid_ns else {}))
+            ns = st.pid_ns
+            if ns is not None and ns != process.pid_namespace() and st.elsewhere() is None:
+                ns = None  # (its namespace ended: else counted by every reader for good)
+            beds.append(bed | ({"pid_ns": ns} if ns else {}))
         write_text(SUMMARY, dumps({"testbeds": beds}) + "\n", perm=0o644)
         # shrink's own bookkeeping: a stopped command said "kept /run/shrink/cpus-in-use.json"
         record_only(SUMMARY)
