@@ -438,12 +438,27 @@ class _Parser:
         return -1
 
 
+def _first_sent(st: Streams, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """The capture time of each request's first packet: the earliest of the packets that
+    carried its bytes ``[start, end)``. A request whose later segment was captured before
+    its first (reordered, or the first lost and sent again) was sent by then."""
+    if not start.size:
+        return np.zeros(0, dtype=np.int64)
+    a = np.searchsorted(st.piece_start, start, side="right") - 1
+    b = np.searchsorted(st.piece_start, np.maximum(end - 1, start), side="right") - 1
+    t = st.piece_ts[a].copy()
+    for i in np.flatnonzero(b > a).tolist():  # requests over several pieces only
+        t[i] = st.piece_ts[a[i] : b[i] + 1].min()
+    return t
+
+
 def parse_http(st: Streams, *, cookie: str | None = None, max_body: int = MAX_BODY) -> HttpResult:
     """Every HTTP exchange of every connection, in connection order then request order;
     a request body longer than ``max_body`` bytes is a TraceFormatError."""
     res = HttpResult()
     parser = _Parser(st, None if cookie is None else cookie.encode("latin-1"), res, max_body)
     starts = st.piece_start
+    req_end: list[int] = []  # where each request's bytes end: the next one, or the stream end
     for c in st.conns:
         cd = parser.client_dir(c)
         if cd < 0:
@@ -471,6 +486,7 @@ def parse_http(st: Streams, *, cookie: str | None = None, max_body: int = MAX_BO
             res.counts["tunnel-requests"] += k - 1 - tunnel
             k = tunnel + 1
             res.truncate(base + k)
+        req_end += [*offs[1 : k + 1], c.span[cd][1]][:k]
         res.requests += k
         res.responses += seen
         res.orphan_responses += orphans
@@ -479,7 +495,7 @@ def parse_http(st: Streams, *, cookie: str | None = None, max_body: int = MAX_BO
     req_off = np.asarray(res.req_off, dtype=np.int64)
     first = np.asarray(res.first_off, dtype=np.int64)
     last = np.asarray(res.last_off, dtype=np.int64)
-    res.t_req = st.piece_ts[np.searchsorted(starts, req_off, side="right") - 1]
+    res.t_req = _first_sent(st, req_off, np.asarray(req_end, dtype=np.int64))
     at = np.searchsorted(starts, np.maximum(first, 0), side="right") - 1
     res.t_first = np.where(first >= 0, st.piece_ts[at] if at.size else at, -1)
     at = np.searchsorted(starts, np.maximum(last, 0), side="right") - 1
