@@ -177,6 +177,8 @@ def ingest(
         summary["damage"] = trace.meta["damage"]
     if trace.meta.get("joined_captures_at"):
         summary["joined_captures_at"] = trace.meta["joined_captures_at"]
+    if trace.meta.get("differing_resends"):
+        summary["differing_resends"] = int(trace.meta["differing_resends"])
     faults = {k: int(v) for k, v in (trace.meta.get("http_anomalies") or {}).items() if v}
     if faults:
         summary["http_faults"] = faults
@@ -211,6 +213,11 @@ def _notes(meta: dict[str, Any], faults: dict[str, int]) -> None:
         )
     if faults:
         typer.echo(f"note: {_http_faults_text(faults)}")
+    if resends := int(meta.get("differing_resends") or 0):
+        typer.echo(
+            f"note: {plural(resends, 'TCP segment')} sent again bytes already captured, with "
+            "other bytes: the first copy was read, as a receiver that had it keeps it"
+        )
     extra = int(meta.get("extra_field_lines") or 0)
     if extra:
         typer.echo(

@@ -22,14 +22,15 @@ HTTP, or a fragment of an IP datagram never completed (``ip-fragment``), or a
 pcapng packet block naming an interface never described (``undeclared-interface``); by
 kind in ``skipped_kinds``, numbers in ``skipped_lines``),
 ``truncated`` (records cut by the snapshot length), ``missing_bytes`` (stream
-bytes never captured), ``requests`` and ``responses`` (counted as tshark counts
-them: a response is counted when all of it was captured), ``unanswered``,
-``orphan_responses``, ``http_anomalies``, ``cookie_requests`` (by cookie: the
-requests that sent it or were answered with it), ``most_connections_at_once`` (the most
-connections of one session to one server open at once) and ``crowded_sessions``
-(sessions with more than twice what a browser opens, 12: several users behind one
-address?) and, for a damaged file read
-leniently, ``damage`` (where reading stopped).
+bytes never captured), ``differing_resends`` (TCP segments that sent bytes already
+captured again with other bytes: the first copy is read, as a receiver keeps it),
+``requests`` and ``responses`` (counted as tshark counts them: a response is counted
+when all of it was captured), ``unanswered``, ``orphan_responses``,
+``http_anomalies``, ``cookie_requests`` (by cookie: the requests that sent it or
+were answered with it), ``most_connections_at_once`` (the most connections of one
+session to one server open at once) and ``crowded_sessions`` (sessions with more
+than twice what a browser opens, 12: several users behind one address?) and, for a
+damaged file read leniently, ``damage`` (where reading stopped).
 
 Per request: ``t`` is the first request packet's time (of the burst's first
 request, as every Trace keeps it), seconds from the capture's first request;
@@ -167,6 +168,7 @@ def read_capture(
         "skipped_lines": skipped_pkts[:100].tolist(),  # packet numbers (1-based), the first 100
         "truncated": seg.truncated,
         "missing_bytes": streams.gap_bytes,
+        "differing_resends": streams.differing_resends,
         "requests": http.requests,
         "responses": http.responses,
         "orphan_responses": http.orphan_responses,

@@ -77,6 +77,8 @@ class Streams:
     gap_end: np.ndarray
     gap_bytes: int
     seg_conn: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    # Segments that resent bytes already captured, with other bytes (the first copy kept)
+    differing_resends: int = 0
 
     def __post_init__(self) -> None:
         # Per-message look-ups run in Python: bisect on a list beats a numpy call
@@ -357,8 +359,12 @@ def reassemble(seg: Segments) -> Streams:
         psrc = np.stack([np.full_like(gap, -1), real_src, np.full_like(gap, -1)], 1).ravel()
         pts = np.repeat(ts, 3)
         pgid = np.repeat(g, 3)
+        seg_pos = (np.cumsum(plen) - plen)[1::3]  # stream offset of each segment's new bytes
     else:
         plen, psrc, pts, pgid = real_len, real_src, ts, g
+        seg_pos = np.cumsum(plen) - plen
+    # Captured bytes sent again; not a keep-alive probe (one byte, any, before the next).
+    resent = np.flatnonzero((start < np.minimum(prev, cap_end)) & ((wlen != 1) | (end != prev)))
     nz = plen > 0
     plen, psrc, pts, pgid = plen[nz], psrc[nz], pts[nz], pgid[nz]
     pstart = np.cumsum(plen) - plen
@@ -410,7 +416,7 @@ def reassemble(seg: Segments) -> Streams:
                 first_pkt=int(first_pkt[c]),
             )
         )
-    return Streams(
+    st = Streams(
         buf=seg.buf,
         conns=conns,
         piece_start=pstart,
@@ -423,3 +429,39 @@ def reassemble(seg: Segments) -> Streams:
         gap_bytes=int(plen[filler].sum()),
         seg_conn=conn,
     )
+    if resent.size:
+        at = {"start": start, "new": new_start, "kept": kept, "prev": prev,
+              "cap_end": cap_end, "src": seg.poff[di], "pos": seg_pos}  # fmt: skip
+        st.differing_resends = _differing(st, resent, at)
+    return st
+
+
+def _differing(st: Streams, rows: np.ndarray, at: dict[str, np.ndarray]) -> int:
+    """How many of the segments ``rows`` (in stream order) resent captured bytes with
+    other bytes than the copy taken first: the stream keeps the first copy, as a
+    receiver that has it already does, and the disagreement is counted.
+
+    ``at`` holds per segment (stream order, group in the high bits of offsets):
+    ``start``, ``new`` (where its new bytes start), ``kept``, ``prev`` (how far the
+    stream was covered before it), ``cap_end``, ``src`` (its bytes in the buffer) and
+    ``pos`` (the stream offset of its new bytes)."""
+    own = np.flatnonzero(at["kept"])
+    if not own.size:
+        return 0
+    keys = at["new"][own]
+    lo = own[np.maximum(np.searchsorted(keys, at["start"][rows], side="right") - 1, 0)]
+    x1 = np.minimum(at["prev"][rows], at["cap_end"][rows])
+    hi = own[np.maximum(np.searchsorted(keys, x1 - 1, side="right") - 1, 0)]
+    pos = at["pos"][lo] + at["start"][rows] - at["new"][lo]
+    end = at["pos"][hi] + x1 - at["new"][hi]
+    mv = memoryview(st.buf).cast("B")
+    n = 0
+    for p, q, x0, x1v, src in zip(
+        pos.tolist(), end.tolist(), at["start"][rows].tolist(), x1.tolist(),
+        at["src"][rows].tolist(), strict=True,
+    ):  # fmt: skip
+        # Both ends must map into captured bytes of one run (no hole, no clipped gap).
+        if q - p != x1v - x0 or st.has_gap(p, q):
+            continue
+        n += st.window(p, q) != mv[src : src + q - p].tobytes()
+    return n
