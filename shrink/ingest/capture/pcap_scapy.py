@@ -37,6 +37,28 @@ _IPV6_EXT = (0, 43, 60, 51)
 # AF_INET6 of FreeBSD (28) and macOS (30) on the NULL link, in either writer's byte order.
 _NULL_INET6 = (b"\x1c\0\0\0", b"\x1e\0\0\0", b"\0\0\0\x1c", b"\0\0\0\x1e")
 
+# Where the ethertype is, and where a VLAN tag would start, on the links that have one:
+# Ethernet, Linux cooked v1 (SLL) and v2 (SLL2).
+_ETHERTYPE_AT = {1: (12, 14), 113: (14, 16), 276: (0, 20)}
+_TAG_TYPES = (b"\x88\xa8", b"\x91\x00")
+
+
+def _plain_tags(raw: bytes, linktype: int) -> bytes:
+    """``raw`` with up to two VLAN tags marked 802.1Q (0x8100), as the fast engine takes
+    them: scapy dissects 802.1ad (0x88A8) and the older QinQ 0x9100 otherwise, or not."""
+    at = _ETHERTYPE_AT.get(linktype)
+    if at is None:
+        return raw
+    et, nxt = at
+    for _ in range(2):
+        kind = raw[et : et + 2]
+        if kind in _TAG_TYPES and nxt + 4 <= len(raw):
+            raw = raw[:et] + b"\x81\x00" + raw[et + 2 :]
+        elif kind != b"\x81\x00" or nxt + 4 > len(raw):
+            break
+        et, nxt = nxt + 2, nxt + 4
+    return raw
+
 
 def _addr16(text: str, v4: bool) -> bytes:
     if v4:
@@ -79,6 +101,7 @@ class _Collector:
         if linktype not in LINKTYPES or cls is None:
             self.skipped["unsupported-link"] += 1
             return
+        raw = _plain_tags(raw, linktype)
         if linktype == 0 and raw[:4] in _NULL_INET6:
             # FreeBSD/macOS AF_INET6 on the NULL link; scapy binds only 10 and 24.
             p = IPv6(raw[4:]) if len(raw) >= 44 else Raw(raw[4:])
