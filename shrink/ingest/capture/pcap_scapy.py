@@ -354,8 +354,9 @@ def _read_pcapng(
     if reader.classic_at is not None:
         why = joined("a classic pcap's", "it is not pcapng")
         damage = _damage(path, data, reader.classic_at, packets + 1, strict, why)
-    elif fh.tell() != len(data):
-        damage = _damage(path, data, pos, packets + 1, strict)
+    elif reader.cut_at is not None or fh.tell() != len(data):
+        at = pos if reader.cut_at is None else reader.cut_at
+        damage = _damage(path, data, at, packets + 1, strict)
     return packets, truncated, damage, reader.sections
 
 
@@ -371,6 +372,7 @@ def _pcapng_reader(fh: io.BytesIO, size: int) -> Any:
             self.sections: list[int] = []  # later sections' offsets (pcapngs joined)
             self.classic_at: int | None = None  # a classic pcap joined after the pcapng
             self.offset_ns = 0  # the if_tsoffset of the last packet's interface
+            self.cut_at: int | None = None  # where a block the file ends inside starts
             super().__init__(*args)
 
         def _read_block_idb(self, block: bytes, size: int) -> None:
@@ -388,6 +390,14 @@ def _pcapng_reader(fh: io.BytesIO, size: int) -> Any:
             self.f.seek(start)
             if head[:4] in CLASSIC_MAGICS:  # scapy read on to the end, found nothing
                 self.classic_at = start
+                raise EOFError
+            if 0 < len(head) < 12 or (
+                len(head) == 12
+                and start + struct.unpack(self.endian + "I", head[4:8])[0] > size_of_file
+            ):
+                # A block cut short (the file ends inside it): scapy warns, reads what is
+                # there and ends quietly; it is damage where the block starts.
+                self.cut_at = start
                 raise EOFError
             if len(head) == 12:
                 btype, blen, ifid = struct.unpack(self.endian + "III", head)
