@@ -446,10 +446,10 @@ def _first_sent(st: Streams, start: np.ndarray, end: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     a = np.searchsorted(st.piece_start, start, side="right") - 1
     b = np.searchsorted(st.piece_start, np.maximum(end - 1, start), side="right") - 1
-    t = st.piece_ts[a].copy()
-    for i in np.flatnonzero(b > a).tolist():  # requests over several pieces only
-        t[i] = st.piece_ts[a[i] : b[i] + 1].min()
-    return t
+    # The least time over pieces a..b of each: reduceat over [a0, b0+1, a1, b1+1, ...]
+    # (a sentinel piece makes b+1 a valid index), every other result.
+    ts = np.append(st.piece_ts, np.iinfo(np.int64).max)
+    return np.minimum.reduceat(ts, np.column_stack([a, b + 1]).ravel())[::2]
 
 
 def parse_http(st: Streams, *, cookie: str | None = None, max_body: int = MAX_BODY) -> HttpResult:
