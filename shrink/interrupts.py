@@ -37,6 +37,7 @@ __all__ = [
     "install",
     "leave_to_loop",
     "note",
+    "noted",
     "raise_if_held",
     "received",
     "retake",
@@ -106,6 +107,13 @@ def note(signum: int) -> None:
 def received() -> int:
     """The last stop signal recorded (SIGINT if none: a KeyboardInterrupt of Python's)."""
     return _last[0]
+
+
+def noted() -> int | None:
+    """The stop signal :func:`note` recorded, or None when none was: an engine stopped by
+    its stop event (a testbed's watch, a server down) was said stopped by SIGINT, the
+    default of :func:`received`."""
+    return _last[0] if _stopping[0] else None
 
 
 def stopped_by() -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from helpers.fake_engines import (
+    HaltedByEvent,
     Part0Hangs,
     Part0Killed,
     Part0Stopped,
@@ -553,6 +554,34 @@ def test_a_stop_signal_sent_to_one_engine_process_alone_is_said_as_its(
     assert "engine process 0 (PID " in said and "stopped by SIGTERM, sent to it alone" in said
     assert "the other process ran its part to the end" in said
     assert interrupts.stopped_by() == "stopped by SIGTERM" and interrupts.exit_status() == 143
+
+
+def test_a_run_stopped_by_its_event_is_not_said_stopped_by_a_signal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A testbed's watch stops the run (a server went down) by an event, no signal sent:
+    # each engine process reported the signal it had recorded, none, read as SIGINT, so
+    # the run said "engine process 0 (PID N): stopped by SIGINT, sent to it alone" of
+    # each and the command stopped as a Ctrl-C (exit 130), not on the server's crash.
+    import multiprocessing as mp
+
+    from shrink import interrupts
+    from shrink.replay.engine import EngineConfig
+    from shrink.schedule import open_loop_trace
+
+    monkeypatch.setattr(interrupts, "_stopping", [False])  # (this process's own record)
+    monkeypatch.setattr(interrupts, "_last", [int(signal.SIGINT)])
+    halt = mp.get_context("fork").Event()
+    halt.set()
+    placement = GeneratorPlacement(processes=2, engine=HaltedByEvent(), realtime=0, stop=halt)
+    _, run = scaleout.run_engines(
+        open_loop_trace("/x", 100.0, 0.2),
+        EngineConfig(targets=[("127.0.0.1", 9)], timeout=0.5),
+        rate_factor=1.0, horizon=0.2, generator=placement, out=tmp_path / "r.parquet",
+    )  # fmt: skip
+    assert run.interrupted
+    assert not run.extra.get("errors"), run.extra
+    assert not interrupts._stopping[0]  # the command was not stopped by a signal
 
 
 class _AwakeThenPart0Killed:

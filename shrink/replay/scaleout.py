@@ -265,8 +265,9 @@ def _child(
         with Continued() as continued:
             stats = engine(sched, config, writer, on_ready=ready)
         stats = note_stop(stats, watch, continued.count)
-        if stats.interrupted:  # (which signal: the parent may not have had one)
-            stats = replace(stats, extra={**stats.extra, "stop_signal": interrupts.received()})
+        # (which signal: the parent may not have had one; none when its stop event ended it)
+        if stats.interrupted and (sig := interrupts.noted()) is not None:
+            stats = replace(stats, extra={**stats.extra, "stop_signal": sig})
         if writer.error is not None:
             raise writer.error
         pipe.send(("done", stats))

@@ -200,3 +200,19 @@ class HeldAfterItsEnd:
         for sig in self.then:
             os.kill(os.getpid(), sig)
         return stats
+
+
+class HaltedByEvent:
+    """An engine stopped by its ``stop`` event (a testbed's watch sets it when a server
+    goes down), as the native engine is: its rows so far kept, ``interrupted``, and no
+    stop signal taken."""
+
+    def __call__(self, schedule, config, writer, **kw):  # type: ignore[no-untyped-def]
+        from dataclasses import replace
+
+        from shrink.replay.fake import FakeEngine
+
+        kw.pop("awake", None)
+        stop = kw.pop("stop", None)
+        stats = FakeEngine()(schedule, config, writer, **kw)
+        return replace(stats, interrupted=bool(stop is not None and stop.is_set()))
