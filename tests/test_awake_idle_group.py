@@ -707,3 +707,25 @@ def test_why_no_spinner_ran_without_an_idle_group_is_said(monkeypatch: pytest.Mo
     text = _awake_text(0, None, why_not)
     assert f"no spinner ran: no idle cpu cgroup for the spinners: {why}" in text
     assert "built without it" not in text
+
+
+@pytest.mark.compute
+def test_two_engine_processes_each_sent_a_signal_are_not_said_to_have_run_to_the_end() -> None:
+    # kill -TERM of both engine processes of --processes 2: each was said "the other
+    # process ran its part to the end", of the other one stopped too.
+    from types import SimpleNamespace
+
+    from shrink.replay.engine_parts import stopped_alone
+
+    procs = [SimpleNamespace(pid=11), SimpleNamespace(pid=12)]
+    term = SimpleNamespace(interrupted=True, extra={"stop_signal": int(signal.SIGTERM)})
+    said, first = stopped_alone([term, term], [], procs)
+    assert first == signal.SIGTERM and len(said) == 2
+    assert not any("ran its part to the end" in s for s in said), said
+    assert said[0].endswith("its part of the load ends there, the other one did not")
+    whole = SimpleNamespace(interrupted=False, extra={})
+    said, _ = stopped_alone([term, whole], [], procs)
+    assert said == [
+        "engine process 0 (PID 11): stopped by SIGTERM, sent to it alone (not to this "
+        "command): its part of the load ends there, the other process ran its part to the end"
+    ]

@@ -114,20 +114,28 @@ def stopped_alone(
     while the other process ran its part to the end. ``stats``: those that reported, in
     the order of ``procs`` less ``ended``."""
     gone = {i for i, _ in ended}
-    said: list[str] = []
-    first: int | None = None
     reported = [i for i in range(len(procs)) if i not in gone]
-    for i, st in zip(reported, stats, strict=False):
-        sig = (getattr(st, "extra", None) or {}).get("stop_signal")
-        if not getattr(st, "interrupted", False) or sig is None:
-            continue
-        first = int(sig) if first is None else first
-        name = signal.Signals(int(sig)).name if int(sig) in set(signal.Signals) else str(sig)
-        others = len(procs) - 1
-        said.append(
-            f"engine process {i} (PID {procs[i].pid}): stopped by {name}, sent to it alone "
-            f"(not to this command): its part of the load ends there, the other "
-            f"{'process ran its part' if others == 1 else f'{others} processes ran theirs'} "
-            "to the end"
-        )
-    return said, first
+    alone = [
+        (i, int(sig))
+        for i, st in zip(reported, stats, strict=False)
+        if getattr(st, "interrupted", False)
+        and (sig := (getattr(st, "extra", None) or {}).get("stop_signal")) is not None
+    ]
+    # (those that ran to the end: "the other process ran its part to the end" was said of
+    # each of two processes both sent a signal)
+    ran, others = len(stats) - len(alone), len(procs) - 1
+    rest = (
+        ("the other process ran its part to the end" if ran else "the other one did not")
+        if others == 1
+        else f"{ran} of the other {others} processes ran theirs to the end"
+    )
+    said = [
+        f"engine process {i} (PID {procs[i].pid}): stopped by {_name(sig)}, sent to it alone "
+        f"(not to this command): its part of the load ends there, {rest}"
+        for i, sig in alone
+    ]
+    return said, (alone[0][1] if alone else None)
+
+
+def _name(sig: int) -> str:
+    return signal.Signals(sig).name if sig in set(signal.Signals) else str(sig)
