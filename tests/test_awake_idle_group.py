@@ -729,3 +729,46 @@ def test_two_engine_processes_each_sent_a_signal_are_not_said_to_have_run_to_the
         "engine process 0 (PID 11): stopped by SIGTERM, sent to it alone (not to this "
         "command): its part of the load ends there, the other process ran its part to the end"
     ]
+
+
+def test_a_report_that_comes_as_a_hung_process_is_killed_is_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The kill of a process found quiet past the deadline raced with its report: one sent
+    # between the last look at its pipe and the kill was dropped, its whole part said
+    # "hung, killed" and not merged.
+    import subprocess
+    from collections import deque
+    from types import SimpleNamespace
+
+    from shrink.replay import waiting
+
+    class Pipe:
+        def __init__(self) -> None:
+            self.q: deque[object] = deque()
+
+        def send(self, obj: object) -> None:
+            pass
+
+        def poll(self, timeout: float = 0.0) -> bool:
+            return bool(self.q)
+
+        def recv(self) -> object:
+            return self.q.popleft()
+
+    pipe = Pipe()
+
+    def hung(self: object) -> str:
+        pipe.q.append(("done", "its stats"))  # (its report, just before the kill)
+        return "hung, killed"
+
+    monkeypatch.setattr(waiting._Quiet, "hung", hung)
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        _, stats, ended, stopped = waiting.let_go(
+            [pipe], [SimpleNamespace(pid=child.pid)], 0, None, deadline_s=0.0
+        )
+    finally:
+        child.kill()
+        child.wait()
+    assert (stats, ended, stopped) == (["its stats"], [], False)

@@ -84,7 +84,7 @@ def let_go(
                         break
                     if monotonic() > t0 + deadline_s and (said := quiet.hung()) is not None:
                         os.kill(procs[i].pid, signal.SIGKILL)
-                        kind, payload = "lost", said
+                        kind, payload = _last_word(pipe, said)
                         break
                 except KeyboardInterrupt:
                     stopped = True
@@ -117,6 +117,19 @@ def reap(procs: Sequence[Any], wait_s: float = 10.0) -> None:
             if _stopped(proc.pid):
                 proc.kill()  # (its part was written and closed before its report)
             proc.join(timeout=0.05)
+
+
+def _last_word(pipe: Any, said: str) -> tuple[str, Any]:
+    """What a process killed as hung had sent: a report that came between the last look
+    at its pipe and the kill (its part written whole) was lost, and the process said
+    hung; else ("lost", ``said``)."""
+    try:
+        if pipe.poll(0):
+            kind, payload = pipe.recv()
+            return kind, payload
+    except (EOFError, OSError, ValueError):  # (a report cut by the kill)
+        pass
+    return "lost", said
 
 
 class _Quiet:
