@@ -59,3 +59,25 @@ def test_a_p999_whose_knee_lies_above_the_means_still_gets_bracketed():
         assert res.status == "ok", (seed, [lv.level for lv in curve.levels])
         assert res.mat == pytest.approx(930, rel=0.1)
         assert mat(curve, "mean", 0.005).mat == pytest.approx(800, rel=0.08)
+
+
+@pytest.mark.compute
+def test_a_probe_that_measured_nothing_names_the_window_its_run_needed() -> None:
+    # The probe's run on a share in slow motion needs its warm-up and window scaled_time
+    # times the plan's, and its window is the shorter of min_duration and duration: it
+    # said "which last 4 s at that rate, short of a 3 s window" of a run that needed 6 s.
+    from shrink.autolevels._plan import AutoPlan, SweepScaling
+    from shrink.autolevels._sweep import _Sweep
+    from shrink.schedule import open_loop_trace
+
+    sweep = object.__new__(_Sweep)
+    sweep.plan = AutoPlan(warmup=0.0, duration=3.0, min_duration=3.0)
+    sweep.trace = open_loop_trace("/x", 0.25, 8.0)  # (two requests, 4 s apart)
+    sweep.knob, sweep.starts_skipped = "rate_factor", False
+    sweep.scaling = SweepScaling(scaled_time=2.0)
+    said = sweep._too_short_for_probe(1.0)
+    assert "which last 4 s at that rate, short of a 6 s window (the plan's, 2 times" in said
+    sweep.plan = AutoPlan(warmup=1.0, duration=2.0, min_duration=3.0)
+    sweep.scaling = SweepScaling()
+    said = sweep._too_short_for_probe(1.0)
+    assert "short of 1 s of warm-up and a 2 s window; use a longer trace" in said

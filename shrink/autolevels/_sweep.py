@@ -231,11 +231,13 @@ class _Sweep:
             f"{n:,} request{'s' if n != 1 else ''} spanning {span:.3g} s"
             f", which last {span / factor:.3g} s at that rate"
         )
-        need = (
-            f"{plan.warmup:g} s of warm-up and a {plan.min_duration:g} s window"
-            if plan.warmup > 0
-            else f"a {plan.min_duration:g} s window"
-        )
+        # (what the scaled side's run needed: its warm-up and window k times the plan's)
+        k = self.scaling.scaled_time
+        warm, least = k * plan.warmup, k * min(plan.min_duration, plan.duration)
+        need = f"{warm:g} s of warm-up and a {least:g} s window" if warm > 0 else ""
+        need = need or f"a {least:g} s window"
+        if k != 1.0:
+            need += f" (the plan's, {k:g} times as long on the share)"
         head = f"the probe level ({self.knob} {probe:g}) measured nothing"
         if self.starts_skipped:
             return (
