@@ -280,3 +280,43 @@ def test_root_that_may_not_look_at_a_namespaces_processes_does_not_take_it_for_g
         ns.wait()
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+def test_a_living_namespace_is_not_taken_for_gone_after_the_clock_stepped_forward(
+    tmp_path, monkeypatch
+):
+    # The boot time (btime) moves with the wall clock: stepped an hour forward since `up`
+    # (NTP's first sync on a machine with no clock), the testbed's living namespace's
+    # processes read as begun after its "started" plus a minute, and it was taken for
+    # another that took its number: status said crashed, down cleared its run folder.
+    import json
+    from datetime import UTC, datetime
+
+    from shrink.testbed.state import elsewhere
+    from tests.helpers.testbed import lighttpd_replica
+
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("a PID namespace of its own needs root and unshare")
+    if processes.pid_namespace() != processes._TOP_PID_NS:
+        pytest.skip("needs the top PID namespace")
+    ns = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "sleep", "60"])
+    try:
+        deadline = time.monotonic() + 10
+        while not (init := processes.descendants(ns.pid)) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        p = init[0]
+        mine = os.stat(f"/proc/{p}/ns/pid").st_ino
+        tick = processes.proc_info(p).starttime
+        r = replace(lighttpd_replica(), cpus=[0], masters=[p], processes={"lighttpd": [p]},
+                    starttimes={p: tick}, pinned={})  # fmt: skip
+        now = datetime.now(UTC).isoformat()
+        st = TestbedState([r], {}, {"name": "1-replica"}, {}, "doc", {}, now, pid_ns=mine)
+        assert st.elsewhere() is not None  # (its own namespace, living)
+        boot = processes._boot_time()
+        monkeypatch.setattr(processes, "_boot_time", lambda: boot + 3600.0)
+        assert st.elsewhere() is not None
+        d = json.loads(st.write(tmp_path / "tb.json").read_text())  # (as the JSON's readers)
+        assert elsewhere(d["pid_ns"], d["started"], d["replicas"]) is not None
+    finally:
+        ns.kill()
+        ns.wait()

@@ -44,7 +44,7 @@ def testbed_problem(
     changed since it was recorded (:mod:`shrink.testbed.watch`); None if nothing is."""
     replicas = _replicas(state) if replicas is None else replicas
     if (
-        why := elsewhere(state.get("pid_ns"), state.get("started"))
+        why := elsewhere(state.get("pid_ns"), state.get("started"), state.get("replicas"))
     ) is not None:  # a stop could not be seen
         return f"cannot be watched from here: {why}"
     if (down := server_problem(state, replicas)) is not None:

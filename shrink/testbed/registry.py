@@ -200,7 +200,12 @@ def _load(entry: Path) -> dict[str, Any] | None:
 
 
 def _why_stale(doc: dict[str, Any]) -> str | None:
-    if elsewhere(doc["state"].get("pid_ns"), doc["state"].get("started")) is not None:
+    if (
+        elsewhere(
+            doc["state"].get("pid_ns"), doc["state"].get("started"), doc["state"].get("replicas")
+        )
+        is not None
+    ):
         return None  # its PIDs name other processes here: not judged (nor stopped) from here
     owner = doc.get("owner")
     if owner and not process.is_alive(int(owner["pid"]), owner.get("starttime")):

@@ -26,6 +26,7 @@ share is held: :mod:`shrink.enforce`'s description, or None) as ``share_enforce`
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -254,7 +255,7 @@ class TestbedState(files.VersionedFile):
 
     def elsewhere(self) -> str | None:
         """:func:`elsewhere` of this state's ``pid_ns``."""
-        return elsewhere(self.pid_ns, self.started)
+        return elsewhere(self.pid_ns, self.started, self.replicas)
 
     def write(self, path: str | Path) -> Path:
         """Write atomically (a reader never sees half a file)."""
@@ -273,7 +274,7 @@ class TestbedState(files.VersionedFile):
         return cls.from_dict(d, source=str(path))
 
 
-def elsewhere(pid_ns: object, started: object = None) -> str | None:
+def elsewhere(pid_ns: object, started: object = None, replicas: object = None) -> str | None:
     """Why a testbed's PIDs cannot be looked at from here: ``up`` ran in PID namespace
     ``pid_ns``, not this process's (``unshare --pid``, a container sharing this file
     system), so its PIDs name other processes here, or none; None if the same or unknown.
@@ -284,7 +285,7 @@ def elsewhere(pid_ns: object, started: object = None) -> str | None:
     here = pid_namespace()
     if not isinstance(pid_ns, int) or here is None or here == pid_ns:
         return None
-    if pid_namespace_gone(pid_ns, _began_by(started)):
+    if pid_namespace_gone(pid_ns, _began_by(started, replicas)):
         return None  # its processes ended with it: looked at here, found gone
     return (
         f"the testbed was brought up in another PID namespace (pid:[{pid_ns}]; this shrink "
@@ -293,16 +294,35 @@ def elsewhere(pid_ns: object, started: object = None) -> str | None:
     )
 
 
-def _began_by(started: object) -> float | None:
+def _began_by(started: object, replicas: object = None) -> float | None:
     """The wall-clock time a testbed's namespace was there by: its ``started`` (an ISO
-    time, written once its servers ran), a minute later (both are to the second, and
-    the clock may be stepped since); None if unknown."""
+    time, written once its servers ran), a minute later (both are to the second); None
+    if unknown. Or, if later, when its servers began (their recorded start times since
+    boot) on the clock as it is now: a wall clock stepped forward over a minute since
+    ``up`` (NTP's first sync) put a living namespace's processes after ``started`` and
+    it was taken for another that took its number (status: crashed; down cleared it)."""
     from datetime import datetime
 
+    from shrink.processes import _boot_time
+
     try:
-        return datetime.fromisoformat(str(started)).timestamp() + 60.0
+        by = datetime.fromisoformat(str(started)).timestamp() + 60.0
     except (TypeError, ValueError, OverflowError):
         return None
+    ticks = [t for r in _list(replicas) for t in _starts(r) if isinstance(t, int) and t >= 0]
+    boot = _boot_time() if ticks else None
+    return by if boot is None else max(by, boot + max(ticks) / os.sysconf("SC_CLK_TCK") + 1)
+
+
+def _list(replicas: object) -> list[Any]:
+    return replicas if isinstance(replicas, list) else []
+
+
+def _starts(replica: object) -> list[Any]:
+    """A replica's recorded start times, of a state or of its JSON (any shape: [])."""
+    got = replica.get("starttimes") if isinstance(replica, dict) else None
+    got = getattr(replica, "starttimes", got)
+    return list(got.values()) if isinstance(got, dict) else []
 
 
 def salvage_pids(path: str | Path) -> dict[int, int | None]:
