@@ -253,3 +253,23 @@ def test_root_with_cap_sys_nice_refused_for_another_reason_is_not_told_of_a_cgro
         assert "rt_runtime_us" not in said and "without the capability" not in said
         assert "seccomp filter" in said
     assert "(cpu.rt_runtime_us 0)" in processes.realtime_refused(10, 0)
+
+
+@pytest.mark.compute
+def test_a_containers_own_cpu_group_mounted_as_its_folder_gives_its_rt_runtime(tmp_path):
+    # Docker on cgroup v1 (no cgroup namespace) mounts the container's own group, root
+    # /docker/ID, as /sys/fs/cgroup/cpu; /proc/self/cgroup names /docker/ID. Its file was
+    # looked for at /docker/ID below the mount, not found, and SCHED_FIFO refused there
+    # (rt_runtime_us 0, Docker's default) was said to be a seccomp filter's doing.
+    from shrink.enforce.cfs import own_rt_runtime_us
+
+    (tmp_path / "cpu.rt_runtime_us").write_text("0\n")
+    layout = CgroupLayout(1, tmp_path, None, tmp_path)
+    cgroup = "5:cpu,cpuacct:/docker/abc\n4:memory:/docker/abc\n"
+    mounts = f"100 99 0:30 /docker/abc {tmp_path} ro,nosuid - cgroup cgroup rw,cpu,cpuacct\n"
+    assert own_rt_runtime_us(layout, cgroup, mounts) == 0
+    # (the host's view: the whole hierarchy mounted, the group below it)
+    (tmp_path / "docker" / "abc").mkdir(parents=True)
+    (tmp_path / "docker" / "abc" / "cpu.rt_runtime_us").write_text("950000\n")
+    mounts = f"100 99 0:30 / {tmp_path} rw,nosuid - cgroup cgroup rw,cpu,cpuacct\n"
+    assert own_rt_runtime_us(layout, cgroup, mounts) == 950000

@@ -187,17 +187,34 @@ def in_root_cpu_group(
     return True  # (no line for the controller: not in any of its groups)
 
 
-def own_rt_runtime_us(layout: CgroupLayout | None = None) -> int | None:
+def own_rt_runtime_us(
+    layout: CgroupLayout | None = None,
+    cgroup_text: str | None = None,
+    mountinfo_text: str | None = None,
+) -> int | None:
     """cgroup v1's cpu.rt_runtime_us of this process's cpu group (0: realtime tasks get
-    no time there), or None where there is none or it cannot be read."""
+    no time there), or None where there is none or it cannot be read. The group's path
+    is taken from the hierarchy's mount root: a container's bind mount of its own group
+    (Docker on cgroup v1) shows /docker/ID as its folder, whose file was not found at
+    /docker/ID below it, and the refusal was said to be another's (a seccomp filter)."""
     layout = layout if layout is not None else cgroup_layout()
     if layout.version != 1 or layout.cpu is None:
         return None
     with contextlib.suppress(OSError, ValueError):
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
+        if cgroup_text is None:
+            cgroup_text = Path("/proc/self/cgroup").read_text()
+        if mountinfo_text is None:
+            mountinfo_text = Path("/proc/self/mountinfo").read_text()
+        where = str(layout.cpu)
+        roots = [f[3] for f in map(str.split, mountinfo_text.splitlines()) if f[4:5] == [where]]
+        root = roots[-1].rstrip("/") if roots else ""
+        for line in cgroup_text.splitlines():
             _, controllers, path = line.split(":", 2)
             if "cpu" in controllers.split(","):
-                group = layout.cpu / path.strip().lstrip("/")
+                path = path.strip()
+                if root and (path == root or path.startswith(root + "/")):
+                    path = path[len(root) :]
+                group = layout.cpu / path.lstrip("/")
                 return int((group / "cpu.rt_runtime_us").read_text())
     return None
 
