@@ -357,8 +357,38 @@ def remove_run_root(run_dir: str | Path, base: Path) -> bool:
     except OSError:
         return False
     if ours:
-        shutil.rmtree(root, ignore_errors=True)
+        _remove_tree(root)
     return ours and not root.exists()
+
+
+def _remove_tree(root: Path) -> None:
+    """Remove ``root``, a run root ``up`` made. Its ``srv/`` is the server user's (0700):
+    root without CAP_DAC_OVERRIDE (a container, ``capsh --drop``) may not enter it, and
+    ``rmtree`` left the whole run root, the servers' configs and logs, without a word.
+    Each folder it could not enter or empty is made root's (``lchown``: never through a
+    symlink; CAP_CHOWN) and the removal tried again, a pass a level deeper."""
+    for _ in range(32):  # a run root is a few levels deep
+        blocked: list[str] = []
+
+        def note(_func: object, path: str, exc: object, blocked: list[str] = blocked) -> None:
+            blocked.append(path)
+
+        shutil.rmtree(root, onerror=note)
+        if not root.exists() or not blocked:
+            return
+        changed = False
+        for path in {str(q) for b in blocked for q in (b, os.path.dirname(b))}:
+            inside = path == str(root) or path.startswith(str(root) + os.sep)
+            try:
+                st = os.lstat(path)
+                if inside and stat.S_ISDIR(st.st_mode) and st.st_uid != os.geteuid():
+                    os.chown(path, os.geteuid(), -1, follow_symlinks=False)
+                    changed = True
+                    os.chmod(path, 0o700, follow_symlinks=False)  # its owner may enter, empty it
+            except (OSError, NotImplementedError):
+                continue
+        if not changed:
+            return
 
 
 # Characters a path may not hold to be written into lighttpd's, nginx's or php-fpm's

@@ -1,0 +1,58 @@
+"""``testbed down`` as root without CAP_DAC_OVERRIDE (a container, ``capsh --drop``).
+
+A replica's ``srv/`` is the server user's, mode 0700: such a root may not enter it.
+``down`` said "r0: stopped 4 processes", exit 0, and left the whole run root (the
+servers' configs, logs and sockets) under shrink's private folder without a word.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+_REMOVE = """
+import sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from shrink.testbed.private import remove_run_root
+base = Path(sys.argv[2])
+print(remove_run_root(base / "up-tb-x" / "r0", base))
+"""
+
+
+def test_a_run_root_whose_srv_folder_is_the_server_users_is_removed_without_dac_override(
+    tmp_path: Path,
+) -> None:
+    capsh = shutil.which("capsh")
+    if os.geteuid() != 0 or capsh is None:
+        pytest.skip("needs root and capsh")
+    base = tmp_path / "run"
+    srv = base / "up-tb-x" / "r0" / "srv"
+    (srv / "tmp").mkdir(parents=True)
+    (srv / "error.log").write_text("log\n")
+    (srv / "tmp" / "sess").write_text("x")
+    (base / "up-tb-x" / "r0" / "nginx.conf").write_text("conf\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("keep")
+    (srv / "link").symlink_to(outside)  # planted by the server user: never followed
+    for p in (srv / "tmp" / "sess", srv / "tmp", srv / "error.log", srv):
+        os.chown(p, 65534, 65534)
+        os.chmod(p, 0o700 if p.is_dir() else 0o600)
+    os.chown(outside, 65534, 65534, follow_symlinks=False)
+    drop = "--drop=cap_dac_override,cap_dac_read_search"
+    shell = 'exec "$0" -c "$1" "$2" "$3"'
+    cmd = [capsh, drop, "--", "-c", shell, sys.executable, _REMOVE, str(ROOT), str(base)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True"
+    assert not (base / "up-tb-x").exists()
+    assert (outside / "keep").read_text() == "keep"
+    assert os.stat(outside).st_uid == 65534  # the symlink's target was not made root's
