@@ -353,3 +353,20 @@ def test_php_cgi_starts_with_tmp_read_only(tmp_path):
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
     assert "Unable to create lock file" not in done.stdout + done.stderr
     assert done.returncode == 0 and done.stdout.startswith("PHP ")
+
+
+def test_a_folder_without_an_index_file_is_said_as_a_403(tmp_path):
+    """A recorded trace's "/" against a docroot with no index.html (any `shrink synth`
+    docroot): "they will fail (404)", where nginx and lighttpd both answer 403 (no
+    directory listing)."""
+    (tmp_path / "static").mkdir()
+    (tmp_path / "static" / "a.bin").write_bytes(b"x")
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "index.php").write_text("<?php")
+    paths = ["/", "/static/", "/static/a.bin", "/app/", "/gone.bin", "/static?x=1"]
+    tr = Trace.from_columns({"session": [0] * 6, "t": [0.0] * 6, "path": paths})
+    cov = docroot_coverage(tr, tmp_path)
+    line = cov.warning("t.parquet")
+    assert cov.missing == ["/", "/gone.bin", "/static/", "/static?x=1"]
+    assert cov.no_index == 2 and line is not None  # (/static: a redirect to /static/)
+    assert "fail (404, or 403 for the 2 folders without an index file)" in line, line

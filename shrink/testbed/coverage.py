@@ -1,4 +1,5 @@
-"""Does a document root serve a trace? The paths it lacks would all come back 404.
+"""Does a document root serve a trace? The paths it lacks come back 404 (403 for a
+hidden one, or a folder there without an index file).
 
 A request's path (without its query string, percent-decoded) is served when it
 names a file under the docroot, or a folder with an index file, and no segment of
@@ -40,6 +41,8 @@ class DocrootCoverage:
     user: str = ""
     # of ``missing``: there, but neither a file nor a folder (a FIFO: 404; a socket: 500)
     not_files: int = 0
+    # of ``missing``: a folder there without an index file (both stacks: 403, no listing)
+    no_index: int = 0
 
     def warning(self, trace_name: str) -> str | None:
         """One line for the user, or None when every path is there (and readable).
@@ -63,7 +66,11 @@ class DocrootCoverage:
             )
         eg = ", ".join(self.missing[:3])
         hidden = sum(1 for p in self.missing if _HIDDEN.search("/" + served_path(p)))
-        why = f"404, or 403 for the {hidden:,} hidden" if hidden else "404"
+        forbidden = [f"the {hidden:,} hidden"] if hidden else []
+        if self.no_index:  # "/" of a docroot without index.html: 403 on both stacks, not 404
+            s = "s" if self.no_index != 1 else ""
+            forbidden.append(f"the {self.no_index:,} folder{s} without an index file")
+        why = f"404, or 403 for {' and '.join(forbidden)}" if forbidden else "404"
         if self.not_files:  # a FIFO or a socket planted at a trace's path: not a 404 each
             why += f"; the {self.not_files:,} that are neither file nor folder, 404 or 500"
         # the ones there but unreadable fail as well: said, not left out of the count
@@ -118,6 +125,20 @@ def _not_a_file(root: Path, path: str) -> bool:
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
+def _folder_without_index(root: Path, path: str) -> bool:
+    """Whether ``path`` names a folder in the docroot with no index file (a 403), ending
+    in "/" (without it, both stacks redirect to it: a 301)."""
+    rel = served_path(path)
+    if "\x00" in rel or _HIDDEN.search("/" + rel) or not (rel == "" or rel.endswith("/")):
+        return False
+    try:
+        target = (root / rel).resolve()
+    except (OSError, ValueError, RuntimeError):
+        return False
+    inside = target == root or root in target.parents
+    return inside and target.is_dir()  # (one with an index is served: not in ``missing``)
+
+
 def docroot_coverage(
     trace: Trace, docroot: str | Path, user: ServerUser | None = None
 ) -> DocrootCoverage:
@@ -135,6 +156,7 @@ def docroot_coverage(
         unreadable = sorted(p for p, f in served.items() if f is not None and not readable(f))
     return DocrootCoverage(
         not_files=sum(1 for p in missing if _not_a_file(root, str(p))),
+        no_index=sum(1 for p in missing if _folder_without_index(root, str(p))),
         docroot=root,
         paths=len(counts),
         missing=missing,
