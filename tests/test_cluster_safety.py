@@ -172,6 +172,33 @@ def test_a_generator_elsewhere_is_refused_a_link_local_target_with_a_zone():
 
 
 @pytest.mark.compute
+def test_a_generator_whose_actor_died_is_not_told_to_install_shrink():
+    # kill -9 of a Ray process mid-sweep (its raylet went, and the actors with it): "a
+    # generator slot could not say where it runs (ActorDiedError): install the same
+    # shrink on every node of the cluster"
+    from ray.exceptions import ActorDiedError, RayTaskError
+
+    class _Ray:
+        def __init__(self, exc):
+            self.exc = exc
+
+        def get(self, _refs, timeout=None):
+            raise self.exc
+
+    actor = types.SimpleNamespace(where=types.SimpleNamespace(remote=lambda: None))
+    dead = ActorDiedError()
+    dead.error_msg += "\n\tpid: 7\nThe actor is dead because its node has died."
+    with pytest.raises(ReplayError) as died:
+        cl._places(_Ray(dead), [actor])
+    said = str(died.value)
+    assert "Ray actor died before its run started (ActorDiedError: The actor is dead " in said
+    assert "killed or crashed" in said and "install" not in said
+    init = ActorDiedError(RayTaskError("where", "tb", ModuleNotFoundError("shrink")))
+    with pytest.raises(ReplayError, match="install the same shrink on every node"):
+        cl._places(_Ray(init), [actor])
+
+
+@pytest.mark.compute
 def test_a_generator_running_another_shrink_is_refused():
     here = cl.place()
     with pytest.raises(ReplayError, match=r"^generator slot 0 on .* runs shrink '0\.0\.1'"):

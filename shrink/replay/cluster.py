@@ -45,7 +45,7 @@ from pathlib import Path
 from time import monotonic
 from typing import Any
 
-from shrink.errors import ParameterError, ReplayError
+from shrink.errors import ParameterError, ReplayError, printable
 from shrink.replay.cluster_collect import GRACE, STOP_WAIT, LostGenerator
 from shrink.replay.cluster_collect import collect as _collect
 from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
@@ -473,13 +473,28 @@ def _places(ray: Any, actors: list[Any]) -> list[dict[str, Any]]:
     try:
         places = ray.get([a.where.remote() for a in actors], timeout=60)
     except Exception as exc:  # an actor that cannot load this shrink, or an older one
-        raise ReplayError(
-            f"a generator slot could not say where it runs ({type(exc).__name__}): "
-            "install the same shrink on every node of the cluster"
-        ) from None
+        raise ReplayError(_unplaced(exc)) from None
     if not all(isinstance(p, dict) for p in places):
         raise ReplayError("a generator slot answered where it runs with something else")
     return places
+
+
+def _unplaced(exc: Exception) -> str:
+    """Why a generator slot did not say where it runs. A Ray actor whose process or node
+    died (kill -9, its raylet gone) is not one that could not load shrink: that was
+    "install the same shrink on every node" after a worker was killed mid-sweep."""
+    name = type(exc).__name__
+    if getattr(exc, "actor_init_failed", None) is False:  # ray's RayActorError: it died
+        lines = [x.strip() for x in str(exc).splitlines() if x and not x[0].isspace()]
+        why = printable(lines[-1] if lines else "")[:200]
+        return (
+            f"a generator slot's Ray actor died before its run started ({name}: {why}): "
+            "its process or its node was killed or crashed; run the sweep again"
+        )
+    return (
+        f"a generator slot could not say where it runs ({name}): "
+        "install the same shrink on every node of the cluster"
+    )
 
 
 def _drive(
