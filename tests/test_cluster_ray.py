@@ -397,6 +397,11 @@ def test_more_slots_than_a_local_cluster_has_cpus_are_refused_at_once(monkeypatc
     monkeypatch.setattr(cluster.os, "sched_getaffinity", lambda pid: {0})
     with pytest.raises(ReplayError, match=r"^--generators 2: .* has 1 CPUs this process may use"):
         run_on_cluster(ClusterSpec("local", 2), parts[:2], None, {}, {})
+    # ... and not the server's: the default two slots beside a server on CPU 1 of two were
+    # both pinned to CPU 0, each behind its schedule at 20 requests a second
+    monkeypatch.setattr(cluster.os, "sched_getaffinity", lambda pid: {0, 1})
+    with pytest.raises(ReplayError, match=r"1 CPUs this process may use beside the server's \(1\)"):
+        run_on_cluster(ClusterSpec("local", 2), parts[:2], None, {}, {}, avoid_cpus={1})
 
 
 def test_processes_with_a_cluster_is_refused_not_dropped(tmp_path):
