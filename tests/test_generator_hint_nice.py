@@ -26,3 +26,13 @@ def test_the_hint_names_a_nice_value_above_zero(monkeypatch):
 def test_the_hint_is_as_before_at_nice_zero(monkeypatch):
     monkeypatch.setattr(os, "getpriority", lambda which, who: 0)
     assert generator_hint("this run") == GENERATOR_HINT.format(levels="this run")
+
+
+def test_a_run_already_sched_fifo_is_not_told_to_run_so(monkeypatch):
+    # ray:local, two slots on CPU 0: the note said "SCHED_FIFO 10", the hint after the
+    # behind levels "run it SCHED_FIFO (--realtime 10, as root)"
+    monkeypatch.setattr(os, "getpriority", lambda which, who: 0)
+    hint = generator_hint("2 levels", 10)
+    assert "--realtime 10, as root" not in hint
+    assert "its send thread already ran SCHED_FIFO 10" in hint, hint
+    assert generator_hint("2 levels", 0) == GENERATOR_HINT.format(levels="2 levels")

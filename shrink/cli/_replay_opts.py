@@ -140,11 +140,18 @@ GENERATOR_HINT = (
 )
 
 
-def generator_hint(levels: str) -> str:
+def generator_hint(levels: str, realtime: int | None = None) -> str:
     """:data:`GENERATOR_HINT` for ``levels``, naming this process's nice value when it
     is above 0 (``nice -n 19 shrink sweep``): at normal scheduling its send thread then
-    yields to the other work of its CPU, which was not said."""
+    yields to the other work of its CPU, which was not said. A run whose send thread
+    already ran SCHED_FIFO (``realtime``, the default as root) is not told to run it so."""
     hint = GENERATOR_HINT.format(levels=levels)
+    if realtime:
+        hint = hint.replace(
+            "run it SCHED_FIFO (--realtime 10, as root)",
+            f"its send thread already ran SCHED_FIFO {realtime}, so other realtime work "
+            "there delays it (another generator's, an IRQ thread)",
+        )
     nice = os.getpriority(os.PRIO_PROCESS, 0)
     if nice > 0:
         hint += (

@@ -348,7 +348,7 @@ def _print_summary(s: dict[str, Any]) -> None:
         # nor is a part of the generator gone)
         stop = stop_explains(s["generator_stopped"], s.get("lag_limit"))
         if not stop and not s.get("generator_lost"):
-            typer.echo(generator_hint("this run"), err=True)
+            typer.echo(generator_hint("this run", s.get("realtime")), err=True)
     if s["failed"]:
         typer.echo(
             f"FAILED REQUESTS: {s['errors']} of {s['requests']:,} (over {_limit_text()}): "

@@ -373,7 +373,8 @@ def _print_sweep(curve: Any, knob: str, output: Path, exports: list[Path], as_js
         for r in rows
     )
     if behind:
-        typer.echo(generator_hint(plural(behind, "level")), err=True)
+        rt = curve.sweep.target.get("realtime")
+        typer.echo(generator_hint(plural(behind, "level"), rt), err=True)
     if crowded:
         typer.echo(crowded_warning(crowded, curve.sweep.target.get("share_cpus")), err=True)
     if exports:
