@@ -45,6 +45,7 @@ from shrink.mat import MATResult, mat
 
 __all__ = [
     "GROWTH_NEAR",
+    "SHRINK_DOWN",
     "Refinement",
     "Side",
     "Step",
@@ -154,6 +155,9 @@ COARSE_MARGIN = 1.02
 # The search upward's step: without a capacity estimate the knee may lie anywhere
 # above, with one it is near.
 GROWTH_BLIND, GROWTH_NEAR = 2.0, 1.2
+# The step down from a lowest level already past a threshold (its crossing lies below):
+# halving reaches a level under it within a few levels of the budget.
+SHRINK_DOWN = 0.5
 
 
 def coarse_next(fractions: list[float], cap: float, top: float) -> float | None:

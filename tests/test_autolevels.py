@@ -81,3 +81,28 @@ def test_a_probe_that_measured_nothing_names_the_window_its_run_needed() -> None
     sweep.scaling = SweepScaling()
     said = sweep._too_short_for_probe(1.0)
     assert "short of 1 s of warm-up and a 2 s window; use a longer trace" in said
+
+
+def test_a_probe_already_past_the_threshold_is_followed_by_lower_levels():
+    """A probe past the knee (the simulator's pilot misjudged the capacity: the NASA
+    excerpt's probe was at utilization 1.0, mean 171 ms) was the curve's only level: the
+    search only stepped up and the refinement never down, so predict said "1 usable
+    level(s)". Levels below it are measured until one is under the threshold."""
+    from shrink.machine import Machine
+    from shrink.share import Share
+    from shrink.sim import SimParams, SimTarget, support_trace
+
+    machine = Machine(name="one", sockets=1, cores_per_socket=1)
+    target = SimTarget(machine, "1-replica", Share.all_of(machine), SimParams())
+    trace = support_trace(60, 40.0, seed=3, think_s=0.3)
+    plan = autolevels.AutoPlan(
+        warmup=1.0, duration=2.0, reps=1, max_levels=8, loop_window=2.0, probe_level=30.0
+    )
+    curve = autolevels.auto_sweep(target, trace, {"mean": 0.02}, plan=plan, seed=1)
+    probe = next(lv for lv in curve.levels if lv.level == 30.0)
+    assert probe.stat("mean")[0] > 0.02  # the probe was past the threshold
+    below = [lv for lv in curve.usable() if lv.level < 30.0]
+    assert any(lv.stat("mean")[0] <= 0.02 for lv in below), [
+        (lv.level, lv.stat("mean")[0]) for lv in curve.levels
+    ]
+    curve.require_levels(2)

@@ -15,6 +15,7 @@ from shrink.autolevels._plan import AutoPlan, Companion, Pairing, SweepScaling, 
 from shrink.errors import MeasurementError, ParameterError, ShrinkError
 from shrink.knee import (
     GROWTH_NEAR,
+    SHRINK_DOWN,
     Refinement,
     Step,
     all_over,
@@ -329,8 +330,10 @@ class _Sweep:
         """Split the bracket of each statistic's crossing on the swept curve."""
         # Steps up for a statistic not crossed yet: the search upward stops once any
         # statistic is over, and a p99.9 whose knee lies above the mean's would be left
-        # only a bound.
-        policy = Refinement(rel_width=self.plan.refine_rel_width, up=GROWTH_NEAR)
+        # only a bound. Steps down for a statistic already over at the lowest level: a
+        # probe past the knee (a simulator's pilot that misjudged the capacity) was
+        # the curve's only usable level, and the sweep ended with nothing below it.
+        policy = Refinement(rel_width=self.plan.refine_rel_width, up=GROWTH_NEAR, down=SHRINK_DOWN)
 
         def choose() -> Step | None:
             curve = curve_of(self.levels, self.knob, self.target, self.trace, self.alpha)
