@@ -270,7 +270,7 @@ def extrapolate_curve(
     else:
         scaled = scale_to_full(curve, correction)
     _refuse_past_bounds(scaled, alpha)
-    scaled.require_levels(2)
+    scaled.require_levels(2, thresholds)
     physics0 = model.physics_
     mix = _class_mix(scaled, workload)
     wl = Workload(

@@ -17,7 +17,7 @@ import contextlib
 import math
 import os
 import stat as _stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -507,19 +507,49 @@ class LoadCurve(files.VersionedFile):
     ) -> LoadCurve:
         return cls(levels=[Level(float(k), list(v)) for k, v in pairs], **kw)
 
-    def require_levels(self, n: int = 2) -> None:
-        if len(self.usable()) < n:
-            # a sweep whose time budget left levels out says so: that, not the server,
-            # is why there are too few
-            left = len(set(self.meta.get("levels_skipped_time_budget") or []))
-            why = (
-                f"; the time budget (--budget) left {left} more unmeasured: allow more time"
-                if left
-                else ""
+    def require_levels(self, n: int = 2, thresholds: Mapping[str, float] | None = None) -> None:
+        """Refuse a curve with fewer than ``n`` usable levels, saying why: the levels left
+        out (failed requests, the generator behind), a lowest level already past one of
+        ``thresholds``, the time budget. It said only "1 usable level(s)"."""
+        usable = self.usable()
+        if len(usable) >= n:
+            return
+        why = "; ".join(_why_few(self, usable, thresholds or {}))
+        raise MeasurementError(
+            f"load curve has {len(usable)} usable level(s), need at least {n}"
+            + (f": {why}" if why else "")
+        )
+
+
+def _why_few(curve: LoadCurve, usable: list[Level], thresholds: Mapping[str, float]) -> list[str]:
+    """What a user can change when a curve has too few usable levels."""
+    out, knob = [], curve.knob
+    failed = [f"{lv.level:g}" for lv in curve.failed_levels()]
+    if failed:
+        out.append(
+            f"requests failed (over {100 * FAILURE_LIMIT:g}%) at {knob} {', '.join(failed)}: "
+            "left out (see the server's error log)"
+        )
+    behind = [f"{lv.level:g}" for lv in curve.levels if lv.generator_behind and not lv.failed]
+    if behind:
+        out.append(f"the generator fell behind at {knob} {', '.join(behind)}: left out")
+    if usable:
+        low = usable[0]
+        over = [
+            f"{stat} {1e3 * v:.4g} ms > {1e3 * limit:.4g} ms"
+            for stat, limit in thresholds.items()
+            if (v := low.stat(stat)[0]) > limit
+        ]
+        if over:
+            out.append(
+                f"its lowest level ({knob} {low.level:g}) was already past the threshold "
+                f"({', '.join(over)}), so the knee lies below every level measured: "
+                "measure lower levels"
             )
-            raise MeasurementError(
-                f"load curve has {len(self.usable())} usable level(s), need at least {n}{why}"
-            )
+    # a sweep whose time budget left levels out says so: that, not the server, is why
+    if left := len(set(curve.meta.get("levels_skipped_time_budget") or [])):
+        out.append(f"the time budget (--budget) left {left} more unmeasured: allow more time")
+    return out
 
 
 CURVE_FORMAT = LoadCurve.file_format()

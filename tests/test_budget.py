@@ -151,7 +151,7 @@ def test_too_few_levels_for_a_budget_say_the_budget():
     curve = sweep(FakeTarget(demand={"static": 0.001}), _trace(), [1.0], reps=1, warmup=1.0,
                   duration=4.0, seed=3)  # fmt: skip
     curve.meta["levels_skipped_time_budget"] = [2.0, 3.0, 3.0]
-    with pytest.raises(MeasurementError, match=r"1 usable level\(s\), need at least 2; the "
+    with pytest.raises(MeasurementError, match=r"1 usable level\(s\), need at least 2: the "
                        r"time budget \(--budget\) left 2 more unmeasured"):  # fmt: skip
         curve.require_levels()
     curve.meta.pop("levels_skipped_time_budget")
@@ -179,3 +179,31 @@ def test_predict_says_when_its_budget_left_levels_unmeasured(tmp_path):
     assert "note: the time budget (--budget 9s) left" in cut.stderr, cut.output
     whole = CliRunner().invoke(app, [*args, str(tmp_path / "b")])
     assert "note: the time budget" not in whole.stderr, whole.output
+
+
+def test_too_few_levels_say_which_were_left_out_and_a_lowest_level_past_the_threshold():
+    """`predict --target sim:` of the NASA excerpt: "load curve has 1 usable level(s),
+    need at least 2", no reason: its only level (the probe) was already past the
+    threshold. The refusal names that, and the levels left out and why."""
+    from shrink.measure import sweep
+
+    curve = sweep(FakeTarget(demand={"static": 0.001}), _trace(), [1.0, 2.0, 3.0], reps=1,
+                  warmup=1.0, duration=4.0, seed=3)  # fmt: skip
+    for r in curve.levels[1].reps:
+        r.generator_behind = True
+    for r in curve.levels[2].reps:
+        r.failures = {"503": r.requests}
+    mean = curve.levels[0].stat("mean")[0]
+    with pytest.raises(MeasurementError) as got:
+        curve.require_levels(2, {"mean": mean / 2})
+    said = str(got.value)
+    assert said.startswith("load curve has 1 usable level(s), need at least 2: "), said
+    assert "requests failed (over 0.1%) at rate_factor 3: left out" in said, said
+    assert "the generator fell behind at rate_factor 2: left out" in said, said
+    assert (
+        f"its lowest level (rate_factor 1) was already past the threshold (mean "
+        f"{1e3 * mean:.4g} ms > {1e3 * mean / 2:.4g} ms)"
+    ) in said, said
+    with pytest.raises(MeasurementError) as got:  # under the threshold: not said
+        curve.require_levels(2, {"mean": 2 * mean})
+    assert "past the threshold" not in str(got.value)
