@@ -209,6 +209,18 @@ class LoopedRun:
     copies: int
 
 
+def pilot_window(trace: Trace, skip: float, seconds: float | None) -> Trace:
+    """The window of ``trace`` a sweep loops (:func:`loop_window`), for runs that size
+    the sweep before it (the simulator's pilot runs); ``trace`` itself without a window,
+    or where no session of it starts there (the sweep says that)."""
+    if not seconds:
+        return trace
+    try:
+        return loop_window(trace, skip, seconds)
+    except ParameterError:
+        return trace
+
+
 def looped_run(
     window: Trace,
     factor: float,
