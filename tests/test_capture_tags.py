@@ -55,3 +55,18 @@ def test_tagged_frames_read_alike_by_both_engines(
         assert rows_by_path(tr) == EXPECTED, engine
         assert tr.same_rows(clean), engine
         assert tr.meta["skipped"] == 0, (engine, tr.meta["skipped_kinds"])
+
+
+@pytest.mark.parametrize("linktype", [1, 113, 276])
+@pytest.mark.parametrize("outer", [(0x8100, 0x8100, 0x8100), (0x9100, 0x9100, 0x8100)])
+def test_a_third_tag_is_read_alike_by_both_engines(
+    tmp_path: Path, linktype: int, outer: tuple[int, ...]
+) -> None:
+    """The fast engine takes two tags and reads no IP behind a third; scapy dissects on
+    through any number of 802.1Q tags, so its engine read every such packet the fast
+    engine skipped."""
+    src = write_capture(tmp_path / "a.pcap", mixed(), linktype=linktype)
+    _tagged(src, tmp_path / "t.pcap", linktype, outer)
+    fast, slow = (read_capture(tmp_path / "t.pcap", engine=e) for e in ("fast", "scapy"))
+    assert slow.same_rows(fast)
+    assert slow.meta["skipped_kinds"] == fast.meta["skipped_kinds"] == {"non-ip": 105}

@@ -43,21 +43,22 @@ _ETHERTYPE_AT = {1: (12, 14), 113: (14, 16), 276: (0, 20)}
 _TAG_TYPES = (b"\x88\xa8", b"\x91\x00")
 
 
-def _plain_tags(raw: bytes, linktype: int) -> bytes:
+def _plain_tags(raw: bytes, linktype: int) -> bytes | None:
     """``raw`` with up to two VLAN tags marked 802.1Q (0x8100), as the fast engine takes
-    them: scapy dissects 802.1ad (0x88A8) and the older QinQ 0x9100 otherwise, or not."""
+    them: scapy dissects 802.1ad (0x88A8) and the older QinQ 0x9100 otherwise, or not.
+    None where a tag is left past those two (a third, or one cut short): the fast engine
+    reads no IP there, and scapy would dissect on through any number of 802.1Q tags."""
     at = _ETHERTYPE_AT.get(linktype)
     if at is None:
         return raw
     et, nxt = at
     for _ in range(2):
         kind = raw[et : et + 2]
-        if kind in _TAG_TYPES and nxt + 4 <= len(raw):
-            raw = raw[:et] + b"\x81\x00" + raw[et + 2 :]
-        elif kind != b"\x81\x00" or nxt + 4 > len(raw):
+        if kind not in (*_TAG_TYPES, b"\x81\x00") or nxt + 4 > len(raw):
             break
+        raw = raw[:et] + b"\x81\x00" + raw[et + 2 :]
         et, nxt = nxt + 2, nxt + 4
-    return raw
+    return None if raw[et : et + 2] in (*_TAG_TYPES, b"\x81\x00") else raw
 
 
 def _addr16(text: str, v4: bool) -> bytes:
@@ -101,7 +102,11 @@ class _Collector:
         if linktype not in LINKTYPES or cls is None:
             self.skipped["unsupported-link"] += 1
             return
-        raw = _plain_tags(raw, linktype)
+        plain = _plain_tags(raw, linktype)
+        if plain is None:  # (tags past what the fast engine takes)
+            self.skipped["non-ip"] += 1
+            return
+        raw = plain
         if linktype == 0 and raw[:4] in _NULL_INET6:
             # FreeBSD/macOS AF_INET6 on the NULL link; scapy binds only 10 and 24.
             p = IPv6(raw[4:]) if len(raw) >= 44 else Raw(raw[4:])
