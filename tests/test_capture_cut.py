@@ -36,3 +36,23 @@ def test_a_pcapng_cut_inside_a_block_is_damage_to_both_engines(tmp_path: Path, l
     for engine in ("fast", "scapy"):
         with pytest.raises(CaptureFormatError, match="byte offset"):
             read_capture(p, engine=engine, strict=True)
+
+
+@pytest.mark.parametrize("left", [4, 11, 12, 27])
+def test_a_pcapng_cut_inside_its_section_header_is_damage_to_both_engines(
+    tmp_path: Path, left: int
+) -> None:
+    """Cut inside the first block (the section header): the fast engine reads no packet
+    and names the damage at byte 0; scapy's reader refused the file, read leniently."""
+    data = write_capture(tmp_path / "a.pcapng", mixed(), fmt="pcapng").read_bytes()
+    p = tmp_path / "cut.pcapng"
+    p.write_bytes(data[:left])
+    fast = read_capture(p, engine="fast")
+    slow = read_capture(p, engine="scapy")
+    assert len(fast) == len(slow) == 0
+    where = fast.meta["damage"].split(":")[0]
+    assert where.endswith(", record 1, byte offset 0")
+    assert slow.meta.get("damage", "").split(":")[0] == where
+    for engine in ("fast", "scapy"):
+        with pytest.raises(CaptureFormatError, match="byte offset 0"):
+            read_capture(p, engine=engine, strict=True)

@@ -321,6 +321,8 @@ def _read_pcapng(
 ) -> tuple[int, int, str | None, list[int]]:
     """(packets, truncated, damage, byte offsets of later sections) of a pcapng file,
     its packets added to ``col``."""
+    if _header_cut(data):  # (scapy refuses it, even read leniently)
+        return 0, 0, _damage(path, data, 0, 1, strict), []
     fh = io.BytesIO(data)
     try:
         reader = _pcapng_reader(fh, len(data))
@@ -421,6 +423,17 @@ def _pcapng_reader(fh: io.BytesIO, size: int) -> Any:
 
     size_of_file = size
     return Reader(fh)
+
+
+def _header_cut(data: bytes) -> bool:
+    """Whether the file ends inside its first section header block: damage where it
+    starts, no packet read, as the fast engine has it."""
+    if len(data) < 12:
+        return True
+    bom = data[8:12]
+    if bom not in (b"\x4d\x3c\x2b\x1a", b"\x1a\x2b\x3c\x4d"):
+        return False  # (not one scapy reads: its own words)
+    return len(data) < struct.unpack("<I" if bom[0] == 0x4D else ">I", data[4:8])[0]
 
 
 def _damage(path: Path, data: bytes, offset: int, record: int, strict: bool, why: str = "") -> str:
