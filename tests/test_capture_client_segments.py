@@ -118,3 +118,27 @@ def test_ingest_says_how_many_resent_segments_disagreed(tmp_path: Path) -> None:
     assert "note: 1 TCP segment sent again bytes already captured, with other bytes" in text
     js = CliRunner().invoke(app, ["ingest", str(tmp_path / "r.pcap"), "-o", out, "--json"])
     assert json.loads(js.output)["differing_resends"] == 1
+
+
+@pytest.mark.parametrize("engine", ["fast", "scapy"])
+def test_a_response_captured_before_the_resent_first_segment_answers_the_request(
+    tmp_path: Path, engine: str
+) -> None:
+    """The packet with a request's first byte captured only after its response (a copy
+    sent again; the first went by the capture unseen): the request was sent by its
+    second packet's time. The responses were paired by the first byte's packet's time,
+    so the first was taken for the answer to a request the capture missed, and the
+    second response paired with the first request."""
+    from scapy.layers.inet import TCP
+    from scapy.utils import rdpcap, wrpcap
+
+    src = write_capture(tmp_path / "a.pcap", [Conn(EXCHANGES, rtt=0.5)])
+    pkts = list(rdpcap(str(src)))
+    a = next(i for i, p in enumerate(pkts) if TCP in p and p[TCP].dport == 80 and p[TCP].payload)
+    first = pkts.pop(a)
+    first.time += 0.7  # after the response, captured 0.5 s after the request
+    wrpcap(str(tmp_path / "r.pcap"), sorted([*pkts, first], key=lambda p: p.time))
+    tr = read_capture(tmp_path / "r.pcap", engine=engine)
+    assert tr.column("path").tolist() == ["/long", "/b"]
+    np.testing.assert_allclose(tr.column("rt"), [0.5, 0.5], atol=1e-4)
+    assert (tr.meta["unanswered"], tr.meta["orphan_responses"]) == (0, 0)

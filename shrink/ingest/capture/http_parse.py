@@ -438,18 +438,18 @@ class _Parser:
         return -1
 
 
-def _first_sent(st: Streams, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+def _first_sent(starts: list[int], ts: memoryview, start: list[int], end: list[int]) -> list[int]:
     """The capture time of each request's first packet: the earliest of the packets that
     carried its bytes ``[start, end)``. A request whose later segment was captured before
-    its first (reordered, or the first lost and sent again) was sent by then."""
-    if not start.size:
-        return np.zeros(0, dtype=np.int64)
-    a = np.searchsorted(st.piece_start, start, side="right") - 1
-    b = np.searchsorted(st.piece_start, np.maximum(end - 1, start), side="right") - 1
-    # The least time over pieces a..b of each: reduceat over [a0, b0+1, a1, b1+1, ...]
-    # (a sentinel piece makes b+1 a valid index), every other result.
-    ts = np.append(st.piece_ts, np.iinfo(np.int64).max)
-    return np.minimum.reduceat(ts, np.column_stack([a, b + 1]).ravel())[::2]
+    its first (reordered, or the first lost and sent again) was sent by then. ``starts``
+    and ``ts``: the pieces' starts and times (this runs per connection: in Python, as a
+    numpy call for a few requests costs more than it saves)."""
+    out = []
+    for s, e in zip(start, end, strict=True):
+        a = bisect_right(starts, s) - 1
+        b = bisect_right(starts, max(e - 1, s), a) - 1
+        out.append(ts[a] if b <= a else min(ts[a : b + 1]))
+    return out
 
 
 def parse_http(st: Streams, *, cookie: str | None = None, max_body: int = MAX_BODY) -> HttpResult:
@@ -458,7 +458,8 @@ def parse_http(st: Streams, *, cookie: str | None = None, max_body: int = MAX_BO
     res = HttpResult()
     parser = _Parser(st, None if cookie is None else cookie.encode("latin-1"), res, max_body)
     starts = st.piece_start
-    req_end: list[int] = []  # where each request's bytes end: the next one, or the stream end
+    ts = memoryview(np.ascontiguousarray(st.piece_ts, dtype=np.int64))
+    t_all: list[int] = []
     for c in st.conns:
         cd = parser.client_dir(c)
         if cd < 0:
@@ -480,22 +481,23 @@ def parse_http(st: Streams, *, cookie: str | None = None, max_body: int = MAX_BO
         res.last_off += [-1] * k
         res.body += [-1] * k
         res.set_cookie += [None] * k
-        t_req = st.piece_ts[np.searchsorted(starts, offs, side="right") - 1].tolist() if k else []
+        # (the earliest: a response captured before the packet with the request's first
+        # byte, sent again after the first copy went by, answered it all the same)
+        t_req = _first_sent(st._starts, ts, offs, [*offs[1:], c.span[cd][1]][:k])
         seen, orphans, tunnel = parser.responses(c, 1 - cd, base, t_req, meths)
         if 0 <= tunnel < k - 1:  # what the client sent past it went through the tunnel
             res.counts["tunnel-requests"] += k - 1 - tunnel
             k = tunnel + 1
             res.truncate(base + k)
-        req_end += [*offs[1 : k + 1], c.span[cd][1]][:k]
+        t_all += t_req[:k]
         res.requests += k
         res.responses += seen
         res.orphan_responses += orphans
     res.counts.update(parser.counts)
-    # Times of all requests and responses at once.
-    req_off = np.asarray(res.req_off, dtype=np.int64)
+    # Times of all responses at once.
     first = np.asarray(res.first_off, dtype=np.int64)
     last = np.asarray(res.last_off, dtype=np.int64)
-    res.t_req = _first_sent(st, req_off, np.asarray(req_end, dtype=np.int64))
+    res.t_req = np.asarray(t_all, dtype=np.int64)
     at = np.searchsorted(starts, np.maximum(first, 0), side="right") - 1
     res.t_first = np.where(first >= 0, st.piece_ts[at] if at.size else at, -1)
     at = np.searchsorted(starts, np.maximum(last, 0), side="right") - 1
