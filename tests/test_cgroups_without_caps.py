@@ -273,3 +273,32 @@ def test_a_containers_own_cpu_group_mounted_as_its_folder_gives_its_rt_runtime(t
     (tmp_path / "docker" / "abc" / "cpu.rt_runtime_us").write_text("950000\n")
     mounts = f"100 99 0:30 / {tmp_path} rw,nosuid - cgroup cgroup rw,cpu,cpuacct\n"
     assert own_rt_runtime_us(layout, cgroup, mounts) == 950000
+
+
+@pytest.mark.compute
+@pytest.mark.parametrize(
+    ("root", "group", "want"),
+    [
+        ("/docker/a\\040b", "/docker/a b", 0),  # mountinfo escapes a blank; the file does not
+        ("/docker/abc", "/other", None),  # a group outside the mount's: not below it
+        ("/..", "/", None),  # mounted from outside this cgroup namespace: its folder unknown
+        ("/", "/../other", None),  # a group outside this cgroup namespace
+    ],
+)
+def test_a_group_the_cpu_mount_does_not_show_gives_no_rt_runtime(
+    tmp_path: Path, root: str, group: str, want: int | None
+) -> None:
+    # The group's folder was taken below the mount whatever the paths said: a root with an
+    # escape (\040) matched no group, and each read the file of another group ("other"
+    # below the mount, the mount's top, a folder outside it), whose 950000 had SCHED_FIFO's
+    # refusal said to be a seccomp filter's, not the group's rt_runtime_us 0.
+    from shrink.enforce.cfs import own_rt_runtime_us
+
+    mnt = tmp_path / "cpu"
+    for folder in (mnt / "docker" / "a b", mnt / "other", tmp_path / "other"):
+        folder.mkdir(parents=True)
+        (folder / "cpu.rt_runtime_us").write_text("950000\n")
+    (mnt / "cpu.rt_runtime_us").write_text("950000\n" if want is None else f"{want}\n")
+    layout = CgroupLayout(1, mnt, None, mnt)
+    mounts = f"100 99 0:30 {root} {mnt} ro,nosuid - cgroup cgroup rw,cpu,cpuacct\n"
+    assert own_rt_runtime_us(layout, f"5:cpu,cpuacct:{group}\n", mounts) == want

@@ -207,16 +207,27 @@ def own_rt_runtime_us(
             mountinfo_text = Path("/proc/self/mountinfo").read_text()
         where = str(layout.cpu)
         roots = [f[3] for f in map(str.split, mountinfo_text.splitlines()) if f[4:5] == [where]]
-        root = roots[-1].rstrip("/") if roots else ""
+        # (mountinfo escapes blanks, tabs, newlines and backslashes; /proc/self/cgroup not)
+        root = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), roots[-1]) if roots else "/"
         for line in cgroup_text.splitlines():
             _, controllers, path = line.split(":", 2)
             if "cpu" in controllers.split(","):
-                path = path.strip()
-                if root and (path == root or path.startswith(root + "/")):
-                    path = path[len(root) :]
-                group = layout.cpu / path.lstrip("/")
-                return int((group / "cpu.rt_runtime_us").read_text())
+                return _rt_runtime_below(layout.cpu, root.rstrip("/"), path.strip())
     return None
+
+
+def _rt_runtime_below(mount: Path, root: str, path: str) -> int | None:
+    """cpu.rt_runtime_us of the group at ``path`` (as /proc/self/cgroup names it) in the
+    hierarchy mounted at ``mount`` from its folder ``root`` ("" the whole); None for a
+    group the mount does not show: outside its folder, or outside this cgroup namespace
+    (``/..``), whose file was read at the mount's top or beside it, another group's."""
+    if ".." in path.split("/") or ".." in root.split("/"):
+        return None
+    if root:
+        if path != root and not path.startswith(root + "/"):
+            return None
+        path = path[len(root) :]
+    return int((mount / path.lstrip("/") / "cpu.rt_runtime_us").read_text())
 
 
 def _shows_hierarchy_root(layout: CgroupLayout, mountinfo_text: str | None = None) -> bool:
