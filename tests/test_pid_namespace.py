@@ -320,3 +320,25 @@ def test_a_living_namespace_is_not_taken_for_gone_after_the_clock_stepped_forwar
     finally:
         ns.kill()
         ns.wait()
+
+
+def test_servers_start_times_of_an_earlier_boot_do_not_keep_a_namespace(monkeypatch):
+    # A testbed's state outlives a reboot; the kernel hands out namespace numbers anew,
+    # and one made at boot takes the testbed's. Its servers' recorded start times (ticks
+    # since the earlier boot) read on this boot's clock put the testbed's namespace there
+    # until long after the new one began: it was taken for the testbed's, living, and the
+    # testbed said "brought up in another PID namespace", never judged.
+    from datetime import UTC, datetime
+
+    from shrink.testbed import state
+
+    hz = os.sysconf("SC_CLK_TCK")
+    boot = 1_800_000_000.0
+    monkeypatch.setattr(processes, "_boot_time", lambda: boot)
+    monkeypatch.setattr(state, "_uptime", lambda: 100.0)  # (rebooted 100 s ago)
+    started = datetime.fromtimestamp(boot - 86400, UTC).isoformat()  # a day before
+    replicas = [{"starttimes": {"7": 3600 * hz}}]  # an hour after that earlier boot
+    assert state._began_by(started, replicas) == pytest.approx(boot - 86400 + 60)
+    # (this boot's: the later of the two, as a forward step of the clock needs)
+    replicas = [{"starttimes": {"7": 50 * hz}}]
+    assert state._began_by(started, replicas) == pytest.approx(boot + 51)

@@ -309,9 +309,26 @@ def _began_by(started: object, replicas: object = None) -> float | None:
         by = datetime.fromisoformat(str(started)).timestamp() + 60.0
     except (TypeError, ValueError, OverflowError):
         return None
-    ticks = [t for r in _list(replicas) for t in _starts(r) if isinstance(t, int) and t >= 0]
+    hz, up = os.sysconf("SC_CLK_TCK"), _uptime()
+    # (a start time past this boot's uptime is an earlier boot's: read on this boot's
+    # clock, an ended namespace was there by a time after the new one that took its
+    # number began, and a testbed a reboot ended was taken for one living elsewhere)
+    ticks = [
+        t
+        for r in _list(replicas)
+        for t in _starts(r)
+        if isinstance(t, int) and t >= 0 and (up is None or t / hz <= up)
+    ]
     boot = _boot_time() if ticks else None
-    return by if boot is None else max(by, boot + max(ticks) / os.sysconf("SC_CLK_TCK") + 1)
+    return by if boot is None else max(by, boot + max(ticks) / hz + 1)
+
+
+def _uptime() -> float | None:
+    """Seconds since boot (``/proc/uptime``, not moved by a step of the wall clock)."""
+    try:
+        return float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _list(replicas: object) -> list[Any]:
