@@ -729,6 +729,11 @@ def test_two_engine_processes_each_sent_a_signal_are_not_said_to_have_run_to_the
         "engine process 0 (PID 11): stopped by SIGTERM, sent to it alone (not to this "
         "command): its part of the load ends there, the other process ran its part to the end"
     ]
+    # (one its stop event ended, no signal recorded, did not run its part to the end)
+    halted = SimpleNamespace(interrupted=True, extra={})
+    procs.append(SimpleNamespace(pid=13))
+    said, _ = stopped_alone([term, halted, whole], [], procs)
+    assert said[0].endswith("1 of the other 2 processes ran theirs to the end"), said
 
 
 def test_a_report_that_comes_as_a_hung_process_is_killed_is_kept(

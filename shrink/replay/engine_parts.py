@@ -123,7 +123,9 @@ def stopped_alone(
     ]
     # (those that ran to the end: "the other process ran its part to the end" was said of
     # each of two processes both sent a signal)
-    ran, others = len(stats) - len(alone), len(procs) - 1
+    # (nor those a stop of another kind ended: their stop event, a signal not recorded)
+    ran = sum(not getattr(st, "interrupted", False) for st in stats)
+    others = len(procs) - 1
     rest = (
         ("the other process ran its part to the end" if ran else "the other one did not")
         if others == 1
