@@ -101,14 +101,7 @@ def test_a_device_node_by_the_marks_name_is_not_opened(tmp_path, monkeypatch):
         os.mknod(out / MADE_MARK, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
     except PermissionError:
         pytest.skip("no device nodes here (a namespace without CAP_MKNOD)")
-    opened: list[str] = []
-    real_open = os.open
-
-    def recording_open(path, flags, *args, **kw):
-        opened.append(os.fspath(path))
-        return real_open(path, flags, *args, **kw)
-
-    monkeypatch.setattr(os, "open", recording_open)
+    opened = _record_opens(monkeypatch)
     try:
         hold_output(out, "dir")
     finally:
@@ -137,15 +130,8 @@ def test_the_marks_write_opens_nothing_a_race_put_there(tmp_path, monkeypatch, k
             os.mknod(out / MADE_MARK, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
         except PermissionError:
             pytest.skip("no device nodes here (a namespace without CAP_MKNOD)")
-    opened: list[str] = []
-    real_open = os.open
-
-    def recording_open(path, flags, *args, **kw):
-        opened.append(os.fspath(path))
-        return real_open(path, flags, *args, **kw)
-
     fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
-    monkeypatch.setattr(os, "open", recording_open)
+    opened = _record_opens(monkeypatch)
     try:
         assert _mark_made(fd, True)
     finally:
@@ -155,3 +141,16 @@ def test_the_marks_write_opens_nothing_a_race_put_there(tmp_path, monkeypatch, k
     assert os.listdir(out) == [MADE_MARK]  # (no temporary left)
     assert stat.S_ISREG(os.lstat(out / MADE_MARK).st_mode)
     assert (out / MADE_MARK).read_text().split()[0] == str(os.getpid())
+
+
+def _record_opens(monkeypatch) -> list[str]:
+    """From now on, the paths ``os.open`` is given (the list, filled as they come)."""
+    opened: list[str] = []
+    real_open = os.open
+
+    def recording_open(path, flags, *args, **kw):
+        opened.append(os.fspath(path))
+        return real_open(path, flags, *args, **kw)
+
+    monkeypatch.setattr(os, "open", recording_open)
+    return opened

@@ -119,15 +119,23 @@ def test_a_testbed_whose_pid_namespace_ended_is_looked_at_and_brought_down(insid
     assert not root.exists() and registry.running() == []
 
 
-def test_a_state_of_this_pid_namespace_is_looked_at_as_before(tmp_path, monkeypatch):
+def _this_process_as_testbed(tmp_path, monkeypatch, run_dir=None):
+    """A state of this namespace whose one server is this test's process (its PID and
+    start time), the private folder under ``tmp_path``."""
     from tests.helpers.testbed import lighttpd_replica
 
     monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "priv"))
     me = os.getpid()
     r = replace(lighttpd_replica(), cpus=[0], masters=[me], processes={"lighttpd": [me]},
                 starttimes={me: processes.proc_info(me).starttime}, pinned={})  # fmt: skip
-    st = TestbedState([r], {}, {"name": "1-replica"}, {}, "doc", {}, "t0",
-                      pid_ns=processes.pid_namespace())  # fmt: skip
+    if run_dir is not None:
+        r = replace(r, run_dir=run_dir)
+    return TestbedState([r], {}, {"name": "1-replica"}, {}, "doc", {}, "t0",
+                        pid_ns=processes.pid_namespace())  # fmt: skip
+
+
+def test_a_state_of_this_pid_namespace_is_looked_at_as_before(tmp_path, monkeypatch):
+    st = _this_process_as_testbed(tmp_path, monkeypatch)
     assert st.elsewhere() is None and registry.serving(st)
     assert TestbedState.from_dict(st.to_dict()).pid_ns == processes.pid_namespace()
 
@@ -150,18 +158,12 @@ for look in (status, down):
 def test_a_testbed_of_the_parent_pid_namespace_is_not_looked_at_from_a_child(tmp_path, monkeypatch):
     # the reverse: up here, status and down inside `unshare --pid` (where its PIDs are
     # none, or the namespace's own): not said crashed, nothing removed
-    from tests.helpers.testbed import lighttpd_replica
 
     if os.geteuid() != 0 or not shutil.which("unshare"):
         pytest.skip("a PID namespace of its own needs root and unshare")
-    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "priv"))
-    me, root = os.getpid(), tmp_path / "priv" / "up-tb-x"
+    root = tmp_path / "priv" / "up-tb-x"
     root.mkdir(parents=True)
-    r = replace(lighttpd_replica(), cpus=[0], masters=[me], processes={"lighttpd": [me]},
-                starttimes={me: processes.proc_info(me).starttime}, pinned={},
-                run_dir=str(root / "r0"))  # fmt: skip
-    st = TestbedState([r], {}, {"name": "1-replica"}, {}, "doc", {}, "t0",
-                      pid_ns=processes.pid_namespace())  # fmt: skip
+    st = _this_process_as_testbed(tmp_path, monkeypatch, run_dir=str(root / "r0"))
     state = tmp_path / "tb.json"
     st.write(state)
     registry.record(state, st, owned=False)
@@ -180,18 +182,12 @@ def test_a_process_that_joined_a_child_pid_namespace_does_not_take_it_for_the_to
     # PID 2 there may show parent 0, as kthreadd does in the top namespace; told the
     # top by that, shrink inside took every testbed of the parent namespace for gone:
     # status said it crashed, and down removed its run folder under its servers
-    from tests.helpers.testbed import lighttpd_replica
 
     if os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("nsenter")):
         pytest.skip("a PID namespace of its own needs root, unshare and nsenter")
-    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "priv"))
-    me, root = os.getpid(), tmp_path / "priv" / "up-tb-x"
+    root = tmp_path / "priv" / "up-tb-x"
     root.mkdir(parents=True)
-    r = replace(lighttpd_replica(), cpus=[0], masters=[me], processes={"lighttpd": [me]},
-                starttimes={me: processes.proc_info(me).starttime}, pinned={},
-                run_dir=str(root / "r0"))  # fmt: skip
-    st = TestbedState([r], {}, {"name": "1-replica"}, {}, "doc", {}, "t0",
-                      pid_ns=processes.pid_namespace())  # fmt: skip
+    st = _this_process_as_testbed(tmp_path, monkeypatch, run_dir=str(root / "r0"))
     state = tmp_path / "tb.json"
     st.write(state)
     ns = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "--mount-proc",

@@ -54,16 +54,10 @@ _PhpChildren = Annotated[
 
 testbed_app = typer.Typer(help="Start, check and stop the real testbed.", no_args_is_help=True)
 
-StateOpt = Annotated[
-    Path,
-    typer.Option(
-        "--state",
-        readable=False,
-        parser=file_named,
-        metavar="<path>",
-        help="Testbed state JSON file.",
-    ),
-]
+_STATE = typer.Option(
+    "--state", readable=False, parser=file_named, metavar="<path>", help="Testbed state JSON file."
+)
+StateOpt = Annotated[Path, _STATE]
 ServerOpt = Annotated[
     str,
     typer.Option(
@@ -318,16 +312,7 @@ def status(
 
 @testbed_app.command("down")
 def down(
-    state: Annotated[
-        Path | None,
-        typer.Option(
-            "--state",
-            readable=False,
-            parser=file_named,
-            metavar="<path>",
-            help="Testbed state JSON file.",
-        ),
-    ] = None,
+    state: Annotated[Path | None, _STATE] = None,
     stale: Annotated[
         bool,
         typer.Option(
