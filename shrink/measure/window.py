@@ -26,6 +26,7 @@ __all__ = [
     "default_skip",
     "loop_window",
     "looped_run",
+    "pilot_window",
     "rate_factor_for",
     "skip_start",
     "slow_motion",
