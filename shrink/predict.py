@@ -43,7 +43,7 @@ from shrink.loadcurve import Level, LoadCurve
 from shrink.machine import Machine
 from shrink.mapping import ALL_MAPPINGS, mappings_here
 from shrink.mat import MATResult, mat
-from shrink.measure import default_loop_window, default_skip, pilot_window
+from shrink.measure import default_loop_window, default_skip
 from shrink.measure.keep import KeepLevels, KeptCurve
 from shrink.prediction import MappingPrediction, Prediction, StatPrediction
 from shrink.recommend import recommend
@@ -260,8 +260,8 @@ def predict(
     sample = _sample(trace, alpha, config)
     plan = _sweep_plan(trace, share, config)
     if plan.probe_level is None and hasattr(provider, "probe_level"):
-        pilot = pilot_window(sample, plan.skip, plan.loop_window)  # the sim's pilot runs loop it
-        plan = replace(plan, probe_level=provider.probe_level(pilot, share, config.knob))
+        # The simulator finds its capacity first: the search then starts near the knee.
+        plan = replace(plan, probe_level=provider.probe_level(sample, share, config.knob))
     full_curve: LoadCurve | None = None
     calibrating = share.kind == "cpu_time" and config.calibrate
     with ExitStack() as stack:

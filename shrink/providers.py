@@ -425,27 +425,12 @@ class SimProvider:
         target = SimTarget(self._machine, "1-replica", share, self.params)
         factor, u = 1.0, 0.0
         for _ in range(8):
-            trace, warmup, duration = _pilot_run(sample, factor)
-            res = target.run(trace, rate_factor=factor, warmup=warmup, duration=duration, seed=7)
+            res = target.run(sample, rate_factor=factor, warmup=0.5, duration=1.0, seed=7)
             u = float(res.utilization or 0.0)
             if 0.02 <= u <= 0.6:
                 return PROBE_UTILIZATION * factor / u
             factor = factor * (0.3 / u) if u > 0 else factor * 10.0
         return None
-
-
-def _pilot_run(sample: Any, factor: float) -> tuple[Any, float, float]:
-    """A pilot run's trace, warm-up and window at ``factor``: the loop window the sweep
-    replays (meta ``loop_span``), looped, as its levels run it. The trace from its start
-    ran out at a high factor before the window began (the NASA excerpt's 4,343 s of
-    sample in 10 ms): its window saw a backlog drain, the capacity read ten times too
-    high, and the probe was past the knee."""
-    if "loop_span" not in sample.meta:
-        return sample, 0.5, 1.0
-    from shrink.measure import looped_run
-
-    run = looped_run(sample, factor, 0.5, 1.0)
-    return run.trace, run.warmup, run.duration
 
 
 @dataclass(frozen=True)

@@ -106,28 +106,3 @@ def test_a_probe_already_past_the_threshold_is_followed_by_lower_levels():
         (lv.level, lv.stat("mean")[0]) for lv in curve.levels
     ]
     curve.require_levels(2)
-
-
-def test_the_simulators_probe_runs_the_window_the_sweep_loops():
-    """The pilot runs that place the simulator's probe replayed the sample from its
-    start, unlooped: a sparse trace (the NASA excerpt: 0.09 req/s over 4,343 s) ran out
-    at a high rate factor before the window began, the window saw a backlog drain, and
-    the probe (meant at a tenth of the capacity) was at utilization 1.0."""
-    from shrink.machine import Machine
-    from shrink.measure import looped_run, pilot_window
-    from shrink.providers import SimProvider
-    from shrink.share import Share
-    from shrink.sim import support_trace
-    from shrink.sim.target import SimTarget
-
-    machine = Machine(name="one", sockets=1, cores_per_socket=1)
-    share = Share.all_of(machine)
-    # one user at a time, 1.1 req/s over 4,000 s: at the pilot's factors a session's
-    # think times (never scaled) outlast its start, and the unlooped sample piled up
-    window = pilot_window(support_trace(1, 4000.0, seed=2, think_s=20.0), 0.0, 3000.0)
-    probe = SimProvider(machine).probe_level(window, share, "rate_factor")
-    assert probe is not None
-    run = looped_run(window, probe, 1.0, 2.0)
-    target = SimTarget(machine, "1-replica", share, None)
-    res = target.run(run.trace, rate_factor=probe, warmup=run.warmup, duration=run.duration, seed=1)
-    assert 0.03 < float(res.utilization) < 0.3, (probe, res.utilization)

@@ -26,7 +26,6 @@ __all__ = [
     "default_skip",
     "loop_window",
     "looped_run",
-    "pilot_window",
     "rate_factor_for",
     "skip_start",
     "slow_motion",
@@ -208,18 +207,6 @@ class LoopedRun:
     warmup: float
     duration: float
     copies: int
-
-
-def pilot_window(trace: Trace, skip: float, seconds: float | None) -> Trace:
-    """The window of ``trace`` a sweep loops (:func:`loop_window`), for runs that size
-    the sweep before it (the simulator's pilot runs); ``trace`` itself without a window,
-    or where no session of it starts there (the sweep says that)."""
-    if not seconds:
-        return trace
-    try:
-        return loop_window(trace, skip, seconds)
-    except ParameterError:
-        return trace
 
 
 def looped_run(
