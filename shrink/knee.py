@@ -227,7 +227,7 @@ def level_for(curve: LoadCurve, res: MATResult, policy: Refinement) -> float | N
             return _midway(curve, top)
         return float(top * policy.up)
     if res.status == "below_range":
-        return None if policy.down is None else float(min(usable) * policy.down)
+        return None if policy.down is None else _step_down(curve, res, policy.down)
     assert res.bracket is not None  # an "ok" MAT is bracketed by two levels
     lo, hi = res.bracket
     if policy.split == "midpoint":
@@ -238,6 +238,23 @@ def level_for(curve: LoadCurve, res: MATResult, policy: Refinement) -> float | N
     if np.isfinite(t_lo) and np.isfinite(t_hi) and t_hi > t_lo:
         f = (res.mat - t_lo) / (t_hi - t_lo)
     return lo + float(np.clip(f, 0.2, 0.8)) * (hi - lo)
+
+
+def _step_down(curve: LoadCurve, res: MATResult, factor: float) -> float | None:
+    """The lowest usable level times ``factor``, for a statistic over already there;
+    None once stepping down stopped lowering it (the statistic at the lowest level is
+    not under the one above: the threshold lies under what the server takes unloaded)
+    or the level would be 0. A threshold no level meets spent every level of the budget
+    halving, down to levels of one request, and past 22 halvings ran rate factor 0."""
+    usable = curve.usable()
+    level = float(round(usable[0].level * factor, 6))
+    if level <= 0:
+        return None
+    if len(usable) > 1:
+        low, next_up = (lv.stat(res.stat, res.cls)[0] for lv in usable[:2])
+        if not low < next_up:  # (NaN too)
+            return None
+    return level
 
 
 def next_step(

@@ -106,3 +106,19 @@ def test_a_probe_already_past_the_threshold_is_followed_by_lower_levels():
         (lv.level, lv.stat("mean")[0]) for lv in curve.levels
     ]
     curve.require_levels(2)
+
+
+def test_a_threshold_no_level_meets_stops_the_step_down():
+    """A threshold under what the server takes unloaded (1 ms against 10 ms requests)
+    is met by no level: the step down halved the lowest level on through the whole
+    budget, to levels of one request, and past 22 halvings asked for rate factor 0
+    ("rate factor == 0, must be in (0, inf)"). It stops once halving the load no
+    longer lowers the statistic."""
+    plan = autolevels.AutoPlan(
+        warmup=1, duration=4, reps=1, max_levels=40, loop_window=2.0, probe_level=2.0
+    )
+    target = FakeTarget(servers=1, demand={"static": 0.01})
+    curve = autolevels.auto_sweep(target, poisson_trace(100.0, 200.0), {"mean": 0.001}, plan=plan)
+    levels = [lv.level for lv in curve.levels]
+    assert 3 <= len(levels) <= 8, levels
+    assert min(levels) >= 2.0 / 2**7, levels
