@@ -510,7 +510,8 @@ class LoadCurve(files.VersionedFile):
     def require_levels(self, n: int = 2, thresholds: Mapping[str, float] | None = None) -> None:
         """Refuse a curve with fewer than ``n`` usable levels, saying why: the levels left
         out (failed requests, the generator behind), a lowest level already past one of
-        ``thresholds``, the time budget. It said only "1 usable level(s)"."""
+        ``thresholds``, levels the trace was too short for, the time budget. It said
+        only "1 usable level(s)"."""
         usable = self.usable()
         if len(usable) >= n:
             return
@@ -546,6 +547,13 @@ def _why_few(curve: LoadCurve, usable: list[Level], thresholds: Mapping[str, flo
                 f"({', '.join(over)}), so the knee lies below every level measured: "
                 "measure lower levels"
             )
+    # levels the trace could not fill a window at (no loop window) were never measured
+    if short := sorted(set(curve.meta.get("levels_skipped_trace_too_short") or [])):
+        shown = ", ".join(f"{x:g}" for x in short)
+        out.append(
+            f"the trace was too short to fill a window at {knob} {shown}: not measured "
+            "(use a longer trace)"
+        )
     # a sweep whose time budget left levels out says so: that, not the server, is why
     if left := len(set(curve.meta.get("levels_skipped_time_budget") or [])):
         out.append(f"the time budget (--budget) left {left} more unmeasured: allow more time")

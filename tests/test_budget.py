@@ -207,3 +207,22 @@ def test_too_few_levels_say_which_were_left_out_and_a_lowest_level_past_the_thre
     with pytest.raises(MeasurementError) as got:  # under the threshold: not said
         curve.require_levels(2, {"mean": 2 * mean})
     assert "past the threshold" not in str(got.value)
+
+
+def test_too_few_levels_say_the_levels_the_trace_was_too_short_for():
+    """A trace without a loop window too short to fill a window above its probe: the
+    sweep measured the probe alone, and the refusal gave no reason ("load curve has 1
+    usable level(s), need at least 2"), though the sweep had recorded the levels it
+    skipped for that."""
+    import shrink.autolevels as autolevels
+
+    plan = autolevels.AutoPlan(warmup=1, duration=4, reps=1, max_levels=10, loop_window=0,
+                               probe_level=1.0, warm_run=False, min_duration=4)  # fmt: skip
+    curve = autolevels.auto_sweep(FakeTarget(demand={"static": 0.001}), _trace(100.0, 5.6),
+                                  {"mean": 0.005}, plan=plan)  # fmt: skip
+    assert [lv.level for lv in curve.levels] == [1.0]
+    with pytest.raises(MeasurementError) as got:
+        curve.require_levels(2, {"mean": 0.005})
+    said = str(got.value)
+    assert "1 usable level(s), need at least 2: the trace was too short to fill a " in said
+    assert "window at rate_factor 1.2, 3.2553: not measured (use a longer trace)" in said, said
