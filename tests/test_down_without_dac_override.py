@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ _REMOVE = """
 import sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-from shrink.testbed.private import remove_run_root
+from shrink.testbed.run_root import remove_run_root
 base = Path(sys.argv[2])
 print(remove_run_root(base / "up-tb-x" / "r0", base))
 """
@@ -56,3 +57,49 @@ def test_a_run_root_whose_srv_folder_is_the_server_users_is_removed_without_dac_
     assert not (base / "up-tb-x").exists()
     assert (outside / "keep").read_text() == "keep"
     assert os.stat(outside).st_uid == 65534  # the symlink's target was not made root's
+
+
+def test_a_folder_on_the_way_swapped_for_a_symlink_is_not_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between ``rmtree`` naming a folder it could not enter (``srv/a/b/c``) and the
+    removal making it root's, the server user (who owns ``srv/a``) swaps ``srv/a/b`` for
+    a symlink to a folder of its choosing: the chown and chmod, by the path's string,
+    went through it and made another user's folder outside the run root root's, 0700."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (chown)")
+    from shrink.testbed import run_root
+
+    base = tmp_path / "run"
+    root = base / "up-tb-x"
+    (root / "r0" / "srv" / "a" / "b" / "c").mkdir(parents=True)
+    outside = tmp_path / "victim"
+    (outside / "c").mkdir(parents=True)
+    os.chown(outside / "c", 65534, 65534)
+    os.chmod(outside / "c", 0o755)
+    real_rmtree = shutil.rmtree
+    calls = []
+
+    def racing_rmtree(path, onerror=None):
+        calls.append(path)
+        if len(calls) == 1:  # names a blocked folder, then the swap happens
+            b = root / "r0" / "srv" / "a" / "b"
+            onerror(os.open, str(b / "c"), None)
+            real_rmtree(b)
+            b.symlink_to(outside)
+            return
+        real_rmtree(path)
+
+    monkeypatch.setattr(run_root.shutil, "rmtree", racing_rmtree)
+    run_root.remove_run_root(root / "r0", base)  # left, or removed: never followed
+    st = os.stat(outside / "c")
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (65534, 0o755)
+
+
+def test_a_removal_that_cannot_take_a_folder_stops(tmp_path: Path) -> None:
+    """The helper taking one folder refuses a path that leaves the run root."""
+    from shrink.testbed.run_root import _take_folder
+
+    (tmp_path / "root").mkdir()
+    assert not _take_folder(tmp_path / "root", str(tmp_path / "elsewhere"))
+    assert not _take_folder(tmp_path / "root", str(tmp_path / "root"))

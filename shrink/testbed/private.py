@@ -43,7 +43,6 @@ import os
 import pwd
 import re
 import shlex
-import shutil
 import stat
 import tempfile
 from collections.abc import Callable
@@ -67,7 +66,6 @@ __all__ = [
     "new_run_root",
     "readable",
     "reader",
-    "remove_run_root",
     "safe_stem",
     "secure_dir",
     "server_env",
@@ -337,58 +335,6 @@ def _check_access(target: Path, user: ServerUser, bits: int, what: str = "") -> 
                 f"{user.name} cannot {'use' if d == target else 'enter'} {d} (mode "
                 f"{stat.S_IMODE(st.st_mode):04o}); {fix}, or put it elsewhere"
             )
-
-
-def remove_run_root(run_dir: str | Path, base: Path) -> bool:
-    """Remove the run root of a replica's ``run_dir`` if it is one ``up`` made under ``base``.
-
-    A state file is not trusted: a run dir anywhere else is left alone. True if removed.
-    """
-    if not run_dir:
-        return False
-    root = Path(run_dir).parent
-    try:
-        ours = (
-            root.parent.resolve() == base.resolve()
-            and root.name.startswith("up-")
-            and not root.is_symlink()
-            and os.lstat(root).st_uid == os.geteuid()
-        )
-    except OSError:
-        return False
-    if ours:
-        _remove_tree(root)
-    return ours and not root.exists()
-
-
-def _remove_tree(root: Path) -> None:
-    """Remove ``root``, a run root ``up`` made. Its ``srv/`` is the server user's (0700):
-    root without CAP_DAC_OVERRIDE (a container, ``capsh --drop``) may not enter it, and
-    ``rmtree`` left the whole run root, the servers' configs and logs, without a word.
-    Each folder it could not enter or empty is made root's (``lchown``: never through a
-    symlink; CAP_CHOWN) and the removal tried again, a pass a level deeper."""
-    for _ in range(32):  # a run root is a few levels deep
-        blocked: list[str] = []
-
-        def note(_func: object, path: str, exc: object, blocked: list[str] = blocked) -> None:
-            blocked.append(path)
-
-        shutil.rmtree(root, onerror=note)
-        if not root.exists() or not blocked:
-            return
-        changed = False
-        for path in {str(q) for b in blocked for q in (b, os.path.dirname(b))}:
-            inside = path == str(root) or path.startswith(str(root) + os.sep)
-            try:
-                st = os.lstat(path)
-                if inside and stat.S_ISDIR(st.st_mode) and st.st_uid != os.geteuid():
-                    os.chown(path, os.geteuid(), -1, follow_symlinks=False)
-                    changed = True
-                    os.chmod(path, 0o700, follow_symlinks=False)  # its owner may enter, empty it
-            except (OSError, NotImplementedError):
-                continue
-        if not changed:
-            return
 
 
 # Characters a path may not hold to be written into lighttpd's, nginx's or php-fpm's

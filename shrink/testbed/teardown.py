@@ -20,8 +20,9 @@ from shrink.enforce import Enforcer, enforcer_from_dict
 from shrink.errors import RecipeError, StateError, TestbedError
 from shrink.share import Cgroup
 from shrink.testbed import registry
-from shrink.testbed.private import forgeable, remove_run_root, user_name
+from shrink.testbed.private import forgeable, user_name
 from shrink.testbed.recipe import ServerRecipe, replica_pids, stop_replica
+from shrink.testbed.run_root import remove_run_root
 from shrink.testbed.servers import load_recipe
 from shrink.testbed.state import ReplicaState, TestbedState, salvage_pids
 
