@@ -229,9 +229,10 @@ def test_a_fifo_or_socket_at_a_trace_path_is_not_said_as_a_404(tmp_path):
 
 
 def test_a_symlink_to_a_fifo_or_socket_is_counted_as_one(tmp_path):
-    """A symlink in the docroot to a FIFO or socket there (the servers follow symlinks) was
-    looked at by itself (lstat): a symlink, so said as a plain 404. A symlink leaving the
-    docroot, or a loop, is not followed: a 404."""
+    """A symlink in the docroot to a FIFO or socket there, one leaving the docroot, a
+    loop: neither stack follows a symlink (nginx ``disable_symlinks on``, lighttpd
+    ``server.follow-symlink = "disable"``), so each is a 403 reached through a symlink,
+    not a FIFO's 404 or a socket's 500."""
     import socket
 
     os.mkfifo(tmp_path / "fifo")
@@ -245,7 +246,7 @@ def test_a_symlink_to_a_fifo_or_socket_is_counted_as_one(tmp_path):
         tr = Trace.from_columns({"session": [0] * 4, "t": [0.0] * 4, "path": paths})
         cov = docroot_coverage(tr, tmp_path)
     assert len(cov.missing) == 4
-    assert cov.not_files == 2
+    assert (cov.not_files, cov.symlinked) == (0, 4)
 
 
 def test_a_symlink_loop_in_the_docroot_is_a_missing_path(tmp_path):
@@ -370,3 +371,24 @@ def test_a_folder_without_an_index_file_is_said_as_a_403(tmp_path):
     assert cov.missing == ["/", "/gone.bin", "/static/", "/static?x=1"]
     assert cov.no_index == 2 and line is not None  # (/static: a redirect to /static/)
     assert "fail (404, or 403 for the 2 folders without an index file)" in line, line
+
+
+def test_a_path_reached_through_a_symlink_is_not_counted_served(tmp_path):
+    """Both stacks refuse a symlink in the docroot (403): a file that is one
+    (``latest.html -> v2.html``), a folder on the way (``cur/ -> v2/``), a folder's
+    index file. By its resolved path each was counted served: no warning, and the
+    replay measured 403s."""
+    (tmp_path / "v2").mkdir()
+    (tmp_path / "v2" / "a.html").write_text("x")
+    (tmp_path / "v2.html").write_text("x")
+    (tmp_path / "latest.html").symlink_to("v2.html")
+    (tmp_path / "cur").symlink_to("v2")
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "index.html").symlink_to("../v2.html")
+    paths = ["/latest.html", "/cur/a.html", "/site/", "/v2.html", "/v2/a.html"]
+    tr = Trace.from_columns({"session": [0] * 5, "t": [0.0] * 5, "path": paths})
+    cov = docroot_coverage(tr, tmp_path)
+    assert cov.missing == ["/cur/a.html", "/latest.html", "/site/"]
+    assert (cov.symlinked, cov.no_index, cov.not_files) == (3, 0, 0)
+    line = cov.warning("t.parquet")
+    assert line is not None and "fail (404, or 403 for the 3 reached through a symlink)" in line

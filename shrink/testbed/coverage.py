@@ -10,6 +10,7 @@ replay counts them as failures, and this check says so before anything runs.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -43,6 +44,10 @@ class DocrootCoverage:
     not_files: int = 0
     # of ``missing``: a folder there without an index file (both stacks: 403, no listing)
     no_index: int = 0
+    # of ``missing``: reached through a symlink, its own or a folder's on the way, or a
+    # folder's index file that is one (nginx ``disable_symlinks on``, lighttpd
+    # ``server.follow-symlink = "disable"``: 403)
+    symlinked: int = 0
 
     def warning(self, trace_name: str) -> str | None:
         """One line for the user, or None when every path is there (and readable).
@@ -70,6 +75,8 @@ class DocrootCoverage:
         if self.no_index:  # "/" of a docroot without index.html: 403 on both stacks, not 404
             s = "s" if self.no_index != 1 else ""
             forbidden.append(f"the {self.no_index:,} folder{s} without an index file")
+        if self.symlinked:  # neither stack follows a symlink in the docroot
+            forbidden.append(f"the {self.symlinked:,} reached through a symlink")
         why = f"404, or 403 for {' and '.join(forbidden)}" if forbidden else "404"
         if self.not_files:  # a FIFO or a socket planted at a trace's path: not a 404 each
             why += f"; the {self.not_files:,} that are neither file nor folder, 404 or 500"
@@ -99,6 +106,8 @@ def _served(root: Path, path: str) -> Path | None:
         return None  # the server cannot open it either
     if target != root and root not in target.parents:
         return None  # outside the docroot: never served
+    if _symlinked(root, rel):
+        return None  # neither stack follows a symlink (403)
     if target.is_file():
         return target
     if target.is_dir():
@@ -106,13 +115,41 @@ def _served(root: Path, path: str) -> Path | None:
     return None
 
 
+def _symlinked_only(root: Path, rel: str) -> bool:
+    """:func:`_symlinked`, for a path not refused already as hidden."""
+    return "\x00" not in rel and not _HIDDEN.search("/" + rel) and _symlinked(root, rel)
+
+
+def _symlinked(root: Path, rel: str) -> bool:
+    """Whether a name on the way from the docroot to ``rel`` is a symlink, or ``rel``
+    is a folder whose first index file there is one: both stacks refuse those (nginx
+    ``disable_symlinks on``, lighttpd ``server.follow-symlink = "disable"``), 403. By
+    its resolved path, ``latest.html -> v2.html`` was counted served."""
+    here = root
+    try:
+        for name in rel.split("/"):
+            if name in ("", "."):
+                continue
+            here = here.parent if name == ".." else here / name
+            if here.is_symlink():
+                return True
+            if not here.exists():
+                return False
+        if here.is_dir():
+            first = next((here / n for n in _INDEX if os.path.lexists(here / n)), None)
+            return first is not None and first.is_symlink()
+    except (OSError, ValueError):
+        return False
+    return False
+
+
 def _not_a_file(root: Path, path: str) -> bool:
     """Whether ``path`` names something in the docroot that is neither file nor folder."""
     import stat
 
     rel = served_path(path)
-    if "\x00" in rel or _HIDDEN.search("/" + rel):
-        return False
+    if "\x00" in rel or _HIDDEN.search("/" + rel) or _symlinked(root, rel):
+        return False  # (a symlink to a FIFO: 403, said with the symlinks)
     try:
         # (followed as the servers follow it, as :func:`_served` does: a symlink to a FIFO
         # or socket there, looked at by itself, was said as a plain 404)
@@ -131,6 +168,8 @@ def _folder_without_index(root: Path, path: str) -> bool:
     rel = served_path(path)
     if "\x00" in rel or _HIDDEN.search("/" + rel) or not (rel == "" or rel.endswith("/")):
         return False
+    if _symlinked(root, rel):
+        return False  # (said with the symlinks)
     try:
         target = (root / rel).resolve()
     except (OSError, ValueError, RuntimeError):
@@ -157,6 +196,7 @@ def docroot_coverage(
     return DocrootCoverage(
         not_files=sum(1 for p in missing if _not_a_file(root, str(p))),
         no_index=sum(1 for p in missing if _folder_without_index(root, str(p))),
+        symlinked=sum(1 for p in missing if _symlinked_only(root, served_path(str(p)))),
         docroot=root,
         paths=len(counts),
         missing=missing,
