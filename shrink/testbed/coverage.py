@@ -1,9 +1,10 @@
 """Does a document root serve a trace? The paths it lacks come back 404 (403 for a
-hidden one, or a folder there without an index file).
+hidden one, one reached through a symlink, or a folder there without an index file).
 
 A request's path (without its query string, percent-decoded) is served when it
-names a file under the docroot, or a folder with an index file, and no segment of
-it is hidden (starts with a dot; both stacks refuse those, 403). A replay against
+names a file under the docroot, or a folder with an index file (without its "/":
+a redirect to it, 301), no segment of it is hidden (starts with a dot; both stacks
+refuse those, 403) and no name on its way is a symlink (refused too). A replay against
 a docroot that lacks the trace's paths measures 404s, not the server's work; the
 replay counts them as failures, and this check says so before anything runs.
 """
@@ -111,6 +112,10 @@ def _served(root: Path, path: str) -> Path | None:
     if target.is_file():
         return target
     if target.is_dir():
+        if rel and not rel.endswith("/"):
+            # both stacks redirect a folder's path without its "/" to it (301): a
+            # success to the replay, which follows no redirect; it was said "fail (404)"
+            return target
         return next((target / n for n in _INDEX if (target / n).is_file()), None)
     return None
 
@@ -164,7 +169,7 @@ def _not_a_file(root: Path, path: str) -> bool:
 
 def _folder_without_index(root: Path, path: str) -> bool:
     """Whether ``path`` names a folder in the docroot with no index file (a 403), ending
-    in "/" (without it, both stacks redirect to it: a 301)."""
+    in "/" (without it, both stacks redirect to it: a 301, served)."""
     rel = served_path(path)
     if "\x00" in rel or _HIDDEN.search("/" + rel) or not (rel == "" or rel.endswith("/")):
         return False
