@@ -200,6 +200,25 @@ def test_a_generator_whose_actor_died_is_not_told_to_install_shrink():
 
 
 @pytest.mark.compute
+def test_a_generator_that_did_not_answer_in_time_is_not_told_to_install_shrink():
+    # A slot whose worker was still starting (a runtime environment being installed,
+    # a loaded node) when the 60 s ran out: "could not say where it runs
+    # (GetTimeoutError): install the same shrink on every node", a cause it did not show
+    from ray.exceptions import GetTimeoutError
+
+    class _Ray:
+        def get(self, _refs, timeout=None):
+            raise GetTimeoutError("Get timed out: some object(s) not ready.")
+
+    actor = types.SimpleNamespace(where=types.SimpleNamespace(remote=lambda: None))
+    with pytest.raises(ReplayError) as late:
+        cl._places(_Ray(), [actor])
+    said = str(late.value)
+    assert "did not say where it runs within 60 s (GetTimeoutError)" in said, said
+    assert "install" not in said.replace("installed", "")
+
+
+@pytest.mark.compute
 def test_a_generator_running_another_shrink_is_refused():
     here = cl.place()
     with pytest.raises(ReplayError, match=r"^generator slot 0 on .* runs shrink '0\.0\.1'"):

@@ -477,9 +477,13 @@ def _pin(places: list[dict[str, Any]], avoid: set[int] | frozenset[int]) -> list
     return cpus
 
 
+# Seconds a generator slot has to say where it runs.
+PLACES_WAIT = 60.0
+
+
 def _places(ray: Any, actors: list[Any]) -> list[dict[str, Any]]:
     try:
-        places = ray.get([a.where.remote() for a in actors], timeout=60)
+        places = ray.get([a.where.remote() for a in actors], timeout=PLACES_WAIT)
     except Exception as exc:  # an actor that cannot load this shrink, or an older one
         raise ReplayError(_unplaced(exc)) from None
     if not all(isinstance(p, dict) for p in places):
@@ -498,6 +502,12 @@ def _unplaced(exc: Exception) -> str:
         return (
             f"a generator slot's Ray actor died before its run started ({name}: {why}): "
             "its process or its node was killed or crashed; run the sweep again"
+        )
+    if isinstance(exc, TimeoutError):  # ray's GetTimeoutError: no answer, not a wrong one
+        return (
+            f"a generator slot did not say where it runs within {PLACES_WAIT:g} s ({name}): "
+            "its node is overloaded or still starting the slot's worker (a runtime "
+            "environment being installed); run the sweep again once the cluster is idle"
         )
     return (
         f"a generator slot could not say where it runs ({name}): "
