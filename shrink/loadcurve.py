@@ -180,6 +180,9 @@ class LevelStats:
     # intended in it; None in curves written before they were counted.
     failures: Annotated[dict[Name, Count], Field(max_length=64)] | None = None
     requests: Count | None = None
+    # of the transport failures, those that timed out after the answer had begun (its
+    # first byte came): the server was up; None in curves written before it was counted
+    answering: Count | None = None
 
     @property
     def failure_fraction(self) -> float | None:

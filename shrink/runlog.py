@@ -169,6 +169,15 @@ class RunLog:
             out[name] = int(np.sum(m if mask is None else m & mask))
         return out
 
+    def timed_out_answering(self, mask: np.ndarray | None = None) -> int:
+        """How many requests (of those ``mask`` selects) timed out after their answer's
+        first byte had come: the server was up and answering, too slowly."""
+        timeout = pc.fill_null(pc.equal(self._table.column("error"), "timeout"), False)
+        err = timeout.to_numpy(zero_copy_only=False)
+        fb = self._table.column("first_byte").to_numpy(zero_copy_only=False)
+        begun = err & np.isfinite(fb)
+        return int(np.sum(begun if mask is None else begun & mask))
+
     def latencies(self, cls: str | None = None) -> np.ndarray:
         """Response times (done - intended, seconds) of completed requests, optionally one class."""
         mask = self.ok_mask()

@@ -4,6 +4,7 @@ asked, bounds never read as answers."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -614,16 +615,15 @@ def test_a_replay_of_malformed_answers_names_them_not_a_dead_server(tmp_path):
     assert "bad-response 10" in why and "failed to connect" not in why, why
 
 
-def test_a_replay_whose_answers_outlast_the_timeout_does_not_ask_if_the_server_is_up(tmp_path):
-    """Every answer begun and not finished within --timeout (a 10 GB file in the docroot):
-    "all 1 requests failed to connect or timed out (timeout 1): is the server up at the
-    --target address?", of a server that had answered at once and was still sending."""
+@contextlib.contextmanager
+def _slow_answers():
+    """A server that begins every answer at once (a 10 GB body announced, 4 KiB sent)
+    and sends nothing more for 3 s: every answer outlasts a short --timeout."""
     import socket
     import threading
     import time
 
     srv = socket.create_server(("127.0.0.1", 0))
-    port = srv.getsockname()[1]
 
     def answer(c: socket.socket) -> None:
         with c:
@@ -642,17 +642,47 @@ def test_a_replay_whose_answers_outlast_the_timeout_does_not_ask_if_the_server_i
 
     threading.Thread(target=serve, daemon=True).start()
     try:
+        yield srv.getsockname()[1]
+    finally:
+        srv.close()
+
+
+def test_a_replay_whose_answers_outlast_the_timeout_does_not_ask_if_the_server_is_up(tmp_path):
+    """Every answer begun and not finished within --timeout (a 10 GB file in the docroot):
+    "all 1 requests failed to connect or timed out (timeout 1): is the server up at the
+    --target address?", of a server that had answered at once and was still sending."""
+    with _slow_answers() as port:
         r = run(
             "replay", "--rate", "10", "--duration", "300ms", "--timeout", "500ms",
             "--engine", "python", "--target", f"http://127.0.0.1:{port}",
             "-o", tmp_path / "x.parquet", "--json",
         )  # fmt: skip
-    finally:
-        srv.close()
     assert r.exit_code == 1, r.output
     why = _strict(r.stdout)["nothing_served"]
     assert "timeout 3" in why and "is the server up" not in why, why
     assert "3 of them timed out after the server had begun to answer" in why, why
+
+
+def test_a_sweep_whose_answers_outlast_the_timeout_does_not_ask_if_the_server_is_up(tmp_path):
+    """sweep's own line, when no level had a request answered: "(N failed to connect or
+    timed out): is the server up at the --target address?" of a server that had begun
+    every answer; the curve now counts the timeouts after a first byte."""
+    from shrink.schedule import open_loop_trace
+
+    trace = tmp_path / "open.parquet"
+    open_loop_trace("/x", 10.0, 10.0).write_parquet(trace)
+    out = tmp_path / "c.json"
+    with _slow_answers() as port:
+        r = run(
+            "sweep", trace, "--target", f"http://127.0.0.1:{port}", "--levels", "1",
+            "--warmup", "0s", "--duration", "300ms", "--timeout", "500ms",
+            "--engine", "python", "-o", out,
+        )  # fmt: skip
+    assert r.exit_code == 1, r.output
+    assert "nothing was served" in r.stderr, r.stderr
+    assert "is the server up" not in r.stderr, r.stderr
+    assert "timed out after the server had begun to answer" in r.stderr, r.stderr
+    assert json.loads(out.read_text())["levels"][0]["reps"][0]["answering"] == 3
 
 
 @pytest.mark.parametrize(

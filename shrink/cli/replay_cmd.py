@@ -188,7 +188,7 @@ def _summary(res: Any, output: Path) -> dict[str, Any]:
         "nothing_served": None
         if served
         else _nothing_served(
-            st.requests, st.failures, _error_counts(win), _timed_out_answering(win)
+            st.requests, st.failures, _error_counts(win), win.timed_out_answering()
         ),
         # why the latencies are null (JSON has no NaN)
         "latency_note": None if served else "no request was served in the window",
@@ -269,17 +269,6 @@ def _error_counts(log: Any) -> dict[str, int]:
 
     names = log.table.column("error").to_pylist()
     return dict(Counter(n for n in names if n).most_common())
-
-
-def _timed_out_answering(log: Any) -> int:
-    """How many requests timed out after their answer's first byte had come."""
-    import pyarrow.compute as pc
-
-    t = log.table
-    begun = pc.and_(
-        pc.equal(t.column("error"), "timeout"), pc.invert(pc.is_nan(t.column("first_byte")))
-    )
-    return int(pc.sum(pc.cast(pc.fill_null(begun, False), "int64")).as_py() or 0)
 
 
 def _nothing_served(

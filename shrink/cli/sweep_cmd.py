@@ -265,6 +265,14 @@ def _nothing_served(curve: Any) -> str | None:
         for lv in curve.levels:
             for k, v in lv.failure_counts().items():
                 fails[k] = fails.get(k, 0) + v
+        answering = sum(r.answering or 0 for lv in curve.levels for r in lv.reps)
+        if answering:
+            return (
+                f"no level had a request answered: {fails.get('transport', 0):,} failed, "
+                f"{answering:,} of them timed out after the server had begun to answer: "
+                "it is up, and its answers began but none completed within --timeout "
+                "(a large file, a slow page); raise --timeout or check those paths"
+            )
         if fails.get("transport"):
             return (
                 f"no level had a request answered ({fails['transport']:,} failed to connect "

@@ -79,6 +79,7 @@ def level_stats(result: RunResult) -> LevelStats:
         errors=int(np.sum(in_win & ~ok)),
         failures=log.failures(in_win),
         requests=int(np.sum(in_win)),
+        answering=log.timed_out_answering(in_win),
         generator_behind=g.behind,
         send_lag_p99=g.send_lag_p99,
         send_lag_max=g.send_lag_max,
