@@ -195,7 +195,13 @@ def refuse_remote(host: str, allowed: bool, error: type[Exception] = ParameterEr
         # this machine all the same, in a spelling that one engine could not reach
         raise error(f"target {not_loopback_why(host)}")
     if not allowed and not is_loopback(host):
-        raise error(f"target {not_loopback_why(host)}; pass --allow-remote to load another machine")
+        # An address off loopback may be another machine's or a network namespace's of
+        # this one (a veth peer): nothing on this side tells them apart without routes.
+        raise error(
+            f"target {not_loopback_why(host)}; pass --allow-remote to load a server off "
+            "this network namespace's loopback (another machine, or another network "
+            "namespace of this one)"
+        )
     if (why := zone_why(host)) is not None:
         raise error(f"target {why}")
 

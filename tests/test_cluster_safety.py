@@ -150,9 +150,13 @@ def test_a_generator_elsewhere_is_refused_a_loopback_target():
     loop = [("127.0.0.1", 8080)]
     cl.check_places([here, dict(here)], loop)
     other_ns = {**here, "netns": here["netns"] + 1}
-    with pytest.raises(ReplayError, match=r"^generator slot 1 runs on .*another machine or net"):
+    # before: "another machine or network namespace" of either; the boot id tells them
+    ns = r"^generator slot 1 runs on .*, another network namespace of this machine \(net:\["
+    with pytest.raises(ReplayError, match=ns):
         cl.check_places([here, other_ns], loop)
     other_host = {**here, "host": "b", "boot": "x"}
+    with pytest.raises(ReplayError, match=r"'b', another machine \(another boot id\): the loop"):
+        cl.check_places([other_host], loop)
     with pytest.raises(ReplayError, match=r"loopback target 127\.0\.0\.1:8080 there is not"):
         cl.check_places([other_host], loop)
     cl.check_places([here, other_ns, other_host], [("10.0.0.1", 80)])  # (with --allow-remote)

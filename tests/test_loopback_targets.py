@@ -160,3 +160,14 @@ def test_a_link_local_target_with_a_zone_is_checked_and_its_host_header_has_none
     cfg = EngineConfig(targets=[("fe80::1%lo", 8080)])
     sent = native._core_args(sched, cfg, RunLogWriter(None))["req_bytes"][0][0]
     assert b"\r\nHost: [fe80::1]:8080\r\n" in sent, sent
+
+
+def test_an_address_off_loopback_is_not_said_to_be_another_machine():
+    """A veth peer in a network namespace of this machine (10.242.42.2) was refused
+    "...; pass --allow-remote to load another machine": it may be either."""
+    with pytest.raises(ReplayError) as err:
+        LiveTarget([("10.242.42.2", 8080)])
+    assert str(err.value).endswith(
+        "pass --allow-remote to load a server off this network namespace's loopback "
+        "(another machine, or another network namespace of this one)"
+    ), err.value

@@ -147,9 +147,10 @@ def check_places(places: list[dict[str, Any]], targets: list[tuple[str, int]]) -
                 f"{here['version']}: install the same shrink on every node of the cluster"
             )
         same = p.get("boot") == here["boot"] and p.get("netns") == here["netns"]
+        where = _elsewhere(p, here)
         if loop and not same:
             raise ReplayError(
-                f"generator slot {i} runs on {node}, another machine or network namespace: "
+                f"generator slot {i} runs on {node}, {where}: "
                 f"the loopback target {loop[0]} there is not this machine's server; give the "
                 "server an address every node reaches (with --allow-remote)"
             )
@@ -158,11 +159,23 @@ def check_places(places: list[dict[str, Any]], targets: list[tuple[str, int]]) -
             # there it names that machine's (eth0 may be another link, %2 another
             # interface or none) and the address a neighbour on its links, if any.
             raise ReplayError(
-                f"generator slot {i} runs on {node}, another machine or network namespace: "
+                f"generator slot {i} runs on {node}, {where}: "
                 f"the link-local target {linked[0]} is reached through this machine's "
                 "interface; there its zone names that machine's interfaces, if any, and the "
                 "address another link's host: give the server an address every node reaches"
             )
+
+
+def _elsewhere(p: dict[str, Any], here: dict[str, Any]) -> str:
+    """Where a slot that is not in this process's place runs, as its boot id tells: the
+    same boot is this machine (another network namespace of it); another, or none said,
+    another machine."""
+    if p.get("boot") and p.get("boot") == here["boot"]:
+        return (
+            f"another network namespace of this machine (net:[{p.get('netns')}], this "
+            f"process's net:[{here['netns']}]), whose loopback is its own"
+        )
+    return "another machine (another boot id)"
 
 
 class _Generator:
