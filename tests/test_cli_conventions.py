@@ -446,3 +446,51 @@ def test_the_engine_refuses_a_timeout_below_its_floor():
     with pytest.raises(ParameterError, match="timeout == 1e-300, must be at least 1 ms"):
         EngineConfig(targets=[("127.0.0.1", 1)], timeout=1e-300)
     assert EngineConfig(targets=[("127.0.0.1", 1)], timeout=0.001).timeout == 0.001
+
+
+# --- usage errors: one line, as shrink's own errors ---------------------------------------
+def _one_line(r) -> str:
+    lines = r.stderr.splitlines()
+    assert r.exit_code == 2 and len(lines) == 1, (r.exit_code, r.stderr)
+    assert "Usage:" not in r.stderr and "Try '" not in r.stderr, r.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("path", [p for p, _ in COMMANDS], ids=lambda p: " ".join(p) or "shrink")
+def test_an_unknown_option_is_one_line_naming_it_and_the_commands_help(path):
+    """Before: click's three lines ("Usage: ...", "Try '... --help' for help.", a blank,
+    "Error: No such option: --frobnicate")."""
+    line = _one_line(RUN(app, [*path, "--frobnicate"]))
+    assert line.startswith("error: no such option: --frobnicate"), line
+    assert line.endswith(f"; see {' '.join(['shrink', *path])} --help"), line
+
+
+ARGUMENTS = [
+    (p, a.name.upper())
+    for p, c in COMMANDS
+    for a in c.params[:1]
+    if a.param_type_name == "argument" and a.required
+]
+
+
+@pytest.mark.parametrize(("path", "name"), ARGUMENTS, ids=lambda p: " ".join(p))
+def test_a_missing_argument_is_one_line_naming_it(path, name):
+    line = _one_line(RUN(app, path))
+    assert line == f"error: missing argument '{name}'; see {' '.join(['shrink', *path])} --help"
+
+
+@pytest.mark.compute
+def test_a_value_refused_by_its_parser_and_an_unknown_command_are_one_line(tmp_path):
+    line = _one_line(RUN(app, ["synth", "tcp", "--rate", "1", "--duration", "1", "-o", "x/"]))
+    assert line == (
+        "error: invalid value for '-o' / '--out': x/ names a folder; name a file; "
+        "see shrink synth tcp --help"
+    )
+    assert _one_line(RUN(app, ["testbed", "nosuch"])) == (
+        "error: no such command 'nosuch'; see shrink testbed --help"
+    )
+
+
+def test_machine_write_names_its_argument_a_path_as_every_command_does():
+    r = RUN(app, ["machine", "write", "--help"], terminal_width=200)
+    assert "OUT <path>" in r.output and "<Path>" not in r.output, r.output

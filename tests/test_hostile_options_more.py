@@ -85,7 +85,7 @@ def test_engine_processes_out_of_range_are_refused_by_the_option(
         "sweep": ["sweep", str(trace_file), "--levels", "1", "-o", str(tmp_path / "s.json")],
     }[command]
     code, text = _run(*args, "--target", "127.0.0.1:1", "--processes", value)
-    assert code == 2 and "Invalid value for '--processes'" in text, text
+    assert code == 2 and "invalid value for '--processes'" in text, text
 
 
 @pytest.mark.parametrize(
@@ -152,8 +152,8 @@ def test_an_ingest_that_reads_no_request_is_an_error_and_writes_nothing(tmp_path
     ("option", "value", "shown"),
     [
         ("--cgroups", "maybe", "error: --cgroups: 'maybe'; accepted: auto, yes, no"),
-        ("--php-children-per-core", "0", "Invalid value for '--php-children-per-core'"),
-        ("--php-children-per-core", "100000000", "Invalid value for '--php-children-per-core'"),
+        ("--php-children-per-core", "0", "invalid value for '--php-children-per-core'"),
+        ("--php-children-per-core", "100000000", "invalid value for '--php-children-per-core'"),
     ],
 )
 def test_testbed_up_refuses_a_pool_or_cgroups_value_before_starting(
