@@ -25,6 +25,19 @@ SILENT_PAST_END = (
     "running past the run's end and its requests' timeout without a report, and writing "
     "nothing for {quiet:g} s: hung, killed"
 )
+# Where its writes cannot be read (/proc/PID/io refused, or a kernel without
+# CONFIG_TASK_IO_ACCOUNTING), its CPU time is the sign (/proc/PID/stat: writing its part
+# takes some); where neither can be read, a bound on the wall time past the deadline.
+IDLE_PAST_END = (
+    "running past the run's end and its requests' timeout without a report, and using "
+    "no CPU time for {quiet:g} s (its writes cannot be read, /proc/PID/io): hung, killed"
+)
+WALL_PAST_END_S = 600.0
+UNSEEN_PAST_END = (
+    "running {wall:g} s past the run's end and its requests' timeout without a report, "
+    "and nothing of its progress can be read (/proc/PID/io, /proc/PID/stat): taken for "
+    "hung, killed"
+)
 
 
 @contextlib.contextmanager
@@ -64,7 +77,8 @@ def let_go(
     for its report for ever, and a 4 s replay hung (50 s, until it was killed). So is one
     running past that time that writes nothing (no byte, its ``wchar``) for
     ``QUIET_PAST_END_S``: one that writes its part is waited for as long as it writes.
-    A process whose counter cannot be read is waited for, as before."""
+    Where its writes cannot be read, one using no CPU time for as long is; where neither
+    can be read, one still running ``WALL_PAST_END_S`` past that time (:class:`_Quiet`)."""
     stats: list[Any] = []  # (EngineStats)
     ended: list[tuple[int, str | None]] = []  # (None: it ended without a word)
     stopped = False  # a stop signal came to this process
@@ -133,28 +147,58 @@ def _last_word(pipe: Any, said: str) -> tuple[str, Any]:
 
 
 class _Quiet:
-    """Whether an engine process past the deadline is to be killed: stopped, or writing
-    nothing for ``QUIET_PAST_END_S`` (what to say of it then, else None)."""
+    """Whether an engine process past the deadline is to be killed: stopped, or making no
+    progress for ``QUIET_PAST_END_S`` (what to say of it then, else None). Its progress is
+    the bytes it writes; where they cannot be read, its CPU time; where neither can, it
+    is given ``WALL_PAST_END_S``."""
 
     def __init__(self, pid: int | None) -> None:
         self.pid = pid
-        self.written: int | None = None
+        self.seen: tuple[str, int] | None = None
         self.since = 0.0
+        self.first: float | None = None
 
     def hung(self) -> str | None:
         if _stopped(self.pid):
             return STOPPED_PAST_END
-        written, now = _written(self.pid), monotonic()
-        if written is None:
+        now = monotonic()
+        if self.first is None:
+            self.first = now
+        seen = _progress(self.pid)
+        if seen is None:
+            if self.pid is not None and now - self.first >= WALL_PAST_END_S:
+                return UNSEEN_PAST_END.format(wall=WALL_PAST_END_S)
             return None
-        if written != self.written:
-            self.written, self.since = written, now
+        if seen != self.seen:
+            self.seen, self.since = seen, now
             return None
-        return (
-            SILENT_PAST_END.format(quiet=QUIET_PAST_END_S)
-            if (now - self.since >= QUIET_PAST_END_S)
-            else None
-        )
+        if now - self.since < QUIET_PAST_END_S:
+            return None
+        said = SILENT_PAST_END if seen[0] == "written" else IDLE_PAST_END
+        return said.format(quiet=QUIET_PAST_END_S)
+
+
+def _progress(pid: int | None) -> tuple[str, int] | None:
+    """Process ``pid``'s sign of progress: ("written", its bytes written), else ("cpu",
+    its CPU ticks), else None."""
+    written = _written(pid)
+    if written is not None:
+        return "written", written
+    ticks = _cpu_ticks(pid)
+    return None if ticks is None else ("cpu", ticks)
+
+
+def _cpu_ticks(pid: int | None) -> int | None:
+    """Process ``pid``'s CPU time so far, user and system, in clock ticks (/proc/PID/stat),
+    or None."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # (utime, stime: the stat's 14th and 15th)
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _written(pid: int | None) -> int | None:
