@@ -56,6 +56,7 @@ from shrink.replay.window_sampler import _other_load, _WindowSampler
 from shrink.runlog import RunLog
 from shrink.schedule import ScheduleOptions
 from shrink.target import GeneratorCheck, GeneratorPlacement, RunResult
+from shrink.testbed.logcap import cap_log
 from shrink.testbed.problems import (
     _replicas,
     _spinners,
@@ -425,6 +426,11 @@ class LiveTarget:
         testbed meanwhile (its state file says so now) are said as that, not as killed."""
         if self._parsed is None:  # read once: validating them was half a look's time
             self._parsed = _replicas(self.state)
+        for replica in self._parsed:
+            # An overloaded server's error log grew by megabytes a level, uncapped, in
+            # the run folder (a tmpfs): kept bounded at each look.
+            if replica.errorlog:
+                cap_log(replica.errorlog)
         problem = testbed_problem(self.state, self._parsed)
         if problem is None or not problem.startswith("is down: crashed") or not self.state_path:
             return problem

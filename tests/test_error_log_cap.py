@@ -1,0 +1,125 @@
+"""An overloaded server's error log is kept bounded while load runs against it.
+
+One 10 s level at ten times a 1@50% lighttpd-php-cgi share's capacity wrote 108,777
+lines (16 MB) to its error log, in the run folder (a tmpfs on most systems), never
+cut; every further level past the knee added as much."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from shrink.procfs import proc_info
+from shrink.replay.live import LiveTarget
+from shrink.target import GeneratorPlacement
+from shrink.testbed.logcap import cap_log
+
+LINE = b"2026-01-01 00:00:00: (gw_backend.c.2026) connection was dropped after accept()\n"
+
+
+def _log(path: Path, size: int) -> Path:
+    with path.open("wb") as f:
+        f.write(b"2026-01-01 00:00:00: (server.c.1704) server started\n")
+        f.write(LINE * (size // len(LINE)))
+        f.write(b"the last line\n")
+    return path
+
+
+@pytest.mark.compute
+def test_a_log_over_the_cap_keeps_its_first_and_last_lines_and_a_writer_goes_on_at_its_end(
+    tmp_path,
+):
+    log = _log(tmp_path / "error.log", 3 * 2**20)
+    writer = os.open(log, os.O_WRONLY | os.O_APPEND)  # as lighttpd and nginx hold it
+    try:
+        cut = cap_log(log, cap=2**20, head=4096, tail=64 * 1024)
+        os.write(writer, b"written after the cut\n")
+    finally:
+        os.close(writer)
+    data = log.read_bytes()
+    assert cut > 2 * 2**20
+    assert len(data) < 80 * 1024
+    lines = data.splitlines()
+    assert lines[0].endswith(b"server started")
+    assert lines[-2:] == [b"the last line", b"written after the cut"]
+    assert b"\0" not in data  # not written at the old end (a sparse file as large as before)
+    noted = [line for line in lines if line.startswith(b"[shrink] ")]
+    assert len(noted) == 1 and f"{cut} bytes of this log cut here".encode() in noted[0]
+    assert all(
+        line in (LINE.strip(), b"") or line in lines[:1] + lines[-2:] + noted for line in lines
+    )  # fmt: skip  (whole lines only)
+
+
+@pytest.mark.compute
+def test_a_log_under_the_cap_is_left_as_it_is(tmp_path):
+    log = _log(tmp_path / "error.log", 10_000)
+    before = log.read_bytes()
+    assert cap_log(log, cap=2**20) == 0
+    assert log.read_bytes() == before
+
+
+@pytest.mark.compute
+def test_a_symlink_or_hard_link_in_the_servers_folder_is_not_cut(tmp_path):
+    """The log's folder is the server user's: a link there to a file of root's is not
+    a log to cut."""
+    theirs = _log(tmp_path / "roots-file", 3 * 2**20)
+    before = theirs.stat().st_size
+    (tmp_path / "sym.log").symlink_to(theirs)
+    os.link(theirs, tmp_path / "hard.log")
+    assert cap_log(tmp_path / "sym.log", cap=2**20) == 0
+    assert cap_log(tmp_path / "hard.log", cap=2**20) == 0
+    assert cap_log(tmp_path / "missing.log", cap=2**20) == 0
+    assert theirs.stat().st_size == before
+
+
+def test_the_level_watch_keeps_a_replicas_error_log_bounded(tmp_path, monkeypatch):
+    """Each look of a run's watch (every 0.25 s) cuts the testbed's error logs."""
+    import shrink.testbed.logcap as logcap
+
+    monkeypatch.setattr(logcap, "CAP_BYTES", 2**20)
+    monkeypatch.setattr(logcap, "HEAD_BYTES", 4096)
+    monkeypatch.setattr(logcap, "TAIL_BYTES", 64 * 1024)
+    log = _log(tmp_path / "error.log", 3 * 2**20)
+    srv = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+        state = {"replicas": [
+            {"name": "r0", "address": "127.0.0.1", "port": 9, "cpus": cpus, "masters": [srv.pid],
+             "processes": {"lighttpd": [srv.pid]},
+             "starttimes": {str(srv.pid): proc_info(srv.pid).starttime},
+             "pinned": {}, "config": "", "errorlog": str(log)},
+        ]}  # fmt: skip
+        target = LiveTarget(
+            [("127.0.0.1", 9)], state=state, share_cpus=cpus[-1:],
+            generator=GeneratorPlacement(tuple(cpus[:1]), True), idle_bound=0.1,
+        )  # fmt: skip
+        assert target._problem() is None
+    finally:
+        srv.kill()
+        srv.wait()
+    assert log.stat().st_size < 80 * 1024
+    assert log.read_bytes().splitlines()[-1] == b"the last line"
+
+
+@pytest.mark.compute
+def test_a_log_cut_again_counts_every_cut_in_its_one_note(tmp_path):
+    """A second cut removes the first one's note with the lines around it: its count of
+    the server's bytes cut goes on in the new note, not lost."""
+    log = _log(tmp_path / "error.log", 3 * 2**20)
+    sizes = dict(cap=2**20, head=4096, tail=64 * 1024)
+
+    def notes() -> list[bytes]:
+        return [line for line in log.read_bytes().splitlines() if line.startswith(b"[shrink] ")]
+
+    first = cap_log(log, **sizes)
+    old_note = len(notes()[0]) + 1
+    with log.open("ab") as f:
+        f.write(LINE * (2 * 2**20 // len(LINE)))
+    second = cap_log(log, **sizes)
+    assert first > 0 and second > 0
+    assert len(notes()) == 1, notes()
+    assert int(notes()[0].split()[1]) == first + second - old_note
