@@ -288,3 +288,24 @@ def test_the_metrics_name_the_run_under_way_and_the_state_for_the_servers_whole_
     assert running[1:3] == [[("running", "rate 300 rep 1/1")], [("running", "rate 400 rep 1/1")]]
     assert running[-2] == running[-1] == [("finished", "")]  # done: nothing under way
     assert _told(progress, None) is progress  # no server, nothing to tell
+
+
+@pytest.mark.compute
+@pytest.mark.parametrize("export", [None, "csv"])
+def test_a_sweep_keeps_its_runs_requests_only_for_an_export(tmp_path, monkeypatch, export):
+    """Every run's requests (about 90 bytes each) were held until the sweep ended, with
+    no export or metrics asked for: a sweep's memory grew with every request it sent."""
+    from helpers.cli import SPEC, cli_ok
+
+    from shrink.export import samples
+
+    kept = []
+    made = samples.RunSamples.from_result
+    monkeypatch.setattr(samples.RunSamples, "from_result",
+                        classmethod(lambda cls, *a: kept.append(1) or made(*a)))  # fmt: skip
+    trace = tmp_path / "t.parquet"
+    _trace().write_parquet(trace)
+    cli_ok("sim", "sweep", str(trace), "--machine", str(SPEC), "-o", str(tmp_path / "c.json"),
+           "--levels", "1,2", "--reps", "1", "--warmup", "0s", "--duration", "1s",
+           *(["--export", export] if export else []))  # fmt: skip
+    assert len(kept) == (2 if export else 0)

@@ -438,7 +438,7 @@ def sweep_cmd(
         from shrink.trace import Trace
 
         lv = _levels(levels, knob)
-        target = RecordingTarget(_sim_target(machine, mapping, share, param))
+        target = RecordingTarget(_sim_target(machine, mapping, share, param), keep=bool(formats))
         tr = Trace.read_parquet(trace, max_body=max_body)
         keeper = keep_levels(output)
         try:

@@ -207,7 +207,9 @@ def sweep_cmd(
         guard = _guard(output, runlogs)
         keeper = keep_levels(output, guard)
         try:
-            recorder = RecordingTarget(tgt, (tr, lv, knob))
+            # (every run's requests are kept only for the exports or metrics asked for)
+            asked = bool(formats) or metrics_port is not None
+            recorder = RecordingTarget(tgt, (tr, lv, knob), keep=asked)
             with _metrics(recorder, metrics_port) as served:
                 curve = _progress_sweep(
                     lambda progress: sweep(

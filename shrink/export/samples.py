@@ -84,14 +84,20 @@ class RecordingTarget:
     ``levels`` (the sweep's levels in its ``knob``, with the trace) tags each run with
     the level it ran at as it is recorded, for what reads the runs while the sweep
     runs (:mod:`shrink.export.metrics`).
+
+    ``keep=False`` (no export and no metrics asked for) keeps none: every run's
+    requests, about 90 bytes each, were held until the sweep ended, for nothing.
     """
 
     def __init__(
         self,
         target: Any,
         levels: tuple[Trace, Sequence[float], str] | None = None,
+        *,
+        keep: bool = True,
     ) -> None:
         self._target = target
+        self._keep = keep
         self.runs: list[RunSamples] = []
         self._levels: list[tuple[float, float]] = []
         self._knob = ""
@@ -102,6 +108,8 @@ class RecordingTarget:
     def run(self, trace: Trace, *, rate_factor: float, **kwargs: Any) -> RunResult:
         epoch = time.time()
         res = self._target.run(trace, rate_factor=rate_factor, **kwargs)
+        if not self._keep:
+            return res
         rec = RunSamples.from_result(res, rate_factor, epoch)
         for factor, level in self._levels:
             if np.isclose(rate_factor, factor, rtol=1e-9, atol=0):
