@@ -292,7 +292,7 @@ class WriteError(ShrinkError):
     ) -> None:
         reason = exc.strerror or str(exc)
         if exc.errno == errno.ENOSPC:
-            reason = "no space left on the device"
+            reason = "no space left on the device" + _no_inode(path)
         limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
         if exc.errno == errno.EFBIG and limit != resource.RLIM_INFINITY:
             reason = f"past the file-size limit of {limit} bytes, ulimit -f"
@@ -308,6 +308,22 @@ class WriteError(ShrinkError):
         super().__init__(said)
         self.path = str(path)
         self.errno = exc.errno
+
+
+def _no_inode(path: str | Path) -> str:
+    """What ENOSPC meant where no inode was left but bytes were (``mkfs.ext4 -N``, many
+    small files): a file system gives the one errno for both, and "no space left" beside
+    a ``df`` showing room read as untrue. Empty where bytes ran out, or nothing is known."""
+    for folder in (Path(path), *Path(path).parents):
+        try:
+            fs = os.statvfs(folder)
+        except OSError:
+            continue
+        if fs.f_files and not fs.f_favail and fs.f_bavail:
+            free = fs.f_bavail * fs.f_frsize / 2**20
+            return f": no free inode for a new file (df -i), though {free:,.1f} MiB are free"
+        return ""
+    return ""
 
 
 def thread_refused(exc: BaseException) -> bool:

@@ -407,3 +407,26 @@ def test_the_recompute_line_of_a_run_on_some_cpus_says_it_predicts_the_whole_mac
                            "published")  # fmt: skip
     assert "recomputes the MATs" in whole
     assert "its intervals are not widened by predict's error budgets" in whole
+
+
+class _Fs:
+    """An os.statvfs result: ``inodes`` free of 64, ``blocks`` of 4 KiB free."""
+
+    def __init__(self, inodes: int, blocks: int) -> None:
+        self.f_files, self.f_favail = 64, inodes
+        self.f_bavail, self.f_frsize = blocks, 4096
+
+
+def test_enospc_with_bytes_free_says_no_inode_was_left(tmp_path, monkeypatch):
+    # An ext4 made with few inodes (mkfs.ext4 -N 16) and 55 MiB free: a sweep's RunLog
+    # was "cannot write (no space left on the device, ENOSPC)" while df showed room.
+    monkeypatch.setattr("os.statvfs", lambda p: _Fs(inodes=0, blocks=14080))
+    said = str(WriteError(tmp_path / "rl" / "run001-rf0.5.parquet", ENOSPC))
+    assert said.endswith(
+        "run001-rf0.5.parquet: cannot write (no space left on the device: no free inode "
+        "for a new file (df -i), though 55.0 MiB are free, ENOSPC)"
+    ), said
+    monkeypatch.setattr("os.statvfs", lambda p: _Fs(inodes=0, blocks=0))  # both ran out
+    assert "(no space left on the device, ENOSPC)" in str(WriteError(tmp_path / "f", ENOSPC))
+    monkeypatch.setattr("os.statvfs", lambda p: _Fs(inodes=5, blocks=0))  # bytes ran out
+    assert "(no space left on the device, ENOSPC)" in str(WriteError(tmp_path / "f", ENOSPC))
