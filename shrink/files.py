@@ -110,6 +110,7 @@ def check_output(path: str | Path, *, kind: str = "file", what: str = "output") 
         # root may "write" there as far as access() says; the write fails once measured
         raise ParameterError(f"{what} {path} is on {fs} (the kernel's, not storage): name another")
     _walked_as_written(path if kind == "dir" and path.exists() else path.parent, path, what)
+    _not_locked(path, kind, what)
     if path.exists():
         if not os.access(path, os.W_OK | (os.X_OK if kind == "dir" else 0)):
             raise ParameterError(f"{what} {path} is not writable")
@@ -125,6 +126,47 @@ def check_output(path: str | Path, *, kind: str = "file", what: str = "output") 
     if not os.access(near, os.W_OK | os.X_OK):
         raise ParameterError(f"{what} {path}: cannot create it, {parent} is not writable")
     return path
+
+
+# FS_IOC_GETFLAGS (lsattr): its FS_IMMUTABLE_FL and FS_APPEND_FL bits
+_GETFLAGS, _LOCKS = 0x80086601, ((0x10, "immutable (chattr +i)"), (0x20, "append-only (chattr +a)"))
+
+
+def _lock_of(path: Path) -> str | None:
+    """What chattr flag, if any, forbids renaming over or within ``path`` (a file or a
+    folder), even for root: "immutable (chattr +i)" or "append-only (chattr +a)"."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        flags = int.from_bytes(fcntl.ioctl(fd, _GETFLAGS, bytes(8))[:4], sys.byteorder)
+    except OSError:  # (a file system without these flags)
+        return None
+    finally:
+        os.close(fd)
+    return next((said for bit, said in _LOCKS if flags & bit), None)
+
+
+def _not_locked(path: Path, kind: str, what: str) -> None:
+    """Refuse ``path`` now where a chattr flag will refuse its write: every output is put
+    in place by rename from a temporary file beside it, which an immutable or append-only
+    folder or file forbids. A sweep into an append-only folder ran all its levels, then
+    "cannot write (Operation not permitted, EPERM)", and left its temporary files, which
+    no one may remove there."""
+    folder = path if kind == "dir" and path.is_dir() else path.parent
+    if path.exists() and folder != path and (lock := _lock_of(path)):
+        raise ParameterError(
+            f"{what} {path} is {lock}: it cannot be replaced; "
+            f"chattr -{lock[-2]} {path}, or name another"
+        )
+    if lock := _lock_of(folder):
+        raise ParameterError(
+            f"{what} {path}: its folder {folder.absolute()} is {lock}: no file can be renamed "
+            f"into place or removed there; chattr -{lock[-2]} {folder}, or name another folder"
+        )
 
 
 def _walked_as_written(folder: Path, path: Path, what: str) -> None:
