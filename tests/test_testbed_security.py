@@ -995,3 +995,42 @@ def test_an_up_whose_state_cannot_be_written_stops_its_servers(tmp_path, monkeyp
     pids = [p for r in started[0].replicas for p in r.pids]
     assert pids and not any(process.is_alive(p) for p in pids)
     assert list((tmp_path / "runs").iterdir()) == []
+
+
+def test_a_private_folder_on_a_read_only_file_system_names_the_variable(tmp_path, monkeypatch):
+    """SHRINK_RUN_DIR on a file system mounted read-only: `testbed up` (and a predict on
+    the simulator) said only "error: DIR: Read-only file system"."""
+    import errno
+
+    from shrink.testbed import registry
+
+    def refused(path, mode):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+
+    (tmp_path / "runs").mkdir(mode=0o755)
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "runs"))
+    monkeypatch.setattr(os, "chmod", refused)
+    with pytest.raises(TestbedError) as err:
+        registry.private_dir()
+    assert str(err.value) == (
+        f"SHRINK_RUN_DIR {tmp_path}/runs: cannot make shrink's private folder there "
+        "(Read-only file system); set SHRINK_RUN_DIR (or XDG_RUNTIME_DIR) to a writable "
+        "folder of this user's"
+    )
+
+
+def test_stale_testbeds_that_cannot_be_looked_for_are_a_warning(monkeypatch, capsys):
+    """A predict on the simulator needs no run folder: one it could not make private
+    (read-only) stopped it before anything ran."""
+    from shrink.cli import testbed_cmd
+    from shrink.testbed import registry
+
+    def refused():
+        raise TestbedError("SHRINK_RUN_DIR /ro/runs: cannot make shrink's private folder there")
+
+    monkeypatch.setattr(registry, "stale", refused)
+    testbed_cmd.warn_stale()
+    assert capsys.readouterr().err == (
+        "warning: stale testbeds not looked for: SHRINK_RUN_DIR /ro/runs: cannot make "
+        "shrink's private folder there\n"
+    )

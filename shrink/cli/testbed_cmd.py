@@ -516,7 +516,14 @@ def warn_stale() -> None:
     """One line per stale testbed left by a killed command, with the way to clean it up."""
     from shrink.testbed import registry
 
-    for sb in registry.stale():
+    try:
+        found = registry.stale()
+    except TestbedError as exc:
+        # Only a look (a predict on the simulator needs no run folder): SHRINK_RUN_DIR on a
+        # read-only file system refused it ("error: DIR: Read-only file system").
+        typer.echo(printable(f"warning: stale testbeds not looked for: {exc}"), err=True)
+        return
+    for sb in found:
         running = sb.running()
         typer.echo(
             f"warning: stale testbed {sb.state_path} ({sb.reason}"

@@ -19,6 +19,7 @@ the cgroups.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
@@ -80,14 +81,24 @@ def private_dir() -> Path:
     this user's, writable by no one else. Mode 0711 as root (the server user passes
     through it to its sockets), else 0700."""
     d = run_dir()
-    make_dirs(d.parent)
+    # (in a folder of root's: a bare "Permission denied"; on a read-only file system, or
+    # one full or immutable: "error: DIR: Read-only file system", for a predict on the
+    # simulator too, the variable never named)
+    why = None
     try:
-        return secure_dir(d, 0o711 if os.geteuid() == 0 else 0o700)
-    except PermissionError as exc:  # (in a folder of root's: a bare "Permission denied")
+        make_dirs(d.parent)
+        secure_dir(d, 0o711 if os.geteuid() == 0 else 0o700)
+        if os.statvfs(d).f_flag & os.ST_RDONLY:  # (made before it was mounted read-only)
+            why = os.strerror(errno.EROFS)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+    if why is not None:
+        said = "SHRINK_RUN_DIR " if os.environ.get("SHRINK_RUN_DIR") else ""
         raise TestbedError(
-            f"{d}: cannot make shrink's private folder there ({exc.strerror}); set "
-            "SHRINK_RUN_DIR (or XDG_RUNTIME_DIR) to a folder of this user's"
-        ) from None
+            f"{said}{d}: cannot make shrink's private folder there ({why}); set "
+            "SHRINK_RUN_DIR (or XDG_RUNTIME_DIR) to a writable folder of this user's"
+        )
+    return d
 
 
 def scratch_base() -> Path:
