@@ -45,6 +45,7 @@ from shrink.jsonout import plain
 __all__ = [
     "MAX_BYTES",
     "check_output",
+    "lock_of",
     "parse_json",
     "read_at_most",
     "read_json",
@@ -132,7 +133,7 @@ def check_output(path: str | Path, *, kind: str = "file", what: str = "output") 
 _GETFLAGS, _LOCKS = 0x80086601, ((0x10, "immutable (chattr +i)"), (0x20, "append-only (chattr +a)"))
 
 
-def _lock_of(path: Path) -> str | None:
+def lock_of(path: Path) -> str | None:
     """What chattr flag, if any, forbids renaming over or within ``path`` (a file or a
     folder), even for root: "immutable (chattr +i)" or "append-only (chattr +a)"."""
     import fcntl
@@ -157,12 +158,12 @@ def _not_locked(path: Path, kind: str, what: str) -> None:
     "cannot write (Operation not permitted, EPERM)", and left its temporary files, which
     no one may remove there."""
     folder = path if kind == "dir" and path.is_dir() else path.parent
-    if path.exists() and folder != path and (lock := _lock_of(path)):
+    if path.exists() and folder != path and (lock := lock_of(path)):
         raise ParameterError(
             f"{what} {path} is {lock}: it cannot be replaced; "
             f"chattr -{lock[-2]} {path}, or name another"
         )
-    if lock := _lock_of(folder):
+    if lock := lock_of(folder):
         raise ParameterError(
             f"{what} {path}: its folder {folder.absolute()} is {lock}: no file can be renamed "
             f"into place or removed there; chattr -{lock[-2]} {folder}, or name another folder"

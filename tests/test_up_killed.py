@@ -424,3 +424,39 @@ def test_down_under_another_private_folder_names_the_run_folder_it_left(tmp_path
     finally:
         shutil.rmtree(first, ignore_errors=True)
         shutil.rmtree(other, ignore_errors=True)
+
+
+def test_a_state_that_cannot_be_marked_stopped_says_the_testbed_is_down(tmp_path, monkeypatch):
+    """down with the state file immutable (chattr +i): it stopped the servers, then said
+    only "error: s.json: cannot write (Operation not permitted, EPERM)", and left their
+    entry in the private folder."""
+    import errno
+
+    from shrink.errors import TestbedError, WriteError
+    from shrink.machine import Machine
+    from shrink.share import Share
+    from shrink.testbed import ServerSettings, lifecycle
+    from shrink.testbed.fake_recipe import FakeRecipe
+    from shrink.testbed.state import TestbedState
+
+    run = tmp_path / "run"
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(run))
+    (tmp_path / "doc").mkdir()
+    m = Machine("one", sockets=1, cores_per_socket=1, cpus=((min(os.sched_getaffinity(0)),),))
+    state = tmp_path / "s.json"
+    st = lifecycle.up(tmp_path / "doc", m, Share.parse("all", m), state_path=state, port=0,
+                      cgroups="no", server=ServerSettings(FakeRecipe()))  # fmt: skip
+    pids = [p for r in st.replicas for p in r.pids]
+
+    def refused(self, path):
+        raise WriteError(path, OSError(errno.EPERM, "Operation not permitted"))
+
+    monkeypatch.setattr(TestbedState, "write", refused)
+    with pytest.raises(TestbedError) as err:
+        lifecycle.down(state)
+    assert str(err.value) == (
+        f"the testbed is down (stopped {len(pids)} process(es)), but {state}: cannot write "
+        "(Operation not permitted, EPERM); the state file still says it runs"
+    )
+    assert pids and wait_gone(pids, 5) == []
+    assert not list(run.glob("testbed-*.json"))

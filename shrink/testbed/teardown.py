@@ -17,7 +17,7 @@ from typing import Any
 
 from shrink import processes as process
 from shrink.enforce import Enforcer, enforcer_from_dict
-from shrink.errors import RecipeError, StateError, TestbedError
+from shrink.errors import RecipeError, StateError, TestbedError, WriteError
 from shrink.share import Cgroup
 from shrink.testbed import registry
 from shrink.testbed.private import forgeable, user_name
@@ -240,7 +240,21 @@ def down(state_path: str | Path) -> dict[str, list[int]]:
     _remove_run_dirs(st)
     left = _restore_irq(st)
     st.stopped = datetime.now(UTC).isoformat(timespec="seconds")
-    st.write(state_path)
+    try:
+        st.write(state_path)
+    except WriteError as exc:
+        # (chattr +i on it: "cannot write (Operation not permitted, EPERM)" was all down
+        # said, of servers it had stopped, and their entry in the private folder was left)
+        registry.forget(state_path)
+        from shrink.files import lock_of
+
+        at = Path(state_path)
+        why = next((f": {q} is {lock}" for q in (at, at.parent) if (lock := lock_of(q))), "")
+        stopped = sum(len(pids) for pids in out.values())
+        raise TestbedError(
+            f"the testbed is down (stopped {stopped} process(es)), but {exc}{why}; the "
+            "state file still says it runs"
+        ) from None
     registry.forget(state_path)
     if left:
         raise TestbedError(f"the testbed is down, but could not restore {'; '.join(left)}")
