@@ -75,3 +75,25 @@ def test_ingest_into_an_append_only_folder_writes_nothing(tmp_path, chattr):
     assert r.exit_code == 2, r.output
     assert "is append-only (chattr +a)" in r.output
     assert os.listdir(folder) == []
+
+
+@pytest.mark.parametrize(
+    "flag,said", [("a", "append-only (chattr +a)"), ("i", "immutable (chattr +i)")]
+)
+def test_a_locked_run_folder_is_refused_first(tmp_path, chattr, monkeypatch, flag, said):
+    """SHRINK_RUN_DIR immutable: `testbed up` said "up-X.lock: Operation not permitted";
+    append-only: it made its run root and entry, then "cannot write (... EPERM)"."""
+    from shrink.errors import TestbedError
+    from shrink.testbed import registry
+
+    run = tmp_path / "run"
+    run.mkdir(mode=0o711 if os.geteuid() == 0 else 0o700)
+    chattr(flag, run)
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(run))
+    with pytest.raises(TestbedError) as err:
+        registry.private_dir()
+    assert str(err.value) == (
+        f"SHRINK_RUN_DIR {run}: cannot make shrink's private folder there (it is {said}); "
+        "set SHRINK_RUN_DIR (or XDG_RUNTIME_DIR) to a writable folder of this user's"
+    )
+    assert os.listdir(run) == []

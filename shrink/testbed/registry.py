@@ -90,6 +90,8 @@ def private_dir() -> Path:
         secure_dir(d, 0o711 if os.geteuid() == 0 else 0o700)
         if os.statvfs(d).f_flag & os.ST_RDONLY:  # (made before it was mounted read-only)
             why = os.strerror(errno.EROFS)
+        elif lock := files.lock_of(d):  # (+i: "up-X.lock: Operation not permitted"; +a:
+            why = f"it is {lock}"  # up started, then left files no one may remove there)
     except OSError as exc:
         why = exc.strerror or str(exc)
     if why is not None:
