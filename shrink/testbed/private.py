@@ -51,6 +51,7 @@ from pathlib import Path
 
 from shrink.errors import ParameterError, TestbedError
 from shrink.own_env import for_servers
+from shrink.testbed.userns import unmapped
 
 __all__ = [
     "SERVER_USERS",
@@ -105,6 +106,12 @@ def server_user() -> ServerUser | None:
             group = grp.getgrgid(pw.pw_gid).gr_name
         except KeyError:
             group = str(pw.pw_gid)
+        if (gone := unmapped(pw.pw_uid, pw.pw_gid)) is not None:
+            raise TestbedError(
+                f"the servers run as {name}, whose {gone} is not mapped: root in a user "
+                "namespace (unshare -U) cannot start them as that user; run as the "
+                f"machine's root, or map {name}'s IDs into the namespace"
+            )
         return ServerUser(name, group, pw.pw_uid, pw.pw_gid)
     raise TestbedError(
         f"no unprivileged user to run the servers as ({' or '.join(SERVER_USERS)}); create "

@@ -1,0 +1,29 @@
+"""Whether a user exists in this process's user namespace.
+
+Root in a user namespace (``unshare -U -r``) is UID 0 without the machine's privilege:
+a UID its maps leave out cannot own a file or run a process there, so ``up`` could not
+give the server user its folder ("error: .../srv: Invalid argument")."""
+
+from __future__ import annotations
+
+__all__ = ["unmapped"]
+
+
+def _ranges(which: str) -> list[tuple[int, int]]:
+    """The IDs ``/proc/self/{which}_map`` maps, as (first, count); all of them unread."""
+    try:
+        with open(f"/proc/self/{which}_map") as fh:
+            rows = [line.split() for line in fh if line.strip()]
+    except OSError:
+        return [(0, 2**32)]
+    return [(int(row[0]), int(row[2])) for row in rows if len(row) == 3]
+
+
+def unmapped(uid: int, gid: int) -> str | None:
+    """What of ``uid`` and ``gid`` this user namespace does not map ("UID 33"), or None."""
+    for which, n in (("uid", uid), ("gid", gid)):
+        ranges = _ranges(which)
+        if not any(first <= n < first + count for first, count in ranges):
+            shown = ", ".join(f"{f}-{f + c - 1}" for f, c in ranges) or "none"
+            return f"{which.upper()} {n} (this user namespace maps {which.upper()}s {shown})"
+    return None

@@ -1,0 +1,71 @@
+"""Root in a user namespace (``unshare -U -r``) is refused in one true line where the
+server user is not mapped there: ``testbed up`` said "error: .../srv: Invalid argument"
+(chown to an unmapped UID)."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from shrink.errors import TestbedError
+from shrink.testbed import private, userns
+
+
+@pytest.mark.compute
+def test_an_unmapped_server_user_is_said(monkeypatch):
+    maps = {"uid": [(0, 1)], "gid": [(0, 1)]}
+    monkeypatch.setattr(userns, "_ranges", lambda which: maps[which])
+    assert userns.unmapped(0, 0) is None
+    assert userns.unmapped(33, 0) == "UID 33 (this user namespace maps UIDs 0-0)"
+    assert userns.unmapped(0, 33) == "GID 33 (this user namespace maps GIDs 0-0)"
+    maps["uid"] = [(0, 0x10000)]
+    assert userns.unmapped(33, 0) is None
+
+
+@pytest.mark.compute
+def test_up_as_root_of_a_user_namespace_names_the_unmapped_user(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(userns, "_ranges", lambda which: [(0, 1)])
+    name = next((n for n in private.SERVER_USERS if _uid(n)), None)
+    if name is None:
+        pytest.skip("no server user on this machine")
+    with pytest.raises(TestbedError) as err:
+        private.server_user()
+    assert str(err.value).startswith(f"the servers run as {name}, whose UID {_uid(name)} (this")
+    assert "is not mapped: root in a user namespace (unshare -U)" in str(err.value)
+
+
+def _uid(name: str) -> int | None:
+    try:
+        uid = pwd.getpwnam(name).pw_uid
+    except KeyError:
+        return None
+    return uid or None
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="unshare")
+def test_testbed_up_in_a_user_namespace_is_one_line(tmp_path):
+    if subprocess.run(["unshare", "-U", "-r", "true"], capture_output=True).returncode:
+        pytest.skip("no user namespaces here")
+    if not any(_uid(n) for n in private.SERVER_USERS):
+        pytest.skip("no server user on this machine")
+    (tmp_path / "doc").mkdir()
+    os.chmod(tmp_path, 0o755)
+    env = {**os.environ, "SHRINK_RUN_DIR": str(tmp_path / "run")}
+    r = subprocess.run(
+        ["unshare", "-U", "-r", sys.executable, "-m", "shrink", "testbed", "up",
+         "--docroot", str(tmp_path / "doc"), "--state", str(tmp_path / "s.json"),
+         "--share", "all", "--port", "0"],
+        capture_output=True, text=True, env=env, cwd=Path(__file__).parent.parent, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 1, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert "is not mapped: root in a user namespace" in last, r.stderr
+    assert not (tmp_path / "s.json").exists()
+    assert not list((tmp_path / "run").glob("up-*"))
