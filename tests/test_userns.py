@@ -69,3 +69,24 @@ def test_testbed_up_in_a_user_namespace_is_one_line(tmp_path):
     assert "is not mapped: root in a user namespace" in last, r.stderr
     assert not (tmp_path / "s.json").exists()
     assert not list((tmp_path / "run").glob("up-*"))
+
+
+@pytest.mark.compute
+def test_down_of_servers_root_may_not_signal_names_them(monkeypatch, tmp_path):
+    """A testbed up started in one user namespace, down run in another (two `unshare -U
+    -r` shells): "error: Operation not permitted", and the servers kept running."""
+    from shrink.testbed import teardown
+
+    def refused(pid, sig):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(teardown.process, "has_capability", lambda cap: True)
+    monkeypatch.setattr(os, "kill", refused)
+    with pytest.raises(TestbedError) as err:
+        teardown._refuse_if_anothers(tmp_path / "s.json", [4321, 4322])
+    assert str(err.value).startswith(
+        f"{tmp_path}/s.json: its processes [4321, 4322] may not be signalled from here "
+        "(Operation not permitted): root of a user namespace (unshare -U)"
+    )
+    assert str(err.value).endswith("nothing was stopped")

@@ -81,6 +81,7 @@ def _refuse_if_anothers(state_path: str | Path, pids: list[int] | None = None) -
     me = os.geteuid()
     if me == 0:
         _refuse_without_cap_kill(state_path, pids or [])
+        _refuse_from_another_namespace(state_path, pids or [])
         return
     theirs: list[int] = []
     for p in pids or []:
@@ -128,6 +129,27 @@ def _refuse_without_cap_kill(state_path: str | Path, pids: list[int]) -> None:
             "another user's process needs the capability CAP_KILL, which this process runs "
             "without (dropped, as in a container or under capsh --drop): run `shrink "
             "testbed down` with it; nothing was stopped"
+        )
+
+
+def _refuse_from_another_namespace(state_path: str | Path, pids: list[int]) -> None:
+    """Root of a user namespace holds CAP_KILL only over the processes of its own: a
+    testbed up started in another (a second ``unshare -U -r``) ended down on "error:
+    Operation not permitted", naming nothing, its servers left running."""
+    barred = []
+    for p in pids:
+        try:
+            os.kill(p, 0)
+        except PermissionError:
+            barred.append(p)
+        except OSError:
+            pass
+    if barred:
+        raise TestbedError(
+            f"{state_path}: its processes {barred[:8]} may not be signalled from here "
+            "(Operation not permitted): root of a user namespace (unshare -U) may signal "
+            "only its own namespace's processes, and these were started from another; run "
+            "`shrink testbed down` where `up` ran, or as the machine's root; nothing was stopped"
         )
 
 
