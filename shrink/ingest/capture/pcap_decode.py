@@ -6,7 +6,8 @@ per packet (IP fragments aside: rare, they are reassembled in Python by
 :mod:`shrink.ingest.capture.ip_fragments`, and each TCP datagram so made is decoded
 from a buffer appended to the file's). Supported link types: Ethernet with
 802.1Q/802.1ad tags, Linux cooked capture v1 (SLL) and v2 (SLL2), raw IP, BSD
-loopback (NULL, host byte order) and OpenBSD loopback (LOOP).
+loopback (NULL, host byte order) and OpenBSD loopback (LOOP); on the first three, an
+MPLS label stack (1-3 entries) or a PPPoE session before IP.
 """
 
 from __future__ import annotations
@@ -39,6 +40,39 @@ _VLAN = (0x8100, 0x88A8, 0x9100)
 _AF_INET6 = (10, 24, 28, 30)  # Linux, BSD, FreeBSD, macOS
 
 
+def _mpls_pppoe(
+    word: Words, et: np.ndarray, nxt: np.ndarray, e: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(ethertype, payload offset) past an MPLS label stack or a PPPoE session header.
+
+    MPLS (0x8847, 0x8848): one to three label entries, the last with its bottom-of-stack
+    bit, then IPv4 or IPv6 by the first nibble (anything else, a pseudowire's Ethernet
+    say, or a deeper stack, stays unread). PPPoE session (0x8864): PPP protocol 0x0021
+    is IPv4, 0x0057 IPv6. The ethertype becomes 0x0800 or 0x86DD where IP follows, 0
+    where it does not."""
+    mpls = np.isin(et, (0x8847, 0x8848))
+    if mpls.any():
+        inside = mpls.copy()
+        bottom = np.zeros_like(mpls)
+        for _ in range(3):
+            entry = inside & (nxt + 4 <= e)
+            last = entry & ((b(word(nxt), 2) & 1) == 1)
+            nxt = np.where(entry, nxt + 4, nxt)
+            bottom |= last
+            inside = entry & ~last
+        nibble = np.where(bottom & (nxt < e), b(word(nxt), 0) >> 4, 0)
+        ip = np.where(nibble == 4, 0x0800, np.where(nibble == 6, 0x86DD, 0))
+        et = np.where(mpls, ip, et)
+    ppp = et == 0x8864
+    if ppp.any():
+        proto = np.where(ppp & (nxt + 8 <= e), be16(word(nxt), 6), 0)
+        ip = np.where(proto == 0x0021, 0x0800, np.where(proto == 0x0057, 0x86DD, 0))
+        code = b(word(nxt), 1)  # 0 in a session frame
+        et = np.where(ppp, np.where(code == 0, ip, 0), et)
+        nxt = np.where(ppp, nxt + 8, nxt)
+    return et, nxt
+
+
 def _link(word: Words, recs: RawRecords, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(layer-3 offset, IP version 4/6 or 0) per packet; -1 for an unsupported link."""
     d = recs.data_off
@@ -61,6 +95,7 @@ def _link(word: Words, recs: RawRecords, end: np.ndarray) -> tuple[np.ndarray, n
                 break
             et = np.where(tag, be16(word(nxt + 2), 0), et)
             nxt = np.where(tag, nxt + 4, nxt)
+        et, nxt = _mpls_pppoe(word, et, nxt, e)
         l3[sel] = nxt
         ver[sel] = np.where(et == 0x0800, 4, np.where(et == 0x86DD, 6, 0))
 

@@ -61,6 +61,48 @@ def _plain_tags(raw: bytes, linktype: int) -> bytes | None:
     return None if raw[et : et + 2] in (*_TAG_TYPES, b"\x81\x00") else raw
 
 
+_BOUND: list[bool] = []
+
+
+def _bind_mpls_pppoe() -> None:
+    """MPLS (0x8847 and 0x8848) and PPPoE sessions after any link's ethertype and after a
+    VLAN tag, as the fast engine reads them: scapy binds MPLS to Ethernet's 0x8847 only
+    (in its contrib), PPPoE to Ethernet and the cooked links, not after a tag."""
+    if _BOUND:
+        return
+    from scapy.contrib.mpls import MPLS
+    from scapy.layers.l2 import CookedLinux, CookedLinuxV2, Dot1Q, Ether
+    from scapy.layers.ppp import PPPoE
+    from scapy.packet import bind_layers
+
+    for et in (0x8847, 0x8848):
+        bind_layers(Ether, MPLS, type=et)
+        bind_layers(Dot1Q, MPLS, type=et)
+        bind_layers(CookedLinux, MPLS, proto=et)
+        bind_layers(CookedLinuxV2, MPLS, proto=et)
+    bind_layers(Dot1Q, PPPoE, type=0x8864)
+    _BOUND.append(True)
+
+
+def _read_path(layers: list[Any]) -> bool:
+    """Whether the layers between the link header and IP are those the fast engine
+    reads: VLAN tags, then one to three MPLS label entries (the last at the bottom of
+    the stack) or a PPPoE session's PPP, or nothing more."""
+    kinds = "".join(
+        {"Dot1Q": "t", "MPLS": "m", "PPPoE": "p", "PPP": "q"}.get(type(x).__name__, "?")
+        for x in layers
+    )
+    head = kinds.rstrip("mpq").rstrip("t")
+    if head or kinds.count("t") > 2:
+        return False
+    rest = kinds.lstrip("t")
+    if rest.startswith("m"):
+        return rest == "m" * len(rest) and len(rest) <= 3 and bool(layers[-1].s)
+    if rest.startswith("p"):
+        return rest == "pq" and layers[-2].code == 0
+    return rest == ""
+
+
 def _addr16(text: str, v4: bool) -> bytes:
     if v4:
         return bytes(10) + b"\xff\xff" + socket.inet_aton(text)
@@ -98,6 +140,7 @@ class _Collector:
         from scapy.layers.inet6 import IPv6, IPv6ExtHdrFragment
         from scapy.packet import Raw
 
+        _bind_mpls_pppoe()
         cls = conf.l2types.get(linktype)
         if linktype not in LINKTYPES or cls is None:
             self.skipped["unsupported-link"] += 1
@@ -117,16 +160,20 @@ class _Collector:
                 self.skipped["malformed"] += 1
                 return
         layer = p
-        # Walk past the link layer and any VLAN tags to the first IP header.
+        passed = []
+        # Walk past the link layer, any VLAN tags, MPLS labels or PPPoE to the first IP header.
         while layer is not None and not isinstance(layer, (IP, IPv6)):
             nxt = layer.payload
             if not nxt or isinstance(nxt, Raw):
                 kind = getattr(layer, "type", getattr(layer, "proto", None))
-                ip_kind = kind in (0x0800, 0x86DD)
+                ppp = type(layer).__name__ == "PPP"
+                ip_kind = kind in ((0x0021, 0x0057) if ppp else (0x0800, 0x86DD))
+                ip_kind = ip_kind and _read_path(passed[1:])
                 self.skipped["truncated-header" if ip_kind else "non-ip"] += 1
                 return
+            passed.append(layer)
             layer = nxt
-        if layer is None:
+        if layer is None or not _read_path(passed[1:]):
             self.skipped["non-ip"] += 1
             return
         l3 = layer
