@@ -322,7 +322,9 @@ def utf32(head: bytes) -> str | None:
     they were read as text with NULs; with one (FF FE 00 00) the file was named UTF-16.
     Judged by the first 4 KiB, in groups of four: the top byte (no code point reaches
     it) NUL in each, the next NUL in at least 9 of 10 (the planes past the first are
-    rare), the low byte NUL in at most 1 of 10 (a letter's own byte).
+    rare), the low byte NUL in at most 1 of 10 (a letter's own byte). Bytes of that
+    shape that do not read as text (:func:`_reads_as_text`: small int32s of a binary
+    file, say) are called binary data, not UTF-32.
     """
     for mark, order in ((b"\xff\xfe\x00\x00", "LE"), (b"\x00\x00\xfe\xff", "BE")):
         if head.startswith(mark):
@@ -341,11 +343,32 @@ def utf32(head: bytes) -> str | None:
             and sample[next_::4].count(0) * 10 >= quads * 9
             and sample[low::4].count(0) * 10 <= quads
         ):
+            if not _reads_as_text(sample, order):
+                return (
+                    "binary data, not text: its bytes come in groups of four as UTF-32's "
+                    "do, but they do not read as text"
+                )
             return (
                 f"UTF-32 text without a byte-order mark ({order}): convert it to UTF-8 first "
                 f"(iconv -f UTF-32{order} -t UTF-8)"
             )
     return None
+
+
+def _reads_as_text(sample: bytes, order: str) -> bool:
+    """Whether ``sample`` (whole groups of four) decodes as UTF-32 in ``order`` and reads
+    as text: at most 1 character in 50 neither printable nor a tab or line break, and,
+    in a sample of 1,024 characters (4 KiB, not the whole of a short file), a line
+    break. A binary of small int32s (1, 2, 3, ...) decodes, but 1 character in 14 of it is
+    control characters, the unassigned and the private: it was called UTF-32 text."""
+    try:
+        text = sample.decode(f"utf-32-{order.lower()}")
+    except UnicodeDecodeError:
+        return False
+    odd = sum(1 for c in text if not c.isprintable() and c not in "\t\n\r")
+    if odd * 50 > len(text):
+        return False
+    return len(text) < 1024 or "\n" in text or "\r" in text
 
 
 def utf16_without_bom(head: bytes) -> str | None:

@@ -273,3 +273,27 @@ def test_text_in_utf8_or_utf16_is_not_taken_for_utf32() -> None:
     assert files.utf32(b"abcdefgh") is None
     assert files.utf32(b"a\x00\x00\x00") is None  # one letter: too little to judge
     assert files.utf32("\U0001f600".encode("utf-32-le") * 9 + b"a\x00\x00\x00") is None
+
+
+@pytest.mark.parametrize("order", ["<", ">"])
+def test_a_binary_of_small_int32s_is_not_called_utf32_text(tmp_path: Path, order: str) -> None:
+    """Judged by its bytes alone (each word's top byte NUL, the next nearly always), a
+    file of small int32s was "UTF-32 text without a byte-order mark (LE): convert it to
+    UTF-8 first": it decodes, but does not read as text."""
+    import numpy as np
+
+    from shrink.ingest import read_trace
+
+    data = np.arange(1, 2000, dtype=f"{order}i4").tobytes()
+    said = files.utf32(data)
+    assert said is not None and said.startswith("binary data, not text"), said
+    p = tmp_path / "ints.log"
+    p.write_bytes(data)
+    with pytest.raises(TraceFormatError) as err:
+        read_trace(p, format="auto")
+    assert "binary data, not text" in str(err.value) and "UTF-32 text" not in str(err.value)
+    # text of the same length, with its line breaks, is still UTF-32 text
+    text = ("10.0.0.1 - - [01/Jan/2026:00:00:00 +0000] " + '"GET / HTTP/1.1" 200 5\n') * 120
+    codec = "utf-32-le" if order == "<" else "utf-32-be"
+    assert (files.utf32(text.encode(codec)) or "").startswith("UTF-32 text without")
+    assert (files.utf32(text.replace("\n", " ").encode(codec)) or "").startswith("binary")
