@@ -89,3 +89,46 @@ def test_a_thousands_point_under_a_point_locale_says_nothing(monkeypatch, capsys
     monkeypatch.setenv("LANG", "C.UTF-8")
     assert _levels("10.000") == [10.0]
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("lang", ["en_US.UTF-8", "C.UTF-8"])
+@pytest.mark.parametrize(
+    ("text", "read", "meant"),
+    [("1,500", [1.0, 500.0], "1500"), ("12,345,678", [12.0, 345.0, 678.0], "12345678")],
+)
+def test_a_list_that_reads_as_one_number_with_a_thousands_comma_is_noted(
+    monkeypatch, capsys, lang, text, read, meant
+):
+    """en_US writes fifteen hundred 1,500: `--levels 1,500` ran the levels 1 and 500
+    without a word, where de_DE's 10.000 was noted. (``1,000,000`` is refused for its
+    zero levels, after the same note.)"""
+    real = locale.localeconv
+    monkeypatch.setattr(locale, "setlocale", lambda category, name=None: name or "C")
+    monkeypatch.setattr(locale, "localeconv", lambda: {**real(), "thousands_sep": ","})
+    for var in ("LC_ALL", "LC_NUMERIC", "LANG"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("LANG", lang)
+    assert _levels(text) == read
+    err = capsys.readouterr().err
+    values = text.split(",")
+    said = ", ".join(values[:-1]) + " and " + values[-1]
+    assert f"note: --levels {text} is read as " in err and f" values, {said}: a comma" in err, err
+    assert f"for {meant} (a thousands comma), type --levels {meant}" in err, err
+    assert err.count("note:") == 1, err
+
+
+@pytest.mark.parametrize("text", ["1,2,4", "0.5,1", "1,50", "1,5000", "1,500.5", "05,500"])
+def test_lists_that_do_not_read_as_one_grouped_number_say_nothing(monkeypatch, capsys, text):
+    for var in ("LC_ALL", "LC_NUMERIC", "LANG"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    _levels(text)
+    assert capsys.readouterr().err == ""
+
+
+def test_a_thousands_comma_under_a_decimal_comma_locale_gives_both_readings(comma_locale, capsys):
+    assert _levels("1,500") == [1.0, 500.0]
+    err = capsys.readouterr().err
+    assert "note: --levels 1,500 is read as two values, 1 and 500" in err, err
+    assert "type --levels 1.500; for 1500 (a thousands comma), type --levels 1500" in err, err
+    assert err.count("note:") == 1, err

@@ -6,6 +6,9 @@ A user whose locale writes 1.5 as "1,5" may have meant one level: when the local
 decimal point is a comma and a list is two whole numbers, a note says how it was read.
 Likewise when its thousands separator is a point and an item is a whole number of one to
 three digits, a point and three digits (``10.000``, ten thousand there): read as 10.
+And when a list reads as one number with a thousands comma, as en_US (and every locale
+whose separator is a comma) writes it (``1,500``, ``1,000,000``): read as its items,
+said in every locale, since the user's own may differ from the one they copied it from.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import typer
 
 _SPLIT_DECIMAL = re.compile(r"\s*(\d+),(\d+)\s*")
 _THOUSANDS_POINT = re.compile(r"\s*([1-9]\d{0,2})\.(\d{3})\s*")
+_THOUSANDS_COMMA = re.compile(r"\s*[1-9]\d{0,2}(?:,\d{3})+\s*")
 
 
 def _separators() -> tuple[str, str]:
@@ -46,18 +50,29 @@ def _decimal_comma() -> bool:
 
 def note_split_decimal(option: str, text: str) -> None:
     """Say on stderr how ``text`` (two whole numbers parted by a comma, ``1,5``) was read,
-    when the locale's decimal point is a comma: two items, not one number; and how an item
-    such as ``10.000`` was read (10), when the locale's thousands separator is a point."""
+    when the locale's decimal point is a comma: two items, not one number; the same of a
+    list that reads as one number with a thousands comma (``1,500``), in any locale; and
+    how an item such as ``10.000`` was read (10), when the locale's thousands separator
+    is a point."""
     m = _SPLIT_DECIMAL.fullmatch(text)
     items = [x for x in text.split(",") if _THOUSANDS_POINT.fullmatch(x)]
-    if m is None and not items:
+    grouped = _THOUSANDS_COMMA.fullmatch(text) is not None
+    if m is None and not items and not grouped:
         return
     point, thousands = _separators()
+    meant = []
     if m is not None and point == ",":
-        a, b = m.groups()
+        meant.append(f"for the one value {m[1]}.{m[2]}, type {option} {m[1]}.{m[2]}")
+    if grouped:
+        whole = text.strip().replace(",", "")
+        meant.append(f"for {whole} (a thousands comma), type {option} {whole}")
+    if meant:
+        parts = [x.strip() for x in text.split(",")]
+        values = ", ".join(parts[:-1]) + " and " + parts[-1]
+        count = {2: "two", 3: "three"}.get(len(parts), str(len(parts)))
         typer.echo(
-            f"note: {option} {text.strip()} is read as two values, {a} and {b}: a comma parts "
-            f"a list's items in every locale; for the one value {a}.{b}, type {option} {a}.{b}",
+            f"note: {option} {text.strip()} is read as {count} values, {values}: a comma "
+            f"parts a list's items in every locale; {'; '.join(meant)}",
             err=True,
         )
     if items and thousands == ".":
