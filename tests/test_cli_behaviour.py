@@ -4,13 +4,14 @@ asked, bounds never read as answers."""
 
 from __future__ import annotations
 
-import contextlib
 import json
+import socket
 import subprocess
 import sys
+import time
 
 import pytest
-from helpers.servers import fake_server
+from helpers.servers import fake_server, scripted_server
 from typer.testing import CliRunner
 
 from shrink.cli import app
@@ -584,74 +585,34 @@ def test_sweep_refuses_a_generator_option_by_name(tmp_path, trace_file, option):
 
 def test_a_replay_of_malformed_answers_names_them_not_a_dead_server(tmp_path):
     # Every answer arrived, malformed: "failed to connect or timed out" was untrue.
-    import socket
-    import threading
+    def answer(c: socket.socket) -> None:
+        c.recv(65536)
+        c.sendall(b"HTTP/1.1 999 Nine\r\nContent-Length: 0\r\n\r\n")
 
-    srv = socket.create_server(("127.0.0.1", 0))
-    port = srv.getsockname()[1]
-
-    def serve():
-        with srv:
-            while True:
-                try:
-                    c, _ = srv.accept()
-                except OSError:
-                    return
-                with c:
-                    c.recv(65536)
-                    c.sendall(b"HTTP/1.1 999 Nine\r\nContent-Length: 0\r\n\r\n")
-
-    threading.Thread(target=serve, daemon=True).start()
     out = tmp_path / "x.parquet"
-    try:
+    with scripted_server(answer) as port:
         r = run(
             "replay", "--rate", "20", "--duration", "500ms", "--engine", "python",
             "--target", f"http://127.0.0.1:{port}", "-o", out, "--json",
         )  # fmt: skip
-    finally:
-        srv.close()
     assert r.exit_code == 1, r.output
     why = _strict(r.stdout)["nothing_served"]
     assert "bad-response 10" in why and "failed to connect" not in why, why
 
 
-@contextlib.contextmanager
-def _slow_answers():
-    """A server that begins every answer at once (a 10 GB body announced, 4 KiB sent)
-    and sends nothing more for 3 s: every answer outlasts a short --timeout."""
-    import socket
-    import threading
-    import time
-
-    srv = socket.create_server(("127.0.0.1", 0))
-
-    def answer(c: socket.socket) -> None:
-        with c:
-            c.recv(65536)
-            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 10000000000\r\n\r\n" + b"x" * 4096)
-            time.sleep(3)
-
-    def serve():
-        with srv:
-            while True:
-                try:
-                    c, _ = srv.accept()
-                except OSError:
-                    return
-                threading.Thread(target=answer, args=(c,), daemon=True).start()
-
-    threading.Thread(target=serve, daemon=True).start()
-    try:
-        yield srv.getsockname()[1]
-    finally:
-        srv.close()
+def _slow_answer(c: socket.socket) -> None:
+    """Begin an answer at once (a 10 GB body announced, 4 KiB sent) and send nothing
+    more for 3 s: it outlasts a short --timeout."""
+    c.recv(65536)
+    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 10000000000\r\n\r\n" + b"x" * 4096)
+    time.sleep(3)
 
 
 def test_a_replay_whose_answers_outlast_the_timeout_does_not_ask_if_the_server_is_up(tmp_path):
     """Every answer begun and not finished within --timeout (a 10 GB file in the docroot):
     "all 1 requests failed to connect or timed out (timeout 1): is the server up at the
     --target address?", of a server that had answered at once and was still sending."""
-    with _slow_answers() as port:
+    with scripted_server(_slow_answer) as port:
         r = run(
             "replay", "--rate", "10", "--duration", "300ms", "--timeout", "500ms",
             "--engine", "python", "--target", f"http://127.0.0.1:{port}",
@@ -672,7 +633,7 @@ def test_a_sweep_whose_answers_outlast_the_timeout_does_not_ask_if_the_server_is
     trace = tmp_path / "open.parquet"
     open_loop_trace("/x", 10.0, 10.0).write_parquet(trace)
     out = tmp_path / "c.json"
-    with _slow_answers() as port:
+    with scripted_server(_slow_answer) as port:
         r = run(
             "sweep", trace, "--target", f"http://127.0.0.1:{port}", "--levels", "1",
             "--warmup", "0s", "--duration", "300ms", "--timeout", "500ms",

@@ -1,13 +1,14 @@
-"""Servers the live tests start themselves on loopback: a free port, the wait for it, and a
-static site's lighttpd config (bench_replay's too)."""
+"""Servers the live tests start themselves on loopback: a free port, the wait for it, a
+static site's lighttpd config (bench_replay's too), and a scripted stand-in server."""
 
 from __future__ import annotations
 
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -67,3 +68,31 @@ def fake_server(*extra: str, env: dict[str, str] | None = None) -> Iterator[int]
     finally:
         proc.kill()
         proc.wait()
+
+
+@contextmanager
+def scripted_server(answer: Callable[[socket.socket], None]) -> Iterator[int]:
+    """A loopback TCP listener on a free port whose every connection is handed to
+    ``answer`` (in a thread of its own, the connection closed after): yields the port,
+    stops listening on exit. For servers that answer as no real one would (a status
+    999, a body that never ends)."""
+    srv = socket.create_server(("127.0.0.1", 0))
+
+    def serve(c: socket.socket) -> None:
+        with c:
+            answer(c)
+
+    def accept() -> None:
+        with srv:
+            while True:
+                try:
+                    c, _ = srv.accept()
+                except OSError:
+                    return
+                threading.Thread(target=serve, args=(c,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield srv.getsockname()[1]
+    finally:
+        srv.close()
