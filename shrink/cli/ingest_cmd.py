@@ -177,8 +177,9 @@ def ingest(
         summary["damage"] = trace.meta["damage"]
     if trace.meta.get("joined_captures_at"):
         summary["joined_captures_at"] = trace.meta["joined_captures_at"]
-    if trace.meta.get("differing_resends"):
-        summary["differing_resends"] = int(trace.meta["differing_resends"])
+    for key in ("differing_resends", "seen_twice"):
+        if trace.meta.get(key):
+            summary[key] = int(trace.meta[key])
     faults = {k: int(v) for k, v in (trace.meta.get("http_anomalies") or {}).items() if v}
     if faults:
         summary["http_faults"] = faults
@@ -217,6 +218,12 @@ def _notes(meta: dict[str, Any], faults: dict[str, int]) -> None:
         typer.echo(
             f"note: {plural(resends, 'TCP segment')} sent again bytes already captured, with "
             "other bytes: the first copy was read, as a receiver that had it keeps it"
+        )
+    if twice := int(meta.get("seen_twice") or 0):
+        typer.echo(
+            f"note: {plural(twice, 'TCP segment')} captured again on another interface of the "
+            "capture (within 0.1 s, every byte the same) read once: one packet seen twice, not "
+            "a resend"
         )
     extra = int(meta.get("extra_field_lines") or 0)
     if extra:

@@ -82,6 +82,7 @@ def info(
         "seed",
         "parent",
         "skipped",
+        "seen_twice",
         "forced",
         "warnings",
     ):

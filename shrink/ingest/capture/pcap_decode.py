@@ -426,4 +426,5 @@ def decode_records(recs: RawRecords) -> Segments:
         skipped=Counter({k: v for k, v in skipped.items() if v}),
         truncated=int(np.count_nonzero(recs.caplen < recs.wirelen)),
         skipped_pkts=np.flatnonzero(dropped) + 1,
+        interfaces=recs.notes.get("interfaces"),
     )

@@ -45,7 +45,7 @@ from shrink.ingest.capture.pcap_walk import (
     walk_joined,
     walk_plain,
 )
-from shrink.ingest.capture.pcapng_resync import pcapng_resync
+from shrink.ingest.capture.pcapng_resync import PcapngPackets, pcapng_resync
 from shrink.ingest.capture_magic import (
     MODIFIED_MAGICS,
     PCAP_MAGICS,
@@ -427,27 +427,6 @@ def _if_options(opts: bytes, endian: str) -> tuple[int, int]:
     return tick or 1_000_000, offset or 0
 
 
-@dataclass
-class _Packets:
-    """The packet records a pcapng walk has found so far, as parallel lists."""
-
-    offs: list[int] = field(default_factory=list)
-    caps: list[int] = field(default_factory=list)
-    wires: list[int] = field(default_factory=list)
-    tss: list[int] = field(default_factory=list)
-    lts: list[int] = field(default_factory=list)
-
-    def add(self, off: int, cap: int, wire: int, ts: int, lt: int) -> None:
-        self.offs.append(off)
-        self.caps.append(cap)
-        self.wires.append(wire)
-        self.tss.append(ts)
-        self.lts.append(lt)
-
-    def last_ts(self) -> int:
-        return self.tss[-1] if self.tss else 0
-
-
 def _block_header(data: np.ndarray, n: int, off: int, endian: str) -> tuple[str, int, int] | str:
     """(byte order, type, length) of the block at ``off``, or what is wrong with it.
 
@@ -479,7 +458,7 @@ def _packet_block(
     blen: int,
     endian: str,
     ifaces: list[tuple[int, int, int, int]],
-    out: _Packets,
+    out: PcapngPackets,
     strict: bool,
 ) -> str | None:
     """Add the packet of an enhanced (6), obsolete (2) or simple (3) packet block to
@@ -499,7 +478,7 @@ def _packet_block(
             out.add(body + 4, 0, wire, out.last_ts(), NO_INTERFACE)
             return None
         lt, snap, _, _ = ifaces[0]
-        out.add(body + 4, min(wire, snap or wire, blen - 16), wire, out.last_ts(), lt)
+        out.add(body + 4, min(wire, snap or wire, blen - 16), wire, out.last_ts(), lt, 0)
         return None
     ifid, hi, lo, cap, wire = struct.unpack_from(endian + "5I", data, body)
     ifid = ifid if btype == 6 else struct.unpack_from(endian + "H", data, body)[0]
@@ -517,7 +496,7 @@ def _packet_block(
     ts = ((hi << 32) | lo) * 1_000_000_000 // tick + offset
     if not 0 <= ts <= MAX_NS:
         return "packet time before 1970 or past the year 2262 (bad if_tsresol or if_tsoffset?)"
-    out.add(body + 20, cap, wire, ts, lt)
+    out.add(body + 20, cap, wire, ts, lt, ifid)
     return None
 
 
@@ -526,7 +505,7 @@ def _read_pcapng(data: np.ndarray, n: int, path: Path, strict: bool) -> RawRecor
     off = 0
     endian = "<"
     ifaces: list[tuple[int, int, int, int]] = []  # linktype, snaplen, ticks/s, offset ns
-    out = _Packets()
+    out = PcapngPackets()
     damage = None
     skipped_blocks, sections = 0, []
     skips: list[str] = []  # lenient: the damaged stretches read past
@@ -539,6 +518,7 @@ def _read_pcapng(data: np.ndarray, n: int, path: Path, strict: bool) -> RawRecor
             if btype == 0x0A0D0D0A:  # a section: in one file, or a pcapng joined after one
                 ifaces = []
                 sections += [off] if off else []
+                out.section = len(sections)
             elif btype == 1:  # interface description
                 lt, snap = struct.unpack_from(endian + "HxxI", data, off + 8)
                 opts = bytes(data[off + 16 : off + blen - 4])
@@ -570,7 +550,11 @@ def _read_pcapng(data: np.ndarray, n: int, path: Path, strict: bool) -> RawRecor
         linktype=np.asarray(out.lts, dtype=np.int64),
         fmt="pcapng",
         damage=damage,
-        notes={"pcapng_other_blocks": skipped_blocks, "joined_at": sections},
+        notes={
+            "pcapng_other_blocks": skipped_blocks,
+            "joined_at": sections,
+            "interfaces": np.asarray(out.ifs, dtype=np.int64),
+        },
     )
 
 

@@ -117,6 +117,7 @@ class _Collector:
         self.payload: list[bytes] = []
         self.frags: list[Fragment] = []
         self.size = 0
+        self.interfaces: list[int] = []  # per packet of a pcapng
 
     def add_or_skip(self, pkt_no: int, ts: int, raw: bytes, linktype: int) -> None:
         """Add the packet's TCP segment (or IP fragment), or note its number among the skipped."""
@@ -316,7 +317,10 @@ def scapy_segments(path: Path, *, strict: bool) -> tuple[Segments, str, str | No
     damage = damage or variant_damage
     if gz_damage and not damage:
         damage = f"{path}: {gz_damage}"
-    return col.segments(packets, truncated), fmt, damage, joins
+    seg = col.segments(packets, truncated)
+    if fmt == "pcapng":
+        seg.interfaces = np.asarray(col.interfaces, dtype=np.int64)
+    return seg, fmt, damage, joins
 
 
 def _read_pcap(
@@ -393,6 +397,7 @@ def _read_pcapng(
                 )
             col.skipped["undeclared-interface"] += 1
             col.skipped_pkts.append(packets)
+            col.interfaces.append(-1)
         reader.undeclared.clear()
         if got is None:
             break
@@ -403,6 +408,7 @@ def _read_pcapng(
             break
         packets += 1
         truncated += len(raw) < meta.wirelen
+        col.interfaces.append(reader.ifid)
         col.add_or_skip(packets, ts, raw, meta.linktype)
     damage = None
     if reader.classic_at is not None:
@@ -426,6 +432,7 @@ def _pcapng_reader(fh: io.BytesIO, size: int) -> Any:
             self.sections: list[int] = []  # later sections' offsets (pcapngs joined)
             self.classic_at: int | None = None  # a classic pcap joined after the pcapng
             self.offset_ns = 0  # the if_tsoffset of the last packet's interface
+            self.ifid = -1  # the last packet's interface: section << 32 | its number
             self.cut_at: int | None = None  # where a block the file ends inside starts
             super().__init__(*args)
 
@@ -466,6 +473,8 @@ def _pcapng_reader(fh: io.BytesIO, size: int) -> Any:
                     return None
                 if btype in (2, 6) and ifid < len(self.interfaces):
                     self.offset_ns = self.interfaces[ifid][2].get("tsoffset", 0)
+                if btype in (2, 3, 6):
+                    self.ifid = len(self.sections) << 32 | ifid
             return super()._read_block(size=size)
 
     size_of_file = size

@@ -1,4 +1,5 @@
-"""Reading on past a damaged pcapng block: where do blocks chain again?
+"""Reading on past a damaged pcapng block: where do blocks chain again? And the packet
+records a pcapng walk has found.
 
 A pcapng file is a chain of blocks, each starting at a multiple of 4 bytes and
 carrying its length at both ends. When one is damaged mid-file (a length overwritten,
@@ -13,9 +14,11 @@ ones took a whole vectorised look per damage, 0.3 ms, so 3 s for 280 KB.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
-__all__ = ["pcapng_resync"]
+__all__ = ["PcapngPackets", "pcapng_resync"]
 
 # Section header, interface description, obsolete/simple/enhanced packet, name
 # resolution, interface statistics, IRIG/ARINC, decryption secrets, custom blocks;
@@ -104,3 +107,27 @@ def pcapng_resync(data: np.ndarray, n: int, endian: str, start: int) -> int:
             return int(at[hit[0]]) * 4
         pos = end
     return n
+
+
+@dataclass
+class PcapngPackets:
+    """The packet records a pcapng walk has found so far, as parallel lists."""
+
+    offs: list[int] = field(default_factory=list)
+    caps: list[int] = field(default_factory=list)
+    wires: list[int] = field(default_factory=list)
+    tss: list[int] = field(default_factory=list)
+    lts: list[int] = field(default_factory=list)
+    ifs: list[int] = field(default_factory=list)  # interface: section << 32 | its number
+    section: int = 0
+
+    def add(self, off: int, cap: int, wire: int, ts: int, lt: int, ifid: int = -1) -> None:
+        self.offs.append(off)
+        self.caps.append(cap)
+        self.wires.append(wire)
+        self.tss.append(ts)
+        self.lts.append(lt)
+        self.ifs.append(self.section << 32 | ifid if ifid >= 0 else -1)
+
+    def last_ts(self) -> int:
+        return self.tss[-1] if self.tss else 0

@@ -57,6 +57,7 @@ from shrink.ingest.capture.http_parse import parse_http
 from shrink.ingest.capture.http_sessions import BROWSER_CONNECTIONS, parse_sessions, sessionize
 from shrink.ingest.capture.pcap_decode import LINKTYPES, decode_records
 from shrink.ingest.capture.pcap_files import NO_INTERFACE, read_records
+from shrink.ingest.capture.seen_twice import drop_copies
 from shrink.ingest.capture.tcp_reassembly import reassemble
 from shrink.ingest.capture.tcp_segments import Segments
 from shrink.trace import Trace
@@ -122,6 +123,8 @@ def read_capture(
         burst_gap = parse_duration(burst_gap, "burst_gap")  # 0 is allowed: no gap
     max_body = check_int(max_body, "max_body", low=1)
     seg, facts = read_segments(path, strict=strict, engine=engine)
+    segments = len(seg)
+    seg, seen_twice = drop_copies(seg)
     streams = reassemble(seg)
     try:
         http = parse_http(streams, cookie=cookie, max_body=max_body)
@@ -159,7 +162,7 @@ def read_capture(
         "idle_gap": idle_gap,
         "burst_gap": burst_gap,
         "packets": seg.packets,
-        "tcp_segments": len(seg),
+        "tcp_segments": segments,
         "connections": len(streams.conns),
         "http_connections": http.http_conns,
         "non_http_connections": http.counts.get("non-http-connection", 0),
@@ -187,6 +190,8 @@ def read_capture(
         # address (a proxy, a NAT, a load generator), taken as one session.
         meta["most_connections_at_once"] = int(at_once.max())
         meta["crowded_sessions"] = int((at_once > BROWSER_CONNECTIONS).sum())
+    if seen_twice:  # the same segment captured on two interfaces: read once
+        meta["seen_twice"] = seen_twice
     if facts.get("link_types"):
         meta["link_types"] = facts["link_types"]
     if facts.get("joined_at"):

@@ -54,6 +54,9 @@ class Segments:
     skipped: Counter[str] = field(default_factory=Counter)
     truncated: int = 0  # records shorter than on the wire (snaplen)
     skipped_pkts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    # Per packet of a pcapng (index: packet number - 1), the interface it was captured
+    # on (section << 32 | interface number; -1 for none); None for a classic pcap.
+    interfaces: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.pkt.size)

@@ -1,0 +1,83 @@
+"""One connection captured on two interfaces of a pcapng (a capture on Linux's ``any``:
+a bridge and its port, both ends of a veth; or two captures merged by mergecap): each
+segment seen twice is read once, and the copies are counted and said.
+
+Before, the second copies went into the connection's stream as TCP resends, said
+nowhere: nothing told the capture held its packets twice.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+from helpers.captures import EXPECTED, mixed, rows_by_path
+from helpers.pcap_synth import write_capture
+from typer.testing import CliRunner
+
+from shrink.cli import app
+from shrink.ingest.capture import read_capture
+
+pytestmark = pytest.mark.compute
+
+
+def _block(kind: int, body: bytes) -> bytes:
+    body += b"\0" * (-len(body) % 4)
+    return struct.pack("<II", kind, len(body) + 12) + body + struct.pack("<I", len(body) + 12)
+
+
+def _two_interfaces(src: Path, dst: Path, copies: list[tuple[int, int]]) -> Path:
+    """The classic pcap ``src`` as a pcapng of two Ethernet interfaces, each packet
+    written once per ``(interface, delay in µs)`` of ``copies``, in time order."""
+    data = src.read_bytes()
+    out = _block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1))
+    out += _block(1, struct.pack("<HHI", 1, 0, 65535)) * 2
+    i = 24
+    while i < len(data):
+        sec, usec, cap, wire = struct.unpack_from("<IIII", data, i)
+        raw = data[i + 16 : i + 16 + cap]
+        i += 16 + cap
+        for ifid, delay in copies:
+            t = sec * 1_000_000 + usec + delay
+            out += _block(6, struct.pack("<5I", ifid, t >> 32, t & 0xFFFFFFFF, cap, wire) + raw)
+    dst.write_bytes(out)
+    return dst
+
+
+@pytest.mark.parametrize("engine", ["fast", "scapy"])
+def test_a_segment_seen_on_two_interfaces_is_read_once_and_counted(
+    tmp_path: Path, engine: str
+) -> None:
+    src = write_capture(tmp_path / "a.pcap", mixed())
+    both = _two_interfaces(src, tmp_path / "any.pcapng", [(0, 0), (1, 30)])
+    clean = read_capture(src)
+    tr = read_capture(both, engine=engine)
+    assert rows_by_path(tr) == EXPECTED and tr.same_rows(clean)
+    assert tr.meta["seen_twice"] == 105 and tr.meta["tcp_segments"] == 210, tr.meta
+    assert tr.meta["differing_resends"] == 0
+
+
+@pytest.mark.parametrize("engine", ["fast", "scapy"])
+def test_copies_on_one_interface_or_far_apart_are_resends_not_seen_twice(
+    tmp_path: Path, engine: str
+) -> None:
+    """A resend on the same interface, or a copy 0.3 s later, stays a resend."""
+    src = write_capture(tmp_path / "a.pcap", mixed())
+    for copies in ([(0, 0), (0, 30)], [(0, 0), (1, 300_000)]):
+        tr = read_capture(_two_interfaces(src, tmp_path / "c.pcapng", copies), engine=engine)
+        assert rows_by_path(tr) == EXPECTED
+        assert "seen_twice" not in tr.meta, (copies, tr.meta)
+
+
+def test_ingest_and_trace_info_say_how_many_were_seen_twice(tmp_path: Path) -> None:
+    src = write_capture(tmp_path / "a.pcap", mixed())
+    both = _two_interfaces(src, tmp_path / "any.pcapng", [(0, 0), (1, 30)])
+    out = tmp_path / "o.parquet"
+    r = CliRunner().invoke(app, ["ingest", str(both), "-o", str(out)], terminal_width=250)
+    assert r.exit_code == 0, r.output
+    assert "note: 105 TCP segments captured again on another interface" in r.stdout, r.stdout
+    r = CliRunner().invoke(app, ["trace", "info", str(out)], terminal_width=250)
+    assert r.exit_code == 0 and "seen_twice" in r.stdout and "105" in r.stdout, r.stdout
+    r = CliRunner().invoke(app, ["ingest", str(both), "-o", str(out), "--json"])
+    assert '"seen_twice": 105' in r.stdout, r.stdout
