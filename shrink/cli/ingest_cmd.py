@@ -177,9 +177,8 @@ def ingest(
         summary["damage"] = trace.meta["damage"]
     if trace.meta.get("joined_captures_at"):
         summary["joined_captures_at"] = trace.meta["joined_captures_at"]
-    for key in ("differing_resends", "seen_twice"):
-        if trace.meta.get(key):
-            summary[key] = int(trace.meta[key])
+    counts = ("differing_resends", "seen_twice")
+    summary.update({k: int(trace.meta[k]) for k in counts if trace.meta.get(k)})
     faults = {k: int(v) for k, v in (trace.meta.get("http_anomalies") or {}).items() if v}
     if faults:
         summary["http_faults"] = faults

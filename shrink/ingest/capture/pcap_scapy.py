@@ -103,6 +103,32 @@ def _read_path(layers: list[Any]) -> bool:
     return rest == ""
 
 
+def _first_ip(p: Any, skipped: Counter[str]) -> Any:
+    """The first IP layer of the dissected ``p``, past the link layer, any VLAN tags,
+    MPLS labels or PPPoE; None (the packet counted in ``skipped``) where there is none
+    the fast engine reads."""
+    from scapy.layers.inet import IP
+    from scapy.layers.inet6 import IPv6
+    from scapy.packet import Raw
+
+    layer, passed = p, []
+    while layer is not None and not isinstance(layer, (IP, IPv6)):
+        nxt = layer.payload
+        if not nxt or isinstance(nxt, Raw):
+            kind = getattr(layer, "type", getattr(layer, "proto", None))
+            ppp = type(layer).__name__ == "PPP"
+            ip_kind = kind in ((0x0021, 0x0057) if ppp else (0x0800, 0x86DD))
+            ip_kind = ip_kind and _read_path(passed[1:])
+            skipped["truncated-header" if ip_kind else "non-ip"] += 1
+            return None
+        passed.append(layer)
+        layer = nxt
+    if layer is None or not _read_path(passed[1:]):
+        skipped["non-ip"] += 1
+        return None
+    return layer
+
+
 def _addr16(text: str, v4: bool) -> bytes:
     if v4:
         return bytes(10) + b"\xff\xff" + socket.inet_aton(text)
@@ -160,24 +186,9 @@ class _Collector:
             except Exception:  # scapy's dissectors raise anything on garbage
                 self.skipped["malformed"] += 1
                 return
-        layer = p
-        passed = []
-        # Walk past the link layer, any VLAN tags, MPLS labels or PPPoE to the first IP header.
-        while layer is not None and not isinstance(layer, (IP, IPv6)):
-            nxt = layer.payload
-            if not nxt or isinstance(nxt, Raw):
-                kind = getattr(layer, "type", getattr(layer, "proto", None))
-                ppp = type(layer).__name__ == "PPP"
-                ip_kind = kind in ((0x0021, 0x0057) if ppp else (0x0800, 0x86DD))
-                ip_kind = ip_kind and _read_path(passed[1:])
-                self.skipped["truncated-header" if ip_kind else "non-ip"] += 1
-                return
-            passed.append(layer)
-            layer = nxt
-        if layer is None or not _read_path(passed[1:]):
-            self.skipped["non-ip"] += 1
+        l3 = _first_ip(p, self.skipped)
+        if l3 is None:
             return
-        l3 = layer
         v4 = isinstance(l3, IP)
         if v4:
             if l3.version != 4 or l3.ihl < 5:
