@@ -242,17 +242,21 @@ def level_for(curve: LoadCurve, res: MATResult, policy: Refinement) -> float | N
 
 def _step_down(curve: LoadCurve, res: MATResult, factor: float) -> float | None:
     """The lowest usable level times ``factor``, for a statistic over already there;
-    None once stepping down stopped lowering it (the statistic at the lowest level is
-    not under the one above: the threshold lies under what the server takes unloaded)
-    or the level would be 0. A threshold no level meets spent every level of the budget
-    halving, down to levels of one request, and past 22 halvings ran rate factor 0."""
+    None once stepping down stopped lowering it or the level would be 0. A threshold no
+    level meets (one under what the server takes unloaded) spent every level of the
+    budget halving, down to levels of one request, and past 22 halvings ran rate factor
+    0. It stops when neither of the two lowest levels is under the least of those above
+    them: two steps down brought nothing. (One step is not enough: a p99 of a few
+    hundred requests that rose once by chance stopped a search one more halving would
+    have brought under the threshold.)"""
     usable = curve.usable()
     level = float(round(usable[0].level * factor, 6))
     if level <= 0:
         return None
-    if len(usable) > 1:
-        low, next_up = (lv.stat(res.stat, res.cls)[0] for lv in usable[:2])
-        if not low < next_up:  # (NaN too)
+    if len(usable) > 2:
+        stats = [lv.stat(res.stat, res.cls)[0] for lv in usable]
+        least_above = float(np.nanmin(stats[2:])) if not np.all(np.isnan(stats[2:])) else np.nan
+        if not any(s < least_above for s in stats[:2]):  # (NaN too)
             return None
     return level
 

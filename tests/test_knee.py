@@ -202,3 +202,22 @@ def test_the_coarse_pass_and_the_search_upward_stop_past_the_knee():
     at9 = _level(9.0, _mm1)  # mean 10 ms: over one threshold, not both
     assert past_knee(at9, limits, any_over) and not past_knee(at9, limits, all_over)
     assert past_knee(_level(2.0, _mm1, generator_behind=True, generator_cpu=0.99), limits, all_over)
+
+
+def test_a_statistic_that_rose_once_by_chance_does_not_stop_the_step_down():
+    """The step down stopped at the first halving that did not lower the statistic: a
+    p99 of few requests that rose once by chance (15 ms at 4, 16 ms at 2) stopped a
+    search the next halving would have brought under the threshold (4 ms at 1), and the
+    MAT was left a bound. Two halvings that bring nothing stop it."""
+    noisy = {4.0: 0.015, 2.0: 0.016, 1.0: 0.004}
+    policy = Refinement(rel_width=0.5, down=0.5)
+    curve, steps = _search([4.0], policy, latency=lambda x: noisy.get(x, 0.004), budget=6)
+    assert [s.level for s in steps][:2] == [2.0, 1.0], steps
+    assert mat(curve, "mean", THRESHOLD).status == "ok"
+
+
+def test_a_statistic_no_halving_lowers_stops_the_step_down_after_two():
+    """A threshold under what the server takes unloaded: two halvings, then no more."""
+    policy = Refinement(rel_width=0.5, down=0.5)
+    _, steps = _search([4.0], policy, latency=lambda x: 0.010, budget=20)
+    assert [s.level for s in steps] == [2.0, 1.0], steps
