@@ -71,7 +71,7 @@ class DocrootCoverage:
                 + shlex.quote(str(self.docroot))
             )
         eg = ", ".join(self.missing[:3])
-        hidden = sum(1 for p in self.missing if _HIDDEN.search("/" + served_path(p)))
+        hidden = sum(1 for p in self.missing if _HIDDEN.search("/" + _rel(p)))
         forbidden = [f"the {hidden:,} hidden"] if hidden else []
         if self.no_index:  # "/" of a docroot without index.html: 403 on both stacks, not 404
             s = "s" if self.no_index != 1 else ""
@@ -96,9 +96,29 @@ class DocrootCoverage:
         )
 
 
+def _rel(path: str) -> str:
+    """:func:`served_path` with its "." and ".." segments taken out, as both stacks take
+    them out before anything else (nginx after decoding: "/%2e%2e/" too): "/a/../b.html"
+    is "b.html", not a hidden path (403), nor one whose symlink the walk missed on a
+    missing "a". One going above the docroot holds a NUL: served by neither (nginx 400)."""
+    rel = served_path(path)
+    out: list[str] = []
+    names = rel.split("/")
+    for name in names:
+        if name == "..":
+            if not out:
+                return "\x00" + rel
+            out.pop()
+        elif name != ".":
+            out.append(name)
+    if names[-1] in (".", "..") and out:
+        out.append("")  # ("/a/." names the folder a/, as "/a/" does)
+    return "/".join(out)
+
+
 def _served(root: Path, path: str) -> Path | None:
     """The file ``path`` is served from (an index file for a folder), or None."""
-    rel = served_path(path)
+    rel = _rel(path)
     if "\x00" in rel or _HIDDEN.search("/" + rel):
         return None  # no file has it; a hidden one is refused (403)
     try:
@@ -152,7 +172,7 @@ def _not_a_file(root: Path, path: str) -> bool:
     """Whether ``path`` names something in the docroot that is neither file nor folder."""
     import stat
 
-    rel = served_path(path)
+    rel = _rel(path)
     if "\x00" in rel or _HIDDEN.search("/" + rel) or _symlinked(root, rel):
         return False  # (a symlink to a FIFO: 403, said with the symlinks)
     try:
@@ -170,7 +190,7 @@ def _not_a_file(root: Path, path: str) -> bool:
 def _folder_without_index(root: Path, path: str) -> bool:
     """Whether ``path`` names a folder in the docroot with no index file (a 403), ending
     in "/" (without it, both stacks redirect to it: a 301, served)."""
-    rel = served_path(path)
+    rel = _rel(path)
     if "\x00" in rel or _HIDDEN.search("/" + rel) or not (rel == "" or rel.endswith("/")):
         return False
     if _symlinked(root, rel):
@@ -201,7 +221,7 @@ def docroot_coverage(
     return DocrootCoverage(
         not_files=sum(1 for p in missing if _not_a_file(root, str(p))),
         no_index=sum(1 for p in missing if _folder_without_index(root, str(p))),
-        symlinked=sum(1 for p in missing if _symlinked_only(root, served_path(str(p)))),
+        symlinked=sum(1 for p in missing if _symlinked_only(root, _rel(str(p)))),
         docroot=root,
         paths=len(counts),
         missing=missing,
