@@ -85,3 +85,18 @@ def test_a_scaled_out_run_whose_hung_process_cannot_be_read_ends(tmp_path: Path,
     said = [e for e in run.extra["errors"] if "engine process 0" in e]
     assert said and "using no CPU time for 0.5 s" in said[0], run.extra
     assert len(log) > 0  # the other process's rows
+
+
+def test_a_busy_process_whose_writes_cannot_be_read_is_given_the_wall_bound(
+    unreadable_io, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (before: its CPU time moved, so it was waited for without end)
+    monkeypatch.setattr(waiting, "WALL_PAST_END_S", 1.0)
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        said = _said_within(waiting._Quiet(child.pid), 5.0)
+    finally:
+        child.kill()
+        child.wait()
+    assert said is not None, "a busy loop was waited for without end"
+    assert "running 1 s past the run's end" in said and "busy loop" in said, said

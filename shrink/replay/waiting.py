@@ -33,6 +33,11 @@ IDLE_PAST_END = (
     "no CPU time for {quiet:g} s (its writes cannot be read, /proc/PID/io): hung, killed"
 )
 WALL_PAST_END_S = 600.0
+BUSY_PAST_END = (
+    "running {wall:g} s past the run's end and its requests' timeout without a report, "
+    "using CPU time but its writes cannot be read (/proc/PID/io): taken for hung (a busy "
+    "loop), killed"
+)
 UNSEEN_PAST_END = (
     "running {wall:g} s past the run's end and its requests' timeout without a report, "
     "and nothing of its progress can be read (/proc/PID/io, /proc/PID/stat): taken for "
@@ -77,8 +82,9 @@ def let_go(
     for its report for ever, and a 4 s replay hung (50 s, until it was killed). So is one
     running past that time that writes nothing (no byte, its ``wchar``) for
     ``QUIET_PAST_END_S``: one that writes its part is waited for as long as it writes.
-    Where its writes cannot be read, one using no CPU time for as long is; where neither
-    can be read, one still running ``WALL_PAST_END_S`` past that time (:class:`_Quiet`)."""
+    Where its writes cannot be read, one using no CPU time for as long is, and one still
+    running ``WALL_PAST_END_S`` past that time, CPU time or not (a busy loop uses it);
+    so is one of which neither can be read (:class:`_Quiet`)."""
     stats: list[Any] = []  # (EngineStats)
     ended: list[tuple[int, str | None]] = []  # (None: it ended without a word)
     stopped = False  # a stop signal came to this process
@@ -149,8 +155,9 @@ def _last_word(pipe: Any, said: str) -> tuple[str, Any]:
 class _Quiet:
     """Whether an engine process past the deadline is to be killed: stopped, or making no
     progress for ``QUIET_PAST_END_S`` (what to say of it then, else None). Its progress is
-    the bytes it writes; where they cannot be read, its CPU time; where neither can, it
-    is given ``WALL_PAST_END_S``."""
+    the bytes it writes; where they cannot be read, its CPU time, within
+    ``WALL_PAST_END_S`` (a busy loop moves it for ever); where neither can be read, it is
+    given ``WALL_PAST_END_S``."""
 
     def __init__(self, pid: int | None) -> None:
         self.pid = pid
@@ -169,6 +176,9 @@ class _Quiet:
             if self.pid is not None and now - self.first >= WALL_PAST_END_S:
                 return UNSEEN_PAST_END.format(wall=WALL_PAST_END_S)
             return None
+        if seen[0] == "cpu" and self.pid is not None and now - self.first >= WALL_PAST_END_S:
+            # CPU time moves in a busy loop too: a hung one spinning was waited for ever
+            return BUSY_PAST_END.format(wall=WALL_PAST_END_S)
         if seen != self.seen:
             self.seen, self.since = seen, now
             return None
