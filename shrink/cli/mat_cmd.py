@@ -177,6 +177,16 @@ def _warn_after(lc: LoadCurve, stat: str, thr: float, cls: str | None, res: MATR
         exit_if_bound([threshold_text(stat, thr)])
 
 
+def _not_falling(lc: LoadCurve, res: MATResult) -> bool:
+    """Whether ``res``'s statistic at the lowest usable level is not under the one above
+    (a sweep's step down stops there): "measure lower levels" may not help then."""
+    usable = lc.usable()
+    if len(usable) < 2:
+        return False
+    low, up = (lv.stat(res.stat, res.cls)[0] for lv in usable[:2])
+    return not low < up
+
+
 def _print_mat(res: MATResult, stat: str, thr: float, added: list[float], lc: LoadCurve) -> None:
     from shrink.mat import mat_text
 
@@ -196,7 +206,13 @@ def _print_mat(res: MATResult, stat: str, thr: float, added: list[float], lc: Lo
     elif res.bound == "upper":
         typer.echo(
             "the statistic was over the threshold already at the lowest level: the MAT lies "
-            "below the lowest throughput measured (measure lower levels for the MAT itself)"
+            "below the lowest throughput measured ("
+            + (
+                "it did not fall from the level above to the lowest: the threshold may lie "
+                "under what the server takes unloaded, which no lower level goes under)"
+                if _not_falling(lc, res)
+                else "measure lower levels for the MAT itself)"
+            )
         )
     if res.stalled_ceiling is not None:
         typer.echo(
