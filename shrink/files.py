@@ -41,6 +41,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError, computed_field, mo
 from shrink.atomic import is_plain_target
 from shrink.errors import ParameterError, TraceFormatError
 from shrink.jsonout import plain
+from shrink.text_encoding import HINTS, utf16_without_bom, utf32
 
 __all__ = [
     "MAX_BYTES",
@@ -301,100 +302,6 @@ def read_text(path: str | Path, *, what: str = "file", max_bytes: int = MAX_BYTE
 
 
 _UTF8_BOM = b"\xef\xbb\xbf"
-# What a file that is not UTF-8 text is, told by its first bytes: "not UTF-8 text" alone
-# read as damage for a file that was only compressed or saved as UTF-16.
-_HINTS = (
-    (b"PAR1", " (a binary file, e.g. Parquet?)"),
-    (b"\x1f\x8b", " (gzip-compressed: gunzip it first)"),
-    (b"BZh", " (bzip2-compressed: bunzip2 it first)"),
-    (b"\xfd7zXZ\x00", " (xz-compressed: xz -d it first)"),
-    (b"\x28\xb5\x2f\xfd", " (zstd-compressed: zstd -d it first)"),
-    (b"\xff\xfe", " (UTF-16 text: convert it to UTF-8 first)"),
-    (b"\xfe\xff", " (UTF-16 text: convert it to UTF-8 first)"),
-)
-
-
-def utf32(head: bytes) -> str | None:
-    """What a file that starts with ``head`` is, when it is UTF-32 text, with or without
-    a byte-order mark, with what to run to read it; else None.
-
-    Without a mark such bytes are valid UTF-8 (each letter three NULs and itself), so
-    they were read as text with NULs; with one (FF FE 00 00) the file was named UTF-16.
-    Judged by the first 4 KiB, in groups of four: the top byte (no code point reaches
-    it) NUL in each, the next NUL in at least 9 of 10 (the planes past the first are
-    rare), the low byte NUL in at most 1 of 10 (a letter's own byte). Bytes of that
-    shape that do not read as text (:func:`_reads_as_text`: small int32s of a binary
-    file, say) are called binary data, not UTF-32.
-    """
-    for mark, order in ((b"\xff\xfe\x00\x00", "LE"), (b"\x00\x00\xfe\xff", "BE")):
-        if head.startswith(mark):
-            return (
-                f"UTF-32 text ({order}, with a byte-order mark): convert it to UTF-8 first "
-                "(iconv -f UTF-32 -t UTF-8)"
-            )
-    sample = head[:4096]
-    sample = sample[: len(sample) & ~3]
-    quads = len(sample) // 4
-    if quads < 2:
-        return None
-    for order, (top, next_, low) in (("LE", (3, 2, 0)), ("BE", (0, 1, 3))):
-        if (
-            sample[top::4].count(0) == quads
-            and sample[next_::4].count(0) * 10 >= quads * 9
-            and sample[low::4].count(0) * 10 <= quads
-        ):
-            if not _reads_as_text(sample, order):
-                return (
-                    "binary data, not text: its bytes come in groups of four as UTF-32's "
-                    "do, but they do not read as text"
-                )
-            return (
-                f"UTF-32 text without a byte-order mark ({order}): convert it to UTF-8 first "
-                f"(iconv -f UTF-32{order} -t UTF-8)"
-            )
-    return None
-
-
-def _reads_as_text(sample: bytes, order: str) -> bool:
-    """Whether ``sample`` (whole groups of four) decodes as UTF-32 in ``order`` and reads
-    as text: at most 1 character in 50 neither printable nor a tab or line break, and,
-    in a sample of 1,024 characters (4 KiB, not the whole of a short file), a line
-    break. A binary of small int32s (1, 2, 3, ...) decodes, but 1 character in 14 of it is
-    control characters, the unassigned and the private: it was called UTF-32 text."""
-    try:
-        text = sample.decode(f"utf-32-{order.lower()}")
-    except UnicodeDecodeError:
-        return False
-    odd = sum(1 for c in text if not c.isprintable() and c not in "\t\n\r")
-    if odd * 50 > len(text):
-        return False
-    return len(text) < 1024 or "\n" in text or "\r" in text
-
-
-def utf16_without_bom(head: bytes) -> str | None:
-    """What a file that starts with ``head`` is, when every other byte is NUL: UTF-16
-    text without a byte-order mark (LE when the NULs come second), with what to run to
-    read it; else None.
-
-    Such bytes are valid UTF-8, so they were read as text: a log's every line skipped
-    as unreadable or quoted with a \\x00 between its letters, a session log's path
-    refused for its NUL, a JSON or TOML file refused at line 1 ("Expecting value").
-    Judged by the first 4 KiB: one byte of each two NUL in at least 9 pairs of 10,
-    the other byte NUL in at most 1 of 10 (a letter outside Latin-1 has no NUL).
-    """
-    sample = head[:4096]
-    sample = sample[: len(sample) & ~1]
-    pairs = len(sample) // 2
-    if pairs < 2:
-        return None
-    first, second = sample[0::2].count(0), sample[1::2].count(0)
-    for nul, other, order in ((second, first, "LE"), (first, second, "BE")):
-        if nul * 10 >= pairs * 9 and other * 10 <= pairs:
-            return (
-                f"UTF-16 text without a byte-order mark ({order}: every other byte is NUL): "
-                f"convert it to UTF-8 first (iconv -f UTF-16{order} -t UTF-8)"
-            )
-    return None
 
 
 def decode(data: bytes, *, path: str | Path | None, what: str) -> str:
@@ -409,7 +316,7 @@ def decode(data: bytes, *, path: str | Path | None, what: str) -> str:
     try:
         return data[bom:].decode("utf-8")
     except UnicodeDecodeError as exc:
-        hint = next((h for magic, h in _HINTS if data.startswith(magic)), "")
+        hint = next((h for magic, h in HINTS if data.startswith(magic)), "")
         raise TraceFormatError(
             f"not UTF-8 text, so not a {what}{hint}", path=path, offset=bom + exc.start
         ) from None
