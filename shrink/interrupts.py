@@ -42,6 +42,8 @@ __all__ = [
     "received",
     "retake",
     "run_main",
+    "stop_main",
+    "stop_reason",
     "stopped_by",
     "take_held",
     "working",
@@ -85,6 +87,9 @@ _owed_lock = threading.RLock()
 # Whether a stop was taken in this command's work (an engine's handler, or this module's):
 # a second one while the first is under way is the same stop, never one of its own.
 _stopping = [False]
+# Why the work was stopped when no signal of the user's stopped it (:func:`stop_main`):
+# the line's start instead of "interrupted", and an exit status of 1.
+_reason = [""]
 
 
 class NotStarted(BaseException):
@@ -117,14 +122,40 @@ def noted() -> int | None:
 
 
 def stopped_by() -> str:
-    """``interrupted`` (Ctrl-C), or ``stopped by SIGTERM`` / ``SIGHUP``: the message's start."""
+    """``interrupted`` (Ctrl-C), or ``stopped by SIGTERM`` / ``SIGHUP``: the message's start
+    (or the reason :func:`stop_main` was given)."""
+    if _reason[0]:
+        return _reason[0]
     sig = received()
     return "interrupted" if sig == signal.SIGINT else f"stopped by {signal.Signals(sig).name}"
 
 
 def exit_status() -> int:
-    """The exit status of a command stopped by a signal: 128 + its number."""
-    return 128 + received()
+    """The exit status of a command stopped by a signal: 128 + its number; 1 for one
+    stopped by :func:`stop_main` (an error of its run, no signal of the user's)."""
+    return 1 if _reason[0] else 128 + received()
+
+
+def stop_reason() -> str:
+    """The reason :func:`stop_main` stopped the command with ("" if it did not)."""
+    return _reason[0]
+
+
+def stop_main(reason: str) -> bool:
+    """Stop the command's work from another thread as a stop signal does (the finished
+    levels kept and said), for ``reason`` (the line's start, e.g. "the Ray cluster's
+    head ended"), and exit 1. The signal goes to the main thread, which runs the
+    handler at its next Python step, or within a library's wait that looks for signals
+    (Ray's ``get``). False (nothing done) outside a command's work, or when every stop
+    signal is ignored, or when a stop is already under way."""
+    if _depth[0] == 0 or _done[0] or _stopping[0] or not _taken:
+        return False
+    live = [s for s in _taken if signal.getsignal(s) is _stop]
+    if not live:
+        return False
+    _reason[0] = reason
+    signal.pthread_kill(threading.main_thread().ident or 0, live[0])
+    return True
 
 
 def _stop(signum: int, frame: FrameType | None) -> None:
@@ -304,6 +335,7 @@ def working() -> Iterator[None]:
         raise NotStarted
     if _depth[0] == 0:
         _forget_owed()
+        _reason[0] = ""
         _take(_stop)  # a command may work in more than one block
     _depth[0] += 1
     try:

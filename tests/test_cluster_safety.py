@@ -20,7 +20,14 @@ import pytest
 
 from shrink import interrupts
 from shrink.errors import ParameterError, ReplayError
-from shrink.replay import EngineConfig, RunLogWriter, build_schedule, native, open_loop_trace
+from shrink.replay import (
+    EngineConfig,
+    RunLogWriter,
+    build_schedule,
+    native,
+    open_loop_trace,
+    ray_local,
+)
 from shrink.replay import cluster as cl
 from shrink.replay.engine import run_schedule
 from shrink.runlog import RUNLOG_SCHEMA
@@ -120,7 +127,7 @@ def test_a_local_cluster_keeps_its_files_in_a_private_folder(fake_ray, monkeypat
     # Ray makes its folder 0777 (and its path shows in ps): the one above it keeps others out
     assert os.stat(os.path.dirname(temp)).st_mode & 0o777 == 0o700
     os.makedirs(temp)
-    cl._shutdown_and_remove(fake_ray, os.path.dirname(temp))  # what runs at exit
+    ray_local.shutdown_and_remove(fake_ray, os.path.dirname(temp))  # what runs at exit
     assert fake_ray.shutdowns == 1 and os.listdir(run) == []
 
 

@@ -37,7 +37,6 @@ import contextlib
 import importlib.util
 import os
 import socket
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ from time import monotonic
 from typing import Any
 
 from shrink.errors import ParameterError, ReplayError, printable
+from shrink.replay import ray_local
 from shrink.replay.cluster_collect import GRACE, STOP_WAIT, LostGenerator
 from shrink.replay.cluster_collect import collect as _collect
 from shrink.replay.engine import EngineConfig, EngineStats, run_schedule
@@ -262,7 +262,7 @@ def _connect(spec: ClusterSpec) -> Any:
     if spec.address == "local":
         # Ray's default is /tmp/ray, made world-writable (0777) with a session_latest
         # symlink in it: as root, a folder any user may have made first, or fill.
-        extra["_temp_dir"], base = _private_ray_dir()
+        extra["_temp_dir"], base = ray_local.private_ray_dir()
     try:
         ray.init(address=spec.address, logging_level="ERROR", log_to_driver=False, **extra)
     except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError...
@@ -272,31 +272,13 @@ def _connect(spec: ClusterSpec) -> Any:
         if base is not None:
             import atexit
 
-            atexit.register(_shutdown_and_remove, ray, base)
+            atexit.register(ray_local.shutdown_and_remove, ray, base)
     from shrink import interrupts
 
     interrupts.retake()  # Ray's core put its own SIGTERM handler (a stack dump, exit 1)
+    if base is not None:
+        ray_local.start_watch(ray)  # its head's end stops the run at once, said
     return ray
-
-
-def _private_ray_dir() -> tuple[str, str]:
-    """A fresh folder for a cluster Ray starts here, and the 0700 folder that holds it in
-    shrink's private folder. Ray makes its own folder world-writable (0777), and its path
-    shows in every Ray process's command line: only the folder above keeps others out."""
-    from shrink.testbed.registry import private_dir
-
-    base = tempfile.mkdtemp(prefix="ray-", dir=private_dir())
-    return os.path.join(base, "r"), base
-
-
-def _shutdown_and_remove(ray: Any, base: str) -> None:
-    """At exit, before Ray's own hook (registered earlier): stop the cluster started here,
-    then remove its folder (removed first, its processes wrote a session folder anew)."""
-    import shutil
-
-    with contextlib.suppress(Exception):
-        ray.shutdown()
-    shutil.rmtree(base, ignore_errors=True)
 
 
 def _refuse_auto_as_root(address: str) -> None:
@@ -399,6 +381,7 @@ def run_on_cluster(
     try:
         ray.get(pg.ready(), timeout=READY_TIMEOUT)
     except Exception:
+        ray_local.settle()  # (the head's end: its stop instead, and no call that waits)
         remove_placement_group(pg)
         raise ReplayError(
             f"the Ray cluster {spec.address!r} cannot place {n} generator slots of one CPU each"
@@ -426,11 +409,15 @@ def run_on_cluster(
             (on_start, stop),
             runs,
         )
+    except Exception:
+        ray_local.settle()  # an actor's error of the head's end: the head's stop instead
+        raise
     finally:
-        _stop_all(ray, actors, runs, config)
-        for actor in actors:
-            ray.kill(actor)
-        remove_placement_group(pg)
+        if not ray_local.head_gone():  # (each call would wait for the head, up to 60 s)
+            _stop_all(ray, actors, runs, config)
+            for actor in actors:
+                ray.kill(actor)
+            remove_placement_group(pg)
 
 
 def _stop_all(ray: Any, actors: list[Any], runs: list[Any], config: EngineConfig) -> None:

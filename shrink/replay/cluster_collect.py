@@ -15,6 +15,7 @@ from time import monotonic
 from typing import Any
 
 from shrink.replay.engine import EngineConfig, EngineStats
+from shrink.replay.ray_local import head_gone
 from shrink.runlog import RunLog
 
 __all__ = ["GRACE", "LOOK_S", "STOP_WAIT", "LostGenerator", "collect"]
@@ -86,6 +87,8 @@ def collect(
                 tables.append(RunLog(table))
                 stats.append(st)
             except KeyboardInterrupt:
+                if head_gone():
+                    raise  # the local cluster's head ended: no actor can answer
                 if not stopping:
                     stop_all()
                 continue
