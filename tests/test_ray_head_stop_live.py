@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from shrink.replay.cluster import ray_available
-from shrink.replay.ray_local import cluster_pids
+from shrink.replay.ray_local import cluster_pids, end_processes
 
 pytestmark = pytest.mark.skipif(
     not ray_available(), reason="ray is not installed (shrink-capacity[ray])"
@@ -90,6 +90,7 @@ def test_a_stopped_head_ends_the_sweep_at_once_said_and_tidied(tmp_path, sig):
         if sweep is not None and sweep.poll() is None:
             sweep.kill()
             sweep.wait()
+        end_processes(cluster_pids(str(run)))  # none left to load the tests after this one
         srv.terminate()
         srv.wait()
         shutil.rmtree(run, ignore_errors=True)

@@ -156,3 +156,37 @@ def test_at_exit_a_gone_head_is_not_waited_for(tmp_path, monkeypatch):
     base.mkdir()
     ray_local.shutdown_and_remove(ray, str(base))
     assert ray.shutdowns == 1 and not base.exists()
+
+
+def test_a_ray_error_that_comes_before_the_watch_sees_the_head_end_is_the_heads_stop(
+    monkeypatch,
+):
+    """Live, one stop in three: Ray's RPC CANCELLED came out of a call placing the next
+    level's slot before the watch's next look, and the sweep ended 'internal error
+    (RpcError ...); this is a bug in shrink', exit 70."""
+    from shrink.replay import cluster
+
+    saved = {s: signal.getsignal(s) for s in interrupts.STOP_SIGNALS}
+    head = subprocess.Popen(SLEEPER)
+    monkeypatch.setattr(ray_local, "_watch", [])
+
+    def placing(*_args):
+        head.kill()  # the head ends; Ray's call fails at once, the watch not yet looking
+        raise RuntimeError("RPC error: CANCELLED")
+
+    monkeypatch.setattr(cluster, "_run_on_cluster", placing)
+    interrupts.install()
+    try:
+        with pytest.raises(KeyboardInterrupt), interrupts.working():
+            watch = ray_local.HeadWatch({"raylet": head.pid}, ray_local._stop_for_head, 0.3)
+            ray_local._watch.append(watch.start())
+            cluster.run_on_cluster(None, [], None, {}, {})  # type: ignore[arg-type]
+        assert interrupts.stopped_by().startswith("the local Ray cluster's head ended")
+        assert interrupts.exit_status() == 1
+    finally:
+        for watch in ray_local._watch:
+            watch.close()
+        head.wait()
+        for s, h in saved.items():
+            signal.signal(s, h)
+        interrupts._reason[0] = ""

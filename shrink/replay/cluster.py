@@ -371,6 +371,28 @@ def run_on_cluster(
     ``on_start(t0)`` gets the common zero in the driver's monotonic clock. ``stop``: the
     run's stop event (its testbed's watch's): set, every actor is told to stop.
     """
+    try:
+        return _run_on_cluster(
+            spec, parts, config, params, meta, avoid_cpus, engine, on_start, stop
+        )
+    except Exception:
+        # Any Ray call may fail first when the local head ends (an RPC CANCELLED while
+        # a slot was being placed): said as the head's stop, not as a bug in shrink.
+        ray_local.settle()
+        raise
+
+
+def _run_on_cluster(
+    spec: ClusterSpec,
+    parts: list[Trace],
+    config: EngineConfig,
+    params: dict[str, Any],
+    meta: dict[str, Any],
+    avoid_cpus: set[int] | frozenset[int],
+    engine: Any,
+    on_start: Any,
+    stop: Any,
+) -> tuple[RunLog, ClusterRun]:
     ray = _connect(spec)
     n = len(parts)
     _refuse_more_slots_than_local_cpus(ray, spec, n, avoid_cpus)

@@ -249,7 +249,13 @@ def shutdown_and_remove(ray: Any, base: str) -> None:
     if not gone:
         with contextlib.suppress(Exception):
             ray.shutdown()
-    end_processes(cluster_pids(base))
+    # Looked for again after each round: a process of the cluster started while the
+    # others were ended (a worker the raylet was starting) was left, orphaned.
+    for _ in range(5):
+        pids = cluster_pids(base)
+        if not pids:
+            break
+        end_processes(pids)
     shutil.rmtree(base, ignore_errors=True)
     if gone:
         _exit_past_ray()
