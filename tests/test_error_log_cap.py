@@ -123,3 +123,52 @@ def test_a_log_cut_again_counts_every_cut_in_its_one_note(tmp_path):
     assert first > 0 and second > 0
     assert len(notes()) == 1, notes()
     assert int(notes()[0].split()[1]) == first + second - old_note
+
+
+@pytest.mark.compute
+@pytest.mark.parametrize("width", [284, 384, 434])
+def test_a_log_cut_again_keeps_one_note_whatever_its_lines_widths(tmp_path, width):
+    """The first cut's note lies in the head a second cut reads: with lines of 384 or 434
+    bytes (nginx's connect() failures are about 400) its line ended inside the head, so
+    the head was kept past it into the old tail, and a second note began a count of its
+    own: two notes, the head no longer the server's start."""
+    line = b"2026/01/01 00:00:00 [error] connect() failed (11)" + b"x" * (width - 50) + b"\n"
+    log = tmp_path / "error.log"
+    log.write_bytes(b"server started\n" + line * (3 * 2**20 // width))
+    sizes = dict(cap=2**20, head=4096, tail=64 * 1024)
+    cuts = []
+    for _ in range(3):
+        cuts.append(cap_log(log, **sizes))
+        with log.open("ab") as f:
+            f.write(line * (2 * 2**20 // width))
+    data = log.read_bytes()
+    notes = [x for x in data.splitlines() if x.startswith(b"[shrink] ")]
+    assert len(notes) == 1, notes
+    note = len(notes[0]) + 1
+    assert int(notes[0].split()[1]) == sum(cuts) - 2 * note
+    head = data[: data.index(b"[shrink] ")]
+    assert len(head) <= 4096 and head.startswith(b"server started\n")
+
+
+@pytest.mark.compute
+def test_lines_the_server_writes_during_a_cut_are_kept(tmp_path, monkeypatch):
+    """The file's size was read once: what the server appended while the tail was read
+    was cut with the middle, though it was the newest line of all."""
+    import shrink.testbed.logcap as logcap
+
+    log = _log(tmp_path / "error.log", 3 * 2**20)
+    real_pread = os.pread
+    reads = []
+
+    def pread(fd: int, n: int, offset: int) -> bytes:
+        data = real_pread(fd, n, offset)
+        reads.append(n)
+        if len(reads) == 2:  # the tail's read: the server goes on meanwhile
+            with log.open("ab") as f:
+                f.write(b"written during the cut\n")
+        return data
+
+    monkeypatch.setattr(logcap.os, "pread", pread)
+    assert cap_log(log, cap=2**20, head=4096, tail=64 * 1024) > 0
+    monkeypatch.undo()
+    assert log.read_bytes().splitlines()[-2:] == [b"the last line", b"written during the cut"]

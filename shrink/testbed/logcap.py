@@ -12,7 +12,9 @@ knee grew it without bound.
 :data:`HEAD_BYTES` (how the server started, the first errors) and last
 :data:`TAIL_BYTES` (what it says now, which ``testbed`` errors quote), with a line
 saying how much was cut. The servers open their logs ``O_APPEND``, so they go on
-writing at the new end.
+writing at the new end. What a server writes while the log is read is kept; what it
+writes between the last look at the size and the cut (two system calls) is lost, and
+a line written between the cut and the kept tail's write lands before the note.
 
 The log lies in the server user's own folder, where that user could put a symlink
 or a hard link to a file of root's: only a regular file with one link, opened
@@ -31,7 +33,7 @@ __all__ = ["CAP_BYTES", "HEAD_BYTES", "TAIL_BYTES", "cap_log"]
 CAP_BYTES = 8 * 2**20
 HEAD_BYTES = 64 * 2**10
 TAIL_BYTES = 2 * 2**20
-_NOTE = re.compile(rb"\[shrink\] ([0-9]+) bytes of this log cut here")
+_NOTE = re.compile(rb"^\[shrink\] ([0-9]+) bytes of this log cut here[^\n]*\n", re.M)
 
 
 def _line_end(data: bytes) -> int:
@@ -64,20 +66,25 @@ def cap_log(
         if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_size <= cap:
             return 0
         size = st.st_size
-        first = os.pread(fd, head, 0)
-        kept_head = _line_end(first)
+        # An earlier cut's note lies in the head, its line perhaps past ``head`` bytes:
+        # the head is kept up to it, and the server's bytes it counts are added to
+        # these (less the note's own).
+        first = os.pread(fd, head + 256, 0)
+        m = _NOTE.search(first, 0, head + 256)
+        if m is not None and m.start() >= head:
+            m = None
+        kept_head = m.start() if m else _line_end(first[:head])
         tail = min(tail, size - kept_head)
         last = os.pread(fd, tail, size - tail)
         kept_tail = last[_line_start(last) :]
+        # What the server wrote during this look is kept, not cut with the rest.
+        if (now := os.fstat(fd).st_size) > size:
+            kept_tail += os.pread(fd, now - size, size)
+            size = now
         cut = size - kept_head - len(kept_tail)
         if cut <= 0:
             return 0
-        # An earlier cut's note lies just after the head: the server's bytes it counts
-        # are added to these (less the note's own).
-        total = cut
-        said = os.pread(fd, 256, kept_head)
-        if (m := _NOTE.match(said)) and b"\n" in said:
-            total += int(m.group(1)) - (said.index(b"\n") + 1)
+        total = cut + (int(m.group(1)) - len(m.group(0)) if m else 0)
         note = (
             f"[shrink] {total} bytes of this log cut here: it is kept under {cap} bytes "
             "while load runs (its first and last lines stay)\n"
