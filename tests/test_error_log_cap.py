@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -172,3 +173,45 @@ def test_lines_the_server_writes_during_a_cut_are_kept(tmp_path, monkeypatch):
     assert cap_log(log, cap=2**20, head=4096, tail=64 * 1024) > 0
     monkeypatch.undo()
     assert log.read_bytes().splitlines()[-2:] == [b"the last line", b"written during the cut"]
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o666], ids=["0600", "0666"])
+def test_a_state_file_another_user_could_write_has_no_file_cut(tmp_path, monkeypatch, mode):
+    """The watch cuts the files a state names, as root: a state file anyone may write
+    (``testbed down`` refuses one) named any file of root's over 8 MiB to be cut to its
+    first and last lines by a sweep on it."""
+    import json
+
+    import shrink.testbed.logcap as logcap
+
+    monkeypatch.setattr(logcap, "CAP_BYTES", 2**20)
+    log = _log(tmp_path / "root-owned.log", 3 * 2**20)
+    size = log.stat().st_size
+    srv = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+        state = tmp_path / "tb.json"
+        state.write_text(json.dumps({"schema": "shrink.testbed/1", "replicas": [
+            {"name": "r0", "address": "127.0.0.1", "port": 9, "cpus": cpus, "masters": [srv.pid],
+             "processes": {"lighttpd": [srv.pid]},
+             "starttimes": {str(srv.pid): proc_info(srv.pid).starttime},
+             "pinned": {}, "config": "", "errorlog": str(log)},
+        ]}))  # fmt: skip
+        state.chmod(mode)
+        # (the file's other fields, which the cut does not read, are not spelled out)
+        import shrink.replay.live as live
+
+        replica = SimpleNamespace(address="127.0.0.1", port=9, cpus=cpus)
+        monkeypatch.setattr(live.TestbedState, "from_dict", lambda *a, **k: SimpleNamespace(
+            share=SimpleNamespace(cpus=cpus[-1:]), replicas=[replica]))  # fmt: skip
+        monkeypatch.setattr(live, "hold_testbed", lambda *a: None)
+        target = LiveTarget.from_state(
+            state, share_cpus=cpus[-1:], generator=GeneratorPlacement(tuple(cpus[:1]), True),
+            idle_bound=0.1,
+        )  # fmt: skip
+        target._problem()
+        target.close()
+    finally:
+        srv.kill()
+        srv.wait()
+    assert (log.stat().st_size < size) == (mode == 0o600)

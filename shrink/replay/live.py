@@ -57,6 +57,7 @@ from shrink.runlog import RunLog
 from shrink.schedule import ScheduleOptions
 from shrink.target import GeneratorCheck, GeneratorPlacement, RunResult
 from shrink.testbed.logcap import cap_log
+from shrink.testbed.private import forgeable
 from shrink.testbed.problems import (
     _replicas,
     _spinners,
@@ -148,6 +149,9 @@ class LiveTarget:
         self.state = state or {}
         self._parsed: list[ReplicaState] | None = None  # its replicas, read at the first look
         self.state_path: Path | None = None  # the state file it was read from, if any
+        # Its replicas' error logs are cut at each look (as root): not those a state file
+        # another user could have written names (any file of root's on the machine).
+        self.cap_logs = True
         self.share_cpus = sorted(share_cpus or [])
         self.generator_cpus = generator_cpus(
             self.share_cpus, generator.cpus, generator.allow_overlap
@@ -218,6 +222,7 @@ class LiveTarget:
             let_go(held)
             raise
         target.state_path = Path(path)
+        target.cap_logs = forgeable(path) is None
         target.close = weakref.finalize(target, let_go, held)  # (close(): let go now)
         return target
 
@@ -429,7 +434,7 @@ class LiveTarget:
         for replica in self._parsed:
             # An overloaded server's error log grew by megabytes a level, uncapped, in
             # the run folder (a tmpfs): kept bounded at each look.
-            if replica.errorlog:
+            if replica.errorlog and self.cap_logs:
                 cap_log(replica.errorlog)
         problem = testbed_problem(self.state, self._parsed)
         if problem is None or not problem.startswith("is down: crashed") or not self.state_path:
