@@ -90,3 +90,18 @@ def test_down_of_servers_root_may_not_signal_names_them(monkeypatch, tmp_path):
         "(Operation not permitted): root of a user namespace (unshare -U)"
     )
     assert str(err.value).endswith("nothing was stopped")
+
+
+@pytest.mark.compute
+def test_up_as_root_of_a_namespace_that_denies_setgroups_is_one_line(monkeypatch):
+    """Every ID mapped (0-999) but setgroups denied, as unshare -U -r leaves it: each
+    server's start failed in its child, "cannot start lighttpd: Exception occurred in
+    preexec_fn."."""
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(userns, "_ranges", lambda which: [(0, 1000)])
+    monkeypatch.setattr(private, "setgroups_denied", lambda: True, raising=False)
+    name = next((n for n in private.SERVER_USERS if _uid(n)), None)
+    if name is None:
+        pytest.skip("no server user on this machine")
+    with pytest.raises(TestbedError, match=r"this user namespace denies setgroups"):
+        private.server_user()

@@ -51,7 +51,7 @@ from pathlib import Path
 
 from shrink.errors import ParameterError, TestbedError
 from shrink.own_env import for_servers
-from shrink.testbed.userns import unmapped
+from shrink.testbed.userns import setgroups_denied, unmapped
 
 __all__ = [
     "SERVER_USERS",
@@ -111,6 +111,12 @@ def server_user() -> ServerUser | None:
                 f"the servers run as {name}, whose {gone} is not mapped: root in a user "
                 "namespace (unshare -U) cannot start them as that user; run as the "
                 f"machine's root, or map {name}'s IDs into the namespace"
+            )
+        if setgroups_denied():
+            raise TestbedError(
+                f"the servers run as {name}, but this user namespace denies setgroups "
+                "(/proc/self/setgroups: deny, as unshare -U -r makes it): its root cannot "
+                "drop its own groups to start them as that user; run as the machine's root"
             )
         return ServerUser(name, group, pw.pw_uid, pw.pw_gid)
     raise TestbedError(

@@ -6,7 +6,7 @@ give the server user its folder ("error: .../srv: Invalid argument")."""
 
 from __future__ import annotations
 
-__all__ = ["unmapped"]
+__all__ = ["setgroups_denied", "unmapped"]
 
 
 def _ranges(which: str) -> list[tuple[int, int]]:
@@ -27,3 +27,15 @@ def unmapped(uid: int, gid: int) -> str | None:
             shown = ", ".join(f"{f}-{f + c - 1}" for f, c in ranges) or "none"
             return f"{which.upper()} {n} (this user namespace maps {which.upper()}s {shown})"
     return None
+
+
+def setgroups_denied() -> bool:
+    """Whether this user namespace forbids setgroups (``/proc/self/setgroups`` says
+    ``deny``, as ``unshare -U -r`` writes it): its root cannot drop its groups to start a
+    server as another user, whose IDs may all be mapped (a map of 0-999). ``up`` said
+    "cannot start lighttpd: Exception occurred in preexec_fn."."""
+    try:
+        with open("/proc/self/setgroups") as fh:
+            return fh.read().strip() == "deny"
+    except OSError:  # (the machine's own namespace, or no /proc)
+        return False
