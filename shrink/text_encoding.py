@@ -48,10 +48,16 @@ def utf32(head: bytes) -> str | None:
             and sample[next_::4].count(0) * 10 >= quads * 9
             and sample[low::4].count(0) * 10 <= quads
         ):
-            if not _reads_as_text(sample, order):
+            if (reads := _reads_as_text(sample, order)) is False:
                 return (
                     "binary data, not text: its bytes come in groups of four as UTF-32's "
                     "do, but they do not read as text"
+                )
+            if reads is None:  # (a JSON line of 1,422 characters was called binary)
+                return (
+                    f"binary data, or UTF-32 text without a byte-order mark ({order}) with "
+                    "no line break in its first 1,024 characters: if it is text, convert "
+                    f"it to UTF-8 first (iconv -f UTF-32{order} -t UTF-8)"
                 )
             return (
                 f"UTF-32 text without a byte-order mark ({order}): convert it to UTF-8 first "
@@ -60,12 +66,14 @@ def utf32(head: bytes) -> str | None:
     return None
 
 
-def _reads_as_text(sample: bytes, order: str) -> bool:
+def _reads_as_text(sample: bytes, order: str) -> bool | None:
     """Whether ``sample`` (whole groups of four) decodes as UTF-32 in ``order`` and reads
     as text: at most 1 character in 50 neither printable nor a tab or line break, and,
     in a sample of 1,024 characters (4 KiB, not the whole of a short file), a line
     break. A binary of small int32s (1, 2, 3, ...) decodes, but 1 character in 14 of it is
-    control characters, the unassigned and the private: it was called UTF-32 text."""
+    control characters, the unassigned and the private: it was called UTF-32 text.
+    None where only the line break is missing: a long JSON line reads so, and it is
+    not told from binary data."""
     try:
         text = sample.decode(f"utf-32-{order.lower()}")
     except UnicodeDecodeError:
@@ -73,7 +81,7 @@ def _reads_as_text(sample: bytes, order: str) -> bool:
     odd = sum(1 for c in text if not c.isprintable() and c not in "\t\n\r")
     if odd * 50 > len(text):
         return False
-    return len(text) < 1024 or "\n" in text or "\r" in text
+    return len(text) < 1024 or "\n" in text or "\r" in text or None
 
 
 def utf16_without_bom(head: bytes) -> str | None:

@@ -4,6 +4,7 @@ the start, and a number longer than Python converts (found by bench/bench_fuzz.p
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -296,4 +297,22 @@ def test_a_binary_of_small_int32s_is_not_called_utf32_text(tmp_path: Path, order
     text = ("10.0.0.1 - - [01/Jan/2026:00:00:00 +0000] " + '"GET / HTTP/1.1" 200 5\n') * 120
     codec = "utf-32-le" if order == "<" else "utf-32-be"
     assert (files.utf32(text.encode(codec)) or "").startswith("UTF-32 text without")
-    assert (files.utf32(text.replace("\n", " ").encode(codec)) or "").startswith("binary")
+    # without one in its first 1,024 characters it may be either
+    said = files.utf32(text.replace("\n", " ").encode(codec)) or ""
+    assert said.startswith("binary data, or UTF-32 text without a byte-order mark"), said
+
+
+@pytest.mark.parametrize("codec", ["utf-32-le", "utf-32-be"])
+def test_a_long_utf32_json_line_is_not_called_binary_data(tmp_path: Path, codec: str) -> None:
+    """Round 46d's rule (a line break in the first 1,024 characters) called a session
+    log's first JSON line of 1,422 characters "binary data, not text"."""
+    from shrink.ingest import read_trace
+
+    line = json.dumps({"path": "/a" * 700, "ts": 1}) + "\n"
+    said = files.utf32(line.encode(codec)) or ""
+    assert "not text" not in said and "iconv -f UTF-32" in said, said
+    p = tmp_path / "s.jsonl"
+    p.write_bytes(line.encode(codec) * 3)
+    with pytest.raises(TraceFormatError) as err:
+        read_trace(p, format="auto")
+    assert "not text" not in str(err.value), str(err.value)
