@@ -13,6 +13,7 @@ import pytest
 
 from shrink.cli import _locale
 from shrink.cli.sweep_cmd import _levels
+from shrink.errors import OptionError
 
 pytestmark = pytest.mark.compute
 
@@ -132,3 +133,20 @@ def test_a_thousands_comma_under_a_decimal_comma_locale_gives_both_readings(comm
     assert "note: --levels 1,500 is read as two values, 1 and 500" in err, err
     assert "type --levels 1.500; for 1500 (a thousands comma), type --levels 1500" in err, err
     assert err.count("note:") == 1, err
+
+
+@pytest.mark.parametrize(
+    ("text", "meant"), [("1,000,2,000", "1000 and 2000"), ("1,500,2,500", "1500 and 2500")]
+)
+def test_a_list_of_numbers_each_with_a_thousands_comma_is_noted(monkeypatch, capsys, text, meant):
+    """Only one grouped number was noted: `--levels 1,500,2,500` was refused for naming
+    level 500 twice, `1,000,2,000` for its zero levels, neither with a word of commas."""
+    for var in ("LC_ALL", "LC_NUMERIC", "LANG"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    with pytest.raises(OptionError):
+        _levels(text)
+    err = capsys.readouterr().err
+    assert f"note: --levels {text} is read as four values" in err, err
+    typed = meant.replace(" and ", ",")
+    assert f"for {meant} (thousands commas), type --levels {typed}" in err, err

@@ -21,7 +21,25 @@ import typer
 
 _SPLIT_DECIMAL = re.compile(r"\s*(\d+),(\d+)\s*")
 _THOUSANDS_POINT = re.compile(r"\s*([1-9]\d{0,2})\.(\d{3})\s*")
-_THOUSANDS_COMMA = re.compile(r"\s*[1-9]\d{0,2}(?:,\d{3})+\s*")
+_GROUP_HEAD, _GROUP = re.compile(r"[1-9]\d{0,2}"), re.compile(r"\d{3}")
+
+
+def _grouped(text: str) -> list[str] | None:
+    """The numbers ``text`` reads as when its commas are thousands commas, every one with
+    at least one (``1,500`` -> 1500; ``1,000,2,000`` -> 1000 and 2000), or None: a list
+    of such numbers ran as its groups without a word, and ``1,2,500`` is not one."""
+    items = [x.strip() for x in text.split(",")]
+    numbers: list[list[str]] = []
+    for item in items:
+        if numbers and _GROUP.fullmatch(item):
+            numbers[-1].append(item)  # (three digits join the number before, greedily)
+        elif _GROUP_HEAD.fullmatch(item):
+            numbers.append([item])
+        else:
+            return None
+    if not numbers or any(len(n) < 2 for n in numbers):
+        return None
+    return ["".join(n) for n in numbers]
 
 
 def _separators() -> tuple[str, str]:
@@ -56,7 +74,7 @@ def note_split_decimal(option: str, text: str) -> None:
     is a point."""
     m = _SPLIT_DECIMAL.fullmatch(text)
     items = [x for x in text.split(",") if _THOUSANDS_POINT.fullmatch(x)]
-    grouped = _THOUSANDS_COMMA.fullmatch(text) is not None
+    grouped = _grouped(text)
     if m is None and not items and not grouped:
         return
     point, thousands = _separators()
@@ -64,12 +82,13 @@ def note_split_decimal(option: str, text: str) -> None:
     if m is not None and point == ",":
         meant.append(f"for the one value {m[1]}.{m[2]}, type {option} {m[1]}.{m[2]}")
     if grouped:
-        whole = text.strip().replace(",", "")
-        meant.append(f"for {whole} (a thousands comma), type {option} {whole}")
+        whole = " and ".join(grouped)
+        commas = "thousands commas" if len(grouped) > 1 else "a thousands comma"
+        meant.append(f"for {whole} ({commas}), type {option} {','.join(grouped)}")
     if meant:
         parts = [x.strip() for x in text.split(",")]
         values = ", ".join(parts[:-1]) + " and " + parts[-1]
-        count = {2: "two", 3: "three"}.get(len(parts), str(len(parts)))
+        count = {2: "two", 3: "three", 4: "four"}.get(len(parts), str(len(parts)))
         typer.echo(
             f"note: {option} {text.strip()} is read as {count} values, {values}: a comma "
             f"parts a list's items in every locale; {'; '.join(meant)}",
