@@ -460,3 +460,32 @@ def test_a_state_that_cannot_be_marked_stopped_says_the_testbed_is_down(tmp_path
     )
     assert pids and wait_gone(pids, 5) == []
     assert not list(run.glob("testbed-*.json"))
+
+
+def test_a_second_down_puts_back_no_irq_affinity(tmp_path, monkeypatch):
+    """down put back the IRQ affinities up --apply-irq changed; a second down of the same
+    (stopped) state wrote them again, over what a testbed up since had set, and moved its
+    stop time."""
+    from shrink.machine import Machine
+    from shrink.share import Share
+    from shrink.testbed import ServerSettings, lifecycle, teardown
+    from shrink.testbed.fake_recipe import FakeRecipe
+    from shrink.testbed.state import TestbedState
+
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "run"))
+    (tmp_path / "doc").mkdir()
+    m = Machine("one", sockets=1, cores_per_socket=1, cpus=((min(os.sched_getaffinity(0)),),))
+    state = tmp_path / "s.json"
+    lifecycle.up(tmp_path / "doc", m, Share.parse("all", m), state_path=state, port=0,
+                 cgroups="no", server=ServerSettings(FakeRecipe()))  # fmt: skip
+    lifecycle.down(state)
+    st = TestbedState.read(state)
+    st.irq = {"5": "0"}  # as the first down leaves a state up --apply-irq wrote
+    st.write(state)
+    first = st.stopped
+    assert first is not None
+    written = []
+    monkeypatch.setattr(teardown, "_restore_irq", lambda st: written.append(st.irq) or [])
+    lifecycle.down(state)
+    assert written == []
+    assert TestbedState.read(state).stopped == first

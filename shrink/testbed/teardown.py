@@ -260,8 +260,10 @@ def down(state_path: str | Path) -> dict[str, list[int]]:
     sig = int(st.server.get("stop_signal", 15))
     out = {r.name: stop_and_release(recipe, r, sig) for r in st.replicas}
     _remove_run_dirs(st)
-    left = _restore_irq(st)
-    st.stopped = datetime.now(UTC).isoformat(timespec="seconds")
+    # A state already marked stopped had its IRQs put back by that down: a second one
+    # wrote them again, over what a testbed up since (--apply-irq) had set.
+    left = _restore_irq(st) if st.stopped is None else []
+    st.stopped = st.stopped or datetime.now(UTC).isoformat(timespec="seconds")
     try:
         st.write(state_path)
     except WriteError as exc:
