@@ -77,20 +77,20 @@ def test_a_folder_on_the_way_swapped_for_a_symlink_is_not_followed(
     (outside / "c").mkdir(parents=True)
     os.chown(outside / "c", 65534, 65534)
     os.chmod(outside / "c", 0o755)
-    real_rmtree = shutil.rmtree
+    real_remove = run_root._remove_below
     calls = []
 
-    def racing_rmtree(path, onerror=None):
+    def racing_remove(path, note):
         calls.append(path)
         if len(calls) == 1:  # names a blocked folder, then the swap happens
             b = root / "r0" / "srv" / "a" / "b"
-            onerror(os.open, str(b / "c"), None)
-            real_rmtree(b)
+            note(os.open, str(b / "c"), None)
+            shutil.rmtree(b)
             b.symlink_to(outside)
             return
-        real_rmtree(path)
+        real_remove(path, note)
 
-    monkeypatch.setattr(run_root.shutil, "rmtree", racing_rmtree)
+    monkeypatch.setattr(run_root, "_remove_below", racing_remove)
     run_root.remove_run_root(root / "r0", base)  # left, or removed: never followed
     st = os.stat(outside / "c")
     assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (65534, 0o755)

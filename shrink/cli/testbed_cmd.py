@@ -344,10 +344,17 @@ def down(
 
 
 def _left_elsewhere(state: Path) -> None:
-    """The run folders down left: an ``up`` under another SHRINK_RUN_DIR made them."""
+    """The run folders down left: an ``up`` under another SHRINK_RUN_DIR made them, or
+    one under this one could not be removed (a mount point, a chattr-locked file)."""
     from shrink.testbed import registry, teardown
 
-    for root in teardown.run_roots_left(state):
+    for root, why in teardown.run_roots_left(state):
+        if why is not None:
+            typer.echo(
+                f"warning: left {printable(root)} (the servers' configs and logs): {why}",
+                err=True,
+            )
+            continue
         typer.echo(
             f"note: left {printable(root)} (the servers' configs and logs): up made it under "
             f"another SHRINK_RUN_DIR than this one ({printable(registry.run_dir())}), and down "

@@ -1,15 +1,17 @@
 """Removing a run root ``up`` made under shrink's private folder: only one made there,
-and never through a symlink, also as root without CAP_DAC_OVERRIDE."""
+never through a symlink nor into a file system mounted inside it, also as root without
+CAP_DAC_OVERRIDE; and what was left, and why."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
-import shutil
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["remove_run_root"]
+__all__ = ["remove_run_root", "why_left"]
 
 
 def remove_run_root(run_dir: str | Path, base: Path) -> bool:
@@ -46,7 +48,7 @@ def _remove_tree(root: Path) -> None:
         def note(_func: object, path: str, exc: object, blocked: list[str] = blocked) -> None:
             blocked.append(path)
 
-        shutil.rmtree(root, onerror=note)
+        _remove_below(root, note)
         if not root.exists() or not blocked:
             return
         changed = False
@@ -55,6 +57,102 @@ def _remove_tree(root: Path) -> None:
                 changed = _take_folder(root, path) or changed
         if not changed:
             return
+
+
+def _mounts_below(root: Path) -> dict[str, str]:
+    """The mount points below ``root`` (path: file system type), from the mount table."""
+    from shrink.testbed.mounts import mount_table
+
+    top = os.path.realpath(root)
+    return {
+        str(m.point): m.fs
+        for m in mount_table()
+        if str(m.point) != top and str(m.point).startswith(top.rstrip(os.sep) + os.sep)
+    }
+
+
+def _remove_below(root: Path, note: Callable[[object, str, object], None]) -> None:
+    """``shutil.rmtree(root, onerror=note)`` that never enters a file system mounted
+    below ``root`` (a bind mount, a tmpfs): ``rmtree`` checks symlinks, not mounts, and
+    emptied a file system mounted in the run root before it failed on its mount point.
+    A folder on another device, or a mount point of the mount table (a bind mount of
+    the same file system), is left and noted; the rest is removed."""
+    mounts = set(_mounts_below(root))
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(root, flags)
+    except OSError as exc:
+        note(os.open, str(root), exc)
+        return
+    try:
+        _empty(fd, str(root), (os.fstat(fd).st_dev, mounts), note)
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(root)
+    except OSError as exc:
+        note(os.rmdir, str(root), exc)
+
+
+def _empty(fd: int, path: str, where: tuple[int, set[str]], note: Callable) -> None:
+    """Remove what the folder open as ``fd`` (at ``path``) holds, not crossing a mount."""
+    dev, mounts = where
+    try:
+        entries = list(os.scandir(fd))
+    except OSError as exc:
+        note(os.scandir, path, exc)
+        return
+    for entry in entries:
+        sub = os.path.join(path, entry.name)
+        try:
+            is_dir = entry.is_dir(follow_symlinks=False)
+            if is_dir and (entry.stat(follow_symlinks=False).st_dev != dev or sub in mounts):
+                note(_empty, sub, OSError(errno.EXDEV, "a mount point", sub))
+                continue
+            if not is_dir:
+                os.unlink(entry.name, dir_fd=fd)
+                continue
+            child = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+        except OSError as exc:
+            note(os.unlink, sub, exc)
+            continue
+        try:
+            _empty(child, sub, where, note)
+        finally:
+            os.close(child)
+        try:
+            os.rmdir(entry.name, dir_fd=fd)
+        except OSError as exc:
+            note(os.rmdir, sub, exc)
+
+
+def why_left(root: Path) -> str:
+    """Why the run root ``root`` is still there after :func:`remove_run_root`: a file
+    system mounted inside it (never entered), a file or folder chattr locks, or the
+    first entry that could not be removed and its error."""
+    from shrink.errors import printable
+    from shrink.files import lock_of
+
+    if mounts := _mounts_below(root):
+        at, fs = sorted(mounts.items())[0]
+        more = f" (and {len(mounts) - 1} more)" if len(mounts) > 1 else ""
+        return (
+            f"{printable(at)} is a mount point ({fs}){more}: down neither enters nor "
+            "unmounts a file system mounted in it; unmount it, then remove the folder"
+        )
+    for folder, dirs, files in os.walk(root):
+        for name in [*dirs, *files]:
+            if lock := lock_of(Path(folder, name)):
+                return f"{printable(os.path.join(folder, name))} is {lock}"
+    if lock := lock_of(root):
+        return f"it is {lock}"
+    failed: list[tuple[str, object]] = []
+    _remove_below(root, lambda _f, path, exc: failed.append((path, exc)))
+    if failed:
+        path, exc = failed[0]
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return f"{printable(path)}: {why}"
+    return "it could not be removed"
 
 
 def _take_folder(root: Path, path: str) -> bool:

@@ -22,7 +22,7 @@ from shrink.share import Cgroup
 from shrink.testbed import registry
 from shrink.testbed.private import forgeable, user_name
 from shrink.testbed.recipe import ServerRecipe, replica_pids, stop_replica
-from shrink.testbed.run_root import remove_run_root
+from shrink.testbed.run_root import remove_run_root, why_left
 from shrink.testbed.servers import load_recipe
 from shrink.testbed.state import ReplicaState, TestbedState, salvage_pids
 
@@ -308,19 +308,23 @@ def _restore_irq(st: TestbedState) -> list[str]:
     return restore_affinities(dict(st.irq))
 
 
-def run_roots_left(state_path: str | Path) -> list[Path]:
+def run_roots_left(state_path: str | Path) -> list[tuple[Path, str | None]]:
     """The run roots of the testbed ``state_path`` names that are still there after its
-    ``down``: made under another private folder (``up`` under another SHRINK_RUN_DIR),
-    which ``down`` does not remove (:func:`remove_run_root`)."""
+    ``down``, each with why: made under another private folder (``up`` under another
+    SHRINK_RUN_DIR), which ``down`` does not remove (:func:`remove_run_root`): None; one
+    under this private folder it could not remove (a mount point or a chattr-locked file
+    inside it): :func:`why_left`'s reason. ``down`` dropped that second kind unsaid."""
     try:
         st = TestbedState.read(state_path)
     except (StateError, TestbedError):
         return []
     base = registry.run_dir().resolve()
     roots = {Path(r.run_dir).parent for r in st.replicas if r.run_dir}
-    return sorted(
-        r for r in roots if r.name.startswith("up-") and r.is_dir() and r.parent.resolve() != base
-    )
+    return [
+        (r, None if r.parent.resolve() != base else why_left(r))
+        for r in sorted(roots)
+        if r.name.startswith("up-") and r.is_dir() and not r.is_symlink()
+    ]
 
 
 def _remove_run_dirs(st: TestbedState) -> None:
