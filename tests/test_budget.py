@@ -226,3 +226,16 @@ def test_too_few_levels_say_the_levels_the_trace_was_too_short_for():
     said = str(got.value)
     assert "1 usable level(s), need at least 2: the trace was too short to fill a " in said
     assert "window at rate_factor 1.2, 3.2553: not measured (use a longer trace)" in said, said
+
+
+def test_a_too_short_level_asked_again_is_recorded_once():
+    """The refinement's search up from a level whose next one the trace cannot fill asks
+    for that level again: it was recorded twice (``[3.255303, 2.0736, 2.0736]``)."""
+    import shrink.autolevels as autolevels
+
+    plan = autolevels.AutoPlan(warmup=1, duration=4, reps=1, max_levels=10, loop_window=0,
+                               probe_level=1.0, warm_run=False, min_duration=4)  # fmt: skip
+    curve = autolevels.auto_sweep(FakeTarget(demand={"static": 0.001}), _trace(100.0, 10.0),
+                                  {"mean": 0.005}, plan=plan)  # fmt: skip
+    skipped = curve.meta["levels_skipped_trace_too_short"]
+    assert skipped == [3.255303, 2.0736], skipped

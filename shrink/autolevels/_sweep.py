@@ -375,7 +375,8 @@ class _Sweep:
         if self.between is not None and got is not None:
             self.clock.timed(0, self.between, got[0])
         if got is None:
-            self.too_short.append(level)
+            if level not in self.too_short:  # (asked again by a search up from below it)
+                self.too_short.append(level)
             return None
         self.levels[level] = got[0]
         if self.companion is not None and got[1] is not None:
