@@ -105,3 +105,50 @@ def test_up_as_root_of_a_namespace_that_denies_setgroups_is_one_line(monkeypatch
         pytest.skip("no server user on this machine")
     with pytest.raises(TestbedError, match=r"this user namespace denies setgroups"):
         private.server_user()
+
+
+_HINT = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from shrink.cli._replay_opts import generator_hint
+from shrink.processes import realtime_refused
+print(generator_hint("this run", 0))
+print(realtime_refused(10, None))
+"""
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="unshare")
+def test_the_generator_hint_in_a_user_namespace_does_not_say_as_root():
+    """``replay`` as root of ``unshare -U -r`` (UID 0, no SCHED_FIFO on the machine) was
+    told to "run it SCHED_FIFO (--realtime 10, as root)", which it is and cannot; and
+    ``--realtime 10`` there was said refused "by something else than a capability"."""
+    if subprocess.run(["unshare", "-U", "-r", "true"], capture_output=True).returncode:
+        pytest.skip("no user namespaces here")
+    r = subprocess.run(
+        ["unshare", "-U", "-r", sys.executable, "-c", _HINT, str(Path(__file__).parents[1])],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    hint, refused = r.stdout.splitlines()
+    assert "--realtime 10, as root" not in hint
+    assert "run it as the machine's root for SCHED_FIFO (--realtime 10: root of this " in hint
+    assert refused == (
+        "realtime priority 10: this process is root of a user namespace (unshare -U), whose "
+        "CAP_SYS_NICE does not reach the machine's scheduler; run shrink as the machine's "
+        "root for it, or run without --realtime"
+    )
+
+
+@pytest.mark.compute
+def test_the_generator_hint_of_root_without_cap_sys_nice(monkeypatch):
+    from shrink.cli import _replay_opts
+    from shrink.replay import scaleout
+
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(os, "getpriority", lambda which, who: 0)
+    monkeypatch.setattr(scaleout, "may_realtime", lambda: False)
+    monkeypatch.setattr(userns, "_ranges", lambda which: [(0, 2**32 - 1)])
+    hint = _replay_opts.generator_hint("2 levels")
+    assert "give it CAP_SYS_NICE for SCHED_FIFO (--realtime 10: this root runs " in hint
+    monkeypatch.setattr(scaleout, "may_realtime", lambda: True)
+    assert "(--realtime 10, as root)" in _replay_opts.generator_hint("2 levels")

@@ -146,6 +146,8 @@ def generator_hint(levels: str, realtime: int | None = None) -> str:
     yields to the other work of its CPU, which was not said. A run whose send thread
     already ran SCHED_FIFO (``realtime``, the default as root) is not told to run it so."""
     hint = GENERATOR_HINT.format(levels=levels)
+    if not realtime and (instead := _no_realtime_here()):
+        hint = hint.replace("run it SCHED_FIFO (--realtime 10, as root)", instead)
     if realtime:
         hint = hint.replace(
             "run it SCHED_FIFO (--realtime 10, as root)",
@@ -159,6 +161,28 @@ def generator_hint(levels: str, realtime: int | None = None) -> str:
             "normal scheduling behind that work: run it at nice 0"
         )
     return hint
+
+
+def _no_realtime_here() -> str | None:
+    """What to say for SCHED_FIFO where this process is root and still may not use it:
+    root of a user namespace (``unshare -U -r``) was told to run it "as root"."""
+    if os.geteuid() != 0:
+        return None
+    from shrink.replay.scaleout import may_realtime
+
+    if may_realtime():
+        return None
+    from shrink.testbed.userns import in_user_namespace
+
+    if in_user_namespace():
+        return (
+            "run it as the machine's root for SCHED_FIFO (--realtime 10: root of this user "
+            "namespace, unshare -U, may not use it)"
+        )
+    return (
+        "give it CAP_SYS_NICE for SCHED_FIFO (--realtime 10: this root runs without it, "
+        "as in a container or under capsh --drop)"
+    )
 
 
 # Said when the generator's CPUs were to be kept awake and no spinner ran in a run.

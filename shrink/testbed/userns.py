@@ -6,7 +6,7 @@ give the server user its folder ("error: .../srv: Invalid argument")."""
 
 from __future__ import annotations
 
-__all__ = ["setgroups_denied", "unmapped"]
+__all__ = ["in_user_namespace", "setgroups_denied", "unmapped"]
 
 
 def _ranges(which: str) -> list[tuple[int, int]]:
@@ -39,3 +39,10 @@ def setgroups_denied() -> bool:
             return fh.read().strip() == "deny"
     except OSError:  # (the machine's own namespace, or no /proc)
         return False
+
+
+def in_user_namespace() -> bool:
+    """Whether this process runs in a user namespace other than the machine's (its UID
+    map is not the whole identity map): its root has no privilege over the machine's
+    resources, such as SCHED_FIFO, though its capabilities read as full there."""
+    return _ranges("uid") not in ([(0, 2**32 - 1)], [(0, 2**32)])
