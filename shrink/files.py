@@ -47,6 +47,8 @@ __all__ = [
     "MAX_BYTES",
     "check_output",
     "lock_of",
+    "nosymfollow_link",
+    "os_why",
     "parse_json",
     "read_at_most",
     "read_json",
@@ -80,6 +82,47 @@ def _not_a_dir(path: Path) -> str:
     return f"a symlink to {os.readlink(path)}, {kind}" if path.is_symlink() else kind
 
 
+# statvfs's f_flag bit for a mount with nosymfollow (Linux 5.10; not in every os module)
+_ST_NOSYMFOLLOW = 0x2000
+
+
+def nosymfollow_link(path: str | Path) -> str | None:
+    """Why ``path`` cannot be followed where the kernel said ELOOP: a symlink on it lies
+    on a file system mounted ``nosymfollow``, which follows none (the kernel's "Too many
+    levels of symbolic links", of one link); None if none does."""
+    here = Path(os.path.abspath(path))
+    for at in [*reversed(here.parents), here]:
+        try:
+            if not at.is_symlink() or not os.statvfs(at.parent).f_flag & _ST_NOSYMFOLLOW:
+                continue
+            real = os.path.realpath(path)
+        except OSError:
+            return None
+        return (
+            f"{at} is a symlink on a file system mounted nosymfollow, which follows no "
+            f"symlink; give the path it leads to ({real})"
+        )
+    return None
+
+
+def os_why(exc: OSError, path: str | Path) -> str:
+    """An OSError's words for a path read or written: its strerror, or what a
+    ``nosymfollow`` mount refused (:func:`nosymfollow_link`)."""
+    import errno
+
+    if exc.errno == errno.ELOOP and (why := nosymfollow_link(path)):
+        return why
+    return exc.strerror or str(exc)
+
+
+def _read_only_fs(path: Path) -> bool:
+    """Whether ``path`` lies on a file system mounted read-only (ro)."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def check_output(path: str | Path, *, kind: str = "file", what: str = "output") -> Path:
     """Fail now, in one line, if ``path`` cannot be written as a ``kind`` ("file" or "dir").
 
@@ -92,6 +135,8 @@ def check_output(path: str | Path, *, kind: str = "file", what: str = "output") 
         # "-" is standard output to most tools: a file named "-" was written instead
         raise ParameterError(f"{what} '-': shrink writes files, not standard output; name a file")
     path = Path(path)
+    if why := nosymfollow_link(path):  # (said the kernel's ELOOP, with no verb)
+        raise ParameterError(f"{what} {path}: cannot be written there: {why}")
     if kind == "file" and path.is_dir():
         raise ParameterError(f"{what} {path} is a directory; name a file")
     if kind == "dir" and path.exists() and not path.is_dir():
@@ -115,6 +160,8 @@ def check_output(path: str | Path, *, kind: str = "file", what: str = "output") 
     _not_locked(path, kind, what)
     if path.exists():
         if not os.access(path, os.W_OK | (os.X_OK if kind == "dir" else 0)):
+            if _read_only_fs(path):
+                raise ParameterError(f"{what} {path} is on a read-only file system")
             raise ParameterError(f"{what} {path} is not writable")
         return path
     # Asked by the path as given (relative to the working folder, as the kernel takes
@@ -126,7 +173,8 @@ def check_output(path: str | Path, *, kind: str = "file", what: str = "output") 
     if not near.is_dir():
         raise ParameterError(f"{what} {path}: {parent} is not a directory")
     if not os.access(near, os.W_OK | os.X_OK):
-        raise ParameterError(f"{what} {path}: cannot create it, {parent} is not writable")
+        why = "is on a read-only file system" if _read_only_fs(near) else "is not writable"
+        raise ParameterError(f"{what} {path}: cannot create it, {parent} {why}")
     return path
 
 
@@ -241,7 +289,7 @@ def regular_file(path: str | Path, *, kind: str, reason: str) -> Path:
     except FileNotFoundError:
         raise TraceFormatError("no such file", path=path) from None
     except OSError as exc:
-        raise TraceFormatError(f"cannot read ({exc.strerror or exc})", path=path) from None
+        raise TraceFormatError(f"cannot read ({os_why(exc, path)})", path=path) from None
     if stat.S_ISDIR(mode):
         raise TraceFormatError(f"is a directory, not {kind}", path=path)
     if not stat.S_ISREG(mode):
@@ -293,9 +341,7 @@ def read_text(path: str | Path, *, what: str = "file", max_bytes: int = MAX_BYTE
     except FileNotFoundError:
         raise TraceFormatError(f"no such {what}", path=path) from None
     except OSError as exc:
-        raise TraceFormatError(
-            f"cannot read the {what}: {exc.strerror or exc}", path=path
-        ) from None
+        raise TraceFormatError(f"cannot read the {what}: {os_why(exc, path)}", path=path) from None
     if len(data) > max_bytes:
         raise TraceFormatError(f"larger than {max_bytes >> 20} MiB: not a {what}", path=path)
     return decode(data, path=path, what=what)

@@ -32,6 +32,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from shrink.errors import CaptureFormatError
+from shrink.files import os_why
 from shrink.ingest._io import foreign
 from shrink.ingest.capture.own_files import own_mapping
 from shrink.ingest.capture.pcap_variants import as_classic
@@ -126,7 +127,7 @@ def load_bytes(path: Path, *, strict: bool) -> tuple[bytes, str | None]:
     except FileNotFoundError:
         raise CaptureFormatError("no such file", path=path) from None
     except OSError as exc:
-        raise CaptureFormatError(f"cannot read ({exc.strerror})", path=path) from exc
+        raise CaptureFormatError(f"cannot read ({os_why(exc, path)})", path=path) from exc
     if not raw.startswith(GZIP_MAGIC):
         return raw, None
     out, damage = _inflate(raw, path)
@@ -244,7 +245,7 @@ def load_buffer(path: Path, *, strict: bool) -> tuple[np.ndarray, int, str | Non
     except FileNotFoundError:
         raise CaptureFormatError("no such file", path=path) from None
     except OSError as exc:
-        raise CaptureFormatError(f"cannot read ({exc.strerror})", path=path) from exc
+        raise CaptureFormatError(f"cannot read ({os_why(exc, path)})", path=path) from exc
     data, damage = load_bytes(path, strict=strict)
     return np.frombuffer(data, dtype=np.uint8), len(data), damage
 
