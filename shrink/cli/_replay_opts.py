@@ -446,8 +446,10 @@ def _warn_docroot(tgt: Any, tr: Any, name: Any) -> None:
 
     _check_bodies(tgt, tr, name)
     docroot = (tgt.state or {}).get("docroot")
+    server = str(((tgt.state or {}).get("server") or {}).get("name") or "")
     if docroot and Path(docroot).is_dir():
-        line = docroot_coverage(tr, docroot, coverage_user()).warning(str(name or "the trace"))
+        cover = docroot_coverage(tr, docroot, coverage_user(), server)
+        line = cover.warning(str(name or "the trace"))
         if line:
             typer.echo(line, err=True)
 

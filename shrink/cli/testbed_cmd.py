@@ -454,21 +454,23 @@ def docroot_checked(
 
         # Read once: its docroot's coverage and its largest body both come from it.
         tr = Trace.read_parquet(trace, max_body=max_body)
-        warn_docroot(trace, docroot, tr)
+        warn_docroot(trace, docroot, tr, server)
     warn_writable_docroot(docroot)
     return tr
 
 
-def warn_docroot(trace: Path, docroot: Path | str, read: Trace | None = None) -> None:
+def warn_docroot(
+    trace: Path, docroot: Path | str, read: Trace | None = None, server: str | None = None
+) -> None:
     """Warn (one line, stderr) when ``docroot`` lacks paths of ``trace`` (``read``: the
-    trace already read from that file)."""
+    trace already read from that file) as the testbed's ``server`` would answer them."""
     from shrink.testbed.coverage import docroot_coverage
     from shrink.trace import Trace
 
     if not Path(docroot).is_dir():
         return  # up says so itself
     tr = read if read is not None else Trace.read_parquet(trace)
-    line = docroot_coverage(tr, docroot, coverage_user()).warning(str(trace))
+    line = docroot_coverage(tr, docroot, coverage_user(), server or "").warning(str(trace))
     if line:
         typer.echo(line, err=True)
 

@@ -26,6 +26,10 @@ from shrink.wire import served_path
 __all__ = ["DocrootCoverage", "docroot_coverage"]
 
 _INDEX = ("index.html", "index.php")
+# The servers that answer a file's path with a "/" after it ("/v2.html/") 404: nginx's
+# static module declines a URI ending in "/", and its index module meets ENOTDIR.
+# lighttpd serves the file, the "/" its path info (static-file.disable-pathinfo's default).
+_FILE_SLASH_404 = frozenset({"nginx-php-fpm"})
 _HIDDEN = re.compile(HIDDEN_PATH_RE)
 
 
@@ -116,8 +120,9 @@ def _rel(path: str) -> str:
     return "/".join(out)
 
 
-def _served(root: Path, path: str) -> Path | None:
-    """The file ``path`` is served from (an index file for a folder), or None."""
+def _served(root: Path, path: str, server: str = "") -> Path | None:
+    """The file ``path`` is served from (an index file for a folder), or None, by the
+    testbed's ``server`` (its recipe's name; "" when not known)."""
     rel = _rel(path)
     if "\x00" in rel or _HIDDEN.search("/" + rel):
         return None  # no file has it; a hidden one is refused (403)
@@ -130,7 +135,8 @@ def _served(root: Path, path: str) -> Path | None:
     if _symlinked(root, rel):
         return None  # neither stack follows a symlink (403)
     if target.is_file():
-        return target
+        # ("/v2.html/": pathlib drops the "/"; counted served, nginx answers it 404)
+        return None if rel.endswith("/") and server in _FILE_SLASH_404 else target
     if target.is_dir():
         if rel and not rel.endswith("/"):
             # both stacks redirect a folder's path without its "/" to it (301): a
@@ -204,15 +210,16 @@ def _folder_without_index(root: Path, path: str) -> bool:
 
 
 def docroot_coverage(
-    trace: Trace, docroot: str | Path, user: ServerUser | None = None
+    trace: Trace, docroot: str | Path, user: ServerUser | None = None, server: str = ""
 ) -> DocrootCoverage:
     """Which of ``trace``'s distinct paths ``docroot`` lacks, and (with the server
-    ``user``, when shrink runs as root) which of those there it cannot read."""
+    ``user``, when shrink runs as root) which of those there it cannot read; as the
+    testbed's ``server`` (its recipe's name: the stacks differ) answers them."""
     root = Path(docroot).resolve()
     counts: dict[str, int] = {}
     for p in trace.column("path").tolist():
         counts[p] = counts.get(p, 0) + 1
-    served = {p: _served(root, str(p)) for p in counts}
+    served = {p: _served(root, str(p), server) for p in counts}
     missing = sorted(p for p, f in served.items() if f is None)
     unreadable: list[str] = []
     if user is not None:
