@@ -77,14 +77,17 @@ def test_a_symlink_or_hard_link_in_the_servers_folder_is_not_cut(tmp_path):
     assert theirs.stat().st_size == before
 
 
-def test_the_level_watch_keeps_a_replicas_error_log_bounded(tmp_path, monkeypatch):
-    """Each look of a run's watch (every 0.25 s) cuts the testbed's error logs."""
+@pytest.mark.parametrize("where", ["errorlog", "logs"])
+def test_the_level_watch_keeps_a_replicas_error_log_bounded(tmp_path, monkeypatch, where):
+    """Each look of a run's watch (every 0.25 s) cuts the testbed's error logs: also a
+    replica's other logs (``logs``: nginx-php-fpm's php-fpm.log, left uncut)."""
     import shrink.testbed.logcap as logcap
 
     monkeypatch.setattr(logcap, "CAP_BYTES", 2**20)
     monkeypatch.setattr(logcap, "HEAD_BYTES", 4096)
     monkeypatch.setattr(logcap, "TAIL_BYTES", 64 * 1024)
-    log = _log(tmp_path / "error.log", 3 * 2**20)
+    log = _log(tmp_path / ("error.log" if where == "errorlog" else "php-fpm.log"), 3 * 2**20)
+    logs = {"errorlog": str(log)} if where == "errorlog" else {"logs": [str(log)]}
     srv = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         cpus = sorted(os.sched_getaffinity(0))
@@ -92,7 +95,7 @@ def test_the_level_watch_keeps_a_replicas_error_log_bounded(tmp_path, monkeypatc
             {"name": "r0", "address": "127.0.0.1", "port": 9, "cpus": cpus, "masters": [srv.pid],
              "processes": {"lighttpd": [srv.pid]},
              "starttimes": {str(srv.pid): proc_info(srv.pid).starttime},
-             "pinned": {}, "config": "", "errorlog": str(log)},
+             "pinned": {}, "config": "", **logs},
         ]}  # fmt: skip
         target = LiveTarget(
             [("127.0.0.1", 9)], state=state, share_cpus=cpus[-1:],
@@ -215,3 +218,20 @@ def test_a_state_file_another_user_could_write_has_no_file_cut(tmp_path, monkeyp
         srv.kill()
         srv.wait()
     assert (log.stat().st_size < size) == (mode == 0o600)
+
+
+def test_a_run_refused_quotes_every_error_log_of_the_testbed(monkeypatch):
+    """A level of 4xx names the logs to look in: php-fpm's (nginx-php-fpm's ``logs``)
+    was never named, only nginx's error.log."""
+    import shrink.replay.live as live
+
+    monkeypatch.setattr(live, "refused", lambda log, window: (100, 100, 404))
+    monkeypatch.setattr(live, "expects_4xx", lambda trace: False)
+    target = SimpleNamespace(state={"replicas": [
+        {"errorlog": "/run/x/r0/srv/error.log", "logs": ["/run/x/r0/srv/php-fpm.log"]},
+        {"errorlog": "/run/x/r1/srv/error.log"},
+    ]})  # fmt: skip
+    said = live.LiveTarget._refusing(target, None, (0.0, 1.0), None)
+    assert said is not None and said.endswith(
+        "; see /run/x/r0/srv/error.log, /run/x/r0/srv/php-fpm.log, /run/x/r1/srv/error.log"
+    ), said

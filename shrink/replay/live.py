@@ -434,8 +434,9 @@ class LiveTarget:
         for replica in self._parsed:
             # An overloaded server's error log grew by megabytes a level, uncapped, in
             # the run folder (a tmpfs): kept bounded at each look.
-            if replica.errorlog and self.cap_logs:
-                cap_log(replica.errorlog)
+            if self.cap_logs:
+                for log in replica.error_logs:  # (php-fpm's own log was left uncapped)
+                    cap_log(log)
         problem = testbed_problem(self.state, self._parsed)
         if problem is None or not problem.startswith("is down: crashed") or not self.state_path:
             return problem
@@ -538,7 +539,12 @@ class LiveTarget:
         n, bad, code = refused(log, window)
         if n < 10 or bad < UNREACHED_SHARE * n or expects_4xx(trace):
             return None
-        logs = ", ".join(r["errorlog"] for r in self.state["replicas"] if r.get("errorlog"))
+        logs = ", ".join(
+            log
+            for r in self.state["replicas"]
+            for log in (r.get("errorlog"), *(r.get("logs") or []))
+            if log
+        )
         return (
             f"went wrong: {bad:,} of {n:,} requests were answered HTTP {code} (or another "
             "4xx): it serves none of the trace's pages (its docroot's files gone or "

@@ -230,6 +230,7 @@ def _start_replica(launch: _Launch, r: Replica, enforcer: Enforcer | None) -> Re
             pinned=started.pinned,
             config=started.config,
             errorlog=started.errorlog,
+            logs=list(started.logs),
             run_dir=str(run_dir),
             nic_socket=r.nic_socket,
             cgroup=(enforcer.to_dict().get("cgroup") if enforcer is not None else None),

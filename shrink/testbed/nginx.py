@@ -206,7 +206,11 @@ class NginxPhpFpm(BuiltinRecipe):
                 return None
             return f"php-fpm started {len(kids)} of {children} children"
 
-        recipe.wait_until(pool_ready, [fpm_master], ctx.timeout_s)
+        try:
+            recipe.wait_until(pool_ready, [fpm_master], ctx.timeout_s)
+        except TestbedError as exc:
+            tail = recipe.tail_log(ctx.sock_dir / "php-fpm.log")
+            raise TestbedError(f"{exc}; php-fpm's log: {tail}" if tail else str(exc)) from None
         nginx_master = ctx.spawn([*_nginx_argv(nginx, ctx), "-c", str(nginx_conf)], "nginx.out")
 
         def workers_ready() -> str | None:
@@ -235,6 +239,7 @@ class NginxPhpFpm(BuiltinRecipe):
             pinned=pinned,
             config=str(nginx_conf),
             errorlog=str(ctx.sock_dir / "error.log"),
+            logs=[str(ctx.sock_dir / "php-fpm.log")],  # (was not capped, nor quoted)
         )
 
 

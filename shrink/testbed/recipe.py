@@ -109,6 +109,9 @@ class Started:
     pinned: dict[int, list[int]] = field(default_factory=dict)
     config: str = ""
     errorlog: str = ""
+    # the replica's other error logs (php-fpm's own, beside nginx's): capped and quoted
+    # as ``errorlog`` is
+    logs: list[str] = field(default_factory=list)
 
 
 @runtime_checkable

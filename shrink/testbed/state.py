@@ -6,7 +6,8 @@ Layout (see the project brief)::
      "server": {"name", "source", "stop_signal"},
      "replicas": [{"name", "address", "port", "pids", "cpus", "processes",
                    "masters", "master_pid", "config", "cgroup", "starttimes",
-                   "pinned", "nic_socket", "errorlog", "run_dir", "enforce"}],
+                   "pinned", "nic_socket", "errorlog", "logs", "run_dir",
+                   "enforce"}],
      "share": Share.to_dict() | {"enforce": ...}, "mapping": Mapping.to_dict(),
      "machine": Machine.to_dict(),
      "docroot": path, "versions": {program: version}, "started": iso-time, "notes": [...],
@@ -134,6 +135,8 @@ class ReplicaState(files.FileFormat):
     ]
     config: Text
     errorlog: Text = ""
+    # its other error logs (nginx-php-fpm: php-fpm's php-fpm.log): capped, quoted as errorlog
+    logs: Annotated[list[Text], Field(max_length=8)] = field(default_factory=list)
     run_dir: Text = ""
     nic_socket: Socket | None = None
     cgroup: Annotated[dict[str, Any] | None, _read_as(Cgroup.from_dict)] = None
@@ -143,6 +146,11 @@ class ReplicaState(files.FileFormat):
     exes: Annotated[dict[Pid, Text], Field(max_length=MAX_LIST)] = field(default_factory=dict)
 
     WHAT = "replica"
+
+    @property
+    def error_logs(self) -> list[str]:
+        """Every error log the replica's servers write: ``errorlog``, then ``logs``."""
+        return [log for log in (self.errorlog, *self.logs) if log]
 
     @property
     def pids(self) -> list[int]:
