@@ -242,14 +242,6 @@ def realtime_refused(priority: int, rt_runtime_us: int | None = None) -> str:
     that cgroup whatever it held."""
     if os.geteuid() != 0:
         return f"realtime priority {priority} needs root (CAP_SYS_NICE); run without --realtime"
-    from shrink.testbed.userns import in_user_namespace
-
-    if in_user_namespace():
-        why = (
-            "this process is root of a user namespace (unshare -U), whose CAP_SYS_NICE does "
-            "not reach the machine's scheduler; run shrink as the machine's root for it, or"
-        )
-        return f"realtime priority {priority}: {why} run without --realtime"
     if not has_capability(_CAP_SYS_NICE):
         why = (
             "this process is root, but runs without the capability CAP_SYS_NICE (dropped, "

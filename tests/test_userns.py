@@ -111,9 +111,13 @@ _HINT = """
 import sys
 sys.path.insert(0, sys.argv[1])
 from shrink.cli._replay_opts import generator_hint
-from shrink.processes import realtime_refused
+from shrink.errors import ReplayError
+from shrink.replay.scaleout import set_realtime
 print(generator_hint("this run", 0))
-print(realtime_refused(10, None))
+try:
+    set_realtime(10)
+except ReplayError as exc:
+    print(exc)
 """
 
 

@@ -192,8 +192,10 @@ def set_realtime(priority: int) -> tuple[int, os.sched_param] | None:
     except PermissionError:
         from shrink.enforce.cfs import own_rt_runtime_us
         from shrink.processes import realtime_refused
+        from shrink.testbed.userns import realtime_refused_here
 
-        raise ReplayError(realtime_refused(priority, own_rt_runtime_us())) from None
+        said = realtime_refused_here(priority) or realtime_refused(priority, own_rt_runtime_us())
+        raise ReplayError(said) from None
     return old
 
 

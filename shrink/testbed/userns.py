@@ -6,7 +6,7 @@ give the server user its folder ("error: .../srv: Invalid argument")."""
 
 from __future__ import annotations
 
-__all__ = ["in_user_namespace", "setgroups_denied", "unmapped"]
+__all__ = ["in_user_namespace", "realtime_refused_here", "setgroups_denied", "unmapped"]
 
 
 def _ranges(which: str) -> list[tuple[int, int]]:
@@ -46,3 +46,18 @@ def in_user_namespace() -> bool:
     map is not the whole identity map): its root has no privilege over the machine's
     resources, such as SCHED_FIFO, though its capabilities read as full there."""
     return _ranges("uid") not in ([(0, 2**32 - 1)], [(0, 2**32)])
+
+
+def realtime_refused_here(priority: int) -> str | None:
+    """Why SCHED_FIFO ``priority`` was refused to root of a user namespace, or None: its
+    capabilities read as full, and the refusal was said to be "by something else than a
+    capability (a seccomp filter or a security module may)"."""
+    import os
+
+    if os.geteuid() != 0 or not in_user_namespace():
+        return None
+    return (
+        f"realtime priority {priority}: this process is root of a user namespace (unshare "
+        "-U), whose CAP_SYS_NICE does not reach the machine's scheduler; run shrink as the "
+        "machine's root for it, or run without --realtime"
+    )
