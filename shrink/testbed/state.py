@@ -135,8 +135,6 @@ class ReplicaState(files.FileFormat):
     ]
     config: Text
     errorlog: Text = ""
-    # its other error logs (nginx-php-fpm: php-fpm's php-fpm.log): capped, quoted as errorlog
-    logs: Annotated[list[Text], Field(max_length=8)] = field(default_factory=list)
     run_dir: Text = ""
     nic_socket: Socket | None = None
     cgroup: Annotated[dict[str, Any] | None, _read_as(Cgroup.from_dict)] = None
@@ -144,6 +142,8 @@ class ReplicaState(files.FileFormat):
     enforce: Annotated[dict[str, Any] | None, _read_as(enforcer_from_dict)] = None
     # the program each PID ran at start, checked before a signal
     exes: Annotated[dict[Pid, Text], Field(max_length=MAX_LIST)] = field(default_factory=dict)
+    # its other error logs (nginx-php-fpm: php-fpm's php-fpm.log): capped, quoted as errorlog
+    logs: Annotated[list[Text], Field(max_length=8)] = field(default_factory=list)
 
     WHAT = "replica"
 
