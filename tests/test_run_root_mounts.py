@@ -57,6 +57,7 @@ def test_a_file_system_mounted_in_the_run_root_is_not_entered_and_is_said(
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "keep").write_text("keep")
+    os.chown(outside, 65534, 65534)  # another's: the removal may not take it
     m = r0 / "srv" / "m"
     if kind == "tmpfs":  # another device: st_dev tells
         mount = f"mount -t tmpfs t {m} && echo keep > {m}/keep"
@@ -67,6 +68,7 @@ def test_a_file_system_mounted_in_the_run_root_is_not_entered_and_is_said(
     assert why.startswith(f"{m} is a mount point (")
     assert "unmount it, then remove the folder" in why
     assert (outside / "keep").read_text() == "keep"  # the bind's files were not removed
+    assert os.stat(outside).st_uid == 65534  # nor its folder made root's
     assert not (r0 / "nginx.conf").exists()  # the rest was
     assert not (r0 / "srv" / "error.log").exists()
 

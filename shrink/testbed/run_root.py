@@ -46,7 +46,8 @@ def _remove_tree(root: Path) -> None:
         blocked: list[str] = []
 
         def note(_func: object, path: str, exc: object, blocked: list[str] = blocked) -> None:
-            blocked.append(path)
+            if getattr(exc, "errno", None) != errno.EXDEV:  # (a mount point: never taken)
+                blocked.append(path)
 
         _remove_below(root, note)
         if not root.exists() or not blocked:
