@@ -177,7 +177,7 @@ def ingest(
         summary["damage"] = trace.meta["damage"]
     if trace.meta.get("joined_captures_at"):
         summary["joined_captures_at"] = trace.meta["joined_captures_at"]
-    counts = ("differing_resends", "seen_twice")
+    counts = ("differing_resends", "seen_twice", "skew_seen")
     summary.update({k: int(trace.meta[k]) for k in counts if trace.meta.get(k)})
     faults = {k: int(v) for k, v in (trace.meta.get("http_anomalies") or {}).items() if v}
     if faults:
@@ -223,6 +223,13 @@ def _notes(meta: dict[str, Any], faults: dict[str, int]) -> None:
             f"note: {plural(twice, 'TCP segment')} captured again on another interface of the "
             "capture (within 0.1 s, every byte the same) read once: one packet seen twice, not "
             "a resend"
+        )
+    if skew := int(meta.get("skew_seen") or 0):
+        typer.echo(
+            f"note: {plural(skew, 'response')} stamped before the request it answers, "
+            "though the server's TCP ACK says it had the request: paired by the ACK; the "
+            "capture's two directions were stamped by clocks apart (two interfaces, a "
+            "mirror port): a response time stamped before its request is left unknown"
         )
     extra = int(meta.get("extra_field_lines") or 0)
     if extra:

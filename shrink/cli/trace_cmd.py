@@ -83,6 +83,7 @@ def info(
         "parent",
         "skipped",
         "seen_twice",
+        "skew_seen",
         "forced",
         "warnings",
     ):

@@ -325,18 +325,30 @@ class _Parser:
             return None
 
     def responses(
-        self, c: Connection, d: int, base: int, t_req: list[int], meths: list[str]
+        self, c: Connection, d: int, base: int, reqs: tuple[list[int], list[int]], meths: list[str]
     ) -> tuple[int, int, int]:
-        """Pair responses of stream ``d`` with the requests at ``base``...; (seen, orphans,
-        the rank of the request whose answer made the connection a tunnel, else -1)."""
+        """Pair responses of stream ``d`` with the requests at ``base``... (``reqs``: their
+        times and stream offsets); (seen, orphans, the rank of the request whose answer
+        made the connection a tunnel, else -1).
+
+        A response answers the next request unanswered when the server's segment that
+        carried its first byte acknowledged some of that request's bytes (TCP's ACK),
+        else (no ACK known) when it was captured at or after the request's first packet;
+        an earlier one answers a request the capture missed. Where the two disagree
+        (one direction's packets stamped by a clock apart) the ACK is followed, and
+        counted (``ack-against-time``)."""
         st, out, counts = self.st, self.out, self.counts
         starts, ts, srcs, lens, mv = st._starts, st._ts, st._src, st._len, st._mv
+        t_req, req_off = reqs
+        acks = st._acks
         plain = RESP_PLAIN.match
         p, end = c.span[d]
         if self.cookie is None and not (self.gaps and st.has_gap(p, end)):
-            quick = plain_responses(st, p, end, t_req, meths)
+            quick = plain_responses(st, p, end, t_req, meths, req_off)
             if quick is not None:
-                offs, status, size, last = quick
+                offs, status, size, last, skew = quick
+                if skew:
+                    counts["ack-against-time"] += skew
                 k = len(offs)
                 out.status[base : base + k] = status
                 out.first_off[base : base + k] = offs
@@ -378,6 +390,11 @@ class _Parser:
             t_first = ts[i]  # (p has not moved since i was found)
             # A response older than the next request answers one the capture missed.
             req = ri if ri < nreq and t_req[ri] <= t_first else -1
+            if ri < nreq and acks is not None and acks[i] >= 0:
+                by_ack = ri if acks[i] > req_off[ri] else -1
+                if by_ack != req:
+                    counts["ack-against-time"] += 1
+                    req = by_ack
             meth = meths[req] if req >= 0 else ""
             complete = True
             # A 101, or a 2xx to CONNECT, ends at its header block: the connection then
@@ -484,7 +501,7 @@ def parse_http(st: Streams, *, cookie: str | None = None, max_body: int = MAX_BO
         # (the earliest: a response captured before the packet with the request's first
         # byte, sent again after the first copy went by, answered it all the same)
         t_req = _first_sent(st._starts, ts, offs, [*offs[1:], c.span[cd][1]][:k])
-        seen, orphans, tunnel = parser.responses(c, 1 - cd, base, t_req, meths)
+        seen, orphans, tunnel = parser.responses(c, 1 - cd, base, (t_req, offs), meths)
         if 0 <= tunnel < k - 1:  # what the client sent past it went through the tunnel
             res.counts["tunnel-requests"] += k - 1 - tunnel
             k = tunnel + 1

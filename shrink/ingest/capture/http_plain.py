@@ -78,11 +78,11 @@ def plain_requests(
 
 
 def plain_responses(
-    st: Streams, p: int, end: int, t_req: list[int], meths: list[str]
-) -> tuple[list[int], list[int], list[int], list[int]] | None:
-    """(offsets, statuses, body lengths, last byte offsets) of the responses in
-    ``[p, end)``, each answering the request of the same rank, or None if the
-    stream is not plain."""
+    st: Streams, p: int, end: int, t_req: list[int], meths: list[str], req_off: list[int]
+) -> tuple[list[int], list[int], list[int], list[int], int] | None:
+    """(offsets, statuses, body lengths, last byte offsets, how many were paired by
+    TCP's ACK against their times) of the responses in ``[p, end)``, each answering
+    the request of the same rank, or None if the stream is not plain."""
     starts, srcs, lens, mv = st._starts, st._src, st._len, st._mv
     match = RESP_PLAIN.match
     # Per response only what finds the next one; the rest is checked after, at once.
@@ -115,11 +115,19 @@ def plain_responses(
     status = list(map(int, codes))
     if r and (min(status) < 200 or 204 in status or 304 in status):
         return None  # interim, or a status that has no body whatever its length says
-    if r and not bool(np.all(np.asarray(t_req[:r]) <= st.piece_ts[piece])):
-        return None  # a response before the request it would answer
+    skew = 0
+    if r:
+        # A response after the request it would answer: where the server's segment
+        # acknowledged some of the request's bytes (TCP's ACK), else by the times.
+        by_time = np.asarray(t_req[:r]) <= st.piece_ts[piece]
+        ack = st.piece_ack[piece] if st.piece_ack.size else np.full(r, -1)
+        ok = np.where(ack >= 0, ack > np.asarray(req_off[:r]), by_time)
+        if not ok.all():
+            return None  # a response before the request it would answer
+        skew = int(np.count_nonzero(~by_time))
     if "HEAD" in meths[:r] or "CONNECT" in meths[:r]:
         return None
     # Each response runs up to the next one (the last to where the walk stopped).
     last = [o - 1 for o in offs[1:]]
     last.append(p - 1)
-    return offs, status, size, last if r else []
+    return offs, status, size, last if r else [], skew

@@ -179,9 +179,10 @@ def sessionize(
     next_same = np.r_[s_r[bstart][1:] == s_r[bstart][:-1], False] if n else new_burst
     think_b = np.where(next_same, np.maximum(0.0, (np.r_[t_start[1:], 0] - b_end) / 1e9), 0.0)
     req_rows = rows
-    rt = np.where(answered, (http.t_last - t_req) / 1e9, np.nan)
-    # A first response byte stamped before its request (clock steps, reordered
-    # captures) is no time to first byte: unknown, as the trace checker wants.
+    # A response stamped before its request (the two directions stamped by clocks
+    # apart, paired by TCP's ACK; clock steps, reordered captures) gives no response
+    # time or time to first byte: unknown, as the trace checker wants.
+    rt = np.where(answered & (http.t_last >= t_req), (http.t_last - t_req) / 1e9, np.nan)
     ttfb = np.where(
         (http.t_first >= 0) & (http.t_first >= t_req), (http.t_first - t_req) / 1e9, np.nan
     )

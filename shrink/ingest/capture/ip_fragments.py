@@ -121,8 +121,8 @@ def _join(frags: list[Fragment], total: int) -> bytes:
 
 def tcp_of_datagram(
     dg: Datagram,
-) -> tuple[str, tuple[int, int, int, int, int, int, int] | None]:
-    """("tcp", (sport, dport, seq, flags, header length, payload wire length, captured))
+) -> tuple[str, tuple[int, int, int, int, int, int, int, int] | None]:
+    """("tcp", (sport, dport, seq, flags, header length, payload wire length, captured, ack))
     for a TCP datagram, else (skip kind, None), as the decoders count skipped packets."""
     proto = dg.key[4]
     if proto != 6:
@@ -130,22 +130,23 @@ def tcp_of_datagram(
     d = dg.data
     if len(d) < 20:  # the same order of tests as the decoders of whole packets
         return "truncated-header", None
-    sport, dport, seq, doff, flags = struct.unpack_from(">HHIxxxxBB", d)
+    sport, dport, seq, ack, doff, flags = struct.unpack_from(">HHIIBB", d)
     hl = (doff >> 4) * 4
     if len(d) < hl:
         return "truncated-header", None
     if hl < 20 or hl > dg.size:
         return "malformed", None
     wlen = dg.size - hl
-    return "tcp", (sport, dport, seq, flags, hl, wlen, min(len(d) - hl, wlen))
+    return "tcp", (sport, dport, seq, flags, hl, wlen, min(len(d) - hl, wlen), ack)
 
 
 @dataclass
 class Defragmented:
     """What the fragments of a capture gave: TCP segments, and what was skipped."""
 
-    # (packet, time, src16, dst16, sport, dport, seq, flags, payload captured, wire length)
-    segments: list[tuple[int, int, bytes, bytes, int, int, int, int, bytes, int]]
+    # (packet, time, src16, dst16, sport, dport, seq, flags, payload captured, wire length,
+    # acknowledgment number)
+    segments: list[tuple[int, int, bytes, bytes, int, int, int, int, bytes, int, int]]
     skipped: Counter[str]
     skipped_pkts: list[int]  # fragments of datagrams that are not TCP, or never completed
 
@@ -167,11 +168,10 @@ def defragment(frags: Iterable[Fragment]) -> Defragmented:
             out.skipped[kind] += len(dg.pkts)
             out.skipped_pkts += dg.pkts
             continue
-        sport, dport, seq, flags, hl, wlen, cap = tcp
+        sport, dport, seq, flags, hl, wlen, cap, ack = tcp
         _, src, dst, _, _ = dg.key
-        out.segments.append(
-            (dg.pkt, dg.ts, src, dst, sport, dport, seq, flags, dg.data[hl : hl + cap], wlen)
-        )
+        data = dg.data[hl : hl + cap]
+        out.segments.append((dg.pkt, dg.ts, src, dst, sport, dport, seq, flags, data, wlen, ack))
     dropped = dfr.finish()
     if dropped:
         out.skipped["ip-fragment"] += len(dropped)

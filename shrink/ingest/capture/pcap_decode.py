@@ -259,6 +259,7 @@ def _general(
         "sport": be16(t0, 0),
         "dport": be16(t0, 2),
         "seq": be32(t0, 4),
+        "ack": be32(t1, 0),
         "flags": b(t1, 5),
         "poff": poff,
         "wlen": wlen,
@@ -321,6 +322,7 @@ def _fast_lane(
         "sport": f["sport"].astype(np.int64),
         "dport": f["dport"].astype(np.int64),
         "seq": f["seq"].astype(np.int64),
+        "ack": f["ack"].astype(np.int64),
         "flags": f["flags"].astype(np.int64),
         "poff": poff,
         "wlen": wlen,
@@ -353,7 +355,9 @@ def _with_datagrams(
     used = np.setdiff1d([f.pkt for f in frags], res.skipped_pkts)
     if not res.segments:
         return data, cols, used
-    pkt, ts, src, dst, sport, dport, seq, flags, payload, wlen = zip(*res.segments, strict=True)
+    pkt, ts, src, dst, sport, dport, seq, flags, payload, wlen, ack = zip(
+        *res.segments, strict=True
+    )
     base = len(data)
     cap = np.array([len(p) for p in payload], dtype=np.int64)
     extra = {
@@ -364,6 +368,7 @@ def _with_datagrams(
         "sport": np.array(sport, dtype=np.int64),
         "dport": np.array(dport, dtype=np.int64),
         "seq": np.array(seq, dtype=np.int64),
+        "ack": np.array(ack, dtype=np.int64),
         "flags": np.array(flags, dtype=np.int64),
         "poff": base + np.cumsum(cap) - cap,
         "wlen": np.array(wlen, dtype=np.int64),
@@ -427,4 +432,5 @@ def decode_records(recs: RawRecords) -> Segments:
         truncated=int(np.count_nonzero(recs.caplen < recs.wirelen)),
         skipped_pkts=np.flatnonzero(dropped) + 1,
         interfaces=recs.notes.get("interfaces"),
+        ack=cols["ack"],
     )

@@ -265,6 +265,7 @@ class _Collector:
                 int(l4.flags) & 0xFF,
                 len(data),
                 wlen,
+                l4.ack,
             )
         )
         self.payload.append(data)
@@ -274,8 +275,8 @@ class _Collector:
             res = defragment(self.frags)
             self.skipped.update(res.skipped)
             self.skipped_pkts = sorted(self.skipped_pkts + res.skipped_pkts)
-            for pkt, ts, src, dst, sp, dp, seq, flags, data, wlen in res.segments:
-                self.rows.append((pkt, ts, src, dst, sp, dp, seq, flags, len(data), wlen))
+            for pkt, ts, src, dst, sp, dp, seq, flags, data, wlen, ack in res.segments:
+                self.rows.append((pkt, ts, src, dst, sp, dp, seq, flags, len(data), wlen, ack))
                 self.payload.append(data)
             order = sorted(range(len(self.rows)), key=lambda i: self.rows[i][0])
             self.rows = [self.rows[i] for i in order]
@@ -284,7 +285,9 @@ class _Collector:
         if not self.rows:
             out = Segments.empty(buf)
         else:
-            pkt, ts, src, dst, sport, dport, seq, flags, cap, wlen = zip(*self.rows, strict=True)
+            pkt, ts, src, dst, sport, dport, seq, flags, cap, wlen, ack = zip(
+                *self.rows, strict=True
+            )
             caplen = np.asarray(cap, dtype=np.int64)
             out = Segments(
                 buf=buf,
@@ -299,6 +302,7 @@ class _Collector:
                 poff=np.cumsum(caplen) - caplen,
                 caplen=caplen,
                 wlen=np.asarray(wlen, dtype=np.int64),
+                ack=np.asarray(ack, dtype=np.int64),
             )
         out.packets = packets
         out.truncated = truncated

@@ -324,6 +324,7 @@ _FIELDS = (  # name, type, offset in the frame
     ("sport", ">u2", 34),
     ("dport", ">u2", 36),
     ("seq", ">u4", 38),
+    ("ack", ">u4", 42),
     ("doff", "u1", 46),
     ("flags", "u1", 47),
 )

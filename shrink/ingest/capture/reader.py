@@ -24,6 +24,9 @@ kind in ``skipped_kinds``, numbers in ``skipped_lines``),
 ``truncated`` (records cut by the snapshot length), ``missing_bytes`` (stream
 bytes never captured), ``differing_resends`` (TCP segments that sent bytes already
 captured again with other bytes: the first copy is read, as a receiver keeps it),
+``seen_twice`` (segments captured again on another interface of a pcapng, read
+once), ``skew_seen`` (responses paired with their requests by TCP's ACK where the
+times said otherwise: one direction's packets stamped by a clock apart),
 ``requests`` and ``responses`` (counted as tshark counts them: a response is counted
 when all of it was captured), ``unanswered``, ``orphan_responses``,
 ``http_anomalies``, ``cookie_requests`` (by cookie: the requests that sent it or
@@ -130,6 +133,7 @@ def read_capture(
         http = parse_http(streams, cookie=cookie, max_body=max_body)
     except TraceFormatError as exc:  # the parser knows the connection, not the file
         raise TraceFormatError(exc.reason, path=path) from None
+    skew = http.counts.pop("ack-against-time", 0)
     targets = np.fromiter((p.startswith("/") for p in http.path), dtype=bool, count=len(http))
     if not targets.all():
         # A request for no path of the server's (a proxy's absolute URI, "*", HOST:PORT):
@@ -192,6 +196,8 @@ def read_capture(
         meta["crowded_sessions"] = int((at_once > BROWSER_CONNECTIONS).sum())
     if seen_twice:  # the same segment captured on two interfaces: read once
         meta["seen_twice"] = seen_twice
+    if skew:  # responses paired by TCP's ACK where their times said otherwise
+        meta["skew_seen"] = skew
     if facts.get("link_types"):
         meta["link_types"] = facts["link_types"]
     if facts.get("joined_at"):

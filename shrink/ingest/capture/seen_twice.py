@@ -58,4 +58,7 @@ def drop_copies(seg: Segments) -> tuple[Segments, int]:
     dropped = int(np.count_nonzero(~keep))
     if not dropped:
         return seg, 0
-    return dataclasses.replace(seg, **{k: getattr(seg, k)[keep] for k in _ROWS}), dropped
+    rows = {k: getattr(seg, k)[keep] for k in _ROWS}
+    if seg.ack is not None:
+        rows["ack"] = seg.ack[keep]
+    return dataclasses.replace(seg, **rows), dropped

@@ -79,6 +79,9 @@ class Streams:
     seg_conn: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     # Segments that resent bytes already captured, with other bytes (the first copy kept)
     differing_resends: int = 0
+    # Per piece, how far the other direction's stream was acknowledged by the segment
+    # that carried it (a stream offset: every byte before it was received), -1 unknown
+    piece_ack: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def __post_init__(self) -> None:
         # Per-message look-ups run in Python: bisect on a list beats a numpy call
@@ -89,6 +92,16 @@ class Streams:
         self._src = _ints(self.piece_src)
         self._len = _ints(self.piece_len)
         self._mv = memoryview(self.buf).cast("B") if self._starts else memoryview(b"")
+
+    @property
+    def _acks(self) -> memoryview | None:
+        """``piece_ack`` by index, None where no piece has one."""
+        if "_acks_mv" not in self.__dict__:
+            known = self.piece_ack.size == self.piece_start.size and bool(
+                (self.piece_ack >= 0).any()
+            )
+            self.__dict__["_acks_mv"] = _ints(self.piece_ack) if known else None
+        return self.__dict__["_acks_mv"]
 
     @property
     def _ts(self) -> list[int]:
@@ -354,11 +367,13 @@ def reassemble(seg: Segments) -> Streams:
 
     # Three candidate pieces per segment: hole before it, captured bytes, cut tail.
     # Without holes or cut tails (the usual capture) the captured bytes are all.
+    pseg = np.arange(di.size)  # the segment (stream order) each piece came from
     if gap.any() or trunc_len.any():
         plen = np.stack([gap, real_len, trunc_len], 1).ravel()
         psrc = np.stack([np.full_like(gap, -1), real_src, np.full_like(gap, -1)], 1).ravel()
         pts = np.repeat(ts, 3)
         pgid = np.repeat(g, 3)
+        pseg = np.stack([np.full_like(gap, -1), pseg, pseg], 1).ravel()
         seg_pos = (np.cumsum(plen) - plen)[1::3]  # stream offset of each segment's new bytes
     else:
         plen, psrc, pts, pgid = real_len, real_src, ts, g
@@ -366,7 +381,7 @@ def reassemble(seg: Segments) -> Streams:
     # Captured bytes sent again; not a keep-alive probe (one byte, any, before the next).
     resent = np.flatnonzero((start < np.minimum(prev, cap_end)) & ((wlen != 1) | (end != prev)))
     nz = plen > 0
-    plen, psrc, pts, pgid = plen[nz], psrc[nz], pts[nz], pgid[nz]
+    plen, psrc, pts, pgid, pseg = plen[nz], psrc[nz], pts[nz], pgid[nz], pseg[nz]
     pstart = np.cumsum(plen) - plen
     filler = psrc < 0
     gap_start, gap_end = pstart[filler], (pstart + plen)[filler]
@@ -384,6 +399,7 @@ def reassemble(seg: Segments) -> Streams:
         gs[ug] = pstart[fidx]
         ge[ug] = pstart[lidx] + plen[lidx]
 
+    piece_ack = _piece_acks(seg, di, pseg, pgid, (gid, ref, low, off), (gs, first))
     counts = np.bincount(conn, minlength=nconn)
     first_pkt = np.full(nconn, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(first_pkt, conn, seg.pkt)
@@ -428,12 +444,44 @@ def reassemble(seg: Segments) -> Streams:
         gap_end=gap_end,
         gap_bytes=int(plen[filler].sum()),
         seg_conn=conn,
+        piece_ack=piece_ack,
     )
     if resent.size:
         at = {"start": start, "new": new_start, "kept": kept, "prev": prev,
               "cap_end": cap_end, "src": seg.poff[di], "pos": seg_pos}  # fmt: skip
         st.differing_resends = _differing(st, resent, at)
     return st
+
+
+def _piece_acks(
+    seg: Segments,
+    di: np.ndarray,
+    pseg: np.ndarray,
+    pgid: np.ndarray,
+    rel: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    spans: tuple[np.ndarray, np.ndarray],
+) -> np.ndarray:
+    """Per piece, the stream offset in the other direction up to which the segment that
+    carried it acknowledged (TCP's ACK number: every byte before it was received), or -1
+    where unknown (no ACK flag, a hole, a reader that kept no ACKs, a direction with no
+    data). ``rel``: (group per segment, sequence reference and lowest offset per group,
+    offset of each data segment in stream order); ``spans``: (each group's first stream
+    offset, whether each data segment is its group's first)."""
+    out = np.full(pgid.size, -1, dtype=np.int64)
+    if seg.ack is None or not pgid.size:
+        return out
+    gid, ref, low, off = rel
+    gs, first = spans
+    ngroups = ref.size
+    base = np.full(ngroups, -1, dtype=np.int64)  # offset of each group's first piece
+    base[gid[di[first]]] = off[first]
+    has = pseg >= 0
+    rows = di[pseg[has]]
+    other = gid[rows] ^ 1
+    a = ((seg.ack[rows] - ref[other] + (1 << 31)) & 0xFFFFFFFF) - (1 << 31) - low[other]
+    known = ((seg.flags[rows] & ACK) != 0) & (base[other] >= 0)
+    out[np.flatnonzero(has)[known]] = (gs[other] + a - base[other])[known]
+    return out
 
 
 def _differing(st: Streams, rows: np.ndarray, at: dict[str, np.ndarray]) -> int:

@@ -57,6 +57,9 @@ class Segments:
     # Per packet of a pcapng (index: packet number - 1), the interface it was captured
     # on (section << 32 | interface number; -1 for none); None for a classic pcap.
     interfaces: np.ndarray | None = None
+    # Per segment, its acknowledgment number (int64, 0 .. 2**32-1; read only where the
+    # ACK flag is set); None where the reader did not keep them.
+    ack: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.pkt.size)
