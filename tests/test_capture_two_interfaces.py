@@ -27,12 +27,15 @@ def _block(kind: int, body: bytes) -> bytes:
     return struct.pack("<II", kind, len(body) + 12) + body + struct.pack("<I", len(body) + 12)
 
 
-def _two_interfaces(src: Path, dst: Path, copies: list[tuple[int, int]]) -> Path:
+def _two_interfaces(
+    src: Path, dst: Path, copies: list[tuple[int, int]], snap: tuple[int, int] = (65535, 65535)
+) -> Path:
     """The classic pcap ``src`` as a pcapng of two Ethernet interfaces, each packet
-    written once per ``(interface, delay in µs)`` of ``copies``, in time order."""
+    written once per ``(interface, delay in µs)`` of ``copies``, in time order, cut to
+    each interface's snapshot length ``snap``."""
     data = src.read_bytes()
     out = _block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1))
-    out += _block(1, struct.pack("<HHI", 1, 0, 65535)) * 2
+    out += b"".join(_block(1, struct.pack("<HHI", 1, 0, s)) for s in snap)
     i = 24
     while i < len(data):
         sec, usec, cap, wire = struct.unpack_from("<IIII", data, i)
@@ -40,7 +43,9 @@ def _two_interfaces(src: Path, dst: Path, copies: list[tuple[int, int]]) -> Path
         i += 16 + cap
         for ifid, delay in copies:
             t = sec * 1_000_000 + usec + delay
-            out += _block(6, struct.pack("<5I", ifid, t >> 32, t & 0xFFFFFFFF, cap, wire) + raw)
+            part = raw[: snap[ifid]]
+            head = struct.pack("<5I", ifid, t >> 32, t & 0xFFFFFFFF, len(part), wire)
+            out += _block(6, head + part)
     dst.write_bytes(out)
     return dst
 
@@ -81,3 +86,21 @@ def test_ingest_and_trace_info_say_how_many_were_seen_twice(tmp_path: Path) -> N
     assert r.exit_code == 0 and "seen_twice" in r.stdout and "105" in r.stdout, r.stdout
     r = CliRunner().invoke(app, ["ingest", str(both), "-o", str(out), "--json"])
     assert '"seen_twice": 105' in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("engine", ["fast", "scapy"])
+@pytest.mark.parametrize("cut_first", [True, False])
+def test_a_copy_cut_shorter_by_one_interfaces_snapshot_length_is_a_copy(
+    tmp_path: Path, engine: str, cut_first: bool
+) -> None:
+    """Interface 1 captures 80 bytes of each frame: its copy of a segment with more is
+    the start of interface 0's. Before, it was a resend (and, captured first, its cut
+    tail a hole in the stream that the whole copy after it did not fill)."""
+    src = write_capture(tmp_path / "a.pcap", mixed())
+    copies = [(1, 0), (0, 30)] if cut_first else [(0, 0), (1, 30)]
+    both = _two_interfaces(src, tmp_path / "cut.pcapng", copies, snap=(65535, 80))
+    clean = read_capture(src)
+    tr = read_capture(both, engine=engine)
+    assert rows_by_path(tr) == EXPECTED and tr.same_rows(clean)
+    assert tr.meta["seen_twice"] == 105, tr.meta
+    assert (tr.meta["missing_bytes"], tr.meta["differing_resends"]) == (0, 0), tr.meta

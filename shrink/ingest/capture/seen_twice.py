@@ -7,7 +7,10 @@ connection's segments doubled, and a copy cut otherwise, or one arriving after t
 request's answer, could read as a resend with other bytes or a request sent again.
 A segment whose every field (addresses, ports, sequence number, flags, length on the
 wire and captured bytes) equals one captured on another interface within
-:data:`WINDOW_NS` before it is dropped here, and counted.
+:data:`WINDOW_NS` before it is dropped here, and counted. One interface's smaller
+snapshot length cuts its copy short: a copy whose captured bytes are the start of the
+other's (cut: captured shorter than on the wire) is a copy too, and the longer is kept,
+at the first copy's time.
 """
 
 from __future__ import annotations
@@ -35,30 +38,35 @@ def drop_copies(seg: Segments) -> tuple[Segments, int]:
     if np.unique(iface[iface >= 0]).size < 2:
         return seg, 0
     keep = np.ones(len(seg), dtype=bool)
-    seen: dict[tuple, tuple[int, int]] = {}
+    ts_out = seg.ts.copy()
+    seen: dict[tuple, tuple[int, int, int, bytes]] = {}  # first time, interface, row, bytes
     ts, poff, caplen = seg.ts.tolist(), seg.poff.tolist(), seg.caplen.tolist()
     fields = list(
         zip(seg.sport.tolist(), seg.dport.tolist(), seg.seq.tolist(), seg.flags.tolist(),
-            seg.wlen.tolist(), caplen, strict=True)
+            seg.wlen.tolist(), strict=True)
     )  # fmt: skip
     ifs = iface.tolist()
     for i in np.argsort(seg.ts, kind="stable").tolist():
         a = poff[i]
-        key = (
-            seg.src[i].tobytes(),
-            seg.dst[i].tobytes(),
-            fields[i],
-            bytes(seg.buf[a : a + caplen[i]]),
-        )
+        key = (seg.src[i].tobytes(), seg.dst[i].tobytes(), fields[i])
+        data = bytes(seg.buf[a : a + caplen[i]])
         before = seen.get(key)
         if before is not None and before[1] != ifs[i] >= 0 and ts[i] - before[0] <= WINDOW_NS:
-            keep[i] = False
-            continue
-        seen[key] = (ts[i], ifs[i])
+            t0, _, row, had = before
+            if had.startswith(data):  # the same bytes, or cut shorter by a snapshot length
+                keep[i] = False
+                continue
+            if data.startswith(had):  # the first copy was the one cut shorter: keep this
+                keep[row] = False
+                ts_out[i] = t0
+                seen[key] = (t0, ifs[i], i, data)
+                continue
+        seen[key] = (ts[i], ifs[i], i, data)
     dropped = int(np.count_nonzero(~keep))
     if not dropped:
         return seg, 0
     rows = {k: getattr(seg, k)[keep] for k in _ROWS}
+    rows["ts"] = ts_out[keep]
     if seg.ack is not None:
         rows["ack"] = seg.ack[keep]
     return dataclasses.replace(seg, **rows), dropped
