@@ -12,8 +12,8 @@ import struct
 from pathlib import Path
 
 import pytest
-from helpers.captures import EXPECTED, mixed, rows_by_path
-from helpers.pcap_synth import write_capture
+from helpers.captures import EXPECTED, mixed, req, rows_by_path
+from helpers.pcap_synth import Conn, http_response, write_capture
 from typer.testing import CliRunner
 
 from shrink.cli import app
@@ -104,3 +104,48 @@ def test_a_copy_cut_shorter_by_one_interfaces_snapshot_length_is_a_copy(
     assert rows_by_path(tr) == EXPECTED and tr.same_rows(clean)
     assert tr.meta["seen_twice"] == 105, tr.meta
     assert (tr.meta["missing_bytes"], tr.meta["differing_resends"]) == (0, 0), tr.meta
+
+
+def _on_interfaces(srcs: list[Path], dst: Path) -> Path:
+    """The classic pcaps ``srcs`` as one pcapng, capture ``i``'s packets on interface
+    ``i``, in time order (two network namespaces captured at once)."""
+    recs = []
+    for ifid, src in enumerate(srcs):
+        data = src.read_bytes()
+        i = 24
+        while i < len(data):
+            sec, usec, cap, wire = struct.unpack_from("<IIII", data, i)
+            recs.append((sec * 1_000_000 + usec, ifid, cap, wire, data[i + 16 : i + 16 + cap]))
+            i += 16 + cap
+    out = _block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1))
+    out += _block(1, struct.pack("<HHI", 1, 0, 65535)) * len(srcs)
+    for t, ifid, cap, wire, raw in sorted(recs, key=lambda r: (r[0], r[1])):
+        out += _block(6, struct.pack("<5I", ifid, t >> 32, t & 0xFFFFFFFF, cap, wire) + raw)
+    dst.write_bytes(out)
+    return dst
+
+
+@pytest.mark.parametrize("engine", ["fast", "scapy"])
+@pytest.mark.parametrize("syn", [True, False])
+def test_one_four_tuple_on_two_interfaces_with_other_streams_is_two_connections(
+    tmp_path: Path, engine: str, syn: bool
+) -> None:
+    """Two network namespaces with the same addresses and ports, captured at once on two
+    interfaces: two connections (other initial sequence numbers), each with its own
+    requests and answers. Before, one connection: its streams were the two namespaces'
+    bytes side by side, read as resends and holes."""
+    ns = []
+    for k, (name, isn) in enumerate((("a", 0), ("b", 50_000_000))):
+        ex = [(req(f"/{name}{i}"), http_response(100 * (i + 1) + k)) for i in range(3)]
+        conn = Conn(ex, cport=40001, isn=isn, start=0.001 * k, handshake=syn)
+        ns.append(write_capture(tmp_path / f"{name}.pcap", [conn]))
+    both = _on_interfaces(ns, tmp_path / "ns.pcapng")
+    tr = read_capture(both, engine=engine)
+    assert rows_by_path(tr) == {
+        "/a0": (200, 100), "/a1": (200, 200), "/a2": (200, 300),
+        "/b0": (200, 101), "/b1": (200, 201), "/b2": (200, 301),
+    }, tr.meta  # fmt: skip
+    assert tr.meta["connections"] == 2, tr.meta
+    assert (tr.meta["unanswered"], tr.meta["orphan_responses"]) == (0, 0), tr.meta
+    assert (tr.meta["missing_bytes"], tr.meta["differing_resends"]) == (0, 0), tr.meta
+    assert "seen_twice" not in tr.meta

@@ -268,6 +268,39 @@ def _directions(seg: Segments) -> tuple[np.ndarray, np.ndarray]:
     return first, inv
 
 
+def _realms(seg: Segments, dir_inv: np.ndarray, tuple_of: np.ndarray) -> np.ndarray | None:
+    """Per segment, the interface (a rank) that keeps its connection apart from another
+    with the same 4-tuple, else -1; None where nothing is kept apart.
+
+    Two network namespaces (or hosts) with the same addresses and ports, captured on
+    two interfaces of one pcapng, are two connections: a direction seen on two
+    interfaces whose streams start at sequence numbers further apart than
+    :data:`MAX_GAP` (its SYN's, else its first data's) is two streams, and its 4-tuple
+    is split by interface. One connection seen on two interfaces (its copies dropped
+    before, or each direction on its own interface) starts where it starts on both."""
+    if seg.interfaces is None:
+        return None
+    names, rank = np.unique(seg.interfaces[seg.pkt - 1], return_inverse=True)
+    rank = rank.ravel()
+    if np.count_nonzero(names >= 0) < 2:
+        return None
+    syn = (seg.flags & SYN) != 0
+    opens = np.flatnonzero(syn | (seg.wlen > 0))
+    group = dir_inv[opens] * names.size + rank[opens]
+    u, first = np.unique(group, return_index=True)  # first of each in capture order
+    ref = (seg.seq + syn)[opens[first]].tolist()
+    dirs = (u // names.size).tolist()
+    split: set[int] = set()
+    for i in range(1, len(dirs)):  # a direction's interfaces are neighbours in ``u``
+        x = (ref[i] - ref[i - 1]) & 0xFFFFFFFF
+        if dirs[i] == dirs[i - 1] and min(x, (1 << 32) - x) > MAX_GAP:
+            split.add(int(tuple_of[dirs[i]]))
+    if not split:
+        return None
+    tup = tuple_of[dir_inv]
+    return np.where(np.isin(tup, list(split)), rank, -1)
+
+
 def _conn_ids(seg: Segments) -> tuple[np.ndarray, np.ndarray]:
     """(connection id, direction bit) per segment."""
     n = len(seg)
@@ -284,6 +317,10 @@ def _conn_ids(seg: Segments) -> tuple[np.ndarray, np.ndarray]:
         rev_bit[i] = 0 if k == c else 1
     tup = tuple_of[dir_inv]
     dbit = rev_bit[dir_inv]
+    realm = _realms(seg, dir_inv, tuple_of)
+    if realm is not None:  # one 4-tuple, other streams on other interfaces: kept apart
+        _, inv = np.unique(tup * (int(realm.max()) + 2) + realm + 1, return_inverse=True)
+        tup = inv.ravel()
     # A second client SYN with another ISN on the same 4-tuple opens a new connection.
     syn_only = np.flatnonzero((seg.flags & (SYN | ACK)) == SYN)
     last: dict[int, int] = {}
