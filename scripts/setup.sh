@@ -13,10 +13,21 @@ PY=${PYTHON:-python3}  # the Python that makes the venv: the system's (Debian's 
 LOCK=requirements-dev.lock
 # Refused before anything is installed: a PYTHON that names no program was found only
 # at the venv step, after the Debian packages, and said as "install python3-venv".
+# A minimal Debian or Ubuntu (a container image, debootstrap) has no python3 at all: as
+# root it is installed with the other Debian packages; a user is told the package names.
+PY_DEBS=()
 if [ -z "$PY" ] || ! command -v -- "$PY" >/dev/null 2>&1; then
-  echo "setup: PYTHON='$PY' is not a program on PATH; set PYTHON to a Python 3.11+" \
-    "(default python3)" >&2
-  exit 2
+  if [ "$PY" = python3 ] && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    PY_DEBS=(python3)
+  elif [ "$PY" = python3 ]; then
+    echo "setup: python3 is not installed; on Debian or Ubuntu: sudo apt-get install" \
+      "python3 python3-venv (or run make setup as root)" >&2
+    exit 2
+  else
+    echo "setup: PYTHON='$PY' is not a program on PATH; set PYTHON to a Python 3.11+" \
+      "(default python3)" >&2
+    exit 2
+  fi
 fi
 
 # Prints "$@"'s output only when it fails (apt and dpkg narrate every package).
@@ -31,7 +42,7 @@ quiet() {
   rm -f "$log"
 }
 
-DEBS=(lighttpd php-cgi nginx php-fpm tshark tcpdump wrk httperf python3-venv)
+DEBS=(lighttpd php-cgi nginx php-fpm tshark tcpdump wrk httperf python3-venv "${PY_DEBS[@]}")
 missing=()
 for pkg in "${DEBS[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -59,8 +70,9 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "setup: continuing; tests that need them will be skipped with that reason." >&2
   fi
 fi
-# Debian starts lighttpd, nginx and php-fpm (php8.2-fpm on Debian 12) as services on
-# install; shrink runs its own instances, so stop them and keep them from starting.
+# Debian starts lighttpd, nginx and php-fpm (php8.2-fpm on Debian 12, php8.3-fpm on Ubuntu
+# 24.04, php8.4-fpm on Debian 13) as services on install; shrink runs its own instances,
+# so stop them and keep them from starting.
 if [ "$(id -u)" -eq 0 ]; then
   # shellcheck source=scripts/stop_service.sh
   . scripts/stop_service.sh

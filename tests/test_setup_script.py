@@ -122,3 +122,56 @@ def test_make_refuses_a_bad_variable_before_any_step(args, said):
                          cwd=SETUP.parents[1], env=env)  # fmt: skip
     assert out.returncode == 2 and said in out.stderr, out
     assert out.stdout == "" and len(out.stderr.splitlines()) == 1, out  # no step, one line
+
+
+def _run_where_python3_is_missing(tmp_path: Path, uid: int) -> subprocess.CompletedProcess:
+    """setup.sh with PYTHON unset on a PATH without python3 (a minimal Debian or Ubuntu:
+    a container image, debootstrap), as ``uid``; apt-get is a stand-in that notes its
+    arguments in ``apt.args`` and fails to install, so nothing is."""
+    if shutil.which("bash") is None:
+        pytest.skip("needs bash")
+    tree = tmp_path / "tree"
+    (tree / "scripts").mkdir(parents=True)
+    shutil.copy(SETUP, tree / "scripts" / "setup.sh")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("bash", "cat", "rm", "mktemp", "grep", "dirname"):
+        found = shutil.which(tool)
+        if found is None:
+            pytest.skip(f"needs {tool}")
+        (bin_dir / tool).symlink_to(found)
+    _shim(bin_dir, "id", f"echo {uid}")
+    _shim(bin_dir, "dpkg-query", "exit 1")
+    _shim(bin_dir, "debconf-set-selections", "cat >/dev/null")
+    _shim(bin_dir, "apt-get", f'echo "$*" >> {tmp_path}/apt.args; [ "$1" = update ]')
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON"}
+    env["PATH"] = str(bin_dir)
+    return subprocess.run(
+        [str(bin_dir / "bash"), str(tree / "scripts" / "setup.sh")],
+        capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+
+
+@pytest.mark.compute
+def test_without_python3_root_installs_it_with_the_other_packages(tmp_path):
+    # Ubuntu 24.04's and Debian 13's minimal systems (container images, debootstrap)
+    # have no python3: as root, `make demo` stopped at once on "PYTHON='python3' is not
+    # a program on PATH; set PYTHON to a Python 3.11+", though set-up was about to
+    # install Debian packages anyway.
+    out = _run_where_python3_is_missing(tmp_path, 0)
+    assert "is not a program on PATH" not in out.stderr, out
+    installed = (tmp_path / "apt.args").read_text().splitlines()
+    assert any(line.startswith("install") and " python3 " in f"{line} " for line in installed), (
+        installed
+    )
+
+
+@pytest.mark.compute
+def test_without_python3_a_user_is_told_which_packages_to_install(tmp_path):
+    out = _run_where_python3_is_missing(tmp_path, 1000)
+    assert out.returncode == 2, out
+    assert out.stderr.splitlines() == [
+        "setup: python3 is not installed; on Debian or Ubuntu: sudo apt-get install "
+        "python3 python3-venv (or run make setup as root)"
+    ]
+    assert not (tmp_path / "apt.args").exists()
