@@ -48,13 +48,21 @@ def is_loopback(host: str) -> bool:
     ``localhost`` is loopback when every address the resolver gives it is: an
     ``/etc/hosts`` naming another address for it sent the load there."""
     if host == "localhost":
-        return bool(addrs := _localhost_addresses()) and all(a.is_loopback for a in addrs)
+        return bool(addrs := _localhost_addresses()) and all(map(_written_loopback, addrs))
     if "%" in host:
         return False  # a zone ("::1%lo"): see not_loopback_why
     try:
-        return ipaddress.ip_address(host).is_loopback
+        return _written_loopback(ipaddress.ip_address(host))
     except ValueError:
         return False
+
+
+def _written_loopback(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """127.0.0.0/8 or ::1. Python 3.13 reads an IPv4-mapped address (``::ffff:127.0.0.1``)
+    as its IPv4 one, so Debian 13's took what 3.11 and 3.12 refuse: refused on each."""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return False
+    return ip.is_loopback
 
 
 def _localhost_addresses() -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
@@ -78,7 +86,7 @@ def not_loopback_why(host: str) -> str:
         addrs = _localhost_addresses()
         if not addrs:
             return "localhost does not resolve here"
-        others = sorted({str(a) for a in addrs if not a.is_loopback})
+        others = sorted({str(a) for a in addrs if not _written_loopback(a)})
         return (f"localhost resolves here to {', '.join(others)}, not loopback "
                 "(/etc/hosts); write 127.0.0.1 or ::1")  # fmt: skip
     address, zone = host.split("%", 1) if "%" in host else (host, "")

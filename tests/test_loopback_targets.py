@@ -171,3 +171,18 @@ def test_an_address_off_loopback_is_not_said_to_be_another_machine():
         "pass --allow-remote to load a server off this network namespace's loopback "
         "(another machine, or another network namespace of this one)"
     ), err.value
+
+
+def test_an_ipv4_mapped_loopback_is_refused_where_python_reads_it_as_loopback(monkeypatch):
+    # Python 3.13 (Debian 13's) answers is_loopback for ::ffff:127.0.0.1 as for 127.0.0.1:
+    # the target was taken there and refused on 3.11 and 3.12. 3.13's reading, here:
+    import ipaddress
+
+    v6_loopback = ipaddress.IPv6Address.is_loopback
+    monkeypatch.setattr(
+        ipaddress.IPv6Address, "is_loopback",
+        property(lambda ip: ip.ipv4_mapped.is_loopback if ip.ipv4_mapped else v6_loopback.fget(ip)),
+    )  # fmt: skip
+    assert ipaddress.ip_address("::ffff:127.0.0.1").is_loopback
+    with pytest.raises(ReplayError, match="is an IPv4-mapped address, not read as loopback"):
+        LiveTarget([("::ffff:127.0.0.1", 8080)])
