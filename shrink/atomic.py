@@ -39,6 +39,7 @@ __all__ = [
     "pass_dir",
     "recording",
     "replaced_by_another",
+    "resolve_path",
     "unchanged_since_noted",
     "write_bytes",
     "write_text",
@@ -530,3 +531,17 @@ def write_bytes(path: str | Path, data: bytes, *, perm: int = 0o644, sync: bool 
 def write_text(path: str | Path, text: str, *, perm: int = 0o644) -> Path:
     """Write ``text`` (UTF-8) to ``path`` atomically."""
     return write_bytes(path, text.encode("utf-8"), perm=perm)
+
+
+def resolve_path(path: str | Path) -> Path:
+    """``Path(path).resolve()``, a symlink loop raising on every Python the RuntimeError
+    ("Symlink loop from '...'") of 3.11 and 3.12, which the CLI says as the path and
+    ELOOP's words. Python 3.13 (Debian 13's) returns the loop's path unresolved: a loop
+    given as ``--docroot`` was "not a directory (make one with shrink synth)"."""
+    resolved = Path(path).resolve()
+    try:
+        os.stat(resolved)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise RuntimeError(f"Symlink loop from '{resolved}'") from None
+    return resolved

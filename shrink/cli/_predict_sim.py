@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from shrink.atomic import resolve_path
 from shrink.errors import OptionError
 
 __all__ = ["check_sim_options"]
@@ -25,7 +26,7 @@ def check_sim_options(
     if not spec.strip():
         # Path("") is ".": the error named the working directory as the spec.
         raise OptionError("--target", "'sim:' names no spec; give sim:SPEC.toml")
-    if machine != "this" and Path(machine).resolve() != Path(spec).resolve():
+    if machine != "this" and resolve_path(machine) != Path(spec).resolve():
         raise OptionError(
             "--machine",
             f"{machine} is not the simulated machine: with --target {target} the prediction "

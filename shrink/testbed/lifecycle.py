@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from shrink import processes as process
-from shrink.atomic import make_dirs
+from shrink.atomic import make_dirs, resolve_path
 from shrink.enforce import DEFAULT as DEFAULT_ENFORCE
 from shrink.enforce import Enforcer, check_mechanism, make_enforcer
 from shrink.enforce.cfs import cgroups_refused
@@ -304,7 +304,7 @@ def check_docroot(docroot: str | Path, server: str | None = None) -> Path:
     system, and, for a built-in recipe's ``server``, a path its config can hold (no byte
     that is not UTF-8, no quote: checked before any work, not when the config is
     written) (:class:`DocrootError` otherwise)."""
-    resolved = Path(docroot).resolve()
+    resolved = resolve_path(docroot)
     if server in BUILTIN_RECIPES:
         try:
             config_value(resolved, "document root")
