@@ -102,3 +102,26 @@ def test_ingest_says_the_responses_were_paired_by_ack(tmp_path: Path) -> None:
     assert "note: 3 responses stamped before the request it answers" in r.stdout, r.stdout
     r = CliRunner().invoke(app, ["ingest", str(src), "-o", str(out), "--json"])
     assert '"skew_seen": 3' in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("engine", ["fast", "scapy"])
+def test_a_response_the_ack_makes_an_orphan_is_no_skew_said(tmp_path: Path, engine: str) -> None:
+    """The server's packets stamped 0.6 s AHEAD, the flow caught after its first request:
+    the missed request's response is stamped after /b's first packet (the time rule
+    gave it to /b), its ACK covers none of /b's bytes: an orphan. No response was
+    stamped before the request it answers: nothing said (skew_seen was 1, and ingest's
+    note said so)."""
+    from scapy.layers.inet import TCP
+    from scapy.utils import rdpcap, wrpcap
+
+    skip = len(EXCHANGES[0][0])
+    src = write_capture(tmp_path / "m.pcap", [Conn(EXCHANGES, rtt=0.5, skip_first=skip)])
+    pkts = list(rdpcap(str(src)))
+    for p in pkts:
+        if p[TCP].sport == 80:
+            p.time += 0.6
+    out = tmp_path / "ahead.pcap"
+    wrpcap(str(out), sorted(pkts, key=lambda p: p.time))
+    tr = read_capture(out, engine=engine)
+    assert tr.column("bytes").tolist() == [200, 300]
+    assert tr.meta["orphan_responses"] == 1 and "skew_seen" not in tr.meta, tr.meta

@@ -335,8 +335,8 @@ class _Parser:
         carried its first byte acknowledged some of that request's bytes (TCP's ACK),
         else (no ACK known) when it was captured at or after the request's first packet;
         an earlier one answers a request the capture missed. Where the two disagree
-        (one direction's packets stamped by a clock apart) the ACK is followed, and
-        counted (``ack-against-time``)."""
+        (one direction's packets stamped by a clock apart) the ACK is followed; a response
+        it pairs though stamped before the request is counted (``ack-against-time``)."""
         st, out, counts = self.st, self.out, self.counts
         starts, ts, srcs, lens, mv = st._starts, st._ts, st._src, st._len, st._mv
         t_req, req_off = reqs
@@ -392,9 +392,10 @@ class _Parser:
             req = ri if ri < nreq and t_req[ri] <= t_first else -1
             if ri < nreq and acks is not None and acks[i] >= 0:
                 by_ack = ri if acks[i] > req_off[ri] else -1
-                if by_ack != req:
-                    counts["ack-against-time"] += 1
-                    req = by_ack
+                # Said as a response stamped before the request it answers: counted only
+                # so (one the ACK makes an orphan, though after the request, is not that).
+                counts["ack-against-time"] += by_ack > req
+                req = by_ack
             meth = meths[req] if req >= 0 else ""
             complete = True
             # A 101, or a 2xx to CONNECT, ends at its header block: the connection then
