@@ -190,3 +190,30 @@ def test_a_ray_error_that_comes_before_the_watch_sees_the_head_end_is_the_heads_
         for s, h in saved.items():
             signal.signal(s, h)
         interrupts._reason[0] = ""
+
+
+def test_a_ray_error_with_the_head_alive_is_said_after_one_wait_not_two(monkeypatch):
+    """The placement's failure settles (up to 1 s) and raises; run_on_cluster's catch
+    settled the same error again: 2 s before a Ray error with the head alive was said."""
+    from shrink.replay import cluster
+
+    head = subprocess.Popen(SLEEPER)
+    monkeypatch.setattr(ray_local, "_watch", [])
+    monkeypatch.setattr(ray_local, "_settled", [-1e9], raising=False)
+
+    def placing(*_args):
+        ray_local.settle()  # as the except of pg.ready's failure does
+        raise RuntimeError("cannot place")
+
+    monkeypatch.setattr(cluster, "_run_on_cluster", placing)
+    watch = ray_local.HeadWatch({"raylet": head.pid}, lambda *a: None, 0.05)
+    ray_local._watch.append(watch.start())
+    try:
+        start = time.monotonic()
+        with pytest.raises(RuntimeError, match="cannot place"):
+            cluster.run_on_cluster(None, [], None, {}, {})  # type: ignore[arg-type]
+        assert 0.9 < time.monotonic() - start < 1.5
+    finally:
+        watch.close()
+        head.kill()
+        head.wait()

@@ -47,6 +47,8 @@ TERM_WAIT = 3.0  # s for the cluster's processes to end on SIGTERM before SIGKIL
 
 # The watch of the cluster this process started, if any (one per process: ray.init's).
 _watch: list[HeadWatch] = []
+# When a wait of :func:`settle` last ended with the head still running (monotonic s)
+_settled = [-1e9]
 
 
 def private_ray_dir() -> tuple[str, str]:
@@ -140,9 +142,14 @@ def settle(wait: float = 1.0) -> None:
     error the caller is about to raise."""
     if not _watch or _watch[0].ended is not None:
         return
+    # One error settled and raised again through an outer catch (the placement's
+    # failure, then run_on_cluster's) is waited for once: it took 2 s, not 1.
+    if time.monotonic() - _settled[0] < wait:
+        return
     until = time.monotonic() + wait
     while _watch[0].ended is None and time.monotonic() < until:
         time.sleep(0.05)
+    _settled[0] = time.monotonic()
 
 
 def _gcs_port(ray: Any) -> tuple[str, int] | None:
