@@ -217,3 +217,38 @@ def test_a_ray_error_with_the_head_alive_is_said_after_one_wait_not_two(monkeypa
         watch.close()
         head.kill()
         head.wait()
+
+
+def test_a_head_shut_down_by_this_process_stops_no_later_command(monkeypatch):
+    """ray.shutdown() called outside shrink (a test's fixture, a program using shrink's
+    API) ended the head with the watch still looking: the next command of the process
+    was stopped 'the local Ray cluster's head ended', exit 1."""
+    from types import SimpleNamespace
+
+    saved = {s: signal.getsignal(s) for s in interrupts.STOP_SIGNALS}
+    head = subprocess.Popen(SLEEPER)
+    monkeypatch.setattr(ray_local, "_watch", [])
+    connected = [True]
+    node = SimpleNamespace(all_processes={"raylet": [SimpleNamespace(process=head)]})
+    ray = SimpleNamespace(
+        _private=SimpleNamespace(worker=SimpleNamespace(_global_node=node)),
+        is_initialized=lambda: connected[0],
+    )
+    watch = ray_local.start_watch(ray)
+    assert watch is not None
+    interrupts.install()
+    try:
+        connected[0] = False  # Ray's shutdown: disconnected first, then the head ended
+        head.kill()
+        try:
+            with interrupts.working():
+                time.sleep(1.0)  # a later command's work
+        except KeyboardInterrupt:
+            pytest.fail(f"the later command was stopped: {interrupts.stopped_by()}")
+        assert not ray_local.head_gone() and interrupts.stop_reason() == ""
+    finally:
+        watch.close()
+        head.wait()
+        for s, h in saved.items():
+            signal.signal(s, h)
+        interrupts._reason[0] = ""

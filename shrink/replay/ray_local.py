@@ -88,7 +88,8 @@ def refused(address: tuple[str, int] | None) -> bool:
 class HeadWatch:
     """Looks at the head's processes (``{name: pid}``) and its GCS port every ``every``
     s, on a daemon thread; when a process has ended, or the port refused two looks in a
-    row, ``on_end(name, pid)`` is called once (from the thread)."""
+    row, ``on_end(name, pid)`` is called once (from the thread), unless ``mine()`` says
+    the cluster is no longer this process's (then the watch just ends)."""
 
     def __init__(
         self,
@@ -96,8 +97,10 @@ class HeadWatch:
         on_end: Callable[[str, int], Any],
         every: float = LOOK_S,
         port: tuple[str, int] | None = None,
+        mine: Callable[[], bool] | None = None,
     ) -> None:
         self.pids = dict(pids)
+        self._mine = mine
         self.port = port
         self._on_end = on_end
         self._every = every
@@ -123,6 +126,8 @@ class HeadWatch:
             closed = closed + 1 if refused(self.port) else 0
             if gone is None and closed >= 2 and "gcs_server" in self.pids:
                 gone = ("gcs_server", self.pids["gcs_server"])
+            if gone is not None and self._mine is not None and not self._mine():
+                return  # shut down here on purpose (ray.shutdown() not through shrink)
             if gone is not None and not self._quit.is_set():
                 self.ended = gone
                 self._on_end(*gone)
@@ -194,7 +199,10 @@ def start_watch(ray: Any) -> HeadWatch | None:
     pids = head_pids(ray)
     if not pids:
         return None
-    _watch[:] = [HeadWatch(pids, _stop_for_head, port=_gcs_port(ray)).start()]
+    # Ray's shutdown() disconnects before it ends the head: a head ended so, by a caller
+    # of this process, is no head's stop (it stopped a later command, or test, of it).
+    mine = getattr(ray, "is_initialized", None)
+    _watch[:] = [HeadWatch(pids, _stop_for_head, port=_gcs_port(ray), mine=mine).start()]
     return _watch[0]
 
 
