@@ -28,9 +28,13 @@ print(remove_run_root(base / "up-tb-x" / "r0", base))
 """
 
 
+@pytest.mark.parametrize("via_link", [False, True])
 def test_a_run_root_whose_srv_folder_is_the_server_users_is_removed_without_dac_override(
-    tmp_path: Path,
+    tmp_path: Path, via_link: bool
 ) -> None:
+    """(``via_link``: the base named through a symlink, as SHRINK_RUN_DIR=/var/run/...
+    names /run/...: the folders to take must be named from the run root as the walk
+    names them, by its real path, or none is taken and the run root is left.)"""
     capsh = shutil.which("capsh")
     if os.geteuid() != 0 or capsh is None:
         pytest.skip("needs root and capsh")
@@ -50,7 +54,11 @@ def test_a_run_root_whose_srv_folder_is_the_server_users_is_removed_without_dac_
     os.chown(outside, 65534, 65534, follow_symlinks=False)
     drop = "--drop=cap_dac_override,cap_dac_read_search"
     shell = 'exec "$0" -c "$1" "$2" "$3"'
-    cmd = [capsh, drop, "--", "-c", shell, sys.executable, _REMOVE, str(ROOT), str(base)]
+    given = base
+    if via_link:
+        given = tmp_path / "via"
+        given.symlink_to(base)
+    cmd = [capsh, drop, "--", "-c", shell, sys.executable, _REMOVE, str(ROOT), str(given)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "True"

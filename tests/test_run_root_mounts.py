@@ -123,3 +123,25 @@ def test_down_says_a_run_root_it_could_not_remove(tmp_path: Path, monkeypatch) -
 class _Rep:
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = str(run_dir)
+
+
+@pytest.mark.parametrize("name", ["m", "m x\\y"])
+def test_a_bind_mount_is_not_entered_when_the_base_is_named_through_a_symlink(
+    tmp_path: Path, name: str
+) -> None:
+    """The mount table names the bind's real path; the removal compared the path it
+    walked (the base as given: /var/run/... for /run/..., a symlink) with it, saw no
+    mount point there, and emptied the bind's folder (another's files, the same file
+    system: st_dev the same)."""
+    base, r0 = _run_root(tmp_path)
+    via = tmp_path / "via"
+    via.symlink_to(base)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("keep")
+    m = r0 / "srv" / name
+    m.mkdir(exist_ok=True)
+    removed, why = _in_mount_ns(f"mount --bind {outside} '{m}'", via)
+    assert removed == "False"
+    assert why.startswith(f"{m} is a mount point ("), why
+    assert (outside / "keep").read_text() == "keep"  # the bind's files were not removed

@@ -42,6 +42,7 @@ def _remove_tree(root: Path) -> None:
     ``rmtree`` left the whole run root, the servers' configs and logs, without a word.
     Each folder it could not enter or empty is made root's (``lchown``: never through a
     symlink; CAP_CHOWN) and the removal tried again, a pass a level deeper."""
+    root = Path(os.path.realpath(root))  # (not a symlink: a folder above may be one)
     for _ in range(32):  # a run root is a few levels deep
         blocked: list[str] = []
 
@@ -86,7 +87,10 @@ def _remove_below(root: Path, note: Callable[[object, str, object], None]) -> No
         note(os.open, str(root), exc)
         return
     try:
-        _empty(fd, str(root), (os.fstat(fd).st_dev, mounts), note)
+        # Walked by its real path, as the mount table names mount points: by the path
+        # given (through a symlink above, /var/run for /run) a bind mount of the same
+        # file system was not told, entered and emptied.
+        _empty(fd, os.path.realpath(root), (os.fstat(fd).st_dev, mounts), note)
     finally:
         os.close(fd)
     try:
