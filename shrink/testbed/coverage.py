@@ -30,6 +30,9 @@ _INDEX = ("index.html", "index.php")
 # static module declines a URI ending in "/", and its index module meets ENOTDIR.
 # lighttpd serves the file, the "/" its path info (static-file.disable-pathinfo's default).
 _FILE_SLASH_404 = frozenset({"nginx-php-fpm"})
+# The servers that serve a file's path with more names after it ("/v2.html/extra"): the
+# rest is its path info (lighttpd, a file met on the way: ENOTDIR); nginx answers 404.
+_PATH_INFO = frozenset({"lighttpd-php-cgi"})
 _HIDDEN = re.compile(HIDDEN_PATH_RE)
 
 
@@ -143,6 +146,19 @@ def _served(root: Path, path: str, server: str = "") -> Path | None:
             # success to the replay, which follows no redirect; it was said "fail (404)"
             return target
         return next((target / n for n in _INDEX if (target / n).is_file()), None)
+    return _path_info_file(root, rel) if server in _PATH_INFO else None
+
+
+def _path_info_file(root: Path, rel: str) -> Path | None:
+    """The file a name on the way to ``rel`` is (the rest its path info), or None: a
+    name missing, or a symlink, on the way (404, 403)."""
+    here = root
+    for name in [n for n in rel.split("/") if n][:-1]:
+        here = here / name
+        if here.is_symlink() or not (here.is_dir() or here.is_file()):
+            return None
+        if here.is_file():
+            return here
     return None
 
 
