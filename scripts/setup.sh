@@ -19,6 +19,11 @@ PY_DEBS=()
 if [ -z "$PY" ] || ! command -v -- "$PY" >/dev/null 2>&1; then
   if [ "$PY" = python3 ] && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
     PY_DEBS=(python3)
+  elif [ "$PY" = python3 ] && [ "$(id -u)" -eq 0 ]; then
+    # (root already: "run make setup as root" would be no way out)
+    echo "setup: python3 is not installed, and this system has no apt-get to install it:" \
+      "install a Python 3.11+ with its venv module, or set PYTHON to one" >&2
+    exit 2
   elif [ "$PY" = python3 ]; then
     echo "setup: python3 is not installed; on Debian or Ubuntu: sudo apt-get install" \
       "python3 python3-venv (or run make setup as root)" >&2

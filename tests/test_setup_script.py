@@ -124,7 +124,9 @@ def test_make_refuses_a_bad_variable_before_any_step(args, said):
     assert out.stdout == "" and len(out.stderr.splitlines()) == 1, out  # no step, one line
 
 
-def _run_where_python3_is_missing(tmp_path: Path, uid: int) -> subprocess.CompletedProcess:
+def _run_where_python3_is_missing(
+    tmp_path: Path, uid: int, *, apt: bool = True
+) -> subprocess.CompletedProcess:
     """setup.sh with PYTHON unset on a PATH without python3 (a minimal Debian or Ubuntu:
     a container image, debootstrap), as ``uid``; apt-get is a stand-in that notes its
     arguments in ``apt.args`` and fails to install, so nothing is."""
@@ -143,7 +145,8 @@ def _run_where_python3_is_missing(tmp_path: Path, uid: int) -> subprocess.Comple
     _shim(bin_dir, "id", f"echo {uid}")
     _shim(bin_dir, "dpkg-query", "exit 1")
     _shim(bin_dir, "debconf-set-selections", "cat >/dev/null")
-    _shim(bin_dir, "apt-get", f'echo "$*" >> {tmp_path}/apt.args; [ "$1" = update ]')
+    if apt:
+        _shim(bin_dir, "apt-get", f'echo "$*" >> {tmp_path}/apt.args; [ "$1" = update ]')
     env = {k: v for k, v in os.environ.items() if k != "PYTHON"}
     env["PATH"] = str(bin_dir)
     return subprocess.run(
@@ -175,3 +178,15 @@ def test_without_python3_a_user_is_told_which_packages_to_install(tmp_path):
         "python3 python3-venv (or run make setup as root)"
     ]
     assert not (tmp_path / "apt.args").exists()
+
+
+@pytest.mark.compute
+def test_without_python3_nor_apt_get_root_is_not_told_to_run_as_root(tmp_path):
+    # (it was told "sudo apt-get install python3 python3-venv (or run make setup as
+    # root)": root already, on a system with no apt-get)
+    out = _run_where_python3_is_missing(tmp_path, 0, apt=False)
+    assert out.returncode == 2, out
+    assert out.stderr.splitlines() == [
+        "setup: python3 is not installed, and this system has no apt-get to install it: "
+        "install a Python 3.11+ with its venv module, or set PYTHON to one"
+    ]
