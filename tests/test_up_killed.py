@@ -459,7 +459,10 @@ def test_a_state_that_cannot_be_marked_stopped_says_the_testbed_is_down(tmp_path
         "(Operation not permitted, EPERM); the state file still says it runs"
     )
     assert pids and wait_gone(pids, 5) == []
-    assert not list(run.glob("testbed-*.json"))
+    # its entry stays, noting the stop (so a second down knows), and counts as no testbed
+    from shrink.testbed import registry
+
+    assert registry.recorded(state).stopped is not None and registry.running() == []
 
 
 def test_a_second_down_puts_back_no_irq_affinity(tmp_path, monkeypatch):
@@ -489,3 +492,47 @@ def test_a_second_down_puts_back_no_irq_affinity(tmp_path, monkeypatch):
     lifecycle.down(state)
     assert written == []
     assert TestbedState.read(state).stopped == first
+
+
+def test_a_second_down_of_a_state_that_cannot_be_written_puts_back_no_irq(tmp_path, monkeypatch):
+    """down with the state file immutable (chattr +i) put the IRQ affinities back, could
+    not mark the file stopped and removed the entry in the private folder; a second down
+    read the file, which still says it runs, and put them back again (over what a
+    testbed up since had set). The stop is now noted in that entry."""
+    import errno
+
+    from shrink.errors import TestbedError, WriteError
+    from shrink.machine import Machine
+    from shrink.share import Share
+    from shrink.testbed import ServerSettings, lifecycle, registry
+    from shrink.testbed.fake_recipe import FakeRecipe
+    from shrink.testbed.state import TestbedState
+
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "run"))
+    (tmp_path / "doc").mkdir()
+    m = Machine("one", sockets=1, cores_per_socket=1, cpus=((min(os.sched_getaffinity(0)),),))
+    state = tmp_path / "s.json"
+    st = lifecycle.up(tmp_path / "doc", m, Share.parse("all", m), state_path=state, port=0,
+                      cgroups="no", server=ServerSettings(FakeRecipe()))  # fmt: skip
+    st.irq = {"5": "0"}  # as up --apply-irq records them
+    st.write(state)
+    registry.record(state, st, owned=False)
+    written = []
+    monkeypatch.setattr(teardown, "_restore_irq", lambda st: written.append(st.irq) or [])
+
+    def refused(self, path):
+        raise WriteError(path, OSError(errno.EPERM, "Operation not permitted"))
+
+    monkeypatch.setattr(TestbedState, "write", refused)
+    for _ in range(2):
+        with pytest.raises(TestbedError, match="the state file still says it runs"):
+            lifecycle.down(state)
+    assert written == [{"5": "0"}]
+    assert [p for p, _ in registry.running()] == [] and registry.stale() == []
+    assert teardown.down_stale() == [] and written == [{"5": "0"}]
+    monkeypatch.undo()  # (chattr -i): the next down writes the file and drops the entry
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(tmp_path / "run"))
+    assert TestbedState.read(state).stopped is None
+    lifecycle.down(state)
+    assert TestbedState.read(state).stopped is not None
+    assert not list((tmp_path / "run").glob("testbed-*.json"))

@@ -220,6 +220,10 @@ def _why_stale(doc: dict[str, Any]) -> str | None:
         is not None
     ):
         return None  # its PIDs name other processes here: not judged (nor stopped) from here
+    if doc["state"].get("stopped"):
+        # a down that could not write the state file (chattr +i) noted its stop here:
+        # kept while the file still says the testbed runs, so a second down knows
+        return _stopped_state_gone(Path(doc["state_path"]))
     owner = doc.get("owner")
     if owner and not process.is_alive(int(owner["pid"]), owner.get("starttime")):
         return f"its owner (PID {owner['pid']}) is gone"
@@ -232,6 +236,17 @@ def _why_stale(doc: dict[str, Any]) -> str | None:
         on_disk = files.read_json(path, what="testbed state")
     except TraceFormatError:
         return f"its state file {path} is unreadable"
+    if isinstance(on_disk, dict) and on_disk.get("stopped"):
+        return f"{path} says it was stopped"
+    return None
+
+
+def _stopped_state_gone(path: Path) -> str | None:
+    """Why a stopped testbed's entry can go: its state file is gone or says stopped."""
+    try:
+        on_disk = files.read_json(path, what="testbed state")
+    except TraceFormatError:
+        return None if path.exists() else f"it was stopped and its state file {path} is gone"
     if isinstance(on_disk, dict) and on_disk.get("stopped"):
         return f"{path} says it was stopped"
     return None
@@ -253,7 +268,7 @@ def running() -> list[tuple[Path, TestbedState]]:
     out = []
     for entry in _entries():
         doc = _load(entry)
-        if doc is not None and _why_stale(doc) is None:
+        if doc is not None and not doc["state"].get("stopped") and _why_stale(doc) is None:
             state = TestbedState.from_dict(doc["state"], source=str(entry))
             out.append((Path(doc["state_path"]), state))
     return out

@@ -252,6 +252,8 @@ def down(state_path: str | Path) -> dict[str, list[int]]:
             # file says now.
             st.replicas, st.server, st.irq = kept.replicas, kept.server, kept.irq
             st.pid_ns = kept.pid_ns
+            # a down whose state file could not be written (chattr +i) noted its stop here
+            st.stopped = st.stopped or kept.stopped
     if (why := st.elsewhere()) is not None:
         # stopped nothing, said "nothing was running" and removed the servers' run folder
         raise TestbedError(f"{state_path}: {why}; nothing was stopped")
@@ -268,8 +270,10 @@ def down(state_path: str | Path) -> dict[str, list[int]]:
         st.write(state_path)
     except WriteError as exc:
         # (chattr +i on it: "cannot write (Operation not permitted, EPERM)" was all down
-        # said, of servers it had stopped, and their entry in the private folder was left)
-        registry.forget(state_path)
+        # said, of servers it had stopped, and their entry in the private folder was left.)
+        # The stop is noted in that entry instead: a second down, reading the file that
+        # still says it runs, put the IRQ affinities back again.
+        registry.record(state_path, st, owned=False)
         from shrink.files import lock_of
 
         at = Path(state_path)
@@ -352,7 +356,8 @@ def down_stale() -> list[tuple[registry.StaleTestbed, dict[str, list[int]]]]:
         sig = int(sb.state.server.get("stop_signal", 15))
         stopped = {r.name: stop_and_release(recipe, r, sig) for r in sb.state.replicas}
         _remove_run_dirs(sb.state)
-        _restore_irq(sb.state)
+        if sb.state.stopped is None:  # (a down that could not write its state put them back)
+            _restore_irq(sb.state)
         registry.remove_entry(sb.entry)
         out.append((sb, stopped))
     return out
