@@ -149,3 +149,88 @@ def test_one_four_tuple_on_two_interfaces_with_other_streams_is_two_connections(
     assert (tr.meta["unanswered"], tr.meta["orphan_responses"]) == (0, 0), tr.meta
     assert (tr.meta["missing_bytes"], tr.meta["differing_resends"]) == (0, 0), tr.meta
     assert "seen_twice" not in tr.meta
+
+
+def _copy_changed(src: Path, dst: Path, change) -> Path:
+    """``src`` as a pcapng of two interfaces: each frame on interface 0 as it is, then
+    30 µs later on interface 1 as ``change(interface, frame)`` makes it on each."""
+    data, i = src.read_bytes(), 24
+    out = _block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1))
+    out += b"".join(_block(1, struct.pack("<HHI", 1, 0, 65535)) for _ in range(2))
+    while i < len(data):
+        sec, usec, cap, _ = struct.unpack_from("<IIII", data, i)
+        raw = data[i + 16 : i + 16 + cap]
+        i += 16 + cap
+        for ifid in (0, 1):
+            t, part = sec * 1_000_000 + usec + 30 * ifid, change(ifid, raw)
+            head = struct.pack("<5I", ifid, t >> 32, t & 0xFFFFFFFF, len(part), len(part))
+            out += _block(6, head + part)
+    dst.write_bytes(out)
+    return dst
+
+
+def _at(offset: int, value: bytes):
+    """A change of interface 1's frame: ``value`` at ``offset`` (of Ethernet, IPv4
+    without options, TCP; a frame of another layout left as it is)."""
+
+    def change(ifid: int, raw: bytes) -> bytes:
+        if ifid == 0 or raw[12:15] != b"\x08\x00\x45" or raw[23] != 6:
+            return raw
+        return raw[:offset] + value + raw[offset + 2 :]
+
+    return change
+
+
+def _timestamps(second: int):
+    """Both frames with a TCP timestamp option: TSval 1 on interface 0, ``second`` on 1."""
+    from scapy.layers.inet import IP, TCP
+    from scapy.layers.l2 import Ether
+
+    def change(ifid: int, raw: bytes) -> bytes:
+        p = Ether(raw)
+        if raw[12:14] != b"\x08\x00" or TCP not in p:
+            return raw
+        p[TCP].options = [("NOP", None), ("NOP", None), ("Timestamp", (second if ifid else 1, 0))]
+        del p[IP].len, p[IP].chksum, p[TCP].dataofs, p[TCP].chksum
+        return bytes(p)
+
+    return change
+
+
+@pytest.mark.parametrize("engine", ["fast", "scapy"])
+@pytest.mark.parametrize(
+    "what,change,twice",
+    [
+        ("ack", _at(44, b"\x99\x99"), 9),
+        ("window", _at(48, b"\x00\x07"), 9),
+        ("ip id", _at(18, b"\x12\x34"), 9),
+        ("tsval", _timestamps(2), 9),
+        ("same options", _timestamps(1), 105),
+    ],
+)
+def test_a_resend_on_another_interface_is_no_copy(tmp_path, engine, what, change, twice):
+    """A segment on a second interface within 0.1 s with another ACK number, window,
+    IP ID or TCP timestamp is a resend (multipath, a route that changed), not the same
+    packet seen twice: it was dropped as a copy (``seen_twice 105``) while only the
+    addresses, ports, sequence number, flags, lengths and payload were compared. (The 9
+    frames of another layout, VLAN or IPv6, are changed in neither: copies still.)"""
+    src = write_capture(tmp_path / "a.pcap", mixed())
+    tr = read_capture(_copy_changed(src, tmp_path / "c.pcapng", change), engine=engine)
+    assert rows_by_path(tr) == EXPECTED, what
+    assert tr.meta.get("seen_twice", 0) == twice, (what, tr.meta)
+
+
+def test_both_engines_read_the_same_window_ip_id_and_options(tmp_path: Path) -> None:
+    """What the copy rule compares, alike in both engines: every frame of ``mixed()``
+    (VLAN, IPv6, fragments among them), each with a timestamp option, on two interfaces."""
+    from shrink.ingest.capture.reader import read_segments
+    from shrink.ingest.capture.tcp_segments import option_bytes
+
+    src = write_capture(tmp_path / "a.pcap", mixed())
+    c = _copy_changed(src, tmp_path / "c.pcapng", _timestamps(7))
+    (fast, _), (slow, _) = (read_segments(c, engine=e) for e in ("fast", "scapy"))
+    assert fast.hdr.tolist() == slow.hdr.tolist() and fast.ack.tolist() == slow.ack.tolist()
+    assert [option_bytes(fast, i) for i in range(len(fast))] == [
+        option_bytes(slow, i) for i in range(len(slow))
+    ]
+    assert {len(option_bytes(fast, i)) for i in range(len(fast))} == {0, 12}

@@ -20,7 +20,7 @@ from shrink.ingest.capture.ip_fragments import Fragment, defragment
 from shrink.ingest.capture.pcap_files import NO_INTERFACE, RawRecords
 from shrink.ingest.capture.pcap_walk import FRAME, gather
 from shrink.ingest.capture.pcap_words import Words, b, be16, be32, ip_addresses, le32
-from shrink.ingest.capture.tcp_segments import Segments
+from shrink.ingest.capture.tcp_segments import DATAGRAM_HDR, NO_IP_ID, Segments, header_word
 
 __all__ = ["LINKTYPES", "decode_records"]
 
@@ -231,7 +231,9 @@ def _general(
     skipped["icmp"] += int(np.count_nonzero(rest & np.isin(proto, (1, 58))))
     skipped["other-ip-protocol"] += int(np.count_nonzero(rest & ~np.isin(proto, (6, 17, 1, 58))))
     if not tcp.all():
-        idx, l3, l4, end, v4, ip_end, w1 = (a[tcp] for a in (idx, l3, l4, end, v4, ip_end, w1))
+        idx, l3, l4, end, v4, ip_end, w0, w1 = (
+            a[tcp] for a in (idx, l3, l4, end, v4, ip_end, w0, w1)
+        )
 
     # TCP: ports and sequence number in one word, data offset and flags in the next.
     short = l4 + 20 > end
@@ -244,8 +246,8 @@ def _general(
     skipped["malformed"] += int(np.count_nonzero(bad))
     ok = ~short & ~bad
     if not ok.all():
-        idx, l3, l4, end, v4, ip_end, doff, w1, t0, t1 = (
-            a[ok] for a in (idx, l3, l4, end, v4, ip_end, doff, w1, t0, t1)
+        idx, l3, l4, end, v4, ip_end, doff, w0, w1, t0, t1 = (
+            a[ok] for a in (idx, l3, l4, end, v4, ip_end, doff, w0, w1, t0, t1)
         )
 
     src, dst = ip_addresses(word, l3, v4, w1)
@@ -261,6 +263,7 @@ def _general(
         "seq": be32(t0, 4),
         "ack": be32(t1, 0),
         "flags": b(t1, 5),
+        "hdr": header_word(be16(t1, 6), np.where(v4, be16(w0, 4), NO_IP_ID), doff - 20),
         "poff": poff,
         "wlen": wlen,
         "caplen": np.clip(np.minimum(wlen, end - poff), 0, None),
@@ -324,6 +327,7 @@ def _fast_lane(
         "seq": f["seq"].astype(np.int64),
         "ack": f["ack"].astype(np.int64),
         "flags": f["flags"].astype(np.int64),
+        "hdr": header_word(f["win"], f["ipid"], doff - 20),
         "poff": poff,
         "wlen": wlen,
         "caplen": np.clip(np.minimum(wlen, d[rows] + cap[rows] - poff), 0, None),
@@ -370,6 +374,7 @@ def _with_datagrams(
         "seq": np.array(seq, dtype=np.int64),
         "ack": np.array(ack, dtype=np.int64),
         "flags": np.array(flags, dtype=np.int64),
+        "hdr": np.full(cap.size, DATAGRAM_HDR, dtype=np.int64),
         "poff": base + np.cumsum(cap) - cap,
         "wlen": np.array(wlen, dtype=np.int64),
         "caplen": cap,
@@ -433,4 +438,5 @@ def decode_records(recs: RawRecords) -> Segments:
         skipped_pkts=np.flatnonzero(dropped) + 1,
         interfaces=recs.notes.get("interfaces"),
         ack=cols["ack"],
+        hdr=cols["hdr"],
     )

@@ -28,7 +28,7 @@ from shrink.ingest.capture.pcap_files import (
     load_bytes,
 )
 from shrink.ingest.capture.pcap_walk import header_why
-from shrink.ingest.capture.tcp_segments import Segments
+from shrink.ingest.capture.tcp_segments import DATAGRAM_HDR, NO_IP_ID, Segments, header_word
 from shrink.ingest.capture_magic import CAPTURE_MAGICS, CLASSIC_MAGICS, joined
 
 __all__ = ["scapy_segments"]
@@ -253,6 +253,7 @@ class _Collector:
             self.skipped["malformed"] += 1
             return
         data = seg[doff : doff + wlen]
+        ip_id = l3.id if v4 else NO_IP_ID
         self.rows.append(
             (
                 pkt_no,
@@ -266,9 +267,10 @@ class _Collector:
                 len(data),
                 wlen,
                 l4.ack,
+                int(header_word(l4.window, ip_id, doff - 20)),
             )
         )
-        self.payload.append(data)
+        self.payload.append(bytes(seg[20:doff]) + data)  # options, then the payload
 
     def segments(self, packets: int, truncated: int) -> Segments:
         if self.frags:  # reassembled TCP datagrams join the rows, in packet order
@@ -276,7 +278,8 @@ class _Collector:
             self.skipped.update(res.skipped)
             self.skipped_pkts = sorted(self.skipped_pkts + res.skipped_pkts)
             for pkt, ts, src, dst, sp, dp, seq, flags, data, wlen, ack in res.segments:
-                self.rows.append((pkt, ts, src, dst, sp, dp, seq, flags, len(data), wlen, ack))
+                row = (pkt, ts, src, dst, sp, dp, seq, flags, len(data), wlen, ack, DATAGRAM_HDR)
+                self.rows.append(row)
                 self.payload.append(data)
             order = sorted(range(len(self.rows)), key=lambda i: self.rows[i][0])
             self.rows = [self.rows[i] for i in order]
@@ -285,10 +288,11 @@ class _Collector:
         if not self.rows:
             out = Segments.empty(buf)
         else:
-            pkt, ts, src, dst, sport, dport, seq, flags, cap, wlen, ack = zip(
+            pkt, ts, src, dst, sport, dport, seq, flags, cap, wlen, ack, hdr = zip(
                 *self.rows, strict=True
             )
             caplen = np.asarray(cap, dtype=np.int64)
+            hdr_ = np.asarray(hdr, dtype=np.int64)
             out = Segments(
                 buf=buf,
                 pkt=np.asarray(pkt, dtype=np.int64),
@@ -299,10 +303,11 @@ class _Collector:
                 dport=np.asarray(dport, dtype=np.int64),
                 seq=np.asarray(seq, dtype=np.int64),
                 flags=np.asarray(flags, dtype=np.int64),
-                poff=np.cumsum(caplen) - caplen,
+                poff=np.cumsum(caplen + (hdr_ >> 33)) - caplen,  # (each after its options)
                 caplen=caplen,
                 wlen=np.asarray(wlen, dtype=np.int64),
                 ack=np.asarray(ack, dtype=np.int64),
+                hdr=hdr_,
             )
         out.packets = packets
         out.truncated = truncated

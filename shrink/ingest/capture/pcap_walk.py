@@ -317,6 +317,7 @@ _FIELDS = (  # name, type, offset in the frame
     ("et", ">u2", 12),
     ("vhl", "u1", 14),
     ("tot", ">u2", 16),
+    ("ipid", ">u2", 18),
     ("frag", ">u2", 20),
     ("proto", "u1", 23),
     ("src", ("u1", 4), 26),
@@ -327,6 +328,7 @@ _FIELDS = (  # name, type, offset in the frame
     ("ack", ">u4", 42),
     ("doff", "u1", 46),
     ("flags", "u1", 47),
+    ("win", ">u2", 48),
 )
 FRAME = np.dtype(
     {

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["SKIP_KINDS", "Segments"]
+__all__ = ["DATAGRAM_HDR", "NO_IP_ID", "SKIP_KINDS", "Segments", "header_word", "option_bytes"]
 
 # Kinds of packets a capture reader skips, in the order reports list them.
 SKIP_KINDS = (
@@ -26,6 +26,27 @@ SKIP_KINDS = (
     "truncated-header",
     "malformed",
 )
+
+
+NO_IP_ID = 1 << 16  # an IPv6 packet's, or a reassembled datagram's
+
+
+def header_word(win: np.ndarray, ip_id: np.ndarray, olen: np.ndarray) -> np.ndarray:
+    """:attr:`Segments.hdr`: window, IP ID (or :data:`NO_IP_ID`) and option length."""
+    return (np.asarray(win, np.int64) | np.asarray(ip_id, np.int64) << 16
+            | np.asarray(olen, np.int64) << 33)  # fmt: skip
+
+
+# A TCP datagram reassembled from IP fragments: no window, IP ID or options kept.
+DATAGRAM_HDR = NO_IP_ID << 16
+
+
+def option_bytes(seg: Segments, i: int) -> bytes:
+    """Segment ``i``'s TCP options (empty where the reader kept none)."""
+    if seg.hdr is None:
+        return b""
+    olen, at = int(seg.hdr[i]) >> 33, int(seg.poff[i])
+    return bytes(seg.buf[at - olen : at])
 
 
 @dataclass
@@ -60,6 +81,11 @@ class Segments:
     # Per segment, its acknowledgment number (int64, 0 .. 2**32-1; read only where the
     # ACK flag is set); None where the reader did not keep them.
     ack: np.ndarray | None = None
+    # Per segment, header fields a copy on another interface shares and a resend need
+    # not (:func:`header_word`): the TCP window, the IPv4 ID (NO_IP_ID for IPv6 and a
+    # reassembled datagram) and how many bytes of TCP options lie in ``buf`` just before
+    # the payload (``poff``); None where the reader did not keep them.
+    hdr: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.pkt.size)
