@@ -309,3 +309,20 @@ def test_a_sweep_keeps_its_runs_requests_only_for_an_export(tmp_path, monkeypatc
            "--levels", "1,2", "--reps", "1", "--warmup", "0s", "--duration", "1s",
            *(["--export", export] if export else []))  # fmt: skip
     assert len(kept) == (2 if export else 0)
+
+
+def test_the_metrics_alone_keep_the_last_run_of_each_level_and_the_totals():
+    """``--metrics-port`` without an export kept every run's requests until the sweep
+    ended, though the exposition needs only the counts and the last run of each level."""
+    trace = _trace()
+    every = RecordingTarget(FakeTarget(servers=1), (trace, [300.0, 400.0], "rate"))
+    last = RecordingTarget(FakeTarget(servers=1), (trace, [300.0, 400.0], "rate"), last_only=True)
+    for rec in (every, last):
+        sweep(rec, trace, [300.0, 400.0], knob="rate", reps=3, warmup=1.0, duration=4.0, seed=3)
+    assert len(every.runs) == 6 and len(last.runs) == 2
+    assert last.totals() == (6, sum(int(r.ok.size) for r in every.runs))
+    assert exposition(every.runs) == exposition(last.runs, totals=last.totals())
+    with MetricsServer(last.runs, 0, last.totals) as server:
+        url = f"http://127.0.0.1:{server.port}/metrics"
+        with httpx.Client(trust_env=False, timeout=5) as c:
+            assert c.get(url).text == exposition(every.runs, "", "idle")

@@ -207,9 +207,10 @@ def sweep_cmd(
         guard = _guard(output, runlogs)
         keeper = keep_levels(output, guard)
         try:
-            # (every run's requests are kept only for the exports or metrics asked for)
+            # (every run's requests are kept only for the exports asked for; for the
+            # metrics alone, the last run of each level and the totals)
             asked = bool(formats) or metrics_port is not None
-            recorder = RecordingTarget(tgt, (tr, lv, knob), keep=asked)
+            recorder = RecordingTarget(tgt, (tr, lv, knob), keep=asked, last_only=not formats)
             with _metrics(recorder, metrics_port) as served:
                 curve = _progress_sweep(
                     lambda progress: sweep(
@@ -421,7 +422,7 @@ def _metrics(recorder: Any, port: int | None) -> Iterator[Any]:
     from shrink.export.metrics import MetricsServer
 
     with as_option("--metrics-port"):  # in use: refused before a run, as a bad value (exit 2)
-        server = MetricsServer(recorder.runs, port)
+        server = MetricsServer(recorder.runs, port, recorder.totals)
     with server:
         console().print(f"metrics: http://127.0.0.1:{server.port}/metrics", highlight=False)
         yield server

@@ -9,7 +9,7 @@ finished repetition adds its level's throughput and exact latency quantiles
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
@@ -37,20 +37,27 @@ def _level_labels(r: RunSamples, **more: str) -> str:
     return _labels(**named, rate_factor=f"{r.rate_factor:g}", **more)
 
 
-def exposition(runs: Sequence[RunSamples], current: str = "", state: str = "") -> str:
+def exposition(
+    runs: Sequence[RunSamples],
+    current: str = "",
+    state: str = "",
+    totals: tuple[int, int] | None = None,
+) -> str:
     """The OpenMetrics text for the runs so far (ends with ``# EOF``). Its
     ``shrink_sweep_running_info`` names the sweep's ``state`` (``running`` the run
     ``current``, ``idle`` before the first, ``finished`` after the last; by default
     ``running`` when a run is named, else ``idle``), for as long as it is served: it was
     served only while a run was under way, so a scrape could not tell a sweep between
-    two runs, not yet started or done from one that was gone."""
+    two runs, not yet started or done from one that was gone. ``totals`` (runs finished,
+    their requests) where ``runs`` holds only the last run of each level."""
+    count, requests = totals or (len(runs), sum(int(r.ok.size) for r in runs))
     lines = [
         "# TYPE shrink_sweep_runs counter",
         "# HELP shrink_sweep_runs Repetitions finished.",
-        f"shrink_sweep_runs_total {len(runs)}",
+        f"shrink_sweep_runs_total {count}",
         "# TYPE shrink_sweep_requests counter",
         "# HELP shrink_sweep_requests Requests intended in the measurement windows.",
-        f"shrink_sweep_requests_total {sum(int(r.ok.size) for r in runs)}",
+        f"shrink_sweep_requests_total {requests}",
         # No UNIT line: OpenMetrics requires a unit to end the family's name, and this
         # one's name is kept for the dashboards that read it (HELP gives the unit).
         "# TYPE shrink_level_throughput gauge",
@@ -88,8 +95,11 @@ def exposition(runs: Sequence[RunSamples], current: str = "", state: str = "") -
 class MetricsServer:
     """Serves :func:`exposition` of a live list of runs on 127.0.0.1 (port 0: any free)."""
 
-    def __init__(self, runs: list[RunSamples], port: int) -> None:
+    def __init__(
+        self, runs: list[RunSamples], port: int, totals: Callable[[], tuple[int, int]] | None = None
+    ) -> None:
         self.runs = runs
+        self.totals = totals  # (runs, requests), where ``runs`` keeps the last of each level
         self.current = ""  # the run under way
         self.state = "idle"  # running, then finished once the last run is done
         owner = self
@@ -99,7 +109,8 @@ class MetricsServer:
                 if self.path.split("?")[0] != "/metrics":
                     self.send_error(404)
                     return
-                body = exposition(list(owner.runs), owner.current, owner.state).encode()
+                totals = owner.totals() if owner.totals else None
+                body = exposition(list(owner.runs), owner.current, owner.state, totals).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", CONTENT_TYPE)
                 self.send_header("Content-Length", str(len(body)))

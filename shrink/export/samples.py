@@ -87,6 +87,9 @@ class RecordingTarget:
 
     ``keep=False`` (no export and no metrics asked for) keeps none: every run's
     requests, about 90 bytes each, were held until the sweep ended, for nothing.
+    ``last_only`` (metrics asked for, no export) keeps the last run of each rate factor
+    only, and counts the runs and their requests (:meth:`totals`): the exposition needs
+    no more, and every run's requests were held for it.
     """
 
     def __init__(
@@ -95,10 +98,13 @@ class RecordingTarget:
         levels: tuple[Trace, Sequence[float], str] | None = None,
         *,
         keep: bool = True,
+        last_only: bool = False,
     ) -> None:
         self._target = target
         self._keep = keep
+        self._last_only = last_only
         self.runs: list[RunSamples] = []
+        self._count = self._requests = 0
         self._levels: list[tuple[float, float]] = []
         self._knob = ""
         if levels is not None:
@@ -115,8 +121,17 @@ class RecordingTarget:
             if np.isclose(rate_factor, factor, rtol=1e-9, atol=0):
                 rec.level, rec.knob = level, self._knob
                 break
-        self.runs.append(rec)
+        self._count, self._requests = self._count + 1, self._requests + int(rec.ok.size)
+        same = [i for i, r in enumerate(self.runs) if r.rate_factor == rate_factor]
+        if self._last_only and same:
+            self.runs[same[-1]] = rec  # (in place: a scrape's order of levels stays)
+        else:
+            self.runs.append(rec)
         return res
+
+    def totals(self) -> tuple[int, int]:
+        """(runs finished, their requests), kept ones or not."""
+        return self._count, self._requests
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._target, name)
