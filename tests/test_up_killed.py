@@ -536,3 +536,38 @@ def test_a_second_down_of_a_state_that_cannot_be_written_puts_back_no_irq(tmp_pa
     lifecycle.down(state)
     assert TestbedState.read(state).stopped is not None
     assert not list((tmp_path / "run").glob("testbed-*.json"))
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("chattr") is None, reason="chattr +i")
+def test_down_stale_says_a_run_root_it_could_not_remove(tmp_path, monkeypatch):
+    """``down --state`` warned of a run root it could not remove (a chattr-locked file,
+    a mount in it); ``down --stale`` removed what it could of one and said nothing."""
+    from typer.testing import CliRunner
+
+    from shrink.cli import app
+    from shrink.machine import Machine
+    from shrink.share import Share
+    from shrink.testbed import ServerSettings, lifecycle
+    from shrink.testbed.fake_recipe import FakeRecipe
+
+    run = Path(tempfile.mkdtemp(prefix="sr-"))
+    monkeypatch.setenv("SHRINK_RUN_DIR", str(run))
+    (tmp_path / "doc").mkdir()
+    m = Machine("one", sockets=1, cores_per_socket=1, cpus=((min(os.sched_getaffinity(0)),),))
+    state = tmp_path / "s.json"
+    st = lifecycle.up(tmp_path / "doc", m, Share.parse("all", m), state_path=state, port=0,
+                      cgroups="no", server=ServerSettings(FakeRecipe()))  # fmt: skip
+    root = Path(st.replicas[0].run_dir).parent
+    locked = root / "kept.log"
+    locked.write_text("x\n")
+    state.unlink()  # stale: its state file is gone
+    subprocess.run(["chattr", "+i", str(locked)], check=True)
+    try:
+        r = CliRunner().invoke(app, ["testbed", "down", "--stale"])
+    finally:
+        subprocess.run(["chattr", "-i", str(locked)], check=True)
+        shutil.rmtree(run, ignore_errors=True)
+    assert r.exit_code == 0, r.output
+    assert "its state file" in r.output and "is gone; stopped" in r.output, r.output
+    said = f"warning: left {root} (the servers' configs and logs): {locked} is immutable"
+    assert said in r.output, r.output

@@ -406,6 +406,11 @@ def _down_stale() -> None:
         typer.echo(
             f"{printable(sb.state_path)}: {sb.reason}; stopped {n} process(es), removed its cgroups"
         )
+        for root, why in sb.left:
+            typer.echo(
+                f"warning: left {printable(root)} (the servers' configs and logs): {why}",
+                err=True,
+            )
     # One line a group: under cgroup v1 a group has a folder in each controller.
     by_name: dict[str, tuple[list[Path], set[int]]] = {}
     for group, pids in unrecorded:

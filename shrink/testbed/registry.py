@@ -27,7 +27,7 @@ import re
 import shutil
 import stat
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -193,6 +193,9 @@ class StaleTestbed:
     state_path: Path
     state: TestbedState
     reason: str
+    # the run roots ``down --stale`` could not remove, each with why (a mount in it, a
+    # chattr-locked file): it said nothing of them, as ``down --state`` does
+    left: list[tuple[Path, str]] = field(default_factory=list)
 
     def running(self) -> list[int]:
         return [

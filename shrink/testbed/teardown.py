@@ -322,6 +322,10 @@ def run_roots_left(state_path: str | Path) -> list[tuple[Path, str | None]]:
         st = TestbedState.read(state_path)
     except (StateError, TestbedError):
         return []
+    return _roots_left(st)
+
+
+def _roots_left(st: TestbedState) -> list[tuple[Path, str | None]]:
     base = registry.run_dir().resolve()
     roots = {Path(r.run_dir).parent for r in st.replicas if r.run_dir}
     return [
@@ -356,6 +360,7 @@ def down_stale() -> list[tuple[registry.StaleTestbed, dict[str, list[int]]]]:
         sig = int(sb.state.server.get("stop_signal", 15))
         stopped = {r.name: stop_and_release(recipe, r, sig) for r in sb.state.replicas}
         _remove_run_dirs(sb.state)
+        sb.left = [(r, why) for r, why in _roots_left(sb.state) if why is not None]
         if sb.state.stopped is None:  # (a down that could not write its state put them back)
             _restore_irq(sb.state)
         registry.remove_entry(sb.entry)
