@@ -235,3 +235,20 @@ def test_a_run_refused_quotes_every_error_log_of_the_testbed(monkeypatch):
     assert said is not None and said.endswith(
         "; see /run/x/r0/srv/error.log, /run/x/r0/srv/php-fpm.log, /run/x/r1/srv/error.log"
     ), said
+
+
+@pytest.mark.compute
+@pytest.mark.parametrize("end", [b"", b"\n"])
+def test_one_line_longer_than_the_tail_keeps_its_last_bytes(tmp_path, end):
+    """A log ending in one line longer than the tail (no newline in its last bytes,
+    or only its own at the end) kept nothing of it, though the note said the last
+    lines stay."""
+    log = tmp_path / "error.log"
+    long = b"x" * (3 * 2**20) + b"...the end of a very long line" + end
+    log.write_bytes(b"started\n" + long)
+    cut = cap_log(log, cap=2**20, head=4096, tail=64 * 1024)
+    data = log.read_bytes()
+    assert cut > 0 and data.endswith(b"...the end of a very long line" + end)
+    note = data.split(b"\n")[1]
+    assert data.startswith(b"started\n[shrink] ") and len(data) == 8 + len(note) + 1 + 64 * 1024
+    assert note.endswith(b"(its first lines and the last 65536 bytes of its last line stay)")

@@ -11,7 +11,8 @@ knee grew it without bound.
 :func:`cap_log` cuts a log over :data:`CAP_BYTES` down to its first
 :data:`HEAD_BYTES` (how the server started, the first errors) and last
 :data:`TAIL_BYTES` (what it says now, which ``testbed`` errors quote), with a line
-saying how much was cut. The servers open their logs ``O_APPEND``, so they go on
+saying how much was cut. A last line longer than the tail keeps its last bytes, and
+the note says so. The servers open their logs ``O_APPEND``, so they go on
 writing at the new end. What a server writes while the log is read is kept; what it
 writes between the last look at the size and the cut (two system calls) is lost, and
 a line written between the cut and the kept tail's write lands before the note.
@@ -77,6 +78,11 @@ def cap_log(
         tail = min(tail, size - kept_head)
         last = os.pread(fd, tail, size - tail)
         kept_tail = last[_line_start(last) :]
+        # One line longer than ``tail`` (no line starts in it): the note said the last
+        # lines stay and nothing of it was kept; its last bytes are, said as cut.
+        one_line = not kept_tail and bool(last)
+        if one_line:
+            kept_tail = last
         # What the server wrote during this look is kept, not cut with the rest.
         if (now := os.fstat(fd).st_size) > size:
             kept_tail += os.pread(fd, now - size, size)
@@ -85,9 +91,14 @@ def cap_log(
         if cut <= 0:
             return 0
         total = cut + (int(m.group(1)) - len(m.group(0)) if m else 0)
+        stay = (
+            f"its first lines and the last {len(kept_tail)} bytes of its last line stay"
+            if one_line
+            else "its first and last lines stay"
+        )
         note = (
             f"[shrink] {total} bytes of this log cut here: it is kept under {cap} bytes "
-            "while load runs (its first and last lines stay)\n"
+            f"while load runs ({stay})\n"
         ).encode()
         os.ftruncate(fd, kept_head)
         os.write(fd, note + kept_tail)
