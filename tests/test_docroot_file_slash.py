@@ -74,3 +74,21 @@ def test_a_files_path_with_more_names_after_it_is_served_by_lighttpd(tmp_path, s
     paths = ["/v2.html/extra", "/d/v2.html/a/b", "/v2.html/nope/", "/link/x", "/nope/x"]
     tr = Trace.from_columns({"session": [0] * 5, "t": [0.0] * 5, "path": paths})
     assert sorted(docroot_coverage(tr, tmp_path, None, server).missing) == sorted(missing)
+
+
+@pytest.mark.parametrize(
+    "server,missing",
+    [("lighttpd-php-cgi", ["/nosuch/x"]), ("", ["/nosuch/x"]),
+     ("nginx-php-fpm", ["/a/b.html/x", "/nosuch/x", "/p.php/extra", "/v2.html/extra"])],
+)  # fmt: skip
+def test_a_files_path_with_more_after_it_is_its_path_info_under_lighttpd(tmp_path, server, missing):
+    """lighttpd serves ``/v2.html/extra`` (the file, "/extra" its path info; PHP's
+    PATH_INFO for ``/p.php/extra``), nginx answers 404: both seen with curl on live
+    testbeds. The check called it a 404 under either server."""
+    (tmp_path / "v2.html").write_text("2")
+    (tmp_path / "p.php").write_text("<?php")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "b.html").write_text("b")
+    paths = ["/v2.html/extra", "/p.php/extra", "/a/b.html/x", "/nosuch/x"]
+    tr = Trace.from_columns({"session": [0] * 4, "t": [0.0] * 4, "path": paths})
+    assert docroot_coverage(tr, tmp_path, None, server).missing == missing

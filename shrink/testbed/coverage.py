@@ -30,9 +30,10 @@ _INDEX = ("index.html", "index.php")
 # static module declines a URI ending in "/", and its index module meets ENOTDIR.
 # lighttpd serves the file, the "/" its path info (static-file.disable-pathinfo's default).
 _FILE_SLASH_404 = frozenset({"nginx-php-fpm"})
-# The servers that serve a file's path with more names after it ("/v2.html/extra"): the
-# rest is its path info (lighttpd, a file met on the way: ENOTDIR); nginx answers 404.
-_PATH_INFO = frozenset({"lighttpd-php-cgi"})
+# The servers that answer a file's path with more names after it ("/v2.html/extra") 404;
+# lighttpd serves the file, the rest its path info (a file met on the way: ENOTDIR), and
+# a server the check does not know is given the same benefit as for "/v2.html/".
+_PATH_INFO_404 = frozenset({"nginx-php-fpm"})
 _HIDDEN = re.compile(HIDDEN_PATH_RE)
 
 
@@ -146,7 +147,7 @@ def _served(root: Path, path: str, server: str = "") -> Path | None:
             # success to the replay, which follows no redirect; it was said "fail (404)"
             return target
         return next((target / n for n in _INDEX if (target / n).is_file()), None)
-    return _path_info_file(root, rel) if server in _PATH_INFO else None
+    return None if server in _PATH_INFO_404 else _path_info_file(root, rel)
 
 
 def _path_info_file(root: Path, rel: str) -> Path | None:
