@@ -64,7 +64,7 @@ from shrink.replay.selfcheck import generator_check  # noqa: E402
 from shrink.schedule import ScheduleOptions  # noqa: E402
 from shrink.target import GeneratorPlacement  # noqa: E402
 from shrink.trace import Trace  # noqa: E402
-from tests.helpers.servers import static_lighttpd  # noqa: E402
+from tests.helpers.servers import LIGHTTPD_SHORT_MAX, static_lighttpd  # noqa: E402
 
 SERVER_CPU, GEN_CPU = 1, 0
 
@@ -72,7 +72,7 @@ SERVER_CPU, GEN_CPU = 1, 0
 def start_lighttpd(root: Path) -> tuple[subprocess.Popen[bytes], int]:
     conf, port = static_lighttpd(
         root,
-        max_keep_alive_requests=1000000,
+        max_keep_alive_requests=LIGHTTPD_SHORT_MAX,
         max_keep_alive_idle=60,
         max_connections=4096,
         max_fds=8192,

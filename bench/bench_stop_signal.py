@@ -32,14 +32,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from shrink.runlog import RunLog  # noqa: E402
-from tests.helpers.servers import static_lighttpd  # noqa: E402
+from tests.helpers.servers import LIGHTTPD_SHORT_MAX, static_lighttpd  # noqa: E402
 
 SERVER_CPU = 1
 
 
 def start_lighttpd(root: Path) -> tuple[subprocess.Popen[bytes], int]:
     conf, port = static_lighttpd(
-        root, max_keep_alive_requests=1000000, max_keep_alive_idle=60, max_connections=4096
+        root,
+        max_keep_alive_requests=LIGHTTPD_SHORT_MAX,
+        max_keep_alive_idle=60,
+        max_connections=4096,
     )
     proc = subprocess.Popen(["/usr/sbin/lighttpd", "-D", "-f", str(conf)], start_new_session=True)
     os.sched_setaffinity(proc.pid, {SERVER_CPU})

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from helpers.fake_engines import fake_server_address, options_seen
 from helpers.realtime import realtime_allowed
-from helpers.servers import static_lighttpd, wait_listening
+from helpers.servers import LIGHTTPD_SHORT_MAX, static_lighttpd, wait_listening
 
 from shrink import interrupts
 from shrink.replay import EngineConfig, RunLogWriter, build_schedule, native, open_loop_trace
@@ -141,7 +141,7 @@ def test_a_real_time_loop_on_the_servers_cpu_never_waits_on_the_clock(tmp_path: 
     if not Path("/usr/sbin/lighttpd").exists():
         pytest.skip("lighttpd is not installed (make setup installs it as root)")
     cpu = sorted(os.sched_getaffinity(0))[1]
-    conf, port = static_lighttpd(tmp_path, max_keep_alive_requests=1000000)
+    conf, port = static_lighttpd(tmp_path, max_keep_alive_requests=LIGHTTPD_SHORT_MAX)
     proc = subprocess.Popen(["/usr/sbin/lighttpd", "-D", "-f", str(conf)],
                             stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     try:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from conftest import require_root, require_tool
 from helpers.realtime import RT
-from helpers.servers import static_lighttpd, wait_listening
+from helpers.servers import LIGHTTPD_SHORT_MAX, static_lighttpd, wait_listening
 from typer.testing import CliRunner
 
 from shrink.cli import app
@@ -35,7 +35,9 @@ def lighttpd(tmp_path_factory) -> int:
     if not Path(LIGHTTPD).exists():
         pytest.skip("lighttpd is not installed (make setup installs it as root)")
     d = tmp_path_factory.mktemp("lighttpd")
-    conf, port = static_lighttpd(d, max_keep_alive_requests=100000, max_keep_alive_idle=30)
+    conf, port = static_lighttpd(
+        d, max_keep_alive_requests=LIGHTTPD_SHORT_MAX, max_keep_alive_idle=30
+    )
     proc = subprocess.Popen([LIGHTTPD, "-D", "-f", str(conf)], stderr=subprocess.DEVNULL)
     try:
         if 1 in os.sched_getaffinity(0):

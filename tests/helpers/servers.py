@@ -22,10 +22,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# lighttpd 1.4.79 (Debian 13) reads these as short integers and exits 255 on a larger
+# value (1.4.69 took one): a keep-alive "without end" is this many requests
+LIGHTTPD_SHORT_MAX = 65535
+LIGHTTPD_SHORT_SETTINGS = frozenset({
+    "max_keep_alive_requests", "max_keep_alive_idle", "max_read_idle", "max_write_idle",
+    "max_connections", "max_fds",
+})  # fmt: skip
+
+
 def static_lighttpd(root: Path, **settings: int) -> tuple[Path, int]:
     """``root/www`` with one 1 KiB file, ``static/file1k.bin``, and a lighttpd config that
     serves it on a free loopback port: (the config, the port). ``settings``: more
-    ``server.*`` lines, underscores for dashes (``max_keep_alive_idle=30``)."""
+    ``server.*`` lines, underscores for dashes (``max_keep_alive_idle=30``); one that
+    lighttpd 1.4.79 would refuse (above ``LIGHTTPD_SHORT_MAX``) raises ValueError here,
+    whichever lighttpd is installed."""
+    for k, v in settings.items():
+        if k in LIGHTTPD_SHORT_SETTINGS and not 0 <= v <= LIGHTTPD_SHORT_MAX:
+            raise ValueError(f"server.{k.replace('_', '-')} = {v}: lighttpd takes 0 ... 65535")
     (root / "www" / "static").mkdir(parents=True)
     (root / "www" / "static" / "file1k.bin").write_bytes(bytes(range(256)) * 4)
     port = free_port()
