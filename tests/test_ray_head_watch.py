@@ -22,6 +22,27 @@ from shrink.replay import ray_local
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 
 
+@pytest.fixture(autouse=True)
+def _interrupts_as_they_were():
+    """Each test's interrupts state and signal handlers put back after it: install()'s
+    taken signals left behind made a later test's working() block end by setting them
+    SIG_IGN in the test process, which every process the suite started after it then
+    inherited (a sweep sent SIGTERM ran to its end: 20 tests failed in one CI run)."""
+    handlers = {s: signal.getsignal(s) for s in interrupts.STOP_SIGNALS}
+    state = {
+        name: (value.copy() if isinstance(value, (list, dict)) else value)
+        for name, value in vars(interrupts).items()
+        if name.startswith("_") and isinstance(value, (list, dict)) and not name.startswith("__")
+    }
+    yield
+    for name, value in state.items():
+        current = getattr(interrupts, name)
+        current.clear()
+        current.update(value) if isinstance(current, dict) else current.extend(value)
+    for s, h in handlers.items():
+        signal.signal(s, h)
+
+
 def _wait(cond, limit: float = 5.0) -> bool:
     until = time.monotonic() + limit
     while not cond() and time.monotonic() < until:
