@@ -195,7 +195,7 @@ def test_a_ray_error_that_comes_before_the_watch_sees_the_head_end_is_the_heads_
         head.kill()  # the head ends; Ray's call fails at once, the watch not yet looking
         raise RuntimeError("RPC error: CANCELLED")
 
-    monkeypatch.setattr(cluster, "_run_on_cluster", placing)
+    monkeypatch.setattr(cluster, "_connect", placing)
     interrupts.install()
     try:
         with pytest.raises(KeyboardInterrupt), interrupts.working():
@@ -226,7 +226,7 @@ def test_a_ray_error_with_the_head_alive_is_said_after_one_wait_not_two(monkeypa
         ray_local.settle()  # as the except of pg.ready's failure does
         raise RuntimeError("cannot place")
 
-    monkeypatch.setattr(cluster, "_run_on_cluster", placing)
+    monkeypatch.setattr(cluster, "_connect", placing)
     watch = ray_local.HeadWatch({"raylet": head.pid}, lambda *a: None, 0.05)
     ray_local._watch.append(watch.start())
     try:

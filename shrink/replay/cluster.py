@@ -371,75 +371,56 @@ def run_on_cluster(
     ``on_start(t0)`` gets the common zero in the driver's monotonic clock. ``stop``: the
     run's stop event (its testbed's watch's): set, every actor is told to stop.
     """
-    try:
-        return _run_on_cluster(
-            spec, parts, config, params, meta, avoid_cpus, engine, on_start, stop
-        )
-    except Exception:
-        # Any Ray call may fail first when the local head ends (an RPC CANCELLED while
-        # a slot was being placed): said as the head's stop, not as a bug in shrink.
-        ray_local.settle()
-        raise
+    # Any Ray call may fail first when the local head ends (an RPC CANCELLED while a
+    # slot was being placed): said as the head's stop, not as a bug in shrink.
+    with ray_local.settled():
+        ray = _connect(spec)
+        n = len(parts)
+        _refuse_more_slots_than_local_cpus(ray, spec, n, avoid_cpus)
+        from ray.util.placement_group import placement_group, remove_placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-
-def _run_on_cluster(
-    spec: ClusterSpec,
-    parts: list[Trace],
-    config: EngineConfig,
-    params: dict[str, Any],
-    meta: dict[str, Any],
-    avoid_cpus: set[int] | frozenset[int],
-    engine: Any,
-    on_start: Any,
-    stop: Any,
-) -> tuple[RunLog, ClusterRun]:
-    ray = _connect(spec)
-    n = len(parts)
-    _refuse_more_slots_than_local_cpus(ray, spec, n, avoid_cpus)
-    from ray.util.placement_group import placement_group, remove_placement_group
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-    pg = placement_group([{"CPU": 1}] * n, strategy="SPREAD")
-    try:
-        ray.get(pg.ready(), timeout=READY_TIMEOUT)
-    except Exception:
-        ray_local.settle()  # (the head's end: its stop instead, and no call that waits)
-        remove_placement_group(pg)
-        raise ReplayError(
-            f"the Ray cluster {spec.address!r} cannot place {n} generator slots of one CPU each"
-        ) from None
-    remote = ray.remote(num_cpus=1, max_concurrency=3)(_Generator)
-    actors = [
-        remote.options(
-            scheduling_strategy=PlacementGroupSchedulingStrategy(
-                placement_group=pg, placement_group_bundle_index=i
-            )
-        ).remote()
-        for i in range(n)
-    ]
-    runs: list[Any] = []
-    try:
-        return _drive(
-            ray,
-            actors,
-            parts,
-            config,
-            params,
-            {**meta, "cluster": spec.describe()},
-            avoid_cpus,
-            engine,
-            (on_start, stop),
-            runs,
-        )
-    except Exception:
-        ray_local.settle()  # an actor's error of the head's end: the head's stop instead
-        raise
-    finally:
-        if not ray_local.head_gone():  # (each call would wait for the head, up to 60 s)
-            _stop_all(ray, actors, runs, config)
-            for actor in actors:
-                ray.kill(actor)
+        pg = placement_group([{"CPU": 1}] * n, strategy="SPREAD")
+        try:
+            ray.get(pg.ready(), timeout=READY_TIMEOUT)
+        except Exception:
+            ray_local.settle()  # (the head's end: its stop instead, and no call that waits)
             remove_placement_group(pg)
+            raise ReplayError(
+                f"the Ray cluster {spec.address!r} cannot place {n} generator slots of one CPU each"
+            ) from None
+        remote = ray.remote(num_cpus=1, max_concurrency=3)(_Generator)
+        actors = [
+            remote.options(
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    placement_group=pg, placement_group_bundle_index=i
+                )
+            ).remote()
+            for i in range(n)
+        ]
+        runs: list[Any] = []
+        try:
+            return _drive(
+                ray,
+                actors,
+                parts,
+                config,
+                params,
+                {**meta, "cluster": spec.describe()},
+                avoid_cpus,
+                engine,
+                (on_start, stop),
+                runs,
+            )
+        except Exception:
+            ray_local.settle()  # an actor's error of the head's end: the head's stop instead
+            raise
+        finally:
+            if not ray_local.head_gone():  # (each call would wait for the head, up to 60 s)
+                _stop_all(ray, actors, runs, config)
+                for actor in actors:
+                    ray.kill(actor)
+                remove_placement_group(pg)
 
 
 def _stop_all(ray: Any, actors: list[Any], runs: list[Any], config: EngineConfig) -> None:

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "head_gone",
     "private_ray_dir",
     "settle",
+    "settled",
     "shutdown_and_remove",
     "start_watch",
 ]
@@ -138,6 +139,17 @@ def head_gone() -> bool:
     """Whether the head of the cluster this process started was seen ended: a Ray call
     that needs it would wait up to Ray's 60 s, then Ray's core would end the process."""
     return bool(_watch and _watch[0].ended is not None)
+
+
+@contextlib.contextmanager
+def settled() -> Iterator[None]:
+    """Inside, an error is first given to :func:`settle`: the head's end, if that is what
+    it came of, is raised as the head's stop in its place."""
+    try:
+        yield
+    except Exception:
+        settle()
+        raise
 
 
 def settle(wait: float = 1.0) -> None:
